@@ -1,0 +1,96 @@
+/*
+ * models/model.h: a model = a GGUF file + its architecture, hyper-parameters
+ * and the named weight tensors of each layer, plus its id and manifest.
+ *
+ * Part: models/. No tensor math here: the engine (runtime/) computes with the
+ * tensors this file finds. Supported architectures: llama (incl. Mixtral
+ * experts), qwen2 (QKV biases), qwen3 (q/k RMSNorm), qwen3moe.
+ *
+ * Shapes use GGUF's convention (ne[0] innermost, see gguf.h):
+ *   token_embd   {n_embd, n_vocab}
+ *   wq           {n_embd, n_head * head_dim}      bq {n_head * head_dim}
+ *   wk, wv       {n_embd, n_head_kv * head_dim}   bk, bv {n_head_kv * head_dim}
+ *   wo           {n_head * head_dim, n_embd}
+ *   q_norm,k_norm {head_dim}
+ *   ffn_gate/up  {n_embd, n_ff}    ffn_down {n_ff, n_embd}
+ *   ffn_gate_inp {n_embd, n_expert}
+ *   ffn_gate_exps/up_exps {n_embd, n_ff_exp, n_expert}
+ *   ffn_down_exps {n_ff_exp, n_embd, n_expert}
+ *   output       {n_embd, n_vocab}  (== token_embd when the head is tied)
+ */
+#ifndef SHOAL_MODELS_MODEL_H
+#define SHOAL_MODELS_MODEL_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "base/err.h"
+#include "models/gguf.h"
+
+typedef enum shoal_arch {
+	SHOAL_ARCH_LLAMA = 0,
+	SHOAL_ARCH_QWEN2,
+	SHOAL_ARCH_QWEN3,
+	SHOAL_ARCH_QWEN3MOE,
+	SHOAL_ARCH__COUNT
+} shoal_arch;
+
+typedef enum shoal_rope_type {
+	SHOAL_ROPE_NORM = 0, /* llama: rotate adjacent pairs (x[2i], x[2i+1]) */
+	SHOAL_ROPE_NEOX = 1, /* qwen2/3: rotate (x[i], x[i + d/2]) */
+} shoal_rope_type;
+
+typedef struct shoal_hparams {
+	shoal_arch arch;
+	uint32_t n_layer;
+	uint32_t n_embd;
+	uint32_t n_head;
+	uint32_t n_head_kv;
+	uint32_t head_dim;    /* key/value length per head */
+	uint32_t n_ff;        /* dense FFN width (0 if every layer is MoE) */
+	uint32_t n_vocab;
+	uint32_t n_ctx_train;
+	uint32_t n_rot;       /* rotated dims per head (== head_dim usually) */
+	float rope_freq_base;
+	float rope_freq_scale; /* 1.0 unless the metadata scales */
+	shoal_rope_type rope_type;
+	float rms_eps;
+	uint32_t n_expert;      /* 0 for dense models */
+	uint32_t n_expert_used; /* top-k */
+	uint32_t n_ff_exp;      /* expert FFN width */
+	bool expert_weights_norm; /* renormalise the top-k gate weights */
+	bool tied_head;           /* no output.weight: head is token_embd */
+} shoal_hparams;
+
+typedef struct shoal_layer {
+	const shoal_gguf_tensor *attn_norm;           /* {n_embd} */
+	const shoal_gguf_tensor *wq, *wk, *wv, *wo;
+	const shoal_gguf_tensor *bq, *bk, *bv;        /* qwen2, else NULL */
+	const shoal_gguf_tensor *q_norm, *k_norm;     /* qwen3, else NULL */
+	const shoal_gguf_tensor *ffn_norm;            /* {n_embd} */
+	const shoal_gguf_tensor *ffn_gate, *ffn_up, *ffn_down; /* dense, else NULL */
+	const shoal_gguf_tensor *ffn_gate_inp;        /* MoE router, else NULL */
+	const shoal_gguf_tensor *ffn_gate_exps, *ffn_up_exps, *ffn_down_exps;
+} shoal_layer;
+
+typedef struct shoal_model {
+	shoal_gguf *gguf;        /* owned */
+	shoal_hparams hp;
+	const shoal_gguf_tensor *tok_embd;
+	const shoal_gguf_tensor *output_norm;
+	const shoal_gguf_tensor *output;  /* == tok_embd when hp.tied_head */
+	shoal_layer *layers;     /* (n_layer), owned */
+} shoal_model;
+
+/* Open a model: reads the GGUF, detects the architecture (unknown ->
+ * SHOAL_ERR_UNSUPPORTED with a reason listing the supported ones), reads the
+ * hyper-parameters and finds and shape-checks every tensor (missing or
+ * inconsistent -> SHOAL_ERR_FORMAT naming the tensor). */
+shoal_err shoal_model_open(const char *path, shoal_model **out, char *why, size_t why_len);
+/* Same, over an already open GGUF; takes ownership of g even on failure. */
+shoal_err shoal_model_from_gguf(shoal_gguf *g, shoal_model **out, char *why, size_t why_len);
+void shoal_model_free(shoal_model *m); /* NULL is a no-op */
+
+const char *shoal_arch_name(shoal_arch a);
+
+#endif
