@@ -1,0 +1,127 @@
+/*
+ * net/record.h: what a peer says about itself -- the record that membership
+ * gossip carries -- and the 128-bit peer id.
+ *
+ * Part of net/ (DESIGN.md section 3). The struct has fixed maximums so a
+ * record never allocates; every count is checked when a record is decoded
+ * from the wire (net/wire.h). Figures the scheduler uses are integers
+ * (bytes, microseconds, MB/s, MFLOP/s), so every peer computes the same plan.
+ *
+ * A record is versioned: `version` grows each time its peer changes it, and
+ * together with the membership incarnation (kept by net/swim.h) it orders
+ * records: (incarnation, version) compared lexicographically, higher wins.
+ *
+ * Also here: the per-peer JSON object of `shoal status --json` (jansson).
+ */
+#ifndef SHOAL_NET_RECORD_H
+#define SHOAL_NET_RECORD_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <jansson.h>
+
+#include "base/err.h"
+
+/* Limits. Each one bounds both the struct and what a decoder accepts. */
+#define SHOAL_PEER_ID_LEN        16  /* 128-bit id, random, made once per peer */
+#define SHOAL_RECORD_NAME_MAX    64  /* human name incl. NUL (hostname is <= 63) */
+#define SHOAL_RECORD_STR_MAX     32  /* short strings: os, arch, versions, iface */
+#define SHOAL_RECORD_EP_MAX      128 /* an endpoint "tcp://[v6 addr%scope]:port" */
+#define SHOAL_RECORD_PATH_MAX    256 /* a model path, truncated for display only */
+#define SHOAL_RECORD_MAX_DATA_EP 8   /* data endpoints: one per interface */
+#define SHOAL_RECORD_MAX_RDMA    4   /* RDMA devices named */
+#define SHOAL_RECORD_MAX_MODELS  16  /* models available locally */
+#define SHOAL_RECORD_MAX_LINKS   64  /* measured links: one per (peer, endpoint pair) */
+#define SHOAL_MODEL_DIGEST_LEN   32  /* model id = SHA-256 / BLAKE2b-256 of the file */
+
+typedef struct shoal_peer_id {
+	uint8_t b[SHOAL_PEER_ID_LEN];
+} shoal_peer_id;
+
+/* memcmp order: the order of the view and of every list the scheduler sees. */
+int shoal_peer_id_cmp(const shoal_peer_id *a, const shoal_peer_id *b);
+/* 32 lowercase hex digits and a NUL into out[33]. */
+void shoal_peer_id_to_hex(const shoal_peer_id *id, char out[33]);
+/* Parse exactly 32 hex digits; SHOAL_ERR_FORMAT otherwise. */
+shoal_err shoal_peer_id_from_hex(const char *hex, shoal_peer_id *out);
+
+/* One data endpoint: an address on one network interface. */
+typedef struct shoal_record_endpoint {
+	char kind[SHOAL_RECORD_STR_MAX];   /* "ethernet", "wifi", "thunderbolt", "loopback", ... */
+	char ifname[SHOAL_RECORD_STR_MAX]; /* "en0", "eth1" */
+	char addr[SHOAL_RECORD_EP_MAX];    /* "tcp://192.168.1.7:7071" */
+	uint32_t rdma;                     /* 1: an RDMA device is usable on this interface */
+} shoal_record_endpoint;
+
+/* One model file this peer has locally. */
+typedef struct shoal_record_model {
+	uint8_t digest[SHOAL_MODEL_DIGEST_LEN]; /* the model id */
+	char path[SHOAL_RECORD_PATH_MAX];       /* where it lives on that peer */
+	uint64_t bytes;                         /* file size */
+} shoal_record_model;
+
+/* One measured link from this peer to another, per endpoint pair. */
+typedef struct shoal_record_link {
+	shoal_peer_id peer;  /* the other end */
+	uint8_t local_ep;    /* index into our data endpoints */
+	uint8_t remote_ep;   /* index into the other peer's data endpoints */
+	uint32_t rtt_us;     /* round-trip time, smoothed */
+	uint64_t bw_bytes_s; /* bandwidth estimate, bytes per second (0 = not measured) */
+} shoal_record_link;
+
+typedef struct shoal_record {
+	/* Identity and versions. */
+	shoal_peer_id id;
+	char name[SHOAL_RECORD_NAME_MAX];
+	uint64_t version; /* record sequence; net/swim.h bumps it on every change */
+	char cluster[SHOAL_RECORD_NAME_MAX];
+	char sw_version[SHOAL_RECORD_STR_MAX]; /* "0.1.0" */
+	uint32_t proto_version;                /* data plane / session protocol */
+	uint32_t sched_version;                /* scheduler algorithm: plans must agree */
+
+	/* Where to reach it. */
+	char ctl_endpoint[SHOAL_RECORD_EP_MAX]; /* the control (gossip) endpoint */
+	uint32_t n_data_ep;
+	shoal_record_endpoint data_ep[SHOAL_RECORD_MAX_DATA_EP];
+
+	/* What it has. */
+	uint64_t mem_total;      /* bytes of RAM (unified memory on a Mac) */
+	uint64_t mem_weights;    /* bytes available for weights and KV cache */
+	uint64_t compute_mb_s;   /* compute probe: MB/s of the quantized mat-vec */
+	uint64_t compute_mflops; /* compute probe: MFLOP/s of the same */
+	uint32_t cores;
+	char os[SHOAL_RECORD_STR_MAX];   /* "linux", "darwin" */
+	char arch[SHOAL_RECORD_STR_MAX]; /* "x86_64", "arm64" */
+	uint32_t n_rdma;                 /* 0 is a normal answer */
+	char rdma[SHOAL_RECORD_MAX_RDMA][SHOAL_RECORD_STR_MAX]; /* "mlx5_0", "rdma_en2" */
+	uint32_t n_models;
+	shoal_record_model models[SHOAL_RECORD_MAX_MODELS];
+	uint32_t load_permille; /* 0..1000*cores: runnable work, like loadavg*1000 */
+
+	/* What it measured. */
+	uint32_t n_links;
+	shoal_record_link links[SHOAL_RECORD_MAX_LINKS];
+} shoal_record;
+
+/* Zero the record (all counts 0, all strings empty). */
+void shoal_record_init(shoal_record *r);
+
+/* Check a record that came from outside (or is about to be sent): counts
+ * within limits, strings NUL-terminated, indices in range. */
+shoal_err shoal_record_check(const shoal_record *r, char *why, size_t why_len);
+
+/* 1 if the two records are equal in every field that is sent. */
+int shoal_record_equal(const shoal_record *a, const shoal_record *b);
+
+/* Copy NUL-terminated src into dst[cap], truncating; always terminates. */
+void shoal_record_strcpy(char *dst, size_t cap, const char *src);
+
+/* The per-peer object of `shoal status --json`: id (32 hex), name, cluster,
+ * versions, endpoints, memory, compute, cores, os/arch, rdma, models (digest
+ * as 64 hex), load and links. The caller adds state and incarnation (see
+ * shoal_swim_member_to_json) and owns the returned reference (json_decref).
+ * NULL when out of memory. */
+json_t *shoal_record_to_json(const shoal_record *r);
+
+#endif
