@@ -1,0 +1,712 @@
+/*
+ * net/ctl.c: ZeroMQ control-plane sockets, CURVE and the ZAP handler (see
+ * ctl.h).
+ *
+ * Divisions, in order: helpers; ZAP handler and monitor; the ROUTER side
+ * (new/free/poll/reply); DEALERs (send/expire); the blocking client.
+ *
+ * Invariants:
+ *   1. Keyed: every socket of ours is CURVE; the ROUTER asks ZAP about each
+ *      client, and ZAP says 200 only for mechanism CURVE with exactly the
+ *      derived client public key (sodium_memcmp, constant time).
+ *   2. Nothing read from a socket is trusted: frame counts and sizes are
+ *      checked before the payload reaches on_message; bad frames are dropped
+ *      with a rate-limited log line.
+ *   3. Sends never block (ZMQ_DONTWAIT); a full queue drops the message.
+ */
+#include "net/ctl.h"
+
+#include <errno.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <sodium.h>
+#include <zmq.h>
+
+#include "base/log.h"
+
+#define SHOAL_CTL_ZAP_ENDPOINT "inproc://zeromq.zap.01" /* fixed by RFC 27 */
+#define SHOAL_CTL_MON_ENDPOINT "inproc://shoal-ctl-monitor"
+#define SHOAL_CTL_ZAP_DOMAIN "shoal"
+#define SHOAL_CTL_MAX_DEALERS 512 /* 64 peers x 8 endpoints (link probes) */
+#define SHOAL_CTL_MAX_POLL 64     /* extra fds the caller may pass */
+/* Messages delivered per poll call: a flood of 10k messages/s must not
+ * starve the SWIM timers; 256 per call at a >= 10 ms tick still drains
+ * 25k messages/s. */
+#define SHOAL_CTL_BURST 256
+/* A DEALER queue of 64 messages is ~ 16 protocol periods of gossip to one
+ * peer; beyond that the peer is unreachable and old gossip is useless. */
+#define SHOAL_CTL_SNDHWM 64
+#define SHOAL_CTL_RECONNECT_MS 100
+#define SHOAL_CTL_RECONNECT_MAX_MS 1000
+#define SHOAL_CTL_LOG_EVERY_MS 1000 /* at most one line per kind per second */
+
+typedef struct shoal_ctl_dealer {
+	char *endpoint;
+	void *sock;
+	uint64_t last_used_ms;
+} shoal_ctl_dealer;
+
+enum { SHOAL_CTL_LOG_DROP, SHOAL_CTL_LOG_ZAP, SHOAL_CTL_LOG_HS, SHOAL_CTL_LOG__COUNT };
+
+struct shoal_ctl {
+	void *zctx;
+	void *router;
+	void *zap;     /* REP, NULL when insecure */
+	void *monitor; /* PAIR, NULL when insecure */
+	int keyed;
+	shoal_key_curve curve;
+	char bound[128];
+	uint16_t port;
+	int heartbeat_ms;
+	void (*on_message)(void *ud, const shoal_ctl_route *from, const uint8_t *buf, size_t len);
+	void *ud;
+	shoal_ctl_dealer *dealers;
+	size_t n_dealers;
+	shoal_ctl_stats stats;
+	uint64_t log_last_ms[SHOAL_CTL_LOG__COUNT];
+	uint64_t log_suppressed[SHOAL_CTL_LOG__COUNT];
+};
+
+struct shoal_ctl_client {
+	void *zctx;
+	void *sock;
+	void *monitor;
+};
+
+/* ------------------------------------------------------------------ helpers */
+
+static uint64_t shoal_ctl_now_ms(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+/* 1 if a line of this kind may be logged now; counts the ones it eats. */
+static int shoal_ctl_log_ok(shoal_ctl *ctl, int kind, uint64_t *suppressed)
+{
+	uint64_t now = shoal_ctl_now_ms();
+	if (ctl->log_last_ms[kind] && now - ctl->log_last_ms[kind] < SHOAL_CTL_LOG_EVERY_MS) {
+		ctl->log_suppressed[kind]++;
+		return 0;
+	}
+	ctl->log_last_ms[kind] = now;
+	*suppressed = ctl->log_suppressed[kind];
+	ctl->log_suppressed[kind] = 0;
+	return 1;
+}
+
+static void shoal_ctl_drop(shoal_ctl *ctl, const char *addr, const char *reason)
+{
+	uint64_t sup;
+	ctl->stats.dropped++;
+	if (shoal_ctl_log_ok(ctl, SHOAL_CTL_LOG_DROP, &sup))
+		SHOAL_LOG_W("ctl", "dropped a message from %s: %s (%llu more not logged)",
+			    addr && *addr ? addr : "?", reason, (unsigned long long)sup);
+}
+
+static int shoal_ctl_setint(void *s, int opt, int v)
+{
+	return zmq_setsockopt(s, opt, &v, sizeof v);
+}
+
+/* Options every socket of ours gets. */
+static int shoal_ctl_common_opts(void *s, int heartbeat_ms)
+{
+	int64_t maxmsg = SHOAL_CTL_MAX_MSG;
+	if (shoal_ctl_setint(s, ZMQ_LINGER, 0) || shoal_ctl_setint(s, ZMQ_SNDHWM, SHOAL_CTL_SNDHWM) ||
+	    zmq_setsockopt(s, ZMQ_MAXMSGSIZE, &maxmsg, sizeof maxmsg) ||
+	    shoal_ctl_setint(s, ZMQ_RECONNECT_IVL, SHOAL_CTL_RECONNECT_MS) ||
+	    shoal_ctl_setint(s, ZMQ_RECONNECT_IVL_MAX, SHOAL_CTL_RECONNECT_MAX_MS))
+		return -1;
+	if (heartbeat_ms > 0 && (shoal_ctl_setint(s, ZMQ_HEARTBEAT_IVL, heartbeat_ms) ||
+				 shoal_ctl_setint(s, ZMQ_HEARTBEAT_TIMEOUT, 3 * heartbeat_ms) ||
+				 shoal_ctl_setint(s, ZMQ_HEARTBEAT_TTL, 3 * heartbeat_ms)))
+		return -1;
+	return 0;
+}
+
+static int shoal_ctl_client_opts(void *s, const shoal_key_curve *keys)
+{
+	if (!keys)
+		return 0;
+	if (zmq_setsockopt(s, ZMQ_CURVE_SERVERKEY, keys->server_public, SHOAL_KEY_BYTES) ||
+	    zmq_setsockopt(s, ZMQ_CURVE_PUBLICKEY, keys->client_public, SHOAL_KEY_BYTES) ||
+	    zmq_setsockopt(s, ZMQ_CURVE_SECRETKEY, keys->client_secret, SHOAL_KEY_BYTES))
+		return -1;
+	return 0;
+}
+
+/* Receive every remaining frame of a message and discard it. */
+static void shoal_ctl_discard_rest(void *s)
+{
+	int more = 0;
+	size_t ml = sizeof more;
+	while (zmq_getsockopt(s, ZMQ_RCVMORE, &more, &ml) == 0 && more) {
+		zmq_msg_t m;
+		zmq_msg_init(&m);
+		if (zmq_msg_recv(&m, s, ZMQ_DONTWAIT) < 0) {
+			zmq_msg_close(&m);
+			return;
+		}
+		zmq_msg_close(&m);
+		ml = sizeof more;
+	}
+}
+
+/* -------------------------------------------------- ZAP handler and monitor */
+
+/* Serve one ZAP request (RFC 27): frames version, request id, domain,
+ * address, identity, mechanism, credentials...; reply version, request id,
+ * status code, status text, user id, metadata. */
+static void shoal_ctl_zap_serve(shoal_ctl *ctl)
+{
+	zmq_msg_t f[8];
+	int n = 0, more = 1;
+	while (more) {
+		zmq_msg_t m;
+		zmq_msg_init(&m);
+		if (zmq_msg_recv(&m, ctl->zap, ZMQ_DONTWAIT) < 0) {
+			zmq_msg_close(&m);
+			break;
+		}
+		more = zmq_msg_more(&m);
+		if (n < 8)
+			f[n++] = m;
+		else
+			zmq_msg_close(&m);
+	}
+	if (n == 0)
+		return;
+	const char *status = "400", *text = "client key does not prove the cluster key";
+	char addr[64] = "?";
+	if (n >= 6) {
+		size_t al = zmq_msg_size(&f[3]);
+		if (al >= sizeof addr)
+			al = sizeof addr - 1;
+		memcpy(addr, zmq_msg_data(&f[3]), al);
+		addr[al] = '\0';
+		size_t ml = zmq_msg_size(&f[5]);
+		int is_curve = ml == 5 && !memcmp(zmq_msg_data(&f[5]), "CURVE", 5);
+		if (is_curve && n >= 7 && zmq_msg_size(&f[6]) == SHOAL_KEY_BYTES &&
+		    sodium_memcmp(zmq_msg_data(&f[6]), ctl->curve.client_public, SHOAL_KEY_BYTES) ==
+			    0) {
+			status = "200";
+			text = "OK";
+		} else if (!is_curve) {
+			text = "mechanism is not CURVE";
+		}
+	} else {
+		text = "malformed ZAP request";
+	}
+	if (status[0] == '2') {
+		ctl->stats.zap_allowed++;
+		SHOAL_LOG_D("ctl", "admitted a client from %s", addr);
+	} else {
+		uint64_t sup;
+		ctl->stats.zap_denied++;
+		if (shoal_ctl_log_ok(ctl, SHOAL_CTL_LOG_ZAP, &sup))
+			SHOAL_LOG_W("ctl", "refused a client from %s: %s (%llu more not logged)",
+				    addr, text, (unsigned long long)sup);
+	}
+	if (n >= 2) {
+		const char *ver = "1.0";
+		zmq_send(ctl->zap, ver, 3, ZMQ_SNDMORE);
+		zmq_send(ctl->zap, zmq_msg_data(&f[1]), zmq_msg_size(&f[1]), ZMQ_SNDMORE);
+		zmq_send(ctl->zap, status, 3, ZMQ_SNDMORE);
+		zmq_send(ctl->zap, text, strlen(text), ZMQ_SNDMORE);
+		zmq_send(ctl->zap, "", 0, ZMQ_SNDMORE);
+		zmq_send(ctl->zap, "", 0, 0);
+	} else {
+		/* A REP socket must answer before it can read again. */
+		zmq_send(ctl->zap, "", 0, 0);
+	}
+	for (int i = 0; i < n; i++)
+		zmq_msg_close(&f[i]);
+}
+
+/* Read one monitor event: frame 1 is u16 event + u32 value, frame 2 the
+ * endpoint. Returns the event id, 0 if none. */
+static int shoal_ctl_monitor_read(void *mon, char *addr, size_t addr_cap)
+{
+	zmq_msg_t m;
+	zmq_msg_init(&m);
+	if (zmq_msg_recv(&m, mon, ZMQ_DONTWAIT) < 0) {
+		zmq_msg_close(&m);
+		return 0;
+	}
+	uint16_t ev = 0;
+	if (zmq_msg_size(&m) >= 2)
+		memcpy(&ev, zmq_msg_data(&m), 2);
+	int more = zmq_msg_more(&m);
+	zmq_msg_close(&m);
+	if (addr_cap)
+		addr[0] = '\0';
+	if (more) {
+		zmq_msg_init(&m);
+		if (zmq_msg_recv(&m, mon, 0) >= 0 && addr_cap) {
+			size_t l = zmq_msg_size(&m);
+			if (l >= addr_cap)
+				l = addr_cap - 1;
+			memcpy(addr, zmq_msg_data(&m), l);
+			addr[l] = '\0';
+		}
+		zmq_msg_close(&m);
+		shoal_ctl_discard_rest(mon);
+	}
+	return ev;
+}
+
+static void shoal_ctl_monitor_serve(shoal_ctl *ctl)
+{
+	char addr[128];
+	int ev;
+	while ((ev = shoal_ctl_monitor_read(ctl->monitor, addr, sizeof addr)) != 0) {
+		if (ev == ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL ||
+		    ev == ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL) {
+			uint64_t sup;
+			ctl->stats.handshake_failed++;
+			if (shoal_ctl_log_ok(ctl, SHOAL_CTL_LOG_HS, &sup))
+				SHOAL_LOG_W("ctl",
+					    "CURVE handshake failed on %s (a peer with another "
+					    "cluster key?) (%llu more not logged)",
+					    addr, (unsigned long long)sup);
+		}
+	}
+}
+
+/* ---------------------------------------------------------- the ROUTER side */
+
+shoal_err shoal_ctl_new(const shoal_ctl_config *cfg, shoal_ctl **out, char *why, size_t why_len)
+{
+	shoal_err e = SHOAL_ERR_IO;
+	*out = NULL;
+	shoal_ctl *ctl = calloc(1, sizeof *ctl);
+	if (!ctl)
+		return SHOAL_ERR_NOMEM;
+	ctl->on_message = cfg->on_message;
+	ctl->ud = cfg->ud;
+	ctl->heartbeat_ms = cfg->heartbeat_ms > 0 ? cfg->heartbeat_ms : 1000;
+	ctl->zctx = zmq_ctx_new();
+	if (!ctl->zctx) {
+		shoal_why(why, why_len, SHOAL_ERR_IO, "zmq_ctx_new: %s", zmq_strerror(errno));
+		goto fail;
+	}
+	if (cfg->key) {
+		ctl->keyed = 1;
+		if (sodium_init() < 0 || shoal_key_derive(cfg->key, &ctl->curve) != SHOAL_OK) {
+			shoal_why(why, why_len, SHOAL_ERR_IO, "cannot derive CURVE keys");
+			goto fail;
+		}
+		/* The ZAP handler must be bound before the ROUTER accepts. */
+		ctl->zap = zmq_socket(ctl->zctx, ZMQ_REP);
+		if (!ctl->zap || shoal_ctl_setint(ctl->zap, ZMQ_LINGER, 0) ||
+		    zmq_bind(ctl->zap, SHOAL_CTL_ZAP_ENDPOINT)) {
+			shoal_why(why, why_len, SHOAL_ERR_IO, "ZAP handler: %s", zmq_strerror(errno));
+			goto fail;
+		}
+	}
+	ctl->router = zmq_socket(ctl->zctx, ZMQ_ROUTER);
+	if (!ctl->router || shoal_ctl_common_opts(ctl->router, ctl->heartbeat_ms) ||
+	    shoal_ctl_setint(ctl->router, ZMQ_ROUTER_HANDOVER, 1)) {
+		shoal_why(why, why_len, SHOAL_ERR_IO, "ROUTER socket: %s", zmq_strerror(errno));
+		goto fail;
+	}
+	if (ctl->keyed) {
+		if (shoal_ctl_setint(ctl->router, ZMQ_CURVE_SERVER, 1) ||
+		    zmq_setsockopt(ctl->router, ZMQ_CURVE_SECRETKEY, ctl->curve.server_secret,
+				   SHOAL_KEY_BYTES) ||
+		    zmq_setsockopt(ctl->router, ZMQ_ZAP_DOMAIN, SHOAL_CTL_ZAP_DOMAIN,
+				   strlen(SHOAL_CTL_ZAP_DOMAIN))) {
+			shoal_why(why, why_len, SHOAL_ERR_IO, "CURVE server: %s",
+				  zmq_strerror(errno));
+			goto fail;
+		}
+		if (zmq_socket_monitor(ctl->router, SHOAL_CTL_MON_ENDPOINT,
+				       ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL |
+					       ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL) == 0) {
+			ctl->monitor = zmq_socket(ctl->zctx, ZMQ_PAIR);
+			if (ctl->monitor && zmq_connect(ctl->monitor, SHOAL_CTL_MON_ENDPOINT) != 0) {
+				zmq_close(ctl->monitor);
+				ctl->monitor = NULL;
+			}
+		}
+	}
+	if (zmq_bind(ctl->router, cfg->listen) != 0) {
+		e = SHOAL_ERR_IO;
+		shoal_why(why, why_len, e, "cannot listen on %s: %s", cfg->listen,
+			  zmq_strerror(errno));
+		goto fail;
+	}
+	size_t bl = sizeof ctl->bound;
+	if (zmq_getsockopt(ctl->router, ZMQ_LAST_ENDPOINT, ctl->bound, &bl) != 0)
+		snprintf(ctl->bound, sizeof ctl->bound, "%s", cfg->listen);
+	const char *colon = strrchr(ctl->bound, ':');
+	ctl->port = colon ? (uint16_t)atoi(colon + 1) : 0;
+	*out = ctl;
+	return SHOAL_OK;
+fail:
+	shoal_ctl_free(ctl);
+	return e;
+}
+
+void shoal_ctl_free(shoal_ctl *ctl)
+{
+	if (!ctl)
+		return;
+	for (size_t i = 0; i < ctl->n_dealers; i++) {
+		zmq_close(ctl->dealers[i].sock);
+		free(ctl->dealers[i].endpoint);
+	}
+	free(ctl->dealers);
+	if (ctl->router) {
+		if (ctl->monitor)
+			zmq_socket_monitor(ctl->router, NULL, 0);
+		zmq_close(ctl->router);
+	}
+	if (ctl->monitor)
+		zmq_close(ctl->monitor);
+	if (ctl->zap)
+		zmq_close(ctl->zap);
+	if (ctl->zctx)
+		zmq_ctx_term(ctl->zctx);
+	sodium_memzero(&ctl->curve, sizeof ctl->curve);
+	free(ctl);
+}
+
+const char *shoal_ctl_bound(const shoal_ctl *ctl)
+{
+	return ctl->bound;
+}
+
+uint16_t shoal_ctl_port(const shoal_ctl *ctl)
+{
+	return ctl->port;
+}
+
+/* Receive one message from the ROUTER (with_route) or a DEALER and hand it
+ * to on_message. Returns 0 when nothing was waiting. */
+static int shoal_ctl_recv_one(shoal_ctl *ctl, void *s, int with_route, const char *endpoint)
+{
+	shoal_ctl_route route;
+	zmq_msg_t m;
+	route.len = 0;
+	route.endpoint = endpoint;
+	route.peer_addr[0] = '\0';
+	zmq_msg_init(&m);
+	if (zmq_msg_recv(&m, s, ZMQ_DONTWAIT) < 0) {
+		zmq_msg_close(&m);
+		return 0;
+	}
+	const char *pa = zmq_msg_gets(&m, "Peer-Address");
+	if (pa)
+		snprintf(route.peer_addr, sizeof route.peer_addr, "%s", pa);
+	if (with_route) {
+		size_t idl = zmq_msg_size(&m);
+		int more = zmq_msg_more(&m);
+		if (idl == 0 || idl > sizeof route.id || !more) {
+			zmq_msg_close(&m);
+			shoal_ctl_discard_rest(s);
+			shoal_ctl_drop(ctl, route.peer_addr, "bad routing frame");
+			return 1;
+		}
+		memcpy(route.id, zmq_msg_data(&m), idl);
+		route.len = idl;
+		zmq_msg_close(&m);
+		zmq_msg_init(&m);
+		if (zmq_msg_recv(&m, s, ZMQ_DONTWAIT) < 0) {
+			zmq_msg_close(&m);
+			return 1;
+		}
+	}
+	if (zmq_msg_more(&m)) {
+		zmq_msg_close(&m);
+		shoal_ctl_discard_rest(s);
+		shoal_ctl_drop(ctl, route.peer_addr, "more than one frame");
+		return 1;
+	}
+	if (zmq_msg_size(&m) == 0) {
+		zmq_msg_close(&m);
+		shoal_ctl_drop(ctl, route.peer_addr, "empty frame");
+		return 1;
+	}
+	ctl->stats.recv++;
+	ctl->on_message(ctl->ud, &route, zmq_msg_data(&m), zmq_msg_size(&m));
+	zmq_msg_close(&m);
+	return 1;
+}
+
+shoal_err shoal_ctl_poll(shoal_ctl *ctl, int timeout_ms, shoal_ctl_fd *fds, int nfds)
+{
+	if (nfds > SHOAL_CTL_MAX_POLL)
+		nfds = SHOAL_CTL_MAX_POLL;
+	size_t cap = 3 + (size_t)nfds + ctl->n_dealers;
+	zmq_pollitem_t stack_items[3 + SHOAL_CTL_MAX_POLL + 32];
+	zmq_pollitem_t *items = stack_items;
+	if (cap > sizeof stack_items / sizeof stack_items[0]) {
+		items = calloc(cap, sizeof *items);
+		if (!items)
+			return SHOAL_ERR_NOMEM;
+	}
+	int n = 0, i_router, i_zap = -1, i_mon = -1, i_fd0, i_dealer0;
+	items[n] = (zmq_pollitem_t){.socket = ctl->router, .events = ZMQ_POLLIN};
+	i_router = n++;
+	if (ctl->zap) {
+		items[n] = (zmq_pollitem_t){.socket = ctl->zap, .events = ZMQ_POLLIN};
+		i_zap = n++;
+	}
+	if (ctl->monitor) {
+		items[n] = (zmq_pollitem_t){.socket = ctl->monitor, .events = ZMQ_POLLIN};
+		i_mon = n++;
+	}
+	i_fd0 = n;
+	for (int i = 0; i < nfds; i++) {
+		fds[i].revents = 0;
+		items[n++] = (zmq_pollitem_t){.fd = fds[i].fd, .events = fds[i].events};
+	}
+	i_dealer0 = n;
+	size_t nd = ctl->n_dealers;
+	for (size_t i = 0; i < nd; i++)
+		items[n++] = (zmq_pollitem_t){.socket = ctl->dealers[i].sock, .events = ZMQ_POLLIN};
+	int rc = zmq_poll(items, n, timeout_ms);
+	if (rc < 0) {
+		if (items != stack_items)
+			free(items);
+		return errno == EINTR ? SHOAL_OK : SHOAL_ERR_IO;
+	}
+	for (int i = 0; i < nfds; i++)
+		fds[i].revents = items[i_fd0 + i].revents;
+	if (i_zap >= 0 && (items[i_zap].revents & ZMQ_POLLIN))
+		for (int k = 0; k < 64; k++) {
+			int ev = 0;
+			size_t el = sizeof ev;
+			shoal_ctl_zap_serve(ctl);
+			if (zmq_getsockopt(ctl->zap, ZMQ_EVENTS, &ev, &el) || !(ev & ZMQ_POLLIN))
+				break;
+		}
+	if (i_mon >= 0 && (items[i_mon].revents & ZMQ_POLLIN))
+		shoal_ctl_monitor_serve(ctl);
+	if (items[i_router].revents & ZMQ_POLLIN)
+		for (int k = 0; k < SHOAL_CTL_BURST; k++)
+			if (!shoal_ctl_recv_one(ctl, ctl->router, 1, NULL))
+				break;
+	/* on_message may have added dealers: only walk the ones we polled.
+	 * It never removes any (only shoal_ctl_expire does). */
+	for (size_t i = 0; i < nd && i < ctl->n_dealers; i++)
+		if (items[i_dealer0 + (int)i].revents & ZMQ_POLLIN)
+			for (int k = 0; k < SHOAL_CTL_BURST; k++)
+				if (!shoal_ctl_recv_one(ctl, ctl->dealers[i].sock, 0,
+							ctl->dealers[i].endpoint))
+					break;
+	if (items != stack_items)
+		free(items);
+	return SHOAL_OK;
+}
+
+shoal_err shoal_ctl_reply(shoal_ctl *ctl, const shoal_ctl_route *to, const void *buf, size_t len)
+{
+	if (to->len == 0) {
+		if (!to->endpoint)
+			return SHOAL_ERR_INVAL;
+		return shoal_ctl_send(ctl, to->endpoint, buf, len);
+	}
+	if (zmq_send(ctl->router, to->id, to->len, ZMQ_SNDMORE | ZMQ_DONTWAIT) < 0 ||
+	    zmq_send(ctl->router, buf, len, ZMQ_DONTWAIT) < 0) {
+		ctl->stats.dropped++;
+		return SHOAL_ERR_BUSY;
+	}
+	ctl->stats.sent++;
+	return SHOAL_OK;
+}
+
+/* ------------------------------------------------------------------ DEALERs */
+
+static shoal_ctl_dealer *shoal_ctl_dealer_get(shoal_ctl *ctl, const char *endpoint)
+{
+	for (size_t i = 0; i < ctl->n_dealers; i++)
+		if (!strcmp(ctl->dealers[i].endpoint, endpoint))
+			return &ctl->dealers[i];
+	if (ctl->n_dealers >= SHOAL_CTL_MAX_DEALERS)
+		return NULL;
+	shoal_ctl_dealer *grown =
+		realloc(ctl->dealers, (ctl->n_dealers + 1) * sizeof *ctl->dealers);
+	if (!grown)
+		return NULL;
+	ctl->dealers = grown;
+	void *s = zmq_socket(ctl->zctx, ZMQ_DEALER);
+	if (!s)
+		return NULL;
+	if (shoal_ctl_common_opts(s, ctl->heartbeat_ms) ||
+	    shoal_ctl_client_opts(s, ctl->keyed ? &ctl->curve : NULL) ||
+	    zmq_connect(s, endpoint) != 0) {
+		SHOAL_LOG_W("ctl", "cannot connect to %s: %s", endpoint, zmq_strerror(errno));
+		zmq_close(s);
+		return NULL;
+	}
+	char *ep = strdup(endpoint);
+	if (!ep) {
+		zmq_close(s);
+		return NULL;
+	}
+	shoal_ctl_dealer *d = &ctl->dealers[ctl->n_dealers++];
+	d->endpoint = ep;
+	d->sock = s;
+	d->last_used_ms = shoal_ctl_now_ms();
+	return d;
+}
+
+shoal_err shoal_ctl_send(shoal_ctl *ctl, const char *endpoint, const void *buf, size_t len)
+{
+	shoal_ctl_dealer *d = shoal_ctl_dealer_get(ctl, endpoint);
+	if (!d) {
+		ctl->stats.dropped++;
+		return SHOAL_ERR_IO;
+	}
+	d->last_used_ms = shoal_ctl_now_ms();
+	if (zmq_send(d->sock, buf, len, ZMQ_DONTWAIT) < 0) {
+		ctl->stats.dropped++;
+		return SHOAL_ERR_BUSY;
+	}
+	ctl->stats.sent++;
+	return SHOAL_OK;
+}
+
+void shoal_ctl_expire(shoal_ctl *ctl, uint64_t now_ms, uint64_t idle_ms)
+{
+	size_t j = 0;
+	for (size_t i = 0; i < ctl->n_dealers; i++) {
+		shoal_ctl_dealer *d = &ctl->dealers[i];
+		if (now_ms > d->last_used_ms && now_ms - d->last_used_ms > idle_ms) {
+			SHOAL_LOG_D("ctl", "closing idle connection to %s", d->endpoint);
+			zmq_close(d->sock);
+			free(d->endpoint);
+			continue;
+		}
+		ctl->dealers[j++] = *d;
+	}
+	ctl->n_dealers = j;
+}
+
+void shoal_ctl_get_stats(const shoal_ctl *ctl, shoal_ctl_stats *out)
+{
+	*out = ctl->stats;
+	out->dealers = ctl->n_dealers;
+}
+
+/* -------------------------------------------------------- blocking client */
+
+shoal_err shoal_ctl_client_new(const char *endpoint, const shoal_key_curve *keys,
+			       shoal_ctl_client **out, char *why, size_t why_len)
+{
+	shoal_err e = SHOAL_ERR_IO;
+	*out = NULL;
+	shoal_ctl_client *c = calloc(1, sizeof *c);
+	if (!c)
+		return SHOAL_ERR_NOMEM;
+	c->zctx = zmq_ctx_new();
+	if (!c->zctx)
+		goto fail;
+	c->sock = zmq_socket(c->zctx, ZMQ_DEALER);
+	if (!c->sock || shoal_ctl_common_opts(c->sock, 0) || shoal_ctl_client_opts(c->sock, keys)) {
+		shoal_why(why, why_len, e, "client socket: %s", zmq_strerror(errno));
+		goto fail;
+	}
+	if (zmq_socket_monitor(c->sock, "inproc://shoal-client-monitor",
+			       ZMQ_EVENT_HANDSHAKE_FAILED_AUTH |
+				       ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL) == 0) {
+		c->monitor = zmq_socket(c->zctx, ZMQ_PAIR);
+		if (c->monitor && zmq_connect(c->monitor, "inproc://shoal-client-monitor") != 0) {
+			zmq_close(c->monitor);
+			c->monitor = NULL;
+		}
+	}
+	if (zmq_connect(c->sock, endpoint) != 0) {
+		e = SHOAL_ERR_INVAL;
+		shoal_why(why, why_len, e, "cannot connect to %s: %s", endpoint,
+			  zmq_strerror(errno));
+		goto fail;
+	}
+	*out = c;
+	return SHOAL_OK;
+fail:
+	shoal_ctl_client_free(c);
+	return e;
+}
+
+void shoal_ctl_client_free(shoal_ctl_client *c)
+{
+	if (!c)
+		return;
+	if (c->sock) {
+		if (c->monitor)
+			zmq_socket_monitor(c->sock, NULL, 0);
+		zmq_close(c->sock);
+	}
+	if (c->monitor)
+		zmq_close(c->monitor);
+	if (c->zctx)
+		zmq_ctx_term(c->zctx);
+	free(c);
+}
+
+shoal_err shoal_ctl_client_send(shoal_ctl_client *c, const void *const *bufs, const size_t *lens,
+				int n)
+{
+	for (int i = 0; i < n; i++)
+		if (zmq_send(c->sock, bufs[i], lens[i], i + 1 < n ? ZMQ_SNDMORE : 0) < 0)
+			return SHOAL_ERR_IO;
+	return SHOAL_OK;
+}
+
+shoal_err shoal_ctl_client_recv(shoal_ctl_client *c, int timeout_ms, uint8_t **buf, size_t *len,
+				char *why, size_t why_len)
+{
+	*buf = NULL;
+	*len = 0;
+	uint64_t deadline = shoal_ctl_now_ms() + (uint64_t)(timeout_ms > 0 ? timeout_ms : 0);
+	for (;;) {
+		zmq_pollitem_t it[2] = {{.socket = c->sock, .events = ZMQ_POLLIN},
+					{.socket = c->monitor, .events = ZMQ_POLLIN}};
+		uint64_t now = shoal_ctl_now_ms();
+		if (now >= deadline)
+			return shoal_why(why, why_len, SHOAL_ERR_TIMEOUT, "no answer in %d ms",
+					 timeout_ms);
+		int rc = zmq_poll(it, c->monitor ? 2 : 1, (long)(deadline - now));
+		if (rc < 0 && errno != EINTR)
+			return shoal_why(why, why_len, SHOAL_ERR_IO, "poll: %s",
+					 zmq_strerror(errno));
+		if (c->monitor && (it[1].revents & ZMQ_POLLIN)) {
+			char addr[128];
+			int ev = shoal_ctl_monitor_read(c->monitor, addr, sizeof addr);
+			if (ev == ZMQ_EVENT_HANDSHAKE_FAILED_AUTH)
+				return shoal_why(why, why_len, SHOAL_ERR_AUTH,
+						 "the node refused our key (wrong cluster key?)");
+		}
+		if (it[0].revents & ZMQ_POLLIN) {
+			zmq_msg_t m;
+			zmq_msg_init(&m);
+			if (zmq_msg_recv(&m, c->sock, ZMQ_DONTWAIT) < 0) {
+				zmq_msg_close(&m);
+				continue;
+			}
+			int more = zmq_msg_more(&m);
+			size_t l = zmq_msg_size(&m);
+			uint8_t *b = malloc(l ? l : 1);
+			if (!b) {
+				zmq_msg_close(&m);
+				return SHOAL_ERR_NOMEM;
+			}
+			memcpy(b, zmq_msg_data(&m), l);
+			zmq_msg_close(&m);
+			if (more)
+				shoal_ctl_discard_rest(c->sock);
+			*buf = b;
+			*len = l;
+			return SHOAL_OK;
+		}
+	}
+}
