@@ -1,0 +1,115 @@
+/*
+ * models/chat.h: turning a conversation into the prompt text a model was
+ * trained on, for the chat formats of the popular model families.
+ *
+ * Part: models/. There is no Jinja interpreter: shoal_chat_detect()
+ * recognises a family from distinctive markers in the GGUF's
+ * tokenizer.chat_template and shoal_chat_render() writes that family's
+ * format in C, byte for byte what the family's own template prints
+ * (Jinja2, trim_blocks/lstrip_blocks, no tools, no date given). Tool calls
+ * and tool roles are not supported.
+ *
+ * The caller passes the text of the BOS/EOS tokens for the formats that
+ * print them (Llama 3, Gemma, Mistral, DeepSeek print BOS; Mistral and
+ * Phi print EOS); tokenize the result with special tokens parsed and
+ * without adding another BOS.
+ */
+#ifndef SHOAL_MODELS_CHAT_H
+#define SHOAL_MODELS_CHAT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "base/err.h"
+
+/* One message; both strings NUL-terminated, owned by the caller. Roles:
+ * "system", "user", "assistant"; anything else is refused. */
+typedef struct shoal_chat_msg {
+	const char *role;
+	const char *content;
+} shoal_chat_msg;
+
+/* The formats. What each prints, for messages m[0..n) and generation
+ * prompt g:
+ *
+ * PLAIN (base models, no template): each system message's content then
+ *   "\n\n"; "User: <content>\n" and "Assistant: <content>\n" for the
+ *   others; g adds "Assistant:" (no space: BPE vocabularies glue the space
+ *   to the next word). No BOS/EOS.
+ * CHATML (generic): "<|im_start|>ROLE\nCONTENT<|im_end|>\n" per message;
+ *   g: "<|im_start|>assistant\n".
+ * QWEN25: CHATML, plus when m[0] is not a system message the default
+ *   "You are Qwen, created by Alibaba Cloud. You are a helpful assistant."
+ *   system turn first.
+ * QWEN3: CHATML, with Qwen3's thinking: an assistant turn after the last
+ *   user turn shows its reasoning as "<think>\nR\n</think>\n\n" (always
+ *   when it is the last message); earlier turns keep only the text after
+ *   "</think>". g: "<|im_start|>assistant\n" (thinking left to the model).
+ * LLAMA3 (3.0): BOS, then "<|start_header_id|>ROLE<|end_header_id|>\n\n"
+ *   + trimmed content + "<|eot_id|>" per message; g: the assistant header.
+ * LLAMA31 (3.1, 3.2, 3.3): BOS, a system header with "Cutting Knowledge
+ *   Date: December 2023\nToday Date: 26 Jul 2024\n\n" (the templates'
+ *   default date: renders are reproducible) and m[0]'s text when it is a
+ *   system message, then as LLAMA3.
+ * MISTRAL (Nemo, tekken): BOS, "[INST]user[/INST]" and "assistant" + EOS;
+ *   a leading system message goes into the LAST user turn only, as
+ *   "[INST]system\n\nuser[/INST]" (when the last message is that turn).
+ *   Roles must alternate user/assistant; g prints nothing.
+ * DEEPSEEK (V3.1, thinking off): BOS, all system texts joined by "\n\n",
+ *   "<｜User｜>user"; an assistant turn that follows a user turn opens with
+ *   "<｜Assistant｜><think></think>"; then its text after the first
+ *   "</think>" and "<｜end▁of▁sentence｜>"; g after a user turn:
+ *   "<｜Assistant｜><think></think>".
+ * GEMMA (Gemma 2): BOS, "<start_of_turn>user|model\n" + trimmed content +
+ *   "<end_of_turn>\n"; roles must alternate starting with user; g:
+ *   "<start_of_turn>model\n". Gemma 2 has no system role: a leading system
+ *   message is folded into the first user turn as "SYSTEM\n\nUSER", the
+ *   way Gemma 3's own template does it; a system message anywhere else is
+ *   refused.
+ * PHI3 (Phi-3.5): "<|system|>\n", "<|user|>\n" or "<|assistant|>\n" +
+ *   content + "<|end|>\n" (empty system messages are skipped); g:
+ *   "<|assistant|>\n", otherwise EOS.
+ *
+ * "Trimmed" means leading and trailing ASCII whitespace removed (Jinja's
+ * trim also strips Unicode spaces; chats rarely end in those). */
+typedef enum shoal_chat_style {
+	SHOAL_CHAT_PLAIN = 0,
+	SHOAL_CHAT_CHATML,
+	SHOAL_CHAT_QWEN25,
+	SHOAL_CHAT_QWEN3,
+	SHOAL_CHAT_LLAMA3,
+	SHOAL_CHAT_LLAMA31,
+	SHOAL_CHAT_MISTRAL,
+	SHOAL_CHAT_DEEPSEEK,
+	SHOAL_CHAT_GEMMA,
+	SHOAL_CHAT_PHI3,
+	SHOAL_CHAT__COUNT
+} shoal_chat_style;
+
+/* The family of a chat template (len bytes, need not be NUL-terminated).
+ * tmpl NULL or len 0 -> SHOAL_CHAT_PLAIN (a base model has no template).
+ * A template of no known family -> SHOAL_ERR_UNSUPPORTED, with a reason
+ * that quotes its first 60 characters and its FNV-1a 64 hash. */
+shoal_err shoal_chat_detect(const char *tmpl, size_t len, shoal_chat_style *out, char *why,
+                            size_t why_len);
+
+/* Render msgs[0..n) in style s; add_generation_prompt appends the opening
+ * of the assistant's turn. bos/eos: the token texts to print where the
+ * format wants them (NULL counts as ""). *out: a malloc'd NUL-terminated
+ * string the caller frees (NULL on error). Errors, with a reason: n == 0
+ * or a NULL string (SHOAL_ERR_INVAL), an unknown role or a conversation
+ * the format cannot express (SHOAL_ERR_UNSUPPORTED), out of memory. */
+shoal_err shoal_chat_render(shoal_chat_style s, const shoal_chat_msg *msgs, size_t n,
+                            bool add_generation_prompt, const char *bos, const char *eos,
+                            char **out, char *why, size_t why_len);
+
+/* A static lower-case name ("plain", "chatml", "qwen2.5", "qwen3",
+ * "llama3", "llama3.1", "mistral-nemo", "deepseek3.1", "gemma", "phi3.5");
+ * "unknown" for a value out of range. */
+const char *shoal_chat_style_name(shoal_chat_style s);
+
+/* The style with that name (as above; for a CLI or config override).
+ * Unknown name -> SHOAL_ERR_NOTFOUND. */
+shoal_err shoal_chat_style_from_name(const char *name, shoal_chat_style *out);
+
+#endif
