@@ -273,15 +273,16 @@ int32_t shoal_sampler_sample(shoal_sampler *s, const float *logits, const int32_
 		val[i] = key_of(logits, (int32_t)i);
 	apply_penalty(s, history, n_history);
 
-	/* Temperature; a small temp can overflow to +inf, so clamp again.
-	 * Only tokens with a finite scaled logit stay candidates. */
+	/* Temperature, as a division: with a tiny temp, 1/temp overflows and
+	 * 0 * inf would be NaN, while 0 / temp stays 0. Large quotients are
+	 * clamped to FLT_MAX; only tokens with a finite result stay. */
 	size_t n = 0;
-	float inv_t = 1.0f / s->p.temp;
+	const float temp = s->p.temp;
 	for (uint32_t i = 0; i < nv; i++) {
 		float x = val[i];
 		if (x == -INFINITY)
 			continue;
-		x *= inv_t;
+		x /= temp;
 		if (isnan(x))
 			x = -INFINITY;
 		else if (x > FLT_MAX)

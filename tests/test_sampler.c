@@ -504,6 +504,16 @@ static void test_nan_does_not_crash(void)
 	shoal_logprobs_top(nans, 3, 1, &clp, 1, ids, lps);
 	ASSERT_TRUE(isinf(clp) && clp < 0);
 
+	/* A temperature so small that 1/temp overflows: still the argmax,
+	 * also when the best logit is exactly 0. */
+	const float zero_best[3] = {-1.0f, 0.0f, -2.0f};
+	shoal_sampler_params tiny = plain(1e-40f);
+	s = make(&tiny, 3);
+	ASSERT_TRUE(s);
+	for (uint64_t t = 0; t < 50; t++)
+		ASSERT_EQ(shoal_sampler_sample(s, zero_best, NULL, 0, t), 1);
+	shoal_sampler_free(s);
+
 	/* +inf wins greedy and sampling alike. */
 	const float pinf[3] = {1.0f, INFINITY, 2.0f};
 	s = make(&ps[1], 3);
