@@ -1,0 +1,127 @@
+/*
+ * models/tokenizer_impl.h: the inside of a shoal_tokenizer, shared by the
+ * files of the tokenizer (tokenizer.c: loading, special tokens, decoding;
+ * tokenizer_spm.c: SentencePiece-style merges; tokenizer_bpe.c: byte-level
+ * BPE and its PCRE2 pre-tokenizers). Not for use outside models/tokenizer*.
+ *
+ * Part: models/. Names shared between these files start with tokenizer__.
+ */
+#ifndef SHOAL_MODELS_TOKENIZER_IMPL_H
+#define SHOAL_MODELS_TOKENIZER_IMPL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "base/err.h"
+
+typedef enum tokenizer__kind {
+	TOKENIZER__SPM, /* tokenizer.ggml.model = "llama" */
+	TOKENIZER__BPE, /* tokenizer.ggml.model = "gpt2" */
+} tokenizer__kind;
+
+typedef enum tokenizer__pre {
+	TOKENIZER__PRE_NONE,   /* SPM: no pre-tokenizer */
+	TOKENIZER__PRE_GPT2,   /* "gpt-2", "default" */
+	TOKENIZER__PRE_LLAMA3, /* "llama-bpe", "llama3", "llama-v3" */
+	TOKENIZER__PRE_QWEN2,  /* "qwen2" */
+} tokenizer__pre;
+
+/* Token attributes, from tokenizer.ggml.token_type (GGUF numbering:
+ * 1 normal, 2 unknown, 3 control, 4 user-defined, 5 unused, 6 byte). */
+enum {
+	TOKENIZER__NORMAL = 1u << 0,
+	TOKENIZER__UNKNOWN = 1u << 1,
+	TOKENIZER__CONTROL = 1u << 2,
+	TOKENIZER__USER = 1u << 3,
+	TOKENIZER__UNUSED = 1u << 4,
+	TOKENIZER__BYTE = 1u << 5,
+	TOKENIZER__EOG = 1u << 6, /* ends generation (not a GGUF type) */
+};
+
+struct shoal_tokenizer {
+	tokenizer__kind kind;
+	tokenizer__pre pre;
+	uint32_t n_vocab;
+
+	/* Token texts as stored in the vocabulary, and the bytes each token
+	 * stands for when decoded (U+2581 -> ' ', <0xAB> -> 0xAB, GPT-2's
+	 * byte-to-unicode undone). Token i is text[text_off[i] .. text_off[i+1]). */
+	char *text;
+	uint32_t *text_off; /* (n_vocab + 1) */
+	char *piece;
+	uint32_t *piece_off; /* (n_vocab + 1) */
+	float *score;        /* (n_vocab) SPM merge priority; 0 when absent */
+	uint8_t *attr;       /* (n_vocab) TOKENIZER__* bits */
+
+	/* text -> id, open addressing over a power-of-two table of ids (-1 =
+	 * empty); for duplicate texts the last id wins, as in the reference. */
+	int32_t *map;
+	uint32_t *map_hash;
+	uint32_t map_mask;
+
+	/* BPE merges: (left id, right id) -> (rank, merged id). Keys are
+	 * left << 32 | right; UINT64_MAX marks an empty slot (ids < 2^31). */
+	uint64_t *merge_key;
+	uint32_t *merge_rank;
+	int32_t *merge_id;
+	uint32_t merge_mask;
+	uint32_t n_merges;
+
+	/* SPM: the <0xXX> token of each byte; BPE: the token of each byte's
+	 * GPT-2 character. -1 when the vocabulary lacks it. */
+	int32_t byte_id[256];
+
+	/* Tokens matched in raw text before the tokenizer runs (control,
+	 * user-defined, unknown), longest text first, ties by id. */
+	int32_t *special;
+	uint32_t n_special;
+
+	int32_t bos, eos, eot, eom, unk;
+	bool add_bos, add_eos;
+	bool add_space_prefix; /* SPM: prepend U+2581 to the text */
+	bool ignore_merges;    /* BPE (Llama 3): a whole word in the vocab wins */
+
+	void *re; /* pcre2_code_8 *, compiled once (BPE only) */
+};
+
+/* A growing array of token ids (the result of an encode). */
+typedef struct tokenizer__out {
+	int32_t *ids;
+	size_t n, cap;
+} tokenizer__out;
+
+shoal_err tokenizer__push(tokenizer__out *o, int32_t id);
+
+/* FNV-1a over bytes: the hash of the text -> id map. */
+uint32_t tokenizer__hash(const char *s, size_t len);
+
+/* The id of a token text, or -1. */
+int32_t tokenizer__find(const struct shoal_tokenizer *t, const char *s, size_t len);
+
+/* Length of the UTF-8 sequence that starts with byte c, judged by its top
+ * four bits as the reference does (1 for stray continuation bytes). */
+static inline size_t tokenizer__utf8_len(unsigned char c)
+{
+	static const uint8_t lens[16] = {1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 3, 4};
+	return lens[c >> 4];
+}
+
+/* Encode one stretch of raw text (no special tokens in it), appending ids. */
+shoal_err tokenizer__spm_encode(const struct shoal_tokenizer *t, const char *text, size_t len,
+				bool space_prefix, tokenizer__out *o);
+shoal_err tokenizer__bpe_encode(const struct shoal_tokenizer *t, const char *text, size_t len,
+				tokenizer__out *o);
+
+/* BPE set-up: the byte <-> unicode mapping, merges and the pre-tokenizer
+ * regex; and the decoded bytes of a normal BPE token's text into dst (at
+ * most len bytes: each character is one byte, or its own UTF-8 when it is
+ * outside the mapping). Returns the byte count. */
+shoal_err tokenizer__bpe_setup(struct shoal_tokenizer *t, const char *pre, size_t pre_len,
+			       const void *g, char *why, size_t why_len);
+size_t tokenizer__bpe_unmap(const char *src, size_t len, char *dst);
+/* The UTF-8 of byte b's GPT-2 character (1 or 2 bytes) into dst[2]. */
+size_t tokenizer__bpe_byte_char(unsigned char b, char *dst);
+void tokenizer__bpe_free(struct shoal_tokenizer *t);
+
+#endif
