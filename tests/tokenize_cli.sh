@@ -14,9 +14,9 @@ trap 'rm -rf "$tmp"' EXIT
 fails=0
 fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
 
-# The reference vector: "Hello world" is text 11 of the .inp, line 11 of
+# The reference vector: "Hello world" is text 12 of the .inp, line 12 of
 # the .out (no BOS).
-want=$(sed -n 11p "$V.out" | sed 's/^ *//')
+want=$(sed -n 12p "$V.out" | sed 's/^ *//')
 [ "$want" = "15043 3186" ] || fail "unexpected reference line: '$want'"
 got=$("$SHOAL_BIN" tokenize "$V" "Hello world" --no-bos) || fail "tokenize exit $?"
 [ "$got" = "$want" ] || fail "tokenize: '$got' != '$want'"
