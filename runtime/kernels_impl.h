@@ -143,6 +143,32 @@ static inline void kernels__run_gemm(kernels__tile_fn f, int64_t n, const void *
 	}
 }
 
+/* A tile function from an always-inline body name##_n(n, w, xq, NC, out)
+ * with a compile-time column count, so each column's accumulators live in
+ * registers and its operations do not depend on how many columns share the
+ * weight loads. */
+#define KERNELS__TILE_FROM_N(name)                                                      \
+	static void name(int64_t n, const void *w, const void *const *xq, int ncols,     \
+			 float *out)                                                     \
+	{                                                                              \
+		switch (ncols) {                                                       \
+		case 1:                                                                \
+			name##_n(n, w, xq, 1, out);                                    \
+			break;                                                         \
+		case 2:                                                                \
+			name##_n(n, w, xq, 2, out);                                    \
+			break;                                                         \
+		case 3:                                                                \
+			name##_n(n, w, xq, 3, out);                                    \
+			break;                                                         \
+		default:                                                               \
+			name##_n(n, w, xq, 4, out);                                    \
+			break;                                                         \
+		}                                                                      \
+	}
+
+#define KERNELS__INLINE static inline __attribute__((always_inline))
+
 /* ---- the tables and shared entry points -------------------------------------- */
 
 /* The activation quantizer shared by every table (scalar, in kernels_scalar.c):

@@ -1,0 +1,357 @@
+/*
+ * runtime/kernels_avx512.c: the AVX-512 kernel tables (F, BW, VL), compiled
+ * twice: with KERNELS_VNNI=1 (-mavx512vnni, table "avx512": int8 dots with
+ * vpdpbusd) and KERNELS_VNNI=0 (table "avx512bw": maddubs + madd). Both give
+ * the same int32 lanes (each sums the same 4 byte products, no saturation),
+ * so the two tables give bitwise equal results.
+ *
+ * Part: runtime/ (engine). Order of accumulation, per dot product:
+ *   F32/F16/BF16: 2 accumulators x 16 lanes over 32 elements per step (FMA),
+ *     a leftover 16 into the first, hsum16(a0 + a1) (halves, then as AVX2),
+ *     plus a scalar tail of n % 16 added last;
+ *   Q8_0/Q4_0: blocks in pairs (lanes 0-7 block 2k, 8-15 block 2k+1), pair k
+ *     into accumulator k % 2 as fma(float(lanes), d_w * d_x, acc); an odd
+ *     last block is a pair with an empty upper half; hsum16(a0 + a1);
+ *   Q4_K/Q6_K: per super-block exact int32 lanes, then fma into one
+ *     accumulator (Q4_K: fma(d, isum), then fnma(dmin, imin)); hsum16.
+ * Divisions: helpers, float types, Q8_0/Q4_0, Q4_K, Q6_K, the table.
+ */
+#include <immintrin.h>
+
+#include "runtime/kernels_impl.h"
+
+#ifndef KERNELS_VNNI
+#define KERNELS_VNNI 0
+#endif
+
+/* ---- helpers ---------------------------------------------------------------- */
+
+KERNELS__INLINE float k5_hsum8(__m256 v)
+{
+	__m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+	s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+	s = _mm_add_ss(s, _mm_movehdup_ps(s));
+	return _mm_cvtss_f32(s);
+}
+
+KERNELS__INLINE float k5_hsum(__m512 v)
+{
+	__m256 lo = _mm512_castps512_ps256(v);
+	__m256 hi = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1));
+	return k5_hsum8(_mm256_add_ps(lo, hi));
+}
+
+KERNELS__INLINE float k5_h2f(uint16_t h)
+{
+	return _cvtsh_ss(h);
+}
+
+/* Lanes 0-7 = a, 8-15 = b. */
+KERNELS__INLINE __m512 k5_pair_ps(float a, float b)
+{
+	__m512 lo = _mm512_castps256_ps512(_mm256_set1_ps(a));
+	return _mm512_castpd_ps(_mm512_insertf64x4(_mm512_castps_pd(lo),
+						   _mm256_castps_pd(_mm256_set1_ps(b)), 1));
+}
+
+KERNELS__INLINE __m512i k5_pair_si(__m256i a, __m256i b)
+{
+	return _mm512_inserti64x4(_mm512_castsi256_si512(a), b, 1);
+}
+
+/* Sum of each 4 products of unsigned a and signed b bytes, per int32 lane. */
+KERNELS__INLINE __m512i k5_dot_u8s8(__m512i a, __m512i b)
+{
+#if KERNELS_VNNI
+	return _mm512_dpbusd_epi32(_mm512_setzero_si512(), a, b);
+#else
+	return _mm512_madd_epi16(_mm512_maddubs_epi16(a, b), _mm512_set1_epi16(1));
+#endif
+}
+
+/* ---- float types ------------------------------------------------------------------ */
+
+#define K5_LOAD_F32(p, i) _mm512_loadu_ps((const float *)(p) + (i))
+#define K5_LOAD_F16(p, i) _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)((const uint16_t *)(p) + (i))))
+#define K5_LOAD_BF16(p, i)                                                                \
+	_mm512_castsi512_ps(_mm512_slli_epi32(                                              \
+		_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)((const uint16_t *)(p) + (i)))), 16))
+#define K5_S_F32(p, j) (((const float *)(p))[j])
+#define K5_S_F16(p, j) k5_h2f(((const uint16_t *)(p))[j])
+#define K5_S_BF16(p, j) kernels__bits_f32((uint32_t)((const uint16_t *)(p))[j] << 16)
+
+#define K5_FLOAT_TILE(name, LOAD16, SCALAR)                                               \
+	KERNELS__INLINE void name##_n(int64_t n, const void *w, const void *const *xq,     \
+				      const int NC, float *out)                            \
+	{                                                                                 \
+		__m512 a0[KERNELS__TILE], a1[KERNELS__TILE];                              \
+		for (int c = 0; c < NC; c++)                                              \
+			a0[c] = a1[c] = _mm512_setzero_ps();                              \
+		int64_t i = 0;                                                            \
+		for (; i + 32 <= n; i += 32) {                                            \
+			__m512 w0 = LOAD16(w, i), w1 = LOAD16(w, i + 16);                 \
+			for (int c = 0; c < NC; c++) {                                    \
+				a0[c] = _mm512_fmadd_ps(w0, LOAD16(xq[c], i), a0[c]);     \
+				a1[c] = _mm512_fmadd_ps(w1, LOAD16(xq[c], i + 16), a1[c]); \
+			}                                                                 \
+		}                                                                         \
+		if (i + 16 <= n) {                                                        \
+			__m512 w0 = LOAD16(w, i);                                         \
+			for (int c = 0; c < NC; c++)                                      \
+				a0[c] = _mm512_fmadd_ps(w0, LOAD16(xq[c], i), a0[c]);     \
+			i += 16;                                                          \
+		}                                                                         \
+		for (int c = 0; c < NC; c++) {                                            \
+			float tail = 0.0f;                                                \
+			for (int64_t j = i; j < n; j++)                                   \
+				tail += SCALAR(w, j) * SCALAR(xq[c], j);                  \
+			out[c] = k5_hsum(_mm512_add_ps(a0[c], a1[c])) + tail;             \
+		}                                                                         \
+	}                                                                                 \
+	KERNELS__TILE_FROM_N(name)
+
+K5_FLOAT_TILE(k5_tile_f32, K5_LOAD_F32, K5_S_F32)
+K5_FLOAT_TILE(k5_tile_f16, K5_LOAD_F16, K5_S_F16)
+K5_FLOAT_TILE(k5_tile_bf16, K5_LOAD_BF16, K5_S_BF16)
+
+/* ---- Q8_0 and Q4_0 ------------------------------------------------------------------
+ * dot(w, x) = dot(|w|, x negated where w < 0): |w| <= 128 as an unsigned
+ * byte, activations in [-127, 127] (never -128, so negating is safe). */
+
+KERNELS__INLINE __m256i k5_q8_0_bytes(const kernels__block_q8_0 *b)
+{
+	return _mm256_loadu_si256((const __m256i *)b->qs);
+}
+
+KERNELS__INLINE __m256i k5_q4_0_bytes(const kernels__block_q4_0 *b)
+{
+	__m128i q = _mm_loadu_si128((const __m128i *)b->qs);
+	__m256i v = _mm256_set_m128i(_mm_srli_epi16(q, 4), q);
+	v = _mm256_and_si256(v, _mm256_set1_epi8(0x0f));
+	return _mm256_sub_epi8(v, _mm256_set1_epi8(8));
+}
+
+/* Accumulate blocks b and b + 1 (or only b when single) of every column. */
+#define K5_Q32_PAIR(name, WBLOCK, WBYTES)                                                 \
+	KERNELS__INLINE void name##_pair(const WBLOCK *wb, int64_t b, int single,           \
+					 const void *const *xq, const int NC, __m512 *acc)  \
+	{                                                                                 \
+		_mm_prefetch((const char *)(wb + b) + 1024, _MM_HINT_T0);                 \
+		__m256i z = _mm256_setzero_si256();                                       \
+		__m512i q = k5_pair_si(WBYTES(wb + b), single ? z : WBYTES(wb + b + 1));   \
+		__m512i aq = _mm512_abs_epi8(q);                                          \
+		__mmask64 neg = _mm512_movepi8_mask(q);                                   \
+		float dw0 = k5_h2f(wb[b].d), dw1 = single ? 0.0f : k5_h2f(wb[b + 1].d);   \
+		for (int c = 0; c < NC; c++) {                                            \
+			const kernels__block_q8_0 *xb = (const kernels__block_q8_0 *)xq[c] + b; \
+			__m512i x = k5_pair_si(k5_q8_0_bytes(xb),                         \
+					       single ? z : k5_q8_0_bytes(xb + 1));       \
+			x = _mm512_mask_sub_epi8(x, neg, _mm512_setzero_si512(), x);      \
+			__m512 s = _mm512_cvtepi32_ps(k5_dot_u8s8(aq, x));                \
+			__m512 d = k5_pair_ps(dw0 * k5_h2f(xb[0].d),                      \
+					      single ? 0.0f : dw1 * k5_h2f(xb[1].d));     \
+			acc[c] = _mm512_fmadd_ps(s, d, acc[c]);                           \
+		}                                                                         \
+	}                                                                                 \
+	KERNELS__INLINE void name##_n(int64_t n, const void *w, const void *const *xq,     \
+				      const int NC, float *out)                            \
+	{                                                                                 \
+		const WBLOCK *wb = w;                                                     \
+		__m512 a0[KERNELS__TILE], a1[KERNELS__TILE];                              \
+		for (int c = 0; c < NC; c++)                                              \
+			a0[c] = a1[c] = _mm512_setzero_ps();                              \
+		int64_t nb = n / KERNELS__QK, b = 0;                                      \
+		for (; b + 4 <= nb; b += 4) {                                             \
+			name##_pair(wb, b, 0, xq, NC, a0);                                \
+			name##_pair(wb, b + 2, 0, xq, NC, a1);                            \
+		}                                                                         \
+		if (b + 2 <= nb) {                                                        \
+			name##_pair(wb, b, 0, xq, NC, a0);                                \
+			b += 2;                                                           \
+		}                                                                         \
+		if (b < nb)                                                               \
+			name##_pair(wb, b, 1, xq, NC, a1);                                \
+		for (int c = 0; c < NC; c++)                                              \
+			out[c] = k5_hsum(_mm512_add_ps(a0[c], a1[c]));                    \
+	}                                                                                 \
+	KERNELS__TILE_FROM_N(name)
+
+K5_Q32_PAIR(k5_tile_q8_0, kernels__block_q8_0, k5_q8_0_bytes)
+K5_Q32_PAIR(k5_tile_q4_0, kernels__block_q4_0, k5_q4_0_bytes)
+
+/* ---- Q4_K ------------------------------------------------------------------------------
+ * One zmm = the 64 quants of qs[32 j .. 32 j + 31]: low nibbles (sub-block
+ * 2j) then high (2j+1), the element order of the activations. Bounds as in
+ * kernels_avx2.c: pairs <= 3810, lanes <= 480,060, sums < 2^22. */
+
+KERNELS__INLINE void k5_tile_q4_k_n(int64_t n, const void *w, const void *const *xq, const int NC,
+				   float *out)
+{
+	const kernels__block_q4_k *wb = w;
+	__m512 acc[KERNELS__TILE];
+	for (int c = 0; c < NC; c++)
+		acc[c] = _mm512_setzero_ps();
+	const __m256i m4 = _mm256_set1_epi8(0x0f);
+	for (int64_t b = 0; b < n / KERNELS__QKK; b++) {
+		_mm_prefetch((const char *)(wb + b) + 576, _MM_HINT_T0);
+		_mm_prefetch((const char *)(wb + b) + 640, _MM_HINT_T0);
+		int16_t sc[8], mn[16];
+		for (int j = 0; j < 8; j++) {
+			int s, m;
+			kernels__q4k_scale_min(wb[b].scales, j, &s, &m);
+			sc[j] = (int16_t)s;
+			mn[2 * j] = mn[2 * j + 1] = (int16_t)m;
+		}
+		__m512i isum[KERNELS__TILE];
+		for (int c = 0; c < NC; c++)
+			isum[c] = _mm512_setzero_si512();
+		for (int j = 0; j < 4; j++) {
+			__m256i raw = _mm256_loadu_si256((const __m256i *)(wb[b].qs + 32 * j));
+			__m512i q = k5_pair_si(_mm256_and_si256(raw, m4),
+					       _mm256_and_si256(_mm256_srli_epi16(raw, 4), m4));
+			__m512i s = k5_pair_si(_mm256_set1_epi16(sc[2 * j]),
+					       _mm256_set1_epi16(sc[2 * j + 1]));
+			for (int c = 0; c < NC; c++) {
+				const int8_t *x = ((const kernels__block_q8_k *)xq[c])[b].qs + 64 * j;
+				__m512i xv = _mm512_loadu_si512((const void *)x);
+				__m512i t = _mm512_madd_epi16(_mm512_maddubs_epi16(q, xv), s);
+				isum[c] = _mm512_add_epi32(isum[c], t);
+			}
+		}
+		__m256i mins = _mm256_loadu_si256((const __m256i *)mn);
+		float dw = k5_h2f(wb[b].d), dmw = k5_h2f(wb[b].dmin);
+		for (int c = 0; c < NC; c++) {
+			const kernels__block_q8_k *xb = (const kernels__block_q8_k *)xq[c] + b;
+			__m256i bs = _mm256_loadu_si256((const __m256i *)xb->bsums);
+			__m512i imin = _mm512_zextsi256_si512(_mm256_madd_epi16(bs, mins));
+			__m512 d = _mm512_set1_ps(dw * xb->d), dm = _mm512_set1_ps(dmw * xb->d);
+			acc[c] = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(isum[c]), acc[c]);
+			acc[c] = _mm512_fnmadd_ps(dm, _mm512_cvtepi32_ps(imin), acc[c]);
+		}
+	}
+	for (int c = 0; c < NC; c++)
+		out[c] = k5_hsum(acc[c]);
+}
+KERNELS__TILE_FROM_N(k5_tile_q4_k)
+
+/* ---- Q6_K -----------------------------------------------------------------------------
+ * Per chunk of 128: zmm A = parts 0-1 (elements 0..63), B = parts 2-3, as
+ * unsigned 0..63; the 16-element sub-block scales are spread over the int16
+ * lanes with one permute; the -32 offset is 32 * sum(sc_j * bsum_j) taken
+ * off at the end. Bounds as in kernels_avx2.c (< 2^26). */
+
+KERNELS__INLINE void k5_tile_q6_k_n(int64_t n, const void *w, const void *const *xq, const int NC,
+				   float *out)
+{
+	const kernels__block_q6_k *wb = w;
+	__m512 acc[KERNELS__TILE];
+	for (int c = 0; c < NC; c++)
+		acc[c] = _mm512_setzero_ps();
+	const __m512i m4 = _mm512_set1_epi8(0x0f), m3 = _mm512_set1_epi8(0x03);
+	/* int16 lane i of the 64 quants of a zmm belongs to sub-block i / 8 */
+	const __m512i spread = _mm512_set_epi16(3, 3, 3, 3, 3, 3, 3, 3, 2, 2, 2, 2, 2, 2, 2, 2,
+						1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
+	for (int64_t b = 0; b < n / KERNELS__QKK; b++) {
+		_mm_prefetch((const char *)(wb + b) + 840, _MM_HINT_T0);
+		_mm_prefetch((const char *)(wb + b) + 904, _MM_HINT_T0);
+		__m512i isum[KERNELS__TILE];
+		for (int c = 0; c < NC; c++)
+			isum[c] = _mm512_setzero_si512();
+		const int8_t *sc = wb[b].scales;
+		__m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)sc));
+		__m512i sc16z = _mm512_castsi256_si512(sc16);
+		for (int ch = 0; ch < 2; ch++) {
+			const uint8_t *ql = wb[b].ql + 64 * ch, *qh = wb[b].qh + 32 * ch;
+			__m512i L = _mm512_loadu_si512((const void *)ql);
+			__m256i h = _mm256_loadu_si256((const __m256i *)qh);
+			__m512i H = k5_pair_si(h, _mm256_srli_epi16(h, 2));
+			__m512i q[2];
+			q[0] = _mm512_or_si512(_mm512_and_si512(L, m4),
+					       _mm512_slli_epi16(_mm512_and_si512(H, m3), 4));
+			q[1] = _mm512_or_si512(
+				_mm512_and_si512(_mm512_srli_epi16(L, 4), m4),
+				_mm512_slli_epi16(_mm512_and_si512(_mm512_srli_epi16(H, 4), m3), 4));
+			for (int p = 0; p < 2; p++) {
+				/* sub-blocks 8 ch + 4 p .. + 3 */
+				__m512i idx = _mm512_add_epi16(spread, _mm512_set1_epi16((short)(8 * ch + 4 * p)));
+				__m512i s = _mm512_permutexvar_epi16(idx, sc16z);
+				for (int c = 0; c < NC; c++) {
+					const int8_t *x = ((const kernels__block_q8_k *)xq[c])[b].qs +
+							  128 * ch + 64 * p;
+					__m512i xv = _mm512_loadu_si512((const void *)x);
+					__m512i t = _mm512_madd_epi16(_mm512_maddubs_epi16(q[p], xv), s);
+					isum[c] = _mm512_add_epi32(isum[c], t);
+				}
+			}
+		}
+		float dw = k5_h2f(wb[b].d);
+		for (int c = 0; c < NC; c++) {
+			const kernels__block_q8_k *xb = (const kernels__block_q8_k *)xq[c] + b;
+			__m256i bs = _mm256_loadu_si256((const __m256i *)xb->bsums);
+			__m256i corr = _mm256_slli_epi32(_mm256_madd_epi16(bs, sc16), 5);
+			__m512i is = _mm512_sub_epi32(isum[c], _mm512_zextsi256_si512(corr));
+			acc[c] = _mm512_fmadd_ps(_mm512_set1_ps(dw * xb->d), _mm512_cvtepi32_ps(is), acc[c]);
+		}
+	}
+	for (int c = 0; c < NC; c++)
+		out[c] = k5_hsum(acc[c]);
+}
+KERNELS__TILE_FROM_N(k5_tile_q6_k)
+
+/* ---- the table ---------------------------------------------------------------------- */
+
+static kernels__tile_fn k5_tile(shoal_dtype wt)
+{
+	switch (wt) {
+	case SHOAL_DTYPE_F32:
+		return k5_tile_f32;
+	case SHOAL_DTYPE_F16:
+		return k5_tile_f16;
+	case SHOAL_DTYPE_BF16:
+		return k5_tile_bf16;
+	case SHOAL_DTYPE_Q8_0:
+		return k5_tile_q8_0;
+	case SHOAL_DTYPE_Q4_0:
+		return k5_tile_q4_0;
+	case SHOAL_DTYPE_Q4_K:
+		return k5_tile_q4_k;
+	case SHOAL_DTYPE_Q6_K:
+		return k5_tile_q6_k;
+	default:
+		return NULL;
+	}
+}
+
+static void k5_gemv(shoal_dtype wt, int64_t n, const void *w, size_t row_bytes, int64_t nrows,
+		    const void *xq, float *y)
+{
+	kernels__tile_fn f = k5_tile(wt);
+	if (!f) { /* a caller bug: fall back to the oracle's handling */
+		kernels__scalar.gemv(wt, n, w, row_bytes, nrows, xq, y);
+		return;
+	}
+	kernels__run_gemv(f, n, w, row_bytes, nrows, xq, y);
+}
+
+static void k5_gemm(shoal_dtype wt, int64_t n, const void *w, size_t row_bytes, int64_t nrows,
+		    const void *xq, size_t xq_stride, int64_t ncols, float *y, size_t y_stride)
+{
+	kernels__tile_fn f = k5_tile(wt);
+	if (!f) {
+		kernels__scalar.gemm(wt, n, w, row_bytes, nrows, xq, xq_stride, ncols, y, y_stride);
+		return;
+	}
+	kernels__run_gemm(f, n, w, row_bytes, nrows, xq, xq_stride, ncols, y, y_stride);
+}
+
+#if KERNELS_VNNI
+const shoal_kernels kernels__avx512vnni = {
+	.isa = "avx512",
+#else
+const shoal_kernels kernels__avx512 = {
+	.isa = "avx512bw",
+#endif
+	.quantize_act = kernels__quantize_act,
+	.gemv = k5_gemv,
+	.gemm = k5_gemm,
+};
