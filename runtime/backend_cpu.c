@@ -1,0 +1,380 @@
+/*
+ * runtime/backend_cpu.c: the CPU compute backend (see backend.h): matrix
+ * products through the kernels table (runtime/kernels.h) split over a
+ * thread pool, and the per-row ops (norm, RoPE, attention, SwiGLU).
+ *
+ * Part: runtime/ (engine). Divisions: instance, devices, matrix products,
+ * attention, per-row ops, the ops table.
+ *
+ * Work splitting: a matrix product is cut into chunks of output rows taken
+ * from an atomic counter, so a thread slowed by another process does not
+ * hold the others up; each output element is one kernel dot product, so
+ * which thread computes it does not change its bits. Attention is split by
+ * (row, head) the same way.
+ */
+#include "runtime/backend.h"
+
+#include <math.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "runtime/kernels.h"
+#if __has_include("runtime/membw.h")
+#include "runtime/membw.h"
+#define SHOAL_HAVE_MEMBW 1
+#endif
+#include "runtime/quant.h"
+#include "runtime/threadpool.h"
+
+/* ---- instance ------------------------------------------------------------ */
+
+struct shoal_backend {
+	const shoal_kernels *k;
+	shoal_threadpool *pool;
+	uint32_t n_threads, max_ctx, max_rows, max_n;
+	size_t act_stride;   /* bytes per converted activation row: 4 * max_n
+				(F32 is the widest partner type: 4 B/elem vs
+				Q8_0 34/32, Q8_K 292/256, F16/BF16 2) */
+	uint8_t *act;        /* (max_rows, act_stride) converted activations */
+	float *scores;       /* (n_threads, max_ctx) attention scratch */
+
+	/* the job in flight (one at a time, see threadpool.h) */
+	struct {
+		uint32_t n_mat;
+		const shoal_backend_mat *w[SHOAL_BACKEND_MAX_MATS];
+		float *y[SHOAL_BACKEND_MAX_MATS];
+		size_t ldy[SHOAL_BACKEND_MAX_MATS];
+		uint32_t chunk_end[SHOAL_BACKEND_MAX_MATS]; /* prefix sums */
+		uint32_t rows_per_chunk[SHOAL_BACKEND_MAX_MATS];
+		uint32_t n_rows;
+		shoal_dtype act_type;
+		const float *x;
+		size_t ldx;
+		int64_t n_in;
+	} mm;
+	const shoal_backend_attn *attn;
+	_Atomic uint32_t next; /* next work item of the current job */
+};
+
+static void shoal_cpu_destroy(shoal_backend *b)
+{
+	if (!b)
+		return;
+	shoal_threadpool_free(b->pool);
+	free(b->act);
+	free(b->scores);
+	free(b);
+}
+
+static shoal_err shoal_cpu_create(uint32_t n_threads, uint32_t max_ctx, uint32_t max_rows,
+				  uint32_t max_n, shoal_backend **out)
+{
+	*out = NULL;
+	if (n_threads < 1 || max_ctx < 1 || max_rows < 1 || max_n < 1)
+		return SHOAL_ERR_INVAL;
+	shoal_err e = SHOAL_ERR_NOMEM;
+	shoal_backend *b = calloc(1, sizeof *b);
+	if (!b)
+		return SHOAL_ERR_NOMEM;
+	b->k = shoal_kernels_best();
+	b->n_threads = n_threads;
+	b->max_ctx = max_ctx;
+	b->max_rows = max_rows;
+	b->max_n = max_n;
+	b->act_stride = ((size_t)max_n * 4 + 63) & ~(size_t)63;
+	if ((size_t)max_rows > SIZE_MAX / b->act_stride)
+		goto fail;
+	b->act = aligned_alloc(64, (size_t)max_rows * b->act_stride);
+	b->scores = calloc((size_t)n_threads * max_ctx, sizeof *b->scores);
+	if (!b->act || !b->scores)
+		goto fail;
+	e = shoal_threadpool_new(n_threads, &b->pool);
+	if (e)
+		goto fail;
+	*out = b;
+	return SHOAL_OK;
+fail:
+	shoal_cpu_destroy(b);
+	return e;
+}
+
+/* ---- devices --------------------------------------------------------------- */
+
+/* The probe streams 256 MiB: far beyond any last-level cache (<= 256 MiB on
+ * current server parts), so it measures DRAM, and takes ~10-100 ms a pass. */
+#define SHOAL_CPU_PROBE_BYTES ((size_t)256 << 20)
+
+static size_t shoal_cpu_devices(shoal_backend *b, bool measure, shoal_backend_device *out,
+				size_t cap)
+{
+	if (cap < 1)
+		return 1;
+	memset(out, 0, sizeof *out);
+	snprintf(out->name, sizeof out->name, "cpu %s x%u", b->k->isa, b->n_threads);
+	long pages = sysconf(_SC_PHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
+	if (pages > 0 && psz > 0)
+		out->mem_bytes = (uint64_t)pages * (uint64_t)psz;
+#ifdef SHOAL_HAVE_MEMBW
+	if (measure)
+		out->read_gbps = shoal_membw_read_gbps(b->n_threads, SHOAL_CPU_PROBE_BYTES);
+#endif
+	return 1;
+}
+
+/* ---- matrix products --------------------------------------------------------- */
+
+static void shoal_cpu_quantize_worker(void *ctx, uint32_t ith, uint32_t nth)
+{
+	shoal_backend *b = ctx;
+	for (uint32_t r = ith; r < b->mm.n_rows; r += nth)
+		b->k->quantize_act(b->mm.act_type, b->mm.x + r * b->mm.ldx,
+				   b->act + r * b->act_stride, b->mm.n_in);
+}
+
+static void shoal_cpu_matmul_worker(void *ctx, uint32_t ith, uint32_t nth)
+{
+	shoal_backend *b = ctx;
+	const shoal_kernels *k = b->k;
+	uint32_t n_chunks = b->mm.chunk_end[b->mm.n_mat - 1];
+	for (;;) {
+		uint32_t c = atomic_fetch_add_explicit(&b->next, 1, memory_order_relaxed);
+		if (c >= n_chunks)
+			break;
+		uint32_t m = 0;
+		while (c >= b->mm.chunk_end[m])
+			m++;
+		const shoal_backend_mat *w = b->mm.w[m];
+		uint32_t first = m ? b->mm.chunk_end[m - 1] : 0;
+		int64_t r0 = (int64_t)(c - first) * b->mm.rows_per_chunk[m];
+		int64_t r1 = r0 + b->mm.rows_per_chunk[m];
+		if (r1 > w->n_out)
+			r1 = w->n_out;
+		const uint8_t *wd = (const uint8_t *)w->data + (size_t)r0 * w->row_bytes;
+		if (b->mm.n_rows == 1)
+			k->gemv(w->type, w->n_in, wd, w->row_bytes, r1 - r0, b->act,
+				b->mm.y[m] + r0);
+		else
+			k->gemm(w->type, w->n_in, wd, w->row_bytes, r1 - r0, b->act,
+				b->act_stride, b->mm.n_rows, b->mm.y[m] + r0, b->mm.ldy[m]);
+	}
+	(void)ith;
+	(void)nth;
+}
+
+/* Rows per chunk: about 4 chunks per thread balances threads slowed by
+ * other processes without making chunks so small that the per-chunk atomic
+ * (~50 ns) matters: a 2048-wide Q8_0 row is ~2 KB, ~100 ns to stream. One
+ * thread takes each matrix whole. Multiples of 16 keep SIMD row tiles whole. */
+static uint32_t shoal_cpu_rows_per_chunk(int64_t n_out, uint32_t nth)
+{
+	if (nth == 1)
+		return (uint32_t)n_out;
+	int64_t r = n_out / ((int64_t)nth * 4);
+	r = (r + 15) & ~(int64_t)15;
+	if (r < 16)
+		r = 16;
+	return (uint32_t)r;
+}
+
+static void shoal_cpu_matmul(shoal_backend *b, uint32_t n_mat, const shoal_backend_mat *w,
+			     const float *x, size_t ldx, uint32_t n_rows, float *const *y,
+			     const size_t *ldy)
+{
+	if (n_rows == 0 || n_mat == 0)
+		return;
+	bool done[SHOAL_BACKEND_MAX_MATS] = {0};
+	/* One pass per distinct activation type among the matrices (usually
+	 * one: mixed quantizations like Q4_K_M pair Q4_K and Q6_K, both Q8_K). */
+	for (uint32_t i = 0; i < n_mat; i++) {
+		if (done[i])
+			continue;
+		shoal_dtype act = shoal_kernels_act_type(w[i].type);
+		b->mm.n_mat = 0;
+		uint32_t n_chunks = 0;
+		for (uint32_t j = i; j < n_mat; j++) {
+			if (done[j] || shoal_kernels_act_type(w[j].type) != act)
+				continue;
+			done[j] = true;
+			uint32_t m = b->mm.n_mat++;
+			uint32_t rpc = shoal_cpu_rows_per_chunk(w[j].n_out, b->n_threads);
+			b->mm.w[m] = &w[j];
+			b->mm.y[m] = y[j];
+			b->mm.ldy[m] = ldy[j];
+			b->mm.rows_per_chunk[m] = rpc;
+			n_chunks += (uint32_t)((w[j].n_out + rpc - 1) / rpc);
+			b->mm.chunk_end[m] = n_chunks;
+		}
+		b->mm.act_type = act;
+		b->mm.x = x;
+		b->mm.ldx = ldx;
+		b->mm.n_in = w[i].n_in;
+		b->mm.n_rows = n_rows;
+		if (n_rows >= 2 * b->n_threads && b->n_threads > 1)
+			shoal_threadpool_run(b->pool, shoal_cpu_quantize_worker, b);
+		else
+			shoal_cpu_quantize_worker(b, 0, 1);
+		atomic_store_explicit(&b->next, 0, memory_order_relaxed);
+		shoal_threadpool_run(b->pool, shoal_cpu_matmul_worker, b);
+	}
+}
+
+/* ---- attention ------------------------------------------------------------------ */
+
+/* A dot product with 8 independent sums (the compiler vectorizes it); the
+ * order depends on n only. */
+static float shoal_cpu_dot(const float *a, const float *c, uint32_t n)
+{
+	float acc[8] = {0};
+	uint32_t i = 0;
+	for (; i + 8 <= n; i += 8)
+		for (int j = 0; j < 8; j++)
+			acc[j] += a[i + j] * c[i + j];
+	for (; i < n; i++)
+		acc[0] += a[i] * c[i];
+	return ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
+}
+
+static void shoal_cpu_attn_worker(void *ctx, uint32_t ith, uint32_t nth)
+{
+	shoal_backend *b = ctx;
+	const shoal_backend_attn *a = b->attn;
+	uint32_t hd = a->head_dim, n_items = a->n_rows * a->n_head;
+	uint32_t group = a->n_head / a->n_head_kv;
+	size_t q_ld = (size_t)a->n_head * hd, kv_ld = (size_t)a->n_head_kv * hd;
+	float *sc = b->scores + (size_t)ith * b->max_ctx;
+	for (;;) {
+		uint32_t it = atomic_fetch_add_explicit(&b->next, 1, memory_order_relaxed);
+		if (it >= n_items)
+			break;
+		uint32_t r = it / a->n_head, h = it % a->n_head, kvh = h / group;
+		const float *q = a->q + r * q_ld + (size_t)h * hd;   /* (head_dim) */
+		const float *kc = a->k[r] + (size_t)kvh * hd;        /* (n_kv) ld kv_ld */
+		const float *vc = a->v[r] + (size_t)kvh * hd;        /* (n_kv) ld kv_ld */
+		float *o = a->out + r * q_ld + (size_t)h * hd;       /* (head_dim) */
+		uint32_t n = a->n_kv[r];
+		float mx = -INFINITY;
+		for (uint32_t t = 0; t < n; t++) {
+			sc[t] = shoal_cpu_dot(q, kc + t * kv_ld, hd) * a->scale;
+			if (sc[t] > mx)
+				mx = sc[t];
+		}
+		double sum = 0;
+		for (uint32_t t = 0; t < n; t++) {
+			sc[t] = expf(sc[t] - mx);
+			sum += sc[t];
+		}
+		float inv = (float)(1.0 / sum);
+		memset(o, 0, hd * sizeof *o);
+		for (uint32_t t = 0; t < n; t++) {
+			float p = sc[t] * inv;
+			const float *vt = vc + t * kv_ld;
+			for (uint32_t d = 0; d < hd; d++)
+				o[d] += p * vt[d];
+		}
+	}
+	(void)nth;
+}
+
+static void shoal_cpu_attention(shoal_backend *b, const shoal_backend_attn *a)
+{
+	b->attn = a;
+	atomic_store_explicit(&b->next, 0, memory_order_relaxed);
+	if (a->n_rows * a->n_head < 2)
+		shoal_cpu_attn_worker(b, 0, 1);
+	else
+		shoal_threadpool_run(b->pool, shoal_cpu_attn_worker, b);
+}
+
+/* ---- per-row ops ------------------------------------------------------------------- */
+
+static void shoal_cpu_rms_norm(shoal_backend *b, const float *x, const float *w, uint32_t n,
+			       uint32_t n_rows, float eps, float *y)
+{
+	for (uint32_t r = 0; r < n_rows; r++) {
+		const float *xr = x + (size_t)r * n; /* (n) */
+		float *yr = y + (size_t)r * n;       /* (n) */
+		double ss = 0;
+		for (uint32_t i = 0; i < n; i++)
+			ss += (double)(xr[i] * xr[i]);
+		float mean = (float)(ss / n);
+		float scale = 1.0f / sqrtf(mean + eps);
+		for (uint32_t i = 0; i < n; i++)
+			yr[i] = (xr[i] * scale) * w[i];
+	}
+	(void)b;
+}
+
+static void shoal_cpu_rope(shoal_backend *b, float *x, uint32_t n_rows, uint32_t n_head,
+			   uint32_t head_dim, uint32_t n_rot, const uint32_t *pos, const float *cs,
+			   bool neox)
+{
+	uint32_t half = n_rot / 2;
+	for (uint32_t r = 0; r < n_rows; r++) {
+		const float *c = cs + (size_t)pos[r] * n_rot; /* (n_rot/2, 2) cos, sin */
+		for (uint32_t h = 0; h < n_head; h++) {
+			float *v = x + ((size_t)r * n_head + h) * head_dim; /* (head_dim) */
+			for (uint32_t i = 0; i < half; i++) {
+				float co = c[2 * i], si = c[2 * i + 1];
+				uint32_t i0 = neox ? i : 2 * i, i1 = neox ? i + half : 2 * i + 1;
+				float x0 = v[i0], x1 = v[i1];
+				v[i0] = x0 * co - x1 * si;
+				v[i1] = x0 * si + x1 * co;
+			}
+		}
+	}
+	(void)b;
+}
+
+static void shoal_cpu_swiglu(shoal_backend *b, const float *g, const float *u, size_t n, float *h)
+{
+	for (size_t i = 0; i < n; i++) {
+		float s = g[i] / (1.0f + expf(-g[i]));
+		h[i] = s * u[i];
+	}
+	(void)b;
+}
+
+static void shoal_cpu_add(shoal_backend *b, float *y, const float *x, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		y[i] += x[i];
+	(void)b;
+}
+
+static void shoal_cpu_embed(shoal_backend *b, shoal_dtype t, const void *table, size_t row_bytes,
+			    uint32_t n_embd, const int32_t *ids, uint32_t n_rows, float *out)
+{
+	for (uint32_t r = 0; r < n_rows; r++)
+		shoal_dequantize_row(t, (const uint8_t *)table + (size_t)ids[r] * row_bytes,
+				     out + (size_t)r * n_embd, n_embd);
+	(void)b;
+}
+
+/* ---- the ops table ---------------------------------------------------------------- */
+
+static const shoal_backend_ops shoal_cpu_ops = {
+	.name = "cpu",
+	.create = shoal_cpu_create,
+	.destroy = shoal_cpu_destroy,
+	.devices = shoal_cpu_devices,
+	.matmul = shoal_cpu_matmul,
+	.rms_norm = shoal_cpu_rms_norm,
+	.rope = shoal_cpu_rope,
+	.attention = shoal_cpu_attention,
+	.swiglu = shoal_cpu_swiglu,
+	.add = shoal_cpu_add,
+	.embed = shoal_cpu_embed,
+};
+
+const shoal_backend_ops *shoal_backend_cpu(void)
+{
+	return &shoal_cpu_ops;
+}
+
+const char *shoal_backend_cpu_isa(void)
+{
+	return shoal_kernels_best()->isa;
+}
