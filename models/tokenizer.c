@@ -152,7 +152,7 @@ static void tok_pieces_build(shoal_tokenizer *t)
 			dst[0] = (char)byte;
 			n += 1;
 		} else if (a & (TOKENIZER__CONTROL | TOKENIZER__USER | TOKENIZER__UNKNOWN |
-				TOKENIZER__BYTE)) {
+		                TOKENIZER__BYTE)) {
 			memcpy(dst, s, len);
 			n += (uint32_t)len;
 		} else if (a & TOKENIZER__UNUSED) {
@@ -178,14 +178,14 @@ static void tok_pieces_build(shoal_tokenizer *t)
 /* A special id from `key`, or `def`; an id outside the vocabulary is
  * ignored with a warning, as the reference engine does. */
 static int32_t tok_special_id(const shoal_gguf *g, const shoal_tokenizer *t, const char *key,
-			      int32_t def)
+                              int32_t def)
 {
 	uint32_t v;
 	if (!shoal_gguf_get_u32(g, key, &v))
 		return def < (int64_t)t->n_vocab ? def : -1;
 	if (v >= t->n_vocab) {
-		SHOAL_LOG_W("models", "%s = %u is outside the vocabulary (%u tokens); ignored",
-			    key, v, t->n_vocab);
+		SHOAL_LOG_W("models", "%s = %u is outside the vocabulary (%u tokens); ignored", key,
+		            v, t->n_vocab);
 		return def < (int64_t)t->n_vocab ? def : -1;
 	}
 	return (int32_t)v;
@@ -194,9 +194,9 @@ static int32_t tok_special_id(const shoal_gguf *g, const shoal_tokenizer *t, con
 /* Texts that end a turn in the chat formats we know (the reference engine
  * recognises end-of-generation tokens by these names too). */
 static const char *const tok_eog_names[] = {
-	"<|eot_id|>", "<|im_end|>",   "<|end|>", "<end_of_turn>",   "<|endoftext|>",
-	"<|eom_id|>", "<EOT>",        "_<EOT>",  "<|end_of_text|>", "<|return|>",
-	"<|call|>",   "<|file_sep|>", NULL,
+    "<|eot_id|>", "<|im_end|>",   "<|end|>", "<end_of_turn>",   "<|endoftext|>",
+    "<|eom_id|>", "<EOT>",        "_<EOT>",  "<|end_of_text|>", "<|return|>",
+    "<|call|>",   "<|file_sep|>", NULL,
 };
 
 static int tok_special_cmp(const void *pa, const void *pb, void *arg)
@@ -249,8 +249,7 @@ static shoal_err tok_specials_build(shoal_tokenizer *t, const shoal_gguf *g)
 }
 
 /* tokens, scores and token types into t. */
-static shoal_err tok_vocab_load(shoal_tokenizer *t, const shoal_gguf *g, char *why,
-				size_t why_len)
+static shoal_err tok_vocab_load(shoal_tokenizer *t, const shoal_gguf *g, char *why, size_t why_len)
 {
 	static const char k_tokens[] = "tokenizer.ggml.tokens";
 	static const char k_scores[] = "tokenizer.ggml.scores";
@@ -263,11 +262,11 @@ static shoal_err tok_vocab_load(shoal_tokenizer *t, const shoal_gguf *g, char *w
 		return shoal_why(why, why_len, SHOAL_ERR_FORMAT, "no %s array", k_tokens);
 	if (et != SHOAL_GGUF_STRING)
 		return shoal_why(why, why_len, SHOAL_ERR_FORMAT, "%s is not an array of strings",
-				 k_tokens);
+		                 k_tokens);
 	/* Ids are int32 everywhere (the API, the sampler): at most 2^31 - 1. */
 	if (n == 0 || n > INT32_MAX - 1)
 		return shoal_why(why, why_len, SHOAL_ERR_FORMAT, "%s has %llu tokens", k_tokens,
-				 (unsigned long long)n);
+		                 (unsigned long long)n);
 	t->n_vocab = (uint32_t)n;
 
 	uint64_t total = 0;
@@ -276,13 +275,13 @@ static shoal_err tok_vocab_load(shoal_tokenizer *t, const shoal_gguf *g, char *w
 		size_t len;
 		if (!shoal_gguf_arr_str(g, k_tokens, i, &s, &len))
 			return shoal_why(why, why_len, SHOAL_ERR_FORMAT, "%s[%llu] is unreadable",
-					 k_tokens, (unsigned long long)i);
+			                 k_tokens, (unsigned long long)i);
 		total += len;
 	}
 	/* Offsets are 32-bit: the texts of a vocabulary are a few MB at most. */
 	if (total >= UINT32_MAX)
 		return shoal_why(why, why_len, SHOAL_ERR_FORMAT, "%s: %llu bytes of token text",
-				 k_tokens, (unsigned long long)total);
+		                 k_tokens, (unsigned long long)total);
 
 	t->text = malloc(total ? total : 1);
 	t->piece = malloc(total ? total : 1);
@@ -306,7 +305,7 @@ static shoal_err tok_vocab_load(shoal_tokenizer *t, const shoal_gguf *g, char *w
 	if (shoal_gguf_get_arr(g, k_scores, &et, &n, &data)) {
 		if (et != SHOAL_GGUF_FLOAT32 || n != t->n_vocab)
 			return shoal_why(why, why_len, SHOAL_ERR_FORMAT,
-					 "%s: expected %u float32 values", k_scores, t->n_vocab);
+			                 "%s: expected %u float32 values", k_scores, t->n_vocab);
 		/* Little-endian in the file, as is every host we build for. */
 		memcpy(t->score, data, (size_t)n * sizeof(float));
 	}
@@ -315,15 +314,15 @@ static shoal_err tok_vocab_load(shoal_tokenizer *t, const shoal_gguf *g, char *w
 	if (shoal_gguf_get_arr(g, k_types, &et, &n, &data)) {
 		if (et != SHOAL_GGUF_INT32 || n != t->n_vocab)
 			return shoal_why(why, why_len, SHOAL_ERR_FORMAT,
-					 "%s: expected %u int32 values", k_types, t->n_vocab);
+			                 "%s: expected %u int32 values", k_types, t->n_vocab);
 		for (uint32_t i = 0; i < t->n_vocab; i++) {
 			int32_t ty;
 			memcpy(&ty, (const char *)data + (size_t)i * 4, 4);
 			/* 0 (undefined) and unknown numbers are read as normal. */
 			static const uint8_t attr_of[7] = {
-				TOKENIZER__NORMAL, TOKENIZER__NORMAL,  TOKENIZER__UNKNOWN,
-				TOKENIZER__CONTROL, TOKENIZER__USER,   TOKENIZER__UNUSED,
-				TOKENIZER__BYTE,
+			    TOKENIZER__NORMAL,  TOKENIZER__NORMAL, TOKENIZER__UNKNOWN,
+			    TOKENIZER__CONTROL, TOKENIZER__USER,   TOKENIZER__UNUSED,
+			    TOKENIZER__BYTE,
 			};
 			t->attr[i] = (ty >= 0 && ty < 7) ? attr_of[ty] : TOKENIZER__NORMAL;
 		}
@@ -332,7 +331,7 @@ static shoal_err tok_vocab_load(shoal_tokenizer *t, const shoal_gguf *g, char *w
 }
 
 shoal_err shoal_tokenizer_from_gguf(const shoal_gguf *g, shoal_tokenizer **out, char *why,
-				    size_t why_len)
+                                    size_t why_len)
 {
 	shoal_err err;
 	char name[80];
@@ -343,7 +342,7 @@ shoal_err shoal_tokenizer_from_gguf(const shoal_gguf *g, shoal_tokenizer **out, 
 	*out = NULL;
 	if (!shoal_gguf_get_str(g, "tokenizer.ggml.model", &model, &model_len))
 		return shoal_why(why, why_len, SHOAL_ERR_FORMAT,
-				 "no tokenizer.ggml.model: the file has no tokenizer");
+		                 "no tokenizer.ggml.model: the file has no tokenizer");
 	t = calloc(1, sizeof *t);
 	if (!t)
 		return SHOAL_ERR_NOMEM;
@@ -353,8 +352,8 @@ shoal_err shoal_tokenizer_from_gguf(const shoal_gguf *g, shoal_tokenizer **out, 
 		t->kind = TOKENIZER__BPE;
 	} else {
 		err = shoal_why(why, why_len, SHOAL_ERR_UNSUPPORTED,
-				"tokenizer model '%s' is not supported (llama, gpt2)",
-				tok_printable(name, sizeof name, model, model_len));
+		                "tokenizer model '%s' is not supported (llama, gpt2)",
+		                tok_printable(name, sizeof name, model, model_len));
 		goto fail;
 	}
 
@@ -369,6 +368,14 @@ shoal_err shoal_tokenizer_from_gguf(const shoal_gguf *g, shoal_tokenizer **out, 
 		t->byte_id[b] = -1;
 	if (t->kind == TOKENIZER__SPM) {
 		t->pre = TOKENIZER__PRE_NONE;
+		for (int c = 0; c < 128; c++)
+			t->spm_barrier[c] = true;
+		for (uint32_t id = 0; id < t->n_vocab; id++) {
+			uint32_t a = t->text_off[id], b = t->text_off[id + 1];
+			for (uint32_t i = a; b - a >= 2 && i < b; i++)
+				if ((unsigned char)t->text[i] < 0x80)
+					t->spm_barrier[(unsigned char)t->text[i]] = false;
+		}
 		for (int b = 0; b < 256; b++) {
 			char hex[8];
 			snprintf(hex, sizeof hex, "<0x%02X>", b);
@@ -462,6 +469,11 @@ bool shoal_tokenizer_adds_bos(const shoal_tokenizer *t)
 	return t->add_bos;
 }
 
+int32_t shoal_tokenizer_find(const shoal_tokenizer *t, const char *text, size_t len)
+{
+	return tokenizer__find(t, text, len);
+}
+
 bool shoal_tokenizer_is_eog(const shoal_tokenizer *t, int32_t id)
 {
 	return id >= 0 && (uint32_t)id < t->n_vocab && (t->attr[id] & TOKENIZER__EOG);
@@ -503,7 +515,7 @@ static shoal_err tok_frag_add(tok_frags *f, size_t off, size_t len, int32_t id)
  * to right, as the reference engine partitions. Control and unknown tokens
  * only with parse_special; user-defined tokens always. */
 static shoal_err tok_partition(const shoal_tokenizer *t, const char *text, size_t len,
-			       bool parse_special, tok_frags *cur)
+                               bool parse_special, tok_frags *cur)
 {
 	tok_frags nxt = {0};
 	shoal_err err = tok_frag_add(cur, 0, len, -1);
@@ -530,8 +542,8 @@ static shoal_err tok_partition(const shoal_tokenizer *t, const char *text, size_
 			}
 			size_t pos = f.off, end = f.off + f.len;
 			while (!err) {
-				const char *m = end - pos >= sl ? memmem(text + pos, end - pos, s, sl)
-								: NULL;
+				const char *m =
+				    end - pos >= sl ? memmem(text + pos, end - pos, s, sl) : NULL;
 				if (!m) {
 					err = tok_frag_add(&nxt, pos, end - pos, -1);
 					break;
@@ -552,8 +564,7 @@ static shoal_err tok_partition(const shoal_tokenizer *t, const char *text, size_
 }
 
 shoal_err shoal_tokenizer_encode(const shoal_tokenizer *t, const char *text, size_t len,
-				 bool add_special, bool parse_special, int32_t **ids,
-				 size_t *n_ids)
+                                 bool add_special, bool parse_special, int32_t **ids, size_t *n_ids)
 {
 	tokenizer__out o = {0};
 	tok_frags frags = {0};
@@ -575,7 +586,7 @@ shoal_err shoal_tokenizer_encode(const shoal_tokenizer *t, const char *text, siz
 			prev_special = true;
 		} else if (t->kind == TOKENIZER__SPM) {
 			err = tokenizer__spm_encode(t, text + f->off, f->len,
-						    t->add_space_prefix && prev_special, &o);
+			                            t->add_space_prefix && prev_special, &o);
 			prev_special = false;
 		} else {
 			err = tokenizer__bpe_encode(t, text + f->off, f->len, &o);

@@ -36,6 +36,10 @@ bool shoal_tokenizer_adds_bos(const shoal_tokenizer *t);
 /* End of generation: EOS, EOT, <|im_end|>, <|eot_id|>... */
 bool shoal_tokenizer_is_eog(const shoal_tokenizer *t, int32_t id);
 
+/* The id of the token whose vocabulary text is exactly text[0..len) (e.g.
+ * "<|im_end|>"), or -1. */
+int32_t shoal_tokenizer_find(const shoal_tokenizer *t, const char *text, size_t len);
+
 /* Encode len bytes of text. add_special: prepend BOS when the model adds it.
  * parse_special: text of special/control tokens becomes those tokens.
  * *ids is malloc'd (caller frees), *n_ids its count. */
@@ -66,6 +70,9 @@ typedef struct shoal_detok {
 	char pending[8];
 } shoal_detok;
 
+/* After init, `first` is set when the tokenizer strips SentencePiece's
+ * leading space; a caller whose ids continue text already shown (tokens
+ * generated after a prompt) clears it: d.first = false. */
 void shoal_detok_init(shoal_detok *d, const shoal_tokenizer *t, bool special);
 /* Append the text now complete to out[cap]; returns bytes written (a token
  * piece longer than cap is cut at cap). */

@@ -130,24 +130,24 @@ size_t tokenizer__bpe_unmap(const char *src, size_t len, char *dst)
  * cannot let "'ſ" (U+017F) or the Kelvin sign match. Llama 3 groups digits
  * by up to three, Qwen2 takes them one at a time. */
 static const char bpe_re_gpt2[] =
-	"'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+";
+    "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+";
 static const char bpe_re_llama3[] =
-	"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])"
-	"|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*"
-	"|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+    "(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])"
+    "|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*"
+    "|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
 static const char bpe_re_qwen2[] =
-	"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])"
-	"|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*"
-	"|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+    "(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])"
+    "|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*"
+    "|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
 
 static const struct {
 	const char *name;
 	tokenizer__pre pre;
 } bpe_pre_names[] = {
-	{"default", TOKENIZER__PRE_GPT2},    {"gpt-2", TOKENIZER__PRE_GPT2},
-	{"gpt2", TOKENIZER__PRE_GPT2},       {"llama-bpe", TOKENIZER__PRE_LLAMA3},
-	{"llama3", TOKENIZER__PRE_LLAMA3},   {"llama-v3", TOKENIZER__PRE_LLAMA3},
-	{"qwen2", TOKENIZER__PRE_QWEN2},     {"deepseek-r1-qwen", TOKENIZER__PRE_QWEN2},
+    {"default", TOKENIZER__PRE_GPT2},  {"gpt-2", TOKENIZER__PRE_GPT2},
+    {"gpt2", TOKENIZER__PRE_GPT2},     {"llama-bpe", TOKENIZER__PRE_LLAMA3},
+    {"llama3", TOKENIZER__PRE_LLAMA3}, {"llama-v3", TOKENIZER__PRE_LLAMA3},
+    {"qwen2", TOKENIZER__PRE_QWEN2},   {"deepseek-r1-qwen", TOKENIZER__PRE_QWEN2},
 };
 
 /* ------------------------------------------------------------------------
@@ -161,7 +161,7 @@ static uint32_t bpe_key_hash(uint64_t key)
 }
 
 static bool bpe_merge_find(const struct shoal_tokenizer *t, int32_t l, int32_t r, uint32_t *rank,
-			   int32_t *id)
+                           int32_t *id)
 {
 	uint64_t key = ((uint64_t)(uint32_t)l << 32) | (uint32_t)r;
 	for (uint32_t i = bpe_key_hash(key) & t->merge_mask;; i = (i + 1) & t->merge_mask) {
@@ -176,7 +176,7 @@ static bool bpe_merge_find(const struct shoal_tokenizer *t, int32_t l, int32_t r
 }
 
 static shoal_err bpe_merges_load(struct shoal_tokenizer *t, const shoal_gguf *g, char *why,
-				 size_t why_len)
+                                 size_t why_len)
 {
 	static const char key[] = "tokenizer.ggml.merges";
 	shoal_gguf_type et;
@@ -184,13 +184,13 @@ static shoal_err bpe_merges_load(struct shoal_tokenizer *t, const shoal_gguf *g,
 	const void *data;
 	if (!shoal_gguf_get_arr(g, key, &et, &n, &data))
 		return shoal_why(why, why_len, SHOAL_ERR_FORMAT,
-				 "no %s: a gpt2 tokenizer needs its merges", key);
+		                 "no %s: a gpt2 tokenizer needs its merges", key);
 	if (et != SHOAL_GGUF_STRING)
 		return shoal_why(why, why_len, SHOAL_ERR_FORMAT, "%s is not an array of strings",
-				 key);
+		                 key);
 	if (n >= UINT32_MAX / 4)
 		return shoal_why(why, why_len, SHOAL_ERR_FORMAT, "%s has %llu entries", key,
-				 (unsigned long long)n);
+		                 (unsigned long long)n);
 	/* Load factor at most 1/2. */
 	uint32_t cap = 16;
 	while (cap < 2 * n)
@@ -211,15 +211,15 @@ static shoal_err bpe_merges_load(struct shoal_tokenizer *t, const shoal_gguf *g,
 		if (!shoal_gguf_arr_str(g, key, i, &s, &len)) {
 			free(cat);
 			return shoal_why(why, why_len, SHOAL_ERR_FORMAT, "%s[%llu] is unreadable",
-					 key, (unsigned long long)i);
+			                 key, (unsigned long long)i);
 		}
 		/* "left right", split at the first space after the first byte. */
 		sp = len > 1 ? memchr(s + 1, ' ', len - 1) : NULL;
 		if (!sp) {
 			free(cat);
 			return shoal_why(why, why_len, SHOAL_ERR_FORMAT,
-					 "%s[%llu] is not two tokens separated by a space", key,
-					 (unsigned long long)i);
+			                 "%s[%llu] is not two tokens separated by a space", key,
+			                 (unsigned long long)i);
 		}
 		size_t ll = (size_t)(sp - s), rl = len - ll - 1;
 		if (ll + rl > cat_cap) {
@@ -252,13 +252,14 @@ static shoal_err bpe_merges_load(struct shoal_tokenizer *t, const shoal_gguf *g,
 	}
 	free(cat);
 	if (skipped)
-		SHOAL_LOG_W("models", "%zu of %llu merges name tokens outside the vocabulary; ignored",
-			    skipped, (unsigned long long)n);
+		SHOAL_LOG_W("models",
+		            "%zu of %llu merges name tokens outside the vocabulary; ignored",
+		            skipped, (unsigned long long)n);
 	return SHOAL_OK;
 }
 
 shoal_err tokenizer__bpe_setup(struct shoal_tokenizer *t, const char *pre, size_t pre_len,
-			       const void *gv, char *why, size_t why_len)
+                               const void *gv, char *why, size_t why_len)
 {
 	const shoal_gguf *g = gv;
 	const char *pattern = NULL;
@@ -289,22 +290,23 @@ shoal_err tokenizer__bpe_setup(struct shoal_tokenizer *t, const char *pre, size_
 			name[k++] = (pre[i] >= 0x20 && pre[i] < 0x7f) ? pre[i] : '?';
 		name[k] = '\0';
 		return shoal_why(why, why_len, SHOAL_ERR_UNSUPPORTED,
-				 "pre-tokenizer '%s%s' is not supported (gpt-2, llama-bpe, qwen2)",
-				 name, k < pre_len ? "..." : "");
+		                 "pre-tokenizer '%s%s' is not supported (gpt-2, llama-bpe, qwen2)",
+		                 name, k < pre_len ? "..." : "");
 	}
 	}
 
 	int code;
 	PCRE2_SIZE at;
-	pcre2_code *re = pcre2_compile((PCRE2_SPTR)pattern, PCRE2_ZERO_TERMINATED,
-				       PCRE2_UTF | PCRE2_UCP | PCRE2_NO_UTF_CHECK, &code, &at, NULL);
+	pcre2_code *re =
+	    pcre2_compile((PCRE2_SPTR)pattern, PCRE2_ZERO_TERMINATED,
+	                  PCRE2_UTF | PCRE2_UCP | PCRE2_NO_UTF_CHECK, &code, &at, NULL);
 	if (!re) {
 		/* Our own pattern: failing here is a bug or a PCRE2 without
 		 * Unicode support, not bad input; still report, never abort. */
 		PCRE2_UCHAR msg[160];
 		pcre2_get_error_message(code, msg, sizeof msg);
 		return shoal_why(why, why_len, SHOAL_ERR_UNSUPPORTED,
-				 "PCRE2 cannot compile the pre-tokenizer regex: %s", (char *)msg);
+		                 "PCRE2 cannot compile the pre-tokenizer regex: %s", (char *)msg);
 	}
 	/* JIT makes matching several times faster; without it (an unsupported
 	 * CPU) pcre2_match interprets, which is merely slower. */
@@ -516,7 +518,7 @@ static shoal_err bpe_run(bpe_work *w, const char *s, size_t len, tokenizer__out 
 }
 
 shoal_err tokenizer__bpe_encode(const struct shoal_tokenizer *t, const char *text, size_t len,
-				tokenizer__out *o)
+                                tokenizer__out *o)
 {
 	bpe_work w = {.t = t};
 	shoal_err err = SHOAL_OK;

@@ -30,7 +30,7 @@ static bool tok_strips_space(const shoal_tokenizer *t)
 }
 
 size_t shoal_tokenizer_piece(const shoal_tokenizer *t, int32_t id, bool special, char *buf,
-			     size_t cap)
+                             size_t cap)
 {
 	const char *p = NULL;
 	size_t n = tok_piece_ref(t, id, special, &p);
@@ -40,7 +40,7 @@ size_t shoal_tokenizer_piece(const shoal_tokenizer *t, int32_t id, bool special,
 }
 
 shoal_err shoal_tokenizer_decode(const shoal_tokenizer *t, const int32_t *ids, size_t n,
-				 bool special, char **text, size_t *len)
+                                 bool special, char **text, size_t *len)
 {
 	size_t total = 0;
 	*text = NULL;

@@ -72,6 +72,10 @@ struct shoal_tokenizer {
 	 * GPT-2 character. -1 when the vocabulary lacks it. */
 	int32_t byte_id[256];
 
+	/* SPM: ASCII bytes that no token of two or more bytes contains; they
+	 * never merge, so encoding may cut the text at them. */
+	bool spm_barrier[128];
+
 	/* Tokens matched in raw text before the tokenizer runs (control,
 	 * user-defined, unknown), longest text first, ties by id. */
 	int32_t *special;
@@ -109,16 +113,16 @@ static inline size_t tokenizer__utf8_len(unsigned char c)
 
 /* Encode one stretch of raw text (no special tokens in it), appending ids. */
 shoal_err tokenizer__spm_encode(const struct shoal_tokenizer *t, const char *text, size_t len,
-				bool space_prefix, tokenizer__out *o);
+                                bool space_prefix, tokenizer__out *o);
 shoal_err tokenizer__bpe_encode(const struct shoal_tokenizer *t, const char *text, size_t len,
-				tokenizer__out *o);
+                                tokenizer__out *o);
 
 /* BPE set-up: the byte <-> unicode mapping, merges and the pre-tokenizer
  * regex; and the decoded bytes of a normal BPE token's text into dst (at
  * most len bytes: each character is one byte, or its own UTF-8 when it is
  * outside the mapping). Returns the byte count. */
 shoal_err tokenizer__bpe_setup(struct shoal_tokenizer *t, const char *pre, size_t pre_len,
-			       const void *g, char *why, size_t why_len);
+                               const void *g, char *why, size_t why_len);
 size_t tokenizer__bpe_unmap(const char *src, size_t len, char *dst);
 /* The UTF-8 of byte b's GPT-2 character (1 or 2 bytes) into dst[2]. */
 size_t tokenizer__bpe_byte_char(unsigned char b, char *dst);

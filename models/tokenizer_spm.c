@@ -86,7 +86,7 @@ static void spm_try_pair(spm_work *w, int32_t left, int32_t right)
 }
 
 static shoal_err spm_emit(const struct shoal_tokenizer *t, const char *s, size_t len,
-			  tokenizer__out *o)
+                          tokenizer__out *o)
 {
 	int32_t id = tokenizer__find(t, s, len);
 	if (id >= 0)
@@ -104,8 +104,47 @@ static shoal_err spm_emit(const struct shoal_tokenizer *t, const char *s, size_t
 	return SHOAL_OK;
 }
 
+/* Merge the symbols of buf[0..n) (one segment) and emit the result. */
+static shoal_err spm_segment(spm_work *w, size_t n, tokenizer__out *o)
+{
+	int32_t n_sym = 0;
+	for (size_t i = 0; i < n;) {
+		size_t cl = tokenizer__utf8_len((unsigned char)w->buf[i]);
+		if (cl > n - i)
+			cl = n - i;
+		w->sym[n_sym] = (spm_sym){(uint32_t)i, (uint32_t)cl, n_sym - 1, n_sym + 1};
+		n_sym++;
+		i += cl;
+	}
+	if (n_sym == 0)
+		return SHOAL_OK;
+	w->sym[n_sym - 1].next = -1;
+	w->n_heap = 0;
+	for (int32_t i = 1; i < n_sym; i++)
+		spm_try_pair(w, i - 1, i);
+
+	while (w->n_heap) {
+		spm_bigram b = spm_heap_pop(w);
+		spm_sym *l = &w->sym[b.left], *r = &w->sym[b.right];
+		/* Stale: one side was merged away or grew since it was proposed. */
+		if (l->len == 0 || r->len == 0 || l->len + r->len != b.size)
+			continue;
+		l->len += r->len;
+		r->len = 0;
+		l->next = r->next;
+		if (r->next >= 0)
+			w->sym[r->next].prev = b.left;
+		spm_try_pair(w, l->prev, b.left);
+		spm_try_pair(w, b.left, l->next);
+	}
+	shoal_err err = SHOAL_OK;
+	for (int32_t i = 0; i >= 0 && !err; i = w->sym[i].next)
+		err = spm_emit(w->t, w->buf + w->sym[i].start, w->sym[i].len, o);
+	return err;
+}
+
 shoal_err tokenizer__spm_encode(const struct shoal_tokenizer *t, const char *text, size_t len,
-				bool space_prefix, tokenizer__out *o)
+                                bool space_prefix, tokenizer__out *o)
 {
 	/* Escaping at most triples the text (' ' -> U+2581, 3 bytes) and adds
 	 * 3 bytes of prefix; offsets are 32-bit and the heap holds up to 3
@@ -129,46 +168,42 @@ shoal_err tokenizer__spm_encode(const struct shoal_tokenizer *t, const char *tex
 			buf[n++] = text[i];
 		}
 	}
-	w.buf = buf;
+
+	/* A barrier byte (one no multi-byte token contains, e.g. '\n' in
+	 * Llama 2) never merges, so the text on either side of it merges
+	 * independently: cutting there gives the same tokens, with heaps the
+	 * size of a line instead of the whole text (2-3x faster on a book).
+	 * Scratch is sized for the longest segment. */
+	size_t longest = 0, seg = 0;
+	for (size_t i = 0; i < n; i++) {
+		unsigned char c = (unsigned char)buf[i];
+		if (c < 0x80 && t->spm_barrier[c]) {
+			if (i - seg > longest)
+				longest = i - seg;
+			seg = i + 1;
+		}
+	}
+	if (n - seg > longest)
+		longest = n - seg;
 
 	shoal_err err = SHOAL_OK;
-	w.sym = malloc((n ? n : 1) * sizeof *w.sym);
-	w.heap = malloc((3 * n + 1) * sizeof *w.heap);
+	w.sym = malloc((longest ? longest : 1) * sizeof *w.sym);
+	w.heap = malloc((3 * longest + 1) * sizeof *w.heap);
 	if (!w.sym || !w.heap) {
 		err = SHOAL_ERR_NOMEM;
 		goto out;
 	}
-	int32_t n_sym = 0;
-	for (size_t i = 0; i < n;) {
-		size_t cl = tokenizer__utf8_len((unsigned char)buf[i]);
-		if (cl > n - i)
-			cl = n - i;
-		w.sym[n_sym] = (spm_sym){(uint32_t)i, (uint32_t)cl, n_sym - 1, n_sym + 1};
-		n_sym++;
-		i += cl;
-	}
-	if (n_sym == 0)
-		goto out;
-	w.sym[n_sym - 1].next = -1;
-	for (int32_t i = 1; i < n_sym; i++)
-		spm_try_pair(&w, i - 1, i);
-
-	while (w.n_heap) {
-		spm_bigram b = spm_heap_pop(&w);
-		spm_sym *l = &w.sym[b.left], *r = &w.sym[b.right];
-		/* Stale: one side was merged away or grew since it was proposed. */
-		if (l->len == 0 || r->len == 0 || l->len + r->len != b.size)
+	seg = 0;
+	for (size_t i = 0; i <= n && !err; i++) {
+		unsigned char c = i < n ? (unsigned char)buf[i] : 0;
+		if (i < n && !(c < 0x80 && t->spm_barrier[c]))
 			continue;
-		l->len += r->len;
-		r->len = 0;
-		l->next = r->next;
-		if (r->next >= 0)
-			w.sym[r->next].prev = b.left;
-		spm_try_pair(&w, l->prev, b.left);
-		spm_try_pair(&w, b.left, l->next);
+		w.buf = buf + seg;
+		err = spm_segment(&w, i - seg, o);
+		if (!err && i < n)
+			err = spm_emit(t, buf + i, 1, o);
+		seg = i + 1;
 	}
-	for (int32_t i = 0; i >= 0 && !err; i = w.sym[i].next)
-		err = spm_emit(t, buf + w.sym[i].start, w.sym[i].len, o);
 out:
 	free(w.heap);
 	free(w.sym);

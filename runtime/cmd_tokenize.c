@@ -28,7 +28,8 @@ static int cmd_tok_open(const char *cmd, const char *path, shoal_gguf **g, shoal
 	if (!err)
 		err = shoal_tokenizer_from_gguf(*g, t, why, sizeof why);
 	if (err) {
-		fprintf(stderr, "shoal %s: %s: %s\n", cmd, path, why[0] ? why : shoal_strerror(err));
+		fprintf(stderr, "shoal %s: %s: %s\n", cmd, path,
+		        why[0] ? why : shoal_strerror(err));
 		shoal_gguf_free(*g);
 		*g = NULL;
 		return 1;
@@ -43,9 +44,10 @@ int shoal_cmd_tokenize(int argc, char **argv)
 	for (int i = 1; i < argc; i++) {
 		if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
 			fputs(tok_usage, stdout);
-			printf("Prints the token ids of TEXT, space-separated. BOS is added when the\n"
-			       "vocabulary says so (--no-bos: never); --special: the text of control\n"
-			       "tokens such as <|im_end|> becomes those tokens.\n");
+			printf(
+			    "Prints the token ids of TEXT, space-separated. BOS is added when the\n"
+			    "vocabulary says so (--no-bos: never); --special: the text of control\n"
+			    "tokens such as <|im_end|> becomes those tokens.\n");
 			return 0;
 		} else if (!strcmp(argv[i], "--no-bos")) {
 			add_bos = false;
@@ -118,7 +120,7 @@ int shoal_cmd_detokenize(int argc, char **argv)
 			long v = strtol(argv[i], &end, 10);
 			if (errno || end == argv[i] || *end || v < 0 || v > INT32_MAX) {
 				fprintf(stderr, "shoal detokenize: '%s' is not a token id\n",
-					argv[i]);
+				        argv[i]);
 				fputs(detok_usage, stderr);
 				free(ids);
 				return 2;
@@ -142,8 +144,10 @@ int shoal_cmd_detokenize(int argc, char **argv)
 	uint32_t nv = shoal_tokenizer_n_vocab(t);
 	for (int i = 0; i < n_ids && !rc; i++) {
 		if ((uint32_t)ids[i] >= nv) {
-			fprintf(stderr, "shoal detokenize: %s: id %d is outside the vocabulary (%u tokens)\n",
-				model, (int)ids[i], nv);
+			fprintf(
+			    stderr,
+			    "shoal detokenize: %s: id %d is outside the vocabulary (%u tokens)\n",
+			    model, (int)ids[i], nv);
 			rc = 1;
 		}
 	}

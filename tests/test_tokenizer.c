@@ -71,7 +71,7 @@ static char *detok_all(const shoal_tokenizer *t, const int32_t *ids, size_t n, s
 	for (size_t i = 0; i <= n && buf; i++) {
 		char piece[1024];
 		size_t k = i < n ? shoal_detok_push(&d, ids[i], piece, sizeof piece)
-				 : shoal_detok_flush(&d, piece, sizeof piece);
+		                 : shoal_detok_flush(&d, piece, sizeof piece);
 		if (o + k > cap) {
 			while (o + k > cap)
 				cap *= 2;
@@ -143,7 +143,7 @@ static void check_vectors(const char *name, int *n_checked)
 		shoal_err err = shoal_tokenizer_encode(t, p, tlen, false, false, &got, &n_got);
 		if (err || n_got != n_want || memcmp(got, want, n_want * sizeof *got)) {
 			fprintf(stderr, "%s: text %d \"%.*s\" (err %d)\n", name, n, (int)tlen, p,
-				(int)err);
+			        (int)err);
 			print_ids("want", want, n_want);
 			print_ids("got ", got, n_got);
 			bad++;
@@ -248,7 +248,7 @@ static void test_expected_prompts(void)
 			size_t n_got = 0;
 			if (!prompt || !json_is_array(want) ||
 			    shoal_tokenizer_encode(t, prompt, strlen(prompt), true, false, &got,
-						   &n_got)) {
+			                           &n_got)) {
 				bad++;
 				continue;
 			}
@@ -256,7 +256,8 @@ static void test_expected_prompts(void)
 			for (size_t k = 0; same && k < n_got; k++)
 				same = json_integer_value(json_array_get(want, k)) == got[k];
 			if (!same) {
-				fprintf(stderr, "%s: \"%s\" tokenizes differently\n", model, prompt);
+				fprintf(stderr, "%s: \"%s\" tokenizes differently\n", model,
+				        prompt);
 				print_ids("got", got, n_got);
 				bad++;
 			}
@@ -339,12 +340,14 @@ static void test_special_tokens(void)
 	shoal_tokenizer *t = open_tok("vocab/ggml-vocab-llama-bpe.gguf", &g);
 	ASSERT_TRUE(t != NULL);
 	ASSERT_EQ(shoal_tokenizer_n_vocab(t), 128256);
-	ASSERT_EQ(shoal_tokenizer_bos(t), 128000); /* <|begin_of_text|> */
+	ASSERT_EQ(shoal_tokenizer_bos(t), 128000);      /* <|begin_of_text|> */
 	ASSERT_TRUE(shoal_tokenizer_is_eog(t, 128009)); /* <|eot_id|> */
 	ASSERT_TRUE(shoal_tokenizer_is_eog(t, 128001)); /* <|end_of_text|> */
 	ASSERT_FALSE(shoal_tokenizer_is_eog(t, 128000));
 	ASSERT_FALSE(shoal_tokenizer_is_eog(t, 9906));
 	ASSERT_FALSE(shoal_tokenizer_is_eog(t, -1));
+	ASSERT_EQ(shoal_tokenizer_find(t, "<|eot_id|>", 10), 128009);
+	ASSERT_EQ(shoal_tokenizer_find(t, "<|no such token|>", 17), -1);
 
 	static const char s[] = "<|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|>";
 	int32_t *ids = NULL;
@@ -418,19 +421,21 @@ static shoal_err try_bad_vocab(bad_kind kind, char *why, size_t why_len)
 	bool bpe = kind == BAD_PRE || kind == BAD_MERGE;
 	shoal_gguf_writer_kv_str(w, "general.architecture", "llama");
 	shoal_gguf_writer_kv_str(w, "tokenizer.ggml.model",
-				 kind == BAD_MODEL ? "wordpiece-9" : bpe ? "gpt2" : "llama");
+	                         kind == BAD_MODEL ? "wordpiece-9"
+	                         : bpe             ? "gpt2"
+	                                           : "llama");
 	if (kind == BAD_PRE)
 		shoal_gguf_writer_kv_str(w, "tokenizer.ggml.pre", "no-such-pre");
 	if (kind != NO_TOKENS)
 		shoal_gguf_writer_kv_arr_str(w, "tokenizer.ggml.tokens", toks, 4);
 	shoal_gguf_writer_kv_arr(w, "tokenizer.ggml.scores", SHOAL_GGUF_FLOAT32, scores,
-				 kind == BAD_SCORES ? 3 : 4);
+	                         kind == BAD_SCORES ? 3 : 4);
 	shoal_gguf_writer_kv_arr(w, "tokenizer.ggml.token_type",
-				 kind == BAD_TYPES ? SHOAL_GGUF_FLOAT32 : SHOAL_GGUF_INT32, types,
-				 4);
+	                         kind == BAD_TYPES ? SHOAL_GGUF_FLOAT32 : SHOAL_GGUF_INT32, types,
+	                         4);
 	if (bpe)
 		shoal_gguf_writer_kv_arr_str(w, "tokenizer.ggml.merges",
-					     kind == BAD_MERGE ? bad_merges : merges, 1);
+		                             kind == BAD_MERGE ? bad_merges : merges, 1);
 	shoal_err err = shoal_gguf_writer_begin_data(w);
 	if (!err)
 		err = shoal_gguf_writer_finish(w);
@@ -479,8 +484,17 @@ static void test_spm_merge_order(void)
 	close(fd);
 	/* ids: 0 <unk> 1 <s> 2 </s> 3 <0x21> ("!") 4 U+2581 5 a 6 b 7 ab 8 ba
 	 * 9 U+2581 a; scores below. No "?" and no <0x3F>. */
-	static const char *const toks[] = {"<unk>", "<s>", "</s>", "<0x21>", "\xe2\x96\x81",
-					   "a",     "b",   "ab",   "ba",     "\xe2\x96\x81" "a"};
+	static const char *const toks[] = {"<unk>",
+	                                   "<s>",
+	                                   "</s>",
+	                                   "<0x21>",
+	                                   "\xe2\x96\x81",
+	                                   "a",
+	                                   "b",
+	                                   "ab",
+	                                   "ba",
+	                                   "\xe2\x96\x81"
+	                                   "a"};
 	const float scores[10] = {0, 0, 0, 0, -3, -4, -4, -1, -2, -0.5f};
 	const int32_t types[10] = {2, 3, 3, 6, 1, 1, 1, 1, 1, 1};
 	shoal_gguf_writer *w = NULL;
@@ -530,6 +544,117 @@ static void test_spm_merge_order(void)
 	shoal_gguf_free(g);
 }
 
+/* A byte-level vocabulary built here, under each pre-tokenizer: the
+ * 256 byte characters (ids 0..255), then "12" "123" "'R" "'RE" "ab"
+ * (256..260) with merges "1 2", "12 3", "' R", "'R E" (no "a b"). */
+static shoal_tokenizer *bpe_vocab(const char *pre, shoal_gguf **g)
+{
+	char path[] = "/tmp/shoal-test-tokenizer-XXXXXX", why[256] = "";
+	int fd = mkstemp(path);
+	if (fd < 0)
+		return NULL;
+	close(fd);
+	static char chars[256][3];
+	const char *toks[261];
+	int k = 0;
+	for (int b = 0; b < 256; b++) {
+		/* GPT-2: printable Latin-1 stands for itself, the other 68
+		 * bytes take U+0100.. in order. */
+		bool printable = (b >= 33 && b <= 126) || (b >= 161 && b <= 172) || b >= 174;
+		unsigned cp = printable ? (unsigned)b : 256u + (unsigned)k++;
+		if (cp < 0x80) {
+			chars[b][0] = (char)cp;
+			chars[b][1] = 0;
+		} else {
+			chars[b][0] = (char)(0xc0 | (cp >> 6));
+			chars[b][1] = (char)(0x80 | (cp & 0x3f));
+			chars[b][2] = 0;
+		}
+		toks[b] = chars[b];
+	}
+	toks[256] = "12";
+	toks[257] = "123";
+	toks[258] = "'R";
+	toks[259] = "'RE";
+	toks[260] = "ab";
+	static const char *const merges[] = {"1 2", "12 3", "' R", "'R E"};
+	shoal_gguf_writer *w = NULL;
+	if (shoal_gguf_writer_new(path, &w))
+		return NULL;
+	shoal_gguf_writer_kv_str(w, "tokenizer.ggml.model", "gpt2");
+	shoal_gguf_writer_kv_str(w, "tokenizer.ggml.pre", pre);
+	shoal_gguf_writer_kv_arr_str(w, "tokenizer.ggml.tokens", toks, 261);
+	shoal_gguf_writer_kv_arr_str(w, "tokenizer.ggml.merges", merges, 4);
+	shoal_err err = shoal_gguf_writer_begin_data(w);
+	if (!err)
+		err = shoal_gguf_writer_finish(w);
+	shoal_gguf_writer_free(w);
+	shoal_tokenizer *t = NULL;
+	if (!err)
+		err = shoal_gguf_open(path, g, why, sizeof why);
+	unlink(path);
+	if (!err && shoal_tokenizer_from_gguf(*g, &t, why, sizeof why)) {
+		fprintf(stderr, "%s\n", why);
+		shoal_gguf_free(*g);
+		*g = NULL;
+	}
+	return t;
+}
+
+static bool encodes_to(const shoal_tokenizer *t, const char *text, const int32_t *want,
+                       size_t n_want)
+{
+	int32_t *ids = NULL;
+	size_t n = 0;
+	bool ok = !shoal_tokenizer_encode(t, text, strlen(text), true, false, &ids, &n) &&
+	          n == n_want && !memcmp(ids, want, n * sizeof *ids);
+	if (!ok) {
+		fprintf(stderr, "\"%s\":\n", text);
+		print_ids("want", want, n_want);
+		print_ids("got ", ids, n);
+	}
+	free(ids);
+	return ok;
+}
+
+static void test_bpe_pre_tokenizers(void)
+{
+	shoal_gguf *g = NULL;
+	shoal_tokenizer *t;
+	/* GPT-2: digits stay one word and merge; "'RE" is no contraction, so
+	 * "'" and "RE" are separate words; no whole-word lookup. */
+	t = bpe_vocab("gpt-2", &g);
+	ASSERT_TRUE(t != NULL);
+	ASSERT_FALSE(shoal_tokenizer_adds_bos(t));
+	ASSERT_TRUE(encodes_to(t, "12345", (const int32_t[]){257, '4', '5'}, 3));
+	ASSERT_TRUE(encodes_to(t, "x'RE", (const int32_t[]){'x', '\'', 'R', 'E'}, 4));
+	ASSERT_TRUE(encodes_to(t, "ab", (const int32_t[]){'a', 'b'}, 2));
+	/* An invalid UTF-8 byte is still spelled, by its byte token. */
+	ASSERT_TRUE(encodes_to(t, "a\xff", (const int32_t[]){'a', 0xff}, 2));
+	shoal_tokenizer_free(t);
+	shoal_gguf_free(g);
+
+	/* Llama 3: digits in threes, case-insensitive contractions, and a
+	 * word that is a token wins over the merges (ignore_merges). */
+	t = bpe_vocab("llama-bpe", &g);
+	ASSERT_TRUE(t != NULL);
+	ASSERT_TRUE(encodes_to(t, "12345", (const int32_t[]){257, '4', '5'}, 3));
+	ASSERT_TRUE(encodes_to(t, "1234", (const int32_t[]){257, '4'}, 2));
+	ASSERT_TRUE(encodes_to(t, "x'RE", (const int32_t[]){'x', 259}, 2));
+	ASSERT_TRUE(encodes_to(t, "ab", (const int32_t[]){260}, 1));
+	shoal_tokenizer_free(t);
+	shoal_gguf_free(g);
+
+	/* Qwen2: one digit per word, so "12" never merges. */
+	t = bpe_vocab("qwen2", &g);
+	ASSERT_TRUE(t != NULL);
+	ASSERT_TRUE(encodes_to(t, "12345", (const int32_t[]){'1', '2', '3', '4', '5'}, 5));
+	ASSERT_TRUE(encodes_to(t, "x'RE", (const int32_t[]){'x', 259}, 2));
+	ASSERT_TRUE(encodes_to(t, "ab", (const int32_t[]){'a', 'b'}, 2));
+	shoal_tokenizer_free(t);
+	shoal_gguf_free(g);
+}
+
 /* ---- speed ------------------------------------------------------------- */
 
 static void test_persuasion_speed(void)
@@ -568,7 +693,7 @@ static void test_persuasion_speed(void)
 }
 
 TEST_MAIN(TEST_CASE(test_vectors_llama_spm), TEST_CASE(test_vectors_llama_bpe),
-	  TEST_CASE(test_vectors_gpt2), TEST_CASE(test_expected_prompts),
-	  TEST_CASE(test_detok_split_character), TEST_CASE(test_special_tokens),
-	  TEST_CASE(test_bad_vocabularies), TEST_CASE(test_spm_merge_order),
-	  TEST_CASE(test_persuasion_speed))
+          TEST_CASE(test_vectors_gpt2), TEST_CASE(test_expected_prompts),
+          TEST_CASE(test_detok_split_character), TEST_CASE(test_special_tokens),
+          TEST_CASE(test_bad_vocabularies), TEST_CASE(test_spm_merge_order),
+          TEST_CASE(test_bpe_pre_tokenizers), TEST_CASE(test_persuasion_speed))
