@@ -518,8 +518,14 @@ static size_t piggyback(shoal_swim *sw, const struct member *first)
 		while (q->n && n < PIGGY_MAX) {
 			struct bcast b = q->v[q->n - 1];
 			struct member *m = find(sw, &b.id);
-			if (!m || m->bgen != b.gen || t >= limit || m == first) {
+			if (!m || m->bgen != b.gen || t >= limit) {
 				q->n--; /* stale, reaped, or sent enough */
+				continue;
+			}
+			if (m == first) { /* already in front: counts as sent */
+				q->n--;
+				moved[n_moved] = b;
+				moved_t[n_moved++] = t + 1;
 				continue;
 			}
 			shoal_wire_update *u = &sw->out_up[n];

@@ -311,7 +311,7 @@ shoal_err shoal_wire_record_encode(const shoal_record *r, shoal_wire_buf *b)
 	int rc = 0;
 	b->len = 0;
 	msgpack_packer_init(&pk, b, buf_write);
-	rc |= msgpack_pack_map(&pk, 21);
+	rc |= msgpack_pack_map(&pk, 20);
 	rc |= pack_kbin(&pk, "id", r->id.b, SHOAL_PEER_ID_LEN);
 	rc |= pack_kstr(&pk, "name", r->name);
 	rc |= pack_ku64(&pk, "ver", r->version);
