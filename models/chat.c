@@ -349,7 +349,7 @@ static shoal_err render_chatml(const chat_conv *c, chat_buf *b, bool gen, bool q
 	return SHOAL_OK;
 }
 
-static shoal_err render_qwen3(const chat_conv *c, chat_buf *b, bool gen)
+static shoal_err render_qwen3(const chat_conv *c, chat_buf *b, bool gen, bool thinking)
 {
 	/* The last "real" user query: user turns that only wrap a tool
 	 * response do not count. With none, the last index (no thinking is
@@ -397,8 +397,11 @@ static shoal_err render_qwen3(const chat_conv *c, chat_buf *b, bool gen)
 		}
 		buf_puts(b, "<|im_end|>\n");
 	}
-	if (gen)
+	if (gen) {
 		buf_puts(b, "<|im_start|>assistant\n");
+		if (!thinking)
+			buf_puts(b, "<think>\n\n</think>\n\n");
+	}
 	return SHOAL_OK;
 }
 
@@ -455,7 +458,8 @@ static shoal_err render_mistral(const chat_conv *c, chat_buf *b, const char *bos
 	return SHOAL_OK;
 }
 
-static shoal_err render_deepseek(const chat_conv *c, chat_buf *b, bool gen, const char *bos)
+static shoal_err render_deepseek(const chat_conv *c, chat_buf *b, bool gen, const char *bos,
+                                 bool thinking)
 {
 	buf_puts(b, bos);
 	bool first_sys = true;
@@ -488,7 +492,7 @@ static shoal_err render_deepseek(const chat_conv *c, chat_buf *b, bool gen, cons
 		}
 	}
 	if (gen && last_user)
-		buf_puts(b, DS_ASSISTANT "<think></think>");
+		buf_puts(b, thinking ? DS_ASSISTANT "<think>" : DS_ASSISTANT "<think></think>");
 	return SHOAL_OK;
 }
 
@@ -550,6 +554,18 @@ shoal_err shoal_chat_render(shoal_chat_style s, const shoal_chat_msg *msgs, size
                             bool add_generation_prompt, const char *bos, const char *eos,
                             char **out, char *why, size_t why_len)
 {
+	shoal_chat_opts o = {
+	    .add_generation_prompt = add_generation_prompt,
+	    .bos = bos,
+	    .eos = eos,
+	    .thinking = -1,
+	};
+	return shoal_chat_render_opts(s, msgs, n, &o, out, why, why_len);
+}
+
+shoal_err shoal_chat_render_opts(shoal_chat_style s, const shoal_chat_msg *msgs, size_t n,
+                                 const shoal_chat_opts *o, char **out, char *why, size_t why_len)
+{
 	if (!out)
 		return shoal_why(why, why_len, SHOAL_ERR_INVAL, "chat render: no output");
 	*out = NULL;
@@ -594,12 +610,11 @@ shoal_err shoal_chat_render(shoal_chat_style s, const shoal_chat_msg *msgs, size
 		}
 		c.role[i] = (chat_role)r;
 	}
-	if (!bos)
-		bos = "";
-	if (!eos)
-		eos = "";
-
-	bool g = add_generation_prompt;
+	static const shoal_chat_opts no_opts = {.thinking = -1};
+	if (!o)
+		o = &no_opts;
+	const char *bos = o->bos ? o->bos : "", *eos = o->eos ? o->eos : "";
+	bool g = o->add_generation_prompt;
 	switch (s) {
 	case SHOAL_CHAT_PLAIN:
 		e = render_plain(&c, &b, g);
@@ -609,7 +624,7 @@ shoal_err shoal_chat_render(shoal_chat_style s, const shoal_chat_msg *msgs, size
 		e = render_chatml(&c, &b, g, s == SHOAL_CHAT_QWEN25);
 		break;
 	case SHOAL_CHAT_QWEN3:
-		e = render_qwen3(&c, &b, g);
+		e = render_qwen3(&c, &b, g, o->thinking != 0);
 		break;
 	case SHOAL_CHAT_LLAMA3:
 	case SHOAL_CHAT_LLAMA31:
@@ -619,7 +634,7 @@ shoal_err shoal_chat_render(shoal_chat_style s, const shoal_chat_msg *msgs, size
 		e = render_mistral(&c, &b, bos, eos);
 		break;
 	case SHOAL_CHAT_DEEPSEEK:
-		e = render_deepseek(&c, &b, g, bos);
+		e = render_deepseek(&c, &b, g, bos, o->thinking == 1);
 		break;
 	case SHOAL_CHAT_GEMMA:
 		e = render_gemma(&c, &b, g, bos);

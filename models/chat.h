@@ -103,6 +103,24 @@ shoal_err shoal_chat_render(shoal_chat_style s, const shoal_chat_msg *msgs, size
                             bool add_generation_prompt, const char *bos, const char *eos,
                             char **out, char *why, size_t why_len);
 
+/* Switches some templates read from their caller (as chat_template_kwargs
+ * in other servers). */
+typedef struct shoal_chat_opts {
+	bool add_generation_prompt;
+	const char *bos, *eos; /* as for shoal_chat_render; NULL counts as "" */
+	/* Thinking, for the formats that have a switch (others ignore it):
+	 * -1 the template's default; 0 off; 1 on. QWEN3 (default on): off
+	 * adds "<think>\n\n</think>\n\n" after the generation prompt.
+	 * DEEPSEEK (default off): on ends the generation prompt with "<think>"
+	 * instead of "<think></think>". */
+	int thinking;
+} shoal_chat_opts;
+
+/* shoal_chat_render with options (o NULL: no generation prompt, no
+ * BOS/EOS text, default thinking). Same results and ownership. */
+shoal_err shoal_chat_render_opts(shoal_chat_style s, const shoal_chat_msg *msgs, size_t n,
+                                 const shoal_chat_opts *o, char **out, char *why, size_t why_len);
+
 /* A static lower-case name ("plain", "chatml", "qwen2.5", "qwen3",
  * "llama3", "llama3.1", "mistral-nemo", "deepseek3.1", "gemma", "phi3.5");
  * "unknown" for a value out of range. */

@@ -2,7 +2,8 @@
 # tests/chat_jinja.sh: shoal's chat renderers against Jinja2 running the
 # real templates in tests/data/vocab/templates, on 300 random
 # conversations per template (fixed seed: whitespace, newlines, <think>
-# blocks, roles in and out of turn, with and without a generation prompt).
+# blocks, roles in and out of turn, with and without a generation prompt,
+# thinking switched on, off or left to the template).
 #
 # Part: tests of models/ (chat). Needs python3 with jinja2 (SKIP otherwise)
 # and the helper tests/chat_render. Accepted differences, both documented
@@ -59,10 +60,10 @@ def conversation():
                      "content": rng.choice(pieces) + rng.choice(["", " q", "\n"])})
     return msgs
 
-def render(tmpl, msgs, gen):
+def render(tmpl, msgs, gen, kw):
     try:
         return {"out": tmpl.render(messages=msgs, add_generation_prompt=gen,
-                                   bos_token="<BOS>", eos_token="<EOS>")}
+                                   bos_token="<BOS>", eos_token="<EOS>", **kw)}
     except Raised as e:
         return {"err": str(e)}
 
@@ -72,17 +73,25 @@ for name, style in styles.items():
         tmpl = env.from_string(f.read())
     for _ in range(300):
         msgs, gen = conversation(), rng.random() < 0.7
-        w = render(tmpl, msgs, gen)
+        # The thinking switch: left out (-1), false (0) or true (1); Qwen3
+        # reads enable_thinking, DeepSeek thinking (or enable_thinking).
+        thinking, kw = rng.choice([-1, 0, 1]), {}
+        if thinking >= 0:
+            key = "thinking" if style == "deepseek3.1" and rng.random() < 0.5 \
+                else "enable_thinking"
+            kw[key] = bool(thinking)
+        w = render(tmpl, msgs, gen, kw)
         if style == "gemma" and "err" in w and msgs[0]["role"] == "system" \
                 and len(msgs) > 1 and msgs[1]["role"] == "user":
             # The documented fold: SYSTEM + "\n\n" + trimmed first user text.
             mark = "\x01FOLD\x01"
             rest = [dict(msgs[1], content=mark)] + msgs[2:]
-            r = render(tmpl, rest, gen)
+            r = render(tmpl, rest, gen, kw)
             if "out" in r:
                 w = {"out": r["out"].replace(
                     mark, msgs[0]["content"] + "\n\n" + msgs[1]["content"].strip())}
-        cases.append({"style": style, "gen": gen, "msgs": msgs, "name": name})
+        cases.append({"style": style, "gen": gen, "thinking": thinking, "msgs": msgs,
+                      "name": name})
         want.append(w)
 
 with open(f"{tmp}/cases.json", "w") as f:

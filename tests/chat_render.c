@@ -2,7 +2,8 @@
  * tests/chat_render.c: a helper for tests/chat_jinja.sh, not a test itself.
  *
  * Part: tests of models/ (chat). Reads a JSON array of cases
- * {"style": name, "gen": bool, "msgs": [{"role", "content"}...]} from the
+ * {"style": name, "gen": bool, "thinking": -1|0|1 (optional),
+ * "msgs": [{"role", "content"}...]} from the
  * file argv[1] and writes to argv[2] a JSON array with, per case,
  * {"out": rendering} or {"err": reason} from shoal_chat_render, so that a
  * script can compare them with Jinja2's rendering of the real templates.
@@ -48,9 +49,15 @@ int main(int argc, char **argv)
 			m[k].role = json_string_value(json_object_get(x, "role"));
 			m[k].content = json_string_value(json_object_get(x, "content"));
 		}
+		json_t *th = json_object_get(c, "thinking");
+		shoal_chat_opts o = {
+		    .add_generation_prompt = json_is_true(json_object_get(c, "gen")),
+		    .bos = "<BOS>",
+		    .eos = "<EOS>",
+		    .thinking = th ? (int)json_integer_value(th) : -1,
+		};
 		char *out = NULL, why[256] = "";
-		shoal_err e = shoal_chat_render(st, m, n, json_is_true(json_object_get(c, "gen")),
-		                                "<BOS>", "<EOS>", &out, why, sizeof why);
+		shoal_err e = shoal_chat_render_opts(st, m, n, &o, &out, why, sizeof why);
 		json_array_append_new(res, e ? json_pack("{s:s}", "err", why)
 		                             : json_pack("{s:s}", "out", out));
 		free(out);

@@ -447,6 +447,39 @@ static void test_deepseek_and_others(void)
 	free(out);
 }
 
+/* The thinking switch (chat_template_kwargs elsewhere). */
+static void test_thinking_opts(void)
+{
+	const shoal_chat_msg m[] = {{"user", "q"}};
+	shoal_chat_opts o = {.add_generation_prompt = true, .bos = "<BOS>", .thinking = 0};
+	char *out = NULL, why[256] = "";
+	ASSERT_EQ(shoal_chat_render_opts(SHOAL_CHAT_QWEN3, m, 1, &o, &out, why, sizeof why),
+	          SHOAL_OK);
+	ASSERT_STR_EQ(out, "<|im_start|>user\nq<|im_end|>\n<|im_start|>assistant\n<think>\n\n"
+	                   "</think>\n\n");
+	free(out);
+	o.thinking = 1;
+	ASSERT_EQ(shoal_chat_render_opts(SHOAL_CHAT_QWEN3, m, 1, &o, &out, why, sizeof why),
+	          SHOAL_OK);
+	ASSERT_STR_EQ(out, "<|im_start|>user\nq<|im_end|>\n<|im_start|>assistant\n");
+	free(out);
+	ASSERT_EQ(shoal_chat_render_opts(SHOAL_CHAT_DEEPSEEK, m, 1, &o, &out, why, sizeof why),
+	          SHOAL_OK);
+	ASSERT_STR_EQ(out, "<BOS><\xef\xbd\x9cUser\xef\xbd\x9c>q<\xef\xbd\x9c"
+	                   "Assistant\xef\xbd\x9c><think>");
+	free(out);
+	/* Other formats ignore it. */
+	ASSERT_EQ(shoal_chat_render_opts(SHOAL_CHAT_PHI3, m, 1, &o, &out, why, sizeof why),
+	          SHOAL_OK);
+	ASSERT_STR_EQ(out, "<|user|>\nq<|end|>\n<|assistant|>\n");
+	free(out);
+	/* No options: no generation prompt, no BOS/EOS text. */
+	ASSERT_EQ(shoal_chat_render_opts(SHOAL_CHAT_PHI3, m, 1, NULL, &out, why, sizeof why),
+	          SHOAL_OK);
+	ASSERT_STR_EQ(out, "<|user|>\nq<|end|>\n");
+	free(out);
+}
+
 static void test_style_names(void)
 {
 	for (int s = 0; s < SHOAL_CHAT__COUNT; s++) {
@@ -464,4 +497,5 @@ static void test_style_names(void)
 TEST_MAIN(TEST_CASE(test_bundled_templates), TEST_CASE(test_gemma_system),
           TEST_CASE(test_unknown_template), TEST_CASE(test_more_families),
           TEST_CASE(test_bad_conversations), TEST_CASE(test_plain), TEST_CASE(test_qwen3_thinking),
-          TEST_CASE(test_deepseek_and_others), TEST_CASE(test_style_names))
+          TEST_CASE(test_deepseek_and_others), TEST_CASE(test_thinking_opts),
+          TEST_CASE(test_style_names))
