@@ -1,0 +1,98 @@
+/*
+ * models/manifest.c: a model's manifest for the scheduler (see manifest.h).
+ *
+ * Part: models/. Pure arithmetic over tensor sizes and shapes; the model
+ * was shape-checked when it was opened, so products here stay far below
+ * 2^64 (dims are bounded by 2^20, experts by 2^12: see model.c).
+ */
+#include "models/manifest.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* 2 FLOPs per multiply-add per token for a matrix; 0 for 1-D tensors. */
+static uint64_t mat_flops(const shoal_gguf_tensor *t)
+{
+	if (!t || t->n_dims < 2)
+		return 0;
+	return 2 * t->ne[0] * t->ne[1];
+}
+
+static uint64_t nb(const shoal_gguf_tensor *t)
+{
+	return t ? t->nbytes : 0;
+}
+
+shoal_err shoal_model_manifest(const shoal_model *m, shoal_manifest *out)
+{
+	const shoal_hparams *hp = &m->hp;
+	memset(out, 0, sizeof *out);
+	out->layers = calloc(hp->n_layer ? hp->n_layer : 1, sizeof *out->layers);
+	if (!out->layers)
+		return SHOAL_ERR_NOMEM;
+	out->n_layer = hp->n_layer;
+	out->n_embd = hp->n_embd;
+	out->n_vocab = hp->n_vocab;
+
+	/* The name: general.name, else the file's base name. */
+	const char *s;
+	size_t sl;
+	if (!shoal_gguf_get_str(m->gguf, "general.name", &s, &sl) || sl == 0) {
+		s = shoal_gguf_shard_path(m->gguf, 0);
+		const char *slash = strrchr(s, '/');
+		s = slash ? slash + 1 : s;
+		sl = strlen(s);
+	}
+	if (sl > sizeof out->name - 1)
+		sl = sizeof out->name - 1;
+	for (size_t i = 0; i < sl; i++) {
+		unsigned char c = (unsigned char)s[i];
+		out->name[i] = (c >= 0x20 && c < 0x7f) ? (char)c : '?';
+	}
+
+	for (uint32_t il = 0; il < hp->n_layer; il++) {
+		const shoal_layer *L = &m->layers[il];
+		shoal_manifest_layer *ml = &out->layers[il];
+		const shoal_gguf_tensor *dense[] = {L->attn_norm, L->wq,	   L->wk,
+						    L->wv,	  L->wo,	   L->bq,
+						    L->bk,	  L->bv,	   L->q_norm,
+						    L->k_norm,	  L->ffn_norm,	   L->ffn_gate,
+						    L->ffn_up,	  L->ffn_down,	   L->ffn_gate_inp};
+		for (size_t i = 0; i < sizeof dense / sizeof dense[0]; i++) {
+			ml->bytes += nb(dense[i]);
+			ml->flops += mat_flops(dense[i]);
+		}
+		/* K and V rows of one token, F32: 2 * n_head_kv * head_dim * 4. */
+		ml->kv_bytes_per_token = 2ull * hp->n_head_kv * hp->head_dim * 4;
+		if (hp->n_expert && L->ffn_gate_exps) {
+			ml->n_expert = hp->n_expert;
+			ml->n_expert_used = hp->n_expert_used;
+			ml->expert_bytes = (nb(L->ffn_gate_exps) + nb(L->ffn_up_exps) +
+					    nb(L->ffn_down_exps)) /
+					   hp->n_expert;
+			/* gate, up: n_embd x n_ff_exp; down: n_ff_exp x n_embd. */
+			ml->expert_flops = 2ull * 3 * hp->n_embd * hp->n_ff_exp;
+		}
+	}
+	out->embd_bytes = nb(m->tok_embd);
+	out->head_bytes = nb(m->output_norm) + nb(m->output);
+	out->head_flops = mat_flops(m->output);
+	out->tied_head = hp->tied_head;
+	/* One F32 hidden-state row. */
+	out->act_bytes_per_token = (uint64_t)hp->n_embd * 4;
+	return SHOAL_OK;
+}
+
+void shoal_manifest_set_model_id(shoal_manifest *mf, const shoal_model_id *id)
+{
+	memcpy(mf->model_id, shoal_model_id_digest(id), sizeof mf->model_id);
+}
+
+void shoal_manifest_fini(shoal_manifest *mf)
+{
+	if (!mf)
+		return;
+	free(mf->layers);
+	memset(mf, 0, sizeof *mf);
+}

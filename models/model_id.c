@@ -1,0 +1,389 @@
+/*
+ * models/model_id.c: model and tensor digests (see model_id.h) and their
+ * cache in the state directory.
+ *
+ * Part: models/. Divisions: the digests; the cache key and file; load.
+ * Cache file layout (little-endian), <state>/model-ids/<key hex>.id:
+ *   "SHOALMID" | version u32 = 1 | n_shards u32 | n_tensors u64 | key[16]
+ *   | model id[32] | header digests[32 * n_shards]
+ *   | tensor digests[32 * n_tensors] | checksum[32] = H(all before it)
+ * A file is used only if its size, checksum and key match and the model id
+ * recomputed from its digests (and the tensor names of the open file)
+ * equals the stored one; otherwise it is ignored and rewritten.
+ */
+#include "models/model_id.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <sodium.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "base/log.h"
+#include "base/statedir.h"
+
+#define MID_H SHOAL_MODEL_ID_BYTES
+#define MID_KEY_BYTES 16 /* 128-bit cache key: collisions need ~2^64 models */
+#define MID_VERSION 1u
+#define MID_DOMAIN "shoal-model-id-v1"
+#define MID_FIXED (8 + 4 + 4 + 8 + MID_KEY_BYTES + MID_H) /* before the digests */
+
+struct shoal_model_id {
+	uint8_t id[MID_H];
+	uint32_t n_shards;
+	uint8_t *headers;   /* (n_shards, 32) */
+	size_t n_tensors;
+	uint8_t *tensors;   /* (n_tensors, 32) */
+	uint64_t *nbytes;   /* (n_tensors) */
+	char **names;       /* (n_tensors) owned copies */
+	bool cached;
+	uint64_t hashed;
+};
+
+/* ---- the digests ------------------------------------------------------- */
+
+static void put_u32(uint8_t *p, uint32_t v)
+{
+	for (int i = 0; i < 4; i++)
+		p[i] = (uint8_t)(v >> (8 * i));
+}
+
+static void put_u64(uint8_t *p, uint64_t v)
+{
+	for (int i = 0; i < 8; i++)
+		p[i] = (uint8_t)(v >> (8 * i));
+}
+
+static uint64_t get_u64(const uint8_t *p)
+{
+	uint64_t v = 0;
+	for (int i = 7; i >= 0; i--)
+		v = v << 8 | p[i];
+	return v;
+}
+
+/* The model id from the per-part digests (see model_id.h). */
+static void mid_combine(const shoal_model_id *m, uint8_t out[MID_H])
+{
+	crypto_generichash_state st;
+	uint8_t b[4];
+	crypto_generichash_init(&st, NULL, 0, MID_H);
+	crypto_generichash_update(&st, (const uint8_t *)MID_DOMAIN, strlen(MID_DOMAIN));
+	put_u32(b, m->n_shards);
+	crypto_generichash_update(&st, b, 4);
+	crypto_generichash_update(&st, m->headers, (unsigned long long)m->n_shards * MID_H);
+	for (size_t i = 0; i < m->n_tensors; i++) {
+		size_t nl = strlen(m->names[i]);
+		put_u32(b, (uint32_t)nl);
+		crypto_generichash_update(&st, b, 4);
+		crypto_generichash_update(&st, (const uint8_t *)m->names[i], nl);
+		crypto_generichash_update(&st, m->tensors + i * MID_H, MID_H);
+	}
+	crypto_generichash_final(&st, out, MID_H);
+}
+
+void shoal_model_id_free(shoal_model_id *id)
+{
+	if (!id)
+		return;
+	if (id->names)
+		for (size_t i = 0; i < id->n_tensors; i++)
+			free(id->names[i]);
+	free(id->names);
+	free(id->headers);
+	free(id->tensors);
+	free(id->nbytes);
+	free(id);
+}
+
+/* An id with the names and sizes of g and room for the digests. */
+static shoal_model_id *mid_alloc(const shoal_gguf *g)
+{
+	shoal_model_id *m = calloc(1, sizeof *m);
+	if (!m)
+		return NULL;
+	m->n_shards = shoal_gguf_n_shards(g);
+	m->n_tensors = shoal_gguf_n_tensors(g);
+	size_t nt = m->n_tensors ? m->n_tensors : 1;
+	m->headers = malloc((size_t)m->n_shards * MID_H);
+	m->tensors = malloc(nt * MID_H);
+	m->nbytes = malloc(nt * sizeof *m->nbytes);
+	m->names = calloc(nt, sizeof *m->names);
+	if (!m->headers || !m->tensors || !m->nbytes || !m->names)
+		goto fail;
+	for (size_t i = 0; i < m->n_tensors; i++) {
+		const shoal_gguf_tensor *t = shoal_gguf_tensor_at(g, i);
+		m->names[i] = strdup(t->name);
+		if (!m->names[i])
+			goto fail;
+		m->nbytes[i] = t->nbytes;
+	}
+	return m;
+fail:
+	shoal_model_id_free(m);
+	return NULL;
+}
+
+static void mid_hash_all(const shoal_gguf *g, shoal_model_id *m)
+{
+	for (uint32_t s = 0; s < m->n_shards; s++) {
+		uint64_t n = shoal_gguf_shard_header_bytes(g, s);
+		crypto_generichash(m->headers + (size_t)s * MID_H, MID_H,
+				   shoal_gguf_shard_base(g, s), n, NULL, 0);
+		m->hashed += n;
+	}
+	for (size_t i = 0; i < m->n_tensors; i++) {
+		const shoal_gguf_tensor *t = shoal_gguf_tensor_at(g, i);
+		crypto_generichash(m->tensors + i * MID_H, MID_H, t->data, t->nbytes, NULL, 0);
+		m->hashed += t->nbytes;
+	}
+	mid_combine(m, m->id);
+}
+
+shoal_err shoal_model_id_compute(const shoal_gguf *g, shoal_model_id **out, char *why,
+				 size_t why_len)
+{
+	return shoal_model_id_load(g, NULL, out, why, why_len);
+}
+
+/* ---- the cache ------------------------------------------------------------ */
+
+/* Key over (absolute path, size, mtime) of every shard. */
+static shoal_err mid_key(const shoal_gguf *g, uint8_t key[MID_KEY_BYTES], char *why,
+			 size_t why_len)
+{
+	crypto_generichash_state st;
+	crypto_generichash_init(&st, NULL, 0, MID_KEY_BYTES);
+	for (uint32_t s = 0; s < shoal_gguf_n_shards(g); s++) {
+		const char *p = shoal_gguf_shard_path(g, s);
+		char abs[PATH_MAX];
+		struct stat sb;
+		if (!realpath(p, abs) || stat(abs, &sb) != 0)
+			return shoal_why(why, why_len, SHOAL_ERR_IO, "cannot stat '%s': %s", p,
+					 strerror(errno));
+		uint8_t b[24];
+#ifdef __APPLE__
+		int64_t sec = sb.st_mtimespec.tv_sec, nsec = sb.st_mtimespec.tv_nsec;
+#else
+		int64_t sec = sb.st_mtim.tv_sec, nsec = sb.st_mtim.tv_nsec;
+#endif
+		put_u64(b, (uint64_t)sb.st_size);
+		put_u64(b + 8, (uint64_t)sec);
+		put_u64(b + 16, (uint64_t)nsec);
+		crypto_generichash_update(&st, (const uint8_t *)abs, strlen(abs) + 1);
+		crypto_generichash_update(&st, b, sizeof b);
+	}
+	crypto_generichash_final(&st, key, MID_KEY_BYTES);
+	return SHOAL_OK;
+}
+
+static size_t mid_file_size(uint32_t ns, size_t nt)
+{
+	return MID_FIXED + (size_t)ns * MID_H + nt * MID_H + MID_H;
+}
+
+static void mid_cache_path(const char *state_dir, const uint8_t key[MID_KEY_BYTES], char *out,
+			   size_t cap)
+{
+	char hex[2 * MID_KEY_BYTES + 1];
+	sodium_bin2hex(hex, sizeof hex, key, MID_KEY_BYTES);
+	snprintf(out, cap, "%s/model-ids/%s.id", state_dir, hex);
+}
+
+/* Fill m's digests from the cache file if it is sound. */
+static bool mid_cache_read(const char *path, const uint8_t key[MID_KEY_BYTES], shoal_model_id *m)
+{
+	size_t want = mid_file_size(m->n_shards, m->n_tensors);
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return false;
+	struct stat sb;
+	uint8_t *b = NULL;
+	bool ok = false;
+	if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode))
+		goto out;
+	if ((uint64_t)sb.st_size != want) {
+		SHOAL_LOG_W("models", "model-id cache %s has the wrong size; recomputing", path);
+		goto out;
+	}
+	b = malloc(want);
+	if (!b || read(fd, b, want) != (ssize_t)want)
+		goto out;
+	uint8_t sum[MID_H];
+	crypto_generichash(sum, MID_H, b, want - MID_H, NULL, 0);
+	const uint8_t *p = b;
+	if (sodium_memcmp(sum, b + want - MID_H, MID_H) != 0 || memcmp(p, "SHOALMID", 8) ||
+	    (get_u64(p + 8) & 0xffffffffu) != MID_VERSION || memcmp(p + 24, key, MID_KEY_BYTES)) {
+		SHOAL_LOG_W("models", "model-id cache %s is corrupt; recomputing", path);
+		goto out;
+	}
+	uint32_t ns = (uint32_t)p[12] | (uint32_t)p[13] << 8 | (uint32_t)p[14] << 16 |
+		      (uint32_t)p[15] << 24;
+	if (ns != m->n_shards || get_u64(p + 16) != m->n_tensors)
+		goto out;
+	p += 24 + MID_KEY_BYTES;
+	memcpy(m->id, p, MID_H);
+	p += MID_H;
+	memcpy(m->headers, p, (size_t)m->n_shards * MID_H);
+	p += (size_t)m->n_shards * MID_H;
+	memcpy(m->tensors, p, m->n_tensors * MID_H);
+	/* The stored id must follow from the stored digests and our names. */
+	uint8_t again[MID_H];
+	mid_combine(m, again);
+	if (sodium_memcmp(again, m->id, MID_H) != 0) {
+		SHOAL_LOG_W("models", "model-id cache %s does not match this model; recomputing",
+			    path);
+		goto out;
+	}
+	ok = true;
+out:
+	free(b);
+	close(fd);
+	return ok;
+}
+
+static void mid_cache_write(const char *state_dir, const char *path,
+			    const uint8_t key[MID_KEY_BYTES], const shoal_model_id *m)
+{
+	char dir[PATH_MAX], tmp[PATH_MAX + 96]; /* path is at most PATH_MAX + 64 */
+	snprintf(dir, sizeof dir, "%s/model-ids", state_dir);
+	if (shoal_state_dir_ensure(dir) != SHOAL_OK) {
+		SHOAL_LOG_W("models", "cannot create %s; model id not cached", dir);
+		return;
+	}
+	size_t n = mid_file_size(m->n_shards, m->n_tensors);
+	uint8_t *b = malloc(n), *p = b;
+	if (!b)
+		return;
+	memcpy(p, "SHOALMID", 8);
+	put_u32(p + 8, MID_VERSION);
+	put_u32(p + 12, m->n_shards);
+	put_u64(p + 16, m->n_tensors);
+	memcpy(p + 24, key, MID_KEY_BYTES);
+	p += 24 + MID_KEY_BYTES;
+	memcpy(p, m->id, MID_H);
+	p += MID_H;
+	memcpy(p, m->headers, (size_t)m->n_shards * MID_H);
+	p += (size_t)m->n_shards * MID_H;
+	memcpy(p, m->tensors, m->n_tensors * MID_H);
+	p += m->n_tensors * MID_H;
+	crypto_generichash(p, MID_H, b, n - MID_H, NULL, 0);
+	/* Write then rename, so a reader never sees half a file. */
+	snprintf(tmp, sizeof tmp, "%s.XXXXXX", path);
+	int fd = mkstemp(tmp);
+	if (fd < 0) {
+		SHOAL_LOG_W("models", "cannot write %s: %s", tmp, strerror(errno));
+		free(b);
+		return;
+	}
+	bool ok = write(fd, b, n) == (ssize_t)n;
+	ok = (close(fd) == 0) && ok;
+	if (!ok || rename(tmp, path) != 0) {
+		SHOAL_LOG_W("models", "cannot write %s: %s", path, strerror(errno));
+		unlink(tmp);
+	}
+	free(b);
+}
+
+/* ---- load ----------------------------------------------------------------- */
+
+shoal_err shoal_model_id_load(const shoal_gguf *g, const char *state_dir, shoal_model_id **out,
+			      char *why, size_t why_len)
+{
+	*out = NULL;
+	if (sodium_init() < 0)
+		return shoal_why(why, why_len, SHOAL_ERR_STATE, "libsodium failed to initialise");
+	shoal_model_id *m = mid_alloc(g);
+	if (!m)
+		return shoal_why(why, why_len, SHOAL_ERR_NOMEM, "out of memory");
+	if (!state_dir) {
+		mid_hash_all(g, m);
+		*out = m;
+		return SHOAL_OK;
+	}
+	uint8_t key[MID_KEY_BYTES];
+	char path[PATH_MAX + 64];
+	shoal_err e = mid_key(g, key, why, why_len);
+	if (e) {
+		shoal_model_id_free(m);
+		return e;
+	}
+	mid_cache_path(state_dir, key, path, sizeof path);
+	if (mid_cache_read(path, key, m)) {
+		m->cached = true;
+		*out = m;
+		return SHOAL_OK;
+	}
+	mid_hash_all(g, m);
+	mid_cache_write(state_dir, path, key, m);
+	*out = m;
+	return SHOAL_OK;
+}
+
+/* ---- accessors ------------------------------------------------------------ */
+
+const uint8_t *shoal_model_id_digest(const shoal_model_id *id)
+{
+	return id->id;
+}
+
+uint32_t shoal_model_id_n_shards(const shoal_model_id *id)
+{
+	return id->n_shards;
+}
+
+const uint8_t *shoal_model_id_header_digest(const shoal_model_id *id, uint32_t shard)
+{
+	return shard < id->n_shards ? id->headers + (size_t)shard * MID_H : NULL;
+}
+
+size_t shoal_model_id_n_tensors(const shoal_model_id *id)
+{
+	return id->n_tensors;
+}
+
+const uint8_t *shoal_model_id_tensor_digest(const shoal_model_id *id, size_t i)
+{
+	return i < id->n_tensors ? id->tensors + i * MID_H : NULL;
+}
+
+int64_t shoal_model_id_find(const shoal_model_id *id, const char *name)
+{
+	for (size_t i = 0; name && i < id->n_tensors; i++)
+		if (!strcmp(id->names[i], name))
+			return (int64_t)i;
+	return -1;
+}
+
+shoal_err shoal_model_id_verify_tensor(const shoal_model_id *id, size_t tensor_index,
+				       const void *data, uint64_t nbytes)
+{
+	if (tensor_index >= id->n_tensors)
+		return SHOAL_ERR_RANGE;
+	if (nbytes != id->nbytes[tensor_index] || (!data && nbytes))
+		return SHOAL_ERR_MISMATCH;
+	uint8_t d[MID_H];
+	crypto_generichash(d, MID_H, data, nbytes, NULL, 0);
+	return sodium_memcmp(d, id->tensors + tensor_index * MID_H, MID_H) == 0
+		       ? SHOAL_OK
+		       : SHOAL_ERR_MISMATCH;
+}
+
+bool shoal_model_id_cached(const shoal_model_id *id)
+{
+	return id->cached;
+}
+
+uint64_t shoal_model_id_bytes_hashed(const shoal_model_id *id)
+{
+	return id->hashed;
+}
+
+void shoal_model_id_hex(const uint8_t digest[SHOAL_MODEL_ID_BYTES], char out[65])
+{
+	sodium_bin2hex(out, 65, digest, SHOAL_MODEL_ID_BYTES);
+}
