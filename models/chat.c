@@ -375,13 +375,15 @@ static shoal_err render_qwen3(const chat_conv *c, chat_buf *b, bool gen, bool th
 			 * reasoning: before the first </think>, after the last
 			 * <think> there, newlines off both ends. */
 			const char *last = str_find_last(text, "</think>");
-			chat_str after = {last + 8, (size_t)(text.p + text.n - (last + 8))};
+			const char *tail = last + sizeof "</think>" - 1;
+			chat_str after = {tail, (size_t)(text.p + text.n - tail)};
 			chat_str before = {text.p, (size_t)(end - text.p)};
 			before = str_rstrip_nl(before);
 			const char *open = str_find_last(before, "<think>");
 			if (open) {
-				before.n -= (size_t)(open + 7 - before.p);
-				before.p = open + 7;
+				const char *from = open + sizeof "<think>" - 1;
+				before.n -= (size_t)(from - before.p);
+				before.p = from;
 			}
 			reason = str_lstrip_nl(before);
 			text = str_lstrip_nl(after);
@@ -484,8 +486,9 @@ static shoal_err render_deepseek(const chat_conv *c, chat_buf *b, bool gen, cons
 			chat_str text = content(c, i);
 			const char *end = str_find(text, "</think>");
 			if (end) {
-				text.n -= (size_t)(end + 8 - text.p);
-				text.p = end + 8;
+				const char *tail = end + sizeof "</think>" - 1;
+				text.n -= (size_t)(tail - text.p);
+				text.p = tail;
 			}
 			buf_str(b, text);
 			buf_puts(b, DS_EOS);

@@ -6,13 +6,11 @@
  * recognises a family from distinctive markers in the GGUF's
  * tokenizer.chat_template and shoal_chat_render() writes that family's
  * format in C, byte for byte what the family's own template prints
- * (Jinja2, trim_blocks/lstrip_blocks, no tools, no date given). Tool calls
- * and tool roles are not supported.
+ * (Jinja2, trim_blocks/lstrip_blocks, no date given); no tool calls.
  *
- * The caller passes the text of the BOS/EOS tokens for the formats that
- * print them (Llama 3, Gemma, Mistral, DeepSeek print BOS; Mistral and
- * Phi print EOS); tokenize the result with special tokens parsed and
- * without adding another BOS.
+ * The caller passes the BOS/EOS token texts for the formats that print
+ * them (Llama 3, Gemma, Mistral, DeepSeek: BOS; Mistral, Phi: EOS), and
+ * tokenizes the result with special tokens parsed and no second BOS.
  */
 #ifndef SHOAL_MODELS_CHAT_H
 #define SHOAL_MODELS_CHAT_H
