@@ -1,0 +1,125 @@
+/*
+ * tests/bench/bench_kernels.c: the kernels' speed against the machine's
+ * streaming-read bound (not a test: built by `make check`, run by hand).
+ *
+ * Usage: bench_kernels [MB [membw_MB]]   (defaults 200 and 512)
+ * Prints the 1-thread read bandwidth, then per table and weight type the
+ * 1-thread gemv GB/s over a model-like set of matrices (alternating
+ * 2048 -> 5632 and 5632 -> 2048, MB in all, far larger than the caches,
+ * each used once per pass as in decoding), its ratio to the bound, the gemm
+ * GFLOP/s on a cache-resident matrix (prefill), and the start-up probe.
+ * Figures are the best of 5 passes: other processes only slow passes down.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "runtime/kernels.h"
+#include "runtime/kernels_probe.h"
+#include "runtime/membw.h"
+#include "runtime/quant.h"
+
+static double now(void)
+{
+	struct timespec t;
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+static float frand(unsigned *s)
+{
+	*s = *s * 1664525u + 1013904223u;
+	return (float)(*s >> 8) / (float)(1u << 23) - 1.0f;
+}
+
+typedef struct mat {
+	int64_t n, rows;
+	size_t row_bytes;
+	unsigned char *w;
+} mat;
+
+int main(int argc, char **argv)
+{
+	size_t mb = argc > 1 ? (size_t)atol(argv[1]) : 200;
+	size_t bw_mb = argc > 2 ? (size_t)atol(argv[2]) : 512;
+	double bound = shoal_membw_read_gbps(1, bw_mb << 20);
+	printf("membw 1 thread (%zu MiB): %.2f GB/s\n", bw_mb, bound);
+	static const char *const isas[] = {"scalar", "avx2", "avx512bw", "avx512", "neon", "neon-base"};
+	static const shoal_dtype types[] = {SHOAL_DTYPE_Q8_0, SHOAL_DTYPE_Q4_0, SHOAL_DTYPE_Q4_K,
+					    SHOAL_DTYPE_Q6_K, SHOAL_DTYPE_F16};
+	unsigned seed = 1;
+	float *xf = malloc(sizeof(float) * 8192), *y = malloc(sizeof(float) * 8192 * 8);
+	for (int i = 0; i < 8192; i++)
+		xf[i] = frand(&seed);
+	for (size_t t = 0; t < sizeof types / sizeof types[0]; t++) {
+		shoal_dtype wt = types[t], at = shoal_kernels_act_type(wt);
+		/* build the matrix set once per type: random rows, quantized */
+		size_t per = shoal_dtype_row_bytes(wt, 2048) * 5632; /* both shapes */
+		int nm = (int)((mb << 20) / per);
+		if (nm < 2)
+			nm = 2;
+		mat *m = calloc((size_t)nm, sizeof *m);
+		size_t total = 0;
+		for (int i = 0; i < nm; i++) {
+			m[i].n = i % 2 ? 5632 : 2048;
+			m[i].rows = i % 2 ? 2048 : 5632;
+			m[i].row_bytes = shoal_dtype_row_bytes(wt, (uint64_t)m[i].n);
+			m[i].w = malloc(m[i].row_bytes * (size_t)m[i].rows);
+			for (int64_t r = 0; r < m[i].rows; r++) {
+				float row[5632];
+				for (int64_t j = 0; j < m[i].n; j++)
+					row[j] = frand(&seed);
+				shoal_quantize_row(wt, row, m[i].w + (size_t)r * m[i].row_bytes, m[i].n);
+			}
+			total += m[i].row_bytes * (size_t)m[i].rows;
+		}
+		unsigned char *xa = malloc(shoal_dtype_row_bytes(at, 5632) * 8);
+		unsigned char *xb = malloc(shoal_dtype_row_bytes(at, 2048) * 8);
+		for (size_t k = 0; k < sizeof isas / sizeof isas[0]; k++) {
+			const shoal_kernels *kt = shoal_kernels_by_name(isas[k]);
+			if (!kt || (!strcmp(isas[k], "scalar") && wt == SHOAL_DTYPE_F16))
+				continue;
+			kt->quantize_act(at, xf, xa, 5632);
+			kt->quantize_act(at, xf, xb, 2048);
+			double best = 1e30;
+			for (int pass = 0; pass < (strcmp(isas[k], "scalar") ? 5 : 2); pass++) {
+				double t0 = now();
+				for (int i = 0; i < nm; i++)
+					kt->gemv(wt, m[i].n, m[i].w, m[i].row_bytes, m[i].rows,
+						 m[i].n == 5632 ? xa : xb, y);
+				double dt = now() - t0;
+				if (dt < best)
+					best = dt;
+			}
+			double gbps = (double)total / best / 1e9;
+			/* gemm: 8 columns against the first 256 rows of matrix 0 (cache) */
+			size_t xs = shoal_dtype_row_bytes(at, 2048);
+			for (int c = 1; c < 8; c++)
+				memcpy(xb + (size_t)c * xs, xb, xs);
+			double gbest = 1e30;
+			for (int rep = 0; rep < 20; rep++) {
+				double t0 = now();
+				kt->gemm(wt, 2048, m[0].w, m[0].row_bytes, 256, xb, xs, 8, y, 256);
+				double dt = now() - t0;
+				if (dt < gbest)
+					gbest = dt;
+			}
+			printf("%-9s %-5s gemv %6.2f GB/s (%5.1f%% of bound, %zu MiB)  gemm %6.1f GFLOP/s\n",
+			       kt->isa, shoal_dtype_name(wt), gbps, 100.0 * gbps / bound,
+			       total >> 20, 2.0 * 2048 * 256 * 8 / gbest / 1e9);
+		}
+		for (int i = 0; i < nm; i++)
+			free(m[i].w);
+		free(m);
+		free(xa);
+		free(xb);
+	}
+	shoal_kernels_probe_result pr;
+	if (shoal_kernels_probe(NULL, 250, &pr) == SHOAL_OK)
+		printf("probe (%s, %u ms): gemv %.2f GB/s, gemm %.1f GFLOP/s\n", pr.isa,
+		       pr.elapsed_ms, pr.gemv_gbps, pr.gemm_gflops);
+	free(xf);
+	free(y);
+	return 0;
+}
