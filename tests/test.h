@@ -100,7 +100,7 @@ static inline int test_run_(const test_case_ *cases, size_t n)
 		test_skipped_ = 0;
 		cases[i].fn();
 		if (test_skipped_) {
-			printf("SKIP %s: %s\n", cases[i].name, test_skip_reason_);
+			printf("SKIP %s: %s\n", cases[i].name, test_skip_reason_ ? test_skip_reason_ : "");
 			continue;
 		}
 		if (test_failures_ > before) {
