@@ -65,46 +65,13 @@ size_t tokenizer__bpe_byte_char(unsigned char b, char *dst)
 	return 2;
 }
 
-/* Length of the valid UTF-8 character at s[0..len) (strict: no overlong
- * forms, no surrogates, nothing above U+10FFFF), or 0 if it is invalid. */
-static size_t bpe_utf8_valid(const unsigned char *s, size_t len, uint32_t *cp)
-{
-	unsigned char c = s[0];
-	if (c < 0x80) {
-		*cp = c;
-		return 1;
-	}
-	size_t n;
-	uint32_t v, min;
-	if (c >= 0xc2 && c <= 0xdf) {
-		n = 2, v = c & 0x1f, min = 0x80;
-	} else if (c >= 0xe0 && c <= 0xef) {
-		n = 3, v = c & 0x0f, min = 0x800;
-	} else if (c >= 0xf0 && c <= 0xf4) {
-		n = 4, v = c & 0x07, min = 0x10000;
-	} else {
-		return 0;
-	}
-	if (len < n)
-		return 0;
-	for (size_t i = 1; i < n; i++) {
-		if ((s[i] & 0xc0) != 0x80)
-			return 0;
-		v = (v << 6) | (s[i] & 0x3f);
-	}
-	if (v < min || v > 0x10ffff || (v >= 0xd800 && v <= 0xdfff))
-		return 0;
-	*cp = v;
-	return n;
-}
-
 size_t tokenizer__bpe_unmap(const char *src, size_t len, char *dst)
 {
 	const unsigned char *s = (const unsigned char *)src;
 	size_t n = 0;
 	for (size_t i = 0; i < len;) {
 		uint32_t cp;
-		size_t cl = bpe_utf8_valid(s + i, len - i, &cp);
+		size_t cl = tokenizer__utf8_valid(s + i, len - i, &cp);
 		int b = cl ? bpe_cp_byte(cp) : -1;
 		if (b >= 0) {
 			dst[n++] = (char)b;
@@ -505,9 +472,10 @@ static shoal_err bpe_run(bpe_work *w, const char *s, size_t len, tokenizer__out 
 		if (me == ms) {
 			/* An empty match (none of our patterns has one): step one
 			 * character so the loop always advances. */
-			me = ms + tokenizer__utf8_len((unsigned char)s[ms]);
-			if (me > len)
-				me = len;
+			uint32_t cp;
+			size_t cl =
+			    tokenizer__utf8_valid((const unsigned char *)s + ms, len - ms, &cp);
+			me = ms + (cl ? cl : 1);
 		}
 		err = bpe_word(w, s + pos, ms - pos, o);
 		if (!err)
@@ -532,7 +500,7 @@ shoal_err tokenizer__bpe_encode(const struct shoal_tokenizer *t, const char *tex
 	size_t run = 0, i = 0;
 	while (i < len && !err) {
 		uint32_t cp;
-		size_t cl = bpe_utf8_valid(u + i, len - i, &cp);
+		size_t cl = tokenizer__utf8_valid(u + i, len - i, &cp);
 		if (cl) {
 			i += cl;
 			continue;

@@ -103,12 +103,37 @@ uint32_t tokenizer__hash(const char *s, size_t len);
 /* The id of a token text, or -1. */
 int32_t tokenizer__find(const struct shoal_tokenizer *t, const char *s, size_t len);
 
-/* Length of the UTF-8 sequence that starts with byte c, judged by its top
- * four bits as the reference does (1 for stray continuation bytes). */
-static inline size_t tokenizer__utf8_len(unsigned char c)
+/* Length of the valid UTF-8 character at s[0..len) (strict: no overlong
+ * forms, no surrogates, nothing above U+10FFFF), or 0 if it is invalid. */
+static inline size_t tokenizer__utf8_valid(const unsigned char *s, size_t len, uint32_t *cp)
 {
-	static const uint8_t lens[16] = {1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 3, 4};
-	return lens[c >> 4];
+	unsigned char c = s[0];
+	if (c < 0x80) {
+		*cp = c;
+		return 1;
+	}
+	size_t n;
+	uint32_t v, min;
+	if (c >= 0xc2 && c <= 0xdf) {
+		n = 2, v = c & 0x1f, min = 0x80;
+	} else if (c >= 0xe0 && c <= 0xef) {
+		n = 3, v = c & 0x0f, min = 0x800;
+	} else if (c >= 0xf0 && c <= 0xf4) {
+		n = 4, v = c & 0x07, min = 0x10000;
+	} else {
+		return 0;
+	}
+	if (len < n)
+		return 0;
+	for (size_t i = 1; i < n; i++) {
+		if ((s[i] & 0xc0) != 0x80)
+			return 0;
+		v = (v << 6) | (s[i] & 0x3f);
+	}
+	if (v < min || v > 0x10ffff || (v >= 0xd800 && v <= 0xdfff))
+		return 0;
+	*cp = v;
+	return n;
 }
 
 /* Encode one stretch of raw text (no special tokens in it), appending ids. */

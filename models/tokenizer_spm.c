@@ -109,9 +109,13 @@ static shoal_err spm_segment(spm_work *w, size_t n, tokenizer__out *o)
 {
 	int32_t n_sym = 0;
 	for (size_t i = 0; i < n;) {
-		size_t cl = tokenizer__utf8_len((unsigned char)w->buf[i]);
-		if (cl > n - i)
-			cl = n - i;
+		/* One symbol per UTF-8 character; a byte that starts no valid
+		 * character is a symbol of its own (the reference engine would
+		 * swallow the bytes after it, which breaks round trips). */
+		uint32_t cp;
+		size_t cl = tokenizer__utf8_valid((const unsigned char *)w->buf + i, n - i, &cp);
+		if (!cl)
+			cl = 1;
 		w->sym[n_sym] = (spm_sym){(uint32_t)i, (uint32_t)cl, n_sym - 1, n_sym + 1};
 		n_sym++;
 		i += cl;

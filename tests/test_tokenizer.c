@@ -655,6 +655,138 @@ static void test_bpe_pre_tokenizers(void)
 	shoal_gguf_free(g);
 }
 
+/* ---- hostile text ------------------------------------------------------ */
+
+static bool valid_utf8(const unsigned char *s, size_t n)
+{
+	for (size_t i = 0; i < n;) {
+		unsigned char c = s[i];
+		size_t k = c < 0x80                   ? 1
+		           : (c >= 0xc2 && c <= 0xdf) ? 2
+		           : (c >= 0xe0 && c <= 0xef) ? 3
+		           : (c >= 0xf0 && c <= 0xf4) ? 4
+		                                      : 0;
+		if (!k || i + k > n)
+			return false;
+		for (size_t j = 1; j < k; j++)
+			if ((s[i + j] & 0xc0) != 0x80)
+				return false;
+		if ((c == 0xe0 && s[i + 1] < 0xa0) || (c == 0xed && s[i + 1] > 0x9f) ||
+		    (c == 0xf0 && s[i + 1] < 0x90) || (c == 0xf4 && s[i + 1] > 0x8f))
+			return false;
+		i += k;
+	}
+	return true;
+}
+
+/* Random text from pieces that stress the tokenizers (broken UTF-8,
+ * special-token texts, runs of spaces and digits): every vocabulary must
+ * encode it without error, every id must be in range, decoding without
+ * special tokens must give the bytes back, and the streaming detokenizer
+ * must give valid UTF-8 (equal to decode when decode's output is valid). */
+static void test_random_text(void)
+{
+	static const char *const parts[] = {
+	    " ",
+	    "  ",
+	    "\n",
+	    "\t",
+	    "a",
+	    "Hello",
+	    "'s",
+	    "'RE",
+	    "123456",
+	    "\xc3\xa9",
+	    "\xe4\xbd\xa0",
+	    "\xf0\x9f\x98\x81",
+	    "\xff",
+	    "\xc3",
+	    "\x80",
+	    "\xed\xa0\x80",
+	    "<s>",
+	    "</s>",
+	    "<|eot_id|>",
+	    "<|begin_of_text|>",
+	    "<|endoftext|>",
+	    "\r\n",
+	    "!!",
+	    "\xe2\x96",
+	};
+	static const char *const vocabs[] = {
+	    "vocab/ggml-vocab-llama-spm.gguf",
+	    "vocab/ggml-vocab-llama-bpe.gguf",
+	    "vocab/ggml-vocab-gpt-2.gguf",
+	};
+	uint64_t rng = 0x5eed;
+	int bad = 0, checked = 0;
+	for (size_t v = 0; v < 3; v++) {
+		shoal_gguf *g = NULL;
+		shoal_tokenizer *t = open_tok(vocabs[v], &g);
+		ASSERT_TRUE(t != NULL);
+		uint32_t nv = shoal_tokenizer_n_vocab(t);
+		for (int round = 0; round < 150; round++) {
+			char text[512];
+			size_t len = 0;
+			int n_parts = (int)((rng >> 33) % 24);
+			for (int k = 0; k < n_parts; k++) {
+				rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+				const char *p =
+				    parts[(rng >> 33) % (sizeof parts / sizeof parts[0])];
+				size_t pl = strlen(p);
+				memcpy(text + len, p, pl);
+				len += pl;
+			}
+			rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+			for (int special = 0; special < 2; special++) {
+				int32_t *ids = NULL;
+				size_t n = 0;
+				if (shoal_tokenizer_encode(t, text, len, true, special, &ids, &n)) {
+					bad++;
+					continue;
+				}
+				for (size_t i = 0; i < n; i++)
+					if (ids[i] < 0 || (uint32_t)ids[i] >= nv)
+						bad++;
+				char *back = NULL, *streamed = NULL;
+				size_t back_len = 0, s_len = 0;
+				/* Skip the BOS for the comparison of bytes. */
+				size_t skip = shoal_tokenizer_adds_bos(t) ? 1 : 0;
+				if (shoal_tokenizer_decode(t, ids + skip, n - skip, false, &back,
+				                           &back_len)) {
+					bad++;
+				} else if (!special &&
+				           (back_len != len || memcmp(back, text, len))) {
+					fprintf(stderr, "%s: round %d does not round-trip\n",
+					        vocabs[v], round);
+					for (size_t i = 0; i < len; i++)
+						fprintf(stderr, "%02x", (unsigned char)text[i]);
+					fprintf(stderr, "\n");
+					for (size_t i = 0; i < back_len; i++)
+						fprintf(stderr, "%02x", (unsigned char)back[i]);
+					fprintf(stderr, "\n");
+					bad++;
+				}
+				streamed = detok_all(t, ids + skip, n - skip, &s_len);
+				if (!streamed || !valid_utf8((unsigned char *)streamed, s_len) ||
+				    (back && valid_utf8((unsigned char *)back, back_len) &&
+				     (s_len != back_len || memcmp(streamed, back, s_len)))) {
+					fprintf(stderr, "%s: round %d streams wrongly\n", vocabs[v],
+					        round);
+					bad++;
+				}
+				checked++;
+				free(back);
+				free(streamed);
+				free(ids);
+			}
+		}
+		shoal_tokenizer_free(t);
+		shoal_gguf_free(g);
+	}
+	ASSERT_EQ(checked, 900);
+	ASSERT_EQ(bad, 0);
+}
+
 /* ---- speed ------------------------------------------------------------- */
 
 static void test_persuasion_speed(void)
@@ -696,4 +828,5 @@ TEST_MAIN(TEST_CASE(test_vectors_llama_spm), TEST_CASE(test_vectors_llama_bpe),
           TEST_CASE(test_vectors_gpt2), TEST_CASE(test_expected_prompts),
           TEST_CASE(test_detok_split_character), TEST_CASE(test_special_tokens),
           TEST_CASE(test_bad_vocabularies), TEST_CASE(test_spm_merge_order),
-          TEST_CASE(test_bpe_pre_tokenizers), TEST_CASE(test_persuasion_speed))
+          TEST_CASE(test_bpe_pre_tokenizers), TEST_CASE(test_random_text),
+          TEST_CASE(test_persuasion_speed))
