@@ -838,9 +838,26 @@ static struct member *random_live(shoal_swim *sw, const shoal_peer_id *not)
 	return NULL;
 }
 
+/* A random suspect, or NULL. O(N), only while there are suspects. */
+static struct member *random_suspect(shoal_swim *sw)
+{
+	size_t k = (size_t)rnd(sw, sw->n_suspect);
+	for (size_t i = 0; i < sw->n; i++)
+		if (sw->m[i]->state == SHOAL_SWIM_STATE_SUSPECT && k-- == 0)
+			return sw->m[i];
+	return NULL;
+}
+
 static void probe_start(shoal_swim *sw, uint64_t now)
 {
 	struct member *t = NULL;
+	/* Every other probe goes to a suspect while there are any: the ping
+	 * carries the suspicion (buddy system), so a live suspect refutes
+	 * within a round even when our suspicion never got out (e.g. we were
+	 * the one cut off, and every gossip of it was lost). Round-robin
+	 * alone would reach it only after up to N rounds. */
+	if (sw->n_suspect && (sw->st.probes & 1))
+		t = random_suspect(sw);
 	for (size_t tries = 0; tries <= sw->probe_n + 1 && !t; tries++) {
 		if (sw->probe_i >= sw->probe_n) {
 			probe_rebuild(sw);

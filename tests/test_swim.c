@@ -84,7 +84,7 @@ static void converge_n(size_t n, uint64_t seed)
 {
 	sim_net *net = make_net(seed, n);
 	ASSERT_TRUE(net != NULL);
-	grow(net, n, 20000);
+	grow(net, n, 100000);
 	unsigned bound = CONVERGE_C * clog2(n);
 	unsigned r = rounds_to_converge(net, 4 * bound);
 	printf("  N=%zu: converged %u rounds after the last join (bound %u)\n", n, r, bound);
@@ -113,7 +113,7 @@ static void test_loss_no_false_death(void)
 	const size_t n = 64;
 	sim_net *net = make_net(4, n);
 	ASSERT_TRUE(net != NULL);
-	grow(net, n, 20000);
+	grow(net, n, 100000);
 	ASSERT_LE(rounds_to_converge(net, 100), 100);
 	sim_net_set_loss(net, 0.10);
 	uint64_t period = sim_net_period_us(net), end = sim_net_now(net) + 600ull * 1000000;
@@ -148,7 +148,7 @@ static void test_kill_detected(void)
 	const size_t n = 64;
 	sim_net *net = make_net(5, n);
 	ASSERT_TRUE(net != NULL);
-	grow(net, n, 20000);
+	grow(net, n, 100000);
 	ASSERT_LE(rounds_to_converge(net, 100), 100);
 	const size_t victim = 17;
 	sim_net_kill(net, victim);
@@ -177,7 +177,7 @@ static void test_suspect_refutes(void)
 	const size_t n = 64, k = 9;
 	sim_net *net = make_net(6, n);
 	ASSERT_TRUE(net != NULL);
-	grow(net, n, 20000);
+	grow(net, n, 100000);
 	ASSERT_LE(rounds_to_converge(net, 100), 100);
 	uint64_t inc0 = shoal_swim_incarnation(sim_net_swim(net, k));
 	uint64_t period = sim_net_period_us(net);
@@ -207,7 +207,7 @@ static void test_leave(void)
 	const size_t n = 32, k = 5;
 	sim_net *net = make_net(7, n);
 	ASSERT_TRUE(net != NULL);
-	grow(net, n, 20000);
+	grow(net, n, 100000);
 	ASSERT_LE(rounds_to_converge(net, 100), 100);
 	shoal_swim *sw = sim_net_swim(net, k);
 	shoal_swim_leave(sw);
@@ -234,7 +234,7 @@ static void restart_case(uint64_t new_inc, uint64_t seed)
 	const size_t n = 32, k = 3;
 	sim_net *net = make_net(seed, n);
 	ASSERT_TRUE(net != NULL);
-	grow(net, n, 20000);
+	grow(net, n, 100000);
 	ASSERT_LE(rounds_to_converge(net, 100), 100);
 	uint64_t old = shoal_swim_incarnation(sim_net_swim(net, k));
 	sim_net_restart(net, k, new_inc ? old + new_inc : 0, (long)(k + 1));
@@ -277,9 +277,9 @@ static void test_incompatible(void)
 	const size_t n = 8;
 	sim_net *net = make_net(10, n);
 	ASSERT_TRUE(net != NULL);
-	grow(net, n - 1, 20000);
+	grow(net, n - 1, 100000);
 	sim_net_set_sched_version(net, 2);
-	grow(net, n, 20000);
+	grow(net, n, 100000);
 	ASSERT_LE(rounds_to_converge(net, 60), 60);
 	shoal_swim_member *v;
 	size_t nv, odd = 0;
