@@ -778,14 +778,19 @@ shoal_err shoal_gguf_open(const char *path, shoal_gguf **out, char *why, size_t 
 	unsigned fno = 0, fcount = 0;
 	long plen = split_parse(path, &fno, &fcount);
 	uint32_t count = first.split_count > 1 ? (uint32_t)first.split_count : 1;
-	if (count > 1 && (plen < 0 || fcount != count || first.split_no < 0 ||
-			  fno != (unsigned)first.split_no + 1)) {
+	if (count > 1 && (first.split_no < 0 || (uint32_t)first.split_no >= count)) {
+		e = shoal_why(why, why_len, SHOAL_ERR_FORMAT,
+			      "split.count is %u but split.no is %s", count,
+			      first.split_no < 0 ? "missing" : "out of range");
+		shard_fini(&first);
+		goto fail;
+	}
+	if (count > 1 && (plen < 0 || fcount != count || fno != (unsigned)first.split_no + 1)) {
 		shard_fini(&first);
 		e = shoal_why(why, why_len, SHOAL_ERR_FORMAT,
 			      "split.count is %u but the file name does not follow "
 			      "<prefix>-%05u-of-%05u.gguf",
-			      count, first.split_no < 0 ? 0u : (unsigned)first.split_no + 1,
-			      count);
+			      count, (unsigned)first.split_no + 1, count);
 		goto fail;
 	}
 	g->shards = calloc(count, sizeof *g->shards);

@@ -8,6 +8,7 @@
  * Every bad file must give a non-OK code and a one-line, non-empty reason.
  */
 #include <dirent.h>
+#include <errno.h>
 #include <stdint.h>
 #include <unistd.h>
 
@@ -209,7 +210,8 @@ static void test_writer_roundtrip(void)
 	ASSERT_EQ(shoal_gguf_open(p, &g, why, sizeof why), SHOAL_OK);
 	ASSERT_EQ(shoal_gguf_n_kv(g), 16);
 	size_t kl;
-	ASSERT_TRUE(!strncmp(shoal_gguf_key(g, 1, &kl), "u8", kl) && kl == 2);
+	const char *k1 = shoal_gguf_key(g, 1, &kl);
+	ASSERT_TRUE(kl == 2 && !memcmp(k1, "u8", 2));
 	ASSERT_EQ(shoal_gguf_kv_type(g, 1), SHOAL_GGUF_UINT8);
 	uint32_t u;
 	uint64_t u64;
@@ -367,6 +369,29 @@ static void test_truncated_everywhere(void)
 	spit(q, b, n);
 	char why[256];
 	ASSERT_EQ(open_bad(q, why, sizeof why), SHOAL_OK);
+	free(b);
+	ASSERT_EQ(fails, 0);
+
+	/* A real file: every 13th prefix of its 24,960-byte header (vocabulary
+	 * arrays included), then a few cuts inside the data. */
+	char real[512];
+	data_path(real, sizeof real, "models/tiny-kq-q6_k.gguf");
+	b = slurp(real, &n);
+	ASSERT_TRUE(b != NULL);
+	spit(q, b, n);
+	/* Cut from the end down (truncate is cheaper than rewriting). */
+	for (size_t len = n - 1; len > 0; len -= (len > 25000 ? 99991 : 13)) {
+		if (len > n)
+			break;
+		if (truncate(q, (off_t)len) != 0)
+			TEST_FAIL_("truncate %s: %s", q, strerror(errno));
+		shoal_err e = open_bad(q, why, sizeof why);
+		if (e == SHOAL_OK || !why[0] || strchr(why, '\n')) {
+			fprintf(stderr, "tiny-kq truncated at %zu: code %d why '%s'\n", len, e,
+				why);
+			fails++;
+		}
+	}
 	free(b);
 	ASSERT_EQ(fails, 0);
 }
@@ -554,6 +579,11 @@ static void d_split_no_name(shoal_gguf_writer *w)
 	shoal_gguf_writer_kv_u16(w, "split.count", 3);
 }
 
+static void d_split_no_missing(shoal_gguf_writer *w)
+{
+	shoal_gguf_writer_kv_u16(w, "split.count", 3);
+}
+
 static void test_hostile_headers(void)
 {
 	const char *q = tmp_path("hostile.gguf");
@@ -596,7 +626,9 @@ static void test_hostile_headers(void)
 	write_with(q, d_misaligned, 512);
 	ASSERT_BAD(q, "alignment");
 	write_with(q, d_split_no_name, 0);
-	ASSERT_BAD(q, "split.count is 3");
+	ASSERT_BAD(q, "split.count is 3 but the file name does not follow");
+	write_with(q, d_split_no_missing, 0);
+	ASSERT_BAD(q, "split.no is missing");
 }
 
 /* Random byte flips in the header: any code is fine, a crash is not. */
