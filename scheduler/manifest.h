@@ -24,6 +24,10 @@ typedef struct shoal_manifest_layer {
 	uint32_t n_expert_used;  /* experts each token is routed to */
 	uint64_t expert_bytes;   /* bytes of one routed expert (gate+up+down) */
 	uint64_t expert_flops;   /* FLOPs per token routed to one expert */
+	uint64_t attn_flops_per_ctx; /* attention FLOPs per generated token per
+					cached token (QK^T and AV); 0: the
+					scheduler assumes 2 per cached F32
+					element, kv_bytes_per_token / 2 */
 } shoal_manifest_layer;
 
 typedef struct shoal_manifest {

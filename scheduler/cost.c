@@ -1,0 +1,489 @@
+/*
+ * scheduler/cost.c: the cost model, as tables computed once per schedule()
+ * call, and the evaluation of an assignment (memory per peer, predicted
+ * time per token, bytes moved).
+ *
+ * Part: scheduler/ (pure). Divisions: arithmetic, the context, assignments,
+ * evaluation. The model itself is stated in scheduler/schedule.c.
+ */
+#include "scheduler/sched_impl.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+/* Bounds that keep every sum below 2^63 whatever the input: a unit time
+ * (one layer on one peer, one hop) is clamped to 2^40 ns (18 minutes, far
+ * beyond any plan worth serving) and there are at most 2^16 layers, so sums
+ * of times stay below 2^58; bandwidths and speeds are clamped to 2^50 per
+ * second (a petabyte/s) so that 128-bit products never overflow. */
+#define SCHED_TMAX (1ULL << 40)
+#define SCHED_RATE_MAX (1ULL << 50)
+#define SCHED_MAX_LAYERS 65536u
+#define SCHED_MAX_EXPERTS 65536u
+#define SCHED_MAX_BYTES (1ULL << 50) /* one tensor group: 1 PiB */
+#define NS_PER_S 1000000000ULL
+/* Routing counts are renormalised to sum to 2^20 per layer: enough
+ * resolution (one part in a million) and small enough for 128-bit products. */
+#define SCHED_LOAD_SCALE (1ULL << 20)
+/* 12 = lcm(1, 2, 3, 4): a replicated expert's load splits exactly among up
+ * to SHOAL_PLAN_MAX_OWNERS owners. */
+#define SCHED_SHARE 12
+
+/* ---- arithmetic -------------------------------------------------------- */
+
+uint64_t sched__add(uint64_t a, uint64_t b) { return a > UINT64_MAX - b ? UINT64_MAX : a + b; }
+
+static uint64_t sat_mul(uint64_t a, uint64_t b)
+{
+	unsigned __int128 x = (unsigned __int128)a * b;
+	return x > UINT64_MAX ? UINT64_MAX : (uint64_t)x;
+}
+
+static uint64_t div_up_clamp(unsigned __int128 num, unsigned __int128 den)
+{
+	unsigned __int128 q = num / den + (num % den != 0);
+	return q > SCHED_TMAX ? SCHED_TMAX : (uint64_t)q;
+}
+
+uint64_t sched__muldiv_up(uint64_t a, uint64_t b, uint64_t c)
+{
+	unsigned __int128 num = (unsigned __int128)a * b;
+	unsigned __int128 q = num / c + (num % c != 0);
+	return q > UINT64_MAX ? UINT64_MAX : (uint64_t)q;
+}
+
+/* The roofline of one piece of work on a peer: decode kernels stream the
+ * weights while they multiply, so the slower of the two bounds the time;
+ * adding them would count the overlapped part twice. */
+static uint64_t roofline(uint64_t bytes, uint64_t flops, uint64_t bw, uint64_t fl)
+{
+	uint64_t tb = div_up_clamp((unsigned __int128)bytes * NS_PER_S, bw);
+	uint64_t tf = div_up_clamp((unsigned __int128)flops * NS_PER_S, fl);
+	return tb > tf ? tb : tf;
+}
+
+/* ---- the context ------------------------------------------------------- */
+
+static shoal_err check_manifest(const shoal_manifest *m, char *why, size_t why_len)
+{
+	if (!m->n_layer || m->n_layer > SCHED_MAX_LAYERS || !m->layers)
+		return shoal_why(why, why_len, SHOAL_ERR_RANGE, "manifest: %u layers", m->n_layer);
+	for (uint32_t l = 0; l < m->n_layer; l++) {
+		const shoal_manifest_layer *y = &m->layers[l];
+		if (y->n_expert > SCHED_MAX_EXPERTS || y->n_expert_used > y->n_expert ||
+		    (y->n_expert && !y->n_expert_used))
+			return shoal_why(why, why_len, SHOAL_ERR_RANGE,
+					 "manifest: layer %u routes %u of %u experts", l,
+					 y->n_expert_used, y->n_expert);
+		if (y->bytes > SCHED_MAX_BYTES || y->flops > SCHED_MAX_BYTES ||
+		    y->expert_bytes > SCHED_MAX_BYTES / SCHED_MAX_EXPERTS ||
+		    y->expert_flops > SCHED_MAX_BYTES / SCHED_MAX_EXPERTS ||
+		    y->kv_bytes_per_token > (1ULL << 30) || y->attn_flops_per_ctx > (1ULL << 30))
+			return shoal_why(why, why_len, SHOAL_ERR_RANGE,
+					 "manifest: layer %u has implausible sizes", l);
+	}
+	if (m->embd_bytes > SCHED_MAX_BYTES || m->head_bytes > SCHED_MAX_BYTES ||
+	    m->head_flops > SCHED_MAX_BYTES || m->act_bytes_per_token > (1ULL << 32))
+		return shoal_why(why, why_len, SHOAL_ERR_RANGE,
+				 "manifest: implausible embedding or head sizes");
+	return SHOAL_OK;
+}
+
+#define ALLOC(p, nmemb)                                                                            \
+	do {                                                                                       \
+		size_t n_ = (nmemb);                                                               \
+		(p) = calloc(n_ ? n_ : 1, sizeof *(p));                                            \
+		if (!(p))                                                                          \
+			goto nomem;                                                                \
+	} while (0)
+
+shoal_err sched__ctx_init(sched__ctx *c, const shoal_view *v, const shoal_manifest *m,
+			  const shoal_policy *pol, char *why, size_t why_len)
+{
+	memset(c, 0, sizeof *c);
+	shoal_err e = check_manifest(m, why, why_len);
+	if (e)
+		return e;
+	if (!shoal_view_n_peers(v))
+		return shoal_why(why, why_len, SHOAL_ERR_INFEASIBLE, "the view has no peers");
+	if (pol->ctx > (1u << 24) || !pol->sessions || pol->sessions > 4096 ||
+	    pol->headroom_permille > 900 || pol->gain_permille > 1000 || pol->near_permille > 1000)
+		return shoal_why(why, why_len, SHOAL_ERR_RANGE, "policy out of range");
+	c->v = v;
+	c->m = m;
+	c->pol = pol;
+	size_t n = c->n = shoal_view_n_peers(v);
+	uint32_t L = c->L = m->n_layer;
+	ALLOC(c->cap, n);
+	ALLOC(c->bw, n);
+	ALLOC(c->fl, n);
+	ALLOC(c->hop, n * n);
+	ALLOC(c->rtt, n * n);
+	ALLOC(c->tbase, n * L);
+	ALLOC(c->texp, n * L);
+	ALLOC(c->tpre, n * (L + 1));
+	ALLOC(c->head_t, n);
+	ALLOC(c->kv, L);
+	ALLOC(c->mpre[0], L + 1);
+	ALLOC(c->mpre[1], L + 1);
+	ALLOC(c->slot0, L);
+	ALLOC(c->loadtot, L);
+
+	for (size_t p = 0; p < n; p++) {
+		const shoal_view_peer *vp = shoal_view_peer_at(v, p);
+		uint64_t keep = 100 - vp->load_pct;
+		c->cap[p] = vp->mem_bytes / 1000 * (1000 - pol->headroom_permille) +
+			    vp->mem_bytes % 1000 * (1000 - pol->headroom_permille) / 1000;
+		uint64_t bw = vp->mem_bw > SCHED_RATE_MAX ? SCHED_RATE_MAX : vp->mem_bw;
+		uint64_t fl = vp->flops > SCHED_RATE_MAX ? SCHED_RATE_MAX : vp->flops;
+		c->bw[p] = bw / 100 * keep + bw % 100 * keep / 100;
+		c->fl[p] = fl / 100 * keep + fl % 100 * keep / 100;
+		if (!c->bw[p])
+			c->bw[p] = 1;
+		if (!c->fl[p])
+			c->fl[p] = 1;
+	}
+	for (size_t p = 0; p < n; p++)
+		for (size_t q = 0; q < n; q++) {
+			if (p == q)
+				continue;
+			uint64_t lat, lbw;
+			shoal_view_link(v, p, q, &lat, &lbw);
+			if (lbw > SCHED_RATE_MAX)
+				lbw = SCHED_RATE_MAX;
+			uint64_t h = sched__add(lat > SCHED_TMAX ? SCHED_TMAX : lat,
+						div_up_clamp((unsigned __int128)m->act_bytes_per_token *
+								     NS_PER_S,
+							     lbw ? lbw : 1));
+			c->hop[p * n + q] = h;
+			c->rtt[p * n + q] = 2 * h;
+		}
+
+	/* memory and loads per layer */
+	uint32_t slots = 0;
+	for (uint32_t l = 0; l < L; l++) {
+		const shoal_manifest_layer *y = &m->layers[l];
+		c->kv[l] = sat_mul(sat_mul(y->kv_bytes_per_token, pol->ctx), pol->sessions);
+		uint64_t base = sched__add(y->bytes, c->kv[l]);
+		c->mpre[SCHED__SPREAD][l + 1] = sched__add(c->mpre[SCHED__SPREAD][l], base);
+		c->mpre[SCHED__KEEP][l + 1] = sched__add(
+			c->mpre[SCHED__KEEP][l], sched__add(base, y->expert_bytes * y->n_expert));
+		c->slot0[l] = slots;
+		slots += y->n_expert;
+	}
+	c->n_slots = slots;
+	ALLOC(c->load, slots);
+	for (uint32_t l = 0; l < L; l++) {
+		const shoal_manifest_layer *y = &m->layers[l];
+		unsigned __int128 total = 0;
+		bool known;
+		if (shoal_view_layer_has_counts(v, l))
+			for (uint32_t e = 0; e < y->n_expert; e++)
+				total += shoal_view_expert_count(v, l, e, &known);
+		uint64_t sum = 0;
+		for (uint32_t e = 0; e < y->n_expert; e++) {
+			uint64_t w = 1;
+			if (total) {
+				uint64_t cnt = shoal_view_expert_count(v, l, e, &known);
+				w = (uint64_t)((unsigned __int128)cnt * SCHED_LOAD_SCALE / total);
+			}
+			c->load[c->slot0[l] + e] = w;
+			sum += w;
+		}
+		c->loadtot[l] = sum * SCHED_SHARE;
+	}
+
+	/* times per peer and layer */
+	for (size_t p = 0; p < n; p++) {
+		uint64_t acc = 0;
+		for (uint32_t l = 0; l < L; l++) {
+			const shoal_manifest_layer *y = &m->layers[l];
+			uint64_t af = y->attn_flops_per_ctx ? y->attn_flops_per_ctx
+							    : y->kv_bytes_per_token / 2;
+			uint64_t bytes = sched__add(y->bytes, sat_mul(y->kv_bytes_per_token, pol->ctx));
+			uint64_t flops = sched__add(y->flops, sat_mul(af, pol->ctx));
+			c->tbase[p * L + l] = roofline(bytes, flops, c->bw[p], c->fl[p]);
+			c->texp[p * L + l] =
+				y->n_expert ? sched__expert_time(c, l, (uint32_t)p, (uint32_t)p, 1, 1)
+					    : 0;
+			acc += c->tbase[p * L + l] + c->texp[p * L + l];
+			c->tpre[p * (L + 1) + l + 1] = acc;
+		}
+		c->head_t[p] = roofline(m->head_bytes, m->head_flops, c->bw[p], c->fl[p]);
+	}
+	c->embd_mem = m->embd_bytes;
+	c->head_mem = m->head_bytes;
+	if (m->tied_head)
+		c->both_mem = m->embd_bytes + (m->head_bytes > m->embd_bytes
+						       ? m->head_bytes - m->embd_bytes
+						       : 0);
+	else
+		c->both_mem = m->embd_bytes + m->head_bytes;
+	return SHOAL_OK;
+nomem:
+	sched__ctx_fini(c);
+	return SHOAL_ERR_NOMEM;
+}
+
+void sched__ctx_fini(sched__ctx *c)
+{
+	free(c->cap);
+	free(c->bw);
+	free(c->fl);
+	free(c->hop);
+	free(c->rtt);
+	free(c->tbase);
+	free(c->texp);
+	free(c->tpre);
+	free(c->head_t);
+	free(c->kv);
+	free(c->mpre[0]);
+	free(c->mpre[1]);
+	free(c->slot0);
+	free(c->load);
+	free(c->loadtot);
+	free(c->prev_base);
+	free(c->prev_exp);
+	if (c->has_prev)
+		sched__asg_fini(&c->prev);
+	memset(c, 0, sizeof *c);
+}
+
+uint64_t sched__range_mem(const sched__ctx *c, sched__mode mode, uint32_t a, uint32_t b,
+			  bool first, bool last)
+{
+	uint64_t x = c->mpre[mode][b] - c->mpre[mode][a];
+	uint64_t extra = first && last ? c->both_mem : first ? c->embd_mem : last ? c->head_mem : 0;
+	return sched__add(x, extra);
+}
+
+uint64_t sched__expert_time(const sched__ctx *c, uint32_t l, uint32_t s, uint32_t o, uint64_t w,
+			    uint64_t wtot)
+{
+	if (!w)
+		return 0;
+	const shoal_manifest_layer *y = &c->m->layers[l];
+	unsigned __int128 k = (unsigned __int128)w * y->n_expert_used;
+	uint64_t tb = div_up_clamp(k * y->expert_bytes * NS_PER_S, (unsigned __int128)wtot * c->bw[o]);
+	uint64_t tf = div_up_clamp(k * y->expert_flops * NS_PER_S, (unsigned __int128)wtot * c->fl[o]);
+	uint64_t t = tb > tf ? tb : tf;
+	return o == s ? t : t + c->rtt[(size_t)s * c->n + o];
+}
+
+/* ---- assignments ------------------------------------------------------- */
+
+shoal_err sched__asg_init(sched__asg *a, const sched__ctx *c)
+{
+	memset(a, 0, sizeof *a);
+	size_t ns = c->n < c->L ? c->n : c->L;
+	ALLOC(a->st_peer, ns);
+	ALLOC(a->st_first, ns);
+	ALLOC(a->st_end, ns);
+	ALLOC(a->n_own, c->n_slots);
+	ALLOC(a->own, (size_t)c->n_slots * SHOAL_PLAN_MAX_OWNERS);
+	ALLOC(a->mem_w, c->n);
+	ALLOC(a->mem_kv, c->n);
+	ALLOC(a->n_exp, c->n);
+	return SHOAL_OK;
+nomem:
+	sched__asg_fini(a);
+	return SHOAL_ERR_NOMEM;
+}
+
+void sched__asg_fini(sched__asg *a)
+{
+	free(a->st_peer);
+	free(a->st_first);
+	free(a->st_end);
+	free(a->n_own);
+	free(a->own);
+	free(a->mem_w);
+	free(a->mem_kv);
+	free(a->n_exp);
+	memset(a, 0, sizeof *a);
+}
+
+void sched__asg_copy(sched__asg *d, const sched__asg *s, const sched__ctx *c)
+{
+	size_t ns = c->n < c->L ? c->n : c->L;
+	d->n_stages = s->n_stages;
+	memcpy(d->st_peer, s->st_peer, ns * sizeof *d->st_peer);
+	memcpy(d->st_first, s->st_first, ns * sizeof *d->st_first);
+	memcpy(d->st_end, s->st_end, ns * sizeof *d->st_end);
+	memcpy(d->n_own, s->n_own, c->n_slots);
+	memcpy(d->own, s->own, (size_t)c->n_slots * SHOAL_PLAN_MAX_OWNERS * sizeof *d->own);
+	memcpy(d->mem_w, s->mem_w, c->n * sizeof *d->mem_w);
+	memcpy(d->mem_kv, s->mem_kv, c->n * sizeof *d->mem_kv);
+	memcpy(d->n_exp, s->n_exp, c->n * sizeof *d->n_exp);
+	d->feasible = s->feasible;
+	d->time_ns = s->time_ns;
+	d->moved = s->moved;
+	d->bad_peer = s->bad_peer;
+}
+
+bool sched__ctx_set_prev(sched__ctx *c, const shoal_plan *prev)
+{
+	if (!prev || prev->n_layer != c->L || prev->n_slots != c->n_slots)
+		return false;
+	for (uint32_t l = 0; l < c->L; l++)
+		if (prev->layer_n_expert[l] != c->m->layers[l].n_expert)
+			return false;
+	if (prev->n_stages > (c->n < c->L ? c->n : c->L))
+		return false;
+	long *map = calloc(prev->n_peers ? prev->n_peers : 1, sizeof *map);
+	if (!map)
+		return false;
+	for (size_t i = 0; i < prev->n_peers; i++)
+		if ((map[i] = shoal_view_find(c->v, &prev->peers[i].id)) < 0)
+			goto fail;
+	if (sched__asg_init(&c->prev, c))
+		goto fail;
+	c->has_prev = true;
+	c->prev_base = calloc((size_t)c->n * c->L, 1);
+	c->prev_exp = calloc((size_t)c->n * c->L, sizeof *c->prev_exp);
+	if (!c->prev_base || !c->prev_exp)
+		goto fail;
+	sched__asg *a = &c->prev;
+	a->n_stages = (uint32_t)prev->n_stages;
+	for (size_t i = 0; i < prev->n_stages; i++) {
+		const shoal_plan_stage *s = &prev->stages[i];
+		a->st_peer[i] = (uint32_t)map[s->peer];
+		a->st_first[i] = s->first_layer;
+		a->st_end[i] = s->end_layer;
+		for (uint32_t l = s->first_layer; l < s->end_layer; l++)
+			c->prev_base[(size_t)map[s->peer] * c->L + l] = 1;
+	}
+	for (uint32_t l = 0; l < c->L; l++)
+		for (uint32_t e = 0; e < c->m->layers[l].n_expert; e++) {
+			uint32_t slot = c->slot0[l] + e;
+			a->n_own[slot] = prev->slot_n_owner[slot];
+			for (uint32_t k = 0; k < a->n_own[slot]; k++) {
+				uint32_t o = (uint32_t)map[prev->slot_owner[slot * SHOAL_PLAN_MAX_OWNERS + k]];
+				a->own[slot * SHOAL_PLAN_MAX_OWNERS + k] = o;
+				c->prev_exp[(size_t)o * c->L + l]++;
+			}
+		}
+	c->prev_embd = (uint32_t)map[prev->embd_peer];
+	c->prev_head = (uint32_t)map[prev->head_peer];
+	free(map);
+	return true;
+fail:
+	free(map);
+	free(c->prev_base);
+	free(c->prev_exp);
+	c->prev_base = NULL;
+	c->prev_exp = NULL;
+	if (c->has_prev)
+		sched__asg_fini(&c->prev);
+	c->has_prev = false;
+	return false;
+}
+
+/* ---- evaluation -------------------------------------------------------- */
+
+static bool prev_owned(const sched__ctx *c, uint32_t slot, uint32_t o)
+{
+	for (uint32_t k = 0; k < c->prev.n_own[slot]; k++)
+		if (c->prev.own[slot * SHOAL_PLAN_MAX_OWNERS + k] == o)
+			return true;
+	return false;
+}
+
+void sched__evaluate(const sched__ctx *c, sched__asg *a)
+{
+	size_t n = c->n;
+	uint32_t L = c->L;
+	const shoal_manifest *m = c->m;
+	memset(a->mem_w, 0, n * sizeof *a->mem_w);
+	memset(a->mem_kv, 0, n * sizeof *a->mem_kv);
+	memset(a->n_exp, 0, n * sizeof *a->n_exp);
+	uint64_t t = 0, moved = 0;
+	uint32_t first = a->st_peer[0], last = a->st_peer[a->n_stages - 1];
+	uint64_t *w = calloc(n, sizeof *w);
+	uint32_t *touched = calloc(n, sizeof *touched);
+	uint8_t *seen = calloc(n, 1);
+	if (!w || !touched || !seen) {
+		/* Out of memory while judging: call the assignment infeasible,
+		 * which is safe (nothing is adopted). */
+		free(w);
+		free(touched);
+		free(seen);
+		a->feasible = false;
+		a->time_ns = SCHED__INF;
+		return;
+	}
+	for (uint32_t i = 0; i < a->n_stages; i++) {
+		uint32_t p = a->st_peer[i];
+		if (i)
+			t += c->hop[(size_t)a->st_peer[i - 1] * n + p];
+		for (uint32_t l = a->st_first[i]; l < a->st_end[i]; l++) {
+			const shoal_manifest_layer *y = &m->layers[l];
+			a->mem_w[p] = sched__add(a->mem_w[p], y->bytes);
+			a->mem_kv[p] = sched__add(a->mem_kv[p], c->kv[l]);
+			t += c->tbase[(size_t)p * L + l];
+			if (c->has_prev && !c->prev_base[(size_t)p * L + l])
+				moved += y->bytes;
+			if (!y->n_expert)
+				continue;
+			/* this layer's routed experts: each owner's share of
+			 * the expected load, the slowest owner bounds it */
+			uint32_t nt = 0;
+			for (uint32_t e = 0; e < y->n_expert; e++) {
+				uint32_t slot = c->slot0[l] + e;
+				uint32_t k = a->n_own[slot];
+				for (uint32_t j = 0; j < k; j++) {
+					uint32_t o = a->own[slot * SHOAL_PLAN_MAX_OWNERS + j];
+					if (!seen[o]) {
+						seen[o] = 1;
+						touched[nt++] = o;
+					}
+					w[o] += c->load[slot] * SCHED_SHARE / k;
+					a->mem_w[o] = sched__add(a->mem_w[o], y->expert_bytes);
+					a->n_exp[o]++;
+					if (c->has_prev && !prev_owned(c, slot, o))
+						moved += y->expert_bytes;
+				}
+			}
+			uint64_t worst = 0;
+			for (uint32_t j = 0; j < nt; j++) {
+				uint32_t o = touched[j];
+				uint64_t et = sched__expert_time(c, l, p, o, w[o], c->loadtot[l]);
+				if (et > worst)
+					worst = et;
+				w[o] = 0;
+				seen[o] = 0;
+			}
+			t += worst;
+		}
+	}
+	if (a->n_stages) {
+		if (first == last) {
+			a->mem_w[first] = sched__add(a->mem_w[first], c->both_mem);
+		} else {
+			a->mem_w[first] = sched__add(a->mem_w[first], c->embd_mem);
+			a->mem_w[last] = sched__add(a->mem_w[last], c->head_mem);
+		}
+		t += c->head_t[last];
+		if (c->has_prev) {
+			if (first != c->prev_embd)
+				moved += m->embd_bytes;
+			if (last != c->prev_head)
+				moved += m->head_bytes;
+		}
+	}
+	if (!c->has_prev)
+		for (size_t p = 0; p < n; p++)
+			moved += a->mem_w[p];
+	a->feasible = a->n_stages > 0;
+	a->bad_peer = UINT32_MAX;
+	for (size_t p = 0; p < n && a->feasible; p++)
+		if (sched__add(a->mem_w[p], a->mem_kv[p]) > c->cap[p]) {
+			a->feasible = false;
+			a->bad_peer = (uint32_t)p;
+		}
+	a->time_ns = t;
+	a->moved = moved;
+	free(w);
+	free(touched);
+	free(seen);
+}

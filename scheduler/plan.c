@@ -1,0 +1,281 @@
+/*
+ * scheduler/plan.c: the policy's defaults, the plan object (building it from
+ * an assignment, copying, accessors) and its canonical encoding and digest.
+ *
+ * Part: scheduler/ (pure). The encoding is specified in plan.h.
+ */
+#include "scheduler/sched_impl.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+void shoal_policy_init(shoal_policy *p)
+{
+	memset(p, 0, sizeof *p);
+	/* 8192 tokens: a long chat or a mid-sized document, the context most
+	 * local front-ends default to; the KV for it is reserved up front. */
+	p->ctx = 8192;
+	p->sessions = 1;
+	/* 5 %: allocator slack, the engine's scratch and activation buffers
+	 * (tens of MB for a 128k-vocabulary logits row) and the OS's own
+	 * growth; on a 16 GiB laptop that is 800 MiB. */
+	p->headroom_permille = 50;
+	/* 10 %: a re-plan pauses every session and reloads tensors (tens of
+	 * seconds for 100 GB at a few GB/s); below 10 % faster decode the
+	 * pause is not won back within the minutes a plan usually lives, and
+	 * 10 % is above the noise the bucketed view still lets through. */
+	p->gain_permille = 100;
+	/* 2 %: within the error of the cost model itself, so plans closer
+	 * than that are not meaningfully faster; then move the fewest bytes. */
+	p->near_permille = 20;
+}
+
+/* ---- building ---------------------------------------------------------- */
+
+shoal_err sched__plan_build(const sched__ctx *c, const sched__asg *a, uint64_t epoch,
+			    shoal_plan **out)
+{
+	shoal_plan *p = calloc(1, sizeof *p);
+	uint32_t *map = calloc(c->n, sizeof *map);
+	uint8_t *used = calloc(c->n, 1);
+	if (!p || !map || !used)
+		goto nomem;
+	p->epoch = epoch;
+	p->n_layer = c->L;
+	snprintf(p->name, sizeof p->name, "%s", c->m->name);
+	for (uint32_t i = 0; i < a->n_stages; i++)
+		used[a->st_peer[i]] = 1;
+	for (uint32_t s = 0; s < c->n_slots; s++)
+		for (uint32_t k = 0; k < a->n_own[s]; k++)
+			used[a->own[s * SHOAL_PLAN_MAX_OWNERS + k]] = 1;
+	for (size_t i = 0; i < c->n; i++)
+		if (used[i])
+			map[i] = (uint32_t)p->n_peers++;
+	p->peers = calloc(p->n_peers, sizeof *p->peers);
+	p->stages = calloc(a->n_stages ? a->n_stages : 1, sizeof *p->stages);
+	p->layer_n_expert = calloc(c->L, sizeof *p->layer_n_expert);
+	p->layer_slot = calloc(c->L, sizeof *p->layer_slot);
+	p->n_slots = c->n_slots;
+	p->slot_n_owner = calloc(c->n_slots ? c->n_slots : 1, 1);
+	p->slot_owner = calloc(c->n_slots ? (size_t)c->n_slots * SHOAL_PLAN_MAX_OWNERS : 1,
+			       sizeof *p->slot_owner);
+	if (!p->peers || !p->stages || !p->layer_n_expert || !p->layer_slot || !p->slot_n_owner ||
+	    !p->slot_owner)
+		goto nomem;
+	for (size_t i = 0; i < c->n; i++) {
+		if (!used[i])
+			continue;
+		shoal_plan_peer *pp = &p->peers[map[i]];
+		const shoal_view_peer *vp = shoal_view_peer_at(c->v, i);
+		pp->id = vp->id;
+		memcpy(pp->name, vp->name, sizeof pp->name);
+		pp->weight_bytes = a->mem_w[i];
+		pp->kv_bytes = a->mem_kv[i];
+		pp->capacity_bytes = c->cap[i];
+		pp->n_experts = a->n_exp[i];
+	}
+	p->n_stages = a->n_stages;
+	for (uint32_t i = 0; i < a->n_stages; i++)
+		p->stages[i] = (shoal_plan_stage){map[a->st_peer[i]], a->st_first[i], a->st_end[i]};
+	p->embd_peer = map[a->st_peer[0]];
+	p->head_peer = map[a->st_peer[a->n_stages - 1]];
+	for (uint32_t l = 0; l < c->L; l++) {
+		p->layer_n_expert[l] = c->m->layers[l].n_expert;
+		p->layer_slot[l] = c->slot0[l];
+	}
+	for (uint32_t s = 0; s < c->n_slots; s++) {
+		uint32_t k = a->n_own[s], *o = p->slot_owner + (size_t)s * SHOAL_PLAN_MAX_OWNERS;
+		p->slot_n_owner[s] = (uint8_t)k;
+		for (uint32_t j = 0; j < k; j++)
+			o[j] = map[a->own[s * SHOAL_PLAN_MAX_OWNERS + j]];
+		for (uint32_t j = 1; j < k; j++) /* ascending: insertion sort */
+			for (uint32_t q = j; q > 0 && o[q - 1] > o[q]; q--) {
+				uint32_t t = o[q];
+				o[q] = o[q - 1];
+				o[q - 1] = t;
+			}
+	}
+	p->predicted_ns = a->time_ns;
+	p->moved_bytes = a->moved;
+	uint8_t *enc;
+	size_t len;
+	if (shoal_plan_encode(p, &enc, &len))
+		goto nomem;
+	shoal_digest(enc, len, p->digest);
+	free(enc);
+	free(map);
+	free(used);
+	*out = p;
+	return SHOAL_OK;
+nomem:
+	free(map);
+	free(used);
+	shoal_plan_free(p);
+	return SHOAL_ERR_NOMEM;
+}
+
+void shoal_plan_free(shoal_plan *p)
+{
+	if (!p)
+		return;
+	free(p->peers);
+	free(p->stages);
+	free(p->layer_n_expert);
+	free(p->layer_slot);
+	free(p->slot_n_owner);
+	free(p->slot_owner);
+	free(p);
+}
+
+static void *dup_bytes(const void *src, size_t n)
+{
+	void *d = malloc(n ? n : 1);
+	if (d && n)
+		memcpy(d, src, n);
+	return d;
+}
+
+shoal_plan *shoal_plan_dup(const shoal_plan *s)
+{
+	shoal_plan *p = calloc(1, sizeof *p);
+	if (!p)
+		return NULL;
+	*p = *s;
+	p->peers = dup_bytes(s->peers, s->n_peers * sizeof *s->peers);
+	p->stages = dup_bytes(s->stages, s->n_stages * sizeof *s->stages);
+	p->layer_n_expert = dup_bytes(s->layer_n_expert, s->n_layer * sizeof *s->layer_n_expert);
+	p->layer_slot = dup_bytes(s->layer_slot, s->n_layer * sizeof *s->layer_slot);
+	p->slot_n_owner = dup_bytes(s->slot_n_owner, s->n_slots);
+	p->slot_owner = dup_bytes(s->slot_owner,
+				  (size_t)s->n_slots * SHOAL_PLAN_MAX_OWNERS * sizeof *s->slot_owner);
+	if (!p->peers || !p->stages || !p->layer_n_expert || !p->layer_slot || !p->slot_n_owner ||
+	    !p->slot_owner) {
+		shoal_plan_free(p);
+		return NULL;
+	}
+	return p;
+}
+
+/* ---- accessors --------------------------------------------------------- */
+
+uint64_t shoal_plan_epoch(const shoal_plan *p) { return p->epoch; }
+const uint8_t *shoal_plan_digest(const shoal_plan *p) { return p->digest; }
+uint64_t shoal_plan_predicted_ns(const shoal_plan *p) { return p->predicted_ns; }
+uint64_t shoal_plan_moved_bytes(const shoal_plan *p) { return p->moved_bytes; }
+bool shoal_plan_kept(const shoal_plan *p) { return p->kept; }
+const char *shoal_plan_name(const shoal_plan *p) { return p->name; }
+uint32_t shoal_plan_n_layer(const shoal_plan *p) { return p->n_layer; }
+size_t shoal_plan_n_peers(const shoal_plan *p) { return p->n_peers; }
+size_t shoal_plan_n_stages(const shoal_plan *p) { return p->n_stages; }
+uint32_t shoal_plan_embd_peer(const shoal_plan *p) { return p->embd_peer; }
+uint32_t shoal_plan_head_peer(const shoal_plan *p) { return p->head_peer; }
+
+const shoal_plan_peer *shoal_plan_peer_at(const shoal_plan *p, size_t i)
+{
+	return i < p->n_peers ? &p->peers[i] : NULL;
+}
+
+const shoal_plan_stage *shoal_plan_stage_at(const shoal_plan *p, size_t i)
+{
+	return i < p->n_stages ? &p->stages[i] : NULL;
+}
+
+uint32_t shoal_plan_layer_n_expert(const shoal_plan *p, uint32_t layer)
+{
+	return layer < p->n_layer ? p->layer_n_expert[layer] : 0;
+}
+
+size_t shoal_plan_expert_owners(const shoal_plan *p, uint32_t layer, uint32_t expert,
+				uint32_t owners[SHOAL_PLAN_MAX_OWNERS])
+{
+	if (layer >= p->n_layer || expert >= p->layer_n_expert[layer])
+		return 0;
+	uint32_t s = p->layer_slot[layer] + expert;
+	for (uint32_t k = 0; k < p->slot_n_owner[s]; k++)
+		owners[k] = p->slot_owner[(size_t)s * SHOAL_PLAN_MAX_OWNERS + k];
+	return p->slot_n_owner[s];
+}
+
+/* ---- canonical encoding ------------------------------------------------ */
+
+typedef struct enc {
+	uint8_t *b;
+	size_t len, cap;
+	bool fail;
+} enc;
+
+static void put(enc *e, const void *src, size_t n)
+{
+	if (e->fail)
+		return;
+	if (e->len + n > e->cap) {
+		size_t nc = e->cap ? e->cap : 256;
+		while (nc < e->len + n)
+			nc *= 2;
+		uint8_t *nb = realloc(e->b, nc);
+		if (!nb) {
+			e->fail = true;
+			return;
+		}
+		e->b = nb;
+		e->cap = nc;
+	}
+	memcpy(e->b + e->len, src, n);
+	e->len += n;
+}
+
+static void put_u32(enc *e, uint32_t x)
+{
+	uint8_t b[4] = {(uint8_t)x, (uint8_t)(x >> 8), (uint8_t)(x >> 16), (uint8_t)(x >> 24)};
+	put(e, b, 4);
+}
+
+static void put_u64(enc *e, uint64_t x)
+{
+	put_u32(e, (uint32_t)x);
+	put_u32(e, (uint32_t)(x >> 32));
+}
+
+shoal_err shoal_plan_encode(const shoal_plan *p, uint8_t **out, size_t *len)
+{
+	enc e = {0};
+	put(&e, "SHPL", 4);
+	put_u32(&e, 1);
+	put_u64(&e, p->epoch);
+	put_u32(&e, p->n_layer);
+	put_u32(&e, (uint32_t)p->n_peers);
+	for (size_t i = 0; i < p->n_peers; i++)
+		put(&e, p->peers[i].id.b, 16);
+	put_u32(&e, (uint32_t)p->n_stages);
+	for (size_t i = 0; i < p->n_stages; i++) {
+		put_u32(&e, p->stages[i].peer);
+		put_u32(&e, p->stages[i].first_layer);
+		put_u32(&e, p->stages[i].end_layer);
+	}
+	put_u32(&e, p->embd_peer);
+	put_u32(&e, p->head_peer);
+	uint32_t n_moe = 0;
+	for (uint32_t l = 0; l < p->n_layer; l++)
+		n_moe += p->layer_n_expert[l] != 0;
+	put_u32(&e, n_moe);
+	for (uint32_t l = 0; l < p->n_layer; l++) {
+		if (!p->layer_n_expert[l])
+			continue;
+		put_u32(&e, l);
+		put_u32(&e, p->layer_n_expert[l]);
+		for (uint32_t x = 0; x < p->layer_n_expert[l]; x++) {
+			uint32_t s = p->layer_slot[l] + x;
+			put_u32(&e, p->slot_n_owner[s]);
+			for (uint32_t k = 0; k < p->slot_n_owner[s]; k++)
+				put_u32(&e, p->slot_owner[(size_t)s * SHOAL_PLAN_MAX_OWNERS + k]);
+		}
+	}
+	if (e.fail) {
+		free(e.b);
+		return SHOAL_ERR_NOMEM;
+	}
+	*out = e.b;
+	*len = e.len;
+	return SHOAL_OK;
+}

@@ -1,0 +1,124 @@
+/*
+ * scheduler/plan.h: the scheduler's entry point, plan = schedule(view,
+ * manifest, policy, previous plan), the policy, the plan object with its
+ * canonical encoding and digest, and the readiness tracker that says when a
+ * plan may be served.
+ *
+ * Part: scheduler/ (pure: no clock, no randomness, no I/O, no globals;
+ * integer arithmetic only, so every peer computes the same digest).
+ * The cost model, the search and the stability rules are described in
+ * scheduler/schedule.c; the canonical encoding below.
+ */
+#ifndef SHOAL_SCHEDULER_PLAN_H
+#define SHOAL_SCHEDULER_PLAN_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "base/err.h"
+#include "scheduler/digest.h"
+#include "scheduler/manifest.h"
+#include "scheduler/view.h"
+
+typedef struct shoal_policy {
+	uint32_t ctx;               /* tokens of context per session the KV cache
+				       is reserved for; also the context at which
+				       the time per token is predicted */
+	uint32_t sessions;          /* sessions to reserve KV for (>= 1) */
+	uint32_t headroom_permille; /* share of each peer's memory kept free */
+	uint32_t gain_permille;     /* replace a feasible previous plan only if
+				       the predicted time drops by more */
+	uint32_t near_permille;     /* plans within this of the fastest are
+				       near-equal: the fewest bytes moved wins */
+	bool spread_experts;        /* place each MoE layer's experts on several
+				       peers, balanced by speed */
+} shoal_policy;
+
+/* Defaults (each derived in plan.c): ctx 8192, 1 session, headroom 5 %,
+ * gain 10 %, near-equal 2 %, experts kept with their layer. */
+void shoal_policy_init(shoal_policy *p);
+
+/* Replicas of one hot expert at most (the owner and three copies). */
+#define SHOAL_PLAN_MAX_OWNERS 4
+
+typedef struct shoal_plan_peer {
+	shoal_sched_id id;
+	char name[64];
+	uint64_t weight_bytes;   /* layers, experts, embedding, head it holds */
+	uint64_t kv_bytes;       /* KV cache reserved for its layers */
+	uint64_t capacity_bytes; /* its memory after headroom */
+	uint32_t n_experts;      /* routed experts it holds (replicas count) */
+} shoal_plan_peer;
+
+typedef struct shoal_plan_stage {
+	uint32_t peer;        /* index into the plan's peers */
+	uint32_t first_layer; /* the stage runs layers [first_layer, end_layer) */
+	uint32_t end_layer;
+} shoal_plan_stage;
+
+typedef struct shoal_plan shoal_plan;
+
+/* Compute the plan. prev is the last plan that became servable (NULL at
+ * start). On success *out is a new plan the caller owns: prev's assignment
+ * and epoch when prev is still feasible and no plan beats it by more than
+ * policy->gain_permille, else a new assignment with epoch prev+1 (1 without
+ * prev). SHOAL_ERR_INFEASIBLE with a reason ("needs 412.0 GiB, the cluster can
+ * give 380.0 GiB") when nothing fits; SHOAL_ERR_INVAL/RANGE for a manifest or
+ * view the scheduler cannot use. */
+shoal_err shoal_schedule(const shoal_view *view, const shoal_manifest *m, const shoal_policy *pol,
+			 const shoal_plan *prev, shoal_plan **out, char *why, size_t why_len);
+
+void shoal_plan_free(shoal_plan *p); /* NULL is a no-op */
+shoal_plan *shoal_plan_dup(const shoal_plan *p); /* NULL when out of memory */
+
+uint64_t shoal_plan_epoch(const shoal_plan *p);
+const uint8_t *shoal_plan_digest(const shoal_plan *p); /* SHOAL_DIGEST_BYTES */
+uint64_t shoal_plan_predicted_ns(const shoal_plan *p); /* per generated token */
+uint64_t shoal_plan_moved_bytes(const shoal_plan *p);  /* newly loaded vs prev */
+bool shoal_plan_kept(const shoal_plan *p);             /* prev's assignment kept */
+const char *shoal_plan_name(const shoal_plan *p);      /* the manifest's name */
+uint32_t shoal_plan_n_layer(const shoal_plan *p);
+size_t shoal_plan_n_peers(const shoal_plan *p);        /* peers it names, id order */
+const shoal_plan_peer *shoal_plan_peer_at(const shoal_plan *p, size_t i);
+size_t shoal_plan_n_stages(const shoal_plan *p);
+const shoal_plan_stage *shoal_plan_stage_at(const shoal_plan *p, size_t i);
+uint32_t shoal_plan_embd_peer(const shoal_plan *p);    /* index into peers */
+uint32_t shoal_plan_head_peer(const shoal_plan *p);
+uint32_t shoal_plan_layer_n_expert(const shoal_plan *p, uint32_t layer); /* 0: dense */
+/* Owners of (layer, expert) as peer indices into owners[SHOAL_PLAN_MAX_OWNERS],
+ * ascending; returns how many (0 for a bad layer or expert). */
+size_t shoal_plan_expert_owners(const shoal_plan *p, uint32_t layer, uint32_t expert,
+				uint32_t owners[SHOAL_PLAN_MAX_OWNERS]);
+
+/* The canonical encoding, all integers little-endian, fixed width:
+ *   "SHPL" magic (4 bytes), u32 version = 1, u64 epoch, u32 n_layer,
+ *   u32 n_peer, n_peer x { 16-byte id },                   (id order)
+ *   u32 n_stage, n_stage x { u32 peer, u32 first, u32 end }, (pipeline order)
+ *   u32 embd_peer, u32 head_peer,
+ *   u32 n_moe_layer, for each MoE layer ascending:
+ *     u32 layer, u32 n_expert, n_expert x { u32 n_owner, n_owner x u32 peer }
+ * Peers are indices into the id-ordered table. Predicted times, memory
+ * figures and names are not encoded: they describe the plan, they are not
+ * the assignment, and a kept plan keeps its digest when they change.
+ * The digest is BLAKE2b-256 of these bytes. *out is malloc'd; caller frees. */
+shoal_err shoal_plan_encode(const shoal_plan *p, uint8_t **out, size_t *len);
+
+/* ---- readiness ---------------------------------------------------------
+ * Agreement: a plan is served only after every peer it names announced
+ * "ready for digest D". The tracker keeps each peer's latest announcement
+ * (a later one replaces an earlier one); the mesh feeds it (a later issue). */
+typedef struct shoal_ready shoal_ready;
+
+shoal_ready *shoal_ready_new(void); /* NULL when out of memory */
+void shoal_ready_free(shoal_ready *r);
+shoal_err shoal_ready_announce(shoal_ready *r, const shoal_sched_id *peer,
+			       const uint8_t digest[SHOAL_DIGEST_BYTES]);
+void shoal_ready_forget(shoal_ready *r, const shoal_sched_id *peer); /* peer left */
+/* True when every peer of the plan announced its digest. */
+bool shoal_ready_servable(const shoal_ready *r, const shoal_plan *p);
+/* How many of the plan's peers have not; their indices go into missing[max]. */
+size_t shoal_ready_missing(const shoal_ready *r, const shoal_plan *p, uint32_t *missing,
+			   size_t max);
+
+#endif

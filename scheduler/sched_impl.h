@@ -1,0 +1,121 @@
+/*
+ * scheduler/sched_impl.h: what the scheduler's files share inside the part:
+ * the plan's layout, the cost tables computed once per schedule() call (the
+ * context), an assignment under construction, and the search, expert and
+ * evaluation steps.
+ *
+ * Part: scheduler/ (pure). Peers are numbered by their index in the view
+ * (= id order) everywhere in here; the plan renumbers them into its own
+ * id-ordered table at the end. Times are nanoseconds, sizes bytes.
+ */
+#ifndef SHOAL_SCHEDULER_SCHED_IMPL_H
+#define SHOAL_SCHEDULER_SCHED_IMPL_H
+
+#include "scheduler/plan.h"
+
+#define SCHED__INF UINT64_MAX
+
+struct shoal_plan {
+	uint64_t epoch;
+	uint8_t digest[SHOAL_DIGEST_BYTES];
+	uint64_t predicted_ns, moved_bytes;
+	bool kept;
+	char name[64];
+	uint32_t n_layer;
+	size_t n_peers;
+	shoal_plan_peer *peers; /* (n_peers) id order */
+	size_t n_stages;
+	shoal_plan_stage *stages; /* (n_stages) pipeline order */
+	uint32_t embd_peer, head_peer;
+	uint32_t *layer_n_expert; /* (n_layer) */
+	uint32_t *layer_slot;     /* (n_layer) first expert slot of the layer */
+	uint32_t n_slots;
+	uint8_t *slot_n_owner; /* (n_slots) */
+	uint32_t *slot_owner;  /* (n_slots, SHOAL_PLAN_MAX_OWNERS) */
+};
+
+typedef enum sched__mode {
+	SCHED__KEEP = 0, /* experts live with their layer */
+	SCHED__SPREAD,   /* layers placed first, experts then spread by LPT */
+} sched__mode;
+
+/* An assignment in view indices. */
+typedef struct sched__asg {
+	uint32_t n_stages;
+	uint32_t *st_peer, *st_first, *st_end; /* (n_stages) */
+	uint8_t *n_own;                        /* (n_slots) */
+	uint32_t *own;                         /* (n_slots, MAX_OWNERS) */
+	/* filled by sched__evaluate */
+	bool feasible;
+	uint64_t time_ns, moved;
+	uint64_t *mem_w, *mem_kv; /* (n) */
+	uint32_t *n_exp;          /* (n) experts held */
+	uint32_t bad_peer;        /* first peer over its memory when !feasible */
+} sched__asg;
+
+typedef struct sched__ctx {
+	const shoal_view *v;
+	const shoal_manifest *m;
+	const shoal_policy *pol;
+	size_t n;   /* peers */
+	uint32_t L; /* layers */
+	uint64_t *cap, *bw, *fl; /* (n) memory after headroom, effective B/s, FLOP/s */
+	uint64_t *hop;           /* (n, n) latency + one activation row */
+	uint64_t *rtt;           /* (n, n) expert round trip: rows out and back */
+	uint64_t *tbase;         /* (n, L) layer without routed experts */
+	uint64_t *texp;          /* (n, L) the layer's routed experts, all local */
+	uint64_t *tpre;          /* (n, L+1) prefix of tbase + texp */
+	uint64_t *head_t;        /* (n) output head */
+	uint64_t *kv;            /* (L) KV reserved per layer */
+	uint64_t *mpre[2];       /* (L+1) prefix of memory per mode (weights + kv) */
+	uint64_t embd_mem, head_mem, both_mem; /* first, last, both stages */
+	uint32_t n_slots;
+	uint32_t *slot0;   /* (L) first slot of each layer */
+	uint64_t *load;    /* (n_slots) expected load of each expert, scaled */
+	uint64_t *loadtot; /* (L) sum of a layer's loads x 12 */
+	/* the previous plan in view indices, when it maps onto this view */
+	bool has_prev;
+	sched__asg prev;
+	uint8_t *prev_base; /* (n, L) 1 if the peer held the layer */
+	uint32_t *prev_exp; /* (n, L) experts of the layer the peer held */
+	uint32_t prev_embd, prev_head;
+} sched__ctx;
+
+/* ceil(a * b / c) in 128 bits, saturating. c > 0. */
+uint64_t sched__muldiv_up(uint64_t a, uint64_t b, uint64_t c);
+uint64_t sched__add(uint64_t a, uint64_t b); /* saturating */
+
+shoal_err sched__ctx_init(sched__ctx *c, const shoal_view *v, const shoal_manifest *m,
+			  const shoal_policy *pol, char *why, size_t why_len);
+void sched__ctx_fini(sched__ctx *c);
+/* Map prev onto the view (false when a peer is gone or the model differs). */
+bool sched__ctx_set_prev(sched__ctx *c, const shoal_plan *prev);
+
+shoal_err sched__asg_init(sched__asg *a, const sched__ctx *c);
+void sched__asg_fini(sched__asg *a);
+void sched__asg_copy(sched__asg *dst, const sched__asg *src, const sched__ctx *c);
+
+/* Memory of layers [a, b) on a stage in this mode plus embedding/head. */
+uint64_t sched__range_mem(const sched__ctx *c, sched__mode mode, uint32_t a, uint32_t b,
+			  bool first, bool last);
+/* Time of expert work W (in load units of total Wtot) on peer o for a layer
+ * owned by s: the round trip when o != s plus the roofline of the bytes and
+ * FLOPs of the W / Wtot share of n_expert_used experts. */
+uint64_t sched__expert_time(const sched__ctx *c, uint32_t l, uint32_t s, uint32_t o, uint64_t w,
+			    uint64_t wtot);
+
+/* Find stages minimising the predicted time plus pen_num / pen_den ns per
+ * byte newly loaded; fills a->st_*; false when nothing fits. */
+bool sched__search(const sched__ctx *c, sched__mode mode, uint64_t pen_num, uint64_t pen_den,
+		   sched__asg *a);
+/* Give every expert owners (with the stage peer in KEEP mode, by LPT in
+ * SPREAD mode); false when memory runs out. */
+bool sched__experts(const sched__ctx *c, sched__mode mode, sched__asg *a);
+/* Memory per peer, feasibility, predicted time, bytes moved vs prev. */
+void sched__evaluate(const sched__ctx *c, sched__asg *a);
+
+/* Build the plan object (digest included) from an assignment. */
+shoal_err sched__plan_build(const sched__ctx *c, const sched__asg *a, uint64_t epoch,
+			    shoal_plan **out);
+
+#endif

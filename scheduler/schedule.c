@@ -1,0 +1,213 @@
+/*
+ * scheduler/schedule.c: plan = schedule(view, manifest, policy, prev).
+ *
+ * Part: scheduler/ (pure). The model, in integers (bytes, ns):
+ *
+ * 1. Stage time on peer p for layers [a, b): per layer, the roofline
+ *    max(bytes read / bandwidth, FLOPs / speed), where bytes are the layer's
+ *    weights plus its KV cache over the reserved context, FLOPs its matmuls
+ *    plus attention over that context; then its routed experts (next item).
+ *    Layers run one after the other, so per-layer maxima are summed (a
+ *    layer's attention is bandwidth-bound, a big batch's FFN may be
+ *    compute-bound: one max over the whole stage would hide that).
+ * 2. Experts of a layer: each owner's share of the expected load
+ *    (n_expert_used experts per token) at its roofline, plus a round trip
+ *    (two hops of one activation row) for owners other than the layer's
+ *    peer; owners work in parallel, so the slowest one counts.
+ * 3. Each hop between consecutive stages: latency + one activation row at
+ *    the link's bandwidth. The head (output norm + matrix) on the last stage.
+ * 4. Memory per peer: weights it holds + KV for ctx x sessions tokens of its
+ *    layers + the embedding (first stage) and head (last stage; a tied head
+ *    counts the shared matrix on both peers, once when they are one peer),
+ *    at most its memory less the headroom.
+ *
+ * Search (search.c): exact over all subsets, orders and splits up to 8
+ * peers, a stated heuristic above. Two modes: experts kept with their layer,
+ * and layers placed first with experts spread (experts.c); the spread mode
+ * wins only when it is faster by more than the near-equal margin (or memory
+ * forces it, or the policy asks for it).
+ *
+ * Stability: a feasible previous plan is kept unless a plan is faster by
+ * more than gain_permille. Among plans within near_permille of the fastest,
+ * the one that newly loads the fewest bytes wins; such plans are found by
+ * rerunning the search with a price per byte moved (a Lagrangian penalty)
+ * set so that moving the whole model costs 1x, 4x or 16x the near-equal
+ * margin of the best time.
+ */
+#include "scheduler/sched_impl.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#define GIB(x) ((double)(x) / (1024.0 * 1024.0 * 1024.0))
+
+typedef struct cand {
+	sched__asg a;
+	sched__mode mode;
+} cand;
+
+static shoal_err infeasible_why(const sched__ctx *c, char *why, size_t why_len)
+{
+	uint64_t have = 0, big = 0, kv = 0;
+	for (size_t p = 0; p < c->n; p++) {
+		have = sched__add(have, c->cap[p]);
+		if (c->cap[p] > big)
+			big = c->cap[p];
+	}
+	for (uint32_t l = 0; l < c->L; l++)
+		kv = sched__add(kv, c->kv[l]);
+	uint64_t need = sched__range_mem(c, SCHED__KEEP, 0, c->L, true, true);
+	if (need > have)
+		return shoal_why(why, why_len, SHOAL_ERR_INFEASIBLE,
+				 "needs %.1f GiB (weights %.1f GiB + KV cache %.1f GiB for %u tokens x "
+				 "%u session%s), the cluster can give %.1f GiB",
+				 GIB(need), GIB(need - kv), GIB(kv), c->pol->ctx, c->pol->sessions,
+				 c->pol->sessions == 1 ? "" : "s", GIB(have));
+	for (uint32_t l = 0; l < c->L; l++) {
+		uint64_t x = c->mpre[SCHED__SPREAD][l + 1] - c->mpre[SCHED__SPREAD][l];
+		if (x > big)
+			return shoal_why(why, why_len, SHOAL_ERR_INFEASIBLE,
+					 "layer %u needs %.1f GiB on one peer, the largest peer can "
+					 "give %.1f GiB",
+					 l, GIB(x), GIB(big));
+	}
+	return shoal_why(why, why_len, SHOAL_ERR_INFEASIBLE,
+			 "needs %.1f GiB and the cluster can give %.1f GiB, but no split of the "
+			 "layers fits the peers' memory",
+			 GIB(need), GIB(have));
+}
+
+static bool same_assignment(const sched__ctx *c, const sched__asg *x, const sched__asg *y)
+{
+	if (x->n_stages != y->n_stages)
+		return false;
+	for (uint32_t i = 0; i < x->n_stages; i++)
+		if (x->st_peer[i] != y->st_peer[i] || x->st_first[i] != y->st_first[i] ||
+		    x->st_end[i] != y->st_end[i])
+			return false;
+	for (uint32_t s = 0; s < c->n_slots; s++) {
+		if (x->n_own[s] != y->n_own[s])
+			return false;
+		for (uint32_t k = 0; k < x->n_own[s]; k++) {
+			bool found = false;
+			for (uint32_t j = 0; j < y->n_own[s]; j++)
+				found |= x->own[s * SHOAL_PLAN_MAX_OWNERS + k] ==
+					 y->own[s * SHOAL_PLAN_MAX_OWNERS + j];
+			if (!found)
+				return false;
+		}
+	}
+	return true;
+}
+
+/* Run one search + expert placement; keep the candidate when it fits. */
+static shoal_err try_mode(const sched__ctx *c, sched__mode mode, uint64_t pen_num,
+			  uint64_t pen_den, cand *cands, size_t *nc)
+{
+	cand *k = &cands[*nc];
+	shoal_err e = sched__asg_init(&k->a, c);
+	if (e)
+		return e;
+	k->mode = mode;
+	if (sched__search(c, mode, pen_num, pen_den, &k->a) && sched__experts(c, mode, &k->a)) {
+		sched__evaluate(c, &k->a);
+		if (k->a.feasible) {
+			(*nc)++;
+			return SHOAL_OK;
+		}
+	}
+	sched__asg_fini(&k->a);
+	return SHOAL_OK;
+}
+
+/* true if x beats y among near-equal candidates */
+static bool better(const cand *x, const cand *y)
+{
+	if (x->a.moved != y->a.moved)
+		return x->a.moved < y->a.moved;
+	if (x->mode != y->mode)
+		return x->mode < y->mode;
+	return x->a.time_ns < y->a.time_ns;
+}
+
+shoal_err shoal_schedule(const shoal_view *view, const shoal_manifest *m, const shoal_policy *pol,
+			 const shoal_plan *prev, shoal_plan **out, char *why, size_t why_len)
+{
+	sched__ctx c;
+	cand cands[16];
+	size_t nc = 0;
+	*out = NULL;
+	if (shoal_view_n_peers(view) > 1024)
+		return shoal_why(why, why_len, SHOAL_ERR_RANGE, "%zu peers: at most 1024",
+				 shoal_view_n_peers(view));
+	shoal_err e = sched__ctx_init(&c, view, m, pol, why, why_len);
+	if (e)
+		return e;
+	bool moe = c.n_slots > 0;
+	bool prev_ok = prev && sched__ctx_set_prev(&c, prev);
+	if (prev_ok)
+		sched__evaluate(&c, &c.prev);
+
+	int n_modes = moe ? 2 : 1;
+	for (int md = 0; md < n_modes && !e; md++)
+		e = try_mode(&c, (sched__mode)md, 0, 1, cands, &nc);
+	if (!e && !nc)
+		e = infeasible_why(&c, why, why_len);
+	if (e)
+		goto done;
+	uint64_t t_best = SCHED__INF;
+	for (size_t i = 0; i < nc; i++)
+		if (cands[i].a.time_ns < t_best)
+			t_best = cands[i].a.time_ns;
+	if (prev_ok && pol->near_permille) {
+		uint64_t total = sched__range_mem(&c, SCHED__KEEP, 0, c.L, true, true);
+		/* price per byte = mult * t_best * near / (1000 * total) */
+		uint64_t den = sched__muldiv_up(total, 1000, pol->near_permille);
+		static const uint64_t mults[3] = {1, 4, 16};
+		for (int k = 0; k < 3 && !e; k++)
+			for (int md = 0; md < n_modes && !e; md++)
+				e = try_mode(&c, (sched__mode)md, t_best * mults[k], den ? den : 1,
+					     cands, &nc);
+		if (e)
+			goto done;
+	}
+	/* choose among the near-equal: fewest bytes moved, then experts kept,
+	 * then fastest, then the first found */
+	bool only_spread = false;
+	if (pol->spread_experts && moe)
+		for (size_t i = 0; i < nc; i++)
+			only_spread |= cands[i].mode == SCHED__SPREAD;
+	uint64_t t_min = SCHED__INF;
+	for (size_t i = 0; i < nc; i++)
+		if ((!only_spread || cands[i].mode == SCHED__SPREAD) && cands[i].a.time_ns < t_min)
+			t_min = cands[i].a.time_ns;
+	const cand *pick = NULL;
+	for (size_t i = 0; i < nc; i++) {
+		const cand *x = &cands[i];
+		if (only_spread && x->mode != SCHED__SPREAD)
+			continue;
+		if ((unsigned __int128)x->a.time_ns * 1000 >
+		    (unsigned __int128)t_min * (1000 + pol->near_permille))
+			continue;
+		if (!pick || better(x, pick))
+			pick = x;
+	}
+	bool keep = false;
+	if (prev_ok && c.prev.feasible) {
+		keep = (unsigned __int128)pick->a.time_ns * 1000 >=
+			       (unsigned __int128)c.prev.time_ns * (1000 - pol->gain_permille) ||
+		       same_assignment(&c, &pick->a, &c.prev);
+	}
+	if (keep) {
+		e = sched__plan_build(&c, &c.prev, prev->epoch, out);
+		if (!e)
+			(*out)->kept = true;
+	} else {
+		e = sched__plan_build(&c, &pick->a, prev ? prev->epoch + 1 : 1, out);
+	}
+done:
+	for (size_t i = 0; i < nc; i++)
+		sched__asg_fini(&cands[i].a);
+	sched__ctx_fini(&c);
+	return e;
+}
