@@ -27,7 +27,7 @@
 #include <unistd.h>
 
 /* "GGUF" read as a little-endian uint32. */
-#define GGUF_MAGIC 0x46554747u
+#define GGUF_MAGIC             0x46554747u
 #define GGUF_DEFAULT_ALIGNMENT 32u
 /* Alignments above 1 GiB make no sense for weight data and would let a
  * hostile file make the padding arithmetic wrap. */
@@ -38,49 +38,49 @@
  *   tensor info: name length 8 + n_dims 4 + ne 8 (one dim) + type 4 +
  *                offset 8 = 32 bytes
  *   string array element: its length 8 */
-#define GGUF_HEADER_BYTES 24u
-#define GGUF_MIN_KV_BYTES 13u
+#define GGUF_HEADER_BYTES          24u
+#define GGUF_MIN_KV_BYTES          13u
 #define GGUF_MIN_TENSOR_INFO_BYTES 32u
 /* Names longer than this are not tensor names (ggml allows 64). */
 #define GGUF_MAX_NAME 4096u
 /* Split files: <prefix>-NNNNN-of-MMMMM.gguf, the reference tool's naming. */
 #define GGUF_SPLIT_SUFFIX_LEN 20 /* strlen("-00001-of-00003.gguf") */
-#define GGUF_MAX_SHARDS 9999u
+#define GGUF_MAX_SHARDS       9999u
 
 typedef struct gguf_kv {
 	const char *key; /* into the mapping, not NUL-terminated */
 	size_t key_len;
 	shoal_gguf_type type;
-	const uint8_t *val;          /* scalar value, string (after its length), or
-					array elements (after type and count) */
-	uint64_t len;                /* string length, or array count */
-	shoal_gguf_type elem_type;   /* arrays only */
-	const uint8_t **strs;        /* string arrays: (len) pointers to each
-					element's length field; owned */
+	const uint8_t *val;        /* scalar value, string (after its length), or
+	                              array elements (after type and count) */
+	uint64_t len;              /* string length, or array count */
+	shoal_gguf_type elem_type; /* arrays only */
+	const uint8_t **strs;      /* string arrays: (len) pointers to each
+	                              element's length field; owned */
 } gguf_kv;
 
 typedef struct gguf_shard {
-	char *path;         /* owned */
-	void *base;         /* the mapping */
+	char *path; /* owned */
+	void *base; /* the mapping */
 	uint64_t size;
-	uint64_t data_off;  /* start of the tensor data section */
+	uint64_t data_off; /* start of the tensor data section */
 	uint32_t version;
-	gguf_kv *kv;        /* (n_kv), owned */
+	gguf_kv *kv; /* (n_kv), owned */
 	size_t n_kv;
-	const gguf_kv **kv_sorted; /* (n_kv) sorted by key, owned */
+	const gguf_kv **kv_sorted;  /* (n_kv) sorted by key, owned */
 	shoal_gguf_tensor *tensors; /* (n_tensors) names owned */
 	size_t n_tensors;
-	int split_no;       /* -1 if the file has no split.no */
-	int split_count;    /* 0 if the file has no split.count */
+	int split_no;          /* -1 if the file has no split.no */
+	int split_count;       /* 0 if the file has no split.count */
 	int64_t split_tensors; /* -1 if absent */
 } gguf_shard;
 
 struct shoal_gguf {
 	gguf_shard *shards; /* (n_shards), in split order */
 	uint32_t n_shards;
-	gguf_shard *meta;   /* the shard holding the metadata (shards[0]) */
+	gguf_shard *meta;           /* the shard holding the metadata (shards[0]) */
 	shoal_gguf_tensor *tensors; /* (n_tensors) all shards, in order; the
-				       names point into the shards' tables */
+	                               names point into the shards' tables */
 	size_t n_tensors;
 	const shoal_gguf_tensor **tensor_sorted; /* (n_tensors) sorted by name */
 };
@@ -112,7 +112,7 @@ typedef struct gguf_ctx {
 } gguf_ctx;
 
 __attribute__((format(printf, 3, 4))) static shoal_err gguf_fail(const gguf_ctx *c, shoal_err e,
-								  const char *fmt, ...)
+                                                                 const char *fmt, ...)
 {
 	char msg[512];
 	va_list ap;
@@ -230,15 +230,17 @@ static shoal_err gguf_read_value(const gguf_ctx *ctx, gguf_cur *c, gguf_kv *kv, 
 		uint64_t at = c->off;
 		if (!cur_str(c, &s, &n)) {
 			if (!cur_need(c, 8))
-				return gguf_fail(ctx, SHOAL_ERR_FORMAT,
-						 "key '%s': string length at offset %llu past end of "
-						 "file (%llu bytes)",
-						 kname, (unsigned long long)at, (unsigned long long)c->size);
-			return gguf_fail(ctx, SHOAL_ERR_FORMAT,
-					 "key '%s': string of %llu bytes at offset %llu past end of "
-					 "file (%llu bytes)",
-					 kname, (unsigned long long)n, (unsigned long long)at,
-					 (unsigned long long)c->size);
+				return gguf_fail(
+				    ctx, SHOAL_ERR_FORMAT,
+				    "key '%s': string length at offset %llu past end of "
+				    "file (%llu bytes)",
+				    kname, (unsigned long long)at, (unsigned long long)c->size);
+			return gguf_fail(
+			    ctx, SHOAL_ERR_FORMAT,
+			    "key '%s': string of %llu bytes at offset %llu past end of "
+			    "file (%llu bytes)",
+			    kname, (unsigned long long)n, (unsigned long long)at,
+			    (unsigned long long)c->size);
 		}
 		kv->val = (const uint8_t *)s;
 		kv->len = n;
@@ -249,11 +251,11 @@ static shoal_err gguf_read_value(const gguf_ctx *ctx, gguf_cur *c, gguf_kv *kv, 
 		uint64_t n;
 		if (!cur_u32(c, &et) || !cur_u64(c, &n))
 			return gguf_fail(ctx, SHOAL_ERR_FORMAT,
-					 "key '%s': array header past end of file (%llu bytes)", kname,
-					 (unsigned long long)c->size);
+			                 "key '%s': array header past end of file (%llu bytes)",
+			                 kname, (unsigned long long)c->size);
 		if (et == SHOAL_GGUF_ARRAY)
 			return gguf_fail(ctx, SHOAL_ERR_UNSUPPORTED,
-					 "key '%s': arrays of arrays are not supported", kname);
+			                 "key '%s': arrays of arrays are not supported", kname);
 		kv->elem_type = (shoal_gguf_type)et;
 		kv->len = n;
 		kv->val = c->base + c->off;
@@ -261,47 +263,51 @@ static shoal_err gguf_read_value(const gguf_ctx *ctx, gguf_cur *c, gguf_kv *kv, 
 			/* Each element needs at least its 8-byte length. */
 			uint64_t left = c->size - c->off;
 			if (n > left / 8)
-				return gguf_fail(ctx, SHOAL_ERR_FORMAT,
-						 "key '%s': array of %llu strings cannot fit in the %llu "
-						 "bytes left",
-						 kname, (unsigned long long)n, (unsigned long long)left);
+				return gguf_fail(
+				    ctx, SHOAL_ERR_FORMAT,
+				    "key '%s': array of %llu strings cannot fit in the %llu "
+				    "bytes left",
+				    kname, (unsigned long long)n, (unsigned long long)left);
 			kv->strs = malloc((n ? n : 1) * sizeof *kv->strs);
 			if (!kv->strs)
 				return gguf_fail(ctx, SHOAL_ERR_NOMEM, "key '%s': out of memory",
-						 kname);
+				                 kname);
 			for (uint64_t i = 0; i < n; i++) {
 				const char *s;
 				uint64_t sl;
 				kv->strs[i] = c->base + c->off;
 				if (!cur_str(c, &s, &sl))
-					return gguf_fail(ctx, SHOAL_ERR_FORMAT,
-							 "key '%s': string %llu of %llu past end of file "
-							 "(%llu bytes)",
-							 kname, (unsigned long long)i,
-							 (unsigned long long)n, (unsigned long long)c->size);
+					return gguf_fail(
+					    ctx, SHOAL_ERR_FORMAT,
+					    "key '%s': string %llu of %llu past end of file "
+					    "(%llu bytes)",
+					    kname, (unsigned long long)i, (unsigned long long)n,
+					    (unsigned long long)c->size);
 			}
 			return SHOAL_OK;
 		}
 		size_t es = gguf_scalar_size(et);
 		if (es == 0)
-			return gguf_fail(ctx, SHOAL_ERR_FORMAT, "key '%s': unknown array element type %u",
-					 kname, et);
+			return gguf_fail(ctx, SHOAL_ERR_FORMAT,
+			                 "key '%s': unknown array element type %u", kname, et);
 		uint64_t left = c->size - c->off;
 		if (n > left / es)
-			return gguf_fail(ctx, SHOAL_ERR_FORMAT,
-					 "key '%s': array of %llu elements of %zu bytes past end of file "
-					 "(%llu bytes left)",
-					 kname, (unsigned long long)n, es, (unsigned long long)left);
+			return gguf_fail(
+			    ctx, SHOAL_ERR_FORMAT,
+			    "key '%s': array of %llu elements of %zu bytes past end of file "
+			    "(%llu bytes left)",
+			    kname, (unsigned long long)n, es, (unsigned long long)left);
 		c->off += n * es;
 		return SHOAL_OK;
 	}
 	size_t es = gguf_scalar_size(t);
 	if (es == 0)
-		return gguf_fail(ctx, SHOAL_ERR_FORMAT, "key '%s': unknown value type %u", kname, t);
+		return gguf_fail(ctx, SHOAL_ERR_FORMAT, "key '%s': unknown value type %u", kname,
+		                 t);
 	if (!cur_need(c, es))
 		return gguf_fail(ctx, SHOAL_ERR_FORMAT,
-				 "key '%s': value at offset %llu past end of file (%llu bytes)", kname,
-				 (unsigned long long)c->off, (unsigned long long)c->size);
+		                 "key '%s': value at offset %llu past end of file (%llu bytes)",
+		                 kname, (unsigned long long)c->off, (unsigned long long)c->size);
 	kv->val = c->base + c->off;
 	c->off += es;
 	return SHOAL_OK;
@@ -332,7 +338,7 @@ static bool kv_int(const gguf_kv *kv, int64_t *sv, uint64_t *uv, bool *neg)
 		break;
 	case SHOAL_GGUF_INT32:
 		s = (int32_t)(uint32_t)((uint32_t)p[0] | (uint32_t)p[1] << 8 |
-					(uint32_t)p[2] << 16 | (uint32_t)p[3] << 24);
+		                        (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24);
 		goto sgn;
 	case SHOAL_GGUF_UINT64:
 		u = le64(p);
@@ -376,7 +382,7 @@ static const gguf_kv *shard_find(const gguf_shard *sh, const char *key)
 
 /* A small integer key (split.*, general.alignment) of any integer type. */
 static shoal_err shard_int_key(const gguf_ctx *ctx, const gguf_shard *sh, const char *key,
-			       uint64_t max, uint64_t *out, bool *present)
+                               uint64_t max, uint64_t *out, bool *present)
 {
 	const gguf_kv *kv = shard_find(sh, key);
 	*present = kv != NULL;
@@ -387,11 +393,12 @@ static shoal_err shard_int_key(const gguf_ctx *ctx, const gguf_shard *sh, const 
 	bool neg;
 	if (!kv_int(kv, &s, &u, &neg))
 		return gguf_fail(ctx, SHOAL_ERR_FORMAT, "key '%s' is not an integer (type %u)", key,
-				 (unsigned)kv->type);
+		                 (unsigned)kv->type);
 	if (neg || u > max)
 		return gguf_fail(ctx, SHOAL_ERR_FORMAT, "key '%s' = %lld out of range [0, %llu]",
-				 key, neg ? (long long)s : (long long)(u > INT64_MAX ? INT64_MAX : u),
-				 (unsigned long long)max);
+		                 key,
+		                 neg ? (long long)s : (long long)(u > INT64_MAX ? INT64_MAX : u),
+		                 (unsigned long long)max);
 	*out = u;
 	return SHOAL_OK;
 }
@@ -421,11 +428,11 @@ static int off_sort_cmp_(const void *a, const void *b)
 }
 
 static shoal_err shard_tensors(const gguf_ctx *ctx, gguf_shard *sh, gguf_cur *c, uint64_t n,
-			       uint32_t shard_index, uint64_t alignment);
+                               uint32_t shard_index, uint64_t alignment);
 
 /* Map and check one file completely (everything but cross-shard checks). */
 static shoal_err shard_open(const gguf_ctx *ctx, gguf_shard *sh, const char *path,
-			    uint32_t shard_index)
+                            uint32_t shard_index)
 {
 	shoal_err e;
 	char nb[64];
@@ -439,7 +446,7 @@ static shoal_err shard_open(const gguf_ctx *ctx, gguf_shard *sh, const char *pat
 	int fd = open(path, O_RDONLY | O_CLOEXEC);
 	if (fd < 0)
 		return gguf_fail(ctx, errno == ENOENT ? SHOAL_ERR_NOTFOUND : SHOAL_ERR_IO,
-				 "cannot open '%s': %s", path, strerror(errno));
+		                 "cannot open '%s': %s", path, strerror(errno));
 	struct stat st;
 	if (fstat(fd, &st) != 0) {
 		int er = errno;
@@ -453,8 +460,8 @@ static shoal_err shard_open(const gguf_ctx *ctx, gguf_shard *sh, const char *pat
 	if ((uint64_t)st.st_size < GGUF_HEADER_BYTES) {
 		close(fd);
 		return gguf_fail(ctx, SHOAL_ERR_FORMAT,
-				 "file of %llu bytes is too short for a GGUF header (24 bytes)",
-				 (unsigned long long)st.st_size);
+		                 "file of %llu bytes is too short for a GGUF header (24 bytes)",
+		                 (unsigned long long)st.st_size);
 	}
 	sh->size = (uint64_t)st.st_size;
 	if (sh->size > SIZE_MAX) {
@@ -474,41 +481,42 @@ static shoal_err shard_open(const gguf_ctx *ctx, gguf_shard *sh, const char *pat
 	cur_u32(&c, &magic);
 	if (magic != GGUF_MAGIC)
 		return gguf_fail(ctx, SHOAL_ERR_FORMAT,
-				 "not a GGUF file: magic %02x %02x %02x %02x, expected 'GGUF'",
-				 ((uint8_t *)m)[0], ((uint8_t *)m)[1], ((uint8_t *)m)[2],
-				 ((uint8_t *)m)[3]);
+		                 "not a GGUF file: magic %02x %02x %02x %02x, expected 'GGUF'",
+		                 ((uint8_t *)m)[0], ((uint8_t *)m)[1], ((uint8_t *)m)[2],
+		                 ((uint8_t *)m)[3]);
 	cur_u32(&c, &version);
 	if (version == 1)
-		return gguf_fail(ctx, SHOAL_ERR_UNSUPPORTED,
-				 "GGUF version 1 is not supported (only 2 and 3); reconvert the model");
+		return gguf_fail(
+		    ctx, SHOAL_ERR_UNSUPPORTED,
+		    "GGUF version 1 is not supported (only 2 and 3); reconvert the model");
 	if (version != 2 && version != 3)
 		return gguf_fail(ctx, SHOAL_ERR_UNSUPPORTED,
-				 "GGUF version %u is not supported (only 2 and 3)", version);
+		                 "GGUF version %u is not supported (only 2 and 3)", version);
 	sh->version = version;
 	cur_u64(&c, &n_tensors);
 	cur_u64(&c, &n_kv);
 	uint64_t left = sh->size - c.off;
 	if (n_kv > left / GGUF_MIN_KV_BYTES)
 		return gguf_fail(ctx, SHOAL_ERR_FORMAT,
-				 "%llu key/value pairs cannot fit in a file of %llu bytes",
-				 (unsigned long long)n_kv, (unsigned long long)sh->size);
+		                 "%llu key/value pairs cannot fit in a file of %llu bytes",
+		                 (unsigned long long)n_kv, (unsigned long long)sh->size);
 	if (n_tensors > left / GGUF_MIN_TENSOR_INFO_BYTES)
 		return gguf_fail(ctx, SHOAL_ERR_FORMAT,
-				 "%llu tensors cannot fit in a file of %llu bytes",
-				 (unsigned long long)n_tensors, (unsigned long long)sh->size);
+		                 "%llu tensors cannot fit in a file of %llu bytes",
+		                 (unsigned long long)n_tensors, (unsigned long long)sh->size);
 	if ((n_kv + n_tensors) * 13 > left)
 		return gguf_fail(ctx, SHOAL_ERR_FORMAT,
-				 "%llu key/value pairs and %llu tensors cannot fit in a file of "
-				 "%llu bytes",
-				 (unsigned long long)n_kv, (unsigned long long)n_tensors,
-				 (unsigned long long)sh->size);
+		                 "%llu key/value pairs and %llu tensors cannot fit in a file of "
+		                 "%llu bytes",
+		                 (unsigned long long)n_kv, (unsigned long long)n_tensors,
+		                 (unsigned long long)sh->size);
 
 	/* Key/value pairs. */
 	sh->kv = calloc(n_kv ? n_kv : 1, sizeof *sh->kv);
 	sh->kv_sorted = malloc((n_kv ? n_kv : 1) * sizeof *sh->kv_sorted);
 	if (!sh->kv || !sh->kv_sorted)
 		return gguf_fail(ctx, SHOAL_ERR_NOMEM, "out of memory for %llu keys",
-				 (unsigned long long)n_kv);
+		                 (unsigned long long)n_kv);
 	sh->n_kv = n_kv;
 	for (uint64_t i = 0; i < n_kv; i++) {
 		gguf_kv *kv = &sh->kv[i];
@@ -516,21 +524,23 @@ static shoal_err shard_open(const gguf_ctx *ctx, gguf_shard *sh, const char *pat
 		uint64_t kl;
 		uint64_t at = c.off;
 		if (!cur_str(&c, &k, &kl))
-			return gguf_fail(ctx, SHOAL_ERR_FORMAT,
-					 "key #%llu: name at offset %llu past end of file (%llu bytes)",
-					 (unsigned long long)i, (unsigned long long)at,
-					 (unsigned long long)sh->size);
+			return gguf_fail(
+			    ctx, SHOAL_ERR_FORMAT,
+			    "key #%llu: name at offset %llu past end of file (%llu bytes)",
+			    (unsigned long long)i, (unsigned long long)at,
+			    (unsigned long long)sh->size);
 		if (kl == 0 || kl > GGUF_MAX_NAME || memchr(k, 0, kl))
 			return gguf_fail(ctx, SHOAL_ERR_FORMAT,
-					 "key #%llu: bad name '%s' (%llu bytes)", (unsigned long long)i,
-					 gguf_printable(k, kl, nb), (unsigned long long)kl);
+			                 "key #%llu: bad name '%s' (%llu bytes)",
+			                 (unsigned long long)i, gguf_printable(k, kl, nb),
+			                 (unsigned long long)kl);
 		kv->key = k;
 		kv->key_len = kl;
 		uint32_t t;
 		if (!cur_u32(&c, &t))
 			return gguf_fail(ctx, SHOAL_ERR_FORMAT,
-					 "key '%s': type past end of file (%llu bytes)",
-					 gguf_printable(k, kl, nb), (unsigned long long)sh->size);
+			                 "key '%s': type past end of file (%llu bytes)",
+			                 gguf_printable(k, kl, nb), (unsigned long long)sh->size);
 		kv->type = (shoal_gguf_type)t;
 		e = gguf_read_value(ctx, &c, kv, gguf_printable(k, kl, nb));
 		if (e)
@@ -542,7 +552,7 @@ static shoal_err shard_open(const gguf_ctx *ctx, gguf_shard *sh, const char *pat
 		const gguf_kv *a = sh->kv_sorted[i - 1], *b = sh->kv_sorted[i];
 		if (a->key_len == b->key_len && !memcmp(a->key, b->key, a->key_len))
 			return gguf_fail(ctx, SHOAL_ERR_FORMAT, "duplicate key '%s'",
-					 gguf_printable(a->key, a->key_len, nb));
+			                 gguf_printable(a->key, a->key_len, nb));
 	}
 
 	uint64_t alignment = GGUF_DEFAULT_ALIGNMENT, v;
@@ -552,8 +562,8 @@ static shoal_err shard_open(const gguf_ctx *ctx, gguf_shard *sh, const char *pat
 		return e;
 	if (alignment == 0 || (alignment & (alignment - 1)))
 		return gguf_fail(ctx, SHOAL_ERR_FORMAT,
-				 "general.alignment = %llu is not a power of two",
-				 (unsigned long long)alignment);
+		                 "general.alignment = %llu is not a power of two",
+		                 (unsigned long long)alignment);
 	e = shard_int_key(ctx, sh, "split.no", GGUF_MAX_SHARDS, &v, &present);
 	if (e)
 		return e;
@@ -574,13 +584,13 @@ static shoal_err shard_open(const gguf_ctx *ctx, gguf_shard *sh, const char *pat
 }
 
 static shoal_err shard_tensors(const gguf_ctx *ctx, gguf_shard *sh, gguf_cur *c, uint64_t n,
-			       uint32_t shard_index, uint64_t alignment)
+                               uint32_t shard_index, uint64_t alignment)
 {
 	char nb[64], nb2[64];
 	sh->tensors = calloc(n ? n : 1, sizeof *sh->tensors);
 	if (!sh->tensors)
 		return gguf_fail(ctx, SHOAL_ERR_NOMEM, "out of memory for %llu tensors",
-				 (unsigned long long)n);
+		                 (unsigned long long)n);
 	sh->n_tensors = n;
 	for (uint64_t i = 0; i < n; i++) {
 		shoal_gguf_tensor *t = &sh->tensors[i];
@@ -589,15 +599,15 @@ static shoal_err shard_tensors(const gguf_ctx *ctx, gguf_shard *sh, gguf_cur *c,
 		uint64_t at = c->off;
 		if (!cur_str(c, &name, &nl))
 			return gguf_fail(ctx, SHOAL_ERR_FORMAT,
-					 "tensor #%llu: name at offset %llu past end of file (%llu "
-					 "bytes)",
-					 (unsigned long long)i, (unsigned long long)at,
-					 (unsigned long long)sh->size);
+			                 "tensor #%llu: name at offset %llu past end of file (%llu "
+			                 "bytes)",
+			                 (unsigned long long)i, (unsigned long long)at,
+			                 (unsigned long long)sh->size);
 		if (nl == 0 || nl > GGUF_MAX_NAME || memchr(name, 0, nl))
 			return gguf_fail(ctx, SHOAL_ERR_FORMAT,
-					 "tensor #%llu: bad name '%s' (%llu bytes)",
-					 (unsigned long long)i, gguf_printable(name, nl, nb),
-					 (unsigned long long)nl);
+			                 "tensor #%llu: bad name '%s' (%llu bytes)",
+			                 (unsigned long long)i, gguf_printable(name, nl, nb),
+			                 (unsigned long long)nl);
 		char *copy = malloc(nl + 1);
 		if (!copy)
 			return gguf_fail(ctx, SHOAL_ERR_NOMEM, "out of memory");
@@ -607,12 +617,12 @@ static shoal_err shard_tensors(const gguf_ctx *ctx, gguf_shard *sh, gguf_cur *c,
 		const char *pn = gguf_printable(name, nl, nb);
 		uint32_t nd;
 		if (!cur_u32(c, &nd))
-			return gguf_fail(ctx, SHOAL_ERR_FORMAT, "tensor '%s': header past end of file",
-					 pn);
+			return gguf_fail(ctx, SHOAL_ERR_FORMAT,
+			                 "tensor '%s': header past end of file", pn);
 		if (nd < 1 || nd > SHOAL_GGUF_MAX_DIMS)
 			return gguf_fail(ctx, SHOAL_ERR_FORMAT,
-					 "tensor '%s': %u dimensions (must be 1..%d)", pn, nd,
-					 SHOAL_GGUF_MAX_DIMS);
+			                 "tensor '%s': %u dimensions (must be 1..%d)", pn, nd,
+			                 SHOAL_GGUF_MAX_DIMS);
 		t->n_dims = nd;
 		uint64_t nel = 1;
 		for (uint32_t d = 0; d < SHOAL_GGUF_MAX_DIMS; d++) {
@@ -621,41 +631,42 @@ static shoal_err shard_tensors(const gguf_ctx *ctx, gguf_shard *sh, gguf_cur *c,
 				continue;
 			if (!cur_u64(c, &t->ne[d]))
 				return gguf_fail(ctx, SHOAL_ERR_FORMAT,
-						 "tensor '%s': header past end of file", pn);
+				                 "tensor '%s': header past end of file", pn);
 			if (t->ne[d] == 0 || t->ne[d] > INT64_MAX)
 				return gguf_fail(ctx, SHOAL_ERR_FORMAT,
-						 "tensor '%s': dimension %u is %llu", pn, d,
-						 (unsigned long long)t->ne[d]);
+				                 "tensor '%s': dimension %u is %llu", pn, d,
+				                 (unsigned long long)t->ne[d]);
 			if (nel > INT64_MAX / t->ne[d])
 				return gguf_fail(ctx, SHOAL_ERR_FORMAT,
-						 "tensor '%s': element count overflows", pn);
+				                 "tensor '%s': element count overflows", pn);
 			nel *= t->ne[d];
 		}
 		uint32_t type;
 		if (!cur_u32(c, &type) || !cur_u64(c, &t->file_offset))
-			return gguf_fail(ctx, SHOAL_ERR_FORMAT, "tensor '%s': header past end of file",
-					 pn);
+			return gguf_fail(ctx, SHOAL_ERR_FORMAT,
+			                 "tensor '%s': header past end of file", pn);
 		if (!shoal_dtype_known(type))
 			return gguf_fail(ctx, SHOAL_ERR_FORMAT, "tensor '%s': unknown type %u", pn,
-					 type);
+			                 type);
 		t->type = (shoal_dtype)type;
 		uint32_t be = shoal_dtype_block_elems(t->type);
 		if (t->ne[0] % be)
-			return gguf_fail(ctx, SHOAL_ERR_FORMAT,
-					 "tensor '%s': ne[0] = %llu is not a multiple of the %s block "
-					 "size %u",
-					 pn, (unsigned long long)t->ne[0], shoal_dtype_name(t->type), be);
+			return gguf_fail(
+			    ctx, SHOAL_ERR_FORMAT,
+			    "tensor '%s': ne[0] = %llu is not a multiple of the %s block "
+			    "size %u",
+			    pn, (unsigned long long)t->ne[0], shoal_dtype_name(t->type), be);
 		uint64_t blocks = nel / be, bb = shoal_dtype_block_bytes(t->type);
 		if (blocks > UINT64_MAX / bb)
 			return gguf_fail(ctx, SHOAL_ERR_FORMAT, "tensor '%s': byte size overflows",
-					 pn);
+			                 pn);
 		t->nbytes = blocks * bb;
 		if (t->file_offset % alignment)
-			return gguf_fail(ctx, SHOAL_ERR_FORMAT,
-					 "tensor '%s': offset %llu is not a multiple of the alignment "
-					 "%llu",
-					 pn, (unsigned long long)t->file_offset,
-					 (unsigned long long)alignment);
+			return gguf_fail(
+			    ctx, SHOAL_ERR_FORMAT,
+			    "tensor '%s': offset %llu is not a multiple of the alignment "
+			    "%llu",
+			    pn, (unsigned long long)t->file_offset, (unsigned long long)alignment);
 		t->shard = shard_index;
 	}
 
@@ -665,10 +676,10 @@ static shoal_err shard_tensors(const gguf_ctx *ctx, gguf_shard *sh, gguf_cur *c,
 	sh->data_off = c->off + pad;
 	if (sh->data_off > sh->size) {
 		if (n > 0)
-			return gguf_fail(ctx, SHOAL_ERR_FORMAT,
-					 "data section at offset %llu past end of file (%llu bytes)",
-					 (unsigned long long)sh->data_off,
-					 (unsigned long long)sh->size);
+			return gguf_fail(
+			    ctx, SHOAL_ERR_FORMAT,
+			    "data section at offset %llu past end of file (%llu bytes)",
+			    (unsigned long long)sh->data_off, (unsigned long long)sh->size);
 		sh->data_off = sh->size;
 	}
 	uint64_t data_size = sh->size - sh->data_off;
@@ -676,14 +687,14 @@ static shoal_err shard_tensors(const gguf_ctx *ctx, gguf_shard *sh, gguf_cur *c,
 		shoal_gguf_tensor *t = &sh->tensors[i];
 		if (t->file_offset > data_size || t->nbytes > data_size - t->file_offset) {
 			uint64_t s = t->file_offset > UINT64_MAX - sh->data_off
-					     ? UINT64_MAX
-					     : sh->data_off + t->file_offset;
+			                 ? UINT64_MAX
+			                 : sh->data_off + t->file_offset;
 			uint64_t e = t->nbytes > UINT64_MAX - s ? UINT64_MAX : s + t->nbytes;
 			return gguf_fail(ctx, SHOAL_ERR_FORMAT,
-					 "%s: data [%llu..%llu) past end of file (%llu bytes)",
-					 gguf_printable(t->name, strlen(t->name), nb),
-					 (unsigned long long)s, (unsigned long long)e,
-					 (unsigned long long)sh->size);
+			                 "%s: data [%llu..%llu) past end of file (%llu bytes)",
+			                 gguf_printable(t->name, strlen(t->name), nb),
+			                 (unsigned long long)s, (unsigned long long)e,
+			                 (unsigned long long)sh->size);
 		}
 		t->file_offset += sh->data_off;
 		t->data = (const uint8_t *)sh->base + t->file_offset;
@@ -701,14 +712,14 @@ static shoal_err shard_tensors(const gguf_ctx *ctx, gguf_shard *sh, gguf_cur *c,
 			const shoal_gguf_tensor *a = byoff[i - 1], *b = byoff[i];
 			if (a->file_offset + a->nbytes > b->file_offset) {
 				shoal_err e = gguf_fail(
-					ctx, SHOAL_ERR_FORMAT,
-					"tensors '%s' [%llu..%llu) and '%s' [%llu..%llu) overlap",
-					gguf_printable(a->name, strlen(a->name), nb),
-					(unsigned long long)a->file_offset,
-					(unsigned long long)(a->file_offset + a->nbytes),
-					gguf_printable(b->name, strlen(b->name), nb2),
-					(unsigned long long)b->file_offset,
-					(unsigned long long)(b->file_offset + b->nbytes));
+				    ctx, SHOAL_ERR_FORMAT,
+				    "tensors '%s' [%llu..%llu) and '%s' [%llu..%llu) overlap",
+				    gguf_printable(a->name, strlen(a->name), nb),
+				    (unsigned long long)a->file_offset,
+				    (unsigned long long)(a->file_offset + a->nbytes),
+				    gguf_printable(b->name, strlen(b->name), nb2),
+				    (unsigned long long)b->file_offset,
+				    (unsigned long long)(b->file_offset + b->nbytes));
 				free(byoff);
 				return e;
 			}
@@ -745,7 +756,7 @@ static long split_parse(const char *path, unsigned *no, unsigned *count)
 static int name_sort_cmp_(const void *a, const void *b)
 {
 	return strcmp((*(const shoal_gguf_tensor *const *)a)->name,
-		      (*(const shoal_gguf_tensor *const *)b)->name);
+	              (*(const shoal_gguf_tensor *const *)b)->name);
 }
 
 static const char *base_name(const char *p)
@@ -780,17 +791,17 @@ shoal_err shoal_gguf_open(const char *path, shoal_gguf **out, char *why, size_t 
 	uint32_t count = first.split_count > 1 ? (uint32_t)first.split_count : 1;
 	if (count > 1 && (first.split_no < 0 || (uint32_t)first.split_no >= count)) {
 		e = shoal_why(why, why_len, SHOAL_ERR_FORMAT,
-			      "split.count is %u but split.no is %s", count,
-			      first.split_no < 0 ? "missing" : "out of range");
+		              "split.count is %u but split.no is %s", count,
+		              first.split_no < 0 ? "missing" : "out of range");
 		shard_fini(&first);
 		goto fail;
 	}
 	if (count > 1 && (plen < 0 || fcount != count || fno != (unsigned)first.split_no + 1)) {
 		shard_fini(&first);
 		e = shoal_why(why, why_len, SHOAL_ERR_FORMAT,
-			      "split.count is %u but the file name does not follow "
-			      "<prefix>-%05u-of-%05u.gguf",
-			      count, (unsigned)first.split_no + 1, count);
+		              "split.count is %u but the file name does not follow "
+		              "<prefix>-%05u-of-%05u.gguf",
+		              count, (unsigned)first.split_no + 1, count);
 		goto fail;
 	}
 	g->shards = calloc(count, sizeof *g->shards);
@@ -815,23 +826,22 @@ shoal_err shoal_gguf_open(const char *path, shoal_gguf **out, char *why, size_t 
 			if (i == fidx)
 				continue;
 			memcpy(name, path, (size_t)plen);
-			snprintf(name + plen, 32, "-%05u-of-%05u.gguf", i + 1,
-				 count);
+			snprintf(name + plen, 32, "-%05u-of-%05u.gguf", i + 1, count);
 			snprintf(label, sizeof label, "shard %u of %u (%s): ", i + 1, count,
-				 base_name(name));
+			         base_name(name));
 			gguf_shard *sh = &g->shards[i];
 			e = shard_open(&ctx, sh, name, i);
 			if (e == SHOAL_ERR_NOTFOUND) {
 				e = gguf_fail(&ctx, SHOAL_ERR_NOTFOUND,
-					      "missing: '%s' does not exist", name);
+				              "missing: '%s' does not exist", name);
 				goto fail;
 			}
 			if (e)
 				goto fail;
 			if (sh->split_no != (int)i || sh->split_count != (int)count) {
 				e = gguf_fail(&ctx, SHOAL_ERR_FORMAT,
-					      "says split.no %d, split.count %d; expected %u, %u",
-					      sh->split_no, sh->split_count, i, count);
+				              "says split.no %d, split.count %d; expected %u, %u",
+				              sh->split_no, sh->split_count, i, count);
 				goto fail;
 			}
 		}
@@ -841,9 +851,10 @@ shoal_err shoal_gguf_open(const char *path, shoal_gguf **out, char *why, size_t 
 			total += g->shards[i].n_tensors;
 		int64_t want = g->shards[0].split_tensors;
 		if (want >= 0 && (uint64_t)want != total) {
-			e = shoal_why(why, why_len, SHOAL_ERR_FORMAT,
-				      "split.tensors.count is %lld but the %u shards hold %llu tensors",
-				      (long long)want, count, (unsigned long long)total);
+			e = shoal_why(
+			    why, why_len, SHOAL_ERR_FORMAT,
+			    "split.tensors.count is %lld but the %u shards hold %llu tensors",
+			    (long long)want, count, (unsigned long long)total);
 			goto fail;
 		}
 	}
@@ -872,7 +883,7 @@ shoal_err shoal_gguf_open(const char *path, shoal_gguf **out, char *why, size_t 
 		if (!strcmp(a, g->tensor_sorted[i]->name)) {
 			char nb[64];
 			e = shoal_why(why, why_len, SHOAL_ERR_FORMAT, "duplicate tensor name '%s'",
-				      gguf_printable(a, strlen(a), nb));
+			              gguf_printable(a, strlen(a), nb));
 			goto fail;
 		}
 	}
@@ -1032,7 +1043,7 @@ bool shoal_gguf_get_str(const shoal_gguf *g, const char *key, const char **s, si
 }
 
 bool shoal_gguf_get_arr(const shoal_gguf *g, const char *key, shoal_gguf_type *elem_type,
-			uint64_t *n, const void **data)
+                        uint64_t *n, const void **data)
 {
 	const gguf_kv *kv = find_kv(g, key);
 	if (!kv || kv->type != SHOAL_GGUF_ARRAY)
@@ -1047,7 +1058,7 @@ bool shoal_gguf_get_arr(const shoal_gguf *g, const char *key, shoal_gguf_type *e
 }
 
 bool shoal_gguf_arr_str(const shoal_gguf *g, const char *key, uint64_t i, const char **s,
-			size_t *len)
+                        size_t *len)
 {
 	const gguf_kv *kv = find_kv(g, key);
 	if (!kv || kv->type != SHOAL_GGUF_ARRAY || kv->elem_type != SHOAL_GGUF_STRING ||

@@ -54,11 +54,10 @@ shoal_err shoal_model_manifest(const shoal_model *m, shoal_manifest *out)
 	for (uint32_t il = 0; il < hp->n_layer; il++) {
 		const shoal_layer *L = &m->layers[il];
 		shoal_manifest_layer *ml = &out->layers[il];
-		const shoal_gguf_tensor *dense[] = {L->attn_norm, L->wq,	   L->wk,
-						    L->wv,	  L->wo,	   L->bq,
-						    L->bk,	  L->bv,	   L->q_norm,
-						    L->k_norm,	  L->ffn_norm,	   L->ffn_gate,
-						    L->ffn_up,	  L->ffn_down,	   L->ffn_gate_inp};
+		const shoal_gguf_tensor *dense[] = {
+		    L->attn_norm, L->wq,       L->wk,     L->wv,       L->wo,
+		    L->bq,        L->bk,       L->bv,     L->q_norm,   L->k_norm,
+		    L->ffn_norm,  L->ffn_gate, L->ffn_up, L->ffn_down, L->ffn_gate_inp};
 		for (size_t i = 0; i < sizeof dense / sizeof dense[0]; i++) {
 			ml->bytes += nb(dense[i]);
 			ml->flops += mat_flops(dense[i]);
@@ -68,9 +67,9 @@ shoal_err shoal_model_manifest(const shoal_model *m, shoal_manifest *out)
 		if (hp->n_expert && L->ffn_gate_exps) {
 			ml->n_expert = hp->n_expert;
 			ml->n_expert_used = hp->n_expert_used;
-			ml->expert_bytes = (nb(L->ffn_gate_exps) + nb(L->ffn_up_exps) +
-					    nb(L->ffn_down_exps)) /
-					   hp->n_expert;
+			ml->expert_bytes =
+			    (nb(L->ffn_gate_exps) + nb(L->ffn_up_exps) + nb(L->ffn_down_exps)) /
+			    hp->n_expert;
 			/* gate, up: n_embd x n_ff_exp; down: n_ff_exp x n_embd. */
 			ml->expert_flops = 2ull * 3 * hp->n_embd * hp->n_ff_exp;
 		}

@@ -18,10 +18,10 @@
 /* ---- architectures ------------------------------------------------------ */
 
 static const char *const arch_names[SHOAL_ARCH__COUNT] = {
-	[SHOAL_ARCH_LLAMA] = "llama",
-	[SHOAL_ARCH_QWEN2] = "qwen2",
-	[SHOAL_ARCH_QWEN3] = "qwen3",
-	[SHOAL_ARCH_QWEN3MOE] = "qwen3moe",
+    [SHOAL_ARCH_LLAMA] = "llama",
+    [SHOAL_ARCH_QWEN2] = "qwen2",
+    [SHOAL_ARCH_QWEN3] = "qwen3",
+    [SHOAL_ARCH_QWEN3MOE] = "qwen3moe",
 };
 
 const char *shoal_arch_name(shoal_arch a)
@@ -45,8 +45,8 @@ static const char *printable(const char *s, size_t len, char out[48])
 
 /* Largest values we accept: far above any released model, low enough that
  * products of two of them stay far from 2^64 in the manifest arithmetic. */
-#define MODEL_MAX_DIM (1u << 20)   /* n_embd, n_ff, head_dim, ... */
-#define MODEL_MAX_HEADS (1u << 12) /* n_head, n_head_kv */
+#define MODEL_MAX_DIM     (1u << 20) /* n_embd, n_ff, head_dim, ... */
+#define MODEL_MAX_HEADS   (1u << 12) /* n_head, n_head_kv */
 #define MODEL_MAX_EXPERTS (1u << 12)
 /* Released models have at most ~128 layers; 4096 keeps the per-layer table
  * (about 150 bytes a layer) under 1 MB before any tensor is checked. */
@@ -61,25 +61,25 @@ typedef struct hp_ctx {
 
 /* <arch>.<suffix> as a u32; `def` if absent and not required. */
 static shoal_err hp_u32(const hp_ctx *c, const char *suffix, bool required, uint32_t def,
-			uint32_t lo, uint32_t hi, uint32_t *out)
+                        uint32_t lo, uint32_t hi, uint32_t *out)
 {
 	char key[128];
 	snprintf(key, sizeof key, "%s.%s", c->arch, suffix);
 	if (shoal_gguf_find(c->g, key) < 0) {
 		if (required)
 			return shoal_why(c->why, c->why_len, SHOAL_ERR_FORMAT, "missing key '%s'",
-					 key);
+			                 key);
 		*out = def;
 		return SHOAL_OK;
 	}
 	uint64_t v;
 	if (!shoal_gguf_get_u64(c->g, key, &v))
 		return shoal_why(c->why, c->why_len, SHOAL_ERR_FORMAT,
-				 "key '%s' is not a non-negative integer", key);
+		                 "key '%s' is not a non-negative integer", key);
 	if (v < lo || v > hi)
 		return shoal_why(c->why, c->why_len, SHOAL_ERR_FORMAT,
-				 "key '%s' = %llu out of range [%u, %u]", key, (unsigned long long)v,
-				 lo, hi);
+		                 "key '%s' = %llu out of range [%u, %u]", key,
+		                 (unsigned long long)v, lo, hi);
 	*out = (uint32_t)v;
 	return SHOAL_OK;
 }
@@ -91,23 +91,23 @@ static shoal_err hp_f32(const hp_ctx *c, const char *suffix, bool required, floa
 	if (shoal_gguf_find(c->g, key) < 0) {
 		if (required)
 			return shoal_why(c->why, c->why_len, SHOAL_ERR_FORMAT, "missing key '%s'",
-					 key);
+			                 key);
 		*out = def;
 		return SHOAL_OK;
 	}
 	float v;
 	if (!shoal_gguf_get_f32(c->g, key, &v))
 		return shoal_why(c->why, c->why_len, SHOAL_ERR_FORMAT, "key '%s' is not a float",
-				 key);
+		                 key);
 	if (!isfinite(v) || v <= 0)
 		return shoal_why(c->why, c->why_len, SHOAL_ERR_FORMAT,
-				 "key '%s' = %g must be finite and positive", key, (double)v);
+		                 "key '%s' = %g must be finite and positive", key, (double)v);
 	*out = v;
 	return SHOAL_OK;
 }
 
 static shoal_err hp_read(const shoal_gguf *g, shoal_arch arch, shoal_hparams *hp, char *why,
-			 size_t why_len)
+                         size_t why_len)
 {
 	hp_ctx c = {.g = g, .arch = arch_names[arch], .why = why, .why_len = why_len};
 	shoal_err e;
@@ -123,33 +123,33 @@ static shoal_err hp_read(const shoal_gguf *g, shoal_arch arch, shoal_hparams *hp
 	if ((e = hp_u32(&c, "attention.head_count", true, 0, 1, MODEL_MAX_HEADS, &hp->n_head)))
 		return e;
 	if ((e = hp_u32(&c, "attention.head_count_kv", false, hp->n_head, 1, MODEL_MAX_HEADS,
-			&hp->n_head_kv)))
+	                &hp->n_head_kv)))
 		return e;
 	if (hp->n_head % hp->n_head_kv)
 		return shoal_why(why, why_len, SHOAL_ERR_FORMAT,
-				 "%u attention heads are not a multiple of %u KV heads", hp->n_head,
-				 hp->n_head_kv);
+		                 "%u attention heads are not a multiple of %u KV heads", hp->n_head,
+		                 hp->n_head_kv);
 	uint32_t def_hd = hp->n_embd / hp->n_head;
 	if ((e = hp_u32(&c, "attention.key_length", false, def_hd, 1, MODEL_MAX_DIM,
-			&hp->head_dim)))
+	                &hp->head_dim)))
 		return e;
 	uint32_t vlen;
 	if ((e = hp_u32(&c, "attention.value_length", false, hp->head_dim, 1, MODEL_MAX_DIM,
-			&vlen)))
+	                &vlen)))
 		return e;
 	if (vlen != hp->head_dim)
 		return shoal_why(why, why_len, SHOAL_ERR_UNSUPPORTED,
-				 "key length %u != value length %u is not supported", hp->head_dim,
-				 vlen);
+		                 "key length %u != value length %u is not supported", hp->head_dim,
+		                 vlen);
 	if (hp->head_dim % 2)
 		return shoal_why(why, why_len, SHOAL_ERR_FORMAT, "head dimension %u is odd",
-				 hp->head_dim);
+		                 hp->head_dim);
 	if ((e = hp_u32(&c, "rope.dimension_count", false, hp->head_dim, 2, hp->head_dim,
-			&hp->n_rot)))
+	                &hp->n_rot)))
 		return e;
 	if (hp->n_rot % 2)
 		return shoal_why(why, why_len, SHOAL_ERR_FORMAT, "rope dimension count %u is odd",
-				 hp->n_rot);
+		                 hp->n_rot);
 	if ((e = hp_u32(&c, "context_length", true, 0, 1, UINT32_MAX, &hp->n_ctx_train)))
 		return e;
 	if ((e = hp_f32(&c, "attention.layer_norm_rms_epsilon", true, 0, &hp->rms_eps)))
@@ -170,8 +170,8 @@ static shoal_err hp_read(const shoal_gguf *g, shoal_arch arch, shoal_hparams *hp
 			linear = true;
 		else if (!(stl == 4 && !memcmp(st, "none", 4)))
 			return shoal_why(why, why_len, SHOAL_ERR_UNSUPPORTED,
-					 "rope scaling '%s' is not supported (only linear)",
-					 printable(st, stl, nb));
+			                 "rope scaling '%s' is not supported (only linear)",
+			                 printable(st, stl, nb));
 	}
 	float factor = 1.0f;
 	if (linear && (e = hp_f32(&c, "rope.scaling.factor", false, 1.0f, &factor)))
@@ -187,10 +187,10 @@ static shoal_err hp_read(const shoal_gguf *g, shoal_arch arch, shoal_hparams *hp
 		return shoal_why(why, why_len, SHOAL_ERR_FORMAT, "%s.expert_count is 0", c.arch);
 	if (hp->n_expert > 0 && arch != SHOAL_ARCH_LLAMA && !moe)
 		return shoal_why(why, why_len, SHOAL_ERR_UNSUPPORTED,
-				 "experts in a '%s' model are not supported", c.arch);
+		                 "experts in a '%s' model are not supported", c.arch);
 	if (hp->n_expert > 0) {
 		if ((e = hp_u32(&c, "expert_used_count", true, 0, 1, hp->n_expert,
-				&hp->n_expert_used)))
+		                &hp->n_expert_used)))
 			return e;
 		uint32_t ff = 0;
 		if ((e = hp_u32(&c, "feed_forward_length", !moe, 0, 0, MODEL_MAX_DIM, &ff)))
@@ -200,21 +200,21 @@ static shoal_err hp_read(const shoal_gguf *g, shoal_arch arch, shoal_hparams *hp
 		 * feed_forward_length / expert_used_count). */
 		uint32_t def_ff_exp = moe ? ff / hp->n_expert_used : ff;
 		if ((e = hp_u32(&c, "expert_feed_forward_length", false, def_ff_exp, 1,
-				MODEL_MAX_DIM, &hp->n_ff_exp)))
+		                MODEL_MAX_DIM, &hp->n_ff_exp)))
 			return e;
 		if (hp->n_ff_exp == 0)
 			return shoal_why(why, why_len, SHOAL_ERR_FORMAT,
-					 "no expert FFN width (%s.expert_feed_forward_length)",
-					 c.arch);
+			                 "no expert FFN width (%s.expert_feed_forward_length)",
+			                 c.arch);
 		/* The reference engine renormalises the top-k softmax weights
 		 * for both Mixtral (llama) and qwen3moe (norm_w = true in its
 		 * build_moe_ffn calls); a file may say otherwise. */
 		hp->expert_weights_norm = true;
 		snprintf(key, sizeof key, "%s.expert_weights_norm", c.arch);
-		if (shoal_gguf_find(g, key) >= 0 && !shoal_gguf_get_bool(g, key,
-									   &hp->expert_weights_norm))
+		if (shoal_gguf_find(g, key) >= 0 &&
+		    !shoal_gguf_get_bool(g, key, &hp->expert_weights_norm))
 			return shoal_why(why, why_len, SHOAL_ERR_FORMAT, "key '%s' is not a bool",
-					 key);
+			                 key);
 	} else {
 		if ((e = hp_u32(&c, "feed_forward_length", true, 0, 1, MODEL_MAX_DIM, &hp->n_ff)))
 			return e;
@@ -236,7 +236,7 @@ static void shape_str(const uint64_t *ne, int n, char *buf, size_t cap)
 	o += (size_t)snprintf(buf + o, cap - o, "{");
 	for (int i = 0; i < n && o < cap; i++)
 		o += (size_t)snprintf(buf + o, cap - o, "%s%llu", i ? ", " : "",
-				      (unsigned long long)ne[i]);
+		                      (unsigned long long)ne[i]);
 	if (o < cap)
 		snprintf(buf + o, cap - o, "}");
 }
@@ -244,14 +244,14 @@ static void shape_str(const uint64_t *ne, int n, char *buf, size_t cap)
 /* Find `name` and check its shape is exactly ne[0..n) (trailing dims 1).
  * Absent: *out = NULL and an error if required. */
 static shoal_err t_get(const t_ctx *c, const char *name, bool required, int n, const uint64_t *ne,
-		       const shoal_gguf_tensor **out)
+                       const shoal_gguf_tensor **out)
 {
 	const shoal_gguf_tensor *t = shoal_gguf_tensor_find(c->g, name);
 	*out = NULL;
 	if (!t) {
 		if (required)
 			return shoal_why(c->why, c->why_len, SHOAL_ERR_FORMAT,
-					 "missing tensor '%s'", name);
+			                 "missing tensor '%s'", name);
 		return SHOAL_OK;
 	}
 	bool ok = true;
@@ -263,19 +263,18 @@ static shoal_err t_get(const t_ctx *c, const char *name, bool required, int n, c
 		shape_str(ne, n, want, sizeof want);
 		shape_str(t->ne, (int)t->n_dims, got, sizeof got);
 		return shoal_why(c->why, c->why_len, SHOAL_ERR_FORMAT,
-				 "tensor '%s': shape %s, expected %s", name, got, want);
+		                 "tensor '%s': shape %s, expected %s", name, got, want);
 	}
 	*out = t;
 	return SHOAL_OK;
 }
 
-#define T_GET(name, req, out, ...)                                                          \
-	do {                                                                               \
-		const uint64_t ne_[] = {__VA_ARGS__};                                      \
-		shoal_err e_ = t_get(&c, name, req, (int)(sizeof ne_ / sizeof ne_[0]), ne_, \
-				     out);                                                 \
-		if (e_)                                                                    \
-			return e_;                                                         \
+#define T_GET(name, req, out, ...)                                                                 \
+	do {                                                                                       \
+		const uint64_t ne_[] = {__VA_ARGS__};                                              \
+		shoal_err e_ = t_get(&c, name, req, (int)(sizeof ne_ / sizeof ne_[0]), ne_, out);  \
+		if (e_)                                                                            \
+			return e_;                                                                 \
 	} while (0)
 
 static shoal_err layer_find(const t_ctx *cp, const shoal_hparams *hp, uint32_t il, shoal_layer *L)
@@ -283,10 +282,10 @@ static shoal_err layer_find(const t_ctx *cp, const shoal_hparams *hp, uint32_t i
 	t_ctx c = *cp;
 	char n[96];
 	uint64_t E = hp->n_embd, q = (uint64_t)hp->n_head * hp->head_dim,
-		 kv = (uint64_t)hp->n_head_kv * hp->head_dim;
+	         kv = (uint64_t)hp->n_head_kv * hp->head_dim;
 	bool qwen2 = hp->arch == SHOAL_ARCH_QWEN2;
 	bool qknorm = hp->arch == SHOAL_ARCH_QWEN3 || hp->arch == SHOAL_ARCH_QWEN3MOE;
-#define NAME(s) (snprintf(n, sizeof n, "blk.%u." s ".weight", il), n)
+#define NAME(s)  (snprintf(n, sizeof n, "blk.%u." s ".weight", il), n)
 #define BNAME(s) (snprintf(n, sizeof n, "blk.%u." s ".bias", il), n)
 	T_GET(NAME("attn_norm"), true, &L->attn_norm, E);
 	T_GET(NAME("attn_q"), true, &L->wq, E, q);
@@ -314,9 +313,9 @@ static shoal_err layer_find(const t_ctx *cp, const shoal_hparams *hp, uint32_t i
 	snprintf(n, sizeof n, "blk.%u.ffn_gate.0.weight", il);
 	if (shoal_gguf_tensor_find(c.g, n))
 		return shoal_why(c.why, c.why_len, SHOAL_ERR_UNSUPPORTED,
-				 "per-expert tensors ('%s') are not supported: reconvert with "
-				 "stacked ffn_*_exps tensors",
-				 n);
+		                 "per-expert tensors ('%s') are not supported: reconvert with "
+		                 "stacked ffn_*_exps tensors",
+		                 n);
 	T_GET(NAME("ffn_gate_inp"), true, &L->ffn_gate_inp, E, X);
 	T_GET(NAME("ffn_gate_exps"), true, &L->ffn_gate_exps, E, F, X);
 	T_GET(NAME("ffn_up_exps"), true, &L->ffn_up_exps, E, F, X);
@@ -332,11 +331,12 @@ static shoal_err model_find(shoal_model *m, char *why, size_t why_len)
 	const shoal_hparams *hp0 = &m->hp;
 	const shoal_gguf_tensor *te = shoal_gguf_tensor_find(m->gguf, "token_embd.weight");
 	if (!te)
-		return shoal_why(why, why_len, SHOAL_ERR_FORMAT, "missing tensor 'token_embd.weight'");
+		return shoal_why(why, why_len, SHOAL_ERR_FORMAT,
+		                 "missing tensor 'token_embd.weight'");
 	if (te->ne[1] == 0 || te->ne[1] > UINT32_MAX)
 		return shoal_why(why, why_len, SHOAL_ERR_FORMAT,
-				 "tensor 'token_embd.weight': %llu tokens",
-				 (unsigned long long)te->ne[1]);
+		                 "tensor 'token_embd.weight': %llu tokens",
+		                 (unsigned long long)te->ne[1]);
 	m->hp.n_vocab = (uint32_t)te->ne[1];
 	T_GET("token_embd.weight", true, &m->tok_embd, hp0->n_embd, hp0->n_vocab);
 	T_GET("output_norm.weight", true, &m->output_norm, hp0->n_embd);
@@ -372,7 +372,7 @@ shoal_err shoal_model_from_gguf(shoal_gguf *g, shoal_model **out, char *why, siz
 	size_t al;
 	if (!shoal_gguf_get_str(g, "general.architecture", &a, &al)) {
 		e = shoal_why(why, why_len, SHOAL_ERR_FORMAT,
-			      "missing key 'general.architecture' (a string)");
+		              "missing key 'general.architecture' (a string)");
 		goto fail;
 	}
 	int arch = -1;
@@ -382,9 +382,9 @@ shoal_err shoal_model_from_gguf(shoal_gguf *g, shoal_model **out, char *why, siz
 	if (arch < 0) {
 		char nb[48];
 		e = shoal_why(why, why_len, SHOAL_ERR_UNSUPPORTED,
-			      "architecture '%s' is not supported (supported: llama, qwen2, qwen3, "
-			      "qwen3moe)",
-			      printable(a, al, nb));
+		              "architecture '%s' is not supported (supported: llama, qwen2, qwen3, "
+		              "qwen3moe)",
+		              printable(a, al, nb));
 		goto fail;
 	}
 	if ((e = hp_read(g, (shoal_arch)arch, &m->hp, why, why_len)))

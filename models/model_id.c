@@ -26,20 +26,20 @@
 #include "base/log.h"
 #include "base/statedir.h"
 
-#define MID_H SHOAL_MODEL_ID_BYTES
+#define MID_H         SHOAL_MODEL_ID_BYTES
 #define MID_KEY_BYTES 16 /* 128-bit cache key: collisions need ~2^64 models */
-#define MID_VERSION 1u
-#define MID_DOMAIN "shoal-model-id-v1"
-#define MID_FIXED (8 + 4 + 4 + 8 + MID_KEY_BYTES + MID_H) /* before the digests */
+#define MID_VERSION   1u
+#define MID_DOMAIN    "shoal-model-id-v1"
+#define MID_FIXED     (8 + 4 + 4 + 8 + MID_KEY_BYTES + MID_H) /* before the digests */
 
 struct shoal_model_id {
 	uint8_t id[MID_H];
 	uint32_t n_shards;
-	uint8_t *headers;   /* (n_shards, 32) */
+	uint8_t *headers; /* (n_shards, 32) */
 	size_t n_tensors;
-	uint8_t *tensors;   /* (n_tensors, 32) */
-	uint64_t *nbytes;   /* (n_tensors) */
-	char **names;       /* (n_tensors) owned copies */
+	uint8_t *tensors; /* (n_tensors, 32) */
+	uint64_t *nbytes; /* (n_tensors) */
+	char **names;     /* (n_tensors) owned copies */
 	bool cached;
 	uint64_t hashed;
 };
@@ -133,7 +133,7 @@ static void mid_hash_all(const shoal_gguf *g, shoal_model_id *m)
 	for (uint32_t s = 0; s < m->n_shards; s++) {
 		uint64_t n = shoal_gguf_shard_header_bytes(g, s);
 		crypto_generichash(m->headers + (size_t)s * MID_H, MID_H,
-				   shoal_gguf_shard_base(g, s), n, NULL, 0);
+		                   shoal_gguf_shard_base(g, s), n, NULL, 0);
 		m->hashed += n;
 	}
 	for (size_t i = 0; i < m->n_tensors; i++) {
@@ -145,7 +145,7 @@ static void mid_hash_all(const shoal_gguf *g, shoal_model_id *m)
 }
 
 shoal_err shoal_model_id_compute(const shoal_gguf *g, shoal_model_id **out, char *why,
-				 size_t why_len)
+                                 size_t why_len)
 {
 	return shoal_model_id_load(g, NULL, out, why, why_len);
 }
@@ -153,8 +153,7 @@ shoal_err shoal_model_id_compute(const shoal_gguf *g, shoal_model_id **out, char
 /* ---- the cache ------------------------------------------------------------ */
 
 /* Key over (absolute path, size, mtime) of every shard. */
-static shoal_err mid_key(const shoal_gguf *g, uint8_t key[MID_KEY_BYTES], char *why,
-			 size_t why_len)
+static shoal_err mid_key(const shoal_gguf *g, uint8_t key[MID_KEY_BYTES], char *why, size_t why_len)
 {
 	crypto_generichash_state st;
 	crypto_generichash_init(&st, NULL, 0, MID_KEY_BYTES);
@@ -164,7 +163,7 @@ static shoal_err mid_key(const shoal_gguf *g, uint8_t key[MID_KEY_BYTES], char *
 		struct stat sb;
 		if (!realpath(p, abs) || stat(abs, &sb) != 0)
 			return shoal_why(why, why_len, SHOAL_ERR_IO, "cannot stat '%s': %s", p,
-					 strerror(errno));
+			                 strerror(errno));
 		uint8_t b[24];
 #ifdef __APPLE__
 		int64_t sec = sb.st_mtimespec.tv_sec, nsec = sb.st_mtimespec.tv_nsec;
@@ -187,7 +186,7 @@ static size_t mid_file_size(uint32_t ns, size_t nt)
 }
 
 static void mid_cache_path(const char *state_dir, const uint8_t key[MID_KEY_BYTES], char *out,
-			   size_t cap)
+                           size_t cap)
 {
 	char hex[2 * MID_KEY_BYTES + 1];
 	sodium_bin2hex(hex, sizeof hex, key, MID_KEY_BYTES);
@@ -221,8 +220,8 @@ static bool mid_cache_read(const char *path, const uint8_t key[MID_KEY_BYTES], s
 		SHOAL_LOG_W("models", "model-id cache %s is corrupt; recomputing", path);
 		goto out;
 	}
-	uint32_t ns = (uint32_t)p[12] | (uint32_t)p[13] << 8 | (uint32_t)p[14] << 16 |
-		      (uint32_t)p[15] << 24;
+	uint32_t ns =
+	    (uint32_t)p[12] | (uint32_t)p[13] << 8 | (uint32_t)p[14] << 16 | (uint32_t)p[15] << 24;
 	if (ns != m->n_shards || get_u64(p + 16) != m->n_tensors)
 		goto out;
 	p += 24 + MID_KEY_BYTES;
@@ -236,7 +235,7 @@ static bool mid_cache_read(const char *path, const uint8_t key[MID_KEY_BYTES], s
 	mid_combine(m, again);
 	if (sodium_memcmp(again, m->id, MID_H) != 0) {
 		SHOAL_LOG_W("models", "model-id cache %s does not match this model; recomputing",
-			    path);
+		            path);
 		goto out;
 	}
 	ok = true;
@@ -247,7 +246,7 @@ out:
 }
 
 static void mid_cache_write(const char *state_dir, const char *path,
-			    const uint8_t key[MID_KEY_BYTES], const shoal_model_id *m)
+                            const uint8_t key[MID_KEY_BYTES], const shoal_model_id *m)
 {
 	char dir[PATH_MAX], tmp[PATH_MAX + 96]; /* path is at most PATH_MAX + 64 */
 	snprintf(dir, sizeof dir, "%s/model-ids", state_dir);
@@ -292,7 +291,7 @@ static void mid_cache_write(const char *state_dir, const char *path,
 /* ---- load ----------------------------------------------------------------- */
 
 shoal_err shoal_model_id_load(const shoal_gguf *g, const char *state_dir, shoal_model_id **out,
-			      char *why, size_t why_len)
+                              char *why, size_t why_len)
 {
 	*out = NULL;
 	if (sodium_init() < 0)
@@ -360,7 +359,7 @@ int64_t shoal_model_id_find(const shoal_model_id *id, const char *name)
 }
 
 shoal_err shoal_model_id_verify_tensor(const shoal_model_id *id, size_t tensor_index,
-				       const void *data, uint64_t nbytes)
+                                       const void *data, uint64_t nbytes)
 {
 	if (tensor_index >= id->n_tensors)
 		return SHOAL_ERR_RANGE;
@@ -369,8 +368,8 @@ shoal_err shoal_model_id_verify_tensor(const shoal_model_id *id, size_t tensor_i
 	uint8_t d[MID_H];
 	crypto_generichash(d, MID_H, data, nbytes, NULL, 0);
 	return sodium_memcmp(d, id->tensors + tensor_index * MID_H, MID_H) == 0
-		       ? SHOAL_OK
-		       : SHOAL_ERR_MISMATCH;
+	           ? SHOAL_OK
+	           : SHOAL_ERR_MISMATCH;
 }
 
 bool shoal_model_id_cached(const shoal_model_id *id)

@@ -36,10 +36,10 @@ typedef struct shoal_model_id shoal_model_id; /* opaque */
  * an error. With state_dir NULL, always compute. *out is the caller's; free
  * with shoal_model_id_free. */
 shoal_err shoal_model_id_load(const shoal_gguf *g, const char *state_dir, shoal_model_id **out,
-			      char *why, size_t why_len);
+                              char *why, size_t why_len);
 /* Same as load with no cache. */
 shoal_err shoal_model_id_compute(const shoal_gguf *g, shoal_model_id **out, char *why,
-				 size_t why_len);
+                                 size_t why_len);
 void shoal_model_id_free(shoal_model_id *id); /* NULL is a no-op */
 
 /* The 32-byte model id; owned by id. */
@@ -55,7 +55,7 @@ int64_t shoal_model_id_find(const shoal_model_id *id, const char *name);
 /* SHOAL_OK if data[nbytes] is exactly tensor i's bytes; SHOAL_ERR_MISMATCH
  * if not (wrong size or digest); SHOAL_ERR_RANGE for a bad index. */
 shoal_err shoal_model_id_verify_tensor(const shoal_model_id *id, size_t tensor_index,
-				       const void *data, uint64_t nbytes);
+                                       const void *data, uint64_t nbytes);
 
 /* True if this id came from the cache; the number of tensor and header
  * bytes hashed to produce it (0 on a cache hit). */

@@ -76,8 +76,10 @@ static uint64_t name_seed(uint64_t seed, const char *name)
 
 /* Append one tensor; norms, biases and the router stay F32 (as in real
  * GGUF files). Returns the new count. */
-static __attribute__((format(printf, 9, 10))) int plan_add(tplan *t, int n, shoal_dtype type, kind k, uint32_t nd, uint64_t a, uint64_t b,
-		    uint64_t c, const char *fmt, ...)
+static __attribute__((format(printf, 9, 10))) int plan_add(tplan *t, int n, shoal_dtype type,
+                                                           kind k, uint32_t nd, uint64_t a,
+                                                           uint64_t b, uint64_t c, const char *fmt,
+                                                           ...)
 {
 	va_list ap;
 	va_start(ap, fmt);
@@ -98,7 +100,7 @@ static int plan_build(const opts *o, tplan *t)
 	bool qwen2 = !strcmp(o->arch, "qwen2");
 	bool qk = !strcmp(o->arch, "qwen3") || !strcmp(o->arch, "qwen3moe");
 	uint64_t E = o->dim, q = (uint64_t)o->heads * o->head_dim,
-		 kv = (uint64_t)o->kv_heads * o->head_dim;
+	         kv = (uint64_t)o->kv_heads * o->head_dim;
 	shoal_dtype ty = o->type;
 	int n = 0;
 	n = plan_add(t, n, ty, K_EMBD, 2, E, o->vocab, 1, "token_embd.weight");
@@ -114,22 +116,28 @@ static int plan_build(const opts *o, tplan *t)
 		}
 		if (qk) {
 			n = plan_add(t, n, ty, K_NORM, 1, o->head_dim, 1, 1,
-				     "blk.%u.attn_q_norm.weight", l);
+			             "blk.%u.attn_q_norm.weight", l);
 			n = plan_add(t, n, ty, K_NORM, 1, o->head_dim, 1, 1,
-				     "blk.%u.attn_k_norm.weight", l);
+			             "blk.%u.attn_k_norm.weight", l);
 		}
 		n = plan_add(t, n, ty, K_WEIGHT, 2, q, E, 1, "blk.%u.attn_output.weight", l);
 		n = plan_add(t, n, ty, K_NORM, 1, E, 1, 1, "blk.%u.ffn_norm.weight", l);
 		if (o->experts) {
 			uint64_t X = o->experts, F = o->ff_exp;
-			n = plan_add(t, n, ty, K_ROUTER, 2, E, X, 1, "blk.%u.ffn_gate_inp.weight", l);
-			n = plan_add(t, n, ty, K_WEIGHT, 3, E, F, X, "blk.%u.ffn_gate_exps.weight", l);
-			n = plan_add(t, n, ty, K_WEIGHT, 3, E, F, X, "blk.%u.ffn_up_exps.weight", l);
-			n = plan_add(t, n, ty, K_WEIGHT, 3, F, E, X, "blk.%u.ffn_down_exps.weight", l);
+			n = plan_add(t, n, ty, K_ROUTER, 2, E, X, 1, "blk.%u.ffn_gate_inp.weight",
+			             l);
+			n = plan_add(t, n, ty, K_WEIGHT, 3, E, F, X, "blk.%u.ffn_gate_exps.weight",
+			             l);
+			n = plan_add(t, n, ty, K_WEIGHT, 3, E, F, X, "blk.%u.ffn_up_exps.weight",
+			             l);
+			n = plan_add(t, n, ty, K_WEIGHT, 3, F, E, X, "blk.%u.ffn_down_exps.weight",
+			             l);
 		} else {
-			n = plan_add(t, n, ty, K_WEIGHT, 2, E, o->ff, 1, "blk.%u.ffn_gate.weight", l);
+			n = plan_add(t, n, ty, K_WEIGHT, 2, E, o->ff, 1, "blk.%u.ffn_gate.weight",
+			             l);
 			n = plan_add(t, n, ty, K_WEIGHT, 2, E, o->ff, 1, "blk.%u.ffn_up.weight", l);
-			n = plan_add(t, n, ty, K_WEIGHT, 2, o->ff, E, 1, "blk.%u.ffn_down.weight", l);
+			n = plan_add(t, n, ty, K_WEIGHT, 2, o->ff, E, 1, "blk.%u.ffn_down.weight",
+			             l);
 		}
 	}
 	n = plan_add(t, n, ty, K_NORM, 1, E, 1, 1, "output_norm.weight");
@@ -215,14 +223,22 @@ static int write_vocab(shoal_gguf_writer *w, uint32_t V)
 static uint32_t file_type(shoal_dtype t)
 {
 	switch (t) {
-	case SHOAL_DTYPE_F32: return 0;
-	case SHOAL_DTYPE_F16: return 1;
-	case SHOAL_DTYPE_Q4_0: return 2;
-	case SHOAL_DTYPE_Q8_0: return 7;
-	case SHOAL_DTYPE_Q4_K: return 15; /* "Q4_K_M" */
-	case SHOAL_DTYPE_Q6_K: return 18;
-	case SHOAL_DTYPE_BF16: return 32;
-	default: return 0;
+	case SHOAL_DTYPE_F32:
+		return 0;
+	case SHOAL_DTYPE_F16:
+		return 1;
+	case SHOAL_DTYPE_Q4_0:
+		return 2;
+	case SHOAL_DTYPE_Q8_0:
+		return 7;
+	case SHOAL_DTYPE_Q4_K:
+		return 15; /* "Q4_K_M" */
+	case SHOAL_DTYPE_Q6_K:
+		return 18;
+	case SHOAL_DTYPE_BF16:
+		return 32;
+	default:
+		return 0;
 	}
 }
 
@@ -264,8 +280,7 @@ static int write_meta(shoal_gguf_writer *w, const opts *o)
 
 /* ---- tensors -------------------------------------------------------------- */
 
-static int write_tensor(shoal_gguf_writer *w, const opts *o, const tplan *t, float *row,
-			void *qrow)
+static int write_tensor(shoal_gguf_writer *w, const opts *o, const tplan *t, float *row, void *qrow)
 {
 	uint64_t s = name_seed(o->seed, t->name);
 	uint64_t n_in = t->ne[0], rows = t->ne[1] * t->ne[2];
@@ -277,10 +292,18 @@ static int write_tensor(shoal_gguf_writer *w, const opts *o, const tplan *t, flo
 		for (uint64_t i = 0; i < n_in; i++) {
 			float u = rng_unit(&s);
 			switch (t->k) {
-			case K_NORM: row[i] = 1.0f + 0.1f * u; break;
-			case K_BIAS: row[i] = 0.05f * u; break;
-			case K_EMBD: row[i] = 0.5f * u; break;
-			default: row[i] = a * u; break;
+			case K_NORM:
+				row[i] = 1.0f + 0.1f * u;
+				break;
+			case K_BIAS:
+				row[i] = 0.05f * u;
+				break;
+			case K_EMBD:
+				row[i] = 0.5f * u;
+				break;
+			default:
+				row[i] = a * u;
+				break;
 			}
 		}
 		const void *src = row;
@@ -295,7 +318,7 @@ static int write_tensor(shoal_gguf_writer *w, const opts *o, const tplan *t, flo
 }
 
 static int write_shard(const opts *o, const char *path, const tplan *t, int first, int end,
-		       int shard, int n_total, float *row, void *qrow)
+                       int shard, int n_total, float *row, void *qrow)
 {
 	shoal_gguf_writer *w;
 	if (shoal_gguf_writer_new(path, &w)) {
@@ -332,11 +355,11 @@ out:
 static int usage(void)
 {
 	fprintf(stderr,
-		"usage: gen_fixture --arch llama|qwen2|qwen3|qwen3moe --type "
-		"F32|F16|BF16|Q8_0|Q4_0|Q4_K|Q6_K\n"
-		"  --layers N --dim D --ff F --heads H --kv-heads K --vocab V [--head-dim D]\n"
-		"  [--experts E --experts-used K --ff-exp F] [--tied] [--seed S] [--split N]\n"
-		"  [--ctx N] OUT.gguf\n");
+	        "usage: gen_fixture --arch llama|qwen2|qwen3|qwen3moe --type "
+	        "F32|F16|BF16|Q8_0|Q4_0|Q4_K|Q6_K\n"
+	        "  --layers N --dim D --ff F --heads H --kv-heads K --vocab V [--head-dim D]\n"
+	        "  [--experts E --experts-used K --ff-exp F] [--tied] [--seed S] [--split N]\n"
+	        "  [--ctx N] OUT.gguf\n");
 	return 2;
 }
 
@@ -378,9 +401,9 @@ static int parse(int argc, char **argv, opts *o)
 		if (!strcmp(a, "--arch")) {
 			o->arch = v;
 		} else if (!strcmp(a, "--type")) {
-			const shoal_dtype ts[] = {SHOAL_DTYPE_F32,  SHOAL_DTYPE_F16,  SHOAL_DTYPE_BF16,
-						  SHOAL_DTYPE_Q8_0, SHOAL_DTYPE_Q4_0, SHOAL_DTYPE_Q4_K,
-						  SHOAL_DTYPE_Q6_K};
+			const shoal_dtype ts[] = {
+			    SHOAL_DTYPE_F32,  SHOAL_DTYPE_F16,  SHOAL_DTYPE_BF16, SHOAL_DTYPE_Q8_0,
+			    SHOAL_DTYPE_Q4_0, SHOAL_DTYPE_Q4_K, SHOAL_DTYPE_Q6_K};
 			for (size_t k = 0; k < sizeof ts / sizeof ts[0]; k++)
 				if (!strcmp(v, shoal_dtype_name(ts[k])))
 					o->type = ts[k];
@@ -394,18 +417,30 @@ static int parse(int argc, char **argv, opts *o)
 			if (*end)
 				return usage();
 		} else {
-			if (!strcmp(a, "--layers")) u = &o->layers;
-			else if (!strcmp(a, "--dim")) u = &o->dim;
-			else if (!strcmp(a, "--ff")) u = &o->ff;
-			else if (!strcmp(a, "--heads")) u = &o->heads;
-			else if (!strcmp(a, "--kv-heads")) u = &o->kv_heads;
-			else if (!strcmp(a, "--vocab")) u = &o->vocab;
-			else if (!strcmp(a, "--head-dim")) u = &o->head_dim;
-			else if (!strcmp(a, "--experts")) u = &o->experts;
-			else if (!strcmp(a, "--experts-used")) u = &o->experts_used;
-			else if (!strcmp(a, "--ff-exp")) u = &o->ff_exp;
-			else if (!strcmp(a, "--split")) u = &o->split;
-			else if (!strcmp(a, "--ctx")) u = &o->ctx;
+			if (!strcmp(a, "--layers"))
+				u = &o->layers;
+			else if (!strcmp(a, "--dim"))
+				u = &o->dim;
+			else if (!strcmp(a, "--ff"))
+				u = &o->ff;
+			else if (!strcmp(a, "--heads"))
+				u = &o->heads;
+			else if (!strcmp(a, "--kv-heads"))
+				u = &o->kv_heads;
+			else if (!strcmp(a, "--vocab"))
+				u = &o->vocab;
+			else if (!strcmp(a, "--head-dim"))
+				u = &o->head_dim;
+			else if (!strcmp(a, "--experts"))
+				u = &o->experts;
+			else if (!strcmp(a, "--experts-used"))
+				u = &o->experts_used;
+			else if (!strcmp(a, "--ff-exp"))
+				u = &o->ff_exp;
+			else if (!strcmp(a, "--split"))
+				u = &o->split;
+			else if (!strcmp(a, "--ctx"))
+				u = &o->ctx;
 			else
 				return usage();
 			if (!parse_u32(v, u)) {
@@ -444,9 +479,10 @@ static int parse(int argc, char **argv, opts *o)
 	}
 	if (o->heads % o->kv_heads || o->head_dim % 2 || o->vocab < VOCAB_FIRST_PIECE + 1 ||
 	    o->split < 1 || o->split > 99) {
-		fprintf(stderr, "gen_fixture: need heads %% kv-heads == 0, an even head dim, "
-				"vocab > %d and split in 1..99\n",
-			VOCAB_FIRST_PIECE);
+		fprintf(stderr,
+		        "gen_fixture: need heads %% kv-heads == 0, an even head dim, "
+		        "vocab > %d and split in 1..99\n",
+		        VOCAB_FIRST_PIECE);
 		return 2;
 	}
 	if (!shoal_quant_supported(o->type)) {
@@ -471,10 +507,11 @@ int main(int argc, char **argv)
 	for (int i = 0; i < n; i++) {
 		uint32_t be = shoal_dtype_block_elems(t[i].type);
 		if (t[i].ne[0] % be) {
-			fprintf(stderr, "gen_fixture: %s has %llu columns, not a multiple of the %s "
-					"block size %u\n",
-				t[i].name, (unsigned long long)t[i].ne[0],
-				shoal_dtype_name(t[i].type), be);
+			fprintf(stderr,
+			        "gen_fixture: %s has %llu columns, not a multiple of the %s "
+			        "block size %u\n",
+			        t[i].name, (unsigned long long)t[i].ne[0],
+			        shoal_dtype_name(t[i].type), be);
 			free(t);
 			return 2;
 		}
@@ -497,7 +534,7 @@ int main(int argc, char **argv)
 			o.split = (uint32_t)n;
 		for (uint32_t s = 0; path && s < o.split && !rc; s++) {
 			snprintf(path, pl + 32, "%.*s-%05u-of-%05u.gguf", (int)pl, o.out, s + 1,
-				 o.split);
+			         o.split);
 			int first = (int)((uint64_t)n * s / o.split);
 			int end = (int)((uint64_t)n * (s + 1) / o.split);
 			rc = write_shard(&o, path, t, first, end, (int)s, n, row, qrow) ? 1 : 0;

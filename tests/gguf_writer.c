@@ -15,30 +15,30 @@
 typedef struct wtensor {
 	uint64_t offset; /* within the data section */
 	uint64_t nbytes;
-	bool raw;        /* no data expected */
+	bool raw; /* no data expected */
 } wtensor;
 
 struct shoal_gguf_writer {
 	FILE *f;
 	uint32_t version;
 	uint32_t alignment;
-	uint8_t *kv;          /* encoded key/values */
+	uint8_t *kv; /* encoded key/values */
 	size_t kv_len, kv_cap;
 	uint64_t n_kv;
-	uint8_t *ti;          /* encoded tensor infos */
+	uint8_t *ti; /* encoded tensor infos */
 	size_t ti_len, ti_cap;
 	wtensor *t;
 	int n_t, cap_t;
-	uint64_t next_off;    /* next free data offset */
+	uint64_t next_off; /* next free data offset */
 	bool started;
-	int cur;              /* tensor being written */
-	uint64_t cur_done;    /* its bytes so far */
-	uint64_t pos;         /* bytes written into the data section */
+	int cur;           /* tensor being written */
+	uint64_t cur_done; /* its bytes so far */
+	uint64_t pos;      /* bytes written into the data section */
 	bool oom;
 };
 
 static void buf_put(shoal_gguf_writer *w, uint8_t **b, size_t *len, size_t *cap, const void *p,
-		    size_t n)
+                    size_t n)
 {
 	if (w->oom)
 		return;
@@ -111,11 +111,11 @@ void shoal_gguf_writer_set_alignment(shoal_gguf_writer *w, uint32_t alignment, b
 		shoal_gguf_writer_kv_u32(w, "general.alignment", alignment);
 }
 
-#define KV_SCALAR(fn, ctype, gt)                                                   \
-	void fn(shoal_gguf_writer *w, const char *key, ctype v)                    \
-	{                                                                          \
-		kv_key(w, key, gt);                                                \
-		KV_PUT(&v, sizeof v);                                              \
+#define KV_SCALAR(fn, ctype, gt)                                                                   \
+	void fn(shoal_gguf_writer *w, const char *key, ctype v)                                    \
+	{                                                                                          \
+		kv_key(w, key, gt);                                                                \
+		KV_PUT(&v, sizeof v);                                                              \
 	}
 KV_SCALAR(shoal_gguf_writer_kv_u8, uint8_t, SHOAL_GGUF_UINT8)
 KV_SCALAR(shoal_gguf_writer_kv_i8, int8_t, SHOAL_GGUF_INT8)
@@ -168,7 +168,7 @@ static size_t elem_size(shoal_gguf_type t)
 }
 
 void shoal_gguf_writer_kv_arr(shoal_gguf_writer *w, const char *key, shoal_gguf_type elem_type,
-			      const void *data, uint64_t n)
+                              const void *data, uint64_t n)
 {
 	uint32_t et = elem_type;
 	kv_key(w, key, SHOAL_GGUF_ARRAY);
@@ -177,8 +177,8 @@ void shoal_gguf_writer_kv_arr(shoal_gguf_writer *w, const char *key, shoal_gguf_
 	KV_PUT(data, (size_t)n * elem_size(elem_type));
 }
 
-void shoal_gguf_writer_kv_arr_str(shoal_gguf_writer *w, const char *key,
-				  const char *const *strs, uint64_t n)
+void shoal_gguf_writer_kv_arr_str(shoal_gguf_writer *w, const char *key, const char *const *strs,
+                                  uint64_t n)
 {
 	uint32_t et = SHOAL_GGUF_STRING;
 	kv_key(w, key, SHOAL_GGUF_ARRAY);
@@ -191,8 +191,8 @@ void shoal_gguf_writer_kv_arr_str(shoal_gguf_writer *w, const char *key,
 	}
 }
 
-void shoal_gguf_writer_kv_raw(shoal_gguf_writer *w, const char *key, uint32_t type,
-			      const void *val, size_t n)
+void shoal_gguf_writer_kv_raw(shoal_gguf_writer *w, const char *key, uint32_t type, const void *val,
+                              size_t n)
 {
 	kv_key(w, key, type);
 	KV_PUT(val, n);
@@ -215,7 +215,7 @@ static int tensor_push(shoal_gguf_writer *w, wtensor t)
 }
 
 static void ti_put(shoal_gguf_writer *w, const char *name, uint32_t type, uint32_t n_dims,
-		   const uint64_t *ne, uint64_t offset)
+                   const uint64_t *ne, uint64_t offset)
 {
 	uint64_t l = strlen(name);
 	TI_PUT(&l, 8);
@@ -228,7 +228,7 @@ static void ti_put(shoal_gguf_writer *w, const char *name, uint32_t type, uint32
 }
 
 int shoal_gguf_writer_add_tensor(shoal_gguf_writer *w, const char *name, shoal_dtype type,
-				 uint32_t n_dims, const uint64_t *ne)
+                                 uint32_t n_dims, const uint64_t *ne)
 {
 	uint64_t nel = 1;
 	for (uint32_t d = 0; d < n_dims; d++)
@@ -242,7 +242,7 @@ int shoal_gguf_writer_add_tensor(shoal_gguf_writer *w, const char *name, shoal_d
 }
 
 void shoal_gguf_writer_add_tensor_raw(shoal_gguf_writer *w, const char *name, uint32_t type,
-				      uint32_t n_dims, const uint64_t *ne, uint64_t offset)
+                                      uint32_t n_dims, const uint64_t *ne, uint64_t offset)
 {
 	ti_put(w, name, type, n_dims, ne, offset);
 	tensor_push(w, (wtensor){.offset = offset, .nbytes = 0, .raw = true});
@@ -292,8 +292,8 @@ shoal_err shoal_gguf_writer_begin_data(shoal_gguf_writer *w)
 		return SHOAL_ERR_STATE;
 	uint32_t magic = 0x46554747u;
 	uint64_t nt = (uint64_t)w->n_t;
-	if (put(w, &magic, 4) || put(w, &w->version, 4) || put(w, &nt, 8) ||
-	    put(w, &w->n_kv, 8) || put(w, w->kv, w->kv_len) || put(w, w->ti, w->ti_len))
+	if (put(w, &magic, 4) || put(w, &w->version, 4) || put(w, &nt, 8) || put(w, &w->n_kv, 8) ||
+	    put(w, w->kv, w->kv_len) || put(w, w->ti, w->ti_len))
 		return SHOAL_ERR_IO;
 	uint64_t hdr = 24 + w->kv_len + w->ti_len;
 	uint64_t a = w->alignment ? w->alignment : 1;

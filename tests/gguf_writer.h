@@ -52,22 +52,22 @@ void shoal_gguf_writer_kv_strn(shoal_gguf_writer *w, const char *key, const char
 /* A numeric array: n elements of elem_type, given as host values (this
  * writer runs on little-endian hosts only, as GGUF files are). */
 void shoal_gguf_writer_kv_arr(shoal_gguf_writer *w, const char *key, shoal_gguf_type elem_type,
-			      const void *data, uint64_t n);
-void shoal_gguf_writer_kv_arr_str(shoal_gguf_writer *w, const char *key,
-				  const char *const *strs, uint64_t n);
+                              const void *data, uint64_t n);
+void shoal_gguf_writer_kv_arr_str(shoal_gguf_writer *w, const char *key, const char *const *strs,
+                                  uint64_t n);
 /* A key/value whose value bytes are given raw after the type (for hostile
  * tests: wild string lengths, array counts, unknown types). */
-void shoal_gguf_writer_kv_raw(shoal_gguf_writer *w, const char *key, uint32_t type,
-			      const void *val, size_t n);
+void shoal_gguf_writer_kv_raw(shoal_gguf_writer *w, const char *key, uint32_t type, const void *val,
+                              size_t n);
 
 /* Declare a tensor: ne[0..n_dims) in GGUF order; its data offset is the
  * next aligned offset. Returns its index. */
 int shoal_gguf_writer_add_tensor(shoal_gguf_writer *w, const char *name, shoal_dtype type,
-				 uint32_t n_dims, const uint64_t *ne);
+                                 uint32_t n_dims, const uint64_t *ne);
 /* Declare a tensor with exactly these header fields and no data of its own
  * (the test writes whatever bytes it wants with write_raw). */
 void shoal_gguf_writer_add_tensor_raw(shoal_gguf_writer *w, const char *name, uint32_t type,
-				      uint32_t n_dims, const uint64_t *ne, uint64_t offset);
+                                      uint32_t n_dims, const uint64_t *ne, uint64_t offset);
 /* Bytes of tensor i's data (what add_tensor computed). */
 uint64_t shoal_gguf_writer_tensor_bytes(const shoal_gguf_writer *w, int i);
 

@@ -147,8 +147,8 @@ static void test_austen_figures(void)
 	shoal_gguf_free(g);
 
 	/* The vocabularies: counts from tests/data/vocab/README.md. */
-	const char *vocabs[] = {"vocab/ggml-vocab-llama-spm.gguf", "vocab/ggml-vocab-llama-bpe.gguf",
-				"vocab/ggml-vocab-gpt-2.gguf"};
+	const char *vocabs[] = {"vocab/ggml-vocab-llama-spm.gguf",
+	                        "vocab/ggml-vocab-llama-bpe.gguf", "vocab/ggml-vocab-gpt-2.gguf"};
 	const uint64_t counts[] = {32000, 128256, 50257};
 	for (int i = 0; i < 3; i++) {
 		data_path(p, sizeof p, vocabs[i]);
@@ -244,7 +244,8 @@ static void test_writer_roundtrip(void)
 	int32_t got[3];
 	memcpy(got, d, sizeof got);
 	ASSERT_TRUE(got[0] == 1 && got[1] == -2 && got[2] == 3);
-	ASSERT_TRUE(shoal_gguf_arr_str(g, "arr.str", 2, &s, &sl) && sl == 3 && !memcmp(s, "ccc", 3));
+	ASSERT_TRUE(shoal_gguf_arr_str(g, "arr.str", 2, &s, &sl) && sl == 3 &&
+	            !memcmp(s, "ccc", 3));
 	ASSERT_TRUE(shoal_gguf_arr_str(g, "arr.str", 1, &s, &sl) && sl == 0);
 	ASSERT_FALSE(shoal_gguf_arr_str(g, "arr.i32", 0, &s, &sl));
 	ASSERT_TRUE(shoal_gguf_get_arr(g, "arr.empty", &et, &n, &d) && n == 0);
@@ -275,17 +276,17 @@ static shoal_err open_bad(const char *p, char *why, size_t cap)
 	return e;
 }
 
-#define ASSERT_BAD(path, want_substr)                                                      \
-	do {                                                                               \
-		char why_[256];                                                            \
-		shoal_err e_ = open_bad(path, why_, sizeof why_);                          \
-		printf("  %-40s -> %s\n", want_substr, why_);                              \
-		if (e_ == SHOAL_OK)                                                        \
-			TEST_FAIL_("%s opened but should not", #want_substr);              \
-		if (!why_[0] || strchr(why_, '\n'))                                        \
-			TEST_FAIL_("bad reason for %s: '%s'", #want_substr, why_);         \
-		if (!strstr(why_, want_substr))                                            \
-			TEST_FAIL_("reason '%s' does not mention '%s'", why_, want_substr); \
+#define ASSERT_BAD(path, want_substr)                                                              \
+	do {                                                                                       \
+		char why_[256];                                                                    \
+		shoal_err e_ = open_bad(path, why_, sizeof why_);                                  \
+		printf("  %-40s -> %s\n", want_substr, why_);                                      \
+		if (e_ == SHOAL_OK)                                                                \
+			TEST_FAIL_("%s opened but should not", #want_substr);                      \
+		if (!why_[0] || strchr(why_, '\n'))                                                \
+			TEST_FAIL_("bad reason for %s: '%s'", #want_substr, why_);                 \
+		if (!strstr(why_, want_substr))                                                    \
+			TEST_FAIL_("reason '%s' does not mention '%s'", why_, want_substr);        \
 	} while (0)
 
 /* A small valid file: a few keys (a string array too) and three tensors. */
@@ -362,7 +363,7 @@ static void test_truncated_everywhere(void)
 		shoal_err e = open_bad(q, why, sizeof why);
 		if (e == SHOAL_OK || !why[0] || strchr(why, '\n')) {
 			fprintf(stderr, "truncated at %zu of %zu: code %d why '%s'\n", len, n, e,
-				why);
+			        why);
 			fails++;
 		}
 	}
@@ -388,7 +389,7 @@ static void test_truncated_everywhere(void)
 		shoal_err e = open_bad(q, why, sizeof why);
 		if (e == SHOAL_OK || !why[0] || strchr(why, '\n')) {
 			fprintf(stderr, "tiny-kq truncated at %zu: code %d why '%s'\n", len, e,
-				why);
+			        why);
 			fails++;
 		}
 	}
@@ -695,6 +696,6 @@ static void test_teardown(void)
 }
 
 TEST_MAIN(TEST_CASE(test_setup), TEST_CASE(test_reads_every_bundled_file),
-	  TEST_CASE(test_austen_figures), TEST_CASE(test_writer_roundtrip),
-	  TEST_CASE(test_truncated_everywhere), TEST_CASE(test_bad_magic_version_counts),
-	  TEST_CASE(test_hostile_headers), TEST_CASE(test_header_fuzz), TEST_CASE(test_teardown))
+          TEST_CASE(test_austen_figures), TEST_CASE(test_writer_roundtrip),
+          TEST_CASE(test_truncated_everywhere), TEST_CASE(test_bad_magic_version_counts),
+          TEST_CASE(test_hostile_headers), TEST_CASE(test_header_fuzz), TEST_CASE(test_teardown))

@@ -44,7 +44,7 @@ static const char *data_file(const char *rel)
 static void test_austen_hparams(void)
 {
 	const char *files[] = {"models/austen-dense-f32.gguf", "models/austen-dense-f16.gguf",
-			       "models/austen-dense-q8_0.gguf"};
+	                       "models/austen-dense-q8_0.gguf"};
 	for (int f = 0; f < 3; f++) {
 		shoal_model *m;
 		char why[256];
@@ -101,12 +101,12 @@ static void test_vocab_files_are_not_models(void)
 	shoal_model *m;
 	char why[256];
 	ASSERT_EQ(shoal_model_open(data_file("vocab/ggml-vocab-gpt-2.gguf"), &m, why, sizeof why),
-		  SHOAL_ERR_UNSUPPORTED);
+	          SHOAL_ERR_UNSUPPORTED);
 	ASSERT_STR_EQ(why, "architecture 'gpt2' is not supported (supported: llama, qwen2, qwen3, "
-			   "qwen3moe)");
-	ASSERT_EQ(shoal_model_open(data_file("vocab/ggml-vocab-llama-spm.gguf"), &m, why,
-				   sizeof why),
-		  SHOAL_ERR_FORMAT);
+	                   "qwen3moe)");
+	ASSERT_EQ(
+	    shoal_model_open(data_file("vocab/ggml-vocab-llama-spm.gguf"), &m, why, sizeof why),
+	    SHOAL_ERR_FORMAT);
 	ASSERT_STR_EQ(why, "missing tensor 'token_embd.weight'");
 }
 
@@ -154,21 +154,21 @@ static void write_model(const char *p, const mut *mu)
 		uint64_t ne[3];
 	} ts[32];
 	int n = 0;
-#define T(nm, d, a0, a1, a2)                                                                   \
-	do {                                                                                   \
-		ts[n].name = nm;                                                               \
-		ts[n].nd = d;                                                                  \
-		ts[n].ne[0] = a0;                                                              \
-		ts[n].ne[1] = a1;                                                              \
-		ts[n].ne[2] = a2;                                                              \
-		n++;                                                                           \
+#define T(nm, d, a0, a1, a2)                                                                       \
+	do {                                                                                       \
+		ts[n].name = nm;                                                                   \
+		ts[n].nd = d;                                                                      \
+		ts[n].ne[0] = a0;                                                                  \
+		ts[n].ne[1] = a1;                                                                  \
+		ts[n].ne[2] = a2;                                                                  \
+		n++;                                                                               \
 	} while (0)
 	T("token_embd.weight", 2, 32, 16, 1);
 	T("output_norm.weight", 1, 32, 1, 1);
 	T("output.weight", 2, 32, 16, 1);
 	static char names[2][12][48];
-	const char *parts[] = {"attn_norm", "attn_q", "attn_k", "attn_v", "attn_output",
-			       "ffn_norm",  "ffn_gate", "ffn_up", "ffn_down"};
+	const char *parts[] = {"attn_norm", "attn_q",   "attn_k", "attn_v",  "attn_output",
+	                       "ffn_norm",  "ffn_gate", "ffn_up", "ffn_down"};
 	const char *moe_parts[] = {"ffn_gate_inp", "ffn_gate_exps", "ffn_up_exps", "ffn_down_exps"};
 	for (int l = 0; l < 2; l++) {
 		for (int i = 0; i < 9; i++) {
@@ -232,10 +232,10 @@ static shoal_err open_mut(const mut *mu, char *why, size_t cap, shoal_model **ou
 	return e;
 }
 
-#define ASSERT_REASON(why, text)                                                           \
-	do {                                                                               \
-		if (!strstr(why, text) || strchr(why, '\n'))                               \
-			TEST_FAIL_("reason '%s' does not say '%s'", why, text);            \
+#define ASSERT_REASON(why, text)                                                                   \
+	do {                                                                                       \
+		if (!strstr(why, text) || strchr(why, '\n'))                                       \
+			TEST_FAIL_("reason '%s' does not say '%s'", why, text);                    \
 	} while (0)
 
 static void test_shape_errors(void)
@@ -252,32 +252,33 @@ static void test_shape_errors(void)
 	shoal_model_free(m);
 
 	ASSERT_EQ(open_mut(&(mut){.reshape = "blk.1.attn_q.weight", .reshape_ne1 = 24}, why,
-			   sizeof why, NULL),
-		  SHOAL_ERR_FORMAT);
+	                   sizeof why, NULL),
+	          SHOAL_ERR_FORMAT);
 	ASSERT_STR_EQ(why, "tensor 'blk.1.attn_q.weight': shape {32, 24}, expected {32, 32}");
 	ASSERT_EQ(open_mut(&(mut){.skip = "blk.0.ffn_up.weight"}, why, sizeof why, NULL),
-		  SHOAL_ERR_FORMAT);
+	          SHOAL_ERR_FORMAT);
 	ASSERT_STR_EQ(why, "missing tensor 'blk.0.ffn_up.weight'");
 	ASSERT_EQ(open_mut(&(mut){.arch = "foo"}, why, sizeof why, NULL), SHOAL_ERR_UNSUPPORTED);
-	ASSERT_STR_EQ(why,
-		      "architecture 'foo' is not supported (supported: llama, qwen2, qwen3, qwen3moe)");
+	ASSERT_STR_EQ(
+	    why, "architecture 'foo' is not supported (supported: llama, qwen2, qwen3, qwen3moe)");
 	ASSERT_EQ(open_mut(&(mut){.arch = "qwen2"}, why, sizeof why, NULL), SHOAL_ERR_FORMAT);
 	ASSERT_STR_EQ(why, "missing tensor 'blk.0.attn_q.bias'");
 	ASSERT_EQ(open_mut(&(mut){.arch = "qwen3"}, why, sizeof why, NULL), SHOAL_ERR_FORMAT);
 	ASSERT_STR_EQ(why, "missing tensor 'blk.0.attn_q_norm.weight'");
-	ASSERT_EQ(open_mut(&(mut){.skip = "output.weight", .reshape = "token_embd.weight",
-				  .reshape_ne1 = 20},
-			   why, sizeof why, &m),
-		  SHOAL_OK);
+	ASSERT_EQ(
+	    open_mut(
+	        &(mut){.skip = "output.weight", .reshape = "token_embd.weight", .reshape_ne1 = 20},
+	        why, sizeof why, &m),
+	    SHOAL_OK);
 	ASSERT_TRUE(m->hp.tied_head);
 	ASSERT_EQ(m->hp.n_vocab, 20);
 	shoal_model_free(m);
-	ASSERT_EQ(open_mut(&(mut){.reshape = "output.weight", .reshape_ne1 = 17}, why, sizeof why,
-			   NULL),
-		  SHOAL_ERR_FORMAT);
+	ASSERT_EQ(
+	    open_mut(&(mut){.reshape = "output.weight", .reshape_ne1 = 17}, why, sizeof why, NULL),
+	    SHOAL_ERR_FORMAT);
 	ASSERT_REASON(why, "tensor 'output.weight': shape {32, 17}, expected {32, 16}");
 	ASSERT_EQ(open_mut(&(mut){.bool_key = "expert_weights_norm"}, why, sizeof why, NULL),
-		  SHOAL_OK);
+	          SHOAL_OK);
 
 	/* Mixtral-style llama: experts, norm on by default, off when the file
 	 * says so; a router of the wrong width is named. */
@@ -289,15 +290,15 @@ static void test_shape_errors(void)
 	ASSERT_TRUE(m->hp.expert_weights_norm);
 	ASSERT_TRUE(m->layers[1].ffn_down_exps && !m->layers[1].ffn_down);
 	shoal_model_free(m);
-	ASSERT_EQ(open_mut(&(mut){.experts = 4, .bool_key = "expert_weights_norm"}, why,
-			   sizeof why, &m),
-		  SHOAL_OK);
+	ASSERT_EQ(
+	    open_mut(&(mut){.experts = 4, .bool_key = "expert_weights_norm"}, why, sizeof why, &m),
+	    SHOAL_OK);
 	ASSERT_FALSE(m->hp.expert_weights_norm);
 	shoal_model_free(m);
-	ASSERT_EQ(open_mut(&(mut){.experts = 4, .reshape = "blk.0.ffn_gate_inp.weight",
-				  .reshape_ne1 = 3},
-			   why, sizeof why, NULL),
-		  SHOAL_ERR_FORMAT);
+	ASSERT_EQ(
+	    open_mut(&(mut){.experts = 4, .reshape = "blk.0.ffn_gate_inp.weight", .reshape_ne1 = 3},
+	             why, sizeof why, NULL),
+	    SHOAL_ERR_FORMAT);
 	ASSERT_REASON(why, "blk.0.ffn_gate_inp.weight");
 }
 
@@ -327,9 +328,9 @@ static void test_gen_fixture_archs(void)
 	const char *p = tmp_path("g.gguf");
 
 	ASSERT_EQ(gen("--arch qwen2 --type F16 --layers 2 --dim 64 --ff 128 --heads 4 "
-		      "--kv-heads 2 --vocab 300 --tied",
-		      p),
-		  0);
+	              "--kv-heads 2 --vocab 300 --tied",
+	              p),
+	          0);
 	ASSERT_EQ(shoal_model_open(p, &m, why, sizeof why), SHOAL_OK);
 	ASSERT_EQ(m->hp.arch, SHOAL_ARCH_QWEN2);
 	ASSERT_EQ(m->hp.rope_type, SHOAL_ROPE_NEOX);
@@ -342,9 +343,9 @@ static void test_gen_fixture_archs(void)
 
 	/* qwen3: head_dim 32 from key_length, not dim / heads = 16. */
 	ASSERT_EQ(gen("--arch qwen3 --type Q8_0 --layers 2 --dim 64 --ff 128 --heads 4 "
-		      "--kv-heads 2 --head-dim 32 --vocab 300",
-		      p),
-		  0);
+	              "--kv-heads 2 --head-dim 32 --vocab 300",
+	              p),
+	          0);
 	ASSERT_EQ(shoal_model_open(p, &m, why, sizeof why), SHOAL_OK);
 	ASSERT_EQ(m->hp.arch, SHOAL_ARCH_QWEN3);
 	ASSERT_EQ(m->hp.head_dim, 32);
@@ -354,9 +355,9 @@ static void test_gen_fixture_archs(void)
 	shoal_model_free(m);
 
 	ASSERT_EQ(gen("--arch qwen3moe --type Q4_0 --layers 2 --dim 64 --ff 128 --heads 4 "
-		      "--kv-heads 2 --experts 8 --experts-used 2 --ff-exp 32 --vocab 300",
-		      p),
-		  0);
+	              "--kv-heads 2 --experts 8 --experts-used 2 --ff-exp 32 --vocab 300",
+	              p),
+	          0);
 	ASSERT_EQ(shoal_model_open(p, &m, why, sizeof why), SHOAL_OK);
 	ASSERT_EQ(m->hp.arch, SHOAL_ARCH_QWEN3MOE);
 	ASSERT_EQ(m->hp.n_expert, 8);
@@ -374,23 +375,22 @@ static void test_gen_fixture_archs(void)
 	ASSERT_U64_EQ(mf.layers[0].expert_bytes, 3 * 64 * 32 / 32 * 18);
 	ASSERT_U64_EQ(mf.layers[0].expert_flops, 2 * 3 * 64 * 32);
 	/* router 64 x 8 F32 = 2048 bytes is in the layer's bytes. */
-	ASSERT_U64_EQ(mf.layers[0].flops,
-		      2 * (64 * 64 + 2 * 64 * 32 + 64 * 64 + 64 * 8));
+	ASSERT_U64_EQ(mf.layers[0].flops, 2 * (64 * 64 + 2 * 64 * 32 + 64 * 64 + 64 * 8));
 	shoal_manifest_fini(&mf);
 	shoal_model_free(m);
 
 	ASSERT_EQ(gen("--arch llama --type Q4_K --layers 1 --dim 256 --ff 512 --heads 4 "
-		      "--vocab 300",
-		      p),
-		  0);
+	              "--vocab 300",
+	              p),
+	          0);
 	ASSERT_EQ(shoal_model_open(p, &m, why, sizeof why), SHOAL_OK);
 	ASSERT_EQ(m->layers[0].ffn_down->type, SHOAL_DTYPE_Q4_K);
 	shoal_model_free(m);
 	/* dim 64 is not a whole number of 256-element K blocks. */
 	ASSERT_NE(gen("--arch llama --type Q6_K --layers 1 --dim 64 --ff 256 --heads 4 "
-		      "--vocab 300 2>/dev/null",
-		      p),
-		  0);
+	              "--vocab 300 2>/dev/null",
+	              p),
+	          0);
 }
 
 /* ---- the manifest --------------------------------------------------------- */
@@ -400,7 +400,7 @@ static void test_manifest_austen(void)
 	shoal_model *m;
 	char why[256];
 	ASSERT_EQ(shoal_model_open(data_file("models/austen-dense-f32.gguf"), &m, why, sizeof why),
-		  SHOAL_OK);
+	          SHOAL_OK);
 	shoal_manifest mf;
 	ASSERT_EQ(shoal_model_manifest(m, &mf), SHOAL_OK);
 	ASSERT_STR_EQ(mf.name, "austen-dense");
@@ -420,7 +420,7 @@ static void test_manifest_austen(void)
 		ASSERT_EQ(mf.layers[l].n_expert, 0);
 		ASSERT_U64_EQ(mf.layers[l].expert_bytes, 0);
 	}
-	ASSERT_U64_EQ(mf.embd_bytes, 256ull * 32000 * 4);       /* 32,768,000 */
+	ASSERT_U64_EQ(mf.embd_bytes, 256ull * 32000 * 4);        /* 32,768,000 */
 	ASSERT_U64_EQ(mf.head_bytes, 1024 + 256ull * 32000 * 4); /* norm + tied matrix */
 	ASSERT_U64_EQ(mf.head_flops, 2ull * 256 * 32000);
 	ASSERT_TRUE(mf.tied_head);
@@ -434,9 +434,8 @@ static void test_manifest_austen(void)
 
 	/* Q8_0: matrices at 34 bytes per 32 weights, norms still F32:
 	 * 2,048 + 786,432 / 32 * 34 = 2,048 + 835,584 = 837,632 bytes. */
-	ASSERT_EQ(shoal_model_open(data_file("models/austen-dense-q8_0.gguf"), &m, why,
-				   sizeof why),
-		  SHOAL_OK);
+	ASSERT_EQ(shoal_model_open(data_file("models/austen-dense-q8_0.gguf"), &m, why, sizeof why),
+	          SHOAL_OK);
 	ASSERT_EQ(shoal_model_manifest(m, &mf), SHOAL_OK);
 	ASSERT_U64_EQ(mf.layers[3].bytes, 837632);
 	ASSERT_U64_EQ(mf.layers[3].flops, 1572864);
@@ -532,7 +531,7 @@ static void test_model_id_cache(void)
 
 	/* Touching the file's mtime invalidates the entry. */
 	struct timespec ts[2] = {{.tv_sec = 1000000000, .tv_nsec = 0},
-				 {.tv_sec = 1000000000, .tv_nsec = 0}};
+	                         {.tv_sec = 1000000000, .tv_nsec = 0}};
 	ASSERT_EQ(utimensat(AT_FDCWD, p, ts, 0), 0);
 	ASSERT_EQ(shoal_model_id_load(g, st, &b, why, sizeof why), SHOAL_OK);
 	ASSERT_FALSE(shoal_model_id_cached(b));
@@ -570,7 +569,7 @@ static void test_model_id_cache(void)
 	ASSERT_TRUE(memcmp(shoal_model_id_digest(a), shoal_model_id_digest(c), 32) != 0);
 	for (size_t i = 0; i < 39; i++) {
 		bool same = !memcmp(shoal_model_id_tensor_digest(a, i),
-				    shoal_model_id_tensor_digest(c, i), 32);
+		                    shoal_model_id_tensor_digest(c, i), 32);
 		ASSERT_EQ(same, i != 5);
 	}
 	ASSERT_MEM_EQ(shoal_model_id_header_digest(a, 0), shoal_model_id_header_digest(c, 0), 32);
@@ -590,7 +589,7 @@ static void test_split(void)
 	if (!gen_bin())
 		TEST_SKIP("tests/gen_fixture not built (set SHOAL_BUILDDIR)");
 	const char *args = "--arch llama --type Q8_0 --layers 3 --dim 64 --ff 128 --heads 4 "
-			   "--kv-heads 2 --vocab 300 --seed 7";
+	                   "--kv-heads 2 --vocab 300 --seed 7";
 	char a2[256];
 	snprintf(a2, sizeof a2, "%s --split 3", args);
 	ASSERT_EQ(gen(args, tmp_path("one.gguf")), 0);
@@ -616,7 +615,7 @@ static void test_split(void)
 		ASSERT_LT(b->shard, 3);
 		seen[b->shard]++;
 		ASSERT_TRUE((const uint8_t *)b->data ==
-			    (const uint8_t *)shoal_gguf_shard_base(sp, b->shard) + b->file_offset);
+		            (const uint8_t *)shoal_gguf_shard_base(sp, b->shard) + b->file_offset);
 	}
 	ASSERT_TRUE(seen[0] && seen[1] && seen[2]);
 	uint32_t u;
@@ -632,7 +631,7 @@ static void test_split(void)
 	ASSERT_EQ(shoal_model_id_n_shards(ib), 3);
 	for (size_t i = 0; i < shoal_model_id_n_tensors(ia); i++)
 		ASSERT_MEM_EQ(shoal_model_id_tensor_digest(ia, i),
-			      shoal_model_id_tensor_digest(ib, i), 32);
+		              shoal_model_id_tensor_digest(ib, i), 32);
 	shoal_model_id_free(ia);
 	shoal_model_id_free(ib);
 	shoal_model_free(m);
@@ -640,20 +639,20 @@ static void test_split(void)
 
 	/* A shard in the wrong place, then a missing shard. */
 	ASSERT_EQ(rename(tmp_path("sp-00003-of-00003.gguf"), tmp_path("sp-00002-of-00003.gguf")),
-		  0);
+	          0);
 	ASSERT_NE(shoal_gguf_open(tmp_path("sp-00001-of-00003.gguf"), &sp, why, sizeof why),
-		  SHOAL_OK);
+	          SHOAL_OK);
 	ASSERT_REASON(why, "shard 2 of 3 (sp-00002-of-00003.gguf): says split.no 2");
 	ASSERT_EQ(shoal_gguf_open(tmp_path("sp-00001-of-00003.gguf"), &sp, why, sizeof why),
-		  SHOAL_ERR_FORMAT);
+	          SHOAL_ERR_FORMAT);
 	ASSERT_EQ(shoal_gguf_open(tmp_path("sp-00002-of-00003.gguf"), &sp, why, sizeof why),
-		  SHOAL_ERR_FORMAT);
+	          SHOAL_ERR_FORMAT);
 	ASSERT_REASON(why, "file name does not follow");
 	ASSERT_EQ(shoal_gguf_open(tmp_path("sp-00001-of-00003.gguf"), &sp, why, sizeof why),
-		  SHOAL_ERR_FORMAT);
+	          SHOAL_ERR_FORMAT);
 	unlink(tmp_path("sp-00002-of-00003.gguf"));
 	ASSERT_EQ(shoal_gguf_open(tmp_path("sp-00001-of-00003.gguf"), &sp, why, sizeof why),
-		  SHOAL_ERR_NOTFOUND);
+	          SHOAL_ERR_NOTFOUND);
 	ASSERT_REASON(why, "shard 2 of 3 (sp-00002-of-00003.gguf): missing:");
 }
 
@@ -691,6 +690,6 @@ static void test_teardown(void)
 }
 
 TEST_MAIN(TEST_CASE(test_setup), TEST_CASE(test_austen_hparams),
-	  TEST_CASE(test_vocab_files_are_not_models), TEST_CASE(test_shape_errors),
-	  TEST_CASE(test_gen_fixture_archs), TEST_CASE(test_manifest_austen),
-	  TEST_CASE(test_model_id_cache), TEST_CASE(test_split), TEST_CASE(test_teardown))
+          TEST_CASE(test_vocab_files_are_not_models), TEST_CASE(test_shape_errors),
+          TEST_CASE(test_gen_fixture_archs), TEST_CASE(test_manifest_austen),
+          TEST_CASE(test_model_id_cache), TEST_CASE(test_split), TEST_CASE(test_teardown))
