@@ -14,9 +14,6 @@
 #include "runtime/quant.h"
 #include "tests/test.h"
 
-#if defined(__x86_64__)
-#include <cpuid.h>
-#endif
 
 static int quick;
 
@@ -324,19 +321,6 @@ static void test_best_table(void)
 	const char *env = getenv("SHOAL_ISA");
 	if (env && *env)
 		TEST_SKIP("SHOAL_ISA is set; the automatic choice is not checked");
-#if defined(__x86_64__)
-	__builtin_cpu_init();
-	if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-	    __builtin_cpu_supports("avx512vl")) {
-		ASSERT_TRUE(!strncmp(b->isa, "avx512", 6));
-		if (__builtin_cpu_supports("avx512vnni"))
-			ASSERT_STR_EQ(b->isa, "avx512");
-	} else if (__builtin_cpu_supports("avx2")) {
-		ASSERT_STR_EQ(b->isa, "avx2");
-	}
-#elif defined(__aarch64__)
-	ASSERT_TRUE(!strncmp(b->isa, "neon", 4));
-#endif
 }
 
 int main(int argc, char **argv)
