@@ -60,6 +60,10 @@
 #define SHOAL_NODE_TARGETS_MULT 10u
 #define SHOAL_NODE_RECORD_MULT 50u
 #define SHOAL_NODE_IDLE_MULT 600u
+/* Dropped-message log: at most DROPLOG_BURST lines per DROPLOG_MULT B
+ * (10 per 10 s), as membership does, so a flood cannot fill the disk. */
+#define SHOAL_NODE_DROPLOG_BURST 10u
+#define SHOAL_NODE_DROPLOG_MULT 100u
 #define SHOAL_NODE_MAX_FDS 48 /* discovery ops (<= 64 in flight, usually < 10) + listener */
 
 struct shoal_node {
@@ -87,6 +91,9 @@ struct shoal_node {
 	uint64_t base_us;
 	shoal_wire_buf out;
 	uint64_t persisted_inc;
+	uint64_t droplog_window_us; /* end of the current log window */
+	uint32_t droplog_lines;     /* lines logged in it */
+	uint64_t droplog_quiet;     /* drops not logged since the last line */
 };
 
 /* ------------------------------------------------------------------ helpers */
@@ -398,6 +405,24 @@ static char *shoal_node_status_json(shoal_node *n)
 	return s;
 }
 
+static void shoal_node_dropped(shoal_node *n, const shoal_ctl_route *from, const char *why)
+{
+	uint64_t now = shoal_node_now_us(NULL);
+	if (now >= n->droplog_window_us) {
+		n->droplog_window_us = now + SHOAL_NODE_DROPLOG_MULT * n->base_us;
+		n->droplog_lines = 0;
+	}
+	if (n->droplog_lines >= SHOAL_NODE_DROPLOG_BURST) {
+		n->droplog_quiet++;
+		return;
+	}
+	n->droplog_lines++;
+	SHOAL_LOG_W("node", "dropped a message from %s: %s%s",
+		    from->peer_addr[0] ? from->peer_addr : "?", why,
+		    n->droplog_quiet ? " (and earlier ones not logged)" : "");
+	n->droplog_quiet = 0;
+}
+
 static void shoal_node_on_message(void *ud, const shoal_ctl_route *from, const uint8_t *buf,
 				  size_t len)
 {
@@ -411,8 +436,7 @@ static void shoal_node_on_message(void *ud, const shoal_ctl_route *from, const u
 		return;
 	}
 	if (e != SHOAL_OK) {
-		SHOAL_LOG_W("node", "dropped a message from %s: %s",
-			    from->peer_addr[0] ? from->peer_addr : "?", why);
+		shoal_node_dropped(n, from, why);
 		return;
 	}
 	shoal_ctlmsg r;
@@ -443,8 +467,7 @@ static void shoal_node_on_message(void *ud, const shoal_ctl_route *from, const u
 		shoal_linkprobe_ack(n->lp, &m, shoal_node_now_us(NULL));
 		return;
 	default:
-		SHOAL_LOG_W("node", "dropped a message from %s: unexpected type %u",
-			    from->peer_addr[0] ? from->peer_addr : "?", m.type);
+		shoal_node_dropped(n, from, "a status answer sent to a node");
 	}
 }
 
