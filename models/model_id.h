@@ -31,7 +31,7 @@
 
 typedef struct shoal_model_id shoal_model_id; /* opaque */
 
-/* The digests of g. With state_dir non-NULL, look in (and on a miss write
+/* The digests of g. With state_dir non-NULL and not "", look in (and on a miss write
  * to) state_dir/model-ids/; a cache that cannot be written is logged, not
  * an error. With state_dir NULL, always compute. *out is the caller's; free
  * with shoal_model_id_free. */
