@@ -194,9 +194,10 @@ static int32_t tok_special_id(const shoal_gguf *g, const shoal_tokenizer *t, con
 /* Texts that end a turn in the chat formats we know (the reference engine
  * recognises end-of-generation tokens by these names too). */
 static const char *const tok_eog_names[] = {
-    "<|eot_id|>", "<|im_end|>",   "<|end|>", "<end_of_turn>",   "<|endoftext|>",
-    "<|eom_id|>", "<EOT>",        "_<EOT>",  "<|end_of_text|>", "<|return|>",
-    "<|call|>",   "<|file_sep|>", NULL,
+    "<|eot_id|>",         "<|im_end|>", "<|end|>",  "<end_of_turn>",
+    "<|endoftext|>",      "<|eom_id|>", "<EOT>",    "_<EOT>",
+    "<|end_of_text|>",    "<|return|>", "<|call|>", "<|file_sep|>",
+    "<end_of_utterance>", NULL,
 };
 
 static int tok_special_cmp(const void *pa, const void *pb, void *arg)

@@ -41,21 +41,25 @@ bool shoal_tokenizer_is_eog(const shoal_tokenizer *t, int32_t id);
 int32_t shoal_tokenizer_find(const shoal_tokenizer *t, const char *text, size_t len);
 
 /* Encode len bytes of text. add_special: prepend BOS when the model adds it.
- * parse_special: text of special/control tokens becomes those tokens.
+ * parse_special: text of special/control tokens becomes those tokens
+ * (user-defined tokens are matched always, as the reference engine does).
+ * A vocabulary that adds EOS gets it appended with add_special too.
  * *ids is malloc'd (caller frees), *n_ids its count. */
 shoal_err shoal_tokenizer_encode(const shoal_tokenizer *t, const char *text, size_t len,
 				 bool add_special, bool parse_special, int32_t **ids,
 				 size_t *n_ids);
 
 /* The bytes one token stands for (SentencePiece's U+2581 becomes a space,
- * <0xAB> byte tokens become that byte; control tokens give their text only
- * if `special`). Returns the byte count (may exceed cap: then nothing is
+ * <0xAB> byte tokens become that byte; control and unknown tokens give
+ * their text only if `special`). Returns the byte count (may exceed cap: then nothing is
  * written past cap); 0 for an invalid id. */
 size_t shoal_tokenizer_piece(const shoal_tokenizer *t, int32_t id, bool special, char *buf,
 			     size_t cap);
 
 /* Decode ids to text (malloc'd, NUL-terminated; caller frees). The leading
- * space SentencePiece adds to the first word is removed. */
+ * space SentencePiece adds to the first word is removed. The bytes are the
+ * tokens' bytes, unchecked (use shoal_detok for guaranteed UTF-8); an id
+ * outside the vocabulary -> SHOAL_ERR_RANGE. */
 shoal_err shoal_tokenizer_decode(const shoal_tokenizer *t, const int32_t *ids, size_t n,
 				 bool special, char **text, size_t *len);
 

@@ -9,6 +9,7 @@
  * stderr), 2 a usage error.
  */
 #include <errno.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,7 +18,7 @@
 #include "models/tokenizer.h"
 #include "runtime/cli.h"
 
-static const char tok_usage[] = "usage: shoal tokenize MODEL TEXT [--no-bos] [--special]\n";
+static const char tok_usage[] = "usage: shoal tokenize MODEL TEXT|- [--no-bos] [--special]\n";
 static const char detok_usage[] = "usage: shoal detokenize MODEL ID... [--special]\n";
 
 /* Open `path` and build its tokenizer; on failure print the one line. */
@@ -37,6 +38,31 @@ static int cmd_tok_open(const char *cmd, const char *path, shoal_gguf **g, shoal
 	return 0;
 }
 
+/* All of f into a malloc'd buffer, or NULL on a read error. */
+static char *cmd_tok_read_all(FILE *f, size_t *len)
+{
+	size_t cap = 4096, n = 0;
+	char *buf = malloc(cap);
+	while (buf) {
+		n += fread(buf + n, 1, cap - n, f);
+		if (n < cap)
+			break;
+		char *p = cap <= SIZE_MAX / 2 ? realloc(buf, cap * 2) : NULL;
+		if (!p) {
+			free(buf);
+			return NULL;
+		}
+		buf = p;
+		cap *= 2;
+	}
+	if (buf && ferror(f)) {
+		free(buf);
+		return NULL;
+	}
+	*len = n;
+	return buf;
+}
+
 int shoal_cmd_tokenize(int argc, char **argv)
 {
 	const char *model = NULL, *text = NULL;
@@ -44,10 +70,11 @@ int shoal_cmd_tokenize(int argc, char **argv)
 	for (int i = 1; i < argc; i++) {
 		if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
 			fputs(tok_usage, stdout);
-			printf(
-			    "Prints the token ids of TEXT, space-separated. BOS is added when the\n"
-			    "vocabulary says so (--no-bos: never); --special: the text of control\n"
-			    "tokens such as <|im_end|> becomes those tokens.\n");
+			printf("Prints the token ids of TEXT (-: standard input), space-separated. "
+			       "BOS\n"
+			       "is added when the vocabulary says so (--no-bos: never); --special: "
+			       "the text of control\n"
+			       "tokens such as <|im_end|> becomes those tokens.\n");
 			return 0;
 		} else if (!strcmp(argv[i], "--no-bos")) {
 			add_bos = false;
@@ -71,13 +98,26 @@ int shoal_cmd_tokenize(int argc, char **argv)
 		return 2;
 	}
 
+	char *input = NULL;
+	size_t text_len = strlen(text);
+	if (!strcmp(text, "-")) {
+		input = cmd_tok_read_all(stdin, &text_len);
+		if (!input) {
+			fprintf(stderr, "shoal tokenize: cannot read standard input\n");
+			return 1;
+		}
+		text = input;
+	}
 	shoal_gguf *g = NULL;
 	shoal_tokenizer *t = NULL;
-	if (cmd_tok_open("tokenize", model, &g, &t))
+	if (cmd_tok_open("tokenize", model, &g, &t)) {
+		free(input);
 		return 1;
+	}
 	int32_t *ids = NULL;
 	size_t n = 0;
-	shoal_err err = shoal_tokenizer_encode(t, text, strlen(text), add_bos, special, &ids, &n);
+	shoal_err err = shoal_tokenizer_encode(t, text, text_len, add_bos, special, &ids, &n);
+	free(input);
 	int rc = 0;
 	if (err) {
 		fprintf(stderr, "shoal tokenize: %s\n", shoal_strerror(err));

@@ -24,6 +24,8 @@ got=$("$SHOAL_BIN" tokenize "$V" "Hello world") || fail "tokenize (bos) exit $?"
 [ "$got" = "1 $want" ] || fail "tokenize with BOS: '$got'"
 got=$("$SHOAL_BIN" tokenize "$V" "<s>x" --special --no-bos)
 [ "${got%% *}" = "1" ] || fail "--special: '$got'"
+got=$(printf 'Hello world' | "$SHOAL_BIN" tokenize "$V" - --no-bos) || fail "tokenize - exit $?"
+[ "$got" = "$want" ] || fail "tokenize from stdin: '$got'"
 got=$("$SHOAL_BIN" detokenize "$V" 1 15043 3186) || fail "detokenize exit $?"
 [ "$got" = "Hello world" ] || fail "detokenize: '$got'"
 
