@@ -1,0 +1,83 @@
+#!/bin/bash
+# tests/mesh_netns.sh: real mDNS between emulated hosts.
+#
+# Three network namespaces on one bridge, each with its own dbus-daemon
+# and avahi-daemon (tests/netns_lib.sh); a `shoal node` per host with NO
+# seeds finds the others through DNS-SD and all three agree on a view of 3
+# alive peers. A fourth host without avahi runs a node that logs once that
+# mDNS is unavailable and keeps working. Needs root, ip, dbus-daemon and
+# avahi-daemon: otherwise SKIP (77), except under CI=true, where a skipped
+# namespace test is a failure (1).
+set -u
+skip() {
+	echo "SKIP: $*"
+	[ "${CI:-}" = true ] && exit 1
+	exit 77
+}
+[ "$(id -u)" = 0 ] || skip "needs root for network namespaces"
+for t in ip dbus-daemon avahi-daemon; do
+	command -v "$t" >/dev/null 2>&1 || skip "$t is not installed"
+done
+B=${SHOAL_BIN:-./shoal}
+BD=${SHOAL_BUILDDIR:-.}
+SRC=${SHOAL_SRCDIR:-$(dirname "$0")/..}
+VC=$BD/tests/viewcheck
+NL_PFX=shm$$
+. "$SRC/tests/netns_lib.sh"
+trap nl_down EXIT
+ip netns add "${NL_PFX}probe" 2>/dev/null || skip "cannot create network namespaces here"
+ip netns del "${NL_PFX}probe"
+
+fail() {
+	echo "FAIL: $*"
+	for f in "$NL_STATE"/*.log "$NL_STATE"/h*/avahi.log; do
+		[ -f "$f" ] && { echo "---- $f"; tail -n 20 "$f"; }
+	done
+	exit 1
+}
+now_ms() { echo $(($(date +%s%N) / 1000000)); }
+
+t_start=$(now_ms)
+nl_up 4 || fail "namespaces"
+# hosts 1-3 get mDNS; host 4 has none (no bus, no avahi)
+NL_N=3 nl_mdns_up || fail "dbus/avahi"
+echo "namespaces and daemons up in $(($(now_ms) - t_start)) ms"
+"$B" key new "$NL_STATE/k" >/dev/null || fail "shoal key new"
+
+t0=$(now_ms)
+for i in 1 2 3 4; do
+	nl_exec $i "$B" node --state-dir "$NL_STATE/s$i" --name host$i --listen 0.0.0.0:47470 \
+		--key "$NL_STATE/k" --gossip-ms 50 >"$NL_STATE/n$i.log" 2>&1 &
+done
+# status runs inside each namespace, through its loopback
+seen() {
+	local i
+	for i in 1 2 3; do
+		nl_exec $i "$B" status --state-dir "$NL_STATE/s$i" --key "$NL_STATE/k" --json \
+			--timeout-ms 1000 >"$NL_STATE/st$i.json" 2>/dev/null || return 1
+		[ "$("$VC" "$NL_STATE/st$i.json" count alive)" = 3 ] || return 1
+	done
+}
+deadline=$(($(now_ms) + 20000))
+until seen; do
+	[ "$(now_ms)" -lt $deadline ] || fail "hosts 1-3 did not find each other through mDNS in 20 s"
+	sleep 0.25
+done
+echo "3 hosts found each other through mDNS in $(($(now_ms) - t0)) ms"
+# no seeds were given: every join started from an mDNS find (a peer found
+# by another needs no find of its own: the join's push-pull tells it all)
+cat "$NL_STATE"/n[123].log | grep -q "mDNS found peer" || fail "no peer was found through mDNS"
+for i in 1 2 3; do
+	for j in 1 2 3; do
+		[ "$("$VC" "$NL_STATE/st$i.json" state host$j)" = alive ] || fail "host$i: host$j"
+	done
+done
+"$VC" "$NL_STATE/st1.json" schema || fail "status JSON"
+# host 4: no avahi -> one line, still serving
+[ "$(grep -c "mDNS unavailable" "$NL_STATE/n4.log")" = 1 ] ||
+	fail "host4 should log mDNS unavailable once"
+nl_exec 4 "$B" status --state-dir "$NL_STATE/s4" --key "$NL_STATE/k" --json --timeout-ms 1000 \
+	>"$NL_STATE/st4.json" || fail "host4 does not answer status"
+[ "$("$VC" "$NL_STATE/st4.json" count alive)" = 1 ] || fail "host4 should be alone"
+echo "host without avahi: logged once, kept working"
+echo "PASS in $(($(now_ms) - t_start)) ms"
