@@ -122,7 +122,10 @@ typedef struct mut {
 	uint64_t reshape_ne1;
 	const char *bool_key;
 	bool bool_val;
-	uint32_t experts; /* llama MoE with 4 experts, 2 used, if set */
+	uint32_t experts;   /* llama MoE with 4 experts, 2 used, if set */
+	const char *ov_key; /* this <arch>.* key gets ov_val (an i64) instead */
+	int64_t ov_val;
+	bool drop_key; /* leave ov_key out instead */
 } mut;
 
 static void write_model(const char *p, const mut *mu)
@@ -133,14 +136,24 @@ static void write_model(const char *p, const mut *mu)
 	const char *a = mu->arch ? mu->arch : "llama";
 	char k[128];
 #define KEY(s) (snprintf(k, sizeof k, "%s.%s", a, s), k)
+#define OV(s)  (mu->ov_key && !strcmp(mu->ov_key, s))
 	shoal_gguf_writer_kv_str(w, "general.architecture", a);
-	shoal_gguf_writer_kv_u32(w, KEY("block_count"), 2);
-	shoal_gguf_writer_kv_u64(w, KEY("context_length"), 64);
-	shoal_gguf_writer_kv_u16(w, KEY("embedding_length"), 32);
-	shoal_gguf_writer_kv_i32(w, KEY("feed_forward_length"), 64);
-	shoal_gguf_writer_kv_u32(w, KEY("attention.head_count"), 4);
-	shoal_gguf_writer_kv_u8(w, KEY("attention.head_count_kv"), 2);
-	shoal_gguf_writer_kv_f64(w, KEY("attention.layer_norm_rms_epsilon"), 1e-6);
+	if (!OV("block_count"))
+		shoal_gguf_writer_kv_u32(w, KEY("block_count"), 2);
+	if (mu->ov_key && !mu->drop_key)
+		shoal_gguf_writer_kv_i64(w, KEY(mu->ov_key), mu->ov_val);
+	if (!OV("context_length"))
+		shoal_gguf_writer_kv_u64(w, KEY("context_length"), 64);
+	if (!OV("embedding_length"))
+		shoal_gguf_writer_kv_u16(w, KEY("embedding_length"), 32);
+	if (!OV("feed_forward_length"))
+		shoal_gguf_writer_kv_i32(w, KEY("feed_forward_length"), 64);
+	if (!OV("attention.head_count"))
+		shoal_gguf_writer_kv_u32(w, KEY("attention.head_count"), 4);
+	if (!OV("attention.head_count_kv"))
+		shoal_gguf_writer_kv_u8(w, KEY("attention.head_count_kv"), 2);
+	if (!OV("attention.layer_norm_rms_epsilon"))
+		shoal_gguf_writer_kv_f64(w, KEY("attention.layer_norm_rms_epsilon"), 1e-6);
 	if (mu->experts) {
 		shoal_gguf_writer_kv_u32(w, KEY("expert_count"), mu->experts);
 		shoal_gguf_writer_kv_u32(w, KEY("expert_used_count"), 2);
@@ -148,6 +161,7 @@ static void write_model(const char *p, const mut *mu)
 	if (mu->bool_key)
 		shoal_gguf_writer_kv_bool(w, KEY(mu->bool_key), mu->bool_val);
 #undef KEY
+#undef OV
 	struct {
 		const char *name;
 		uint32_t nd;
@@ -300,6 +314,45 @@ static void test_shape_errors(void)
 	             why, sizeof why, NULL),
 	    SHOAL_ERR_FORMAT);
 	ASSERT_REASON(why, "blk.0.ffn_gate_inp.weight");
+
+	/* Bad hyper-parameters, each named. */
+	static const struct {
+		const char *key;
+		int64_t val;
+		bool drop;
+		const char *reason;
+	} bad[] = {
+	    {"block_count", 0, false, "key 'llama.block_count' = 0 out of range"},
+	    {"block_count", -3, false, "key 'llama.block_count' is not a non-negative integer"},
+	    {"block_count", 1 << 20, false, "out of range [1, 4096]"},
+	    {"block_count", 0, true, "missing key 'llama.block_count'"},
+	    {"attention.head_count_kv", 3, false, "4 attention heads are not a multiple of 3 KV"},
+	    {"attention.head_count", 0, false, "key 'llama.attention.head_count' = 0"},
+	    {"embedding_length", 0, true, "missing key 'llama.embedding_length'"},
+	    {"context_length", 0, true, "missing key 'llama.context_length'"},
+	    {"feed_forward_length", 0, true, "missing key 'llama.feed_forward_length'"},
+	    {"attention.layer_norm_rms_epsilon", 1, false, "is not a float"},
+	    {"attention.layer_norm_rms_epsilon", 0, true, "missing key"},
+	    {"attention.key_length", 7, false, "head dimension 7 is odd"},
+	    {"rope.dimension_count", 64, false, "out of range [2, 8]"},
+	    {"attention.value_length", 16, false, "key length 8 != value length 16"},
+	    {"embedding_length", 48, false,
+	     "tensor 'token_embd.weight': shape {32, 16}, "
+	     "expected {48, 16}"},
+	};
+	for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+		shoal_err e = open_mut(
+		    &(mut){.ov_key = bad[i].key, .ov_val = bad[i].val, .drop_key = bad[i].drop},
+		    why, sizeof why, NULL);
+		if (e == SHOAL_OK)
+			TEST_FAIL_("%s = %lld opened", bad[i].key, (long long)bad[i].val);
+		ASSERT_REASON(why, bad[i].reason);
+	}
+	/* Without head_count_kv the default (= head_count) shows in the shapes. */
+	ASSERT_EQ(open_mut(&(mut){.ov_key = "attention.head_count_kv", .drop_key = true}, why,
+	                   sizeof why, NULL),
+	          SHOAL_ERR_FORMAT);
+	ASSERT_REASON(why, "tensor 'blk.0.attn_k.weight': shape {32, 16}, expected {32, 32}");
 }
 
 /* ---- gen_fixture: every architecture -------------------------------------- */
@@ -386,6 +439,41 @@ static void test_gen_fixture_archs(void)
 	ASSERT_EQ(shoal_model_open(p, &m, why, sizeof why), SHOAL_OK);
 	ASSERT_EQ(m->layers[0].ffn_down->type, SHOAL_DTYPE_Q4_K);
 	shoal_model_free(m);
+	/* Deterministic for a seed; another seed gives other weights. */
+	const char *d = "--arch llama --type Q8_0 --layers 1 --dim 64 --ff 128 --heads 4 "
+	                "--vocab 300";
+	char d1[256], d2[256];
+	snprintf(d1, sizeof d1, "%s --seed 3", d);
+	snprintf(d2, sizeof d2, "%s --seed 4", d);
+	ASSERT_EQ(gen(d1, tmp_path("s3a.gguf")), 0);
+	ASSERT_EQ(gen(d1, tmp_path("s3b.gguf")), 0);
+	ASSERT_EQ(gen(d2, tmp_path("s4.gguf")), 0);
+	shoal_gguf *ga, *gb, *gc;
+	ASSERT_EQ(shoal_gguf_open(tmp_path("s3a.gguf"), &ga, why, sizeof why), SHOAL_OK);
+	ASSERT_EQ(shoal_gguf_open(tmp_path("s3b.gguf"), &gb, why, sizeof why), SHOAL_OK);
+	ASSERT_EQ(shoal_gguf_open(tmp_path("s4.gguf"), &gc, why, sizeof why), SHOAL_OK);
+	ASSERT_U64_EQ(shoal_gguf_shard_size(ga, 0), shoal_gguf_shard_size(gb, 0));
+	ASSERT_MEM_EQ(shoal_gguf_shard_base(ga, 0), shoal_gguf_shard_base(gb, 0),
+	              shoal_gguf_shard_size(ga, 0));
+	const shoal_gguf_tensor *wa = shoal_gguf_tensor_find(ga, "blk.0.attn_q.weight");
+	const shoal_gguf_tensor *wc = shoal_gguf_tensor_find(gc, "blk.0.attn_q.weight");
+	ASSERT_TRUE(wa && wc && wa->nbytes == wc->nbytes);
+	ASSERT_TRUE(memcmp(wa->data, wc->data, wa->nbytes) != 0);
+	shoal_gguf_free(ga);
+	shoal_gguf_free(gb);
+	shoal_gguf_free(gc);
+
+	/* Bad arguments: usage errors, no file. */
+	ASSERT_NE(gen("--arch gpt2 --type F32 --layers 1 --dim 64 --ff 128 --heads 4 --vocab 300 "
+	              "2>/dev/null",
+	              tmp_path("x.gguf")),
+	          0);
+	ASSERT_NE(gen("--arch llama --type Q5_K --layers 1 --dim 256 --ff 256 --heads 4 "
+	              "--vocab 300 2>/dev/null",
+	              tmp_path("x.gguf")),
+	          0);
+	ASSERT_NE(access(tmp_path("x.gguf"), F_OK), 0);
+
 	/* dim 64 is not a whole number of 256-element K blocks. */
 	ASSERT_NE(gen("--arch llama --type Q6_K --layers 1 --dim 64 --ff 256 --heads 4 "
 	              "--vocab 300 2>/dev/null",
