@@ -211,7 +211,7 @@ static int tok_special_cmp(const void *pa, const void *pb, void *arg)
 	return a < b ? -1 : a > b;
 }
 
-static shoal_err tok_specials_build(shoal_tokenizer *t, const shoal_gguf *g)
+static shoal_err tok_specials_build(shoal_tokenizer *t)
 {
 	/* End of generation: the names above (forced to control, so that they
 	 * are parsed as one token), plus the EOS/EOT/EOM ids. */
@@ -229,7 +229,6 @@ static shoal_err tok_specials_build(shoal_tokenizer *t, const shoal_gguf *g)
 	for (size_t k = 0; k < 3; k++)
 		if (eog[k] >= 0)
 			t->attr[eog[k]] |= TOKENIZER__EOG;
-	(void)g;
 
 	uint32_t n = 0;
 	for (uint32_t id = 0; id < t->n_vocab; id++)
@@ -414,7 +413,7 @@ shoal_err shoal_tokenizer_from_gguf(const shoal_gguf *g, shoal_tokenizer **out, 
 	if (t->add_eos && t->eos < 0)
 		t->add_eos = false;
 
-	err = tok_specials_build(t, g);
+	err = tok_specials_build(t);
 	if (err)
 		goto fail;
 	*out = t;

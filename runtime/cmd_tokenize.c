@@ -70,11 +70,11 @@ int shoal_cmd_tokenize(int argc, char **argv)
 	for (int i = 1; i < argc; i++) {
 		if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
 			fputs(tok_usage, stdout);
-			printf("Prints the token ids of TEXT (-: standard input), space-separated. "
-			       "BOS\n"
-			       "is added when the vocabulary says so (--no-bos: never); --special: "
-			       "the text of control\n"
-			       "tokens such as <|im_end|> becomes those tokens.\n");
+			printf(
+			    "Prints the token ids of TEXT (-: standard input), space-separated.\n"
+			    "BOS is added when the vocabulary says so (--no-bos: never);\n"
+			    "--special: the text of control tokens such as <|im_end|> becomes\n"
+			    "those tokens.\n");
 			return 0;
 		} else if (!strcmp(argv[i], "--no-bos")) {
 			add_bos = false;
