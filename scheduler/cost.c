@@ -323,8 +323,14 @@ void sched__asg_copy(sched__asg *d, const sched__asg *s, const sched__ctx *c)
 
 bool sched__ctx_set_prev(sched__ctx *c, const shoal_plan *prev)
 {
-	if (!prev || prev->n_layer != c->L || prev->n_slots != c->n_slots)
+	if (!prev || prev->n_layer != c->L || prev->n_slots != c->n_slots ||
+	    memcmp(prev->model_id, c->m->model_id, sizeof prev->model_id))
 		return false;
+	uint64_t bytes = c->m->embd_bytes + c->m->head_bytes;
+	for (uint32_t l = 0; l < c->L; l++)
+		bytes += c->m->layers[l].bytes + c->m->layers[l].expert_bytes * c->m->layers[l].n_expert;
+	if (bytes != prev->model_bytes)
+		return false; /* another model or quantization: nothing carries over */
 	for (uint32_t l = 0; l < c->L; l++)
 		if (prev->layer_n_expert[l] != c->m->layers[l].n_expert)
 			return false;

@@ -43,6 +43,11 @@ shoal_err sched__plan_build(const sched__ctx *c, const sched__asg *a, uint64_t e
 		goto nomem;
 	p->epoch = epoch;
 	p->n_layer = c->L;
+	memcpy(p->model_id, c->m->model_id, sizeof p->model_id);
+	p->model_bytes = c->m->embd_bytes + c->m->head_bytes;
+	for (uint32_t l = 0; l < c->L; l++)
+		p->model_bytes += c->m->layers[l].bytes +
+				  c->m->layers[l].expert_bytes * c->m->layers[l].n_expert;
 	snprintf(p->name, sizeof p->name, "%s", c->m->name);
 	for (uint32_t i = 0; i < a->n_stages; i++)
 		used[a->st_peer[i]] = 1;
@@ -243,6 +248,8 @@ shoal_err shoal_plan_encode(const shoal_plan *p, uint8_t **out, size_t *len)
 	put(&e, "SHPL", 4);
 	put_u32(&e, 1);
 	put_u64(&e, p->epoch);
+	put(&e, p->model_id, 32);
+	put_u64(&e, p->model_bytes);
 	put_u32(&e, p->n_layer);
 	put_u32(&e, (uint32_t)p->n_peers);
 	for (size_t i = 0; i < p->n_peers; i++)

@@ -92,7 +92,10 @@ size_t shoal_plan_expert_owners(const shoal_plan *p, uint32_t layer, uint32_t ex
 				uint32_t owners[SHOAL_PLAN_MAX_OWNERS]);
 
 /* The canonical encoding, all integers little-endian, fixed width:
- *   "SHPL" magic (4 bytes), u32 version = 1, u64 epoch, u32 n_layer,
+ *   "SHPL" magic (4 bytes), u32 version = 1, u64 epoch,
+ *   the manifest's model_id (32 bytes), u64 model bytes (embedding + head +
+ *   every layer's weights and experts: tells quantizations apart when the
+ *   model id is zero, as from a spec), u32 n_layer,
  *   u32 n_peer, n_peer x { 16-byte id },                   (id order)
  *   u32 n_stage, n_stage x { u32 peer, u32 first, u32 end }, (pipeline order)
  *   u32 embd_peer, u32 head_peer,

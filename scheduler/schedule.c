@@ -120,10 +120,11 @@ static shoal_err try_mode(const sched__ctx *c, sched__mode mode, uint64_t pen_nu
 	return SHOAL_OK;
 }
 
-/* true if x beats y among near-equal candidates */
-static bool better(const cand *x, const cand *y)
+/* true if x beats y among near-equal candidates (moved bytes count only
+ * against a previous plan) */
+static bool better(const cand *x, const cand *y, bool has_prev)
 {
-	if (x->a.moved != y->a.moved)
+	if (has_prev && x->a.moved != y->a.moved)
 		return x->a.moved < y->a.moved;
 	if (x->mode != y->mode)
 		return x->mode < y->mode;
@@ -189,7 +190,7 @@ shoal_err shoal_schedule(const shoal_view *view, const shoal_manifest *m, const 
 		if ((unsigned __int128)x->a.time_ns * 1000 >
 		    (unsigned __int128)t_min * (1000 + pol->near_permille))
 			continue;
-		if (!pick || better(x, pick))
+		if (!pick || better(x, pick, prev_ok))
 			pick = x;
 	}
 	bool keep = false;
