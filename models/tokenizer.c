@@ -391,7 +391,6 @@ shoal_err shoal_tokenizer_from_gguf(const shoal_gguf *g, shoal_tokenizer **out, 
 		if (err)
 			goto fail;
 	}
-	tok_pieces_build(t);
 
 	/* Defaults where the metadata is silent: SentencePiece's <unk> <s>
 	 * </s> are 0 1 2; byte-level vocabularies have no fixed ids. */
@@ -416,6 +415,7 @@ shoal_err shoal_tokenizer_from_gguf(const shoal_gguf *g, shoal_tokenizer **out, 
 	err = tok_specials_build(t);
 	if (err)
 		goto fail;
+	tok_pieces_build(t); /* after the attributes are final */
 	*out = t;
 	return SHOAL_OK;
 fail:
