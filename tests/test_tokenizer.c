@@ -171,12 +171,18 @@ static void check_vectors(const char *name, int *n_checked)
 		p = end + sep_len;
 		line = *eol ? eol + 1 : eol;
 	}
+	/* every line of .out was used, and the .inp ended with a separator */
+	bool all_lines = *line == '\0';
+	bool ends = (size_t)(p - inp) == inp_len;
 	free(inp);
 	free(out);
 	shoal_tokenizer_free(t);
 	shoal_gguf_free(g);
 	*n_checked = n;
+	printf("  %s: %d texts\n", name, n);
 	ASSERT_EQ(bad, 0);
+	ASSERT_TRUE(all_lines);
+	ASSERT_TRUE(ends);
 }
 
 static void test_vectors_llama_spm(void)
