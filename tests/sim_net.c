@@ -121,6 +121,22 @@ static uint64_t op_rand(void *ctx)
 	return mix(&((struct peer *)ctx)->rng);
 }
 
+/* With $SIM_NET_DUMP set to a directory, the first 256 messages are
+ * written there, one file each: a seed corpus for tests/fuzz_wire.c. */
+static void dump(sim_net *net, const uint8_t *buf, size_t len)
+{
+	const char *dir = getenv("SIM_NET_DUMP");
+	char path[512];
+	if (!dir || net->msgs > 256)
+		return;
+	snprintf(path, sizeof path, "%s/sim-%03llu.msgpack", dir, (unsigned long long)net->msgs);
+	FILE *f = fopen(path, "wb");
+	if (!f)
+		return;
+	fwrite(buf, 1, len, f);
+	fclose(f);
+}
+
 static shoal_err op_send(void *ctx, const char *ep, const uint8_t *buf, size_t len)
 {
 	struct peer *p = ctx;
@@ -134,6 +150,7 @@ static shoal_err op_send(void *ctx, const char *ep, const uint8_t *buf, size_t l
 		return SHOAL_ERR_INVAL;
 	net->msgs++;
 	net->bytes += len;
+	dump(net, buf, len);
 	if (p->muted || net->p[to].muted || !net->p[to].sw)
 		return SHOAL_OK;
 	if (net->cfg.loss > 0 && unit(&net->rng) < net->cfg.loss)
