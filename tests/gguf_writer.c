@@ -40,7 +40,7 @@ struct shoal_gguf_writer {
 static void buf_put(shoal_gguf_writer *w, uint8_t **b, size_t *len, size_t *cap, const void *p,
                     size_t n)
 {
-	if (w->oom)
+	if (w->oom || n == 0)
 		return;
 	if (*len + n > *cap) {
 		size_t nc = *cap ? *cap * 2 : 4096;
@@ -255,6 +255,8 @@ uint64_t shoal_gguf_writer_tensor_bytes(const shoal_gguf_writer *w, int i)
 
 static shoal_err put(shoal_gguf_writer *w, const void *p, size_t n)
 {
+	if (n == 0)
+		return SHOAL_OK; /* p may be NULL (no keys yet) */
 	return fwrite(p, 1, n, w->f) == n ? SHOAL_OK : SHOAL_ERR_IO;
 }
 
