@@ -143,9 +143,9 @@ K2_Q32_TILE(k2_tile_q4_0, kernels__block_q4_0, K2_Q4_0_BYTES)
 /* ---- Q4_K ----------------------------------------------------------------------------
  * Sub-block j (32 elements, one ymm of quants 0..15): maddubs(q, x) pairs
  * are <= 2 * 15 * 127 = 3810; madd with sc_j (<= 63) gives lanes <= 63 * 4 *
- * 15 * 127 = 480,060, 8 sub-blocks <= 3.9e6: exact in int32. Mins: madd of
- * the 16 bsums with (m_0, m_0, m_1, m_1, ...) gives m_j * (bsum_2j +
- * bsum_2j+1) per lane. */
+ * 15 * 127 = 480,060, 8 sub-blocks <= 3.9e6: exact in int32. Mins: the 16
+ * bsums summed in pairs (madd with 1) times m_j give m_j * (bsum_2j +
+ * bsum_2j+1) in lane j. */
 
 KERNELS__INLINE void k2_tile_q4_k_n(int64_t n, const void *w, const void *const *xq, const int NC,
 				   float *out)
@@ -157,13 +157,8 @@ KERNELS__INLINE void k2_tile_q4_k_n(int64_t n, const void *w, const void *const 
 	const __m256i m4 = _mm256_set1_epi8(0x0f);
 	for (int64_t b = 0; b < n / KERNELS__QKK; b++) {
 		_mm_prefetch((const char *)(wb + b) + 576, _MM_HINT_T0);
-		int16_t sc[8], mn[16];
-		for (int j = 0; j < 8; j++) {
-			int s, m;
-			kernels__q4k_scale_min(wb[b].scales, j, &s, &m);
-			sc[j] = (int16_t)s;
-			mn[2 * j] = mn[2 * j + 1] = (int16_t)m;
-		}
+		uint64_t sc, mn;
+		kernels__q4k_unpack(wb[b].scales, &sc, &mn);
 		__m256i isum[KERNELS__TILE];
 		for (int c = 0; c < NC; c++)
 			isum[c] = _mm256_setzero_si256();
@@ -171,7 +166,8 @@ KERNELS__INLINE void k2_tile_q4_k_n(int64_t n, const void *w, const void *const 
 			__m256i raw = _mm256_loadu_si256((const __m256i *)(wb[b].qs + 32 * j));
 			__m256i lo = _mm256_and_si256(raw, m4);
 			__m256i hi = _mm256_and_si256(_mm256_srli_epi16(raw, 4), m4);
-			__m256i s0 = _mm256_set1_epi16(sc[2 * j]), s1 = _mm256_set1_epi16(sc[2 * j + 1]);
+			__m256i s0 = _mm256_set1_epi16((short)((sc >> (16 * j)) & 0xff));
+			__m256i s1 = _mm256_set1_epi16((short)((sc >> (16 * j + 8)) & 0xff));
 			for (int c = 0; c < NC; c++) {
 				const int8_t *x = ((const kernels__block_q8_k *)xq[c])[b].qs + 64 * j;
 				__m256i x0 = _mm256_loadu_si256((const __m256i *)x);
@@ -181,12 +177,13 @@ KERNELS__INLINE void k2_tile_q4_k_n(int64_t n, const void *w, const void *const 
 				isum[c] = _mm256_add_epi32(isum[c], _mm256_add_epi32(p0, p1));
 			}
 		}
-		__m256i mins = _mm256_loadu_si256((const __m256i *)mn);
+		__m256i mins = _mm256_cvtepu8_epi32(_mm_cvtsi64_si128((long long)mn));
 		float dw = k2_h2f(wb[b].d), dmw = k2_h2f(wb[b].dmin);
 		for (int c = 0; c < NC; c++) {
 			const kernels__block_q8_k *xb = (const kernels__block_q8_k *)xq[c] + b;
 			__m256i bs = _mm256_loadu_si256((const __m256i *)xb->bsums);
-			__m256i imin = _mm256_madd_epi16(bs, mins);
+			__m256i pairs = _mm256_madd_epi16(bs, _mm256_set1_epi16(1));
+			__m256i imin = _mm256_mullo_epi32(pairs, mins);
 			__m256 d = _mm256_set1_ps(dw * xb->d), dm = _mm256_set1_ps(dmw * xb->d);
 			acc[c] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(isum[c]), acc[c]);
 			acc[c] = _mm256_fnmadd_ps(dm, _mm256_cvtepi32_ps(imin), acc[c]);

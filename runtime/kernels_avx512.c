@@ -195,13 +195,8 @@ KERNELS__INLINE void k5_tile_q4_k_n(int64_t n, const void *w, const void *const 
 	for (int64_t b = 0; b < n / KERNELS__QKK; b++) {
 		_mm_prefetch((const char *)(wb + b) + 576, _MM_HINT_T0);
 		_mm_prefetch((const char *)(wb + b) + 640, _MM_HINT_T0);
-		int16_t sc[8], mn[16];
-		for (int j = 0; j < 8; j++) {
-			int s, m;
-			kernels__q4k_scale_min(wb[b].scales, j, &s, &m);
-			sc[j] = (int16_t)s;
-			mn[2 * j] = mn[2 * j + 1] = (int16_t)m;
-		}
+		uint64_t sc, mn;
+		kernels__q4k_unpack(wb[b].scales, &sc, &mn);
 		__m512i isum[KERNELS__TILE];
 		for (int c = 0; c < NC; c++)
 			isum[c] = _mm512_setzero_si512();
@@ -209,8 +204,8 @@ KERNELS__INLINE void k5_tile_q4_k_n(int64_t n, const void *w, const void *const 
 			__m256i raw = _mm256_loadu_si256((const __m256i *)(wb[b].qs + 32 * j));
 			__m512i q = k5_pair_si(_mm256_and_si256(raw, m4),
 					       _mm256_and_si256(_mm256_srli_epi16(raw, 4), m4));
-			__m512i s = k5_pair_si(_mm256_set1_epi16(sc[2 * j]),
-					       _mm256_set1_epi16(sc[2 * j + 1]));
+			__m512i s = k5_pair_si(_mm256_set1_epi16((short)((sc >> (16 * j)) & 0xff)),
+					       _mm256_set1_epi16((short)((sc >> (16 * j + 8)) & 0xff)));
 			for (int c = 0; c < NC; c++) {
 				const int8_t *x = ((const kernels__block_q8_k *)xq[c])[b].qs + 64 * j;
 				__m512i xv = _mm512_loadu_si512((const void *)x);
@@ -218,12 +213,13 @@ KERNELS__INLINE void k5_tile_q4_k_n(int64_t n, const void *w, const void *const 
 				isum[c] = _mm512_add_epi32(isum[c], t);
 			}
 		}
-		__m256i mins = _mm256_loadu_si256((const __m256i *)mn);
+		__m256i mins = _mm256_cvtepu8_epi32(_mm_cvtsi64_si128((long long)mn));
 		float dw = k5_h2f(wb[b].d), dmw = k5_h2f(wb[b].dmin);
 		for (int c = 0; c < NC; c++) {
 			const kernels__block_q8_k *xb = (const kernels__block_q8_k *)xq[c] + b;
 			__m256i bs = _mm256_loadu_si256((const __m256i *)xb->bsums);
-			__m512i imin = _mm512_zextsi256_si512(_mm256_madd_epi16(bs, mins));
+			__m256i pairs = _mm256_madd_epi16(bs, _mm256_set1_epi16(1));
+			__m512i imin = _mm512_zextsi256_si512(_mm256_mullo_epi32(pairs, mins));
 			__m512 d = _mm512_set1_ps(dw * xb->d), dm = _mm512_set1_ps(dmw * xb->d);
 			acc[c] = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(isum[c]), acc[c]);
 			acc[c] = _mm512_fnmadd_ps(dm, _mm512_cvtepi32_ps(imin), acc[c]);

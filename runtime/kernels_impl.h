@@ -102,6 +102,24 @@ static inline void kernels__q4k_scale_min(const uint8_t *s, int j, int *sc, int 
 	}
 }
 
+/* All 8 scales and 8 mins of a Q4_K block at once, byte j of *sc / *m being
+ * sc_j / m_j (the same values as kernels__q4k_scale_min). With the 12 bytes
+ * as little-endian words u0 (bytes 0-3), u1 (4-7), u2 (8-11):
+ *   sc_0..3 = u0 & 0x3f..,  m_0..3 = u1 & 0x3f..,
+ *   sc_4..7 = (u2 & 0x0f..) | (top 2 bits of u0's bytes, shifted to bits 4-5),
+ *   m_4..7  = (u2 >> 4 & 0x0f..) | (top 2 bits of u1's bytes, to bits 4-5). */
+static inline void kernels__q4k_unpack(const uint8_t *s, uint64_t *sc, uint64_t *m)
+{
+	uint32_t u0, u1, u2;
+	memcpy(&u0, s, 4);
+	memcpy(&u1, s + 4, 4);
+	memcpy(&u2, s + 8, 4);
+	uint32_t sc_hi = (u2 & 0x0f0f0f0fu) | ((u0 >> 2) & 0x30303030u);
+	uint32_t m_hi = ((u2 >> 4) & 0x0f0f0f0fu) | ((u1 >> 2) & 0x30303030u);
+	*sc = (uint64_t)(u0 & 0x3f3f3f3fu) | ((uint64_t)sc_hi << 32);
+	*m = (uint64_t)(u1 & 0x3f3f3f3fu) | ((uint64_t)m_hi << 32);
+}
+
 /* ---- the tile driver ----------------------------------------------------------
  * A tile function computes out[c] = dot(w row, xq[c]) for c < ncols (1..4),
  * each column with exactly the operations it would get alone, so gemm (tiles

@@ -161,13 +161,8 @@ KERNELS__INLINE void kn_tile_q4_k_n(int64_t n, const void *w, const void *const 
 	const uint8x16_t m4 = vdupq_n_u8(0x0f);
 	for (int64_t b = 0; b < n / KERNELS__QKK; b++) {
 		__builtin_prefetch((const char *)(wb + b) + 576);
-		int sc[8];
-		int16_t mn[8];
-		for (int j = 0; j < 8; j++) {
-			int m;
-			kernels__q4k_scale_min(wb[b].scales, j, &sc[j], &m);
-			mn[j] = (int16_t)m;
-		}
+		uint64_t sc, mn;
+		kernels__q4k_unpack(wb[b].scales, &sc, &mn);
 		int32x4_t isum[KERNELS__TILE];
 		for (int c = 0; c < NC; c++)
 			isum[c] = vdupq_n_s32(0);
@@ -183,11 +178,11 @@ KERNELS__INLINE void kn_tile_q4_k_n(int64_t n, const void *w, const void *const 
 				tl = kn_dot(tl, l1, vld1q_s8(x + 16));
 				int32x4_t th = kn_dot(vdupq_n_s32(0), h0, vld1q_s8(x + 32));
 				th = kn_dot(th, h1, vld1q_s8(x + 48));
-				isum[c] = vmlaq_n_s32(isum[c], tl, sc[2 * j]);
-				isum[c] = vmlaq_n_s32(isum[c], th, sc[2 * j + 1]);
+				isum[c] = vmlaq_n_s32(isum[c], tl, (int)((sc >> (16 * j)) & 0xff));
+				isum[c] = vmlaq_n_s32(isum[c], th, (int)((sc >> (16 * j + 8)) & 0xff));
 			}
 		}
-		int16x8_t mins = vld1q_s16(mn);
+		int16x8_t mins = vreinterpretq_s16_u16(vmovl_u8(vcreate_u8(mn)));
 		float dw = kn_h2f(wb[b].d), dmw = kn_h2f(wb[b].dmin);
 		for (int c = 0; c < NC; c++) {
 			const kernels__block_q8_k *xb = (const kernels__block_q8_k *)xq[c] + b;

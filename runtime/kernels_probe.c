@@ -30,15 +30,12 @@ static double probe_now(void)
 	return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
 }
 
-/* A valid Q8_0 row pattern: scale 2^-10 (fp16 0x1400), quants cycling. */
+/* Any bytes make valid Q8_0 blocks as long as the fp16 scales are finite:
+ * 0x11 everywhere is scale 0x1111 (about 5.8e-4) and quants 17. memset is
+ * the fastest fill (it also faults the pages in). */
 static void probe_fill_q8_0(unsigned char *p, size_t bytes)
 {
-	for (size_t i = 0; i < bytes; i++)
-		p[i] = (unsigned char)((i * 37u) & 0x3f);
-	for (size_t i = 0; i + 34 <= bytes; i += 34) {
-		p[i] = 0x00;
-		p[i + 1] = 0x14;
-	}
+	memset(p, 0x11, bytes);
 }
 
 shoal_err shoal_kernels_probe(const shoal_kernels *k, unsigned budget_ms,

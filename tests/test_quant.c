@@ -189,6 +189,25 @@ static void test_deq_q4_k(void)
 		}
 }
 
+/* The word-wise unpacking the SIMD kernels use agrees with the per-index
+ * one on random scale bytes. */
+static void test_q4k_unpack(void)
+{
+	for (int t = 0; t < 2000; t++) {
+		uint8_t s[12];
+		for (int i = 0; i < 12; i++)
+			s[i] = (uint8_t)(rnd() * 128 + 128);
+		uint64_t sc, m;
+		kernels__q4k_unpack(s, &sc, &m);
+		for (int j = 0; j < 8; j++) {
+			int a, b;
+			kernels__q4k_scale_min(s, j, &a, &b);
+			ASSERT_EQ((sc >> (8 * j)) & 0xff, a);
+			ASSERT_EQ((m >> (8 * j)) & 0xff, b);
+		}
+	}
+}
+
 /* Q6_K with d = 0.25, scales[j] = 3 j - 20 (negative ones too), and the
  * 6-bit quant of element i = (7 i + 5) & 63 (value q - 32). Per chunk of 128
  * (c = i / 128, e = i % 128, l = e % 32, part = e / 32), the low nibble is in
@@ -460,7 +479,8 @@ static void test_fixtures_agree(void)
 TEST_MAIN(TEST_CASE(test_fp16_to_f32_specials), TEST_CASE(test_f32_to_fp16_rounding),
 	  TEST_CASE(test_fp16_roundtrip_all), TEST_CASE(test_fp16_nearest_random),
 	  TEST_CASE(test_bf16), TEST_CASE(test_deq_q8_0), TEST_CASE(test_deq_q4_0),
-	  TEST_CASE(test_deq_q4_k), TEST_CASE(test_deq_q6_k), TEST_CASE(test_deq_q8_k_f16_bf16),
+	  TEST_CASE(test_deq_q4_k), TEST_CASE(test_q4k_unpack),
+	  TEST_CASE(test_deq_q6_k), TEST_CASE(test_deq_q8_k_f16_bf16),
 	  TEST_CASE(test_roundtrip_q8_0), TEST_CASE(test_roundtrip_q4_0),
 	  TEST_CASE(test_roundtrip_q4_k), TEST_CASE(test_roundtrip_q6_k),
 	  TEST_CASE(test_roundtrip_q8_k), TEST_CASE(test_roundtrip_plain),
