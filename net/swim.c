@@ -25,6 +25,7 @@
  *      update's id; anything else is dropped.
  *   4. Dead and left entries are kept for REAP_MULT suspicion timeouts, so a
  *      stale alive(i) still in flight cannot resurrect them; then reaped.
+ *      An unknown member is only ever added alive or suspect.
  *   5. Peers learned through a push-pull are not re-gossiped (the sender
  *      already has them), except the sender itself.
  *
@@ -656,8 +657,11 @@ static void apply_update(shoal_swim *sw, const shoal_wire_update *u, int gossip)
 			    u->record_version > m->rv;
 		if (!newer && !rec_newer)
 			return;
-	} else if (!u->record) {
-		return; /* suspect/dead/left of someone we never met: nothing to do */
+	} else if (!u->record || !live((shoal_swim_state)u->state)) {
+		/* Never add a dead or left stranger: two peers that reap at
+		 * slightly different times would hand the tombstone back and
+		 * forth in push-pulls for ever. */
+		return;
 	}
 	if (u->state == SHOAL_SWIM_STATE_ALIVE && !u->record) {
 		bad(sw, "update", "alive without its record");

@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "net/swim.h"
 #include "net/wire.h"
@@ -305,6 +306,89 @@ static void test_incompatible(void)
 	ASSERT_EQ(odd, 1);
 }
 
+/* A record change (set_record) reaches everyone within the convergence
+ * bound, and the view carries the new figures. */
+static void test_record_update(void)
+{
+	const size_t n = 64, k = 11;
+	sim_net *net = make_net(11, n);
+	ASSERT_TRUE(net != NULL);
+	grow(net, n, 100000);
+	ASSERT_LE(rounds_to_converge(net, 100), 100);
+	shoal_record r;
+	shoal_swim_get_record(sim_net_swim(net, k), &r);
+	uint64_t v0 = r.version;
+	r.mem_weights = 123456789;
+	r.n_links = 1;
+	r.links[0].peer = *sim_net_id(net, 0);
+	r.links[0].rtt_us = 250;
+	ASSERT_EQ(shoal_swim_set_record(sim_net_swim(net, k), &r, NULL, 0), SHOAL_OK);
+	shoal_swim_get_record(sim_net_swim(net, k), &r);
+	ASSERT_U64_EQ(r.version, v0 + 1);
+	unsigned bound = CONVERGE_C * clog2(n);
+	unsigned rounds = rounds_to_converge(net, 4 * bound);
+	printf("  record change seen by all in %u rounds (bound %u)\n", rounds, bound);
+	ASSERT_LE(rounds, bound);
+	shoal_swim_member *v;
+	size_t nv, found = 0;
+	ASSERT_EQ(shoal_swim_view(sim_net_swim(net, 40), &v, &nv), SHOAL_OK);
+	for (size_t j = 0; j < nv; j++) {
+		if (shoal_peer_id_cmp(&v[j].id, sim_net_id(net, k)))
+			continue;
+		found++;
+		ASSERT_U64_EQ(v[j].record.mem_weights, 123456789);
+		ASSERT_EQ(v[j].record.n_links, 1);
+		ASSERT_EQ(v[j].record.links[0].rtt_us, 250);
+	}
+	shoal_swim_view_free(v);
+	ASSERT_EQ(found, 1);
+	/* a record with a different id is refused */
+	r.id.b[0] ^= 1;
+	ASSERT_EQ(shoal_swim_set_record(sim_net_swim(net, k), &r, NULL, 0), SHOAL_ERR_INVAL);
+	sim_net_free(net);
+}
+
+/* Dead entries are kept REAP_MULT (8) suspicion timeouts, then reaped, and
+ * do not come back (no peer re-adds a dead stranger). N = 16: the timeout
+ * is 4 x ceil(log2 17) = 20 rounds, so reaping is due ~160 rounds after. */
+static void test_reap(void)
+{
+	const size_t n = 16, victim = 4;
+	sim_net *net = make_net(12, n);
+	ASSERT_TRUE(net != NULL);
+	grow(net, n, 100000);
+	ASSERT_LE(rounds_to_converge(net, 100), 100);
+	sim_net_kill(net, victim);
+	uint64_t period = sim_net_period_us(net);
+	sim_net_run_until(net, sim_net_now(net) + 60 * period);
+	ASSERT_EQ(sim_net_count_seen_as(net, victim, SHOAL_SWIM_STATE_DEAD), n - 1);
+	sim_net_run_until(net, sim_net_now(net) + 8 * 20 * period);
+	size_t known = 0;
+	for (int r = 0; r < 200; r++) {
+		sim_net_run_until(net, sim_net_now(net) + period);
+		known = 0;
+		for (size_t i = 0; i < n; i++) {
+			shoal_swim_brief b;
+			if (i != victim &&
+			    !shoal_swim_lookup(sim_net_swim(net, i), sim_net_id(net, victim), &b))
+				known++;
+		}
+		if (!known)
+			break;
+	}
+	ASSERT_EQ(known, 0);
+	/* and it stays gone through a few push-pull intervals */
+	sim_net_run_until(net, sim_net_now(net) + 150 * period);
+	for (size_t i = 0; i < n; i++) {
+		shoal_swim_brief b;
+		if (i != victim)
+			ASSERT_EQ(shoal_swim_lookup(sim_net_swim(net, i), sim_net_id(net, victim), &b),
+				  SHOAL_ERR_NOTFOUND);
+	}
+	ASSERT_TRUE(sim_net_converged(net));
+	sim_net_free(net);
+}
+
 /* Garbage into a live peer: dropped, counted, and a valid message after it
  * is still handled (a ping gets its ack). */
 static uint64_t g_now;
@@ -322,10 +406,28 @@ static shoal_err g_send(void *c, const char *ep, const uint8_t *b, size_t n)
 	g_sent++;
 	return SHOAL_OK;
 }
+static uint64_t g_inc;
+static void g_inc_changed(void *c, uint64_t inc)
+{
+	g_inc = inc;
+}
+
+static size_t count_lines(FILE *f)
+{
+	size_t n = 0;
+	int ch;
+	rewind(f);
+	while ((ch = fgetc(f)) != EOF)
+		n += ch == '\n';
+	return n;
+}
 
 static void test_garbage_then_valid(void)
 {
-	static const shoal_swim_ops ops = {.now_us = g_now_us, .rand64 = g_rand, .send = g_send};
+	static const shoal_swim_ops ops = {.now_us = g_now_us,
+					   .rand64 = g_rand,
+					   .send = g_send,
+					   .incarnation_changed = g_inc_changed};
 	shoal_record r;
 	shoal_swim *sw;
 	shoal_record_init(&r);
@@ -336,6 +438,13 @@ static void test_garbage_then_valid(void)
 	ASSERT_EQ(shoal_swim_new(NULL, &r, 0, &ops, NULL, &sw, NULL, 0), SHOAL_OK);
 	uint8_t junk[512];
 	size_t bad = 0;
+	/* the drop log goes to stderr: catch it to count its lines */
+	FILE *log = tmpfile();
+	ASSERT_TRUE(log != NULL);
+	fflush(stderr);
+	int saved = dup(2);
+	dup2(fileno(log), 2);
+	g_now = 1000000;
 	for (int i = 0; i < 2000; i++) {
 		size_t len = rnd() % sizeof junk;
 		for (size_t j = 0; j < len; j++)
@@ -344,7 +453,15 @@ static void test_garbage_then_valid(void)
 			junk[0] = 0x80 | (junk[0] & 0x0f); /* looks like a map */
 		bad += shoal_swim_receive(sw, "x", junk, len, NULL, 0) != SHOAL_OK;
 	}
+	fflush(stderr);
+	dup2(saved, 2);
+	close(saved);
+	size_t lines = count_lines(log);
+	fclose(log);
+	printf("  2000 bad messages -> %zu log lines\n", lines);
 	ASSERT_EQ(bad, 2000);
+	ASSERT_GE(lines, 1);
+	ASSERT_LE(lines, 20); /* rate-limited: 10 per 10 s of our clock */
 	/* A valid ping from a stranger, with its alive update. */
 	shoal_record other;
 	shoal_wire_buf rb, mb;
@@ -384,6 +501,17 @@ static void test_garbage_then_valid(void)
 	shoal_swim_stats st;
 	shoal_swim_get_stats(sw, &st);
 	ASSERT_EQ(st.msgs_bad, 2000);
+	/* Someone says we are suspect at our incarnation: we refute (+1) and
+	 * tell the node, which persists it. */
+	memset(&u, 0, sizeof u);
+	u.id = r.id;
+	u.state = SHOAL_SWIM_STATE_SUSPECT;
+	u.incarnation = shoal_swim_incarnation(sw);
+	m.seq = 78;
+	ASSERT_EQ(shoal_wire_encode(&m, &mb), SHOAL_OK);
+	ASSERT_EQ(shoal_swim_receive(sw, NULL, mb.data, mb.len, NULL, 0), SHOAL_OK);
+	ASSERT_EQ(shoal_swim_incarnation(sw), 1);
+	ASSERT_U64_EQ(g_inc, 1);
 	shoal_wire_buf_fini(&rb);
 	shoal_wire_buf_fini(&mb);
 	shoal_swim_free(sw);
@@ -393,4 +521,5 @@ TEST_MAIN(TEST_CASE(test_garbage_then_valid), TEST_CASE(test_converge_16),
 	  TEST_CASE(test_converge_64), TEST_CASE(test_converge_256),
 	  TEST_CASE(test_loss_no_false_death), TEST_CASE(test_kill_detected),
 	  TEST_CASE(test_suspect_refutes), TEST_CASE(test_leave), TEST_CASE(test_restart_persisted),
-	  TEST_CASE(test_restart_forgotten), TEST_CASE(test_incompatible))
+	  TEST_CASE(test_restart_forgotten), TEST_CASE(test_incompatible),
+	  TEST_CASE(test_record_update), TEST_CASE(test_reap))
