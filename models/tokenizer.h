@@ -8,6 +8,8 @@
  *            regexes run on PCRE2 with Unicode properties.
  * Special/control tokens are matched in the text when parse_special is set.
  * BOS/EOS ids and whether to add BOS come from the metadata.
+ * A tokenizer does not change after it is built: several threads may
+ * encode and decode with one tokenizer at once.
  */
 #ifndef SHOAL_MODELS_TOKENIZER_H
 #define SHOAL_MODELS_TOKENIZER_H
