@@ -77,16 +77,16 @@ shoal_err shoal_record_check(const shoal_record *r, char *why, size_t why_len)
 {
 	if (r->n_data_ep > SHOAL_RECORD_MAX_DATA_EP)
 		return shoal_why(why, why_len, SHOAL_ERR_RANGE, "%u data endpoints, at most %d",
-				 r->n_data_ep, SHOAL_RECORD_MAX_DATA_EP);
+		                 r->n_data_ep, SHOAL_RECORD_MAX_DATA_EP);
 	if (r->n_rdma > SHOAL_RECORD_MAX_RDMA)
 		return shoal_why(why, why_len, SHOAL_ERR_RANGE, "%u RDMA devices, at most %d",
-				 r->n_rdma, SHOAL_RECORD_MAX_RDMA);
+		                 r->n_rdma, SHOAL_RECORD_MAX_RDMA);
 	if (r->n_models > SHOAL_RECORD_MAX_MODELS)
 		return shoal_why(why, why_len, SHOAL_ERR_RANGE, "%u models, at most %d",
-				 r->n_models, SHOAL_RECORD_MAX_MODELS);
+		                 r->n_models, SHOAL_RECORD_MAX_MODELS);
 	if (r->n_links > SHOAL_RECORD_MAX_LINKS)
 		return shoal_why(why, why_len, SHOAL_ERR_RANGE, "%u links, at most %d", r->n_links,
-				 SHOAL_RECORD_MAX_LINKS);
+		                 SHOAL_RECORD_MAX_LINKS);
 	if (!STR_OK(r->name) || !STR_OK(r->cluster) || !STR_OK(r->sw_version) ||
 	    !STR_OK(r->ctl_endpoint) || !STR_OK(r->os) || !STR_OK(r->arch))
 		return shoal_why(why, why_len, SHOAL_ERR_RANGE, "unterminated string");
@@ -111,8 +111,8 @@ shoal_err shoal_record_check(const shoal_record *r, char *why, size_t why_len)
 		    l->remote_ep >= SHOAL_RECORD_MAX_DATA_EP ||
 		    (r->n_data_ep && l->local_ep >= r->n_data_ep))
 			return shoal_why(why, why_len, SHOAL_ERR_RANGE,
-					 "link %u names endpoint %u of %u", i, l->local_ep,
-					 r->n_data_ep);
+			                 "link %u names endpoint %u of %u", i, l->local_ep,
+			                 r->n_data_ep);
 	}
 	return SHOAL_OK;
 }

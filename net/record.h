@@ -91,9 +91,9 @@ typedef struct shoal_record {
 	uint64_t compute_mb_s;   /* compute probe: MB/s of the quantized mat-vec */
 	uint64_t compute_mflops; /* compute probe: MFLOP/s of the same */
 	uint32_t cores;
-	char os[SHOAL_RECORD_STR_MAX];   /* "linux", "darwin" */
-	char arch[SHOAL_RECORD_STR_MAX]; /* "x86_64", "arm64" */
-	uint32_t n_rdma;                 /* 0 is a normal answer */
+	char os[SHOAL_RECORD_STR_MAX];                          /* "linux", "darwin" */
+	char arch[SHOAL_RECORD_STR_MAX];                        /* "x86_64", "arm64" */
+	uint32_t n_rdma;                                        /* 0 is a normal answer */
 	char rdma[SHOAL_RECORD_MAX_RDMA][SHOAL_RECORD_STR_MAX]; /* "mlx5_0", "rdma_en2" */
 	uint32_t n_models;
 	shoal_record_model models[SHOAL_RECORD_MAX_MODELS];

@@ -253,7 +253,7 @@ static void bad(shoal_swim *sw, const char *what, const char *why)
 	if (now >= sw->badlog_window_us) {
 		if (sw->badlog_suppressed)
 			SHOAL_LOG_W("swim", "%u more bad messages not logged",
-				    sw->badlog_suppressed);
+			            sw->badlog_suppressed);
 		sw->badlog_window_us = now + (uint64_t)BADLOG_WINDOW_MULT * sw->cfg.base_us;
 		sw->badlog_n = 0;
 		sw->badlog_suppressed = 0;
@@ -368,20 +368,20 @@ static void check_compat(shoal_swim *sw, struct member *m, const shoal_record *r
 	m->compatible = 0;
 	if (r->proto_version != me->proto_version)
 		snprintf(m->why, sizeof m->why, "protocol v%u, ours v%u", r->proto_version,
-			 me->proto_version);
+		         me->proto_version);
 	else if (r->sched_version != me->sched_version)
 		snprintf(m->why, sizeof m->why, "scheduler v%u, ours v%u", r->sched_version,
-			 me->sched_version);
+		         me->sched_version);
 	else if (strcmp(r->cluster, me->cluster))
 		snprintf(m->why, sizeof m->why, "cluster \"%.32s\", ours \"%.32s\"", r->cluster,
-			 me->cluster);
+		         me->cluster);
 	else
 		m->compatible = 1, m->why[0] = 0;
 }
 
 /* Take ownership of a copy of rec[len] as m's record (already validated as r). */
 static int member_set_record(shoal_swim *sw, struct member *m, const uint8_t *rec, size_t len,
-			     const shoal_record *r)
+                             const shoal_record *r)
 {
 	uint8_t *copy = malloc(len);
 	if (!copy)
@@ -486,7 +486,7 @@ static void queue_update(shoal_swim *sw, struct member *m)
 }
 
 static void update_of(const shoal_swim *sw, const struct member *m, shoal_wire_update *u,
-		      int with_record)
+                      int with_record)
 {
 	u->id = m->id;
 	u->state = m->state;
@@ -562,8 +562,8 @@ static void send_msg(shoal_swim *sw, const char *ep, shoal_wire_msg *msg)
 
 /* A probe-family message with piggybacked updates. */
 static void send_probe_msg(shoal_swim *sw, const char *ep, uint32_t type, uint64_t seq,
-			   const shoal_peer_id *target, const char *target_ep,
-			   const struct member *first)
+                           const shoal_peer_id *target, const char *target_ep,
+                           const struct member *first)
 {
 	shoal_wire_msg msg;
 	memset(&msg, 0, sizeof msg);
@@ -610,8 +610,8 @@ static void set_state(shoal_swim *sw, struct member *m, shoal_swim_state st, uin
 	m->state = st;
 	m->since_us = now_us(sw);
 	sw->n_live += (size_t)is_live - (size_t)was_live;
-	sw->n_suspect += (size_t)(st == SHOAL_SWIM_STATE_SUSPECT) -
-			 (size_t)(old == SHOAL_SWIM_STATE_SUSPECT);
+	sw->n_suspect +=
+	    (size_t)(st == SHOAL_SWIM_STATE_SUSPECT) - (size_t)(old == SHOAL_SWIM_STATE_SUSPECT);
 	if (is_live && !m->in_probe && m != sw->self)
 		probe_insert(sw, m);
 	/* A member that stops being live stays in the probe list until its
@@ -651,10 +651,10 @@ static void apply_update(shoal_swim *sw, const shoal_wire_update *u, int gossip)
 	int newer = 0, rec_newer = 0;
 	if (m) {
 		newer = u->incarnation > m->inc ||
-			(u->incarnation == m->inc && rank(u->state) > rank(m->state));
+		        (u->incarnation == m->inc && rank(u->state) > rank(m->state));
 		rec_newer = u->state == SHOAL_SWIM_STATE_ALIVE &&
-			    m->state == SHOAL_SWIM_STATE_ALIVE && u->incarnation == m->inc &&
-			    u->record_version > m->rv;
+		            m->state == SHOAL_SWIM_STATE_ALIVE && u->incarnation == m->inc &&
+		            u->record_version > m->rv;
 		if (!newer && !rec_newer)
 			return;
 	} else if (!u->record || !live((shoal_swim_state)u->state)) {
@@ -670,7 +670,7 @@ static void apply_update(shoal_swim *sw, const shoal_wire_update *u, int gossip)
 	int take_record = u->record && (!m || u->record_version != m->rv || newer);
 	if (take_record) {
 		if (shoal_wire_record_decode(u->record, u->record_len, &sw->scratch, why,
-					     sizeof why)) {
+		                             sizeof why)) {
 			bad(sw, "record", why);
 			return;
 		}
@@ -736,7 +736,7 @@ static void on_ping(shoal_swim *sw, const char *from, const shoal_wire_msg *msg)
 	if (shoal_peer_id_cmp(&msg->target, &sw->self->id))
 		return;
 	send_probe_msg(sw, reply_ep(from, msg), SHOAL_WIRE_ACK, msg->seq, &sw->self->id, NULL,
-		       buddy(sw, &msg->from));
+	               buddy(sw, &msg->from));
 }
 
 static void on_ack(shoal_swim *sw, const shoal_wire_msg *msg)
@@ -749,12 +749,13 @@ static void on_ack(shoal_swim *sw, const shoal_wire_msg *msg)
 	}
 	for (size_t i = 0; i < RELAY_SLOTS; i++) {
 		struct relay *r = &sw->relays[i];
-		if (!r->used || r->our_seq != msg->seq || shoal_peer_id_cmp(&r->target, &msg->target))
+		if (!r->used || r->our_seq != msg->seq ||
+		    shoal_peer_id_cmp(&r->target, &msg->target))
 			continue;
 		r->used = 0;
 		if (now_us(sw) <= r->expires_us)
 			send_probe_msg(sw, r->origin_ep, SHOAL_WIRE_ACK, r->their_seq, &r->target,
-				       NULL, NULL);
+			               NULL, NULL);
 		return;
 	}
 }
@@ -776,7 +777,7 @@ static void on_ping_req(shoal_swim *sw, const char *from, const shoal_wire_msg *
 	r->expires_us = now + sw->period_us;
 	shoal_record_strcpy(r->origin_ep, sizeof r->origin_ep, reply_ep(from, msg));
 	send_probe_msg(sw, msg->target_ep, SHOAL_WIRE_PING, r->our_seq, &msg->target, NULL,
-		       buddy(sw, &msg->target));
+	               buddy(sw, &msg->target));
 }
 
 static void join_done(shoal_swim *sw, const char *ep)
@@ -796,14 +797,14 @@ static void on_pushpull(shoal_swim *sw, const char *from, const shoal_wire_msg *
 }
 
 shoal_err shoal_swim_receive(shoal_swim *sw, const char *from, const uint8_t *buf, size_t len,
-			     char *why, size_t why_len)
+                             char *why, size_t why_len)
 {
 	char reason[200];
 	shoal_wire_msg *msg = &(shoal_wire_msg){.updates = sw->in_up};
 	sw->st.msgs_recv++;
 	sw->st.bytes_recv += len;
-	shoal_err e = shoal_wire_decode(buf, len, msg, SHOAL_WIRE_MAX_UPDATES, reason,
-					sizeof reason);
+	shoal_err e =
+	    shoal_wire_decode(buf, len, msg, SHOAL_WIRE_MAX_UPDATES, reason, sizeof reason);
 	if (e) {
 		bad(sw, "message", reason);
 		return shoal_why(why, why_len, e, "%s", reason);
@@ -831,12 +832,12 @@ shoal_err shoal_swim_receive(shoal_swim *sw, const char *from, const uint8_t *bu
 
 /* ==== tick =============================================================== */
 
-static struct member *random_live(shoal_swim *sw, const shoal_peer_id *not)
+static struct member *random_live(shoal_swim *sw, const shoal_peer_id * not )
 {
 	for (unsigned tries = 0; tries < 8 && sw->n > 1; tries++) {
 		struct member *m = sw->m[rnd(sw, sw->n)];
 		if (m != sw->self && m->state == SHOAL_SWIM_STATE_ALIVE &&
-		    (!not || shoal_peer_id_cmp(&m->id, not)))
+		    (!not || shoal_peer_id_cmp(&m->id, not )))
 			return m;
 	}
 	return NULL;
@@ -886,7 +887,7 @@ static void probe_start(shoal_swim *sw, uint64_t now)
 	sw->pr.t_end = now + sw->period_us;
 	sw->st.probes++;
 	send_probe_msg(sw, t->ep, SHOAL_WIRE_PING, sw->pr.seq, &t->id, NULL,
-		       t->state == SHOAL_SWIM_STATE_SUSPECT ? t : NULL);
+	               t->state == SHOAL_SWIM_STATE_SUSPECT ? t : NULL);
 }
 
 static void probe_indirect(shoal_swim *sw)
@@ -899,7 +900,7 @@ static void probe_indirect(shoal_swim *sw)
 		struct member *via = random_live(sw, &t->id);
 		if (via)
 			send_probe_msg(sw, via->ep, SHOAL_WIRE_PING_REQ, sw->pr.seq, &t->id, t->ep,
-				       NULL);
+			               NULL);
 	}
 }
 
@@ -946,7 +947,8 @@ static void joins_tick(shoal_swim *sw, uint64_t now)
 		if (!j->used || now < j->next_us)
 			continue;
 		if (j->tries >= JOIN_TRIES) {
-			SHOAL_LOG_W("swim", "join via %s: no answer after %u tries", j->ep, j->tries);
+			SHOAL_LOG_W("swim", "join via %s: no answer after %u tries", j->ep,
+			            j->tries);
 			j->used = 0;
 			continue;
 		}
@@ -1016,8 +1018,8 @@ static shoal_err encode_self(shoal_swim *sw)
 }
 
 shoal_err shoal_swim_new(const shoal_swim_config *cfg, const shoal_record *self,
-			 uint64_t incarnation, const shoal_swim_ops *ops, void *ctx,
-			 shoal_swim **out, char *why, size_t why_len)
+                         uint64_t incarnation, const shoal_swim_ops *ops, void *ctx,
+                         shoal_swim **out, char *why, size_t why_len)
 {
 	shoal_err e = SHOAL_ERR_NOMEM;
 	shoal_swim *sw = NULL;
@@ -1039,8 +1041,8 @@ shoal_err shoal_swim_new(const shoal_swim_config *cfg, const shoal_record *self,
 		if (cfg->suspect_mult)
 			sw->cfg.suspect_mult = cfg->suspect_mult;
 		if (cfg->retransmit_mult)
-			sw->cfg.retransmit_mult = cfg->retransmit_mult > 16 ? 16
-									    : cfg->retransmit_mult;
+			sw->cfg.retransmit_mult =
+			    cfg->retransmit_mult > 16 ? 16 : cfg->retransmit_mult;
 		if (cfg->pushpull_mult)
 			sw->cfg.pushpull_mult = cfg->pushpull_mult;
 	}
@@ -1072,7 +1074,7 @@ shoal_err shoal_swim_new(const shoal_swim_config *cfg, const shoal_record *self,
 	 * not probe in lock-step. */
 	sw->next_probe_us = now + rnd(sw, sw->period_us);
 	sw->next_pushpull_us = now + (uint64_t)sw->cfg.pushpull_mult * sw->period_us / 2 +
-			       rnd(sw, (uint64_t)sw->cfg.pushpull_mult * sw->period_us);
+	                       rnd(sw, (uint64_t)sw->cfg.pushpull_mult * sw->period_us);
 	sw->next_reap_us = now + sw->period_us;
 	*out = sw;
 	return SHOAL_OK;
@@ -1171,7 +1173,7 @@ void shoal_swim_leave(shoal_swim *sw)
 		struct member *m = random_live(sw, NULL);
 		if (m)
 			send_probe_msg(sw, m->ep, SHOAL_WIRE_PING, ++sw->seq, &m->id, NULL,
-				       sw->self);
+			               sw->self);
 	}
 }
 
@@ -1234,9 +1236,9 @@ json_t *shoal_swim_member_to_json(const shoal_swim_member *m)
 	rc |= json_object_set_new(o, "self", json_boolean(m->is_self));
 	rc |= json_object_set_new(o, "compatible", json_boolean(m->compatible));
 	if (!m->compatible)
-		rc |= json_object_set_new(o, "why_incompatible",
-					  json_string(m->why_incompatible[0] ? m->why_incompatible
-									     : "?"));
+		rc |= json_object_set_new(
+		    o, "why_incompatible",
+		    json_string(m->why_incompatible[0] ? m->why_incompatible : "?"));
 	if (rc) {
 		json_decref(o);
 		return NULL;

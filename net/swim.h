@@ -77,7 +77,7 @@ typedef struct shoal_swim_ops {
 	/* Optional (may be NULL): a member was added or changed state. m is
 	 * borrowed for the call. */
 	void (*member_changed)(void *ctx, const shoal_swim_member *m, shoal_swim_state old_state,
-			       int is_new);
+	                       int is_new);
 	/* Optional (may be NULL): our own incarnation grew (refutation, leave).
 	 * Persist it: a restart should start above it (it still works if the
 	 * restart starts lower -- we refute -- but takes a few more rounds). */
@@ -103,8 +103,8 @@ void shoal_swim_config_default(shoal_swim_config *c);
  * ctx is passed to every op. cfg may be NULL (defaults). *out is owned by
  * the caller (shoal_swim_free). */
 shoal_err shoal_swim_new(const shoal_swim_config *cfg, const shoal_record *self,
-			 uint64_t incarnation, const shoal_swim_ops *ops, void *ctx,
-			 shoal_swim **out, char *why, size_t why_len);
+                         uint64_t incarnation, const shoal_swim_ops *ops, void *ctx,
+                         shoal_swim **out, char *why, size_t why_len);
 void shoal_swim_free(shoal_swim *sw);
 
 /* Replace our record (memory, compute, links, load...). The id must stay
@@ -121,7 +121,7 @@ uint64_t shoal_swim_incarnation(const shoal_swim *sw);
  * log line and an error (SHOAL_ERR_FORMAT, _UNSUPPORTED, _PROTO) is
  * returned; the object keeps working. */
 shoal_err shoal_swim_receive(shoal_swim *sw, const char *from, const uint8_t *buf, size_t len,
-			     char *why, size_t why_len);
+                             char *why, size_t why_len);
 
 /* Do the work that is due: start a probe, escalate to ping-req, declare
  * suspects dead, reap old dead/left entries, retry joins. Call it at least
@@ -155,7 +155,7 @@ size_t shoal_swim_count(const shoal_swim *sw, shoal_swim_state s);
 typedef struct shoal_swim_stats {
 	uint64_t msgs_sent, bytes_sent;
 	uint64_t msgs_recv, bytes_recv;
-	uint64_t msgs_bad;   /* dropped by the decoder or the protocol checks */
+	uint64_t msgs_bad; /* dropped by the decoder or the protocol checks */
 	uint64_t probes, probes_failed, suspicions, refutations;
 	uint64_t pushpulls;
 } shoal_swim_stats;

@@ -80,7 +80,7 @@ static int pack_kbin(msgpack_packer *pk, const char *k, const void *p, size_t n)
  * Walking the bytes first and requiring each declared element to have at
  * least one byte left bounds every allocation by 24 * len. */
 shoal_err shoal_wire_prescan(const uint8_t *buf, size_t len, unsigned max_depth, char *why,
-			     size_t why_len)
+                             size_t why_len)
 {
 	uint64_t left[SHOAL_WIRE_MAX_DEPTH + 1]; /* objects still due at each level */
 	unsigned depth = 0;
@@ -95,7 +95,8 @@ shoal_err shoal_wire_prescan(const uint8_t *buf, size_t len, unsigned max_depth,
 			break;
 		left[depth]--;
 		if (off >= len)
-			return shoal_why(why, why_len, SHOAL_ERR_FORMAT, "truncated at byte %zu", off);
+			return shoal_why(why, why_len, SHOAL_ERR_FORMAT, "truncated at byte %zu",
+			                 off);
 		uint8_t b = buf[off++];
 		size_t need = 0;   /* payload bytes that follow */
 		uint64_t kids = 0; /* nested objects that follow */
@@ -111,24 +112,54 @@ shoal_err shoal_wire_prescan(const uint8_t *buf, size_t len, unsigned max_depth,
 			need = b & 0x1f;
 		} else {
 			switch (b) {
-			case 0xc4: case 0xd9: lenb = 1; break; /* bin8, str8 */
-			case 0xc5: case 0xda: lenb = 2; break; /* bin16, str16 */
-			case 0xc6: case 0xdb: lenb = 4; break; /* bin32, str32 */
-			case 0xcc: case 0xd0: need = 1; break;
-			case 0xcd: case 0xd1: need = 2; break;
-			case 0xca: case 0xce: case 0xd2: need = 4; break;
-			case 0xcb: case 0xcf: case 0xd3: need = 8; break;
-			case 0xdc: case 0xde: lenb = 2, container = 1; break;
-			case 0xdd: case 0xdf: lenb = 4, container = 1; break;
+			case 0xc4: /* bin8 */
+			case 0xd9: /* str8 */
+				lenb = 1;
+				break;
+			case 0xc5: /* bin16 */
+			case 0xda: /* str16 */
+				lenb = 2;
+				break;
+			case 0xc6: /* bin32 */
+			case 0xdb: /* str32 */
+				lenb = 4;
+				break;
+			case 0xcc: /* uint8 */
+			case 0xd0: /* int8 */
+				need = 1;
+				break;
+			case 0xcd: /* uint16 */
+			case 0xd1: /* int16 */
+				need = 2;
+				break;
+			case 0xca: /* float32 */
+			case 0xce: /* uint32 */
+			case 0xd2: /* int32 */
+				need = 4;
+				break;
+			case 0xcb: /* float64 */
+			case 0xcf: /* uint64 */
+			case 0xd3: /* int64 */
+				need = 8;
+				break;
+			case 0xdc: /* array16 */
+			case 0xde: /* map16 */
+				lenb = 2, container = 1;
+				break;
+			case 0xdd: /* array32 */
+			case 0xdf: /* map32 */
+				lenb = 4, container = 1;
+				break;
 			default: /* 0xc1 (never used) and the ext family: we send no ext */
-				return shoal_why(why, why_len, SHOAL_ERR_FORMAT,
-						 "msgpack type byte 0x%02x not accepted at byte %zu", b,
-						 off - 1);
+				return shoal_why(
+				    why, why_len, SHOAL_ERR_FORMAT,
+				    "msgpack type byte 0x%02x not accepted at byte %zu", b,
+				    off - 1);
 			}
 			if (lenb) {
 				if (len - off < lenb)
 					return shoal_why(why, why_len, SHOAL_ERR_FORMAT,
-							 "truncated length at byte %zu", off);
+					                 "truncated length at byte %zu", off);
 				uint64_t n = 0;
 				for (size_t i = 0; i < lenb; i++)
 					n = n << 8 | buf[off + i];
@@ -141,17 +172,17 @@ shoal_err shoal_wire_prescan(const uint8_t *buf, size_t len, unsigned max_depth,
 		}
 		if (need > len - off)
 			return shoal_why(why, why_len, SHOAL_ERR_FORMAT,
-					 "declared length %zu exceeds the %zu bytes left", need,
-					 len - off);
+			                 "declared length %zu exceeds the %zu bytes left", need,
+			                 len - off);
 		off += need;
 		if (container && kids) {
 			if (kids > len - off)
 				return shoal_why(why, why_len, SHOAL_ERR_FORMAT,
-						 "declared count %llu exceeds the %zu bytes left",
-						 (unsigned long long)kids, len - off);
+				                 "declared count %llu exceeds the %zu bytes left",
+				                 (unsigned long long)kids, len - off);
 			if (depth + 1 > max_depth)
 				return shoal_why(why, why_len, SHOAL_ERR_FORMAT,
-						 "nested deeper than %u", max_depth);
+				                 "nested deeper than %u", max_depth);
 			left[++depth] = kids;
 		}
 	}
@@ -162,7 +193,7 @@ shoal_err shoal_wire_prescan(const uint8_t *buf, size_t len, unsigned max_depth,
 
 /* Pre-scan, then let msgpack-c build the object tree. */
 static shoal_err unpack(const uint8_t *buf, size_t len, msgpack_unpacked *u, char *why,
-			size_t why_len)
+                        size_t why_len)
 {
 	shoal_err e = shoal_wire_prescan(buf, len, SHOAL_WIRE_MAX_DEPTH, why, why_len);
 	if (e)
@@ -171,7 +202,7 @@ static shoal_err unpack(const uint8_t *buf, size_t len, msgpack_unpacked *u, cha
 	msgpack_unpack_return r = msgpack_unpack_next(u, (const char *)buf, len, &off);
 	if (r != MSGPACK_UNPACK_SUCCESS || off != len)
 		return shoal_why(why, why_len, SHOAL_ERR_FORMAT, "msgpack decode failed (%d)",
-				 (int)r);
+		                 (int)r);
 	if (u->data.type != MSGPACK_OBJECT_MAP)
 		return shoal_why(why, why_len, SHOAL_ERR_FORMAT, "top level is not a map");
 	return SHOAL_OK;
@@ -195,25 +226,25 @@ static const msgpack_object *map_get(const msgpack_object *m, const char *k)
 /* Each reader: required (absent is an error) or optional (absent leaves
  * *out untouched). `what` names the containing object in the reason. */
 static shoal_err get_u64(const msgpack_object *m, const char *k, int required, uint64_t max,
-			 uint64_t *out, const char *what, char *why, size_t why_len)
+                         uint64_t *out, const char *what, char *why, size_t why_len)
 {
 	const msgpack_object *v = map_get(m, k);
 	if (!v)
 		return required ? shoal_why(why, why_len, SHOAL_ERR_FORMAT, "%s: missing \"%s\"",
-					    what, k)
-				: SHOAL_OK;
+		                            what, k)
+		                : SHOAL_OK;
 	if (v->type != MSGPACK_OBJECT_POSITIVE_INTEGER)
 		return shoal_why(why, why_len, SHOAL_ERR_FORMAT,
-				 "%s: \"%s\" is not an unsigned integer", what, k);
+		                 "%s: \"%s\" is not an unsigned integer", what, k);
 	if (v->via.u64 > max)
 		return shoal_why(why, why_len, SHOAL_ERR_FORMAT, "%s: \"%s\" = %llu exceeds %llu",
-				 what, k, (unsigned long long)v->via.u64, (unsigned long long)max);
+		                 what, k, (unsigned long long)v->via.u64, (unsigned long long)max);
 	*out = v->via.u64;
 	return SHOAL_OK;
 }
 
 static shoal_err get_u32(const msgpack_object *m, const char *k, int required, uint32_t max,
-			 uint32_t *out, const char *what, char *why, size_t why_len)
+                         uint32_t *out, const char *what, char *why, size_t why_len)
 {
 	uint64_t v = *out;
 	shoal_err e = get_u64(m, k, required, max, &v, what, why, why_len);
@@ -224,54 +255,54 @@ static shoal_err get_u32(const msgpack_object *m, const char *k, int required, u
 
 /* A string into dst[cap]: must fit with its NUL and contain no NUL. */
 static shoal_err str_into(const msgpack_object *v, char *dst, size_t cap, const char *k,
-			  const char *what, char *why, size_t why_len)
+                          const char *what, char *why, size_t why_len)
 {
 	if (v->type != MSGPACK_OBJECT_STR)
-		return shoal_why(why, why_len, SHOAL_ERR_FORMAT, "%s: \"%s\" is not a string",
-				 what, k);
+		return shoal_why(why, why_len, SHOAL_ERR_FORMAT, "%s: \"%s\" is not a string", what,
+		                 k);
 	if (v->via.str.size >= cap)
 		return shoal_why(why, why_len, SHOAL_ERR_FORMAT,
-				 "%s: \"%s\" is %u bytes, at most %zu", what, k, v->via.str.size,
-				 cap - 1);
+		                 "%s: \"%s\" is %u bytes, at most %zu", what, k, v->via.str.size,
+		                 cap - 1);
 	if (memchr(v->via.str.ptr, 0, v->via.str.size))
-		return shoal_why(why, why_len, SHOAL_ERR_FORMAT, "%s: \"%s\" contains a NUL",
-				 what, k);
+		return shoal_why(why, why_len, SHOAL_ERR_FORMAT, "%s: \"%s\" contains a NUL", what,
+		                 k);
 	memcpy(dst, v->via.str.ptr, v->via.str.size);
 	dst[v->via.str.size] = 0;
 	return SHOAL_OK;
 }
 
 static shoal_err get_str(const msgpack_object *m, const char *k, int required, char *dst,
-			 size_t cap, const char *what, char *why, size_t why_len)
+                         size_t cap, const char *what, char *why, size_t why_len)
 {
 	const msgpack_object *v = map_get(m, k);
 	if (!v)
 		return required ? shoal_why(why, why_len, SHOAL_ERR_FORMAT, "%s: missing \"%s\"",
-					    what, k)
-				: SHOAL_OK;
+		                            what, k)
+		                : SHOAL_OK;
 	return str_into(v, dst, cap, k, what, why, why_len);
 }
 
 /* A bin of exactly n bytes. */
 static shoal_err get_fixbin(const msgpack_object *m, const char *k, int required, void *dst,
-			    size_t n, const char *what, char *why, size_t why_len)
+                            size_t n, const char *what, char *why, size_t why_len)
 {
 	const msgpack_object *v = map_get(m, k);
 	if (!v)
 		return required ? shoal_why(why, why_len, SHOAL_ERR_FORMAT, "%s: missing \"%s\"",
-					    what, k)
-				: SHOAL_OK;
+		                            what, k)
+		                : SHOAL_OK;
 	if (v->type != MSGPACK_OBJECT_BIN || v->via.bin.size != n)
 		return shoal_why(why, why_len, SHOAL_ERR_FORMAT, "%s: \"%s\" is not a %zu-byte bin",
-				 what, k, n);
+		                 what, k, n);
 	memcpy(dst, v->via.bin.ptr, n);
 	return SHOAL_OK;
 }
 
 /* An optional array of at most max maps or strings; *arr NULL if absent. */
 static shoal_err get_array(const msgpack_object *m, const char *k, uint32_t max,
-			   msgpack_object_type elem, const msgpack_object **arr, uint32_t *n,
-			   const char *what, char *why, size_t why_len)
+                           msgpack_object_type elem, const msgpack_object **arr, uint32_t *n,
+                           const char *what, char *why, size_t why_len)
 {
 	const msgpack_object *v = map_get(m, k);
 	*arr = NULL;
@@ -279,26 +310,26 @@ static shoal_err get_array(const msgpack_object *m, const char *k, uint32_t max,
 	if (!v)
 		return SHOAL_OK;
 	if (v->type != MSGPACK_OBJECT_ARRAY)
-		return shoal_why(why, why_len, SHOAL_ERR_FORMAT, "%s: \"%s\" is not an array",
-				 what, k);
+		return shoal_why(why, why_len, SHOAL_ERR_FORMAT, "%s: \"%s\" is not an array", what,
+		                 k);
 	if (v->via.array.size > max)
 		return shoal_why(why, why_len, SHOAL_ERR_FORMAT,
-				 "%s: \"%s\" has %u entries, at most %u", what, k,
-				 v->via.array.size, max);
+		                 "%s: \"%s\" has %u entries, at most %u", what, k,
+		                 v->via.array.size, max);
 	for (uint32_t i = 0; i < v->via.array.size; i++)
 		if (v->via.array.ptr[i].type != elem)
 			return shoal_why(why, why_len, SHOAL_ERR_FORMAT,
-					 "%s: \"%s\"[%u] has the wrong type", what, k, i);
+			                 "%s: \"%s\"[%u] has the wrong type", what, k, i);
 	*arr = v->via.array.ptr;
 	*n = v->via.array.size;
 	return SHOAL_OK;
 }
 
-#define TRY(x)                                                                                   \
-	do {                                                                                     \
-		shoal_err e_ = (x);                                                              \
-		if (e_)                                                                          \
-			return e_;                                                               \
+#define TRY(x)                                                                                     \
+	do {                                                                                       \
+		shoal_err e_ = (x);                                                                \
+		if (e_)                                                                            \
+			return e_;                                                                 \
 	} while (0)
 
 /* ==== the record ========================================================= */
@@ -357,7 +388,7 @@ shoal_err shoal_wire_record_encode(const shoal_record *r, shoal_wire_buf *b)
 }
 
 static shoal_err record_from_obj(const msgpack_object *o, shoal_record *r, char *why,
-				 size_t why_len)
+                                 size_t why_len)
 {
 	const char *w = "record";
 	const msgpack_object *a;
@@ -372,7 +403,7 @@ static shoal_err record_from_obj(const msgpack_object *o, shoal_record *r, char 
 	TRY(get_u32(o, "sv", 1, UINT32_MAX, &r->sched_version, w, why, why_len));
 	TRY(get_str(o, "ctl", 1, r->ctl_endpoint, sizeof r->ctl_endpoint, w, why, why_len));
 	TRY(get_array(o, "dep", SHOAL_RECORD_MAX_DATA_EP, MSGPACK_OBJECT_MAP, &a, &n, w, why,
-		      why_len));
+	              why_len));
 	for (uint32_t i = 0; i < n; i++) {
 		shoal_record_endpoint *d = &r->data_ep[i];
 		const char *dw = "record data endpoint";
@@ -389,24 +420,24 @@ static shoal_err record_from_obj(const msgpack_object *o, shoal_record *r, char 
 	TRY(get_u32(o, "co", 0, UINT32_MAX, &r->cores, w, why, why_len));
 	TRY(get_str(o, "os", 0, r->os, sizeof r->os, w, why, why_len));
 	TRY(get_str(o, "ar", 0, r->arch, sizeof r->arch, w, why, why_len));
-	TRY(get_array(o, "rd", SHOAL_RECORD_MAX_RDMA, MSGPACK_OBJECT_STR, &a, &n, w, why,
-		      why_len));
+	TRY(get_array(o, "rd", SHOAL_RECORD_MAX_RDMA, MSGPACK_OBJECT_STR, &a, &n, w, why, why_len));
 	for (uint32_t i = 0; i < n; i++)
 		TRY(str_into(&a[i], r->rdma[i], sizeof r->rdma[i], "rd", w, why, why_len));
 	r->n_rdma = n;
 	TRY(get_array(o, "mo", SHOAL_RECORD_MAX_MODELS, MSGPACK_OBJECT_MAP, &a, &n, w, why,
-		      why_len));
+	              why_len));
 	for (uint32_t i = 0; i < n; i++) {
 		shoal_record_model *mo = &r->models[i];
 		const char *mw = "record model";
-		TRY(get_fixbin(&a[i], "d", 1, mo->digest, SHOAL_MODEL_DIGEST_LEN, mw, why, why_len));
+		TRY(get_fixbin(&a[i], "d", 1, mo->digest, SHOAL_MODEL_DIGEST_LEN, mw, why,
+		               why_len));
 		TRY(get_str(&a[i], "p", 0, mo->path, sizeof mo->path, mw, why, why_len));
 		TRY(get_u64(&a[i], "b", 0, UINT64_MAX, &mo->bytes, mw, why, why_len));
 	}
 	r->n_models = n;
 	TRY(get_u32(o, "ld", 0, UINT32_MAX, &r->load_permille, w, why, why_len));
 	TRY(get_array(o, "ln", SHOAL_RECORD_MAX_LINKS, MSGPACK_OBJECT_MAP, &a, &n, w, why,
-		      why_len));
+	              why_len));
 	for (uint32_t i = 0; i < n; i++) {
 		shoal_record_link *l = &r->links[i];
 		const char *lw = "record link";
@@ -424,13 +455,13 @@ static shoal_err record_from_obj(const msgpack_object *o, shoal_record *r, char 
 }
 
 shoal_err shoal_wire_record_decode(const uint8_t *buf, size_t len, shoal_record *out, char *why,
-				   size_t why_len)
+                                   size_t why_len)
 {
 	msgpack_unpacked u;
 	shoal_err e;
 	if (len > SHOAL_WIRE_MAX_RECORD)
 		return shoal_why(why, why_len, SHOAL_ERR_FORMAT, "record of %zu bytes, at most %u",
-				 len, SHOAL_WIRE_MAX_RECORD);
+		                 len, SHOAL_WIRE_MAX_RECORD);
 	msgpack_unpacked_init(&u);
 	e = unpack(buf, len, &u, why, why_len);
 	if (!e)
@@ -479,18 +510,18 @@ shoal_err shoal_wire_encode(const shoal_wire_msg *m, shoal_wire_buf *b)
 }
 
 static shoal_err msg_from_obj(const msgpack_object *o, shoal_wire_msg *m, size_t cap, char *why,
-			      size_t why_len)
+                              size_t why_len)
 {
 	const char *w = "message";
 	uint32_t v = 0;
 	TRY(get_u32(o, "v", 1, UINT32_MAX, &v, w, why, why_len));
 	if (v != SHOAL_WIRE_SCHEMA)
 		return shoal_why(why, why_len, SHOAL_ERR_UNSUPPORTED,
-				 "schema version %u, we speak %u", v, SHOAL_WIRE_SCHEMA);
+		                 "schema version %u, we speak %u", v, SHOAL_WIRE_SCHEMA);
 	TRY(get_u32(o, "t", 1, UINT32_MAX, &m->type, w, why, why_len));
 	if (m->type < SHOAL_WIRE_PING || m->type > SHOAL_WIRE_PUSHPULL)
 		return shoal_why(why, why_len, SHOAL_ERR_UNSUPPORTED, "unknown message type %u",
-				 m->type);
+		                 m->type);
 	TRY(get_fixbin(o, "f", 1, m->from.b, SHOAL_PEER_ID_LEN, w, why, why_len));
 	TRY(get_str(o, "e", 1, m->from_ep, sizeof m->from_ep, w, why, why_len));
 	if (m->type != SHOAL_WIRE_PUSHPULL) {
@@ -508,7 +539,7 @@ static shoal_err msg_from_obj(const msgpack_object *o, shoal_wire_msg *m, size_t
 		return shoal_why(why, why_len, SHOAL_ERR_FORMAT, "message: missing \"u\"");
 	if (n > cap)
 		return shoal_why(why, why_len, SHOAL_ERR_RANGE, "message: %u updates, room for %zu",
-				 n, cap);
+		                 n, cap);
 	for (uint32_t i = 0; i < n; i++) {
 		shoal_wire_update *u = &m->updates[i];
 		const char *uw = "update";
@@ -522,7 +553,7 @@ static shoal_err msg_from_obj(const msgpack_object *o, shoal_wire_msg *m, size_t
 			if (d->type != MSGPACK_OBJECT_BIN || d->via.bin.size == 0 ||
 			    d->via.bin.size > SHOAL_WIRE_MAX_RECORD)
 				return shoal_why(why, why_len, SHOAL_ERR_FORMAT,
-						 "update: \"d\" is not a record bin");
+				                 "update: \"d\" is not a record bin");
 			u->record = (const uint8_t *)d->via.bin.ptr;
 			u->record_len = d->via.bin.size;
 		}
@@ -532,7 +563,7 @@ static shoal_err msg_from_obj(const msgpack_object *o, shoal_wire_msg *m, size_t
 }
 
 shoal_err shoal_wire_decode(const uint8_t *buf, size_t len, shoal_wire_msg *m, size_t cap,
-			    char *why, size_t why_len)
+                            char *why, size_t why_len)
 {
 	msgpack_unpacked u;
 	shoal_err e;
@@ -541,7 +572,7 @@ shoal_err shoal_wire_decode(const uint8_t *buf, size_t len, shoal_wire_msg *m, s
 	m->updates = updates;
 	if (len > SHOAL_WIRE_MAX_MSG)
 		return shoal_why(why, why_len, SHOAL_ERR_FORMAT, "message of %zu bytes, at most %u",
-				 len, SHOAL_WIRE_MAX_MSG);
+		                 len, SHOAL_WIRE_MAX_MSG);
 	msgpack_unpacked_init(&u);
 	e = unpack(buf, len, &u, why, why_len);
 	if (!e)

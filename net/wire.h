@@ -25,10 +25,10 @@
 #define SHOAL_WIRE_SCHEMA 1 /* the "v" of every message we send and accept */
 
 /* Limits of what we accept. */
-#define SHOAL_WIRE_MAX_DEPTH   8               /* our deepest is 3 (msg > updates > update) */
-#define SHOAL_WIRE_MAX_MSG     (8u << 20)      /* a push-pull of 4096 peers x ~2 KiB fits */
-#define SHOAL_WIRE_MAX_UPDATES 4096            /* members in one push-pull */
-#define SHOAL_WIRE_MAX_RECORD  (32u << 10)     /* a full record is ~9 KiB of msgpack */
+#define SHOAL_WIRE_MAX_DEPTH   8           /* our deepest is 3 (msg > updates > update) */
+#define SHOAL_WIRE_MAX_MSG     (8u << 20)  /* a push-pull of 4096 peers x ~2 KiB fits */
+#define SHOAL_WIRE_MAX_UPDATES 4096        /* members in one push-pull */
+#define SHOAL_WIRE_MAX_RECORD  (32u << 10) /* a full record is ~9 KiB of msgpack */
 
 typedef enum shoal_wire_type {
 	SHOAL_WIRE_PING = 1,     /* probe; the receiver answers ACK with the same seq */
@@ -40,10 +40,11 @@ typedef enum shoal_wire_type {
 /* What one peer says about one member. */
 typedef struct shoal_wire_update {
 	shoal_peer_id id;
-	uint32_t state;          /* shoal_swim_state, checked < SHOAL_SWIM_STATE__COUNT by swim */
+	uint32_t state; /* shoal_swim_state; net/swim.c checks the range */
 	uint64_t incarnation;
 	uint64_t record_version;
-	const uint8_t *record;   /* encoded record, borrowed from the message buffer; NULL if absent */
+	/* The encoded record, borrowed from the message buffer; NULL if absent. */
+	const uint8_t *record;
 	size_t record_len;
 } shoal_wire_update;
 
@@ -77,16 +78,16 @@ shoal_err shoal_wire_encode(const shoal_wire_msg *m, shoal_wire_buf *b);
  * Errors: SHOAL_ERR_FORMAT (malformed), SHOAL_ERR_UNSUPPORTED (schema or
  * type we do not speak), SHOAL_ERR_RANGE (more updates than cap). */
 shoal_err shoal_wire_decode(const uint8_t *buf, size_t len, shoal_wire_msg *m, size_t cap,
-			    char *why, size_t why_len);
+                            char *why, size_t why_len);
 
 /* The record as its own msgpack map. */
 shoal_err shoal_wire_record_encode(const shoal_record *r, shoal_wire_buf *b);
 shoal_err shoal_wire_record_decode(const uint8_t *buf, size_t len, shoal_record *out, char *why,
-				   size_t why_len);
+                                   size_t why_len);
 
 /* The structural pre-scan alone: exactly one msgpack object of at most
  * max_depth nesting fills buf[len], every length and count fits. */
 shoal_err shoal_wire_prescan(const uint8_t *buf, size_t len, unsigned max_depth, char *why,
-			     size_t why_len);
+                             size_t why_len);
 
 #endif

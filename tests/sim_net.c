@@ -183,9 +183,9 @@ sim_net *sim_net_new(const sim_net_config *c, size_t max_peers)
 	}
 	net->cap = max_peers;
 	net->ops = (shoal_swim_ops){
-		.now_us = op_now,
-		.rand64 = op_rand,
-		.send = op_send,
+	    .now_us = op_now,
+	    .rand64 = op_rand,
+	    .send = op_send,
 	};
 	return net;
 }
@@ -221,7 +221,7 @@ static int start(sim_net *net, struct peer *p, uint64_t incarnation, long seed_p
 	p->gen++;
 	p->rng = net->cfg.seed * 1000003u + p->idx * 7919u + p->gen;
 	if (shoal_swim_new(&net->cfg.swim, &r, incarnation, &net->ops, p, &p->sw, why,
-			   sizeof why)) {
+	                   sizeof why)) {
 		fprintf(stderr, "sim: peer %u: %s\n", p->idx, why);
 		return -1;
 	}
@@ -361,8 +361,9 @@ int sim_net_converged(sim_net *net)
 				continue;
 			if (shoal_swim_lookup(q->sw, &q->id, &own))
 				return 0;
-			if (shoal_swim_lookup(p->sw, &q->id, &b) || b.state != SHOAL_SWIM_STATE_ALIVE ||
-			    b.incarnation != own.incarnation || b.record_version != own.record_version)
+			if (shoal_swim_lookup(p->sw, &q->id, &b) ||
+			    b.state != SHOAL_SWIM_STATE_ALIVE || b.incarnation != own.incarnation ||
+			    b.record_version != own.record_version)
 				return 0;
 		}
 	}

@@ -22,7 +22,7 @@
 /* CONVERGE_C: rounds to converge <= CONVERGE_C * ceil(log2 N) once the last
  * peer has joined. Measured (tests/bench/swim_sim.c): see the report; the
  * assertion leaves headroom over the worst of the seeds we run. */
-#define CONVERGE_C 3
+#define CONVERGE_C   3
 #define SUSPECT_MULT 4 /* net/swim.c default */
 
 static unsigned clog2(size_t n)
@@ -156,7 +156,8 @@ static void test_kill_detected(void)
 	unsigned bound = clog2(n) + 1 + SUSPECT_MULT * log2n(n) + CONVERGE_C * clog2(n);
 	uint64_t period = sim_net_period_us(net);
 	unsigned r = 0;
-	while (r <= 2 * bound && sim_net_count_seen_as(net, victim, SHOAL_SWIM_STATE_DEAD) < n - 1) {
+	while (r <= 2 * bound &&
+	       sim_net_count_seen_as(net, victim, SHOAL_SWIM_STATE_DEAD) < n - 1) {
 		sim_net_run_until(net, sim_net_now(net) + period);
 		r++;
 	}
@@ -382,8 +383,9 @@ static void test_reap(void)
 	for (size_t i = 0; i < n; i++) {
 		shoal_swim_brief b;
 		if (i != victim)
-			ASSERT_EQ(shoal_swim_lookup(sim_net_swim(net, i), sim_net_id(net, victim), &b),
-				  SHOAL_ERR_NOTFOUND);
+			ASSERT_EQ(
+			    shoal_swim_lookup(sim_net_swim(net, i), sim_net_id(net, victim), &b),
+			    SHOAL_ERR_NOTFOUND);
 	}
 	ASSERT_TRUE(sim_net_converged(net));
 	sim_net_free(net);
@@ -425,9 +427,9 @@ static size_t count_lines(FILE *f)
 static void test_garbage_then_valid(void)
 {
 	static const shoal_swim_ops ops = {.now_us = g_now_us,
-					   .rand64 = g_rand,
-					   .send = g_send,
-					   .incarnation_changed = g_inc_changed};
+	                                   .rand64 = g_rand,
+	                                   .send = g_send,
+	                                   .incarnation_changed = g_inc_changed};
 	shoal_record r;
 	shoal_swim *sw;
 	shoal_record_init(&r);
@@ -518,8 +520,8 @@ static void test_garbage_then_valid(void)
 }
 
 TEST_MAIN(TEST_CASE(test_garbage_then_valid), TEST_CASE(test_converge_16),
-	  TEST_CASE(test_converge_64), TEST_CASE(test_converge_256),
-	  TEST_CASE(test_loss_no_false_death), TEST_CASE(test_kill_detected),
-	  TEST_CASE(test_suspect_refutes), TEST_CASE(test_leave), TEST_CASE(test_restart_persisted),
-	  TEST_CASE(test_restart_forgotten), TEST_CASE(test_incompatible),
-	  TEST_CASE(test_record_update), TEST_CASE(test_reap))
+          TEST_CASE(test_converge_64), TEST_CASE(test_converge_256),
+          TEST_CASE(test_loss_no_false_death), TEST_CASE(test_kill_detected),
+          TEST_CASE(test_suspect_refutes), TEST_CASE(test_leave), TEST_CASE(test_restart_persisted),
+          TEST_CASE(test_restart_forgotten), TEST_CASE(test_incompatible),
+          TEST_CASE(test_record_update), TEST_CASE(test_reap))

@@ -206,7 +206,8 @@ static void test_msg_roundtrip(void)
 		ASSERT_EQ(m.updates[4].record_len, rec.len);
 		ASSERT_MEM_EQ(m.updates[4].record, rec.data, rec.len);
 		/* fewer slots than updates: refused, not overrun */
-		ASSERT_EQ(shoal_wire_decode(b.data, b.len, &m, 4, why, sizeof why), SHOAL_ERR_RANGE);
+		ASSERT_EQ(shoal_wire_decode(b.data, b.len, &m, 4, why, sizeof why),
+		          SHOAL_ERR_RANGE);
 	}
 	shoal_wire_buf_fini(&b);
 	shoal_wire_buf_fini(&rec);
@@ -272,7 +273,7 @@ static void pk_str(msgpack_packer *pk, const char *s)
 }
 
 static void pk_value(msgpack_packer *pk, const char *key, const char *bad_key, int how,
-		     void (*good)(msgpack_packer *))
+                     void (*good)(msgpack_packer *))
 {
 	pk_str(pk, key);
 	if (strcmp(key, bad_key)) {
@@ -281,25 +282,51 @@ static void pk_value(msgpack_packer *pk, const char *key, const char *bad_key, i
 	}
 	static const uint8_t b15[15];
 	switch (how) {
-	case AS_STR: pk_str(pk, "x"); break;
-	case AS_NEG: msgpack_pack_int64(pk, -1); break;
-	case AS_BIN15: msgpack_pack_bin_with_body(pk, b15, 15); break;
-	case AS_MAP: msgpack_pack_map(pk, 0); break;
-	case AS_NIL: msgpack_pack_nil(pk); break;
-	case AS_FLOAT: msgpack_pack_double(pk, 1.5); break;
-	case AS_BIG: msgpack_pack_uint64(pk, UINT64_MAX); break;
+	case AS_STR:
+		pk_str(pk, "x");
+		break;
+	case AS_NEG:
+		msgpack_pack_int64(pk, -1);
+		break;
+	case AS_BIN15:
+		msgpack_pack_bin_with_body(pk, b15, 15);
+		break;
+	case AS_MAP:
+		msgpack_pack_map(pk, 0);
+		break;
+	case AS_NIL:
+		msgpack_pack_nil(pk);
+		break;
+	case AS_FLOAT:
+		msgpack_pack_double(pk, 1.5);
+		break;
+	case AS_BIG:
+		msgpack_pack_uint64(pk, UINT64_MAX);
+		break;
 	}
 }
 
-static void g_t(msgpack_packer *pk) { msgpack_pack_uint32(pk, SHOAL_WIRE_PING); }
-static void g_v(msgpack_packer *pk) { msgpack_pack_uint32(pk, SHOAL_WIRE_SCHEMA); }
+static void g_t(msgpack_packer *pk)
+{
+	msgpack_pack_uint32(pk, SHOAL_WIRE_PING);
+}
+static void g_v(msgpack_packer *pk)
+{
+	msgpack_pack_uint32(pk, SHOAL_WIRE_SCHEMA);
+}
 static void g_id(msgpack_packer *pk)
 {
 	static const uint8_t id[16] = {1};
 	msgpack_pack_bin_with_body(pk, id, 16);
 }
-static void g_ep(msgpack_packer *pk) { pk_str(pk, "tcp://x:1"); }
-static void g_seq(msgpack_packer *pk) { msgpack_pack_uint64(pk, 5); }
+static void g_ep(msgpack_packer *pk)
+{
+	pk_str(pk, "tcp://x:1");
+}
+static void g_seq(msgpack_packer *pk)
+{
+	msgpack_pack_uint64(pk, 5);
+}
 static void g_u(msgpack_packer *pk)
 {
 	msgpack_pack_array(pk, 1);
@@ -362,12 +389,12 @@ static shoal_err decode_bytes(const uint8_t *p, size_t n, char *why, size_t why_
 static void test_huge_lengths(void)
 {
 	static const uint8_t cases[][6] = {
-		{0xdd, 0xff, 0xff, 0xff, 0xff, 0}, /* array32 of 4G */
-		{0xdf, 0xff, 0xff, 0xff, 0xff, 0}, /* map32 of 4G */
-		{0xdb, 0xff, 0xff, 0xff, 0xff, 0}, /* str32 of 4G */
-		{0xc6, 0xff, 0xff, 0xff, 0xff, 0}, /* bin32 of 4G */
-		{0x81, 0xa1, 'u', 0xdd, 0x7f, 0xff}, /* {"u": array32 of 2G (truncated)} */
-		{0x81, 0xa1, 'u', 0xdc, 0xff, 0xff}, /* {"u": array16 of 65535} */
+	    {0xdd, 0xff, 0xff, 0xff, 0xff, 0},   /* array32 of 4G */
+	    {0xdf, 0xff, 0xff, 0xff, 0xff, 0},   /* map32 of 4G */
+	    {0xdb, 0xff, 0xff, 0xff, 0xff, 0},   /* str32 of 4G */
+	    {0xc6, 0xff, 0xff, 0xff, 0xff, 0},   /* bin32 of 4G */
+	    {0x81, 0xa1, 'u', 0xdd, 0x7f, 0xff}, /* {"u": array32 of 2G (truncated)} */
+	    {0x81, 0xa1, 'u', 0xdc, 0xff, 0xff}, /* {"u": array16 of 65535} */
 	};
 	char why[160];
 	for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
@@ -387,7 +414,8 @@ static void test_schema_type_toplevel(void)
 	msgpack_pack_map(&pk, 2);
 	pk_str(&pk, "t"), msgpack_pack_uint32(&pk, 1);
 	pk_str(&pk, "v"), msgpack_pack_uint32(&pk, SHOAL_WIRE_SCHEMA + 1);
-	ASSERT_EQ(decode_bytes((uint8_t *)sb.data, sb.size, why, sizeof why), SHOAL_ERR_UNSUPPORTED);
+	ASSERT_EQ(decode_bytes((uint8_t *)sb.data, sb.size, why, sizeof why),
+	          SHOAL_ERR_UNSUPPORTED);
 	ASSERT_TRUE(strstr(why, "schema") != NULL);
 	msgpack_sbuffer_destroy(&sb);
 	/* unknown type */
@@ -395,11 +423,13 @@ static void test_schema_type_toplevel(void)
 	msgpack_pack_map(&pk, 2);
 	pk_str(&pk, "t"), msgpack_pack_uint32(&pk, 99);
 	pk_str(&pk, "v"), msgpack_pack_uint32(&pk, SHOAL_WIRE_SCHEMA);
-	ASSERT_EQ(decode_bytes((uint8_t *)sb.data, sb.size, why, sizeof why), SHOAL_ERR_UNSUPPORTED);
+	ASSERT_EQ(decode_bytes((uint8_t *)sb.data, sb.size, why, sizeof why),
+	          SHOAL_ERR_UNSUPPORTED);
 	ASSERT_TRUE(strstr(why, "type") != NULL);
 	msgpack_sbuffer_destroy(&sb);
 	/* non-map top levels */
-	static const uint8_t arr[] = {0x92, 1, 2}, num[] = {0x05}, str[] = {0xa1, 'x'}, nil[] = {0xc0};
+	static const uint8_t arr[] = {0x92, 1, 2}, num[] = {0x05}, str[] = {0xa1, 'x'},
+	                     nil[] = {0xc0};
 	ASSERT_EQ(decode_bytes(arr, sizeof arr, why, sizeof why), SHOAL_ERR_FORMAT);
 	ASSERT_TRUE(strstr(why, "not a map") != NULL);
 	ASSERT_EQ(decode_bytes(num, sizeof num, why, sizeof why), SHOAL_ERR_FORMAT);
@@ -431,7 +461,7 @@ static void test_nested_too_deep(void)
 			buf[n++] = 0x91;
 		buf[n++] = 0x01;
 		ASSERT_EQ(shoal_wire_prescan(buf, n, SHOAL_WIRE_MAX_DEPTH, why, sizeof why),
-			  extra ? SHOAL_ERR_FORMAT : SHOAL_OK);
+		          extra ? SHOAL_ERR_FORMAT : SHOAL_OK);
 	}
 }
 
@@ -455,7 +485,7 @@ static void test_record_over_limits(void)
 	ASSERT_TRUE(at != 0);
 	buf.data[at] = 0x41;
 	ASSERT_EQ(shoal_wire_record_decode(buf.data, buf.len, &b, why, sizeof why),
-		  SHOAL_ERR_FORMAT);
+	          SHOAL_ERR_FORMAT);
 	/* a too-long name */
 	full_record(&a);
 	a.n_links = 0;
@@ -476,7 +506,7 @@ static void test_record_over_limits(void)
 	pk_str(&pk, "ctl"), pk_str(&pk, "tcp://x:1");
 	why[0] = 0;
 	ASSERT_EQ(shoal_wire_record_decode((uint8_t *)sb.data, sb.size, &b, why, sizeof why),
-		  SHOAL_ERR_FORMAT);
+	          SHOAL_ERR_FORMAT);
 	ASSERT_TRUE(strstr(why, "name") != NULL);
 	msgpack_sbuffer_destroy(&sb);
 	/* 17 models (one over), each complete */
@@ -496,7 +526,7 @@ static void test_record_over_limits(void)
 	}
 	why[0] = 0;
 	ASSERT_EQ(shoal_wire_record_decode((uint8_t *)sb.data, sb.size, &b, why, sizeof why),
-		  SHOAL_ERR_FORMAT);
+	          SHOAL_ERR_FORMAT);
 	ASSERT_TRUE(strstr(why, "at most 16") != NULL);
 	msgpack_sbuffer_destroy(&sb);
 	shoal_wire_buf_fini(&buf);
@@ -522,9 +552,8 @@ static void test_unknown_keys_ignored(void)
 }
 
 TEST_MAIN(TEST_CASE(test_peer_id_hex), TEST_CASE(test_record_roundtrip_full),
-	  TEST_CASE(test_record_json), TEST_CASE(test_record_limits),
-	  TEST_CASE(test_msg_roundtrip), TEST_CASE(test_truncations),
-	  TEST_CASE(test_random_bytes), TEST_CASE(test_wrong_field_types),
-	  TEST_CASE(test_huge_lengths), TEST_CASE(test_schema_type_toplevel),
-	  TEST_CASE(test_nested_too_deep), TEST_CASE(test_record_over_limits),
-	  TEST_CASE(test_unknown_keys_ignored))
+          TEST_CASE(test_record_json), TEST_CASE(test_record_limits), TEST_CASE(test_msg_roundtrip),
+          TEST_CASE(test_truncations), TEST_CASE(test_random_bytes),
+          TEST_CASE(test_wrong_field_types), TEST_CASE(test_huge_lengths),
+          TEST_CASE(test_schema_type_toplevel), TEST_CASE(test_nested_too_deep),
+          TEST_CASE(test_record_over_limits), TEST_CASE(test_unknown_keys_ignored))

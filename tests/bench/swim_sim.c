@@ -108,7 +108,7 @@ int main(int argc, char **argv)
 		size_t n = strtoul(argv[i], NULL, 10);
 		if (n < 2) {
 			fprintf(stderr, "usage: %s [--gap-ms G] [--loss P] [--seed S] N...\n",
-				argv[0]);
+			        argv[0]);
 			return 2;
 		}
 		if (!printed++)
