@@ -550,6 +550,62 @@ static void test_spm_merge_order(void)
 	shoal_gguf_free(g);
 }
 
+/* Odd but well-formed metadata is survived: an empty token text, a
+ * duplicate text (the later id wins, as in the reference), an unknown
+ * token type (read as normal), a BOS id outside the vocabulary (ignored:
+ * the default stays), EOS given as an int32. */
+static void test_odd_metadata(void)
+{
+	char path[] = "/tmp/shoal-test-tokenizer-XXXXXX", why[256] = "";
+	int fd = mkstemp(path);
+	ASSERT_TRUE(fd >= 0);
+	close(fd);
+	static const char *const toks[] = {"<unk>", "<s>", "</s>", "", "x", "x", "\xe2\x96\x81x"};
+	const int32_t types[7] = {2, 3, 3, 1, 99, 1, -5};
+	shoal_gguf_writer *w = NULL;
+	ASSERT_EQ(shoal_gguf_writer_new(path, &w), SHOAL_OK);
+	shoal_gguf_writer_kv_str(w, "tokenizer.ggml.model", "llama");
+	shoal_gguf_writer_kv_arr_str(w, "tokenizer.ggml.tokens", toks, 7);
+	shoal_gguf_writer_kv_arr(w, "tokenizer.ggml.token_type", SHOAL_GGUF_INT32, types, 7);
+	shoal_gguf_writer_kv_u32(w, "tokenizer.ggml.bos_token_id", 1000);
+	shoal_gguf_writer_kv_i32(w, "tokenizer.ggml.eos_token_id", 5);
+	ASSERT_EQ(shoal_gguf_writer_begin_data(w), SHOAL_OK);
+	ASSERT_EQ(shoal_gguf_writer_finish(w), SHOAL_OK);
+	shoal_gguf_writer_free(w);
+	shoal_gguf *g = NULL;
+	shoal_tokenizer *t = NULL;
+	shoal_err err = shoal_gguf_open(path, &g, why, sizeof why);
+	unlink(path);
+	ASSERT_EQ(err, SHOAL_OK);
+	ASSERT_EQ(shoal_tokenizer_from_gguf(g, &t, why, sizeof why), SHOAL_OK);
+	ASSERT_EQ(shoal_tokenizer_bos(t), 1);
+	ASSERT_EQ(shoal_tokenizer_eos(t), 5);
+	ASSERT_TRUE(shoal_tokenizer_is_eog(t, 5));
+	ASSERT_EQ(shoal_tokenizer_find(t, "x", 1), 5);
+	int32_t *ids = NULL;
+	size_t n = 0;
+	/* "▁x▁x" -> ▁x ▁x (6 6). After <s>, "▁xx▁" -> ▁x, x (the later
+	 * of the two "x", 5), and a lone "▁" is no token: byte fallback finds
+	 * no <0xE2> <0x96> <0x81>, so each byte becomes <unk>. */
+	ASSERT_EQ(shoal_tokenizer_encode(t, "x x", 3, true, false, &ids, &n), SHOAL_OK);
+	ASSERT_EQ(n, 3);
+	ASSERT_EQ(ids[0], 1);
+	ASSERT_EQ(ids[1], 6);
+	ASSERT_EQ(ids[2], 6);
+	free(ids);
+	ASSERT_EQ(shoal_tokenizer_encode(t, "<s>xx ", 6, false, true, &ids, &n), SHOAL_OK);
+	ASSERT_EQ(n, 6);
+	ASSERT_EQ(ids[0], 1);
+	ASSERT_EQ(ids[1], 6);
+	ASSERT_EQ(ids[2], 5);
+	ASSERT_EQ(ids[3], 0);
+	ASSERT_EQ(ids[4], 0);
+	ASSERT_EQ(ids[5], 0);
+	free(ids);
+	shoal_tokenizer_free(t);
+	shoal_gguf_free(g);
+}
+
 /* A byte-level vocabulary built here, under each pre-tokenizer: the
  * 256 byte characters (ids 0..255), then "12" "123" "'R" "'RE" "ab"
  * (256..260) with merges "1 2", "12 3", "' R", "'R E" (no "a b"). */
@@ -834,5 +890,5 @@ TEST_MAIN(TEST_CASE(test_vectors_llama_spm), TEST_CASE(test_vectors_llama_bpe),
           TEST_CASE(test_vectors_gpt2), TEST_CASE(test_expected_prompts),
           TEST_CASE(test_detok_split_character), TEST_CASE(test_special_tokens),
           TEST_CASE(test_bad_vocabularies), TEST_CASE(test_spm_merge_order),
-          TEST_CASE(test_bpe_pre_tokenizers), TEST_CASE(test_random_text),
-          TEST_CASE(test_persuasion_speed))
+          TEST_CASE(test_odd_metadata), TEST_CASE(test_bpe_pre_tokenizers),
+          TEST_CASE(test_random_text), TEST_CASE(test_persuasion_speed))
