@@ -275,7 +275,7 @@ uint64_t sched__expert_time(const sched__ctx *c, uint32_t l, uint32_t s, uint32_
 shoal_err sched__asg_init(sched__asg *a, const sched__ctx *c)
 {
 	memset(a, 0, sizeof *a);
-	size_t ns = c->n < c->L ? c->n : c->L;
+	size_t ns = c->L; /* a stage holds at least one layer */
 	ALLOC(a->st_peer, ns);
 	ALLOC(a->st_first, ns);
 	ALLOC(a->st_end, ns);
@@ -305,7 +305,7 @@ void sched__asg_fini(sched__asg *a)
 
 void sched__asg_copy(sched__asg *d, const sched__asg *s, const sched__ctx *c)
 {
-	size_t ns = c->n < c->L ? c->n : c->L;
+	size_t ns = c->L;
 	d->n_stages = s->n_stages;
 	memcpy(d->st_peer, s->st_peer, ns * sizeof *d->st_peer);
 	memcpy(d->st_first, s->st_first, ns * sizeof *d->st_first);
@@ -334,14 +334,17 @@ bool sched__ctx_set_prev(sched__ctx *c, const shoal_plan *prev)
 	for (uint32_t l = 0; l < c->L; l++)
 		if (prev->layer_n_expert[l] != c->m->layers[l].n_expert)
 			return false;
-	if (prev->n_stages > (c->n < c->L ? c->n : c->L))
+	if (!prev->n_stages || prev->n_stages > c->L)
 		return false;
 	long *map = calloc(prev->n_peers ? prev->n_peers : 1, sizeof *map);
 	if (!map)
 		return false;
+	/* peers that left map to UINT32_MAX: what they held counts as moved,
+	 * and the previous plan is then infeasible */
 	for (size_t i = 0; i < prev->n_peers; i++)
 		if ((map[i] = shoal_view_find(c->v, &prev->peers[i].id)) < 0)
-			goto fail;
+			c->prev_gone = true;
+#define MAPPED(i) (map[i] < 0 ? UINT32_MAX : (uint32_t)map[i])
 	if (sched__asg_init(&c->prev, c))
 		goto fail;
 	c->has_prev = true;
@@ -353,24 +356,27 @@ bool sched__ctx_set_prev(sched__ctx *c, const shoal_plan *prev)
 	a->n_stages = (uint32_t)prev->n_stages;
 	for (size_t i = 0; i < prev->n_stages; i++) {
 		const shoal_plan_stage *s = &prev->stages[i];
-		a->st_peer[i] = (uint32_t)map[s->peer];
+		a->st_peer[i] = MAPPED(s->peer);
 		a->st_first[i] = s->first_layer;
 		a->st_end[i] = s->end_layer;
-		for (uint32_t l = s->first_layer; l < s->end_layer; l++)
-			c->prev_base[(size_t)map[s->peer] * c->L + l] = 1;
+		if (map[s->peer] >= 0)
+			for (uint32_t l = s->first_layer; l < s->end_layer; l++)
+				c->prev_base[(size_t)map[s->peer] * c->L + l] = 1;
 	}
 	for (uint32_t l = 0; l < c->L; l++)
 		for (uint32_t e = 0; e < c->m->layers[l].n_expert; e++) {
 			uint32_t slot = c->slot0[l] + e;
 			a->n_own[slot] = prev->slot_n_owner[slot];
 			for (uint32_t k = 0; k < a->n_own[slot]; k++) {
-				uint32_t o = (uint32_t)map[prev->slot_owner[slot * SHOAL_PLAN_MAX_OWNERS + k]];
+				uint32_t o = MAPPED(prev->slot_owner[slot * SHOAL_PLAN_MAX_OWNERS + k]);
 				a->own[slot * SHOAL_PLAN_MAX_OWNERS + k] = o;
-				c->prev_exp[(size_t)o * c->L + l]++;
+				if (o != UINT32_MAX)
+					c->prev_exp[(size_t)o * c->L + l]++;
 			}
 		}
-	c->prev_embd = (uint32_t)map[prev->embd_peer];
-	c->prev_head = (uint32_t)map[prev->head_peer];
+	c->prev_embd = MAPPED(prev->embd_peer);
+	c->prev_head = MAPPED(prev->head_peer);
+#undef MAPPED
 	free(map);
 	return true;
 fail:
@@ -382,6 +388,7 @@ fail:
 	if (c->has_prev)
 		sched__asg_fini(&c->prev);
 	c->has_prev = false;
+	c->prev_gone = false;
 	return false;
 }
 

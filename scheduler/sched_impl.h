@@ -77,6 +77,7 @@ typedef struct sched__ctx {
 	uint64_t *loadtot; /* (L) sum of a layer's loads x 12 */
 	/* the previous plan in view indices, when it maps onto this view */
 	bool has_prev;
+	bool prev_gone; /* some of its peers left: infeasible, not evaluated */
 	sched__asg prev;
 	uint8_t *prev_base; /* (n, L) 1 if the peer held the layer */
 	uint32_t *prev_exp; /* (n, L) experts of the layer the peer held */
@@ -90,7 +91,8 @@ uint64_t sched__add(uint64_t a, uint64_t b); /* saturating */
 shoal_err sched__ctx_init(sched__ctx *c, const shoal_view *v, const shoal_manifest *m,
 			  const shoal_policy *pol, char *why, size_t why_len);
 void sched__ctx_fini(sched__ctx *c);
-/* Map prev onto the view (false when a peer is gone or the model differs). */
+/* Map prev onto the view (false when the model differs or out of memory);
+ * peers of prev that left set prev_gone. */
 bool sched__ctx_set_prev(sched__ctx *c, const shoal_plan *prev);
 
 shoal_err sched__asg_init(sched__asg *a, const sched__ctx *c);

@@ -146,7 +146,7 @@ shoal_err shoal_schedule(const shoal_view *view, const shoal_manifest *m, const 
 		return e;
 	bool moe = c.n_slots > 0;
 	bool prev_ok = prev && sched__ctx_set_prev(&c, prev);
-	if (prev_ok)
+	if (prev_ok && !c.prev_gone)
 		sched__evaluate(&c, &c.prev);
 
 	int n_modes = moe ? 2 : 1;
@@ -194,7 +194,7 @@ shoal_err shoal_schedule(const shoal_view *view, const shoal_manifest *m, const 
 			pick = x;
 	}
 	bool keep = false;
-	if (prev_ok && c.prev.feasible) {
+	if (prev_ok && !c.prev_gone && c.prev.feasible) {
 		keep = (unsigned __int128)pick->a.time_ns * 1000 >=
 			       (unsigned __int128)c.prev.time_ns * (1000 - pol->gain_permille) ||
 		       same_assignment(&c, &pick->a, &c.prev);
