@@ -12,7 +12,9 @@
  *     the other rows: results are bitwise independent of threads and batch;
  *   - ops never allocate, never block on anything but their own workers,
  *     and take no ownership of the pointers they get;
- *   - sizes are trusted (the engine checks outside input before calling).
+ *   - sizes are trusted (the engine checks outside input before calling);
+ *   - every member is required (none may be NULL); an instance is used by
+ *     one caller thread at a time.
  */
 #ifndef SHOAL_RUNTIME_BACKEND_H
 #define SHOAL_RUNTIME_BACKEND_H

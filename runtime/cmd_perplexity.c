@@ -30,8 +30,8 @@ static void shoal_ppl_usage(FILE *f)
 		   "  --ctx C      window length (default: the model's training context)\n"
 		   "  --chunks N   only the first N windows\n"
 		   "  --threads T  compute threads (default 1)\n"
-		   "  --json       print {\"perplexity\", \"tokens\", \"windows\", \"ctx\", "
-		   "\"seconds\"}\n");
+		   "  --json       print {\"perplexity\", \"tokens\" (scored), \"windows\", "
+		   "\"ctx\", \"seconds\"}\n");
 }
 
 static bool shoal_ppl_long(const char *s, long lo, long hi, long *out)
@@ -177,7 +177,13 @@ int shoal_cmd_perplexity(int argc, char **argv)
 	shoal_engine_config cfg = shoal_engine_config_default(m);
 	cfg.n_threads = (uint32_t)threads;
 	cfg.n_ctx = C;
+	/* rows per run: up to 512 (a prefill chunk as in the reference), fewer
+	 * when the logits of that many rows would pass 256 MiB (a 152k-word
+	 * vocabulary: 441 rows) */
+	uint32_t rows_cap = (uint32_t)((256u << 20) / (4 * (uint64_t)m->hp.n_vocab));
 	cfg.max_rows = C < 512 ? C : 512;
+	if (cfg.max_rows > rows_cap)
+		cfg.max_rows = rows_cap ? rows_cap : 1;
 	err = shoal_engine_new(m, &cfg, &eng, why, sizeof why);
 	if (err) {
 		fprintf(stderr, "shoal perplexity: %s: %s\n", model,

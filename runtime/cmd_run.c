@@ -27,7 +27,8 @@
 /* Tokens generated when -n is not given: a few sentences, enough to judge a
  * model, short enough to finish in seconds on a laptop for a 7B model. */
 #define SHOAL_RUN_DEFAULT_N 128
-/* Context when --ctx is not given: the model's, capped as the engine does. */
+/* --logprobs K at most: OpenAI's API allows 20 top logprobs; 100 leaves
+ * room for analysis while keeping a line per token readable. */
 #define SHOAL_RUN_MAX_LOGPROBS 100
 
 static void shoal_run_usage(FILE *f)

@@ -18,6 +18,7 @@
 
 #include "models/model.h"
 #include "runtime/engine.h"
+#include "runtime/threadpool.h"
 #include "tests/test.h"
 
 /* ---- fixtures -------------------------------------------------------------- */
@@ -547,6 +548,44 @@ static void test_mixtral_partial(void)
 	shoal_model_free(m);
 }
 
+/* ---- the thread pool ------------------------------------------------------------------ */
+
+typedef struct pool_job {
+	uint32_t hits[8];
+	uint32_t nth_seen;
+} pool_job;
+
+static void pool_fn(void *ctx, uint32_t ith, uint32_t nth)
+{
+	pool_job *j = ctx;
+	j->hits[ith]++;
+	j->nth_seen = nth;
+}
+
+/* Every job runs once on every thread and is finished when run returns,
+ * also after the workers have gone to sleep. */
+static void test_threadpool(void)
+{
+	for (uint32_t n = 1; n <= 4; n++) {
+		shoal_threadpool *p = NULL;
+		ASSERT_EQ(shoal_threadpool_new(n, &p), SHOAL_OK);
+		ASSERT_EQ(shoal_threadpool_n_threads(p), n);
+		pool_job j = {{0}};
+		for (int r = 0; r < 2000; r++) {
+			shoal_threadpool_run(p, pool_fn, &j);
+			if (r == 1000)
+				usleep(20000); /* long enough for the workers to sleep */
+		}
+		for (uint32_t i = 0; i < n; i++)
+			ASSERT_EQ(j.hits[i], 2000);
+		ASSERT_EQ(j.nth_seen, n);
+		shoal_threadpool_free(p);
+	}
+	shoal_threadpool *p = NULL;
+	ASSERT_EQ(shoal_threadpool_new(0, &p), SHOAL_ERR_INVAL);
+	shoal_threadpool_free(NULL);
+}
+
 /* ---- bad input ------------------------------------------------------------------------ */
 
 static void test_bad_batches(void)
@@ -638,7 +677,7 @@ static void test_cleanup(void)
 	ASSERT_TRUE(1);
 }
 
-TEST_MAIN(TEST_CASE(test_austen_f32_invariants), TEST_CASE(test_austen_q8_0_invariants),
+TEST_MAIN(TEST_CASE(test_threadpool), TEST_CASE(test_austen_f32_invariants), TEST_CASE(test_austen_q8_0_invariants),
 	  TEST_CASE(test_sessions_batched), TEST_CASE(test_qwen2_q4k_invariants),
 	  TEST_CASE(test_qwen3_q6k_invariants), TEST_CASE(test_qwen3moe_invariants),
 	  TEST_CASE(test_mixtral_invariants), TEST_CASE(test_qwen3moe_partial),
