@@ -74,7 +74,7 @@ static void test_reads_every_bundled_file(void)
 		}
 		closedir(dp);
 	}
-	ASSERT_EQ(opened, 8);
+	ASSERT_GE(opened, 8); /* 5 models + 3 vocabularies today */
 }
 
 static void test_austen_figures(void)
