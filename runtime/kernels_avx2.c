@@ -99,20 +99,38 @@ KERNELS__INLINE __m256i k2_q4_0_bytes(const uint8_t *qs)
 	return _mm256_sub_epi8(b, _mm256_set1_epi8(8));
 }
 
+/* The fp16 values *a and b as floats in lanes 0 and 1. */
+KERNELS__INLINE __m128 k2_h2f_pair(const uint16_t *a, uint16_t b)
+{
+	return _mm_cvtph_ps(_mm_insert_epi16(_mm_cvtsi32_si128(*a), b, 1));
+}
+
+/* Blocks b (into a0) and b + 1 (into a1), or only b when single; the two
+ * scale products d_w * d_x are formed in one vector multiply (the same IEEE
+ * products as one at a time). */
 #define K2_Q32_TILE(name, WBLOCK, WBYTES)                                                 \
-	KERNELS__INLINE void name##_blk(const WBLOCK *wb, int64_t b, const void *const *xq,  \
-					const int NC, __m256 *acc)                         \
+	KERNELS__INLINE void name##_pair(const WBLOCK *wb, int64_t b, int single,           \
+					 const void *const *xq, const int NC, __m256 *a0,   \
+					 __m256 *a1)                                        \
 	{                                                                                 \
 		_mm_prefetch((const char *)(wb + b) + 768, _MM_HINT_T0);                  \
-		__m256i q = WBYTES(wb + b);                                               \
-		__m256i aq = _mm256_abs_epi8(q);                                          \
-		float dw = k2_h2f(wb[b].d);                                               \
+		__m256i q0 = WBYTES(wb + b), aq0 = _mm256_abs_epi8(q0);                   \
+		__m256i q1 = single ? q0 : WBYTES(wb + b + 1);                            \
+		__m256i aq1 = _mm256_abs_epi8(q1);                                        \
+		__m128 dw = k2_h2f_pair(&wb[b].d, single ? 0 : wb[b + 1].d);              \
 		for (int c = 0; c < NC; c++) {                                            \
 			const kernels__block_q8_0 *xb = (const kernels__block_q8_0 *)xq[c] + b; \
-			__m256i x = _mm256_loadu_si256((const __m256i *)xb->qs);          \
-			__m256 s = _mm256_cvtepi32_ps(k2_dot_i8(aq, q, x));               \
-			__m256 d = _mm256_set1_ps(dw * k2_h2f(xb->d));                    \
-			acc[c] = _mm256_fmadd_ps(s, d, acc[c]);                           \
+			__m128 d = _mm_mul_ps(dw, k2_h2f_pair(&xb[0].d, single ? 0 : xb[1].d)); \
+			__m256i x0 = _mm256_loadu_si256((const __m256i *)xb[0].qs);       \
+			__m256 s0 = _mm256_cvtepi32_ps(k2_dot_i8(aq0, q0, x0));           \
+			a0[c] = _mm256_fmadd_ps(s0, _mm256_broadcastss_ps(d), a0[c]);     \
+			if (!single) {                                                    \
+				__m256i x1 = _mm256_loadu_si256((const __m256i *)xb[1].qs); \
+				__m256 s1 = _mm256_cvtepi32_ps(k2_dot_i8(aq1, q1, x1));   \
+				__m256 d1 = _mm256_permutevar8x32_ps(_mm256_castps128_ps256(d), \
+								     _mm256_set1_epi32(1)); \
+				a1[c] = _mm256_fmadd_ps(s1, d1, a1[c]);                   \
+			}                                                                 \
 		}                                                                         \
 	}                                                                                 \
 	KERNELS__INLINE void name##_n(int64_t n, const void *w, const void *const *xq,     \
@@ -123,12 +141,10 @@ KERNELS__INLINE __m256i k2_q4_0_bytes(const uint8_t *qs)
 		for (int c = 0; c < NC; c++)                                              \
 			a0[c] = a1[c] = _mm256_setzero_ps();                              \
 		int64_t nb = n / KERNELS__QK, b = 0;                                      \
-		for (; b + 2 <= nb; b += 2) {                                             \
-			name##_blk(wb, b, xq, NC, a0);                                    \
-			name##_blk(wb, b + 1, xq, NC, a1);                                \
-		}                                                                         \
+		for (; b + 2 <= nb; b += 2)                                               \
+			name##_pair(wb, b, 0, xq, NC, a0, a1);                            \
 		if (b < nb)                                                               \
-			name##_blk(wb, b, xq, NC, a0);                                    \
+			name##_pair(wb, b, 1, xq, NC, a0, a1);                            \
 		for (int c = 0; c < NC; c++)                                              \
 			out[c] = k2_hsum(_mm256_add_ps(a0[c], a1[c]));                    \
 	}                                                                                 \

@@ -46,12 +46,17 @@ KERNELS__INLINE float k5_h2f(uint16_t h)
 	return _cvtsh_ss(h);
 }
 
-/* Lanes 0-7 = a, 8-15 = b. */
-KERNELS__INLINE __m512 k5_pair_ps(float a, float b)
+/* The fp16 values *a and b as floats in lanes 0 and 1 (b = 0: lane 1 is 0). */
+KERNELS__INLINE __m128 k5_h2f_pair(const uint16_t *a, uint16_t b)
 {
-	__m512 lo = _mm512_castps256_ps512(_mm256_set1_ps(a));
-	return _mm512_castpd_ps(_mm512_insertf64x4(_mm512_castps_pd(lo),
-						   _mm256_castps_pd(_mm256_set1_ps(b)), 1));
+	return _mm_cvtph_ps(_mm_insert_epi16(_mm_cvtsi32_si128(*a), b, 1));
+}
+
+/* Lanes 0-7 = lane 0 of p, lanes 8-15 = lane 1 of p. */
+KERNELS__INLINE __m512 k5_spread_pair(__m128 p)
+{
+	const __m512i idx = _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
+	return _mm512_permutexvar_ps(idx, _mm512_castps128_ps512(p));
 }
 
 KERNELS__INLINE __m512i k5_pair_si(__m256i a, __m256i b)
@@ -141,15 +146,15 @@ KERNELS__INLINE __m256i k5_q4_0_bytes(const kernels__block_q4_0 *b)
 		__m512i q = k5_pair_si(WBYTES(wb + b), single ? z : WBYTES(wb + b + 1));   \
 		__m512i aq = _mm512_abs_epi8(q);                                          \
 		__mmask64 neg = _mm512_movepi8_mask(q);                                   \
-		float dw0 = k5_h2f(wb[b].d), dw1 = single ? 0.0f : k5_h2f(wb[b + 1].d);   \
+		__m128 dw = k5_h2f_pair(&wb[b].d, single ? 0 : wb[b + 1].d);             \
 		for (int c = 0; c < NC; c++) {                                            \
 			const kernels__block_q8_0 *xb = (const kernels__block_q8_0 *)xq[c] + b; \
 			__m512i x = k5_pair_si(k5_q8_0_bytes(xb),                         \
 					       single ? z : k5_q8_0_bytes(xb + 1));       \
 			x = _mm512_mask_sub_epi8(x, neg, _mm512_setzero_si512(), x);      \
 			__m512 s = _mm512_cvtepi32_ps(k5_dot_u8s8(aq, x));                \
-			__m512 d = k5_pair_ps(dw0 * k5_h2f(xb[0].d),                      \
-					      single ? 0.0f : dw1 * k5_h2f(xb[1].d));     \
+			__m128 dx = k5_h2f_pair(&xb[0].d, single ? 0 : xb[1].d);          \
+			__m512 d = k5_spread_pair(_mm_mul_ps(dw, dx));                    \
 			acc[c] = _mm512_fmadd_ps(s, d, acc[c]);                           \
 		}                                                                         \
 	}                                                                                 \
