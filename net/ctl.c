@@ -30,19 +30,19 @@
 
 #define SHOAL_CTL_ZAP_ENDPOINT "inproc://zeromq.zap.01" /* fixed by RFC 27 */
 #define SHOAL_CTL_MON_ENDPOINT "inproc://shoal-ctl-monitor"
-#define SHOAL_CTL_ZAP_DOMAIN "shoal"
-#define SHOAL_CTL_MAX_DEALERS 512 /* 64 peers x 8 endpoints (link probes) */
-#define SHOAL_CTL_MAX_POLL 64     /* extra fds the caller may pass */
+#define SHOAL_CTL_ZAP_DOMAIN   "shoal"
+#define SHOAL_CTL_MAX_DEALERS  512 /* 64 peers x 8 endpoints (link probes) */
+#define SHOAL_CTL_MAX_POLL     64  /* extra fds the caller may pass */
 /* Messages delivered per poll call: a flood of 10k messages/s must not
  * starve the SWIM timers; 256 per call at a >= 10 ms tick still drains
  * 25k messages/s. */
 #define SHOAL_CTL_BURST 256
 /* A DEALER queue of 64 messages is ~ 16 protocol periods of gossip to one
  * peer; beyond that the peer is unreachable and old gossip is useless. */
-#define SHOAL_CTL_SNDHWM 64
-#define SHOAL_CTL_RECONNECT_MS 100
+#define SHOAL_CTL_SNDHWM           64
+#define SHOAL_CTL_RECONNECT_MS     100
 #define SHOAL_CTL_RECONNECT_MAX_MS 1000
-#define SHOAL_CTL_LOG_EVERY_MS 1000 /* at most one line per kind per second */
+#define SHOAL_CTL_LOG_EVERY_MS     1000 /* at most one line per kind per second */
 
 typedef struct shoal_ctl_dealer {
 	char *endpoint;
@@ -106,7 +106,7 @@ static void shoal_ctl_drop(shoal_ctl *ctl, const char *addr, const char *reason)
 	ctl->stats.dropped++;
 	if (shoal_ctl_log_ok(ctl, SHOAL_CTL_LOG_DROP, &sup))
 		SHOAL_LOG_W("ctl", "dropped a message from %s: %s (%llu more not logged)",
-			    addr && *addr ? addr : "?", reason, (unsigned long long)sup);
+		            addr && *addr ? addr : "?", reason, (unsigned long long)sup);
 }
 
 static int shoal_ctl_setint(void *s, int opt, int v)
@@ -118,14 +118,15 @@ static int shoal_ctl_setint(void *s, int opt, int v)
 static int shoal_ctl_common_opts(void *s, int heartbeat_ms)
 {
 	int64_t maxmsg = SHOAL_CTL_MAX_MSG;
-	if (shoal_ctl_setint(s, ZMQ_LINGER, 0) || shoal_ctl_setint(s, ZMQ_SNDHWM, SHOAL_CTL_SNDHWM) ||
+	if (shoal_ctl_setint(s, ZMQ_LINGER, 0) ||
+	    shoal_ctl_setint(s, ZMQ_SNDHWM, SHOAL_CTL_SNDHWM) ||
 	    zmq_setsockopt(s, ZMQ_MAXMSGSIZE, &maxmsg, sizeof maxmsg) ||
 	    shoal_ctl_setint(s, ZMQ_RECONNECT_IVL, SHOAL_CTL_RECONNECT_MS) ||
 	    shoal_ctl_setint(s, ZMQ_RECONNECT_IVL_MAX, SHOAL_CTL_RECONNECT_MAX_MS))
 		return -1;
 	if (heartbeat_ms > 0 && (shoal_ctl_setint(s, ZMQ_HEARTBEAT_IVL, heartbeat_ms) ||
-				 shoal_ctl_setint(s, ZMQ_HEARTBEAT_TIMEOUT, 3 * heartbeat_ms) ||
-				 shoal_ctl_setint(s, ZMQ_HEARTBEAT_TTL, 3 * heartbeat_ms)))
+	                         shoal_ctl_setint(s, ZMQ_HEARTBEAT_TIMEOUT, 3 * heartbeat_ms) ||
+	                         shoal_ctl_setint(s, ZMQ_HEARTBEAT_TTL, 3 * heartbeat_ms)))
 		return -1;
 	return 0;
 }
@@ -194,7 +195,7 @@ static void shoal_ctl_zap_serve(shoal_ctl *ctl)
 		int is_curve = ml == 5 && !memcmp(zmq_msg_data(&f[5]), "CURVE", 5);
 		if (is_curve && n >= 7 && zmq_msg_size(&f[6]) == SHOAL_KEY_BYTES &&
 		    sodium_memcmp(zmq_msg_data(&f[6]), ctl->curve.client_public, SHOAL_KEY_BYTES) ==
-			    0) {
+		        0) {
 			status = "200";
 			text = "OK";
 		} else if (!is_curve) {
@@ -211,7 +212,7 @@ static void shoal_ctl_zap_serve(shoal_ctl *ctl)
 		ctl->stats.zap_denied++;
 		if (shoal_ctl_log_ok(ctl, SHOAL_CTL_LOG_ZAP, &sup))
 			SHOAL_LOG_W("ctl", "refused a client from %s: %s (%llu more not logged)",
-				    addr, text, (unsigned long long)sup);
+			            addr, text, (unsigned long long)sup);
 	}
 	if (n >= 2) {
 		const char *ver = "1.0";
@@ -272,9 +273,9 @@ static void shoal_ctl_monitor_serve(shoal_ctl *ctl)
 			ctl->stats.handshake_failed++;
 			if (shoal_ctl_log_ok(ctl, SHOAL_CTL_LOG_HS, &sup))
 				SHOAL_LOG_W("ctl",
-					    "CURVE handshake failed on %s (a peer with another "
-					    "cluster key?) (%llu more not logged)",
-					    addr, (unsigned long long)sup);
+				            "CURVE handshake failed on %s (a peer with another "
+				            "cluster key?) (%llu more not logged)",
+				            addr, (unsigned long long)sup);
 		}
 	}
 }
@@ -306,7 +307,8 @@ shoal_err shoal_ctl_new(const shoal_ctl_config *cfg, shoal_ctl **out, char *why,
 		ctl->zap = zmq_socket(ctl->zctx, ZMQ_REP);
 		if (!ctl->zap || shoal_ctl_setint(ctl->zap, ZMQ_LINGER, 0) ||
 		    zmq_bind(ctl->zap, SHOAL_CTL_ZAP_ENDPOINT)) {
-			shoal_why(why, why_len, SHOAL_ERR_IO, "ZAP handler: %s", zmq_strerror(errno));
+			shoal_why(why, why_len, SHOAL_ERR_IO, "ZAP handler: %s",
+			          zmq_strerror(errno));
 			goto fail;
 		}
 	}
@@ -319,18 +321,19 @@ shoal_err shoal_ctl_new(const shoal_ctl_config *cfg, shoal_ctl **out, char *why,
 	if (ctl->keyed) {
 		if (shoal_ctl_setint(ctl->router, ZMQ_CURVE_SERVER, 1) ||
 		    zmq_setsockopt(ctl->router, ZMQ_CURVE_SECRETKEY, ctl->curve.server_secret,
-				   SHOAL_KEY_BYTES) ||
+		                   SHOAL_KEY_BYTES) ||
 		    zmq_setsockopt(ctl->router, ZMQ_ZAP_DOMAIN, SHOAL_CTL_ZAP_DOMAIN,
-				   strlen(SHOAL_CTL_ZAP_DOMAIN))) {
+		                   strlen(SHOAL_CTL_ZAP_DOMAIN))) {
 			shoal_why(why, why_len, SHOAL_ERR_IO, "CURVE server: %s",
-				  zmq_strerror(errno));
+			          zmq_strerror(errno));
 			goto fail;
 		}
 		if (zmq_socket_monitor(ctl->router, SHOAL_CTL_MON_ENDPOINT,
-				       ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL |
-					       ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL) == 0) {
+		                       ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL |
+		                           ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL) == 0) {
 			ctl->monitor = zmq_socket(ctl->zctx, ZMQ_PAIR);
-			if (ctl->monitor && zmq_connect(ctl->monitor, SHOAL_CTL_MON_ENDPOINT) != 0) {
+			if (ctl->monitor &&
+			    zmq_connect(ctl->monitor, SHOAL_CTL_MON_ENDPOINT) != 0) {
 				zmq_close(ctl->monitor);
 				ctl->monitor = NULL;
 			}
@@ -339,7 +342,7 @@ shoal_err shoal_ctl_new(const shoal_ctl_config *cfg, shoal_ctl **out, char *why,
 	if (zmq_bind(ctl->router, cfg->listen) != 0) {
 		e = SHOAL_ERR_IO;
 		shoal_why(why, why_len, e, "cannot listen on %s: %s", cfg->listen,
-			  zmq_strerror(errno));
+		          zmq_strerror(errno));
 		goto fail;
 	}
 	size_t bl = sizeof ctl->bound;
@@ -500,7 +503,7 @@ shoal_err shoal_ctl_poll(shoal_ctl *ctl, int timeout_ms, shoal_ctl_fd *fds, int 
 		if (items[i_dealer0 + (int)i].revents & ZMQ_POLLIN)
 			for (int k = 0; k < SHOAL_CTL_BURST; k++)
 				if (!shoal_ctl_recv_one(ctl, ctl->dealers[i].sock, 0,
-							ctl->dealers[i].endpoint))
+				                        ctl->dealers[i].endpoint))
 					break;
 	if (items != stack_items)
 		free(items);
@@ -533,7 +536,7 @@ static shoal_ctl_dealer *shoal_ctl_dealer_get(shoal_ctl *ctl, const char *endpoi
 	if (ctl->n_dealers >= SHOAL_CTL_MAX_DEALERS)
 		return NULL;
 	shoal_ctl_dealer *grown =
-		realloc(ctl->dealers, (ctl->n_dealers + 1) * sizeof *ctl->dealers);
+	    realloc(ctl->dealers, (ctl->n_dealers + 1) * sizeof *ctl->dealers);
 	if (!grown)
 		return NULL;
 	ctl->dealers = grown;
@@ -600,7 +603,7 @@ void shoal_ctl_get_stats(const shoal_ctl *ctl, shoal_ctl_stats *out)
 /* -------------------------------------------------------- blocking client */
 
 shoal_err shoal_ctl_client_new(const char *endpoint, const shoal_key_curve *keys,
-			       shoal_ctl_client **out, char *why, size_t why_len)
+                               shoal_ctl_client **out, char *why, size_t why_len)
 {
 	shoal_err e = SHOAL_ERR_IO;
 	*out = NULL;
@@ -616,8 +619,8 @@ shoal_err shoal_ctl_client_new(const char *endpoint, const shoal_key_curve *keys
 		goto fail;
 	}
 	if (zmq_socket_monitor(c->sock, "inproc://shoal-client-monitor",
-			       ZMQ_EVENT_HANDSHAKE_FAILED_AUTH |
-				       ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL) == 0) {
+	                       ZMQ_EVENT_HANDSHAKE_FAILED_AUTH |
+	                           ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL) == 0) {
 		c->monitor = zmq_socket(c->zctx, ZMQ_PAIR);
 		if (c->monitor && zmq_connect(c->monitor, "inproc://shoal-client-monitor") != 0) {
 			zmq_close(c->monitor);
@@ -627,7 +630,7 @@ shoal_err shoal_ctl_client_new(const char *endpoint, const shoal_key_curve *keys
 	if (zmq_connect(c->sock, endpoint) != 0) {
 		e = SHOAL_ERR_INVAL;
 		shoal_why(why, why_len, e, "cannot connect to %s: %s", endpoint,
-			  zmq_strerror(errno));
+		          zmq_strerror(errno));
 		goto fail;
 	}
 	*out = c;
@@ -654,7 +657,7 @@ void shoal_ctl_client_free(shoal_ctl_client *c)
 }
 
 shoal_err shoal_ctl_client_send(shoal_ctl_client *c, const void *const *bufs, const size_t *lens,
-				int n)
+                                int n)
 {
 	for (int i = 0; i < n; i++)
 		if (zmq_send(c->sock, bufs[i], lens[i], i + 1 < n ? ZMQ_SNDMORE : 0) < 0)
@@ -663,28 +666,28 @@ shoal_err shoal_ctl_client_send(shoal_ctl_client *c, const void *const *bufs, co
 }
 
 shoal_err shoal_ctl_client_recv(shoal_ctl_client *c, int timeout_ms, uint8_t **buf, size_t *len,
-				char *why, size_t why_len)
+                                char *why, size_t why_len)
 {
 	*buf = NULL;
 	*len = 0;
 	uint64_t deadline = shoal_ctl_now_ms() + (uint64_t)(timeout_ms > 0 ? timeout_ms : 0);
 	for (;;) {
 		zmq_pollitem_t it[2] = {{.socket = c->sock, .events = ZMQ_POLLIN},
-					{.socket = c->monitor, .events = ZMQ_POLLIN}};
+		                        {.socket = c->monitor, .events = ZMQ_POLLIN}};
 		uint64_t now = shoal_ctl_now_ms();
 		if (now >= deadline)
 			return shoal_why(why, why_len, SHOAL_ERR_TIMEOUT, "no answer in %d ms",
-					 timeout_ms);
+			                 timeout_ms);
 		int rc = zmq_poll(it, c->monitor ? 2 : 1, (long)(deadline - now));
 		if (rc < 0 && errno != EINTR)
 			return shoal_why(why, why_len, SHOAL_ERR_IO, "poll: %s",
-					 zmq_strerror(errno));
+			                 zmq_strerror(errno));
 		if (c->monitor && (it[1].revents & ZMQ_POLLIN)) {
 			char addr[128];
 			int ev = shoal_ctl_monitor_read(c->monitor, addr, sizeof addr);
 			if (ev == ZMQ_EVENT_HANDSHAKE_FAILED_AUTH)
 				return shoal_why(why, why_len, SHOAL_ERR_AUTH,
-						 "the node refused our key (wrong cluster key?)");
+				                 "the node refused our key (wrong cluster key?)");
 		}
 		if (it[0].revents & ZMQ_POLLIN) {
 			zmq_msg_t m;

@@ -28,7 +28,7 @@
 /* The documented default control port: `--peer HOST` means HOST:47470.
  * (Unassigned by IANA; 4747x keeps shoal's ports together.) */
 #define SHOAL_CTL_DEFAULT_PORT 47470
-#define SHOAL_CTL_ROUTE_MAX 256 /* a ZeroMQ routing id is at most 255 bytes */
+#define SHOAL_CTL_ROUTE_MAX    256 /* a ZeroMQ routing id is at most 255 bytes */
 /* Largest message a ROUTER accepts: a full-state push-pull of 64 peers of
  * about 12 KiB of record each is ~800 KiB; a bandwidth probe is 64 KiB.
  * 4 MiB leaves room and bounds what a client can make us buffer. */
@@ -109,15 +109,15 @@ typedef struct shoal_ctl_client shoal_ctl_client;
  * (server_public, client_public, client_secret are used), or NULL for the
  * NULL mechanism. Tests pass deliberately wrong keys here. */
 shoal_err shoal_ctl_client_new(const char *endpoint, const shoal_key_curve *keys,
-			       shoal_ctl_client **out, char *why, size_t why_len);
+                               shoal_ctl_client **out, char *why, size_t why_len);
 void shoal_ctl_client_free(shoal_ctl_client *c);
 /* Send n frames as one message (a well-formed request is one frame). */
 shoal_err shoal_ctl_client_send(shoal_ctl_client *c, const void *const *bufs, const size_t *lens,
-				int n);
+                                int n);
 /* Wait up to timeout_ms for one message; *buf is malloc'd, owned by the
  * caller. SHOAL_ERR_TIMEOUT when nothing came, SHOAL_ERR_AUTH when the
  * server refused our credentials during the handshake. */
 shoal_err shoal_ctl_client_recv(shoal_ctl_client *c, int timeout_ms, uint8_t **buf, size_t *len,
-				char *why, size_t why_len);
+                                char *why, size_t why_len);
 
 #endif

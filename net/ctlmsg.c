@@ -61,7 +61,7 @@ shoal_err shoal_ctlmsg_encode(const shoal_ctlmsg *m, shoal_wire_buf *b)
 			for (size_t off = 0; off < m->pad_len && !rc; off += sizeof zeros) {
 				size_t k = m->pad_len - off;
 				rc |= msgpack_pack_bin_body(&pk, zeros,
-							    k < sizeof zeros ? k : sizeof zeros);
+				                            k < sizeof zeros ? k : sizeof zeros);
 			}
 		}
 	}
@@ -76,7 +76,7 @@ static int shoal_ctlmsg_is(const msgpack_object *k, const char *name)
 }
 
 shoal_err shoal_ctlmsg_decode(const uint8_t *buf, size_t len, shoal_ctlmsg *m, char *why,
-			      size_t why_len)
+                              size_t why_len)
 {
 	memset(m, 0, sizeof *m);
 	shoal_err e = shoal_wire_prescan(buf, len, 4, why, why_len);
@@ -139,7 +139,8 @@ shoal_err shoal_ctlmsg_decode(const uint8_t *buf, size_t len, shoal_ctlmsg *m, c
 	if (e == SHOAL_OK && m->type < SHOAL_CTLMSG_FIRST)
 		e = SHOAL_ERR_NOTFOUND;
 	else if (e == SHOAL_OK && v != SHOAL_WIRE_SCHEMA)
-		e = shoal_why(why, why_len, SHOAL_ERR_UNSUPPORTED, "schema %llu", (unsigned long long)v);
+		e = shoal_why(why, why_len, SHOAL_ERR_UNSUPPORTED, "schema %llu",
+		              (unsigned long long)v);
 	else if (e == SHOAL_OK && m->type > SHOAL_CTLMSG_LINK_ACK)
 		e = shoal_why(why, why_len, SHOAL_ERR_UNSUPPORTED, "message type %u", m->type);
 	else if (e == SHOAL_OK && !have_seq)

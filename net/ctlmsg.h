@@ -30,10 +30,10 @@ typedef enum shoal_ctlmsg_type {
 typedef struct shoal_ctlmsg {
 	uint32_t type;
 	uint64_t seq;
-	uint32_t lep, rep;   /* LINK_*: local / remote endpoint index of the prober */
-	uint64_t n;          /* LINK_ACK: pad bytes the prober sent */
-	size_t pad_len;      /* LINK_PROBE (decode only) */
-	const char *json;    /* STATUS_RESP: borrowed from the buffer, NOT NUL-terminated */
+	uint32_t lep, rep; /* LINK_*: local / remote endpoint index of the prober */
+	uint64_t n;        /* LINK_ACK: pad bytes the prober sent */
+	size_t pad_len;    /* LINK_PROBE (decode only) */
+	const char *json;  /* STATUS_RESP: borrowed from the buffer, NOT NUL-terminated */
 	size_t json_len;
 } shoal_ctlmsg;
 
@@ -43,6 +43,6 @@ shoal_err shoal_ctlmsg_encode(const shoal_ctlmsg *m, shoal_wire_buf *b);
 /* Decode buf[len]. SHOAL_ERR_NOTFOUND: a well-formed envelope whose type is
  * not ours (below 64: give it to membership). Other errors: malformed. */
 shoal_err shoal_ctlmsg_decode(const uint8_t *buf, size_t len, shoal_ctlmsg *m, char *why,
-			      size_t why_len);
+                              size_t why_len);
 
 #endif

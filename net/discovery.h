@@ -51,7 +51,7 @@ typedef struct shoal_discovery_ops {
 	 * system service is not there (the node then goes on with seeds).
 	 * Required. */
 	shoal_err (*open)(const shoal_discovery_config *cfg, void **state, char *why,
-			  size_t why_len);
+	                  size_t why_len);
 	/* The descriptors to poll for reading, at most cap, written to fds.
 	 * Also retires operations that have hung for too long. Must not block.
 	 * Required. */

@@ -105,8 +105,8 @@ static void shoal_dnssd_txt(shoal_dnssd *d, TXTRecordRef *txt, char *buf, uint16
 }
 
 /* Copy TXT value `key` into out[cap] as a string; "" when absent. */
-static void shoal_dnssd_txt_get(uint16_t len, const unsigned char *txt, const char *key,
-				char *out, size_t cap)
+static void shoal_dnssd_txt_get(uint16_t len, const unsigned char *txt, const char *key, char *out,
+                                size_t cap)
 {
 	uint8_t vl = 0;
 	const void *v = TXTRecordGetValuePtr(len, txt, key, &vl);
@@ -119,8 +119,8 @@ static void shoal_dnssd_txt_get(uint16_t len, const unsigned char *txt, const ch
 }
 
 static void DNSSD_API shoal_dnssd_register_cb(DNSServiceRef ref, DNSServiceFlags flags,
-					      DNSServiceErrorType err, const char *name,
-					      const char *type, const char *domain, void *ctx)
+                                              DNSServiceErrorType err, const char *name,
+                                              const char *type, const char *domain, void *ctx)
 {
 	if (err != kDNSServiceErr_NoError)
 		SHOAL_LOG_W("discovery", "mDNS registration failed: error %d", (int)err);
@@ -129,9 +129,10 @@ static void DNSSD_API shoal_dnssd_register_cb(DNSServiceRef ref, DNSServiceFlags
 }
 
 static void DNSSD_API shoal_dnssd_query_cb(DNSServiceRef ref, DNSServiceFlags flags,
-					   uint32_t ifindex, DNSServiceErrorType err,
-					   const char *fullname, uint16_t rrtype, uint16_t rrclass,
-					   uint16_t rdlen, const void *rdata, uint32_t ttl, void *ctx)
+                                           uint32_t ifindex, DNSServiceErrorType err,
+                                           const char *fullname, uint16_t rrtype, uint16_t rrclass,
+                                           uint16_t rdlen, const void *rdata, uint32_t ttl,
+                                           void *ctx)
 {
 	shoal_dnssd_op *op = ctx;
 	if (err != kDNSServiceErr_NoError || rrtype != kDNSServiceType_A || rdlen != 4 ||
@@ -141,17 +142,20 @@ static void DNSSD_API shoal_dnssd_query_cb(DNSServiceRef ref, DNSServiceFlags fl
 	if (!inet_ntop(AF_INET, rdata, ip, sizeof ip))
 		return;
 	snprintf(ep, sizeof ep, "tcp://%s:%u", ip, (unsigned)op->port);
-	shoal_discovery_found f = {.id_hex = op->id_hex, .incarnation = op->inc,
-				   .cluster = op->cluster, .open = op->open, .endpoint = ep};
+	shoal_discovery_found f = {.id_hex = op->id_hex,
+	                           .incarnation = op->inc,
+	                           .cluster = op->cluster,
+	                           .open = op->open,
+	                           .endpoint = ep};
 	op->started_ms = 0; /* done: shoal_dnssd_fds retires it (not from inside its callback) */
 	op->owner->cfg.on_found(op->owner->cfg.ud, &f);
 }
 
 static void DNSSD_API shoal_dnssd_resolve_cb(DNSServiceRef ref, DNSServiceFlags flags,
-					     uint32_t ifindex, DNSServiceErrorType err,
-					     const char *fullname, const char *host,
-					     uint16_t port_be, uint16_t txt_len,
-					     const unsigned char *txt, void *ctx)
+                                             uint32_t ifindex, DNSServiceErrorType err,
+                                             const char *fullname, const char *host,
+                                             uint16_t port_be, uint16_t txt_len,
+                                             const unsigned char *txt, void *ctx)
 {
 	shoal_dnssd_op *op = ctx;
 	if (err != kDNSServiceErr_NoError) {
@@ -174,7 +178,7 @@ static void DNSSD_API shoal_dnssd_resolve_cb(DNSServiceRef ref, DNSServiceFlags 
 	op->kind = SHOAL_DNSSD_QUERY;
 	DNSServiceRef q;
 	if (DNSServiceQueryRecord(&q, 0, ifindex, op->name, kDNSServiceType_A, kDNSServiceClass_IN,
-				  shoal_dnssd_query_cb, op) != kDNSServiceErr_NoError) {
+	                          shoal_dnssd_query_cb, op) != kDNSServiceErr_NoError) {
 		op->started_ms = 0;
 		return;
 	}
@@ -182,9 +186,9 @@ static void DNSSD_API shoal_dnssd_resolve_cb(DNSServiceRef ref, DNSServiceFlags 
 }
 
 static void DNSSD_API shoal_dnssd_browse_cb(DNSServiceRef ref, DNSServiceFlags flags,
-					    uint32_t ifindex, DNSServiceErrorType err,
-					    const char *name, const char *type, const char *domain,
-					    void *ctx)
+                                            uint32_t ifindex, DNSServiceErrorType err,
+                                            const char *name, const char *type, const char *domain,
+                                            void *ctx)
 {
 	shoal_dnssd *d = ctx;
 	if (err != kDNSServiceErr_NoError) {
@@ -202,7 +206,7 @@ static void DNSSD_API shoal_dnssd_browse_cb(DNSServiceRef ref, DNSServiceFlags f
 	}
 	snprintf(op->name, sizeof op->name, "%s", name);
 	if (DNSServiceResolve(&op->ref, 0, ifindex, name, type, domain, shoal_dnssd_resolve_cb,
-			      op) != kDNSServiceErr_NoError) {
+	                      op) != kDNSServiceErr_NoError) {
 		op->ref = NULL;
 		shoal_dnssd_op_del(d, op);
 	}
@@ -211,7 +215,7 @@ static void DNSSD_API shoal_dnssd_browse_cb(DNSServiceRef ref, DNSServiceFlags f
 static void shoal_dnssd_close(void *state);
 
 static shoal_err shoal_dnssd_open(const shoal_discovery_config *cfg, void **state, char *why,
-				  size_t why_len)
+                                  size_t why_len)
 {
 	*state = NULL;
 	shoal_dnssd *d = calloc(1, sizeof *d);
@@ -229,30 +233,30 @@ static shoal_err shoal_dnssd_open(const shoal_discovery_config *cfg, void **stat
 	shoal_dnssd_txt(d, &txt, buf, sizeof buf);
 	shoal_dnssd_op *rop = shoal_dnssd_op_add(d, SHOAL_DNSSD_REGISTER);
 	DNSServiceErrorType err =
-		rop ? DNSServiceRegister(&rop->ref, 0, 0, d->instance, SHOAL_DISCOVERY_SERVICE, NULL,
-					 NULL, htons(cfg->port), TXTRecordGetLength(&txt),
-					 TXTRecordGetBytesPtr(&txt), shoal_dnssd_register_cb, d)
-		    : kDNSServiceErr_NoMemory;
+	    rop ? DNSServiceRegister(&rop->ref, 0, 0, d->instance, SHOAL_DISCOVERY_SERVICE, NULL,
+	                             NULL, htons(cfg->port), TXTRecordGetLength(&txt),
+	                             TXTRecordGetBytesPtr(&txt), shoal_dnssd_register_cb, d)
+	        : kDNSServiceErr_NoMemory;
 	TXTRecordDeallocate(&txt);
 	if (err != kDNSServiceErr_NoError) {
 		if (rop)
 			rop->ref = NULL;
 		shoal_dnssd_close(d);
 		return shoal_why(why, why_len, SHOAL_ERR_NOTFOUND,
-				 "mDNS unavailable (is avahi-daemon running?): DNSServiceRegister "
-				 "error %d",
-				 (int)err);
+		                 "mDNS unavailable (is avahi-daemon running?): DNSServiceRegister "
+		                 "error %d",
+		                 (int)err);
 	}
 	rop->started_ms = UINT64_MAX; /* never times out */
 	d->reg = rop->ref;
 	shoal_dnssd_op *bop = shoal_dnssd_op_add(d, SHOAL_DNSSD_BROWSE);
 	err = DNSServiceBrowse(&bop->ref, 0, 0, SHOAL_DISCOVERY_SERVICE, NULL,
-			       shoal_dnssd_browse_cb, d);
+	                       shoal_dnssd_browse_cb, d);
 	if (err != kDNSServiceErr_NoError) {
 		bop->ref = NULL;
 		shoal_dnssd_close(d);
-		return shoal_why(why, why_len, SHOAL_ERR_NOTFOUND,
-				 "mDNS browse failed: error %d", (int)err);
+		return shoal_why(why, why_len, SHOAL_ERR_NOTFOUND, "mDNS browse failed: error %d",
+		                 (int)err);
 	}
 	bop->started_ms = UINT64_MAX;
 	*state = d;
@@ -302,7 +306,7 @@ static shoal_err shoal_dnssd_update(void *state, uint64_t incarnation)
 	TXTRecordRef txt;
 	shoal_dnssd_txt(d, &txt, buf, sizeof buf);
 	DNSServiceErrorType err = DNSServiceUpdateRecord(d->reg, NULL, 0, TXTRecordGetLength(&txt),
-							 TXTRecordGetBytesPtr(&txt), 0);
+	                                                 TXTRecordGetBytesPtr(&txt), 0);
 	TXTRecordDeallocate(&txt);
 	return err == kDNSServiceErr_NoError ? SHOAL_OK : SHOAL_ERR_IO;
 }
@@ -318,10 +322,10 @@ static void shoal_dnssd_close(void *state)
 }
 
 const shoal_discovery_ops shoal_discovery_dnssd = {
-	.name = "dns-sd",
-	.open = shoal_dnssd_open,
-	.fds = shoal_dnssd_fds,
-	.process = shoal_dnssd_process,
-	.update = shoal_dnssd_update,
-	.close = shoal_dnssd_close,
+    .name = "dns-sd",
+    .open = shoal_dnssd_open,
+    .fds = shoal_dnssd_fds,
+    .process = shoal_dnssd_process,
+    .update = shoal_dnssd_update,
+    .close = shoal_dnssd_close,
 };

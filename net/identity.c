@@ -19,7 +19,7 @@
 #define SHOAL_IDENTITY_FILE_MAX 4096 /* two short lines plus comments */
 
 void shoal_identity_hex(const uint8_t id[SHOAL_IDENTITY_ID_BYTES],
-			char out[2 * SHOAL_IDENTITY_ID_BYTES + 1])
+                        char out[2 * SHOAL_IDENTITY_ID_BYTES + 1])
 {
 	static const char digits[] = "0123456789abcdef";
 	for (int i = 0; i < SHOAL_IDENTITY_ID_BYTES; i++) {
@@ -45,7 +45,8 @@ shoal_err shoal_identity_from_hex(const char *hex, uint8_t id[SHOAL_IDENTITY_ID_
 	if (strlen(hex) != 2 * SHOAL_IDENTITY_ID_BYTES)
 		return SHOAL_ERR_FORMAT;
 	for (int i = 0; i < SHOAL_IDENTITY_ID_BYTES; i++) {
-		int hi = shoal_identity_hexval(hex[2 * i]), lo = shoal_identity_hexval(hex[2 * i + 1]);
+		int hi = shoal_identity_hexval(hex[2 * i]),
+		    lo = shoal_identity_hexval(hex[2 * i + 1]);
 		if (hi < 0 || lo < 0)
 			return SHOAL_ERR_FORMAT;
 		id[i] = (uint8_t)(hi << 4 | lo);
@@ -54,7 +55,7 @@ shoal_err shoal_identity_from_hex(const char *hex, uint8_t id[SHOAL_IDENTITY_ID_
 }
 
 shoal_err shoal_identity_parse(const char *text, size_t len, shoal_identity *out, char *why,
-			       size_t why_len)
+                               size_t why_len)
 {
 	int have_id = 0, have_inc = 0;
 	size_t line_no = 0;
@@ -73,14 +74,14 @@ shoal_err shoal_identity_parse(const char *text, size_t len, shoal_identity *out
 			continue;
 		if (ll >= sizeof line)
 			return shoal_why(why, why_len, SHOAL_ERR_FORMAT, "line %zu: too long",
-					 line_no);
+			                 line_no);
 		memcpy(line, src, ll);
 		line[ll] = '\0';
 		if (!strncmp(line, "id ", 3)) {
 			if (shoal_identity_from_hex(line + 3, out->id) != SHOAL_OK)
 				return shoal_why(why, why_len, SHOAL_ERR_FORMAT,
-						 "line %zu: id must be %d hex digits", line_no,
-						 2 * SHOAL_IDENTITY_ID_BYTES);
+				                 "line %zu: id must be %d hex digits", line_no,
+				                 2 * SHOAL_IDENTITY_ID_BYTES);
 			have_id = 1;
 		} else if (!strncmp(line, "incarnation ", 12)) {
 			const char *num = line + 12;
@@ -89,23 +90,23 @@ shoal_err shoal_identity_parse(const char *text, size_t len, shoal_identity *out
 			unsigned long long v = strtoull(num, &endp, 10);
 			if (num[0] < '0' || num[0] > '9' || errno != 0 || *endp != '\0')
 				return shoal_why(why, why_len, SHOAL_ERR_FORMAT,
-						 "line %zu: bad incarnation '%s'", line_no, num);
+				                 "line %zu: bad incarnation '%s'", line_no, num);
 			out->incarnation = (uint64_t)v;
 			have_inc = 1;
 		} else {
 			return shoal_why(why, why_len, SHOAL_ERR_FORMAT, "line %zu: unknown field",
-					 line_no);
+			                 line_no);
 		}
 	}
 	if (!have_id || !have_inc)
 		return shoal_why(why, why_len, SHOAL_ERR_FORMAT, "missing %s line",
-				 have_id ? "incarnation" : "id");
+		                 have_id ? "incarnation" : "id");
 	shoal_identity_hex(out->id, out->id_hex);
 	return SHOAL_OK;
 }
 
 shoal_err shoal_identity_save(const char *state_dir, const shoal_identity *id, char *why,
-			      size_t why_len)
+                              size_t why_len)
 {
 	char path[4096], tmp[4096 + 16];
 	if (snprintf(path, sizeof path, "%s/%s", state_dir, SHOAL_IDENTITY_FILE) >=
@@ -116,32 +117,32 @@ shoal_err shoal_identity_save(const char *state_dir, const shoal_identity *id, c
 	shoal_identity_hex(id->id, hex);
 	char text[256];
 	int n = snprintf(text, sizeof text,
-			 "# shoal peer identity: belongs to this machine, do not copy it\n"
-			 "id %s\nincarnation %" PRIu64 "\n",
-			 hex, id->incarnation);
+	                 "# shoal peer identity: belongs to this machine, do not copy it\n"
+	                 "id %s\nincarnation %" PRIu64 "\n",
+	                 hex, id->incarnation);
 	int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
 	if (fd < 0)
 		return shoal_why(why, why_len, SHOAL_ERR_IO, "cannot create %s: %s", tmp,
-				 strerror(errno));
+		                 strerror(errno));
 	if (write(fd, text, (size_t)n) != n || fsync(fd) != 0) {
 		int e = errno;
 		close(fd);
 		unlink(tmp);
 		return shoal_why(why, why_len, SHOAL_ERR_IO, "cannot write %s: %s", tmp,
-				 strerror(e));
+		                 strerror(e));
 	}
 	close(fd);
 	if (rename(tmp, path) != 0) {
 		int e = errno;
 		unlink(tmp);
 		return shoal_why(why, why_len, SHOAL_ERR_IO, "cannot rename %s: %s", tmp,
-				 strerror(e));
+		                 strerror(e));
 	}
 	return SHOAL_OK;
 }
 
 static shoal_err shoal_identity_read_file(const char *path, shoal_identity *out, int *absent,
-					  char *why, size_t why_len)
+                                          char *why, size_t why_len)
 {
 	char text[SHOAL_IDENTITY_FILE_MAX];
 	*absent = 0;
@@ -152,26 +153,26 @@ static shoal_err shoal_identity_read_file(const char *path, shoal_identity *out,
 			return SHOAL_OK;
 		}
 		return shoal_why(why, why_len, SHOAL_ERR_IO, "cannot open %s: %s", path,
-				 strerror(errno));
+		                 strerror(errno));
 	}
 	ssize_t r = read(fd, text, sizeof text);
 	int e = errno;
 	close(fd);
 	if (r < 0)
 		return shoal_why(why, why_len, SHOAL_ERR_IO, "cannot read %s: %s", path,
-				 strerror(e));
+		                 strerror(e));
 	if ((size_t)r == sizeof text)
 		return shoal_why(why, why_len, SHOAL_ERR_FORMAT, "%s: too large", path);
 	char reason[160] = "";
 	shoal_err err = shoal_identity_parse(text, (size_t)r, out, reason, sizeof reason);
 	if (err != SHOAL_OK)
 		return shoal_why(why, why_len, err, "%s: %s (move it away to make a new identity)",
-				 path, reason);
+		                 path, reason);
 	return SHOAL_OK;
 }
 
 shoal_err shoal_identity_load(const char *state_dir, const char *name, shoal_identity *out,
-			      char *why, size_t why_len)
+                              char *why, size_t why_len)
 {
 	char path[4096];
 	memset(out, 0, sizeof *out);
@@ -216,16 +217,16 @@ shoal_err shoal_identity_lock(const char *state_dir, int *fd_out, char *why, siz
 	int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
 	if (fd < 0)
 		return shoal_why(why, why_len, SHOAL_ERR_IO, "cannot open %s: %s", path,
-				 strerror(errno));
+		                 strerror(errno));
 	if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
 		int e = errno;
 		close(fd);
 		if (e == EWOULDBLOCK)
 			return shoal_why(why, why_len, SHOAL_ERR_BUSY,
-					 "another shoal node already runs with state dir %s",
-					 state_dir);
+			                 "another shoal node already runs with state dir %s",
+			                 state_dir);
 		return shoal_why(why, why_len, SHOAL_ERR_IO, "cannot lock %s: %s", path,
-				 strerror(e));
+		                 strerror(e));
 	}
 	*fd_out = fd;
 	return SHOAL_OK;

@@ -24,8 +24,8 @@
 
 #define SHOAL_IDENTITY_ID_BYTES 16
 #define SHOAL_IDENTITY_NAME_MAX 64 /* bytes including NUL; longer names are cut */
-#define SHOAL_IDENTITY_FILE "identity"
-#define SHOAL_IDENTITY_LOCK "node.lock"
+#define SHOAL_IDENTITY_FILE     "identity"
+#define SHOAL_IDENTITY_LOCK     "node.lock"
 
 typedef struct shoal_identity {
 	uint8_t id[SHOAL_IDENTITY_ID_BYTES];
@@ -40,15 +40,15 @@ typedef struct shoal_identity {
  * file is an error (SHOAL_ERR_FORMAT), never silently replaced: a new id
  * would make this peer a stranger to its cluster. */
 shoal_err shoal_identity_load(const char *state_dir, const char *name, shoal_identity *out,
-			      char *why, size_t why_len);
+                              char *why, size_t why_len);
 
 /* Save id->id and id->incarnation atomically (temp file, fsync, rename). */
 shoal_err shoal_identity_save(const char *state_dir, const shoal_identity *id, char *why,
-			      size_t why_len);
+                              size_t why_len);
 
 /* Parse the text of an identity file into out->id/id_hex/incarnation. */
 shoal_err shoal_identity_parse(const char *text, size_t len, shoal_identity *out, char *why,
-			       size_t why_len);
+                               size_t why_len);
 
 /* Take the state directory's lock (flock on SHOAL_IDENTITY_LOCK) for the
  * life of the process; *fd_out receives the descriptor (close it to
@@ -57,7 +57,7 @@ shoal_err shoal_identity_lock(const char *state_dir, int *fd_out, char *why, siz
 
 /* Hex helpers for ids. */
 void shoal_identity_hex(const uint8_t id[SHOAL_IDENTITY_ID_BYTES],
-			char out[2 * SHOAL_IDENTITY_ID_BYTES + 1]);
+                        char out[2 * SHOAL_IDENTITY_ID_BYTES + 1]);
 shoal_err shoal_identity_from_hex(const char *hex, uint8_t id[SHOAL_IDENTITY_ID_BYTES]);
 
 #endif

@@ -19,8 +19,8 @@
 #include <sodium.h>
 
 #define SHOAL_KEY_KDF_CONTEXT "shoalctl" /* crypto_kdf_CONTEXTBYTES == 8 */
-#define SHOAL_KEY_KDF_SERVER 1
-#define SHOAL_KEY_KDF_CLIENT 2
+#define SHOAL_KEY_KDF_SERVER  1
+#define SHOAL_KEY_KDF_CLIENT  2
 /* A key file is two short lines; 4 KiB leaves room for comments and
  * bounds what we read from a path the user gave us. */
 #define SHOAL_KEY_FILE_MAX 4096
@@ -43,19 +43,20 @@ shoal_err shoal_key_write(const char *path, const shoal_key *key, char *why, siz
 	char hex[2 * SHOAL_KEY_BYTES + 1];
 	char text[256];
 	sodium_bin2hex(hex, sizeof hex, key->bytes, sizeof key->bytes);
-	int n = snprintf(text, sizeof text,
-			 "# shoal cluster key: keep it secret; copy it to every peer of the cluster\n"
-			 "%s %s\n",
-			 SHOAL_KEY_FILE_TAG, hex);
+	int n =
+	    snprintf(text, sizeof text,
+	             "# shoal cluster key: keep it secret; copy it to every peer of the cluster\n"
+	             "%s %s\n",
+	             SHOAL_KEY_FILE_TAG, hex);
 	sodium_memzero(hex, sizeof hex);
 	int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
 	if (fd < 0) {
 		sodium_memzero(text, sizeof text);
 		if (errno == EEXIST)
 			return shoal_why(why, why_len, SHOAL_ERR_STATE,
-					 "%s already exists; not overwriting a key", path);
+			                 "%s already exists; not overwriting a key", path);
 		return shoal_why(why, why_len, SHOAL_ERR_IO, "cannot create %s: %s", path,
-				 strerror(errno));
+		                 strerror(errno));
 	}
 	/* O_CREAT's mode is filtered by the umask; make sure it is 0600. */
 	(void)fchmod(fd, 0600);
@@ -66,11 +67,11 @@ shoal_err shoal_key_write(const char *path, const shoal_key *key, char *why, siz
 		close(fd);
 		unlink(path);
 		return shoal_why(why, why_len, SHOAL_ERR_IO, "cannot write %s: %s", path,
-				 strerror(e));
+		                 strerror(e));
 	}
 	if (close(fd) != 0)
 		return shoal_why(why, why_len, SHOAL_ERR_IO, "cannot write %s: %s", path,
-				 strerror(errno));
+		                 strerror(errno));
 	return SHOAL_OK;
 }
 
@@ -95,47 +96,47 @@ shoal_err shoal_key_parse(const char *text, size_t len, shoal_key *key, char *wh
 			continue;
 		if (found)
 			return shoal_why(why, why_len, SHOAL_ERR_FORMAT,
-					 "line %zu: more than one key line", line_no);
+			                 "line %zu: more than one key line", line_no);
 		if (ll < tag_len + 1 || memcmp(line, SHOAL_KEY_FILE_TAG, tag_len) != 0 ||
 		    line[tag_len] != ' ')
 			return shoal_why(why, why_len, SHOAL_ERR_FORMAT,
-					 "line %zu: expected '%s <64 hex digits>'", line_no,
-					 SHOAL_KEY_FILE_TAG);
+			                 "line %zu: expected '%s <64 hex digits>'", line_no,
+			                 SHOAL_KEY_FILE_TAG);
 		const char *hex = line + tag_len + 1;
 		size_t hl = ll - tag_len - 1;
 		if (hl != 2 * SHOAL_KEY_BYTES)
 			return shoal_why(why, why_len, SHOAL_ERR_FORMAT,
-					 "line %zu: key has %zu hex digits, want %d", line_no, hl,
-					 2 * SHOAL_KEY_BYTES);
+			                 "line %zu: key has %zu hex digits, want %d", line_no, hl,
+			                 2 * SHOAL_KEY_BYTES);
 		for (size_t i = 0; i < hl; i++) {
 			char c = hex[i];
 			if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') ||
 			      (c >= 'A' && c <= 'F')))
 				return shoal_why(why, why_len, SHOAL_ERR_FORMAT,
-						 "line %zu: '%c' is not a hex digit", line_no, c);
+				                 "line %zu: '%c' is not a hex digit", line_no, c);
 		}
 		size_t bin_len = 0;
 		if (sodium_hex2bin(key->bytes, sizeof key->bytes, hex, hl, NULL, &bin_len, NULL) !=
-			    0 ||
+		        0 ||
 		    bin_len != SHOAL_KEY_BYTES)
 			return shoal_why(why, why_len, SHOAL_ERR_FORMAT, "line %zu: bad hex key",
-					 line_no);
+			                 line_no);
 		found = 1;
 	}
 	if (!found)
 		return shoal_why(why, why_len, SHOAL_ERR_FORMAT, "no '%s' line",
-				 SHOAL_KEY_FILE_TAG);
+		                 SHOAL_KEY_FILE_TAG);
 	return SHOAL_OK;
 }
 
 shoal_err shoal_key_read(const char *path, shoal_key *key, int *insecure_mode, char *why,
-			 size_t why_len)
+                         size_t why_len)
 {
 	char text[SHOAL_KEY_FILE_MAX];
 	int fd = open(path, O_RDONLY | O_CLOEXEC);
 	if (fd < 0)
 		return shoal_why(why, why_len, errno == ENOENT ? SHOAL_ERR_NOTFOUND : SHOAL_ERR_IO,
-				 "cannot open %s: %s", path, strerror(errno));
+		                 "cannot open %s: %s", path, strerror(errno));
 	struct stat st;
 	if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
 		close(fd);
@@ -152,7 +153,7 @@ shoal_err shoal_key_read(const char *path, shoal_key *key, int *insecure_mode, c
 			int e = errno;
 			close(fd);
 			return shoal_why(why, why_len, SHOAL_ERR_IO, "cannot read %s: %s", path,
-					 strerror(e));
+			                 strerror(e));
 		}
 		if (r == 0)
 			break;
@@ -161,8 +162,8 @@ shoal_err shoal_key_read(const char *path, shoal_key *key, int *insecure_mode, c
 			close(fd);
 			sodium_memzero(text, sizeof text);
 			return shoal_why(why, why_len, SHOAL_ERR_FORMAT,
-					 "%s: larger than %d bytes, not a key file", path,
-					 SHOAL_KEY_FILE_MAX);
+			                 "%s: larger than %d bytes, not a key file", path,
+			                 SHOAL_KEY_FILE_MAX);
 		}
 	}
 	close(fd);
@@ -179,9 +180,9 @@ shoal_err shoal_key_derive(const shoal_key *key, shoal_key_curve *out)
 	if (shoal_key_sodium_init() != SHOAL_OK)
 		return SHOAL_ERR_IO;
 	if (crypto_kdf_derive_from_key(out->server_secret, SHOAL_KEY_BYTES, SHOAL_KEY_KDF_SERVER,
-				       SHOAL_KEY_KDF_CONTEXT, key->bytes) != 0 ||
+	                               SHOAL_KEY_KDF_CONTEXT, key->bytes) != 0 ||
 	    crypto_kdf_derive_from_key(out->client_secret, SHOAL_KEY_BYTES, SHOAL_KEY_KDF_CLIENT,
-				       SHOAL_KEY_KDF_CONTEXT, key->bytes) != 0)
+	                               SHOAL_KEY_KDF_CONTEXT, key->bytes) != 0)
 		return SHOAL_ERR_IO;
 	if (crypto_scalarmult_base(out->server_public, out->server_secret) != 0 ||
 	    crypto_scalarmult_base(out->client_public, out->client_secret) != 0)
@@ -194,7 +195,7 @@ void shoal_key_fingerprint(const shoal_key *key, char out[17])
 	static const char label[] = "shoal key fingerprint v1";
 	uint8_t h[8];
 	crypto_generichash(h, sizeof h, (const uint8_t *)label, sizeof label - 1, key->bytes,
-			   sizeof key->bytes);
+	                   sizeof key->bytes);
 	sodium_bin2hex(out, 17, h, sizeof h);
 }
 

@@ -21,8 +21,8 @@
 
 #include "base/err.h"
 
-#define SHOAL_KEY_BYTES 32 /* the cluster secret, and each Curve25519 key */
-#define SHOAL_KEY_FILE_TAG "shoal-cluster-key-v1"
+#define SHOAL_KEY_BYTES        32 /* the cluster secret, and each Curve25519 key */
+#define SHOAL_KEY_FILE_TAG     "shoal-cluster-key-v1"
 #define SHOAL_KEY_DEFAULT_NAME "cluster.key" /* inside the state directory */
 
 /* The cluster secret: a value type, copied freely, wiped by its owner. */
@@ -49,7 +49,7 @@ shoal_err shoal_key_write(const char *path, const shoal_key *key, char *why, siz
  * file readable by group or others is accepted but *insecure_mode is set
  * (may be NULL) so the caller can warn. */
 shoal_err shoal_key_read(const char *path, shoal_key *key, int *insecure_mode, char *why,
-			 size_t why_len);
+                         size_t why_len);
 
 /* Parse the text of a key file (len bytes, need not be NUL-terminated). */
 shoal_err shoal_key_parse(const char *text, size_t len, shoal_key *key, char *why, size_t why_len);

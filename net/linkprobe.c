@@ -49,13 +49,13 @@ void shoal_linkprobe_free(shoal_linkprobe *lp)
 }
 
 static int shoal_linkprobe_same(const shoal_linkprobe_target *a, const shoal_peer_id *peer,
-				uint8_t lep, uint8_t rep)
+                                uint8_t lep, uint8_t rep)
 {
 	return a->lep == lep && a->rep == rep && !memcmp(a->peer.b, peer->b, SHOAL_PEER_ID_LEN);
 }
 
 shoal_err shoal_linkprobe_set_targets(shoal_linkprobe *lp, const shoal_linkprobe_target *t,
-				      size_t n)
+                                      size_t n)
 {
 	shoal_linkprobe_slot *s = n ? calloc(n, sizeof *s) : NULL;
 	if (n && !s)
@@ -79,7 +79,7 @@ shoal_err shoal_linkprobe_set_targets(shoal_linkprobe *lp, const shoal_linkprobe
 }
 
 int shoal_linkprobe_next(shoal_linkprobe *lp, uint64_t now_us, shoal_ctlmsg *msg,
-			 const char **endpoint)
+                         const char **endpoint)
 {
 	if (lp->n == 0)
 		return 0;

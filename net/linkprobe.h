@@ -31,7 +31,7 @@ typedef struct shoal_linkprobe shoal_linkprobe;
 
 typedef struct shoal_linkprobe_target {
 	shoal_peer_id peer;
-	uint8_t lep, rep;                 /* our / its data endpoint index */
+	uint8_t lep, rep;                       /* our / its data endpoint index */
 	char endpoint[2 * SHOAL_RECORD_EP_MAX]; /* ZeroMQ endpoint that takes that path */
 } shoal_linkprobe_target;
 
@@ -41,12 +41,12 @@ void shoal_linkprobe_free(shoal_linkprobe *lp);
 /* Replace the target list (copied). Measurements of targets that stay
  * (same peer, lep, rep) are kept; the others are forgotten. */
 shoal_err shoal_linkprobe_set_targets(shoal_linkprobe *lp, const shoal_linkprobe_target *t,
-				      size_t n);
+                                      size_t n);
 
 /* The next probe to send (round robin): fills *msg and *endpoint (borrowed
  * until the next call) and returns 1, or returns 0 with no targets. */
 int shoal_linkprobe_next(shoal_linkprobe *lp, uint64_t now_us, shoal_ctlmsg *msg,
-			 const char **endpoint);
+                         const char **endpoint);
 
 /* An ack arrived: match it by seq; unknown or late seqs are ignored. */
 void shoal_linkprobe_ack(shoal_linkprobe *lp, const shoal_ctlmsg *ack, uint64_t now_us);

@@ -47,7 +47,7 @@ shoal_err shoal_sysinfo_parse_meminfo(const char *text, uint64_t *total, uint64_
 	*available = shoal_sysinfo_meminfo_field(text, "MemAvailable");
 	if (*available == 0) /* kernels before 3.14: approximate */
 		*available = shoal_sysinfo_meminfo_field(text, "MemFree") +
-			     shoal_sysinfo_meminfo_field(text, "Cached");
+		             shoal_sysinfo_meminfo_field(text, "Cached");
 	return *total ? SHOAL_OK : SHOAL_ERR_FORMAT;
 }
 
@@ -63,10 +63,11 @@ static void shoal_sysinfo_memory(shoal_sysinfo *si)
 	vm_size_t page = 0;
 	if (host_page_size(mach_host_self(), &page) == KERN_SUCCESS &&
 	    host_statistics64(mach_host_self(), HOST_VM_INFO64, (host_info64_t)&vm, &count) ==
-		    KERN_SUCCESS)
+	        KERN_SUCCESS)
 		/* free + inactive + purgeable pages can be had without paging */
-		si->mem_available = ((uint64_t)vm.free_count + vm.inactive_count +
-				     vm.purgeable_count) * (uint64_t)page;
+		si->mem_available =
+		    ((uint64_t)vm.free_count + vm.inactive_count + vm.purgeable_count) *
+		    (uint64_t)page;
 #else
 	char text[8192];
 	FILE *f = fopen("/proc/meminfo", "r");
@@ -128,7 +129,7 @@ static void shoal_sysinfo_ifs(shoal_sysinfo *si, int include_loopback)
 		shoal_sysinfo_if *e = &si->ifs[si->n_if++];
 		snprintf(e->name, sizeof e->name, "%s", p->ifa_name);
 		inet_ntop(AF_INET, &((struct sockaddr_in *)p->ifa_addr)->sin_addr, e->addr,
-			  sizeof e->addr);
+		          sizeof e->addr);
 		shoal_sysinfo_if_kind(p->ifa_name, p->ifa_flags, e->kind, sizeof e->kind);
 	}
 	freeifaddrs(ifa);
@@ -143,7 +144,7 @@ static void shoal_sysinfo_rdma(shoal_sysinfo *si)
 		return;
 	for (int i = 0; i < num && si->n_rdma < SHOAL_SYSINFO_MAX_RDMA; i++)
 		snprintf(si->rdma[si->n_rdma++], SHOAL_SYSINFO_STR_MAX, "%s",
-			 ibv_get_device_name(list[i]));
+		         ibv_get_device_name(list[i]));
 	ibv_free_device_list(list);
 #else
 	(void)si;

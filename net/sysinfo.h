@@ -15,14 +15,15 @@
 
 #include "base/err.h"
 
-#define SHOAL_SYSINFO_STR_MAX 32
-#define SHOAL_SYSINFO_MAX_IF 8   /* matches SHOAL_RECORD_MAX_DATA_EP */
+#define SHOAL_SYSINFO_STR_MAX  32
+#define SHOAL_SYSINFO_MAX_IF   8 /* matches SHOAL_RECORD_MAX_DATA_EP */
 #define SHOAL_SYSINFO_MAX_RDMA 4 /* matches SHOAL_RECORD_MAX_RDMA */
 
 typedef struct shoal_sysinfo_if {
 	char name[SHOAL_SYSINFO_STR_MAX]; /* "eth0" */
 	char addr[48];                    /* IPv4 dotted quad */
-	char kind[SHOAL_SYSINFO_STR_MAX]; /* "loopback", "ethernet", "wifi", "thunderbolt", "other" */
+	char kind[SHOAL_SYSINFO_STR_MAX]; /* "loopback", "ethernet", "wifi", "thunderbolt", "other"
+	                                   */
 } shoal_sysinfo_if;
 
 typedef struct shoal_sysinfo {

@@ -19,11 +19,12 @@
 
 static void shoal_cmd_key_usage(FILE *f)
 {
-	fprintf(f, "usage: shoal key new FILE          write a new cluster key (mode 0600)\n"
-		   "       shoal key fingerprint FILE  print a key's public fingerprint\n"
-		   "\nCopy FILE to every peer and start them with `shoal node --key FILE`\n"
-		   "(or copy it to <state-dir>/%s, the default).\n",
-		SHOAL_KEY_DEFAULT_NAME);
+	fprintf(f,
+	        "usage: shoal key new FILE          write a new cluster key (mode 0600)\n"
+	        "       shoal key fingerprint FILE  print a key's public fingerprint\n"
+	        "\nCopy FILE to every peer and start them with `shoal node --key FILE`\n"
+	        "(or copy it to <state-dir>/%s, the default).\n",
+	        SHOAL_KEY_DEFAULT_NAME);
 }
 
 int shoal_cmd_key(int argc, char **argv)
@@ -63,8 +64,9 @@ int shoal_cmd_key(int argc, char **argv)
 		shoal_key_wipe(&k, sizeof k);
 		printf("%s\n", fp);
 		if (loose)
-			fprintf(stderr, "shoal key: warning: %s is readable by others (chmod 600)\n",
-				argv[2]);
+			fprintf(stderr,
+			        "shoal key: warning: %s is readable by others (chmod 600)\n",
+			        argv[2]);
 		return 0;
 	}
 	shoal_cmd_key_usage(stderr);

@@ -37,40 +37,51 @@ static void shoal_cmd_node_signal(int sig)
 static void shoal_cmd_node_usage(FILE *f)
 {
 	fprintf(f,
-		"usage: shoal node [options]\n"
-		"  --name N               human name (default: host name)\n"
-		"  --listen ADDR[:PORT]   control address (default 0.0.0.0:47470; port 0 = any)\n"
-		"  --peer HOST[:PORT]     a seed peer to join through (repeatable)\n"
-		"  --no-mdns              do not advertise or browse with mDNS/DNS-SD\n"
-		"  --key FILE             cluster key (default: <state-dir>/%s)\n"
-		"  --insecure             run without a key (trusted LAN only)\n"
-		"  --cluster NAME         cluster name (default \"%s\")\n"
-		"  --threads T            compute threads (default: all cores)\n"
-		"  --state-dir D          where the id and key live (default per user)\n"
-		"  --data-listen ADDR:PORT  data-plane listener (default: ephemeral)\n"
-		"  -v, --verbose          debug logs\n",
-		SHOAL_KEY_DEFAULT_NAME, SHOAL_NODE_DEFAULT_CLUSTER);
+	        "usage: shoal node [options]\n"
+	        "  --name N               human name (default: host name)\n"
+	        "  --listen ADDR[:PORT]   control address (default 0.0.0.0:47470; port 0 = any)\n"
+	        "  --peer HOST[:PORT]     a seed peer to join through (repeatable)\n"
+	        "  --no-mdns              do not advertise or browse with mDNS/DNS-SD\n"
+	        "  --key FILE             cluster key (default: <state-dir>/%s)\n"
+	        "  --insecure             run without a key (trusted LAN only)\n"
+	        "  --cluster NAME         cluster name (default \"%s\")\n"
+	        "  --threads T            compute threads (default: all cores)\n"
+	        "  --state-dir D          where the id and key live (default per user)\n"
+	        "  --data-listen ADDR:PORT  data-plane listener (default: ephemeral)\n"
+	        "  -v, --verbose          debug logs\n",
+	        SHOAL_KEY_DEFAULT_NAME, SHOAL_NODE_DEFAULT_CLUSTER);
 }
 
 int shoal_cmd_node(int argc, char **argv)
 {
-	enum { O_NAME = 256, O_LISTEN, O_PEER, O_NOMDNS, O_KEY, O_INSECURE, O_CLUSTER, O_THREADS,
-	       O_STATE, O_DATA, O_GOSSIP };
+	enum {
+		O_NAME = 256,
+		O_LISTEN,
+		O_PEER,
+		O_NOMDNS,
+		O_KEY,
+		O_INSECURE,
+		O_CLUSTER,
+		O_THREADS,
+		O_STATE,
+		O_DATA,
+		O_GOSSIP
+	};
 	static const struct option opts[] = {
-		{"name", required_argument, NULL, O_NAME},
-		{"listen", required_argument, NULL, O_LISTEN},
-		{"peer", required_argument, NULL, O_PEER},
-		{"no-mdns", no_argument, NULL, O_NOMDNS},
-		{"key", required_argument, NULL, O_KEY},
-		{"insecure", no_argument, NULL, O_INSECURE},
-		{"cluster", required_argument, NULL, O_CLUSTER},
-		{"threads", required_argument, NULL, O_THREADS},
-		{"state-dir", required_argument, NULL, O_STATE},
-		{"data-listen", required_argument, NULL, O_DATA},
-		{"gossip-ms", required_argument, NULL, O_GOSSIP},
-		{"verbose", no_argument, NULL, 'v'},
-		{"help", no_argument, NULL, 'h'},
-		{NULL, 0, NULL, 0},
+	    {"name", required_argument, NULL, O_NAME},
+	    {"listen", required_argument, NULL, O_LISTEN},
+	    {"peer", required_argument, NULL, O_PEER},
+	    {"no-mdns", no_argument, NULL, O_NOMDNS},
+	    {"key", required_argument, NULL, O_KEY},
+	    {"insecure", no_argument, NULL, O_INSECURE},
+	    {"cluster", required_argument, NULL, O_CLUSTER},
+	    {"threads", required_argument, NULL, O_THREADS},
+	    {"state-dir", required_argument, NULL, O_STATE},
+	    {"data-listen", required_argument, NULL, O_DATA},
+	    {"gossip-ms", required_argument, NULL, O_GOSSIP},
+	    {"verbose", no_argument, NULL, 'v'},
+	    {"help", no_argument, NULL, 'h'},
+	    {NULL, 0, NULL, 0},
 	};
 	shoal_node_config cfg = {0};
 	const char *key_file = NULL, *state_dir = NULL;
@@ -84,27 +95,57 @@ int shoal_cmd_node(int argc, char **argv)
 	optind = 1;
 	while ((c = getopt_long(argc, argv, "vh", opts, NULL)) != -1) {
 		switch (c) {
-		case O_NAME: cfg.name = optarg; break;
-		case O_LISTEN: cfg.listen = optarg; break;
-		case O_PEER: seeds[cfg.n_seeds++] = optarg; break;
-		case O_NOMDNS: cfg.no_mdns = 1; break;
-		case O_KEY: key_file = optarg; break;
-		case O_INSECURE: insecure = 1; break;
-		case O_CLUSTER: cfg.cluster = optarg; break;
-		case O_THREADS: cfg.threads = atoi(optarg); break;
-		case O_STATE: state_dir = optarg; break;
-		case O_DATA: cfg.data_listen = optarg; break;
-		case O_GOSSIP: cfg.gossip_ms = (uint32_t)atoi(optarg); break;
-		case 'v': shoal_log_set_level(SHOAL_LOG_DEBUG); break;
-		case 'h': shoal_cmd_node_usage(stdout); free(seeds); return 0;
-		default: shoal_cmd_node_usage(stderr); free(seeds); return 2;
+		case O_NAME:
+			cfg.name = optarg;
+			break;
+		case O_LISTEN:
+			cfg.listen = optarg;
+			break;
+		case O_PEER:
+			seeds[cfg.n_seeds++] = optarg;
+			break;
+		case O_NOMDNS:
+			cfg.no_mdns = 1;
+			break;
+		case O_KEY:
+			key_file = optarg;
+			break;
+		case O_INSECURE:
+			insecure = 1;
+			break;
+		case O_CLUSTER:
+			cfg.cluster = optarg;
+			break;
+		case O_THREADS:
+			cfg.threads = atoi(optarg);
+			break;
+		case O_STATE:
+			state_dir = optarg;
+			break;
+		case O_DATA:
+			cfg.data_listen = optarg;
+			break;
+		case O_GOSSIP:
+			cfg.gossip_ms = (uint32_t)atoi(optarg);
+			break;
+		case 'v':
+			shoal_log_set_level(SHOAL_LOG_DEBUG);
+			break;
+		case 'h':
+			shoal_cmd_node_usage(stdout);
+			free(seeds);
+			return 0;
+		default:
+			shoal_cmd_node_usage(stderr);
+			free(seeds);
+			return 2;
 		}
 	}
 	if (optind < argc || (key_file && insecure) || cfg.threads < 0 ||
 	    (cfg.gossip_ms && (cfg.gossip_ms < 5 || cfg.gossip_ms > 10000))) {
 		fprintf(stderr, "shoal node: %s\n",
-			key_file && insecure ? "--key and --insecure exclude each other"
-					     : "bad arguments");
+		        key_file && insecure ? "--key and --insecure exclude each other"
+		                             : "bad arguments");
 		shoal_cmd_node_usage(stderr);
 		free(seeds);
 		return 2;
@@ -137,11 +178,11 @@ int shoal_cmd_node(int argc, char **argv)
 		cfg.key = &key;
 	} else if (!insecure) {
 		fprintf(stderr,
-			"shoal node: no cluster key. Make one and give it to every peer:\n"
-			"    shoal key new cluster.key\n"
-			"    shoal node --key cluster.key     (or copy it to %s)\n"
-			"or run an open cluster on a trusted LAN with --insecure.\n",
-			default_key);
+		        "shoal node: no cluster key. Make one and give it to every peer:\n"
+		        "    shoal key new cluster.key\n"
+		        "    shoal node --key cluster.key     (or copy it to %s)\n"
+		        "or run an open cluster on a trusted LAN with --insecure.\n",
+		        default_key);
 		goto out;
 	}
 	struct sigaction sa;

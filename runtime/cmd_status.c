@@ -47,7 +47,7 @@
 static void shoal_cmd_status_usage(FILE *f)
 {
 	fprintf(f, "usage: shoal status [--peer HOST[:PORT]] [--key FILE] [--insecure] [--json]\n"
-		   "                    [--state-dir D] [--timeout-ms MS]\n");
+	           "                    [--state-dir D] [--timeout-ms MS]\n");
 }
 
 /* Read "endpoint X" and "insecure N" from <dir>/control. */
@@ -96,12 +96,13 @@ static void shoal_cmd_status_print(json_t *root)
 		json_t *p = json_array_get(peers, i);
 		char osarch[48];
 		snprintf(osarch, sizeof osarch, "%s/%s", shoal_cmd_status_str(p, "os"),
-			 shoal_cmd_status_str(p, "arch"));
+		         shoal_cmd_status_str(p, "arch"));
 		char mem[32];
 		snprintf(mem, sizeof mem, "%.1f/%.1f",
-			 shoal_cmd_status_num(p, "mem_weights") / 1073741824.0,
-			 shoal_cmd_status_num(p, "mem_total") / 1073741824.0);
-		printf("%-3zu %-16.16s %-8.8s %-8s %5" JSON_INTEGER_FORMAT " %13s %9.2f %5d %-14.14s %s%s\n",
+		         shoal_cmd_status_num(p, "mem_weights") / 1073741824.0,
+		         shoal_cmd_status_num(p, "mem_total") / 1073741824.0);
+		printf("%-3zu %-16.16s %-8.8s %-8s %5" JSON_INTEGER_FORMAT
+		       " %13s %9.2f %5d %-14.14s %s%s\n",
 		       i, shoal_cmd_status_str(p, "name"), shoal_cmd_status_str(p, "id"),
 		       shoal_cmd_status_str(p, "state"),
 		       json_integer_value(json_object_get(p, "incarnation")), mem,
@@ -152,14 +153,14 @@ int shoal_cmd_status(int argc, char **argv)
 {
 	enum { O_PEER = 256, O_KEY, O_INSECURE, O_JSON, O_STATE, O_TIMEOUT };
 	static const struct option opts[] = {
-		{"peer", required_argument, NULL, O_PEER},
-		{"key", required_argument, NULL, O_KEY},
-		{"insecure", no_argument, NULL, O_INSECURE},
-		{"json", no_argument, NULL, O_JSON},
-		{"state-dir", required_argument, NULL, O_STATE},
-		{"timeout-ms", required_argument, NULL, O_TIMEOUT},
-		{"help", no_argument, NULL, 'h'},
-		{NULL, 0, NULL, 0},
+	    {"peer", required_argument, NULL, O_PEER},
+	    {"key", required_argument, NULL, O_KEY},
+	    {"insecure", no_argument, NULL, O_INSECURE},
+	    {"json", no_argument, NULL, O_JSON},
+	    {"state-dir", required_argument, NULL, O_STATE},
+	    {"timeout-ms", required_argument, NULL, O_TIMEOUT},
+	    {"help", no_argument, NULL, 'h'},
+	    {NULL, 0, NULL, 0},
 	};
 	const char *peer = NULL, *key_file = NULL, *state_dir = NULL;
 	int insecure = 0, as_json = 0, timeout_ms = 3000, c, rc = 1;
@@ -167,14 +168,30 @@ int shoal_cmd_status(int argc, char **argv)
 	optind = 1;
 	while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
 		switch (c) {
-		case O_PEER: peer = optarg; break;
-		case O_KEY: key_file = optarg; break;
-		case O_INSECURE: insecure = 1; break;
-		case O_JSON: as_json = 1; break;
-		case O_STATE: state_dir = optarg; break;
-		case O_TIMEOUT: timeout_ms = atoi(optarg); break;
-		case 'h': shoal_cmd_status_usage(stdout); return 0;
-		default: shoal_cmd_status_usage(stderr); return 2;
+		case O_PEER:
+			peer = optarg;
+			break;
+		case O_KEY:
+			key_file = optarg;
+			break;
+		case O_INSECURE:
+			insecure = 1;
+			break;
+		case O_JSON:
+			as_json = 1;
+			break;
+		case O_STATE:
+			state_dir = optarg;
+			break;
+		case O_TIMEOUT:
+			timeout_ms = atoi(optarg);
+			break;
+		case 'h':
+			shoal_cmd_status_usage(stdout);
+			return 0;
+		default:
+			shoal_cmd_status_usage(stderr);
+			return 2;
 		}
 	}
 	if (optind < argc || timeout_ms <= 0) {
@@ -187,15 +204,15 @@ int shoal_cmd_status(int argc, char **argv)
 		dir[0] = '\0';
 	if (peer) {
 		if (shoal_node_endpoint_parse(peer, SHOAL_CTL_DEFAULT_PORT, ep, sizeof ep, why,
-					      sizeof why) != SHOAL_OK) {
+		                              sizeof why) != SHOAL_OK) {
 			fprintf(stderr, "shoal status: %s\n", why);
 			return 2;
 		}
 	} else if (shoal_cmd_status_control(dir, ep, sizeof ep, &insecure) != 0) {
 		fprintf(stderr,
-			"shoal status: no local node found (no %s/%s); is `shoal node` running? "
-			"Use --peer HOST[:PORT] or --state-dir D\n",
-			dir, SHOAL_NODE_CONTROL_FILE);
+		        "shoal status: no local node found (no %s/%s); is `shoal node` running? "
+		        "Use --peer HOST[:PORT] or --state-dir D\n",
+		        dir, SHOAL_NODE_CONTROL_FILE);
 		return 1;
 	}
 	/* Keys. */
@@ -215,8 +232,9 @@ int shoal_cmd_status(int argc, char **argv)
 		shoal_key_wipe(&key, sizeof key);
 		keys = &curve;
 	} else if (!insecure) {
-		fprintf(stderr, "shoal status: no cluster key: use --key FILE (or --insecure for an "
-				"open cluster)\n");
+		fprintf(stderr,
+		        "shoal status: no cluster key: use --key FILE (or --insecure for an "
+		        "open cluster)\n");
 		return 1;
 	}
 	shoal_ctl_client *cl = NULL;
@@ -235,14 +253,14 @@ int shoal_cmd_status(int argc, char **argv)
 	shoal_ctlmsg resp;
 	if (shoal_ctl_client_send(cl, bufs, lens, 1) != SHOAL_OK ||
 	    shoal_ctl_client_recv(cl, timeout_ms, &reply, &reply_len, why, sizeof why) !=
-		    SHOAL_OK) {
+	        SHOAL_OK) {
 		fprintf(stderr, "shoal status: %s: %s\n", ep, why[0] ? why : "send failed");
 		goto out;
 	}
 	if (shoal_ctlmsg_decode(reply, reply_len, &resp, why, sizeof why) != SHOAL_OK ||
 	    resp.type != SHOAL_CTLMSG_STATUS_RESP) {
 		fprintf(stderr, "shoal status: bad answer from %s: %s\n", ep,
-			why[0] ? why : "not a status");
+		        why[0] ? why : "not a status");
 		goto out;
 	}
 	json_error_t jerr;

@@ -40,6 +40,7 @@
 #include "net/swim.h"
 #include "net/sysinfo.h"
 #include "net/wire.h"
+#include "runtime/kernels_probe.h"
 
 /* Versions this node speaks; a peer that differs is kept in the view but
  * left out of plans (net/swim.c says why in `shoal status`). */
@@ -56,15 +57,15 @@
  *   gossip a node causes to one record per 5 s.
  * IDLE: close a DEALER unused for 600 B (60 s); gossip reaches every live
  *   peer far more often than that. */
-#define SHOAL_NODE_PROBE_MULT 2u
+#define SHOAL_NODE_PROBE_MULT   2u
 #define SHOAL_NODE_TARGETS_MULT 10u
-#define SHOAL_NODE_RECORD_MULT 50u
-#define SHOAL_NODE_IDLE_MULT 600u
+#define SHOAL_NODE_RECORD_MULT  50u
+#define SHOAL_NODE_IDLE_MULT    600u
 /* Dropped-message log: at most DROPLOG_BURST lines per DROPLOG_MULT B
  * (10 per 10 s), as membership does, so a flood cannot fill the disk. */
 #define SHOAL_NODE_DROPLOG_BURST 10u
-#define SHOAL_NODE_DROPLOG_MULT 100u
-#define SHOAL_NODE_MAX_FDS 48 /* discovery ops (<= 64 in flight, usually < 10) + listener */
+#define SHOAL_NODE_DROPLOG_MULT  100u
+#define SHOAL_NODE_MAX_FDS       48 /* discovery ops (<= 64 in flight, usually < 10) + listener */
 
 struct shoal_node {
 	shoal_node_config cfg;
@@ -116,7 +117,7 @@ static uint64_t shoal_node_rand64(void *ctx)
 
 /* Split "ADDR[:PORT]" (ADDR may be "*") into ip and port. */
 static shoal_err shoal_node_split(const char *hostport, uint16_t dflt, char *host, size_t cap,
-				  uint16_t *port, char *why, size_t why_len)
+                                  uint16_t *port, char *why, size_t why_len)
 {
 	const char *colon = strrchr(hostport, ':');
 	size_t hl = colon ? (size_t)(colon - hostport) : strlen(hostport);
@@ -130,14 +131,14 @@ static shoal_err shoal_node_split(const char *hostport, uint16_t dflt, char *hos
 		long p = strtol(colon + 1, &end, 10);
 		if (!colon[1] || *end || p < 0 || p > 65535)
 			return shoal_why(why, why_len, SHOAL_ERR_INVAL, "bad port in '%s'",
-					 hostport);
+			                 hostport);
 		*port = (uint16_t)p;
 	}
 	return SHOAL_OK;
 }
 
 shoal_err shoal_node_endpoint_parse(const char *hostport, uint16_t dflt, char *out, size_t cap,
-				    char *why, size_t why_len)
+                                    char *why, size_t why_len)
 {
 	char host[256];
 	uint16_t port;
@@ -150,7 +151,7 @@ shoal_err shoal_node_endpoint_parse(const char *hostport, uint16_t dflt, char *o
 	int rc = getaddrinfo(host, NULL, &hints, &res);
 	if (rc != 0 || !res)
 		return shoal_why(why, why_len, SHOAL_ERR_NOTFOUND, "cannot resolve '%s': %s", host,
-				 gai_strerror(rc));
+		                 gai_strerror(rc));
 	char ip[INET_ADDRSTRLEN];
 	inet_ntop(AF_INET, &((struct sockaddr_in *)res->ai_addr)->sin_addr, ip, sizeof ip);
 	freeaddrinfo(res);
@@ -190,9 +191,10 @@ static void shoal_node_write_control(shoal_node *n)
 		SHOAL_LOG_W("node", "cannot write %s: %s", tmp, strerror(errno));
 		return;
 	}
-	fprintf(f, "# written by the running `shoal node`; read by `shoal status`\n"
-		   "endpoint tcp://%s:%u\ninsecure %d\npid %ld\n",
-		ip, (unsigned)shoal_ctl_port(n->ctl), n->keyed ? 0 : 1, (long)getpid());
+	fprintf(f,
+	        "# written by the running `shoal node`; read by `shoal status`\n"
+	        "endpoint tcp://%s:%u\ninsecure %d\npid %ld\n",
+	        ip, (unsigned)shoal_ctl_port(n->ctl), n->keyed ? 0 : 1, (long)getpid());
 	if (fclose(f) != 0 || rename(tmp, path) != 0)
 		SHOAL_LOG_W("node", "cannot write %s: %s", path, strerror(errno));
 }
@@ -206,35 +208,24 @@ static void shoal_node_remove_control(shoal_node *n)
 
 /* --------------------------------------------------------------- the record */
 
-/* COMPUTE PROBE HOOK. runtime/kernels_probe.h (another area) will measure
- * the quantized mat-vec in GB/s and GFLOP/s; until it exists this stand-in
- * measures a streaming float dot product over 16 MiB (larger than the
- * caches, so it is memory-bound like decoding): ~10-30 ms. Replace the body
- * with the kernels probe when it lands. */
+/* The compute probe: runtime/kernels_probe.h measures the best kernel
+ * table's quantized mat-vec (decode, memory-bound: GB/s) and mat-mul
+ * (prefill: GFLOP/s) on one thread. SHOAL_NODE_PROBE_MS = 150 ms: a start-up
+ * cost nobody notices, long enough for a few passes over a matrix larger
+ * than the caches. */
+#define SHOAL_NODE_PROBE_MS 150u
+
 static void shoal_node_compute_probe(shoal_record *r)
 {
-	const size_t n = (16u << 20) / sizeof(float);
-	float *a = malloc(n * sizeof *a);
-	if (!a)
+	shoal_kernels_probe_result res;
+	if (shoal_kernels_probe(NULL, SHOAL_NODE_PROBE_MS, &res) != SHOAL_OK) {
+		SHOAL_LOG_W("node", "compute probe failed (out of memory); publishing 0");
 		return;
-	for (size_t i = 0; i < n; i++)
-		a[i] = (float)(i & 1023) * 0.001f;
-	float acc[8] = {0};
-	uint64_t t0 = shoal_node_now_us(NULL);
-	const int reps = 3;
-	for (int rep = 0; rep < reps; rep++)
-		for (size_t i = 0; i + 8 <= n; i += 8)
-			for (int k = 0; k < 8; k++)
-				acc[k] += a[i + k] * a[i + k];
-	uint64_t dt = shoal_node_now_us(NULL) - t0;
-	volatile float sink = acc[0] + acc[7];
-	(void)sink;
-	free(a);
-	if (dt == 0)
-		dt = 1;
-	uint64_t bytes = (uint64_t)reps * n * sizeof(float);
-	r->compute_mb_s = bytes / dt;                        /* bytes/us == MB/s */
-	r->compute_mflops = (uint64_t)reps * n * 2u / dt; /* flop/us == MFLOP/s */
+	}
+	r->compute_mb_s = (uint64_t)(res.gemv_gbps * 1000.0);     /* GB/s -> MB/s */
+	r->compute_mflops = (uint64_t)(res.gemm_gflops * 1000.0); /* GFLOP/s -> MFLOP/s */
+	SHOAL_LOG_I("node", "compute probe (%s, %u ms): %.2f GB/s mat-vec, %.2f GFLOP/s mat-mul",
+	            res.isa ? res.isa : "?", res.elapsed_ms, res.gemv_gbps, res.gemm_gflops);
 }
 
 /* Fill the static parts of our record: identity, versions, endpoints,
@@ -261,7 +252,7 @@ static void shoal_node_record_init(shoal_node *n)
 			}
 	}
 	snprintf(r->ctl_endpoint, sizeof r->ctl_endpoint, "tcp://%s:%u", ip,
-		 (unsigned)shoal_ctl_port(n->ctl));
+	         (unsigned)shoal_ctl_port(n->ctl));
 	/* Data endpoints: one per interface when the data listener is on the
 	 * wildcard address, else just its address. */
 	char dip[64] = "";
@@ -272,7 +263,7 @@ static void shoal_node_record_init(shoal_node *n)
 	if (dip[0] && strcmp(dip, "0.0.0.0")) {
 		shoal_record_endpoint *e = &r->data_ep[r->n_data_ep++];
 		shoal_record_strcpy(e->kind, sizeof e->kind,
-				    !strncmp(dip, "127.", 4) ? "loopback" : "other");
+		                    !strncmp(dip, "127.", 4) ? "loopback" : "other");
 		for (uint32_t i = 0; i < n->si.n_if; i++)
 			if (!strcmp(n->si.ifs[i].addr, dip)) {
 				shoal_record_strcpy(e->kind, sizeof e->kind, n->si.ifs[i].kind);
@@ -280,12 +271,13 @@ static void shoal_node_record_init(shoal_node *n)
 			}
 		snprintf(e->addr, sizeof e->addr, "tcp://%s:%u", dip, (unsigned)n->data_port);
 	} else {
-		for (uint32_t i = 0; i < n->si.n_if && r->n_data_ep < SHOAL_RECORD_MAX_DATA_EP; i++) {
+		for (uint32_t i = 0; i < n->si.n_if && r->n_data_ep < SHOAL_RECORD_MAX_DATA_EP;
+		     i++) {
 			shoal_record_endpoint *e = &r->data_ep[r->n_data_ep++];
 			shoal_record_strcpy(e->kind, sizeof e->kind, n->si.ifs[i].kind);
 			shoal_record_strcpy(e->ifname, sizeof e->ifname, n->si.ifs[i].name);
 			snprintf(e->addr, sizeof e->addr, "tcp://%s:%u", n->si.ifs[i].addr,
-				 (unsigned)n->data_port);
+			         (unsigned)n->data_port);
 		}
 	}
 	r->cores = n->si.cores;
@@ -306,21 +298,21 @@ static void shoal_node_record_refresh(shoal_node *n)
 	n->rec.mem_total = n->si.mem_total;
 	n->rec.mem_weights = n->si.mem_available;
 	n->rec.load_permille = n->si.load_permille;
-	n->rec.n_links = (uint32_t)shoal_linkprobe_links(n->lp, n->rec.links,
-							 SHOAL_RECORD_MAX_LINKS);
+	n->rec.n_links =
+	    (uint32_t)shoal_linkprobe_links(n->lp, n->rec.links, SHOAL_RECORD_MAX_LINKS);
 }
 
 /* ------------------------------------------------------------- callbacks */
 
 static shoal_err shoal_node_swim_send(void *ctx, const char *endpoint, const uint8_t *buf,
-				      size_t len)
+                                      size_t len)
 {
 	shoal_node *n = ctx;
 	return shoal_ctl_send(n->ctl, endpoint, buf, len);
 }
 
-static void shoal_node_member_changed(void *ctx, const shoal_swim_member *m,
-				      shoal_swim_state old, int is_new)
+static void shoal_node_member_changed(void *ctx, const shoal_swim_member *m, shoal_swim_state old,
+                                      int is_new)
 {
 	(void)ctx;
 	if (m->is_self)
@@ -329,14 +321,14 @@ static void shoal_node_member_changed(void *ctx, const shoal_swim_member *m,
 	shoal_peer_id_to_hex(&m->id, hex);
 	if (is_new)
 		SHOAL_LOG_I("node", "peer %s (%.8s) joined: %s, incarnation %llu, at %s%s%s",
-			    m->record.name, hex, shoal_swim_state_name(m->state),
-			    (unsigned long long)m->incarnation, m->record.ctl_endpoint,
-			    m->compatible ? "" : "; incompatible: ",
-			    m->compatible ? "" : m->why_incompatible);
+		            m->record.name, hex, shoal_swim_state_name(m->state),
+		            (unsigned long long)m->incarnation, m->record.ctl_endpoint,
+		            m->compatible ? "" : "; incompatible: ",
+		            m->compatible ? "" : m->why_incompatible);
 	else
 		SHOAL_LOG_I("node", "peer %s (%.8s): %s -> %s (incarnation %llu)", m->record.name,
-			    hex, shoal_swim_state_name(old), shoal_swim_state_name(m->state),
-			    (unsigned long long)m->incarnation);
+		            hex, shoal_swim_state_name(old), shoal_swim_state_name(m->state),
+		            (unsigned long long)m->incarnation);
 }
 
 static void shoal_node_incarnation_changed(void *ctx, uint64_t inc)
@@ -350,7 +342,7 @@ static void shoal_node_incarnation_changed(void *ctx, uint64_t inc)
 		n->persisted_inc = inc;
 	else
 		SHOAL_LOG_W("node", "cannot save incarnation %llu: %s", (unsigned long long)inc,
-			    why);
+		            why);
 	if (n->disc && n->disc->update && n->disc_state)
 		n->disc->update(n->disc_state, inc);
 }
@@ -362,12 +354,13 @@ static void shoal_node_on_found(void *ud, const shoal_discovery_found *f)
 		return; /* our own advertisement */
 	if (strcmp(f->cluster, n->cluster)) {
 		SHOAL_LOG_D("node", "mDNS: %s is in cluster '%s', not ours", f->endpoint,
-			    f->cluster);
+		            f->cluster);
 		return;
 	}
 	if (f->open != !n->keyed) {
 		SHOAL_LOG_I("node", "mDNS: ignoring %s: it runs %s, we run %s", f->endpoint,
-			    f->open ? "--insecure" : "with a key", n->keyed ? "with a key" : "--insecure");
+		            f->open ? "--insecure" : "with a key",
+		            n->keyed ? "with a key" : "--insecure");
 		return;
 	}
 	shoal_peer_id id;
@@ -377,7 +370,7 @@ static void shoal_node_on_found(void *ud, const shoal_discovery_found *f)
 	    b.incarnation >= f->incarnation)
 		return; /* known and alive: gossip has it */
 	SHOAL_LOG_I("node", "mDNS found peer %.8s at %s; joining through it", f->id_hex,
-		    f->endpoint);
+	            f->endpoint);
 	shoal_swim_join(n->sw, f->endpoint);
 }
 
@@ -418,13 +411,13 @@ static void shoal_node_dropped(shoal_node *n, const shoal_ctl_route *from, const
 	}
 	n->droplog_lines++;
 	SHOAL_LOG_W("node", "dropped a message from %s: %s%s",
-		    from->peer_addr[0] ? from->peer_addr : "?", why,
-		    n->droplog_quiet ? " (and earlier ones not logged)" : "");
+	            from->peer_addr[0] ? from->peer_addr : "?", why,
+	            n->droplog_quiet ? " (and earlier ones not logged)" : "");
 	n->droplog_quiet = 0;
 }
 
 static void shoal_node_on_message(void *ud, const shoal_ctl_route *from, const uint8_t *buf,
-				  size_t len)
+                                  size_t len)
 {
 	shoal_node *n = ud;
 	char why[200] = "";
@@ -490,7 +483,8 @@ static void shoal_node_targets(shoal_node *n)
 		const shoal_record *r = &v[i].record;
 		int port = shoal_node_ep_port(r->ctl_endpoint);
 		for (uint32_t a = 0; a < n->rec.n_data_ep; a++)
-			for (uint32_t b = 0; b < r->n_data_ep && b < SHOAL_RECORD_MAX_DATA_EP; b++) {
+			for (uint32_t b = 0; b < r->n_data_ep && b < SHOAL_RECORD_MAX_DATA_EP;
+			     b++) {
 				char lip[64], rip[64];
 				if (nt >= SHOAL_RECORD_MAX_LINKS)
 					break;
@@ -505,7 +499,7 @@ static void shoal_node_targets(shoal_node *n)
 				t[nt].lep = (uint8_t)a;
 				t[nt].rep = (uint8_t)b;
 				snprintf(t[nt].endpoint, sizeof t[nt].endpoint, "tcp://%s:0;%s:%d",
-					 lip, rip, port);
+				         lip, rip, port);
 				nt++;
 			}
 	}
@@ -532,8 +526,8 @@ static shoal_err shoal_node_data_listen(shoal_node *n, char *why, size_t why_len
 	char host[64] = "";
 	uint16_t port = 0;
 	if (n->cfg.data_listen) {
-		shoal_err e = shoal_node_split(n->cfg.data_listen, 0, host, sizeof host, &port, why,
-					       why_len);
+		shoal_err e =
+		    shoal_node_split(n->cfg.data_listen, 0, host, sizeof host, &port, why, why_len);
 		if (e != SHOAL_OK)
 			return e;
 	} else {
@@ -544,7 +538,7 @@ static shoal_err shoal_node_data_listen(shoal_node *n, char *why, size_t why_len
 		snprintf(host, sizeof host, "0.0.0.0");
 	if (inet_pton(AF_INET, host, &sa.sin_addr) != 1)
 		return shoal_why(why, why_len, SHOAL_ERR_INVAL,
-				 "data listen address '%s' is not an IPv4 address", host);
+		                 "data listen address '%s' is not an IPv4 address", host);
 	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
 	int one = 1;
 	if (fd < 0)
@@ -554,7 +548,7 @@ static shoal_err shoal_node_data_listen(shoal_node *n, char *why, size_t why_len
 		int e = errno;
 		close(fd);
 		return shoal_why(why, why_len, SHOAL_ERR_IO, "cannot bind data listener %s:%u: %s",
-				 host, (unsigned)port, strerror(e));
+		                 host, (unsigned)port, strerror(e));
 	}
 	socklen_t sl = sizeof sa;
 	getsockname(fd, (struct sockaddr *)&sa, &sl);
@@ -563,8 +557,7 @@ static shoal_err shoal_node_data_listen(shoal_node *n, char *why, size_t why_len
 	return SHOAL_OK;
 }
 
-shoal_err shoal_node_new(const shoal_node_config *cfg, shoal_node **out, char *why,
-			 size_t why_len)
+shoal_err shoal_node_new(const shoal_node_config *cfg, shoal_node **out, char *why, size_t why_len)
 {
 	shoal_err e = SHOAL_ERR_NOMEM;
 	*out = NULL;
@@ -579,9 +572,9 @@ shoal_err shoal_node_new(const shoal_node_config *cfg, shoal_node **out, char *w
 	shoal_wire_buf_init(&n->out);
 	snprintf(n->state_dir, sizeof n->state_dir, "%s", cfg->state_dir);
 	snprintf(n->cluster, sizeof n->cluster, "%s",
-		 cfg->cluster && *cfg->cluster ? cfg->cluster : SHOAL_NODE_DEFAULT_CLUSTER);
-	n->base_us = (uint64_t)(cfg->gossip_ms ? cfg->gossip_ms : SHOAL_NODE_DEFAULT_GOSSIP_MS) *
-		     1000u;
+	         cfg->cluster && *cfg->cluster ? cfg->cluster : SHOAL_NODE_DEFAULT_CLUSTER);
+	n->base_us =
+	    (uint64_t)(cfg->gossip_ms ? cfg->gossip_ms : SHOAL_NODE_DEFAULT_GOSSIP_MS) * 1000u;
 	if (cfg->key) {
 		n->key = *cfg->key;
 		n->keyed = 1;
@@ -592,15 +585,14 @@ shoal_err shoal_node_new(const shoal_node_config *cfg, shoal_node **out, char *w
 	}
 	if ((e = shoal_identity_lock(n->state_dir, &n->lock_fd, why, why_len)) != SHOAL_OK)
 		goto fail;
-	if ((e = shoal_identity_load(n->state_dir, cfg->name, &n->ident, why, why_len)) !=
-	    SHOAL_OK)
+	if ((e = shoal_identity_load(n->state_dir, cfg->name, &n->ident, why, why_len)) != SHOAL_OK)
 		goto fail;
 	n->persisted_inc = n->ident.incarnation;
 	/* Control socket. */
 	uint16_t port;
 	char zep[160];
 	if ((e = shoal_node_split(cfg->listen ? cfg->listen : "0.0.0.0", SHOAL_CTL_DEFAULT_PORT,
-				  n->listen_ip, sizeof n->listen_ip, &port, why, why_len)) !=
+	                          n->listen_ip, sizeof n->listen_ip, &port, why, why_len)) !=
 	    SHOAL_OK)
 		goto fail;
 	if (!strcmp(n->listen_ip, "*"))
@@ -611,10 +603,10 @@ shoal_err shoal_node_new(const shoal_node_config *cfg, shoal_node **out, char *w
 	else
 		snprintf(zep, sizeof zep, "tcp://%s:*", n->listen_ip);
 	shoal_ctl_config cc = {.listen = zep,
-			       .key = n->keyed ? &n->key : NULL,
-			       .heartbeat_ms = (int)(2 * n->base_us / 1000u),
-			       .on_message = shoal_node_on_message,
-			       .ud = n};
+	                       .key = n->keyed ? &n->key : NULL,
+	                       .heartbeat_ms = (int)(2 * n->base_us / 1000u),
+	                       .on_message = shoal_node_on_message,
+	                       .ud = n};
 	if ((e = shoal_ctl_new(&cc, &n->ctl, why, why_len)) != SHOAL_OK)
 		goto fail;
 	if ((e = shoal_node_data_listen(n, why, why_len)) != SHOAL_OK)
@@ -629,15 +621,15 @@ shoal_err shoal_node_new(const shoal_node_config *cfg, shoal_node **out, char *w
 	shoal_node_record_init(n);
 	shoal_node_record_refresh(n);
 	n->swim_ops = (shoal_swim_ops){.now_us = shoal_node_now_us,
-				       .rand64 = shoal_node_rand64,
-				       .send = shoal_node_swim_send,
-				       .member_changed = shoal_node_member_changed,
-				       .incarnation_changed = shoal_node_incarnation_changed};
+	                               .rand64 = shoal_node_rand64,
+	                               .send = shoal_node_swim_send,
+	                               .member_changed = shoal_node_member_changed,
+	                               .incarnation_changed = shoal_node_incarnation_changed};
 	shoal_swim_config sc;
 	shoal_swim_config_default(&sc);
 	sc.base_us = (uint32_t)n->base_us;
 	if ((e = shoal_swim_new(&sc, &n->rec, n->ident.incarnation, &n->swim_ops, n, &n->sw, why,
-				why_len)) != SHOAL_OK)
+	                        why_len)) != SHOAL_OK)
 		goto fail;
 	/* Seeds. */
 	n->seeds = calloc(cfg->n_seeds ? cfg->n_seeds : 1, sizeof *n->seeds);
@@ -648,7 +640,7 @@ shoal_err shoal_node_new(const shoal_node_config *cfg, shoal_node **out, char *w
 	for (size_t i = 0; i < cfg->n_seeds; i++) {
 		char ep[SHOAL_RECORD_EP_MAX];
 		if ((e = shoal_node_endpoint_parse(cfg->seeds[i], SHOAL_CTL_DEFAULT_PORT, ep,
-						   sizeof ep, why, why_len)) != SHOAL_OK)
+		                                   sizeof ep, why, why_len)) != SHOAL_OK)
 			goto fail;
 		if (!(n->seeds[n->n_seeds++] = strdup(ep))) {
 			e = SHOAL_ERR_NOMEM;
@@ -693,18 +685,18 @@ static void shoal_node_start_discovery(shoal_node *n)
 		SHOAL_LOG_I("node", "mDNS disabled (--no-mdns); %zu seed(s)", n->n_seeds);
 		return;
 	}
-	const shoal_discovery_ops *ops = n->cfg.discovery ? n->cfg.discovery
-							  : &shoal_discovery_dnssd;
+	const shoal_discovery_ops *ops =
+	    n->cfg.discovery ? n->cfg.discovery : &shoal_discovery_dnssd;
 	char instance[64], why[256];
 	snprintf(instance, sizeof instance, "%.40s-%.8s", n->ident.name, n->ident.id_hex);
 	shoal_discovery_config dc = {.instance = instance,
-				     .cluster = n->cluster,
-				     .id_hex = n->ident.id_hex,
-				     .incarnation = n->ident.incarnation,
-				     .port = shoal_ctl_port(n->ctl),
-				     .open = !n->keyed,
-				     .on_found = shoal_node_on_found,
-				     .ud = n};
+	                             .cluster = n->cluster,
+	                             .id_hex = n->ident.id_hex,
+	                             .incarnation = n->ident.incarnation,
+	                             .port = shoal_ctl_port(n->ctl),
+	                             .open = !n->keyed,
+	                             .on_found = shoal_node_on_found,
+	                             .ud = n};
 	if (ops->open(&dc, &n->disc_state, why, sizeof why) != SHOAL_OK) {
 		SHOAL_LOG_W("node", "%s; continuing with %zu seed(s) and gossip", why, n->n_seeds);
 		n->disc_state = NULL;
@@ -715,7 +707,7 @@ static void shoal_node_start_discovery(shoal_node *n)
 
 /* One loop turn: wait for traffic or the next timer, then do what is due. */
 static void shoal_node_turn(shoal_node *n, uint64_t *next_probe, uint64_t *next_targets,
-			    uint64_t *next_record, uint64_t *next_expire)
+                            uint64_t *next_record, uint64_t *next_expire)
 {
 	uint64_t now = shoal_node_now_us(NULL);
 	uint64_t wake = shoal_swim_next_wakeup_us(n->sw);
@@ -768,16 +760,18 @@ static void shoal_node_turn(shoal_node *n, uint64_t *next_probe, uint64_t *next_
 shoal_err shoal_node_run(shoal_node *n, volatile sig_atomic_t *stop)
 {
 	SHOAL_LOG_I("node", "peer %s (%s), incarnation %llu, cluster '%s'%s", n->ident.name,
-		    n->ident.id_hex, (unsigned long long)n->ident.incarnation, n->cluster,
-		    n->keyed ? "" : ", INSECURE (no key)");
+	            n->ident.id_hex, (unsigned long long)n->ident.incarnation, n->cluster,
+	            n->keyed ? "" : ", INSECURE (no key)");
 	SHOAL_LOG_I("node", "control %s (advertised %s), data port %u, %u data endpoint(s)",
-		    shoal_ctl_bound(n->ctl), n->rec.ctl_endpoint, (unsigned)n->data_port,
-		    n->rec.n_data_ep);
-	SHOAL_LOG_I("node", "memory %.1f GiB total, %.1f GiB available; %u cores%s%s; %s/%s; "
-			    "compute probe %llu MB/s",
-		    n->rec.mem_total / 1073741824.0, n->rec.mem_weights / 1073741824.0,
-		    n->rec.cores, n->rec.n_rdma ? "; RDMA " : "", n->rec.n_rdma ? n->rec.rdma[0] : "",
-		    n->rec.os, n->rec.arch, (unsigned long long)n->rec.compute_mb_s);
+	            shoal_ctl_bound(n->ctl), n->rec.ctl_endpoint, (unsigned)n->data_port,
+	            n->rec.n_data_ep);
+	SHOAL_LOG_I("node",
+	            "memory %.1f GiB total, %.1f GiB available; %u cores%s%s; %s/%s; "
+	            "compute probe %llu MB/s",
+	            n->rec.mem_total / 1073741824.0, n->rec.mem_weights / 1073741824.0,
+	            n->rec.cores, n->rec.n_rdma ? "; RDMA " : "",
+	            n->rec.n_rdma ? n->rec.rdma[0] : "", n->rec.os, n->rec.arch,
+	            (unsigned long long)n->rec.compute_mb_s);
 	if (n->cfg.threads > 0)
 		SHOAL_LOG_I("node", "compute threads: %d", n->cfg.threads);
 	shoal_node_write_control(n);

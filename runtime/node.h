@@ -26,31 +26,30 @@
 #include "net/key.h"
 
 #define SHOAL_NODE_DEFAULT_GOSSIP_MS 100 /* SWIM's own default base period */
-#define SHOAL_NODE_DEFAULT_CLUSTER "default"
-#define SHOAL_NODE_CONTROL_FILE "control" /* in the state dir, for `shoal status` */
+#define SHOAL_NODE_DEFAULT_CLUSTER   "default"
+#define SHOAL_NODE_CONTROL_FILE      "control" /* in the state dir, for `shoal status` */
 
 typedef struct shoal_node shoal_node;
 
 typedef struct shoal_node_config {
-	const char *state_dir;         /* required, created if missing */
-	const char *name;              /* NULL: host name */
-	const char *listen;            /* "ADDR[:PORT]"; NULL: 0.0.0.0:47470 */
-	const char *const *seeds;      /* "HOST[:PORT]" each */
+	const char *state_dir;    /* required, created if missing */
+	const char *name;         /* NULL: host name */
+	const char *listen;       /* "ADDR[:PORT]"; NULL: 0.0.0.0:47470 */
+	const char *const *seeds; /* "HOST[:PORT]" each */
 	size_t n_seeds;
 	int no_mdns;
-	const shoal_key *key;          /* NULL: insecure (caller checked --insecure) */
-	const char *cluster;           /* NULL: "default" */
-	int threads;                   /* compute threads; 0: all cores */
-	const char *data_listen;       /* "ADDR:PORT"; NULL: ephemeral on the listen address */
-	uint32_t gossip_ms;            /* base period; 0: default */
+	const shoal_key *key;    /* NULL: insecure (caller checked --insecure) */
+	const char *cluster;     /* NULL: "default" */
+	int threads;             /* compute threads; 0: all cores */
+	const char *data_listen; /* "ADDR:PORT"; NULL: ephemeral on the listen address */
+	uint32_t gossip_ms;      /* base period; 0: default */
 	const shoal_discovery_ops *discovery; /* NULL: DNS-SD */
 } shoal_node_config;
 
 /* Load the identity (raising its incarnation), lock the state dir, bind
  * the control and data sockets, probe the machine. Nothing is sent yet.
  * *out is owned by the caller (shoal_node_free). */
-shoal_err shoal_node_new(const shoal_node_config *cfg, shoal_node **out, char *why,
-			 size_t why_len);
+shoal_err shoal_node_new(const shoal_node_config *cfg, shoal_node **out, char *why, size_t why_len);
 
 /* Run until *stop becomes non-zero, then leave gracefully (bounded by
  * SWIM's linger time) and return. */
@@ -61,6 +60,6 @@ void shoal_node_free(shoal_node *n);
 /* "HOST[:PORT]" -> "tcp://IPv4:PORT" (default port dflt); resolves names
  * with getaddrinfo. */
 shoal_err shoal_node_endpoint_parse(const char *hostport, uint16_t dflt, char *out, size_t cap,
-				    char *why, size_t why_len);
+                                    char *why, size_t why_len);
 
 #endif

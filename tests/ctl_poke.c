@@ -63,7 +63,7 @@ int main(int argc, char **argv)
 	static const uint8_t huge_array[] = {0xdd, 0xff, 0xff, 0xff, 0xff, 0x01};
 	static const uint8_t huge_str[] = {0x81, 0xdb, 0x7f, 0xff, 0xff, 0xff, 'a', 'b'};
 	static const uint8_t huge_bin[] = {0xc6, 0xff, 0xff, 0xff, 0xf0, 0x00};
-	static const uint8_t no_t[] = {0x81, 0xa1, 'v', 0x01};           /* {"v":1} */
+	static const uint8_t no_t[] = {0x81, 0xa1, 'v', 0x01}; /* {"v":1} */
 	static const uint8_t t_str[] = {0x82, 0xa1, 't', 0xa1, 'x', 0xa1, 'v', 0x01};
 	static const uint8_t t_neg[] = {0x82, 0xa1, 't', 0xff, 0xa1, 'v', 0x01};
 	static const uint8_t bad_v[] = {0x82, 0xa1, 't', 0x01, 0xa1, 'v', 0x63}; /* v=99 */
@@ -76,13 +76,20 @@ int main(int argc, char **argv)
 		const uint8_t *b;
 		size_t n;
 	} corpus[] = {
-		{never_used, sizeof never_used}, {huge_map, sizeof huge_map},
-		{huge_array, sizeof huge_array}, {huge_str, sizeof huge_str},
-		{huge_bin, sizeof huge_bin},     {no_t, sizeof no_t},
-		{t_str, sizeof t_str},           {t_neg, sizeof t_neg},
-		{bad_v, sizeof bad_v},           {t_unknown, sizeof t_unknown},
-		{ping_bare, sizeof ping_bare},   {status_no_seq, sizeof status_no_seq},
-		{two_objects, sizeof two_objects}, {not_map, sizeof not_map},
+	    {never_used, sizeof never_used},
+	    {huge_map, sizeof huge_map},
+	    {huge_array, sizeof huge_array},
+	    {huge_str, sizeof huge_str},
+	    {huge_bin, sizeof huge_bin},
+	    {no_t, sizeof no_t},
+	    {t_str, sizeof t_str},
+	    {t_neg, sizeof t_neg},
+	    {bad_v, sizeof bad_v},
+	    {t_unknown, sizeof t_unknown},
+	    {ping_bare, sizeof ping_bare},
+	    {status_no_seq, sizeof status_no_seq},
+	    {two_objects, sizeof two_objects},
+	    {not_map, sizeof not_map},
 	};
 	for (size_t i = 0; i < sizeof corpus / sizeof corpus[0]; i++)
 		send1(c, corpus[i].b, corpus[i].n);

@@ -30,6 +30,7 @@ trap cleanup EXIT
 fail() {
 	echo "FAIL: $*"
 	for f in "$T"/*.log; do echo "---- $f"; tail -n 25 "$f"; done
+	for f in "$T"/st-*.json; do echo "---- $f"; "$VC" "$f" summary; done
 	exit 1
 }
 now_ms() { echo $(($(date +%s%N) / 1000000)); }

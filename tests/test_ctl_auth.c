@@ -57,8 +57,11 @@ static int server_start(server *s, const shoal_key *key)
 {
 	memset(s, 0, sizeof *s);
 	pthread_mutex_init(&s->mu, NULL);
-	shoal_ctl_config cfg = {.listen = "tcp://127.0.0.1:*", .key = key,
-				.heartbeat_ms = 200, .on_message = on_message, .ud = s};
+	shoal_ctl_config cfg = {.listen = "tcp://127.0.0.1:*",
+	                        .key = key,
+	                        .heartbeat_ms = 200,
+	                        .on_message = on_message,
+	                        .ud = s};
 	char why[256];
 	if (shoal_ctl_new(&cfg, &s->ctl, why, sizeof why) != SHOAL_OK) {
 		fprintf(stderr, "server: %s\n", why);
@@ -85,7 +88,7 @@ static void server_stats(server *s, shoal_ctl_stats *st, int *received)
 
 /* Send "hello" with the given keys; return the client's verdict. */
 static shoal_err ask(server *s, const shoal_key_curve *keys, int timeout_ms, char *reply,
-		     size_t cap)
+                     size_t cap)
 {
 	char ep[160], why[256] = "";
 	snprintf(ep, sizeof ep, "%s", shoal_ctl_bound(s->ctl));
@@ -205,5 +208,5 @@ static void test_insecure_server_answers_plain_client(void)
 }
 
 TEST_MAIN(TEST_CASE(test_right_key_works), TEST_CASE(test_server_key_but_random_client_refused),
-	  TEST_CASE(test_other_cluster_key_refused), TEST_CASE(test_plain_client_refused),
-	  TEST_CASE(test_insecure_server_answers_plain_client))
+          TEST_CASE(test_other_cluster_key_refused), TEST_CASE(test_plain_client_refused),
+          TEST_CASE(test_insecure_server_answers_plain_client))

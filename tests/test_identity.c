@@ -73,18 +73,18 @@ static void test_parse_rejects(void)
 	ASSERT_EQ(id.incarnation, 7);
 	ASSERT_STR_EQ(id.id_hex, "00112233445566778899aabbccddeeff");
 	const char *bad[] = {
-		"",
-		"id 00112233445566778899aabbccddeeff\n",
-		"incarnation 3\n",
-		"id 0011\nincarnation 3\n",
-		"id 00112233445566778899aabbccddeeff\nincarnation -3\n",
-		"id 00112233445566778899aabbccddeeff\nincarnation 99999999999999999999999\n",
-		"id 00112233445566778899aabbccddeeff\nincarnation 3x\n",
-		"id 00112233445566778899aabbccddeeff\nincarnation 3\ncolour blue\n",
+	    "",
+	    "id 00112233445566778899aabbccddeeff\n",
+	    "incarnation 3\n",
+	    "id 0011\nincarnation 3\n",
+	    "id 00112233445566778899aabbccddeeff\nincarnation -3\n",
+	    "id 00112233445566778899aabbccddeeff\nincarnation 99999999999999999999999\n",
+	    "id 00112233445566778899aabbccddeeff\nincarnation 3x\n",
+	    "id 00112233445566778899aabbccddeeff\nincarnation 3\ncolour blue\n",
 	};
 	for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
 		ASSERT_EQ(shoal_identity_parse(bad[i], strlen(bad[i]), &id, why, sizeof why),
-			  SHOAL_ERR_FORMAT);
+		          SHOAL_ERR_FORMAT);
 }
 
 static void test_corrupt_file_refused(void)
@@ -136,5 +136,5 @@ static void test_cleanup(void)
 }
 
 TEST_MAIN(TEST_CASE(test_create_then_reload), TEST_CASE(test_two_dirs_two_ids),
-	  TEST_CASE(test_parse_rejects), TEST_CASE(test_corrupt_file_refused),
-	  TEST_CASE(test_lock), TEST_CASE(test_cleanup))
+          TEST_CASE(test_parse_rejects), TEST_CASE(test_corrupt_file_refused), TEST_CASE(test_lock),
+          TEST_CASE(test_cleanup))

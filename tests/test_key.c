@@ -68,24 +68,29 @@ static void test_parse(void)
 	char why[200];
 	shoal_key k;
 	const char *good = "# comment\n\nshoal-cluster-key-v1 "
-			   "000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f\n";
+	                   "000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f\n";
 	ASSERT_EQ(shoal_key_parse(good, strlen(good), &k, why, sizeof why), SHOAL_OK);
 	for (int i = 0; i < SHOAL_KEY_BYTES; i++)
 		ASSERT_EQ(k.bytes[i], i);
 	const char *bad[] = {
-		"",
-		"# only a comment\n",
-		"shoal-cluster-key-v1 0001\n",
-		"shoal-cluster-key-v2 000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f\n",
-		"shoal-cluster-key-v1 zz0102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f\n",
-		"shoal-cluster-key-v1 000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f00\n",
-		"shoal-cluster-key-v1 000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f\n"
-		"shoal-cluster-key-v1 000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f\n",
+	    "",
+	    "# only a comment\n",
+	    "shoal-cluster-key-v1 0001\n",
+	    "shoal-cluster-key-v2 "
+	    "000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f\n",
+	    "shoal-cluster-key-v1 "
+	    "zz0102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f\n",
+	    "shoal-cluster-key-v1 "
+	    "000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f00\n",
+	    "shoal-cluster-key-v1 "
+	    "000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f\n"
+	    "shoal-cluster-key-v1 "
+	    "000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f\n",
 	};
 	for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
 		why[0] = '\0';
 		ASSERT_EQ(shoal_key_parse(bad[i], strlen(bad[i]), &k, why, sizeof why),
-			  SHOAL_ERR_FORMAT);
+		          SHOAL_ERR_FORMAT);
 		ASSERT_TRUE(why[0] != '\0');
 	}
 }
@@ -123,4 +128,4 @@ static void test_cleanup(void)
 }
 
 TEST_MAIN(TEST_CASE(test_roundtrip), TEST_CASE(test_generate_random), TEST_CASE(test_parse),
-	  TEST_CASE(test_derive), TEST_CASE(test_cleanup))
+          TEST_CASE(test_derive), TEST_CASE(test_cleanup))

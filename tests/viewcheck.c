@@ -55,7 +55,7 @@ static int check_schema(json_t *peers)
 		if (!ok) {
 			char *s = json_dumps(p, JSON_COMPACT);
 			fprintf(stderr, "viewcheck: peer %zu lacks a documented field: %s\n", i,
-				s ? s : "?");
+			        s ? s : "?");
 			free(s);
 			return 1;
 		}
@@ -66,7 +66,9 @@ static int check_schema(json_t *peers)
 int main(int argc, char **argv)
 {
 	if (argc < 3) {
-		fprintf(stderr, "usage: viewcheck FILE schema|count S|named N|state N|id N|inc N|summary\n");
+		fprintf(
+		    stderr,
+		    "usage: viewcheck FILE schema|count S|named N|state N|id N|inc N|summary\n");
 		return 2;
 	}
 	json_error_t err;
@@ -74,7 +76,7 @@ int main(int argc, char **argv)
 	json_t *peers = root ? json_object_get(root, "peers") : NULL;
 	if (!json_is_array(peers)) {
 		fprintf(stderr, "viewcheck: %s: not a status object (%s)\n", argv[1],
-			root ? "no peers array" : err.text);
+		        root ? "no peers array" : err.text);
 		json_decref(root);
 		return 1;
 	}
@@ -87,7 +89,7 @@ int main(int argc, char **argv)
 		for (size_t i = 0; i < json_array_size(peers); i++) {
 			json_t *p = json_array_get(peers, i);
 			const char *v = json_string_value(
-				json_object_get(p, !strcmp(cmd, "count") ? "state" : "name"));
+			    json_object_get(p, !strcmp(cmd, "count") ? "state" : "name"));
 			if (!strcmp(arg, "all") || (v && !strcmp(v, arg)))
 				n++;
 		}
@@ -98,7 +100,8 @@ int main(int argc, char **argv)
 		printf("%s\n", v ? v : "none");
 	} else if (!strcmp(cmd, "inc")) {
 		json_t *p = find_peer(peers, arg);
-		printf("%lld\n", p ? (long long)json_integer_value(json_object_get(p, "incarnation")) : -1LL);
+		printf("%lld\n",
+		       p ? (long long)json_integer_value(json_object_get(p, "incarnation")) : -1LL);
 	} else if (!strcmp(cmd, "summary")) {
 		for (size_t i = 0; i < json_array_size(peers); i++) {
 			json_t *p = json_array_get(peers, i);
