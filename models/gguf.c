@@ -6,13 +6,10 @@
  * of the file, every tensor's type, shape, extent and alignment, and the
  * uniqueness of keys and tensor names. After open, the getters only index
  * tables built here; nothing reads outside the mapping.
- *
- * Divisions, in order:
- *   - reasons: one-line error text with hostile names made printable
- *   - cursor: bounds-checked little-endian reads over one mapping
- *   - one shard: header, key/values, tensor infos, data extents
- *   - split models: finding and checking the other shards
- *   - open/free, getters
+ * Divisions, in order: reasons (one-line error text, hostile names made
+ * printable); cursor (bounds-checked little-endian reads); one shard
+ * (header, key/values, tensor infos, data extents); split models (finding
+ * and checking the other shards); open/free; getters.
  */
 #include "models/gguf.h"
 

@@ -5,17 +5,10 @@
  * peer that receives a tensor (or a layer range) checks it against the
  * tensor's digest before computing with it (DESIGN.md invariant 4).
  *
- * Part: models/. Definition (all digests BLAKE2b-256, libsodium's
- * crypto_generichash with no key):
- *   header[s] = H(bytes [0, data section start) of shard s)
- *   tensor[i] = H(the nbytes of tensor i's data)
- *   model id  = H("shoal-model-id-v1" || n_shards (u32 LE) || header[0..]
- *                 || for each tensor in file order: name length (u32 LE),
- *                    name, tensor[i])
- * Hashing a large model reads every byte, so the result is cached in
- * <state dir>/model-ids/, keyed by the absolute path, size and mtime of
- * every shard; a cache file carries its own checksum and is recomputed,
- * never trusted, when anything about it is off.
+ * Part: models/. Hashing a large model reads every byte, so the result is
+ * cached in <state dir>/model-ids/, keyed by the absolute path, size and
+ * mtime of every shard; a cache file carries its own checksum and is
+ * recomputed, never trusted, when anything about it is off.
  */
 #ifndef SHOAL_MODELS_MODEL_ID_H
 #define SHOAL_MODELS_MODEL_ID_H
@@ -27,6 +20,13 @@
 #include "base/err.h"
 #include "models/gguf.h"
 
+/* Definition (all digests BLAKE2b-256: libsodium's crypto_generichash,
+ * no key):
+ *   header[s] = H(bytes [0, data section start) of shard s)
+ *   tensor[i] = H(the nbytes of tensor i's data)
+ *   model id  = H("shoal-model-id-v1" || n_shards (u32 LE) || header[0..]
+ *                 || for each tensor in file order: name length (u32 LE),
+ *                    name, tensor[i]) */
 #define SHOAL_MODEL_ID_BYTES 32
 
 typedef struct shoal_model_id shoal_model_id; /* opaque */

@@ -7,12 +7,8 @@
  * same bytes as the unsplit one. Tensors stream to the file row by row, so
  * a 1 GB fixture needs a few MB of memory. The vocabulary is SentencePiece
  * style (<unk>, <s>, </s>, byte tokens <0x00>..<0xFF>, then letter pieces),
- * enough for `shoal run` to tokenize any text by byte fallback.
- *
- *   gen_fixture --arch llama|qwen2|qwen3|qwen3moe --type F32|F16|BF16|Q8_0|
- *     Q4_0|Q4_K|Q6_K --layers N --dim D --ff F --heads H --kv-heads K
- *     --vocab V [--head-dim D] [--experts E --experts-used K --ff-exp F]
- *     [--tied] [--seed S] [--split N] [--ctx N] OUT.gguf
+ * enough for `shoal run` to tokenize any text by byte fallback. Usage: see
+ * usage() below (or run it without arguments).
  */
 #include <errno.h>
 #include <math.h>
