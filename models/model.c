@@ -345,6 +345,7 @@ static shoal_err model_find(shoal_model *m, char *why, size_t why_len)
 		m->output = m->tok_embd;
 		m->hp.tied_head = true;
 	}
+	T_GET("rope_freqs.weight", false, &m->rope_freqs, hp0->n_rot / 2);
 	for (uint32_t il = 0; il < hp0->n_layer; il++) {
 		shoal_err e = layer_find(&c, hp0, il, &m->layers[il]);
 		if (e)

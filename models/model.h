@@ -80,6 +80,9 @@ typedef struct shoal_model {
 	const shoal_gguf_tensor *output_norm;
 	const shoal_gguf_tensor *output;  /* == tok_embd when hp.tied_head */
 	shoal_layer *layers;     /* (n_layer), owned */
+	/* Llama 3.1-style rope scaling: per-frequency divisors {n_rot / 2}
+	 * applied to every layer's rotation; NULL when the file has none. */
+	const shoal_gguf_tensor *rope_freqs;
 } shoal_model;
 
 /* Open a model: reads the GGUF, detects the architecture (unknown ->

@@ -125,7 +125,8 @@ typedef struct mut {
 	uint32_t experts;   /* llama MoE with 4 experts, 2 used, if set */
 	const char *ov_key; /* this <arch>.* key gets ov_val (an i64) instead */
 	int64_t ov_val;
-	bool drop_key; /* leave ov_key out instead */
+	bool drop_key;       /* leave ov_key out instead */
+	uint64_t rope_freqs; /* add rope_freqs.weight of this length if set */
 } mut;
 
 static void write_model(const char *p, const mut *mu)
@@ -180,6 +181,8 @@ static void write_model(const char *p, const mut *mu)
 	T("token_embd.weight", 2, 32, 16, 1);
 	T("output_norm.weight", 1, 32, 1, 1);
 	T("output.weight", 2, 32, 16, 1);
+	if (mu->rope_freqs)
+		T("rope_freqs.weight", 1, mu->rope_freqs, 1, 1);
 	static char names[2][12][48];
 	const char *parts[] = {"attn_norm", "attn_q",   "attn_k", "attn_v",  "attn_output",
 	                       "ffn_norm",  "ffn_gate", "ffn_up", "ffn_down"};
@@ -314,6 +317,16 @@ static void test_shape_errors(void)
 	             why, sizeof why, NULL),
 	    SHOAL_ERR_FORMAT);
 	ASSERT_REASON(why, "blk.0.ffn_gate_inp.weight");
+
+	/* Llama 3.1 rope factors: one per rotated pair (head_dim 8 -> 4). */
+	ASSERT_EQ(open_mut(&(mut){.rope_freqs = 4}, why, sizeof why, &m), SHOAL_OK);
+	ASSERT_TRUE(m->rope_freqs != NULL && m->rope_freqs->ne[0] == 4);
+	shoal_model_free(m);
+	ASSERT_EQ(open_mut(&(mut){0}, why, sizeof why, &m), SHOAL_OK);
+	ASSERT_TRUE(m->rope_freqs == NULL);
+	shoal_model_free(m);
+	ASSERT_EQ(open_mut(&(mut){.rope_freqs = 8}, why, sizeof why, NULL), SHOAL_ERR_FORMAT);
+	ASSERT_STR_EQ(why, "tensor 'rope_freqs.weight': shape {8}, expected {4}");
 
 	/* Bad hyper-parameters, each named. */
 	static const struct {
