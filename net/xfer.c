@@ -1,0 +1,722 @@
+/*
+ * net/xfer.c: data-plane links (see xfer.h): admission, capability
+ * negotiation, the RDMA upgrade, and frame send/receive over whichever
+ * transport the link uses, with exact per-kind counters.
+ *
+ * Part: net/. Divisions: link object, send and receive, the handshake
+ * (HELLO, admission), the RDMA upgrade, listener and connector.
+ *
+ * Link states:
+ *
+ *   connect/accept --> HELLO --> NEGOTIATE --+--> TCP ----+--> CLOSED
+ *                                            +--> RDMA ---+
+ *
+ *   transition                         function
+ *   start -> HELLO                     link_connect / listener_accept
+ *   HELLO -> NEGOTIATE (admitted)      hello_connector / hello_acceptor
+ *   HELLO -> CLOSED (refused, garbage) refuse
+ *   NEGOTIATE -> TCP | RDMA            negotiate (falls back, never fails)
+ *   TCP | RDMA -> CLOSED               fail_link (framing broke, peer gone)
+ */
+#include "config.h"
+
+#include "net/xfer_impl.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+#include <arpa/inet.h>
+
+#include "base/log.h"
+
+/* 16 iovecs reach the transport: the head + 15 payload pieces. */
+#define XFER_IOV_MAX 16
+/* An ERROR frame on a dying link gets this long: enough for a 351-byte
+ * frame into an idle socket, short enough not to stall the caller. */
+#define XFER_GOODBYE_MS 100
+/* Probe payload: 64 bytes, enough to see that bytes crossed intact. */
+#define XFER_PROBE_BYTES 64
+
+struct shoal_xfer_link {
+	shoal_xfer_config cfg;
+	shoal_xfer_limits lim;
+	xfer__tcp *tcp;
+	xfer__rdma *rdma;               /* set while negotiating and once upgraded */
+	const xfer__transport_ops *ops; /* the transport in use */
+	void *t;
+	uint8_t *txhead; /* (txcap) head of the frame being sent */
+	size_t txcap;
+	shoal_xfer_row *rows;     /* (max_rows) decoded tags of the last frame */
+	shoal_xfer_route *routes; /* (max_routes) its routes */
+	uint8_t digest[32];
+	uint64_t epoch;
+	int have_plan;
+	uint64_t tx_seq, rx_seq;
+	uint32_t max_send;
+	uint8_t peer[16];
+	char addr[64];
+	char devname[SHOAL_XFER_DEVNAME_MAX]; /* our RDMA device, when offered */
+	int closed;
+	char status[256];
+	shoal_xfer_metrics m;
+};
+
+struct shoal_xfer_listener {
+	shoal_xfer_config cfg;
+	int fd;
+	uint16_t port;
+	shoal_xfer_admit_fn admit;
+	void *ctx;
+};
+
+static int64_t now_ms(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static int left_ms(int64_t deadline)
+{
+	int64_t l = deadline - now_ms();
+	return l < 0 ? 0 : (int)l;
+}
+
+static uint64_t get64le(const uint8_t *p)
+{
+	uint64_t v = 0;
+	for (int i = 7; i >= 0; i--)
+		v = v << 8 | p[i];
+	return v;
+}
+
+static void hex_id(const uint8_t id[16], char out[33])
+{
+	for (int i = 0; i < 16; i++)
+		snprintf(out + 2 * i, 3, "%02x", id[i]);
+}
+
+#ifndef SHOAL_HAVE_RDMA
+const shoal_verbs_ops *shoal_verbs_ibv(void)
+{
+	return NULL;
+}
+#endif
+
+void shoal_xfer_config_default(shoal_xfer_config *cfg)
+{
+	memset(cfg, 0, sizeof *cfg);
+	cfg->max_frame = SHOAL_XFER_MAX_FRAME_DEFAULT;
+	cfg->max_rows = SHOAL_XFER_MAX_ROWS_DEFAULT;
+	cfg->max_routes = SHOAL_XFER_MAX_ROUTES_DEFAULT;
+	cfg->handshake_ms = SHOAL_XFER_HANDSHAKE_MS_DEFAULT;
+	cfg->verbs = shoal_verbs_ibv();
+	cfg->rdma_slots = SHOAL_XFER_RDMA_SLOTS_DEFAULT;
+}
+
+/* ---- link object ----------------------------------------------------- */
+
+void shoal_xfer_link_free(shoal_xfer_link *k)
+{
+	if (!k)
+		return;
+	xfer__rdma_ops.free(k->rdma);
+	xfer__tcp_ops.free(k->tcp);
+	free(k->txhead);
+	free(k->rows);
+	free(k->routes);
+	free(k);
+}
+
+/* A link around a connected socket (owned by the link from here on, also
+ * on failure). */
+static shoal_err link_new(const shoal_xfer_config *cfg, int fd, shoal_xfer_link **out, char *why,
+                          size_t why_len)
+{
+	shoal_err e;
+	shoal_xfer_link *k = calloc(1, sizeof *k);
+	if (!k) {
+		close(fd);
+		return SHOAL_ERR_NOMEM;
+	}
+	k->cfg = *cfg;
+	k->cfg.rdma_device = NULL; /* borrowed string: used during the handshake only */
+	if (cfg->max_frame < SHOAL_XFER_HDR_SIZE + SHOAL_XFER_HELLO_SIZE + SHOAL_XFER_TOKEN_MAX ||
+	    !cfg->max_rows || !cfg->max_routes) {
+		close(fd);
+		e = shoal_why(why, why_len, SHOAL_ERR_INVAL, "max_frame %u too small",
+		              cfg->max_frame);
+		goto fail;
+	}
+	k->lim = (shoal_xfer_limits){cfg->max_frame, cfg->max_rows, cfg->max_routes};
+	e = xfer__tcp_new(fd, cfg->max_frame, &k->tcp, why, why_len);
+	if (e) {
+		close(fd);
+		goto fail;
+	}
+	shoal_xfer_hdr h = {
+	    .kind = SHOAL_XFER_KIND_EXPERT_REQ, .n_rows = cfg->max_rows, .n_aux = cfg->max_routes};
+	k->txcap = (size_t)shoal_xfer_frame_head_len(&h);
+	k->txhead = aligned_alloc(64, (k->txcap + 63) & ~(size_t)63);
+	k->rows = calloc(cfg->max_rows, sizeof *k->rows);
+	k->routes = calloc(cfg->max_routes, sizeof *k->routes);
+	if (!k->txhead || !k->rows || !k->routes) {
+		e = SHOAL_ERR_NOMEM;
+		goto fail;
+	}
+	k->ops = &xfer__tcp_ops;
+	k->t = k->tcp;
+	k->max_send = cfg->max_frame;
+	snprintf(k->status, sizeof k->status, "tcp (handshake)");
+	*out = k;
+	return SHOAL_OK;
+fail:
+	shoal_xfer_link_free(k);
+	return e;
+}
+
+void shoal_xfer_link_set_plan(shoal_xfer_link *k, const uint8_t digest[32], uint64_t epoch)
+{
+	memcpy(k->digest, digest, 32);
+	k->epoch = epoch;
+	k->have_plan = 1;
+}
+
+const char *shoal_xfer_link_transport(const shoal_xfer_link *k)
+{
+	return k->ops->name;
+}
+
+const char *shoal_xfer_link_status(const shoal_xfer_link *k)
+{
+	return k->status;
+}
+
+void shoal_xfer_link_peer(const shoal_xfer_link *k, uint8_t peer[16])
+{
+	memcpy(peer, k->peer, 16);
+}
+
+uint32_t shoal_xfer_link_max_send(const shoal_xfer_link *k)
+{
+	return k->max_send;
+}
+
+int shoal_xfer_link_pollfds(const shoal_xfer_link *k, struct pollfd *pf, int cap)
+{
+	return k->ops->pollfds(k->t, pf, cap);
+}
+
+void shoal_xfer_link_metrics(const shoal_xfer_link *k, shoal_xfer_metrics *m)
+{
+	*m = k->m;
+	if (k->rdma) {
+		uint64_t s, r, w;
+		xfer__rdma_ops.own_counts(k->rdma, &s, &r, &w);
+		m->frames_sent[SHOAL_XFER_KIND_CREDIT] = s;
+		m->bytes_sent[SHOAL_XFER_KIND_CREDIT] = s * SHOAL_XFER_HDR_SIZE;
+		m->frames_recv[SHOAL_XFER_KIND_CREDIT] = r;
+		m->bytes_recv[SHOAL_XFER_KIND_CREDIT] = r * SHOAL_XFER_HDR_SIZE;
+		m->credit_waits = w;
+	}
+}
+
+/* ---- send and receive ------------------------------------------------ */
+
+/* CREDIT and PROBE belong to a transport, not to the frame sequence: a
+ * probe lost on a failing queue pair must not desynchronise seq. */
+static int kind_sequenced(unsigned kind)
+{
+	return kind != SHOAL_XFER_KIND_CREDIT && kind != SHOAL_XFER_KIND_PROBE;
+}
+
+/* Encode and hand one frame to transport (ops, t); no state change on
+ * failure but *partial. */
+static shoal_err send_on(shoal_xfer_link *k, const xfer__transport_ops *ops, void *t,
+                         const shoal_xfer_hdr *hdr, const struct iovec *iov, int iovcnt,
+                         int timeout_ms, int *partial, char *why, size_t why_len)
+{
+	shoal_xfer_hdr h = *hdr;
+	struct iovec v[XFER_IOV_MAX];
+	size_t head, payload = 0;
+	*partial = 0;
+	if (h.kind == SHOAL_XFER_KIND_NONE || h.kind >= SHOAL_XFER_KIND__COUNT ||
+	    h.kind == SHOAL_XFER_KIND_CREDIT)
+		return shoal_why(why, why_len, SHOAL_ERR_INVAL, "cannot send kind %u", h.kind);
+	if (iovcnt < 0 || iovcnt > XFER_IOV_MAX - 1)
+		return shoal_why(why, why_len, SHOAL_ERR_RANGE, "%d payload pieces (max %d)",
+		                 iovcnt, XFER_IOV_MAX - 1);
+	if (h.n_rows > k->lim.max_rows ||
+	    (shoal_xfer_kind_has_routes(h.kind) && h.n_aux > k->lim.max_routes))
+		return shoal_why(why, why_len, SHOAL_ERR_RANGE, "%u rows, %u routes (max %u, %u)",
+		                 h.n_rows, h.n_aux, k->lim.max_rows, k->lim.max_routes);
+	if (shoal_xfer_kind_is_data(h.kind)) {
+		if (!k->have_plan)
+			return shoal_why(why, why_len, SHOAL_ERR_STATE, "no plan set on this link");
+		memcpy(h.digest, k->digest, 32);
+		h.epoch = k->epoch;
+	}
+	for (int i = 0; i < iovcnt; i++) {
+		payload += iov[i].iov_len;
+		v[i + 1] = iov[i];
+	}
+	if (payload > k->max_send)
+		return shoal_why(why, why_len, SHOAL_ERR_RANGE, "payload of %zu bytes (max %u)",
+		                 payload, k->max_send);
+	h.payload_len = (uint32_t)payload;
+	h.seq = kind_sequenced(h.kind) ? k->tx_seq : 0;
+	h.credits = 0;
+	if (shoal_xfer_frame_encode_head(&h, k->txhead, k->txcap, &head) ||
+	    head + payload > k->max_send)
+		return shoal_why(why, why_len, SHOAL_ERR_RANGE, "frame of %zu bytes (max %u)",
+		                 head + payload, k->max_send);
+	v[0] = (struct iovec){.iov_base = k->txhead, .iov_len = head};
+	shoal_err e =
+	    ops->send(t, v, iovcnt + 1, head + payload, timeout_ms, partial, why, why_len);
+	if (e)
+		return e;
+	if (kind_sequenced(h.kind))
+		k->tx_seq++;
+	k->m.frames_sent[h.kind]++;
+	k->m.bytes_sent[h.kind] += head + payload;
+	return SHOAL_OK;
+}
+
+/* Mark the link closed with a reason; when `tell`, first send the peer an
+ * ERROR frame over TCP (best effort) and log. */
+static void fail_link(shoal_xfer_link *k, shoal_err code, const char *reason, int tell)
+{
+	if (k->closed)
+		return;
+	char id[33];
+	hex_id(k->peer, id);
+	if (tell) {
+		int partial;
+		size_t n = strnlen(reason, SHOAL_XFER_REASON_MAX);
+		shoal_xfer_hdr h = {.kind = SHOAL_XFER_KIND_ERROR, .n_aux = code};
+		struct iovec v = {.iov_base = (void *)reason, .iov_len = n};
+		send_on(k, &xfer__tcp_ops, k->tcp, &h, &v, 1, XFER_GOODBYE_MS, &partial, NULL, 0);
+		SHOAL_LOG_W("xfer", "closing link to %s (%.8s): %s", k->addr, id, reason);
+	}
+	k->closed = 1;
+	snprintf(k->status, sizeof k->status, "closed (%s)", reason);
+	shutdown(xfer__tcp_fd(k->tcp), SHUT_RDWR);
+}
+
+shoal_err shoal_xfer_link_send(shoal_xfer_link *k, const shoal_xfer_hdr *hdr,
+                               const struct iovec *iov, int iovcnt, int timeout_ms, char *why,
+                               size_t why_len)
+{
+	char r[256];
+	int partial;
+	if (k->closed)
+		return shoal_why(why, why_len, SHOAL_ERR_CLOSED, "link %s", k->status);
+	shoal_err e = send_on(k, k->ops, k->t, hdr, iov, iovcnt, timeout_ms, &partial, r, sizeof r);
+	if (!e)
+		return SHOAL_OK;
+	if (partial || e == SHOAL_ERR_CLOSED || e == SHOAL_ERR_IO)
+		fail_link(k, e, r, e != SHOAL_ERR_CLOSED);
+	return shoal_why(why, why_len, e, "%s", r);
+}
+
+/* Receive one frame from (ops, t) and judge it. Errors leave the link as
+ * it is; the caller decides what closes it. */
+static shoal_err recv_on(shoal_xfer_link *k, const xfer__transport_ops *ops, void *t,
+                         int timeout_ms, shoal_xfer_frame *f, char *why, size_t why_len)
+{
+	const uint8_t *buf;
+	size_t len;
+	shoal_err e = ops->recv(t, timeout_ms, &buf, &len, why, why_len);
+	if (e)
+		return e;
+	/* Passed the framing check: >= 96 bytes, so seq and kind are there. */
+	unsigned kind = buf[6];
+	uint64_t seq = get64le(buf + 56);
+	if (kind_sequenced(kind)) {
+		if (seq != k->rx_seq)
+			return shoal_why(why, why_len, SHOAL_ERR_PROTO,
+			                 "frame seq %llu, expected %llu", (unsigned long long)seq,
+			                 (unsigned long long)k->rx_seq);
+		k->rx_seq++;
+	}
+	e = shoal_xfer_frame_decode(buf, len, &k->lim, &f->hdr, k->rows, k->routes, &f->payload,
+	                            why, why_len);
+	if (e) {
+		k->m.rejected++;
+		return e;
+	}
+	if (shoal_xfer_kind_is_data(kind)) {
+		if (!k->have_plan || memcmp(f->hdr.digest, k->digest, 32) ||
+		    f->hdr.epoch != k->epoch) {
+			k->m.rejected++;
+			return shoal_why(why, why_len, SHOAL_ERR_MISMATCH,
+			                 "%s frame of plan epoch %llu (digest %02x%02x..), link "
+			                 "is on epoch %llu%s",
+			                 shoal_xfer_kind_name(kind),
+			                 (unsigned long long)f->hdr.epoch, f->hdr.digest[0],
+			                 f->hdr.digest[1], (unsigned long long)k->epoch,
+			                 k->have_plan ? "" : " (no plan set)");
+		}
+	}
+	k->m.frames_recv[kind]++;
+	k->m.bytes_recv[kind] += len;
+	return SHOAL_OK;
+}
+
+shoal_err shoal_xfer_link_recv(shoal_xfer_link *k, int timeout_ms, shoal_xfer_frame *f, char *why,
+                               size_t why_len)
+{
+	char r[256];
+	if (k->closed)
+		return shoal_why(why, why_len, SHOAL_ERR_CLOSED, "link %s", k->status);
+	shoal_err e = recv_on(k, k->ops, k->t, timeout_ms, f, r, sizeof r);
+	if (e == SHOAL_ERR_BUSY) /* RDMA link: the peer wrote on the TCP side */
+		e = recv_on(k, &xfer__tcp_ops, k->tcp, timeout_ms, f, r, sizeof r);
+	switch (e) {
+	case SHOAL_OK:
+		return SHOAL_OK;
+	case SHOAL_ERR_TIMEOUT:
+		return shoal_why(why, why_len, e, "no frame within %d ms", timeout_ms);
+	case SHOAL_ERR_FORMAT:
+	case SHOAL_ERR_MISMATCH:
+		SHOAL_LOG_W("xfer", "dropped a frame from %s: %s", k->addr, r);
+		return shoal_why(why, why_len, e, "%s", r);
+	case SHOAL_ERR_PROTO:
+		fail_link(k, e, r, 1);
+		return shoal_why(why, why_len, e, "%s", r);
+	default:
+		fail_link(k, e, r, 0);
+		return shoal_why(why, why_len, e, "%s", r);
+	}
+}
+
+/* ---- the handshake --------------------------------------------------- */
+
+static shoal_err hs_send(shoal_xfer_link *k, unsigned kind, uint32_t n_aux, const void *p, size_t n,
+                         int64_t deadline, char *why, size_t why_len)
+{
+	int partial;
+	shoal_xfer_hdr h = {.kind = (uint8_t)kind, .n_aux = n_aux};
+	struct iovec v = {.iov_base = (void *)p, .iov_len = n};
+	return send_on(k, &xfer__tcp_ops, k->tcp, &h, &v, n ? 1 : 0, left_ms(deadline), &partial,
+	               why, why_len);
+}
+
+/* Receive a frame of kind `want` over TCP. A peer's ERROR frame becomes
+ * its code with "peer: reason". */
+static shoal_err hs_recv(shoal_xfer_link *k, unsigned want, int64_t deadline, shoal_xfer_frame *f,
+                         char *why, size_t why_len)
+{
+	shoal_err e = recv_on(k, &xfer__tcp_ops, k->tcp, left_ms(deadline), f, why, why_len);
+	if (e)
+		return e;
+	if (f->hdr.kind == SHOAL_XFER_KIND_ERROR)
+		return shoal_why(why, why_len, (shoal_err)f->hdr.n_aux, "peer: %.*s",
+		                 (int)f->hdr.payload_len, (const char *)f->payload);
+	if (f->hdr.kind != want)
+		return shoal_why(why, why_len, SHOAL_ERR_PROTO, "expected a %s frame, got %s",
+		                 shoal_xfer_kind_name(want), shoal_xfer_kind_name(f->hdr.kind));
+	return SHOAL_OK;
+}
+
+/* Our HELLO block; opens the RDMA device to know what to offer. */
+static void hello_fill(shoal_xfer_link *k, const shoal_xfer_config *cfg, shoal_xfer_hello *hl,
+                       char *noreason, size_t nr_len)
+{
+	const char *dev = NULL;
+	memset(hl, 0, sizeof *hl);
+	hl->max_frame = k->cfg.max_frame;
+	memcpy(hl->peer, k->cfg.self_id, 16);
+	if (!cfg->verbs) {
+		snprintf(noreason, nr_len, "rdma not configured");
+		return;
+	}
+	shoal_err e = xfer__rdma_open(cfg, &k->rdma, &dev, noreason, nr_len);
+	if (e)
+		return;
+	hl->flags |= SHOAL_XFER_HELLO_RDMA;
+	hl->rdma_slots = cfg->rdma_slots;
+	snprintf(hl->device, sizeof hl->device, "%s", dev);
+	snprintf(k->devname, sizeof k->devname, "%s", dev);
+}
+
+/* ---- the RDMA upgrade ------------------------------------------------ */
+
+/* Exchange a status (and its reason) over TCP in a frame of `kind`:
+ * send ours, then read the peer's. Returns the peer's status in *peer_e
+ * and its reason in peer_why; the return value is a transport failure. */
+static shoal_err exchange_status(shoal_xfer_link *k, unsigned kind, shoal_err mine,
+                                 const char *reason, const void *ok_payload, size_t ok_len,
+                                 int64_t deadline, shoal_xfer_frame *f, shoal_err *peer_e,
+                                 char *peer_why, size_t pw_len, char *why, size_t why_len)
+{
+	const void *p = mine ? reason : ok_payload;
+	size_t n = mine ? strnlen(reason, SHOAL_XFER_REASON_MAX) : ok_len;
+	shoal_err e = hs_send(k, kind, mine, p, n, deadline, why, why_len);
+	if (!e)
+		e = hs_recv(k, kind, deadline, f, why, why_len);
+	if (e)
+		return e;
+	*peer_e = (shoal_err)f->hdr.n_aux;
+	if (*peer_e)
+		snprintf(peer_why, pw_len, "%.*s", (int)f->hdr.payload_len,
+		         (const char *)f->payload);
+	return SHOAL_OK;
+}
+
+/* One PROBE round trip over the queue pair, the connector first. */
+static shoal_err probe(shoal_xfer_link *k, int connector, int64_t deadline, char *why,
+                       size_t why_len)
+{
+	uint8_t pat[XFER_PROBE_BYTES];
+	for (int i = 0; i < XFER_PROBE_BYTES; i++)
+		pat[i] = (uint8_t)(i * 37 + 11);
+	shoal_xfer_hdr h = {.kind = SHOAL_XFER_KIND_PROBE, .dtype = SHOAL_XFER_DTYPE_U8};
+	struct iovec v = {.iov_base = pat, .iov_len = sizeof pat};
+	shoal_xfer_frame f;
+	int partial;
+	shoal_err e;
+	if (connector) {
+		e = send_on(k, &xfer__rdma_ops, k->rdma, &h, &v, 1, left_ms(deadline), &partial,
+		            why, why_len);
+		if (e)
+			return e;
+	}
+	e = recv_on(k, &xfer__rdma_ops, k->rdma, left_ms(deadline), &f, why, why_len);
+	if (e == SHOAL_ERR_BUSY)
+		return shoal_why(why, why_len, SHOAL_ERR_IO, "peer gave up on the probe");
+	if (e)
+		return e;
+	if (f.hdr.kind != SHOAL_XFER_KIND_PROBE || f.hdr.payload_len != sizeof pat ||
+	    memcmp(f.payload, pat, sizeof pat))
+		return shoal_why(why, why_len, SHOAL_ERR_PROTO, "probe came back altered");
+	if (!connector)
+		return send_on(k, &xfer__rdma_ops, k->rdma, &h, &v, 1, left_ms(deadline), &partial,
+		               why, why_len);
+	return SHOAL_OK;
+}
+
+/* Both HELLOs are known: upgrade to RDMA when both offered and the queue
+ * pair comes up; otherwise stay on TCP with the reason in k->status. A
+ * return other than SHOAL_OK means the TCP link itself failed. */
+static shoal_err negotiate(shoal_xfer_link *k, int connector, const shoal_xfer_hello *peer,
+                           const char *noreason, int64_t deadline, char *why, size_t why_len)
+{
+	char r[256], pr[256];
+	shoal_xfer_frame f;
+	shoal_xfer_qp_info local = {0}, remote;
+	uint8_t qpblock[SHOAL_XFER_QPINFO_SIZE];
+	shoal_err pe, e;
+	int peer_offers = (peer->flags & SHOAL_XFER_HELLO_RDMA) != 0;
+	if (!k->rdma || !peer_offers) {
+		snprintf(k->status, sizeof k->status, "tcp (%s)",
+		         !k->rdma ? noreason : "peer offers no rdma");
+		goto stay;
+	}
+	/* 1. Resources and queue-pair details, both ways. */
+	e = xfer__rdma_setup(k->rdma, k->max_send, &local, r, sizeof r);
+	shoal_xfer_qp_info_encode(&local, qpblock);
+	shoal_err te = exchange_status(k, SHOAL_XFER_KIND_RDMA_QP, e, r, qpblock, sizeof qpblock,
+	                               deadline, &f, &pe, pr, sizeof pr, why, why_len);
+	if (te)
+		return te;
+	if (!e && !pe)
+		e = shoal_xfer_qp_info_decode(f.payload, f.hdr.payload_len, &remote, r, sizeof r);
+	/* 2. INIT -> RTR -> RTS, receives posted; verdicts both ways. */
+	if (!e && !pe)
+		e = xfer__rdma_connect(k->rdma, &remote, xfer__tcp_fd(k->tcp), r, sizeof r);
+	if (!pe) {
+		te = exchange_status(k, SHOAL_XFER_KIND_RDMA_VERDICT, e, r, NULL, 0, deadline, &f,
+		                     &pe, pr, sizeof pr, why, why_len);
+		if (te)
+			return te;
+	}
+	/* 3. A round trip over the queue pair; verdicts both ways. */
+	if (!e && !pe) {
+		e = probe(k, connector, deadline, r, sizeof r);
+		if (e) {
+			char t[256];
+			snprintf(t, sizeof t, "rdma probe failed: %.200s", r);
+			snprintf(r, sizeof r, "%s", t);
+		}
+		te = exchange_status(k, SHOAL_XFER_KIND_RDMA_VERDICT, e, r, NULL, 0, deadline, &f,
+		                     &pe, pr, sizeof pr, why, why_len);
+		if (te)
+			return te;
+	}
+	if (e)
+		snprintf(k->status, sizeof k->status, "tcp (%.200s)", r);
+	else if (pe)
+		snprintf(k->status, sizeof k->status, "tcp (peer: %.200s)", pr);
+	if (e || pe)
+		goto stay;
+	k->ops = &xfer__rdma_ops;
+	k->t = k->rdma;
+	snprintf(k->status, sizeof k->status, "rdma (%s to %s)", k->devname, peer->device);
+	return SHOAL_OK;
+stay:
+	xfer__rdma_ops.free(k->rdma);
+	k->rdma = NULL;
+	return SHOAL_OK;
+}
+
+/* ---- listener and connector ------------------------------------------ */
+
+shoal_err shoal_xfer_listener_new(const shoal_xfer_config *cfg, const char *host, uint16_t port,
+                                  shoal_xfer_admit_fn admit, void *ctx, shoal_xfer_listener **out,
+                                  char *why, size_t why_len)
+{
+	shoal_xfer_listener *l = calloc(1, sizeof *l);
+	if (!l)
+		return SHOAL_ERR_NOMEM;
+	l->cfg = *cfg;
+	l->admit = admit;
+	l->ctx = ctx;
+	shoal_err e = xfer__tcp_listen(host, port, &l->fd, &l->port, why, why_len);
+	if (e) {
+		free(l);
+		return e;
+	}
+	*out = l;
+	return SHOAL_OK;
+}
+
+void shoal_xfer_listener_free(shoal_xfer_listener *l)
+{
+	if (!l)
+		return;
+	close(l->fd);
+	free(l);
+}
+
+uint16_t shoal_xfer_listener_port(const shoal_xfer_listener *l)
+{
+	return l->port;
+}
+
+int shoal_xfer_listener_fd(const shoal_xfer_listener *l)
+{
+	return l->fd;
+}
+
+/* Refuse a connecting peer: ERROR frame, log line, close. */
+static shoal_err refuse(shoal_xfer_link *k, shoal_err code, const char *reason, char *why,
+                        size_t why_len)
+{
+	fail_link(k, code, reason, 1);
+	shoal_why(why, why_len, code, "refused %s: %s", k->addr, reason);
+	shoal_xfer_link_free(k);
+	return code;
+}
+
+shoal_err shoal_xfer_listener_accept(shoal_xfer_listener *l, int timeout_ms, shoal_xfer_link **out,
+                                     char *why, size_t why_len)
+{
+	struct pollfd p = {.fd = l->fd, .events = POLLIN};
+	struct sockaddr_storage ss;
+	socklen_t sl = sizeof ss;
+	int n = poll(&p, 1, timeout_ms);
+	if (n == 0)
+		return shoal_why(why, why_len, SHOAL_ERR_TIMEOUT, "no connection within %d ms",
+		                 timeout_ms);
+	if (n < 0)
+		return shoal_why(why, why_len, SHOAL_ERR_IO, "poll: %s", strerror(errno));
+	int fd = accept4(l->fd, (struct sockaddr *)&ss, &sl, SOCK_CLOEXEC);
+	if (fd < 0)
+		return shoal_why(why, why_len, errno == EAGAIN ? SHOAL_ERR_TIMEOUT : SHOAL_ERR_IO,
+		                 "accept: %s", strerror(errno));
+	shoal_xfer_link *k;
+	shoal_err e = link_new(&l->cfg, fd, &k, why, why_len);
+	if (e)
+		return e;
+	char host[48] = "?";
+	if (ss.ss_family == AF_INET) {
+		struct sockaddr_in *a = (struct sockaddr_in *)&ss;
+		inet_ntop(AF_INET, &a->sin_addr, host, sizeof host);
+		snprintf(k->addr, sizeof k->addr, "%s:%u", host, ntohs(a->sin_port));
+	} else if (ss.ss_family == AF_INET6) {
+		struct sockaddr_in6 *a = (struct sockaddr_in6 *)&ss;
+		inet_ntop(AF_INET6, &a->sin6_addr, host, sizeof host);
+		snprintf(k->addr, sizeof k->addr, "[%s]:%u", host, ntohs(a->sin6_port));
+	}
+	int64_t deadline = now_ms() + l->cfg.handshake_ms;
+	char r[256], nr[256];
+	shoal_xfer_frame f;
+	shoal_xfer_hello peer, mine;
+	e = hs_recv(k, SHOAL_XFER_KIND_HELLO, deadline, &f, r, sizeof r);
+	if (!e)
+		e = shoal_xfer_hello_decode(f.payload, f.hdr.payload_len, &peer, r, sizeof r);
+	if (e)
+		return refuse(k, e == SHOAL_ERR_TIMEOUT ? e : SHOAL_ERR_PROTO, r, why, why_len);
+	memcpy(k->peer, peer.peer, 16);
+	if (peer.token_len == 0)
+		return refuse(k, SHOAL_ERR_AUTH, "no admission token presented", why, why_len);
+	if (!l->admit(l->ctx, peer.peer, k->addr, peer.token, peer.token_len)) {
+		char id[33];
+		hex_id(peer.peer, id);
+		snprintf(r, sizeof r, "admission token not valid for peer %s", id);
+		return refuse(k, SHOAL_ERR_AUTH, r, why, why_len);
+	}
+	k->max_send = peer.max_frame < k->cfg.max_frame ? peer.max_frame : k->cfg.max_frame;
+	hello_fill(k, &l->cfg, &mine, nr, sizeof nr);
+	uint8_t blk[SHOAL_XFER_HELLO_SIZE + SHOAL_XFER_TOKEN_MAX];
+	size_t bl = shoal_xfer_hello_encode(&mine, blk, sizeof blk);
+	e = hs_send(k, SHOAL_XFER_KIND_HELLO_ACK, 0, blk, bl, deadline, why, why_len);
+	if (!e)
+		e = negotiate(k, 0, &peer, nr, deadline, why, why_len);
+	if (e) {
+		shoal_xfer_link_free(k);
+		return e;
+	}
+	*out = k;
+	return SHOAL_OK;
+}
+
+shoal_err shoal_xfer_link_connect(const shoal_xfer_config *cfg, const char *host, uint16_t port,
+                                  const uint8_t *token, size_t token_len, shoal_xfer_link **out,
+                                  char *why, size_t why_len)
+{
+	int fd;
+	if (token_len > SHOAL_XFER_TOKEN_MAX)
+		return shoal_why(why, why_len, SHOAL_ERR_RANGE, "token of %zu bytes (max %u)",
+		                 token_len, SHOAL_XFER_TOKEN_MAX);
+	int64_t deadline = now_ms() + cfg->handshake_ms;
+	shoal_err e = xfer__tcp_connect(host, port, cfg->handshake_ms, &fd, why, why_len);
+	if (e)
+		return e;
+	shoal_xfer_link *k;
+	e = link_new(cfg, fd, &k, why, why_len);
+	if (e)
+		return e;
+	snprintf(k->addr, sizeof k->addr, "%s:%u", host, port);
+	char nr[256];
+	shoal_xfer_hello mine, peer;
+	shoal_xfer_frame f;
+	uint8_t blk[SHOAL_XFER_HELLO_SIZE + SHOAL_XFER_TOKEN_MAX];
+	hello_fill(k, cfg, &mine, nr, sizeof nr);
+	mine.token_len = (uint32_t)token_len;
+	if (token_len)
+		memcpy(mine.token, token, token_len);
+	size_t bl = shoal_xfer_hello_encode(&mine, blk, sizeof blk);
+	e = hs_send(k, SHOAL_XFER_KIND_HELLO, 0, blk, bl, deadline, why, why_len);
+	if (!e)
+		e = hs_recv(k, SHOAL_XFER_KIND_HELLO_ACK, deadline, &f, why, why_len);
+	if (!e)
+		e = shoal_xfer_hello_decode(f.payload, f.hdr.payload_len, &peer, why, why_len);
+	if (e)
+		goto fail;
+	memcpy(k->peer, peer.peer, 16);
+	k->max_send = peer.max_frame < cfg->max_frame ? peer.max_frame : cfg->max_frame;
+	e = negotiate(k, 1, &peer, nr, deadline, why, why_len);
+	if (e)
+		goto fail;
+	*out = k;
+	return SHOAL_OK;
+fail:
+	shoal_xfer_link_free(k);
+	return e;
+}
