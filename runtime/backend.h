@@ -4,7 +4,21 @@
  * pool) is the only one today; a Metal or CUDA backend fills the same table
  * and the engine's layer-range API (engine.h) does not change.
  *
- * Part: runtime/ (engine). Conventions for every op:
+ * Part: runtime/ (engine). The conventions every op follows are listed
+ * below the includes.
+ */
+#ifndef SHOAL_RUNTIME_BACKEND_H
+#define SHOAL_RUNTIME_BACKEND_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "base/err.h"
+#include "models/dtype.h"
+
+/*
+ * Conventions for every op:
  *   - activations are row-major F32 matrices: "(n_rows, n) ld" means row r
  *     starts at x + r * ld floats;
  *   - every output element is computed by one thread in a fixed order that
@@ -16,15 +30,6 @@
  *   - every member is required (none may be NULL); an instance is used by
  *     one caller thread at a time.
  */
-#ifndef SHOAL_RUNTIME_BACKEND_H
-#define SHOAL_RUNTIME_BACKEND_H
-
-#include <stdbool.h>
-#include <stddef.h>
-#include <stdint.h>
-
-#include "base/err.h"
-#include "models/dtype.h"
 
 typedef struct shoal_backend shoal_backend; /* opaque instance of a backend */
 
@@ -50,12 +55,12 @@ typedef struct shoal_backend_mat {
 typedef struct shoal_backend_attn {
 	uint32_t n_rows;
 	uint32_t n_head, n_head_kv, head_dim; /* n_head % n_head_kv == 0 (GQA) */
-	float scale;                /* 1/sqrt(head_dim) */
-	const float *q;             /* (n_rows, n_head * head_dim) after RoPE */
-	const float *const *k;      /* (n_rows) -> cache (n_ctx, n_head_kv * head_dim) */
-	const float *const *v;      /* (n_rows) -> cache (n_ctx, n_head_kv * head_dim) */
-	const uint32_t *n_kv;       /* (n_rows): row r sees cache positions [0, n_kv[r]) */
-	float *out;                 /* (n_rows, n_head * head_dim) */
+	float scale;                          /* 1/sqrt(head_dim) */
+	const float *q;                       /* (n_rows, n_head * head_dim) after RoPE */
+	const float *const *k;                /* (n_rows) -> cache (n_ctx, n_head_kv * head_dim) */
+	const float *const *v;                /* (n_rows) -> cache (n_ctx, n_head_kv * head_dim) */
+	const uint32_t *n_kv; /* (n_rows): row r sees cache positions [0, n_kv[r]) */
+	float *out;           /* (n_rows, n_head * head_dim) */
 } shoal_backend_attn;
 
 #define SHOAL_BACKEND_MAX_MATS 4
@@ -66,8 +71,8 @@ typedef struct shoal_backend_ops {
 	/* Make an instance with n_threads workers, able to run attention over
 	 * up to max_ctx positions and matrix products on up to max_rows rows
 	 * of up to max_n inputs. *out is owned by the caller (destroy). */
-	shoal_err (*create)(uint32_t n_threads, uint32_t max_ctx, uint32_t max_rows,
-			    uint32_t max_n, shoal_backend **out);
+	shoal_err (*create)(uint32_t n_threads, uint32_t max_ctx, uint32_t max_rows, uint32_t max_n,
+	                    shoal_backend **out);
 	void (*destroy)(shoal_backend *b); /* NULL is a no-op */
 
 	/* Describe up to cap devices into out; returns how many there are.
@@ -77,23 +82,22 @@ typedef struct shoal_backend_ops {
 	/* For each m < n_mat: y[m] (n_rows, n_out[m]) ldy[m] = x W[m]^T, with
 	 * x (n_rows, n_in) ldx. All W[m] have the same n_in. x is converted
 	 * once per activation type (shoal_kernels_act_type) for all of them. */
-	void (*matmul)(shoal_backend *b, uint32_t n_mat, const shoal_backend_mat *w,
-		       const float *x, size_t ldx, uint32_t n_rows, float *const *y,
-		       const size_t *ldy);
+	void (*matmul)(shoal_backend *b, uint32_t n_mat, const shoal_backend_mat *w, const float *x,
+	               size_t ldx, uint32_t n_rows, float *const *y, const size_t *ldy);
 
 	/* y = x / sqrt(mean(x^2) + eps) * w, per row of n; x, y (n_rows, n)
 	 * contiguous (may alias); w (n). Sum of squares in double, as the
 	 * reference engine. */
 	void (*rms_norm)(shoal_backend *b, const float *x, const float *w, uint32_t n,
-			 uint32_t n_rows, float eps, float *y);
+	                 uint32_t n_rows, float eps, float *y);
 
 	/* RoPE in place on x (n_rows, n_head * head_dim): the first n_rot
 	 * dims of each head rotate by the angles of row r's position;
 	 * cs (n_ctx, n_rot) holds (cos, sin) pairs per position and pair;
 	 * neox: pairs (i, i + n_rot/2), else adjacent pairs (2i, 2i+1). */
 	void (*rope)(shoal_backend *b, float *x, uint32_t n_rows, uint32_t n_head,
-		     uint32_t head_dim, uint32_t n_rot, const uint32_t *pos, const float *cs,
-		     bool neox);
+	             uint32_t head_dim, uint32_t n_rot, const uint32_t *pos, const float *cs,
+	             bool neox);
 
 	/* Causal GQA attention, softmax in F32 with the sum in double. */
 	void (*attention)(shoal_backend *b, const shoal_backend_attn *a);
@@ -107,7 +111,7 @@ typedef struct shoal_backend_ops {
 	/* Rows of an embedding table: out (n_rows, n_embd) = rows ids of
 	 * table (n_vocab, n_embd) of type t (ids already checked < n_vocab). */
 	void (*embed)(shoal_backend *b, shoal_dtype t, const void *table, size_t row_bytes,
-		      uint32_t n_embd, const int32_t *ids, uint32_t n_rows, float *out);
+	              uint32_t n_embd, const int32_t *ids, uint32_t n_rows, float *out);
 } shoal_backend_ops;
 
 /* The CPU backend (runtime/backend_cpu.c). */

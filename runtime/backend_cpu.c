@@ -32,11 +32,11 @@ struct shoal_backend {
 	const shoal_kernels *k;
 	shoal_threadpool *pool;
 	uint32_t n_threads, max_ctx, max_rows, max_n;
-	size_t act_stride;   /* bytes per converted activation row: 4 * max_n
-				(F32 is the widest partner type: 4 B/elem vs
-				Q8_0 34/32, Q8_K 292/256, F16/BF16 2) */
-	uint8_t *act;        /* (max_rows, act_stride) converted activations */
-	float *scores;       /* (n_threads, max_ctx) attention scratch */
+	size_t act_stride; /* bytes per converted activation row: 4 * max_n
+	                      (F32 is the widest partner type: 4 B/elem vs
+	                      Q8_0 34/32, Q8_K 292/256, F16/BF16 2) */
+	uint8_t *act;      /* (max_rows, act_stride) converted activations */
+	float *scores;     /* (n_threads, max_ctx) attention scratch */
 
 	/* the job in flight (one at a time, see threadpool.h) */
 	struct {
@@ -67,7 +67,7 @@ static void shoal_cpu_destroy(shoal_backend *b)
 }
 
 static shoal_err shoal_cpu_create(uint32_t n_threads, uint32_t max_ctx, uint32_t max_rows,
-				  uint32_t max_n, shoal_backend **out)
+                                  uint32_t max_n, shoal_backend **out)
 {
 	*out = NULL;
 	if (n_threads < 1 || max_ctx < 1 || max_rows < 1 || max_n < 1)
@@ -106,7 +106,7 @@ fail:
 #define SHOAL_CPU_PROBE_BYTES ((size_t)512 << 20)
 
 static size_t shoal_cpu_devices(shoal_backend *b, bool measure, shoal_backend_device *out,
-				size_t cap)
+                                size_t cap)
 {
 	if (cap < 1)
 		return 1;
@@ -129,7 +129,7 @@ static void shoal_cpu_quantize_worker(void *ctx, uint32_t ith, uint32_t nth)
 	shoal_backend *b = ctx;
 	for (uint32_t r = ith; r < b->mm.n_rows; r += nth)
 		b->k->quantize_act(b->mm.act_type, b->mm.x + r * b->mm.ldx,
-				   b->act + r * b->act_stride, b->mm.n_in);
+		                   b->act + r * b->act_stride, b->mm.n_in);
 }
 
 static void shoal_cpu_matmul_worker(void *ctx, uint32_t ith, uint32_t nth)
@@ -153,10 +153,10 @@ static void shoal_cpu_matmul_worker(void *ctx, uint32_t ith, uint32_t nth)
 		const uint8_t *wd = (const uint8_t *)w->data + (size_t)r0 * w->row_bytes;
 		if (b->mm.n_rows == 1)
 			k->gemv(w->type, w->n_in, wd, w->row_bytes, r1 - r0, b->act,
-				b->mm.y[m] + r0);
+			        b->mm.y[m] + r0);
 		else
-			k->gemm(w->type, w->n_in, wd, w->row_bytes, r1 - r0, b->act,
-				b->act_stride, b->mm.n_rows, b->mm.y[m] + r0, b->mm.ldy[m]);
+			k->gemm(w->type, w->n_in, wd, w->row_bytes, r1 - r0, b->act, b->act_stride,
+			        b->mm.n_rows, b->mm.y[m] + r0, b->mm.ldy[m]);
 	}
 	(void)ith;
 	(void)nth;
@@ -178,8 +178,8 @@ static uint32_t shoal_cpu_rows_per_chunk(int64_t n_out, uint32_t nth)
 }
 
 static void shoal_cpu_matmul(shoal_backend *b, uint32_t n_mat, const shoal_backend_mat *w,
-			     const float *x, size_t ldx, uint32_t n_rows, float *const *y,
-			     const size_t *ldy)
+                             const float *x, size_t ldx, uint32_t n_rows, float *const *y,
+                             const size_t *ldy)
 {
 	if (n_rows == 0 || n_mat == 0)
 		return;
@@ -274,10 +274,10 @@ static void shoal_cpu_attn_worker(void *ctx, uint32_t ith, uint32_t nth)
 		if (it >= n_items)
 			break;
 		uint32_t r = it / a->n_head, h = it % a->n_head, kvh = h / group;
-		const float *q = a->q + r * q_ld + (size_t)h * hd;   /* (head_dim) */
-		const float *kc = a->k[r] + (size_t)kvh * hd;        /* (n_kv) ld kv_ld */
-		const float *vc = a->v[r] + (size_t)kvh * hd;        /* (n_kv) ld kv_ld */
-		float *o = a->out + r * q_ld + (size_t)h * hd;       /* (head_dim) */
+		const float *q = a->q + r * q_ld + (size_t)h * hd; /* (head_dim) */
+		const float *kc = a->k[r] + (size_t)kvh * hd;      /* (n_kv) ld kv_ld */
+		const float *vc = a->v[r] + (size_t)kvh * hd;      /* (n_kv) ld kv_ld */
+		float *o = a->out + r * q_ld + (size_t)h * hd;     /* (head_dim) */
 		uint32_t n = a->n_kv[r];
 		float mx = -INFINITY;
 		for (uint32_t t = 0; t < n; t++) {
@@ -312,7 +312,7 @@ static void shoal_cpu_attention(shoal_backend *b, const shoal_backend_attn *a)
 /* ---- per-row ops ------------------------------------------------------------------- */
 
 static void shoal_cpu_rms_norm(shoal_backend *b, const float *x, const float *w, uint32_t n,
-			       uint32_t n_rows, float eps, float *y)
+                               uint32_t n_rows, float eps, float *y)
 {
 	for (uint32_t r = 0; r < n_rows; r++) {
 		const float *xr = x + (size_t)r * n; /* (n) */
@@ -329,8 +329,8 @@ static void shoal_cpu_rms_norm(shoal_backend *b, const float *x, const float *w,
 }
 
 static void shoal_cpu_rope(shoal_backend *b, float *x, uint32_t n_rows, uint32_t n_head,
-			   uint32_t head_dim, uint32_t n_rot, const uint32_t *pos, const float *cs,
-			   bool neox)
+                           uint32_t head_dim, uint32_t n_rot, const uint32_t *pos, const float *cs,
+                           bool neox)
 {
 	uint32_t half = n_rot / 2;
 	for (uint32_t r = 0; r < n_rows; r++) {
@@ -366,28 +366,28 @@ static void shoal_cpu_add(shoal_backend *b, float *y, const float *x, size_t n)
 }
 
 static void shoal_cpu_embed(shoal_backend *b, shoal_dtype t, const void *table, size_t row_bytes,
-			    uint32_t n_embd, const int32_t *ids, uint32_t n_rows, float *out)
+                            uint32_t n_embd, const int32_t *ids, uint32_t n_rows, float *out)
 {
 	for (uint32_t r = 0; r < n_rows; r++)
 		shoal_dequantize_row(t, (const uint8_t *)table + (size_t)ids[r] * row_bytes,
-				     out + (size_t)r * n_embd, n_embd);
+		                     out + (size_t)r * n_embd, n_embd);
 	(void)b;
 }
 
 /* ---- the ops table ---------------------------------------------------------------- */
 
 static const shoal_backend_ops shoal_cpu_ops = {
-	.name = "cpu",
-	.create = shoal_cpu_create,
-	.destroy = shoal_cpu_destroy,
-	.devices = shoal_cpu_devices,
-	.matmul = shoal_cpu_matmul,
-	.rms_norm = shoal_cpu_rms_norm,
-	.rope = shoal_cpu_rope,
-	.attention = shoal_cpu_attention,
-	.swiglu = shoal_cpu_swiglu,
-	.add = shoal_cpu_add,
-	.embed = shoal_cpu_embed,
+    .name = "cpu",
+    .create = shoal_cpu_create,
+    .destroy = shoal_cpu_destroy,
+    .devices = shoal_cpu_devices,
+    .matmul = shoal_cpu_matmul,
+    .rms_norm = shoal_cpu_rms_norm,
+    .rope = shoal_cpu_rope,
+    .attention = shoal_cpu_attention,
+    .swiglu = shoal_cpu_swiglu,
+    .add = shoal_cpu_add,
+    .embed = shoal_cpu_embed,
 };
 
 const shoal_backend_ops *shoal_backend_cpu(void)

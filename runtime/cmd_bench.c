@@ -28,10 +28,10 @@
 static void shoal_bench_usage(FILE *f)
 {
 	fprintf(f, "usage: shoal bench MODEL [--threads T] [--prompt N] [--gen N] [--json]\n"
-		   "  --threads T  compute threads (default 1)\n"
-		   "  --prompt N   prefill tokens (default 64)\n"
-		   "  --gen N      decoded tokens (default 32)\n"
-		   "  --json       one JSON object\n");
+	           "  --threads T  compute threads (default 1)\n"
+	           "  --prompt N   prefill tokens (default 64)\n"
+	           "  --gen N      decoded tokens (default 32)\n"
+	           "  --json       one JSON object\n");
 }
 
 static double shoal_bench_now(void)
@@ -106,7 +106,8 @@ int shoal_cmd_bench(int argc, char **argv)
 			errno = 0;
 			long v = i + 1 < argc ? strtol(argv[++i], &end, 10) : -1;
 			if (i >= argc || errno || *end || v < 1 || v > 65536) {
-				fprintf(stderr, "shoal bench: %s needs a number in [1, 65536]\n", a);
+				fprintf(stderr, "shoal bench: %s needs a number in [1, 65536]\n",
+				        a);
 				return 2;
 			}
 			*dst = v;
@@ -158,8 +159,12 @@ int shoal_cmd_bench(int argc, char **argv)
 	toks[0] = 1 % (int32_t)n_vocab;
 	pos[0] = 0;
 	want[0] = 1;
-	shoal_engine_batch b1 = {.n_rows = 1, .tokens = toks, .session = sess, .pos = pos,
-				 .want_logits = want, .logits = logits};
+	shoal_engine_batch b1 = {.n_rows = 1,
+	                         .tokens = toks,
+	                         .session = sess,
+	                         .pos = pos,
+	                         .want_logits = want,
+	                         .logits = logits};
 	if ((err = shoal_engine_run(eng, &b1, why, sizeof why)))
 		goto fail_run;
 	shoal_engine_session_reset(eng, slot);
@@ -173,8 +178,12 @@ int shoal_cmd_bench(int argc, char **argv)
 			toks[r] = (int32_t)(((uint64_t)pos[r] * 7919 + 1) % n_vocab);
 			want[r] = pos[r] == n_prompt - 1;
 		}
-		shoal_engine_batch b = {.n_rows = n, .tokens = toks, .session = sess, .pos = pos,
-					.want_logits = want, .logits = logits};
+		shoal_engine_batch b = {.n_rows = n,
+		                        .tokens = toks,
+		                        .session = sess,
+		                        .pos = pos,
+		                        .want_logits = want,
+		                        .logits = logits};
 		if ((err = shoal_engine_run(eng, &b, why, sizeof why)))
 			goto fail_run;
 	}

@@ -26,12 +26,12 @@
 static void shoal_ppl_usage(FILE *f)
 {
 	fprintf(f, "usage: shoal perplexity MODEL FILE [--ctx C] [--chunks N] [--threads T] "
-		   "[--json]\n"
-		   "  --ctx C      window length (default: the model's training context)\n"
-		   "  --chunks N   only the first N windows\n"
-		   "  --threads T  compute threads (default 1)\n"
-		   "  --json       print {\"perplexity\", \"tokens\" (scored), \"windows\", "
-		   "\"ctx\", \"seconds\"}\n");
+	           "[--json]\n"
+	           "  --ctx C      window length (default: the model's training context)\n"
+	           "  --chunks N   only the first N windows\n"
+	           "  --threads T  compute threads (default 1)\n"
+	           "  --json       print {\"perplexity\", \"tokens\" (scored), \"windows\", "
+	           "\"ctx\", \"seconds\"}\n");
 }
 
 static bool shoal_ppl_long(const char *s, long lo, long hi, long *out)
@@ -122,8 +122,8 @@ int shoal_cmd_perplexity(int argc, char **argv)
 			return 2;
 		}
 		if (dst && (i + 1 >= argc || !shoal_ppl_long(argv[++i], lo, hi, dst))) {
-			fprintf(stderr, "shoal perplexity: %s needs a number in [%ld, %ld]\n", a, lo,
-				hi);
+			fprintf(stderr, "shoal perplexity: %s needs a number in [%ld, %ld]\n", a,
+			        lo, hi);
 			return 2;
 		}
 	}
@@ -151,7 +151,7 @@ int shoal_cmd_perplexity(int argc, char **argv)
 		err = shoal_tokenizer_from_gguf(m->gguf, &tok, why, sizeof why);
 	if (err) {
 		fprintf(stderr, "shoal perplexity: %s: %s\n", model,
-			why[0] ? why : shoal_strerror(err));
+		        why[0] ? why : shoal_strerror(err));
 		goto out;
 	}
 	text = shoal_ppl_read(file, &text_len);
@@ -162,7 +162,7 @@ int shoal_cmd_perplexity(int argc, char **argv)
 	err = shoal_tokenizer_encode(tok, text, text_len, true, false, &ids, &n_ids);
 	if (err) {
 		fprintf(stderr, "shoal perplexity: %s: cannot tokenize: %s\n", file,
-			shoal_strerror(err));
+		        shoal_strerror(err));
 		goto out;
 	}
 	uint32_t C = ctx ? (uint32_t)ctx : m->hp.n_ctx_train;
@@ -171,7 +171,7 @@ int shoal_cmd_perplexity(int argc, char **argv)
 		W = (size_t)chunks;
 	if (W == 0) {
 		fprintf(stderr, "shoal perplexity: %s: %zu tokens, fewer than one window of %u\n",
-			file, n_ids, C);
+		        file, n_ids, C);
 		goto out;
 	}
 	shoal_engine_config cfg = shoal_engine_config_default(m);
@@ -187,7 +187,7 @@ int shoal_cmd_perplexity(int argc, char **argv)
 	err = shoal_engine_new(m, &cfg, &eng, why, sizeof why);
 	if (err) {
 		fprintf(stderr, "shoal perplexity: %s: %s\n", model,
-			why[0] ? why : shoal_strerror(err));
+		        why[0] ? why : shoal_strerror(err));
 		goto out;
 	}
 	uint32_t R = cfg.max_rows, n_vocab = m->hp.n_vocab, first = C / 2;
@@ -220,8 +220,12 @@ int shoal_cmd_perplexity(int argc, char **argv)
 				want[r] = pos[r] >= first && pos[r] + 1 < C;
 				nl += want[r];
 			}
-			shoal_engine_batch b = {.n_rows = n, .tokens = win + p0, .session = sess,
-						.pos = pos, .want_logits = want, .logits = logits};
+			shoal_engine_batch b = {.n_rows = n,
+			                        .tokens = win + p0,
+			                        .session = sess,
+			                        .pos = pos,
+			                        .want_logits = want,
+			                        .logits = logits};
 			err = shoal_engine_run(eng, &b, why, sizeof why);
 			if (err) {
 				fprintf(stderr, "shoal perplexity: %s\n", why);
@@ -231,7 +235,7 @@ int shoal_cmd_perplexity(int argc, char **argv)
 				if (!want[r])
 					continue;
 				nll += shoal_ppl_nll(logits + (size_t)j++ * n_vocab, n_vocab,
-						     win[pos[r] + 1]);
+				                     win[pos[r] + 1]);
 				scored++;
 			}
 		}

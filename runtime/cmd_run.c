@@ -34,24 +34,24 @@
 static void shoal_run_usage(FILE *f)
 {
 	fprintf(f,
-		"usage: shoal run MODEL -p TEXT [options]\n"
-		"  -p, --prompt TEXT      the prompt\n"
-		"  -n N                   tokens to generate (default %d)\n"
-		"  --temp T               temperature; 0 is greedy (default 0.8)\n"
-		"  --seed S               sampler seed (default: from the clock)\n"
-		"  --top-k K              (default 40; 0 off)\n"
-		"  --top-p P              (default 0.95; 1 off)\n"
-		"  --min-p P              (default 0.05; 0 off)\n"
-		"  --repeat-penalty R     (default 1.0: off)\n"
-		"  --threads T            compute threads (default 1)\n"
-		"  --ctx C                context length (default: the model's, at most 4096)\n"
-		"  --chat                 format the prompt as a user message with the\n"
-		"                         model's chat template\n"
-		"  --system TEXT          system message for --chat\n"
-		"  --ids                  print the generated token ids, one line\n"
-		"  --logprobs K           print one JSON object per generated token with\n"
-		"                         its logprob and the K best alternatives\n",
-		SHOAL_RUN_DEFAULT_N);
+	        "usage: shoal run MODEL -p TEXT [options]\n"
+	        "  -p, --prompt TEXT      the prompt\n"
+	        "  -n N                   tokens to generate (default %d)\n"
+	        "  --temp T               temperature; 0 is greedy (default 0.8)\n"
+	        "  --seed S               sampler seed (default: from the clock)\n"
+	        "  --top-k K              (default 40; 0 off)\n"
+	        "  --top-p P              (default 0.95; 1 off)\n"
+	        "  --min-p P              (default 0.05; 0 off)\n"
+	        "  --repeat-penalty R     (default 1.0: off)\n"
+	        "  --threads T            compute threads (default 1)\n"
+	        "  --ctx C                context length (default: the model's, at most 4096)\n"
+	        "  --chat                 format the prompt as a user message with the\n"
+	        "                         model's chat template\n"
+	        "  --system TEXT          system message for --chat\n"
+	        "  --ids                  print the generated token ids, one line\n"
+	        "  --logprobs K           print one JSON object per generated token with\n"
+	        "                         its logprob and the K best alternatives\n",
+	        SHOAL_RUN_DEFAULT_N);
 }
 
 typedef struct shoal_run_opts {
@@ -86,14 +86,14 @@ static int shoal_run_parse(int argc, char **argv, shoal_run_opts *o)
 		double v;
 		bool has_val = i + 1 < argc;
 		const char *val = has_val ? argv[i + 1] : NULL;
-#define NUM(lo, hi)                                                                        \
-	do {                                                                               \
-		if (!has_val || !shoal_run_num(val, lo, hi, &v)) {                         \
-			fprintf(stderr, "shoal run: %s needs a number in [%g, %g]\n", a,    \
-				(double)(lo), (double)(hi));                               \
-			return 2;                                                          \
-		}                                                                          \
-		i++;                                                                       \
+#define NUM(lo, hi)                                                                                \
+	do {                                                                                       \
+		if (!has_val || !shoal_run_num(val, lo, hi, &v)) {                                 \
+			fprintf(stderr, "shoal run: %s needs a number in [%g, %g]\n", a,           \
+			        (double)(lo), (double)(hi));                                       \
+			return 2;                                                                  \
+		}                                                                                  \
+		i++;                                                                               \
 	} while (0)
 		if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
 			shoal_run_usage(stdout);
@@ -152,7 +152,7 @@ static int shoal_run_parse(int argc, char **argv, shoal_run_opts *o)
 			return 2;
 		}
 		continue;
-missing:
+	missing:
 		fprintf(stderr, "shoal run: %s needs a value\n", a);
 		return 2;
 #undef NUM
@@ -169,12 +169,12 @@ missing:
 /* The prompt's token ids (*ids malloc'd). With --chat, the prompt becomes a
  * user message (after --system) in the model's chat format. */
 static shoal_err shoal_run_prompt(const shoal_run_opts *o, const shoal_model *m,
-				  const shoal_tokenizer *tok, int32_t **ids, size_t *n_ids,
-				  char *why, size_t why_len)
+                                  const shoal_tokenizer *tok, int32_t **ids, size_t *n_ids,
+                                  char *why, size_t why_len)
 {
 	if (!o->chat)
 		return shoal_tokenizer_encode(tok, o->prompt, strlen(o->prompt), true, false, ids,
-					      n_ids);
+		                              n_ids);
 	const char *tmpl = NULL;
 	size_t tlen = 0;
 	shoal_gguf_get_str(m->gguf, "tokenizer.chat_template", &tmpl, &tlen);
@@ -209,7 +209,7 @@ static shoal_err shoal_run_prompt(const shoal_run_opts *o, const shoal_model *m,
 }
 
 static void shoal_run_logprobs_line(const float *logits, uint32_t n_vocab, int32_t id, uint32_t k,
-				    int32_t *top_ids, float *top_lps)
+                                    int32_t *top_ids, float *top_lps)
 {
 	float lp;
 	shoal_logprobs_top(logits, n_vocab, id, &lp, k, top_ids, top_lps);
@@ -271,7 +271,7 @@ int shoal_cmd_run(int argc, char **argv)
 	uint32_t n_vocab = m->hp.n_vocab;
 	if (n_ids >= n_ctx) {
 		fprintf(stderr, "shoal run: the prompt has %zu tokens, the context %u\n", n_ids,
-			n_ctx);
+		        n_ctx);
 		goto out;
 	}
 	uint32_t slot;
@@ -303,8 +303,12 @@ int shoal_cmd_run(int argc, char **argv)
 			rows_pos[r] = (uint32_t)(p0 + r);
 			rows_want[r] = p0 + r == n_ids - 1;
 		}
-		shoal_engine_batch b = {.n_rows = n, .tokens = rows_tok, .session = rows_sess,
-					.pos = rows_pos, .want_logits = rows_want, .logits = logits};
+		shoal_engine_batch b = {.n_rows = n,
+		                        .tokens = rows_tok,
+		                        .session = rows_sess,
+		                        .pos = rows_pos,
+		                        .want_logits = rows_want,
+		                        .logits = logits};
 		err = shoal_engine_run(eng, &b, why, sizeof why);
 		if (err) {
 			fprintf(stderr, "shoal run: %s\n", why);
@@ -322,7 +326,7 @@ int shoal_cmd_run(int argc, char **argv)
 		hist[n_hist++] = id;
 		if (o.logprobs) {
 			shoal_run_logprobs_line(logits, n_vocab, id, (uint32_t)o.logprobs, top_ids,
-						top_lps);
+			                        top_lps);
 		} else if (o.ids) {
 			printf("%s%d", t ? " " : "", id);
 		} else {
@@ -335,8 +339,12 @@ int shoal_cmd_run(int argc, char **argv)
 		rows_tok[0] = id;
 		rows_pos[0] = (uint32_t)(n_hist - 1);
 		rows_want[0] = 1;
-		shoal_engine_batch b = {.n_rows = 1, .tokens = rows_tok, .session = rows_sess,
-					.pos = rows_pos, .want_logits = rows_want, .logits = logits};
+		shoal_engine_batch b = {.n_rows = 1,
+		                        .tokens = rows_tok,
+		                        .session = rows_sess,
+		                        .pos = rows_pos,
+		                        .want_logits = rows_want,
+		                        .logits = logits};
 		err = shoal_engine_run(eng, &b, why, sizeof why);
 		if (err) {
 			fprintf(stderr, "shoal run: %s\n", why);

@@ -3,17 +3,7 @@
  * the layer loop of shoal_engine_run.
  *
  * Part: runtime/ (engine). Divisions: weights, creation, sessions, the run
- * (checks, input, layers, output). The MoE FFN lives in engine_moe.c.
- *
- * One layer, for the n rows of a batch (the reference engine's order):
- *   xn = rmsnorm(x) * attn_norm
- *   q, k, v = xn Wq^T (+bq), xn Wk^T (+bk), xn Wv^T (+bv)
- *   q, k = rmsnorm per head * q_norm, k_norm           (qwen3, qwen3moe)
- *   q, k = rope(q, k, pos)                             (norm or neox pairs)
- *   cache[session][pos] = k, v;  a = attention(q, cache[session][0..pos])
- *   x += a Wo^T
- *   xn = rmsnorm(x) * ffn_norm
- *   x += down(silu(gate xn) * up xn)   or the MoE FFN
+ * (checks, attention, dense FFN, the loop). The MoE FFN is engine_moe.c.
  */
 #include "runtime/engine_impl.h"
 
@@ -24,29 +14,42 @@
 #include "runtime/kernels.h"
 #include "runtime/quant.h"
 
+/*
+ * One layer, for the n rows of a batch (the reference engine's order):
+ *   xn = rmsnorm(x) * attn_norm
+ *   q, k, v = xn Wq^T (+bq), xn Wk^T (+bk), xn Wv^T (+bv)
+ *   q, k = rmsnorm per head * q_norm, k_norm           (qwen3, qwen3moe)
+ *   q, k = rope(q, k, pos)                             (norm or neox pairs)
+ *   cache[session][pos] = k, v;  a = attention(q, cache[session][0..pos])
+ *   x += a Wo^T
+ *   xn = rmsnorm(x) * ffn_norm
+ *   x += down(silu(gate xn) * up xn)   or the MoE FFN
+ */
+
 /* ---- weights ----------------------------------------------------------------- */
 
 static shoal_err engine__mat(const shoal_gguf_tensor *t, int64_t n_in, int64_t n_out,
-			     uint64_t n_stack, shoal_backend_mat *out, size_t *stride, char *why,
-			     size_t why_len)
+                             uint64_t n_stack, shoal_backend_mat *out, size_t *stride, char *why,
+                             size_t why_len)
 {
 	if (!t)
 		return shoal_why(why, why_len, SHOAL_ERR_FORMAT, "a weight tensor is missing");
 	if ((int64_t)t->ne[0] != n_in || (int64_t)t->ne[1] != n_out || t->ne[2] != n_stack)
-		return shoal_why(why, why_len, SHOAL_ERR_FORMAT,
-				 "tensor %s has shape {%llu, %llu, %llu}, expected {%lld, %lld, %llu}",
-				 t->name, (unsigned long long)t->ne[0], (unsigned long long)t->ne[1],
-				 (unsigned long long)t->ne[2], (long long)n_in, (long long)n_out,
-				 (unsigned long long)n_stack);
+		return shoal_why(
+		    why, why_len, SHOAL_ERR_FORMAT,
+		    "tensor %s has shape {%llu, %llu, %llu}, expected {%lld, %lld, %llu}", t->name,
+		    (unsigned long long)t->ne[0], (unsigned long long)t->ne[1],
+		    (unsigned long long)t->ne[2], (long long)n_in, (long long)n_out,
+		    (unsigned long long)n_stack);
 	if (!shoal_dtype_computable(t->type))
 		return shoal_why(why, why_len, SHOAL_ERR_UNSUPPORTED,
-				 "tensor %s has type %s, which the engine does not compute with",
-				 t->name, shoal_dtype_name(t->type));
+		                 "tensor %s has type %s, which the engine does not compute with",
+		                 t->name, shoal_dtype_name(t->type));
 	size_t rb = shoal_dtype_row_bytes(t->type, (uint64_t)n_in);
 	if (rb == SIZE_MAX || (uint64_t)rb * (uint64_t)n_out * n_stack != t->nbytes)
 		return shoal_why(why, why_len, SHOAL_ERR_FORMAT,
-				 "tensor %s: rows of %lld are not whole %s blocks", t->name,
-				 (long long)n_in, shoal_dtype_name(t->type));
+		                 "tensor %s: rows of %lld are not whole %s blocks", t->name,
+		                 (long long)n_in, shoal_dtype_name(t->type));
 	out->type = t->type;
 	out->n_in = n_in;
 	out->n_out = n_out;
@@ -59,19 +62,18 @@ static shoal_err engine__mat(const shoal_gguf_tensor *t, int64_t n_in, int64_t n
 
 /* An F32 copy of a small vector tensor of n elements (NULL t: *out = NULL). */
 static shoal_err engine__vec(const shoal_gguf_tensor *t, uint32_t n, float **out, char *why,
-			     size_t why_len)
+                             size_t why_len)
 {
 	*out = NULL;
 	if (!t)
 		return SHOAL_OK;
 	if (t->ne[0] != n || t->ne[1] != 1 || t->ne[2] != 1 || t->ne[3] != 1)
 		return shoal_why(why, why_len, SHOAL_ERR_FORMAT,
-				 "tensor %s has %llu elements, expected %u", t->name,
-				 (unsigned long long)t->ne[0], n);
-	if (!shoal_quant_supported(t->type) ||
-	    shoal_dtype_row_bytes(t->type, n) != t->nbytes)
-		return shoal_why(why, why_len, SHOAL_ERR_UNSUPPORTED, "tensor %s: type %s",
-				 t->name, shoal_dtype_name(t->type));
+		                 "tensor %s has %llu elements, expected %u", t->name,
+		                 (unsigned long long)t->ne[0], n);
+	if (!shoal_quant_supported(t->type) || shoal_dtype_row_bytes(t->type, n) != t->nbytes)
+		return shoal_why(why, why_len, SHOAL_ERR_UNSUPPORTED, "tensor %s: type %s", t->name,
+		                 shoal_dtype_name(t->type));
 	*out = malloc((size_t)n * sizeof **out);
 	if (!*out)
 		return SHOAL_ERR_NOMEM;
@@ -80,7 +82,7 @@ static shoal_err engine__vec(const shoal_gguf_tensor *t, uint32_t n, float **out
 }
 
 static shoal_err engine__layer_init(shoal_engine *e, uint32_t il, bool owned, char *why,
-				    size_t why_len)
+                                    size_t why_len)
 {
 	const shoal_layer *src = &e->m->layers[il];
 	engine__layer *L = &e->layers[il];
@@ -88,23 +90,22 @@ static shoal_err engine__layer_init(shoal_engine *e, uint32_t il, bool owned, ch
 	shoal_err err;
 	L->moe = src->ffn_gate_inp != NULL;
 	if (L->moe) {
-		if (hp->n_expert == 0 || hp->n_expert_used == 0 ||
-		    hp->n_expert_used > hp->n_expert)
+		if (hp->n_expert == 0 || hp->n_expert_used == 0 || hp->n_expert_used > hp->n_expert)
 			return shoal_why(why, why_len, SHOAL_ERR_FORMAT,
-					 "layer %u: MoE with %u of %u experts", il,
-					 hp->n_expert_used, hp->n_expert);
+			                 "layer %u: MoE with %u of %u experts", il,
+			                 hp->n_expert_used, hp->n_expert);
 		L->all_local = true;
 		for (uint32_t x = 0; x < hp->n_expert; x++)
 			if (!e->expert_mask[(size_t)il * hp->n_expert + x])
 				L->all_local = false;
 		if ((err = engine__mat(src->ffn_gate_exps, hp->n_embd, hp->n_ff_exp, hp->n_expert,
-				       &L->gate_exp, &L->gate_exp_stride, why, why_len)) ||
+		                       &L->gate_exp, &L->gate_exp_stride, why, why_len)) ||
 		    (err = engine__mat(src->ffn_up_exps, hp->n_embd, hp->n_ff_exp, hp->n_expert,
-				       &L->up_exp, &L->up_exp_stride, why, why_len)) ||
+		                       &L->up_exp, &L->up_exp_stride, why, why_len)) ||
 		    (err = engine__mat(src->ffn_down_exps, hp->n_ff_exp, hp->n_embd, hp->n_expert,
-				       &L->down_exp, &L->down_exp_stride, why, why_len)) ||
+		                       &L->down_exp, &L->down_exp_stride, why, why_len)) ||
 		    (err = engine__mat(src->ffn_gate_inp, hp->n_embd, hp->n_expert, 1, &L->router,
-				       NULL, why, why_len)))
+		                       NULL, why, why_len)))
 			return err;
 	}
 	if (!owned)
@@ -123,18 +124,17 @@ static shoal_err engine__layer_init(shoal_engine *e, uint32_t il, bool owned, ch
 		return err;
 	if (!L->attn_norm || !L->ffn_norm)
 		return shoal_why(why, why_len, SHOAL_ERR_FORMAT, "layer %u has no norm weights",
-				 il);
-	if (!L->moe &&
-	    ((err = engine__mat(src->ffn_gate, hp->n_embd, hp->n_ff, 1, &L->gate, NULL, why,
-				why_len)) ||
-	     (err = engine__mat(src->ffn_up, hp->n_embd, hp->n_ff, 1, &L->up, NULL, why,
-				why_len)) ||
-	     (err = engine__mat(src->ffn_down, hp->n_ff, hp->n_embd, 1, &L->down, NULL, why,
-				why_len))))
+		                 il);
+	if (!L->moe && ((err = engine__mat(src->ffn_gate, hp->n_embd, hp->n_ff, 1, &L->gate, NULL,
+	                                   why, why_len)) ||
+	                (err = engine__mat(src->ffn_up, hp->n_embd, hp->n_ff, 1, &L->up, NULL, why,
+	                                   why_len)) ||
+	                (err = engine__mat(src->ffn_down, hp->n_ff, hp->n_embd, 1, &L->down, NULL,
+	                                   why, why_len))))
 		return err;
 	if (L->moe && !L->all_local && !e->cfg.moe_hook.collect)
 		return shoal_why(why, why_len, SHOAL_ERR_INVAL,
-				 "layer %u has experts owned elsewhere but no MoE hook", il);
+		                 "layer %u has experts owned elsewhere but no MoE hook", il);
 	return SHOAL_OK;
 }
 
@@ -153,7 +153,7 @@ shoal_engine_config shoal_engine_config_default(const shoal_model *m)
 	shoal_engine_config c = {0};
 	c.n_threads = 1;
 	c.n_ctx = m->hp.n_ctx_train < SHOAL_ENGINE_DEFAULT_CTX_CAP ? m->hp.n_ctx_train
-								    : SHOAL_ENGINE_DEFAULT_CTX_CAP;
+	                                                           : SHOAL_ENGINE_DEFAULT_CTX_CAP;
 	c.max_sessions = 1;
 	c.max_rows = SHOAL_ENGINE_DEFAULT_ROWS;
 	c.layer_begin = 0;
@@ -240,24 +240,24 @@ static void engine__rope_table(shoal_engine *e)
 	}
 }
 
-shoal_err shoal_engine_new(const shoal_model *m, const shoal_engine_config *cfg,
-			   shoal_engine **out, char *why, size_t why_len)
+shoal_err shoal_engine_new(const shoal_model *m, const shoal_engine_config *cfg, shoal_engine **out,
+                           char *why, size_t why_len)
 {
 	*out = NULL;
 	const shoal_hparams *hp = &m->hp;
 	shoal_err err = SHOAL_ERR_NOMEM;
 	if (cfg->n_threads < 1 || cfg->max_sessions < 1 || cfg->max_rows < 1)
 		return shoal_why(why, why_len, SHOAL_ERR_INVAL,
-				 "threads, sessions and rows must be >= 1");
+		                 "threads, sessions and rows must be >= 1");
 	if (cfg->layer_begin > cfg->layer_end || cfg->layer_end > hp->n_layer)
 		return shoal_why(why, why_len, SHOAL_ERR_INVAL, "layer range [%u, %u) of %u",
-				 cfg->layer_begin, cfg->layer_end, hp->n_layer);
+		                 cfg->layer_begin, cfg->layer_end, hp->n_layer);
 	if (hp->n_head == 0 || hp->n_head_kv == 0 || hp->n_head % hp->n_head_kv ||
 	    hp->head_dim == 0 || hp->n_rot % 2 || hp->n_rot > hp->head_dim || hp->n_embd == 0 ||
 	    hp->n_vocab == 0)
 		return shoal_why(why, why_len, SHOAL_ERR_FORMAT,
-				 "bad heads: %u heads, %u KV heads, head dim %u, %u rotated",
-				 hp->n_head, hp->n_head_kv, hp->head_dim, hp->n_rot);
+		                 "bad heads: %u heads, %u KV heads, head dim %u, %u rotated",
+		                 hp->n_head, hp->n_head_kv, hp->head_dim, hp->n_rot);
 
 	shoal_engine *e = calloc(1, sizeof *e);
 	if (!e)
@@ -300,14 +300,14 @@ shoal_err shoal_engine_new(const shoal_model *m, const shoal_engine_config *cfg,
 		    !shoal_quant_supported(t->type) || rb == SIZE_MAX ||
 		    (uint64_t)rb * hp->n_vocab != t->nbytes) {
 			err = shoal_why(why, why_len, SHOAL_ERR_FORMAT,
-					"token_embd: bad shape or type %s",
-					shoal_dtype_name(t->type));
+			                "token_embd: bad shape or type %s",
+			                shoal_dtype_name(t->type));
 			goto fail;
 		}
 	}
 	if (cfg->has_head) {
 		if ((err = engine__mat(m->output, hp->n_embd, hp->n_vocab, 1, &e->head, NULL, why,
-				       why_len)) ||
+		                       why_len)) ||
 		    (err = engine__vec(m->output_norm, hp->n_embd, &e->out_norm, why, why_len)))
 			goto fail;
 		if (!e->out_norm) {
@@ -328,7 +328,7 @@ shoal_err shoal_engine_new(const shoal_model *m, const shoal_engine_config *cfg,
 	e->sess_len = calloc(cfg->max_sessions, sizeof *e->sess_len);
 	e->sess_next = calloc(cfg->max_sessions, sizeof *e->sess_next);
 	e->kv = engine__calloc3((size_t)cfg->max_sessions * 2, e->n_own ? e->n_own : 1,
-				(size_t)C * e->kv_dim, sizeof(float));
+	                        (size_t)C * e->kv_dim, sizeof(float));
 	e->x = engine__calloc3(R, hp->n_embd, 1, sizeof(float));
 	e->xn = engine__calloc3(R, hp->n_embd, 1, sizeof(float));
 	e->tmp = engine__calloc3(R, hp->n_embd, 1, sizeof(float));
@@ -345,8 +345,8 @@ shoal_err shoal_engine_new(const shoal_model *m, const shoal_engine_config *cfg,
 	    !e->xn || !e->tmp || !e->q || !e->att || !e->k || !e->v || !e->ff_g || !e->ff_u ||
 	    !e->krow || !e->vrow || !e->n_kv) {
 		err = shoal_why(why, why_len, SHOAL_ERR_NOMEM,
-				"no memory for %u sessions x %u positions and %u rows",
-				cfg->max_sessions, C, R);
+		                "no memory for %u sessions x %u positions and %u rows",
+		                cfg->max_sessions, C, R);
 		goto fail;
 	}
 	if (hp->n_expert) {
@@ -368,8 +368,8 @@ shoal_err shoal_engine_new(const shoal_model *m, const shoal_engine_config *cfg,
 	if (err) {
 		e->ops = NULL;
 		shoal_why(why, why_len, err, "backend %s: %s",
-			  (cfg->backend ? cfg->backend : shoal_backend_cpu())->name,
-			  shoal_strerror(err));
+		          (cfg->backend ? cfg->backend : shoal_backend_cpu())->name,
+		          shoal_strerror(err));
 		goto fail;
 	}
 	*out = e;
@@ -456,48 +456,49 @@ static float *engine__cache(shoal_engine *e, uint32_t s, uint32_t li, int which)
 
 /* Check everything outside input in the batch before touching any state. */
 static shoal_err engine__check(shoal_engine *e, const shoal_engine_batch *b, uint32_t *n_logits,
-			       char *why, size_t why_len)
+                               char *why, size_t why_len)
 {
 	const shoal_hparams *hp = &e->hp;
 	shoal_err err = SHOAL_OK;
 	*n_logits = 0;
 	if (b->n_rows < 1 || b->n_rows > e->cfg.max_rows)
 		return shoal_why(why, why_len, SHOAL_ERR_RANGE, "%u rows (this engine takes 1..%u)",
-				 b->n_rows, e->cfg.max_rows);
+		                 b->n_rows, e->cfg.max_rows);
 	if (!b->session || !b->pos)
 		return shoal_why(why, why_len, SHOAL_ERR_INVAL, "rows without session/pos tags");
 	if (e->cfg.has_embd ? !b->tokens : !b->hidden_in)
 		return shoal_why(why, why_len, SHOAL_ERR_INVAL, "the batch lacks its %s",
-				 e->cfg.has_embd ? "token ids" : "hidden states");
+		                 e->cfg.has_embd ? "token ids" : "hidden states");
 	for (uint32_t r = 0; r < b->n_rows; r++) {
 		uint32_t s = b->session[r];
 		if (s >= e->cfg.max_sessions || !e->sess_open[s]) {
 			err = shoal_why(why, why_len, SHOAL_ERR_INVAL,
-					"row %u: session slot %u is not open", r, s);
+			                "row %u: session slot %u is not open", r, s);
 			goto out;
 		}
 		e->sess_next[s] = SHOAL_NO_POS;
 	}
 	for (uint32_t r = 0; r < b->n_rows; r++) {
 		uint32_t s = b->session[r], p = b->pos[r];
-		if (e->cfg.has_embd && (b->tokens[r] < 0 || (uint32_t)b->tokens[r] >= hp->n_vocab)) {
+		if (e->cfg.has_embd &&
+		    (b->tokens[r] < 0 || (uint32_t)b->tokens[r] >= hp->n_vocab)) {
 			err = shoal_why(why, why_len, SHOAL_ERR_RANGE,
-					"row %u: token %d outside the vocabulary of %u", r,
-					b->tokens[r], hp->n_vocab);
+			                "row %u: token %d outside the vocabulary of %u", r,
+			                b->tokens[r], hp->n_vocab);
 			goto out;
 		}
 		if (p >= e->cfg.n_ctx) {
 			err = shoal_why(why, why_len, SHOAL_ERR_RANGE,
-					"row %u: position %u beyond the context of %u", r, p,
-					e->cfg.n_ctx);
+			                "row %u: position %u beyond the context of %u", r, p,
+			                e->cfg.n_ctx);
 			goto out;
 		}
 		uint32_t want = e->sess_next[s];
 		if (want == SHOAL_NO_POS ? p > e->sess_len[s] : p != want) {
 			err = shoal_why(why, why_len, SHOAL_ERR_RANGE,
-					"row %u: position %u of session %u leaves a gap (%s %u)",
-					r, p, s, want == SHOAL_NO_POS ? "length" : "expected",
-					want == SHOAL_NO_POS ? e->sess_len[s] : want);
+			                "row %u: position %u of session %u leaves a gap (%s %u)", r,
+			                p, s, want == SHOAL_NO_POS ? "length" : "expected",
+			                want == SHOAL_NO_POS ? e->sess_len[s] : want);
 			goto out;
 		}
 		e->sess_next[s] = p + 1;
@@ -506,7 +507,7 @@ static shoal_err engine__check(shoal_engine *e, const shoal_engine_batch *b, uin
 	}
 	if (*n_logits && !e->cfg.has_head)
 		err = shoal_why(why, why_len, SHOAL_ERR_INVAL,
-				"rows want logits but this engine has no head");
+		                "rows want logits but this engine has no head");
 	else if (*n_logits && !b->logits)
 		err = shoal_why(why, why_len, SHOAL_ERR_INVAL, "rows want logits but no buffer");
 out:
@@ -555,16 +556,16 @@ static void engine__attn(shoal_engine *e, uint32_t il, const shoal_engine_batch 
 		e->n_kv[r] = b->pos[r] + 1;
 	}
 	shoal_backend_attn a = {
-		.n_rows = n,
-		.n_head = hp->n_head,
-		.n_head_kv = hp->n_head_kv,
-		.head_dim = hd,
-		.scale = 1.0f / sqrtf((float)hd),
-		.q = e->q,
-		.k = e->krow,
-		.v = e->vrow,
-		.n_kv = e->n_kv,
-		.out = e->att,
+	    .n_rows = n,
+	    .n_head = hp->n_head,
+	    .n_head_kv = hp->n_head_kv,
+	    .head_dim = hd,
+	    .scale = 1.0f / sqrtf((float)hd),
+	    .q = e->q,
+	    .k = e->krow,
+	    .v = e->vrow,
+	    .n_kv = e->n_kv,
+	    .out = e->att,
 	};
 	ops->attention(e->bk, &a);
 	size_t ld_out = hp->n_embd;
@@ -589,8 +590,7 @@ static void engine__ffn(shoal_engine *e, uint32_t il, uint32_t n)
 	ops->matmul(e->bk, 1, &L->down, e->ff_g, ff, n, &o, &ld_out);
 }
 
-shoal_err shoal_engine_run(shoal_engine *e, const shoal_engine_batch *b, char *why,
-			   size_t why_len)
+shoal_err shoal_engine_run(shoal_engine *e, const shoal_engine_batch *b, char *why, size_t why_len)
 {
 	const shoal_backend_ops *ops = e->ops;
 	const shoal_hparams *hp = &e->hp;
@@ -602,7 +602,7 @@ shoal_err shoal_engine_run(shoal_engine *e, const shoal_engine_batch *b, char *w
 	if (e->cfg.has_embd) {
 		const shoal_gguf_tensor *t = e->m->tok_embd;
 		ops->embed(e->bk, t->type, t->data, shoal_dtype_row_bytes(t->type, hp->n_embd),
-			   hp->n_embd, b->tokens, n, e->x);
+		           hp->n_embd, b->tokens, n, e->x);
 	} else {
 		memcpy(e->x, b->hidden_in, (size_t)n * hp->n_embd * sizeof(float));
 	}
@@ -630,10 +630,9 @@ shoal_err shoal_engine_run(shoal_engine *e, const shoal_engine_batch *b, char *w
 		uint32_t j = 0;
 		for (uint32_t r = 0; r < n; r++)
 			if (b->want_logits[r])
-				memcpy(e->tmp + (size_t)j++ * hp->n_embd, e->x + (size_t)r * hp->n_embd,
-				       hp->n_embd * sizeof(float));
-		ops->rms_norm(e->bk, e->tmp, e->out_norm, hp->n_embd, n_logits, hp->rms_eps,
-			      e->xn);
+				memcpy(e->tmp + (size_t)j++ * hp->n_embd,
+				       e->x + (size_t)r * hp->n_embd, hp->n_embd * sizeof(float));
+		ops->rms_norm(e->bk, e->tmp, e->out_norm, hp->n_embd, n_logits, hp->rms_eps, e->xn);
 		size_t ld = hp->n_vocab;
 		ops->matmul(e->bk, 1, &e->head, e->xn, hp->n_embd, n_logits, &b->logits, &ld);
 	}

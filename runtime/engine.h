@@ -7,18 +7,7 @@
  * stage owns [l0, l1) and passes hidden states on; an expert peer only calls
  * shoal_engine_moe_partial. Compute goes through the backend ops table
  * (backend.h); weights are used in place from the model's mapping.
- *
- * Shapes: row-major, "(n_rows, n_embd)" = n_rows rows of n_embd F32 each.
- * A hidden state is the residual stream between layers, before any norm.
- *
- * Determinism: every per-row step (norms, RoPE, attention over the row's
- * own session, router, top-k) is computed per row, and every matrix output
- * element by one kernel dot product in a fixed order, so logits are bitwise
- * independent of the thread count, of which rows share a batch, and of how
- * layers are split among engines (DESIGN invariant 2).
- *
- * Memory: everything (scratch for max_rows, KV caches of max_sessions x
- * n_ctx) is allocated by shoal_engine_new; nothing per token.
+ * Divisions: MoE types, creation, sessions, running, MoE pieces.
  */
 #ifndef SHOAL_RUNTIME_ENGINE_H
 #define SHOAL_RUNTIME_ENGINE_H
@@ -30,6 +19,31 @@
 #include "base/err.h"
 #include "models/model.h"
 #include "runtime/backend.h"
+
+/*
+ * Shapes: row-major, "(n_rows, n_embd)" = n_rows rows of n_embd F32 each.
+ * A hidden state is the residual stream between layers, before any norm.
+ *
+ * Determinism: every per-row step (norms, RoPE, attention over the row's
+ * own session, router, top-k) is computed per row, and every matrix output
+ * element by one kernel dot product in a fixed order, so logits are bitwise
+ * independent of the thread count, of which rows share a batch, and of how
+ * layers are split among engines (DESIGN invariant 2).
+ *
+ * Memory: everything (scratch for max_rows, KV caches of max_sessions x
+ * n_ctx) is allocated by shoal_engine_new; nothing per token. An engine is
+ * used by one thread at a time (it runs its own workers inside).
+ *
+ * A pipeline stage, for example:
+ *     cfg = shoal_engine_config_default(m);
+ *     cfg.layer_begin = 8; cfg.layer_end = 16; cfg.has_embd = false;
+ *     cfg.has_head = false; cfg.max_sessions = 16;
+ *     shoal_engine_new(m, &cfg, &e, why, sizeof why);
+ *     shoal_engine_session_open(e, &slot);       (per remote session)
+ *     batch = {n_rows, .hidden_in = recv, .session = slots, .pos = pos,
+ *              .hidden_out = send};
+ *     shoal_engine_run(e, &batch, why, sizeof why);
+ */
 
 typedef struct shoal_engine shoal_engine; /* opaque */
 
@@ -44,10 +58,10 @@ typedef struct shoal_engine shoal_engine; /* opaque */
  * on which peer computed which expert, nor on arrival order. */
 typedef struct shoal_moe_rows {
 	uint32_t n_rows;
-	uint32_t k;        /* slots per row: n_expert_used */
-	const float *x;    /* (n_rows, n_embd) the FFN input, after ffn_norm */
-	const int32_t *ids;/* (n_rows, k) expert ids, ascending within a row */
-	const float *w;    /* (n_rows, k) gate weights */
+	uint32_t k;         /* slots per row: n_expert_used */
+	const float *x;     /* (n_rows, n_embd) the FFN input, after ffn_norm */
+	const int32_t *ids; /* (n_rows, k) expert ids, ascending within a row */
+	const float *w;     /* (n_rows, k) gate weights */
 } shoal_moe_rows;
 
 /* How the layer's owner gets the contributions of experts it does not own
@@ -61,8 +75,7 @@ typedef struct shoal_moe_rows {
 typedef struct shoal_engine_moe_hook {
 	void *ctx;
 	shoal_err (*dispatch)(void *ctx, uint32_t layer, const shoal_moe_rows *rows);
-	shoal_err (*collect)(void *ctx, uint32_t layer, const shoal_moe_rows *rows,
-			     float *contrib);
+	shoal_err (*collect)(void *ctx, uint32_t layer, const shoal_moe_rows *rows, float *contrib);
 } shoal_engine_moe_hook;
 
 /* ---- creation ------------------------------------------------------------ */
@@ -74,8 +87,8 @@ typedef struct shoal_engine_config {
 	uint32_t max_rows;     /* rows per shoal_engine_run call (>= 1) */
 	uint32_t layer_begin;  /* the layers owned: [layer_begin, layer_end) */
 	uint32_t layer_end;
-	bool has_embd;         /* rows come in as token ids (else hidden states) */
-	bool has_head;         /* rows may ask for logits (output norm + head) */
+	bool has_embd; /* rows come in as token ids (else hidden states) */
+	bool has_head; /* rows may ask for logits (output norm + head) */
 	/* Experts owned, (n_layer, n_expert) bytes, nonzero = owned; NULL: all.
 	 * Copied. Experts not owned in an owned layer need moe_hook. */
 	const uint8_t *expert_mask;
@@ -89,8 +102,8 @@ shoal_engine_config shoal_engine_config_default(const shoal_model *m);
 
 /* Make an engine for model m (borrowed: must outlive the engine).
  * Bad config or unsupported tensor types -> error and a one-line reason. */
-shoal_err shoal_engine_new(const shoal_model *m, const shoal_engine_config *cfg,
-			   shoal_engine **out, char *why, size_t why_len);
+shoal_err shoal_engine_new(const shoal_model *m, const shoal_engine_config *cfg, shoal_engine **out,
+                           char *why, size_t why_len);
 void shoal_engine_free(shoal_engine *e); /* NULL is a no-op */
 
 const shoal_model *shoal_engine_model(const shoal_engine *e);
@@ -114,18 +127,18 @@ uint32_t shoal_engine_session_len(const shoal_engine *e, uint32_t slot);
 /* ---- running ----------------------------------------------------------------- */
 
 typedef struct shoal_engine_batch {
-	uint32_t n_rows;           /* 1..max_rows */
-	const int32_t *tokens;     /* (n_rows) token ids: required iff has_embd */
-	const float *hidden_in;    /* (n_rows, n_embd): required iff !has_embd */
-	const uint32_t *session;   /* (n_rows) open session slots */
-	const uint32_t *pos;       /* (n_rows) positions; a session's rows must
-				      hold consecutive positions, in row order */
-	const uint8_t *want_logits;/* (n_rows) nonzero: logits for this row; NULL:
-				      none. Only with has_head. */
-	float *hidden_out;         /* (n_rows, n_embd) hidden state after the last
-				      owned layer, or NULL */
-	float *logits;             /* (n_logits, n_vocab), n_logits = rows wanting
-				      logits, in row order; required if any */
+	uint32_t n_rows;            /* 1..max_rows */
+	const int32_t *tokens;      /* (n_rows) token ids: required iff has_embd */
+	const float *hidden_in;     /* (n_rows, n_embd): required iff !has_embd */
+	const uint32_t *session;    /* (n_rows) open session slots */
+	const uint32_t *pos;        /* (n_rows) positions; a session's rows must
+	                               hold consecutive positions, in row order */
+	const uint8_t *want_logits; /* (n_rows) nonzero: logits for this row; NULL:
+	                               none. Only with has_head. */
+	float *hidden_out;          /* (n_rows, n_embd) hidden state after the last
+	                               owned layer, or NULL */
+	float *logits;              /* (n_logits, n_vocab), n_logits = rows wanting
+	                               logits, in row order; required if any */
 } shoal_engine_batch;
 
 /* Run the owned layers over the batch: embed (has_embd) or take hidden_in,
@@ -133,8 +146,7 @@ typedef struct shoal_engine_batch {
  * then hand out hidden_out and/or logits. The caller owns every buffer.
  * Bad tags, tokens or sizes (possibly from the network) -> SHOAL_ERR_INVAL
  * or _RANGE with a reason, and no session is changed. */
-shoal_err shoal_engine_run(shoal_engine *e, const shoal_engine_batch *b, char *why,
-			   size_t why_len);
+shoal_err shoal_engine_run(shoal_engine *e, const shoal_engine_batch *b, char *why, size_t why_len);
 
 /* ---- MoE pieces (for the network layer and the tests) --------------------------- */
 
@@ -142,8 +154,8 @@ shoal_err shoal_engine_run(shoal_engine *e, const shoal_engine_batch *b, char *w
  * ffn_norm; ids, w (n_rows, k) out, as in shoal_moe_rows (softmax over all
  * experts, top-k with ties to the lower id, renormalised when the model
  * says, then sorted by id). */
-shoal_err shoal_engine_moe_route(shoal_engine *e, uint32_t layer, uint32_t n_rows,
-				 const float *x, int32_t *ids, float *w);
+shoal_err shoal_engine_moe_route(shoal_engine *e, uint32_t layer, uint32_t n_rows, const float *x,
+                                 int32_t *ids, float *w);
 
 /* Contributions of the experts in `mask` ((n_expert) bytes, nonzero = do it;
  * NULL = the experts this engine owns) to the rows: for every slot whose
@@ -151,12 +163,11 @@ shoal_err shoal_engine_moe_route(shoal_engine *e, uint32_t layer, uint32_t n_row
  * is written; other slots are left untouched. rows->n_rows <= max_rows.
  * Expert ids and sizes from the network are checked: bad -> error. */
 shoal_err shoal_engine_moe_partial(shoal_engine *e, uint32_t layer, const shoal_moe_rows *rows,
-				   const uint8_t *mask, float *contrib, char *why,
-				   size_t why_len);
+                                   const uint8_t *mask, float *contrib, char *why, size_t why_len);
 
 /* out (n_rows, n_embd) = sum over slots j = 0..k-1 (expert-id order) of
  * contrib (n_rows, k, n_embd). */
 void shoal_engine_moe_combine(uint32_t n_rows, uint32_t k, uint32_t n_embd, const float *contrib,
-			      float *out);
+                              float *out);
 
 #endif

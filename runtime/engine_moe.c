@@ -21,8 +21,7 @@
  * (6.1035e-5, the smallest normal half float) to avoid dividing by ~0. */
 #define SHOAL_MOE_WSUM_MIN 6.103515625e-5f
 
-static void engine__route_row(const shoal_hparams *hp, bool norm, float *p, int32_t *ids,
-			      float *w)
+static void engine__route_row(const shoal_hparams *hp, bool norm, float *p, int32_t *ids, float *w)
 {
 	uint32_t ne = hp->n_expert, k = hp->n_expert_used;
 	float mx = -INFINITY;
@@ -72,8 +71,8 @@ static void engine__route_row(const shoal_hparams *hp, bool norm, float *p, int3
 	}
 }
 
-shoal_err shoal_engine_moe_route(shoal_engine *e, uint32_t layer, uint32_t n_rows,
-				 const float *x, int32_t *ids, float *w)
+shoal_err shoal_engine_moe_route(shoal_engine *e, uint32_t layer, uint32_t n_rows, const float *x,
+                                 int32_t *ids, float *w)
 {
 	const shoal_hparams *hp = &e->hp;
 	if (layer >= hp->n_layer || !e->layers[layer].moe || n_rows > e->cfg.max_rows)
@@ -88,34 +87,33 @@ shoal_err shoal_engine_moe_route(shoal_engine *e, uint32_t layer, uint32_t n_row
 	uint32_t k = hp->n_expert_used;
 	for (uint32_t r = 0; r < n_rows; r++)
 		engine__route_row(hp, norm, lg + (size_t)r * ld, ids + (size_t)r * k,
-				  w + (size_t)r * k);
+		                  w + (size_t)r * k);
 	return SHOAL_OK;
 }
 
 shoal_err shoal_engine_moe_partial(shoal_engine *e, uint32_t layer, const shoal_moe_rows *rows,
-				   const uint8_t *mask, float *contrib, char *why,
-				   size_t why_len)
+                                   const uint8_t *mask, float *contrib, char *why, size_t why_len)
 {
 	const shoal_hparams *hp = &e->hp;
 	const shoal_backend_ops *ops = e->ops;
 	if (layer >= hp->n_layer || !e->layers[layer].moe)
 		return shoal_why(why, why_len, SHOAL_ERR_INVAL, "layer %u is not an MoE layer",
-				 layer);
+		                 layer);
 	const engine__layer *L = &e->layers[layer];
 	uint32_t k = hp->n_expert_used, n = rows->n_rows, ne = hp->n_expert;
 	uint32_t d = hp->n_embd, ff = hp->n_ff_exp;
 	if (rows->k != k || n > e->cfg.max_rows)
 		return shoal_why(why, why_len, SHOAL_ERR_RANGE,
-				 "%u rows of %u slots (this layer routes to %u, at most %u rows)",
-				 n, rows->k, k, e->cfg.max_rows);
+		                 "%u rows of %u slots (this layer routes to %u, at most %u rows)",
+		                 n, rows->k, k, e->cfg.max_rows);
 	for (uint32_t r = 0; r < n; r++)
 		for (uint32_t j = 0; j < k; j++) {
 			int32_t id = rows->ids[(size_t)r * k + j];
 			if (id < 0 || (uint32_t)id >= ne ||
 			    (j > 0 && id <= rows->ids[(size_t)r * k + j - 1]))
 				return shoal_why(why, why_len, SHOAL_ERR_RANGE,
-						 "row %u: expert ids not ascending in [0, %u)", r,
-						 ne);
+				                 "row %u: expert ids not ascending in [0, %u)", r,
+				                 ne);
 		}
 	const uint8_t *own = e->expert_mask + (size_t)layer * ne;
 	for (uint32_t x = 0; x < ne; x++) {
@@ -135,7 +133,7 @@ shoal_err shoal_engine_moe_partial(shoal_engine *e, uint32_t layer, const shoal_
 		shoal_backend_mat w[2] = {L->gate_exp, L->up_exp};
 		w[0].data = (const uint8_t *)L->gate_exp.data + (size_t)x * L->gate_exp_stride;
 		w[1].data = (const uint8_t *)L->up_exp.data + (size_t)x * L->up_exp_stride;
-		float *y[2] = {e->ff_g, e->ff_u};   /* (m, n_ff_exp) */
+		float *y[2] = {e->ff_g, e->ff_u}; /* (m, n_ff_exp) */
 		size_t ldy[2] = {ff, ff};
 		ops->matmul(e->bk, 2, w, e->moe_x, d, m, y, ldy);
 		ops->swiglu(e->bk, e->ff_g, e->ff_u, (size_t)m * ff, e->ff_g);
@@ -156,11 +154,11 @@ shoal_err shoal_engine_moe_partial(shoal_engine *e, uint32_t layer, const shoal_
 }
 
 void shoal_engine_moe_combine(uint32_t n_rows, uint32_t k, uint32_t n_embd, const float *contrib,
-			      float *out)
+                              float *out)
 {
 	for (uint32_t r = 0; r < n_rows; r++) {
-		float *o = out + (size_t)r * n_embd;                     /* (n_embd) */
-		const float *c = contrib + (size_t)r * k * n_embd;       /* (k, n_embd) */
+		float *o = out + (size_t)r * n_embd;               /* (n_embd) */
+		const float *c = contrib + (size_t)r * k * n_embd; /* (k, n_embd) */
 		memcpy(o, c, n_embd * sizeof(float));
 		for (uint32_t j = 1; j < k; j++)
 			for (uint32_t t = 0; t < n_embd; t++)
@@ -168,19 +166,18 @@ void shoal_engine_moe_combine(uint32_t n_rows, uint32_t k, uint32_t n_embd, cons
 	}
 }
 
-shoal_err engine__moe_ffn(shoal_engine *e, uint32_t l, uint32_t n_rows, char *why,
-			  size_t why_len)
+shoal_err engine__moe_ffn(shoal_engine *e, uint32_t l, uint32_t n_rows, char *why, size_t why_len)
 {
 	const engine__layer *L = &e->layers[l];
 	shoal_err err = shoal_engine_moe_route(e, l, n_rows, e->xn, e->moe_ids, e->moe_w);
 	if (err)
 		return shoal_why(why, why_len, err, "layer %u: routing failed", l);
 	shoal_moe_rows rows = {
-		.n_rows = n_rows,
-		.k = e->hp.n_expert_used,
-		.x = e->xn,
-		.ids = e->moe_ids,
-		.w = e->moe_w,
+	    .n_rows = n_rows,
+	    .k = e->hp.n_expert_used,
+	    .x = e->xn,
+	    .ids = e->moe_ids,
+	    .w = e->moe_w,
 	};
 	const shoal_engine_moe_hook *hook = &e->cfg.moe_hook;
 	if (!L->all_local && hook->dispatch) {

@@ -27,8 +27,8 @@
 #endif
 
 struct shoal_threadpool {
-	uint32_t n;            /* threads, caller included */
-	pthread_t *threads;    /* (n - 1) */
+	uint32_t n;         /* threads, caller included */
+	pthread_t *threads; /* (n - 1) */
 	uint32_t n_started;
 	pthread_mutex_t mu;
 	pthread_cond_t work_cv;

@@ -71,13 +71,17 @@ static shoal_model *austen(const char *type)
 }
 
 /* random fixtures: small enough to run in milliseconds */
-#define FX_QWEN3MOE "--arch qwen3moe --type Q8_0 --layers 3 --dim 128 --ff 256 --heads 4 " \
+#define FX_QWEN3MOE                                                                                \
+	"--arch qwen3moe --type Q8_0 --layers 3 --dim 128 --ff 256 --heads 4 "                     \
 	"--kv-heads 2 --vocab 300 --experts 8 --experts-used 3 --ff-exp 64 --ctx 64 --seed 7"
-#define FX_MIXTRAL "--arch llama --type F16 --layers 2 --dim 64 --ff 128 --heads 4 " \
+#define FX_MIXTRAL                                                                                 \
+	"--arch llama --type F16 --layers 2 --dim 64 --ff 128 --heads 4 "                          \
 	"--kv-heads 1 --vocab 300 --experts 4 --experts-used 2 --ff-exp 96 --ctx 64 --seed 3"
-#define FX_QWEN2 "--arch qwen2 --type Q4_K --layers 3 --dim 256 --ff 512 --heads 4 " \
+#define FX_QWEN2                                                                                   \
+	"--arch qwen2 --type Q4_K --layers 3 --dim 256 --ff 512 --heads 4 "                        \
 	"--kv-heads 2 --vocab 300 --ctx 64 --seed 5"
-#define FX_QWEN3 "--arch qwen3 --type Q6_K --layers 2 --dim 256 --ff 512 --heads 8 " \
+#define FX_QWEN3                                                                                   \
+	"--arch qwen3 --type Q6_K --layers 2 --dim 256 --ff 512 --heads 8 "                        \
 	"--kv-heads 2 --head-dim 64 --vocab 300 --ctx 64 --tied --seed 9"
 
 /* ---- a traced run ------------------------------------------------------------ */
@@ -107,16 +111,15 @@ static shoal_err hook_dispatch(void *ctx, uint32_t layer, const shoal_moe_rows *
 	return SHOAL_OK;
 }
 
-static shoal_err hook_collect(void *ctx, uint32_t layer, const shoal_moe_rows *rows,
-			      float *contrib)
+static shoal_err hook_collect(void *ctx, uint32_t layer, const shoal_moe_rows *rows, float *contrib)
 {
 	peer_hook *h = ctx;
 	return shoal_engine_moe_partial(h->peer, layer, rows, NULL, contrib, NULL, 0);
 }
 
 static shoal_engine *make_engine(const shoal_model *m, uint32_t threads, uint32_t l0, uint32_t l1,
-				 bool embd, bool head, uint32_t max_sessions,
-				 const uint8_t *mask_row, peer_hook *hook)
+                                 bool embd, bool head, uint32_t max_sessions,
+                                 const uint8_t *mask_row, peer_hook *hook)
 {
 	shoal_engine_config c = shoal_engine_config_default(m);
 	c.n_threads = threads;
@@ -160,7 +163,7 @@ static int32_t argmax(const float *x, uint32_t n)
  * prompt row and of every decode step into out ((n_dec + 1), n_vocab).
  * Returns 0 on success. */
 static int trace(const shoal_model *m, const setup *s, const int32_t *prompt, uint32_t n_prompt,
-		 uint32_t n_dec, float *out)
+                 uint32_t n_dec, float *out)
 {
 	uint32_t L = m->hp.n_layer, V = m->hp.n_vocab, D = m->hp.n_embd;
 	uint32_t k = s->split;
@@ -210,9 +213,13 @@ static int trace(const shoal_model *m, const setup *s, const int32_t *prompt, ui
 		float *lg = out + (size_t)(p + n - 1 - (n_prompt - 1)) * V;
 		if (p + n - 1 < n_prompt - 1)
 			lg = NULL;
-		shoal_engine_batch ba = {.n_rows = n, .tokens = tok, .session = sess, .pos = pos,
-					 .want_logits = k ? NULL : want, .logits = lg,
-					 .hidden_out = k ? hid : NULL};
+		shoal_engine_batch ba = {.n_rows = n,
+		                         .tokens = tok,
+		                         .session = sess,
+		                         .pos = pos,
+		                         .want_logits = k ? NULL : want,
+		                         .logits = lg,
+		                         .hidden_out = k ? hid : NULL};
 		char why[256] = "";
 		if (shoal_engine_run(a, &ba, why, sizeof why)) {
 			fprintf(stderr, "run: %s\n", why);
@@ -222,8 +229,12 @@ static int trace(const shoal_model *m, const setup *s, const int32_t *prompt, ui
 		if (k) {
 			for (uint32_t r = 0; r < n; r++)
 				sess[r] = sb;
-			shoal_engine_batch bb = {.n_rows = n, .hidden_in = hid, .session = sess,
-						 .pos = pos, .want_logits = want, .logits = lg};
+			shoal_engine_batch bb = {.n_rows = n,
+			                         .hidden_in = hid,
+			                         .session = sess,
+			                         .pos = pos,
+			                         .want_logits = want,
+			                         .logits = lg};
 			if (shoal_engine_run(b, &bb, why, sizeof why)) {
 				fprintf(stderr, "run b: %s\n", why);
 				free(hid);
@@ -250,7 +261,7 @@ static void prompt_ids(const shoal_model *m, int32_t *ids, uint32_t n)
 }
 
 #define N_PROMPT 11
-#define N_DEC 6
+#define N_DEC    6
 
 /* Compare the traces of several setups against the first. */
 static int check_setups(const shoal_model *m, const setup *ss, size_t n)
@@ -273,10 +284,10 @@ static int check_setups(const shoal_model *m, const setup *ss, size_t n)
 		memset(got, 0, sz * sizeof(float));
 		int rc = trace(m, &ss[i], ids, N_PROMPT, N_DEC, got);
 		if (rc || memcmp(ref, got, sz * sizeof(float))) {
-			fprintf(stderr,
-				"setup %zu (threads %u split %u chunk %u mask %s) differs (rc %d)\n",
-				i, ss[i].threads, ss[i].split, ss[i].chunk, ss[i].mask ? "yes" : "no",
-				rc);
+			fprintf(
+			    stderr,
+			    "setup %zu (threads %u split %u chunk %u mask %s) differs (rc %d)\n", i,
+			    ss[i].threads, ss[i].split, ss[i].chunk, ss[i].mask ? "yes" : "no", rc);
 			bad = 1;
 		}
 	}
@@ -291,15 +302,15 @@ static void check_model_invariants(shoal_model *m)
 {
 	uint32_t L = m->hp.n_layer;
 	setup ss[] = {
-		{.threads = 1},
-		{.threads = 2},
-		{.threads = 3},
-		{.threads = 1, .split = 1},
-		{.threads = 2, .split = L / 2 ? L / 2 : 1},
-		{.threads = 1, .split = L - 1 ? L - 1 : 1},
-		{.threads = 1, .chunk = 1},
-		{.threads = 3, .chunk = 4},
-		{.threads = 2, .chunk = 5, .split = 1},
+	    {.threads = 1},
+	    {.threads = 2},
+	    {.threads = 3},
+	    {.threads = 1, .split = 1},
+	    {.threads = 2, .split = L / 2 ? L / 2 : 1},
+	    {.threads = 1, .split = L - 1 ? L - 1 : 1},
+	    {.threads = 1, .chunk = 1},
+	    {.threads = 3, .chunk = 4},
+	    {.threads = 2, .chunk = 5, .split = 1},
 	};
 	int bad = check_setups(m, ss, sizeof ss / sizeof ss[0]);
 	shoal_model_free(m);
@@ -390,8 +401,12 @@ static void test_sessions_batched(void)
 	for (uint32_t i = 0; i < 4; i++, n++) {
 		tok[n] = p1[i], sess[n] = s1, pos[n] = i, want[n] = 0;
 	}
-	shoal_engine_batch b = {.n_rows = n, .tokens = tok, .session = sess, .pos = pos,
-				.want_logits = want, .logits = lg};
+	shoal_engine_batch b = {.n_rows = n,
+	                        .tokens = tok,
+	                        .session = sess,
+	                        .pos = pos,
+	                        .want_logits = want,
+	                        .logits = lg};
 	ASSERT_EQ(shoal_engine_run(e, &b, NULL, 0), SHOAL_OK);
 	ASSERT_MEM_EQ(lg, r2, V * sizeof(float));
 	int32_t next2 = argmax(lg, V);
@@ -437,7 +452,8 @@ static void check_moe_partition(shoal_model *m)
 	int32_t *ids = malloc((size_t)n * K * sizeof(int32_t));
 	float *w = malloc((size_t)n * K * sizeof(float));
 	float *cf = malloc(nc * sizeof(float)), *cp = malloc(nc * sizeof(float));
-	float *of = malloc((size_t)n * D * sizeof(float)), *op = malloc((size_t)n * D * sizeof(float));
+	float *of = malloc((size_t)n * D * sizeof(float)),
+	      *op = malloc((size_t)n * D * sizeof(float));
 	uint64_t st = 12345;
 	for (size_t i = 0; i < (size_t)n * D; i++) {
 		st = st * 6364136223846793005ull + 1442695040888963407ull;
@@ -477,10 +493,11 @@ static void check_moe_partition(shoal_model *m)
 		for (uint32_t part = 0; part < n_parts; part++) {
 			uint32_t pp = kind == 2 ? NE - 1 - part : part;
 			for (uint32_t i = 0; i < NE; i++)
-				mask[i] = kind == 0 ? (i % 2 == pp) : kind == 1 ? ((i < NE / 2) == !pp)
-										: i == pp;
+				mask[i] = kind == 0   ? (i % 2 == pp)
+				          : kind == 1 ? ((i < NE / 2) == !pp)
+				                      : i == pp;
 			ASSERT_EQ(shoal_engine_moe_partial(e, layer, &rows, mask, cp, NULL, 0),
-				  SHOAL_OK);
+			          SHOAL_OK);
 		}
 		shoal_engine_moe_combine(n, K, D, cp, op);
 		ASSERT_MEM_EQ(cf, cp, nc * sizeof(float));
@@ -521,9 +538,9 @@ static void check_moe_hook(shoal_model *m)
 		odd[i] = i % 2;
 	}
 	setup ss[] = {
-		{.threads = 1},
-		{.threads = 2, .mask = half},
-		{.threads = 1, .mask = odd, .split = 1, .chunk = 3},
+	    {.threads = 1},
+	    {.threads = 2, .mask = half},
+	    {.threads = 1, .mask = odd, .split = 1, .chunk = 3},
 	};
 	ASSERT_EQ(check_setups(m, ss, 3), 0);
 }
@@ -602,8 +619,12 @@ static void test_bad_batches(void)
 	float *lg = malloc((size_t)m->hp.n_vocab * sizeof(float));
 	float hid[256];
 	char why[256];
-	shoal_engine_batch b = {.n_rows = 3, .tokens = tok, .session = sess, .pos = pos,
-				.want_logits = want, .logits = lg};
+	shoal_engine_batch b = {.n_rows = 3,
+	                        .tokens = tok,
+	                        .session = sess,
+	                        .pos = pos,
+	                        .want_logits = want,
+	                        .logits = lg};
 	tok[1] = (int32_t)m->hp.n_vocab;
 	ASSERT_EQ(shoal_engine_run(e, &b, why, sizeof why), SHOAL_ERR_RANGE);
 	tok[1] = -1;
@@ -677,8 +698,9 @@ static void test_cleanup(void)
 	ASSERT_TRUE(1);
 }
 
-TEST_MAIN(TEST_CASE(test_threadpool), TEST_CASE(test_austen_f32_invariants), TEST_CASE(test_austen_q8_0_invariants),
-	  TEST_CASE(test_sessions_batched), TEST_CASE(test_qwen2_q4k_invariants),
-	  TEST_CASE(test_qwen3_q6k_invariants), TEST_CASE(test_qwen3moe_invariants),
-	  TEST_CASE(test_mixtral_invariants), TEST_CASE(test_qwen3moe_partial),
-	  TEST_CASE(test_mixtral_partial), TEST_CASE(test_bad_batches), TEST_CASE(test_cleanup))
+TEST_MAIN(TEST_CASE(test_threadpool), TEST_CASE(test_austen_f32_invariants),
+          TEST_CASE(test_austen_q8_0_invariants), TEST_CASE(test_sessions_batched),
+          TEST_CASE(test_qwen2_q4k_invariants), TEST_CASE(test_qwen3_q6k_invariants),
+          TEST_CASE(test_qwen3moe_invariants), TEST_CASE(test_mixtral_invariants),
+          TEST_CASE(test_qwen3moe_partial), TEST_CASE(test_mixtral_partial),
+          TEST_CASE(test_bad_batches), TEST_CASE(test_cleanup))

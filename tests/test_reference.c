@@ -75,7 +75,7 @@ static int n_cases_checked;
 
 /* One case through the engine: returns the number of failures. */
 static int check_engine_case(shoal_engine *e, const shoal_model *m, json_t *c, double tol,
-			     const char *name)
+                             const char *name)
 {
 	json_t *pids = json_object_get(c, "prompt_ids"), *gids = json_object_get(c, "greedy_ids");
 	json_t *tie = json_object_get(c, "near_tie_at");
@@ -97,8 +97,12 @@ static int check_engine_case(shoal_engine *e, const shoal_model *m, json_t *c, d
 		want[i] = i + 1 == np;
 		sess[i] = slot;
 	}
-	shoal_engine_batch b = {.n_rows = (uint32_t)np, .tokens = tok, .session = sess,
-				.pos = pos, .want_logits = want, .logits = lg};
+	shoal_engine_batch b = {.n_rows = (uint32_t)np,
+	                        .tokens = tok,
+	                        .session = sess,
+	                        .pos = pos,
+	                        .want_logits = want,
+	                        .logits = lg};
 	char why[256] = "";
 	if (shoal_engine_run(e, &b, why, sizeof why)) {
 		fprintf(stderr, "%s: run: %s\n", name, why);
@@ -112,7 +116,7 @@ static int check_engine_case(shoal_engine *e, const shoal_model *m, json_t *c, d
 		double got = logprob(lg, V, id);
 		if (!(fabs(got - want_lp) <= tol)) {
 			fprintf(stderr, "%s: first step, token %d: logprob %.5f, reference %.5f\n",
-				name, id, got, want_lp);
+			        name, id, got, want_lp);
 			fails++;
 		}
 	}
@@ -120,8 +124,8 @@ static int check_engine_case(shoal_engine *e, const shoal_model *m, json_t *c, d
 		int32_t g = argmax(lg, V);
 		int32_t ref = (int32_t)json_integer_value(json_array_get(gids, t));
 		if (g != ref) {
-			fprintf(stderr, "%s: step %zu: %d, reference %d (near tie at %zu)\n", name, t,
-				g, ref, upto);
+			fprintf(stderr, "%s: step %zu: %d, reference %d (near tie at %zu)\n", name,
+			        t, g, ref, upto);
 			fails++;
 			break;
 		}
@@ -141,7 +145,7 @@ out:
 
 /* One case through the CLI; returns the number of failures. */
 static int check_cli_case(const char *bin, const char *model, json_t *c, double tol,
-			  const char *name, bool logprobs)
+                          const char *name, bool logprobs)
 {
 	json_t *gids = json_object_get(c, "greedy_ids"), *tie = json_object_get(c, "near_tie_at");
 	json_t *top = json_object_get(c, "first_step_top_logprobs");
@@ -151,7 +155,7 @@ static int check_cli_case(const char *bin, const char *model, json_t *c, double 
 	char nbuf[16], out[65536];
 	snprintf(nbuf, sizeof nbuf, "%zu", ng);
 	char *argv_ids[] = {(char *)bin, "run", (char *)model, "-p", (char *)prompt, "-n", nbuf,
-			    "--temp", "0", "--ids", NULL};
+	                    "--temp",    "0",   "--ids",       NULL};
 	int fails = 0;
 	int st = capture(argv_ids, out, sizeof out);
 	if (st != 0) {
@@ -164,16 +168,17 @@ static int check_cli_case(const char *bin, const char *model, json_t *c, double 
 		long v = strtol(p, &end, 10);
 		int32_t ref = (int32_t)json_integer_value(json_array_get(gids, t));
 		if (end == p || v != ref) {
-			fprintf(stderr, "%s: shoal run step %zu: '%.20s', reference %d\n", name, t, p,
-				ref);
+			fprintf(stderr, "%s: shoal run step %zu: '%.20s', reference %d\n", name, t,
+			        p, ref);
 			return fails + 1;
 		}
 		p = end;
 	}
 	if (!logprobs)
 		return fails;
-	char *argv_lp[] = {(char *)bin, "run", (char *)model, "-p", (char *)prompt, "-n", "1",
-			   "--temp", "0", "--logprobs", "8", NULL};
+	char *argv_lp[] = {(char *)bin, "run", (char *)model, "-p", (char *)prompt,
+	                   "-n",        "1",   "--temp",      "0",  "--logprobs",
+	                   "8",         NULL};
 	if (capture(argv_lp, out, sizeof out) != 0)
 		return fails + 1;
 	json_error_t jerr;
@@ -197,7 +202,7 @@ static int check_cli_case(const char *bin, const char *model, json_t *c, double 
 			double got = json_number_value(json_object_get(e, "logprob"));
 			if (!(fabs(got - want_lp) <= tol)) {
 				fprintf(stderr, "%s: --logprobs token %d: %.5f, reference %.5f\n",
-					name, id, got, want_lp);
+				        name, id, got, want_lp);
 				fails++;
 			}
 		}
@@ -208,7 +213,8 @@ static int check_cli_case(const char *bin, const char *model, json_t *c, double 
 		}
 	}
 	if (json_integer_value(json_object_get(o, "token")) !=
-	    json_integer_value(json_array_get(gids, 0)) && upto > 0) {
+	        json_integer_value(json_array_get(gids, 0)) &&
+	    upto > 0) {
 		fprintf(stderr, "%s: --logprobs chose another token\n", name);
 		fails++;
 	}
@@ -316,5 +322,5 @@ static void test_cli_bad_model(void)
 }
 
 TEST_MAIN(TEST_CASE(test_austen_f32), TEST_CASE(test_austen_f16), TEST_CASE(test_austen_q8_0),
-	  TEST_CASE(test_tiny_q4_k_m), TEST_CASE(test_tiny_q6_k), TEST_CASE(test_all_files_covered),
-	  TEST_CASE(test_cli_bad_model))
+          TEST_CASE(test_tiny_q4_k_m), TEST_CASE(test_tiny_q6_k), TEST_CASE(test_all_files_covered),
+          TEST_CASE(test_cli_bad_model))
