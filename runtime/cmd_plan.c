@@ -3,7 +3,7 @@
  * and print the stages, experts per peer, memory per peer and the predicted
  * time per token, or why it does not fit.
  *
- *   shoal plan --view CLUSTER.json --model SPEC.json [--ctx N]
+ *   shoal plan --view CLUSTER.json --model (MODEL.gguf|SPEC.json) [--ctx N]
  *              [--sessions N] [--spread-experts] [--json] [--bench N]
  *
  * Part: runtime/ (CLI glue around scheduler/). --bench times N schedule()
@@ -16,17 +16,27 @@
 #include <time.h>
 
 #include "base/err.h"
+#include "models/manifest.h"
+#include "models/model.h"
 #include "models/spec.h"
 #include "runtime/cli.h"
 #include "runtime/plan_json.h"
 #include "scheduler/plan.h"
 
-#define GIB(x) ((double)(x) / (1024.0 * 1024.0 * 1024.0))
+/* "12.3 GiB", or MiB below a GiB, into buf[16]. */
+static const char *human(uint64_t b, char buf[16])
+{
+	if (b >= (1ULL << 30))
+		snprintf(buf, 16, "%.1f GiB", (double)b / (1ULL << 30));
+	else
+		snprintf(buf, 16, "%.1f MiB", (double)b / (1ULL << 20));
+	return buf;
+}
 
 static void plan_usage(FILE *f)
 {
-	fprintf(f, "usage: shoal plan --view CLUSTER.json --model SPEC.json [--ctx N] [--sessions N]\n"
-		   "                  [--spread-experts] [--json] [--bench N]\n"
+	fprintf(f, "usage: shoal plan --view CLUSTER.json --model (MODEL.gguf|SPEC.json) [--ctx N]\n"
+		   "                  [--sessions N] [--spread-experts] [--json] [--bench N]\n"
 		   "Plans a model on a cluster description (format: runtime/plan_json.h,\n"
 		   "models/specs/README.md) and prints the stages, experts, memory per peer and\n"
 		   "the predicted time per token.\n");
@@ -123,9 +133,10 @@ static void print_text(const shoal_plan *p, const shoal_spec_info *info,
 	printf("memory:\n");
 	for (size_t i = 0; i < shoal_plan_n_peers(p); i++) {
 		const shoal_plan_peer *pp = shoal_plan_peer_at(p, i);
-		printf("  %-20s weights %7.1f GiB + KV %6.1f GiB = %7.1f of %7.1f GiB", pp->name,
-		       GIB(pp->weight_bytes), GIB(pp->kv_bytes), GIB(pp->weight_bytes + pp->kv_bytes),
-		       GIB(pp->capacity_bytes));
+		char b1[16], b2[16], b3[16], b4[16];
+		printf("  %-20s weights %10s + KV %10s = %10s of %10s", pp->name,
+		       human(pp->weight_bytes, b1), human(pp->kv_bytes, b2),
+		       human(pp->weight_bytes + pp->kv_bytes, b3), human(pp->capacity_bytes, b4));
 		if (pp->n_experts)
 			printf(", %u experts", pp->n_experts);
 		printf("\n");
@@ -187,16 +198,23 @@ int shoal_cmd_plan(int argc, char **argv)
 	shoal_spec_info info;
 	shoal_plan *plan = NULL;
 	int rc = 1;
-	if (!ends_with(model_path, ".json")) {
-		fprintf(stderr, "shoal plan: %s: planning from a GGUF header is not available in this "
-				"build yet; give a JSON spec (models/specs/*.json)\n",
-			model_path);
-		return 1;
+	bool from_spec = ends_with(model_path, ".json");
+	shoal_spec_info *pinfo = NULL;
+	shoal_err e;
+	if (from_spec) {
+		e = shoal_spec_load(model_path, &m, &info, why, sizeof why);
+		pinfo = &info;
+	} else {
+		/* a GGUF: only its header is read (the tensors stay mapped, unread) */
+		shoal_model *model = NULL;
+		e = shoal_model_open(model_path, &model, why, sizeof why);
+		if (!e && (e = shoal_model_manifest(model, &m)))
+			snprintf(why, sizeof why, "%s: %s", model_path, shoal_strerror(e));
+		shoal_model_free(model);
 	}
-	shoal_err e = shoal_spec_load(model_path, &m, &info, why, sizeof why);
 	if (e) {
 		fprintf(stderr, "shoal plan: %s\n", why);
-		return 1;
+		goto out;
 	}
 	e = shoal_cluster_load(view_path, &view, why, sizeof why);
 	if (e) {
@@ -232,13 +250,16 @@ int shoal_cmd_plan(int argc, char **argv)
 		printf("%s\n", s);
 		free(s);
 	} else {
-		print_text(plan, &info, &pol);
+		print_text(plan, pinfo, &pol);
 	}
 	rc = 0;
 out:
 	shoal_plan_free(plan);
 	shoal_view_free(view);
-	shoal_spec_manifest_fini(&m);
+	if (from_spec)
+		shoal_spec_manifest_fini(&m);
+	else
+		shoal_manifest_fini(&m);
 	return rc;
 usage:
 	plan_usage(stderr);

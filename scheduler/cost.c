@@ -28,6 +28,12 @@
 /* 12 = lcm(1, 2, 3, 4): a replicated expert's load splits exactly among up
  * to SHOAL_PLAN_MAX_OWNERS owners. */
 #define SCHED_SHARE 12
+/* Fixed point of the per-load-unit expert time: 2^20. A layer's full
+ * expert time is at most 2^40 ns (SCHED_TMAX) and its load at most
+ * 12 x 2^20 units (counts renormalised to 2^20; uniform: 12 x 65536), so
+ * unit x load <= 2^60 + load: no overflow in 64 bits. */
+#define SCHED_EUNIT_SHIFT 20
+#define SCHED_EUNIT_ONE (1ULL << SCHED_EUNIT_SHIFT)
 
 /* ---- arithmetic -------------------------------------------------------- */
 
@@ -193,6 +199,24 @@ shoal_err sched__ctx_init(sched__ctx *c, const shoal_view *v, const shoal_manife
 		c->loadtot[l] = sum * SCHED_SHARE;
 	}
 
+	/* experts: the time of all n_expert_used experts of a token on a peer
+	 * (its roofline), and that time per load unit in fixed point, so that
+	 * a share costs one 64-bit multiply (the LPT placement asks this for
+	 * every expert x peer x layer: 950 k times for DeepSeek-V3 on 64 peers) */
+	ALLOC(c->efull, n * L);
+	ALLOC(c->eunit, n * L);
+	for (size_t p = 0; p < n; p++)
+		for (uint32_t l = 0; l < L; l++) {
+			const shoal_manifest_layer *y = &m->layers[l];
+			if (!y->n_expert)
+				continue;
+			uint64_t full = roofline(y->expert_bytes * y->n_expert_used,
+						 y->expert_flops * y->n_expert_used, c->bw[p], c->fl[p]);
+			c->efull[p * L + l] = full;
+			c->eunit[p * L + l] = div_up_clamp((unsigned __int128)full << SCHED_EUNIT_SHIFT,
+							   c->loadtot[l]) ;
+		}
+
 	/* times per peer and layer */
 	for (size_t p = 0; p < n; p++) {
 		uint64_t acc = 0;
@@ -204,8 +228,7 @@ shoal_err sched__ctx_init(sched__ctx *c, const shoal_view *v, const shoal_manife
 			uint64_t flops = sched__add(y->flops, sat_mul(af, pol->ctx));
 			c->tbase[p * L + l] = roofline(bytes, flops, c->bw[p], c->fl[p]);
 			c->texp[p * L + l] =
-				y->n_expert ? sched__expert_time(c, l, (uint32_t)p, (uint32_t)p, 1, 1)
-					    : 0;
+				y->n_expert ? c->efull[p * L + l] : 0;
 			acc += c->tbase[p * L + l] + c->texp[p * L + l];
 			c->tpre[p * (L + 1) + l + 1] = acc;
 		}
@@ -242,6 +265,8 @@ void sched__ctx_fini(sched__ctx *c)
 	free(c->slot0);
 	free(c->load);
 	free(c->loadtot);
+	free(c->efull);
+	free(c->eunit);
 	free(c->prev_base);
 	free(c->prev_exp);
 	if (c->has_prev)
@@ -257,16 +282,12 @@ uint64_t sched__range_mem(const sched__ctx *c, sched__mode mode, uint32_t a, uin
 	return sched__add(x, extra);
 }
 
-uint64_t sched__expert_time(const sched__ctx *c, uint32_t l, uint32_t s, uint32_t o, uint64_t w,
-			    uint64_t wtot)
+uint64_t sched__expert_time(const sched__ctx *c, uint32_t l, uint32_t s, uint32_t o, uint64_t w)
 {
 	if (!w)
 		return 0;
-	const shoal_manifest_layer *y = &c->m->layers[l];
-	unsigned __int128 k = (unsigned __int128)w * y->n_expert_used;
-	uint64_t tb = div_up_clamp(k * y->expert_bytes * NS_PER_S, (unsigned __int128)wtot * c->bw[o]);
-	uint64_t tf = div_up_clamp(k * y->expert_flops * NS_PER_S, (unsigned __int128)wtot * c->fl[o]);
-	uint64_t t = tb > tf ? tb : tf;
+	size_t i = (size_t)o * c->L + l;
+	uint64_t t = w == c->loadtot[l] ? c->efull[i] : (w * c->eunit[i] + SCHED_EUNIT_ONE - 1) >> SCHED_EUNIT_SHIFT;
 	return o == s ? t : t + c->rtt[(size_t)s * c->n + o];
 }
 
@@ -460,7 +481,7 @@ void sched__evaluate(const sched__ctx *c, sched__asg *a)
 			uint64_t worst = 0;
 			for (uint32_t j = 0; j < nt; j++) {
 				uint32_t o = touched[j];
-				uint64_t et = sched__expert_time(c, l, p, o, w[o], c->loadtot[l]);
+				uint64_t et = sched__expert_time(c, l, p, o, w[o]);
 				if (et > worst)
 					worst = et;
 				w[o] = 0;

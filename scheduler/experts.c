@@ -33,7 +33,7 @@ static uint64_t layer_time(const lpt *x)
 {
 	uint64_t worst = 0;
 	for (uint32_t o = 0; o < x->c->n; o++) {
-		uint64_t t = sched__expert_time(x->c, x->l, x->s, o, x->w[o], x->c->loadtot[x->l]);
+		uint64_t t = sched__expert_time(x->c, x->l, x->s, o, x->w[o]);
 		if (t > worst)
 			worst = t;
 	}
@@ -57,7 +57,7 @@ static bool place_layer(lpt *x, ekey *keys)
 {
 	const sched__ctx *c = x->c;
 	const shoal_manifest_layer *y = &c->m->layers[x->l];
-	uint64_t eb = y->expert_bytes, tot = c->loadtot[x->l];
+	uint64_t eb = y->expert_bytes;
 	for (uint32_t e = 0; e < y->n_expert; e++) {
 		keys[e].load = c->load[c->slot0[x->l] + e];
 		keys[e].e = e;
@@ -77,7 +77,7 @@ static bool place_layer(lpt *x, ekey *keys)
 			if (x->free[o] < eb)
 				continue;
 			uint32_t from = c->pol->spread_experts ? o : x->s;
-			uint64_t t = sched__expert_time(c, x->l, from, o, x->w[o] + share, tot);
+			uint64_t t = sched__expert_time(c, x->l, from, o, x->w[o] + share);
 			if (t < bt) {
 				bt = t;
 				best = o;
@@ -127,7 +127,7 @@ static void replicate_hot(lpt *x)
 		uint32_t straggler = 0;
 		uint64_t st = 0;
 		for (uint32_t o = 0; o < c->n; o++) {
-			uint64_t t = sched__expert_time(c, x->l, x->s, o, x->w[o], c->loadtot[x->l]);
+			uint64_t t = sched__expert_time(c, x->l, x->s, o, x->w[o]);
 			if (t > st) {
 				st = t;
 				straggler = o;

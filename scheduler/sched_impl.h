@@ -75,6 +75,8 @@ typedef struct sched__ctx {
 	uint32_t *slot0;   /* (L) first slot of each layer */
 	uint64_t *load;    /* (n_slots) expected load of each expert, scaled */
 	uint64_t *loadtot; /* (L) sum of a layer's loads x 12 */
+	uint64_t *efull;   /* (n, L) n_expert_used experts on the peer, ns */
+	uint64_t *eunit;   /* (n, L) that per load unit, ns x 2^20 */
 	/* the previous plan in view indices, when it maps onto this view */
 	bool has_prev;
 	bool prev_gone; /* some of its peers left: infeasible, not evaluated */
@@ -102,11 +104,11 @@ void sched__asg_copy(sched__asg *dst, const sched__asg *src, const sched__ctx *c
 /* Memory of layers [a, b) on a stage in this mode plus embedding/head. */
 uint64_t sched__range_mem(const sched__ctx *c, sched__mode mode, uint32_t a, uint32_t b,
 			  bool first, bool last);
-/* Time of expert work W (in load units of total Wtot) on peer o for a layer
- * owned by s: the round trip when o != s plus the roofline of the bytes and
- * FLOPs of the W / Wtot share of n_expert_used experts. */
-uint64_t sched__expert_time(const sched__ctx *c, uint32_t l, uint32_t s, uint32_t o, uint64_t w,
-			    uint64_t wtot);
+/* Time of expert work w (load units; loadtot[l] = every routed token) on
+ * peer o for layer l owned by s: the round trip when o != s plus the w /
+ * loadtot share of the roofline of n_expert_used experts (exact when w is
+ * the whole load, fixed point otherwise). */
+uint64_t sched__expert_time(const sched__ctx *c, uint32_t l, uint32_t s, uint32_t o, uint64_t w);
 
 /* Find stages minimising the predicted time plus pen_num / pen_den ns per
  * byte newly loaded; fills a->st_*; false when nothing fits. */

@@ -17,6 +17,10 @@
 #include <string.h>
 
 #define SCHED_EXACT_MAX 8 /* 2^8 subsets x 8 last peers: the exact search's limit */
+/* Above 8 peers the pool holds at least the 6 fastest: a pipeline rarely
+ * gains from more peers than memory needs (each adds a hop), and 2^6 x 6
+ * states cost a seventh of 2^8 x 8, which keeps 64 peers under 50 ms. */
+#define SCHED_POOL_MIN 6
 /* The adjacent-swap improvement costs one chain DP (k^2 L^2 / 4 steps) per
  * swap; past 48 pool peers a pass would exceed the 50 ms budget for 64 peers
  * and a 61-layer model, so larger pools keep their constructed order. */
@@ -86,18 +90,41 @@ static void set_stages(sched__asg *a, const uint32_t *peer, const uint32_t *firs
 /* ---- exact ------------------------------------------------------------- */
 
 /* Held-Karp over the peers of pool (k <= 8, ascending view index). Returns
- * the best cost (SCHED__INF if nothing fits) and its stages in *a. */
-static uint64_t search_exact(const search_in *s, const uint32_t *pool, uint32_t k, sched__asg *a)
+ * the best cost (SCHED__INF if nothing fits) and its stages in *a.
+ * Branch and bound: inc is the cost of a known solution; a state whose cost
+ * plus a lower bound of the rest (each remaining layer on the pool's
+ * cheapest peer for it, then the cheapest head) exceeds inc cannot lead to
+ * the optimum and is not expanded. Only states strictly above inc are cut,
+ * so every optimal path, its values and its parents stay as without the
+ * bound: the result does not change, only the time (a single fast peer
+ * usually bounds away almost every multi-stage state). */
+static uint64_t search_exact(const search_in *s, const uint32_t *pool, uint32_t k, uint64_t inc,
+			     sched__asg *a)
 {
 	const sched__ctx *c = s->c;
 	uint32_t L = c->L;
 	size_t W = L + 1, S = (size_t)1 << k;
 	uint64_t *f = malloc(S * k * W * sizeof *f);
 	uint32_t *par = malloc(S * k * W * sizeof *par);
-	if (!f || !par) {
+	uint64_t *lb = malloc(W * sizeof *lb);
+	if (!f || !par || !lb) {
 		free(f);
 		free(par);
+		free(lb);
 		return SCHED__INF;
+	}
+	lb[L] = SCHED__INF;
+	for (uint32_t q = 0; q < k; q++)
+		if (c->head_t[pool[q]] < lb[L])
+			lb[L] = c->head_t[pool[q]];
+	for (uint32_t l = L; l-- > 0;) {
+		uint64_t mn = SCHED__INF;
+		for (uint32_t q = 0; q < k; q++) {
+			const uint64_t *row = s->cpre + (size_t)pool[q] * W;
+			if (row[l + 1] - row[l] < mn)
+				mn = row[l + 1] - row[l];
+		}
+		lb[l] = lb[l + 1] + mn;
 	}
 	for (size_t i = 0; i < S * k * W; i++)
 		f[i] = SCHED__INF;
@@ -106,7 +133,12 @@ static uint64_t search_exact(const search_in *s, const uint32_t *pool, uint32_t 
 		for (uint32_t b = 1; b <= L; b++) {
 			if (!fits(s, pool[q], 0, b, true))
 				break;
-			f[HK(1u << q, q, b)] = range_cost(s, pool[q], 0, b);
+			uint64_t t = range_cost(s, pool[q], 0, b);
+			if (b < L && t + lb[b] > inc)
+				break;
+			if (t > inc)
+				continue;
+			f[HK(1u << q, q, b)] = t;
 			par[HK(1u << q, q, b)] = UINT32_MAX;
 		}
 	for (size_t mask = 1; mask < S; mask++)
@@ -115,7 +147,7 @@ static uint64_t search_exact(const search_in *s, const uint32_t *pool, uint32_t 
 				continue;
 			for (uint32_t b = 1; b < L; b++) {
 				uint64_t val = f[HK(mask, q, b)];
-				if (val == SCHED__INF)
+				if (val == SCHED__INF || val + lb[b] > inc)
 					continue;
 				for (uint32_t r = 0; r < k; r++) {
 					if (mask >> r & 1)
@@ -127,6 +159,10 @@ static uint64_t search_exact(const search_in *s, const uint32_t *pool, uint32_t 
 						if (!fits(s, pr, b, e, false))
 							break;
 						uint64_t t = base + range_cost(s, pr, b, e);
+						if (e < L && t + lb[e] > inc)
+							break; /* t + lb[e] grows with e */
+						if (t > inc)
+							continue;
 						if (t < f[HK(nm, r, e)]) {
 							f[HK(nm, r, e)] = t;
 							par[HK(nm, r, e)] = q << 24 | b;
@@ -167,6 +203,7 @@ static uint64_t search_exact(const search_in *s, const uint32_t *pool, uint32_t 
 #undef HK
 	free(f);
 	free(par);
+	free(lb);
 	return best;
 }
 
@@ -244,13 +281,27 @@ out:
 	return best;
 }
 
+/* The exact search on a pool, bounded by the chain search in the pool's
+ * order (cheap: k^2 L^2 / 4 steps) as the first known solution. */
+static uint64_t search_exact_bounded(const search_in *s, const uint32_t *pool, uint32_t k,
+				     sched__asg *a, sched__asg *tmp)
+{
+	uint64_t inc = search_chain(s, pool, k, a);
+	uint64_t best = search_exact(s, pool, k, inc, tmp);
+	if (best != SCHED__INF && best <= inc) {
+		sched__asg_copy(a, tmp, s->c);
+		return best;
+	}
+	return inc;
+}
+
 /* ---- heuristic above 8 peers ------------------------------------------- */
 
 /* 1. Rank the peers by the time the whole model would take on each alone
  *    (the speed that matters for this model), ties by id.
  * 2. Pool: the fastest peers until their memory covers the model with one
  *    layer of slack per peer (contiguous ranges waste at most a layer each),
- *    and at least 8 peers.
+ *    and at least SCHED_POOL_MIN peers.
  * 3. A pool of 8 is solved exactly. A larger one is searched as a chain:
  *    once in rank order and once in nearest-neighbour order by hop time from
  *    the fastest peer; the better order is then improved by one pass of
@@ -287,7 +338,7 @@ static uint64_t search_pool(const search_in *s, const uint32_t *ranked, uint32_t
 	if (k <= SCHED_EXACT_MAX) {
 		memcpy(order, ranked, k * sizeof *order);
 		qsort(order, k, sizeof *order, u32_cmp);
-		best = search_exact(s, order, k, a);
+		best = search_exact_bounded(s, order, k, a, tmp);
 		free(order);
 		return best;
 	}
@@ -365,7 +416,7 @@ static uint64_t search_heuristic(const search_in *s, sched__asg *a)
 	}
 	uint32_t k = 0;
 	uint64_t have = 0;
-	while (k < n && (k < SCHED_EXACT_MAX || have < sched__add(need, maxl * k))) {
+	while (k < n && (k < SCHED_POOL_MIN || have < sched__add(need, maxl * k))) {
 		have = sched__add(have, c->cap[ranked[k]]);
 		k++;
 	}
@@ -392,7 +443,13 @@ bool sched__search(const sched__ctx *c, sched__mode mode, uint64_t pen_num, uint
 		uint32_t pool[SCHED_EXACT_MAX];
 		for (uint32_t p = 0; p < c->n; p++)
 			pool[p] = p;
-		best = search_exact(&s, pool, (uint32_t)c->n, a);
+		sched__asg tmp;
+		if (sched__asg_init(&tmp, c)) {
+			free(s.cpre);
+			return false;
+		}
+		best = search_exact_bounded(&s, pool, (uint32_t)c->n, a, &tmp);
+		sched__asg_fini(&tmp);
 	} else {
 		best = search_heuristic(&s, a);
 	}
