@@ -136,8 +136,10 @@ static void kernels_choose(void)
 		kernels_best = shoal_kernels_by_name(want);
 		if (kernels_best)
 			return;
-		fprintf(stderr, "shoal: SHOAL_ISA=%s is not compiled in or not supported "
-				"by this CPU; choosing automatically\n", want);
+		fprintf(stderr,
+		        "shoal: SHOAL_ISA=%s is not compiled in or not supported "
+		        "by this CPU; choosing automatically\n",
+		        want);
 	}
 	for (size_t i = 0; i < sizeof order / sizeof order[0]; i++) {
 		kernels_best = shoal_kernels_by_name(order[i]);

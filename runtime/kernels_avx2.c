@@ -37,42 +37,44 @@ KERNELS__INLINE float k2_h2f(uint16_t h)
  * One body for the three: LOAD8(p, i) gives 8 floats of row p at element i. */
 
 #define K2_LOAD_F32(p, i) _mm256_loadu_ps((const float *)(p) + (i))
-#define K2_LOAD_F16(p, i) _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)((const uint16_t *)(p) + (i))))
-#define K2_LOAD_BF16(p, i)                                                                \
-	_mm256_castsi256_ps(_mm256_slli_epi32(                                              \
-		_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)((const uint16_t *)(p) + (i)))), 16))
+#define K2_LOAD_F16(p, i)                                                                          \
+	_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)((const uint16_t *)(p) + (i))))
+#define K2_LOAD_BF16(p, i)                                                                         \
+	_mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((              \
+	                                          const __m128i *)((const uint16_t *)(p) + (i)))), \
+	                                      16))
 
-#define K2_FLOAT_TILE(name, LOAD8, SCALAR)                                                \
-	KERNELS__INLINE void name##_n(int64_t n, const void *w, const void *const *xq,     \
-				      const int NC, float *out)                            \
-	{                                                                                 \
-		__m256 a0[KERNELS__TILE], a1[KERNELS__TILE];                              \
-		for (int c = 0; c < NC; c++)                                              \
-			a0[c] = a1[c] = _mm256_setzero_ps();                              \
-		int64_t i = 0;                                                            \
-		for (; i + 16 <= n; i += 16) {                                            \
-			__m256 w0 = LOAD8(w, i), w1 = LOAD8(w, i + 8);                    \
-			for (int c = 0; c < NC; c++) {                                    \
-				a0[c] = _mm256_fmadd_ps(w0, LOAD8(xq[c], i), a0[c]);      \
-				a1[c] = _mm256_fmadd_ps(w1, LOAD8(xq[c], i + 8), a1[c]);  \
-			}                                                                 \
-		}                                                                         \
-		for (; i + 8 <= n; i += 8) {                                              \
-			__m256 w0 = LOAD8(w, i);                                          \
-			for (int c = 0; c < NC; c++)                                      \
-				a0[c] = _mm256_fmadd_ps(w0, LOAD8(xq[c], i), a0[c]);      \
-		}                                                                         \
-		for (int c = 0; c < NC; c++) {                                            \
-			float tail = 0.0f;                                                \
-			for (int64_t j = i; j < n; j++)                                   \
-				tail += SCALAR(w, j) * SCALAR(xq[c], j);                  \
-			out[c] = k2_hsum(_mm256_add_ps(a0[c], a1[c])) + tail;             \
-		}                                                                         \
-	}                                                                                 \
+#define K2_FLOAT_TILE(name, LOAD8, SCALAR)                                                         \
+	KERNELS__INLINE void name##_n(int64_t n, const void *w, const void *const *xq,             \
+	                              const int NC, float *out)                                    \
+	{                                                                                          \
+		__m256 a0[KERNELS__TILE], a1[KERNELS__TILE];                                       \
+		for (int c = 0; c < NC; c++)                                                       \
+			a0[c] = a1[c] = _mm256_setzero_ps();                                       \
+		int64_t i = 0;                                                                     \
+		for (; i + 16 <= n; i += 16) {                                                     \
+			__m256 w0 = LOAD8(w, i), w1 = LOAD8(w, i + 8);                             \
+			for (int c = 0; c < NC; c++) {                                             \
+				a0[c] = _mm256_fmadd_ps(w0, LOAD8(xq[c], i), a0[c]);               \
+				a1[c] = _mm256_fmadd_ps(w1, LOAD8(xq[c], i + 8), a1[c]);           \
+			}                                                                          \
+		}                                                                                  \
+		for (; i + 8 <= n; i += 8) {                                                       \
+			__m256 w0 = LOAD8(w, i);                                                   \
+			for (int c = 0; c < NC; c++)                                               \
+				a0[c] = _mm256_fmadd_ps(w0, LOAD8(xq[c], i), a0[c]);               \
+		}                                                                                  \
+		for (int c = 0; c < NC; c++) {                                                     \
+			float tail = 0.0f;                                                         \
+			for (int64_t j = i; j < n; j++)                                            \
+				tail += SCALAR(w, j) * SCALAR(xq[c], j);                           \
+			out[c] = k2_hsum(_mm256_add_ps(a0[c], a1[c])) + tail;                      \
+		}                                                                                  \
+	}                                                                                          \
 	KERNELS__TILE_FROM_N(name)
 
-#define K2_S_F32(p, j) (((const float *)(p))[j])
-#define K2_S_F16(p, j) k2_h2f(((const uint16_t *)(p))[j])
+#define K2_S_F32(p, j)  (((const float *)(p))[j])
+#define K2_S_F16(p, j)  k2_h2f(((const uint16_t *)(p))[j])
 #define K2_S_BF16(p, j) kernels__bits_f32((uint32_t)((const uint16_t *)(p))[j] << 16)
 
 K2_FLOAT_TILE(k2_tile_f32, K2_LOAD_F32, K2_S_F32)
@@ -108,46 +110,46 @@ KERNELS__INLINE __m128 k2_h2f_pair(const uint16_t *a, uint16_t b)
 /* Blocks b (into a0) and b + 1 (into a1), or only b when single; the two
  * scale products d_w * d_x are formed in one vector multiply (the same IEEE
  * products as one at a time). */
-#define K2_Q32_TILE(name, WBLOCK, WBYTES)                                                 \
-	KERNELS__INLINE void name##_pair(const WBLOCK *wb, int64_t b, int single,           \
-					 const void *const *xq, const int NC, __m256 *a0,   \
-					 __m256 *a1)                                        \
-	{                                                                                 \
-		_mm_prefetch((const char *)(wb + b) + 768, _MM_HINT_T0);                  \
-		__m256i q0 = WBYTES(wb + b), aq0 = _mm256_abs_epi8(q0);                   \
-		__m256i q1 = single ? q0 : WBYTES(wb + b + 1);                            \
-		__m256i aq1 = _mm256_abs_epi8(q1);                                        \
-		__m128 dw = k2_h2f_pair(&wb[b].d, single ? 0 : wb[b + 1].d);              \
-		for (int c = 0; c < NC; c++) {                                            \
-			const kernels__block_q8_0 *xb = (const kernels__block_q8_0 *)xq[c] + b; \
-			__m128 d = _mm_mul_ps(dw, k2_h2f_pair(&xb[0].d, single ? 0 : xb[1].d)); \
-			__m256i x0 = _mm256_loadu_si256((const __m256i *)xb[0].qs);       \
-			__m256 s0 = _mm256_cvtepi32_ps(k2_dot_i8(aq0, q0, x0));           \
-			a0[c] = _mm256_fmadd_ps(s0, _mm256_broadcastss_ps(d), a0[c]);     \
-			if (!single) {                                                    \
-				__m256i x1 = _mm256_loadu_si256((const __m256i *)xb[1].qs); \
-				__m256 s1 = _mm256_cvtepi32_ps(k2_dot_i8(aq1, q1, x1));   \
-				__m256 d1 = _mm256_permutevar8x32_ps(_mm256_castps128_ps256(d), \
-								     _mm256_set1_epi32(1)); \
-				a1[c] = _mm256_fmadd_ps(s1, d1, a1[c]);                   \
-			}                                                                 \
-		}                                                                         \
-	}                                                                                 \
-	KERNELS__INLINE void name##_n(int64_t n, const void *w, const void *const *xq,     \
-				      const int NC, float *out)                            \
-	{                                                                                 \
-		const WBLOCK *wb = w;                                                     \
-		__m256 a0[KERNELS__TILE], a1[KERNELS__TILE];                              \
-		for (int c = 0; c < NC; c++)                                              \
-			a0[c] = a1[c] = _mm256_setzero_ps();                              \
-		int64_t nb = n / KERNELS__QK, b = 0;                                      \
-		for (; b + 2 <= nb; b += 2)                                               \
-			name##_pair(wb, b, 0, xq, NC, a0, a1);                            \
-		if (b < nb)                                                               \
-			name##_pair(wb, b, 1, xq, NC, a0, a1);                            \
-		for (int c = 0; c < NC; c++)                                              \
-			out[c] = k2_hsum(_mm256_add_ps(a0[c], a1[c]));                    \
-	}                                                                                 \
+#define K2_Q32_TILE(name, WBLOCK, WBYTES)                                                          \
+	KERNELS__INLINE void name##_pair(const WBLOCK *wb, int64_t b, int single,                  \
+	                                 const void *const *xq, const int NC, __m256 *a0,          \
+	                                 __m256 *a1)                                               \
+	{                                                                                          \
+		_mm_prefetch((const char *)(wb + b) + 768, _MM_HINT_T0);                           \
+		__m256i q0 = WBYTES(wb + b), aq0 = _mm256_abs_epi8(q0);                            \
+		__m256i q1 = single ? q0 : WBYTES(wb + b + 1);                                     \
+		__m256i aq1 = _mm256_abs_epi8(q1);                                                 \
+		__m128 dw = k2_h2f_pair(&wb[b].d, single ? 0 : wb[b + 1].d);                       \
+		for (int c = 0; c < NC; c++) {                                                     \
+			const kernels__block_q8_0 *xb = (const kernels__block_q8_0 *)xq[c] + b;    \
+			__m128 d = _mm_mul_ps(dw, k2_h2f_pair(&xb[0].d, single ? 0 : xb[1].d));    \
+			__m256i x0 = _mm256_loadu_si256((const __m256i *)xb[0].qs);                \
+			__m256 s0 = _mm256_cvtepi32_ps(k2_dot_i8(aq0, q0, x0));                    \
+			a0[c] = _mm256_fmadd_ps(s0, _mm256_broadcastss_ps(d), a0[c]);              \
+			if (!single) {                                                             \
+				__m256i x1 = _mm256_loadu_si256((const __m256i *)xb[1].qs);        \
+				__m256 s1 = _mm256_cvtepi32_ps(k2_dot_i8(aq1, q1, x1));            \
+				__m256 d1 = _mm256_permutevar8x32_ps(_mm256_castps128_ps256(d),    \
+				                                     _mm256_set1_epi32(1));        \
+				a1[c] = _mm256_fmadd_ps(s1, d1, a1[c]);                            \
+			}                                                                          \
+		}                                                                                  \
+	}                                                                                          \
+	KERNELS__INLINE void name##_n(int64_t n, const void *w, const void *const *xq,             \
+	                              const int NC, float *out)                                    \
+	{                                                                                          \
+		const WBLOCK *wb = w;                                                              \
+		__m256 a0[KERNELS__TILE], a1[KERNELS__TILE];                                       \
+		for (int c = 0; c < NC; c++)                                                       \
+			a0[c] = a1[c] = _mm256_setzero_ps();                                       \
+		int64_t nb = n / KERNELS__QK, b = 0;                                               \
+		for (; b + 2 <= nb; b += 2)                                                        \
+			name##_pair(wb, b, 0, xq, NC, a0, a1);                                     \
+		if (b < nb)                                                                        \
+			name##_pair(wb, b, 1, xq, NC, a0, a1);                                     \
+		for (int c = 0; c < NC; c++)                                                       \
+			out[c] = k2_hsum(_mm256_add_ps(a0[c], a1[c]));                             \
+	}                                                                                          \
 	KERNELS__TILE_FROM_N(name)
 
 #define K2_Q8_0_BYTES(blk) _mm256_loadu_si256((const __m256i *)(blk)->qs)
@@ -164,7 +166,7 @@ K2_Q32_TILE(k2_tile_q4_0, kernels__block_q4_0, K2_Q4_0_BYTES)
  * bsum_2j+1) in lane j. */
 
 KERNELS__INLINE void k2_tile_q4_k_n(int64_t n, const void *w, const void *const *xq, const int NC,
-				   float *out)
+                                    float *out)
 {
 	const kernels__block_q4_k *wb = w;
 	__m256 acc[KERNELS__TILE];
@@ -185,7 +187,8 @@ KERNELS__INLINE void k2_tile_q4_k_n(int64_t n, const void *w, const void *const 
 			__m256i s0 = _mm256_set1_epi16((short)((sc >> (16 * j)) & 0xff));
 			__m256i s1 = _mm256_set1_epi16((short)((sc >> (16 * j + 8)) & 0xff));
 			for (int c = 0; c < NC; c++) {
-				const int8_t *x = ((const kernels__block_q8_k *)xq[c])[b].qs + 64 * j;
+				const int8_t *x =
+				    ((const kernels__block_q8_k *)xq[c])[b].qs + 64 * j;
 				__m256i x0 = _mm256_loadu_si256((const __m256i *)x);
 				__m256i x1 = _mm256_loadu_si256((const __m256i *)(x + 32));
 				__m256i p0 = _mm256_madd_epi16(_mm256_maddubs_epi16(lo, x0), s0);
@@ -217,7 +220,7 @@ KERNELS__TILE_FROM_N(k2_tile_q4_k)
  * parts ~ 3.3e7 < 2^31: exact. The -32 part is madd(bsums, scales) << 5. */
 
 KERNELS__INLINE void k2_tile_q6_k_n(int64_t n, const void *w, const void *const *xq, const int NC,
-				   float *out)
+                                    float *out)
 {
 	const kernels__block_q6_k *wb = w;
 	__m256 acc[KERNELS__TILE];
@@ -237,21 +240,27 @@ KERNELS__INLINE void k2_tile_q6_k_n(int64_t n, const void *w, const void *const 
 			__m256i h = _mm256_loadu_si256((const __m256i *)qh);
 			__m256i q[4];
 			q[0] = _mm256_or_si256(_mm256_and_si256(l0, m4),
-					       _mm256_slli_epi16(_mm256_and_si256(h, m3), 4));
-			q[1] = _mm256_or_si256(_mm256_and_si256(l1, m4),
-					       _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 2), m3), 4));
-			q[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), m4),
-					       _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 4), m3), 4));
-			q[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4),
-					       _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 6), m3), 4));
+			                       _mm256_slli_epi16(_mm256_and_si256(h, m3), 4));
+			q[1] = _mm256_or_si256(
+			    _mm256_and_si256(l1, m4),
+			    _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 2), m3), 4));
+			q[2] = _mm256_or_si256(
+			    _mm256_and_si256(_mm256_srli_epi16(l0, 4), m4),
+			    _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 4), m3), 4));
+			q[3] = _mm256_or_si256(
+			    _mm256_and_si256(_mm256_srli_epi16(l1, 4), m4),
+			    _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 6), m3), 4));
 			for (int p = 0; p < 4; p++) {
 				const int8_t *s2 = sc + 8 * ch + 2 * p;
-				__m256i s = _mm256_set_m128i(_mm_set1_epi16(s2[1]), _mm_set1_epi16(s2[0]));
+				__m256i s =
+				    _mm256_set_m128i(_mm_set1_epi16(s2[1]), _mm_set1_epi16(s2[0]));
 				for (int c = 0; c < NC; c++) {
-					const int8_t *x = ((const kernels__block_q8_k *)xq[c])[b].qs +
-							  128 * ch + 32 * p;
+					const int8_t *x =
+					    ((const kernels__block_q8_k *)xq[c])[b].qs + 128 * ch +
+					    32 * p;
 					__m256i xv = _mm256_loadu_si256((const __m256i *)x);
-					__m256i t = _mm256_madd_epi16(_mm256_maddubs_epi16(q[p], xv), s);
+					__m256i t =
+					    _mm256_madd_epi16(_mm256_maddubs_epi16(q[p], xv), s);
 					isum[c] = _mm256_add_epi32(isum[c], t);
 				}
 			}
@@ -263,7 +272,8 @@ KERNELS__INLINE void k2_tile_q6_k_n(int64_t n, const void *w, const void *const 
 			__m256i bs = _mm256_loadu_si256((const __m256i *)xb->bsums);
 			__m256i corr = _mm256_slli_epi32(_mm256_madd_epi16(bs, sc16), 5);
 			__m256i is = _mm256_sub_epi32(isum[c], corr);
-			acc[c] = _mm256_fmadd_ps(_mm256_set1_ps(dw * xb->d), _mm256_cvtepi32_ps(is), acc[c]);
+			acc[c] = _mm256_fmadd_ps(_mm256_set1_ps(dw * xb->d), _mm256_cvtepi32_ps(is),
+			                         acc[c]);
 		}
 	}
 	for (int c = 0; c < NC; c++)
@@ -296,7 +306,7 @@ static kernels__tile_fn k2_tile(shoal_dtype wt)
 }
 
 static void k2_gemv(shoal_dtype wt, int64_t n, const void *w, size_t row_bytes, int64_t nrows,
-		    const void *xq, float *y)
+                    const void *xq, float *y)
 {
 	kernels__tile_fn f = k2_tile(wt);
 	if (!f) { /* a caller bug: fall back to the oracle's handling */
@@ -307,7 +317,7 @@ static void k2_gemv(shoal_dtype wt, int64_t n, const void *w, size_t row_bytes, 
 }
 
 static void k2_gemm(shoal_dtype wt, int64_t n, const void *w, size_t row_bytes, int64_t nrows,
-		    const void *xq, size_t xq_stride, int64_t ncols, float *y, size_t y_stride)
+                    const void *xq, size_t xq_stride, int64_t ncols, float *y, size_t y_stride)
 {
 	kernels__tile_fn f = k2_tile(wt);
 	if (!f) {
@@ -318,8 +328,8 @@ static void k2_gemm(shoal_dtype wt, int64_t n, const void *w, size_t row_bytes, 
 }
 
 const shoal_kernels kernels__avx2 = {
-	.isa = "avx2",
-	.quantize_act = kernels__quantize_act,
-	.gemv = k2_gemv,
-	.gemm = k2_gemm,
+    .isa = "avx2",
+    .quantize_act = kernels__quantize_act,
+    .gemv = k2_gemv,
+    .gemm = k2_gemm,
 };

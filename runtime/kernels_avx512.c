@@ -77,42 +77,44 @@ KERNELS__INLINE __m512i k5_dot_u8s8(__m512i a, __m512i b)
 /* ---- float types ------------------------------------------------------------------ */
 
 #define K5_LOAD_F32(p, i) _mm512_loadu_ps((const float *)(p) + (i))
-#define K5_LOAD_F16(p, i) _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)((const uint16_t *)(p) + (i))))
-#define K5_LOAD_BF16(p, i)                                                                \
-	_mm512_castsi512_ps(_mm512_slli_epi32(                                              \
-		_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)((const uint16_t *)(p) + (i)))), 16))
-#define K5_S_F32(p, j) (((const float *)(p))[j])
-#define K5_S_F16(p, j) k5_h2f(((const uint16_t *)(p))[j])
+#define K5_LOAD_F16(p, i)                                                                          \
+	_mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)((const uint16_t *)(p) + (i))))
+#define K5_LOAD_BF16(p, i)                                                                         \
+	_mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((           \
+	                                          const __m256i *)((const uint16_t *)(p) + (i)))), \
+	                                      16))
+#define K5_S_F32(p, j)  (((const float *)(p))[j])
+#define K5_S_F16(p, j)  k5_h2f(((const uint16_t *)(p))[j])
 #define K5_S_BF16(p, j) kernels__bits_f32((uint32_t)((const uint16_t *)(p))[j] << 16)
 
-#define K5_FLOAT_TILE(name, LOAD16, SCALAR)                                               \
-	KERNELS__INLINE void name##_n(int64_t n, const void *w, const void *const *xq,     \
-				      const int NC, float *out)                            \
-	{                                                                                 \
-		__m512 a0[KERNELS__TILE], a1[KERNELS__TILE];                              \
-		for (int c = 0; c < NC; c++)                                              \
-			a0[c] = a1[c] = _mm512_setzero_ps();                              \
-		int64_t i = 0;                                                            \
-		for (; i + 32 <= n; i += 32) {                                            \
-			__m512 w0 = LOAD16(w, i), w1 = LOAD16(w, i + 16);                 \
-			for (int c = 0; c < NC; c++) {                                    \
-				a0[c] = _mm512_fmadd_ps(w0, LOAD16(xq[c], i), a0[c]);     \
-				a1[c] = _mm512_fmadd_ps(w1, LOAD16(xq[c], i + 16), a1[c]); \
-			}                                                                 \
-		}                                                                         \
-		if (i + 16 <= n) {                                                        \
-			__m512 w0 = LOAD16(w, i);                                         \
-			for (int c = 0; c < NC; c++)                                      \
-				a0[c] = _mm512_fmadd_ps(w0, LOAD16(xq[c], i), a0[c]);     \
-			i += 16;                                                          \
-		}                                                                         \
-		for (int c = 0; c < NC; c++) {                                            \
-			float tail = 0.0f;                                                \
-			for (int64_t j = i; j < n; j++)                                   \
-				tail += SCALAR(w, j) * SCALAR(xq[c], j);                  \
-			out[c] = k5_hsum(_mm512_add_ps(a0[c], a1[c])) + tail;             \
-		}                                                                         \
-	}                                                                                 \
+#define K5_FLOAT_TILE(name, LOAD16, SCALAR)                                                        \
+	KERNELS__INLINE void name##_n(int64_t n, const void *w, const void *const *xq,             \
+	                              const int NC, float *out)                                    \
+	{                                                                                          \
+		__m512 a0[KERNELS__TILE], a1[KERNELS__TILE];                                       \
+		for (int c = 0; c < NC; c++)                                                       \
+			a0[c] = a1[c] = _mm512_setzero_ps();                                       \
+		int64_t i = 0;                                                                     \
+		for (; i + 32 <= n; i += 32) {                                                     \
+			__m512 w0 = LOAD16(w, i), w1 = LOAD16(w, i + 16);                          \
+			for (int c = 0; c < NC; c++) {                                             \
+				a0[c] = _mm512_fmadd_ps(w0, LOAD16(xq[c], i), a0[c]);              \
+				a1[c] = _mm512_fmadd_ps(w1, LOAD16(xq[c], i + 16), a1[c]);         \
+			}                                                                          \
+		}                                                                                  \
+		if (i + 16 <= n) {                                                                 \
+			__m512 w0 = LOAD16(w, i);                                                  \
+			for (int c = 0; c < NC; c++)                                               \
+				a0[c] = _mm512_fmadd_ps(w0, LOAD16(xq[c], i), a0[c]);              \
+			i += 16;                                                                   \
+		}                                                                                  \
+		for (int c = 0; c < NC; c++) {                                                     \
+			float tail = 0.0f;                                                         \
+			for (int64_t j = i; j < n; j++)                                            \
+				tail += SCALAR(w, j) * SCALAR(xq[c], j);                           \
+			out[c] = k5_hsum(_mm512_add_ps(a0[c], a1[c])) + tail;                      \
+		}                                                                                  \
+	}                                                                                          \
 	KERNELS__TILE_FROM_N(name)
 
 K5_FLOAT_TILE(k5_tile_f32, K5_LOAD_F32, K5_S_F32)
@@ -137,48 +139,48 @@ KERNELS__INLINE __m256i k5_q4_0_bytes(const kernels__block_q4_0 *b)
 }
 
 /* Accumulate blocks b and b + 1 (or only b when single) of every column. */
-#define K5_Q32_PAIR(name, WBLOCK, WBYTES)                                                 \
-	KERNELS__INLINE void name##_pair(const WBLOCK *wb, int64_t b, int single,           \
-					 const void *const *xq, const int NC, __m512 *acc)  \
-	{                                                                                 \
-		_mm_prefetch((const char *)(wb + b) + 1024, _MM_HINT_T0);                 \
-		__m256i z = _mm256_setzero_si256();                                       \
-		__m512i q = k5_pair_si(WBYTES(wb + b), single ? z : WBYTES(wb + b + 1));   \
-		__m512i aq = _mm512_abs_epi8(q);                                          \
-		__mmask64 neg = _mm512_movepi8_mask(q);                                   \
-		__m128 dw = k5_h2f_pair(&wb[b].d, single ? 0 : wb[b + 1].d);             \
-		for (int c = 0; c < NC; c++) {                                            \
-			const kernels__block_q8_0 *xb = (const kernels__block_q8_0 *)xq[c] + b; \
-			__m512i x = k5_pair_si(k5_q8_0_bytes(xb),                         \
-					       single ? z : k5_q8_0_bytes(xb + 1));       \
-			x = _mm512_mask_sub_epi8(x, neg, _mm512_setzero_si512(), x);      \
-			__m512 s = _mm512_cvtepi32_ps(k5_dot_u8s8(aq, x));                \
-			__m128 dx = k5_h2f_pair(&xb[0].d, single ? 0 : xb[1].d);          \
-			__m512 d = k5_spread_pair(_mm_mul_ps(dw, dx));                    \
-			acc[c] = _mm512_fmadd_ps(s, d, acc[c]);                           \
-		}                                                                         \
-	}                                                                                 \
-	KERNELS__INLINE void name##_n(int64_t n, const void *w, const void *const *xq,     \
-				      const int NC, float *out)                            \
-	{                                                                                 \
-		const WBLOCK *wb = w;                                                     \
-		__m512 a0[KERNELS__TILE], a1[KERNELS__TILE];                              \
-		for (int c = 0; c < NC; c++)                                              \
-			a0[c] = a1[c] = _mm512_setzero_ps();                              \
-		int64_t nb = n / KERNELS__QK, b = 0;                                      \
-		for (; b + 4 <= nb; b += 4) {                                             \
-			name##_pair(wb, b, 0, xq, NC, a0);                                \
-			name##_pair(wb, b + 2, 0, xq, NC, a1);                            \
-		}                                                                         \
-		if (b + 2 <= nb) {                                                        \
-			name##_pair(wb, b, 0, xq, NC, a0);                                \
-			b += 2;                                                           \
-		}                                                                         \
-		if (b < nb)                                                               \
-			name##_pair(wb, b, 1, xq, NC, a1);                                \
-		for (int c = 0; c < NC; c++)                                              \
-			out[c] = k5_hsum(_mm512_add_ps(a0[c], a1[c]));                    \
-	}                                                                                 \
+#define K5_Q32_PAIR(name, WBLOCK, WBYTES)                                                          \
+	KERNELS__INLINE void name##_pair(const WBLOCK *wb, int64_t b, int single,                  \
+	                                 const void *const *xq, const int NC, __m512 *acc)         \
+	{                                                                                          \
+		_mm_prefetch((const char *)(wb + b) + 1024, _MM_HINT_T0);                          \
+		__m256i z = _mm256_setzero_si256();                                                \
+		__m512i q = k5_pair_si(WBYTES(wb + b), single ? z : WBYTES(wb + b + 1));           \
+		__m512i aq = _mm512_abs_epi8(q);                                                   \
+		__mmask64 neg = _mm512_movepi8_mask(q);                                            \
+		__m128 dw = k5_h2f_pair(&wb[b].d, single ? 0 : wb[b + 1].d);                       \
+		for (int c = 0; c < NC; c++) {                                                     \
+			const kernels__block_q8_0 *xb = (const kernels__block_q8_0 *)xq[c] + b;    \
+			__m512i x =                                                                \
+			    k5_pair_si(k5_q8_0_bytes(xb), single ? z : k5_q8_0_bytes(xb + 1));     \
+			x = _mm512_mask_sub_epi8(x, neg, _mm512_setzero_si512(), x);               \
+			__m512 s = _mm512_cvtepi32_ps(k5_dot_u8s8(aq, x));                         \
+			__m128 dx = k5_h2f_pair(&xb[0].d, single ? 0 : xb[1].d);                   \
+			__m512 d = k5_spread_pair(_mm_mul_ps(dw, dx));                             \
+			acc[c] = _mm512_fmadd_ps(s, d, acc[c]);                                    \
+		}                                                                                  \
+	}                                                                                          \
+	KERNELS__INLINE void name##_n(int64_t n, const void *w, const void *const *xq,             \
+	                              const int NC, float *out)                                    \
+	{                                                                                          \
+		const WBLOCK *wb = w;                                                              \
+		__m512 a0[KERNELS__TILE], a1[KERNELS__TILE];                                       \
+		for (int c = 0; c < NC; c++)                                                       \
+			a0[c] = a1[c] = _mm512_setzero_ps();                                       \
+		int64_t nb = n / KERNELS__QK, b = 0;                                               \
+		for (; b + 4 <= nb; b += 4) {                                                      \
+			name##_pair(wb, b, 0, xq, NC, a0);                                         \
+			name##_pair(wb, b + 2, 0, xq, NC, a1);                                     \
+		}                                                                                  \
+		if (b + 2 <= nb) {                                                                 \
+			name##_pair(wb, b, 0, xq, NC, a0);                                         \
+			b += 2;                                                                    \
+		}                                                                                  \
+		if (b < nb)                                                                        \
+			name##_pair(wb, b, 1, xq, NC, a1);                                         \
+		for (int c = 0; c < NC; c++)                                                       \
+			out[c] = k5_hsum(_mm512_add_ps(a0[c], a1[c]));                             \
+	}                                                                                          \
 	KERNELS__TILE_FROM_N(name)
 
 K5_Q32_PAIR(k5_tile_q8_0, kernels__block_q8_0, k5_q8_0_bytes)
@@ -190,7 +192,7 @@ K5_Q32_PAIR(k5_tile_q4_0, kernels__block_q4_0, k5_q4_0_bytes)
  * kernels_avx2.c: pairs <= 3810, lanes <= 480,060, sums < 2^22. */
 
 KERNELS__INLINE void k5_tile_q4_k_n(int64_t n, const void *w, const void *const *xq, const int NC,
-				   float *out)
+                                    float *out)
 {
 	const kernels__block_q4_k *wb = w;
 	__m512 acc[KERNELS__TILE];
@@ -208,11 +210,13 @@ KERNELS__INLINE void k5_tile_q4_k_n(int64_t n, const void *w, const void *const 
 		for (int j = 0; j < 4; j++) {
 			__m256i raw = _mm256_loadu_si256((const __m256i *)(wb[b].qs + 32 * j));
 			__m512i q = k5_pair_si(_mm256_and_si256(raw, m4),
-					       _mm256_and_si256(_mm256_srli_epi16(raw, 4), m4));
-			__m512i s = k5_pair_si(_mm256_set1_epi16((short)((sc >> (16 * j)) & 0xff)),
-					       _mm256_set1_epi16((short)((sc >> (16 * j + 8)) & 0xff)));
+			                       _mm256_and_si256(_mm256_srli_epi16(raw, 4), m4));
+			__m512i s =
+			    k5_pair_si(_mm256_set1_epi16((short)((sc >> (16 * j)) & 0xff)),
+			               _mm256_set1_epi16((short)((sc >> (16 * j + 8)) & 0xff)));
 			for (int c = 0; c < NC; c++) {
-				const int8_t *x = ((const kernels__block_q8_k *)xq[c])[b].qs + 64 * j;
+				const int8_t *x =
+				    ((const kernels__block_q8_k *)xq[c])[b].qs + 64 * j;
 				__m512i xv = _mm512_loadu_si512((const void *)x);
 				__m512i t = _mm512_madd_epi16(_mm512_maddubs_epi16(q, xv), s);
 				isum[c] = _mm512_add_epi32(isum[c], t);
@@ -242,7 +246,7 @@ KERNELS__TILE_FROM_N(k5_tile_q4_k)
  * off at the end. Bounds as in kernels_avx2.c (< 2^26). */
 
 KERNELS__INLINE void k5_tile_q6_k_n(int64_t n, const void *w, const void *const *xq, const int NC,
-				   float *out)
+                                    float *out)
 {
 	const kernels__block_q6_k *wb = w;
 	__m512 acc[KERNELS__TILE];
@@ -250,8 +254,8 @@ KERNELS__INLINE void k5_tile_q6_k_n(int64_t n, const void *w, const void *const 
 		acc[c] = _mm512_setzero_ps();
 	const __m512i m4 = _mm512_set1_epi8(0x0f), m3 = _mm512_set1_epi8(0x03);
 	/* int16 lane i of the 64 quants of a zmm belongs to sub-block i / 8 */
-	const __m512i spread = _mm512_set_epi16(3, 3, 3, 3, 3, 3, 3, 3, 2, 2, 2, 2, 2, 2, 2, 2,
-						1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
+	const __m512i spread = _mm512_set_epi16(3, 3, 3, 3, 3, 3, 3, 3, 2, 2, 2, 2, 2, 2, 2, 2, 1,
+	                                        1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
 	for (int64_t b = 0; b < n / KERNELS__QKK; b++) {
 		_mm_prefetch((const char *)(wb + b) + 840, _MM_HINT_T0);
 		_mm_prefetch((const char *)(wb + b) + 904, _MM_HINT_T0);
@@ -268,19 +272,22 @@ KERNELS__INLINE void k5_tile_q6_k_n(int64_t n, const void *w, const void *const 
 			__m512i H = k5_pair_si(h, _mm256_srli_epi16(h, 2));
 			__m512i q[2];
 			q[0] = _mm512_or_si512(_mm512_and_si512(L, m4),
-					       _mm512_slli_epi16(_mm512_and_si512(H, m3), 4));
+			                       _mm512_slli_epi16(_mm512_and_si512(H, m3), 4));
 			q[1] = _mm512_or_si512(
-				_mm512_and_si512(_mm512_srli_epi16(L, 4), m4),
-				_mm512_slli_epi16(_mm512_and_si512(_mm512_srli_epi16(H, 4), m3), 4));
+			    _mm512_and_si512(_mm512_srli_epi16(L, 4), m4),
+			    _mm512_slli_epi16(_mm512_and_si512(_mm512_srli_epi16(H, 4), m3), 4));
 			for (int p = 0; p < 2; p++) {
 				/* sub-blocks 8 ch + 4 p .. + 3 */
-				__m512i idx = _mm512_add_epi16(spread, _mm512_set1_epi16((short)(8 * ch + 4 * p)));
+				__m512i idx = _mm512_add_epi16(
+				    spread, _mm512_set1_epi16((short)(8 * ch + 4 * p)));
 				__m512i s = _mm512_permutexvar_epi16(idx, sc16z);
 				for (int c = 0; c < NC; c++) {
-					const int8_t *x = ((const kernels__block_q8_k *)xq[c])[b].qs +
-							  128 * ch + 64 * p;
+					const int8_t *x =
+					    ((const kernels__block_q8_k *)xq[c])[b].qs + 128 * ch +
+					    64 * p;
 					__m512i xv = _mm512_loadu_si512((const void *)x);
-					__m512i t = _mm512_madd_epi16(_mm512_maddubs_epi16(q[p], xv), s);
+					__m512i t =
+					    _mm512_madd_epi16(_mm512_maddubs_epi16(q[p], xv), s);
 					isum[c] = _mm512_add_epi32(isum[c], t);
 				}
 			}
@@ -291,7 +298,8 @@ KERNELS__INLINE void k5_tile_q6_k_n(int64_t n, const void *w, const void *const 
 			__m256i bs = _mm256_loadu_si256((const __m256i *)xb->bsums);
 			__m256i corr = _mm256_slli_epi32(_mm256_madd_epi16(bs, sc16), 5);
 			__m512i is = _mm512_sub_epi32(isum[c], _mm512_zextsi256_si512(corr));
-			acc[c] = _mm512_fmadd_ps(_mm512_set1_ps(dw * xb->d), _mm512_cvtepi32_ps(is), acc[c]);
+			acc[c] = _mm512_fmadd_ps(_mm512_set1_ps(dw * xb->d), _mm512_cvtepi32_ps(is),
+			                         acc[c]);
 		}
 	}
 	for (int c = 0; c < NC; c++)
@@ -324,7 +332,7 @@ static kernels__tile_fn k5_tile(shoal_dtype wt)
 }
 
 static void k5_gemv(shoal_dtype wt, int64_t n, const void *w, size_t row_bytes, int64_t nrows,
-		    const void *xq, float *y)
+                    const void *xq, float *y)
 {
 	kernels__tile_fn f = k5_tile(wt);
 	if (!f) { /* a caller bug: fall back to the oracle's handling */
@@ -335,7 +343,7 @@ static void k5_gemv(shoal_dtype wt, int64_t n, const void *w, size_t row_bytes, 
 }
 
 static void k5_gemm(shoal_dtype wt, int64_t n, const void *w, size_t row_bytes, int64_t nrows,
-		    const void *xq, size_t xq_stride, int64_t ncols, float *y, size_t y_stride)
+                    const void *xq, size_t xq_stride, int64_t ncols, float *y, size_t y_stride)
 {
 	kernels__tile_fn f = k5_tile(wt);
 	if (!f) {
@@ -347,12 +355,12 @@ static void k5_gemm(shoal_dtype wt, int64_t n, const void *w, size_t row_bytes, 
 
 #if KERNELS_VNNI
 const shoal_kernels kernels__avx512vnni = {
-	.isa = "avx512",
+    .isa = "avx512",
 #else
 const shoal_kernels kernels__avx512 = {
-	.isa = "avx512bw",
+    .isa = "avx512bw",
 #endif
-	.quantize_act = kernels__quantize_act,
-	.gemv = k5_gemv,
-	.gemm = k5_gemm,
+    .quantize_act = kernels__quantize_act,
+    .gemv = k5_gemv,
+    .gemm = k5_gemm,
 };

@@ -18,35 +18,35 @@
 
 /* ---- block layouts (GGUF's, see models/dtype.h) ---------------------------- */
 
-#define KERNELS__QK 32  /* elements per Q8_0 / Q4_0 block */
+#define KERNELS__QK  32  /* elements per Q8_0 / Q4_0 block */
 #define KERNELS__QKK 256 /* elements per K-quant super-block */
 
 typedef struct kernels__block_q8_0 {
-	uint16_t d;                /* fp16 scale */
-	int8_t qs[KERNELS__QK];    /* x = d * qs */
+	uint16_t d;             /* fp16 scale */
+	int8_t qs[KERNELS__QK]; /* x = d * qs */
 } kernels__block_q8_0;
 
 typedef struct kernels__block_q4_0 {
-	uint16_t d;                   /* fp16 scale */
-	uint8_t qs[KERNELS__QK / 2];  /* qs[j]: elem j (low nibble), j+16 (high) */
+	uint16_t d;                  /* fp16 scale */
+	uint8_t qs[KERNELS__QK / 2]; /* qs[j]: elem j (low nibble), j+16 (high) */
 } kernels__block_q4_0;
 
 typedef struct kernels__block_q4_k {
-	uint16_t d;           /* fp16 scale of the 6-bit sub-block scales */
-	uint16_t dmin;        /* fp16 scale of the 6-bit sub-block mins */
-	uint8_t scales[12];   /* 8 scales + 8 mins, 6 bits each (see quant.c) */
-	uint8_t qs[128];      /* 4-bit quants: 4 chunks of 64, low then high nibble */
+	uint16_t d;         /* fp16 scale of the 6-bit sub-block scales */
+	uint16_t dmin;      /* fp16 scale of the 6-bit sub-block mins */
+	uint8_t scales[12]; /* 8 scales + 8 mins, 6 bits each (see quant.c) */
+	uint8_t qs[128];    /* 4-bit quants: 4 chunks of 64, low then high nibble */
 } kernels__block_q4_k;
 
 typedef struct kernels__block_q6_k {
-	uint8_t ql[128];      /* low 4 bits */
-	uint8_t qh[64];       /* high 2 bits */
-	int8_t scales[16];    /* one per 16 elements */
-	uint16_t d;           /* fp16 super-block scale */
+	uint8_t ql[128];   /* low 4 bits */
+	uint8_t qh[64];    /* high 2 bits */
+	int8_t scales[16]; /* one per 16 elements */
+	uint16_t d;        /* fp16 super-block scale */
 } kernels__block_q6_k;
 
 typedef struct kernels__block_q8_k {
-	float d;                      /* x = d * qs */
+	float d; /* x = d * qs */
 	int8_t qs[KERNELS__QKK];
 	int16_t bsums[KERNELS__QKK / 16]; /* sum of each 16 consecutive qs */
 } kernels__block_q8_k;
@@ -126,15 +126,16 @@ static inline void kernels__q4k_unpack(const uint8_t *s, uint64_t *sc, uint64_t 
  * of 4 columns, reusing each weight block from registers or L1) equals gemv
  * (tiles of 1) bitwise. */
 
-#define KERNELS__TILE 4 /* columns per tile: 4 accumulator sets fit the
-			 * 16 ymm / 32 zmm / 32 NEON registers with room for
-			 * the decoded weight block */
+#define KERNELS__TILE                                                                              \
+	4 /* columns per tile: 4 accumulator sets fit the                                          \
+	   * 16 ymm / 32 zmm / 32 NEON registers with room for                                     \
+	   * the decoded weight block */
 
 typedef void (*kernels__tile_fn)(int64_t n, const void *w, const void *const *xq, int ncols,
-				 float *out);
+                                 float *out);
 
-static inline void kernels__run_gemv(kernels__tile_fn f, int64_t n, const void *w,
-				     size_t row_bytes, int64_t nrows, const void *xq, float *y)
+static inline void kernels__run_gemv(kernels__tile_fn f, int64_t n, const void *w, size_t row_bytes,
+                                     int64_t nrows, const void *xq, float *y)
 {
 	const void *x[1] = {xq};
 	const char *wr = (const char *)w;
@@ -142,9 +143,9 @@ static inline void kernels__run_gemv(kernels__tile_fn f, int64_t n, const void *
 		f(n, wr, x, 1, &y[i]);
 }
 
-static inline void kernels__run_gemm(kernels__tile_fn f, int64_t n, const void *w,
-				     size_t row_bytes, int64_t nrows, const void *xq,
-				     size_t xq_stride, int64_t ncols, float *y, size_t y_stride)
+static inline void kernels__run_gemm(kernels__tile_fn f, int64_t n, const void *w, size_t row_bytes,
+                                     int64_t nrows, const void *xq, size_t xq_stride, int64_t ncols,
+                                     float *y, size_t y_stride)
 {
 	const char *wr = (const char *)w;
 	for (int64_t i = 0; i < nrows; i++, wr += row_bytes) {
@@ -165,24 +166,23 @@ static inline void kernels__run_gemm(kernels__tile_fn f, int64_t n, const void *
  * with a compile-time column count, so each column's accumulators live in
  * registers and its operations do not depend on how many columns share the
  * weight loads. */
-#define KERNELS__TILE_FROM_N(name)                                                      \
-	static void name(int64_t n, const void *w, const void *const *xq, int ncols,     \
-			 float *out)                                                     \
-	{                                                                              \
-		switch (ncols) {                                                       \
-		case 1:                                                                \
-			name##_n(n, w, xq, 1, out);                                    \
-			break;                                                         \
-		case 2:                                                                \
-			name##_n(n, w, xq, 2, out);                                    \
-			break;                                                         \
-		case 3:                                                                \
-			name##_n(n, w, xq, 3, out);                                    \
-			break;                                                         \
-		default:                                                               \
-			name##_n(n, w, xq, 4, out);                                    \
-			break;                                                         \
-		}                                                                      \
+#define KERNELS__TILE_FROM_N(name)                                                                 \
+	static void name(int64_t n, const void *w, const void *const *xq, int ncols, float *out)   \
+	{                                                                                          \
+		switch (ncols) {                                                                   \
+		case 1:                                                                            \
+			name##_n(n, w, xq, 1, out);                                                \
+			break;                                                                     \
+		case 2:                                                                            \
+			name##_n(n, w, xq, 2, out);                                                \
+			break;                                                                     \
+		case 3:                                                                            \
+			name##_n(n, w, xq, 3, out);                                                \
+			break;                                                                     \
+		default:                                                                           \
+			name##_n(n, w, xq, 4, out);                                                \
+			break;                                                                     \
+		}                                                                                  \
 	}
 
 #define KERNELS__INLINE static inline __attribute__((always_inline))

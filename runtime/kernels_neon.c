@@ -49,44 +49,45 @@ KERNELS__INLINE float kn_h2f(uint16_t h)
 
 #define KN_LOAD_F32(p, i) vld1q_f32((const float *)(p) + (i))
 #define KN_LOAD_F16(p, i) vcvt_f32_f16(vreinterpret_f16_u16(vld1_u16((const uint16_t *)(p) + (i))))
-#define KN_LOAD_BF16(p, i) vreinterpretq_f32_u32(vshll_n_u16(vld1_u16((const uint16_t *)(p) + (i)), 16))
-#define KN_S_F32(p, j) (((const float *)(p))[j])
-#define KN_S_F16(p, j) kn_h2f(((const uint16_t *)(p))[j])
+#define KN_LOAD_BF16(p, i)                                                                         \
+	vreinterpretq_f32_u32(vshll_n_u16(vld1_u16((const uint16_t *)(p) + (i)), 16))
+#define KN_S_F32(p, j)  (((const float *)(p))[j])
+#define KN_S_F16(p, j)  kn_h2f(((const uint16_t *)(p))[j])
 #define KN_S_BF16(p, j) kernels__bits_f32((uint32_t)((const uint16_t *)(p))[j] << 16)
 
-#define KN_FLOAT_TILE(name, LOAD4, SCALAR)                                                \
-	KERNELS__INLINE void name##_n(int64_t n, const void *w, const void *const *xq,     \
-				      const int NC, float *out)                            \
-	{                                                                                 \
-		float32x4_t a[KERNELS__TILE][4];                                          \
-		for (int c = 0; c < NC; c++)                                              \
-			for (int k = 0; k < 4; k++)                                       \
-				a[c][k] = vdupq_n_f32(0.0f);                              \
-		int64_t i = 0;                                                            \
-		for (; i + 16 <= n; i += 16) {                                            \
-			float32x4_t w0 = LOAD4(w, i), w1 = LOAD4(w, i + 4);               \
-			float32x4_t w2 = LOAD4(w, i + 8), w3 = LOAD4(w, i + 12);          \
-			for (int c = 0; c < NC; c++) {                                    \
-				a[c][0] = vfmaq_f32(a[c][0], w0, LOAD4(xq[c], i));        \
-				a[c][1] = vfmaq_f32(a[c][1], w1, LOAD4(xq[c], i + 4));    \
-				a[c][2] = vfmaq_f32(a[c][2], w2, LOAD4(xq[c], i + 8));    \
-				a[c][3] = vfmaq_f32(a[c][3], w3, LOAD4(xq[c], i + 12));   \
-			}                                                                 \
-		}                                                                         \
-		for (; i + 4 <= n; i += 4) {                                              \
-			float32x4_t w0 = LOAD4(w, i);                                     \
-			for (int c = 0; c < NC; c++)                                      \
-				a[c][0] = vfmaq_f32(a[c][0], w0, LOAD4(xq[c], i));        \
-		}                                                                         \
-		for (int c = 0; c < NC; c++) {                                            \
-			float tail = 0.0f;                                                \
-			for (int64_t j = i; j < n; j++)                                   \
-				tail += SCALAR(w, j) * SCALAR(xq[c], j);                  \
-			float32x4_t s = vaddq_f32(vaddq_f32(a[c][0], a[c][1]),            \
-						  vaddq_f32(a[c][2], a[c][3]));           \
-			out[c] = vaddvq_f32(s) + tail;                                    \
-		}                                                                         \
-	}                                                                                 \
+#define KN_FLOAT_TILE(name, LOAD4, SCALAR)                                                         \
+	KERNELS__INLINE void name##_n(int64_t n, const void *w, const void *const *xq,             \
+	                              const int NC, float *out)                                    \
+	{                                                                                          \
+		float32x4_t a[KERNELS__TILE][4];                                                   \
+		for (int c = 0; c < NC; c++)                                                       \
+			for (int k = 0; k < 4; k++)                                                \
+				a[c][k] = vdupq_n_f32(0.0f);                                       \
+		int64_t i = 0;                                                                     \
+		for (; i + 16 <= n; i += 16) {                                                     \
+			float32x4_t w0 = LOAD4(w, i), w1 = LOAD4(w, i + 4);                        \
+			float32x4_t w2 = LOAD4(w, i + 8), w3 = LOAD4(w, i + 12);                   \
+			for (int c = 0; c < NC; c++) {                                             \
+				a[c][0] = vfmaq_f32(a[c][0], w0, LOAD4(xq[c], i));                 \
+				a[c][1] = vfmaq_f32(a[c][1], w1, LOAD4(xq[c], i + 4));             \
+				a[c][2] = vfmaq_f32(a[c][2], w2, LOAD4(xq[c], i + 8));             \
+				a[c][3] = vfmaq_f32(a[c][3], w3, LOAD4(xq[c], i + 12));            \
+			}                                                                          \
+		}                                                                                  \
+		for (; i + 4 <= n; i += 4) {                                                       \
+			float32x4_t w0 = LOAD4(w, i);                                              \
+			for (int c = 0; c < NC; c++)                                               \
+				a[c][0] = vfmaq_f32(a[c][0], w0, LOAD4(xq[c], i));                 \
+		}                                                                                  \
+		for (int c = 0; c < NC; c++) {                                                     \
+			float tail = 0.0f;                                                         \
+			for (int64_t j = i; j < n; j++)                                            \
+				tail += SCALAR(w, j) * SCALAR(xq[c], j);                           \
+			float32x4_t s =                                                            \
+			    vaddq_f32(vaddq_f32(a[c][0], a[c][1]), vaddq_f32(a[c][2], a[c][3]));   \
+			out[c] = vaddvq_f32(s) + tail;                                             \
+		}                                                                                  \
+	}                                                                                          \
 	KERNELS__TILE_FROM_N(name)
 
 KN_FLOAT_TILE(kn_tile_f32, KN_LOAD_F32, KN_S_F32)
@@ -109,38 +110,38 @@ KERNELS__INLINE void kn_q4_0_bytes(const kernels__block_q4_0 *b, int8x16_t *lo, 
 	*hi = vsubq_s8(vreinterpretq_s8_u8(vshrq_n_u8(q, 4)), eight);
 }
 
-#define KN_Q32_TILE(name, WBLOCK, WBYTES)                                                 \
-	KERNELS__INLINE void name##_blk(const WBLOCK *wb, int64_t b, const void *const *xq,  \
-					const int NC, float32x4_t *acc)                    \
-	{                                                                                 \
-		__builtin_prefetch((const char *)(wb + b) + 512);                         \
-		int8x16_t q0, q1;                                                         \
-		WBYTES(wb + b, &q0, &q1);                                                 \
-		float dw = kn_h2f(wb[b].d);                                               \
-		for (int c = 0; c < NC; c++) {                                            \
-			const kernels__block_q8_0 *xb = (const kernels__block_q8_0 *)xq[c] + b; \
-			int32x4_t s = kn_dot(vdupq_n_s32(0), q0, vld1q_s8(xb->qs));        \
-			s = kn_dot(s, q1, vld1q_s8(xb->qs + 16));                          \
-			acc[c] = vfmaq_n_f32(acc[c], vcvtq_f32_s32(s), dw * kn_h2f(xb->d)); \
-		}                                                                         \
-	}                                                                                 \
-	KERNELS__INLINE void name##_n(int64_t n, const void *w, const void *const *xq,     \
-				      const int NC, float *out)                            \
-	{                                                                                 \
-		const WBLOCK *wb = w;                                                     \
-		float32x4_t a0[KERNELS__TILE], a1[KERNELS__TILE];                         \
-		for (int c = 0; c < NC; c++)                                              \
-			a0[c] = a1[c] = vdupq_n_f32(0.0f);                                \
-		int64_t nb = n / KERNELS__QK, b = 0;                                      \
-		for (; b + 2 <= nb; b += 2) {                                             \
-			name##_blk(wb, b, xq, NC, a0);                                    \
-			name##_blk(wb, b + 1, xq, NC, a1);                                \
-		}                                                                         \
-		if (b < nb)                                                               \
-			name##_blk(wb, b, xq, NC, a0);                                    \
-		for (int c = 0; c < NC; c++)                                              \
-			out[c] = vaddvq_f32(vaddq_f32(a0[c], a1[c]));                     \
-	}                                                                                 \
+#define KN_Q32_TILE(name, WBLOCK, WBYTES)                                                          \
+	KERNELS__INLINE void name##_blk(const WBLOCK *wb, int64_t b, const void *const *xq,        \
+	                                const int NC, float32x4_t *acc)                            \
+	{                                                                                          \
+		__builtin_prefetch((const char *)(wb + b) + 512);                                  \
+		int8x16_t q0, q1;                                                                  \
+		WBYTES(wb + b, &q0, &q1);                                                          \
+		float dw = kn_h2f(wb[b].d);                                                        \
+		for (int c = 0; c < NC; c++) {                                                     \
+			const kernels__block_q8_0 *xb = (const kernels__block_q8_0 *)xq[c] + b;    \
+			int32x4_t s = kn_dot(vdupq_n_s32(0), q0, vld1q_s8(xb->qs));                \
+			s = kn_dot(s, q1, vld1q_s8(xb->qs + 16));                                  \
+			acc[c] = vfmaq_n_f32(acc[c], vcvtq_f32_s32(s), dw * kn_h2f(xb->d));        \
+		}                                                                                  \
+	}                                                                                          \
+	KERNELS__INLINE void name##_n(int64_t n, const void *w, const void *const *xq,             \
+	                              const int NC, float *out)                                    \
+	{                                                                                          \
+		const WBLOCK *wb = w;                                                              \
+		float32x4_t a0[KERNELS__TILE], a1[KERNELS__TILE];                                  \
+		for (int c = 0; c < NC; c++)                                                       \
+			a0[c] = a1[c] = vdupq_n_f32(0.0f);                                         \
+		int64_t nb = n / KERNELS__QK, b = 0;                                               \
+		for (; b + 2 <= nb; b += 2) {                                                      \
+			name##_blk(wb, b, xq, NC, a0);                                             \
+			name##_blk(wb, b + 1, xq, NC, a1);                                         \
+		}                                                                                  \
+		if (b < nb)                                                                        \
+			name##_blk(wb, b, xq, NC, a0);                                             \
+		for (int c = 0; c < NC; c++)                                                       \
+			out[c] = vaddvq_f32(vaddq_f32(a0[c], a1[c]));                              \
+	}                                                                                          \
 	KERNELS__TILE_FROM_N(name)
 
 KN_Q32_TILE(kn_tile_q8_0, kernels__block_q8_0, kn_q8_0_bytes)
@@ -152,7 +153,7 @@ KN_Q32_TILE(kn_tile_q4_0, kernels__block_q4_0, kn_q4_0_bytes)
  * m_j, widened to int32. */
 
 KERNELS__INLINE void kn_tile_q4_k_n(int64_t n, const void *w, const void *const *xq, const int NC,
-				   float *out)
+                                    float *out)
 {
 	const kernels__block_q4_k *wb = w;
 	float32x4_t acc[KERNELS__TILE];
@@ -167,19 +168,22 @@ KERNELS__INLINE void kn_tile_q4_k_n(int64_t n, const void *w, const void *const 
 		for (int c = 0; c < NC; c++)
 			isum[c] = vdupq_n_s32(0);
 		for (int j = 0; j < 4; j++) {
-			uint8x16_t r0 = vld1q_u8(wb[b].qs + 32 * j), r1 = vld1q_u8(wb[b].qs + 32 * j + 16);
+			uint8x16_t r0 = vld1q_u8(wb[b].qs + 32 * j),
+			           r1 = vld1q_u8(wb[b].qs + 32 * j + 16);
 			int8x16_t l0 = vreinterpretq_s8_u8(vandq_u8(r0, m4));
 			int8x16_t l1 = vreinterpretq_s8_u8(vandq_u8(r1, m4));
 			int8x16_t h0 = vreinterpretq_s8_u8(vshrq_n_u8(r0, 4));
 			int8x16_t h1 = vreinterpretq_s8_u8(vshrq_n_u8(r1, 4));
 			for (int c = 0; c < NC; c++) {
-				const int8_t *x = ((const kernels__block_q8_k *)xq[c])[b].qs + 64 * j;
+				const int8_t *x =
+				    ((const kernels__block_q8_k *)xq[c])[b].qs + 64 * j;
 				int32x4_t tl = kn_dot(vdupq_n_s32(0), l0, vld1q_s8(x));
 				tl = kn_dot(tl, l1, vld1q_s8(x + 16));
 				int32x4_t th = kn_dot(vdupq_n_s32(0), h0, vld1q_s8(x + 32));
 				th = kn_dot(th, h1, vld1q_s8(x + 48));
 				isum[c] = vmlaq_n_s32(isum[c], tl, (int)((sc >> (16 * j)) & 0xff));
-				isum[c] = vmlaq_n_s32(isum[c], th, (int)((sc >> (16 * j + 8)) & 0xff));
+				isum[c] =
+				    vmlaq_n_s32(isum[c], th, (int)((sc >> (16 * j + 8)) & 0xff));
 			}
 		}
 		int16x8_t mins = vreinterpretq_s16_u16(vmovl_u8(vcreate_u8(mn)));
@@ -188,7 +192,7 @@ KERNELS__INLINE void kn_tile_q4_k_n(int64_t n, const void *w, const void *const 
 			const kernels__block_q8_k *xb = (const kernels__block_q8_k *)xq[c] + b;
 			int16x8_t bs = vpaddq_s16(vld1q_s16(xb->bsums), vld1q_s16(xb->bsums + 8));
 			int32x4_t imin = vaddq_s32(vmull_s16(vget_low_s16(bs), vget_low_s16(mins)),
-						   vmull_high_s16(bs, mins));
+			                           vmull_high_s16(bs, mins));
 			acc[c] = vfmaq_n_f32(acc[c], vcvtq_f32_s32(isum[c]), dw * xb->d);
 			acc[c] = vfmsq_n_f32(acc[c], vcvtq_f32_s32(imin), dmw * xb->d);
 		}
@@ -203,7 +207,7 @@ KERNELS__TILE_FROM_N(kn_tile_q4_k)
  * lanes <= 4 * 32 * 127 * 128 per sub-block, 16 of them: < 2^25. */
 
 KERNELS__INLINE void kn_tile_q6_k_n(int64_t n, const void *w, const void *const *xq, const int NC,
-				   float *out)
+                                    float *out)
 {
 	const kernels__block_q6_k *wb = w;
 	float32x4_t acc[KERNELS__TILE];
@@ -220,25 +224,29 @@ KERNELS__INLINE void kn_tile_q6_k_n(int64_t n, const void *w, const void *const 
 			const uint8_t *ql = wb[b].ql + 64 * ch, *qh = wb[b].qh + 32 * ch;
 			const int8_t *sc = wb[b].scales + 8 * ch;
 			for (int h = 0; h < 2; h++) { /* l in [16 h, 16 h + 16) */
-				uint8x16_t a = vld1q_u8(ql + 16 * h), bq = vld1q_u8(ql + 32 + 16 * h);
+				uint8x16_t a = vld1q_u8(ql + 16 * h),
+				           bq = vld1q_u8(ql + 32 + 16 * h);
 				uint8x16_t hh = vld1q_u8(qh + 16 * h);
 				int8x16_t q[4];
-				q[0] = vreinterpretq_s8_u8(vorrq_u8(vandq_u8(a, m4),
-								    vshlq_n_u8(vandq_u8(hh, m3), 4)));
-				q[1] = vreinterpretq_s8_u8(vorrq_u8(vandq_u8(bq, m4),
-								    vshlq_n_u8(vandq_u8(vshrq_n_u8(hh, 2), m3), 4)));
-				q[2] = vreinterpretq_s8_u8(vorrq_u8(vshrq_n_u8(a, 4),
-								    vshlq_n_u8(vandq_u8(vshrq_n_u8(hh, 4), m3), 4)));
-				q[3] = vreinterpretq_s8_u8(vorrq_u8(vshrq_n_u8(bq, 4),
-								    vshlq_n_u8(vshrq_n_u8(hh, 6), 4)));
+				q[0] = vreinterpretq_s8_u8(
+				    vorrq_u8(vandq_u8(a, m4), vshlq_n_u8(vandq_u8(hh, m3), 4)));
+				q[1] = vreinterpretq_s8_u8(
+				    vorrq_u8(vandq_u8(bq, m4),
+				             vshlq_n_u8(vandq_u8(vshrq_n_u8(hh, 2), m3), 4)));
+				q[2] = vreinterpretq_s8_u8(
+				    vorrq_u8(vshrq_n_u8(a, 4),
+				             vshlq_n_u8(vandq_u8(vshrq_n_u8(hh, 4), m3), 4)));
+				q[3] = vreinterpretq_s8_u8(
+				    vorrq_u8(vshrq_n_u8(bq, 4), vshlq_n_u8(vshrq_n_u8(hh, 6), 4)));
 				for (int p = 0; p < 4; p++)
 					q[p] = vsubq_s8(q[p], k32);
 				for (int c = 0; c < NC; c++) {
-					const int8_t *x = ((const kernels__block_q8_k *)xq[c])[b].qs +
-							  128 * ch + 16 * h;
+					const int8_t *x =
+					    ((const kernels__block_q8_k *)xq[c])[b].qs + 128 * ch +
+					    16 * h;
 					for (int p = 0; p < 4; p++) {
 						int32x4_t t = kn_dot(vdupq_n_s32(0), q[p],
-								     vld1q_s8(x + 32 * p));
+						                     vld1q_s8(x + 32 * p));
 						isum[c] = vmlaq_n_s32(isum[c], t, sc[2 * p + h]);
 					}
 				}
@@ -280,7 +288,7 @@ static kernels__tile_fn kn_tile(shoal_dtype wt)
 }
 
 static void kn_gemv(shoal_dtype wt, int64_t n, const void *w, size_t row_bytes, int64_t nrows,
-		    const void *xq, float *y)
+                    const void *xq, float *y)
 {
 	kernels__tile_fn f = kn_tile(wt);
 	if (!f) { /* a caller bug: fall back to the oracle's handling */
@@ -291,7 +299,7 @@ static void kn_gemv(shoal_dtype wt, int64_t n, const void *w, size_t row_bytes, 
 }
 
 static void kn_gemm(shoal_dtype wt, int64_t n, const void *w, size_t row_bytes, int64_t nrows,
-		    const void *xq, size_t xq_stride, int64_t ncols, float *y, size_t y_stride)
+                    const void *xq, size_t xq_stride, int64_t ncols, float *y, size_t y_stride)
 {
 	kernels__tile_fn f = kn_tile(wt);
 	if (!f) {
@@ -303,12 +311,12 @@ static void kn_gemm(shoal_dtype wt, int64_t n, const void *w, size_t row_bytes, 
 
 #if KERNELS_DOTPROD
 const shoal_kernels kernels__neon_dotprod = {
-	.isa = "neon",
+    .isa = "neon",
 #else
 const shoal_kernels kernels__neon = {
-	.isa = "neon-base",
+    .isa = "neon-base",
 #endif
-	.quantize_act = kernels__quantize_act,
-	.gemv = kn_gemv,
-	.gemm = kn_gemm,
+    .quantize_act = kernels__quantize_act,
+    .gemv = kn_gemv,
+    .gemm = kn_gemm,
 };

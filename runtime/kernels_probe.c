@@ -20,10 +20,10 @@
 #include "runtime/quant.h"
 
 #define PROBE_STREAM_BYTES ((size_t)64 << 20)
-#define PROBE_STREAM_N 4096 /* row length: 128 blocks, 4352 bytes a row */
-#define PROBE_GEMM_N 1024
-#define PROBE_GEMM_ROWS 256
-#define PROBE_GEMM_COLS 32
+#define PROBE_STREAM_N     4096 /* row length: 128 blocks, 4352 bytes a row */
+#define PROBE_GEMM_N       1024
+#define PROBE_GEMM_ROWS    256
+#define PROBE_GEMM_COLS    32
 
 static double probe_now(void)
 {
@@ -41,7 +41,7 @@ static void probe_fill_q8_0(unsigned char *p, size_t bytes)
 }
 
 shoal_err shoal_kernels_probe(const shoal_kernels *k, unsigned budget_ms,
-			      shoal_kernels_probe_result *out)
+                              shoal_kernels_probe_result *out)
 {
 	memset(out, 0, sizeof *out);
 	if (!k)
@@ -54,8 +54,8 @@ shoal_err shoal_kernels_probe(const shoal_kernels *k, unsigned budget_ms,
 	size_t row = shoal_dtype_row_bytes(SHOAL_DTYPE_Q8_0, PROBE_STREAM_N);
 	int64_t rows = (int64_t)(PROBE_STREAM_BYTES / row);
 	size_t wbytes = row * (size_t)rows;
-	unsigned char *w = mmap(NULL, wbytes, PROT_READ | PROT_WRITE,
-				MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	unsigned char *w =
+	    mmap(NULL, wbytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 	if (w == MAP_FAILED)
 		return SHOAL_ERR_NOMEM;
 #if defined(MADV_HUGEPAGE)
@@ -100,7 +100,7 @@ shoal_err shoal_kernels_probe(const shoal_kernels *k, unsigned budget_ms,
 	do {
 		double t0 = probe_now();
 		k->gemm(SHOAL_DTYPE_Q8_0, PROBE_GEMM_N, w, grow, PROBE_GEMM_ROWS, xq, xrow,
-			PROBE_GEMM_COLS, yg, PROBE_GEMM_ROWS);
+		        PROBE_GEMM_COLS, yg, PROBE_GEMM_ROWS);
 		double dt = probe_now() - t0;
 		double flops = 2.0 * PROBE_GEMM_N * PROBE_GEMM_ROWS * PROBE_GEMM_COLS;
 		if (dt > 0 && flops / dt > best)

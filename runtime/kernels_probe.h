@@ -12,12 +12,12 @@
 #include "runtime/kernels.h"
 
 typedef struct shoal_kernels_probe_result {
-	const char *isa;    /* k->isa (static) */
-	double gemv_gbps;   /* Q8_0 gemv, one thread, over a matrix larger than the
-			     * last-level cache: weight bytes read per second / 1e9
-			     * (the decode speed; best pass) */
-	double gemm_gflops; /* Q8_0 gemm, one thread, cache-resident matrix, 32
-			     * columns: 2 * n * rows * cols / s / 1e9 (prefill) */
+	const char *isa;     /* k->isa (static) */
+	double gemv_gbps;    /* Q8_0 gemv, one thread, over a matrix larger than the
+	                      * last-level cache: weight bytes read per second / 1e9
+	                      * (the decode speed; best pass) */
+	double gemm_gflops;  /* Q8_0 gemm, one thread, cache-resident matrix, 32
+	                      * columns: 2 * n * rows * cols / s / 1e9 (prefill) */
 	unsigned elapsed_ms; /* wall time the probe took */
 } shoal_kernels_probe_result;
 
@@ -26,6 +26,6 @@ typedef struct shoal_kernels_probe_result {
  * the calling thread for that long; allocates about 64 MiB for the duration
  * and frees it. Returns SHOAL_OK, or SHOAL_ERR_NOMEM (out is then zeroed). */
 shoal_err shoal_kernels_probe(const shoal_kernels *k, unsigned budget_ms,
-			      shoal_kernels_probe_result *out);
+                              shoal_kernels_probe_result *out);
 
 #endif

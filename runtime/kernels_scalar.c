@@ -131,12 +131,12 @@ static float ks_dot_q6_k(int64_t n, const kernels__block_q6_k *w, const kernels_
 
 /* ---- tiles: each column alone, so gemm == gemv trivially ---------------------- */
 
-#define KS_TILE(name, dot, wtype, xtype)                                               \
-	static void ks_tile_##name(int64_t n, const void *w, const void *const *xq,     \
-				   int ncols, float *out)                                \
-	{                                                                             \
-		for (int c = 0; c < ncols; c++)                                       \
-			out[c] = dot(n, (const wtype *)w, (const xtype *)xq[c]);      \
+#define KS_TILE(name, dot, wtype, xtype)                                                           \
+	static void ks_tile_##name(int64_t n, const void *w, const void *const *xq, int ncols,     \
+	                           float *out)                                                     \
+	{                                                                                          \
+		for (int c = 0; c < ncols; c++)                                                    \
+			out[c] = dot(n, (const wtype *)w, (const xtype *)xq[c]);                   \
 	}
 
 KS_TILE(f32, ks_dot_f32, float, float)
@@ -177,7 +177,7 @@ static void ks_fill_nan(float *y, int64_t nrows, int64_t ncols, size_t y_stride)
 }
 
 static void ks_gemv(shoal_dtype wt, int64_t n, const void *w, size_t row_bytes, int64_t nrows,
-		    const void *xq, float *y)
+                    const void *xq, float *y)
 {
 	kernels__tile_fn f = ks_tile(wt);
 	if (!f) { /* a caller bug: the engine refuses non-computable types */
@@ -188,7 +188,7 @@ static void ks_gemv(shoal_dtype wt, int64_t n, const void *w, size_t row_bytes, 
 }
 
 static void ks_gemm(shoal_dtype wt, int64_t n, const void *w, size_t row_bytes, int64_t nrows,
-		    const void *xq, size_t xq_stride, int64_t ncols, float *y, size_t y_stride)
+                    const void *xq, size_t xq_stride, int64_t ncols, float *y, size_t y_stride)
 {
 	kernels__tile_fn f = ks_tile(wt);
 	if (!f) {
@@ -199,8 +199,8 @@ static void ks_gemm(shoal_dtype wt, int64_t n, const void *w, size_t row_bytes, 
 }
 
 const shoal_kernels kernels__scalar = {
-	.isa = "scalar",
-	.quantize_act = kernels__quantize_act,
-	.gemv = ks_gemv,
-	.gemm = ks_gemm,
+    .isa = "scalar",
+    .quantize_act = kernels__quantize_act,
+    .gemv = ks_gemv,
+    .gemm = ks_gemm,
 };

@@ -35,8 +35,8 @@ uint16_t shoal_f32_to_fp16(float f)
 	 * so it and everything above round to infinity */
 	if (u >= 0x477ff000u)
 		return sign | 0x7c00;
-	if (u >= 0x38800000u) { /* >= 2^-14: a normal half */
-		uint32_t r = u - 0x38000000u; /* exponent bias 127 -> 15 (112 << 23) */
+	if (u >= 0x38800000u) {                           /* >= 2^-14: a normal half */
+		uint32_t r = u - 0x38000000u;             /* exponent bias 127 -> 15 (112 << 23) */
 		r = (r + 0xfffu + ((r >> 13) & 1)) >> 13; /* round to nearest even */
 		return sign | (uint16_t)r;
 	}
@@ -211,7 +211,8 @@ static void quant_q4_k(const float *x, kernels__block_q4_k *b, int64_t nb)
 		for (int j = 0; j < 8; j++) {
 			/* round the scale up so the top quant still reaches hi */
 			sc[j] = d > 0.0f ? quant_clamp((int)ceilf(scale[j] / d), 0, 63) : 0;
-			m[j] = dmin > 0.0f ? quant_clamp(quant_nearest_int(min[j] / dmin), 0, 63) : 0;
+			m[j] =
+			    dmin > 0.0f ? quant_clamp(quant_nearest_int(min[j] / dmin), 0, 63) : 0;
 		}
 		memset(b[i].scales, 0, sizeof b[i].scales);
 		for (int j = 0; j < 4; j++) {
@@ -223,14 +224,15 @@ static void quant_q4_k(const float *x, kernels__block_q4_k *b, int64_t nb)
 		for (int j = 0; j < 8; j++) {
 			float ds = d * sc[j], dm = dmin * m[j];
 			for (int l = 0; l < 32; l++) {
-				int v = ds > 0.0f ? quant_nearest_int((x[32 * j + l] + dm) / ds) : 0;
+				int v =
+				    ds > 0.0f ? quant_nearest_int((x[32 * j + l] + dm) / ds) : 0;
 				q[32 * j + l] = (uint8_t)quant_clamp(v, 0, 15);
 			}
 		}
 		for (int c = 0; c < 4; c++)
 			for (int l = 0; l < 32; l++)
 				b[i].qs[32 * c + l] =
-					(uint8_t)(q[64 * c + l] | (q[64 * c + 32 + l] << 4));
+				    (uint8_t)(q[64 * c + l] | (q[64 * c + 32 + l] << 4));
 	}
 }
 
@@ -296,7 +298,7 @@ static void quant_q6_k(const float *x, kernels__block_q6_k *b, int64_t nb)
 				ql[l] = (uint8_t)((q1 & 0xf) | ((q3 & 0xf) << 4));
 				ql[l + 32] = (uint8_t)((q2 & 0xf) | ((q4 & 0xf) << 4));
 				qh[l] = (uint8_t)((q1 >> 4) | ((q2 >> 4) << 2) | ((q3 >> 4) << 4) |
-						  ((q4 >> 4) << 6));
+				                  ((q4 >> 4) << 6));
 			}
 		}
 	}

@@ -14,7 +14,6 @@
 #include "runtime/quant.h"
 #include "tests/test.h"
 
-
 static int quick;
 
 static uint32_t rng = 2463534242u;
@@ -26,11 +25,11 @@ static float rnd(void) /* uniform in [-1, 1) */
 	return (float)(rng >> 8) / (float)(1u << 23) - 1.0f;
 }
 
-static const char *const isa_names[] = {"scalar", "avx2", "avx512bw", "avx512", "neon",
-					"neon-base"};
+static const char *const isa_names[] = {"scalar", "avx2", "avx512bw",
+                                        "avx512", "neon", "neon-base"};
 static const shoal_dtype wtypes[] = {SHOAL_DTYPE_F32,  SHOAL_DTYPE_F16,  SHOAL_DTYPE_BF16,
-				     SHOAL_DTYPE_Q8_0, SHOAL_DTYPE_Q4_0, SHOAL_DTYPE_Q4_K,
-				     SHOAL_DTYPE_Q6_K};
+                                     SHOAL_DTYPE_Q8_0, SHOAL_DTYPE_Q4_0, SHOAL_DTYPE_Q4_K,
+                                     SHOAL_DTYPE_Q6_K};
 
 /* Per element, a bound on |weight| as the kernels see its parts: for Q4_K
  * the scale and the min terms separately (d sc q + dmin m), for Q6_K the
@@ -183,11 +182,11 @@ static int check_case(const shoal_kernels *k, const case_data *c)
 				what = "scalar vs dequantized dot beyond tolerance";
 			if (what) {
 				fprintf(stderr,
-					"%s %s n=%lld rows=%lld cols=%lld [col %lld row %lld]: %s: "
-					"table %.9g gemm %.9g scalar %.9g exact %.9g tol %.3g\n",
-					k->isa, shoal_dtype_name(c->wt), (long long)c->n,
-					(long long)nr, (long long)nc, (long long)col, (long long)r,
-					what, a, g, ref[col * nr + r], ex, tol);
+				        "%s %s n=%lld rows=%lld cols=%lld [col %lld row %lld]: %s: "
+				        "table %.9g gemm %.9g scalar %.9g exact %.9g tol %.3g\n",
+				        k->isa, shoal_dtype_name(c->wt), (long long)c->n,
+				        (long long)nr, (long long)nc, (long long)col, (long long)r,
+				        what, a, g, ref[col * nr + r], ex, tol);
 				bad = 1;
 			}
 		}
@@ -238,7 +237,8 @@ static void test_tables_against_scalar(void)
 			for (int a = 0; a < nn; a++)
 				for (int b = 0; b < 3; b++) {
 					case_data c;
-					case_make(&c, wtypes[wi], ns[a], rows[b], cols[(a + b) % 4]);
+					case_make(&c, wtypes[wi], ns[a], rows[b],
+					          cols[(a + b) % 4]);
 					int bad = check_case(k, &c);
 					case_free(&c);
 					cases++;
@@ -254,7 +254,7 @@ static void test_tables_against_scalar(void)
 static void test_quantize_act_shared(void)
 {
 	static const shoal_dtype acts[] = {SHOAL_DTYPE_F32, SHOAL_DTYPE_F16, SHOAL_DTYPE_BF16,
-					   SHOAL_DTYPE_Q8_0, SHOAL_DTYPE_Q8_K};
+	                                   SHOAL_DTYPE_Q8_0, SHOAL_DTYPE_Q8_K};
 	float x[512];
 	for (int i = 0; i < 512; i++)
 		x[i] = rnd() * 3.0f;
@@ -328,9 +328,9 @@ int main(int argc, char **argv)
 	const char *q = getenv("SHOAL_KERNELS_QUICK");
 	quick = (argc > 1 && !strcmp(argv[1], "quick")) || (q && *q == '1');
 	static const test_case_ cases[] = {
-		TEST_CASE(test_act_types),          TEST_CASE(test_hand_dot_q8_0),
-		TEST_CASE(test_quantize_act_shared), TEST_CASE(test_tables_against_scalar),
-		TEST_CASE(test_best_table),
+	    TEST_CASE(test_act_types),           TEST_CASE(test_hand_dot_q8_0),
+	    TEST_CASE(test_quantize_act_shared), TEST_CASE(test_tables_against_scalar),
+	    TEST_CASE(test_best_table),
 	};
 	return test_run_(cases, sizeof cases / sizeof cases[0]);
 }

@@ -34,9 +34,9 @@ static void test_fp16_to_f32_specials(void)
 	ASSERT_TRUE(shoal_fp16_to_f32(0x3c00) == 1.0f);
 	ASSERT_TRUE(shoal_fp16_to_f32(0xc000) == -2.0f);
 	ASSERT_TRUE(shoal_fp16_to_f32(0x7bff) == 65504.0f);
-	ASSERT_TRUE(shoal_fp16_to_f32(0x0001) == 0x1p-24f);    /* smallest subnormal */
+	ASSERT_TRUE(shoal_fp16_to_f32(0x0001) == 0x1p-24f);        /* smallest subnormal */
 	ASSERT_TRUE(shoal_fp16_to_f32(0x03ff) == 1023 * 0x1p-24f); /* largest subnormal */
-	ASSERT_TRUE(shoal_fp16_to_f32(0x0400) == 0x1p-14f);    /* smallest normal */
+	ASSERT_TRUE(shoal_fp16_to_f32(0x0400) == 0x1p-14f);        /* smallest normal */
 	ASSERT_TRUE(shoal_fp16_to_f32(0x3555) == 0x1.554p-2f);
 	ASSERT_EQ(bits(shoal_fp16_to_f32(0x8000)), 0x80000000u); /* -0 */
 	ASSERT_TRUE(isinf(shoal_fp16_to_f32(0x7c00)) && shoal_fp16_to_f32(0x7c00) > 0);
@@ -57,10 +57,10 @@ static void test_f32_to_fp16_rounding(void)
 	ASSERT_EQ(shoal_f32_to_fp16(1.0f + 0x1p-11f), 0x3c00);     /* tie to even (down) */
 	ASSERT_EQ(shoal_f32_to_fp16(1.0f + 3 * 0x1p-11f), 0x3c02); /* tie to even (up) */
 	ASSERT_EQ(shoal_f32_to_fp16(1.0f + 0x1p-11f + 0x1p-20f), 0x3c01);
-	ASSERT_EQ(shoal_f32_to_fp16(0x1p-25f), 0x0000);          /* tie: to even 0 */
-	ASSERT_EQ(shoal_f32_to_fp16(0x1.000002p-25f), 0x0001);   /* just above: up */
-	ASSERT_EQ(shoal_f32_to_fp16(3 * 0x1p-25f), 0x0002);      /* tie 1|2 -> 2 */
-	ASSERT_EQ(shoal_f32_to_fp16(5 * 0x1p-25f), 0x0002);      /* tie 2|3 -> 2 */
+	ASSERT_EQ(shoal_f32_to_fp16(0x1p-25f), 0x0000);            /* tie: to even 0 */
+	ASSERT_EQ(shoal_f32_to_fp16(0x1.000002p-25f), 0x0001);     /* just above: up */
+	ASSERT_EQ(shoal_f32_to_fp16(3 * 0x1p-25f), 0x0002);        /* tie 1|2 -> 2 */
+	ASSERT_EQ(shoal_f32_to_fp16(5 * 0x1p-25f), 0x0002);        /* tie 2|3 -> 2 */
 	ASSERT_EQ(shoal_f32_to_fp16(0x1p-14f - 0x1p-26f), 0x0400); /* carries into normal */
 	ASSERT_EQ(shoal_f32_to_fp16(1e-10f), 0x0000);
 	ASSERT_EQ(shoal_f32_to_fp16(-1e-10f), 0x8000);
@@ -169,7 +169,7 @@ static void test_deq_q4_k(void)
 	static const int sc[8] = {1, 5, 10, 63, 17, 33, 48, 62};
 	static const int m[8] = {0, 3, 7, 12, 20, 40, 63, 16};
 	static const uint8_t packed[12] = {0x41, 0x85, 0xca, 0xff, 0x40, 0x83,
-					   0xc7, 0x4c, 0x41, 0x81, 0xf0, 0x0e};
+	                                   0xc7, 0x4c, 0x41, 0x81, 0xf0, 0x0e};
 	kernels__block_q4_k b;
 	b.d = 0x3c00;
 	b.dmin = 0x3800;
@@ -185,7 +185,8 @@ static void test_deq_q4_k(void)
 		for (int l = 0; l < 32; l++) {
 			float want = 1.0f * sc[j] * ((3 * j + l) & 15) - 0.5f * m[j];
 			if (y[32 * j + l] != want)
-				TEST_FAIL_("Q4_K elem %d: %g, want %g", 32 * j + l, y[32 * j + l], want);
+				TEST_FAIL_("Q4_K elem %d: %g, want %g", 32 * j + l, y[32 * j + l],
+				           want);
 		}
 }
 
@@ -289,7 +290,8 @@ static void test_roundtrip_q8_0(void)
 		ASSERT_EQ(b[k].d, shoal_f32_to_fp16(d));
 		for (int j = 0; j < 32; j++) {
 			ASSERT_EQ(b[k].qs[j], (int)roundf(x[32 * k + j] * id));
-			ASSERT_NEAR(y[32 * k + j], x[32 * k + j], d * (0.5f + 127 * 0x1p-11f) + 1e-30f);
+			ASSERT_NEAR(y[32 * k + j], x[32 * k + j],
+			            d * (0.5f + 127 * 0x1p-11f) + 1e-30f);
 		}
 	}
 }
@@ -334,7 +336,7 @@ static void test_roundtrip_q4_k(void)
 			float step = (hi - lo) / 15.0f + d;
 			for (int l = 0; l < 32; l++)
 				ASSERT_NEAR(y[256 * k + 32 * j + l], xs[l],
-					    0.5f * step + 0.5f * dmin + 1e-6f);
+				            0.5f * step + 0.5f * dmin + 1e-6f);
 		}
 	}
 }
@@ -365,7 +367,7 @@ static void test_roundtrip_q8_k(void)
 	float x[RT_N], y[RT_N];
 	kernels__block_q8_k b[RT_N / 256];
 	fill_random(x, RT_N, 5.0f);
-	x[300] = 100.0f; /* positive largest in block 1 */
+	x[300] = 100.0f;  /* positive largest in block 1 */
 	x[600] = -100.0f; /* negative largest in block 2 */
 	for (int i = 768; i < 1024; i++)
 		x[i] = 0; /* all-zero block 3 */
@@ -422,7 +424,8 @@ static void test_fixtures_agree(void)
 	snprintf(p1, sizeof p1, "%s/models/tiny-kq-q4_k_m.gguf", test_data_dir());
 	snprintf(p2, sizeof p2, "%s/models/tiny-kq-q6_k.gguf", test_data_dir());
 	shoal_gguf *g1 = NULL, *g2 = NULL;
-	if (shoal_gguf_open(p1, &g1, why, sizeof why) || shoal_gguf_open(p2, &g2, why, sizeof why)) {
+	if (shoal_gguf_open(p1, &g1, why, sizeof why) ||
+	    shoal_gguf_open(p2, &g2, why, sizeof why)) {
 		shoal_gguf_free(g1);
 		TEST_SKIP("tiny-kq fixtures not readable");
 	}
@@ -439,9 +442,10 @@ static void test_fixtures_agree(void)
 		double sum_err = 0, sum_abs = 0;
 		for (int row = 0; row < 4 && ok; row++) {
 			const kernels__block_q4_k *qa =
-				(const void *)((const char *)a->data + (size_t)row * ra);
+			    (const void *)((const char *)a->data + (size_t)row * ra);
 			shoal_dequantize_row(a->type, qa, ya, n);
-			shoal_dequantize_row(b->type, (const char *)b->data + (size_t)row * rb, yb, n);
+			shoal_dequantize_row(b->type, (const char *)b->data + (size_t)row * rb, yb,
+			                     n);
 			for (int64_t i = 0; i < n; i++) {
 				const kernels__block_q4_k *blk = &qa[i / 256];
 				int sc, m;
@@ -450,9 +454,11 @@ static void test_fixtures_agree(void)
 				/* the reference's Q4_K is not round-to-nearest on each
 				 * value (it optimises the scale), so allow one full step
 				 * plus the Q6_K's own error */
-				if (!(fabsf(ya[i] - yb[i]) <= 1.05f * step + 0.02f * fabsf(yb[i]) + 1e-6f)) {
-					fprintf(stderr, "%s row %d elem %lld: q4_k %g q6_k %g step %g\n",
-						a->name, row, (long long)i, ya[i], yb[i], step);
+				if (!(fabsf(ya[i] - yb[i]) <=
+				      1.05f * step + 0.02f * fabsf(yb[i]) + 1e-6f)) {
+					fprintf(stderr,
+					        "%s row %d elem %lld: q4_k %g q6_k %g step %g\n",
+					        a->name, row, (long long)i, ya[i], yb[i], step);
 					ok = 0;
 					break;
 				}
@@ -465,7 +471,7 @@ static void test_fixtures_agree(void)
 		/* on average 4-bit quantization is off by far less than the weights */
 		if (ok && !(sum_err < 0.2 * sum_abs)) {
 			fprintf(stderr, "%s: mean error %g vs mean weight %g\n", a->name, sum_err,
-				sum_abs);
+			        sum_abs);
 			ok = 0;
 		}
 		compared++;
@@ -477,11 +483,10 @@ static void test_fixtures_agree(void)
 }
 
 TEST_MAIN(TEST_CASE(test_fp16_to_f32_specials), TEST_CASE(test_f32_to_fp16_rounding),
-	  TEST_CASE(test_fp16_roundtrip_all), TEST_CASE(test_fp16_nearest_random),
-	  TEST_CASE(test_bf16), TEST_CASE(test_deq_q8_0), TEST_CASE(test_deq_q4_0),
-	  TEST_CASE(test_deq_q4_k), TEST_CASE(test_q4k_unpack),
-	  TEST_CASE(test_deq_q6_k), TEST_CASE(test_deq_q8_k_f16_bf16),
-	  TEST_CASE(test_roundtrip_q8_0), TEST_CASE(test_roundtrip_q4_0),
-	  TEST_CASE(test_roundtrip_q4_k), TEST_CASE(test_roundtrip_q6_k),
-	  TEST_CASE(test_roundtrip_q8_k), TEST_CASE(test_roundtrip_plain),
-	  TEST_CASE(test_fixtures_agree))
+          TEST_CASE(test_fp16_roundtrip_all), TEST_CASE(test_fp16_nearest_random),
+          TEST_CASE(test_bf16), TEST_CASE(test_deq_q8_0), TEST_CASE(test_deq_q4_0),
+          TEST_CASE(test_deq_q4_k), TEST_CASE(test_q4k_unpack), TEST_CASE(test_deq_q6_k),
+          TEST_CASE(test_deq_q8_k_f16_bf16), TEST_CASE(test_roundtrip_q8_0),
+          TEST_CASE(test_roundtrip_q4_0), TEST_CASE(test_roundtrip_q4_k),
+          TEST_CASE(test_roundtrip_q6_k), TEST_CASE(test_roundtrip_q8_k),
+          TEST_CASE(test_roundtrip_plain), TEST_CASE(test_fixtures_agree))

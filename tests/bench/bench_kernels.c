@@ -45,9 +45,10 @@ int main(int argc, char **argv)
 	size_t bw_mb = argc > 2 ? (size_t)atol(argv[2]) : 512;
 	double bound = shoal_membw_read_gbps(1, bw_mb << 20);
 	printf("membw 1 thread (%zu MiB): %.2f GB/s\n", bw_mb, bound);
-	static const char *const isas[] = {"scalar", "avx2", "avx512bw", "avx512", "neon", "neon-base"};
+	static const char *const isas[] = {"scalar", "avx2", "avx512bw",
+	                                   "avx512", "neon", "neon-base"};
 	static const shoal_dtype types[] = {SHOAL_DTYPE_Q8_0, SHOAL_DTYPE_Q4_0, SHOAL_DTYPE_Q4_K,
-					    SHOAL_DTYPE_Q6_K, SHOAL_DTYPE_F16};
+	                                    SHOAL_DTYPE_Q6_K, SHOAL_DTYPE_F16};
 	unsigned seed = 1;
 	float *xf = malloc(sizeof(float) * 8192), *y = malloc(sizeof(float) * 8192 * 8);
 	for (int i = 0; i < 8192; i++)
@@ -70,7 +71,8 @@ int main(int argc, char **argv)
 				float row[5632];
 				for (int64_t j = 0; j < m[i].n; j++)
 					row[j] = frand(&seed);
-				shoal_quantize_row(wt, row, m[i].w + (size_t)r * m[i].row_bytes, m[i].n);
+				shoal_quantize_row(wt, row, m[i].w + (size_t)r * m[i].row_bytes,
+				                   m[i].n);
 			}
 			total += m[i].row_bytes * (size_t)m[i].rows;
 		}
@@ -87,7 +89,7 @@ int main(int argc, char **argv)
 				double t0 = now();
 				for (int i = 0; i < nm; i++)
 					kt->gemv(wt, m[i].n, m[i].w, m[i].row_bytes, m[i].rows,
-						 m[i].n == 5632 ? xa : xb, y);
+					         m[i].n == 5632 ? xa : xb, y);
 				double dt = now() - t0;
 				if (dt < best)
 					best = dt;
@@ -105,7 +107,8 @@ int main(int argc, char **argv)
 				if (dt < gbest)
 					gbest = dt;
 			}
-			printf("%-9s %-5s gemv %6.2f GB/s (%5.1f%% of bound, %zu MiB)  gemm %6.1f GFLOP/s\n",
+			printf("%-9s %-5s gemv %6.2f GB/s (%5.1f%% of bound, %zu MiB)  gemm %6.1f "
+			       "GFLOP/s\n",
 			       kt->isa, shoal_dtype_name(wt), gbps, 100.0 * gbps / bound,
 			       total >> 20, 2.0 * 2048 * 256 * 8 / gbest / 1e9);
 		}
