@@ -36,14 +36,11 @@ int32_t tokenizer__find(const struct shoal_tokenizer *t, const char *s, size_t l
 {
 	uint32_t h = tokenizer__hash(s, len);
 	for (uint32_t i = h & t->map_mask;; i = (i + 1) & t->map_mask) {
-		int32_t id = t->map[i];
-		if (id < 0)
+		const tokenizer__slot *e = &t->map[i];
+		if (e->id < 0)
 			return -1;
-		if (t->map_hash[i] != h)
-			continue;
-		uint32_t a = t->text_off[id], b = t->text_off[id + 1];
-		if (b - a == len && !memcmp(t->text + a, s, len))
-			return id;
+		if (e->hash == h && e->len == len && !memcmp(t->text + e->off, s, len))
+			return e->id;
 	}
 }
 
@@ -90,26 +87,24 @@ static shoal_err tok_map_build(shoal_tokenizer *t)
 	while (cap < 2 * (uint64_t)t->n_vocab)
 		cap *= 2;
 	t->map = malloc((size_t)cap * sizeof *t->map);
-	t->map_hash = malloc((size_t)cap * sizeof *t->map_hash);
-	if (!t->map || !t->map_hash)
+	if (!t->map)
 		return SHOAL_ERR_NOMEM;
-	memset(t->map, 0xff, (size_t)cap * sizeof *t->map);
+	for (uint32_t i = 0; i < cap; i++)
+		t->map[i].id = -1;
 	t->map_mask = cap - 1;
 	for (uint32_t id = 0; id < t->n_vocab; id++) {
-		const char *s = t->text + t->text_off[id];
-		size_t len = t->text_off[id + 1] - t->text_off[id];
-		uint32_t h = tokenizer__hash(s, len);
+		uint32_t off = t->text_off[id], len = t->text_off[id + 1] - off;
+		uint32_t h = tokenizer__hash(t->text + off, len);
 		uint32_t i = h & t->map_mask;
 		for (;; i = (i + 1) & t->map_mask) {
-			int32_t o = t->map[i];
-			if (o < 0)
+			const tokenizer__slot *e = &t->map[i];
+			if (e->id < 0)
 				break;
-			if (t->map_hash[i] == h && t->text_off[o + 1] - t->text_off[o] == len &&
-			    !memcmp(t->text + t->text_off[o], s, len))
+			if (e->hash == h && e->len == len &&
+			    !memcmp(t->text + e->off, t->text + off, len))
 				break; /* a duplicate text: the later id wins */
 		}
-		t->map[i] = (int32_t)id;
-		t->map_hash[i] = h;
+		t->map[i] = (tokenizer__slot){h, (int32_t)id, off, len};
 	}
 	return SHOAL_OK;
 }
@@ -437,7 +432,6 @@ void shoal_tokenizer_free(shoal_tokenizer *t)
 	free(t->score);
 	free(t->attr);
 	free(t->map);
-	free(t->map_hash);
 	free(t->merge_key);
 	free(t->merge_rank);
 	free(t->merge_id);

@@ -39,6 +39,12 @@ enum {
 	TOKENIZER__EOG = 1u << 6, /* ends generation (not a GGUF type) */
 };
 
+typedef struct tokenizer__slot {
+	uint32_t hash;
+	int32_t id;
+	uint32_t off, len; /* the token's text: text[off .. off + len) */
+} tokenizer__slot;
+
 struct shoal_tokenizer {
 	tokenizer__kind kind;
 	tokenizer__pre pre;
@@ -54,10 +60,11 @@ struct shoal_tokenizer {
 	float *score;        /* (n_vocab) SPM merge priority; 0 when absent */
 	uint8_t *attr;       /* (n_vocab) TOKENIZER__* bits */
 
-	/* text -> id, open addressing over a power-of-two table of ids (-1 =
-	 * empty); for duplicate texts the last id wins, as in the reference. */
-	int32_t *map;
-	uint32_t *map_hash;
+	/* text -> id, open addressing over a power-of-two table (id -1 =
+	 * empty); for duplicate texts the last id wins, as in the reference.
+	 * A slot carries the hash and the text's place so that a probe costs
+	 * one cache line plus the memcmp. */
+	tokenizer__slot *map;
 	uint32_t map_mask;
 
 	/* BPE merges: (left id, right id) -> (rank, merged id). Keys are
