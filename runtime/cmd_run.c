@@ -318,6 +318,8 @@ int shoal_cmd_run(int argc, char **argv)
 
 	shoal_detok dt;
 	shoal_detok_init(&dt, tok, false);
+	/* only the continuation is printed: its first word keeps its space */
+	dt.first = false;
 	char text[512];
 	for (long t = 0; t < o.n; t++) {
 		int32_t id = shoal_sampler_sample(smp, logits, hist, n_hist, (uint64_t)t);

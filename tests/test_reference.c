@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include "models/model.h"
+#include "models/tokenizer.h"
 #include "runtime/engine.h"
 #include "tests/test.h"
 
@@ -321,6 +322,55 @@ static void test_cli_bad_model(void)
 	ASSERT_TRUE(strchr(out, '\n') == out + n - 1); /* one line */
 }
 
+/* The streamed text is the text of the --ids output, and --chat formats a
+ * base model's prompt in the PLAIN style (models/chat.h). */
+static void test_cli_text_and_chat(void)
+{
+	const char *bin = getenv("SHOAL_BIN");
+	if (!bin)
+		TEST_SKIP("SHOAL_BIN not set");
+	char model[1024];
+	snprintf(model, sizeof model, "%s/models/austen-dense-q8_0.gguf", test_data_dir());
+	static char text[65536], ids[65536], chat[65536], plain[65536];
+	char *a1[] = {(char *)bin, "run", model, "-p", "She was", "-n", "24", "--temp", "0", NULL};
+	char *a2[] = {(char *)bin, "run",    model, "-p",    "She was", "-n",
+	              "24",        "--temp", "0",   "--ids", NULL};
+	ASSERT_EQ(capture(a1, text, sizeof text), 0);
+	ASSERT_EQ(capture(a2, ids, sizeof ids), 0);
+	shoal_model *m = NULL;
+	ASSERT_EQ(shoal_model_open(model, &m, NULL, 0), SHOAL_OK);
+	shoal_tokenizer *tok = NULL;
+	ASSERT_EQ(shoal_tokenizer_from_gguf(m->gguf, &tok, NULL, 0), SHOAL_OK);
+	int32_t v[64];
+	size_t n = 0;
+	char *p = ids, *end;
+	for (long x; n < 64 && (x = strtol(p, &end, 10), end != p); p = end)
+		v[n++] = (int32_t)x;
+	ASSERT_EQ(n, 24);
+	char *dec = NULL;
+	size_t dlen = 0;
+	ASSERT_EQ(shoal_tokenizer_decode(tok, v, n, false, &dec, &dlen), SHOAL_OK);
+	/* decode drops the first word's space; the stream keeps it */
+	size_t tl = strlen(text);
+	ASSERT_TRUE(tl > 0 && text[tl - 1] == '\n');
+	text[--tl] = 0;
+	const char *t = text[0] == ' ' && dec[0] != ' ' ? text + 1 : text;
+	ASSERT_STR_EQ(t, dec);
+	free(dec);
+	shoal_tokenizer_free(tok);
+	shoal_model_free(m);
+
+	char *a3[] = {(char *)bin, "run", model, "-p",     "Hello", "--chat", "--system",
+	              "Be brief.", "-n",  "6",   "--temp", "0",     "--ids",  NULL};
+	char *a4[] = {
+	    (char *)bin, "run", model,   "-p", "Be brief.\n\nUser: Hello\nAssistant:", "-n", "6",
+	    "--temp",    "0",   "--ids", NULL};
+	ASSERT_EQ(capture(a3, chat, sizeof chat), 0);
+	ASSERT_EQ(capture(a4, plain, sizeof plain), 0);
+	ASSERT_TRUE(strlen(chat) > 2);
+	ASSERT_STR_EQ(chat, plain);
+}
+
 TEST_MAIN(TEST_CASE(test_austen_f32), TEST_CASE(test_austen_f16), TEST_CASE(test_austen_q8_0),
           TEST_CASE(test_tiny_q4_k_m), TEST_CASE(test_tiny_q6_k), TEST_CASE(test_all_files_covered),
-          TEST_CASE(test_cli_bad_model))
+          TEST_CASE(test_cli_bad_model), TEST_CASE(test_cli_text_and_chat))
