@@ -354,11 +354,11 @@ static shoal_err recv_on(shoal_xfer_link *k, const xfer__transport_ops *ops, voi
 		    f->hdr.epoch != k->epoch) {
 			k->m.rejected++;
 			return shoal_why(why, why_len, SHOAL_ERR_MISMATCH,
-			                 "%s frame of plan epoch %llu (digest %02x%02x..), link "
-			                 "is on epoch %llu%s",
-			                 shoal_xfer_kind_name(kind),
-			                 (unsigned long long)f->hdr.epoch, f->hdr.digest[0],
-			                 f->hdr.digest[1], (unsigned long long)k->epoch,
+			                 "%s frame of plan %02x%02x../epoch %llu, the link is on "
+			                 "%02x%02x../epoch %llu%s",
+			                 shoal_xfer_kind_name(kind), f->hdr.digest[0],
+			                 f->hdr.digest[1], (unsigned long long)f->hdr.epoch,
+			                 k->digest[0], k->digest[1], (unsigned long long)k->epoch,
 			                 k->have_plan ? "" : " (no plan set)");
 		}
 	}
