@@ -11,6 +11,8 @@
 #     peer 1 (tests/ctl_poke): dropped with a log line, status still
 #     answers, the view is unchanged;
 #  6. SIGTERM of peer 4: a graceful leave, seen as "left".
+# Also: no key -> refuses to start with advice; records carry measured
+# links; an --insecure node answers `shoal status` without a key.
 # JSON is read with tests/viewcheck (a check program; no python or jq).
 # Gossip base period 50 ms: protocol period 250 ms, suspicion timeout
 # 4 x ceil(log2(5)) x 250 ms = 3 s, so "dead" is due after ~4 s; we allow 15.
@@ -143,6 +145,18 @@ if "$B" status --state-dir "$T/n1" --key "$T/other" --timeout-ms 1000 >/dev/null
 fi
 grep -q "handshake failed\|refused a client" "$T/n1.log" || fail "n1 did not log the refused key"
 echo "other-key peer kept out"
+# links: n1 has been up for seconds; its record must carry measured links
+status n2 || fail "status of n2"
+[ "$("$VC" "$T/st-n2.json" links n1)" -ge 2 ] || fail "n1's record has no measured links"
+
+# an open (--insecure) node answers a status without a key
+"$B" node --state-dir "$T/open" --name open --listen 127.0.0.1:0 --no-mdns --insecure \
+	--gossip-ms $GOSSIP >>"$T/open.log" 2>&1 &
+PID[open]=$!
+wait_control open
+"$B" status --state-dir "$T/open" --json >"$T/st-open.json" 2>>"$T/status.log" ||
+	fail "status of an insecure node"
+grep -q '"insecure": true' "$T/st-open.json" || fail "insecure node does not say so"
 
 # 5. garbage from a keyed client
 status n1 && "$VC" "$T/st-n1.json" summary >"$T/before"

@@ -9,6 +9,7 @@
  *   viewcheck FILE state NAME    print the state of the peer NAME ("none")
  *   viewcheck FILE id NAME       print its id
  *   viewcheck FILE inc NAME      print its incarnation
+ *   viewcheck FILE links NAME    print how many measured links its record has
  *   viewcheck FILE summary       print "name:state:incarnation" per peer, sorted by id
  * Exit 1 when FILE is not a status object.
  */
@@ -102,6 +103,9 @@ int main(int argc, char **argv)
 		json_t *p = find_peer(peers, arg);
 		printf("%lld\n",
 		       p ? (long long)json_integer_value(json_object_get(p, "incarnation")) : -1LL);
+	} else if (!strcmp(cmd, "links")) {
+		json_t *p = find_peer(peers, arg);
+		printf("%zu\n", p ? json_array_size(json_object_get(p, "links")) : 0);
 	} else if (!strcmp(cmd, "summary")) {
 		for (size_t i = 0; i < json_array_size(peers); i++) {
 			json_t *p = json_array_get(peers, i);
