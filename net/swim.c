@@ -585,8 +585,24 @@ static void send_pushpull(shoal_swim *sw, const char *ep, int reply)
 	msg.type = SHOAL_WIRE_PUSHPULL;
 	msg.reply = (uint32_t)reply;
 	msg.updates = sw->out_up;
-	for (size_t i = 0; i < sw->n && msg.n_updates < SHOAL_WIRE_MAX_UPDATES; i++)
-		update_of(sw, sw->m[i], &sw->out_up[msg.n_updates++], 1);
+	/* Stay under what a receiver accepts (SHOAL_WIRE_MAX_MSG, less 64 KiB
+	 * for the header): a huge cluster of full records sends part of its
+	 * view, and gossip and the next push-pull bring the rest. */
+	size_t bytes = 0, budget = SHOAL_WIRE_MAX_MSG - (64u << 10);
+	size_t start = (size_t)rnd(sw, sw->n); /* a different part each time */
+	update_of(sw, sw->self, &sw->out_up[msg.n_updates++], 1);
+	bytes += update_cost(&sw->out_up[0]);
+	for (size_t k = 0; k < sw->n && msg.n_updates < SHOAL_WIRE_MAX_UPDATES; k++) {
+		const struct member *m = sw->m[(start + k) % sw->n];
+		shoal_wire_update *u = &sw->out_up[msg.n_updates];
+		if (m == sw->self)
+			continue;
+		update_of(sw, m, u, 1);
+		if (bytes + update_cost(u) > budget)
+			break;
+		bytes += update_cost(u);
+		msg.n_updates++;
+	}
 	sw->st.pushpulls++;
 	send_msg(sw, ep, &msg);
 }
