@@ -10,9 +10,10 @@
  * trip when it is not the layer's own peer), capped by free memory. With the
  * policy's spread_experts the round trip is left out of the choice, so the
  * experts are balanced by speed alone over several peers. Then, when routing
- * counts are known, hot experts (at least twice the mean load) owned by the
- * slowest owner are copied to the peer that lowers the layer's time most,
- * while memory allows and the time drops, up to SHOAL_PLAN_MAX_OWNERS owners.
+ * counts are known and every layer is placed, hot experts (at least twice
+ * the mean load) owned by the slowest owner are copied to the peer that
+ * lowers the layer's time most, while the memory left over allows and the
+ * time drops, up to SHOAL_PLAN_MAX_OWNERS owners.
  */
 #include "scheduler/sched_impl.h"
 
@@ -206,8 +207,22 @@ bool sched__experts(const sched__ctx *c, sched__mode mode, sched__asg *a)
 			x.l = l;
 			x.s = a->st_peer[i];
 			ok = place_layer(&x, keys);
-			if (ok && shoal_view_layer_has_counts(c->v, l))
-				replicate_hot(&x);
+		}
+	/* replicas only from what every layer's placement left over, so that
+	 * an early layer's copies never crowd out a later layer's experts */
+	for (uint32_t i = 0; ok && i < a->n_stages; i++)
+		for (uint32_t l = a->st_first[i]; l < a->st_end[i]; l++) {
+			const shoal_manifest_layer *y = &c->m->layers[l];
+			if (!y->n_expert || !shoal_view_layer_has_counts(c->v, l))
+				continue;
+			x.l = l;
+			x.s = a->st_peer[i];
+			memset(w, 0, c->n * sizeof *w);
+			for (uint32_t e = 0; e < y->n_expert; e++) {
+				uint32_t slot = c->slot0[l] + e;
+				w[a->own[slot * SHOAL_PLAN_MAX_OWNERS]] += c->load[slot] * SHARE;
+			}
+			replicate_hot(&x);
 		}
 	free(w);
 	free(fr);
