@@ -13,9 +13,11 @@
 #include <stdbool.h>
 #include <stdlib.h>
 
-/* Spin budget before sleeping: about 20-50 us on current CPUs (one pause is
- * ~10-140 cycles). The engine issues its next job well within that while a
- * token is being computed; between tokens (sampling, I/O) workers sleep. */
+/* Spin budget before sleeping: 4096 pauses, ~10 ns (older Intel) to ~40 ns
+ * (Skylake and later, Zen) each, i.e. ~40-160 us. Within a token the next
+ * job comes within microseconds, so workers stay awake; between tokens
+ * (sampling, I/O, waiting for the network) they sleep and leave the cores
+ * to the processes they share them with. */
 #define SHOAL_POOL_SPIN 4096
 
 #if defined(__x86_64__) || defined(__i386__)
