@@ -9,6 +9,7 @@
 #include "runtime/threadpool.h"
 
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdlib.h>
@@ -19,6 +20,9 @@
  * (sampling, I/O, waiting for the network) they sleep and leave the cores
  * to the processes they share them with. */
 #define SHOAL_POOL_SPIN 4096
+/* Every 64th pause becomes a sched_yield (~1 us): with more threads than
+ * free cores, the thread we wait for gets the core instead of our spin. */
+#define SHOAL_POOL_YIELD_MASK 63
 
 #if defined(__x86_64__) || defined(__i386__)
 #define shoal_pool_relax() __builtin_ia32_pause()
@@ -27,6 +31,14 @@
 #else
 #define shoal_pool_relax() ((void)0)
 #endif
+
+static inline void shoal_pool_spin(int i)
+{
+	if ((i & SHOAL_POOL_YIELD_MASK) == SHOAL_POOL_YIELD_MASK)
+		sched_yield();
+	else
+		shoal_pool_relax();
+}
 
 struct shoal_threadpool {
 	uint32_t n;         /* threads, caller included */
@@ -57,7 +69,7 @@ static void *shoal_pool_main(void *arg_)
 	for (;;) {
 		uint64_t g = atomic_load_explicit(&p->gen, memory_order_acquire);
 		for (int i = 0; g == seen && i < SHOAL_POOL_SPIN; i++) {
-			shoal_pool_relax();
+			shoal_pool_spin(i);
 			g = atomic_load_explicit(&p->gen, memory_order_acquire);
 		}
 		if (g == seen) {
@@ -157,7 +169,7 @@ void shoal_threadpool_run(shoal_threadpool *p, shoal_threadpool_fn fn, void *ctx
 	for (int i = 0; i < SHOAL_POOL_SPIN; i++) {
 		if (atomic_load_explicit(&p->busy, memory_order_acquire) == 0)
 			return;
-		shoal_pool_relax();
+		shoal_pool_spin(i);
 	}
 	pthread_mutex_lock(&p->mu);
 	while (atomic_load_explicit(&p->busy, memory_order_acquire) != 0)
