@@ -90,6 +90,15 @@
  * periods (30 s, as memberlist's default): anti-entropy for what gossip
  * missed, at a cost of one view per peer per 30 s. */
 #define PUSHPULL_MULT_DEFAULT 60u
+/* BOOT_PUSHPULLS / BOOT_PP_MULT: after start, 3 extra full state exchanges
+ * with random peers, 2, 4 and 8 periods apart. A peer that joins in a burst
+ * of joins gets a seed's view that misses the peers joining at the same
+ * moment, whose alive updates may already be spent (their retransmit
+ * limit was computed for the small N of that moment); the push-pull at
+ * 30 s would fix it, these fix it in seconds and re-announce us (an
+ * update about the sender is re-gossiped). Cost: 3 views per start. */
+#define BOOT_PUSHPULLS 3u
+#define BOOT_PP_MULT   2u
 /* JOIN_RETRY_MULT / JOIN_TRIES: re-send a join every 2 periods (1 s), up
  * to 60 times (a minute), for seeds that are still starting. */
 #define JOIN_RETRY_MULT 2u
@@ -184,6 +193,7 @@ struct shoal_swim {
 		uint64_t target_inc;
 	} pr;
 	uint64_t next_probe_us, next_pushpull_us, next_reap_us;
+	unsigned boot_pp; /* boot push-pulls done */
 	uint64_t seq;
 
 	struct bqueue *bq; /* bq[t]: updates sent t times */
@@ -990,7 +1000,19 @@ void shoal_swim_tick(shoal_swim *sw)
 		struct member *m = random_live(sw, NULL);
 		if (m)
 			send_pushpull(sw, m->ep, 1);
-		sw->next_pushpull_us = now + (uint64_t)sw->cfg.pushpull_mult * sw->period_us;
+		if (sw->boot_pp < BOOT_PUSHPULLS) {
+			/* nobody to ask yet: try again next period */
+			sw->boot_pp += m != NULL;
+			sw->next_pushpull_us =
+			    now + (m ? (uint64_t)BOOT_PP_MULT << sw->boot_pp : 1) * sw->period_us;
+			if (sw->boot_pp == BOOT_PUSHPULLS)
+				sw->next_pushpull_us =
+				    now + (uint64_t)sw->cfg.pushpull_mult * sw->period_us / 2 +
+				    rnd(sw, (uint64_t)sw->cfg.pushpull_mult * sw->period_us);
+		} else {
+			sw->next_pushpull_us =
+			    now + (uint64_t)sw->cfg.pushpull_mult * sw->period_us;
+		}
 	}
 	joins_tick(sw, now);
 }
@@ -1089,8 +1111,7 @@ shoal_err shoal_swim_new(const shoal_swim_config *cfg, const shoal_record *self,
 	/* Spread the first probe over one period so peers started together do
 	 * not probe in lock-step. */
 	sw->next_probe_us = now + rnd(sw, sw->period_us);
-	sw->next_pushpull_us = now + (uint64_t)sw->cfg.pushpull_mult * sw->period_us / 2 +
-	                       rnd(sw, (uint64_t)sw->cfg.pushpull_mult * sw->period_us);
+	sw->next_pushpull_us = now + (uint64_t)BOOT_PP_MULT * sw->period_us;
 	sw->next_reap_us = now + sw->period_us;
 	*out = sw;
 	return SHOAL_OK;
