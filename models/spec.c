@@ -24,8 +24,8 @@ static const struct {
 	const char *name;
 	uint32_t mbits;
 } spec_quants[] = {
-	{"F32", 32000}, {"F16", 16000},   {"BF16", 16000}, {"Q8_0", 8500},
-	{"Q6_K", 6562}, {"Q4_K_M", 4850}, {"Q4_0", 4500},
+    {"F32", 32000}, {"F16", 16000},   {"BF16", 16000}, {"Q8_0", 8500},
+    {"Q6_K", 6562}, {"Q4_K_M", 4850}, {"Q4_0", 4500},
 };
 
 uint32_t shoal_spec_quant_mbits(const char *quant)
@@ -40,26 +40,27 @@ uint32_t shoal_spec_quant_mbits(const char *quant)
 
 /* Dimensions up to 2^20 (the widest published models are ~2^15 wide) and
  * counts up to 4096 (layers, experts) keep every product below 2^63. */
-#define SPEC_DIM_MAX (1u << 20)
+#define SPEC_DIM_MAX   (1u << 20)
 #define SPEC_COUNT_MAX 4096u
 
 static shoal_err get_u32(const json_t *o, const char *key, bool required, uint32_t def,
-			 uint32_t max, uint32_t *out, char *why, size_t why_len)
+                         uint32_t max, uint32_t *out, char *why, size_t why_len)
 {
 	const json_t *v = json_object_get(o, key);
 	if (!v) {
 		if (required)
-			return shoal_why(why, why_len, SHOAL_ERR_FORMAT, "spec: missing \"%s\"", key);
+			return shoal_why(why, why_len, SHOAL_ERR_FORMAT, "spec: missing \"%s\"",
+			                 key);
 		*out = def;
 		return SHOAL_OK;
 	}
 	if (!json_is_integer(v))
 		return shoal_why(why, why_len, SHOAL_ERR_FORMAT, "spec: \"%s\" is not an integer",
-				 key);
+		                 key);
 	json_int_t x = json_integer_value(v);
 	if (x < 0 || (uint64_t)x > max)
 		return shoal_why(why, why_len, SHOAL_ERR_RANGE, "spec: \"%s\" = %lld not in 0..%u",
-				 key, (long long)x, max);
+		                 key, (long long)x, max);
 	*out = (uint32_t)x;
 	return SHOAL_OK;
 }
@@ -72,7 +73,7 @@ typedef struct spec_hp {
 	uint32_t mbits;
 } spec_hp;
 
-#define GET(key, req, def, max, dst)                                                              \
+#define GET(key, req, def, max, dst)                                                               \
 	do {                                                                                       \
 		e = get_u32(j, key, req, def, max, dst, why, why_len);                             \
 		if (e)                                                                             \
@@ -80,7 +81,7 @@ typedef struct spec_hp {
 	} while (0)
 
 static shoal_err read_hp(const json_t *j, spec_hp *h, shoal_spec_info *info, char *why,
-			 size_t why_len)
+                         size_t why_len)
 {
 	shoal_err e;
 	memset(h, 0, sizeof *h);
@@ -90,7 +91,7 @@ static shoal_err read_hp(const json_t *j, spec_hp *h, shoal_spec_info *info, cha
 	GET("kv_heads", false, h->heads, SPEC_DIM_MAX, &h->kv_heads);
 	if (!h->layers || !h->dim || !h->heads || !h->kv_heads)
 		return shoal_why(why, why_len, SHOAL_ERR_RANGE,
-				 "spec: layers, dim, heads and kv_heads must be positive");
+		                 "spec: layers, dim, heads and kv_heads must be positive");
 	GET("head_dim", false, h->dim / h->heads, SPEC_DIM_MAX, &h->head_dim);
 	GET("ffn", false, 0, SPEC_DIM_MAX, &h->ffn);
 	GET("vocab", true, 0, SPEC_DIM_MAX, &h->vocab);
@@ -102,13 +103,13 @@ static shoal_err read_hp(const json_t *j, spec_hp *h, shoal_spec_info *info, cha
 	GET("dense_first_layers", false, h->experts ? 0 : h->layers, h->layers, &h->dense_first);
 	if (h->experts && (!h->experts_used || h->experts_used > h->experts || !h->expert_ffn))
 		return shoal_why(why, why_len, SHOAL_ERR_RANGE,
-				 "spec: an MoE needs 1 <= experts_used <= experts and expert_ffn");
+		                 "spec: an MoE needs 1 <= experts_used <= experts and expert_ffn");
 	if (h->dense_first && !h->ffn)
-		return shoal_why(why, why_len, SHOAL_ERR_FORMAT,
-				 "spec: dense layers need \"ffn\"");
+		return shoal_why(why, why_len, SHOAL_ERR_FORMAT, "spec: dense layers need \"ffn\"");
 	const json_t *att = json_object_get(j, "attention");
 	if (att && !json_is_string(att))
-		return shoal_why(why, why_len, SHOAL_ERR_FORMAT, "spec: \"attention\" is not a string");
+		return shoal_why(why, why_len, SHOAL_ERR_FORMAT,
+		                 "spec: \"attention\" is not a string");
 	if (att && !strcmp(json_string_value(att), "mla")) {
 		h->mla = true;
 		GET("q_lora_rank", false, 0, SPEC_DIM_MAX, &h->q_lora);
@@ -118,12 +119,13 @@ static shoal_err read_hp(const json_t *j, spec_hp *h, shoal_spec_info *info, cha
 		GET("v_head_dim", true, 0, SPEC_DIM_MAX, &h->v_head);
 	} else if (att && strcmp(json_string_value(att), "gqa")) {
 		return shoal_why(why, why_len, SHOAL_ERR_UNSUPPORTED,
-				 "spec: attention \"%s\": known kinds are gqa and mla",
-				 json_string_value(att));
+		                 "spec: attention \"%s\": known kinds are gqa and mla",
+		                 json_string_value(att));
 	}
 	const json_t *t = json_object_get(j, "tied_head");
 	if (t && !json_is_boolean(t))
-		return shoal_why(why, why_len, SHOAL_ERR_FORMAT, "spec: \"tied_head\" is not a boolean");
+		return shoal_why(why, why_len, SHOAL_ERR_FORMAT,
+		                 "spec: \"tied_head\" is not a boolean");
 	h->tied = t && json_is_true(t);
 	t = json_object_get(j, "qk_norm");
 	h->qk_norm = t && json_is_true(t);
@@ -133,26 +135,28 @@ static shoal_err read_hp(const json_t *j, spec_hp *h, shoal_spec_info *info, cha
 	snprintf(info->quant, sizeof info->quant, "custom");
 	if (q) {
 		if (!json_is_string(q))
-			return shoal_why(why, why_len, SHOAL_ERR_FORMAT, "spec: \"quant\" is not a string");
+			return shoal_why(why, why_len, SHOAL_ERR_FORMAT,
+			                 "spec: \"quant\" is not a string");
 		h->mbits = shoal_spec_quant_mbits(json_string_value(q));
 		snprintf(info->quant, sizeof info->quant, "%s", json_string_value(q));
 	}
 	if (bpw) {
 		if (!json_is_number(bpw))
 			return shoal_why(why, why_len, SHOAL_ERR_FORMAT,
-					 "spec: \"bits_per_weight\" is not a number");
+			                 "spec: \"bits_per_weight\" is not a number");
 		double b = json_number_value(bpw);
 		if (!(b >= 1.0 && b <= 32.0))
 			return shoal_why(why, why_len, SHOAL_ERR_RANGE,
-					 "spec: bits_per_weight %g not in 1..32", b);
+			                 "spec: bits_per_weight %g not in 1..32", b);
 		/* one rounding, to millibits, here; integers from then on */
 		h->mbits = (uint32_t)lround(b * 1000.0);
 	}
 	if (!h->mbits)
-		return shoal_why(why, why_len, SHOAL_ERR_UNSUPPORTED,
-				 "spec: quant \"%s\" unknown: give \"bits_per_weight\" (known: F32, "
-				 "F16, BF16, Q8_0, Q6_K, Q4_K_M, Q4_0)",
-				 q ? json_string_value(q) : "(none)");
+		return shoal_why(
+		    why, why_len, SHOAL_ERR_UNSUPPORTED,
+		    "spec: quant \"%s\" unknown: give \"bits_per_weight\" (known: F32, "
+		    "F16, BF16, Q8_0, Q6_K, Q4_K_M, Q4_0)",
+		    q ? json_string_value(q) : "(none)");
 	info->mbits_per_weight = h->mbits;
 	return SHOAL_OK;
 }
@@ -171,8 +175,8 @@ static void fill(const spec_hp *h, shoal_manifest *m, shoal_spec_info *info)
 	if (h->mla) {
 		uint64_t qk = h->qk_nope + h->qk_rope;
 		attn_w = (h->q_lora ? D * h->q_lora + (uint64_t)h->q_lora * H * qk : D * H * qk) +
-			 D * (h->kv_lora + h->qk_rope) + (uint64_t)h->kv_lora * H * (h->qk_nope + h->v_head) +
-			 H * h->v_head * D;
+		         D * (h->kv_lora + h->qk_rope) +
+		         (uint64_t)h->kv_lora * H * (h->qk_nope + h->v_head) + H * h->v_head * D;
 		attn_f32 = (uint64_t)h->q_lora + h->kv_lora;
 		kv = ((uint64_t)h->kv_lora + h->qk_rope) * 4;
 		/* absorbed MLA: scores over the latent + rope key, values from the
@@ -225,7 +229,7 @@ static void fill(const spec_hp *h, shoal_manifest *m, shoal_spec_info *info)
 /* ---- the manifest ------------------------------------------------------ */
 
 static shoal_err from_json(const json_t *j, shoal_manifest *m, shoal_spec_info *info, char *why,
-			   size_t why_len)
+                           size_t why_len)
 {
 	shoal_spec_info tmp;
 	if (!info)
@@ -240,7 +244,7 @@ static shoal_err from_json(const json_t *j, shoal_manifest *m, shoal_spec_info *
 		return e;
 	const json_t *name = json_object_get(j, "name");
 	snprintf(m->name, sizeof m->name, "%s",
-		 json_is_string(name) ? json_string_value(name) : "unnamed");
+	         json_is_string(name) ? json_string_value(name) : "unnamed");
 	m->layers = calloc(h.layers, sizeof *m->layers);
 	if (!m->layers)
 		return SHOAL_ERR_NOMEM;
@@ -249,26 +253,26 @@ static shoal_err from_json(const json_t *j, shoal_manifest *m, shoal_spec_info *
 }
 
 shoal_err shoal_spec_parse(const char *text, size_t len, shoal_manifest *m, shoal_spec_info *info,
-			   char *why, size_t why_len)
+                           char *why, size_t why_len)
 {
 	json_error_t err;
 	json_t *j = json_loadb(text, len, 0, &err);
 	if (!j)
 		return shoal_why(why, why_len, SHOAL_ERR_FORMAT, "spec: %s at line %d", err.text,
-				 err.line);
+		                 err.line);
 	shoal_err e = from_json(j, m, info, why, why_len);
 	json_decref(j);
 	return e;
 }
 
 shoal_err shoal_spec_load(const char *path, shoal_manifest *m, shoal_spec_info *info, char *why,
-			  size_t why_len)
+                          size_t why_len)
 {
 	json_error_t err;
 	json_t *j = json_load_file(path, 0, &err);
 	if (!j)
 		return shoal_why(why, why_len, SHOAL_ERR_FORMAT, "%s: %s (line %d)", path, err.text,
-				 err.line);
+		                 err.line);
 	shoal_err e = from_json(j, m, info, why, why_len);
 	json_decref(j);
 	return e;

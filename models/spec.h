@@ -17,10 +17,10 @@
 #include "scheduler/manifest.h"
 
 typedef struct shoal_spec_info {
-	uint64_t n_params;        /* all weights */
-	uint64_t n_params_active; /* weights one token touches */
+	uint64_t n_params;         /* all weights */
+	uint64_t n_params_active;  /* weights one token touches */
 	uint32_t mbits_per_weight; /* millibits, e.g. 4850 for Q4_K_M */
-	char quant[16];           /* "Q4_K_M", or "custom" */
+	char quant[16];            /* "Q4_K_M", or "custom" */
 } shoal_spec_info;
 
 /* Parse a spec from JSON text (len bytes). On success *m is filled (its
@@ -28,10 +28,10 @@ typedef struct shoal_spec_info {
  * too when non-NULL. Bad input -> SHOAL_ERR_FORMAT / SHOAL_ERR_RANGE /
  * SHOAL_ERR_UNSUPPORTED with a one-line reason naming the field. */
 shoal_err shoal_spec_parse(const char *text, size_t len, shoal_manifest *m, shoal_spec_info *info,
-			   char *why, size_t why_len);
+                           char *why, size_t why_len);
 /* Same, from a file. */
 shoal_err shoal_spec_load(const char *path, shoal_manifest *m, shoal_spec_info *info, char *why,
-			  size_t why_len);
+                          size_t why_len);
 /* Free what a spec put in m (its layers); m itself is the caller's. */
 void shoal_spec_manifest_fini(shoal_manifest *m);
 

@@ -35,11 +35,12 @@ static const char *human(uint64_t b, char buf[16])
 
 static void plan_usage(FILE *f)
 {
-	fprintf(f, "usage: shoal plan --view CLUSTER.json --model (MODEL.gguf|SPEC.json) [--ctx N]\n"
-		   "                  [--sessions N] [--spread-experts] [--json] [--bench N]\n"
-		   "Plans a model on a cluster description (format: runtime/plan_json.h,\n"
-		   "models/specs/README.md) and prints the stages, experts, memory per peer and\n"
-		   "the predicted time per token.\n");
+	fprintf(f,
+	        "usage: shoal plan --view CLUSTER.json --model (MODEL.gguf|SPEC.json) [--ctx N]\n"
+	        "                  [--sessions N] [--spread-experts] [--json] [--bench N]\n"
+	        "Plans a model on a cluster description (format: runtime/plan_json.h,\n"
+	        "models/specs/README.md) and prints the stages, experts, memory per peer and\n"
+	        "the predicted time per token.\n");
 }
 
 static int parse_u32(const char *s, uint32_t *out)
@@ -59,25 +60,26 @@ static bool ends_with(const char *s, const char *suf)
 	return a >= b && !strcmp(s + a - b, suf);
 }
 
-static void print_text(const shoal_plan *p, const shoal_spec_info *info,
-		       const shoal_policy *pol)
+static void print_text(const shoal_plan *p, const shoal_spec_info *info, const shoal_policy *pol)
 {
 	char dh[65];
 	shoal_digest_hex(shoal_plan_digest(p), dh);
 	printf("plan for %s", shoal_plan_name(p));
 	if (info)
 		printf(" (%.1fB params, %.1fB active, %s at %.3g bits/weight)",
-		       (double)info->n_params / 1e9, (double)info->n_params_active / 1e9, info->quant,
-		       info->mbits_per_weight / 1000.0);
+		       (double)info->n_params / 1e9, (double)info->n_params_active / 1e9,
+		       info->quant, info->mbits_per_weight / 1000.0);
 	printf("\n  KV reserved for %u tokens x %u session%s\n", pol->ctx, pol->sessions,
 	       pol->sessions == 1 ? "" : "s");
 	printf("stages:\n");
 	for (size_t i = 0; i < shoal_plan_n_stages(p); i++) {
 		const shoal_plan_stage *s = shoal_plan_stage_at(p, i);
-		printf("  %zu  %-20s layers %3u-%-3u (%u)\n", i, shoal_plan_peer_at(p, s->peer)->name,
-		       s->first_layer, s->end_layer - 1, s->end_layer - s->first_layer);
+		printf("  %zu  %-20s layers %3u-%-3u (%u)\n", i,
+		       shoal_plan_peer_at(p, s->peer)->name, s->first_layer, s->end_layer - 1,
+		       s->end_layer - s->first_layer);
 	}
-	printf("  embedding on %s, head on %s\n", shoal_plan_peer_at(p, shoal_plan_embd_peer(p))->name,
+	printf("  embedding on %s, head on %s\n",
+	       shoal_plan_peer_at(p, shoal_plan_embd_peer(p))->name,
 	       shoal_plan_peer_at(p, shoal_plan_head_peer(p))->name);
 	/* experts: say "with their layers" when every expert sits with its stage */
 	bool any = false, with_layer = true;
@@ -114,12 +116,14 @@ static void print_text(const shoal_plan *p, const shoal_spec_info *info,
 						cnt[own[j]]++;
 				}
 			}
-			bool same = moe && run0 != UINT32_MAX && !memcmp(cnt, prev, np * sizeof *cnt);
+			bool same =
+			    moe && run0 != UINT32_MAX && !memcmp(cnt, prev, np * sizeof *cnt);
 			if (run0 != UINT32_MAX && !same) {
 				printf("  layers %3u-%-3u:", run0, l - 1);
 				for (size_t i = 0; i < np; i++)
 					if (prev[i])
-						printf(" %s %u", shoal_plan_peer_at(p, i)->name, prev[i]);
+						printf(" %s %u", shoal_plan_peer_at(p, i)->name,
+						       prev[i]);
 				printf("\n");
 				run0 = UINT32_MAX;
 			}

@@ -29,7 +29,12 @@ shoal_err shoal_cluster_parse_bytes(const char *s, uint64_t *out)
 	if (*end) {
 		char u = (char)toupper((unsigned char)end[0]);
 		const char *rest = end + 1;
-		int pow = u == 'K' ? 1 : u == 'M' ? 2 : u == 'G' ? 3 : u == 'T' ? 4 : u == 'B' ? 0 : -1;
+		int pow = u == 'K'   ? 1
+		          : u == 'M' ? 2
+		          : u == 'G' ? 3
+		          : u == 'T' ? 4
+		          : u == 'B' ? 0
+		                     : -1;
 		if (pow < 0)
 			return SHOAL_ERR_FORMAT;
 		double base = 1024;
@@ -55,22 +60,23 @@ shoal_err shoal_cluster_parse_bytes(const char *s, uint64_t *out)
 
 /* A number field (integer or real) >= 0. */
 static shoal_err get_num(const json_t *o, const char *key, bool required, double def, double *out,
-			 const char *what, char *why, size_t why_len)
+                         const char *what, char *why, size_t why_len)
 {
 	const json_t *v = json_object_get(o, key);
 	if (!v) {
 		if (required)
-			return shoal_why(why, why_len, SHOAL_ERR_FORMAT, "%s: missing \"%s\"", what, key);
+			return shoal_why(why, why_len, SHOAL_ERR_FORMAT, "%s: missing \"%s\"", what,
+			                 key);
 		*out = def;
 		return SHOAL_OK;
 	}
 	if (!json_is_number(v))
 		return shoal_why(why, why_len, SHOAL_ERR_FORMAT, "%s: \"%s\" is not a number", what,
-				 key);
+		                 key);
 	double x = json_number_value(v);
 	if (!(x >= 0 && x < 1e15))
-		return shoal_why(why, why_len, SHOAL_ERR_RANGE, "%s: \"%s\" = %g out of range", what,
-				 key, x);
+		return shoal_why(why, why_len, SHOAL_ERR_RANGE, "%s: \"%s\" = %g out of range",
+		                 what, key, x);
 	*out = x;
 	return SHOAL_OK;
 }
@@ -78,7 +84,7 @@ static shoal_err get_num(const json_t *o, const char *key, bool required, double
 /* ---- peers ------------------------------------------------------------- */
 
 static shoal_err read_peer(const json_t *p, size_t i, shoal_view_peer *vp, char *why,
-			   size_t why_len)
+                           size_t why_len)
 {
 	char what[48];
 	snprintf(what, sizeof what, "peers[%zu]", i);
@@ -88,23 +94,24 @@ static shoal_err read_peer(const json_t *p, size_t i, shoal_view_peer *vp, char 
 	const json_t *id = json_object_get(p, "id");
 	if (!json_is_string(id) || shoal_sched_id_parse(json_string_value(id), &vp->id))
 		return shoal_why(why, why_len, SHOAL_ERR_FORMAT, "%s: \"id\" must be 32 hex digits",
-				 what);
+		                 what);
 	const json_t *name = json_object_get(p, "name");
 	if (name && !json_is_string(name))
-		return shoal_why(why, why_len, SHOAL_ERR_FORMAT, "%s: \"name\" is not a string", what);
+		return shoal_why(why, why_len, SHOAL_ERR_FORMAT, "%s: \"name\" is not a string",
+		                 what);
 	snprintf(vp->name, sizeof vp->name, "%s",
-		 name ? json_string_value(name) : json_string_value(id));
+	         name ? json_string_value(name) : json_string_value(id));
 	const json_t *mem = json_object_get(p, "memory");
 	if (json_is_string(mem)) {
 		if (shoal_cluster_parse_bytes(json_string_value(mem), &vp->mem_bytes))
 			return shoal_why(why, why_len, SHOAL_ERR_FORMAT,
-					 "%s: memory \"%s\": want e.g. 512G, 64GiB or 16000000000",
-					 what, json_string_value(mem));
+			                 "%s: memory \"%s\": want e.g. 512G, 64GiB or 16000000000",
+			                 what, json_string_value(mem));
 	} else if (json_is_integer(mem) && json_integer_value(mem) >= 0) {
 		vp->mem_bytes = (uint64_t)json_integer_value(mem);
 	} else {
 		return shoal_why(why, why_len, SHOAL_ERR_FORMAT,
-				 "%s: \"memory\" missing or not bytes / a size string", what);
+		                 "%s: \"memory\" missing or not bytes / a size string", what);
 	}
 	double bw, fl, load;
 	shoal_err e;
@@ -121,11 +128,11 @@ static shoal_err read_peer(const json_t *p, size_t i, shoal_view_peer *vp, char 
 /* ---- links and routing ------------------------------------------------- */
 
 static shoal_err resolve(const json_t *peers, const json_t *ref, shoal_sched_id *out,
-			 const char *what, char *why, size_t why_len)
+                         const char *what, char *why, size_t why_len)
 {
 	if (!json_is_string(ref))
 		return shoal_why(why, why_len, SHOAL_ERR_FORMAT, "%s: a peer must be an id or name",
-				 what);
+		                 what);
 	const char *s = json_string_value(ref);
 	if (!shoal_sched_id_parse(s, out))
 		return SHOAL_OK;
@@ -142,12 +149,12 @@ static shoal_err resolve(const json_t *peers, const json_t *ref, shoal_sched_id 
 	}
 	if (found != 1)
 		return shoal_why(why, why_len, SHOAL_ERR_FORMAT, "%s: peer \"%s\" %s", what, s,
-				 found ? "is ambiguous" : "not found");
+		                 found ? "is ambiguous" : "not found");
 	return SHOAL_OK;
 }
 
 static shoal_err read_link_spec(const json_t *l, const char *what, uint64_t *lat, uint64_t *bw,
-				double def_us, double def_gbit, char *why, size_t why_len)
+                                double def_us, double def_gbit, char *why, size_t why_len)
 {
 	double us, gbit;
 	shoal_err e;
@@ -169,22 +176,24 @@ static shoal_err read_routing(const json_t *r, shoal_view *v, char *why, size_t 
 		return shoal_why(why, why_len, SHOAL_ERR_FORMAT, "\"routing\" is not an array");
 	json_array_foreach(r, i, x)
 	{
-		const json_t *layer = json_object_get(x, "layer"), *counts = json_object_get(x, "counts");
-		if (!json_is_integer(layer) || json_integer_value(layer) < 0 || !json_is_array(counts))
+		const json_t *layer = json_object_get(x, "layer"),
+		             *counts = json_object_get(x, "counts");
+		if (!json_is_integer(layer) || json_integer_value(layer) < 0 ||
+		    !json_is_array(counts))
 			return shoal_why(why, why_len, SHOAL_ERR_FORMAT,
-					 "routing[%zu]: want {\"layer\": n, \"counts\": [...]}", i);
+			                 "routing[%zu]: want {\"layer\": n, \"counts\": [...]}", i);
 		size_t e;
 		const json_t *c;
 		json_array_foreach(counts, e, c)
 		{
 			if (!json_is_integer(c) || json_integer_value(c) < 0)
 				return shoal_why(why, why_len, SHOAL_ERR_FORMAT,
-						 "routing[%zu].counts[%zu] is not a count", i, e);
+				                 "routing[%zu].counts[%zu] is not a count", i, e);
 			if (shoal_view_set_expert_count(v, (uint32_t)json_integer_value(layer),
-							(uint32_t)e,
-							(uint64_t)json_integer_value(c)))
+			                                (uint32_t)e,
+			                                (uint64_t)json_integer_value(c)))
 				return shoal_why(why, why_len, SHOAL_ERR_RANGE,
-						 "routing[%zu]: layer or expert out of range", i);
+				                 "routing[%zu]: layer or expert out of range", i);
 		}
 	}
 	return SHOAL_OK;
@@ -197,12 +206,14 @@ static shoal_err from_json(const json_t *j, shoal_view **out, char *why, size_t 
 		return shoal_why(why, why_len, SHOAL_ERR_FORMAT, "cluster: not a JSON object");
 	const json_t *peers = json_object_get(j, "peers");
 	if (!json_is_array(peers) || !json_array_size(peers))
-		return shoal_why(why, why_len, SHOAL_ERR_FORMAT, "cluster: \"peers\" must be a non-empty array");
+		return shoal_why(why, why_len, SHOAL_ERR_FORMAT,
+		                 "cluster: \"peers\" must be a non-empty array");
 	const json_t *dl = json_object_get(j, "default_link");
 	uint64_t dlat = 200000, dbw = 125000000;
 	if (dl) {
 		if (!json_is_object(dl))
-			return shoal_why(why, why_len, SHOAL_ERR_FORMAT, "\"default_link\" is not an object");
+			return shoal_why(why, why_len, SHOAL_ERR_FORMAT,
+			                 "\"default_link\" is not an object");
 		if ((e = read_link_spec(dl, "default_link", &dlat, &dbw, 200, 1, why, why_len)))
 			return e;
 	}
@@ -236,7 +247,7 @@ static shoal_err from_json(const json_t *j, shoal_view **out, char *why, size_t 
 		if ((e = resolve(peers, json_object_get(x, "a"), &a, what, why, why_len)) ||
 		    (e = resolve(peers, json_object_get(x, "b"), &b, what, why, why_len)) ||
 		    (e = read_link_spec(x, what, &lat, &bw, (double)dlat / 1000.0,
-					(double)dbw * 8.0 / 1e9, why, why_len)) ||
+		                        (double)dbw * 8.0 / 1e9, why, why_len)) ||
 		    (e = shoal_view_set_link(v, &a, &b, lat, bw, why, why_len)))
 			goto fail;
 	}
@@ -251,13 +262,13 @@ fail:
 }
 
 shoal_err shoal_cluster_parse(const char *text, size_t len, shoal_view **out, char *why,
-			      size_t why_len)
+                              size_t why_len)
 {
 	json_error_t err;
 	json_t *j = json_loadb(text, len, 0, &err);
 	if (!j)
 		return shoal_why(why, why_len, SHOAL_ERR_FORMAT, "cluster: %s at line %d", err.text,
-				 err.line);
+		                 err.line);
 	shoal_err e = from_json(j, out, why, why_len);
 	json_decref(j);
 	return e;
@@ -269,7 +280,7 @@ shoal_err shoal_cluster_load(const char *path, shoal_view **out, char *why, size
 	json_t *j = json_load_file(path, 0, &err);
 	if (!j)
 		return shoal_why(why, why_len, SHOAL_ERR_FORMAT, "%s: %s (line %d)", path, err.text,
-				 err.line);
+		                 err.line);
 	shoal_err e = from_json(j, out, why, why_len);
 	json_decref(j);
 	return e;
@@ -312,7 +323,8 @@ json_t *shoal_plan_to_json(const shoal_plan *p)
 		const shoal_plan_stage *s = shoal_plan_stage_at(p, i);
 		json_t *st = peer_ref(p, s->peer);
 		bad |= !st || add(st, "first_layer", json_integer(s->first_layer)) ||
-		       add(st, "end_layer", json_integer(s->end_layer)) || json_array_append_new(stages, st);
+		       add(st, "end_layer", json_integer(s->end_layer)) ||
+		       json_array_append_new(stages, st);
 	}
 	if (!bad) {
 		bad |= add(o, "embedding", peer_ref(p, shoal_plan_embd_peer(p)));
@@ -362,12 +374,15 @@ json_t *shoal_plan_to_json(const shoal_plan *p)
 		json_t *r = peer_ref(p, (uint32_t)i);
 		bad |= !r || add(r, "weights_bytes", json_integer((json_int_t)pp->weight_bytes)) ||
 		       add(r, "kv_bytes", json_integer((json_int_t)pp->kv_bytes)) ||
-		       add(r, "used_bytes", json_integer((json_int_t)(pp->weight_bytes + pp->kv_bytes))) ||
+		       add(r, "used_bytes",
+		           json_integer((json_int_t)(pp->weight_bytes + pp->kv_bytes))) ||
 		       add(r, "capacity_bytes", json_integer((json_int_t)pp->capacity_bytes)) ||
-		       add(r, "experts", json_integer(pp->n_experts)) || json_array_append_new(memory, r);
+		       add(r, "experts", json_integer(pp->n_experts)) ||
+		       json_array_append_new(memory, r);
 	}
 	if (!bad) {
-		bad |= json_object_set(o, "stages", stages) || json_object_set(o, "experts", experts) ||
+		bad |= json_object_set(o, "stages", stages) ||
+		       json_object_set(o, "experts", experts) ||
 		       json_object_set(o, "memory", memory);
 	}
 	json_decref(stages);

@@ -34,7 +34,7 @@
 /* A view from cluster JSON text / a file. The caller owns *out. Bad input ->
  * SHOAL_ERR_FORMAT / RANGE / INVAL with a reason naming the field. */
 shoal_err shoal_cluster_parse(const char *text, size_t len, shoal_view **out, char *why,
-			      size_t why_len);
+                              size_t why_len);
 shoal_err shoal_cluster_load(const char *path, shoal_view **out, char *why, size_t why_len);
 /* Parse "512G", "64 GiB", "1.5T", "16000000000" into bytes. */
 shoal_err shoal_cluster_parse_bytes(const char *s, uint64_t *out);

@@ -16,12 +16,12 @@
  * beyond any plan worth serving) and there are at most 2^16 layers, so sums
  * of times stay below 2^58; bandwidths and speeds are clamped to 2^50 per
  * second (a petabyte/s) so that 128-bit products never overflow. */
-#define SCHED_TMAX (1ULL << 40)
-#define SCHED_RATE_MAX (1ULL << 50)
-#define SCHED_MAX_LAYERS 65536u
+#define SCHED_TMAX        (1ULL << 40)
+#define SCHED_RATE_MAX    (1ULL << 50)
+#define SCHED_MAX_LAYERS  65536u
 #define SCHED_MAX_EXPERTS 65536u
-#define SCHED_MAX_BYTES (1ULL << 50) /* one tensor group: 1 PiB */
-#define NS_PER_S 1000000000ULL
+#define SCHED_MAX_BYTES   (1ULL << 50) /* one tensor group: 1 PiB */
+#define NS_PER_S          1000000000ULL
 /* Routing counts are renormalised to sum to 2^20 per layer: enough
  * resolution (one part in a million) and small enough for 128-bit products. */
 #define SCHED_LOAD_SCALE (1ULL << 20)
@@ -33,11 +33,14 @@
  * 12 x 2^20 units (counts renormalised to 2^20; uniform: 12 x 65536), so
  * unit x load <= 2^60 + load: no overflow in 64 bits. */
 #define SCHED_EUNIT_SHIFT 20
-#define SCHED_EUNIT_ONE (1ULL << SCHED_EUNIT_SHIFT)
+#define SCHED_EUNIT_ONE   (1ULL << SCHED_EUNIT_SHIFT)
 
 /* ---- arithmetic -------------------------------------------------------- */
 
-uint64_t sched__add(uint64_t a, uint64_t b) { return a > UINT64_MAX - b ? UINT64_MAX : a + b; }
+uint64_t sched__add(uint64_t a, uint64_t b)
+{
+	return a > UINT64_MAX - b ? UINT64_MAX : a + b;
+}
 
 static uint64_t sat_mul(uint64_t a, uint64_t b)
 {
@@ -79,19 +82,19 @@ static shoal_err check_manifest(const shoal_manifest *m, char *why, size_t why_l
 		if (y->n_expert > SCHED_MAX_EXPERTS || y->n_expert_used > y->n_expert ||
 		    (y->n_expert && !y->n_expert_used))
 			return shoal_why(why, why_len, SHOAL_ERR_RANGE,
-					 "manifest: layer %u routes %u of %u experts", l,
-					 y->n_expert_used, y->n_expert);
+			                 "manifest: layer %u routes %u of %u experts", l,
+			                 y->n_expert_used, y->n_expert);
 		if (y->bytes > SCHED_MAX_BYTES || y->flops > SCHED_MAX_BYTES ||
 		    y->expert_bytes > SCHED_MAX_BYTES / SCHED_MAX_EXPERTS ||
 		    y->expert_flops > SCHED_MAX_BYTES / SCHED_MAX_EXPERTS ||
 		    y->kv_bytes_per_token > (1ULL << 30) || y->attn_flops_per_ctx > (1ULL << 30))
 			return shoal_why(why, why_len, SHOAL_ERR_RANGE,
-					 "manifest: layer %u has implausible sizes", l);
+			                 "manifest: layer %u has implausible sizes", l);
 	}
 	if (m->embd_bytes > SCHED_MAX_BYTES || m->head_bytes > SCHED_MAX_BYTES ||
 	    m->head_flops > SCHED_MAX_BYTES || m->act_bytes_per_token > (1ULL << 32))
 		return shoal_why(why, why_len, SHOAL_ERR_RANGE,
-				 "manifest: implausible embedding or head sizes");
+		                 "manifest: implausible embedding or head sizes");
 	return SHOAL_OK;
 }
 
@@ -104,7 +107,7 @@ static shoal_err check_manifest(const shoal_manifest *m, char *why, size_t why_l
 	} while (0)
 
 shoal_err sched__ctx_init(sched__ctx *c, const shoal_view *v, const shoal_manifest *m,
-			  const shoal_policy *pol, char *why, size_t why_len)
+                          const shoal_policy *pol, char *why, size_t why_len)
 {
 	memset(c, 0, sizeof *c);
 	shoal_err e = check_manifest(m, why, why_len);
@@ -139,7 +142,7 @@ shoal_err sched__ctx_init(sched__ctx *c, const shoal_view *v, const shoal_manife
 		const shoal_view_peer *vp = shoal_view_peer_at(v, p);
 		uint64_t keep = 100 - vp->load_pct;
 		c->cap[p] = vp->mem_bytes / 1000 * (1000 - pol->headroom_permille) +
-			    vp->mem_bytes % 1000 * (1000 - pol->headroom_permille) / 1000;
+		            vp->mem_bytes % 1000 * (1000 - pol->headroom_permille) / 1000;
 		uint64_t bw = vp->mem_bw > SCHED_RATE_MAX ? SCHED_RATE_MAX : vp->mem_bw;
 		uint64_t fl = vp->flops > SCHED_RATE_MAX ? SCHED_RATE_MAX : vp->flops;
 		c->bw[p] = bw / 100 * keep + bw % 100 * keep / 100;
@@ -157,10 +160,10 @@ shoal_err sched__ctx_init(sched__ctx *c, const shoal_view *v, const shoal_manife
 			shoal_view_link(v, p, q, &lat, &lbw);
 			if (lbw > SCHED_RATE_MAX)
 				lbw = SCHED_RATE_MAX;
-			uint64_t h = sched__add(lat > SCHED_TMAX ? SCHED_TMAX : lat,
-						div_up_clamp((unsigned __int128)m->act_bytes_per_token *
-								     NS_PER_S,
-							     lbw ? lbw : 1));
+			uint64_t h = sched__add(
+			    lat > SCHED_TMAX ? SCHED_TMAX : lat,
+			    div_up_clamp((unsigned __int128)m->act_bytes_per_token * NS_PER_S,
+			                 lbw ? lbw : 1));
 			c->hop[p * n + q] = h;
 			c->rtt[p * n + q] = 2 * h;
 		}
@@ -173,7 +176,7 @@ shoal_err sched__ctx_init(sched__ctx *c, const shoal_view *v, const shoal_manife
 		uint64_t base = sched__add(y->bytes, c->kv[l]);
 		c->mpre[SCHED__SPREAD][l + 1] = sched__add(c->mpre[SCHED__SPREAD][l], base);
 		c->mpre[SCHED__KEEP][l + 1] = sched__add(
-			c->mpre[SCHED__KEEP][l], sched__add(base, y->expert_bytes * y->n_expert));
+		    c->mpre[SCHED__KEEP][l], sched__add(base, y->expert_bytes * y->n_expert));
 		c->slot0[l] = slots;
 		slots += y->n_expert;
 	}
@@ -210,11 +213,12 @@ shoal_err sched__ctx_init(sched__ctx *c, const shoal_view *v, const shoal_manife
 			const shoal_manifest_layer *y = &m->layers[l];
 			if (!y->n_expert)
 				continue;
-			uint64_t full = roofline(y->expert_bytes * y->n_expert_used,
-						 y->expert_flops * y->n_expert_used, c->bw[p], c->fl[p]);
+			uint64_t full =
+			    roofline(y->expert_bytes * y->n_expert_used,
+			             y->expert_flops * y->n_expert_used, c->bw[p], c->fl[p]);
 			c->efull[p * L + l] = full;
-			c->eunit[p * L + l] = div_up_clamp((unsigned __int128)full << SCHED_EUNIT_SHIFT,
-							   c->loadtot[l]) ;
+			c->eunit[p * L + l] = div_up_clamp(
+			    (unsigned __int128)full << SCHED_EUNIT_SHIFT, c->loadtot[l]);
 		}
 
 	/* times per peer and layer */
@@ -223,12 +227,12 @@ shoal_err sched__ctx_init(sched__ctx *c, const shoal_view *v, const shoal_manife
 		for (uint32_t l = 0; l < L; l++) {
 			const shoal_manifest_layer *y = &m->layers[l];
 			uint64_t af = y->attn_flops_per_ctx ? y->attn_flops_per_ctx
-							    : y->kv_bytes_per_token / 2;
-			uint64_t bytes = sched__add(y->bytes, sat_mul(y->kv_bytes_per_token, pol->ctx));
+			                                    : y->kv_bytes_per_token / 2;
+			uint64_t bytes =
+			    sched__add(y->bytes, sat_mul(y->kv_bytes_per_token, pol->ctx));
 			uint64_t flops = sched__add(y->flops, sat_mul(af, pol->ctx));
 			c->tbase[p * L + l] = roofline(bytes, flops, c->bw[p], c->fl[p]);
-			c->texp[p * L + l] =
-				y->n_expert ? c->efull[p * L + l] : 0;
+			c->texp[p * L + l] = y->n_expert ? c->efull[p * L + l] : 0;
 			acc += c->tbase[p * L + l] + c->texp[p * L + l];
 			c->tpre[p * (L + 1) + l + 1] = acc;
 		}
@@ -237,9 +241,8 @@ shoal_err sched__ctx_init(sched__ctx *c, const shoal_view *v, const shoal_manife
 	c->embd_mem = m->embd_bytes;
 	c->head_mem = m->head_bytes;
 	if (m->tied_head)
-		c->both_mem = m->embd_bytes + (m->head_bytes > m->embd_bytes
-						       ? m->head_bytes - m->embd_bytes
-						       : 0);
+		c->both_mem = m->embd_bytes +
+		              (m->head_bytes > m->embd_bytes ? m->head_bytes - m->embd_bytes : 0);
 	else
 		c->both_mem = m->embd_bytes + m->head_bytes;
 	return SHOAL_OK;
@@ -274,8 +277,8 @@ void sched__ctx_fini(sched__ctx *c)
 	memset(c, 0, sizeof *c);
 }
 
-uint64_t sched__range_mem(const sched__ctx *c, sched__mode mode, uint32_t a, uint32_t b,
-			  bool first, bool last)
+uint64_t sched__range_mem(const sched__ctx *c, sched__mode mode, uint32_t a, uint32_t b, bool first,
+                          bool last)
 {
 	uint64_t x = c->mpre[mode][b] - c->mpre[mode][a];
 	uint64_t extra = first && last ? c->both_mem : first ? c->embd_mem : last ? c->head_mem : 0;
@@ -287,7 +290,9 @@ uint64_t sched__expert_time(const sched__ctx *c, uint32_t l, uint32_t s, uint32_
 	if (!w)
 		return 0;
 	size_t i = (size_t)o * c->L + l;
-	uint64_t t = w == c->loadtot[l] ? c->efull[i] : (w * c->eunit[i] + SCHED_EUNIT_ONE - 1) >> SCHED_EUNIT_SHIFT;
+	uint64_t t = w == c->loadtot[l]
+	                 ? c->efull[i]
+	                 : (w * c->eunit[i] + SCHED_EUNIT_ONE - 1) >> SCHED_EUNIT_SHIFT;
 	return o == s ? t : t + c->rtt[(size_t)s * c->n + o];
 }
 
@@ -349,7 +354,8 @@ bool sched__ctx_set_prev(sched__ctx *c, const shoal_plan *prev)
 		return false;
 	uint64_t bytes = c->m->embd_bytes + c->m->head_bytes;
 	for (uint32_t l = 0; l < c->L; l++)
-		bytes += c->m->layers[l].bytes + c->m->layers[l].expert_bytes * c->m->layers[l].n_expert;
+		bytes +=
+		    c->m->layers[l].bytes + c->m->layers[l].expert_bytes * c->m->layers[l].n_expert;
 	if (bytes != prev->model_bytes)
 		return false; /* another model or quantization: nothing carries over */
 	for (uint32_t l = 0; l < c->L; l++)
@@ -389,7 +395,8 @@ bool sched__ctx_set_prev(sched__ctx *c, const shoal_plan *prev)
 			uint32_t slot = c->slot0[l] + e;
 			a->n_own[slot] = prev->slot_n_owner[slot];
 			for (uint32_t k = 0; k < a->n_own[slot]; k++) {
-				uint32_t o = MAPPED(prev->slot_owner[slot * SHOAL_PLAN_MAX_OWNERS + k]);
+				uint32_t o =
+				    MAPPED(prev->slot_owner[slot * SHOAL_PLAN_MAX_OWNERS + k]);
 				a->own[slot * SHOAL_PLAN_MAX_OWNERS + k] = o;
 				if (o != UINT32_MAX)
 					c->prev_exp[(size_t)o * c->L + l]++;

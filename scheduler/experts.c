@@ -139,7 +139,8 @@ static void replicate_hot(lpt *x)
 		for (uint32_t e = 0; e < y->n_expert; e++) {
 			uint32_t slot = c->slot0[x->l] + e;
 			uint64_t load = c->load[slot];
-			if (x->a->n_own[slot] >= SHOAL_PLAN_MAX_OWNERS || !is_owner(x->a, slot, straggler))
+			if (x->a->n_own[slot] >= SHOAL_PLAN_MAX_OWNERS ||
+			    !is_owner(x->a, slot, straggler))
 				continue;
 			if (load * y->n_expert >= 2 * mean && load > hl) {
 				hl = load;

@@ -13,35 +13,35 @@
 #include <stdint.h>
 
 typedef struct shoal_manifest_layer {
-	uint64_t bytes;          /* weights of the layer except routed experts:
-				    norms, attention, router, shared experts,
-				    dense FFN */
-	uint64_t flops;          /* FLOPs per token of those weights (2 per
-				    multiply-add; attention over the context
-				    is added by the scheduler from kv) */
+	uint64_t bytes;              /* weights of the layer except routed experts:
+	                                norms, attention, router, shared experts,
+	                                dense FFN */
+	uint64_t flops;              /* FLOPs per token of those weights (2 per
+	                                multiply-add; attention over the context
+	                                is added by the scheduler from kv) */
 	uint64_t kv_bytes_per_token; /* K and V cache, F32 as the engine keeps it */
-	uint32_t n_expert;       /* routed experts in this layer (0: dense) */
-	uint32_t n_expert_used;  /* experts each token is routed to */
-	uint64_t expert_bytes;   /* bytes of one routed expert (gate+up+down) */
-	uint64_t expert_flops;   /* FLOPs per token routed to one expert */
+	uint32_t n_expert;           /* routed experts in this layer (0: dense) */
+	uint32_t n_expert_used;      /* experts each token is routed to */
+	uint64_t expert_bytes;       /* bytes of one routed expert (gate+up+down) */
+	uint64_t expert_flops;       /* FLOPs per token routed to one expert */
 	uint64_t attn_flops_per_ctx; /* attention FLOPs per generated token per
-					cached token (QK^T and AV); 0: the
-					scheduler assumes 2 per cached F32
-					element, kv_bytes_per_token / 2 */
+	                                cached token (QK^T and AV); 0: the
+	                                scheduler assumes 2 per cached F32
+	                                element, kv_bytes_per_token / 2 */
 } shoal_manifest_layer;
 
 typedef struct shoal_manifest {
-	uint8_t model_id[32];    /* all zero when planning from a spec */
-	char name[64];           /* NUL-terminated, for messages */
+	uint8_t model_id[32]; /* all zero when planning from a spec */
+	char name[64];        /* NUL-terminated, for messages */
 	uint32_t n_layer;
 	uint32_t n_embd;
 	uint32_t n_vocab;
 	shoal_manifest_layer *layers; /* (n_layer); owned by whoever filled it */
-	uint64_t embd_bytes;     /* the whole token_embd table */
-	uint64_t head_bytes;     /* output norm + output matrix (the matrix is
-				    token_embd again when tied_head) */
-	uint64_t head_flops;     /* FLOPs per token of the head */
-	bool tied_head;          /* head == token_embd: counted on both peers */
+	uint64_t embd_bytes;          /* the whole token_embd table */
+	uint64_t head_bytes;          /* output norm + output matrix (the matrix is
+	                                 token_embd again when tied_head) */
+	uint64_t head_flops;          /* FLOPs per token of the head */
+	bool tied_head;               /* head == token_embd: counted on both peers */
 	uint64_t act_bytes_per_token; /* one hidden-state row on the wire */
 } shoal_manifest;
 

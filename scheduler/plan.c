@@ -34,7 +34,7 @@ void shoal_policy_init(shoal_policy *p)
 /* ---- building ---------------------------------------------------------- */
 
 shoal_err sched__plan_build(const sched__ctx *c, const sched__asg *a, uint64_t epoch,
-			    shoal_plan **out)
+                            shoal_plan **out)
 {
 	shoal_plan *p = calloc(1, sizeof *p);
 	uint32_t *map = calloc(c->n, sizeof *map);
@@ -46,8 +46,8 @@ shoal_err sched__plan_build(const sched__ctx *c, const sched__asg *a, uint64_t e
 	memcpy(p->model_id, c->m->model_id, sizeof p->model_id);
 	p->model_bytes = c->m->embd_bytes + c->m->head_bytes;
 	for (uint32_t l = 0; l < c->L; l++)
-		p->model_bytes += c->m->layers[l].bytes +
-				  c->m->layers[l].expert_bytes * c->m->layers[l].n_expert;
+		p->model_bytes +=
+		    c->m->layers[l].bytes + c->m->layers[l].expert_bytes * c->m->layers[l].n_expert;
 	snprintf(p->name, sizeof p->name, "%s", c->m->name);
 	for (uint32_t i = 0; i < a->n_stages; i++)
 		used[a->st_peer[i]] = 1;
@@ -64,7 +64,7 @@ shoal_err sched__plan_build(const sched__ctx *c, const sched__asg *a, uint64_t e
 	p->n_slots = c->n_slots;
 	p->slot_n_owner = calloc(c->n_slots ? c->n_slots : 1, 1);
 	p->slot_owner = calloc(c->n_slots ? (size_t)c->n_slots * SHOAL_PLAN_MAX_OWNERS : 1,
-			       sizeof *p->slot_owner);
+	                       sizeof *p->slot_owner);
 	if (!p->peers || !p->stages || !p->layer_n_expert || !p->layer_slot || !p->slot_n_owner ||
 	    !p->slot_owner)
 		goto nomem;
@@ -152,8 +152,8 @@ shoal_plan *shoal_plan_dup(const shoal_plan *s)
 	p->layer_n_expert = dup_bytes(s->layer_n_expert, s->n_layer * sizeof *s->layer_n_expert);
 	p->layer_slot = dup_bytes(s->layer_slot, s->n_layer * sizeof *s->layer_slot);
 	p->slot_n_owner = dup_bytes(s->slot_n_owner, s->n_slots);
-	p->slot_owner = dup_bytes(s->slot_owner,
-				  (size_t)s->n_slots * SHOAL_PLAN_MAX_OWNERS * sizeof *s->slot_owner);
+	p->slot_owner = dup_bytes(s->slot_owner, (size_t)s->n_slots * SHOAL_PLAN_MAX_OWNERS *
+	                                             sizeof *s->slot_owner);
 	if (!p->peers || !p->stages || !p->layer_n_expert || !p->layer_slot || !p->slot_n_owner ||
 	    !p->slot_owner) {
 		shoal_plan_free(p);
@@ -164,17 +164,50 @@ shoal_plan *shoal_plan_dup(const shoal_plan *s)
 
 /* ---- accessors --------------------------------------------------------- */
 
-uint64_t shoal_plan_epoch(const shoal_plan *p) { return p->epoch; }
-const uint8_t *shoal_plan_digest(const shoal_plan *p) { return p->digest; }
-uint64_t shoal_plan_predicted_ns(const shoal_plan *p) { return p->predicted_ns; }
-uint64_t shoal_plan_moved_bytes(const shoal_plan *p) { return p->moved_bytes; }
-bool shoal_plan_kept(const shoal_plan *p) { return p->kept; }
-const char *shoal_plan_name(const shoal_plan *p) { return p->name; }
-uint32_t shoal_plan_n_layer(const shoal_plan *p) { return p->n_layer; }
-size_t shoal_plan_n_peers(const shoal_plan *p) { return p->n_peers; }
-size_t shoal_plan_n_stages(const shoal_plan *p) { return p->n_stages; }
-uint32_t shoal_plan_embd_peer(const shoal_plan *p) { return p->embd_peer; }
-uint32_t shoal_plan_head_peer(const shoal_plan *p) { return p->head_peer; }
+uint64_t shoal_plan_epoch(const shoal_plan *p)
+{
+	return p->epoch;
+}
+const uint8_t *shoal_plan_digest(const shoal_plan *p)
+{
+	return p->digest;
+}
+uint64_t shoal_plan_predicted_ns(const shoal_plan *p)
+{
+	return p->predicted_ns;
+}
+uint64_t shoal_plan_moved_bytes(const shoal_plan *p)
+{
+	return p->moved_bytes;
+}
+bool shoal_plan_kept(const shoal_plan *p)
+{
+	return p->kept;
+}
+const char *shoal_plan_name(const shoal_plan *p)
+{
+	return p->name;
+}
+uint32_t shoal_plan_n_layer(const shoal_plan *p)
+{
+	return p->n_layer;
+}
+size_t shoal_plan_n_peers(const shoal_plan *p)
+{
+	return p->n_peers;
+}
+size_t shoal_plan_n_stages(const shoal_plan *p)
+{
+	return p->n_stages;
+}
+uint32_t shoal_plan_embd_peer(const shoal_plan *p)
+{
+	return p->embd_peer;
+}
+uint32_t shoal_plan_head_peer(const shoal_plan *p)
+{
+	return p->head_peer;
+}
 
 const shoal_plan_peer *shoal_plan_peer_at(const shoal_plan *p, size_t i)
 {
@@ -192,7 +225,7 @@ uint32_t shoal_plan_layer_n_expert(const shoal_plan *p, uint32_t layer)
 }
 
 size_t shoal_plan_expert_owners(const shoal_plan *p, uint32_t layer, uint32_t expert,
-				uint32_t owners[SHOAL_PLAN_MAX_OWNERS])
+                                uint32_t owners[SHOAL_PLAN_MAX_OWNERS])
 {
 	if (layer >= p->n_layer || expert >= p->layer_n_expert[layer])
 		return 0;

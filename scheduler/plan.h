@@ -23,16 +23,16 @@
 
 typedef struct shoal_policy {
 	uint32_t ctx;               /* tokens of context per session the KV cache
-				       is reserved for; also the context at which
-				       the time per token is predicted */
+	                               is reserved for; also the context at which
+	                               the time per token is predicted */
 	uint32_t sessions;          /* sessions to reserve KV for (>= 1) */
 	uint32_t headroom_permille; /* share of each peer's memory kept free */
 	uint32_t gain_permille;     /* replace a feasible previous plan only if
-				       the predicted time drops by more */
+	                               the predicted time drops by more */
 	uint32_t near_permille;     /* plans within this of the fastest are
-				       near-equal: the fewest bytes moved wins */
+	                               near-equal: the fewest bytes moved wins */
 	bool spread_experts;        /* place each MoE layer's experts on several
-				       peers, balanced by speed */
+	                               peers, balanced by speed */
 } shoal_policy;
 
 /* Defaults (each derived in plan.c): ctx 8192, 1 session, headroom 5 %,
@@ -67,9 +67,9 @@ typedef struct shoal_plan shoal_plan;
  * give 380.0 GiB") when nothing fits; SHOAL_ERR_INVAL/RANGE for a manifest or
  * view the scheduler cannot use. */
 shoal_err shoal_schedule(const shoal_view *view, const shoal_manifest *m, const shoal_policy *pol,
-			 const shoal_plan *prev, shoal_plan **out, char *why, size_t why_len);
+                         const shoal_plan *prev, shoal_plan **out, char *why, size_t why_len);
 
-void shoal_plan_free(shoal_plan *p); /* NULL is a no-op */
+void shoal_plan_free(shoal_plan *p);             /* NULL is a no-op */
 shoal_plan *shoal_plan_dup(const shoal_plan *p); /* NULL when out of memory */
 
 uint64_t shoal_plan_epoch(const shoal_plan *p);
@@ -79,17 +79,17 @@ uint64_t shoal_plan_moved_bytes(const shoal_plan *p);  /* newly loaded vs prev *
 bool shoal_plan_kept(const shoal_plan *p);             /* prev's assignment kept */
 const char *shoal_plan_name(const shoal_plan *p);      /* the manifest's name */
 uint32_t shoal_plan_n_layer(const shoal_plan *p);
-size_t shoal_plan_n_peers(const shoal_plan *p);        /* peers it names, id order */
+size_t shoal_plan_n_peers(const shoal_plan *p); /* peers it names, id order */
 const shoal_plan_peer *shoal_plan_peer_at(const shoal_plan *p, size_t i);
 size_t shoal_plan_n_stages(const shoal_plan *p);
 const shoal_plan_stage *shoal_plan_stage_at(const shoal_plan *p, size_t i);
-uint32_t shoal_plan_embd_peer(const shoal_plan *p);    /* index into peers */
+uint32_t shoal_plan_embd_peer(const shoal_plan *p); /* index into peers */
 uint32_t shoal_plan_head_peer(const shoal_plan *p);
 uint32_t shoal_plan_layer_n_expert(const shoal_plan *p, uint32_t layer); /* 0: dense */
 /* Owners of (layer, expert) as peer indices into owners[SHOAL_PLAN_MAX_OWNERS],
  * ascending; returns how many (0 for a bad layer or expert). */
 size_t shoal_plan_expert_owners(const shoal_plan *p, uint32_t layer, uint32_t expert,
-				uint32_t owners[SHOAL_PLAN_MAX_OWNERS]);
+                                uint32_t owners[SHOAL_PLAN_MAX_OWNERS]);
 
 /* The canonical encoding, all integers little-endian, fixed width:
  *   "SHPL" magic (4 bytes), u32 version = 1, u64 epoch,
@@ -116,12 +116,12 @@ typedef struct shoal_ready shoal_ready;
 shoal_ready *shoal_ready_new(void); /* NULL when out of memory */
 void shoal_ready_free(shoal_ready *r);
 shoal_err shoal_ready_announce(shoal_ready *r, const shoal_sched_id *peer,
-			       const uint8_t digest[SHOAL_DIGEST_BYTES]);
+                               const uint8_t digest[SHOAL_DIGEST_BYTES]);
 void shoal_ready_forget(shoal_ready *r, const shoal_sched_id *peer); /* peer left */
 /* True when every peer of the plan announced its digest. */
 bool shoal_ready_servable(const shoal_ready *r, const shoal_plan *p);
 /* How many of the plan's peers have not; their indices go into missing[max]. */
 size_t shoal_ready_missing(const shoal_ready *r, const shoal_plan *p, uint32_t *missing,
-			   size_t max);
+                           size_t max);
 
 #endif

@@ -23,7 +23,10 @@ struct shoal_ready {
 	size_t n, cap;
 };
 
-shoal_ready *shoal_ready_new(void) { return calloc(1, sizeof(shoal_ready)); }
+shoal_ready *shoal_ready_new(void)
+{
+	return calloc(1, sizeof(shoal_ready));
+}
 
 void shoal_ready_free(shoal_ready *r)
 {
@@ -48,7 +51,7 @@ static size_t ready_find(const shoal_ready *r, const shoal_sched_id *id, bool *f
 }
 
 shoal_err shoal_ready_announce(shoal_ready *r, const shoal_sched_id *peer,
-			       const uint8_t digest[SHOAL_DIGEST_BYTES])
+                               const uint8_t digest[SHOAL_DIGEST_BYTES])
 {
 	bool found;
 	size_t at = ready_find(r, peer, &found);
@@ -79,8 +82,7 @@ void shoal_ready_forget(shoal_ready *r, const shoal_sched_id *peer)
 	r->n--;
 }
 
-size_t shoal_ready_missing(const shoal_ready *r, const shoal_plan *p, uint32_t *missing,
-			   size_t max)
+size_t shoal_ready_missing(const shoal_ready *r, const shoal_plan *p, uint32_t *missing, size_t max)
 {
 	size_t k = 0;
 	for (size_t i = 0; i < p->n_peers; i++) {

@@ -21,8 +21,8 @@ struct shoal_plan {
 	uint64_t predicted_ns, moved_bytes;
 	bool kept;
 	char name[64];
-	uint8_t model_id[32];  /* the manifest's */
-	uint64_t model_bytes;  /* all weights the manifest lists */
+	uint8_t model_id[32]; /* the manifest's */
+	uint64_t model_bytes; /* all weights the manifest lists */
 	uint32_t n_layer;
 	size_t n_peers;
 	shoal_plan_peer *peers; /* (n_peers) id order */
@@ -59,8 +59,8 @@ typedef struct sched__ctx {
 	const shoal_view *v;
 	const shoal_manifest *m;
 	const shoal_policy *pol;
-	size_t n;   /* peers */
-	uint32_t L; /* layers */
+	size_t n;                /* peers */
+	uint32_t L;              /* layers */
 	uint64_t *cap, *bw, *fl; /* (n) memory after headroom, effective B/s, FLOP/s */
 	uint64_t *hop;           /* (n, n) latency + one activation row */
 	uint64_t *rtt;           /* (n, n) expert round trip: rows out and back */
@@ -91,7 +91,7 @@ uint64_t sched__muldiv_up(uint64_t a, uint64_t b, uint64_t c);
 uint64_t sched__add(uint64_t a, uint64_t b); /* saturating */
 
 shoal_err sched__ctx_init(sched__ctx *c, const shoal_view *v, const shoal_manifest *m,
-			  const shoal_policy *pol, char *why, size_t why_len);
+                          const shoal_policy *pol, char *why, size_t why_len);
 void sched__ctx_fini(sched__ctx *c);
 /* Map prev onto the view (false when the model differs or out of memory);
  * peers of prev that left set prev_gone. */
@@ -102,8 +102,8 @@ void sched__asg_fini(sched__asg *a);
 void sched__asg_copy(sched__asg *dst, const sched__asg *src, const sched__ctx *c);
 
 /* Memory of layers [a, b) on a stage in this mode plus embedding/head. */
-uint64_t sched__range_mem(const sched__ctx *c, sched__mode mode, uint32_t a, uint32_t b,
-			  bool first, bool last);
+uint64_t sched__range_mem(const sched__ctx *c, sched__mode mode, uint32_t a, uint32_t b, bool first,
+                          bool last);
 /* Time of expert work w (load units; loadtot[l] = every routed token) on
  * peer o for layer l owned by s: the round trip when o != s plus the w /
  * loadtot share of the roofline of n_expert_used experts (exact when w is
@@ -113,7 +113,7 @@ uint64_t sched__expert_time(const sched__ctx *c, uint32_t l, uint32_t s, uint32_
 /* Find stages minimising the predicted time plus pen_num / pen_den ns per
  * byte newly loaded; fills a->st_*; false when nothing fits. */
 bool sched__search(const sched__ctx *c, sched__mode mode, uint64_t pen_num, uint64_t pen_den,
-		   sched__asg *a);
+                   sched__asg *a);
 /* Give every expert owners (with the stage peer in KEEP mode, by LPT in
  * SPREAD mode); false when memory runs out. */
 bool sched__experts(const sched__ctx *c, sched__mode mode, sched__asg *a);
@@ -122,6 +122,6 @@ void sched__evaluate(const sched__ctx *c, sched__asg *a);
 
 /* Build the plan object (digest included) from an assignment. */
 shoal_err sched__plan_build(const sched__ctx *c, const sched__asg *a, uint64_t epoch,
-			    shoal_plan **out);
+                            shoal_plan **out);
 
 #endif

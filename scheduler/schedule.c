@@ -58,23 +58,25 @@ static shoal_err infeasible_why(const sched__ctx *c, char *why, size_t why_len)
 		kv = sched__add(kv, c->kv[l]);
 	uint64_t need = sched__range_mem(c, SCHED__KEEP, 0, c->L, true, true);
 	if (need > have)
-		return shoal_why(why, why_len, SHOAL_ERR_INFEASIBLE,
-				 "needs %.1f GiB (weights %.1f GiB + KV cache %.1f GiB for %u tokens x "
-				 "%u session%s), the cluster can give %.1f GiB",
-				 GIB(need), GIB(need - kv), GIB(kv), c->pol->ctx, c->pol->sessions,
-				 c->pol->sessions == 1 ? "" : "s", GIB(have));
+		return shoal_why(
+		    why, why_len, SHOAL_ERR_INFEASIBLE,
+		    "needs %.1f GiB (weights %.1f GiB + KV cache %.1f GiB for %u tokens x "
+		    "%u session%s), the cluster can give %.1f GiB",
+		    GIB(need), GIB(need - kv), GIB(kv), c->pol->ctx, c->pol->sessions,
+		    c->pol->sessions == 1 ? "" : "s", GIB(have));
 	for (uint32_t l = 0; l < c->L; l++) {
 		uint64_t x = c->mpre[SCHED__SPREAD][l + 1] - c->mpre[SCHED__SPREAD][l];
 		if (x > big)
-			return shoal_why(why, why_len, SHOAL_ERR_INFEASIBLE,
-					 "layer %u needs %.1f GiB on one peer, the largest peer can "
-					 "give %.1f GiB",
-					 l, GIB(x), GIB(big));
+			return shoal_why(
+			    why, why_len, SHOAL_ERR_INFEASIBLE,
+			    "layer %u needs %.1f GiB on one peer, the largest peer can "
+			    "give %.1f GiB",
+			    l, GIB(x), GIB(big));
 	}
 	return shoal_why(why, why_len, SHOAL_ERR_INFEASIBLE,
-			 "needs %.1f GiB and the cluster can give %.1f GiB, but no split of the "
-			 "layers fits the peers' memory",
-			 GIB(need), GIB(have));
+	                 "needs %.1f GiB and the cluster can give %.1f GiB, but no split of the "
+	                 "layers fits the peers' memory",
+	                 GIB(need), GIB(have));
 }
 
 static bool same_assignment(const sched__ctx *c, const sched__asg *x, const sched__asg *y)
@@ -92,7 +94,7 @@ static bool same_assignment(const sched__ctx *c, const sched__asg *x, const sche
 			bool found = false;
 			for (uint32_t j = 0; j < y->n_own[s]; j++)
 				found |= x->own[s * SHOAL_PLAN_MAX_OWNERS + k] ==
-					 y->own[s * SHOAL_PLAN_MAX_OWNERS + j];
+				         y->own[s * SHOAL_PLAN_MAX_OWNERS + j];
 			if (!found)
 				return false;
 		}
@@ -101,8 +103,8 @@ static bool same_assignment(const sched__ctx *c, const sched__asg *x, const sche
 }
 
 /* Run one search + expert placement; keep the candidate when it fits. */
-static shoal_err try_mode(const sched__ctx *c, sched__mode mode, uint64_t pen_num,
-			  uint64_t pen_den, cand *cands, size_t *nc)
+static shoal_err try_mode(const sched__ctx *c, sched__mode mode, uint64_t pen_num, uint64_t pen_den,
+                          cand *cands, size_t *nc)
 {
 	cand *k = &cands[*nc];
 	shoal_err e = sched__asg_init(&k->a, c);
@@ -132,7 +134,7 @@ static bool better(const cand *x, const cand *y, bool has_prev)
 }
 
 shoal_err shoal_schedule(const shoal_view *view, const shoal_manifest *m, const shoal_policy *pol,
-			 const shoal_plan *prev, shoal_plan **out, char *why, size_t why_len)
+                         const shoal_plan *prev, shoal_plan **out, char *why, size_t why_len)
 {
 	sched__ctx c;
 	cand cands[16];
@@ -140,7 +142,7 @@ shoal_err shoal_schedule(const shoal_view *view, const shoal_manifest *m, const 
 	*out = NULL;
 	if (shoal_view_n_peers(view) > 1024)
 		return shoal_why(why, why_len, SHOAL_ERR_RANGE, "%zu peers: at most 1024",
-				 shoal_view_n_peers(view));
+		                 shoal_view_n_peers(view));
 	shoal_err e = sched__ctx_init(&c, view, m, pol, why, why_len);
 	if (e)
 		return e;
@@ -168,7 +170,7 @@ shoal_err shoal_schedule(const shoal_view *view, const shoal_manifest *m, const 
 		for (int k = 0; k < 3 && !e; k++)
 			for (int md = 0; md < n_modes && !e; md++)
 				e = try_mode(&c, (sched__mode)md, t_best * mults[k], den ? den : 1,
-					     cands, &nc);
+				             cands, &nc);
 		if (e)
 			goto done;
 	}
@@ -196,7 +198,7 @@ shoal_err shoal_schedule(const shoal_view *view, const shoal_manifest *m, const 
 	bool keep = false;
 	if (prev_ok && !c.prev_gone && c.prev.feasible) {
 		keep = (unsigned __int128)pick->a.time_ns * 1000 >=
-			       (unsigned __int128)c.prev.time_ns * (1000 - pol->gain_permille) ||
+		           (unsigned __int128)c.prev.time_ns * (1000 - pol->gain_permille) ||
 		       same_assignment(&c, &pick->a, &c.prev);
 	}
 	if (keep) {

@@ -66,7 +66,8 @@ static shoal_err build_cpre(search_in *s, uint64_t pen_num, uint64_t pen_den)
 				if (!c->prev_base[p * L + l])
 					pen += y->bytes;
 				if (s->mode == SCHED__KEEP)
-					pen += (y->n_expert - c->prev_exp[p * L + l]) * y->expert_bytes;
+					pen += (y->n_expert - c->prev_exp[p * L + l]) *
+					       y->expert_bytes;
 			}
 			uint64_t pn = pen_num && pen ? sched__muldiv_up(pen, pen_num, pen_den) : 0;
 			row[l + 1] = t[l + 1] + pn;
@@ -76,7 +77,7 @@ static shoal_err build_cpre(search_in *s, uint64_t pen_num, uint64_t pen_den)
 }
 
 static void set_stages(sched__asg *a, const uint32_t *peer, const uint32_t *first,
-		       const uint32_t *end, uint32_t ns)
+                       const uint32_t *end, uint32_t ns)
 {
 	/* given in reverse pipeline order */
 	a->n_stages = ns;
@@ -99,7 +100,7 @@ static void set_stages(sched__asg *a, const uint32_t *peer, const uint32_t *firs
  * bound: the result does not change, only the time (a single fast peer
  * usually bounds away almost every multi-stage state). */
 static uint64_t search_exact(const search_in *s, const uint32_t *pool, uint32_t k, uint64_t inc,
-			     sched__asg *a)
+                             sched__asg *a)
 {
 	const sched__ctx *c = s->c;
 	uint32_t L = c->L;
@@ -128,7 +129,7 @@ static uint64_t search_exact(const search_in *s, const uint32_t *pool, uint32_t 
 	}
 	for (size_t i = 0; i < S * k * W; i++)
 		f[i] = SCHED__INF;
-#define HK(mask, q, b) (((size_t)(mask) * k + (q)) * W + (b))
+#define HK(mask, q, b) (((size_t)(mask)*k + (q)) * W + (b))
 	for (uint32_t q = 0; q < k; q++)
 		for (uint32_t b = 1; b <= L; b++) {
 			if (!fits(s, pool[q], 0, b, true))
@@ -182,7 +183,8 @@ static uint64_t search_exact(const search_in *s, const uint32_t *pool, uint32_t 
 				bq = q;
 			}
 	if (best != SCHED__INF) {
-		uint32_t peer[SCHED_EXACT_MAX], first[SCHED_EXACT_MAX], end[SCHED_EXACT_MAX], ns = 0;
+		uint32_t peer[SCHED_EXACT_MAX], first[SCHED_EXACT_MAX], end[SCHED_EXACT_MAX],
+		    ns = 0;
 		size_t mask = bm;
 		uint32_t q = bq, b = L;
 		for (;;) {
@@ -211,8 +213,7 @@ static uint64_t search_exact(const search_in *s, const uint32_t *pool, uint32_t 
 
 /* The best stages that use a subsequence of order[0..k) in that order
  * (peers may be skipped). Same result form as search_exact. */
-static uint64_t search_chain(const search_in *s, const uint32_t *order, uint32_t k,
-			     sched__asg *a)
+static uint64_t search_chain(const search_in *s, const uint32_t *order, uint32_t k, sched__asg *a)
 {
 	const sched__ctx *c = s->c;
 	uint32_t L = c->L;
@@ -284,7 +285,7 @@ out:
 /* The exact search on a pool, bounded by the chain search in the pool's
  * order (cheap: k^2 L^2 / 4 steps) as the first known solution. */
 static uint64_t search_exact_bounded(const search_in *s, const uint32_t *pool, uint32_t k,
-				     sched__asg *a, sched__asg *tmp)
+                                     sched__asg *a, sched__asg *tmp)
 {
 	uint64_t inc = search_chain(s, pool, k, a);
 	uint64_t best = search_exact(s, pool, k, inc, tmp);
@@ -327,7 +328,7 @@ static int u32_cmp(const void *x, const void *y)
 }
 
 static uint64_t search_pool(const search_in *s, const uint32_t *ranked, uint32_t k, sched__asg *a,
-			    sched__asg *tmp)
+                            sched__asg *tmp)
 {
 	const sched__ctx *c = s->c;
 	uint32_t *order = malloc(2 * (size_t)k * sizeof *order);
@@ -433,7 +434,7 @@ static uint64_t search_heuristic(const search_in *s, sched__asg *a)
 }
 
 bool sched__search(const sched__ctx *c, sched__mode mode, uint64_t pen_num, uint64_t pen_den,
-		   sched__asg *a)
+                   sched__asg *a)
 {
 	search_in s = {.c = c, .mode = mode};
 	if (build_cpre(&s, pen_num, pen_den))

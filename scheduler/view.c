@@ -123,10 +123,10 @@ shoal_err shoal_view_add_peer(shoal_view *v, const shoal_view_peer *p, char *why
 	shoal_sched_id_hex(&p->id, hex);
 	if (!p->mem_bw || !p->flops)
 		return shoal_why(why, why_len, SHOAL_ERR_INVAL,
-				 "peer %s: bandwidth and compute must be positive", hex);
+		                 "peer %s: bandwidth and compute must be positive", hex);
 	if (p->load_pct > 90)
-		return shoal_why(why, why_len, SHOAL_ERR_INVAL, "peer %s: load %u%% over 90%%",
-				 hex, p->load_pct);
+		return shoal_why(why, why_len, SHOAL_ERR_INVAL, "peer %s: load %u%% over 90%%", hex,
+		                 p->load_pct);
 	bool found;
 	size_t at = peer_lower_bound(v, &p->id, &found);
 	if (found)
@@ -156,7 +156,8 @@ shoal_err shoal_view_remove_peer(shoal_view *v, const shoal_sched_id *id)
 	v->n_peers--;
 	size_t w = 0;
 	for (size_t i = 0; i < v->n_links; i++)
-		if (shoal_sched_id_cmp(&v->links[i].a, id) && shoal_sched_id_cmp(&v->links[i].b, id))
+		if (shoal_sched_id_cmp(&v->links[i].a, id) &&
+		    shoal_sched_id_cmp(&v->links[i].b, id))
 			v->links[w++] = v->links[i];
 	v->n_links = w;
 	return SHOAL_OK;
@@ -169,7 +170,7 @@ static int link_cmp(const view_link *l, const shoal_sched_id *a, const shoal_sch
 }
 
 static size_t link_lower_bound(const shoal_view *v, const shoal_sched_id *a,
-			       const shoal_sched_id *b, bool *found)
+                               const shoal_sched_id *b, bool *found)
 {
 	size_t lo = 0, hi = v->n_links;
 	while (lo < hi) {
@@ -184,7 +185,7 @@ static size_t link_lower_bound(const shoal_view *v, const shoal_sched_id *a,
 }
 
 shoal_err shoal_view_set_link(shoal_view *v, const shoal_sched_id *a, const shoal_sched_id *b,
-			      uint64_t latency_ns, uint64_t bw, char *why, size_t why_len)
+                              uint64_t latency_ns, uint64_t bw, char *why, size_t why_len)
 {
 	int c = shoal_sched_id_cmp(a, b);
 	if (!c)
@@ -221,7 +222,7 @@ shoal_err shoal_view_set_link(shoal_view *v, const shoal_sched_id *a, const shoa
 }
 
 shoal_err shoal_view_set_expert_count(shoal_view *v, uint32_t layer, uint32_t expert,
-				      uint64_t count)
+                                      uint64_t count)
 {
 	if (layer >= SHOAL_VIEW_MAX_INDEX || expert >= SHOAL_VIEW_MAX_INDEX)
 		return SHOAL_ERR_RANGE;
@@ -265,7 +266,10 @@ shoal_err shoal_view_set_expert_count(shoal_view *v, uint32_t layer, uint32_t ex
 	return SHOAL_OK;
 }
 
-size_t shoal_view_n_peers(const shoal_view *v) { return v->n_peers; }
+size_t shoal_view_n_peers(const shoal_view *v)
+{
+	return v->n_peers;
+}
 
 const shoal_view_peer *shoal_view_peer_at(const shoal_view *v, size_t i)
 {
@@ -294,8 +298,7 @@ void shoal_view_link(const shoal_view *v, size_t i, size_t j, uint64_t *latency_
 	}
 }
 
-uint64_t shoal_view_expert_count(const shoal_view *v, uint32_t layer, uint32_t expert,
-				 bool *known)
+uint64_t shoal_view_expert_count(const shoal_view *v, uint32_t layer, uint32_t expert, bool *known)
 {
 	if (layer < v->n_count_layers && expert < v->n_counts[layer] && v->known[layer][expert]) {
 		*known = true;

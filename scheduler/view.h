@@ -32,13 +32,13 @@ shoal_err shoal_sched_id_parse(const char *hex, shoal_sched_id *out);
 
 typedef struct shoal_view_peer {
 	shoal_sched_id id;
-	char name[64];         /* NUL-terminated, for messages only (not planned on) */
-	uint64_t mem_bytes;    /* memory the peer gives to weights + KV cache */
-	uint64_t mem_bw;       /* memory bandwidth, bytes/s (> 0) */
-	uint64_t flops;        /* compute, FLOP/s (> 0) */
-	uint32_t load_pct;     /* busy share 0..90 as bucketed (see below); the
-				  peer's bandwidth and compute count for
-				  (100 - load_pct) % of their value */
+	char name[64];      /* NUL-terminated, for messages only (not planned on) */
+	uint64_t mem_bytes; /* memory the peer gives to weights + KV cache */
+	uint64_t mem_bw;    /* memory bandwidth, bytes/s (> 0) */
+	uint64_t flops;     /* compute, FLOP/s (> 0) */
+	uint32_t load_pct;  /* busy share 0..90 as bucketed (see below); the
+	                       peer's bandwidth and compute count for
+	                       (100 - load_pct) % of their value */
 } shoal_view_peer;
 
 typedef struct shoal_view shoal_view;
@@ -60,13 +60,13 @@ shoal_err shoal_view_remove_peer(shoal_view *v, const shoal_sched_id *id);
  * latency and the smallest bandwidth, so the result does not depend on the
  * order the links came in. Links may name peers not (yet) in the view. */
 shoal_err shoal_view_set_link(shoal_view *v, const shoal_sched_id *a, const shoal_sched_id *b,
-			      uint64_t latency_ns, uint64_t bw, char *why, size_t why_len);
+                              uint64_t latency_ns, uint64_t bw, char *why, size_t why_len);
 
 /* Routing statistics: how many tokens were routed to (layer, expert) in the
  * recent window (gossiped sums). Unknown layers count as uniform. Setting a
  * count twice keeps the last value (a count is a state, not an event). */
 shoal_err shoal_view_set_expert_count(shoal_view *v, uint32_t layer, uint32_t expert,
-				      uint64_t count);
+                                      uint64_t count);
 
 size_t shoal_view_n_peers(const shoal_view *v);
 /* The i-th peer in id order (0 <= i < n_peers); the pointer lives until the
@@ -75,11 +75,9 @@ const shoal_view_peer *shoal_view_peer_at(const shoal_view *v, size_t i);
 /* Index of a peer in id order, or -1. */
 long shoal_view_find(const shoal_view *v, const shoal_sched_id *id);
 /* The link i <-> j by index (i != j): the set one, else the default. */
-void shoal_view_link(const shoal_view *v, size_t i, size_t j, uint64_t *latency_ns,
-		     uint64_t *bw);
+void shoal_view_link(const shoal_view *v, size_t i, size_t j, uint64_t *latency_ns, uint64_t *bw);
 /* The count of (layer, expert), or 0 with *known = false. */
-uint64_t shoal_view_expert_count(const shoal_view *v, uint32_t layer, uint32_t expert,
-				 bool *known);
+uint64_t shoal_view_expert_count(const shoal_view *v, uint32_t layer, uint32_t expert, bool *known);
 /* True if some count of this layer was set. */
 bool shoal_view_layer_has_counts(const shoal_view *v, uint32_t layer);
 

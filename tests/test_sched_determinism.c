@@ -113,7 +113,8 @@ static void test_golden(void)
 		if (!e)
 			shoal_digest_hex(shoal_plan_digest(p), hex);
 		if (print)
-			printf("\t{\"%s\", \"%s\", \"%s\"},\n", golden[i].cluster, golden[i].spec, hex);
+			printf("\t{\"%s\", \"%s\", \"%s\"},\n", golden[i].cluster, golden[i].spec,
+			       hex);
 		else
 			ASSERT_STR_EQ(hex, golden[i].digest);
 		shoal_plan_free(p);
@@ -123,4 +124,4 @@ static void test_golden(void)
 }
 
 TEST_MAIN(TEST_CASE(test_permutation_invariance), TEST_CASE(test_digest_sensitive),
-	  TEST_CASE(test_golden))
+          TEST_CASE(test_golden))

@@ -35,7 +35,8 @@ static void test_bucket_geo(void)
 {
 	/* bucket values grow by 2^(1/4) and the plain bucket is monotone */
 	uint32_t prev_k = 0;
-	for (uint64_t x = 64; x < (1ULL << 40); x = x * 3 / 2 + 1) { /* below 64 the quarter-octave steps round to the same integer */
+	for (uint64_t x = 64; x < (1ULL << 40);
+	     x = x * 3 / 2 + 1) { /* below 64 the quarter-octave steps round to the same integer */
 		uint32_t k = shoal_bucket_geo(x, SHOAL_BUCKET_NONE);
 		ASSERT_GE(k, prev_k);
 		ASSERT_LE(shoal_bucket_geo_value(k), x);
@@ -58,7 +59,7 @@ static void test_bucket_geo(void)
 	bool flipped = false;
 	for (int i = 0; i < 100; i++)
 		flipped |= shoal_bucket_geo(edge / 100 * (95 + ti_range(&r, 0, 10)),
-					    SHOAL_BUCKET_NONE) != b;
+		                            SHOAL_BUCKET_NONE) != b;
 	ASSERT_TRUE(flipped);
 }
 
@@ -66,8 +67,8 @@ static void test_bucket_load(void)
 {
 	ASSERT_EQ(shoal_bucket_load(37, SHOAL_BUCKET_NONE), 30);
 	ASSERT_EQ(shoal_bucket_load(99, SHOAL_BUCKET_NONE), 90);
-	ASSERT_EQ(shoal_bucket_load(41, 30), 30);  /* within 5 points above */
-	ASSERT_EQ(shoal_bucket_load(26, 30), 30);  /* within 5 points below */
+	ASSERT_EQ(shoal_bucket_load(41, 30), 30); /* within 5 points above */
+	ASSERT_EQ(shoal_bucket_load(26, 30), 30); /* within 5 points below */
 	ASSERT_EQ(shoal_bucket_load(46, 30), 40);
 	ASSERT_EQ(shoal_bucket_load(22, 30), 20);
 }
@@ -134,4 +135,4 @@ static void test_ready_tracker(void)
 }
 
 TEST_MAIN(TEST_CASE(test_blake2b_matches_libsodium), TEST_CASE(test_bucket_geo),
-	  TEST_CASE(test_bucket_load), TEST_CASE(test_ready_tracker))
+          TEST_CASE(test_bucket_load), TEST_CASE(test_ready_tracker))

@@ -193,4 +193,4 @@ static void test_hot_experts_replicated(void)
 }
 
 TEST_MAIN(TEST_CASE(test_kept_by_default), TEST_CASE(test_spread_when_memory_requires),
-	  TEST_CASE(test_spread_policy_balances_by_speed), TEST_CASE(test_hot_experts_replicated))
+          TEST_CASE(test_spread_policy_balances_by_speed), TEST_CASE(test_hot_experts_replicated))

@@ -30,27 +30,35 @@ static void bf_init(bf *b, const ti_inst *t, const shoal_policy *pol)
 	for (int l = 0; l < b->L; l++) {
 		const shoal_manifest_layer *y = &t->layers[l];
 		b->lm[l] = y->bytes + y->n_expert * y->expert_bytes +
-			   y->kv_bytes_per_token * pol->ctx * pol->sessions;
+		           y->kv_bytes_per_token * pol->ctx * pol->sessions;
 	}
 	for (int p = 0; p < b->n; p++) {
 		const shoal_view_peer *vp = &t->p[p];
-		uint64_t bw = ti_eff(vp->mem_bw, vp->load_pct), fl = ti_eff(vp->flops, vp->load_pct);
+		uint64_t bw = ti_eff(vp->mem_bw, vp->load_pct),
+		         fl = ti_eff(vp->flops, vp->load_pct);
 		b->cap[p] = ti_cap(vp, pol);
 		for (int l = 0; l < b->L; l++) {
 			const shoal_manifest_layer *y = &t->layers[l];
-			uint64_t af = y->attn_flops_per_ctx ? y->attn_flops_per_ctx : y->kv_bytes_per_token / 2;
-			uint64_t x = ti_max(ti_ceil_ns(y->bytes + y->kv_bytes_per_token * pol->ctx, bw),
-					    ti_ceil_ns(y->flops + af * pol->ctx, fl));
+			uint64_t af = y->attn_flops_per_ctx ? y->attn_flops_per_ctx
+			                                    : y->kv_bytes_per_token / 2;
+			uint64_t x =
+			    ti_max(ti_ceil_ns(y->bytes + y->kv_bytes_per_token * pol->ctx, bw),
+			           ti_ceil_ns(y->flops + af * pol->ctx, fl));
 			if (y->n_expert)
-				x += ti_max(ti_ceil_ns((unsigned __int128)y->n_expert_used * y->expert_bytes, bw),
-					    ti_ceil_ns((unsigned __int128)y->n_expert_used * y->expert_flops, fl));
+				x += ti_max(
+				    ti_ceil_ns(
+				        (unsigned __int128)y->n_expert_used * y->expert_bytes, bw),
+				    ti_ceil_ns(
+				        (unsigned __int128)y->n_expert_used * y->expert_flops, fl));
 			b->lt[p][l] = x;
 		}
-		b->head[p] = ti_max(ti_ceil_ns(t->m.head_bytes, bw), ti_ceil_ns(t->m.head_flops, fl));
+		b->head[p] =
+		    ti_max(ti_ceil_ns(t->m.head_bytes, bw), ti_ceil_ns(t->m.head_flops, fl));
 		for (int q = 0; q < b->n; q++) {
 			uint64_t lat = t->def_lat, lbw = t->def_bw;
 			for (int k = 0; k < t->nl; k++)
-				if ((t->l[k].a == p && t->l[k].b == q) || (t->l[k].a == q && t->l[k].b == p)) {
+				if ((t->l[k].a == p && t->l[k].b == q) ||
+				    (t->l[k].a == q && t->l[k].b == p)) {
 					lat = t->l[k].lat;
 					lbw = t->l[k].bw;
 				}
@@ -70,11 +78,12 @@ static void bf_rec(bf *b, int depth, int prev, unsigned used, int start, uint64_
 			mem += b->lm[end - 1];
 			t += b->lt[q][end - 1];
 			bool first = depth == 0, last = end == b->L;
-			uint64_t extra = first && last ? (m->tied_head ? ti_max(m->embd_bytes, m->head_bytes)
-							       : m->embd_bytes + m->head_bytes)
-					 : first ? m->embd_bytes
-					 : last	 ? m->head_bytes
-						 : 0;
+			uint64_t extra = first && last
+			                     ? (m->tied_head ? ti_max(m->embd_bytes, m->head_bytes)
+			                                     : m->embd_bytes + m->head_bytes)
+			                 : first ? m->embd_bytes
+			                 : last  ? m->head_bytes
+			                         : 0;
 			b->visited++;
 			if (mem + extra > b->cap[q])
 				continue;
@@ -95,7 +104,8 @@ static bool all_local(const shoal_plan *p)
 		for (uint32_t l = s->first_layer; l < s->end_layer; l++)
 			for (uint32_t e = 0; e < shoal_plan_layer_n_expert(p, l); e++) {
 				uint32_t own[SHOAL_PLAN_MAX_OWNERS];
-				if (shoal_plan_expert_owners(p, l, e, own) != 1 || own[0] != s->peer)
+				if (shoal_plan_expert_owners(p, l, e, own) != 1 ||
+				    own[0] != s->peer)
 					return false;
 			}
 	}
@@ -135,9 +145,11 @@ static void run(bool moe, int instances, uint64_t seed)
 		} else {
 			/* spreading is chosen only when it beats keeping */
 			if (shoal_plan_predicted_ns(p) >= b.best)
-				fprintf(stderr, "instance %d: n=%d L=%u plan %llu brute %llu stages %zu\n", it, t.n,
-					t.m.n_layer, (unsigned long long)shoal_plan_predicted_ns(p),
-					(unsigned long long)b.best, shoal_plan_n_stages(p));
+				fprintf(stderr,
+				        "instance %d: n=%d L=%u plan %llu brute %llu stages %zu\n",
+				        it, t.n, t.m.n_layer,
+				        (unsigned long long)shoal_plan_predicted_ns(p),
+				        (unsigned long long)b.best, shoal_plan_n_stages(p));
 			ASSERT_TRUE(shoal_plan_predicted_ns(p) < b.best);
 		}
 		shoal_plan_free(p);
@@ -148,7 +160,13 @@ static void run(bool moe, int instances, uint64_t seed)
 	ASSERT_GT(infeasible, 0);
 }
 
-static void test_optimal_dense(void) { run(false, 400, 1); }
-static void test_optimal_moe_kept(void) { run(true, 300, 2); }
+static void test_optimal_dense(void)
+{
+	run(false, 400, 1);
+}
+static void test_optimal_moe_kept(void)
+{
+	run(true, 300, 2);
+}
 
 TEST_MAIN(TEST_CASE(test_optimal_dense), TEST_CASE(test_optimal_moe_kept))

@@ -22,7 +22,7 @@ static void check_plan(const ti_inst *t, const shoal_policy *pol, const shoal_pl
 		ASSERT_LT(s->peer, np);
 		for (uint32_t l = s->first_layer; l < s->end_layer; l++)
 			mem[s->peer] += t->layers[l].bytes +
-					t->layers[l].kv_bytes_per_token * pol->ctx * pol->sessions;
+			                t->layers[l].kv_bytes_per_token * pol->ctx * pol->sessions;
 		next = s->end_layer;
 	}
 	ASSERT_EQ(next, m->n_layer);
@@ -45,7 +45,7 @@ static void check_plan(const ti_inst *t, const shoal_policy *pol, const shoal_pl
 	ASSERT_EQ(hp, shoal_plan_stage_at(p, ns - 1)->peer);
 	if (ep == hp)
 		mem[ep] += m->tied_head ? ti_max(m->embd_bytes, m->head_bytes)
-					: m->embd_bytes + m->head_bytes;
+		                        : m->embd_bytes + m->head_bytes;
 	else {
 		mem[ep] += m->embd_bytes;
 		mem[hp] += m->head_bytes; /* a tied head's matrix counts here too */
@@ -57,7 +57,8 @@ static void check_plan(const ti_inst *t, const shoal_policy *pol, const shoal_pl
 		ASSERT_LE(mem[i], ti_cap(vp, pol));
 		ASSERT_U64_EQ(pp->weight_bytes + pp->kv_bytes, mem[i]);
 		if (i)
-			ASSERT_LT(shoal_sched_id_cmp(&shoal_plan_peer_at(p, i - 1)->id, &pp->id), 0);
+			ASSERT_LT(shoal_sched_id_cmp(&shoal_plan_peer_at(p, i - 1)->id, &pp->id),
+			          0);
 	}
 }
 
@@ -165,7 +166,7 @@ static void test_bad_input(void)
 	ASSERT_EQ(shoal_view_add_peer(v, &vp, why, sizeof why), SHOAL_ERR_INVAL);
 	ASSERT_EQ(shoal_view_add_peer(v, &t.p[0], why, sizeof why), SHOAL_ERR_INVAL); /* twice */
 	ASSERT_EQ(shoal_view_set_link(v, &t.p[0].id, &t.p[0].id, 1, 1, why, sizeof why),
-		  SHOAL_ERR_INVAL);
+	          SHOAL_ERR_INVAL);
 	shoal_view_free(v);
 	/* an empty view */
 	v = shoal_view_new(1000, 1000);
@@ -174,4 +175,4 @@ static void test_bad_input(void)
 }
 
 TEST_MAIN(TEST_CASE(test_never_over_memory), TEST_CASE(test_clear_reason),
-	  TEST_CASE(test_bad_input))
+          TEST_CASE(test_bad_input))

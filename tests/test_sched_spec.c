@@ -33,10 +33,10 @@ static void test_shipped_specs(void)
 		double total, active;
 		uint32_t layers, moe_layers, experts;
 	} want[] = {
-		{"deepseek-v3", 671, 37, 61, 58, 256},
-		{"qwen3-235b-a22b", 235, 22, 94, 94, 128},
-		{"qwen3-30b-a3b", 30.5, 3.3, 48, 48, 128},
-		{"llama-3.1-70b", 70.6, 70.6, 80, 0, 0},
+	    {"deepseek-v3", 671, 37, 61, 58, 256},
+	    {"qwen3-235b-a22b", 235, 22, 94, 94, 128},
+	    {"qwen3-30b-a3b", 30.5, 3.3, 48, 48, 128},
+	    {"llama-3.1-70b", 70.6, 70.6, 80, 0, 0},
 	};
 	for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
 		uint64_t bytes[2];
@@ -55,14 +55,16 @@ static void test_shipped_specs(void)
 					ASSERT_EQ(m.layers[l].n_expert, want[i].experts);
 				}
 			ASSERT_EQ(moe, want[i].moe_layers);
-			ASSERT_NEAR((double)info.n_params / 1e9, want[i].total, want[i].total * 0.02);
+			ASSERT_NEAR((double)info.n_params / 1e9, want[i].total,
+			            want[i].total * 0.02);
 			ASSERT_NEAR((double)info.n_params_active / 1e9, want[i].active,
-				    want[i].active * 0.05);
+			            want[i].active * 0.05);
 			ASSERT_EQ(info.mbits_per_weight, q ? 8500u : 4850u);
 			/* bytes = params x bits / 8, norms and router at F32 */
 			bytes[q] = total_bytes(&m);
-			ASSERT_NEAR((double)bytes[q], (double)info.n_params * info.mbits_per_weight / 8000.0,
-				    (double)bytes[q] * 0.01);
+			ASSERT_NEAR((double)bytes[q],
+			            (double)info.n_params * info.mbits_per_weight / 8000.0,
+			            (double)bytes[q] * 0.01);
 			ASSERT_FALSE(m.tied_head);
 			ASSERT_GT(m.layers[0].kv_bytes_per_token, 0);
 			shoal_spec_manifest_fini(&m);
@@ -87,21 +89,24 @@ static void test_mla_kv_is_compressed(void)
 static void test_bad_specs(void)
 {
 	static const char *bad[] = {
-		"[1, 2]",
-		"{\"layers\": 2, \"dim\": 64, \"heads\": 4, \"vocab\": 100}",           /* no quant */
-		"{\"layers\": 2, \"dim\": 64, \"heads\": 4, \"vocab\": 100, \"quant\": \"Q9_X\"}",
-		"{\"layers\": -2, \"dim\": 64, \"heads\": 4, \"vocab\": 100, \"quant\": \"F16\"}",
-		"{\"layers\": 2, \"dim\": 64, \"heads\": 4, \"vocab\": 100, \"quant\": \"F16\", "
-		"\"ffn\": 128, \"experts\": 4, \"experts_used\": 5, \"expert_ffn\": 32}",
-		"{\"layers\": 2, \"dim\": 64, \"heads\": 4, \"vocab\": 100, \"quant\": \"F16\", "
-		"\"ffn\": 128, \"attention\": \"sliding\"}",
-		"{\"layers\": 2, \"dim\": 64, \"heads\": 4, \"vocab\": 100, \"quant\": \"F16\", "
-		"\"ffn\": 128, \"attention\": \"mla\"}",
-		"{\"layers\": 2, \"dim\": \"64\", \"heads\": 4, \"vocab\": 100, \"quant\": \"F16\"}",
-		"{\"layers\": 2, \"dim\": 64, \"heads\": 4, \"vocab\": 100, \"bits_per_weight\": 0.1}",
-		"{\"layers\": 2, \"dim\": 64, \"heads\": 4, \"vocab\": 100, \"quant\": \"F16\"}", /* dense, no ffn */
-		"{\"layers\": 99999, \"dim\": 64, \"heads\": 4, \"vocab\": 100, \"quant\": \"F16\"}",
-		"{\"layers\": 2, \"dim\"",
+	    "[1, 2]",
+	    "{\"layers\": 2, \"dim\": 64, \"heads\": 4, \"vocab\": 100}", /* no quant */
+	    "{\"layers\": 2, \"dim\": 64, \"heads\": 4, \"vocab\": 100, \"quant\": \"Q9_X\"}",
+	    "{\"layers\": -2, \"dim\": 64, \"heads\": 4, \"vocab\": 100, \"quant\": \"F16\"}",
+	    "{\"layers\": 2, \"dim\": 64, \"heads\": 4, \"vocab\": 100, \"quant\": \"F16\", "
+	    "\"ffn\": 128, \"experts\": 4, \"experts_used\": 5, \"expert_ffn\": 32}",
+	    "{\"layers\": 2, \"dim\": 64, \"heads\": 4, \"vocab\": 100, \"quant\": \"F16\", "
+	    "\"ffn\": 128, \"attention\": \"sliding\"}",
+	    "{\"layers\": 2, \"dim\": 64, \"heads\": 4, \"vocab\": 100, \"quant\": \"F16\", "
+	    "\"ffn\": 128, \"attention\": \"mla\"}",
+	    "{\"layers\": 2, \"dim\": \"64\", \"heads\": 4, \"vocab\": 100, \"quant\": \"F16\"}",
+	    "{\"layers\": 2, \"dim\": 64, \"heads\": 4, \"vocab\": 100, \"bits_per_weight\": 0.1}",
+	    "{\"layers\": 2, \"dim\": 64, \"heads\": 4, \"vocab\": 100, \"quant\": \"F16\"}", /* dense,
+	                                                                                         no
+	                                                                                         ffn
+	                                                                                       */
+	    "{\"layers\": 99999, \"dim\": 64, \"heads\": 4, \"vocab\": 100, \"quant\": \"F16\"}",
+	    "{\"layers\": 2, \"dim\"",
 	};
 	for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
 		shoal_manifest m;
@@ -114,7 +119,7 @@ static void test_bad_specs(void)
 	}
 	/* a custom bits-per-weight and a tied head */
 	const char *ok = "{\"layers\": 2, \"dim\": 64, \"heads\": 4, \"vocab\": 100, \"ffn\": 128, "
-			 "\"bits_per_weight\": 3.5, \"tied_head\": true}";
+	                 "\"bits_per_weight\": 3.5, \"tied_head\": true}";
 	shoal_manifest m;
 	shoal_spec_info info;
 	ASSERT_EQ(shoal_spec_parse(ok, strlen(ok), &m, &info, NULL, 0), SHOAL_OK);
@@ -146,23 +151,24 @@ static void test_cluster_bytes(void)
 }
 
 static const char *cluster_ok =
-	"{\"default_link\": {\"latency_us\": 50, \"bandwidth_gbit\": 10},"
-	" \"peers\": ["
-	"  {\"id\": \"000000000000000000000000000000b2\", \"name\": \"b\", \"memory\": \"64G\","
-	"   \"bandwidth_gbs\": 273, \"compute_gflops\": 9000},"
-	"  {\"id\": \"000000000000000000000000000000a1\", \"name\": \"a\", \"memory\": 1000000,"
-	"   \"bandwidth_gbs\": 819.5, \"compute_gflops\": 28000, \"load_pct\": 20},"
-	"  {\"id\": \"000000000000000000000000000000c3\", \"memory\": \"16G\","
-	"   \"bandwidth_gbs\": 60, \"compute_gflops\": 400}],"
-	" \"links\": [{\"a\": \"a\", \"b\": \"b\", \"latency_us\": 8, \"bandwidth_gbit\": 80},"
-	"            {\"a\": \"000000000000000000000000000000b2\", \"b\": \"a\", \"latency_us\": 12}],"
-	" \"routing\": [{\"layer\": 1, \"counts\": [5, 0, 7]}]}";
+    "{\"default_link\": {\"latency_us\": 50, \"bandwidth_gbit\": 10},"
+    " \"peers\": ["
+    "  {\"id\": \"000000000000000000000000000000b2\", \"name\": \"b\", \"memory\": \"64G\","
+    "   \"bandwidth_gbs\": 273, \"compute_gflops\": 9000},"
+    "  {\"id\": \"000000000000000000000000000000a1\", \"name\": \"a\", \"memory\": 1000000,"
+    "   \"bandwidth_gbs\": 819.5, \"compute_gflops\": 28000, \"load_pct\": 20},"
+    "  {\"id\": \"000000000000000000000000000000c3\", \"memory\": \"16G\","
+    "   \"bandwidth_gbs\": 60, \"compute_gflops\": 400}],"
+    " \"links\": [{\"a\": \"a\", \"b\": \"b\", \"latency_us\": 8, \"bandwidth_gbit\": 80},"
+    "            {\"a\": \"000000000000000000000000000000b2\", \"b\": \"a\", \"latency_us\": 12}],"
+    " \"routing\": [{\"layer\": 1, \"counts\": [5, 0, 7]}]}";
 
 static void test_cluster_parse(void)
 {
 	shoal_view *v = NULL;
 	char why[256];
-	ASSERT_EQ(shoal_cluster_parse(cluster_ok, strlen(cluster_ok), &v, why, sizeof why), SHOAL_OK);
+	ASSERT_EQ(shoal_cluster_parse(cluster_ok, strlen(cluster_ok), &v, why, sizeof why),
+	          SHOAL_OK);
 	ASSERT_EQ(shoal_view_n_peers(v), 3);
 	const shoal_view_peer *a = shoal_view_peer_at(v, 0); /* id order */
 	ASSERT_STR_EQ(a->name, "a");
@@ -184,26 +190,27 @@ static void test_cluster_parse(void)
 	shoal_view_free(v);
 
 	static const char *bad[] = {
-		"{}",
-		"{\"peers\": []}",
-		"{\"peers\": [{\"id\": \"xyz\", \"memory\": 1, \"bandwidth_gbs\": 1, \"compute_gflops\": 1}]}",
-		"{\"peers\": [{\"id\": \"000000000000000000000000000000a1\", \"bandwidth_gbs\": 1, "
-		"\"compute_gflops\": 1}]}",
-		"{\"peers\": [{\"id\": \"000000000000000000000000000000a1\", \"memory\": \"1G\", "
-		"\"compute_gflops\": 1}]}",
-		"{\"peers\": [{\"id\": \"000000000000000000000000000000a1\", \"memory\": \"1G\", "
-		"\"bandwidth_gbs\": 0, \"compute_gflops\": 1}]}",
-		"{\"peers\": [{\"id\": \"000000000000000000000000000000a1\", \"memory\": \"1G\", "
-		"\"bandwidth_gbs\": 1, \"compute_gflops\": 1}], \"links\": [{\"a\": \"nobody\", \"b\": "
-		"\"000000000000000000000000000000a1\"}]}",
-		"{\"peers\": [{\"id\": \"000000000000000000000000000000a1\", \"memory\": \"1G\", "
-		"\"bandwidth_gbs\": 1, \"compute_gflops\": 1}, {\"id\": "
-		"\"000000000000000000000000000000a1\", \"memory\": \"1G\", \"bandwidth_gbs\": 1, "
-		"\"compute_gflops\": 1}]}",
-		"{\"peers\": [{\"id\": \"000000000000000000000000000000a1\", \"memory\": \"1G\", "
-		"\"bandwidth_gbs\": 1, \"compute_gflops\": 1}], \"routing\": [{\"layer\": 0, "
-		"\"counts\": [-1]}]}",
-		"not json",
+	    "{}",
+	    "{\"peers\": []}",
+	    "{\"peers\": [{\"id\": \"xyz\", \"memory\": 1, \"bandwidth_gbs\": 1, "
+	    "\"compute_gflops\": 1}]}",
+	    "{\"peers\": [{\"id\": \"000000000000000000000000000000a1\", \"bandwidth_gbs\": 1, "
+	    "\"compute_gflops\": 1}]}",
+	    "{\"peers\": [{\"id\": \"000000000000000000000000000000a1\", \"memory\": \"1G\", "
+	    "\"compute_gflops\": 1}]}",
+	    "{\"peers\": [{\"id\": \"000000000000000000000000000000a1\", \"memory\": \"1G\", "
+	    "\"bandwidth_gbs\": 0, \"compute_gflops\": 1}]}",
+	    "{\"peers\": [{\"id\": \"000000000000000000000000000000a1\", \"memory\": \"1G\", "
+	    "\"bandwidth_gbs\": 1, \"compute_gflops\": 1}], \"links\": [{\"a\": \"nobody\", \"b\": "
+	    "\"000000000000000000000000000000a1\"}]}",
+	    "{\"peers\": [{\"id\": \"000000000000000000000000000000a1\", \"memory\": \"1G\", "
+	    "\"bandwidth_gbs\": 1, \"compute_gflops\": 1}, {\"id\": "
+	    "\"000000000000000000000000000000a1\", \"memory\": \"1G\", \"bandwidth_gbs\": 1, "
+	    "\"compute_gflops\": 1}]}",
+	    "{\"peers\": [{\"id\": \"000000000000000000000000000000a1\", \"memory\": \"1G\", "
+	    "\"bandwidth_gbs\": 1, \"compute_gflops\": 1}], \"routing\": [{\"layer\": 0, "
+	    "\"counts\": [-1]}]}",
+	    "not json",
 	};
 	for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
 		v = NULL;
@@ -238,13 +245,13 @@ static void test_plan_json(void)
 	ASSERT_STR_EQ(json_string_value(json_object_get(o, "digest")), hex);
 	ASSERT_EQ(json_integer_value(json_object_get(o, "epoch")), 1);
 	ASSERT_NEAR(json_real_value(json_object_get(o, "predicted_ms_per_token")),
-		    shoal_plan_predicted_ns(p) / 1e6, 1e-9);
+	            shoal_plan_predicted_ns(p) / 1e6, 1e-9);
 	json_t *st = json_object_get(o, "stages");
 	ASSERT_EQ(json_array_size(st), shoal_plan_n_stages(p));
 	ASSERT_EQ(json_integer_value(json_object_get(json_array_get(st, 0), "first_layer")), 0);
-	ASSERT_EQ(json_integer_value(json_object_get(
-			  json_array_get(st, json_array_size(st) - 1), "end_layer")),
-		  94);
+	ASSERT_EQ(json_integer_value(
+	              json_object_get(json_array_get(st, json_array_size(st) - 1), "end_layer")),
+	          94);
 	ASSERT_EQ(strlen(json_string_value(json_object_get(json_array_get(st, 0), "peer"))), 32);
 	/* every expert of every layer appears, once per owner */
 	json_t *ex = json_object_get(o, "experts");
@@ -254,8 +261,8 @@ static void test_plan_json(void)
 	json_t *layer, *own;
 	json_array_foreach(ex, i, layer)
 	{
-		json_array_foreach(json_object_get(layer, "owners"), j, own)
-			n_listed += json_array_size(json_object_get(own, "experts"));
+		json_array_foreach(json_object_get(layer, "owners"), j, own) n_listed +=
+		    json_array_size(json_object_get(own, "experts"));
 	}
 	ASSERT_GE(n_listed, 94 * 128);
 	json_t *mem = json_object_get(o, "memory");
@@ -263,7 +270,7 @@ static void test_plan_json(void)
 	json_array_foreach(mem, i, own)
 	{
 		ASSERT_LE(json_integer_value(json_object_get(own, "used_bytes")),
-			  json_integer_value(json_object_get(own, "capacity_bytes")));
+		          json_integer_value(json_object_get(own, "capacity_bytes")));
 	}
 	/* stable: the same plan gives the same text */
 	char *t1 = json_dumps(o, JSON_COMPACT);
@@ -280,5 +287,5 @@ static void test_plan_json(void)
 }
 
 TEST_MAIN(TEST_CASE(test_shipped_specs), TEST_CASE(test_mla_kv_is_compressed),
-	  TEST_CASE(test_bad_specs), TEST_CASE(test_cluster_bytes), TEST_CASE(test_cluster_parse),
-	  TEST_CASE(test_plan_json))
+          TEST_CASE(test_bad_specs), TEST_CASE(test_cluster_bytes), TEST_CASE(test_cluster_parse),
+          TEST_CASE(test_plan_json))

@@ -80,7 +80,7 @@ static void test_slow_peer_only_when_memory_needs_it(void)
 	shoal_plan *p = NULL;
 	/* A and B (800 GB/s) hold 12 GB each: 20 GB of layers need both */
 	shoal_view_peer ps[3] = {peer(1, "fast-a", 12 * GB, 800), peer(2, "fast-b", 12 * GB, 800),
-				 peer(3, "slow", 64 * GB, 50)};
+	                         peer(3, "slow", 64 * GB, 50)};
 	shoal_view *v = view_of(ps, 3);
 	ASSERT_EQ(shoal_schedule(v, &m, &pol, NULL, &p, NULL, 0), SHOAL_OK);
 	ASSERT_EQ(shoal_plan_n_stages(p), 2);
@@ -117,7 +117,7 @@ static void test_removing_idle_peer_keeps_plan(void)
 	shoal_manifest m = dense_model(20);
 	shoal_policy pol = policy();
 	shoal_view_peer ps[3] = {peer(1, "a", 12 * GB, 800), peer(2, "b", 12 * GB, 800),
-				 peer(3, "idle", 64 * GB, 50)};
+	                         peer(3, "idle", 64 * GB, 50)};
 	shoal_view *v = view_of(ps, 3);
 	shoal_plan *p0 = NULL, *p1 = NULL;
 	ASSERT_EQ(shoal_schedule(v, &m, &pol, NULL, &p0, NULL, 0), SHOAL_OK);
@@ -145,7 +145,7 @@ static void test_new_peer_needs_gain_threshold(void)
 	shoal_manifest m = dense_model(10);
 	shoal_policy pol = policy(); /* gain threshold 10 % */
 	shoal_view_peer ps[3] = {peer(1, "old", 64 * GB, 400), peer(2, "bit-faster", 64 * GB, 420),
-				 peer(3, "much-faster", 64 * GB, 800)};
+	                         peer(3, "much-faster", 64 * GB, 800)};
 	shoal_view *v = view_of(ps, 1);
 	shoal_plan *p0 = NULL, *p1 = NULL, *fresh = NULL;
 	ASSERT_EQ(shoal_schedule(v, &m, &pol, NULL, &p0, NULL, 0), SHOAL_OK);
@@ -185,7 +185,7 @@ static void test_fewest_bytes_moved_among_near_equal(void)
 	shoal_policy pol = policy();
 	/* 6.5 GB each: the only split is 6 + 6 */
 	shoal_view_peer ps[3] = {peer(1, "x", 6500000000ULL, 100), peer(2, "y", 6500000000ULL, 100),
-				 peer(3, "c", 8500000000ULL, 101)};
+	                         peer(3, "c", 8500000000ULL, 101)};
 	shoal_view *v = view_of(ps, 2);
 	shoal_plan *prev = NULL, *fresh = NULL, *p = NULL;
 	ASSERT_EQ(shoal_schedule(v, &m, &pol, NULL, &prev, NULL, 0), SHOAL_OK);
@@ -228,5 +228,6 @@ static void test_fewest_bytes_moved_among_near_equal(void)
 }
 
 TEST_MAIN(TEST_CASE(test_slow_peer_only_when_memory_needs_it),
-	  TEST_CASE(test_removing_idle_peer_keeps_plan), TEST_CASE(test_new_peer_needs_gain_threshold),
-	  TEST_CASE(test_fewest_bytes_moved_among_near_equal))
+          TEST_CASE(test_removing_idle_peer_keeps_plan),
+          TEST_CASE(test_new_peer_needs_gain_threshold),
+          TEST_CASE(test_fewest_bytes_moved_among_near_equal))

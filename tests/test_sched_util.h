@@ -17,9 +17,9 @@
 
 #include "scheduler/plan.h"
 
-#define TI_MAX_PEERS 12
-#define TI_MAX_LAYERS 16
-#define TI_MAX_LINKS (TI_MAX_PEERS * (TI_MAX_PEERS - 1) / 2)
+#define TI_MAX_PEERS   12
+#define TI_MAX_LAYERS  16
+#define TI_MAX_LINKS   (TI_MAX_PEERS * (TI_MAX_PEERS - 1) / 2)
 #define TI_MAX_EXPERTS 8
 
 typedef struct ti_rng {
@@ -85,7 +85,8 @@ static inline void ti_random(ti_inst *t, ti_rng *r, int n, int L, bool moe)
 	}
 	t->m.embd_bytes = ti_range(r, 10, 1000) * 1000000ULL;
 	t->m.tied_head = ti_range(r, 0, 1);
-	t->m.head_bytes = t->m.embd_bytes + (t->m.tied_head ? 4096 : ti_range(r, 0, 100) * 1000000ULL);
+	t->m.head_bytes =
+	    t->m.embd_bytes + (t->m.tied_head ? 4096 : ti_range(r, 0, 100) * 1000000ULL);
 	t->m.head_flops = t->m.head_bytes * 2;
 	t->m.act_bytes_per_token = ti_range(r, 1, 64) * 1024;
 	total += t->m.embd_bytes + t->m.head_bytes;
@@ -114,7 +115,8 @@ static inline void ti_random(ti_inst *t, ti_rng *r, int n, int L, bool moe)
 	t->has_counts = moe && ti_range(r, 0, 1);
 	for (int l = 0; l < L && t->has_counts; l++)
 		for (uint32_t e = 0; e < t->layers[l].n_expert; e++)
-			t->counts[l][e] = ti_range(r, 0, 3) ? ti_range(r, 0, 100) : ti_range(r, 500, 2000);
+			t->counts[l][e] =
+			    ti_range(r, 0, 3) ? ti_range(r, 0, 100) : ti_range(r, 500, 2000);
 }
 
 /* Fisher-Yates with the test's rng. */
@@ -150,7 +152,7 @@ static inline shoal_view *ti_view(const ti_inst *t, ti_rng *perm_rng)
 		const ti_link *k = &t->l[lp[i]];
 		bool flip = perm_rng && ti_range(perm_rng, 0, 1);
 		shoal_view_set_link(v, &t->p[flip ? k->b : k->a].id, &t->p[flip ? k->a : k->b].id,
-				    k->lat, k->bw, NULL, 0);
+		                    k->lat, k->bw, NULL, 0);
 	}
 	if (t->has_counts) {
 		int order[TI_MAX_LAYERS * TI_MAX_EXPERTS], n = 0;
@@ -163,7 +165,8 @@ static inline shoal_view *ti_view(const ti_inst *t, ti_rng *perm_rng)
 		for (int i = 0; i < L * TI_MAX_EXPERTS; i++) {
 			int l = order[i] / TI_MAX_EXPERTS, e = order[i] % TI_MAX_EXPERTS;
 			if ((uint32_t)e < t->layers[l].n_expert) {
-				shoal_view_set_expert_count(v, (uint32_t)l, (uint32_t)e, t->counts[l][e]);
+				shoal_view_set_expert_count(v, (uint32_t)l, (uint32_t)e,
+				                            t->counts[l][e]);
 				n++;
 			}
 		}
@@ -180,7 +183,10 @@ static inline uint64_t ti_ceil_ns(unsigned __int128 amount, uint64_t per_s)
 	return (uint64_t)(num / per_s + (num % per_s != 0));
 }
 
-static inline uint64_t ti_max(uint64_t a, uint64_t b) { return a > b ? a : b; }
+static inline uint64_t ti_max(uint64_t a, uint64_t b)
+{
+	return a > b ? a : b;
+}
 
 static inline uint64_t ti_eff(uint64_t x, uint32_t load)
 {
