@@ -218,6 +218,11 @@ static shoal_err shoal_dnssd_open(const shoal_discovery_config *cfg, void **stat
                                   size_t why_len)
 {
 	*state = NULL;
+#ifndef __APPLE__
+	/* Avahi's compatibility layer prints a 3-line warning per process
+	 * unless this is set; we know what we use. */
+	setenv("AVAHI_COMPAT_NOWARN", "1", 0);
+#endif
 	shoal_dnssd *d = calloc(1, sizeof *d);
 	if (!d)
 		return SHOAL_ERR_NOMEM;
