@@ -487,8 +487,8 @@ static shoal_err probe(shoal_xfer_link *k, int connector, int64_t deadline, char
 			return e;
 	}
 	e = recv_on(k, &xfer__rdma_ops, k->rdma, left_ms(deadline), &f, why, why_len);
-	if (e == SHOAL_ERR_BUSY)
-		return shoal_why(why, why_len, SHOAL_ERR_IO, "peer gave up on the probe");
+	if (e == SHOAL_ERR_BUSY) /* its verdict is on the TCP side: it gave up */
+		return shoal_why(why, why_len, SHOAL_ERR_BUSY, "peer gave up on the probe");
 	if (e)
 		return e;
 	if (f.hdr.kind != SHOAL_XFER_KIND_PROBE || f.hdr.payload_len != sizeof pat ||
@@ -524,30 +524,34 @@ static shoal_err negotiate(shoal_xfer_link *k, int connector, const shoal_xfer_h
 	                               deadline, &f, &pe, pr, sizeof pr, why, why_len);
 	if (te)
 		return te;
-	if (!e && !pe)
-		e = shoal_xfer_qp_info_decode(f.payload, f.hdr.payload_len, &remote, r, sizeof r);
-	/* 2. INIT -> RTR -> RTS, receives posted; verdicts both ways. */
-	if (!e && !pe)
+	/* Every later step runs on both ends or on neither: each end decides
+	 * from the same pair of statuses. */
+	if (e || pe)
+		goto verdict;
+	e = shoal_xfer_qp_info_decode(f.payload, f.hdr.payload_len, &remote, r, sizeof r);
+	/* 2. Receives posted, INIT -> RTR -> RTS; verdicts both ways. */
+	if (!e)
 		e = xfer__rdma_connect(k->rdma, &remote, xfer__tcp_fd(k->tcp), r, sizeof r);
-	if (!pe) {
-		te = exchange_status(k, SHOAL_XFER_KIND_RDMA_VERDICT, e, r, NULL, 0, deadline, &f,
-		                     &pe, pr, sizeof pr, why, why_len);
-		if (te)
-			return te;
-	}
+	te = exchange_status(k, SHOAL_XFER_KIND_RDMA_VERDICT, e, r, NULL, 0, deadline, &f, &pe, pr,
+	                     sizeof pr, why, why_len);
+	if (te)
+		return te;
+	if (e || pe)
+		goto verdict;
 	/* 3. A round trip over the queue pair; verdicts both ways. */
-	if (!e && !pe) {
-		e = probe(k, connector, deadline, r, sizeof r);
-		if (e) {
-			char t[256];
-			snprintf(t, sizeof t, "rdma probe failed: %.200s", r);
-			snprintf(r, sizeof r, "%s", t);
-		}
-		te = exchange_status(k, SHOAL_XFER_KIND_RDMA_VERDICT, e, r, NULL, 0, deadline, &f,
-		                     &pe, pr, sizeof pr, why, why_len);
-		if (te)
-			return te;
+	e = probe(k, connector, deadline, r, sizeof r);
+	if (e) {
+		char t[256];
+		snprintf(t, sizeof t, "rdma probe failed: %.200s", r);
+		snprintf(r, sizeof r, "%s", t);
 	}
+	te = exchange_status(k, SHOAL_XFER_KIND_RDMA_VERDICT, e, r, NULL, 0, deadline, &f, &pe, pr,
+	                     sizeof pr, why, why_len);
+	if (te)
+		return te;
+verdict:
+	if (e == SHOAL_ERR_BUSY && pe) /* ours only echoes the peer's failure */
+		e = SHOAL_OK;
 	if (e)
 		snprintf(k->status, sizeof k->status, "tcp (%.200s)", r);
 	else if (pe)

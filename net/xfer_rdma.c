@@ -116,7 +116,10 @@ shoal_err xfer__rdma_open(const shoal_xfer_config *cfg, xfer__rdma **out, const 
 	x->chan_fd = x->watch_fd = -1;
 	x->borrowed = -1;
 	x->spin_us = cfg->spin_us;
-	x->slots = cfg->rdma_slots < 2 ? 2 : cfg->rdma_slots;
+	/* 4 slots at least: one is held by the frame the link last handed out
+	 * (reposted at the next recv), one is kept for credit returns (rule
+	 * 2), which leaves 2 for frames in flight; 4096 bounds the memory. */
+	x->slots = cfg->rdma_slots < 4 ? 4 : cfg->rdma_slots > 4096 ? 4096 : cfg->rdma_slots;
 	/* Sends complete in about one RTT; a quarter of the ring (4 of 16)
 	 * keeps the pipe full at decode sizes, 2 at least for a credit frame. */
 	x->nsend = x->slots / 4 < 2 ? 2 : x->slots / 4;
