@@ -160,6 +160,51 @@ static void run(bool moe, int instances, uint64_t seed)
 	ASSERT_GT(infeasible, 0);
 }
 
+/* Above 8 peers the search is a heuristic: measure it against the brute
+ * force on 9-11 peers and up to 5 layers (every subset, order and split). It
+ * must find a plan whenever one exists, be optimal on most instances and
+ * never be far off. */
+static void test_heuristic_near_optimal(void)
+{
+	ti_rng r = {77};
+	int compared = 0, optimal = 0;
+	double worst = 1.0, sum = 0;
+	for (int it = 0; it < 150; it++) {
+		ti_inst t;
+		int n = (int)ti_range(&r, 9, 11);
+		int L = (int)ti_range(&r, 1, 5);
+		ti_random(&t, &r, n, L, false);
+		shoal_policy pol;
+		shoal_policy_init(&pol);
+		pol.ctx = (uint32_t)ti_range(&r, 1, 4096);
+		shoal_view *v = ti_view(&t, NULL);
+		shoal_plan *p = NULL;
+		shoal_err e = shoal_schedule(v, &t.m, &pol, NULL, &p, NULL, 0);
+		bf b;
+		bf_init(&b, &t, &pol);
+		bf_rec(&b, 0, 0, 0, 0, 0);
+		if (b.best == UINT64_MAX) {
+			ASSERT_EQ(e, SHOAL_ERR_INFEASIBLE);
+		} else {
+			ASSERT_EQ(e, SHOAL_OK);
+			double ratio = (double)shoal_plan_predicted_ns(p) / (double)b.best;
+			ASSERT_TRUE(ratio >= 1.0);
+			optimal += ratio == 1.0;
+			sum += ratio;
+			if (ratio > worst)
+				worst = ratio;
+			compared++;
+		}
+		shoal_plan_free(p);
+		shoal_view_free(v);
+	}
+	printf("  %d compared: %d optimal, mean %.4f, worst %.4f x the optimum\n", compared,
+	       optimal, compared ? sum / compared : 0, worst);
+	ASSERT_GT(compared, 75);
+	ASSERT_GE(optimal * 10, compared * 8); /* optimal on 80 % or more */
+	ASSERT_TRUE(worst < 1.25);
+}
+
 static void test_optimal_dense(void)
 {
 	run(false, 400, 1);
@@ -169,4 +214,5 @@ static void test_optimal_moe_kept(void)
 	run(true, 300, 2);
 }
 
-TEST_MAIN(TEST_CASE(test_optimal_dense), TEST_CASE(test_optimal_moe_kept))
+TEST_MAIN(TEST_CASE(test_optimal_dense), TEST_CASE(test_optimal_moe_kept),
+          TEST_CASE(test_heuristic_near_optimal))
