@@ -286,6 +286,68 @@ shoal_err shoal_cluster_load(const char *path, shoal_view **out, char *why, size
 	return e;
 }
 
+/* ---- the view as JSON ------------------------------------------------- */
+
+static json_t *link_json(uint64_t lat, uint64_t bw)
+{
+	return json_pack("{s:f, s:f}", "latency_us", (double)lat / 1000.0, "bandwidth_gbit",
+	                 (double)bw * 8.0 / 1e9);
+}
+
+json_t *shoal_cluster_to_json(const shoal_view *v)
+{
+	uint64_t lat, bw;
+	shoal_view_default_link(v, &lat, &bw);
+	json_t *o = json_object(), *peers = json_array(), *links = json_array(),
+	       *routing = json_array();
+	int bad = !o || !peers || !links || !routing;
+	bad |= bad || json_object_set_new(o, "default_link", link_json(lat, bw));
+	for (size_t i = 0; !bad && i < shoal_view_n_peers(v); i++) {
+		const shoal_view_peer *p = shoal_view_peer_at(v, i);
+		char hex[33];
+		shoal_sched_id_hex(&p->id, hex);
+		bad |= json_array_append_new(
+		    peers, json_pack("{s:s, s:s, s:I, s:f, s:f, s:i}", "id", hex, "name", p->name,
+		                     "memory", (json_int_t)p->mem_bytes, "bandwidth_gbs",
+		                     (double)p->mem_bw / 1e9, "compute_gflops",
+		                     (double)p->flops / 1e9, "load_pct", (int)p->load_pct));
+	}
+	for (size_t i = 0; !bad && i < shoal_view_n_links(v); i++) {
+		shoal_sched_id a, b;
+		char ha[33], hb[33];
+		shoal_view_link_at(v, i, &a, &b, &lat, &bw);
+		shoal_sched_id_hex(&a, ha);
+		shoal_sched_id_hex(&b, hb);
+		json_t *l = link_json(lat, bw);
+		bad |= !l || json_object_set_new(l, "a", json_string(ha)) ||
+		       json_object_set_new(l, "b", json_string(hb)) ||
+		       json_array_append_new(links, l);
+	}
+	for (uint32_t l = 0; !bad && l < shoal_view_count_layers(v); l++) {
+		if (!shoal_view_layer_has_counts(v, l))
+			continue;
+		json_t *counts = json_array();
+		bad |= !counts;
+		for (uint32_t e = 0; !bad && e < shoal_view_layer_n_counts(v, l); e++) {
+			bool known;
+			uint64_t c = shoal_view_expert_count(v, l, e, &known);
+			bad |= json_array_append_new(counts, json_integer((json_int_t)c));
+		}
+		bad |= bad || json_array_append_new(routing, json_pack("{s:i, s:o}", "layer",
+		                                                       (int)l, "counts", counts));
+	}
+	bad |= bad || json_object_set(o, "peers", peers) || json_object_set(o, "links", links) ||
+	       json_object_set(o, "routing", routing);
+	json_decref(peers);
+	json_decref(links);
+	json_decref(routing);
+	if (bad) {
+		json_decref(o);
+		return NULL;
+	}
+	return o;
+}
+
 /* ---- the plan object --------------------------------------------------- */
 
 static json_t *peer_ref(const shoal_plan *p, uint32_t i)

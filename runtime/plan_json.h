@@ -36,6 +36,10 @@
 shoal_err shoal_cluster_parse(const char *text, size_t len, shoal_view **out, char *why,
                               size_t why_len);
 shoal_err shoal_cluster_load(const char *path, shoal_view **out, char *why, size_t why_len);
+/* The view as cluster JSON (new reference, NULL when out of memory):
+ * memory in bytes, the default link, the links set, the routing counts;
+ * parsing it back gives the same view. */
+json_t *shoal_cluster_to_json(const shoal_view *v);
 /* Parse "512G", "64 GiB", "1.5T", "16000000000" into bytes. */
 shoal_err shoal_cluster_parse_bytes(const char *s, uint64_t *out);
 

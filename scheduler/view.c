@@ -298,6 +298,37 @@ void shoal_view_link(const shoal_view *v, size_t i, size_t j, uint64_t *latency_
 	}
 }
 
+size_t shoal_view_n_links(const shoal_view *v)
+{
+	return v->n_links;
+}
+
+void shoal_view_link_at(const shoal_view *v, size_t i, shoal_sched_id *a, shoal_sched_id *b,
+                        uint64_t *latency_ns, uint64_t *bw)
+{
+	const view_link *l = &v->links[i];
+	*a = l->a;
+	*b = l->b;
+	*latency_ns = l->latency_ns;
+	*bw = l->bw;
+}
+
+void shoal_view_default_link(const shoal_view *v, uint64_t *latency_ns, uint64_t *bw)
+{
+	*latency_ns = v->def_latency_ns;
+	*bw = v->def_bw;
+}
+
+uint32_t shoal_view_count_layers(const shoal_view *v)
+{
+	return v->n_count_layers;
+}
+
+uint32_t shoal_view_layer_n_counts(const shoal_view *v, uint32_t layer)
+{
+	return layer < v->n_count_layers ? v->n_counts[layer] : 0;
+}
+
 uint64_t shoal_view_expert_count(const shoal_view *v, uint32_t layer, uint32_t expert, bool *known)
 {
 	if (layer < v->n_count_layers && expert < v->n_counts[layer] && v->known[layer][expert]) {

@@ -76,6 +76,16 @@ const shoal_view_peer *shoal_view_peer_at(const shoal_view *v, size_t i);
 long shoal_view_find(const shoal_view *v, const shoal_sched_id *id);
 /* The link i <-> j by index (i != j): the set one, else the default. */
 void shoal_view_link(const shoal_view *v, size_t i, size_t j, uint64_t *latency_ns, uint64_t *bw);
+/* Links as set (not the defaults), in (a, b) id order with a < b. */
+size_t shoal_view_n_links(const shoal_view *v);
+void shoal_view_link_at(const shoal_view *v, size_t i, shoal_sched_id *a, shoal_sched_id *b,
+                        uint64_t *latency_ns, uint64_t *bw);
+/* The default link. */
+void shoal_view_default_link(const shoal_view *v, uint64_t *latency_ns, uint64_t *bw);
+/* Layers that may have counts: every counted (layer, expert) has layer below
+ * this, and expert below shoal_view_layer_n_counts(v, layer). */
+uint32_t shoal_view_count_layers(const shoal_view *v);
+uint32_t shoal_view_layer_n_counts(const shoal_view *v, uint32_t layer);
 /* The count of (layer, expert), or 0 with *known = false. */
 uint64_t shoal_view_expert_count(const shoal_view *v, uint32_t layer, uint32_t expert, bool *known);
 /* True if some count of this layer was set. */

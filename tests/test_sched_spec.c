@@ -88,26 +88,37 @@ static void test_mla_kv_is_compressed(void)
 
 static void test_bad_specs(void)
 {
-	static const char *bad[] = {
-	    "[1, 2]",
-	    "{\"layers\": 2, \"dim\": 64, \"heads\": 4, \"vocab\": 100}", /* no quant */
-	    "{\"layers\": 2, \"dim\": 64, \"heads\": 4, \"vocab\": 100, \"quant\": \"Q9_X\"}",
-	    "{\"layers\": -2, \"dim\": 64, \"heads\": 4, \"vocab\": 100, \"quant\": \"F16\"}",
-	    "{\"layers\": 2, \"dim\": 64, \"heads\": 4, \"vocab\": 100, \"quant\": \"F16\", "
-	    "\"ffn\": 128, \"experts\": 4, \"experts_used\": 5, \"expert_ffn\": 32}",
-	    "{\"layers\": 2, \"dim\": 64, \"heads\": 4, \"vocab\": 100, \"quant\": \"F16\", "
-	    "\"ffn\": 128, \"attention\": \"sliding\"}",
-	    "{\"layers\": 2, \"dim\": 64, \"heads\": 4, \"vocab\": 100, \"quant\": \"F16\", "
-	    "\"ffn\": 128, \"attention\": \"mla\"}",
-	    "{\"layers\": 2, \"dim\": \"64\", \"heads\": 4, \"vocab\": 100, \"quant\": \"F16\"}",
-	    "{\"layers\": 2, \"dim\": 64, \"heads\": 4, \"vocab\": 100, \"bits_per_weight\": 0.1}",
-	    "{\"layers\": 2, \"dim\": 64, \"heads\": 4, \"vocab\": 100, \"quant\": \"F16\"}", /* dense,
-	                                                                                         no
-	                                                                                         ffn
-	                                                                                       */
-	    "{\"layers\": 99999, \"dim\": 64, \"heads\": 4, \"vocab\": 100, \"quant\": \"F16\"}",
-	    "{\"layers\": 2, \"dim\"",
-	};
+	static const char
+	    *bad[] =
+	        {
+	            "[1, 2]",
+	            "{\"layers\": 2, \"dim\": 64, \"heads\": 4, \"vocab\": 100}", /* no quant */
+	            "{\"layers\": 2, \"dim\": 64, \"heads\": 4, \"vocab\": 100, \"quant\": "
+	            "\"Q9_X\"}",
+	            "{\"layers\": -2, \"dim\": 64, \"heads\": 4, \"vocab\": 100, \"quant\": "
+	            "\"F16\"}",
+	            "{\"layers\": 2, \"dim\": 64, \"heads\": 4, \"vocab\": 100, \"quant\": "
+	            "\"F16\", "
+	            "\"ffn\": 128, \"experts\": 4, \"experts_used\": 5, \"expert_ffn\": 32}",
+	            "{\"layers\": 2, \"dim\": 64, \"heads\": 4, \"vocab\": 100, \"quant\": "
+	            "\"F16\", "
+	            "\"ffn\": 128, \"attention\": \"sliding\"}",
+	            "{\"layers\": 2, \"dim\": 64, \"heads\": 4, \"vocab\": 100, \"quant\": "
+	            "\"F16\", "
+	            "\"ffn\": 128, \"attention\": \"mla\"}",
+	            "{\"layers\": 2, \"dim\": \"64\", \"heads\": 4, \"vocab\": 100, \"quant\": "
+	            "\"F16\"}",
+	            "{\"layers\": 2, \"dim\": 64, \"heads\": 4, \"vocab\": 100, "
+	            "\"bits_per_weight\": 0.1}",
+	            "{\"layers\": 2, \"dim\": 64, \"heads\": 4, \"vocab\": 100, \"quant\": "
+	            "\"F16\"}", /* dense,
+	                           no
+	                           ffn
+	                         */
+	            "{\"layers\": 99999, \"dim\": 64, \"heads\": 4, \"vocab\": 100, \"quant\": "
+	            "\"F16\"}",
+	            "{\"layers\": 2, \"dim\"",
+	        };
 	for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
 		shoal_manifest m;
 		char why[256] = "";
@@ -286,6 +297,52 @@ static void test_plan_json(void)
 	shoal_view_free(v);
 }
 
+/* view -> JSON -> view plans the same, for every example cluster */
+static void test_cluster_round_trip(void)
+{
+	static const char *names[] = {"mac-studio-x4", "studio-and-minis", "linux-homelab"};
+	const char *src = getenv("SHOAL_SRCDIR");
+	char path[512], why[256];
+	spec_path(path, sizeof path, "qwen3-30b-a3b-q4_k_m");
+	shoal_manifest m;
+	ASSERT_EQ(shoal_spec_load(path, &m, NULL, why, sizeof why), SHOAL_OK);
+	shoal_policy pol;
+	shoal_policy_init(&pol);
+	for (size_t i = 0; i < 3; i++) {
+		snprintf(path, sizeof path, "%s/scheduler/examples/%s.json", src ? src : ".",
+		         names[i]);
+		shoal_view *v = NULL, *w = NULL;
+		ASSERT_EQ(shoal_cluster_load(path, &v, why, sizeof why), SHOAL_OK);
+		/* routing counts travel too */
+		for (uint32_t e = 0; e < 128; e++)
+			shoal_view_set_expert_count(v, 5, e, e * 7 % 13);
+		json_t *o = shoal_cluster_to_json(v);
+		ASSERT_TRUE(o != NULL);
+		char *text = json_dumps(o, 0);
+		json_decref(o);
+		ASSERT_EQ(shoal_cluster_parse(text, strlen(text), &w, why, sizeof why), SHOAL_OK);
+		free(text);
+		ASSERT_EQ(shoal_view_n_peers(w), shoal_view_n_peers(v));
+		ASSERT_EQ(shoal_view_n_links(w), shoal_view_n_links(v));
+		for (size_t p = 0; p < shoal_view_n_peers(v); p++) {
+			ASSERT_U64_EQ(shoal_view_peer_at(w, p)->mem_bw,
+			              shoal_view_peer_at(v, p)->mem_bw);
+			ASSERT_U64_EQ(shoal_view_peer_at(w, p)->mem_bytes,
+			              shoal_view_peer_at(v, p)->mem_bytes);
+		}
+		shoal_plan *a = NULL, *b = NULL;
+		ASSERT_EQ(shoal_schedule(v, &m, &pol, NULL, &a, why, sizeof why), SHOAL_OK);
+		ASSERT_EQ(shoal_schedule(w, &m, &pol, NULL, &b, why, sizeof why), SHOAL_OK);
+		ASSERT_MEM_EQ(shoal_plan_digest(a), shoal_plan_digest(b), SHOAL_DIGEST_BYTES);
+		ASSERT_U64_EQ(shoal_plan_predicted_ns(a), shoal_plan_predicted_ns(b));
+		shoal_plan_free(a);
+		shoal_plan_free(b);
+		shoal_view_free(v);
+		shoal_view_free(w);
+	}
+	shoal_spec_manifest_fini(&m);
+}
+
 TEST_MAIN(TEST_CASE(test_shipped_specs), TEST_CASE(test_mla_kv_is_compressed),
           TEST_CASE(test_bad_specs), TEST_CASE(test_cluster_bytes), TEST_CASE(test_cluster_parse),
-          TEST_CASE(test_plan_json))
+          TEST_CASE(test_cluster_round_trip), TEST_CASE(test_plan_json))
