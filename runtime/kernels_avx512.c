@@ -9,9 +9,9 @@
  *   F32/F16/BF16: 2 accumulators x 16 lanes over 32 elements per step (FMA),
  *     a leftover 16 into the first, hsum16(a0 + a1) (halves, then as AVX2),
  *     plus a scalar tail of n % 16 added last;
- *   Q8_0/Q4_0: blocks in pairs (lanes 0-7 block 2k, 8-15 block 2k+1), pair k
- *     into accumulator k % 2 as fma(float(lanes), d_w * d_x, acc); an odd
- *     last block is a pair with an empty upper half; hsum16(a0 + a1);
+ *   Q8_0/Q4_0: blocks in pairs (lanes 0-7 block 2k, 8-15 block 2k+1), in
+ *     order into one accumulator as fma(float(lanes), d_w * d_x, acc); an
+ *     odd last block is a pair with an empty upper half (scale 0); hsum16;
  *   Q4_K/Q6_K: per super-block exact int32 lanes, then fma into one
  *     accumulator (Q4_K: fma(d, isum), then fnma(dmin, imin)); hsum16.
  * Divisions: helpers, float types, Q8_0/Q4_0, Q4_K, Q6_K, the table.
@@ -138,53 +138,161 @@ KERNELS__INLINE __m256i k5_q4_0_bytes(const kernels__block_q4_0 *b)
 	return _mm256_sub_epi8(v, _mm256_set1_epi8(8));
 }
 
-/* Accumulate blocks b and b + 1 (or only b when single) of every column. */
-#define K5_Q32_PAIR(name, WBLOCK, WBYTES)                                                          \
-	KERNELS__INLINE void name##_pair(const WBLOCK *wb, int64_t b, int single,                  \
-	                                 const void *const *xq, const int NC, __m512 *acc)         \
+/* Tiles of R rows x NC columns (each <= 4), so that both the weight side
+ * (load, sign or offset, scale) and the activation side are prepared once
+ * and used 4 times. Every (row, column) has one accumulator and sees the
+ * same operations whatever R and NC are: gemv (NC = 1) and gemm agree
+ * bitwise, and so do row tiles of any height.
+ *
+ * The 4 rows are 4 streams that each cross a 4 KiB page (where hardware
+ * prefetchers stop) every row or so: each step prefetches the same place
+ * 4 rows on, which the next row tile reads, ~4 rows' time later.
+ *
+ * VNNI: x + 128 is an unsigned byte (x in [-127, 127]), so vpdpbusd sums
+ * (x + 128) w = x w + 128 w; starting each lane from -128 * (its 4 w) leaves
+ * exactly sum x w. Without VNNI: |w| times x negated where w < 0, by
+ * maddubs (pairs <= 2 * 128 * 127 = 32512, no saturation) and madd. */
+#define K5_Q32_RC(name, WBLOCK, WBYTES)                                                            \
+	KERNELS__INLINE void name##_rc(int64_t n, const char *w, size_t row_bytes, const int R,    \
+	                               const void *const *xq, const int NC, float *out)            \
 	{                                                                                          \
-		_mm_prefetch((const char *)(wb + b) + 1024, _MM_HINT_T0);                          \
-		__m256i z = _mm256_setzero_si256();                                                \
-		__m512i q = k5_pair_si(WBYTES(wb + b), single ? z : WBYTES(wb + b + 1));           \
-		__m512i aq = _mm512_abs_epi8(q);                                                   \
-		__mmask64 neg = _mm512_movepi8_mask(q);                                            \
-		__m128 dw = k5_h2f_pair(&wb[b].d, single ? 0 : wb[b + 1].d);                       \
-		for (int c = 0; c < NC; c++) {                                                     \
-			const kernels__block_q8_0 *xb = (const kernels__block_q8_0 *)xq[c] + b;    \
-			__m512i x =                                                                \
-			    k5_pair_si(k5_q8_0_bytes(xb), single ? z : k5_q8_0_bytes(xb + 1));     \
-			x = _mm512_mask_sub_epi8(x, neg, _mm512_setzero_si512(), x);               \
-			__m512 s = _mm512_cvtepi32_ps(k5_dot_u8s8(aq, x));                         \
-			__m128 dx = k5_h2f_pair(&xb[0].d, single ? 0 : xb[1].d);                   \
-			__m512 d = k5_spread_pair(_mm_mul_ps(dw, dx));                             \
-			acc[c] = _mm512_fmadd_ps(s, d, acc[c]);                                    \
+		__m512 acc[4][KERNELS__TILE];                                                      \
+		for (int r = 0; r < R; r++)                                                        \
+			for (int c = 0; c < NC; c++)                                               \
+				acc[r][c] = _mm512_setzero_ps();                                   \
+		const __m256i z = _mm256_setzero_si256();                                          \
+		int64_t nb = n / KERNELS__QK;                                                      \
+		for (int64_t b = 0; b < nb; b += 2) {                                              \
+			const int single = b + 1 == nb;                                            \
+			__m512i xv[KERNELS__TILE];                                                 \
+			__m512 dx[KERNELS__TILE];                                                  \
+			for (int c = 0; c < NC; c++) {                                             \
+				const kernels__block_q8_0 *xb =                                    \
+				    (const kernels__block_q8_0 *)xq[c] + b;                        \
+				xv[c] = k5_pair_si(k5_q8_0_bytes(xb),                              \
+				                   single ? z : k5_q8_0_bytes(xb + 1));            \
+				if (KERNELS_VNNI)                                                  \
+					xv[c] = _mm512_xor_si512(xv[c], _mm512_set1_epi8(-128));   \
+				dx[c] =                                                            \
+				    k5_spread_pair(k5_h2f_pair(&xb[0].d, single ? 0 : xb[1].d));   \
+			}                                                                          \
+			for (int r = 0; r < R; r++) {                                              \
+				const WBLOCK *wb =                                                 \
+				    (const WBLOCK *)(w + (size_t)r * row_bytes) + b;               \
+				_mm_prefetch((const char *)wb + K5_RC_ROWS * row_bytes,            \
+				             _MM_HINT_T0);                                         \
+				__m512i q = k5_pair_si(WBYTES(wb), single ? z : WBYTES(wb + 1));   \
+				__m512 dw =                                                        \
+				    k5_spread_pair(k5_h2f_pair(&wb[0].d, single ? 0 : wb[1].d));   \
+				__m512i base = k5_q32_base(q);                                     \
+				__m512i aq = _mm512_abs_epi8(q);                                   \
+				__mmask64 neg = _mm512_movepi8_mask(q);                            \
+				for (int c = 0; c < NC; c++) {                                     \
+					__m512i s = k5_q32_dot(base, aq, neg, q, xv[c]);           \
+					acc[r][c] =                                                \
+					    _mm512_fmadd_ps(_mm512_cvtepi32_ps(s),                 \
+					                    _mm512_mul_ps(dw, dx[c]), acc[r][c]);  \
+				}                                                                  \
+			}                                                                          \
 		}                                                                                  \
+		for (int r = 0; r < R; r++)                                                        \
+			for (int c = 0; c < NC; c++)                                               \
+				out[r * KERNELS__TILE + c] = k5_hsum(acc[r][c]);                   \
 	}                                                                                          \
-	KERNELS__INLINE void name##_n(int64_t n, const void *w, const void *const *xq,             \
-	                              const int NC, float *out)                                    \
+	static void name##_tile(int64_t n, const char *w, size_t row_bytes, int R,                 \
+	                        const void *const *xq, int NC, float *out)                         \
 	{                                                                                          \
-		const WBLOCK *wb = w;                                                              \
-		__m512 a0[KERNELS__TILE], a1[KERNELS__TILE];                                       \
-		for (int c = 0; c < NC; c++)                                                       \
-			a0[c] = a1[c] = _mm512_setzero_ps();                                       \
-		int64_t nb = n / KERNELS__QK, b = 0;                                               \
-		for (; b + 4 <= nb; b += 4) {                                                      \
-			name##_pair(wb, b, 0, xq, NC, a0);                                         \
-			name##_pair(wb, b + 2, 0, xq, NC, a1);                                     \
+		switch ((R - 1) * 4 + (NC - 1)) {                                                  \
+			K5_RC_CASES(name)                                                          \
 		}                                                                                  \
-		if (b + 2 <= nb) {                                                                 \
-			name##_pair(wb, b, 0, xq, NC, a0);                                         \
-			b += 2;                                                                    \
-		}                                                                                  \
-		if (b < nb)                                                                        \
-			name##_pair(wb, b, 1, xq, NC, a1);                                         \
-		for (int c = 0; c < NC; c++)                                                       \
-			out[c] = k5_hsum(_mm512_add_ps(a0[c], a1[c]));                             \
-	}                                                                                          \
-	KERNELS__TILE_FROM_N(name)
+	}
 
-K5_Q32_PAIR(k5_tile_q8_0, kernels__block_q8_0, k5_q8_0_bytes)
-K5_Q32_PAIR(k5_tile_q4_0, kernels__block_q4_0, k5_q4_0_bytes)
+#define K5_RC_CASE(name, r, c)                                                                     \
+	case (r - 1) * 4 + (c - 1):                                                                \
+		name##_rc(n, w, row_bytes, r, xq, c, out);                                         \
+		break;
+#define K5_RC_CASES(name)                                                                          \
+	K5_RC_CASE(name, 1, 1)                                                                     \
+	K5_RC_CASE(name, 1, 2)                                                                     \
+	K5_RC_CASE(name, 1, 3)                                                                     \
+	K5_RC_CASE(name, 1, 4)                                                                     \
+	K5_RC_CASE(name, 2, 1)                                                                     \
+	K5_RC_CASE(name, 2, 2)                                                                     \
+	K5_RC_CASE(name, 2, 3)                                                                     \
+	K5_RC_CASE(name, 2, 4)                                                                     \
+	K5_RC_CASE(name, 3, 1)                                                                     \
+	K5_RC_CASE(name, 3, 2)                                                                     \
+	K5_RC_CASE(name, 3, 3)                                                                     \
+	K5_RC_CASE(name, 3, 4)                                                                     \
+	K5_RC_CASE(name, 4, 1)                                                                     \
+	K5_RC_CASE(name, 4, 2)                                                                     \
+	K5_RC_CASE(name, 4, 3)                                                                     \
+	default:                                                                                   \
+		name##_rc(n, w, row_bytes, 4, xq, 4, out);                                         \
+		break;
+
+#ifndef K5_RC_ROWS
+#define K5_RC_ROWS 4
+#endif
+
+/* VNNI: -128 * (sum of each 4 w), the start of every column's lanes. */
+KERNELS__INLINE __m512i k5_q32_base(__m512i q)
+{
+#if KERNELS_VNNI
+	__m512i s = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_set1_epi8(-128), q);
+	return _mm512_sub_epi32(_mm512_setzero_si512(), s);
+#else
+	(void)q;
+	return _mm512_setzero_si512();
+#endif
+}
+
+/* The exact int32 lanes sum of 4 (x w), x prepared as in K5_Q32_RC. */
+KERNELS__INLINE __m512i k5_q32_dot(__m512i base, __m512i aq, __mmask64 neg, __m512i q, __m512i x)
+{
+#if KERNELS_VNNI
+	(void)aq;
+	(void)neg;
+	return _mm512_dpbusd_epi32(base, x, q);
+#else
+	(void)base;
+	(void)q;
+	__m512i sx = _mm512_mask_sub_epi8(x, neg, _mm512_setzero_si512(), x);
+	return _mm512_madd_epi16(_mm512_maddubs_epi16(aq, sx), _mm512_set1_epi16(1));
+#endif
+}
+
+K5_Q32_RC(k5_q8_0, kernels__block_q8_0, k5_q8_0_bytes)
+K5_Q32_RC(k5_q4_0, kernels__block_q4_0, k5_q4_0_bytes)
+
+typedef void (*k5_rc_fn)(int64_t n, const char *w, size_t row_bytes, int R, const void *const *xq,
+                         int NC, float *out);
+
+static void k5_rc_gemm(k5_rc_fn f, int64_t n, const void *w, size_t row_bytes, int64_t nrows,
+                       const void *xq, size_t xq_stride, int64_t ncols, float *y, size_t y_stride)
+{
+	float out[4 * KERNELS__TILE];
+	for (int64_t i = 0; i < nrows; i += K5_RC_ROWS) {
+		int R = nrows - i < K5_RC_ROWS ? (int)(nrows - i) : K5_RC_ROWS;
+		const char *wr = (const char *)w + (size_t)i * row_bytes;
+		for (int64_t c0 = 0; c0 < ncols; c0 += KERNELS__TILE) {
+			int nc = ncols - c0 < KERNELS__TILE ? (int)(ncols - c0) : KERNELS__TILE;
+			const void *x[KERNELS__TILE];
+			for (int c = 0; c < nc; c++)
+				x[c] = (const char *)xq + (size_t)(c0 + c) * xq_stride;
+			f(n, wr, row_bytes, R, x, nc, out);
+			for (int r = 0; r < R; r++)
+				for (int c = 0; c < nc; c++)
+					y[(size_t)(c0 + c) * y_stride + (size_t)(i + r)] =
+					    out[r * KERNELS__TILE + c];
+		}
+	}
+}
+
+static k5_rc_fn k5_rc(shoal_dtype wt)
+{
+	return wt == SHOAL_DTYPE_Q8_0 ? k5_q8_0_tile : wt == SHOAL_DTYPE_Q4_0 ? k5_q4_0_tile : NULL;
+}
 
 /* ---- Q4_K ------------------------------------------------------------------------------
  * One zmm = the 64 quants of qs[32 j .. 32 j + 31]: low nibbles (sub-block
@@ -318,10 +426,6 @@ static kernels__tile_fn k5_tile(shoal_dtype wt)
 		return k5_tile_f16;
 	case SHOAL_DTYPE_BF16:
 		return k5_tile_bf16;
-	case SHOAL_DTYPE_Q8_0:
-		return k5_tile_q8_0;
-	case SHOAL_DTYPE_Q4_0:
-		return k5_tile_q4_0;
 	case SHOAL_DTYPE_Q4_K:
 		return k5_tile_q4_k;
 	case SHOAL_DTYPE_Q6_K:
@@ -334,6 +438,10 @@ static kernels__tile_fn k5_tile(shoal_dtype wt)
 static void k5_gemv(shoal_dtype wt, int64_t n, const void *w, size_t row_bytes, int64_t nrows,
                     const void *xq, float *y)
 {
+	if (k5_rc(wt)) {
+		k5_rc_gemm(k5_rc(wt), n, w, row_bytes, nrows, xq, 0, 1, y, 0);
+		return;
+	}
 	kernels__tile_fn f = k5_tile(wt);
 	if (!f) { /* a caller bug: fall back to the oracle's handling */
 		kernels__scalar.gemv(wt, n, w, row_bytes, nrows, xq, y);
@@ -345,6 +453,10 @@ static void k5_gemv(shoal_dtype wt, int64_t n, const void *w, size_t row_bytes, 
 static void k5_gemm(shoal_dtype wt, int64_t n, const void *w, size_t row_bytes, int64_t nrows,
                     const void *xq, size_t xq_stride, int64_t ncols, float *y, size_t y_stride)
 {
+	if (k5_rc(wt)) {
+		k5_rc_gemm(k5_rc(wt), n, w, row_bytes, nrows, xq, xq_stride, ncols, y, y_stride);
+		return;
+	}
 	kernels__tile_fn f = k5_tile(wt);
 	if (!f) {
 		kernels__scalar.gemm(wt, n, w, row_bytes, nrows, xq, xq_stride, ncols, y, y_stride);
