@@ -228,10 +228,13 @@ void shoal_xfer_link_metrics(const shoal_xfer_link *k, shoal_xfer_metrics *m)
 /* ---- send and receive ------------------------------------------------ */
 
 /* CREDIT and PROBE belong to a transport, not to the frame sequence: a
- * probe lost on a failing queue pair must not desynchronise seq. */
+ * probe lost on a failing queue pair must not desynchronise seq. Nor does
+ * ERROR: a dying RDMA link sends it over TCP, possibly overtaking frames
+ * still in flight on the queue pair, and it must still be read. */
 static int kind_sequenced(unsigned kind)
 {
-	return kind != SHOAL_XFER_KIND_CREDIT && kind != SHOAL_XFER_KIND_PROBE;
+	return kind != SHOAL_XFER_KIND_CREDIT && kind != SHOAL_XFER_KIND_PROBE &&
+	       kind != SHOAL_XFER_KIND_ERROR;
 }
 
 /* Encode and hand one frame to transport (ops, t); no state change on
@@ -318,7 +321,7 @@ shoal_err shoal_xfer_link_send(shoal_xfer_link *k, const shoal_xfer_hdr *hdr,
 	shoal_err e = send_on(k, k->ops, k->t, hdr, iov, iovcnt, timeout_ms, &partial, r, sizeof r);
 	if (!e)
 		return SHOAL_OK;
-	if (partial || e == SHOAL_ERR_CLOSED || e == SHOAL_ERR_IO)
+	if (partial || e == SHOAL_ERR_CLOSED || e == SHOAL_ERR_IO || e == SHOAL_ERR_PROTO)
 		fail_link(k, e, r, e != SHOAL_ERR_CLOSED);
 	return shoal_why(why, why_len, e, "%s", r);
 }

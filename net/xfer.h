@@ -36,8 +36,11 @@
 #define SHOAL_XFER_MAX_ROWS_DEFAULT 256u
 /* 256 rows x top-8 experts = 2048 routes (24 KiB). */
 #define SHOAL_XFER_MAX_ROUTES_DEFAULT 2048u
-/* 16 slots x 1 MiB = 16 MiB registered per link; 16 frames in flight cover
- * a 16-stage pipeline's worth of decode steps without waiting for credits. */
+/* 16 receive slots (+ 16/4 = 4 send slots) x 1 MiB = 20 MiB registered per
+ * link; 16 - 2 = 14 frames in flight (one slot is held by the frame being
+ * read, one kept for credit returns) cover a 14-deep burst of decode
+ * steps without waiting for credits. Links that move only decode-sized
+ * frames can lower max_frame to 64 KiB: 1.25 MiB per link. */
 #define SHOAL_XFER_RDMA_SLOTS_DEFAULT 16u
 /* Handshake: 10x a cross-subnet RTT budget of 200 ms; a LAN does it in < 5 ms. */
 #define SHOAL_XFER_HANDSHAKE_MS_DEFAULT 2000
@@ -136,7 +139,10 @@ shoal_err shoal_xfer_link_recv(shoal_xfer_link *k, int timeout_ms, shoal_xfer_fr
                                size_t why_len);
 
 /* The fds an event loop polls for POLLIN before calling _recv (the TCP
- * socket; with RDMA also the completion channel). Returns the count. */
+ * socket; with RDMA also the completion channel). Returns the count.
+ * Edge-triggered on RDMA: call _recv with timeout 0 until it returns
+ * SHOAL_ERR_TIMEOUT before polling again (a send may have taken frames off
+ * the completion queue that no fd will announce). */
 int shoal_xfer_link_pollfds(const shoal_xfer_link *k, struct pollfd *pf, int cap);
 
 /* "tcp" or "rdma". */

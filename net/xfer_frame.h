@@ -15,7 +15,8 @@
  *  12  u32 payload_len  bytes of the payload at the end of the frame
  *  16  u8  digest[32]   plan digest
  *  48  u64 epoch        plan epoch
- *  56  u64 seq          per link and direction: 0, 1, 2, ... (CREDIT: 0)
+ *  56  u64 seq          per link and direction: 0, 1, 2, ...; 0 and not
+ *                       counted for ERROR, CREDIT and PROBE
  *  64  u32 n_rows       row tags that follow the header
  *  68  u32 n_aux        EXPERT_*: routes that follow the tags; ERROR and
  *                       RDMA_*: a shoal_err status; other kinds: 0

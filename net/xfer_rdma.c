@@ -62,6 +62,7 @@ struct xfer__rdma {
 	uint32_t *send_free; /* (nsend) stack of free send slots */
 	uint32_t n_free;
 	int connected, broken;
+	shoal_err broken_e; /* the error of the first failure */
 	char broken_why[200];
 	uint64_t credit_sent, credit_recv, credit_waits;
 };
@@ -97,6 +98,7 @@ __attribute__((format(printf, 3, 4))) static shoal_err broke(xfer__rdma *r, shoa
 		va_list ap;
 		va_start(ap, fmt);
 		r->broken = 1;
+		r->broken_e = e;
 		vsnprintf(r->broken_why, sizeof r->broken_why, fmt, ap);
 		va_end(ap);
 	}
@@ -396,7 +398,7 @@ static shoal_err rdma_send(void *p, const struct iovec *iov, int iovcnt, size_t 
 	char r[200];
 	*partial = 0;
 	if (x->broken)
-		return shoal_why(why, why_len, SHOAL_ERR_IO, "%s", x->broken_why);
+		return shoal_why(why, why_len, x->broken_e, "%s", x->broken_why);
 	if (total > x->peer_slot_size)
 		return shoal_why(why, why_len, SHOAL_ERR_RANGE, "frame of %zu bytes, slots of %u",
 		                 total, x->peer_slot_size);
@@ -460,9 +462,10 @@ static shoal_err rdma_recv(void *p, int timeout_ms, const uint8_t **buf, size_t 
 			return SHOAL_OK;
 		}
 		if (x->broken)
-			return shoal_why(why, why_len, SHOAL_ERR_IO, "%s", x->broken_why);
+			return shoal_why(why, why_len, x->broken_e, "%s", x->broken_why);
 		shoal_err e = progress(x, deadline, why, why_len);
-		if (e)
+		/* Frames that arrived before a failure are still delivered. */
+		if (e && !x->ready_count)
 			return e;
 	}
 }

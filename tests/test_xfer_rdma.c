@@ -407,6 +407,37 @@ static void test_remote_disconnect(void)
 	ASSERT_EQ(vd_live_objects(fab), 0);
 }
 
+/* A frame that arrives over the queue pair with a bad magic: the link
+ * closes, and the peer reads why in an ERROR frame sent over TCP. */
+static void test_garbage_over_rdma_closes_with_error_frame(void)
+{
+	shoal_xfer_link *a, *b;
+	char why[256];
+	shoal_xfer_frame f;
+	float x[16] = {0};
+	ASSERT_EQ(pair(0, 1, 4, &a, &b), SHOAL_OK);
+	ASSERT_STR_EQ(shoal_xfer_link_transport(a), "rdma");
+	ASSERT_EQ(send_hidden(b, 1, x, 16, 1000, why), SHOAL_OK);
+	vd_inject(fab, 1, VD_FAULT_CORRUPT);
+	ASSERT_EQ(send_hidden(b, 2, x, 16, 1000, why), SHOAL_OK);
+	ASSERT_EQ(shoal_xfer_link_recv(a, 1000, &f, why, sizeof why), SHOAL_OK);
+	shoal_log_level lv = shoal_log_get_level();
+	shoal_log_set_level(SHOAL_LOG_ERROR);
+	shoal_err e = shoal_xfer_link_recv(a, 1000, &f, why, sizeof why);
+	shoal_log_set_level(lv);
+	ASSERT_EQ(e, SHOAL_ERR_PROTO);
+	ASSERT_TRUE(strstr(why, "bad magic") != NULL);
+	ASSERT_TRUE(strncmp(shoal_xfer_link_status(a), "closed (bad magic", 17) == 0);
+	ASSERT_EQ(shoal_xfer_link_recv(b, 1000, &f, why, sizeof why), SHOAL_OK);
+	ASSERT_EQ(f.hdr.kind, SHOAL_XFER_KIND_ERROR);
+	ASSERT_EQ(f.hdr.n_aux, SHOAL_ERR_PROTO);
+	ASSERT_TRUE(f.hdr.payload_len > 9 && !memcmp(f.payload, "bad magic", 9));
+	ASSERT_EQ(shoal_xfer_link_recv(b, 1000, &f, why, sizeof why), SHOAL_ERR_CLOSED);
+	shoal_xfer_link_free(a);
+	shoal_xfer_link_free(b);
+	ASSERT_EQ(vd_live_objects(fab), 0);
+}
+
 static void setup(void)
 {
 	fab = vd_fabric_new();
@@ -422,4 +453,5 @@ TEST_MAIN(TEST_CASE(setup), TEST_CASE(test_upgrade_when_both_offer),
           TEST_CASE(test_stays_tcp_when_one_side_offers_none),
           TEST_CASE(test_fallback_on_each_failure), TEST_CASE(test_credits_ring_wrap_and_order),
           TEST_CASE(test_pingpong_piggybacks_credits), TEST_CASE(test_remote_disconnect),
+          TEST_CASE(test_garbage_over_rdma_closes_with_error_frame),
           TEST_CASE(test_double_detects_overrun), TEST_CASE(teardown))

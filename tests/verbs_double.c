@@ -425,6 +425,8 @@ static shoal_err d_post_send(void *p, void *m, uint64_t wr_id, const void *addr,
 			status = VD_WC_LOC_LEN_ERR;
 		} else {
 			memcpy(r.addr, addr, len);
+			if (len && take_fault(qp->d, VD_FAULT_CORRUPT))
+				r.addr[0] ^= 0xff;
 			push_wc(peer->cq, r.wr_id, VD_WC_SUCCESS, SHOAL_VERBS_WC_RECV, len);
 			f->delivered++;
 		}

@@ -29,6 +29,7 @@ typedef enum vd_fault {
 	VD_FAULT_RTR,      /* qp_rtr fails */
 	VD_FAULT_RTS,      /* qp_rts fails */
 	VD_FAULT_WC_ERROR, /* the next send completes with "transport retry counter exceeded" */
+	VD_FAULT_CORRUPT,  /* the next message sent arrives with its first byte flipped */
 	VD_FAULT__COUNT
 } vd_fault;
 
