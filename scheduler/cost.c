@@ -181,6 +181,15 @@ shoal_err sched__ctx_init(sched__ctx *c, const shoal_view *v, const shoal_manife
 		slots += y->n_expert;
 	}
 	c->n_slots = slots;
+	/* Below 2^62 bytes in all (4 EiB: no cluster has it), no sum of
+	 * memory saturates and every range difference is exact. */
+	if (sched__add(c->mpre[SCHED__KEEP][L], sched__add(m->embd_bytes, m->head_bytes)) >=
+	    (1ULL << 62)) {
+		sched__ctx_fini(c);
+		return shoal_why(why, why_len, SHOAL_ERR_INFEASIBLE,
+		                 "needs more than 4 EiB (weights + KV for %u tokens x %u sessions)",
+		                 pol->ctx, pol->sessions);
+	}
 	ALLOC(c->load, slots);
 	for (uint32_t l = 0; l < L; l++) {
 		const shoal_manifest_layer *y = &m->layers[l];

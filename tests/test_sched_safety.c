@@ -153,6 +153,14 @@ static void test_bad_input(void)
 	memcpy(bad, t.layers, sizeof bad);
 	bad[2].bytes = UINT64_MAX;
 	ASSERT_EQ(shoal_schedule(v, &m, &pol, NULL, &p, why, sizeof why), SHOAL_ERR_RANGE);
+	/* a KV reservation too large to add up: refused, not wrapped around */
+	memcpy(bad, t.layers, sizeof bad);
+	for (int l = 0; l < 4; l++)
+		bad[l].kv_bytes_per_token = 1u << 30;
+	pol.ctx = 1u << 24;
+	pol.sessions = 4096;
+	ASSERT_EQ(shoal_schedule(v, &m, &pol, NULL, &p, why, sizeof why), SHOAL_ERR_INFEASIBLE);
+	ASSERT_TRUE(strstr(why, "EiB") != NULL);
 	pol.sessions = 0;
 	ASSERT_EQ(shoal_schedule(v, &t.m, &pol, NULL, &p, why, sizeof why), SHOAL_ERR_RANGE);
 	ASSERT_TRUE(p == NULL);
