@@ -432,6 +432,78 @@ static void test_fatal_frame_corpus(void)
 	shoal_xfer_listener_free(l);
 }
 
+/* Before admission: garbage instead of HELLO, a HELLO whose block lies
+ * about its token, a peer that says nothing. Each is refused, with an
+ * ERROR frame where the peer can read one, within the handshake bound. */
+typedef struct pre_job {
+	uint16_t port;
+	int mode; /* 0 garbage, 1 bad hello block, 2 silent */
+	int got_kind, got_code;
+	pthread_t th;
+} pre_job;
+
+static void *pre_main(void *p)
+{
+	pre_job *j = p;
+	struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons(j->port)};
+	inet_pton(AF_INET, "127.0.0.1", &sa.sin_addr);
+	int fd = socket(AF_INET, SOCK_STREAM, 0);
+	uint8_t buf[1024];
+	j->got_kind = -1;
+	if (connect(fd, (struct sockaddr *)&sa, sizeof sa)) {
+		close(fd);
+		return NULL;
+	}
+	if (j->mode == 0) {
+		memset(buf, 'G', 200);
+		write_all(fd, buf, 200);
+	} else if (j->mode == 1) {
+		uint8_t blk[SHOAL_XFER_HELLO_SIZE] = {0};
+		blk[12] = 40; /* token_len 40 in a block that has none */
+		shoal_xfer_hdr h = {.kind = SHOAL_XFER_KIND_HELLO, .payload_len = sizeof blk};
+		write_all(fd, buf, frame(buf, sizeof buf, &h, blk));
+	}
+	j->got_kind = read_frame(fd, buf, sizeof buf);
+	j->got_code = buf[68];
+	close(fd);
+	return NULL;
+}
+
+static void test_refused_before_admission(void)
+{
+	int calls = 0;
+	shoal_xfer_config c;
+	shoal_xfer_listener *l;
+	char why[256];
+	cfg_small(&c, 0xaa);
+	c.handshake_ms = 200;
+	ASSERT_EQ(shoal_xfer_listener_new(&c, "127.0.0.1", 0, admit, &calls, &l, why, sizeof why),
+	          SHOAL_OK);
+	static const shoal_err want[3] = {SHOAL_ERR_PROTO, SHOAL_ERR_PROTO, SHOAL_ERR_TIMEOUT};
+	static const char *const has[3] = {"bad magic", "hello token of 40 bytes", "timed out"};
+	shoal_log_level lv = shoal_log_get_level();
+	for (int m = 0; m < 3; m++) {
+		pre_job j = {.port = shoal_xfer_listener_port(l), .mode = m};
+		shoal_xfer_link *a = NULL;
+		pthread_create(&j.th, NULL, pre_main, &j);
+		int64_t t0 = now_ms();
+		shoal_log_set_level(SHOAL_LOG_ERROR);
+		shoal_err e = shoal_xfer_listener_accept(l, 2000, &a, why, sizeof why);
+		shoal_log_set_level(lv);
+		pthread_join(j.th, NULL);
+		if (e != want[m] || !strstr(why, has[m]))
+			fprintf(stderr, "mode %d: %s \"%s\"\n", m, shoal_strerror(e), why);
+		ASSERT_EQ(e, want[m]);
+		ASSERT_TRUE(strstr(why, has[m]) != NULL);
+		ASSERT_TRUE(a == NULL);
+		ASSERT_LT(now_ms() - t0, 1500);
+		ASSERT_EQ(j.got_kind, SHOAL_XFER_KIND_ERROR);
+		ASSERT_EQ(j.got_code, want[m]);
+	}
+	ASSERT_EQ(calls, 0);
+	shoal_xfer_listener_free(l);
+}
+
 /* ---- streams ---- */
 
 static volatile sig_atomic_t alarms;
@@ -569,5 +641,6 @@ static void test_send_timeout(void)
 }
 
 TEST_MAIN(TEST_CASE(test_admission_and_one_frame), TEST_CASE(test_bad_and_missing_token),
-          TEST_CASE(test_frames_dropped_link_stays), TEST_CASE(test_fatal_frame_corpus),
-          TEST_CASE(test_stream_in_order_with_eintr), TEST_CASE(test_send_timeout))
+          TEST_CASE(test_refused_before_admission), TEST_CASE(test_frames_dropped_link_stays),
+          TEST_CASE(test_fatal_frame_corpus), TEST_CASE(test_stream_in_order_with_eintr),
+          TEST_CASE(test_send_timeout))
