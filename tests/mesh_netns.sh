@@ -5,7 +5,9 @@
 # and avahi-daemon (tests/netns_lib.sh); a `shoal node` per host with NO
 # seeds finds the others through DNS-SD and all three agree on a view of 3
 # alive peers. A fourth host without avahi runs a node that logs once that
-# mDNS is unavailable and keeps working. Needs root, ip, dbus-daemon and
+# mDNS is unavailable and keeps working. Then `status --peer HOST` across
+# hosts, and kill -9 / restart of host 3: dead through gossip although
+# mDNS still lists it, back as itself. Needs root, ip, dbus-daemon and
 # avahi-daemon: otherwise SKIP (77), except under CI=true, where a skipped
 # namespace test is a failure (1).
 set -u
@@ -33,6 +35,7 @@ fail() {
 	for f in "$NL_STATE"/*.log "$NL_STATE"/h*/avahi.log; do
 		[ -f "$f" ] && { echo "---- $f"; tail -n 20 "$f"; }
 	done
+	for f in "$NL_STATE"/st*.json; do [ -f "$f" ] && { echo "---- $f"; "$VC" "$f" summary; }; done
 	exit 1
 }
 now_ms() { echo $(($(date +%s%N) / 1000000)); }
@@ -45,16 +48,19 @@ echo "namespaces and daemons up in $(($(now_ms) - t_start)) ms"
 "$B" key new "$NL_STATE/k" >/dev/null || fail "shoal key new"
 
 t0=$(now_ms)
-for i in 1 2 3 4; do
-	nl_exec $i "$B" node --state-dir "$NL_STATE/s$i" --name host$i --listen 0.0.0.0:47470 \
-		--key "$NL_STATE/k" --gossip-ms 50 >"$NL_STATE/n$i.log" 2>&1 &
-done
+declare -A PID
+node() { # node I: start the peer of host I (no seeds)
+	nl_spawn "$1" "$B" node --state-dir "$NL_STATE/s$1" --name "host$1" --listen 0.0.0.0:47470 \
+		--key "$NL_STATE/k" --gossip-ms 50 >>"$NL_STATE/n$1.log" 2>&1
+	PID[$1]=$NL_PID
+}
+for i in 1 2 3 4; do node $i; done
 # status runs inside each namespace, through its loopback
 seen() {
 	local i
 	for i in 1 2 3; do
 		nl_exec $i "$B" status --state-dir "$NL_STATE/s$i" --key "$NL_STATE/k" --json \
-			--timeout-ms 1000 >"$NL_STATE/st$i.json" 2>/dev/null || return 1
+			--timeout-ms 1000 >"$NL_STATE/st$i.json" 2>>"$NL_STATE/status.log" || return 1
 		[ "$("$VC" "$NL_STATE/st$i.json" count alive)" = 3 ] || return 1
 	done
 }
@@ -80,4 +86,43 @@ nl_exec 4 "$B" status --state-dir "$NL_STATE/s4" --key "$NL_STATE/k" --json --ti
 	>"$NL_STATE/st4.json" || fail "host4 does not answer status"
 [ "$("$VC" "$NL_STATE/st4.json" count alive)" = 1 ] || fail "host4 should be alone"
 echo "host without avahi: logged once, kept working"
+
+# `--peer HOST` (default port 47470) from inside host 1
+nl_exec 1 "$B" status --peer "$(nl_ip 2)" --key "$NL_STATE/k" --json --timeout-ms 2000 \
+	>"$NL_STATE/st-peer.json" || fail "status --peer $(nl_ip 2)"
+[ "$("$VC" "$NL_STATE/st-peer.json" count alive)" = 3 ] || fail "host2's view via --peer"
+
+# Liveness comes from gossip, not from mDNS (whose caches keep host3 for
+# minutes): kill -9 host3's node, the others mark it dead; restart it, it
+# is back under the same id.
+ID3=$("$VC" "$NL_STATE/st1.json" id host3)
+kill -9 "${PID[3]}"
+wait "${PID[3]}" 2>/dev/null
+t0=$(now_ms)
+dead3() {
+	local i
+	for i in 1 2; do
+		nl_exec $i "$B" status --state-dir "$NL_STATE/s$i" --key "$NL_STATE/k" --json \
+			--timeout-ms 1000 >"$NL_STATE/st$i.json" 2>>"$NL_STATE/status.log" || return 1
+		[ "$("$VC" "$NL_STATE/st$i.json" state host3)" = dead ] || return 1
+	done
+}
+deadline=$(($(now_ms) + 15000))
+until dead3; do
+	[ "$(now_ms)" -lt $deadline ] || fail "host3 not marked dead in 15 s"
+	sleep 0.25
+done
+echo "host3 marked dead in $(($(now_ms) - t0)) ms"
+t0=$(now_ms)
+node 3
+deadline=$(($(now_ms) + 15000))
+until seen; do
+	[ "$(now_ms)" -lt $deadline ] || fail "restarted host3 not alive again in 15 s"
+	sleep 0.25
+done
+for i in 1 2 3; do
+	[ "$("$VC" "$NL_STATE/st$i.json" id host3)" = "$ID3" ] || fail "host3 came back with a new id"
+	[ "$("$VC" "$NL_STATE/st$i.json" named host3)" = 1 ] || fail "a ghost of host3 on host$i"
+done
+echo "host3 back as itself in $(($(now_ms) - t0)) ms"
 echo "PASS in $(($(now_ms) - t_start)) ms"

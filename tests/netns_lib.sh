@@ -9,7 +9,7 @@
 # `ip netns exec` gives it). Facts and timings: shared TESTNET.md.
 #
 #   NL_PFX=sh$$ ; source tests/netns_lib.sh ; trap nl_down EXIT
-#   nl_up 3 ; nl_mdns_up ; nl_exec 2 cmd... ; nl_down
+#   nl_up 3 ; nl_mdns_up ; nl_exec 2 cmd... ; nl_spawn 1 daemon... ; nl_down
 # Never connect to 10.213.37.x from the root namespace: the VM's outer
 # network accepts any TCP connection there; use nl_exec.
 
@@ -26,6 +26,17 @@ nl_exec() {
 	shift
 	ip netns exec "$(nl_ns "$i")" env DBUS_SYSTEM_BUS_ADDRESS="unix:path=$NL_STATE/h$i/dbus.sock" \
 		AVAHI_COMPAT_NOWARN=1 "$@"
+}
+
+# Start a command on host i in the background; NL_PID is then its PID (ip
+# netns exec and env exec it, so NL_PID is the command itself; `nl_exec
+# ... &` would give the PID of a subshell instead). Redirect the call.
+nl_spawn() {
+	local i=$1
+	shift
+	ip netns exec "$(nl_ns "$i")" env DBUS_SYSTEM_BUS_ADDRESS="unix:path=$NL_STATE/h$i/dbus.sock" \
+		AVAHI_COMPAT_NOWARN=1 "$@" &
+	NL_PID=$!
 }
 
 # nl_up N: the switch namespace and N hosts, addresses 10.213.37.11..
