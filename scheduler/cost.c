@@ -128,6 +128,7 @@ shoal_err sched__ctx_init(sched__ctx *c, const shoal_view *v, const shoal_manife
 	ALLOC(c->fl, n);
 	ALLOC(c->hop, n * n);
 	ALLOC(c->rtt, n * n);
+	ALLOC(c->send, n * n);
 	ALLOC(c->tbase, n * L);
 	ALLOC(c->texp, n * L);
 	ALLOC(c->tpre, n * (L + 1));
@@ -166,6 +167,8 @@ shoal_err sched__ctx_init(sched__ctx *c, const shoal_view *v, const shoal_manife
 			                 lbw ? lbw : 1));
 			c->hop[p * n + q] = h;
 			c->rtt[p * n + q] = 2 * h;
+			c->send[p * n + q] = div_up_clamp(
+			    (unsigned __int128)m->act_bytes_per_token * NS_PER_S, lbw ? lbw : 1);
 		}
 
 	/* memory and loads per layer */
@@ -267,6 +270,7 @@ void sched__ctx_fini(sched__ctx *c)
 	free(c->fl);
 	free(c->hop);
 	free(c->rtt);
+	free(c->send);
 	free(c->tbase);
 	free(c->texp);
 	free(c->tpre);
@@ -494,15 +498,18 @@ void sched__evaluate(const sched__ctx *c, sched__asg *a)
 						moved += y->expert_bytes;
 				}
 			}
-			uint64_t worst = 0;
+			uint64_t worst = 0, fan = 0;
 			for (uint32_t j = 0; j < nt; j++) {
 				uint32_t o = touched[j];
 				uint64_t et = sched__expert_time(c, l, p, o, w[o]);
 				if (et > worst)
 					worst = et;
+				if (o != p && w[o])
+					fan += c->send[(size_t)p * n + o];
 				w[o] = 0;
 				seen[o] = 0;
 			}
+			t += fan;
 			t += worst;
 		}
 	}

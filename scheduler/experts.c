@@ -5,11 +5,13 @@
  * stage peer. SPREAD mode: the stages hold only the layers' dense weights;
  * each layer's experts are then placed by longest-processing-time-first:
  * experts in order of expected load (routing counts; uniform when unknown;
- * ties by expert id), each to the peer where the layer's expert work would
- * finish earliest (the peer's share of the load at its speed, plus the round
- * trip when it is not the layer's own peer), capped by free memory. With the
- * policy's spread_experts the round trip is left out of the choice, so the
- * experts are balanced by speed alone over several peers. Then, when routing
+ * ties by expert id), each to the peer that keeps the layer's expert time
+ * lowest: the slowest owner's finish (its share of the load at its speed,
+ * plus the round trip when it is not the layer's own peer) plus one row send
+ * per remote owner (the layer's peer sends them one after another, so a
+ * wide fan-out costs); capped by free memory; ties go to the earlier finish.
+ * With the policy's spread_experts each expert goes to the peer that would
+ * finish its share earliest, round trips aside: balanced by speed alone. Then, when routing
  * counts are known and every layer is placed, hot experts (at least twice
  * the mean load) owned by the slowest owner are copied to the peer that
  * lowers the layer's time most, while the memory left over allows and the
@@ -30,15 +32,19 @@ typedef struct lpt {
 	uint64_t *free; /* (n) memory left per peer */
 } lpt;
 
+/* The layer's expert time: the slowest owner, plus the sends the layer's
+ * peer makes one after another (one row per remote owner it contacts). */
 static uint64_t layer_time(const lpt *x)
 {
-	uint64_t worst = 0;
+	uint64_t worst = 0, fan = 0;
 	for (uint32_t o = 0; o < x->c->n; o++) {
 		uint64_t t = sched__expert_time(x->c, x->l, x->s, o, x->w[o]);
 		if (t > worst)
 			worst = t;
+		if (o != x->s && x->w[o])
+			fan += x->c->send[(size_t)x->s * x->c->n + o];
 	}
-	return worst;
+	return worst + fan;
 }
 
 typedef struct ekey {
@@ -65,11 +71,12 @@ static bool place_layer(lpt *x, ekey *keys)
 	}
 	qsort(keys, y->n_expert, sizeof *keys, ekey_cmp);
 	memset(x->w, 0, c->n * sizeof *x->w);
+	uint64_t worst = 0, fan = 0; /* the layer's time so far: slowest + sends */
 	for (uint32_t i = 0; i < y->n_expert; i++) {
 		uint32_t slot = c->slot0[x->l] + keys[i].e;
 		uint64_t share = keys[i].load * SHARE;
 		uint32_t best = UINT32_MAX;
-		uint64_t bt = SCHED__INF;
+		uint64_t bscore = SCHED__INF, bt = SCHED__INF, bfin = 0, bsend = 0;
 		/* the layer's own peer first, so it wins ties */
 		for (uint32_t j = 0; j <= c->n; j++) {
 			uint32_t o = j == 0 ? x->s : j - 1;
@@ -77,15 +84,31 @@ static bool place_layer(lpt *x, ekey *keys)
 				continue;
 			if (x->free[o] < eb)
 				continue;
-			uint32_t from = c->pol->spread_experts ? o : x->s;
-			uint64_t t = sched__expert_time(c, x->l, from, o, x->w[o] + share);
-			if (t < bt) {
+			uint64_t fin = sched__expert_time(c, x->l, x->s, o, x->w[o] + share);
+			uint64_t snd =
+			    o != x->s && !x->w[o] && share ? c->send[(size_t)x->s * c->n + o] : 0;
+			uint64_t score, t;
+			if (c->pol->spread_experts) {
+				/* balance by speed alone */
+				t = sched__expert_time(c, x->l, o, o, x->w[o] + share);
+				score = t;
+			} else {
+				t = fin;
+				score = (fin > worst ? fin : worst) + fan + snd;
+			}
+			if (score < bscore || (score == bscore && t < bt)) {
+				bscore = score;
 				bt = t;
 				best = o;
+				bfin = fin;
+				bsend = snd;
 			}
 		}
 		if (best == UINT32_MAX)
 			return false;
+		if (bfin > worst)
+			worst = bfin;
+		fan += bsend;
 		x->w[best] += share;
 		x->free[best] -= eb;
 		x->a->n_own[slot] = 1;

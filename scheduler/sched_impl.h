@@ -64,6 +64,7 @@ typedef struct sched__ctx {
 	uint64_t *cap, *bw, *fl; /* (n) memory after headroom, effective B/s, FLOP/s */
 	uint64_t *hop;           /* (n, n) latency + one activation row */
 	uint64_t *rtt;           /* (n, n) expert round trip: rows out and back */
+	uint64_t *send;          /* (n, n) sending one activation row */
 	uint64_t *tbase;         /* (n, L) layer without routed experts */
 	uint64_t *texp;          /* (n, L) the layer's routed experts, all local */
 	uint64_t *tpre;          /* (n, L+1) prefix of tbase + texp */

@@ -13,7 +13,9 @@
  * 2. Experts of a layer: each owner's share of the expected load
  *    (n_expert_used experts per token) at its roofline, plus a round trip
  *    (two hops of one activation row) for owners other than the layer's
- *    peer; owners work in parallel, so the slowest one counts.
+ *    peer; owners work in parallel, so the slowest one counts; plus one row's
+ *    transfer time per remote owner, as the layer's peer sends the rows one
+ *    after another.
  * 3. Each hop between consecutive stages: latency + one activation row at
  *    the link's bandwidth. The head (output norm + matrix) on the last stage.
  * 4. Memory per peer: weights it holds + KV for ctx x sessions tokens of its
