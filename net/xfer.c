@@ -450,17 +450,21 @@ static void hello_fill(shoal_xfer_link *k, const shoal_xfer_config *cfg, shoal_x
 /* ---- the RDMA upgrade ------------------------------------------------ */
 
 /* Exchange a status (and its reason) over TCP in a frame of `kind`:
- * send ours, then read the peer's. Returns the peer's status in *peer_e
- * and its reason in peer_why; the return value is a transport failure. */
-static shoal_err exchange_status(shoal_xfer_link *k, unsigned kind, shoal_err mine,
+ * send ours, then read the peer's (recv_first: the other way round). Returns the peer's status in
+ * *peer_e and its reason in peer_why; the return value is a transport failure. */
+static shoal_err exchange_status(shoal_xfer_link *k, unsigned kind, int recv_first, shoal_err mine,
                                  const char *reason, const void *ok_payload, size_t ok_len,
                                  int64_t deadline, shoal_xfer_frame *f, shoal_err *peer_e,
                                  char *peer_why, size_t pw_len, char *why, size_t why_len)
 {
 	const void *p = mine ? reason : ok_payload;
 	size_t n = mine ? strnlen(reason, SHOAL_XFER_REASON_MAX) : ok_len;
-	shoal_err e = hs_send(k, kind, mine, p, n, deadline, why, why_len);
+	shoal_err e = SHOAL_OK;
+	if (recv_first)
+		e = hs_recv(k, kind, deadline, f, why, why_len);
 	if (!e)
+		e = hs_send(k, kind, mine, p, n, deadline, why, why_len);
+	if (!e && !recv_first)
 		e = hs_recv(k, kind, deadline, f, why, why_len);
 	if (e)
 		return e;
@@ -523,7 +527,7 @@ static shoal_err negotiate(shoal_xfer_link *k, int connector, const shoal_xfer_h
 	/* 1. Resources and queue-pair details, both ways. */
 	e = xfer__rdma_setup(k->rdma, k->max_send, &local, r, sizeof r);
 	shoal_xfer_qp_info_encode(&local, qpblock);
-	shoal_err te = exchange_status(k, SHOAL_XFER_KIND_RDMA_QP, e, r, qpblock, sizeof qpblock,
+	shoal_err te = exchange_status(k, SHOAL_XFER_KIND_RDMA_QP, 0, e, r, qpblock, sizeof qpblock,
 	                               deadline, &f, &pe, pr, sizeof pr, why, why_len);
 	if (te)
 		return te;
@@ -535,21 +539,26 @@ static shoal_err negotiate(shoal_xfer_link *k, int connector, const shoal_xfer_h
 	/* 2. Receives posted, INIT -> RTR -> RTS; verdicts both ways. */
 	if (!e)
 		e = xfer__rdma_connect(k->rdma, &remote, xfer__tcp_fd(k->tcp), r, sizeof r);
-	te = exchange_status(k, SHOAL_XFER_KIND_RDMA_VERDICT, e, r, NULL, 0, deadline, &f, &pe, pr,
-	                     sizeof pr, why, why_len);
+	te = exchange_status(k, SHOAL_XFER_KIND_RDMA_VERDICT, 0, e, r, NULL, 0, deadline, &f, &pe,
+	                     pr, sizeof pr, why, why_len);
 	if (te)
 		return te;
 	if (e || pe)
 		goto verdict;
-	/* 3. A round trip over the queue pair; verdicts both ways. */
-	e = probe(k, connector, deadline, r, sizeof r);
+	/* 3. A round trip over the queue pair; verdicts both ways, the
+	 * connector's first: the acceptor writes nothing on TCP until the
+	 * connector is done with the queue pair, so TCP bytes seen while
+	 * waiting on it always mean "the peer gave up", never a race. */
+	/* Half of the time left: the verdicts need the other half when a
+	 * probe is lost and both ends wait it out. */
+	e = probe(k, connector, now_ms() + left_ms(deadline) / 2, r, sizeof r);
 	if (e) {
 		char t[256];
 		snprintf(t, sizeof t, "rdma probe failed: %.200s", r);
 		snprintf(r, sizeof r, "%s", t);
 	}
-	te = exchange_status(k, SHOAL_XFER_KIND_RDMA_VERDICT, e, r, NULL, 0, deadline, &f, &pe, pr,
-	                     sizeof pr, why, why_len);
+	te = exchange_status(k, SHOAL_XFER_KIND_RDMA_VERDICT, !connector, e, r, NULL, 0, deadline,
+	                     &f, &pe, pr, sizeof pr, why, why_len);
 	if (te)
 		return te;
 verdict:
