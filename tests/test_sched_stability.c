@@ -112,6 +112,29 @@ static void test_slow_peer_only_when_memory_needs_it(void)
 	shoal_view_free(v);
 }
 
+static void test_busy_peer_counts_slower(void)
+{
+	/* two equal peers; the one busy at 50 % (load bucket) is avoided */
+	shoal_manifest m = dense_model(8);
+	shoal_policy pol = policy();
+	shoal_view_peer ps[2] = {peer(1, "busy", 64 * GB, 800), peer(2, "idle", 64 * GB, 800)};
+	ps[0].load_pct = 50;
+	shoal_view *v = view_of(ps, 2);
+	shoal_plan *p = NULL;
+	ASSERT_EQ(shoal_schedule(v, &m, &pol, NULL, &p, NULL, 0), SHOAL_OK);
+	ASSERT_EQ(shoal_plan_n_peers(p), 1);
+	ASSERT_TRUE(uses(p, "idle"));
+	uint64_t t_idle = shoal_plan_predicted_ns(p);
+	shoal_plan_free(p);
+	shoal_view_free(v);
+	ps[1].load_pct = 50; /* both busy: twice the time */
+	v = view_of(ps, 2);
+	ASSERT_EQ(shoal_schedule(v, &m, &pol, NULL, &p, NULL, 0), SHOAL_OK);
+	ASSERT_NEAR((double)shoal_plan_predicted_ns(p) / (double)t_idle, 2.0, 0.01);
+	shoal_plan_free(p);
+	shoal_view_free(v);
+}
+
 static void test_removing_idle_peer_keeps_plan(void)
 {
 	shoal_manifest m = dense_model(20);
@@ -228,6 +251,6 @@ static void test_fewest_bytes_moved_among_near_equal(void)
 }
 
 TEST_MAIN(TEST_CASE(test_slow_peer_only_when_memory_needs_it),
-          TEST_CASE(test_removing_idle_peer_keeps_plan),
+          TEST_CASE(test_busy_peer_counts_slower), TEST_CASE(test_removing_idle_peer_keeps_plan),
           TEST_CASE(test_new_peer_needs_gain_threshold),
           TEST_CASE(test_fewest_bytes_moved_among_near_equal))
