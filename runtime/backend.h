@@ -65,14 +65,21 @@ typedef struct shoal_backend_attn {
 
 #define SHOAL_BACKEND_MAX_MATS 4
 
+/* What an instance must be able to do; scratch is sized from these once. */
+typedef struct shoal_backend_limits {
+	uint32_t n_threads; /* workers, the caller's thread included (>= 1) */
+	uint32_t max_ctx;   /* positions one attention row may span */
+	uint32_t max_rows;  /* rows of one op */
+	uint32_t max_n;     /* the widest matrix input */
+	uint32_t max_group; /* query heads per KV head (GQA group) */
+} shoal_backend_limits;
+
 typedef struct shoal_backend_ops {
 	const char *name; /* "cpu" */
 
-	/* Make an instance with n_threads workers, able to run attention over
-	 * up to max_ctx positions and matrix products on up to max_rows rows
-	 * of up to max_n inputs. *out is owned by the caller (destroy). */
-	shoal_err (*create)(uint32_t n_threads, uint32_t max_ctx, uint32_t max_rows, uint32_t max_n,
-	                    shoal_backend **out);
+	/* Make an instance able to run ops within *lim (copied). *out is
+	 * owned by the caller (destroy). */
+	shoal_err (*create)(const shoal_backend_limits *lim, shoal_backend **out);
 	void (*destroy)(shoal_backend *b); /* NULL is a no-op */
 
 	/* Describe up to cap devices into out; returns how many there are.

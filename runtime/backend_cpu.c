@@ -31,12 +31,12 @@
 struct shoal_backend {
 	const shoal_kernels *k;
 	shoal_threadpool *pool;
-	uint32_t n_threads, max_ctx, max_rows, max_n;
+	uint32_t n_threads, max_ctx, max_rows, max_n, max_group;
 	size_t act_stride; /* bytes per converted activation row: 4 * max_n
 	                      (F32 is the widest partner type: 4 B/elem vs
 	                      Q8_0 34/32, Q8_K 292/256, F16/BF16 2) */
 	uint8_t *act;      /* (max_rows, act_stride) converted activations */
-	float *scores;     /* (n_threads, max_ctx) attention scratch */
+	float *scores;     /* (n_threads, max_group, max_ctx) attention scratch */
 
 	/* the job in flight (one at a time, see threadpool.h) */
 	struct {
@@ -66,29 +66,31 @@ static void shoal_cpu_destroy(shoal_backend *b)
 	free(b);
 }
 
-static shoal_err shoal_cpu_create(uint32_t n_threads, uint32_t max_ctx, uint32_t max_rows,
-                                  uint32_t max_n, shoal_backend **out)
+static shoal_err shoal_cpu_create(const shoal_backend_limits *lim, shoal_backend **out)
 {
 	*out = NULL;
-	if (n_threads < 1 || max_ctx < 1 || max_rows < 1 || max_n < 1)
+	if (lim->n_threads < 1 || lim->max_ctx < 1 || lim->max_rows < 1 || lim->max_n < 1 ||
+	    lim->max_group < 1)
 		return SHOAL_ERR_INVAL;
 	shoal_err e = SHOAL_ERR_NOMEM;
 	shoal_backend *b = calloc(1, sizeof *b);
 	if (!b)
 		return SHOAL_ERR_NOMEM;
 	b->k = shoal_kernels_best();
-	b->n_threads = n_threads;
-	b->max_ctx = max_ctx;
-	b->max_rows = max_rows;
-	b->max_n = max_n;
-	b->act_stride = ((size_t)max_n * 4 + 63) & ~(size_t)63;
-	if ((size_t)max_rows > SIZE_MAX / b->act_stride)
+	b->n_threads = lim->n_threads;
+	b->max_ctx = lim->max_ctx;
+	b->max_rows = lim->max_rows;
+	b->max_n = lim->max_n;
+	b->max_group = lim->max_group;
+	b->act_stride = ((size_t)lim->max_n * 4 + 63) & ~(size_t)63;
+	size_t n_sc = (size_t)lim->n_threads * lim->max_group;
+	if ((size_t)lim->max_rows > SIZE_MAX / b->act_stride || n_sc > SIZE_MAX / 4 / lim->max_ctx)
 		goto fail;
-	b->act = aligned_alloc(64, (size_t)max_rows * b->act_stride);
-	b->scores = calloc((size_t)n_threads * max_ctx, sizeof *b->scores);
+	b->act = aligned_alloc(64, (size_t)lim->max_rows * b->act_stride);
+	b->scores = calloc(n_sc * lim->max_ctx, sizeof *b->scores);
 	if (!b->act || !b->scores)
 		goto fail;
-	e = shoal_threadpool_new(n_threads, &b->pool);
+	e = shoal_threadpool_new(lim->n_threads, &b->pool);
 	if (e)
 		goto fail;
 	*out = b;
@@ -261,39 +263,57 @@ static void shoal_cpu_axpy(float *o, float p, const float *v, uint32_t n)
 		o[i] += p * v[i];
 }
 
+/* One work item is (row, KV head): the group of query heads sharing that
+ * KV head is done together, so each cached K and V row is read once per
+ * group instead of once per head (at long contexts the cache, not the
+ * weights, dominates what decoding reads). Each output element still
+ * accumulates over positions 0..n-1 in order, the same bits as one head
+ * at a time. */
 static void shoal_cpu_attn_worker(void *ctx, uint32_t ith, uint32_t nth)
 {
 	shoal_backend *b = ctx;
 	const shoal_backend_attn *a = b->attn;
-	uint32_t hd = a->head_dim, n_items = a->n_rows * a->n_head;
+	uint32_t hd = a->head_dim, n_items = a->n_rows * a->n_head_kv;
 	uint32_t group = a->n_head / a->n_head_kv;
 	size_t q_ld = (size_t)a->n_head * hd, kv_ld = (size_t)a->n_head_kv * hd;
-	float *sc = b->scores + (size_t)ith * b->max_ctx;
+	size_t C = b->max_ctx;
+	float *sc = b->scores + (size_t)ith * b->max_group * C; /* (group, max_ctx) */
 	for (;;) {
 		uint32_t it = atomic_fetch_add_explicit(&b->next, 1, memory_order_relaxed);
 		if (it >= n_items)
 			break;
-		uint32_t r = it / a->n_head, h = it % a->n_head, kvh = h / group;
-		const float *q = a->q + r * q_ld + (size_t)h * hd; /* (head_dim) */
-		const float *kc = a->k[r] + (size_t)kvh * hd;      /* (n_kv) ld kv_ld */
-		const float *vc = a->v[r] + (size_t)kvh * hd;      /* (n_kv) ld kv_ld */
-		float *o = a->out + r * q_ld + (size_t)h * hd;     /* (head_dim) */
+		uint32_t r = it / a->n_head_kv, kvh = it % a->n_head_kv, h0 = kvh * group;
+		const float *q = a->q + r * q_ld + (size_t)h0 * hd; /* (group, head_dim) */
+		const float *kc = a->k[r] + (size_t)kvh * hd;       /* (n_kv) ld kv_ld */
+		const float *vc = a->v[r] + (size_t)kvh * hd;       /* (n_kv) ld kv_ld */
+		float *o = a->out + r * q_ld + (size_t)h0 * hd;     /* (group, head_dim) */
 		uint32_t n = a->n_kv[r];
-		float mx = -INFINITY;
 		for (uint32_t t = 0; t < n; t++) {
-			sc[t] = shoal_cpu_dot(q, kc + t * kv_ld, hd) * a->scale;
-			if (sc[t] > mx)
-				mx = sc[t];
+			const float *kt = kc + t * kv_ld;
+			for (uint32_t g = 0; g < group; g++)
+				sc[g * C + t] =
+				    shoal_cpu_dot(q + (size_t)g * hd, kt, hd) * a->scale;
 		}
-		double sum = 0;
-		for (uint32_t t = 0; t < n; t++) {
-			sc[t] = expf(sc[t] - mx);
-			sum += sc[t];
+		for (uint32_t g = 0; g < group; g++) {
+			float *s = sc + g * C; /* (n) */
+			float mx = -INFINITY;
+			for (uint32_t t = 0; t < n; t++)
+				if (s[t] > mx)
+					mx = s[t];
+			double sum = 0;
+			for (uint32_t t = 0; t < n; t++) {
+				s[t] = expf(s[t] - mx);
+				sum += s[t];
+			}
+			float inv = (float)(1.0 / sum);
+			for (uint32_t t = 0; t < n; t++)
+				s[t] *= inv;
 		}
-		float inv = (float)(1.0 / sum);
-		memset(o, 0, hd * sizeof *o);
+		memset(o, 0, (size_t)group * hd * sizeof *o);
 		for (uint32_t t = 0; t < n; t++) {
-			shoal_cpu_axpy(o, sc[t] * inv, vc + t * kv_ld, hd);
+			const float *vt = vc + t * kv_ld;
+			for (uint32_t g = 0; g < group; g++)
+				shoal_cpu_axpy(o + (size_t)g * hd, sc[g * C + t], vt, hd);
 		}
 	}
 	(void)nth;
@@ -303,7 +323,7 @@ static void shoal_cpu_attention(shoal_backend *b, const shoal_backend_attn *a)
 {
 	b->attn = a;
 	atomic_store_explicit(&b->next, 0, memory_order_relaxed);
-	if (a->n_rows * a->n_head < 2)
+	if (a->n_rows * a->n_head_kv < 2)
 		shoal_cpu_attn_worker(b, 0, 1);
 	else
 		shoal_threadpool_run(b->pool, shoal_cpu_attn_worker, b);

@@ -364,7 +364,14 @@ shoal_err shoal_engine_new(const shoal_model *m, const shoal_engine_config *cfg,
 	engine__rope_table(e);
 
 	e->ops = cfg->backend ? cfg->backend : shoal_backend_cpu();
-	err = e->ops->create(cfg->n_threads, C, R, max_n, &e->bk);
+	shoal_backend_limits lim = {
+	    .n_threads = cfg->n_threads,
+	    .max_ctx = C,
+	    .max_rows = R,
+	    .max_n = max_n,
+	    .max_group = hp->n_head / hp->n_head_kv,
+	};
+	err = e->ops->create(&lim, &e->bk);
 	if (err) {
 		e->ops = NULL;
 		shoal_why(why, why_len, err, "backend %s: %s",
