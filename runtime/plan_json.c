@@ -121,7 +121,7 @@ static shoal_err read_peer(const json_t *p, size_t i, shoal_view_peer *vp, char 
 		return e;
 	vp->mem_bw = (uint64_t)llround(bw * 1e9);
 	vp->flops = (uint64_t)llround(fl * 1e9);
-	vp->load_pct = load > 90 ? 91 : (uint32_t)load; /* the view rejects > 90 */
+	vp->load_pct = load > 1000 ? 1000 : (uint32_t)load; /* the view rejects > 90 */
 	return SHOAL_OK;
 }
 
