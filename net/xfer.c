@@ -17,6 +17,20 @@
  *   HELLO -> CLOSED (refused, garbage) refuse
  *   NEGOTIATE -> TCP | RDMA            negotiate (falls back, never fails)
  *   TCP | RDMA -> CLOSED               fail_link (framing broke, peer gone)
+ *
+ * Negotiation, after HELLO / HELLO_ACK, every step on the TCP connection:
+ *  1. Unless both HELLOs offer rdma, both ends stay on TCP; the status says
+ *     whose offer was missing and why (the local reason first).
+ *  2. Each end creates PD, MR, CQ and QP (to INIT) and sends RDMA_QP: status
+ *     0 and its 40-byte qp info, or its error and reason. Each reads the
+ *     other's. Any failure: both stay on TCP.
+ *  3. Each end posts its receive ring, moves the QP to RTR and RTS, and
+ *     sends RDMA_VERDICT; each reads the other's. Any failure: TCP.
+ *  4. The connector sends a PROBE over the QP, the acceptor echoes it; then
+ *     the connector sends its RDMA_VERDICT, and only then the acceptor.
+ *     Both ok: the link switches to RDMA; otherwise both stay on TCP.
+ * Every step is taken by both ends or by neither, since both decide from
+ * the same pair of statuses; the whole exchange is bounded by handshake_ms.
  */
 #include "config.h"
 
@@ -572,6 +586,7 @@ verdict:
 		goto stay;
 	k->ops = &xfer__rdma_ops;
 	k->t = k->rdma;
+	xfer__rdma_arm(k->rdma);
 	snprintf(k->status, sizeof k->status, "rdma (%s to %s)", k->devname, peer->device);
 	return SHOAL_OK;
 stay:

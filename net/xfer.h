@@ -138,11 +138,11 @@ typedef struct shoal_xfer_frame {
 shoal_err shoal_xfer_link_recv(shoal_xfer_link *k, int timeout_ms, shoal_xfer_frame *f, char *why,
                                size_t why_len);
 
-/* The fds an event loop polls for POLLIN before calling _recv (the TCP
- * socket; with RDMA also the completion channel). Returns the count.
- * Edge-triggered on RDMA: call _recv with timeout 0 until it returns
- * SHOAL_ERR_TIMEOUT before polling again (a send may have taken frames off
- * the completion queue that no fd will announce). */
+/* The fds an event loop polls for POLLIN before calling _recv; returns
+ * how many (at most 3). TCP: the socket. RDMA: the completion channel, a
+ * self-pipe that stays readable while frames wait that a send took off
+ * the completion queue, and the TCP socket. Readable means "call _recv
+ * with timeout 0 until SHOAL_ERR_TIMEOUT"; that drain also re-arms them. */
 int shoal_xfer_link_pollfds(const shoal_xfer_link *k, struct pollfd *pf, int cap);
 
 /* "tcp" or "rdma". */

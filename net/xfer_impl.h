@@ -71,4 +71,8 @@ shoal_err xfer__rdma_setup(xfer__rdma *r, uint32_t slot_size, shoal_xfer_qp_info
 shoal_err xfer__rdma_connect(xfer__rdma *r, const shoal_xfer_qp_info *remote, int watch_fd,
                              char *why, size_t why_len);
 
+/* The link switched to RDMA: arm the completion channel, so that the fds
+ * of pollfds announce the first frame. */
+void xfer__rdma_arm(xfer__rdma *r);
+
 #endif

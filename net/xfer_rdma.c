@@ -25,11 +25,15 @@
  *  5. A peer returning more credits than it was given breaks the link.
  * Completions: one CQ with a completion channel; waits block on its fd
  * (and on the TCP socket, whose EOF or data means the peer is leaving),
- * after an optional bounded spin of spin_us.
+ * after an optional bounded spin of spin_us. For an event loop, frames
+ * that a send took off the CQ (while waiting for a credit) are announced
+ * by a self-pipe that stays readable until they have been received, so
+ * the fds of pollfds are level-triggered like a socket's.
  */
 #include "net/xfer_impl.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -61,6 +65,9 @@ struct xfer__rdma {
 	uint32_t credits, peer_slots, peer_slot_size;
 	uint32_t *send_free; /* (nsend) stack of free send slots */
 	uint32_t n_free;
+	int sig[2];   /* self-pipe: readable while frames wait that no fd announced */
+	int signaled; /* a byte is in sig */
+	int in_recv;  /* inside rdma_recv: its caller takes ready frames at once */
 	int connected, broken;
 	shoal_err broken_e; /* the error of the first failure */
 	char broken_why[200];
@@ -116,6 +123,7 @@ shoal_err xfer__rdma_open(const shoal_xfer_config *cfg, xfer__rdma **out, const 
 		return shoal_why(why, why_len, SHOAL_ERR_NOMEM, "no memory");
 	x->v = cfg->verbs;
 	x->chan_fd = x->watch_fd = -1;
+	x->sig[0] = x->sig[1] = -1;
 	x->borrowed = -1;
 	x->spin_us = cfg->spin_us;
 	/* 4 slots at least: one is held by the frame the link last handed out
@@ -154,6 +162,10 @@ shoal_err xfer__rdma_setup(xfer__rdma *x, uint32_t slot_size, shoal_xfer_qp_info
 	x->send_free = calloc(x->nsend, sizeof *x->send_free);
 	if (!x->ready_slot || !x->ready_len || !x->send_free)
 		return shoal_why(why, why_len, SHOAL_ERR_NOMEM, "no memory");
+	if (pipe2(x->sig, O_NONBLOCK | O_CLOEXEC)) {
+		x->sig[0] = x->sig[1] = -1;
+		return shoal_why(why, why_len, SHOAL_ERR_IO, "pipe: %s", strerror(errno));
+	}
 	for (uint32_t i = 0; i < x->nsend; i++)
 		x->send_free[i] = x->nsend - 1 - i;
 	x->n_free = x->nsend;
@@ -236,6 +248,10 @@ static void rdma_free(void *p)
 	free(x->ready_slot);
 	free(x->ready_len);
 	free(x->send_free);
+	if (x->sig[0] >= 0) {
+		close(x->sig[0]);
+		close(x->sig[1]);
+	}
 	free(x);
 }
 
@@ -301,6 +317,10 @@ static shoal_err on_wc(xfer__rdma *x, const shoal_verbs_wc *wc)
 	x->ready_slot[tail] = s;
 	x->ready_len[tail] = wc->byte_len;
 	x->ready_count++;
+	if (!x->in_recv && !x->signaled) {
+		ssize_t k = write(x->sig[1], "f", 1);
+		x->signaled = k == 1;
+	}
 	return SHOAL_OK;
 }
 
@@ -389,6 +409,14 @@ out:
 	return SHOAL_OK;
 }
 
+void xfer__rdma_arm(xfer__rdma *x)
+{
+	int got;
+	char r[200];
+	if (!drain(x, &got) && !x->v->arm_cq(x->cq, r, sizeof r))
+		drain(x, &got); /* a completion before the arm: announced by sig */
+}
+
 /* ---- send and receive ------------------------------------------------ */
 
 static shoal_err rdma_send(void *p, const struct iovec *iov, int iovcnt, size_t total,
@@ -433,13 +461,16 @@ static shoal_err rdma_send(void *p, const struct iovec *iov, int iovcnt, size_t 
 		                 x->broken_why);
 	x->owed = 0;
 	x->credits--;
+	/* Waiting may have consumed the channel's event and taken frames off
+	 * the CQ: re-arm, so the event loop's fds stay truthful. */
+	if (waited)
+		xfer__rdma_arm(x);
 	return SHOAL_OK;
 }
 
-static shoal_err rdma_recv(void *p, int timeout_ms, const uint8_t **buf, size_t *len, char *why,
-                           size_t why_len)
+static shoal_err recv_inner(xfer__rdma *x, int timeout_ms, const uint8_t **buf, size_t *len,
+                            char *why, size_t why_len)
 {
-	xfer__rdma *x = p;
 	char r[200];
 	if (x->borrowed >= 0) {
 		shoal_err e = repost(x, (uint32_t)x->borrowed, r, sizeof r);
@@ -470,12 +501,30 @@ static shoal_err rdma_recv(void *p, int timeout_ms, const uint8_t **buf, size_t 
 	}
 }
 
+static shoal_err rdma_recv(void *p, int timeout_ms, const uint8_t **buf, size_t *len, char *why,
+                           size_t why_len)
+{
+	xfer__rdma *x = p;
+	x->in_recv = 1;
+	shoal_err e = recv_inner(x, timeout_ms, buf, len, why, why_len);
+	x->in_recv = 0;
+	if (x->signaled && !x->ready_count) { /* all announced frames are taken */
+		char b[8];
+		while (read(x->sig[0], b, sizeof b) > 0)
+			;
+		x->signaled = 0;
+	}
+	return e;
+}
+
 static int rdma_pollfds(void *p, struct pollfd *pf, int cap)
 {
 	xfer__rdma *x = p;
 	int n = 0;
 	if (cap > n)
 		pf[n++] = (struct pollfd){.fd = x->chan_fd, .events = POLLIN};
+	if (cap > n)
+		pf[n++] = (struct pollfd){.fd = x->sig[0], .events = POLLIN};
 	if (cap > n && x->watch_fd >= 0)
 		pf[n++] = (struct pollfd){.fd = x->watch_fd, .events = POLLIN};
 	return n;

@@ -22,6 +22,7 @@
 static const uint8_t TOKEN[] = "t";
 static const uint8_t DIGEST[32] = {0xd1, 0x9e};
 static vd_fabric *fab;
+static uint32_t spin_us; /* config's spin_us for the next pair */
 
 static int admit(void *ctx, const uint8_t peer[16], const char *addr, const uint8_t *t, size_t n)
 {
@@ -39,6 +40,7 @@ static void cfg_for(shoal_xfer_config *c, int dev, uint32_t slots, uint8_t id)
 	c->verbs = dev >= 0 ? &vd_ops : NULL;
 	c->verbs_ctx = dev >= 0 ? vd_device(fab, dev) : NULL;
 	c->rdma_slots = slots;
+	c->spin_us = spin_us;
 	memset(c->self_id, id, 16);
 }
 
@@ -126,8 +128,8 @@ static void test_upgrade_when_both_offer(void)
 	ASSERT_U64_EQ(vd_delivered(fab), moved + 1);
 	/* Reply the other way; then the event-loop fds: channel + TCP. */
 	ASSERT_EQ(send_hidden(a, 43, x, 16, 1000, why), SHOAL_OK);
-	struct pollfd pf[2];
-	ASSERT_EQ(shoal_xfer_link_pollfds(b, pf, 2), 2);
+	struct pollfd pf[3];
+	ASSERT_EQ(shoal_xfer_link_pollfds(b, pf, 3), 3);
 	ASSERT_EQ(shoal_xfer_link_recv(b, 1000, &f, why, sizeof why), SHOAL_OK);
 	ASSERT_U64_EQ(f.hdr.rows[0].session, 43);
 	shoal_xfer_metrics ma, mb;
@@ -355,7 +357,10 @@ static void test_credits_ring_wrap_and_order(void)
 static void test_pingpong_piggybacks_credits(void)
 {
 	shoal_xfer_link *a, *b;
-	ASSERT_EQ(pair(0, 1, 2, &a, &b), SHOAL_OK); /* 2 is raised to 4 */
+	spin_us = 20;                        /* and the bounded spin before blocking */
+	shoal_err e = pair(0, 1, 2, &a, &b); /* 2 is raised to 4 */
+	spin_us = 0;
+	ASSERT_EQ(e, SHOAL_OK);
 	ASSERT_STR_EQ(shoal_xfer_link_transport(a), "rdma");
 	float x[64] = {0};
 	char why[256];
@@ -438,6 +443,119 @@ static void test_garbage_over_rdma_closes_with_error_frame(void)
 	ASSERT_EQ(vd_live_objects(fab), 0);
 }
 
+/* An event loop over one RDMA link and its fds: poll, then drain with
+ * timeout 0 until TIMEOUT (the contract of shoal_xfer_link_pollfds). */
+typedef struct burst_job {
+	shoal_xfer_link *link;
+	int n;
+} burst_job;
+
+static void *burst_main(void *p)
+{
+	burst_job *j = p;
+	float x[32] = {0};
+	char why[256];
+	for (int i = 0; i < j->n; i++) {
+		if (i % 7 == 0)
+			usleep(1000);
+		if (send_hidden(j->link, (uint64_t)i, x, 32, 2000, why))
+			break;
+	}
+	return NULL;
+}
+
+static void test_event_loop_over_pollfds(void)
+{
+	shoal_xfer_link *a, *b;
+	ASSERT_EQ(pair(0, 1, 8, &a, &b), SHOAL_OK);
+	burst_job j = {.link = b, .n = 60};
+	pthread_t th;
+	pthread_create(&th, NULL, burst_main, &j);
+	int got = 0, polls = 0, order_ok = 1;
+	while (got < j.n && polls < 1000) {
+		struct pollfd pf[3];
+		int n = shoal_xfer_link_pollfds(a, pf, 3);
+		polls++;
+		if (poll(pf, (nfds_t)n, 2000) <= 0)
+			break;
+		for (;;) {
+			shoal_xfer_frame f;
+			char why[256];
+			shoal_err e = shoal_xfer_link_recv(a, 0, &f, why, sizeof why);
+			if (e == SHOAL_ERR_TIMEOUT)
+				break;
+			if (e) {
+				fprintf(stderr, "event loop: %s\n", why);
+				polls = 1000;
+				break;
+			}
+			order_ok &= f.hdr.rows[0].session == (uint64_t)got;
+			got++;
+		}
+	}
+	pthread_join(th, NULL);
+	ASSERT_EQ(got, j.n);
+	ASSERT_TRUE(order_ok);
+	ASSERT_LE(polls, j.n + 1); /* woken by frames, not spinning */
+	shoal_xfer_link_free(a);
+	shoal_xfer_link_free(b);
+	ASSERT_EQ(vd_live_objects(fab), 0);
+}
+
+/* A send that waits for a credit takes frames off the CQ and consumes the
+ * channel's event: the self-pipe must still announce them to a loop. */
+typedef struct reader_job {
+	shoal_xfer_link *link;
+	int ok;
+} reader_job;
+
+static void *reader_main(void *p)
+{
+	reader_job *j = p;
+	shoal_xfer_frame f;
+	char why[256];
+	float x[8] = {0};
+	usleep(20000); /* let the sender block on its credits first */
+	for (int i = 0; i < 3; i++)
+		if (shoal_xfer_link_recv(j->link, 2000, &f, why, sizeof why))
+			return NULL;
+	j->ok = send_hidden(j->link, 1000, x, 8, 2000, why) == SHOAL_OK;
+	return NULL;
+}
+
+static void test_pollfds_after_a_waiting_send(void)
+{
+	shoal_xfer_link *a, *b;
+	ASSERT_EQ(pair(0, 1, 4, &a, &b), SHOAL_OK);
+	reader_job j = {.link = b};
+	pthread_t th;
+	pthread_create(&th, NULL, reader_main, &j);
+	float x[8] = {0};
+	char why[256];
+	/* Credits 4: three sends, the fourth waits until b reads and returns. */
+	for (int i = 0; i < 4; i++)
+		ASSERT_EQ(send_hidden(a, (uint64_t)i, x, 8, 2000, why), SHOAL_OK);
+	pthread_join(th, NULL);
+	ASSERT_TRUE(j.ok);
+	shoal_xfer_metrics m;
+	shoal_xfer_link_metrics(a, &m);
+	ASSERT_GT(m.credit_waits, 0);
+	/* b's frame is waiting for a: some fd says so, within a second. */
+	struct pollfd pf[3];
+	int n = shoal_xfer_link_pollfds(a, pf, 3);
+	ASSERT_EQ(poll(pf, (nfds_t)n, 1000) > 0, 1);
+	shoal_xfer_frame f;
+	ASSERT_EQ(shoal_xfer_link_recv(a, 0, &f, why, sizeof why), SHOAL_OK);
+	ASSERT_U64_EQ(f.hdr.rows[0].session, 1000);
+	ASSERT_EQ(shoal_xfer_link_recv(a, 0, &f, why, sizeof why), SHOAL_ERR_TIMEOUT);
+	/* Drained: nothing readable any more (level-triggered, not stuck on). */
+	n = shoal_xfer_link_pollfds(a, pf, 3);
+	ASSERT_EQ(poll(pf, (nfds_t)n, 50), 0);
+	shoal_xfer_link_free(a);
+	shoal_xfer_link_free(b);
+	ASSERT_EQ(vd_live_objects(fab), 0);
+}
+
 static void setup(void)
 {
 	fab = vd_fabric_new();
@@ -454,4 +572,5 @@ TEST_MAIN(TEST_CASE(setup), TEST_CASE(test_upgrade_when_both_offer),
           TEST_CASE(test_fallback_on_each_failure), TEST_CASE(test_credits_ring_wrap_and_order),
           TEST_CASE(test_pingpong_piggybacks_credits), TEST_CASE(test_remote_disconnect),
           TEST_CASE(test_garbage_over_rdma_closes_with_error_frame),
+          TEST_CASE(test_event_loop_over_pollfds), TEST_CASE(test_pollfds_after_a_waiting_send),
           TEST_CASE(test_double_detects_overrun), TEST_CASE(teardown))
