@@ -12,10 +12,12 @@
  *                                            +--> RDMA ---+
  *
  *   transition                         function
- *   start -> HELLO                     link_connect / listener_accept
- *   HELLO -> NEGOTIATE (admitted)      hello_connector / hello_acceptor
+ *   start -> HELLO                     shoal_xfer_link_connect (sends HELLO),
+ *                                      shoal_xfer_listener_accept (reads it)
+ *   HELLO -> NEGOTIATE (admitted)      the same two, after HELLO_ACK
  *   HELLO -> CLOSED (refused, garbage) refuse
- *   NEGOTIATE -> TCP | RDMA            negotiate (falls back, never fails)
+ *   NEGOTIATE -> TCP | RDMA            negotiate (falls back, fails only if
+ *                                      the TCP connection itself does)
  *   TCP | RDMA -> CLOSED               fail_link (framing broke, peer gone)
  *
  * Negotiation, after HELLO / HELLO_ACK, every step on the TCP connection:
@@ -303,8 +305,9 @@ static shoal_err send_on(shoal_xfer_link *k, const xfer__transport_ops *ops, voi
 	return SHOAL_OK;
 }
 
-/* Mark the link closed with a reason; when `tell`, first send the peer an
- * ERROR frame over TCP (best effort) and log. */
+/* Mark the link closed with a reason and log it; when `tell`, first send
+ * the peer an ERROR frame over TCP (best effort). Not after a partial
+ * write: the frame would land inside the broken one. */
 static void fail_link(shoal_xfer_link *k, shoal_err code, const char *reason, int tell)
 {
 	if (k->closed)
@@ -317,8 +320,9 @@ static void fail_link(shoal_xfer_link *k, shoal_err code, const char *reason, in
 		shoal_xfer_hdr h = {.kind = SHOAL_XFER_KIND_ERROR, .n_aux = code};
 		struct iovec v = {.iov_base = (void *)reason, .iov_len = n};
 		send_on(k, &xfer__tcp_ops, k->tcp, &h, &v, 1, XFER_GOODBYE_MS, &partial, NULL, 0);
-		SHOAL_LOG_W("xfer", "closing link to %s (%.8s): %s", k->addr, id, reason);
 	}
+	shoal_log(tell ? SHOAL_LOG_WARN : SHOAL_LOG_INFO, "xfer", "closing link to %s (%.8s): %s",
+	          k->addr, id, reason);
 	k->closed = 1;
 	snprintf(k->status, sizeof k->status, "closed (%s)", reason);
 	shutdown(xfer__tcp_fd(k->tcp), SHUT_RDWR);
@@ -336,7 +340,7 @@ shoal_err shoal_xfer_link_send(shoal_xfer_link *k, const shoal_xfer_hdr *hdr,
 	if (!e)
 		return SHOAL_OK;
 	if (partial || e == SHOAL_ERR_CLOSED || e == SHOAL_ERR_IO || e == SHOAL_ERR_PROTO)
-		fail_link(k, e, r, e != SHOAL_ERR_CLOSED);
+		fail_link(k, e, r, !partial && e != SHOAL_ERR_CLOSED);
 	return shoal_why(why, why_len, e, "%s", r);
 }
 

@@ -74,7 +74,8 @@ typedef int (*shoal_xfer_admit_fn)(void *ctx, const uint8_t peer[16], const char
 typedef struct shoal_xfer_listener shoal_xfer_listener;
 typedef struct shoal_xfer_link shoal_xfer_link;
 
-/* Listen on host:port (port 0: pick one; see _port). cfg is copied.
+/* Listen on host:port (port 0: pick one; see _port). cfg is copied (its
+ * rdma_device string and verbs_ctx are borrowed for the listener's life).
  * admit must not be NULL; ctx is borrowed for the listener's life. */
 shoal_err shoal_xfer_listener_new(const shoal_xfer_config *cfg, const char *host, uint16_t port,
                                   shoal_xfer_admit_fn admit, void *ctx, shoal_xfer_listener **out,
