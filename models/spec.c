@@ -39,9 +39,11 @@ uint32_t shoal_spec_quant_mbits(const char *quant)
 /* ---- reading fields ---------------------------------------------------- */
 
 /* Dimensions up to 2^20 (the widest published models are ~2^15 wide) and
- * counts up to 4096 (layers, experts) keep every product below 2^63. */
+ * counts up to 4096 (experts) keep every product below 2^63; layers up to
+ * 1024, the scheduler's limit (published models have <= 128). */
 #define SPEC_DIM_MAX   (1u << 20)
 #define SPEC_COUNT_MAX 4096u
+#define SPEC_LAYER_MAX 1024u
 
 static shoal_err get_u32(const json_t *o, const char *key, bool required, uint32_t def,
                          uint32_t max, uint32_t *out, char *why, size_t why_len)
@@ -85,7 +87,7 @@ static shoal_err read_hp(const json_t *j, spec_hp *h, shoal_spec_info *info, cha
 {
 	shoal_err e;
 	memset(h, 0, sizeof *h);
-	GET("layers", true, 0, SPEC_COUNT_MAX, &h->layers);
+	GET("layers", true, 0, SPEC_LAYER_MAX, &h->layers);
 	GET("dim", true, 0, SPEC_DIM_MAX, &h->dim);
 	GET("heads", true, 0, SPEC_DIM_MAX, &h->heads);
 	GET("kv_heads", false, h->heads, SPEC_DIM_MAX, &h->kv_heads);

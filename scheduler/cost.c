@@ -13,13 +13,18 @@
 
 /* Bounds that keep every sum below 2^63 whatever the input: a unit time
  * (one layer on one peer, one hop) is clamped to 2^40 ns (18 minutes, far
- * beyond any plan worth serving) and there are at most 2^16 layers, so sums
- * of times stay below 2^58; bandwidths and speeds are clamped to 2^50 per
- * second (a petabyte/s) so that 128-bit products never overflow. */
+ * beyond any plan worth serving) and there are at most 2^10 layers, so sums
+ * of times stay below 2^52; bandwidths and speeds are clamped to 2^50 per
+ * second (a petabyte/s) so that 128-bit products never overflow.
+ * Layers <= 1024 (published models have <= 128; the exact search keeps
+ * 2^8 x 8 x (layers + 1) 12-byte states: 25 MB at 1024), experts per layer
+ * <= 4096 (the widest published MoE routes among 384) and experts in all
+ * <= 2^20 (an assignment keeps 17 bytes per expert: 17 MB). */
 #define SCHED_TMAX        (1ULL << 40)
 #define SCHED_RATE_MAX    (1ULL << 50)
-#define SCHED_MAX_LAYERS  65536u
-#define SCHED_MAX_EXPERTS 65536u
+#define SCHED_MAX_LAYERS  1024u
+#define SCHED_MAX_EXPERTS 4096u
+#define SCHED_MAX_SLOTS   (1u << 20)
 #define SCHED_MAX_BYTES   (1ULL << 50) /* one tensor group: 1 PiB */
 #define NS_PER_S          1000000000ULL
 /* Routing counts are renormalised to sum to 2^20 per layer: enough
@@ -30,7 +35,7 @@
 #define SCHED_SHARE 12
 /* Fixed point of the per-load-unit expert time: 2^20. A layer's full
  * expert time is at most 2^40 ns (SCHED_TMAX) and its load at most
- * 12 x 2^20 units (counts renormalised to 2^20; uniform: 12 x 65536), so
+ * 12 x 2^20 units (counts renormalised to 2^20; uniform: 12 x 4096), so
  * unit x load <= 2^60 + load: no overflow in 64 bits. */
 #define SCHED_EUNIT_SHIFT 20
 #define SCHED_EUNIT_ONE   (1ULL << SCHED_EUNIT_SHIFT)
@@ -91,6 +96,13 @@ static shoal_err check_manifest(const shoal_manifest *m, char *why, size_t why_l
 			return shoal_why(why, why_len, SHOAL_ERR_RANGE,
 			                 "manifest: layer %u has implausible sizes", l);
 	}
+	uint64_t slots = 0;
+	for (uint32_t l = 0; l < m->n_layer; l++)
+		slots += m->layers[l].n_expert;
+	if (slots > SCHED_MAX_SLOTS)
+		return shoal_why(why, why_len, SHOAL_ERR_RANGE,
+		                 "manifest: %llu experts in all, at most %u",
+		                 (unsigned long long)slots, SCHED_MAX_SLOTS);
 	if (m->embd_bytes > SCHED_MAX_BYTES || m->head_bytes > SCHED_MAX_BYTES ||
 	    m->head_flops > SCHED_MAX_BYTES || m->act_bytes_per_token > (1ULL << 32))
 		return shoal_why(why, why_len, SHOAL_ERR_RANGE,

@@ -88,37 +88,35 @@ static void test_mla_kv_is_compressed(void)
 
 static void test_bad_specs(void)
 {
-	static const char
-	    *bad[] =
-	        {
-	            "[1, 2]",
-	            "{\"layers\": 2, \"dim\": 64, \"heads\": 4, \"vocab\": 100}", /* no quant */
-	            "{\"layers\": 2, \"dim\": 64, \"heads\": 4, \"vocab\": 100, \"quant\": "
-	            "\"Q9_X\"}",
-	            "{\"layers\": -2, \"dim\": 64, \"heads\": 4, \"vocab\": 100, \"quant\": "
-	            "\"F16\"}",
-	            "{\"layers\": 2, \"dim\": 64, \"heads\": 4, \"vocab\": 100, \"quant\": "
-	            "\"F16\", "
-	            "\"ffn\": 128, \"experts\": 4, \"experts_used\": 5, \"expert_ffn\": 32}",
-	            "{\"layers\": 2, \"dim\": 64, \"heads\": 4, \"vocab\": 100, \"quant\": "
-	            "\"F16\", "
-	            "\"ffn\": 128, \"attention\": \"sliding\"}",
-	            "{\"layers\": 2, \"dim\": 64, \"heads\": 4, \"vocab\": 100, \"quant\": "
-	            "\"F16\", "
-	            "\"ffn\": 128, \"attention\": \"mla\"}",
-	            "{\"layers\": 2, \"dim\": \"64\", \"heads\": 4, \"vocab\": 100, \"quant\": "
-	            "\"F16\"}",
-	            "{\"layers\": 2, \"dim\": 64, \"heads\": 4, \"vocab\": 100, "
-	            "\"bits_per_weight\": 0.1}",
-	            "{\"layers\": 2, \"dim\": 64, \"heads\": 4, \"vocab\": 100, \"quant\": "
-	            "\"F16\"}", /* dense,
-	                           no
-	                           ffn
-	                         */
-	            "{\"layers\": 99999, \"dim\": 64, \"heads\": 4, \"vocab\": 100, \"quant\": "
-	            "\"F16\"}",
-	            "{\"layers\": 2, \"dim\"",
-	        };
+	static const char *bad[] = {
+	    "[1, 2]",
+	    "{\"layers\": 2, \"dim\": 64, \"heads\": 4, \"vocab\": 100}", /* no quant */
+	    "{\"layers\": 2, \"dim\": 64, \"heads\": 4, \"vocab\": 100, \"quant\": "
+	    "\"Q9_X\"}",
+	    "{\"layers\": -2, \"dim\": 64, \"heads\": 4, \"vocab\": 100, \"quant\": "
+	    "\"F16\"}",
+	    "{\"layers\": 2, \"dim\": 64, \"heads\": 4, \"vocab\": 100, \"quant\": "
+	    "\"F16\", "
+	    "\"ffn\": 128, \"experts\": 4, \"experts_used\": 5, \"expert_ffn\": 32}",
+	    "{\"layers\": 2, \"dim\": 64, \"heads\": 4, \"vocab\": 100, \"quant\": "
+	    "\"F16\", "
+	    "\"ffn\": 128, \"attention\": \"sliding\"}",
+	    "{\"layers\": 2, \"dim\": 64, \"heads\": 4, \"vocab\": 100, \"quant\": "
+	    "\"F16\", "
+	    "\"ffn\": 128, \"attention\": \"mla\"}",
+	    "{\"layers\": 2, \"dim\": \"64\", \"heads\": 4, \"vocab\": 100, \"quant\": "
+	    "\"F16\"}",
+	    "{\"layers\": 2, \"dim\": 64, \"heads\": 4, \"vocab\": 100, "
+	    "\"bits_per_weight\": 0.1}",
+	    "{\"layers\": 2, \"dim\": 64, \"heads\": 4, \"vocab\": 100, \"quant\": "
+	    "\"F16\"}", /* dense,
+	                   no
+	                   ffn
+	                 */
+	    "{\"layers\": 99999, \"dim\": 64, \"heads\": 4, \"vocab\": 100, \"quant\": "
+	    "\"F16\"}",
+	    "{\"layers\": 2, \"dim\"",
+	};
 	for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
 		shoal_manifest m;
 		char why[256] = "";
@@ -297,6 +295,59 @@ static void test_plan_json(void)
 	shoal_view_free(v);
 }
 
+/* Mutated cluster files and specs: refused with a reason or planned,
+ * never a crash (run under valgrind/ASan to see the difference). */
+static void test_mutations(void)
+{
+	static const char *spec =
+	    "{\"layers\": 6, \"dim\": 256, \"heads\": 8, \"kv_heads\": 2, \"vocab\": 1000, "
+	    "\"ffn\": 512, \"experts\": 8, \"experts_used\": 2, \"expert_ffn\": 128, "
+	    "\"dense_first_layers\": 1, \"quant\": \"Q8_0\"}";
+	uint64_t x = 12345;
+	size_t lc = strlen(cluster_ok), ls = strlen(spec);
+	char *buf = malloc(lc + 1), *sb = malloc(ls + 1);
+	int planned = 0, refused = 0;
+	shoal_policy pol;
+	shoal_policy_init(&pol);
+	pol.ctx = 64;
+	for (int it = 0; it < 3000; it++) {
+		memcpy(buf, cluster_ok, lc + 1);
+		memcpy(sb, spec, ls + 1);
+		for (int k = 0; k < 1 + it % 3; k++) {
+			x = x * 6364136223846793005ULL + 1442695040888963407ULL;
+			size_t at = (size_t)(x >> 33) % lc;
+			static const char alphabet[] = "0123456789-.:,{}[]\"eE aGT";
+			if (it % 2) /* one of the two files per round */
+				buf[at] = alphabet[(x >> 20) % (sizeof alphabet - 1)];
+			else
+				sb[(x >> 40) % ls] = alphabet[(x >> 12) % (sizeof alphabet - 1)];
+		}
+		shoal_view *v = NULL;
+		shoal_manifest m;
+		char why[256];
+		shoal_err e1 = shoal_cluster_parse(buf, lc, &v, why, sizeof why);
+		shoal_err e2 = shoal_spec_parse(sb, ls, &m, NULL, why, sizeof why);
+		if (!e1 && !e2) {
+			shoal_plan *p = NULL;
+			if (shoal_schedule(v, &m, &pol, NULL, &p, why, sizeof why) == SHOAL_OK)
+				planned++;
+			else
+				refused++;
+			shoal_plan_free(p);
+		} else {
+			refused++;
+		}
+		if (!e2)
+			shoal_spec_manifest_fini(&m);
+		shoal_view_free(v);
+	}
+	free(buf);
+	free(sb);
+	printf("  %d planned, %d refused\n", planned, refused);
+	ASSERT_GT(planned, 100);
+	ASSERT_GT(refused, 100);
+}
+
 /* view -> JSON -> view plans the same, for every example cluster */
 static void test_cluster_round_trip(void)
 {
@@ -345,4 +396,4 @@ static void test_cluster_round_trip(void)
 
 TEST_MAIN(TEST_CASE(test_shipped_specs), TEST_CASE(test_mla_kv_is_compressed),
           TEST_CASE(test_bad_specs), TEST_CASE(test_cluster_bytes), TEST_CASE(test_cluster_parse),
-          TEST_CASE(test_cluster_round_trip), TEST_CASE(test_plan_json))
+          TEST_CASE(test_cluster_round_trip), TEST_CASE(test_mutations), TEST_CASE(test_plan_json))
