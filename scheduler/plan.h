@@ -75,7 +75,7 @@ shoal_plan *shoal_plan_dup(const shoal_plan *p); /* NULL when out of memory */
 uint64_t shoal_plan_epoch(const shoal_plan *p);
 const uint8_t *shoal_plan_digest(const shoal_plan *p); /* SHOAL_DIGEST_BYTES */
 uint64_t shoal_plan_predicted_ns(const shoal_plan *p); /* per generated token */
-uint64_t shoal_plan_moved_bytes(const shoal_plan *p);  /* newly loaded vs prev */
+uint64_t shoal_plan_moved_bytes(const shoal_plan *p);  /* newly loaded vs prev (all, without) */
 bool shoal_plan_kept(const shoal_plan *p);             /* prev's assignment kept */
 const char *shoal_plan_name(const shoal_plan *p);      /* the manifest's name */
 uint32_t shoal_plan_n_layer(const shoal_plan *p);
