@@ -5,11 +5,18 @@
  * Not a test (it asserts nothing): two threads, one link; the client sends
  * a HIDDEN frame, the server echoes it back. Prints the round trip and the
  * one-way estimate (RTT / 2) in microseconds, median and p99, over
- * `iters` round trips after a warm-up. Usage: xfer_pingpong [iters]
+ * `iters` round trips after a warm-up; then the same ping-pong over a bare
+ * TCP_NODELAY socket pair (blocking write/read of the same bytes), so the
+ * difference is what the link adds per hop. Usage: xfer_pingpong [iters]
  */
 #include "net/xfer.h"
 
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <arpa/inet.h>
 #include <pthread.h>
+#include <sys/socket.h>
+#include <unistd.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -66,6 +73,77 @@ static void *echo_main(void *p)
 	}
 	shoal_xfer_link_free(k);
 	return NULL;
+}
+
+/* ---- the bare-socket baseline ---- */
+
+static int io_all(int fd, void *p, size_t n, int wr)
+{
+	uint8_t *b = p;
+	while (n) {
+		ssize_t k = wr ? write(fd, b, n) : read(fd, b, n);
+		if (k <= 0)
+			return -1;
+		b += k;
+		n -= (size_t)k;
+	}
+	return 0;
+}
+
+typedef struct raw_echo {
+	int lfd, total;
+	size_t size[2];
+} raw_echo;
+
+static void *raw_echo_main(void *p)
+{
+	raw_echo *j = p;
+	static uint8_t buf[1 << 16];
+	int fd = accept(j->lfd, NULL, NULL), one = 1;
+	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+	for (int s = 0; s < 2; s++)
+		for (int i = 0; i < j->total; i++)
+			if (io_all(fd, buf, j->size[s], 0) || io_all(fd, buf, j->size[s], 1))
+				goto out;
+out:
+	close(fd);
+	return NULL;
+}
+
+/* Medians and p99 of the bare ping-pong for both sizes; 0 on success. */
+static int raw_baseline(int iters, int warm, const size_t sizes[2], double *rtt)
+{
+	struct sockaddr_in sa = {.sin_family = AF_INET};
+	socklen_t sl = sizeof sa;
+	inet_pton(AF_INET, "127.0.0.1", &sa.sin_addr);
+	int lfd = socket(AF_INET, SOCK_STREAM, 0), one = 1;
+	if (bind(lfd, (struct sockaddr *)&sa, sizeof sa) || listen(lfd, 1) ||
+	    getsockname(lfd, (struct sockaddr *)&sa, &sl))
+		return -1;
+	raw_echo ej = {.lfd = lfd, .total = iters + warm, .size = {sizes[0], sizes[1]}};
+	pthread_t th;
+	pthread_create(&th, NULL, raw_echo_main, &ej);
+	int fd = socket(AF_INET, SOCK_STREAM, 0);
+	if (connect(fd, (struct sockaddr *)&sa, sizeof sa))
+		return -1;
+	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+	static uint8_t buf[1 << 16];
+	for (int s = 0; s < 2; s++) {
+		for (int i = 0; i < iters + warm; i++) {
+			double t0 = now_us();
+			if (io_all(fd, buf, sizes[s], 1) || io_all(fd, buf, sizes[s], 0))
+				return -1;
+			if (i >= warm)
+				rtt[i - warm] = now_us() - t0;
+		}
+		qsort(rtt, (size_t)iters, sizeof *rtt, cmp_d);
+		printf("  %5zu B bare tcp:    rtt median %7.1f us  p99 %7.1f us\n", sizes[s],
+		       rtt[iters / 2], rtt[(size_t)(iters * 0.99)]);
+	}
+	close(fd);
+	pthread_join(th, NULL);
+	close(lfd);
+	return 0;
 }
 
 int main(int argc, char **argv)
@@ -134,6 +212,8 @@ int main(int argc, char **argv)
 	pthread_join(th, NULL);
 	shoal_xfer_link_free(k);
 	shoal_xfer_listener_free(l);
+	if (raw_baseline(iters, warm, sizes, rtt))
+		fprintf(stderr, "bare tcp baseline failed\n");
 	free(rtt);
 	return 0;
 }
