@@ -19,7 +19,6 @@
 
 #ifdef SHOAL_HAVE_RDMA
 #include <infiniband/verbs.h>
-#endif
 
 static const uint8_t TOKEN[] = "hw";
 static const uint8_t DIGEST[32] = {7};
@@ -67,6 +66,7 @@ static shoal_err pair(shoal_xfer_link **a, shoal_xfer_link **b)
 	*b = j.link;
 	return e ? e : j.e;
 }
+#endif
 
 static void test_rdma_on_hardware(void)
 {
