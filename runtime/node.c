@@ -388,8 +388,14 @@ static char *shoal_node_status_json(shoal_node *n)
 	json_object_set_new(root, "insecure", json_boolean(!n->keyed));
 	for (size_t i = 0; i < nv; i++) {
 		json_t *p = shoal_swim_member_to_json(&v[i]);
-		if (p)
+		if (p) {
 			json_array_append_new(peers, p);
+		} else {
+			char hex[33];
+			shoal_peer_id_to_hex(&v[i].id, hex);
+			SHOAL_LOG_W("node", "status: cannot render peer %.8s (out of memory?)",
+			            hex);
+		}
 	}
 	json_object_set_new(root, "peers", peers);
 	shoal_swim_view_free(v);
