@@ -37,8 +37,7 @@
  * expert time is at most 2^40 ns (SCHED_TMAX) and its load at most
  * 12 x 2^20 units (counts renormalised to 2^20; uniform: 12 x 4096), so
  * unit x load <= 2^60 + load: no overflow in 64 bits. */
-#define SCHED_EUNIT_SHIFT 20
-#define SCHED_EUNIT_ONE   (1ULL << SCHED_EUNIT_SHIFT)
+#define SCHED_EUNIT_SHIFT SCHED__EUNIT_SHIFT
 
 /* ---- arithmetic -------------------------------------------------------- */
 
@@ -308,17 +307,6 @@ uint64_t sched__range_mem(const sched__ctx *c, sched__mode mode, uint32_t a, uin
 	uint64_t x = c->mpre[mode][b] - c->mpre[mode][a];
 	uint64_t extra = first && last ? c->both_mem : first ? c->embd_mem : last ? c->head_mem : 0;
 	return sched__add(x, extra);
-}
-
-uint64_t sched__expert_time(const sched__ctx *c, uint32_t l, uint32_t s, uint32_t o, uint64_t w)
-{
-	if (!w)
-		return 0;
-	size_t i = (size_t)o * c->L + l;
-	uint64_t t = w == c->loadtot[l]
-	                 ? c->efull[i]
-	                 : (w * c->eunit[i] + SCHED_EUNIT_ONE - 1) >> SCHED_EUNIT_SHIFT;
-	return o == s ? t : t + c->rtt[(size_t)s * c->n + o];
 }
 
 /* ---- assignments ------------------------------------------------------- */

@@ -46,7 +46,7 @@ typedef struct sched__asg {
 	uint32_t n_stages;
 	uint32_t *st_peer, *st_first, *st_end; /* (n_stages) */
 	uint8_t *n_own;                        /* (n_slots) */
-	uint32_t *own;                         /* (n_slots, MAX_OWNERS) */
+	uint16_t *own;                         /* (n_slots, MAX_OWNERS); peers < 1024 */
 	/* filled by sched__evaluate */
 	bool feasible;
 	uint64_t time_ns, moved;
@@ -108,8 +108,20 @@ uint64_t sched__range_mem(const sched__ctx *c, sched__mode mode, uint32_t a, uin
 /* Time of expert work w (load units; loadtot[l] = every routed token) on
  * peer o for layer l owned by s: the round trip when o != s plus the w /
  * loadtot share of the roofline of n_expert_used experts (exact when w is
- * the whole load, fixed point otherwise). */
-uint64_t sched__expert_time(const sched__ctx *c, uint32_t l, uint32_t s, uint32_t o, uint64_t w);
+ * the whole load, fixed point otherwise). Inline: expert placement asks it
+ * for every expert x peer x layer. */
+#define SCHED__EUNIT_SHIFT 20
+static inline uint64_t sched__expert_time(const sched__ctx *c, uint32_t l, uint32_t s, uint32_t o,
+                                          uint64_t w)
+{
+	if (!w)
+		return 0;
+	size_t i = (size_t)o * c->L + l;
+	uint64_t t = w == c->loadtot[l] ? c->efull[i]
+	                                : (w * c->eunit[i] + (1ULL << SCHED__EUNIT_SHIFT) - 1) >>
+	                                      SCHED__EUNIT_SHIFT;
+	return o == s ? t : t + c->rtt[(size_t)s * c->n + o];
+}
 
 /* Find stages minimising the predicted time plus pen_num / pen_den ns per
  * byte newly loaded; fills a->st_*; false when nothing fits. */
