@@ -660,7 +660,11 @@ shoal_err shoal_xfer_listener_accept(shoal_xfer_listener *l, int timeout_ms, sho
 		                 timeout_ms);
 	if (n < 0)
 		return shoal_why(why, why_len, SHOAL_ERR_IO, "poll: %s", strerror(errno));
-	int fd = accept4(l->fd, (struct sockaddr *)&ss, &sl, SOCK_CLOEXEC);
+	int fd = accept(l->fd, (struct sockaddr *)&ss, &sl);
+	if (fd >= 0 && xfer__fd_setup(fd, 0)) {
+		close(fd);
+		fd = -1;
+	}
 	if (fd < 0)
 		return shoal_why(why, why_len, errno == EAGAIN ? SHOAL_ERR_TIMEOUT : SHOAL_ERR_IO,
 		                 "accept: %s", strerror(errno));

@@ -48,6 +48,9 @@ extern const xfer__transport_ops xfer__tcp_ops;
  * up to max_frame. Sets O_NONBLOCK and TCP_NODELAY. */
 shoal_err xfer__tcp_new(int fd, uint32_t max_frame, xfer__tcp **out, char *why, size_t why_len);
 int xfer__tcp_fd(const xfer__tcp *t);
+/* FD_CLOEXEC (and O_NONBLOCK when asked, SO_NOSIGPIPE where it exists) on
+ * a new fd; 0 or -1 with errno. */
+int xfer__fd_setup(int fd, int nonblock);
 /* Connected / listening sockets for host:port (numeric or name). */
 shoal_err xfer__tcp_connect(const char *host, uint16_t port, int timeout_ms, int *fd, char *why,
                             size_t why_len);

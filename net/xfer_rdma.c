@@ -162,10 +162,12 @@ shoal_err xfer__rdma_setup(xfer__rdma *x, uint32_t slot_size, shoal_xfer_qp_info
 	x->send_free = calloc(x->nsend, sizeof *x->send_free);
 	if (!x->ready_slot || !x->ready_len || !x->send_free)
 		return shoal_why(why, why_len, SHOAL_ERR_NOMEM, "no memory");
-	if (pipe2(x->sig, O_NONBLOCK | O_CLOEXEC)) {
+	if (pipe(x->sig)) {
 		x->sig[0] = x->sig[1] = -1;
 		return shoal_why(why, why_len, SHOAL_ERR_IO, "pipe: %s", strerror(errno));
 	}
+	if (xfer__fd_setup(x->sig[0], 1) || xfer__fd_setup(x->sig[1], 1)) /* closed by free */
+		return shoal_why(why, why_len, SHOAL_ERR_IO, "pipe flags: %s", strerror(errno));
 	for (uint32_t i = 0; i < x->nsend; i++)
 		x->send_free[i] = x->nsend - 1 - i;
 	x->n_free = x->nsend;

@@ -32,6 +32,29 @@ struct xfer__tcp {
 	uint32_t rx_need; /* whole frame length once the header is in; 0 before */
 };
 
+/* Portable to macOS (the Apple RDMA peers): no SOCK_CLOEXEC/SOCK_NONBLOCK
+ * socket flags, no MSG_NOSIGNAL there (SO_NOSIGPIPE instead). */
+#ifndef MSG_NOSIGNAL
+#define MSG_NOSIGNAL 0
+#endif
+
+int xfer__fd_setup(int fd, int nonblock)
+{
+	int fl = fcntl(fd, F_GETFD), one = 1;
+	if (fl < 0 || fcntl(fd, F_SETFD, fl | FD_CLOEXEC))
+		return -1;
+	if (nonblock) {
+		fl = fcntl(fd, F_GETFL);
+		if (fl < 0 || fcntl(fd, F_SETFL, fl | O_NONBLOCK))
+			return -1;
+	}
+#ifdef SO_NOSIGPIPE
+	setsockopt(fd, SOL_SOCKET, SO_NOSIGPIPE, &one, sizeof one);
+#endif
+	(void)one;
+	return 0;
+}
+
 static int64_t now_ms(void)
 {
 	struct timespec ts;
@@ -90,9 +113,11 @@ shoal_err xfer__tcp_connect(const char *host, uint16_t port, int timeout_ms, int
 	int64_t deadline = timeout_ms < 0 ? -1 : now_ms() + timeout_ms;
 	e = shoal_why(why, why_len, SHOAL_ERR_IO, "no address for %s", host);
 	for (struct addrinfo *a = res; a; a = a->ai_next) {
-		int fd = socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-		if (fd < 0) {
+		int fd = socket(a->ai_family, a->ai_socktype, 0);
+		if (fd < 0 || xfer__fd_setup(fd, 1)) {
 			e = shoal_why(why, why_len, SHOAL_ERR_IO, "socket: %s", strerror(errno));
+			if (fd >= 0)
+				close(fd);
 			continue;
 		}
 		if (connect(fd, a->ai_addr, a->ai_addrlen) == 0 || errno == EINPROGRESS) {
@@ -124,9 +149,9 @@ shoal_err xfer__tcp_listen(const char *host, uint16_t port, int *out, uint16_t *
 	shoal_err e = resolve(host, port, 1, &res, why, why_len);
 	if (e)
 		return e;
-	int fd = socket(res->ai_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+	int fd = socket(res->ai_family, SOCK_STREAM, 0);
 	int one = 1;
-	if (fd < 0) {
+	if (fd < 0 || xfer__fd_setup(fd, 1)) {
 		e = shoal_why(why, why_len, SHOAL_ERR_IO, "socket: %s", strerror(errno));
 		goto fail;
 	}
