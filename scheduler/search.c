@@ -417,7 +417,9 @@ static uint64_t search_heuristic(const search_in *s, sched__asg *a)
 	}
 	uint32_t k = 0;
 	uint64_t have = 0;
-	while (k < n && (k < SCHED_POOL_MIN || have < sched__add(need, maxl * k))) {
+	while (k < n &&
+	       (k < SCHED_POOL_MIN ||
+	        have < sched__add(need, k && maxl > UINT64_MAX / k ? UINT64_MAX : maxl * k))) {
 		have = sched__add(have, c->cap[ranked[k]]);
 		k++;
 	}
