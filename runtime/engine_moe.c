@@ -36,13 +36,23 @@ static void engine__route_row(const shoal_hparams *hp, bool norm, float *p, int3
 	float inv = (float)(1.0 / sum);
 	for (uint32_t x = 0; x < ne; x++)
 		p[x] *= inv;
-	/* top-k by selection: k passes, strict > keeps the lower id on ties;
-	 * a chosen expert is marked with -1 (probabilities are >= 0) */
+	/* top-k by selection: k passes, strict > keeps the lower id on ties; a
+	 * chosen expert is marked -1 (probabilities are in [0, 1]); NaN (from
+	 * a corrupt hidden state) ranks lowest, so ids stay in range */
 	for (uint32_t j = 0; j < k; j++) {
 		int32_t best = -1;
-		for (uint32_t x = 0; x < ne; x++)
-			if (p[x] >= 0 && (best < 0 || p[x] > p[best]))
+		float bv = -INFINITY;
+		for (uint32_t x = 0; x < ne; x++) {
+			float v = p[x];
+			if (v == -1.0f)
+				continue;
+			if (v != v)
+				v = -INFINITY;
+			if (best < 0 || v > bv) {
 				best = (int32_t)x;
+				bv = v;
+			}
+		}
 		ids[j] = best;
 		w[j] = p[best];
 		p[best] = -1.0f;

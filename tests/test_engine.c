@@ -511,6 +511,17 @@ static void check_moe_partition(shoal_model *m)
 	ASSERT_MEM_EQ(cp, cf, D * sizeof(float));
 	for (size_t i = D; i < (size_t)K * D; i++)
 		ASSERT_TRUE(cp[i] == 0.0f);
+	/* a corrupt (NaN) hidden state routes to valid experts, no crash */
+	float *xnan = malloc((size_t)D * sizeof(float));
+	int32_t nid[64];
+	float nw[64];
+	for (uint32_t i = 0; i < D; i++)
+		xnan[i] = NAN;
+	ASSERT_EQ(shoal_engine_moe_route(e, layer, 1, xnan, nid, nw), SHOAL_OK);
+	for (uint32_t j = 0; j < K; j++)
+		ASSERT_TRUE(nid[j] >= 0 && (uint32_t)nid[j] < NE &&
+		            (j == 0 || nid[j] > nid[j - 1]));
+	free(xnan);
 	/* bad expert ids from a peer are refused */
 	ids[1] = ids[0];
 	ASSERT_EQ(shoal_engine_moe_partial(e, layer, &rows, NULL, cp, NULL, 0), SHOAL_ERR_RANGE);
