@@ -556,7 +556,7 @@ static shoal_err negotiate(shoal_xfer_link *k, int connector, const shoal_xfer_h
 	e = shoal_xfer_qp_info_decode(f.payload, f.hdr.payload_len, &remote, r, sizeof r);
 	/* 2. Receives posted, INIT -> RTR -> RTS; verdicts both ways. */
 	if (!e)
-		e = xfer__rdma_connect(k->rdma, &remote, xfer__tcp_fd(k->tcp), r, sizeof r);
+		e = xfer__rdma_connect(k->rdma, &remote, k->tcp, r, sizeof r);
 	te = exchange_status(k, SHOAL_XFER_KIND_RDMA_VERDICT, 0, e, r, NULL, 0, deadline, &f, &pe,
 	                     pr, sizeof pr, why, why_len);
 	if (te)

@@ -48,6 +48,8 @@ extern const xfer__transport_ops xfer__tcp_ops;
  * up to max_frame. Sets O_NONBLOCK and TCP_NODELAY. */
 shoal_err xfer__tcp_new(int fd, uint32_t max_frame, xfer__tcp **out, char *why, size_t why_len);
 int xfer__tcp_fd(const xfer__tcp *t);
+/* Bytes read from the socket but not yet handed out as a frame. */
+size_t xfer__tcp_pending(const xfer__tcp *t);
 /* FD_CLOEXEC (and O_NONBLOCK when asked, SO_NOSIGPIPE where it exists) on
  * a new fd; 0 or -1 with errno. */
 int xfer__fd_setup(int fd, int nonblock);
@@ -69,10 +71,11 @@ shoal_err xfer__rdma_open(const shoal_xfer_config *cfg, xfer__rdma **out, const 
  * CQ with channel, QP in INIT; fills what the peer needs. */
 shoal_err xfer__rdma_setup(xfer__rdma *r, uint32_t slot_size, shoal_xfer_qp_info *local, char *why,
                            size_t why_len);
-/* Post the receive ring, INIT -> RTR -> RTS towards remote. watch_fd is the
- * link's TCP socket: its EOF means the peer is gone. */
-shoal_err xfer__rdma_connect(xfer__rdma *r, const shoal_xfer_qp_info *remote, int watch_fd,
-                             char *why, size_t why_len);
+/* Post the receive ring, INIT -> RTR -> RTS towards remote. watch is the
+ * link's TCP transport (borrowed): its EOF means the peer is gone, bytes
+ * on it (in the socket or already buffered) that the peer spoke there. */
+shoal_err xfer__rdma_connect(xfer__rdma *r, const shoal_xfer_qp_info *remote,
+                             const xfer__tcp *watch, char *why, size_t why_len);
 
 /* The link switched to RDMA: arm the completion channel, so that the fds
  * of pollfds announce the first frame. */

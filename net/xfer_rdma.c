@@ -50,7 +50,8 @@ struct xfer__rdma {
 	const shoal_verbs_ops *v;
 	void *dev, *pd, *mr, *cq, *qp;
 	int chan_fd;
-	int watch_fd;
+	int watch_fd;           /* the link's TCP socket */
+	const xfer__tcp *watch; /* its transport: bytes it has buffered count too */
 	shoal_verbs_port port;
 	uint32_t spin_us;
 	uint32_t slots, nsend, slot_size;
@@ -201,8 +202,8 @@ static shoal_err repost(xfer__rdma *x, uint32_t slot, char *why, size_t why_len)
 	return x->v->post_recv(x->qp, x->mr, slot, slot_addr(x, slot), x->slot_size, why, why_len);
 }
 
-shoal_err xfer__rdma_connect(xfer__rdma *x, const shoal_xfer_qp_info *rem, int watch_fd, char *why,
-                             size_t why_len)
+shoal_err xfer__rdma_connect(xfer__rdma *x, const shoal_xfer_qp_info *rem, const xfer__tcp *watch,
+                             char *why, size_t why_len)
 {
 	char r[200];
 	if (rem->slot_size < x->slot_size)
@@ -227,7 +228,8 @@ shoal_err xfer__rdma_connect(xfer__rdma *x, const shoal_xfer_qp_info *rem, int w
 		return shoal_why(why, why_len, e, "qp failed to reach RTS: %s", r);
 	x->credits = x->peer_slots = rem->slots;
 	x->peer_slot_size = rem->slot_size;
-	x->watch_fd = watch_fd;
+	x->watch = watch;
+	x->watch_fd = xfer__tcp_fd(watch);
 	x->connected = 1;
 	return SHOAL_OK;
 }
@@ -371,6 +373,9 @@ static shoal_err progress(xfer__rdma *x, int64_t deadline_us, char *why, size_t 
 	e = drain(x, &got); /* a completion may have come before the arm */
 	if (e || got)
 		goto out;
+	/* A frame the TCP side already read off its socket wakes no poll. */
+	if (x->watch && xfer__tcp_pending(x->watch))
+		return shoal_why(why, why_len, SHOAL_ERR_BUSY, "the peer wrote on the tcp link");
 	for (;;) {
 		struct pollfd pf[2] = {{.fd = x->chan_fd, .events = POLLIN},
 		                       {.fd = x->watch_fd, .events = POLLIN}};

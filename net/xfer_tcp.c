@@ -213,6 +213,11 @@ int xfer__tcp_fd(const xfer__tcp *t)
 	return t->fd;
 }
 
+size_t xfer__tcp_pending(const xfer__tcp *t)
+{
+	return t->rx_have - t->rx_done;
+}
+
 /* ---- send ------------------------------------------------------------ */
 
 /* 16 iovecs: header + up to 15 payload pieces (a frame is rarely more
