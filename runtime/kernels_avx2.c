@@ -28,6 +28,13 @@ KERNELS__INLINE float k2_hsum(__m256 v)
 	return _mm_cvtss_f32(s);
 }
 
+/* Prefetch the lines of a block KERNELS__PF_AHEAD bytes on. */
+KERNELS__INLINE void k2_prefetch_block(const void *p, size_t bytes)
+{
+	for (size_t o = 0; o < bytes; o += 64)
+		_mm_prefetch((const char *)p + KERNELS__PF_AHEAD + o, _MM_HINT_T1);
+}
+
 KERNELS__INLINE float k2_h2f(uint16_t h)
 {
 	return _cvtsh_ss(h);
@@ -44,7 +51,7 @@ KERNELS__INLINE float k2_h2f(uint16_t h)
 	                                          const __m128i *)((const uint16_t *)(p) + (i)))), \
 	                                      16))
 
-#define K2_FLOAT_TILE(name, LOAD8, SCALAR)                                                         \
+#define K2_FLOAT_TILE(name, LOAD8, SCALAR, ESIZE)                                                  \
 	KERNELS__INLINE void name##_n(int64_t n, const void *w, const void *const *xq,             \
 	                              const int NC, float *out)                                    \
 	{                                                                                          \
@@ -53,6 +60,7 @@ KERNELS__INLINE float k2_h2f(uint16_t h)
 			a0[c] = a1[c] = _mm256_setzero_ps();                                       \
 		int64_t i = 0;                                                                     \
 		for (; i + 16 <= n; i += 16) {                                                     \
+			k2_prefetch_block((const char *)w + i * ESIZE, 16 * ESIZE);                \
 			__m256 w0 = LOAD8(w, i), w1 = LOAD8(w, i + 8);                             \
 			for (int c = 0; c < NC; c++) {                                             \
 				a0[c] = _mm256_fmadd_ps(w0, LOAD8(xq[c], i), a0[c]);               \
@@ -77,9 +85,9 @@ KERNELS__INLINE float k2_h2f(uint16_t h)
 #define K2_S_F16(p, j)  k2_h2f(((const uint16_t *)(p))[j])
 #define K2_S_BF16(p, j) kernels__bits_f32((uint32_t)((const uint16_t *)(p))[j] << 16)
 
-K2_FLOAT_TILE(k2_tile_f32, K2_LOAD_F32, K2_S_F32)
-K2_FLOAT_TILE(k2_tile_f16, K2_LOAD_F16, K2_S_F16)
-K2_FLOAT_TILE(k2_tile_bf16, K2_LOAD_BF16, K2_S_BF16)
+K2_FLOAT_TILE(k2_tile_f32, K2_LOAD_F32, K2_S_F32, 4)
+K2_FLOAT_TILE(k2_tile_f16, K2_LOAD_F16, K2_S_F16, 2)
+K2_FLOAT_TILE(k2_tile_bf16, K2_LOAD_BF16, K2_S_BF16, 2)
 
 /* ---- Q8_0 and Q4_0 ----------------------------------------------------------------
  * sign trick: dot(w, x) = dot(|w|, sign(x, w)) with |w| as unsigned bytes,
@@ -115,7 +123,7 @@ KERNELS__INLINE __m128 k2_h2f_pair(const uint16_t *a, uint16_t b)
 	                                 const void *const *xq, const int NC, __m256 *a0,          \
 	                                 __m256 *a1)                                               \
 	{                                                                                          \
-		_mm_prefetch((const char *)(wb + b) + 768, _MM_HINT_T0);                           \
+		_mm_prefetch((const char *)(wb + b) + KERNELS__PF_AHEAD, _MM_HINT_T1);             \
 		__m256i q0 = WBYTES(wb + b), aq0 = _mm256_abs_epi8(q0);                            \
 		__m256i q1 = single ? q0 : WBYTES(wb + b + 1);                                     \
 		__m256i aq1 = _mm256_abs_epi8(q1);                                                 \
@@ -174,7 +182,7 @@ KERNELS__INLINE void k2_tile_q4_k_n(int64_t n, const void *w, const void *const 
 		acc[c] = _mm256_setzero_ps();
 	const __m256i m4 = _mm256_set1_epi8(0x0f);
 	for (int64_t b = 0; b < n / KERNELS__QKK; b++) {
-		_mm_prefetch((const char *)(wb + b) + 576, _MM_HINT_T0);
+		k2_prefetch_block(wb + b, sizeof *wb);
 		uint64_t sc, mn;
 		kernels__q4k_unpack(wb[b].scales, &sc, &mn);
 		__m256i isum[KERNELS__TILE];
@@ -228,7 +236,7 @@ KERNELS__INLINE void k2_tile_q6_k_n(int64_t n, const void *w, const void *const 
 		acc[c] = _mm256_setzero_ps();
 	const __m256i m4 = _mm256_set1_epi8(0x0f), m3 = _mm256_set1_epi8(0x03);
 	for (int64_t b = 0; b < n / KERNELS__QKK; b++) {
-		_mm_prefetch((const char *)(wb + b) + 840, _MM_HINT_T0);
+		k2_prefetch_block(wb + b, sizeof *wb);
 		__m256i isum[KERNELS__TILE];
 		for (int c = 0; c < NC; c++)
 			isum[c] = _mm256_setzero_si256();

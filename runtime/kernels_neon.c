@@ -40,6 +40,13 @@ KERNELS__INLINE int32x4_t kn_dot(int32x4_t acc, int8x16_t a, int8x16_t b)
 #endif
 }
 
+/* Prefetch (for reading, into L2) the lines of a block KERNELS__PF_AHEAD on. */
+KERNELS__INLINE void kn_prefetch_block(const void *p, size_t bytes)
+{
+	for (size_t o = 0; o < bytes; o += 64)
+		__builtin_prefetch((const char *)p + KERNELS__PF_AHEAD + o, 0, 2);
+}
+
 KERNELS__INLINE float kn_h2f(uint16_t h)
 {
 	return kernels__fp16_to_f32(h);
@@ -114,7 +121,7 @@ KERNELS__INLINE void kn_q4_0_bytes(const kernels__block_q4_0 *b, int8x16_t *lo, 
 	KERNELS__INLINE void name##_blk(const WBLOCK *wb, int64_t b, const void *const *xq,        \
 	                                const int NC, float32x4_t *acc)                            \
 	{                                                                                          \
-		__builtin_prefetch((const char *)(wb + b) + 512);                                  \
+		kn_prefetch_block(wb + b, sizeof *wb);                                             \
 		int8x16_t q0, q1;                                                                  \
 		WBYTES(wb + b, &q0, &q1);                                                          \
 		float dw = kn_h2f(wb[b].d);                                                        \
@@ -161,7 +168,7 @@ KERNELS__INLINE void kn_tile_q4_k_n(int64_t n, const void *w, const void *const 
 		acc[c] = vdupq_n_f32(0.0f);
 	const uint8x16_t m4 = vdupq_n_u8(0x0f);
 	for (int64_t b = 0; b < n / KERNELS__QKK; b++) {
-		__builtin_prefetch((const char *)(wb + b) + 576);
+		kn_prefetch_block(wb + b, sizeof *wb);
 		uint64_t sc, mn;
 		kernels__q4k_unpack(wb[b].scales, &sc, &mn);
 		int32x4_t isum[KERNELS__TILE];
@@ -216,7 +223,7 @@ KERNELS__INLINE void kn_tile_q6_k_n(int64_t n, const void *w, const void *const 
 	const uint8x16_t m4 = vdupq_n_u8(0x0f), m3 = vdupq_n_u8(0x03);
 	const int8x16_t k32 = vdupq_n_s8(32);
 	for (int64_t b = 0; b < n / KERNELS__QKK; b++) {
-		__builtin_prefetch((const char *)(wb + b) + 840);
+		kn_prefetch_block(wb + b, sizeof *wb);
 		int32x4_t isum[KERNELS__TILE];
 		for (int c = 0; c < NC; c++)
 			isum[c] = vdupq_n_s32(0);
