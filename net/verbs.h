@@ -42,7 +42,7 @@ enum { SHOAL_VERBS_WC_SEND = 0, SHOAL_VERBS_WC_RECV = 1 };
 typedef struct shoal_verbs_wc {
 	uint64_t wr_id;
 	int status;
-	int opcode; /* SHOAL_VERBS_WC_SEND or _RECV */
+	int opcode; /* SHOAL_VERBS_WC_SEND or _RECV; undefined when status != 0 */
 	uint32_t byte_len;
 } shoal_verbs_wc;
 

@@ -287,7 +287,7 @@ static shoal_err on_wc(xfer__rdma *x, const shoal_verbs_wc *wc)
 	char r[200];
 	if (wc->status)
 		return broke(x, SHOAL_ERR_IO, "%s completion with error: %s",
-		             wc->opcode == SHOAL_VERBS_WC_SEND ? "send" : "receive",
+		             (wc->wr_id & XFER_RDMA_SEND_BIT) ? "send" : "receive",
 		             x->v->wc_status_str(wc->status));
 	if (wc->wr_id & XFER_RDMA_SEND_BIT) {
 		uint32_t s = (uint32_t)wc->wr_id;
