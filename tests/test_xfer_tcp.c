@@ -172,6 +172,23 @@ static void test_admission_and_one_frame(void)
 	ASSERT_GE(now_ms() - t0, 140);
 	ASSERT_TRUE((double)(clock() - c0) / CLOCKS_PER_SEC < 0.05); /* CPU, not wall time */
 
+	/* Too big for the link (the peer's max_frame is 128 KiB): refused
+	 * before a byte moves, and the link stays usable. */
+	static uint8_t huge[1 << 17];
+	shoal_xfer_hdr hb = {.kind = SHOAL_XFER_KIND_HIDDEN,
+	                     .dtype = SHOAL_XFER_DTYPE_U8,
+	                     .layer_first = 0,
+	                     .layer_end = 1,
+	                     .dim = sizeof huge,
+	                     .n_rows = 1,
+	                     .rows = &row};
+	struct iovec vb = {huge, sizeof huge};
+	ASSERT_EQ(shoal_xfer_link_send(b, &hb, &vb, 1, 1000, why, sizeof why), SHOAL_ERR_RANGE);
+	ASSERT_TRUE(strstr(why, "max 131072") != NULL);
+	ASSERT_EQ(shoal_xfer_link_send(b, &hd, &v, 1, 1000, why, sizeof why), SHOAL_OK);
+	ASSERT_EQ(shoal_xfer_link_recv(a, 1000, &f, why, sizeof why), SHOAL_OK);
+	ASSERT_MEM_EQ(f.payload, h, sizeof h);
+
 	/* Peer close. */
 	shoal_xfer_link_free(b);
 	ASSERT_EQ(shoal_xfer_link_recv(a, 1000, &f, why, sizeof why), SHOAL_ERR_CLOSED);
