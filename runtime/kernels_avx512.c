@@ -71,16 +71,6 @@ KERNELS__INLINE __m512i k5_pair_si(__m256i a, __m256i b)
 	return _mm512_inserti64x4(_mm512_castsi256_si512(a), b, 1);
 }
 
-/* Sum of each 4 products of unsigned a and signed b bytes, per int32 lane. */
-KERNELS__INLINE __m512i k5_dot_u8s8(__m512i a, __m512i b)
-{
-#if KERNELS_VNNI
-	return _mm512_dpbusd_epi32(_mm512_setzero_si512(), a, b);
-#else
-	return _mm512_madd_epi16(_mm512_maddubs_epi16(a, b), _mm512_set1_epi16(1));
-#endif
-}
-
 /* ---- float types ------------------------------------------------------------------ */
 
 #define K5_LOAD_F32(p, i) _mm512_loadu_ps((const float *)(p) + (i))
