@@ -12,7 +12,8 @@
 #     answers, the view is unchanged;
 #  6. SIGTERM of peer 4: a graceful leave, seen as "left".
 # Also: no key -> refuses to start with advice; records carry measured
-# links; an --insecure node answers `shoal status` without a key.
+# links; an --insecure node answers `shoal status` without a key; a peer
+# of another cluster name is shown as incompatible, with the reason.
 # JSON is read with tests/viewcheck (a check program; no python or jq).
 # Gossip base period 50 ms: protocol period 250 ms, suspicion timeout
 # 4 x ceil(log2(5)) x 250 ms = 3 s, so "dead" is due after ~4 s; we allow 15.
@@ -167,7 +168,25 @@ wait_control open
 	fail "status of an insecure node"
 grep -q '"insecure": true' "$T/st-open.json" || fail "insecure node does not say so"
 
+# a peer of another cluster name (same key) is in the view, left out of
+# planning, and status says why
+start c1 "$T/k" --cluster elsewhere --peer "${SEED#tcp://}"
+incompatible() {
+	status n1 || return 1
+	case "$("$VC" "$T/st-n1.json" compat c1)" in "no: "*cluster*) return 0 ;; esac
+	return 1
+}
+wait_for 5 incompatible || fail "c1 (cluster 'elsewhere') not shown as incompatible"
+"$B" status --state-dir "$T/n1" --key "$T/k" >"$T/status.txt" 2>>"$T/status.log" ||
+	fail "text status"
+grep -q "left out of planning: .*cluster" "$T/status.txt" || fail "text status does not say why"
+kill -TERM "${PID[c1]}"
+wait "${PID[c1]}"
+unset 'PID[c1]'
+echo "incompatible peer shown with its reason"
+
 # 5. garbage from a keyed client
+sleep 1 # let c1's leave settle
 status n1 && "$VC" "$T/st-n1.json" summary >"$T/before"
 "$POKE" "$(sed -n 's/^endpoint //p' "$T/n1/control")" "$T/k" >"$T/poke.out" 2>&1 ||
 	fail "node did not answer after the garbage corpus: $(cat "$T/poke.out")"

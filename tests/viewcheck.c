@@ -10,6 +10,7 @@
  *   viewcheck FILE id NAME       print its id
  *   viewcheck FILE inc NAME      print its incarnation
  *   viewcheck FILE links NAME    print how many measured links its record has
+ *   viewcheck FILE compat NAME   print "yes", or "no: <why_incompatible>", or "none"
  *   viewcheck FILE summary       print "name:state:incarnation" per peer, sorted by id
  * Exit 1 when FILE is not a status object.
  */
@@ -106,6 +107,17 @@ int main(int argc, char **argv)
 	} else if (!strcmp(cmd, "links")) {
 		json_t *p = find_peer(peers, arg);
 		printf("%zu\n", p ? json_array_size(json_object_get(p, "links")) : 0);
+	} else if (!strcmp(cmd, "compat")) {
+		json_t *p = find_peer(peers, arg);
+		if (!p)
+			printf("none\n");
+		else if (json_is_true(json_object_get(p, "compatible")))
+			printf("yes\n");
+		else
+			printf("no: %s\n",
+			       json_string_value(json_object_get(p, "why_incompatible"))
+			           ? json_string_value(json_object_get(p, "why_incompatible"))
+			           : "(no reason given)");
 	} else if (!strcmp(cmd, "summary")) {
 		for (size_t i = 0; i < json_array_size(peers); i++) {
 			json_t *p = json_array_get(peers, i);
