@@ -307,7 +307,10 @@ KERNELS__INLINE void k5_tile_q4_k_n(int64_t n, const void *w, const void *const 
 	__m512 acc[KERNELS__TILE];
 	for (int c = 0; c < NC; c++)
 		acc[c] = _mm512_setzero_ps();
-	const __m256i m4 = _mm256_set1_epi8(0x0f);
+	const __m512i m4 = _mm512_set1_epi8(0x0f);
+	/* int16 lanes 0-15 (the low nibbles' 32 bytes) take scale 0, 16-31 scale 1 */
+	const __m512i spread = _mm512_set_epi16(1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0,
+	                                        0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0);
 	for (int64_t b = 0; b < n / KERNELS__QKK; b++) {
 		k5_prefetch_block(wb + b, sizeof *wb);
 		uint64_t sc, mn;
@@ -315,19 +318,30 @@ KERNELS__INLINE void k5_tile_q4_k_n(int64_t n, const void *w, const void *const 
 		__m512i isum[KERNELS__TILE];
 		for (int c = 0; c < NC; c++)
 			isum[c] = _mm512_setzero_si512();
-		for (int j = 0; j < 4; j++) {
-			__m256i raw = _mm256_loadu_si256((const __m256i *)(wb[b].qs + 32 * j));
-			__m512i q = k5_pair_si(_mm256_and_si256(raw, m4),
-			                       _mm256_and_si256(_mm256_srli_epi16(raw, 4), m4));
-			__m512i s =
-			    k5_pair_si(_mm256_set1_epi16((short)((sc >> (16 * j)) & 0xff)),
-			               _mm256_set1_epi16((short)((sc >> (16 * j + 8)) & 0xff)));
-			for (int c = 0; c < NC; c++) {
-				const int8_t *x =
-				    ((const kernels__block_q8_k *)xq[c])[b].qs + 64 * j;
-				__m512i xv = _mm512_loadu_si512((const void *)x);
-				__m512i t = _mm512_madd_epi16(_mm512_maddubs_epi16(q, xv), s);
-				isum[c] = _mm512_add_epi32(isum[c], t);
+		/* the 8 scales as int16 lanes 0-7, spread per chunk by one permute */
+		__m512i sc16 =
+		    _mm512_castsi128_si512(_mm_cvtepu8_epi16(_mm_cvtsi64_si128((long long)sc)));
+		for (int jj = 0; jj < 2; jj++) {
+			/* 64 bytes = chunks 2jj and 2jj+1; each chunk is its 32 low
+			 * nibbles then its 32 high ones (128-bit lanes 0-1 of lo, of hi) */
+			__m512i raw = _mm512_loadu_si512((const void *)(wb[b].qs + 64 * jj));
+			__m512i lo = _mm512_and_si512(raw, m4);
+			__m512i hi = _mm512_and_si512(_mm512_srli_epi16(raw, 4), m4);
+			__m512i q[2] = {_mm512_shuffle_i64x2(lo, hi, 0x44),
+			                _mm512_shuffle_i64x2(lo, hi, 0xee)};
+			for (int h = 0; h < 2; h++) {
+				int j = 2 * jj + h;
+				__m512i s = _mm512_permutexvar_epi16(
+				    _mm512_add_epi16(spread, _mm512_set1_epi16((short)(2 * j))),
+				    sc16);
+				for (int c = 0; c < NC; c++) {
+					const int8_t *x =
+					    ((const kernels__block_q8_k *)xq[c])[b].qs + 64 * j;
+					__m512i xv = _mm512_loadu_si512((const void *)x);
+					__m512i t =
+					    _mm512_madd_epi16(_mm512_maddubs_epi16(q[h], xv), s);
+					isum[c] = _mm512_add_epi32(isum[c], t);
+				}
 			}
 		}
 		__m256i mins = _mm256_cvtepu8_epi32(_mm_cvtsi64_si128((long long)mn));
