@@ -23,7 +23,9 @@
 #include "models/dtype.h"
 
 typedef struct shoal_kernels {
-	const char *isa; /* "scalar", "avx2", "avx512", "neon" */
+	/* "scalar", "avx2", "avx512" (with VNNI), "avx512bw" (AVX-512 without
+	 * VNNI), "neon" (with dotprod), "neon-base" (without) */
+	const char *isa;
 
 	/* Convert x[n] (f32) to a row of type act (F32, F16, BF16, Q8_0, Q8_K)
 	 * in out (shoal_dtype_row_bytes(act, n) bytes). Never NULL. */
@@ -48,7 +50,13 @@ shoal_dtype shoal_kernels_act_type(shoal_dtype wt);
 /* The best table for this CPU (cpuid / hwcaps), chosen on first call; the
  * environment variable SHOAL_ISA=scalar|avx2|avx512|neon overrides. */
 const shoal_kernels *shoal_kernels_best(void);
-/* A named table, or NULL if not compiled in or not supported by this CPU. */
+/* A named table, or NULL if not compiled in or not supported by this CPU.
+ * "avx512" gives the best AVX-512 table (VNNI if the CPU has it), "neon" the
+ * best NEON one; "avx512bw" and "neon-base" name the tables without VNNI /
+ * dotprod (for tests: all tables of an ISA family give bitwise equal results).
+ *
+ * Alignment: weight rows as GGUF stores them (2-byte aligned blocks); Q8_K
+ * activation rows 4-byte aligned (a float per block); F32 rows 4-byte. */
 const shoal_kernels *shoal_kernels_by_name(const char *isa);
 const shoal_kernels *shoal_kernels_scalar(void);
 
