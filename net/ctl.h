@@ -51,7 +51,8 @@ typedef struct shoal_ctl_config {
 	const char *listen;
 	/* Cluster key, or NULL for the insecure NULL mechanism. Borrowed. */
 	const shoal_key *key;
-	/* ZMTP heartbeat interval in ms (0 = 1000); the timeout is 3x that. */
+	/* ZMTP heartbeat interval in ms (0 = 1000); the timeout is 3x that:
+	 * two lost heartbeats are tolerated, the third closes the connection. */
 	int heartbeat_ms;
 	/* Called for each received message. Required. buf and route are
 	 * borrowed for the call only. May call shoal_ctl_send/_reply. */
