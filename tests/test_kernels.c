@@ -336,6 +336,36 @@ static void test_best_table(void)
 		TEST_SKIP("SHOAL_ISA is set; the automatic choice is not checked");
 }
 
+/* The tables of one ISA family (with and without VNNI / dotprod) compute
+ * the same int32 lanes and the same float operations: bitwise equal. */
+static void test_family_bitwise(void)
+{
+	static const char *const pairs[][2] = {{"avx512", "avx512bw"}, {"neon", "neon-base"}};
+	int compared = 0;
+	for (size_t p = 0; p < 2; p++) {
+		const shoal_kernels *a = shoal_kernels_by_name(pairs[p][0]);
+		const shoal_kernels *b = shoal_kernels_by_name(pairs[p][1]);
+		if (!a || !b || a == b)
+			continue;
+		for (size_t wi = 0; wi < sizeof wtypes / sizeof wtypes[0]; wi++) {
+			case_data c;
+			case_make(&c, wtypes[wi],
+			          shoal_dtype_block_elems(wtypes[wi]) == 256 ? 768 : 224, 6, 5);
+			float ya[6 * 5], yb[6 * 5];
+			a->gemm(c.wt, c.n, c.w, c.wrow, 6, c.xq, c.xstride, 5, ya, 6);
+			b->gemm(c.wt, c.n, c.w, c.wrow, 6, c.xq, c.xstride, 5, yb, 6);
+			int same = !memcmp(ya, yb, sizeof ya);
+			case_free(&c);
+			if (!same)
+				TEST_FAIL_("%s and %s differ on %s", a->isa, b->isa,
+				           shoal_dtype_name(wtypes[wi]));
+			compared++;
+		}
+	}
+	if (!compared)
+		TEST_SKIP("no ISA family with two tables on this CPU");
+}
+
 int main(int argc, char **argv)
 {
 	const char *q = getenv("SHOAL_KERNELS_QUICK");
@@ -343,7 +373,7 @@ int main(int argc, char **argv)
 	static const test_case_ cases[] = {
 	    TEST_CASE(test_act_types),           TEST_CASE(test_hand_dot_q8_0),
 	    TEST_CASE(test_quantize_act_shared), TEST_CASE(test_tables_against_scalar),
-	    TEST_CASE(test_best_table),
+	    TEST_CASE(test_family_bitwise),      TEST_CASE(test_best_table),
 	};
 	return test_run_(cases, sizeof cases / sizeof cases[0]);
 }
