@@ -185,6 +185,9 @@ KERNELS__INLINE void k2_tile_q4_k_n(int64_t n, const void *w, const void *const 
 		k2_prefetch_block(wb + b, sizeof *wb);
 		uint64_t sc, mn;
 		kernels__q4k_unpack(wb[b].scales, &sc, &mn);
+		/* the 8 scales as int16, in both 128-bit lanes */
+		__m256i S = _mm256_broadcastsi128_si256(
+		    _mm_cvtepu8_epi16(_mm_cvtsi64_si128((long long)sc)));
 		__m256i isum[KERNELS__TILE];
 		for (int c = 0; c < NC; c++)
 			isum[c] = _mm256_setzero_si256();
@@ -192,8 +195,11 @@ KERNELS__INLINE void k2_tile_q4_k_n(int64_t n, const void *w, const void *const 
 			__m256i raw = _mm256_loadu_si256((const __m256i *)(wb[b].qs + 32 * j));
 			__m256i lo = _mm256_and_si256(raw, m4);
 			__m256i hi = _mm256_and_si256(_mm256_srli_epi16(raw, 4), m4);
-			__m256i s0 = _mm256_set1_epi16((short)((sc >> (16 * j)) & 0xff));
-			__m256i s1 = _mm256_set1_epi16((short)((sc >> (16 * j + 8)) & 0xff));
+			/* int16 lanes of sc_2j and sc_2j+1, by byte shuffles */
+			__m256i s0 = _mm256_shuffle_epi8(
+			    S, _mm256_set1_epi16((short)(((4 * j + 1) << 8) | (4 * j))));
+			__m256i s1 = _mm256_shuffle_epi8(
+			    S, _mm256_set1_epi16((short)(((4 * j + 3) << 8) | (4 * j + 2))));
 			for (int c = 0; c < NC; c++) {
 				const int8_t *x =
 				    ((const kernels__block_q8_k *)xq[c])[b].qs + 64 * j;
