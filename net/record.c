@@ -100,6 +100,9 @@ shoal_err shoal_record_check(const shoal_record *r, char *why, size_t why_len)
 	for (uint32_t i = 0; i < r->n_rdma; i++)
 		if (!STR_OK(r->rdma[i]))
 			return shoal_why(why, why_len, SHOAL_ERR_RANGE, "bad RDMA device %u", i);
+	if (r->serving > 1 || (r->serving && r->n_models == 0))
+		return shoal_why(why, why_len, SHOAL_ERR_RANGE, "serving %u with %u models",
+		                 r->serving, r->n_models);
 	for (uint32_t i = 0; i < r->n_models; i++)
 		if (!STR_OK(r->models[i].path))
 			return shoal_why(why, why_len, SHOAL_ERR_RANGE, "bad model %u", i);
@@ -128,7 +131,9 @@ int shoal_record_equal(const shoal_record *a, const shoal_record *b)
 	    a->compute_mflops != b->compute_mflops || a->cores != b->cores ||
 	    strcmp(a->os, b->os) || strcmp(a->arch, b->arch) || a->n_rdma != b->n_rdma ||
 	    a->n_models != b->n_models || a->load_permille != b->load_permille ||
-	    a->n_links != b->n_links)
+	    a->n_links != b->n_links || a->serving != b->serving ||
+	    a->ready_epoch != b->ready_epoch ||
+	    memcmp(a->ready_digest, b->ready_digest, sizeof a->ready_digest))
 		return 0;
 	for (uint32_t i = 0; i < a->n_data_ep; i++) {
 		const shoal_record_endpoint *x = &a->data_ep[i], *y = &b->data_ep[i];
@@ -219,6 +224,14 @@ json_t *shoal_record_to_json(const shoal_record *r)
 		rc |= put(e, "path", jstr(r->models[i].path));
 		rc |= put(e, "bytes", json_integer((json_int_t)r->models[i].bytes));
 	}
+	rc |= put(o, "serving", json_boolean(r->serving));
+	if (r->ready_epoch) {
+		hex_of(r->ready_digest, SHOAL_MODEL_DIGEST_LEN, hex);
+		rc |= put(o, "ready_digest", jstr(hex));
+	} else {
+		rc |= put(o, "ready_digest", json_null());
+	}
+	rc |= put(o, "ready_epoch", json_integer((json_int_t)r->ready_epoch));
 	rc |= put(o, "links", a = json_array());
 	for (uint32_t i = 0; a && i < r->n_links; i++) {
 		const shoal_record_link *l = &r->links[i];

@@ -102,6 +102,15 @@ typedef struct shoal_record {
 	/* What it measured. */
 	uint32_t n_links;
 	shoal_record_link links[SHOAL_RECORD_MAX_LINKS];
+
+	/* What it serves (runtime/cluster.h). serving = 1: models[0] is the
+	 * model it offers to the cluster, and mem_weights the bytes it offers
+	 * (min of what is available and --mem-limit). ready_epoch > 0: it has
+	 * mapped its part of the plan whose digest is ready_digest ("ready for
+	 * digest D"); 0: ready for nothing. */
+	uint32_t serving;
+	uint8_t ready_digest[SHOAL_MODEL_DIGEST_LEN];
+	uint64_t ready_epoch;
 } shoal_record;
 
 /* Zero the record (all counts 0, all strings empty). */

@@ -335,14 +335,15 @@ static shoal_err get_array(const msgpack_object *m, const char *k, uint32_t max,
 /* ==== the record ========================================================= */
 
 /* Record keys: id name ver cl sw pv sv ctl | dep:[{k if a r}] | mt mw cmb cmf
- * co os ar rd:[str] | mo:[{d p b}] | ld | ln:[{p le re rtt bw}]. */
+ * co os ar rd:[str] | mo:[{d p b}] | ld | ln:[{p le re rtt bw}] | srv rdd rde
+ * (serving, ready digest and epoch: optional, absent from older peers). */
 shoal_err shoal_wire_record_encode(const shoal_record *r, shoal_wire_buf *b)
 {
 	msgpack_packer pk;
 	int rc = 0;
 	b->len = 0;
 	msgpack_packer_init(&pk, b, buf_write);
-	rc |= msgpack_pack_map(&pk, 20);
+	rc |= msgpack_pack_map(&pk, 23);
 	rc |= pack_kbin(&pk, "id", r->id.b, SHOAL_PEER_ID_LEN);
 	rc |= pack_kstr(&pk, "name", r->name);
 	rc |= pack_ku64(&pk, "ver", r->version);
@@ -384,6 +385,9 @@ shoal_err shoal_wire_record_encode(const shoal_record *r, shoal_wire_buf *b)
 		rc |= pack_ku64(&pk, "le", l->local_ep) | pack_ku64(&pk, "re", l->remote_ep);
 		rc |= pack_ku64(&pk, "rtt", l->rtt_us) | pack_ku64(&pk, "bw", l->bw_bytes_s);
 	}
+	rc |= pack_ku64(&pk, "srv", r->serving);
+	rc |= pack_kbin(&pk, "rdd", r->ready_digest, SHOAL_MODEL_DIGEST_LEN);
+	rc |= pack_ku64(&pk, "rde", r->ready_epoch);
 	return rc ? SHOAL_ERR_NOMEM : SHOAL_OK;
 }
 
@@ -451,6 +455,9 @@ static shoal_err record_from_obj(const msgpack_object *o, shoal_record *r, char 
 		TRY(get_u64(&a[i], "bw", 0, UINT64_MAX, &l->bw_bytes_s, lw, why, why_len));
 	}
 	r->n_links = n;
+	TRY(get_u32(o, "srv", 0, 1, &r->serving, w, why, why_len));
+	TRY(get_fixbin(o, "rdd", 0, r->ready_digest, SHOAL_MODEL_DIGEST_LEN, w, why, why_len));
+	TRY(get_u64(o, "rde", 0, UINT64_MAX, &r->ready_epoch, w, why, why_len));
 	return shoal_record_check(r, why, why_len);
 }
 
