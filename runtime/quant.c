@@ -68,10 +68,27 @@ uint16_t shoal_f32_to_bf16(float f)
 	return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1)) >> 16);
 }
 
-/* Round half to even, as the reference's nearest_int (|v| < 2^22). */
+/* Round half to even, as the reference's nearest_int: adding 1.5 * 2^23
+ * leaves the integer in the low mantissa bits, rounded by the FPU's default
+ * mode (nearest even); exact for |v| <= 2^22. No libm call (rintf is one on
+ * baseline x86-64, and this runs per activation element). */
 static int quant_nearest_int(float v)
 {
-	return (int)rintf(v);
+	uint32_t u = kernels__f32_bits(v + 12582912.0f);
+	return (int)(u & 0x007fffffu) - 0x00400000;
+}
+
+/* roundf (ties away from zero) for |v| < 2^23, without libm: the truncation
+ * and the fraction v - trunc(v) are exact. */
+static int quant_round_away(float v)
+{
+	int i = (int)v;
+	float f = v - (float)i;
+	if (f >= 0.5f)
+		i++;
+	else if (f <= -0.5f)
+		i--;
+	return i;
 }
 
 /* ---- plain types ---------------------------------------------------------------- */
@@ -113,7 +130,7 @@ static void quant_q8_0(const float *x, kernels__block_q8_0 *b, int64_t nb)
 		float id = d != 0.0f ? 1.0f / d : 0.0f;
 		b[i].d = shoal_f32_to_fp16(d);
 		for (int j = 0; j < KERNELS__QK; j++)
-			b[i].qs[j] = (int8_t)roundf(x[j] * id);
+			b[i].qs[j] = (int8_t)quant_round_away(x[j] * id);
 	}
 }
 

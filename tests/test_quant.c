@@ -411,6 +411,37 @@ static void test_roundtrip_plain(void)
 	ASSERT_FALSE(shoal_quant_supported(SHOAL_DTYPE_Q5_K));
 }
 
+/* Q8_K rounds ties to even (the reference's nearest_int), Q8_0 away from
+ * zero (roundf): blocks built so that x * iscale hits exact halves. */
+static void test_activation_ties(void)
+{
+	float x[256];
+	/* Q8_K: max = -127 gives iscale = -127 / max = 1 (d = 1), so q = rint(x) */
+	for (int i = 0; i < 256; i++)
+		x[i] = (float)((i % 9) - 4) + ((i % 3) ? 0.5f : 0.25f);
+	x[0] = -127.0f;
+	kernels__block_q8_k k;
+	shoal_quantize_row(SHOAL_DTYPE_Q8_K, x, &k, 256);
+	ASSERT_TRUE(k.d == 1.0f);
+	for (int i = 0; i < 256; i++)
+		ASSERT_EQ(k.qs[i], (int)rintf(x[i]));
+	ASSERT_EQ(k.qs[1], -2); /* x = -2.5: the tie goes to even -2 */
+	ASSERT_EQ(k.qs[2], -2); /* x = -1.5: to even -2 */
+	ASSERT_EQ(k.qs[0], -127);
+	/* Q8_0: amax 127 gives d = 1, id = 1, so q = roundf(x) */
+	kernels__block_q8_0 q;
+	float y[32];
+	for (int i = 0; i < 32; i++)
+		y[i] = (float)(i - 16) + 0.5f;
+	y[31] = 127.0f;
+	shoal_quantize_row(SHOAL_DTYPE_Q8_0, y, &q, 32);
+	for (int i = 0; i < 31; i++)
+		ASSERT_EQ(q.qs[i], (int)roundf(y[i]));
+	ASSERT_EQ(q.qs[15], -1); /* -0.5 -> -1 (away from zero) */
+	ASSERT_EQ(q.qs[16], 1);  /* 0.5 -> 1 */
+	ASSERT_EQ(q.qs[31], 127);
+}
+
 /* ---- the reference's own quantizations ------------------------------------------ */
 
 /* tiny-kq-q4_k_m and tiny-kq-q6_k hold the same random weights quantized by
@@ -489,4 +520,5 @@ TEST_MAIN(TEST_CASE(test_fp16_to_f32_specials), TEST_CASE(test_f32_to_fp16_round
           TEST_CASE(test_deq_q8_k_f16_bf16), TEST_CASE(test_roundtrip_q8_0),
           TEST_CASE(test_roundtrip_q4_0), TEST_CASE(test_roundtrip_q4_k),
           TEST_CASE(test_roundtrip_q6_k), TEST_CASE(test_roundtrip_q8_k),
-          TEST_CASE(test_roundtrip_plain), TEST_CASE(test_fixtures_agree))
+          TEST_CASE(test_activation_ties), TEST_CASE(test_roundtrip_plain),
+          TEST_CASE(test_fixtures_agree))
