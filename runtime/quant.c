@@ -124,8 +124,10 @@ static void quant_q8_0(const float *x, kernels__block_q8_0 *b, int64_t nb)
 {
 	for (int64_t i = 0; i < nb; i++, x += KERNELS__QK) {
 		float amax = 0.0f;
-		for (int j = 0; j < KERNELS__QK; j++)
-			amax = fmaxf(amax, fabsf(x[j]));
+		for (int j = 0; j < KERNELS__QK; j++) {
+			float ax = fabsf(x[j]);
+			amax = ax > amax ? ax : amax; /* not fmaxf: a libm call */
+		}
 		float d = amax / 127.0f;
 		float id = d != 0.0f ? 1.0f / d : 0.0f;
 		b[i].d = shoal_f32_to_fp16(d);
