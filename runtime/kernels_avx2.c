@@ -2,8 +2,16 @@
  * runtime/kernels_avx2.c: the AVX2 kernel table (x86-64 with AVX2, FMA,
  * F16C; compiled with those -m flags into libshoal_k_avx2.a).
  *
- * Part: runtime/ (engine). Integer dots with maddubs/madd (exact: no
- * saturation, see each type). Order of accumulation, per dot product:
+ * Part: runtime/ (engine). The order of accumulation of each dot product
+ * (fixed per ISA, see test_kernels.c) is given below the includes.
+ * Divisions: helpers, float types, Q8_0/Q4_0, Q4_K, Q6_K, the table.
+ */
+#include <immintrin.h>
+
+#include "runtime/kernels_impl.h"
+
+/* Integer dots with maddubs/madd (exact: no saturation, see each type).
+ * Order of accumulation, per dot product:
  *   F32/F16/BF16: 2 accumulators x 8 lanes over 16 elements per step (FMA),
  *     leftover groups of 8 into the first, (a0 + a1) summed by hsum8
  *     (lanes 0-3 + 4-7, then pairs), plus a scalar tail added last;
@@ -12,11 +20,7 @@
  *   Q4_K: per super-block int32 lanes isum and imin (exact), then
  *     acc = fma(d, isum, acc), acc = fnma(dmin, imin, acc); result hsum8;
  *   Q6_K: per super-block int32 lanes isum (exact), acc = fma(d, isum, acc).
- * Divisions: helpers, float types, Q8_0/Q4_0, Q4_K, Q6_K, the table.
  */
-#include <immintrin.h>
-
-#include "runtime/kernels_impl.h"
 
 /* ---- helpers ---------------------------------------------------------------- */
 

@@ -5,7 +5,15 @@
  * the same int32 lanes (each sums the same 4 byte products, no saturation),
  * so the two tables give bitwise equal results.
  *
- * Part: runtime/ (engine). Order of accumulation, per dot product:
+ * Part: runtime/ (engine). The order of accumulation of each dot product
+ * (fixed per ISA, see test_kernels.c) is given below the includes.
+ * Divisions: helpers, float types, Q8_0/Q4_0, Q4_K, Q6_K, the table.
+ */
+#include <immintrin.h>
+
+#include "runtime/kernels_impl.h"
+
+/* Order of accumulation, per dot product:
  *   F32/F16/BF16: 2 accumulators x 16 lanes over 32 elements per step (FMA),
  *     a leftover 16 into the first, hsum16(a0 + a1) (halves, then as AVX2),
  *     plus a scalar tail of n % 16 added last;
@@ -14,11 +22,7 @@
  *     odd last block is a pair with an empty upper half (scale 0); hsum16;
  *   Q4_K/Q6_K: per super-block exact int32 lanes, then fma into one
  *     accumulator (Q4_K: fma(d, isum), then fnma(dmin, imin)); hsum16.
- * Divisions: helpers, float types, Q8_0/Q4_0, Q4_K, Q6_K, the table.
  */
-#include <immintrin.h>
-
-#include "runtime/kernels_impl.h"
 
 #ifndef KERNELS_VNNI
 #define KERNELS_VNNI 0

@@ -5,8 +5,16 @@
  * pairwise adds). Both give the same int32 lanes (each the exact sum of the
  * same 4 consecutive byte products), so the two tables agree bitwise.
  *
- * Part: runtime/ (engine). Quants are signed bytes throughout (Q4_0 q - 8,
- * Q4_K 0..15, Q6_K q - 32), as sdot takes them. Order of accumulation:
+ * Part: runtime/ (engine). The order of accumulation of each dot product
+ * (fixed per ISA, see test_kernels.c) is given below the includes.
+ * Divisions: helpers, float types, Q8_0/Q4_0, Q4_K, Q6_K, the table.
+ */
+#include <arm_neon.h>
+
+#include "runtime/kernels_impl.h"
+
+/* Quants are signed bytes throughout (Q4_0 q - 8, Q4_K 0..15, Q6_K q - 32),
+ * as sdot takes them. Order of accumulation:
  *   F32/F16/BF16: 4 accumulators x 4 lanes over 16 elements per step (fused
  *     multiply-add), leftover groups of 4 into the first, ((a0 + a1) + (a2 +
  *     a3)) summed across lanes by vaddvq, plus a scalar tail added last;
@@ -14,11 +22,7 @@
  *     d_x); vaddvq(a0 + a1);
  *   Q4_K: per super-block int32 lanes isum and imin (exact), acc = fma(isum,
  *     d), acc = fms(imin, dmin); Q6_K: acc = fma(isum, d); vaddvq(acc).
- * Divisions: helpers, float types, Q8_0/Q4_0, Q4_K, Q6_K, the table.
  */
-#include <arm_neon.h>
-
-#include "runtime/kernels_impl.h"
 
 #ifndef KERNELS_DOTPROD
 #define KERNELS_DOTPROD 0
