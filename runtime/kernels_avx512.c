@@ -70,6 +70,17 @@ KERNELS__INLINE __m512 k5_spread_pair(__m128 p)
 	return _mm512_permutexvar_ps(idx, _mm512_castps128_ps512(p));
 }
 
+/* acc + the sums of each 2 products of int16 lanes a and b (vpdpwssd with
+ * VNNI, one instruction; madd + add without): the same exact int32 lanes. */
+KERNELS__INLINE __m512i k5_madd_acc(__m512i acc, __m512i a, __m512i b)
+{
+#if KERNELS_VNNI
+	return _mm512_dpwssd_epi32(acc, a, b);
+#else
+	return _mm512_add_epi32(acc, _mm512_madd_epi16(a, b));
+#endif
+}
+
 KERNELS__INLINE __m512i k5_pair_si(__m256i a, __m256i b)
 {
 	return _mm512_inserti64x4(_mm512_castsi256_si512(a), b, 1);
@@ -342,9 +353,8 @@ KERNELS__INLINE void k5_tile_q4_k_n(int64_t n, const void *w, const void *const 
 					const int8_t *x =
 					    ((const kernels__block_q8_k *)xq[c])[b].qs + 64 * j;
 					__m512i xv = _mm512_loadu_si512((const void *)x);
-					__m512i t =
-					    _mm512_madd_epi16(_mm512_maddubs_epi16(q[h], xv), s);
-					isum[c] = _mm512_add_epi32(isum[c], t);
+					isum[c] =
+					    k5_madd_acc(isum[c], _mm512_maddubs_epi16(q[h], xv), s);
 				}
 			}
 		}
@@ -411,9 +421,8 @@ KERNELS__INLINE void k5_tile_q6_k_n(int64_t n, const void *w, const void *const 
 					    ((const kernels__block_q8_k *)xq[c])[b].qs + 128 * ch +
 					    64 * p;
 					__m512i xv = _mm512_loadu_si512((const void *)x);
-					__m512i t =
-					    _mm512_madd_epi16(_mm512_maddubs_epi16(q[p], xv), s);
-					isum[c] = _mm512_add_epi32(isum[c], t);
+					isum[c] =
+					    k5_madd_acc(isum[c], _mm512_maddubs_epi16(q[p], xv), s);
 				}
 			}
 		}
