@@ -143,12 +143,26 @@ KERNELS__INLINE __m256i k5_q8_0_bytes(const kernels__block_q8_0 *b)
 	return _mm256_loadu_si256((const __m256i *)b->qs);
 }
 
-KERNELS__INLINE __m256i k5_q4_0_bytes(const kernels__block_q4_0 *b)
+/* Blocks b[0] and b[1] (b[1] empty when single) as 64 signed bytes. */
+KERNELS__INLINE __m512i k5_q8_0_pair(const kernels__block_q8_0 *b, int single)
 {
-	__m128i q = _mm_loadu_si128((const __m128i *)b->qs);
-	__m256i v = _mm256_set_m128i(_mm_srli_epi16(q, 4), q);
-	v = _mm256_and_si256(v, _mm256_set1_epi8(0x0f));
-	return _mm256_sub_epi8(v, _mm256_set1_epi8(8));
+	return k5_pair_si(k5_q8_0_bytes(b), single ? _mm256_setzero_si256() : k5_q8_0_bytes(b + 1));
+}
+
+/* The same for Q4_0 (q - 8): the two 16-byte halves placed as (b0, b0, b1,
+ * b1) in 128-bit lanes, odd lanes shifted right 4 (high nibbles), masked.
+ * When single, b[1] reads as 16 zero bytes (-8s): the activation half is
+ * zero then, so its products are too. */
+KERNELS__INLINE __m512i k5_q4_0_pair(const kernels__block_q4_0 *b, int single)
+{
+	const long long s4 = 0x0004000400040004LL;
+	__m128i lo = _mm_loadu_si128((const __m128i *)b[0].qs);
+	__m128i hi = single ? _mm_setzero_si128() : _mm_loadu_si128((const __m128i *)b[1].qs);
+	__m512i v = _mm512_castsi256_si512(_mm256_set_m128i(hi, lo));
+	v = _mm512_shuffle_i64x2(v, v, _MM_SHUFFLE(1, 1, 0, 0));
+	v = _mm512_srlv_epi16(v, _mm512_set_epi64(s4, s4, 0, 0, s4, s4, 0, 0));
+	v = _mm512_and_si512(v, _mm512_set1_epi8(0x0f));
+	return _mm512_sub_epi8(v, _mm512_set1_epi8(8));
 }
 
 /* Tiles of R rows x NC columns (each <= 4), so that both the weight side
@@ -166,7 +180,7 @@ KERNELS__INLINE __m256i k5_q4_0_bytes(const kernels__block_q4_0 *b)
  * (x + 128) w = x w + 128 w; starting each lane from -128 * (its 4 w) leaves
  * exactly sum x w. Without VNNI: |w| times x negated where w < 0, by
  * maddubs (pairs <= 2 * 128 * 127 = 32512, no saturation) and madd. */
-#define K5_Q32_RC(name, WBLOCK, WBYTES)                                                            \
+#define K5_Q32_RC(name, WBLOCK, WPAIR)                                                             \
 	KERNELS__INLINE void name##_rc(int64_t n, const char *w, size_t row_bytes, const int R,    \
 	                               const void *const *xq, const int NC, float *out)            \
 	{                                                                                          \
@@ -196,7 +210,7 @@ KERNELS__INLINE __m256i k5_q4_0_bytes(const kernels__block_q4_0 *b)
 				_mm_prefetch((const char *)wb +                                    \
 				                 (R == 1 ? KERNELS__PF_AHEAD : 4 * row_bytes),     \
 				             _MM_HINT_T1);                                         \
-				__m512i q = k5_pair_si(WBYTES(wb), single ? z : WBYTES(wb + 1));   \
+				__m512i q = WPAIR(wb, single);                                     \
 				__m512 dw =                                                        \
 				    k5_spread_pair(k5_h2f_pair(&wb[0].d, single ? 0 : wb[1].d));   \
 				__m512i base = k5_q32_base(q);                                     \
@@ -273,8 +287,8 @@ KERNELS__INLINE __m512i k5_q32_dot(__m512i base, __m512i aq, __mmask64 neg, __m5
 #endif
 }
 
-K5_Q32_RC(k5_q8_0, kernels__block_q8_0, k5_q8_0_bytes)
-K5_Q32_RC(k5_q4_0, kernels__block_q4_0, k5_q4_0_bytes)
+K5_Q32_RC(k5_q8_0, kernels__block_q8_0, k5_q8_0_pair)
+K5_Q32_RC(k5_q4_0, kernels__block_q4_0, k5_q4_0_pair)
 
 typedef void (*k5_rc_fn)(int64_t n, const char *w, size_t row_bytes, int R, const void *const *xq,
                          int NC, float *out);
