@@ -102,7 +102,8 @@ typedef struct shoal_dist_stage_config {
 	/* (n_layer, n_expert) bytes, nonzero = held here; NULL: all. Copied. */
 	const uint8_t *expert_mask;
 	/* (n_layer, n_expert, 16) peer ids: who holds each expert NOT held
-	 * here (read only for those). NULL iff expert_mask is NULL. Copied. */
+	 * here (read only for those). Required with expert_mask and layers;
+	 * an expert server (no layers) dispatches nothing: NULL. Copied. */
 	const uint8_t *expert_peer;
 	uint8_t self[16];
 	uint8_t next[16]; /* the next stage (ignored with has_head) */

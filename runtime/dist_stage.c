@@ -454,7 +454,8 @@ shoal_err shoal_dist_stage_new(const shoal_model *m, const shoal_dist_stage_conf
 {
 	*out = NULL;
 	if (!cfg->link || cfg->max_sessions == 0 || cfg->max_sessions > DIST__MAX_SESSIONS ||
-	    cfg->max_rows == 0 || (!cfg->expert_mask != !cfg->expert_peer))
+	    cfg->max_rows == 0 ||
+	    (cfg->expert_mask && !cfg->expert_peer && cfg->layer_begin < cfg->layer_end))
 		return shoal_why(why, why_len, SHOAL_ERR_INVAL,
 		                 "stage config: link, 1..%u sessions, rows, mask with peers",
 		                 DIST__MAX_SESSIONS);
