@@ -135,17 +135,17 @@ shoal_err shoal_dist_stage_poll(shoal_dist_stage *s, shoal_xfer_link *const *lin
                                 int timeout_ms, char *why, size_t why_len);
 
 typedef struct shoal_dist_stage_metrics {
-	uint64_t runs;            /* engine runs (one per step per frame) */
-	uint64_t rows;            /* rows run */
-	uint64_t run_ns;          /* wall time in the engine, experts included */
-	uint64_t last_run_ns;     /* the latest run: step time of this stage */
-	uint64_t hidden_sent;     /* HIDDEN frames sent downstream */
-	uint64_t tokens_sent;     /* result TOKEN frames sent to owners */
-	uint64_t expert_reqs;     /* EXPERT_REQ frames sent */
-	uint64_t expert_layers;   /* MoE layer runs that dispatched >= 1 request */
-	uint64_t expert_served;   /* EXPERT_REQ frames answered */
-	uint64_t dropped;         /* frames dropped: stray, malformed, other plan */
-	uint64_t session_errors;  /* sessions failed here */
+	uint64_t runs;           /* engine runs (one per step per frame) */
+	uint64_t rows;           /* rows run */
+	uint64_t run_ns;         /* wall time in the engine, experts included */
+	uint64_t last_run_ns;    /* the latest run: step time of this stage */
+	uint64_t hidden_sent;    /* HIDDEN frames sent downstream */
+	uint64_t tokens_sent;    /* result TOKEN frames sent to owners */
+	uint64_t expert_reqs;    /* EXPERT_REQ frames sent */
+	uint64_t expert_layers;  /* MoE layer runs that dispatched >= 1 request */
+	uint64_t expert_served;  /* EXPERT_REQ frames answered */
+	uint64_t dropped;        /* frames dropped: stray, malformed, other plan */
+	uint64_t session_errors; /* sessions failed here */
 } shoal_dist_stage_metrics;
 
 void shoal_dist_stage_metrics_get(const shoal_dist_stage *s, shoal_dist_stage_metrics *m);
@@ -172,7 +172,7 @@ typedef struct shoal_dist_token {
 	uint32_t step; /* 0 for the first generated token */
 	int32_t id;
 	float logprob;
-	uint32_t n_top; /* = the request's logprobs K */
+	uint32_t n_top;         /* = the request's logprobs K */
 	const int32_t *top_ids; /* (n_top) best first */
 	const float *top_lps;   /* (n_top) */
 } shoal_dist_token;
@@ -198,8 +198,8 @@ void shoal_dist_owner_free(shoal_dist_owner *o); /* NULL is a no-op */
 /* Start a session: OPEN, then the prompt in frames of max_rows. *sid out.
  * BUSY when max_sessions are live; UNSUPPORTED for a repetition penalty
  * over more than SHOAL_DIST_TAIL_MAX tokens. */
-shoal_err shoal_dist_owner_start(shoal_dist_owner *o, const shoal_dist_request *req,
-                                 uint64_t *sid, char *why, size_t why_len);
+shoal_err shoal_dist_owner_start(shoal_dist_owner *o, const shoal_dist_request *req, uint64_t *sid,
+                                 char *why, size_t why_len);
 
 /* Handle one frame from a stage (a result or an ERROR control). Results
  * for other positions (duplicates) are dropped and counted. */

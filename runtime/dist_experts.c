@@ -44,8 +44,10 @@ shoal_err dist__experts_dispatch(void *ctx, uint32_t layer, const shoal_moe_rows
 				if (xp[x] != p)
 					continue;
 				any = true;
-				s->xroute[nroute++] = (shoal_xfer_route){
-					.row = nr, .expert = (uint32_t)x, .gate = rows->w[(size_t)r * k + j]};
+				s->xroute[nroute++] =
+				    (shoal_xfer_route){.row = nr,
+				                       .expert = (uint32_t)x,
+				                       .gate = rows->w[(size_t)r * k + j]};
 			}
 			if (!any)
 				continue;
@@ -71,7 +73,8 @@ shoal_err dist__experts_dispatch(void *ctx, uint32_t layer, const shoal_moe_rows
 		                    .payload_len = nr * d * 4u};
 		struct iovec v = {.iov_base = s->xx, .iov_len = (size_t)nr * d * 4u};
 		char why[256];
-		shoal_err e = shoal_xfer_link_send(lk, &h, &v, 1, s->cfg.timeout_ms, why, sizeof why);
+		shoal_err e =
+		    shoal_xfer_link_send(lk, &h, &v, 1, s->cfg.timeout_ms, why, sizeof why);
 		if (e) {
 			SHOAL_LOG_W(LOG_PART, "layer %u: expert request: %s", layer, why);
 			return e;
@@ -138,8 +141,10 @@ shoal_err dist__experts_collect(void *ctx, uint32_t layer, const shoal_moe_rows 
 				if (xp[x] != p)
 					continue;
 				if (h->routes[i].expert != (uint32_t)x) {
-					SHOAL_LOG_W(LOG_PART, "layer %u: reply route %u is expert %u, "
-					                      "not %d", layer, i, h->routes[i].expert, x);
+					SHOAL_LOG_W(LOG_PART,
+					            "layer %u: reply route %u is expert %u, "
+					            "not %d",
+					            layer, i, h->routes[i].expert, x);
 					return SHOAL_ERR_PROTO;
 				}
 				memcpy(contrib + ((size_t)r * k + j) * d,
@@ -199,8 +204,10 @@ shoal_err dist__experts_serve(shoal_dist_stage *s, shoal_xfer_link *from, const 
 				if (ids[j] == (int32_t)h->routes[i].expert)
 					m = k + 1; /* a duplicate */
 			if (m >= k) {
-				snprintf(w, sizeof w, "layer %u row %u: more than %u routes or a "
-				         "duplicate", layer, r, k);
+				snprintf(w, sizeof w,
+				         "layer %u row %u: more than %u routes or a "
+				         "duplicate",
+				         layer, r, k);
 				return serve_error(s, from, SHOAL_ERR_FORMAT, w, why, why_len);
 			}
 			ids[m] = (int32_t)h->routes[i].expert;
@@ -237,8 +244,8 @@ shoal_err dist__experts_serve(shoal_dist_stage *s, shoal_xfer_link *from, const 
 	                     .x = (const float *)(const void *)f->payload,
 	                     .ids = s->ex_ids,
 	                     .w = s->ex_w};
-	shoal_err e = shoal_engine_moe_partial(s->e, layer, &mr, s->ex_req, s->ex_contrib, w,
-	                                       sizeof w);
+	shoal_err e =
+	    shoal_engine_moe_partial(s->e, layer, &mr, s->ex_req, s->ex_contrib, w, sizeof w);
 	if (e)
 		return serve_error(s, from, e, w, why, why_len);
 	for (uint32_t i = 0; i < nr; i++)

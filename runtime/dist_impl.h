@@ -28,7 +28,7 @@ typedef struct dist__ctl {
 	uint32_t n_prompt, max_tokens, logprobs;
 	shoal_sampler_params sp;
 	uint32_t n_tail;
-	const int32_t *tail; /* OPEN: (n_tail) ids, borrowed */
+	const int32_t *tail;                    /* OPEN: (n_tail) ids, borrowed */
 	char reason[SHOAL_XFER_REASON_MAX + 1]; /* ERROR */
 } dist__ctl;
 
@@ -67,8 +67,8 @@ struct shoal_dist_stage {
 	shoal_dist_stage_config cfg;
 	const shoal_model *m;
 	shoal_engine *e;
-	uint8_t *mask;   /* (n_layer, n_expert) held here */
-	int8_t *xpeer;   /* (n_layer, n_expert) index into xpeers, -1: held here */
+	uint8_t *mask; /* (n_layer, n_expert) held here */
+	int8_t *xpeer; /* (n_layer, n_expert) index into xpeers, -1: held here */
 	uint8_t xpeers[DIST__MAX_XPEERS][16];
 	uint32_t n_xpeers;
 	uint32_t d, n_vocab, n_layer, n_expert, k, R;

@@ -197,8 +197,8 @@ shoal_err shoal_dist_owner_poll(shoal_dist_owner *o, shoal_xfer_link *const *lin
 	                  why_len);
 }
 
-shoal_err shoal_dist_owner_start(shoal_dist_owner *o, const shoal_dist_request *req,
-                                 uint64_t *sid, char *why, size_t why_len)
+shoal_err shoal_dist_owner_start(shoal_dist_owner *o, const shoal_dist_request *req, uint64_t *sid,
+                                 char *why, size_t why_len)
 {
 	const shoal_sampler_params *sp = &req->sampler;
 	if (!req->n_prompt || !req->max_tokens || req->logprobs > SHOAL_DIST_MAX_LOGPROBS)
@@ -208,8 +208,8 @@ shoal_err shoal_dist_owner_start(shoal_dist_owner *o, const shoal_dist_request *
 	bool pen = sp->repeat_penalty != 1.0f && sp->repeat_last_n != 0;
 	if (pen && (sp->repeat_last_n < 0 || (uint32_t)sp->repeat_last_n > SHOAL_DIST_TAIL_MAX))
 		return shoal_why(why, why_len, SHOAL_ERR_UNSUPPORTED,
-		                 "repetition penalty over %d tokens (at most %u)", sp->repeat_last_n,
-		                 SHOAL_DIST_TAIL_MAX);
+		                 "repetition penalty over %d tokens (at most %u)",
+		                 sp->repeat_last_n, SHOAL_DIST_TAIL_MAX);
 	owner_sess *ss = NULL;
 	for (uint32_t i = 0; i < o->cfg.max_sessions && !ss; i++)
 		if (!o->sess[i].used)

@@ -14,7 +14,7 @@
 #include "base/log.h"
 #include "runtime/dist_impl.h"
 
-#define LOG_PART "dist"
+#define LOG_PART  "dist"
 #define RES_WORDS (2u + 2u * SHOAL_DIST_MAX_LOGPROBS)
 
 /* ---- sessions ------------------------------------------------------------ */
@@ -68,9 +68,9 @@ static shoal_err sess_fail(shoal_dist_stage *s, int i, uint64_t sid, const uint8
 	snprintf(c.reason, sizeof c.reason, "layers [%u, %u): %s", s->cfg.layer_begin,
 	         s->cfg.layer_end, reason);
 	char why[256];
-	shoal_err e = dist__ctl_send(ctl_dest(s, owner), sid, &c, s->ctl,
-	                             (uint32_t)(sizeof s->ctl / 4), s->cfg.timeout_ms, why,
-	                             sizeof why);
+	shoal_err e =
+	    dist__ctl_send(ctl_dest(s, owner), sid, &c, s->ctl, (uint32_t)(sizeof s->ctl / 4),
+	                   s->cfg.timeout_ms, why, sizeof why);
 	if (e)
 		SHOAL_LOG_W(LOG_PART, "could not pass the error on: %s", why);
 	return SHOAL_OK;
@@ -215,16 +215,17 @@ static shoal_err run_frame(shoal_dist_stage *s, const shoal_xfer_frame *f, char 
 	if (ok && h->n_rows > s->R)
 		ok = false;
 	if (!ok)
-		snprintf(w, sizeof w, "%s frame of %u rows x %u, layers [%u, %u), not for this stage",
-		         shoal_xfer_kind_name(h->kind), h->n_rows, h->dim, h->layer_first,
-		         h->layer_end);
+		snprintf(
+		    w, sizeof w, "%s frame of %u rows x %u, layers [%u, %u), not for this stage",
+		    shoal_xfer_kind_name(h->kind), h->n_rows, h->dim, h->layer_first, h->layer_end);
 	uint32_t n = 0;
 	for (uint32_t r = 0; r < h->n_rows; r++) {
 		int i = sess_find(s, h->rows[r].session);
 		if (i < 0 || s->sess[i].failed) {
-			SHOAL_LOG_W(LOG_PART, "layers [%u, %u): dropped a row of %s session %016llx",
-			            s->cfg.layer_begin, s->cfg.layer_end, i < 0 ? "unknown" : "failed",
-			            (unsigned long long)h->rows[r].session);
+			SHOAL_LOG_W(
+			    LOG_PART, "layers [%u, %u): dropped a row of %s session %016llx",
+			    s->cfg.layer_begin, s->cfg.layer_end, i < 0 ? "unknown" : "failed",
+			    (unsigned long long)h->rows[r].session);
 			continue;
 		}
 		if (!ok) { /* malformed: fail the sessions it names, once each */
@@ -512,7 +513,7 @@ shoal_err shoal_dist_stage_new(const shoal_model *m, const shoal_dist_stage_conf
 	ec.has_head = cfg->has_head;
 	ec.expert_mask = cfg->expert_mask;
 	ec.moe_hook = (shoal_engine_moe_hook){
-		.ctx = s, .dispatch = dist__experts_dispatch, .collect = dist__experts_collect};
+	    .ctx = s, .dispatch = dist__experts_dispatch, .collect = dist__experts_collect};
 	err = shoal_engine_new(m, &ec, &s->e, why, why_len);
 	if (err)
 		goto fail;
