@@ -48,7 +48,7 @@ struct shoal_backend {
 		uint32_t rows_per_chunk[SHOAL_BACKEND_MAX_MATS];
 		uint32_t n_rows;
 		shoal_dtype act_type;
-		const float *x;
+		const float *x; /* (n_rows, n_in) ldx */
 		size_t ldx;
 		int64_t n_in;
 	} mm;
@@ -289,7 +289,7 @@ static void shoal_cpu_attn_worker(void *ctx, uint32_t ith, uint32_t nth)
 		float *o = a->out + r * q_ld + (size_t)h0 * hd;     /* (group, head_dim) */
 		uint32_t n = a->n_kv[r];
 		for (uint32_t t = 0; t < n; t++) {
-			const float *kt = kc + t * kv_ld;
+			const float *kt = kc + t * kv_ld; /* (head_dim) */
 			for (uint32_t g = 0; g < group; g++)
 				sc[g * C + t] =
 				    shoal_cpu_dot(q + (size_t)g * hd, kt, hd) * a->scale;
@@ -311,7 +311,7 @@ static void shoal_cpu_attn_worker(void *ctx, uint32_t ith, uint32_t nth)
 		}
 		memset(o, 0, (size_t)group * hd * sizeof *o);
 		for (uint32_t t = 0; t < n; t++) {
-			const float *vt = vc + t * kv_ld;
+			const float *vt = vc + t * kv_ld; /* (head_dim) */
 			for (uint32_t g = 0; g < group; g++)
 				shoal_cpu_axpy(o + (size_t)g * hd, sc[g * C + t], vt, hd);
 		}

@@ -131,7 +131,7 @@ int shoal_cmd_bench(int argc, char **argv)
 	int32_t *toks = NULL;
 	uint32_t *sess = NULL, *pos = NULL;
 	uint8_t *want = NULL;
-	float *logits = NULL;
+	float *logits = NULL; /* (n_vocab) */
 	shoal_err err = shoal_model_open(model, &m, why, sizeof why);
 	if (err) {
 		fprintf(stderr, "shoal bench: %s: %s\n", model, why[0] ? why : shoal_strerror(err));

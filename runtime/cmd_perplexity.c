@@ -141,7 +141,7 @@ int shoal_cmd_perplexity(int argc, char **argv)
 	int32_t *ids = NULL;
 	uint32_t *sess = NULL, *pos = NULL;
 	uint8_t *want = NULL;
-	float *logits = NULL;
+	float *logits = NULL; /* (max_rows, n_vocab) */
 	size_t n_ids = 0, text_len = 0;
 	struct timespec t0, t1;
 	clock_gettime(CLOCK_MONOTONIC, &t0);

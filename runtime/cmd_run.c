@@ -236,7 +236,8 @@ int shoal_cmd_run(int argc, char **argv)
 	int32_t *ids = NULL, *hist = NULL, *rows_tok = NULL, *top_ids = NULL;
 	uint32_t *rows_sess = NULL, *rows_pos = NULL;
 	uint8_t *rows_want = NULL;
-	float *logits = NULL, *top_lps = NULL;
+	float *logits = NULL;  /* (n_vocab) */
+	float *top_lps = NULL; /* (SHOAL_RUN_MAX_LOGPROBS) */
 	size_t n_ids = 0;
 
 	shoal_err err = shoal_model_open(o.model, &m, why, sizeof why);

@@ -554,8 +554,8 @@ static void engine__attn(shoal_engine *e, uint32_t il, const shoal_engine_batch 
 	/* every row's K/V goes in before any row attends: a prefill chunk's
 	 * row at position p sees the chunk's rows at positions < p */
 	for (uint32_t r = 0; r < n; r++) {
-		float *kc = engine__cache(e, b->session[r], li, 0);
-		float *vc = engine__cache(e, b->session[r], li, 1);
+		float *kc = engine__cache(e, b->session[r], li, 0); /* (n_ctx, kv_dim) */
+		float *vc = engine__cache(e, b->session[r], li, 1); /* (n_ctx, kv_dim) */
 		memcpy(kc + (size_t)b->pos[r] * kvd, e->k + (size_t)r * kvd, kvd * sizeof(float));
 		memcpy(vc + (size_t)b->pos[r] * kvd, e->v + (size_t)r * kvd, kvd * sizeof(float));
 		e->krow[r] = kc;
@@ -576,7 +576,7 @@ static void engine__attn(shoal_engine *e, uint32_t il, const shoal_engine_batch 
 	};
 	ops->attention(e->bk, &a);
 	size_t ld_out = hp->n_embd;
-	float *o = e->tmp;
+	float *o = e->tmp; /* (n_rows, n_embd) */
 	ops->matmul(e->bk, 1, &L->wo, e->att, qd, n, &o, &ld_out);
 	ops->add(e->bk, e->x, e->tmp, (size_t)n * hp->n_embd);
 }
@@ -593,7 +593,7 @@ static void engine__ffn(shoal_engine *e, uint32_t il, uint32_t n)
 	ops->matmul(e->bk, 2, w, e->xn, e->hp.n_embd, n, y, ldy);
 	ops->swiglu(e->bk, e->ff_g, e->ff_u, (size_t)n * ff, e->ff_g);
 	size_t ld_out = e->hp.n_embd;
-	float *o = e->tmp;
+	float *o = e->tmp; /* (n_rows, n_embd) */
 	ops->matmul(e->bk, 1, &L->down, e->ff_g, ff, n, &o, &ld_out);
 }
 

@@ -155,7 +155,7 @@ shoal_err shoal_engine_moe_partial(shoal_engine *e, uint32_t layer, const shoal_
 		for (uint32_t i = 0; i < m; i++) {
 			float gw = rows->w[e->moe_slot[i]];
 			float *c = contrib + (size_t)e->moe_slot[i] * d; /* (n_embd) */
-			const float *oi = o + (size_t)i * d;
+			const float *oi = o + (size_t)i * d;             /* (n_embd) */
 			for (uint32_t t = 0; t < d; t++)
 				c[t] = oi[t] * gw;
 		}
