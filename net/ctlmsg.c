@@ -39,7 +39,9 @@ shoal_err shoal_ctlmsg_encode(const shoal_ctlmsg *m, shoal_wire_buf *b)
 	b->len = 0;
 	msgpack_packer_init(&pk, b, shoal_ctlmsg_write);
 	int n = 3, rc = 0;
-	if (m->type == SHOAL_CTLMSG_STATUS_RESP)
+	int has_json = m->type == SHOAL_CTLMSG_STATUS_RESP || (m->type >= SHOAL_CTLMSG_RUN_REQ &&
+	                                                       m->type <= SHOAL_CTLMSG_RUN_END);
+	if (has_json)
 		n += 1;
 	else if (m->type == SHOAL_CTLMSG_LINK_PROBE || m->type == SHOAL_CTLMSG_LINK_ACK)
 		n += 3;
@@ -47,7 +49,7 @@ shoal_err shoal_ctlmsg_encode(const shoal_ctlmsg *m, shoal_wire_buf *b)
 	rc |= shoal_ctlmsg_key(&pk, "t") | msgpack_pack_uint32(&pk, m->type);
 	rc |= shoal_ctlmsg_key(&pk, "v") | msgpack_pack_uint32(&pk, SHOAL_WIRE_SCHEMA);
 	rc |= shoal_ctlmsg_key(&pk, "seq") | msgpack_pack_uint64(&pk, m->seq);
-	if (m->type == SHOAL_CTLMSG_STATUS_RESP)
+	if (has_json)
 		rc |= shoal_ctlmsg_key(&pk, "json") |
 		      msgpack_pack_str_with_body(&pk, m->json, m->json_len);
 	if (m->type == SHOAL_CTLMSG_LINK_PROBE || m->type == SHOAL_CTLMSG_LINK_ACK) {
@@ -141,12 +143,14 @@ shoal_err shoal_ctlmsg_decode(const uint8_t *buf, size_t len, shoal_ctlmsg *m, c
 	else if (e == SHOAL_OK && v != SHOAL_WIRE_SCHEMA)
 		e = shoal_why(why, why_len, SHOAL_ERR_UNSUPPORTED, "schema %llu",
 		              (unsigned long long)v);
-	else if (e == SHOAL_OK && m->type > SHOAL_CTLMSG_LINK_ACK)
+	else if (e == SHOAL_OK && m->type > SHOAL_CTLMSG_RUN_END)
 		e = shoal_why(why, why_len, SHOAL_ERR_UNSUPPORTED, "message type %u", m->type);
 	else if (e == SHOAL_OK && !have_seq)
 		e = shoal_why(why, why_len, SHOAL_ERR_FORMAT, "missing \"seq\"");
 	else if (e == SHOAL_OK && m->type == SHOAL_CTLMSG_STATUS_RESP && !m->json)
 		e = shoal_why(why, why_len, SHOAL_ERR_FORMAT, "status without \"json\"");
+	else if (e == SHOAL_OK && m->type >= SHOAL_CTLMSG_RUN_REQ && !m->json)
+		e = shoal_why(why, why_len, SHOAL_ERR_FORMAT, "run message without \"json\"");
 	msgpack_unpacked_destroy(&up);
 	return e;
 }

@@ -9,6 +9,10 @@
  *   65 STATUS_RESP  {seq, json: str}        the view as JSON text (cmd_status.c)
  *   66 LINK_PROBE   {seq, lep, rep, pad: bin}  RTT / bandwidth probe
  *   67 LINK_ACK     {seq, lep, rep, n: u64}    answer, n = pad bytes received
+ *   68 RUN_REQ      {seq, json: str}        `shoal run --peer`: run this prompt
+ *   69 RUN_TOKEN    {seq, json: str}        one generated token (several replies)
+ *   70 RUN_END      {seq, json: str}        the run finished (ok, or why not)
+ * (the RUN_* JSON is described in runtime/cluster.h)
  */
 #ifndef SHOAL_NET_CTLMSG_H
 #define SHOAL_NET_CTLMSG_H
@@ -25,6 +29,9 @@ typedef enum shoal_ctlmsg_type {
 	SHOAL_CTLMSG_STATUS_RESP = 65,
 	SHOAL_CTLMSG_LINK_PROBE = 66,
 	SHOAL_CTLMSG_LINK_ACK = 67,
+	SHOAL_CTLMSG_RUN_REQ = 68,
+	SHOAL_CTLMSG_RUN_TOKEN = 69,
+	SHOAL_CTLMSG_RUN_END = 70,
 } shoal_ctlmsg_type;
 
 typedef struct shoal_ctlmsg {
@@ -33,7 +40,7 @@ typedef struct shoal_ctlmsg {
 	uint32_t lep, rep; /* LINK_*: local / remote endpoint index of the prober */
 	uint64_t n;        /* LINK_ACK: pad bytes the prober sent */
 	size_t pad_len;    /* LINK_PROBE (decode only) */
-	const char *json;  /* STATUS_RESP: borrowed from the buffer, NOT NUL-terminated */
+	const char *json;  /* STATUS_RESP, RUN_*: borrowed from the buffer, NOT NUL-terminated */
 	size_t json_len;
 } shoal_ctlmsg;
 

@@ -7,6 +7,7 @@
 #define SHOAL_RUNTIME_CLI_H
 
 int shoal_cmd_run(int argc, char **argv);        /* runtime/cmd_run.c */
+int shoal_cmd_run_remote(int argc, char **argv); /* runtime/cmd_run_remote.c (--peer) */
 int shoal_cmd_tokenize(int argc, char **argv);   /* runtime/cmd_tokenize.c */
 int shoal_cmd_detokenize(int argc, char **argv); /* runtime/cmd_tokenize.c */
 int shoal_cmd_perplexity(int argc, char **argv); /* runtime/cmd_perplexity.c */

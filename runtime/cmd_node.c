@@ -4,6 +4,12 @@
  *   shoal node [--name N] [--listen ADDR[:PORT]] [--peer HOST[:PORT] ...]
  *              [--no-mdns] [--key F] [--insecure] [--cluster NAME]
  *              [--threads T] [--state-dir D] [--data-listen ADDR:PORT] [-v]
+ *              [--model FILE [--mem-limit SIZE] [--ctx N] [--spread-experts]]
+ *
+ * With --model the node serves its share of that model (runtime/cluster.h):
+ * it offers min(available memory, --mem-limit) to the plan, KV for --ctx
+ * tokens (default: the model's training context), and answers `shoal run
+ * --peer`.
  *
  * The control port defaults to 47470 (SHOAL_CTL_DEFAULT_PORT), so
  * `--peer HOST` works; port 0 picks a free one. The key is --key F, else
@@ -25,6 +31,7 @@
 #include "net/key.h"
 #include "runtime/cli.h"
 #include "runtime/node.h"
+#include "runtime/plan_json.h"
 
 static volatile sig_atomic_t shoal_cmd_node_stop;
 
@@ -48,6 +55,10 @@ static void shoal_cmd_node_usage(FILE *f)
 	        "  --threads T            compute threads (default: all cores)\n"
 	        "  --state-dir D          where the id and key live (default per user)\n"
 	        "  --data-listen ADDR:PORT  data-plane listener (default: ephemeral)\n"
+	        "  --model FILE           serve this GGUF model's share of the plan\n"
+	        "  --mem-limit SIZE       memory offered at most (e.g. 20M, 8G)\n"
+	        "  --ctx N                KV context per session (default: the model's)\n"
+	        "  --spread-experts       place each MoE layer's experts on several peers\n"
 	        "  -v, --verbose          debug logs\n",
 	        SHOAL_KEY_DEFAULT_NAME, SHOAL_NODE_DEFAULT_CLUSTER);
 }
@@ -65,7 +76,11 @@ int shoal_cmd_node(int argc, char **argv)
 		O_THREADS,
 		O_STATE,
 		O_DATA,
-		O_GOSSIP
+		O_GOSSIP,
+		O_MODEL,
+		O_MEMLIMIT,
+		O_CTX,
+		O_SPREAD
 	};
 	static const struct option opts[] = {
 	    {"name", required_argument, NULL, O_NAME},
@@ -79,6 +94,10 @@ int shoal_cmd_node(int argc, char **argv)
 	    {"state-dir", required_argument, NULL, O_STATE},
 	    {"data-listen", required_argument, NULL, O_DATA},
 	    {"gossip-ms", required_argument, NULL, O_GOSSIP},
+	    {"model", required_argument, NULL, O_MODEL},
+	    {"mem-limit", required_argument, NULL, O_MEMLIMIT},
+	    {"ctx", required_argument, NULL, O_CTX},
+	    {"spread-experts", no_argument, NULL, O_SPREAD},
 	    {"verbose", no_argument, NULL, 'v'},
 	    {"help", no_argument, NULL, 'h'},
 	    {NULL, 0, NULL, 0},
@@ -128,6 +147,23 @@ int shoal_cmd_node(int argc, char **argv)
 		case O_GOSSIP:
 			cfg.gossip_ms = (uint32_t)atoi(optarg);
 			break;
+		case O_MODEL:
+			cfg.model = optarg;
+			break;
+		case O_MEMLIMIT:
+			if (shoal_cluster_parse_bytes(optarg, &cfg.mem_limit) != SHOAL_OK ||
+			    !cfg.mem_limit) {
+				fprintf(stderr, "shoal node: bad --mem-limit '%s'\n", optarg);
+				free(seeds);
+				return 2;
+			}
+			break;
+		case O_CTX:
+			cfg.ctx = (uint32_t)atoi(optarg);
+			break;
+		case O_SPREAD:
+			cfg.spread_experts = 1;
+			break;
 		case 'v':
 			shoal_log_set_level(SHOAL_LOG_DEBUG);
 			break;
@@ -142,6 +178,7 @@ int shoal_cmd_node(int argc, char **argv)
 		}
 	}
 	if (optind < argc || (key_file && insecure) || cfg.threads < 0 ||
+	    ((cfg.mem_limit || cfg.ctx || cfg.spread_experts) && !cfg.model) ||
 	    (cfg.gossip_ms && (cfg.gossip_ms < 5 || cfg.gossip_ms > 10000))) {
 		fprintf(stderr, "shoal node: %s\n",
 		        key_file && insecure ? "--key and --insecure exclude each other"

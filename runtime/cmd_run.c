@@ -6,7 +6,8 @@
  * embedding and the head): the same layer-range path a cluster uses, with
  * one stage and no network. Output modes: text (streaming detokenizer),
  * --ids (the generated ids on one line), --logprobs K (one JSON object per
- * generated token).
+ * generated token). With --peer ADDR the prompt goes to a cluster peer
+ * instead (runtime/cmd_run_remote.c).
  */
 #include <errno.h>
 #include <stdbool.h>
@@ -222,6 +223,9 @@ static void shoal_run_logprobs_line(const float *logits, uint32_t n_vocab, int32
 
 int shoal_cmd_run(int argc, char **argv)
 {
+	for (int i = 1; i < argc; i++)
+		if (!strcmp(argv[i], "--peer"))
+			return shoal_cmd_run_remote(argc, argv);
 	shoal_run_opts o;
 	int rc = shoal_run_parse(argc, argv, &o);
 	if (rc)

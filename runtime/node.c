@@ -40,6 +40,7 @@
 #include "net/swim.h"
 #include "net/sysinfo.h"
 #include "net/wire.h"
+#include "runtime/cluster.h"
 #include "runtime/kernels_probe.h"
 
 /* Versions this node speaks; a peer that differs is kept in the view but
@@ -95,6 +96,8 @@ struct shoal_node {
 	uint64_t droplog_window_us; /* end of the current log window */
 	uint32_t droplog_lines;     /* lines logged in it */
 	uint64_t droplog_quiet;     /* drops not logged since the last line */
+	shoal_cluster *cl;          /* the model served (NULL: none) */
+	uint64_t next_cluster_us;   /* next look at the view for planning */
 };
 
 /* ------------------------------------------------------------------ helpers */
@@ -300,6 +303,8 @@ static void shoal_node_record_refresh(shoal_node *n)
 	n->rec.load_permille = n->si.load_permille;
 	n->rec.n_links =
 	    (uint32_t)shoal_linkprobe_links(n->lp, n->rec.links, SHOAL_RECORD_MAX_LINKS);
+	if (n->cl)
+		shoal_cluster_fill_record(n->cl, &n->rec, n->si.mem_available);
 }
 
 /* ------------------------------------------------------------- callbacks */
@@ -398,6 +403,11 @@ static char *shoal_node_status_json(shoal_node *n)
 		}
 	}
 	json_object_set_new(root, "peers", peers);
+	if (n->cl) {
+		json_t *plan = shoal_cluster_status_json(n->cl);
+		if (plan)
+			json_object_set_new(root, "plan", plan);
+	}
 	shoal_swim_view_free(v);
 	char *s = json_dumps(root, JSON_COMPACT);
 	json_decref(root);
@@ -464,6 +474,19 @@ static void shoal_node_on_message(void *ud, const shoal_ctl_route *from, const u
 		return;
 	case SHOAL_CTLMSG_LINK_ACK:
 		shoal_linkprobe_ack(n->lp, &m, shoal_node_now_us(NULL));
+		return;
+	case SHOAL_CTLMSG_RUN_REQ:
+		if (n->cl) {
+			shoal_cluster_run_request(n->cl, from, m.seq, m.json, m.json_len);
+		} else {
+			static const char no[] =
+			    "{\"ok\": false, \"error\": \"this peer serves no model (no --model)\"}";
+			r.type = SHOAL_CTLMSG_RUN_END;
+			r.json = no;
+			r.json_len = sizeof no - 1;
+			if (shoal_ctlmsg_encode(&r, &n->out) == SHOAL_OK)
+				shoal_ctl_reply(n->ctl, from, n->out.data, n->out.len);
+		}
 		return;
 	default:
 		shoal_node_dropped(n, from, "a status answer sent to a node");
@@ -563,6 +586,40 @@ static shoal_err shoal_node_data_listen(shoal_node *n, char *why, size_t why_len
 	return SHOAL_OK;
 }
 
+static shoal_err shoal_node_cluster_reply(void *ud, const shoal_ctl_route *to, const void *buf,
+                                          size_t len)
+{
+	shoal_node *n = ud;
+	return shoal_ctl_reply(n->ctl, to, buf, len);
+}
+
+/* Serve cfg.model: the data listener becomes the cluster's xfer listener
+ * on the same address and port (the record already names it). */
+static shoal_err shoal_node_cluster_new(shoal_node *n, char *why, size_t why_len)
+{
+	char host[64] = "0.0.0.0";
+	struct sockaddr_in sa;
+	socklen_t sl = sizeof sa;
+	if (getsockname(n->data_fd, (struct sockaddr *)&sa, &sl) == 0)
+		inet_ntop(AF_INET, &sa.sin_addr, host, sizeof host);
+	close(n->data_fd);
+	n->data_fd = -1;
+	shoal_cluster_config cc = {.model_path = n->cfg.model,
+	                           .state_dir = n->state_dir,
+	                           .mem_limit = n->cfg.mem_limit,
+	                           .ctx = n->cfg.ctx,
+	                           .spread_experts = n->cfg.spread_experts != 0,
+	                           .threads = n->cfg.threads > 0 ? (uint32_t)n->cfg.threads : 1,
+	                           .key = n->keyed ? &n->key : NULL,
+	                           .data_host = host,
+	                           .data_port = n->data_port,
+	                           .base_ms = (uint32_t)(n->base_us / 1000u),
+	                           .reply = shoal_node_cluster_reply,
+	                           .ud = n};
+	memcpy(cc.self, n->ident.id, 16);
+	return shoal_cluster_new(&cc, &n->cl, why, why_len);
+}
+
 shoal_err shoal_node_new(const shoal_node_config *cfg, shoal_node **out, char *why, size_t why_len)
 {
 	shoal_err e = SHOAL_ERR_NOMEM;
@@ -625,6 +682,8 @@ shoal_err shoal_node_new(const shoal_node_config *cfg, shoal_node **out, char *w
 	if (n->si.n_if == 0)
 		shoal_sysinfo_probe(&n->si, 1);
 	shoal_node_record_init(n);
+	if (cfg->model && (e = shoal_node_cluster_new(n, why, why_len)) != SHOAL_OK)
+		goto fail;
 	shoal_node_record_refresh(n);
 	n->swim_ops = (shoal_swim_ops){.now_us = shoal_node_now_us,
 	                               .rand64 = shoal_node_rand64,
@@ -666,6 +725,7 @@ void shoal_node_free(shoal_node *n)
 		return;
 	if (n->disc && n->disc_state)
 		n->disc->close(n->disc_state);
+	shoal_cluster_free(n->cl);
 	if (n->ctl)
 		shoal_node_remove_control(n);
 	shoal_swim_free(n->sw);
@@ -711,6 +771,25 @@ static void shoal_node_start_discovery(shoal_node *n)
 	n->disc = ops;
 }
 
+/* Planning and readiness, once per base period: a new plan or readiness
+ * is published at once rather than with the next RECORD refresh, so a
+ * plan becomes servable within a few gossip rounds. */
+static void shoal_node_cluster_tick(shoal_node *n)
+{
+	shoal_swim_member *v = NULL;
+	size_t nv = 0;
+	char why[200];
+	if (shoal_swim_view(n->sw, &v, &nv) != SHOAL_OK)
+		return;
+	int republish = shoal_cluster_update(n->cl, v, nv);
+	shoal_swim_view_free(v);
+	if (republish) {
+		shoal_cluster_fill_record(n->cl, &n->rec, n->si.mem_available);
+		if (shoal_swim_set_record(n->sw, &n->rec, why, sizeof why) != SHOAL_OK)
+			SHOAL_LOG_W("node", "cannot publish our record: %s", why);
+	}
+}
+
 /* One loop turn: wait for traffic or the next timer, then do what is due. */
 static void shoal_node_turn(shoal_node *n, uint64_t *next_probe, uint64_t *next_targets,
                             uint64_t *next_record, uint64_t *next_expire)
@@ -724,7 +803,10 @@ static void shoal_node_turn(shoal_node *n, uint64_t *next_probe, uint64_t *next_
 	int timeout_ms = wake > now ? (int)((wake - now + 999) / 1000) : 0;
 	shoal_ctl_fd fds[SHOAL_NODE_MAX_FDS];
 	int nfds = 0;
-	fds[nfds++] = (shoal_ctl_fd){.fd = n->data_fd, .events = POLLIN};
+	/* slot 0: the data listener, or the cluster's events when it serves
+	 * a model (its data thread owns the listener then) */
+	fds[nfds++] = (shoal_ctl_fd){.fd = n->cl ? shoal_cluster_event_fd(n->cl) : n->data_fd,
+	                             .events = POLLIN};
 	int dfds[SHOAL_NODE_MAX_FDS];
 	size_t nd = 0;
 	if (n->disc)
@@ -732,7 +814,9 @@ static void shoal_node_turn(shoal_node *n, uint64_t *next_probe, uint64_t *next_
 	for (size_t i = 0; i < nd; i++)
 		fds[nfds++] = (shoal_ctl_fd){.fd = dfds[i], .events = POLLIN};
 	shoal_ctl_poll(n->ctl, timeout_ms, fds, nfds);
-	if (fds[0].revents & POLLIN) {
+	if (n->cl && (fds[0].revents & POLLIN)) {
+		shoal_cluster_drain(n->cl);
+	} else if (fds[0].revents & POLLIN) {
 		int c = accept(n->data_fd, NULL, NULL);
 		if (c >= 0)
 			close(c); /* the data plane is a later issue */
@@ -742,6 +826,10 @@ static void shoal_node_turn(shoal_node *n, uint64_t *next_probe, uint64_t *next_
 			n->disc->process(n->disc_state, fds[i].fd);
 	shoal_swim_tick(n->sw);
 	now = shoal_node_now_us(NULL);
+	if (n->cl && now >= n->next_cluster_us) {
+		shoal_node_cluster_tick(n);
+		n->next_cluster_us = now + n->base_us;
+	}
 	if (now >= *next_probe) {
 		shoal_node_probe_one(n);
 		*next_probe = now + SHOAL_NODE_PROBE_MULT * n->base_us;
