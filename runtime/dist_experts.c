@@ -86,13 +86,56 @@ shoal_err dist__experts_dispatch(void *ctx, uint32_t layer, const shoal_moe_rows
 	return SHOAL_OK;
 }
 
-/* Wait for peer p's reply on lk: skip dropped frames, fail on anything else. */
-static shoal_err recv_reply(shoal_dist_stage *s, shoal_xfer_link *lk, uint32_t layer,
-                            shoal_xfer_frame *f)
+/* Whether reply f answers the request sent to peer p (index q) for these
+ * rows: kind, shape, layer, every row tag and every route's (row, expert)
+ * regenerated from the routing. */
+static bool reply_matches(const shoal_dist_stage *s, uint32_t q, uint32_t layer,
+                          const shoal_moe_rows *rows, const shoal_xfer_frame *f)
+{
+	const shoal_xfer_hdr *h = &f->hdr;
+	uint32_t k = rows->k, ne = s->n_expert;
+	int p = s->sent[q];
+	const int8_t *xp = s->xpeer + (size_t)layer * ne;
+	if (h->kind != SHOAL_XFER_KIND_EXPERT_REP || h->dtype != SHOAL_XFER_DTYPE_F32 ||
+	    h->dim != s->d || h->layer_first != layer || h->n_aux != s->sent_routes[q])
+		return false;
+	uint32_t i = 0, nr = 0;
+	for (uint32_t r = 0; r < rows->n_rows; r++) {
+		bool any = false;
+		for (uint32_t j = 0; j < k; j++) {
+			int32_t x = rows->ids[(size_t)r * k + j];
+			if (xp[x] != p)
+				continue;
+			if (i >= h->n_aux || h->routes[i].expert != (uint32_t)x ||
+			    h->routes[i].row != nr)
+				return false;
+			any = true;
+			i++;
+		}
+		if (!any)
+			continue;
+		if (nr >= h->n_rows || h->rows[nr].session != s->tags[r].session ||
+		    h->rows[nr].pos != s->tags[r].pos)
+			return false;
+		nr++;
+	}
+	return i == h->n_aux && nr == h->n_rows;
+}
+
+/* Wait up to timeout_ms for the reply to request q on lk. Frames dropped
+ * by the link and replies that do not match (stale ones, left by a run
+ * that gave up) are logged and skipped; an ERROR frame fails the run. */
+static shoal_err recv_reply(shoal_dist_stage *s, shoal_xfer_link *lk, uint32_t q, uint32_t layer,
+                            const shoal_moe_rows *rows, shoal_xfer_frame *f)
 {
 	char why[256];
+	uint64_t deadline = dist__now_ns() + (uint64_t)s->cfg.timeout_ms * 1000000u;
+	if (!lk)
+		return SHOAL_ERR_NOTFOUND;
 	for (;;) {
-		shoal_err e = shoal_xfer_link_recv(lk, s->cfg.timeout_ms, f, why, sizeof why);
+		uint64_t now = dist__now_ns();
+		int left = now >= deadline ? 0 : (int)((deadline - now) / 1000000u);
+		shoal_err e = shoal_xfer_link_recv(lk, left, f, why, sizeof why);
 		if (e == SHOAL_ERR_FORMAT || e == SHOAL_ERR_MISMATCH) {
 			s->met.dropped++;
 			SHOAL_LOG_W(LOG_PART, "layer %u: dropped a frame: %s", layer, why);
@@ -107,7 +150,14 @@ static shoal_err recv_reply(shoal_dist_stage *s, shoal_xfer_link *lk, uint32_t l
 			            (int)f->hdr.payload_len, (const char *)f->payload);
 			return (shoal_err)f->hdr.n_aux;
 		}
-		return SHOAL_OK;
+		if (reply_matches(s, q, layer, rows, f))
+			return SHOAL_OK;
+		s->met.dropped++;
+		SHOAL_LOG_W(LOG_PART,
+		            "layer %u: dropped a %s frame that answers no request of this "
+		            "run (layer %u, %u routes)",
+		            layer, shoal_xfer_kind_name(f->hdr.kind), f->hdr.layer_first,
+		            f->hdr.n_aux);
 	}
 }
 
@@ -121,32 +171,14 @@ shoal_err dist__experts_collect(void *ctx, uint32_t layer, const shoal_moe_rows 
 		int p = s->sent[q];
 		shoal_xfer_link *lk = s->cfg.link(s->cfg.link_ctx, s->xpeers[p]);
 		shoal_xfer_frame f;
-		shoal_err e = recv_reply(s, lk, layer, &f);
+		shoal_err e = recv_reply(s, lk, q, layer, rows, &f);
 		if (e)
 			return e;
-		const shoal_xfer_hdr *h = &f.hdr;
-		if (h->kind != SHOAL_XFER_KIND_EXPERT_REP || h->dtype != SHOAL_XFER_DTYPE_F32 ||
-		    h->dim != d || h->layer_first != layer || h->n_aux != s->sent_routes[q]) {
-			SHOAL_LOG_W(LOG_PART,
-			            "layer %u: expected an expert reply of %u routes, got %s "
-			            "layer %u with %u",
-			            layer, s->sent_routes[q], shoal_xfer_kind_name(h->kind),
-			            h->layer_first, h->n_aux);
-			return SHOAL_ERR_PROTO;
-		}
-		uint32_t i = 0;
+		uint32_t i = 0; /* routes in the order of reply_matches */
 		for (uint32_t r = 0; r < rows->n_rows; r++)
 			for (uint32_t j = 0; j < k; j++) {
-				int32_t x = rows->ids[(size_t)r * k + j];
-				if (xp[x] != p)
+				if (xp[rows->ids[(size_t)r * k + j]] != p)
 					continue;
-				if (h->routes[i].expert != (uint32_t)x) {
-					SHOAL_LOG_W(LOG_PART,
-					            "layer %u: reply route %u is expert %u, "
-					            "not %d",
-					            layer, i, h->routes[i].expert, x);
-					return SHOAL_ERR_PROTO;
-				}
 				memcpy(contrib + ((size_t)r * k + j) * d,
 				       f.payload + (size_t)i * d * 4u, (size_t)d * 4u);
 				i++;

@@ -156,6 +156,13 @@ shoal_err shoal_dist_owner_handle(shoal_dist_owner *o, shoal_xfer_link *from,
 {
 	(void)from;
 	const shoal_xfer_hdr *h = &f->hdr;
+	if (shoal_xfer_kind_is_data(h->kind) &&
+	    (memcmp(h->digest, o->cfg.digest, 32) || h->epoch != o->cfg.epoch)) {
+		o->met.dropped++;
+		SHOAL_LOG_W(LOG_PART, "owner: dropped a %s frame of another plan",
+		            shoal_xfer_kind_name(h->kind));
+		return SHOAL_OK;
+	}
 	if (h->kind == SHOAL_XFER_KIND_TOKEN && h->layer_first == SHOAL_DIST_CTL_LAYER &&
 	    h->n_rows == 1) {
 		dist__ctl c;

@@ -370,6 +370,19 @@ shoal_err shoal_dist_stage_handle(shoal_dist_stage *s, shoal_xfer_link *from,
                                   const shoal_xfer_frame *f, char *why, size_t why_len)
 {
 	const shoal_xfer_hdr *h = &f->hdr;
+	/* The link checked its own plan; this stage's weights belong to cfg's
+	 * plan, and a link may already be on another one (DESIGN invariant 4). */
+	if (shoal_xfer_kind_is_data(h->kind) &&
+	    (memcmp(h->digest, s->cfg.digest, 32) || h->epoch != s->cfg.epoch)) {
+		s->met.dropped++;
+		SHOAL_LOG_W(LOG_PART,
+		            "layers [%u, %u): dropped a %s frame of plan %02x%02x../epoch %llu, "
+		            "this stage is on %02x%02x../epoch %llu",
+		            s->cfg.layer_begin, s->cfg.layer_end, shoal_xfer_kind_name(h->kind),
+		            h->digest[0], h->digest[1], (unsigned long long)h->epoch,
+		            s->cfg.digest[0], s->cfg.digest[1], (unsigned long long)s->cfg.epoch);
+		return SHOAL_OK;
+	}
 	switch (h->kind) {
 	case SHOAL_XFER_KIND_TOKEN:
 		if (h->layer_first == SHOAL_DIST_CTL_LAYER && h->n_rows == 1)

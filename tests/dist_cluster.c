@@ -15,6 +15,7 @@
 #include "tests/dist_cluster.h"
 
 const uint8_t DC_DIGEST[32] = {0xd1, 0x57, 3, 4};
+const uint8_t DC_OTHER[32] = {0xee, 0xee};
 
 /* ---- links and peers ------------------------------------------------------- */
 
@@ -209,8 +210,16 @@ int dc_cluster_up(dc_cluster *c, const shoal_model *m, const uint32_t *cuts, uin
 	for (uint32_t i = 0; !rc && i < n_st; i++)
 		for (uint32_t s = 0; !rc && s < n_ex; s++)
 			rc = dc_connect_pair(&c->st[i], &c->ex[s], max_frame);
-	if (!rc && intruder)
-		rc = dc_connect_pair(&c->intruder, &c->st[n_st > 1 ? 1 : 0], max_frame);
+	if (!rc && intruder) { /* link 0 on the plan, link 1 wholly on DC_OTHER */
+		dc_peer *v = &c->st[n_st > 1 ? 1 : 0];
+		rc = dc_connect_pair(&c->intruder, v, max_frame);
+		if (!rc)
+			rc = dc_connect_pair(&c->intruder, v, max_frame);
+		if (!rc) {
+			shoal_xfer_link_set_plan(c->intruder.links[1], DC_OTHER, DC_EPOCH);
+			shoal_xfer_link_set_plan(v->links[v->n - 1], DC_OTHER, DC_EPOCH);
+		}
+	}
 	if (rc)
 		return -1;
 	uint32_t L = m->hp.n_layer, E = m->hp.n_expert;

@@ -20,7 +20,8 @@
 #define DC_MAX_PEERS 8
 #define DC_MAX_TOK   64
 
-extern const uint8_t DC_DIGEST[32];
+extern const uint8_t DC_DIGEST[32]; /* the plan */
+extern const uint8_t DC_OTHER[32];  /* another plan */
 
 typedef struct dc_peer {
 	uint8_t id[16];
@@ -65,7 +66,9 @@ int dc_collect_token(void *ctx, const shoal_dist_token *t);
 /* Owner 0x10..., stages 0x20+i splitting the layers at cuts[] (n_st - 1
  * cuts), expert servers 0x30+s; with n_ex > 0 the stages hold experts
  * x % (n_ex + 1) == 0 and server s those with x % (n_ex + 1) == s + 1.
- * intruder: an extra peer 0x40... linked to stage 1 (or 0). 0 on success. */
+ * intruder: an extra peer 0x40... with two links to stage 1 (or 0): links[0]
+ * on the plan, links[1] with both ends on DC_OTHER. One cluster at a time
+ * (the listener is global). 0 on success. */
 int dc_cluster_up(dc_cluster *c, const shoal_model *m, const uint32_t *cuts, uint32_t n_st,
                   uint32_t n_ex, uint32_t max_frame, uint32_t owner_rows, bool intruder);
 void dc_cluster_stop(dc_cluster *c); /* join the stage threads */

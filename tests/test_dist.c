@@ -25,8 +25,6 @@
 #include "tests/dist_cluster.h"
 #include "tests/test.h"
 
-static const uint8_t OTHER[32] = {0xee, 0xee};
-
 static const int32_t PROMPT[] = {1,   450,  338,  263, 8760, 29871, 6967,  9904,  29892, 393,
                                  263, 6114, 4223, 310, 263,  1781,  19717, 29892, 1818,  367};
 #define NP ((uint32_t)(sizeof PROMPT / sizeof PROMPT[0]))
@@ -212,7 +210,7 @@ static void test_bad_frames(void)
 	char why[256];
 
 	/* 1. other plan: dropped by stage 1's link; a run is still exact */
-	shoal_xfer_link_set_plan(bad, OTHER, DC_EPOCH);
+	shoal_xfer_link_set_plan(bad, DC_OTHER, DC_EPOCH);
 	shoal_xfer_row row = {.session = 0x1010101000000001ull, .pos = 0};
 	shoal_xfer_hdr hd = {.kind = SHOAL_XFER_KIND_HIDDEN,
 	                     .dtype = SHOAL_XFER_DTYPE_F32,
@@ -234,8 +232,11 @@ static void test_bad_frames(void)
 	row.session = 0xdeadbeefull;
 	ASSERT_EQ(shoal_xfer_link_send(bad, &hd, &v, 1, 1000, why, sizeof why), SHOAL_OK);
 
-	/* 3. a malformed frame (wrong dim) for the live session: the session
-	 * errors cleanly, and every token before the error is right */
+	/* 3. during a session: after 2 tokens, a well-formed frame of the live
+	 * session at its next position, but of another plan on a link that is
+	 * on that plan: the stage refuses it (a run of it would rewind the
+	 * session onto garbage); after 5, a malformed frame (wrong dim): the
+	 * session errors cleanly, and every token before the error is right */
 	dc_run_out want;
 	ASSERT_EQ(dc_reference(m, PROMPT, NP, 40, &sp, &want), 0);
 	memset(&got, 0, sizeof got);
@@ -249,14 +250,22 @@ static void test_bad_frames(void)
 	uint64_t sid;
 	ASSERT_EQ(shoal_dist_owner_start(c.own, &rq, &sid, why, sizeof why), SHOAL_OK);
 	shoal_err res = SHOAL_OK;
-	bool sent_bad = false;
+	bool sent_bad = false, sent_other = false;
 	for (int spin = 0; spin < 500; spin++) {
 		if (shoal_dist_owner_done(c.own, sid, &res, why, sizeof why))
 			break;
 		ASSERT_EQ(
 		    shoal_dist_owner_poll(c.own, c.owner.links, c.owner.n, 20, why, sizeof why),
 		    SHOAL_OK);
-		if (!sent_bad && got.n >= 3) {
+		if (!sent_other && got.n >= 2) {
+			row.session = sid;
+			row.pos = got.n + NP - 1;
+			ASSERT_EQ(shoal_xfer_link_send(c.intruder.links[1], &hd, &v, 1, 1000, why,
+			                               sizeof why),
+			          SHOAL_OK);
+			sent_other = true;
+		}
+		if (!sent_bad && got.n >= 5) {
 			row.session = sid;
 			row.pos = got.n + NP - 1;
 			hd.dim = 128;
@@ -271,8 +280,8 @@ static void test_bad_frames(void)
 	       why, got.n);
 	int prefix_ok = got.n < 40;
 	for (uint32_t t = 0; t < got.n && t < want.n; t++)
-		prefix_ok &= got.id[t] == want.id[t];
-	/* 4. the dc_cluster still serves: a fresh session is exact */
+		prefix_ok &= got.id[t] == want.id[t] && !memcmp(&got.lp[t], &want.lp[t], 4);
+	/* 4. the cluster still serves: a fresh session is exact */
 	int ok4 = check_run(&c, &sp, 12, PROMPT, NP, &got);
 	dc_cluster_stop(&c);
 	shoal_xfer_metrics mt;
@@ -283,11 +292,12 @@ static void test_bad_frames(void)
 	shoal_model_free(m);
 	ASSERT_TRUE(ok1);
 	ASSERT_TRUE(sent_bad);
+	ASSERT_TRUE(sent_other);
 	ASSERT_EQ(res, SHOAL_ERR_FORMAT);
 	ASSERT_TRUE(prefix_ok);
 	ASSERT_TRUE(ok4);
 	ASSERT_U64_EQ(mt.rejected, 1); /* the other plan's frame */
-	ASSERT_GE(sm.dropped, 2);      /* the stray and the malformed frame */
+	ASSERT_GE(sm.dropped, 3);      /* the stray, the other plan's and the malformed frame */
 	ASSERT_U64_EQ(sm.session_errors, 1);
 }
 
