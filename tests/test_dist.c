@@ -301,5 +301,55 @@ static void test_bad_frames(void)
 	ASSERT_U64_EQ(sm.session_errors, 1);
 }
 
+/* Two sessions of one owner in flight at once through 3 stages, one
+ * greedy, one seeded: each is exact. */
+static void test_two_sessions_interleaved(void)
+{
+	shoal_model *m = dc_open_model("austen-dense-q8_0.gguf");
+	ASSERT_TRUE(m != NULL);
+	dc_cluster c;
+	const uint32_t cuts[] = {2, 4};
+	ASSERT_EQ(dc_cluster_up(&c, m, cuts, 3, 0, SHOAL_XFER_MAX_FRAME_DEFAULT, 64, false), 0);
+	shoal_sampler_params sp[2] = {shoal_sampler_defaults(), shoal_sampler_defaults()};
+	sp[0].temp = 0.0f;
+	sp[1].seed = 77;
+	const uint32_t np[2] = {NP, NP - 7}, T = 20;
+	static dc_run_out want[2], got[2];
+	uint64_t sid[2];
+	shoal_err res[2] = {SHOAL_ERR_STATE, SHOAL_ERR_STATE};
+	bool done[2] = {false, false};
+	char why[256];
+	int ok = 1;
+	for (int q = 0; q < 2; q++) {
+		ok &= dc_reference(m, PROMPT + (NP - np[q]), np[q], T, &sp[q], &want[q]) == 0;
+		memset(&got[q], 0, sizeof got[q]);
+		shoal_dist_request rq = {.prompt = PROMPT + (NP - np[q]),
+		                         .n_prompt = np[q],
+		                         .max_tokens = T,
+		                         .logprobs = DC_K_TOP,
+		                         .sampler = sp[q],
+		                         .on_token = dc_collect_token,
+		                         .ctx = &got[q]};
+		ok &= shoal_dist_owner_start(c.own, &rq, &sid[q], why, sizeof why) == SHOAL_OK;
+	}
+	for (int spin = 0; ok && spin < 1000 && !(done[0] && done[1]); spin++) {
+		ok &= shoal_dist_owner_poll(c.own, c.owner.links, c.owner.n, 20, why, sizeof why) ==
+		      SHOAL_OK;
+		for (int q = 0; q < 2; q++)
+			if (!done[q])
+				done[q] =
+				    shoal_dist_owner_done(c.own, sid[q], &res[q], why, sizeof why);
+	}
+	dc_cluster_down(&c);
+	shoal_model_free(m);
+	ASSERT_TRUE(ok);
+	ASSERT_EQ(res[0], SHOAL_OK);
+	ASSERT_EQ(res[1], SHOAL_OK);
+	ASSERT_NE(sid[0], sid[1]);
+	ASSERT_TRUE(dc_same_run(&want[0], &got[0]));
+	ASSERT_TRUE(dc_same_run(&want[1], &got[1]));
+}
+
 TEST_MAIN(TEST_CASE(test_dense_three_stages), TEST_CASE(test_dense_split_frames),
-          TEST_CASE(test_moe_experts_on_three_peers), TEST_CASE(test_bad_frames))
+          TEST_CASE(test_moe_experts_on_three_peers), TEST_CASE(test_bad_frames),
+          TEST_CASE(test_two_sessions_interleaved))
