@@ -239,6 +239,15 @@ int shoal_cluster_update(shoal_cluster *cl, const shoal_swim_member *v, size_t n
 			crypto_generichash_update(&hs, (const uint8_t *)r->data_ep[k].addr,
 			                          strlen(r->data_ep[k].addr));
 	}
+	/* The previous plan steers the scheduler (stability) only while every
+	 * candidate is ready for it: a peer that just joined does not know it,
+	 * and peers that plan from different previous plans never agree. */
+	bool use_prev = cl->prev != NULL;
+	for (size_t i = 0; i < nc && use_prev; i++)
+		use_prev = cand[i]->record.ready_epoch &&
+		           !memcmp(cand[i]->record.ready_digest, shoal_plan_digest(cl->prev), 32);
+	uint8_t up = use_prev;
+	crypto_generichash_update(&hs, &up, 1);
 	uint8_t sig[32];
 	crypto_generichash_final(&hs, sig, 32);
 
@@ -294,7 +303,8 @@ int shoal_cluster_update(shoal_cluster *cl, const shoal_swim_member *v, size_t n
 			e = shoal_view_add_peer(view, &p, why, sizeof why);
 		}
 		if (e == SHOAL_OK)
-			e = shoal_schedule(view, &cl->mf, &cl->pol, cl->prev, &np, why, sizeof why);
+			e = shoal_schedule(view, &cl->mf, &cl->pol, use_prev ? cl->prev : NULL, &np,
+			                   why, sizeof why);
 		shoal_view_free(view);
 		if (e != SHOAL_OK) {
 			if (strcmp(cl->plan_why, why) || cl->plan)
