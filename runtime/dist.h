@@ -63,8 +63,10 @@
  *     stage refuses an OPEN whose sid is live for another owner (BUSY).
  *  2. OPEN travels owner -> stage 0 -> ... -> last stage, ahead of the
  *     session's first TOKEN frame on the same links: no reply is needed.
- *  3. Exactly one HIDDEN frame per hop per step, unless the step's rows do
- *     not fit the link's max frame (then as few frames as fit, in order).
+ *  3. Exactly one HIDDEN frame per hop per engine run, unless the run's rows
+ *     do not fit the link's max frame (then as few frames as fit, in
+ *     order). A run is one step of one session, or, under *_poll, every
+ *     row that arrived together (several sessions batch through).
  *  4. The last stage samples only the last row of each session in a frame,
  *     and only when pos >= n_prompt - 1; step t = pos - (n_prompt - 1), so
  *     the draw is a function of (seed, t) (DESIGN invariant 2).
@@ -121,16 +123,25 @@ shoal_err shoal_dist_stage_new(const shoal_model *m, const shoal_dist_stage_conf
                                shoal_dist_stage **out, char *why, size_t why_len);
 void shoal_dist_stage_free(shoal_dist_stage *s); /* NULL is a no-op */
 
-/* Handle one frame received on link `from` (data frames were plan-checked
- * by the link). Bad frames are logged and dropped, and fail the session
- * they name (invariant 6); the return is SHOAL_OK then. An error return
- * means the stage could not send (a link is down): the reason says which. */
+/* Handle one frame received on link `from`, now (a data frame is run as
+ * its own batch). Data frames of another plan than cfg's are dropped,
+ * whatever the link's plan. Bad frames are logged and dropped, and fail
+ * the session they name (invariant 6); the return is SHOAL_OK then. An
+ * error return means the stage could not send (a link is down): the
+ * reason says which. */
 shoal_err shoal_dist_stage_handle(shoal_dist_stage *s, shoal_xfer_link *from,
                                   const shoal_xfer_frame *f, char *why, size_t why_len);
 
-/* Poll links[n] up to timeout_ms and handle every frame that arrived.
+/* Poll links[n] up to timeout_ms and handle every frame that arrived; the
+ * data frames that arrived together run as one batch (control frames and
+ * expert requests run the batch so far first, keeping their order).
  * FORMAT/MISMATCH receives are logged and counted as dropped. Returns OK
- * (something or nothing handled), or CLOSED/IO/PROTO when a link died. */
+ * (something or nothing handled), or CLOSED/IO/PROTO when a link died.
+ *
+ * A node thread per stage, for example:
+ *     links = {from the previous stage (or the owners), to the next stage,
+ *              to each expert peer};
+ *     while (running) shoal_dist_stage_poll(s, links, n, 50, why, len);  */
 shoal_err shoal_dist_stage_poll(shoal_dist_stage *s, shoal_xfer_link *const *links, uint32_t n,
                                 int timeout_ms, char *why, size_t why_len);
 

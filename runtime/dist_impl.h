@@ -73,7 +73,8 @@ struct shoal_dist_stage {
 	uint32_t n_xpeers;
 	uint32_t d, n_vocab, n_layer, n_expert, k, R;
 	dist__sess *sess; /* (max_sessions) */
-	/* the batch being run, compacted from a frame */
+	/* the pending batch: rows [0, n_pend) from one or more frames */
+	uint32_t n_pend;
 	int32_t *tok;          /* (R) */
 	float *hin, *hout;     /* (R, n_embd) */
 	uint32_t *slot, *pos;  /* (R) */

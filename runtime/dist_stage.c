@@ -198,10 +198,120 @@ static void fail_batch(shoal_dist_stage *s, uint32_t n, shoal_err e, const char 
 	}
 }
 
-/* Token ids (stage 0) or hidden states: compact the rows of live sessions,
- * run the engine, pass the result on. */
-static shoal_err run_frame(shoal_dist_stage *s, const shoal_xfer_frame *f, char *why,
-                           size_t why_len)
+/* Check the pending rows of each session before a run, so that one
+ * session's bad rows (positions that skip, tokens out of the vocabulary,
+ * possibly from the network) fail that session only: drop them and
+ * compact. Returns the rows left. */
+static uint32_t screen_rows(shoal_dist_stage *s, uint32_t n)
+{
+	uint32_t n_ctx = shoal_engine_n_ctx(s->e), m = 0;
+	for (uint32_t r = 0; r < n; r++) {
+		uint32_t si = s->row_sess[r];
+		dist__sess *ss = &s->sess[si];
+		if (ss->failed)
+			continue;
+		/* the previous row of this session in the batch, if any */
+		int prev = -1;
+		for (uint32_t q = 0; q < r; q++)
+			if (s->row_sess[q] == si)
+				prev = (int)q;
+		const char *bad = NULL;
+		if (prev < 0 && s->pos[r] > shoal_engine_session_len(s->e, ss->slot))
+			bad = "a position past the session's length";
+		else if (prev >= 0 && s->pos[r] != s->pos[prev] + 1)
+			bad = "positions that are not consecutive";
+		else if (s->pos[r] >= n_ctx)
+			bad = "a position past the context";
+		else if (s->cfg.has_embd && (s->tok[r] < 0 || (uint32_t)s->tok[r] >= s->n_vocab))
+			bad = "a token id out of the vocabulary";
+		if (bad) {
+			char w[128];
+			snprintf(w, sizeof w, "row at %u: %s", s->pos[r], bad);
+			sess_fail(s, (int)si, ss->sid, ss->owner, SHOAL_ERR_RANGE, w);
+			continue;
+		}
+		if (m != r) {
+			s->row_sess[m] = s->row_sess[r];
+			s->slot[m] = s->slot[r];
+			s->pos[m] = s->pos[r];
+			s->tags[m] = s->tags[r];
+			s->tok[m] = s->tok[r];
+			if (!s->cfg.has_embd)
+				memcpy(s->hin + (size_t)m * s->d, s->hin + (size_t)r * s->d,
+				       (size_t)s->d * 4u);
+		}
+		m++;
+	}
+	/* rows kept before a session failed later in the batch: drop them too */
+	uint32_t k = 0;
+	for (uint32_t r = 0; r < m; r++) {
+		if (s->sess[s->row_sess[r]].failed)
+			continue;
+		if (k != r) {
+			s->row_sess[k] = s->row_sess[r];
+			s->slot[k] = s->slot[r];
+			s->pos[k] = s->pos[r];
+			s->tags[k] = s->tags[r];
+			s->tok[k] = s->tok[r];
+			if (!s->cfg.has_embd)
+				memcpy(s->hin + (size_t)k * s->d, s->hin + (size_t)r * s->d,
+				       (size_t)s->d * 4u);
+		}
+		k++;
+	}
+	return k;
+}
+
+/* Run the pending rows (one batch, possibly of several sessions and
+ * frames) and pass the result on: one HIDDEN frame downstream, or one
+ * TOKEN frame per owner. */
+static shoal_err flush(shoal_dist_stage *s, char *why, size_t why_len)
+{
+	uint32_t n = s->n_pend;
+	s->n_pend = 0;
+	if (n)
+		n = screen_rows(s, n);
+	if (!n)
+		return SHOAL_OK;
+	/* want logits: the last row of each session, once its prompt is in */
+	uint32_t n_want = 0;
+	if (s->cfg.has_head)
+		for (uint32_t r = 0; r < n; r++) {
+			bool last = true;
+			for (uint32_t q = r + 1; q < n; q++)
+				if (s->row_sess[q] == s->row_sess[r])
+					last = false;
+			s->want[r] = last && s->pos[r] + 1 >= s->sess[s->row_sess[r]].n_prompt;
+			n_want += s->want[r];
+		}
+	shoal_engine_batch b = {.n_rows = n,
+	                        .tokens = s->cfg.has_embd ? s->tok : NULL,
+	                        .hidden_in = s->cfg.has_embd ? NULL : s->hin,
+	                        .session = s->slot,
+	                        .pos = s->pos,
+	                        .want_logits = s->cfg.has_head ? s->want : NULL,
+	                        .hidden_out = s->cfg.has_head ? NULL : s->hout,
+	                        .logits = n_want ? s->logits : NULL};
+	char w[256] = "";
+	uint64_t t0 = dist__now_ns();
+	shoal_err e = shoal_engine_run(s->e, &b, w, sizeof w);
+	s->met.last_run_ns = dist__now_ns() - t0;
+	s->met.run_ns += s->met.last_run_ns;
+	s->met.runs++;
+	s->met.rows += n;
+	if (e) { /* rows were screened: this is the engine or the experts */
+		fail_batch(s, n, e, w);
+		return SHOAL_OK;
+	}
+	if (!s->cfg.has_head)
+		return send_hidden(s, n, why, why_len);
+	return n_want ? send_results(s, n, n_want, why, why_len) : SHOAL_OK;
+}
+
+/* Token ids (stage 0) or hidden states: append the rows of live sessions
+ * to the pending batch (running it first if they would not fit). */
+static shoal_err take_frame(shoal_dist_stage *s, const shoal_xfer_frame *f, char *why,
+                            size_t why_len)
 {
 	const shoal_xfer_hdr *h = &f->hdr;
 	char w[256] = "";
@@ -218,7 +328,12 @@ static shoal_err run_frame(shoal_dist_stage *s, const shoal_xfer_frame *f, char 
 		snprintf(
 		    w, sizeof w, "%s frame of %u rows x %u, layers [%u, %u), not for this stage",
 		    shoal_xfer_kind_name(h->kind), h->n_rows, h->dim, h->layer_first, h->layer_end);
-	uint32_t n = 0;
+	if (ok && s->n_pend + h->n_rows > s->R) {
+		shoal_err e = flush(s, why, why_len);
+		if (e)
+			return e;
+	}
+	uint32_t n = s->n_pend, n0 = n;
 	for (uint32_t r = 0; r < h->n_rows; r++) {
 		int i = sess_find(s, h->rows[r].session);
 		if (i < 0 || s->sess[i].failed) {
@@ -243,42 +358,10 @@ static shoal_err run_frame(shoal_dist_stage *s, const shoal_xfer_frame *f, char 
 			       (size_t)s->d * 4u);
 		n++;
 	}
-	if (n < h->n_rows)
+	if (n - n0 < h->n_rows)
 		s->met.dropped++;
-	if (!n)
-		return SHOAL_OK;
-	/* want logits: the last row of each session, once its prompt is in */
-	uint32_t n_want = 0;
-	if (s->cfg.has_head)
-		for (uint32_t r = 0; r < n; r++) {
-			bool last = true;
-			for (uint32_t q = r + 1; q < n; q++)
-				if (s->row_sess[q] == s->row_sess[r])
-					last = false;
-			s->want[r] = last && s->pos[r] + 1 >= s->sess[s->row_sess[r]].n_prompt;
-			n_want += s->want[r];
-		}
-	shoal_engine_batch b = {.n_rows = n,
-	                        .tokens = s->cfg.has_embd ? s->tok : NULL,
-	                        .hidden_in = s->cfg.has_embd ? NULL : s->hin,
-	                        .session = s->slot,
-	                        .pos = s->pos,
-	                        .want_logits = s->cfg.has_head ? s->want : NULL,
-	                        .hidden_out = s->cfg.has_head ? NULL : s->hout,
-	                        .logits = n_want ? s->logits : NULL};
-	uint64_t t0 = dist__now_ns();
-	shoal_err e = shoal_engine_run(s->e, &b, w, sizeof w);
-	s->met.last_run_ns = dist__now_ns() - t0;
-	s->met.run_ns += s->met.last_run_ns;
-	s->met.runs++;
-	s->met.rows += n;
-	if (e) {
-		fail_batch(s, n, e, w);
-		return SHOAL_OK;
-	}
-	if (!s->cfg.has_head)
-		return send_hidden(s, n, why, why_len);
-	return n_want ? send_results(s, n, n_want, why, why_len) : SHOAL_OK;
+	s->n_pend = n;
+	return SHOAL_OK;
 }
 
 /* ---- control -------------------------------------------------------------------- */
@@ -366,8 +449,12 @@ static shoal_err handle_ctl(shoal_dist_stage *s, const shoal_xfer_frame *f, char
 
 /* ---- entry points --------------------------------------------------------------- */
 
-shoal_err shoal_dist_stage_handle(shoal_dist_stage *s, shoal_xfer_link *from,
-                                  const shoal_xfer_frame *f, char *why, size_t why_len)
+/* One frame; data frames join the pending batch, which runs now unless
+ * `batch` (then the caller flushes after draining its links). Anything
+ * else runs the pending batch first: control and expert requests keep
+ * their order with the data of their sessions. */
+static shoal_err stage_handle(shoal_dist_stage *s, shoal_xfer_link *from, const shoal_xfer_frame *f,
+                              bool batch, char *why, size_t why_len)
 {
 	const shoal_xfer_hdr *h = &f->hdr;
 	/* The link checked its own plan; this stage's weights belong to cfg's
@@ -383,13 +470,18 @@ shoal_err shoal_dist_stage_handle(shoal_dist_stage *s, shoal_xfer_link *from,
 		            s->cfg.digest[0], s->cfg.digest[1], (unsigned long long)s->cfg.epoch);
 		return SHOAL_OK;
 	}
+	bool data = h->kind == SHOAL_XFER_KIND_HIDDEN ||
+	            (h->kind == SHOAL_XFER_KIND_TOKEN && h->layer_first != SHOAL_DIST_CTL_LAYER);
+	shoal_err e;
+	if (data) {
+		e = take_frame(s, f, why, why_len);
+		return e || batch ? e : flush(s, why, why_len);
+	}
+	if ((e = flush(s, why, why_len)))
+		return e;
 	switch (h->kind) {
 	case SHOAL_XFER_KIND_TOKEN:
-		if (h->layer_first == SHOAL_DIST_CTL_LAYER && h->n_rows == 1)
-			return handle_ctl(s, f, why, why_len);
-		return run_frame(s, f, why, why_len);
-	case SHOAL_XFER_KIND_HIDDEN:
-		return run_frame(s, f, why, why_len);
+		return handle_ctl(s, f, why, why_len);
 	case SHOAL_XFER_KIND_EXPERT_REQ:
 		return dist__experts_serve(s, from, f, why, why_len);
 	case SHOAL_XFER_KIND_ERROR:
@@ -404,17 +496,25 @@ shoal_err shoal_dist_stage_handle(shoal_dist_stage *s, shoal_xfer_link *from,
 	}
 }
 
+shoal_err shoal_dist_stage_handle(shoal_dist_stage *s, shoal_xfer_link *from,
+                                  const shoal_xfer_frame *f, char *why, size_t why_len)
+{
+	return stage_handle(s, from, f, false, why, why_len);
+}
+
 static shoal_err stage_handle_cb(void *obj, shoal_xfer_link *from, const shoal_xfer_frame *f,
                                  char *why, size_t why_len)
 {
-	return shoal_dist_stage_handle(obj, from, f, why, why_len);
+	return stage_handle(obj, from, f, true, why, why_len);
 }
 
 shoal_err shoal_dist_stage_poll(shoal_dist_stage *s, shoal_xfer_link *const *links, uint32_t n,
                                 int timeout_ms, char *why, size_t why_len)
 {
-	return dist__poll(links, n, timeout_ms, stage_handle_cb, s, &s->met.dropped, LOG_PART, why,
-	                  why_len);
+	shoal_err e = dist__poll(links, n, timeout_ms, stage_handle_cb, s, &s->met.dropped,
+	                         LOG_PART, why, why_len);
+	shoal_err f = flush(s, why, why_len); /* what arrived together runs together */
+	return e ? e : f;
 }
 
 void shoal_dist_stage_metrics_get(const shoal_dist_stage *s, shoal_dist_stage_metrics *m)
