@@ -157,6 +157,12 @@ typedef struct shoal_dist_stage_metrics {
 	uint64_t expert_served;  /* EXPERT_REQ frames answered */
 	uint64_t dropped;        /* frames dropped: stray, malformed, other plan */
 	uint64_t session_errors; /* sessions failed here */
+	/* whole frames, header included (as shoal_xfer_metrics counts them):
+	 * divided by the tokens generated, the bytes per hop per token */
+	uint64_t hidden_bytes;     /* HIDDEN sent */
+	uint64_t tokens_bytes;     /* result TOKEN frames sent */
+	uint64_t expert_req_bytes; /* EXPERT_REQ sent */
+	uint64_t expert_rep_bytes; /* EXPERT_REP received (by collect) */
 } shoal_dist_stage_metrics;
 
 void shoal_dist_stage_metrics_get(const shoal_dist_stage *s, shoal_dist_stage_metrics *m);

@@ -80,6 +80,7 @@ shoal_err dist__experts_dispatch(void *ctx, uint32_t layer, const shoal_moe_rows
 			return e;
 		}
 		s->met.expert_reqs++;
+		s->met.expert_req_bytes += shoal_xfer_frame_head_len(&h) + h.payload_len;
 	}
 	if (s->n_sent)
 		s->met.expert_layers++;
@@ -174,6 +175,7 @@ shoal_err dist__experts_collect(void *ctx, uint32_t layer, const shoal_moe_rows 
 		shoal_err e = recv_reply(s, lk, q, layer, rows, &f);
 		if (e)
 			return e;
+		s->met.expert_rep_bytes += shoal_xfer_frame_head_len(&f.hdr) + f.hdr.payload_len;
 		uint32_t i = 0; /* routes in the order of reply_matches */
 		for (uint32_t r = 0; r < rows->n_rows; r++)
 			for (uint32_t j = 0; j < k; j++) {

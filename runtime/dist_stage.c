@@ -105,6 +105,7 @@ static shoal_err send_hidden(shoal_dist_stage *s, uint32_t n, char *why, size_t 
 		if (e)
 			return e;
 		s->met.hidden_sent++;
+		s->met.hidden_bytes += shoal_xfer_frame_head_len(&h) + h.payload_len;
 	}
 	return SHOAL_OK;
 }
@@ -185,6 +186,7 @@ static shoal_err send_results(shoal_dist_stage *s, uint32_t n, uint32_t n_want, 
 		if (e)
 			return e;
 		s->met.tokens_sent++;
+		s->met.tokens_bytes += shoal_xfer_frame_head_len(&h) + h.payload_len;
 	}
 	return SHOAL_OK;
 }

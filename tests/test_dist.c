@@ -86,6 +86,9 @@ static void test_dense_three_stages(void)
 	uint64_t t2 = dc_link_count(&c.st[2], c.owner.id, 1, SHOAL_XFER_KIND_TOKEN);
 	shoal_dist_stage_metrics sm;
 	shoal_dist_stage_metrics_get(c.st[1].st, &sm);
+	shoal_xfer_metrics lm;
+	shoal_xfer_link_metrics(dc_lookup(&c.st[1], c.st[2].id), &lm);
+	uint64_t hb = sm.hidden_bytes, hb_link = lm.bytes_sent[SHOAL_XFER_KIND_HIDDEN];
 	printf("dense 3 stages: stage 1 ran %llu steps, last %.1f us, mean %.1f us\n",
 	       (unsigned long long)sm.runs, sm.last_run_ns / 1e3,
 	       sm.runs ? sm.run_ns / 1e3 / (double)sm.runs : 0.0);
@@ -94,6 +97,8 @@ static void test_dense_three_stages(void)
 	ASSERT_TRUE(ok);
 	ASSERT_TRUE(ok2);
 	ASSERT_U64_EQ(h01, hops);
+	ASSERT_U64_EQ(hb, hb_link); /* the stage's own byte count agrees with the link's */
+	ASSERT_GT(hb, 0);
 	ASSERT_U64_EQ(h12, hops);
 	ASSERT_U64_EQ(h12r, hops);
 	ASSERT_U64_EQ(t0, 2 * (1 + 1 + (T - 1) + 1));
