@@ -8,6 +8,16 @@
  *
  * Operation chain per instance found:  browse ADD -> resolve -> query A
  *                                       -> on_found(endpoint tcp://A:port)
+ *
+ * Invariants:
+ *   1. A DNSServiceRef is released only by shoal_dnssd_process (after its
+ *      DNSServiceProcessResult returned) or shoal_dnssd_fds, never inside
+ *      its own callback: Avahi's compatibility layer frees its D-Bus client
+ *      there, and doing it under the client's own dispatch crashed at
+ *      teardown in tests/mesh_netns.sh.
+ *   2. When the register or browse reports an error (the daemon went
+ *      away), every operation is closed and discovery stays off; the node
+ *      keeps its seeds and gossip.
  */
 #include "net/discovery.h"
 
@@ -48,6 +58,8 @@ typedef struct shoal_dnssd_op {
 	char cluster[80];
 	uint64_t inc;
 	int open;
+	int resolved; /* resolve answered: start the A query (outside the callback) */
+	uint32_t ifindex;
 } shoal_dnssd_op;
 
 struct shoal_dnssd {
@@ -56,6 +68,7 @@ struct shoal_dnssd {
 	shoal_dnssd_op *ops[SHOAL_DNSSD_MAX_OPS];
 	size_t n_ops;
 	DNSServiceRef reg;
+	int failed; /* the daemon went away: everything is closed */
 };
 
 static uint64_t shoal_dnssd_now_ms(void)
@@ -122,9 +135,11 @@ static void DNSSD_API shoal_dnssd_register_cb(DNSServiceRef ref, DNSServiceFlags
                                               DNSServiceErrorType err, const char *name,
                                               const char *type, const char *domain, void *ctx)
 {
-	if (err != kDNSServiceErr_NoError)
+	shoal_dnssd *d = ctx;
+	if (err != kDNSServiceErr_NoError) {
 		SHOAL_LOG_W("discovery", "mDNS registration failed: error %d", (int)err);
-	else
+		d->failed = 1;
+	} else
 		SHOAL_LOG_I("discovery", "advertising %s.%s%s", name, type, domain);
 }
 
@@ -171,18 +186,9 @@ static void DNSSD_API shoal_dnssd_resolve_cb(DNSServiceRef ref, DNSServiceFlags 
 	char open[4];
 	shoal_dnssd_txt_get(txt_len, txt, "open", open, sizeof open);
 	op->open = open[0] == '1';
-	snprintf(op->name, sizeof op->name, "%s", host);
-	/* Swap this resolve for a query of the host's A record (same op). */
-	DNSServiceRefDeallocate(op->ref);
-	op->ref = NULL;
-	op->kind = SHOAL_DNSSD_QUERY;
-	DNSServiceRef q;
-	if (DNSServiceQueryRecord(&q, 0, ifindex, op->name, kDNSServiceType_A, kDNSServiceClass_IN,
-	                          shoal_dnssd_query_cb, op) != kDNSServiceErr_NoError) {
-		op->started_ms = 0;
-		return;
-	}
-	op->ref = q;
+	snprintf(op->name, sizeof op->name, "%s", host ? host : "");
+	op->ifindex = ifindex;
+	op->resolved = 1; /* shoal_dnssd_process swaps the resolve for a query */
 }
 
 static void DNSSD_API shoal_dnssd_browse_cb(DNSServiceRef ref, DNSServiceFlags flags,
@@ -193,6 +199,7 @@ static void DNSSD_API shoal_dnssd_browse_cb(DNSServiceRef ref, DNSServiceFlags f
 	shoal_dnssd *d = ctx;
 	if (err != kDNSServiceErr_NoError) {
 		SHOAL_LOG_W("discovery", "mDNS browse error %d", (int)err);
+		d->failed = 1;
 		return;
 	}
 	if (!(flags & kDNSServiceFlagsAdd))
@@ -291,14 +298,38 @@ static size_t shoal_dnssd_fds(void *state, int *fds, size_t cap)
 static void shoal_dnssd_process(void *state, int fd)
 {
 	shoal_dnssd *d = state;
-	for (size_t i = 0; i < d->n_ops; i++) {
+	for (size_t i = 0; !d->failed && i < d->n_ops; i++) {
 		shoal_dnssd_op *op = d->ops[i];
 		if (!op->ref || DNSServiceRefSockFD(op->ref) != fd)
 			continue;
+		DNSServiceErrorType e = DNSServiceProcessResult(op->ref);
+		/* Refs are released here, after ProcessResult returned, never
+		 * inside their own callbacks: Avahi's compatibility layer would
+		 * free the client under its own D-Bus dispatch. */
+		if (d->failed) {
+			SHOAL_LOG_W("discovery", "the mDNS daemon went away: discovery is off "
+			                         "(seeds and gossip go on)");
+			while (d->n_ops)
+				shoal_dnssd_op_del(d, d->ops[d->n_ops - 1]);
+			d->reg = NULL;
+			return;
+		}
 		/* on error retire it, unless it is the register or the browse */
-		if (DNSServiceProcessResult(op->ref) != kDNSServiceErr_NoError &&
-		    op->started_ms != UINT64_MAX)
+		if (e != kDNSServiceErr_NoError && op->started_ms != UINT64_MAX)
 			op->started_ms = 0;
+		if (op->kind == SHOAL_DNSSD_RESOLVE && op->resolved && op->started_ms != 0) {
+			/* Swap the resolve for a query of the host's A record. */
+			DNSServiceRef q;
+			DNSServiceRefDeallocate(op->ref);
+			op->ref = NULL;
+			op->kind = SHOAL_DNSSD_QUERY;
+			if (DNSServiceQueryRecord(&q, 0, op->ifindex, op->name, kDNSServiceType_A,
+			                          kDNSServiceClass_IN, shoal_dnssd_query_cb,
+			                          op) != kDNSServiceErr_NoError)
+				op->started_ms = 0;
+			else
+				op->ref = q;
+		}
 		return;
 	}
 }
@@ -307,6 +338,8 @@ static shoal_err shoal_dnssd_update(void *state, uint64_t incarnation)
 {
 	shoal_dnssd *d = state;
 	d->cfg.incarnation = incarnation;
+	if (d->failed || !d->reg)
+		return SHOAL_ERR_STATE;
 	char buf[512];
 	TXTRecordRef txt;
 	shoal_dnssd_txt(d, &txt, buf, sizeof buf);

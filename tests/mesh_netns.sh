@@ -7,7 +7,8 @@
 # alive peers. A fourth host without avahi runs a node that logs once that
 # mDNS is unavailable and keeps working. Then `status --peer HOST` across
 # hosts, and kill -9 / restart of host 3: dead through gossip although
-# mDNS still lists it, back as itself. Needs root, ip, dbus-daemon and
+# mDNS still lists it, back as itself. Last, host 1's avahi-daemon goes
+# away: its node notices, keeps working and exits cleanly. Needs root, ip, dbus-daemon and
 # avahi-daemon: otherwise SKIP (77), except under CI=true, where a skipped
 # namespace test is a failure (1).
 set -u
@@ -125,4 +126,20 @@ for i in 1 2 3; do
 	[ "$("$VC" "$NL_STATE/st$i.json" named host3)" = 1 ] || fail "a ghost of host3 on host$i"
 done
 echo "host3 back as itself in $(($(now_ms) - t0)) ms"
+# link probes crossed hosts (source-bound, per endpoint pair): host1 has
+# been up for seconds, its record carries measured links
+[ "$("$VC" "$NL_STATE/st2.json" links host1)" -ge 1 ] || fail "no measured links in host1's record"
+# host 1's mDNS daemon goes away: its node says so, keeps serving, and
+# still stops cleanly (exit 0) on SIGTERM
+kill "$(cat "$NL_STATE/h1/avahi.pid")"
+sleep 1.5
+kill -0 "${PID[1]}" 2>/dev/null || fail "host1's node died with its mDNS daemon"
+grep -q "mDNS daemon went away\|mDNS registration failed\|mDNS browse error" "$NL_STATE/n1.log" ||
+	fail "host1 did not notice its mDNS daemon went away"
+seen || fail "views changed after host1's mDNS daemon went away"
+kill -TERM "${PID[1]}"
+wait "${PID[1]}"
+rc=$?
+[ $rc = 0 ] || fail "host1's node exited with $rc after SIGTERM"
+echo "mDNS daemon gone: noticed, kept serving, clean exit"
 echo "PASS in $(($(now_ms) - t_start)) ms"

@@ -112,6 +112,7 @@ EOT
 	ip netns exec "$(nl_ns "$i")" sh -c "mount -t tmpfs tmpfs /run && exec env \
 		DBUS_SYSTEM_BUS_ADDRESS=unix:path=$d/dbus.sock avahi-daemon -f $d/avahi.conf \
 		--no-chroot --no-drop-root --no-rlimits --no-proc-title" >>"$d/avahi.log" 2>&1 &
+	echo $! >"$d/avahi.pid" # sh execs the daemon: this is its PID
 }
 
 nl_wait_file() { # nl_wait_file TEST PATH [PATTERN]: up to 5 s
