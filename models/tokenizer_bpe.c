@@ -330,38 +330,7 @@ static bool bpe_before(const bpe_pair *a, const bpe_pair *b)
 	return a->rank < b->rank || (a->rank == b->rank && a->left < b->left);
 }
 
-static void bpe_heap_push(bpe_work *w, bpe_pair p)
-{
-	size_t i = w->n_heap++;
-	while (i > 0) {
-		size_t up = (i - 1) / 2;
-		if (!bpe_before(&p, &w->heap[up]))
-			break;
-		w->heap[i] = w->heap[up];
-		i = up;
-	}
-	w->heap[i] = p;
-}
-
-static bpe_pair bpe_heap_pop(bpe_work *w)
-{
-	bpe_pair top = w->heap[0], last = w->heap[--w->n_heap];
-	size_t i = 0, n = w->n_heap;
-	for (;;) {
-		size_t c = 2 * i + 1;
-		if (c >= n)
-			break;
-		if (c + 1 < n && bpe_before(&w->heap[c + 1], &w->heap[c]))
-			c++;
-		if (!bpe_before(&w->heap[c], &last))
-			break;
-		w->heap[i] = w->heap[c];
-		i = c;
-	}
-	if (n)
-		w->heap[i] = last;
-	return top;
-}
+TOKENIZER__HEAP_DEFINE(bpe_heap, bpe_pair, bpe_before)
 
 static void bpe_try_pair(bpe_work *w, int32_t left, int32_t right)
 {
@@ -371,7 +340,7 @@ static void bpe_try_pair(bpe_work *w, int32_t left, int32_t right)
 	uint32_t rank;
 	if (l < 0 || r < 0 || !bpe_merge_find(w->t, l, r, &rank, &id))
 		return;
-	bpe_heap_push(w, (bpe_pair){left, right, l, r, rank, id});
+	bpe_heap_push(w->heap, &w->n_heap, (bpe_pair){left, right, l, r, rank, id});
 }
 
 static shoal_err bpe_reserve(bpe_work *w, size_t len)
@@ -428,7 +397,7 @@ static shoal_err bpe_word(bpe_work *w, const char *s, size_t len, tokenizer__out
 	for (int32_t i = 1; i < n; i++)
 		bpe_try_pair(w, i - 1, i);
 	while (w->n_heap) {
-		bpe_pair p = bpe_heap_pop(w);
+		bpe_pair p = bpe_heap_pop(w->heap, &w->n_heap);
 		bpe_sym *l = &w->sym[p.left], *r = &w->sym[p.right];
 		if (l->len == 0 || r->len == 0 || l->id != p.l_id || r->id != p.r_id)
 			continue;

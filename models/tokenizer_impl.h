@@ -160,4 +160,43 @@ size_t tokenizer__bpe_unmap(const char *src, size_t len, char *dst);
 size_t tokenizer__bpe_byte_char(unsigned char b, char *dst);
 void tokenizer__bpe_free(struct shoal_tokenizer *t);
 
+
+/* A binary min-heap over an array of TYPE, ordered by BEFORE(const TYPE *,
+ * const TYPE *) (true: a comes out first). Both merge loops (SentencePiece
+ * bigrams, BPE pairs) use it; the caller sizes `heap` for the most entries
+ * it can hold. Defines static NAME_push(heap, &n, x) and NAME_pop(heap, &n)
+ * (n > 0). */
+#define TOKENIZER__HEAP_DEFINE(NAME, TYPE, BEFORE)                                          \
+	static inline void NAME##_push(TYPE *heap, size_t *n, TYPE x)                      \
+	{                                                                                  \
+		size_t i = (*n)++;                                                         \
+		while (i > 0) {                                                            \
+			size_t up = (i - 1) / 2;                                           \
+			if (!BEFORE(&x, &heap[up]))                                        \
+				break;                                                     \
+			heap[i] = heap[up];                                                \
+			i = up;                                                            \
+		}                                                                          \
+		heap[i] = x;                                                               \
+	}                                                                                  \
+	static inline TYPE NAME##_pop(TYPE *heap, size_t *n)                               \
+	{                                                                                  \
+		TYPE top = heap[0], last = heap[--(*n)];                                   \
+		size_t i = 0, len = *n;                                                    \
+		for (;;) {                                                                 \
+			size_t c = 2 * i + 1;                                              \
+			if (c >= len)                                                      \
+				break;                                                     \
+			if (c + 1 < len && BEFORE(&heap[c + 1], &heap[c]))                 \
+				c++;                                                       \
+			if (!BEFORE(&heap[c], &last))                                      \
+				break;                                                     \
+			heap[i] = heap[c];                                                 \
+			i = c;                                                             \
+		}                                                                          \
+		if (len)                                                                   \
+			heap[i] = last;                                                    \
+		return top;                                                                \
+	}
+
 #endif

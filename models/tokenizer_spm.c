@@ -40,38 +40,7 @@ static bool spm_before(const spm_bigram *a, const spm_bigram *b)
 	return a->score > b->score || (a->score == b->score && a->left < b->left);
 }
 
-static void spm_heap_push(spm_work *w, spm_bigram b)
-{
-	size_t i = w->n_heap++;
-	while (i > 0) {
-		size_t p = (i - 1) / 2;
-		if (!spm_before(&b, &w->heap[p]))
-			break;
-		w->heap[i] = w->heap[p];
-		i = p;
-	}
-	w->heap[i] = b;
-}
-
-static spm_bigram spm_heap_pop(spm_work *w)
-{
-	spm_bigram top = w->heap[0], last = w->heap[--w->n_heap];
-	size_t i = 0, n = w->n_heap;
-	for (;;) {
-		size_t c = 2 * i + 1;
-		if (c >= n)
-			break;
-		if (c + 1 < n && spm_before(&w->heap[c + 1], &w->heap[c]))
-			c++;
-		if (!spm_before(&w->heap[c], &last))
-			break;
-		w->heap[i] = w->heap[c];
-		i = c;
-	}
-	if (n)
-		w->heap[i] = last;
-	return top;
-}
+TOKENIZER__HEAP_DEFINE(spm_heap, spm_bigram, spm_before)
 
 static void spm_try_pair(spm_work *w, int32_t left, int32_t right)
 {
@@ -82,7 +51,7 @@ static void spm_try_pair(spm_work *w, int32_t left, int32_t right)
 	int32_t id = tokenizer__find(w->t, w->buf + l->start, size);
 	if (id < 0)
 		return;
-	spm_heap_push(w, (spm_bigram){left, right, w->t->score[id], size});
+	spm_heap_push(w->heap, &w->n_heap, (spm_bigram){left, right, w->t->score[id], size});
 }
 
 static shoal_err spm_emit(const struct shoal_tokenizer *t, const char *s, size_t len,
@@ -128,7 +97,7 @@ static shoal_err spm_segment(spm_work *w, size_t n, tokenizer__out *o)
 		spm_try_pair(w, i - 1, i);
 
 	while (w->n_heap) {
-		spm_bigram b = spm_heap_pop(w);
+		spm_bigram b = spm_heap_pop(w->heap, &w->n_heap);
 		spm_sym *l = &w->sym[b.left], *r = &w->sym[b.right];
 		/* Stale: one side was merged away or grew since it was proposed. */
 		if (l->len == 0 || r->len == 0 || l->len + r->len != b.size)
