@@ -23,8 +23,12 @@
  *       "data_endpoints": [{"kind","interface","address","rdma"}],
  *       "rdma_devices": [names], "models": [{"model_id","path","bytes"}],
  *       "links": [{"peer": ID, "local_endpoint", "remote_endpoint",
- *                  "rtt_us", "bandwidth_bytes_s"}] } ]}
- * A later issue adds a "plan" object.
+ *                  "rtt_us", "bandwidth_bytes_s"}] } ],
+ *    "plan": {...} }                 -- only from a node serving a model:
+ *   runtime/cluster.h: "servable", "digest" (null without a plan), "epoch",
+ *   "why", "stages", "experts", "memory" (runtime/plan_json.h), "ready" and
+ *   "not_ready" (peer ids), "left_out" [{"peer", "name", "why"}], "links"
+ *   [{"peer", "transport"}] (the data links this node opened).
  */
 #include "config.h"
 
@@ -146,6 +150,64 @@ static void shoal_cmd_status_print(json_t *root)
 			printf(" %14s", cell);
 		}
 		printf("\n");
+	}
+}
+
+/* The plan of a node that serves a model: stages with readiness, experts
+ * per peer and layer, data links, peers left out. */
+static void shoal_cmd_status_print_plan(json_t *plan)
+{
+	json_t *stages = json_object_get(plan, "stages"), *ready = json_object_get(plan, "ready");
+	const char *digest = json_string_value(json_object_get(plan, "digest"));
+	const char *why = json_string_value(json_object_get(plan, "why"));
+	if (!digest) {
+		printf("\nplan: none: %s\n", why ? why : "?");
+	} else {
+		printf("\nplan %.16s (epoch %" JSON_INTEGER_FORMAT ") of %s: %s%s%s, %.2f ms/token predicted\n",
+		       digest, json_integer_value(json_object_get(plan, "epoch")),
+		       shoal_cmd_status_str(plan, "model"),
+		       json_is_true(json_object_get(plan, "servable")) ? "servable" : "NOT servable",
+		       why ? ": " : "", why ? why : "",
+		       shoal_cmd_status_num(plan, "predicted_ms_per_token"));
+	}
+	for (size_t i = 0; i < json_array_size(stages); i++) {
+		json_t *st = json_array_get(stages, i);
+		const char *id = shoal_cmd_status_str(st, "peer");
+		int is_ready = 0;
+		for (size_t k = 0; k < json_array_size(ready); k++) {
+			const char *r = json_string_value(json_array_get(ready, k));
+			is_ready |= r && !strcmp(r, id);
+		}
+		printf("  stage %zu  %-16.16s %.8s  layers [%" JSON_INTEGER_FORMAT
+		       ", %" JSON_INTEGER_FORMAT ")  %s\n",
+		       i, shoal_cmd_status_str(st, "name"), id,
+		       json_integer_value(json_object_get(st, "first_layer")),
+		       json_integer_value(json_object_get(st, "end_layer")),
+		       is_ready ? "ready" : "not ready");
+	}
+	json_t *ex = json_object_get(plan, "experts");
+	for (size_t i = 0; i < json_array_size(ex); i++) {
+		json_t *l = json_array_get(ex, i), *own = json_object_get(l, "owners");
+		printf("  experts of layer %" JSON_INTEGER_FORMAT ":",
+		       json_integer_value(json_object_get(l, "layer")));
+		for (size_t j = 0; j < json_array_size(own); j++) {
+			json_t *o = json_array_get(own, j);
+			printf(" %s x%zu", shoal_cmd_status_str(o, "name"),
+			       json_array_size(json_object_get(o, "experts")));
+		}
+		printf("\n");
+	}
+	json_t *links = json_object_get(plan, "links");
+	for (size_t i = 0; i < json_array_size(links); i++) {
+		json_t *l = json_array_get(links, i);
+		printf("  data link to %.8s: %s\n", shoal_cmd_status_str(l, "peer"),
+		       shoal_cmd_status_str(l, "transport"));
+	}
+	json_t *left = json_object_get(plan, "left_out");
+	for (size_t i = 0; i < json_array_size(left); i++) {
+		json_t *l = json_array_get(left, i);
+		printf("  left out: %s (%.8s): %s\n", shoal_cmd_status_str(l, "name"),
+		       shoal_cmd_status_str(l, "peer"), shoal_cmd_status_str(l, "why"));
 	}
 }
 
@@ -277,6 +339,8 @@ int shoal_cmd_status(int argc, char **argv)
 		free(s);
 	} else {
 		shoal_cmd_status_print(root);
+		if (json_is_object(json_object_get(root, "plan")))
+			shoal_cmd_status_print_plan(json_object_get(root, "plan"));
 	}
 	json_decref(root);
 	rc = 0;
