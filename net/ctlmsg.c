@@ -39,8 +39,8 @@ shoal_err shoal_ctlmsg_encode(const shoal_ctlmsg *m, shoal_wire_buf *b)
 	b->len = 0;
 	msgpack_packer_init(&pk, b, shoal_ctlmsg_write);
 	int n = 3, rc = 0;
-	int has_json = m->type == SHOAL_CTLMSG_STATUS_RESP || (m->type >= SHOAL_CTLMSG_RUN_REQ &&
-	                                                       m->type <= SHOAL_CTLMSG_RUN_END);
+	int has_json = m->type == SHOAL_CTLMSG_STATUS_RESP ||
+	               (m->type >= SHOAL_CTLMSG_RUN_REQ && m->type <= SHOAL_CTLMSG_RUN_END);
 	if (has_json)
 		n += 1;
 	else if (m->type == SHOAL_CTLMSG_LINK_PROBE || m->type == SHOAL_CTLMSG_LINK_ACK)

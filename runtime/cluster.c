@@ -61,8 +61,8 @@ shoal_err shoal_cluster_new(const shoal_cluster_config *cfg, shoal_cluster **out
 	if ((e = shoal_tokenizer_from_gguf(cl->model->gguf, &cl->tok, why, why_len)) != SHOAL_OK)
 		goto fail;
 	shoal_model_id *mid = NULL;
-	if ((e = shoal_model_id_load(cl->model->gguf, cl->state_dir[0] ? cl->state_dir : NULL,
-	                             &mid, why, why_len)) != SHOAL_OK)
+	if ((e = shoal_model_id_load(cl->model->gguf, cl->state_dir[0] ? cl->state_dir : NULL, &mid,
+	                             why, why_len)) != SHOAL_OK)
 		goto fail;
 	memcpy(cl->model_id, shoal_model_id_digest(mid), 32);
 	shoal_model_id_free(mid);
@@ -101,10 +101,10 @@ shoal_err shoal_cluster_new(const shoal_cluster_config *cfg, shoal_cluster **out
 	}
 	char hex[65];
 	shoal_model_id_hex(cl->model_id, hex);
-	SHOAL_LOG_I("cluster", "model %s (%s, %u layers), id %.16s; KV for %u tokens x %u sessions%s",
-	            cl->model_path, shoal_arch_name(cl->model->hp.arch), cl->model->hp.n_layer,
-	            hex, cl->pol.ctx, cl->pol.sessions,
-	            cl->pol.spread_experts ? "; experts spread" : "");
+	SHOAL_LOG_I(
+	    "cluster", "model %s (%s, %u layers), id %.16s; KV for %u tokens x %u sessions%s",
+	    cl->model_path, shoal_arch_name(cl->model->hp.arch), cl->model->hp.n_layer, hex,
+	    cl->pol.ctx, cl->pol.sessions, cl->pol.spread_experts ? "; experts spread" : "");
 	if ((e = shoal_cluster__data_start(cl, why, why_len)) != SHOAL_OK)
 		goto fail;
 	*out = cl;
@@ -264,7 +264,8 @@ int shoal_cluster_update(shoal_cluster *cl, const shoal_swim_member *v, size_t n
 			int pick = -1;
 			/* loopback talks to loopback: prefer an endpoint whose
 			 * kind matches our data host's */
-			int want_lo = !strncmp(cl->cfg.data_host ? cl->cfg.data_host : "", "127.", 4);
+			int want_lo =
+			    !strncmp(cl->cfg.data_host ? cl->cfg.data_host : "", "127.", 4);
 			for (uint32_t k = 0; k < r->n_data_ep && pick < 0; k++)
 				if ((strncmp(r->data_ep[k].addr, "tcp://127.", 10) == 0) == want_lo)
 					pick = (int)k;
@@ -272,7 +273,8 @@ int shoal_cluster_update(shoal_cluster *cl, const shoal_swim_member *v, size_t n
 				pick = 0;
 			if (pick < 0)
 				continue;
-			const char *a = r->data_ep[pick].addr + (strncmp(r->data_ep[pick].addr, "tcp://", 6) ? 0 : 6);
+			const char *a = r->data_ep[pick].addr +
+			                (strncmp(r->data_ep[pick].addr, "tcp://", 6) ? 0 : 6);
 			const char *colon = strrchr(a, ':');
 			if (!colon || (size_t)(colon - a) >= sizeof ep->host)
 				continue;
@@ -314,11 +316,13 @@ int shoal_cluster_update(shoal_cluster *cl, const shoal_swim_member *v, size_t n
 			         why[0] ? why : shoal_strerror(e));
 			shoal_plan_free(cl->plan);
 			cl->plan = NULL;
-		} else if (!cl->plan || memcmp(shoal_plan_digest(np), shoal_plan_digest(cl->plan),
-		                               32)) {
+		} else if (!cl->plan ||
+		           memcmp(shoal_plan_digest(np), shoal_plan_digest(cl->plan), 32)) {
 			char dh[65];
 			shoal_digest_hex(shoal_plan_digest(np), dh);
-			SHOAL_LOG_I("cluster", "plan epoch %llu digest %.16s: %zu stage(s) over %zu peer(s), %.3f ms/token predicted",
+			SHOAL_LOG_I("cluster",
+			            "plan epoch %llu digest %.16s: %zu stage(s) over %zu peer(s), "
+			            "%.3f ms/token predicted",
 			            (unsigned long long)shoal_plan_epoch(np), dh,
 			            shoal_plan_n_stages(np), shoal_plan_n_peers(np),
 			            (double)shoal_plan_predicted_ns(np) / 1e6);
@@ -372,7 +376,8 @@ int shoal_cluster_update(shoal_cluster *cl, const shoal_swim_member *v, size_t n
 			const shoal_record *r = &cand[i]->record;
 			memcpy(cl->cand[i].id.b, r->id.b, 16);
 			cl->cand[i].ready =
-			    r->ready_epoch && !memcmp(r->ready_digest, shoal_plan_digest(cl->plan), 32);
+			    r->ready_epoch &&
+			    !memcmp(r->ready_digest, shoal_plan_digest(cl->plan), 32);
 			if (r->ready_epoch)
 				shoal_ready_announce(rd, &cl->cand[i].id, r->ready_digest);
 		}
@@ -381,8 +386,8 @@ int shoal_cluster_update(shoal_cluster *cl, const shoal_swim_member *v, size_t n
 	}
 	if (servable != cl->servable) {
 		cl->servable = servable;
-		SHOAL_LOG_I("cluster", "plan %s", servable ? "servable: every peer is ready"
-		                                           : "not servable");
+		SHOAL_LOG_I("cluster", "plan %s",
+		            servable ? "servable: every peer is ready" : "not servable");
 		if (servable) {
 			shoal_plan_free(cl->prev);
 			cl->prev = shoal_plan_dup(cl->plan);
@@ -447,7 +452,8 @@ static shoal_err shoal_cluster_build_assign(shoal_cluster *cl, shoal_cluster_ass
 				if (mine)
 					mask[k] = 1;
 				else if (no)
-					memcpy(peer + k * 16, shoal_plan_peer_at(p, own[0])->id.b, 16);
+					memcpy(peer + k * 16, shoal_plan_peer_at(p, own[0])->id.b,
+					       16);
 			}
 		}
 	}
@@ -476,7 +482,8 @@ static shoal_err shoal_cluster_build_assign(shoal_cluster *cl, shoal_cluster_ass
 		memcpy(sc.self, cl->cfg.self, 16);
 		if (!sc.has_head)
 			memcpy(sc.next,
-			       shoal_plan_peer_at(p, shoal_plan_stage_at(p, (size_t)si + 1)->peer)->id.b,
+			       shoal_plan_peer_at(p, shoal_plan_stage_at(p, (size_t)si + 1)->peer)
+			           ->id.b,
 			       16);
 		memcpy(sc.digest, a->digest, 32);
 		sc.epoch = a->epoch;
@@ -552,8 +559,9 @@ json_t *shoal_cluster_status_json(shoal_cluster *cl)
 		json_object_set_new(o, "why", json_string(cl->plan_why));
 	} else if (!cl->servable) {
 		json_object_set_new(o, "why",
-		                    json_string(cl->ready_why[0] ? cl->ready_why
-		                                                 : "waiting for peers to be ready"));
+		                    json_string(cl->ready_why[0]
+		                                    ? cl->ready_why
+		                                    : "waiting for peers to be ready"));
 	}
 	json_t *ready = json_array(), *not_ready = json_array();
 	if (cl->plan)
@@ -680,7 +688,8 @@ void shoal_cluster_run_request(shoal_cluster *cl, const shoal_ctl_route *from, u
 	if (n < 0 || n > 1000000000 || k < 0 || k > SHOAL_DIST_MAX_LOGPROBS || !(sp.temp >= 0) ||
 	    sp.top_k < 0 || !(sp.top_p >= 0 && sp.top_p <= 1) ||
 	    !(sp.min_p >= 0 && sp.min_p <= 1) || !(sp.repeat_penalty >= 0)) {
-		shoal_cluster_end(cl, from, seq, "bad request: a parameter is out of range", NULL, 0);
+		shoal_cluster_end(cl, from, seq, "bad request: a parameter is out of range", NULL,
+		                  0);
 		goto out;
 	}
 	if (shoal_tokenizer_encode(cl->tok, prompt, strlen(prompt), true, false, &ids, &n_ids) !=

@@ -49,12 +49,12 @@ typedef struct shoal_cluster_config {
 	uint64_t mem_limit;     /* bytes offered at most; 0: what is available */
 	uint32_t ctx;           /* KV context per session; 0: the model's n_ctx_train */
 	bool spread_experts;
-	uint32_t threads;       /* engine threads; 0: 1 */
+	uint32_t threads; /* engine threads; 0: 1 */
 	uint8_t self[16];
-	const shoal_key *key;   /* admission tokens; NULL: insecure (zero key) */
-	const char *data_host;  /* IPv4 address the data listener binds */
-	uint16_t data_port;     /* 0: any */
-	uint32_t base_ms;       /* the node's base period */
+	const shoal_key *key;  /* admission tokens; NULL: insecure (zero key) */
+	const char *data_host; /* IPv4 address the data listener binds */
+	uint16_t data_port;    /* 0: any */
+	uint32_t base_ms;      /* the node's base period */
 	/* Replies to RUN_REQ, called on the node thread (shoal_cluster_drain). */
 	shoal_err (*reply)(void *ud, const shoal_ctl_route *to, const void *buf, size_t len);
 	void *ud;

@@ -57,8 +57,8 @@ void shoal_cluster__free_assign(shoal_cluster_assign *a)
 
 /* ------------------------------------------------------- admission tokens */
 
-void shoal_cluster__token(const shoal_cluster *cl, const uint8_t peer[16],
-                          const uint8_t digest[32], int role, uint8_t out[33])
+void shoal_cluster__token(const shoal_cluster *cl, const uint8_t peer[16], const uint8_t digest[32],
+                          int role, uint8_t out[33])
 {
 	static const char label[] = "shoal-data-v1";
 	uint8_t r = (uint8_t)role;
@@ -77,8 +77,8 @@ static int shoal_cluster_admit(void *ctx, const uint8_t peer[16], const char *ad
 {
 	shoal_cluster *cl = ctx;
 	uint8_t digest[32], want[33];
-	if (token_len != 33 || (token[32] != SHOAL_CLUSTER_ROLE_STAGE &&
-	                        token[32] != SHOAL_CLUSTER_ROLE_OWNER)) {
+	if (token_len != 33 ||
+	    (token[32] != SHOAL_CLUSTER_ROLE_STAGE && token[32] != SHOAL_CLUSTER_ROLE_OWNER)) {
 		SHOAL_LOG_W("cluster", "data link from %s refused: malformed token", addr);
 		return 0;
 	}
@@ -240,8 +240,7 @@ static void shoal_cluster_event_push(shoal_cluster *cl, const shoal_cluster_even
 		SHOAL_LOG_W("cluster", "event pipe: %s", strerror(errno));
 }
 
-static void shoal_cluster_end_run(shoal_cluster *cl, uint32_t run, shoal_err err,
-                                  const char *why)
+static void shoal_cluster_end_run(shoal_cluster *cl, uint32_t run, shoal_err err, const char *why)
 {
 	shoal_cluster_event ev;
 	memset(&ev, 0, sizeof ev);
@@ -317,10 +316,11 @@ static void shoal_cluster_dispatch(shoal_cluster_dt *d, shoal_xfer_link *k, int 
 	shoal_err e = SHOAL_OK;
 	const shoal_cluster_assign *a = d->as;
 	if (f->hdr.kind == SHOAL_XFER_KIND_EXPERT_REQ) {
-		shoal_dist_stage *s = a && a->stage && f->hdr.layer_first >= a->l0 &&
-		                              f->hdr.layer_first < a->l1
-		                          ? a->stage
-		                          : a ? a->experts : NULL;
+		shoal_dist_stage *s =
+		    a && a->stage && f->hdr.layer_first >= a->l0 && f->hdr.layer_first < a->l1
+		        ? a->stage
+		    : a ? a->experts
+		        : NULL;
 		if (s)
 			e = shoal_dist_stage_handle(s, k, f, why, sizeof why);
 		else
@@ -350,8 +350,8 @@ static void shoal_cluster_start_runs(shoal_cluster_dt *d, shoal_cluster_tokctx *
 		pthread_mutex_lock(&cl->mu);
 		shoal_cluster_run *r = &cl->runs[i];
 		bool queued = r->state == SHOAL_CLUSTER_RUN_QUEUED;
-		bool servable = cl->shared_servable && d->as &&
-		                !memcmp(cl->shared_digest, d->as->digest, 32);
+		bool servable =
+		    cl->shared_servable && d->as && !memcmp(cl->shared_digest, d->as->digest, 32);
 		if (queued && servable)
 			r->state = SHOAL_CLUSTER_RUN_STARTED;
 		pthread_mutex_unlock(&cl->mu);
@@ -376,9 +376,9 @@ static void shoal_cluster_start_runs(shoal_cluster_dt *d, shoal_cluster_tokctx *
 		                          .sampler = r->sp,
 		                          .on_token = shoal_cluster_on_token,
 		                          .ctx = &tcs[i]};
-		shoal_err e = d->owner ? shoal_dist_owner_start(d->owner, &req, &r->sid, why,
-		                                                sizeof why)
-		                       : SHOAL_ERR_STATE;
+		shoal_err e = d->owner
+		                  ? shoal_dist_owner_start(d->owner, &req, &r->sid, why, sizeof why)
+		                  : SHOAL_ERR_STATE;
 		if (e != SHOAL_OK)
 			shoal_cluster_end_run(cl, i, e, why[0] ? why : shoal_strerror(e));
 	}
@@ -512,10 +512,9 @@ shoal_err shoal_cluster__data_start(shoal_cluster *cl, char *why, size_t why_len
 	memcpy(cl->xcfg.self_id, cl->cfg.self, 16);
 	/* peers share cores in a lab: block at once instead of spinning */
 	cl->xcfg.spin_us = 0;
-	shoal_err e = shoal_xfer_listener_new(&cl->xcfg,
-	                                      cl->cfg.data_host ? cl->cfg.data_host : "0.0.0.0",
-	                                      cl->cfg.data_port, shoal_cluster_admit, cl,
-	                                      &cl->listener, why, why_len);
+	shoal_err e = shoal_xfer_listener_new(
+	    &cl->xcfg, cl->cfg.data_host ? cl->cfg.data_host : "0.0.0.0", cl->cfg.data_port,
+	    shoal_cluster_admit, cl, &cl->listener, why, why_len);
 	if (e != SHOAL_OK)
 		return e;
 	if (pthread_create(&cl->acc_thr, NULL, shoal_cluster_accept_main, cl) != 0)

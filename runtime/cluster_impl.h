@@ -27,21 +27,21 @@
 /* Concurrent `shoal run --peer` requests per node, and KV sessions per
  * stage: 2 lets a new request open while the previous one's CLOSE is in
  * flight; the plan reserves KV for both. */
-#define SHOAL_CLUSTER_MAX_RUNS     4
-#define SHOAL_CLUSTER_SESSIONS     2
+#define SHOAL_CLUSTER_MAX_RUNS 4
+#define SHOAL_CLUSTER_SESSIONS 2
 /* Rows per TOKEN frame and per engine run: 64 rows of a 4096-wide model
  * are 1 MiB of F32, the xfer default max frame (less the header: 32 is
  * what fits; the test models are 512 wide). */
-#define SHOAL_CLUSTER_MAX_ROWS     32
+#define SHOAL_CLUSTER_MAX_ROWS 32
 /* Events the data thread queues for the node thread: a token per entry;
  * the node thread drains every base period or sooner when woken, so 256
  * covers bursts of several concurrent runs. */
-#define SHOAL_CLUSTER_EVENTS       256
+#define SHOAL_CLUSTER_EVENTS 256
 /* A request waits this long for a servable plan; a session this long for
  * its next token before it fails (a stage died mid-run). */
-#define SHOAL_CLUSTER_WAIT_MS      20000u
-#define SHOAL_CLUSTER_SILENCE_MS   30000u
-#define SHOAL_CLUSTER_LINKS        (2 * SHOAL_CLUSTER_MAX_PEERS)
+#define SHOAL_CLUSTER_WAIT_MS    20000u
+#define SHOAL_CLUSTER_SILENCE_MS 30000u
+#define SHOAL_CLUSTER_LINKS      (2 * SHOAL_CLUSTER_MAX_PEERS)
 
 enum { SHOAL_CLUSTER_ROLE_STAGE = 1, SHOAL_CLUSTER_ROLE_OWNER = 2 };
 
@@ -161,7 +161,7 @@ struct shoal_cluster {
 	shoal_xfer_listener *listener;
 	pthread_t data_thr, acc_thr;
 	bool data_started, acc_started;
-	int admit_role; /* accept thread only */
+	int admit_role;                            /* accept thread only */
 	shoal_cluster_lctx lctx_stage, lctx_owner; /* link roles for dist objects */
 	struct shoal_cluster_dt *dt;               /* data thread only (cluster_data.c) */
 };
@@ -170,8 +170,8 @@ struct shoal_cluster {
 shoal_err shoal_cluster__data_start(shoal_cluster *cl, char *why, size_t why_len);
 void shoal_cluster__data_stop(shoal_cluster *cl);
 void shoal_cluster__wake(shoal_cluster *cl);
-void shoal_cluster__token(const shoal_cluster *cl, const uint8_t peer[16],
-                          const uint8_t digest[32], int role, uint8_t out[33]);
+void shoal_cluster__token(const shoal_cluster *cl, const uint8_t peer[16], const uint8_t digest[32],
+                          int role, uint8_t out[33]);
 void shoal_cluster__free_assign(shoal_cluster_assign *a);
 /* Which link reaches a peer, for dist objects (ctx: a shoal_cluster_lctx). */
 shoal_xfer_link *shoal_cluster__link(void *ctx, const uint8_t peer[16]);

@@ -38,11 +38,12 @@
 
 static void shoal_run_remote_usage(FILE *f)
 {
-	fprintf(f, "usage: shoal run --peer HOST[:PORT] (--key FILE | --insecure) -p TEXT [-n N]\n"
-	           "                 [--temp T] [--seed S] [--top-k K] [--top-p P] [--min-p P]\n"
-	           "                 [--repeat-penalty R] [--ids] [--logprobs K] [--timeout-ms MS]\n"
-	           "Sends the prompt to that peer of a cluster (`shoal node --model`), which\n"
-	           "runs it through the plan and streams the tokens back.\n");
+	fprintf(f,
+	        "usage: shoal run --peer HOST[:PORT] (--key FILE | --insecure) -p TEXT [-n N]\n"
+	        "                 [--temp T] [--seed S] [--top-k K] [--top-p P] [--min-p P]\n"
+	        "                 [--repeat-penalty R] [--ids] [--logprobs K] [--timeout-ms MS]\n"
+	        "Sends the prompt to that peer of a cluster (`shoal node --model`), which\n"
+	        "runs it through the plan and streams the tokens back.\n");
 }
 
 static bool shoal_run_remote_num(const char *s, double lo, double hi, double *out)
@@ -125,7 +126,8 @@ int shoal_cmd_run_remote(int argc, char **argv)
 		return 2;
 	}
 	if (!seed_given)
-		seed = (double)(((uint64_t)time(NULL) ^ ((uint64_t)getpid() << 16)) & 0xffffffffffffu);
+		seed =
+		    (double)(((uint64_t)time(NULL) ^ ((uint64_t)getpid() << 16)) & 0xffffffffffffu);
 
 	char ep[256], why[512] = "";
 	if (shoal_node_endpoint_parse(peer, SHOAL_CTL_DEFAULT_PORT, ep, sizeof ep, why,
@@ -152,13 +154,13 @@ int shoal_cmd_run_remote(int argc, char **argv)
 	uint8_t *reply = NULL;
 	size_t reply_len = 0;
 	json_t *req = json_pack("{s:s, s:I, s:f, s:I, s:I, s:f, s:f, s:f, s:I}", "prompt", prompt,
-	                        "n", (json_int_t)n, "temp", temp, "seed", (json_int_t)seed,
-	                        "top_k", (json_int_t)top_k, "top_p", top_p, "min_p", min_p,
-	                        "repeat_penalty", rp, "logprobs", (json_int_t)lp);
+	                        "n", (json_int_t)n, "temp", temp, "seed", (json_int_t)seed, "top_k",
+	                        (json_int_t)top_k, "top_p", top_p, "min_p", min_p, "repeat_penalty",
+	                        rp, "logprobs", (json_int_t)lp);
 	char *js = req ? json_dumps(req, JSON_COMPACT) : NULL;
 	json_decref(req);
-	shoal_ctlmsg m = {.type = SHOAL_CTLMSG_RUN_REQ, .seq = 1, .json = js,
-	                  .json_len = js ? strlen(js) : 0};
+	shoal_ctlmsg m = {
+	    .type = SHOAL_CTLMSG_RUN_REQ, .seq = 1, .json = js, .json_len = js ? strlen(js) : 0};
 	if (!js || shoal_ctl_client_new(ep, keys, &cl, why, sizeof why) != SHOAL_OK ||
 	    shoal_ctlmsg_encode(&m, &buf) != SHOAL_OK) {
 		fprintf(stderr, "shoal run: %s\n", why[0] ? why : "cannot build the request");
@@ -170,7 +172,7 @@ int shoal_cmd_run_remote(int argc, char **argv)
 		fprintf(stderr, "shoal run: cannot send to %s\n", ep);
 		goto out;
 	}
-	for (long t = 0;; ) {
+	for (long t = 0;;) {
 		free(reply);
 		reply = NULL;
 		if (shoal_ctl_client_recv(cl, (int)tmo, &reply, &reply_len, why, sizeof why) !=

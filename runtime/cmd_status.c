@@ -163,10 +163,12 @@ static void shoal_cmd_status_print_plan(json_t *plan)
 	if (!digest) {
 		printf("\nplan: none: %s\n", why ? why : "?");
 	} else {
-		printf("\nplan %.16s (epoch %" JSON_INTEGER_FORMAT ") of %s: %s%s%s, %.2f ms/token predicted\n",
+		printf("\nplan %.16s (epoch %" JSON_INTEGER_FORMAT
+		       ") of %s: %s%s%s, %.2f ms/token predicted\n",
 		       digest, json_integer_value(json_object_get(plan, "epoch")),
 		       shoal_cmd_status_str(plan, "model"),
-		       json_is_true(json_object_get(plan, "servable")) ? "servable" : "NOT servable",
+		       json_is_true(json_object_get(plan, "servable")) ? "servable"
+		                                                       : "NOT servable",
 		       why ? ": " : "", why ? why : "",
 		       shoal_cmd_status_num(plan, "predicted_ms_per_token"));
 	}

@@ -479,8 +479,8 @@ static void shoal_node_on_message(void *ud, const shoal_ctl_route *from, const u
 		if (n->cl) {
 			shoal_cluster_run_request(n->cl, from, m.seq, m.json, m.json_len);
 		} else {
-			static const char no[] =
-			    "{\"ok\": false, \"error\": \"this peer serves no model (no --model)\"}";
+			static const char no[] = "{\"ok\": false, \"error\": \"this peer serves no "
+			                         "model (no --model)\"}";
 			r.type = SHOAL_CTLMSG_RUN_END;
 			r.json = no;
 			r.json_len = sizeof no - 1;

@@ -45,10 +45,10 @@ typedef struct shoal_node_config {
 	uint32_t gossip_ms;      /* base period; 0: default */
 	const shoal_discovery_ops *discovery; /* NULL: DNS-SD */
 	/* Serving a model (runtime/cluster.h); model NULL: membership only. */
-	const char *model;   /* GGUF file */
-	uint64_t mem_limit;  /* bytes offered at most; 0: what is available */
-	uint32_t ctx;        /* KV context per session; 0: the model's */
-	int spread_experts;  /* ask the scheduler to spread MoE experts */
+	const char *model;  /* GGUF file */
+	uint64_t mem_limit; /* bytes offered at most; 0: what is available */
+	uint32_t ctx;       /* KV context per session; 0: the model's */
+	int spread_experts; /* ask the scheduler to spread MoE experts */
 } shoal_node_config;
 
 /* Load the identity (raising its incarnation), lock the state dir, bind
