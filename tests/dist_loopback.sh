@@ -16,6 +16,10 @@
 #  4. MoE (random qwen3moe fixture) on 3 new peers with --spread-experts:
 #     status shows one layer's experts on at least 2 peers, and greedy ids
 #     and --logprobs 3 equal the single-peer run.
+#  5. MoE across stages: a 6-layer fixture at --mem-limit 4M splits into 2
+#     stages with experts on all 3 peers, so each stage calls experts held
+#     by the other stage's peer (its expert server) and by the third peer;
+#     ids and logprobs through every peer equal the single-peer run.
 set -u
 B=${SHOAL_BIN:-./shoal}
 BD=${SHOAL_BUILDDIR:-.}
@@ -161,4 +165,31 @@ for P in "hello world" "the quick brown fox" "once upon a time"; do
 	i=$((i + 1))
 done
 echo "MoE: 3 prompts, greedy ids and logprobs identical to one peer"
+for n in m1 m2 m3; do kill -9 "${PID[$n]}"; wait "${PID[$n]}" 2>/dev/null; unset "PID[$n]"; done
+
+# 5. MoE over 2 stages with experts on every peer
+MOE6=$T/moe6.gguf
+"$BD/tests/gen_fixture" --arch qwen3moe --type Q8_0 --layers 6 --dim 256 --ff 256 --heads 4 \
+	--kv-heads 2 --vocab 2048 --experts 8 --experts-used 2 --ff-exp 128 --ctx 512 --seed 3 \
+	"$MOE6" >/dev/null 2>&1 || fail "gen_fixture qwen3moe (6 layers)"
+t0=$(now_ms)
+start s1 "$MOE6" --mem-limit 4M --ctx 256 --spread-experts
+SEED=$(ep s1)
+start s2 "$MOE6" --mem-limit 4M --ctx 256 --spread-experts --peer "$SEED"
+start s3 "$MOE6" --mem-limit 4M --ctx 256 --spread-experts --peer "$SEED"
+wait_for 20 servable_all 2 s1 s2 s3 || fail "2-stage MoE plan not servable within 20 s: $("$PC" "$T/st-s1.json" servable), $("$PC" "$T/st-s1.json" stages) stage(s)"
+SPREAD=$("$PC" "$T/st-s1.json" spread)
+[ "$SPREAD" -ge 2 ] || fail "2-stage MoE: experts of no layer on 2+ peers"
+echo "2-stage MoE plan servable in $(($(now_ms) - t0)) ms, one layer's experts on $SPREAD peers"
+"$B" run "$MOE6" -p "hello world" -n 12 --temp 0 --ids >"$T/sl-ids" 2>/dev/null || fail "local run (6 layers)"
+"$B" run "$MOE6" -p "hello world" -n 5 --temp 0 --logprobs 4 >"$T/sl-lp" 2>/dev/null
+for PEER in "$SEED" "$(ep s2)" "$(ep s3)"; do
+	"$B" run --peer "$PEER" --key "$T/k" -p "hello world" -n 12 --temp 0 --ids >"$T/sr-ids" 2>"$T/r-err" ||
+		fail "remote 2-stage MoE run: $(cat "$T/r-err")"
+	same "2-stage MoE ids via $PEER" "$T/sr-ids" "$T/sl-ids"
+	"$B" run --peer "$PEER" --key "$T/k" -p "hello world" -n 5 --temp 0 --logprobs 4 >"$T/sr-lp" 2>"$T/r-err" ||
+		fail "remote 2-stage MoE logprobs: $(cat "$T/r-err")"
+	same "2-stage MoE logprobs via $PEER" "$T/sr-lp" "$T/sl-lp"
+done
+echo "2-stage MoE: ids and logprobs through every peer identical to one peer"
 echo "PASS"
