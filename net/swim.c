@@ -941,6 +941,19 @@ static void probe_finish(shoal_swim *sw)
 		suspect(sw, t);
 }
 
+/* How long m has been in its state at `now`. set_state() stamps since_us
+ * with a fresh clock read, which can be later than a `now` read at the top
+ * of the tick: a suspect that times out below is stamped a few us after the
+ * tick's now (a real clock moves while the tick runs), and the unsigned
+ * now - since_us would wrap to ~2^64 and reap the entry the moment it died
+ * whenever that tick is also the once-a-period reap tick (~4% of runs at
+ * N = 4, base 50 ms; tests/test_swim test_dead_kept_small_fast). A stamp
+ * from the future counts as age 0. */
+static uint64_t state_age_us(const struct member *m, uint64_t now)
+{
+	return now > m->since_us ? now - m->since_us : 0;
+}
+
 /* Suspicion timeouts (every tick while there are suspects) and reaping
  * (once a period). */
 static void check_timers(shoal_swim *sw, uint64_t now)
@@ -956,7 +969,7 @@ static void check_timers(shoal_swim *sw, uint64_t now)
 			queue_update(sw, m);
 			notify(sw, m, SHOAL_SWIM_STATE_SUSPECT, 0);
 		}
-		if (reap && m != sw->self && !live(m->state) && now - m->since_us >= keep) {
+		if (reap && m != sw->self && !live(m->state) && state_age_us(m, now) >= keep) {
 			member_reap(sw, i);
 			continue;
 		}

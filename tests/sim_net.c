@@ -34,6 +34,7 @@ struct peer {
 struct sim_net {
 	sim_net_config cfg;
 	uint64_t now, seq, rng;
+	uint64_t last_read; /* the latest time a peer read (clock_read_us) */
 	struct ev *h;
 	size_t hn, hcap;
 	struct peer *p;
@@ -113,7 +114,12 @@ static struct ev pop(sim_net *net)
 
 static uint64_t op_now(void *ctx)
 {
-	return ((struct peer *)ctx)->net->now;
+	sim_net *net = ((struct peer *)ctx)->net;
+	uint64_t t = net->now;
+	if (net->cfg.clock_read_us && net->last_read + net->cfg.clock_read_us > t)
+		t = net->last_read + net->cfg.clock_read_us;
+	net->last_read = t;
+	return t;
 }
 
 static uint64_t op_rand(void *ctx)
@@ -306,6 +312,8 @@ void sim_net_run_until(sim_net *net, uint64_t t_us)
 			next = net->now + base;
 		if (next <= net->now)
 			next = net->now + 1;
+		if (net->cfg.tick_late_us)
+			next += mix(&net->rng) % (net->cfg.tick_late_us + 1);
 		push(net, (struct ev){.t = next, .kind = EV_TICK, .to = e.to, .gen = e.gen});
 	}
 	if (t_us > net->now)

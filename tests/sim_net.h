@@ -23,7 +23,16 @@ typedef struct sim_net_config {
 	uint64_t seed;
 	uint32_t lat_min_us, lat_max_us; /* one-way latency, uniform */
 	double loss;                     /* probability that a message is lost */
-	shoal_swim_config swim;          /* zeros: defaults */
+	/* 0: the clock stands still while a peer handles an event (every read
+	 * in one tick or receive gives the same time). n: every read returns
+	 * at least n us more than the read before, as a real clock moves on
+	 * while a tick runs (reads stay monotonic across events). */
+	uint32_t clock_read_us;
+	/* A tick runs up to this many us (uniform) after the time the peer
+	 * asked for, as a poll loop with millisecond timeouts on a busy CPU
+	 * does; 0: on time. */
+	uint32_t tick_late_us;
+	shoal_swim_config swim; /* zeros: defaults */
 } sim_net_config;
 
 /* Room for max_peers peers. NULL when out of memory. */

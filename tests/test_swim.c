@@ -4,7 +4,8 @@
  * seconds): convergence in O(log N) rounds for N = 16, 64, 256; no false
  * deaths under 10% loss for 10 minutes; a killed peer declared dead by all
  * within the derived bound; a muted peer refutes its suspicion; graceful
- * leave; restart with the same id; incompatible versions; garbage input.
+ * leave; restart with the same id; incompatible versions; garbage input;
+ * dead entries kept their full time in a small, fast cluster.
  *
  * The bounds are written in protocol periods ("rounds") and derived next to
  * each test from the constants of net/swim.c (PROBE_MULT 5, SUSPECT_MULT 4).
@@ -394,6 +395,89 @@ static void test_reap(void)
 	sim_net_free(net);
 }
 
+/* A dead entry stays REAP_MULT suspicion timeouts at every survivor, never
+ * less (invariant 4 of net/swim.c: a shorter life lets a stale alive bring
+ * the peer back, and `shoal status` loses it). The setting of
+ * tests/mesh_loopback.sh: N = 4, base 50 ms (period 250 ms), one peer
+ * killed, and a clock like the real node's: it moves while a tick runs
+ * (1 us per read) and ticks come up to 2 ms late (millisecond poll
+ * timeouts). 3 survivors, so the entry lives
+ *   REAP_MULT 8 x SUSPECT_MULT 4 x ceil(log2(3 + 1)) 2 = 64 periods (16 s)
+ * from the moment the survivor itself marked it dead. Polled every base
+ * period, so "first seen dead" is at most one base after that moment; the
+ * entry must still be there 64 periods - 1 base after it, and gone a few
+ * periods later (reaping runs once a period). The old fault (a death
+ * stamped after the tick's now, reaped in the same tick) hit ~4% of seeds
+ * as "dropped before seen dead". 200 seeds, ~25 s of virtual time each. */
+#define REAP_MULT 8 /* net/swim.c */
+static void test_dead_kept_small_fast(void)
+{
+	const size_t n = 4, victim = 2;
+	const uint64_t base = 50000, seeds = 200;
+	uint64_t keep = (uint64_t)REAP_MULT * SUSPECT_MULT * log2n(n - 1) * 5 * base;
+	uint64_t min_life = UINT64_MAX, max_life = 0;
+	unsigned early = 0, never_dead = 0, kept_for_ever = 0;
+	for (uint64_t seed = 1; seed <= seeds; seed++) {
+		sim_net_config c;
+		memset(&c, 0, sizeof c);
+		c.seed = 100 + seed;
+		c.lat_min_us = 50;
+		c.lat_max_us = 500;
+		c.clock_read_us = 1;
+		c.tick_late_us = 2000;
+		c.swim.base_us = (uint32_t)base;
+		sim_net *net = sim_net_new(&c, n);
+		ASSERT_TRUE(net != NULL);
+		for (size_t i = 0; i < n; i++) {
+			sim_net_run_until(net, sim_net_now(net) + 20000);
+			sim_net_add(net, 1, i ? 0 : -1);
+		}
+		ASSERT_LE(rounds_to_converge(net, 40), 40);
+		sim_net_kill(net, victim);
+		uint64_t t_kill = sim_net_now(net), dead_at[4] = {0}, gone_at[4] = {0};
+		/* detection takes ~4 s (tests/mesh_loopback.sh); then the keep */
+		uint64_t end = t_kill + 10000000 + keep + 20 * base;
+		while (sim_net_now(net) < end) {
+			sim_net_run_until(net, sim_net_now(net) + base);
+			uint64_t t = sim_net_now(net);
+			for (size_t i = 0; i < n; i++) {
+				shoal_swim_brief b;
+				if (i == victim || gone_at[i])
+					continue;
+				if (shoal_swim_lookup(sim_net_swim(net, i), sim_net_id(net, victim),
+				                      &b)) {
+					gone_at[i] = t;
+					if (!dead_at[i])
+						never_dead++;
+					else if (t + base < dead_at[i] + keep)
+						early++;
+					if (dead_at[i] && t - dead_at[i] < min_life)
+						min_life = t - dead_at[i];
+					if (dead_at[i] && t - dead_at[i] > max_life)
+						max_life = t - dead_at[i];
+				} else if (b.state == SHOAL_SWIM_STATE_DEAD && !dead_at[i]) {
+					dead_at[i] = t;
+				}
+			}
+		}
+		for (size_t i = 0; i < n; i++) {
+			if (i != victim && !dead_at[i] && !gone_at[i])
+				never_dead++; /* not even detected */
+			if (i != victim && !gone_at[i])
+				kept_for_ever++;
+		}
+		sim_net_free(net);
+	}
+	printf("  N=4, base 50 ms, %llu seeds: dead entry kept %.2f-%.2f s (want >= %.2f s), "
+	       "%u dropped early, %u dropped before seen dead\n",
+	       (unsigned long long)seeds, min_life == UINT64_MAX ? 0.0 : min_life / 1e6,
+	       max_life / 1e6, (keep - base) / 1e6, early, never_dead);
+	ASSERT_EQ(never_dead, 0);
+	ASSERT_EQ(early, 0);
+	ASSERT_EQ(kept_for_ever, 0); /* and reaped in the end */
+	ASSERT_LE(max_life, keep + 4 * 5 * base);
+}
+
 /* Garbage into a live peer: dropped, counted, and a valid message after it
  * is still handled (a ping gets its ack). */
 static uint64_t g_now;
@@ -527,4 +611,4 @@ TEST_MAIN(TEST_CASE(test_garbage_then_valid), TEST_CASE(test_converge_16),
           TEST_CASE(test_loss_no_false_death), TEST_CASE(test_kill_detected),
           TEST_CASE(test_suspect_refutes), TEST_CASE(test_leave), TEST_CASE(test_restart_persisted),
           TEST_CASE(test_restart_forgotten), TEST_CASE(test_incompatible),
-          TEST_CASE(test_record_update), TEST_CASE(test_reap))
+          TEST_CASE(test_record_update), TEST_CASE(test_reap), TEST_CASE(test_dead_kept_small_fast))
