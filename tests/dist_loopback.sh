@@ -12,7 +12,9 @@
 #     (--temp 0.8 --seed 7) is identical too.
 #  2. A peer with another model joins: it is left out of the plan, status
 #     says why, the plan stays servable.
-#  3. A client without the cluster key gets no answer.
+#  3. A client without the cluster key gets no answer; malformed RUN_REQ
+#     messages (tests/run_poke) each get a RUN_END with a reason, and the
+#     node still serves.
 #  4. MoE (random qwen3moe fixture) on 3 new peers with --spread-experts:
 #     status shows one layer's experts on at least 2 peers, and greedy ids
 #     and --logprobs 3 equal the single-peer run.
@@ -138,6 +140,8 @@ if "$B" run --peer "$SEED" --key "$T/other" -p "It is" -n 4 --temp 0 --ids --tim
 	fail "a client with another key got an answer"
 fi
 echo "a client with another key: refused ($(head -c 80 "$T/wrongkey.out"))"
+"$BD/tests/run_poke" "tcp://$SEED" "$T/k" >"$T/poke.out" 2>&1 || { cat "$T/poke.out"; fail "run_poke"; }
+echo "malformed run requests: $(grep -c '^ok' "$T/poke.out") cases answered with a reason, node still serves"
 for n in d1 d2 d3 x1; do kill -9 "${PID[$n]}"; wait "${PID[$n]}" 2>/dev/null; unset "PID[$n]"; done
 
 # 4. MoE with spread experts
