@@ -382,8 +382,21 @@ int shoal_cluster_update(shoal_cluster *cl, const shoal_swim_member *v, size_t n
 				shoal_ready_announce(rd, &cl->cand[i].id, r->ready_digest);
 		}
 		servable = rd && shoal_ready_servable(rd, cl->plan);
+		uint32_t missing[SHOAL_CLUSTER_MAX_PEERS];
+		size_t nm =
+		    rd ? shoal_ready_missing(rd, cl->plan, missing, SHOAL_CLUSTER_MAX_PEERS) : 0;
+		if (!servable && cl->ready_why[0])
+			snprintf(why, sizeof why, "not ready here: %.200s", cl->ready_why);
+		else if (!servable)
+			snprintf(why, sizeof why, "waiting for %zu peer(s) to be ready, first %s",
+			         nm, nm ? shoal_plan_peer_at(cl->plan, missing[0])->name : "?");
 		shoal_ready_free(rd);
+	} else {
+		snprintf(why, sizeof why, "no plan: %.200s", cl->plan_why);
 	}
+	pthread_mutex_lock(&cl->mu);
+	snprintf(cl->shared_why, sizeof cl->shared_why, "%s", servable ? "" : why);
+	pthread_mutex_unlock(&cl->mu);
 	if (servable != cl->servable) {
 		cl->servable = servable;
 		SHOAL_LOG_I("cluster", "plan %s",

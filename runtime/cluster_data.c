@@ -247,7 +247,7 @@ static void shoal_cluster_end_run(shoal_cluster *cl, uint32_t run, shoal_err err
 	ev.run = run;
 	ev.end = 1;
 	ev.err = err;
-	snprintf(ev.why, sizeof ev.why, "%s", why ? why : "");
+	snprintf(ev.why, sizeof ev.why, "%.199s", why ? why : "");
 	cl->runs[run].ended = true;
 	shoal_cluster_event_push(cl, &ev);
 }
@@ -359,9 +359,13 @@ static void shoal_cluster_start_runs(shoal_cluster_dt *d, shoal_cluster_tokctx *
 			continue;
 		if (!servable) {
 			if (now > r->deadline_us) {
+				char why[300];
+				pthread_mutex_lock(&cl->mu);
 				r->state = SHOAL_CLUSTER_RUN_STARTED;
-				shoal_cluster_end_run(cl, i, SHOAL_ERR_TIMEOUT,
-				                      "no servable plan (see `shoal status`)");
+				snprintf(why, sizeof why, "no servable plan after %u s: %.200s",
+				         SHOAL_CLUSTER_WAIT_MS / 1000u, cl->shared_why);
+				pthread_mutex_unlock(&cl->mu);
+				shoal_cluster_end_run(cl, i, SHOAL_ERR_TIMEOUT, why);
 			}
 			continue;
 		}

@@ -144,6 +144,7 @@ struct shoal_cluster {
 	bool shared_servable;
 	uint8_t shared_digest[32]; /* the digest accepted links must name */
 	uint64_t shared_epoch;
+	char shared_why[256]; /* why the plan is not servable ("" when it is) */
 	shoal_cluster_run runs[SHOAL_CLUSTER_MAX_RUNS];
 	shoal_cluster_event *ev; /* ring (SHOAL_CLUSTER_EVENTS) */
 	uint32_t ev_head, ev_n;

@@ -35,6 +35,12 @@
  * servable plan and fails a session after 30 s without a token; 60 s is
  * above both, so the owner's reason arrives before we give up. */
 #define SHOAL_RUN_REMOTE_TIMEOUT_MS 60000
+/* A run that ends before its first token because the plan changed (the
+ * owner says "retry") is sent again, at most this many times, after a
+ * pause of RETRY_MS: a new plan is servable within a few gossip rounds
+ * (~1 s at the default 100 ms base period). */
+#define SHOAL_RUN_REMOTE_RETRIES  3
+#define SHOAL_RUN_REMOTE_RETRY_MS 1000
 
 static void shoal_run_remote_usage(FILE *f)
 {
@@ -172,7 +178,7 @@ int shoal_cmd_run_remote(int argc, char **argv)
 		fprintf(stderr, "shoal run: cannot send to %s\n", ep);
 		goto out;
 	}
-	for (long t = 0;;) {
+	for (long t = 0, tries = 0;;) {
 		free(reply);
 		reply = NULL;
 		if (shoal_ctl_client_recv(cl, (int)tmo, &reply, &reply_len, why, sizeof why) !=
@@ -183,7 +189,7 @@ int shoal_cmd_run_remote(int argc, char **argv)
 		shoal_ctlmsg r;
 		if (shoal_ctlmsg_decode(reply, reply_len, &r, why, sizeof why) != SHOAL_OK ||
 		    (r.type != SHOAL_CTLMSG_RUN_TOKEN && r.type != SHOAL_CTLMSG_RUN_END) ||
-		    r.seq != 1) {
+		    r.seq != m.seq) {
 			fprintf(stderr, "shoal run: bad answer from %s: %s\n", ep,
 			        why[0] ? why : "not a run reply");
 			goto out;
@@ -198,6 +204,20 @@ int shoal_cmd_run_remote(int argc, char **argv)
 			const char *tail = json_string_value(json_object_get(o, "text"));
 			if (!json_is_true(json_object_get(o, "ok"))) {
 				const char *err = json_string_value(json_object_get(o, "error"));
+				if (t == 0 && err && strstr(err, "retry") &&
+				    tries++ < SHOAL_RUN_REMOTE_RETRIES) {
+					fprintf(stderr, "shoal run: %s; retrying\n", err);
+					json_decref(o);
+					usleep(SHOAL_RUN_REMOTE_RETRY_MS * 1000);
+					m.seq++;
+					if (shoal_ctlmsg_encode(&m, &buf) != SHOAL_OK)
+						goto out;
+					bufs[0] = buf.data;
+					lens[0] = buf.len;
+					if (shoal_ctl_client_send(cl, bufs, lens, 1) != SHOAL_OK)
+						goto out;
+					continue;
+				}
 				fflush(stdout);
 				fprintf(stderr, "shoal run: %s: %s\n", ep, err ? err : "failed");
 				json_decref(o);
