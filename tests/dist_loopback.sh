@@ -15,6 +15,9 @@
 #  3. A client without the cluster key gets no answer; malformed RUN_REQ
 #     messages (tests/run_poke) each get a RUN_END with a reason, and the
 #     node still serves.
+#  3b. Churn: a 4th dense peer joins; the peer of stage 1 is killed -9;
+#     the others re-plan without it (3 stages again), the new plan becomes
+#     servable and a greedy run equals the single-peer run again.
 #  4. MoE (random qwen3moe fixture) on 3 new peers with --spread-experts:
 #     status shows one layer's experts on at least 2 peers, and greedy ids
 #     and --logprobs 3 equal the single-peer run.
@@ -142,7 +145,29 @@ fi
 echo "a client with another key: refused ($(head -c 80 "$T/wrongkey.out"))"
 "$BD/tests/run_poke" "tcp://$SEED" "$T/k" >"$T/poke.out" 2>&1 || { cat "$T/poke.out"; fail "run_poke"; }
 echo "malformed run requests: $(grep -c '^ok' "$T/poke.out") cases answered with a reason, node still serves"
-for n in d1 d2 d3 x1; do kill -9 "${PID[$n]}"; wait "${PID[$n]}" 2>/dev/null; unset "PID[$n]"; done
+
+# 3b. churn: a stage peer dies, the survivors re-plan and serve
+start d4 "$DENSE" --mem-limit 11M --ctx 256 --peer "$SEED"
+ep d4 >/dev/null
+wait_for 20 servable_all 3 d1 d2 d3 d4 || fail "no common servable plan with d4 within 20 s"
+VICTIM=$("$PC" "$T/st-d1.json" stage 1)
+OLD=$("$PC" "$T/st-d1.json" digest)
+[ "$VICTIM" != none ] || fail "no stage 1"
+kill -9 "${PID[$VICTIM]}"
+wait "${PID[$VICTIM]}" 2>/dev/null
+unset "PID[$VICTIM]"
+t0=$(now_ms)
+LIVE=()
+for n in d1 d2 d3 d4; do [ "$n" != "$VICTIM" ] && LIVE+=("$n"); done
+replanned() { servable_all 3 "${LIVE[@]}" && [ "$("$PC" "$T/st-${LIVE[0]}.json" digest)" != "$OLD" ]; }
+wait_for 20 replanned || fail "no new servable plan without $VICTIM within 20 s: $("$PC" "$T/st-${LIVE[0]}.json" servable)"
+echo "churn: $VICTIM (stage 1) killed; new 3-stage plan servable in $(($(now_ms) - t0)) ms"
+P=$("$PC" "$EXP" prompt 0)
+"$B" run --peer "$SEED" --key "$T/k" -p "$P" -n 32 --temp 0 --ids >"$T/r-churn" 2>"$T/r-err" ||
+	fail "run after churn: $(cat "$T/r-err")"
+same "greedy ids after churn" "$T/r-churn" "$T/l-ids-0"
+echo "churn: greedy ids after the re-plan identical to one peer"
+for n in "${!PID[@]}"; do kill -9 "${PID[$n]}"; wait "${PID[$n]}" 2>/dev/null; unset "PID[$n]"; done
 
 # 4. MoE with spread experts
 t0=$(now_ms)

@@ -6,6 +6,7 @@
  *   plancheck STATUS stages      print the number of stages (0: no plan)
  *   plancheck STATUS servable    print "yes" or "no: <why>"
  *   plancheck STATUS digest      print the plan digest ("none")
+ *   plancheck STATUS stage I     print the name of stage I's peer ("none")
  *   plancheck STATUS spread      print the largest number of distinct peers
  *                                holding the experts of one MoE layer
  *   plancheck STATUS left NAME   print why peer NAME is left out ("none")
@@ -47,6 +48,10 @@ int main(int argc, char **argv)
 	} else if (!strcmp(cmd, "digest")) {
 		const char *d = json_string_value(json_object_get(plan, "digest"));
 		printf("%s\n", d ? d : "none");
+	} else if (!strcmp(cmd, "stage")) {
+		json_t *st = json_array_get(json_object_get(plan, "stages"), (size_t)atoi(arg));
+		const char *n = json_string_value(json_object_get(st, "name"));
+		printf("%s\n", n ? n : "none");
 	} else if (!strcmp(cmd, "spread")) {
 		size_t best = 0;
 		json_t *ex = json_object_get(plan, "experts");
