@@ -75,9 +75,11 @@ shoal_err shoal_cluster_new(const shoal_cluster_config *cfg, shoal_cluster **out
 	}
 	memcpy(cl->mf.model_id, cl->model_id, 32);
 	shoal_policy_init(&cl->pol);
+	/* As local `shoal run`: the model's context, at most 4096 unless asked
+	 * (a 128k-token KV reservation would make most clusters infeasible). */
 	cl->pol.ctx = cfg->ctx ? cfg->ctx : cl->model->hp.n_ctx_train;
-	if (!cl->pol.ctx)
-		cl->pol.ctx = 4096;
+	if (!cl->pol.ctx || (!cfg->ctx && cl->pol.ctx > SHOAL_CLUSTER_DEFAULT_CTX))
+		cl->pol.ctx = SHOAL_CLUSTER_DEFAULT_CTX;
 	cl->pol.sessions = SHOAL_CLUSTER_SESSIONS;
 	cl->pol.spread_experts = cfg->spread_experts;
 	if (!(cl->ev = calloc(SHOAL_CLUSTER_EVENTS, sizeof *cl->ev))) {

@@ -47,7 +47,7 @@ typedef struct shoal_cluster_config {
 	const char *model_path; /* required */
 	const char *state_dir;  /* model id cache; NULL: none */
 	uint64_t mem_limit;     /* bytes offered at most; 0: what is available */
-	uint32_t ctx;           /* KV context per session; 0: the model's n_ctx_train */
+	uint32_t ctx;           /* KV context per session; 0: the model's, at most 4096 */
 	bool spread_experts;
 	uint32_t threads; /* engine threads; 0: 1 */
 	uint8_t self[16];

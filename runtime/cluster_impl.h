@@ -39,9 +39,10 @@
 #define SHOAL_CLUSTER_EVENTS 256
 /* A request waits this long for a servable plan; a session this long for
  * its next token before it fails (a stage died mid-run). */
-#define SHOAL_CLUSTER_WAIT_MS    20000u
-#define SHOAL_CLUSTER_SILENCE_MS 30000u
-#define SHOAL_CLUSTER_LINKS      (2 * SHOAL_CLUSTER_MAX_PEERS)
+#define SHOAL_CLUSTER_WAIT_MS     20000u
+#define SHOAL_CLUSTER_SILENCE_MS  30000u
+#define SHOAL_CLUSTER_LINKS       (2 * SHOAL_CLUSTER_MAX_PEERS)
+#define SHOAL_CLUSTER_DEFAULT_CTX 4096u /* the context of local `shoal run` */
 
 enum { SHOAL_CLUSTER_ROLE_STAGE = 1, SHOAL_CLUSTER_ROLE_OWNER = 2 };
 

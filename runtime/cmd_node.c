@@ -57,7 +57,7 @@ static void shoal_cmd_node_usage(FILE *f)
 	        "  --data-listen ADDR:PORT  data-plane listener (default: ephemeral)\n"
 	        "  --model FILE           serve this GGUF model's share of the plan\n"
 	        "  --mem-limit SIZE       memory offered at most (e.g. 20M, 8G)\n"
-	        "  --ctx N                KV context per session (default: the model's)\n"
+	        "  --ctx N                KV context per session (default: the model's, <= 4096)\n"
 	        "  --spread-experts       place each MoE layer's experts on several peers\n"
 	        "  -v, --verbose          debug logs\n",
 	        SHOAL_KEY_DEFAULT_NAME, SHOAL_NODE_DEFAULT_CLUSTER);

@@ -609,7 +609,9 @@ static shoal_err shoal_node_cluster_new(shoal_node *n, char *why, size_t why_len
 	                           .mem_limit = n->cfg.mem_limit,
 	                           .ctx = n->cfg.ctx,
 	                           .spread_experts = n->cfg.spread_experts != 0,
-	                           .threads = n->cfg.threads > 0 ? (uint32_t)n->cfg.threads : 1,
+	                           .threads = n->cfg.threads > 0 ? (uint32_t)n->cfg.threads
+	                                      : n->si.cores      ? n->si.cores
+	                                                         : 1,
 	                           .key = n->keyed ? &n->key : NULL,
 	                           .data_host = host,
 	                           .data_port = n->data_port,
