@@ -163,7 +163,7 @@ replanned() { servable_all 3 "${LIVE[@]}" && [ "$("$PC" "$T/st-${LIVE[0]}.json" 
 wait_for 20 replanned || fail "no new servable plan without $VICTIM within 20 s: $("$PC" "$T/st-${LIVE[0]}.json" servable)"
 echo "churn: $VICTIM (stage 1) killed; new 3-stage plan servable in $(($(now_ms) - t0)) ms"
 P=$("$PC" "$EXP" prompt 0)
-"$B" run --peer "$SEED" --key "$T/k" -p "$P" -n 32 --temp 0 --ids >"$T/r-churn" 2>"$T/r-err" ||
+"$B" run --peer "$(ep "${LIVE[0]}")" --key "$T/k" -p "$P" -n 32 --temp 0 --ids >"$T/r-churn" 2>"$T/r-err" ||
 	fail "run after churn: $(cat "$T/r-err")"
 same "greedy ids after churn" "$T/r-churn" "$T/l-ids-0"
 echo "churn: greedy ids after the re-plan identical to one peer"
@@ -175,9 +175,12 @@ start m1 "$MOE" --mem-limit 100M --ctx 256 --spread-experts
 SEED=$(ep m1)
 start m2 "$MOE" --mem-limit 100M --ctx 256 --spread-experts --peer "$SEED"
 start m3 "$MOE" --mem-limit 100M --ctx 256 --spread-experts --peer "$SEED"
-wait_for 20 servable_all "" m1 m2 m3 || fail "MoE plan not servable within 20 s: $("$PC" "$T/st-m1.json" servable)"
+spread_ok() { servable_all "" m1 m2 m3 && [ "$("$PC" "$T/st-m1.json" spread)" -ge 2 ]; }
+wait_for 20 spread_ok || {
+	"$B" status --state-dir "$T/m1" --key "$T/k"
+	fail "no servable MoE plan with one layer's experts on 2+ peers within 20 s: $("$PC" "$T/st-m1.json" servable), spread $("$PC" "$T/st-m1.json" spread)"
+}
 SPREAD=$("$PC" "$T/st-m1.json" spread)
-[ "$SPREAD" -ge 2 ] || fail "experts of no layer on 2+ peers (spread $SPREAD)"
 echo "MoE plan servable in $(($(now_ms) - t0)) ms: $("$PC" "$T/st-m1.json" stages) stage(s), one layer's experts on $SPREAD peers"
 MEPS=("$SEED" "$(ep m2)" "$(ep m3)")
 i=0
@@ -206,9 +209,12 @@ start s1 "$MOE6" --mem-limit 4M --ctx 256 --spread-experts
 SEED=$(ep s1)
 start s2 "$MOE6" --mem-limit 4M --ctx 256 --spread-experts --peer "$SEED"
 start s3 "$MOE6" --mem-limit 4M --ctx 256 --spread-experts --peer "$SEED"
-wait_for 20 servable_all 2 s1 s2 s3 || fail "2-stage MoE plan not servable within 20 s: $("$PC" "$T/st-s1.json" servable), $("$PC" "$T/st-s1.json" stages) stage(s)"
+spread2_ok() { servable_all 2 s1 s2 s3 && [ "$("$PC" "$T/st-s1.json" spread)" -ge 2 ]; }
+wait_for 20 spread2_ok || {
+	"$B" status --state-dir "$T/s1" --key "$T/k"
+	fail "no servable 2-stage MoE plan with experts on 2+ peers within 20 s: $("$PC" "$T/st-s1.json" servable), $("$PC" "$T/st-s1.json" stages) stage(s)"
+}
 SPREAD=$("$PC" "$T/st-s1.json" spread)
-[ "$SPREAD" -ge 2 ] || fail "2-stage MoE: experts of no layer on 2+ peers"
 echo "2-stage MoE plan servable in $(($(now_ms) - t0)) ms, one layer's experts on $SPREAD peers"
 "$B" run "$MOE6" -p "hello world" -n 12 --temp 0 --ids >"$T/sl-ids" 2>/dev/null || fail "local run (6 layers)"
 "$B" run "$MOE6" -p "hello world" -n 5 --temp 0 --logprobs 4 >"$T/sl-lp" 2>/dev/null
