@@ -287,10 +287,14 @@ static void shoal_cluster_take_assign(shoal_cluster_dt *d, shoal_cluster_assign 
 	shoal_cluster_links_close(d);
 	shoal_dist_owner_free(d->owner);
 	d->owner = NULL;
-	for (uint32_t i = 0; i < SHOAL_CLUSTER_MAX_RUNS; i++)
-		if (cl->runs[i].state == SHOAL_CLUSTER_RUN_STARTED && !cl->runs[i].ended)
+	for (uint32_t i = 0; i < SHOAL_CLUSTER_MAX_RUNS; i++) {
+		pthread_mutex_lock(&cl->mu);
+		bool live = cl->runs[i].state == SHOAL_CLUSTER_RUN_STARTED;
+		pthread_mutex_unlock(&cl->mu);
+		if (live && !cl->runs[i].ended)
 			shoal_cluster_end_run(cl, i, SHOAL_ERR_STATE,
 			                      "the plan changed during the run; retry");
+	}
 	shoal_cluster__free_assign(d->as);
 	d->as = a;
 	shoal_dist_owner_config oc;
@@ -457,17 +461,12 @@ static void *shoal_cluster_data_main(void *arg)
 		shoal_cluster_start_runs(d, tcs);
 		/* wait for frames or a wake-up */
 		struct pollfd pf[1 + 3 * SHOAL_CLUSTER_LINKS];
-		int owner_of[1 + 3 * SHOAL_CLUSTER_LINKS];
 		int np = 0;
 		pf[np].fd = cl->wake[0];
 		pf[np].events = POLLIN;
-		owner_of[np++] = -1;
-		for (size_t i = 0; i < d->n_in; i++) {
-			int c = shoal_xfer_link_pollfds(d->in[i].k, pf + np, 3);
-			for (int j = 0; j < c; j++)
-				owner_of[np + j] = (int)i;
-			np += c;
-		}
+		np++;
+		for (size_t i = 0; i < d->n_in; i++)
+			np += shoal_xfer_link_pollfds(d->in[i].k, pf + np, 3);
 		poll(pf, (nfds_t)np, 50);
 		char drain[64];
 		while (read(cl->wake[0], drain, sizeof drain) > 0)
@@ -497,7 +496,6 @@ static void *shoal_cluster_data_main(void *arg)
 				i++;
 			}
 		}
-		(void)owner_of;
 		shoal_cluster_check_runs(d);
 	}
 	shoal_cluster_links_close(d);
