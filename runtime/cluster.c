@@ -199,6 +199,102 @@ static void shoal_cluster_left(shoal_cluster *cl, const shoal_swim_member *m, co
 static shoal_err shoal_cluster_build_assign(shoal_cluster *cl, shoal_cluster_assign **out,
                                             char *why, size_t why_len);
 
+/* schedule() over the candidates (all but `skip`, when given): a view of
+ * their offered memory and bucketed speeds. Load is left out: each peer
+ * would bucket it from its own history of the others' records, and the
+ * plans would differ. Links use the view's default. */
+static shoal_err shoal_cluster_plan_on(shoal_cluster *cl, const shoal_swim_member *const *cand,
+                                       size_t nc, const uint8_t *skip, const shoal_plan *prev,
+                                       shoal_plan **out, char *why, size_t why_len)
+{
+	shoal_view *view = shoal_view_new(200000, 125000000);
+	shoal_err e = view ? SHOAL_OK : SHOAL_ERR_NOMEM;
+	for (size_t i = 0; i < nc && e == SHOAL_OK; i++) {
+		const shoal_record *r = &cand[i]->record;
+		if (skip && !memcmp(r->id.b, skip, 16))
+			continue;
+		shoal_view_peer p;
+		memset(&p, 0, sizeof p);
+		memcpy(p.id.b, r->id.b, 16);
+		snprintf(p.name, sizeof p.name, "%s", r->name);
+		p.mem_bytes = r->mem_weights;
+		p.mem_bw = shoal_cluster_speed(r->compute_mb_s);
+		p.flops = shoal_cluster_speed(r->compute_mflops);
+		p.load_pct = 0;
+		e = shoal_view_add_peer(view, &p, why, why_len);
+	}
+	if (e == SHOAL_OK)
+		e = shoal_schedule(view, &cl->mf, &cl->pol, prev, out, why, why_len);
+	shoal_view_free(view);
+	return e;
+}
+
+/* True when the plan names peer id. */
+static bool shoal_cluster_names(const shoal_plan *p, const uint8_t id[16])
+{
+	for (size_t i = 0; i < shoal_plan_n_peers(p); i++)
+		if (!memcmp(shoal_plan_peer_at(p, i)->id.b, id, 16))
+			return true;
+	return false;
+}
+
+/* Whether the previous plan may steer the scheduler: every peer it names
+ * is ready for it, and no other candidate announced another plan (a peer
+ * that just joined and announced nothing yet does not block it). Peers
+ * that plan from different previous plans would never agree. */
+static bool shoal_cluster_prev_usable(const shoal_plan *prev, const shoal_swim_member *const *cand,
+                                      size_t nc)
+{
+	if (!prev)
+		return false;
+	for (size_t i = 0; i < nc; i++) {
+		const shoal_record *r = &cand[i]->record;
+		bool ready =
+		    r->ready_epoch && !memcmp(r->ready_digest, shoal_plan_digest(prev), 32);
+		if (!ready && (shoal_cluster_names(prev, r->id.b) || r->ready_epoch))
+			return false;
+	}
+	return true;
+}
+
+/* A peer that joins a serving cluster has no previous plan. When every
+ * other candidate is ready for one digest D, recompute their plan from
+ * scratch on their view: if it is D, it becomes our previous plan too, so
+ * we keep theirs instead of forcing a re-plan. (Fails harmlessly when D
+ * itself was kept from an older plan: everybody then re-plans.) */
+static void shoal_cluster_learn_prev(shoal_cluster *cl, const shoal_swim_member *const *cand,
+                                     size_t nc)
+{
+	const uint8_t *d = NULL;
+	size_t others = 0;
+	for (size_t i = 0; i < nc; i++) {
+		const shoal_record *r = &cand[i]->record;
+		if (!memcmp(r->id.b, cl->cfg.self, 16))
+			continue;
+		if (!r->ready_epoch || (d && memcmp(d, r->ready_digest, 32)))
+			return;
+		d = r->ready_digest;
+		others++;
+	}
+	if (!d || !memcmp(d, cl->learn_tried, 32) ||
+	    (cl->prev && !memcmp(d, shoal_plan_digest(cl->prev), 32)))
+		return;
+	memcpy(cl->learn_tried, d, 32);
+	shoal_plan *p = NULL;
+	char why[256], dh[65];
+	if (shoal_cluster_plan_on(cl, cand, nc, cl->cfg.self, NULL, &p, why, sizeof why) !=
+	        SHOAL_OK ||
+	    memcmp(shoal_plan_digest(p), d, 32)) {
+		shoal_plan_free(p);
+		return;
+	}
+	shoal_digest_hex(d, dh);
+	SHOAL_LOG_I("cluster", "joined a cluster serving plan %.16s (%zu peer(s)): kept as ours",
+	            dh, others);
+	shoal_plan_free(cl->prev);
+	cl->prev = p;
+}
+
 int shoal_cluster_update(shoal_cluster *cl, const shoal_swim_member *v, size_t n)
 {
 	char why[256] = "";
@@ -208,7 +304,7 @@ int shoal_cluster_update(shoal_cluster *cl, const shoal_swim_member *v, size_t n
 	crypto_generichash_init(&hs, NULL, 0, 32);
 	cl->n_left = 0;
 	size_t nc = 0;
-	const shoal_swim_member *cand[SHOAL_CLUSTER_MAX_PEERS];
+	const shoal_swim_member *cand[SHOAL_CLUSTER_MAX_PEERS] = {0};
 	for (size_t i = 0; i < n; i++) {
 		const shoal_swim_member *m = &v[i];
 		char hex[65];
@@ -241,13 +337,11 @@ int shoal_cluster_update(shoal_cluster *cl, const shoal_swim_member *v, size_t n
 			crypto_generichash_update(&hs, (const uint8_t *)r->data_ep[k].addr,
 			                          strlen(r->data_ep[k].addr));
 	}
-	/* The previous plan steers the scheduler (stability) only while every
-	 * candidate is ready for it: a peer that just joined does not know it,
-	 * and peers that plan from different previous plans never agree. */
-	bool use_prev = cl->prev != NULL;
-	for (size_t i = 0; i < nc && use_prev; i++)
-		use_prev = cand[i]->record.ready_epoch &&
-		           !memcmp(cand[i]->record.ready_digest, shoal_plan_digest(cl->prev), 32);
+	bool use_prev = shoal_cluster_prev_usable(cl->prev, cand, nc);
+	if (!use_prev) {
+		shoal_cluster_learn_prev(cl, cand, nc);
+		use_prev = shoal_cluster_prev_usable(cl->prev, cand, nc);
+	}
 	uint8_t up = use_prev;
 	crypto_generichash_update(&hs, &up, 1);
 	uint8_t sig[32];
@@ -289,27 +383,9 @@ int shoal_cluster_update(shoal_cluster *cl, const shoal_swim_member *v, size_t n
 		cl->eps_version++;
 		pthread_mutex_unlock(&cl->mu);
 
-		shoal_view *view = shoal_view_new(200000, 125000000);
 		shoal_plan *np = NULL;
-		shoal_err e = view ? SHOAL_OK : SHOAL_ERR_NOMEM;
-		for (size_t i = 0; i < nc && e == SHOAL_OK; i++) {
-			const shoal_record *r = &cand[i]->record;
-			shoal_view_peer p;
-			memset(&p, 0, sizeof p);
-			memcpy(p.id.b, r->id.b, 16);
-			snprintf(p.name, sizeof p.name, "%s", r->name);
-			p.mem_bytes = r->mem_weights;
-			p.mem_bw = shoal_cluster_speed(r->compute_mb_s);
-			p.flops = shoal_cluster_speed(r->compute_mflops);
-			/* load is left out: each peer would bucket it from its own
-			 * history of the others' records, and the plans differ */
-			p.load_pct = 0;
-			e = shoal_view_add_peer(view, &p, why, sizeof why);
-		}
-		if (e == SHOAL_OK)
-			e = shoal_schedule(view, &cl->mf, &cl->pol, use_prev ? cl->prev : NULL, &np,
-			                   why, sizeof why);
-		shoal_view_free(view);
+		shoal_err e = shoal_cluster_plan_on(cl, cand, nc, NULL, use_prev ? cl->prev : NULL,
+		                                    &np, why, sizeof why);
 		if (e != SHOAL_OK) {
 			if (strcmp(cl->plan_why, why) || cl->plan)
 				SHOAL_LOG_W("cluster", "no plan over %zu peer(s): %s", nc,

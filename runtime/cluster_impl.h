@@ -113,8 +113,9 @@ struct shoal_cluster {
 	/* planning: node thread */
 	uint8_t view_sig[32];
 	bool have_sig;
-	shoal_plan *plan; /* current, NULL when none */
-	shoal_plan *prev; /* last servable */
+	shoal_plan *plan;        /* current, NULL when none */
+	shoal_plan *prev;        /* last servable, or learned from the peers we joined */
+	uint8_t learn_tried[32]; /* the digest we last tried to learn */
 	char plan_why[256];
 	bool servable;
 	uint8_t ready_digest[32];
