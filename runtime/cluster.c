@@ -241,16 +241,19 @@ static bool shoal_cluster_names(const shoal_plan *p, const uint8_t id[16])
 /* Whether the previous plan may steer the scheduler: every peer it names
  * is ready for it, and no other candidate announced another plan (a peer
  * that just joined and announced nothing yet does not block it). Peers
- * that plan from different previous plans would never agree. */
-static bool shoal_cluster_prev_usable(const shoal_plan *prev, const shoal_swim_member *const *cand,
-                                      size_t nc)
+ * that plan from different previous plans would never agree. Readiness
+ * for `next`, the plan computed from prev, counts too: peers that already
+ * moved to it (a joiner, or all of us while it loads) agree with us. */
+static bool shoal_cluster_prev_usable(const shoal_plan *prev, const shoal_plan *next,
+                                      const shoal_swim_member *const *cand, size_t nc)
 {
 	if (!prev)
 		return false;
 	for (size_t i = 0; i < nc; i++) {
 		const shoal_record *r = &cand[i]->record;
-		bool ready =
-		    r->ready_epoch && !memcmp(r->ready_digest, shoal_plan_digest(prev), 32);
+		bool ready = r->ready_epoch &&
+		             (!memcmp(r->ready_digest, shoal_plan_digest(prev), 32) ||
+		              (next && !memcmp(r->ready_digest, shoal_plan_digest(next), 32)));
 		if (!ready && (shoal_cluster_names(prev, r->id.b) || r->ready_epoch))
 			return false;
 	}
@@ -337,13 +340,12 @@ int shoal_cluster_update(shoal_cluster *cl, const shoal_swim_member *v, size_t n
 			crypto_generichash_update(&hs, (const uint8_t *)r->data_ep[k].addr,
 			                          strlen(r->data_ep[k].addr));
 	}
-	bool use_prev = shoal_cluster_prev_usable(cl->prev, cand, nc);
-	if (!use_prev) {
-		shoal_cluster_learn_prev(cl, cand, nc);
-		use_prev = shoal_cluster_prev_usable(cl->prev, cand, nc);
+	/* readiness is an input too: whether the previous plan may be used
+	 * depends on it (shoal_cluster_prev_usable) */
+	for (size_t i = 0; i < nc; i++) {
+		crypto_generichash_update(&hs, (const uint8_t *)&cand[i]->record.ready_epoch, 8);
+		crypto_generichash_update(&hs, cand[i]->record.ready_digest, 32);
 	}
-	uint8_t up = use_prev;
-	crypto_generichash_update(&hs, &up, 1);
 	uint8_t sig[32];
 	crypto_generichash_final(&hs, sig, 32);
 
@@ -383,9 +385,26 @@ int shoal_cluster_update(shoal_cluster *cl, const shoal_swim_member *v, size_t n
 		cl->eps_version++;
 		pthread_mutex_unlock(&cl->mu);
 
+		/* From the previous plan when the peers can agree on it (our own
+		 * last servable one, else the one learned from the peers we
+		 * joined), else from scratch. */
 		shoal_plan *np = NULL;
-		shoal_err e = shoal_cluster_plan_on(cl, cand, nc, NULL, use_prev ? cl->prev : NULL,
-		                                    &np, why, sizeof why);
+		shoal_err e = SHOAL_ERR_STATE;
+		for (int attempt = 0; attempt < 2 && e != SHOAL_OK; attempt++) {
+			if (attempt == 1)
+				shoal_cluster_learn_prev(cl, cand, nc);
+			if (!cl->prev)
+				continue;
+			e = shoal_cluster_plan_on(cl, cand, nc, NULL, cl->prev, &np, why,
+			                          sizeof why);
+			if (e == SHOAL_OK && !shoal_cluster_prev_usable(cl->prev, np, cand, nc)) {
+				shoal_plan_free(np);
+				np = NULL;
+				e = SHOAL_ERR_STATE;
+			}
+		}
+		if (e != SHOAL_OK)
+			e = shoal_cluster_plan_on(cl, cand, nc, NULL, NULL, &np, why, sizeof why);
 		if (e != SHOAL_OK) {
 			if (strcmp(cl->plan_why, why) || cl->plan)
 				SHOAL_LOG_W("cluster", "no plan over %zu peer(s): %s", nc,
