@@ -18,6 +18,12 @@
  *     token names D: a frame of another plan is dropped by the link.
  *  4. A request that finds no servable plan waits (bounded), then fails
  *     with the reason; it is never computed with another plan's weights.
+ *  5. The previous plan (stability) is passed to the scheduler only when
+ *     every candidate is ready for it or for the plan it yields (or, not in
+ *     it, announced nothing); a joiner learns it by recomputing its peers'
+ *     plan from their view. Otherwise everyone plans from scratch, so peers
+ *     always converge on one digest. Load and links stay out of the view
+ *     (each peer would bucket them from its own history).
  *
  * RUN_* messages (net/ctlmsg.h), JSON text:
  *   RUN_REQ   {"prompt": TEXT, "n": N, "temp", "seed", "top_k", "top_p",
