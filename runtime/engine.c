@@ -221,18 +221,20 @@ static void *engine__calloc3(size_t a, size_t b, size_t c, size_t sz)
 	return calloc(n ? n : 1, sz);
 }
 
-static void engine__rope_table(shoal_engine *e)
+/* freqs: (n_rot/2) Llama 3.1-style per-pair divisors of the angle (the
+ * model's rope_freqs tensor), or NULL for none. */
+static void engine__rope_table(shoal_engine *e, const float *freqs)
 {
 	const shoal_hparams *hp = &e->hp;
 	uint32_t n_rot = hp->n_rot;
-	/* theta_i = pos * base^(-2i/n_rot) * freq_scale, the angle advanced by a
-	 * float product per pair as the reference engine does */
+	/* theta_i = pos * base^(-2i/n_rot) / freqs[i] * freq_scale, the angle
+	 * advanced by a float product per pair as the reference engine does */
 	float theta_scale = powf(hp->rope_freq_base, -2.0f / (float)n_rot);
 	for (uint32_t p = 0; p < e->cfg.n_ctx; p++) {
 		float *cs = e->rope_cs + (size_t)p * n_rot; /* (n_rot/2, 2) */
 		float theta = (float)p;
 		for (uint32_t i = 0; i < n_rot / 2; i++) {
-			float t = hp->rope_freq_scale * theta;
+			float t = hp->rope_freq_scale * (freqs ? theta / freqs[i] : theta);
 			cs[2 * i] = cosf(t);
 			cs[2 * i + 1] = sinf(t);
 			theta *= theta_scale;
@@ -361,7 +363,22 @@ shoal_err shoal_engine_new(const shoal_model *m, const shoal_engine_config *cfg,
 		    !e->moe_slot)
 			goto fail;
 	}
-	engine__rope_table(e);
+	/* Llama 3.1 and later scale each rotated pair's frequency by the
+	 * file's rope_freqs (the reference's freq_factors); ignoring them
+	 * gives wrong logits beyond the first position. */
+	float *freqs = NULL;
+	if ((err = engine__vec(m->rope_freqs, hp->n_rot / 2, &freqs, why, why_len)))
+		goto fail;
+	for (uint32_t i = 0; freqs && i < hp->n_rot / 2; i++)
+		if (!isfinite(freqs[i]) || freqs[i] <= 0) {
+			err = shoal_why(why, why_len, SHOAL_ERR_FORMAT,
+			                "rope_freqs.weight[%u] = %g is not a positive number", i,
+			                (double)freqs[i]);
+			free(freqs);
+			goto fail;
+		}
+	engine__rope_table(e, freqs);
+	free(freqs);
 
 	e->ops = cfg->backend ? cfg->backend : shoal_backend_cpu();
 	shoal_backend_limits lim = {

@@ -693,6 +693,57 @@ static void test_bad_batches(void)
 	shoal_model_free(m);
 }
 
+/* Llama 3.1's rope_freqs divide each rotated pair's angle: factors of 2
+ * everywhere must give exactly the logits of a linear rope scale of 1/2
+ * (theta / 2 == 0.5 * theta in float), and differ from no scaling. */
+#define FX_LLAMA_DENSE                                                                             \
+	"--arch llama --type F32 --layers 2 --dim 64 --ff 128 --heads 4 "                          \
+	"--kv-heads 2 --vocab 300 --ctx 64 --seed 11"
+static void test_rope_freqs(void)
+{
+	shoal_model *m = open_model(fx_path("llama_dense", FX_LLAMA_DENSE));
+	if (!m)
+		TEST_SKIP("tests/gen_fixture could not make a llama fixture");
+	uint32_t V = m->hp.n_vocab, half = m->hp.n_rot / 2;
+	int32_t prompt[8];
+	prompt_ids(m, prompt, 8);
+	setup s = {.threads = 1};
+	float *plain = calloc(V, sizeof(float)), *freqs = calloc(V, sizeof(float)),
+	      *scaled = calloc(V, sizeof(float)), *ff = malloc(half * sizeof(float));
+	for (uint32_t i = 0; i < half; i++)
+		ff[i] = 2.0f;
+	ASSERT_EQ(trace(m, &s, prompt, 8, 0, plain), 0);
+	shoal_gguf_tensor t = {.name = "rope_freqs.weight",
+	                       .n_dims = 1,
+	                       .ne = {half, 1, 1, 1},
+	                       .type = SHOAL_DTYPE_F32,
+	                       .data = ff,
+	                       .nbytes = (uint64_t)half * sizeof(float)};
+	m->rope_freqs = &t;
+	ASSERT_EQ(trace(m, &s, prompt, 8, 0, freqs), 0);
+	m->rope_freqs = NULL;
+	m->hp.rope_freq_scale = 0.5f;
+	ASSERT_EQ(trace(m, &s, prompt, 8, 0, scaled), 0);
+	ASSERT_MEM_EQ(freqs, scaled, V * sizeof(float));
+	ASSERT_TRUE(memcmp(freqs, plain, V * sizeof(float)) != 0);
+	/* A factor that is not a positive number is bad input, not a NaN. */
+	ff[1] = 0.0f;
+	m->rope_freqs = &t;
+	m->hp.rope_freq_scale = 1.0f;
+	shoal_engine_config c = shoal_engine_config_default(m);
+	c.n_ctx = 64;
+	shoal_engine *e = NULL;
+	char why[256] = "";
+	ASSERT_EQ(shoal_engine_new(m, &c, &e, why, sizeof why), SHOAL_ERR_FORMAT);
+	ASSERT_TRUE(e == NULL);
+	m->rope_freqs = NULL;
+	free(plain);
+	free(freqs);
+	free(scaled);
+	free(ff);
+	shoal_model_free(m);
+}
+
 static void cleanup(void)
 {
 	if (fx_dir[0]) {
@@ -714,4 +765,5 @@ TEST_MAIN(TEST_CASE(test_threadpool), TEST_CASE(test_austen_f32_invariants),
           TEST_CASE(test_qwen2_q4k_invariants), TEST_CASE(test_qwen3_q6k_invariants),
           TEST_CASE(test_qwen3moe_invariants), TEST_CASE(test_mixtral_invariants),
           TEST_CASE(test_qwen3moe_partial), TEST_CASE(test_mixtral_partial),
-          TEST_CASE(test_bad_batches), TEST_CASE(test_cleanup))
+          TEST_CASE(test_bad_batches), TEST_CASE(test_rope_freqs),
+          TEST_CASE(test_cleanup))
