@@ -179,7 +179,7 @@ static shoal_err read_routing(const json_t *r, shoal_view *v, char *why, size_t 
 		const json_t *layer = json_object_get(x, "layer"),
 		             *counts = json_object_get(x, "counts");
 		if (!json_is_integer(layer) || json_integer_value(layer) < 0 ||
-		    !json_is_array(counts))
+		    json_integer_value(layer) > UINT32_MAX || !json_is_array(counts))
 			return shoal_why(why, why_len, SHOAL_ERR_FORMAT,
 			                 "routing[%zu]: want {\"layer\": n, \"counts\": [...]}", i);
 		size_t e;

@@ -219,6 +219,10 @@ static void test_cluster_parse(void)
 	    "{\"peers\": [{\"id\": \"000000000000000000000000000000a1\", \"memory\": \"1G\", "
 	    "\"bandwidth_gbs\": 1, \"compute_gflops\": 1}], \"routing\": [{\"layer\": 0, "
 	    "\"counts\": [-1]}]}",
+	    /* a layer past 32 bits is out of range, not layer 0 */
+	    "{\"peers\": [{\"id\": \"000000000000000000000000000000a1\", \"memory\": \"1G\", "
+	    "\"bandwidth_gbs\": 1, \"compute_gflops\": 1}], \"routing\": [{\"layer\": "
+	    "4294967296, \"counts\": [5]}]}",
 	    "not json",
 	};
 	for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
