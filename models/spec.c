@@ -170,8 +170,16 @@ static uint64_t qbytes(uint64_t n_weights, uint32_t mbits)
 	return (n_weights * mbits + 7999) / 8000;
 }
 
-static void fill(const spec_hp *h, shoal_manifest *m, shoal_spec_info *info)
+/* At most 2^48 weights in all (~281 trillion; the largest published models
+ * have ~2^41): every per-layer count stays below 2^63 by the field limits
+ * above, but their sum over 1024 layers, and a count times 32000 millibits,
+ * would not. Below this bound every byte and FLOP figure fits 64 bits. */
+#define SPEC_PARAMS_MAX (1ull << 48)
+
+/* False if the total weight count wraps 64 bits (m is then unusable). */
+static bool fill(const spec_hp *h, shoal_manifest *m, shoal_spec_info *info)
 {
+	bool wrap = false;
 	uint64_t D = h->dim, H = h->heads;
 	uint64_t attn_w, attn_f32, kv, attn_fl;
 	if (h->mla) {
@@ -212,7 +220,8 @@ static void fill(const spec_hp *h, shoal_manifest *m, shoal_spec_info *info)
 		y->kv_bytes_per_token = kv;
 		y->attn_flops_per_ctx = attn_fl;
 		uint64_t exp_w = dense ? 0 : 3 * D * h->expert_ffn;
-		info->n_params += mat + f32 + exp_w * h->experts;
+		wrap |= __builtin_add_overflow(info->n_params, mat + f32 + exp_w * h->experts,
+		                               &info->n_params);
 		info->n_params_active += mat + f32 + exp_w * h->experts_used;
 	}
 	uint64_t emb = D * h->vocab;
@@ -224,8 +233,10 @@ static void fill(const spec_hp *h, shoal_manifest *m, shoal_spec_info *info)
 	m->head_flops = 2 * emb;
 	m->tied_head = h->tied;
 	m->act_bytes_per_token = 4 * D;
-	info->n_params += D + emb * (h->tied ? 1 : 2);
+	wrap |= __builtin_add_overflow(info->n_params, D + emb * (h->tied ? 1 : 2),
+	                               &info->n_params);
 	info->n_params_active += D + emb * (h->tied ? 1 : 2);
+	return !wrap;
 }
 
 /* ---- the manifest ------------------------------------------------------ */
@@ -250,7 +261,11 @@ static shoal_err from_json(const json_t *j, shoal_manifest *m, shoal_spec_info *
 	m->layers = calloc(h.layers, sizeof *m->layers);
 	if (!m->layers)
 		return SHOAL_ERR_NOMEM;
-	fill(&h, m, info);
+	if (!fill(&h, m, info) || info->n_params > SPEC_PARAMS_MAX) {
+		shoal_spec_manifest_fini(m);
+		return shoal_why(why, why_len, SHOAL_ERR_RANGE,
+		                 "spec: more than 2^48 weights in all; check the sizes");
+	}
 	return SHOAL_OK;
 }
 

@@ -116,6 +116,12 @@ static void test_bad_specs(void)
 	    "{\"layers\": 99999, \"dim\": 64, \"heads\": 4, \"vocab\": 100, \"quant\": "
 	    "\"F16\"}",
 	    "{\"layers\": 2, \"dim\"",
+	    /* every field in range, but the bytes (weights x millibits) would
+	     * wrap 64 bits and come out small */
+	    "{\"layers\": 1024, \"dim\": 1048576, \"heads\": 1048576, \"head_dim\": "
+	    "1048576, \"ffn\": 1048576, \"vocab\": 100, \"quant\": \"F32\"}",
+	    "{\"layers\": 1, \"dim\": 1048576, \"heads\": 1048576, \"head_dim\": 64, "
+	    "\"ffn\": 1048576, \"vocab\": 100, \"quant\": \"F32\"}",
 	};
 	for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
 		shoal_manifest m;
