@@ -1,0 +1,228 @@
+#!/bin/bash
+# tests/bench/dist_bench.sh: decode tokens/s of a cluster of 1, 2 and 3
+# `shoal node` peers on 127.0.0.1 (1 thread each) against one local
+# process, and the latency each pipeline hop adds. A benchmark, not a test:
+# not part of make check; it fails only when it cannot set up a cluster.
+#
+#   tests/bench/dist_bench.sh [BUILDDIR]        (from the source tree)
+#
+# Models: the trained austen model (tests/data, 14.5 MB, 6 layers, tied
+# head) and the 1.17 GB Llama-shaped Q8_0 fixture of tests/bench/
+# decode_bound.sh (made with tests/gen_fixture if missing; ~1.2 GB in /tmp).
+# Each cluster is exactly K peers whose --mem-limit forces K stages (the
+# plan's stage count is checked through `shoal status --json`); the three
+# clusters (own keys and names) are up at once, idle but for the runs.
+#
+# Decode time without prefill or setup: the same greedy prompt is run for
+# N1 and N2 tokens, RUNS rounds of every config in turn (so that load from
+# elsewhere on the machine hits all alike); us/token = (best t(N2) - best
+# t(N1)) / (N2 - N1). Added latency per hop = (us/token with K stages -
+# us/token with 1 stage) / (K - 1). Goals (issue "Distributed inference"): <= 50 us per
+# hop; on the fixture, 2 and 3 peers <= 5% below one peer. Takes 3-4 minutes.
+# Env: SHOAL_DATA, SHOAL_BENCH_FIXTURE, RUNS (austen, default 10),
+# FIX_RUNS (fixture, default 3).
+set -u
+builddir=${1:-${SHOAL_BUILDDIR:-.}}
+B=$builddir/shoal
+PC=$builddir/tests/plancheck
+DATA=${SHOAL_DATA:-$(dirname "$0")/../data}
+DENSE=$DATA/models/austen-dense-q8_0.gguf
+FIX=${SHOAL_BENCH_FIXTURE:-/tmp/shoal-bench/llama-1b-q8_0.gguf}
+RUNS=${RUNS:-10}
+FIX_RUNS=${FIX_RUNS:-3}
+PROMPT="It is a truth universally acknowledged"
+CTX=256 # KV per session, on every peer and the local run alike
+T=$(mktemp -d /tmp/shoal-distbench-XXXXXX)
+PIDS=()
+cleanup() {
+	for p in "${PIDS[@]}"; do kill -9 "$p" 2>/dev/null; wait "$p" 2>/dev/null; done
+	rm -rf "$T"
+}
+trap cleanup EXIT
+die() {
+	echo "dist_bench: $*" >&2
+	for f in "$T"/*.log; do [ -f "$f" ] && { echo "---- $f" >&2; tail -n 10 "$f" >&2; }; done
+	exit 1
+}
+now_ms() { echo $(($(date +%s%N) / 1000000)); }
+
+[ -x "$B" ] || die "$B not found (give the build directory)"
+[ -f "$DENSE" ] || die "$DENSE not found (set SHOAL_DATA)"
+for p in plancheck gen_fixture; do
+	[ -x "$builddir/tests/$p" ] || make -C "$builddir" "tests/$p" >/dev/null || die "cannot build tests/$p"
+done
+if [ ! -s "$FIX" ]; then
+	mkdir -p "$(dirname "$FIX")"
+	echo "making $FIX (1.17 GB)"
+	"$builddir/tests/gen_fixture" --arch llama --type Q8_0 --layers 22 --dim 2048 --ff 5632 \
+		--heads 32 --kv-heads 4 --vocab 32000 --ctx 2048 --seed 1 "$FIX.tmp" >/dev/null ||
+		die "gen_fixture failed"
+	mv "$FIX.tmp" "$FIX"
+fi
+for k in 1 2 3; do "$B" key new "$T/k$k" >/dev/null || die "shoal key new"; done
+
+# ---- clusters
+
+start() { # start NAME K MODEL LIMIT [--peer EP]: a peer of cluster K (key kK)
+	local n=$1 k=$2 m=$3 lim=$4
+	shift 4
+	"$B" node --state-dir "$T/$n" --name "$n" --listen 127.0.0.1:0 --no-mdns --key "$T/k$k" \
+		--cluster "bench$k" --gossip-ms 50 --threads 1 --model "$m" --mem-limit "$lim" \
+		--ctx $CTX "$@" >>"$T/$n.log" 2>&1 &
+	PIDS+=($!)
+}
+ep() { # the control endpoint HOST:PORT of a started node
+	for _ in $(seq 400); do
+		[ -s "$T/$1/control" ] && grep -q '^endpoint ' "$T/$1/control" &&
+			{ sed -n 's/^endpoint tcp:\/\///p' "$T/$1/control"; return 0; }
+		sleep 0.05
+	done
+	die "node $1 did not start"
+}
+plan_ok() { # plan_ok K: every peer of cluster K sees the same servable K-stage plan
+	local k=$1 i n d=
+	for i in $(seq "$k"); do
+		n=c${k}p$i
+		"$B" status --state-dir "$T/$n" --key "$T/k$k" --json --timeout-ms 2000 >"$T/st-$n.json" \
+			2>>"$T/status.log" || return 1
+		[ "$("$PC" "$T/st-$n.json" servable)" = yes ] || return 1
+		[ "$("$PC" "$T/st-$n.json" stages)" = "$k" ] || return 1
+		[ -z "$d" ] || [ "$("$PC" "$T/st-$n.json" digest)" = "$d" ] || return 1
+		d=$("$PC" "$T/st-$n.json" digest)
+	done
+}
+stop_all() {
+	for p in "${PIDS[@]}"; do kill -9 "$p" 2>/dev/null; wait "$p" 2>/dev/null; done
+	PIDS=()
+	rm -rf "$T"/c[0-9]p[0-9]*
+}
+
+# clusters MODEL LIMIT1 LIMIT2 LIMIT3: clusters of 1, 2 and 3 peers, each
+# with its own key and name, all up at once; EP0[K] is the peer of stage 0
+# of cluster K (it owns the session: no extra hop to an outside owner)
+declare -A EP0
+clusters() {
+	local m=$1 k i seed t0 deadline lim
+	shift
+	t0=$(now_ms)
+	for k in 1 2 3; do
+		lim=${!k}
+		start "c${k}p1" "$k" "$m" "$lim"
+		seed=$(ep "c${k}p1")
+		for i in $(seq 2 "$k"); do start "c${k}p$i" "$k" "$m" "$lim" --peer "$seed"; done
+	done
+	deadline=$(($(now_ms) + 180000))
+	for k in 1 2 3; do
+		until plan_ok "$k"; do
+			[ "$(now_ms)" -lt $deadline ] ||
+				die "$k peers at --mem-limit ${!k}: no servable $k-stage plan in 180 s" \
+					"(stages $("$PC" "$T/st-c${k}p1.json" stages), $("$PC" "$T/st-c${k}p1.json" servable))"
+			sleep 0.2
+		done
+		EP0[$k]=$(ep "$("$PC" "$T/st-c${k}p1.json" stage 0)")
+		echo "  ($k peer(s) at --mem-limit ${!k}: $k-stage plan servable $(($(now_ms) - t0)) ms after start)"
+	done
+}
+
+# ---- timing
+
+# gen CONFIG N OUT: one greedy run of N tokens; CONFIG 0 is the local
+# process, K the cluster of K peers. Prints the wall time in us.
+gen() {
+	local s e
+	s=$(date +%s%N)
+	if [ "$1" = 0 ]; then
+		"$B" run "$MODEL" -p "$PROMPT" --temp 0 --ids --threads 1 --ctx $CTX -n "$2"
+	else
+		"$B" run --peer "${EP0[$1]}" --key "$T/k$1" -p "$PROMPT" --temp 0 --ids -n "$2"
+	fi >"$3" 2>>"$T/run.log" || return 1
+	e=$(date +%s%N)
+	echo $(((e - s) / 1000))
+}
+
+# measure N1 N2 RUNS: RUNS rounds, each timing every config for N1 and N2
+# tokens in turn (so that background load hits all configs alike); keeps the
+# best times and sets US[CONFIG] = us/token
+declare -A US
+measure() {
+	local n1=$1 n2=$2 runs=$3 r c t c1 c2
+	local -A b1=() b2=()
+	for r in $(seq "$runs"); do
+		for c in 0 1 2 3; do
+			t=$(gen "$c" "$n1" "$T/ids1-$c") || die "config $c: run -n $n1 failed: $(tail -n 2 "$T/run.log")"
+			[ -z "${b1[$c]:-}" ] || [ "$t" -lt "${b1[$c]}" ] && b1[$c]=$t
+			t=$(gen "$c" "$n2" "$T/ids2-$c") || die "config $c: run -n $n2 failed: $(tail -n 2 "$T/run.log")"
+			[ -z "${b2[$c]:-}" ] || [ "$t" -lt "${b2[$c]}" ] && b2[$c]=$t
+		done
+	done
+	for c in 0 1 2 3; do
+		c1=$(wc -w <"$T/ids1-$c") # a run may stop early at EOS: count what came
+		c2=$(wc -w <"$T/ids2-$c")
+		[ "$c2" -gt "$c1" ] || die "config $c: $c2 tokens for -n $n2, $c1 for -n $n1"
+		[ "$c" = 0 ] || cmp -s "$T/ids2-$c" "$T/ids2-0" ||
+			echo "  note: $c peer(s): greedy ids differ from the local run"
+		US[$c]=$(awk -v a="${b1[$c]}" -v b="${b2[$c]}" -v n="$((c2 - c1))" 'BEGIN { printf "%.1f", (b - a) / n }')
+		printf '{"model":"%s","peers":%d,"stages":%d,"n1":%d,"n2":%d,"runs":%d,"best_t1_us":%d,"best_t2_us":%d,"us_per_token":%s}\n' \
+			"$MODEL_NAME" "$c" "$c" "$c1" "$c2" "$runs" "${b1[$c]}" "${b2[$c]}" "${US[$c]}" >>"$T/raw"
+	done
+}
+
+# bench NAME MODEL N1 N2 RUNS LIMIT1 LIMIT2 LIMIT3
+bench() {
+	MODEL_NAME=$1 MODEL=$2
+	local n1=$3 n2=$4 runs=$5 c h2 h3
+	shift 5
+	US=()
+	echo
+	echo "== $MODEL_NAME ($(stat -c %s "$MODEL") bytes), decode tokens $n1 -> $n2, best of $runs, --ctx $CTX"
+	clusters "$MODEL" "$@"
+	echo "  load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
+	measure "$n1" "$n2" "$runs"
+	echo "  load average after:  $(cut -d' ' -f1-3 /proc/loadavg)"
+	stop_all
+	echo "  config    stages   us/token     tok/s  x local   x 1peer"
+	for c in 0 1 2 3; do
+		awk -v c="$c" -v us="${US[$c]}" -v ref="${US[0]}" -v one="${US[1]}" 'BEGIN {
+			printf "  %-9s %6s %10.1f %9.2f %9.3f %9.3f\n", c == 0 ? "local" : c == 1 ? "1 peer" : c " peers",
+			       c == 0 ? "-" : c, us, 1e6 / us, ref / us, one / us }'
+	done
+	h2=$(awk -v a="${US[2]}" -v b="${US[1]}" 'BEGIN { printf "%.1f", a - b }')
+	h3=$(awk -v a="${US[3]}" -v b="${US[1]}" 'BEGIN { printf "%.1f", (a - b) / 2 }')
+	echo "  added latency per hop: 2 stages $h2 us, 3 stages $h3 us" \
+		"(goal <= 50 us: $(awk -v a="$h2" -v b="$h3" 'BEGIN { print (a <= 50 && b <= 50) ? "met" : "NOT met" }'))"
+	awk -v u="${US[1]}" 'BEGIN { exit !(u > 20000) }' &&
+		echo "  (at ${US[1]} us/token the per-hop figure is below the timing noise; see the small model)"
+	echo "  1 peer vs local process: $(awk -v a="${US[1]}" -v b="${US[0]}" 'BEGIN { printf "%+.1f", a - b }') us/token (client round trip)"
+	printf '{"model":"%s","hop_us_2":%s,"hop_us_3":%s}\n' "$MODEL_NAME" "$h2" "$h3" >>"$T/raw"
+}
+
+# throughput_goal: 2 and 3 peers at most 5% below one peer (the 1-peer
+# cluster; the local process is shown too)
+throughput_goal() {
+	local k ok=met r1 rl
+	for k in 2 3; do
+		r1=$(awk -v a="${US[1]}" -v b="${US[$k]}" 'BEGIN { printf "%.1f", 100 * a / b }')
+		rl=$(awk -v a="${US[0]}" -v b="${US[$k]}" 'BEGIN { printf "%.1f", 100 * a / b }')
+		echo "  $k peers: throughput $r1% of the 1-peer cluster, $rl% of the local process"
+		awk -v r="$r1" 'BEGIN { exit !(r < 95) }' && ok="NOT met"
+	done
+	echo "  goal (at most 5% below one peer): $ok"
+}
+
+NCPU=$(nproc)
+echo "dist_bench: $NCPU CPU core(s); every peer and the local run use 1 thread"
+[ "$NCPU" -lt 3 ] && echo "note: 3 peers (+ the client) share $NCPU cores here, so the 3-peer figures include CPU contention"
+
+# austen: 14.5 MB, embedding 8.6 MiB counted on both the embedding and the
+# (tied) head peer, ~1 MB a layer. 64M holds it all (1 stage); 13M holds the
+# embedding and 3 layers but not the whole model (2 stages); 11M holds the
+# embedding and 2 layers (3 stages, as in tests/dist_loopback.sh).
+bench austen-dense-q8_0 "$DENSE" 8 232 "$RUNS" 64M 13M 11M
+# fixture: 1.17 GB = embedding 70 MB + head 70 MB + 22 layers x 46.8 MB.
+# 1.3G holds it all; 650M holds 11 layers + embedding (585 MB) but not the
+# model; 450M holds 8 layers + embedding (444 MB), and 2 x 450M < 1.17 GB.
+bench llama-1b-q8_0-fixture "$FIX" 2 34 "$FIX_RUNS" 1300M 650M 450M
+throughput_goal
+echo
+echo "== raw"
+cat "$T/raw"
