@@ -188,10 +188,15 @@ bench() {
 	done
 	h2=$(awk -v a="${US[2]}" -v b="${US[1]}" 'BEGIN { printf "%.1f", a - b }')
 	h3=$(awk -v a="${US[3]}" -v b="${US[1]}" 'BEGIN { printf "%.1f", (a - b) / 2 }')
-	echo "  added latency per hop: 2 stages $h2 us, 3 stages $h3 us" \
-		"(goal <= 50 us: $(awk -v a="$h2" -v b="$h3" 'BEGIN { print (a <= 50 && b <= 50) ? "met" : "NOT met" }'))"
-	awk -v u="${US[1]}" 'BEGIN { exit !(u > 20000) }' &&
-		echo "  (at ${US[1]} us/token the per-hop figure is below the timing noise; see the small model)"
+	# at 20 ms a token or more, run-to-run noise (~1%) exceeds 100 us: the
+	# hop goal is judged on the small model only
+	if awk -v u="${US[1]}" 'BEGIN { exit !(u > 20000) }'; then
+		echo "  added latency per hop: 2 stages $h2 us, 3 stages $h3 us" \
+			"(below the timing noise at ${US[1]} us/token: hop goal judged on the small model)"
+	else
+		echo "  added latency per hop: 2 stages $h2 us, 3 stages $h3 us" \
+			"(goal <= 50 us: $(awk -v a="$h2" -v b="$h3" 'BEGIN { print (a <= 50 && b <= 50) ? "met" : "NOT met" }'))"
+	fi
 	echo "  1 peer vs local process: $(awk -v a="${US[1]}" -v b="${US[0]}" 'BEGIN { printf "%+.1f", a - b }') us/token (client round trip)"
 	printf '{"model":"%s","hop_us_2":%s,"hop_us_3":%s}\n' "$MODEL_NAME" "$h2" "$h3" >>"$T/raw"
 }
