@@ -79,9 +79,15 @@ static int quant_nearest_int(float v)
 }
 
 /* roundf (ties away from zero) for |v| < 2^23, without libm: the truncation
- * and the fraction v - trunc(v) are exact. */
+ * and the fraction v - trunc(v) are exact. Anything else is NaN or +-inf (a
+ * block whose amax is below ~4e-37 has 1 / d = inf, or the weights held
+ * NaN/inf): 0, what the reference's (int8_t)roundf gives on x86, instead of
+ * an out-of-range conversion and a signed overflow (undefined behaviour).
+ * Such a block's fp16 scale is 0 or non-finite, so its q never matters. */
 static int quant_round_away(float v)
 {
+	if (!(v > -8388608.0f && v < 8388608.0f))
+		return 0;
 	int i = (int)v;
 	float f = v - (float)i;
 	if (f >= 0.5f)

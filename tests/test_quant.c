@@ -296,6 +296,23 @@ static void test_roundtrip_q8_0(void)
 	}
 }
 
+/* Tiny blocks (1 / d overflows to inf) and non-finite values: every q is 0,
+ * a defined result instead of an out-of-range float-to-int conversion. */
+static void test_q8_0_nonfinite(void)
+{
+	float x[64];
+	kernels__block_q8_0 b[2];
+	for (int j = 0; j < 32; j++)
+		x[j] = (j % 2 ? -1e-38f : 1e-38f) * (float)(j % 5);
+	for (int j = 32; j < 64; j++)
+		x[j] = j == 33 ? NAN : j == 34 ? -INFINITY : 1.0f;
+	shoal_quantize_row(SHOAL_DTYPE_Q8_0, x, b, 64);
+	for (int k = 0; k < 2; k++)
+		for (int j = 0; j < 32; j++)
+			if (k == 0 || j == 1 || j == 2)
+				ASSERT_EQ(b[k].qs[j], 0);
+}
+
 static void test_roundtrip_q4_0(void)
 {
 	float x[RT_N], y[RT_N];
@@ -513,7 +530,7 @@ static void test_fixtures_agree(void)
 	ASSERT_GT(compared, 4);
 }
 
-TEST_MAIN(TEST_CASE(test_fp16_to_f32_specials), TEST_CASE(test_f32_to_fp16_rounding),
+TEST_MAIN(TEST_CASE(test_q8_0_nonfinite), TEST_CASE(test_fp16_to_f32_specials), TEST_CASE(test_f32_to_fp16_rounding),
           TEST_CASE(test_fp16_roundtrip_all), TEST_CASE(test_fp16_nearest_random),
           TEST_CASE(test_bf16), TEST_CASE(test_deq_q8_0), TEST_CASE(test_deq_q4_0),
           TEST_CASE(test_deq_q4_k), TEST_CASE(test_q4k_unpack), TEST_CASE(test_deq_q6_k),
