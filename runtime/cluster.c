@@ -25,6 +25,7 @@
 
 #include "base/log.h"
 #include "net/ctlmsg.h"
+#include "runtime/cli.h"
 #include "runtime/plan_json.h"
 
 static uint64_t shoal_cluster_now_us(void)
@@ -763,6 +764,11 @@ static void shoal_cluster_end(shoal_cluster *cl, const shoal_ctl_route *to, uint
 	shoal_cluster_send(cl, to, seq, SHOAL_CTLMSG_RUN_END, buf, (size_t)n);
 }
 
+/* A --system text longer than this is refused: 64 KiB is ~16k tokens at
+ * ~4 bytes a token, four times the default 4096-token context, so no
+ * servable prompt needs more; it bounds what one request makes us render. */
+#define SHOAL_CLUSTER_MAX_SYSTEM 65536
+
 void shoal_cluster_run_request(shoal_cluster *cl, const shoal_ctl_route *from, uint64_t seq,
                                const char *json, size_t len)
 {
@@ -802,9 +808,30 @@ void shoal_cluster_run_request(shoal_cluster *cl, const shoal_ctl_route *from, u
 		                  0);
 		goto out;
 	}
-	if (shoal_tokenizer_encode(cl->tok, prompt, strlen(prompt), true, false, &ids, &n_ids) !=
-	        SHOAL_OK ||
-	    n_ids == 0) {
+	/* "chat" and "system" are optional (a request from before them has
+	 * neither: a plain prompt); present, they must be well typed */
+	if ((x = json_object_get(o, "chat")) && !json_is_boolean(x)) {
+		shoal_cluster_end(cl, from, seq, "bad request: \"chat\" is not a boolean", NULL, 0);
+		goto out;
+	}
+	bool chat = json_is_true(x);
+	if ((x = json_object_get(o, "system")) &&
+	    (!json_is_string(x) || json_string_length(x) > SHOAL_CLUSTER_MAX_SYSTEM)) {
+		shoal_cluster_end(cl, from, seq,
+		                  "bad request: \"system\" is not a string of at most 65536 bytes",
+		                  NULL, 0);
+		goto out;
+	}
+	const char *system = x ? json_string_value(x) : NULL;
+	shoal_err e = shoal_run_prompt_ids(cl->model, cl->tok, prompt, chat, system, &ids, &n_ids,
+	                                   why, sizeof why);
+	if (e != SHOAL_OK) {
+		if (!why[0])
+			snprintf(why, sizeof why, "the prompt: %s", shoal_strerror(e));
+		shoal_cluster_end(cl, from, seq, why, NULL, 0);
+		goto out;
+	}
+	if (n_ids == 0) {
 		shoal_cluster_end(cl, from, seq, "the prompt has no tokens", NULL, 0);
 		goto out;
 	}

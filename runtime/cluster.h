@@ -27,7 +27,10 @@
  *
  * RUN_* messages (net/ctlmsg.h), JSON text:
  *   RUN_REQ   {"prompt": TEXT, "n": N, "temp", "seed", "top_k", "top_p",
- *              "min_p", "repeat_penalty", "logprobs": K}
+ *              "min_p", "repeat_penalty", "logprobs": K,
+ *              "chat": BOOL, "system": TEXT}   (chat, system optional:
+ *              the owner renders its model's chat template, as local
+ *              `shoal run --chat`; system at most 64 KiB)
  *   RUN_TOKEN {"id": ID, "text": TEXT, "logprob": LP,
  *              "top": [[ID, LP], ...]}                  (one per token)
  *   RUN_END   {"ok": true, "text": TAIL} or {"ok": false, "error": TEXT}

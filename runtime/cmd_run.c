@@ -167,15 +167,13 @@ static int shoal_run_parse(int argc, char **argv, shoal_run_opts *o)
 	return 0;
 }
 
-/* The prompt's token ids (*ids malloc'd). With --chat, the prompt becomes a
- * user message (after --system) in the model's chat format. */
-static shoal_err shoal_run_prompt(const shoal_run_opts *o, const shoal_model *m,
-                                  const shoal_tokenizer *tok, int32_t **ids, size_t *n_ids,
-                                  char *why, size_t why_len)
+/* Declared, and its contract given, in runtime/cli.h. */
+shoal_err shoal_run_prompt_ids(const shoal_model *m, const shoal_tokenizer *tok, const char *prompt,
+                               bool chat, const char *system, int32_t **ids, size_t *n_ids,
+                               char *why, size_t why_len)
 {
-	if (!o->chat)
-		return shoal_tokenizer_encode(tok, o->prompt, strlen(o->prompt), true, false, ids,
-		                              n_ids);
+	if (!chat)
+		return shoal_tokenizer_encode(tok, prompt, strlen(prompt), true, false, ids, n_ids);
 	const char *tmpl = NULL;
 	size_t tlen = 0;
 	shoal_gguf_get_str(m->gguf, "tokenizer.chat_template", &tmpl, &tlen);
@@ -195,9 +193,9 @@ static shoal_err shoal_run_prompt(const shoal_run_opts *o, const shoal_model *m,
 	}
 	shoal_chat_msg msgs[2];
 	size_t n_msgs = 0;
-	if (o->system)
-		msgs[n_msgs++] = (shoal_chat_msg){"system", o->system};
-	msgs[n_msgs++] = (shoal_chat_msg){"user", o->prompt};
+	if (system)
+		msgs[n_msgs++] = (shoal_chat_msg){"system", system};
+	msgs[n_msgs++] = (shoal_chat_msg){"user", prompt};
 	char *text = NULL;
 	err = shoal_chat_render(style, msgs, n_msgs, true, bos, eos, &text, why, why_len);
 	if (err)
@@ -251,7 +249,8 @@ int shoal_cmd_run(int argc, char **argv)
 		fprintf(stderr, "shoal run: %s: %s\n", o.model, why[0] ? why : shoal_strerror(err));
 		goto out;
 	}
-	err = shoal_run_prompt(&o, m, tok, &ids, &n_ids, why, sizeof why);
+	err =
+	    shoal_run_prompt_ids(m, tok, o.prompt, o.chat, o.system, &ids, &n_ids, why, sizeof why);
 	if (err) {
 		fprintf(stderr, "shoal run: %s: %s\n", o.model, why[0] ? why : shoal_strerror(err));
 		goto out;

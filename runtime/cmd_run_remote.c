@@ -31,6 +31,9 @@
 /* As local `shoal run`. */
 #define SHOAL_RUN_REMOTE_DEFAULT_N 128
 #define SHOAL_RUN_REMOTE_MAX_LP    100
+/* The owner refuses a longer --system (runtime/cluster.c explains 64 KiB);
+ * checked here too so the user hears it before the request is sent. */
+#define SHOAL_RUN_REMOTE_MAX_SYSTEM 65536
 /* Silence allowed between two replies: the owner waits up to 20 s for a
  * servable plan and fails a session after 30 s without a token; 60 s is
  * above both, so the owner's reason arrives before we give up. */
@@ -47,9 +50,12 @@ static void shoal_run_remote_usage(FILE *f)
 	fprintf(f,
 	        "usage: shoal run --peer HOST[:PORT] (--key FILE | --insecure) -p TEXT [-n N]\n"
 	        "                 [--temp T] [--seed S] [--top-k K] [--top-p P] [--min-p P]\n"
-	        "                 [--repeat-penalty R] [--ids] [--logprobs K] [--timeout-ms MS]\n"
+	        "                 [--repeat-penalty R] [--chat] [--system TEXT] [--ids]\n"
+	        "                 [--logprobs K] [--timeout-ms MS]\n"
 	        "Sends the prompt to that peer of a cluster (`shoal node --model`), which\n"
-	        "runs it through the plan and streams the tokens back.\n");
+	        "runs it through the plan and streams the tokens back. With --chat that\n"
+	        "peer formats the prompt with its model's chat template, as local\n"
+	        "`shoal run --chat` does.\n");
 }
 
 static bool shoal_run_remote_num(const char *s, double lo, double hi, double *out)
@@ -65,8 +71,8 @@ static bool shoal_run_remote_num(const char *s, double lo, double hi, double *ou
 
 int shoal_cmd_run_remote(int argc, char **argv)
 {
-	const char *peer = NULL, *key_file = NULL, *prompt = NULL;
-	bool insecure = false, ids = false, seed_given = false;
+	const char *peer = NULL, *key_file = NULL, *prompt = NULL, *system = NULL;
+	bool insecure = false, ids = false, seed_given = false, chat = false;
 	double n = SHOAL_RUN_REMOTE_DEFAULT_N, temp = 0.8, seed = 0, top_k = 40, top_p = 0.95,
 	       min_p = 0.05, rp = 1.0, lp = 0, tmo = SHOAL_RUN_REMOTE_TIMEOUT_MS, ignored;
 	for (int i = 1; i < argc; i++) {
@@ -81,9 +87,9 @@ int shoal_cmd_run_remote(int argc, char **argv)
 		} else if (!strcmp(a, "--ids")) {
 			ids = true;
 			continue;
-		} else if (!strcmp(a, "--chat") || !strcmp(a, "--system")) {
-			fprintf(stderr, "shoal run: %s is not supported with --peer yet\n", a);
-			return 2;
+		} else if (!strcmp(a, "--chat")) {
+			chat = true;
+			continue;
 		}
 		if (!val) {
 			fprintf(stderr, "shoal run: %s needs a value\n", a);
@@ -95,6 +101,8 @@ int shoal_cmd_run_remote(int argc, char **argv)
 			key_file = val;
 		else if (!strcmp(a, "-p") || !strcmp(a, "--prompt"))
 			prompt = val;
+		else if (!strcmp(a, "--system"))
+			system = val;
 		else if (!strcmp(a, "-n"))
 			num = &n, lo = 0, hi = 1e9;
 		else if (!strcmp(a, "--temp"))
@@ -131,6 +139,11 @@ int shoal_cmd_run_remote(int argc, char **argv)
 		shoal_run_remote_usage(stderr);
 		return 2;
 	}
+	if (system && strlen(system) > SHOAL_RUN_REMOTE_MAX_SYSTEM) {
+		fprintf(stderr, "shoal run: --system is longer than %d bytes\n",
+		        SHOAL_RUN_REMOTE_MAX_SYSTEM);
+		return 2;
+	}
 	if (!seed_given)
 		seed =
 		    (double)(((uint64_t)time(NULL) ^ ((uint64_t)getpid() << 16)) & 0xffffffffffffu);
@@ -163,6 +176,16 @@ int shoal_cmd_run_remote(int argc, char **argv)
 	                        "n", (json_int_t)n, "temp", temp, "seed", (json_int_t)seed, "top_k",
 	                        (json_int_t)top_k, "top_p", top_p, "min_p", min_p, "repeat_penalty",
 	                        rp, "logprobs", (json_int_t)lp);
+	/* "chat" and "system" only when given: an owner from before them
+	 * still serves a plain prompt */
+	if (req && chat && json_object_set_new(req, "chat", json_true()) != 0) {
+		json_decref(req);
+		req = NULL;
+	}
+	if (req && system && json_object_set_new(req, "system", json_string(system)) != 0) {
+		json_decref(req);
+		req = NULL;
+	}
 	char *js = req ? json_dumps(req, JSON_COMPACT) : NULL;
 	json_decref(req);
 	shoal_ctlmsg m = {

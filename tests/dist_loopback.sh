@@ -9,7 +9,8 @@
 #     stages, servable; for every prompt of the expected file, `shoal run
 #     --peer` (each peer in turn owns a session) prints the same greedy ids
 #     and the same --logprobs 5 lines as local `shoal run`; sampled text
-#     (--temp 0.8 --seed 7) is identical too.
+#     (--temp 0.8 --seed 7) is identical too, and so are the greedy ids of
+#     a --chat --system run (the owner renders the chat template).
 #  2. A peer with another model joins: it is left out of the plan, status
 #     says why, the plan stays servable.
 #  3. A client without the cluster key gets no answer; malformed RUN_REQ
@@ -124,6 +125,13 @@ echo "dense: $NC prompts, greedy ids (32) and logprobs (8 x top 5) identical to 
 	fail "remote sampled run: $(cat "$T/r-err")"
 same "sampled text" "$T/r-text" "$T/l-text"
 echo "dense: sampled text (temp 0.8, seed 7) identical"
+SYS="You are a novelist of manners."
+"$B" run "$DENSE" --chat --system "$SYS" -p "Emma" --ids --temp 0 -n 16 >"$T/l-chat" 2>/dev/null ||
+	fail "local chat run"
+"$B" run --peer "${EPS[2]}" --key "$T/k" --chat --system "$SYS" -p "Emma" --ids --temp 0 -n 16 \
+	>"$T/r-chat" 2>"$T/r-err" || fail "remote chat run: $(cat "$T/r-err")"
+same "chat ids (--chat --system)" "$T/r-chat" "$T/l-chat"
+echo "dense: --chat --system greedy ids identical ($(wc -w <"$T/l-chat") tokens)"
 
 # 2. a peer with another model is left out, with the reason
 MOE=$T/moe.gguf
