@@ -15,12 +15,13 @@
 #
 # Decode time without prefill or setup: the same greedy prompt is run for
 # N1 and N2 tokens, RUNS rounds of every config in turn (so that load from
-# elsewhere on the machine hits all alike); us/token = (best t(N2) - best
-# t(N1)) / (N2 - N1). Added latency per hop = (us/token with K stages -
-# us/token with 1 stage) / (K - 1). Goals (issue "Distributed inference"): <= 50 us per
-# hop; on the fixture, 2 and 3 peers <= 5% below one peer. Takes 3-4 minutes.
+# elsewhere on the machine hits all alike); us/token = (t(N2) - t(N1)) /
+# (N2 - N1), the median over the rounds. Added latency per hop = (us/token
+# with K stages - us/token with 1 stage) / (K - 1). Goals (issue
+# "Distributed inference"): <= 50 us per hop; on the fixture, 2 and 3 peers
+# <= 5% below one peer. Takes about 4 minutes on 2 cores.
 # Env: SHOAL_DATA, SHOAL_BENCH_FIXTURE, RUNS (austen, default 10),
-# FIX_RUNS (fixture, default 3).
+# FIX_RUNS (fixture, default 5).
 set -u
 builddir=${1:-${SHOAL_BUILDDIR:-.}}
 B=$builddir/shoal
@@ -29,7 +30,7 @@ DATA=${SHOAL_DATA:-$(dirname "$0")/../data}
 DENSE=$DATA/models/austen-dense-q8_0.gguf
 FIX=${SHOAL_BENCH_FIXTURE:-/tmp/shoal-bench/llama-1b-q8_0.gguf}
 RUNS=${RUNS:-10}
-FIX_RUNS=${FIX_RUNS:-3}
+FIX_RUNS=${FIX_RUNS:-5}
 PROMPT="It is a truth universally acknowledged"
 CTX=256 # KV per session, on every peer and the local run alike
 T=$(mktemp -d /tmp/shoal-distbench-XXXXXX)
@@ -140,19 +141,19 @@ gen() {
 	echo $(((e - s) / 1000))
 }
 
-# measure N1 N2 RUNS: RUNS rounds, each timing every config for N1 and N2
-# tokens in turn (so that background load hits all configs alike); keeps the
-# best times and sets US[CONFIG] = us/token
+# measure N1 N2 RUNS: RUNS rounds, each timing every config for N1 then N2
+# tokens in turn (so that load from elsewhere hits all configs alike); sets
+# US[CONFIG] = us/token, the median over rounds of t(N2) - t(N1) (a median:
+# on a loaded machine one quiet or one busy window must not decide)
 declare -A US
 measure() {
-	local n1=$1 n2=$2 runs=$3 r c t c1 c2
-	local -A b1=() b2=()
+	local n1=$1 n2=$2 runs=$3 r c t1 t2 c1 c2
+	for c in 0 1 2 3; do : >"$T/d-$c"; done
 	for r in $(seq "$runs"); do
 		for c in 0 1 2 3; do
-			t=$(gen "$c" "$n1" "$T/ids1-$c") || die "config $c: run -n $n1 failed: $(tail -n 2 "$T/run.log")"
-			[ -z "${b1[$c]:-}" ] || [ "$t" -lt "${b1[$c]}" ] && b1[$c]=$t
-			t=$(gen "$c" "$n2" "$T/ids2-$c") || die "config $c: run -n $n2 failed: $(tail -n 2 "$T/run.log")"
-			[ -z "${b2[$c]:-}" ] || [ "$t" -lt "${b2[$c]}" ] && b2[$c]=$t
+			t1=$(gen "$c" "$n1" "$T/ids1-$c") || die "config $c: run -n $n1 failed: $(tail -n 2 "$T/run.log")"
+			t2=$(gen "$c" "$n2" "$T/ids2-$c") || die "config $c: run -n $n2 failed: $(tail -n 2 "$T/run.log")"
+			echo "$((t2 - t1))" >>"$T/d-$c"
 		done
 	done
 	for c in 0 1 2 3; do
@@ -161,9 +162,10 @@ measure() {
 		[ "$c2" -gt "$c1" ] || die "config $c: $c2 tokens for -n $n2, $c1 for -n $n1"
 		[ "$c" = 0 ] || cmp -s "$T/ids2-$c" "$T/ids2-0" ||
 			echo "  note: $c peer(s): greedy ids differ from the local run"
-		US[$c]=$(awk -v a="${b1[$c]}" -v b="${b2[$c]}" -v n="$((c2 - c1))" 'BEGIN { printf "%.1f", (b - a) / n }')
-		printf '{"model":"%s","peers":%d,"stages":%d,"n1":%d,"n2":%d,"runs":%d,"best_t1_us":%d,"best_t2_us":%d,"us_per_token":%s}\n' \
-			"$MODEL_NAME" "$c" "$c" "$c1" "$c2" "$runs" "${b1[$c]}" "${b2[$c]}" "${US[$c]}" >>"$T/raw"
+		US[$c]=$(sort -n "$T/d-$c" | awk -v n="$((c2 - c1))" '{ d[NR] = $1 }
+			END { m = NR % 2 ? d[(NR + 1) / 2] : (d[NR / 2] + d[NR / 2 + 1]) / 2; printf "%.1f", m / n }')
+		printf '{"model":"%s","peers":%d,"stages":%d,"n1":%d,"n2":%d,"rounds_t2_minus_t1_us":[%s],"us_per_token":%s}\n' \
+			"$MODEL_NAME" "$c" "$c" "$c1" "$c2" "$(paste -sd, "$T/d-$c")" "${US[$c]}" >>"$T/raw"
 	done
 }
 
@@ -174,7 +176,7 @@ bench() {
 	shift 5
 	US=()
 	echo
-	echo "== $MODEL_NAME ($(stat -c %s "$MODEL") bytes), decode tokens $n1 -> $n2, best of $runs, --ctx $CTX"
+	echo "== $MODEL_NAME ($(stat -c %s "$MODEL") bytes), decode tokens $n1 -> $n2, median of $runs rounds, --ctx $CTX"
 	clusters "$MODEL" "$@"
 	echo "  load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
 	measure "$n1" "$n2" "$runs"
