@@ -145,7 +145,7 @@ gen() {
 # tokens in turn (so that load from elsewhere hits all configs alike); sets
 # US[CONFIG] = us/token, the median over rounds of t(N2) - t(N1) (a median:
 # on a loaded machine one quiet or one busy window must not decide)
-declare -A US
+declare -A US RANGE
 measure() {
 	local n1=$1 n2=$2 runs=$3 r c t1 t2 c1 c2
 	for c in 0 1 2 3; do : >"$T/d-$c"; done
@@ -164,6 +164,8 @@ measure() {
 			echo "  note: $c peer(s): greedy ids differ from the local run"
 		US[$c]=$(sort -n "$T/d-$c" | awk -v n="$((c2 - c1))" '{ d[NR] = $1 }
 			END { m = NR % 2 ? d[(NR + 1) / 2] : (d[NR / 2] + d[NR / 2 + 1]) / 2; printf "%.1f", m / n }')
+		RANGE[$c]=$(sort -n "$T/d-$c" | awk -v n="$((c2 - c1))" '{ d[NR] = $1 }
+			END { printf "%.0f..%.0f", d[1] / n, d[NR] / n }')
 		printf '{"model":"%s","peers":%d,"stages":%d,"n1":%d,"n2":%d,"rounds_t2_minus_t1_us":[%s],"us_per_token":%s}\n' \
 			"$MODEL_NAME" "$c" "$c" "$c1" "$c2" "$(paste -sd, "$T/d-$c")" "${US[$c]}" >>"$T/raw"
 	done
@@ -182,11 +184,11 @@ bench() {
 	measure "$n1" "$n2" "$runs"
 	echo "  load average after:  $(cut -d' ' -f1-3 /proc/loadavg)"
 	stop_all
-	echo "  config    stages   us/token     tok/s  x local   x 1peer"
+	echo "  config    stages   us/token     tok/s  x local   x 1peer  us/token range over rounds"
 	for c in 0 1 2 3; do
-		awk -v c="$c" -v us="${US[$c]}" -v ref="${US[0]}" -v one="${US[1]}" 'BEGIN {
-			printf "  %-9s %6s %10.1f %9.2f %9.3f %9.3f\n", c == 0 ? "local" : c == 1 ? "1 peer" : c " peers",
-			       c == 0 ? "-" : c, us, 1e6 / us, ref / us, one / us }'
+		awk -v c="$c" -v us="${US[$c]}" -v ref="${US[0]}" -v one="${US[1]}" -v rg="${RANGE[$c]}" 'BEGIN {
+			printf "  %-9s %6s %10.1f %9.2f %9.3f %9.3f  %s\n", c == 0 ? "local" : c == 1 ? "1 peer" : c " peers",
+			       c == 0 ? "-" : c, us, 1e6 / us, ref / us, one / us, rg }'
 	done
 	h2=$(awk -v a="${US[2]}" -v b="${US[1]}" 'BEGIN { printf "%.1f", a - b }')
 	h3=$(awk -v a="${US[3]}" -v b="${US[1]}" 'BEGIN { printf "%.1f", (a - b) / 2 }')
