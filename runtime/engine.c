@@ -28,6 +28,23 @@
 
 /* ---- weights ----------------------------------------------------------------- */
 
+/* The kernels read weights through typed pointers (floats, the fp16 fields
+ * of the blocks, Q8_K's float scale): a file whose general.alignment is 1 or
+ * 2 may place a tensor off its type's natural alignment, which would make
+ * those reads undefined. */
+static bool engine__aligned(const shoal_gguf_tensor *t)
+{
+	uintptr_t a = (t->type == SHOAL_DTYPE_F32 || t->type == SHOAL_DTYPE_Q8_K) ? 4 : 2;
+	return (uintptr_t)t->data % a == 0;
+}
+
+static shoal_err engine__misaligned(const shoal_gguf_tensor *t, char *why, size_t why_len)
+{
+	return shoal_why(why, why_len, SHOAL_ERR_FORMAT,
+	                 "tensor %s: %s data at file offset %llu is not aligned for its type",
+	                 t->name, shoal_dtype_name(t->type), (unsigned long long)t->file_offset);
+}
+
 static shoal_err engine__mat(const shoal_gguf_tensor *t, int64_t n_in, int64_t n_out,
                              uint64_t n_stack, shoal_backend_mat *out, size_t *stride, char *why,
                              size_t why_len)
@@ -45,6 +62,8 @@ static shoal_err engine__mat(const shoal_gguf_tensor *t, int64_t n_in, int64_t n
 		return shoal_why(why, why_len, SHOAL_ERR_UNSUPPORTED,
 		                 "tensor %s has type %s, which the engine does not compute with",
 		                 t->name, shoal_dtype_name(t->type));
+	if (!engine__aligned(t))
+		return engine__misaligned(t, why, why_len);
 	size_t rb = shoal_dtype_row_bytes(t->type, (uint64_t)n_in);
 	if (rb == SIZE_MAX || (uint64_t)rb * (uint64_t)n_out * n_stack != t->nbytes)
 		return shoal_why(why, why_len, SHOAL_ERR_FORMAT,
@@ -74,6 +93,8 @@ static shoal_err engine__vec(const shoal_gguf_tensor *t, uint32_t n, float **out
 	if (!shoal_quant_supported(t->type) || shoal_dtype_row_bytes(t->type, n) != t->nbytes)
 		return shoal_why(why, why_len, SHOAL_ERR_UNSUPPORTED, "tensor %s: type %s", t->name,
 		                 shoal_dtype_name(t->type));
+	if (!engine__aligned(t))
+		return engine__misaligned(t, why, why_len);
 	*out = malloc((size_t)n * sizeof **out);
 	if (!*out)
 		return SHOAL_ERR_NOMEM;
@@ -304,6 +325,10 @@ shoal_err shoal_engine_new(const shoal_model *m, const shoal_engine_config *cfg,
 			err = shoal_why(why, why_len, SHOAL_ERR_FORMAT,
 			                "token_embd: bad shape or type %s",
 			                shoal_dtype_name(t->type));
+			goto fail;
+		}
+		if (!engine__aligned(t)) {
+			err = engine__misaligned(t, why, why_len);
 			goto fail;
 		}
 	}

@@ -744,6 +744,52 @@ static void test_rope_freqs(void)
 	shoal_model_free(m);
 }
 
+/* A file may say general.alignment 1 or 2; a weight off its type's natural
+ * alignment is refused (the kernels read floats and fp16 fields through
+ * typed pointers), never computed with. */
+static void test_misaligned_weights(void)
+{
+	shoal_model *m = open_model(fx_path("llama_dense", FX_LLAMA_DENSE));
+	if (!m)
+		TEST_SKIP("tests/gen_fixture could not make a llama fixture");
+	shoal_engine_config c = shoal_engine_config_default(m);
+	c.n_ctx = 16;
+	const shoal_gguf_tensor *wq = m->layers[0].wq, *norm = m->layers[0].attn_norm,
+	                        *embd = m->tok_embd;
+	shoal_gguf_tensor *fake = malloc(3 * sizeof *fake);
+	uint8_t *buf[3];
+	const shoal_gguf_tensor *orig[3] = {wq, norm, embd};
+	for (int i = 0; i < 3; i++) {
+		fake[i] = *orig[i];
+		buf[i] = malloc(orig[i]->nbytes + 8);
+		memcpy(buf[i] + 2, orig[i]->data, orig[i]->nbytes);
+		fake[i].data = buf[i] + 2; /* F32 at 2 mod 4 */
+	}
+	shoal_engine *e = NULL;
+	char why[256] = "";
+	ASSERT_EQ(shoal_engine_new(m, &c, &e, why, sizeof why), SHOAL_OK);
+	shoal_engine_free(e);
+	for (int i = 0; i < 3; i++) {
+		e = NULL;
+		why[0] = 0;
+		if (i == 0)
+			m->layers[0].wq = &fake[0];
+		else if (i == 1)
+			m->layers[0].attn_norm = &fake[1];
+		else
+			m->tok_embd = &fake[2];
+		ASSERT_EQ(shoal_engine_new(m, &c, &e, why, sizeof why), SHOAL_ERR_FORMAT);
+		ASSERT_TRUE(e == NULL && strstr(why, "not aligned") != NULL);
+		m->layers[0].wq = wq;
+		m->layers[0].attn_norm = norm;
+		m->tok_embd = embd;
+	}
+	for (int i = 0; i < 3; i++)
+		free(buf[i]);
+	free(fake);
+	shoal_model_free(m);
+}
+
 static void cleanup(void)
 {
 	if (fx_dir[0]) {
@@ -766,4 +812,5 @@ TEST_MAIN(TEST_CASE(test_threadpool), TEST_CASE(test_austen_f32_invariants),
           TEST_CASE(test_qwen3moe_invariants), TEST_CASE(test_mixtral_invariants),
           TEST_CASE(test_qwen3moe_partial), TEST_CASE(test_mixtral_partial),
           TEST_CASE(test_bad_batches), TEST_CASE(test_rope_freqs),
+          TEST_CASE(test_misaligned_weights),
           TEST_CASE(test_cleanup))
