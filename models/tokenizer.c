@@ -82,9 +82,11 @@ static const char *tok_printable(char *dst, size_t cap, const char *s, size_t le
 
 static shoal_err tok_map_build(shoal_tokenizer *t)
 {
-	/* Load factor at most 1/2: capacity is the power of two >= 2 n. */
+	/* Load factor at most 1/2: capacity is the power of two >= 2 n, but
+	 * at most 2^31 (doubling once more would wrap to 0): n_vocab is below
+	 * 2^31 (checked at load), so even then a free slot remains. */
 	uint32_t cap = 16;
-	while (cap < 2 * (uint64_t)t->n_vocab)
+	while (cap < 2 * (uint64_t)t->n_vocab && cap < (UINT32_C(1) << 31))
 		cap *= 2;
 	t->map = malloc((size_t)cap * sizeof *t->map);
 	if (!t->map)
