@@ -48,6 +48,18 @@
 /* One log line per kind per second: a misconfigured peer retrying every
  * 100 ms would otherwise write 36k lines an hour. */
 #define SHOAL_CTL_LOG_EVERY_MS 1000
+/* The ROUTER drops a connection after this long without traffic (and tells
+ * the other side, by the heartbeat TTL, to do the same), at least 3
+ * heartbeats. A dropped client loses every reply still due: ZeroMQ
+ * reconnects it under a new routing id, and the ROUTER silently discards
+ * what we send to the old one (a `shoal run` then waits out its 60 s with
+ * the run finished here). At --gossip-ms 50, 3 heartbeats are 300 ms, less
+ * than a blocked client may wait to be scheduled on a loaded 2-vCPU machine
+ * (dist_bench on the 1.17 GB fixture lost runs so; so does a client stopped
+ * for 0.6 s). 10 s outlasts such stalls and stays below the owner's 30 s
+ * silence limit and the client's 60 s; our DEALERs keep 3 heartbeats, so
+ * the peer that sends still notices a cut link within 3 (TESTNET.md 2.4). */
+#define SHOAL_CTL_ROUTER_TIMEOUT_MIN_MS 10000
 
 typedef struct shoal_ctl_dealer {
 	char *endpoint;
@@ -119,8 +131,9 @@ static int shoal_ctl_setint(void *s, int opt, int v)
 	return zmq_setsockopt(s, opt, &v, sizeof v);
 }
 
-/* Options every socket of ours gets. */
-static int shoal_ctl_common_opts(void *s, int heartbeat_ms)
+/* Options every socket of ours gets; heartbeat_ms 0: no heartbeats, else
+ * the connection is dropped after timeout_ms without traffic. */
+static int shoal_ctl_common_opts(void *s, int heartbeat_ms, int timeout_ms)
 {
 	int64_t maxmsg = SHOAL_CTL_MAX_MSG;
 	if (shoal_ctl_setint(s, ZMQ_LINGER, 0) ||
@@ -130,8 +143,8 @@ static int shoal_ctl_common_opts(void *s, int heartbeat_ms)
 	    shoal_ctl_setint(s, ZMQ_RECONNECT_IVL_MAX, SHOAL_CTL_RECONNECT_MAX_MS))
 		return -1;
 	if (heartbeat_ms > 0 && (shoal_ctl_setint(s, ZMQ_HEARTBEAT_IVL, heartbeat_ms) ||
-	                         shoal_ctl_setint(s, ZMQ_HEARTBEAT_TIMEOUT, 3 * heartbeat_ms) ||
-	                         shoal_ctl_setint(s, ZMQ_HEARTBEAT_TTL, 3 * heartbeat_ms)))
+	                         shoal_ctl_setint(s, ZMQ_HEARTBEAT_TIMEOUT, timeout_ms) ||
+	                         shoal_ctl_setint(s, ZMQ_HEARTBEAT_TTL, timeout_ms)))
 		return -1;
 	return 0;
 }
@@ -318,7 +331,10 @@ shoal_err shoal_ctl_new(const shoal_ctl_config *cfg, shoal_ctl **out, char *why,
 		}
 	}
 	ctl->router = zmq_socket(ctl->zctx, ZMQ_ROUTER);
-	if (!ctl->router || shoal_ctl_common_opts(ctl->router, ctl->heartbeat_ms) ||
+	int rt_ms = 3 * ctl->heartbeat_ms > SHOAL_CTL_ROUTER_TIMEOUT_MIN_MS
+	                ? 3 * ctl->heartbeat_ms
+	                : SHOAL_CTL_ROUTER_TIMEOUT_MIN_MS;
+	if (!ctl->router || shoal_ctl_common_opts(ctl->router, ctl->heartbeat_ms, rt_ms) ||
 	    shoal_ctl_setint(ctl->router, ZMQ_ROUTER_HANDOVER, 1)) {
 		shoal_why(why, why_len, SHOAL_ERR_IO, "ROUTER socket: %s", zmq_strerror(errno));
 		goto fail;
@@ -548,7 +564,7 @@ static shoal_ctl_dealer *shoal_ctl_dealer_get(shoal_ctl *ctl, const char *endpoi
 	void *s = zmq_socket(ctl->zctx, ZMQ_DEALER);
 	if (!s)
 		return NULL;
-	if (shoal_ctl_common_opts(s, ctl->heartbeat_ms) ||
+	if (shoal_ctl_common_opts(s, ctl->heartbeat_ms, 3 * ctl->heartbeat_ms) ||
 	    shoal_ctl_client_opts(s, ctl->keyed ? &ctl->curve : NULL) ||
 	    zmq_connect(s, endpoint) != 0) {
 		SHOAL_LOG_W("ctl", "cannot connect to %s: %s", endpoint, zmq_strerror(errno));
@@ -619,7 +635,8 @@ shoal_err shoal_ctl_client_new(const char *endpoint, const shoal_key_curve *keys
 	if (!c->zctx)
 		goto fail;
 	c->sock = zmq_socket(c->zctx, ZMQ_DEALER);
-	if (!c->sock || shoal_ctl_common_opts(c->sock, 0) || shoal_ctl_client_opts(c->sock, keys)) {
+	if (!c->sock || shoal_ctl_common_opts(c->sock, 0, 0) ||
+	    shoal_ctl_client_opts(c->sock, keys)) {
 		shoal_why(why, why_len, e, "client socket: %s", zmq_strerror(errno));
 		goto fail;
 	}

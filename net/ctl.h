@@ -51,8 +51,9 @@ typedef struct shoal_ctl_config {
 	const char *listen;
 	/* Cluster key, or NULL for the insecure NULL mechanism. Borrowed. */
 	const shoal_key *key;
-	/* ZMTP heartbeat interval in ms (0 = 1000); the timeout is 3x that:
-	 * two lost heartbeats are tolerated, the third closes the connection. */
+	/* ZMTP heartbeat interval in ms (0 = 1000); a DEALER's timeout is 3x
+	 * that: two lost heartbeats are tolerated, the third closes the
+	 * connection. The ROUTER's is at least 10 s (ctl.c says why). */
 	int heartbeat_ms;
 	/* Called for each received message. Required. buf and route are
 	 * borrowed for the call only. May call shoal_ctl_send/_reply. */
