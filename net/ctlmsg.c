@@ -10,24 +10,6 @@
 
 #include <msgpack.h>
 
-static int shoal_ctlmsg_write(void *data, const char *buf, size_t len)
-{
-	shoal_wire_buf *b = data;
-	if (b->len + len > b->cap) {
-		size_t cap = b->cap ? b->cap : 256;
-		while (cap < b->len + len)
-			cap *= 2;
-		uint8_t *d = realloc(b->data, cap);
-		if (!d)
-			return -1;
-		b->data = d;
-		b->cap = cap;
-	}
-	memcpy(b->data + b->len, buf, len);
-	b->len += len;
-	return 0;
-}
-
 static int shoal_ctlmsg_key(msgpack_packer *pk, const char *k)
 {
 	return msgpack_pack_str_with_body(pk, k, strlen(k));
@@ -37,7 +19,7 @@ shoal_err shoal_ctlmsg_encode(const shoal_ctlmsg *m, shoal_wire_buf *b)
 {
 	msgpack_packer pk;
 	b->len = 0;
-	msgpack_packer_init(&pk, b, shoal_ctlmsg_write);
+	msgpack_packer_init(&pk, b, shoal_wire_buf_write);
 	int n = 3, rc = 0;
 	int has_json = m->type == SHOAL_CTLMSG_STATUS_RESP ||
 	               (m->type >= SHOAL_CTLMSG_RUN_REQ && m->type <= SHOAL_CTLMSG_RUN_END);

@@ -33,7 +33,7 @@ void shoal_wire_buf_fini(shoal_wire_buf *b)
 	shoal_wire_buf_init(b);
 }
 
-static int buf_write(void *data, const char *p, size_t n)
+int shoal_wire_buf_write(void *data, const char *p, size_t n)
 {
 	shoal_wire_buf *b = data;
 	if (n > SIZE_MAX / 2 - b->len)
@@ -342,7 +342,7 @@ shoal_err shoal_wire_record_encode(const shoal_record *r, shoal_wire_buf *b)
 	msgpack_packer pk;
 	int rc = 0;
 	b->len = 0;
-	msgpack_packer_init(&pk, b, buf_write);
+	msgpack_packer_init(&pk, b, shoal_wire_buf_write);
 	rc |= msgpack_pack_map(&pk, 23);
 	rc |= pack_kbin(&pk, "id", r->id.b, SHOAL_PEER_ID_LEN);
 	rc |= pack_kstr(&pk, "name", r->name);
@@ -488,7 +488,7 @@ shoal_err shoal_wire_encode(const shoal_wire_msg *m, shoal_wire_buf *b)
 	int probe = m->type != SHOAL_WIRE_PUSHPULL;
 	int preq = m->type == SHOAL_WIRE_PING_REQ;
 	b->len = 0;
-	msgpack_packer_init(&pk, b, buf_write);
+	msgpack_packer_init(&pk, b, shoal_wire_buf_write);
 	rc |= msgpack_pack_map(&pk, 5 + (probe ? 2 : 1) + preq);
 	rc |= pack_ku64(&pk, "t", m->type);
 	rc |= pack_ku64(&pk, "v", SHOAL_WIRE_SCHEMA);

@@ -69,6 +69,9 @@ typedef struct shoal_wire_buf {
 
 void shoal_wire_buf_init(shoal_wire_buf *b);
 void shoal_wire_buf_fini(shoal_wire_buf *b);
+/* msgpack-c's write callback for a packer over a shoal_wire_buf (data):
+ * appends n bytes, doubling the capacity; -1 when out of memory. */
+int shoal_wire_buf_write(void *data, const char *p, size_t n);
 
 /* Encode m into b (b->len reset first). The update records are copied. */
 shoal_err shoal_wire_encode(const shoal_wire_msg *m, shoal_wire_buf *b);
