@@ -12,7 +12,7 @@
  *   68 RUN_REQ      {seq, json: str}        `shoal run --peer`: run this prompt
  *   69 RUN_TOKEN    {seq, json: str}        one generated token (several replies)
  *   70 RUN_END      {seq, json: str}        the run finished (ok, or why not)
- * (the RUN_* JSON is described in runtime/cluster.h)
+ * (the RUN_* JSON is described in runtime/node/cluster.h)
  */
 #ifndef SHOAL_NET_CTLMSG_H
 #define SHOAL_NET_CTLMSG_H

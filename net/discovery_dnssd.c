@@ -14,7 +14,7 @@
  *      DNSServiceProcessResult returned) or shoal_dnssd_fds, never inside
  *      its own callback: Avahi's compatibility layer frees its D-Bus client
  *      there, and doing it under the client's own dispatch crashed at
- *      teardown in tests/mesh_netns.sh.
+ *      teardown in tests/sh/mesh_netns.sh.
  *   2. When the register or browse reports an error (the daemon went
  *      away), every operation is closed and discovery stays off; the node
  *      keeps its seeds and gossip.

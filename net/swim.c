@@ -947,7 +947,7 @@ static void probe_finish(shoal_swim *sw)
  * tick's now (a real clock moves while the tick runs), and the unsigned
  * now - since_us would wrap to ~2^64 and reap the entry the moment it died
  * whenever that tick is also the once-a-period reap tick (~4% of runs at
- * N = 4, base 50 ms; tests/test_swim test_dead_kept_small_fast). A stamp
+ * N = 4, base 50 ms; tests/unit/test_swim test_dead_kept_small_fast). A stamp
  * from the future counts as age 0. */
 static uint64_t state_age_us(const struct member *m, uint64_t now)
 {

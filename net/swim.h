@@ -8,7 +8,7 @@
  * bytes come in through shoal_swim_receive(), go out through the injected
  * send callback, time and randomness come from the injected ops, and
  * shoal_swim_tick() does the periodic work. The real node drives it with
- * ZeroMQ (net/node), tests drive hundreds of them over tests/sim_net.
+ * ZeroMQ (net/node), tests drive hundreds of them over tests/helpers/sim_net.
  *
  * Not thread-safe: one thread calls every function of one shoal_swim, and
  * callbacks run inside those calls (they must not call back into it).

@@ -4,7 +4,7 @@
  * Part: net/ (data plane). One const ops table per provider: the real one
  * over libibverbs (verbs_ibv.c, built only with SHOAL_HAVE_RDMA; rdma-core
  * on Linux, Apple's RDMA over Thunderbolt on macOS 26.2+) and the in-process
- * double of the tests (tests/verbs_double.c). Handles are the provider's own
+ * double of the tests (tests/helpers/verbs_double.c). Handles are the provider's own
  * objects behind void pointers. Each member says whether it may block and
  * who owns what; none may be NULL. A provider is used by one thread per
  * device at a time; the transport never calls it concurrently on one QP.

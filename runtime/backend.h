@@ -1,6 +1,6 @@
 /*
  * runtime/backend.h: the compute backend of the engine, as a const ops
- * table. The CPU backend (runtime/backend_cpu.c: kernels table + thread
+ * table. The CPU backend (runtime/cpu/backend_cpu.c: kernels table + thread
  * pool) is the only one today; a Metal or CUDA backend fills the same table
  * and the engine's layer-range API (engine.h) does not change.
  *
@@ -121,7 +121,7 @@ typedef struct shoal_backend_ops {
 	              uint32_t n_embd, const int32_t *ids, uint32_t n_rows, float *out);
 } shoal_backend_ops;
 
-/* The CPU backend (runtime/backend_cpu.c). */
+/* The CPU backend (runtime/cpu/backend_cpu.c). */
 const shoal_backend_ops *shoal_backend_cpu(void);
 
 /* The ISA name of the kernels the CPU backend uses ("avx2", ...). */

@@ -4,7 +4,7 @@
  * Part: scheduler/ (pure, dependency-free: the scheduler uses nothing but its
  * own types, so it carries this ~100-line hash instead of linking libsodium).
  * The output equals libsodium's crypto_generichash with a 32-byte output and
- * no key; tests/test_sched_digest.c checks that on random inputs.
+ * no key; tests/unit/test_sched_digest.c checks that on random inputs.
  */
 #ifndef SHOAL_SCHEDULER_DIGEST_H
 #define SHOAL_SCHEDULER_DIGEST_H

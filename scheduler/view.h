@@ -4,7 +4,7 @@
  * the routing statistics of MoE experts; plus the bucketing with hysteresis
  * that keeps measurement noise out of the view.
  *
- * Part: scheduler/ (pure). net/ fills a view from gossip, runtime/plan_json.c
+ * Part: scheduler/ (pure). net/ fills a view from gossip, runtime/node/plan_json.c
  * from a cluster JSON file. The view keeps peers sorted by id whatever the
  * order they were added in, and keys links and routing counts by id and
  * (layer, expert), so that the order of the input never reaches the plan.

@@ -17,10 +17,10 @@
 #include <string.h>
 #include <time.h>
 
-#include "runtime/kernels.h"
-#include "runtime/kernels_probe.h"
-#include "runtime/membw.h"
-#include "runtime/quant.h"
+#include "runtime/cpu/kernels.h"
+#include "runtime/cpu/kernels_probe.h"
+#include "runtime/cpu/membw.h"
+#include "runtime/cpu/quant.h"
 
 static double now(void)
 {

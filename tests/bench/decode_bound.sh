@@ -6,7 +6,7 @@
 #
 #   tests/bench/decode_bound.sh [BUILDDIR] [THREADS] [RUNS]
 #
-# Makes the fixture with tests/gen_fixture if it is missing, then prints
+# Makes the fixture with tests/helpers/gen_fixture if it is missing, then prints
 # `shoal bench --json` RUNS times (default 3; take the best or the median:
 # the figures are noisy on a shared machine).
 set -eu
@@ -16,9 +16,9 @@ runs=${3:-3}
 fixture=${SHOAL_BENCH_FIXTURE:-/tmp/shoal-bench/llama-1b-q8_0.gguf}
 if [ ! -s "$fixture" ]; then
 	mkdir -p "$(dirname "$fixture")"
-	[ -x "$builddir/tests/gen_fixture" ] || make -C "$builddir" tests/gen_fixture >/dev/null
+	[ -x "$builddir/tests/helpers/gen_fixture" ] || make -C "$builddir" tests/helpers/gen_fixture >/dev/null
 	echo "making $fixture" >&2
-	"$builddir/tests/gen_fixture" --arch llama --type Q8_0 --layers 22 --dim 2048 --ff 5632 \
+	"$builddir/tests/helpers/gen_fixture" --arch llama --type Q8_0 --layers 22 --dim 2048 --ff 5632 \
 		--heads 32 --kv-heads 4 --vocab 32000 --ctx 2048 --seed 1 "$fixture.tmp"
 	mv "$fixture.tmp" "$fixture"
 fi

@@ -8,7 +8,7 @@
 #
 # Models: the trained austen model (tests/data, 14.5 MB, 6 layers, tied
 # head) and the 1.17 GB Llama-shaped Q8_0 fixture of tests/bench/
-# decode_bound.sh (made with tests/gen_fixture if missing; ~1.2 GB in /tmp).
+# decode_bound.sh (made with tests/helpers/gen_fixture if missing; ~1.2 GB in /tmp).
 # Each cluster is exactly K peers whose --mem-limit forces K stages (the
 # plan's stage count is checked through `shoal status --json`); the three
 # clusters (own keys and names) are up at once, idle but for the runs.
@@ -25,7 +25,7 @@
 set -u
 builddir=${1:-${SHOAL_BUILDDIR:-.}}
 B=$builddir/shoal
-PC=$builddir/tests/plancheck
+PC=$builddir/tests/helpers/plancheck
 DATA=${SHOAL_DATA:-$(dirname "$0")/../data}
 DENSE=$DATA/models/austen-dense-q8_0.gguf
 FIX=${SHOAL_BENCH_FIXTURE:-/tmp/shoal-bench/llama-1b-q8_0.gguf}
@@ -55,7 +55,7 @@ done
 if [ ! -s "$FIX" ]; then
 	mkdir -p "$(dirname "$FIX")"
 	echo "making $FIX (1.17 GB)"
-	"$builddir/tests/gen_fixture" --arch llama --type Q8_0 --layers 22 --dim 2048 --ff 5632 \
+	"$builddir/tests/helpers/gen_fixture" --arch llama --type Q8_0 --layers 22 --dim 2048 --ff 5632 \
 		--heads 32 --kv-heads 4 --vocab 32000 --ctx 2048 --seed 1 "$FIX.tmp" >/dev/null ||
 		die "gen_fixture failed"
 	mv "$FIX.tmp" "$FIX"
@@ -225,7 +225,7 @@ echo "dist_bench: $NCPU CPU core(s); every peer and the local run use 1 thread"
 # austen: 14.5 MB, embedding 8.6 MiB counted on both the embedding and the
 # (tied) head peer, ~1 MB a layer. 64M holds it all (1 stage); 13M holds the
 # embedding and 3 layers but not the whole model (2 stages); 11M holds the
-# embedding and 2 layers (3 stages, as in tests/dist_loopback.sh).
+# embedding and 2 layers (3 stages, as in tests/sh/dist_loopback.sh).
 bench austen-dense-q8_0 "$DENSE" 8 232 "$RUNS" 64M 13M 11M
 # fixture: 1.17 GB = embedding 70 MB + head 70 MB + 22 layers x 46.8 MB.
 # 1.3G holds it all; 650M holds 11 layers + embedding (585 MB) but not the

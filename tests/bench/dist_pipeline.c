@@ -14,7 +14,7 @@
 #include <time.h>
 
 #include "base/log.h"
-#include "tests/dist_cluster.h"
+#include "tests/helpers/dist_cluster.h"
 
 static double now_us(void)
 {

@@ -1,6 +1,6 @@
 /*
  * tests/bench/swim_sim.c: how SWIM membership scales, on the in-process
- * simulation (tests/sim_net): for each N, peers join through a random
+ * simulation (tests/helpers/sim_net): for each N, peers join through a random
  * earlier peer one every --gap-ms; we print the rounds (protocol periods)
  * to converge after the last join ("/log2N": that count over ceil(log2 N),
  * the constant c), the messages and bytes each peer sends per round in
@@ -16,7 +16,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "tests/sim_net.h"
+#include "tests/helpers/sim_net.h"
 
 static uint64_t rs;
 static uint64_t rnd(void)

@@ -1,0 +1,242 @@
+/*
+ * runtime/cli/cmd_node.c: `shoal node`: run one peer in the foreground.
+ *
+ *   shoal node [--name N] [--listen ADDR[:PORT]] [--peer HOST[:PORT] ...]
+ *              [--no-mdns] [--key F] [--insecure] [--cluster NAME]
+ *              [--threads T] [--state-dir D] [--data-listen ADDR:PORT] [-v]
+ *              [--model FILE [--mem-limit SIZE] [--ctx N] [--spread-experts]]
+ *
+ * With --model the node serves its share of that model (runtime/node/cluster.h):
+ * it offers min(available memory, --mem-limit) to the plan, KV for --ctx
+ * tokens (default: the model's training context), and answers `shoal run
+ * --peer`.
+ *
+ * The control port defaults to 47470 (SHOAL_CTL_DEFAULT_PORT), so
+ * `--peer HOST` works; port 0 picks a free one. The key is --key F, else
+ * <state-dir>/cluster.key; without one the node refuses to start unless
+ * --insecure. SIGINT/SIGTERM leave the cluster gracefully. Hidden, for
+ * tests: --gossip-ms MS (the base period of every timer).
+ */
+#include "config.h"
+
+#include <getopt.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "base/log.h"
+#include "base/statedir.h"
+#include "net/key.h"
+#include "runtime/cli/cli.h"
+#include "runtime/node/node.h"
+#include "runtime/node/plan_json.h"
+
+static volatile sig_atomic_t shoal_cmd_node_stop;
+
+static void shoal_cmd_node_signal(int sig)
+{
+	(void)sig;
+	shoal_cmd_node_stop = 1;
+}
+
+static void shoal_cmd_node_usage(FILE *f)
+{
+	fprintf(f,
+	        "usage: shoal node [options]\n"
+	        "  --name N               human name (default: host name)\n"
+	        "  --listen ADDR[:PORT]   control address (default 0.0.0.0:47470; port 0 = any)\n"
+	        "  --peer HOST[:PORT]     a seed peer to join through (repeatable)\n"
+	        "  --no-mdns              do not advertise or browse with mDNS/DNS-SD\n"
+	        "  --key FILE             cluster key (default: <state-dir>/%s)\n"
+	        "  --insecure             run without a key (trusted LAN only)\n"
+	        "  --cluster NAME         cluster name (default \"%s\")\n"
+	        "  --threads T            compute threads (default: all cores)\n"
+	        "  --state-dir D          where the id and key live (default per user)\n"
+	        "  --data-listen ADDR:PORT  data-plane listener (default: ephemeral)\n"
+	        "  --model FILE           serve this GGUF model's share of the plan\n"
+	        "  --mem-limit SIZE       memory offered at most (e.g. 20M, 8G)\n"
+	        "  --ctx N                KV context per session (default: the model's, <= 4096)\n"
+	        "  --spread-experts       place each MoE layer's experts on several peers\n"
+	        "  -v, --verbose          debug logs\n",
+	        SHOAL_KEY_DEFAULT_NAME, SHOAL_NODE_DEFAULT_CLUSTER);
+}
+
+int shoal_cmd_node(int argc, char **argv)
+{
+	enum {
+		O_NAME = 256,
+		O_LISTEN,
+		O_PEER,
+		O_NOMDNS,
+		O_KEY,
+		O_INSECURE,
+		O_CLUSTER,
+		O_THREADS,
+		O_STATE,
+		O_DATA,
+		O_GOSSIP,
+		O_MODEL,
+		O_MEMLIMIT,
+		O_CTX,
+		O_SPREAD
+	};
+	static const struct option opts[] = {
+	    {"name", required_argument, NULL, O_NAME},
+	    {"listen", required_argument, NULL, O_LISTEN},
+	    {"peer", required_argument, NULL, O_PEER},
+	    {"no-mdns", no_argument, NULL, O_NOMDNS},
+	    {"key", required_argument, NULL, O_KEY},
+	    {"insecure", no_argument, NULL, O_INSECURE},
+	    {"cluster", required_argument, NULL, O_CLUSTER},
+	    {"threads", required_argument, NULL, O_THREADS},
+	    {"state-dir", required_argument, NULL, O_STATE},
+	    {"data-listen", required_argument, NULL, O_DATA},
+	    {"gossip-ms", required_argument, NULL, O_GOSSIP},
+	    {"model", required_argument, NULL, O_MODEL},
+	    {"mem-limit", required_argument, NULL, O_MEMLIMIT},
+	    {"ctx", required_argument, NULL, O_CTX},
+	    {"spread-experts", no_argument, NULL, O_SPREAD},
+	    {"verbose", no_argument, NULL, 'v'},
+	    {"help", no_argument, NULL, 'h'},
+	    {NULL, 0, NULL, 0},
+	};
+	shoal_node_config cfg = {0};
+	const char *key_file = NULL, *state_dir = NULL;
+	const char **seeds = calloc((size_t)argc + 1, sizeof *seeds);
+	int insecure = 0, c, rc = 1;
+	char dir[1024], why[512] = "";
+	shoal_key key;
+	shoal_node *node = NULL;
+	if (!seeds)
+		return 1;
+	optind = 1;
+	while ((c = getopt_long(argc, argv, "vh", opts, NULL)) != -1) {
+		switch (c) {
+		case O_NAME:
+			cfg.name = optarg;
+			break;
+		case O_LISTEN:
+			cfg.listen = optarg;
+			break;
+		case O_PEER:
+			seeds[cfg.n_seeds++] = optarg;
+			break;
+		case O_NOMDNS:
+			cfg.no_mdns = 1;
+			break;
+		case O_KEY:
+			key_file = optarg;
+			break;
+		case O_INSECURE:
+			insecure = 1;
+			break;
+		case O_CLUSTER:
+			cfg.cluster = optarg;
+			break;
+		case O_THREADS:
+			cfg.threads = atoi(optarg);
+			break;
+		case O_STATE:
+			state_dir = optarg;
+			break;
+		case O_DATA:
+			cfg.data_listen = optarg;
+			break;
+		case O_GOSSIP:
+			cfg.gossip_ms = (uint32_t)atoi(optarg);
+			break;
+		case O_MODEL:
+			cfg.model = optarg;
+			break;
+		case O_MEMLIMIT:
+			if (shoal_cluster_parse_bytes(optarg, &cfg.mem_limit) != SHOAL_OK ||
+			    !cfg.mem_limit) {
+				fprintf(stderr, "shoal node: bad --mem-limit '%s'\n", optarg);
+				free(seeds);
+				return 2;
+			}
+			break;
+		case O_CTX:
+			cfg.ctx = (uint32_t)atoi(optarg);
+			break;
+		case O_SPREAD:
+			cfg.spread_experts = 1;
+			break;
+		case 'v':
+			shoal_log_set_level(SHOAL_LOG_DEBUG);
+			break;
+		case 'h':
+			shoal_cmd_node_usage(stdout);
+			free(seeds);
+			return 0;
+		default:
+			shoal_cmd_node_usage(stderr);
+			free(seeds);
+			return 2;
+		}
+	}
+	if (optind < argc || (key_file && insecure) || cfg.threads < 0 ||
+	    ((cfg.mem_limit || cfg.ctx || cfg.spread_experts) && !cfg.model) ||
+	    (cfg.gossip_ms && (cfg.gossip_ms < 5 || cfg.gossip_ms > 10000))) {
+		fprintf(stderr, "shoal node: %s\n",
+		        key_file && insecure ? "--key and --insecure exclude each other"
+		                             : "bad arguments");
+		shoal_cmd_node_usage(stderr);
+		free(seeds);
+		return 2;
+	}
+	cfg.seeds = seeds;
+	if (state_dir) {
+		snprintf(dir, sizeof dir, "%s", state_dir);
+	} else if (shoal_state_dir_default(dir, sizeof dir) != SHOAL_OK) {
+		fprintf(stderr, "shoal node: cannot find a state directory; use --state-dir\n");
+		goto out;
+	}
+	cfg.state_dir = dir;
+	/* The key: --key, else the state dir's, else --insecure, else refuse. */
+	char default_key[1100];
+	snprintf(default_key, sizeof default_key, "%s/%s", dir, SHOAL_KEY_DEFAULT_NAME);
+	struct stat st;
+	if (!key_file && !insecure && stat(default_key, &st) == 0)
+		key_file = default_key;
+	if (key_file) {
+		int loose = 0;
+		if (shoal_key_read(key_file, &key, &loose, why, sizeof why) != SHOAL_OK) {
+			fprintf(stderr, "shoal node: %s\n", why);
+			goto out;
+		}
+		if (loose)
+			SHOAL_LOG_W("node", "%s is readable by others: chmod 600 it", key_file);
+		char fp[17];
+		shoal_key_fingerprint(&key, fp);
+		SHOAL_LOG_I("node", "cluster key %s (fingerprint %s)", key_file, fp);
+		cfg.key = &key;
+	} else if (!insecure) {
+		fprintf(stderr,
+		        "shoal node: no cluster key. Make one and give it to every peer:\n"
+		        "    shoal key new cluster.key\n"
+		        "    shoal node --key cluster.key     (or copy it to %s)\n"
+		        "or run an open cluster on a trusted LAN with --insecure.\n",
+		        default_key);
+		goto out;
+	}
+	struct sigaction sa;
+	memset(&sa, 0, sizeof sa);
+	sa.sa_handler = shoal_cmd_node_signal;
+	sigemptyset(&sa.sa_mask);
+	sigaction(SIGINT, &sa, NULL);
+	sigaction(SIGTERM, &sa, NULL);
+	signal(SIGPIPE, SIG_IGN);
+	if (shoal_node_new(&cfg, &node, why, sizeof why) != SHOAL_OK) {
+		fprintf(stderr, "shoal node: %s\n", why);
+		goto out;
+	}
+	rc = shoal_node_run(node, &shoal_cmd_node_stop) == SHOAL_OK ? 0 : 1;
+out:
+	shoal_node_free(node);
+	shoal_key_wipe(&key, sizeof key);
+	free(seeds);
+	return rc;
+}

@@ -1,0 +1,268 @@
+/*
+ * runtime/cli/cmd_perplexity.c: `shoal perplexity MODEL FILE`: how well a model
+ * predicts a text, by the usual protocol of the reference engine.
+ *
+ * Part: runtime/ (CLI). The file is tokenized whole (BOS first when the
+ * model adds BOS) and cut into consecutive windows of C tokens; token 0 of
+ * each window becomes BOS (when the model uses one); each window is a fresh
+ * session evaluated by batched prefill; the logits at positions
+ * C/2 .. C-2 are scored against the next token (C - 1 - C/2 per window)
+ * and perplexity = exp(mean negative log-likelihood).
+ */
+#include <errno.h>
+#include <math.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "models/model.h"
+#include "models/tokenizer.h"
+#include "runtime/cli/cli.h"
+#include "runtime/engine/engine.h"
+
+static void shoal_ppl_usage(FILE *f)
+{
+	fprintf(f, "usage: shoal perplexity MODEL FILE [--ctx C] [--chunks N] [--threads T] "
+	           "[--json]\n"
+	           "  --ctx C      window length (default: the model's training context)\n"
+	           "  --chunks N   only the first N windows\n"
+	           "  --threads T  compute threads (default 1)\n"
+	           "  --json       print {\"perplexity\", \"tokens\" (scored), \"windows\", "
+	           "\"ctx\", \"seconds\"}\n");
+}
+
+static bool shoal_ppl_long(const char *s, long lo, long hi, long *out)
+{
+	char *end;
+	errno = 0;
+	long v = strtol(s, &end, 10);
+	if (errno || end == s || *end || v < lo || v > hi)
+		return false;
+	*out = v;
+	return true;
+}
+
+static char *shoal_ppl_read(const char *path, size_t *len)
+{
+	FILE *f = fopen(path, "rb");
+	if (!f)
+		return NULL;
+	size_t cap = 1 << 16, n = 0;
+	char *buf = malloc(cap);
+	while (buf) {
+		if (n == cap) {
+			char *nb = cap < SIZE_MAX / 2 ? realloc(buf, cap * 2) : NULL;
+			if (!nb) {
+				free(buf);
+				buf = NULL;
+				break;
+			}
+			buf = nb;
+			cap *= 2;
+		}
+		size_t got = fread(buf + n, 1, cap - n, f);
+		if (!got)
+			break;
+		n += got;
+	}
+	if (buf && ferror(f)) {
+		free(buf);
+		buf = NULL;
+	}
+	fclose(f);
+	*len = n;
+	return buf;
+}
+
+/* -log softmax(logits)[target], in double. */
+static double shoal_ppl_nll(const float *logits, uint32_t n_vocab, int32_t target)
+{
+	float mx = logits[0];
+	for (uint32_t i = 1; i < n_vocab; i++)
+		if (logits[i] > mx)
+			mx = logits[i];
+	double sum = 0;
+	for (uint32_t i = 0; i < n_vocab; i++)
+		sum += exp((double)logits[i] - mx);
+	return -((double)logits[target] - mx - log(sum));
+}
+
+int shoal_cmd_perplexity(int argc, char **argv)
+{
+	const char *model = NULL, *file = NULL;
+	long ctx = 0, chunks = 0, threads = 1;
+	bool json = false;
+	for (int i = 1; i < argc; i++) {
+		const char *a = argv[i];
+		long *dst = NULL, lo = 1, hi = 1 << 24;
+		if (!strcmp(a, "--ctx") || !strcmp(a, "-c"))
+			dst = &ctx, lo = 4;
+		else if (!strcmp(a, "--chunks"))
+			dst = &chunks;
+		else if (!strcmp(a, "--threads") || !strcmp(a, "-t"))
+			dst = &threads, hi = 1024;
+		else if (!strcmp(a, "--json"))
+			json = true;
+		else if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+			shoal_ppl_usage(stdout);
+			return 0;
+		} else if (a[0] == '-' && a[1]) {
+			fprintf(stderr, "shoal perplexity: unknown option %s\n", a);
+			shoal_ppl_usage(stderr);
+			return 2;
+		} else if (!model)
+			model = a;
+		else if (!file)
+			file = a;
+		else {
+			fprintf(stderr, "shoal perplexity: unexpected argument %s\n", a);
+			return 2;
+		}
+		if (dst && (i + 1 >= argc || !shoal_ppl_long(argv[++i], lo, hi, dst))) {
+			fprintf(stderr, "shoal perplexity: %s needs a number in [%ld, %ld]\n", a,
+			        lo, hi);
+			return 2;
+		}
+	}
+	if (!model || !file) {
+		shoal_ppl_usage(stderr);
+		return 2;
+	}
+
+	char why[256] = "";
+	int status = 1;
+	shoal_model *m = NULL;
+	shoal_tokenizer *tok = NULL;
+	shoal_engine *eng = NULL;
+	char *text = NULL;
+	int32_t *ids = NULL;
+	uint32_t *sess = NULL, *pos = NULL;
+	uint8_t *want = NULL;
+	float *logits = NULL; /* (max_rows, n_vocab) */
+	size_t n_ids = 0, text_len = 0;
+	struct timespec t0, t1;
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+
+	shoal_err err = shoal_model_open(model, &m, why, sizeof why);
+	if (!err)
+		err = shoal_tokenizer_from_gguf(m->gguf, &tok, why, sizeof why);
+	if (err) {
+		fprintf(stderr, "shoal perplexity: %s: %s\n", model,
+		        why[0] ? why : shoal_strerror(err));
+		goto out;
+	}
+	text = shoal_ppl_read(file, &text_len);
+	if (!text) {
+		fprintf(stderr, "shoal perplexity: %s: %s\n", file, strerror(errno));
+		goto out;
+	}
+	err = shoal_tokenizer_encode(tok, text, text_len, true, false, &ids, &n_ids);
+	if (err) {
+		fprintf(stderr, "shoal perplexity: %s: cannot tokenize: %s\n", file,
+		        shoal_strerror(err));
+		goto out;
+	}
+	uint32_t C = ctx ? (uint32_t)ctx : m->hp.n_ctx_train;
+	size_t W = n_ids / C;
+	if (chunks && (size_t)chunks < W)
+		W = (size_t)chunks;
+	if (W == 0) {
+		fprintf(stderr, "shoal perplexity: %s: %zu tokens, fewer than one window of %u\n",
+		        file, n_ids, C);
+		goto out;
+	}
+	shoal_engine_config cfg = shoal_engine_config_default(m);
+	cfg.n_threads = (uint32_t)threads;
+	cfg.n_ctx = C;
+	/* rows per run: up to 512 (a prefill chunk as in the reference), fewer
+	 * when the logits of that many rows would pass 256 MiB (a 152k-word
+	 * vocabulary: 441 rows) */
+	uint32_t rows_cap = (uint32_t)((256u << 20) / (4 * (uint64_t)m->hp.n_vocab));
+	cfg.max_rows = C < 512 ? C : 512;
+	if (cfg.max_rows > rows_cap)
+		cfg.max_rows = rows_cap ? rows_cap : 1;
+	err = shoal_engine_new(m, &cfg, &eng, why, sizeof why);
+	if (err) {
+		fprintf(stderr, "shoal perplexity: %s: %s\n", model,
+		        why[0] ? why : shoal_strerror(err));
+		goto out;
+	}
+	uint32_t R = cfg.max_rows, n_vocab = m->hp.n_vocab, first = C / 2;
+	sess = calloc(R, sizeof *sess);
+	pos = malloc(R * sizeof *pos);
+	want = malloc(R);
+	logits = malloc((size_t)R * n_vocab * sizeof *logits);
+	if (!sess || !pos || !want || !logits) {
+		fprintf(stderr, "shoal perplexity: out of memory\n");
+		goto out;
+	}
+	uint32_t slot;
+	shoal_engine_session_open(eng, &slot);
+	for (uint32_t r = 0; r < R; r++)
+		sess[r] = slot;
+	int32_t bos = shoal_tokenizer_bos(tok);
+	bool use_bos = shoal_tokenizer_adds_bos(tok) && bos >= 0;
+	double nll = 0;
+	size_t scored = 0;
+	for (size_t w = 0; w < W; w++) {
+		int32_t *win = ids + w * C; /* (C) */
+		int32_t tok0 = win[0];
+		if (use_bos)
+			win[0] = bos;
+		shoal_engine_session_reset(eng, slot);
+		for (uint32_t p0 = 0; p0 < C; p0 += R) {
+			uint32_t n = C - p0 < R ? C - p0 : R, nl = 0;
+			for (uint32_t r = 0; r < n; r++) {
+				pos[r] = p0 + r;
+				want[r] = pos[r] >= first && pos[r] + 1 < C;
+				nl += want[r];
+			}
+			shoal_engine_batch b = {.n_rows = n,
+			                        .tokens = win + p0,
+			                        .session = sess,
+			                        .pos = pos,
+			                        .want_logits = want,
+			                        .logits = logits};
+			err = shoal_engine_run(eng, &b, why, sizeof why);
+			if (err) {
+				fprintf(stderr, "shoal perplexity: %s\n", why);
+				goto out;
+			}
+			for (uint32_t r = 0, j = 0; r < n && j < nl; r++) {
+				if (!want[r])
+					continue;
+				nll += shoal_ppl_nll(logits + (size_t)j++ * n_vocab, n_vocab,
+				                     win[pos[r] + 1]);
+				scored++;
+			}
+		}
+		win[0] = tok0;
+		if (!json)
+			fprintf(stderr, "[%zu] %.4f\n", w + 1, exp(nll / (double)scored));
+	}
+	clock_gettime(CLOCK_MONOTONIC, &t1);
+	double secs = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
+	double ppl = exp(nll / (double)scored);
+	if (json)
+		printf("{\"perplexity\": %.6f, \"tokens\": %zu, \"windows\": %zu, \"ctx\": %u, "
+		       "\"seconds\": %.3f}\n",
+		       ppl, scored, W, C, secs);
+	else
+		printf("perplexity: %.4f (%zu windows of %u tokens, %zu scored, %.2f s)\n", ppl, W,
+		       C, scored, secs);
+	status = 0;
+out:
+	shoal_engine_free(eng);
+	shoal_tokenizer_free(tok);
+	shoal_model_free(m);
+	free(text);
+	free(ids);
+	free(sess);
+	free(pos);
+	free(want);
+	free(logits);
+	return status;
+}

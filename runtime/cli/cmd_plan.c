@@ -1,0 +1,271 @@
+/*
+ * runtime/cli/cmd_plan.c: `shoal plan`: plan a model on a described cluster
+ * and print the stages, experts per peer, memory per peer and the predicted
+ * time per token, or why it does not fit.
+ *
+ *   shoal plan --view CLUSTER.json --model (MODEL.gguf|SPEC.json) [--ctx N]
+ *              [--sessions N] [--spread-experts] [--json] [--bench N]
+ *
+ * Part: runtime/ (CLI glue around scheduler/). --bench times N schedule()
+ * calls (the only place a clock is read) and prints the mean per plan.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "base/err.h"
+#include "models/manifest.h"
+#include "models/model.h"
+#include "models/spec.h"
+#include "runtime/cli/cli.h"
+#include "runtime/node/plan_json.h"
+#include "scheduler/plan.h"
+
+/* "12.3 GiB", or MiB below a GiB, into buf[16]. */
+static const char *human(uint64_t b, char buf[16])
+{
+	if (b >= (1ULL << 30))
+		snprintf(buf, 16, "%.1f GiB", (double)b / (1ULL << 30));
+	else
+		snprintf(buf, 16, "%.1f MiB", (double)b / (1ULL << 20));
+	return buf;
+}
+
+static void plan_usage(FILE *f)
+{
+	fprintf(f,
+	        "usage: shoal plan --view CLUSTER.json --model (MODEL.gguf|SPEC.json) [--ctx N]\n"
+	        "                  [--sessions N] [--spread-experts] [--json] [--bench N]\n"
+	        "Plans a model on a cluster description (format: runtime/node/plan_json.h,\n"
+	        "models/specs/README.md) and prints the stages, experts, memory per peer and\n"
+	        "the predicted time per token.\n");
+}
+
+static int parse_u32(const char *s, uint32_t *out)
+{
+	char *end;
+	errno = 0;
+	unsigned long x = strtoul(s, &end, 10);
+	if (errno || end == s || *end || x > 0xffffffffUL)
+		return -1;
+	*out = (uint32_t)x;
+	return 0;
+}
+
+static bool ends_with(const char *s, const char *suf)
+{
+	size_t a = strlen(s), b = strlen(suf);
+	return a >= b && !strcmp(s + a - b, suf);
+}
+
+static void print_text(const shoal_plan *p, const shoal_spec_info *info, const shoal_policy *pol)
+{
+	char dh[65];
+	shoal_digest_hex(shoal_plan_digest(p), dh);
+	printf("plan for %s", shoal_plan_name(p));
+	if (info)
+		printf(" (%.1fB params, %.1fB active, %s at %.3g bits/weight)",
+		       (double)info->n_params / 1e9, (double)info->n_params_active / 1e9,
+		       info->quant, info->mbits_per_weight / 1000.0);
+	printf("\n  KV reserved for %u tokens x %u session%s\n", pol->ctx, pol->sessions,
+	       pol->sessions == 1 ? "" : "s");
+	printf("stages:\n");
+	for (size_t i = 0; i < shoal_plan_n_stages(p); i++) {
+		const shoal_plan_stage *s = shoal_plan_stage_at(p, i);
+		printf("  %zu  %-20s layers %3u-%-3u (%u)\n", i,
+		       shoal_plan_peer_at(p, s->peer)->name, s->first_layer, s->end_layer - 1,
+		       s->end_layer - s->first_layer);
+	}
+	printf("  embedding on %s, head on %s\n",
+	       shoal_plan_peer_at(p, shoal_plan_embd_peer(p))->name,
+	       shoal_plan_peer_at(p, shoal_plan_head_peer(p))->name);
+	/* experts: say "with their layers" when every expert sits with its stage */
+	bool any = false, with_layer = true;
+	for (size_t i = 0; i < shoal_plan_n_stages(p); i++) {
+		const shoal_plan_stage *s = shoal_plan_stage_at(p, i);
+		for (uint32_t l = s->first_layer; l < s->end_layer; l++)
+			for (uint32_t e = 0; e < shoal_plan_layer_n_expert(p, l); e++) {
+				uint32_t own[SHOAL_PLAN_MAX_OWNERS];
+				size_t k = shoal_plan_expert_owners(p, l, e, own);
+				any = true;
+				if (k != 1 || own[0] != s->peer)
+					with_layer = false;
+			}
+	}
+	if (any && with_layer) {
+		printf("experts: kept with their layers\n");
+	} else if (any) {
+		/* counts per peer, one line per run of layers placed alike;
+		 * the expert ids are in --json */
+		printf("experts per peer (ids in --json):\n");
+		size_t np = shoal_plan_n_peers(p);
+		uint32_t *cnt = calloc(2 * np, sizeof *cnt);
+		if (!cnt)
+			return;
+		uint32_t *prev = cnt + np, run0 = UINT32_MAX, L = shoal_plan_n_layer(p);
+		for (uint32_t l = 0; l <= L; l++) {
+			bool moe = l < L && shoal_plan_layer_n_expert(p, l);
+			if (moe) {
+				memset(cnt, 0, np * sizeof *cnt);
+				for (uint32_t e = 0; e < shoal_plan_layer_n_expert(p, l); e++) {
+					uint32_t own[SHOAL_PLAN_MAX_OWNERS];
+					size_t k = shoal_plan_expert_owners(p, l, e, own);
+					for (size_t j = 0; j < k; j++)
+						cnt[own[j]]++;
+				}
+			}
+			bool same =
+			    moe && run0 != UINT32_MAX && !memcmp(cnt, prev, np * sizeof *cnt);
+			if (run0 != UINT32_MAX && !same) {
+				printf("  layers %3u-%-3u:", run0, l - 1);
+				for (size_t i = 0; i < np; i++)
+					if (prev[i])
+						printf(" %s %u", shoal_plan_peer_at(p, i)->name,
+						       prev[i]);
+				printf("\n");
+				run0 = UINT32_MAX;
+			}
+			if (moe && !same) {
+				run0 = l;
+				memcpy(prev, cnt, np * sizeof *cnt);
+			}
+		}
+		free(cnt);
+	}
+	printf("memory:\n");
+	for (size_t i = 0; i < shoal_plan_n_peers(p); i++) {
+		const shoal_plan_peer *pp = shoal_plan_peer_at(p, i);
+		char b1[16], b2[16], b3[16], b4[16];
+		printf("  %-20s weights %10s + KV %10s = %10s of %10s", pp->name,
+		       human(pp->weight_bytes, b1), human(pp->kv_bytes, b2),
+		       human(pp->weight_bytes + pp->kv_bytes, b3), human(pp->capacity_bytes, b4));
+		if (pp->n_experts)
+			printf(", %u experts", pp->n_experts);
+		printf("\n");
+	}
+	uint64_t ns = shoal_plan_predicted_ns(p);
+	printf("predicted %.3f ms/token, %.1f tokens/s\n", (double)ns / 1e6,
+	       ns ? 1e9 / (double)ns : 0.0);
+	printf("epoch %llu, digest %s\n", (unsigned long long)shoal_plan_epoch(p), dh);
+}
+
+static double now_s(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+int shoal_cmd_plan(int argc, char **argv)
+{
+	const char *view_path = NULL, *model_path = NULL;
+	bool json = false;
+	uint32_t bench = 0;
+	shoal_policy pol;
+	shoal_policy_init(&pol);
+	for (int i = 1; i < argc; i++) {
+		const char *a = argv[i];
+		bool has = i + 1 < argc;
+		if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+			plan_usage(stdout);
+			return 0;
+		} else if (!strcmp(a, "--view") && has) {
+			view_path = argv[++i];
+		} else if (!strcmp(a, "--model") && has) {
+			model_path = argv[++i];
+		} else if (!strcmp(a, "--ctx") && has) {
+			if (parse_u32(argv[++i], &pol.ctx) || !pol.ctx)
+				goto usage;
+		} else if (!strcmp(a, "--sessions") && has) {
+			if (parse_u32(argv[++i], &pol.sessions) || !pol.sessions)
+				goto usage;
+		} else if (!strcmp(a, "--bench") && has) {
+			if (parse_u32(argv[++i], &bench) || !bench)
+				goto usage;
+		} else if (!strcmp(a, "--spread-experts")) {
+			pol.spread_experts = true;
+		} else if (!strcmp(a, "--json")) {
+			json = true;
+		} else {
+			fprintf(stderr, "shoal plan: unknown or incomplete argument '%s'\n", a);
+			goto usage;
+		}
+	}
+	if (!view_path || !model_path)
+		goto usage;
+
+	char why[256] = "";
+	shoal_view *view = NULL;
+	shoal_manifest m = {0};
+	shoal_spec_info info;
+	shoal_plan *plan = NULL;
+	int rc = 1;
+	bool from_spec = ends_with(model_path, ".json");
+	shoal_spec_info *pinfo = NULL;
+	shoal_err e;
+	if (from_spec) {
+		e = shoal_spec_load(model_path, &m, &info, why, sizeof why);
+		pinfo = &info;
+	} else {
+		/* a GGUF: only its header is read (the tensors stay mapped, unread) */
+		shoal_model *model = NULL;
+		e = shoal_model_open(model_path, &model, why, sizeof why);
+		if (!e && (e = shoal_model_manifest(model, &m)))
+			snprintf(why, sizeof why, "%s: %s", model_path, shoal_strerror(e));
+		shoal_model_free(model);
+	}
+	if (e) {
+		fprintf(stderr, "shoal plan: %s\n", why);
+		goto out;
+	}
+	e = shoal_cluster_load(view_path, &view, why, sizeof why);
+	if (e) {
+		fprintf(stderr, "shoal plan: %s\n", why);
+		goto out;
+	}
+	e = shoal_schedule(view, &m, &pol, NULL, &plan, why, sizeof why);
+	if (e) {
+		fprintf(stderr, "shoal plan: cannot plan %s on %s: %s\n", m.name, view_path, why);
+		goto out;
+	}
+	if (bench) {
+		double t0 = now_s();
+		for (uint32_t i = 0; i < bench; i++) {
+			shoal_plan *q = NULL;
+			shoal_schedule(view, &m, &pol, NULL, &q, NULL, 0);
+			shoal_plan_free(q);
+		}
+		double dt = (now_s() - t0) / bench;
+		printf("%zu peers, %s: %.2f ms per plan (mean of %u)\n", shoal_view_n_peers(view),
+		       m.name, dt * 1e3, bench);
+		rc = 0;
+		goto out;
+	}
+	if (json) {
+		json_t *o = shoal_plan_to_json(plan);
+		char *s = o ? json_dumps(o, JSON_INDENT(2) | JSON_REAL_PRECISION(10)) : NULL;
+		json_decref(o);
+		if (!s) {
+			fprintf(stderr, "shoal plan: out of memory\n");
+			goto out;
+		}
+		printf("%s\n", s);
+		free(s);
+	} else {
+		print_text(plan, pinfo, &pol);
+	}
+	rc = 0;
+out:
+	shoal_plan_free(plan);
+	shoal_view_free(view);
+	if (from_spec)
+		shoal_spec_manifest_fini(&m);
+	else
+		shoal_manifest_fini(&m);
+	return rc;
+usage:
+	plan_usage(stderr);
+	return 2;
+}

@@ -1,0 +1,383 @@
+/*
+ * runtime/cli/cmd_run.c: `shoal run MODEL -p TEXT ...`: one prompt on this
+ * machine, the generated text streamed to stdout as it is produced.
+ *
+ * Part: runtime/ (CLI). The whole model on one engine (all layers, the
+ * embedding and the head): the same layer-range path a cluster uses, with
+ * one stage and no network. Output modes: text (streaming detokenizer),
+ * --ids (the generated ids on one line), --logprobs K (one JSON object per
+ * generated token). With --peer ADDR the prompt goes to a cluster peer
+ * instead (runtime/cli/cmd_run_remote.c).
+ */
+#include <errno.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "models/chat.h"
+#include "models/model.h"
+#include "models/tokenizer.h"
+#include "runtime/cli/cli.h"
+#include "runtime/engine/engine.h"
+#include "runtime/engine/sampler.h"
+
+/* Tokens generated when -n is not given: a few sentences, enough to judge a
+ * model, short enough to finish in seconds on a laptop for a 7B model. */
+#define SHOAL_RUN_DEFAULT_N 128
+/* --logprobs K at most: OpenAI's API allows 20 top logprobs; 100 leaves
+ * room for analysis while keeping a line per token readable. */
+#define SHOAL_RUN_MAX_LOGPROBS 100
+
+static void shoal_run_usage(FILE *f)
+{
+	fprintf(f,
+	        "usage: shoal run MODEL -p TEXT [options]\n"
+	        "  -p, --prompt TEXT      the prompt\n"
+	        "  -n N                   tokens to generate (default %d)\n"
+	        "  --temp T               temperature; 0 is greedy (default 0.8)\n"
+	        "  --seed S               sampler seed (default: from the clock)\n"
+	        "  --top-k K              (default 40; 0 off)\n"
+	        "  --top-p P              (default 0.95; 1 off)\n"
+	        "  --min-p P              (default 0.05; 0 off)\n"
+	        "  --repeat-penalty R     (default 1.0: off)\n"
+	        "  --threads T            compute threads (default 1)\n"
+	        "  --ctx C                context length (default: the model's, at most 4096)\n"
+	        "  --chat                 format the prompt as a user message with the\n"
+	        "                         model's chat template\n"
+	        "  --system TEXT          system message for --chat\n"
+	        "  --ids                  print the generated token ids, one line\n"
+	        "  --logprobs K           print one JSON object per generated token with\n"
+	        "                         its logprob and the K best alternatives\n",
+	        SHOAL_RUN_DEFAULT_N);
+}
+
+typedef struct shoal_run_opts {
+	const char *model, *prompt, *system;
+	long n;
+	shoal_sampler_params sp;
+	bool seed_given;
+	long threads, ctx, logprobs;
+	bool chat, ids;
+} shoal_run_opts;
+
+static bool shoal_run_num(const char *s, double lo, double hi, double *out)
+{
+	char *end;
+	errno = 0;
+	double v = strtod(s, &end);
+	if (errno || end == s || *end || !(v >= lo && v <= hi))
+		return false;
+	*out = v;
+	return true;
+}
+
+/* 0 ok, 2 usage error (message printed). */
+static int shoal_run_parse(int argc, char **argv, shoal_run_opts *o)
+{
+	memset(o, 0, sizeof *o);
+	o->n = SHOAL_RUN_DEFAULT_N;
+	o->sp = shoal_sampler_defaults();
+	o->threads = 1;
+	for (int i = 1; i < argc; i++) {
+		const char *a = argv[i];
+		double v;
+		bool has_val = i + 1 < argc;
+		const char *val = has_val ? argv[i + 1] : NULL;
+#define NUM(lo, hi)                                                                                \
+	do {                                                                                       \
+		if (!has_val || !shoal_run_num(val, lo, hi, &v)) {                                 \
+			fprintf(stderr, "shoal run: %s needs a number in [%g, %g]\n", a,           \
+			        (double)(lo), (double)(hi));                                       \
+			return 2;                                                                  \
+		}                                                                                  \
+		i++;                                                                               \
+	} while (0)
+		if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+			shoal_run_usage(stdout);
+			return 1;
+		} else if (!strcmp(a, "-p") || !strcmp(a, "--prompt")) {
+			if (!has_val)
+				goto missing;
+			o->prompt = argv[++i];
+		} else if (!strcmp(a, "--system")) {
+			if (!has_val)
+				goto missing;
+			o->system = argv[++i];
+		} else if (!strcmp(a, "-n")) {
+			NUM(0, 1e9);
+			o->n = (long)v;
+		} else if (!strcmp(a, "--temp")) {
+			NUM(0, 1e6);
+			o->sp.temp = (float)v;
+		} else if (!strcmp(a, "--seed")) {
+			NUM(0, 1.8e19);
+			o->sp.seed = (uint64_t)v;
+			o->seed_given = true;
+		} else if (!strcmp(a, "--top-k")) {
+			NUM(0, 1e9);
+			o->sp.top_k = (int32_t)v;
+		} else if (!strcmp(a, "--top-p")) {
+			NUM(0, 1);
+			o->sp.top_p = (float)v;
+		} else if (!strcmp(a, "--min-p")) {
+			NUM(0, 1);
+			o->sp.min_p = (float)v;
+		} else if (!strcmp(a, "--repeat-penalty")) {
+			NUM(0, 100);
+			o->sp.repeat_penalty = (float)v;
+		} else if (!strcmp(a, "--threads") || !strcmp(a, "-t")) {
+			NUM(1, 1024);
+			o->threads = (long)v;
+		} else if (!strcmp(a, "--ctx") || !strcmp(a, "-c")) {
+			NUM(1, 1 << 24);
+			o->ctx = (long)v;
+		} else if (!strcmp(a, "--logprobs")) {
+			NUM(1, SHOAL_RUN_MAX_LOGPROBS);
+			o->logprobs = (long)v;
+		} else if (!strcmp(a, "--chat")) {
+			o->chat = true;
+		} else if (!strcmp(a, "--ids")) {
+			o->ids = true;
+		} else if (a[0] == '-' && a[1]) {
+			fprintf(stderr, "shoal run: unknown option %s\n", a);
+			shoal_run_usage(stderr);
+			return 2;
+		} else if (!o->model) {
+			o->model = a;
+		} else {
+			fprintf(stderr, "shoal run: unexpected argument %s\n", a);
+			return 2;
+		}
+		continue;
+	missing:
+		fprintf(stderr, "shoal run: %s needs a value\n", a);
+		return 2;
+#undef NUM
+	}
+	if (!o->model || !o->prompt) {
+		shoal_run_usage(stderr);
+		return 2;
+	}
+	if (!o->seed_given)
+		o->sp.seed = (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 32);
+	return 0;
+}
+
+/* Declared, and its contract given, in runtime/cli/cli.h. */
+shoal_err shoal_run_prompt_ids(const shoal_model *m, const shoal_tokenizer *tok, const char *prompt,
+                               bool chat, const char *system, int32_t **ids, size_t *n_ids,
+                               char *why, size_t why_len)
+{
+	if (!chat)
+		return shoal_tokenizer_encode(tok, prompt, strlen(prompt), true, false, ids, n_ids);
+	const char *tmpl = NULL;
+	size_t tlen = 0;
+	shoal_gguf_get_str(m->gguf, "tokenizer.chat_template", &tmpl, &tlen);
+	shoal_chat_style style;
+	shoal_err err = shoal_chat_detect(tmpl, tlen, &style, why, why_len);
+	if (err)
+		return err;
+	char bos[64] = "", eos[64] = "";
+	int32_t bos_id = shoal_tokenizer_bos(tok), eos_id = shoal_tokenizer_eos(tok);
+	if (bos_id >= 0) {
+		size_t n = shoal_tokenizer_piece(tok, bos_id, true, bos, sizeof bos - 1);
+		bos[n < sizeof bos ? n : 0] = 0;
+	}
+	if (eos_id >= 0) {
+		size_t n = shoal_tokenizer_piece(tok, eos_id, true, eos, sizeof eos - 1);
+		eos[n < sizeof eos ? n : 0] = 0;
+	}
+	shoal_chat_msg msgs[2];
+	size_t n_msgs = 0;
+	if (system)
+		msgs[n_msgs++] = (shoal_chat_msg){"system", system};
+	msgs[n_msgs++] = (shoal_chat_msg){"user", prompt};
+	char *text = NULL;
+	err = shoal_chat_render(style, msgs, n_msgs, true, bos, eos, &text, why, why_len);
+	if (err)
+		return err;
+	/* formats that print BOS themselves must not get a second one */
+	bool add_bos = !(bos[0] && !strncmp(text, bos, strlen(bos)));
+	err = shoal_tokenizer_encode(tok, text, strlen(text), add_bos, true, ids, n_ids);
+	free(text);
+	return err;
+}
+
+static void shoal_run_logprobs_line(const float *logits, uint32_t n_vocab, int32_t id, uint32_t k,
+                                    int32_t *top_ids, float *top_lps)
+{
+	float lp;
+	shoal_logprobs_top(logits, n_vocab, id, &lp, k, top_ids, top_lps);
+	printf("{\"token\": %d, \"logprob\": %.6g, \"top_logprobs\": [", id, lp);
+	for (uint32_t i = 0; i < k; i++)
+		printf("%s{\"token\": %d, \"logprob\": %.6g}", i ? ", " : "", top_ids[i],
+		       top_lps[i]);
+	printf("]}\n");
+}
+
+int shoal_cmd_run(int argc, char **argv)
+{
+	for (int i = 1; i < argc; i++)
+		if (!strcmp(argv[i], "--peer"))
+			return shoal_cmd_run_remote(argc, argv);
+	shoal_run_opts o;
+	int rc = shoal_run_parse(argc, argv, &o);
+	if (rc)
+		return rc == 1 ? 0 : rc;
+
+	char why[256] = "";
+	int status = 1;
+	shoal_model *m = NULL;
+	shoal_tokenizer *tok = NULL;
+	shoal_engine *eng = NULL;
+	shoal_sampler *smp = NULL;
+	int32_t *ids = NULL, *hist = NULL, *rows_tok = NULL, *top_ids = NULL;
+	uint32_t *rows_sess = NULL, *rows_pos = NULL;
+	uint8_t *rows_want = NULL;
+	float *logits = NULL;  /* (n_vocab) */
+	float *top_lps = NULL; /* (SHOAL_RUN_MAX_LOGPROBS) */
+	size_t n_ids = 0;
+
+	shoal_err err = shoal_model_open(o.model, &m, why, sizeof why);
+	if (!err)
+		err = shoal_tokenizer_from_gguf(m->gguf, &tok, why, sizeof why);
+	if (err) {
+		fprintf(stderr, "shoal run: %s: %s\n", o.model, why[0] ? why : shoal_strerror(err));
+		goto out;
+	}
+	err =
+	    shoal_run_prompt_ids(m, tok, o.prompt, o.chat, o.system, &ids, &n_ids, why, sizeof why);
+	if (err) {
+		fprintf(stderr, "shoal run: %s: %s\n", o.model, why[0] ? why : shoal_strerror(err));
+		goto out;
+	}
+	if (n_ids == 0) {
+		fprintf(stderr, "shoal run: the prompt has no tokens\n");
+		goto out;
+	}
+
+	shoal_engine_config cfg = shoal_engine_config_default(m);
+	cfg.n_threads = (uint32_t)o.threads;
+	if (o.ctx)
+		cfg.n_ctx = (uint32_t)o.ctx;
+	if (cfg.max_rows > cfg.n_ctx)
+		cfg.max_rows = cfg.n_ctx;
+	err = shoal_engine_new(m, &cfg, &eng, why, sizeof why);
+	if (err) {
+		fprintf(stderr, "shoal run: %s: %s\n", o.model, why[0] ? why : shoal_strerror(err));
+		goto out;
+	}
+	uint32_t n_ctx = shoal_engine_n_ctx(eng), R = shoal_engine_max_rows(eng);
+	uint32_t n_vocab = m->hp.n_vocab;
+	if (n_ids >= n_ctx) {
+		fprintf(stderr, "shoal run: the prompt has %zu tokens, the context %u\n", n_ids,
+		        n_ctx);
+		goto out;
+	}
+	uint32_t slot;
+	shoal_engine_session_open(eng, &slot);
+	size_t cap = n_ids + (size_t)o.n + 1;
+	hist = malloc(cap * sizeof *hist);
+	rows_tok = malloc(R * sizeof *rows_tok);
+	rows_sess = calloc(R, sizeof *rows_sess);
+	rows_pos = malloc(R * sizeof *rows_pos);
+	rows_want = calloc(R, 1);
+	logits = malloc((size_t)n_vocab * sizeof *logits);
+	top_ids = malloc(SHOAL_RUN_MAX_LOGPROBS * sizeof *top_ids);
+	top_lps = malloc(SHOAL_RUN_MAX_LOGPROBS * sizeof *top_lps);
+	if (!hist || !rows_tok || !rows_sess || !rows_pos || !rows_want || !logits || !top_ids ||
+	    !top_lps || shoal_sampler_new(&o.sp, n_vocab, &smp)) {
+		fprintf(stderr, "shoal run: out of memory\n");
+		goto out;
+	}
+	for (uint32_t r = 0; r < R; r++)
+		rows_sess[r] = slot;
+	memcpy(hist, ids, n_ids * sizeof *ids);
+	size_t n_hist = n_ids;
+
+	/* prefill in chunks of max_rows; logits for the last prompt row only */
+	for (size_t p0 = 0; p0 < n_ids; p0 += R) {
+		uint32_t n = (uint32_t)(n_ids - p0 < R ? n_ids - p0 : R);
+		for (uint32_t r = 0; r < n; r++) {
+			rows_tok[r] = ids[p0 + r];
+			rows_pos[r] = (uint32_t)(p0 + r);
+			rows_want[r] = p0 + r == n_ids - 1;
+		}
+		shoal_engine_batch b = {.n_rows = n,
+		                        .tokens = rows_tok,
+		                        .session = rows_sess,
+		                        .pos = rows_pos,
+		                        .want_logits = rows_want,
+		                        .logits = logits};
+		err = shoal_engine_run(eng, &b, why, sizeof why);
+		if (err) {
+			fprintf(stderr, "shoal run: %s\n", why);
+			goto out;
+		}
+	}
+
+	shoal_detok dt;
+	shoal_detok_init(&dt, tok, false);
+	/* only the continuation is printed: its first word keeps its space */
+	dt.first = false;
+	char text[512];
+	for (long t = 0; t < o.n; t++) {
+		int32_t id = shoal_sampler_sample(smp, logits, hist, n_hist, (uint64_t)t);
+		if (shoal_tokenizer_is_eog(tok, id))
+			break;
+		hist[n_hist++] = id;
+		if (o.logprobs) {
+			shoal_run_logprobs_line(logits, n_vocab, id, (uint32_t)o.logprobs, top_ids,
+			                        top_lps);
+		} else if (o.ids) {
+			printf("%s%d", t ? " " : "", id);
+		} else {
+			size_t len = shoal_detok_push(&dt, id, text, sizeof text);
+			fwrite(text, 1, len, stdout);
+		}
+		fflush(stdout);
+		if (t + 1 == o.n || n_hist >= n_ctx)
+			break;
+		rows_tok[0] = id;
+		rows_pos[0] = (uint32_t)(n_hist - 1);
+		rows_want[0] = 1;
+		shoal_engine_batch b = {.n_rows = 1,
+		                        .tokens = rows_tok,
+		                        .session = rows_sess,
+		                        .pos = rows_pos,
+		                        .want_logits = rows_want,
+		                        .logits = logits};
+		err = shoal_engine_run(eng, &b, why, sizeof why);
+		if (err) {
+			fprintf(stderr, "shoal run: %s\n", why);
+			goto out;
+		}
+	}
+	if (!o.logprobs && !o.ids) {
+		size_t len = shoal_detok_flush(&dt, text, sizeof text);
+		fwrite(text, 1, len, stdout);
+	}
+	if (!o.logprobs)
+		printf("\n");
+	status = 0;
+out:
+	fflush(stdout);
+	shoal_sampler_free(smp);
+	shoal_engine_free(eng);
+	shoal_tokenizer_free(tok);
+	shoal_model_free(m);
+	free(ids);
+	free(hist);
+	free(rows_tok);
+	free(rows_sess);
+	free(rows_pos);
+	free(rows_want);
+	free(logits);
+	free(top_ids);
+	free(top_lps);
+	return status;
+}

@@ -1,0 +1,288 @@
+/*
+ * runtime/cli/cmd_run_remote.c: `shoal run --peer ADDR -p TEXT ...`: send a
+ * prompt to a peer of a cluster, which owns the session and runs it
+ * through the plan; the tokens stream back as RUN_TOKEN replies over the
+ * authenticated control plane (net/ctlmsg.h, runtime/node/cluster.h).
+ *
+ * Part: runtime/ (CLI). The output is the local `shoal run`'s, byte for
+ * byte: text, --ids (one line) or --logprobs K (one JSON object per token,
+ * the same printf formats over the same float values).
+ */
+#include "config.h"
+
+#include <errno.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <jansson.h>
+
+#include "base/statedir.h"
+#include "net/ctl.h"
+#include "net/ctlmsg.h"
+#include "net/key.h"
+#include "runtime/cli/cli.h"
+#include "runtime/node/node.h"
+
+/* As local `shoal run`. */
+#define SHOAL_RUN_REMOTE_DEFAULT_N 128
+#define SHOAL_RUN_REMOTE_MAX_LP    100
+/* The owner refuses a longer --system (runtime/node/cluster.c explains 64 KiB);
+ * checked here too so the user hears it before the request is sent. */
+#define SHOAL_RUN_REMOTE_MAX_SYSTEM 65536
+/* Silence allowed between two replies: the owner waits up to 20 s for a
+ * servable plan and fails a session after 30 s without a token; 60 s is
+ * above both, so the owner's reason arrives before we give up. */
+#define SHOAL_RUN_REMOTE_TIMEOUT_MS 60000
+/* A run that ends before its first token because the plan changed (the
+ * owner says "retry") is sent again, at most this many times, after a
+ * pause of RETRY_MS: a new plan is servable within a few gossip rounds
+ * (~1 s at the default 100 ms base period). */
+#define SHOAL_RUN_REMOTE_RETRIES  3
+#define SHOAL_RUN_REMOTE_RETRY_MS 1000
+
+static void shoal_run_remote_usage(FILE *f)
+{
+	fprintf(f,
+	        "usage: shoal run --peer HOST[:PORT] (--key FILE | --insecure) -p TEXT [-n N]\n"
+	        "                 [--temp T] [--seed S] [--top-k K] [--top-p P] [--min-p P]\n"
+	        "                 [--repeat-penalty R] [--chat] [--system TEXT] [--ids]\n"
+	        "                 [--logprobs K] [--timeout-ms MS]\n"
+	        "Sends the prompt to that peer of a cluster (`shoal node --model`), which\n"
+	        "runs it through the plan and streams the tokens back. With --chat that\n"
+	        "peer formats the prompt with its model's chat template, as local\n"
+	        "`shoal run --chat` does.\n");
+}
+
+static bool shoal_run_remote_num(const char *s, double lo, double hi, double *out)
+{
+	char *end;
+	errno = 0;
+	double v = strtod(s, &end);
+	if (errno || end == s || *end || !(v >= lo && v <= hi))
+		return false;
+	*out = v;
+	return true;
+}
+
+int shoal_cmd_run_remote(int argc, char **argv)
+{
+	const char *peer = NULL, *key_file = NULL, *prompt = NULL, *system = NULL;
+	bool insecure = false, ids = false, seed_given = false, chat = false;
+	double n = SHOAL_RUN_REMOTE_DEFAULT_N, temp = 0.8, seed = 0, top_k = 40, top_p = 0.95,
+	       min_p = 0.05, rp = 1.0, lp = 0, tmo = SHOAL_RUN_REMOTE_TIMEOUT_MS, ignored;
+	for (int i = 1; i < argc; i++) {
+		const char *a = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
+		double *num = NULL, lo = 0, hi = 0;
+		if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+			shoal_run_remote_usage(stdout);
+			return 0;
+		} else if (!strcmp(a, "--insecure")) {
+			insecure = true;
+			continue;
+		} else if (!strcmp(a, "--ids")) {
+			ids = true;
+			continue;
+		} else if (!strcmp(a, "--chat")) {
+			chat = true;
+			continue;
+		}
+		if (!val) {
+			fprintf(stderr, "shoal run: %s needs a value\n", a);
+			return 2;
+		}
+		if (!strcmp(a, "--peer"))
+			peer = val;
+		else if (!strcmp(a, "--key"))
+			key_file = val;
+		else if (!strcmp(a, "-p") || !strcmp(a, "--prompt"))
+			prompt = val;
+		else if (!strcmp(a, "--system"))
+			system = val;
+		else if (!strcmp(a, "-n"))
+			num = &n, lo = 0, hi = 1e9;
+		else if (!strcmp(a, "--temp"))
+			num = &temp, lo = 0, hi = 1e6;
+		else if (!strcmp(a, "--seed"))
+			num = &seed, lo = 0, hi = 9.2e18, seed_given = true;
+		else if (!strcmp(a, "--top-k"))
+			num = &top_k, lo = 0, hi = 1e9;
+		else if (!strcmp(a, "--top-p"))
+			num = &top_p, lo = 0, hi = 1;
+		else if (!strcmp(a, "--min-p"))
+			num = &min_p, lo = 0, hi = 1;
+		else if (!strcmp(a, "--repeat-penalty"))
+			num = &rp, lo = 0, hi = 100;
+		else if (!strcmp(a, "--logprobs"))
+			num = &lp, lo = 1, hi = SHOAL_RUN_REMOTE_MAX_LP;
+		else if (!strcmp(a, "--timeout-ms"))
+			num = &tmo, lo = 1, hi = 3.6e6;
+		else if (!strcmp(a, "--threads") || !strcmp(a, "-t") || !strcmp(a, "--ctx") ||
+		         !strcmp(a, "-c"))
+			num = &ignored, lo = 0, hi = 1e9; /* the peers' own settings apply */
+		else {
+			fprintf(stderr, "shoal run: unknown option %s (with --peer)\n", a);
+			shoal_run_remote_usage(stderr);
+			return 2;
+		}
+		if (num && !shoal_run_remote_num(val, lo, hi, num)) {
+			fprintf(stderr, "shoal run: %s needs a number in [%g, %g]\n", a, lo, hi);
+			return 2;
+		}
+		i++;
+	}
+	if (!peer || !prompt || (key_file && insecure) || (!key_file && !insecure)) {
+		shoal_run_remote_usage(stderr);
+		return 2;
+	}
+	if (system && strlen(system) > SHOAL_RUN_REMOTE_MAX_SYSTEM) {
+		fprintf(stderr, "shoal run: --system is longer than %d bytes\n",
+		        SHOAL_RUN_REMOTE_MAX_SYSTEM);
+		return 2;
+	}
+	if (!seed_given)
+		seed =
+		    (double)(((uint64_t)time(NULL) ^ ((uint64_t)getpid() << 16)) & 0xffffffffffffu);
+
+	char ep[256], why[512] = "";
+	if (shoal_node_endpoint_parse(peer, SHOAL_CTL_DEFAULT_PORT, ep, sizeof ep, why,
+	                              sizeof why) != SHOAL_OK) {
+		fprintf(stderr, "shoal run: %s\n", why);
+		return 2;
+	}
+	shoal_key key;
+	shoal_key_curve curve, *keys = NULL;
+	memset(&curve, 0, sizeof curve);
+	if (key_file) {
+		if (shoal_key_read(key_file, &key, NULL, why, sizeof why) != SHOAL_OK) {
+			fprintf(stderr, "shoal run: %s\n", why);
+			return 1;
+		}
+		shoal_key_derive(&key, &curve);
+		shoal_key_wipe(&key, sizeof key);
+		keys = &curve;
+	}
+	int rc = 1;
+	shoal_ctl_client *cl = NULL;
+	shoal_wire_buf buf;
+	shoal_wire_buf_init(&buf);
+	uint8_t *reply = NULL;
+	size_t reply_len = 0;
+	json_t *req = json_pack("{s:s, s:I, s:f, s:I, s:I, s:f, s:f, s:f, s:I}", "prompt", prompt,
+	                        "n", (json_int_t)n, "temp", temp, "seed", (json_int_t)seed, "top_k",
+	                        (json_int_t)top_k, "top_p", top_p, "min_p", min_p, "repeat_penalty",
+	                        rp, "logprobs", (json_int_t)lp);
+	/* "chat" and "system" only when given: an owner from before them
+	 * still serves a plain prompt */
+	if (req && chat && json_object_set_new(req, "chat", json_true()) != 0) {
+		json_decref(req);
+		req = NULL;
+	}
+	if (req && system && json_object_set_new(req, "system", json_string(system)) != 0) {
+		json_decref(req);
+		req = NULL;
+	}
+	char *js = req ? json_dumps(req, JSON_COMPACT) : NULL;
+	json_decref(req);
+	shoal_ctlmsg m = {
+	    .type = SHOAL_CTLMSG_RUN_REQ, .seq = 1, .json = js, .json_len = js ? strlen(js) : 0};
+	if (!js || shoal_ctl_client_new(ep, keys, &cl, why, sizeof why) != SHOAL_OK ||
+	    shoal_ctlmsg_encode(&m, &buf) != SHOAL_OK) {
+		fprintf(stderr, "shoal run: %s\n", why[0] ? why : "cannot build the request");
+		goto out;
+	}
+	const void *bufs[1] = {buf.data};
+	size_t lens[1] = {buf.len};
+	if (shoal_ctl_client_send(cl, bufs, lens, 1) != SHOAL_OK) {
+		fprintf(stderr, "shoal run: cannot send to %s\n", ep);
+		goto out;
+	}
+	for (long t = 0, tries = 0;;) {
+		free(reply);
+		reply = NULL;
+		if (shoal_ctl_client_recv(cl, (int)tmo, &reply, &reply_len, why, sizeof why) !=
+		    SHOAL_OK) {
+			fprintf(stderr, "shoal run: %s: %s\n", ep, why[0] ? why : "no answer");
+			goto out;
+		}
+		shoal_ctlmsg r;
+		if (shoal_ctlmsg_decode(reply, reply_len, &r, why, sizeof why) != SHOAL_OK ||
+		    (r.type != SHOAL_CTLMSG_RUN_TOKEN && r.type != SHOAL_CTLMSG_RUN_END) ||
+		    r.seq != m.seq) {
+			fprintf(stderr, "shoal run: bad answer from %s: %s\n", ep,
+			        why[0] ? why : "not a run reply");
+			goto out;
+		}
+		json_error_t je;
+		json_t *o = json_loadb(r.json, r.json_len, 0, &je);
+		if (!o) {
+			fprintf(stderr, "shoal run: bad JSON from %s: %s\n", ep, je.text);
+			goto out;
+		}
+		if (r.type == SHOAL_CTLMSG_RUN_END) {
+			const char *tail = json_string_value(json_object_get(o, "text"));
+			if (!json_is_true(json_object_get(o, "ok"))) {
+				const char *err = json_string_value(json_object_get(o, "error"));
+				if (t == 0 && err && strstr(err, "retry") &&
+				    tries++ < SHOAL_RUN_REMOTE_RETRIES) {
+					fprintf(stderr, "shoal run: %s; retrying\n", err);
+					json_decref(o);
+					usleep(SHOAL_RUN_REMOTE_RETRY_MS * 1000);
+					m.seq++;
+					if (shoal_ctlmsg_encode(&m, &buf) != SHOAL_OK)
+						goto out;
+					bufs[0] = buf.data;
+					lens[0] = buf.len;
+					if (shoal_ctl_client_send(cl, bufs, lens, 1) != SHOAL_OK)
+						goto out;
+					continue;
+				}
+				fflush(stdout);
+				fprintf(stderr, "shoal run: %s: %s\n", ep, err ? err : "failed");
+				json_decref(o);
+				goto out;
+			}
+			if (!lp && !ids && tail)
+				fputs(tail, stdout);
+			if (!lp)
+				printf("\n");
+			json_decref(o);
+			rc = 0;
+			goto out;
+		}
+		json_int_t id = json_integer_value(json_object_get(o, "id"));
+		if (lp) {
+			json_t *top = json_object_get(o, "top");
+			printf("{\"token\": %d, \"logprob\": %.6g, \"top_logprobs\": [", (int)id,
+			       (double)(float)json_number_value(json_object_get(o, "logprob")));
+			for (size_t i = 0; i < json_array_size(top); i++) {
+				json_t *p = json_array_get(top, i);
+				printf("%s{\"token\": %d, \"logprob\": %.6g}", i ? ", " : "",
+				       (int)json_integer_value(json_array_get(p, 0)),
+				       (double)(float)json_number_value(json_array_get(p, 1)));
+			}
+			printf("]}\n");
+		} else if (ids) {
+			printf("%s%d", t ? " " : "", (int)id);
+		} else {
+			const char *text = json_string_value(json_object_get(o, "text"));
+			if (text)
+				fputs(text, stdout);
+		}
+		fflush(stdout);
+		t++;
+		json_decref(o);
+	}
+out:
+	fflush(stdout);
+	free(reply);
+	free(js);
+	shoal_ctl_client_free(cl);
+	shoal_wire_buf_fini(&buf);
+	shoal_key_wipe(&curve, sizeof curve);
+	return rc;
+}

@@ -1,0 +1,355 @@
+/*
+ * runtime/cli/cmd_status.c: `shoal status`: the cluster view, asked of a node
+ * over the authenticated control plane (a STATUS_REQ, net/ctlmsg.h).
+ *
+ *   shoal status [--peer HOST[:PORT]] [--key FILE] [--insecure] [--json]
+ *                [--state-dir D] [--timeout-ms MS]
+ *
+ * Without --peer it asks the local node, found through <state-dir>/control
+ * (written by `shoal node`). The key is --key, else <state-dir>/cluster.key;
+ * a local node that runs --insecure (its control file says so) is asked
+ * without one. Exit status: 0 answered, 1 no answer / refused, 2 usage.
+ *
+ * --json prints one object (stable; tests and tools parse it):
+ *   {"self": ID, "name": NAME, "cluster": NAME, "insecure": BOOL,
+ *    "peers": [ {                      -- in id order, ourselves included
+ *       "id": 32 hex, "name", "state": "alive"|"suspect"|"dead"|"left",
+ *       "incarnation": N, "self": BOOL, "compatible": BOOL,
+ *       "why_incompatible": TEXT (only when not compatible),
+ *       "record_version", "cluster", "version", "protocol_version",
+ *       "scheduler_version", "control_endpoint",
+ *       "mem_total": bytes, "mem_weights": bytes available for weights,
+ *       "compute_gb_s", "compute_gflops", "cores", "os", "arch", "load",
+ *       "data_endpoints": [{"kind","interface","address","rdma"}],
+ *       "rdma_devices": [names], "models": [{"model_id","path","bytes"}],
+ *       "links": [{"peer": ID, "local_endpoint", "remote_endpoint",
+ *                  "rtt_us", "bandwidth_bytes_s"}] } ],
+ *    "plan": {...} }                 -- only from a node serving a model:
+ *   runtime/node/cluster.h: "servable", "digest" (null without a plan), "epoch",
+ *   "why", "stages", "experts", "memory" (runtime/node/plan_json.h), "ready" and
+ *   "not_ready" (peer ids), "left_out" [{"peer", "name", "why"}], "links"
+ *   [{"peer", "transport"}] (the data links this node opened).
+ */
+#include "config.h"
+
+#include <getopt.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include <jansson.h>
+
+#include "base/statedir.h"
+#include "net/ctl.h"
+#include "net/ctlmsg.h"
+#include "net/key.h"
+#include "runtime/cli/cli.h"
+#include "runtime/node/node.h"
+
+static void shoal_cmd_status_usage(FILE *f)
+{
+	fprintf(f, "usage: shoal status [--peer HOST[:PORT]] [--key FILE] [--insecure] [--json]\n"
+	           "                    [--state-dir D] [--timeout-ms MS]\n");
+}
+
+/* Read "endpoint X" and "insecure N" from <dir>/control. */
+static int shoal_cmd_status_control(const char *dir, char *ep, size_t cap, int *insecure)
+{
+	char path[1100], line[256];
+	snprintf(path, sizeof path, "%s/%s", dir, SHOAL_NODE_CONTROL_FILE);
+	FILE *f = fopen(path, "r");
+	if (!f)
+		return -1;
+	ep[0] = '\0';
+	while (fgets(line, sizeof line, f)) {
+		line[strcspn(line, "\r\n")] = '\0';
+		if (!strncmp(line, "endpoint ", 9))
+			snprintf(ep, cap, "%s", line + 9);
+		else if (!strncmp(line, "insecure ", 9))
+			*insecure = atoi(line + 9) != 0;
+	}
+	fclose(f);
+	return ep[0] ? 0 : -1;
+}
+
+static const char *shoal_cmd_status_str(json_t *o, const char *k)
+{
+	const char *s = json_string_value(json_object_get(o, k));
+	return s ? s : "?";
+}
+
+static double shoal_cmd_status_num(json_t *o, const char *k)
+{
+	return json_number_value(json_object_get(o, k));
+}
+
+/* The human view: a table of peers, then the link matrix (RTT in us, the
+ * best endpoint pair; bandwidth in MB/s where measured). */
+static void shoal_cmd_status_print(json_t *root)
+{
+	json_t *peers = json_object_get(root, "peers");
+	size_t n = json_array_size(peers);
+	printf("cluster '%s'%s, seen from %s: %zu peer(s)\n", shoal_cmd_status_str(root, "cluster"),
+	       json_is_true(json_object_get(root, "insecure")) ? " (INSECURE)" : "",
+	       shoal_cmd_status_str(root, "name"), n);
+	printf("%-3s %-16s %-8s %-8s %5s %13s %9s %5s %-14s %s\n", "#", "NAME", "ID", "STATE",
+	       "INC", "MEM GiB", "GB/s", "CORES", "OS/ARCH", "CONTROL");
+	for (size_t i = 0; i < n; i++) {
+		json_t *p = json_array_get(peers, i);
+		char osarch[48];
+		snprintf(osarch, sizeof osarch, "%s/%s", shoal_cmd_status_str(p, "os"),
+		         shoal_cmd_status_str(p, "arch"));
+		char mem[32];
+		snprintf(mem, sizeof mem, "%.1f/%.1f",
+		         shoal_cmd_status_num(p, "mem_weights") / 1073741824.0,
+		         shoal_cmd_status_num(p, "mem_total") / 1073741824.0);
+		printf("%-3zu %-16.16s %-8.8s %-8s %5" JSON_INTEGER_FORMAT
+		       " %13s %9.2f %5d %-14.14s %s%s\n",
+		       i, shoal_cmd_status_str(p, "name"), shoal_cmd_status_str(p, "id"),
+		       shoal_cmd_status_str(p, "state"),
+		       json_integer_value(json_object_get(p, "incarnation")), mem,
+		       shoal_cmd_status_num(p, "compute_gb_s"),
+		       (int)json_integer_value(json_object_get(p, "cores")), osarch,
+		       shoal_cmd_status_str(p, "control_endpoint"),
+		       json_is_true(json_object_get(p, "self")) ? "  (this peer)" : "");
+		if (json_is_false(json_object_get(p, "compatible")))
+			printf("    left out of planning: %s\n",
+			       shoal_cmd_status_str(p, "why_incompatible"));
+	}
+	printf("\nlinks (row -> column): RTT us / MB/s, best endpoint pair\n     ");
+	for (size_t j = 0; j < n; j++)
+		printf(" %14zu", j);
+	printf("\n");
+	for (size_t i = 0; i < n; i++) {
+		json_t *links = json_object_get(json_array_get(peers, i), "links");
+		printf("%-5zu", i);
+		for (size_t j = 0; j < n; j++) {
+			const char *to = shoal_cmd_status_str(json_array_get(peers, j), "id");
+			double best_rtt = 0, bw = 0;
+			for (size_t k = 0; k < json_array_size(links); k++) {
+				json_t *l = json_array_get(links, k);
+				if (strcmp(shoal_cmd_status_str(l, "peer"), to))
+					continue;
+				double rtt = shoal_cmd_status_num(l, "rtt_us");
+				if (best_rtt == 0 || rtt < best_rtt) {
+					best_rtt = rtt;
+					bw = shoal_cmd_status_num(l, "bandwidth_bytes_s");
+				}
+			}
+			char cell[32];
+			if (i == j)
+				snprintf(cell, sizeof cell, "-");
+			else if (best_rtt == 0)
+				snprintf(cell, sizeof cell, "?");
+			else if (bw > 0)
+				snprintf(cell, sizeof cell, "%.0f/%.0f", best_rtt, bw / 1e6);
+			else
+				snprintf(cell, sizeof cell, "%.0f", best_rtt);
+			printf(" %14s", cell);
+		}
+		printf("\n");
+	}
+}
+
+/* The plan of a node that serves a model: stages with readiness, experts
+ * per peer and layer, data links, peers left out. */
+static void shoal_cmd_status_print_plan(json_t *plan)
+{
+	json_t *stages = json_object_get(plan, "stages"), *ready = json_object_get(plan, "ready");
+	const char *digest = json_string_value(json_object_get(plan, "digest"));
+	const char *why = json_string_value(json_object_get(plan, "why"));
+	if (!digest) {
+		printf("\nplan: none: %s\n", why ? why : "?");
+	} else {
+		printf("\nplan %.16s (epoch %" JSON_INTEGER_FORMAT
+		       ") of %s: %s%s%s, %.2f ms/token predicted\n",
+		       digest, json_integer_value(json_object_get(plan, "epoch")),
+		       shoal_cmd_status_str(plan, "model"),
+		       json_is_true(json_object_get(plan, "servable")) ? "servable"
+		                                                       : "NOT servable",
+		       why ? ": " : "", why ? why : "",
+		       shoal_cmd_status_num(plan, "predicted_ms_per_token"));
+	}
+	for (size_t i = 0; i < json_array_size(stages); i++) {
+		json_t *st = json_array_get(stages, i);
+		const char *id = shoal_cmd_status_str(st, "peer");
+		int is_ready = 0;
+		for (size_t k = 0; k < json_array_size(ready); k++) {
+			const char *r = json_string_value(json_array_get(ready, k));
+			is_ready |= r && !strcmp(r, id);
+		}
+		printf("  stage %zu  %-16.16s %.8s  layers [%" JSON_INTEGER_FORMAT
+		       ", %" JSON_INTEGER_FORMAT ")  %s\n",
+		       i, shoal_cmd_status_str(st, "name"), id,
+		       json_integer_value(json_object_get(st, "first_layer")),
+		       json_integer_value(json_object_get(st, "end_layer")),
+		       is_ready ? "ready" : "not ready");
+	}
+	json_t *ex = json_object_get(plan, "experts");
+	for (size_t i = 0; i < json_array_size(ex); i++) {
+		json_t *l = json_array_get(ex, i), *own = json_object_get(l, "owners");
+		printf("  experts of layer %" JSON_INTEGER_FORMAT ":",
+		       json_integer_value(json_object_get(l, "layer")));
+		for (size_t j = 0; j < json_array_size(own); j++) {
+			json_t *o = json_array_get(own, j);
+			printf(" %s x%zu", shoal_cmd_status_str(o, "name"),
+			       json_array_size(json_object_get(o, "experts")));
+		}
+		printf("\n");
+	}
+	json_t *links = json_object_get(plan, "links");
+	for (size_t i = 0; i < json_array_size(links); i++) {
+		json_t *l = json_array_get(links, i);
+		printf("  data link to %.8s: %s\n", shoal_cmd_status_str(l, "peer"),
+		       shoal_cmd_status_str(l, "transport"));
+	}
+	json_t *left = json_object_get(plan, "left_out");
+	for (size_t i = 0; i < json_array_size(left); i++) {
+		json_t *l = json_array_get(left, i);
+		printf("  left out: %s (%.8s): %s\n", shoal_cmd_status_str(l, "name"),
+		       shoal_cmd_status_str(l, "peer"), shoal_cmd_status_str(l, "why"));
+	}
+}
+
+int shoal_cmd_status(int argc, char **argv)
+{
+	enum { O_PEER = 256, O_KEY, O_INSECURE, O_JSON, O_STATE, O_TIMEOUT };
+	static const struct option opts[] = {
+	    {"peer", required_argument, NULL, O_PEER},
+	    {"key", required_argument, NULL, O_KEY},
+	    {"insecure", no_argument, NULL, O_INSECURE},
+	    {"json", no_argument, NULL, O_JSON},
+	    {"state-dir", required_argument, NULL, O_STATE},
+	    {"timeout-ms", required_argument, NULL, O_TIMEOUT},
+	    {"help", no_argument, NULL, 'h'},
+	    {NULL, 0, NULL, 0},
+	};
+	const char *peer = NULL, *key_file = NULL, *state_dir = NULL;
+	int insecure = 0, as_json = 0, timeout_ms = 3000, c, rc = 1;
+	char dir[1024], ep[256], why[512] = "";
+	optind = 1;
+	while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+		switch (c) {
+		case O_PEER:
+			peer = optarg;
+			break;
+		case O_KEY:
+			key_file = optarg;
+			break;
+		case O_INSECURE:
+			insecure = 1;
+			break;
+		case O_JSON:
+			as_json = 1;
+			break;
+		case O_STATE:
+			state_dir = optarg;
+			break;
+		case O_TIMEOUT:
+			timeout_ms = atoi(optarg);
+			break;
+		case 'h':
+			shoal_cmd_status_usage(stdout);
+			return 0;
+		default:
+			shoal_cmd_status_usage(stderr);
+			return 2;
+		}
+	}
+	if (optind < argc || timeout_ms <= 0) {
+		shoal_cmd_status_usage(stderr);
+		return 2;
+	}
+	if (state_dir)
+		snprintf(dir, sizeof dir, "%s", state_dir);
+	else if (shoal_state_dir_default(dir, sizeof dir) != SHOAL_OK)
+		dir[0] = '\0';
+	if (peer) {
+		if (shoal_node_endpoint_parse(peer, SHOAL_CTL_DEFAULT_PORT, ep, sizeof ep, why,
+		                              sizeof why) != SHOAL_OK) {
+			fprintf(stderr, "shoal status: %s\n", why);
+			return 2;
+		}
+	} else if (shoal_cmd_status_control(dir, ep, sizeof ep, &insecure) != 0) {
+		fprintf(stderr,
+		        "shoal status: no local node found (no %s/%s); is `shoal node` running? "
+		        "Use --peer HOST[:PORT] or --state-dir D\n",
+		        dir, SHOAL_NODE_CONTROL_FILE);
+		return 1;
+	}
+	/* Keys. */
+	shoal_key key;
+	shoal_key_curve curve, *keys = NULL;
+	char default_key[1100];
+	struct stat st;
+	snprintf(default_key, sizeof default_key, "%s/%s", dir, SHOAL_KEY_DEFAULT_NAME);
+	if (!key_file && !insecure && stat(default_key, &st) == 0)
+		key_file = default_key;
+	if (key_file) {
+		if (shoal_key_read(key_file, &key, NULL, why, sizeof why) != SHOAL_OK) {
+			fprintf(stderr, "shoal status: %s\n", why);
+			return 1;
+		}
+		shoal_key_derive(&key, &curve);
+		shoal_key_wipe(&key, sizeof key);
+		keys = &curve;
+	} else if (!insecure) {
+		fprintf(stderr,
+		        "shoal status: no cluster key: use --key FILE (or --insecure for an "
+		        "open cluster)\n");
+		return 1;
+	}
+	shoal_ctl_client *cl = NULL;
+	shoal_wire_buf buf;
+	uint8_t *reply = NULL;
+	size_t reply_len = 0;
+	shoal_wire_buf_init(&buf);
+	shoal_ctlmsg req = {.type = SHOAL_CTLMSG_STATUS_REQ, .seq = 1};
+	if (shoal_ctl_client_new(ep, keys, &cl, why, sizeof why) != SHOAL_OK ||
+	    shoal_ctlmsg_encode(&req, &buf) != SHOAL_OK) {
+		fprintf(stderr, "shoal status: %s\n", why[0] ? why : "cannot build the request");
+		goto out;
+	}
+	const void *bufs[1] = {buf.data};
+	size_t lens[1] = {buf.len};
+	shoal_ctlmsg resp;
+	if (shoal_ctl_client_send(cl, bufs, lens, 1) != SHOAL_OK ||
+	    shoal_ctl_client_recv(cl, timeout_ms, &reply, &reply_len, why, sizeof why) !=
+	        SHOAL_OK) {
+		fprintf(stderr, "shoal status: %s: %s\n", ep, why[0] ? why : "send failed");
+		goto out;
+	}
+	if (shoal_ctlmsg_decode(reply, reply_len, &resp, why, sizeof why) != SHOAL_OK ||
+	    resp.type != SHOAL_CTLMSG_STATUS_RESP) {
+		fprintf(stderr, "shoal status: bad answer from %s: %s\n", ep,
+		        why[0] ? why : "not a status");
+		goto out;
+	}
+	json_error_t jerr;
+	json_t *root = json_loadb(resp.json, resp.json_len, 0, &jerr);
+	if (!root || !json_is_array(json_object_get(root, "peers"))) {
+		fprintf(stderr, "shoal status: bad JSON from %s: %s\n", ep, jerr.text);
+		json_decref(root);
+		goto out;
+	}
+	if (as_json) {
+		char *s = json_dumps(root, JSON_INDENT(2));
+		if (s)
+			printf("%s\n", s);
+		free(s);
+	} else {
+		shoal_cmd_status_print(root);
+		if (json_is_object(json_object_get(root, "plan")))
+			shoal_cmd_status_print_plan(json_object_get(root, "plan"));
+	}
+	json_decref(root);
+	rc = 0;
+out:
+	free(reply);
+	shoal_ctl_client_free(cl);
+	shoal_wire_buf_fini(&buf);
+	shoal_key_wipe(&curve, sizeof curve);
+	return rc;
+}

@@ -1,0 +1,60 @@
+/*
+ * runtime/cli/main.c: the `shoal` binary: one program, several subcommands.
+ *
+ * Part: runtime/ (the node). This file only dispatches; each subcommand
+ * lives in its own runtime/cmd_*.c.
+ */
+#include "config.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "runtime/cli/cli.h"
+
+typedef struct shoal_command {
+	const char *name;
+	int (*fn)(int argc, char **argv);
+	const char *summary;
+} shoal_command;
+
+static const shoal_command shoal_commands[] = {
+	{"run", shoal_cmd_run, "run a model on a prompt and stream the text"},
+	{"tokenize", shoal_cmd_tokenize, "print the token ids of a text"},
+	{"detokenize", shoal_cmd_detokenize, "print the text of token ids"},
+	{"perplexity", shoal_cmd_perplexity, "perplexity of a model on a text file"},
+	{"bench", shoal_cmd_bench, "prefill/decode speed and the memory-bandwidth bound"},
+	{"node", shoal_cmd_node, "run a peer of the cluster in the foreground"},
+	{"status", shoal_cmd_status, "print the cluster view (peers, links, plan)"},
+	{"key", shoal_cmd_key, "make a cluster key (shoal key new FILE)"},
+	{"plan", shoal_cmd_plan, "plan a model on a cluster description"},
+};
+
+static void shoal_usage(FILE *f)
+{
+	fprintf(f, "usage: shoal COMMAND [ARGS...]\n\ncommands:\n");
+	for (size_t i = 0; i < sizeof shoal_commands / sizeof shoal_commands[0]; i++)
+		fprintf(f, "  %-11s %s\n", shoal_commands[i].name, shoal_commands[i].summary);
+	fprintf(f, "\n`shoal COMMAND --help` describes each command.\n");
+}
+
+int main(int argc, char **argv)
+{
+	if (argc < 2) {
+		shoal_usage(stderr);
+		return 2;
+	}
+	if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {
+		shoal_usage(stdout);
+		return 0;
+	}
+	if (!strcmp(argv[1], "--version")) {
+		printf("shoal %s\n", PACKAGE_VERSION);
+		return 0;
+	}
+	for (size_t i = 0; i < sizeof shoal_commands / sizeof shoal_commands[0]; i++)
+		if (!strcmp(argv[1], shoal_commands[i].name))
+			return shoal_commands[i].fn(argc - 1, argv + 1);
+	fprintf(stderr, "shoal: unknown command '%s'\n", argv[1]);
+	shoal_usage(stderr);
+	return 2;
+}

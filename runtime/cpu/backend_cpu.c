@@ -1,0 +1,421 @@
+/*
+ * runtime/cpu/backend_cpu.c: the CPU compute backend (see backend.h): matrix
+ * products through the kernels table (runtime/cpu/kernels.h) split over a
+ * thread pool, and the per-row ops (norm, RoPE, attention, SwiGLU).
+ *
+ * Part: runtime/ (engine). Divisions: instance, devices, matrix products,
+ * attention, per-row ops, the ops table.
+ *
+ * Work splitting: a matrix product is cut into chunks of output rows taken
+ * from an atomic counter, so a thread slowed by another process does not
+ * hold the others up; each output element is one kernel dot product, so
+ * which thread computes it does not change its bits. Attention is split by
+ * (row, head) the same way.
+ */
+#include "runtime/backend.h"
+
+#include <math.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "runtime/cpu/kernels.h"
+#include "runtime/cpu/membw.h"
+#include "runtime/cpu/quant.h"
+#include "runtime/cpu/threadpool.h"
+
+/* ---- instance ------------------------------------------------------------ */
+
+struct shoal_backend {
+	const shoal_kernels *k;
+	shoal_threadpool *pool;
+	uint32_t n_threads, max_ctx, max_rows, max_n, max_group;
+	size_t act_stride; /* bytes per converted activation row: 4 * max_n
+	                      (F32 is the widest partner type: 4 B/elem vs
+	                      Q8_0 34/32, Q8_K 292/256, F16/BF16 2) */
+	uint8_t *act;      /* (max_rows, act_stride) converted activations */
+	float *scores;     /* (n_threads, max_group, max_ctx) attention scratch */
+
+	/* the job in flight (one at a time, see threadpool.h) */
+	struct {
+		uint32_t n_mat;
+		const shoal_backend_mat *w[SHOAL_BACKEND_MAX_MATS];
+		float *y[SHOAL_BACKEND_MAX_MATS];
+		size_t ldy[SHOAL_BACKEND_MAX_MATS];
+		uint32_t chunk_end[SHOAL_BACKEND_MAX_MATS]; /* prefix sums */
+		uint32_t rows_per_chunk[SHOAL_BACKEND_MAX_MATS];
+		uint32_t n_rows;
+		shoal_dtype act_type;
+		const float *x; /* (n_rows, n_in) ldx */
+		size_t ldx;
+		int64_t n_in;
+	} mm;
+	const shoal_backend_attn *attn;
+	_Atomic uint32_t next; /* next work item of the current job */
+};
+
+static void shoal_cpu_destroy(shoal_backend *b)
+{
+	if (!b)
+		return;
+	shoal_threadpool_free(b->pool);
+	free(b->act);
+	free(b->scores);
+	free(b);
+}
+
+static shoal_err shoal_cpu_create(const shoal_backend_limits *lim, shoal_backend **out)
+{
+	*out = NULL;
+	if (lim->n_threads < 1 || lim->max_ctx < 1 || lim->max_rows < 1 || lim->max_n < 1 ||
+	    lim->max_group < 1)
+		return SHOAL_ERR_INVAL;
+	shoal_err e = SHOAL_ERR_NOMEM;
+	shoal_backend *b = calloc(1, sizeof *b);
+	if (!b)
+		return SHOAL_ERR_NOMEM;
+	b->k = shoal_kernels_best();
+	b->n_threads = lim->n_threads;
+	b->max_ctx = lim->max_ctx;
+	b->max_rows = lim->max_rows;
+	b->max_n = lim->max_n;
+	b->max_group = lim->max_group;
+	b->act_stride = ((size_t)lim->max_n * 4 + 63) & ~(size_t)63;
+	size_t n_sc = (size_t)lim->n_threads * lim->max_group;
+	if ((size_t)lim->max_rows > SIZE_MAX / b->act_stride || n_sc > SIZE_MAX / 4 / lim->max_ctx)
+		goto fail;
+	b->act = aligned_alloc(64, (size_t)lim->max_rows * b->act_stride);
+	b->scores = calloc(n_sc * lim->max_ctx, sizeof *b->scores);
+	if (!b->act || !b->scores)
+		goto fail;
+	e = shoal_threadpool_new(lim->n_threads, &b->pool);
+	if (e)
+		goto fail;
+	*out = b;
+	return SHOAL_OK;
+fail:
+	shoal_cpu_destroy(b);
+	return e;
+}
+
+/* ---- devices --------------------------------------------------------------- */
+
+/* The probe streams 512 MiB: twice the largest last-level caches of current
+ * server parts (256 MiB), so it measures DRAM; a pass takes ~10-100 ms at
+ * 5-50 GB/s, and membw runs about 6. */
+#define SHOAL_CPU_PROBE_BYTES ((size_t)512 << 20)
+
+static size_t shoal_cpu_devices(shoal_backend *b, bool measure, shoal_backend_device *out,
+                                size_t cap)
+{
+	if (cap < 1)
+		return 1;
+	memset(out, 0, sizeof *out);
+	snprintf(out->name, sizeof out->name, "cpu %s x%u", b->k->isa, b->n_threads);
+	long pages = sysconf(_SC_PHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
+	if (pages > 0 && psz > 0)
+		out->mem_bytes = (uint64_t)pages * (uint64_t)psz;
+	if (measure) {
+		double g = shoal_membw_read_gbps((int)b->n_threads, SHOAL_CPU_PROBE_BYTES);
+		out->read_gbps = g > 0 ? g : 0;
+	}
+	return 1;
+}
+
+/* ---- matrix products --------------------------------------------------------- */
+
+static void shoal_cpu_quantize_worker(void *ctx, uint32_t ith, uint32_t nth)
+{
+	shoal_backend *b = ctx;
+	for (uint32_t r = ith; r < b->mm.n_rows; r += nth)
+		b->k->quantize_act(b->mm.act_type, b->mm.x + r * b->mm.ldx,
+		                   b->act + r * b->act_stride, b->mm.n_in);
+}
+
+static void shoal_cpu_matmul_worker(void *ctx, uint32_t ith, uint32_t nth)
+{
+	shoal_backend *b = ctx;
+	const shoal_kernels *k = b->k;
+	uint32_t n_chunks = b->mm.chunk_end[b->mm.n_mat - 1];
+	for (;;) {
+		uint32_t c = atomic_fetch_add_explicit(&b->next, 1, memory_order_relaxed);
+		if (c >= n_chunks)
+			break;
+		uint32_t m = 0;
+		while (c >= b->mm.chunk_end[m])
+			m++;
+		const shoal_backend_mat *w = b->mm.w[m];
+		uint32_t first = m ? b->mm.chunk_end[m - 1] : 0;
+		int64_t r0 = (int64_t)(c - first) * b->mm.rows_per_chunk[m];
+		int64_t r1 = r0 + b->mm.rows_per_chunk[m];
+		if (r1 > w->n_out)
+			r1 = w->n_out;
+		const uint8_t *wd = (const uint8_t *)w->data + (size_t)r0 * w->row_bytes;
+		if (b->mm.n_rows == 1)
+			k->gemv(w->type, w->n_in, wd, w->row_bytes, r1 - r0, b->act,
+			        b->mm.y[m] + r0);
+		else
+			k->gemm(w->type, w->n_in, wd, w->row_bytes, r1 - r0, b->act, b->act_stride,
+			        b->mm.n_rows, b->mm.y[m] + r0, b->mm.ldy[m]);
+	}
+	(void)ith;
+	(void)nth;
+}
+
+/* Rows per chunk: about 4 chunks per thread balances threads slowed by
+ * other processes without making chunks so small that the per-chunk atomic
+ * (~50 ns) matters: a 2048-wide Q8_0 row is ~2 KB, ~100 ns to stream. One
+ * thread takes each matrix whole. Multiples of 16 keep SIMD row tiles whole. */
+static uint32_t shoal_cpu_rows_per_chunk(int64_t n_out, uint32_t nth)
+{
+	if (nth == 1)
+		return (uint32_t)n_out;
+	int64_t r = n_out / ((int64_t)nth * 4);
+	r = (r + 15) & ~(int64_t)15;
+	if (r < 16)
+		r = 16;
+	return (uint32_t)r;
+}
+
+static void shoal_cpu_matmul(shoal_backend *b, uint32_t n_mat, const shoal_backend_mat *w,
+                             const float *x, size_t ldx, uint32_t n_rows, float *const *y,
+                             const size_t *ldy)
+{
+	if (n_rows == 0 || n_mat == 0)
+		return;
+	bool done[SHOAL_BACKEND_MAX_MATS] = {0};
+	/* One pass per distinct activation type among the matrices (usually
+	 * one: mixed quantizations like Q4_K_M pair Q4_K and Q6_K, both Q8_K). */
+	for (uint32_t i = 0; i < n_mat; i++) {
+		if (done[i])
+			continue;
+		shoal_dtype act = shoal_kernels_act_type(w[i].type);
+		b->mm.n_mat = 0;
+		uint32_t n_chunks = 0;
+		for (uint32_t j = i; j < n_mat; j++) {
+			if (done[j] || shoal_kernels_act_type(w[j].type) != act)
+				continue;
+			done[j] = true;
+			uint32_t m = b->mm.n_mat++;
+			uint32_t rpc = shoal_cpu_rows_per_chunk(w[j].n_out, b->n_threads);
+			b->mm.w[m] = &w[j];
+			b->mm.y[m] = y[j];
+			b->mm.ldy[m] = ldy[j];
+			b->mm.rows_per_chunk[m] = rpc;
+			n_chunks += (uint32_t)((w[j].n_out + rpc - 1) / rpc);
+			b->mm.chunk_end[m] = n_chunks;
+		}
+		b->mm.act_type = act;
+		b->mm.x = x;
+		b->mm.ldx = ldx;
+		b->mm.n_in = w[i].n_in;
+		b->mm.n_rows = n_rows;
+		if (n_rows >= 2 * b->n_threads && b->n_threads > 1)
+			shoal_threadpool_run(b->pool, shoal_cpu_quantize_worker, b);
+		else
+			shoal_cpu_quantize_worker(b, 0, 1);
+		atomic_store_explicit(&b->next, 0, memory_order_relaxed);
+		shoal_threadpool_run(b->pool, shoal_cpu_matmul_worker, b);
+	}
+}
+
+/* ---- attention ------------------------------------------------------------------ */
+
+/* 4-wide float vectors (GCC/Clang vector extension: SSE on x86-64, NEON on
+ * arm64), two per step; loads through memcpy, so unaligned is fine. */
+typedef float shoal_v4 __attribute__((vector_size(16)));
+
+static inline shoal_v4 shoal_v4_load(const float *p)
+{
+	shoal_v4 v;
+	memcpy(&v, p, sizeof v);
+	return v;
+}
+
+/* A dot product with 8 lanes of partial sums, reduced in a fixed tree; the
+ * order depends on n only. */
+static float shoal_cpu_dot(const float *a, const float *c, uint32_t n)
+{
+	shoal_v4 s0 = {0}, s1 = {0};
+	uint32_t i = 0;
+	for (; i + 8 <= n; i += 8) {
+		s0 += shoal_v4_load(a + i) * shoal_v4_load(c + i);
+		s1 += shoal_v4_load(a + i + 4) * shoal_v4_load(c + i + 4);
+	}
+	float tail = 0;
+	for (; i < n; i++)
+		tail += a[i] * c[i];
+	shoal_v4 s = s0 + s1;
+	return ((s[0] + s[2]) + (s[1] + s[3])) + tail;
+}
+
+/* o[n] += p * v[n] */
+static void shoal_cpu_axpy(float *o, float p, const float *v, uint32_t n)
+{
+	uint32_t i = 0;
+	for (; i + 4 <= n; i += 4) {
+		shoal_v4 r = shoal_v4_load(o + i) + shoal_v4_load(v + i) * p;
+		memcpy(o + i, &r, sizeof r);
+	}
+	for (; i < n; i++)
+		o[i] += p * v[i];
+}
+
+/* One work item is (row, KV head): the group of query heads sharing that
+ * KV head is done together, so each cached K and V row is read once per
+ * group instead of once per head (at long contexts the cache, not the
+ * weights, dominates what decoding reads). Each output element still
+ * accumulates over positions 0..n-1 in order, the same bits as one head
+ * at a time. */
+static void shoal_cpu_attn_worker(void *ctx, uint32_t ith, uint32_t nth)
+{
+	shoal_backend *b = ctx;
+	const shoal_backend_attn *a = b->attn;
+	uint32_t hd = a->head_dim, n_items = a->n_rows * a->n_head_kv;
+	uint32_t group = a->n_head / a->n_head_kv;
+	size_t q_ld = (size_t)a->n_head * hd, kv_ld = (size_t)a->n_head_kv * hd;
+	size_t C = b->max_ctx;
+	float *sc = b->scores + (size_t)ith * b->max_group * C; /* (group, max_ctx) */
+	for (;;) {
+		uint32_t it = atomic_fetch_add_explicit(&b->next, 1, memory_order_relaxed);
+		if (it >= n_items)
+			break;
+		uint32_t r = it / a->n_head_kv, kvh = it % a->n_head_kv, h0 = kvh * group;
+		const float *q = a->q + r * q_ld + (size_t)h0 * hd; /* (group, head_dim) */
+		const float *kc = a->k[r] + (size_t)kvh * hd;       /* (n_kv) ld kv_ld */
+		const float *vc = a->v[r] + (size_t)kvh * hd;       /* (n_kv) ld kv_ld */
+		float *o = a->out + r * q_ld + (size_t)h0 * hd;     /* (group, head_dim) */
+		uint32_t n = a->n_kv[r];
+		for (uint32_t t = 0; t < n; t++) {
+			const float *kt = kc + t * kv_ld; /* (head_dim) */
+			for (uint32_t g = 0; g < group; g++)
+				sc[g * C + t] =
+				    shoal_cpu_dot(q + (size_t)g * hd, kt, hd) * a->scale;
+		}
+		for (uint32_t g = 0; g < group; g++) {
+			float *s = sc + g * C; /* (n) */
+			float mx = -INFINITY;
+			for (uint32_t t = 0; t < n; t++)
+				if (s[t] > mx)
+					mx = s[t];
+			double sum = 0;
+			for (uint32_t t = 0; t < n; t++) {
+				s[t] = expf(s[t] - mx);
+				sum += s[t];
+			}
+			float inv = (float)(1.0 / sum);
+			for (uint32_t t = 0; t < n; t++)
+				s[t] *= inv;
+		}
+		memset(o, 0, (size_t)group * hd * sizeof *o);
+		for (uint32_t t = 0; t < n; t++) {
+			const float *vt = vc + t * kv_ld; /* (head_dim) */
+			for (uint32_t g = 0; g < group; g++)
+				shoal_cpu_axpy(o + (size_t)g * hd, sc[g * C + t], vt, hd);
+		}
+	}
+	(void)nth;
+}
+
+static void shoal_cpu_attention(shoal_backend *b, const shoal_backend_attn *a)
+{
+	b->attn = a;
+	atomic_store_explicit(&b->next, 0, memory_order_relaxed);
+	if (a->n_rows * a->n_head_kv < 2)
+		shoal_cpu_attn_worker(b, 0, 1);
+	else
+		shoal_threadpool_run(b->pool, shoal_cpu_attn_worker, b);
+}
+
+/* ---- per-row ops ------------------------------------------------------------------- */
+
+static void shoal_cpu_rms_norm(shoal_backend *b, const float *x, const float *w, uint32_t n,
+                               uint32_t n_rows, float eps, float *y)
+{
+	for (uint32_t r = 0; r < n_rows; r++) {
+		const float *xr = x + (size_t)r * n; /* (n) */
+		float *yr = y + (size_t)r * n;       /* (n) */
+		double ss = 0;
+		for (uint32_t i = 0; i < n; i++)
+			ss += (double)(xr[i] * xr[i]);
+		float mean = (float)(ss / n);
+		float scale = 1.0f / sqrtf(mean + eps);
+		for (uint32_t i = 0; i < n; i++)
+			yr[i] = (xr[i] * scale) * w[i];
+	}
+	(void)b;
+}
+
+static void shoal_cpu_rope(shoal_backend *b, float *x, uint32_t n_rows, uint32_t n_head,
+                           uint32_t head_dim, uint32_t n_rot, const uint32_t *pos, const float *cs,
+                           bool neox)
+{
+	uint32_t half = n_rot / 2;
+	for (uint32_t r = 0; r < n_rows; r++) {
+		const float *c = cs + (size_t)pos[r] * n_rot; /* (n_rot/2, 2) cos, sin */
+		for (uint32_t h = 0; h < n_head; h++) {
+			float *v = x + ((size_t)r * n_head + h) * head_dim; /* (head_dim) */
+			for (uint32_t i = 0; i < half; i++) {
+				float co = c[2 * i], si = c[2 * i + 1];
+				uint32_t i0 = neox ? i : 2 * i, i1 = neox ? i + half : 2 * i + 1;
+				float x0 = v[i0], x1 = v[i1];
+				v[i0] = x0 * co - x1 * si;
+				v[i1] = x0 * si + x1 * co;
+			}
+		}
+	}
+	(void)b;
+}
+
+static void shoal_cpu_swiglu(shoal_backend *b, const float *g, const float *u, size_t n, float *h)
+{
+	for (size_t i = 0; i < n; i++) {
+		float s = g[i] / (1.0f + expf(-g[i]));
+		h[i] = s * u[i];
+	}
+	(void)b;
+}
+
+static void shoal_cpu_add(shoal_backend *b, float *y, const float *x, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		y[i] += x[i];
+	(void)b;
+}
+
+static void shoal_cpu_embed(shoal_backend *b, shoal_dtype t, const void *table, size_t row_bytes,
+                            uint32_t n_embd, const int32_t *ids, uint32_t n_rows, float *out)
+{
+	for (uint32_t r = 0; r < n_rows; r++)
+		shoal_dequantize_row(t, (const uint8_t *)table + (size_t)ids[r] * row_bytes,
+		                     out + (size_t)r * n_embd, n_embd);
+	(void)b;
+}
+
+/* ---- the ops table ---------------------------------------------------------------- */
+
+static const shoal_backend_ops shoal_cpu_ops = {
+    .name = "cpu",
+    .create = shoal_cpu_create,
+    .destroy = shoal_cpu_destroy,
+    .devices = shoal_cpu_devices,
+    .matmul = shoal_cpu_matmul,
+    .rms_norm = shoal_cpu_rms_norm,
+    .rope = shoal_cpu_rope,
+    .attention = shoal_cpu_attention,
+    .swiglu = shoal_cpu_swiglu,
+    .add = shoal_cpu_add,
+    .embed = shoal_cpu_embed,
+};
+
+const shoal_backend_ops *shoal_backend_cpu(void)
+{
+	return &shoal_cpu_ops;
+}
+
+const char *shoal_backend_cpu_isa(void)
+{
+	return shoal_kernels_best()->isa;
+}

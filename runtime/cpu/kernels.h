@@ -1,0 +1,63 @@
+/*
+ * runtime/cpu/kernels.h: the matrix-vector kernels of the CPU backend, as a
+ * const ops table per ISA (scalar, AVX2, AVX-512, NEON), chosen once at
+ * start-up from what the CPU offers.
+ *
+ * Part: runtime/ (engine). Like the reference engine for GGUF, a weight of
+ * type W multiplies an activation row converted to W's partner type
+ * (shoal_kernels_act_type): F32 x F32, F16 x F16, BF16 x BF16,
+ * Q8_0/Q4_0 x Q8_0, Q4_K/Q6_K x Q8_K.
+ *
+ * Determinism: every output element is one dot product whose order of
+ * accumulation depends only on n and the ISA, never on nrows, ncols, the
+ * row range or the thread doing it; so results are bitwise independent of
+ * thread count and batching. The scalar table is always compiled and is the
+ * oracle the SIMD tables are tested against.
+ */
+#ifndef SHOAL_RUNTIME_KERNELS_H
+#define SHOAL_RUNTIME_KERNELS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "models/dtype.h"
+
+typedef struct shoal_kernels {
+	/* "scalar", "avx2", "avx512" (with VNNI), "avx512bw" (AVX-512 without
+	 * VNNI), "neon" (with dotprod), "neon-base" (without) */
+	const char *isa;
+
+	/* Convert x[n] (f32) to a row of type act (F32, F16, BF16, Q8_0, Q8_K)
+	 * in out (shoal_dtype_row_bytes(act, n) bytes). Never NULL. */
+	void (*quantize_act)(shoal_dtype act, const float *x, void *out, int64_t n);
+
+	/* y[i] = dot(W row i, xq) for i in [0, nrows). W rows hold n elements of
+	 * type wt, row_bytes apart; xq is one row of shoal_kernels_act_type(wt).
+	 * Never NULL; does not block; owns nothing. */
+	void (*gemv)(shoal_dtype wt, int64_t n, const void *w, size_t row_bytes, int64_t nrows,
+		     const void *xq, float *y);
+
+	/* The same for ncols activation rows (xq_stride bytes apart):
+	 * y[c * y_stride + i] = dot(W row i, xq row c). Each element is
+	 * bitwise what gemv gives for that row and column. Never NULL. */
+	void (*gemm)(shoal_dtype wt, int64_t n, const void *w, size_t row_bytes, int64_t nrows,
+		     const void *xq, size_t xq_stride, int64_t ncols, float *y, size_t y_stride);
+} shoal_kernels;
+
+/* The activation type that weights of type wt multiply with. */
+shoal_dtype shoal_kernels_act_type(shoal_dtype wt);
+
+/* The best table for this CPU (cpuid / hwcaps), chosen on first call; the
+ * environment variable SHOAL_ISA=scalar|avx2|avx512|neon overrides. */
+const shoal_kernels *shoal_kernels_best(void);
+/* A named table, or NULL if not compiled in or not supported by this CPU.
+ * "avx512" gives the best AVX-512 table (VNNI if the CPU has it), "neon" the
+ * best NEON one; "avx512bw" and "neon-base" name the tables without VNNI /
+ * dotprod (for tests: all tables of an ISA family give bitwise equal results).
+ *
+ * Alignment: weight rows as GGUF stores them (2-byte aligned blocks); Q8_K
+ * activation rows 4-byte aligned (a float per block); F32 rows 4-byte. */
+const shoal_kernels *shoal_kernels_by_name(const char *isa);
+const shoal_kernels *shoal_kernels_scalar(void);
+
+#endif

@@ -1,0 +1,518 @@
+/*
+ * runtime/cpu/kernels_avx512.c: the AVX-512 kernel tables (F, BW, VL), compiled
+ * twice: with KERNELS_VNNI=1 (-mavx512vnni, table "avx512": int8 dots with
+ * vpdpbusd) and KERNELS_VNNI=0 (table "avx512bw": maddubs + madd). Both give
+ * the same int32 lanes (each sums the same 4 byte products, no saturation),
+ * so the two tables give bitwise equal results.
+ *
+ * Part: runtime/ (engine). The order of accumulation of each dot product
+ * (fixed per ISA, see test_kernels.c) is given below the includes.
+ * Divisions: helpers, float types, Q8_0/Q4_0, Q4_K, Q6_K, the table.
+ */
+#include <immintrin.h>
+
+#include "runtime/cpu/kernels_impl.h"
+
+/* Order of accumulation, per dot product:
+ *   F32/F16/BF16: 2 accumulators x 16 lanes over 32 elements per step (FMA),
+ *     a leftover 16 into the first, hsum16(a0 + a1) (halves, then as AVX2),
+ *     plus a scalar tail of n % 16 added last;
+ *   Q8_0/Q4_0: blocks in pairs (lanes 0-7 block 2k, 8-15 block 2k+1), in
+ *     order into one accumulator as fma(float(lanes), d_w * d_x, acc); an
+ *     odd last block is a pair with an empty upper half (scale 0); hsum16;
+ *   Q4_K/Q6_K: per super-block exact int32 lanes, then fma into one
+ *     accumulator (Q4_K: fma(d, isum), then fnma(dmin, imin)); hsum16.
+ */
+
+#ifndef KERNELS_VNNI
+#define KERNELS_VNNI 0
+#endif
+
+/* ---- helpers ---------------------------------------------------------------- */
+
+KERNELS__INLINE float k5_hsum8(__m256 v)
+{
+	__m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+	s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+	s = _mm_add_ss(s, _mm_movehdup_ps(s));
+	return _mm_cvtss_f32(s);
+}
+
+KERNELS__INLINE float k5_hsum(__m512 v)
+{
+	__m256 lo = _mm512_castps512_ps256(v);
+	__m256 hi = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1));
+	return k5_hsum8(_mm256_add_ps(lo, hi));
+}
+
+/* Prefetch the lines of a block KERNELS__PF_AHEAD bytes on. */
+KERNELS__INLINE void k5_prefetch_block(const void *p, size_t bytes)
+{
+	for (size_t o = 0; o < bytes; o += 64)
+		_mm_prefetch((const char *)p + KERNELS__PF_AHEAD + o, _MM_HINT_T1);
+}
+
+KERNELS__INLINE float k5_h2f(uint16_t h)
+{
+	return _cvtsh_ss(h);
+}
+
+/* The fp16 values *a and b as floats in lanes 0 and 1 (b = 0: lane 1 is 0). */
+KERNELS__INLINE __m128 k5_h2f_pair(const uint16_t *a, uint16_t b)
+{
+	return _mm_cvtph_ps(_mm_insert_epi16(_mm_cvtsi32_si128(*a), b, 1));
+}
+
+/* Lanes 0-7 = lane 0 of p, lanes 8-15 = lane 1 of p. */
+KERNELS__INLINE __m512 k5_spread_pair(__m128 p)
+{
+	const __m512i idx = _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
+	return _mm512_permutexvar_ps(idx, _mm512_castps128_ps512(p));
+}
+
+/* acc + the sums of each 2 products of int16 lanes a and b (vpdpwssd with
+ * VNNI, one instruction; madd + add without): the same exact int32 lanes. */
+KERNELS__INLINE __m512i k5_madd_acc(__m512i acc, __m512i a, __m512i b)
+{
+#if KERNELS_VNNI
+	return _mm512_dpwssd_epi32(acc, a, b);
+#else
+	return _mm512_add_epi32(acc, _mm512_madd_epi16(a, b));
+#endif
+}
+
+KERNELS__INLINE __m512i k5_pair_si(__m256i a, __m256i b)
+{
+	return _mm512_inserti64x4(_mm512_castsi256_si512(a), b, 1);
+}
+
+/* ---- float types ------------------------------------------------------------------ */
+
+#define K5_LOAD_F32(p, i) _mm512_loadu_ps((const float *)(p) + (i))
+#define K5_LOAD_F16(p, i)                                                                          \
+	_mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)((const uint16_t *)(p) + (i))))
+#define K5_LOAD_BF16(p, i)                                                                         \
+	_mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((           \
+	                                          const __m256i *)((const uint16_t *)(p) + (i)))), \
+	                                      16))
+#define K5_S_F32(p, j)  (((const float *)(p))[j])
+#define K5_S_F16(p, j)  k5_h2f(((const uint16_t *)(p))[j])
+#define K5_S_BF16(p, j) kernels__bits_f32((uint32_t)((const uint16_t *)(p))[j] << 16)
+
+#define K5_FLOAT_TILE(name, LOAD16, SCALAR, ESIZE)                                                 \
+	KERNELS__INLINE void name##_n(int64_t n, const void *w, const void *const *xq,             \
+	                              const int NC, float *out)                                    \
+	{                                                                                          \
+		__m512 a0[KERNELS__TILE], a1[KERNELS__TILE];                                       \
+		for (int c = 0; c < NC; c++)                                                       \
+			a0[c] = a1[c] = _mm512_setzero_ps();                                       \
+		int64_t i = 0;                                                                     \
+		for (; i + 32 <= n; i += 32) {                                                     \
+			k5_prefetch_block((const char *)w + i * ESIZE, 32 * ESIZE);                \
+			__m512 w0 = LOAD16(w, i), w1 = LOAD16(w, i + 16);                          \
+			for (int c = 0; c < NC; c++) {                                             \
+				a0[c] = _mm512_fmadd_ps(w0, LOAD16(xq[c], i), a0[c]);              \
+				a1[c] = _mm512_fmadd_ps(w1, LOAD16(xq[c], i + 16), a1[c]);         \
+			}                                                                          \
+		}                                                                                  \
+		if (i + 16 <= n) {                                                                 \
+			__m512 w0 = LOAD16(w, i);                                                  \
+			for (int c = 0; c < NC; c++)                                               \
+				a0[c] = _mm512_fmadd_ps(w0, LOAD16(xq[c], i), a0[c]);              \
+			i += 16;                                                                   \
+		}                                                                                  \
+		for (int c = 0; c < NC; c++) {                                                     \
+			float tail = 0.0f;                                                         \
+			for (int64_t j = i; j < n; j++)                                            \
+				tail += SCALAR(w, j) * SCALAR(xq[c], j);                           \
+			out[c] = k5_hsum(_mm512_add_ps(a0[c], a1[c])) + tail;                      \
+		}                                                                                  \
+	}                                                                                          \
+	KERNELS__TILE_FROM_N(name)
+
+K5_FLOAT_TILE(k5_tile_f32, K5_LOAD_F32, K5_S_F32, 4)
+K5_FLOAT_TILE(k5_tile_f16, K5_LOAD_F16, K5_S_F16, 2)
+K5_FLOAT_TILE(k5_tile_bf16, K5_LOAD_BF16, K5_S_BF16, 2)
+
+/* ---- Q8_0 and Q4_0 ------------------------------------------------------------------
+ * dot(w, x) = dot(|w|, x negated where w < 0): |w| <= 128 as an unsigned
+ * byte, activations in [-127, 127] (never -128, so negating is safe). */
+
+KERNELS__INLINE __m256i k5_q8_0_bytes(const kernels__block_q8_0 *b)
+{
+	return _mm256_loadu_si256((const __m256i *)b->qs);
+}
+
+/* Blocks b[0] and b[1] (b[1] empty when single) as 64 signed bytes. */
+KERNELS__INLINE __m512i k5_q8_0_pair(const kernels__block_q8_0 *b, int single)
+{
+	return k5_pair_si(k5_q8_0_bytes(b), single ? _mm256_setzero_si256() : k5_q8_0_bytes(b + 1));
+}
+
+/* The same for Q4_0 (q - 8): the two 16-byte halves placed as (b0, b0, b1,
+ * b1) in 128-bit lanes, odd lanes shifted right 4 (high nibbles), masked.
+ * When single, b[1] reads as 16 zero bytes (-8s): the activation half is
+ * zero then, so its products are too. */
+KERNELS__INLINE __m512i k5_q4_0_pair(const kernels__block_q4_0 *b, int single)
+{
+	const long long s4 = 0x0004000400040004LL;
+	__m128i lo = _mm_loadu_si128((const __m128i *)b[0].qs);
+	__m128i hi = single ? _mm_setzero_si128() : _mm_loadu_si128((const __m128i *)b[1].qs);
+	__m512i v = _mm512_castsi256_si512(_mm256_set_m128i(hi, lo));
+	v = _mm512_shuffle_i64x2(v, v, _MM_SHUFFLE(1, 1, 0, 0));
+	v = _mm512_srlv_epi16(v, _mm512_set_epi64(s4, s4, 0, 0, s4, s4, 0, 0));
+	v = _mm512_and_si512(v, _mm512_set1_epi8(0x0f));
+	return _mm512_sub_epi8(v, _mm512_set1_epi8(8));
+}
+
+/* Tiles of R rows x NC columns (each <= 4), so that both the weight side
+ * (load, sign or offset, scale) and the activation side are prepared once
+ * and used 4 times. Every (row, column) has one accumulator and sees the
+ * same operations whatever R and NC are: gemv (NC = 1) and gemm agree
+ * bitwise, and so do row tiles of any height.
+ *
+ * A 4-row tile reads 4 streams that each cross a 4 KiB page (where
+ * hardware prefetchers stop) every row or so: it prefetches the same place
+ * 4 rows on, which the next row tile reads; a 1-row tile prefetches
+ * KERNELS__PF_AHEAD on in its own row.
+ *
+ * VNNI: x + 128 is an unsigned byte (x in [-127, 127]), so vpdpbusd sums
+ * (x + 128) w = x w + 128 w; starting each lane from -128 * (its 4 w) leaves
+ * exactly sum x w. Without VNNI: |w| times x negated where w < 0, by
+ * maddubs (pairs <= 2 * 128 * 127 = 32512, no saturation) and madd. */
+#define K5_Q32_RC(name, WBLOCK, WPAIR)                                                             \
+	KERNELS__INLINE void name##_rc(int64_t n, const char *w, size_t row_bytes, const int R,    \
+	                               const void *const *xq, const int NC, float *out)            \
+	{                                                                                          \
+		__m512 acc[4][KERNELS__TILE];                                                      \
+		for (int r = 0; r < R; r++)                                                        \
+			for (int c = 0; c < NC; c++)                                               \
+				acc[r][c] = _mm512_setzero_ps();                                   \
+		const __m256i z = _mm256_setzero_si256();                                          \
+		int64_t nb = n / KERNELS__QK;                                                      \
+		for (int64_t b = 0; b < nb; b += 2) {                                              \
+			const int single = b + 1 == nb;                                            \
+			__m512i xv[KERNELS__TILE];                                                 \
+			__m512 dx[KERNELS__TILE];                                                  \
+			for (int c = 0; c < NC; c++) {                                             \
+				const kernels__block_q8_0 *xb =                                    \
+				    (const kernels__block_q8_0 *)xq[c] + b;                        \
+				xv[c] = k5_pair_si(k5_q8_0_bytes(xb),                              \
+				                   single ? z : k5_q8_0_bytes(xb + 1));            \
+				if (KERNELS_VNNI)                                                  \
+					xv[c] = _mm512_xor_si512(xv[c], _mm512_set1_epi8(-128));   \
+				dx[c] =                                                            \
+				    k5_spread_pair(k5_h2f_pair(&xb[0].d, single ? 0 : xb[1].d));   \
+			}                                                                          \
+			for (int r = 0; r < R; r++) {                                              \
+				const WBLOCK *wb =                                                 \
+				    (const WBLOCK *)(w + (size_t)r * row_bytes) + b;               \
+				_mm_prefetch((const char *)wb +                                    \
+				                 (R == 1 ? KERNELS__PF_AHEAD : 4 * row_bytes),     \
+				             _MM_HINT_T1);                                         \
+				__m512i q = WPAIR(wb, single);                                     \
+				__m512 dw =                                                        \
+				    k5_spread_pair(k5_h2f_pair(&wb[0].d, single ? 0 : wb[1].d));   \
+				__m512i base = k5_q32_base(q);                                     \
+				__m512i aq = _mm512_abs_epi8(q);                                   \
+				__mmask64 neg = _mm512_movepi8_mask(q);                            \
+				for (int c = 0; c < NC; c++) {                                     \
+					__m512i s = k5_q32_dot(base, aq, neg, q, xv[c]);           \
+					acc[r][c] =                                                \
+					    _mm512_fmadd_ps(_mm512_cvtepi32_ps(s),                 \
+					                    _mm512_mul_ps(dw, dx[c]), acc[r][c]);  \
+				}                                                                  \
+			}                                                                          \
+		}                                                                                  \
+		for (int r = 0; r < R; r++)                                                        \
+			for (int c = 0; c < NC; c++)                                               \
+				out[r * KERNELS__TILE + c] = k5_hsum(acc[r][c]);                   \
+	}                                                                                          \
+	static void name##_tile(int64_t n, const char *w, size_t row_bytes, int R,                 \
+	                        const void *const *xq, int NC, float *out)                         \
+	{                                                                                          \
+		switch ((R - 1) * 4 + (NC - 1)) {                                                  \
+			K5_RC_CASES(name)                                                          \
+		}                                                                                  \
+	}
+
+#define K5_RC_CASE(name, r, c)                                                                     \
+	case (r - 1) * 4 + (c - 1):                                                                \
+		name##_rc(n, w, row_bytes, r, xq, c, out);                                         \
+		break;
+#define K5_RC_CASES(name)                                                                          \
+	K5_RC_CASE(name, 1, 1)                                                                     \
+	K5_RC_CASE(name, 1, 2)                                                                     \
+	K5_RC_CASE(name, 1, 3)                                                                     \
+	K5_RC_CASE(name, 1, 4)                                                                     \
+	K5_RC_CASE(name, 2, 1)                                                                     \
+	K5_RC_CASE(name, 2, 2)                                                                     \
+	K5_RC_CASE(name, 2, 3)                                                                     \
+	K5_RC_CASE(name, 2, 4)                                                                     \
+	K5_RC_CASE(name, 3, 1)                                                                     \
+	K5_RC_CASE(name, 3, 2)                                                                     \
+	K5_RC_CASE(name, 3, 3)                                                                     \
+	K5_RC_CASE(name, 3, 4)                                                                     \
+	K5_RC_CASE(name, 4, 1)                                                                     \
+	K5_RC_CASE(name, 4, 2)                                                                     \
+	K5_RC_CASE(name, 4, 3)                                                                     \
+	default:                                                                                   \
+		name##_rc(n, w, row_bytes, 4, xq, 4, out);                                         \
+		break;
+
+/* VNNI: -128 * (sum of each 4 w), the start of every column's lanes. */
+KERNELS__INLINE __m512i k5_q32_base(__m512i q)
+{
+#if KERNELS_VNNI
+	__m512i s = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_set1_epi8(-128), q);
+	return _mm512_sub_epi32(_mm512_setzero_si512(), s);
+#else
+	(void)q;
+	return _mm512_setzero_si512();
+#endif
+}
+
+/* The exact int32 lanes sum of 4 (x w), x prepared as in K5_Q32_RC. */
+KERNELS__INLINE __m512i k5_q32_dot(__m512i base, __m512i aq, __mmask64 neg, __m512i q, __m512i x)
+{
+#if KERNELS_VNNI
+	(void)aq;
+	(void)neg;
+	return _mm512_dpbusd_epi32(base, x, q);
+#else
+	(void)base;
+	(void)q;
+	__m512i sx = _mm512_mask_sub_epi8(x, neg, _mm512_setzero_si512(), x);
+	return _mm512_madd_epi16(_mm512_maddubs_epi16(aq, sx), _mm512_set1_epi16(1));
+#endif
+}
+
+K5_Q32_RC(k5_q8_0, kernels__block_q8_0, k5_q8_0_pair)
+K5_Q32_RC(k5_q4_0, kernels__block_q4_0, k5_q4_0_pair)
+
+typedef void (*k5_rc_fn)(int64_t n, const char *w, size_t row_bytes, int R, const void *const *xq,
+                         int NC, float *out);
+
+/* Row tiles: 4 rows when there are >= 4 columns (prefill: compute-bound,
+ * each weight pair then serves 16 dots), else 1 row: decode streams the
+ * weights, and one stream (prefetched KERNELS__PF_AHEAD on) measured ~70-80%
+ * of the read bound against ~50-65% for 4 interleaved row streams. */
+static void k5_rc_gemm(k5_rc_fn f, int64_t n, const void *w, size_t row_bytes, int64_t nrows,
+                       const void *xq, size_t xq_stride, int64_t ncols, float *y, size_t y_stride)
+{
+	float out[4 * KERNELS__TILE];
+	const int64_t rt = ncols >= 4 ? 4 : 1;
+	for (int64_t i = 0; i < nrows; i += rt) {
+		int R = nrows - i < rt ? (int)(nrows - i) : (int)rt;
+		const char *wr = (const char *)w + (size_t)i * row_bytes;
+		for (int64_t c0 = 0; c0 < ncols; c0 += KERNELS__TILE) {
+			int nc = ncols - c0 < KERNELS__TILE ? (int)(ncols - c0) : KERNELS__TILE;
+			const void *x[KERNELS__TILE];
+			for (int c = 0; c < nc; c++)
+				x[c] = (const char *)xq + (size_t)(c0 + c) * xq_stride;
+			f(n, wr, row_bytes, R, x, nc, out);
+			for (int r = 0; r < R; r++)
+				for (int c = 0; c < nc; c++)
+					y[(size_t)(c0 + c) * y_stride + (size_t)(i + r)] =
+					    out[r * KERNELS__TILE + c];
+		}
+	}
+}
+
+static k5_rc_fn k5_rc(shoal_dtype wt)
+{
+	return wt == SHOAL_DTYPE_Q8_0 ? k5_q8_0_tile : wt == SHOAL_DTYPE_Q4_0 ? k5_q4_0_tile : NULL;
+}
+
+/* ---- Q4_K ------------------------------------------------------------------------------
+ * One zmm = the 64 quants of qs[32 j .. 32 j + 31]: low nibbles (sub-block
+ * 2j) then high (2j+1), the element order of the activations. Bounds as in
+ * kernels_avx2.c: pairs <= 3810, lanes <= 480,060, sums < 2^22. */
+
+KERNELS__INLINE void k5_tile_q4_k_n(int64_t n, const void *w, const void *const *xq, const int NC,
+                                    float *out)
+{
+	const kernels__block_q4_k *wb = w;
+	__m512 acc[KERNELS__TILE];
+	for (int c = 0; c < NC; c++)
+		acc[c] = _mm512_setzero_ps();
+	const __m512i m4 = _mm512_set1_epi8(0x0f);
+	/* int16 lanes 0-15 (the low nibbles' 32 bytes) take scale 0, 16-31 scale 1 */
+	const __m512i spread = _mm512_set_epi16(1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0,
+	                                        0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0);
+	for (int64_t b = 0; b < n / KERNELS__QKK; b++) {
+		k5_prefetch_block(wb + b, sizeof *wb);
+		uint64_t sc, mn;
+		kernels__q4k_unpack(wb[b].scales, &sc, &mn);
+		__m512i isum[KERNELS__TILE];
+		for (int c = 0; c < NC; c++)
+			isum[c] = _mm512_setzero_si512();
+		/* the 8 scales as int16 lanes 0-7, spread per chunk by one permute */
+		__m512i sc16 =
+		    _mm512_castsi128_si512(_mm_cvtepu8_epi16(_mm_cvtsi64_si128((long long)sc)));
+		for (int jj = 0; jj < 2; jj++) {
+			/* 64 bytes = chunks 2jj and 2jj+1; each chunk is its 32 low
+			 * nibbles then its 32 high ones (128-bit lanes 0-1 of lo, of hi) */
+			__m512i raw = _mm512_loadu_si512((const void *)(wb[b].qs + 64 * jj));
+			__m512i lo = _mm512_and_si512(raw, m4);
+			__m512i hi = _mm512_and_si512(_mm512_srli_epi16(raw, 4), m4);
+			__m512i q[2] = {_mm512_shuffle_i64x2(lo, hi, 0x44),
+			                _mm512_shuffle_i64x2(lo, hi, 0xee)};
+			for (int h = 0; h < 2; h++) {
+				int j = 2 * jj + h;
+				__m512i s = _mm512_permutexvar_epi16(
+				    _mm512_add_epi16(spread, _mm512_set1_epi16((short)(2 * j))),
+				    sc16);
+				for (int c = 0; c < NC; c++) {
+					const int8_t *x =
+					    ((const kernels__block_q8_k *)xq[c])[b].qs + 64 * j;
+					__m512i xv = _mm512_loadu_si512((const void *)x);
+					isum[c] =
+					    k5_madd_acc(isum[c], _mm512_maddubs_epi16(q[h], xv), s);
+				}
+			}
+		}
+		__m256i mins = _mm256_cvtepu8_epi32(_mm_cvtsi64_si128((long long)mn));
+		float dw = k5_h2f(wb[b].d), dmw = k5_h2f(wb[b].dmin);
+		for (int c = 0; c < NC; c++) {
+			const kernels__block_q8_k *xb = (const kernels__block_q8_k *)xq[c] + b;
+			__m256i bs = _mm256_loadu_si256((const __m256i *)xb->bsums);
+			__m256i pairs = _mm256_madd_epi16(bs, _mm256_set1_epi16(1));
+			__m512i imin = _mm512_zextsi256_si512(_mm256_mullo_epi32(pairs, mins));
+			__m512 d = _mm512_set1_ps(dw * xb->d), dm = _mm512_set1_ps(dmw * xb->d);
+			acc[c] = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(isum[c]), acc[c]);
+			acc[c] = _mm512_fnmadd_ps(dm, _mm512_cvtepi32_ps(imin), acc[c]);
+		}
+	}
+	for (int c = 0; c < NC; c++)
+		out[c] = k5_hsum(acc[c]);
+}
+KERNELS__TILE_FROM_N(k5_tile_q4_k)
+
+/* ---- Q6_K -----------------------------------------------------------------------------
+ * Per chunk of 128: zmm A = parts 0-1 (elements 0..63), B = parts 2-3, as
+ * unsigned 0..63; the 16-element sub-block scales are spread over the int16
+ * lanes with one permute; the -32 offset is 32 * sum(sc_j * bsum_j) taken
+ * off at the end. Bounds as in kernels_avx2.c (< 2^26). */
+
+KERNELS__INLINE void k5_tile_q6_k_n(int64_t n, const void *w, const void *const *xq, const int NC,
+                                    float *out)
+{
+	const kernels__block_q6_k *wb = w;
+	__m512 acc[KERNELS__TILE];
+	for (int c = 0; c < NC; c++)
+		acc[c] = _mm512_setzero_ps();
+	const __m512i m4 = _mm512_set1_epi8(0x0f), m3 = _mm512_set1_epi8(0x03);
+	/* int16 lane i of the 64 quants of a zmm belongs to sub-block i / 8 */
+	const __m512i spread = _mm512_set_epi16(3, 3, 3, 3, 3, 3, 3, 3, 2, 2, 2, 2, 2, 2, 2, 2, 1,
+	                                        1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
+	for (int64_t b = 0; b < n / KERNELS__QKK; b++) {
+		k5_prefetch_block(wb + b, sizeof *wb);
+		__m512i isum[KERNELS__TILE];
+		for (int c = 0; c < NC; c++)
+			isum[c] = _mm512_setzero_si512();
+		const int8_t *sc = wb[b].scales;
+		__m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)sc));
+		__m512i sc16z = _mm512_castsi256_si512(sc16);
+		for (int ch = 0; ch < 2; ch++) {
+			const uint8_t *ql = wb[b].ql + 64 * ch, *qh = wb[b].qh + 32 * ch;
+			__m512i L = _mm512_loadu_si512((const void *)ql);
+			__m256i h = _mm256_loadu_si256((const __m256i *)qh);
+			__m512i H = k5_pair_si(h, _mm256_srli_epi16(h, 2));
+			__m512i q[2];
+			q[0] = _mm512_or_si512(_mm512_and_si512(L, m4),
+			                       _mm512_slli_epi16(_mm512_and_si512(H, m3), 4));
+			q[1] = _mm512_or_si512(
+			    _mm512_and_si512(_mm512_srli_epi16(L, 4), m4),
+			    _mm512_slli_epi16(_mm512_and_si512(_mm512_srli_epi16(H, 4), m3), 4));
+			for (int p = 0; p < 2; p++) {
+				/* sub-blocks 8 ch + 4 p .. + 3 */
+				__m512i idx = _mm512_add_epi16(
+				    spread, _mm512_set1_epi16((short)(8 * ch + 4 * p)));
+				__m512i s = _mm512_permutexvar_epi16(idx, sc16z);
+				for (int c = 0; c < NC; c++) {
+					const int8_t *x =
+					    ((const kernels__block_q8_k *)xq[c])[b].qs + 128 * ch +
+					    64 * p;
+					__m512i xv = _mm512_loadu_si512((const void *)x);
+					isum[c] =
+					    k5_madd_acc(isum[c], _mm512_maddubs_epi16(q[p], xv), s);
+				}
+			}
+		}
+		float dw = k5_h2f(wb[b].d);
+		for (int c = 0; c < NC; c++) {
+			const kernels__block_q8_k *xb = (const kernels__block_q8_k *)xq[c] + b;
+			__m256i bs = _mm256_loadu_si256((const __m256i *)xb->bsums);
+			__m256i corr = _mm256_slli_epi32(_mm256_madd_epi16(bs, sc16), 5);
+			__m512i is = _mm512_sub_epi32(isum[c], _mm512_zextsi256_si512(corr));
+			acc[c] = _mm512_fmadd_ps(_mm512_set1_ps(dw * xb->d), _mm512_cvtepi32_ps(is),
+			                         acc[c]);
+		}
+	}
+	for (int c = 0; c < NC; c++)
+		out[c] = k5_hsum(acc[c]);
+}
+KERNELS__TILE_FROM_N(k5_tile_q6_k)
+
+/* ---- the table ---------------------------------------------------------------------- */
+
+static kernels__tile_fn k5_tile(shoal_dtype wt)
+{
+	switch (wt) {
+	case SHOAL_DTYPE_F32:
+		return k5_tile_f32;
+	case SHOAL_DTYPE_F16:
+		return k5_tile_f16;
+	case SHOAL_DTYPE_BF16:
+		return k5_tile_bf16;
+	case SHOAL_DTYPE_Q4_K:
+		return k5_tile_q4_k;
+	case SHOAL_DTYPE_Q6_K:
+		return k5_tile_q6_k;
+	default:
+		return NULL;
+	}
+}
+
+static void k5_gemv(shoal_dtype wt, int64_t n, const void *w, size_t row_bytes, int64_t nrows,
+                    const void *xq, float *y)
+{
+	if (k5_rc(wt)) {
+		k5_rc_gemm(k5_rc(wt), n, w, row_bytes, nrows, xq, 0, 1, y, 0);
+		return;
+	}
+	kernels__tile_fn f = k5_tile(wt);
+	if (!f) { /* a caller bug: fall back to the oracle's handling */
+		kernels__scalar.gemv(wt, n, w, row_bytes, nrows, xq, y);
+		return;
+	}
+	kernels__run_gemv(f, n, w, row_bytes, nrows, xq, y);
+}
+
+static void k5_gemm(shoal_dtype wt, int64_t n, const void *w, size_t row_bytes, int64_t nrows,
+                    const void *xq, size_t xq_stride, int64_t ncols, float *y, size_t y_stride)
+{
+	if (k5_rc(wt)) {
+		k5_rc_gemm(k5_rc(wt), n, w, row_bytes, nrows, xq, xq_stride, ncols, y, y_stride);
+		return;
+	}
+	kernels__tile_fn f = k5_tile(wt);
+	if (!f) {
+		kernels__scalar.gemm(wt, n, w, row_bytes, nrows, xq, xq_stride, ncols, y, y_stride);
+		return;
+	}
+	kernels__run_gemm(f, n, w, row_bytes, nrows, xq, xq_stride, ncols, y, y_stride);
+}
+
+#if KERNELS_VNNI
+const shoal_kernels kernels__avx512vnni = {
+    .isa = "avx512",
+#else
+const shoal_kernels kernels__avx512 = {
+    .isa = "avx512bw",
+#endif
+    .quantize_act = kernels__quantize_act,
+    .gemv = k5_gemv,
+    .gemm = k5_gemm,
+};

@@ -1,0 +1,215 @@
+/*
+ * runtime/cpu/kernels_impl.h: internals shared by quant.c and the per-ISA kernel
+ * files: the GGUF block structs, inline half/bfloat16 conversions, and the
+ * row-by-column-tile driver every table's gemv and gemm are built on.
+ *
+ * Part: runtime/ (engine). Names are kernels__* (visible inside the kernel
+ * files only). Everything here is static inline or a declaration, so an
+ * ISA library compiled with its own -m flags needs no other object.
+ */
+#ifndef SHOAL_RUNTIME_KERNELS_IMPL_H
+#define SHOAL_RUNTIME_KERNELS_IMPL_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "runtime/cpu/kernels.h"
+
+/* ---- block layouts (GGUF's, see models/dtype.h) ---------------------------- */
+
+#define KERNELS__QK  32  /* elements per Q8_0 / Q4_0 block */
+#define KERNELS__QKK 256 /* elements per K-quant super-block */
+
+typedef struct kernels__block_q8_0 {
+	uint16_t d;             /* fp16 scale */
+	int8_t qs[KERNELS__QK]; /* x = d * qs */
+} kernels__block_q8_0;
+
+typedef struct kernels__block_q4_0 {
+	uint16_t d;                  /* fp16 scale */
+	uint8_t qs[KERNELS__QK / 2]; /* qs[j]: elem j (low nibble), j+16 (high) */
+} kernels__block_q4_0;
+
+typedef struct kernels__block_q4_k {
+	uint16_t d;         /* fp16 scale of the 6-bit sub-block scales */
+	uint16_t dmin;      /* fp16 scale of the 6-bit sub-block mins */
+	uint8_t scales[12]; /* 8 scales + 8 mins, 6 bits each (see quant.c) */
+	uint8_t qs[128];    /* 4-bit quants: 4 chunks of 64, low then high nibble */
+} kernels__block_q4_k;
+
+typedef struct kernels__block_q6_k {
+	uint8_t ql[128];   /* low 4 bits */
+	uint8_t qh[64];    /* high 2 bits */
+	int8_t scales[16]; /* one per 16 elements */
+	uint16_t d;        /* fp16 super-block scale */
+} kernels__block_q6_k;
+
+typedef struct kernels__block_q8_k {
+	float d; /* x = d * qs */
+	int8_t qs[KERNELS__QKK];
+	int16_t bsums[KERNELS__QKK / 16]; /* sum of each 16 consecutive qs */
+} kernels__block_q8_k;
+
+_Static_assert(sizeof(kernels__block_q8_0) == 34, "Q8_0 block is 34 bytes");
+_Static_assert(sizeof(kernels__block_q4_0) == 18, "Q4_0 block is 18 bytes");
+_Static_assert(sizeof(kernels__block_q4_k) == 144, "Q4_K block is 144 bytes");
+_Static_assert(sizeof(kernels__block_q6_k) == 210, "Q6_K block is 210 bytes");
+_Static_assert(sizeof(kernels__block_q8_k) == 292, "Q8_K block is 292 bytes");
+
+/* ---- half and bfloat16 (exact, in integer arithmetic) ------------------------ */
+
+static inline float kernels__bits_f32(uint32_t u)
+{
+	float f;
+	memcpy(&f, &u, sizeof f);
+	return f;
+}
+
+static inline uint32_t kernels__f32_bits(float f)
+{
+	uint32_t u;
+	memcpy(&u, &f, sizeof u);
+	return u;
+}
+
+/* IEEE binary16 -> binary32; exact for every input (subnormals, inf, NaN). */
+static inline float kernels__fp16_to_f32(uint16_t h)
+{
+	uint32_t sign = (uint32_t)(h & 0x8000) << 16;
+	uint32_t exp = (h >> 10) & 0x1f;
+	uint32_t mant = h & 0x3ff;
+	if (exp == 0) {
+		/* 0 or subnormal: mant * 2^-24, exact in binary32 */
+		float v = (float)mant * 0x1p-24f;
+		return sign ? -v : v;
+	}
+	if (exp == 31)
+		return kernels__bits_f32(sign | 0x7f800000u | (mant << 13));
+	/* rebias 15 -> 127: add 112 to the exponent */
+	return kernels__bits_f32(sign | ((exp + 112) << 23) | (mant << 13));
+}
+
+/* The 4-bit and 6-bit scale unpacking of Q4_K: scale j and min j (j < 8). */
+static inline void kernels__q4k_scale_min(const uint8_t *s, int j, int *sc, int *m)
+{
+	if (j < 4) {
+		*sc = s[j] & 63;
+		*m = s[j + 4] & 63;
+	} else {
+		*sc = (s[j + 4] & 0xf) | ((s[j - 4] >> 6) << 4);
+		*m = (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
+	}
+}
+
+/* All 8 scales and 8 mins of a Q4_K block at once, byte j of *sc / *m being
+ * sc_j / m_j (the same values as kernels__q4k_scale_min). With the 12 bytes
+ * as little-endian words u0 (bytes 0-3), u1 (4-7), u2 (8-11):
+ *   sc_0..3 = u0 & 0x3f..,  m_0..3 = u1 & 0x3f..,
+ *   sc_4..7 = (u2 & 0x0f..) | (top 2 bits of u0's bytes, shifted to bits 4-5),
+ *   m_4..7  = (u2 >> 4 & 0x0f..) | (top 2 bits of u1's bytes, to bits 4-5). */
+static inline void kernels__q4k_unpack(const uint8_t *s, uint64_t *sc, uint64_t *m)
+{
+	uint32_t u0, u1, u2;
+	memcpy(&u0, s, 4);
+	memcpy(&u1, s + 4, 4);
+	memcpy(&u2, s + 8, 4);
+	uint32_t sc_hi = (u2 & 0x0f0f0f0fu) | ((u0 >> 2) & 0x30303030u);
+	uint32_t m_hi = ((u2 >> 4) & 0x0f0f0f0fu) | ((u1 >> 2) & 0x30303030u);
+	*sc = (uint64_t)(u0 & 0x3f3f3f3fu) | ((uint64_t)sc_hi << 32);
+	*m = (uint64_t)(u1 & 0x3f3f3f3fu) | ((uint64_t)m_hi << 32);
+}
+
+/* ---- the tile driver ----------------------------------------------------------
+ * A tile function computes out[c] = dot(w row, xq[c]) for c < ncols (1..4),
+ * each column with exactly the operations it would get alone, so gemm (tiles
+ * of 4 columns, reusing each weight block from registers or L1) equals gemv
+ * (tiles of 1) bitwise. */
+
+#define KERNELS__TILE                                                                              \
+	4 /* columns per tile: 4 accumulator sets fit the                                          \
+	   * 16 ymm / 32 zmm / 32 NEON registers with room for                                     \
+	   * the decoded weight block */
+
+typedef void (*kernels__tile_fn)(int64_t n, const void *w, const void *const *xq, int ncols,
+                                 float *out);
+
+static inline void kernels__run_gemv(kernels__tile_fn f, int64_t n, const void *w, size_t row_bytes,
+                                     int64_t nrows, const void *xq, float *y)
+{
+	const void *x[1] = {xq};
+	const char *wr = (const char *)w;
+	for (int64_t i = 0; i < nrows; i++, wr += row_bytes)
+		f(n, wr, x, 1, &y[i]);
+}
+
+static inline void kernels__run_gemm(kernels__tile_fn f, int64_t n, const void *w, size_t row_bytes,
+                                     int64_t nrows, const void *xq, size_t xq_stride, int64_t ncols,
+                                     float *y, size_t y_stride)
+{
+	const char *wr = (const char *)w;
+	for (int64_t i = 0; i < nrows; i++, wr += row_bytes) {
+		for (int64_t c0 = 0; c0 < ncols; c0 += KERNELS__TILE) {
+			int nc = ncols - c0 < KERNELS__TILE ? (int)(ncols - c0) : KERNELS__TILE;
+			const void *x[KERNELS__TILE];
+			float out[KERNELS__TILE];
+			for (int c = 0; c < nc; c++)
+				x[c] = (const char *)xq + (size_t)(c0 + c) * xq_stride;
+			f(n, wr, x, nc, out);
+			for (int c = 0; c < nc; c++)
+				y[(size_t)(c0 + c) * y_stride + (size_t)i] = out[c];
+		}
+	}
+}
+
+/* A tile function from an always-inline body name##_n(n, w, xq, NC, out)
+ * with a compile-time column count, so each column's accumulators live in
+ * registers and its operations do not depend on how many columns share the
+ * weight loads. */
+#define KERNELS__TILE_FROM_N(name)                                                                 \
+	static void name(int64_t n, const void *w, const void *const *xq, int ncols, float *out)   \
+	{                                                                                          \
+		switch (ncols) {                                                                   \
+		case 1:                                                                            \
+			name##_n(n, w, xq, 1, out);                                                \
+			break;                                                                     \
+		case 2:                                                                            \
+			name##_n(n, w, xq, 2, out);                                                \
+			break;                                                                     \
+		case 3:                                                                            \
+			name##_n(n, w, xq, 3, out);                                                \
+			break;                                                                     \
+		default:                                                                           \
+			name##_n(n, w, xq, 4, out);                                                \
+			break;                                                                     \
+		}                                                                                  \
+	}
+
+#define KERNELS__INLINE static inline __attribute__((always_inline))
+
+/* How far ahead the streaming kernels prefetch weights: one core keeps
+ * bandwidth x latency = 20-30 GB/s x ~100-150 ns = 2-4.5 KB in flight, but
+ * the out-of-order window of a Q8_0 step (~18 uops per 68 bytes) reaches
+ * only ~1.7 KB ahead; prefetching 4 KB ahead into L2 (more miss buffers
+ * than L1) measured ~65% -> ~80% of the read bound here (EPYC, 1 thread). */
+#define KERNELS__PF_AHEAD 4096
+
+/* ---- the tables and shared entry points -------------------------------------- */
+
+/* The activation quantizer shared by every table (scalar, in kernels_scalar.c):
+ * activations are n floats against n * nrows weights, so its cost does not
+ * matter and sharing it keeps quantized activations identical on every ISA. */
+void kernels__quantize_act(shoal_dtype act, const float *x, void *out, int64_t n);
+
+extern const shoal_kernels kernels__scalar;
+#if defined(__x86_64__) || defined(_M_X64)
+extern const shoal_kernels kernels__avx2;
+extern const shoal_kernels kernels__avx512;
+extern const shoal_kernels kernels__avx512vnni;
+#endif
+#if defined(__aarch64__)
+extern const shoal_kernels kernels__neon;
+extern const shoal_kernels kernels__neon_dotprod;
+#endif
+
+#endif

@@ -1,0 +1,254 @@
+/*
+ * runtime/dist/dist.h: distributed inference above the data plane: pipeline
+ * stages, remote experts and the session owner, over shoal_xfer links.
+ *
+ * Part: runtime/ (DESIGN.md section 2). Transport-agnostic: every object
+ * takes already-connected links through a lookup callback (peer id ->
+ * link) and is driven by "handle this received frame" (for an event loop
+ * that polls shoal_xfer_link_pollfds) or by a *_poll helper that polls a
+ * given set of links itself. Files: dist_stage.c (a stage and an expert
+ * server), dist_experts.c (the engine's moe_hook over links), dist_owner.c
+ * (the session owner), dist_proto.c (the message layouts below).
+ *
+ * Threading: each object is used by one thread at a time, and a link by
+ * one thread at a time (xfer.h): give each stage its own thread and its
+ * own link ends. A stage blocks inside shoal_dist_stage_handle while its
+ * engine runs, including while it waits for expert replies (bounded by
+ * timeout_ms); it does not serve EXPERT_REQ frames meanwhile, so a peer
+ * that is both a stage and an expert holder of ANOTHER stage's layers
+ * should run a separate expert server (shoal_dist_stage with an empty
+ * layer range) on its own thread and link ends: two stages waiting on
+ * each other's experts would otherwise stall until timeout_ms.
+ */
+#ifndef SHOAL_RUNTIME_DIST_H
+#define SHOAL_RUNTIME_DIST_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "base/err.h"
+#include "models/model.h"
+#include "net/xfer.h"
+#include "runtime/engine/sampler.h"
+
+/*
+ * Messages (all on data links, so each one is in order with the data of
+ * its session; every frame carries the plan digest and epoch, checked by
+ * the link: a frame of another plan is dropped as MISMATCH and logged):
+ *
+ *   kind    dtype layers          dim      rows         direction
+ *   TOKEN   I32   [0, 0)          1        (sid, pos)   owner -> stage 0: ids
+ *   HIDDEN  F32   [l0, l1)        n_embd   (sid, pos)   stage -> next stage
+ *   TOKEN   I32   [L, L), L=n_layer 2+2K   (sid, pos)   last stage -> owner
+ *   TOKEN   I32   [CTL, CTL)      >= 18    (sid, 0)     control, see below
+ *   EXPERT_REQ F32 [l, l+1)       n_embd   tags of rows routed there
+ *   EXPERT_REP F32 [l, l+1)       n_embd   same rows and routes, payload
+ *                                          (n_routes, n_embd) contributions
+ *
+ * A result row: word 0 the sampled id, word 1 its logprob (f32 bits),
+ * then K pairs (id, logprob bits), best first; pos is the position whose
+ * logits were sampled (the new token goes to pos + 1).
+ *
+ * Control (layer_first = layer_end = SHOAL_DIST_CTL_LAYER, 1 row), words:
+ *   0 op (OPEN, CLOSE, ERROR)  1 status (shoal_err)  2-5 owner peer id
+ *   6 n_prompt  7 max_tokens  8 logprobs K  9 temp (f32 bits)  10 top_k
+ *   11 top_p  12 min_p  13 repeat_penalty  14 repeat_last_n  15 n_tail
+ *   16-17 seed (lo, hi)  18.. OPEN: the last n_tail prompt ids (for the
+ *   repetition penalty); ERROR: n_tail bytes of reason.
+ *
+ * Protocol invariants:
+ *  1. A session id (sid) is chosen by its owner; its high 32 bits are the
+ *     first 4 bytes of the owner's peer id, so owners rarely collide; a
+ *     stage refuses an OPEN whose sid is live for another owner (BUSY).
+ *  2. OPEN travels owner -> stage 0 -> ... -> last stage, ahead of the
+ *     session's first TOKEN frame on the same links: no reply is needed.
+ *  3. Exactly one HIDDEN frame per hop per engine run, unless the run's rows
+ *     do not fit the link's max frame (then as few frames as fit, in
+ *     order). A run is one step of one session, or, under *_poll, every
+ *     row that arrived together (several sessions batch through).
+ *  4. The last stage samples only the last row of each session in a frame,
+ *     and only when pos >= n_prompt - 1; step t = pos - (n_prompt - 1), so
+ *     the draw is a function of (seed, t) (DESIGN invariant 2).
+ *  5. Hidden states and expert inputs/outputs are raw F32, never converted.
+ *  6. A stage that cannot run a session's rows (bad shape, bad position,
+ *     engine or expert failure) fails that session: it sends ERROR down the
+ *     chain (the last stage to the owner) and drops its later frames. A
+ *     frame for an unknown session is dropped and logged (a stray).
+ *  7. In an MoE layer, one EXPERT_REQ per remote expert peer per layer per
+ *     engine run, one EXPERT_REP back, on the link the request came in on;
+ *     contributions are combined in expert-id order by the engine.
+ *  8. CLOSE travels like OPEN; stages free the slot. Nothing replies.
+ */
+#define SHOAL_DIST_CTL_LAYER 0xffffu
+#define SHOAL_DIST_CTL_WORDS 18u
+/* cmd_run's --logprobs cap: OpenAI allows 20; 100 leaves room. */
+#define SHOAL_DIST_MAX_LOGPROBS 100u
+/* Prompt tail for the repetition penalty: sampler's default last_n is 64;
+ * 256 covers every setting seen in llama.cpp presets. */
+#define SHOAL_DIST_TAIL_MAX 256u
+
+enum { SHOAL_DIST_CTL_OPEN = 1, SHOAL_DIST_CTL_CLOSE = 2, SHOAL_DIST_CTL_ERROR = 3 };
+
+/* Which link reaches peer `peer` (borrowed; NULL: none). Called on the
+ * object's thread; the link must not be used by another thread meanwhile. */
+typedef shoal_xfer_link *(*shoal_dist_link_fn)(void *ctx, const uint8_t peer[16]);
+
+/* ---- stages and expert servers ------------------------------------------- */
+
+typedef struct shoal_dist_stage shoal_dist_stage; /* opaque */
+
+typedef struct shoal_dist_stage_config {
+	uint32_t layer_begin, layer_end; /* [l0, l1); empty: an expert server */
+	bool has_embd, has_head;
+	/* (n_layer, n_expert) bytes, nonzero = held here; NULL: all. Copied. */
+	const uint8_t *expert_mask;
+	/* (n_layer, n_expert, 16) peer ids: who holds each expert NOT held
+	 * here (read only for those). Required with expert_mask and layers;
+	 * an expert server (no layers) dispatches nothing: NULL. Copied. */
+	const uint8_t *expert_peer;
+	uint8_t self[16];
+	uint8_t next[16]; /* the next stage (ignored with has_head) */
+	uint8_t digest[32];
+	uint64_t epoch;
+	uint32_t n_threads, n_ctx, max_sessions, max_rows; /* engine config */
+	shoal_dist_link_fn link;
+	void *link_ctx;
+	int timeout_ms; /* bound on one send and on an expert reply */
+} shoal_dist_stage_config;
+
+/* m is borrowed (must outlive the stage). Allocates the engine and all
+ * scratch here: nothing per frame. */
+shoal_err shoal_dist_stage_new(const shoal_model *m, const shoal_dist_stage_config *cfg,
+                               shoal_dist_stage **out, char *why, size_t why_len);
+void shoal_dist_stage_free(shoal_dist_stage *s); /* NULL is a no-op */
+
+/* Handle one frame received on link `from`, now (a data frame is run as
+ * its own batch). Data frames of another plan than cfg's are dropped,
+ * whatever the link's plan. Bad frames are logged and dropped, and fail
+ * the session they name (invariant 6); the return is SHOAL_OK then. An
+ * error return means the stage could not send (a link is down): the
+ * reason says which. */
+shoal_err shoal_dist_stage_handle(shoal_dist_stage *s, shoal_xfer_link *from,
+                                  const shoal_xfer_frame *f, char *why, size_t why_len);
+
+/* Poll links[n] up to timeout_ms and handle every frame that arrived; the
+ * data frames that arrived together run as one batch (control frames and
+ * expert requests run the batch so far first, keeping their order).
+ * FORMAT/MISMATCH receives are logged and counted as dropped. Returns OK
+ * (something or nothing handled), or CLOSED/IO/PROTO when a link died.
+ *
+ * A node thread per stage, for example:
+ *     links = {from the previous stage (or the owners), to the next stage,
+ *              to each expert peer};
+ *     while (running) shoal_dist_stage_poll(s, links, n, 50, why, len);  */
+shoal_err shoal_dist_stage_poll(shoal_dist_stage *s, shoal_xfer_link *const *links, uint32_t n,
+                                int timeout_ms, char *why, size_t why_len);
+
+typedef struct shoal_dist_stage_metrics {
+	uint64_t runs;           /* engine runs (one per step per frame) */
+	uint64_t rows;           /* rows run */
+	uint64_t run_ns;         /* wall time in the engine, experts included */
+	uint64_t last_run_ns;    /* the latest run: step time of this stage */
+	uint64_t hidden_sent;    /* HIDDEN frames sent downstream */
+	uint64_t tokens_sent;    /* result TOKEN frames sent to owners */
+	uint64_t expert_reqs;    /* EXPERT_REQ frames sent */
+	uint64_t expert_layers;  /* MoE layer runs that dispatched >= 1 request */
+	uint64_t expert_served;  /* EXPERT_REQ frames answered */
+	uint64_t dropped;        /* frames dropped: stray, malformed, other plan */
+	uint64_t session_errors; /* sessions failed here */
+	/* whole frames, header included (as shoal_xfer_metrics counts them):
+	 * divided by the tokens generated, the bytes per hop per token */
+	uint64_t hidden_bytes;     /* HIDDEN sent */
+	uint64_t tokens_bytes;     /* result TOKEN frames sent */
+	uint64_t expert_req_bytes; /* EXPERT_REQ sent */
+	uint64_t expert_rep_bytes; /* EXPERT_REP received (by collect) */
+} shoal_dist_stage_metrics;
+
+void shoal_dist_stage_metrics_get(const shoal_dist_stage *s, shoal_dist_stage_metrics *m);
+
+/* ---- the session owner ---------------------------------------------------- */
+
+typedef struct shoal_dist_owner shoal_dist_owner; /* opaque */
+
+typedef struct shoal_dist_owner_config {
+	uint8_t self[16];
+	uint8_t first[16]; /* stage 0's peer */
+	uint8_t digest[32];
+	uint64_t epoch;
+	uint32_t max_sessions;
+	uint32_t max_rows; /* prompt rows per TOKEN frame: <= stage 0's max_rows */
+	shoal_dist_link_fn link;
+	void *link_ctx;
+	int timeout_ms; /* bound on one send */
+} shoal_dist_owner_config;
+
+/* One generated token, handed to the callback (pointers borrowed). */
+typedef struct shoal_dist_token {
+	uint64_t sid;
+	uint32_t step; /* 0 for the first generated token */
+	int32_t id;
+	float logprob;
+	uint32_t n_top;         /* = the request's logprobs K */
+	const int32_t *top_ids; /* (n_top) best first */
+	const float *top_lps;   /* (n_top) */
+} shoal_dist_token;
+
+/* Return nonzero to stop the session after this token (e.g. end of
+ * generation); the token itself is never fed back then. */
+typedef int (*shoal_dist_token_fn)(void *ctx, const shoal_dist_token *t);
+
+typedef struct shoal_dist_request {
+	const int32_t *prompt; /* (n_prompt) ids, copied */
+	uint32_t n_prompt;     /* >= 1 */
+	uint32_t max_tokens;   /* >= 1 */
+	uint32_t logprobs;     /* K: 0..SHOAL_DIST_MAX_LOGPROBS */
+	shoal_sampler_params sampler;
+	shoal_dist_token_fn on_token;
+	void *ctx;
+} shoal_dist_request;
+
+shoal_err shoal_dist_owner_new(const shoal_dist_owner_config *cfg, shoal_dist_owner **out,
+                               char *why, size_t why_len);
+void shoal_dist_owner_free(shoal_dist_owner *o); /* NULL is a no-op */
+
+/* Start a session: OPEN, then the prompt in frames of max_rows. *sid out.
+ * BUSY when max_sessions are live; UNSUPPORTED for a repetition penalty
+ * over more than SHOAL_DIST_TAIL_MAX tokens. */
+shoal_err shoal_dist_owner_start(shoal_dist_owner *o, const shoal_dist_request *req, uint64_t *sid,
+                                 char *why, size_t why_len);
+
+/* Handle one frame from a stage (a result or an ERROR control). Results
+ * for other positions (duplicates) are dropped and counted. */
+shoal_err shoal_dist_owner_handle(shoal_dist_owner *o, shoal_xfer_link *from,
+                                  const shoal_xfer_frame *f, char *why, size_t why_len);
+
+/* Poll links[n] up to timeout_ms and handle what arrived. */
+shoal_err shoal_dist_owner_poll(shoal_dist_owner *o, shoal_xfer_link *const *links, uint32_t n,
+                                int timeout_ms, char *why, size_t why_len);
+
+/* Whether session sid is finished; *result is OK (max_tokens or stopped by
+ * the callback) or the error that ended it, with the reason in why.
+ * Returns false while running. A finished session's slot is freed by this
+ * call (a second call says NOTFOUND). */
+bool shoal_dist_owner_done(shoal_dist_owner *o, uint64_t sid, shoal_err *result, char *why,
+                           size_t why_len);
+
+/* Blocking convenience: start, poll links[n] until done or timeout_ms of
+ * silence, return the session's result. */
+shoal_err shoal_dist_owner_generate(shoal_dist_owner *o, const shoal_dist_request *req,
+                                    shoal_xfer_link *const *links, uint32_t n, int timeout_ms,
+                                    char *why, size_t why_len);
+
+typedef struct shoal_dist_owner_metrics {
+	uint64_t tokens;       /* results accepted */
+	uint64_t token_frames; /* TOKEN frames sent to stage 0 (prefill + decode) */
+	uint64_t dropped;      /* frames dropped: duplicates, strays, malformed */
+	uint64_t last_step_ns; /* send of a token to receipt of the next */
+	uint64_t step_ns;      /* sum over decode steps */
+	uint64_t steps;
+} shoal_dist_owner_metrics;
+
+void shoal_dist_owner_metrics_get(const shoal_dist_owner *o, shoal_dist_owner_metrics *m);
+
+#endif

@@ -1,0 +1,114 @@
+/*
+ * runtime/dist/dist_impl.h: what the files of distributed inference share:
+ * the stage's layout (dist_stage.c runs it, dist_experts.c is its MoE
+ * hook), the control block codec and the link poll loop (dist_proto.c).
+ *
+ * Part: runtime/ (distributed inference, see dist.h for the protocol).
+ */
+#ifndef SHOAL_RUNTIME_DIST_IMPL_H
+#define SHOAL_RUNTIME_DIST_IMPL_H
+
+#include "runtime/dist/dist.h"
+#include "runtime/engine/engine.h"
+
+/* Remote expert peers one stage may dispatch to: a desk or home lab has a
+ * handful of machines; 32 leaves room and keeps the table on the stack. */
+#define DIST__MAX_XPEERS 32u
+/* Sessions per stage: one result row each per step, so this bounds the
+ * logits scratch ((64, n_vocab) f32: 38 MiB at a 151k vocabulary). */
+#define DIST__MAX_SESSIONS 64u
+/* Links one *_poll call watches: a stage has an upstream, a downstream,
+ * its expert peers and a spare; 3 fds each (xfer.h). */
+#define DIST__MAX_POLL 48u
+
+/* A control block in host form (dist.h "Control"). */
+typedef struct dist__ctl {
+	uint32_t op, status;
+	uint8_t owner[16];
+	uint32_t n_prompt, max_tokens, logprobs;
+	shoal_sampler_params sp;
+	uint32_t n_tail;
+	const int32_t *tail;                    /* OPEN: (n_tail) ids, borrowed */
+	char reason[SHOAL_XFER_REASON_MAX + 1]; /* ERROR */
+} dist__ctl;
+
+/* Encode c into words[cap]; returns the word count (dim), 0 if too big. */
+uint32_t dist__ctl_encode(const dist__ctl *c, int32_t *words, uint32_t cap);
+/* Decode a control frame's payload; bad -> FORMAT with a reason. */
+shoal_err dist__ctl_decode(const shoal_xfer_frame *f, dist__ctl *c, char *why, size_t why_len);
+/* Send control block c for session sid on link k. */
+shoal_err dist__ctl_send(shoal_xfer_link *k, uint64_t sid, const dist__ctl *c, int32_t *scratch,
+                         uint32_t cap, int timeout_ms, char *why, size_t why_len);
+
+typedef shoal_err (*dist__handle_fn)(void *obj, shoal_xfer_link *from, const shoal_xfer_frame *f,
+                                     char *why, size_t why_len);
+/* Poll links[n] up to timeout_ms; drain each readable one, handing frames
+ * to fn. FORMAT/MISMATCH receives: logged, ++*dropped. */
+shoal_err dist__poll(shoal_xfer_link *const *links, uint32_t n, int timeout_ms, dist__handle_fn fn,
+                     void *obj, uint64_t *dropped, const char *who, char *why, size_t why_len);
+
+uint64_t dist__now_ns(void);
+
+/* ---- the stage ---------------------------------------------------------- */
+
+typedef struct dist__sess {
+	bool used, failed;
+	uint64_t sid;
+	uint8_t owner[16];
+	uint32_t slot;     /* engine session slot */
+	uint32_t n_prompt; /* the last stage samples rows at pos >= n_prompt - 1 */
+	uint32_t logprobs;
+	shoal_sampler *smp; /* has_head only */
+	int32_t *hist;      /* (2 * SHOAL_DIST_TAIL_MAX) recent ids, has_head only */
+	uint32_t n_hist;
+} dist__sess;
+
+struct shoal_dist_stage {
+	shoal_dist_stage_config cfg;
+	const shoal_model *m;
+	shoal_engine *e;
+	uint8_t *mask; /* (n_layer, n_expert) held here */
+	int8_t *xpeer; /* (n_layer, n_expert) index into xpeers, -1: held here */
+	uint8_t xpeers[DIST__MAX_XPEERS][16];
+	uint32_t n_xpeers;
+	uint32_t d, n_vocab, n_layer, n_expert, k, R;
+	dist__sess *sess; /* (max_sessions) */
+	/* the pending batch: rows [0, n_pend) from one or more frames */
+	uint32_t n_pend;
+	int32_t *tok;          /* (R) */
+	float *hin, *hout;     /* (R, n_embd) */
+	uint32_t *slot, *pos;  /* (R) */
+	uint32_t *row_sess;    /* (R) index into sess */
+	uint8_t *want;         /* (R) */
+	shoal_xfer_row *tags;  /* (R) */
+	float *logits;         /* (max_sessions, n_vocab) */
+	int32_t *res;          /* (max_sessions, 2 + 2 MAX_LOGPROBS) results */
+	int32_t *reply;        /* (max_sessions, 2 + 2 MAX_LOGPROBS) one frame */
+	shoal_xfer_row *rtags; /* (max_sessions) */
+	int32_t *top_ids;      /* (MAX_LOGPROBS) */
+	float *top_lps;
+	int32_t ctl[SHOAL_DIST_CTL_WORDS + SHOAL_DIST_TAIL_MAX];
+	/* expert server: (R, k) ids/w, (R, k, n_embd) contributions, (R k) slots */
+	int32_t *ex_ids;
+	float *ex_w, *ex_contrib, *ex_out;
+	uint32_t *ex_slot;
+	uint8_t *ex_req; /* (n_expert) */
+	/* expert client: one dispatch at a time */
+	float *xx;                /* (R, n_embd) rows gathered for one peer */
+	shoal_xfer_route *xroute; /* (R k) */
+	shoal_xfer_row *xtags;    /* (R) */
+	uint32_t n_sent;
+	uint8_t sent[DIST__MAX_XPEERS]; /* xpeer indices requested, in order */
+	uint32_t sent_routes[DIST__MAX_XPEERS];
+	shoal_dist_stage_metrics met;
+};
+
+/* dist_experts.c: the engine's moe_hook for stage s (ctx = s). */
+shoal_err dist__experts_dispatch(void *ctx, uint32_t layer, const shoal_moe_rows *rows);
+shoal_err dist__experts_collect(void *ctx, uint32_t layer, const shoal_moe_rows *rows,
+                                float *contrib);
+/* Answer an EXPERT_REQ from link `from` with this stage's engine. */
+shoal_err dist__experts_serve(shoal_dist_stage *s, shoal_xfer_link *from, const shoal_xfer_frame *f,
+                              char *why, size_t why_len);
+
+#endif

@@ -1,0 +1,339 @@
+/*
+ * runtime/dist/dist_owner.c: the session owner: opens a session along the
+ * stages, sends the prompt to stage 0 in frames, then feeds each sampled
+ * token back until max_tokens or the caller stops, and reports tokens
+ * with their logprobs.
+ *
+ * Part: runtime/ (distributed inference, protocol in dist.h). Divisions:
+ * sessions, results, entry points, creation.
+ */
+#include <stdlib.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "base/log.h"
+#include "runtime/dist/dist_impl.h"
+
+#define LOG_PART "dist"
+
+typedef struct owner_sess {
+	bool used, done;
+	uint64_t sid;
+	shoal_err result;
+	char why[SHOAL_XFER_REASON_MAX + 1];
+	uint32_t n_prompt, n_ctx, generated, max_tokens, logprobs;
+	shoal_dist_token_fn on_token;
+	void *ctx;
+	uint64_t t_sent; /* when the latest token went to stage 0 */
+} owner_sess;
+
+struct shoal_dist_owner {
+	shoal_dist_owner_config cfg;
+	owner_sess *sess;
+	uint32_t counter;
+	shoal_xfer_row *rows; /* (max_rows) */
+	int32_t top_ids[SHOAL_DIST_MAX_LOGPROBS];
+	float top_lps[SHOAL_DIST_MAX_LOGPROBS];
+	int32_t ctl[SHOAL_DIST_CTL_WORDS + SHOAL_DIST_TAIL_MAX];
+	shoal_dist_owner_metrics met;
+};
+
+/* ---- sessions ---------------------------------------------------------------- */
+
+static owner_sess *find(shoal_dist_owner *o, uint64_t sid)
+{
+	for (uint32_t i = 0; i < o->cfg.max_sessions; i++)
+		if (o->sess[i].used && o->sess[i].sid == sid)
+			return &o->sess[i];
+	return NULL;
+}
+
+static shoal_err send_ctl(shoal_dist_owner *o, uint64_t sid, dist__ctl *c, char *why,
+                          size_t why_len)
+{
+	memcpy(c->owner, o->cfg.self, 16);
+	return dist__ctl_send(o->cfg.link(o->cfg.link_ctx, o->cfg.first), sid, c, o->ctl,
+	                      (uint32_t)(sizeof o->ctl / 4), o->cfg.timeout_ms, why, why_len);
+}
+
+/* Token ids at positions pos0.. of session sid to stage 0. */
+static shoal_err send_ids(shoal_dist_owner *o, uint64_t sid, const int32_t *ids, uint32_t n,
+                          uint32_t pos0, char *why, size_t why_len)
+{
+	shoal_xfer_link *k = o->cfg.link(o->cfg.link_ctx, o->cfg.first);
+	if (!k)
+		return shoal_why(why, why_len, SHOAL_ERR_NOTFOUND, "no link to stage 0");
+	for (uint32_t r = 0; r < n; r++)
+		o->rows[r] = (shoal_xfer_row){.session = sid, .pos = pos0 + r};
+	shoal_xfer_hdr h = {.kind = SHOAL_XFER_KIND_TOKEN,
+	                    .dtype = SHOAL_XFER_DTYPE_I32,
+	                    .dim = 1,
+	                    .n_rows = n,
+	                    .rows = o->rows,
+	                    .payload_len = n * 4u};
+	struct iovec v = {.iov_base = (void *)ids, .iov_len = (size_t)n * 4u};
+	shoal_err e = shoal_xfer_link_send(k, &h, &v, 1, o->cfg.timeout_ms, why, why_len);
+	if (!e)
+		o->met.token_frames++;
+	return e;
+}
+
+/* End session ss with result e (reason w); tell the stages to free it. */
+static void finish(shoal_dist_owner *o, owner_sess *ss, shoal_err e, const char *w)
+{
+	if (ss->done)
+		return;
+	ss->done = true;
+	ss->result = e;
+	snprintf(ss->why, sizeof ss->why, "%s", w ? w : "");
+	dist__ctl c = {.op = SHOAL_DIST_CTL_CLOSE};
+	char why[256];
+	if (send_ctl(o, ss->sid, &c, why, sizeof why))
+		SHOAL_LOG_W(LOG_PART, "session %016llx: close: %s", (unsigned long long)ss->sid,
+		            why);
+}
+
+/* ---- results ------------------------------------------------------------------- */
+
+static shoal_err handle_results(shoal_dist_owner *o, const shoal_xfer_frame *f, char *why,
+                                size_t why_len)
+{
+	const shoal_xfer_hdr *h = &f->hdr;
+	if (h->dim < 2 || h->dim % 2 || (h->dim - 2) / 2 > SHOAL_DIST_MAX_LOGPROBS) {
+		o->met.dropped++;
+		SHOAL_LOG_W(LOG_PART, "dropped a result frame of %u words per row", h->dim);
+		return SHOAL_OK;
+	}
+	uint32_t K = (h->dim - 2) / 2;
+	uint64_t now = dist__now_ns();
+	for (uint32_t r = 0; r < h->n_rows; r++) {
+		owner_sess *ss = find(o, h->rows[r].session);
+		if (!ss || ss->done || h->rows[r].pos != ss->n_ctx - 1 || K < ss->logprobs) {
+			o->met.dropped++;
+			SHOAL_LOG_W(LOG_PART, "dropped a result for session %016llx at %u",
+			            (unsigned long long)h->rows[r].session, h->rows[r].pos);
+			continue;
+		}
+		const uint8_t *p = f->payload + (size_t)r * h->dim * 4u;
+		shoal_dist_token t = {.sid = ss->sid,
+		                      .step = ss->generated,
+		                      .n_top = ss->logprobs,
+		                      .top_ids = o->top_ids,
+		                      .top_lps = o->top_lps};
+		memcpy(&t.id, p, 4);
+		memcpy(&t.logprob, p + 4, 4);
+		for (uint32_t j = 0; j < ss->logprobs; j++) {
+			memcpy(&o->top_ids[j], p + 8 + 8 * j, 4);
+			memcpy(&o->top_lps[j], p + 12 + 8 * j, 4);
+		}
+		if (ss->generated) {
+			o->met.last_step_ns = now - ss->t_sent;
+			o->met.step_ns += o->met.last_step_ns;
+			o->met.steps++;
+		}
+		o->met.tokens++;
+		ss->generated++;
+		int stop = ss->on_token ? ss->on_token(ss->ctx, &t) : 0;
+		if (stop || ss->generated >= ss->max_tokens) {
+			finish(o, ss, SHOAL_OK, NULL);
+			continue;
+		}
+		ss->n_ctx++;
+		ss->t_sent = dist__now_ns();
+		shoal_err e = send_ids(o, ss->sid, &t.id, 1, ss->n_ctx - 1, why, why_len);
+		if (e) {
+			finish(o, ss, e, why);
+			return e;
+		}
+	}
+	return SHOAL_OK;
+}
+
+/* ---- entry points ------------------------------------------------------------------ */
+
+shoal_err shoal_dist_owner_handle(shoal_dist_owner *o, shoal_xfer_link *from,
+                                  const shoal_xfer_frame *f, char *why, size_t why_len)
+{
+	(void)from;
+	const shoal_xfer_hdr *h = &f->hdr;
+	if (shoal_xfer_kind_is_data(h->kind) &&
+	    (memcmp(h->digest, o->cfg.digest, 32) || h->epoch != o->cfg.epoch)) {
+		o->met.dropped++;
+		SHOAL_LOG_W(LOG_PART, "owner: dropped a %s frame of another plan",
+		            shoal_xfer_kind_name(h->kind));
+		return SHOAL_OK;
+	}
+	if (h->kind == SHOAL_XFER_KIND_TOKEN && h->layer_first == SHOAL_DIST_CTL_LAYER &&
+	    h->n_rows == 1) {
+		dist__ctl c;
+		char w[256] = "";
+		owner_sess *ss = find(o, h->rows[0].session);
+		if (dist__ctl_decode(f, &c, w, sizeof w) || c.op != SHOAL_DIST_CTL_ERROR || !ss ||
+		    memcmp(c.owner, o->cfg.self, 16)) {
+			o->met.dropped++;
+			SHOAL_LOG_W(LOG_PART, "dropped a control frame: %s", w[0] ? w : "not ours");
+			return SHOAL_OK;
+		}
+		SHOAL_LOG_W(LOG_PART, "session %016llx: %s", (unsigned long long)ss->sid, c.reason);
+		finish(o, ss, (shoal_err)c.status, c.reason);
+		return SHOAL_OK;
+	}
+	if (h->kind == SHOAL_XFER_KIND_TOKEN)
+		return handle_results(o, f, why, why_len);
+	if (h->kind == SHOAL_XFER_KIND_ERROR) {
+		SHOAL_LOG_W(LOG_PART, "peer error: %.*s", (int)h->payload_len,
+		            (const char *)f->payload);
+		return SHOAL_OK;
+	}
+	o->met.dropped++;
+	SHOAL_LOG_W(LOG_PART, "owner: dropped an unexpected %s frame",
+	            shoal_xfer_kind_name(h->kind));
+	return SHOAL_OK;
+}
+
+static shoal_err owner_handle_cb(void *obj, shoal_xfer_link *from, const shoal_xfer_frame *f,
+                                 char *why, size_t why_len)
+{
+	return shoal_dist_owner_handle(obj, from, f, why, why_len);
+}
+
+shoal_err shoal_dist_owner_poll(shoal_dist_owner *o, shoal_xfer_link *const *links, uint32_t n,
+                                int timeout_ms, char *why, size_t why_len)
+{
+	return dist__poll(links, n, timeout_ms, owner_handle_cb, o, &o->met.dropped, LOG_PART, why,
+	                  why_len);
+}
+
+shoal_err shoal_dist_owner_start(shoal_dist_owner *o, const shoal_dist_request *req, uint64_t *sid,
+                                 char *why, size_t why_len)
+{
+	const shoal_sampler_params *sp = &req->sampler;
+	if (!req->n_prompt || !req->max_tokens || req->logprobs > SHOAL_DIST_MAX_LOGPROBS)
+		return shoal_why(why, why_len, SHOAL_ERR_INVAL,
+		                 "a request needs a prompt, max_tokens, logprobs <= %u",
+		                 SHOAL_DIST_MAX_LOGPROBS);
+	bool pen = sp->repeat_penalty != 1.0f && sp->repeat_last_n != 0;
+	if (pen && (sp->repeat_last_n < 0 || (uint32_t)sp->repeat_last_n > SHOAL_DIST_TAIL_MAX))
+		return shoal_why(why, why_len, SHOAL_ERR_UNSUPPORTED,
+		                 "repetition penalty over %d tokens (at most %u)",
+		                 sp->repeat_last_n, SHOAL_DIST_TAIL_MAX);
+	owner_sess *ss = NULL;
+	for (uint32_t i = 0; i < o->cfg.max_sessions && !ss; i++)
+		if (!o->sess[i].used)
+			ss = &o->sess[i];
+	if (!ss)
+		return shoal_why(why, why_len, SHOAL_ERR_BUSY, "all %u sessions in use",
+		                 o->cfg.max_sessions);
+	memset(ss, 0, sizeof *ss);
+	ss->sid = (uint64_t)o->cfg.self[0] << 56 | (uint64_t)o->cfg.self[1] << 48 |
+	          (uint64_t)o->cfg.self[2] << 40 | (uint64_t)o->cfg.self[3] << 32 | ++o->counter;
+	ss->used = true;
+	ss->n_prompt = ss->n_ctx = req->n_prompt;
+	ss->max_tokens = req->max_tokens;
+	ss->logprobs = req->logprobs;
+	ss->on_token = req->on_token;
+	ss->ctx = req->ctx;
+	*sid = ss->sid;
+	uint32_t tail = req->n_prompt < SHOAL_DIST_TAIL_MAX ? req->n_prompt : SHOAL_DIST_TAIL_MAX;
+	dist__ctl c = {.op = SHOAL_DIST_CTL_OPEN,
+	               .n_prompt = req->n_prompt,
+	               .max_tokens = req->max_tokens,
+	               .logprobs = req->logprobs,
+	               .sp = *sp,
+	               .n_tail = tail,
+	               .tail = req->prompt + (req->n_prompt - tail)};
+	if (!pen) /* repeat_last_n must pass the stages' check; unused without a penalty */
+		c.sp.repeat_last_n = 0;
+	shoal_err e = send_ctl(o, ss->sid, &c, why, why_len);
+	for (uint32_t p0 = 0; !e && p0 < req->n_prompt; p0 += o->cfg.max_rows) {
+		uint32_t n = req->n_prompt - p0;
+		n = n < o->cfg.max_rows ? n : o->cfg.max_rows;
+		e = send_ids(o, ss->sid, req->prompt + p0, n, p0, why, why_len);
+	}
+	ss->t_sent = dist__now_ns();
+	if (e)
+		finish(o, ss, e, why);
+	return SHOAL_OK;
+}
+
+bool shoal_dist_owner_done(shoal_dist_owner *o, uint64_t sid, shoal_err *result, char *why,
+                           size_t why_len)
+{
+	owner_sess *ss = find(o, sid);
+	if (!ss) {
+		*result = shoal_why(why, why_len, SHOAL_ERR_NOTFOUND, "no session %016llx",
+		                    (unsigned long long)sid);
+		return true;
+	}
+	if (!ss->done)
+		return false;
+	*result = ss->result ? shoal_why(why, why_len, ss->result, "%s", ss->why) : SHOAL_OK;
+	ss->used = false;
+	return true;
+}
+
+shoal_err shoal_dist_owner_generate(shoal_dist_owner *o, const shoal_dist_request *req,
+                                    shoal_xfer_link *const *links, uint32_t n, int timeout_ms,
+                                    char *why, size_t why_len)
+{
+	uint64_t sid;
+	shoal_err e = shoal_dist_owner_start(o, req, &sid, why, why_len);
+	if (e)
+		return e;
+	shoal_err res;
+	uint64_t seen = o->met.tokens, t_last = dist__now_ns();
+	while (!shoal_dist_owner_done(o, sid, &res, why, why_len)) {
+		e = shoal_dist_owner_poll(o, links, n, 50, why, why_len);
+		owner_sess *ss = find(o, sid);
+		if (e) {
+			finish(o, ss, e, why);
+			continue;
+		}
+		if (o->met.tokens != seen) {
+			seen = o->met.tokens;
+			t_last = dist__now_ns();
+		} else if (dist__now_ns() - t_last > (uint64_t)timeout_ms * 1000000u) {
+			finish(o, ss, SHOAL_ERR_TIMEOUT, "no token from the last stage in time");
+		}
+	}
+	return res;
+}
+
+void shoal_dist_owner_metrics_get(const shoal_dist_owner *o, shoal_dist_owner_metrics *m)
+{
+	*m = o->met;
+}
+
+/* ---- creation ----------------------------------------------------------------------- */
+
+void shoal_dist_owner_free(shoal_dist_owner *o)
+{
+	if (!o)
+		return;
+	free(o->sess);
+	free(o->rows);
+	free(o);
+}
+
+shoal_err shoal_dist_owner_new(const shoal_dist_owner_config *cfg, shoal_dist_owner **out,
+                               char *why, size_t why_len)
+{
+	*out = NULL;
+	if (!cfg->link || !cfg->max_sessions || !cfg->max_rows ||
+	    cfg->max_rows > SHOAL_XFER_MAX_ROWS_DEFAULT)
+		return shoal_why(why, why_len, SHOAL_ERR_INVAL,
+		                 "owner config: link, sessions, 1..%u rows per frame",
+		                 SHOAL_XFER_MAX_ROWS_DEFAULT);
+	shoal_dist_owner *o = calloc(1, sizeof *o);
+	if (!o)
+		return SHOAL_ERR_NOMEM;
+	o->cfg = *cfg;
+	o->sess = calloc(cfg->max_sessions, sizeof *o->sess);
+	o->rows = calloc(cfg->max_rows, sizeof *o->rows);
+	if (!o->sess || !o->rows) {
+		shoal_dist_owner_free(o);
+		return SHOAL_ERR_NOMEM;
+	}
+	*out = o;
+	return SHOAL_OK;
+}

@@ -1,0 +1,183 @@
+/*
+ * runtime/dist/dist_proto.c: the control block codec of distributed inference
+ * and the loop that polls a set of data links and hands frames on.
+ *
+ * Part: runtime/ (distributed inference; the layouts are in dist.h).
+ */
+#include <errno.h>
+#include <poll.h>
+#include <string.h>
+#include <time.h>
+
+#include "base/log.h"
+#include "runtime/dist/dist_impl.h"
+
+uint64_t dist__now_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+static uint32_t f2w(float f)
+{
+	uint32_t w;
+	memcpy(&w, &f, 4);
+	return w;
+}
+
+static float w2f(uint32_t w)
+{
+	float f;
+	memcpy(&f, &w, 4);
+	return f;
+}
+
+uint32_t dist__ctl_encode(const dist__ctl *c, int32_t *words, uint32_t cap)
+{
+	uint32_t extra = 0;
+	size_t rlen = 0;
+	if (c->op == SHOAL_DIST_CTL_OPEN)
+		extra = c->n_tail;
+	else if (c->op == SHOAL_DIST_CTL_ERROR) {
+		rlen = strnlen(c->reason, SHOAL_XFER_REASON_MAX);
+		extra = (uint32_t)((rlen + 3) / 4);
+	}
+	if (SHOAL_DIST_CTL_WORDS + extra > cap)
+		return 0;
+	uint32_t w[SHOAL_DIST_CTL_WORDS];
+	w[0] = c->op;
+	w[1] = c->status;
+	memcpy(&w[2], c->owner, 16);
+	w[6] = c->n_prompt;
+	w[7] = c->max_tokens;
+	w[8] = c->logprobs;
+	w[9] = f2w(c->sp.temp);
+	w[10] = (uint32_t)c->sp.top_k;
+	w[11] = f2w(c->sp.top_p);
+	w[12] = f2w(c->sp.min_p);
+	w[13] = f2w(c->sp.repeat_penalty);
+	w[14] = (uint32_t)c->sp.repeat_last_n;
+	w[15] = c->op == SHOAL_DIST_CTL_ERROR ? (uint32_t)rlen : extra;
+	w[16] = (uint32_t)c->sp.seed;
+	w[17] = (uint32_t)(c->sp.seed >> 32);
+	memcpy(words, w, sizeof w);
+	if (c->op == SHOAL_DIST_CTL_OPEN && extra)
+		memcpy(words + SHOAL_DIST_CTL_WORDS, c->tail, extra * 4u);
+	else if (extra) {
+		memset(words + SHOAL_DIST_CTL_WORDS, 0, extra * 4u);
+		memcpy(words + SHOAL_DIST_CTL_WORDS, c->reason, rlen);
+	}
+	return SHOAL_DIST_CTL_WORDS + extra;
+}
+
+shoal_err dist__ctl_decode(const shoal_xfer_frame *f, dist__ctl *c, char *why, size_t why_len)
+{
+	const shoal_xfer_hdr *h = &f->hdr;
+	if (h->n_rows != 1 || h->dim < SHOAL_DIST_CTL_WORDS || h->dtype != SHOAL_XFER_DTYPE_I32 ||
+	    h->payload_len != h->dim * 4u)
+		return shoal_why(why, why_len, SHOAL_ERR_FORMAT,
+		                 "control frame of %u rows x %u words", h->n_rows, h->dim);
+	uint32_t w[SHOAL_DIST_CTL_WORDS];
+	memcpy(w, f->payload, sizeof w);
+	memset(c, 0, sizeof *c);
+	c->op = w[0];
+	c->status = w[1];
+	memcpy(c->owner, &w[2], 16);
+	c->n_prompt = w[6];
+	c->max_tokens = w[7];
+	c->logprobs = w[8];
+	c->sp.temp = w2f(w[9]);
+	c->sp.top_k = (int32_t)w[10];
+	c->sp.top_p = w2f(w[11]);
+	c->sp.min_p = w2f(w[12]);
+	c->sp.repeat_penalty = w2f(w[13]);
+	c->sp.repeat_last_n = (int32_t)w[14];
+	c->n_tail = w[15];
+	c->sp.seed = (uint64_t)w[16] | (uint64_t)w[17] << 32;
+	uint32_t extra = h->dim - SHOAL_DIST_CTL_WORDS;
+	const uint8_t *p = f->payload + SHOAL_DIST_CTL_WORDS * 4u;
+	switch (c->op) {
+	case SHOAL_DIST_CTL_OPEN:
+		if (c->n_tail != extra || c->n_tail > SHOAL_DIST_TAIL_MAX || c->n_prompt == 0 ||
+		    c->n_tail > c->n_prompt || c->logprobs > SHOAL_DIST_MAX_LOGPROBS ||
+		    !(c->sp.temp >= 0.0f) || !(c->sp.repeat_penalty > 0.0f) ||
+		    c->sp.repeat_last_n < 0 || (uint32_t)c->sp.repeat_last_n > SHOAL_DIST_TAIL_MAX)
+			return shoal_why(why, why_len, SHOAL_ERR_FORMAT,
+			                 "open: bad fields (prompt %u, tail %u of %u words, "
+			                 "logprobs %u)",
+			                 c->n_prompt, c->n_tail, extra, c->logprobs);
+		c->tail = (const int32_t *)(const void *)p; /* payload is 16-aligned */
+		return SHOAL_OK;
+	case SHOAL_DIST_CTL_CLOSE:
+		return SHOAL_OK;
+	case SHOAL_DIST_CTL_ERROR:
+		if (c->n_tail > SHOAL_XFER_REASON_MAX || (c->n_tail + 3) / 4 != extra ||
+		    c->status == 0 || c->status >= SHOAL_ERR__COUNT)
+			return shoal_why(why, why_len, SHOAL_ERR_FORMAT,
+			                 "error: reason of %u bytes in %u words, status %u",
+			                 c->n_tail, extra, c->status);
+		for (uint32_t i = 0; i < c->n_tail; i++)
+			c->reason[i] = p[i] >= 0x20 && p[i] < 0x7f ? (char)p[i] : '?';
+		c->reason[c->n_tail] = 0;
+		c->n_tail = 0;
+		return SHOAL_OK;
+	default:
+		return shoal_why(why, why_len, SHOAL_ERR_FORMAT, "control op %u", c->op);
+	}
+}
+
+shoal_err dist__ctl_send(shoal_xfer_link *k, uint64_t sid, const dist__ctl *c, int32_t *scratch,
+                         uint32_t cap, int timeout_ms, char *why, size_t why_len)
+{
+	if (!k)
+		return shoal_why(why, why_len, SHOAL_ERR_NOTFOUND, "no link for a control message");
+	uint32_t dim = dist__ctl_encode(c, scratch, cap);
+	if (!dim)
+		return shoal_why(why, why_len, SHOAL_ERR_RANGE, "control block too large");
+	shoal_xfer_row row = {.session = sid, .pos = 0};
+	shoal_xfer_hdr h = {.kind = SHOAL_XFER_KIND_TOKEN,
+	                    .dtype = SHOAL_XFER_DTYPE_I32,
+	                    .layer_first = SHOAL_DIST_CTL_LAYER,
+	                    .layer_end = SHOAL_DIST_CTL_LAYER,
+	                    .dim = dim,
+	                    .n_rows = 1,
+	                    .rows = &row,
+	                    .payload_len = dim * 4u};
+	struct iovec v = {.iov_base = scratch, .iov_len = dim * 4u};
+	return shoal_xfer_link_send(k, &h, &v, 1, timeout_ms, why, why_len);
+}
+
+shoal_err dist__poll(shoal_xfer_link *const *links, uint32_t n, int timeout_ms, dist__handle_fn fn,
+                     void *obj, uint64_t *dropped, const char *who, char *why, size_t why_len)
+{
+	struct pollfd pf[DIST__MAX_POLL];
+	int np = 0;
+	for (uint32_t i = 0; i < n; i++)
+		np += shoal_xfer_link_pollfds(links[i], pf + np, (int)DIST__MAX_POLL - np);
+	int r = poll(pf, (nfds_t)np, timeout_ms);
+	if (r < 0 && errno != EINTR)
+		return shoal_why(why, why_len, SHOAL_ERR_IO, "poll: %s", strerror(errno));
+	/* Drain every link, not only the readable ones: a link may hold a
+	 * whole frame in its buffer with nothing left on the socket. */
+	for (uint32_t i = 0; i < n; i++) {
+		for (;;) {
+			shoal_xfer_frame f;
+			char w[256] = "";
+			shoal_err e = shoal_xfer_link_recv(links[i], 0, &f, w, sizeof w);
+			if (e == SHOAL_ERR_TIMEOUT)
+				break;
+			if (e == SHOAL_ERR_FORMAT || e == SHOAL_ERR_MISMATCH) {
+				SHOAL_LOG_W(who, "dropped a frame: %s", w);
+				(*dropped)++;
+				continue;
+			}
+			if (e)
+				return shoal_why(why, why_len, e, "%s", w);
+			e = fn(obj, links[i], &f, why, why_len);
+			if (e)
+				return e;
+		}
+	}
+	return SHOAL_OK;
+}

@@ -1,0 +1,675 @@
+/*
+ * runtime/dist/dist_stage.c: a pipeline stage (or an expert server): an engine
+ * for its layer range, a map (owner, session id) -> engine slot, and the
+ * handling of the frames of dist.h: control, token ids or hidden states in,
+ * hidden states or sampled tokens out, expert requests answered.
+ *
+ * Part: runtime/ (distributed inference). Divisions: sessions, sending,
+ * running a frame, control, entry points, creation.
+ */
+#include <stdlib.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "base/log.h"
+#include "runtime/dist/dist_impl.h"
+
+#define LOG_PART  "dist"
+#define RES_WORDS (2u + 2u * SHOAL_DIST_MAX_LOGPROBS)
+
+/* ---- sessions ------------------------------------------------------------ */
+
+static int sess_find(const shoal_dist_stage *s, uint64_t sid)
+{
+	for (uint32_t i = 0; i < s->cfg.max_sessions; i++)
+		if (s->sess[i].used && s->sess[i].sid == sid)
+			return (int)i;
+	return -1;
+}
+
+static void sess_drop(shoal_dist_stage *s, dist__sess *ss)
+{
+	shoal_engine_session_close(s->e, ss->slot);
+	shoal_sampler_free(ss->smp);
+	int32_t *hist = ss->hist;
+	memset(ss, 0, sizeof *ss);
+	ss->hist = hist;
+}
+
+/* ---- sending --------------------------------------------------------------- */
+
+static shoal_xfer_link *link_to(shoal_dist_stage *s, const uint8_t peer[16])
+{
+	return s->cfg.link(s->cfg.link_ctx, peer);
+}
+
+/* Where control for a session goes: down the chain, or to its owner. */
+static shoal_xfer_link *ctl_dest(shoal_dist_stage *s, const uint8_t owner[16])
+{
+	return link_to(s, s->cfg.has_head ? owner : s->cfg.next);
+}
+
+/* Fail session i (or, i < 0, an unknown one of owner/sid): log, send
+ * ERROR onward, drop its later frames. */
+static shoal_err sess_fail(shoal_dist_stage *s, int i, uint64_t sid, const uint8_t owner[16],
+                           shoal_err status, const char *reason)
+{
+	if (i >= 0) {
+		if (s->sess[i].failed)
+			return SHOAL_OK;
+		s->sess[i].failed = true;
+		owner = s->sess[i].owner;
+	}
+	s->met.session_errors++;
+	SHOAL_LOG_W(LOG_PART, "session %016llx failed at layers [%u, %u): %s",
+	            (unsigned long long)sid, s->cfg.layer_begin, s->cfg.layer_end, reason);
+	dist__ctl c = {.op = SHOAL_DIST_CTL_ERROR, .status = status ? status : SHOAL_ERR_PROTO};
+	memcpy(c.owner, owner, 16);
+	snprintf(c.reason, sizeof c.reason, "layers [%u, %u): %s", s->cfg.layer_begin,
+	         s->cfg.layer_end, reason);
+	char why[256];
+	shoal_err e =
+	    dist__ctl_send(ctl_dest(s, owner), sid, &c, s->ctl, (uint32_t)(sizeof s->ctl / 4),
+	                   s->cfg.timeout_ms, why, sizeof why);
+	if (e)
+		SHOAL_LOG_W(LOG_PART, "could not pass the error on: %s", why);
+	return SHOAL_OK;
+}
+
+/* Hidden states of rows [0, n) downstream, as few frames as fit. */
+static shoal_err send_hidden(shoal_dist_stage *s, uint32_t n, char *why, size_t why_len)
+{
+	shoal_xfer_link *k = link_to(s, s->cfg.next);
+	if (!k)
+		return shoal_why(why, why_len, SHOAL_ERR_NOTFOUND, "no link to the next stage");
+	/* frame = 96 + n (16 tag + 4 d payload) bytes */
+	uint32_t max = shoal_xfer_link_max_send(k), per_row = 16u + 4u * s->d;
+	uint32_t fit = max > SHOAL_XFER_HDR_SIZE ? (max - SHOAL_XFER_HDR_SIZE) / per_row : 0;
+	if (fit > SHOAL_XFER_MAX_ROWS_DEFAULT)
+		fit = SHOAL_XFER_MAX_ROWS_DEFAULT;
+	if (!fit)
+		return shoal_why(why, why_len, SHOAL_ERR_RANGE, "one row does not fit a frame");
+	for (uint32_t r0 = 0; r0 < n; r0 += fit) {
+		uint32_t m = n - r0 < fit ? n - r0 : fit;
+		shoal_xfer_hdr h = {.kind = SHOAL_XFER_KIND_HIDDEN,
+		                    .dtype = SHOAL_XFER_DTYPE_F32,
+		                    .layer_first = (uint16_t)s->cfg.layer_begin,
+		                    .layer_end = (uint16_t)s->cfg.layer_end,
+		                    .dim = s->d,
+		                    .n_rows = m,
+		                    .rows = s->tags + r0,
+		                    .payload_len = m * s->d * 4u};
+		struct iovec v = {.iov_base = s->hout + (size_t)r0 * s->d,
+		                  .iov_len = (size_t)m * s->d * 4u};
+		shoal_err e = shoal_xfer_link_send(k, &h, &v, 1, s->cfg.timeout_ms, why, why_len);
+		if (e)
+			return e;
+		s->met.hidden_sent++;
+		s->met.hidden_bytes += shoal_xfer_frame_head_len(&h) + h.payload_len;
+	}
+	return SHOAL_OK;
+}
+
+/* ---- running a frame --------------------------------------------------------- */
+
+/* Last stage: sample the rows that asked for logits (in row order), then
+ * one TOKEN frame per owner. n_want rows wanted logits. */
+static shoal_err send_results(shoal_dist_stage *s, uint32_t n, uint32_t n_want, char *why,
+                              size_t why_len)
+{
+	uint32_t wi = 0;
+	uint8_t done[DIST__MAX_SESSIONS] = {0}; /* per wanted row: sent */
+	uint32_t wsess[DIST__MAX_SESSIONS];     /* per wanted row: its session */
+	for (uint32_t r = 0; r < n; r++) {
+		if (!s->want[r])
+			continue;
+		dist__sess *ss = &s->sess[s->row_sess[r]];
+		const float *lg = s->logits + (size_t)wi * s->n_vocab; /* (n_vocab) */
+		uint64_t t = (uint64_t)s->pos[r] - (ss->n_prompt - 1);
+		int32_t id = shoal_sampler_sample(ss->smp, lg, ss->hist, ss->n_hist, t);
+		if (ss->n_hist == 2 * SHOAL_DIST_TAIL_MAX) {
+			memmove(ss->hist, ss->hist + SHOAL_DIST_TAIL_MAX,
+			        SHOAL_DIST_TAIL_MAX * sizeof *ss->hist);
+			ss->n_hist = SHOAL_DIST_TAIL_MAX;
+		}
+		ss->hist[ss->n_hist++] = id;
+		float lp;
+		shoal_logprobs_top(lg, s->n_vocab, id, &lp, ss->logprobs, s->top_ids, s->top_lps);
+		int32_t *o = s->res + (size_t)wi * RES_WORDS;
+		o[0] = id;
+		memcpy(&o[1], &lp, 4);
+		for (uint32_t j = 0; j < ss->logprobs; j++) {
+			o[2 + 2 * j] = s->top_ids[j];
+			memcpy(&o[3 + 2 * j], &s->top_lps[j], 4);
+		}
+		s->rtags[wi] = s->tags[r];
+		wsess[wi] = s->row_sess[r];
+		wi++;
+	}
+	for (uint32_t a = 0; a < n_want; a++) {
+		if (done[a])
+			continue;
+		const uint8_t *owner = s->sess[wsess[a]].owner;
+		uint32_t K = 0, m = 0;
+		for (uint32_t w = a; w < n_want; w++) /* this owner's rows: K is their largest */
+			if (!done[w] && !memcmp(s->sess[wsess[w]].owner, owner, 16) &&
+			    s->sess[wsess[w]].logprobs > K)
+				K = s->sess[wsess[w]].logprobs;
+		uint32_t dim = 2 + 2 * K;
+		for (uint32_t w = a; w < n_want; w++) {
+			const dist__sess *ss = &s->sess[wsess[w]];
+			if (done[w] || memcmp(ss->owner, owner, 16))
+				continue;
+			int32_t *o = s->reply + (size_t)m * dim;
+			memcpy(o, s->res + (size_t)w * RES_WORDS, (2 + 2 * ss->logprobs) * 4u);
+			for (uint32_t j = ss->logprobs; j < K; j++) {
+				o[2 + 2 * j] = -1;
+				o[3 + 2 * j] = 0;
+			}
+			s->tags[m] = s->rtags[w]; /* the batch's tags are spent: reuse */
+			done[w] = 1;
+			m++;
+		}
+		shoal_xfer_link *k = link_to(s, owner);
+		if (!k)
+			return shoal_why(why, why_len, SHOAL_ERR_NOTFOUND, "no link to an owner");
+		shoal_xfer_hdr h = {.kind = SHOAL_XFER_KIND_TOKEN,
+		                    .dtype = SHOAL_XFER_DTYPE_I32,
+		                    .layer_first = (uint16_t)s->n_layer,
+		                    .layer_end = (uint16_t)s->n_layer,
+		                    .dim = dim,
+		                    .n_rows = m,
+		                    .rows = s->tags,
+		                    .payload_len = m * dim * 4u};
+		struct iovec v = {.iov_base = s->reply, .iov_len = (size_t)m * dim * 4u};
+		shoal_err e = shoal_xfer_link_send(k, &h, &v, 1, s->cfg.timeout_ms, why, why_len);
+		if (e)
+			return e;
+		s->met.tokens_sent++;
+		s->met.tokens_bytes += shoal_xfer_frame_head_len(&h) + h.payload_len;
+	}
+	return SHOAL_OK;
+}
+
+/* Fail every distinct live session named by the batch rows [0, n). */
+static void fail_batch(shoal_dist_stage *s, uint32_t n, shoal_err e, const char *reason)
+{
+	for (uint32_t r = 0; r < n; r++) {
+		dist__sess *ss = &s->sess[s->row_sess[r]];
+		sess_fail(s, (int)s->row_sess[r], ss->sid, ss->owner, e, reason);
+	}
+}
+
+/* Check the pending rows of each session before a run, so that one
+ * session's bad rows (positions that skip, tokens out of the vocabulary,
+ * possibly from the network) fail that session only: drop them and
+ * compact. Returns the rows left. */
+static uint32_t screen_rows(shoal_dist_stage *s, uint32_t n)
+{
+	uint32_t n_ctx = shoal_engine_n_ctx(s->e), m = 0;
+	for (uint32_t r = 0; r < n; r++) {
+		uint32_t si = s->row_sess[r];
+		dist__sess *ss = &s->sess[si];
+		if (ss->failed)
+			continue;
+		/* the previous row of this session in the batch, if any */
+		int prev = -1;
+		for (uint32_t q = 0; q < r; q++)
+			if (s->row_sess[q] == si)
+				prev = (int)q;
+		const char *bad = NULL;
+		if (prev < 0 && s->pos[r] > shoal_engine_session_len(s->e, ss->slot))
+			bad = "a position past the session's length";
+		else if (prev >= 0 && s->pos[r] != s->pos[prev] + 1)
+			bad = "positions that are not consecutive";
+		else if (s->pos[r] >= n_ctx)
+			bad = "a position past the context";
+		else if (s->cfg.has_embd && (s->tok[r] < 0 || (uint32_t)s->tok[r] >= s->n_vocab))
+			bad = "a token id out of the vocabulary";
+		if (bad) {
+			char w[128];
+			snprintf(w, sizeof w, "row at %u: %s", s->pos[r], bad);
+			sess_fail(s, (int)si, ss->sid, ss->owner, SHOAL_ERR_RANGE, w);
+			continue;
+		}
+		if (m != r) {
+			s->row_sess[m] = s->row_sess[r];
+			s->slot[m] = s->slot[r];
+			s->pos[m] = s->pos[r];
+			s->tags[m] = s->tags[r];
+			s->tok[m] = s->tok[r];
+			if (!s->cfg.has_embd)
+				memcpy(s->hin + (size_t)m * s->d, s->hin + (size_t)r * s->d,
+				       (size_t)s->d * 4u);
+		}
+		m++;
+	}
+	/* rows kept before a session failed later in the batch: drop them too */
+	uint32_t k = 0;
+	for (uint32_t r = 0; r < m; r++) {
+		if (s->sess[s->row_sess[r]].failed)
+			continue;
+		if (k != r) {
+			s->row_sess[k] = s->row_sess[r];
+			s->slot[k] = s->slot[r];
+			s->pos[k] = s->pos[r];
+			s->tags[k] = s->tags[r];
+			s->tok[k] = s->tok[r];
+			if (!s->cfg.has_embd)
+				memcpy(s->hin + (size_t)k * s->d, s->hin + (size_t)r * s->d,
+				       (size_t)s->d * 4u);
+		}
+		k++;
+	}
+	return k;
+}
+
+/* Run the pending rows (one batch, possibly of several sessions and
+ * frames) and pass the result on: one HIDDEN frame downstream, or one
+ * TOKEN frame per owner. */
+static shoal_err flush(shoal_dist_stage *s, char *why, size_t why_len)
+{
+	uint32_t n = s->n_pend;
+	s->n_pend = 0;
+	if (n)
+		n = screen_rows(s, n);
+	if (!n)
+		return SHOAL_OK;
+	/* want logits: the last row of each session, once its prompt is in */
+	uint32_t n_want = 0;
+	if (s->cfg.has_head)
+		for (uint32_t r = 0; r < n; r++) {
+			bool last = true;
+			for (uint32_t q = r + 1; q < n; q++)
+				if (s->row_sess[q] == s->row_sess[r])
+					last = false;
+			s->want[r] = last && s->pos[r] + 1 >= s->sess[s->row_sess[r]].n_prompt;
+			n_want += s->want[r];
+		}
+	shoal_engine_batch b = {.n_rows = n,
+	                        .tokens = s->cfg.has_embd ? s->tok : NULL,
+	                        .hidden_in = s->cfg.has_embd ? NULL : s->hin,
+	                        .session = s->slot,
+	                        .pos = s->pos,
+	                        .want_logits = s->cfg.has_head ? s->want : NULL,
+	                        .hidden_out = s->cfg.has_head ? NULL : s->hout,
+	                        .logits = n_want ? s->logits : NULL};
+	char w[256] = "";
+	uint64_t t0 = dist__now_ns();
+	shoal_err e = shoal_engine_run(s->e, &b, w, sizeof w);
+	s->met.last_run_ns = dist__now_ns() - t0;
+	s->met.run_ns += s->met.last_run_ns;
+	s->met.runs++;
+	s->met.rows += n;
+	if (e) { /* rows were screened: this is the engine or the experts */
+		fail_batch(s, n, e, w);
+		return SHOAL_OK;
+	}
+	if (!s->cfg.has_head)
+		return send_hidden(s, n, why, why_len);
+	return n_want ? send_results(s, n, n_want, why, why_len) : SHOAL_OK;
+}
+
+/* Token ids (stage 0) or hidden states: append the rows of live sessions
+ * to the pending batch (running it first if they would not fit). */
+static shoal_err take_frame(shoal_dist_stage *s, const shoal_xfer_frame *f, char *why,
+                            size_t why_len)
+{
+	const shoal_xfer_hdr *h = &f->hdr;
+	char w[256] = "";
+	bool ok;
+	if (s->cfg.has_embd)
+		ok = h->kind == SHOAL_XFER_KIND_TOKEN && h->dim == 1 && h->layer_first == 0 &&
+		     h->layer_end == 0;
+	else
+		ok = h->kind == SHOAL_XFER_KIND_HIDDEN && h->dtype == SHOAL_XFER_DTYPE_F32 &&
+		     h->dim == s->d && h->layer_end == s->cfg.layer_begin;
+	if (ok && h->n_rows > s->R)
+		ok = false;
+	if (!ok)
+		snprintf(
+		    w, sizeof w, "%s frame of %u rows x %u, layers [%u, %u), not for this stage",
+		    shoal_xfer_kind_name(h->kind), h->n_rows, h->dim, h->layer_first, h->layer_end);
+	if (ok && s->n_pend + h->n_rows > s->R) {
+		shoal_err e = flush(s, why, why_len);
+		if (e)
+			return e;
+	}
+	uint32_t n = s->n_pend, n0 = n;
+	for (uint32_t r = 0; r < h->n_rows; r++) {
+		int i = sess_find(s, h->rows[r].session);
+		if (i < 0 || s->sess[i].failed) {
+			SHOAL_LOG_W(
+			    LOG_PART, "layers [%u, %u): dropped a row of %s session %016llx",
+			    s->cfg.layer_begin, s->cfg.layer_end, i < 0 ? "unknown" : "failed",
+			    (unsigned long long)h->rows[r].session);
+			continue;
+		}
+		if (!ok) { /* malformed: fail the sessions it names, once each */
+			sess_fail(s, i, s->sess[i].sid, s->sess[i].owner, SHOAL_ERR_FORMAT, w);
+			continue;
+		}
+		s->row_sess[n] = (uint32_t)i;
+		s->slot[n] = s->sess[i].slot;
+		s->pos[n] = h->rows[r].pos;
+		s->tags[n] = h->rows[r];
+		if (s->cfg.has_embd)
+			memcpy(&s->tok[n], f->payload + (size_t)r * 4u, 4);
+		else
+			memcpy(s->hin + (size_t)n * s->d, f->payload + (size_t)r * s->d * 4u,
+			       (size_t)s->d * 4u);
+		n++;
+	}
+	if (n - n0 < h->n_rows)
+		s->met.dropped++;
+	s->n_pend = n;
+	return SHOAL_OK;
+}
+
+/* ---- control -------------------------------------------------------------------- */
+
+static shoal_err sess_open(shoal_dist_stage *s, uint64_t sid, const dist__ctl *c, char *w,
+                           size_t w_len)
+{
+	int i = sess_find(s, sid);
+	if (i >= 0)
+		return shoal_why(w, w_len, SHOAL_ERR_BUSY, "session %016llx is already open",
+		                 (unsigned long long)sid);
+	for (uint32_t j = 0; j < s->cfg.max_sessions && i < 0; j++)
+		if (!s->sess[j].used)
+			i = (int)j;
+	if (i < 0)
+		return shoal_why(w, w_len, SHOAL_ERR_BUSY, "all %u sessions in use",
+		                 s->cfg.max_sessions);
+	dist__sess *ss = &s->sess[i];
+	if (shoal_engine_session_open(s->e, &ss->slot))
+		return shoal_why(w, w_len, SHOAL_ERR_BUSY, "no engine session free");
+	shoal_engine_session_reset(s->e, ss->slot);
+	if (s->cfg.has_head) {
+		if (shoal_sampler_new(&c->sp, s->n_vocab, &ss->smp)) {
+			shoal_engine_session_close(s->e, ss->slot);
+			return shoal_why(w, w_len, SHOAL_ERR_NOMEM, "sampler");
+		}
+		memcpy(ss->hist, c->tail, (size_t)c->n_tail * 4u);
+		ss->n_hist = c->n_tail;
+	}
+	ss->used = true;
+	ss->failed = false;
+	ss->sid = sid;
+	memcpy(ss->owner, c->owner, 16);
+	ss->n_prompt = c->n_prompt;
+	ss->logprobs = c->logprobs < s->n_vocab ? c->logprobs : s->n_vocab;
+	return SHOAL_OK;
+}
+
+static shoal_err handle_ctl(shoal_dist_stage *s, const shoal_xfer_frame *f, char *why,
+                            size_t why_len)
+{
+	dist__ctl c;
+	char w[256] = "";
+	uint64_t sid = f->hdr.rows[0].session;
+	shoal_err e = dist__ctl_decode(f, &c, w, sizeof w);
+	if (e) {
+		s->met.dropped++;
+		SHOAL_LOG_W(LOG_PART, "layers [%u, %u): dropped a control frame: %s",
+		            s->cfg.layer_begin, s->cfg.layer_end, w);
+		int i = sess_find(s, sid);
+		if (i >= 0)
+			sess_fail(s, i, sid, s->sess[i].owner, SHOAL_ERR_FORMAT, w);
+		return SHOAL_OK;
+	}
+	int i = sess_find(s, sid);
+	if (i >= 0 && memcmp(s->sess[i].owner, c.owner, 16) && c.op != SHOAL_DIST_CTL_OPEN) {
+		s->met.dropped++;
+		SHOAL_LOG_W(LOG_PART, "control for session %016llx from another owner: dropped",
+		            (unsigned long long)sid);
+		return SHOAL_OK;
+	}
+	switch (c.op) {
+	case SHOAL_DIST_CTL_OPEN:
+		if (s->cfg.layer_begin == s->cfg.layer_end) /* an expert server: not a stage */
+			return SHOAL_OK;
+		e = sess_open(s, sid, &c, w, sizeof w);
+		if (e)
+			return sess_fail(s, -1, sid, c.owner, e, w);
+		break;
+	case SHOAL_DIST_CTL_CLOSE:
+		if (i >= 0)
+			sess_drop(s, &s->sess[i]);
+		break;
+	case SHOAL_DIST_CTL_ERROR:
+		if (i >= 0)
+			s->sess[i].failed = true;
+		break;
+	}
+	/* pass it on: down the chain; the last stage only passes errors */
+	if (s->cfg.has_head && c.op != SHOAL_DIST_CTL_ERROR)
+		return SHOAL_OK;
+	return dist__ctl_send(ctl_dest(s, c.owner), sid, &c, s->ctl, (uint32_t)(sizeof s->ctl / 4),
+	                      s->cfg.timeout_ms, why, why_len);
+}
+
+/* ---- entry points --------------------------------------------------------------- */
+
+/* One frame; data frames join the pending batch, which runs now unless
+ * `batch` (then the caller flushes after draining its links). Anything
+ * else runs the pending batch first: control and expert requests keep
+ * their order with the data of their sessions. */
+static shoal_err stage_handle(shoal_dist_stage *s, shoal_xfer_link *from, const shoal_xfer_frame *f,
+                              bool batch, char *why, size_t why_len)
+{
+	const shoal_xfer_hdr *h = &f->hdr;
+	/* The link checked its own plan; this stage's weights belong to cfg's
+	 * plan, and a link may already be on another one (DESIGN invariant 4). */
+	if (shoal_xfer_kind_is_data(h->kind) &&
+	    (memcmp(h->digest, s->cfg.digest, 32) || h->epoch != s->cfg.epoch)) {
+		s->met.dropped++;
+		SHOAL_LOG_W(LOG_PART,
+		            "layers [%u, %u): dropped a %s frame of plan %02x%02x../epoch %llu, "
+		            "this stage is on %02x%02x../epoch %llu",
+		            s->cfg.layer_begin, s->cfg.layer_end, shoal_xfer_kind_name(h->kind),
+		            h->digest[0], h->digest[1], (unsigned long long)h->epoch,
+		            s->cfg.digest[0], s->cfg.digest[1], (unsigned long long)s->cfg.epoch);
+		return SHOAL_OK;
+	}
+	bool data = h->kind == SHOAL_XFER_KIND_HIDDEN ||
+	            (h->kind == SHOAL_XFER_KIND_TOKEN && h->layer_first != SHOAL_DIST_CTL_LAYER);
+	shoal_err e;
+	if (data) {
+		e = take_frame(s, f, why, why_len);
+		return e || batch ? e : flush(s, why, why_len);
+	}
+	if ((e = flush(s, why, why_len)))
+		return e;
+	switch (h->kind) {
+	case SHOAL_XFER_KIND_TOKEN:
+		return handle_ctl(s, f, why, why_len);
+	case SHOAL_XFER_KIND_EXPERT_REQ:
+		return dist__experts_serve(s, from, f, why, why_len);
+	case SHOAL_XFER_KIND_ERROR:
+		SHOAL_LOG_W(LOG_PART, "peer error: %.*s", (int)h->payload_len,
+		            (const char *)f->payload);
+		return SHOAL_OK;
+	default:
+		s->met.dropped++;
+		SHOAL_LOG_W(LOG_PART, "layers [%u, %u): dropped an unexpected %s frame",
+		            s->cfg.layer_begin, s->cfg.layer_end, shoal_xfer_kind_name(h->kind));
+		return SHOAL_OK;
+	}
+}
+
+shoal_err shoal_dist_stage_handle(shoal_dist_stage *s, shoal_xfer_link *from,
+                                  const shoal_xfer_frame *f, char *why, size_t why_len)
+{
+	return stage_handle(s, from, f, false, why, why_len);
+}
+
+static shoal_err stage_handle_cb(void *obj, shoal_xfer_link *from, const shoal_xfer_frame *f,
+                                 char *why, size_t why_len)
+{
+	return stage_handle(obj, from, f, true, why, why_len);
+}
+
+shoal_err shoal_dist_stage_poll(shoal_dist_stage *s, shoal_xfer_link *const *links, uint32_t n,
+                                int timeout_ms, char *why, size_t why_len)
+{
+	shoal_err e = dist__poll(links, n, timeout_ms, stage_handle_cb, s, &s->met.dropped,
+	                         LOG_PART, why, why_len);
+	shoal_err f = flush(s, why, why_len); /* what arrived together runs together */
+	return e ? e : f;
+}
+
+void shoal_dist_stage_metrics_get(const shoal_dist_stage *s, shoal_dist_stage_metrics *m)
+{
+	*m = s->met;
+}
+
+/* ---- creation --------------------------------------------------------------------- */
+
+void shoal_dist_stage_free(shoal_dist_stage *s)
+{
+	if (!s)
+		return;
+	if (s->sess)
+		for (uint32_t i = 0; i < s->cfg.max_sessions; i++) {
+			shoal_sampler_free(s->sess[i].smp);
+			free(s->sess[i].hist);
+		}
+	free(s->sess);
+	shoal_engine_free(s->e);
+	free(s->mask);
+	free(s->xpeer);
+	free(s->tok);
+	free(s->hin);
+	free(s->hout);
+	free(s->slot);
+	free(s->pos);
+	free(s->row_sess);
+	free(s->want);
+	free(s->tags);
+	free(s->logits);
+	free(s->res);
+	free(s->reply);
+	free(s->rtags);
+	free(s->top_ids);
+	free(s->top_lps);
+	free(s->ex_ids);
+	free(s->ex_w);
+	free(s->ex_contrib);
+	free(s->ex_out);
+	free(s->ex_slot);
+	free(s->ex_req);
+	free(s->xx);
+	free(s->xroute);
+	free(s->xtags);
+	free(s);
+}
+
+shoal_err shoal_dist_stage_new(const shoal_model *m, const shoal_dist_stage_config *cfg,
+                               shoal_dist_stage **out, char *why, size_t why_len)
+{
+	*out = NULL;
+	if (!cfg->link || cfg->max_sessions == 0 || cfg->max_sessions > DIST__MAX_SESSIONS ||
+	    cfg->max_rows == 0 ||
+	    (cfg->expert_mask && !cfg->expert_peer && cfg->layer_begin < cfg->layer_end))
+		return shoal_why(why, why_len, SHOAL_ERR_INVAL,
+		                 "stage config: link, 1..%u sessions, rows, mask with peers",
+		                 DIST__MAX_SESSIONS);
+	shoal_dist_stage *s = calloc(1, sizeof *s);
+	if (!s)
+		return SHOAL_ERR_NOMEM;
+	shoal_err err = SHOAL_ERR_NOMEM;
+	s->cfg = *cfg;
+	s->m = m;
+	const shoal_hparams *hp = &m->hp;
+	s->d = hp->n_embd;
+	s->n_vocab = hp->n_vocab;
+	s->n_layer = hp->n_layer;
+	s->n_expert = hp->n_expert;
+	s->k = hp->n_expert_used ? hp->n_expert_used : 1;
+	s->R = cfg->max_rows;
+	size_t nm = (size_t)s->n_layer * (s->n_expert ? s->n_expert : 1);
+	size_t R = s->R, d = s->d, k = s->k, S = cfg->max_sessions;
+	s->mask = malloc(nm);
+	s->xpeer = malloc(nm);
+	s->sess = calloc(S, sizeof *s->sess);
+	if (!s->mask || !s->xpeer || !s->sess)
+		goto fail;
+	memset(s->xpeer, -1, nm);
+	if (cfg->expert_mask && s->n_expert)
+		memcpy(s->mask, cfg->expert_mask, nm);
+	else
+		memset(s->mask, 1, nm);
+	for (size_t i = 0; i < nm; i++) {
+		if (s->mask[i] || !cfg->expert_peer)
+			continue;
+		const uint8_t *p = cfg->expert_peer + i * 16;
+		uint32_t x = 0;
+		while (x < s->n_xpeers && memcmp(s->xpeers[x], p, 16))
+			x++;
+		if (x == s->n_xpeers) {
+			if (x == DIST__MAX_XPEERS) {
+				err = shoal_why(why, why_len, SHOAL_ERR_RANGE,
+				                "more than %u expert peers", DIST__MAX_XPEERS);
+				goto fail;
+			}
+			memcpy(s->xpeers[s->n_xpeers++], p, 16);
+		}
+		s->xpeer[i] = (int8_t)x;
+	}
+	shoal_engine_config ec = shoal_engine_config_default(m);
+	ec.n_threads = cfg->n_threads ? cfg->n_threads : 1;
+	ec.n_ctx = cfg->n_ctx;
+	ec.max_sessions = cfg->max_sessions;
+	ec.max_rows = cfg->max_rows;
+	ec.layer_begin = cfg->layer_begin;
+	ec.layer_end = cfg->layer_end;
+	ec.has_embd = cfg->has_embd;
+	ec.has_head = cfg->has_head;
+	ec.expert_mask = cfg->expert_mask;
+	ec.moe_hook = (shoal_engine_moe_hook){
+	    .ctx = s, .dispatch = dist__experts_dispatch, .collect = dist__experts_collect};
+	err = shoal_engine_new(m, &ec, &s->e, why, why_len);
+	if (err)
+		goto fail;
+	err = SHOAL_ERR_NOMEM;
+	s->tok = malloc(R * sizeof *s->tok);
+	s->hin = malloc(R * d * sizeof *s->hin);
+	s->hout = malloc(R * d * sizeof *s->hout);
+	s->slot = malloc(R * sizeof *s->slot);
+	s->pos = malloc(R * sizeof *s->pos);
+	s->row_sess = malloc(R * sizeof *s->row_sess);
+	s->want = calloc(R, 1);
+	s->tags = calloc(R, sizeof *s->tags);
+	s->ex_ids = malloc(R * k * sizeof *s->ex_ids);
+	s->ex_w = malloc(R * k * sizeof *s->ex_w);
+	s->ex_contrib = malloc(R * k * d * sizeof *s->ex_contrib);
+	s->ex_out = malloc(R * k * d * sizeof *s->ex_out);
+	s->ex_slot = malloc(R * k * sizeof *s->ex_slot);
+	s->ex_req = malloc(s->n_expert ? s->n_expert : 1);
+	s->xx = malloc(R * d * sizeof *s->xx);
+	s->xroute = malloc(R * k * sizeof *s->xroute);
+	s->xtags = calloc(R, sizeof *s->xtags);
+	if (!s->tok || !s->hin || !s->hout || !s->slot || !s->pos || !s->row_sess || !s->want ||
+	    !s->tags || !s->ex_ids || !s->ex_w || !s->ex_contrib || !s->ex_out || !s->ex_slot ||
+	    !s->ex_req || !s->xx || !s->xroute || !s->xtags)
+		goto fail;
+	if (cfg->has_head) {
+		s->logits = malloc(S * s->n_vocab * sizeof *s->logits);
+		s->res = malloc(S * RES_WORDS * sizeof *s->res);
+		s->reply = malloc(S * RES_WORDS * sizeof *s->reply);
+		s->rtags = calloc(S, sizeof *s->rtags);
+		s->top_ids = malloc(SHOAL_DIST_MAX_LOGPROBS * sizeof *s->top_ids);
+		s->top_lps = malloc(SHOAL_DIST_MAX_LOGPROBS * sizeof *s->top_lps);
+		if (!s->logits || !s->res || !s->reply || !s->rtags || !s->top_ids || !s->top_lps)
+			goto fail;
+		for (size_t i = 0; i < S; i++)
+			if (!(s->sess[i].hist = malloc(2 * SHOAL_DIST_TAIL_MAX * sizeof(int32_t))))
+				goto fail;
+	}
+	*out = s;
+	return SHOAL_OK;
+fail:
+	shoal_dist_stage_free(s);
+	return err;
+}

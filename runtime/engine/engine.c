@@ -1,0 +1,696 @@
+/*
+ * runtime/engine/engine.c: the engine (see engine.h): creation, session slots and
+ * the layer loop of shoal_engine_run.
+ *
+ * Part: runtime/ (engine). Divisions: weights, creation, sessions, the run
+ * (checks, attention, dense FFN, the loop). The MoE FFN is engine_moe.c.
+ */
+#include "runtime/engine/engine_impl.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "runtime/cpu/kernels.h"
+#include "runtime/cpu/quant.h"
+
+/*
+ * One layer, for the n rows of a batch (the reference engine's order):
+ *   xn = rmsnorm(x) * attn_norm
+ *   q, k, v = xn Wq^T (+bq), xn Wk^T (+bk), xn Wv^T (+bv)
+ *   q, k = rmsnorm per head * q_norm, k_norm           (qwen3, qwen3moe)
+ *   q, k = rope(q, k, pos)                             (norm or neox pairs)
+ *   cache[session][pos] = k, v;  a = attention(q, cache[session][0..pos])
+ *   x += a Wo^T
+ *   xn = rmsnorm(x) * ffn_norm
+ *   x += down(silu(gate xn) * up xn)   or the MoE FFN
+ */
+
+/* ---- weights ----------------------------------------------------------------- */
+
+/* The kernels read weights through typed pointers (floats, the fp16 fields
+ * of the blocks, Q8_K's float scale): a file whose general.alignment is 1 or
+ * 2 may place a tensor off its type's natural alignment, which would make
+ * those reads undefined. */
+static bool engine__aligned(const shoal_gguf_tensor *t)
+{
+	uintptr_t a = (t->type == SHOAL_DTYPE_F32 || t->type == SHOAL_DTYPE_Q8_K) ? 4 : 2;
+	return (uintptr_t)t->data % a == 0;
+}
+
+static shoal_err engine__misaligned(const shoal_gguf_tensor *t, char *why, size_t why_len)
+{
+	return shoal_why(why, why_len, SHOAL_ERR_FORMAT,
+	                 "tensor %s: %s data at file offset %llu is not aligned for its type",
+	                 t->name, shoal_dtype_name(t->type), (unsigned long long)t->file_offset);
+}
+
+static shoal_err engine__mat(const shoal_gguf_tensor *t, int64_t n_in, int64_t n_out,
+                             uint64_t n_stack, shoal_backend_mat *out, size_t *stride, char *why,
+                             size_t why_len)
+{
+	if (!t)
+		return shoal_why(why, why_len, SHOAL_ERR_FORMAT, "a weight tensor is missing");
+	if ((int64_t)t->ne[0] != n_in || (int64_t)t->ne[1] != n_out || t->ne[2] != n_stack)
+		return shoal_why(
+		    why, why_len, SHOAL_ERR_FORMAT,
+		    "tensor %s has shape {%llu, %llu, %llu}, expected {%lld, %lld, %llu}", t->name,
+		    (unsigned long long)t->ne[0], (unsigned long long)t->ne[1],
+		    (unsigned long long)t->ne[2], (long long)n_in, (long long)n_out,
+		    (unsigned long long)n_stack);
+	if (!shoal_dtype_computable(t->type))
+		return shoal_why(why, why_len, SHOAL_ERR_UNSUPPORTED,
+		                 "tensor %s has type %s, which the engine does not compute with",
+		                 t->name, shoal_dtype_name(t->type));
+	if (!engine__aligned(t))
+		return engine__misaligned(t, why, why_len);
+	size_t rb = shoal_dtype_row_bytes(t->type, (uint64_t)n_in);
+	if (rb == SIZE_MAX || (uint64_t)rb * (uint64_t)n_out * n_stack != t->nbytes)
+		return shoal_why(why, why_len, SHOAL_ERR_FORMAT,
+		                 "tensor %s: rows of %lld are not whole %s blocks", t->name,
+		                 (long long)n_in, shoal_dtype_name(t->type));
+	out->type = t->type;
+	out->n_in = n_in;
+	out->n_out = n_out;
+	out->row_bytes = rb;
+	out->data = t->data;
+	if (stride)
+		*stride = rb * (size_t)n_out;
+	return SHOAL_OK;
+}
+
+/* An F32 copy of a small vector tensor of n elements (NULL t: *out = NULL). */
+static shoal_err engine__vec(const shoal_gguf_tensor *t, uint32_t n, float **out, char *why,
+                             size_t why_len)
+{
+	*out = NULL;
+	if (!t)
+		return SHOAL_OK;
+	if (t->ne[0] != n || t->ne[1] != 1 || t->ne[2] != 1 || t->ne[3] != 1)
+		return shoal_why(why, why_len, SHOAL_ERR_FORMAT,
+		                 "tensor %s has %llu elements, expected %u", t->name,
+		                 (unsigned long long)t->ne[0], n);
+	if (!shoal_quant_supported(t->type) || shoal_dtype_row_bytes(t->type, n) != t->nbytes)
+		return shoal_why(why, why_len, SHOAL_ERR_UNSUPPORTED, "tensor %s: type %s", t->name,
+		                 shoal_dtype_name(t->type));
+	if (!engine__aligned(t))
+		return engine__misaligned(t, why, why_len);
+	*out = malloc((size_t)n * sizeof **out);
+	if (!*out)
+		return SHOAL_ERR_NOMEM;
+	shoal_dequantize_row(t->type, t->data, *out, n);
+	return SHOAL_OK;
+}
+
+static shoal_err engine__layer_init(shoal_engine *e, uint32_t il, bool owned, char *why,
+                                    size_t why_len)
+{
+	const shoal_layer *src = &e->m->layers[il];
+	engine__layer *L = &e->layers[il];
+	const shoal_hparams *hp = &e->hp;
+	shoal_err err;
+	L->moe = src->ffn_gate_inp != NULL;
+	if (L->moe) {
+		if (hp->n_expert == 0 || hp->n_expert_used == 0 || hp->n_expert_used > hp->n_expert)
+			return shoal_why(why, why_len, SHOAL_ERR_FORMAT,
+			                 "layer %u: MoE with %u of %u experts", il,
+			                 hp->n_expert_used, hp->n_expert);
+		L->all_local = true;
+		for (uint32_t x = 0; x < hp->n_expert; x++)
+			if (!e->expert_mask[(size_t)il * hp->n_expert + x])
+				L->all_local = false;
+		if ((err = engine__mat(src->ffn_gate_exps, hp->n_embd, hp->n_ff_exp, hp->n_expert,
+		                       &L->gate_exp, &L->gate_exp_stride, why, why_len)) ||
+		    (err = engine__mat(src->ffn_up_exps, hp->n_embd, hp->n_ff_exp, hp->n_expert,
+		                       &L->up_exp, &L->up_exp_stride, why, why_len)) ||
+		    (err = engine__mat(src->ffn_down_exps, hp->n_ff_exp, hp->n_embd, hp->n_expert,
+		                       &L->down_exp, &L->down_exp_stride, why, why_len)) ||
+		    (err = engine__mat(src->ffn_gate_inp, hp->n_embd, hp->n_expert, 1, &L->router,
+		                       NULL, why, why_len)))
+			return err;
+	}
+	if (!owned)
+		return SHOAL_OK;
+	if ((err = engine__mat(src->wq, hp->n_embd, e->q_dim, 1, &L->wq, NULL, why, why_len)) ||
+	    (err = engine__mat(src->wk, hp->n_embd, e->kv_dim, 1, &L->wk, NULL, why, why_len)) ||
+	    (err = engine__mat(src->wv, hp->n_embd, e->kv_dim, 1, &L->wv, NULL, why, why_len)) ||
+	    (err = engine__mat(src->wo, e->q_dim, hp->n_embd, 1, &L->wo, NULL, why, why_len)) ||
+	    (err = engine__vec(src->attn_norm, hp->n_embd, &L->attn_norm, why, why_len)) ||
+	    (err = engine__vec(src->ffn_norm, hp->n_embd, &L->ffn_norm, why, why_len)) ||
+	    (err = engine__vec(src->q_norm, hp->head_dim, &L->q_norm, why, why_len)) ||
+	    (err = engine__vec(src->k_norm, hp->head_dim, &L->k_norm, why, why_len)) ||
+	    (err = engine__vec(src->bq, e->q_dim, &L->bq, why, why_len)) ||
+	    (err = engine__vec(src->bk, e->kv_dim, &L->bk, why, why_len)) ||
+	    (err = engine__vec(src->bv, e->kv_dim, &L->bv, why, why_len)))
+		return err;
+	if (!L->attn_norm || !L->ffn_norm)
+		return shoal_why(why, why_len, SHOAL_ERR_FORMAT, "layer %u has no norm weights",
+		                 il);
+	if (!L->moe && ((err = engine__mat(src->ffn_gate, hp->n_embd, hp->n_ff, 1, &L->gate, NULL,
+	                                   why, why_len)) ||
+	                (err = engine__mat(src->ffn_up, hp->n_embd, hp->n_ff, 1, &L->up, NULL, why,
+	                                   why_len)) ||
+	                (err = engine__mat(src->ffn_down, hp->n_ff, hp->n_embd, 1, &L->down, NULL,
+	                                   why, why_len))))
+		return err;
+	if (L->moe && !L->all_local && !e->cfg.moe_hook.collect)
+		return shoal_why(why, why_len, SHOAL_ERR_INVAL,
+		                 "layer %u has experts owned elsewhere but no MoE hook", il);
+	return SHOAL_OK;
+}
+
+/* ---- creation ------------------------------------------------------------------- */
+
+/* Positions per session when the caller does not say: the model's training
+ * context, capped at 4096 so a 128k-context model does not reserve GBs of
+ * KV cache (a 7B model's K+V is ~0.5 MB per position in F32). */
+#define SHOAL_ENGINE_DEFAULT_CTX_CAP 4096
+/* Rows per run by default: a prefill chunk of 512 tokens amortises each
+ * weight read over enough rows to be compute-bound, as in the reference. */
+#define SHOAL_ENGINE_DEFAULT_ROWS 512
+
+shoal_engine_config shoal_engine_config_default(const shoal_model *m)
+{
+	shoal_engine_config c = {0};
+	c.n_threads = 1;
+	c.n_ctx = m->hp.n_ctx_train < SHOAL_ENGINE_DEFAULT_CTX_CAP ? m->hp.n_ctx_train
+	                                                           : SHOAL_ENGINE_DEFAULT_CTX_CAP;
+	c.max_sessions = 1;
+	c.max_rows = SHOAL_ENGINE_DEFAULT_ROWS;
+	c.layer_begin = 0;
+	c.layer_end = m->hp.n_layer;
+	c.has_embd = true;
+	c.has_head = true;
+	return c;
+}
+
+void shoal_engine_free(shoal_engine *e)
+{
+	if (!e)
+		return;
+	if (e->layers) {
+		for (uint32_t i = 0; i < e->hp.n_layer; i++) {
+			engine__layer *L = &e->layers[i];
+			free(L->attn_norm);
+			free(L->ffn_norm);
+			free(L->q_norm);
+			free(L->k_norm);
+			free(L->bq);
+			free(L->bk);
+			free(L->bv);
+		}
+	}
+	if (e->ops)
+		e->ops->destroy(e->bk);
+	free(e->layers);
+	free(e->out_norm);
+	free(e->expert_mask);
+	free(e->rope_cs);
+	free(e->sess_open);
+	free(e->sess_len);
+	free(e->sess_next);
+	free(e->kv);
+	free(e->x);
+	free(e->xn);
+	free(e->tmp);
+	free(e->q);
+	free(e->att);
+	free(e->k);
+	free(e->v);
+	free(e->ff_g);
+	free(e->ff_u);
+	free(e->krow);
+	free(e->vrow);
+	free(e->n_kv);
+	free(e->moe_logits);
+	free(e->moe_ids);
+	free(e->moe_w);
+	free(e->moe_contrib);
+	free(e->moe_x);
+	free(e->moe_slot);
+	free(e);
+}
+
+/* calloc of a*b*c elements of size sz, NULL on overflow. */
+static void *engine__calloc3(size_t a, size_t b, size_t c, size_t sz)
+{
+	if (b && a > SIZE_MAX / b)
+		return NULL;
+	if (c && a * b > SIZE_MAX / c)
+		return NULL;
+	size_t n = a * b * c;
+	return calloc(n ? n : 1, sz);
+}
+
+/* freqs: (n_rot/2) Llama 3.1-style per-pair divisors of the angle (the
+ * model's rope_freqs tensor), or NULL for none. */
+static void engine__rope_table(shoal_engine *e, const float *freqs)
+{
+	const shoal_hparams *hp = &e->hp;
+	uint32_t n_rot = hp->n_rot;
+	/* theta_i = pos * base^(-2i/n_rot) / freqs[i] * freq_scale, the angle
+	 * advanced by a float product per pair as the reference engine does */
+	float theta_scale = powf(hp->rope_freq_base, -2.0f / (float)n_rot);
+	for (uint32_t p = 0; p < e->cfg.n_ctx; p++) {
+		float *cs = e->rope_cs + (size_t)p * n_rot; /* (n_rot/2, 2) */
+		float theta = (float)p;
+		for (uint32_t i = 0; i < n_rot / 2; i++) {
+			float t = hp->rope_freq_scale * (freqs ? theta / freqs[i] : theta);
+			cs[2 * i] = cosf(t);
+			cs[2 * i + 1] = sinf(t);
+			theta *= theta_scale;
+		}
+	}
+}
+
+shoal_err shoal_engine_new(const shoal_model *m, const shoal_engine_config *cfg, shoal_engine **out,
+                           char *why, size_t why_len)
+{
+	*out = NULL;
+	const shoal_hparams *hp = &m->hp;
+	shoal_err err = SHOAL_ERR_NOMEM;
+	if (cfg->n_threads < 1 || cfg->max_sessions < 1 || cfg->max_rows < 1)
+		return shoal_why(why, why_len, SHOAL_ERR_INVAL,
+		                 "threads, sessions and rows must be >= 1");
+	if (cfg->layer_begin > cfg->layer_end || cfg->layer_end > hp->n_layer)
+		return shoal_why(why, why_len, SHOAL_ERR_INVAL, "layer range [%u, %u) of %u",
+		                 cfg->layer_begin, cfg->layer_end, hp->n_layer);
+	if (hp->n_head == 0 || hp->n_head_kv == 0 || hp->n_head % hp->n_head_kv ||
+	    hp->head_dim == 0 || hp->n_rot % 2 || hp->n_rot > hp->head_dim || hp->n_embd == 0 ||
+	    hp->n_vocab == 0)
+		return shoal_why(why, why_len, SHOAL_ERR_FORMAT,
+		                 "bad heads: %u heads, %u KV heads, head dim %u, %u rotated",
+		                 hp->n_head, hp->n_head_kv, hp->head_dim, hp->n_rot);
+
+	shoal_engine *e = calloc(1, sizeof *e);
+	if (!e)
+		return SHOAL_ERR_NOMEM;
+	e->m = m;
+	e->hp = *hp;
+	e->cfg = *cfg;
+	e->cfg.expert_mask = NULL;
+	if (e->cfg.n_ctx == 0)
+		e->cfg.n_ctx = hp->n_ctx_train ? hp->n_ctx_train : SHOAL_ENGINE_DEFAULT_CTX_CAP;
+	e->q_dim = hp->n_head * hp->head_dim;
+	e->kv_dim = hp->n_head_kv * hp->head_dim;
+	e->n_own = cfg->layer_end - cfg->layer_begin;
+	const uint32_t R = cfg->max_rows, C = e->cfg.n_ctx;
+
+	size_t n_mask = (size_t)hp->n_layer * (hp->n_expert ? hp->n_expert : 1);
+	e->expert_mask = malloc(n_mask);
+	e->layers = calloc(hp->n_layer ? hp->n_layer : 1, sizeof *e->layers);
+	if (!e->expert_mask || !e->layers)
+		goto fail;
+	if (cfg->expert_mask && hp->n_expert)
+		memcpy(e->expert_mask, cfg->expert_mask, n_mask);
+	else
+		memset(e->expert_mask, 1, n_mask);
+
+	for (uint32_t il = 0; il < hp->n_layer; il++) {
+		bool owned = il >= cfg->layer_begin && il < cfg->layer_end;
+		err = engine__layer_init(e, il, owned, why, why_len);
+		if (err)
+			goto fail;
+	}
+	if (cfg->has_embd && !m->tok_embd) {
+		err = shoal_why(why, why_len, SHOAL_ERR_FORMAT, "no token_embd tensor");
+		goto fail;
+	}
+	if (cfg->has_embd) {
+		const shoal_gguf_tensor *t = m->tok_embd;
+		size_t rb = shoal_dtype_row_bytes(t->type, hp->n_embd);
+		if (t->ne[0] != hp->n_embd || t->ne[1] != hp->n_vocab ||
+		    !shoal_quant_supported(t->type) || rb == SIZE_MAX ||
+		    (uint64_t)rb * hp->n_vocab != t->nbytes) {
+			err = shoal_why(why, why_len, SHOAL_ERR_FORMAT,
+			                "token_embd: bad shape or type %s",
+			                shoal_dtype_name(t->type));
+			goto fail;
+		}
+		if (!engine__aligned(t)) {
+			err = engine__misaligned(t, why, why_len);
+			goto fail;
+		}
+	}
+	if (cfg->has_head) {
+		if ((err = engine__mat(m->output, hp->n_embd, hp->n_vocab, 1, &e->head, NULL, why,
+		                       why_len)) ||
+		    (err = engine__vec(m->output_norm, hp->n_embd, &e->out_norm, why, why_len)))
+			goto fail;
+		if (!e->out_norm) {
+			err = shoal_why(why, why_len, SHOAL_ERR_FORMAT, "no output_norm tensor");
+			goto fail;
+		}
+	}
+
+	uint32_t n_ff = hp->n_ff > hp->n_ff_exp ? hp->n_ff : hp->n_ff_exp;
+	uint32_t max_n = hp->n_embd;
+	if (e->q_dim > max_n)
+		max_n = e->q_dim;
+	if (n_ff > max_n)
+		max_n = n_ff;
+	err = SHOAL_ERR_NOMEM;
+	e->rope_cs = engine__calloc3(C, hp->n_rot ? hp->n_rot : 1, 1, sizeof(float));
+	e->sess_open = calloc(cfg->max_sessions, 1);
+	e->sess_len = calloc(cfg->max_sessions, sizeof *e->sess_len);
+	e->sess_next = calloc(cfg->max_sessions, sizeof *e->sess_next);
+	e->kv = engine__calloc3((size_t)cfg->max_sessions * 2, e->n_own ? e->n_own : 1,
+	                        (size_t)C * e->kv_dim, sizeof(float));
+	e->x = engine__calloc3(R, hp->n_embd, 1, sizeof(float));
+	e->xn = engine__calloc3(R, hp->n_embd, 1, sizeof(float));
+	e->tmp = engine__calloc3(R, hp->n_embd, 1, sizeof(float));
+	e->q = engine__calloc3(R, e->q_dim, 1, sizeof(float));
+	e->att = engine__calloc3(R, e->q_dim, 1, sizeof(float));
+	e->k = engine__calloc3(R, e->kv_dim, 1, sizeof(float));
+	e->v = engine__calloc3(R, e->kv_dim, 1, sizeof(float));
+	e->ff_g = engine__calloc3(R, n_ff ? n_ff : 1, 1, sizeof(float));
+	e->ff_u = engine__calloc3(R, n_ff ? n_ff : 1, 1, sizeof(float));
+	e->krow = calloc(R, sizeof *e->krow);
+	e->vrow = calloc(R, sizeof *e->vrow);
+	e->n_kv = calloc(R, sizeof *e->n_kv);
+	if (!e->rope_cs || !e->sess_open || !e->sess_len || !e->sess_next || !e->kv || !e->x ||
+	    !e->xn || !e->tmp || !e->q || !e->att || !e->k || !e->v || !e->ff_g || !e->ff_u ||
+	    !e->krow || !e->vrow || !e->n_kv) {
+		err = shoal_why(why, why_len, SHOAL_ERR_NOMEM,
+		                "no memory for %u sessions x %u positions and %u rows",
+		                cfg->max_sessions, C, R);
+		goto fail;
+	}
+	if (hp->n_expert) {
+		uint32_t k = hp->n_expert_used;
+		e->moe_logits = engine__calloc3(R, hp->n_expert, 1, sizeof(float));
+		e->moe_ids = engine__calloc3(R, k, 1, sizeof(int32_t));
+		e->moe_w = engine__calloc3(R, k, 1, sizeof(float));
+		e->moe_contrib = engine__calloc3(R, k, hp->n_embd, sizeof(float));
+		e->moe_x = engine__calloc3(R, hp->n_embd, 1, sizeof(float));
+		e->moe_slot = calloc(R, sizeof *e->moe_slot);
+		if (!e->moe_logits || !e->moe_ids || !e->moe_w || !e->moe_contrib || !e->moe_x ||
+		    !e->moe_slot)
+			goto fail;
+	}
+	/* Llama 3.1 and later scale each rotated pair's frequency by the
+	 * file's rope_freqs (the reference's freq_factors); ignoring them
+	 * gives wrong logits beyond the first position. */
+	float *freqs = NULL;
+	if ((err = engine__vec(m->rope_freqs, hp->n_rot / 2, &freqs, why, why_len)))
+		goto fail;
+	for (uint32_t i = 0; freqs && i < hp->n_rot / 2; i++)
+		if (!isfinite(freqs[i]) || freqs[i] <= 0) {
+			err = shoal_why(why, why_len, SHOAL_ERR_FORMAT,
+			                "rope_freqs.weight[%u] = %g is not a positive number", i,
+			                (double)freqs[i]);
+			free(freqs);
+			goto fail;
+		}
+	engine__rope_table(e, freqs);
+	free(freqs);
+
+	e->ops = cfg->backend ? cfg->backend : shoal_backend_cpu();
+	shoal_backend_limits lim = {
+	    .n_threads = cfg->n_threads,
+	    .max_ctx = C,
+	    .max_rows = R,
+	    .max_n = max_n,
+	    .max_group = hp->n_head / hp->n_head_kv,
+	};
+	err = e->ops->create(&lim, &e->bk);
+	if (err) {
+		e->ops = NULL;
+		shoal_why(why, why_len, err, "backend %s: %s",
+		          (cfg->backend ? cfg->backend : shoal_backend_cpu())->name,
+		          shoal_strerror(err));
+		goto fail;
+	}
+	*out = e;
+	return SHOAL_OK;
+fail:
+	shoal_engine_free(e);
+	return err;
+}
+
+const shoal_model *shoal_engine_model(const shoal_engine *e)
+{
+	return e->m;
+}
+
+uint32_t shoal_engine_n_ctx(const shoal_engine *e)
+{
+	return e->cfg.n_ctx;
+}
+
+uint32_t shoal_engine_max_rows(const shoal_engine *e)
+{
+	return e->cfg.max_rows;
+}
+
+const shoal_backend_ops *shoal_engine_backend_ops(const shoal_engine *e)
+{
+	return e->ops;
+}
+
+shoal_backend *shoal_engine_backend(shoal_engine *e)
+{
+	return e->bk;
+}
+
+/* ---- sessions --------------------------------------------------------------------- */
+
+shoal_err shoal_engine_session_open(shoal_engine *e, uint32_t *slot)
+{
+	for (uint32_t s = 0; s < e->cfg.max_sessions; s++) {
+		if (!e->sess_open[s]) {
+			e->sess_open[s] = 1;
+			e->sess_len[s] = 0;
+			*slot = s;
+			return SHOAL_OK;
+		}
+	}
+	return SHOAL_ERR_BUSY;
+}
+
+shoal_err shoal_engine_session_reset(shoal_engine *e, uint32_t slot)
+{
+	if (slot >= e->cfg.max_sessions || !e->sess_open[slot])
+		return SHOAL_ERR_NOTFOUND;
+	e->sess_len[slot] = 0;
+	return SHOAL_OK;
+}
+
+void shoal_engine_session_close(shoal_engine *e, uint32_t slot)
+{
+	if (slot >= e->cfg.max_sessions)
+		return;
+	e->sess_open[slot] = 0;
+	e->sess_len[slot] = 0;
+}
+
+uint32_t shoal_engine_session_len(const shoal_engine *e, uint32_t slot)
+{
+	if (slot >= e->cfg.max_sessions || !e->sess_open[slot])
+		return 0;
+	return e->sess_len[slot];
+}
+
+/* The K (which 0) or V (1) cache of session s, owned layer li:
+ * (n_ctx, kv_dim). */
+static float *engine__cache(shoal_engine *e, uint32_t s, uint32_t li, int which)
+{
+	size_t per = (size_t)e->cfg.n_ctx * e->kv_dim;
+	return e->kv + (((size_t)s * e->n_own + li) * 2 + (size_t)which) * per;
+}
+
+/* ---- the run ------------------------------------------------------------------------- */
+
+#define SHOAL_NO_POS UINT32_MAX
+
+/* Check everything outside input in the batch before touching any state. */
+static shoal_err engine__check(shoal_engine *e, const shoal_engine_batch *b, uint32_t *n_logits,
+                               char *why, size_t why_len)
+{
+	const shoal_hparams *hp = &e->hp;
+	shoal_err err = SHOAL_OK;
+	*n_logits = 0;
+	if (b->n_rows < 1 || b->n_rows > e->cfg.max_rows)
+		return shoal_why(why, why_len, SHOAL_ERR_RANGE, "%u rows (this engine takes 1..%u)",
+		                 b->n_rows, e->cfg.max_rows);
+	if (!b->session || !b->pos)
+		return shoal_why(why, why_len, SHOAL_ERR_INVAL, "rows without session/pos tags");
+	if (e->cfg.has_embd ? !b->tokens : !b->hidden_in)
+		return shoal_why(why, why_len, SHOAL_ERR_INVAL, "the batch lacks its %s",
+		                 e->cfg.has_embd ? "token ids" : "hidden states");
+	for (uint32_t r = 0; r < b->n_rows; r++) {
+		uint32_t s = b->session[r];
+		if (s >= e->cfg.max_sessions || !e->sess_open[s]) {
+			err = shoal_why(why, why_len, SHOAL_ERR_INVAL,
+			                "row %u: session slot %u is not open", r, s);
+			goto out;
+		}
+		e->sess_next[s] = SHOAL_NO_POS;
+	}
+	for (uint32_t r = 0; r < b->n_rows; r++) {
+		uint32_t s = b->session[r], p = b->pos[r];
+		if (e->cfg.has_embd &&
+		    (b->tokens[r] < 0 || (uint32_t)b->tokens[r] >= hp->n_vocab)) {
+			err = shoal_why(why, why_len, SHOAL_ERR_RANGE,
+			                "row %u: token %d outside the vocabulary of %u", r,
+			                b->tokens[r], hp->n_vocab);
+			goto out;
+		}
+		if (p >= e->cfg.n_ctx) {
+			err = shoal_why(why, why_len, SHOAL_ERR_RANGE,
+			                "row %u: position %u beyond the context of %u", r, p,
+			                e->cfg.n_ctx);
+			goto out;
+		}
+		uint32_t want = e->sess_next[s];
+		if (want == SHOAL_NO_POS ? p > e->sess_len[s] : p != want) {
+			err = shoal_why(why, why_len, SHOAL_ERR_RANGE,
+			                "row %u: position %u of session %u leaves a gap (%s %u)", r,
+			                p, s, want == SHOAL_NO_POS ? "length" : "expected",
+			                want == SHOAL_NO_POS ? e->sess_len[s] : want);
+			goto out;
+		}
+		e->sess_next[s] = p + 1;
+		if (b->want_logits && b->want_logits[r])
+			(*n_logits)++;
+	}
+	if (*n_logits && !e->cfg.has_head)
+		err = shoal_why(why, why_len, SHOAL_ERR_INVAL,
+		                "rows want logits but this engine has no head");
+	else if (*n_logits && !b->logits)
+		err = shoal_why(why, why_len, SHOAL_ERR_INVAL, "rows want logits but no buffer");
+out:
+	return err;
+}
+
+/* Attention block of owned layer il (li = il - layer_begin) on e->x. */
+static void engine__attn(shoal_engine *e, uint32_t il, const shoal_engine_batch *b)
+{
+	const shoal_backend_ops *ops = e->ops;
+	const shoal_hparams *hp = &e->hp;
+	const engine__layer *L = &e->layers[il];
+	uint32_t n = b->n_rows, li = il - e->cfg.layer_begin;
+	uint32_t hd = hp->head_dim, qd = e->q_dim, kvd = e->kv_dim;
+
+	ops->rms_norm(e->bk, e->x, L->attn_norm, hp->n_embd, n, hp->rms_eps, e->xn);
+	shoal_backend_mat w[3] = {L->wq, L->wk, L->wv};
+	float *y[3] = {e->q, e->k, e->v};
+	size_t ldy[3] = {qd, kvd, kvd};
+	ops->matmul(e->bk, 3, w, e->xn, hp->n_embd, n, y, ldy);
+	for (uint32_t r = 0; r < n; r++) {
+		if (L->bq)
+			ops->add(e->bk, e->q + (size_t)r * qd, L->bq, qd);
+		if (L->bk)
+			ops->add(e->bk, e->k + (size_t)r * kvd, L->bk, kvd);
+		if (L->bv)
+			ops->add(e->bk, e->v + (size_t)r * kvd, L->bv, kvd);
+	}
+	if (L->q_norm)
+		ops->rms_norm(e->bk, e->q, L->q_norm, hd, n * hp->n_head, hp->rms_eps, e->q);
+	if (L->k_norm)
+		ops->rms_norm(e->bk, e->k, L->k_norm, hd, n * hp->n_head_kv, hp->rms_eps, e->k);
+	bool neox = hp->rope_type == SHOAL_ROPE_NEOX;
+	ops->rope(e->bk, e->q, n, hp->n_head, hd, hp->n_rot, b->pos, e->rope_cs, neox);
+	ops->rope(e->bk, e->k, n, hp->n_head_kv, hd, hp->n_rot, b->pos, e->rope_cs, neox);
+
+	/* every row's K/V goes in before any row attends: a prefill chunk's
+	 * row at position p sees the chunk's rows at positions < p */
+	for (uint32_t r = 0; r < n; r++) {
+		float *kc = engine__cache(e, b->session[r], li, 0); /* (n_ctx, kv_dim) */
+		float *vc = engine__cache(e, b->session[r], li, 1); /* (n_ctx, kv_dim) */
+		memcpy(kc + (size_t)b->pos[r] * kvd, e->k + (size_t)r * kvd, kvd * sizeof(float));
+		memcpy(vc + (size_t)b->pos[r] * kvd, e->v + (size_t)r * kvd, kvd * sizeof(float));
+		e->krow[r] = kc;
+		e->vrow[r] = vc;
+		e->n_kv[r] = b->pos[r] + 1;
+	}
+	shoal_backend_attn a = {
+	    .n_rows = n,
+	    .n_head = hp->n_head,
+	    .n_head_kv = hp->n_head_kv,
+	    .head_dim = hd,
+	    .scale = 1.0f / sqrtf((float)hd),
+	    .q = e->q,
+	    .k = e->krow,
+	    .v = e->vrow,
+	    .n_kv = e->n_kv,
+	    .out = e->att,
+	};
+	ops->attention(e->bk, &a);
+	size_t ld_out = hp->n_embd;
+	float *o = e->tmp; /* (n_rows, n_embd) */
+	ops->matmul(e->bk, 1, &L->wo, e->att, qd, n, &o, &ld_out);
+	ops->add(e->bk, e->x, e->tmp, (size_t)n * hp->n_embd);
+}
+
+/* Dense FFN of owned layer il on e->xn, into e->tmp. */
+static void engine__ffn(shoal_engine *e, uint32_t il, uint32_t n)
+{
+	const shoal_backend_ops *ops = e->ops;
+	const engine__layer *L = &e->layers[il];
+	uint32_t ff = e->hp.n_ff;
+	shoal_backend_mat w[2] = {L->gate, L->up};
+	float *y[2] = {e->ff_g, e->ff_u};
+	size_t ldy[2] = {ff, ff};
+	ops->matmul(e->bk, 2, w, e->xn, e->hp.n_embd, n, y, ldy);
+	ops->swiglu(e->bk, e->ff_g, e->ff_u, (size_t)n * ff, e->ff_g);
+	size_t ld_out = e->hp.n_embd;
+	float *o = e->tmp; /* (n_rows, n_embd) */
+	ops->matmul(e->bk, 1, &L->down, e->ff_g, ff, n, &o, &ld_out);
+}
+
+shoal_err shoal_engine_run(shoal_engine *e, const shoal_engine_batch *b, char *why, size_t why_len)
+{
+	const shoal_backend_ops *ops = e->ops;
+	const shoal_hparams *hp = &e->hp;
+	uint32_t n = b->n_rows, n_logits;
+	shoal_err err = engine__check(e, b, &n_logits, why, why_len);
+	if (err)
+		return err;
+
+	if (e->cfg.has_embd) {
+		const shoal_gguf_tensor *t = e->m->tok_embd;
+		ops->embed(e->bk, t->type, t->data, shoal_dtype_row_bytes(t->type, hp->n_embd),
+		           hp->n_embd, b->tokens, n, e->x);
+	} else {
+		memcpy(e->x, b->hidden_in, (size_t)n * hp->n_embd * sizeof(float));
+	}
+
+	for (uint32_t il = e->cfg.layer_begin; il < e->cfg.layer_end; il++) {
+		const engine__layer *L = &e->layers[il];
+		engine__attn(e, il, b);
+		ops->rms_norm(e->bk, e->x, L->ffn_norm, hp->n_embd, n, hp->rms_eps, e->xn);
+		if (L->moe) {
+			err = engine__moe_ffn(e, il, n, why, why_len);
+			if (err)
+				goto fail;
+		} else {
+			engine__ffn(e, il, n);
+		}
+		ops->add(e->bk, e->x, e->tmp, (size_t)n * hp->n_embd);
+	}
+
+	/* the rows' sessions now hold positions up to their last row */
+	for (uint32_t r = 0; r < n; r++)
+		e->sess_len[b->session[r]] = b->pos[r] + 1;
+	if (b->hidden_out)
+		memcpy(b->hidden_out, e->x, (size_t)n * hp->n_embd * sizeof(float));
+	if (n_logits) {
+		uint32_t j = 0;
+		for (uint32_t r = 0; r < n; r++)
+			if (b->want_logits[r])
+				memcpy(e->tmp + (size_t)j++ * hp->n_embd,
+				       e->x + (size_t)r * hp->n_embd, hp->n_embd * sizeof(float));
+		ops->rms_norm(e->bk, e->tmp, e->out_norm, hp->n_embd, n_logits, hp->rms_eps, e->xn);
+		size_t ld = hp->n_vocab;
+		ops->matmul(e->bk, 1, &e->head, e->xn, hp->n_embd, n_logits, &b->logits, &ld);
+	}
+	return SHOAL_OK;
+fail:
+	/* the caches of the batch's sessions may hold this batch's positions
+	 * for some layers only: forget from the batch's first position on */
+	for (uint32_t r = 0; r < n; r++)
+		if (e->sess_len[b->session[r]] > b->pos[r])
+			e->sess_len[b->session[r]] = b->pos[r];
+	return err;
+}

@@ -1,0 +1,173 @@
+/*
+ * runtime/engine/engine.h: the engine: runs a LAYER RANGE of a model over a BATCH
+ * OF ROWS, each row one token of some session at some position.
+ *
+ * Part: runtime/ (engine). Single-node and distributed use this one path:
+ * `shoal run` owns [0, n_layer) with the embedding and the head; a pipeline
+ * stage owns [l0, l1) and passes hidden states on; an expert peer only calls
+ * shoal_engine_moe_partial. Compute goes through the backend ops table
+ * (backend.h); weights are used in place from the model's mapping.
+ * Divisions: MoE types, creation, sessions, running, MoE pieces.
+ */
+#ifndef SHOAL_RUNTIME_ENGINE_H
+#define SHOAL_RUNTIME_ENGINE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "base/err.h"
+#include "models/model.h"
+#include "runtime/backend.h"
+
+/*
+ * Shapes: row-major, "(n_rows, n_embd)" = n_rows rows of n_embd F32 each.
+ * A hidden state is the residual stream between layers, before any norm.
+ *
+ * Determinism: every per-row step (norms, RoPE, attention over the row's
+ * own session, router, top-k) is computed per row, and every matrix output
+ * element by one kernel dot product in a fixed order, so logits are bitwise
+ * independent of the thread count, of which rows share a batch, and of how
+ * layers are split among engines (DESIGN invariant 2).
+ *
+ * Memory: everything (scratch for max_rows, KV caches of max_sessions x
+ * n_ctx) is allocated by shoal_engine_new; nothing per token. An engine is
+ * used by one thread at a time (it runs its own workers inside).
+ *
+ * A pipeline stage, for example:
+ *     cfg = shoal_engine_config_default(m);
+ *     cfg.layer_begin = 8; cfg.layer_end = 16; cfg.has_embd = false;
+ *     cfg.has_head = false; cfg.max_sessions = 16;
+ *     shoal_engine_new(m, &cfg, &e, why, sizeof why);
+ *     shoal_engine_session_open(e, &slot);       (per remote session)
+ *     batch = {n_rows, .hidden_in = recv, .session = slots, .pos = pos,
+ *              .hidden_out = send};
+ *     shoal_engine_run(e, &batch, why, sizeof why);
+ */
+
+typedef struct shoal_engine shoal_engine; /* opaque */
+
+/* ---- MoE: routing and partial expert sums -------------------------------
+ *
+ * The rows of one MoE layer after routing. Each row's k = n_expert_used
+ * slots are sorted by expert id (ascending); slot j of row r carries expert
+ * ids[r*k + j] with gate weight w[r*k + j]. A "contribution" is one slot's
+ * output: w * down(silu(gate x) * up x), (n_embd) floats. The layer's FFN
+ * output for row r is the sum of its k contributions added in slot order,
+ * i.e. in expert-id order (shoal_engine_moe_combine), so it does not depend
+ * on which peer computed which expert, nor on arrival order. */
+typedef struct shoal_moe_rows {
+	uint32_t n_rows;
+	uint32_t k;         /* slots per row: n_expert_used */
+	const float *x;     /* (n_rows, n_embd) the FFN input, after ffn_norm */
+	const int32_t *ids; /* (n_rows, k) expert ids, ascending within a row */
+	const float *w;     /* (n_rows, k) gate weights */
+} shoal_moe_rows;
+
+/* How the layer's owner gets the contributions of experts it does not own
+ * (filled by the network layer; unused when the engine owns all experts).
+ * dispatch is called once per MoE layer and run, after routing and before
+ * the local experts are computed: it should send the rows routed to remote
+ * experts and return without waiting. collect then waits (it may block) and
+ * writes the contribution of every remote slot into contrib (n_rows, k,
+ * n_embd); it must not touch local slots. A non-OK return aborts the run
+ * with that error. Pointers are valid only during the call. */
+typedef struct shoal_engine_moe_hook {
+	void *ctx;
+	shoal_err (*dispatch)(void *ctx, uint32_t layer, const shoal_moe_rows *rows);
+	shoal_err (*collect)(void *ctx, uint32_t layer, const shoal_moe_rows *rows, float *contrib);
+} shoal_engine_moe_hook;
+
+/* ---- creation ------------------------------------------------------------ */
+
+typedef struct shoal_engine_config {
+	uint32_t n_threads;    /* >= 1 */
+	uint32_t n_ctx;        /* positions per session (0: the model's n_ctx_train) */
+	uint32_t max_sessions; /* session slots (>= 1) */
+	uint32_t max_rows;     /* rows per shoal_engine_run call (>= 1) */
+	uint32_t layer_begin;  /* the layers owned: [layer_begin, layer_end) */
+	uint32_t layer_end;
+	bool has_embd; /* rows come in as token ids (else hidden states) */
+	bool has_head; /* rows may ask for logits (output norm + head) */
+	/* Experts owned, (n_layer, n_expert) bytes, nonzero = owned; NULL: all.
+	 * Copied. Experts not owned in an owned layer need moe_hook. */
+	const uint8_t *expert_mask;
+	shoal_engine_moe_hook moe_hook;
+	const shoal_backend_ops *backend; /* NULL: shoal_backend_cpu() */
+} shoal_engine_config;
+
+/* A config for the whole model on one node: all layers, embedding, head,
+ * all experts, CPU backend, 1 session of n_ctx_train, 512 rows, 1 thread. */
+shoal_engine_config shoal_engine_config_default(const shoal_model *m);
+
+/* Make an engine for model m (borrowed: must outlive the engine).
+ * Bad config or unsupported tensor types -> error and a one-line reason. */
+shoal_err shoal_engine_new(const shoal_model *m, const shoal_engine_config *cfg, shoal_engine **out,
+                           char *why, size_t why_len);
+void shoal_engine_free(shoal_engine *e); /* NULL is a no-op */
+
+const shoal_model *shoal_engine_model(const shoal_engine *e);
+uint32_t shoal_engine_n_ctx(const shoal_engine *e);
+uint32_t shoal_engine_max_rows(const shoal_engine *e);
+/* The backend instance (for devices()) and its ops. */
+const shoal_backend_ops *shoal_engine_backend_ops(const shoal_engine *e);
+shoal_backend *shoal_engine_backend(shoal_engine *e);
+
+/* ---- sessions ---------------------------------------------------------------
+ * A session slot holds the KV cache of one sequence for the owned layers.
+ * Positions of a session fill in order: a batch may write positions
+ * p..p+m-1 of a session only if p <= its current length (p < length
+ * rewinds: later positions are forgotten). */
+shoal_err shoal_engine_session_open(shoal_engine *e, uint32_t *slot); /* BUSY if none free */
+shoal_err shoal_engine_session_reset(shoal_engine *e, uint32_t slot); /* length 0 */
+void shoal_engine_session_close(shoal_engine *e, uint32_t slot);      /* bad slot: no-op */
+/* Positions [0, length) are in the cache (0 for a bad or closed slot). */
+uint32_t shoal_engine_session_len(const shoal_engine *e, uint32_t slot);
+
+/* ---- running ----------------------------------------------------------------- */
+
+typedef struct shoal_engine_batch {
+	uint32_t n_rows;            /* 1..max_rows */
+	const int32_t *tokens;      /* (n_rows) token ids: required iff has_embd */
+	const float *hidden_in;     /* (n_rows, n_embd): required iff !has_embd */
+	const uint32_t *session;    /* (n_rows) open session slots */
+	const uint32_t *pos;        /* (n_rows) positions; a session's rows must
+	                               hold consecutive positions, in row order */
+	const uint8_t *want_logits; /* (n_rows) nonzero: logits for this row; NULL:
+	                               none. Only with has_head. */
+	float *hidden_out;          /* (n_rows, n_embd) hidden state after the last
+	                               owned layer, or NULL */
+	float *logits;              /* (n_logits, n_vocab), n_logits = rows wanting
+	                               logits, in row order; required if any */
+} shoal_engine_batch;
+
+/* Run the owned layers over the batch: embed (has_embd) or take hidden_in,
+ * run [layer_begin, layer_end) (writing each row's K/V at its position),
+ * then hand out hidden_out and/or logits. The caller owns every buffer.
+ * Bad tags, tokens or sizes (possibly from the network) -> SHOAL_ERR_INVAL
+ * or _RANGE with a reason, and no session is changed. */
+shoal_err shoal_engine_run(shoal_engine *e, const shoal_engine_batch *b, char *why, size_t why_len);
+
+/* ---- MoE pieces (for the network layer and the tests) --------------------------- */
+
+/* Route rows of MoE layer `layer` (owned by e): x (n_rows, n_embd) after
+ * ffn_norm; ids, w (n_rows, k) out, as in shoal_moe_rows (softmax over all
+ * experts, top-k with ties to the lower id, renormalised when the model
+ * says, then sorted by id). */
+shoal_err shoal_engine_moe_route(shoal_engine *e, uint32_t layer, uint32_t n_rows, const float *x,
+                                 int32_t *ids, float *w);
+
+/* Contributions of the experts in `mask` ((n_expert) bytes, nonzero = do it;
+ * NULL = the experts this engine owns) to the rows: for every slot whose
+ * expert is in the mask and owned, contrib[(r*k + j) * n_embd ...] (n_embd)
+ * is written; other slots are left untouched. rows->n_rows <= max_rows.
+ * Expert ids and sizes from the network are checked: bad -> error. */
+shoal_err shoal_engine_moe_partial(shoal_engine *e, uint32_t layer, const shoal_moe_rows *rows,
+                                   const uint8_t *mask, float *contrib, char *why, size_t why_len);
+
+/* out (n_rows, n_embd) = sum over slots j = 0..k-1 (expert-id order) of
+ * contrib (n_rows, k, n_embd). */
+void shoal_engine_moe_combine(uint32_t n_rows, uint32_t k, uint32_t n_embd, const float *contrib,
+                              float *out);
+
+#endif

@@ -1,0 +1,73 @@
+/*
+ * runtime/engine/engine_impl.h: the engine's layout, shared by engine.c (creation,
+ * sessions, the layer loop) and engine_moe.c (routing, experts).
+ *
+ * Part: runtime/ (engine); not a public header. Dimension convention as in
+ * engine.h: row-major F32, "(rows, cols)".
+ */
+#ifndef SHOAL_RUNTIME_ENGINE_IMPL_H
+#define SHOAL_RUNTIME_ENGINE_IMPL_H
+
+#include "runtime/engine/engine.h"
+
+/* One layer as the engine uses it. Matrices point into the mapping; the
+ * small vectors are F32 copies made at creation (owned layers only). */
+typedef struct engine__layer {
+	float *attn_norm, *ffn_norm; /* (n_embd) */
+	float *q_norm, *k_norm;      /* (head_dim) or NULL */
+	float *bq;                   /* (q_dim) or NULL */
+	float *bk, *bv;              /* (kv_dim) or NULL */
+	shoal_backend_mat wq;        /* {n_embd, q_dim} */
+	shoal_backend_mat wk, wv;    /* {n_embd, kv_dim} */
+	shoal_backend_mat wo;        /* {q_dim, n_embd} */
+	shoal_backend_mat gate, up;  /* {n_embd, n_ff} (dense) */
+	shoal_backend_mat down;      /* {n_ff, n_embd} (dense) */
+	bool moe;
+	bool all_local;                     /* every expert of the layer is owned */
+	shoal_backend_mat router;           /* {n_embd, n_expert} */
+	shoal_backend_mat gate_exp, up_exp; /* expert 0 of {n_embd, n_ff_exp, n_expert} */
+	shoal_backend_mat down_exp;         /* expert 0 of {n_ff_exp, n_embd, n_expert} */
+	size_t gate_exp_stride, up_exp_stride, down_exp_stride; /* bytes per expert */
+} engine__layer;
+
+struct shoal_engine {
+	const shoal_model *m;
+	shoal_hparams hp;
+	shoal_engine_config cfg;
+	uint32_t q_dim, kv_dim, n_own; /* n_head*head_dim, n_head_kv*head_dim, layers */
+	const shoal_backend_ops *ops;
+	shoal_backend *bk;
+	engine__layer *layers;  /* (n_layer) */
+	float *out_norm;        /* (n_embd), with has_head */
+	shoal_backend_mat head; /* {n_embd, n_vocab} */
+	uint8_t *expert_mask;   /* (n_layer, n_expert) nonzero = owned */
+	float *rope_cs;         /* (n_ctx, n_rot) cos, sin pairs */
+
+	/* sessions */
+	uint8_t *sess_open;  /* (max_sessions) */
+	uint32_t *sess_len;  /* (max_sessions) */
+	uint32_t *sess_next; /* (max_sessions) run() scratch */
+	float *kv;           /* (max_sessions, n_own, 2, n_ctx, kv_dim) */
+
+	/* scratch, for max_rows rows */
+	float *x;                   /* (max_rows, n_embd) residual stream */
+	float *xn;                  /* (max_rows, n_embd) normed */
+	float *tmp;                 /* (max_rows, n_embd) */
+	float *q, *att;             /* (max_rows, q_dim) */
+	float *k, *v;               /* (max_rows, kv_dim) */
+	float *ff_g, *ff_u;         /* (max_rows, max(n_ff, n_ff_exp)) */
+	const float **krow, **vrow; /* (max_rows) cache of each row's session */
+	uint32_t *n_kv;             /* (max_rows) */
+	/* MoE scratch (MoE models only) */
+	float *moe_logits;  /* (max_rows, n_expert) */
+	int32_t *moe_ids;   /* (max_rows, k) */
+	float *moe_w;       /* (max_rows, k) */
+	float *moe_contrib; /* (max_rows, k, n_embd) */
+	float *moe_x;       /* (max_rows, n_embd) rows routed to one expert */
+	uint32_t *moe_slot; /* (max_rows) their (r*k + j) */
+};
+
+/* engine_moe.c: the FFN of MoE layer l for the rows in e->xn, into e->tmp. */
+shoal_err engine__moe_ffn(shoal_engine *e, uint32_t l, uint32_t n_rows, char *why, size_t why_len);
+
+#endif

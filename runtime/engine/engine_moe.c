@@ -1,0 +1,208 @@
+/*
+ * runtime/engine/engine_moe.c: the mixture-of-experts FFN: routing, the per-expert
+ * contributions (locally or through the hook for remote experts) and their
+ * fixed-order combine.
+ *
+ * Part: runtime/ (engine). Semantics as the reference engine:
+ *   p = softmax(x Wr^T) over all n_expert (F32, sum in double)
+ *   top-k of p (ties: lower expert id), w = p[top-k]
+ *   w /= max(sum(w), 2^-14) when hp.expert_weights_norm (models/ sets it
+ *     for Mixtral-style llama and qwen3moe unless the file says otherwise)
+ *   out = sum_j w_j * down_j(silu(gate_j x) * up_j x)
+ * except that the k terms are added in expert-id order (not weight order),
+ * so that a sum of contributions computed on several peers is exact.
+ */
+#include "runtime/engine/engine_impl.h"
+
+#include <math.h>
+#include <string.h>
+
+/* Renormalisation floor: the reference clamps the weight sum at 2^-14
+ * (6.1035e-5, the smallest normal half float) to avoid dividing by ~0. */
+#define SHOAL_MOE_WSUM_MIN 6.103515625e-5f
+
+static void engine__route_row(const shoal_hparams *hp, bool norm, float *p, int32_t *ids, float *w)
+{
+	uint32_t ne = hp->n_expert, k = hp->n_expert_used;
+	float mx = -INFINITY;
+	for (uint32_t x = 0; x < ne; x++)
+		if (p[x] > mx)
+			mx = p[x];
+	double sum = 0;
+	for (uint32_t x = 0; x < ne; x++) {
+		p[x] = expf(p[x] - mx);
+		sum += p[x];
+	}
+	float inv = (float)(1.0 / sum);
+	for (uint32_t x = 0; x < ne; x++)
+		p[x] *= inv;
+	/* top-k by selection: k passes, strict > keeps the lower id on ties; a
+	 * chosen expert is marked -1 (probabilities are in [0, 1]); NaN (from
+	 * a corrupt hidden state) ranks lowest, so ids stay in range */
+	for (uint32_t j = 0; j < k; j++) {
+		int32_t best = -1;
+		float bv = -INFINITY;
+		for (uint32_t x = 0; x < ne; x++) {
+			float v = p[x];
+			if (v == -1.0f)
+				continue;
+			if (v != v)
+				v = -INFINITY;
+			if (best < 0 || v > bv) {
+				best = (int32_t)x;
+				bv = v;
+			}
+		}
+		ids[j] = best;
+		w[j] = p[best];
+		p[best] = -1.0f;
+	}
+	if (norm) {
+		double s = 0;
+		for (uint32_t j = 0; j < k; j++)
+			s += w[j];
+		float fs = (float)s;
+		if (fs < SHOAL_MOE_WSUM_MIN)
+			fs = SHOAL_MOE_WSUM_MIN;
+		for (uint32_t j = 0; j < k; j++)
+			w[j] /= fs;
+	}
+	/* sort the k slots by expert id (insertion sort: k is small) */
+	for (uint32_t j = 1; j < k; j++) {
+		int32_t id = ids[j];
+		float wj = w[j];
+		uint32_t i = j;
+		for (; i > 0 && ids[i - 1] > id; i--) {
+			ids[i] = ids[i - 1];
+			w[i] = w[i - 1];
+		}
+		ids[i] = id;
+		w[i] = wj;
+	}
+}
+
+shoal_err shoal_engine_moe_route(shoal_engine *e, uint32_t layer, uint32_t n_rows, const float *x,
+                                 int32_t *ids, float *w)
+{
+	const shoal_hparams *hp = &e->hp;
+	if (layer >= hp->n_layer || !e->layers[layer].moe || n_rows > e->cfg.max_rows)
+		return SHOAL_ERR_INVAL;
+	if (n_rows == 0)
+		return SHOAL_OK;
+	const engine__layer *L = &e->layers[layer];
+	float *lg = e->moe_logits; /* (n_rows, n_expert) */
+	size_t ld = hp->n_expert;
+	e->ops->matmul(e->bk, 1, &L->router, x, hp->n_embd, n_rows, &lg, &ld);
+	bool norm = hp->expert_weights_norm;
+	uint32_t k = hp->n_expert_used;
+	for (uint32_t r = 0; r < n_rows; r++)
+		engine__route_row(hp, norm, lg + (size_t)r * ld, ids + (size_t)r * k,
+		                  w + (size_t)r * k);
+	return SHOAL_OK;
+}
+
+shoal_err shoal_engine_moe_partial(shoal_engine *e, uint32_t layer, const shoal_moe_rows *rows,
+                                   const uint8_t *mask, float *contrib, char *why, size_t why_len)
+{
+	const shoal_hparams *hp = &e->hp;
+	const shoal_backend_ops *ops = e->ops;
+	if (layer >= hp->n_layer || !e->layers[layer].moe)
+		return shoal_why(why, why_len, SHOAL_ERR_INVAL, "layer %u is not an MoE layer",
+		                 layer);
+	const engine__layer *L = &e->layers[layer];
+	uint32_t k = hp->n_expert_used, n = rows->n_rows, ne = hp->n_expert;
+	uint32_t d = hp->n_embd, ff = hp->n_ff_exp;
+	if (rows->k != k || n > e->cfg.max_rows)
+		return shoal_why(why, why_len, SHOAL_ERR_RANGE,
+		                 "%u rows of %u slots (this layer routes to %u, at most %u rows)",
+		                 n, rows->k, k, e->cfg.max_rows);
+	for (uint32_t r = 0; r < n; r++)
+		for (uint32_t j = 0; j < k; j++) {
+			int32_t id = rows->ids[(size_t)r * k + j];
+			if (id < 0 || (uint32_t)id >= ne ||
+			    (j > 0 && id <= rows->ids[(size_t)r * k + j - 1]))
+				return shoal_why(why, why_len, SHOAL_ERR_RANGE,
+				                 "row %u: expert ids not ascending in [0, %u)", r,
+				                 ne);
+		}
+	const uint8_t *own = e->expert_mask + (size_t)layer * ne;
+	for (uint32_t x = 0; x < ne; x++) {
+		if (!own[x] || (mask && !mask[x]))
+			continue;
+		/* gather the rows routed to expert x: (m, n_embd) */
+		uint32_t m = 0;
+		for (uint32_t r = 0; r < n; r++)
+			for (uint32_t j = 0; j < k; j++)
+				if (rows->ids[(size_t)r * k + j] == (int32_t)x) {
+					memcpy(e->moe_x + (size_t)m * d, rows->x + (size_t)r * d,
+					       d * sizeof(float));
+					e->moe_slot[m++] = r * k + j;
+				}
+		if (!m)
+			continue;
+		shoal_backend_mat w[2] = {L->gate_exp, L->up_exp};
+		w[0].data = (const uint8_t *)L->gate_exp.data + (size_t)x * L->gate_exp_stride;
+		w[1].data = (const uint8_t *)L->up_exp.data + (size_t)x * L->up_exp_stride;
+		float *y[2] = {e->ff_g, e->ff_u}; /* (m, n_ff_exp) */
+		size_t ldy[2] = {ff, ff};
+		ops->matmul(e->bk, 2, w, e->moe_x, d, m, y, ldy);
+		ops->swiglu(e->bk, e->ff_g, e->ff_u, (size_t)m * ff, e->ff_g);
+		shoal_backend_mat dn = L->down_exp;
+		dn.data = (const uint8_t *)L->down_exp.data + (size_t)x * L->down_exp_stride;
+		float *o = e->moe_x; /* (m, n_embd), the gathered input is spent */
+		size_t ld = d;
+		ops->matmul(e->bk, 1, &dn, e->ff_g, ff, m, &o, &ld);
+		for (uint32_t i = 0; i < m; i++) {
+			float gw = rows->w[e->moe_slot[i]];
+			float *c = contrib + (size_t)e->moe_slot[i] * d; /* (n_embd) */
+			const float *oi = o + (size_t)i * d;             /* (n_embd) */
+			for (uint32_t t = 0; t < d; t++)
+				c[t] = oi[t] * gw;
+		}
+	}
+	return SHOAL_OK;
+}
+
+void shoal_engine_moe_combine(uint32_t n_rows, uint32_t k, uint32_t n_embd, const float *contrib,
+                              float *out)
+{
+	for (uint32_t r = 0; r < n_rows; r++) {
+		float *o = out + (size_t)r * n_embd;               /* (n_embd) */
+		const float *c = contrib + (size_t)r * k * n_embd; /* (k, n_embd) */
+		memcpy(o, c, n_embd * sizeof(float));
+		for (uint32_t j = 1; j < k; j++)
+			for (uint32_t t = 0; t < n_embd; t++)
+				o[t] += c[(size_t)j * n_embd + t];
+	}
+}
+
+shoal_err engine__moe_ffn(shoal_engine *e, uint32_t l, uint32_t n_rows, char *why, size_t why_len)
+{
+	const engine__layer *L = &e->layers[l];
+	shoal_err err = shoal_engine_moe_route(e, l, n_rows, e->xn, e->moe_ids, e->moe_w);
+	if (err)
+		return shoal_why(why, why_len, err, "layer %u: routing failed", l);
+	shoal_moe_rows rows = {
+	    .n_rows = n_rows,
+	    .k = e->hp.n_expert_used,
+	    .x = e->xn,
+	    .ids = e->moe_ids,
+	    .w = e->moe_w,
+	};
+	const shoal_engine_moe_hook *hook = &e->cfg.moe_hook;
+	if (!L->all_local && hook->dispatch) {
+		err = hook->dispatch(hook->ctx, l, &rows);
+		if (err)
+			return shoal_why(why, why_len, err, "layer %u: expert dispatch failed", l);
+	}
+	err = shoal_engine_moe_partial(e, l, &rows, NULL, e->moe_contrib, why, why_len);
+	if (err)
+		return err;
+	if (!L->all_local) {
+		err = hook->collect(hook->ctx, l, &rows, e->moe_contrib);
+		if (err)
+			return shoal_why(why, why_len, err, "layer %u: remote experts failed", l);
+	}
+	shoal_engine_moe_combine(n_rows, rows.k, e->hp.n_embd, e->moe_contrib, e->tmp);
+	return SHOAL_OK;
+}

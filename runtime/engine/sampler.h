@@ -1,0 +1,46 @@
+/*
+ * runtime/engine/sampler.h: picking the next token from logits.
+ *
+ * Part: runtime/ (engine). Greedy (temp 0), or temperature with top-k,
+ * top-p, min-p and a repetition penalty. The draw at step t is a function of
+ * (seed, t) only, so replaying a session's history reproduces it (DESIGN
+ * invariant 2). Storage is allocated once at init: nothing per token.
+ */
+#ifndef SHOAL_RUNTIME_SAMPLER_H
+#define SHOAL_RUNTIME_SAMPLER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "base/err.h"
+
+typedef struct shoal_sampler_params {
+	float temp;           /* 0: greedy (argmax, lowest id on ties) */
+	int32_t top_k;        /* 0: off */
+	float top_p;          /* 1.0: off */
+	float min_p;          /* 0.0: off */
+	float repeat_penalty; /* 1.0: off */
+	int32_t repeat_last_n;/* how many recent tokens the penalty looks at */
+	uint64_t seed;
+} shoal_sampler_params;
+
+/* The defaults: temp 0.8, top_k 40, top_p 0.95, min_p 0.05, no penalty,
+ * repeat_last_n 64, seed 0. */
+shoal_sampler_params shoal_sampler_defaults(void);
+
+typedef struct shoal_sampler shoal_sampler; /* opaque */
+
+shoal_err shoal_sampler_new(const shoal_sampler_params *p, uint32_t n_vocab, shoal_sampler **out);
+void shoal_sampler_free(shoal_sampler *s); /* NULL is a no-op */
+
+/* Pick a token from logits[n_vocab] (not modified) at generation step
+ * `step`, given the recent history (for the penalty; may be NULL/0). */
+int32_t shoal_sampler_sample(shoal_sampler *s, const float *logits, const int32_t *history,
+			     size_t n_history, uint64_t step);
+
+/* log-softmax of the raw logits: the chosen token's logprob and the k best
+ * (id, logprob) pairs, best first (ties: lower id first). k <= n_vocab. */
+void shoal_logprobs_top(const float *logits, uint32_t n_vocab, int32_t chosen, float *chosen_lp,
+			uint32_t k, int32_t *top_ids, float *top_lps);
+
+#endif

@@ -1,0 +1,932 @@
+/*
+ * runtime/node/cluster.c: the node-thread half of runtime/node/cluster.h: open the
+ * model, turn the gossiped view into a scheduler view and a plan, build the
+ * local stage for a new plan and announce readiness, judge servability,
+ * render the status "plan" object, and turn RUN_REQ into queued runs and
+ * the data thread's events into RUN_TOKEN / RUN_END replies.
+ *
+ * Divisions: new/free; the record; planning; the assignment; status;
+ * requests and replies.
+ */
+#include "config.h"
+
+#include "runtime/node/cluster_impl.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <sodium.h>
+
+#include "base/log.h"
+#include "net/ctlmsg.h"
+#include "runtime/cli/cli.h"
+#include "runtime/node/plan_json.h"
+
+static uint64_t shoal_cluster_now_us(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u;
+}
+
+/* ----------------------------------------------------------------- new/free */
+
+shoal_err shoal_cluster_new(const shoal_cluster_config *cfg, shoal_cluster **out, char *why,
+                            size_t why_len)
+{
+	shoal_err e;
+	*out = NULL;
+	shoal_cluster *cl = calloc(1, sizeof *cl);
+	if (!cl)
+		return SHOAL_ERR_NOMEM;
+	cl->cfg = *cfg;
+	cl->wake[0] = cl->wake[1] = cl->evfd[0] = cl->evfd[1] = -1;
+	snprintf(cl->model_path, sizeof cl->model_path, "%s", cfg->model_path);
+	snprintf(cl->state_dir, sizeof cl->state_dir, "%s", cfg->state_dir ? cfg->state_dir : "");
+	cl->cfg.model_path = cl->model_path;
+	cl->cfg.state_dir = cl->state_dir;
+	if (cfg->key)
+		cl->key = *cfg->key;
+	cl->cfg.key = NULL;
+	cl->lctx_stage = (shoal_cluster_lctx){cl, SHOAL_CLUSTER_ROLE_STAGE};
+	cl->lctx_owner = (shoal_cluster_lctx){cl, SHOAL_CLUSTER_ROLE_OWNER};
+	snprintf(cl->plan_why, sizeof cl->plan_why, "no view yet");
+	if ((e = shoal_model_open(cl->model_path, &cl->model, why, why_len)) != SHOAL_OK)
+		goto fail;
+	if ((e = shoal_tokenizer_from_gguf(cl->model->gguf, &cl->tok, why, why_len)) != SHOAL_OK)
+		goto fail;
+	shoal_model_id *mid = NULL;
+	if ((e = shoal_model_id_load(cl->model->gguf, cl->state_dir[0] ? cl->state_dir : NULL, &mid,
+	                             why, why_len)) != SHOAL_OK)
+		goto fail;
+	memcpy(cl->model_id, shoal_model_id_digest(mid), 32);
+	shoal_model_id_free(mid);
+	struct stat st;
+	if (stat(cl->model_path, &st) == 0)
+		cl->file_bytes = (uint64_t)st.st_size;
+	if ((e = shoal_model_manifest(cl->model, &cl->mf)) != SHOAL_OK) {
+		shoal_why(why, why_len, e, "cannot build the manifest of %s", cl->model_path);
+		goto fail;
+	}
+	memcpy(cl->mf.model_id, cl->model_id, 32);
+	shoal_policy_init(&cl->pol);
+	/* As local `shoal run`: the model's context, at most 4096 unless asked
+	 * (a 128k-token KV reservation would make most clusters infeasible). */
+	cl->pol.ctx = cfg->ctx ? cfg->ctx : cl->model->hp.n_ctx_train;
+	if (!cl->pol.ctx || (!cfg->ctx && cl->pol.ctx > SHOAL_CLUSTER_DEFAULT_CTX))
+		cl->pol.ctx = SHOAL_CLUSTER_DEFAULT_CTX;
+	cl->pol.sessions = SHOAL_CLUSTER_SESSIONS;
+	cl->pol.spread_experts = cfg->spread_experts;
+	if (!(cl->ev = calloc(SHOAL_CLUSTER_EVENTS, sizeof *cl->ev))) {
+		e = SHOAL_ERR_NOMEM;
+		goto fail;
+	}
+	if (pthread_mutex_init(&cl->mu, NULL) != 0 || !(cl->mu_ok = true) ||
+	    pthread_cond_init(&cl->cv, NULL) != 0 || !(cl->cv_ok = true)) {
+		e = shoal_why(why, why_len, SHOAL_ERR_NOMEM, "cannot make a mutex");
+		goto fail;
+	}
+	if (pipe(cl->wake) != 0 || pipe(cl->evfd) != 0) {
+		e = shoal_why(why, why_len, SHOAL_ERR_IO, "pipe: %s", strerror(errno));
+		goto fail;
+	}
+	for (int i = 0; i < 2; i++) {
+		fcntl(cl->wake[i], F_SETFL, O_NONBLOCK);
+		fcntl(cl->evfd[i], F_SETFL, O_NONBLOCK);
+		fcntl(cl->wake[i], F_SETFD, FD_CLOEXEC);
+		fcntl(cl->evfd[i], F_SETFD, FD_CLOEXEC);
+	}
+	char hex[65];
+	shoal_model_id_hex(cl->model_id, hex);
+	SHOAL_LOG_I(
+	    "cluster", "model %s (%s, %u layers), id %.16s; KV for %u tokens x %u sessions%s",
+	    cl->model_path, shoal_arch_name(cl->model->hp.arch), cl->model->hp.n_layer, hex,
+	    cl->pol.ctx, cl->pol.sessions, cl->pol.spread_experts ? "; experts spread" : "");
+	if ((e = shoal_cluster__data_start(cl, why, why_len)) != SHOAL_OK)
+		goto fail;
+	*out = cl;
+	return SHOAL_OK;
+fail:
+	shoal_cluster_free(cl);
+	return e;
+}
+
+void shoal_cluster_free(shoal_cluster *cl)
+{
+	if (!cl)
+		return;
+	shoal_cluster__data_stop(cl);
+	for (size_t i = 0; i < SHOAL_CLUSTER_MAX_RUNS; i++)
+		free(cl->runs[i].prompt);
+	shoal_cluster__free_assign(cl->pending);
+	shoal_plan_free(cl->plan);
+	shoal_plan_free(cl->prev);
+	shoal_manifest_fini(&cl->mf);
+	shoal_tokenizer_free(cl->tok);
+	shoal_model_free(cl->model);
+	for (int i = 0; i < 2; i++) {
+		if (cl->wake[i] >= 0)
+			close(cl->wake[i]);
+		if (cl->evfd[i] >= 0)
+			close(cl->evfd[i]);
+	}
+	if (cl->cv_ok)
+		pthread_cond_destroy(&cl->cv);
+	if (cl->mu_ok)
+		pthread_mutex_destroy(&cl->mu);
+	free(cl->ev);
+	sodium_memzero(&cl->key, sizeof cl->key);
+	free(cl);
+}
+
+/* --------------------------------------------------------------- the record */
+
+void shoal_cluster_fill_record(shoal_cluster *cl, shoal_record *r, uint64_t mem_available)
+{
+	uint64_t raw = mem_available;
+	if (cl->cfg.mem_limit && cl->cfg.mem_limit < raw)
+		raw = cl->cfg.mem_limit;
+	/* Round down to 1/64 of the top power of two (1.6-3 % steps: 8 MiB
+	 * at 512 MiB..1 GiB, 1 GiB at 64..128 GiB), then keep the published
+	 * figure while the raw one stays within 3 % of it: available memory
+	 * wanders by a few percent and must not re-plan the cluster. */
+	uint64_t top = 1;
+	while (top <= raw / 2)
+		top *= 2;
+	uint64_t step = top >= 64 ? top / 64 : 1;
+	uint64_t rounded = raw / step * step;
+	if (!cl->offer || rounded > cl->offer + cl->offer / 33 ||
+	    rounded + cl->offer / 33 < cl->offer)
+		cl->offer = rounded;
+	r->mem_weights = cl->offer;
+	r->serving = 1;
+	if (r->n_models == 0)
+		r->n_models = 1;
+	memcpy(r->models[0].digest, cl->model_id, 32);
+	shoal_record_strcpy(r->models[0].path, sizeof r->models[0].path, cl->model_path);
+	r->models[0].bytes = cl->file_bytes;
+	memcpy(r->ready_digest, cl->ready_digest, 32);
+	r->ready_epoch = cl->ready_epoch;
+}
+
+/* ----------------------------------------------------------------- planning */
+
+/* A measured speed as the plan sees it: the quarter-octave bucket's value
+ * (scheduler/view.h). Probes run once at start, so the bucket needs no
+ * history; a zero (failed probe) counts as 1 GB/s or 1 GFLOP/s. */
+static uint64_t shoal_cluster_speed(uint64_t per_s_millions)
+{
+	uint64_t raw = per_s_millions ? per_s_millions * 1000000u : 1000000000u;
+	return shoal_bucket_geo_value(shoal_bucket_geo(raw, SHOAL_BUCKET_NONE));
+}
+
+static void shoal_cluster_left(shoal_cluster *cl, const shoal_swim_member *m, const char *fmt,
+                               const char *arg)
+{
+	if (cl->n_left >= SHOAL_CLUSTER_MAX_PEERS)
+		return;
+	memcpy(cl->left[cl->n_left].id.b, m->id.b, 16);
+	snprintf(cl->left[cl->n_left].name, sizeof cl->left[0].name, "%s", m->record.name);
+	snprintf(cl->left[cl->n_left].why, sizeof cl->left[0].why, fmt, arg);
+	cl->n_left++;
+}
+
+static shoal_err shoal_cluster_build_assign(shoal_cluster *cl, shoal_cluster_assign **out,
+                                            char *why, size_t why_len);
+
+/* schedule() over the candidates (all but `skip`, when given): a view of
+ * their offered memory and bucketed speeds. Load is left out: each peer
+ * would bucket it from its own history of the others' records, and the
+ * plans would differ. Links use the view's default. */
+static shoal_err shoal_cluster_plan_on(shoal_cluster *cl, const shoal_swim_member *const *cand,
+                                       size_t nc, const uint8_t *skip, const shoal_plan *prev,
+                                       shoal_plan **out, char *why, size_t why_len)
+{
+	shoal_view *view = shoal_view_new(200000, 125000000);
+	shoal_err e = view ? SHOAL_OK : SHOAL_ERR_NOMEM;
+	for (size_t i = 0; i < nc && e == SHOAL_OK; i++) {
+		const shoal_record *r = &cand[i]->record;
+		if (skip && !memcmp(r->id.b, skip, 16))
+			continue;
+		shoal_view_peer p;
+		memset(&p, 0, sizeof p);
+		memcpy(p.id.b, r->id.b, 16);
+		snprintf(p.name, sizeof p.name, "%s", r->name);
+		p.mem_bytes = r->mem_weights;
+		p.mem_bw = shoal_cluster_speed(r->compute_mb_s);
+		p.flops = shoal_cluster_speed(r->compute_mflops);
+		p.load_pct = 0;
+		e = shoal_view_add_peer(view, &p, why, why_len);
+	}
+	if (e == SHOAL_OK)
+		e = shoal_schedule(view, &cl->mf, &cl->pol, prev, out, why, why_len);
+	shoal_view_free(view);
+	return e;
+}
+
+/* True when the plan names peer id. */
+static bool shoal_cluster_names(const shoal_plan *p, const uint8_t id[16])
+{
+	for (size_t i = 0; i < shoal_plan_n_peers(p); i++)
+		if (!memcmp(shoal_plan_peer_at(p, i)->id.b, id, 16))
+			return true;
+	return false;
+}
+
+/* Whether the previous plan may steer the scheduler: every peer it names
+ * is ready for it, and no other candidate announced another plan (a peer
+ * that just joined and announced nothing yet does not block it). Peers
+ * that plan from different previous plans would never agree. Readiness
+ * for `next`, the plan computed from prev, counts too: peers that already
+ * moved to it (a joiner, or all of us while it loads) agree with us. */
+static bool shoal_cluster_prev_usable(const shoal_plan *prev, const shoal_plan *next,
+                                      const shoal_swim_member *const *cand, size_t nc)
+{
+	if (!prev)
+		return false;
+	for (size_t i = 0; i < nc; i++) {
+		const shoal_record *r = &cand[i]->record;
+		bool ready = r->ready_epoch &&
+		             (!memcmp(r->ready_digest, shoal_plan_digest(prev), 32) ||
+		              (next && !memcmp(r->ready_digest, shoal_plan_digest(next), 32)));
+		if (!ready && (shoal_cluster_names(prev, r->id.b) || r->ready_epoch))
+			return false;
+	}
+	return true;
+}
+
+/* A peer that joins a serving cluster has no previous plan. When every
+ * other candidate is ready for one digest D, recompute their plan from
+ * scratch on their view: if it is D, it becomes our previous plan too, so
+ * we keep theirs instead of forcing a re-plan. (Fails harmlessly when D
+ * itself was kept from an older plan: everybody then re-plans.) */
+static void shoal_cluster_learn_prev(shoal_cluster *cl, const shoal_swim_member *const *cand,
+                                     size_t nc)
+{
+	const uint8_t *d = NULL;
+	size_t others = 0;
+	for (size_t i = 0; i < nc; i++) {
+		const shoal_record *r = &cand[i]->record;
+		if (!memcmp(r->id.b, cl->cfg.self, 16))
+			continue;
+		if (!r->ready_epoch || (d && memcmp(d, r->ready_digest, 32)))
+			return;
+		d = r->ready_digest;
+		others++;
+	}
+	if (!d || !memcmp(d, cl->learn_tried, 32) ||
+	    (cl->prev && !memcmp(d, shoal_plan_digest(cl->prev), 32)))
+		return;
+	memcpy(cl->learn_tried, d, 32);
+	shoal_plan *p = NULL;
+	char why[256], dh[65];
+	if (shoal_cluster_plan_on(cl, cand, nc, cl->cfg.self, NULL, &p, why, sizeof why) !=
+	        SHOAL_OK ||
+	    memcmp(shoal_plan_digest(p), d, 32)) {
+		shoal_plan_free(p);
+		return;
+	}
+	shoal_digest_hex(d, dh);
+	SHOAL_LOG_I("cluster", "joined a cluster serving plan %.16s (%zu peer(s)): kept as ours",
+	            dh, others);
+	shoal_plan_free(cl->prev);
+	cl->prev = p;
+}
+
+int shoal_cluster_update(shoal_cluster *cl, const shoal_swim_member *v, size_t n)
+{
+	char why[256] = "";
+	int republish = 0;
+	/* 1. Candidates: alive, compatible, serving our model id. */
+	crypto_generichash_state hs;
+	crypto_generichash_init(&hs, NULL, 0, 32);
+	cl->n_left = 0;
+	size_t nc = 0;
+	const shoal_swim_member *cand[SHOAL_CLUSTER_MAX_PEERS] = {0};
+	for (size_t i = 0; i < n; i++) {
+		const shoal_swim_member *m = &v[i];
+		char hex[65];
+		if (m->state != SHOAL_SWIM_STATE_ALIVE && m->state != SHOAL_SWIM_STATE_SUSPECT)
+			continue;
+		if (!m->compatible) {
+			shoal_cluster_left(cl, m, "%s", m->why_incompatible);
+			continue;
+		}
+		if (!m->record.serving || m->record.n_models == 0) {
+			shoal_cluster_left(cl, m, "%s", "serves no model (no --model)");
+			continue;
+		}
+		if (memcmp(m->record.models[0].digest, cl->model_id, 32)) {
+			shoal_model_id_hex(m->record.models[0].digest, hex);
+			shoal_cluster_left(cl, m, "its model id %.16s... differs from ours", hex);
+			continue;
+		}
+		if (nc >= SHOAL_CLUSTER_MAX_PEERS)
+			continue;
+		cand[nc++] = m;
+		const shoal_record *r = &m->record;
+		crypto_generichash_update(&hs, r->id.b, 16);
+		crypto_generichash_update(&hs, (const uint8_t *)&r->mem_weights, 8);
+		crypto_generichash_update(&hs, (const uint8_t *)&r->compute_mb_s, 8);
+		crypto_generichash_update(&hs, (const uint8_t *)&r->compute_mflops, 8);
+		crypto_generichash_update(&hs, (const uint8_t *)r->ctl_endpoint,
+		                          strlen(r->ctl_endpoint));
+		for (uint32_t k = 0; k < r->n_data_ep; k++)
+			crypto_generichash_update(&hs, (const uint8_t *)r->data_ep[k].addr,
+			                          strlen(r->data_ep[k].addr));
+	}
+	/* readiness is an input too: whether the previous plan may be used
+	 * depends on it (shoal_cluster_prev_usable) */
+	for (size_t i = 0; i < nc; i++) {
+		crypto_generichash_update(&hs, (const uint8_t *)&cand[i]->record.ready_epoch, 8);
+		crypto_generichash_update(&hs, cand[i]->record.ready_digest, 32);
+	}
+	uint8_t sig[32];
+	crypto_generichash_final(&hs, sig, 32);
+
+	/* 2. Re-plan only when the planning inputs changed. */
+	if (!cl->have_sig || memcmp(sig, cl->view_sig, 32)) {
+		memcpy(cl->view_sig, sig, 32);
+		cl->have_sig = true;
+		/* endpoints for the data thread */
+		pthread_mutex_lock(&cl->mu);
+		cl->n_eps = 0;
+		for (size_t i = 0; i < nc; i++) {
+			const shoal_record *r = &cand[i]->record;
+			shoal_cluster_ep *ep = &cl->eps[cl->n_eps];
+			int pick = -1;
+			/* loopback talks to loopback: prefer an endpoint whose
+			 * kind matches our data host's */
+			int want_lo =
+			    !strncmp(cl->cfg.data_host ? cl->cfg.data_host : "", "127.", 4);
+			for (uint32_t k = 0; k < r->n_data_ep && pick < 0; k++)
+				if ((strncmp(r->data_ep[k].addr, "tcp://127.", 10) == 0) == want_lo)
+					pick = (int)k;
+			if (pick < 0 && r->n_data_ep)
+				pick = 0;
+			if (pick < 0)
+				continue;
+			const char *a = r->data_ep[pick].addr +
+			                (strncmp(r->data_ep[pick].addr, "tcp://", 6) ? 0 : 6);
+			const char *colon = strrchr(a, ':');
+			if (!colon || (size_t)(colon - a) >= sizeof ep->host)
+				continue;
+			memcpy(ep->host, a, (size_t)(colon - a));
+			ep->host[colon - a] = '\0';
+			ep->port = (uint16_t)atoi(colon + 1);
+			memcpy(ep->id, r->id.b, 16);
+			cl->n_eps++;
+		}
+		cl->eps_version++;
+		pthread_mutex_unlock(&cl->mu);
+
+		/* From the previous plan when the peers can agree on it (our own
+		 * last servable one, else the one learned from the peers we
+		 * joined), else from scratch. */
+		shoal_plan *np = NULL;
+		shoal_err e = SHOAL_ERR_STATE;
+		for (int attempt = 0; attempt < 2 && e != SHOAL_OK; attempt++) {
+			if (attempt == 1)
+				shoal_cluster_learn_prev(cl, cand, nc);
+			if (!cl->prev)
+				continue;
+			e = shoal_cluster_plan_on(cl, cand, nc, NULL, cl->prev, &np, why,
+			                          sizeof why);
+			if (e == SHOAL_OK && !shoal_cluster_prev_usable(cl->prev, np, cand, nc)) {
+				shoal_plan_free(np);
+				np = NULL;
+				e = SHOAL_ERR_STATE;
+			}
+		}
+		if (e != SHOAL_OK)
+			e = shoal_cluster_plan_on(cl, cand, nc, NULL, NULL, &np, why, sizeof why);
+		if (e != SHOAL_OK) {
+			if (strcmp(cl->plan_why, why) || cl->plan)
+				SHOAL_LOG_W("cluster", "no plan over %zu peer(s): %s", nc,
+				            why[0] ? why : shoal_strerror(e));
+			snprintf(cl->plan_why, sizeof cl->plan_why, "%s",
+			         why[0] ? why : shoal_strerror(e));
+			shoal_plan_free(cl->plan);
+			cl->plan = NULL;
+		} else if (!cl->plan ||
+		           memcmp(shoal_plan_digest(np), shoal_plan_digest(cl->plan), 32)) {
+			char dh[65];
+			shoal_digest_hex(shoal_plan_digest(np), dh);
+			SHOAL_LOG_I("cluster",
+			            "plan epoch %llu digest %.16s: %zu stage(s) over %zu peer(s), "
+			            "%.3f ms/token predicted",
+			            (unsigned long long)shoal_plan_epoch(np), dh,
+			            shoal_plan_n_stages(np), shoal_plan_n_peers(np),
+			            (double)shoal_plan_predicted_ns(np) / 1e6);
+			for (size_t s = 0; s < shoal_plan_n_stages(np); s++) {
+				const shoal_plan_stage *st = shoal_plan_stage_at(np, s);
+				SHOAL_LOG_I("cluster", "  stage %zu: %s layers [%u, %u)", s,
+				            shoal_plan_peer_at(np, st->peer)->name, st->first_layer,
+				            st->end_layer);
+			}
+			shoal_plan_free(cl->plan);
+			cl->plan = np;
+			np = NULL;
+			cl->plan_why[0] = '\0';
+			/* 3. Build our part and announce readiness for the digest. */
+			shoal_cluster_assign *a = NULL;
+			e = shoal_cluster_build_assign(cl, &a, why, sizeof why);
+			if (e != SHOAL_OK) {
+				SHOAL_LOG_W("cluster", "cannot load our part of plan %.16s: %s", dh,
+				            why);
+				snprintf(cl->ready_why, sizeof cl->ready_why, "%s", why);
+				cl->ready_epoch = 0;
+				memset(cl->ready_digest, 0, 32);
+			} else {
+				pthread_mutex_lock(&cl->mu);
+				shoal_cluster__free_assign(cl->pending);
+				cl->pending = a;
+				cl->pending_set = true;
+				cl->shared_servable = false;
+				memcpy(cl->shared_digest, shoal_plan_digest(cl->plan), 32);
+				cl->shared_epoch = shoal_plan_epoch(cl->plan);
+				pthread_mutex_unlock(&cl->mu);
+				shoal_cluster__wake(cl);
+				cl->ready_why[0] = '\0';
+				memcpy(cl->ready_digest, shoal_plan_digest(cl->plan), 32);
+				cl->ready_epoch = shoal_plan_epoch(cl->plan);
+				SHOAL_LOG_I("cluster", "ready for digest %.16s (epoch %llu)", dh,
+				            (unsigned long long)cl->ready_epoch);
+			}
+			cl->servable = false;
+			republish = 1;
+		}
+		shoal_plan_free(np);
+	}
+
+	/* 4. Servable when every peer of the plan announced its digest. */
+	cl->n_cand = nc;
+	bool servable = false;
+	if (cl->plan) {
+		shoal_ready *rd = shoal_ready_new();
+		for (size_t i = 0; rd && i < nc; i++) {
+			const shoal_record *r = &cand[i]->record;
+			memcpy(cl->cand[i].id.b, r->id.b, 16);
+			cl->cand[i].ready =
+			    r->ready_epoch &&
+			    !memcmp(r->ready_digest, shoal_plan_digest(cl->plan), 32);
+			if (r->ready_epoch)
+				shoal_ready_announce(rd, &cl->cand[i].id, r->ready_digest);
+		}
+		servable = rd && shoal_ready_servable(rd, cl->plan);
+		uint32_t missing[SHOAL_CLUSTER_MAX_PEERS];
+		size_t nm =
+		    rd ? shoal_ready_missing(rd, cl->plan, missing, SHOAL_CLUSTER_MAX_PEERS) : 0;
+		if (!servable && cl->ready_why[0])
+			snprintf(why, sizeof why, "not ready here: %.200s", cl->ready_why);
+		else if (!servable)
+			snprintf(why, sizeof why, "waiting for %zu peer(s) to be ready, first %s",
+			         nm, nm ? shoal_plan_peer_at(cl->plan, missing[0])->name : "?");
+		shoal_ready_free(rd);
+	} else {
+		snprintf(why, sizeof why, "no plan: %.200s", cl->plan_why);
+	}
+	pthread_mutex_lock(&cl->mu);
+	snprintf(cl->shared_why, sizeof cl->shared_why, "%s", servable ? "" : why);
+	pthread_mutex_unlock(&cl->mu);
+	if (servable != cl->servable) {
+		cl->servable = servable;
+		SHOAL_LOG_I("cluster", "plan %s",
+		            servable ? "servable: every peer is ready" : "not servable");
+		if (servable) {
+			shoal_plan_free(cl->prev);
+			cl->prev = shoal_plan_dup(cl->plan);
+		}
+		pthread_mutex_lock(&cl->mu);
+		cl->shared_servable = servable;
+		pthread_mutex_unlock(&cl->mu);
+		shoal_cluster__wake(cl);
+	}
+	return republish;
+}
+
+/* ------------------------------------------------------------ the assignment */
+
+static shoal_err shoal_cluster_build_assign(shoal_cluster *cl, shoal_cluster_assign **out,
+                                            char *why, size_t why_len)
+{
+	const shoal_plan *p = cl->plan;
+	const shoal_hparams *hp = &cl->model->hp;
+	shoal_err e = SHOAL_OK;
+	uint8_t *mask = NULL, *peer = NULL, *xmask = NULL;
+	shoal_cluster_assign *a = calloc(1, sizeof *a);
+	if (!a)
+		return SHOAL_ERR_NOMEM;
+	memcpy(a->digest, shoal_plan_digest(p), 32);
+	a->epoch = shoal_plan_epoch(p);
+	size_t ns = shoal_plan_n_stages(p);
+	memcpy(a->first, shoal_plan_peer_at(p, shoal_plan_stage_at(p, 0)->peer)->id.b, 16);
+	long self = -1;
+	for (size_t i = 0; i < shoal_plan_n_peers(p); i++)
+		if (!memcmp(shoal_plan_peer_at(p, i)->id.b, cl->cfg.self, 16))
+			self = (long)i;
+	if (self < 0) {
+		*out = a; /* not in the plan: an owner only */
+		return SHOAL_OK;
+	}
+	long si = -1;
+	for (size_t s = 0; s < ns; s++)
+		if (shoal_plan_stage_at(p, s)->peer == (uint32_t)self)
+			si = (long)s;
+	/* Experts: who holds each, when the model has them. */
+	bool moe = hp->n_expert > 0;
+	bool any_x = false;
+	size_t ne = (size_t)hp->n_layer * hp->n_expert;
+	if (moe) {
+		mask = calloc(ne ? ne : 1, 1);
+		xmask = calloc(ne ? ne : 1, 1);
+		peer = calloc(ne ? ne : 1, 16);
+		if (!mask || !xmask || !peer) {
+			e = SHOAL_ERR_NOMEM;
+			goto fail;
+		}
+		for (uint32_t l = 0; l < hp->n_layer; l++) {
+			uint32_t nx = shoal_plan_layer_n_expert(p, l);
+			for (uint32_t x = 0; x < nx && x < hp->n_expert; x++) {
+				uint32_t own[SHOAL_PLAN_MAX_OWNERS];
+				size_t no = shoal_plan_expert_owners(p, l, x, own);
+				size_t k = (size_t)l * hp->n_expert + x;
+				bool mine = false;
+				for (size_t j = 0; j < no; j++)
+					mine |= own[j] == (uint32_t)self;
+				if (mine)
+					mask[k] = 1;
+				else if (no)
+					memcpy(peer + k * 16, shoal_plan_peer_at(p, own[0])->id.b,
+					       16);
+			}
+		}
+	}
+	if (si >= 0) {
+		const shoal_plan_stage *st = shoal_plan_stage_at(p, (size_t)si);
+		shoal_dist_stage_config sc;
+		memset(&sc, 0, sizeof sc);
+		sc.layer_begin = st->first_layer;
+		sc.layer_end = st->end_layer;
+		sc.has_embd = si == 0;
+		sc.has_head = (size_t)si == ns - 1;
+		if (moe) {
+			/* the stage's own layers; other layers' experts go to the
+			 * expert server below */
+			for (uint32_t l = 0; l < hp->n_layer; l++)
+				for (uint32_t x = 0; x < hp->n_expert; x++) {
+					size_t k = (size_t)l * hp->n_expert + x;
+					if (mask[k] && (l < sc.layer_begin || l >= sc.layer_end)) {
+						xmask[k] = 1;
+						any_x = true;
+					}
+				}
+			sc.expert_mask = mask;
+			sc.expert_peer = peer;
+		}
+		memcpy(sc.self, cl->cfg.self, 16);
+		if (!sc.has_head)
+			memcpy(sc.next,
+			       shoal_plan_peer_at(p, shoal_plan_stage_at(p, (size_t)si + 1)->peer)
+			           ->id.b,
+			       16);
+		memcpy(sc.digest, a->digest, 32);
+		sc.epoch = a->epoch;
+		sc.n_threads = cl->cfg.threads ? cl->cfg.threads : 1;
+		sc.n_ctx = cl->pol.ctx;
+		sc.max_sessions = SHOAL_CLUSTER_SESSIONS;
+		sc.max_rows = SHOAL_CLUSTER_MAX_ROWS;
+		sc.link = shoal_cluster__link;
+		sc.link_ctx = sc.has_head ? &cl->lctx_owner : &cl->lctx_stage;
+		sc.timeout_ms = (int)SHOAL_CLUSTER_SILENCE_MS / 3;
+		if ((e = shoal_dist_stage_new(cl->model, &sc, &a->stage, why, why_len)) != SHOAL_OK)
+			goto fail;
+		a->l0 = sc.layer_begin;
+		a->l1 = sc.layer_end;
+	} else if (moe) {
+		for (size_t k = 0; k < ne; k++)
+			if (mask[k])
+				xmask[k] = 1, any_x = true;
+	}
+	if (any_x) {
+		shoal_dist_stage_config xc;
+		memset(&xc, 0, sizeof xc);
+		xc.expert_mask = xmask;
+		xc.expert_peer = peer;
+		memcpy(xc.self, cl->cfg.self, 16);
+		memcpy(xc.digest, a->digest, 32);
+		xc.epoch = a->epoch;
+		xc.n_threads = cl->cfg.threads ? cl->cfg.threads : 1;
+		xc.n_ctx = cl->pol.ctx;
+		xc.max_sessions = SHOAL_CLUSTER_SESSIONS;
+		xc.max_rows = SHOAL_CLUSTER_MAX_ROWS;
+		xc.link = shoal_cluster__link;
+		xc.link_ctx = &cl->lctx_stage;
+		xc.timeout_ms = (int)SHOAL_CLUSTER_SILENCE_MS / 3;
+		if ((e = shoal_dist_stage_new(cl->model, &xc, &a->experts, why, why_len)) !=
+		    SHOAL_OK)
+			goto fail;
+	}
+	free(mask);
+	free(xmask);
+	free(peer);
+	*out = a;
+	return SHOAL_OK;
+fail:
+	free(mask);
+	free(xmask);
+	free(peer);
+	shoal_cluster__free_assign(a);
+	return e;
+}
+
+/* ------------------------------------------------------------------- status */
+
+static json_t *shoal_cluster_idstr(const uint8_t id[16])
+{
+	char hex[33];
+	shoal_sched_id_hex((const shoal_sched_id *)id, hex);
+	return json_string(hex);
+}
+
+json_t *shoal_cluster_status_json(shoal_cluster *cl)
+{
+	json_t *o = cl->plan ? shoal_plan_to_json(cl->plan) : json_object();
+	if (!o)
+		return NULL;
+	char hex[65];
+	shoal_model_id_hex(cl->model_id, hex);
+	json_object_set_new(o, "model_id", json_string(hex));
+	json_object_set_new(o, "servable", json_boolean(cl->servable));
+	if (!cl->plan) {
+		json_object_set_new(o, "digest", json_null());
+		json_object_set_new(o, "stages", json_array());
+		json_object_set_new(o, "why", json_string(cl->plan_why));
+	} else if (!cl->servable) {
+		json_object_set_new(o, "why",
+		                    json_string(cl->ready_why[0]
+		                                    ? cl->ready_why
+		                                    : "waiting for peers to be ready"));
+	}
+	json_t *ready = json_array(), *not_ready = json_array();
+	if (cl->plan)
+		for (size_t i = 0; i < shoal_plan_n_peers(cl->plan); i++) {
+			const shoal_plan_peer *pp = shoal_plan_peer_at(cl->plan, i);
+			bool r = false;
+			for (size_t k = 0; k < cl->n_cand; k++)
+				if (!memcmp(cl->cand[k].id.b, pp->id.b, 16))
+					r = cl->cand[k].ready;
+			json_array_append_new(r ? ready : not_ready, shoal_cluster_idstr(pp->id.b));
+		}
+	json_object_set_new(o, "ready", ready);
+	json_object_set_new(o, "not_ready", not_ready);
+	json_t *left = json_array();
+	for (size_t i = 0; i < cl->n_left; i++) {
+		json_t *e = json_object();
+		json_object_set_new(e, "peer", shoal_cluster_idstr(cl->left[i].id.b));
+		json_object_set_new(e, "name", json_string(cl->left[i].name));
+		json_object_set_new(e, "why", json_string(cl->left[i].why));
+		json_array_append_new(left, e);
+	}
+	json_object_set_new(o, "left_out", left);
+	json_t *links = json_array();
+	pthread_mutex_lock(&cl->mu);
+	for (size_t i = 0; i < cl->n_link_status; i++) {
+		json_t *e = json_object();
+		json_object_set_new(e, "peer", shoal_cluster_idstr(cl->link_peer[i]));
+		json_object_set_new(e, "transport", json_string(cl->link_status[i]));
+		json_array_append_new(links, e);
+	}
+	pthread_mutex_unlock(&cl->mu);
+	json_object_set_new(o, "links", links);
+	return o;
+}
+
+/* ------------------------------------------------------- requests and replies */
+
+static void shoal_cluster_send(shoal_cluster *cl, const shoal_ctl_route *to, uint64_t seq,
+                               uint32_t type, const char *json, size_t len)
+{
+	shoal_wire_buf b;
+	shoal_wire_buf_init(&b);
+	shoal_ctlmsg m;
+	memset(&m, 0, sizeof m);
+	m.type = type;
+	m.seq = seq;
+	m.json = json;
+	m.json_len = len;
+	if (shoal_ctlmsg_encode(&m, &b) == SHOAL_OK && cl->cfg.reply)
+		cl->cfg.reply(cl->cfg.ud, to, b.data, b.len);
+	shoal_wire_buf_fini(&b);
+}
+
+/* JSON string body of s[n] into out[cap] (quotes included); returns length. */
+static size_t shoal_cluster_jstr(const char *s, size_t n, char *out, size_t cap)
+{
+	size_t o = 0;
+	if (cap < 8)
+		return 0;
+	out[o++] = '"';
+	for (size_t i = 0; i < n && o + 8 < cap; i++) {
+		unsigned char c = (unsigned char)s[i];
+		if (c == '"' || c == '\\') {
+			out[o++] = '\\';
+			out[o++] = (char)c;
+		} else if (c < 0x20) {
+			o += (size_t)snprintf(out + o, cap - o, "\\u%04x", c);
+		} else {
+			out[o++] = (char)c;
+		}
+	}
+	out[o++] = '"';
+	out[o] = '\0';
+	return o;
+}
+
+static void shoal_cluster_end(shoal_cluster *cl, const shoal_ctl_route *to, uint64_t seq,
+                              const char *err, const char *tail, size_t tail_len)
+{
+	char buf[1200], s[1000];
+	int n;
+	if (err) {
+		shoal_cluster_jstr(err, strlen(err), s, sizeof s);
+		n = snprintf(buf, sizeof buf, "{\"ok\": false, \"error\": %s}", s);
+	} else {
+		shoal_cluster_jstr(tail, tail_len, s, sizeof s);
+		n = snprintf(buf, sizeof buf, "{\"ok\": true, \"text\": %s}", s);
+	}
+	shoal_cluster_send(cl, to, seq, SHOAL_CTLMSG_RUN_END, buf, (size_t)n);
+}
+
+/* A --system text longer than this is refused: 64 KiB is ~16k tokens at
+ * ~4 bytes a token, four times the default 4096-token context, so no
+ * servable prompt needs more; it bounds what one request makes us render. */
+#define SHOAL_CLUSTER_MAX_SYSTEM 65536
+
+void shoal_cluster_run_request(shoal_cluster *cl, const shoal_ctl_route *from, uint64_t seq,
+                               const char *json, size_t len)
+{
+	char why[256] = "";
+	json_error_t je;
+	json_t *o = json_loadb(json, len, 0, &je);
+	const char *prompt = o ? json_string_value(json_object_get(o, "prompt")) : NULL;
+	int32_t *ids = NULL;
+	size_t n_ids = 0;
+	if (!prompt) {
+		shoal_cluster_end(cl, from, seq, "bad request: no \"prompt\"", NULL, 0);
+		goto out;
+	}
+	shoal_sampler_params sp = shoal_sampler_defaults();
+	json_t *x;
+	json_int_t n = 128, k = 0;
+	if ((x = json_object_get(o, "n")) && json_is_integer(x))
+		n = json_integer_value(x);
+	if ((x = json_object_get(o, "logprobs")) && json_is_integer(x))
+		k = json_integer_value(x);
+	if ((x = json_object_get(o, "temp")) && json_is_number(x))
+		sp.temp = (float)json_number_value(x);
+	if ((x = json_object_get(o, "top_k")) && json_is_integer(x))
+		sp.top_k = (int32_t)json_integer_value(x);
+	if ((x = json_object_get(o, "top_p")) && json_is_number(x))
+		sp.top_p = (float)json_number_value(x);
+	if ((x = json_object_get(o, "min_p")) && json_is_number(x))
+		sp.min_p = (float)json_number_value(x);
+	if ((x = json_object_get(o, "repeat_penalty")) && json_is_number(x))
+		sp.repeat_penalty = (float)json_number_value(x);
+	if ((x = json_object_get(o, "seed")) && json_is_integer(x))
+		sp.seed = (uint64_t)json_integer_value(x);
+	if (n < 0 || n > 1000000000 || k < 0 || k > SHOAL_DIST_MAX_LOGPROBS || !(sp.temp >= 0) ||
+	    sp.top_k < 0 || !(sp.top_p >= 0 && sp.top_p <= 1) ||
+	    !(sp.min_p >= 0 && sp.min_p <= 1) || !(sp.repeat_penalty >= 0)) {
+		shoal_cluster_end(cl, from, seq, "bad request: a parameter is out of range", NULL,
+		                  0);
+		goto out;
+	}
+	/* "chat" and "system" are optional (a request from before them has
+	 * neither: a plain prompt); present, they must be well typed */
+	if ((x = json_object_get(o, "chat")) && !json_is_boolean(x)) {
+		shoal_cluster_end(cl, from, seq, "bad request: \"chat\" is not a boolean", NULL, 0);
+		goto out;
+	}
+	bool chat = json_is_true(x);
+	if ((x = json_object_get(o, "system")) &&
+	    (!json_is_string(x) || json_string_length(x) > SHOAL_CLUSTER_MAX_SYSTEM)) {
+		shoal_cluster_end(cl, from, seq,
+		                  "bad request: \"system\" is not a string of at most 65536 bytes",
+		                  NULL, 0);
+		goto out;
+	}
+	const char *system = x ? json_string_value(x) : NULL;
+	shoal_err e = shoal_run_prompt_ids(cl->model, cl->tok, prompt, chat, system, &ids, &n_ids,
+	                                   why, sizeof why);
+	if (e != SHOAL_OK) {
+		if (!why[0])
+			snprintf(why, sizeof why, "the prompt: %s", shoal_strerror(e));
+		shoal_cluster_end(cl, from, seq, why, NULL, 0);
+		goto out;
+	}
+	if (n_ids == 0) {
+		shoal_cluster_end(cl, from, seq, "the prompt has no tokens", NULL, 0);
+		goto out;
+	}
+	if (n_ids >= cl->pol.ctx) {
+		snprintf(why, sizeof why, "the prompt has %zu tokens, the context %u", n_ids,
+		         cl->pol.ctx);
+		shoal_cluster_end(cl, from, seq, why, NULL, 0);
+		goto out;
+	}
+	if (n == 0) {
+		shoal_cluster_end(cl, from, seq, NULL, "", 0);
+		goto out;
+	}
+	uint32_t max_tokens = (uint32_t)n;
+	if (max_tokens > cl->pol.ctx - n_ids)
+		max_tokens = cl->pol.ctx - (uint32_t)n_ids;
+	pthread_mutex_lock(&cl->mu);
+	size_t slot = SHOAL_CLUSTER_MAX_RUNS;
+	for (size_t i = 0; i < SHOAL_CLUSTER_MAX_RUNS && slot == SHOAL_CLUSTER_MAX_RUNS; i++)
+		if (cl->runs[i].state == SHOAL_CLUSTER_RUN_FREE)
+			slot = i;
+	if (slot < SHOAL_CLUSTER_MAX_RUNS) {
+		shoal_cluster_run *r = &cl->runs[slot];
+		free(r->prompt);
+		memset(r, 0, sizeof *r);
+		r->route = *from;
+		r->route.endpoint = NULL;
+		r->seq = seq;
+		r->prompt = ids;
+		ids = NULL;
+		r->n_prompt = (uint32_t)n_ids;
+		r->max_tokens = max_tokens;
+		r->logprobs = (uint32_t)k;
+		r->sp = sp;
+		r->deadline_us = shoal_cluster_now_us() + SHOAL_CLUSTER_WAIT_MS * 1000u;
+		shoal_detok_init(&r->dt, cl->tok, false);
+		r->dt.first = false;
+		r->state = SHOAL_CLUSTER_RUN_QUEUED;
+	}
+	pthread_mutex_unlock(&cl->mu);
+	if (slot == SHOAL_CLUSTER_MAX_RUNS)
+		shoal_cluster_end(cl, from, seq, "busy: too many runs on this peer", NULL, 0);
+	else
+		shoal_cluster__wake(cl);
+out:
+	free(ids);
+	json_decref(o);
+}
+
+int shoal_cluster_event_fd(const shoal_cluster *cl)
+{
+	return cl->evfd[0];
+}
+
+void shoal_cluster_drain(shoal_cluster *cl)
+{
+	char drain[64];
+	while (read(cl->evfd[0], drain, sizeof drain) > 0)
+		;
+	char buf[1024 + 40 * SHOAL_DIST_MAX_LOGPROBS];
+	char text[512], js[1100];
+	for (;;) {
+		shoal_cluster_event ev;
+		pthread_mutex_lock(&cl->mu);
+		if (!cl->ev_n) {
+			pthread_mutex_unlock(&cl->mu);
+			break;
+		}
+		ev = cl->ev[cl->ev_head];
+		cl->ev_head = (cl->ev_head + 1) % SHOAL_CLUSTER_EVENTS;
+		cl->ev_n--;
+		pthread_cond_broadcast(&cl->cv);
+		shoal_cluster_run *r = &cl->runs[ev.run];
+		shoal_ctl_route to = r->route;
+		uint64_t seq = r->seq;
+		pthread_mutex_unlock(&cl->mu);
+		if (!ev.end) {
+			size_t tl = shoal_detok_push(&r->dt, ev.id, text, sizeof text);
+			shoal_cluster_jstr(text, tl, js, sizeof js);
+			int n = snprintf(buf, sizeof buf,
+			                 "{\"id\": %d, \"text\": %s, \"logprob\": %.9g, \"top\": [",
+			                 ev.id, js, (double)ev.lp);
+			for (uint32_t i = 0; i < ev.n_top && n < (int)sizeof buf - 64; i++)
+				n += snprintf(buf + n, sizeof buf - (size_t)n, "%s[%d, %.9g]",
+				              i ? ", " : "", ev.top_ids[i], (double)ev.top_lps[i]);
+			n += snprintf(buf + n, sizeof buf - (size_t)n, "]}");
+			shoal_cluster_send(cl, &to, seq, SHOAL_CTLMSG_RUN_TOKEN, buf, (size_t)n);
+		} else {
+			size_t tl = shoal_detok_flush(&r->dt, text, sizeof text);
+			shoal_cluster_end(cl, &to, seq, ev.err ? ev.why : NULL, text, tl);
+			pthread_mutex_lock(&cl->mu);
+			free(r->prompt);
+			r->prompt = NULL;
+			r->state = SHOAL_CLUSTER_RUN_FREE;
+			pthread_mutex_unlock(&cl->mu);
+		}
+	}
+}

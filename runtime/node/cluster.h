@@ -1,0 +1,111 @@
+/*
+ * runtime/node/cluster.h: what a `shoal node --model FILE` serves: from the
+ * gossiped view and the local model to a plan, the local assignment, plan
+ * readiness, and the data plane that runs prompts through the plan.
+ *
+ * Part: runtime/ (glue between net/, scheduler/, models/ and runtime/dist).
+ * The node thread calls everything here; one data thread (cluster_data.c)
+ * owns the xfer listener, the links, the stage and the session owner.
+ *
+ * Readiness protocol (DESIGN.md sections 2 and 4):
+ *  1. Every peer plans from the alive, compatible members that serve the
+ *     same model id (others are listed in status with the reason).
+ *  2. On a new plan digest D a peer builds the stage (and expert server)
+ *     of its assignment from its own mapped file, then publishes "ready for
+ *     D" (record ready_digest/ready_epoch) at once.
+ *  3. The plan is servable when every peer it names publishes D; only then
+ *     does the peer start sessions, and only over links whose admission
+ *     token names D: a frame of another plan is dropped by the link.
+ *  4. A request that finds no servable plan waits (bounded), then fails
+ *     with the reason; it is never computed with another plan's weights.
+ *  5. The previous plan (stability) is passed to the scheduler only when
+ *     every candidate is ready for it or for the plan it yields (or, not in
+ *     it, announced nothing); a joiner learns it by recomputing its peers'
+ *     plan from their view. Otherwise everyone plans from scratch, so peers
+ *     always converge on one digest. Load and links stay out of the view
+ *     (each peer would bucket them from its own history).
+ *
+ * RUN_* messages (net/ctlmsg.h), JSON text:
+ *   RUN_REQ   {"prompt": TEXT, "n": N, "temp", "seed", "top_k", "top_p",
+ *              "min_p", "repeat_penalty", "logprobs": K,
+ *              "chat": BOOL, "system": TEXT}   (chat, system optional:
+ *              the owner renders its model's chat template, as local
+ *              `shoal run --chat`; system at most 64 KiB)
+ *   RUN_TOKEN {"id": ID, "text": TEXT, "logprob": LP,
+ *              "top": [[ID, LP], ...]}                  (one per token)
+ *   RUN_END   {"ok": true, "text": TAIL} or {"ok": false, "error": TEXT}
+ */
+#ifndef SHOAL_RUNTIME_CLUSTER_H
+#define SHOAL_RUNTIME_CLUSTER_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <jansson.h>
+
+#include "base/err.h"
+#include "net/ctl.h"
+#include "net/key.h"
+#include "net/record.h"
+#include "net/swim.h"
+
+typedef struct shoal_cluster shoal_cluster;
+
+typedef struct shoal_cluster_config {
+	const char *model_path; /* required */
+	const char *state_dir;  /* model id cache; NULL: none */
+	uint64_t mem_limit;     /* bytes offered at most; 0: what is available */
+	uint32_t ctx;           /* KV context per session; 0: the model's, at most 4096 */
+	bool spread_experts;
+	uint32_t threads; /* engine threads; 0: 1 */
+	uint8_t self[16];
+	const shoal_key *key;  /* admission tokens; NULL: insecure (zero key) */
+	const char *data_host; /* IPv4 address the data listener binds */
+	uint16_t data_port;    /* 0: any */
+	uint32_t base_ms;      /* the node's base period */
+	/* Replies to RUN_REQ, called on the node thread (shoal_cluster_drain). */
+	shoal_err (*reply)(void *ud, const shoal_ctl_route *to, const void *buf, size_t len);
+	void *ud;
+} shoal_cluster_config;
+
+/* Open and map the model, compute (or load the cached) model id, build the
+ * manifest and the tokenizer, start the data thread with its listener.
+ * *out is the caller's (shoal_cluster_free). */
+shoal_err shoal_cluster_new(const shoal_cluster_config *cfg, shoal_cluster **out, char *why,
+                            size_t why_len);
+void shoal_cluster_free(shoal_cluster *cl); /* NULL is a no-op; joins the thread */
+
+/* The data port actually bound. */
+uint16_t shoal_cluster_data_port(const shoal_cluster *cl);
+
+/* Fill our record's serving part: models[0] = this model, serving = 1,
+ * mem_weights = the memory offered (min(available, --mem-limit), rounded
+ * down to 1/64 of its power of two and kept while it moves less than 3 %,
+ * so noise does not re-plan), ready digest and epoch. */
+void shoal_cluster_fill_record(shoal_cluster *cl, shoal_record *r, uint64_t mem_available);
+
+/* Plan from the view v[n] (shoal_swim_view order): when the view's planning
+ * inputs changed, run the scheduler; on a new digest build the local stage
+ * and announce readiness; update servability. Returns 1 when the record
+ * must be republished (readiness changed), else 0. */
+int shoal_cluster_update(shoal_cluster *cl, const shoal_swim_member *v, size_t n);
+
+/* The "plan" object of `shoal status --json` (new reference, or NULL):
+ *   {"model_id", "servable", "digest" | null, "epoch", "why" (no plan / not
+ *    servable), "ready": [ids], "not_ready": [ids], "left_out":
+ *    [{"peer", "name", "why"}], "links": [{"peer", "transport"}],
+ *    and the fields of shoal_plan_to_json (stages, experts, memory, ...)} */
+json_t *shoal_cluster_status_json(shoal_cluster *cl);
+
+/* A RUN_REQ from a client (json[len] not NUL-terminated). Answers go out
+ * through cfg.reply with the same seq. */
+void shoal_cluster_run_request(shoal_cluster *cl, const shoal_ctl_route *from, uint64_t seq,
+                               const char *json, size_t len);
+
+/* Readable when the data thread has tokens or results for the node thread. */
+int shoal_cluster_event_fd(const shoal_cluster *cl);
+/* Send what the data thread produced (RUN_TOKEN / RUN_END replies). */
+void shoal_cluster_drain(shoal_cluster *cl);
+
+#endif

@@ -1,0 +1,557 @@
+/*
+ * runtime/node/cluster_data.c: the data-thread half of runtime/node/cluster.h: the
+ * xfer listener (on an accept thread, so that a peer's connection to its
+ * own listener completes its handshake while the data thread waits), the
+ * links, the stage, the expert server and the session owner.
+ *
+ * Divisions: admission tokens; links; the accept thread; events; the data
+ * thread; start/stop.
+ *
+ * Links are keyed by (peer, role). The role says which object on the far
+ * side gets the frames: STAGE (token ids from an owner, hidden states from
+ * the previous stage, session control) or OWNER (results from the last
+ * stage). EXPERT_REQ frames go by their layer whatever the role: to the
+ * stage when the layer is its own, else to the expert server. A link is
+ * admitted only with token = BLAKE2b-256 keyed by the cluster key over
+ * ("shoal-data-v1", connector id, plan digest, role) + the role byte, so
+ * only a peer with the key, for the current plan, gets a link.
+ */
+#include "config.h"
+
+#include "runtime/node/cluster_impl.h"
+
+#include <errno.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <sodium.h>
+
+#include "base/log.h"
+
+static uint64_t shoal_cluster_data_now_us(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u;
+}
+
+void shoal_cluster__wake(shoal_cluster *cl)
+{
+	char c = 1;
+	if (write(cl->wake[1], &c, 1) < 0 && errno != EAGAIN)
+		SHOAL_LOG_W("cluster", "wake: %s", strerror(errno));
+}
+
+void shoal_cluster__free_assign(shoal_cluster_assign *a)
+{
+	if (!a)
+		return;
+	shoal_dist_stage_free(a->stage);
+	shoal_dist_stage_free(a->experts);
+	free(a);
+}
+
+/* ------------------------------------------------------- admission tokens */
+
+void shoal_cluster__token(const shoal_cluster *cl, const uint8_t peer[16], const uint8_t digest[32],
+                          int role, uint8_t out[33])
+{
+	static const char label[] = "shoal-data-v1";
+	uint8_t r = (uint8_t)role;
+	crypto_generichash_state hs;
+	crypto_generichash_init(&hs, cl->key.bytes, sizeof cl->key.bytes, 32);
+	crypto_generichash_update(&hs, (const uint8_t *)label, sizeof label - 1);
+	crypto_generichash_update(&hs, peer, 16);
+	crypto_generichash_update(&hs, digest, 32);
+	crypto_generichash_update(&hs, &r, 1);
+	crypto_generichash_final(&hs, out, 32);
+	out[32] = r;
+}
+
+static int shoal_cluster_admit(void *ctx, const uint8_t peer[16], const char *addr,
+                               const uint8_t *token, size_t token_len)
+{
+	shoal_cluster *cl = ctx;
+	uint8_t digest[32], want[33];
+	if (token_len != 33 ||
+	    (token[32] != SHOAL_CLUSTER_ROLE_STAGE && token[32] != SHOAL_CLUSTER_ROLE_OWNER)) {
+		SHOAL_LOG_W("cluster", "data link from %s refused: malformed token", addr);
+		return 0;
+	}
+	pthread_mutex_lock(&cl->mu);
+	memcpy(digest, cl->shared_digest, 32);
+	pthread_mutex_unlock(&cl->mu);
+	shoal_cluster__token(cl, peer, digest, token[32], want);
+	if (sodium_memcmp(want, token, 33) != 0) {
+		SHOAL_LOG_W("cluster",
+		            "data link from %s refused: token not for our plan (other key or plan)",
+		            addr);
+		return 0;
+	}
+	cl->admit_role = token[32];
+	return 1;
+}
+
+/* ---------------------------------------------------------------- links */
+
+/* Data thread only. */
+struct shoal_cluster_dt {
+	shoal_cluster *cl;
+	shoal_cluster_assign *as;
+	shoal_dist_owner *owner;
+	shoal_cluster_ep eps[SHOAL_CLUSTER_MAX_PEERS];
+	size_t n_eps;
+	uint64_t eps_version;
+	struct {
+		uint8_t peer[16];
+		int role;
+		shoal_xfer_link *k;
+	} out[SHOAL_CLUSTER_LINKS];
+	size_t n_out;
+	struct {
+		shoal_xfer_link *k;
+		int role;
+	} in[SHOAL_CLUSTER_LINKS];
+	size_t n_in;
+};
+typedef struct shoal_cluster_dt shoal_cluster_dt;
+
+shoal_xfer_link *shoal_cluster__link(void *ctx, const uint8_t peer[16])
+{
+	shoal_cluster_lctx *lc = ctx;
+	shoal_cluster_dt *d = lc->cl->dt; /* link callbacks run on the data thread */
+	if (!d || !d->as)
+		return NULL;
+	for (size_t i = 0; i < d->n_out; i++)
+		if (d->out[i].role == lc->role && !memcmp(d->out[i].peer, peer, 16))
+			return d->out[i].k;
+	if (d->n_out >= SHOAL_CLUSTER_LINKS)
+		return NULL;
+	const shoal_cluster_ep *ep = NULL;
+	for (size_t i = 0; i < d->n_eps; i++)
+		if (!memcmp(d->eps[i].id, peer, 16))
+			ep = &d->eps[i];
+	char hex[33], why[256] = "";
+	shoal_sched_id_hex((const shoal_sched_id *)peer, hex);
+	if (!ep) {
+		SHOAL_LOG_W("cluster", "no data endpoint known for peer %.8s", hex);
+		return NULL;
+	}
+	uint8_t tok[33];
+	shoal_cluster__token(lc->cl, lc->cl->cfg.self, d->as->digest, lc->role, tok);
+	shoal_xfer_link *k = NULL;
+	shoal_err e = shoal_xfer_link_connect(&lc->cl->xcfg, ep->host, ep->port, tok, sizeof tok,
+	                                      &k, why, sizeof why);
+	if (e != SHOAL_OK) {
+		SHOAL_LOG_W("cluster", "data link to %.8s at %s:%u: %s", hex, ep->host,
+		            (unsigned)ep->port, why);
+		return NULL;
+	}
+	shoal_xfer_link_set_plan(k, d->as->digest, d->as->epoch);
+	SHOAL_LOG_I("cluster", "data link to %.8s (%s): %s", hex,
+	            lc->role == SHOAL_CLUSTER_ROLE_OWNER ? "results" : "stage",
+	            shoal_xfer_link_status(k));
+	memcpy(d->out[d->n_out].peer, peer, 16);
+	d->out[d->n_out].role = lc->role;
+	d->out[d->n_out].k = k;
+	d->n_out++;
+	/* for `shoal status`: one transport line per peer we send to */
+	pthread_mutex_lock(&lc->cl->mu);
+	size_t j = 0;
+	while (j < lc->cl->n_link_status && memcmp(lc->cl->link_peer[j], peer, 16))
+		j++;
+	if (j < SHOAL_CLUSTER_MAX_PEERS) {
+		memcpy(lc->cl->link_peer[j], peer, 16);
+		snprintf(lc->cl->link_status[j], sizeof lc->cl->link_status[j], "%s",
+		         shoal_xfer_link_status(k));
+		if (j == lc->cl->n_link_status)
+			lc->cl->n_link_status++;
+	}
+	pthread_mutex_unlock(&lc->cl->mu);
+	return k;
+}
+
+static void shoal_cluster_links_close(shoal_cluster_dt *d)
+{
+	for (size_t i = 0; i < d->n_out; i++)
+		shoal_xfer_link_free(d->out[i].k);
+	for (size_t i = 0; i < d->n_in; i++)
+		shoal_xfer_link_free(d->in[i].k);
+	d->n_out = d->n_in = 0;
+	pthread_mutex_lock(&d->cl->mu);
+	d->cl->n_link_status = 0;
+	pthread_mutex_unlock(&d->cl->mu);
+}
+
+/* -------------------------------------------------------- the accept thread */
+
+static void *shoal_cluster_accept_main(void *arg)
+{
+	shoal_cluster *cl = arg;
+	for (;;) {
+		pthread_mutex_lock(&cl->mu);
+		int stop = cl->stop;
+		pthread_mutex_unlock(&cl->mu);
+		if (stop)
+			break;
+		shoal_xfer_link *k = NULL;
+		char why[256] = "";
+		shoal_err e = shoal_xfer_listener_accept(cl->listener, 200, &k, why, sizeof why);
+		if (e == SHOAL_ERR_TIMEOUT)
+			continue;
+		if (e != SHOAL_OK) {
+			SHOAL_LOG_D("cluster", "data accept: %s", why);
+			continue;
+		}
+		pthread_mutex_lock(&cl->mu);
+		if (cl->n_acc < SHOAL_CLUSTER_LINKS) {
+			cl->acc[cl->n_acc] = k;
+			cl->acc_role[cl->n_acc] = cl->admit_role;
+			cl->n_acc++;
+			k = NULL;
+		}
+		pthread_mutex_unlock(&cl->mu);
+		shoal_xfer_link_free(k);
+		shoal_cluster__wake(cl);
+	}
+	return NULL;
+}
+
+/* ------------------------------------------------------------------- events */
+
+/* Queue an event for the node thread; waits while the ring is full (the
+ * node thread drains it every base period). */
+static void shoal_cluster_event_push(shoal_cluster *cl, const shoal_cluster_event *ev)
+{
+	pthread_mutex_lock(&cl->mu);
+	while (cl->ev_n == SHOAL_CLUSTER_EVENTS && !cl->stop)
+		pthread_cond_wait(&cl->cv, &cl->mu);
+	if (!cl->stop) {
+		cl->ev[(cl->ev_head + cl->ev_n) % SHOAL_CLUSTER_EVENTS] = *ev;
+		cl->ev_n++;
+	}
+	pthread_mutex_unlock(&cl->mu);
+	char c = 1;
+	if (write(cl->evfd[1], &c, 1) < 0 && errno != EAGAIN)
+		SHOAL_LOG_W("cluster", "event pipe: %s", strerror(errno));
+}
+
+static void shoal_cluster_end_run(shoal_cluster *cl, uint32_t run, shoal_err err, const char *why)
+{
+	shoal_cluster_event ev;
+	memset(&ev, 0, sizeof ev);
+	ev.run = run;
+	ev.end = 1;
+	ev.err = err;
+	snprintf(ev.why, sizeof ev.why, "%.199s", why ? why : "");
+	cl->runs[run].ended = true;
+	shoal_cluster_event_push(cl, &ev);
+}
+
+typedef struct shoal_cluster_tokctx {
+	shoal_cluster *cl;
+	uint32_t run;
+} shoal_cluster_tokctx;
+
+static int shoal_cluster_on_token(void *ctx, const shoal_dist_token *t)
+{
+	shoal_cluster_tokctx *tc = ctx;
+	shoal_cluster *cl = tc->cl;
+	cl->runs[tc->run].last_us = shoal_cluster_data_now_us();
+	if (shoal_tokenizer_is_eog(cl->tok, t->id))
+		return 1; /* as local `shoal run`: the end token is not printed */
+	shoal_cluster_event ev;
+	ev.run = tc->run;
+	ev.end = 0;
+	ev.err = SHOAL_OK;
+	ev.id = t->id;
+	ev.lp = t->logprob;
+	ev.n_top = t->n_top < SHOAL_DIST_MAX_LOGPROBS ? t->n_top : SHOAL_DIST_MAX_LOGPROBS;
+	memcpy(ev.top_ids, t->top_ids, ev.n_top * sizeof *ev.top_ids);
+	memcpy(ev.top_lps, t->top_lps, ev.n_top * sizeof *ev.top_lps);
+	ev.why[0] = '\0';
+	shoal_cluster_event_push(cl, &ev);
+	return 0;
+}
+
+/* --------------------------------------------------------------- the thread */
+
+/* Take a new assignment: the old plan's links, stage and owner go. */
+static void shoal_cluster_take_assign(shoal_cluster_dt *d, shoal_cluster_assign *a)
+{
+	shoal_cluster *cl = d->cl;
+	shoal_cluster_links_close(d);
+	shoal_dist_owner_free(d->owner);
+	d->owner = NULL;
+	for (uint32_t i = 0; i < SHOAL_CLUSTER_MAX_RUNS; i++) {
+		pthread_mutex_lock(&cl->mu);
+		bool live = cl->runs[i].state == SHOAL_CLUSTER_RUN_STARTED;
+		pthread_mutex_unlock(&cl->mu);
+		if (live && !cl->runs[i].ended)
+			shoal_cluster_end_run(cl, i, SHOAL_ERR_STATE,
+			                      "the plan changed during the run; retry");
+	}
+	shoal_cluster__free_assign(d->as);
+	d->as = a;
+	shoal_dist_owner_config oc;
+	memset(&oc, 0, sizeof oc);
+	memcpy(oc.self, cl->cfg.self, 16);
+	memcpy(oc.first, a->first, 16);
+	memcpy(oc.digest, a->digest, 32);
+	oc.epoch = a->epoch;
+	oc.max_sessions = SHOAL_CLUSTER_MAX_RUNS;
+	oc.max_rows = SHOAL_CLUSTER_MAX_ROWS;
+	oc.link = shoal_cluster__link;
+	oc.link_ctx = &cl->lctx_stage;
+	oc.timeout_ms = (int)SHOAL_CLUSTER_SILENCE_MS / 3;
+	char why[256] = "";
+	if (shoal_dist_owner_new(&oc, &d->owner, why, sizeof why) != SHOAL_OK)
+		SHOAL_LOG_W("cluster", "cannot make the session owner: %s", why);
+}
+
+static void shoal_cluster_dispatch(shoal_cluster_dt *d, shoal_xfer_link *k, int role,
+                                   const shoal_xfer_frame *f)
+{
+	char why[256] = "";
+	shoal_err e = SHOAL_OK;
+	const shoal_cluster_assign *a = d->as;
+	if (f->hdr.kind == SHOAL_XFER_KIND_EXPERT_REQ) {
+		shoal_dist_stage *s =
+		    a && a->stage && f->hdr.layer_first >= a->l0 && f->hdr.layer_first < a->l1
+		        ? a->stage
+		    : a ? a->experts
+		        : NULL;
+		if (s)
+			e = shoal_dist_stage_handle(s, k, f, why, sizeof why);
+		else
+			SHOAL_LOG_W("cluster", "expert request for layer %u: not held here",
+			            f->hdr.layer_first);
+	} else if (f->hdr.kind == SHOAL_XFER_KIND_ERROR) {
+		SHOAL_LOG_W("cluster", "data link error from the peer: %.*s",
+		            (int)(f->hdr.payload_len < 200 ? f->hdr.payload_len : 200),
+		            (const char *)f->payload);
+	} else if (role == SHOAL_CLUSTER_ROLE_OWNER) {
+		if (d->owner)
+			e = shoal_dist_owner_handle(d->owner, k, f, why, sizeof why);
+	} else if (a && a->stage) {
+		e = shoal_dist_stage_handle(a->stage, k, f, why, sizeof why);
+	} else {
+		SHOAL_LOG_W("cluster", "a stage frame, but no stage here; dropped");
+	}
+	if (e != SHOAL_OK)
+		SHOAL_LOG_W("cluster", "data frame: %s", why[0] ? why : shoal_strerror(e));
+}
+
+static void shoal_cluster_start_runs(shoal_cluster_dt *d, shoal_cluster_tokctx *tcs)
+{
+	shoal_cluster *cl = d->cl;
+	uint64_t now = shoal_cluster_data_now_us();
+	for (uint32_t i = 0; i < SHOAL_CLUSTER_MAX_RUNS; i++) {
+		pthread_mutex_lock(&cl->mu);
+		shoal_cluster_run *r = &cl->runs[i];
+		bool queued = r->state == SHOAL_CLUSTER_RUN_QUEUED;
+		bool servable =
+		    cl->shared_servable && d->as && !memcmp(cl->shared_digest, d->as->digest, 32);
+		if (queued && servable)
+			r->state = SHOAL_CLUSTER_RUN_STARTED;
+		pthread_mutex_unlock(&cl->mu);
+		if (!queued)
+			continue;
+		if (!servable) {
+			if (now > r->deadline_us) {
+				char why[300];
+				pthread_mutex_lock(&cl->mu);
+				r->state = SHOAL_CLUSTER_RUN_STARTED;
+				snprintf(why, sizeof why, "no servable plan after %u s: %.200s",
+				         SHOAL_CLUSTER_WAIT_MS / 1000u, cl->shared_why);
+				pthread_mutex_unlock(&cl->mu);
+				shoal_cluster_end_run(cl, i, SHOAL_ERR_TIMEOUT, why);
+			}
+			continue;
+		}
+		r->ended = false;
+		r->last_us = now;
+		char why[256] = "";
+		tcs[i] = (shoal_cluster_tokctx){cl, i};
+		shoal_dist_request req = {.prompt = r->prompt,
+		                          .n_prompt = r->n_prompt,
+		                          .max_tokens = r->max_tokens,
+		                          .logprobs = r->logprobs,
+		                          .sampler = r->sp,
+		                          .on_token = shoal_cluster_on_token,
+		                          .ctx = &tcs[i]};
+		shoal_err e = d->owner
+		                  ? shoal_dist_owner_start(d->owner, &req, &r->sid, why, sizeof why)
+		                  : SHOAL_ERR_STATE;
+		if (e != SHOAL_OK)
+			shoal_cluster_end_run(cl, i, e, why[0] ? why : shoal_strerror(e));
+	}
+}
+
+static void shoal_cluster_check_runs(shoal_cluster_dt *d)
+{
+	shoal_cluster *cl = d->cl;
+	uint64_t now = shoal_cluster_data_now_us();
+	for (uint32_t i = 0; i < SHOAL_CLUSTER_MAX_RUNS; i++) {
+		shoal_cluster_run *r = &cl->runs[i];
+		pthread_mutex_lock(&cl->mu);
+		bool started = r->state == SHOAL_CLUSTER_RUN_STARTED;
+		pthread_mutex_unlock(&cl->mu);
+		if (!started || r->ended)
+			continue;
+		shoal_err res = SHOAL_OK;
+		char why[256] = "";
+		if (d->owner && shoal_dist_owner_done(d->owner, r->sid, &res, why, sizeof why))
+			shoal_cluster_end_run(cl, i, res, why);
+		else if (now - r->last_us > SHOAL_CLUSTER_SILENCE_MS * 1000u)
+			shoal_cluster_end_run(cl, i, SHOAL_ERR_TIMEOUT,
+			                      "no token for 30 s: a stage is gone?");
+	}
+}
+
+static void *shoal_cluster_data_main(void *arg)
+{
+	shoal_cluster *cl = arg;
+	shoal_cluster_dt *d = calloc(1, sizeof *d);
+	shoal_cluster_tokctx tcs[SHOAL_CLUSTER_MAX_RUNS];
+	if (!d) {
+		SHOAL_LOG_E("cluster", "data thread: out of memory");
+		return NULL;
+	}
+	d->cl = cl;
+	cl->dt = d;
+	for (;;) {
+		shoal_cluster_assign *na = NULL;
+		pthread_mutex_lock(&cl->mu);
+		if (cl->stop) {
+			pthread_mutex_unlock(&cl->mu);
+			break;
+		}
+		if (cl->pending_set) {
+			na = cl->pending;
+			cl->pending = NULL;
+			cl->pending_set = false;
+		}
+		if (cl->eps_version != d->eps_version) {
+			memcpy(d->eps, cl->eps, cl->n_eps * sizeof *cl->eps);
+			d->n_eps = cl->n_eps;
+			d->eps_version = cl->eps_version;
+		}
+		pthread_mutex_unlock(&cl->mu);
+		if (na)
+			shoal_cluster_take_assign(d, na);
+		/* accepted links */
+		pthread_mutex_lock(&cl->mu);
+		for (size_t i = 0; i < cl->n_acc; i++) {
+			if (d->as && d->n_in < SHOAL_CLUSTER_LINKS) {
+				shoal_xfer_link_set_plan(cl->acc[i], d->as->digest, d->as->epoch);
+				d->in[d->n_in].k = cl->acc[i];
+				d->in[d->n_in].role = cl->acc_role[i];
+				d->n_in++;
+			} else {
+				shoal_xfer_link_free(cl->acc[i]);
+			}
+		}
+		cl->n_acc = 0;
+		pthread_mutex_unlock(&cl->mu);
+		shoal_cluster_start_runs(d, tcs);
+		/* wait for frames or a wake-up */
+		struct pollfd pf[1 + 3 * SHOAL_CLUSTER_LINKS];
+		int np = 0;
+		pf[np].fd = cl->wake[0];
+		pf[np].events = POLLIN;
+		np++;
+		for (size_t i = 0; i < d->n_in; i++)
+			np += shoal_xfer_link_pollfds(d->in[i].k, pf + np, 3);
+		poll(pf, (nfds_t)np, 50);
+		char drain[64];
+		while (read(cl->wake[0], drain, sizeof drain) > 0)
+			;
+		/* Read every in-link (cheap: recv with timeout 0). */
+		for (size_t i = 0; i < d->n_in;) {
+			shoal_xfer_frame f;
+			char why[256] = "";
+			shoal_err e;
+			int dead = 0;
+			while ((e = shoal_xfer_link_recv(d->in[i].k, 0, &f, why, sizeof why)) !=
+			       SHOAL_ERR_TIMEOUT) {
+				if (e == SHOAL_OK) {
+					shoal_cluster_dispatch(d, d->in[i].k, d->in[i].role, &f);
+				} else if (e == SHOAL_ERR_FORMAT || e == SHOAL_ERR_MISMATCH) {
+					SHOAL_LOG_W("cluster", "data frame dropped: %s", why);
+				} else {
+					SHOAL_LOG_I("cluster", "data link closed: %s", why);
+					dead = 1;
+					break;
+				}
+			}
+			if (dead) {
+				shoal_xfer_link_free(d->in[i].k);
+				d->in[i] = d->in[--d->n_in];
+			} else {
+				i++;
+			}
+		}
+		shoal_cluster_check_runs(d);
+	}
+	shoal_cluster_links_close(d);
+	shoal_dist_owner_free(d->owner);
+	shoal_cluster__free_assign(d->as);
+	cl->dt = NULL;
+	free(d);
+	return NULL;
+}
+
+/* --------------------------------------------------------------- start/stop */
+
+shoal_err shoal_cluster__data_start(shoal_cluster *cl, char *why, size_t why_len)
+{
+	shoal_xfer_config_default(&cl->xcfg);
+	memcpy(cl->xcfg.self_id, cl->cfg.self, 16);
+	/* peers share cores in a lab: block at once instead of spinning */
+	cl->xcfg.spin_us = 0;
+	shoal_err e = shoal_xfer_listener_new(
+	    &cl->xcfg, cl->cfg.data_host ? cl->cfg.data_host : "0.0.0.0", cl->cfg.data_port,
+	    shoal_cluster_admit, cl, &cl->listener, why, why_len);
+	if (e != SHOAL_OK)
+		return e;
+	if (pthread_create(&cl->acc_thr, NULL, shoal_cluster_accept_main, cl) != 0)
+		return shoal_why(why, why_len, SHOAL_ERR_NOMEM, "cannot start the accept thread");
+	cl->acc_started = true;
+	if (pthread_create(&cl->data_thr, NULL, shoal_cluster_data_main, cl) != 0)
+		return shoal_why(why, why_len, SHOAL_ERR_NOMEM, "cannot start the data thread");
+	cl->data_started = true;
+	return SHOAL_OK;
+}
+
+void shoal_cluster__data_stop(shoal_cluster *cl)
+{
+	if (cl->mu_ok) {
+		pthread_mutex_lock(&cl->mu);
+		cl->stop = 1;
+		if (cl->cv_ok)
+			pthread_cond_broadcast(&cl->cv);
+		pthread_mutex_unlock(&cl->mu);
+	}
+	if (cl->wake[1] >= 0)
+		shoal_cluster__wake(cl);
+	if (cl->data_started)
+		pthread_join(cl->data_thr, NULL);
+	if (cl->acc_started)
+		pthread_join(cl->acc_thr, NULL);
+	cl->data_started = cl->acc_started = false;
+	for (size_t i = 0; i < cl->n_acc; i++)
+		shoal_xfer_link_free(cl->acc[i]);
+	cl->n_acc = 0;
+	shoal_xfer_listener_free(cl->listener);
+	cl->listener = NULL;
+}
+
+uint16_t shoal_cluster_data_port(const shoal_cluster *cl)
+{
+	return cl->listener ? shoal_xfer_listener_port(cl->listener) : 0;
+}

@@ -1,0 +1,182 @@
+/*
+ * runtime/node/cluster_impl.h: the inside of runtime/node/cluster.h, shared by
+ * cluster.c (planning, readiness, status: the node thread) and
+ * cluster_data.c (links, stage, session owner: the data thread, plus an
+ * accept thread that runs handshakes so a peer can link to itself).
+ *
+ * What crosses threads goes through `mu`: the pending assignment, the
+ * endpoint table, servability, run slots and the event ring. Everything
+ * else belongs to one thread, as marked.
+ */
+#ifndef SHOAL_RUNTIME_CLUSTER_IMPL_H
+#define SHOAL_RUNTIME_CLUSTER_IMPL_H
+
+#include <pthread.h>
+
+#include "models/manifest.h"
+#include "models/model.h"
+#include "models/model_id.h"
+#include "models/tokenizer.h"
+#include "runtime/node/cluster.h"
+#include "runtime/dist/dist.h"
+#include "scheduler/plan.h"
+
+/* Peers a plan or a view may name: the scheduler's own practical bound for
+ * a desk or a lab is far below; 64 matches SHOAL_RECORD_MAX_LINKS. */
+#define SHOAL_CLUSTER_MAX_PEERS 64
+/* Concurrent `shoal run --peer` requests per node, and KV sessions per
+ * stage: 2 lets a new request open while the previous one's CLOSE is in
+ * flight; the plan reserves KV for both. */
+#define SHOAL_CLUSTER_MAX_RUNS 4
+#define SHOAL_CLUSTER_SESSIONS 2
+/* Rows per TOKEN frame and per engine run: 64 rows of a 4096-wide model
+ * are 1 MiB of F32, the xfer default max frame (less the header: 32 is
+ * what fits; the test models are 512 wide). */
+#define SHOAL_CLUSTER_MAX_ROWS 32
+/* Events the data thread queues for the node thread: a token per entry;
+ * the node thread drains every base period or sooner when woken, so 256
+ * covers bursts of several concurrent runs. */
+#define SHOAL_CLUSTER_EVENTS 256
+/* A request waits this long for a servable plan; a session this long for
+ * its next token before it fails (a stage died mid-run). */
+#define SHOAL_CLUSTER_WAIT_MS     20000u
+#define SHOAL_CLUSTER_SILENCE_MS  30000u
+#define SHOAL_CLUSTER_LINKS       (2 * SHOAL_CLUSTER_MAX_PEERS)
+#define SHOAL_CLUSTER_DEFAULT_CTX 4096u /* the context of local `shoal run` */
+
+enum { SHOAL_CLUSTER_ROLE_STAGE = 1, SHOAL_CLUSTER_ROLE_OWNER = 2 };
+
+typedef struct shoal_cluster_ep {
+	uint8_t id[16];
+	char host[64];
+	uint16_t port;
+} shoal_cluster_ep;
+
+/* What the node thread hands the data thread when the plan changes. */
+typedef struct shoal_cluster_assign {
+	uint8_t digest[32];
+	uint64_t epoch;
+	shoal_dist_stage *stage; /* NULL: no layers here */
+	uint32_t l0, l1;
+	shoal_dist_stage *experts; /* NULL: no experts of other layers here */
+	uint8_t first[16];         /* stage 0's peer */
+} shoal_cluster_assign;
+
+enum { SHOAL_CLUSTER_RUN_FREE = 0, SHOAL_CLUSTER_RUN_QUEUED, SHOAL_CLUSTER_RUN_STARTED };
+
+typedef struct shoal_cluster_run {
+	int state; /* under mu */
+	shoal_ctl_route route;
+	uint64_t seq;
+	int32_t *prompt;
+	uint32_t n_prompt, max_tokens, logprobs;
+	shoal_sampler_params sp;
+	uint64_t deadline_us;
+	/* data thread */
+	uint64_t sid;
+	uint64_t last_us;
+	bool ended;
+	/* node thread */
+	shoal_detok dt;
+} shoal_cluster_run;
+
+typedef struct shoal_cluster_event {
+	uint32_t run;
+	int end; /* 0: a token; 1: the end (err, why) */
+	shoal_err err;
+	int32_t id;
+	float lp;
+	uint32_t n_top;
+	int32_t top_ids[SHOAL_DIST_MAX_LOGPROBS];
+	float top_lps[SHOAL_DIST_MAX_LOGPROBS];
+	char why[200];
+} shoal_cluster_event;
+
+typedef struct shoal_cluster_lctx {
+	shoal_cluster *cl;
+	int role;
+} shoal_cluster_lctx;
+
+struct shoal_cluster {
+	shoal_cluster_config cfg;
+	char model_path[1024];
+	char state_dir[1024];
+	shoal_key key;
+	shoal_model *model;
+	shoal_tokenizer *tok;
+	uint8_t model_id[32];
+	uint64_t file_bytes;
+	shoal_manifest mf;
+	shoal_policy pol;
+	uint64_t offer; /* memory offered as last published */
+
+	/* planning: node thread */
+	uint8_t view_sig[32];
+	bool have_sig;
+	shoal_plan *plan;        /* current, NULL when none */
+	shoal_plan *prev;        /* last servable, or learned from the peers we joined */
+	uint8_t learn_tried[32]; /* the digest we last tried to learn */
+	char plan_why[256];
+	bool servable;
+	uint8_t ready_digest[32];
+	uint64_t ready_epoch;
+	char ready_why[256]; /* why we are not ready for the plan */
+	size_t n_left;
+	struct {
+		shoal_sched_id id;
+		char name[64];
+		char why[160];
+	} left[SHOAL_CLUSTER_MAX_PEERS];
+	size_t n_cand;
+	struct {
+		shoal_sched_id id;
+		bool ready;
+	} cand[SHOAL_CLUSTER_MAX_PEERS];
+
+	/* shared under mu */
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	bool mu_ok, cv_ok;
+	int stop;
+	shoal_cluster_assign *pending; /* next assignment for the data thread */
+	bool pending_set;
+	shoal_cluster_ep eps[SHOAL_CLUSTER_MAX_PEERS];
+	size_t n_eps;
+	uint64_t eps_version;
+	bool shared_servable;
+	uint8_t shared_digest[32]; /* the digest accepted links must name */
+	uint64_t shared_epoch;
+	char shared_why[256]; /* why the plan is not servable ("" when it is) */
+	shoal_cluster_run runs[SHOAL_CLUSTER_MAX_RUNS];
+	shoal_cluster_event *ev; /* ring (SHOAL_CLUSTER_EVENTS) */
+	uint32_t ev_head, ev_n;
+	shoal_xfer_link *acc[SHOAL_CLUSTER_LINKS]; /* accepted, waiting for the data thread */
+	int acc_role[SHOAL_CLUSTER_LINKS];
+	size_t n_acc;
+	char link_status[SHOAL_CLUSTER_MAX_PEERS][96]; /* per eps entry: "tcp", ... */
+	uint8_t link_peer[SHOAL_CLUSTER_MAX_PEERS][16];
+	size_t n_link_status;
+
+	/* threads */
+	int wake[2]; /* node -> data thread */
+	int evfd[2]; /* data thread -> node */
+	shoal_xfer_config xcfg;
+	shoal_xfer_listener *listener;
+	pthread_t data_thr, acc_thr;
+	bool data_started, acc_started;
+	int admit_role;                            /* accept thread only */
+	shoal_cluster_lctx lctx_stage, lctx_owner; /* link roles for dist objects */
+	struct shoal_cluster_dt *dt;               /* data thread only (cluster_data.c) */
+};
+
+/* cluster_data.c */
+shoal_err shoal_cluster__data_start(shoal_cluster *cl, char *why, size_t why_len);
+void shoal_cluster__data_stop(shoal_cluster *cl);
+void shoal_cluster__wake(shoal_cluster *cl);
+void shoal_cluster__token(const shoal_cluster *cl, const uint8_t peer[16], const uint8_t digest[32],
+                          int role, uint8_t out[33]);
+void shoal_cluster__free_assign(shoal_cluster_assign *a);
+/* Which link reaches a peer, for dist objects (ctx: a shoal_cluster_lctx). */
+shoal_xfer_link *shoal_cluster__link(void *ctx, const uint8_t peer[16]);
+
+#endif

@@ -1,0 +1,70 @@
+/*
+ * runtime/node/node.h: one peer of the cluster: the event loop that glues the
+ * control sockets (net/ctl), membership (net/swim), discovery
+ * (net/discovery), identity and keys, machine and link probes.
+ *
+ * Part: runtime/. `shoal node` builds a config from its flags, then
+ * shoal_node_new + shoal_node_run until SIGINT/SIGTERM sets *stop, which
+ * leaves the cluster gracefully. The node writes its control endpoint into
+ * <state-dir>/control so that `shoal status` finds it.
+ *
+ * Timers, all multiples of the base period B (--gossip-ms, default 100):
+ * SWIM's own (see net/swim.c); a link probe every SHOAL_NODE_PROBE_MULT*B;
+ * link targets rebuilt every SHOAL_NODE_TARGETS_MULT*B; our record
+ * (available memory, load, links) republished every SHOAL_NODE_RECORD_MULT*B;
+ * idle DEALERs closed after SHOAL_NODE_IDLE_MULT*B.
+ */
+#ifndef SHOAL_RUNTIME_NODE_H
+#define SHOAL_RUNTIME_NODE_H
+
+#include <signal.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "base/err.h"
+#include "net/discovery.h"
+#include "net/key.h"
+
+#define SHOAL_NODE_DEFAULT_GOSSIP_MS 100 /* SWIM's own default base period */
+#define SHOAL_NODE_DEFAULT_CLUSTER   "default"
+#define SHOAL_NODE_CONTROL_FILE      "control" /* in the state dir, for `shoal status` */
+
+typedef struct shoal_node shoal_node;
+
+typedef struct shoal_node_config {
+	const char *state_dir;    /* required, created if missing */
+	const char *name;         /* NULL: host name */
+	const char *listen;       /* "ADDR[:PORT]"; NULL: 0.0.0.0:47470 */
+	const char *const *seeds; /* "HOST[:PORT]" each */
+	size_t n_seeds;
+	int no_mdns;
+	const shoal_key *key;    /* NULL: insecure (caller checked --insecure) */
+	const char *cluster;     /* NULL: "default" */
+	int threads;             /* compute threads; 0: all cores */
+	const char *data_listen; /* "ADDR:PORT"; NULL: ephemeral on the listen address */
+	uint32_t gossip_ms;      /* base period; 0: default */
+	const shoal_discovery_ops *discovery; /* NULL: DNS-SD */
+	/* Serving a model (runtime/node/cluster.h); model NULL: membership only. */
+	const char *model;  /* GGUF file */
+	uint64_t mem_limit; /* bytes offered at most; 0: what is available */
+	uint32_t ctx;       /* KV context per session; 0: the model's */
+	int spread_experts; /* ask the scheduler to spread MoE experts */
+} shoal_node_config;
+
+/* Load the identity (raising its incarnation), lock the state dir, bind
+ * the control and data sockets, probe the machine. Nothing is sent yet.
+ * *out is owned by the caller (shoal_node_free). */
+shoal_err shoal_node_new(const shoal_node_config *cfg, shoal_node **out, char *why, size_t why_len);
+
+/* Run until *stop becomes non-zero, then leave gracefully (bounded by
+ * SWIM's linger time) and return. */
+shoal_err shoal_node_run(shoal_node *n, volatile sig_atomic_t *stop);
+
+void shoal_node_free(shoal_node *n);
+
+/* "HOST[:PORT]" -> "tcp://IPv4:PORT" (default port dflt); resolves names
+ * with getaddrinfo. */
+shoal_err shoal_node_endpoint_parse(const char *hostport, uint16_t dflt, char *out, size_t cap,
+                                    char *why, size_t why_len);
+
+#endif

@@ -1,0 +1,60 @@
+/*
+ * runtime/node/plan_json.h: cluster descriptions (JSON) <-> the scheduler's view,
+ * and plans -> JSON (the object `shoal plan --json` prints and `shoal status
+ * --json` embeds).
+ *
+ * Part: runtime/ (glue: the scheduler stays free of I/O and JSON).
+ *
+ * Cluster JSON (all fields but peers[].id optional unless said):
+ *   { "name": "4x Mac Studio",
+ *     "default_link": { "latency_us": 200, "bandwidth_gbit": 1 },
+ *     "peers": [ { "id": "<32 hex digits>", "name": "studio-1",
+ *                  "memory": "512G" | <bytes>,       (required)
+ *                  "bandwidth_gbs": 819,             (memory GB/s, required)
+ *                  "compute_gflops": 28000,          (required)
+ *                  "load_pct": 0 } ],
+ *     "links": [ { "a": "<id or name>", "b": "<id or name>",
+ *                  "latency_us": 30, "bandwidth_gbit": 80 } ],
+ *     "routing": [ { "layer": 3, "counts": [ 120, 7, ... ] } ] }
+ * memory: bytes, or a number with K/M/G/T or KiB/MiB/GiB/TiB (powers of
+ * 1024) or KB/MB/GB/TB (powers of 1000). Links are symmetric; a pair not
+ * listed gets default_link, itself 200 us and 1 Gbit/s when absent (a
+ * gigabit LAN with the TCP stack of idle machines on both ends).
+ */
+#ifndef SHOAL_RUNTIME_PLAN_JSON_H
+#define SHOAL_RUNTIME_PLAN_JSON_H
+
+#include <jansson.h>
+#include <stddef.h>
+
+#include "base/err.h"
+#include "scheduler/plan.h"
+#include "scheduler/view.h"
+
+/* A view from cluster JSON text / a file. The caller owns *out. Bad input ->
+ * SHOAL_ERR_FORMAT / RANGE / INVAL with a reason naming the field. */
+shoal_err shoal_cluster_parse(const char *text, size_t len, shoal_view **out, char *why,
+                              size_t why_len);
+shoal_err shoal_cluster_load(const char *path, shoal_view **out, char *why, size_t why_len);
+/* The view as cluster JSON (new reference, NULL when out of memory):
+ * memory in bytes, the default link, the links set, the routing counts;
+ * parsing it back gives the same view. */
+json_t *shoal_cluster_to_json(const shoal_view *v);
+/* Parse "512G", "64 GiB", "1.5T", "16000000000" into bytes. */
+shoal_err shoal_cluster_parse_bytes(const char *s, uint64_t *out);
+
+/* The plan as a JSON object (new reference, NULL when out of memory):
+ *   { "model", "epoch", "digest" (64 hex), "kept",
+ *     "predicted_ns_per_token", "predicted_ms_per_token", "tokens_per_second",
+ *     "moved_bytes",
+ *     "stages": [ { "peer" (32 hex), "name", "first_layer", "end_layer" } ],
+ *     "embedding": { "peer", "name" }, "head": { "peer", "name" },
+ *     "experts": [ { "layer", "owners": [ { "peer", "name",
+ *                    "experts": [ ids ] } ] } ]          (MoE layers only)
+ *     "memory": [ { "peer", "name", "weights_bytes", "kv_bytes",
+ *                   "used_bytes", "capacity_bytes", "experts" } ] }
+ * Arrays are in pipeline order (stages), layer order (experts) and peer id
+ * order (owners, memory), so the text is stable for a given plan. */
+json_t *shoal_plan_to_json(const shoal_plan *p);
+
+#endif

@@ -1,0 +1,546 @@
+/*
+ * tests/helpers/gen_fixture.c: write a random-weight GGUF model for tests and
+ * benchmarks (llama, qwen2, qwen3, qwen3moe; dense or MoE; any stored type).
+ *
+ * Part: tests (models/). Deterministic for a seed: every tensor draws from
+ * its own stream seeded by (seed, tensor name), so a split file holds the
+ * same bytes as the unsplit one. Tensors stream to the file row by row, so
+ * a 1 GB fixture needs a few MB of memory. The vocabulary is SentencePiece
+ * style (<unk>, <s>, </s>, byte tokens <0x00>..<0xFF>, then letter pieces),
+ * enough for `shoal run` to tokenize any text by byte fallback. Usage: see
+ * usage() below (or run it without arguments).
+ */
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "models/dtype.h"
+#include "runtime/cpu/quant.h"
+#include "tests/helpers/gguf_writer.h"
+
+typedef struct opts {
+	const char *arch;
+	shoal_dtype type;
+	uint32_t layers, dim, ff, heads, kv_heads, vocab, head_dim;
+	uint32_t experts, experts_used, ff_exp;
+	uint32_t ctx;
+	bool tied;
+	uint64_t seed;
+	uint32_t split;
+	const char *out;
+} opts;
+
+typedef enum kind { K_WEIGHT, K_EMBD, K_NORM, K_BIAS, K_ROUTER } kind;
+
+typedef struct tplan {
+	char name[64];
+	shoal_dtype type;
+	uint32_t n_dims;
+	uint64_t ne[4];
+	kind k;
+} tplan;
+
+/* ---- random numbers ----------------------------------------------------- */
+
+/* splitmix64: tiny, fast and good enough for weights. */
+static uint64_t rng_next(uint64_t *s)
+{
+	uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+	return z ^ (z >> 31);
+}
+
+/* Uniform in [-1, 1). */
+static float rng_unit(uint64_t *s)
+{
+	return (float)((double)(rng_next(s) >> 11) * (2.0 / 9007199254740992.0) - 1.0);
+}
+
+static uint64_t name_seed(uint64_t seed, const char *name)
+{
+	uint64_t h = 0xcbf29ce484222325ull; /* FNV-1a */
+	for (const char *p = name; *p; p++)
+		h = (h ^ (uint8_t)*p) * 0x100000001b3ull;
+	return h ^ (seed * 0x9e3779b97f4a7c15ull);
+}
+
+/* ---- the plan ----------------------------------------------------------- */
+
+/* Append one tensor; norms, biases and the router stay F32 (as in real
+ * GGUF files). Returns the new count. */
+static __attribute__((format(printf, 9, 10))) int plan_add(tplan *t, int n, shoal_dtype type,
+                                                           kind k, uint32_t nd, uint64_t a,
+                                                           uint64_t b, uint64_t c, const char *fmt,
+                                                           ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(t[n].name, sizeof t[n].name, fmt, ap);
+	va_end(ap);
+	t[n].type = (k == K_NORM || k == K_BIAS || k == K_ROUTER) ? SHOAL_DTYPE_F32 : type;
+	t[n].k = k;
+	t[n].n_dims = nd;
+	t[n].ne[0] = a;
+	t[n].ne[1] = b;
+	t[n].ne[2] = c;
+	t[n].ne[3] = 1;
+	return n + 1;
+}
+
+static int plan_build(const opts *o, tplan *t)
+{
+	bool qwen2 = !strcmp(o->arch, "qwen2");
+	bool qk = !strcmp(o->arch, "qwen3") || !strcmp(o->arch, "qwen3moe");
+	uint64_t E = o->dim, q = (uint64_t)o->heads * o->head_dim,
+	         kv = (uint64_t)o->kv_heads * o->head_dim;
+	shoal_dtype ty = o->type;
+	int n = 0;
+	n = plan_add(t, n, ty, K_EMBD, 2, E, o->vocab, 1, "token_embd.weight");
+	for (uint32_t l = 0; l < o->layers; l++) {
+		n = plan_add(t, n, ty, K_NORM, 1, E, 1, 1, "blk.%u.attn_norm.weight", l);
+		n = plan_add(t, n, ty, K_WEIGHT, 2, E, q, 1, "blk.%u.attn_q.weight", l);
+		n = plan_add(t, n, ty, K_WEIGHT, 2, E, kv, 1, "blk.%u.attn_k.weight", l);
+		n = plan_add(t, n, ty, K_WEIGHT, 2, E, kv, 1, "blk.%u.attn_v.weight", l);
+		if (qwen2) {
+			n = plan_add(t, n, ty, K_BIAS, 1, q, 1, 1, "blk.%u.attn_q.bias", l);
+			n = plan_add(t, n, ty, K_BIAS, 1, kv, 1, 1, "blk.%u.attn_k.bias", l);
+			n = plan_add(t, n, ty, K_BIAS, 1, kv, 1, 1, "blk.%u.attn_v.bias", l);
+		}
+		if (qk) {
+			n = plan_add(t, n, ty, K_NORM, 1, o->head_dim, 1, 1,
+			             "blk.%u.attn_q_norm.weight", l);
+			n = plan_add(t, n, ty, K_NORM, 1, o->head_dim, 1, 1,
+			             "blk.%u.attn_k_norm.weight", l);
+		}
+		n = plan_add(t, n, ty, K_WEIGHT, 2, q, E, 1, "blk.%u.attn_output.weight", l);
+		n = plan_add(t, n, ty, K_NORM, 1, E, 1, 1, "blk.%u.ffn_norm.weight", l);
+		if (o->experts) {
+			uint64_t X = o->experts, F = o->ff_exp;
+			n = plan_add(t, n, ty, K_ROUTER, 2, E, X, 1, "blk.%u.ffn_gate_inp.weight",
+			             l);
+			n = plan_add(t, n, ty, K_WEIGHT, 3, E, F, X, "blk.%u.ffn_gate_exps.weight",
+			             l);
+			n = plan_add(t, n, ty, K_WEIGHT, 3, E, F, X, "blk.%u.ffn_up_exps.weight",
+			             l);
+			n = plan_add(t, n, ty, K_WEIGHT, 3, F, E, X, "blk.%u.ffn_down_exps.weight",
+			             l);
+		} else {
+			n = plan_add(t, n, ty, K_WEIGHT, 2, E, o->ff, 1, "blk.%u.ffn_gate.weight",
+			             l);
+			n = plan_add(t, n, ty, K_WEIGHT, 2, E, o->ff, 1, "blk.%u.ffn_up.weight", l);
+			n = plan_add(t, n, ty, K_WEIGHT, 2, o->ff, E, 1, "blk.%u.ffn_down.weight",
+			             l);
+		}
+	}
+	n = plan_add(t, n, ty, K_NORM, 1, E, 1, 1, "output_norm.weight");
+	if (!o->tied)
+		n = plan_add(t, n, ty, K_WEIGHT, 2, E, o->vocab, 1, "output.weight");
+	return n;
+}
+
+/* ---- vocabulary ----------------------------------------------------------- */
+
+#define VOCAB_FIRST_PIECE 259 /* 3 specials + 256 byte tokens */
+
+/* Piece i (0-based after the byte tokens): lowercase strings of length
+ * 1, 2, 3, ... each first bare then with the SentencePiece space mark. */
+static void vocab_piece(uint64_t i, char *out)
+{
+	uint64_t count = 26;
+	int len = 1;
+	while (i >= 2 * count) {
+		i -= 2 * count;
+		count *= 26;
+		len++;
+	}
+	char *p = out;
+	if (i >= count) {
+		i -= count;
+		memcpy(p, "\xe2\x96\x81", 3); /* U+2581 */
+		p += 3;
+	}
+	for (int k = len - 1; k >= 0; k--) {
+		p[k] = (char)('a' + i % 26);
+		i /= 26;
+	}
+	p[len] = '\0';
+}
+
+static int write_vocab(shoal_gguf_writer *w, uint32_t V)
+{
+	char **toks = calloc(V, sizeof *toks);
+	float *scores = calloc(V, sizeof *scores);
+	int32_t *types = calloc(V, sizeof *types);
+	if (!toks || !scores || !types)
+		return -1;
+	for (uint32_t i = 0; i < V; i++) {
+		toks[i] = malloc(32);
+		if (!toks[i])
+			return -1;
+		if (i == 0) {
+			strcpy(toks[i], "<unk>");
+			types[i] = 2; /* unknown */
+		} else if (i == 1 || i == 2) {
+			strcpy(toks[i], i == 1 ? "<s>" : "</s>");
+			types[i] = 3; /* control */
+		} else if (i < VOCAB_FIRST_PIECE) {
+			snprintf(toks[i], 32, "<0x%02X>", i - 3);
+			types[i] = 6; /* byte */
+		} else {
+			vocab_piece(i - VOCAB_FIRST_PIECE, toks[i]);
+			types[i] = 1; /* normal */
+			scores[i] = -(float)(i - VOCAB_FIRST_PIECE);
+		}
+	}
+	shoal_gguf_writer_kv_str(w, "tokenizer.ggml.model", "llama");
+	shoal_gguf_writer_kv_str(w, "tokenizer.ggml.pre", "default");
+	shoal_gguf_writer_kv_arr_str(w, "tokenizer.ggml.tokens", (const char *const *)toks, V);
+	shoal_gguf_writer_kv_arr(w, "tokenizer.ggml.scores", SHOAL_GGUF_FLOAT32, scores, V);
+	shoal_gguf_writer_kv_arr(w, "tokenizer.ggml.token_type", SHOAL_GGUF_INT32, types, V);
+	shoal_gguf_writer_kv_u32(w, "tokenizer.ggml.bos_token_id", 1);
+	shoal_gguf_writer_kv_u32(w, "tokenizer.ggml.eos_token_id", 2);
+	shoal_gguf_writer_kv_u32(w, "tokenizer.ggml.unknown_token_id", 0);
+	shoal_gguf_writer_kv_bool(w, "tokenizer.ggml.add_bos_token", true);
+	shoal_gguf_writer_kv_bool(w, "tokenizer.ggml.add_eos_token", false);
+	for (uint32_t i = 0; i < V; i++)
+		free(toks[i]);
+	free(toks);
+	free(scores);
+	free(types);
+	return 0;
+}
+
+/* ---- metadata ------------------------------------------------------------- */
+
+static uint32_t file_type(shoal_dtype t)
+{
+	switch (t) {
+	case SHOAL_DTYPE_F32:
+		return 0;
+	case SHOAL_DTYPE_F16:
+		return 1;
+	case SHOAL_DTYPE_Q4_0:
+		return 2;
+	case SHOAL_DTYPE_Q8_0:
+		return 7;
+	case SHOAL_DTYPE_Q4_K:
+		return 15; /* "Q4_K_M" */
+	case SHOAL_DTYPE_Q6_K:
+		return 18;
+	case SHOAL_DTYPE_BF16:
+		return 32;
+	default:
+		return 0;
+	}
+}
+
+static int write_meta(shoal_gguf_writer *w, const opts *o)
+{
+	char k[128];
+	const char *a = o->arch;
+	bool qwen = strncmp(a, "qwen", 4) == 0;
+#define KEY(s) (snprintf(k, sizeof k, "%s.%s", a, s), k)
+	shoal_gguf_writer_kv_str(w, "general.architecture", a);
+	shoal_gguf_writer_kv_str(w, "general.name", "gen-fixture");
+	shoal_gguf_writer_kv_u32(w, "general.file_type", file_type(o->type));
+	shoal_gguf_writer_kv_u32(w, "general.quantization_version", 2);
+	shoal_gguf_writer_kv_u64(w, "general.seed", o->seed);
+	shoal_gguf_writer_kv_u32(w, KEY("vocab_size"), o->vocab);
+	shoal_gguf_writer_kv_u32(w, KEY("context_length"), o->ctx);
+	shoal_gguf_writer_kv_u32(w, KEY("embedding_length"), o->dim);
+	shoal_gguf_writer_kv_u32(w, KEY("block_count"), o->layers);
+	shoal_gguf_writer_kv_u32(w, KEY("feed_forward_length"), o->ff);
+	shoal_gguf_writer_kv_u32(w, KEY("attention.head_count"), o->heads);
+	shoal_gguf_writer_kv_u32(w, KEY("attention.head_count_kv"), o->kv_heads);
+	if (o->head_dim != o->dim / o->heads) {
+		shoal_gguf_writer_kv_u32(w, KEY("attention.key_length"), o->head_dim);
+		shoal_gguf_writer_kv_u32(w, KEY("attention.value_length"), o->head_dim);
+	}
+	/* Qwen's released models use eps 1e-6 and rope base 1e6. */
+	shoal_gguf_writer_kv_f32(w, KEY("attention.layer_norm_rms_epsilon"), qwen ? 1e-6f : 1e-5f);
+	shoal_gguf_writer_kv_f32(w, KEY("rope.freq_base"), qwen ? 1000000.0f : 10000.0f);
+	shoal_gguf_writer_kv_u32(w, KEY("rope.dimension_count"), o->head_dim);
+	if (o->experts) {
+		shoal_gguf_writer_kv_u32(w, KEY("expert_count"), o->experts);
+		shoal_gguf_writer_kv_u32(w, KEY("expert_used_count"), o->experts_used);
+		if (strcmp(a, "llama") || o->ff_exp != o->ff)
+			shoal_gguf_writer_kv_u32(w, KEY("expert_feed_forward_length"), o->ff_exp);
+	}
+#undef KEY
+	return write_vocab(w, o->vocab);
+}
+
+/* ---- tensors -------------------------------------------------------------- */
+
+static int write_tensor(shoal_gguf_writer *w, const opts *o, const tplan *t, float *row, void *qrow)
+{
+	uint64_t s = name_seed(o->seed, t->name);
+	uint64_t n_in = t->ne[0], rows = t->ne[1] * t->ne[2];
+	/* Uniform(-a, a) has variance a^2/3: a = sqrt(3 / n_in) keeps each
+	 * output of W x at about the variance of x. */
+	float a = (float)sqrt(3.0 / (double)n_in);
+	size_t rb = shoal_dtype_row_bytes(t->type, n_in);
+	for (uint64_t r = 0; r < rows; r++) {
+		for (uint64_t i = 0; i < n_in; i++) {
+			float u = rng_unit(&s);
+			switch (t->k) {
+			case K_NORM:
+				row[i] = 1.0f + 0.1f * u;
+				break;
+			case K_BIAS:
+				row[i] = 0.05f * u;
+				break;
+			case K_EMBD:
+				row[i] = 0.5f * u;
+				break;
+			default:
+				row[i] = a * u;
+				break;
+			}
+		}
+		const void *src = row;
+		if (t->type != SHOAL_DTYPE_F32) {
+			shoal_quantize_row(t->type, row, qrow, (int64_t)n_in);
+			src = qrow;
+		}
+		if (shoal_gguf_writer_write(w, src, rb))
+			return -1;
+	}
+	return 0;
+}
+
+static int write_shard(const opts *o, const char *path, const tplan *t, int first, int end,
+                       int shard, int n_total, float *row, void *qrow)
+{
+	shoal_gguf_writer *w;
+	if (shoal_gguf_writer_new(path, &w)) {
+		fprintf(stderr, "gen_fixture: cannot create %s: %s\n", path, strerror(errno));
+		return -1;
+	}
+	int rc = -1;
+	if (shard == 0 && write_meta(w, o))
+		goto out;
+	if (o->split > 1) {
+		shoal_gguf_writer_kv_u16(w, "split.no", (uint16_t)shard);
+		shoal_gguf_writer_kv_u16(w, "split.count", (uint16_t)o->split);
+		shoal_gguf_writer_kv_i32(w, "split.tensors.count", n_total);
+	}
+	for (int i = first; i < end; i++)
+		shoal_gguf_writer_add_tensor(w, t[i].name, t[i].type, t[i].n_dims, t[i].ne);
+	if (shoal_gguf_writer_begin_data(w))
+		goto out;
+	for (int i = first; i < end; i++)
+		if (write_tensor(w, o, &t[i], row, qrow))
+			goto out;
+	if (shoal_gguf_writer_finish(w))
+		goto out;
+	rc = 0;
+out:
+	if (rc)
+		fprintf(stderr, "gen_fixture: writing %s failed\n", path);
+	shoal_gguf_writer_free(w);
+	return rc;
+}
+
+/* ---- options ---------------------------------------------------------------- */
+
+static int usage(void)
+{
+	fprintf(stderr,
+	        "usage: gen_fixture --arch llama|qwen2|qwen3|qwen3moe --type "
+	        "F32|F16|BF16|Q8_0|Q4_0|Q4_K|Q6_K\n"
+	        "  --layers N --dim D --ff F --heads H --kv-heads K --vocab V [--head-dim D]\n"
+	        "  [--experts E --experts-used K --ff-exp F] [--tied] [--seed S] [--split N]\n"
+	        "  [--ctx N] OUT.gguf\n");
+	return 2;
+}
+
+static bool parse_u32(const char *s, uint32_t *out)
+{
+	char *end;
+	errno = 0;
+	unsigned long long v = strtoull(s, &end, 10);
+	if (errno || *end || end == s || v > UINT32_MAX)
+		return false;
+	*out = (uint32_t)v;
+	return true;
+}
+
+static int parse(int argc, char **argv, opts *o)
+{
+	memset(o, 0, sizeof *o);
+	o->type = SHOAL_DTYPE__MAX;
+	o->ctx = 2048;
+	o->seed = 1;
+	o->split = 1;
+	for (int i = 1; i < argc; i++) {
+		const char *a = argv[i];
+		const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+		uint32_t *u = NULL;
+		if (!strcmp(a, "--tied")) {
+			o->tied = true;
+			continue;
+		}
+		if (a[0] != '-' || a[1] != '-') {
+			if (o->out)
+				return usage();
+			o->out = a;
+			continue;
+		}
+		if (!v)
+			return usage();
+		i++;
+		if (!strcmp(a, "--arch")) {
+			o->arch = v;
+		} else if (!strcmp(a, "--type")) {
+			const shoal_dtype ts[] = {
+			    SHOAL_DTYPE_F32,  SHOAL_DTYPE_F16,  SHOAL_DTYPE_BF16, SHOAL_DTYPE_Q8_0,
+			    SHOAL_DTYPE_Q4_0, SHOAL_DTYPE_Q4_K, SHOAL_DTYPE_Q6_K};
+			for (size_t k = 0; k < sizeof ts / sizeof ts[0]; k++)
+				if (!strcmp(v, shoal_dtype_name(ts[k])))
+					o->type = ts[k];
+			if (o->type == SHOAL_DTYPE__MAX) {
+				fprintf(stderr, "gen_fixture: unknown type '%s'\n", v);
+				return 2;
+			}
+		} else if (!strcmp(a, "--seed")) {
+			char *end;
+			o->seed = strtoull(v, &end, 10);
+			if (*end)
+				return usage();
+		} else {
+			if (!strcmp(a, "--layers"))
+				u = &o->layers;
+			else if (!strcmp(a, "--dim"))
+				u = &o->dim;
+			else if (!strcmp(a, "--ff"))
+				u = &o->ff;
+			else if (!strcmp(a, "--heads"))
+				u = &o->heads;
+			else if (!strcmp(a, "--kv-heads"))
+				u = &o->kv_heads;
+			else if (!strcmp(a, "--vocab"))
+				u = &o->vocab;
+			else if (!strcmp(a, "--head-dim"))
+				u = &o->head_dim;
+			else if (!strcmp(a, "--experts"))
+				u = &o->experts;
+			else if (!strcmp(a, "--experts-used"))
+				u = &o->experts_used;
+			else if (!strcmp(a, "--ff-exp"))
+				u = &o->ff_exp;
+			else if (!strcmp(a, "--split"))
+				u = &o->split;
+			else if (!strcmp(a, "--ctx"))
+				u = &o->ctx;
+			else
+				return usage();
+			if (!parse_u32(v, u)) {
+				fprintf(stderr, "gen_fixture: %s wants a number, got '%s'\n", a, v);
+				return 2;
+			}
+		}
+	}
+	if (!o->arch || o->type == SHOAL_DTYPE__MAX || !o->layers || !o->dim || !o->heads ||
+	    !o->vocab || !o->out)
+		return usage();
+	if (strcmp(o->arch, "llama") && strcmp(o->arch, "qwen2") && strcmp(o->arch, "qwen3") &&
+	    strcmp(o->arch, "qwen3moe")) {
+		fprintf(stderr, "gen_fixture: unknown arch '%s'\n", o->arch);
+		return 2;
+	}
+	if (!o->kv_heads)
+		o->kv_heads = o->heads;
+	if (!o->head_dim)
+		o->head_dim = o->dim / o->heads;
+	if (!strcmp(o->arch, "qwen3moe") && !o->experts) {
+		fprintf(stderr, "gen_fixture: qwen3moe needs --experts\n");
+		return 2;
+	}
+	if (o->experts) {
+		if (!o->experts_used || o->experts_used > o->experts) {
+			fprintf(stderr, "gen_fixture: --experts-used must be 1..%u\n", o->experts);
+			return 2;
+		}
+		if (!o->ff_exp)
+			o->ff_exp = o->ff;
+	}
+	if (!o->experts && !o->ff) {
+		fprintf(stderr, "gen_fixture: --ff is required for a dense model\n");
+		return 2;
+	}
+	if (o->heads % o->kv_heads || o->head_dim % 2 || o->vocab < VOCAB_FIRST_PIECE + 1 ||
+	    o->split < 1 || o->split > 99) {
+		fprintf(stderr,
+		        "gen_fixture: need heads %% kv-heads == 0, an even head dim, "
+		        "vocab > %d and split in 1..99\n",
+		        VOCAB_FIRST_PIECE);
+		return 2;
+	}
+	if (!shoal_quant_supported(o->type)) {
+		fprintf(stderr, "gen_fixture: cannot write %s\n", shoal_dtype_name(o->type));
+		return 2;
+	}
+	return 0;
+}
+
+int main(int argc, char **argv)
+{
+	opts o;
+	int rc = parse(argc, argv, &o);
+	if (rc)
+		return rc;
+	int cap = 3 + (int)o.layers * 16;
+	tplan *t = calloc((size_t)cap, sizeof *t);
+	if (!t)
+		return 1;
+	int n = plan_build(&o, t);
+	uint64_t max_in = 0;
+	for (int i = 0; i < n; i++) {
+		uint32_t be = shoal_dtype_block_elems(t[i].type);
+		if (t[i].ne[0] % be) {
+			fprintf(stderr,
+			        "gen_fixture: %s has %llu columns, not a multiple of the %s "
+			        "block size %u\n",
+			        t[i].name, (unsigned long long)t[i].ne[0],
+			        shoal_dtype_name(t[i].type), be);
+			free(t);
+			return 2;
+		}
+		if (t[i].ne[0] > max_in)
+			max_in = t[i].ne[0];
+	}
+	float *row = malloc(max_in * sizeof *row);
+	void *qrow = malloc(max_in * sizeof *row); /* any stored row is at most F32 size */
+	rc = row && qrow ? 0 : 1;
+	if (!rc && o.split <= 1) {
+		rc = write_shard(&o, o.out, t, 0, n, 0, n, row, qrow) ? 1 : 0;
+	} else if (!rc) {
+		/* <prefix>-00001-of-0000N.gguf, the reference tool's naming; the
+		 * prefix is OUT without its .gguf. */
+		size_t pl = strlen(o.out);
+		if (pl > 5 && !strcmp(o.out + pl - 5, ".gguf"))
+			pl -= 5;
+		char *path = malloc(pl + 32);
+		if (o.split > (uint32_t)n)
+			o.split = (uint32_t)n;
+		for (uint32_t s = 0; path && s < o.split && !rc; s++) {
+			snprintf(path, pl + 32, "%.*s-%05u-of-%05u.gguf", (int)pl, o.out, s + 1,
+			         o.split);
+			int first = (int)((uint64_t)n * s / o.split);
+			int end = (int)((uint64_t)n * (s + 1) / o.split);
+			rc = write_shard(&o, path, t, first, end, (int)s, n, row, qrow) ? 1 : 0;
+		}
+		if (!path)
+			rc = 1;
+		free(path);
+	}
+	free(row);
+	free(qrow);
+	free(t);
+	return rc;
+}

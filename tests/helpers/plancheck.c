@@ -1,0 +1,93 @@
+/*
+ * tests/helpers/plancheck.c: a small reader of the "plan" object of `shoal status
+ * --json` and of the expected-output files, for the distributed shell
+ * tests (no python or jq needed), built as a check program.
+ *
+ *   plancheck STATUS stages      print the number of stages (0: no plan)
+ *   plancheck STATUS servable    print "yes" or "no: <why>"
+ *   plancheck STATUS digest      print the plan digest ("none")
+ *   plancheck STATUS stage I     print the name of stage I's peer ("none")
+ *   plancheck STATUS spread      print the largest number of distinct peers
+ *                                holding the experts of one MoE layer
+ *   plancheck STATUS left NAME   print why peer NAME is left out ("none")
+ *   plancheck EXPECTED ncases    print how many cases
+ *   plancheck EXPECTED prompt I  print the prompt of case I
+ * Exit 1 when FILE cannot be read as JSON.
+ */
+#include "config.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <jansson.h>
+
+int main(int argc, char **argv)
+{
+	if (argc < 3) {
+		fprintf(stderr, "usage: plancheck FILE CMD [ARG]\n");
+		return 2;
+	}
+	json_error_t je;
+	json_t *root = json_load_file(argv[1], 0, &je);
+	if (!root) {
+		fprintf(stderr, "plancheck: %s: %s\n", argv[1], je.text);
+		return 1;
+	}
+	const char *cmd = argv[2], *arg = argc > 3 ? argv[3] : "";
+	json_t *plan = json_object_get(root, "plan");
+	int rc = 0;
+	if (!strcmp(cmd, "stages")) {
+		printf("%zu\n", json_array_size(json_object_get(plan, "stages")));
+	} else if (!strcmp(cmd, "servable")) {
+		const char *why = json_string_value(json_object_get(plan, "why"));
+		if (json_is_true(json_object_get(plan, "servable")))
+			printf("yes\n");
+		else
+			printf("no: %s\n", why ? why : (plan ? "?" : "no plan object"));
+	} else if (!strcmp(cmd, "digest")) {
+		const char *d = json_string_value(json_object_get(plan, "digest"));
+		printf("%s\n", d ? d : "none");
+	} else if (!strcmp(cmd, "stage")) {
+		json_t *st = json_array_get(json_object_get(plan, "stages"), (size_t)atoi(arg));
+		const char *n = json_string_value(json_object_get(st, "name"));
+		printf("%s\n", n ? n : "none");
+	} else if (!strcmp(cmd, "spread")) {
+		size_t best = 0;
+		json_t *ex = json_object_get(plan, "experts");
+		for (size_t i = 0; i < json_array_size(ex); i++) {
+			json_t *owners = json_object_get(json_array_get(ex, i), "owners");
+			size_t n = 0;
+			for (size_t j = 0; j < json_array_size(owners); j++)
+				n += json_array_size(
+				         json_object_get(json_array_get(owners, j), "experts")) > 0;
+			if (n > best)
+				best = n;
+		}
+		printf("%zu\n", best);
+	} else if (!strcmp(cmd, "left")) {
+		json_t *left = json_object_get(plan, "left_out");
+		const char *why = "none";
+		for (size_t i = 0; i < json_array_size(left); i++) {
+			json_t *e = json_array_get(left, i);
+			const char *n = json_string_value(json_object_get(e, "name"));
+			if (n && !strcmp(n, arg))
+				why = json_string_value(json_object_get(e, "why"));
+		}
+		printf("%s\n", why ? why : "?");
+	} else if (!strcmp(cmd, "ncases")) {
+		printf("%zu\n", json_array_size(json_object_get(root, "cases")));
+	} else if (!strcmp(cmd, "prompt")) {
+		json_t *c = json_array_get(json_object_get(root, "cases"), (size_t)atoi(arg));
+		const char *p = json_string_value(json_object_get(c, "prompt"));
+		if (p)
+			printf("%s\n", p);
+		else
+			rc = 1;
+	} else {
+		fprintf(stderr, "plancheck: unknown command %s\n", cmd);
+		rc = 2;
+	}
+	json_decref(root);
+	return rc;
+}

@@ -1,0 +1,212 @@
+/*
+ * tests/unit/test_ctl_auth.c: the control plane admits only holders of the
+ * cluster key (net/ctl.h + net/key.h).
+ *
+ * A keyed ROUTER runs in a thread and echoes every message. Clients try:
+ *   1. the right key                                  -> answered
+ *   2. the server's public key, a random client pair  -> refused by ZAP
+ *   3. a different cluster key                        -> refused (handshake)
+ *   4. no CURVE at all                                -> refused
+ * and an insecure ROUTER answers a plain client. The server's counters
+ * must show the refusals, and no refused client's message may arrive.
+ */
+#include "config.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+
+#include <sodium.h>
+
+#include "net/ctl.h"
+#include "net/key.h"
+#include "tests/unit/test.h"
+
+typedef struct server {
+	shoal_ctl *ctl;
+	pthread_mutex_t mu;
+	volatile int stop;
+	int received;
+	pthread_t th;
+} server;
+
+static void on_message(void *ud, const shoal_ctl_route *from, const uint8_t *buf, size_t len)
+{
+	server *s = ud;
+	s->received++;
+	uint8_t reply[300];
+	if (len > 200)
+		len = 200;
+	memcpy(reply, "echo:", 5);
+	memcpy(reply + 5, buf, len);
+	shoal_ctl_reply(s->ctl, from, reply, len + 5);
+}
+
+static void *server_main(void *arg)
+{
+	server *s = arg;
+	while (!s->stop) {
+		pthread_mutex_lock(&s->mu);
+		shoal_ctl_poll(s->ctl, 20, NULL, 0);
+		pthread_mutex_unlock(&s->mu);
+	}
+	return NULL;
+}
+
+static int server_start(server *s, const shoal_key *key)
+{
+	memset(s, 0, sizeof *s);
+	pthread_mutex_init(&s->mu, NULL);
+	shoal_ctl_config cfg = {.listen = "tcp://127.0.0.1:*",
+	                        .key = key,
+	                        .heartbeat_ms = 200,
+	                        .on_message = on_message,
+	                        .ud = s};
+	char why[256];
+	if (shoal_ctl_new(&cfg, &s->ctl, why, sizeof why) != SHOAL_OK) {
+		fprintf(stderr, "server: %s\n", why);
+		return -1;
+	}
+	return pthread_create(&s->th, NULL, server_main, s);
+}
+
+static void server_stop(server *s)
+{
+	s->stop = 1;
+	pthread_join(s->th, NULL);
+	shoal_ctl_free(s->ctl);
+	pthread_mutex_destroy(&s->mu);
+}
+
+static void server_stats(server *s, shoal_ctl_stats *st, int *received)
+{
+	pthread_mutex_lock(&s->mu);
+	shoal_ctl_get_stats(s->ctl, st);
+	*received = s->received;
+	pthread_mutex_unlock(&s->mu);
+}
+
+/* Send "hello" with the given keys; return the client's verdict. */
+static shoal_err ask(server *s, const shoal_key_curve *keys, int timeout_ms, char *reply,
+                     size_t cap)
+{
+	char ep[160], why[256] = "";
+	snprintf(ep, sizeof ep, "%s", shoal_ctl_bound(s->ctl));
+	shoal_ctl_client *c = NULL;
+	shoal_err e = shoal_ctl_client_new(ep, keys, &c, why, sizeof why);
+	if (e != SHOAL_OK)
+		return e;
+	const void *bufs[1] = {"hello"};
+	size_t lens[1] = {5};
+	e = shoal_ctl_client_send(c, bufs, lens, 1);
+	uint8_t *r = NULL;
+	size_t rl = 0;
+	if (e == SHOAL_OK)
+		e = shoal_ctl_client_recv(c, timeout_ms, &r, &rl, why, sizeof why);
+	if (e == SHOAL_OK && reply) {
+		snprintf(reply, cap, "%.*s", (int)rl, (const char *)r);
+	}
+	free(r);
+	shoal_ctl_client_free(c);
+	return e;
+}
+
+static void test_right_key_works(void)
+{
+	shoal_key k;
+	shoal_key_curve kc;
+	ASSERT_EQ(shoal_key_generate(&k), SHOAL_OK);
+	ASSERT_EQ(shoal_key_derive(&k, &kc), SHOAL_OK);
+	server s;
+	ASSERT_EQ(server_start(&s, &k), 0);
+	char reply[64] = "";
+	shoal_err e = ask(&s, &kc, 3000, reply, sizeof reply);
+	shoal_ctl_stats st;
+	int received;
+	server_stats(&s, &st, &received);
+	server_stop(&s);
+	ASSERT_EQ(e, SHOAL_OK);
+	ASSERT_STR_EQ(reply, "echo:hello");
+	ASSERT_EQ(received, 1);
+	ASSERT_GE(st.zap_allowed, 1);
+	ASSERT_EQ(st.zap_denied, 0);
+}
+
+static void test_server_key_but_random_client_refused(void)
+{
+	shoal_key k;
+	shoal_key_curve kc, forged;
+	ASSERT_EQ(shoal_key_generate(&k), SHOAL_OK);
+	ASSERT_EQ(shoal_key_derive(&k, &kc), SHOAL_OK);
+	/* The attacker knows the server public key, not the cluster key. */
+	memcpy(forged.server_public, kc.server_public, SHOAL_KEY_BYTES);
+	memset(forged.server_secret, 0, SHOAL_KEY_BYTES);
+	ASSERT_EQ(crypto_box_keypair(forged.client_public, forged.client_secret), 0);
+	server s;
+	ASSERT_EQ(server_start(&s, &k), 0);
+	shoal_err e = ask(&s, &forged, 1500, NULL, 0);
+	/* Also: the derived client *public* key with a secret that is not its
+	 * own (the attacker cannot know the real one). */
+	shoal_key_curve forged2 = forged;
+	memcpy(forged2.client_public, kc.client_public, SHOAL_KEY_BYTES);
+	shoal_err e2 = ask(&s, &forged2, 1500, NULL, 0);
+	shoal_ctl_stats st;
+	int received;
+	server_stats(&s, &st, &received);
+	server_stop(&s);
+	ASSERT_NE(e, SHOAL_OK);
+	ASSERT_NE(e2, SHOAL_OK);
+	ASSERT_EQ(received, 0);
+	ASSERT_GE(st.zap_denied, 1);
+	ASSERT_EQ(st.zap_allowed, 0);
+}
+
+static void test_other_cluster_key_refused(void)
+{
+	shoal_key k, other;
+	shoal_key_curve kother;
+	ASSERT_EQ(shoal_key_generate(&k), SHOAL_OK);
+	ASSERT_EQ(shoal_key_generate(&other), SHOAL_OK);
+	ASSERT_EQ(shoal_key_derive(&other, &kother), SHOAL_OK);
+	server s;
+	ASSERT_EQ(server_start(&s, &k), 0);
+	shoal_err e = ask(&s, &kother, 1500, NULL, 0);
+	shoal_ctl_stats st;
+	int received;
+	server_stats(&s, &st, &received);
+	server_stop(&s);
+	ASSERT_NE(e, SHOAL_OK);
+	ASSERT_EQ(received, 0);
+	ASSERT_EQ(st.zap_allowed, 0);
+}
+
+static void test_plain_client_refused(void)
+{
+	shoal_key k;
+	ASSERT_EQ(shoal_key_generate(&k), SHOAL_OK);
+	server s;
+	ASSERT_EQ(server_start(&s, &k), 0);
+	shoal_err e = ask(&s, NULL, 1500, NULL, 0);
+	shoal_ctl_stats st;
+	int received;
+	server_stats(&s, &st, &received);
+	server_stop(&s);
+	ASSERT_NE(e, SHOAL_OK);
+	ASSERT_EQ(received, 0);
+	ASSERT_EQ(st.zap_allowed, 0);
+}
+
+static void test_insecure_server_answers_plain_client(void)
+{
+	server s;
+	ASSERT_EQ(server_start(&s, NULL), 0);
+	char reply[64] = "";
+	shoal_err e = ask(&s, NULL, 3000, reply, sizeof reply);
+	server_stop(&s);
+	ASSERT_EQ(e, SHOAL_OK);
+	ASSERT_STR_EQ(reply, "echo:hello");
+}
+
+TEST_MAIN(TEST_CASE(test_right_key_works), TEST_CASE(test_server_key_but_random_client_refused),
+          TEST_CASE(test_other_cluster_key_refused), TEST_CASE(test_plain_client_refused),
+          TEST_CASE(test_insecure_server_answers_plain_client))

@@ -1,0 +1,371 @@
+/*
+ * tests/unit/test_dist.c: distributed inference in one process: stages, expert
+ * servers and the owner each on a thread, over real loopback TCP xfer
+ * links. Tokens and top-K logprobs must equal one whole-model engine's
+ * bitwise (dense 3-stage split, MoE with experts on 3 peers); the link
+ * counters must show one HIDDEN frame per hop per step and at most one
+ * expert request per remote peer per MoE layer per run; malformed and
+ * wrong-digest frames are dropped and fail the session cleanly.
+ *
+ * Divisions: links and peers, the reference, the cluster, tests.
+ */
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "base/log.h"
+#include "models/model.h"
+#include "runtime/dist/dist.h"
+#include "runtime/engine/engine.h"
+#include "runtime/engine/sampler.h"
+#include "tests/helpers/dist_cluster.h"
+#include "tests/unit/test.h"
+
+static const int32_t PROMPT[] = {1,   450,  338,  263, 8760, 29871, 6967,  9904,  29892, 393,
+                                 263, 6114, 4223, 310, 263,  1781,  19717, 29892, 1818,  367};
+#define NP ((uint32_t)(sizeof PROMPT / sizeof PROMPT[0]))
+
+/* Run one request through the dc_cluster and the dc_reference; compare. */
+static int check_run(dc_cluster *c, const shoal_sampler_params *sp, uint32_t n_gen,
+                     const int32_t *prompt, uint32_t np, dc_run_out *got)
+{
+	dc_run_out want;
+	if (dc_reference(c->m, prompt, np, n_gen, sp, &want))
+		return 0;
+	memset(got, 0, sizeof *got);
+	shoal_dist_request rq = {.prompt = prompt,
+	                         .n_prompt = np,
+	                         .max_tokens = n_gen,
+	                         .logprobs = DC_K_TOP,
+	                         .sampler = *sp,
+	                         .on_token = dc_collect_token,
+	                         .ctx = got};
+	char why[256] = "";
+	shoal_err e = shoal_dist_owner_generate(c->own, &rq, c->owner.links, c->owner.n, 10000, why,
+	                                        sizeof why);
+	if (e) {
+		fprintf(stderr, "generate: %s: %s\n", shoal_strerror(e), why);
+		return 0;
+	}
+	return dc_same_run(&want, got);
+}
+
+/* ---- tests ---------------------------------------------------------------------------- */
+
+static void test_dense_three_stages(void)
+{
+	shoal_model *m = dc_open_model("austen-dense-q8_0.gguf");
+	ASSERT_TRUE(m != NULL);
+	dc_cluster c;
+	const uint32_t cuts[] = {2, 4};
+	ASSERT_EQ(dc_cluster_up(&c, m, cuts, 3, 0, SHOAL_XFER_MAX_FRAME_DEFAULT, 64, false), 0);
+	shoal_sampler_params sp = shoal_sampler_defaults();
+	sp.temp = 0.0f;
+	dc_run_out got;
+	const uint32_t T = 24;
+	int ok = check_run(&c, &sp, T, PROMPT, NP, &got);
+	/* temperature, top-k/p, min-p and a repetition penalty, seeded */
+	sp = shoal_sampler_defaults();
+	sp.seed = 1234;
+	sp.temp = 1.1f;
+	sp.repeat_penalty = 1.1f;
+	int ok2 = ok && check_run(&c, &sp, T, PROMPT, NP, &got);
+	dc_cluster_stop(&c);
+	/* per hop: 2 prefill frames (one per request) + (T - 1) decode steps each */
+	uint64_t hops = 2 * (1 + (T - 1));
+	uint64_t h01 = dc_link_count(&c.st[0], c.st[1].id, 1, SHOAL_XFER_KIND_HIDDEN);
+	uint64_t h12 = dc_link_count(&c.st[1], c.st[2].id, 1, SHOAL_XFER_KIND_HIDDEN);
+	uint64_t h12r = dc_link_count(&c.st[2], c.st[1].id, 0, SHOAL_XFER_KIND_HIDDEN);
+	/* owner -> stage 0: open + prefill + (T - 1) ids + close, per request */
+	uint64_t t0 = dc_link_count(&c.owner, c.st[0].id, 1, SHOAL_XFER_KIND_TOKEN);
+	/* last -> owner: exactly one result frame per generated token */
+	uint64_t t2 = dc_link_count(&c.st[2], c.owner.id, 1, SHOAL_XFER_KIND_TOKEN);
+	shoal_dist_stage_metrics sm;
+	shoal_dist_stage_metrics_get(c.st[1].st, &sm);
+	shoal_xfer_metrics lm;
+	shoal_xfer_link_metrics(dc_lookup(&c.st[1], c.st[2].id), &lm);
+	uint64_t hb = sm.hidden_bytes, hb_link = lm.bytes_sent[SHOAL_XFER_KIND_HIDDEN];
+	printf("dense 3 stages: stage 1 ran %llu steps, last %.1f us, mean %.1f us\n",
+	       (unsigned long long)sm.runs, sm.last_run_ns / 1e3,
+	       sm.runs ? sm.run_ns / 1e3 / (double)sm.runs : 0.0);
+	dc_cluster_down(&c);
+	shoal_model_free(m);
+	ASSERT_TRUE(ok);
+	ASSERT_TRUE(ok2);
+	ASSERT_U64_EQ(h01, hops);
+	ASSERT_U64_EQ(hb, hb_link); /* the stage's own byte count agrees with the link's */
+	ASSERT_GT(hb, 0);
+	ASSERT_U64_EQ(h12, hops);
+	ASSERT_U64_EQ(h12r, hops);
+	ASSERT_U64_EQ(t0, 2 * (1 + 1 + (T - 1) + 1));
+	ASSERT_U64_EQ(t2, 2 * T);
+}
+
+/* F32 weights; prompt in frames of 8 rows, links of 4 KiB: each prefill
+ * frame's hidden states (8 x 1040 bytes) go as 3 + 3 + 2 rows. */
+static void test_dense_split_frames(void)
+{
+	shoal_model *m = dc_open_model("austen-dense-f32.gguf");
+	ASSERT_TRUE(m != NULL);
+	dc_cluster c;
+	const uint32_t cuts[] = {3};
+	ASSERT_EQ(dc_cluster_up(&c, m, cuts, 2, 0, 4096, 8, false), 0);
+	shoal_sampler_params sp = shoal_sampler_defaults();
+	sp.temp = 0.0f;
+	dc_run_out got;
+	const uint32_t T = 24;
+	int ok = check_run(&c, &sp, T, PROMPT, NP, &got);
+	dc_cluster_stop(&c);
+	uint64_t h01 = dc_link_count(&c.st[0], c.st[1].id, 1, SHOAL_XFER_KIND_HIDDEN);
+	dc_cluster_down(&c);
+	shoal_model_free(m);
+	ASSERT_TRUE(ok);
+	/* 20 prompt rows in owner frames of 8 + 8 + 4: run one by one, (3+3+2)
+	 * + (3+3+2) + (3+1) = 8 hidden frames; batched (they arrive together),
+	 * 20 rows = 7 frames of 3; then one per decode step */
+	ASSERT_GE(h01, 7 + (T - 1));
+	ASSERT_LE(h01, 8 + (T - 1));
+}
+
+static char moe_dir[] = "/tmp/shoal-test-dist-XXXXXX";
+
+static const char *moe_fixture(void)
+{
+	static char path[512];
+	const char *bdir = getenv("SHOAL_BUILDDIR");
+	char *dir = moe_dir;
+	if (!mkdtemp(dir))
+		return NULL;
+	snprintf(path, sizeof path, "%s/moe.gguf", dir);
+	char cmd[1024];
+	snprintf(cmd, sizeof cmd,
+	         "%s/tests/helpers/gen_fixture --arch qwen3moe --type Q8_0 --layers 4 --dim 128 --ff 256 "
+	         "--heads 4 --kv-heads 2 --vocab 300 --experts 8 --experts-used 2 --ff-exp 64 "
+	         "--ctx 128 --seed 11 %s >/dev/null 2>&1",
+	         bdir ? bdir : ".", path);
+	return system(cmd) ? NULL : path;
+}
+
+static void test_moe_experts_on_three_peers(void)
+{
+	const char *path = moe_fixture();
+	if (!path)
+		TEST_SKIP("tests/helpers/gen_fixture could not make a qwen3moe fixture");
+	shoal_model *m = NULL;
+	char why[256];
+	ASSERT_EQ(shoal_model_open(path, &m, why, sizeof why), SHOAL_OK);
+	dc_cluster c;
+	const uint32_t cuts[] = {2};
+	ASSERT_EQ(dc_cluster_up(&c, m, cuts, 2, 2, SHOAL_XFER_MAX_FRAME_DEFAULT, 64, false), 0);
+	const int32_t prompt[] = {1, 17, 250, 3, 99, 42, 7, 7, 120, 64, 5, 298};
+	shoal_sampler_params sp = shoal_sampler_defaults();
+	sp.temp = 0.0f;
+	dc_run_out got;
+	const uint32_t T = 24;
+	int ok = check_run(&c, &sp, T, prompt, 12, &got);
+	sp = shoal_sampler_defaults();
+	sp.seed = 99;
+	int ok2 = ok && check_run(&c, &sp, T, prompt, 12, &got);
+	dc_cluster_stop(&c);
+	/* each stage: 2 MoE layers per run; per run and layer at most one
+	 * request per expert dc_peer, each answered once */
+	int counts_ok = 1;
+	uint64_t total = 0;
+	for (uint32_t i = 0; i < 2; i++) {
+		shoal_dist_stage_metrics sm;
+		shoal_dist_stage_metrics_get(c.st[i].st, &sm);
+		for (uint32_t s = 0; s < 2; s++) {
+			uint64_t req =
+			    dc_link_count(&c.st[i], c.ex[s].id, 1, SHOAL_XFER_KIND_EXPERT_REQ);
+			uint64_t rep =
+			    dc_link_count(&c.st[i], c.ex[s].id, 0, SHOAL_XFER_KIND_EXPERT_REP);
+			printf("stage %u -> expert peer %u: %llu requests in %llu runs x 2 "
+			       "layers\n",
+			       i, s, (unsigned long long)req, (unsigned long long)sm.runs);
+			if (req > sm.runs * 2 || rep != req)
+				counts_ok = 0;
+			total += req;
+		}
+		if (sm.expert_reqs > sm.runs * 2 * 2)
+			counts_ok = 0;
+	}
+	dc_cluster_down(&c);
+	shoal_model_free(m);
+	unlink(path);
+	rmdir(moe_dir);
+	ASSERT_TRUE(ok);
+	ASSERT_TRUE(ok2);
+	ASSERT_TRUE(counts_ok);
+	ASSERT_GT(total, 0); /* the remote experts were used */
+}
+
+/* Wrong-digest and malformed frames injected into stage 1. */
+static void test_bad_frames(void)
+{
+	shoal_model *m = dc_open_model("austen-dense-q8_0.gguf");
+	ASSERT_TRUE(m != NULL);
+	dc_cluster c;
+	const uint32_t cuts[] = {2, 4};
+	ASSERT_EQ(dc_cluster_up(&c, m, cuts, 3, 0, SHOAL_XFER_MAX_FRAME_DEFAULT, 64, true), 0);
+	shoal_xfer_link *bad = c.intruder.links[0];
+	static float h[4 * 256];
+	for (int i = 0; i < 4 * 256; i++)
+		h[i] = 0.25f * (float)(i % 17);
+	char why[256];
+
+	/* 1. other plan: dropped by stage 1's link; a run is still exact */
+	shoal_xfer_link_set_plan(bad, DC_OTHER, DC_EPOCH);
+	shoal_xfer_row row = {.session = 0x1010101000000001ull, .pos = 0};
+	shoal_xfer_hdr hd = {.kind = SHOAL_XFER_KIND_HIDDEN,
+	                     .dtype = SHOAL_XFER_DTYPE_F32,
+	                     .layer_first = 0,
+	                     .layer_end = 2,
+	                     .dim = 256,
+	                     .n_rows = 1,
+	                     .rows = &row,
+	                     .payload_len = 256 * 4};
+	struct iovec v = {.iov_base = h, .iov_len = 256 * 4};
+	ASSERT_EQ(shoal_xfer_link_send(bad, &hd, &v, 1, 1000, why, sizeof why), SHOAL_OK);
+	shoal_sampler_params sp = shoal_sampler_defaults();
+	sp.temp = 0.0f;
+	dc_run_out got;
+	int ok1 = check_run(&c, &sp, 12, PROMPT, NP, &got);
+
+	/* 2. a stray for an unknown session: dropped and logged */
+	shoal_xfer_link_set_plan(bad, DC_DIGEST, DC_EPOCH);
+	row.session = 0xdeadbeefull;
+	ASSERT_EQ(shoal_xfer_link_send(bad, &hd, &v, 1, 1000, why, sizeof why), SHOAL_OK);
+
+	/* 3. during a session: after 2 tokens, a well-formed frame of the live
+	 * session at its next position, but of another plan on a link that is
+	 * on that plan: the stage refuses it (a run of it would rewind the
+	 * session onto garbage); after 5, a malformed frame (wrong dim): the
+	 * session errors cleanly, and every token before the error is right */
+	dc_run_out want;
+	ASSERT_EQ(dc_reference(m, PROMPT, NP, 40, &sp, &want), 0);
+	memset(&got, 0, sizeof got);
+	shoal_dist_request rq = {.prompt = PROMPT,
+	                         .n_prompt = NP,
+	                         .max_tokens = 40,
+	                         .logprobs = DC_K_TOP,
+	                         .sampler = sp,
+	                         .on_token = dc_collect_token,
+	                         .ctx = &got};
+	uint64_t sid;
+	ASSERT_EQ(shoal_dist_owner_start(c.own, &rq, &sid, why, sizeof why), SHOAL_OK);
+	shoal_err res = SHOAL_OK;
+	bool sent_bad = false, sent_other = false;
+	for (int spin = 0; spin < 500; spin++) {
+		if (shoal_dist_owner_done(c.own, sid, &res, why, sizeof why))
+			break;
+		ASSERT_EQ(
+		    shoal_dist_owner_poll(c.own, c.owner.links, c.owner.n, 20, why, sizeof why),
+		    SHOAL_OK);
+		if (!sent_other && got.n >= 2) {
+			row.session = sid;
+			row.pos = got.n + NP - 1;
+			ASSERT_EQ(shoal_xfer_link_send(c.intruder.links[1], &hd, &v, 1, 1000, why,
+			                               sizeof why),
+			          SHOAL_OK);
+			sent_other = true;
+		}
+		if (!sent_bad && got.n >= 5) {
+			row.session = sid;
+			row.pos = got.n + NP - 1;
+			hd.dim = 128;
+			hd.payload_len = 128 * 4;
+			v.iov_len = 128 * 4;
+			ASSERT_EQ(shoal_xfer_link_send(bad, &hd, &v, 1, 1000, why, sizeof why),
+			          SHOAL_OK);
+			sent_bad = true;
+		}
+	}
+	printf("malformed frame: session ended with %s (%s) after %u tokens\n", shoal_strerror(res),
+	       why, got.n);
+	int prefix_ok = got.n < 40;
+	for (uint32_t t = 0; t < got.n && t < want.n; t++)
+		prefix_ok &= got.id[t] == want.id[t] && !memcmp(&got.lp[t], &want.lp[t], 4);
+	/* 4. the cluster still serves: a fresh session is exact */
+	int ok4 = check_run(&c, &sp, 12, PROMPT, NP, &got);
+	dc_cluster_stop(&c);
+	shoal_xfer_metrics mt;
+	shoal_xfer_link_metrics(dc_lookup(&c.st[1], c.intruder.id), &mt);
+	shoal_dist_stage_metrics sm;
+	shoal_dist_stage_metrics_get(c.st[1].st, &sm);
+	dc_cluster_down(&c);
+	shoal_model_free(m);
+	ASSERT_TRUE(ok1);
+	ASSERT_TRUE(sent_bad);
+	ASSERT_TRUE(sent_other);
+	ASSERT_EQ(res, SHOAL_ERR_FORMAT);
+	ASSERT_TRUE(prefix_ok);
+	ASSERT_TRUE(ok4);
+	ASSERT_U64_EQ(mt.rejected, 1); /* the other plan's frame */
+	ASSERT_GE(sm.dropped, 3);      /* the stray, the other plan's and the malformed frame */
+	ASSERT_U64_EQ(sm.session_errors, 1);
+}
+
+/* Two sessions of one owner in flight at once through 3 stages, one
+ * greedy, one seeded: each is exact. */
+static void test_two_sessions_interleaved(void)
+{
+	shoal_model *m = dc_open_model("austen-dense-q8_0.gguf");
+	ASSERT_TRUE(m != NULL);
+	dc_cluster c;
+	const uint32_t cuts[] = {2, 4};
+	ASSERT_EQ(dc_cluster_up(&c, m, cuts, 3, 0, SHOAL_XFER_MAX_FRAME_DEFAULT, 64, false), 0);
+	shoal_sampler_params sp[2] = {shoal_sampler_defaults(), shoal_sampler_defaults()};
+	sp[0].temp = 0.0f;
+	sp[1].seed = 77;
+	const uint32_t np[2] = {NP, NP - 7}, T = 20;
+	static dc_run_out want[2], got[2];
+	uint64_t sid[2];
+	shoal_err res[2] = {SHOAL_ERR_STATE, SHOAL_ERR_STATE};
+	bool done[2] = {false, false};
+	char why[256];
+	int ok = 1;
+	for (int q = 0; q < 2; q++) {
+		ok &= dc_reference(m, PROMPT + (NP - np[q]), np[q], T, &sp[q], &want[q]) == 0;
+		memset(&got[q], 0, sizeof got[q]);
+		shoal_dist_request rq = {.prompt = PROMPT + (NP - np[q]),
+		                         .n_prompt = np[q],
+		                         .max_tokens = T,
+		                         .logprobs = DC_K_TOP,
+		                         .sampler = sp[q],
+		                         .on_token = dc_collect_token,
+		                         .ctx = &got[q]};
+		ok &= shoal_dist_owner_start(c.own, &rq, &sid[q], why, sizeof why) == SHOAL_OK;
+	}
+	for (int spin = 0; ok && spin < 1000 && !(done[0] && done[1]); spin++) {
+		ok &= shoal_dist_owner_poll(c.own, c.owner.links, c.owner.n, 20, why, sizeof why) ==
+		      SHOAL_OK;
+		for (int q = 0; q < 2; q++)
+			if (!done[q])
+				done[q] =
+				    shoal_dist_owner_done(c.own, sid[q], &res[q], why, sizeof why);
+	}
+	dc_cluster_stop(&c);
+	/* at most one frame per session per step; fewer when rows batched */
+	uint64_t h01 = dc_link_count(&c.st[0], c.st[1].id, 1, SHOAL_XFER_KIND_HIDDEN);
+	shoal_dist_stage_metrics sm;
+	shoal_dist_stage_metrics_get(c.st[1].st, &sm);
+	printf("two sessions: %llu hidden frames into stage 1, %llu runs of %llu rows there\n",
+	       (unsigned long long)h01, (unsigned long long)sm.runs, (unsigned long long)sm.rows);
+	dc_cluster_down(&c);
+	shoal_model_free(m);
+	ASSERT_TRUE(ok);
+	ASSERT_LE(h01, 2 * T);
+	ASSERT_EQ(res[0], SHOAL_OK);
+	ASSERT_EQ(res[1], SHOAL_OK);
+	ASSERT_NE(sid[0], sid[1]);
+	ASSERT_TRUE(dc_same_run(&want[0], &got[0]));
+	ASSERT_TRUE(dc_same_run(&want[1], &got[1]));
+}
+
+TEST_MAIN(TEST_CASE(test_dense_three_stages), TEST_CASE(test_dense_split_frames),
+          TEST_CASE(test_moe_experts_on_three_peers), TEST_CASE(test_bad_frames),
+          TEST_CASE(test_two_sessions_interleaved))

@@ -1,0 +1,379 @@
+/*
+ * tests/unit/test_kernels.c: every kernel table this CPU runs, for every weight
+ * type, against the scalar oracle (within a derived tolerance), gemm ==
+ * gemv bitwise per table, the scalar oracle against the dequantized dot
+ * product, and the choice of the best table.
+ *
+ * Usage: test_kernels [quick]  ("quick", or SHOAL_KERNELS_QUICK=1 in the
+ * environment, uses smaller sizes: for runs under an emulator).
+ */
+#include <stdint.h>
+
+#include "runtime/cpu/kernels.h"
+#include "runtime/cpu/kernels_impl.h"
+#include "runtime/cpu/quant.h"
+#include "tests/unit/test.h"
+
+static int quick;
+
+static uint32_t rng = 2463534242u;
+static float rnd(void) /* uniform in [-1, 1) */
+{
+	rng ^= rng << 13;
+	rng ^= rng >> 17;
+	rng ^= rng << 5;
+	return (float)(rng >> 8) / (float)(1u << 23) - 1.0f;
+}
+
+static const char *const isa_names[] = {"scalar", "avx2", "avx512bw",
+                                        "avx512", "neon", "neon-base"};
+static const shoal_dtype wtypes[] = {SHOAL_DTYPE_F32,  SHOAL_DTYPE_F16,  SHOAL_DTYPE_BF16,
+                                     SHOAL_DTYPE_Q8_0, SHOAL_DTYPE_Q4_0, SHOAL_DTYPE_Q4_K,
+                                     SHOAL_DTYPE_Q6_K};
+
+/* Per element, a bound on |weight| as the kernels see its parts: for Q4_K
+ * the scale and the min terms separately (d sc q + dmin m), for Q6_K the
+ * unsigned quant and the -32 offset separately (|d sc| (q + 32)), which is
+ * how the SIMD kernels split them before any rounding. */
+static void weight_magnitude(shoal_dtype t, const void *row, int64_t n, float *a)
+{
+	if (t == SHOAL_DTYPE_Q4_K) {
+		const kernels__block_q4_k *b = row;
+		for (int64_t i = 0; i < n; i++) {
+			const kernels__block_q4_k *k = &b[i / 256];
+			int sc, m, e = (int)(i % 256), j = e / 32, c = e / 64;
+			kernels__q4k_scale_min(k->scales, j, &sc, &m);
+			int q = (j & 1) ? k->qs[32 * c + e % 32] >> 4 : k->qs[32 * c + e % 32] & 15;
+			a[i] = shoal_fp16_to_f32(k->d) * sc * q + shoal_fp16_to_f32(k->dmin) * m;
+		}
+		return;
+	}
+	if (t == SHOAL_DTYPE_Q6_K) {
+		const kernels__block_q6_k *b = row;
+		float *tmp = a;
+		shoal_dequantize_row(t, row, tmp, n); /* d sc (q - 32) */
+		for (int64_t i = 0; i < n; i++) {
+			const kernels__block_q6_k *k = &b[i / 256];
+			float dsc = fabsf(shoal_fp16_to_f32(k->d) * k->scales[(i % 256) / 16]);
+			/* q - 32 = value / dsc, so q + 32 = value / dsc + 64 */
+			a[i] = dsc == 0 ? 0 : fabsf(tmp[i]) + 64 * dsc;
+		}
+		return;
+	}
+	shoal_dequantize_row(t, row, a, n);
+	for (int64_t i = 0; i < n; i++)
+		a[i] = fabsf(a[i]);
+}
+
+typedef struct case_data {
+	shoal_dtype wt, at;
+	int64_t n, nrows, ncols;
+	size_t wrow, xrow, xstride;
+	void *w, *xq;
+	double *mag;   /* [ncols * nrows] sum |w| |x| */
+	double *exact; /* [ncols * nrows] dot of the dequantized rows, in double */
+} case_data;
+
+static void case_free(case_data *c)
+{
+	free(c->w);
+	free(c->xq);
+	free(c->mag);
+	free(c->exact);
+}
+
+static void case_make(case_data *c, shoal_dtype wt, int64_t n, int64_t nrows, int64_t ncols)
+{
+	c->wt = wt;
+	c->at = shoal_kernels_act_type(wt);
+	c->n = n;
+	c->nrows = nrows;
+	c->ncols = ncols;
+	c->wrow = shoal_dtype_row_bytes(wt, (uint64_t)n);
+	c->xrow = shoal_dtype_row_bytes(c->at, (uint64_t)n);
+	c->xstride = c->xrow + 64; /* padding between columns, to test the stride */
+	c->w = malloc(c->wrow * (size_t)nrows);
+	c->xq = calloc((size_t)ncols, c->xstride);
+	c->mag = malloc(sizeof(double) * (size_t)(nrows * ncols));
+	c->exact = malloc(sizeof(double) * (size_t)(nrows * ncols));
+	float *f = malloc(sizeof(float) * (size_t)n), *wa = malloc(sizeof(float) * (size_t)n);
+	float *wd = malloc(sizeof(float) * (size_t)n * (size_t)nrows);
+	float *xd = malloc(sizeof(float) * (size_t)n * (size_t)ncols);
+	float **wam = malloc(sizeof(float *) * (size_t)nrows);
+	for (int64_t r = 0; r < nrows; r++) {
+		float scale = 0.01f + (float)(r % 5); /* rows of different magnitude */
+		for (int64_t i = 0; i < n; i++)
+			f[i] = scale * rnd() * (i % 13 == 0 ? 4.0f : 1.0f);
+		if (r == 1)
+			for (int64_t i = 0; i < n && i < 256; i++)
+				f[i] = 0.0f; /* a zero block */
+		char *wr = (char *)c->w + (size_t)r * c->wrow;
+		shoal_quantize_row(wt, f, wr, n);
+		shoal_dequantize_row(wt, wr, wd + r * n, n);
+		wam[r] = malloc(sizeof(float) * (size_t)n);
+		weight_magnitude(wt, wr, n, wam[r]);
+	}
+	for (int64_t col = 0; col < ncols; col++) {
+		for (int64_t i = 0; i < n; i++)
+			f[i] = rnd() * (col == 2 ? 100.0f : 1.0f);
+		char *xr = (char *)c->xq + (size_t)col * c->xstride;
+		shoal_quantize_row(c->at, f, xr, n);
+		shoal_dequantize_row(c->at, xr, xd + col * n, n);
+	}
+	for (int64_t col = 0; col < ncols; col++)
+		for (int64_t r = 0; r < nrows; r++) {
+			double m = 0, e = 0;
+			for (int64_t i = 0; i < n; i++) {
+				m += (double)wam[r][i] * fabs((double)xd[col * n + i]);
+				e += (double)wd[r * n + i] * (double)xd[col * n + i];
+			}
+			c->mag[col * nrows + r] = m;
+			c->exact[col * nrows + r] = e;
+		}
+	for (int64_t r = 0; r < nrows; r++)
+		free(wam[r]);
+	free(wam);
+	free(f);
+	free(wa);
+	free(wd);
+	free(xd);
+}
+
+/* Tolerance between two orders of the same sum. Every kernel computes the
+ * same exact integer (or exactly rounded float) products; what differs is
+ * (a) the order of the float additions: a chain of at most n additions, so
+ * |error| <= n u sum|terms| (u = 2^-24, each side, 2^-23 for both), and (b)
+ * at most 4 roundings per term before it is added (int -> float, the
+ * scale product, the multiply, the fp16 of d), 4 u sum|terms| per side. The
+ * double-accumulated oracle is within u |result| of exact. Hence
+ * tol = (n + 8) 2^-23 sum|w||x| (+ a denormal floor). */
+static double tolerance(const case_data *c, int64_t col, int64_t r)
+{
+	return (double)(c->n + 8) * 0x1p-23 * c->mag[col * c->nrows + r] + 1e-30;
+}
+
+static int check_case(const shoal_kernels *k, const case_data *c)
+{
+	const shoal_kernels *s = shoal_kernels_scalar();
+	int64_t nr = c->nrows, nc = c->ncols;
+	size_t ys = (size_t)nr + 3; /* y_stride > nrows: padding must stay untouched */
+	float *ref = malloc(sizeof(float) * (size_t)(nr * nc));
+	float *gv = malloc(sizeof(float) * (size_t)(nr * nc));
+	float *gm = malloc(sizeof(float) * ys * (size_t)nc);
+	int bad = 0;
+	for (size_t i = 0; i < ys * (size_t)nc; i++)
+		gm[i] = 12345.0f;
+	for (int64_t col = 0; col < nc; col++) {
+		const char *x = (const char *)c->xq + (size_t)col * c->xstride;
+		s->gemv(c->wt, c->n, c->w, c->wrow, nr, x, ref + col * nr);
+		k->gemv(c->wt, c->n, c->w, c->wrow, nr, x, gv + col * nr);
+	}
+	k->gemm(c->wt, c->n, c->w, c->wrow, nr, c->xq, c->xstride, nc, gm, ys);
+	/* a row's result does not depend on where its row range starts (threads
+	 * split the rows): rows 1.. computed alone equal the full gemv */
+	if (nr > 1) {
+		float *part = malloc(sizeof(float) * (size_t)nr);
+		k->gemv(c->wt, c->n, (const char *)c->w + c->wrow, c->wrow, nr - 1, c->xq, part);
+		if (memcmp(part, gv + 1, sizeof(float) * (size_t)(nr - 1))) {
+			fprintf(stderr,
+			        "%s %s n=%lld: gemv of rows 1..%lld differs from the full gemv\n",
+			        k->isa, shoal_dtype_name(c->wt), (long long)c->n, (long long)nr);
+			bad = 1;
+		}
+		free(part);
+	}
+	for (int64_t col = 0; col < nc && !bad; col++) {
+		for (int64_t r = 0; r < nr && !bad; r++) {
+			float a = gv[col * nr + r], g = gm[(size_t)col * ys + (size_t)r];
+			double tol = tolerance(c, col, r), ex = c->exact[col * nr + r];
+			const char *what = NULL;
+			if (memcmp(&a, &g, sizeof a))
+				what = "gemm != gemv (bitwise)";
+			else if (!(fabs((double)a - ref[col * nr + r]) <= tol))
+				what = "table vs scalar beyond tolerance";
+			else if (!(fabs((double)ref[col * nr + r] - ex) <= tol))
+				what = "scalar vs dequantized dot beyond tolerance";
+			if (what) {
+				fprintf(stderr,
+				        "%s %s n=%lld rows=%lld cols=%lld [col %lld row %lld]: %s: "
+				        "table %.9g gemm %.9g scalar %.9g exact %.9g tol %.3g\n",
+				        k->isa, shoal_dtype_name(c->wt), (long long)c->n,
+				        (long long)nr, (long long)nc, (long long)col, (long long)r,
+				        what, a, g, ref[col * nr + r], ex, tol);
+				bad = 1;
+			}
+		}
+		for (size_t r = (size_t)nr; r < ys && !bad; r++)
+			if (gm[(size_t)col * ys + r] != 12345.0f) {
+				fprintf(stderr, "%s: gemm wrote past nrows\n", k->isa);
+				bad = 1;
+			}
+	}
+	free(ref);
+	free(gv);
+	free(gm);
+	return bad;
+}
+
+static void sizes_for(shoal_dtype t, const int64_t **ns, int *count)
+{
+	static const int64_t f_full[] = {7, 40, 257, 4096}, f_quick[] = {7, 40, 257};
+	static const int64_t b_full[] = {32, 96, 224, 4096}, b_quick[] = {32, 96, 224};
+	static const int64_t k_full[] = {256, 768, 4096}, k_quick[] = {256, 768};
+	int blk = (int)shoal_dtype_block_elems(t);
+	if (blk == 1) {
+		*ns = quick ? f_quick : f_full;
+		*count = quick ? 3 : 4;
+	} else if (blk == 32) {
+		*ns = quick ? b_quick : b_full;
+		*count = quick ? 3 : 4;
+	} else {
+		*ns = quick ? k_quick : k_full;
+		*count = quick ? 2 : 3;
+	}
+}
+
+static void test_tables_against_scalar(void)
+{
+	static const int64_t rows[] = {1, 3, 6, 17}, cols[] = {1, 3, 5, 9};
+	int tables = 0, cases = 0;
+	for (size_t ti = 0; ti < sizeof isa_names / sizeof isa_names[0]; ti++) {
+		const shoal_kernels *k = shoal_kernels_by_name(isa_names[ti]);
+		if (!k)
+			continue;
+		tables++;
+		printf("  table %s (isa %s)\n", isa_names[ti], k->isa);
+		for (size_t wi = 0; wi < sizeof wtypes / sizeof wtypes[0]; wi++) {
+			const int64_t *ns;
+			int nn;
+			sizes_for(wtypes[wi], &ns, &nn);
+			for (int a = 0; a < nn; a++)
+				for (int b = 0; b < 4; b++) {
+					case_data c;
+					case_make(&c, wtypes[wi], ns[a], rows[b],
+					          cols[(a + b) % 4]);
+					int bad = check_case(k, &c);
+					case_free(&c);
+					cases++;
+					ASSERT_FALSE(bad);
+				}
+		}
+	}
+	printf("  %d tables, %d cases\n", tables, cases);
+	ASSERT_GE(tables, 1);
+}
+
+/* Every table quantizes activations exactly as quant.c does. */
+static void test_quantize_act_shared(void)
+{
+	static const shoal_dtype acts[] = {SHOAL_DTYPE_F32, SHOAL_DTYPE_F16, SHOAL_DTYPE_BF16,
+	                                   SHOAL_DTYPE_Q8_0, SHOAL_DTYPE_Q8_K};
+	float x[512];
+	for (int i = 0; i < 512; i++)
+		x[i] = rnd() * 3.0f;
+	for (size_t ti = 0; ti < sizeof isa_names / sizeof isa_names[0]; ti++) {
+		const shoal_kernels *k = shoal_kernels_by_name(isa_names[ti]);
+		if (!k)
+			continue;
+		for (size_t a = 0; a < 5; a++) {
+			size_t nb = shoal_dtype_row_bytes(acts[a], 512);
+			unsigned char *p = malloc(nb), *q = malloc(nb);
+			k->quantize_act(acts[a], x, p, 512);
+			shoal_quantize_row(acts[a], x, q, 512);
+			int same = !memcmp(p, q, nb);
+			free(p);
+			free(q);
+			ASSERT_TRUE(same);
+		}
+	}
+}
+
+static void test_act_types(void)
+{
+	ASSERT_EQ(shoal_kernels_act_type(SHOAL_DTYPE_F32), SHOAL_DTYPE_F32);
+	ASSERT_EQ(shoal_kernels_act_type(SHOAL_DTYPE_F16), SHOAL_DTYPE_F16);
+	ASSERT_EQ(shoal_kernels_act_type(SHOAL_DTYPE_BF16), SHOAL_DTYPE_BF16);
+	ASSERT_EQ(shoal_kernels_act_type(SHOAL_DTYPE_Q8_0), SHOAL_DTYPE_Q8_0);
+	ASSERT_EQ(shoal_kernels_act_type(SHOAL_DTYPE_Q4_0), SHOAL_DTYPE_Q8_0);
+	ASSERT_EQ(shoal_kernels_act_type(SHOAL_DTYPE_Q4_K), SHOAL_DTYPE_Q8_K);
+	ASSERT_EQ(shoal_kernels_act_type(SHOAL_DTYPE_Q6_K), SHOAL_DTYPE_Q8_K);
+}
+
+/* A hand-computed dot: Q8_0 weights all 2 with d = 0.5 (w = 1) against
+ * activations j - 16 with d = 0.25: per block sum(j - 16) = -16, times
+ * 2 * 0.5 * 0.25 -> -4 per block, 3 blocks -> -12, on every table. */
+static void test_hand_dot_q8_0(void)
+{
+	kernels__block_q8_0 w[3], x[3];
+	for (int b = 0; b < 3; b++) {
+		w[b].d = 0x3800;
+		x[b].d = 0x3400;
+		for (int j = 0; j < 32; j++) {
+			w[b].qs[j] = 2;
+			x[b].qs[j] = (int8_t)(j - 16);
+		}
+	}
+	for (size_t ti = 0; ti < sizeof isa_names / sizeof isa_names[0]; ti++) {
+		const shoal_kernels *k = shoal_kernels_by_name(isa_names[ti]);
+		if (!k)
+			continue;
+		float y = 0;
+		k->gemv(SHOAL_DTYPE_Q8_0, 96, w, sizeof w, 1, x, &y);
+		ASSERT_TRUE(y == -12.0f);
+	}
+}
+
+static void test_best_table(void)
+{
+	const shoal_kernels *b = shoal_kernels_best();
+	ASSERT_TRUE(b != NULL);
+	ASSERT_TRUE(shoal_kernels_best() == b); /* chosen once */
+	ASSERT_TRUE(shoal_kernels_by_name("nonsense") == NULL);
+	ASSERT_TRUE(shoal_kernels_by_name("scalar") == shoal_kernels_scalar());
+	printf("  best: %s\n", b->isa);
+	const char *env = getenv("SHOAL_ISA");
+	if (env && *env)
+		TEST_SKIP("SHOAL_ISA is set; the automatic choice is not checked");
+}
+
+/* The tables of one ISA family (with and without VNNI / dotprod) compute
+ * the same int32 lanes and the same float operations: bitwise equal. */
+static void test_family_bitwise(void)
+{
+	static const char *const pairs[][2] = {{"avx512", "avx512bw"}, {"neon", "neon-base"}};
+	int compared = 0;
+	for (size_t p = 0; p < 2; p++) {
+		const shoal_kernels *a = shoal_kernels_by_name(pairs[p][0]);
+		const shoal_kernels *b = shoal_kernels_by_name(pairs[p][1]);
+		if (!a || !b || a == b)
+			continue;
+		for (size_t wi = 0; wi < sizeof wtypes / sizeof wtypes[0]; wi++) {
+			case_data c;
+			case_make(&c, wtypes[wi],
+			          shoal_dtype_block_elems(wtypes[wi]) == 256 ? 768 : 224, 6, 5);
+			float ya[6 * 5], yb[6 * 5];
+			a->gemm(c.wt, c.n, c.w, c.wrow, 6, c.xq, c.xstride, 5, ya, 6);
+			b->gemm(c.wt, c.n, c.w, c.wrow, 6, c.xq, c.xstride, 5, yb, 6);
+			int same = !memcmp(ya, yb, sizeof ya);
+			case_free(&c);
+			if (!same)
+				TEST_FAIL_("%s and %s differ on %s", a->isa, b->isa,
+				           shoal_dtype_name(wtypes[wi]));
+			compared++;
+		}
+	}
+	if (!compared)
+		TEST_SKIP("no ISA family with two tables on this CPU");
+}
+
+int main(int argc, char **argv)
+{
+	const char *q = getenv("SHOAL_KERNELS_QUICK");
+	quick = (argc > 1 && !strcmp(argv[1], "quick")) || (q && *q == '1');
+	static const test_case_ cases[] = {
+	    TEST_CASE(test_act_types),           TEST_CASE(test_hand_dot_q8_0),
+	    TEST_CASE(test_quantize_act_shared), TEST_CASE(test_tables_against_scalar),
+	    TEST_CASE(test_family_bitwise),      TEST_CASE(test_best_table),
+	};
+	return test_run_(cases, sizeof cases / sizeof cases[0]);
+}

@@ -1,0 +1,541 @@
+/*
+ * tests/unit/test_quant.c: runtime/cpu/quant.c against hand-computed values: half and
+ * bfloat16 special cases and rounding, dequantization of hand-built blocks of
+ * every type, quantize -> dequantize error bounds, the reference's Q8_0 / Q8_K
+ * activation rules, and the two tiny-kq fixtures (the same random weights
+ * quantized by the reference to Q4_K_M and to Q6_K) dequantized side by side.
+ */
+#include <float.h>
+#include <stdint.h>
+
+#include "models/gguf.h"
+#include "runtime/cpu/kernels_impl.h"
+#include "runtime/cpu/quant.h"
+#include "tests/unit/test.h"
+
+static uint32_t rng_state = 12345;
+static float rnd(void) /* uniform in [-1, 1) */
+{
+	rng_state = rng_state * 1664525u + 1013904223u;
+	return (float)(rng_state >> 8) / (float)(1u << 23) - 1.0f;
+}
+
+static uint32_t bits(float f)
+{
+	uint32_t u;
+	memcpy(&u, &f, 4);
+	return u;
+}
+
+/* ---- half / bfloat16 ------------------------------------------------------- */
+
+static void test_fp16_to_f32_specials(void)
+{
+	ASSERT_TRUE(shoal_fp16_to_f32(0x3c00) == 1.0f);
+	ASSERT_TRUE(shoal_fp16_to_f32(0xc000) == -2.0f);
+	ASSERT_TRUE(shoal_fp16_to_f32(0x7bff) == 65504.0f);
+	ASSERT_TRUE(shoal_fp16_to_f32(0x0001) == 0x1p-24f);        /* smallest subnormal */
+	ASSERT_TRUE(shoal_fp16_to_f32(0x03ff) == 1023 * 0x1p-24f); /* largest subnormal */
+	ASSERT_TRUE(shoal_fp16_to_f32(0x0400) == 0x1p-14f);        /* smallest normal */
+	ASSERT_TRUE(shoal_fp16_to_f32(0x3555) == 0x1.554p-2f);
+	ASSERT_EQ(bits(shoal_fp16_to_f32(0x8000)), 0x80000000u); /* -0 */
+	ASSERT_TRUE(isinf(shoal_fp16_to_f32(0x7c00)) && shoal_fp16_to_f32(0x7c00) > 0);
+	ASSERT_TRUE(isinf(shoal_fp16_to_f32(0xfc00)) && shoal_fp16_to_f32(0xfc00) < 0);
+	ASSERT_TRUE(isnan(shoal_fp16_to_f32(0x7e00)));
+	ASSERT_TRUE(isnan(shoal_fp16_to_f32(0x7c01))); /* signalling NaN stays NaN */
+}
+
+static void test_f32_to_fp16_rounding(void)
+{
+	ASSERT_EQ(shoal_f32_to_fp16(1.0f), 0x3c00);
+	ASSERT_EQ(shoal_f32_to_fp16(-0.0f), 0x8000);
+	ASSERT_EQ(shoal_f32_to_fp16(65504.0f), 0x7bff);
+	ASSERT_EQ(shoal_f32_to_fp16(65519.99f), 0x7bff); /* below the halfway point */
+	ASSERT_EQ(shoal_f32_to_fp16(65520.0f), 0x7c00);  /* tie: 0x7bff is odd -> inf */
+	ASSERT_EQ(shoal_f32_to_fp16(1e10f), 0x7c00);
+	ASSERT_EQ(shoal_f32_to_fp16(-INFINITY), 0xfc00);
+	ASSERT_EQ(shoal_f32_to_fp16(1.0f + 0x1p-11f), 0x3c00);     /* tie to even (down) */
+	ASSERT_EQ(shoal_f32_to_fp16(1.0f + 3 * 0x1p-11f), 0x3c02); /* tie to even (up) */
+	ASSERT_EQ(shoal_f32_to_fp16(1.0f + 0x1p-11f + 0x1p-20f), 0x3c01);
+	ASSERT_EQ(shoal_f32_to_fp16(0x1p-25f), 0x0000);            /* tie: to even 0 */
+	ASSERT_EQ(shoal_f32_to_fp16(0x1.000002p-25f), 0x0001);     /* just above: up */
+	ASSERT_EQ(shoal_f32_to_fp16(3 * 0x1p-25f), 0x0002);        /* tie 1|2 -> 2 */
+	ASSERT_EQ(shoal_f32_to_fp16(5 * 0x1p-25f), 0x0002);        /* tie 2|3 -> 2 */
+	ASSERT_EQ(shoal_f32_to_fp16(0x1p-14f - 0x1p-26f), 0x0400); /* carries into normal */
+	ASSERT_EQ(shoal_f32_to_fp16(1e-10f), 0x0000);
+	ASSERT_EQ(shoal_f32_to_fp16(-1e-10f), 0x8000);
+	uint16_t n = shoal_f32_to_fp16(NAN);
+	ASSERT_TRUE((n & 0x7c00) == 0x7c00 && (n & 0x3ff) != 0);
+}
+
+/* Every finite half converts to f32 and back to itself. */
+static void test_fp16_roundtrip_all(void)
+{
+	for (uint32_t h = 0; h < 0x10000; h++) {
+		if ((h & 0x7c00) == 0x7c00 && (h & 0x3ff))
+			continue; /* NaN */
+		float f = shoal_fp16_to_f32((uint16_t)h);
+		ASSERT_EQ(shoal_f32_to_fp16(f), h);
+	}
+}
+
+/* For random floats the result is a nearest half, ties to even: checked
+ * against the two neighbours in double arithmetic (exact for these values). */
+static void test_fp16_nearest_random(void)
+{
+	for (int i = 0; i < 200000; i++) {
+		float f = ldexpf(rnd(), (int)(rng_state % 44) - 28); /* 2^-29 .. 2^15 */
+		uint16_t h = shoal_f32_to_fp16(f);
+		double v = shoal_fp16_to_f32(h), e = fabs(v - (double)f);
+		uint16_t mag = h & 0x7fff, sg = h & 0x8000;
+		double up = shoal_fp16_to_f32((uint16_t)(sg | (mag + 1)));
+		ASSERT_TRUE(e <= fabs(up - (double)f));
+		if (e == fabs(up - (double)f))
+			ASSERT_TRUE((h & 1) == 0);
+		if (mag > 0) {
+			double dn = shoal_fp16_to_f32((uint16_t)(sg | (mag - 1)));
+			ASSERT_TRUE(e <= fabs(dn - (double)f));
+			if (e == fabs(dn - (double)f))
+				ASSERT_TRUE((h & 1) == 0);
+		}
+	}
+}
+
+static void test_bf16(void)
+{
+	ASSERT_EQ(shoal_f32_to_bf16(1.0f), 0x3f80);
+	ASSERT_TRUE(shoal_bf16_to_f32(0x3f80) == 1.0f);
+	ASSERT_TRUE(shoal_bf16_to_f32(0xc0a0) == -5.0f);
+	ASSERT_EQ(shoal_f32_to_bf16(1.0f + 0x1p-8f), 0x3f80);     /* tie to even (down) */
+	ASSERT_EQ(shoal_f32_to_bf16(1.0f + 3 * 0x1p-8f), 0x3f82); /* tie to even (up) */
+	ASSERT_EQ(shoal_f32_to_bf16(1.0f + 0x1p-8f + 0x1p-20f), 0x3f81);
+	ASSERT_EQ(shoal_f32_to_bf16(FLT_MAX), 0x7f80); /* rounds up to inf */
+	ASSERT_EQ(shoal_f32_to_bf16(INFINITY), 0x7f80);
+	ASSERT_EQ(shoal_f32_to_bf16(-INFINITY), 0xff80);
+	ASSERT_EQ(shoal_f32_to_bf16(0x1p-133f), 0x0001); /* subnormal kept */
+	uint16_t n = shoal_f32_to_bf16(NAN);
+	ASSERT_TRUE((n & 0x7f80) == 0x7f80 && (n & 0x7f) != 0);
+	float snan;
+	uint32_t sn = 0x7f800001u; /* low payload only: truncation alone would give inf */
+	memcpy(&snan, &sn, 4);
+	ASSERT_TRUE(isnan(shoal_bf16_to_f32(shoal_f32_to_bf16(snan))));
+}
+
+/* ---- hand-built blocks --------------------------------------------------------- */
+
+static void test_deq_q8_0(void)
+{
+	kernels__block_q8_0 b[2];
+	b[0].d = 0x3800; /* 0.5 */
+	b[1].d = 0xbc00; /* -1 */
+	for (int j = 0; j < 32; j++) {
+		b[0].qs[j] = (int8_t)(j - 16);
+		b[1].qs[j] = (int8_t)(j == 0 ? -128 : 127 - j);
+	}
+	float y[64];
+	shoal_dequantize_row(SHOAL_DTYPE_Q8_0, b, y, 64);
+	for (int j = 0; j < 32; j++) {
+		ASSERT_TRUE(y[j] == 0.5f * (j - 16));
+		ASSERT_TRUE(y[32 + j] == -(float)(j == 0 ? -128 : 127 - j));
+	}
+}
+
+static void test_deq_q4_0(void)
+{
+	kernels__block_q4_0 b;
+	b.d = 0x4000; /* 2 */
+	for (int j = 0; j < 16; j++)
+		b.qs[j] = (uint8_t)(j | ((15 - j) << 4)); /* elem j = j, elem j+16 = 15-j */
+	float y[32];
+	shoal_dequantize_row(SHOAL_DTYPE_Q4_0, &b, y, 32);
+	for (int j = 0; j < 16; j++) {
+		ASSERT_TRUE(y[j] == 2.0f * (j - 8));
+		ASSERT_TRUE(y[j + 16] == 2.0f * (15 - j - 8));
+	}
+	ASSERT_TRUE(y[0] == -16.0f && y[15] == 14.0f && y[16] == 14.0f && y[31] == -16.0f);
+}
+
+/* Q4_K with d = 1, dmin = 0.5 and sub-block scales / mins chosen so that the
+ * 6-bit packing's high bits are exercised:
+ *   sc = {1, 5, 10, 63, 17, 33, 48, 62},  m = {0, 3, 7, 12, 20, 40, 63, 16}
+ * The 12 scale bytes, worked out by hand:
+ *   [0..3]  sc0..3 | (sc4..7 >> 4) << 6 = 0x41 0x85 0xca 0xff
+ *   [4..7]  m0..3  | (m4..7 >> 4) << 6  = 0x40 0x83 0xc7 0x4c
+ *   [8..11] (sc4..7 & 15) | (m4..7 & 15) << 4 = 0x41 0x81 0xf0 0x0e
+ * Quant of element l of sub-block j: (3 j + l) & 15; sub-blocks 2c and 2c+1
+ * are the low and high nibbles of qs[32 c .. 32 c + 31]. */
+static void test_deq_q4_k(void)
+{
+	static const int sc[8] = {1, 5, 10, 63, 17, 33, 48, 62};
+	static const int m[8] = {0, 3, 7, 12, 20, 40, 63, 16};
+	static const uint8_t packed[12] = {0x41, 0x85, 0xca, 0xff, 0x40, 0x83,
+	                                   0xc7, 0x4c, 0x41, 0x81, 0xf0, 0x0e};
+	kernels__block_q4_k b;
+	b.d = 0x3c00;
+	b.dmin = 0x3800;
+	memcpy(b.scales, packed, 12);
+	for (int c = 0; c < 4; c++)
+		for (int l = 0; l < 32; l++) {
+			int lo = (3 * (2 * c) + l) & 15, hi = (3 * (2 * c + 1) + l) & 15;
+			b.qs[32 * c + l] = (uint8_t)(lo | (hi << 4));
+		}
+	float y[256];
+	shoal_dequantize_row(SHOAL_DTYPE_Q4_K, &b, y, 256);
+	for (int j = 0; j < 8; j++)
+		for (int l = 0; l < 32; l++) {
+			float want = 1.0f * sc[j] * ((3 * j + l) & 15) - 0.5f * m[j];
+			if (y[32 * j + l] != want)
+				TEST_FAIL_("Q4_K elem %d: %g, want %g", 32 * j + l, y[32 * j + l],
+				           want);
+		}
+}
+
+/* The word-wise unpacking the SIMD kernels use agrees with the per-index
+ * one on random scale bytes. */
+static void test_q4k_unpack(void)
+{
+	for (int t = 0; t < 2000; t++) {
+		uint8_t s[12];
+		for (int i = 0; i < 12; i++)
+			s[i] = (uint8_t)(rnd() * 128 + 128);
+		uint64_t sc, m;
+		kernels__q4k_unpack(s, &sc, &m);
+		for (int j = 0; j < 8; j++) {
+			int a, b;
+			kernels__q4k_scale_min(s, j, &a, &b);
+			ASSERT_EQ((sc >> (8 * j)) & 0xff, a);
+			ASSERT_EQ((m >> (8 * j)) & 0xff, b);
+		}
+	}
+}
+
+/* Q6_K with d = 0.25, scales[j] = 3 j - 20 (negative ones too), and the
+ * 6-bit quant of element i = (7 i + 5) & 63 (value q - 32). Per chunk of 128
+ * (c = i / 128, e = i % 128, l = e % 32, part = e / 32), the low nibble is in
+ * ql[64 c + l + 32 (part & 1)], low half for parts 0-1, high for 2-3; the two
+ * high bits are bits 2 part .. 2 part + 1 of qh[32 c + l]. */
+static void test_deq_q6_k(void)
+{
+	kernels__block_q6_k b;
+	memset(&b, 0, sizeof b);
+	b.d = 0x3400; /* 0.25 */
+	for (int j = 0; j < 16; j++)
+		b.scales[j] = (int8_t)(3 * j - 20);
+	for (int i = 0; i < 256; i++) {
+		int q = (7 * i + 5) & 63, c = i / 128, e = i % 128, l = e % 32, part = e / 32;
+		int li = 64 * c + l + 32 * (part & 1);
+		b.ql[li] |= (uint8_t)((q & 15) << (part >= 2 ? 4 : 0));
+		b.qh[32 * c + l] |= (uint8_t)((q >> 4) << (2 * part));
+	}
+	float y[256];
+	shoal_dequantize_row(SHOAL_DTYPE_Q6_K, &b, y, 256);
+	for (int i = 0; i < 256; i++) {
+		float want = 0.25f * (3 * (i / 16) - 20) * (((7 * i + 5) & 63) - 32);
+		if (y[i] != want)
+			TEST_FAIL_("Q6_K elem %d: %g, want %g", i, y[i], want);
+	}
+}
+
+static void test_deq_q8_k_f16_bf16(void)
+{
+	kernels__block_q8_k b;
+	b.d = 0.125f;
+	for (int i = 0; i < 256; i++)
+		b.qs[i] = (int8_t)(i - 128);
+	float y[256];
+	shoal_dequantize_row(SHOAL_DTYPE_Q8_K, &b, y, 256);
+	for (int i = 0; i < 256; i++)
+		ASSERT_TRUE(y[i] == 0.125f * (i - 128));
+	uint16_t h[3] = {0x3c00, 0xc500, 0x0001}; /* 1, -5, 2^-24 */
+	shoal_dequantize_row(SHOAL_DTYPE_F16, h, y, 3);
+	ASSERT_TRUE(y[0] == 1.0f && y[1] == -5.0f && y[2] == 0x1p-24f);
+	uint16_t bf[2] = {0x4049, 0xbf80}; /* 3.140625, -1 */
+	shoal_dequantize_row(SHOAL_DTYPE_BF16, bf, y, 2);
+	ASSERT_TRUE(y[0] == 3.140625f && y[1] == -1.0f);
+}
+
+/* ---- quantize -> dequantize ---------------------------------------------------- */
+
+#define RT_N 1024
+
+static void fill_random(float *x, int n, float scale)
+{
+	for (int i = 0; i < n; i++)
+		x[i] = scale * rnd() * (1.0f + (float)(i % 7)); /* uneven magnitudes */
+}
+
+static float block_amax(const float *x, int n)
+{
+	float a = 0;
+	for (int i = 0; i < n; i++)
+		a = fmaxf(a, fabsf(x[i]));
+	return a;
+}
+
+/* Q8_0 is the reference's rule exactly; the error is at most half a step of
+ * amax / 127 plus the fp16 rounding of d (2^-11 relative, times 127 quants). */
+static void test_roundtrip_q8_0(void)
+{
+	float x[RT_N], y[RT_N];
+	kernels__block_q8_0 b[RT_N / 32];
+	fill_random(x, RT_N, 3.0f);
+	x[5] = 0; /* a zero block too */
+	for (int i = 64; i < 96; i++)
+		x[i] = 0;
+	shoal_quantize_row(SHOAL_DTYPE_Q8_0, x, b, RT_N);
+	shoal_dequantize_row(SHOAL_DTYPE_Q8_0, b, y, RT_N);
+	for (int k = 0; k < RT_N / 32; k++) {
+		float amax = block_amax(x + 32 * k, 32);
+		float d = amax / 127.0f, id = d ? 1.0f / d : 0.0f;
+		ASSERT_EQ(b[k].d, shoal_f32_to_fp16(d));
+		for (int j = 0; j < 32; j++) {
+			ASSERT_EQ(b[k].qs[j], (int)roundf(x[32 * k + j] * id));
+			ASSERT_NEAR(y[32 * k + j], x[32 * k + j],
+			            d * (0.5f + 127 * 0x1p-11f) + 1e-30f);
+		}
+	}
+}
+
+/* Tiny blocks (1 / d overflows to inf) and non-finite values: every q is 0,
+ * a defined result instead of an out-of-range float-to-int conversion. */
+static void test_q8_0_nonfinite(void)
+{
+	float x[64];
+	kernels__block_q8_0 b[2];
+	for (int j = 0; j < 32; j++)
+		x[j] = (j % 2 ? -1e-38f : 1e-38f) * (float)(j % 5);
+	for (int j = 32; j < 64; j++)
+		x[j] = j == 33 ? NAN : j == 34 ? -INFINITY : 1.0f;
+	shoal_quantize_row(SHOAL_DTYPE_Q8_0, x, b, 64);
+	for (int k = 0; k < 2; k++)
+		for (int j = 0; j < 32; j++)
+			if (k == 0 || j == 1 || j == 2)
+				ASSERT_EQ(b[k].qs[j], 0);
+}
+
+static void test_roundtrip_q4_0(void)
+{
+	float x[RT_N], y[RT_N];
+	kernels__block_q4_0 b[RT_N / 32];
+	fill_random(x, RT_N, 1.0f);
+	shoal_quantize_row(SHOAL_DTYPE_Q4_0, x, b, RT_N);
+	shoal_dequantize_row(SHOAL_DTYPE_Q4_0, b, y, RT_N);
+	for (int k = 0; k < RT_N / 32; k++) {
+		/* step = amax / 8; the far end (+amax against -8..7) clips by one step */
+		float step = block_amax(x + 32 * k, 32) / 8.0f * (1 + 0x1p-10f);
+		for (int j = 0; j < 32; j++)
+			ASSERT_NEAR(y[32 * k + j], x[32 * k + j], step);
+	}
+}
+
+/* Q4_K: the step of sub-block j is d * sc_j >= range_j / 15 (the scale is
+ * rounded up) and at most range_j / 15 + d, with d = max range / (15 * 63)
+ * (fp16); the min is rounded to the nearest dmin step. So the error is at
+ * most half a step plus half a dmin step. */
+static void test_roundtrip_q4_k(void)
+{
+	float x[RT_N], y[RT_N];
+	kernels__block_q4_k b[RT_N / 256];
+	fill_random(x, RT_N, 1.0f);
+	for (int i = 0; i < 32; i++)
+		x[256 + i] = fabsf(x[256 + i]) + 0.5f; /* a sub-block with a positive min */
+	shoal_quantize_row(SHOAL_DTYPE_Q4_K, x, b, RT_N);
+	shoal_dequantize_row(SHOAL_DTYPE_Q4_K, b, y, RT_N);
+	for (int k = 0; k < RT_N / 256; k++) {
+		float d = shoal_fp16_to_f32(b[k].d), dmin = shoal_fp16_to_f32(b[k].dmin);
+		for (int j = 0; j < 8; j++) {
+			const float *xs = x + 256 * k + 32 * j;
+			float lo = 0, hi = 0;
+			for (int l = 0; l < 32; l++) {
+				lo = fminf(lo, xs[l]);
+				hi = fmaxf(hi, xs[l]);
+			}
+			float step = (hi - lo) / 15.0f + d;
+			for (int l = 0; l < 32; l++)
+				ASSERT_NEAR(y[256 * k + 32 * j + l], xs[l],
+				            0.5f * step + 0.5f * dmin + 1e-6f);
+		}
+	}
+}
+
+/* Q6_K: step of sub-block j = d * sc_j in [amax_j / 31, amax_j / 31 + d]. */
+static void test_roundtrip_q6_k(void)
+{
+	float x[RT_N], y[RT_N];
+	kernels__block_q6_k b[RT_N / 256];
+	fill_random(x, RT_N, 2.0f);
+	shoal_quantize_row(SHOAL_DTYPE_Q6_K, x, b, RT_N);
+	shoal_dequantize_row(SHOAL_DTYPE_Q6_K, b, y, RT_N);
+	for (int k = 0; k < RT_N / 256; k++) {
+		float d = shoal_fp16_to_f32(b[k].d);
+		for (int j = 0; j < 16; j++) {
+			const float *xs = x + 256 * k + 16 * j;
+			float step = block_amax(xs, 16) / 31.0f + d;
+			for (int l = 0; l < 16; l++)
+				ASSERT_NEAR(y[256 * k + 16 * j + l], xs[l], 0.5f * step + 1e-6f);
+		}
+	}
+}
+
+/* Q8_K: the element of largest magnitude maps to -127 (d carries the sign),
+ * every quant is in [-127, 127], bsums are sums of 16, error <= |d| / 2. */
+static void test_roundtrip_q8_k(void)
+{
+	float x[RT_N], y[RT_N];
+	kernels__block_q8_k b[RT_N / 256];
+	fill_random(x, RT_N, 5.0f);
+	x[300] = 100.0f;  /* positive largest in block 1 */
+	x[600] = -100.0f; /* negative largest in block 2 */
+	for (int i = 768; i < 1024; i++)
+		x[i] = 0; /* all-zero block 3 */
+	shoal_quantize_row(SHOAL_DTYPE_Q8_K, x, b, RT_N);
+	shoal_dequantize_row(SHOAL_DTYPE_Q8_K, b, y, RT_N);
+	ASSERT_EQ(b[1].qs[300 - 256], -127);
+	ASSERT_TRUE(b[1].d < 0);
+	ASSERT_EQ(b[2].qs[600 - 512], -127);
+	ASSERT_TRUE(b[2].d > 0);
+	ASSERT_TRUE(b[3].d == 0.0f);
+	for (int k = 0; k < RT_N / 256; k++) {
+		for (int j = 0; j < 16; j++) {
+			int s = 0;
+			for (int l = 0; l < 16; l++) {
+				ASSERT_TRUE(b[k].qs[16 * j + l] >= -127);
+				s += b[k].qs[16 * j + l];
+			}
+			ASSERT_EQ(b[k].bsums[j], s);
+		}
+		for (int i = 0; i < 256; i++)
+			ASSERT_NEAR(y[256 * k + i], x[256 * k + i], fabsf(b[k].d) * 0.5001f);
+	}
+}
+
+static void test_roundtrip_plain(void)
+{
+	float x[64], y[64];
+	uint16_t h[64];
+	fill_random(x, 64, 100.0f);
+	shoal_quantize_row(SHOAL_DTYPE_F16, x, h, 64);
+	shoal_dequantize_row(SHOAL_DTYPE_F16, h, y, 64);
+	for (int i = 0; i < 64; i++)
+		ASSERT_NEAR(y[i], x[i], fabsf(x[i]) * 0x1p-11f);
+	shoal_quantize_row(SHOAL_DTYPE_BF16, x, h, 64);
+	shoal_dequantize_row(SHOAL_DTYPE_BF16, h, y, 64);
+	for (int i = 0; i < 64; i++)
+		ASSERT_NEAR(y[i], x[i], fabsf(x[i]) * 0x1p-8f);
+	shoal_quantize_row(SHOAL_DTYPE_F32, x, y, 64);
+	ASSERT_MEM_EQ(x, y, sizeof x);
+	ASSERT_TRUE(shoal_quant_supported(SHOAL_DTYPE_Q6_K));
+	ASSERT_FALSE(shoal_quant_supported(SHOAL_DTYPE_Q5_K));
+}
+
+/* Q8_K rounds ties to even (the reference's nearest_int), Q8_0 away from
+ * zero (roundf): blocks built so that x * iscale hits exact halves. */
+static void test_activation_ties(void)
+{
+	float x[256];
+	/* Q8_K: max = -127 gives iscale = -127 / max = 1 (d = 1), so q = rint(x) */
+	for (int i = 0; i < 256; i++)
+		x[i] = (float)((i % 9) - 4) + ((i % 3) ? 0.5f : 0.25f);
+	x[0] = -127.0f;
+	kernels__block_q8_k k;
+	shoal_quantize_row(SHOAL_DTYPE_Q8_K, x, &k, 256);
+	ASSERT_TRUE(k.d == 1.0f);
+	for (int i = 0; i < 256; i++)
+		ASSERT_EQ(k.qs[i], (int)rintf(x[i]));
+	ASSERT_EQ(k.qs[1], -2); /* x = -2.5: the tie goes to even -2 */
+	ASSERT_EQ(k.qs[2], -2); /* x = -1.5: to even -2 */
+	ASSERT_EQ(k.qs[0], -127);
+	/* Q8_0: amax 127 gives d = 1, id = 1, so q = roundf(x) */
+	kernels__block_q8_0 q;
+	float y[32];
+	for (int i = 0; i < 32; i++)
+		y[i] = (float)(i - 16) + 0.5f;
+	y[31] = 127.0f;
+	shoal_quantize_row(SHOAL_DTYPE_Q8_0, y, &q, 32);
+	for (int i = 0; i < 31; i++)
+		ASSERT_EQ(q.qs[i], (int)roundf(y[i]));
+	ASSERT_EQ(q.qs[15], -1); /* -0.5 -> -1 (away from zero) */
+	ASSERT_EQ(q.qs[16], 1);  /* 0.5 -> 1 */
+	ASSERT_EQ(q.qs[31], 127);
+}
+
+/* ---- the reference's own quantizations ------------------------------------------ */
+
+/* tiny-kq-q4_k_m and tiny-kq-q6_k hold the same random weights quantized by
+ * the reference; tensors that are Q4_K in one and Q6_K in the other must
+ * dequantize to nearly the same values: within a Q4_K step (the coarser)
+ * per 32 elements. A wrong bit layout in either type gives differences of
+ * the order of the weights themselves. */
+static void test_fixtures_agree(void)
+{
+	char p1[1024], p2[1024], why[256];
+	snprintf(p1, sizeof p1, "%s/models/tiny-kq-q4_k_m.gguf", test_data_dir());
+	snprintf(p2, sizeof p2, "%s/models/tiny-kq-q6_k.gguf", test_data_dir());
+	shoal_gguf *g1 = NULL, *g2 = NULL;
+	if (shoal_gguf_open(p1, &g1, why, sizeof why) ||
+	    shoal_gguf_open(p2, &g2, why, sizeof why)) {
+		shoal_gguf_free(g1);
+		TEST_SKIP("tiny-kq fixtures not readable");
+	}
+	int compared = 0, ok = 1;
+	for (size_t t = 0; t < shoal_gguf_n_tensors(g1) && ok; t++) {
+		const shoal_gguf_tensor *a = shoal_gguf_tensor_at(g1, t);
+		const shoal_gguf_tensor *b = shoal_gguf_tensor_find(g2, a->name);
+		if (!b || a->type != SHOAL_DTYPE_Q4_K || b->type != SHOAL_DTYPE_Q6_K)
+			continue;
+		int64_t n = (int64_t)a->ne[0];
+		size_t ra = shoal_dtype_row_bytes(a->type, (uint64_t)n);
+		size_t rb = shoal_dtype_row_bytes(b->type, (uint64_t)n);
+		float *ya = malloc((size_t)n * 4), *yb = malloc((size_t)n * 4);
+		double sum_err = 0, sum_abs = 0;
+		for (int row = 0; row < 4 && ok; row++) {
+			const kernels__block_q4_k *qa =
+			    (const void *)((const char *)a->data + (size_t)row * ra);
+			shoal_dequantize_row(a->type, qa, ya, n);
+			shoal_dequantize_row(b->type, (const char *)b->data + (size_t)row * rb, yb,
+			                     n);
+			for (int64_t i = 0; i < n; i++) {
+				const kernels__block_q4_k *blk = &qa[i / 256];
+				int sc, m;
+				kernels__q4k_scale_min(blk->scales, (int)(i % 256) / 32, &sc, &m);
+				float step = shoal_fp16_to_f32(blk->d) * sc;
+				/* the reference's Q4_K is not round-to-nearest on each
+				 * value (it optimises the scale), so allow one full step
+				 * plus the Q6_K's own error */
+				if (!(fabsf(ya[i] - yb[i]) <=
+				      1.05f * step + 0.02f * fabsf(yb[i]) + 1e-6f)) {
+					fprintf(stderr,
+					        "%s row %d elem %lld: q4_k %g q6_k %g step %g\n",
+					        a->name, row, (long long)i, ya[i], yb[i], step);
+					ok = 0;
+					break;
+				}
+				sum_err += fabs((double)ya[i] - yb[i]);
+				sum_abs += fabs((double)yb[i]);
+			}
+		}
+		free(ya);
+		free(yb);
+		/* on average 4-bit quantization is off by far less than the weights */
+		if (ok && !(sum_err < 0.2 * sum_abs)) {
+			fprintf(stderr, "%s: mean error %g vs mean weight %g\n", a->name, sum_err,
+			        sum_abs);
+			ok = 0;
+		}
+		compared++;
+	}
+	shoal_gguf_free(g1);
+	shoal_gguf_free(g2);
+	ASSERT_TRUE(ok);
+	ASSERT_GT(compared, 4);
+}
+
+TEST_MAIN(TEST_CASE(test_q8_0_nonfinite), TEST_CASE(test_fp16_to_f32_specials), TEST_CASE(test_f32_to_fp16_rounding),
+          TEST_CASE(test_fp16_roundtrip_all), TEST_CASE(test_fp16_nearest_random),
+          TEST_CASE(test_bf16), TEST_CASE(test_deq_q8_0), TEST_CASE(test_deq_q4_0),
+          TEST_CASE(test_deq_q4_k), TEST_CASE(test_q4k_unpack), TEST_CASE(test_deq_q6_k),
+          TEST_CASE(test_deq_q8_k_f16_bf16), TEST_CASE(test_roundtrip_q8_0),
+          TEST_CASE(test_roundtrip_q4_0), TEST_CASE(test_roundtrip_q4_k),
+          TEST_CASE(test_roundtrip_q6_k), TEST_CASE(test_roundtrip_q8_k),
+          TEST_CASE(test_activation_ties), TEST_CASE(test_roundtrip_plain),
+          TEST_CASE(test_fixtures_agree))

@@ -1,0 +1,138 @@
+/*
+ * tests/unit/test_sched_digest.c: the scheduler's own BLAKE2b-256 equals
+ * libsodium's crypto_generichash; the buckets with hysteresis keep noise out
+ * of the view; the readiness tracker says servable only when every peer of
+ * the plan announced its digest.
+ */
+#include "tests/unit/test.h"
+#include "tests/unit/test_sched_util.h"
+
+#include <sodium.h>
+
+static void test_blake2b_matches_libsodium(void)
+{
+	ASSERT_TRUE(sodium_init() >= 0);
+	ti_rng r = {99};
+	uint8_t buf[1100];
+	for (size_t len = 0; len <= sizeof buf; len += len < 300 ? 1 : 97) {
+		for (size_t i = 0; i < len; i++)
+			buf[i] = (uint8_t)ti_next(&r);
+		uint8_t a[32], b[32];
+		shoal_digest(buf, len, a);
+		crypto_generichash(b, sizeof b, buf, len, NULL, 0);
+		if (memcmp(a, b, 32))
+			fprintf(stderr, "length %zu differs\n", len);
+		ASSERT_MEM_EQ(a, b, 32);
+	}
+	char hex[65];
+	uint8_t d[32];
+	shoal_digest("abc", 3, d);
+	shoal_digest_hex(d, hex);
+	ASSERT_EQ(strlen(hex), 64);
+}
+
+static void test_bucket_geo(void)
+{
+	/* bucket values grow by 2^(1/4) and the plain bucket is monotone */
+	uint32_t prev_k = 0;
+	for (uint64_t x = 64; x < (1ULL << 40);
+	     x = x * 3 / 2 + 1) { /* below 64 the quarter-octave steps round to the same integer */
+		uint32_t k = shoal_bucket_geo(x, SHOAL_BUCKET_NONE);
+		ASSERT_GE(k, prev_k);
+		ASSERT_LE(shoal_bucket_geo_value(k), x);
+		ASSERT_GT(shoal_bucket_geo_value(k + 1), x);
+		prev_k = k;
+	}
+	ASSERT_U64_EQ(shoal_bucket_geo_value(40), 1024); /* 2^10 */
+	/* hysteresis: +-5 % noise around a value on a bucket edge never flips
+	 * the bucket once it is set, while a 40 % change does */
+	uint64_t edge = shoal_bucket_geo_value(120);
+	uint32_t b = shoal_bucket_geo(edge, SHOAL_BUCKET_NONE);
+	ti_rng r = {5};
+	for (int i = 0; i < 1000; i++) {
+		uint64_t noisy = edge / 100 * (95 + ti_range(&r, 0, 10));
+		ASSERT_EQ(shoal_bucket_geo(noisy, b), b);
+	}
+	ASSERT_NE(shoal_bucket_geo(edge / 100 * 140, b), b);
+	ASSERT_NE(shoal_bucket_geo(edge / 100 * 70, b), b);
+	/* without history, the same noise does flip it */
+	bool flipped = false;
+	for (int i = 0; i < 100; i++)
+		flipped |= shoal_bucket_geo(edge / 100 * (95 + ti_range(&r, 0, 10)),
+		                            SHOAL_BUCKET_NONE) != b;
+	ASSERT_TRUE(flipped);
+}
+
+static void test_bucket_load(void)
+{
+	ASSERT_EQ(shoal_bucket_load(37, SHOAL_BUCKET_NONE), 30);
+	ASSERT_EQ(shoal_bucket_load(99, SHOAL_BUCKET_NONE), 90);
+	ASSERT_EQ(shoal_bucket_load(41, 30), 30); /* within 5 points above */
+	ASSERT_EQ(shoal_bucket_load(26, 30), 30); /* within 5 points below */
+	ASSERT_EQ(shoal_bucket_load(46, 30), 40);
+	ASSERT_EQ(shoal_bucket_load(22, 30), 20);
+}
+
+static shoal_plan *small_plan(ti_inst *t, shoal_view **vout)
+{
+	ti_rng r = {11};
+	ti_random(t, &r, 3, 6, false);
+	/* each peer holds a third: three stages */
+	uint64_t total = t->m.embd_bytes + t->m.head_bytes;
+	for (int l = 0; l < 6; l++)
+		total += t->layers[l].bytes + t->layers[l].kv_bytes_per_token * 8192;
+	for (int i = 0; i < 3; i++)
+		t->p[i].mem_bytes = total / 2;
+	shoal_policy pol;
+	shoal_policy_init(&pol);
+	*vout = ti_view(t, NULL);
+	shoal_plan *p = NULL;
+	shoal_schedule(*vout, &t->m, &pol, NULL, &p, NULL, 0);
+	return p;
+}
+
+static void test_ready_tracker(void)
+{
+	ti_inst t;
+	shoal_view *v;
+	shoal_plan *p = small_plan(&t, &v);
+	ASSERT_TRUE(p != NULL);
+	ASSERT_GE(shoal_plan_n_peers(p), 2);
+	shoal_ready *r = shoal_ready_new();
+	const uint8_t *d = shoal_plan_digest(p);
+	uint8_t other[32];
+	memcpy(other, d, 32);
+	other[0] ^= 1;
+	size_t np = shoal_plan_n_peers(p);
+	ASSERT_FALSE(shoal_ready_servable(r, p));
+	ASSERT_EQ(shoal_ready_missing(r, p, NULL, 0), np);
+	/* all but the last announce D; the last announces another digest */
+	for (size_t i = 0; i + 1 < np; i++)
+		shoal_ready_announce(r, &shoal_plan_peer_at(p, i)->id, d);
+	shoal_ready_announce(r, &shoal_plan_peer_at(p, np - 1)->id, other);
+	ASSERT_FALSE(shoal_ready_servable(r, p));
+	uint32_t miss[4];
+	ASSERT_EQ(shoal_ready_missing(r, p, miss, 4), 1);
+	ASSERT_EQ(miss[0], np - 1);
+	/* a peer outside the plan announcing D changes nothing */
+	shoal_sched_id stranger = {{0xff, 0xee}};
+	shoal_ready_announce(r, &stranger, d);
+	ASSERT_FALSE(shoal_ready_servable(r, p));
+	/* the latest announcement wins */
+	shoal_ready_announce(r, &shoal_plan_peer_at(p, np - 1)->id, d);
+	ASSERT_TRUE(shoal_ready_servable(r, p));
+	shoal_ready_announce(r, &shoal_plan_peer_at(p, 0)->id, other);
+	ASSERT_FALSE(shoal_ready_servable(r, p));
+	shoal_ready_announce(r, &shoal_plan_peer_at(p, 0)->id, d);
+	ASSERT_TRUE(shoal_ready_servable(r, p));
+	/* a peer that left is forgotten */
+	shoal_ready_forget(r, &shoal_plan_peer_at(p, 0)->id);
+	ASSERT_FALSE(shoal_ready_servable(r, p));
+	shoal_ready_free(r);
+	shoal_ready_free(NULL);
+	shoal_plan_free(p);
+	shoal_view_free(v);
+}
+
+TEST_MAIN(TEST_CASE(test_blake2b_matches_libsodium), TEST_CASE(test_bucket_geo),
+          TEST_CASE(test_bucket_load), TEST_CASE(test_ready_tracker))

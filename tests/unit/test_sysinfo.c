@@ -1,0 +1,52 @@
+/*
+ * tests/unit/test_sysinfo.c: the machine probe (net/sysinfo.h): /proc/meminfo
+ * parsing on samples, and a live probe whose figures must be plausible.
+ */
+#include "config.h"
+
+#include <string.h>
+
+#include "net/sysinfo.h"
+#include "tests/unit/test.h"
+
+static void test_meminfo_sample(void)
+{
+	const char *s = "MemTotal:       24634532 kB\n"
+	                "MemFree:         1000000 kB\n"
+	                "MemAvailable:   23001234 kB\n"
+	                "Cached:          2000000 kB\n";
+	uint64_t t = 0, a = 0;
+	ASSERT_EQ(shoal_sysinfo_parse_meminfo(s, &t, &a), SHOAL_OK);
+	ASSERT_U64_EQ(t, 24634532ull * 1024);
+	ASSERT_U64_EQ(a, 23001234ull * 1024);
+	/* an old kernel without MemAvailable: free + cached */
+	const char *old = "MemTotal: 1000 kB\nMemFree: 100 kB\nCached: 50 kB\n";
+	ASSERT_EQ(shoal_sysinfo_parse_meminfo(old, &t, &a), SHOAL_OK);
+	ASSERT_U64_EQ(a, 150ull * 1024);
+	ASSERT_EQ(shoal_sysinfo_parse_meminfo("garbage\n", &t, &a), SHOAL_ERR_FORMAT);
+	/* a key that merely starts like MemTotal does not count */
+	ASSERT_EQ(shoal_sysinfo_parse_meminfo("MemTotalX: 5 kB\n", &t, &a), SHOAL_ERR_FORMAT);
+}
+
+static void test_live_probe(void)
+{
+	shoal_sysinfo si;
+	ASSERT_EQ(shoal_sysinfo_probe(&si, 1), SHOAL_OK);
+	ASSERT_GT(si.mem_total, 16ull << 20);
+	ASSERT_LE(si.mem_available, si.mem_total);
+	ASSERT_GE(si.cores, 1);
+	ASSERT_TRUE(si.os[0] != '\0');
+	ASSERT_TRUE(si.arch[0] != '\0');
+	ASSERT_LE(si.n_if, SHOAL_SYSINFO_MAX_IF);
+	ASSERT_LE(si.n_rdma, SHOAL_SYSINFO_MAX_RDMA); /* 0 is normal: no device here */
+	int lo = 0;
+	for (uint32_t i = 0; i < si.n_if; i++)
+		lo |= !strcmp(si.ifs[i].kind, "loopback");
+	shoal_sysinfo no_lo;
+	ASSERT_EQ(shoal_sysinfo_probe(&no_lo, 0), SHOAL_OK);
+	for (uint32_t i = 0; i < no_lo.n_if; i++)
+		ASSERT_TRUE(strcmp(no_lo.ifs[i].kind, "loopback") != 0);
+	(void)lo;
+}
+
+TEST_MAIN(TEST_CASE(test_meminfo_sample), TEST_CASE(test_live_probe))

@@ -1,0 +1,404 @@
+/*
+ * tests/unit/test_xfer_frame.c: the data-plane frame codec (net/xfer_frame.h):
+ * round trips of every kind, the byte layout at fixed offsets, and a
+ * corpus of broken frames, each rejected with the error and reason it
+ * deserves (invariants 1-8), plus random bytes that must never crash.
+ */
+#include "net/xfer_frame.h"
+
+#include <stdint.h>
+#include <string.h>
+
+#include "tests/unit/test.h"
+
+static const shoal_xfer_limits LIM = {.max_frame = 1 << 16, .max_rows = 8, .max_routes = 16};
+
+static uint8_t buf[1 << 17];
+static shoal_xfer_row rows_out[8];
+static shoal_xfer_route routes_out[16];
+
+/* Encode h + payload into buf; returns the frame length. */
+static size_t build(const shoal_xfer_hdr *h, const void *payload)
+{
+	size_t head;
+	if (shoal_xfer_frame_encode_head(h, buf, sizeof buf, &head))
+		return 0;
+	memcpy(buf + head, payload, h->payload_len);
+	return head + h->payload_len;
+}
+
+static shoal_err dec(size_t len, shoal_xfer_hdr *h, const uint8_t **pl, char *why)
+{
+	return shoal_xfer_frame_decode(buf, len, &LIM, h, rows_out, routes_out, pl, why, 160);
+}
+
+static const shoal_xfer_row ROWS[3] = {{7, 100}, {0x1122334455667788ull, 0}, {9, 4095}};
+static const shoal_xfer_route ROUTES[4] = {
+    {0, 3, 0.5f}, {0, 17, 0.25f}, {2, 3, 1.0f}, {1, 60, -2.f}};
+static float vecs[4 * 8];
+
+static shoal_xfer_hdr expert_req(void)
+{
+	shoal_xfer_hdr h = {.kind = SHOAL_XFER_KIND_EXPERT_REQ,
+	                    .dtype = SHOAL_XFER_DTYPE_F32,
+	                    .layer_first = 5,
+	                    .layer_end = 6,
+	                    .dim = 8,
+	                    .epoch = 42,
+	                    .seq = 3,
+	                    .n_rows = 3,
+	                    .rows = ROWS,
+	                    .n_aux = 4,
+	                    .routes = ROUTES,
+	                    .payload_len = 3 * 8 * 4};
+	for (int i = 0; i < 32; i++)
+		h.digest[i] = (uint8_t)(i * 7);
+	return h;
+}
+
+static void test_round_trip_expert_req(void)
+{
+	for (int i = 0; i < 32; i++)
+		vecs[i] = (float)i * 0.5f;
+	shoal_xfer_hdr h = expert_req(), g;
+	size_t n = build(&h, vecs);
+	/* 96 + 3*16 + 4*12 = 192, already a multiple of 16; + 96 payload. */
+	ASSERT_EQ(n, 192 + 96);
+	const uint8_t *pl;
+	char why[160] = "";
+	ASSERT_EQ(dec(n, &g, &pl, why), SHOAL_OK);
+	ASSERT_EQ(g.kind, SHOAL_XFER_KIND_EXPERT_REQ);
+	ASSERT_EQ(g.layer_first, 5);
+	ASSERT_EQ(g.layer_end, 6);
+	ASSERT_U64_EQ(g.epoch, 42);
+	ASSERT_U64_EQ(g.seq, 3);
+	ASSERT_MEM_EQ(g.digest, h.digest, 32);
+	ASSERT_EQ(g.n_rows, 3);
+	ASSERT_U64_EQ(g.rows[1].session, 0x1122334455667788ull);
+	ASSERT_EQ(g.rows[2].pos, 4095);
+	ASSERT_EQ(g.n_aux, 4);
+	ASSERT_EQ(g.routes[3].expert, 60);
+	ASSERT_EQ(g.routes[3].row, 1);
+	ASSERT_NEAR(g.routes[3].gate, -2.0, 0);
+	ASSERT_EQ(pl - buf, 192);
+	ASSERT_MEM_EQ(pl, vecs, 96);
+}
+
+/* The layout is a wire format: pin some offsets byte by byte. */
+static void test_layout_bytes(void)
+{
+	shoal_xfer_hdr h = expert_req();
+	h.credits = 0x01020304;
+	size_t n = build(&h, vecs);
+	ASSERT_MEM_EQ(buf, "SHXF", 4);
+	ASSERT_EQ(buf[4], 1);
+	ASSERT_EQ(buf[5], 0);
+	ASSERT_EQ(buf[6], SHOAL_XFER_KIND_EXPERT_REQ);
+	ASSERT_EQ(buf[8] | buf[9] << 8 | buf[10] << 16, n);
+	ASSERT_EQ(buf[16 + 31], (uint8_t)(31 * 7));
+	ASSERT_EQ(buf[48], 42);
+	ASSERT_EQ(buf[SHOAL_XFER_OFF_CREDITS], 4);
+	ASSERT_EQ(buf[SHOAL_XFER_OFF_CREDITS + 3], 1);
+	ASSERT_EQ(buf[96], 7);       /* row 0 session, low byte */
+	ASSERT_EQ(buf[96 + 8], 100); /* row 0 position */
+	ASSERT_EQ(buf[96 + 16], 0x88);
+	ASSERT_EQ(buf[96 + 48 + 4], 3); /* route 0 expert */
+}
+
+static void test_round_trip_each_kind(void)
+{
+	static const shoal_xfer_row r1[1] = {{5, 6}};
+	int32_t tok[2] = {1234, -1};
+	shoal_xfer_hdr hs[] = {
+	    {.kind = SHOAL_XFER_KIND_HIDDEN,
+	     .dtype = SHOAL_XFER_DTYPE_BF16,
+	     .layer_first = 0,
+	     .layer_end = 12,
+	     .dim = 4,
+	     .n_rows = 1,
+	     .rows = r1,
+	     .payload_len = 8},
+	    {.kind = SHOAL_XFER_KIND_TOKEN,
+	     .dtype = SHOAL_XFER_DTYPE_I32,
+	     .layer_first = 24,
+	     .layer_end = 24,
+	     .dim = 2,
+	     .n_rows = 1,
+	     .rows = r1,
+	     .payload_len = 8},
+	    {.kind = SHOAL_XFER_KIND_EXPERT_REP,
+	     .dtype = SHOAL_XFER_DTYPE_F16,
+	     .layer_first = 3,
+	     .layer_end = 4,
+	     .dim = 1,
+	     .n_rows = 1,
+	     .rows = r1,
+	     .n_aux = 2,
+	     .routes = ROUTES,
+	     .payload_len = 4},
+	    {.kind = SHOAL_XFER_KIND_ERROR, .n_aux = SHOAL_ERR_AUTH, .payload_len = 6},
+	    {.kind = SHOAL_XFER_KIND_CREDIT, .credits = 9},
+	    {.kind = SHOAL_XFER_KIND_RDMA_VERDICT},
+	    {.kind = SHOAL_XFER_KIND_PROBE, .dtype = SHOAL_XFER_DTYPE_U8, .payload_len = 3},
+	};
+	for (size_t i = 0; i < sizeof hs / sizeof hs[0]; i++) {
+		shoal_xfer_hdr g;
+		const uint8_t *pl;
+		char why[160] = "";
+		const void *p = hs[i].kind == SHOAL_XFER_KIND_ERROR ? (const void *)"denied"
+		                                                    : (const void *)tok;
+		size_t n = build(&hs[i], p);
+		shoal_err e = dec(n, &g, &pl, why);
+		if (e)
+			fprintf(stderr, "kind %s: %s\n", shoal_xfer_kind_name(hs[i].kind), why);
+		ASSERT_EQ(e, SHOAL_OK);
+		ASSERT_EQ(g.kind, hs[i].kind);
+		ASSERT_EQ(g.payload_len, hs[i].payload_len);
+		ASSERT_EQ(g.credits, hs[i].credits);
+		ASSERT_EQ((pl - buf) % 16, 0);
+		ASSERT_MEM_EQ(pl, p, g.payload_len);
+	}
+}
+
+static void test_hello_and_qp_blocks(void)
+{
+	shoal_xfer_hello a = {.flags = SHOAL_XFER_HELLO_RDMA,
+	                      .max_frame = 65536,
+	                      .rdma_slots = 8,
+	                      .token_len = 5},
+	                 b;
+	memcpy(a.token, "token", 5);
+	memcpy(a.device, "mlx5_0", 7);
+	a.peer[15] = 0xee;
+	uint8_t blk[256];
+	char why[160];
+	size_t n = shoal_xfer_hello_encode(&a, blk, sizeof blk);
+	ASSERT_EQ(n, SHOAL_XFER_HELLO_SIZE + 5);
+	ASSERT_EQ(shoal_xfer_hello_decode(blk, n, &b, why, sizeof why), SHOAL_OK);
+	ASSERT_STR_EQ(b.device, "mlx5_0");
+	ASSERT_EQ(b.peer[15], 0xee);
+	ASSERT_MEM_EQ(b.token, "token", 5);
+	/* A token length that disagrees with the block, an unterminated name. */
+	ASSERT_EQ(shoal_xfer_hello_decode(blk, n - 1, &b, why, sizeof why), SHOAL_ERR_FORMAT);
+	memset(blk + 32, 'x', SHOAL_XFER_DEVNAME_MAX);
+	ASSERT_EQ(shoal_xfer_hello_decode(blk, n, &b, why, sizeof why), SHOAL_ERR_FORMAT);
+	ASSERT_TRUE(strstr(why, "device name") != NULL);
+
+	shoal_xfer_qp_info q = {.qpn = 0x1234,
+	                        .psn = 77,
+	                        .lid = 3,
+	                        .mtu = 4096,
+	                        .slots = 16,
+	                        .slot_size = 65536},
+	                   r;
+	q.gid[0] = 0xfe;
+	uint8_t qb[SHOAL_XFER_QPINFO_SIZE];
+	shoal_xfer_qp_info_encode(&q, qb);
+	ASSERT_EQ(shoal_xfer_qp_info_decode(qb, sizeof qb, &r, why, sizeof why), SHOAL_OK);
+	ASSERT_EQ(r.qpn, 0x1234);
+	ASSERT_EQ(r.mtu, 4096);
+	ASSERT_EQ(r.gid[0], 0xfe);
+	q.mtu = 1000; /* not a power of two */
+	shoal_xfer_qp_info_encode(&q, qb);
+	ASSERT_EQ(shoal_xfer_qp_info_decode(qb, sizeof qb, &r, why, sizeof why), SHOAL_ERR_FORMAT);
+	q.mtu = 1024;
+	q.slots = 1;
+	shoal_xfer_qp_info_encode(&q, qb);
+	ASSERT_EQ(shoal_xfer_qp_info_decode(qb, sizeof qb, &r, why, sizeof why), SHOAL_ERR_FORMAT);
+}
+
+/* Each corpus entry breaks one thing in a valid EXPERT_REQ frame. */
+typedef struct bad_case {
+	const char *name;
+	void (*mutate)(uint8_t *b, size_t *n);
+	shoal_err want;
+	const char *why_has;
+} bad_case;
+
+static void put32(uint8_t *p, uint32_t v)
+{
+	for (int i = 0; i < 4; i++)
+		p[i] = (uint8_t)(v >> (8 * i));
+}
+static void m_magic(uint8_t *b, size_t *n)
+{
+	b[0] = 'X';
+}
+static void m_version(uint8_t *b, size_t *n)
+{
+	b[4] = 2;
+}
+static void m_truncated(uint8_t *b, size_t *n)
+{
+	*n -= 1;
+}
+static void m_short(uint8_t *b, size_t *n)
+{
+	*n = 40;
+}
+static void m_oversized(uint8_t *b, size_t *n)
+{
+	put32(b + 8, (1 << 16) + 1);
+}
+static void m_len_small(uint8_t *b, size_t *n)
+{
+	put32(b + 8, 50);
+}
+static void m_kind(uint8_t *b, size_t *n)
+{
+	b[6] = 200;
+}
+static void m_dtype(uint8_t *b, size_t *n)
+{
+	b[7] = 99;
+}
+static void m_rows_max(uint8_t *b, size_t *n)
+{
+	put32(b + 64, 9);
+}
+static void m_rows_huge(uint8_t *b, size_t *n)
+{
+	put32(b + 64, 0xffffffffu);
+}
+static void m_routes_huge(uint8_t *b, size_t *n)
+{
+	put32(b + 68, 0x10000000u);
+}
+static void m_payload_len(uint8_t *b, size_t *n)
+{
+	put32(b + 12, 95);
+}
+static void m_dim(uint8_t *b, size_t *n)
+{
+	put32(b + 76, 0x40000001u);
+}
+static void m_dim0(uint8_t *b, size_t *n)
+{
+	put32(b + 76, 0);
+}
+static void m_layers(uint8_t *b, size_t *n)
+{
+	b[72] = 6;
+}
+static void m_reserved(uint8_t *b, size_t *n)
+{
+	b[90] = 1;
+}
+static void m_row_pad(uint8_t *b, size_t *n)
+{
+	b[96 + 12] = 1;
+}
+static void m_route_row(uint8_t *b, size_t *n)
+{
+	put32(b + 96 + 48, 3);
+}
+static void m_gate_nan(uint8_t *b, size_t *n)
+{
+	put32(b + 96 + 48 + 8, 0x7fc00000u);
+}
+static void m_seq_ok(uint8_t *b, size_t *n)
+{
+	b[56] = 0xff;
+} /* seq is the link's business */
+
+static void test_bad_frame_corpus(void)
+{
+	static const bad_case cases[] = {
+	    {"wrong magic", m_magic, SHOAL_ERR_PROTO, "bad magic"},
+	    {"wrong version", m_version, SHOAL_ERR_PROTO, "version 2"},
+	    {"truncated", m_truncated, SHOAL_ERR_PROTO, "but the frame has"},
+	    {"shorter than a header", m_short, SHOAL_ERR_PROTO, "shorter than"},
+	    {"oversized", m_oversized, SHOAL_ERR_PROTO, "exceeds the maximum"},
+	    {"frame_len below header", m_len_small, SHOAL_ERR_PROTO, "shorter than the header"},
+	    {"unknown kind", m_kind, SHOAL_ERR_FORMAT, "unknown frame kind 200"},
+	    {"unknown dtype", m_dtype, SHOAL_ERR_FORMAT, "unknown dtype"},
+	    {"rows over max", m_rows_max, SHOAL_ERR_FORMAT, "9 rows (max 8)"},
+	    {"rows 2^32-1", m_rows_huge, SHOAL_ERR_FORMAT, "rows (max 8)"},
+	    {"routes 2^28", m_routes_huge, SHOAL_ERR_FORMAT, "routes (max 16)"},
+	    {"payload_len off by one", m_payload_len, SHOAL_ERR_FORMAT, "do not add up"},
+	    {"dim overflows the shape", m_dim, SHOAL_ERR_FORMAT, "needs"},
+	    {"dim 0", m_dim0, SHOAL_ERR_FORMAT, "dim 0"},
+	    {"empty layer range", m_layers, SHOAL_ERR_FORMAT, "layers [6, 6)"},
+	    {"reserved header byte", m_reserved, SHOAL_ERR_FORMAT, "reserved"},
+	    {"row tag padding", m_row_pad, SHOAL_ERR_FORMAT, "row 0"},
+	    {"route names a missing row", m_route_row, SHOAL_ERR_FORMAT, "names row 3 of 3"},
+	    {"NaN gate", m_gate_nan, SHOAL_ERR_FORMAT, "non-finite"},
+	    {"any seq decodes", m_seq_ok, SHOAL_OK, ""},
+	};
+	for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+		shoal_xfer_hdr h = expert_req(), g;
+		size_t n = build(&h, vecs);
+		cases[i].mutate(buf, &n);
+		const uint8_t *pl;
+		char why[160] = "";
+		shoal_err e = dec(n, &g, &pl, why);
+		if (e != cases[i].want || !strstr(why, cases[i].why_has))
+			fprintf(stderr, "case '%s': got %s \"%s\"\n", cases[i].name,
+			        shoal_strerror(e), why);
+		ASSERT_EQ(e, cases[i].want);
+		ASSERT_TRUE(strstr(why, cases[i].why_has) != NULL);
+	}
+}
+
+/* Control kinds with bodies they must not have. */
+static void test_bad_control_frames(void)
+{
+	char why[160];
+	shoal_xfer_hdr g;
+	const uint8_t *pl;
+	shoal_xfer_hdr e0 = {.kind = SHOAL_XFER_KIND_ERROR, .n_aux = 0, .payload_len = 2};
+	ASSERT_EQ(dec(build(&e0, "no"), &g, &pl, why), SHOAL_ERR_FORMAT);
+	shoal_xfer_hdr e1 = {.kind = SHOAL_XFER_KIND_ERROR, .n_aux = 1, .payload_len = 3};
+	ASSERT_EQ(dec(build(&e1, "a\0b"), &g, &pl, why), SHOAL_ERR_FORMAT);
+	ASSERT_TRUE(strstr(why, "NUL") != NULL);
+	shoal_xfer_hdr c = {.kind = SHOAL_XFER_KIND_CREDIT, .payload_len = 1};
+	ASSERT_EQ(dec(build(&c, "x"), &g, &pl, why), SHOAL_ERR_FORMAT);
+	shoal_xfer_hdr q = {.kind = SHOAL_XFER_KIND_RDMA_QP, .payload_len = 39};
+	static uint8_t z[64];
+	ASSERT_EQ(dec(build(&q, z), &g, &pl, why), SHOAL_ERR_FORMAT);
+	shoal_xfer_hdr t = {.kind = SHOAL_XFER_KIND_TOKEN,
+	                    .dtype = SHOAL_XFER_DTYPE_F32,
+	                    .dim = 1,
+	                    .n_rows = 1,
+	                    .rows = ROWS,
+	                    .payload_len = 4};
+	ASSERT_EQ(dec(build(&t, z), &g, &pl, why), SHOAL_ERR_FORMAT);
+	ASSERT_TRUE(strstr(why, "dtype") != NULL);
+}
+
+/* Random bytes, and random flips of a valid frame, never crash and
+ * never decode into something with lengths past the buffer. */
+static void test_random_bytes_never_crash(void)
+{
+	uint64_t s = 0x9e3779b97f4a7c15ull;
+	int ok = 0;
+	for (int it = 0; it < 20000; it++) {
+		shoal_xfer_hdr h = expert_req(), g;
+		size_t n = build(&h, vecs);
+		int flips = 1 + it % 4;
+		for (int k = 0; k < flips; k++) {
+			s ^= s << 13, s ^= s >> 7, s ^= s << 17;
+			buf[s % n] ^= (uint8_t)(s >> 24 | 1);
+		}
+		if (it % 10 == 0) { /* pure noise with a valid prefix */
+			for (size_t i = 16; i < n; i++) {
+				s ^= s << 13, s ^= s >> 7, s ^= s << 17;
+				buf[i] = (uint8_t)s;
+			}
+		}
+		const uint8_t *pl;
+		char why[160];
+		if (dec(n, &g, &pl, why) == SHOAL_OK) {
+			ok++;
+			ASSERT_TRUE(pl >= buf && pl + g.payload_len <= buf + n);
+			ASSERT_LE(g.n_rows, LIM.max_rows);
+		}
+	}
+	/* Most flips land in the payload or digest and still decode. */
+	ASSERT_GT(ok, 0);
+}
+
+TEST_MAIN(TEST_CASE(test_round_trip_expert_req), TEST_CASE(test_layout_bytes),
+          TEST_CASE(test_round_trip_each_kind), TEST_CASE(test_hello_and_qp_blocks),
+          TEST_CASE(test_bad_frame_corpus), TEST_CASE(test_bad_control_frames),
+          TEST_CASE(test_random_bytes_never_crash))

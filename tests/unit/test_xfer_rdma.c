@@ -1,0 +1,576 @@
+/*
+ * tests/unit/test_xfer_rdma.c: the RDMA transport's own logic through the
+ * in-process verbs double (tests/helpers/verbs_double.h), over real loopback TCP
+ * for the negotiation: the upgrade when both ends offer, TCP when one does
+ * not, fallback on every injected failure (device, PD, MR, CQ, QP, each QP
+ * transition, an error completion), credits that never overrun the
+ * receive ring (the double counts overruns), many frames of varying sizes
+ * intact and in order through a wrapping ring, exact counters, and a
+ * remote disconnect.
+ */
+#include "net/xfer.h"
+
+#include <pthread.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "base/log.h"
+#include "tests/unit/test.h"
+#include "tests/helpers/verbs_double.h"
+
+static const uint8_t TOKEN[] = "t";
+static const uint8_t DIGEST[32] = {0xd1, 0x9e};
+static vd_fabric *fab;
+static uint32_t spin_us; /* config's spin_us for the next pair */
+
+static int admit(void *ctx, const uint8_t peer[16], const char *addr, const uint8_t *t, size_t n)
+{
+	return n == sizeof TOKEN && !memcmp(t, TOKEN, n);
+}
+
+/* Device `dev` of the fabric (-1: no rdma offered), a ring of `slots`. */
+static void cfg_for(shoal_xfer_config *c, int dev, uint32_t slots, uint8_t id)
+{
+	shoal_xfer_config_default(c);
+	c->max_frame = 1 << 16;
+	c->max_rows = 16;
+	c->max_routes = 64;
+	c->handshake_ms = 3000;
+	c->verbs = dev >= 0 ? &vd_ops : NULL;
+	c->verbs_ctx = dev >= 0 ? vd_device(fab, dev) : NULL;
+	c->rdma_slots = slots;
+	c->spin_us = spin_us;
+	memset(c->self_id, id, 16);
+}
+
+typedef struct conn_job {
+	shoal_xfer_config cfg;
+	uint16_t port;
+	shoal_xfer_link *link;
+	shoal_err e;
+	char why[256];
+} conn_job;
+
+static void *conn_main(void *p)
+{
+	conn_job *j = p;
+	j->e = shoal_xfer_link_connect(&j->cfg, "127.0.0.1", j->port, TOKEN, sizeof TOKEN, &j->link,
+	                               j->why, sizeof j->why);
+	return NULL;
+}
+
+/* Accepting side on device da, connecting side on db. */
+static shoal_err pair(int da, int db, uint32_t slots, shoal_xfer_link **a, shoal_xfer_link **b)
+{
+	shoal_xfer_config ca;
+	shoal_xfer_listener *l;
+	char why[256];
+	cfg_for(&ca, da, slots, 0xaa);
+	*a = *b = NULL;
+	shoal_err e =
+	    shoal_xfer_listener_new(&ca, "127.0.0.1", 0, admit, NULL, &l, why, sizeof why);
+	if (e)
+		return e;
+	conn_job j = {.port = shoal_xfer_listener_port(l)};
+	cfg_for(&j.cfg, db, slots, 0xbb);
+	pthread_t th;
+	pthread_create(&th, NULL, conn_main, &j);
+	e = shoal_xfer_listener_accept(l, 3000, a, why, sizeof why);
+	pthread_join(th, NULL);
+	shoal_xfer_listener_free(l);
+	if (e || j.e)
+		fprintf(stderr, "pair: accept %s: %s / connect %s: %s\n", shoal_strerror(e), why,
+		        shoal_strerror(j.e), j.why);
+	*b = j.link;
+	if (!e && !j.e) {
+		shoal_xfer_link_set_plan(*a, DIGEST, 1);
+		shoal_xfer_link_set_plan(*b, DIGEST, 1);
+	}
+	return e ? e : j.e;
+}
+
+static shoal_err send_hidden(shoal_xfer_link *k, uint64_t session, const float *x, uint32_t dim,
+                             int timeout_ms, char *why)
+{
+	shoal_xfer_row row = {session, (uint32_t)session};
+	shoal_xfer_hdr h = {.kind = SHOAL_XFER_KIND_HIDDEN,
+	                    .dtype = SHOAL_XFER_DTYPE_F32,
+	                    .layer_first = 2,
+	                    .layer_end = 4,
+	                    .dim = dim,
+	                    .n_rows = 1,
+	                    .rows = &row};
+	struct iovec v = {(void *)x, dim * sizeof *x};
+	return shoal_xfer_link_send(k, &h, &v, 1, timeout_ms, why, 256);
+}
+
+static void test_upgrade_when_both_offer(void)
+{
+	shoal_xfer_link *a, *b;
+	ASSERT_EQ(pair(0, 1, 8, &a, &b), SHOAL_OK);
+	ASSERT_STR_EQ(shoal_xfer_link_transport(a), "rdma");
+	ASSERT_STR_EQ(shoal_xfer_link_transport(b), "rdma");
+	ASSERT_STR_EQ(shoal_xfer_link_status(a), "rdma (vd0 to vd1)");
+	ASSERT_STR_EQ(shoal_xfer_link_status(b), "rdma (vd1 to vd0)");
+	uint64_t moved = vd_delivered(fab);
+	float x[256];
+	for (int i = 0; i < 256; i++)
+		x[i] = (float)i / 3.0f;
+	char why[256];
+	shoal_xfer_frame f;
+	ASSERT_EQ(send_hidden(b, 42, x, 256, 1000, why), SHOAL_OK);
+	ASSERT_EQ(shoal_xfer_link_recv(a, 1000, &f, why, sizeof why), SHOAL_OK);
+	ASSERT_EQ(f.hdr.kind, SHOAL_XFER_KIND_HIDDEN);
+	ASSERT_U64_EQ(f.hdr.rows[0].session, 42);
+	ASSERT_MEM_EQ(f.payload, x, sizeof x);
+	/* It went over the queue pair: the double moved exactly one message. */
+	ASSERT_U64_EQ(vd_delivered(fab), moved + 1);
+	/* Reply the other way; then the event-loop fds: channel + TCP. */
+	ASSERT_EQ(send_hidden(a, 43, x, 16, 1000, why), SHOAL_OK);
+	struct pollfd pf[3];
+	ASSERT_EQ(shoal_xfer_link_pollfds(b, pf, 3), 3);
+	ASSERT_EQ(shoal_xfer_link_recv(b, 1000, &f, why, sizeof why), SHOAL_OK);
+	ASSERT_U64_EQ(f.hdr.rows[0].session, 43);
+	shoal_xfer_metrics ma, mb;
+	shoal_xfer_link_metrics(a, &ma);
+	shoal_xfer_link_metrics(b, &mb);
+	ASSERT_U64_EQ(mb.frames_sent[SHOAL_XFER_KIND_HIDDEN], 1);
+	ASSERT_U64_EQ(ma.frames_recv[SHOAL_XFER_KIND_HIDDEN], 1);
+	ASSERT_U64_EQ(ma.frames_sent[SHOAL_XFER_KIND_HIDDEN], 1);
+	ASSERT_U64_EQ(mb.frames_recv[SHOAL_XFER_KIND_HIDDEN], 1);
+	ASSERT_U64_EQ(mb.frames_sent[SHOAL_XFER_KIND_PROBE], 1); /* the connector probes */
+	ASSERT_U64_EQ(ma.frames_sent[SHOAL_XFER_KIND_RDMA_QP], 1);
+	ASSERT_U64_EQ(ma.frames_recv[SHOAL_XFER_KIND_RDMA_VERDICT], 2);
+	shoal_xfer_link_free(a);
+	shoal_xfer_link_free(b);
+	ASSERT_EQ(vd_live_objects(fab), 0);
+	ASSERT_U64_EQ(vd_overruns(fab), 0);
+}
+
+static void test_stays_tcp_when_one_side_offers_none(void)
+{
+	shoal_xfer_link *a, *b;
+	ASSERT_EQ(pair(0, -1, 8, &a, &b), SHOAL_OK);
+	ASSERT_STR_EQ(shoal_xfer_link_status(a), "tcp (peer offers no rdma)");
+	ASSERT_STR_EQ(shoal_xfer_link_status(b), "tcp (rdma not configured)");
+	float x[4] = {1, 2, 3, 4};
+	char why[256];
+	shoal_xfer_frame f;
+	ASSERT_EQ(send_hidden(b, 1, x, 4, 1000, why), SHOAL_OK);
+	ASSERT_EQ(shoal_xfer_link_recv(a, 1000, &f, why, sizeof why), SHOAL_OK);
+	ASSERT_MEM_EQ(f.payload, x, sizeof x);
+	shoal_xfer_link_free(a);
+	shoal_xfer_link_free(b);
+	ASSERT_EQ(vd_live_objects(fab), 0);
+}
+
+/* Each injected failure: the link comes up on TCP, says why on both ends,
+ * frees every verbs object, and carries frames. */
+static void test_fallback_on_each_failure(void)
+{
+	static const struct {
+		vd_fault fault;
+		int dev; /* 0: acceptor's device, 1: connector's */
+		const char *mine, *peer;
+	} cases[] = {
+	    {VD_FAULT_OPEN, 1, "tcp (no rdma device: ibv_get_device_list: Function not implemented",
+	     "tcp (peer offers no rdma)"},
+	    {VD_FAULT_PD, 0, "tcp (ibv_alloc_pd: ", "tcp (peer: ibv_alloc_pd: "},
+	    {VD_FAULT_MR, 1, "tcp (ibv_reg_mr: ", "tcp (peer: ibv_reg_mr: "},
+	    {VD_FAULT_CQ, 0, "tcp (ibv_create_cq: ", "tcp (peer: ibv_create_cq"},
+	    {VD_FAULT_QP, 1, "tcp (ibv_create_qp: ", "tcp (peer: ibv_create_qp"},
+	    {VD_FAULT_INIT, 0, "tcp (ibv_modify_qp(INIT)", "tcp (peer: ibv_modify_qp(INIT)"},
+	    {VD_FAULT_RTR, 1, "tcp (qp failed to reach RTR: ibv_modify_qp(RTR): Invalid",
+	     "tcp (peer: qp failed to reach RTR: "},
+	    {VD_FAULT_RTS, 0, "tcp (qp failed to reach RTS: ", "tcp (peer: qp failed to reach RTS"},
+	    {VD_FAULT_WC_ERROR, 1,
+	     "tcp (rdma probe failed: send completion with error: transport retry counter "
+	     "exceeded)",
+	     "tcp (peer: rdma probe failed: send completion with error"},
+	};
+	for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+		shoal_xfer_link *a, *b;
+		vd_inject(fab, cases[i].dev, cases[i].fault);
+		ASSERT_EQ(pair(0, 1, 8, &a, &b), SHOAL_OK);
+		shoal_xfer_link *mine = cases[i].dev ? b : a, *peer = cases[i].dev ? a : b;
+		const char *sm = shoal_xfer_link_status(mine), *sp = shoal_xfer_link_status(peer);
+		if (strncmp(sm, cases[i].mine, strlen(cases[i].mine)) ||
+		    strncmp(sp, cases[i].peer, strlen(cases[i].peer)))
+			fprintf(stderr, "fault %d: \"%s\" / \"%s\"\n", (int)cases[i].fault, sm, sp);
+		ASSERT_TRUE(strncmp(sm, cases[i].mine, strlen(cases[i].mine)) == 0);
+		ASSERT_TRUE(strncmp(sp, cases[i].peer, strlen(cases[i].peer)) == 0);
+		ASSERT_STR_EQ(shoal_xfer_link_transport(a), "tcp");
+		ASSERT_STR_EQ(shoal_xfer_link_transport(b), "tcp");
+		float x[8] = {5};
+		char why[256];
+		shoal_xfer_frame f;
+		ASSERT_EQ(send_hidden(a, 9, x, 8, 1000, why), SHOAL_OK);
+		ASSERT_EQ(shoal_xfer_link_recv(b, 1000, &f, why, sizeof why), SHOAL_OK);
+		ASSERT_EQ(f.hdr.payload_len, sizeof x);
+		shoal_xfer_link_free(a);
+		shoal_xfer_link_free(b);
+		ASSERT_EQ(vd_live_objects(fab), 0);
+	}
+	ASSERT_U64_EQ(vd_overruns(fab), 0);
+}
+
+/* The double itself: a send with no receive posted is an overrun, counted
+ * (the other tests assert the count stays 0) and failed. */
+static void test_double_detects_overrun(void)
+{
+	void *dev[2], *pd[2], *mr[2], *cq[2], *qp[2];
+	uint32_t qpn[2];
+	int fd[2];
+	shoal_verbs_port port[2];
+	static uint8_t mem[2][256];
+	char why[256];
+	for (int i = 0; i < 2; i++) {
+		ASSERT_EQ(vd_ops.open(vd_device(fab, i), NULL, &dev[i], &port[i], why, sizeof why),
+		          0);
+		ASSERT_EQ(vd_ops.alloc_pd(dev[i], &pd[i], why, sizeof why), 0);
+		ASSERT_EQ(vd_ops.reg_mr(pd[i], mem[i], 256, &mr[i], why, sizeof why), 0);
+		ASSERT_EQ(vd_ops.create_cq(dev[i], 4, &cq[i], &fd[i], why, sizeof why), 0);
+		ASSERT_EQ(vd_ops.create_qp(pd[i], cq[i], 2, 2, &qp[i], &qpn[i], why, sizeof why),
+		          0);
+		ASSERT_EQ(vd_ops.qp_init(qp[i], &port[i], why, sizeof why), 0);
+	}
+	/* Out of order: RTS before RTR is refused. */
+	ASSERT_NE(vd_ops.qp_rts(qp[0], 1, why, sizeof why), 0);
+	for (int i = 0; i < 2; i++) {
+		shoal_verbs_remote r = {.qpn = qpn[1 - i], .mtu = 1024};
+		ASSERT_EQ(vd_ops.qp_rtr(qp[i], &port[i], &r, why, sizeof why), 0);
+		ASSERT_EQ(vd_ops.qp_rts(qp[i], 1, why, sizeof why), 0);
+	}
+	uint64_t before = vd_overruns(fab);
+	ASSERT_EQ(vd_ops.post_send(qp[0], mr[0], 7, mem[0], 16, why, sizeof why), 0);
+	shoal_verbs_wc wc;
+	ASSERT_EQ(vd_ops.poll_cq(cq[0], &wc, 1), 1);
+	ASSERT_EQ(wc.status, VD_WC_RNR_RETRY_EXC_ERR);
+	ASSERT_U64_EQ(vd_overruns(fab), before + 1);
+	/* With a receive posted it goes through, bytes and length intact. */
+	memcpy(mem[0], "sixteen bytes!!", 16);
+	ASSERT_EQ(vd_ops.post_recv(qp[1], mr[1], 3, mem[1], 64, why, sizeof why), 0);
+	ASSERT_EQ(vd_ops.post_send(qp[0], mr[0], 8, mem[0], 16, why, sizeof why), 0);
+	ASSERT_EQ(vd_ops.poll_cq(cq[1], &wc, 1), 1);
+	ASSERT_EQ(wc.status, 0);
+	ASSERT_EQ(wc.byte_len, 16);
+	ASSERT_U64_EQ(wc.wr_id, 3);
+	ASSERT_MEM_EQ(mem[1], "sixteen bytes!!", 16);
+	/* A buffer outside its registration is refused. */
+	ASSERT_NE(vd_ops.post_send(qp[0], mr[0], 9, mem[0] + 250, 16, why, sizeof why), 0);
+	for (int i = 0; i < 2; i++) {
+		vd_ops.destroy_qp(qp[i]);
+		vd_ops.destroy_cq(cq[i]);
+		vd_ops.dereg_mr(mr[i]);
+		vd_ops.dealloc_pd(pd[i]);
+		vd_ops.close(dev[i]);
+	}
+	ASSERT_EQ(vd_live_objects(fab), 0);
+}
+
+/* ---- streams through a small ring ---- */
+
+typedef struct stream_job {
+	shoal_xfer_link *link;
+	int n;
+	shoal_err e;
+	char why[256];
+} stream_job;
+
+static uint32_t dim_of(int i)
+{
+	/* 2..16000 floats: up to 64000 B, just under the 64 KiB slots. */
+	return 2 + (uint32_t)((i * 2654435761u) % 15999u);
+}
+
+static void *sender_main(void *p)
+{
+	stream_job *j = p;
+	static float x[16000];
+	for (int i = 0; i < j->n && !j->e; i++) {
+		uint32_t d = dim_of(i);
+		x[0] = (float)i;
+		x[d - 1] = (float)(i * 2 + 1);
+		j->e = send_hidden(j->link, (uint64_t)i, x, d, 5000, j->why);
+	}
+	return NULL;
+}
+
+static void test_credits_ring_wrap_and_order(void)
+{
+	shoal_xfer_link *a, *b;
+	uint64_t over0 = vd_overruns(fab);
+	/* A ring of 4 slots: 500 frames wrap it 125 times. */
+	ASSERT_EQ(pair(0, 1, 4, &a, &b), SHOAL_OK);
+	ASSERT_STR_EQ(shoal_xfer_link_transport(a), "rdma");
+	stream_job sj = {.link = b, .n = 500};
+	pthread_t th;
+	pthread_create(&th, NULL, sender_main, &sj);
+	int bad = 0;
+	for (int i = 0; i < sj.n; i++) {
+		shoal_xfer_frame f;
+		char why[256];
+		if (i % 50 == 0)
+			usleep(2000); /* a slow reader: the sender must wait for credits */
+		shoal_err e = shoal_xfer_link_recv(a, 5000, &f, why, sizeof why);
+		if (e) {
+			fprintf(stderr, "frame %d: %s\n", i, why);
+			bad++;
+			break;
+		}
+		uint32_t d = dim_of(i);
+		const float *x = (const float *)f.payload;
+		if (f.hdr.rows[0].session != (uint64_t)i || f.hdr.dim != d || x[0] != (float)i ||
+		    x[d - 1] != (float)(i * 2 + 1))
+			bad++;
+	}
+	pthread_join(th, NULL);
+	if (sj.e)
+		fprintf(stderr, "sender: %s\n", sj.why);
+	ASSERT_EQ(sj.e, SHOAL_OK);
+	ASSERT_EQ(bad, 0);
+	ASSERT_U64_EQ(vd_overruns(fab), over0);
+	ASSERT_U64_EQ(vd_cq_overflows(fab), 0);
+	shoal_xfer_metrics ma, mb;
+	shoal_xfer_link_metrics(a, &ma);
+	shoal_xfer_link_metrics(b, &mb);
+	ASSERT_U64_EQ(mb.frames_sent[SHOAL_XFER_KIND_HIDDEN], 500);
+	ASSERT_U64_EQ(ma.frames_recv[SHOAL_XFER_KIND_HIDDEN], 500);
+	ASSERT_U64_EQ(ma.bytes_recv[SHOAL_XFER_KIND_HIDDEN], mb.bytes_sent[SHOAL_XFER_KIND_HIDDEN]);
+	/* One-way traffic: every credit came back in CREDIT frames. */
+	ASSERT_GT(ma.frames_sent[SHOAL_XFER_KIND_CREDIT], 0);
+	/* The sender stopped reading its CQ after its last frame: the last
+	 * CREDIT frame may still sit there. */
+	ASSERT_LE(mb.frames_recv[SHOAL_XFER_KIND_CREDIT], ma.frames_sent[SHOAL_XFER_KIND_CREDIT]);
+	ASSERT_GE(mb.frames_recv[SHOAL_XFER_KIND_CREDIT] + 1,
+	          ma.frames_sent[SHOAL_XFER_KIND_CREDIT]);
+	ASSERT_GT(mb.credit_waits, 0);
+	shoal_xfer_link_free(a);
+	shoal_xfer_link_free(b);
+	ASSERT_EQ(vd_live_objects(fab), 0);
+}
+
+/* Ping-pong through the smallest ring (4: one slot borrowed by the frame
+ * being read, one kept for credit returns): credits ride back on the
+ * replies, no CREDIT frame is needed. */
+static void test_pingpong_piggybacks_credits(void)
+{
+	shoal_xfer_link *a, *b;
+	spin_us = 20;                        /* and the bounded spin before blocking */
+	shoal_err e = pair(0, 1, 2, &a, &b); /* 2 is raised to 4 */
+	spin_us = 0;
+	ASSERT_EQ(e, SHOAL_OK);
+	ASSERT_STR_EQ(shoal_xfer_link_transport(a), "rdma");
+	float x[64] = {0};
+	char why[256];
+	for (int i = 0; i < 200; i++) {
+		shoal_xfer_frame f;
+		x[0] = (float)i;
+		ASSERT_EQ(send_hidden(b, (uint64_t)i, x, 64, 1000, why), SHOAL_OK);
+		ASSERT_EQ(shoal_xfer_link_recv(a, 1000, &f, why, sizeof why), SHOAL_OK);
+		ASSERT_EQ(((const float *)f.payload)[0], (float)i);
+		ASSERT_EQ(send_hidden(a, (uint64_t)i, x, 64, 1000, why), SHOAL_OK);
+		ASSERT_EQ(shoal_xfer_link_recv(b, 1000, &f, why, sizeof why), SHOAL_OK);
+	}
+	shoal_xfer_metrics ma;
+	shoal_xfer_link_metrics(a, &ma);
+	ASSERT_U64_EQ(ma.frames_sent[SHOAL_XFER_KIND_HIDDEN], 200);
+	ASSERT_U64_EQ(ma.frames_recv[SHOAL_XFER_KIND_HIDDEN], 200);
+	ASSERT_U64_EQ(ma.frames_sent[SHOAL_XFER_KIND_CREDIT], 0);
+	ASSERT_U64_EQ(vd_overruns(fab), 0);
+	shoal_xfer_link_free(a);
+	shoal_xfer_link_free(b);
+}
+
+static void test_remote_disconnect(void)
+{
+	shoal_xfer_link *a, *b;
+	char why[256];
+	shoal_xfer_frame f;
+	float x[4] = {0};
+	shoal_log_level lv = shoal_log_get_level();
+	/* 1. The peer's queue pair dies (cable pulled): our send fails. */
+	ASSERT_EQ(pair(0, 1, 4, &a, &b), SHOAL_OK);
+	vd_disconnect(fab, 0);
+	shoal_log_set_level(SHOAL_LOG_ERROR);
+	ASSERT_EQ(send_hidden(b, 1, x, 4, 1000, why), SHOAL_OK); /* posted; fails later */
+	shoal_err e = shoal_xfer_link_recv(b, 1000, &f, why, sizeof why);
+	shoal_log_set_level(lv);
+	ASSERT_EQ(e, SHOAL_ERR_IO);
+	ASSERT_TRUE(strstr(why, "send completion with error") != NULL);
+	ASSERT_TRUE(strncmp(shoal_xfer_link_status(b), "closed (", 8) == 0);
+	ASSERT_EQ(send_hidden(b, 1, x, 4, 1000, why), SHOAL_ERR_CLOSED);
+	shoal_xfer_link_free(a);
+	shoal_xfer_link_free(b);
+	/* 2. The peer process goes away: its TCP socket closes. */
+	ASSERT_EQ(pair(0, 1, 4, &a, &b), SHOAL_OK);
+	shoal_xfer_link_free(b);
+	ASSERT_EQ(shoal_xfer_link_recv(a, 1000, &f, why, sizeof why), SHOAL_ERR_CLOSED);
+	ASSERT_TRUE(strstr(why, "peer closed") != NULL);
+	shoal_xfer_link_free(a);
+	ASSERT_EQ(vd_live_objects(fab), 0);
+}
+
+/* A frame that arrives over the queue pair with a bad magic: the link
+ * closes, and the peer reads why in an ERROR frame sent over TCP. */
+static void test_garbage_over_rdma_closes_with_error_frame(void)
+{
+	shoal_xfer_link *a, *b;
+	char why[256];
+	shoal_xfer_frame f;
+	float x[16] = {0};
+	ASSERT_EQ(pair(0, 1, 4, &a, &b), SHOAL_OK);
+	ASSERT_STR_EQ(shoal_xfer_link_transport(a), "rdma");
+	ASSERT_EQ(send_hidden(b, 1, x, 16, 1000, why), SHOAL_OK);
+	vd_inject(fab, 1, VD_FAULT_CORRUPT);
+	ASSERT_EQ(send_hidden(b, 2, x, 16, 1000, why), SHOAL_OK);
+	ASSERT_EQ(shoal_xfer_link_recv(a, 1000, &f, why, sizeof why), SHOAL_OK);
+	shoal_log_level lv = shoal_log_get_level();
+	shoal_log_set_level(SHOAL_LOG_ERROR);
+	shoal_err e = shoal_xfer_link_recv(a, 1000, &f, why, sizeof why);
+	shoal_log_set_level(lv);
+	ASSERT_EQ(e, SHOAL_ERR_PROTO);
+	ASSERT_TRUE(strstr(why, "bad magic") != NULL);
+	ASSERT_TRUE(strncmp(shoal_xfer_link_status(a), "closed (bad magic", 17) == 0);
+	ASSERT_EQ(shoal_xfer_link_recv(b, 1000, &f, why, sizeof why), SHOAL_OK);
+	ASSERT_EQ(f.hdr.kind, SHOAL_XFER_KIND_ERROR);
+	ASSERT_EQ(f.hdr.n_aux, SHOAL_ERR_PROTO);
+	ASSERT_TRUE(f.hdr.payload_len > 9 && !memcmp(f.payload, "bad magic", 9));
+	ASSERT_EQ(shoal_xfer_link_recv(b, 1000, &f, why, sizeof why), SHOAL_ERR_CLOSED);
+	shoal_xfer_link_free(a);
+	shoal_xfer_link_free(b);
+	ASSERT_EQ(vd_live_objects(fab), 0);
+}
+
+/* An event loop over one RDMA link and its fds: poll, then drain with
+ * timeout 0 until TIMEOUT (the contract of shoal_xfer_link_pollfds). */
+typedef struct burst_job {
+	shoal_xfer_link *link;
+	int n;
+} burst_job;
+
+static void *burst_main(void *p)
+{
+	burst_job *j = p;
+	float x[32] = {0};
+	char why[256];
+	for (int i = 0; i < j->n; i++) {
+		if (i % 7 == 0)
+			usleep(1000);
+		if (send_hidden(j->link, (uint64_t)i, x, 32, 2000, why))
+			break;
+	}
+	return NULL;
+}
+
+static void test_event_loop_over_pollfds(void)
+{
+	shoal_xfer_link *a, *b;
+	ASSERT_EQ(pair(0, 1, 8, &a, &b), SHOAL_OK);
+	burst_job j = {.link = b, .n = 60};
+	pthread_t th;
+	pthread_create(&th, NULL, burst_main, &j);
+	int got = 0, polls = 0, order_ok = 1;
+	while (got < j.n && polls < 1000) {
+		struct pollfd pf[3];
+		int n = shoal_xfer_link_pollfds(a, pf, 3);
+		polls++;
+		if (poll(pf, (nfds_t)n, 2000) <= 0)
+			break;
+		for (;;) {
+			shoal_xfer_frame f;
+			char why[256];
+			shoal_err e = shoal_xfer_link_recv(a, 0, &f, why, sizeof why);
+			if (e == SHOAL_ERR_TIMEOUT)
+				break;
+			if (e) {
+				fprintf(stderr, "event loop: %s\n", why);
+				polls = 1000;
+				break;
+			}
+			order_ok &= f.hdr.rows[0].session == (uint64_t)got;
+			got++;
+		}
+	}
+	pthread_join(th, NULL);
+	ASSERT_EQ(got, j.n);
+	ASSERT_TRUE(order_ok);
+	ASSERT_LE(polls, j.n + 1); /* woken by frames, not spinning */
+	shoal_xfer_link_free(a);
+	shoal_xfer_link_free(b);
+	ASSERT_EQ(vd_live_objects(fab), 0);
+}
+
+/* A send that waits for a credit takes frames off the CQ and consumes the
+ * channel's event: the self-pipe must still announce them to a loop. */
+typedef struct reader_job {
+	shoal_xfer_link *link;
+	int ok;
+} reader_job;
+
+static void *reader_main(void *p)
+{
+	reader_job *j = p;
+	shoal_xfer_frame f;
+	char why[256];
+	float x[8] = {0};
+	usleep(20000); /* let the sender block on its credits first */
+	for (int i = 0; i < 3; i++)
+		if (shoal_xfer_link_recv(j->link, 2000, &f, why, sizeof why))
+			return NULL;
+	j->ok = send_hidden(j->link, 1000, x, 8, 2000, why) == SHOAL_OK;
+	return NULL;
+}
+
+static void test_pollfds_after_a_waiting_send(void)
+{
+	shoal_xfer_link *a, *b;
+	ASSERT_EQ(pair(0, 1, 4, &a, &b), SHOAL_OK);
+	reader_job j = {.link = b};
+	pthread_t th;
+	pthread_create(&th, NULL, reader_main, &j);
+	float x[8] = {0};
+	char why[256];
+	/* Credits 4: three sends, the fourth waits until b reads and returns. */
+	for (int i = 0; i < 4; i++)
+		ASSERT_EQ(send_hidden(a, (uint64_t)i, x, 8, 2000, why), SHOAL_OK);
+	pthread_join(th, NULL);
+	ASSERT_TRUE(j.ok);
+	shoal_xfer_metrics m;
+	shoal_xfer_link_metrics(a, &m);
+	ASSERT_GT(m.credit_waits, 0);
+	/* b's frame is waiting for a: some fd says so, within a second. */
+	struct pollfd pf[3];
+	int n = shoal_xfer_link_pollfds(a, pf, 3);
+	ASSERT_EQ(poll(pf, (nfds_t)n, 1000) > 0, 1);
+	shoal_xfer_frame f;
+	ASSERT_EQ(shoal_xfer_link_recv(a, 0, &f, why, sizeof why), SHOAL_OK);
+	ASSERT_U64_EQ(f.hdr.rows[0].session, 1000);
+	ASSERT_EQ(shoal_xfer_link_recv(a, 0, &f, why, sizeof why), SHOAL_ERR_TIMEOUT);
+	/* Drained: nothing readable any more (level-triggered, not stuck on). */
+	n = shoal_xfer_link_pollfds(a, pf, 3);
+	ASSERT_EQ(poll(pf, (nfds_t)n, 50), 0);
+	shoal_xfer_link_free(a);
+	shoal_xfer_link_free(b);
+	ASSERT_EQ(vd_live_objects(fab), 0);
+}
+
+static void setup(void)
+{
+	fab = vd_fabric_new();
+	ASSERT_TRUE(fab != NULL);
+}
+
+static void teardown(void)
+{
+	vd_fabric_free(fab);
+}
+
+TEST_MAIN(TEST_CASE(setup), TEST_CASE(test_upgrade_when_both_offer),
+          TEST_CASE(test_stays_tcp_when_one_side_offers_none),
+          TEST_CASE(test_fallback_on_each_failure), TEST_CASE(test_credits_ring_wrap_and_order),
+          TEST_CASE(test_pingpong_piggybacks_credits), TEST_CASE(test_remote_disconnect),
+          TEST_CASE(test_garbage_over_rdma_closes_with_error_frame),
+          TEST_CASE(test_event_loop_over_pollfds), TEST_CASE(test_pollfds_after_a_waiting_send),
+          TEST_CASE(test_double_detects_overrun), TEST_CASE(teardown))
