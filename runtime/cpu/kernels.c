@@ -1,10 +1,10 @@
 /*
  * runtime/cpu/kernels.c: the one place where the kernel ISA is chosen: which
  * tables are compiled in (KERNELS_HAVE_X86 / KERNELS_HAVE_NEON, set by
- * runtime/kernels.am), which the CPU supports (cpuid + xgetbv on x86,
+ * runtime/cpu/cpu.am), which the CPU supports (cpuid + xgetbv on x86,
  * hwcaps on arm64), and SHOAL_ISA to override.
  *
- * Part: runtime/ (engine). Preference, best first:
+ * Part: runtime/, room cpu/. Preference, best first:
  *   x86:   avx512 (F+BW+VL+VNNI), avx512bw (F+BW+VL), avx2 (+FMA+F16C), scalar
  *   arm64: neon (with dotprod when the CPU has it, else baseline), scalar
  * "avx512" names the VNNI table when the CPU has VNNI and the F+BW+VL one

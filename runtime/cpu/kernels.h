@@ -3,7 +3,7 @@
  * const ops table per ISA (scalar, AVX2, AVX-512, NEON), chosen once at
  * start-up from what the CPU offers.
  *
- * Part: runtime/ (engine). Like the reference engine for GGUF, a weight of
+ * Part: runtime/, room cpu/. Like the reference engine for GGUF, a weight of
  * type W multiplies an activation row converted to W's partner type
  * (shoal_kernels_act_type): F32 x F32, F16 x F16, BF16 x BF16,
  * Q8_0/Q4_0 x Q8_0, Q4_K/Q6_K x Q8_K.
@@ -35,13 +35,13 @@ typedef struct shoal_kernels {
 	 * type wt, row_bytes apart; xq is one row of shoal_kernels_act_type(wt).
 	 * Never NULL; does not block; owns nothing. */
 	void (*gemv)(shoal_dtype wt, int64_t n, const void *w, size_t row_bytes, int64_t nrows,
-		     const void *xq, float *y);
+	             const void *xq, float *y);
 
 	/* The same for ncols activation rows (xq_stride bytes apart):
 	 * y[c * y_stride + i] = dot(W row i, xq row c). Each element is
 	 * bitwise what gemv gives for that row and column. Never NULL. */
 	void (*gemm)(shoal_dtype wt, int64_t n, const void *w, size_t row_bytes, int64_t nrows,
-		     const void *xq, size_t xq_stride, int64_t ncols, float *y, size_t y_stride);
+	             const void *xq, size_t xq_stride, int64_t ncols, float *y, size_t y_stride);
 } shoal_kernels;
 
 /* The activation type that weights of type wt multiply with. */

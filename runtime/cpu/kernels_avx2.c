@@ -2,13 +2,13 @@
  * runtime/cpu/kernels_avx2.c: the AVX2 kernel table (x86-64 with AVX2, FMA,
  * F16C; compiled with those -m flags into libshoal_k_avx2.a).
  *
- * Part: runtime/ (engine). The order of accumulation of each dot product
+ * Part: runtime/, room cpu/. The order of accumulation of each dot product
  * (fixed per ISA, see test_kernels.c) is given below the includes.
  * Divisions: helpers, float types, Q8_0/Q4_0, Q4_K, Q6_K, the table.
  */
 #include <immintrin.h>
 
-#include "runtime/cpu/kernels_impl.h"
+#include "runtime/cpu/kernels_shell.h"
 
 /* Integer dots with maddubs/madd (exact: no saturation, see each type).
  * Order of accumulation, per dot product:
@@ -301,53 +301,4 @@ KERNELS__TILE_FROM_N(k2_tile_q6_k)
 
 /* ---- the table ----------------------------------------------------------------------- */
 
-static kernels__tile_fn k2_tile(shoal_dtype wt)
-{
-	switch (wt) {
-	case SHOAL_DTYPE_F32:
-		return k2_tile_f32;
-	case SHOAL_DTYPE_F16:
-		return k2_tile_f16;
-	case SHOAL_DTYPE_BF16:
-		return k2_tile_bf16;
-	case SHOAL_DTYPE_Q8_0:
-		return k2_tile_q8_0;
-	case SHOAL_DTYPE_Q4_0:
-		return k2_tile_q4_0;
-	case SHOAL_DTYPE_Q4_K:
-		return k2_tile_q4_k;
-	case SHOAL_DTYPE_Q6_K:
-		return k2_tile_q6_k;
-	default:
-		return NULL;
-	}
-}
-
-static void k2_gemv(shoal_dtype wt, int64_t n, const void *w, size_t row_bytes, int64_t nrows,
-                    const void *xq, float *y)
-{
-	kernels__tile_fn f = k2_tile(wt);
-	if (!f) { /* a caller bug: fall back to the oracle's handling */
-		kernels__scalar.gemv(wt, n, w, row_bytes, nrows, xq, y);
-		return;
-	}
-	kernels__run_gemv(f, n, w, row_bytes, nrows, xq, y);
-}
-
-static void k2_gemm(shoal_dtype wt, int64_t n, const void *w, size_t row_bytes, int64_t nrows,
-                    const void *xq, size_t xq_stride, int64_t ncols, float *y, size_t y_stride)
-{
-	kernels__tile_fn f = k2_tile(wt);
-	if (!f) {
-		kernels__scalar.gemm(wt, n, w, row_bytes, nrows, xq, xq_stride, ncols, y, y_stride);
-		return;
-	}
-	kernels__run_gemm(f, n, w, row_bytes, nrows, xq, xq_stride, ncols, y, y_stride);
-}
-
-const shoal_kernels kernels__avx2 = {
-    .isa = "avx2",
-    .quantize_act = kernels__quantize_act,
-    .gemv = k2_gemv,
-    .gemm = k2_gemm,
-};
+KERNELS__TABLE(kernels__avx2, "avx2", k2, KERNELS__TILES(k2));

@@ -5,13 +5,13 @@
  * the same int32 lanes (each sums the same 4 byte products, no saturation),
  * so the two tables give bitwise equal results.
  *
- * Part: runtime/ (engine). The order of accumulation of each dot product
+ * Part: runtime/, room cpu/. The order of accumulation of each dot product
  * (fixed per ISA, see test_kernels.c) is given below the includes.
  * Divisions: helpers, float types, Q8_0/Q4_0, Q4_K, Q6_K, the table.
  */
 #include <immintrin.h>
 
-#include "runtime/cpu/kernels_impl.h"
+#include "runtime/cpu/kernels_shell.h"
 
 /* Order of accumulation, per dot product:
  *   F32/F16/BF16: 2 accumulators x 16 lanes over 32 elements per step (FMA),
@@ -228,37 +228,7 @@ KERNELS__INLINE __m512i k5_q4_0_pair(const kernels__block_q4_0 *b, int single)
 			for (int c = 0; c < NC; c++)                                               \
 				out[r * KERNELS__TILE + c] = k5_hsum(acc[r][c]);                   \
 	}                                                                                          \
-	static void name##_tile(int64_t n, const char *w, size_t row_bytes, int R,                 \
-	                        const void *const *xq, int NC, float *out)                         \
-	{                                                                                          \
-		switch ((R - 1) * 4 + (NC - 1)) {                                                  \
-			K5_RC_CASES(name)                                                          \
-		}                                                                                  \
-	}
-
-#define K5_RC_CASE(name, r, c)                                                                     \
-	case (r - 1) * 4 + (c - 1):                                                                \
-		name##_rc(n, w, row_bytes, r, xq, c, out);                                         \
-		break;
-#define K5_RC_CASES(name)                                                                          \
-	K5_RC_CASE(name, 1, 1)                                                                     \
-	K5_RC_CASE(name, 1, 2)                                                                     \
-	K5_RC_CASE(name, 1, 3)                                                                     \
-	K5_RC_CASE(name, 1, 4)                                                                     \
-	K5_RC_CASE(name, 2, 1)                                                                     \
-	K5_RC_CASE(name, 2, 2)                                                                     \
-	K5_RC_CASE(name, 2, 3)                                                                     \
-	K5_RC_CASE(name, 2, 4)                                                                     \
-	K5_RC_CASE(name, 3, 1)                                                                     \
-	K5_RC_CASE(name, 3, 2)                                                                     \
-	K5_RC_CASE(name, 3, 3)                                                                     \
-	K5_RC_CASE(name, 3, 4)                                                                     \
-	K5_RC_CASE(name, 4, 1)                                                                     \
-	K5_RC_CASE(name, 4, 2)                                                                     \
-	K5_RC_CASE(name, 4, 3)                                                                     \
-	default:                                                                                   \
-		name##_rc(n, w, row_bytes, 4, xq, 4, out);                                         \
-		break;
+	KERNELS__ROWS_FROM_RC(name)
 
 /* VNNI: -128 * (sum of each 4 w), the start of every column's lanes. */
 KERNELS__INLINE __m512i k5_q32_base(__m512i q)
@@ -289,40 +259,6 @@ KERNELS__INLINE __m512i k5_q32_dot(__m512i base, __m512i aq, __mmask64 neg, __m5
 
 K5_Q32_RC(k5_q8_0, kernels__block_q8_0, k5_q8_0_pair)
 K5_Q32_RC(k5_q4_0, kernels__block_q4_0, k5_q4_0_pair)
-
-typedef void (*k5_rc_fn)(int64_t n, const char *w, size_t row_bytes, int R, const void *const *xq,
-                         int NC, float *out);
-
-/* Row tiles: 4 rows when there are >= 4 columns (prefill: compute-bound,
- * each weight pair then serves 16 dots), else 1 row: decode streams the
- * weights, and one stream (prefetched KERNELS__PF_AHEAD on) measured ~70-80%
- * of the read bound against ~50-65% for 4 interleaved row streams. */
-static void k5_rc_gemm(k5_rc_fn f, int64_t n, const void *w, size_t row_bytes, int64_t nrows,
-                       const void *xq, size_t xq_stride, int64_t ncols, float *y, size_t y_stride)
-{
-	float out[4 * KERNELS__TILE];
-	const int64_t rt = ncols >= 4 ? 4 : 1;
-	for (int64_t i = 0; i < nrows; i += rt) {
-		int R = nrows - i < rt ? (int)(nrows - i) : (int)rt;
-		const char *wr = (const char *)w + (size_t)i * row_bytes;
-		for (int64_t c0 = 0; c0 < ncols; c0 += KERNELS__TILE) {
-			int nc = ncols - c0 < KERNELS__TILE ? (int)(ncols - c0) : KERNELS__TILE;
-			const void *x[KERNELS__TILE];
-			for (int c = 0; c < nc; c++)
-				x[c] = (const char *)xq + (size_t)(c0 + c) * xq_stride;
-			f(n, wr, row_bytes, R, x, nc, out);
-			for (int r = 0; r < R; r++)
-				for (int c = 0; c < nc; c++)
-					y[(size_t)(c0 + c) * y_stride + (size_t)(i + r)] =
-					    out[r * KERNELS__TILE + c];
-		}
-	}
-}
-
-static k5_rc_fn k5_rc(shoal_dtype wt)
-{
-	return wt == SHOAL_DTYPE_Q8_0 ? k5_q8_0_tile : wt == SHOAL_DTYPE_Q4_0 ? k5_q4_0_tile : NULL;
-}
 
 /* ---- Q4_K ------------------------------------------------------------------------------
  * One zmm = the 64 quants of qs[32 j .. 32 j + 31]: low nibbles (sub-block
@@ -457,62 +393,18 @@ KERNELS__TILE_FROM_N(k5_tile_q6_k)
 
 /* ---- the table ---------------------------------------------------------------------- */
 
-static kernels__tile_fn k5_tile(shoal_dtype wt)
-{
-	switch (wt) {
-	case SHOAL_DTYPE_F32:
-		return k5_tile_f32;
-	case SHOAL_DTYPE_F16:
-		return k5_tile_f16;
-	case SHOAL_DTYPE_BF16:
-		return k5_tile_bf16;
-	case SHOAL_DTYPE_Q4_K:
-		return k5_tile_q4_k;
-	case SHOAL_DTYPE_Q6_K:
-		return k5_tile_q6_k;
-	default:
-		return NULL;
-	}
-}
-
-static void k5_gemv(shoal_dtype wt, int64_t n, const void *w, size_t row_bytes, int64_t nrows,
-                    const void *xq, float *y)
-{
-	if (k5_rc(wt)) {
-		k5_rc_gemm(k5_rc(wt), n, w, row_bytes, nrows, xq, 0, 1, y, 0);
-		return;
-	}
-	kernels__tile_fn f = k5_tile(wt);
-	if (!f) { /* a caller bug: fall back to the oracle's handling */
-		kernels__scalar.gemv(wt, n, w, row_bytes, nrows, xq, y);
-		return;
-	}
-	kernels__run_gemv(f, n, w, row_bytes, nrows, xq, y);
-}
-
-static void k5_gemm(shoal_dtype wt, int64_t n, const void *w, size_t row_bytes, int64_t nrows,
-                    const void *xq, size_t xq_stride, int64_t ncols, float *y, size_t y_stride)
-{
-	if (k5_rc(wt)) {
-		k5_rc_gemm(k5_rc(wt), n, w, row_bytes, nrows, xq, xq_stride, ncols, y, y_stride);
-		return;
-	}
-	kernels__tile_fn f = k5_tile(wt);
-	if (!f) {
-		kernels__scalar.gemm(wt, n, w, row_bytes, nrows, xq, xq_stride, ncols, y, y_stride);
-		return;
-	}
-	kernels__run_gemm(f, n, w, row_bytes, nrows, xq, xq_stride, ncols, y, y_stride);
-}
-
 #if KERNELS_VNNI
-const shoal_kernels kernels__avx512vnni = {
-    .isa = "avx512",
+#define K5_TABLE kernels__avx512vnni
+#define K5_ISA   "avx512"
 #else
-const shoal_kernels kernels__avx512 = {
-    .isa = "avx512bw",
+#define K5_TABLE kernels__avx512
+#define K5_ISA   "avx512bw"
 #endif
-    .quantize_act = kernels__quantize_act,
-    .gemv = k5_gemv,
-    .gemm = k5_gemm,
-};
+
+KERNELS__TABLE(K5_TABLE, K5_ISA, k5,
+               .tile = {[KERNELS__W_F32] = k5_tile_f32,
+                        [KERNELS__W_F16] = k5_tile_f16,
+                        [KERNELS__W_BF16] = k5_tile_bf16,
+                        [KERNELS__W_Q4_K] = k5_tile_q4_k,
+                        [KERNELS__W_Q6_K] = k5_tile_q6_k},
+               .rows = {[KERNELS__W_Q8_0] = k5_q8_0_rows, [KERNELS__W_Q4_0] = k5_q4_0_rows});

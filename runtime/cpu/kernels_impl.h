@@ -1,9 +1,10 @@
 /*
  * runtime/cpu/kernels_impl.h: internals shared by quant.c and the per-ISA kernel
- * files: the GGUF block structs, inline half/bfloat16 conversions, and the
- * row-by-column-tile driver every table's gemv and gemm are built on.
+ * files: the GGUF block structs, inline half/bfloat16 conversions and scale
+ * unpacking, and the tables' declarations (the shells the tables are built
+ * from are in kernels_shell.h).
  *
- * Part: runtime/ (engine). Names are kernels__* (visible inside the kernel
+ * Part: runtime/, room cpu/. Names are kernels__* (visible inside the kernel
  * files only). Everything here is static inline or a declaration, so an
  * ISA library compiled with its own -m flags needs no other object.
  */
@@ -119,80 +120,6 @@ static inline void kernels__q4k_unpack(const uint8_t *s, uint64_t *sc, uint64_t 
 	*sc = (uint64_t)(u0 & 0x3f3f3f3fu) | ((uint64_t)sc_hi << 32);
 	*m = (uint64_t)(u1 & 0x3f3f3f3fu) | ((uint64_t)m_hi << 32);
 }
-
-/* ---- the tile driver ----------------------------------------------------------
- * A tile function computes out[c] = dot(w row, xq[c]) for c < ncols (1..4),
- * each column with exactly the operations it would get alone, so gemm (tiles
- * of 4 columns, reusing each weight block from registers or L1) equals gemv
- * (tiles of 1) bitwise. */
-
-#define KERNELS__TILE                                                                              \
-	4 /* columns per tile: 4 accumulator sets fit the                                          \
-	   * 16 ymm / 32 zmm / 32 NEON registers with room for                                     \
-	   * the decoded weight block */
-
-typedef void (*kernels__tile_fn)(int64_t n, const void *w, const void *const *xq, int ncols,
-                                 float *out);
-
-static inline void kernels__run_gemv(kernels__tile_fn f, int64_t n, const void *w, size_t row_bytes,
-                                     int64_t nrows, const void *xq, float *y)
-{
-	const void *x[1] = {xq};
-	const char *wr = (const char *)w;
-	for (int64_t i = 0; i < nrows; i++, wr += row_bytes)
-		f(n, wr, x, 1, &y[i]);
-}
-
-static inline void kernels__run_gemm(kernels__tile_fn f, int64_t n, const void *w, size_t row_bytes,
-                                     int64_t nrows, const void *xq, size_t xq_stride, int64_t ncols,
-                                     float *y, size_t y_stride)
-{
-	const char *wr = (const char *)w;
-	for (int64_t i = 0; i < nrows; i++, wr += row_bytes) {
-		for (int64_t c0 = 0; c0 < ncols; c0 += KERNELS__TILE) {
-			int nc = ncols - c0 < KERNELS__TILE ? (int)(ncols - c0) : KERNELS__TILE;
-			const void *x[KERNELS__TILE];
-			float out[KERNELS__TILE];
-			for (int c = 0; c < nc; c++)
-				x[c] = (const char *)xq + (size_t)(c0 + c) * xq_stride;
-			f(n, wr, x, nc, out);
-			for (int c = 0; c < nc; c++)
-				y[(size_t)(c0 + c) * y_stride + (size_t)i] = out[c];
-		}
-	}
-}
-
-/* A tile function from an always-inline body name##_n(n, w, xq, NC, out)
- * with a compile-time column count, so each column's accumulators live in
- * registers and its operations do not depend on how many columns share the
- * weight loads. */
-#define KERNELS__TILE_FROM_N(name)                                                                 \
-	static void name(int64_t n, const void *w, const void *const *xq, int ncols, float *out)   \
-	{                                                                                          \
-		switch (ncols) {                                                                   \
-		case 1:                                                                            \
-			name##_n(n, w, xq, 1, out);                                                \
-			break;                                                                     \
-		case 2:                                                                            \
-			name##_n(n, w, xq, 2, out);                                                \
-			break;                                                                     \
-		case 3:                                                                            \
-			name##_n(n, w, xq, 3, out);                                                \
-			break;                                                                     \
-		default:                                                                           \
-			name##_n(n, w, xq, 4, out);                                                \
-			break;                                                                     \
-		}                                                                                  \
-	}
-
-#define KERNELS__INLINE static inline __attribute__((always_inline))
-
-/* How far ahead the streaming kernels prefetch weights: one core keeps
- * bandwidth x latency = 20-30 GB/s x ~100-150 ns = 2-4.5 KB in flight, but
- * the out-of-order window of a Q8_0 step (~18 uops per 68 bytes) reaches
- * only ~1.7 KB ahead; prefetching 4 KB ahead into L2 (more miss buffers
- * than L1) measured ~65% -> ~80% of the read bound here (EPYC, 1 thread). */
-#define KERNELS__PF_AHEAD 4096
 
 /* ---- the tables and shared entry points -------------------------------------- */
 

@@ -5,13 +5,13 @@
  * pairwise adds). Both give the same int32 lanes (each the exact sum of the
  * same 4 consecutive byte products), so the two tables agree bitwise.
  *
- * Part: runtime/ (engine). The order of accumulation of each dot product
+ * Part: runtime/, room cpu/. The order of accumulation of each dot product
  * (fixed per ISA, see test_kernels.c) is given below the includes.
  * Divisions: helpers, float types, Q8_0/Q4_0, Q4_K, Q6_K, the table.
  */
 #include <arm_neon.h>
 
-#include "runtime/cpu/kernels_impl.h"
+#include "runtime/cpu/kernels_shell.h"
 
 /* Quants are signed bytes throughout (Q4_0 q - 8, Q4_K 0..15, Q6_K q - 32),
  * as sdot takes them. Order of accumulation:
@@ -280,58 +280,12 @@ KERNELS__TILE_FROM_N(kn_tile_q6_k)
 
 /* ---- the table ---------------------------------------------------------------------------- */
 
-static kernels__tile_fn kn_tile(shoal_dtype wt)
-{
-	switch (wt) {
-	case SHOAL_DTYPE_F32:
-		return kn_tile_f32;
-	case SHOAL_DTYPE_F16:
-		return kn_tile_f16;
-	case SHOAL_DTYPE_BF16:
-		return kn_tile_bf16;
-	case SHOAL_DTYPE_Q8_0:
-		return kn_tile_q8_0;
-	case SHOAL_DTYPE_Q4_0:
-		return kn_tile_q4_0;
-	case SHOAL_DTYPE_Q4_K:
-		return kn_tile_q4_k;
-	case SHOAL_DTYPE_Q6_K:
-		return kn_tile_q6_k;
-	default:
-		return NULL;
-	}
-}
-
-static void kn_gemv(shoal_dtype wt, int64_t n, const void *w, size_t row_bytes, int64_t nrows,
-                    const void *xq, float *y)
-{
-	kernels__tile_fn f = kn_tile(wt);
-	if (!f) { /* a caller bug: fall back to the oracle's handling */
-		kernels__scalar.gemv(wt, n, w, row_bytes, nrows, xq, y);
-		return;
-	}
-	kernels__run_gemv(f, n, w, row_bytes, nrows, xq, y);
-}
-
-static void kn_gemm(shoal_dtype wt, int64_t n, const void *w, size_t row_bytes, int64_t nrows,
-                    const void *xq, size_t xq_stride, int64_t ncols, float *y, size_t y_stride)
-{
-	kernels__tile_fn f = kn_tile(wt);
-	if (!f) {
-		kernels__scalar.gemm(wt, n, w, row_bytes, nrows, xq, xq_stride, ncols, y, y_stride);
-		return;
-	}
-	kernels__run_gemm(f, n, w, row_bytes, nrows, xq, xq_stride, ncols, y, y_stride);
-}
-
 #if KERNELS_DOTPROD
-const shoal_kernels kernels__neon_dotprod = {
-    .isa = "neon",
+#define KN_TABLE kernels__neon_dotprod
+#define KN_ISA   "neon"
 #else
-const shoal_kernels kernels__neon = {
-    .isa = "neon-base",
+#define KN_TABLE kernels__neon
+#define KN_ISA   "neon-base"
 #endif
-    .quantize_act = kernels__quantize_act,
-    .gemv = kn_gemv,
-    .gemm = kn_gemm,
-};
+
+KERNELS__TABLE(KN_TABLE, KN_ISA, kn, KERNELS__TILES(kn));

@@ -1,7 +1,7 @@
 /*
  * runtime/cpu/kernels_probe.c: the start-up compute probe (see kernels_probe.h).
  *
- * Part: runtime/ (engine). Two phases share the budget: 60 % streams a
+ * Part: runtime/, room cpu/. Two phases share the budget: 60 % streams a
  * 64 MiB Q8_0 matrix through gemv (64 MiB is twice the 32 MiB L3 of one
  * EPYC CCD and 4x an Apple M-series SLC slice, so most of it comes from
  * DRAM), 40 % runs gemm on a 1024 x 256 Q8_0 matrix (272 KiB: resident in

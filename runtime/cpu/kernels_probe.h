@@ -3,7 +3,7 @@
  * quantized mat-vec speed, which a peer publishes in its record (compute
  * devices with measured GB/s and GFLOP/s, DESIGN.md section 3).
  *
- * Part: runtime/ (engine).
+ * Part: runtime/, room cpu/.
  */
 #ifndef SHOAL_RUNTIME_KERNELS_PROBE_H
 #define SHOAL_RUNTIME_KERNELS_PROBE_H

@@ -3,7 +3,7 @@
  * the oracle every SIMD table is tested against; also the activation
  * quantizer that all tables share.
  *
- * Part: runtime/ (engine). Order of accumulation (fixed, per dot product):
+ * Part: runtime/, room cpu/. Order of accumulation (fixed, per dot product):
  *   F32/F16/BF16: products rounded to float, summed in double in element
  *     order, the sum rounded to float once (as the reference's scalar code);
  *   Q8_0, Q4_0: per block an exact int32 dot sumi; acc(float) += sumi *
@@ -13,7 +13,7 @@
  *     d_x) * imin;  Q6_K: acc += (d_w * d_x) * isum, isum = sum_j sc_j *
  *     dot(q - 32, q8) over the 16 sub-blocks.
  */
-#include "runtime/cpu/kernels_impl.h"
+#include "runtime/cpu/kernels_shell.h"
 #include "runtime/cpu/quant.h"
 
 void kernels__quantize_act(shoal_dtype act, const float *x, void *out, int64_t n)
@@ -147,60 +147,6 @@ KS_TILE(q4_0, ks_dot_q4_0, kernels__block_q4_0, kernels__block_q8_0)
 KS_TILE(q4_k, ks_dot_q4_k, kernels__block_q4_k, kernels__block_q8_k)
 KS_TILE(q6_k, ks_dot_q6_k, kernels__block_q6_k, kernels__block_q8_k)
 
-static kernels__tile_fn ks_tile(shoal_dtype wt)
-{
-	switch (wt) {
-	case SHOAL_DTYPE_F32:
-		return ks_tile_f32;
-	case SHOAL_DTYPE_F16:
-		return ks_tile_f16;
-	case SHOAL_DTYPE_BF16:
-		return ks_tile_bf16;
-	case SHOAL_DTYPE_Q8_0:
-		return ks_tile_q8_0;
-	case SHOAL_DTYPE_Q4_0:
-		return ks_tile_q4_0;
-	case SHOAL_DTYPE_Q4_K:
-		return ks_tile_q4_k;
-	case SHOAL_DTYPE_Q6_K:
-		return ks_tile_q6_k;
-	default:
-		return NULL;
-	}
-}
+/* ---- the table ---------------------------------------------------------------- */
 
-static void ks_fill_nan(float *y, int64_t nrows, int64_t ncols, size_t y_stride)
-{
-	for (int64_t c = 0; c < ncols; c++)
-		for (int64_t i = 0; i < nrows; i++)
-			y[(size_t)c * y_stride + (size_t)i] = __builtin_nanf("");
-}
-
-static void ks_gemv(shoal_dtype wt, int64_t n, const void *w, size_t row_bytes, int64_t nrows,
-                    const void *xq, float *y)
-{
-	kernels__tile_fn f = ks_tile(wt);
-	if (!f) { /* a caller bug: the engine refuses non-computable types */
-		ks_fill_nan(y, nrows, 1, 0);
-		return;
-	}
-	kernels__run_gemv(f, n, w, row_bytes, nrows, xq, y);
-}
-
-static void ks_gemm(shoal_dtype wt, int64_t n, const void *w, size_t row_bytes, int64_t nrows,
-                    const void *xq, size_t xq_stride, int64_t ncols, float *y, size_t y_stride)
-{
-	kernels__tile_fn f = ks_tile(wt);
-	if (!f) {
-		ks_fill_nan(y, nrows, ncols, y_stride);
-		return;
-	}
-	kernels__run_gemm(f, n, w, row_bytes, nrows, xq, xq_stride, ncols, y, y_stride);
-}
-
-const shoal_kernels kernels__scalar = {
-    .isa = "scalar",
-    .quantize_act = kernels__quantize_act,
-    .gemv = ks_gemv,
-    .gemm = ks_gemm,
-};
+KERNELS__TABLE(kernels__scalar, "scalar", ks, KERNELS__TILES(ks));

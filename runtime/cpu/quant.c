@@ -2,7 +2,7 @@
  * runtime/cpu/quant.c: scalar conversions between F32 and the stored types
  * (see quant.h): half and bfloat16, then per type dequantize and quantize.
  *
- * Part: runtime/ (engine). Dequantization is bit-exact with the reference
+ * Part: runtime/, room cpu/. Dequantization is bit-exact with the reference
  * engine's (same float operations in the same order); the activation
  * quantizers Q8_0 and Q8_K follow the reference's scalar definitions; the
  * weight quantizers (Q4_0, Q4_K, Q6_K) are simple round-to-nearest ones

@@ -2,7 +2,7 @@
  * runtime/cpu/quant.h: scalar conversions between F32 and the stored types:
  * half and bfloat16 floats, and the block quantizations of models/dtype.h.
  *
- * Part: runtime/ (engine). These are the reference definitions that the
+ * Part: runtime/, room cpu/. These are the reference definitions that the
  * SIMD kernels are tested against; they are also what the test-fixture
  * generator uses to write quantized GGUF files.
  */

@@ -7,7 +7,7 @@
 # Environment: SHOAL_SRCDIR (the tree), AARCH64_CC, QEMU_AARCH64 (from
 # configure; looked up in PATH when empty).
 set -u
-src=${SHOAL_SRCDIR:-$(cd "$(dirname "$0")/.." && pwd)}
+src=${SHOAL_SRCDIR:-$(cd "$(dirname "$0")/../.." && pwd)}
 cc=${AARCH64_CC:-}
 [ -n "$cc" ] || cc=$(command -v aarch64-linux-gnu-gcc || true)
 qemu=${QEMU_AARCH64:-}

@@ -1,0 +1,283 @@
+/*
+ * runtime/cpu/kernels_shell.h: the shells every kernel table is built from,
+ * written once: the loops over rows and column tiles of a gemv or gemm, the
+ * per-type dispatch, the table itself, and templates of the tile bodies
+ * (float types, pairs of 32-element blocks, super-blocks) around an ISA's own
+ * vector operations. Each ISA file keeps only its inner kernels.
+ *
+ * Part: runtime/, room cpu/. Names are kernels__* (inside the kernel files only).
+ * Everything is static inline or a macro, so each ISA library, compiled with
+ * its own -m flags, expands its own copy and needs no other object.
+ * Divisions: tiles and drivers, dispatch and table, tile-body templates.
+ */
+#ifndef SHOAL_RUNTIME_KERNELS_SHELL_H
+#define SHOAL_RUNTIME_KERNELS_SHELL_H
+
+#include "runtime/cpu/kernels_impl.h"
+
+#define KERNELS__INLINE static inline __attribute__((always_inline))
+
+/* How far ahead the streaming kernels prefetch weights: one core keeps
+ * bandwidth x latency = 20-30 GB/s x ~100-150 ns = 2-4.5 KB in flight, but
+ * the out-of-order window of a Q8_0 step (~18 uops per 68 bytes) reaches
+ * only ~1.7 KB ahead; prefetching 4 KB ahead into L2 (more miss buffers
+ * than L1) measured ~65% -> ~80% of the read bound here (EPYC, 1 thread). */
+#define KERNELS__PF_AHEAD 4096
+
+/* Prefetch for reading, into L2 (prefetcht1 on x86, locality 2), the lines of
+ * a block KERNELS__PF_AHEAD bytes on. */
+KERNELS__INLINE void kernels__prefetch_block(const void *p, size_t bytes)
+{
+	for (size_t o = 0; o < bytes; o += 64)
+		__builtin_prefetch((const char *)p + KERNELS__PF_AHEAD + o, 0, 2);
+}
+
+/* ---- tiles and drivers ----------------------------------------------------------
+ * A tile function computes out[c] = dot(w row, xq[c]) for c < ncols (1..4),
+ * each column with exactly the operations it would get alone, so gemm (tiles
+ * of 4 columns, reusing each weight block from registers or L1) equals gemv
+ * (tiles of 1) bitwise. A rows function does the same for R (1..4) rows,
+ * row_bytes apart, into out[r * KERNELS__TILE + c]; every (row, column) sees
+ * the same operations whatever R and ncols are. */
+
+#define KERNELS__TILE                                                                              \
+	4 /* columns per tile: 4 accumulator sets fit the                                          \
+	   * 16 ymm / 32 zmm / 32 NEON registers with room for                                     \
+	   * the decoded weight block */
+
+typedef void (*kernels__tile_fn)(int64_t n, const void *w, const void *const *xq, int ncols,
+                                 float *out);
+typedef void (*kernels__rows_fn)(int64_t n, const char *w, size_t row_bytes, int R,
+                                 const void *const *xq, int ncols, float *out);
+
+static inline void kernels__run_gemv(kernels__tile_fn f, int64_t n, const void *w, size_t row_bytes,
+                                     int64_t nrows, const void *xq, float *y)
+{
+	const void *x[1] = {xq};
+	const char *wr = (const char *)w;
+	for (int64_t i = 0; i < nrows; i++, wr += row_bytes)
+		f(n, wr, x, 1, &y[i]);
+}
+
+/* The activation rows c0 .. c0 + nc - 1 of a gemm, as tile functions take them. */
+static inline void kernels__cols(const void *xq, size_t xq_stride, int64_t c0, int nc,
+                                 const void **x)
+{
+	for (int c = 0; c < nc; c++)
+		x[c] = (const char *)xq + (size_t)(c0 + c) * xq_stride;
+}
+
+/* Columns c0 .. of one column tile: up to KERNELS__TILE of those left. */
+static inline int kernels__ncols(int64_t ncols, int64_t c0)
+{
+	return ncols - c0 < KERNELS__TILE ? (int)(ncols - c0) : KERNELS__TILE;
+}
+
+static inline void kernels__run_gemm(kernels__tile_fn f, int64_t n, const void *w, size_t row_bytes,
+                                     int64_t nrows, const void *xq, size_t xq_stride, int64_t ncols,
+                                     float *y, size_t y_stride)
+{
+	const char *wr = (const char *)w;
+	for (int64_t i = 0; i < nrows; i++, wr += row_bytes) {
+		for (int64_t c0 = 0; c0 < ncols; c0 += KERNELS__TILE) {
+			int nc = kernels__ncols(ncols, c0);
+			const void *x[KERNELS__TILE];
+			float out[KERNELS__TILE];
+			kernels__cols(xq, xq_stride, c0, nc, x);
+			f(n, wr, x, nc, out);
+			for (int c = 0; c < nc; c++)
+				y[(size_t)(c0 + c) * y_stride + (size_t)i] = out[c];
+		}
+	}
+}
+
+/* gemv (ncols 1) and gemm by a rows function. Row tiles: 4 rows when there
+ * are >= 4 columns (prefill: compute-bound, each weight pair then serves 16
+ * dots), else 1 row: decode streams the weights, and one stream (prefetched
+ * KERNELS__PF_AHEAD on) measured ~70-80% of the read bound against ~50-65%
+ * for 4 interleaved row streams (AVX-512 Q8_0, EPYC, 1 thread). */
+static inline void kernels__run_rows(kernels__rows_fn f, int64_t n, const void *w, size_t row_bytes,
+                                     int64_t nrows, const void *xq, size_t xq_stride, int64_t ncols,
+                                     float *y, size_t y_stride)
+{
+	float out[4 * KERNELS__TILE];
+	const int64_t rt = ncols >= 4 ? 4 : 1;
+	for (int64_t i = 0; i < nrows; i += rt) {
+		int R = nrows - i < rt ? (int)(nrows - i) : (int)rt;
+		const char *wr = (const char *)w + (size_t)i * row_bytes;
+		for (int64_t c0 = 0; c0 < ncols; c0 += KERNELS__TILE) {
+			int nc = kernels__ncols(ncols, c0);
+			const void *x[KERNELS__TILE];
+			kernels__cols(xq, xq_stride, c0, nc, x);
+			f(n, wr, row_bytes, R, x, nc, out);
+			for (int r = 0; r < R; r++)
+				for (int c = 0; c < nc; c++)
+					y[(size_t)(c0 + c) * y_stride + (size_t)(i + r)] =
+					    out[r * KERNELS__TILE + c];
+		}
+	}
+}
+
+/* A tile function from an always-inline body name##_n(n, w, xq, NC, out)
+ * with a compile-time column count, so each column's accumulators live in
+ * registers and its operations do not depend on how many columns share the
+ * weight loads. */
+#define KERNELS__TILE_FROM_N(name)                                                                 \
+	static void name(int64_t n, const void *w, const void *const *xq, int ncols, float *out)   \
+	{                                                                                          \
+		switch (ncols) {                                                                   \
+		case 1:                                                                            \
+			name##_n(n, w, xq, 1, out);                                                \
+			break;                                                                     \
+		case 2:                                                                            \
+			name##_n(n, w, xq, 2, out);                                                \
+			break;                                                                     \
+		case 3:                                                                            \
+			name##_n(n, w, xq, 3, out);                                                \
+			break;                                                                     \
+		default:                                                                           \
+			name##_n(n, w, xq, 4, out);                                                \
+			break;                                                                     \
+		}                                                                                  \
+	}
+
+/* A rows function name##_rows from an always-inline body
+ * name##_rc(n, w, row_bytes, R, xq, NC, out), both counts compile-time. */
+#define KERNELS__ROWS_FROM_RC(name)                                                                \
+	static void name##_rows(int64_t n, const char *w, size_t row_bytes, int R,                 \
+	                        const void *const *xq, int NC, float *out)                         \
+	{                                                                                          \
+		switch ((R - 1) * 4 + (NC - 1)) {                                                  \
+			KERNELS__RC_CASES_R(name, 1)                                               \
+			KERNELS__RC_CASES_R(name, 2)                                               \
+			KERNELS__RC_CASES_R(name, 3)                                               \
+			KERNELS__RC_CASE(name, 4, 1)                                               \
+			KERNELS__RC_CASE(name, 4, 2)                                               \
+			KERNELS__RC_CASE(name, 4, 3)                                               \
+		default:                                                                           \
+			name##_rc(n, w, row_bytes, 4, xq, 4, out);                                 \
+			break;                                                                     \
+		}                                                                                  \
+	}
+#define KERNELS__RC_CASE(name, r, c)                                                               \
+	case (r - 1) * 4 + (c - 1):                                                                \
+		name##_rc(n, w, row_bytes, r, xq, c, out);                                         \
+		break;
+#define KERNELS__RC_CASES_R(name, r)                                                               \
+	KERNELS__RC_CASE(name, r, 1)                                                               \
+	KERNELS__RC_CASE(name, r, 2)                                                               \
+	KERNELS__RC_CASE(name, r, 3)                                                               \
+	KERNELS__RC_CASE(name, r, 4)
+
+/* ---- dispatch and table ---------------------------------------------------------- */
+
+/* The weight types a table computes, as indices into its ops. */
+enum {
+	KERNELS__W_F32,
+	KERNELS__W_F16,
+	KERNELS__W_BF16,
+	KERNELS__W_Q8_0,
+	KERNELS__W_Q4_0,
+	KERNELS__W_Q4_K,
+	KERNELS__W_Q6_K,
+	KERNELS__NW
+};
+
+static inline int kernels__windex(shoal_dtype wt)
+{
+	switch (wt) {
+	case SHOAL_DTYPE_F32:
+		return KERNELS__W_F32;
+	case SHOAL_DTYPE_F16:
+		return KERNELS__W_F16;
+	case SHOAL_DTYPE_BF16:
+		return KERNELS__W_BF16;
+	case SHOAL_DTYPE_Q8_0:
+		return KERNELS__W_Q8_0;
+	case SHOAL_DTYPE_Q4_0:
+		return KERNELS__W_Q4_0;
+	case SHOAL_DTYPE_Q4_K:
+		return KERNELS__W_Q4_K;
+	case SHOAL_DTYPE_Q6_K:
+		return KERNELS__W_Q6_K;
+	default:
+		return -1;
+	}
+}
+
+/* What one ISA computes each weight type with: a rows function where set
+ * (preferred), else a tile function. */
+typedef struct kernels__ops {
+	kernels__tile_fn tile[KERNELS__NW];
+	kernels__rows_fn rows[KERNELS__NW]; /* optional (NULL) */
+} kernels__ops;
+
+/* A caller bug (the engine refuses non-computable types): NaN outputs. */
+static inline void kernels__fill_nan(float *y, int64_t nrows, int64_t ncols, size_t y_stride)
+{
+	for (int64_t c = 0; c < ncols; c++)
+		for (int64_t i = 0; i < nrows; i++)
+			y[(size_t)c * y_stride + (size_t)i] = __builtin_nanf("");
+}
+
+static inline void kernels__ops_gemv(const kernels__ops *ops, shoal_dtype wt, int64_t n,
+                                     const void *w, size_t row_bytes, int64_t nrows, const void *xq,
+                                     float *y)
+{
+	int t = kernels__windex(wt);
+	if (t >= 0 && ops->rows[t])
+		kernels__run_rows(ops->rows[t], n, w, row_bytes, nrows, xq, 0, 1, y, 0);
+	else if (t >= 0 && ops->tile[t])
+		kernels__run_gemv(ops->tile[t], n, w, row_bytes, nrows, xq, y);
+	else
+		kernels__fill_nan(y, nrows, 1, 0);
+}
+
+static inline void kernels__ops_gemm(const kernels__ops *ops, shoal_dtype wt, int64_t n,
+                                     const void *w, size_t row_bytes, int64_t nrows, const void *xq,
+                                     size_t xq_stride, int64_t ncols, float *y, size_t y_stride)
+{
+	int t = kernels__windex(wt);
+	if (t >= 0 && ops->rows[t])
+		kernels__run_rows(ops->rows[t], n, w, row_bytes, nrows, xq, xq_stride, ncols, y,
+		                  y_stride);
+	else if (t >= 0 && ops->tile[t])
+		kernels__run_gemm(ops->tile[t], n, w, row_bytes, nrows, xq, xq_stride, ncols, y,
+		                  y_stride);
+	else
+		kernels__fill_nan(y, nrows, ncols, y_stride);
+}
+
+/* The ops of an ISA whose tile functions are named p##_tile_<type>. */
+#define KERNELS__TILES(p)                                                                          \
+	.tile = {                                                                                  \
+	    [KERNELS__W_F32] = p##_tile_f32,   [KERNELS__W_F16] = p##_tile_f16,                    \
+	    [KERNELS__W_BF16] = p##_tile_bf16, [KERNELS__W_Q8_0] = p##_tile_q8_0,                  \
+	    [KERNELS__W_Q4_0] = p##_tile_q4_0, [KERNELS__W_Q4_K] = p##_tile_q4_k,                  \
+	    [KERNELS__W_Q6_K] = p##_tile_q6_k,                                                     \
+	}
+
+/* The table `symbol` named isa_name, computing with the ops given after p
+ * (designated initialisers of kernels__ops; p prefixes its static names). */
+#define KERNELS__TABLE(symbol, isa_name, p, ...)                                                   \
+	static const kernels__ops p##_ops = {__VA_ARGS__};                                         \
+	static void p##_gemv(shoal_dtype wt, int64_t n, const void *w, size_t row_bytes,           \
+	                     int64_t nrows, const void *xq, float *y)                              \
+	{                                                                                          \
+		kernels__ops_gemv(&p##_ops, wt, n, w, row_bytes, nrows, xq, y);                    \
+	}                                                                                          \
+	static void p##_gemm(shoal_dtype wt, int64_t n, const void *w, size_t row_bytes,           \
+	                     int64_t nrows, const void *xq, size_t xq_stride, int64_t ncols,       \
+	                     float *y, size_t y_stride)                                            \
+	{                                                                                          \
+		kernels__ops_gemm(&p##_ops, wt, n, w, row_bytes, nrows, xq, xq_stride, ncols, y,   \
+		                  y_stride);                                                       \
+	}                                                                                          \
+	const shoal_kernels symbol = {                                                             \
+	    .isa = isa_name,                                                                       \
+	    .quantize_act = kernels__quantize_act,                                                 \
+	    .gemv = p##_gemv,                                                                      \
+	    .gemm = p##_gemm,                                                                      \
+	}
+
+#endif
