@@ -6,9 +6,7 @@
  * (fixed per ISA, see test_kernels.c) is given below the includes.
  * Divisions: helpers, float types, Q8_0/Q4_0, Q4_K, Q6_K, the table.
  */
-#include <immintrin.h>
-
-#include "runtime/cpu/kernels_shell.h"
+#include "runtime/cpu/kernels_x86.h"
 
 /* Integer dots with maddubs/madd (exact: no saturation, see each type).
  * Order of accumulation, per dot product:
@@ -22,30 +20,18 @@
  *   Q6_K: per super-block int32 lanes isum (exact), acc = fma(d, isum, acc).
  */
 
-/* ---- helpers ---------------------------------------------------------------- */
+/* ---- the vector for the shells' templates --------------------------------- */
 
-KERNELS__INLINE float k2_hsum(__m256 v)
-{
-	__m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-	s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-	s = _mm_add_ss(s, _mm_movehdup_ps(s));
-	return _mm_cvtss_f32(s);
-}
-
-/* Prefetch the lines of a block KERNELS__PF_AHEAD bytes on. */
-KERNELS__INLINE void k2_prefetch_block(const void *p, size_t bytes)
-{
-	for (size_t o = 0; o < bytes; o += 64)
-		_mm_prefetch((const char *)p + KERNELS__PF_AHEAD + o, _MM_HINT_T1);
-}
-
-KERNELS__INLINE float k2_h2f(uint16_t h)
-{
-	return _cvtsh_ss(h);
-}
+#define KERNELS__V              __m256
+#define KERNELS__V_LANES        8
+#define KERNELS__V_ZERO()       _mm256_setzero_ps()
+#define KERNELS__V_ADD(a, b)    _mm256_add_ps(a, b)
+#define KERNELS__V_FMA(s, a, b) _mm256_fmadd_ps(a, b, s)
+#define KERNELS__V_HSUM(v)      kernels__x86_hsum8(v)
+#define KERNELS__H2F(h)         kernels__x86_h2f(h)
 
 /* ---- float types ---------------------------------------------------------------
- * One body for the three: LOAD8(p, i) gives 8 floats of row p at element i. */
+ * KERNELS__FLOAT_TILE's LOAD: 8 floats of row p at element i. */
 
 #define K2_LOAD_F32(p, i) _mm256_loadu_ps((const float *)(p) + (i))
 #define K2_LOAD_F16(p, i)                                                                          \
@@ -55,43 +41,9 @@ KERNELS__INLINE float k2_h2f(uint16_t h)
 	                                          const __m128i *)((const uint16_t *)(p) + (i)))), \
 	                                      16))
 
-#define K2_FLOAT_TILE(name, LOAD8, SCALAR, ESIZE)                                                  \
-	KERNELS__INLINE void name##_n(int64_t n, const void *w, const void *const *xq,             \
-	                              const int NC, float *out)                                    \
-	{                                                                                          \
-		__m256 a0[KERNELS__TILE], a1[KERNELS__TILE];                                       \
-		for (int c = 0; c < NC; c++)                                                       \
-			a0[c] = a1[c] = _mm256_setzero_ps();                                       \
-		int64_t i = 0;                                                                     \
-		for (; i + 16 <= n; i += 16) {                                                     \
-			k2_prefetch_block((const char *)w + i * ESIZE, 16 * ESIZE);                \
-			__m256 w0 = LOAD8(w, i), w1 = LOAD8(w, i + 8);                             \
-			for (int c = 0; c < NC; c++) {                                             \
-				a0[c] = _mm256_fmadd_ps(w0, LOAD8(xq[c], i), a0[c]);               \
-				a1[c] = _mm256_fmadd_ps(w1, LOAD8(xq[c], i + 8), a1[c]);           \
-			}                                                                          \
-		}                                                                                  \
-		for (; i + 8 <= n; i += 8) {                                                       \
-			__m256 w0 = LOAD8(w, i);                                                   \
-			for (int c = 0; c < NC; c++)                                               \
-				a0[c] = _mm256_fmadd_ps(w0, LOAD8(xq[c], i), a0[c]);               \
-		}                                                                                  \
-		for (int c = 0; c < NC; c++) {                                                     \
-			float tail = 0.0f;                                                         \
-			for (int64_t j = i; j < n; j++)                                            \
-				tail += SCALAR(w, j) * SCALAR(xq[c], j);                           \
-			out[c] = k2_hsum(_mm256_add_ps(a0[c], a1[c])) + tail;                      \
-		}                                                                                  \
-	}                                                                                          \
-	KERNELS__TILE_FROM_N(name)
-
-#define K2_S_F32(p, j)  (((const float *)(p))[j])
-#define K2_S_F16(p, j)  k2_h2f(((const uint16_t *)(p))[j])
-#define K2_S_BF16(p, j) kernels__bits_f32((uint32_t)((const uint16_t *)(p))[j] << 16)
-
-K2_FLOAT_TILE(k2_tile_f32, K2_LOAD_F32, K2_S_F32, 4)
-K2_FLOAT_TILE(k2_tile_f16, K2_LOAD_F16, K2_S_F16, 2)
-K2_FLOAT_TILE(k2_tile_bf16, K2_LOAD_BF16, K2_S_BF16, 2)
+KERNELS__FLOAT_TILE(k2_tile_f32, 2, K2_LOAD_F32, KERNELS__S_F32, 4, 1)
+KERNELS__FLOAT_TILE(k2_tile_f16, 2, K2_LOAD_F16, KERNELS__S_F16, 2, 1)
+KERNELS__FLOAT_TILE(k2_tile_bf16, 2, K2_LOAD_BF16, KERNELS__S_BF16, 2, 1)
 
 /* ---- Q8_0 and Q4_0 ----------------------------------------------------------------
  * sign trick: dot(w, x) = dot(|w|, sign(x, w)) with |w| as unsigned bytes,
@@ -113,12 +65,6 @@ KERNELS__INLINE __m256i k2_q4_0_bytes(const uint8_t *qs)
 	return _mm256_sub_epi8(b, _mm256_set1_epi8(8));
 }
 
-/* The fp16 values *a and b as floats in lanes 0 and 1. */
-KERNELS__INLINE __m128 k2_h2f_pair(const uint16_t *a, uint16_t b)
-{
-	return _mm_cvtph_ps(_mm_insert_epi16(_mm_cvtsi32_si128(*a), b, 1));
-}
-
 /* Blocks b (into a0) and b + 1 (into a1), or only b when single; the two
  * scale products d_w * d_x are formed in one vector multiply (the same IEEE
  * products as one at a time). */
@@ -131,10 +77,11 @@ KERNELS__INLINE __m128 k2_h2f_pair(const uint16_t *a, uint16_t b)
 		__m256i q0 = WBYTES(wb + b), aq0 = _mm256_abs_epi8(q0);                            \
 		__m256i q1 = single ? q0 : WBYTES(wb + b + 1);                                     \
 		__m256i aq1 = _mm256_abs_epi8(q1);                                                 \
-		__m128 dw = k2_h2f_pair(&wb[b].d, single ? 0 : wb[b + 1].d);                       \
+		__m128 dw = kernels__x86_h2f_pair(&wb[b].d, single ? 0 : wb[b + 1].d);             \
 		for (int c = 0; c < NC; c++) {                                                     \
 			const kernels__block_q8_0 *xb = (const kernels__block_q8_0 *)xq[c] + b;    \
-			__m128 d = _mm_mul_ps(dw, k2_h2f_pair(&xb[0].d, single ? 0 : xb[1].d));    \
+			__m128 d =                                                                 \
+			    _mm_mul_ps(dw, kernels__x86_h2f_pair(&xb[0].d, single ? 0 : xb[1].d)); \
 			__m256i x0 = _mm256_loadu_si256((const __m256i *)xb[0].qs);                \
 			__m256 s0 = _mm256_cvtepi32_ps(k2_dot_i8(aq0, q0, x0));                    \
 			a0[c] = _mm256_fmadd_ps(s0, _mm256_broadcastss_ps(d), a0[c]);              \
@@ -147,22 +94,7 @@ KERNELS__INLINE __m128 k2_h2f_pair(const uint16_t *a, uint16_t b)
 			}                                                                          \
 		}                                                                                  \
 	}                                                                                          \
-	KERNELS__INLINE void name##_n(int64_t n, const void *w, const void *const *xq,             \
-	                              const int NC, float *out)                                    \
-	{                                                                                          \
-		const WBLOCK *wb = w;                                                              \
-		__m256 a0[KERNELS__TILE], a1[KERNELS__TILE];                                       \
-		for (int c = 0; c < NC; c++)                                                       \
-			a0[c] = a1[c] = _mm256_setzero_ps();                                       \
-		int64_t nb = n / KERNELS__QK, b = 0;                                               \
-		for (; b + 2 <= nb; b += 2)                                                        \
-			name##_pair(wb, b, 0, xq, NC, a0, a1);                                     \
-		if (b < nb)                                                                        \
-			name##_pair(wb, b, 1, xq, NC, a0, a1);                                     \
-		for (int c = 0; c < NC; c++)                                                       \
-			out[c] = k2_hsum(_mm256_add_ps(a0[c], a1[c]));                             \
-	}                                                                                          \
-	KERNELS__TILE_FROM_N(name)
+	KERNELS__PAIR_TILE(name, WBLOCK)
 
 #define K2_Q8_0_BYTES(blk) _mm256_loadu_si256((const __m256i *)(blk)->qs)
 #define K2_Q4_0_BYTES(blk) k2_q4_0_bytes((blk)->qs)
@@ -177,59 +109,47 @@ K2_Q32_TILE(k2_tile_q4_0, kernels__block_q4_0, K2_Q4_0_BYTES)
  * bsums summed in pairs (madd with 1) times m_j give m_j * (bsum_2j +
  * bsum_2j+1) in lane j. */
 
-KERNELS__INLINE void k2_tile_q4_k_n(int64_t n, const void *w, const void *const *xq, const int NC,
-                                    float *out)
+KERNELS__INLINE void k2_tile_q4_k_block(const kernels__block_q4_k *wb, int64_t b,
+                                        const void *const *xq, const int NC, __m256 *acc)
 {
-	const kernels__block_q4_k *wb = w;
-	__m256 acc[KERNELS__TILE];
-	for (int c = 0; c < NC; c++)
-		acc[c] = _mm256_setzero_ps();
 	const __m256i m4 = _mm256_set1_epi8(0x0f);
-	for (int64_t b = 0; b < n / KERNELS__QKK; b++) {
-		k2_prefetch_block(wb + b, sizeof *wb);
-		uint64_t sc, mn;
-		kernels__q4k_unpack(wb[b].scales, &sc, &mn);
-		/* the 8 scales as int16, in both 128-bit lanes */
-		__m256i S = _mm256_broadcastsi128_si256(
-		    _mm_cvtepu8_epi16(_mm_cvtsi64_si128((long long)sc)));
-		__m256i isum[KERNELS__TILE];
-		for (int c = 0; c < NC; c++)
-			isum[c] = _mm256_setzero_si256();
-		for (int j = 0; j < 4; j++) {
-			__m256i raw = _mm256_loadu_si256((const __m256i *)(wb[b].qs + 32 * j));
-			__m256i lo = _mm256_and_si256(raw, m4);
-			__m256i hi = _mm256_and_si256(_mm256_srli_epi16(raw, 4), m4);
-			/* int16 lanes of sc_2j and sc_2j+1, by byte shuffles */
-			__m256i s0 = _mm256_shuffle_epi8(
-			    S, _mm256_set1_epi16((short)(((4 * j + 1) << 8) | (4 * j))));
-			__m256i s1 = _mm256_shuffle_epi8(
-			    S, _mm256_set1_epi16((short)(((4 * j + 3) << 8) | (4 * j + 2))));
-			for (int c = 0; c < NC; c++) {
-				const int8_t *x =
-				    ((const kernels__block_q8_k *)xq[c])[b].qs + 64 * j;
-				__m256i x0 = _mm256_loadu_si256((const __m256i *)x);
-				__m256i x1 = _mm256_loadu_si256((const __m256i *)(x + 32));
-				__m256i p0 = _mm256_madd_epi16(_mm256_maddubs_epi16(lo, x0), s0);
-				__m256i p1 = _mm256_madd_epi16(_mm256_maddubs_epi16(hi, x1), s1);
-				isum[c] = _mm256_add_epi32(isum[c], _mm256_add_epi32(p0, p1));
-			}
-		}
-		__m256i mins = _mm256_cvtepu8_epi32(_mm_cvtsi64_si128((long long)mn));
-		float dw = k2_h2f(wb[b].d), dmw = k2_h2f(wb[b].dmin);
+	uint64_t sc, mn;
+	kernels__q4k_unpack(wb[b].scales, &sc, &mn);
+	/* the 8 scales as int16, in both 128-bit lanes */
+	__m256i S =
+	    _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(_mm_cvtsi64_si128((long long)sc)));
+	__m256i isum[KERNELS__TILE];
+	for (int c = 0; c < NC; c++)
+		isum[c] = _mm256_setzero_si256();
+	for (int j = 0; j < 4; j++) {
+		__m256i raw = _mm256_loadu_si256((const __m256i *)(wb[b].qs + 32 * j));
+		__m256i lo = _mm256_and_si256(raw, m4);
+		__m256i hi = _mm256_and_si256(_mm256_srli_epi16(raw, 4), m4);
+		/* int16 lanes of sc_2j and sc_2j+1, by byte shuffles */
+		__m256i s0 = _mm256_shuffle_epi8(
+		    S, _mm256_set1_epi16((short)(((4 * j + 1) << 8) | (4 * j))));
+		__m256i s1 = _mm256_shuffle_epi8(
+		    S, _mm256_set1_epi16((short)(((4 * j + 3) << 8) | (4 * j + 2))));
 		for (int c = 0; c < NC; c++) {
-			const kernels__block_q8_k *xb = (const kernels__block_q8_k *)xq[c] + b;
-			__m256i bs = _mm256_loadu_si256((const __m256i *)xb->bsums);
-			__m256i pairs = _mm256_madd_epi16(bs, _mm256_set1_epi16(1));
-			__m256i imin = _mm256_mullo_epi32(pairs, mins);
-			__m256 d = _mm256_set1_ps(dw * xb->d), dm = _mm256_set1_ps(dmw * xb->d);
-			acc[c] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(isum[c]), acc[c]);
-			acc[c] = _mm256_fnmadd_ps(dm, _mm256_cvtepi32_ps(imin), acc[c]);
+			const int8_t *x = ((const kernels__block_q8_k *)xq[c])[b].qs + 64 * j;
+			__m256i x0 = _mm256_loadu_si256((const __m256i *)x);
+			__m256i x1 = _mm256_loadu_si256((const __m256i *)(x + 32));
+			__m256i p0 = _mm256_madd_epi16(_mm256_maddubs_epi16(lo, x0), s0);
+			__m256i p1 = _mm256_madd_epi16(_mm256_maddubs_epi16(hi, x1), s1);
+			isum[c] = _mm256_add_epi32(isum[c], _mm256_add_epi32(p0, p1));
 		}
 	}
-	for (int c = 0; c < NC; c++)
-		out[c] = k2_hsum(acc[c]);
+	__m256i mins = kernels__x86_q4k_mins(mn);
+	float dw = kernels__x86_h2f(wb[b].d), dmw = kernels__x86_h2f(wb[b].dmin);
+	for (int c = 0; c < NC; c++) {
+		const kernels__block_q8_k *xb = (const kernels__block_q8_k *)xq[c] + b;
+		__m256i imin = kernels__x86_q4k_imin(xb, mins);
+		__m256 d = _mm256_set1_ps(dw * xb->d), dm = _mm256_set1_ps(dmw * xb->d);
+		acc[c] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(isum[c]), acc[c]);
+		acc[c] = _mm256_fnmadd_ps(dm, _mm256_cvtepi32_ps(imin), acc[c]);
+	}
 }
-KERNELS__TILE_FROM_N(k2_tile_q4_k)
+KERNELS__SUPER_TILE(k2_tile_q4_k, kernels__block_q4_k)
 
 /* ---- Q6_K ------------------------------------------------------------------------------
  * Quants as unsigned 0..63: dot(q - 32, x) = dot(q, x) - 32 * bsum per 16.
@@ -237,67 +157,53 @@ KERNELS__TILE_FROM_N(k2_tile_q4_k)
  * sub-block scales (|sc| <= 128) gives lanes <= 128 * 4 * 8001 ~ 4.1e6, 8
  * parts ~ 3.3e7 < 2^31: exact. The -32 part is madd(bsums, scales) << 5. */
 
-KERNELS__INLINE void k2_tile_q6_k_n(int64_t n, const void *w, const void *const *xq, const int NC,
-                                    float *out)
+KERNELS__INLINE void k2_tile_q6_k_block(const kernels__block_q6_k *wb, int64_t b,
+                                        const void *const *xq, const int NC, __m256 *acc)
 {
-	const kernels__block_q6_k *wb = w;
-	__m256 acc[KERNELS__TILE];
-	for (int c = 0; c < NC; c++)
-		acc[c] = _mm256_setzero_ps();
 	const __m256i m4 = _mm256_set1_epi8(0x0f), m3 = _mm256_set1_epi8(0x03);
-	for (int64_t b = 0; b < n / KERNELS__QKK; b++) {
-		k2_prefetch_block(wb + b, sizeof *wb);
-		__m256i isum[KERNELS__TILE];
-		for (int c = 0; c < NC; c++)
-			isum[c] = _mm256_setzero_si256();
-		const int8_t *sc = wb[b].scales;
-		for (int ch = 0; ch < 2; ch++) {
-			const uint8_t *ql = wb[b].ql + 64 * ch, *qh = wb[b].qh + 32 * ch;
-			__m256i l0 = _mm256_loadu_si256((const __m256i *)ql);
-			__m256i l1 = _mm256_loadu_si256((const __m256i *)(ql + 32));
-			__m256i h = _mm256_loadu_si256((const __m256i *)qh);
-			__m256i q[4];
-			q[0] = _mm256_or_si256(_mm256_and_si256(l0, m4),
-			                       _mm256_slli_epi16(_mm256_and_si256(h, m3), 4));
-			q[1] = _mm256_or_si256(
-			    _mm256_and_si256(l1, m4),
-			    _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 2), m3), 4));
-			q[2] = _mm256_or_si256(
-			    _mm256_and_si256(_mm256_srli_epi16(l0, 4), m4),
-			    _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 4), m3), 4));
-			q[3] = _mm256_or_si256(
-			    _mm256_and_si256(_mm256_srli_epi16(l1, 4), m4),
-			    _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 6), m3), 4));
-			for (int p = 0; p < 4; p++) {
-				const int8_t *s2 = sc + 8 * ch + 2 * p;
-				__m256i s =
-				    _mm256_set_m128i(_mm_set1_epi16(s2[1]), _mm_set1_epi16(s2[0]));
-				for (int c = 0; c < NC; c++) {
-					const int8_t *x =
-					    ((const kernels__block_q8_k *)xq[c])[b].qs + 128 * ch +
-					    32 * p;
-					__m256i xv = _mm256_loadu_si256((const __m256i *)x);
-					__m256i t =
-					    _mm256_madd_epi16(_mm256_maddubs_epi16(q[p], xv), s);
-					isum[c] = _mm256_add_epi32(isum[c], t);
-				}
+	__m256i isum[KERNELS__TILE];
+	for (int c = 0; c < NC; c++)
+		isum[c] = _mm256_setzero_si256();
+	const int8_t *sc = wb[b].scales;
+	for (int ch = 0; ch < 2; ch++) {
+		const uint8_t *ql = wb[b].ql + 64 * ch, *qh = wb[b].qh + 32 * ch;
+		__m256i l0 = _mm256_loadu_si256((const __m256i *)ql);
+		__m256i l1 = _mm256_loadu_si256((const __m256i *)(ql + 32));
+		__m256i h = _mm256_loadu_si256((const __m256i *)qh);
+		__m256i q[4];
+		q[0] = _mm256_or_si256(_mm256_and_si256(l0, m4),
+		                       _mm256_slli_epi16(_mm256_and_si256(h, m3), 4));
+		q[1] = _mm256_or_si256(
+		    _mm256_and_si256(l1, m4),
+		    _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 2), m3), 4));
+		q[2] = _mm256_or_si256(
+		    _mm256_and_si256(_mm256_srli_epi16(l0, 4), m4),
+		    _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 4), m3), 4));
+		q[3] = _mm256_or_si256(
+		    _mm256_and_si256(_mm256_srli_epi16(l1, 4), m4),
+		    _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 6), m3), 4));
+		for (int p = 0; p < 4; p++) {
+			const int8_t *s2 = sc + 8 * ch + 2 * p;
+			__m256i s = _mm256_set_m128i(_mm_set1_epi16(s2[1]), _mm_set1_epi16(s2[0]));
+			for (int c = 0; c < NC; c++) {
+				const int8_t *x =
+				    ((const kernels__block_q8_k *)xq[c])[b].qs + 128 * ch + 32 * p;
+				__m256i xv = _mm256_loadu_si256((const __m256i *)x);
+				__m256i t = _mm256_madd_epi16(_mm256_maddubs_epi16(q[p], xv), s);
+				isum[c] = _mm256_add_epi32(isum[c], t);
 			}
 		}
-		__m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)sc));
-		float dw = k2_h2f(wb[b].d);
-		for (int c = 0; c < NC; c++) {
-			const kernels__block_q8_k *xb = (const kernels__block_q8_k *)xq[c] + b;
-			__m256i bs = _mm256_loadu_si256((const __m256i *)xb->bsums);
-			__m256i corr = _mm256_slli_epi32(_mm256_madd_epi16(bs, sc16), 5);
-			__m256i is = _mm256_sub_epi32(isum[c], corr);
-			acc[c] = _mm256_fmadd_ps(_mm256_set1_ps(dw * xb->d), _mm256_cvtepi32_ps(is),
-			                         acc[c]);
-		}
 	}
-	for (int c = 0; c < NC; c++)
-		out[c] = k2_hsum(acc[c]);
+	__m256i sc16 = kernels__x86_q6k_scales(sc);
+	float dw = kernels__x86_h2f(wb[b].d);
+	for (int c = 0; c < NC; c++) {
+		const kernels__block_q8_k *xb = (const kernels__block_q8_k *)xq[c] + b;
+		__m256i is = _mm256_sub_epi32(isum[c], kernels__x86_q6k_offset(xb, sc16));
+		acc[c] =
+		    _mm256_fmadd_ps(_mm256_set1_ps(dw * xb->d), _mm256_cvtepi32_ps(is), acc[c]);
+	}
 }
-KERNELS__TILE_FROM_N(k2_tile_q6_k)
+KERNELS__SUPER_TILE(k2_tile_q6_k, kernels__block_q6_k)
 
 /* ---- the table ----------------------------------------------------------------------- */
 

@@ -9,9 +9,7 @@
  * (fixed per ISA, see test_kernels.c) is given below the includes.
  * Divisions: helpers, float types, Q8_0/Q4_0, Q4_K, Q6_K, the table.
  */
-#include <immintrin.h>
-
-#include "runtime/cpu/kernels_shell.h"
+#include "runtime/cpu/kernels_x86.h"
 
 /* Order of accumulation, per dot product:
  *   F32/F16/BF16: 2 accumulators x 16 lanes over 32 elements per step (FMA),
@@ -30,37 +28,11 @@
 
 /* ---- helpers ---------------------------------------------------------------- */
 
-KERNELS__INLINE float k5_hsum8(__m256 v)
-{
-	__m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-	s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-	s = _mm_add_ss(s, _mm_movehdup_ps(s));
-	return _mm_cvtss_f32(s);
-}
-
 KERNELS__INLINE float k5_hsum(__m512 v)
 {
 	__m256 lo = _mm512_castps512_ps256(v);
 	__m256 hi = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1));
-	return k5_hsum8(_mm256_add_ps(lo, hi));
-}
-
-/* Prefetch the lines of a block KERNELS__PF_AHEAD bytes on. */
-KERNELS__INLINE void k5_prefetch_block(const void *p, size_t bytes)
-{
-	for (size_t o = 0; o < bytes; o += 64)
-		_mm_prefetch((const char *)p + KERNELS__PF_AHEAD + o, _MM_HINT_T1);
-}
-
-KERNELS__INLINE float k5_h2f(uint16_t h)
-{
-	return _cvtsh_ss(h);
-}
-
-/* The fp16 values *a and b as floats in lanes 0 and 1 (b = 0: lane 1 is 0). */
-KERNELS__INLINE __m128 k5_h2f_pair(const uint16_t *a, uint16_t b)
-{
-	return _mm_cvtph_ps(_mm_insert_epi16(_mm_cvtsi32_si128(*a), b, 1));
+	return kernels__x86_hsum8(_mm256_add_ps(lo, hi));
 }
 
 /* Lanes 0-7 = lane 0 of p, lanes 8-15 = lane 1 of p. */
@@ -86,7 +58,17 @@ KERNELS__INLINE __m512i k5_pair_si(__m256i a, __m256i b)
 	return _mm512_inserti64x4(_mm512_castsi256_si512(a), b, 1);
 }
 
-/* ---- float types ------------------------------------------------------------------ */
+/* ---- float types ------------------------------------------------------------------
+ * The vector of the shell's templates; KERNELS__FLOAT_TILE's LOAD: 16 floats
+ * of row p at element i. */
+
+#define KERNELS__V              __m512
+#define KERNELS__V_LANES        16
+#define KERNELS__V_ZERO()       _mm512_setzero_ps()
+#define KERNELS__V_ADD(a, b)    _mm512_add_ps(a, b)
+#define KERNELS__V_FMA(s, a, b) _mm512_fmadd_ps(a, b, s)
+#define KERNELS__V_HSUM(v)      k5_hsum(v)
+#define KERNELS__H2F(h)         kernels__x86_h2f(h)
 
 #define K5_LOAD_F32(p, i) _mm512_loadu_ps((const float *)(p) + (i))
 #define K5_LOAD_F16(p, i)                                                                          \
@@ -95,44 +77,9 @@ KERNELS__INLINE __m512i k5_pair_si(__m256i a, __m256i b)
 	_mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((           \
 	                                          const __m256i *)((const uint16_t *)(p) + (i)))), \
 	                                      16))
-#define K5_S_F32(p, j)  (((const float *)(p))[j])
-#define K5_S_F16(p, j)  k5_h2f(((const uint16_t *)(p))[j])
-#define K5_S_BF16(p, j) kernels__bits_f32((uint32_t)((const uint16_t *)(p))[j] << 16)
-
-#define K5_FLOAT_TILE(name, LOAD16, SCALAR, ESIZE)                                                 \
-	KERNELS__INLINE void name##_n(int64_t n, const void *w, const void *const *xq,             \
-	                              const int NC, float *out)                                    \
-	{                                                                                          \
-		__m512 a0[KERNELS__TILE], a1[KERNELS__TILE];                                       \
-		for (int c = 0; c < NC; c++)                                                       \
-			a0[c] = a1[c] = _mm512_setzero_ps();                                       \
-		int64_t i = 0;                                                                     \
-		for (; i + 32 <= n; i += 32) {                                                     \
-			k5_prefetch_block((const char *)w + i * ESIZE, 32 * ESIZE);                \
-			__m512 w0 = LOAD16(w, i), w1 = LOAD16(w, i + 16);                          \
-			for (int c = 0; c < NC; c++) {                                             \
-				a0[c] = _mm512_fmadd_ps(w0, LOAD16(xq[c], i), a0[c]);              \
-				a1[c] = _mm512_fmadd_ps(w1, LOAD16(xq[c], i + 16), a1[c]);         \
-			}                                                                          \
-		}                                                                                  \
-		if (i + 16 <= n) {                                                                 \
-			__m512 w0 = LOAD16(w, i);                                                  \
-			for (int c = 0; c < NC; c++)                                               \
-				a0[c] = _mm512_fmadd_ps(w0, LOAD16(xq[c], i), a0[c]);              \
-			i += 16;                                                                   \
-		}                                                                                  \
-		for (int c = 0; c < NC; c++) {                                                     \
-			float tail = 0.0f;                                                         \
-			for (int64_t j = i; j < n; j++)                                            \
-				tail += SCALAR(w, j) * SCALAR(xq[c], j);                           \
-			out[c] = k5_hsum(_mm512_add_ps(a0[c], a1[c])) + tail;                      \
-		}                                                                                  \
-	}                                                                                          \
-	KERNELS__TILE_FROM_N(name)
-
-K5_FLOAT_TILE(k5_tile_f32, K5_LOAD_F32, K5_S_F32, 4)
-K5_FLOAT_TILE(k5_tile_f16, K5_LOAD_F16, K5_S_F16, 2)
-K5_FLOAT_TILE(k5_tile_bf16, K5_LOAD_BF16, K5_S_BF16, 2)
+KERNELS__FLOAT_TILE(k5_tile_f32, 2, K5_LOAD_F32, KERNELS__S_F32, 4, 1)
+KERNELS__FLOAT_TILE(k5_tile_f16, 2, K5_LOAD_F16, KERNELS__S_F16, 2, 1)
+KERNELS__FLOAT_TILE(k5_tile_bf16, 2, K5_LOAD_BF16, KERNELS__S_BF16, 2, 1)
 
 /* ---- Q8_0 and Q4_0 ------------------------------------------------------------------
  * dot(w, x) = dot(|w|, x negated where w < 0): |w| <= 128 as an unsigned
@@ -201,8 +148,8 @@ KERNELS__INLINE __m512i k5_q4_0_pair(const kernels__block_q4_0 *b, int single)
 				                   single ? z : k5_q8_0_bytes(xb + 1));            \
 				if (KERNELS_VNNI)                                                  \
 					xv[c] = _mm512_xor_si512(xv[c], _mm512_set1_epi8(-128));   \
-				dx[c] =                                                            \
-				    k5_spread_pair(k5_h2f_pair(&xb[0].d, single ? 0 : xb[1].d));   \
+				dx[c] = k5_spread_pair(                                            \
+				    kernels__x86_h2f_pair(&xb[0].d, single ? 0 : xb[1].d));        \
 			}                                                                          \
 			for (int r = 0; r < R; r++) {                                              \
 				const WBLOCK *wb =                                                 \
@@ -211,8 +158,8 @@ KERNELS__INLINE __m512i k5_q4_0_pair(const kernels__block_q4_0 *b, int single)
 				                 (R == 1 ? KERNELS__PF_AHEAD : 4 * row_bytes),     \
 				             _MM_HINT_T1);                                         \
 				__m512i q = WPAIR(wb, single);                                     \
-				__m512 dw =                                                        \
-				    k5_spread_pair(k5_h2f_pair(&wb[0].d, single ? 0 : wb[1].d));   \
+				__m512 dw = k5_spread_pair(                                        \
+				    kernels__x86_h2f_pair(&wb[0].d, single ? 0 : wb[1].d));        \
 				__m512i base = k5_q32_base(q);                                     \
 				__m512i aq = _mm512_abs_epi8(q);                                   \
 				__mmask64 neg = _mm512_movepi8_mask(q);                            \
@@ -265,65 +212,51 @@ K5_Q32_RC(k5_q4_0, kernels__block_q4_0, k5_q4_0_pair)
  * 2j) then high (2j+1), the element order of the activations. Bounds as in
  * kernels_avx2.c: pairs <= 3810, lanes <= 480,060, sums < 2^22. */
 
-KERNELS__INLINE void k5_tile_q4_k_n(int64_t n, const void *w, const void *const *xq, const int NC,
-                                    float *out)
+KERNELS__INLINE void k5_tile_q4_k_block(const kernels__block_q4_k *wb, int64_t b,
+                                        const void *const *xq, const int NC, __m512 *acc)
 {
-	const kernels__block_q4_k *wb = w;
-	__m512 acc[KERNELS__TILE];
-	for (int c = 0; c < NC; c++)
-		acc[c] = _mm512_setzero_ps();
 	const __m512i m4 = _mm512_set1_epi8(0x0f);
 	/* int16 lanes 0-15 (the low nibbles' 32 bytes) take scale 0, 16-31 scale 1 */
 	const __m512i spread = _mm512_set_epi16(1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0,
 	                                        0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0);
-	for (int64_t b = 0; b < n / KERNELS__QKK; b++) {
-		k5_prefetch_block(wb + b, sizeof *wb);
-		uint64_t sc, mn;
-		kernels__q4k_unpack(wb[b].scales, &sc, &mn);
-		__m512i isum[KERNELS__TILE];
-		for (int c = 0; c < NC; c++)
-			isum[c] = _mm512_setzero_si512();
-		/* the 8 scales as int16 lanes 0-7, spread per chunk by one permute */
-		__m512i sc16 =
-		    _mm512_castsi128_si512(_mm_cvtepu8_epi16(_mm_cvtsi64_si128((long long)sc)));
-		for (int jj = 0; jj < 2; jj++) {
-			/* 64 bytes = chunks 2jj and 2jj+1; each chunk is its 32 low
-			 * nibbles then its 32 high ones (128-bit lanes 0-1 of lo, of hi) */
-			__m512i raw = _mm512_loadu_si512((const void *)(wb[b].qs + 64 * jj));
-			__m512i lo = _mm512_and_si512(raw, m4);
-			__m512i hi = _mm512_and_si512(_mm512_srli_epi16(raw, 4), m4);
-			__m512i q[2] = {_mm512_shuffle_i64x2(lo, hi, 0x44),
-			                _mm512_shuffle_i64x2(lo, hi, 0xee)};
-			for (int h = 0; h < 2; h++) {
-				int j = 2 * jj + h;
-				__m512i s = _mm512_permutexvar_epi16(
-				    _mm512_add_epi16(spread, _mm512_set1_epi16((short)(2 * j))),
-				    sc16);
-				for (int c = 0; c < NC; c++) {
-					const int8_t *x =
-					    ((const kernels__block_q8_k *)xq[c])[b].qs + 64 * j;
-					__m512i xv = _mm512_loadu_si512((const void *)x);
-					isum[c] =
-					    k5_madd_acc(isum[c], _mm512_maddubs_epi16(q[h], xv), s);
-				}
+	uint64_t sc, mn;
+	kernels__q4k_unpack(wb[b].scales, &sc, &mn);
+	__m512i isum[KERNELS__TILE];
+	for (int c = 0; c < NC; c++)
+		isum[c] = _mm512_setzero_si512();
+	/* the 8 scales as int16 lanes 0-7, spread per chunk by one permute */
+	__m512i sc16 = _mm512_castsi128_si512(_mm_cvtepu8_epi16(_mm_cvtsi64_si128((long long)sc)));
+	for (int jj = 0; jj < 2; jj++) {
+		/* 64 bytes = chunks 2jj and 2jj+1; each chunk is its 32 low
+		 * nibbles then its 32 high ones (128-bit lanes 0-1 of lo, of hi) */
+		__m512i raw = _mm512_loadu_si512((const void *)(wb[b].qs + 64 * jj));
+		__m512i lo = _mm512_and_si512(raw, m4);
+		__m512i hi = _mm512_and_si512(_mm512_srli_epi16(raw, 4), m4);
+		__m512i q[2] = {_mm512_shuffle_i64x2(lo, hi, 0x44),
+		                _mm512_shuffle_i64x2(lo, hi, 0xee)};
+		for (int h = 0; h < 2; h++) {
+			int j = 2 * jj + h;
+			__m512i s = _mm512_permutexvar_epi16(
+			    _mm512_add_epi16(spread, _mm512_set1_epi16((short)(2 * j))), sc16);
+			for (int c = 0; c < NC; c++) {
+				const int8_t *x =
+				    ((const kernels__block_q8_k *)xq[c])[b].qs + 64 * j;
+				__m512i xv = _mm512_loadu_si512((const void *)x);
+				isum[c] = k5_madd_acc(isum[c], _mm512_maddubs_epi16(q[h], xv), s);
 			}
 		}
-		__m256i mins = _mm256_cvtepu8_epi32(_mm_cvtsi64_si128((long long)mn));
-		float dw = k5_h2f(wb[b].d), dmw = k5_h2f(wb[b].dmin);
-		for (int c = 0; c < NC; c++) {
-			const kernels__block_q8_k *xb = (const kernels__block_q8_k *)xq[c] + b;
-			__m256i bs = _mm256_loadu_si256((const __m256i *)xb->bsums);
-			__m256i pairs = _mm256_madd_epi16(bs, _mm256_set1_epi16(1));
-			__m512i imin = _mm512_zextsi256_si512(_mm256_mullo_epi32(pairs, mins));
-			__m512 d = _mm512_set1_ps(dw * xb->d), dm = _mm512_set1_ps(dmw * xb->d);
-			acc[c] = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(isum[c]), acc[c]);
-			acc[c] = _mm512_fnmadd_ps(dm, _mm512_cvtepi32_ps(imin), acc[c]);
-		}
 	}
-	for (int c = 0; c < NC; c++)
-		out[c] = k5_hsum(acc[c]);
+	__m256i mins = kernels__x86_q4k_mins(mn);
+	float dw = kernels__x86_h2f(wb[b].d), dmw = kernels__x86_h2f(wb[b].dmin);
+	for (int c = 0; c < NC; c++) {
+		const kernels__block_q8_k *xb = (const kernels__block_q8_k *)xq[c] + b;
+		__m512i imin = _mm512_zextsi256_si512(kernels__x86_q4k_imin(xb, mins));
+		__m512 d = _mm512_set1_ps(dw * xb->d), dm = _mm512_set1_ps(dmw * xb->d);
+		acc[c] = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(isum[c]), acc[c]);
+		acc[c] = _mm512_fnmadd_ps(dm, _mm512_cvtepi32_ps(imin), acc[c]);
+	}
 }
-KERNELS__TILE_FROM_N(k5_tile_q4_k)
+KERNELS__SUPER_TILE(k5_tile_q4_k, kernels__block_q4_k)
 
 /* ---- Q6_K -----------------------------------------------------------------------------
  * Per chunk of 128: zmm A = parts 0-1 (elements 0..63), B = parts 2-3, as
@@ -331,65 +264,53 @@ KERNELS__TILE_FROM_N(k5_tile_q4_k)
  * lanes with one permute; the -32 offset is 32 * sum(sc_j * bsum_j) taken
  * off at the end. Bounds as in kernels_avx2.c (< 2^26). */
 
-KERNELS__INLINE void k5_tile_q6_k_n(int64_t n, const void *w, const void *const *xq, const int NC,
-                                    float *out)
+KERNELS__INLINE void k5_tile_q6_k_block(const kernels__block_q6_k *wb, int64_t b,
+                                        const void *const *xq, const int NC, __m512 *acc)
 {
-	const kernels__block_q6_k *wb = w;
-	__m512 acc[KERNELS__TILE];
-	for (int c = 0; c < NC; c++)
-		acc[c] = _mm512_setzero_ps();
 	const __m512i m4 = _mm512_set1_epi8(0x0f), m3 = _mm512_set1_epi8(0x03);
 	/* int16 lane i of the 64 quants of a zmm belongs to sub-block i / 8 */
 	const __m512i spread = _mm512_set_epi16(3, 3, 3, 3, 3, 3, 3, 3, 2, 2, 2, 2, 2, 2, 2, 2, 1,
 	                                        1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
-	for (int64_t b = 0; b < n / KERNELS__QKK; b++) {
-		k5_prefetch_block(wb + b, sizeof *wb);
-		__m512i isum[KERNELS__TILE];
-		for (int c = 0; c < NC; c++)
-			isum[c] = _mm512_setzero_si512();
-		const int8_t *sc = wb[b].scales;
-		__m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)sc));
-		__m512i sc16z = _mm512_castsi256_si512(sc16);
-		for (int ch = 0; ch < 2; ch++) {
-			const uint8_t *ql = wb[b].ql + 64 * ch, *qh = wb[b].qh + 32 * ch;
-			__m512i L = _mm512_loadu_si512((const void *)ql);
-			__m256i h = _mm256_loadu_si256((const __m256i *)qh);
-			__m512i H = k5_pair_si(h, _mm256_srli_epi16(h, 2));
-			__m512i q[2];
-			q[0] = _mm512_or_si512(_mm512_and_si512(L, m4),
-			                       _mm512_slli_epi16(_mm512_and_si512(H, m3), 4));
-			q[1] = _mm512_or_si512(
-			    _mm512_and_si512(_mm512_srli_epi16(L, 4), m4),
-			    _mm512_slli_epi16(_mm512_and_si512(_mm512_srli_epi16(H, 4), m3), 4));
-			for (int p = 0; p < 2; p++) {
-				/* sub-blocks 8 ch + 4 p .. + 3 */
-				__m512i idx = _mm512_add_epi16(
-				    spread, _mm512_set1_epi16((short)(8 * ch + 4 * p)));
-				__m512i s = _mm512_permutexvar_epi16(idx, sc16z);
-				for (int c = 0; c < NC; c++) {
-					const int8_t *x =
-					    ((const kernels__block_q8_k *)xq[c])[b].qs + 128 * ch +
-					    64 * p;
-					__m512i xv = _mm512_loadu_si512((const void *)x);
-					isum[c] =
-					    k5_madd_acc(isum[c], _mm512_maddubs_epi16(q[p], xv), s);
-				}
+	__m512i isum[KERNELS__TILE];
+	for (int c = 0; c < NC; c++)
+		isum[c] = _mm512_setzero_si512();
+	const int8_t *sc = wb[b].scales;
+	__m256i sc16 = kernels__x86_q6k_scales(sc);
+	__m512i sc16z = _mm512_castsi256_si512(sc16);
+	for (int ch = 0; ch < 2; ch++) {
+		const uint8_t *ql = wb[b].ql + 64 * ch, *qh = wb[b].qh + 32 * ch;
+		__m512i L = _mm512_loadu_si512((const void *)ql);
+		__m256i h = _mm256_loadu_si256((const __m256i *)qh);
+		__m512i H = k5_pair_si(h, _mm256_srli_epi16(h, 2));
+		__m512i q[2];
+		q[0] = _mm512_or_si512(_mm512_and_si512(L, m4),
+		                       _mm512_slli_epi16(_mm512_and_si512(H, m3), 4));
+		q[1] = _mm512_or_si512(
+		    _mm512_and_si512(_mm512_srli_epi16(L, 4), m4),
+		    _mm512_slli_epi16(_mm512_and_si512(_mm512_srli_epi16(H, 4), m3), 4));
+		for (int p = 0; p < 2; p++) {
+			/* sub-blocks 8 ch + 4 p .. + 3 */
+			__m512i idx =
+			    _mm512_add_epi16(spread, _mm512_set1_epi16((short)(8 * ch + 4 * p)));
+			__m512i s = _mm512_permutexvar_epi16(idx, sc16z);
+			for (int c = 0; c < NC; c++) {
+				const int8_t *x =
+				    ((const kernels__block_q8_k *)xq[c])[b].qs + 128 * ch + 64 * p;
+				__m512i xv = _mm512_loadu_si512((const void *)x);
+				isum[c] = k5_madd_acc(isum[c], _mm512_maddubs_epi16(q[p], xv), s);
 			}
 		}
-		float dw = k5_h2f(wb[b].d);
-		for (int c = 0; c < NC; c++) {
-			const kernels__block_q8_k *xb = (const kernels__block_q8_k *)xq[c] + b;
-			__m256i bs = _mm256_loadu_si256((const __m256i *)xb->bsums);
-			__m256i corr = _mm256_slli_epi32(_mm256_madd_epi16(bs, sc16), 5);
-			__m512i is = _mm512_sub_epi32(isum[c], _mm512_zextsi256_si512(corr));
-			acc[c] = _mm512_fmadd_ps(_mm512_set1_ps(dw * xb->d), _mm512_cvtepi32_ps(is),
-			                         acc[c]);
-		}
 	}
-	for (int c = 0; c < NC; c++)
-		out[c] = k5_hsum(acc[c]);
+	float dw = kernels__x86_h2f(wb[b].d);
+	for (int c = 0; c < NC; c++) {
+		const kernels__block_q8_k *xb = (const kernels__block_q8_k *)xq[c] + b;
+		__m256i corr = kernels__x86_q6k_offset(xb, sc16);
+		__m512i is = _mm512_sub_epi32(isum[c], _mm512_zextsi256_si512(corr));
+		acc[c] =
+		    _mm512_fmadd_ps(_mm512_set1_ps(dw * xb->d), _mm512_cvtepi32_ps(is), acc[c]);
+	}
 }
-KERNELS__TILE_FROM_N(k5_tile_q6_k)
+KERNELS__SUPER_TILE(k5_tile_q6_k, kernels__block_q6_k)
 
 /* ---- the table ---------------------------------------------------------------------- */
 

@@ -103,6 +103,17 @@ static inline void kernels__q4k_scale_min(const uint8_t *s, int j, int *sc, int 
 	}
 }
 
+/* The 4 quants (q - 32, in -32..31) of Q6_K elements l, l + 32, l + 64 and
+ * l + 96 (l < 32) of a chunk of 128: ql its 64 low-nibble bytes, qh its 32
+ * bytes of high bits (see quant.c). */
+static inline void kernels__q6k_quants(const uint8_t *ql, const uint8_t *qh, int l, int q[4])
+{
+	q[0] = ((ql[l] & 0xf) | (((qh[l] >> 0) & 3) << 4)) - 32;
+	q[1] = ((ql[l + 32] & 0xf) | (((qh[l] >> 2) & 3) << 4)) - 32;
+	q[2] = ((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) - 32;
+	q[3] = ((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) - 32;
+}
+
 /* All 8 scales and 8 mins of a Q4_K block at once, byte j of *sc / *m being
  * sc_j / m_j (the same values as kernels__q4k_scale_min). With the 12 bytes
  * as little-endian words u0 (bytes 0-3), u1 (4-7), u2 (8-11):

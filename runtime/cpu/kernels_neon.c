@@ -44,13 +44,6 @@ KERNELS__INLINE int32x4_t kn_dot(int32x4_t acc, int8x16_t a, int8x16_t b)
 #endif
 }
 
-/* Prefetch (for reading, into L2) the lines of a block KERNELS__PF_AHEAD on. */
-KERNELS__INLINE void kn_prefetch_block(const void *p, size_t bytes)
-{
-	for (size_t o = 0; o < bytes; o += 64)
-		__builtin_prefetch((const char *)p + KERNELS__PF_AHEAD + o, 0, 2);
-}
-
 /* Half to float with the FCVT instruction (exact, as the integer version in
  * kernels_impl.h, but one instruction: this runs twice per block and column). */
 KERNELS__INLINE float kn_h2f(uint16_t h)
@@ -60,54 +53,26 @@ KERNELS__INLINE float kn_h2f(uint16_t h)
 	return (float)f;
 }
 
-/* ---- float types ------------------------------------------------------------- */
+/* ---- float types -------------------------------------------------------------
+ * The vector of the shell's templates; KERNELS__FLOAT_TILE's LOAD: 4 floats
+ * of row p at element i. */
+
+#define KERNELS__V              float32x4_t
+#define KERNELS__V_LANES        4
+#define KERNELS__V_ZERO()       vdupq_n_f32(0.0f)
+#define KERNELS__V_ADD(a, b)    vaddq_f32(a, b)
+#define KERNELS__V_FMA(s, a, b) vfmaq_f32(s, a, b)
+#define KERNELS__V_HSUM(v)      vaddvq_f32(v)
+#define KERNELS__H2F(h)         kn_h2f(h)
 
 #define KN_LOAD_F32(p, i) vld1q_f32((const float *)(p) + (i))
 #define KN_LOAD_F16(p, i) vcvt_f32_f16(vreinterpret_f16_u16(vld1_u16((const uint16_t *)(p) + (i))))
 #define KN_LOAD_BF16(p, i)                                                                         \
 	vreinterpretq_f32_u32(vshll_n_u16(vld1_u16((const uint16_t *)(p) + (i)), 16))
-#define KN_S_F32(p, j)  (((const float *)(p))[j])
-#define KN_S_F16(p, j)  kn_h2f(((const uint16_t *)(p))[j])
-#define KN_S_BF16(p, j) kernels__bits_f32((uint32_t)((const uint16_t *)(p))[j] << 16)
 
-#define KN_FLOAT_TILE(name, LOAD4, SCALAR)                                                         \
-	KERNELS__INLINE void name##_n(int64_t n, const void *w, const void *const *xq,             \
-	                              const int NC, float *out)                                    \
-	{                                                                                          \
-		float32x4_t a[KERNELS__TILE][4];                                                   \
-		for (int c = 0; c < NC; c++)                                                       \
-			for (int k = 0; k < 4; k++)                                                \
-				a[c][k] = vdupq_n_f32(0.0f);                                       \
-		int64_t i = 0;                                                                     \
-		for (; i + 16 <= n; i += 16) {                                                     \
-			float32x4_t w0 = LOAD4(w, i), w1 = LOAD4(w, i + 4);                        \
-			float32x4_t w2 = LOAD4(w, i + 8), w3 = LOAD4(w, i + 12);                   \
-			for (int c = 0; c < NC; c++) {                                             \
-				a[c][0] = vfmaq_f32(a[c][0], w0, LOAD4(xq[c], i));                 \
-				a[c][1] = vfmaq_f32(a[c][1], w1, LOAD4(xq[c], i + 4));             \
-				a[c][2] = vfmaq_f32(a[c][2], w2, LOAD4(xq[c], i + 8));             \
-				a[c][3] = vfmaq_f32(a[c][3], w3, LOAD4(xq[c], i + 12));            \
-			}                                                                          \
-		}                                                                                  \
-		for (; i + 4 <= n; i += 4) {                                                       \
-			float32x4_t w0 = LOAD4(w, i);                                              \
-			for (int c = 0; c < NC; c++)                                               \
-				a[c][0] = vfmaq_f32(a[c][0], w0, LOAD4(xq[c], i));                 \
-		}                                                                                  \
-		for (int c = 0; c < NC; c++) {                                                     \
-			float tail = 0.0f;                                                         \
-			for (int64_t j = i; j < n; j++)                                            \
-				tail += SCALAR(w, j) * SCALAR(xq[c], j);                           \
-			float32x4_t s =                                                            \
-			    vaddq_f32(vaddq_f32(a[c][0], a[c][1]), vaddq_f32(a[c][2], a[c][3]));   \
-			out[c] = vaddvq_f32(s) + tail;                                             \
-		}                                                                                  \
-	}                                                                                          \
-	KERNELS__TILE_FROM_N(name)
-
-KN_FLOAT_TILE(kn_tile_f32, KN_LOAD_F32, KN_S_F32)
-KN_FLOAT_TILE(kn_tile_f16, KN_LOAD_F16, KN_S_F16)
-KN_FLOAT_TILE(kn_tile_bf16, KN_LOAD_BF16, KN_S_BF16)
+KERNELS__FLOAT_TILE(kn_tile_f32, 4, KN_LOAD_F32, KERNELS__S_F32, 4, 0)
+KERNELS__FLOAT_TILE(kn_tile_f16, 4, KN_LOAD_F16, KERNELS__S_F16, 2, 0)
+KERNELS__FLOAT_TILE(kn_tile_bf16, 4, KN_LOAD_BF16, KERNELS__S_BF16, 2, 0)
 
 /* ---- Q8_0 and Q4_0 ------------------------------------------------------------------ */
 
@@ -129,7 +94,7 @@ KERNELS__INLINE void kn_q4_0_bytes(const kernels__block_q4_0 *b, int8x16_t *lo, 
 	KERNELS__INLINE void name##_blk(const WBLOCK *wb, int64_t b, const void *const *xq,        \
 	                                const int NC, float32x4_t *acc)                            \
 	{                                                                                          \
-		kn_prefetch_block(wb + b, sizeof *wb);                                             \
+		kernels__prefetch_block(wb + b, sizeof *wb);                                       \
 		int8x16_t q0, q1;                                                                  \
 		WBYTES(wb + b, &q0, &q1);                                                          \
 		float dw = kn_h2f(wb[b].d);                                                        \
@@ -140,24 +105,15 @@ KERNELS__INLINE void kn_q4_0_bytes(const kernels__block_q4_0 *b, int8x16_t *lo, 
 			acc[c] = vfmaq_n_f32(acc[c], vcvtq_f32_s32(s), dw * kn_h2f(xb->d));        \
 		}                                                                                  \
 	}                                                                                          \
-	KERNELS__INLINE void name##_n(int64_t n, const void *w, const void *const *xq,             \
-	                              const int NC, float *out)                                    \
+	KERNELS__INLINE void name##_pair(const WBLOCK *wb, int64_t b, int single,                  \
+	                                 const void *const *xq, const int NC, float32x4_t *a0,     \
+	                                 float32x4_t *a1)                                          \
 	{                                                                                          \
-		const WBLOCK *wb = w;                                                              \
-		float32x4_t a0[KERNELS__TILE], a1[KERNELS__TILE];                                  \
-		for (int c = 0; c < NC; c++)                                                       \
-			a0[c] = a1[c] = vdupq_n_f32(0.0f);                                         \
-		int64_t nb = n / KERNELS__QK, b = 0;                                               \
-		for (; b + 2 <= nb; b += 2) {                                                      \
-			name##_blk(wb, b, xq, NC, a0);                                             \
+		name##_blk(wb, b, xq, NC, a0);                                                     \
+		if (!single)                                                                       \
 			name##_blk(wb, b + 1, xq, NC, a1);                                         \
-		}                                                                                  \
-		if (b < nb)                                                                        \
-			name##_blk(wb, b, xq, NC, a0);                                             \
-		for (int c = 0; c < NC; c++)                                                       \
-			out[c] = vaddvq_f32(vaddq_f32(a0[c], a1[c]));                              \
 	}                                                                                          \
-	KERNELS__TILE_FROM_N(name)
+	KERNELS__PAIR_TILE(name, WBLOCK)
 
 KN_Q32_TILE(kn_tile_q8_0, kernels__block_q8_0, kn_q8_0_bytes)
 KN_Q32_TILE(kn_tile_q4_0, kernels__block_q4_0, kn_q4_0_bytes)
@@ -167,116 +123,91 @@ KN_Q32_TILE(kn_tile_q4_0, kernels__block_q4_0, kn_q4_0_bytes)
  * 8 sub-blocks: < 2^22. Mins: the 16 bsums pairwise (<= 32 * 127 each) times
  * m_j, widened to int32. */
 
-KERNELS__INLINE void kn_tile_q4_k_n(int64_t n, const void *w, const void *const *xq, const int NC,
-                                    float *out)
+KERNELS__INLINE void kn_tile_q4_k_block(const kernels__block_q4_k *wb, int64_t b,
+                                        const void *const *xq, const int NC, float32x4_t *acc)
 {
-	const kernels__block_q4_k *wb = w;
-	float32x4_t acc[KERNELS__TILE];
-	for (int c = 0; c < NC; c++)
-		acc[c] = vdupq_n_f32(0.0f);
 	const uint8x16_t m4 = vdupq_n_u8(0x0f);
-	for (int64_t b = 0; b < n / KERNELS__QKK; b++) {
-		kn_prefetch_block(wb + b, sizeof *wb);
-		uint64_t sc, mn;
-		kernels__q4k_unpack(wb[b].scales, &sc, &mn);
-		int32x4_t isum[KERNELS__TILE];
-		for (int c = 0; c < NC; c++)
-			isum[c] = vdupq_n_s32(0);
-		for (int j = 0; j < 4; j++) {
-			uint8x16_t r0 = vld1q_u8(wb[b].qs + 32 * j),
-			           r1 = vld1q_u8(wb[b].qs + 32 * j + 16);
-			int8x16_t l0 = vreinterpretq_s8_u8(vandq_u8(r0, m4));
-			int8x16_t l1 = vreinterpretq_s8_u8(vandq_u8(r1, m4));
-			int8x16_t h0 = vreinterpretq_s8_u8(vshrq_n_u8(r0, 4));
-			int8x16_t h1 = vreinterpretq_s8_u8(vshrq_n_u8(r1, 4));
-			for (int c = 0; c < NC; c++) {
-				const int8_t *x =
-				    ((const kernels__block_q8_k *)xq[c])[b].qs + 64 * j;
-				int32x4_t tl = kn_dot(vdupq_n_s32(0), l0, vld1q_s8(x));
-				tl = kn_dot(tl, l1, vld1q_s8(x + 16));
-				int32x4_t th = kn_dot(vdupq_n_s32(0), h0, vld1q_s8(x + 32));
-				th = kn_dot(th, h1, vld1q_s8(x + 48));
-				isum[c] = vmlaq_n_s32(isum[c], tl, (int)((sc >> (16 * j)) & 0xff));
-				isum[c] =
-				    vmlaq_n_s32(isum[c], th, (int)((sc >> (16 * j + 8)) & 0xff));
-			}
-		}
-		int16x8_t mins = vreinterpretq_s16_u16(vmovl_u8(vcreate_u8(mn)));
-		float dw = kn_h2f(wb[b].d), dmw = kn_h2f(wb[b].dmin);
+	uint64_t sc, mn;
+	kernels__q4k_unpack(wb[b].scales, &sc, &mn);
+	int32x4_t isum[KERNELS__TILE];
+	for (int c = 0; c < NC; c++)
+		isum[c] = vdupq_n_s32(0);
+	for (int j = 0; j < 4; j++) {
+		uint8x16_t r0 = vld1q_u8(wb[b].qs + 32 * j), r1 = vld1q_u8(wb[b].qs + 32 * j + 16);
+		int8x16_t l0 = vreinterpretq_s8_u8(vandq_u8(r0, m4));
+		int8x16_t l1 = vreinterpretq_s8_u8(vandq_u8(r1, m4));
+		int8x16_t h0 = vreinterpretq_s8_u8(vshrq_n_u8(r0, 4));
+		int8x16_t h1 = vreinterpretq_s8_u8(vshrq_n_u8(r1, 4));
 		for (int c = 0; c < NC; c++) {
-			const kernels__block_q8_k *xb = (const kernels__block_q8_k *)xq[c] + b;
-			int16x8_t bs = vpaddq_s16(vld1q_s16(xb->bsums), vld1q_s16(xb->bsums + 8));
-			int32x4_t imin = vaddq_s32(vmull_s16(vget_low_s16(bs), vget_low_s16(mins)),
-			                           vmull_high_s16(bs, mins));
-			acc[c] = vfmaq_n_f32(acc[c], vcvtq_f32_s32(isum[c]), dw * xb->d);
-			acc[c] = vfmsq_n_f32(acc[c], vcvtq_f32_s32(imin), dmw * xb->d);
+			const int8_t *x = ((const kernels__block_q8_k *)xq[c])[b].qs + 64 * j;
+			int32x4_t tl = kn_dot(vdupq_n_s32(0), l0, vld1q_s8(x));
+			tl = kn_dot(tl, l1, vld1q_s8(x + 16));
+			int32x4_t th = kn_dot(vdupq_n_s32(0), h0, vld1q_s8(x + 32));
+			th = kn_dot(th, h1, vld1q_s8(x + 48));
+			isum[c] = vmlaq_n_s32(isum[c], tl, (int)((sc >> (16 * j)) & 0xff));
+			isum[c] = vmlaq_n_s32(isum[c], th, (int)((sc >> (16 * j + 8)) & 0xff));
 		}
 	}
-	for (int c = 0; c < NC; c++)
-		out[c] = vaddvq_f32(acc[c]);
+	int16x8_t mins = vreinterpretq_s16_u16(vmovl_u8(vcreate_u8(mn)));
+	float dw = kn_h2f(wb[b].d), dmw = kn_h2f(wb[b].dmin);
+	for (int c = 0; c < NC; c++) {
+		const kernels__block_q8_k *xb = (const kernels__block_q8_k *)xq[c] + b;
+		int16x8_t bs = vpaddq_s16(vld1q_s16(xb->bsums), vld1q_s16(xb->bsums + 8));
+		int32x4_t imin = vaddq_s32(vmull_s16(vget_low_s16(bs), vget_low_s16(mins)),
+		                           vmull_high_s16(bs, mins));
+		acc[c] = vfmaq_n_f32(acc[c], vcvtq_f32_s32(isum[c]), dw * xb->d);
+		acc[c] = vfmsq_n_f32(acc[c], vcvtq_f32_s32(imin), dmw * xb->d);
+	}
 }
-KERNELS__TILE_FROM_N(kn_tile_q4_k)
+KERNELS__SUPER_TILE(kn_tile_q4_k, kernels__block_q4_k)
 
 /* ---- Q6_K --------------------------------------------------------------------------------
  * Each 16 decoded quants (q - 32, in -32..31) are exactly one sub-block:
  * lanes <= 4 * 32 * 127 * 128 per sub-block, 16 of them: < 2^25. */
 
-KERNELS__INLINE void kn_tile_q6_k_n(int64_t n, const void *w, const void *const *xq, const int NC,
-                                    float *out)
+KERNELS__INLINE void kn_tile_q6_k_block(const kernels__block_q6_k *wb, int64_t b,
+                                        const void *const *xq, const int NC, float32x4_t *acc)
 {
-	const kernels__block_q6_k *wb = w;
-	float32x4_t acc[KERNELS__TILE];
-	for (int c = 0; c < NC; c++)
-		acc[c] = vdupq_n_f32(0.0f);
 	const uint8x16_t m4 = vdupq_n_u8(0x0f), m3 = vdupq_n_u8(0x03);
 	const int8x16_t k32 = vdupq_n_s8(32);
-	for (int64_t b = 0; b < n / KERNELS__QKK; b++) {
-		kn_prefetch_block(wb + b, sizeof *wb);
-		int32x4_t isum[KERNELS__TILE];
-		for (int c = 0; c < NC; c++)
-			isum[c] = vdupq_n_s32(0);
-		for (int ch = 0; ch < 2; ch++) {
-			const uint8_t *ql = wb[b].ql + 64 * ch, *qh = wb[b].qh + 32 * ch;
-			const int8_t *sc = wb[b].scales + 8 * ch;
-			for (int h = 0; h < 2; h++) { /* l in [16 h, 16 h + 16) */
-				uint8x16_t a = vld1q_u8(ql + 16 * h),
-				           bq = vld1q_u8(ql + 32 + 16 * h);
-				uint8x16_t hh = vld1q_u8(qh + 16 * h);
-				int8x16_t q[4];
-				q[0] = vreinterpretq_s8_u8(
-				    vorrq_u8(vandq_u8(a, m4), vshlq_n_u8(vandq_u8(hh, m3), 4)));
-				q[1] = vreinterpretq_s8_u8(
-				    vorrq_u8(vandq_u8(bq, m4),
-				             vshlq_n_u8(vandq_u8(vshrq_n_u8(hh, 2), m3), 4)));
-				q[2] = vreinterpretq_s8_u8(
-				    vorrq_u8(vshrq_n_u8(a, 4),
-				             vshlq_n_u8(vandq_u8(vshrq_n_u8(hh, 4), m3), 4)));
-				q[3] = vreinterpretq_s8_u8(
-				    vorrq_u8(vshrq_n_u8(bq, 4), vshlq_n_u8(vshrq_n_u8(hh, 6), 4)));
-				for (int p = 0; p < 4; p++)
-					q[p] = vsubq_s8(q[p], k32);
-				for (int c = 0; c < NC; c++) {
-					const int8_t *x =
-					    ((const kernels__block_q8_k *)xq[c])[b].qs + 128 * ch +
-					    16 * h;
-					for (int p = 0; p < 4; p++) {
-						int32x4_t t = kn_dot(vdupq_n_s32(0), q[p],
-						                     vld1q_s8(x + 32 * p));
-						isum[c] = vmlaq_n_s32(isum[c], t, sc[2 * p + h]);
-					}
+	int32x4_t isum[KERNELS__TILE];
+	for (int c = 0; c < NC; c++)
+		isum[c] = vdupq_n_s32(0);
+	for (int ch = 0; ch < 2; ch++) {
+		const uint8_t *ql = wb[b].ql + 64 * ch, *qh = wb[b].qh + 32 * ch;
+		const int8_t *sc = wb[b].scales + 8 * ch;
+		for (int h = 0; h < 2; h++) { /* l in [16 h, 16 h + 16) */
+			uint8x16_t a = vld1q_u8(ql + 16 * h), bq = vld1q_u8(ql + 32 + 16 * h);
+			uint8x16_t hh = vld1q_u8(qh + 16 * h);
+			int8x16_t q[4];
+			q[0] = vreinterpretq_s8_u8(
+			    vorrq_u8(vandq_u8(a, m4), vshlq_n_u8(vandq_u8(hh, m3), 4)));
+			q[1] = vreinterpretq_s8_u8(vorrq_u8(
+			    vandq_u8(bq, m4), vshlq_n_u8(vandq_u8(vshrq_n_u8(hh, 2), m3), 4)));
+			q[2] = vreinterpretq_s8_u8(vorrq_u8(
+			    vshrq_n_u8(a, 4), vshlq_n_u8(vandq_u8(vshrq_n_u8(hh, 4), m3), 4)));
+			q[3] = vreinterpretq_s8_u8(
+			    vorrq_u8(vshrq_n_u8(bq, 4), vshlq_n_u8(vshrq_n_u8(hh, 6), 4)));
+			for (int p = 0; p < 4; p++)
+				q[p] = vsubq_s8(q[p], k32);
+			for (int c = 0; c < NC; c++) {
+				const int8_t *x =
+				    ((const kernels__block_q8_k *)xq[c])[b].qs + 128 * ch + 16 * h;
+				for (int p = 0; p < 4; p++) {
+					int32x4_t t =
+					    kn_dot(vdupq_n_s32(0), q[p], vld1q_s8(x + 32 * p));
+					isum[c] = vmlaq_n_s32(isum[c], t, sc[2 * p + h]);
 				}
 			}
 		}
-		float dw = kn_h2f(wb[b].d);
-		for (int c = 0; c < NC; c++) {
-			const kernels__block_q8_k *xb = (const kernels__block_q8_k *)xq[c] + b;
-			acc[c] = vfmaq_n_f32(acc[c], vcvtq_f32_s32(isum[c]), dw * xb->d);
-		}
 	}
-	for (int c = 0; c < NC; c++)
-		out[c] = vaddvq_f32(acc[c]);
+	float dw = kn_h2f(wb[b].d);
+	for (int c = 0; c < NC; c++) {
+		const kernels__block_q8_k *xb = (const kernels__block_q8_k *)xq[c] + b;
+		acc[c] = vfmaq_n_f32(acc[c], vcvtq_f32_s32(isum[c]), dw * xb->d);
+	}
 }
-KERNELS__TILE_FROM_N(kn_tile_q6_k)
+KERNELS__SUPER_TILE(kn_tile_q6_k, kernels__block_q6_k)
 
 /* ---- the table ---------------------------------------------------------------------------- */
 

@@ -111,15 +111,12 @@ static float ks_dot_q6_k(int64_t n, const kernels__block_q6_k *w, const kernels_
 		for (int c = 0; c < 2; c++, ql += 64, qh += 32, q8 += 128, sc += 8) {
 			int32_t s[8] = {0}; /* per sub-block of 16 within the chunk */
 			for (int l = 0; l < 32; l++) {
-				int is = l / 16;
-				int q1 = ((ql[l] & 0xf) | (((qh[l] >> 0) & 3) << 4)) - 32;
-				int q2 = ((ql[l + 32] & 0xf) | (((qh[l] >> 2) & 3) << 4)) - 32;
-				int q3 = ((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) - 32;
-				int q4 = ((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) - 32;
-				s[is + 0] += q1 * q8[l];
-				s[is + 2] += q2 * q8[l + 32];
-				s[is + 4] += q3 * q8[l + 64];
-				s[is + 6] += q4 * q8[l + 96];
+				int is = l / 16, q[4];
+				kernels__q6k_quants(ql, qh, l, q);
+				s[is + 0] += q[0] * q8[l];
+				s[is + 2] += q[1] * q8[l + 32];
+				s[is + 4] += q[2] * q8[l + 64];
+				s[is + 6] += q[3] * q8[l + 96];
 			}
 			for (int j = 0; j < 8; j++)
 				isum += sc[j] * s[j];

@@ -8,7 +8,7 @@
  * Part: runtime/, room cpu/. Names are kernels__* (inside the kernel files only).
  * Everything is static inline or a macro, so each ISA library, compiled with
  * its own -m flags, expands its own copy and needs no other object.
- * Divisions: tiles and drivers, dispatch and table, tile-body templates.
+ * Divisions: tiles and drivers, tile-body templates, dispatch and table.
  */
 #ifndef SHOAL_RUNTIME_KERNELS_SHELL_H
 #define SHOAL_RUNTIME_KERNELS_SHELL_H
@@ -169,6 +169,113 @@ static inline void kernels__run_rows(kernels__rows_fn f, int64_t n, const void *
 	KERNELS__RC_CASE(name, r, 3)                                                               \
 	KERNELS__RC_CASE(name, r, 4)
 
+/* ---- tile-body templates -------------------------------------------------------
+ * The loops around an ISA's inner kernels, for a vector of floats the ISA
+ * names before using them:
+ *   KERNELS__V            the float vector type
+ *   KERNELS__V_LANES      its floats
+ *   KERNELS__V_ZERO()     all zero
+ *   KERNELS__V_ADD(a, b)  a + b, per lane
+ *   KERNELS__V_FMA(s, a, b)  s + a * b, per lane, fused (one rounding)
+ *   KERNELS__V_HSUM(v)    the sum of the lanes, in the ISA's fixed order
+ *   KERNELS__H2F(h)       an fp16 scalar as float (exact)
+ * Each column keeps its own accumulators and sees the same operations for
+ * any NC (gemm == gemv bitwise). */
+
+/* Element j of an F32, F16 or BF16 row p, as float (the scalar tails). */
+#define KERNELS__S_F32(p, j)  (((const float *)(p))[j])
+#define KERNELS__S_F16(p, j)  KERNELS__H2F(((const uint16_t *)(p))[j])
+#define KERNELS__S_BF16(p, j) kernels__bits_f32((uint32_t)((const uint16_t *)(p))[j] << 16)
+
+/* Float types: NACC (2 or 4) accumulators of KERNELS__V_LANES floats over
+ * NACC vectors per step, leftover whole vectors into the first, the
+ * accumulators summed pairwise ((a0 + a1) + (a2 + a3)), across lanes by
+ * KERNELS__V_HSUM, plus the scalar tail (n % lanes, in element order)
+ * added last. LOAD(p, i) gives the vector at element i of row p, SCALAR(p,
+ * j) one element (KERNELS__S_*), ESIZE the bytes per element; PF (1 or 0)
+ * whether each step prefetches the weights KERNELS__PF_AHEAD on. */
+#define KERNELS__FLOAT_TILE(name, NACC, LOAD, SCALAR, ESIZE, PF)                                   \
+	KERNELS__INLINE void name##_n(int64_t n, const void *w, const void *const *xq,             \
+	                              const int NC, float *out)                                    \
+	{                                                                                          \
+		const int64_t step = (NACC)*KERNELS__V_LANES;                                      \
+		KERNELS__V a[KERNELS__TILE][NACC];                                                 \
+		for (int c = 0; c < NC; c++)                                                       \
+			for (int k = 0; k < (NACC); k++)                                           \
+				a[c][k] = KERNELS__V_ZERO();                                       \
+		int64_t i = 0;                                                                     \
+		for (; i + step <= n; i += step) {                                                 \
+			if (PF)                                                                    \
+				kernels__prefetch_block((const char *)w + i * (ESIZE),             \
+				                        (size_t)step * (ESIZE));                   \
+			KERNELS__V wv[NACC];                                                       \
+			for (int k = 0; k < (NACC); k++)                                           \
+				wv[k] = LOAD(w, i + k * KERNELS__V_LANES);                         \
+			for (int c = 0; c < NC; c++)                                               \
+				for (int k = 0; k < (NACC); k++)                                   \
+					a[c][k] =                                                  \
+					    KERNELS__V_FMA(a[c][k], wv[k],                         \
+					                   LOAD(xq[c], i + k * KERNELS__V_LANES)); \
+		}                                                                                  \
+		for (; i + KERNELS__V_LANES <= n; i += KERNELS__V_LANES) {                         \
+			KERNELS__V w0 = LOAD(w, i);                                                \
+			for (int c = 0; c < NC; c++)                                               \
+				a[c][0] = KERNELS__V_FMA(a[c][0], w0, LOAD(xq[c], i));             \
+		}                                                                                  \
+		for (int c = 0; c < NC; c++) {                                                     \
+			float tail = 0.0f;                                                         \
+			for (int64_t j = i; j < n; j++)                                            \
+				tail += SCALAR(w, j) * SCALAR(xq[c], j);                           \
+			for (int h = 1; h < (NACC); h *= 2)                                        \
+				for (int k = 0; k + h < (NACC); k += 2 * h)                        \
+					a[c][k] = KERNELS__V_ADD(a[c][k], a[c][k + h]);            \
+			out[c] = KERNELS__V_HSUM(a[c][0]) + tail;                                  \
+		}                                                                                  \
+	}                                                                                          \
+	KERNELS__TILE_FROM_N(name)
+
+/* 32-element blocks (Q8_0, Q4_0) in pairs: name##_pair(wb, b, single, xq,
+ * NC, a0, a1) adds block b of the row into a0[c] and, unless single, block
+ * b + 1 into a1[c]; an odd last block goes alone; the result is
+ * KERNELS__V_HSUM(a0 + a1). */
+#define KERNELS__PAIR_TILE(name, WBLOCK)                                                           \
+	KERNELS__INLINE void name##_n(int64_t n, const void *w, const void *const *xq,             \
+	                              const int NC, float *out)                                    \
+	{                                                                                          \
+		const WBLOCK *wb = w;                                                              \
+		KERNELS__V a0[KERNELS__TILE], a1[KERNELS__TILE];                                   \
+		for (int c = 0; c < NC; c++)                                                       \
+			a0[c] = a1[c] = KERNELS__V_ZERO();                                         \
+		int64_t nb = n / KERNELS__QK, b = 0;                                               \
+		for (; b + 2 <= nb; b += 2)                                                        \
+			name##_pair(wb, b, 0, xq, NC, a0, a1);                                     \
+		if (b < nb)                                                                        \
+			name##_pair(wb, b, 1, xq, NC, a0, a1);                                     \
+		for (int c = 0; c < NC; c++)                                                       \
+			out[c] = KERNELS__V_HSUM(KERNELS__V_ADD(a0[c], a1[c]));                    \
+	}                                                                                          \
+	KERNELS__TILE_FROM_N(name)
+
+/* K-quant super-blocks (Q4_K, Q6_K): name##_block(wb, b, xq, NC, acc) adds
+ * super-block b of the row into acc[c], after its weights KERNELS__PF_AHEAD
+ * on are prefetched; the result is KERNELS__V_HSUM(acc). */
+#define KERNELS__SUPER_TILE(name, WBLOCK)                                                          \
+	KERNELS__INLINE void name##_n(int64_t n, const void *w, const void *const *xq,             \
+	                              const int NC, float *out)                                    \
+	{                                                                                          \
+		const WBLOCK *wb = w;                                                              \
+		KERNELS__V acc[KERNELS__TILE];                                                     \
+		for (int c = 0; c < NC; c++)                                                       \
+			acc[c] = KERNELS__V_ZERO();                                                \
+		for (int64_t b = 0; b < n / KERNELS__QKK; b++) {                                   \
+			kernels__prefetch_block(wb + b, sizeof *wb);                               \
+			name##_block(wb, b, xq, NC, acc);                                          \
+		}                                                                                  \
+		for (int c = 0; c < NC; c++)                                                       \
+			out[c] = KERNELS__V_HSUM(acc[c]);                                          \
+	}                                                                                          \
+	KERNELS__TILE_FROM_N(name)
+
 /* ---- dispatch and table ---------------------------------------------------------- */
 
 /* The weight types a table computes, as indices into its ops. */
@@ -220,27 +327,18 @@ static inline void kernels__fill_nan(float *y, int64_t nrows, int64_t ncols, siz
 			y[(size_t)c * y_stride + (size_t)i] = __builtin_nanf("");
 }
 
-static inline void kernels__ops_gemv(const kernels__ops *ops, shoal_dtype wt, int64_t n,
-                                     const void *w, size_t row_bytes, int64_t nrows, const void *xq,
-                                     float *y)
-{
-	int t = kernels__windex(wt);
-	if (t >= 0 && ops->rows[t])
-		kernels__run_rows(ops->rows[t], n, w, row_bytes, nrows, xq, 0, 1, y, 0);
-	else if (t >= 0 && ops->tile[t])
-		kernels__run_gemv(ops->tile[t], n, w, row_bytes, nrows, xq, y);
-	else
-		kernels__fill_nan(y, nrows, 1, 0);
-}
-
-static inline void kernels__ops_gemm(const kernels__ops *ops, shoal_dtype wt, int64_t n,
-                                     const void *w, size_t row_bytes, int64_t nrows, const void *xq,
-                                     size_t xq_stride, int64_t ncols, float *y, size_t y_stride)
+/* y[c * y_stride + i] = dot(W row i, xq row c) by the ops' function for wt
+ * (a gemv is ncols 1: row by row into y). */
+static inline void kernels__ops_run(const kernels__ops *ops, shoal_dtype wt, int64_t n,
+                                    const void *w, size_t row_bytes, int64_t nrows, const void *xq,
+                                    size_t xq_stride, int64_t ncols, float *y, size_t y_stride)
 {
 	int t = kernels__windex(wt);
 	if (t >= 0 && ops->rows[t])
 		kernels__run_rows(ops->rows[t], n, w, row_bytes, nrows, xq, xq_stride, ncols, y,
 		                  y_stride);
+	else if (t >= 0 && ops->tile[t] && ncols == 1)
+		kernels__run_gemv(ops->tile[t], n, w, row_bytes, nrows, xq, y);
 	else if (t >= 0 && ops->tile[t])
 		kernels__run_gemm(ops->tile[t], n, w, row_bytes, nrows, xq, xq_stride, ncols, y,
 		                  y_stride);
@@ -264,14 +362,14 @@ static inline void kernels__ops_gemm(const kernels__ops *ops, shoal_dtype wt, in
 	static void p##_gemv(shoal_dtype wt, int64_t n, const void *w, size_t row_bytes,           \
 	                     int64_t nrows, const void *xq, float *y)                              \
 	{                                                                                          \
-		kernels__ops_gemv(&p##_ops, wt, n, w, row_bytes, nrows, xq, y);                    \
+		kernels__ops_run(&p##_ops, wt, n, w, row_bytes, nrows, xq, 0, 1, y, 0);            \
 	}                                                                                          \
 	static void p##_gemm(shoal_dtype wt, int64_t n, const void *w, size_t row_bytes,           \
 	                     int64_t nrows, const void *xq, size_t xq_stride, int64_t ncols,       \
 	                     float *y, size_t y_stride)                                            \
 	{                                                                                          \
-		kernels__ops_gemm(&p##_ops, wt, n, w, row_bytes, nrows, xq, xq_stride, ncols, y,   \
-		                  y_stride);                                                       \
+		kernels__ops_run(&p##_ops, wt, n, w, row_bytes, nrows, xq, xq_stride, ncols, y,    \
+		                 y_stride);                                                        \
 	}                                                                                          \
 	const shoal_kernels symbol = {                                                             \
 	    .isa = isa_name,                                                                       \
