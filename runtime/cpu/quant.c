@@ -97,24 +97,66 @@ static int quant_round_away(float v)
 	return i;
 }
 
-/* ---- plain types ---------------------------------------------------------------- */
-
-static void quant_deq_f16(const uint16_t *s, float *d, int64_t n)
+/* The element of largest magnitude, with its sign (the first of equals; 0
+ * when all are 0; NaNs are passed over). */
+static float quant_signed_max(const float *x, int n)
 {
+	float amax = 0.0f, max = 0.0f;
+	for (int j = 0; j < n; j++) {
+		if (fabsf(x[j]) > amax) {
+			amax = fabsf(x[j]);
+			max = x[j];
+		}
+	}
+	return max;
+}
+
+/* ---- plain types ----------------------------------------------------------------
+ * A block is one element: nb = n. */
+
+static void quant_deq_f32(const void *src, float *d, int64_t n)
+{
+	memcpy(d, src, (size_t)n * sizeof(float));
+}
+
+static void quant_f32(const float *x, void *dst, int64_t n)
+{
+	memcpy(dst, x, (size_t)n * sizeof(float));
+}
+
+static void quant_deq_f16(const void *src, float *d, int64_t n)
+{
+	const uint16_t *s = src;
 	for (int64_t i = 0; i < n; i++)
 		d[i] = kernels__fp16_to_f32(s[i]);
 }
 
-static void quant_deq_bf16(const uint16_t *s, float *d, int64_t n)
+static void quant_deq_bf16(const void *src, float *d, int64_t n)
 {
+	const uint16_t *s = src;
 	for (int64_t i = 0; i < n; i++)
 		d[i] = shoal_bf16_to_f32(s[i]);
 }
 
+static void quant_f16(const float *x, void *dst, int64_t n)
+{
+	uint16_t *d = dst;
+	for (int64_t i = 0; i < n; i++)
+		d[i] = shoal_f32_to_fp16(x[i]);
+}
+
+static void quant_bf16(const float *x, void *dst, int64_t n)
+{
+	uint16_t *d = dst;
+	for (int64_t i = 0; i < n; i++)
+		d[i] = shoal_f32_to_bf16(x[i]);
+}
+
 /* ---- Q8_0 ----------------------------------------------------------------------- */
 
-static void quant_deq_q8_0(const kernels__block_q8_0 *b, float *y, int64_t nb)
+static void quant_deq_q8_0(const void *src, float *y, int64_t nb)
 {
+	const kernels__block_q8_0 *b = src;
 	for (int64_t i = 0; i < nb; i++) {
 		float d = kernels__fp16_to_f32(b[i].d);
 		for (int j = 0; j < KERNELS__QK; j++)
@@ -126,8 +168,9 @@ static void quant_deq_q8_0(const kernels__block_q8_0 *b, float *y, int64_t nb)
  * it is stored), q = roundf(x * (1 / d)) with the unrounded d, ties away from
  * zero. (The reference's x86 SIMD variant multiplies by 127 / amax and rounds
  * ties to even; the two differ only on exact ties.) */
-static void quant_q8_0(const float *x, kernels__block_q8_0 *b, int64_t nb)
+static void quant_q8_0(const float *x, void *dst, int64_t nb)
 {
+	kernels__block_q8_0 *b = dst;
 	for (int64_t i = 0; i < nb; i++, x += KERNELS__QK) {
 		float amax = 0.0f;
 		for (int j = 0; j < KERNELS__QK; j++) {
@@ -144,8 +187,9 @@ static void quant_q8_0(const float *x, kernels__block_q8_0 *b, int64_t nb)
 
 /* ---- Q4_0 ----------------------------------------------------------------------- */
 
-static void quant_deq_q4_0(const kernels__block_q4_0 *b, float *y, int64_t nb)
+static void quant_deq_q4_0(const void *src, float *y, int64_t nb)
 {
+	const kernels__block_q4_0 *b = src;
 	for (int64_t i = 0; i < nb; i++, y += KERNELS__QK) {
 		float d = kernels__fp16_to_f32(b[i].d);
 		for (int j = 0; j < KERNELS__QK / 2; j++) {
@@ -157,17 +201,11 @@ static void quant_deq_q4_0(const kernels__block_q4_0 *b, float *y, int64_t nb)
 
 /* As the reference: d = (the value of largest magnitude) / -8, so that value
  * maps to quant 0 exactly; q = min(15, (int8)(x / d + 8.5)). */
-static void quant_q4_0(const float *x, kernels__block_q4_0 *b, int64_t nb)
+static void quant_q4_0(const float *x, void *dst, int64_t nb)
 {
+	kernels__block_q4_0 *b = dst;
 	for (int64_t i = 0; i < nb; i++, x += KERNELS__QK) {
-		float amax = 0.0f, max = 0.0f;
-		for (int j = 0; j < KERNELS__QK; j++) {
-			if (amax < fabsf(x[j])) {
-				amax = fabsf(x[j]);
-				max = x[j];
-			}
-		}
-		float d = max / -8.0f;
+		float d = quant_signed_max(x, KERNELS__QK) / -8.0f;
 		float id = d != 0.0f ? 1.0f / d : 0.0f;
 		b[i].d = shoal_f32_to_fp16(d);
 		for (int j = 0; j < KERNELS__QK / 2; j++) {
@@ -187,8 +225,9 @@ static void quant_q4_0(const float *x, kernels__block_q4_0 *b, int64_t nb)
  * low nibbles of sc_4..7 (low) and m_4..7 (high). qs: 4 chunks of 64
  * elements, byte l of a chunk holds element l (low nibble) and l + 32 (high). */
 
-static void quant_deq_q4_k(const kernels__block_q4_k *b, float *y, int64_t nb)
+static void quant_deq_q4_k(const void *src, float *y, int64_t nb)
 {
+	const kernels__block_q4_k *b = src;
 	for (int64_t i = 0; i < nb; i++) {
 		float d = kernels__fp16_to_f32(b[i].d);
 		float min = kernels__fp16_to_f32(b[i].dmin);
@@ -212,8 +251,9 @@ static int quant_clamp(int v, int lo, int hi)
 	return v < lo ? lo : v > hi ? hi : v;
 }
 
-static void quant_q4_k(const float *x, kernels__block_q4_k *b, int64_t nb)
+static void quant_q4_k(const float *x, void *dst, int64_t nb)
 {
+	kernels__block_q4_k *b = dst;
 	for (int64_t i = 0; i < nb; i++, x += KERNELS__QKK) {
 		float scale[8], min[8], max_scale = 0.0f, max_min = 0.0f;
 		for (int j = 0; j < 8; j++) {
@@ -269,30 +309,29 @@ static void quant_q4_k(const float *x, kernels__block_q4_k *b, int64_t nb)
  *   elem l + 64: ql[l] high nibble,     qh[l] bits 4-5
  *   elem l + 96: ql[l + 32] high nibble, qh[l] bits 6-7 */
 
-static void quant_deq_q6_k(const kernels__block_q6_k *b, float *y, int64_t nb)
+static void quant_deq_q6_k(const void *src, float *y, int64_t nb)
 {
+	const kernels__block_q6_k *b = src;
 	for (int64_t i = 0; i < nb; i++) {
 		float d = kernels__fp16_to_f32(b[i].d);
 		const uint8_t *ql = b[i].ql, *qh = b[i].qh;
 		const int8_t *sc = b[i].scales;
 		for (int c = 0; c < 2; c++, y += 128, ql += 64, qh += 32, sc += 8) {
 			for (int l = 0; l < 32; l++) {
-				int is = l / 16;
-				int q1 = ((ql[l] & 0xf) | (((qh[l] >> 0) & 3) << 4)) - 32;
-				int q2 = ((ql[l + 32] & 0xf) | (((qh[l] >> 2) & 3) << 4)) - 32;
-				int q3 = ((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) - 32;
-				int q4 = ((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) - 32;
-				y[l] = d * sc[is] * q1;
-				y[l + 32] = d * sc[is + 2] * q2;
-				y[l + 64] = d * sc[is + 4] * q3;
-				y[l + 96] = d * sc[is + 6] * q4;
+				int is = l / 16, q[4];
+				kernels__q6k_quants(ql, qh, l, q);
+				y[l] = d * sc[is] * q[0];
+				y[l + 32] = d * sc[is + 2] * q[1];
+				y[l + 64] = d * sc[is + 4] * q[2];
+				y[l + 96] = d * sc[is + 6] * q[3];
 			}
 		}
 	}
 }
 
-static void quant_q6_k(const float *x, kernels__block_q6_k *b, int64_t nb)
+static void quant_q6_k(const float *x, void *dst, int64_t nb)
 {
+	kernels__block_q6_k *b = dst;
 	for (int64_t i = 0; i < nb; i++, x += KERNELS__QKK) {
 		float scale[16], max_scale = 0.0f;
 		for (int j = 0; j < 16; j++) {
@@ -335,24 +374,20 @@ static void quant_q6_k(const float *x, kernels__block_q6_k *b, int64_t nb)
  * x)) (ties to even), so the largest element maps to -127 and the others
  * stay in [-127, 127]; d = 1 / iscale; bsums are the sums of each 16 q. */
 
-static void quant_deq_q8_k(const kernels__block_q8_k *b, float *y, int64_t nb)
+static void quant_deq_q8_k(const void *src, float *y, int64_t nb)
 {
+	const kernels__block_q8_k *b = src;
 	for (int64_t i = 0; i < nb; i++)
 		for (int j = 0; j < KERNELS__QKK; j++)
 			*y++ = b[i].d * b[i].qs[j];
 }
 
-static void quant_q8_k(const float *x, kernels__block_q8_k *b, int64_t nb)
+static void quant_q8_k(const float *x, void *dst, int64_t nb)
 {
+	kernels__block_q8_k *b = dst;
 	for (int64_t i = 0; i < nb; i++, x += KERNELS__QKK) {
-		float amax = 0.0f, max = 0.0f;
-		for (int j = 0; j < KERNELS__QKK; j++) {
-			if (fabsf(x[j]) > amax) {
-				amax = fabsf(x[j]);
-				max = x[j];
-			}
-		}
-		if (amax == 0.0f) {
+		float max = quant_signed_max(x, KERNELS__QKK);
+		if (max == 0.0f) {
 			memset(&b[i], 0, sizeof b[i]);
 			continue;
 		}
@@ -371,92 +406,52 @@ static void quant_q8_k(const float *x, kernels__block_q8_k *b, int64_t nb)
 	}
 }
 
-/* ---- dispatch --------------------------------------------------------------------- */
+/* ---- dispatch ---------------------------------------------------------------------
+ * Per type its two conversions, on nb = n / (the type's block elements). */
+
+typedef struct quant_ops {
+	void (*dequantize)(const void *src, float *dst, int64_t nb);
+	void (*quantize)(const float *src, void *dst, int64_t nb);
+} quant_ops;
+
+static const quant_ops quant_types[] = {
+    [SHOAL_DTYPE_F32] = {quant_deq_f32, quant_f32},
+    [SHOAL_DTYPE_F16] = {quant_deq_f16, quant_f16},
+    [SHOAL_DTYPE_BF16] = {quant_deq_bf16, quant_bf16},
+    [SHOAL_DTYPE_Q8_0] = {quant_deq_q8_0, quant_q8_0},
+    [SHOAL_DTYPE_Q4_0] = {quant_deq_q4_0, quant_q4_0},
+    [SHOAL_DTYPE_Q4_K] = {quant_deq_q4_k, quant_q4_k},
+    [SHOAL_DTYPE_Q6_K] = {quant_deq_q6_k, quant_q6_k},
+    [SHOAL_DTYPE_Q8_K] = {quant_deq_q8_k, quant_q8_k},
+};
+
+/* The conversions of type t, or NULL where there are none. */
+static const quant_ops *quant_ops_of(shoal_dtype t)
+{
+	if ((unsigned)t >= sizeof quant_types / sizeof quant_types[0] || !quant_types[t].quantize)
+		return NULL;
+	return &quant_types[t];
+}
 
 bool shoal_quant_supported(shoal_dtype t)
 {
-	switch (t) {
-	case SHOAL_DTYPE_F32:
-	case SHOAL_DTYPE_F16:
-	case SHOAL_DTYPE_BF16:
-	case SHOAL_DTYPE_Q8_0:
-	case SHOAL_DTYPE_Q4_0:
-	case SHOAL_DTYPE_Q4_K:
-	case SHOAL_DTYPE_Q6_K:
-	case SHOAL_DTYPE_Q8_K:
-		return true;
-	default:
-		return false;
-	}
+	return quant_ops_of(t) != NULL;
 }
 
 void shoal_dequantize_row(shoal_dtype t, const void *src, float *dst, int64_t n)
 {
-	int64_t nb = n / (int64_t)(shoal_dtype_block_elems(t) ? shoal_dtype_block_elems(t) : 1);
-	switch (t) {
-	case SHOAL_DTYPE_F32:
-		memcpy(dst, src, (size_t)n * sizeof(float));
-		break;
-	case SHOAL_DTYPE_F16:
-		quant_deq_f16(src, dst, n);
-		break;
-	case SHOAL_DTYPE_BF16:
-		quant_deq_bf16(src, dst, n);
-		break;
-	case SHOAL_DTYPE_Q8_0:
-		quant_deq_q8_0(src, dst, nb);
-		break;
-	case SHOAL_DTYPE_Q4_0:
-		quant_deq_q4_0(src, dst, nb);
-		break;
-	case SHOAL_DTYPE_Q4_K:
-		quant_deq_q4_k(src, dst, nb);
-		break;
-	case SHOAL_DTYPE_Q6_K:
-		quant_deq_q6_k(src, dst, nb);
-		break;
-	case SHOAL_DTYPE_Q8_K:
-		quant_deq_q8_k(src, dst, nb);
-		break;
-	default:
-		/* a caller bug: shoal_quant_supported() says which types work */
+	const quant_ops *q = quant_ops_of(t);
+	if (!q) { /* a caller bug: shoal_quant_supported() says which types work */
 		for (int64_t i = 0; i < n; i++)
 			dst[i] = NAN;
-		break;
+		return;
 	}
+	q->dequantize(src, dst, n / (int64_t)shoal_dtype_block_elems(t));
 }
 
 void shoal_quantize_row(shoal_dtype t, const float *src, void *dst, int64_t n)
 {
-	int64_t nb = n / (int64_t)(shoal_dtype_block_elems(t) ? shoal_dtype_block_elems(t) : 1);
-	switch (t) {
-	case SHOAL_DTYPE_F32:
-		memcpy(dst, src, (size_t)n * sizeof(float));
-		break;
-	case SHOAL_DTYPE_F16:
-		for (int64_t i = 0; i < n; i++)
-			((uint16_t *)dst)[i] = shoal_f32_to_fp16(src[i]);
-		break;
-	case SHOAL_DTYPE_BF16:
-		for (int64_t i = 0; i < n; i++)
-			((uint16_t *)dst)[i] = shoal_f32_to_bf16(src[i]);
-		break;
-	case SHOAL_DTYPE_Q8_0:
-		quant_q8_0(src, dst, nb);
-		break;
-	case SHOAL_DTYPE_Q4_0:
-		quant_q4_0(src, dst, nb);
-		break;
-	case SHOAL_DTYPE_Q4_K:
-		quant_q4_k(src, dst, nb);
-		break;
-	case SHOAL_DTYPE_Q6_K:
-		quant_q6_k(src, dst, nb);
-		break;
-	case SHOAL_DTYPE_Q8_K:
-		quant_q8_k(src, dst, nb);
-		break;
-	default:
-		break;
-	}
+	const quant_ops *q = quant_ops_of(t);
+	if (q)
+		q->quantize(src, dst, n / (int64_t)shoal_dtype_block_elems(t));
 }
