@@ -112,9 +112,10 @@ KERNELS__INLINE __m512i k5_q4_0_pair(const kernels__block_q4_0 *b, int single)
 	return _mm512_sub_epi8(v, _mm512_set1_epi8(8));
 }
 
-/* Tiles of R rows x NC columns (each <= 4), so that both the weight side
- * (load, sign or offset, scale) and the activation side are prepared once
- * and used 4 times. Every (row, column) has one accumulator and sees the
+/* Tiles of R rows x NC columns (each <= 4; name##_rows, which
+ * kernels__run_rows drives: 4 rows for prefill, 1 for decode), so that both
+ * the weight side (load, sign or offset, scale) and the activation side are
+ * prepared once and used 4 times. Every (row, column) has one accumulator and sees the
  * same operations whatever R and NC are: gemv (NC = 1) and gemm agree
  * bitwise, and so do row tiles of any height.
  *

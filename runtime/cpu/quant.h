@@ -15,9 +15,9 @@
 #include "models/dtype.h"
 
 float shoal_fp16_to_f32(uint16_t h);
-uint16_t shoal_f32_to_fp16(float f);  /* round to nearest even */
+uint16_t shoal_f32_to_fp16(float f); /* round to nearest even */
 float shoal_bf16_to_f32(uint16_t h);
-uint16_t shoal_f32_to_bf16(float f);  /* round to nearest even; NaN stays NaN */
+uint16_t shoal_f32_to_bf16(float f); /* round to nearest even; NaN stays NaN */
 
 /* dst[n] = the values of a row of n elements of type t (F32, F16, BF16,
  * Q8_0, Q4_0, Q4_K, Q6_K, Q8_K). n must be a multiple of the block size. */
