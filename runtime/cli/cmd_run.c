@@ -20,6 +20,7 @@
 
 #include "models/chat.h"
 #include "models/model.h"
+#include "models/prompt.h"
 #include "models/tokenizer.h"
 #include "runtime/cli/cli.h"
 #include "runtime/engine/engine.h"
@@ -167,46 +168,6 @@ static int shoal_run_parse(int argc, char **argv, shoal_run_opts *o)
 	return 0;
 }
 
-/* Declared, and its contract given, in runtime/cli/cli.h. */
-shoal_err shoal_run_prompt_ids(const shoal_model *m, const shoal_tokenizer *tok, const char *prompt,
-                               bool chat, const char *system, int32_t **ids, size_t *n_ids,
-                               char *why, size_t why_len)
-{
-	if (!chat)
-		return shoal_tokenizer_encode(tok, prompt, strlen(prompt), true, false, ids, n_ids);
-	const char *tmpl = NULL;
-	size_t tlen = 0;
-	shoal_gguf_get_str(m->gguf, "tokenizer.chat_template", &tmpl, &tlen);
-	shoal_chat_style style;
-	shoal_err err = shoal_chat_detect(tmpl, tlen, &style, why, why_len);
-	if (err)
-		return err;
-	char bos[64] = "", eos[64] = "";
-	int32_t bos_id = shoal_tokenizer_bos(tok), eos_id = shoal_tokenizer_eos(tok);
-	if (bos_id >= 0) {
-		size_t n = shoal_tokenizer_piece(tok, bos_id, true, bos, sizeof bos - 1);
-		bos[n < sizeof bos ? n : 0] = 0;
-	}
-	if (eos_id >= 0) {
-		size_t n = shoal_tokenizer_piece(tok, eos_id, true, eos, sizeof eos - 1);
-		eos[n < sizeof eos ? n : 0] = 0;
-	}
-	shoal_chat_msg msgs[2];
-	size_t n_msgs = 0;
-	if (system)
-		msgs[n_msgs++] = (shoal_chat_msg){"system", system};
-	msgs[n_msgs++] = (shoal_chat_msg){"user", prompt};
-	char *text = NULL;
-	err = shoal_chat_render(style, msgs, n_msgs, true, bos, eos, &text, why, why_len);
-	if (err)
-		return err;
-	/* formats that print BOS themselves must not get a second one */
-	bool add_bos = !(bos[0] && !strncmp(text, bos, strlen(bos)));
-	err = shoal_tokenizer_encode(tok, text, strlen(text), add_bos, true, ids, n_ids);
-	free(text);
-	return err;
-}
-
 static void shoal_run_logprobs_line(const float *logits, uint32_t n_vocab, int32_t id, uint32_t k,
                                     int32_t *top_ids, float *top_lps)
 {
@@ -250,7 +211,7 @@ int shoal_cmd_run(int argc, char **argv)
 		goto out;
 	}
 	err =
-	    shoal_run_prompt_ids(m, tok, o.prompt, o.chat, o.system, &ids, &n_ids, why, sizeof why);
+	    shoal_prompt_ids(m, tok, o.prompt, o.chat, o.system, &ids, &n_ids, why, sizeof why);
 	if (err) {
 		fprintf(stderr, "shoal run: %s: %s\n", o.model, why[0] ? why : shoal_strerror(err));
 		goto out;

@@ -25,7 +25,7 @@
 
 #include "base/log.h"
 #include "net/ctlmsg.h"
-#include "runtime/cli/cli.h"
+#include "models/prompt.h"
 #include "runtime/node/plan_json.h"
 
 static uint64_t shoal_cluster_now_us(void)
@@ -823,7 +823,7 @@ void shoal_cluster_run_request(shoal_cluster *cl, const shoal_ctl_route *from, u
 		goto out;
 	}
 	const char *system = x ? json_string_value(x) : NULL;
-	shoal_err e = shoal_run_prompt_ids(cl->model, cl->tok, prompt, chat, system, &ids, &n_ids,
+	shoal_err e = shoal_prompt_ids(cl->model, cl->tok, prompt, chat, system, &ids, &n_ids,
 	                                   why, sizeof why);
 	if (e != SHOAL_OK) {
 		if (!why[0])

@@ -1,0 +1,52 @@
+/*
+ * models/prompt.c: the token ids of a prompt (models/prompt.h): the chat
+ * template rendering and tokenizing that a local `shoal run` and the owner
+ * of a cluster run share, so both feed the model the same ids.
+ *
+ * Part: models/.
+ */
+#include "models/prompt.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "models/chat.h"
+
+shoal_err shoal_prompt_ids(const shoal_model *m, const shoal_tokenizer *tok, const char *prompt,
+                           bool chat, const char *system, int32_t **ids, size_t *n_ids, char *why,
+                           size_t why_len)
+{
+	if (!chat)
+		return shoal_tokenizer_encode(tok, prompt, strlen(prompt), true, false, ids, n_ids);
+	const char *tmpl = NULL;
+	size_t tlen = 0;
+	shoal_gguf_get_str(m->gguf, "tokenizer.chat_template", &tmpl, &tlen);
+	shoal_chat_style style;
+	shoal_err err = shoal_chat_detect(tmpl, tlen, &style, why, why_len);
+	if (err)
+		return err;
+	char bos[64] = "", eos[64] = "";
+	int32_t bos_id = shoal_tokenizer_bos(tok), eos_id = shoal_tokenizer_eos(tok);
+	if (bos_id >= 0) {
+		size_t n = shoal_tokenizer_piece(tok, bos_id, true, bos, sizeof bos - 1);
+		bos[n < sizeof bos ? n : 0] = 0;
+	}
+	if (eos_id >= 0) {
+		size_t n = shoal_tokenizer_piece(tok, eos_id, true, eos, sizeof eos - 1);
+		eos[n < sizeof eos ? n : 0] = 0;
+	}
+	shoal_chat_msg msgs[2];
+	size_t n_msgs = 0;
+	if (system)
+		msgs[n_msgs++] = (shoal_chat_msg){"system", system};
+	msgs[n_msgs++] = (shoal_chat_msg){"user", prompt};
+	char *text = NULL;
+	err = shoal_chat_render(style, msgs, n_msgs, true, bos, eos, &text, why, why_len);
+	if (err)
+		return err;
+	/* formats that print BOS themselves must not get a second one */
+	bool add_bos = !(bos[0] && !strncmp(text, bos, strlen(bos)));
+	err = shoal_tokenizer_encode(tok, text, strlen(text), add_bos, true, ids, n_ids);
+	free(text);
+	return err;
+}

@@ -1,0 +1,30 @@
+/*
+ * models/prompt.h: a prompt (optionally as a chat turn after a system
+ * message) to the token ids the model is fed.
+ *
+ * Part: models/ (uses the chat formats and the tokenizer).
+ */
+#ifndef SHOAL_MODELS_PROMPT_H
+#define SHOAL_MODELS_PROMPT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "base/err.h"
+#include "models/model.h"
+#include "models/tokenizer.h"
+
+/* The token ids of a `shoal run` prompt, shared by the
+ * local run and the owner of a --peer run (runtime/node/cluster.c) so both feed
+ * the model the same ids. chat: the prompt becomes a user message, after
+ * system (NULL: none; ignored without chat), rendered with the model's
+ * chat template (tokenizer.chat_template; PLAIN without one) and tokenized
+ * with special tokens parsed. *ids is malloc'd, the caller's to free. m, tok
+ * and the strings are borrowed. Errors (unknown template, render failure,
+ * out of memory) come with a reason in why. */
+shoal_err shoal_prompt_ids(const shoal_model *m, const shoal_tokenizer *tok, const char *prompt,
+                           bool chat, const char *system, int32_t **ids, size_t *n_ids, char *why,
+                           size_t why_len);
+
+#endif
