@@ -114,6 +114,11 @@ typedef struct shoal_dist_stage_config {
 	uint32_t n_threads, n_ctx, max_sessions, max_rows; /* engine config */
 	shoal_dist_link_fn link;
 	void *link_ctx;
+	/* Which link reaches an expert peer; NULL: `link`. A node gives the
+	 * requests their own link ends, so that the far side's expert server
+	 * thread reads them (runtime/node/cluster_data.c). */
+	shoal_dist_link_fn expert_link;
+	void *expert_link_ctx;
 	int timeout_ms; /* bound on one send and on an expert reply */
 } shoal_dist_stage_config;
 
@@ -132,6 +137,16 @@ void shoal_dist_stage_free(shoal_dist_stage *s); /* NULL is a no-op */
 shoal_err shoal_dist_stage_handle(shoal_dist_stage *s, shoal_xfer_link *from,
                                   const shoal_xfer_frame *f, char *why, size_t why_len);
 
+/* The same, for a caller that drains its links itself: a data frame joins
+ * the pending batch (which runs first only when the rows would not fit);
+ * any other frame runs the pending batch, then itself. Call
+ * shoal_dist_stage_flush when every ready link is drained, so that rows
+ * that arrived together, of several sessions, run as one batch and leave
+ * as one frame per hop (invariant 3). */
+shoal_err shoal_dist_stage_take(shoal_dist_stage *s, shoal_xfer_link *from,
+                                const shoal_xfer_frame *f, char *why, size_t why_len);
+shoal_err shoal_dist_stage_flush(shoal_dist_stage *s, char *why, size_t why_len);
+
 /* Poll links[n] up to timeout_ms and handle every frame that arrived; the
  * data frames that arrived together run as one batch (control frames and
  * expert requests run the batch so far first, keeping their order).
@@ -146,7 +161,8 @@ shoal_err shoal_dist_stage_poll(shoal_dist_stage *s, shoal_xfer_link *const *lin
                                 int timeout_ms, char *why, size_t why_len);
 
 typedef struct shoal_dist_stage_metrics {
-	uint64_t runs;           /* engine runs (one per step per frame) */
+	uint64_t runs;           /* engine runs (one per batch) */
+	uint64_t batched_runs;   /* runs with rows of more than one session */
 	uint64_t rows;           /* rows run */
 	uint64_t run_ns;         /* wall time in the engine, experts included */
 	uint64_t last_run_ns;    /* the latest run: step time of this stage */
@@ -155,6 +171,7 @@ typedef struct shoal_dist_stage_metrics {
 	uint64_t expert_reqs;    /* EXPERT_REQ frames sent */
 	uint64_t expert_layers;  /* MoE layer runs that dispatched >= 1 request */
 	uint64_t expert_served;  /* EXPERT_REQ frames answered */
+	uint64_t expert_timeouts; /* expert replies not there within timeout_ms */
 	uint64_t dropped;        /* frames dropped: stray, malformed, other plan */
 	uint64_t session_errors; /* sessions failed here */
 	/* whole frames, header included (as shoal_xfer_metrics counts them):
@@ -166,6 +183,8 @@ typedef struct shoal_dist_stage_metrics {
 } shoal_dist_stage_metrics;
 
 void shoal_dist_stage_metrics_get(const shoal_dist_stage *s, shoal_dist_stage_metrics *m);
+/* The plan (digest, epoch) the stage was made for. */
+void shoal_dist_stage_plan(const shoal_dist_stage *s, uint8_t digest[32], uint64_t *epoch);
 
 /* ---- the session owner ---------------------------------------------------- */
 

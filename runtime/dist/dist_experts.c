@@ -20,6 +20,13 @@
 
 /* ---- client: dispatch and collect ------------------------------------------- */
 
+static shoal_xfer_link *expert_link(shoal_dist_stage *s, uint32_t p)
+{
+	if (s->cfg.expert_link)
+		return s->cfg.expert_link(s->cfg.expert_link_ctx, s->xpeers[p]);
+	return s->cfg.link(s->cfg.link_ctx, s->xpeers[p]);
+}
+
 shoal_err dist__experts_dispatch(void *ctx, uint32_t layer, const shoal_moe_rows *rows)
 {
 	shoal_dist_stage *s = ctx;
@@ -56,7 +63,7 @@ shoal_err dist__experts_dispatch(void *ctx, uint32_t layer, const shoal_moe_rows
 			nr++;
 		}
 		s->sent_routes[q] = nroute;
-		shoal_xfer_link *lk = s->cfg.link(s->cfg.link_ctx, s->xpeers[p]);
+		shoal_xfer_link *lk = expert_link(s, (uint32_t)p);
 		if (!lk) {
 			SHOAL_LOG_W(LOG_PART, "layer %u: no link to an expert peer", layer);
 			return SHOAL_ERR_NOTFOUND;
@@ -143,6 +150,8 @@ static shoal_err recv_reply(shoal_dist_stage *s, shoal_xfer_link *lk, uint32_t q
 			continue;
 		}
 		if (e) {
+			if (e == SHOAL_ERR_TIMEOUT)
+				s->met.expert_timeouts++;
 			SHOAL_LOG_W(LOG_PART, "layer %u: waiting for experts: %s", layer, why);
 			return e;
 		}
@@ -170,7 +179,7 @@ shoal_err dist__experts_collect(void *ctx, uint32_t layer, const shoal_moe_rows 
 	const int8_t *xp = s->xpeer + (size_t)layer * ne;
 	for (uint32_t q = 0; q < s->n_sent; q++) {
 		int p = s->sent[q];
-		shoal_xfer_link *lk = s->cfg.link(s->cfg.link_ctx, s->xpeers[p]);
+		shoal_xfer_link *lk = expert_link(s, (uint32_t)p);
 		shoal_xfer_frame f;
 		shoal_err e = recv_reply(s, lk, q, layer, rows, &f);
 		if (e)

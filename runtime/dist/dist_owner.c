@@ -32,6 +32,8 @@ struct shoal_dist_owner {
 	owner_sess *sess;
 	uint32_t counter;
 	shoal_xfer_row *rows; /* (max_rows) */
+	int32_t *next;        /* (max_rows) the next token of each session, batched */
+	owner_sess **next_ss; /* (max_rows) whose */
 	int32_t top_ids[SHOAL_DIST_MAX_LOGPROBS];
 	float top_lps[SHOAL_DIST_MAX_LOGPROBS];
 	int32_t ctl[SHOAL_DIST_CTL_WORDS + SHOAL_DIST_TAIL_MAX];
@@ -56,15 +58,13 @@ static shoal_err send_ctl(shoal_dist_owner *o, uint64_t sid, dist__ctl *c, char 
 	                      (uint32_t)(sizeof o->ctl / 4), o->cfg.timeout_ms, why, why_len);
 }
 
-/* Token ids at positions pos0.. of session sid to stage 0. */
-static shoal_err send_ids(shoal_dist_owner *o, uint64_t sid, const int32_t *ids, uint32_t n,
-                          uint32_t pos0, char *why, size_t why_len)
+/* Rows [0, n) of o->rows, ids[n], to stage 0 in one TOKEN frame. */
+static shoal_err send_rows(shoal_dist_owner *o, const int32_t *ids, uint32_t n, char *why,
+                           size_t why_len)
 {
 	shoal_xfer_link *k = o->cfg.link(o->cfg.link_ctx, o->cfg.first);
 	if (!k)
 		return shoal_why(why, why_len, SHOAL_ERR_NOTFOUND, "no link to stage 0");
-	for (uint32_t r = 0; r < n; r++)
-		o->rows[r] = (shoal_xfer_row){.session = sid, .pos = pos0 + r};
 	shoal_xfer_hdr h = {.kind = SHOAL_XFER_KIND_TOKEN,
 	                    .dtype = SHOAL_XFER_DTYPE_I32,
 	                    .dim = 1,
@@ -76,6 +76,15 @@ static shoal_err send_ids(shoal_dist_owner *o, uint64_t sid, const int32_t *ids,
 	if (!e)
 		o->met.token_frames++;
 	return e;
+}
+
+/* Token ids at positions pos0.. of session sid to stage 0. */
+static shoal_err send_ids(shoal_dist_owner *o, uint64_t sid, const int32_t *ids, uint32_t n,
+                          uint32_t pos0, char *why, size_t why_len)
+{
+	for (uint32_t r = 0; r < n; r++)
+		o->rows[r] = (shoal_xfer_row){.session = sid, .pos = pos0 + r};
+	return send_rows(o, ids, n, why, why_len);
 }
 
 /* End session ss with result e (reason w); tell the stages to free it. */
@@ -95,6 +104,19 @@ static void finish(shoal_dist_owner *o, owner_sess *ss, shoal_err e, const char 
 
 /* ---- results ------------------------------------------------------------------- */
 
+/* The batched next tokens [0, n) to stage 0; a failed send ends their
+ * sessions. */
+static shoal_err send_next(shoal_dist_owner *o, uint32_t n, char *why, size_t why_len)
+{
+	uint64_t now = dist__now_ns();
+	for (uint32_t i = 0; i < n; i++)
+		o->next_ss[i]->t_sent = now;
+	shoal_err e = send_rows(o, o->next, n, why, why_len);
+	for (uint32_t i = 0; e && i < n; i++)
+		finish(o, o->next_ss[i], e, why);
+	return e;
+}
+
 static shoal_err handle_results(shoal_dist_owner *o, const shoal_xfer_frame *f, char *why,
                                 size_t why_len)
 {
@@ -104,8 +126,9 @@ static shoal_err handle_results(shoal_dist_owner *o, const shoal_xfer_frame *f, 
 		SHOAL_LOG_W(LOG_PART, "dropped a result frame of %u words per row", h->dim);
 		return SHOAL_OK;
 	}
-	uint32_t K = (h->dim - 2) / 2;
+	uint32_t K = (h->dim - 2) / 2, n_next = 0;
 	uint64_t now = dist__now_ns();
+	shoal_err e = SHOAL_OK;
 	for (uint32_t r = 0; r < h->n_rows; r++) {
 		owner_sess *ss = find(o, h->rows[r].session);
 		if (!ss || ss->done || h->rows[r].pos != ss->n_ctx - 1 || K < ss->logprobs) {
@@ -139,14 +162,17 @@ static shoal_err handle_results(shoal_dist_owner *o, const shoal_xfer_frame *f, 
 			continue;
 		}
 		ss->n_ctx++;
-		ss->t_sent = dist__now_ns();
-		shoal_err e = send_ids(o, ss->sid, &t.id, 1, ss->n_ctx - 1, why, why_len);
-		if (e) {
-			finish(o, ss, e, why);
-			return e;
+		/* the sessions of one result frame go on together: one frame */
+		if (n_next == o->cfg.max_rows) {
+			if ((e = send_next(o, n_next, why, why_len)))
+				return e;
+			n_next = 0;
 		}
+		o->rows[n_next] = (shoal_xfer_row){.session = ss->sid, .pos = ss->n_ctx - 1};
+		o->next[n_next] = t.id;
+		o->next_ss[n_next++] = ss;
 	}
-	return SHOAL_OK;
+	return n_next ? send_next(o, n_next, why, why_len) : SHOAL_OK;
 }
 
 /* ---- entry points ------------------------------------------------------------------ */
@@ -312,6 +338,8 @@ void shoal_dist_owner_free(shoal_dist_owner *o)
 		return;
 	free(o->sess);
 	free(o->rows);
+	free(o->next);
+	free(o->next_ss);
 	free(o);
 }
 
@@ -330,7 +358,9 @@ shoal_err shoal_dist_owner_new(const shoal_dist_owner_config *cfg, shoal_dist_ow
 	o->cfg = *cfg;
 	o->sess = calloc(cfg->max_sessions, sizeof *o->sess);
 	o->rows = calloc(cfg->max_rows, sizeof *o->rows);
-	if (!o->sess || !o->rows) {
+	o->next = calloc(cfg->max_rows, sizeof *o->next);
+	o->next_ss = calloc(cfg->max_rows, sizeof *o->next_ss);
+	if (!o->sess || !o->rows || !o->next || !o->next_ss) {
 		shoal_dist_owner_free(o);
 		return SHOAL_ERR_NOMEM;
 	}

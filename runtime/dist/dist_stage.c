@@ -301,6 +301,11 @@ static shoal_err flush(shoal_dist_stage *s, char *why, size_t why_len)
 	s->met.run_ns += s->met.last_run_ns;
 	s->met.runs++;
 	s->met.rows += n;
+	for (uint32_t r = 1; r < n; r++)
+		if (s->row_sess[r] != s->row_sess[0]) {
+			s->met.batched_runs++;
+			break;
+		}
 	if (e) { /* rows were screened: this is the engine or the experts */
 		fail_batch(s, n, e, w);
 		return SHOAL_OK;
@@ -504,6 +509,17 @@ shoal_err shoal_dist_stage_handle(shoal_dist_stage *s, shoal_xfer_link *from,
 	return stage_handle(s, from, f, false, why, why_len);
 }
 
+shoal_err shoal_dist_stage_take(shoal_dist_stage *s, shoal_xfer_link *from,
+                                const shoal_xfer_frame *f, char *why, size_t why_len)
+{
+	return stage_handle(s, from, f, true, why, why_len);
+}
+
+shoal_err shoal_dist_stage_flush(shoal_dist_stage *s, char *why, size_t why_len)
+{
+	return flush(s, why, why_len);
+}
+
 static shoal_err stage_handle_cb(void *obj, shoal_xfer_link *from, const shoal_xfer_frame *f,
                                  char *why, size_t why_len)
 {
@@ -522,6 +538,12 @@ shoal_err shoal_dist_stage_poll(shoal_dist_stage *s, shoal_xfer_link *const *lin
 void shoal_dist_stage_metrics_get(const shoal_dist_stage *s, shoal_dist_stage_metrics *m)
 {
 	*m = s->met;
+}
+
+void shoal_dist_stage_plan(const shoal_dist_stage *s, uint8_t digest[32], uint64_t *epoch)
+{
+	memcpy(digest, s->cfg.digest, 32);
+	*epoch = s->cfg.epoch;
 }
 
 /* ---- creation --------------------------------------------------------------------- */

@@ -47,6 +47,7 @@ shoal_err shoal_cluster_new(const shoal_cluster_config *cfg, shoal_cluster **out
 		return SHOAL_ERR_NOMEM;
 	cl->cfg = *cfg;
 	cl->wake[0] = cl->wake[1] = cl->evfd[0] = cl->evfd[1] = -1;
+	cl->xwake[0] = cl->xwake[1] = -1;
 	snprintf(cl->model_path, sizeof cl->model_path, "%s", cfg->model_path);
 	snprintf(cl->state_dir, sizeof cl->state_dir, "%s", cfg->state_dir ? cfg->state_dir : "");
 	cl->cfg.model_path = cl->model_path;
@@ -56,6 +57,7 @@ shoal_err shoal_cluster_new(const shoal_cluster_config *cfg, shoal_cluster **out
 	cl->cfg.key = NULL;
 	cl->lctx_stage = (shoal_cluster_lctx){cl, SHOAL_CLUSTER_ROLE_STAGE};
 	cl->lctx_owner = (shoal_cluster_lctx){cl, SHOAL_CLUSTER_ROLE_OWNER};
+	cl->lctx_experts = (shoal_cluster_lctx){cl, SHOAL_CLUSTER_ROLE_EXPERTS};
 	snprintf(cl->plan_why, sizeof cl->plan_why, "no view yet");
 	if ((e = shoal_model_open(cl->model_path, &cl->model, why, why_len)) != SHOAL_OK)
 		goto fail;
@@ -92,15 +94,16 @@ shoal_err shoal_cluster_new(const shoal_cluster_config *cfg, shoal_cluster **out
 		e = shoal_why(why, why_len, SHOAL_ERR_NOMEM, "cannot make a mutex");
 		goto fail;
 	}
-	if (pipe(cl->wake) != 0 || pipe(cl->evfd) != 0) {
+	if (pipe(cl->wake) != 0 || pipe(cl->evfd) != 0 || pipe(cl->xwake) != 0) {
 		e = shoal_why(why, why_len, SHOAL_ERR_IO, "pipe: %s", strerror(errno));
 		goto fail;
 	}
 	for (int i = 0; i < 2; i++) {
-		fcntl(cl->wake[i], F_SETFL, O_NONBLOCK);
-		fcntl(cl->evfd[i], F_SETFL, O_NONBLOCK);
-		fcntl(cl->wake[i], F_SETFD, FD_CLOEXEC);
-		fcntl(cl->evfd[i], F_SETFD, FD_CLOEXEC);
+		const int fds[3] = {cl->wake[i], cl->evfd[i], cl->xwake[i]};
+		for (int j = 0; j < 3; j++) {
+			fcntl(fds[j], F_SETFL, O_NONBLOCK);
+			fcntl(fds[j], F_SETFD, FD_CLOEXEC);
+		}
 	}
 	char hex[65];
 	shoal_model_id_hex(cl->model_id, hex);
@@ -135,6 +138,8 @@ void shoal_cluster_free(shoal_cluster *cl)
 			close(cl->wake[i]);
 		if (cl->evfd[i] >= 0)
 			close(cl->evfd[i]);
+		if (cl->xwake[i] >= 0)
+			close(cl->xwake[i]);
 	}
 	if (cl->cv_ok)
 		pthread_cond_destroy(&cl->cv);
@@ -604,6 +609,8 @@ static shoal_err shoal_cluster_build_assign(shoal_cluster *cl, shoal_cluster_ass
 		sc.max_rows = SHOAL_CLUSTER_MAX_ROWS;
 		sc.link = shoal_cluster__link;
 		sc.link_ctx = sc.has_head ? &cl->lctx_owner : &cl->lctx_stage;
+		sc.expert_link = shoal_cluster__link;
+		sc.expert_link_ctx = &cl->lctx_experts;
 		sc.timeout_ms = (int)SHOAL_CLUSTER_SILENCE_MS / 3;
 		if ((e = shoal_dist_stage_new(cl->model, &sc, &a->stage, why, why_len)) != SHOAL_OK)
 			goto fail;
@@ -626,8 +633,7 @@ static shoal_err shoal_cluster_build_assign(shoal_cluster *cl, shoal_cluster_ass
 		xc.n_ctx = cl->pol.ctx;
 		xc.max_sessions = SHOAL_CLUSTER_SESSIONS;
 		xc.max_rows = SHOAL_CLUSTER_MAX_ROWS;
-		xc.link = shoal_cluster__link;
-		xc.link_ctx = &cl->lctx_stage;
+		xc.link = shoal_cluster__no_link; /* it only answers, on the request's link */
 		xc.timeout_ms = (int)SHOAL_CLUSTER_SILENCE_MS / 3;
 		if ((e = shoal_dist_stage_new(cl->model, &xc, &a->experts, why, why_len)) !=
 		    SHOAL_OK)
@@ -653,6 +659,37 @@ static json_t *shoal_cluster_idstr(const uint8_t id[16])
 	char hex[33];
 	shoal_sched_id_hex((const shoal_sched_id *)id, hex);
 	return json_string(hex);
+}
+
+static json_t *shoal_cluster_stage_met_json(const shoal_dist_stage_metrics *m)
+{
+	return json_pack("{sI sI sI sI sI sI sI sI sI sI}", "runs", (json_int_t)m->runs,
+	                 "batched_runs", (json_int_t)m->batched_runs, "rows", (json_int_t)m->rows,
+	                 "hidden_sent", (json_int_t)m->hidden_sent, "tokens_sent",
+	                 (json_int_t)m->tokens_sent, "expert_reqs", (json_int_t)m->expert_reqs,
+	                 "expert_served", (json_int_t)m->expert_served, "expert_timeouts",
+	                 (json_int_t)m->expert_timeouts, "dropped", (json_int_t)m->dropped,
+	                 "session_errors", (json_int_t)m->session_errors);
+}
+
+/* "data": what this peer's stage, expert server and owner did under the
+ * current assignment (null where there is none), as their threads last
+ * published it. */
+static json_t *shoal_cluster_data_json(shoal_cluster *cl)
+{
+	pthread_mutex_lock(&cl->mu);
+	shoal_dist_stage_metrics st = cl->met_stage, ex = cl->met_experts;
+	shoal_dist_owner_metrics ow = cl->met_owner;
+	bool hs = cl->have_stage, hx = cl->have_experts;
+	pthread_mutex_unlock(&cl->mu);
+	json_t *d = json_object();
+	json_object_set_new(d, "stage", hs ? shoal_cluster_stage_met_json(&st) : json_null());
+	json_object_set_new(d, "experts", hx ? shoal_cluster_stage_met_json(&ex) : json_null());
+	json_object_set_new(d, "owner",
+	                    json_pack("{sI sI sI sI}", "tokens", (json_int_t)ow.tokens,
+	                              "token_frames", (json_int_t)ow.token_frames, "dropped",
+	                              (json_int_t)ow.dropped, "steps", (json_int_t)ow.steps));
+	return d;
 }
 
 json_t *shoal_cluster_status_json(shoal_cluster *cl)
@@ -705,6 +742,7 @@ json_t *shoal_cluster_status_json(shoal_cluster *cl)
 	}
 	pthread_mutex_unlock(&cl->mu);
 	json_object_set_new(o, "links", links);
+	json_object_set_new(o, "data", shoal_cluster_data_json(cl));
 	return o;
 }
 

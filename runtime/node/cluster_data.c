@@ -2,16 +2,21 @@
  * runtime/node/cluster_data.c: the data-thread half of runtime/node/cluster.h: the
  * xfer listener (on an accept thread, so that a peer's connection to its
  * own listener completes its handshake while the data thread waits), the
- * links, the stage, the expert server and the session owner.
+ * links, the stage and the session owner (the data thread), and the
+ * expert server (the expert thread).
  *
  * Divisions: admission tokens; links; the accept thread; events; the data
- * thread; start/stop.
+ * thread; the expert thread; start/stop.
  *
  * Links are keyed by (peer, role). The role says which object on the far
  * side gets the frames: STAGE (token ids from an owner, hidden states from
- * the previous stage, session control) or OWNER (results from the last
- * stage). EXPERT_REQ frames go by their layer whatever the role: to the
- * stage when the layer is its own, else to the expert server. A link is
+ * the previous stage, session control; the data thread's stage), OWNER
+ * (results from the last stage; the data thread's owner) or EXPERTS
+ * (EXPERT_REQ frames of a stage to a peer that holds experts of its
+ * layers; the expert thread's server, so that two peers that serve each
+ * other's experts never wait on each other's stage). The data thread
+ * drains every ready link before its stage runs: rows of several sessions
+ * that arrive together run as one batch. A link is
  * admitted only with token = BLAKE2b-256 keyed by the cluster key over
  * ("shoal-data-v1", connector id, plan digest, role) + the role byte, so
  * only a peer with the key, for the current plan, gets a link.
@@ -46,6 +51,13 @@ void shoal_cluster__wake(shoal_cluster *cl)
 		SHOAL_LOG_W("cluster", "wake: %s", strerror(errno));
 }
 
+static void shoal_cluster_xwake(shoal_cluster *cl)
+{
+	char c = 1;
+	if (write(cl->xwake[1], &c, 1) < 0 && errno != EAGAIN)
+		SHOAL_LOG_W("cluster", "expert wake: %s", strerror(errno));
+}
+
 void shoal_cluster__free_assign(shoal_cluster_assign *a)
 {
 	if (!a)
@@ -78,7 +90,8 @@ static int shoal_cluster_admit(void *ctx, const uint8_t peer[16], const char *ad
 	shoal_cluster *cl = ctx;
 	uint8_t digest[32], want[33];
 	if (token_len != 33 ||
-	    (token[32] != SHOAL_CLUSTER_ROLE_STAGE && token[32] != SHOAL_CLUSTER_ROLE_OWNER)) {
+	    (token[32] != SHOAL_CLUSTER_ROLE_STAGE && token[32] != SHOAL_CLUSTER_ROLE_OWNER &&
+	     token[32] != SHOAL_CLUSTER_ROLE_EXPERTS)) {
 		SHOAL_LOG_W("cluster", "data link from %s refused: malformed token", addr);
 		return 0;
 	}
@@ -175,6 +188,13 @@ shoal_xfer_link *shoal_cluster__link(void *ctx, const uint8_t peer[16])
 	return k;
 }
 
+shoal_xfer_link *shoal_cluster__no_link(void *ctx, const uint8_t peer[16])
+{
+	(void)ctx;
+	(void)peer;
+	return NULL;
+}
+
 static void shoal_cluster_links_close(shoal_cluster_dt *d)
 {
 	for (size_t i = 0; i < d->n_out; i++)
@@ -207,8 +227,12 @@ static void *shoal_cluster_accept_main(void *arg)
 			SHOAL_LOG_D("cluster", "data accept: %s", why);
 			continue;
 		}
+		bool experts = cl->admit_role == SHOAL_CLUSTER_ROLE_EXPERTS;
 		pthread_mutex_lock(&cl->mu);
-		if (cl->n_acc < SHOAL_CLUSTER_LINKS) {
+		if (experts && cl->n_xacc < SHOAL_CLUSTER_LINKS) {
+			cl->xacc[cl->n_xacc++] = k;
+			k = NULL;
+		} else if (!experts && cl->n_acc < SHOAL_CLUSTER_LINKS) {
 			cl->acc[cl->n_acc] = k;
 			cl->acc_role[cl->n_acc] = cl->admit_role;
 			cl->n_acc++;
@@ -216,7 +240,10 @@ static void *shoal_cluster_accept_main(void *arg)
 		}
 		pthread_mutex_unlock(&cl->mu);
 		shoal_xfer_link_free(k);
-		shoal_cluster__wake(cl);
+		if (experts)
+			shoal_cluster_xwake(cl);
+		else
+			shoal_cluster__wake(cl);
 	}
 	return NULL;
 }
@@ -297,6 +324,17 @@ static void shoal_cluster_take_assign(shoal_cluster_dt *d, shoal_cluster_assign 
 	}
 	shoal_cluster__free_assign(d->as);
 	d->as = a;
+	/* the expert server goes to its thread (which frees the one it had) */
+	pthread_mutex_lock(&cl->mu);
+	shoal_dist_stage_free(cl->x_pending);
+	cl->x_pending = a->experts;
+	cl->x_pending_set = true;
+	cl->have_stage = a->stage != NULL;
+	memset(&cl->met_stage, 0, sizeof cl->met_stage);
+	memset(&cl->met_owner, 0, sizeof cl->met_owner);
+	pthread_mutex_unlock(&cl->mu);
+	a->experts = NULL;
+	shoal_cluster_xwake(cl);
 	shoal_dist_owner_config oc;
 	memset(&oc, 0, sizeof oc);
 	memcpy(oc.self, cl->cfg.self, 16);
@@ -319,17 +357,11 @@ static void shoal_cluster_dispatch(shoal_cluster_dt *d, shoal_xfer_link *k, int 
 	char why[256] = "";
 	shoal_err e = SHOAL_OK;
 	const shoal_cluster_assign *a = d->as;
-	if (f->hdr.kind == SHOAL_XFER_KIND_EXPERT_REQ) {
-		shoal_dist_stage *s =
-		    a && a->stage && f->hdr.layer_first >= a->l0 && f->hdr.layer_first < a->l1
-		        ? a->stage
-		    : a ? a->experts
-		        : NULL;
-		if (s)
-			e = shoal_dist_stage_handle(s, k, f, why, sizeof why);
-		else
-			SHOAL_LOG_W("cluster", "expert request for layer %u: not held here",
-			            f->hdr.layer_first);
+	if (f->hdr.kind == SHOAL_XFER_KIND_EXPERT_REQ &&
+	    !(a && a->stage && f->hdr.layer_first >= a->l0 && f->hdr.layer_first < a->l1)) {
+		/* other layers' experts are the expert thread's, on EXPERTS links */
+		SHOAL_LOG_W("cluster", "expert request for layer %u on a stage link: dropped",
+		            f->hdr.layer_first);
 	} else if (f->hdr.kind == SHOAL_XFER_KIND_ERROR) {
 		SHOAL_LOG_W("cluster", "data link error from the peer: %.*s",
 		            (int)(f->hdr.payload_len < 200 ? f->hdr.payload_len : 200),
@@ -338,7 +370,8 @@ static void shoal_cluster_dispatch(shoal_cluster_dt *d, shoal_xfer_link *k, int 
 		if (d->owner)
 			e = shoal_dist_owner_handle(d->owner, k, f, why, sizeof why);
 	} else if (a && a->stage) {
-		e = shoal_dist_stage_handle(a->stage, k, f, why, sizeof why);
+		/* joins the pending batch; the data thread flushes after draining */
+		e = shoal_dist_stage_take(a->stage, k, f, why, sizeof why);
 	} else {
 		SHOAL_LOG_W("cluster", "a stage frame, but no stage here; dropped");
 	}
@@ -411,6 +444,23 @@ static void shoal_cluster_check_runs(shoal_cluster_dt *d)
 			shoal_cluster_end_run(cl, i, SHOAL_ERR_TIMEOUT,
 			                      "no token for 30 s: a stage is gone?");
 	}
+}
+
+/* Metrics snapshots for `shoal status` (the node thread renders them). */
+static void shoal_cluster_publish(shoal_cluster_dt *d)
+{
+	shoal_dist_stage_metrics sm;
+	shoal_dist_owner_metrics om;
+	memset(&sm, 0, sizeof sm);
+	memset(&om, 0, sizeof om);
+	if (d->as && d->as->stage)
+		shoal_dist_stage_metrics_get(d->as->stage, &sm);
+	if (d->owner)
+		shoal_dist_owner_metrics_get(d->owner, &om);
+	pthread_mutex_lock(&d->cl->mu);
+	d->cl->met_stage = sm;
+	d->cl->met_owner = om;
+	pthread_mutex_unlock(&d->cl->mu);
 }
 
 static void *shoal_cluster_data_main(void *arg)
@@ -496,13 +546,109 @@ static void *shoal_cluster_data_main(void *arg)
 				i++;
 			}
 		}
+		if (d->as && d->as->stage) {
+			char why[256] = "";
+			if (shoal_dist_stage_flush(d->as->stage, why, sizeof why) != SHOAL_OK)
+				SHOAL_LOG_W("cluster", "stage: %s", why);
+		}
 		shoal_cluster_check_runs(d);
+		shoal_cluster_publish(d);
 	}
 	shoal_cluster_links_close(d);
 	shoal_dist_owner_free(d->owner);
 	shoal_cluster__free_assign(d->as);
 	cl->dt = NULL;
 	free(d);
+	return NULL;
+}
+
+/* --------------------------------------------------------- the expert thread */
+
+/* The expert server and the EXPERTS links: answers each EXPERT_REQ at
+ * once, whatever the data thread's stage is doing. */
+static void *shoal_cluster_experts_main(void *arg)
+{
+	shoal_cluster *cl = arg;
+	shoal_dist_stage *xs = NULL;
+	shoal_xfer_link *in[SHOAL_CLUSTER_LINKS];
+	size_t n_in = 0;
+	uint8_t digest[32] = {0};
+	uint64_t epoch = 0;
+	for (;;) {
+		pthread_mutex_lock(&cl->mu);
+		int stop = cl->stop;
+		bool swap = cl->x_pending_set;
+		shoal_dist_stage *nx = cl->x_pending;
+		cl->x_pending = NULL;
+		cl->x_pending_set = false;
+		pthread_mutex_unlock(&cl->mu);
+		if (stop) {
+			shoal_dist_stage_free(nx);
+			break;
+		}
+		if (swap) {
+			shoal_dist_stage_free(xs);
+			xs = nx;
+			if (xs) {
+				shoal_dist_stage_plan(xs, digest, &epoch);
+				/* links already here may carry the new plan's requests */
+				for (size_t i = 0; i < n_in; i++)
+					shoal_xfer_link_set_plan(in[i], digest, epoch);
+			}
+		}
+		pthread_mutex_lock(&cl->mu);
+		for (size_t i = 0; i < cl->n_xacc; i++) {
+			if (n_in < SHOAL_CLUSTER_LINKS) {
+				shoal_xfer_link_set_plan(cl->xacc[i], digest, epoch);
+				in[n_in++] = cl->xacc[i];
+			} else {
+				shoal_xfer_link_free(cl->xacc[i]);
+			}
+		}
+		cl->n_xacc = 0;
+		pthread_mutex_unlock(&cl->mu);
+		struct pollfd pf[1 + 3 * SHOAL_CLUSTER_LINKS];
+		int np = 0;
+		pf[np++] = (struct pollfd){.fd = cl->xwake[0], .events = POLLIN};
+		for (size_t i = 0; i < n_in; i++)
+			np += shoal_xfer_link_pollfds(in[i], pf + np, 3);
+		poll(pf, (nfds_t)np, 200);
+		char drain[64];
+		while (read(cl->xwake[0], drain, sizeof drain) > 0)
+			;
+		for (size_t i = 0; i < n_in;) {
+			shoal_xfer_frame f;
+			char why[256] = "";
+			shoal_err e;
+			while ((e = shoal_xfer_link_recv(in[i], 0, &f, why, sizeof why)) == SHOAL_OK ||
+			       e == SHOAL_ERR_FORMAT || e == SHOAL_ERR_MISMATCH) {
+				if (e != SHOAL_OK)
+					SHOAL_LOG_W("cluster", "expert frame dropped: %s", why);
+				else if (!xs)
+					SHOAL_LOG_W("cluster", "an expert request, but no experts here");
+				else if (shoal_dist_stage_handle(xs, in[i], &f, why, sizeof why))
+					SHOAL_LOG_W("cluster", "expert server: %s", why);
+			}
+			if (e != SHOAL_ERR_TIMEOUT) {
+				SHOAL_LOG_I("cluster", "expert link closed: %s", why);
+				shoal_xfer_link_free(in[i]);
+				in[i] = in[--n_in];
+			} else {
+				i++;
+			}
+		}
+		shoal_dist_stage_metrics xm;
+		memset(&xm, 0, sizeof xm);
+		if (xs)
+			shoal_dist_stage_metrics_get(xs, &xm);
+		pthread_mutex_lock(&cl->mu);
+		cl->met_experts = xm;
+		cl->have_experts = xs != NULL;
+		pthread_mutex_unlock(&cl->mu);
+	}
+	for (size_t i = 0; i < n_in; i++)
+		shoal_xfer_link_free(in[i]);
+	shoal_dist_stage_free(xs);
 	return NULL;
 }
 
@@ -525,6 +671,9 @@ shoal_err shoal_cluster__data_start(shoal_cluster *cl, char *why, size_t why_len
 	if (pthread_create(&cl->data_thr, NULL, shoal_cluster_data_main, cl) != 0)
 		return shoal_why(why, why_len, SHOAL_ERR_NOMEM, "cannot start the data thread");
 	cl->data_started = true;
+	if (pthread_create(&cl->x_thr, NULL, shoal_cluster_experts_main, cl) != 0)
+		return shoal_why(why, why_len, SHOAL_ERR_NOMEM, "cannot start the expert thread");
+	cl->x_started = true;
 	return SHOAL_OK;
 }
 
@@ -539,14 +688,23 @@ void shoal_cluster__data_stop(shoal_cluster *cl)
 	}
 	if (cl->wake[1] >= 0)
 		shoal_cluster__wake(cl);
+	if (cl->xwake[1] >= 0)
+		shoal_cluster_xwake(cl);
+	if (cl->x_started)
+		pthread_join(cl->x_thr, NULL);
 	if (cl->data_started)
 		pthread_join(cl->data_thr, NULL);
 	if (cl->acc_started)
 		pthread_join(cl->acc_thr, NULL);
-	cl->data_started = cl->acc_started = false;
+	cl->data_started = cl->acc_started = cl->x_started = false;
 	for (size_t i = 0; i < cl->n_acc; i++)
 		shoal_xfer_link_free(cl->acc[i]);
 	cl->n_acc = 0;
+	for (size_t i = 0; i < cl->n_xacc; i++)
+		shoal_xfer_link_free(cl->xacc[i]);
+	cl->n_xacc = 0;
+	shoal_dist_stage_free(cl->x_pending);
+	cl->x_pending = NULL;
 	shoal_xfer_listener_free(cl->listener);
 	cl->listener = NULL;
 }

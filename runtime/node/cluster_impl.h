@@ -1,11 +1,13 @@
 /*
  * runtime/node/cluster_impl.h: the inside of runtime/node/cluster.h, shared by
  * cluster.c (planning, readiness, status: the node thread) and
- * cluster_data.c (links, stage, session owner: the data thread, plus an
- * accept thread that runs handshakes so a peer can link to itself).
+ * cluster_data.c (links, stage, session owner: the data thread; the
+ * expert server on its own thread with its own link ends; an accept
+ * thread that runs handshakes so a peer can link to itself).
  *
  * What crosses threads goes through `mu`: the pending assignment, the
- * endpoint table, servability, run slots and the event ring. Everything
+ * endpoint table, servability, run slots, the event ring, the expert
+ * server handed to the expert thread and the metrics snapshots. Everything
  * else belongs to one thread, as marked.
  */
 #ifndef SHOAL_RUNTIME_CLUSTER_IMPL_H
@@ -44,7 +46,12 @@
 #define SHOAL_CLUSTER_LINKS       (2 * SHOAL_CLUSTER_MAX_PEERS)
 #define SHOAL_CLUSTER_DEFAULT_CTX 4096u /* the context of local `shoal run` */
 
-enum { SHOAL_CLUSTER_ROLE_STAGE = 1, SHOAL_CLUSTER_ROLE_OWNER = 2 };
+/* Link roles: which thread and object on the far side reads the frames. */
+enum {
+	SHOAL_CLUSTER_ROLE_STAGE = 1,  /* the data thread's stage */
+	SHOAL_CLUSTER_ROLE_OWNER = 2,  /* the data thread's session owner */
+	SHOAL_CLUSTER_ROLE_EXPERTS = 3 /* the expert thread's server */
+};
 
 typedef struct shoal_cluster_ep {
 	uint8_t id[16];
@@ -58,7 +65,9 @@ typedef struct shoal_cluster_assign {
 	uint64_t epoch;
 	shoal_dist_stage *stage; /* NULL: no layers here */
 	uint32_t l0, l1;
-	shoal_dist_stage *experts; /* NULL: no experts of other layers here */
+	/* NULL: no experts of other layers here; handed to the expert thread
+	 * (and NULL here then) when the data thread takes the assignment */
+	shoal_dist_stage *experts;
 	uint8_t first[16];         /* stage 0's peer */
 } shoal_cluster_assign;
 
@@ -153,19 +162,29 @@ struct shoal_cluster {
 	shoal_xfer_link *acc[SHOAL_CLUSTER_LINKS]; /* accepted, waiting for the data thread */
 	int acc_role[SHOAL_CLUSTER_LINKS];
 	size_t n_acc;
+	shoal_dist_stage *x_pending; /* the next expert server (NULL: none) */
+	bool x_pending_set;
+	shoal_xfer_link *xacc[SHOAL_CLUSTER_LINKS]; /* accepted EXPERTS links */
+	size_t n_xacc;
+	/* snapshots for status, taken by the thread that owns each object */
+	shoal_dist_stage_metrics met_stage, met_experts;
+	shoal_dist_owner_metrics met_owner;
+	bool have_stage, have_experts;
 	char link_status[SHOAL_CLUSTER_MAX_PEERS][96]; /* per eps entry: "tcp", ... */
 	uint8_t link_peer[SHOAL_CLUSTER_MAX_PEERS][16];
 	size_t n_link_status;
 
 	/* threads */
-	int wake[2]; /* node -> data thread */
+	int wake[2];  /* node -> data thread */
+	int xwake[2]; /* -> expert thread */
 	int evfd[2]; /* data thread -> node */
 	shoal_xfer_config xcfg;
 	shoal_xfer_listener *listener;
-	pthread_t data_thr, acc_thr;
-	bool data_started, acc_started;
-	int admit_role;                            /* accept thread only */
-	shoal_cluster_lctx lctx_stage, lctx_owner; /* link roles for dist objects */
+	pthread_t data_thr, acc_thr, x_thr;
+	bool data_started, acc_started, x_started;
+	int admit_role; /* accept thread only */
+	/* link roles for dist objects */
+	shoal_cluster_lctx lctx_stage, lctx_owner, lctx_experts;
 	struct shoal_cluster_dt *dt;               /* data thread only (cluster_data.c) */
 };
 
@@ -176,7 +195,12 @@ void shoal_cluster__wake(shoal_cluster *cl);
 void shoal_cluster__token(const shoal_cluster *cl, const uint8_t peer[16], const uint8_t digest[32],
                           int role, uint8_t out[33]);
 void shoal_cluster__free_assign(shoal_cluster_assign *a);
-/* Which link reaches a peer, for dist objects (ctx: a shoal_cluster_lctx). */
+/* Which link reaches a peer, for dist objects (ctx: a shoal_cluster_lctx);
+ * data thread only. */
 shoal_xfer_link *shoal_cluster__link(void *ctx, const uint8_t peer[16]);
+/* No link: the expert server's (it answers on the link a request came in
+ * on, and runs on the expert thread, which must not touch the data
+ * thread's links). */
+shoal_xfer_link *shoal_cluster__no_link(void *ctx, const uint8_t peer[16]);
 
 #endif
