@@ -4,7 +4,8 @@
  *   shoal node [--name N] [--listen ADDR[:PORT]] [--peer HOST[:PORT] ...]
  *              [--no-mdns] [--key F] [--insecure] [--cluster NAME]
  *              [--threads T] [--state-dir D] [--data-listen ADDR:PORT] [-v]
- *              [--model FILE [--mem-limit SIZE] [--ctx N] [--spread-experts]]
+ *              [--model FILE [--mem-limit SIZE] [--ctx N] [--sessions N]
+ *               [--spread-experts]]
  *
  * With --model the node serves its share of that model (runtime/node/cluster.h):
  * it offers min(available memory, --mem-limit) to the plan, KV for --ctx
@@ -58,6 +59,8 @@ static void shoal_cmd_node_usage(FILE *f)
 	        "  --model FILE           serve this GGUF model's share of the plan\n"
 	        "  --mem-limit SIZE       memory offered at most (e.g. 20M, 8G)\n"
 	        "  --ctx N                KV context per session (default: the model's, <= 4096)\n"
+	        "  --sessions N           concurrent sessions per stage, 1..4 (default 2;\n"
+	        "                         give every peer the same)\n"
 	        "  --spread-experts       place each MoE layer's experts on several peers\n"
 	        "  -v, --verbose          debug logs\n",
 	        SHOAL_KEY_DEFAULT_NAME, SHOAL_NODE_DEFAULT_CLUSTER);
@@ -80,7 +83,8 @@ int shoal_cmd_node(int argc, char **argv)
 		O_MODEL,
 		O_MEMLIMIT,
 		O_CTX,
-		O_SPREAD
+		O_SPREAD,
+		O_SESSIONS
 	};
 	static const struct option opts[] = {
 	    {"name", required_argument, NULL, O_NAME},
@@ -98,6 +102,7 @@ int shoal_cmd_node(int argc, char **argv)
 	    {"mem-limit", required_argument, NULL, O_MEMLIMIT},
 	    {"ctx", required_argument, NULL, O_CTX},
 	    {"spread-experts", no_argument, NULL, O_SPREAD},
+	    {"sessions", required_argument, NULL, O_SESSIONS},
 	    {"verbose", no_argument, NULL, 'v'},
 	    {"help", no_argument, NULL, 'h'},
 	    {NULL, 0, NULL, 0},
@@ -164,6 +169,17 @@ int shoal_cmd_node(int argc, char **argv)
 		case O_SPREAD:
 			cfg.spread_experts = 1;
 			break;
+		case O_SESSIONS: {
+			char *end;
+			unsigned long v = strtoul(optarg, &end, 10);
+			cfg.sessions = (uint32_t)v;
+			if (!*optarg || *end || v < 1 || v > 4) {
+				fprintf(stderr, "shoal node: --sessions wants 1..4, not '%s'\n", optarg);
+				free(seeds);
+				return 2;
+			}
+			break;
+		}
 		case 'v':
 			shoal_log_set_level(SHOAL_LOG_DEBUG);
 			break;
@@ -178,7 +194,7 @@ int shoal_cmd_node(int argc, char **argv)
 		}
 	}
 	if (optind < argc || (key_file && insecure) || cfg.threads < 0 ||
-	    ((cfg.mem_limit || cfg.ctx || cfg.spread_experts) && !cfg.model) ||
+	    ((cfg.mem_limit || cfg.ctx || cfg.sessions || cfg.spread_experts) && !cfg.model) ||
 	    (cfg.gossip_ms && (cfg.gossip_ms < 5 || cfg.gossip_ms > 10000))) {
 		fprintf(stderr, "shoal node: %s\n",
 		        key_file && insecure ? "--key and --insecure exclude each other"

@@ -25,6 +25,8 @@ typedef struct owner_sess {
 	shoal_dist_token_fn on_token;
 	void *ctx;
 	uint64_t t_sent; /* when the latest token went to stage 0 */
+	bool held;       /* next_id waits to go with the other sessions' */
+	int32_t next_id;
 } owner_sess;
 
 struct shoal_dist_owner {
@@ -32,7 +34,7 @@ struct shoal_dist_owner {
 	owner_sess *sess;
 	uint32_t counter;
 	shoal_xfer_row *rows; /* (max_rows) */
-	int32_t *next;        /* (max_rows) the next token of each session, batched */
+	int32_t *next;        /* (max_rows) the next tokens of a release, batched */
 	owner_sess **next_ss; /* (max_rows) whose */
 	int32_t top_ids[SHOAL_DIST_MAX_LOGPROBS];
 	float top_lps[SHOAL_DIST_MAX_LOGPROBS];
@@ -109,12 +111,45 @@ static void finish(shoal_dist_owner *o, owner_sess *ss, shoal_err e, const char 
 static shoal_err send_next(shoal_dist_owner *o, uint32_t n, char *why, size_t why_len)
 {
 	uint64_t now = dist__now_ns();
-	for (uint32_t i = 0; i < n; i++)
+	for (uint32_t i = 0; i < n; i++) {
 		o->next_ss[i]->t_sent = now;
+		o->next_ss[i]->held = false;
+	}
 	shoal_err e = send_rows(o, o->next, n, why, why_len);
 	for (uint32_t i = 0; e && i < n; i++)
 		finish(o, o->next_ss[i], e, why);
 	return e;
+}
+
+/* Decoding sessions go in step: a session's next token is held while
+ * another session is decoding with its token on the way, then all the
+ * held ones go to stage 0 as one frame, so the rows of concurrent
+ * sessions travel together (DESIGN section 2, step 3). A hold lasts at
+ * most one pass through the pipeline; a session in its prefill is not
+ * waited for. */
+static shoal_err release(shoal_dist_owner *o, char *why, size_t why_len)
+{
+	for (uint32_t i = 0; i < o->cfg.max_sessions; i++) {
+		const owner_sess *ss = &o->sess[i];
+		if (ss->used && !ss->done && !ss->held && ss->generated)
+			return SHOAL_OK;
+	}
+	uint32_t n = 0;
+	shoal_err e;
+	for (uint32_t i = 0; i < o->cfg.max_sessions; i++) {
+		owner_sess *ss = &o->sess[i];
+		if (!ss->used || ss->done || !ss->held)
+			continue;
+		if (n == o->cfg.max_rows) {
+			if ((e = send_next(o, n, why, why_len)))
+				return e;
+			n = 0;
+		}
+		o->rows[n] = (shoal_xfer_row){.session = ss->sid, .pos = ss->n_ctx - 1};
+		o->next[n] = ss->next_id;
+		o->next_ss[n++] = ss;
+	}
+	return n ? send_next(o, n, why, why_len) : SHOAL_OK;
 }
 
 static shoal_err handle_results(shoal_dist_owner *o, const shoal_xfer_frame *f, char *why,
@@ -126,9 +161,8 @@ static shoal_err handle_results(shoal_dist_owner *o, const shoal_xfer_frame *f, 
 		SHOAL_LOG_W(LOG_PART, "dropped a result frame of %u words per row", h->dim);
 		return SHOAL_OK;
 	}
-	uint32_t K = (h->dim - 2) / 2, n_next = 0;
+	uint32_t K = (h->dim - 2) / 2;
 	uint64_t now = dist__now_ns();
-	shoal_err e = SHOAL_OK;
 	for (uint32_t r = 0; r < h->n_rows; r++) {
 		owner_sess *ss = find(o, h->rows[r].session);
 		if (!ss || ss->done || h->rows[r].pos != ss->n_ctx - 1 || K < ss->logprobs) {
@@ -162,17 +196,10 @@ static shoal_err handle_results(shoal_dist_owner *o, const shoal_xfer_frame *f, 
 			continue;
 		}
 		ss->n_ctx++;
-		/* the sessions of one result frame go on together: one frame */
-		if (n_next == o->cfg.max_rows) {
-			if ((e = send_next(o, n_next, why, why_len)))
-				return e;
-			n_next = 0;
-		}
-		o->rows[n_next] = (shoal_xfer_row){.session = ss->sid, .pos = ss->n_ctx - 1};
-		o->next[n_next] = t.id;
-		o->next_ss[n_next++] = ss;
+		ss->held = true;
+		ss->next_id = t.id;
 	}
-	return n_next ? send_next(o, n_next, why, why_len) : SHOAL_OK;
+	return release(o, why, why_len);
 }
 
 /* ---- entry points ------------------------------------------------------------------ */
@@ -202,7 +229,7 @@ shoal_err shoal_dist_owner_handle(shoal_dist_owner *o, shoal_xfer_link *from,
 		}
 		SHOAL_LOG_W(LOG_PART, "session %016llx: %s", (unsigned long long)ss->sid, c.reason);
 		finish(o, ss, (shoal_err)c.status, c.reason);
-		return SHOAL_OK;
+		return release(o, why, why_len); /* the others no longer wait for it */
 	}
 	if (h->kind == SHOAL_XFER_KIND_TOKEN)
 		return handle_results(o, f, why, why_len);

@@ -83,7 +83,12 @@ shoal_err shoal_cluster_new(const shoal_cluster_config *cfg, shoal_cluster **out
 	cl->pol.ctx = cfg->ctx ? cfg->ctx : cl->model->hp.n_ctx_train;
 	if (!cl->pol.ctx || (!cfg->ctx && cl->pol.ctx > SHOAL_CLUSTER_DEFAULT_CTX))
 		cl->pol.ctx = SHOAL_CLUSTER_DEFAULT_CTX;
-	cl->pol.sessions = SHOAL_CLUSTER_SESSIONS;
+	cl->pol.sessions = cfg->sessions ? cfg->sessions : SHOAL_CLUSTER_SESSIONS;
+	if (cl->pol.sessions > SHOAL_CLUSTER_MAX_RUNS) {
+		e = shoal_why(why, why_len, SHOAL_ERR_INVAL, "at most %u sessions per stage",
+		              SHOAL_CLUSTER_MAX_RUNS);
+		goto fail;
+	}
 	cl->pol.spread_experts = cfg->spread_experts;
 	if (!(cl->ev = calloc(SHOAL_CLUSTER_EVENTS, sizeof *cl->ev))) {
 		e = SHOAL_ERR_NOMEM;
@@ -605,7 +610,7 @@ static shoal_err shoal_cluster_build_assign(shoal_cluster *cl, shoal_cluster_ass
 		sc.epoch = a->epoch;
 		sc.n_threads = cl->cfg.threads ? cl->cfg.threads : 1;
 		sc.n_ctx = cl->pol.ctx;
-		sc.max_sessions = SHOAL_CLUSTER_SESSIONS;
+		sc.max_sessions = cl->pol.sessions;
 		sc.max_rows = SHOAL_CLUSTER_MAX_ROWS;
 		sc.link = shoal_cluster__link;
 		sc.link_ctx = sc.has_head ? &cl->lctx_owner : &cl->lctx_stage;
@@ -631,7 +636,7 @@ static shoal_err shoal_cluster_build_assign(shoal_cluster *cl, shoal_cluster_ass
 		xc.epoch = a->epoch;
 		xc.n_threads = cl->cfg.threads ? cl->cfg.threads : 1;
 		xc.n_ctx = cl->pol.ctx;
-		xc.max_sessions = SHOAL_CLUSTER_SESSIONS;
+		xc.max_sessions = cl->pol.sessions;
 		xc.max_rows = SHOAL_CLUSTER_MAX_ROWS;
 		xc.link = shoal_cluster__no_link; /* it only answers, on the request's link */
 		xc.timeout_ms = (int)SHOAL_CLUSTER_SILENCE_MS / 3;

@@ -57,6 +57,7 @@ typedef struct shoal_cluster_config {
 	const char *state_dir;  /* model id cache; NULL: none */
 	uint64_t mem_limit;     /* bytes offered at most; 0: what is available */
 	uint32_t ctx;           /* KV context per session; 0: the model's, at most 4096 */
+	uint32_t sessions;      /* KV sessions per stage, 1..SHOAL_CLUSTER_MAX_RUNS; 0: 2 */
 	bool spread_experts;
 	uint32_t threads; /* engine threads; 0: 1 */
 	uint8_t self[16];

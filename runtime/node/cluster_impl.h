@@ -26,9 +26,10 @@
 /* Peers a plan or a view may name: the scheduler's own practical bound for
  * a desk or a lab is far below; 64 matches SHOAL_RECORD_MAX_LINKS. */
 #define SHOAL_CLUSTER_MAX_PEERS 64
-/* Concurrent `shoal run --peer` requests per node, and KV sessions per
- * stage: 2 lets a new request open while the previous one's CLOSE is in
- * flight; the plan reserves KV for both. */
+/* Concurrent `shoal run --peer` requests per node, and the default KV
+ * sessions per stage (`shoal node --sessions`): 2 lets a new request open
+ * while the previous one's CLOSE is in flight; the plan reserves KV for
+ * every session. */
 #define SHOAL_CLUSTER_MAX_RUNS 4
 #define SHOAL_CLUSTER_SESSIONS 2
 /* Rows per TOKEN frame and per engine run: 64 rows of a 4096-wide model

@@ -608,6 +608,7 @@ static shoal_err shoal_node_cluster_new(shoal_node *n, char *why, size_t why_len
 	                           .state_dir = n->state_dir,
 	                           .mem_limit = n->cfg.mem_limit,
 	                           .ctx = n->cfg.ctx,
+	                           .sessions = n->cfg.sessions,
 	                           .spread_experts = n->cfg.spread_experts != 0,
 	                           .threads = n->cfg.threads > 0 ? (uint32_t)n->cfg.threads
 	                                      : n->si.cores      ? n->si.cores

@@ -48,6 +48,7 @@ typedef struct shoal_node_config {
 	const char *model;  /* GGUF file */
 	uint64_t mem_limit; /* bytes offered at most; 0: what is available */
 	uint32_t ctx;       /* KV context per session; 0: the model's */
+	uint32_t sessions;  /* KV sessions per stage; 0: 2 (every peer the same) */
 	int spread_experts; /* ask the scheduler to spread MoE experts */
 } shoal_node_config;
 

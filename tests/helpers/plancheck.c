@@ -10,6 +10,8 @@
  *   plancheck STATUS spread      print the largest number of distinct peers
  *                                holding the experts of one MoE layer
  *   plancheck STATUS left NAME   print why peer NAME is left out ("none")
+ *   plancheck STATUS data OBJ.F  print counter F of the plan's "data" object
+ *                                OBJ (stage, experts, owner); "none" if absent
  *   plancheck EXPECTED ncases    print how many cases
  *   plancheck EXPECTED prompt I  print the prompt of case I
  * Exit 1 when FILE cannot be read as JSON.
@@ -84,6 +86,20 @@ int main(int argc, char **argv)
 			printf("%s\n", p);
 		else
 			rc = 1;
+	} else if (!strcmp(cmd, "data")) {
+		char obj[32];
+		const char *dot = strchr(arg, '.');
+		size_t n = dot ? (size_t)(dot - arg) : 0;
+		json_t *v = NULL;
+		if (dot && n < sizeof obj) {
+			memcpy(obj, arg, n);
+			obj[n] = '\0';
+			v = json_object_get(json_object_get(json_object_get(plan, "data"), obj), dot + 1);
+		}
+		if (json_is_integer(v))
+			printf("%lld\n", (long long)json_integer_value(v));
+		else
+			printf("none\n");
 	} else {
 		fprintf(stderr, "plancheck: unknown command %s\n", cmd);
 		rc = 2;
