@@ -110,7 +110,8 @@ shoal_err shoal_plan_encode(const shoal_plan *p, uint8_t **out, size_t *len);
 /* ---- readiness ---------------------------------------------------------
  * Agreement: a plan is served only after every peer it names announced
  * "ready for digest D". The tracker keeps each peer's latest announcement
- * (a later one replaces an earlier one); the mesh feeds it (a later issue). */
+ * (a later one replaces an earlier one); runtime/node/cluster.c feeds it
+ * from the peers' gossiped readiness. */
 typedef struct shoal_ready shoal_ready;
 
 shoal_ready *shoal_ready_new(void); /* NULL when out of memory */

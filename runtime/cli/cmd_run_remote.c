@@ -24,9 +24,9 @@
 #include "base/statedir.h"
 #include "net/ctl.h"
 #include "net/ctlmsg.h"
+#include "net/endpoint.h"
 #include "net/key.h"
 #include "runtime/cli/cli.h"
-#include "runtime/node/node.h"
 
 /* As local `shoal run`. */
 #define SHOAL_RUN_REMOTE_DEFAULT_N 128
@@ -149,7 +149,7 @@ int shoal_cmd_run_remote(int argc, char **argv)
 		    (double)(((uint64_t)time(NULL) ^ ((uint64_t)getpid() << 16)) & 0xffffffffffffu);
 
 	char ep[256], why[512] = "";
-	if (shoal_node_endpoint_parse(peer, SHOAL_CTL_DEFAULT_PORT, ep, sizeof ep, why,
+	if (shoal_endpoint_parse(peer, SHOAL_CTL_DEFAULT_PORT, ep, sizeof ep, why,
 	                              sizeof why) != SHOAL_OK) {
 		fprintf(stderr, "shoal run: %s\n", why);
 		return 2;

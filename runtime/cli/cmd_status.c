@@ -44,6 +44,7 @@
 #include "base/statedir.h"
 #include "net/ctl.h"
 #include "net/ctlmsg.h"
+#include "net/endpoint.h"
 #include "net/key.h"
 #include "runtime/cli/cli.h"
 #include "runtime/node/node.h"
@@ -267,7 +268,7 @@ int shoal_cmd_status(int argc, char **argv)
 	else if (shoal_state_dir_default(dir, sizeof dir) != SHOAL_OK)
 		dir[0] = '\0';
 	if (peer) {
-		if (shoal_node_endpoint_parse(peer, SHOAL_CTL_DEFAULT_PORT, ep, sizeof ep, why,
+		if (shoal_endpoint_parse(peer, SHOAL_CTL_DEFAULT_PORT, ep, sizeof ep, why,
 		                              sizeof why) != SHOAL_OK) {
 			fprintf(stderr, "shoal status: %s\n", why);
 			return 2;

@@ -12,13 +12,15 @@
  *
  * Threading: each object is used by one thread at a time, and a link by
  * one thread at a time (xfer.h): give each stage its own thread and its
- * own link ends. A stage blocks inside shoal_dist_stage_handle while its
- * engine runs, including while it waits for expert replies (bounded by
- * timeout_ms); it does not serve EXPERT_REQ frames meanwhile, so a peer
+ * own link ends. A stage blocks inside shoal_dist_stage_handle/flush while
+ * its engine runs, including while it waits for expert replies (bounded
+ * by timeout_ms); it does not serve EXPERT_REQ frames meanwhile, so a peer
  * that is both a stage and an expert holder of ANOTHER stage's layers
- * should run a separate expert server (shoal_dist_stage with an empty
- * layer range) on its own thread and link ends: two stages waiting on
- * each other's experts would otherwise stall until timeout_ms.
+ * runs a separate expert server (shoal_dist_stage with an empty layer
+ * range) on its own thread and link ends (the node does:
+ * runtime/node/cluster_data.c, with expert_link below): two stages
+ * waiting on each other's experts would otherwise stall until
+ * timeout_ms.
  */
 #ifndef SHOAL_RUNTIME_DIST_H
 #define SHOAL_RUNTIME_DIST_H

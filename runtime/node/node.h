@@ -63,9 +63,4 @@ shoal_err shoal_node_run(shoal_node *n, volatile sig_atomic_t *stop);
 
 void shoal_node_free(shoal_node *n);
 
-/* "HOST[:PORT]" -> "tcp://IPv4:PORT" (default port dflt); resolves names
- * with getaddrinfo. */
-shoal_err shoal_node_endpoint_parse(const char *hostport, uint16_t dflt, char *out, size_t cap,
-                                    char *why, size_t why_len);
-
 #endif
