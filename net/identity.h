@@ -55,9 +55,4 @@ shoal_err shoal_identity_parse(const char *text, size_t len, shoal_identity *out
  * release). SHOAL_ERR_BUSY when another process holds it. */
 shoal_err shoal_identity_lock(const char *state_dir, int *fd_out, char *why, size_t why_len);
 
-/* Hex helpers for ids. */
-void shoal_identity_hex(const uint8_t id[SHOAL_IDENTITY_ID_BYTES],
-                        char out[2 * SHOAL_IDENTITY_ID_BYTES + 1]);
-shoal_err shoal_identity_from_hex(const char *hex, uint8_t id[SHOAL_IDENTITY_ID_BYTES]);
-
 #endif

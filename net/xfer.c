@@ -47,6 +47,7 @@
 #include <unistd.h>
 #include <arpa/inet.h>
 
+#include "base/hex.h"
 #include "base/log.h"
 
 /* 16 iovecs reach the transport: the head + 15 payload pieces. */
@@ -108,12 +109,6 @@ static uint64_t get64le(const uint8_t *p)
 	for (int i = 7; i >= 0; i--)
 		v = v << 8 | p[i];
 	return v;
-}
-
-static void hex_id(const uint8_t id[16], char out[33])
-{
-	for (int i = 0; i < 16; i++)
-		snprintf(out + 2 * i, 3, "%02x", id[i]);
 }
 
 #ifndef SHOAL_HAVE_RDMA
@@ -313,7 +308,7 @@ static void fail_link(shoal_xfer_link *k, shoal_err code, const char *reason, in
 	if (k->closed)
 		return;
 	char id[33];
-	hex_id(k->peer, id);
+	shoal_hex_encode(k->peer, 16, id);
 	if (tell) {
 		int partial;
 		size_t n = strnlen(reason, SHOAL_XFER_REASON_MAX);
@@ -696,7 +691,7 @@ shoal_err shoal_xfer_listener_accept(shoal_xfer_listener *l, int timeout_ms, sho
 		return refuse(k, SHOAL_ERR_AUTH, "no admission token presented", why, why_len);
 	if (!l->admit(l->ctx, peer.peer, k->addr, peer.token, peer.token_len)) {
 		char id[33];
-		hex_id(peer.peer, id);
+		shoal_hex_encode(peer.peer, 16, id);
 		snprintf(r, sizeof r, "admission token not valid for peer %s", id);
 		return refuse(k, SHOAL_ERR_AUTH, r, why, why_len);
 	}

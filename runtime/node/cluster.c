@@ -23,6 +23,7 @@
 
 #include <sodium.h>
 
+#include "base/hex.h"
 #include "base/log.h"
 #include "net/ctlmsg.h"
 #include "models/prompt.h"
@@ -651,7 +652,7 @@ fail:
 static json_t *shoal_cluster_idstr(const uint8_t id[16])
 {
 	char hex[33];
-	shoal_sched_id_hex((const shoal_sched_id *)id, hex);
+	shoal_hex_encode(id, 16, hex);
 	return json_string(hex);
 }
 
