@@ -17,6 +17,7 @@
 #include "models/model.h"
 #include "models/model_id.h"
 #include "models/tokenizer.h"
+#include "base/clock.h"
 #include "runtime/node/cluster.h"
 #include "runtime/dist/dist.h"
 #include "scheduler/plan.h"
