@@ -80,6 +80,7 @@ bool shoal_plan_kept(const shoal_plan *p);             /* prev's assignment kept
 const char *shoal_plan_name(const shoal_plan *p);      /* the manifest's name */
 uint32_t shoal_plan_n_layer(const shoal_plan *p);
 size_t shoal_plan_n_peers(const shoal_plan *p); /* peers it names, id order */
+/* The i-th peer (i < n_peers) and stage (i < n_stages); another i aborts. */
 const shoal_plan_peer *shoal_plan_peer_at(const shoal_plan *p, size_t i);
 size_t shoal_plan_n_stages(const shoal_plan *p);
 const shoal_plan_stage *shoal_plan_stage_at(const shoal_plan *p, size_t i);

@@ -10,6 +10,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/assert.h"
+
 /* Bounds on what a view may name, so that a bad gossip message cannot make
  * us allocate without limit: the largest published MoE has 384 experts per
  * layer and 128 layers; 65536 of either leaves a wide margin. */
@@ -230,7 +232,8 @@ size_t shoal_view_n_peers(const shoal_view *v)
 
 const shoal_view_peer *shoal_view_peer_at(const shoal_view *v, size_t i)
 {
-	return i < v->n_peers ? &v->peers[i] : NULL;
+	SHOAL_ASSERT(i < v->n_peers);
+	return &v->peers[i];
 }
 
 long shoal_view_find(const shoal_view *v, const shoal_peer_id *id)
@@ -242,10 +245,9 @@ long shoal_view_find(const shoal_view *v, const shoal_peer_id *id)
 
 void shoal_view_link(const shoal_view *v, size_t i, size_t j, uint64_t *latency_ns, uint64_t *bw)
 {
+	SHOAL_ASSERT(i < v->n_peers && j < v->n_peers && i != j);
 	*latency_ns = v->def_latency_ns;
 	*bw = v->def_bw;
-	if (i >= v->n_peers || j >= v->n_peers || i == j)
-		return;
 	const shoal_peer_id *a = &v->peers[i < j ? i : j].id, *b = &v->peers[i < j ? j : i].id;
 	bool found;
 	size_t at = link_lower_bound(v, a, b, &found);
@@ -263,6 +265,7 @@ size_t shoal_view_n_links(const shoal_view *v)
 void shoal_view_link_at(const shoal_view *v, size_t i, shoal_peer_id *a, shoal_peer_id *b,
                         uint64_t *latency_ns, uint64_t *bw)
 {
+	SHOAL_ASSERT(i < v->n_links);
 	const view_link *l = &v->links[i];
 	*a = l->a;
 	*b = l->b;

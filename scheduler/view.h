@@ -59,14 +59,16 @@ shoal_err shoal_view_set_expert_count(shoal_view *v, uint32_t layer, uint32_t ex
                                       uint64_t count);
 
 size_t shoal_view_n_peers(const shoal_view *v);
-/* The i-th peer in id order (0 <= i < n_peers); the pointer lives until the
- * next change of the view. */
+/* The i-th peer in id order (0 <= i < n_peers, else it aborts); the pointer
+ * lives until the next change of the view. */
 const shoal_view_peer *shoal_view_peer_at(const shoal_view *v, size_t i);
 /* Index of a peer in id order, or -1. */
 long shoal_view_find(const shoal_view *v, const shoal_peer_id *id);
-/* The link i <-> j by index (i != j): the set one, else the default. */
+/* The link i <-> j by index (i, j < n_peers, i != j, else it aborts): the
+ * set one, else the default. */
 void shoal_view_link(const shoal_view *v, size_t i, size_t j, uint64_t *latency_ns, uint64_t *bw);
-/* Links as set (not the defaults), in (a, b) id order with a < b. */
+/* Links as set (not the defaults), in (a, b) id order with a < b;
+ * i < n_links, else it aborts. */
 size_t shoal_view_n_links(const shoal_view *v);
 void shoal_view_link_at(const shoal_view *v, size_t i, shoal_peer_id *a, shoal_peer_id *b,
                         uint64_t *latency_ns, uint64_t *bw);
