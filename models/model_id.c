@@ -25,6 +25,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "base/hex.h"
 #include "base/log.h"
 #include "base/statedir.h"
 
@@ -237,7 +238,7 @@ static void mid_cache_path(const char *state_dir, const uint8_t key[MID_KEY_BYTE
                            size_t cap)
 {
 	char hex[2 * MID_KEY_BYTES + 1];
-	sodium_bin2hex(hex, sizeof hex, key, MID_KEY_BYTES);
+	shoal_hex_encode(key, MID_KEY_BYTES, hex);
 	snprintf(out, cap, "%s/model-ids/%s.id", state_dir, hex);
 }
 
@@ -432,5 +433,5 @@ uint64_t shoal_model_id_bytes_hashed(const shoal_model_id *id)
 
 void shoal_model_id_hex(const uint8_t digest[SHOAL_MODEL_ID_BYTES], char out[65])
 {
-	sodium_bin2hex(out, 65, digest, SHOAL_MODEL_ID_BYTES);
+	shoal_hex_encode(digest, SHOAL_MODEL_ID_BYTES, out);
 }

@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/hex.h"
 #include "base/log.h"
 #include "models/tokenizer_impl.h"
 
@@ -111,26 +112,13 @@ static shoal_err tok_map_build(shoal_tokenizer *t)
 	return SHOAL_OK;
 }
 
-static int tok_hex(char c)
-{
-	if (c >= '0' && c <= '9')
-		return c - '0';
-	if (c >= 'A' && c <= 'F')
-		return c - 'A' + 10;
-	if (c >= 'a' && c <= 'f')
-		return c - 'a' + 10;
-	return -1;
-}
-
 /* "<0xAB>" -> 0xAB, or -1. */
 static int tok_byte_value(const char *s, size_t len)
 {
 	if (len != 6 || memcmp(s, "<0x", 3) || s[5] != '>')
 		return -1;
-	int hi = tok_hex(s[3]), lo = tok_hex(s[4]);
-	if (hi < 0 || lo < 0)
-		return -1;
-	return hi * 16 + lo;
+	uint8_t b;
+	return shoal_hex_decode(s + 3, 2, &b, 1) ? -1 : b;
 }
 
 /* The decoded bytes of every token, into t->piece (never longer than the

@@ -26,6 +26,7 @@
 #include <sodium.h>
 #include <zmq.h>
 
+#include "base/clock.h"
 #include "base/log.h"
 
 #define SHOAL_CTL_ZAP_ENDPOINT "inproc://zeromq.zap.01" /* fixed by RFC 27 */
@@ -96,17 +97,10 @@ struct shoal_ctl_client {
 
 /* ------------------------------------------------------------------ helpers */
 
-static uint64_t shoal_ctl_now_ms(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
-}
-
 /* 1 if a line of this kind may be logged now; counts the ones it eats. */
 static int shoal_ctl_log_ok(shoal_ctl *ctl, int kind, uint64_t *suppressed)
 {
-	uint64_t now = shoal_ctl_now_ms();
+	uint64_t now = shoal_clock_now_ms();
 	if (ctl->log_last_ms[kind] && now - ctl->log_last_ms[kind] < SHOAL_CTL_LOG_EVERY_MS) {
 		ctl->log_suppressed[kind]++;
 		return 0;
@@ -579,7 +573,7 @@ static shoal_ctl_dealer *shoal_ctl_dealer_get(shoal_ctl *ctl, const char *endpoi
 	shoal_ctl_dealer *d = &ctl->dealers[ctl->n_dealers++];
 	d->endpoint = ep;
 	d->sock = s;
-	d->last_used_ms = shoal_ctl_now_ms();
+	d->last_used_ms = shoal_clock_now_ms();
 	return d;
 }
 
@@ -590,7 +584,7 @@ shoal_err shoal_ctl_send(shoal_ctl *ctl, const char *endpoint, const void *buf, 
 		ctl->stats.dropped++;
 		return SHOAL_ERR_IO;
 	}
-	d->last_used_ms = shoal_ctl_now_ms();
+	d->last_used_ms = shoal_clock_now_ms();
 	if (zmq_send(d->sock, buf, len, ZMQ_DONTWAIT) < 0) {
 		ctl->stats.dropped++;
 		return SHOAL_ERR_BUSY;
@@ -692,11 +686,11 @@ shoal_err shoal_ctl_client_recv(shoal_ctl_client *c, int timeout_ms, uint8_t **b
 {
 	*buf = NULL;
 	*len = 0;
-	uint64_t deadline = shoal_ctl_now_ms() + (uint64_t)(timeout_ms > 0 ? timeout_ms : 0);
+	uint64_t deadline = shoal_clock_now_ms() + (uint64_t)(timeout_ms > 0 ? timeout_ms : 0);
 	for (;;) {
 		zmq_pollitem_t it[2] = {{.socket = c->sock, .events = ZMQ_POLLIN},
 		                        {.socket = c->monitor, .events = ZMQ_POLLIN}};
-		uint64_t now = shoal_ctl_now_ms();
+		uint64_t now = shoal_clock_now_ms();
 		if (now >= deadline)
 			return shoal_why(why, why_len, SHOAL_ERR_TIMEOUT, "no answer in %d ms",
 			                 timeout_ms);

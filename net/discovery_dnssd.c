@@ -26,8 +26,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
+#include "base/clock.h"
 #include "base/log.h"
 
 /* Operations in flight: one register, one browse, and per instance one
@@ -71,13 +71,6 @@ struct shoal_dnssd {
 	int failed; /* the daemon went away: everything is closed */
 };
 
-static uint64_t shoal_dnssd_now_ms(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
-}
-
 static shoal_dnssd_op *shoal_dnssd_op_add(shoal_dnssd *d, shoal_dnssd_kind kind)
 {
 	if (d->n_ops >= SHOAL_DNSSD_MAX_OPS)
@@ -87,7 +80,7 @@ static shoal_dnssd_op *shoal_dnssd_op_add(shoal_dnssd *d, shoal_dnssd_kind kind)
 		return NULL;
 	op->owner = d;
 	op->kind = kind;
-	op->started_ms = shoal_dnssd_now_ms();
+	op->started_ms = shoal_clock_now_ms();
 	d->ops[d->n_ops++] = op;
 	return op;
 }
@@ -278,7 +271,7 @@ static shoal_err shoal_dnssd_open(const shoal_discovery_config *cfg, void **stat
 static size_t shoal_dnssd_fds(void *state, int *fds, size_t cap)
 {
 	shoal_dnssd *d = state;
-	uint64_t now = shoal_dnssd_now_ms();
+	uint64_t now = shoal_clock_now_ms();
 	for (size_t i = 0; i < d->n_ops;) {
 		shoal_dnssd_op *op = d->ops[i];
 		if (op->started_ms != UINT64_MAX &&

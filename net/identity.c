@@ -16,43 +16,9 @@
 
 #include <sodium.h>
 
+#include "base/hex.h"
+
 #define SHOAL_IDENTITY_FILE_MAX 4096 /* two short lines plus comments */
-
-void shoal_identity_hex(const uint8_t id[SHOAL_IDENTITY_ID_BYTES],
-                        char out[2 * SHOAL_IDENTITY_ID_BYTES + 1])
-{
-	static const char digits[] = "0123456789abcdef";
-	for (int i = 0; i < SHOAL_IDENTITY_ID_BYTES; i++) {
-		out[2 * i] = digits[id[i] >> 4];
-		out[2 * i + 1] = digits[id[i] & 15];
-	}
-	out[2 * SHOAL_IDENTITY_ID_BYTES] = '\0';
-}
-
-static int shoal_identity_hexval(char c)
-{
-	if (c >= '0' && c <= '9')
-		return c - '0';
-	if (c >= 'a' && c <= 'f')
-		return c - 'a' + 10;
-	if (c >= 'A' && c <= 'F')
-		return c - 'A' + 10;
-	return -1;
-}
-
-shoal_err shoal_identity_from_hex(const char *hex, uint8_t id[SHOAL_IDENTITY_ID_BYTES])
-{
-	if (strlen(hex) != 2 * SHOAL_IDENTITY_ID_BYTES)
-		return SHOAL_ERR_FORMAT;
-	for (int i = 0; i < SHOAL_IDENTITY_ID_BYTES; i++) {
-		int hi = shoal_identity_hexval(hex[2 * i]),
-		    lo = shoal_identity_hexval(hex[2 * i + 1]);
-		if (hi < 0 || lo < 0)
-			return SHOAL_ERR_FORMAT;
-		id[i] = (uint8_t)(hi << 4 | lo);
-	}
-	return SHOAL_OK;
-}
 
 shoal_err shoal_identity_parse(const char *text, size_t len, shoal_identity *out, char *why,
                                size_t why_len)
@@ -78,7 +44,8 @@ shoal_err shoal_identity_parse(const char *text, size_t len, shoal_identity *out
 		memcpy(line, src, ll);
 		line[ll] = '\0';
 		if (!strncmp(line, "id ", 3)) {
-			if (shoal_identity_from_hex(line + 3, out->id) != SHOAL_OK)
+			if (shoal_hex_decode(line + 3, strlen(line + 3), out->id,
+			                     SHOAL_IDENTITY_ID_BYTES) != SHOAL_OK)
 				return shoal_why(why, why_len, SHOAL_ERR_FORMAT,
 				                 "line %zu: id must be %d hex digits", line_no,
 				                 2 * SHOAL_IDENTITY_ID_BYTES);
@@ -101,7 +68,7 @@ shoal_err shoal_identity_parse(const char *text, size_t len, shoal_identity *out
 	if (!have_id || !have_inc)
 		return shoal_why(why, why_len, SHOAL_ERR_FORMAT, "missing %s line",
 		                 have_id ? "incarnation" : "id");
-	shoal_identity_hex(out->id, out->id_hex);
+	shoal_hex_encode(out->id, SHOAL_IDENTITY_ID_BYTES, out->id_hex);
 	return SHOAL_OK;
 }
 
@@ -114,7 +81,7 @@ shoal_err shoal_identity_save(const char *state_dir, const shoal_identity *id, c
 		return shoal_why(why, why_len, SHOAL_ERR_RANGE, "state directory path too long");
 	snprintf(tmp, sizeof tmp, "%s.tmp", path);
 	char hex[2 * SHOAL_IDENTITY_ID_BYTES + 1];
-	shoal_identity_hex(id->id, hex);
+	shoal_hex_encode(id->id, SHOAL_IDENTITY_ID_BYTES, hex);
 	char text[256];
 	int n = snprintf(text, sizeof text,
 	                 "# shoal peer identity: belongs to this machine, do not copy it\n"
@@ -192,7 +159,7 @@ shoal_err shoal_identity_load(const char *state_dir, const char *name, shoal_ide
 	if (out->incarnation == UINT64_MAX)
 		return shoal_why(why, why_len, SHOAL_ERR_RANGE, "%s: incarnation exhausted", path);
 	out->incarnation++;
-	shoal_identity_hex(out->id, out->id_hex);
+	shoal_hex_encode(out->id, SHOAL_IDENTITY_ID_BYTES, out->id_hex);
 	if (name && *name) {
 		snprintf(out->name, sizeof out->name, "%s", name);
 	} else {

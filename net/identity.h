@@ -21,8 +21,9 @@
 #include <stdint.h>
 
 #include "base/err.h"
+#include "base/peer_id.h"
 
-#define SHOAL_IDENTITY_ID_BYTES 16
+#define SHOAL_IDENTITY_ID_BYTES SHOAL_PEER_ID_LEN /* the id is a shoal_peer_id's bytes */
 #define SHOAL_IDENTITY_NAME_MAX 64 /* bytes including NUL; longer names are cut */
 #define SHOAL_IDENTITY_FILE     "identity"
 #define SHOAL_IDENTITY_LOCK     "node.lock"
@@ -54,10 +55,5 @@ shoal_err shoal_identity_parse(const char *text, size_t len, shoal_identity *out
  * life of the process; *fd_out receives the descriptor (close it to
  * release). SHOAL_ERR_BUSY when another process holds it. */
 shoal_err shoal_identity_lock(const char *state_dir, int *fd_out, char *why, size_t why_len);
-
-/* Hex helpers for ids. */
-void shoal_identity_hex(const uint8_t id[SHOAL_IDENTITY_ID_BYTES],
-                        char out[2 * SHOAL_IDENTITY_ID_BYTES + 1]);
-shoal_err shoal_identity_from_hex(const char *hex, uint8_t id[SHOAL_IDENTITY_ID_BYTES]);
 
 #endif

@@ -18,6 +18,8 @@
 
 #include <sodium.h>
 
+#include "base/hex.h"
+
 #define SHOAL_KEY_KDF_CONTEXT "shoalctl" /* crypto_kdf_CONTEXTBYTES == 8 */
 #define SHOAL_KEY_KDF_SERVER  1
 #define SHOAL_KEY_KDF_CLIENT  2
@@ -196,7 +198,7 @@ void shoal_key_fingerprint(const shoal_key *key, char out[17])
 	uint8_t h[8];
 	crypto_generichash(h, sizeof h, (const uint8_t *)label, sizeof label - 1, key->bytes,
 	                   sizeof key->bytes);
-	sodium_bin2hex(out, 17, h, sizeof h);
+	shoal_hex_encode(h, sizeof h, out);
 }
 
 void shoal_key_wipe(void *p, size_t n)

@@ -1,56 +1,14 @@
 /*
- * net/record.c: the peer id and record helpers (see net/record.h): hex
- * form of ids, the record's own validity check, equality, and the
- * per-peer JSON object of `shoal status --json`.
+ * net/record.c: the record helpers (see net/record.h): the record's own
+ * validity check, equality, and the per-peer JSON object of
+ * `shoal status --json`.
  */
 #include "net/record.h"
 
 #include <stdio.h>
 #include <string.h>
 
-int shoal_peer_id_cmp(const shoal_peer_id *a, const shoal_peer_id *b)
-{
-	return memcmp(a->b, b->b, SHOAL_PEER_ID_LEN);
-}
-
-static void hex_of(const uint8_t *p, size_t n, char *out)
-{
-	static const char d[] = "0123456789abcdef";
-	for (size_t i = 0; i < n; i++) {
-		out[2 * i] = d[p[i] >> 4];
-		out[2 * i + 1] = d[p[i] & 15];
-	}
-	out[2 * n] = 0;
-}
-
-void shoal_peer_id_to_hex(const shoal_peer_id *id, char out[33])
-{
-	hex_of(id->b, SHOAL_PEER_ID_LEN, out);
-}
-
-static int hexval(char c)
-{
-	if (c >= '0' && c <= '9')
-		return c - '0';
-	if (c >= 'a' && c <= 'f')
-		return c - 'a' + 10;
-	if (c >= 'A' && c <= 'F')
-		return c - 'A' + 10;
-	return -1;
-}
-
-shoal_err shoal_peer_id_from_hex(const char *hex, shoal_peer_id *out)
-{
-	if (!hex || strlen(hex) != 2 * SHOAL_PEER_ID_LEN)
-		return SHOAL_ERR_FORMAT;
-	for (size_t i = 0; i < SHOAL_PEER_ID_LEN; i++) {
-		int hi = hexval(hex[2 * i]), lo = hexval(hex[2 * i + 1]);
-		if (hi < 0 || lo < 0)
-			return SHOAL_ERR_FORMAT;
-		out->b[i] = (uint8_t)(hi << 4 | lo);
-	}
-	return SHOAL_OK;
-}
+#include "base/hex.h"
 
 void shoal_record_init(shoal_record *r)
 {
@@ -219,14 +177,14 @@ json_t *shoal_record_to_json(const shoal_record *r)
 			rc = -1;
 			break;
 		}
-		hex_of(r->models[i].digest, SHOAL_MODEL_DIGEST_LEN, hex);
+		shoal_hex_encode(r->models[i].digest, SHOAL_MODEL_DIGEST_LEN, hex);
 		rc |= put(e, "model_id", jstr(hex));
 		rc |= put(e, "path", jstr(r->models[i].path));
 		rc |= put(e, "bytes", json_integer((json_int_t)r->models[i].bytes));
 	}
 	rc |= put(o, "serving", json_boolean(r->serving));
 	if (r->ready_epoch) {
-		hex_of(r->ready_digest, SHOAL_MODEL_DIGEST_LEN, hex);
+		shoal_hex_encode(r->ready_digest, SHOAL_MODEL_DIGEST_LEN, hex);
 		rc |= put(o, "ready_digest", jstr(hex));
 	} else {
 		rc |= put(o, "ready_digest", json_null());

@@ -1,6 +1,6 @@
 /*
  * net/record.h: what a peer says about itself -- the record that membership
- * gossip carries -- and the 128-bit peer id.
+ * gossip carries. The peer id itself is base/peer_id.h.
  *
  * Part of net/ (DESIGN.md section 3). The struct has fixed maximums so a
  * record never allocates; every count is checked when a record is decoded
@@ -22,9 +22,9 @@
 #include <jansson.h>
 
 #include "base/err.h"
+#include "base/peer_id.h"
 
 /* Limits. Each one bounds both the struct and what a decoder accepts. */
-#define SHOAL_PEER_ID_LEN        16  /* 128-bit id, random, made once per peer */
 #define SHOAL_RECORD_NAME_MAX    64  /* human name incl. NUL (hostname is <= 63) */
 #define SHOAL_RECORD_STR_MAX     32  /* short strings: os, arch, versions, iface */
 #define SHOAL_RECORD_EP_MAX      128 /* an endpoint "tcp://[v6 addr%scope]:port" */
@@ -34,17 +34,6 @@
 #define SHOAL_RECORD_MAX_MODELS  16  /* models available locally */
 #define SHOAL_RECORD_MAX_LINKS   64  /* measured links: one per (peer, endpoint pair) */
 #define SHOAL_MODEL_DIGEST_LEN   32  /* model id = SHA-256 / BLAKE2b-256 of the file */
-
-typedef struct shoal_peer_id {
-	uint8_t b[SHOAL_PEER_ID_LEN];
-} shoal_peer_id;
-
-/* memcmp order: the order of the view and of every list the scheduler sees. */
-int shoal_peer_id_cmp(const shoal_peer_id *a, const shoal_peer_id *b);
-/* 32 lowercase hex digits and a NUL into out[33]. */
-void shoal_peer_id_to_hex(const shoal_peer_id *id, char out[33]);
-/* Parse exactly 32 hex digits; SHOAL_ERR_FORMAT otherwise. */
-shoal_err shoal_peer_id_from_hex(const char *hex, shoal_peer_id *out);
 
 /* One data endpoint: an address on one network interface. */
 typedef struct shoal_record_endpoint {

@@ -43,10 +43,11 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
-#include <time.h>
 #include <unistd.h>
 #include <arpa/inet.h>
 
+#include "base/clock.h"
+#include "base/hex.h"
 #include "base/log.h"
 
 /* 16 iovecs reach the transport: the head + 15 payload pieces. */
@@ -89,16 +90,9 @@ struct shoal_xfer_listener {
 	void *ctx;
 };
 
-static int64_t now_ms(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 static int left_ms(int64_t deadline)
 {
-	int64_t l = deadline - now_ms();
+	int64_t l = deadline - (int64_t)shoal_clock_now_ms();
 	return l < 0 ? 0 : (int)l;
 }
 
@@ -108,12 +102,6 @@ static uint64_t get64le(const uint8_t *p)
 	for (int i = 7; i >= 0; i--)
 		v = v << 8 | p[i];
 	return v;
-}
-
-static void hex_id(const uint8_t id[16], char out[33])
-{
-	for (int i = 0; i < 16; i++)
-		snprintf(out + 2 * i, 3, "%02x", id[i]);
 }
 
 #ifndef SHOAL_HAVE_RDMA
@@ -313,7 +301,7 @@ static void fail_link(shoal_xfer_link *k, shoal_err code, const char *reason, in
 	if (k->closed)
 		return;
 	char id[33];
-	hex_id(k->peer, id);
+	shoal_hex_encode(k->peer, 16, id);
 	if (tell) {
 		int partial;
 		size_t n = strnlen(reason, SHOAL_XFER_REASON_MAX);
@@ -569,7 +557,7 @@ static shoal_err negotiate(shoal_xfer_link *k, int connector, const shoal_xfer_h
 	 * waiting on it always mean "the peer gave up", never a race. */
 	/* Half of the time left: the verdicts need the other half when a
 	 * probe is lost and both ends wait it out. */
-	e = probe(k, connector, now_ms() + left_ms(deadline) / 2, r, sizeof r);
+	e = probe(k, connector, (int64_t)shoal_clock_now_ms() + left_ms(deadline) / 2, r, sizeof r);
 	if (e) {
 		char t[256];
 		snprintf(t, sizeof t, "rdma probe failed: %.200s", r);
@@ -682,7 +670,7 @@ shoal_err shoal_xfer_listener_accept(shoal_xfer_listener *l, int timeout_ms, sho
 		inet_ntop(AF_INET6, &a->sin6_addr, host, sizeof host);
 		snprintf(k->addr, sizeof k->addr, "[%s]:%u", host, ntohs(a->sin6_port));
 	}
-	int64_t deadline = now_ms() + l->cfg.handshake_ms;
+	int64_t deadline = (int64_t)shoal_clock_now_ms() + l->cfg.handshake_ms;
 	char r[256], nr[256];
 	shoal_xfer_frame f;
 	shoal_xfer_hello peer, mine;
@@ -696,7 +684,7 @@ shoal_err shoal_xfer_listener_accept(shoal_xfer_listener *l, int timeout_ms, sho
 		return refuse(k, SHOAL_ERR_AUTH, "no admission token presented", why, why_len);
 	if (!l->admit(l->ctx, peer.peer, k->addr, peer.token, peer.token_len)) {
 		char id[33];
-		hex_id(peer.peer, id);
+		shoal_hex_encode(peer.peer, 16, id);
 		snprintf(r, sizeof r, "admission token not valid for peer %s", id);
 		return refuse(k, SHOAL_ERR_AUTH, r, why, why_len);
 	}
@@ -723,7 +711,7 @@ shoal_err shoal_xfer_link_connect(const shoal_xfer_config *cfg, const char *host
 	if (token_len > SHOAL_XFER_TOKEN_MAX)
 		return shoal_why(why, why_len, SHOAL_ERR_RANGE, "token of %zu bytes (max %u)",
 		                 token_len, SHOAL_XFER_TOKEN_MAX);
-	int64_t deadline = now_ms() + cfg->handshake_ms;
+	int64_t deadline = (int64_t)shoal_clock_now_ms() + cfg->handshake_ms;
 	shoal_err e = xfer__tcp_connect(host, port, cfg->handshake_ms, &fd, why, why_len);
 	if (e)
 		return e;

@@ -42,6 +42,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "base/clock.h"
+
 /* Completions taken per poll: 16 covers a full default ring in one call. */
 #define XFER_RDMA_WC_BATCH 16
 #define XFER_RDMA_SEND_BIT (1ull << 32)
@@ -74,13 +76,6 @@ struct xfer__rdma {
 	char broken_why[200];
 	uint64_t credit_sent, credit_recv, credit_waits;
 };
-
-static int64_t now_us(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
-}
 
 static uint8_t *slot_addr(xfer__rdma *r, uint32_t i)
 {
@@ -360,8 +355,10 @@ static shoal_err progress(xfer__rdma *x, int64_t deadline_us, char *why, size_t 
 	if (e || got)
 		goto out;
 	if (x->spin_us) {
-		int64_t end = now_us() + x->spin_us;
-		while (now_us() < end) {
+		/* The spin spends real CPU time, so it reads the real clock
+		 * (a test's frozen clock would make it spin forever). */
+		uint64_t end = shoal_clock_monotonic_ns() + (uint64_t)x->spin_us * 1000u;
+		while (shoal_clock_monotonic_ns() < end) {
 			e = drain(x, &got);
 			if (e || got)
 				goto out;
@@ -381,7 +378,7 @@ static shoal_err progress(xfer__rdma *x, int64_t deadline_us, char *why, size_t 
 		                       {.fd = x->watch_fd, .events = POLLIN}};
 		int ms = -1;
 		if (deadline_us >= 0) {
-			int64_t l = deadline_us - now_us();
+			int64_t l = deadline_us - (int64_t)shoal_clock_now_us();
 			ms = l <= 0 ? 0 : (int)((l + 999) / 1000);
 		}
 		int n = poll(pf, x->watch_fd >= 0 ? 2 : 1, ms);
@@ -437,7 +434,8 @@ static shoal_err rdma_send(void *p, const struct iovec *iov, int iovcnt, size_t 
 	if (total > x->peer_slot_size)
 		return shoal_why(why, why_len, SHOAL_ERR_RANGE, "frame of %zu bytes, slots of %u",
 		                 total, x->peer_slot_size);
-	int64_t deadline = timeout_ms < 0 ? -1 : now_us() + (int64_t)timeout_ms * 1000;
+	int64_t deadline =
+	    timeout_ms < 0 ? -1 : (int64_t)shoal_clock_now_us() + (int64_t)timeout_ms * 1000;
 	int waited = 0;
 	while (x->credits < 2 || !x->n_free) {
 		if (!waited && x->credits < 2)
@@ -488,7 +486,8 @@ static shoal_err recv_inner(xfer__rdma *x, int timeout_ms, const uint8_t **buf, 
 		x->owed++;
 		maybe_send_credit(x);
 	}
-	int64_t deadline = timeout_ms < 0 ? -1 : now_us() + (int64_t)timeout_ms * 1000;
+	int64_t deadline =
+	    timeout_ms < 0 ? -1 : (int64_t)shoal_clock_now_us() + (int64_t)timeout_ms * 1000;
 	for (;;) {
 		if (x->ready_count) {
 			uint32_t s = x->ready_slot[x->ready_head];

@@ -23,6 +23,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "base/clock.h"
+
 struct xfer__tcp {
 	int fd;
 	uint32_t max_frame;
@@ -55,19 +57,12 @@ int xfer__fd_setup(int fd, int nonblock)
 	return 0;
 }
 
-static int64_t now_ms(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 /* Milliseconds left until deadline (-1: none), for poll(). */
 static int left_ms(int64_t deadline)
 {
 	if (deadline < 0)
 		return -1;
-	int64_t l = deadline - now_ms();
+	int64_t l = deadline - (int64_t)shoal_clock_now_ms();
 	return l < 0 ? 0 : (int)l;
 }
 
@@ -110,7 +105,7 @@ shoal_err xfer__tcp_connect(const char *host, uint16_t port, int timeout_ms, int
 	shoal_err e = resolve(host, port, 0, &res, why, why_len);
 	if (e)
 		return e;
-	int64_t deadline = timeout_ms < 0 ? -1 : now_ms() + timeout_ms;
+	int64_t deadline = timeout_ms < 0 ? -1 : (int64_t)shoal_clock_now_ms() + timeout_ms;
 	e = shoal_why(why, why_len, SHOAL_ERR_IO, "no address for %s", host);
 	for (struct addrinfo *a = res; a; a = a->ai_next) {
 		int fd = socket(a->ai_family, a->ai_socktype, 0);
@@ -233,7 +228,7 @@ static shoal_err tcp_send(void *tp, const struct iovec *iov_in, int iovcnt, size
 		return shoal_why(why, why_len, SHOAL_ERR_RANGE, "%d iovecs (max %d)", iovcnt,
 		                 XFER_TCP_IOV_MAX);
 	memcpy(iov, iov_in, (size_t)iovcnt * sizeof *iov);
-	int64_t deadline = timeout_ms < 0 ? -1 : now_ms() + timeout_ms;
+	int64_t deadline = timeout_ms < 0 ? -1 : (int64_t)shoal_clock_now_ms() + timeout_ms;
 	size_t sent = 0;
 	int first = 0;
 	*partial = 0;
@@ -281,7 +276,7 @@ static shoal_err tcp_recv(void *tp, int timeout_ms, const uint8_t **buf, size_t 
                           size_t why_len)
 {
 	xfer__tcp *t = tp;
-	int64_t deadline = timeout_ms < 0 ? -1 : now_ms() + timeout_ms;
+	int64_t deadline = timeout_ms < 0 ? -1 : (int64_t)shoal_clock_now_ms() + timeout_ms;
 	if (t->rx_done) { /* drop the frame handed out last time */
 		memmove(t->rx, t->rx + t->rx_done, t->rx_have - t->rx_done);
 		t->rx_have -= t->rx_done;

@@ -9,6 +9,8 @@
 
 #include <string.h>
 
+#include "base/hex.h"
+
 static const uint64_t b2_iv[8] = {
     0x6a09e667f3bcc908ULL, 0xbb67ae8584caa73bULL, 0x3c6ef372fe94f82bULL, 0xa54ff53a5f1d36f1ULL,
     0x510e527fade682d1ULL, 0x9b05688c2b3e6c1fULL, 0x1f83d9abfb41bd6bULL, 0x5be0cd19137e2179ULL,
@@ -107,10 +109,5 @@ void shoal_digest(const void *data, size_t len, uint8_t out[SHOAL_DIGEST_BYTES])
 
 void shoal_digest_hex(const uint8_t d[SHOAL_DIGEST_BYTES], char out[65])
 {
-	static const char hex[] = "0123456789abcdef";
-	for (int i = 0; i < SHOAL_DIGEST_BYTES; i++) {
-		out[2 * i] = hex[d[i] >> 4];
-		out[2 * i + 1] = hex[d[i] & 15];
-	}
-	out[64] = 0;
+	shoal_hex_encode(d, SHOAL_DIGEST_BYTES, out);
 }

@@ -10,6 +10,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/assert.h"
+
 void shoal_policy_init(shoal_policy *p)
 {
 	memset(p, 0, sizeof *p);
@@ -211,12 +213,14 @@ uint32_t shoal_plan_head_peer(const shoal_plan *p)
 
 const shoal_plan_peer *shoal_plan_peer_at(const shoal_plan *p, size_t i)
 {
-	return i < p->n_peers ? &p->peers[i] : NULL;
+	SHOAL_ASSERT(i < p->n_peers);
+	return &p->peers[i];
 }
 
 const shoal_plan_stage *shoal_plan_stage_at(const shoal_plan *p, size_t i)
 {
-	return i < p->n_stages ? &p->stages[i] : NULL;
+	SHOAL_ASSERT(i < p->n_stages);
+	return &p->stages[i];
 }
 
 uint32_t shoal_plan_layer_n_expert(const shoal_plan *p, uint32_t layer)

@@ -43,7 +43,7 @@ void shoal_policy_init(shoal_policy *p);
 #define SHOAL_PLAN_MAX_OWNERS 4
 
 typedef struct shoal_plan_peer {
-	shoal_sched_id id;
+	shoal_peer_id id;
 	char name[64];
 	uint64_t weight_bytes;   /* layers, experts, embedding, head it holds */
 	uint64_t kv_bytes;       /* KV cache reserved for its layers */
@@ -80,6 +80,7 @@ bool shoal_plan_kept(const shoal_plan *p);             /* prev's assignment kept
 const char *shoal_plan_name(const shoal_plan *p);      /* the manifest's name */
 uint32_t shoal_plan_n_layer(const shoal_plan *p);
 size_t shoal_plan_n_peers(const shoal_plan *p); /* peers it names, id order */
+/* The i-th peer (i < n_peers) and stage (i < n_stages); another i aborts. */
 const shoal_plan_peer *shoal_plan_peer_at(const shoal_plan *p, size_t i);
 size_t shoal_plan_n_stages(const shoal_plan *p);
 const shoal_plan_stage *shoal_plan_stage_at(const shoal_plan *p, size_t i);
@@ -116,9 +117,9 @@ typedef struct shoal_ready shoal_ready;
 
 shoal_ready *shoal_ready_new(void); /* NULL when out of memory */
 void shoal_ready_free(shoal_ready *r);
-shoal_err shoal_ready_announce(shoal_ready *r, const shoal_sched_id *peer,
+shoal_err shoal_ready_announce(shoal_ready *r, const shoal_peer_id *peer,
                                const uint8_t digest[SHOAL_DIGEST_BYTES]);
-void shoal_ready_forget(shoal_ready *r, const shoal_sched_id *peer); /* peer left */
+void shoal_ready_forget(shoal_ready *r, const shoal_peer_id *peer); /* peer left */
 /* True when every peer of the plan announced its digest. */
 bool shoal_ready_servable(const shoal_ready *r, const shoal_plan *p);
 /* How many of the plan's peers have not; their indices go into missing[max]. */

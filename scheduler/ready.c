@@ -14,7 +14,7 @@
 #include <string.h>
 
 typedef struct ready_entry {
-	shoal_sched_id peer;
+	shoal_peer_id peer;
 	uint8_t digest[SHOAL_DIGEST_BYTES];
 } ready_entry;
 
@@ -36,21 +36,21 @@ void shoal_ready_free(shoal_ready *r)
 	free(r);
 }
 
-static size_t ready_find(const shoal_ready *r, const shoal_sched_id *id, bool *found)
+static size_t ready_find(const shoal_ready *r, const shoal_peer_id *id, bool *found)
 {
 	size_t lo = 0, hi = r->n;
 	while (lo < hi) {
 		size_t mid = lo + (hi - lo) / 2;
-		if (shoal_sched_id_cmp(&r->e[mid].peer, id) < 0)
+		if (shoal_peer_id_cmp(&r->e[mid].peer, id) < 0)
 			lo = mid + 1;
 		else
 			hi = mid;
 	}
-	*found = lo < r->n && !shoal_sched_id_cmp(&r->e[lo].peer, id);
+	*found = lo < r->n && !shoal_peer_id_cmp(&r->e[lo].peer, id);
 	return lo;
 }
 
-shoal_err shoal_ready_announce(shoal_ready *r, const shoal_sched_id *peer,
+shoal_err shoal_ready_announce(shoal_ready *r, const shoal_peer_id *peer,
                                const uint8_t digest[SHOAL_DIGEST_BYTES])
 {
 	bool found;
@@ -72,7 +72,7 @@ shoal_err shoal_ready_announce(shoal_ready *r, const shoal_sched_id *peer,
 	return SHOAL_OK;
 }
 
-void shoal_ready_forget(shoal_ready *r, const shoal_sched_id *peer)
+void shoal_ready_forget(shoal_ready *r, const shoal_peer_id *peer)
 {
 	bool found;
 	size_t at = ready_find(r, peer, &found);

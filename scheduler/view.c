@@ -3,64 +3,24 @@
  * pairs, routing counts keyed by (layer, expert)) and the bucketing with
  * hysteresis.
  *
- * Part: scheduler/ (pure). Divisions: peer ids, the view, buckets.
+ * Part: scheduler/ (pure). Divisions: the view, buckets.
  */
 #include "scheduler/view.h"
 
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/assert.h"
+
 /* Bounds on what a view may name, so that a bad gossip message cannot make
  * us allocate without limit: the largest published MoE has 384 experts per
  * layer and 128 layers; 65536 of either leaves a wide margin. */
 #define SHOAL_VIEW_MAX_INDEX 65536u
 
-/* ---- peer ids ---------------------------------------------------------- */
-
-int shoal_sched_id_cmp(const shoal_sched_id *a, const shoal_sched_id *b)
-{
-	return memcmp(a->b, b->b, sizeof a->b);
-}
-
-void shoal_sched_id_hex(const shoal_sched_id *id, char out[33])
-{
-	static const char hex[] = "0123456789abcdef";
-	for (int i = 0; i < 16; i++) {
-		out[2 * i] = hex[id->b[i] >> 4];
-		out[2 * i + 1] = hex[id->b[i] & 15];
-	}
-	out[32] = 0;
-}
-
-static int hexval(char c)
-{
-	if (c >= '0' && c <= '9')
-		return c - '0';
-	if (c >= 'a' && c <= 'f')
-		return c - 'a' + 10;
-	if (c >= 'A' && c <= 'F')
-		return c - 'A' + 10;
-	return -1;
-}
-
-shoal_err shoal_sched_id_parse(const char *hex, shoal_sched_id *out)
-{
-	if (!hex)
-		return SHOAL_ERR_FORMAT;
-	for (int i = 0; i < 16; i++) {
-		int hi = hexval(hex[2 * i]);
-		int lo = hi < 0 ? -1 : hexval(hex[2 * i + 1]);
-		if (hi < 0 || lo < 0)
-			return SHOAL_ERR_FORMAT;
-		out->b[i] = (uint8_t)(hi << 4 | lo);
-	}
-	return hex[32] ? SHOAL_ERR_FORMAT : SHOAL_OK;
-}
-
 /* ---- the view ---------------------------------------------------------- */
 
 typedef struct view_link {
-	shoal_sched_id a, b; /* a < b */
+	shoal_peer_id a, b; /* a < b */
 	uint64_t latency_ns, bw;
 } view_link;
 
@@ -103,24 +63,24 @@ void shoal_view_free(shoal_view *v)
 }
 
 /* Index where id is or would be inserted; *found says which. */
-static size_t peer_lower_bound(const shoal_view *v, const shoal_sched_id *id, bool *found)
+static size_t peer_lower_bound(const shoal_view *v, const shoal_peer_id *id, bool *found)
 {
 	size_t lo = 0, hi = v->n_peers;
 	while (lo < hi) {
 		size_t mid = lo + (hi - lo) / 2;
-		if (shoal_sched_id_cmp(&v->peers[mid].id, id) < 0)
+		if (shoal_peer_id_cmp(&v->peers[mid].id, id) < 0)
 			lo = mid + 1;
 		else
 			hi = mid;
 	}
-	*found = lo < v->n_peers && !shoal_sched_id_cmp(&v->peers[lo].id, id);
+	*found = lo < v->n_peers && !shoal_peer_id_cmp(&v->peers[lo].id, id);
 	return lo;
 }
 
 shoal_err shoal_view_add_peer(shoal_view *v, const shoal_view_peer *p, char *why, size_t why_len)
 {
 	char hex[33];
-	shoal_sched_id_hex(&p->id, hex);
+	shoal_peer_id_to_hex(&p->id, hex);
 	if (!p->mem_bw || !p->flops)
 		return shoal_why(why, why_len, SHOAL_ERR_INVAL,
 		                 "peer %s: bandwidth and compute must be positive", hex);
@@ -146,7 +106,7 @@ shoal_err shoal_view_add_peer(shoal_view *v, const shoal_view_peer *p, char *why
 	return SHOAL_OK;
 }
 
-shoal_err shoal_view_remove_peer(shoal_view *v, const shoal_sched_id *id)
+shoal_err shoal_view_remove_peer(shoal_view *v, const shoal_peer_id *id)
 {
 	bool found;
 	size_t at = peer_lower_bound(v, id, &found);
@@ -156,21 +116,20 @@ shoal_err shoal_view_remove_peer(shoal_view *v, const shoal_sched_id *id)
 	v->n_peers--;
 	size_t w = 0;
 	for (size_t i = 0; i < v->n_links; i++)
-		if (shoal_sched_id_cmp(&v->links[i].a, id) &&
-		    shoal_sched_id_cmp(&v->links[i].b, id))
+		if (shoal_peer_id_cmp(&v->links[i].a, id) && shoal_peer_id_cmp(&v->links[i].b, id))
 			v->links[w++] = v->links[i];
 	v->n_links = w;
 	return SHOAL_OK;
 }
 
-static int link_cmp(const view_link *l, const shoal_sched_id *a, const shoal_sched_id *b)
+static int link_cmp(const view_link *l, const shoal_peer_id *a, const shoal_peer_id *b)
 {
-	int c = shoal_sched_id_cmp(&l->a, a);
-	return c ? c : shoal_sched_id_cmp(&l->b, b);
+	int c = shoal_peer_id_cmp(&l->a, a);
+	return c ? c : shoal_peer_id_cmp(&l->b, b);
 }
 
-static size_t link_lower_bound(const shoal_view *v, const shoal_sched_id *a,
-                               const shoal_sched_id *b, bool *found)
+static size_t link_lower_bound(const shoal_view *v, const shoal_peer_id *a, const shoal_peer_id *b,
+                               bool *found)
 {
 	size_t lo = 0, hi = v->n_links;
 	while (lo < hi) {
@@ -184,16 +143,16 @@ static size_t link_lower_bound(const shoal_view *v, const shoal_sched_id *a,
 	return lo;
 }
 
-shoal_err shoal_view_set_link(shoal_view *v, const shoal_sched_id *a, const shoal_sched_id *b,
+shoal_err shoal_view_set_link(shoal_view *v, const shoal_peer_id *a, const shoal_peer_id *b,
                               uint64_t latency_ns, uint64_t bw, char *why, size_t why_len)
 {
-	int c = shoal_sched_id_cmp(a, b);
+	int c = shoal_peer_id_cmp(a, b);
 	if (!c)
 		return shoal_why(why, why_len, SHOAL_ERR_INVAL, "a link from a peer to itself");
 	if (!bw)
 		return shoal_why(why, why_len, SHOAL_ERR_INVAL, "a link with zero bandwidth");
 	if (c > 0) {
-		const shoal_sched_id *t = a;
+		const shoal_peer_id *t = a;
 		a = b;
 		b = t;
 	}
@@ -273,10 +232,11 @@ size_t shoal_view_n_peers(const shoal_view *v)
 
 const shoal_view_peer *shoal_view_peer_at(const shoal_view *v, size_t i)
 {
-	return i < v->n_peers ? &v->peers[i] : NULL;
+	SHOAL_ASSERT(i < v->n_peers);
+	return &v->peers[i];
 }
 
-long shoal_view_find(const shoal_view *v, const shoal_sched_id *id)
+long shoal_view_find(const shoal_view *v, const shoal_peer_id *id)
 {
 	bool found;
 	size_t at = peer_lower_bound(v, id, &found);
@@ -285,11 +245,10 @@ long shoal_view_find(const shoal_view *v, const shoal_sched_id *id)
 
 void shoal_view_link(const shoal_view *v, size_t i, size_t j, uint64_t *latency_ns, uint64_t *bw)
 {
+	SHOAL_ASSERT(i < v->n_peers && j < v->n_peers && i != j);
 	*latency_ns = v->def_latency_ns;
 	*bw = v->def_bw;
-	if (i >= v->n_peers || j >= v->n_peers || i == j)
-		return;
-	const shoal_sched_id *a = &v->peers[i < j ? i : j].id, *b = &v->peers[i < j ? j : i].id;
+	const shoal_peer_id *a = &v->peers[i < j ? i : j].id, *b = &v->peers[i < j ? j : i].id;
 	bool found;
 	size_t at = link_lower_bound(v, a, b, &found);
 	if (found) {
@@ -303,9 +262,10 @@ size_t shoal_view_n_links(const shoal_view *v)
 	return v->n_links;
 }
 
-void shoal_view_link_at(const shoal_view *v, size_t i, shoal_sched_id *a, shoal_sched_id *b,
+void shoal_view_link_at(const shoal_view *v, size_t i, shoal_peer_id *a, shoal_peer_id *b,
                         uint64_t *latency_ns, uint64_t *bw)
 {
+	SHOAL_ASSERT(i < v->n_links);
 	const view_link *l = &v->links[i];
 	*a = l->a;
 	*b = l->b;

@@ -18,20 +18,10 @@
 #include <stdint.h>
 
 #include "base/err.h"
-
-typedef struct shoal_sched_id {
-	uint8_t b[16]; /* big-endian: b[0] is the most significant byte */
-} shoal_sched_id;
-
-/* memcmp order of the 16 bytes: <0, 0, >0. */
-int shoal_sched_id_cmp(const shoal_sched_id *a, const shoal_sched_id *b);
-/* 32 lower-case hex digits + NUL into out[33]. */
-void shoal_sched_id_hex(const shoal_sched_id *id, char out[33]);
-/* Parse exactly 32 hex digits; SHOAL_ERR_FORMAT otherwise. */
-shoal_err shoal_sched_id_parse(const char *hex, shoal_sched_id *out);
+#include "base/peer_id.h" /* peers are named by shoal_peer_id */
 
 typedef struct shoal_view_peer {
-	shoal_sched_id id;
+	shoal_peer_id id;
 	char name[64];      /* NUL-terminated, for messages only (not planned on) */
 	uint64_t mem_bytes; /* memory the peer gives to weights + KV cache */
 	uint64_t mem_bw;    /* memory bandwidth, bytes/s (> 0) */
@@ -53,13 +43,13 @@ void shoal_view_free(shoal_view *v); /* NULL is a no-op */
 shoal_err shoal_view_add_peer(shoal_view *v, const shoal_view_peer *p, char *why, size_t why_len);
 /* Remove the peer with this id; SHOAL_ERR_NOTFOUND if absent. Its links and
  * nothing else go with it. */
-shoal_err shoal_view_remove_peer(shoal_view *v, const shoal_sched_id *id);
+shoal_err shoal_view_remove_peer(shoal_view *v, const shoal_peer_id *id);
 
 /* Set the symmetric link a <-> b. When a link is given more than once (both
  * directions, or twice) the pessimistic combination is kept: the largest
  * latency and the smallest bandwidth, so the result does not depend on the
  * order the links came in. Links may name peers not (yet) in the view. */
-shoal_err shoal_view_set_link(shoal_view *v, const shoal_sched_id *a, const shoal_sched_id *b,
+shoal_err shoal_view_set_link(shoal_view *v, const shoal_peer_id *a, const shoal_peer_id *b,
                               uint64_t latency_ns, uint64_t bw, char *why, size_t why_len);
 
 /* Routing statistics: how many tokens were routed to (layer, expert) in the
@@ -69,16 +59,18 @@ shoal_err shoal_view_set_expert_count(shoal_view *v, uint32_t layer, uint32_t ex
                                       uint64_t count);
 
 size_t shoal_view_n_peers(const shoal_view *v);
-/* The i-th peer in id order (0 <= i < n_peers); the pointer lives until the
- * next change of the view. */
+/* The i-th peer in id order (0 <= i < n_peers, else it aborts); the pointer
+ * lives until the next change of the view. */
 const shoal_view_peer *shoal_view_peer_at(const shoal_view *v, size_t i);
 /* Index of a peer in id order, or -1. */
-long shoal_view_find(const shoal_view *v, const shoal_sched_id *id);
-/* The link i <-> j by index (i != j): the set one, else the default. */
+long shoal_view_find(const shoal_view *v, const shoal_peer_id *id);
+/* The link i <-> j by index (i, j < n_peers, i != j, else it aborts): the
+ * set one, else the default. */
 void shoal_view_link(const shoal_view *v, size_t i, size_t j, uint64_t *latency_ns, uint64_t *bw);
-/* Links as set (not the defaults), in (a, b) id order with a < b. */
+/* Links as set (not the defaults), in (a, b) id order with a < b;
+ * i < n_links, else it aborts. */
 size_t shoal_view_n_links(const shoal_view *v);
-void shoal_view_link_at(const shoal_view *v, size_t i, shoal_sched_id *a, shoal_sched_id *b,
+void shoal_view_link_at(const shoal_view *v, size_t i, shoal_peer_id *a, shoal_peer_id *b,
                         uint64_t *latency_ns, uint64_t *bw);
 /* The default link. */
 void shoal_view_default_link(const shoal_view *v, uint64_t *latency_ns, uint64_t *bw);

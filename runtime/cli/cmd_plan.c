@@ -13,8 +13,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
+#include "base/clock.h"
 #include "base/err.h"
 #include "models/manifest.h"
 #include "models/model.h"
@@ -151,13 +151,6 @@ static void print_text(const shoal_plan *p, const shoal_spec_info *info, const s
 	printf("epoch %llu, digest %s\n", (unsigned long long)shoal_plan_epoch(p), dh);
 }
 
-static double now_s(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
 int shoal_cmd_plan(int argc, char **argv)
 {
 	const char *view_path = NULL, *model_path = NULL;
@@ -231,13 +224,13 @@ int shoal_cmd_plan(int argc, char **argv)
 		goto out;
 	}
 	if (bench) {
-		double t0 = now_s();
+		uint64_t t0 = shoal_clock_now_ns();
 		for (uint32_t i = 0; i < bench; i++) {
 			shoal_plan *q = NULL;
 			shoal_schedule(view, &m, &pol, NULL, &q, NULL, 0);
 			shoal_plan_free(q);
 		}
-		double dt = (now_s() - t0) / bench;
+		double dt = (double)(shoal_clock_now_ns() - t0) / 1e9 / bench;
 		printf("%zu peers, %s: %.2f ms per plan (mean of %u)\n", shoal_view_n_peers(view),
 		       m.name, dt * 1e3, bench);
 		rc = 0;

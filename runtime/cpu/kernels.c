@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/assert.h"
 #include "runtime/cpu/kernels_impl.h"
 
 #if defined(KERNELS_HAVE_X86)
@@ -41,7 +42,9 @@ shoal_dtype shoal_kernels_act_type(shoal_dtype wt)
 	case SHOAL_DTYPE_Q6_K:
 		return SHOAL_DTYPE_Q8_K;
 	default:
-		return SHOAL_DTYPE_F32; /* not computable; the engine refuses it */
+		/* A caller bug: the engine refuses non-computable tensors. */
+		SHOAL_ASSERT(shoal_dtype_computable(wt));
+		return SHOAL_DTYPE_F32;
 	}
 }
 

@@ -7,12 +7,14 @@
  *
  * Part: runtime/, room cpu/. Names are kernels__* (inside the kernel files only).
  * Everything is static inline or a macro, so each ISA library, compiled with
- * its own -m flags, expands its own copy and needs no other object.
+ * its own -m flags, expands its own copy and needs no other object (but
+ * base/assert.c for a caller bug).
  * Divisions: tiles and drivers, tile-body templates, dispatch and table.
  */
 #ifndef SHOAL_RUNTIME_KERNELS_SHELL_H
 #define SHOAL_RUNTIME_KERNELS_SHELL_H
 
+#include "base/assert.h"
 #include "runtime/cpu/kernels_impl.h"
 
 #define KERNELS__INLINE static inline __attribute__((always_inline))
@@ -319,14 +321,6 @@ typedef struct kernels__ops {
 	kernels__rows_fn rows[KERNELS__NW]; /* optional (NULL) */
 } kernels__ops;
 
-/* A caller bug (the engine refuses non-computable types): NaN outputs. */
-static inline void kernels__fill_nan(float *y, int64_t nrows, int64_t ncols, size_t y_stride)
-{
-	for (int64_t c = 0; c < ncols; c++)
-		for (int64_t i = 0; i < nrows; i++)
-			y[(size_t)c * y_stride + (size_t)i] = __builtin_nanf("");
-}
-
 /* y[c * y_stride + i] = dot(W row i, xq row c) by the ops' function for wt
  * (a gemv is ncols 1: row by row into y). */
 static inline void kernels__ops_run(const kernels__ops *ops, shoal_dtype wt, int64_t n,
@@ -334,16 +328,17 @@ static inline void kernels__ops_run(const kernels__ops *ops, shoal_dtype wt, int
                                     size_t xq_stride, int64_t ncols, float *y, size_t y_stride)
 {
 	int t = kernels__windex(wt);
-	if (t >= 0 && ops->rows[t])
+	/* Every table computes every computable type; another type is a caller
+	 * bug (the engine refuses the tensor when it loads). */
+	SHOAL_ASSERT(t >= 0 && (ops->rows[t] || ops->tile[t]));
+	if (ops->rows[t])
 		kernels__run_rows(ops->rows[t], n, w, row_bytes, nrows, xq, xq_stride, ncols, y,
 		                  y_stride);
-	else if (t >= 0 && ops->tile[t] && ncols == 1)
+	else if (ncols == 1)
 		kernels__run_gemv(ops->tile[t], n, w, row_bytes, nrows, xq, y);
-	else if (t >= 0 && ops->tile[t])
+	else
 		kernels__run_gemm(ops->tile[t], n, w, row_bytes, nrows, xq, xq_stride, ncols, y,
 		                  y_stride);
-	else
-		kernels__fill_nan(y, nrows, ncols, y_stride);
 }
 
 /* The ops of an ISA whose tile functions are named p##_tile_<type>. */

@@ -14,6 +14,7 @@
  */
 #include <math.h>
 
+#include "base/assert.h"
 #include "runtime/cpu/kernels_impl.h"
 #include "runtime/cpu/quant.h"
 
@@ -438,20 +439,25 @@ bool shoal_quant_supported(shoal_dtype t)
 	return quant_ops_of(t) != NULL;
 }
 
+/* The number of blocks in a row of n elements of type t. Another type or a
+ * partial block is a caller bug: shoal_quant_supported() says which types
+ * work, and rows come whole from the model's shapes. */
+static int64_t quant_row_blocks(const quant_ops *q, shoal_dtype t, int64_t n)
+{
+	SHOAL_ASSERT(q != NULL);
+	int64_t be = (int64_t)shoal_dtype_block_elems(t);
+	SHOAL_ASSERT(n >= 0 && n % be == 0);
+	return n / be;
+}
+
 void shoal_dequantize_row(shoal_dtype t, const void *src, float *dst, int64_t n)
 {
 	const quant_ops *q = quant_ops_of(t);
-	if (!q) { /* a caller bug: shoal_quant_supported() says which types work */
-		for (int64_t i = 0; i < n; i++)
-			dst[i] = NAN;
-		return;
-	}
-	q->dequantize(src, dst, n / (int64_t)shoal_dtype_block_elems(t));
+	q->dequantize(src, dst, quant_row_blocks(q, t, n));
 }
 
 void shoal_quantize_row(shoal_dtype t, const float *src, void *dst, int64_t n)
 {
 	const quant_ops *q = quant_ops_of(t);
-	if (q)
-		q->quantize(src, dst, n / (int64_t)shoal_dtype_block_elems(t));
+	q->quantize(src, dst, quant_row_blocks(q, t, n));
 }

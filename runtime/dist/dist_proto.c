@@ -7,16 +7,14 @@
 #include <errno.h>
 #include <poll.h>
 #include <string.h>
-#include <time.h>
 
+#include "base/clock.h"
 #include "base/log.h"
 #include "runtime/dist/dist_impl.h"
 
 uint64_t dist__now_ns(void)
 {
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+	return shoal_clock_now_ns();
 }
 
 static uint32_t f2w(float f)

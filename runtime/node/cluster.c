@@ -18,22 +18,16 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <time.h>
 #include <unistd.h>
 
 #include <sodium.h>
 
+#include "base/clock.h"
+#include "base/hex.h"
 #include "base/log.h"
 #include "net/ctlmsg.h"
 #include "models/prompt.h"
 #include "runtime/node/plan_json.h"
-
-static uint64_t shoal_cluster_now_us(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u;
-}
 
 /* ----------------------------------------------------------------- new/free */
 
@@ -201,7 +195,7 @@ static void shoal_cluster_left(shoal_cluster *cl, const shoal_swim_member *m, co
 {
 	if (cl->n_left >= SHOAL_CLUSTER_MAX_PEERS)
 		return;
-	memcpy(cl->left[cl->n_left].id.b, m->id.b, 16);
+	cl->left[cl->n_left].id = m->id;
 	snprintf(cl->left[cl->n_left].name, sizeof cl->left[0].name, "%s", m->record.name);
 	snprintf(cl->left[cl->n_left].why, sizeof cl->left[0].why, fmt, arg);
 	cl->n_left++;
@@ -226,7 +220,7 @@ static shoal_err shoal_cluster_plan_on(shoal_cluster *cl, const shoal_swim_membe
 			continue;
 		shoal_view_peer p;
 		memset(&p, 0, sizeof p);
-		memcpy(p.id.b, r->id.b, 16);
+		p.id = r->id;
 		snprintf(p.name, sizeof p.name, "%s", r->name);
 		p.mem_bytes = r->mem_weights;
 		p.mem_bw = shoal_cluster_speed(r->compute_mb_s);
@@ -482,7 +476,7 @@ int shoal_cluster_update(shoal_cluster *cl, const shoal_swim_member *v, size_t n
 		shoal_ready *rd = shoal_ready_new();
 		for (size_t i = 0; rd && i < nc; i++) {
 			const shoal_record *r = &cand[i]->record;
-			memcpy(cl->cand[i].id.b, r->id.b, 16);
+			cl->cand[i].id = r->id;
 			cl->cand[i].ready =
 			    r->ready_epoch &&
 			    !memcmp(r->ready_digest, shoal_plan_digest(cl->plan), 32);
@@ -662,7 +656,7 @@ fail:
 static json_t *shoal_cluster_idstr(const uint8_t id[16])
 {
 	char hex[33];
-	shoal_sched_id_hex((const shoal_sched_id *)id, hex);
+	shoal_hex_encode(id, 16, hex);
 	return json_string(hex);
 }
 
@@ -722,7 +716,7 @@ json_t *shoal_cluster_status_json(shoal_cluster *cl)
 			const shoal_plan_peer *pp = shoal_plan_peer_at(cl->plan, i);
 			bool r = false;
 			for (size_t k = 0; k < cl->n_cand; k++)
-				if (!memcmp(cl->cand[k].id.b, pp->id.b, 16))
+				if (!shoal_peer_id_cmp(&cl->cand[k].id, &pp->id))
 					r = cl->cand[k].ready;
 			json_array_append_new(r ? ready : not_ready, shoal_cluster_idstr(pp->id.b));
 		}
@@ -909,7 +903,7 @@ void shoal_cluster_run_request(shoal_cluster *cl, const shoal_ctl_route *from, u
 		r->max_tokens = max_tokens;
 		r->logprobs = (uint32_t)k;
 		r->sp = sp;
-		r->deadline_us = shoal_cluster_now_us() + SHOAL_CLUSTER_WAIT_MS * 1000u;
+		r->deadline_us = shoal_clock_now_us() + SHOAL_CLUSTER_WAIT_MS * 1000u;
 		shoal_detok_init(&r->dt, cl->tok, false);
 		r->dt.first = false;
 		r->state = SHOAL_CLUSTER_RUN_QUEUED;

@@ -39,9 +39,7 @@
 
 static uint64_t shoal_cluster_data_now_us(void)
 {
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u;
+	return shoal_clock_now_us();
 }
 
 void shoal_cluster__wake(shoal_cluster *cl)

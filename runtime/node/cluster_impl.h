@@ -19,9 +19,15 @@
 #include "models/model.h"
 #include "models/model_id.h"
 #include "models/tokenizer.h"
+#include "base/clock.h"
 #include "runtime/node/cluster.h"
 #include "runtime/dist/dist.h"
 #include "scheduler/plan.h"
+
+/* cluster_data.c's older names for the peer id (base/peer_id.h) and its
+ * hex form, kept only until that file's next edit stops using them. */
+typedef shoal_peer_id shoal_sched_id;
+#define shoal_sched_id_hex shoal_peer_id_to_hex
 
 /* Peers a plan or a view may name: the scheduler's own practical bound for
  * a desk or a lab is far below; 64 matches SHOAL_RECORD_MAX_LINKS. */
@@ -133,13 +139,13 @@ struct shoal_cluster {
 	char ready_why[256]; /* why we are not ready for the plan */
 	size_t n_left;
 	struct {
-		shoal_sched_id id;
+		shoal_peer_id id;
 		char name[64];
 		char why[160];
 	} left[SHOAL_CLUSTER_MAX_PEERS];
 	size_t n_cand;
 	struct {
-		shoal_sched_id id;
+		shoal_peer_id id;
 		bool ready;
 	} cand[SHOAL_CLUSTER_MAX_PEERS];
 

@@ -28,12 +28,12 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
-#include <time.h>
 #include <unistd.h>
 
 #include <jansson.h>
 #include <sodium.h>
 
+#include "base/clock.h"
 #include "base/log.h"
 #include "base/statedir.h"
 #include "net/ctl.h"
@@ -110,9 +110,7 @@ struct shoal_node {
 static uint64_t shoal_node_now_us(void *ctx)
 {
 	(void)ctx;
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u;
+	return shoal_clock_now_us();
 }
 
 static uint64_t shoal_node_rand64(void *ctx)
@@ -178,7 +176,7 @@ static void shoal_node_record_init(shoal_node *n)
 {
 	shoal_record *r = &n->rec;
 	shoal_record_init(r);
-	memcpy(r->id.b, n->ident.id, SHOAL_PEER_ID_LEN);
+	r->id = shoal_peer_id_from_bytes(n->ident.id);
 	shoal_record_strcpy(r->name, sizeof r->name, n->ident.name);
 	shoal_record_strcpy(r->cluster, sizeof r->cluster, n->cluster);
 	shoal_record_strcpy(r->sw_version, sizeof r->sw_version, PACKAGE_VERSION);

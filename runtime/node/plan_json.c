@@ -92,7 +92,7 @@ static shoal_err read_peer(const json_t *p, size_t i, shoal_view_peer *vp, char 
 	if (!json_is_object(p))
 		return shoal_why(why, why_len, SHOAL_ERR_FORMAT, "%s: not an object", what);
 	const json_t *id = json_object_get(p, "id");
-	if (!json_is_string(id) || shoal_sched_id_parse(json_string_value(id), &vp->id))
+	if (!json_is_string(id) || shoal_peer_id_from_hex(json_string_value(id), &vp->id))
 		return shoal_why(why, why_len, SHOAL_ERR_FORMAT, "%s: \"id\" must be 32 hex digits",
 		                 what);
 	const json_t *name = json_object_get(p, "name");
@@ -127,14 +127,14 @@ static shoal_err read_peer(const json_t *p, size_t i, shoal_view_peer *vp, char 
 
 /* ---- links and routing ------------------------------------------------- */
 
-static shoal_err resolve(const json_t *peers, const json_t *ref, shoal_sched_id *out,
+static shoal_err resolve(const json_t *peers, const json_t *ref, shoal_peer_id *out,
                          const char *what, char *why, size_t why_len)
 {
 	if (!json_is_string(ref))
 		return shoal_why(why, why_len, SHOAL_ERR_FORMAT, "%s: a peer must be an id or name",
 		                 what);
 	const char *s = json_string_value(ref);
-	if (!shoal_sched_id_parse(s, out))
+	if (!shoal_peer_id_from_hex(s, out))
 		return SHOAL_OK;
 	int found = 0;
 	size_t i;
@@ -143,7 +143,7 @@ static shoal_err resolve(const json_t *peers, const json_t *ref, shoal_sched_id 
 	{
 		const json_t *n = json_object_get(p, "name");
 		if (json_is_string(n) && !strcmp(json_string_value(n), s)) {
-			shoal_sched_id_parse(json_string_value(json_object_get(p, "id")), out);
+			shoal_peer_id_from_hex(json_string_value(json_object_get(p, "id")), out);
 			found++;
 		}
 	}
@@ -238,7 +238,7 @@ static shoal_err from_json(const json_t *j, shoal_view **out, char *why, size_t 
 	{
 		char what[32];
 		snprintf(what, sizeof what, "links[%zu]", i);
-		shoal_sched_id a, b;
+		shoal_peer_id a, b;
 		uint64_t lat, bw;
 		if (!json_is_object(x)) {
 			e = shoal_why(why, why_len, SHOAL_ERR_FORMAT, "%s: not an object", what);
@@ -305,7 +305,7 @@ json_t *shoal_cluster_to_json(const shoal_view *v)
 	for (size_t i = 0; !bad && i < shoal_view_n_peers(v); i++) {
 		const shoal_view_peer *p = shoal_view_peer_at(v, i);
 		char hex[33];
-		shoal_sched_id_hex(&p->id, hex);
+		shoal_peer_id_to_hex(&p->id, hex);
 		bad |= json_array_append_new(
 		    peers, json_pack("{s:s, s:s, s:I, s:f, s:f, s:i}", "id", hex, "name", p->name,
 		                     "memory", (json_int_t)p->mem_bytes, "bandwidth_gbs",
@@ -313,11 +313,11 @@ json_t *shoal_cluster_to_json(const shoal_view *v)
 		                     (double)p->flops / 1e9, "load_pct", (int)p->load_pct));
 	}
 	for (size_t i = 0; !bad && i < shoal_view_n_links(v); i++) {
-		shoal_sched_id a, b;
+		shoal_peer_id a, b;
 		char ha[33], hb[33];
 		shoal_view_link_at(v, i, &a, &b, &lat, &bw);
-		shoal_sched_id_hex(&a, ha);
-		shoal_sched_id_hex(&b, hb);
+		shoal_peer_id_to_hex(&a, ha);
+		shoal_peer_id_to_hex(&b, hb);
 		json_t *l = link_json(lat, bw);
 		bad |= !l || json_object_set_new(l, "a", json_string(ha)) ||
 		       json_object_set_new(l, "b", json_string(hb)) ||
@@ -354,7 +354,7 @@ static json_t *peer_ref(const shoal_plan *p, uint32_t i)
 {
 	const shoal_plan_peer *pp = shoal_plan_peer_at(p, i);
 	char hex[33];
-	shoal_sched_id_hex(&pp->id, hex);
+	shoal_peer_id_to_hex(&pp->id, hex);
 	return json_pack("{s:s, s:s}", "peer", hex, "name", pp->name);
 }
 

@@ -7,8 +7,8 @@
  * inside updates and applies them). Build and run from the source tree:
  *
  *   clang -g -O1 -fsanitize=fuzzer,address,undefined -D_GNU_SOURCE -I. \
- *     tests/fuzz/fuzz_wire.c net/wire.c net/record.c net/swim.c base/err.c \
- *     base/log.c -lmsgpackc -ljansson -o /tmp/fuzz_wire
+ *     tests/fuzz/fuzz_wire.c net/wire.c net/record.c net/swim.c base/*.c \
+ *     -lmsgpackc -ljansson -o /tmp/fuzz_wire
  *   mkdir -p /tmp/fuzz_corpus
  *   SIM_NET_DUMP=/tmp/fuzz_corpus tests/unit/test_swim   # seeds: real messages
  *   /tmp/fuzz_wire -max_total_time=300 -max_len=65536 /tmp/fuzz_corpus

@@ -3,7 +3,8 @@
  * series of scheduling problems, one line each, so that builds for two
  * platforms can be compared line by line (tests/sh/test_sched_arm64.sh: x86-64
  * native vs aarch64 under qemu). Self-contained: the scheduler's sources and
- * base/err.c only, no JSON, so it cross-compiles without a sysroot.
+ * base/{err,hex,peer_id,assert}.c only, no JSON, so it cross-compiles
+ * without a sysroot.
  * The series: random clusters of 1-12 peers and MoE or dense models (with and
  * without routing counts and spread policy), each planned afresh and again
  * against its own plan after one peer is removed and a faster one added,

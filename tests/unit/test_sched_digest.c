@@ -115,7 +115,7 @@ static void test_ready_tracker(void)
 	ASSERT_EQ(shoal_ready_missing(r, p, miss, 4), 1);
 	ASSERT_EQ(miss[0], np - 1);
 	/* a peer outside the plan announcing D changes nothing */
-	shoal_sched_id stranger = {{0xff, 0xee}};
+	shoal_peer_id stranger = {{0xff, 0xee}};
 	shoal_ready_announce(r, &stranger, d);
 	ASSERT_FALSE(shoal_ready_servable(r, p));
 	/* the latest announcement wins */

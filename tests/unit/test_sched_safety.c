@@ -57,8 +57,7 @@ static void check_plan(const ti_inst *t, const shoal_policy *pol, const shoal_pl
 		ASSERT_LE(mem[i], ti_cap(vp, pol));
 		ASSERT_U64_EQ(pp->weight_bytes + pp->kv_bytes, mem[i]);
 		if (i)
-			ASSERT_LT(shoal_sched_id_cmp(&shoal_plan_peer_at(p, i - 1)->id, &pp->id),
-			          0);
+			ASSERT_LT(shoal_peer_id_cmp(&shoal_plan_peer_at(p, i - 1)->id, &pp->id), 0);
 	}
 }
 

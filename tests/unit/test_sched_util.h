@@ -201,7 +201,7 @@ static inline uint64_t ti_cap(const shoal_view_peer *p, const shoal_policy *pol)
 }
 
 /* Find the view peer with this id. */
-static inline const shoal_view_peer *ti_find(const ti_inst *t, const shoal_sched_id *id)
+static inline const shoal_view_peer *ti_find(const ti_inst *t, const shoal_peer_id *id)
 {
 	for (int i = 0; i < t->n; i++)
 		if (!memcmp(t->p[i].id.b, id->b, 16))
