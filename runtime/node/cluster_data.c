@@ -35,6 +35,7 @@
 
 #include <sodium.h>
 
+#include "base/hex.h"
 #include "base/log.h"
 
 static uint64_t shoal_cluster_data_now_us(void)
@@ -147,7 +148,7 @@ shoal_xfer_link *shoal_cluster__link(void *ctx, const uint8_t peer[16])
 		if (!memcmp(d->eps[i].id, peer, 16))
 			ep = &d->eps[i];
 	char hex[33], why[256] = "";
-	shoal_sched_id_hex((const shoal_sched_id *)peer, hex);
+	shoal_hex_encode(peer, 16, hex);
 	if (!ep) {
 		SHOAL_LOG_W("cluster", "no data endpoint known for peer %.8s", hex);
 		return NULL;

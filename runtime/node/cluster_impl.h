@@ -24,11 +24,6 @@
 #include "runtime/dist/dist.h"
 #include "scheduler/plan.h"
 
-/* cluster_data.c's older names for the peer id (base/peer_id.h) and its
- * hex form, kept only until that file's next edit stops using them. */
-typedef shoal_peer_id shoal_sched_id;
-#define shoal_sched_id_hex shoal_peer_id_to_hex
-
 /* Peers a plan or a view may name: the scheduler's own practical bound for
  * a desk or a lab is far below; 64 matches SHOAL_RECORD_MAX_LINKS. */
 #define SHOAL_CLUSTER_MAX_PEERS 64
