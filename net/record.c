@@ -1,7 +1,6 @@
 /*
  * net/record.c: the record helpers (see net/record.h): the record's own
- * validity check, equality, and the per-peer JSON object of
- * `shoal status --json`.
+ * validity check and equality.
  */
 #include "net/record.h"
 
@@ -116,98 +115,4 @@ int shoal_record_equal(const shoal_record *a, const shoal_record *b)
 			return 0;
 	}
 	return 1;
-}
-
-/* json_object_set_new that remembers a failure instead of leaking. */
-static int put(json_t *o, const char *k, json_t *v)
-{
-	return v ? json_object_set_new(o, k, v) : -1;
-}
-
-/* Strings from the network need not be UTF-8, which JSON requires. */
-static json_t *jstr(const char *s)
-{
-	json_t *v = json_string(s);
-	return v ? v : json_string("(not utf-8)");
-}
-
-json_t *shoal_record_to_json(const shoal_record *r)
-{
-	char hex[2 * SHOAL_MODEL_DIGEST_LEN + 1];
-	json_t *o = json_object(), *a;
-	int rc = 0;
-	if (!o)
-		return NULL;
-	shoal_peer_id_to_hex(&r->id, hex);
-	rc |= put(o, "id", jstr(hex));
-	rc |= put(o, "name", jstr(r->name));
-	rc |= put(o, "record_version", json_integer((json_int_t)r->version));
-	rc |= put(o, "cluster", jstr(r->cluster));
-	rc |= put(o, "version", jstr(r->sw_version));
-	rc |= put(o, "protocol_version", json_integer(r->proto_version));
-	rc |= put(o, "scheduler_version", json_integer(r->sched_version));
-	rc |= put(o, "control_endpoint", jstr(r->ctl_endpoint));
-	rc |= put(o, "mem_total", json_integer((json_int_t)r->mem_total));
-	rc |= put(o, "mem_weights", json_integer((json_int_t)r->mem_weights));
-	rc |= put(o, "compute_gb_s", json_real((double)r->compute_mb_s / 1000.0));
-	rc |= put(o, "compute_gflops", json_real((double)r->compute_mflops / 1000.0));
-	rc |= put(o, "cores", json_integer(r->cores));
-	rc |= put(o, "os", jstr(r->os));
-	rc |= put(o, "arch", jstr(r->arch));
-	rc |= put(o, "load", json_real((double)r->load_permille / 1000.0));
-	rc |= put(o, "data_endpoints", a = json_array());
-	for (uint32_t i = 0; a && i < r->n_data_ep; i++) {
-		json_t *e = json_object();
-		if (!e || json_array_append_new(a, e)) {
-			rc = -1;
-			break;
-		}
-		rc |= put(e, "kind", jstr(r->data_ep[i].kind));
-		rc |= put(e, "interface", jstr(r->data_ep[i].ifname));
-		rc |= put(e, "address", jstr(r->data_ep[i].addr));
-		rc |= put(e, "rdma", json_boolean(r->data_ep[i].rdma));
-	}
-	rc |= put(o, "rdma_devices", a = json_array());
-	for (uint32_t i = 0; a && i < r->n_rdma; i++)
-		rc |= json_array_append_new(a, jstr(r->rdma[i]));
-	rc |= put(o, "models", a = json_array());
-	for (uint32_t i = 0; a && i < r->n_models; i++) {
-		json_t *e = json_object();
-		if (!e || json_array_append_new(a, e)) {
-			rc = -1;
-			break;
-		}
-		shoal_hex_encode(r->models[i].digest, SHOAL_MODEL_DIGEST_LEN, hex);
-		rc |= put(e, "model_id", jstr(hex));
-		rc |= put(e, "path", jstr(r->models[i].path));
-		rc |= put(e, "bytes", json_integer((json_int_t)r->models[i].bytes));
-	}
-	rc |= put(o, "serving", json_boolean(r->serving));
-	if (r->ready_epoch) {
-		shoal_hex_encode(r->ready_digest, SHOAL_MODEL_DIGEST_LEN, hex);
-		rc |= put(o, "ready_digest", jstr(hex));
-	} else {
-		rc |= put(o, "ready_digest", json_null());
-	}
-	rc |= put(o, "ready_epoch", json_integer((json_int_t)r->ready_epoch));
-	rc |= put(o, "links", a = json_array());
-	for (uint32_t i = 0; a && i < r->n_links; i++) {
-		const shoal_record_link *l = &r->links[i];
-		json_t *e = json_object();
-		if (!e || json_array_append_new(a, e)) {
-			rc = -1;
-			break;
-		}
-		shoal_peer_id_to_hex(&l->peer, hex);
-		rc |= put(e, "peer", jstr(hex));
-		rc |= put(e, "local_endpoint", json_integer(l->local_ep));
-		rc |= put(e, "remote_endpoint", json_integer(l->remote_ep));
-		rc |= put(e, "rtt_us", json_integer(l->rtt_us));
-		rc |= put(e, "bandwidth_bytes_s", json_integer((json_int_t)l->bw_bytes_s));
-	}
-	if (rc) {
-		json_decref(o);
-		return NULL;
-	}
-	return o;
 }

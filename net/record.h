@@ -11,7 +11,6 @@
  * together with the membership incarnation (kept by net/swim.h) it orders
  * records: (incarnation, version) compared lexicographically, higher wins.
  *
- * Also here: the per-peer JSON object of `shoal status --json` (jansson).
  */
 #ifndef SHOAL_NET_RECORD_H
 #define SHOAL_NET_RECORD_H
@@ -19,7 +18,6 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include <jansson.h>
 
 #include "base/err.h"
 #include "base/peer_id.h"
@@ -114,12 +112,5 @@ int shoal_record_equal(const shoal_record *a, const shoal_record *b);
 
 /* Copy NUL-terminated src into dst[cap], truncating; always terminates. */
 void shoal_record_strcpy(char *dst, size_t cap, const char *src);
-
-/* The per-peer object of `shoal status --json`: id (32 hex), name, cluster,
- * versions, endpoints, memory, compute, cores, os/arch, rdma, models (digest
- * as 64 hex), load and links. The caller adds state and incarnation (see
- * shoal_swim_member_to_json) and owns the returned reference (json_decref).
- * NULL when out of memory. */
-json_t *shoal_record_to_json(const shoal_record *r);
 
 #endif

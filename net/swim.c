@@ -50,6 +50,7 @@
 #include "net/swim.h"
 
 #include <limits.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -1274,24 +1275,4 @@ size_t shoal_swim_count(const shoal_swim *sw, shoal_swim_state s)
 void shoal_swim_get_stats(const shoal_swim *sw, shoal_swim_stats *out)
 {
 	*out = sw->st;
-}
-
-json_t *shoal_swim_member_to_json(const shoal_swim_member *m)
-{
-	json_t *o = shoal_record_to_json(&m->record);
-	if (!o)
-		return NULL;
-	int rc = json_object_set_new(o, "state", json_string(shoal_swim_state_name(m->state)));
-	rc |= json_object_set_new(o, "incarnation", json_integer((json_int_t)m->incarnation));
-	rc |= json_object_set_new(o, "self", json_boolean(m->is_self));
-	rc |= json_object_set_new(o, "compatible", json_boolean(m->compatible));
-	if (!m->compatible)
-		rc |= json_object_set_new(
-		    o, "why_incompatible",
-		    json_string(m->why_incompatible[0] ? m->why_incompatible : "?"));
-	if (rc) {
-		json_decref(o);
-		return NULL;
-	}
-	return o;
 }

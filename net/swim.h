@@ -19,7 +19,6 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include <jansson.h>
 
 #include "base/err.h"
 #include "net/record.h"
@@ -160,9 +159,5 @@ typedef struct shoal_swim_stats {
 	uint64_t pushpulls;
 } shoal_swim_stats;
 void shoal_swim_get_stats(const shoal_swim *sw, shoal_swim_stats *out);
-
-/* shoal_record_to_json plus "state", "incarnation", "compatible" and
- * "why_incompatible" (when not compatible). The caller owns the reference. */
-json_t *shoal_swim_member_to_json(const shoal_swim_member *m);
 
 #endif

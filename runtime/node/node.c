@@ -43,6 +43,7 @@
 #include "net/linkprobe.h"
 #include "net/record.h"
 #include "net/swim.h"
+#include "runtime/node/status_json.h"
 #include "net/sysinfo.h"
 #include "net/wire.h"
 #include "runtime/node/cluster.h"
@@ -332,7 +333,7 @@ static char *shoal_node_status_json(shoal_node *n)
 	json_object_set_new(root, "cluster", json_string(n->cluster));
 	json_object_set_new(root, "insecure", json_boolean(!n->keyed));
 	for (size_t i = 0; i < nv; i++) {
-		json_t *p = shoal_swim_member_to_json(&v[i]);
+		json_t *p = shoal_status_member_json(&v[i]);
 		if (p) {
 			json_array_append_new(peers, p);
 		} else {

@@ -17,6 +17,7 @@
 
 #include "net/swim.h"
 #include "net/wire.h"
+#include "runtime/node/status_json.h"
 #include "tests/helpers/sim_net.h"
 #include "tests/unit/test.h"
 
@@ -296,7 +297,7 @@ static void test_incompatible(void)
 			ASSERT_FALSE(v[j].compatible);
 			ASSERT_TRUE(strstr(v[j].why_incompatible, "scheduler v2") != NULL);
 			ASSERT_EQ(v[j].state, SHOAL_SWIM_STATE_ALIVE);
-			json_t *o = shoal_swim_member_to_json(&v[j]);
+			json_t *o = shoal_status_member_json(&v[j]);
 			ASSERT_TRUE(o != NULL);
 			ASSERT_STR_EQ(json_string_value(json_object_get(o, "state")), "alive");
 			ASSERT_TRUE(json_is_string(json_object_get(o, "why_incompatible")));

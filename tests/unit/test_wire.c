@@ -14,6 +14,7 @@
 
 #include "net/record.h"
 #include "net/wire.h"
+#include "runtime/node/status_json.h"
 #include "tests/unit/test.h"
 
 static uint64_t rs = 99;
@@ -115,7 +116,7 @@ static void test_record_json(void)
 	static shoal_record a;
 	full_record(&a);
 	strcpy(a.name, "studio\xff"); /* not UTF-8: still a valid JSON object */
-	json_t *o = shoal_record_to_json(&a);
+	json_t *o = shoal_status_record_json(&a);
 	ASSERT_TRUE(o != NULL);
 	ASSERT_EQ(strlen(json_string_value(json_object_get(o, "id"))), 32);
 	ASSERT_EQ(json_array_size(json_object_get(o, "links")), SHOAL_RECORD_MAX_LINKS);
