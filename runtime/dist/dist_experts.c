@@ -18,6 +18,24 @@
 
 #define LOG_PART "dist"
 
+/* An EXPERT_REQ or EXPERT_REP of layer `layer`: n rows of d floats for
+ * requests, one contribution of d floats per route for replies. */
+static shoal_xfer_hdr expert_hdr(shoal_xfer_kind kind, uint32_t layer, uint32_t d, uint32_t n,
+                                 const shoal_xfer_row *rows, uint32_t n_routes,
+                                 const shoal_xfer_route *routes, uint32_t n_payload)
+{
+	return (shoal_xfer_hdr){.kind = kind,
+	                        .dtype = SHOAL_XFER_DTYPE_F32,
+	                        .layer_first = (uint16_t)layer,
+	                        .layer_end = (uint16_t)(layer + 1),
+	                        .dim = d,
+	                        .n_rows = n,
+	                        .rows = rows,
+	                        .n_aux = n_routes,
+	                        .routes = routes,
+	                        .payload_len = n_payload * d * 4u};
+}
+
 /* ---- client: dispatch and collect ------------------------------------------- */
 
 static shoal_xfer_link *expert_link(shoal_dist_stage *s, uint32_t p)
@@ -68,16 +86,8 @@ shoal_err dist__experts_dispatch(void *ctx, uint32_t layer, const shoal_moe_rows
 			SHOAL_LOG_W(LOG_PART, "layer %u: no link to an expert peer", layer);
 			return SHOAL_ERR_NOTFOUND;
 		}
-		shoal_xfer_hdr h = {.kind = SHOAL_XFER_KIND_EXPERT_REQ,
-		                    .dtype = SHOAL_XFER_DTYPE_F32,
-		                    .layer_first = (uint16_t)layer,
-		                    .layer_end = (uint16_t)(layer + 1),
-		                    .dim = d,
-		                    .n_rows = nr,
-		                    .rows = s->xtags,
-		                    .n_aux = nroute,
-		                    .routes = s->xroute,
-		                    .payload_len = nr * d * 4u};
+		shoal_xfer_hdr h = expert_hdr(SHOAL_XFER_KIND_EXPERT_REQ, layer, d, nr, s->xtags,
+		                              nroute, s->xroute, nr);
 		struct iovec v = {.iov_base = s->xx, .iov_len = (size_t)nr * d * 4u};
 		char why[256];
 		shoal_err e =
@@ -294,16 +304,8 @@ shoal_err dist__experts_serve(shoal_dist_stage *s, shoal_xfer_link *from, const 
 	for (uint32_t i = 0; i < nr; i++)
 		memcpy(s->ex_out + (size_t)i * d, s->ex_contrib + (size_t)s->ex_slot[i] * d,
 		       (size_t)d * 4u);
-	shoal_xfer_hdr rh = {.kind = SHOAL_XFER_KIND_EXPERT_REP,
-	                     .dtype = SHOAL_XFER_DTYPE_F32,
-	                     .layer_first = (uint16_t)layer,
-	                     .layer_end = (uint16_t)(layer + 1),
-	                     .dim = d,
-	                     .n_rows = n,
-	                     .rows = h->rows,
-	                     .n_aux = nr,
-	                     .routes = h->routes,
-	                     .payload_len = nr * d * 4u};
+	shoal_xfer_hdr rh =
+	    expert_hdr(SHOAL_XFER_KIND_EXPERT_REP, layer, d, n, h->rows, nr, h->routes, nr);
 	struct iovec v = {.iov_base = s->ex_out, .iov_len = (size_t)nr * d * 4u};
 	e = shoal_xfer_link_send(from, &rh, &v, 1, s->cfg.timeout_ms, why, why_len);
 	if (!e)

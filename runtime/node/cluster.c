@@ -517,6 +517,20 @@ int shoal_cluster_update(shoal_cluster *cl, const shoal_swim_member *v, size_t n
 
 /* ------------------------------------------------------------ the assignment */
 
+/* What a stage and an expert server of assignment a share. */
+static void shoal_cluster_stage_common(const shoal_cluster *cl, const shoal_cluster_assign *a,
+                                       shoal_dist_stage_config *c)
+{
+	memcpy(c->self, cl->cfg.self, 16);
+	memcpy(c->digest, a->digest, 32);
+	c->epoch = a->epoch;
+	c->n_threads = cl->cfg.threads ? cl->cfg.threads : 1;
+	c->n_ctx = cl->pol.ctx;
+	c->max_sessions = cl->pol.sessions;
+	c->max_rows = SHOAL_CLUSTER_MAX_ROWS;
+	c->timeout_ms = (int)SHOAL_CLUSTER_SILENCE_MS / 3;
+}
+
 static shoal_err shoal_cluster_build_assign(shoal_cluster *cl, shoal_cluster_assign **out,
                                             char *why, size_t why_len)
 {
@@ -594,23 +608,16 @@ static shoal_err shoal_cluster_build_assign(shoal_cluster *cl, shoal_cluster_ass
 			sc.expert_mask = mask;
 			sc.expert_peer = peer;
 		}
-		memcpy(sc.self, cl->cfg.self, 16);
 		if (!sc.has_head)
 			memcpy(sc.next,
 			       shoal_plan_peer_at(p, shoal_plan_stage_at(p, (size_t)si + 1)->peer)
 			           ->id.b,
 			       16);
-		memcpy(sc.digest, a->digest, 32);
-		sc.epoch = a->epoch;
-		sc.n_threads = cl->cfg.threads ? cl->cfg.threads : 1;
-		sc.n_ctx = cl->pol.ctx;
-		sc.max_sessions = cl->pol.sessions;
-		sc.max_rows = SHOAL_CLUSTER_MAX_ROWS;
+		shoal_cluster_stage_common(cl, a, &sc);
 		sc.link = shoal_cluster__link;
 		sc.link_ctx = sc.has_head ? &cl->lctx_owner : &cl->lctx_stage;
 		sc.expert_link = shoal_cluster__link;
 		sc.expert_link_ctx = &cl->lctx_experts;
-		sc.timeout_ms = (int)SHOAL_CLUSTER_SILENCE_MS / 3;
 		if ((e = shoal_dist_stage_new(cl->model, &sc, &a->stage, why, why_len)) != SHOAL_OK)
 			goto fail;
 		a->l0 = sc.layer_begin;
@@ -625,15 +632,8 @@ static shoal_err shoal_cluster_build_assign(shoal_cluster *cl, shoal_cluster_ass
 		memset(&xc, 0, sizeof xc);
 		xc.expert_mask = xmask;
 		xc.expert_peer = peer;
-		memcpy(xc.self, cl->cfg.self, 16);
-		memcpy(xc.digest, a->digest, 32);
-		xc.epoch = a->epoch;
-		xc.n_threads = cl->cfg.threads ? cl->cfg.threads : 1;
-		xc.n_ctx = cl->pol.ctx;
-		xc.max_sessions = cl->pol.sessions;
-		xc.max_rows = SHOAL_CLUSTER_MAX_ROWS;
+		shoal_cluster_stage_common(cl, a, &xc);
 		xc.link = shoal_cluster__no_link; /* it only answers, on the request's link */
-		xc.timeout_ms = (int)SHOAL_CLUSTER_SILENCE_MS / 3;
 		if ((e = shoal_dist_stage_new(cl->model, &xc, &a->experts, why, why_len)) !=
 		    SHOAL_OK)
 			goto fail;
