@@ -3,8 +3,9 @@
  * machine, the generated text streamed to stdout as it is produced.
  *
  * Part: runtime/ (CLI). The whole model on one engine (all layers, the
- * embedding and the head): the same layer-range path a cluster uses, with
- * one stage and no network. Output modes: text (streaming detokenizer),
+ * embedding and the head), run by the generation loop of
+ * runtime/engine/generate.h: the one-stage case of the path a cluster's
+ * session owner drives. Output modes: text (streaming detokenizer),
  * --ids (the generated ids on one line), --logprobs K (one JSON object per
  * generated token). With --peer ADDR the prompt goes to a cluster peer
  * instead (runtime/cli/cmd_run_remote.c).
@@ -24,14 +25,11 @@
 #include "models/tokenizer.h"
 #include "runtime/cli/cli.h"
 #include "runtime/engine/engine.h"
-#include "runtime/engine/sampler.h"
+#include "runtime/engine/generate.h"
 
 /* Tokens generated when -n is not given: a few sentences, enough to judge a
  * model, short enough to finish in seconds on a laptop for a 7B model. */
 #define SHOAL_RUN_DEFAULT_N 128
-/* --logprobs K at most: OpenAI's API allows 20 top logprobs; 100 leaves
- * room for analysis while keeping a line per token readable. */
-#define SHOAL_RUN_MAX_LOGPROBS 100
 
 static void shoal_run_usage(FILE *f)
 {
@@ -137,7 +135,7 @@ static int shoal_run_parse(int argc, char **argv, shoal_run_opts *o)
 			NUM(1, 1 << 24);
 			o->ctx = (long)v;
 		} else if (!strcmp(a, "--logprobs")) {
-			NUM(1, SHOAL_RUN_MAX_LOGPROBS);
+			NUM(1, SHOAL_GEN_MAX_LOGPROBS);
 			o->logprobs = (long)v;
 		} else if (!strcmp(a, "--chat")) {
 			o->chat = true;
@@ -168,16 +166,31 @@ static int shoal_run_parse(int argc, char **argv, shoal_run_opts *o)
 	return 0;
 }
 
-static void shoal_run_logprobs_line(const float *logits, uint32_t n_vocab, int32_t id, uint32_t k,
-                                    int32_t *top_ids, float *top_lps)
+/* Where the tokens go: one JSON line each, the ids on one line, or text. */
+typedef struct shoal_run_out {
+	const shoal_run_opts *o;
+	shoal_detok dt;
+	char text[512];
+} shoal_run_out;
+
+static int shoal_run_on_token(void *ctx, const shoal_gen_token *t)
 {
-	float lp;
-	shoal_logprobs_top(logits, n_vocab, id, &lp, k, top_ids, top_lps);
-	printf("{\"token\": %d, \"logprob\": %.6g, \"top_logprobs\": [", id, lp);
-	for (uint32_t i = 0; i < k; i++)
-		printf("%s{\"token\": %d, \"logprob\": %.6g}", i ? ", " : "", top_ids[i],
-		       top_lps[i]);
-	printf("]}\n");
+	shoal_run_out *ro = ctx;
+	if (ro->o->logprobs) {
+		printf("{\"token\": %d, \"logprob\": %.6g, \"top_logprobs\": [", t->id,
+		       t->logprob);
+		for (uint32_t i = 0; i < t->n_top; i++)
+			printf("%s{\"token\": %d, \"logprob\": %.6g}", i ? ", " : "",
+			       t->top_ids[i], t->top_lps[i]);
+		printf("]}\n");
+	} else if (ro->o->ids) {
+		printf("%s%d", t->step ? " " : "", t->id);
+	} else {
+		size_t len = shoal_detok_push(&ro->dt, t->id, ro->text, sizeof ro->text);
+		fwrite(ro->text, 1, len, stdout);
+	}
+	fflush(stdout);
+	return 0;
 }
 
 int shoal_cmd_run(int argc, char **argv)
@@ -195,12 +208,8 @@ int shoal_cmd_run(int argc, char **argv)
 	shoal_model *m = NULL;
 	shoal_tokenizer *tok = NULL;
 	shoal_engine *eng = NULL;
-	shoal_sampler *smp = NULL;
-	int32_t *ids = NULL, *hist = NULL, *rows_tok = NULL, *top_ids = NULL;
-	uint32_t *rows_sess = NULL, *rows_pos = NULL;
-	uint8_t *rows_want = NULL;
-	float *logits = NULL;  /* (n_vocab) */
-	float *top_lps = NULL; /* (SHOAL_RUN_MAX_LOGPROBS) */
+	shoal_gen *gen = NULL;
+	int32_t *ids = NULL;
 	size_t n_ids = 0;
 
 	shoal_err err = shoal_model_open(o.model, &m, why, sizeof why);
@@ -232,113 +241,46 @@ int shoal_cmd_run(int argc, char **argv)
 		fprintf(stderr, "shoal run: %s: %s\n", o.model, why[0] ? why : shoal_strerror(err));
 		goto out;
 	}
-	uint32_t n_ctx = shoal_engine_n_ctx(eng), R = shoal_engine_max_rows(eng);
-	uint32_t n_vocab = m->hp.n_vocab;
+	uint32_t n_ctx = shoal_engine_n_ctx(eng);
 	if (n_ids >= n_ctx) {
 		fprintf(stderr, "shoal run: the prompt has %zu tokens, the context %u\n", n_ids,
 		        n_ctx);
 		goto out;
 	}
-	uint32_t slot;
-	shoal_engine_session_open(eng, &slot);
-	size_t cap = n_ids + (size_t)o.n + 1;
-	hist = malloc(cap * sizeof *hist);
-	rows_tok = malloc(R * sizeof *rows_tok);
-	rows_sess = calloc(R, sizeof *rows_sess);
-	rows_pos = malloc(R * sizeof *rows_pos);
-	rows_want = calloc(R, 1);
-	logits = malloc((size_t)n_vocab * sizeof *logits);
-	top_ids = malloc(SHOAL_RUN_MAX_LOGPROBS * sizeof *top_ids);
-	top_lps = malloc(SHOAL_RUN_MAX_LOGPROBS * sizeof *top_lps);
-	if (!hist || !rows_tok || !rows_sess || !rows_pos || !rows_want || !logits || !top_ids ||
-	    !top_lps || shoal_sampler_new(&o.sp, n_vocab, &smp)) {
-		fprintf(stderr, "shoal run: out of memory\n");
+	shoal_gen_config gc = {.sampler = o.sp,
+	                       .logprob = o.logprobs > 0,
+	                       .n_top = (uint32_t)o.logprobs};
+	if ((err = shoal_gen_new(eng, &gc, &gen, why, sizeof why))) {
+		fprintf(stderr, "shoal run: %s\n", why);
 		goto out;
 	}
-	for (uint32_t r = 0; r < R; r++)
-		rows_sess[r] = slot;
-	memcpy(hist, ids, n_ids * sizeof *ids);
-	size_t n_hist = n_ids;
-
-	/* prefill in chunks of max_rows; logits for the last prompt row only */
-	for (size_t p0 = 0; p0 < n_ids; p0 += R) {
-		uint32_t n = (uint32_t)(n_ids - p0 < R ? n_ids - p0 : R);
-		for (uint32_t r = 0; r < n; r++) {
-			rows_tok[r] = ids[p0 + r];
-			rows_pos[r] = (uint32_t)(p0 + r);
-			rows_want[r] = p0 + r == n_ids - 1;
-		}
-		shoal_engine_batch b = {.n_rows = n,
-		                        .tokens = rows_tok,
-		                        .session = rows_sess,
-		                        .pos = rows_pos,
-		                        .want_logits = rows_want,
-		                        .logits = logits};
-		err = shoal_engine_run(eng, &b, why, sizeof why);
-		if (err) {
-			fprintf(stderr, "shoal run: %s\n", why);
-			goto out;
-		}
-	}
-
-	shoal_detok dt;
-	shoal_detok_init(&dt, tok, false);
+	shoal_run_out ro = {.o = &o};
+	shoal_detok_init(&ro.dt, tok, false);
 	/* only the continuation is printed: its first word keeps its space */
-	dt.first = false;
-	char text[512];
-	for (long t = 0; t < o.n; t++) {
-		int32_t id = shoal_sampler_sample(smp, logits, hist, n_hist, (uint64_t)t);
-		if (shoal_tokenizer_is_eog(tok, id))
-			break;
-		hist[n_hist++] = id;
-		if (o.logprobs) {
-			shoal_run_logprobs_line(logits, n_vocab, id, (uint32_t)o.logprobs, top_ids,
-			                        top_lps);
-		} else if (o.ids) {
-			printf("%s%d", t ? " " : "", id);
-		} else {
-			size_t len = shoal_detok_push(&dt, id, text, sizeof text);
-			fwrite(text, 1, len, stdout);
-		}
-		fflush(stdout);
-		if (t + 1 == o.n || n_hist >= n_ctx)
-			break;
-		rows_tok[0] = id;
-		rows_pos[0] = (uint32_t)(n_hist - 1);
-		rows_want[0] = 1;
-		shoal_engine_batch b = {.n_rows = 1,
-		                        .tokens = rows_tok,
-		                        .session = rows_sess,
-		                        .pos = rows_pos,
-		                        .want_logits = rows_want,
-		                        .logits = logits};
-		err = shoal_engine_run(eng, &b, why, sizeof why);
-		if (err) {
-			fprintf(stderr, "shoal run: %s\n", why);
-			goto out;
-		}
+	ro.dt.first = false;
+	shoal_gen_request rq = {.prompt = ids,
+	                        .n_prompt = (uint32_t)n_ids,
+	                        .max_tokens = (uint32_t)o.n,
+	                        .eog = tok,
+	                        .on_token = shoal_run_on_token,
+	                        .ctx = &ro};
+	if ((err = shoal_gen_run(gen, &rq, NULL, why, sizeof why))) {
+		fprintf(stderr, "shoal run: %s\n", why);
+		goto out;
 	}
 	if (!o.logprobs && !o.ids) {
-		size_t len = shoal_detok_flush(&dt, text, sizeof text);
-		fwrite(text, 1, len, stdout);
+		size_t len = shoal_detok_flush(&ro.dt, ro.text, sizeof ro.text);
+		fwrite(ro.text, 1, len, stdout);
 	}
 	if (!o.logprobs)
 		printf("\n");
 	status = 0;
 out:
 	fflush(stdout);
-	shoal_sampler_free(smp);
+	shoal_gen_free(gen);
 	shoal_engine_free(eng);
 	shoal_tokenizer_free(tok);
 	shoal_model_free(m);
 	free(ids);
-	free(hist);
-	free(rows_tok);
-	free(rows_sess);
-	free(rows_pos);
-	free(rows_want);
-	free(logits);
-	free(top_ids);
-	free(top_lps);
 	return status;
 }

@@ -1,0 +1,286 @@
+/*
+ * runtime/engine/generate.c: the generation path of generate.h: the
+ * step/stop state machine, sampling one step, and the one-stage generator
+ * over a whole-model engine.
+ *
+ * Part: runtime/ (engine). Divisions: the sequence, sampling one step, the
+ * generator (creation, prefill, decode).
+ */
+#include <assert.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "runtime/engine/generate.h"
+
+/* ---- the sequence ---------------------------------------------------------- */
+
+void shoal_gen_seq_init(shoal_gen_seq *q, uint32_t n_prompt, const shoal_gen_limits *lim)
+{
+	assert(n_prompt >= 1);
+	q->n_prompt = n_prompt;
+	q->lim = *lim;
+	q->step = 0;
+	q->stop = lim->max_tokens ? SHOAL_GEN_STOP_NONE : SHOAL_GEN_STOP_MAX;
+}
+
+uint32_t shoal_gen_seq_chunk(const shoal_gen_seq *q, uint32_t p0, uint32_t max_rows)
+{
+	if (p0 >= q->n_prompt)
+		return 0;
+	return q->n_prompt - p0 < max_rows ? q->n_prompt - p0 : max_rows;
+}
+
+uint32_t shoal_gen_seq_pos(const shoal_gen_seq *q)
+{
+	return shoal_gen_pos_of_step(q->n_prompt, q->step);
+}
+
+uint32_t shoal_gen_seq_step(const shoal_gen_seq *q)
+{
+	return q->step;
+}
+
+shoal_gen_stop shoal_gen_seq_stop(const shoal_gen_seq *q)
+{
+	return q->stop;
+}
+
+shoal_gen_stop shoal_gen_seq_accept(shoal_gen_seq *q, int32_t id)
+{
+	assert(q->stop == SHOAL_GEN_STOP_NONE);
+	q->step++;
+	if (q->lim.eog && shoal_tokenizer_is_eog(q->lim.eog, id))
+		q->stop = SHOAL_GEN_STOP_EOG;
+	return q->stop;
+}
+
+shoal_gen_stop shoal_gen_seq_next(shoal_gen_seq *q, bool caller_stop)
+{
+	if (q->stop != SHOAL_GEN_STOP_NONE)
+		return q->stop;
+	if (caller_stop)
+		q->stop = SHOAL_GEN_STOP_CALLER;
+	else if (q->step >= q->lim.max_tokens)
+		q->stop = SHOAL_GEN_STOP_MAX;
+	else if (q->lim.n_ctx && (uint64_t)q->n_prompt + q->step >= q->lim.n_ctx)
+		q->stop = SHOAL_GEN_STOP_CTX;
+	return q->stop;
+}
+
+/* ---- sampling one step ---------------------------------------------------------- */
+
+int32_t shoal_gen_pick(shoal_sampler *s, const float *logits, uint32_t n_vocab,
+                       const int32_t *hist, size_t n_hist, uint32_t step, float *lp, uint32_t k,
+                       int32_t *top_ids, float *top_lps)
+{
+	int32_t id = shoal_sampler_sample(s, logits, hist, n_hist, step);
+	if (lp)
+		shoal_logprobs_top(logits, n_vocab, id, lp, k, top_ids, top_lps);
+	return id;
+}
+
+/* ---- the generator ------------------------------------------------------------ */
+
+struct shoal_gen {
+	shoal_engine *e;
+	shoal_gen_config cfg;
+	shoal_sampler *smp;
+	uint32_t slot, R, n_vocab, n_ctx;
+	int32_t *hist;       /* (n_ctx + 1) the prompt, then the tokens handed out */
+	int32_t *rows_tok;   /* (1) the fed token */
+	uint32_t *rows_sess; /* (R) the slot */
+	uint32_t *rows_pos;  /* (R) */
+	uint8_t *rows_want;  /* (R) */
+	float *logits;       /* (R with prompt_logits, else 1; n_vocab) */
+	int32_t top_ids[SHOAL_GEN_MAX_LOGPROBS];
+	float top_lps[SHOAL_GEN_MAX_LOGPROBS];
+	bool slot_open;
+};
+
+static uint64_t gen_clock_ns(clockid_t id)
+{
+	struct timespec t;
+	clock_gettime(id, &t);
+	return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
+}
+
+void shoal_gen_free(shoal_gen *g)
+{
+	if (!g)
+		return;
+	if (g->slot_open)
+		shoal_engine_session_close(g->e, g->slot);
+	shoal_sampler_free(g->smp);
+	free(g->hist);
+	free(g->rows_tok);
+	free(g->rows_sess);
+	free(g->rows_pos);
+	free(g->rows_want);
+	free(g->logits);
+	free(g);
+}
+
+shoal_err shoal_gen_new(shoal_engine *e, const shoal_gen_config *cfg, shoal_gen **out, char *why,
+                        size_t why_len)
+{
+	*out = NULL;
+	if (cfg->n_top > SHOAL_GEN_MAX_LOGPROBS || (cfg->n_top && !cfg->logprob))
+		return shoal_why(why, why_len, SHOAL_ERR_INVAL,
+		                 "top logprobs: 0..%u, and only with logprobs",
+		                 SHOAL_GEN_MAX_LOGPROBS);
+	const shoal_model *m = shoal_engine_model(e);
+	if (cfg->n_top > m->hp.n_vocab)
+		return shoal_why(why, why_len, SHOAL_ERR_INVAL, "%u top logprobs of %u tokens",
+		                 cfg->n_top, m->hp.n_vocab);
+	shoal_gen *g = calloc(1, sizeof *g);
+	if (!g)
+		return shoal_why(why, why_len, SHOAL_ERR_NOMEM, "out of memory");
+	g->e = e;
+	g->cfg = *cfg;
+	g->R = shoal_engine_max_rows(e);
+	g->n_ctx = shoal_engine_n_ctx(e);
+	g->n_vocab = m->hp.n_vocab;
+	size_t n_logits = (size_t)(cfg->prompt_logits ? g->R : 1) * g->n_vocab;
+	shoal_err err = shoal_why(why, why_len, SHOAL_ERR_NOMEM, "out of memory");
+	g->hist = malloc(((size_t)g->n_ctx + 1) * sizeof *g->hist);
+	g->rows_tok = malloc(sizeof *g->rows_tok);
+	g->rows_sess = malloc(g->R * sizeof *g->rows_sess);
+	g->rows_pos = malloc(g->R * sizeof *g->rows_pos);
+	g->rows_want = malloc(g->R);
+	g->logits = malloc(n_logits * sizeof *g->logits);
+	if (!g->hist || !g->rows_tok || !g->rows_sess || !g->rows_pos || !g->rows_want ||
+	    !g->logits)
+		goto fail;
+	if ((err = shoal_sampler_new(&cfg->sampler, g->n_vocab, &g->smp))) {
+		shoal_why(why, why_len, err, "%s",
+		          err == SHOAL_ERR_NOMEM ? "out of memory" : "sampler parameters out of range");
+		goto fail;
+	}
+	if ((err = shoal_engine_session_open(e, &g->slot))) {
+		shoal_why(why, why_len, err, "no engine session free");
+		goto fail;
+	}
+	g->slot_open = true;
+	for (uint32_t r = 0; r < g->R; r++)
+		g->rows_sess[r] = g->slot;
+	*out = g;
+	return SHOAL_OK;
+fail:
+	shoal_gen_free(g);
+	return err;
+}
+
+/* Prefill rq's prompt in chunks of R rows. Wanted logits: the scored range
+ * (handed to on_logits) and, when sampling follows, the last prompt row;
+ * *last points at the latter's. */
+static shoal_err gen_prefill(shoal_gen *g, const shoal_gen_request *rq, const shoal_gen_seq *q,
+                             const float **last, char *why, size_t why_len)
+{
+	bool sample = shoal_gen_seq_stop(q) == SHOAL_GEN_STOP_NONE;
+	uint32_t n;
+	for (uint32_t p0 = 0; (n = shoal_gen_seq_chunk(q, p0, g->R)); p0 += n) {
+		uint32_t nl = 0;
+		for (uint32_t r = 0; r < n; r++) {
+			uint32_t p = p0 + r;
+			g->rows_pos[r] = p;
+			g->rows_want[r] = (p >= rq->score_from && p < rq->score_to) ||
+			                  (sample && p + 1 == rq->n_prompt);
+			nl += g->rows_want[r];
+		}
+		shoal_engine_batch b = {.n_rows = n,
+		                        .tokens = rq->prompt + p0,
+		                        .session = g->rows_sess,
+		                        .pos = g->rows_pos,
+		                        .want_logits = g->rows_want,
+		                        .logits = g->logits};
+		shoal_err err = shoal_engine_run(g->e, &b, why, why_len);
+		if (err)
+			return err;
+		for (uint32_t r = 0, j = 0; r < n && j < nl; r++) {
+			if (!g->rows_want[r])
+				continue;
+			const float *lg = g->logits + (size_t)j++ * g->n_vocab; /* (n_vocab) */
+			uint32_t p = p0 + r;
+			if (p >= rq->score_from && p < rq->score_to)
+				rq->on_logits(rq->ctx, p, lg);
+			if (p + 1 == rq->n_prompt)
+				*last = lg;
+		}
+	}
+	return SHOAL_OK;
+}
+
+shoal_err shoal_gen_run(shoal_gen *g, const shoal_gen_request *rq, shoal_gen_stats *st, char *why,
+                        size_t why_len)
+{
+	shoal_gen_stats dummy;
+	if (!st)
+		st = &dummy;
+	memset(st, 0, sizeof *st);
+	bool scored = rq->score_from < rq->score_to;
+	if (!rq->n_prompt || rq->n_prompt > g->n_ctx)
+		return shoal_why(why, why_len, SHOAL_ERR_RANGE, "a prompt of %u tokens, context %u",
+		                 rq->n_prompt, g->n_ctx);
+	if (scored && (!g->cfg.prompt_logits || !rq->on_logits))
+		return shoal_why(why, why_len, SHOAL_ERR_INVAL,
+		                 "scoring the prompt needs prompt_logits and on_logits");
+	shoal_gen_seq q;
+	shoal_gen_seq_init(&q, rq->n_prompt,
+	                   &(shoal_gen_limits){
+	                       .max_tokens = rq->max_tokens, .n_ctx = g->n_ctx, .eog = rq->eog});
+	shoal_engine_session_reset(g->e, g->slot);
+
+	uint64_t t0 = gen_clock_ns(CLOCK_MONOTONIC);
+	const float *logits = g->logits; /* (n_vocab) the latest row to sample */
+	shoal_err err = gen_prefill(g, rq, &q, &logits, why, why_len);
+	if (err)
+		return err;
+	uint64_t t1 = gen_clock_ns(CLOCK_MONOTONIC), t_end = t1;
+	uint64_t c1 = gen_clock_ns(CLOCK_PROCESS_CPUTIME_ID), c_end = c1;
+	st->prefill_ns = t1 - t0;
+	st->decode_best_ns = UINT64_MAX;
+
+	memcpy(g->hist, rq->prompt, (size_t)rq->n_prompt * sizeof *g->hist);
+	size_t n_hist = rq->n_prompt;
+	float lp = 0;
+	shoal_gen_token t = {.n_top = g->cfg.n_top, .top_ids = g->top_ids, .top_lps = g->top_lps};
+	while (shoal_gen_seq_stop(&q) == SHOAL_GEN_STOP_NONE) {
+		uint64_t ts = gen_clock_ns(CLOCK_MONOTONIC);
+		t.step = shoal_gen_seq_step(&q);
+		t.id = shoal_gen_pick(g->smp, logits, g->n_vocab, g->hist, n_hist, t.step,
+		                      g->cfg.logprob ? &lp : NULL, g->cfg.n_top, g->top_ids,
+		                      g->top_lps);
+		if (shoal_gen_seq_accept(&q, t.id) != SHOAL_GEN_STOP_NONE)
+			break;
+		t.logprob = lp;
+		g->hist[n_hist++] = t.id;
+		st->tokens++;
+		int stop = rq->on_token ? rq->on_token(rq->ctx, &t) : 0;
+		if (shoal_gen_seq_next(&q, stop) != SHOAL_GEN_STOP_NONE)
+			break;
+		g->rows_tok[0] = t.id;
+		g->rows_pos[0] = shoal_gen_seq_pos(&q);
+		g->rows_want[0] = 1;
+		shoal_engine_batch b = {.n_rows = 1,
+		                        .tokens = g->rows_tok,
+		                        .session = g->rows_sess,
+		                        .pos = g->rows_pos,
+		                        .want_logits = g->rows_want,
+		                        .logits = g->logits};
+		if ((err = shoal_engine_run(g->e, &b, why, why_len)))
+			break;
+		logits = g->logits;
+		t_end = gen_clock_ns(CLOCK_MONOTONIC);
+		c_end = gen_clock_ns(CLOCK_PROCESS_CPUTIME_ID);
+		st->decode_runs++;
+		if (t_end - ts < st->decode_best_ns)
+			st->decode_best_ns = t_end - ts;
+	}
+	st->stop = shoal_gen_seq_stop(&q);
+	st->decode_ns = t_end - t1;
+	st->decode_cpu_ns = c_end - c1;
+	if (!st->decode_runs)
+		st->decode_best_ns = 0;
+	return err;
+}
