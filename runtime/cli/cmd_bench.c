@@ -19,12 +19,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "models/model.h"
 #include "runtime/backend.h"
 #include "runtime/cli/cli.h"
 #include "runtime/engine/engine.h"
+#include "runtime/engine/generate.h"
 
 static void shoal_bench_usage(FILE *f)
 {
@@ -33,18 +33,6 @@ static void shoal_bench_usage(FILE *f)
 	           "  --prompt N   prefill tokens (default 64)\n"
 	           "  --gen N      decoded tokens (default 32)\n"
 	           "  --json       one JSON object\n");
-}
-
-static double shoal_bench_clock(clockid_t id)
-{
-	struct timespec t;
-	clock_gettime(id, &t);
-	return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
-
-static double shoal_bench_now(void)
-{
-	return shoal_bench_clock(CLOCK_MONOTONIC);
 }
 
 /* Bytes one decode step reads (see the header comment). */
@@ -67,15 +55,6 @@ static uint64_t shoal_bench_bytes_per_token(const shoal_model *m)
 	else
 		sum += m->tok_embd->nbytes / hp->n_vocab;
 	return sum;
-}
-
-static int32_t shoal_bench_argmax(const float *x, uint32_t n)
-{
-	uint32_t best = 0;
-	for (uint32_t i = 1; i < n; i++)
-		if (x[i] > x[best])
-			best = i;
-	return (int32_t)best;
 }
 
 int shoal_cmd_bench(int argc, char **argv)
@@ -128,10 +107,8 @@ int shoal_cmd_bench(int argc, char **argv)
 	int status = 1;
 	shoal_model *m = NULL;
 	shoal_engine *eng = NULL;
-	int32_t *toks = NULL;
-	uint32_t *sess = NULL, *pos = NULL;
-	uint8_t *want = NULL;
-	float *logits = NULL; /* (n_vocab) */
+	shoal_gen *gen = NULL;
+	int32_t *toks = NULL; /* (n_prompt) */
 	shoal_err err = shoal_model_open(model, &m, why, sizeof why);
 	if (err) {
 		fprintf(stderr, "shoal bench: %s: %s\n", model, why[0] ? why : shoal_strerror(err));
@@ -146,78 +123,45 @@ int shoal_cmd_bench(int argc, char **argv)
 		fprintf(stderr, "shoal bench: %s: %s\n", model, why[0] ? why : shoal_strerror(err));
 		goto out;
 	}
-	uint32_t R = cfg.max_rows, n_vocab = m->hp.n_vocab;
-	toks = malloc(R * sizeof *toks);
-	sess = calloc(R, sizeof *sess);
-	pos = malloc(R * sizeof *pos);
-	want = calloc(R, 1);
-	logits = malloc((size_t)n_vocab * sizeof *logits);
-	if (!toks || !sess || !pos || !want || !logits) {
+	uint32_t n_vocab = m->hp.n_vocab;
+	shoal_gen_config gc = {.sampler = shoal_sampler_defaults()};
+	gc.sampler.temp = 0; /* greedy */
+	if ((err = shoal_gen_new(eng, &gc, &gen, why, sizeof why)))
+		goto fail_run;
+	toks = malloc((size_t)n_prompt * sizeof *toks);
+	if (!toks) {
 		fprintf(stderr, "shoal bench: out of memory\n");
 		goto out;
 	}
-	uint32_t slot;
-	shoal_engine_session_open(eng, &slot);
-	for (uint32_t r = 0; r < R; r++)
-		sess[r] = slot;
 
-	/* warm-up: one decode step touches every weight page */
+	/* warm-up: one token at position 0 touches every weight page */
 	toks[0] = 1 % (int32_t)n_vocab;
-	pos[0] = 0;
-	want[0] = 1;
-	shoal_engine_batch b1 = {.n_rows = 1,
-	                         .tokens = toks,
-	                         .session = sess,
-	                         .pos = pos,
-	                         .want_logits = want,
-	                         .logits = logits};
-	if ((err = shoal_engine_run(eng, &b1, why, sizeof why)))
+	shoal_gen_request rq = {.prompt = toks, .n_prompt = 1, .max_tokens = 1};
+	if ((err = shoal_gen_run(gen, &rq, NULL, why, sizeof why)))
 		goto fail_run;
-	shoal_engine_session_reset(eng, slot);
 
-	/* prefill: synthetic ids spread over the vocabulary (7919 is prime) */
-	double t0 = shoal_bench_now();
-	for (long p0 = 0; p0 < n_prompt; p0 += R) {
-		uint32_t n = (uint32_t)(n_prompt - p0 < R ? n_prompt - p0 : R);
-		for (uint32_t r = 0; r < n; r++) {
-			pos[r] = (uint32_t)p0 + r;
-			toks[r] = (int32_t)(((uint64_t)pos[r] * 7919 + 1) % n_vocab);
-			want[r] = pos[r] == n_prompt - 1;
-		}
-		shoal_engine_batch b = {.n_rows = n,
-		                        .tokens = toks,
-		                        .session = sess,
-		                        .pos = pos,
-		                        .want_logits = want,
-		                        .logits = logits};
-		if ((err = shoal_engine_run(eng, &b, why, sizeof why)))
-			goto fail_run;
-	}
-	double t1 = shoal_bench_now(), best = 1e30;
-	double c1 = shoal_bench_clock(CLOCK_PROCESS_CPUTIME_ID);
-	for (long t = 0; t < n_gen; t++) {
-		double ts = shoal_bench_now();
-		toks[0] = shoal_bench_argmax(logits, n_vocab);
-		pos[0] = (uint32_t)(n_prompt + t);
-		want[0] = 1;
-		if ((err = shoal_engine_run(eng, &b1, why, sizeof why)))
-			goto fail_run;
-		double te = shoal_bench_now();
-		if (te - ts < best)
-			best = te - ts;
-	}
-	double t2 = shoal_bench_now();
-	double c2 = shoal_bench_clock(CLOCK_PROCESS_CPUTIME_ID);
+	/* prefill: synthetic ids spread over the vocabulary (7919 is prime);
+	 * then n_gen decode runs, each fed the greedy token of the last */
+	for (long p = 0; p < n_prompt; p++)
+		toks[p] = (int32_t)(((uint64_t)p * 7919 + 1) % n_vocab);
+	rq.n_prompt = (uint32_t)n_prompt;
+	rq.max_tokens = (uint32_t)n_gen + 1;
+	shoal_gen_stats st;
+	if ((err = shoal_gen_run(gen, &rq, &st, why, sizeof why)))
+		goto fail_run;
 	/* tokens per second of CPU time per thread: what decoding would reach
 	 * with its cores to itself (spinning workers count as busy) */
-	double tg_cpu = c2 > c1 ? (double)n_gen * (double)threads / (c2 - c1) : 0;
+	double tg_cpu = st.decode_cpu_ns
+	                    ? (double)n_gen * (double)threads / (1e-9 * (double)st.decode_cpu_ns)
+	                    : 0;
 
 	shoal_backend_device dev;
 	shoal_engine_backend_ops(eng)->devices(shoal_engine_backend(eng), true, &dev, 1);
-	double pp = (double)n_prompt / (t1 - t0), tg = (double)n_gen / (t2 - t1);
+	double pp = (double)n_prompt / (1e-9 * (double)st.prefill_ns);
+	double tg = (double)n_gen / (1e-9 * (double)st.decode_ns);
 	uint64_t bpt = shoal_bench_bytes_per_token(m);
 	double bound = dev.read_gbps * 1e9 / (double)bpt;
-	double tg_best = 1.0 / best;
+	double tg_best = 1.0 / (1e-9 * (double)st.decode_best_ns);
 	double frac = bound > 0 ? tg / bound : 0, frac_best = bound > 0 ? tg_best / bound : 0;
 	if (json) {
 		printf("{\"model\": \"%s\", \"threads\": %ld, \"device\": \"%s\", "
@@ -245,12 +189,9 @@ int shoal_cmd_bench(int argc, char **argv)
 fail_run:
 	fprintf(stderr, "shoal bench: %s\n", why);
 out:
+	shoal_gen_free(gen);
 	shoal_engine_free(eng);
 	shoal_model_free(m);
 	free(toks);
-	free(sess);
-	free(pos);
-	free(want);
-	free(logits);
 	return status;
 }
