@@ -22,6 +22,7 @@
 #include "models/tokenizer.h"
 #include "runtime/cli/cli.h"
 #include "runtime/engine/engine.h"
+#include "runtime/engine/generate.h"
 
 static void shoal_ppl_usage(FILE *f)
 {
@@ -77,6 +78,13 @@ static char *shoal_ppl_read(const char *path, size_t *len)
 	return buf;
 }
 
+typedef struct shoal_ppl_score {
+	const int32_t *win; /* the window being scored */
+	uint32_t n_vocab;
+	double nll;
+	size_t scored;
+} shoal_ppl_score;
+
 /* -log softmax(logits)[target], in double. */
 static double shoal_ppl_nll(const float *logits, uint32_t n_vocab, int32_t target)
 {
@@ -88,6 +96,14 @@ static double shoal_ppl_nll(const float *logits, uint32_t n_vocab, int32_t targe
 	for (uint32_t i = 0; i < n_vocab; i++)
 		sum += exp((double)logits[i] - mx);
 	return -((double)logits[target] - mx - log(sum));
+}
+
+/* The generation loop's prefill hands each scored position's logits. */
+static void shoal_ppl_on_logits(void *ctx, uint32_t pos, const float *logits)
+{
+	shoal_ppl_score *sc = ctx;
+	sc->nll += shoal_ppl_nll(logits, sc->n_vocab, sc->win[pos + 1]);
+	sc->scored++;
 }
 
 int shoal_cmd_perplexity(int argc, char **argv)
@@ -139,9 +155,7 @@ int shoal_cmd_perplexity(int argc, char **argv)
 	shoal_engine *eng = NULL;
 	char *text = NULL;
 	int32_t *ids = NULL;
-	uint32_t *sess = NULL, *pos = NULL;
-	uint8_t *want = NULL;
-	float *logits = NULL; /* (max_rows, n_vocab) */
+	shoal_gen *gen = NULL;
 	size_t n_ids = 0, text_len = 0;
 	struct timespec t0, t1;
 	clock_gettime(CLOCK_MONOTONIC, &t0);
@@ -190,59 +204,42 @@ int shoal_cmd_perplexity(int argc, char **argv)
 		        why[0] ? why : shoal_strerror(err));
 		goto out;
 	}
-	uint32_t R = cfg.max_rows, n_vocab = m->hp.n_vocab, first = C / 2;
-	sess = calloc(R, sizeof *sess);
-	pos = malloc(R * sizeof *pos);
-	want = malloc(R);
-	logits = malloc((size_t)R * n_vocab * sizeof *logits);
-	if (!sess || !pos || !want || !logits) {
-		fprintf(stderr, "shoal perplexity: out of memory\n");
+	shoal_gen_config gc = {.sampler = shoal_sampler_defaults(), .prompt_logits = true};
+	gc.sampler.temp = 0; /* nothing is sampled: max_tokens 0 */
+	err = shoal_gen_new(eng, &gc, &gen, why, sizeof why);
+	if (err) {
+		fprintf(stderr, "shoal perplexity: %s\n", why);
 		goto out;
 	}
-	uint32_t slot;
-	shoal_engine_session_open(eng, &slot);
-	for (uint32_t r = 0; r < R; r++)
-		sess[r] = slot;
 	int32_t bos = shoal_tokenizer_bos(tok);
 	bool use_bos = shoal_tokenizer_adds_bos(tok) && bos >= 0;
-	double nll = 0;
-	size_t scored = 0;
+	shoal_ppl_score sc = {.n_vocab = m->hp.n_vocab};
 	for (size_t w = 0; w < W; w++) {
 		int32_t *win = ids + w * C; /* (C) */
 		int32_t tok0 = win[0];
 		if (use_bos)
 			win[0] = bos;
-		shoal_engine_session_reset(eng, slot);
-		for (uint32_t p0 = 0; p0 < C; p0 += R) {
-			uint32_t n = C - p0 < R ? C - p0 : R, nl = 0;
-			for (uint32_t r = 0; r < n; r++) {
-				pos[r] = p0 + r;
-				want[r] = pos[r] >= first && pos[r] + 1 < C;
-				nl += want[r];
-			}
-			shoal_engine_batch b = {.n_rows = n,
-			                        .tokens = win + p0,
-			                        .session = sess,
-			                        .pos = pos,
-			                        .want_logits = want,
-			                        .logits = logits};
-			err = shoal_engine_run(eng, &b, why, sizeof why);
-			if (err) {
-				fprintf(stderr, "shoal perplexity: %s\n", why);
-				goto out;
-			}
-			for (uint32_t r = 0, j = 0; r < n && j < nl; r++) {
-				if (!want[r])
-					continue;
-				nll += shoal_ppl_nll(logits + (size_t)j++ * n_vocab, n_vocab,
-				                     win[pos[r] + 1]);
-				scored++;
-			}
-		}
+		/* the window as a prompt that samples nothing: the logits of
+		 * positions C/2 .. C-2 are scored against the next token */
+		sc.win = win;
+		shoal_gen_request rq = {.prompt = win,
+		                        .n_prompt = C,
+		                        .max_tokens = 0,
+		                        .ctx = &sc,
+		                        .score_from = C / 2,
+		                        .score_to = C - 1,
+		                        .on_logits = shoal_ppl_on_logits};
+		err = shoal_gen_run(gen, &rq, NULL, why, sizeof why);
 		win[0] = tok0;
+		if (err) {
+			fprintf(stderr, "shoal perplexity: %s\n", why);
+			goto out;
+		}
 		if (!json)
-			fprintf(stderr, "[%zu] %.4f\n", w + 1, exp(nll / (double)scored));
+			fprintf(stderr, "[%zu] %.4f\n", w + 1, exp(sc.nll / (double)sc.scored));
 	}
+	double nll = sc.nll;
+	size_t scored = sc.scored;
 	clock_gettime(CLOCK_MONOTONIC, &t1);
 	double secs = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
 	double ppl = exp(nll / (double)scored);
@@ -255,14 +252,11 @@ int shoal_cmd_perplexity(int argc, char **argv)
 		       C, scored, secs);
 	status = 0;
 out:
+	shoal_gen_free(gen);
 	shoal_engine_free(eng);
 	shoal_tokenizer_free(tok);
 	shoal_model_free(m);
 	free(text);
 	free(ids);
-	free(sess);
-	free(pos);
-	free(want);
-	free(logits);
 	return status;
 }
