@@ -32,6 +32,7 @@
 #include "base/err.h"
 #include "models/model.h"
 #include "net/xfer.h"
+#include "runtime/engine/generate.h"
 #include "runtime/engine/sampler.h"
 
 /*
@@ -84,8 +85,8 @@
  */
 #define SHOAL_DIST_CTL_LAYER 0xffffu
 #define SHOAL_DIST_CTL_WORDS 18u
-/* cmd_run's --logprobs cap: OpenAI allows 20; 100 leaves room. */
-#define SHOAL_DIST_MAX_LOGPROBS 100u
+/* --logprobs cap: the generation loop's. */
+#define SHOAL_DIST_MAX_LOGPROBS SHOAL_GEN_MAX_LOGPROBS
 /* Prompt tail for the repetition penalty: sampler's default last_n is 64;
  * 256 covers every setting seen in llama.cpp presets. */
 #define SHOAL_DIST_TAIL_MAX 256u
@@ -225,6 +226,9 @@ typedef struct shoal_dist_request {
 	uint32_t max_tokens;   /* >= 1 */
 	uint32_t logprobs;     /* K: 0..SHOAL_DIST_MAX_LOGPROBS */
 	shoal_sampler_params sampler;
+	/* Stop at its end-of-generation ids (the token is not handed to
+	 * on_token), as a local run; NULL: never. Borrowed for the session. */
+	const shoal_tokenizer *eog;
 	shoal_dist_token_fn on_token;
 	void *ctx;
 } shoal_dist_request;

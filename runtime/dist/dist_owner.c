@@ -21,7 +21,8 @@ typedef struct owner_sess {
 	uint64_t sid;
 	shoal_err result;
 	char why[SHOAL_XFER_REASON_MAX + 1];
-	uint32_t n_prompt, n_ctx, generated, max_tokens, logprobs;
+	shoal_gen_seq q; /* steps, positions and stops, as a local run's */
+	uint32_t logprobs;
 	shoal_dist_token_fn on_token;
 	void *ctx;
 	uint64_t t_sent; /* when the latest token went to stage 0 */
@@ -131,7 +132,7 @@ static shoal_err release(shoal_dist_owner *o, char *why, size_t why_len)
 {
 	for (uint32_t i = 0; i < o->cfg.max_sessions; i++) {
 		const owner_sess *ss = &o->sess[i];
-		if (ss->used && !ss->done && !ss->held && ss->generated)
+		if (ss->used && !ss->done && !ss->held && shoal_gen_seq_step(&ss->q))
 			return SHOAL_OK;
 	}
 	uint32_t n = 0;
@@ -145,7 +146,7 @@ static shoal_err release(shoal_dist_owner *o, char *why, size_t why_len)
 				return e;
 			n = 0;
 		}
-		o->rows[n] = (shoal_xfer_row){.session = ss->sid, .pos = ss->n_ctx - 1};
+		o->rows[n] = (shoal_xfer_row){.session = ss->sid, .pos = shoal_gen_seq_pos(&ss->q)};
 		o->next[n] = ss->next_id;
 		o->next_ss[n++] = ss;
 	}
@@ -165,7 +166,8 @@ static shoal_err handle_results(shoal_dist_owner *o, const shoal_xfer_frame *f, 
 	uint64_t now = dist__now_ns();
 	for (uint32_t r = 0; r < h->n_rows; r++) {
 		owner_sess *ss = find(o, h->rows[r].session);
-		if (!ss || ss->done || h->rows[r].pos != ss->n_ctx - 1 || K < ss->logprobs) {
+		if (!ss || ss->done || h->rows[r].pos != shoal_gen_seq_pos(&ss->q) ||
+		    K < ss->logprobs) {
 			o->met.dropped++;
 			SHOAL_LOG_W(LOG_PART, "dropped a result for session %016llx at %u",
 			            (unsigned long long)h->rows[r].session, h->rows[r].pos);
@@ -173,7 +175,7 @@ static shoal_err handle_results(shoal_dist_owner *o, const shoal_xfer_frame *f, 
 		}
 		const uint8_t *p = f->payload + (size_t)r * h->dim * 4u;
 		shoal_dist_token t = {.sid = ss->sid,
-		                      .step = ss->generated,
+		                      .step = shoal_gen_seq_step(&ss->q),
 		                      .n_top = ss->logprobs,
 		                      .top_ids = o->top_ids,
 		                      .top_lps = o->top_lps};
@@ -183,19 +185,20 @@ static shoal_err handle_results(shoal_dist_owner *o, const shoal_xfer_frame *f, 
 			memcpy(&o->top_ids[j], p + 8 + 8 * j, 4);
 			memcpy(&o->top_lps[j], p + 12 + 8 * j, 4);
 		}
-		if (ss->generated) {
+		if (t.step) {
 			o->met.last_step_ns = now - ss->t_sent;
 			o->met.step_ns += o->met.last_step_ns;
 			o->met.steps++;
 		}
 		o->met.tokens++;
-		ss->generated++;
-		int stop = ss->on_token ? ss->on_token(ss->ctx, &t) : 0;
-		if (stop || ss->generated >= ss->max_tokens) {
+		/* the stop conditions of the generation loop (generate.h): an
+		 * end-of-generation token ends the session unseen */
+		bool go = shoal_gen_seq_accept(&ss->q, t.id) == SHOAL_GEN_STOP_NONE;
+		int stop = go && ss->on_token ? ss->on_token(ss->ctx, &t) : 0;
+		if (shoal_gen_seq_next(&ss->q, stop) != SHOAL_GEN_STOP_NONE) {
 			finish(o, ss, SHOAL_OK, NULL);
 			continue;
 		}
-		ss->n_ctx++;
 		ss->held = true;
 		ss->next_id = t.id;
 	}
@@ -281,8 +284,8 @@ shoal_err shoal_dist_owner_start(shoal_dist_owner *o, const shoal_dist_request *
 	ss->sid = (uint64_t)o->cfg.self[0] << 56 | (uint64_t)o->cfg.self[1] << 48 |
 	          (uint64_t)o->cfg.self[2] << 40 | (uint64_t)o->cfg.self[3] << 32 | ++o->counter;
 	ss->used = true;
-	ss->n_prompt = ss->n_ctx = req->n_prompt;
-	ss->max_tokens = req->max_tokens;
+	shoal_gen_seq_init(&ss->q, req->n_prompt,
+	                   &(shoal_gen_limits){.max_tokens = req->max_tokens, .eog = req->eog});
 	ss->logprobs = req->logprobs;
 	ss->on_token = req->on_token;
 	ss->ctx = req->ctx;
@@ -298,11 +301,9 @@ shoal_err shoal_dist_owner_start(shoal_dist_owner *o, const shoal_dist_request *
 	if (!pen) /* repeat_last_n must pass the stages' check; unused without a penalty */
 		c.sp.repeat_last_n = 0;
 	shoal_err e = send_ctl(o, ss->sid, &c, why, why_len);
-	for (uint32_t p0 = 0; !e && p0 < req->n_prompt; p0 += o->cfg.max_rows) {
-		uint32_t n = req->n_prompt - p0;
-		n = n < o->cfg.max_rows ? n : o->cfg.max_rows;
+	uint32_t n;
+	for (uint32_t p0 = 0; !e && (n = shoal_gen_seq_chunk(&ss->q, p0, o->cfg.max_rows)); p0 += n)
 		e = send_ids(o, ss->sid, req->prompt + p0, n, p0, why, why_len);
-	}
 	ss->t_sent = dist__now_ns();
 	if (e)
 		finish(o, ss, e, why);

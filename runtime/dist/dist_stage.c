@@ -125,7 +125,7 @@ static shoal_err send_results(shoal_dist_stage *s, uint32_t n, uint32_t n_want, 
 			continue;
 		dist__sess *ss = &s->sess[s->row_sess[r]];
 		const float *lg = s->logits + (size_t)wi * s->n_vocab; /* (n_vocab) */
-		uint64_t t = (uint64_t)s->pos[r] - (ss->n_prompt - 1);
+		uint64_t t = shoal_gen_step_of_pos(ss->n_prompt, s->pos[r]);
 		int32_t id = shoal_sampler_sample(ss->smp, lg, ss->hist, ss->n_hist, t);
 		if (ss->n_hist == 2 * SHOAL_DIST_TAIL_MAX) {
 			memmove(ss->hist, ss->hist + SHOAL_DIST_TAIL_MAX,

@@ -288,8 +288,6 @@ static int shoal_cluster_on_token(void *ctx, const shoal_dist_token *t)
 	shoal_cluster_tokctx *tc = ctx;
 	shoal_cluster *cl = tc->cl;
 	cl->runs[tc->run].last_us = shoal_cluster_data_now_us();
-	if (shoal_tokenizer_is_eog(cl->tok, t->id))
-		return 1; /* as local `shoal run`: the end token is not printed */
 	shoal_cluster_event ev;
 	ev.run = tc->run;
 	ev.end = 0;
@@ -414,6 +412,7 @@ static void shoal_cluster_start_runs(shoal_cluster_dt *d, shoal_cluster_tokctx *
 		                          .max_tokens = r->max_tokens,
 		                          .logprobs = r->logprobs,
 		                          .sampler = r->sp,
+		                          .eog = cl->tok,
 		                          .on_token = shoal_cluster_on_token,
 		                          .ctx = &tcs[i]};
 		shoal_err e = d->owner
