@@ -64,6 +64,7 @@ const char *shoal_xfer_kind_name(unsigned kind)
 	    [SHOAL_XFER_KIND_RDMA_QP] = "rdma-qp",
 	    [SHOAL_XFER_KIND_RDMA_VERDICT] = "rdma-verdict",
 	    [SHOAL_XFER_KIND_PROBE] = "probe",
+	    [SHOAL_XFER_KIND_SESSION] = "session",
 	};
 	return kind < SHOAL_XFER_KIND__COUNT ? names[kind] : "?";
 }
@@ -86,7 +87,8 @@ size_t shoal_xfer_dtype_size(unsigned dtype)
 
 int shoal_xfer_kind_is_data(unsigned kind)
 {
-	return kind >= SHOAL_XFER_KIND_HIDDEN && kind <= SHOAL_XFER_KIND_EXPERT_REP;
+	return (kind >= SHOAL_XFER_KIND_HIDDEN && kind <= SHOAL_XFER_KIND_EXPERT_REP) ||
+	       kind == SHOAL_XFER_KIND_SESSION;
 }
 
 int shoal_xfer_kind_has_routes(unsigned kind)
@@ -233,14 +235,20 @@ static shoal_err check_kind(const shoal_xfer_hdr *h, const uint8_t *payload, cha
 		break;
 	}
 	/* Data kinds: rows, a layer range, a typed (n_vec, dim) payload. */
+	if (k == SHOAL_XFER_KIND_SESSION && (h->n_rows != 1 || h->layer_first || h->layer_end))
+		return shoal_why(why, why_len, SHOAL_ERR_FORMAT,
+		                 "session frame with %u rows, layers [%u, %u)", h->n_rows,
+		                 h->layer_first, h->layer_end);
 	if (h->n_rows == 0)
 		return shoal_why(why, why_len, SHOAL_ERR_FORMAT, "%s frame with no rows",
 		                 shoal_xfer_kind_name(k));
-	if (k == SHOAL_XFER_KIND_TOKEN ? h->layer_first > h->layer_end
-	                               : h->layer_first >= h->layer_end)
+	if (k == SHOAL_XFER_KIND_TOKEN || k == SHOAL_XFER_KIND_SESSION
+	        ? h->layer_first > h->layer_end
+	        : h->layer_first >= h->layer_end)
 		return shoal_why(why, why_len, SHOAL_ERR_FORMAT, "%s frame with layers [%u, %u)",
 		                 shoal_xfer_kind_name(k), h->layer_first, h->layer_end);
-	if (!dsz || (k == SHOAL_XFER_KIND_TOKEN && h->dtype != SHOAL_XFER_DTYPE_I32))
+	if (!dsz || ((k == SHOAL_XFER_KIND_TOKEN || k == SHOAL_XFER_KIND_SESSION) &&
+	             h->dtype != SHOAL_XFER_DTYPE_I32))
 		return shoal_why(why, why_len, SHOAL_ERR_FORMAT, "%s frame with dtype %u",
 		                 shoal_xfer_kind_name(k), h->dtype);
 	if (h->dim == 0)

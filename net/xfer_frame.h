@@ -41,7 +41,8 @@
  *     (hidden, expert), the hello/qp block size, or <= 255 (reasons).
  *  6. Every route's row index is < n_rows and its gate is finite.
  *  7. Data kinds carry at least one row and layer_first < layer_end
- *     (TOKEN: layer_first <= layer_end).
+ *     (TOKEN: layer_first <= layer_end). SESSION carries exactly one row,
+ *     layers [0, 0), I32 words and no routes.
  *  8. Control kinds (HELLO, HELLO_ACK, ERROR, CREDIT, RDMA_*, PROBE) carry
  *     no rows and no routes.
  *  9. (link) A data frame's digest and epoch equal the link's plan, and seq
@@ -81,6 +82,7 @@ typedef enum shoal_xfer_kind {
 	SHOAL_XFER_KIND_RDMA_QP,      /* n_aux = status; payload = qp info or reason */
 	SHOAL_XFER_KIND_RDMA_VERDICT, /* n_aux = status; payload = reason (or empty) */
 	SHOAL_XFER_KIND_PROBE,        /* upgrade test round trip; opaque U8 payload */
+	SHOAL_XFER_KIND_SESSION,      /* a session's open/close/error: (1, dim) I32 words */
 	SHOAL_XFER_KIND__COUNT
 } shoal_xfer_kind;
 
@@ -135,7 +137,7 @@ typedef struct shoal_xfer_limits {
 
 const char *shoal_xfer_kind_name(unsigned kind); /* "hidden", ...; "?" if unknown */
 size_t shoal_xfer_dtype_size(unsigned dtype);    /* 0 if unknown or NONE */
-int shoal_xfer_kind_is_data(unsigned kind);      /* HIDDEN, TOKEN, EXPERT_*: plan-checked */
+int shoal_xfer_kind_is_data(unsigned kind); /* HIDDEN, TOKEN, EXPERT_*, SESSION: plan-checked */
 int shoal_xfer_kind_has_routes(unsigned kind);   /* EXPERT_REQ, EXPERT_REP */
 
 /* Bytes before the payload (header, tags, routes, padding) for h. */

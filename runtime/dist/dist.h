@@ -44,7 +44,7 @@
  *   TOKEN   I32   [0, 0)          1        (sid, pos)   owner -> stage 0: ids
  *   HIDDEN  F32   [l0, l1)        n_embd   (sid, pos)   stage -> next stage
  *   TOKEN   I32   [L, L), L=n_layer 2+2K   (sid, pos)   last stage -> owner
- *   TOKEN   I32   [CTL, CTL)      >= 18    (sid, 0)     control, see below
+ *   SESSION I32   [0, 0)          >= 18    (sid, 0)     control, see below
  *   EXPERT_REQ F32 [l, l+1)       n_embd   tags of rows routed there
  *   EXPERT_REP F32 [l, l+1)       n_embd   same rows and routes, payload
  *                                          (n_routes, n_embd) contributions
@@ -53,7 +53,7 @@
  * then K pairs (id, logprob bits), best first; pos is the position whose
  * logits were sampled (the new token goes to pos + 1).
  *
- * Control (layer_first = layer_end = SHOAL_DIST_CTL_LAYER, 1 row), words:
+ * Control (a SESSION frame of 1 row; net/xfer_frame.h checks its shape), words:
  *   0 op (OPEN, CLOSE, ERROR)  1 status (shoal_err)  2-5 owner peer id
  *   6 n_prompt  7 max_tokens  8 logprobs K  9 temp (f32 bits)  10 top_k
  *   11 top_p  12 min_p  13 repeat_penalty  14 repeat_last_n  15 n_tail
@@ -83,7 +83,6 @@
  *     contributions are combined in expert-id order by the engine.
  *  8. CLOSE travels like OPEN; stages free the slot. Nothing replies.
  */
-#define SHOAL_DIST_CTL_LAYER 0xffffu
 #define SHOAL_DIST_CTL_WORDS 18u
 /* --logprobs cap: the generation loop's. */
 #define SHOAL_DIST_MAX_LOGPROBS SHOAL_GEN_MAX_LOGPROBS

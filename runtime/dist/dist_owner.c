@@ -219,8 +219,7 @@ shoal_err shoal_dist_owner_handle(shoal_dist_owner *o, shoal_xfer_link *from,
 		            shoal_xfer_kind_name(h->kind));
 		return SHOAL_OK;
 	}
-	if (h->kind == SHOAL_XFER_KIND_TOKEN && h->layer_first == SHOAL_DIST_CTL_LAYER &&
-	    h->n_rows == 1) {
+	if (h->kind == SHOAL_XFER_KIND_SESSION) {
 		dist__ctl c;
 		char w[256] = "";
 		owner_sess *ss = find(o, h->rows[0].session);

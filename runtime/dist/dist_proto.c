@@ -134,10 +134,8 @@ shoal_err dist__ctl_send(shoal_xfer_link *k, uint64_t sid, const dist__ctl *c, i
 	if (!dim)
 		return shoal_why(why, why_len, SHOAL_ERR_RANGE, "control block too large");
 	shoal_xfer_row row = {.session = sid, .pos = 0};
-	shoal_xfer_hdr h = {.kind = SHOAL_XFER_KIND_TOKEN,
+	shoal_xfer_hdr h = {.kind = SHOAL_XFER_KIND_SESSION,
 	                    .dtype = SHOAL_XFER_DTYPE_I32,
-	                    .layer_first = SHOAL_DIST_CTL_LAYER,
-	                    .layer_end = SHOAL_DIST_CTL_LAYER,
 	                    .dim = dim,
 	                    .n_rows = 1,
 	                    .rows = &row,

@@ -477,8 +477,7 @@ static shoal_err stage_handle(shoal_dist_stage *s, shoal_xfer_link *from, const 
 		            s->cfg.digest[0], s->cfg.digest[1], (unsigned long long)s->cfg.epoch);
 		return SHOAL_OK;
 	}
-	bool data = h->kind == SHOAL_XFER_KIND_HIDDEN ||
-	            (h->kind == SHOAL_XFER_KIND_TOKEN && h->layer_first != SHOAL_DIST_CTL_LAYER);
+	bool data = h->kind == SHOAL_XFER_KIND_HIDDEN || h->kind == SHOAL_XFER_KIND_TOKEN;
 	shoal_err e;
 	if (data) {
 		e = take_frame(s, f, why, why_len);
@@ -487,7 +486,7 @@ static shoal_err stage_handle(shoal_dist_stage *s, shoal_xfer_link *from, const 
 	if ((e = flush(s, why, why_len)))
 		return e;
 	switch (h->kind) {
-	case SHOAL_XFER_KIND_TOKEN:
+	case SHOAL_XFER_KIND_SESSION:
 		return handle_ctl(s, f, why, why_len);
 	case SHOAL_XFER_KIND_EXPERT_REQ:
 		return dist__experts_serve(s, from, f, why, why_len);

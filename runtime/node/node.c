@@ -51,7 +51,7 @@
 
 /* Versions this node speaks; a peer that differs is kept in the view but
  * left out of plans (net/swim.c says why in `shoal status`). */
-#define SHOAL_NODE_PROTO_VERSION 1
+#define SHOAL_NODE_PROTO_VERSION 2 /* 2: session control in its own frame kind */
 #define SHOAL_NODE_SCHED_VERSION 1
 
 /* Timer multiples of the base period B (100 ms by default):

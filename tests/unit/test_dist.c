@@ -80,8 +80,10 @@ static void test_dense_three_stages(void)
 	uint64_t h01 = dc_link_count(&c.st[0], c.st[1].id, 1, SHOAL_XFER_KIND_HIDDEN);
 	uint64_t h12 = dc_link_count(&c.st[1], c.st[2].id, 1, SHOAL_XFER_KIND_HIDDEN);
 	uint64_t h12r = dc_link_count(&c.st[2], c.st[1].id, 0, SHOAL_XFER_KIND_HIDDEN);
-	/* owner -> stage 0: open + prefill + (T - 1) ids + close, per request */
+	/* owner -> stage 0: prefill + (T - 1) ids, and open + close in their
+	 * own kind, per request */
 	uint64_t t0 = dc_link_count(&c.owner, c.st[0].id, 1, SHOAL_XFER_KIND_TOKEN);
+	uint64_t c0 = dc_link_count(&c.owner, c.st[0].id, 1, SHOAL_XFER_KIND_SESSION);
 	/* last -> owner: exactly one result frame per generated token */
 	uint64_t t2 = dc_link_count(&c.st[2], c.owner.id, 1, SHOAL_XFER_KIND_TOKEN);
 	shoal_dist_stage_metrics sm;
@@ -101,7 +103,8 @@ static void test_dense_three_stages(void)
 	ASSERT_GT(hb, 0);
 	ASSERT_U64_EQ(h12, hops);
 	ASSERT_U64_EQ(h12r, hops);
-	ASSERT_U64_EQ(t0, 2 * (1 + 1 + (T - 1) + 1));
+	ASSERT_U64_EQ(t0, 2 * (1 + (T - 1)));
+	ASSERT_U64_EQ(c0, 2 * 2);
 	ASSERT_U64_EQ(t2, 2 * T);
 }
 

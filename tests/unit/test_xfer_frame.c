@@ -140,6 +140,12 @@ static void test_round_trip_each_kind(void)
 	    {.kind = SHOAL_XFER_KIND_CREDIT, .credits = 9},
 	    {.kind = SHOAL_XFER_KIND_RDMA_VERDICT},
 	    {.kind = SHOAL_XFER_KIND_PROBE, .dtype = SHOAL_XFER_DTYPE_U8, .payload_len = 3},
+	    {.kind = SHOAL_XFER_KIND_SESSION,
+	     .dtype = SHOAL_XFER_DTYPE_I32,
+	     .dim = 2,
+	     .n_rows = 1,
+	     .rows = r1,
+	     .payload_len = 8},
 	};
 	for (size_t i = 0; i < sizeof hs / sizeof hs[0]; i++) {
 		shoal_xfer_hdr g;
@@ -366,6 +372,51 @@ static void test_bad_control_frames(void)
 	ASSERT_TRUE(strstr(why, "dtype") != NULL);
 }
 
+/* A session-control frame: one row, layers [0, 0), I32 words, no routes;
+ * it is a data kind (plan-checked), not a TOKEN frame. */
+static void test_bad_session_frames(void)
+{
+	char why[160];
+	shoal_xfer_hdr g;
+	const uint8_t *pl;
+	static const int32_t w[4] = {1, 0, 0, 0};
+	ASSERT_TRUE(shoal_xfer_kind_is_data(SHOAL_XFER_KIND_SESSION));
+	ASSERT_STR_EQ(shoal_xfer_kind_name(SHOAL_XFER_KIND_SESSION), "session");
+	shoal_xfer_hdr ok = {.kind = SHOAL_XFER_KIND_SESSION,
+	                     .dtype = SHOAL_XFER_DTYPE_I32,
+	                     .dim = 4,
+	                     .n_rows = 1,
+	                     .rows = ROWS,
+	                     .payload_len = 16};
+	ASSERT_EQ(dec(build(&ok, w), &g, &pl, why), SHOAL_OK);
+	ASSERT_EQ(g.kind, SHOAL_XFER_KIND_SESSION);
+	ASSERT_U64_EQ(g.rows[0].session, ROWS[0].session);
+	shoal_xfer_hdr two = ok;
+	two.n_rows = 2;
+	ASSERT_EQ(dec(build(&two, w), &g, &pl, why), SHOAL_ERR_FORMAT);
+	ASSERT_TRUE(strstr(why, "session frame with 2 rows") != NULL);
+	shoal_xfer_hdr none = ok;
+	none.n_rows = 0;
+	ASSERT_EQ(dec(build(&none, w), &g, &pl, why), SHOAL_ERR_FORMAT);
+	ASSERT_TRUE(strstr(why, "session frame with 0 rows") != NULL);
+	shoal_xfer_hdr layer = ok; /* the old reserved layer is no longer a marker */
+	layer.layer_first = layer.layer_end = 0xffff;
+	ASSERT_EQ(dec(build(&layer, w), &g, &pl, why), SHOAL_ERR_FORMAT);
+	ASSERT_TRUE(strstr(why, "layers [65535, 65535)") != NULL);
+	shoal_xfer_hdr f32 = ok;
+	f32.dtype = SHOAL_XFER_DTYPE_F32;
+	ASSERT_EQ(dec(build(&f32, w), &g, &pl, why), SHOAL_ERR_FORMAT);
+	ASSERT_TRUE(strstr(why, "dtype") != NULL);
+	shoal_xfer_hdr aux = ok;
+	aux.n_aux = 1;
+	ASSERT_EQ(dec(build(&aux, w), &g, &pl, why), SHOAL_ERR_FORMAT);
+	ASSERT_TRUE(strstr(why, "n_aux 1") != NULL);
+	shoal_xfer_hdr shape = ok;
+	shape.payload_len = 12;
+	ASSERT_EQ(dec(build(&shape, w), &g, &pl, why), SHOAL_ERR_FORMAT);
+	ASSERT_TRUE(strstr(why, "needs 16") != NULL);
+}
+
 /* Random bytes, and random flips of a valid frame, never crash and
  * never decode into something with lengths past the buffer. */
 static void test_random_bytes_never_crash(void)
@@ -401,4 +452,5 @@ static void test_random_bytes_never_crash(void)
 TEST_MAIN(TEST_CASE(test_round_trip_expert_req), TEST_CASE(test_layout_bytes),
           TEST_CASE(test_round_trip_each_kind), TEST_CASE(test_hello_and_qp_blocks),
           TEST_CASE(test_bad_frame_corpus), TEST_CASE(test_bad_control_frames),
+          TEST_CASE(test_bad_session_frames),
           TEST_CASE(test_random_bytes_never_crash))
