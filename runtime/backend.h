@@ -1,11 +1,14 @@
 /*
- * runtime/backend.h: the compute backend of the engine, as a const ops
- * table. The CPU backend (runtime/cpu/backend_cpu.c: kernels table + thread
- * pool) is the only one today; a Metal or CUDA backend fills the same table
- * and the engine's layer-range API (engine.h) does not change.
+ * runtime/backend.h: the compute backend of the engine, as a versioned
+ * const ops table. The CPU backend (runtime/cpu/backend_cpu.h: kernels
+ * table + thread pool) is the first implementation; a Metal or CUDA
+ * backend fills the same table and the engine's layer-range API
+ * (engine.h) does not change. The engine never names a backend: its
+ * caller passes one in the engine config.
  *
- * Part: runtime/ (engine). The conventions every op follows are listed
- * below the includes.
+ * Part: runtime/ (the interface between engine/ and a backend room such
+ * as cpu/). The conventions every op follows are listed below the
+ * includes.
  */
 #ifndef SHOAL_RUNTIME_BACKEND_H
 #define SHOAL_RUNTIME_BACKEND_H
@@ -16,6 +19,10 @@
 
 #include "base/err.h"
 #include "models/dtype.h"
+
+/* The version of this table's layout and contract; an engine refuses a
+ * table of another version. Raise it with any change to the table. */
+#define SHOAL_BACKEND_ABI 2u
 
 /*
  * Conventions for every op:
@@ -31,7 +38,15 @@
  *     one caller thread at a time.
  */
 
-typedef struct shoal_backend shoal_backend; /* opaque instance of a backend */
+typedef struct shoal_backend shoal_backend;         /* opaque instance of a backend */
+typedef struct shoal_backend_buf shoal_backend_buf; /* memory of an instance */
+
+/* What supports() is asked about, each for one tensor type. */
+typedef enum shoal_backend_op {
+	SHOAL_BACKEND_OP_MATMUL = 1, /* weights of the type in matmul */
+	SHOAL_BACKEND_OP_EMBED,      /* an embedding table of the type */
+	SHOAL_BACKEND_OP_TO_F32,     /* to_f32 of the type (norm weights, biases) */
+} shoal_backend_op;
 
 /* One compute device as the scheduler wants to know it. */
 typedef struct shoal_backend_device {
@@ -75,7 +90,16 @@ typedef struct shoal_backend_limits {
 } shoal_backend_limits;
 
 typedef struct shoal_backend_ops {
+	uint32_t abi;     /* SHOAL_BACKEND_ABI of the table's build */
 	const char *name; /* "cpu" */
+
+	/* Whether op can take tensors of type t; asked before create (the
+	 * engine checks every tensor of its layers with it). */
+	bool (*supports)(shoal_backend_op op, shoal_dtype t);
+
+	/* n elements of type t at src (whole blocks) to F32 at dst, on the
+	 * host: for the small vectors the engine keeps (supports TO_F32). */
+	void (*to_f32)(shoal_dtype t, const void *src, float *dst, size_t n);
 
 	/* Make an instance able to run ops within *lim (copied). *out is
 	 * owned by the caller (destroy). */
@@ -119,12 +143,27 @@ typedef struct shoal_backend_ops {
 	 * table (n_vocab, n_embd) of type t (ids already checked < n_vocab). */
 	void (*embed)(shoal_backend *b, shoal_dtype t, const void *table, size_t row_bytes,
 	              uint32_t n_embd, const int32_t *ids, uint32_t n_rows, float *out);
+
+	/* The MoE router. softmax: each of n_rows rows of n (ld apart) in
+	 * place, exp(x - max) / sum with the sum in double. top_k: the k <= n
+	 * largest of each row, best first, ties to the lower index, NaN
+	 * lowest; ids (n_rows, k) and their values vals (n_rows, k). */
+	void (*softmax)(shoal_backend *b, float *x, uint32_t n, uint32_t n_rows, size_t ld);
+	void (*top_k)(shoal_backend *b, const float *x, uint32_t n, uint32_t n_rows, size_t ld,
+	              uint32_t k, int32_t *ids, float *vals);
+
+	/* Memory of the instance, which may live on a device: bytes zeroed
+	 * (NOMEM when there is not enough). host: where the host may read and
+	 * write it directly, or NULL for device memory, reached only by set
+	 * and get (offsets and sizes in bytes). The CPU backend's buffers are
+	 * host memory. */
+	shoal_err (*buf_alloc)(shoal_backend *b, size_t bytes, shoal_backend_buf **out);
+	void (*buf_free)(shoal_backend *b, shoal_backend_buf *buf); /* NULL is a no-op */
+	void *(*buf_host)(shoal_backend_buf *buf);
+	void (*buf_set)(shoal_backend *b, shoal_backend_buf *buf, size_t off, const void *src,
+	                size_t n);
+	void (*buf_get)(shoal_backend *b, const shoal_backend_buf *buf, size_t off, void *dst,
+	                size_t n);
 } shoal_backend_ops;
-
-/* The CPU backend (runtime/cpu/backend_cpu.c). */
-const shoal_backend_ops *shoal_backend_cpu(void);
-
-/* The ISA name of the kernels the CPU backend uses ("avx2", ...). */
-const char *shoal_backend_cpu_isa(void);
 
 #endif

@@ -25,6 +25,7 @@
 #include "runtime/cli/cli.h"
 #include "runtime/engine/engine.h"
 #include "runtime/engine/generate.h"
+#include "runtime/cpu/backend_cpu.h"
 
 static void shoal_bench_usage(FILE *f)
 {
@@ -115,6 +116,7 @@ int shoal_cmd_bench(int argc, char **argv)
 		goto out;
 	}
 	shoal_engine_config cfg = shoal_engine_config_default(m);
+	cfg.backend = shoal_backend_cpu();
 	cfg.n_threads = (uint32_t)threads;
 	cfg.n_ctx = (uint32_t)(n_prompt + n_gen + 1);
 	cfg.max_rows = (uint32_t)(n_prompt < 512 ? n_prompt : 512);

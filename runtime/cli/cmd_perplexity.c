@@ -23,6 +23,7 @@
 #include "runtime/cli/cli.h"
 #include "runtime/engine/engine.h"
 #include "runtime/engine/generate.h"
+#include "runtime/cpu/backend_cpu.h"
 
 static void shoal_ppl_usage(FILE *f)
 {
@@ -189,6 +190,7 @@ int shoal_cmd_perplexity(int argc, char **argv)
 		goto out;
 	}
 	shoal_engine_config cfg = shoal_engine_config_default(m);
+	cfg.backend = shoal_backend_cpu();
 	cfg.n_threads = (uint32_t)threads;
 	cfg.n_ctx = C;
 	/* rows per run: up to 512 (a prefill chunk as in the reference), fewer

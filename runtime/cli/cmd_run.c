@@ -26,6 +26,7 @@
 #include "runtime/cli/cli.h"
 #include "runtime/engine/engine.h"
 #include "runtime/engine/generate.h"
+#include "runtime/cpu/backend_cpu.h"
 
 /* Tokens generated when -n is not given: a few sentences, enough to judge a
  * model, short enough to finish in seconds on a laptop for a 7B model. */
@@ -231,6 +232,8 @@ int shoal_cmd_run(int argc, char **argv)
 	}
 
 	shoal_engine_config cfg = shoal_engine_config_default(m);
+
+	cfg.backend = shoal_backend_cpu();
 	cfg.n_threads = (uint32_t)o.threads;
 	if (o.ctx)
 		cfg.n_ctx = (uint32_t)o.ctx;

@@ -12,7 +12,7 @@
  * which thread computes it does not change its bits. Attention is split by
  * (row, head) the same way.
  */
-#include "runtime/backend.h"
+#include "runtime/cpu/backend_cpu.h"
 
 #include <math.h>
 #include <stdatomic.h>
@@ -21,6 +21,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "base/assert.h"
 #include "runtime/cpu/kernels.h"
 #include "runtime/cpu/membw.h"
 #include "runtime/cpu/quant.h"
@@ -269,6 +270,24 @@ static void shoal_cpu_axpy(float *o, float p, const float *v, uint32_t n)
  * weights, dominates what decoding reads). Each output element still
  * accumulates over positions 0..n-1 in order, the same bits as one head
  * at a time. */
+/* s[n] in place: exp(s - max) / sum, the sum in double (the reference's
+ * softmax, for attention scores and router logits alike). */
+static void shoal_cpu_softmax_row(float *s, uint32_t n)
+{
+	float mx = -INFINITY;
+	for (uint32_t t = 0; t < n; t++)
+		if (s[t] > mx)
+			mx = s[t];
+	double sum = 0;
+	for (uint32_t t = 0; t < n; t++) {
+		s[t] = expf(s[t] - mx);
+		sum += s[t];
+	}
+	float inv = (float)(1.0 / sum);
+	for (uint32_t t = 0; t < n; t++)
+		s[t] *= inv;
+}
+
 static void shoal_cpu_attn_worker(void *ctx, uint32_t ith, uint32_t nth)
 {
 	shoal_backend *b = ctx;
@@ -294,21 +313,8 @@ static void shoal_cpu_attn_worker(void *ctx, uint32_t ith, uint32_t nth)
 				sc[g * C + t] =
 				    shoal_cpu_dot(q + (size_t)g * hd, kt, hd) * a->scale;
 		}
-		for (uint32_t g = 0; g < group; g++) {
-			float *s = sc + g * C; /* (n) */
-			float mx = -INFINITY;
-			for (uint32_t t = 0; t < n; t++)
-				if (s[t] > mx)
-					mx = s[t];
-			double sum = 0;
-			for (uint32_t t = 0; t < n; t++) {
-				s[t] = expf(s[t] - mx);
-				sum += s[t];
-			}
-			float inv = (float)(1.0 / sum);
-			for (uint32_t t = 0; t < n; t++)
-				s[t] *= inv;
-		}
+		for (uint32_t g = 0; g < group; g++)
+			shoal_cpu_softmax_row(sc + g * C, n);
 		memset(o, 0, (size_t)group * hd * sizeof *o);
 		for (uint32_t t = 0; t < n; t++) {
 			const float *vt = vc + t * kv_ld; /* (head_dim) */
@@ -394,10 +400,118 @@ static void shoal_cpu_embed(shoal_backend *b, shoal_dtype t, const void *table, 
 	(void)b;
 }
 
+/* ---- the router ---------------------------------------------------------------------- */
+
+static void shoal_cpu_softmax(shoal_backend *b, float *x, uint32_t n, uint32_t n_rows, size_t ld)
+{
+	(void)b;
+	for (uint32_t r = 0; r < n_rows; r++)
+		shoal_cpu_softmax_row(x + (size_t)r * ld, n);
+}
+
+/* k passes of selection (k is small): strict > keeps the lower index on
+ * ties, NaN ranks as -inf, a chosen index is skipped. */
+static void shoal_cpu_top_k(shoal_backend *b, const float *x, uint32_t n, uint32_t n_rows,
+                            size_t ld, uint32_t k, int32_t *ids, float *vals)
+{
+	(void)b;
+	for (uint32_t r = 0; r < n_rows; r++) {
+		const float *p = x + (size_t)r * ld;
+		int32_t *id = ids + (size_t)r * k;
+		float *val = vals + (size_t)r * k;
+		for (uint32_t j = 0; j < k; j++) {
+			int32_t best = -1;
+			float bv = -INFINITY;
+			for (uint32_t i = 0; i < n; i++) {
+				bool taken = false;
+				for (uint32_t q = 0; q < j && !taken; q++)
+					taken = id[q] == (int32_t)i;
+				float v = p[i] != p[i] ? -INFINITY : p[i];
+				if (!taken && (best < 0 || v > bv)) {
+					best = (int32_t)i;
+					bv = v;
+				}
+			}
+			id[j] = best;
+			val[j] = p[best];
+		}
+	}
+}
+
+/* ---- buffers, types ------------------------------------------------------------------- */
+
+struct shoal_backend_buf {
+	size_t bytes;
+	unsigned char *p;
+};
+
+static shoal_err shoal_cpu_buf_alloc(shoal_backend *b, size_t bytes, shoal_backend_buf **out)
+{
+	(void)b;
+	*out = NULL;
+	shoal_backend_buf *buf = calloc(1, sizeof *buf);
+	if (!buf || !(buf->p = calloc(bytes ? bytes : 1, 1))) {
+		free(buf);
+		return SHOAL_ERR_NOMEM;
+	}
+	buf->bytes = bytes;
+	*out = buf;
+	return SHOAL_OK;
+}
+
+static void shoal_cpu_buf_free(shoal_backend *b, shoal_backend_buf *buf)
+{
+	(void)b;
+	if (buf)
+		free(buf->p);
+	free(buf);
+}
+
+static void *shoal_cpu_buf_host(shoal_backend_buf *buf)
+{
+	return buf->p;
+}
+
+static void shoal_cpu_buf_set(shoal_backend *b, shoal_backend_buf *buf, size_t off,
+                              const void *src, size_t n)
+{
+	(void)b;
+	SHOAL_ASSERT(off <= buf->bytes && n <= buf->bytes - off);
+	memcpy(buf->p + off, src, n);
+}
+
+static void shoal_cpu_buf_get(shoal_backend *b, const shoal_backend_buf *buf, size_t off,
+                              void *dst, size_t n)
+{
+	(void)b;
+	SHOAL_ASSERT(off <= buf->bytes && n <= buf->bytes - off);
+	memcpy(dst, buf->p + off, n);
+}
+
+static bool shoal_cpu_supports(shoal_backend_op op, shoal_dtype t)
+{
+	switch (op) {
+	case SHOAL_BACKEND_OP_MATMUL:
+		return shoal_dtype_computable(t);
+	case SHOAL_BACKEND_OP_EMBED:
+	case SHOAL_BACKEND_OP_TO_F32:
+		return shoal_quant_supported(t);
+	}
+	return false;
+}
+
+static void shoal_cpu_to_f32(shoal_dtype t, const void *src, float *dst, size_t n)
+{
+	shoal_dequantize_row(t, src, dst, (int64_t)n);
+}
+
 /* ---- the ops table ---------------------------------------------------------------- */
 
 static const shoal_backend_ops shoal_cpu_ops = {
+    .abi = SHOAL_BACKEND_ABI,
     .name = "cpu",
+    .supports = shoal_cpu_supports,
+    .to_f32 = shoal_cpu_to_f32,
     .create = shoal_cpu_create,
     .destroy = shoal_cpu_destroy,
     .devices = shoal_cpu_devices,
@@ -408,6 +522,13 @@ static const shoal_backend_ops shoal_cpu_ops = {
     .swiglu = shoal_cpu_swiglu,
     .add = shoal_cpu_add,
     .embed = shoal_cpu_embed,
+    .softmax = shoal_cpu_softmax,
+    .top_k = shoal_cpu_top_k,
+    .buf_alloc = shoal_cpu_buf_alloc,
+    .buf_free = shoal_cpu_buf_free,
+    .buf_host = shoal_cpu_buf_host,
+    .buf_set = shoal_cpu_buf_set,
+    .buf_get = shoal_cpu_buf_get,
 };
 
 const shoal_backend_ops *shoal_backend_cpu(void)

@@ -11,8 +11,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "runtime/cpu/kernels.h"
-#include "runtime/cpu/quant.h"
 
 /*
  * One layer, for the n rows of a batch (the reference engine's order):
@@ -45,7 +43,7 @@ static shoal_err engine__misaligned(const shoal_gguf_tensor *t, char *why, size_
 	                 t->name, shoal_dtype_name(t->type), (unsigned long long)t->file_offset);
 }
 
-static shoal_err engine__mat(const shoal_gguf_tensor *t, int64_t n_in, int64_t n_out,
+static shoal_err engine__mat(const shoal_backend_ops *ops, const shoal_gguf_tensor *t, int64_t n_in, int64_t n_out,
                              uint64_t n_stack, shoal_backend_mat *out, size_t *stride, char *why,
                              size_t why_len)
 {
@@ -58,10 +56,10 @@ static shoal_err engine__mat(const shoal_gguf_tensor *t, int64_t n_in, int64_t n
 		    (unsigned long long)t->ne[0], (unsigned long long)t->ne[1],
 		    (unsigned long long)t->ne[2], (long long)n_in, (long long)n_out,
 		    (unsigned long long)n_stack);
-	if (!shoal_dtype_computable(t->type))
+	if (!ops->supports(SHOAL_BACKEND_OP_MATMUL, t->type))
 		return shoal_why(why, why_len, SHOAL_ERR_UNSUPPORTED,
-		                 "tensor %s has type %s, which the engine does not compute with",
-		                 t->name, shoal_dtype_name(t->type));
+		                 "tensor %s has type %s, which backend %s does not compute with",
+		                 t->name, shoal_dtype_name(t->type), ops->name);
 	if (!engine__aligned(t))
 		return engine__misaligned(t, why, why_len);
 	size_t rb = shoal_dtype_row_bytes(t->type, (uint64_t)n_in);
@@ -80,7 +78,7 @@ static shoal_err engine__mat(const shoal_gguf_tensor *t, int64_t n_in, int64_t n
 }
 
 /* An F32 copy of a small vector tensor of n elements (NULL t: *out = NULL). */
-static shoal_err engine__vec(const shoal_gguf_tensor *t, uint32_t n, float **out, char *why,
+static shoal_err engine__vec(const shoal_backend_ops *ops, const shoal_gguf_tensor *t, uint32_t n, float **out, char *why,
                              size_t why_len)
 {
 	*out = NULL;
@@ -90,7 +88,8 @@ static shoal_err engine__vec(const shoal_gguf_tensor *t, uint32_t n, float **out
 		return shoal_why(why, why_len, SHOAL_ERR_FORMAT,
 		                 "tensor %s has %llu elements, expected %u", t->name,
 		                 (unsigned long long)t->ne[0], n);
-	if (!shoal_quant_supported(t->type) || shoal_dtype_row_bytes(t->type, n) != t->nbytes)
+	if (!ops->supports(SHOAL_BACKEND_OP_TO_F32, t->type) ||
+	    shoal_dtype_row_bytes(t->type, n) != t->nbytes)
 		return shoal_why(why, why_len, SHOAL_ERR_UNSUPPORTED, "tensor %s: type %s", t->name,
 		                 shoal_dtype_name(t->type));
 	if (!engine__aligned(t))
@@ -98,7 +97,7 @@ static shoal_err engine__vec(const shoal_gguf_tensor *t, uint32_t n, float **out
 	*out = malloc((size_t)n * sizeof **out);
 	if (!*out)
 		return SHOAL_ERR_NOMEM;
-	shoal_dequantize_row(t->type, t->data, *out, n);
+	ops->to_f32(t->type, t->data, *out, n);
 	return SHOAL_OK;
 }
 
@@ -119,38 +118,38 @@ static shoal_err engine__layer_init(shoal_engine *e, uint32_t il, bool owned, ch
 		for (uint32_t x = 0; x < hp->n_expert; x++)
 			if (!e->expert_mask[(size_t)il * hp->n_expert + x])
 				L->all_local = false;
-		if ((err = engine__mat(src->ffn_gate_exps, hp->n_embd, hp->n_ff_exp, hp->n_expert,
+		if ((err = engine__mat(e->ops, src->ffn_gate_exps, hp->n_embd, hp->n_ff_exp, hp->n_expert,
 		                       &L->gate_exp, &L->gate_exp_stride, why, why_len)) ||
-		    (err = engine__mat(src->ffn_up_exps, hp->n_embd, hp->n_ff_exp, hp->n_expert,
+		    (err = engine__mat(e->ops, src->ffn_up_exps, hp->n_embd, hp->n_ff_exp, hp->n_expert,
 		                       &L->up_exp, &L->up_exp_stride, why, why_len)) ||
-		    (err = engine__mat(src->ffn_down_exps, hp->n_ff_exp, hp->n_embd, hp->n_expert,
+		    (err = engine__mat(e->ops, src->ffn_down_exps, hp->n_ff_exp, hp->n_embd, hp->n_expert,
 		                       &L->down_exp, &L->down_exp_stride, why, why_len)) ||
-		    (err = engine__mat(src->ffn_gate_inp, hp->n_embd, hp->n_expert, 1, &L->router,
+		    (err = engine__mat(e->ops, src->ffn_gate_inp, hp->n_embd, hp->n_expert, 1, &L->router,
 		                       NULL, why, why_len)))
 			return err;
 	}
 	if (!owned)
 		return SHOAL_OK;
-	if ((err = engine__mat(src->wq, hp->n_embd, e->q_dim, 1, &L->wq, NULL, why, why_len)) ||
-	    (err = engine__mat(src->wk, hp->n_embd, e->kv_dim, 1, &L->wk, NULL, why, why_len)) ||
-	    (err = engine__mat(src->wv, hp->n_embd, e->kv_dim, 1, &L->wv, NULL, why, why_len)) ||
-	    (err = engine__mat(src->wo, e->q_dim, hp->n_embd, 1, &L->wo, NULL, why, why_len)) ||
-	    (err = engine__vec(src->attn_norm, hp->n_embd, &L->attn_norm, why, why_len)) ||
-	    (err = engine__vec(src->ffn_norm, hp->n_embd, &L->ffn_norm, why, why_len)) ||
-	    (err = engine__vec(src->q_norm, hp->head_dim, &L->q_norm, why, why_len)) ||
-	    (err = engine__vec(src->k_norm, hp->head_dim, &L->k_norm, why, why_len)) ||
-	    (err = engine__vec(src->bq, e->q_dim, &L->bq, why, why_len)) ||
-	    (err = engine__vec(src->bk, e->kv_dim, &L->bk, why, why_len)) ||
-	    (err = engine__vec(src->bv, e->kv_dim, &L->bv, why, why_len)))
+	if ((err = engine__mat(e->ops, src->wq, hp->n_embd, e->q_dim, 1, &L->wq, NULL, why, why_len)) ||
+	    (err = engine__mat(e->ops, src->wk, hp->n_embd, e->kv_dim, 1, &L->wk, NULL, why, why_len)) ||
+	    (err = engine__mat(e->ops, src->wv, hp->n_embd, e->kv_dim, 1, &L->wv, NULL, why, why_len)) ||
+	    (err = engine__mat(e->ops, src->wo, e->q_dim, hp->n_embd, 1, &L->wo, NULL, why, why_len)) ||
+	    (err = engine__vec(e->ops, src->attn_norm, hp->n_embd, &L->attn_norm, why, why_len)) ||
+	    (err = engine__vec(e->ops, src->ffn_norm, hp->n_embd, &L->ffn_norm, why, why_len)) ||
+	    (err = engine__vec(e->ops, src->q_norm, hp->head_dim, &L->q_norm, why, why_len)) ||
+	    (err = engine__vec(e->ops, src->k_norm, hp->head_dim, &L->k_norm, why, why_len)) ||
+	    (err = engine__vec(e->ops, src->bq, e->q_dim, &L->bq, why, why_len)) ||
+	    (err = engine__vec(e->ops, src->bk, e->kv_dim, &L->bk, why, why_len)) ||
+	    (err = engine__vec(e->ops, src->bv, e->kv_dim, &L->bv, why, why_len)))
 		return err;
 	if (!L->attn_norm || !L->ffn_norm)
 		return shoal_why(why, why_len, SHOAL_ERR_FORMAT, "layer %u has no norm weights",
 		                 il);
-	if (!L->moe && ((err = engine__mat(src->ffn_gate, hp->n_embd, hp->n_ff, 1, &L->gate, NULL,
+	if (!L->moe && ((err = engine__mat(e->ops, src->ffn_gate, hp->n_embd, hp->n_ff, 1, &L->gate, NULL,
 	                                   why, why_len)) ||
-	                (err = engine__mat(src->ffn_up, hp->n_embd, hp->n_ff, 1, &L->up, NULL, why,
+	                (err = engine__mat(e->ops, src->ffn_up, hp->n_embd, hp->n_ff, 1, &L->up, NULL, why,
 	                                   why_len)) ||
-	                (err = engine__mat(src->ffn_down, hp->n_ff, hp->n_embd, 1, &L->down, NULL,
+	                (err = engine__mat(e->ops, src->ffn_down, hp->n_ff, hp->n_embd, 1, &L->down, NULL,
 	                                   why, why_len))))
 		return err;
 	if (L->moe && !L->all_local && !e->cfg.moe_hook.collect)
@@ -200,8 +199,10 @@ void shoal_engine_free(shoal_engine *e)
 			free(L->bv);
 		}
 	}
-	if (e->ops)
+	if (e->bk) {
+		e->ops->buf_free(e->bk, e->kv_buf);
 		e->ops->destroy(e->bk);
+	}
 	free(e->layers);
 	free(e->out_norm);
 	free(e->expert_mask);
@@ -209,7 +210,6 @@ void shoal_engine_free(shoal_engine *e)
 	free(e->sess_open);
 	free(e->sess_len);
 	free(e->sess_next);
-	free(e->kv);
 	free(e->x);
 	free(e->xn);
 	free(e->tmp);
@@ -282,9 +282,18 @@ shoal_err shoal_engine_new(const shoal_model *m, const shoal_engine_config *cfg,
 		                 "bad heads: %u heads, %u KV heads, head dim %u, %u rotated",
 		                 hp->n_head, hp->n_head_kv, hp->head_dim, hp->n_rot);
 
+	const shoal_backend_ops *ops = cfg->backend;
+	if (!ops)
+		return shoal_why(why, why_len, SHOAL_ERR_INVAL, "no backend");
+	if (ops->abi != SHOAL_BACKEND_ABI)
+		return shoal_why(why, why_len, SHOAL_ERR_UNSUPPORTED,
+		                 "backend %s has ABI version %u, this engine needs %u",
+		                 ops->name ? ops->name : "?", ops->abi, SHOAL_BACKEND_ABI);
+
 	shoal_engine *e = calloc(1, sizeof *e);
 	if (!e)
 		return SHOAL_ERR_NOMEM;
+	e->ops = ops;
 	e->m = m;
 	e->hp = *hp;
 	e->cfg = *cfg;
@@ -320,7 +329,7 @@ shoal_err shoal_engine_new(const shoal_model *m, const shoal_engine_config *cfg,
 		const shoal_gguf_tensor *t = m->tok_embd;
 		size_t rb = shoal_dtype_row_bytes(t->type, hp->n_embd);
 		if (t->ne[0] != hp->n_embd || t->ne[1] != hp->n_vocab ||
-		    !shoal_quant_supported(t->type) || rb == SIZE_MAX ||
+		    !e->ops->supports(SHOAL_BACKEND_OP_EMBED, t->type) || rb == SIZE_MAX ||
 		    (uint64_t)rb * hp->n_vocab != t->nbytes) {
 			err = shoal_why(why, why_len, SHOAL_ERR_FORMAT,
 			                "token_embd: bad shape or type %s",
@@ -333,9 +342,9 @@ shoal_err shoal_engine_new(const shoal_model *m, const shoal_engine_config *cfg,
 		}
 	}
 	if (cfg->has_head) {
-		if ((err = engine__mat(m->output, hp->n_embd, hp->n_vocab, 1, &e->head, NULL, why,
+		if ((err = engine__mat(e->ops, m->output, hp->n_embd, hp->n_vocab, 1, &e->head, NULL, why,
 		                       why_len)) ||
-		    (err = engine__vec(m->output_norm, hp->n_embd, &e->out_norm, why, why_len)))
+		    (err = engine__vec(e->ops, m->output_norm, hp->n_embd, &e->out_norm, why, why_len)))
 			goto fail;
 		if (!e->out_norm) {
 			err = shoal_why(why, why_len, SHOAL_ERR_FORMAT, "no output_norm tensor");
@@ -354,8 +363,6 @@ shoal_err shoal_engine_new(const shoal_model *m, const shoal_engine_config *cfg,
 	e->sess_open = calloc(cfg->max_sessions, 1);
 	e->sess_len = calloc(cfg->max_sessions, sizeof *e->sess_len);
 	e->sess_next = calloc(cfg->max_sessions, sizeof *e->sess_next);
-	e->kv = engine__calloc3((size_t)cfg->max_sessions * 2, e->n_own ? e->n_own : 1,
-	                        (size_t)C * e->kv_dim, sizeof(float));
 	e->x = engine__calloc3(R, hp->n_embd, 1, sizeof(float));
 	e->xn = engine__calloc3(R, hp->n_embd, 1, sizeof(float));
 	e->tmp = engine__calloc3(R, hp->n_embd, 1, sizeof(float));
@@ -368,7 +375,7 @@ shoal_err shoal_engine_new(const shoal_model *m, const shoal_engine_config *cfg,
 	e->krow = calloc(R, sizeof *e->krow);
 	e->vrow = calloc(R, sizeof *e->vrow);
 	e->n_kv = calloc(R, sizeof *e->n_kv);
-	if (!e->rope_cs || !e->sess_open || !e->sess_len || !e->sess_next || !e->kv || !e->x ||
+	if (!e->rope_cs || !e->sess_open || !e->sess_len || !e->sess_next || !e->x ||
 	    !e->xn || !e->tmp || !e->q || !e->att || !e->k || !e->v || !e->ff_g || !e->ff_u ||
 	    !e->krow || !e->vrow || !e->n_kv) {
 		err = shoal_why(why, why_len, SHOAL_ERR_NOMEM,
@@ -392,7 +399,7 @@ shoal_err shoal_engine_new(const shoal_model *m, const shoal_engine_config *cfg,
 	 * file's rope_freqs (the reference's freq_factors); ignoring them
 	 * gives wrong logits beyond the first position. */
 	float *freqs = NULL;
-	if ((err = engine__vec(m->rope_freqs, hp->n_rot / 2, &freqs, why, why_len)))
+	if ((err = engine__vec(e->ops, m->rope_freqs, hp->n_rot / 2, &freqs, why, why_len)))
 		goto fail;
 	for (uint32_t i = 0; freqs && i < hp->n_rot / 2; i++)
 		if (!isfinite(freqs[i]) || freqs[i] <= 0) {
@@ -405,7 +412,6 @@ shoal_err shoal_engine_new(const shoal_model *m, const shoal_engine_config *cfg,
 	engine__rope_table(e, freqs);
 	free(freqs);
 
-	e->ops = cfg->backend ? cfg->backend : shoal_backend_cpu();
 	shoal_backend_limits lim = {
 	    .n_threads = cfg->n_threads,
 	    .max_ctx = C,
@@ -415,10 +421,23 @@ shoal_err shoal_engine_new(const shoal_model *m, const shoal_engine_config *cfg,
 	};
 	err = e->ops->create(&lim, &e->bk);
 	if (err) {
-		e->ops = NULL;
-		shoal_why(why, why_len, err, "backend %s: %s",
-		          (cfg->backend ? cfg->backend : shoal_backend_cpu())->name,
-		          shoal_strerror(err));
+		shoal_why(why, why_len, err, "backend %s: %s", e->ops->name, shoal_strerror(err));
+		goto fail;
+	}
+	/* the KV cache in the backend's memory; the attention op reads host
+	 * pointers today, so a device buffer is not usable yet */
+	size_t kv_bytes = (size_t)cfg->max_sessions * 2 * (e->n_own ? e->n_own : 1) * C *
+	                  e->kv_dim * sizeof(float);
+	if ((err = e->ops->buf_alloc(e->bk, kv_bytes, &e->kv_buf))) {
+		shoal_why(why, why_len, err, "backend %s: no memory for the KV cache (%zu bytes)",
+		          e->ops->name, kv_bytes);
+		goto fail;
+	}
+	if (!(e->kv = e->ops->buf_host(e->kv_buf))) {
+		err = shoal_why(why, why_len, SHOAL_ERR_UNSUPPORTED,
+		                "backend %s keeps the KV cache in device memory, which the "
+		                "attention op cannot read yet",
+		                e->ops->name);
 		goto fail;
 	}
 	*out = e;

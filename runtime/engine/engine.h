@@ -36,6 +36,7 @@
  *
  * A pipeline stage, for example:
  *     cfg = shoal_engine_config_default(m);
+ *     cfg.backend = shoal_backend_cpu();   (runtime/cpu/backend_cpu.h)
  *     cfg.layer_begin = 8; cfg.layer_end = 16; cfg.has_embd = false;
  *     cfg.has_head = false; cfg.max_sessions = 16;
  *     shoal_engine_new(m, &cfg, &e, why, sizeof why);
@@ -93,11 +94,12 @@ typedef struct shoal_engine_config {
 	 * Copied. Experts not owned in an owned layer need moe_hook. */
 	const uint8_t *expert_mask;
 	shoal_engine_moe_hook moe_hook;
-	const shoal_backend_ops *backend; /* NULL: shoal_backend_cpu() */
+	const shoal_backend_ops *backend; /* required (e.g. runtime/cpu/backend_cpu.h) */
 } shoal_engine_config;
 
 /* A config for the whole model on one node: all layers, embedding, head,
- * all experts, CPU backend, 1 session of n_ctx_train, 512 rows, 1 thread. */
+ * all experts, no backend (the caller sets one), 1 session of n_ctx_train,
+ * 512 rows, 1 thread. */
 shoal_engine_config shoal_engine_config_default(const shoal_model *m);
 
 /* Make an engine for model m (borrowed: must outlive the engine).

@@ -47,7 +47,8 @@ struct shoal_engine {
 	uint8_t *sess_open;  /* (max_sessions) */
 	uint32_t *sess_len;  /* (max_sessions) */
 	uint32_t *sess_next; /* (max_sessions) run() scratch */
-	float *kv;           /* (max_sessions, n_own, 2, n_ctx, kv_dim) */
+	shoal_backend_buf *kv_buf; /* the KV cache's memory */
+	float *kv;           /* (max_sessions, n_own, 2, n_ctx, kv_dim), in kv_buf */
 
 	/* scratch, for max_rows rows */
 	float *x;                   /* (max_rows, n_embd) residual stream */

@@ -21,42 +21,10 @@
  * (6.1035e-5, the smallest normal half float) to avoid dividing by ~0. */
 #define SHOAL_MOE_WSUM_MIN 6.103515625e-5f
 
-static void engine__route_row(const shoal_hparams *hp, bool norm, float *p, int32_t *ids, float *w)
+/* Row r's k routes after the backend's softmax and top-k: renormalised
+ * when asked, then sorted by expert id. */
+static void engine__route_row(uint32_t k, bool norm, int32_t *ids, float *w)
 {
-	uint32_t ne = hp->n_expert, k = hp->n_expert_used;
-	float mx = -INFINITY;
-	for (uint32_t x = 0; x < ne; x++)
-		if (p[x] > mx)
-			mx = p[x];
-	double sum = 0;
-	for (uint32_t x = 0; x < ne; x++) {
-		p[x] = expf(p[x] - mx);
-		sum += p[x];
-	}
-	float inv = (float)(1.0 / sum);
-	for (uint32_t x = 0; x < ne; x++)
-		p[x] *= inv;
-	/* top-k by selection: k passes, strict > keeps the lower id on ties; a
-	 * chosen expert is marked -1 (probabilities are in [0, 1]); NaN (from
-	 * a corrupt hidden state) ranks lowest, so ids stay in range */
-	for (uint32_t j = 0; j < k; j++) {
-		int32_t best = -1;
-		float bv = -INFINITY;
-		for (uint32_t x = 0; x < ne; x++) {
-			float v = p[x];
-			if (v == -1.0f)
-				continue;
-			if (v != v)
-				v = -INFINITY;
-			if (best < 0 || v > bv) {
-				best = (int32_t)x;
-				bv = v;
-			}
-		}
-		ids[j] = best;
-		w[j] = p[best];
-		p[best] = -1.0f;
-	}
 	if (norm) {
 		double s = 0;
 		for (uint32_t j = 0; j < k; j++)
@@ -95,9 +63,10 @@ shoal_err shoal_engine_moe_route(shoal_engine *e, uint32_t layer, uint32_t n_row
 	e->ops->matmul(e->bk, 1, &L->router, x, hp->n_embd, n_rows, &lg, &ld);
 	bool norm = hp->expert_weights_norm;
 	uint32_t k = hp->n_expert_used;
+	e->ops->softmax(e->bk, lg, hp->n_expert, n_rows, ld);
+	e->ops->top_k(e->bk, lg, hp->n_expert, n_rows, ld, k, ids, w);
 	for (uint32_t r = 0; r < n_rows; r++)
-		engine__route_row(hp, norm, lg + (size_t)r * ld, ids + (size_t)r * k,
-		                  w + (size_t)r * k);
+		engine__route_row(k, norm, ids + (size_t)r * k, w + (size_t)r * k);
 	return SHOAL_OK;
 }
 

@@ -34,6 +34,7 @@
 #include "models/model.h"
 #include "models/tokenizer.h"
 #include "runtime/engine/engine.h"
+#include "runtime/cpu/backend_cpu.h"
 
 static void fuzz_tokenizer(const shoal_gguf *g)
 {
@@ -60,6 +61,7 @@ static void fuzz_engine(const shoal_model *m)
 {
 	char why[256];
 	shoal_engine_config c = shoal_engine_config_default(m);
+	c.backend = shoal_backend_cpu();
 	c.n_ctx = 8;
 	c.max_rows = 4;
 	shoal_engine *e;

@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "tests/helpers/dist_cluster.h"
+#include "runtime/cpu/backend_cpu.h"
 
 const uint8_t DC_DIGEST[32] = {0xd1, 0x57, 3, 4};
 const uint8_t DC_OTHER[32] = {0xee, 0xee};
@@ -101,6 +102,7 @@ int dc_reference(const shoal_model *m, const int32_t *prompt, uint32_t np, uint3
                  const shoal_sampler_params *sp, dc_run_out *out)
 {
 	shoal_engine_config c = shoal_engine_config_default(m);
+	c.backend = shoal_backend_cpu();
 	c.n_ctx = 128;
 	c.max_rows = 64;
 	shoal_engine *e = NULL;

@@ -1,0 +1,182 @@
+/*
+ * tests/unit/test_backend.c: runtime/backend.h through its first
+ * implementation, the CPU backend: the supports query, the router's
+ * softmax and top-k against a plain reference, buffers, and the engine's
+ * refusal of a table of another ABI version or of no backend.
+ */
+#include "config.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "models/model.h"
+#include "runtime/cpu/backend_cpu.h"
+#include "runtime/engine/engine.h"
+#include "tests/unit/test.h"
+
+static shoal_backend *make(const shoal_backend_ops *ops)
+{
+	shoal_backend_limits lim = {
+	    .n_threads = 1, .max_ctx = 16, .max_rows = 4, .max_n = 64, .max_group = 1};
+	shoal_backend *b = NULL;
+	if (ops->create(&lim, &b) != SHOAL_OK)
+		return NULL;
+	return b;
+}
+
+static void test_table(void)
+{
+	const shoal_backend_ops *ops = shoal_backend_cpu();
+	ASSERT_EQ(ops->abi, SHOAL_BACKEND_ABI);
+	ASSERT_STR_EQ(ops->name, "cpu");
+	/* every member is required */
+	const void *const *slot = (const void *const *)(const void *)&ops->name;
+	size_t n_ptr = (sizeof *ops - offsetof(shoal_backend_ops, name)) / sizeof(void *);
+	for (size_t i = 0; i < n_ptr; i++)
+		ASSERT_TRUE(slot[i] != NULL);
+}
+
+static void test_supports(void)
+{
+	const shoal_backend_ops *ops = shoal_backend_cpu();
+	const shoal_dtype yes[] = {SHOAL_DTYPE_F32,  SHOAL_DTYPE_F16,  SHOAL_DTYPE_BF16,
+	                           SHOAL_DTYPE_Q8_0, SHOAL_DTYPE_Q4_0, SHOAL_DTYPE_Q4_K,
+	                           SHOAL_DTYPE_Q6_K};
+	for (size_t i = 0; i < sizeof yes / sizeof *yes; i++) {
+		ASSERT_TRUE(ops->supports(SHOAL_BACKEND_OP_MATMUL, yes[i]));
+		ASSERT_TRUE(ops->supports(SHOAL_BACKEND_OP_EMBED, yes[i]));
+		ASSERT_TRUE(ops->supports(SHOAL_BACKEND_OP_TO_F32, yes[i]));
+	}
+	const shoal_dtype no[] = {SHOAL_DTYPE_Q5_1, SHOAL_DTYPE_Q2_K, SHOAL_DTYPE_I32,
+	                          SHOAL_DTYPE_F64};
+	for (size_t i = 0; i < sizeof no / sizeof *no; i++)
+		ASSERT_FALSE(ops->supports(SHOAL_BACKEND_OP_MATMUL, no[i]));
+	ASSERT_FALSE(ops->supports((shoal_backend_op)99, SHOAL_DTYPE_F32));
+	/* to_f32 of F16 halves */
+	const uint16_t h[3] = {0x3c00, 0xc000, 0x3800}; /* 1, -2, 0.5 */
+	float f[3];
+	ops->to_f32(SHOAL_DTYPE_F16, h, f, 3);
+	ASSERT_TRUE(f[0] == 1.0f && f[1] == -2.0f && f[2] == 0.5f);
+}
+
+static void test_router(void)
+{
+	const shoal_backend_ops *ops = shoal_backend_cpu();
+	shoal_backend *b = make(ops);
+	ASSERT_TRUE(b != NULL);
+	enum { N = 8, ROWS = 3, LD = 10, K = 3 };
+	float x[ROWS * LD], ref[ROWS * LD];
+	for (int i = 0; i < ROWS * LD; i++)
+		x[i] = (float)((i * 37) % 11) * 0.7f - 3.0f;
+	x[LD + 2] = x[LD + 5] = 9.0f; /* a tie in row 1: the lower index first */
+	memcpy(ref, x, sizeof x);
+	ops->softmax(b, x, N, ROWS, LD);
+	for (int r = 0; r < ROWS; r++) {
+		double mx = -INFINITY, sum = 0;
+		for (int i = 0; i < N; i++)
+			mx = fmax(mx, ref[r * LD + i]);
+		for (int i = 0; i < N; i++)
+			sum += exp(ref[r * LD + i] - mx);
+		double total = 0;
+		for (int i = 0; i < N; i++) {
+			double want = exp(ref[r * LD + i] - mx) / sum;
+			ASSERT_NEAR(x[r * LD + i], want, 1e-6);
+			total += x[r * LD + i];
+		}
+		ASSERT_NEAR(total, 1.0, 1e-5);
+		for (int i = N; i < LD; i++) /* past n: untouched */
+			ASSERT_TRUE(x[r * LD + i] == ref[r * LD + i]);
+	}
+	x[2 * LD + 4] = NAN; /* NaN ranks lowest */
+	int32_t ids[ROWS * K];
+	float vals[ROWS * K];
+	ops->top_k(b, x, N, ROWS, LD, K, ids, vals);
+	for (int r = 0; r < ROWS; r++) {
+		/* reference: k passes over a copy, strict > */
+		uint8_t used[N] = {0};
+		for (int j = 0; j < K; j++) {
+			int best = -1;
+			for (int i = 0; i < N; i++) {
+				float v = x[r * LD + i];
+				if (used[i] || v != v)
+					continue;
+				if (best < 0 || v > x[r * LD + best])
+					best = i;
+			}
+			used[best] = 1;
+			ASSERT_EQ(ids[r * K + j], best);
+			ASSERT_TRUE(vals[r * K + j] == x[r * LD + best]);
+		}
+	}
+	ASSERT_EQ(ids[K + 0], 2); /* the tie */
+	ASSERT_EQ(ids[K + 1], 5);
+	for (int j = 0; j < K; j++)
+		ASSERT_NE(ids[2 * K + j], 4);
+	ops->destroy(b);
+}
+
+static void test_buffers(void)
+{
+	const shoal_backend_ops *ops = shoal_backend_cpu();
+	shoal_backend *b = make(ops);
+	ASSERT_TRUE(b != NULL);
+	shoal_backend_buf *buf = NULL;
+	ASSERT_EQ(ops->buf_alloc(b, 64, &buf), SHOAL_OK);
+	unsigned char *host = ops->buf_host(buf);
+	ASSERT_TRUE(host != NULL);
+	for (int i = 0; i < 64; i++)
+		ASSERT_EQ(host[i], 0);
+	const char msg[] = "shoal";
+	ops->buf_set(b, buf, 10, msg, sizeof msg);
+	char back[sizeof msg];
+	ops->buf_get(b, buf, 10, back, sizeof back);
+	ASSERT_STR_EQ(back, "shoal");
+	ASSERT_TRUE(memcmp(host + 10, msg, sizeof msg) == 0);
+	ops->buf_free(b, buf);
+	ops->buf_free(b, NULL);
+	ops->destroy(b);
+}
+
+static bool picky_supports(shoal_backend_op op, shoal_dtype t)
+{
+	return !(op == SHOAL_BACKEND_OP_MATMUL && t == SHOAL_DTYPE_Q8_0) &&
+	       shoal_backend_cpu()->supports(op, t);
+}
+
+static void test_engine_refuses(void)
+{
+	char path[512], why[256] = "";
+	snprintf(path, sizeof path, "%s/models/austen-dense-q8_0.gguf", test_data_dir());
+	shoal_model *m = NULL;
+	ASSERT_EQ(shoal_model_open(path, &m, why, sizeof why), SHOAL_OK);
+	shoal_engine_config c = shoal_engine_config_default(m);
+	shoal_engine *e = NULL;
+	/* no backend */
+	ASSERT_EQ(shoal_engine_new(m, &c, &e, why, sizeof why), SHOAL_ERR_INVAL);
+	ASSERT_TRUE(e == NULL && strstr(why, "backend") != NULL);
+	/* a table of another version */
+	shoal_backend_ops other = *shoal_backend_cpu();
+	other.abi = SHOAL_BACKEND_ABI + 1;
+	c.backend = &other;
+	ASSERT_EQ(shoal_engine_new(m, &c, &e, why, sizeof why), SHOAL_ERR_UNSUPPORTED);
+	ASSERT_TRUE(e == NULL && strstr(why, "ABI") != NULL);
+	/* a backend that cannot compute the file's Q8_0 weights: the engine
+	 * asks it (not the quantizer) and names it in the reason */
+	other = *shoal_backend_cpu();
+	other.name = "picky";
+	other.supports = picky_supports;
+	ASSERT_EQ(shoal_engine_new(m, &c, &e, why, sizeof why), SHOAL_ERR_UNSUPPORTED);
+	ASSERT_TRUE(e == NULL && strstr(why, "picky") != NULL && strcasestr(why, "q8_0") != NULL);
+	/* the CPU backend itself */
+	c.backend = shoal_backend_cpu();
+	c.n_ctx = 32;
+	ASSERT_EQ(shoal_engine_new(m, &c, &e, why, sizeof why), SHOAL_OK);
+	ASSERT_TRUE(shoal_engine_backend_ops(e) == shoal_backend_cpu());
+	shoal_engine_free(e);
+	shoal_model_free(m);
+}
+
+TEST_MAIN(TEST_CASE(test_table), TEST_CASE(test_supports), TEST_CASE(test_router),
+          TEST_CASE(test_buffers), TEST_CASE(test_engine_refuses))
