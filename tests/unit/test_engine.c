@@ -20,6 +20,7 @@
 #include "runtime/engine/engine.h"
 #include "runtime/cpu/threadpool.h"
 #include "tests/unit/test.h"
+#include "runtime/cpu/backend_cpu.h"
 
 /* ---- fixtures -------------------------------------------------------------- */
 
@@ -122,6 +123,7 @@ static shoal_engine *make_engine(const shoal_model *m, uint32_t threads, uint32_
                                  const uint8_t *mask_row, peer_hook *hook)
 {
 	shoal_engine_config c = shoal_engine_config_default(m);
+	c.backend = shoal_backend_cpu();
 	c.n_threads = threads;
 	c.n_ctx = 64;
 	c.max_sessions = max_sessions;
@@ -685,6 +687,8 @@ static void test_bad_batches(void)
 	shoal_engine_free(e);
 
 	shoal_engine_config c = shoal_engine_config_default(m);
+
+	c.backend = shoal_backend_cpu();
 	c.layer_begin = 3, c.layer_end = 99;
 	ASSERT_EQ(shoal_engine_new(m, &c, &e, why, sizeof why), SHOAL_ERR_INVAL);
 	c.layer_end = 2;
@@ -731,6 +735,7 @@ static void test_rope_freqs(void)
 	m->rope_freqs = &t;
 	m->hp.rope_freq_scale = 1.0f;
 	shoal_engine_config c = shoal_engine_config_default(m);
+	c.backend = shoal_backend_cpu();
 	c.n_ctx = 64;
 	shoal_engine *e = NULL;
 	char why[256] = "";
@@ -753,6 +758,7 @@ static void test_misaligned_weights(void)
 	if (!m)
 		TEST_SKIP("tests/helpers/gen_fixture could not make a llama fixture");
 	shoal_engine_config c = shoal_engine_config_default(m);
+	c.backend = shoal_backend_cpu();
 	c.n_ctx = 16;
 	const shoal_gguf_tensor *wq = m->layers[0].wq, *norm = m->layers[0].attn_norm,
 	                        *embd = m->tok_embd;

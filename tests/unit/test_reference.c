@@ -23,6 +23,7 @@
 #include "models/tokenizer.h"
 #include "runtime/engine/engine.h"
 #include "tests/unit/test.h"
+#include "runtime/cpu/backend_cpu.h"
 
 /* Run argv (NULL-terminated), capture up to cap-1 bytes of stdout. Returns
  * the exit status, or -1. */
@@ -240,6 +241,7 @@ static void check_file(const char *json_name, bool cli)
 	char why[256] = "";
 	ASSERT_EQ(shoal_model_open(model, &m, why, sizeof why), SHOAL_OK);
 	shoal_engine_config cfg = shoal_engine_config_default(m);
+	cfg.backend = shoal_backend_cpu();
 	cfg.n_ctx = 256;
 	cfg.max_rows = 64;
 	shoal_engine *e = NULL;
