@@ -75,9 +75,7 @@ echo "dense: --chat --system greedy ids identical ($(wc -w <"$T/l-chat") tokens)
 
 # 2. a peer with another model is left out, with the reason
 MOE=$T/moe.gguf
-"$BD/tests/helpers/gen_fixture" --arch qwen3moe --type Q8_0 --layers 4 --dim 128 --ff 256 --heads 4 \
-	--kv-heads 2 --vocab 2048 --experts 8 --experts-used 2 --ff-exp 256 --ctx 512 --seed 5 \
-	"$MOE" >/dev/null 2>&1 || fail "gen_fixture qwen3moe"
+moe_fixture 4 "$MOE"
 start x1 "$MOE" --peer "$SEED"
 left_out() { status d1 && "$PC" "$T/st-d1.json" left x1 | grep -q "model id"; }
 wait_for 10 left_out || fail "peer with another model not left out: $("$PC" "$T/st-d1.json" left x1)"
@@ -147,9 +145,7 @@ stop_all
 
 # 5. MoE over 2 stages with experts on every peer
 MOE6=$T/moe6.gguf
-"$BD/tests/helpers/gen_fixture" --arch qwen3moe --type Q8_0 --layers 6 --dim 256 --ff 256 --heads 4 \
-	--kv-heads 2 --vocab 2048 --experts 8 --experts-used 2 --ff-exp 128 --ctx 512 --seed 3 \
-	"$MOE6" >/dev/null 2>&1 || fail "gen_fixture qwen3moe (6 layers)"
+moe_fixture 6 "$MOE6"
 t0=$(now_ms)
 start s1 "$MOE6" --mem-limit 4M --ctx 256 --spread-experts
 SEED=$(ep s1)

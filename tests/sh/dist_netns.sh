@@ -24,9 +24,7 @@ nl_up 3 || fail "namespaces"
 NL_N=3 nl_mdns_up || fail "dbus/avahi"
 "$B" key new "$T/k" >/dev/null || fail "shoal key new"
 MOE=$T/moe.gguf
-"$BD/tests/helpers/gen_fixture" --arch qwen3moe --type Q8_0 --layers 4 --dim 128 --ff 256 --heads 4 \
-	--kv-heads 2 --vocab 2048 --experts 8 --experts-used 2 --ff-exp 256 --ctx 512 --seed 5 \
-	"$MOE" >/dev/null 2>&1 || fail "gen_fixture qwen3moe"
+moe_fixture 4 "$MOE"
 
 compare() { # compare MODEL PROMPT N K LABEL: host 1 asks each host in turn
 	local m=$1 p=$2 n=$3 k=$4 j

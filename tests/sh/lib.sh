@@ -5,7 +5,8 @@
 #
 #   ---- set-up       B BD SRC DATA PC VC T KEY, the EXIT trap, fail, skip
 #   ---- polling      now_ms, wait_for
-#   ---- nodes        start, ep, status, servable_all, same, stop, stop_all
+#   ---- nodes        start, ep, status, servable_all, same, stop, stop_all,
+#                     moe_fixture
 #   ---- hosts        nl_require, nl_up, nl_mdns_up, nl_exec, nl_spawn,
 #                     start_host, nl_down
 #
@@ -118,6 +119,21 @@ stop_all() { # stop_all [SIGNAL]: signal every started node (default KILL), wait
 		wait "${PID[$n]}" 2>/dev/null
 		unset "PID[$n]" "HOST[$n]"
 	done
+}
+
+# moe_fixture 4|6 PATH: a random qwen3moe fixture (8 experts, 2 used a
+# token): 4 layers of dim 128 (seed 5), or 6 of dim 256 with smaller
+# experts (seed 3)
+moe_fixture() {
+	local shape
+	case $1 in
+	4) shape=(--dim 128 --ff-exp 256 --seed 5) ;;
+	6) shape=(--dim 256 --ff-exp 128 --seed 3) ;;
+	*) fail "moe_fixture: no $1-layer fixture" ;;
+	esac
+	"$BD/tests/helpers/gen_fixture" --arch qwen3moe --type Q8_0 --layers "$1" "${shape[@]}" --ff 256 \
+		--heads 4 --kv-heads 2 --vocab 2048 --experts 8 --experts-used 2 --ctx 512 "$2" \
+		>/dev/null 2>&1 || fail "gen_fixture qwen3moe ($1 layers)"
 }
 
 # ---- hosts

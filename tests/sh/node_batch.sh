@@ -65,9 +65,7 @@ stop_all
 
 # 2. two peers that serve each other's experts, 4 concurrent runs
 MOE6=$T/moe6.gguf
-"$BD/tests/helpers/gen_fixture" --arch qwen3moe --type Q8_0 --layers 6 --dim 256 --ff 256 --heads 4 \
-	--kv-heads 2 --vocab 2048 --experts 8 --experts-used 2 --ff-exp 128 --ctx 512 --seed 3 \
-	"$MOE6" >/dev/null 2>&1 || fail "gen_fixture qwen3moe (6 layers)"
+moe_fixture 6 "$MOE6"
 start x1 "$MOE6" --mem-limit 8M --ctx 256 --sessions 4 --spread-experts
 SEED=$(ep x1)
 start x2 "$MOE6" --mem-limit 8M --ctx 256 --sessions 4 --spread-experts --peer "$SEED"
