@@ -23,79 +23,41 @@
 # Env: SHOAL_DATA, SHOAL_BENCH_FIXTURE, RUNS (austen, default 10),
 # FIX_RUNS (fixture, default 5).
 set -u
-builddir=${1:-${SHOAL_BUILDDIR:-.}}
-B=$builddir/shoal
-PC=$builddir/tests/helpers/plancheck
-DATA=${SHOAL_DATA:-$(dirname "$0")/../data}
+SHOAL_BUILDDIR=${1:-${SHOAL_BUILDDIR:-.}}
+. "$(dirname "$0")/../sh/lib.sh"
 DENSE=$DATA/models/austen-dense-q8_0.gguf
 FIX=${SHOAL_BENCH_FIXTURE:-/tmp/shoal-bench/llama-1b-q8_0.gguf}
 RUNS=${RUNS:-10}
 FIX_RUNS=${FIX_RUNS:-5}
 PROMPT="It is a truth universally acknowledged"
 CTX=256 # KV per session, on every peer and the local run alike
-T=$(mktemp -d /tmp/shoal-distbench-XXXXXX)
-PIDS=()
-cleanup() {
-	for p in "${PIDS[@]}"; do kill -9 "$p" 2>/dev/null; wait "$p" 2>/dev/null; done
-	rm -rf "$T"
-}
-trap cleanup EXIT
-die() {
-	echo "dist_bench: $*" >&2
-	for f in "$T"/*.log; do [ -f "$f" ] && { echo "---- $f" >&2; tail -n 10 "$f" >&2; }; done
-	exit 1
-}
-now_ms() { echo $(($(date +%s%N) / 1000000)); }
 
-[ -x "$B" ] || die "$B not found (give the build directory)"
-[ -f "$DENSE" ] || die "$DENSE not found (set SHOAL_DATA)"
+[ -x "$B" ] || fail "$B not found (give the build directory)"
+[ -f "$DENSE" ] || fail "$DENSE not found (set SHOAL_DATA)"
 for p in plancheck gen_fixture; do
-	[ -x "$builddir/tests/$p" ] || make -C "$builddir" "tests/$p" >/dev/null || die "cannot build tests/$p"
+	[ -x "$BD/tests/helpers/$p" ] || make -C "$BD" "tests/helpers/$p" >/dev/null || fail "cannot build tests/helpers/$p"
 done
 if [ ! -s "$FIX" ]; then
 	mkdir -p "$(dirname "$FIX")"
 	echo "making $FIX (1.17 GB)"
-	"$builddir/tests/helpers/gen_fixture" --arch llama --type Q8_0 --layers 22 --dim 2048 --ff 5632 \
+	"$BD/tests/helpers/gen_fixture" --arch llama --type Q8_0 --layers 22 --dim 2048 --ff 5632 \
 		--heads 32 --kv-heads 4 --vocab 32000 --ctx 2048 --seed 1 "$FIX.tmp" >/dev/null ||
-		die "gen_fixture failed"
+		fail "gen_fixture failed"
 	mv "$FIX.tmp" "$FIX"
 fi
-for k in 1 2 3; do "$B" key new "$T/k$k" >/dev/null || die "shoal key new"; done
+for k in 1 2 3; do "$B" key new "$T/k$k" >/dev/null || fail "shoal key new"; done
 
 # ---- clusters
 
-start() { # start NAME K MODEL LIMIT [--peer EP]: a peer of cluster K (key kK)
+peer() { # peer NAME K MODEL LIMIT [--peer EP]: a peer of cluster K (key kK)
 	local n=$1 k=$2 m=$3 lim=$4
 	shift 4
-	"$B" node --state-dir "$T/$n" --name "$n" --listen 127.0.0.1:0 --no-mdns --key "$T/k$k" \
-		--cluster "bench$k" --gossip-ms 50 --threads 1 --model "$m" --mem-limit "$lim" \
-		--ctx $CTX "$@" >>"$T/$n.log" 2>&1 &
-	PIDS+=($!)
-}
-ep() { # the control endpoint HOST:PORT of a started node
-	for _ in $(seq 400); do
-		[ -s "$T/$1/control" ] && grep -q '^endpoint ' "$T/$1/control" &&
-			{ sed -n 's/^endpoint tcp:\/\///p' "$T/$1/control"; return 0; }
-		sleep 0.05
-	done
-	die "node $1 did not start"
+	KEY=$T/k$k start "$n" "$m" --cluster "bench$k" --mem-limit "$lim" --ctx $CTX "$@"
 }
 plan_ok() { # plan_ok K: every peer of cluster K sees the same servable K-stage plan
-	local k=$1 i n d=
-	for i in $(seq "$k"); do
-		n=c${k}p$i
-		"$B" status --state-dir "$T/$n" --key "$T/k$k" --json --timeout-ms 2000 >"$T/st-$n.json" \
-			2>>"$T/status.log" || return 1
-		[ "$("$PC" "$T/st-$n.json" servable)" = yes ] || return 1
-		[ "$("$PC" "$T/st-$n.json" stages)" = "$k" ] || return 1
-		[ -z "$d" ] || [ "$("$PC" "$T/st-$n.json" digest)" = "$d" ] || return 1
-		d=$("$PC" "$T/st-$n.json" digest)
-	done
-}
-stop_all() {
-	for p in "${PIDS[@]}"; do kill -9 "$p" 2>/dev/null; wait "$p" 2>/dev/null; done
-	PIDS=()
-	rm -rf "$T"/c[0-9]p[0-9]*
+	local k=$1 i names=()
+	for i in $(seq "$k"); do names+=("c${k}p$i"); done
+	KEY=$T/k$k servable_all "$k" "${names[@]}"
 }
 
 # clusters MODEL LIMIT1 LIMIT2 LIMIT3: clusters of 1, 2 and 3 peers, each
@@ -108,15 +70,15 @@ clusters() {
 	t0=$(now_ms)
 	for k in 1 2 3; do
 		lim=${!k}
-		start "c${k}p1" "$k" "$m" "$lim"
+		peer "c${k}p1" "$k" "$m" "$lim"
 		seed=$(ep "c${k}p1")
-		for i in $(seq 2 "$k"); do start "c${k}p$i" "$k" "$m" "$lim" --peer "$seed"; done
+		for i in $(seq 2 "$k"); do peer "c${k}p$i" "$k" "$m" "$lim" --peer "$seed"; done
 	done
 	deadline=$(($(now_ms) + 180000))
 	for k in 1 2 3; do
 		until plan_ok "$k"; do
 			[ "$(now_ms)" -lt $deadline ] ||
-				die "$k peers at --mem-limit ${!k}: no servable $k-stage plan in 180 s" \
+				fail "$k peers at --mem-limit ${!k}: no servable $k-stage plan in 180 s" \
 					"(stages $("$PC" "$T/st-c${k}p1.json" stages), $("$PC" "$T/st-c${k}p1.json" servable))"
 			sleep 0.2
 		done
@@ -151,15 +113,15 @@ measure() {
 	for c in 0 1 2 3; do : >"$T/d-$c"; done
 	for r in $(seq "$runs"); do
 		for c in 0 1 2 3; do
-			t1=$(gen "$c" "$n1" "$T/ids1-$c") || die "config $c: run -n $n1 failed: $(tail -n 2 "$T/run.log")"
-			t2=$(gen "$c" "$n2" "$T/ids2-$c") || die "config $c: run -n $n2 failed: $(tail -n 2 "$T/run.log")"
+			t1=$(gen "$c" "$n1" "$T/ids1-$c") || fail "config $c: run -n $n1 failed: $(tail -n 2 "$T/run.log")"
+			t2=$(gen "$c" "$n2" "$T/ids2-$c") || fail "config $c: run -n $n2 failed: $(tail -n 2 "$T/run.log")"
 			echo "$((t2 - t1))" >>"$T/d-$c"
 		done
 	done
 	for c in 0 1 2 3; do
 		c1=$(wc -w <"$T/ids1-$c") # a run may stop early at EOS: count what came
 		c2=$(wc -w <"$T/ids2-$c")
-		[ "$c2" -gt "$c1" ] || die "config $c: $c2 tokens for -n $n2, $c1 for -n $n1"
+		[ "$c2" -gt "$c1" ] || fail "config $c: $c2 tokens for -n $n2, $c1 for -n $n1"
 		[ "$c" = 0 ] || cmp -s "$T/ids2-$c" "$T/ids2-0" ||
 			echo "  note: $c peer(s): greedy ids differ from the local run"
 		US[$c]=$(sort -n "$T/d-$c" | awk -v n="$((c2 - c1))" '{ d[NR] = $1 }
@@ -184,6 +146,7 @@ bench() {
 	measure "$n1" "$n2" "$runs"
 	echo "  load average after:  $(cut -d' ' -f1-3 /proc/loadavg)"
 	stop_all
+	rm -rf "$T"/c[0-9]p[0-9]*
 	echo "  config    stages   us/token     tok/s  x local   x 1peer  us/token range over rounds"
 	for c in 0 1 2 3; do
 		awk -v c="$c" -v us="${US[$c]}" -v ref="${US[0]}" -v one="${US[1]}" -v rg="${RANGE[$c]}" 'BEGIN {

@@ -27,70 +27,10 @@
 #     by the other stage's peer (its expert server) and by the third peer;
 #     ids and logprobs through every peer equal the single-peer run.
 set -u
-B=${SHOAL_BIN:-./shoal}
-BD=${SHOAL_BUILDDIR:-.}
-DATA=${SHOAL_DATA:-tests/data}
-PC=$BD/tests/helpers/plancheck
+. "$(dirname "$0")/lib.sh"
 DENSE=$DATA/models/austen-dense-q8_0.gguf
 EXP=$DATA/models/expected/austen-dense-q8_0.json
-T=$(mktemp -d /tmp/shoal-dist-XXXXXX)
-declare -A PID
-cleanup() {
-	for p in "${PID[@]}"; do kill -9 "$p" 2>/dev/null; done
-	wait 2>/dev/null
-	[ -n "${KEEP:-}" ] && echo "kept $T" || rm -rf "$T"
-}
-trap cleanup EXIT
-fail() {
-	echo "FAIL: $*"
-	for f in "$T"/*.log; do echo "---- $f"; tail -n 20 "$f"; done
-	exit 1
-}
-now_ms() { echo $(($(date +%s%N) / 1000000)); }
-[ -x "$PC" ] || { echo "SKIP: $PC not built"; exit 77; }
-
-start() { # start NAME MODEL [node args...]
-	local n=$1 m=$2
-	shift 2
-	"$B" node --state-dir "$T/$n" --name "$n" --listen 127.0.0.1:0 --no-mdns --key "$T/k" \
-		--gossip-ms 50 --threads 1 --model "$m" "$@" >>"$T/$n.log" 2>&1 &
-	PID[$n]=$!
-}
-ep() { # the control endpoint HOST:PORT of a started node
-	for _ in $(seq 200); do
-		if [ -s "$T/$1/control" ] && grep -q '^endpoint ' "$T/$1/control"; then
-			sed -n 's/^endpoint tcp:\/\///p' "$T/$1/control"
-			return 0
-		fi
-		sleep 0.05
-	done
-	fail "node $1 did not start"
-}
-status() { "$B" status --state-dir "$T/$1" --key "$T/k" --json --timeout-ms 2000 >"$T/st-$1.json" 2>>"$T/status.log"; }
-wait_for() { # wait_for SECONDS cmd...
-	local deadline=$(($(now_ms) + $1 * 1000))
-	shift
-	while [ "$(now_ms)" -lt $deadline ]; do
-		"$@" && return 0
-		sleep 0.2
-	done
-	return 1
-}
-servable_all() { # servable_all NSTAGES NAME...: every peer has a servable plan of N stages
-	local want=$1 n
-	shift
-	for n in "$@"; do
-		status "$n" || return 1
-		[ "$("$PC" "$T/st-$n.json" servable)" = yes ] || return 1
-		[ -z "$want" ] || [ "$("$PC" "$T/st-$n.json" stages)" = "$want" ] || return 1
-	done
-	local d
-	d=$("$PC" "$T/st-$1.json" digest)
-	for n in "$@"; do [ "$("$PC" "$T/st-$n.json" digest)" = "$d" ] || return 1; done
-}
-same() { # same LABEL FILE_A FILE_B
-	cmp -s "$2" "$3" || { echo "-- remote"; head -c 600 "$2"; echo "-- local"; head -c 600 "$3"; fail "$1 differs"; }
-}
+[ -x "$PC" ] || skip "$PC not built"
 
 "$B" key new "$T/k" >/dev/null || fail "shoal key new"
 "$B" key new "$T/other" >/dev/null || fail "shoal key new (other)"
@@ -135,9 +75,7 @@ echo "dense: --chat --system greedy ids identical ($(wc -w <"$T/l-chat") tokens)
 
 # 2. a peer with another model is left out, with the reason
 MOE=$T/moe.gguf
-"$BD/tests/helpers/gen_fixture" --arch qwen3moe --type Q8_0 --layers 4 --dim 128 --ff 256 --heads 4 \
-	--kv-heads 2 --vocab 2048 --experts 8 --experts-used 2 --ff-exp 256 --ctx 512 --seed 5 \
-	"$MOE" >/dev/null 2>&1 || fail "gen_fixture qwen3moe"
+moe_fixture 4 "$MOE"
 start x1 "$MOE" --peer "$SEED"
 left_out() { status d1 && "$PC" "$T/st-d1.json" left x1 | grep -q "model id"; }
 wait_for 10 left_out || fail "peer with another model not left out: $("$PC" "$T/st-d1.json" left x1)"
@@ -161,9 +99,7 @@ wait_for 20 servable_all 3 d1 d2 d3 d4 || fail "no common servable plan with d4 
 VICTIM=$("$PC" "$T/st-d1.json" stage 1)
 OLD=$("$PC" "$T/st-d1.json" digest)
 [ "$VICTIM" != none ] || fail "no stage 1"
-kill -9 "${PID[$VICTIM]}"
-wait "${PID[$VICTIM]}" 2>/dev/null
-unset "PID[$VICTIM]"
+stop "$VICTIM"
 t0=$(now_ms)
 LIVE=()
 for n in d1 d2 d3 d4; do [ "$n" != "$VICTIM" ] && LIVE+=("$n"); done
@@ -175,7 +111,7 @@ P=$("$PC" "$EXP" prompt 0)
 	fail "run after churn: $(cat "$T/r-err")"
 same "greedy ids after churn" "$T/r-churn" "$T/l-ids-0"
 echo "churn: greedy ids after the re-plan identical to one peer"
-for n in "${!PID[@]}"; do kill -9 "${PID[$n]}"; wait "${PID[$n]}" 2>/dev/null; unset "PID[$n]"; done
+stop_all
 
 # 4. MoE with spread experts
 t0=$(now_ms)
@@ -205,13 +141,11 @@ for P in "hello world" "the quick brown fox" "once upon a time"; do
 	i=$((i + 1))
 done
 echo "MoE: 3 prompts, greedy ids and logprobs identical to one peer"
-for n in m1 m2 m3; do kill -9 "${PID[$n]}"; wait "${PID[$n]}" 2>/dev/null; unset "PID[$n]"; done
+stop_all
 
 # 5. MoE over 2 stages with experts on every peer
 MOE6=$T/moe6.gguf
-"$BD/tests/helpers/gen_fixture" --arch qwen3moe --type Q8_0 --layers 6 --dim 256 --ff 256 --heads 4 \
-	--kv-heads 2 --vocab 2048 --experts 8 --experts-used 2 --ff-exp 128 --ctx 512 --seed 3 \
-	"$MOE6" >/dev/null 2>&1 || fail "gen_fixture qwen3moe (6 layers)"
+moe_fixture 6 "$MOE6"
 t0=$(now_ms)
 start s1 "$MOE6" --mem-limit 4M --ctx 256 --spread-experts
 SEED=$(ep s1)

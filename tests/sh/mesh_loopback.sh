@@ -18,45 +18,8 @@
 # Gossip base period 50 ms: protocol period 250 ms, suspicion timeout
 # 4 x ceil(log2(5)) x 250 ms = 3 s, so "dead" is due after ~4 s; we allow 15.
 set -u
-B=${SHOAL_BIN:-./shoal}
-BD=${SHOAL_BUILDDIR:-.}
-VC=$BD/tests/helpers/viewcheck
+. "$(dirname "$0")/lib.sh"
 POKE=$BD/tests/helpers/ctl_poke
-T=$(mktemp -d /tmp/shoal-mesh-XXXXXX)
-declare -A PID
-cleanup() {
-	for p in "${PID[@]}"; do kill -9 "$p" 2>/dev/null; done
-	wait 2>/dev/null
-	[ -n "${KEEP:-}" ] && echo "kept $T" || rm -rf "$T"
-}
-trap cleanup EXIT
-fail() {
-	echo "FAIL: $*"
-	for f in "$T"/*.log; do echo "---- $f"; tail -n 25 "$f"; done
-	for f in "$T"/st-*.json; do echo "---- $f"; "$VC" "$f" summary; done
-	exit 1
-}
-now_ms() { echo $(($(date +%s%N) / 1000000)); }
-
-GOSSIP=50
-start() { # start NAME KEYFILE [--peer EP]
-	local n=$1 k=$2
-	shift 2
-	"$B" node --state-dir "$T/$n" --name "$n" --listen 127.0.0.1:0 --no-mdns --key "$k" \
-		--gossip-ms $GOSSIP "$@" >>"$T/$n.log" 2>&1 &
-	PID[$n]=$!
-}
-wait_control() { # the node wrote its endpoint
-	for _ in $(seq 100); do
-		[ -s "$T/$1/control" ] && grep -q '^endpoint ' "$T/$1/control" && return 0
-		sleep 0.05
-	done
-	fail "node $1 did not start"
-}
-status() { # status NAME [KEY] > json file
-	"$B" status --state-dir "$T/$1" --key "${2:-$T/k}" --json --timeout-ms 2000 \
-		>"$T/st-$1.json" 2>>"$T/status.log"
-}
 # all_see N STATE NAME... : every listed node sees N peers in STATE
 all_see() {
 	local want=$1 st=$2 n
@@ -65,15 +28,6 @@ all_see() {
 		status "$n" || return 1
 		[ "$("$VC" "$T/st-$n.json" count "$st")" = "$want" ] || return 1
 	done
-}
-wait_for() { # wait_for SECONDS cmd...
-	local deadline=$(($(now_ms) + $1 * 1000))
-	shift
-	while [ "$(now_ms)" -lt $deadline ]; do
-		"$@" && return 0
-		sleep 0.2
-	done
-	return 1
 }
 
 "$B" key new "$T/k" >/dev/null || fail "shoal key new"
@@ -86,11 +40,10 @@ fi
 grep -q "shoal key new" "$T/nokey.log" || fail "no advice on how to make a key"
 
 # 1. four peers agree
-start n1 "$T/k"
-wait_control n1
-SEED=$(sed -n 's/^endpoint //p' "$T/n1/control")
+start n1 ""
+SEED=$(ep n1)
 t0=$(now_ms)
-for n in n2 n3 n4; do start $n "$T/k" --peer "${SEED#tcp://}"; done
+for n in n2 n3 n4; do start $n "" --peer "$SEED"; done
 wait_for 5 all_see 4 alive n1 n2 n3 n4 || fail "4 peers did not agree within 5 s"
 echo "agreed on 4 alive peers in $(($(now_ms) - t0)) ms"
 "$VC" "$T/st-n1.json" schema || fail "status JSON lacks documented fields"
@@ -101,9 +54,7 @@ for n in n2 n3 n4; do
 done
 
 # 2. kill -9 one
-kill -9 "${PID[n3]}"
-wait "${PID[n3]}" 2>/dev/null
-unset 'PID[n3]'
+stop n3
 t0=$(now_ms)
 # A peer must show n3 dead; dead entries are kept for 8 suspicion timeouts
 # (16 s here), so an entry that vanishes before it was seen dead is a bug
@@ -126,7 +77,7 @@ echo "n3 marked dead by all in $(($(now_ms) - t0)) ms"
 
 # 3. restart it: same id, alive, no ghost
 t0=$(now_ms)
-start n3 "$T/k" --peer "${SEED#tcp://}"
+start n3 "" --peer "$SEED"
 back() {
 	all_see 4 alive n1 n2 n3 n4 || return 1
 	for n in n1 n2 n3 n4; do
@@ -141,8 +92,8 @@ INC3B=$("$VC" "$T/st-n1.json" inc n3)
 echo "n3 back as itself in $(($(now_ms) - t0)) ms (incarnation $INC3 -> $INC3B)"
 
 # 4. another cluster key never appears
-start x1 "$T/other" --peer "${SEED#tcp://}"
-wait_control x1
+KEY=$T/other start x1 "" --peer "$SEED"
+ep x1 >/dev/null
 sleep 3
 for n in n1 n2 n3 n4; do
 	status $n || fail "status of $n"
@@ -162,16 +113,16 @@ status n2 || fail "status of n2"
 
 # an open (--insecure) node answers a status without a key
 "$B" node --state-dir "$T/open" --name open --listen 127.0.0.1:0 --no-mdns --insecure \
-	--gossip-ms $GOSSIP >>"$T/open.log" 2>&1 &
+	--gossip-ms $GOSSIP_MS >>"$T/open.log" 2>&1 &
 PID[open]=$!
-wait_control open
+ep open >/dev/null
 "$B" status --state-dir "$T/open" --json >"$T/st-open.json" 2>>"$T/status.log" ||
 	fail "status of an insecure node"
 grep -q '"insecure": true' "$T/st-open.json" || fail "insecure node does not say so"
 
 # a peer of another cluster name (same key) is in the view, left out of
 # planning, and status says why
-start c1 "$T/k" --cluster elsewhere --peer "${SEED#tcp://}"
+start c1 "" --cluster elsewhere --peer "$SEED"
 incompatible() {
 	status n1 || return 1
 	case "$("$VC" "$T/st-n1.json" compat c1)" in "no: "*cluster*) return 0 ;; esac
@@ -181,15 +132,13 @@ wait_for 5 incompatible || fail "c1 (cluster 'elsewhere') not shown as incompati
 "$B" status --state-dir "$T/n1" --key "$T/k" >"$T/status.txt" 2>>"$T/status.log" ||
 	fail "text status"
 grep -q "left out of planning: .*cluster" "$T/status.txt" || fail "text status does not say why"
-kill -TERM "${PID[c1]}"
-wait "${PID[c1]}"
-unset 'PID[c1]'
+stop c1 TERM
 echo "incompatible peer shown with its reason"
 
 # 5. garbage from a keyed client
 sleep 1 # let c1's leave settle
 status n1 && "$VC" "$T/st-n1.json" summary >"$T/before"
-"$POKE" "$(sed -n 's/^endpoint //p' "$T/n1/control")" "$T/k" >"$T/poke.out" 2>&1 ||
+"$POKE" "tcp://$(ep n1)" "$T/k" >"$T/poke.out" 2>&1 ||
 	fail "node did not answer after the garbage corpus: $(cat "$T/poke.out")"
 cat "$T/poke.out"
 kill -0 "${PID[n1]}" || fail "n1 died"
@@ -199,10 +148,8 @@ cmp -s "$T/before" "$T/after" || fail "view changed after garbage: $(diff "$T/be
 grep -q "dropped" "$T/n1.log" || fail "no log line for dropped messages"
 
 # 6. graceful leave
-kill -TERM "${PID[n4]}"
-wait "${PID[n4]}"
+stop n4 TERM
 rc=$?
-unset 'PID[n4]'
 [ $rc = 0 ] || fail "n4 did not exit cleanly on SIGTERM (rc $rc)"
 left_seen() {
 	for n in n1 n2 n3; do

@@ -15,72 +15,9 @@
 #     expert_timeouts counters of both stages stay 0, and each peer's
 #     expert server answered requests).
 set -u
-# (set-up as in dist_loopback.sh; to move to tests/sh/lib.sh)
-B=${SHOAL_BIN:-./shoal}
-BD=${SHOAL_BUILDDIR:-.}
-DATA=${SHOAL_DATA:-tests/data}
-PC=$BD/tests/helpers/plancheck
+. "$(dirname "$0")/lib.sh"
 DENSE=$DATA/models/austen-dense-q8_0.gguf
-T=$(mktemp -d /tmp/shoal-batch-XXXXXX)
-declare -A PID
-cleanup() {
-	for p in "${PID[@]}"; do kill -9 "$p" 2>/dev/null; done
-	wait 2>/dev/null
-	[ -n "${KEEP:-}" ] && echo "kept $T" || rm -rf "$T"
-}
-trap cleanup EXIT
-fail() {
-	echo "FAIL: $*"
-	for f in "$T"/*.log; do echo "---- $f"; tail -n 20 "$f"; done
-	exit 1
-}
-now_ms() { echo $(($(date +%s%N) / 1000000)); }
-[ -x "$PC" ] || { echo "SKIP: $PC not built"; exit 77; }
-
-start() { # start NAME MODEL [node args...]
-	local n=$1 m=$2
-	shift 2
-	"$B" node --state-dir "$T/$n" --name "$n" --listen 127.0.0.1:0 --no-mdns --key "$T/k" \
-		--gossip-ms 50 --threads 1 --model "$m" "$@" >>"$T/$n.log" 2>&1 &
-	PID[$n]=$!
-}
-ep() { # the control endpoint HOST:PORT of a started node
-	for _ in $(seq 200); do
-		if [ -s "$T/$1/control" ] && grep -q '^endpoint ' "$T/$1/control"; then
-			sed -n 's/^endpoint tcp:\/\///p' "$T/$1/control"
-			return 0
-		fi
-		sleep 0.05
-	done
-	fail "node $1 did not start"
-}
-status() { "$B" status --state-dir "$T/$1" --key "$T/k" --json --timeout-ms 2000 >"$T/st-$1.json" 2>>"$T/status.log"; }
-wait_for() { # wait_for SECONDS cmd...
-	local deadline=$(($(now_ms) + $1 * 1000))
-	shift
-	while [ "$(now_ms)" -lt $deadline ]; do
-		"$@" && return 0
-		sleep 0.2
-	done
-	return 1
-}
-servable_all() { # servable_all NSTAGES NAME...: every peer has a servable plan of N stages
-	local want=$1 n
-	shift
-	for n in "$@"; do
-		status "$n" || return 1
-		[ "$("$PC" "$T/st-$n.json" servable)" = yes ] || return 1
-		[ -z "$want" ] || [ "$("$PC" "$T/st-$n.json" stages)" = "$want" ] || return 1
-	done
-	local d
-	d=$("$PC" "$T/st-$1.json" digest)
-	for n in "$@"; do [ "$("$PC" "$T/st-$n.json" digest)" = "$d" ] || return 1; done
-}
-same() { # same LABEL FILE_A FILE_B
-	cmp -s "$2" "$3" || { echo "-- remote"; head -c 600 "$2"; echo "-- local"; head -c 600 "$3"; fail "$1 differs"; }
-}
-
-stop_all() { for n in "${!PID[@]}"; do kill -9 "${PID[$n]}"; wait "${PID[$n]}" 2>/dev/null; unset "PID[$n]"; done; }
+[ -x "$PC" ] || skip "$PC not built"
 
 "$B" key new "$T/k" >/dev/null || fail "shoal key new"
 counter() { "$PC" "$T/st-$1.json" data "$2"; } # counter NAME OBJ.FIELD (after status NAME)
@@ -128,9 +65,7 @@ stop_all
 
 # 2. two peers that serve each other's experts, 4 concurrent runs
 MOE6=$T/moe6.gguf
-"$BD/tests/helpers/gen_fixture" --arch qwen3moe --type Q8_0 --layers 6 --dim 256 --ff 256 --heads 4 \
-	--kv-heads 2 --vocab 2048 --experts 8 --experts-used 2 --ff-exp 128 --ctx 512 --seed 3 \
-	"$MOE6" >/dev/null 2>&1 || fail "gen_fixture qwen3moe (6 layers)"
+moe_fixture 6 "$MOE6"
 start x1 "$MOE6" --mem-limit 8M --ctx 256 --sessions 4 --spread-experts
 SEED=$(ep x1)
 start x2 "$MOE6" --mem-limit 8M --ctx 256 --sessions 4 --spread-experts --peer "$SEED"
