@@ -26,14 +26,10 @@
 #include "net/ctlmsg.h"
 #include "net/endpoint.h"
 #include "net/key.h"
+#include "models/prompt.h"
 #include "runtime/cli/cli.h"
+#include "runtime/engine/generate.h"
 
-/* As local `shoal run`. */
-#define SHOAL_RUN_REMOTE_DEFAULT_N 128
-#define SHOAL_RUN_REMOTE_MAX_LP    100
-/* The owner refuses a longer --system (runtime/node/cluster.c explains 64 KiB);
- * checked here too so the user hears it before the request is sent. */
-#define SHOAL_RUN_REMOTE_MAX_SYSTEM 65536
 /* Silence allowed between two replies: the owner waits up to 20 s for a
  * servable plan and fails a session after 30 s without a token; 60 s is
  * above both, so the owner's reason arrives before we give up. */
@@ -73,7 +69,7 @@ int shoal_cmd_run_remote(int argc, char **argv)
 {
 	const char *peer = NULL, *key_file = NULL, *prompt = NULL, *system = NULL;
 	bool insecure = false, ids = false, seed_given = false, chat = false;
-	double n = SHOAL_RUN_REMOTE_DEFAULT_N, temp = 0.8, seed = 0, top_k = 40, top_p = 0.95,
+	double n = SHOAL_GEN_DEFAULT_TOKENS, temp = 0.8, seed = 0, top_k = 40, top_p = 0.95,
 	       min_p = 0.05, rp = 1.0, lp = 0, tmo = SHOAL_RUN_REMOTE_TIMEOUT_MS, ignored;
 	for (int i = 1; i < argc; i++) {
 		const char *a = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
@@ -104,7 +100,7 @@ int shoal_cmd_run_remote(int argc, char **argv)
 		else if (!strcmp(a, "--system"))
 			system = val;
 		else if (!strcmp(a, "-n"))
-			num = &n, lo = 0, hi = 1e9;
+			num = &n, lo = 0, hi = SHOAL_GEN_MAX_TOKENS;
 		else if (!strcmp(a, "--temp"))
 			num = &temp, lo = 0, hi = 1e6;
 		else if (!strcmp(a, "--seed"))
@@ -118,7 +114,7 @@ int shoal_cmd_run_remote(int argc, char **argv)
 		else if (!strcmp(a, "--repeat-penalty"))
 			num = &rp, lo = 0, hi = 100;
 		else if (!strcmp(a, "--logprobs"))
-			num = &lp, lo = 1, hi = SHOAL_RUN_REMOTE_MAX_LP;
+			num = &lp, lo = 1, hi = SHOAL_GEN_MAX_LOGPROBS;
 		else if (!strcmp(a, "--timeout-ms"))
 			num = &tmo, lo = 1, hi = 3.6e6;
 		else if (!strcmp(a, "--threads") || !strcmp(a, "-t") || !strcmp(a, "--ctx") ||
@@ -139,9 +135,9 @@ int shoal_cmd_run_remote(int argc, char **argv)
 		shoal_run_remote_usage(stderr);
 		return 2;
 	}
-	if (system && strlen(system) > SHOAL_RUN_REMOTE_MAX_SYSTEM) {
+	if (system && strlen(system) > SHOAL_PROMPT_MAX_SYSTEM) {
 		fprintf(stderr, "shoal run: --system is longer than %d bytes\n",
-		        SHOAL_RUN_REMOTE_MAX_SYSTEM);
+		        SHOAL_PROMPT_MAX_SYSTEM);
 		return 2;
 	}
 	if (!seed_given)

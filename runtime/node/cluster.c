@@ -801,11 +801,6 @@ static void shoal_cluster_end(shoal_cluster *cl, const shoal_ctl_route *to, uint
 	shoal_cluster_send(cl, to, seq, SHOAL_CTLMSG_RUN_END, buf, (size_t)n);
 }
 
-/* A --system text longer than this is refused: 64 KiB is ~16k tokens at
- * ~4 bytes a token, four times the default 4096-token context, so no
- * servable prompt needs more; it bounds what one request makes us render. */
-#define SHOAL_CLUSTER_MAX_SYSTEM 65536
-
 void shoal_cluster_run_request(shoal_cluster *cl, const shoal_ctl_route *from, uint64_t seq,
                                const char *json, size_t len)
 {
@@ -821,7 +816,7 @@ void shoal_cluster_run_request(shoal_cluster *cl, const shoal_ctl_route *from, u
 	}
 	shoal_sampler_params sp = shoal_sampler_defaults();
 	json_t *x;
-	json_int_t n = 128, k = 0;
+	json_int_t n = SHOAL_GEN_DEFAULT_TOKENS, k = 0;
 	if ((x = json_object_get(o, "n")) && json_is_integer(x))
 		n = json_integer_value(x);
 	if ((x = json_object_get(o, "logprobs")) && json_is_integer(x))
@@ -838,7 +833,7 @@ void shoal_cluster_run_request(shoal_cluster *cl, const shoal_ctl_route *from, u
 		sp.repeat_penalty = (float)json_number_value(x);
 	if ((x = json_object_get(o, "seed")) && json_is_integer(x))
 		sp.seed = (uint64_t)json_integer_value(x);
-	if (n < 0 || n > 1000000000 || k < 0 || k > SHOAL_DIST_MAX_LOGPROBS || !(sp.temp >= 0) ||
+	if (n < 0 || n > SHOAL_GEN_MAX_TOKENS || k < 0 || k > SHOAL_GEN_MAX_LOGPROBS || !(sp.temp >= 0) ||
 	    sp.top_k < 0 || !(sp.top_p >= 0 && sp.top_p <= 1) ||
 	    !(sp.min_p >= 0 && sp.min_p <= 1) || !(sp.repeat_penalty >= 0)) {
 		shoal_cluster_end(cl, from, seq, "bad request: a parameter is out of range", NULL,
@@ -853,7 +848,7 @@ void shoal_cluster_run_request(shoal_cluster *cl, const shoal_ctl_route *from, u
 	}
 	bool chat = json_is_true(x);
 	if ((x = json_object_get(o, "system")) &&
-	    (!json_is_string(x) || json_string_length(x) > SHOAL_CLUSTER_MAX_SYSTEM)) {
+	    (!json_is_string(x) || json_string_length(x) > SHOAL_PROMPT_MAX_SYSTEM)) {
 		shoal_cluster_end(cl, from, seq,
 		                  "bad request: \"system\" is not a string of at most 65536 bytes",
 		                  NULL, 0);

@@ -63,5 +63,13 @@ expect_one_line 1 "$SHOAL_BIN" detokenize "$V" 32000
 "$SHOAL_BIN" detokenize "$V" 12x >/dev/null 2>&1
 [ $? -eq 2 ] || fail "detokenize 12x: not 2"
 
+# a system text over the run limit (models/prompt.h, 64 KiB): one clear line
+big=$(head -c 70000 /dev/zero | tr '\0' a)
+out=$("$SHOAL_BIN" run "${SHOAL_DATA:-tests/data}/models/austen-dense-q8_0.gguf" --chat \
+	--system "$big" -p hi -n 1 2>&1)
+rc=$?
+[ $rc -ne 0 ] && printf '%s\n' "$out" | grep -q "system text over 65536 bytes" ||
+	fail "run --system of 70000 bytes: rc $rc, '$(printf '%s' "$out" | head -c 200)'"
+
 [ "$fails" -eq 0 ] || exit 1
 echo "tokenize_cli: ok"
