@@ -6,6 +6,8 @@
 #ifndef SHOAL_RUNTIME_CLI_H
 #define SHOAL_RUNTIME_CLI_H
 
+#include <stdbool.h>
+
 int shoal_cmd_run(int argc, char **argv);        /* runtime/cli/cmd_run.c */
 int shoal_cmd_run_remote(int argc, char **argv); /* runtime/cli/cmd_run_remote.c (--peer) */
 int shoal_cmd_tokenize(int argc, char **argv);   /* runtime/cli/cmd_tokenize.c */
@@ -16,5 +18,9 @@ int shoal_cmd_node(int argc, char **argv);       /* runtime/cli/cmd_node.c */
 int shoal_cmd_status(int argc, char **argv);     /* runtime/cli/cmd_status.c */
 int shoal_cmd_key(int argc, char **argv);        /* runtime/cli/cmd_key.c */
 int shoal_cmd_plan(int argc, char **argv);       /* runtime/cli/cmd_plan.c */
+
+/* A number option: s is all of a number in [lo, hi] (strtod's syntax);
+ * false otherwise, *out untouched. (runtime/cli/cmd_run.c) */
+bool shoal_cli_num(const char *s, double lo, double hi, double *out);
 
 #endif

@@ -60,7 +60,7 @@ typedef struct shoal_run_opts {
 	bool chat, ids;
 } shoal_run_opts;
 
-static bool shoal_run_num(const char *s, double lo, double hi, double *out)
+bool shoal_cli_num(const char *s, double lo, double hi, double *out)
 {
 	char *end;
 	errno = 0;
@@ -85,7 +85,7 @@ static int shoal_run_parse(int argc, char **argv, shoal_run_opts *o)
 		const char *val = has_val ? argv[i + 1] : NULL;
 #define NUM(lo, hi)                                                                                \
 	do {                                                                                       \
-		if (!has_val || !shoal_run_num(val, lo, hi, &v)) {                                 \
+		if (!has_val || !shoal_cli_num(val, lo, hi, &v)) {                                 \
 			fprintf(stderr, "shoal run: %s needs a number in [%g, %g]\n", a,           \
 			        (double)(lo), (double)(hi));                                       \
 			return 2;                                                                  \

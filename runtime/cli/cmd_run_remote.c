@@ -54,17 +54,6 @@ static void shoal_run_remote_usage(FILE *f)
 	        "`shoal run --chat` does.\n");
 }
 
-static bool shoal_run_remote_num(const char *s, double lo, double hi, double *out)
-{
-	char *end;
-	errno = 0;
-	double v = strtod(s, &end);
-	if (errno || end == s || *end || !(v >= lo && v <= hi))
-		return false;
-	*out = v;
-	return true;
-}
-
 int shoal_cmd_run_remote(int argc, char **argv)
 {
 	const char *peer = NULL, *key_file = NULL, *prompt = NULL, *system = NULL;
@@ -125,7 +114,7 @@ int shoal_cmd_run_remote(int argc, char **argv)
 			shoal_run_remote_usage(stderr);
 			return 2;
 		}
-		if (num && !shoal_run_remote_num(val, lo, hi, num)) {
+		if (num && !shoal_cli_num(val, lo, hi, num)) {
 			fprintf(stderr, "shoal run: %s needs a number in [%g, %g]\n", a, lo, hi);
 			return 2;
 		}
