@@ -18,11 +18,12 @@ static int shoal_ctlmsg_key(msgpack_packer *pk, const char *k)
 shoal_err shoal_ctlmsg_encode(const shoal_ctlmsg *m, shoal_wire_buf *b)
 {
 	msgpack_packer pk;
+	if (m->type >= SHOAL_CTLMSG_RUN_REQ)
+		return SHOAL_ERR_INVAL;
 	b->len = 0;
 	msgpack_packer_init(&pk, b, shoal_wire_buf_write);
 	int n = 3, rc = 0;
-	int has_json = m->type == SHOAL_CTLMSG_STATUS_RESP ||
-	               (m->type >= SHOAL_CTLMSG_RUN_REQ && m->type <= SHOAL_CTLMSG_RUN_END);
+	int has_json = m->type == SHOAL_CTLMSG_STATUS_RESP;
 	if (has_json)
 		n += 1;
 	else if (m->type == SHOAL_CTLMSG_LINK_PROBE || m->type == SHOAL_CTLMSG_LINK_ACK)
@@ -131,8 +132,6 @@ shoal_err shoal_ctlmsg_decode(const uint8_t *buf, size_t len, shoal_ctlmsg *m, c
 		e = shoal_why(why, why_len, SHOAL_ERR_FORMAT, "missing \"seq\"");
 	else if (e == SHOAL_OK && m->type == SHOAL_CTLMSG_STATUS_RESP && !m->json)
 		e = shoal_why(why, why_len, SHOAL_ERR_FORMAT, "status without \"json\"");
-	else if (e == SHOAL_OK && m->type >= SHOAL_CTLMSG_RUN_REQ && !m->json)
-		e = shoal_why(why, why_len, SHOAL_ERR_FORMAT, "run message without \"json\"");
 	msgpack_unpacked_destroy(&up);
 	return e;
 }

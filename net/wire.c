@@ -33,6 +33,18 @@ void shoal_wire_buf_fini(shoal_wire_buf *b)
 	shoal_wire_buf_init(b);
 }
 
+shoal_err shoal_wire_buf_reserve(shoal_wire_buf *b, size_t cap)
+{
+	if (cap <= b->cap)
+		return SHOAL_OK;
+	uint8_t *d = realloc(b->data, cap);
+	if (!d)
+		return SHOAL_ERR_NOMEM;
+	b->data = d;
+	b->cap = cap;
+	return SHOAL_OK;
+}
+
 int shoal_wire_buf_write(void *data, const char *p, size_t n)
 {
 	shoal_wire_buf *b = data;

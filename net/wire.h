@@ -69,6 +69,9 @@ typedef struct shoal_wire_buf {
 
 void shoal_wire_buf_init(shoal_wire_buf *b);
 void shoal_wire_buf_fini(shoal_wire_buf *b);
+/* Grow b's capacity to at least cap bytes now, so that encoding messages
+ * up to cap later allocates nothing. SHOAL_ERR_NOMEM when it cannot. */
+shoal_err shoal_wire_buf_reserve(shoal_wire_buf *b, size_t cap);
 /* msgpack-c's write callback for a packer over a shoal_wire_buf (data):
  * appends n bytes, doubling the capacity; -1 when out of memory. */
 int shoal_wire_buf_write(void *data, const char *p, size_t n);

@@ -48,7 +48,7 @@ static void shoal_run_usage(FILE *f)
 	        "  --ids                  print the generated token ids, one line\n"
 	        "  --logprobs K           print one JSON object per generated token with\n"
 	        "                         its logprob and the K best alternatives\n",
-	        SHOAL_GEN_DEFAULT_TOKENS);
+	        SHOAL_RUN_DEFAULT_TOKENS);
 }
 
 typedef struct shoal_run_opts {
@@ -75,7 +75,7 @@ bool shoal_cli_num(const char *s, double lo, double hi, double *out)
 static int shoal_run_parse(int argc, char **argv, shoal_run_opts *o)
 {
 	memset(o, 0, sizeof *o);
-	o->n = SHOAL_GEN_DEFAULT_TOKENS;
+	o->n = SHOAL_RUN_DEFAULT_TOKENS;
 	o->sp = shoal_sampler_defaults();
 	o->threads = 1;
 	for (int i = 1; i < argc; i++) {
@@ -104,7 +104,7 @@ static int shoal_run_parse(int argc, char **argv, shoal_run_opts *o)
 				goto missing;
 			o->system = argv[++i];
 		} else if (!strcmp(a, "-n")) {
-			NUM(0, SHOAL_GEN_MAX_TOKENS);
+			NUM(0, SHOAL_RUN_MAX_TOKENS);
 			o->n = (long)v;
 		} else if (!strcmp(a, "--temp")) {
 			NUM(0, 1e6);

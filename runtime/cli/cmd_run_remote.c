@@ -19,13 +19,13 @@
 #include <time.h>
 #include <unistd.h>
 
-#include <jansson.h>
 
 #include "base/statedir.h"
 #include "net/ctl.h"
 #include "net/ctlmsg.h"
 #include "net/endpoint.h"
 #include "net/key.h"
+#include "net/runmsg.h"
 #include "models/prompt.h"
 #include "runtime/cli/cli.h"
 #include "runtime/engine/generate.h"
@@ -58,7 +58,7 @@ int shoal_cmd_run_remote(int argc, char **argv)
 {
 	const char *peer = NULL, *key_file = NULL, *prompt = NULL, *system = NULL;
 	bool insecure = false, ids = false, seed_given = false, chat = false;
-	double n = SHOAL_GEN_DEFAULT_TOKENS, temp = 0.8, seed = 0, top_k = 40, top_p = 0.95,
+	double n = SHOAL_RUN_DEFAULT_TOKENS, temp = 0.8, seed = 0, top_k = 40, top_p = 0.95,
 	       min_p = 0.05, rp = 1.0, lp = 0, tmo = SHOAL_RUN_REMOTE_TIMEOUT_MS, ignored;
 	for (int i = 1; i < argc; i++) {
 		const char *a = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
@@ -89,7 +89,7 @@ int shoal_cmd_run_remote(int argc, char **argv)
 		else if (!strcmp(a, "--system"))
 			system = val;
 		else if (!strcmp(a, "-n"))
-			num = &n, lo = 0, hi = SHOAL_GEN_MAX_TOKENS;
+			num = &n, lo = 0, hi = SHOAL_RUN_MAX_TOKENS;
 		else if (!strcmp(a, "--temp"))
 			num = &temp, lo = 0, hi = 1e6;
 		else if (!strcmp(a, "--seed"))
@@ -124,9 +124,9 @@ int shoal_cmd_run_remote(int argc, char **argv)
 		shoal_run_remote_usage(stderr);
 		return 2;
 	}
-	if (system && strlen(system) > SHOAL_PROMPT_MAX_SYSTEM) {
+	if (system && strlen(system) > SHOAL_RUN_MAX_SYSTEM) {
 		fprintf(stderr, "shoal run: --system is longer than %d bytes\n",
-		        SHOAL_PROMPT_MAX_SYSTEM);
+		        SHOAL_RUN_MAX_SYSTEM);
 		return 2;
 	}
 	if (!seed_given)
@@ -157,35 +157,30 @@ int shoal_cmd_run_remote(int argc, char **argv)
 	shoal_wire_buf_init(&buf);
 	uint8_t *reply = NULL;
 	size_t reply_len = 0;
-	json_t *req = json_pack("{s:s, s:I, s:f, s:I, s:I, s:f, s:f, s:f, s:I}", "prompt", prompt,
-	                        "n", (json_int_t)n, "temp", temp, "seed", (json_int_t)seed, "top_k",
-	                        (json_int_t)top_k, "top_p", top_p, "min_p", min_p, "repeat_penalty",
-	                        rp, "logprobs", (json_int_t)lp);
-	/* "chat" and "system" only when given: an owner from before them
-	 * still serves a plain prompt */
-	if (req && chat && json_object_set_new(req, "chat", json_true()) != 0) {
-		json_decref(req);
-		req = NULL;
-	}
-	if (req && system && json_object_set_new(req, "system", json_string(system)) != 0) {
-		json_decref(req);
-		req = NULL;
-	}
-	char *js = req ? json_dumps(req, JSON_COMPACT) : NULL;
-	json_decref(req);
-	shoal_ctlmsg m = {
-	    .type = SHOAL_CTLMSG_RUN_REQ, .seq = 1, .json = js, .json_len = js ? strlen(js) : 0};
-	if (!js || shoal_ctl_client_new(ep, keys, &cl, why, sizeof why) != SHOAL_OK ||
-	    shoal_ctlmsg_encode(&m, &buf) != SHOAL_OK) {
-		fprintf(stderr, "shoal run: %s\n", why[0] ? why : "cannot build the request");
-		goto out;
-	}
+	uint64_t seq = 1;
+	shoal_run_req req = {.prompt = prompt,
+	                     .prompt_len = strlen(prompt),
+	                     .max_tokens = (uint32_t)n,
+	                     .logprobs = (uint32_t)lp,
+	                     .top_k = (uint32_t)top_k,
+	                     .temp = (float)temp,
+	                     .top_p = (float)top_p,
+	                     .min_p = (float)min_p,
+	                     .repeat_penalty = (float)rp,
+	                     .seed = (uint64_t)seed,
+	                     .chat = chat,
+	                     .system = system,
+	                     .system_len = system ? strlen(system) : 0};
+	shoal_err e = shoal_ctl_client_new(ep, keys, &cl, why, sizeof why);
+	if (!e && (e = shoal_runmsg_encode_req(seq, &req, &buf)))
+		snprintf(why, sizeof why, "cannot encode the request: %s", shoal_strerror(e));
 	const void *bufs[1] = {buf.data};
 	size_t lens[1] = {buf.len};
-	if (shoal_ctl_client_send(cl, bufs, lens, 1) != SHOAL_OK) {
-		fprintf(stderr, "shoal run: cannot send to %s\n", ep);
+	if (e || shoal_ctl_client_send(cl, bufs, lens, 1) != SHOAL_OK) {
+		fprintf(stderr, "shoal run: %s\n", e ? why : "cannot send the request");
 		goto out;
 	}
+	shoal_runmsg r;
 	for (long t = 0, tries = 0;;) {
 		free(reply);
 		reply = NULL;
@@ -194,31 +189,22 @@ int shoal_cmd_run_remote(int argc, char **argv)
 			fprintf(stderr, "shoal run: %s: %s\n", ep, why[0] ? why : "no answer");
 			goto out;
 		}
-		shoal_ctlmsg r;
-		if (shoal_ctlmsg_decode(reply, reply_len, &r, why, sizeof why) != SHOAL_OK ||
+		if (shoal_runmsg_decode(reply, reply_len, &r, why, sizeof why) != SHOAL_OK ||
 		    (r.type != SHOAL_CTLMSG_RUN_TOKEN && r.type != SHOAL_CTLMSG_RUN_END) ||
-		    r.seq != m.seq) {
+		    r.seq != seq) {
 			fprintf(stderr, "shoal run: bad answer from %s: %s\n", ep,
-			        why[0] ? why : "not a run reply");
-			goto out;
-		}
-		json_error_t je;
-		json_t *o = json_loadb(r.json, r.json_len, 0, &je);
-		if (!o) {
-			fprintf(stderr, "shoal run: bad JSON from %s: %s\n", ep, je.text);
+			        why[0] ? why : "not a reply to this run");
 			goto out;
 		}
 		if (r.type == SHOAL_CTLMSG_RUN_END) {
-			const char *tail = json_string_value(json_object_get(o, "text"));
-			if (!json_is_true(json_object_get(o, "ok"))) {
-				const char *err = json_string_value(json_object_get(o, "error"));
-				if (t == 0 && err && strstr(err, "retry") &&
-				    tries++ < SHOAL_RUN_REMOTE_RETRIES) {
-					fprintf(stderr, "shoal run: %s; retrying\n", err);
-					json_decref(o);
+			const shoal_run_end *d = &r.end;
+			if (d->err) {
+				/* the owner says whether sending it again may help */
+				if (t == 0 && d->retry && tries++ < SHOAL_RUN_REMOTE_RETRIES) {
+					fprintf(stderr, "shoal run: %.*s; retrying\n", (int)d->why_len,
+					        d->why);
 					usleep(SHOAL_RUN_REMOTE_RETRY_MS * 1000);
-					m.seq++;
-					if (shoal_ctlmsg_encode(&m, &buf) != SHOAL_OK)
+					if (shoal_runmsg_encode_req(++seq, &req, &buf) != SHOAL_OK)
 						goto out;
 					bufs[0] = buf.data;
 					lens[0] = buf.len;
@@ -227,45 +213,35 @@ int shoal_cmd_run_remote(int argc, char **argv)
 					continue;
 				}
 				fflush(stdout);
-				fprintf(stderr, "shoal run: %s: %s\n", ep, err ? err : "failed");
-				json_decref(o);
+				fprintf(stderr, "shoal run: %s: %.*s\n", ep, (int)d->why_len, d->why);
 				goto out;
 			}
-			if (!lp && !ids && tail)
-				fputs(tail, stdout);
+			if (!lp && !ids)
+				fwrite(d->text, 1, d->text_len, stdout);
 			if (!lp)
 				printf("\n");
-			json_decref(o);
 			rc = 0;
 			goto out;
 		}
-		json_int_t id = json_integer_value(json_object_get(o, "id"));
+		const shoal_run_token *k = &r.tok;
 		if (lp) {
-			json_t *top = json_object_get(o, "top");
-			printf("{\"token\": %d, \"logprob\": %.6g, \"top_logprobs\": [", (int)id,
-			       (double)(float)json_number_value(json_object_get(o, "logprob")));
-			for (size_t i = 0; i < json_array_size(top); i++) {
-				json_t *p = json_array_get(top, i);
+			printf("{\"token\": %d, \"logprob\": %.6g, \"top_logprobs\": [", (int)k->id,
+			       (double)k->logprob);
+			for (uint32_t i = 0; i < k->n_top; i++)
 				printf("%s{\"token\": %d, \"logprob\": %.6g}", i ? ", " : "",
-				       (int)json_integer_value(json_array_get(p, 0)),
-				       (double)(float)json_number_value(json_array_get(p, 1)));
-			}
+				       (int)k->top_ids[i], (double)k->top_lps[i]);
 			printf("]}\n");
 		} else if (ids) {
-			printf("%s%d", t ? " " : "", (int)id);
+			printf("%s%d", t ? " " : "", (int)k->id);
 		} else {
-			const char *text = json_string_value(json_object_get(o, "text"));
-			if (text)
-				fputs(text, stdout);
+			fwrite(k->text, 1, k->text_len, stdout);
 		}
 		fflush(stdout);
 		t++;
-		json_decref(o);
 	}
 out:
 	fflush(stdout);
 	free(reply);
-	free(js);
 	shoal_ctl_client_free(cl);
 	shoal_wire_buf_fini(&buf);
 	shoal_key_wipe(&curve, sizeof curve);

@@ -19,20 +19,13 @@
 #include <stdint.h>
 
 #include "base/err.h"
+#include "base/run_limits.h"
 #include "models/tokenizer.h"
 #include "runtime/engine/engine.h"
 #include "runtime/engine/sampler.h"
 
-/* The run limits that `shoal run`, `shoal run --peer` and the cluster's
- * owner all apply (with SHOAL_PROMPT_MAX_SYSTEM, models/prompt.h).
- * Top logprobs per token at most: OpenAI's API allows 20; 100 leaves room
- * for analysis while keeping a line per token readable. */
-#define SHOAL_GEN_MAX_LOGPROBS 100u
-/* Tokens generated when -n is not given: a few sentences, enough to judge
- * a model, short enough to finish in seconds on a laptop for a 7B model. */
-#define SHOAL_GEN_DEFAULT_TOKENS 128u
-/* -n at most: far above any context; it keeps counts in 32 bits. */
-#define SHOAL_GEN_MAX_TOKENS 1000000000u
+/* Top logprobs per token at most: the run limit (base/run_limits.h). */
+#define SHOAL_GEN_MAX_LOGPROBS SHOAL_RUN_MAX_LOGPROBS
 
 /* ---- the sequence --------------------------------------------------------
  *

@@ -84,7 +84,9 @@ shoal_err shoal_cluster_new(const shoal_cluster_config *cfg, shoal_cluster **out
 		goto fail;
 	}
 	cl->pol.spread_experts = cfg->spread_experts;
-	if (!(cl->ev = calloc(SHOAL_CLUSTER_EVENTS, sizeof *cl->ev))) {
+	shoal_wire_buf_init(&cl->msg);
+	if (!(cl->ev = calloc(SHOAL_CLUSTER_EVENTS, sizeof *cl->ev)) ||
+	    shoal_wire_buf_reserve(&cl->msg, SHOAL_RUN_MSG_RESERVE) != SHOAL_OK) {
 		e = SHOAL_ERR_NOMEM;
 		goto fail;
 	}
@@ -145,6 +147,7 @@ void shoal_cluster_free(shoal_cluster *cl)
 	if (cl->mu_ok)
 		pthread_mutex_destroy(&cl->mu);
 	free(cl->ev);
+	shoal_wire_buf_fini(&cl->msg);
 	sodium_memzero(&cl->key, sizeof cl->key);
 	free(cl);
 }
@@ -747,134 +750,107 @@ json_t *shoal_cluster_status_json(shoal_cluster *cl)
 
 /* ------------------------------------------------------- requests and replies */
 
-static void shoal_cluster_send(shoal_cluster *cl, const shoal_ctl_route *to, uint64_t seq,
-                               uint32_t type, const char *json, size_t len)
+/* cl->msg (encoded by the caller) to the client. */
+static void shoal_cluster_send(shoal_cluster *cl, const shoal_ctl_route *to)
 {
-	shoal_wire_buf b;
-	shoal_wire_buf_init(&b);
-	shoal_ctlmsg m;
-	memset(&m, 0, sizeof m);
-	m.type = type;
-	m.seq = seq;
-	m.json = json;
-	m.json_len = len;
-	if (shoal_ctlmsg_encode(&m, &b) == SHOAL_OK && cl->cfg.reply)
-		cl->cfg.reply(cl->cfg.ud, to, b.data, b.len);
-	shoal_wire_buf_fini(&b);
+	if (cl->cfg.reply)
+		cl->cfg.reply(cl->cfg.ud, to, cl->msg.data, cl->msg.len);
 }
 
-/* JSON string body of s[n] into out[cap] (quotes included); returns length. */
-static size_t shoal_cluster_jstr(const char *s, size_t n, char *out, size_t cap)
-{
-	size_t o = 0;
-	if (cap < 8)
-		return 0;
-	out[o++] = '"';
-	for (size_t i = 0; i < n && o + 8 < cap; i++) {
-		unsigned char c = (unsigned char)s[i];
-		if (c == '"' || c == '\\') {
-			out[o++] = '\\';
-			out[o++] = (char)c;
-		} else if (c < 0x20) {
-			o += (size_t)snprintf(out + o, cap - o, "\\u%04x", c);
-		} else {
-			out[o++] = (char)c;
-		}
-	}
-	out[o++] = '"';
-	out[o] = '\0';
-	return o;
-}
-
+/* The end of run seq: err SHOAL_OK with the detokenizer's tail, or an error
+ * with its reason (retry: the same request may succeed if sent again). */
 static void shoal_cluster_end(shoal_cluster *cl, const shoal_ctl_route *to, uint64_t seq,
-                              const char *err, const char *tail, size_t tail_len)
+                              shoal_err err, bool retry, const char *why, const char *tail,
+                              size_t tail_len)
 {
-	char buf[1200], s[1000];
-	int n;
+	shoal_run_end end = {.err = err, .retry = err && retry};
 	if (err) {
-		shoal_cluster_jstr(err, strlen(err), s, sizeof s);
-		n = snprintf(buf, sizeof buf, "{\"ok\": false, \"error\": %s}", s);
+		end.why = why && why[0] ? why : shoal_strerror(err);
+		end.why_len = strnlen(end.why, SHOAL_RUN_MAX_WHY);
+		end.text = "";
 	} else {
-		shoal_cluster_jstr(tail, tail_len, s, sizeof s);
-		n = snprintf(buf, sizeof buf, "{\"ok\": true, \"text\": %s}", s);
+		end.text = tail ? tail : "";
+		end.text_len = tail ? (tail_len < SHOAL_RUN_MAX_TEXT ? tail_len : SHOAL_RUN_MAX_TEXT) : 0;
 	}
-	shoal_cluster_send(cl, to, seq, SHOAL_CTLMSG_RUN_END, buf, (size_t)n);
+	if (shoal_runmsg_encode_end(seq, &end, &cl->msg) == SHOAL_OK)
+		shoal_cluster_send(cl, to);
+	else
+		SHOAL_LOG_W("cluster", "cannot encode the end of run %llu", (unsigned long long)seq);
 }
 
-void shoal_cluster_run_request(shoal_cluster *cl, const shoal_ctl_route *from, uint64_t seq,
-                               const char *json, size_t len)
+/* A NUL-terminated copy of s[n] (NULL when out of memory). */
+static char *shoal_cluster_strdup(const char *s, size_t n)
+{
+	char *c = malloc(n + 1);
+	if (c) {
+		memcpy(c, s, n);
+		c[n] = '\0';
+	}
+	return c;
+}
+
+void shoal_cluster_run_request(shoal_cluster *cl, const shoal_ctl_route *from, const uint8_t *buf,
+                               size_t len)
 {
 	char why[256] = "";
-	json_error_t je;
-	json_t *o = json_loadb(json, len, 0, &je);
-	const char *prompt = o ? json_string_value(json_object_get(o, "prompt")) : NULL;
 	int32_t *ids = NULL;
 	size_t n_ids = 0;
-	if (!prompt) {
-		shoal_cluster_end(cl, from, seq, "bad request: no \"prompt\"", NULL, 0);
+	char *prompt = NULL, *system = NULL;
+	shoal_runmsg rm;
+	shoal_err e = shoal_runmsg_decode(buf, len, &rm, why, sizeof why);
+	if (e == SHOAL_OK && rm.type != SHOAL_CTLMSG_RUN_REQ)
+		e = shoal_why(why, sizeof why, SHOAL_ERR_PROTO, "a run reply sent to a peer");
+	uint64_t seq = rm.seq;
+	if (e) {
+		char w[300];
+		snprintf(w, sizeof w, "bad request: %s", why);
+		shoal_cluster_end(cl, from, seq, e, false, w, NULL, 0);
+		return;
+	}
+	const shoal_run_req *q = &rm.req;
+	prompt = shoal_cluster_strdup(q->prompt, q->prompt_len);
+	system = q->system ? shoal_cluster_strdup(q->system, q->system_len) : NULL;
+	if (!prompt || (q->system && !system)) {
+		shoal_cluster_end(cl, from, seq, SHOAL_ERR_NOMEM, false, "out of memory", NULL, 0);
 		goto out;
 	}
 	shoal_sampler_params sp = shoal_sampler_defaults();
-	json_t *x;
-	json_int_t n = SHOAL_GEN_DEFAULT_TOKENS, k = 0;
-	if ((x = json_object_get(o, "n")) && json_is_integer(x))
-		n = json_integer_value(x);
-	if ((x = json_object_get(o, "logprobs")) && json_is_integer(x))
-		k = json_integer_value(x);
-	if ((x = json_object_get(o, "temp")) && json_is_number(x))
-		sp.temp = (float)json_number_value(x);
-	if ((x = json_object_get(o, "top_k")) && json_is_integer(x))
-		sp.top_k = (int32_t)json_integer_value(x);
-	if ((x = json_object_get(o, "top_p")) && json_is_number(x))
-		sp.top_p = (float)json_number_value(x);
-	if ((x = json_object_get(o, "min_p")) && json_is_number(x))
-		sp.min_p = (float)json_number_value(x);
-	if ((x = json_object_get(o, "repeat_penalty")) && json_is_number(x))
-		sp.repeat_penalty = (float)json_number_value(x);
-	if ((x = json_object_get(o, "seed")) && json_is_integer(x))
-		sp.seed = (uint64_t)json_integer_value(x);
-	if (n < 0 || n > SHOAL_GEN_MAX_TOKENS || k < 0 || k > SHOAL_GEN_MAX_LOGPROBS || !(sp.temp >= 0) ||
-	    sp.top_k < 0 || !(sp.top_p >= 0 && sp.top_p <= 1) ||
-	    !(sp.min_p >= 0 && sp.min_p <= 1) || !(sp.repeat_penalty >= 0)) {
-		shoal_cluster_end(cl, from, seq, "bad request: a parameter is out of range", NULL,
-		                  0);
+	uint32_t n = q->max_tokens, k = q->logprobs;
+	sp.temp = q->temp;
+	sp.top_k = (int32_t)q->top_k;
+	sp.top_p = q->top_p;
+	sp.min_p = q->min_p;
+	sp.repeat_penalty = q->repeat_penalty;
+	sp.seed = q->seed;
+	/* the decoder checked the limits; the sampler's own ranges here */
+	if (sp.top_k < 0 || !(sp.top_p >= 0 && sp.top_p <= 1) || !(sp.min_p >= 0 && sp.min_p <= 1)) {
+		shoal_cluster_end(cl, from, seq, SHOAL_ERR_RANGE, false,
+		                  "bad request: a sampler parameter is out of range", NULL, 0);
 		goto out;
 	}
-	/* "chat" and "system" are optional (a request from before them has
-	 * neither: a plain prompt); present, they must be well typed */
-	if ((x = json_object_get(o, "chat")) && !json_is_boolean(x)) {
-		shoal_cluster_end(cl, from, seq, "bad request: \"chat\" is not a boolean", NULL, 0);
-		goto out;
-	}
-	bool chat = json_is_true(x);
-	if ((x = json_object_get(o, "system")) &&
-	    (!json_is_string(x) || json_string_length(x) > SHOAL_PROMPT_MAX_SYSTEM)) {
-		shoal_cluster_end(cl, from, seq,
-		                  "bad request: \"system\" is not a string of at most 65536 bytes",
-		                  NULL, 0);
-		goto out;
-	}
-	const char *system = x ? json_string_value(x) : NULL;
-	shoal_err e = shoal_prompt_ids(cl->model, cl->tok, prompt, chat, system, &ids, &n_ids,
-	                                   why, sizeof why);
+	bool chat = q->chat;
+	why[0] = '\0';
+	e = shoal_prompt_ids(cl->model, cl->tok, prompt, chat, system, &ids, &n_ids, why,
+	                     sizeof why);
 	if (e != SHOAL_OK) {
-		if (!why[0])
-			snprintf(why, sizeof why, "the prompt: %s", shoal_strerror(e));
-		shoal_cluster_end(cl, from, seq, why, NULL, 0);
+		char w[300];
+		snprintf(w, sizeof w, "the prompt: %s", why[0] ? why : shoal_strerror(e));
+		shoal_cluster_end(cl, from, seq, e, false, w, NULL, 0);
 		goto out;
 	}
 	if (n_ids == 0) {
-		shoal_cluster_end(cl, from, seq, "the prompt has no tokens", NULL, 0);
+		shoal_cluster_end(cl, from, seq, SHOAL_ERR_INVAL, false, "the prompt has no tokens",
+		                  NULL, 0);
 		goto out;
 	}
 	if (n_ids >= cl->pol.ctx) {
 		snprintf(why, sizeof why, "the prompt has %zu tokens, the context %u", n_ids,
 		         cl->pol.ctx);
-		shoal_cluster_end(cl, from, seq, why, NULL, 0);
+		shoal_cluster_end(cl, from, seq, SHOAL_ERR_RANGE, false, why, NULL, 0);
 		goto out;
 	}
 	if (n == 0) {
-		shoal_cluster_end(cl, from, seq, NULL, "", 0);
+		shoal_cluster_end(cl, from, seq, SHOAL_OK, false, NULL, "", 0);
 		goto out;
 	}
 	uint32_t max_tokens = (uint32_t)n;
@@ -905,12 +881,14 @@ void shoal_cluster_run_request(shoal_cluster *cl, const shoal_ctl_route *from, u
 	}
 	pthread_mutex_unlock(&cl->mu);
 	if (slot == SHOAL_CLUSTER_MAX_RUNS)
-		shoal_cluster_end(cl, from, seq, "busy: too many runs on this peer", NULL, 0);
+		shoal_cluster_end(cl, from, seq, SHOAL_ERR_BUSY, true,
+		                  "busy: too many runs on this peer", NULL, 0);
 	else
 		shoal_cluster__wake(cl);
 out:
 	free(ids);
-	json_decref(o);
+	free(prompt);
+	free(system);
 }
 
 int shoal_cluster_event_fd(const shoal_cluster *cl)
@@ -923,8 +901,8 @@ void shoal_cluster_drain(shoal_cluster *cl)
 	char drain[64];
 	while (read(cl->evfd[0], drain, sizeof drain) > 0)
 		;
-	char buf[1024 + 40 * SHOAL_DIST_MAX_LOGPROBS];
-	char text[512], js[1100];
+	char text[SHOAL_RUN_MAX_TEXT];
+	shoal_run_token tok;
 	for (;;) {
 		shoal_cluster_event ev;
 		pthread_mutex_lock(&cl->mu);
@@ -941,19 +919,19 @@ void shoal_cluster_drain(shoal_cluster *cl)
 		uint64_t seq = r->seq;
 		pthread_mutex_unlock(&cl->mu);
 		if (!ev.end) {
-			size_t tl = shoal_detok_push(&r->dt, ev.id, text, sizeof text);
-			shoal_cluster_jstr(text, tl, js, sizeof js);
-			int n = snprintf(buf, sizeof buf,
-			                 "{\"id\": %d, \"text\": %s, \"logprob\": %.9g, \"top\": [",
-			                 ev.id, js, (double)ev.lp);
-			for (uint32_t i = 0; i < ev.n_top && n < (int)sizeof buf - 64; i++)
-				n += snprintf(buf + n, sizeof buf - (size_t)n, "%s[%d, %.9g]",
-				              i ? ", " : "", ev.top_ids[i], (double)ev.top_lps[i]);
-			n += snprintf(buf + n, sizeof buf - (size_t)n, "]}");
-			shoal_cluster_send(cl, &to, seq, SHOAL_CTLMSG_RUN_TOKEN, buf, (size_t)n);
+			/* into preallocated buffers: nothing allocated per token */
+			tok.id = ev.id;
+			tok.logprob = ev.lp;
+			tok.text = text;
+			tok.text_len = shoal_detok_push(&r->dt, ev.id, text, sizeof text);
+			tok.n_top = ev.n_top;
+			memcpy(tok.top_ids, ev.top_ids, ev.n_top * sizeof *tok.top_ids);
+			memcpy(tok.top_lps, ev.top_lps, ev.n_top * sizeof *tok.top_lps);
+			if (shoal_runmsg_encode_token(seq, &tok, &cl->msg) == SHOAL_OK)
+				shoal_cluster_send(cl, &to);
 		} else {
 			size_t tl = shoal_detok_flush(&r->dt, text, sizeof text);
-			shoal_cluster_end(cl, &to, seq, ev.err ? ev.why : NULL, text, tl);
+			shoal_cluster_end(cl, &to, seq, ev.err, ev.retry, ev.why, text, tl);
 			pthread_mutex_lock(&cl->mu);
 			free(r->prompt);
 			r->prompt = NULL;

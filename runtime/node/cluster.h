@@ -25,15 +25,11 @@
  *     always converge on one digest. Load and links stay out of the view
  *     (each peer would bucket them from its own history).
  *
- * RUN_* messages (net/ctlmsg.h), JSON text:
- *   RUN_REQ   {"prompt": TEXT, "n": N, "temp", "seed", "top_k", "top_p",
- *              "min_p", "repeat_penalty", "logprobs": K,
- *              "chat": BOOL, "system": TEXT}   (chat, system optional:
- *              the owner renders its model's chat template, as local
- *              `shoal run --chat`; system at most 64 KiB)
- *   RUN_TOKEN {"id": ID, "text": TEXT, "logprob": LP,
- *              "top": [[ID, LP], ...]}                  (one per token)
- *   RUN_END   {"ok": true, "text": TAIL} or {"ok": false, "error": TEXT}
+ * RUN_* messages: typed msgpack fields, encoded and checked by
+ * net/runmsg.h. The owner answers every RUN_REQ with RUN_TOKENs and one
+ * RUN_END carrying a shoal_err code, a retry flag (set when the plan
+ * changed under the run, or the peer is busy) and the reason; clients
+ * decide on the code and the flag, never on the text.
  */
 #ifndef SHOAL_RUNTIME_CLUSTER_H
 #define SHOAL_RUNTIME_CLUSTER_H
@@ -99,10 +95,11 @@ int shoal_cluster_update(shoal_cluster *cl, const shoal_swim_member *v, size_t n
  *    and the fields of shoal_plan_to_json (stages, experts, memory, ...)} */
 json_t *shoal_cluster_status_json(shoal_cluster *cl);
 
-/* A RUN_REQ from a client (json[len] not NUL-terminated). Answers go out
- * through cfg.reply with the same seq. */
-void shoal_cluster_run_request(shoal_cluster *cl, const shoal_ctl_route *from, uint64_t seq,
-                               const char *json, size_t len);
+/* A RUN_REQ message from a client, buf[len] whole (net/runmsg.h). Answers
+ * (RUN_TOKEN, RUN_END) go out through cfg.reply with its seq; a malformed
+ * request gets a RUN_END with the decoder's error and reason. */
+void shoal_cluster_run_request(shoal_cluster *cl, const shoal_ctl_route *from, const uint8_t *buf,
+                               size_t len);
 
 /* Readable when the data thread has tokens or results for the node thread. */
 int shoal_cluster_event_fd(const shoal_cluster *cl);

@@ -266,13 +266,15 @@ static void shoal_cluster_event_push(shoal_cluster *cl, const shoal_cluster_even
 		SHOAL_LOG_W("cluster", "event pipe: %s", strerror(errno));
 }
 
-static void shoal_cluster_end_run(shoal_cluster *cl, uint32_t run, shoal_err err, const char *why)
+static void shoal_cluster_end_run(shoal_cluster *cl, uint32_t run, shoal_err err, bool retry,
+                                  const char *why)
 {
 	shoal_cluster_event ev;
 	memset(&ev, 0, sizeof ev);
 	ev.run = run;
 	ev.end = 1;
 	ev.err = err;
+	ev.retry = retry;
 	snprintf(ev.why, sizeof ev.why, "%.199s", why ? why : "");
 	cl->runs[run].ended = true;
 	shoal_cluster_event_push(cl, &ev);
@@ -316,7 +318,7 @@ static void shoal_cluster_take_assign(shoal_cluster_dt *d, shoal_cluster_assign 
 		bool live = cl->runs[i].state == SHOAL_CLUSTER_RUN_STARTED;
 		pthread_mutex_unlock(&cl->mu);
 		if (live && !cl->runs[i].ended)
-			shoal_cluster_end_run(cl, i, SHOAL_ERR_STATE,
+			shoal_cluster_end_run(cl, i, SHOAL_ERR_STATE, true,
 			                      "the plan changed during the run; retry");
 	}
 	shoal_cluster__free_assign(d->as);
@@ -399,7 +401,7 @@ static void shoal_cluster_start_runs(shoal_cluster_dt *d, shoal_cluster_tokctx *
 				snprintf(why, sizeof why, "no servable plan after %u s: %.200s",
 				         SHOAL_CLUSTER_WAIT_MS / 1000u, cl->shared_why);
 				pthread_mutex_unlock(&cl->mu);
-				shoal_cluster_end_run(cl, i, SHOAL_ERR_TIMEOUT, why);
+				shoal_cluster_end_run(cl, i, SHOAL_ERR_TIMEOUT, false, why);
 			}
 			continue;
 		}
@@ -419,7 +421,7 @@ static void shoal_cluster_start_runs(shoal_cluster_dt *d, shoal_cluster_tokctx *
 		                  ? shoal_dist_owner_start(d->owner, &req, &r->sid, why, sizeof why)
 		                  : SHOAL_ERR_STATE;
 		if (e != SHOAL_OK)
-			shoal_cluster_end_run(cl, i, e, why[0] ? why : shoal_strerror(e));
+			shoal_cluster_end_run(cl, i, e, false, why[0] ? why : shoal_strerror(e));
 	}
 }
 
@@ -437,9 +439,9 @@ static void shoal_cluster_check_runs(shoal_cluster_dt *d)
 		shoal_err res = SHOAL_OK;
 		char why[256] = "";
 		if (d->owner && shoal_dist_owner_done(d->owner, r->sid, &res, why, sizeof why))
-			shoal_cluster_end_run(cl, i, res, why);
+			shoal_cluster_end_run(cl, i, res, false, why);
 		else if (now - r->last_us > SHOAL_CLUSTER_SILENCE_MS * 1000u)
-			shoal_cluster_end_run(cl, i, SHOAL_ERR_TIMEOUT,
+			shoal_cluster_end_run(cl, i, SHOAL_ERR_TIMEOUT, false,
 			                      "no token for 30 s: a stage is gone?");
 	}
 }

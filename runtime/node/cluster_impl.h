@@ -19,6 +19,7 @@
 #include "models/model.h"
 #include "models/model_id.h"
 #include "models/tokenizer.h"
+#include "net/runmsg.h"
 #include "base/clock.h"
 #include "runtime/node/cluster.h"
 #include "runtime/dist/dist.h"
@@ -93,8 +94,9 @@ typedef struct shoal_cluster_run {
 
 typedef struct shoal_cluster_event {
 	uint32_t run;
-	int end; /* 0: a token; 1: the end (err, why) */
+	int end; /* 0: a token; 1: the end (err, retry, why) */
 	shoal_err err;
+	bool retry; /* the same request, sent again, may succeed */
 	int32_t id;
 	float lp;
 	uint32_t n_top;
@@ -175,6 +177,8 @@ struct shoal_cluster {
 	char link_status[SHOAL_CLUSTER_MAX_PEERS][96]; /* per eps entry: "tcp", ... */
 	uint8_t link_peer[SHOAL_CLUSTER_MAX_PEERS][16];
 	size_t n_link_status;
+
+	shoal_wire_buf msg; /* node thread: RUN_* replies, reserved once */
 
 	/* threads */
 	int wake[2];  /* node -> data thread */

@@ -41,6 +41,7 @@
 #include "net/endpoint.h"
 #include "net/identity.h"
 #include "net/linkprobe.h"
+#include "net/runmsg.h"
 #include "net/record.h"
 #include "net/swim.h"
 #include "runtime/node/status_json.h"
@@ -418,17 +419,26 @@ static void shoal_node_on_message(void *ud, const shoal_ctl_route *from, const u
 		return;
 	case SHOAL_CTLMSG_RUN_REQ:
 		if (n->cl) {
-			shoal_cluster_run_request(n->cl, from, m.seq, m.json, m.json_len);
+			shoal_cluster_run_request(n->cl, from, buf, len);
 		} else {
-			static const char no[] = "{\"ok\": false, \"error\": \"this peer serves no "
-			                         "model (no --model)\"}";
-			r.type = SHOAL_CTLMSG_RUN_END;
-			r.json = no;
-			r.json_len = sizeof no - 1;
-			if (shoal_ctlmsg_encode(&r, &n->out) == SHOAL_OK)
+			static const char no[] = "this peer serves no model (no --model)";
+			shoal_run_end end = {
+			    .err = SHOAL_ERR_STATE, .why = no, .why_len = sizeof no - 1, .text = ""};
+			if (shoal_runmsg_encode_end(m.seq, &end, &n->out) == SHOAL_OK)
 				shoal_ctl_reply(n->ctl, from, n->out.data, n->out.len);
 		}
 		return;
+	case SHOAL_CTLMSG_RUN_TOKEN:
+	case SHOAL_CTLMSG_RUN_END: {
+		/* a client waits for an answer to its seq: say why there is none */
+		static const char no[] = "a run reply sent to a peer: send RUN_REQ";
+		shoal_run_end end = {
+		    .err = SHOAL_ERR_PROTO, .why = no, .why_len = sizeof no - 1, .text = ""};
+		shoal_node_dropped(n, from, no);
+		if (shoal_runmsg_encode_end(m.seq, &end, &n->out) == SHOAL_OK)
+			shoal_ctl_reply(n->ctl, from, n->out.data, n->out.len);
+		return;
+	}
 	default:
 		shoal_node_dropped(n, from, "a status answer sent to a node");
 	}
