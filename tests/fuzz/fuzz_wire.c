@@ -1,14 +1,15 @@
 /*
- * tests/fuzz/fuzz_wire.c: libFuzzer target for the membership codec and the
- * SWIM receive path (not part of make check).
+ * tests/fuzz/fuzz_wire.c: libFuzzer target for the membership codec, the
+ * SWIM receive path and the run protocol's decoder (not part of make check).
  *
  * Each input goes to the structural pre-scan, the message decoder, the
- * record decoder, and a live shoal_swim (which also decodes the records
- * inside updates and applies them). Build and run from the source tree:
+ * record decoder, the run-message decoder (net/runmsg.h) and a live
+ * shoal_swim (which also decodes the records inside updates and applies
+ * them). Build and run from the source tree:
  *
  *   clang -g -O1 -fsanitize=fuzzer,address,undefined -D_GNU_SOURCE -I. \
- *     tests/fuzz/fuzz_wire.c net/wire.c net/record.c net/swim.c base/*.c \
- *     -lmsgpackc -ljansson -o /tmp/fuzz_wire
+ *     tests/fuzz/fuzz_wire.c net/wire.c net/record.c net/swim.c net/ctlmsg.c \
+ *     net/runmsg.c base/*.c -lmsgpackc -o /tmp/fuzz_wire
  *   mkdir -p /tmp/fuzz_corpus
  *   SIM_NET_DUMP=/tmp/fuzz_corpus tests/unit/test_swim   # seeds: real messages
  *   /tmp/fuzz_wire -max_total_time=300 -max_len=65536 /tmp/fuzz_corpus
@@ -21,6 +22,8 @@
 
 #include "base/log.h"
 #include "net/swim.h"
+#include "net/ctlmsg.h"
+#include "net/runmsg.h"
 #include "net/wire.h"
 
 static uint64_t f_now;
@@ -81,6 +84,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 				__builtin_trap();
 	}
 	shoal_wire_record_decode(data, size, &rec, NULL, 0);
+	/* the run protocol: decoded strings point into data */
+	static shoal_runmsg rm;
+	if (shoal_runmsg_decode(data, size, &rm, NULL, 0) == SHOAL_OK &&
+	    rm.type == SHOAL_CTLMSG_RUN_REQ &&
+	    (rm.req.prompt < (const char *)data ||
+	     rm.req.prompt + rm.req.prompt_len > (const char *)data + size))
+		__builtin_trap();
 	shoal_swim_receive(f_sw, "tcp://peer:1", data, size, NULL, 0);
 	f_now += 50000;
 	shoal_swim_tick(f_sw);
