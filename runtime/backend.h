@@ -111,8 +111,10 @@ typedef struct shoal_backend_ops {
 	size_t (*devices)(shoal_backend *b, bool measure, shoal_backend_device *out, size_t cap);
 
 	/* For each m < n_mat: y[m] (n_rows, n_out[m]) ldy[m] = x W[m]^T, with
-	 * x (n_rows, n_in) ldx. All W[m] have the same n_in. x is converted
-	 * once per activation type (shoal_kernels_act_type) for all of them. */
+	 * x (n_rows, n_in) ldx. All W[m] have the same n_in. The backend
+	 * picks the activation type each weight type wants and converts x
+	 * once per such type for all of them (the CPU backend: Q8_0 or Q8_K
+	 * rows for quantized weights). */
 	void (*matmul)(shoal_backend *b, uint32_t n_mat, const shoal_backend_mat *w, const float *x,
 	               size_t ldx, uint32_t n_rows, float *const *y, const size_t *ldy);
 

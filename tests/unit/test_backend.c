@@ -2,7 +2,8 @@
  * tests/unit/test_backend.c: runtime/backend.h through its first
  * implementation, the CPU backend: the supports query, the router's
  * softmax and top-k against a plain reference, buffers, and the engine's
- * refusal of a table of another ABI version or of no backend.
+ * refusal of a table of another ABI version, of no backend, and of KV
+ * cache buffers in device memory.
  */
 #include "config.h"
 
@@ -145,6 +146,13 @@ static bool picky_supports(shoal_backend_op op, shoal_dtype t)
 	       shoal_backend_cpu()->supports(op, t);
 }
 
+/* A backend whose buffers live in device memory (no host pointer). */
+static void *device_buf_host(shoal_backend_buf *buf)
+{
+	(void)buf;
+	return NULL;
+}
+
 static void test_engine_refuses(void)
 {
 	char path[512], why[256] = "";
@@ -169,6 +177,13 @@ static void test_engine_refuses(void)
 	other.supports = picky_supports;
 	ASSERT_EQ(shoal_engine_new(m, &c, &e, why, sizeof why), SHOAL_ERR_UNSUPPORTED);
 	ASSERT_TRUE(e == NULL && strstr(why, "picky") != NULL && strcasestr(why, "q8_0") != NULL);
+	/* KV cache buffers in device memory, which attention cannot read yet */
+	other = *shoal_backend_cpu();
+	other.name = "devmem";
+	other.buf_host = device_buf_host;
+	c.n_ctx = 32;
+	ASSERT_EQ(shoal_engine_new(m, &c, &e, why, sizeof why), SHOAL_ERR_UNSUPPORTED);
+	ASSERT_TRUE(e == NULL && strstr(why, "devmem") != NULL && strstr(why, "device") != NULL);
 	/* the CPU backend itself */
 	c.backend = shoal_backend_cpu();
 	c.n_ctx = 32;
