@@ -18,9 +18,9 @@ shoal_err shoal_prompt_ids(const shoal_model *m, const shoal_tokenizer *tok, con
 {
 	if (!chat)
 		return shoal_tokenizer_encode(tok, prompt, strlen(prompt), true, false, ids, n_ids);
-	if (system && strlen(system) > SHOAL_PROMPT_MAX_SYSTEM)
+	if (system && strlen(system) > SHOAL_RUN_MAX_SYSTEM)
 		return shoal_why(why, why_len, SHOAL_ERR_RANGE, "a system text over %u bytes",
-		                 SHOAL_PROMPT_MAX_SYSTEM);
+		                 SHOAL_RUN_MAX_SYSTEM);
 	const char *tmpl = NULL;
 	size_t tlen = 0;
 	shoal_gguf_get_str(m->gguf, "tokenizer.chat_template", &tmpl, &tlen);

@@ -12,6 +12,7 @@
 #include <stdint.h>
 
 #include "base/err.h"
+#include "base/run_limits.h"
 #include "models/model.h"
 #include "models/tokenizer.h"
 
@@ -20,15 +21,10 @@
  * the model the same ids. chat: the prompt becomes a user message, after
  * system (NULL: none; ignored without chat), rendered with the model's
  * chat template (tokenizer.chat_template; PLAIN without one) and tokenized
- * with special tokens parsed (a system text over SHOAL_PROMPT_MAX_SYSTEM
+ * with special tokens parsed (a system text over SHOAL_RUN_MAX_SYSTEM
  * bytes: RANGE). *ids is malloc'd, the caller's to free. m, tok
  * and the strings are borrowed. Errors (unknown template, render failure,
  * out of memory) come with a reason in why. */
-/* A system text longer than this is refused: 64 KiB is ~16k tokens at ~4
- * bytes a token, four times the default 4096-token context, so no servable
- * prompt needs more; it bounds what one request makes a peer render. */
-#define SHOAL_PROMPT_MAX_SYSTEM 65536u
-
 shoal_err shoal_prompt_ids(const shoal_model *m, const shoal_tokenizer *tok, const char *prompt,
                            bool chat, const char *system, int32_t **ids, size_t *n_ids, char *why,
                            size_t why_len);
