@@ -362,13 +362,15 @@ static shoal_err recv_on(shoal_xfer_link *k, const xfer__transport_ops *ops, voi
 		if (!k->have_plan || memcmp(f->hdr.digest, k->digest, 32) ||
 		    f->hdr.epoch != k->epoch) {
 			k->m.rejected++;
+			char theirs[5], ours[5]; /* digest prefixes */
+			shoal_hex_encode(f->hdr.digest, 2, theirs);
+			shoal_hex_encode(k->digest, 2, ours);
 			return shoal_why(why, why_len, SHOAL_ERR_MISMATCH,
-			                 "%s frame of plan %02x%02x../epoch %llu, the link is on "
-			                 "%02x%02x../epoch %llu%s",
-			                 shoal_xfer_kind_name(kind), f->hdr.digest[0],
-			                 f->hdr.digest[1], (unsigned long long)f->hdr.epoch,
-			                 k->digest[0], k->digest[1], (unsigned long long)k->epoch,
-			                 k->have_plan ? "" : " (no plan set)");
+			                 "%s frame of plan %s../epoch %llu, the link is on "
+			                 "%s../epoch %llu%s",
+			                 shoal_xfer_kind_name(kind), theirs,
+			                 (unsigned long long)f->hdr.epoch, ours,
+			                 (unsigned long long)k->epoch, k->have_plan ? "" : " (no plan set)");
 		}
 	}
 	k->m.frames_recv[kind]++;

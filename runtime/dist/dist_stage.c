@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "base/hex.h"
 #include "base/log.h"
 #include "runtime/dist/dist_impl.h"
 #include "runtime/cpu/backend_cpu.h"
@@ -470,12 +471,15 @@ static shoal_err stage_handle(shoal_dist_stage *s, shoal_xfer_link *from, const 
 	if (shoal_xfer_kind_is_data(h->kind) &&
 	    (memcmp(h->digest, s->cfg.digest, 32) || h->epoch != s->cfg.epoch)) {
 		s->met.dropped++;
+		char theirs[5], ours[5]; /* digest prefixes */
+		shoal_hex_encode(h->digest, 2, theirs);
+		shoal_hex_encode(s->cfg.digest, 2, ours);
 		SHOAL_LOG_W(LOG_PART,
-		            "layers [%u, %u): dropped a %s frame of plan %02x%02x../epoch %llu, "
-		            "this stage is on %02x%02x../epoch %llu",
+		            "layers [%u, %u): dropped a %s frame of plan %s../epoch %llu, "
+		            "this stage is on %s../epoch %llu",
 		            s->cfg.layer_begin, s->cfg.layer_end, shoal_xfer_kind_name(h->kind),
-		            h->digest[0], h->digest[1], (unsigned long long)h->epoch,
-		            s->cfg.digest[0], s->cfg.digest[1], (unsigned long long)s->cfg.epoch);
+		            theirs, (unsigned long long)h->epoch, ours,
+		            (unsigned long long)s->cfg.epoch);
 		return SHOAL_OK;
 	}
 	bool data = h->kind == SHOAL_XFER_KIND_HIDDEN || h->kind == SHOAL_XFER_KIND_TOKEN;
