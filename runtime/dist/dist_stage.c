@@ -127,16 +127,16 @@ static shoal_err send_results(shoal_dist_stage *s, uint32_t n, uint32_t n_want, 
 			continue;
 		dist__sess *ss = &s->sess[s->row_sess[r]];
 		const float *lg = s->logits + (size_t)wi * s->n_vocab; /* (n_vocab) */
-		uint64_t t = shoal_gen_step_of_pos(ss->n_prompt, s->pos[r]);
-		int32_t id = shoal_sampler_sample(ss->smp, lg, ss->hist, ss->n_hist, t);
+		uint32_t t = shoal_gen_step_of_pos(ss->n_prompt, s->pos[r]);
+		float lp;
+		int32_t id = shoal_gen_pick(ss->smp, lg, s->n_vocab, ss->hist, ss->n_hist, t, &lp,
+		                            ss->logprobs, s->top_ids, s->top_lps);
 		if (ss->n_hist == 2 * SHOAL_DIST_TAIL_MAX) {
 			memmove(ss->hist, ss->hist + SHOAL_DIST_TAIL_MAX,
 			        SHOAL_DIST_TAIL_MAX * sizeof *ss->hist);
 			ss->n_hist = SHOAL_DIST_TAIL_MAX;
 		}
 		ss->hist[ss->n_hist++] = id;
-		float lp;
-		shoal_logprobs_top(lg, s->n_vocab, id, &lp, ss->logprobs, s->top_ids, s->top_lps);
 		int32_t *o = s->res + (size_t)wi * RES_WORDS;
 		o[0] = id;
 		memcpy(&o[1], &lp, 4);

@@ -13,6 +13,8 @@
 
 #include "runtime/engine/generate.h"
 
+#include "base/clock.h"
+
 /* ---- the sequence ---------------------------------------------------------- */
 
 void shoal_gen_seq_init(shoal_gen_seq *q, uint32_t n_prompt, const shoal_gen_limits *lim)
@@ -98,10 +100,11 @@ struct shoal_gen {
 	bool slot_open;
 };
 
-static uint64_t gen_clock_ns(clockid_t id)
+/* CPU time of the whole process (base/clock.h gives wall time). */
+static uint64_t gen_cpu_ns(void)
 {
 	struct timespec t;
-	clock_gettime(id, &t);
+	clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
 	return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
 }
 
@@ -231,13 +234,13 @@ shoal_err shoal_gen_run(shoal_gen *g, const shoal_gen_request *rq, shoal_gen_sta
 	                       .max_tokens = rq->max_tokens, .n_ctx = g->n_ctx, .eog = rq->eog});
 	shoal_engine_session_reset(g->e, g->slot);
 
-	uint64_t t0 = gen_clock_ns(CLOCK_MONOTONIC);
+	uint64_t t0 = shoal_clock_monotonic_ns();
 	const float *logits = g->logits; /* (n_vocab) the latest row to sample */
 	shoal_err err = gen_prefill(g, rq, &q, &logits, why, why_len);
 	if (err)
 		return err;
-	uint64_t t1 = gen_clock_ns(CLOCK_MONOTONIC), t_end = t1;
-	uint64_t c1 = gen_clock_ns(CLOCK_PROCESS_CPUTIME_ID), c_end = c1;
+	uint64_t t1 = shoal_clock_monotonic_ns(), t_end = t1;
+	uint64_t c1 = gen_cpu_ns(), c_end = c1;
 	st->prefill_ns = t1 - t0;
 	st->decode_best_ns = UINT64_MAX;
 
@@ -246,7 +249,7 @@ shoal_err shoal_gen_run(shoal_gen *g, const shoal_gen_request *rq, shoal_gen_sta
 	float lp = 0;
 	shoal_gen_token t = {.n_top = g->cfg.n_top, .top_ids = g->top_ids, .top_lps = g->top_lps};
 	while (shoal_gen_seq_stop(&q) == SHOAL_GEN_STOP_NONE) {
-		uint64_t ts = gen_clock_ns(CLOCK_MONOTONIC);
+		uint64_t ts = shoal_clock_monotonic_ns();
 		t.step = shoal_gen_seq_step(&q);
 		t.id = shoal_gen_pick(g->smp, logits, g->n_vocab, g->hist, n_hist, t.step,
 		                      g->cfg.logprob ? &lp : NULL, g->cfg.n_top, g->top_ids,
@@ -271,8 +274,8 @@ shoal_err shoal_gen_run(shoal_gen *g, const shoal_gen_request *rq, shoal_gen_sta
 		if ((err = shoal_engine_run(g->e, &b, why, why_len)))
 			break;
 		logits = g->logits;
-		t_end = gen_clock_ns(CLOCK_MONOTONIC);
-		c_end = gen_clock_ns(CLOCK_PROCESS_CPUTIME_ID);
+		t_end = shoal_clock_monotonic_ns();
+		c_end = gen_cpu_ns();
 		st->decode_runs++;
 		if (t_end - ts < st->decode_best_ns)
 			st->decode_best_ns = t_end - ts;

@@ -778,17 +778,6 @@ static void shoal_cluster_end(shoal_cluster *cl, const shoal_ctl_route *to, uint
 		SHOAL_LOG_W("cluster", "cannot encode the end of run %llu", (unsigned long long)seq);
 }
 
-/* A NUL-terminated copy of s[n] (NULL when out of memory). */
-static char *shoal_cluster_strdup(const char *s, size_t n)
-{
-	char *c = malloc(n + 1);
-	if (c) {
-		memcpy(c, s, n);
-		c[n] = '\0';
-	}
-	return c;
-}
-
 void shoal_cluster_run_request(shoal_cluster *cl, const shoal_ctl_route *from, const uint8_t *buf,
                                size_t len)
 {
@@ -808,8 +797,8 @@ void shoal_cluster_run_request(shoal_cluster *cl, const shoal_ctl_route *from, c
 		return;
 	}
 	const shoal_run_req *q = &rm.req;
-	prompt = shoal_cluster_strdup(q->prompt, q->prompt_len);
-	system = q->system ? shoal_cluster_strdup(q->system, q->system_len) : NULL;
+	prompt = strndup(q->prompt, q->prompt_len);
+	system = q->system ? strndup(q->system, q->system_len) : NULL;
 	if (!prompt || (q->system && !system)) {
 		shoal_cluster_end(cl, from, seq, SHOAL_ERR_NOMEM, false, "out of memory", NULL, 0);
 		goto out;

@@ -43,18 +43,22 @@ static uint64_t shoal_cluster_data_now_us(void)
 	return shoal_clock_now_us();
 }
 
-void shoal_cluster__wake(shoal_cluster *cl)
+/* One byte into the write end of a wake-up pipe (full: already woken). */
+static void shoal_cluster_poke(int fd, const char *what)
 {
 	char c = 1;
-	if (write(cl->wake[1], &c, 1) < 0 && errno != EAGAIN)
-		SHOAL_LOG_W("cluster", "wake: %s", strerror(errno));
+	if (write(fd, &c, 1) < 0 && errno != EAGAIN)
+		SHOAL_LOG_W("cluster", "%s: %s", what, strerror(errno));
+}
+
+void shoal_cluster__wake(shoal_cluster *cl)
+{
+	shoal_cluster_poke(cl->wake[1], "wake");
 }
 
 static void shoal_cluster_xwake(shoal_cluster *cl)
 {
-	char c = 1;
-	if (write(cl->xwake[1], &c, 1) < 0 && errno != EAGAIN)
-		SHOAL_LOG_W("cluster", "expert wake: %s", strerror(errno));
+	shoal_cluster_poke(cl->xwake[1], "expert wake");
 }
 
 void shoal_cluster__free_assign(shoal_cluster_assign *a)
@@ -261,9 +265,7 @@ static void shoal_cluster_event_push(shoal_cluster *cl, const shoal_cluster_even
 		cl->ev_n++;
 	}
 	pthread_mutex_unlock(&cl->mu);
-	char c = 1;
-	if (write(cl->evfd[1], &c, 1) < 0 && errno != EAGAIN)
-		SHOAL_LOG_W("cluster", "event pipe: %s", strerror(errno));
+	shoal_cluster_poke(cl->evfd[1], "event pipe");
 }
 
 static void shoal_cluster_end_run(shoal_cluster *cl, uint32_t run, shoal_err err, bool retry,

@@ -374,6 +374,15 @@ static void shoal_node_dropped(shoal_node *n, const shoal_ctl_route *from, const
 	n->droplog_quiet = 0;
 }
 
+/* The RUN_END of a run this node will not start. */
+static void shoal_node_run_refused(shoal_node *n, const shoal_ctl_route *from, uint64_t seq,
+                                   shoal_err err, const char *why)
+{
+	shoal_run_end end = {.err = err, .why = why, .why_len = strlen(why), .text = ""};
+	if (shoal_runmsg_encode_end(seq, &end, &n->out) == SHOAL_OK)
+		shoal_ctl_reply(n->ctl, from, n->out.data, n->out.len);
+}
+
 static void shoal_node_on_message(void *ud, const shoal_ctl_route *from, const uint8_t *buf,
                                   size_t len)
 {
@@ -421,22 +430,16 @@ static void shoal_node_on_message(void *ud, const shoal_ctl_route *from, const u
 		if (n->cl) {
 			shoal_cluster_run_request(n->cl, from, buf, len);
 		} else {
-			static const char no[] = "this peer serves no model (no --model)";
-			shoal_run_end end = {
-			    .err = SHOAL_ERR_STATE, .why = no, .why_len = sizeof no - 1, .text = ""};
-			if (shoal_runmsg_encode_end(m.seq, &end, &n->out) == SHOAL_OK)
-				shoal_ctl_reply(n->ctl, from, n->out.data, n->out.len);
+			shoal_node_run_refused(n, from, m.seq, SHOAL_ERR_STATE,
+			                       "this peer serves no model (no --model)");
 		}
 		return;
 	case SHOAL_CTLMSG_RUN_TOKEN:
 	case SHOAL_CTLMSG_RUN_END: {
 		/* a client waits for an answer to its seq: say why there is none */
 		static const char no[] = "a run reply sent to a peer: send RUN_REQ";
-		shoal_run_end end = {
-		    .err = SHOAL_ERR_PROTO, .why = no, .why_len = sizeof no - 1, .text = ""};
 		shoal_node_dropped(n, from, no);
-		if (shoal_runmsg_encode_end(m.seq, &end, &n->out) == SHOAL_OK)
-			shoal_ctl_reply(n->ctl, from, n->out.data, n->out.len);
+		shoal_node_run_refused(n, from, m.seq, SHOAL_ERR_PROTO, no);
 		return;
 	}
 	default:
