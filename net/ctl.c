@@ -74,13 +74,14 @@ struct shoal_ctl {
 	void *zctx;
 	void *router;
 	void *zap;     /* REP, NULL when insecure */
-	void *monitor; /* PAIR, NULL when insecure */
+	void *monitor; /* PAIR: handshake failures, closed connections */
 	int keyed;
 	shoal_key_curve curve;
 	char bound[128];
 	uint16_t port;
 	int heartbeat_ms;
 	void (*on_message)(void *ud, const shoal_ctl_route *from, const uint8_t *buf, size_t len);
+	void (*on_disconnect)(void *ud, int fd);
 	void *ud;
 	shoal_ctl_dealer *dealers;
 	size_t n_dealers;
@@ -244,7 +245,7 @@ static void shoal_ctl_zap_serve(shoal_ctl *ctl)
 
 /* Read one monitor event: frame 1 is u16 event + u32 value, frame 2 the
  * endpoint. Returns the event id, 0 if none. */
-static int shoal_ctl_monitor_read(void *mon, char *addr, size_t addr_cap)
+static int shoal_ctl_monitor_read(void *mon, char *addr, size_t addr_cap, int32_t *value)
 {
 	zmq_msg_t m;
 	zmq_msg_init(&m);
@@ -253,8 +254,11 @@ static int shoal_ctl_monitor_read(void *mon, char *addr, size_t addr_cap)
 		return 0;
 	}
 	uint16_t ev = 0;
+	*value = -1;
 	if (zmq_msg_size(&m) >= 2)
 		memcpy(&ev, zmq_msg_data(&m), 2);
+	if (zmq_msg_size(&m) >= 6)
+		memcpy(value, (const uint8_t *)zmq_msg_data(&m) + 2, 4);
 	int more = zmq_msg_more(&m);
 	zmq_msg_close(&m);
 	if (addr_cap)
@@ -278,7 +282,10 @@ static void shoal_ctl_monitor_serve(shoal_ctl *ctl)
 {
 	char addr[128];
 	int ev;
-	while ((ev = shoal_ctl_monitor_read(ctl->monitor, addr, sizeof addr)) != 0) {
+	int32_t value;
+	while ((ev = shoal_ctl_monitor_read(ctl->monitor, addr, sizeof addr, &value)) != 0) {
+		if (ev == ZMQ_EVENT_DISCONNECTED && ctl->on_disconnect)
+			ctl->on_disconnect(ctl->ud, value);
 		if (ev == ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL ||
 		    ev == ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL) {
 			uint64_t sup;
@@ -302,6 +309,7 @@ shoal_err shoal_ctl_new(const shoal_ctl_config *cfg, shoal_ctl **out, char *why,
 	if (!ctl)
 		return SHOAL_ERR_NOMEM;
 	ctl->on_message = cfg->on_message;
+	ctl->on_disconnect = cfg->on_disconnect;
 	ctl->ud = cfg->ud;
 	ctl->heartbeat_ms = cfg->heartbeat_ms > 0 ? cfg->heartbeat_ms : 1000;
 	ctl->zctx = zmq_ctx_new();
@@ -343,15 +351,17 @@ shoal_err shoal_ctl_new(const shoal_ctl_config *cfg, shoal_ctl **out, char *why,
 			          zmq_strerror(errno));
 			goto fail;
 		}
-		if (zmq_socket_monitor(ctl->router, SHOAL_CTL_MON_ENDPOINT,
-		                       ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL |
-		                           ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL) == 0) {
-			ctl->monitor = zmq_socket(ctl->zctx, ZMQ_PAIR);
-			if (ctl->monitor &&
-			    zmq_connect(ctl->monitor, SHOAL_CTL_MON_ENDPOINT) != 0) {
-				zmq_close(ctl->monitor);
-				ctl->monitor = NULL;
-			}
+	}
+	/* failed handshakes (a peer with another key) and closed connections
+	 * (a client that went away) */
+	if (zmq_socket_monitor(ctl->router, SHOAL_CTL_MON_ENDPOINT,
+	                       ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL |
+	                           ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL | ZMQ_EVENT_DISCONNECTED) ==
+	    0) {
+		ctl->monitor = zmq_socket(ctl->zctx, ZMQ_PAIR);
+		if (ctl->monitor && zmq_connect(ctl->monitor, SHOAL_CTL_MON_ENDPOINT) != 0) {
+			zmq_close(ctl->monitor);
+			ctl->monitor = NULL;
 		}
 	}
 	if (zmq_bind(ctl->router, cfg->listen) != 0) {
@@ -415,6 +425,7 @@ static int shoal_ctl_recv_one(shoal_ctl *ctl, void *s, int with_route, const cha
 	route.len = 0;
 	route.endpoint = endpoint;
 	route.peer_addr[0] = '\0';
+	route.fd = -1;
 	zmq_msg_init(&m);
 	if (zmq_msg_recv(&m, s, ZMQ_DONTWAIT) < 0) {
 		zmq_msg_close(&m);
@@ -453,6 +464,8 @@ static int shoal_ctl_recv_one(shoal_ctl *ctl, void *s, int with_route, const cha
 		return 1;
 	}
 	ctl->stats.recv++;
+	if (with_route) /* the socket it came on, matched by on_disconnect */
+		route.fd = zmq_msg_get(&m, ZMQ_SRCFD);
 	ctl->on_message(ctl->ud, &route, zmq_msg_data(&m), zmq_msg_size(&m));
 	zmq_msg_close(&m);
 	return 1;
@@ -700,7 +713,8 @@ shoal_err shoal_ctl_client_recv(shoal_ctl_client *c, int timeout_ms, uint8_t **b
 			                 zmq_strerror(errno));
 		if (c->monitor && (it[1].revents & ZMQ_POLLIN)) {
 			char addr[128];
-			int ev = shoal_ctl_monitor_read(c->monitor, addr, sizeof addr);
+			int32_t value;
+			int ev = shoal_ctl_monitor_read(c->monitor, addr, sizeof addr, &value);
 			if (ev == ZMQ_EVENT_HANDSHAKE_FAILED_AUTH)
 				return shoal_why(why, why_len, SHOAL_ERR_AUTH,
 				                 "the node refused our key (wrong cluster key?)");

@@ -43,6 +43,7 @@ typedef struct shoal_ctl_route {
 	size_t len;
 	const char *endpoint; /* for DEALER replies: borrowed, valid during the callback */
 	char peer_addr[64];   /* the remote IP as ZeroMQ reports it ("" if unknown) */
+	int fd; /* the ROUTER connection's socket (-1 if unknown): on_disconnect's key */
 } shoal_ctl_route;
 
 typedef struct shoal_ctl_config {
@@ -58,6 +59,10 @@ typedef struct shoal_ctl_config {
 	/* Called for each received message. Required. buf and route are
 	 * borrowed for the call only. May call shoal_ctl_send/_reply. */
 	void (*on_message)(void *ud, const shoal_ctl_route *from, const uint8_t *buf, size_t len);
+	/* Optional: the ROUTER connection whose socket was `fd` (a route's fd)
+	 * closed: its client went away (killed, or its connection broke).
+	 * The number may be reused by a later connection. */
+	void (*on_disconnect)(void *ud, int fd);
 	void *ud;
 } shoal_ctl_config;
 

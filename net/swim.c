@@ -732,6 +732,20 @@ static void suspect(shoal_swim *sw, struct member *m)
 	notify(sw, m, SHOAL_SWIM_STATE_ALIVE, 0);
 }
 
+shoal_err shoal_swim_declare_dead(shoal_swim *sw, const shoal_peer_id *id, uint64_t incarnation)
+{
+	struct member *m = find(sw, id);
+	if (!m || m == sw->self)
+		return SHOAL_ERR_NOTFOUND;
+	if (!live(m->state) || m->inc != incarnation)
+		return SHOAL_ERR_STATE; /* already known, or it came back since */
+	shoal_swim_state old = m->state;
+	set_state(sw, m, SHOAL_SWIM_STATE_DEAD, m->inc);
+	queue_update(sw, m);
+	notify(sw, m, old, 0);
+	return SHOAL_OK;
+}
+
 /* ==== message handlers ==================================================== */
 
 static const char *reply_ep(const char *from, const shoal_wire_msg *msg)

@@ -141,6 +141,14 @@ shoal_err shoal_swim_join(shoal_swim *sw, const char *endpoint);
 void shoal_swim_leave(shoal_swim *sw);
 uint64_t shoal_swim_leave_linger_us(const shoal_swim *sw);
 
+/* Evidence, not suspicion: the caller saw member `id` die (its data
+ * connection broke without a goodbye). It becomes dead at once, at
+ * `incarnation`, and that is gossiped; a peer that is in fact alive
+ * refutes it as it would a suspicion. SHOAL_ERR_NOTFOUND: unknown or
+ * ourselves; SHOAL_ERR_STATE: not live, or its incarnation is no longer
+ * `incarnation` (it restarted: the evidence is about the old one). */
+shoal_err shoal_swim_declare_dead(shoal_swim *sw, const shoal_peer_id *id, uint64_t incarnation);
+
 /* The whole view, ourselves included, in id order. *out is a malloc'd
  * array owned by the caller (shoal_swim_view_free). */
 shoal_err shoal_swim_view(const shoal_swim *sw, shoal_swim_member **out, size_t *n);

@@ -309,11 +309,23 @@ static void fail_link(shoal_xfer_link *k, shoal_err code, const char *reason, in
 		struct iovec v = {.iov_base = (void *)reason, .iov_len = n};
 		send_on(k, &xfer__tcp_ops, k->tcp, &h, &v, 1, XFER_GOODBYE_MS, &partial, NULL, 0);
 	}
-	shoal_log(tell ? SHOAL_LOG_WARN : SHOAL_LOG_INFO, "xfer", "closing link to %s (%.8s): %s",
+	shoal_log(tell && code != SHOAL_ERR_CLOSED ? SHOAL_LOG_WARN : SHOAL_LOG_INFO, "xfer",
+	          "closing link to %s (%.8s): %s",
 	          k->addr, id, reason);
 	k->closed = 1;
 	snprintf(k->status, sizeof k->status, "closed (%s)", reason);
 	shutdown(xfer__tcp_fd(k->tcp), SHUT_RDWR);
+}
+
+void shoal_xfer_link_bye(shoal_xfer_link *k, const char *reason)
+{
+	if (k)
+		fail_link(k, SHOAL_ERR_CLOSED, reason, 1);
+}
+
+int shoal_xfer_link_is_open(const shoal_xfer_link *k)
+{
+	return k && !k->closed;
 }
 
 shoal_err shoal_xfer_link_send(shoal_xfer_link *k, const shoal_xfer_hdr *hdr,

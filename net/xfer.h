@@ -101,6 +101,14 @@ shoal_err shoal_xfer_link_connect(const shoal_xfer_config *cfg, const char *host
 
 void shoal_xfer_link_free(shoal_xfer_link *k); /* NULL-safe; closes both transports */
 
+/* A deliberate close: an ERROR frame with code SHOAL_ERR_CLOSED and the
+ * reason to the peer (best effort, bounded), then the link is closed. The
+ * peer tells it from a crash: a link that breaks without it is evidence
+ * that the peer died. NULL-safe; free the link after. */
+void shoal_xfer_link_bye(shoal_xfer_link *k, const char *reason);
+/* 0 once the link is closed (a failed send or receive, a bye). */
+int shoal_xfer_link_is_open(const shoal_xfer_link *k);
+
 /* The plan the link's data frames belong to: sent in every data frame and
  * required of every received one (invariant 9). Until set, data frames
  * are refused both ways with SHOAL_ERR_STATE / dropped as MISMATCH. */

@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 
+#include "base/clock.h"
 #include "base/statedir.h"
 #include "net/ctl.h"
 #include "net/ctlmsg.h"
@@ -47,17 +48,18 @@ static void shoal_run_remote_usage(FILE *f)
 	        "usage: shoal run --peer HOST[:PORT] (--key FILE | --insecure) -p TEXT [-n N]\n"
 	        "                 [--temp T] [--seed S] [--top-k K] [--top-p P] [--min-p P]\n"
 	        "                 [--repeat-penalty R] [--chat] [--system TEXT] [--ids]\n"
-	        "                 [--logprobs K] [--timeout-ms MS]\n"
+	        "                 [--logprobs K] [--timeout-ms MS] [--stats]\n"
 	        "Sends the prompt to that peer of a cluster (`shoal node --model`), which\n"
 	        "runs it through the plan and streams the tokens back. With --chat that\n"
 	        "peer formats the prompt with its model's chat template, as local\n"
-	        "`shoal run --chat` does.\n");
+	        "`shoal run --chat` does. --stats: the tokens and the longest pause\n"
+	        "between two of them (a cluster that re-plans mid-run pauses) on stderr.\n");
 }
 
 int shoal_cmd_run_remote(int argc, char **argv)
 {
 	const char *peer = NULL, *key_file = NULL, *prompt = NULL, *system = NULL;
-	bool insecure = false, ids = false, seed_given = false, chat = false;
+	bool insecure = false, ids = false, seed_given = false, chat = false, stats = false;
 	double n = SHOAL_RUN_DEFAULT_TOKENS, temp = 0.8, seed = 0, top_k = 40, top_p = 0.95,
 	       min_p = 0.05, rp = 1.0, lp = 0, tmo = SHOAL_RUN_REMOTE_TIMEOUT_MS, ignored;
 	for (int i = 1; i < argc; i++) {
@@ -68,6 +70,9 @@ int shoal_cmd_run_remote(int argc, char **argv)
 			return 0;
 		} else if (!strcmp(a, "--insecure")) {
 			insecure = true;
+			continue;
+		} else if (!strcmp(a, "--stats")) {
+			stats = true;
 			continue;
 		} else if (!strcmp(a, "--ids")) {
 			ids = true;
@@ -181,6 +186,8 @@ int shoal_cmd_run_remote(int argc, char **argv)
 		goto out;
 	}
 	shoal_runmsg r;
+	uint64_t t_last = 0, gap_max = 0;
+	long gap_at = -1;
 	for (long t = 0, tries = 0;;) {
 		free(reply);
 		reply = NULL;
@@ -220,10 +227,20 @@ int shoal_cmd_run_remote(int argc, char **argv)
 				fwrite(d->text, 1, d->text_len, stdout);
 			if (!lp)
 				printf("\n");
+			if (stats)
+				fprintf(stderr,
+				        "shoal run: %ld tokens; longest pause %.1f ms, before token %ld\n",
+				        t, (double)gap_max / 1000.0, gap_at);
 			rc = 0;
 			goto out;
 		}
 		const shoal_run_token *k = &r.tok;
+		uint64_t now = shoal_clock_now_us();
+		if (t && now - t_last > gap_max) {
+			gap_max = now - t_last;
+			gap_at = t;
+		}
+		t_last = now;
 		if (lp) {
 			printf("{\"token\": %d, \"logprob\": %.6g, \"top_logprobs\": [", (int)k->id,
 			       (double)k->logprob);

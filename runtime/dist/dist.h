@@ -57,8 +57,15 @@
  *   0 op (OPEN, CLOSE, ERROR)  1 status (shoal_err)  2-5 owner peer id
  *   6 n_prompt  7 max_tokens  8 logprobs K  9 temp (f32 bits)  10 top_k
  *   11 top_p  12 min_p  13 repeat_penalty  14 repeat_last_n  15 n_tail
- *   16-17 seed (lo, hi)  18.. OPEN: the last n_tail prompt ids (for the
- *   repetition penalty); ERROR: n_tail bytes of reason.
+ *   16-17 seed (lo, hi)  18 first step  19.. OPEN: the last n_tail prompt
+ *   ids (for the repetition penalty); ERROR: n_tail bytes of reason.
+ *
+ * A replay (the owner re-opens a session on a new plan with its prompt
+ * plus the k tokens already generated as the prompt) sets first step = k:
+ * the token sampled at position n_prompt - 1 + s is step k + s, so the
+ * sampler's draw, a function of (seed, step), is that of the undisturbed
+ * run, and the tail (the last prompt ids, generated ones included) is the
+ * repetition penalty's history as it was.
  *
  * Protocol invariants:
  *  1. A session id (sid) is chosen by its owner; its high 32 bits are the
@@ -83,7 +90,7 @@
  *     contributions are combined in expert-id order by the engine.
  *  8. CLOSE travels like OPEN; stages free the slot. Nothing replies.
  */
-#define SHOAL_DIST_CTL_WORDS 18u
+#define SHOAL_DIST_CTL_WORDS 19u
 /* --logprobs cap: the generation loop's. */
 #define SHOAL_DIST_MAX_LOGPROBS SHOAL_GEN_MAX_LOGPROBS
 /* Prompt tail for the repetition penalty: sampler's default last_n is 64;
@@ -162,6 +169,14 @@ shoal_err shoal_dist_stage_flush(shoal_dist_stage *s, char *why, size_t why_len)
 shoal_err shoal_dist_stage_poll(shoal_dist_stage *s, shoal_xfer_link *const *links, uint32_t n,
                                 int timeout_ms, char *why, size_t why_len);
 
+/* Free every session whose owner is not among owners[n_owners] (it left
+ * the view: its CLOSE will never come); returns how many. A session idle
+ * for SHOAL_DIST_IDLE_MS is also freed when an OPEN finds no free slot.
+ * NULL s: 0. */
+uint32_t shoal_dist_stage_keep_owners(shoal_dist_stage *s, const uint8_t (*owners)[16],
+                                      size_t n_owners);
+#define SHOAL_DIST_IDLE_MS 60000u
+
 typedef struct shoal_dist_stage_metrics {
 	uint64_t runs;           /* engine runs (one per batch) */
 	uint64_t batched_runs;   /* runs with rows of more than one session */
@@ -224,6 +239,10 @@ typedef struct shoal_dist_request {
 	uint32_t n_prompt;     /* >= 1 */
 	uint32_t max_tokens;   /* >= 1 */
 	uint32_t logprobs;     /* K: 0..SHOAL_DIST_MAX_LOGPROBS */
+	/* A replay: the last first_step ids of prompt are tokens this request
+	 * generated before (steps 0..first_step-1); its next token is step
+	 * first_step. 0 for a new request. */
+	uint32_t first_step;
 	shoal_sampler_params sampler;
 	/* Stop at its end-of-generation ids (the token is not handed to
 	 * on_token), as a local run; NULL: never. Borrowed for the session. */
@@ -257,6 +276,11 @@ shoal_err shoal_dist_owner_poll(shoal_dist_owner *o, shoal_xfer_link *const *lin
  * call (a second call says NOTFOUND). */
 bool shoal_dist_owner_done(shoal_dist_owner *o, uint64_t sid, shoal_err *result, char *why,
                            size_t why_len);
+
+/* End session sid now, whatever its state (its client went away, or it
+ * is replayed elsewhere): CLOSE to the stages, the slot freed. Unknown
+ * sid: a no-op. */
+void shoal_dist_owner_cancel(shoal_dist_owner *o, uint64_t sid);
 
 /* Blocking convenience: start, poll links[n] until done or timeout_ms of
  * silence, return the session's result. */

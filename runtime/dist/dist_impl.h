@@ -26,6 +26,7 @@ typedef struct dist__ctl {
 	uint32_t op, status;
 	uint8_t owner[16];
 	uint32_t n_prompt, max_tokens, logprobs;
+	uint32_t first_step; /* OPEN: the step of the first token sampled (a replay) */
 	shoal_sampler_params sp;
 	uint32_t n_tail;
 	const int32_t *tail;                    /* OPEN: (n_tail) ids, borrowed */
@@ -57,6 +58,8 @@ typedef struct dist__sess {
 	uint8_t owner[16];
 	uint32_t slot;     /* engine session slot */
 	uint32_t n_prompt; /* the last stage samples rows at pos >= n_prompt - 1 */
+	uint32_t step0;    /* the step of the row at n_prompt - 1 (a replay's history) */
+	uint64_t last_ns;  /* the latest frame or control of the session */
 	uint32_t logprobs;
 	shoal_sampler *smp; /* has_head only */
 	int32_t *hist;      /* (2 * SHOAL_DIST_TAIL_MAX) recent ids, has_head only */

@@ -22,6 +22,7 @@ typedef struct owner_sess {
 	shoal_err result;
 	char why[SHOAL_XFER_REASON_MAX + 1];
 	shoal_gen_seq q; /* steps, positions and stops, as a local run's */
+	uint32_t step0;  /* a replay: the tokens generated before it */
 	uint32_t logprobs;
 	shoal_dist_token_fn on_token;
 	void *ctx;
@@ -175,7 +176,7 @@ static shoal_err handle_results(shoal_dist_owner *o, const shoal_xfer_frame *f, 
 		}
 		const uint8_t *p = f->payload + (size_t)r * h->dim * 4u;
 		shoal_dist_token t = {.sid = ss->sid,
-		                      .step = shoal_gen_seq_step(&ss->q),
+		                      .step = ss->step0 + shoal_gen_seq_step(&ss->q),
 		                      .n_top = ss->logprobs,
 		                      .top_ids = o->top_ids,
 		                      .top_lps = o->top_lps};
@@ -185,7 +186,7 @@ static shoal_err handle_results(shoal_dist_owner *o, const shoal_xfer_frame *f, 
 			memcpy(&o->top_ids[j], p + 8 + 8 * j, 4);
 			memcpy(&o->top_lps[j], p + 12 + 8 * j, 4);
 		}
-		if (t.step) {
+		if (shoal_gen_seq_step(&ss->q)) {
 			o->met.last_step_ns = now - ss->t_sent;
 			o->met.step_ns += o->met.last_step_ns;
 			o->met.steps++;
@@ -285,6 +286,7 @@ shoal_err shoal_dist_owner_start(shoal_dist_owner *o, const shoal_dist_request *
 	ss->used = true;
 	shoal_gen_seq_init(&ss->q, req->n_prompt,
 	                   &(shoal_gen_limits){.max_tokens = req->max_tokens, .eog = req->eog});
+	ss->step0 = req->first_step;
 	ss->logprobs = req->logprobs;
 	ss->on_token = req->on_token;
 	ss->ctx = req->ctx;
@@ -294,6 +296,7 @@ shoal_err shoal_dist_owner_start(shoal_dist_owner *o, const shoal_dist_request *
 	               .n_prompt = req->n_prompt,
 	               .max_tokens = req->max_tokens,
 	               .logprobs = req->logprobs,
+	               .first_step = req->first_step,
 	               .sp = *sp,
 	               .n_tail = tail,
 	               .tail = req->prompt + (req->n_prompt - tail)};
@@ -323,6 +326,18 @@ bool shoal_dist_owner_done(shoal_dist_owner *o, uint64_t sid, shoal_err *result,
 	*result = ss->result ? shoal_why(why, why_len, ss->result, "%s", ss->why) : SHOAL_OK;
 	ss->used = false;
 	return true;
+}
+
+void shoal_dist_owner_cancel(shoal_dist_owner *o, uint64_t sid)
+{
+	owner_sess *ss = find(o, sid);
+	if (!ss)
+		return;
+	finish(o, ss, SHOAL_ERR_STATE, "cancelled");
+	ss->used = false;
+	char why[256];
+	if (release(o, why, sizeof why)) /* the others no longer wait for it */
+		SHOAL_LOG_W(LOG_PART, "after a cancel: %s", why);
 }
 
 shoal_err shoal_dist_owner_generate(shoal_dist_owner *o, const shoal_dist_request *req,

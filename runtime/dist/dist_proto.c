@@ -59,6 +59,7 @@ uint32_t dist__ctl_encode(const dist__ctl *c, int32_t *words, uint32_t cap)
 	w[15] = c->op == SHOAL_DIST_CTL_ERROR ? (uint32_t)rlen : extra;
 	w[16] = (uint32_t)c->sp.seed;
 	w[17] = (uint32_t)(c->sp.seed >> 32);
+	w[18] = c->first_step;
 	memcpy(words, w, sizeof w);
 	if (c->op == SHOAL_DIST_CTL_OPEN && extra)
 		memcpy(words + SHOAL_DIST_CTL_WORDS, c->tail, extra * 4u);
@@ -93,6 +94,7 @@ shoal_err dist__ctl_decode(const shoal_xfer_frame *f, dist__ctl *c, char *why, s
 	c->sp.repeat_last_n = (int32_t)w[14];
 	c->n_tail = w[15];
 	c->sp.seed = (uint64_t)w[16] | (uint64_t)w[17] << 32;
+	c->first_step = w[18];
 	uint32_t extra = h->dim - SHOAL_DIST_CTL_WORDS;
 	const uint8_t *p = f->payload + SHOAL_DIST_CTL_WORDS * 4u;
 	switch (c->op) {

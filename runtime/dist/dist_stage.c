@@ -38,6 +38,18 @@ static void sess_drop(shoal_dist_stage *s, dist__sess *ss)
 	ss->hist = hist;
 }
 
+/* The session idle longest, if idle for SHOAL_DIST_IDLE_MS; -1: none. */
+static int sess_idlest(const shoal_dist_stage *s)
+{
+	uint64_t now = dist__now_ns(), limit = (uint64_t)SHOAL_DIST_IDLE_MS * 1000000u;
+	int best = -1;
+	for (uint32_t i = 0; i < s->cfg.max_sessions; i++)
+		if (s->sess[i].used && now - s->sess[i].last_ns >= limit &&
+		    (best < 0 || s->sess[i].last_ns < s->sess[best].last_ns))
+			best = (int)i;
+	return best;
+}
+
 /* ---- sending --------------------------------------------------------------- */
 
 static shoal_xfer_link *link_to(shoal_dist_stage *s, const uint8_t peer[16])
@@ -127,7 +139,7 @@ static shoal_err send_results(shoal_dist_stage *s, uint32_t n, uint32_t n_want, 
 			continue;
 		dist__sess *ss = &s->sess[s->row_sess[r]];
 		const float *lg = s->logits + (size_t)wi * s->n_vocab; /* (n_vocab) */
-		uint32_t t = shoal_gen_step_of_pos(ss->n_prompt, s->pos[r]);
+		uint32_t t = ss->step0 + shoal_gen_step_of_pos(ss->n_prompt, s->pos[r]);
 		float lp;
 		int32_t id = shoal_gen_pick(ss->smp, lg, s->n_vocab, ss->hist, ss->n_hist, t, &lp,
 		                            ss->logprobs, s->top_ids, s->top_lps);
@@ -356,6 +368,7 @@ static shoal_err take_frame(shoal_dist_stage *s, const shoal_xfer_frame *f, char
 			sess_fail(s, i, s->sess[i].sid, s->sess[i].owner, SHOAL_ERR_FORMAT, w);
 			continue;
 		}
+		s->sess[i].last_ns = dist__now_ns();
 		s->row_sess[n] = (uint32_t)i;
 		s->slot[n] = s->sess[i].slot;
 		s->pos[n] = h->rows[r].pos;
@@ -385,6 +398,15 @@ static shoal_err sess_open(shoal_dist_stage *s, uint64_t sid, const dist__ctl *c
 	for (uint32_t j = 0; j < s->cfg.max_sessions && i < 0; j++)
 		if (!s->sess[j].used)
 			i = (int)j;
+	if (i < 0 && (i = sess_idlest(s)) >= 0) {
+		/* its owner went silent (died, or lost its CLOSE): the slot goes
+		 * to a session that runs */
+		SHOAL_LOG_W(LOG_PART, "layers [%u, %u): session %016llx idle for %llu s: freed",
+		            s->cfg.layer_begin, s->cfg.layer_end,
+		            (unsigned long long)s->sess[i].sid,
+		            (unsigned long long)((dist__now_ns() - s->sess[i].last_ns) / 1000000000u));
+		sess_drop(s, &s->sess[i]);
+	}
 	if (i < 0)
 		return shoal_why(w, w_len, SHOAL_ERR_BUSY, "all %u sessions in use",
 		                 s->cfg.max_sessions);
@@ -405,6 +427,8 @@ static shoal_err sess_open(shoal_dist_stage *s, uint64_t sid, const dist__ctl *c
 	ss->sid = sid;
 	memcpy(ss->owner, c->owner, 16);
 	ss->n_prompt = c->n_prompt;
+	ss->step0 = c->first_step;
+	ss->last_ns = dist__now_ns();
 	ss->logprobs = c->logprobs < s->n_vocab ? c->logprobs : s->n_vocab;
 	return SHOAL_OK;
 }
@@ -537,6 +561,25 @@ shoal_err shoal_dist_stage_poll(shoal_dist_stage *s, shoal_xfer_link *const *lin
 	                         LOG_PART, why, why_len);
 	shoal_err f = flush(s, why, why_len); /* what arrived together runs together */
 	return e ? e : f;
+}
+
+uint32_t shoal_dist_stage_keep_owners(shoal_dist_stage *s, const uint8_t (*owners)[16],
+                                      size_t n_owners)
+{
+	uint32_t n = 0;
+	for (uint32_t i = 0; s && i < s->cfg.max_sessions; i++) {
+		bool keep = false;
+		for (size_t j = 0; j < n_owners && !keep; j++)
+			keep = !memcmp(s->sess[i].owner, owners[j], 16);
+		if (s->sess[i].used && !keep) {
+			SHOAL_LOG_I(LOG_PART, "layers [%u, %u): session %016llx freed: its owner left",
+			            s->cfg.layer_begin, s->cfg.layer_end,
+			            (unsigned long long)s->sess[i].sid);
+			sess_drop(s, &s->sess[i]);
+			n++;
+		}
+	}
+	return n;
 }
 
 void shoal_dist_stage_metrics_get(const shoal_dist_stage *s, shoal_dist_stage_metrics *m)

@@ -78,9 +78,9 @@ shoal_err shoal_cluster_new(const shoal_cluster_config *cfg, shoal_cluster **out
 	if (!cl->pol.ctx || (!cfg->ctx && cl->pol.ctx > SHOAL_CLUSTER_DEFAULT_CTX))
 		cl->pol.ctx = SHOAL_CLUSTER_DEFAULT_CTX;
 	cl->pol.sessions = cfg->sessions ? cfg->sessions : SHOAL_CLUSTER_SESSIONS;
-	if (cl->pol.sessions > SHOAL_CLUSTER_MAX_RUNS) {
+	if (cl->pol.sessions > SHOAL_CLUSTER_MAX_SESSIONS) {
 		e = shoal_why(why, why_len, SHOAL_ERR_INVAL, "at most %u sessions per stage",
-		              SHOAL_CLUSTER_MAX_RUNS);
+		              SHOAL_CLUSTER_MAX_SESSIONS);
 		goto fail;
 	}
 	cl->pol.spread_experts = cfg->spread_experts;
@@ -353,6 +353,8 @@ int shoal_cluster_update(shoal_cluster *cl, const shoal_swim_member *v, size_t n
 	for (size_t i = 0; i < nc; i++) {
 		crypto_generichash_update(&hs, (const uint8_t *)&cand[i]->record.ready_epoch, 8);
 		crypto_generichash_update(&hs, cand[i]->record.ready_digest, 32);
+		/* a restart: the data thread must know the new incarnation */
+		crypto_generichash_update(&hs, (const uint8_t *)&cand[i]->incarnation, 8);
 	}
 	uint8_t sig[32];
 	crypto_generichash_final(&hs, sig, 32);
@@ -388,6 +390,7 @@ int shoal_cluster_update(shoal_cluster *cl, const shoal_swim_member *v, size_t n
 			ep->host[colon - a] = '\0';
 			ep->port = (uint16_t)atoi(colon + 1);
 			memcpy(ep->id, r->id.b, 16);
+			ep->inc = cand[i]->incarnation;
 			cl->n_eps++;
 		}
 		cl->eps_version++;
@@ -845,6 +848,13 @@ void shoal_cluster_run_request(shoal_cluster *cl, const shoal_ctl_route *from, c
 	uint32_t max_tokens = (uint32_t)n;
 	if (max_tokens > cl->pol.ctx - n_ids)
 		max_tokens = cl->pol.ctx - (uint32_t)n_ids;
+	/* room for the tokens it will stream: the history a replay feeds */
+	int32_t *hist = realloc(ids, (n_ids + max_tokens) * sizeof *ids);
+	if (!hist) {
+		shoal_cluster_end(cl, from, seq, SHOAL_ERR_NOMEM, false, "out of memory", NULL, 0);
+		goto out;
+	}
+	ids = hist;
 	pthread_mutex_lock(&cl->mu);
 	size_t slot = SHOAL_CLUSTER_MAX_RUNS;
 	for (size_t i = 0; i < SHOAL_CLUSTER_MAX_RUNS && slot == SHOAL_CLUSTER_MAX_RUNS; i++)
@@ -871,13 +881,34 @@ void shoal_cluster_run_request(shoal_cluster *cl, const shoal_ctl_route *from, c
 	pthread_mutex_unlock(&cl->mu);
 	if (slot == SHOAL_CLUSTER_MAX_RUNS)
 		shoal_cluster_end(cl, from, seq, SHOAL_ERR_BUSY, true,
-		                  "busy: too many runs on this peer", NULL, 0);
+		                  "busy: this peer holds " SHOAL_CLUSTER_MAX_RUNS_STR
+		                  " requests (running and queued)",
+		                  NULL, 0);
 	else
 		shoal_cluster__wake(cl);
 out:
 	free(ids);
 	free(prompt);
 	free(system);
+}
+
+void shoal_cluster_client_gone(shoal_cluster *cl, int fd)
+{
+	uint32_t n = 0;
+	if (fd < 0)
+		return;
+	pthread_mutex_lock(&cl->mu);
+	for (size_t i = 0; i < SHOAL_CLUSTER_MAX_RUNS; i++)
+		if (cl->runs[i].state != SHOAL_CLUSTER_RUN_FREE && cl->runs[i].route.fd == fd &&
+		    !cl->runs[i].cancel) {
+			cl->runs[i].cancel = true;
+			n++;
+		}
+	pthread_mutex_unlock(&cl->mu);
+	if (n) {
+		SHOAL_LOG_I("cluster", "a client went away: %u run(s) end", n);
+		shoal_cluster__wake(cl);
+	}
 }
 
 int shoal_cluster_event_fd(const shoal_cluster *cl)
@@ -903,11 +934,17 @@ void shoal_cluster_drain(shoal_cluster *cl)
 		cl->ev_head = (cl->ev_head + 1) % SHOAL_CLUSTER_EVENTS;
 		cl->ev_n--;
 		pthread_cond_broadcast(&cl->cv);
+		if (ev.end == SHOAL_CLUSTER_EV_PEER_GONE) {
+			pthread_mutex_unlock(&cl->mu);
+			if (cl->cfg.peer_gone)
+				cl->cfg.peer_gone(cl->cfg.ud, ev.peer, ev.inc, ev.why);
+			continue;
+		}
 		shoal_cluster_run *r = &cl->runs[ev.run];
 		shoal_ctl_route to = r->route;
 		uint64_t seq = r->seq;
 		pthread_mutex_unlock(&cl->mu);
-		if (!ev.end) {
+		if (ev.end == SHOAL_CLUSTER_EV_TOKEN) {
 			/* into preallocated buffers: nothing allocated per token */
 			tok.id = ev.id;
 			tok.logprob = ev.lp;

@@ -53,7 +53,7 @@ typedef struct shoal_cluster_config {
 	const char *state_dir;  /* model id cache; NULL: none */
 	uint64_t mem_limit;     /* bytes offered at most; 0: what is available */
 	uint32_t ctx;           /* KV context per session; 0: the model's, at most 4096 */
-	uint32_t sessions;      /* KV sessions per stage, 1..SHOAL_CLUSTER_MAX_RUNS; 0: 2 */
+	uint32_t sessions;      /* KV sessions per stage, 1..SHOAL_CLUSTER_MAX_SESSIONS; 0: 2 */
 	bool spread_experts;
 	uint32_t threads; /* engine threads; 0: 1 */
 	uint8_t self[16];
@@ -63,6 +63,9 @@ typedef struct shoal_cluster_config {
 	uint32_t base_ms;      /* the node's base period */
 	/* Replies to RUN_REQ, called on the node thread (shoal_cluster_drain). */
 	shoal_err (*reply)(void *ud, const shoal_ctl_route *to, const void *buf, size_t len);
+	/* A data link to peer `id` (at incarnation `inc` in our view) broke
+	 * without a goodbye: evidence that it died (node thread; optional). */
+	void (*peer_gone)(void *ud, const uint8_t id[16], uint64_t inc, const char *why);
 	void *ud;
 } shoal_cluster_config;
 
@@ -100,6 +103,10 @@ json_t *shoal_cluster_status_json(shoal_cluster *cl);
  * request gets a RUN_END with the decoder's error and reason. */
 void shoal_cluster_run_request(shoal_cluster *cl, const shoal_ctl_route *from, const uint8_t *buf,
                                size_t len);
+
+/* The client connection `fd` (shoal_ctl_route.fd) closed: its runs end at
+ * once, queued or running, and their sessions are freed. */
+void shoal_cluster_client_gone(shoal_cluster *cl, int fd);
 
 /* Readable when the data thread has tokens or results for the node thread. */
 int shoal_cluster_event_fd(const shoal_cluster *cl);

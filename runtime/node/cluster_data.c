@@ -122,19 +122,66 @@ struct shoal_cluster_dt {
 	shoal_cluster_ep eps[SHOAL_CLUSTER_MAX_PEERS];
 	size_t n_eps;
 	uint64_t eps_version;
+	/* links we dialled (out) and accepted (in); `inc` is the peer's
+	 * incarnation when the link was made, `bye` that it said goodbye */
 	struct {
 		uint8_t peer[16];
 		int role;
+		uint64_t inc;
+		bool bye;
 		shoal_xfer_link *k;
 	} out[SHOAL_CLUSTER_LINKS];
 	size_t n_out;
 	struct {
-		shoal_xfer_link *k;
+		uint8_t peer[16];
 		int role;
+		uint64_t inc;
+		bool bye;
+		shoal_xfer_link *k;
 	} in[SHOAL_CLUSTER_LINKS];
 	size_t n_in;
+	uint32_t live; /* runs started and not ended */
 };
 typedef struct shoal_cluster_dt shoal_cluster_dt;
+
+static void shoal_cluster_event_push(shoal_cluster *cl, const shoal_cluster_event *ev);
+
+static const shoal_cluster_ep *shoal_cluster_ep_of(const shoal_cluster_dt *d,
+                                                   const uint8_t peer[16])
+{
+	for (size_t i = 0; i < d->n_eps; i++)
+		if (!memcmp(d->eps[i].id, peer, 16))
+			return &d->eps[i];
+	return NULL;
+}
+
+/* A link to `peer` broke. Without its goodbye that is evidence the peer
+ * died (a crash, a kill, a pulled cable): the node thread declares it
+ * dead at once instead of waiting for gossip to suspect it. */
+static void shoal_cluster_link_broke(shoal_cluster_dt *d, const uint8_t peer[16], uint64_t inc,
+                                     bool bye, const char *why)
+{
+	if (bye || !memcmp(peer, d->cl->cfg.self, 16))
+		return;
+	shoal_cluster_event ev;
+	memset(&ev, 0, sizeof ev);
+	ev.end = SHOAL_CLUSTER_EV_PEER_GONE;
+	memcpy(ev.peer, peer, 16);
+	ev.inc = inc;
+	snprintf(ev.why, sizeof ev.why, "%.199s", why);
+	shoal_cluster_event_push(d->cl, &ev);
+}
+
+/* Out-link i goes (it broke, or its peer said goodbye). */
+static void shoal_cluster_out_drop(shoal_cluster_dt *d, size_t i)
+{
+	char why[160];
+	snprintf(why, sizeof why, "our data link to it broke: %.120s",
+	         shoal_xfer_link_status(d->out[i].k));
+	shoal_cluster_link_broke(d, d->out[i].peer, d->out[i].inc, d->out[i].bye, why);
+	shoal_xfer_link_free(d->out[i].k);
+	d->out[i] = d->out[--d->n_out];
+}
 
 shoal_xfer_link *shoal_cluster__link(void *ctx, const uint8_t peer[16])
 {
@@ -143,14 +190,16 @@ shoal_xfer_link *shoal_cluster__link(void *ctx, const uint8_t peer[16])
 	if (!d || !d->as)
 		return NULL;
 	for (size_t i = 0; i < d->n_out; i++)
-		if (d->out[i].role == lc->role && !memcmp(d->out[i].peer, peer, 16))
-			return d->out[i].k;
+		if (d->out[i].role == lc->role && !memcmp(d->out[i].peer, peer, 16)) {
+			if (shoal_xfer_link_is_open(d->out[i].k))
+				return d->out[i].k;
+			/* a send failed on it: dial again (the peer may be back) */
+			shoal_cluster_out_drop(d, i);
+			break;
+		}
 	if (d->n_out >= SHOAL_CLUSTER_LINKS)
 		return NULL;
-	const shoal_cluster_ep *ep = NULL;
-	for (size_t i = 0; i < d->n_eps; i++)
-		if (!memcmp(d->eps[i].id, peer, 16))
-			ep = &d->eps[i];
+	const shoal_cluster_ep *ep = shoal_cluster_ep_of(d, peer);
 	char hex[33], why[256] = "";
 	shoal_hex_encode(peer, 16, hex);
 	if (!ep) {
@@ -173,6 +222,8 @@ shoal_xfer_link *shoal_cluster__link(void *ctx, const uint8_t peer[16])
 	            shoal_xfer_link_status(k));
 	memcpy(d->out[d->n_out].peer, peer, 16);
 	d->out[d->n_out].role = lc->role;
+	d->out[d->n_out].inc = ep->inc;
+	d->out[d->n_out].bye = false;
 	d->out[d->n_out].k = k;
 	d->n_out++;
 	/* for `shoal status`: one transport line per peer we send to */
@@ -198,12 +249,18 @@ shoal_xfer_link *shoal_cluster__no_link(void *ctx, const uint8_t peer[16])
 	return NULL;
 }
 
-static void shoal_cluster_links_close(shoal_cluster_dt *d)
+/* Every link goes, each with a goodbye: the far side must not take our
+ * plan change (or our exit) for a death. */
+static void shoal_cluster_links_close(shoal_cluster_dt *d, const char *why)
 {
-	for (size_t i = 0; i < d->n_out; i++)
+	for (size_t i = 0; i < d->n_out; i++) {
+		shoal_xfer_link_bye(d->out[i].k, why);
 		shoal_xfer_link_free(d->out[i].k);
-	for (size_t i = 0; i < d->n_in; i++)
+	}
+	for (size_t i = 0; i < d->n_in; i++) {
+		shoal_xfer_link_bye(d->in[i].k, why);
 		shoal_xfer_link_free(d->in[i].k);
+	}
 	d->n_out = d->n_in = 0;
 	pthread_mutex_lock(&d->cl->mu);
 	d->cl->n_link_status = 0;
@@ -291,7 +348,20 @@ static int shoal_cluster_on_token(void *ctx, const shoal_dist_token *t)
 {
 	shoal_cluster_tokctx *tc = ctx;
 	shoal_cluster *cl = tc->cl;
-	cl->runs[tc->run].last_us = shoal_cluster_data_now_us();
+	shoal_cluster_run *r = &cl->runs[tc->run];
+	r->last_us = shoal_cluster_data_now_us();
+	if (t->step != r->n_gen || r->n_gen >= r->max_tokens) { /* cannot be: the owner's sequence */
+		SHOAL_LOG_E("cluster", "run %u: token of step %u after %u tokens: ended", tc->run,
+		            t->step, r->n_gen);
+		return 1;
+	}
+	r->prompt[r->n_prompt + r->n_gen++] = t->id; /* the history a replay feeds */
+	if (r->paused_us) {
+		SHOAL_LOG_I("cluster", "run %u: token %u streams %llu ms after the pause (replay %u)",
+		            tc->run, t->step,
+		            (unsigned long long)((r->last_us - r->paused_us) / 1000u), r->replays);
+		r->paused_us = 0;
+	}
 	shoal_cluster_event ev;
 	ev.run = tc->run;
 	ev.end = 0;
@@ -308,20 +378,43 @@ static int shoal_cluster_on_token(void *ctx, const shoal_dist_token *t)
 
 /* --------------------------------------------------------------- the thread */
 
-/* Take a new assignment: the old plan's links, stage and owner go. */
+/* Run i goes back to the queue with its history, to be replayed (after
+ * `delay_us`) on the plan that is servable then; it waits at most
+ * SHOAL_CLUSTER_WAIT_MS from its first pause. Data thread. */
+static void shoal_cluster_pause(shoal_cluster *cl, uint32_t i, uint64_t now, uint64_t delay_us,
+                                const char *why)
+{
+	shoal_cluster_run *r = &cl->runs[i];
+	pthread_mutex_lock(&cl->mu);
+	r->state = SHOAL_CLUSTER_RUN_QUEUED;
+	r->not_before_us = now + delay_us;
+	pthread_mutex_unlock(&cl->mu);
+	if (!r->paused_us) {
+		r->paused_us = now;
+		r->deadline_us = now + SHOAL_CLUSTER_WAIT_MS * 1000u;
+		SHOAL_LOG_I("cluster", "run %u paused after %u token(s): %s", i, r->n_gen, why);
+	}
+}
+
+/* Take a new assignment: the old plan's links, stage and owner go. Runs
+ * in flight pause: each goes back to the queue with its history (prompt
+ * and the tokens streamed), which the next servable plan replays as a
+ * prefill before the run goes on (DESIGN section 5). */
 static void shoal_cluster_take_assign(shoal_cluster_dt *d, shoal_cluster_assign *a)
 {
 	shoal_cluster *cl = d->cl;
-	shoal_cluster_links_close(d);
+	uint64_t now = shoal_cluster_data_now_us();
+	shoal_cluster_links_close(d, "the plan changed");
 	shoal_dist_owner_free(d->owner);
 	d->owner = NULL;
+	d->live = 0;
 	for (uint32_t i = 0; i < SHOAL_CLUSTER_MAX_RUNS; i++) {
+		shoal_cluster_run *r = &cl->runs[i];
 		pthread_mutex_lock(&cl->mu);
-		bool live = cl->runs[i].state == SHOAL_CLUSTER_RUN_STARTED;
+		bool live = r->state == SHOAL_CLUSTER_RUN_STARTED && !r->ended;
 		pthread_mutex_unlock(&cl->mu);
-		if (live && !cl->runs[i].ended)
-			shoal_cluster_end_run(cl, i, SHOAL_ERR_STATE, true,
-			                      "the plan changed during the run; retry");
+		if (live)
+			shoal_cluster_pause(cl, i, now, 0, "the plan changed");
 	}
 	shoal_cluster__free_assign(d->as);
 	d->as = a;
@@ -342,7 +435,7 @@ static void shoal_cluster_take_assign(shoal_cluster_dt *d, shoal_cluster_assign 
 	memcpy(oc.first, a->first, 16);
 	memcpy(oc.digest, a->digest, 32);
 	oc.epoch = a->epoch;
-	oc.max_sessions = SHOAL_CLUSTER_MAX_RUNS;
+	oc.max_sessions = cl->pol.sessions;
 	oc.max_rows = SHOAL_CLUSTER_MAX_ROWS;
 	oc.link = shoal_cluster__link;
 	oc.link_ctx = &cl->lctx_stage;
@@ -364,9 +457,10 @@ static void shoal_cluster_dispatch(shoal_cluster_dt *d, shoal_xfer_link *k, int 
 		SHOAL_LOG_W("cluster", "expert request for layer %u on a stage link: dropped",
 		            f->hdr.layer_first);
 	} else if (f->hdr.kind == SHOAL_XFER_KIND_ERROR) {
-		SHOAL_LOG_W("cluster", "data link error from the peer: %.*s",
-		            (int)(f->hdr.payload_len < 200 ? f->hdr.payload_len : 200),
-		            (const char *)f->payload);
+		if (f->hdr.n_aux != SHOAL_ERR_CLOSED) /* not a goodbye: say it */
+			SHOAL_LOG_W("cluster", "data link error from the peer: %.*s",
+			            (int)(f->hdr.payload_len < 200 ? f->hdr.payload_len : 200),
+			            (const char *)f->payload);
 	} else if (role == SHOAL_CLUSTER_ROLE_OWNER) {
 		if (d->owner)
 			e = shoal_dist_owner_handle(d->owner, k, f, why, sizeof why);
@@ -380,50 +474,95 @@ static void shoal_cluster_dispatch(shoal_cluster_dt *d, shoal_xfer_link *k, int 
 		SHOAL_LOG_W("cluster", "data frame: %s", why[0] ? why : shoal_strerror(e));
 }
 
+/* Start what waits, oldest slot first, while the owner has sessions: a
+ * new request, or a paused one whose history replays as its prompt. */
+/* Hand every frame waiting on link k to its object; false when the link
+ * is gone (broken, or closed after the peer's goodbye: *bye set). */
+static bool shoal_cluster_drain_link(shoal_cluster_dt *d, shoal_xfer_link *k, int role, bool *bye)
+{
+	shoal_xfer_frame f;
+	char why[256] = "";
+	shoal_err e;
+	while ((e = shoal_xfer_link_recv(k, 0, &f, why, sizeof why)) != SHOAL_ERR_TIMEOUT) {
+		if (e == SHOAL_OK) {
+			if (f.hdr.kind == SHOAL_XFER_KIND_ERROR && f.hdr.n_aux == SHOAL_ERR_CLOSED)
+				*bye = true;
+			shoal_cluster_dispatch(d, k, role, &f);
+		} else if (e == SHOAL_ERR_FORMAT || e == SHOAL_ERR_MISMATCH) {
+			SHOAL_LOG_W("cluster", "data frame dropped: %s", why);
+		} else {
+			SHOAL_LOG_I("cluster", "data link closed%s: %s", *bye ? " (goodbye)" : "",
+			            why);
+			return false;
+		}
+	}
+	return true;
+}
+
 static void shoal_cluster_start_runs(shoal_cluster_dt *d, shoal_cluster_tokctx *tcs)
 {
 	shoal_cluster *cl = d->cl;
 	uint64_t now = shoal_cluster_data_now_us();
 	for (uint32_t i = 0; i < SHOAL_CLUSTER_MAX_RUNS; i++) {
-		pthread_mutex_lock(&cl->mu);
 		shoal_cluster_run *r = &cl->runs[i];
-		bool queued = r->state == SHOAL_CLUSTER_RUN_QUEUED;
+		pthread_mutex_lock(&cl->mu);
+		bool queued = r->state == SHOAL_CLUSTER_RUN_QUEUED && now >= r->not_before_us;
+		bool cancel = r->cancel;
 		bool servable =
 		    cl->shared_servable && d->as && !memcmp(cl->shared_digest, d->as->digest, 32);
-		if (queued && servable)
+		bool go = queued && !cancel && servable && d->owner && d->live < cl->pol.sessions;
+		if (queued && (go || cancel))
 			r->state = SHOAL_CLUSTER_RUN_STARTED;
+		char wait_why[256];
+		snprintf(wait_why, sizeof wait_why, "%s", cl->shared_why);
 		pthread_mutex_unlock(&cl->mu);
 		if (!queued)
 			continue;
-		if (!servable) {
-			if (now > r->deadline_us) {
-				char why[300];
+		if (cancel) {
+			shoal_cluster_end_run(cl, i, SHOAL_ERR_CLOSED, false, "the client went away");
+			continue;
+		}
+		if (!go) {
+			/* a full queue waits for sessions without a deadline; a plan
+			 * that is not servable, or a paused run, at most
+			 * SHOAL_CLUSTER_WAIT_MS */
+			if ((!servable || r->paused_us) && now > r->deadline_us) {
+				char why[320];
+				snprintf(why, sizeof why, "%s: no servable plan for %u s: %.200s",
+				         r->n_gen ? "paused by a plan change" : "waiting",
+				         SHOAL_CLUSTER_WAIT_MS / 1000u, wait_why);
 				pthread_mutex_lock(&cl->mu);
 				r->state = SHOAL_CLUSTER_RUN_STARTED;
-				snprintf(why, sizeof why, "no servable plan after %u s: %.200s",
-				         SHOAL_CLUSTER_WAIT_MS / 1000u, cl->shared_why);
 				pthread_mutex_unlock(&cl->mu);
-				shoal_cluster_end_run(cl, i, SHOAL_ERR_TIMEOUT, false, why);
+				shoal_cluster_end_run(cl, i, SHOAL_ERR_TIMEOUT, !r->n_gen, why);
 			}
 			continue;
 		}
 		r->ended = false;
 		r->last_us = now;
+		if (!r->paused_us) /* bounds BUSY retries */
+			r->deadline_us = now + SHOAL_CLUSTER_WAIT_MS * 1000u;
 		char why[256] = "";
 		tcs[i] = (shoal_cluster_tokctx){cl, i};
 		shoal_dist_request req = {.prompt = r->prompt,
-		                          .n_prompt = r->n_prompt,
-		                          .max_tokens = r->max_tokens,
+		                          .n_prompt = r->n_prompt + r->n_gen,
+		                          .max_tokens = r->max_tokens - r->n_gen,
 		                          .logprobs = r->logprobs,
+		                          .first_step = r->n_gen,
 		                          .sampler = r->sp,
 		                          .eog = cl->tok,
 		                          .on_token = shoal_cluster_on_token,
 		                          .ctx = &tcs[i]};
-		shoal_err e = d->owner
-		                  ? shoal_dist_owner_start(d->owner, &req, &r->sid, why, sizeof why)
-		                  : SHOAL_ERR_STATE;
+		if (r->paused_us) {
+			r->replays++;
+			SHOAL_LOG_I("cluster", "run %u: replaying %u prompt + %u generated token(s)", i,
+			            r->n_prompt, r->n_gen);
+		}
+		shoal_err e = shoal_dist_owner_start(d->owner, &req, &r->sid, why, sizeof why);
 		if (e != SHOAL_OK)
 			shoal_cluster_end_run(cl, i, e, false, why[0] ? why : shoal_strerror(e));
+		else
+			d->live++;
 	}
 }
 
@@ -435,16 +574,45 @@ static void shoal_cluster_check_runs(shoal_cluster_dt *d)
 		shoal_cluster_run *r = &cl->runs[i];
 		pthread_mutex_lock(&cl->mu);
 		bool started = r->state == SHOAL_CLUSTER_RUN_STARTED;
+		bool cancel = r->cancel;
 		pthread_mutex_unlock(&cl->mu);
-		if (!started || r->ended)
+		if (!started || r->ended || !d->owner)
 			continue;
 		shoal_err res = SHOAL_OK;
 		char why[256] = "";
-		if (d->owner && shoal_dist_owner_done(d->owner, r->sid, &res, why, sizeof why))
+		if (cancel) {
+			shoal_dist_owner_cancel(d->owner, r->sid);
+			d->live--;
+			shoal_cluster_end_run(cl, i, SHOAL_ERR_CLOSED, false, "the client went away");
+		} else if (shoal_dist_owner_done(d->owner, r->sid, &res, why, sizeof why)) {
+			d->live--;
+			if (res == SHOAL_ERR_BUSY && now < r->deadline_us) {
+				/* a stage had no free session (other owners hold them):
+				 * wait in the queue and try again */
+				pthread_mutex_lock(&cl->mu);
+				r->state = SHOAL_CLUSTER_RUN_QUEUED;
+				r->not_before_us = now + SHOAL_CLUSTER_BUSY_RETRY_MS * 1000u;
+				pthread_mutex_unlock(&cl->mu);
+				continue;
+			}
+			if ((res == SHOAL_ERR_CLOSED || res == SHOAL_ERR_IO ||
+			     res == SHOAL_ERR_NOTFOUND) &&
+			    (!r->paused_us || now < r->deadline_us)) {
+				/* our link to stage 0 broke: the peer died or restarts;
+				 * replay on the plan that serves next (a new one once
+				 * the death is known, or this one with a new link) */
+				shoal_cluster_pause(cl, i, now, 100000u, why);
+				continue;
+			}
 			shoal_cluster_end_run(cl, i, res, false, why);
-		else if (now - r->last_us > SHOAL_CLUSTER_SILENCE_MS * 1000u)
-			shoal_cluster_end_run(cl, i, SHOAL_ERR_TIMEOUT, false,
-			                      "no token for 30 s: a stage is gone?");
+		} else if (now - r->last_us > SHOAL_CLUSTER_SILENCE_MS * 1000u) {
+			/* the slot is freed and CLOSE sent: nothing leaks */
+			shoal_dist_owner_cancel(d->owner, r->sid);
+			d->live--;
+			snprintf(why, sizeof why, "no token for %u s while the plan stayed servable",
+			         SHOAL_CLUSTER_SILENCE_MS / 1000u);
+			shoal_cluster_end_run(cl, i, SHOAL_ERR_TIMEOUT, false, why);
+		}
 	}
 }
 
@@ -488,7 +656,8 @@ static void *shoal_cluster_data_main(void *arg)
 			cl->pending = NULL;
 			cl->pending_set = false;
 		}
-		if (cl->eps_version != d->eps_version) {
+		bool eps_new = cl->eps_version != d->eps_version;
+		if (eps_new) {
 			memcpy(d->eps, cl->eps, cl->n_eps * sizeof *cl->eps);
 			d->n_eps = cl->n_eps;
 			d->eps_version = cl->eps_version;
@@ -496,6 +665,13 @@ static void *shoal_cluster_data_main(void *arg)
 		pthread_mutex_unlock(&cl->mu);
 		if (na)
 			shoal_cluster_take_assign(d, na);
+		if (eps_new && d->as && d->as->stage) {
+			/* the sessions of owners that left the view are freed */
+			uint8_t ids[SHOAL_CLUSTER_MAX_PEERS][16];
+			for (size_t i = 0; i < d->n_eps; i++)
+				memcpy(ids[i], d->eps[i].id, 16);
+			shoal_dist_stage_keep_owners(d->as->stage, (const uint8_t(*)[16])ids, d->n_eps);
+		}
 		/* accepted links */
 		pthread_mutex_lock(&cl->mu);
 		for (size_t i = 0; i < cl->n_acc; i++) {
@@ -503,6 +679,10 @@ static void *shoal_cluster_data_main(void *arg)
 				shoal_xfer_link_set_plan(cl->acc[i], d->as->digest, d->as->epoch);
 				d->in[d->n_in].k = cl->acc[i];
 				d->in[d->n_in].role = cl->acc_role[i];
+				shoal_xfer_link_peer(cl->acc[i], d->in[d->n_in].peer);
+				const shoal_cluster_ep *ep = shoal_cluster_ep_of(d, d->in[d->n_in].peer);
+				d->in[d->n_in].inc = ep ? ep->inc : 0;
+				d->in[d->n_in].bye = false;
 				d->n_in++;
 			} else {
 				shoal_xfer_link_free(cl->acc[i]);
@@ -519,34 +699,34 @@ static void *shoal_cluster_data_main(void *arg)
 		np++;
 		for (size_t i = 0; i < d->n_in; i++)
 			np += shoal_xfer_link_pollfds(d->in[i].k, pf + np, 3);
+		/* links we send on: a peer's goodbye or a broken connection shows
+		 * there first (EXPERTS links are read by the stage's collect) */
+		for (size_t i = 0; i < d->n_out; i++)
+			if (d->out[i].role != SHOAL_CLUSTER_ROLE_EXPERTS)
+				np += shoal_xfer_link_pollfds(d->out[i].k, pf + np, 3);
 		poll(pf, (nfds_t)np, 50);
 		char drain[64];
 		while (read(cl->wake[0], drain, sizeof drain) > 0)
 			;
-		/* Read every in-link (cheap: recv with timeout 0). */
+		/* Read every link (cheap: recv with timeout 0). */
 		for (size_t i = 0; i < d->n_in;) {
-			shoal_xfer_frame f;
-			char why[256] = "";
-			shoal_err e;
-			int dead = 0;
-			while ((e = shoal_xfer_link_recv(d->in[i].k, 0, &f, why, sizeof why)) !=
-			       SHOAL_ERR_TIMEOUT) {
-				if (e == SHOAL_OK) {
-					shoal_cluster_dispatch(d, d->in[i].k, d->in[i].role, &f);
-				} else if (e == SHOAL_ERR_FORMAT || e == SHOAL_ERR_MISMATCH) {
-					SHOAL_LOG_W("cluster", "data frame dropped: %s", why);
-				} else {
-					SHOAL_LOG_I("cluster", "data link closed: %s", why);
-					dead = 1;
-					break;
-				}
-			}
-			if (dead) {
-				shoal_xfer_link_free(d->in[i].k);
-				d->in[i] = d->in[--d->n_in];
-			} else {
+			char why[200];
+			if (shoal_cluster_drain_link(d, d->in[i].k, d->in[i].role, &d->in[i].bye)) {
 				i++;
+				continue;
 			}
+			snprintf(why, sizeof why, "its data link to us broke: %.120s",
+			         shoal_xfer_link_status(d->in[i].k));
+			shoal_cluster_link_broke(d, d->in[i].peer, d->in[i].inc, d->in[i].bye, why);
+			shoal_xfer_link_free(d->in[i].k);
+			d->in[i] = d->in[--d->n_in];
+		}
+		for (size_t i = 0; i < d->n_out;) {
+			if (d->out[i].role == SHOAL_CLUSTER_ROLE_EXPERTS ||
+			    shoal_cluster_drain_link(d, d->out[i].k, d->out[i].role, &d->out[i].bye))
+				i++;
+			else
+				shoal_cluster_out_drop(d, i);
 		}
 		if (d->as && d->as->stage) {
 			char why[256] = "";
@@ -556,7 +736,7 @@ static void *shoal_cluster_data_main(void *arg)
 		shoal_cluster_check_runs(d);
 		shoal_cluster_publish(d);
 	}
-	shoal_cluster_links_close(d);
+	shoal_cluster_links_close(d, "the node stops");
 	shoal_dist_owner_free(d->owner);
 	shoal_cluster__free_assign(d->as);
 	cl->dt = NULL;

@@ -28,12 +28,19 @@
 /* Peers a plan or a view may name: the scheduler's own practical bound for
  * a desk or a lab is far below; 64 matches SHOAL_RECORD_MAX_LINKS. */
 #define SHOAL_CLUSTER_MAX_PEERS 64
-/* Concurrent `shoal run --peer` requests per node, and the default KV
- * sessions per stage (`shoal node --sessions`): 2 lets a new request open
- * while the previous one's CLOSE is in flight; the plan reserves KV for
- * every session. */
-#define SHOAL_CLUSTER_MAX_RUNS 4
-#define SHOAL_CLUSTER_SESSIONS 2
+/* Requests one node holds, running and queued (`shoal run --peer`): past
+ * that a request is refused as busy, with the retry flag. */
+#define SHOAL_CLUSTER_MAX_RUNS     64
+#define SHOAL_CLUSTER_MAX_RUNS_STR "64"
+/* KV sessions per stage (`shoal node --sessions`): the default 2 lets a
+ * new request open while the previous one's CLOSE is in flight; the plan
+ * reserves KV for every session. An owner runs at most this many of its
+ * requests at once; the others wait in its queue. */
+#define SHOAL_CLUSTER_SESSIONS     2
+#define SHOAL_CLUSTER_MAX_SESSIONS 16
+/* A request a stage refused for want of a free session is tried again
+ * after this long (other owners' sessions hold the slots). */
+#define SHOAL_CLUSTER_BUSY_RETRY_MS 200u
 /* Rows per TOKEN frame and per engine run: 64 rows of a 4096-wide model
  * are 1 MiB of F32, the xfer default max frame (less the header: 32 is
  * what fits; the test models are 512 wide). */
@@ -42,8 +49,9 @@
  * the node thread drains every base period or sooner when woken, so 256
  * covers bursts of several concurrent runs. */
 #define SHOAL_CLUSTER_EVENTS 256
-/* A request waits this long for a servable plan; a session this long for
- * its next token before it fails (a stage died mid-run). */
+/* A request (new, or paused by a plan change) waits this long for a
+ * servable plan; a session this long for its next token before it fails
+ * (a stage that hangs without its link breaking or gossip noticing). */
 #define SHOAL_CLUSTER_WAIT_MS     20000u
 #define SHOAL_CLUSTER_SILENCE_MS  30000u
 #define SHOAL_CLUSTER_LINKS       (2 * SHOAL_CLUSTER_MAX_PEERS)
@@ -58,6 +66,7 @@ enum {
 
 typedef struct shoal_cluster_ep {
 	uint8_t id[16];
+	uint64_t inc; /* its incarnation in our view */
 	char host[64];
 	uint16_t port;
 } shoal_cluster_ep;
@@ -78,13 +87,20 @@ enum { SHOAL_CLUSTER_RUN_FREE = 0, SHOAL_CLUSTER_RUN_QUEUED, SHOAL_CLUSTER_RUN_S
 
 typedef struct shoal_cluster_run {
 	int state; /* under mu */
+	bool cancel; /* under mu: the client went away */
 	shoal_ctl_route route;
 	uint64_t seq;
+	/* (n_prompt + max_tokens): the prompt, then the tokens streamed so far
+	 * (n_gen, appended by the data thread): a replay's history */
 	int32_t *prompt;
 	uint32_t n_prompt, max_tokens, logprobs;
 	shoal_sampler_params sp;
 	uint64_t deadline_us;
 	/* data thread */
+	uint32_t n_gen;
+	uint32_t replays;
+	uint64_t paused_us;     /* when a plan change paused it; 0: not paused */
+	uint64_t not_before_us; /* a refused OPEN is tried again from then */
 	uint64_t sid;
 	uint64_t last_us;
 	bool ended;
@@ -92,9 +108,14 @@ typedef struct shoal_cluster_run {
 	shoal_detok dt;
 } shoal_cluster_run;
 
+enum { SHOAL_CLUSTER_EV_TOKEN = 0, SHOAL_CLUSTER_EV_END, SHOAL_CLUSTER_EV_PEER_GONE };
+
 typedef struct shoal_cluster_event {
 	uint32_t run;
-	int end; /* 0: a token; 1: the end (err, retry, why) */
+	int end; /* SHOAL_CLUSTER_EV_*: a token; the end (err, retry, why); a peer
+	          * (peer, inc) whose data link broke without a goodbye (why) */
+	uint8_t peer[16];
+	uint64_t inc;
 	shoal_err err;
 	bool retry; /* the same request, sent again, may succeed */
 	int32_t id;

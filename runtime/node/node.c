@@ -52,7 +52,7 @@
 
 /* Versions this node speaks; a peer that differs is kept in the view but
  * left out of plans (net/swim.c says why in `shoal status`). */
-#define SHOAL_NODE_PROTO_VERSION 2 /* 2: session control in its own frame kind */
+#define SHOAL_NODE_PROTO_VERSION 3 /* 3: OPEN carries the first step (replays) */
 #define SHOAL_NODE_SCHED_VERSION 1
 
 /* Timer multiples of the base period B (100 ms by default):
@@ -383,6 +383,14 @@ static void shoal_node_run_refused(shoal_node *n, const shoal_ctl_route *from, u
 		shoal_ctl_reply(n->ctl, from, n->out.data, n->out.len);
 }
 
+/* A client connection closed: its runs end and free their sessions. */
+static void shoal_node_on_disconnect(void *ud, int fd)
+{
+	shoal_node *n = ud;
+	if (n->cl)
+		shoal_cluster_client_gone(n->cl, fd);
+}
+
 static void shoal_node_on_message(void *ud, const shoal_ctl_route *from, const uint8_t *buf,
                                   size_t len)
 {
@@ -547,6 +555,22 @@ static shoal_err shoal_node_cluster_reply(void *ud, const shoal_ctl_route *to, c
 	return shoal_ctl_reply(n->ctl, to, buf, len);
 }
 
+static void shoal_node_cluster_tick(shoal_node *n);
+
+/* The cluster saw a data link to a peer break without a goodbye. */
+static void shoal_node_peer_gone(void *ud, const uint8_t id[16], uint64_t inc, const char *why)
+{
+	shoal_node *n = ud;
+	shoal_peer_id pid;
+	char hex[33];
+	memcpy(pid.b, id, 16);
+	shoal_peer_id_to_hex(&pid, hex);
+	if (n->sw && shoal_swim_declare_dead(n->sw, &pid, inc) == SHOAL_OK) {
+		SHOAL_LOG_W("node", "peer %.8s is dead: %s", hex, why);
+		shoal_node_cluster_tick(n); /* re-plan now, not at the next period */
+	}
+}
+
 /* Serve cfg.model: the data listener becomes the cluster's xfer listener
  * on the same address and port (the record already names it). */
 static shoal_err shoal_node_cluster_new(shoal_node *n, char *why, size_t why_len)
@@ -572,6 +596,7 @@ static shoal_err shoal_node_cluster_new(shoal_node *n, char *why, size_t why_len
 	                           .data_port = n->data_port,
 	                           .base_ms = (uint32_t)(n->base_us / 1000u),
 	                           .reply = shoal_node_cluster_reply,
+	                           .peer_gone = shoal_node_peer_gone,
 	                           .ud = n};
 	memcpy(cc.self, n->ident.id, 16);
 	return shoal_cluster_new(&cc, &n->cl, why, why_len);
@@ -626,6 +651,7 @@ shoal_err shoal_node_new(const shoal_node_config *cfg, shoal_node **out, char *w
 	                       .key = n->keyed ? &n->key : NULL,
 	                       .heartbeat_ms = (int)(2 * n->base_us / 1000u),
 	                       .on_message = shoal_node_on_message,
+	                       .on_disconnect = shoal_node_on_disconnect,
 	                       .ud = n};
 	if ((e = shoal_ctl_new(&cc, &n->ctl, why, why_len)) != SHOAL_OK)
 		goto fail;
