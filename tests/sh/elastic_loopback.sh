@@ -1,0 +1,151 @@
+#!/bin/bash
+# tests/sh/elastic_loopback.sh: peers die, join and go away while runs stream,
+# with real `shoal node` processes on 127.0.0.1, and every run still gets
+# exactly the tokens of a single-peer run (issue 9).
+#
+# The trained dense model at --mem-limit 11M: any 3 peers hold it (3 stages).
+#  1. 4 peers; a long greedy run streams through the owner (stage 0); the
+#     peer of stage 1 is killed -9 mid-stream: the run pauses, replays its
+#     history on the new plan and ends with the undisturbed run's ids. The
+#     same with seeded sampling (temp 0.8, seed 7), killing the next stage
+#     1. The longest pause (kill -> next token, from `shoal run --stats`)
+#     is printed.
+#  2. A 4th peer starts while a run streams: the run completes with the
+#     same ids (whether or not the plan changed; printed).
+#  3. A client killed mid-run frees its session at once: with --sessions 1,
+#     a new run completes right after, and the owner counted far fewer
+#     tokens than the killed run asked for.
+#  4. An owner that is no stage (the spare peer) dies mid-run: the stages
+#     free its session (--sessions 1), so a run through another peer works.
+#  5. A stage peer killed -9 and restarted at once (same id, new
+#     incarnation): runs through every peer work again (the old links are
+#     redialled, not kept).
+set -u
+. "$(dirname "$0")/lib.sh"
+DENSE=$DATA/models/austen-dense-q8_0.gguf
+[ -x "$PC" ] || skip "$PC not built"
+"$B" key new "$KEY" >/dev/null || fail "shoal key new"
+P="It is a truth universally acknowledged"
+N=300
+CTX=512
+
+# names of the plan's stage peers and the spare, from $T/st-$1.json
+stages_of() { local i; for i in 0 1 2; do "$PC" "$T/st-$1.json" stage $i; done; }
+spare_of() { # spare_of NAME PEER...: the peer that holds no stage
+	local p s=" $(stages_of "$1" | tr '\n' ' ') "
+	shift
+	for p in "$@"; do [[ "$s" == *" $p "* ]] || { echo "$p"; return; }; done
+	echo none
+}
+words() { if [ -f "$1" ]; then wc -w <"$1"; else echo 0; fi; }
+at_least() { [ "$(words "$1")" -ge "$2" ]; }
+remote() { # remote OUT PEER ARGS...: a run through PEER, in the background (RPID)
+	local out=$1 peer=$2
+	shift 2
+	"$B" run --peer "$(ep "$peer")" --key "$KEY" -p "$P" --ids --stats "$@" >"$out" 2>"$out.err" &
+	RPID=$!
+}
+
+# 1. kill a stage peer mid-stream, greedy then seeded
+start d1 "$DENSE" --mem-limit 11M --ctx $CTX
+SEED=$(ep d1)
+for n in d2 d3 d4; do start $n "$DENSE" --mem-limit 11M --ctx $CTX --peer "$SEED"; done
+wait_for 30 servable_all 3 d1 d2 d3 d4 || fail "no common 3-stage plan on 4 peers"
+ALIVE=(d1 d2 d3 d4)
+for mode in greedy seeded; do
+	if [ $mode = greedy ]; then S=(--temp 0); else S=(--temp 0.8 --seed 7); fi
+	"$B" run "$DENSE" -p "$P" -n $N --ctx $CTX --ids "${S[@]}" >"$T/l-$mode" 2>/dev/null || fail "local run"
+	wait_for 30 servable_all 3 "${ALIVE[@]}" || fail "no servable plan before the $mode kill"
+	OWNER=$("$PC" "$T/st-${ALIVE[0]}.json" stage 0)
+	VICTIM=$("$PC" "$T/st-${ALIVE[0]}.json" stage 1)
+	remote "$T/r-$mode" "$OWNER" -n $N "${S[@]}"
+	wait_for 20 at_least "$T/r-$mode" 40 || fail "the $mode run did not stream: $(cat "$T/r-$mode.err")"
+	at=$(words "$T/r-$mode")
+	stop "$VICTIM"
+	wait $RPID || fail "the $mode run failed after $VICTIM was killed: $(cat "$T/r-$mode.err")"
+	same "$mode ids across the kill of $VICTIM" "$T/r-$mode" "$T/l-$mode"
+	echo "$mode: $VICTIM (stage 1) killed -9 after ~$at of $N tokens: ids identical to one peer; $(tail -n 1 "$T/r-$mode.err" | sed 's/^shoal run: //')"
+	NEW=()
+	for n in "${ALIVE[@]}"; do [ "$n" != "$VICTIM" ] && NEW+=("$n"); done
+	ALIVE=("${NEW[@]}")
+	if [ $mode = greedy ]; then # back to 4 peers for the seeded case
+		start "r$VICTIM" "$DENSE" --mem-limit 11M --ctx $CTX --peer "$(ep "${ALIVE[0]}")"
+		ALIVE+=("r$VICTIM")
+	fi
+done
+grep -q "paused after" "$T/$OWNER.log" || fail "the owner never paused a run"
+stop_all
+
+# 2. a fourth peer joins mid-stream
+start j1 "$DENSE" --mem-limit 11M --ctx $CTX
+SEED=$(ep j1)
+for n in j2 j3; do start $n "$DENSE" --mem-limit 11M --ctx $CTX --peer "$SEED"; done
+wait_for 30 servable_all 3 j1 j2 j3 || fail "no 3-stage plan on 3 peers"
+OLD=$("$PC" "$T/st-j1.json" digest)
+remote "$T/r-join" j2 -n $N --temp 0
+wait_for 20 at_least "$T/r-join" 20 || fail "the run did not stream: $(cat "$T/r-join.err")"
+start j4 "$DENSE" --mem-limit 11M --ctx $CTX --peer "$SEED"
+wait $RPID || fail "the run failed while j4 joined: $(cat "$T/r-join.err")"
+same "greedy ids while a peer joined" "$T/r-join" "$T/l-greedy"
+wait_for 30 servable_all 3 j1 j2 j3 j4 || fail "no common plan with j4"
+changed=no
+[ "$("$PC" "$T/st-j1.json" digest)" != "$OLD" ] && changed=yes
+echo "join: j4 started mid-stream; ids identical; plan changed: $changed"
+stop_all
+
+# 3. a killed client frees its session (--sessions 1, one peer)
+start c1 "$DENSE" --ctx 4096 --sessions 1
+wait_for 30 servable_all 1 c1 || fail "no plan on c1"
+remote "$T/r-victim" c1 -n 4000 --temp 0
+wait_for 20 at_least "$T/r-victim" 30 || fail "the long run did not stream: $(cat "$T/r-victim.err")"
+kill -9 $RPID
+wait $RPID 2>/dev/null
+t0=$(now_ms)
+"$B" run --peer "$(ep c1)" --key "$KEY" -p "$P" -n 8 --temp 0 --ids >"$T/r-next" 2>"$T/r-next.err" ||
+	fail "a run after the killed client: $(cat "$T/r-next.err")"
+dt=$(($(now_ms) - t0))
+head -c 100 "$T/l-greedy" | cut -d' ' -f1-8 >"$T/l-8"
+same "the next run's ids" "$T/r-next" "$T/l-8"
+status c1 || fail "status of c1"
+tok=$("$PC" "$T/st-c1.json" data owner.tokens)
+[ "$tok" -lt 4000 ] || fail "the killed client's run went on: the owner counted $tok tokens"
+grep -q "a client went away" "$T/c1.log" || fail "c1 did not notice the client go"
+echo "client killed mid-run: its session freed; the next run done in $dt ms (owner counted $tok tokens of the 4008 asked)"
+stop_all
+
+# 4. the spare owner dies mid-run; the stages free its session
+start o1 "$DENSE" --mem-limit 11M --ctx $CTX --sessions 1
+SEED=$(ep o1)
+for n in o2 o3 o4; do start $n "$DENSE" --mem-limit 11M --ctx $CTX --sessions 1 --peer "$SEED"; done
+wait_for 30 servable_all 3 o1 o2 o3 o4 || fail "no common plan on 4 peers (sessions 1)"
+SPARE=$(spare_of o1 o1 o2 o3 o4)
+[ "$SPARE" != none ] || fail "no spare peer"
+remote "$T/r-spare" "$SPARE" -n 4000 --temp 0 --timeout-ms 5000
+wait_for 20 at_least "$T/r-spare" 30 || fail "the run through the spare did not stream: $(cat "$T/r-spare.err")"
+stop "$SPARE"
+wait $RPID 2>/dev/null
+OTHER=$("$PC" "$T/st-o1.json" stage 0)
+"$B" run --peer "$(ep "$OTHER")" --key "$KEY" -p "$P" -n 8 --temp 0 --ids >"$T/r-after" 2>"$T/r-after.err" ||
+	fail "a run after the spare owner died: $(cat "$T/r-after.err")"
+same "ids after the owner died" "$T/r-after" "$T/l-8"
+grep -q "its owner left" "$T/"o?.log || fail "no stage freed the dead owner's session"
+echo "owner $SPARE (no stage) killed mid-run: the stages freed its session; a run through $OTHER works"
+stop_all
+
+# 5. a stage peer killed and restarted at once
+start s1 "$DENSE" --mem-limit 11M --ctx $CTX
+SEED=$(ep s1)
+for n in s2 s3; do start $n "$DENSE" --mem-limit 11M --ctx $CTX --peer "$SEED"; done
+wait_for 30 servable_all 3 s1 s2 s3 || fail "no 3-stage plan"
+MID=$("$PC" "$T/st-s1.json" stage 1)
+LAST=$("$PC" "$T/st-s1.json" stage 2)
+LAST_EP=$(ep "$LAST") # the restarted peer's seed: not itself
+stop "$MID"
+start "$MID" "$DENSE" --mem-limit 11M --ctx $CTX --peer "$LAST_EP"
+wait_for 30 servable_all 3 s1 s2 s3 || fail "no servable plan after $MID restarted"
+for n in s1 s2 s3; do
+	"$B" run --peer "$(ep $n)" --key "$KEY" -p "$P" -n 8 --temp 0 --ids --timeout-ms 20000 \
+		>"$T/r-re-$n" 2>"$T/r-re-$n.err" || fail "a run through $n after $MID restarted: $(cat "$T/r-re-$n.err")"
+	same "ids through $n after the restart" "$T/r-re-$n" "$T/l-8"
+done
+echo "restart: $MID killed and restarted at once; runs through every peer identical"
