@@ -99,6 +99,11 @@
  * 30 s would fix it, these fix it in seconds and re-announce us (an
  * update about the sender is re-gossiped). Cost: 3 views per start. */
 #define BOOT_PUSHPULLS 3u
+/* DEAD_PP_MULT: a full state exchange with one random dead member every 4
+ * periods (2 s) while there are any (until they are reaped): a dead peer
+ * that is in fact alive, across a healed partition, refutes and is back
+ * in a few exchanges. Cost: one view per 2 s while someone is dead. */
+#define DEAD_PP_MULT 4u
 #define BOOT_PP_MULT   2u
 /* JOIN_RETRY_MULT / JOIN_TRIES: re-send a join every 2 periods (1 s), up
  * to 60 times (a minute), for seeds that are still starting. */
@@ -194,6 +199,7 @@ struct shoal_swim {
 		uint64_t target_inc;
 	} pr;
 	uint64_t next_probe_us, next_pushpull_us, next_reap_us;
+	uint64_t next_dead_pp_us; /* the next exchange with a dead member */
 	unsigned boot_pp; /* boot push-pulls done */
 	uint64_t seq;
 
@@ -885,6 +891,21 @@ static struct member *random_live(shoal_swim *sw, const shoal_peer_id * not )
 }
 
 /* A random suspect, or NULL. O(N), only while there are suspects. */
+/* A dead member (not one that left), uniformly at random; NULL: none. */
+static struct member *random_dead(shoal_swim *sw)
+{
+	size_t n = 0;
+	for (size_t i = 0; i < sw->n; i++)
+		n += sw->m[i]->state == SHOAL_SWIM_STATE_DEAD;
+	if (!n)
+		return NULL;
+	size_t k = rnd(sw, n);
+	for (size_t i = 0; i < sw->n; i++)
+		if (sw->m[i]->state == SHOAL_SWIM_STATE_DEAD && !k--)
+			return sw->m[i];
+	return NULL;
+}
+
 static struct member *random_suspect(shoal_swim *sw)
 {
 	size_t k = (size_t)rnd(sw, sw->n_suspect);
@@ -992,6 +1013,7 @@ static void check_timers(shoal_swim *sw, uint64_t now)
 	}
 	if (reap)
 		sw->next_reap_us = now + sw->period_us;
+	sw->next_dead_pp_us = now + (uint64_t)DEAD_PP_MULT * sw->period_us;
 }
 
 static void joins_tick(shoal_swim *sw, uint64_t now)
@@ -1042,12 +1064,23 @@ void shoal_swim_tick(shoal_swim *sw)
 			    now + (uint64_t)sw->cfg.pushpull_mult * sw->period_us;
 		}
 	}
+	if (now >= sw->next_dead_pp_us) {
+		/* a partition that healed: both sides think the other dead and
+		 * probe only the live, so ask a dead one now and then; if it
+		 * answers it refutes, and the next exchange brings it back */
+		struct member *m = random_dead(sw);
+		if (m)
+			send_pushpull(sw, m->ep, 1);
+		sw->next_dead_pp_us = now + (uint64_t)DEAD_PP_MULT * sw->period_us;
+	}
 	joins_tick(sw, now);
 }
 
 uint64_t shoal_swim_next_wakeup_us(const shoal_swim *sw)
 {
 	uint64_t t = sw->next_probe_us;
+	if (sw->next_dead_pp_us < t)
+		t = sw->next_dead_pp_us;
 	if (sw->pr.active) {
 		if (!sw->pr.acked && !sw->pr.indirect_sent && sw->pr.t_indirect < t)
 			t = sw->pr.t_indirect;

@@ -422,6 +422,7 @@ int shoal_cluster_update(shoal_cluster *cl, const shoal_swim_member *v, size_t n
 				            why[0] ? why : shoal_strerror(e));
 			snprintf(cl->plan_why, sizeof cl->plan_why, "%s",
 			         why[0] ? why : shoal_strerror(e));
+			cl->plan_err = e;
 			shoal_plan_free(cl->plan);
 			cl->plan = NULL;
 		} else if (!cl->plan ||
@@ -504,6 +505,7 @@ int shoal_cluster_update(shoal_cluster *cl, const shoal_swim_member *v, size_t n
 	}
 	pthread_mutex_lock(&cl->mu);
 	snprintf(cl->shared_why, sizeof cl->shared_why, "%s", servable ? "" : why);
+	cl->shared_infeasible = !cl->plan && cl->plan_err == SHOAL_ERR_INFEASIBLE;
 	pthread_mutex_unlock(&cl->mu);
 	if (servable != cl->servable) {
 		cl->servable = servable;

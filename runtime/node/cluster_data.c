@@ -515,11 +515,20 @@ static void shoal_cluster_start_runs(shoal_cluster_dt *d, shoal_cluster_tokctx *
 			r->state = SHOAL_CLUSTER_RUN_STARTED;
 		char wait_why[256];
 		snprintf(wait_why, sizeof wait_why, "%s", cl->shared_why);
+		bool infeasible = cl->shared_infeasible;
 		pthread_mutex_unlock(&cl->mu);
 		if (!queued)
 			continue;
 		if (cancel) {
 			shoal_cluster_end_run(cl, i, SHOAL_ERR_CLOSED, false, "the client went away");
+			continue;
+		}
+		if (!go && !servable && infeasible && !r->paused_us) {
+			/* a new request: no point in waiting for memory to come */
+			pthread_mutex_lock(&cl->mu);
+			r->state = SHOAL_CLUSTER_RUN_STARTED;
+			pthread_mutex_unlock(&cl->mu);
+			shoal_cluster_end_run(cl, i, SHOAL_ERR_INFEASIBLE, false, wait_why);
 			continue;
 		}
 		if (!go) {

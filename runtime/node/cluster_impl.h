@@ -151,6 +151,7 @@ struct shoal_cluster {
 	shoal_plan *prev;        /* last servable, or learned from the peers we joined */
 	uint8_t learn_tried[32]; /* the digest we last tried to learn */
 	char plan_why[256];
+	shoal_err plan_err;      /* why there is no plan (INFEASIBLE: memory) */
 	bool servable;
 	uint8_t ready_digest[32];
 	uint64_t ready_epoch;
@@ -181,6 +182,7 @@ struct shoal_cluster {
 	uint8_t shared_digest[32]; /* the digest accepted links must name */
 	uint64_t shared_epoch;
 	char shared_why[256]; /* why the plan is not servable ("" when it is) */
+	bool shared_infeasible; /* no plan: the peers' memory cannot hold the model */
 	shoal_cluster_run runs[SHOAL_CLUSTER_MAX_RUNS];
 	shoal_cluster_event *ev; /* ring (SHOAL_CLUSTER_EVENTS) */
 	uint32_t ev_head, ev_n;

@@ -20,6 +20,9 @@
 #  5. A stage peer killed -9 and restarted at once (same id, new
 #     incarnation): runs through every peer work again (the old links are
 #     redialled, not kept).
+#  6. 3 peers, 2 killed: the one left cannot hold the model and refuses a
+#     run at once with the figures (need and supply); 2 peers start again:
+#     served, with no restart of the first.
 set -u
 . "$(dirname "$0")/lib.sh"
 DENSE=$DATA/models/austen-dense-q8_0.gguf
@@ -149,3 +152,29 @@ for n in s1 s2 s3; do
 	same "ids through $n after the restart" "$T/r-re-$n" "$T/l-8"
 done
 echo "restart: $MID killed and restarted at once; runs through every peer identical"
+stop_all
+
+# 6. shrink below the model's size, then grow back
+start g1 "$DENSE" --mem-limit 11M --ctx $CTX
+SEED=$(ep g1)
+for n in g2 g3; do start $n "$DENSE" --mem-limit 11M --ctx $CTX --peer "$SEED"; done
+wait_for 30 servable_all 3 g1 g2 g3 || fail "no 3-stage plan"
+stop g2
+stop g3
+no_plan() { status g1 && [[ "$("$PC" "$T/st-g1.json" servable)" == no* ]]; }
+wait_for 20 no_plan || fail "g1 still serves alone"
+t0=$(now_ms)
+if "$B" run --peer "$SEED" --key "$KEY" -p "$P" -n 8 --temp 0 --ids --timeout-ms 10000 \
+	>"$T/r-small" 2>"$T/r-small.err"; then
+	fail "a run on a cluster too small for the model succeeded"
+fi
+dt=$(($(now_ms) - t0))
+grep -q "needs .* the cluster" "$T/r-small.err" || fail "no figures in the refusal: $(cat "$T/r-small.err")"
+[ "$dt" -lt 10000 ] || fail "the refusal took $dt ms"
+echo "shrunk to 1 peer: refused in $dt ms: $(sed 's/^shoal run: //' "$T/r-small.err")"
+for n in g2 g3; do start $n "$DENSE" --mem-limit 11M --ctx $CTX --peer "$SEED"; done
+wait_for 30 servable_all 3 g1 g2 g3 || fail "no plan after growing back"
+"$B" run --peer "$SEED" --key "$KEY" -p "$P" -n 8 --temp 0 --ids >"$T/r-grown" 2>"$T/r-grown.err" ||
+	fail "a run after growing back: $(cat "$T/r-grown.err")"
+same "ids after growing back" "$T/r-grown" "$T/l-8"
+echo "grown back to 3 peers: served again, no restart"
