@@ -1013,7 +1013,6 @@ static void check_timers(shoal_swim *sw, uint64_t now)
 	}
 	if (reap)
 		sw->next_reap_us = now + sw->period_us;
-	sw->next_dead_pp_us = now + (uint64_t)DEAD_PP_MULT * sw->period_us;
 }
 
 static void joins_tick(shoal_swim *sw, uint64_t now)

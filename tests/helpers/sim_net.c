@@ -28,6 +28,7 @@ struct peer {
 	shoal_peer_id id;
 	uint64_t rng;
 	int muted;
+	int side; /* messages pass only between peers on the same side */
 	char ep[32];
 };
 
@@ -157,7 +158,7 @@ static shoal_err op_send(void *ctx, const char *ep, const uint8_t *buf, size_t l
 	net->msgs++;
 	net->bytes += len;
 	dump(net, buf, len);
-	if (p->muted || net->p[to].muted || !net->p[to].sw)
+	if (p->muted || net->p[to].muted || !net->p[to].sw || p->side != net->p[to].side)
 		return SHOAL_OK;
 	if (net->cfg.loss > 0 && unit(&net->rng) < net->cfg.loss)
 		return SHOAL_OK;
@@ -275,6 +276,11 @@ int sim_net_restart(sim_net *net, size_t i, uint64_t incarnation, long seed_peer
 void sim_net_mute(sim_net *net, size_t i, int on)
 {
 	net->p[i].muted = on;
+}
+
+void sim_net_set_side(sim_net *net, size_t i, int side)
+{
+	net->p[i].side = side;
 }
 
 void sim_net_set_loss(sim_net *net, double loss)

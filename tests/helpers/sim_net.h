@@ -49,6 +49,9 @@ void sim_net_kill(sim_net *net, size_t i);
 int sim_net_restart(sim_net *net, size_t i, uint64_t incarnation, long seed_peer);
 /* Drop every message from and to peer i while `on`. */
 void sim_net_mute(sim_net *net, size_t i, int on);
+/* A partition: messages pass only between peers of the same side (all
+ * start on side 0). */
+void sim_net_set_side(sim_net *net, size_t i, int side);
 void sim_net_set_loss(sim_net *net, double loss);
 /* Make peer i's record say scheduler version v (before it joins). */
 void sim_net_set_sched_version(sim_net *net, uint32_t v);

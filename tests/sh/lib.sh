@@ -8,7 +8,7 @@
 #   ---- nodes        start, ep, status, servable_all, same, stop, stop_all,
 #                     moe_fixture
 #   ---- hosts        nl_require, nl_up, nl_mdns_up, nl_exec, nl_spawn,
-#                     start_host, nl_down
+#                     start_host, nl_partition, nl_heal, nl_down
 #
 # A node NAME keeps its state in $T/NAME, its log in $T/NAME.log and its PID
 # in PID[NAME]; on exit every started node is killed and $T removed (KEEP=1
@@ -226,6 +226,21 @@ nl_up() {
 		ip -n "$ns" link set eth0 up
 		mkdir -p "$T/h$i"
 	done
+}
+
+# nl_partition I...: hosts I... onto a second switch (br1): no frame passes
+# between them and the others, as if a cable between two switches were
+# pulled; nl_heal puts them back on br0.
+nl_partition() {
+	local i sw=${NL_PFX}sw
+	ip -n "$sw" link show br1 >/dev/null 2>&1 ||
+		{ ip -n "$sw" link add br1 type bridge stp_state 0 forward_delay 0 mcast_snooping 0 &&
+			ip -n "$sw" link set br1 up; } || return 1
+	for i in "$@"; do ip -n "$sw" link set "p$i" master br1 || return 1; done
+}
+nl_heal() {
+	local i sw=${NL_PFX}sw
+	for i in $(seq 1 "$NL_N"); do ip -n "$sw" link set "p$i" master br0 || return 1; done
 }
 
 # Private system bus for host i; its policy lets avahi own its name.

@@ -208,6 +208,32 @@ static void test_suspect_refutes(void)
 	sim_net_free(net);
 }
 
+/* A partition into halves that heals: each half declares the other dead,
+ * and once messages pass again the halves merge (exchanges with dead
+ * members: nobody probes them). */
+static void test_partition_heals(void)
+{
+	const size_t n = 8;
+	sim_net *net = make_net(11, n);
+	ASSERT_TRUE(net != NULL);
+	grow(net, n, 100000);
+	ASSERT_LE(rounds_to_converge(net, 100), 100);
+	uint64_t period = sim_net_period_us(net);
+	for (size_t i = n / 2; i < n; i++)
+		sim_net_set_side(net, i, 1);
+	sim_net_run_until(net, sim_net_now(net) + 60 * period);
+	ASSERT_EQ(sim_net_count_seen_as(net, 0, SHOAL_SWIM_STATE_DEAD), n / 2);
+	ASSERT_EQ(sim_net_count_seen_as(net, n - 1, SHOAL_SWIM_STATE_DEAD), n / 2);
+	for (size_t i = 0; i < n; i++)
+		sim_net_set_side(net, i, 0);
+	unsigned r = rounds_to_converge(net, 60);
+	printf("  halves of %zu merged %u periods after the partition healed\n", n / 2, r);
+	ASSERT_LE(r, 60);
+	for (size_t i = 0; i < n; i++)
+		ASSERT_EQ(sim_net_count_seen_as(net, i, SHOAL_SWIM_STATE_ALIVE), n - 1);
+	sim_net_free(net);
+}
+
 /* Graceful leave: left at everyone (never dead) after the linger. */
 static void test_leave(void)
 {
@@ -610,6 +636,7 @@ static void test_garbage_then_valid(void)
 TEST_MAIN(TEST_CASE(test_garbage_then_valid), TEST_CASE(test_converge_16),
           TEST_CASE(test_converge_64), TEST_CASE(test_converge_256),
           TEST_CASE(test_loss_no_false_death), TEST_CASE(test_kill_detected),
-          TEST_CASE(test_suspect_refutes), TEST_CASE(test_leave), TEST_CASE(test_restart_persisted),
+          TEST_CASE(test_suspect_refutes), TEST_CASE(test_partition_heals),
+          TEST_CASE(test_leave), TEST_CASE(test_restart_persisted),
           TEST_CASE(test_restart_forgotten), TEST_CASE(test_incompatible),
           TEST_CASE(test_record_update), TEST_CASE(test_reap), TEST_CASE(test_dead_kept_small_fast))
