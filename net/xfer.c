@@ -594,9 +594,9 @@ stay:
 /* The first frame of a connection, read before anything is allocated for
  * it: header, HELLO block and the longest token (96 + 64 + 64 bytes). */
 #define XFER_HELLO_FRAME_MAX (SHOAL_XFER_HDR_SIZE + SHOAL_XFER_HELLO_SIZE + SHOAL_XFER_TOKEN_MAX)
-/* New connections taken per wake-up: the listen backlog (16), so one
- * wake-up cannot evict more than 16 of the 64 pending connections before
- * their bytes are read again. */
+/* New connections taken per wake-up: 16, a quarter of the pending set, so
+ * one wake-up evicts at most a quarter of it before the others' bytes are
+ * read again. */
 #define XFER_ACCEPT_BATCH 16
 /* Unread bytes a dropped connection may have sent that are read before
  * close, so that close sends FIN, not a RST that would destroy our ERROR
