@@ -37,11 +37,12 @@ EOF
 }
 fds() { ls "/proc/$1/fd" | wc -l; }
 timed_run() { # timed_run NAME OUT: a greedy run through NAME; its ms in $MS
-	local t0
+	local t0 rc=0
 	t0=$(now_ms)
 	timeout 30 "$B" run --peer "$(ep "$1")" --key "$T/k" -p "$P" -n 32 --temp 0 --ids >"$2" \
-		2>"$T/run-err" || fail "run through $1 (rc $?): $(cat "$T/run-err")"
+		2>"$T/run-err" || rc=$?
 	MS=$(($(now_ms) - t0))
+	[ $rc = 0 ] || fail "run through $1 (rc $rc after $MS ms): $(cat "$T/run-err")"
 }
 
 # Without idle connections: a fresh pair, links dialled by the run.
