@@ -703,8 +703,8 @@ static int pending_read(xfer_pending *p, shoal_err *e, char *why, size_t why_len
 	for (;;) {
 		uint32_t need = SHOAL_XFER_HDR_SIZE;
 		if (p->have >= SHOAL_XFER_HDR_SIZE) {
-			*e = shoal_xfer_frame_peek(p->hello, p->have, XFER_HELLO_FRAME_MAX, &need, why,
-			                           why_len);
+			*e = shoal_xfer_frame_peek(p->hello, p->have, XFER_HELLO_FRAME_MAX, &need,
+			                           why, why_len);
 			if (*e)
 				return -1;
 		}
@@ -719,8 +719,9 @@ static int pending_read(xfer_pending *p, shoal_err *e, char *why, size_t why_len
 			continue;
 		if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
 			return 0;
-		*e = shoal_why(why, why_len, SHOAL_ERR_CLOSED, "peer %s after %u bytes of its HELLO",
-		               n == 0 ? "closed the connection" : strerror(errno), p->have);
+		*e =
+		    shoal_why(why, why_len, SHOAL_ERR_CLOSED, "peer %s after %u bytes of its HELLO",
+		              n == 0 ? "closed the connection" : strerror(errno), p->have);
 		return -1;
 	}
 }
@@ -737,8 +738,8 @@ static shoal_err pending_hello(const xfer_pending *p, shoal_xfer_hello *hl, char
 	if (e)
 		return e;
 	if (h.kind == SHOAL_XFER_KIND_ERROR)
-		return shoal_why(why, why_len, (shoal_err)h.n_aux, "peer: %.*s",
-		                 (int)h.payload_len, (const char *)payload);
+		return shoal_why(why, why_len, (shoal_err)h.n_aux, "peer: %.*s", (int)h.payload_len,
+		                 (const char *)payload);
 	if (h.kind != SHOAL_XFER_KIND_HELLO)
 		return shoal_why(why, why_len, SHOAL_ERR_PROTO, "expected a %s frame, got %s",
 		                 shoal_xfer_kind_name(SHOAL_XFER_KIND_HELLO),
@@ -898,8 +899,8 @@ shoal_err shoal_xfer_listener_accept(shoal_xfer_listener *l, int timeout_ms, sho
 			if (got > 0)
 				return pending_admit(l, p, out, why, why_len);
 			if (got < 0)
-				return pending_drop(p, e == SHOAL_ERR_CLOSED ? e : SHOAL_ERR_PROTO, r,
-				                    e != SHOAL_ERR_CLOSED,
+				return pending_drop(p, e == SHOAL_ERR_CLOSED ? e : SHOAL_ERR_PROTO,
+				                    r, e != SHOAL_ERR_CLOSED,
 				                    e == SHOAL_ERR_CLOSED ? SHOAL_LOG_INFO
 				                                          : SHOAL_LOG_WARN,
 				                    why, why_len);

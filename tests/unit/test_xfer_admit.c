@@ -174,12 +174,12 @@ static size_t partial_hello(uint8_t *buf, size_t cap)
 typedef struct mixed_result {
 	shoal_err e_connect;
 	char why[256];
-	int64_t alone_ms;      /* connect call to a usable link, nothing else there */
-	int64_t admit_ms;      /* the same among the bad connections */
-	int links;             /* admitted by the listener: the two real ones */
-	int garbage_error;     /* garbage connections told PROTO in an ERROR frame */
-	int late_error;        /* idle and partial ones told TIMEOUT */
-	int drops;             /* accept calls that returned a drop */
+	int64_t alone_ms;       /* connect call to a usable link, nothing else there */
+	int64_t admit_ms;       /* the same among the bad connections */
+	int links;              /* admitted by the listener: the two real ones */
+	int garbage_error;      /* garbage connections told PROTO in an ERROR frame */
+	int late_error;         /* idle and partial ones told TIMEOUT */
+	int drops;              /* accept calls that returned a drop */
 	int fds_open, fds_want; /* with every bad one dropped, the clients still open */
 	int fds_end, fds_base;  /* after everything closed */
 } mixed_result;
@@ -297,7 +297,7 @@ typedef struct flood_result {
 	char why[256];
 	int64_t admit_ms;
 	int links;
-	int evicted;            /* the oldest N_FLOOD - PENDING_MAX told BUSY */
+	int evicted;                 /* the oldest N_FLOOD - PENDING_MAX told BUSY */
 	int fds_full, fds_full_want; /* a full pending set besides our clients */
 	int fds_open, fds_want;      /* every idle one dropped */
 	int fds_end, fds_base;
