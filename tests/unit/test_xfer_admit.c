@@ -25,8 +25,7 @@
 
 #include "base/log.h"
 #include "tests/unit/test.h"
-
-static const uint8_t TOKEN[] = "token-for-peer-b";
+#include "tests/unit/test_xfer_util.h"
 
 #define N_IDLE    20
 #define N_PARTIAL 5
@@ -34,13 +33,6 @@ static const uint8_t TOKEN[] = "token-for-peer-b";
 #define N_BAD     (N_IDLE + N_PARTIAL + N_GARBAGE)
 /* The eviction scenario: a full pending set and 16 more. */
 #define N_FLOOD (SHOAL_XFER_PENDING_MAX + 16)
-
-static int64_t now_ms(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 static int count_fds(void)
 {
@@ -52,22 +44,6 @@ static int count_fds(void)
 		n += e->d_name[0] != '.';
 	closedir(d);
 	return n - 1; /* the directory's own fd */
-}
-
-static int admit(void *ctx, const uint8_t peer[16], const char *addr, const uint8_t *tok, size_t n)
-{
-	return peer[0] == 0xbb && n == sizeof TOKEN && !memcmp(tok, TOKEN, n);
-}
-
-static void cfg_small(shoal_xfer_config *c, uint8_t id)
-{
-	shoal_xfer_config_default(c);
-	c->verbs = NULL;
-	c->max_frame = 1 << 16;
-	c->max_rows = 16;
-	c->max_routes = 64;
-	c->handshake_ms = 2000;
-	memset(c->self_id, id, 16);
 }
 
 /* ---- the accepting thread ---- */
@@ -101,19 +77,6 @@ static void *acceptor_main(void *p)
 
 /* ---- raw clients ---- */
 
-static int write_all(int fd, const void *p, size_t n)
-{
-	const uint8_t *b = p;
-	while (n) {
-		ssize_t k = write(fd, b, n);
-		if (k <= 0)
-			return -1;
-		b += k;
-		n -= (size_t)k;
-	}
-	return 0;
-}
-
 /* A TCP connection to port, or -1 when it is not up within 1 s (a
  * listener that does not drain its backlog); reads time out after 5 s. */
 static int raw_connect(uint16_t port)
@@ -133,24 +96,12 @@ static int raw_connect(uint16_t port)
 
 /* The first frame the listener sends on fd: its kind, and the status of
  * an ERROR frame in *code; -1 when none comes (closed, or 5 s). */
-static int read_frame(int fd, int *code)
+static int read_status(int fd, int *code)
 {
 	uint8_t buf[512];
-	size_t have = 0, need = SHOAL_XFER_HDR_SIZE;
-	*code = -1;
-	while (have < need) {
-		ssize_t k = read(fd, buf + have, need - have);
-		if (k <= 0)
-			return -1;
-		have += (size_t)k;
-		if (have == SHOAL_XFER_HDR_SIZE) {
-			need = buf[8] | buf[9] << 8 | buf[10] << 16 | (size_t)buf[11] << 24;
-			if (need > sizeof buf || need < SHOAL_XFER_HDR_SIZE)
-				return -1;
-		}
-	}
-	*code = buf[68];
-	return buf[6];
+	int kind = read_frame(fd, buf, sizeof buf);
+	*code = kind < 0 ? -1 : buf[68];
+	return kind;
 }
 
 /* The first 100 bytes of a valid HELLO frame (of 96 + 64 + 17). */
@@ -158,7 +109,7 @@ static size_t partial_hello(uint8_t *buf, size_t cap)
 {
 	uint8_t blk[256];
 	size_t head;
-	shoal_xfer_hello hl = {.max_frame = 1 << 16, .token_len = sizeof TOKEN};
+	shoal_xfer_hello hl = {.max_frame = 1 << 17, .token_len = sizeof TOKEN};
 	memset(hl.peer, 0xbb, 16);
 	memcpy(hl.token, TOKEN, sizeof TOKEN);
 	shoal_xfer_hdr h = {.kind = SHOAL_XFER_KIND_HELLO};
@@ -167,6 +118,57 @@ static size_t partial_hello(uint8_t *buf, size_t cap)
 		return 0;
 	memcpy(buf + head, blk, h.payload_len);
 	return 100;
+}
+
+/* ---- scenarios ---- */
+
+/* The fd count in *fds_base, then a listener (handshake_ms 2 s) on an
+ * ephemeral port and its accepting thread: the port, or 0 with *e and the
+ * reason in why. */
+static uint16_t scenario_start(acceptor *a, int *fds_base, shoal_err *e, char *why, size_t why_len)
+{
+	shoal_xfer_config c;
+	char r[256];
+	memset(a, 0, sizeof *a);
+	*fds_base = count_fds();
+	cfg_small(&c, 0xaa);
+	c.handshake_ms = 2000;
+	*e = shoal_xfer_listener_new(&c, "127.0.0.1", 0, admit, NULL, &a->l, r, sizeof r);
+	if (*e) {
+		snprintf(why, why_len, "listener: %.200s", r);
+		return 0;
+	}
+	pthread_create(&a->th, NULL, acceptor_main, a);
+	return shoal_xfer_listener_port(a->l);
+}
+
+/* A real connector on port: the link in *b, the call's time in *ms. */
+static shoal_err real_connect(uint16_t port, shoal_xfer_link **b, int64_t *ms, char *why,
+                              size_t why_len)
+{
+	shoal_xfer_config c;
+	cfg_small(&c, 0xbb);
+	c.handshake_ms = 2000;
+	int64_t t0 = now_ms();
+	shoal_err e =
+	    shoal_xfer_link_connect(&c, "127.0.0.1", port, TOKEN, sizeof TOKEN, b, why, why_len);
+	*ms = now_ms() - t0;
+	return e;
+}
+
+/* Stop the thread, close our n clients fd[] and both ends of the link;
+ * the fd count after. */
+static int scenario_end(acceptor *a, const int *fd, int n, shoal_xfer_link *b)
+{
+	atomic_store(&a->stop, 1);
+	pthread_join(a->th, NULL);
+	for (int i = 0; i < n; i++)
+		if (fd[i] >= 0)
+			close(fd[i]);
+	shoal_xfer_link_free(b);
+	shoal_xfer_link_free(a->link);
+	shoal_xfer_listener_free(a->l);
+	return count_fds();
 }
 
 /* ---- scenario 1: idle, partial and garbage around a real connector ---- */
@@ -186,27 +188,14 @@ typedef struct mixed_result {
 
 static void run_mixed(mixed_result *r)
 {
-	shoal_xfer_config c;
-	char why[256];
 	int fd[N_BAD];
-	acceptor a = {0};
+	acceptor a;
 	memset(r, 0, sizeof *r);
-	r->fds_base = count_fds();
-	cfg_small(&c, 0xaa);
-	if (shoal_xfer_listener_new(&c, "127.0.0.1", 0, admit, NULL, &a.l, why, sizeof why)) {
-		snprintf(r->why, sizeof r->why, "listener: %.200s", why);
-		r->e_connect = SHOAL_ERR_IO;
+	uint16_t port = scenario_start(&a, &r->fds_base, &r->e_connect, r->why, sizeof r->why);
+	if (!port)
 		return;
-	}
-	uint16_t port = shoal_xfer_listener_port(a.l);
-	pthread_create(&a.th, NULL, acceptor_main, &a);
-	shoal_xfer_config cc;
-	cfg_small(&cc, 0xbb);
 	shoal_xfer_link *b = NULL;
-	int64_t t0 = now_ms();
-	if (!shoal_xfer_link_connect(&cc, "127.0.0.1", port, TOKEN, sizeof TOKEN, &b, why,
-	                             sizeof why))
-		r->alone_ms = now_ms() - t0;
+	r->e_connect = real_connect(port, &b, &r->alone_ms, r->why, sizeof r->why);
 	shoal_xfer_link_free(b); /* the acceptor frees its end */
 	b = NULL;
 	for (int i = 0; i < 200 && atomic_load(&a.links) == 0; i++)
@@ -230,17 +219,15 @@ static void run_mixed(mixed_result *r)
 	}
 
 	/* The real connector: admitted at once, not after the others' 2 s. */
-	t0 = now_ms();
-	r->e_connect = shoal_xfer_link_connect(&cc, "127.0.0.1", port, TOKEN, sizeof TOKEN, &b,
-	                                       r->why, sizeof r->why);
-	r->admit_ms = now_ms() - t0;
+	if (!r->e_connect)
+		r->e_connect = real_connect(port, &b, &r->admit_ms, r->why, sizeof r->why);
 	for (int i = 0; i < 200 && atomic_load(&a.links) < 2; i++)
 		usleep(10000);
 
 	/* Each bad one hears why it was dropped: garbage at once, the rest
 	 * after handshake_ms (not waited for when the real one failed). */
 	for (int i = 0; i < N_BAD && !r->e_connect; i++) {
-		int code, kind = fd[i] >= 0 ? read_frame(fd[i], &code) : -1;
+		int code, kind = fd[i] >= 0 ? read_status(fd[i], &code) : -1;
 		if (kind != SHOAL_XFER_KIND_ERROR)
 			continue;
 		if (i < N_GARBAGE)
@@ -255,17 +242,9 @@ static void run_mixed(mixed_result *r)
 	r->fds_want = fds0 + n_open + (b != NULL);
 	r->fds_open = count_fds();
 
-	atomic_store(&a.stop, 1);
-	pthread_join(a.th, NULL);
 	r->links = atomic_load(&a.links);
 	r->drops = atomic_load(&a.drops);
-	for (int i = 0; i < N_BAD; i++)
-		if (fd[i] >= 0)
-			close(fd[i]);
-	shoal_xfer_link_free(b);
-	shoal_xfer_link_free(a.link);
-	shoal_xfer_listener_free(a.l);
-	r->fds_end = count_fds();
+	r->fds_end = scenario_end(&a, fd, N_BAD, b);
 }
 
 static void test_idle_partial_garbage_do_not_delay(void)
@@ -316,20 +295,12 @@ static int fds_settle(int want)
 
 static void run_flood(flood_result *r)
 {
-	shoal_xfer_config c;
-	char why[256];
 	static int fd[N_FLOOD];
-	acceptor a = {0};
+	acceptor a;
 	memset(r, 0, sizeof *r);
-	r->fds_base = count_fds();
-	cfg_small(&c, 0xaa);
-	if (shoal_xfer_listener_new(&c, "127.0.0.1", 0, admit, NULL, &a.l, why, sizeof why)) {
-		snprintf(r->why, sizeof r->why, "listener: %.200s", why);
-		r->e_connect = SHOAL_ERR_IO;
+	uint16_t port = scenario_start(&a, &r->fds_base, &r->e_connect, r->why, sizeof r->why);
+	if (!port)
 		return;
-	}
-	uint16_t port = shoal_xfer_listener_port(a.l);
-	pthread_create(&a.th, NULL, acceptor_main, &a);
 	int fds0 = count_fds();
 	int n_open = 0;
 	int64_t t0 = now_ms();
@@ -340,36 +311,23 @@ static void run_flood(flood_result *r)
 	/* The first 16 were pushed out by the last 16, oldest first. */
 	for (int i = 0; i < N_FLOOD - SHOAL_XFER_PENDING_MAX; i++) {
 		int code;
-		if (fd[i] >= 0 && read_frame(fd[i], &code) == SHOAL_XFER_KIND_ERROR &&
+		if (fd[i] >= 0 && read_status(fd[i], &code) == SHOAL_XFER_KIND_ERROR &&
 		    code == SHOAL_ERR_BUSY)
 			r->evicted++;
 	}
 	r->fds_full_want = fds0 + n_open + SHOAL_XFER_PENDING_MAX;
 	r->fds_full = fds_settle(r->fds_full_want);
 
-	shoal_xfer_config cc;
-	cfg_small(&cc, 0xbb);
 	shoal_xfer_link *b = NULL;
-	t0 = now_ms();
-	r->e_connect = shoal_xfer_link_connect(&cc, "127.0.0.1", port, TOKEN, sizeof TOKEN, &b,
-	                                       r->why, sizeof r->why);
-	r->admit_ms = now_ms() - t0;
+	r->e_connect = real_connect(port, &b, &r->admit_ms, r->why, sizeof r->why);
 	for (int i = 0; i < 200 && atomic_load(&a.links) == 0; i++)
 		usleep(10000);
 	/* After handshake_ms every idle one is gone from the listener. */
 	r->fds_want = fds0 + n_open + (b != NULL) + (a.link != NULL);
 	r->fds_open = fds_settle(r->fds_want);
 
-	atomic_store(&a.stop, 1);
-	pthread_join(a.th, NULL);
 	r->links = atomic_load(&a.links);
-	for (int i = 0; i < N_FLOOD; i++)
-		if (fd[i] >= 0)
-			close(fd[i]);
-	shoal_xfer_link_free(b);
-	shoal_xfer_link_free(a.link);
-	shoal_xfer_listener_free(a.l);
-	r->fds_end = count_fds();
+	r->fds_end = scenario_end(&a, fd, N_FLOOD, b);
 }
 
 static void test_full_pending_set_drops_the_oldest(void)
