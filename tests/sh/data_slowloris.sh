@@ -16,6 +16,7 @@ DENSE=$DATA/models/austen-dense-q8_0.gguf
 IDLE=100
 [ -x "$PC" ] || skip "$PC not built"
 command -v python3 >/dev/null 2>&1 || skip "python3 is not installed"
+[ -d /proc/self/fd ] || skip "no /proc/PID/fd to count fds in"
 "$B" key new "$T/k" >/dev/null || fail "shoal key new"
 
 P="It is a truth universally acknowledged"

@@ -249,6 +249,8 @@ static void run_mixed(mixed_result *r)
 
 static void test_idle_partial_garbage_do_not_delay(void)
 {
+	if (count_fds() < 0)
+		TEST_SKIP("no /proc/self/fd to count fds in");
 	mixed_result r;
 	shoal_log_level lv = shoal_log_get_level();
 	shoal_log_set_level(SHOAL_LOG_ERROR); /* the expected drops */
@@ -332,6 +334,8 @@ static void run_flood(flood_result *r)
 
 static void test_full_pending_set_drops_the_oldest(void)
 {
+	if (count_fds() < 0)
+		TEST_SKIP("no /proc/self/fd to count fds in");
 	flood_result r;
 	shoal_log_level lv = shoal_log_get_level();
 	shoal_log_set_level(SHOAL_LOG_ERROR);
