@@ -4,7 +4,8 @@
  * transport the link uses, with exact per-kind counters.
  *
  * Part: net/. Divisions: link object, send and receive, the handshake
- * (HELLO, admission), the RDMA upgrade, listener and connector.
+ * (HELLO, admission), the RDMA upgrade, listener (admission of many
+ * connections at once), connector.
  *
  * Link states:
  *
@@ -13,9 +14,11 @@
  *
  *   transition                         function
  *   start -> HELLO                     shoal_xfer_link_connect (sends HELLO),
- *                                      shoal_xfer_listener_accept (reads it)
- *   HELLO -> NEGOTIATE (admitted)      the same two, after HELLO_ACK
- *   HELLO -> CLOSED (refused, garbage) refuse
+ *                                      pending_accept, pending_read (reads it,
+ *                                      no link yet: a pending connection)
+ *   HELLO -> NEGOTIATE (admitted)      link_connect, pending_admit (HELLO_ACK)
+ *   HELLO -> CLOSED (refused, garbage, pending_drop
+ *            late, evicted)
  *   NEGOTIATE -> TCP | RDMA            negotiate (falls back, fails only if
  *                                      the TCP connection itself does)
  *   TCP | RDMA -> CLOSED               fail_link (framing broke, peer gone)
@@ -57,6 +60,11 @@
 #define XFER_GOODBYE_MS 100
 /* Probe payload: 64 bytes, enough to see that bytes crossed intact. */
 #define XFER_PROBE_BYTES 64
+/* The ERROR frame to a dropped connection must not raise SIGPIPE (macOS:
+ * SO_NOSIGPIPE, set by xfer__fd_setup). */
+#ifndef MSG_NOSIGNAL
+#define MSG_NOSIGNAL 0
+#endif
 
 struct shoal_xfer_link {
 	shoal_xfer_config cfg;
@@ -80,14 +88,6 @@ struct shoal_xfer_link {
 	int closed;
 	char status[256];
 	shoal_xfer_metrics m;
-};
-
-struct shoal_xfer_listener {
-	shoal_xfer_config cfg;
-	int fd;
-	uint16_t port;
-	shoal_xfer_admit_fn admit;
-	void *ctx;
 };
 
 static int left_ms(int64_t deadline)
@@ -601,7 +601,39 @@ stay:
 	return SHOAL_OK;
 }
 
-/* ---- listener and connector ------------------------------------------ */
+/* ---- listener: admission --------------------------------------------- */
+
+/* The first frame of a connection, read before anything is allocated for
+ * it: header, HELLO block and the longest token (96 + 64 + 64 bytes). */
+#define XFER_HELLO_FRAME_MAX (SHOAL_XFER_HDR_SIZE + SHOAL_XFER_HELLO_SIZE + SHOAL_XFER_TOKEN_MAX)
+/* New connections taken per wake-up: 16, a quarter of the pending set, so
+ * one wake-up evicts at most a quarter of it before the others' bytes are
+ * read again. */
+#define XFER_ACCEPT_BATCH 16
+/* Unread bytes a dropped connection may have sent that are read before
+ * close, so that close sends FIN, not a RST that would destroy our ERROR
+ * frame before the peer reads it: 4 KiB, a few garbage writes. */
+#define XFER_DRAIN_BYTES 4096
+
+/* A connection that has not yet presented a whole HELLO. */
+typedef struct xfer_pending {
+	int fd;           /* non-blocking; -1: a free slot */
+	int64_t deadline; /* ms: its HELLO (and the handshake after it) is due by then */
+	uint64_t serial;  /* accept order: the lowest is the oldest */
+	uint32_t have;    /* bytes of hello[] received */
+	char addr[64];
+	uint8_t hello[XFER_HELLO_FRAME_MAX];
+} xfer_pending;
+
+struct shoal_xfer_listener {
+	shoal_xfer_config cfg;
+	int fd;
+	uint16_t port;
+	shoal_xfer_admit_fn admit;
+	void *ctx;
+	xfer_pending pend[SHOAL_XFER_PENDING_MAX];
+	uint64_t serial; /* of the last accepted connection */
+};
 
 shoal_err shoal_xfer_listener_new(const shoal_xfer_config *cfg, const char *host, uint16_t port,
                                   shoal_xfer_admit_fn admit, void *ctx, shoal_xfer_listener **out,
@@ -613,6 +645,8 @@ shoal_err shoal_xfer_listener_new(const shoal_xfer_config *cfg, const char *host
 	l->cfg = *cfg;
 	l->admit = admit;
 	l->ctx = ctx;
+	for (int i = 0; i < SHOAL_XFER_PENDING_MAX; i++)
+		l->pend[i].fd = -1;
 	shoal_err e = xfer__tcp_listen(host, port, &l->fd, &l->port, why, why_len);
 	if (e) {
 		free(l);
@@ -626,6 +660,9 @@ void shoal_xfer_listener_free(shoal_xfer_listener *l)
 {
 	if (!l)
 		return;
+	for (int i = 0; i < SHOAL_XFER_PENDING_MAX; i++)
+		if (l->pend[i].fd >= 0)
+			close(l->pend[i].fd);
 	close(l->fd);
 	free(l);
 }
@@ -640,75 +677,128 @@ int shoal_xfer_listener_fd(const shoal_xfer_listener *l)
 	return l->fd;
 }
 
-/* Refuse a connecting peer: ERROR frame, log line, close. */
-static shoal_err refuse(shoal_xfer_link *k, shoal_err code, const char *reason, char *why,
-                        size_t why_len)
+/* Drop a connection in handshake: when `tell`, an ERROR frame (best
+ * effort, never waits), then a log line at `lv`, its unread bytes, close.
+ * Returns code with "refused ADDR: reason" in why. */
+static shoal_err pending_drop(xfer_pending *p, shoal_err code, const char *reason, int tell,
+                              shoal_log_level lv, char *why, size_t why_len)
 {
-	fail_link(k, code, reason, 1);
-	shoal_why(why, why_len, code, "refused %s: %s", k->addr, reason);
-	shoal_xfer_link_free(k);
-	return code;
+	if (tell) {
+		uint8_t f[SHOAL_XFER_HDR_SIZE + SHOAL_XFER_REASON_MAX];
+		size_t n = strnlen(reason, SHOAL_XFER_REASON_MAX), head;
+		shoal_xfer_hdr h = {
+		    .kind = SHOAL_XFER_KIND_ERROR, .n_aux = code, .payload_len = (uint32_t)n};
+		if (!shoal_xfer_frame_encode_head(&h, f, sizeof f, &head)) {
+			memcpy(f + head, reason, n);
+			ssize_t w = send(p->fd, f, head + n, MSG_NOSIGNAL);
+			(void)w; /* a peer that cannot take 351 bytes does not get them */
+		}
+	}
+	shoal_log(lv, "xfer", "dropped data connection from %s: %s", p->addr, reason);
+	uint8_t sink[512];
+	for (size_t got = 0; got < XFER_DRAIN_BYTES;) {
+		ssize_t n = read(p->fd, sink, sizeof sink);
+		if (n <= 0)
+			break;
+		got += (size_t)n;
+	}
+	close(p->fd);
+	p->fd = -1;
+	return shoal_why(why, why_len, code, "refused %s: %s", p->addr, reason);
 }
 
-shoal_err shoal_xfer_listener_accept(shoal_xfer_listener *l, int timeout_ms, shoal_xfer_link **out,
-                                     char *why, size_t why_len)
+/* Read what p sent, never past the end of its first frame: 1 when that
+ * frame is whole, 0 while bytes are missing, -1 when the connection broke
+ * or the bytes are no frame of at most XFER_HELLO_FRAME_MAX (*e, why). */
+static int pending_read(xfer_pending *p, shoal_err *e, char *why, size_t why_len)
 {
-	struct pollfd p = {.fd = l->fd, .events = POLLIN};
-	struct sockaddr_storage ss;
-	socklen_t sl = sizeof ss;
-	int n = poll(&p, 1, timeout_ms);
-	if (n == 0)
-		return shoal_why(why, why_len, SHOAL_ERR_TIMEOUT, "no connection within %d ms",
-		                 timeout_ms);
-	if (n < 0)
-		return shoal_why(why, why_len, SHOAL_ERR_IO, "poll: %s", strerror(errno));
-	int fd = accept(l->fd, (struct sockaddr *)&ss, &sl);
-	if (fd >= 0 && xfer__fd_setup(fd, 0)) {
-		close(fd);
-		fd = -1;
+	for (;;) {
+		uint32_t need = SHOAL_XFER_HDR_SIZE;
+		if (p->have >= SHOAL_XFER_HDR_SIZE) {
+			*e = shoal_xfer_frame_peek(p->hello, p->have, XFER_HELLO_FRAME_MAX, &need,
+			                           why, why_len);
+			if (*e)
+				return -1;
+		}
+		if (p->have == need)
+			return 1;
+		ssize_t n = read(p->fd, p->hello + p->have, need - p->have);
+		if (n > 0) {
+			p->have += (uint32_t)n;
+			continue;
+		}
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+			return 0;
+		*e =
+		    shoal_why(why, why_len, SHOAL_ERR_CLOSED, "peer %s after %u bytes of its HELLO",
+		              n == 0 ? "closed the connection" : strerror(errno), p->have);
+		return -1;
 	}
-	if (fd < 0)
-		return shoal_why(why, why_len, errno == EAGAIN ? SHOAL_ERR_TIMEOUT : SHOAL_ERR_IO,
-		                 "accept: %s", strerror(errno));
-	shoal_xfer_link *k;
-	shoal_err e = link_new(&l->cfg, fd, &k, why, why_len);
+}
+
+/* The HELLO block of p's whole first frame, or why it is none. */
+static shoal_err pending_hello(const xfer_pending *p, shoal_xfer_hello *hl, char *why,
+                               size_t why_len)
+{
+	static const shoal_xfer_limits lim = {XFER_HELLO_FRAME_MAX, 0, 0};
+	shoal_xfer_hdr h;
+	const uint8_t *payload;
+	shoal_err e = shoal_xfer_frame_decode(p->hello, p->have, &lim, &h, NULL, NULL, &payload,
+	                                      why, why_len);
 	if (e)
 		return e;
-	char host[48] = "?";
-	if (ss.ss_family == AF_INET) {
-		struct sockaddr_in *a = (struct sockaddr_in *)&ss;
-		inet_ntop(AF_INET, &a->sin_addr, host, sizeof host);
-		snprintf(k->addr, sizeof k->addr, "%s:%u", host, ntohs(a->sin_port));
-	} else if (ss.ss_family == AF_INET6) {
-		struct sockaddr_in6 *a = (struct sockaddr_in6 *)&ss;
-		inet_ntop(AF_INET6, &a->sin6_addr, host, sizeof host);
-		snprintf(k->addr, sizeof k->addr, "[%s]:%u", host, ntohs(a->sin6_port));
-	}
-	int64_t deadline = (int64_t)shoal_clock_now_ms() + l->cfg.handshake_ms;
-	char r[256], nr[256];
-	shoal_xfer_frame f;
+	if (h.kind == SHOAL_XFER_KIND_ERROR)
+		return shoal_why(why, why_len, (shoal_err)h.n_aux, "peer: %.*s", (int)h.payload_len,
+		                 (const char *)payload);
+	if (h.kind != SHOAL_XFER_KIND_HELLO)
+		return shoal_why(why, why_len, SHOAL_ERR_PROTO, "expected a %s frame, got %s",
+		                 shoal_xfer_kind_name(SHOAL_XFER_KIND_HELLO),
+		                 shoal_xfer_kind_name(h.kind));
+	if (h.seq)
+		return shoal_why(why, why_len, SHOAL_ERR_PROTO, "frame seq %llu, expected 0",
+		                 (unsigned long long)h.seq);
+	return shoal_xfer_hello_decode(payload, h.payload_len, hl, why, why_len);
+}
+
+/* p's HELLO is whole: judge its token; admitted, the link takes p's fd and
+ * runs the rest of the handshake (HELLO_ACK, RDMA negotiation) by p's
+ * deadline, synchronously: only key holders get this far. */
+static shoal_err pending_admit(shoal_xfer_listener *l, xfer_pending *p, shoal_xfer_link **out,
+                               char *why, size_t why_len)
+{
+	char r[256], nr[256], id[33];
 	shoal_xfer_hello peer, mine;
-	e = hs_recv(k, SHOAL_XFER_KIND_HELLO, deadline, &f, r, sizeof r);
-	if (!e)
-		e = shoal_xfer_hello_decode(f.payload, f.hdr.payload_len, &peer, r, sizeof r);
+	shoal_err e = pending_hello(p, &peer, r, sizeof r);
 	if (e)
-		return refuse(k, e == SHOAL_ERR_TIMEOUT ? e : SHOAL_ERR_PROTO, r, why, why_len);
-	memcpy(k->peer, peer.peer, 16);
+		return pending_drop(p, SHOAL_ERR_PROTO, r, 1, SHOAL_LOG_WARN, why, why_len);
 	if (peer.token_len == 0)
-		return refuse(k, SHOAL_ERR_AUTH, "no admission token presented", why, why_len);
-	if (!l->admit(l->ctx, peer.peer, k->addr, peer.token, peer.token_len)) {
-		char id[33];
-		shoal_hex_encode(peer.peer, 16, id);
+		return pending_drop(p, SHOAL_ERR_AUTH, "no admission token presented", 1,
+		                    SHOAL_LOG_WARN, why, why_len);
+	shoal_hex_encode(peer.peer, 16, id);
+	if (!l->admit(l->ctx, peer.peer, p->addr, peer.token, peer.token_len)) {
 		snprintf(r, sizeof r, "admission token not valid for peer %s", id);
-		return refuse(k, SHOAL_ERR_AUTH, r, why, why_len);
+		return pending_drop(p, SHOAL_ERR_AUTH, r, 1, SHOAL_LOG_WARN, why, why_len);
 	}
+	int fd = p->fd;
+	p->fd = -1;
+	shoal_xfer_link *k;
+	e = link_new(&l->cfg, fd, &k, why, why_len);
+	if (e)
+		return e;
+	snprintf(k->addr, sizeof k->addr, "%s", p->addr);
+	memcpy(k->peer, peer.peer, 16);
+	k->rx_seq = 1; /* the HELLO was frame 0 */
+	k->m.frames_recv[SHOAL_XFER_KIND_HELLO]++;
+	k->m.bytes_recv[SHOAL_XFER_KIND_HELLO] += p->have;
 	k->max_send = peer.max_frame < k->cfg.max_frame ? peer.max_frame : k->cfg.max_frame;
 	hello_fill(k, &l->cfg, &mine, nr, sizeof nr);
 	uint8_t blk[SHOAL_XFER_HELLO_SIZE + SHOAL_XFER_TOKEN_MAX];
 	size_t bl = shoal_xfer_hello_encode(&mine, blk, sizeof blk);
-	e = hs_send(k, SHOAL_XFER_KIND_HELLO_ACK, 0, blk, bl, deadline, why, why_len);
+	e = hs_send(k, SHOAL_XFER_KIND_HELLO_ACK, 0, blk, bl, p->deadline, why, why_len);
 	if (!e)
-		e = negotiate(k, 0, &peer, nr, deadline, why, why_len);
+		e = negotiate(k, 0, &peer, nr, p->deadline, why, why_len);
 	if (e) {
 		shoal_xfer_link_free(k);
 		return e;
@@ -716,6 +806,123 @@ shoal_err shoal_xfer_listener_accept(shoal_xfer_listener *l, int timeout_ms, sho
 	*out = k;
 	return SHOAL_OK;
 }
+
+static void addr_text(const struct sockaddr_storage *ss, char *out, size_t len)
+{
+	char host[48] = "?";
+	snprintf(out, len, "?");
+	if (ss->ss_family == AF_INET) {
+		const struct sockaddr_in *a = (const struct sockaddr_in *)ss;
+		inet_ntop(AF_INET, &a->sin_addr, host, sizeof host);
+		snprintf(out, len, "%s:%u", host, ntohs(a->sin_port));
+	} else if (ss->ss_family == AF_INET6) {
+		const struct sockaddr_in6 *a = (const struct sockaddr_in6 *)ss;
+		inet_ntop(AF_INET6, &a->sin6_addr, host, sizeof host);
+		snprintf(out, len, "[%s]:%u", host, ntohs(a->sin6_port));
+	}
+}
+
+/* Take up to XFER_ACCEPT_BATCH waiting connections into the pending set;
+ * when it is full, the oldest pending connection makes room. */
+static void pending_accept(shoal_xfer_listener *l)
+{
+	char why[64];
+	for (int i = 0; i < XFER_ACCEPT_BATCH; i++) {
+		struct sockaddr_storage ss;
+		socklen_t sl = sizeof ss;
+		int fd = accept(l->fd, (struct sockaddr *)&ss, &sl);
+		if (fd < 0) {
+			if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
+				SHOAL_LOG_D("xfer", "accept: %s", strerror(errno));
+			return;
+		}
+		if (xfer__fd_setup(fd, 1)) {
+			close(fd);
+			continue;
+		}
+		xfer_pending *p = NULL, *old = NULL;
+		for (int j = 0; j < SHOAL_XFER_PENDING_MAX && !p; j++) {
+			xfer_pending *q = &l->pend[j];
+			if (q->fd < 0)
+				p = q;
+			else if (!old || q->serial < old->serial)
+				old = q;
+		}
+		if (!p) {
+			snprintf(why, sizeof why, "%d connections in handshake, this the oldest",
+			         SHOAL_XFER_PENDING_MAX);
+			pending_drop(old, SHOAL_ERR_BUSY, why, 1, SHOAL_LOG_INFO, NULL, 0);
+			p = old;
+		}
+		p->fd = fd;
+		p->deadline = (int64_t)shoal_clock_now_ms() + l->cfg.handshake_ms;
+		p->serial = ++l->serial;
+		p->have = 0;
+		addr_text(&ss, p->addr, sizeof p->addr);
+	}
+}
+
+shoal_err shoal_xfer_listener_accept(shoal_xfer_listener *l, int timeout_ms, shoal_xfer_link **out,
+                                     char *why, size_t why_len)
+{
+	struct pollfd pf[1 + SHOAL_XFER_PENDING_MAX];
+	int slot[1 + SHOAL_XFER_PENDING_MAX];
+	int64_t end = timeout_ms < 0 ? -1 : (int64_t)shoal_clock_now_ms() + timeout_ms;
+	char r[256];
+	for (int polled = 0;; polled = 1) {
+		int64_t now = (int64_t)shoal_clock_now_ms();
+		xfer_pending *due = NULL; /* the earliest deadline */
+		int n = 0;
+		pf[n++] = (struct pollfd){.fd = l->fd, .events = POLLIN};
+		for (int i = 0; i < SHOAL_XFER_PENDING_MAX; i++) {
+			xfer_pending *p = &l->pend[i];
+			if (p->fd < 0)
+				continue;
+			if (!due || p->deadline < due->deadline)
+				due = p;
+			slot[n] = i;
+			pf[n++] = (struct pollfd){.fd = p->fd, .events = POLLIN};
+		}
+		if (due && due->deadline <= now) {
+			snprintf(r, sizeof r, "no whole HELLO within %d ms (%u bytes): timed out",
+			         l->cfg.handshake_ms, due->have);
+			return pending_drop(due, SHOAL_ERR_TIMEOUT, r, 1, SHOAL_LOG_INFO, why,
+			                    why_len);
+		}
+		if (polled && end >= 0 && now >= end)
+			return shoal_why(why, why_len, SHOAL_ERR_TIMEOUT,
+			                 "no connection within %d ms", timeout_ms);
+		int64_t wait = end < 0 ? -1 : end - now;
+		if (due && (wait < 0 || due->deadline - now < wait))
+			wait = due->deadline - now;
+		int rc = poll(pf, (nfds_t)n, wait < 0 ? -1 : (int)wait);
+		if (rc < 0 && errno != EINTR)
+			return shoal_why(why, why_len, SHOAL_ERR_IO, "poll: %s", strerror(errno));
+		if (rc <= 0)
+			continue;
+		/* Bytes first, then new connections: a peer whose HELLO is here
+		 * is served before another batch can evict it. */
+		for (int i = 1; i < n; i++) {
+			if (!pf[i].revents)
+				continue;
+			xfer_pending *p = &l->pend[slot[i]];
+			shoal_err e;
+			int got = pending_read(p, &e, r, sizeof r);
+			if (got > 0)
+				return pending_admit(l, p, out, why, why_len);
+			if (got < 0)
+				return pending_drop(p, e == SHOAL_ERR_CLOSED ? e : SHOAL_ERR_PROTO,
+				                    r, e != SHOAL_ERR_CLOSED,
+				                    e == SHOAL_ERR_CLOSED ? SHOAL_LOG_INFO
+				                                          : SHOAL_LOG_WARN,
+				                    why, why_len);
+		}
+		if (pf[0].revents)
+			pending_accept(l);
+	}
+}
+
+/* ---- connector ------------------------------------------------------- */
 
 shoal_err shoal_xfer_link_connect(const shoal_xfer_config *cfg, const char *host, uint16_t port,
                                   const uint8_t *token, size_t token_len, shoal_xfer_link **out,

@@ -5,7 +5,10 @@
  *
  * Part: net/ (DESIGN.md section 6). A link starts as a TCP connection. The
  * connector presents an admission token (issued over the authenticated
- * control plane) in HELLO; the acceptor's callback judges it. Both HELLOs
+ * control plane) in HELLO; the acceptor's callback judges it. Until then a
+ * connection costs the acceptor an fd and 320 bytes, and the listener
+ * reads the HELLOs of all its connections at once, so connections that
+ * know no key (idle, slow, garbage) cannot delay one that does. Both HELLOs
  * carry capabilities; when both offer RDMA the queue-pair details travel
  * in RDMA_QP frames over the same TCP connection, a PROBE round trip runs
  * over the queue pair, and only then does the link switch. Whatever the
@@ -44,6 +47,12 @@
 #define SHOAL_XFER_RDMA_SLOTS_DEFAULT 16u
 /* Handshake: 10x a cross-subnet RTT budget of 200 ms; a LAN does it in < 5 ms. */
 #define SHOAL_XFER_HANDSHAKE_MS_DEFAULT 2000
+/* Connections a listener holds before their HELLO is whole. A peer's HELLO
+ * arrives one RTT after its connection (< 5 ms on a LAN), so it is pushed
+ * out (the oldest goes when the set is full) only by 64 newer connections
+ * within that RTT; 64 x 320 bytes. Links a peer needs: its stage
+ * neighbours and expert users, a handful. */
+#define SHOAL_XFER_PENDING_MAX 64
 
 typedef struct shoal_xfer_config {
 	uint32_t max_frame;  /* largest frame received and sent, header included */
@@ -82,13 +91,25 @@ shoal_err shoal_xfer_listener_new(const shoal_xfer_config *cfg, const char *host
                                   char *why, size_t why_len);
 void shoal_xfer_listener_free(shoal_xfer_listener *l);
 uint16_t shoal_xfer_listener_port(const shoal_xfer_listener *l);
-int shoal_xfer_listener_fd(const shoal_xfer_listener *l); /* readable: a connection waits */
+/* Readable: a new connection waits. Connections in handshake are read only
+ * inside _accept: an event loop must call it at least every handshake_ms. */
+int shoal_xfer_listener_fd(const shoal_xfer_listener *l);
 
-/* Wait up to timeout_ms (-1: forever) for one connection, then run the
- * acceptor's handshake (bounded by cfg.handshake_ms): HELLO, admission,
- * HELLO_ACK, RDMA negotiation. A refused token: an ERROR frame to the
- * peer, a log line, the connection closed, SHOAL_ERR_AUTH here. The new
- * link is the caller's (free with shoal_xfer_link_free). */
+/* Wait up to timeout_ms (-1: forever) for the first connection whose
+ * HELLO is admitted, or for one connection to be dropped. Meanwhile new
+ * connections join the pending set (at most SHOAL_XFER_PENDING_MAX; when
+ * full, the oldest is dropped with an ERROR frame, SHOAL_ERR_BUSY) and the
+ * bytes of all pending ones are read as they come, never blocking on one.
+ * Each connection's handshake is bounded by cfg.handshake_ms from its
+ * accept: a HELLO not whole by then is dropped (SHOAL_ERR_TIMEOUT), one
+ * that is no HELLO (SHOAL_ERR_PROTO) or whose peer closed
+ * (SHOAL_ERR_CLOSED) at once; a refused token (SHOAL_ERR_AUTH) too.
+ * A drop: an ERROR frame to the peer (not when it closed), a log line,
+ * the fd closed, the code and reason here; the next call goes on with the
+ * rest. An admitted HELLO gets HELLO_ACK and the RDMA negotiation on this
+ * thread (only key holders get that far). The new link is the caller's
+ * (free with shoal_xfer_link_free); pending connections are the
+ * listener's (closed by _free). */
 shoal_err shoal_xfer_listener_accept(shoal_xfer_listener *l, int timeout_ms, shoal_xfer_link **out,
                                      char *why, size_t why_len);
 

@@ -151,9 +151,12 @@ shoal_err xfer__tcp_listen(const char *host, uint16_t port, int *out, uint16_t *
 		goto fail;
 	}
 	setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-	/* Backlog 16: a peer is dialled by at most its stage neighbours and
-	 * expert users, a handful on a desk-sized cluster. */
-	if (bind(fd, res->ai_addr, res->ai_addrlen) || listen(fd, 16)) {
+	/* Backlog 128: a peer is dialled by a handful (its stage neighbours and
+	 * expert users), but a burst of connections that know no key can come
+	 * between two wake-ups of the listener (which then takes them all into
+	 * its pending set, xfer.c); a full queue drops the SYN of a real peer,
+	 * which retries only 1 s later. */
+	if (bind(fd, res->ai_addr, res->ai_addrlen) || listen(fd, 128)) {
 		e = shoal_why(why, why_len, SHOAL_ERR_IO, "bind/listen %s:%u: %s",
 		              host ? host : "*", port, strerror(errno));
 		goto fail;

@@ -22,35 +22,9 @@
 
 #include "base/log.h"
 #include "tests/unit/test.h"
+#include "tests/unit/test_xfer_util.h"
 
-static const uint8_t TOKEN[] = "token-for-peer-b";
 static const uint8_t DIGEST[32] = {1, 2, 3, 4, 5, 6, 7, 8};
-
-static int64_t now_ms(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-/* Admit exactly peer id [0xbb...] with TOKEN. */
-static int admit(void *ctx, const uint8_t peer[16], const char *addr, const uint8_t *tok, size_t n)
-{
-	int *calls = ctx;
-	(*calls)++;
-	return peer[0] == 0xbb && n == sizeof TOKEN && !memcmp(tok, TOKEN, n);
-}
-
-static void cfg_small(shoal_xfer_config *c, uint8_t id)
-{
-	shoal_xfer_config_default(c);
-	c->verbs = NULL;
-	c->max_frame = 1 << 17;
-	c->max_rows = 16;
-	c->max_routes = 64;
-	c->handshake_ms = 3000;
-	memset(c->self_id, id, 16);
-}
 
 typedef struct conn_job {
 	shoal_xfer_config cfg;
@@ -226,37 +200,6 @@ static size_t frame(uint8_t *buf, size_t cap, shoal_xfer_hdr *h, const void *p)
 		return 0;
 	memcpy(buf + head, p, h->payload_len);
 	return head + h->payload_len;
-}
-
-static int write_all(int fd, const void *p, size_t n)
-{
-	const uint8_t *b = p;
-	while (n) {
-		ssize_t k = write(fd, b, n);
-		if (k <= 0)
-			return -1;
-		b += k;
-		n -= (size_t)k;
-	}
-	return 0;
-}
-
-/* Read one whole frame from a blocking socket; returns its kind or -1. */
-static int read_frame(int fd, uint8_t *buf, size_t cap)
-{
-	size_t have = 0, need = SHOAL_XFER_HDR_SIZE;
-	while (have < need) {
-		ssize_t k = read(fd, buf + have, need - have);
-		if (k <= 0)
-			return -1;
-		have += (size_t)k;
-		if (have == SHOAL_XFER_HDR_SIZE) {
-			need = buf[8] | buf[9] << 8 | buf[10] << 16 | (size_t)buf[11] << 24;
-			if (need > cap || need < SHOAL_XFER_HDR_SIZE)
-				return -1;
-		}
-	}
-	return buf[6];
 }
 
 typedef struct raw_job {
