@@ -77,7 +77,7 @@ shoal_err shoal_cluster_new(const shoal_cluster_config *cfg, shoal_cluster **out
 	cl->pol.ctx = cfg->ctx ? cfg->ctx : cl->model->hp.n_ctx_train;
 	if (!cl->pol.ctx || (!cfg->ctx && cl->pol.ctx > SHOAL_CLUSTER_DEFAULT_CTX))
 		cl->pol.ctx = SHOAL_CLUSTER_DEFAULT_CTX;
-	cl->pol.sessions = cfg->sessions ? cfg->sessions : SHOAL_CLUSTER_SESSIONS;
+	cl->pol.sessions = cfg->sessions ? cfg->sessions : SHOAL_CLUSTER_SESSIONS; /* 0: per plan */
 	if (cl->pol.sessions > SHOAL_CLUSTER_MAX_SESSIONS) {
 		e = shoal_why(why, why_len, SHOAL_ERR_INVAL, "at most %u sessions per stage",
 		              SHOAL_CLUSTER_MAX_SESSIONS);
@@ -109,9 +109,10 @@ shoal_err shoal_cluster_new(const shoal_cluster_config *cfg, shoal_cluster **out
 	char hex[65];
 	shoal_model_id_hex(cl->model_id, hex);
 	SHOAL_LOG_I(
-	    "cluster", "model %s (%s, %u layers), id %.16s; KV for %u tokens x %u sessions%s",
+	    "cluster", "model %s (%s, %u layers), id %.16s; KV for %u tokens x %s sessions%s",
 	    cl->model_path, shoal_arch_name(cl->model->hp.arch), cl->model->hp.n_layer, hex,
-	    cl->pol.ctx, cl->pol.sessions, cl->pol.spread_experts ? "; experts spread" : "");
+	    cl->pol.ctx, cfg->sessions ? "the given" : "as many as memory allows (from 1 to 16)",
+	    cl->pol.spread_experts ? "; experts spread" : "");
 	if ((e = shoal_cluster__data_start(cl, why, why_len)) != SHOAL_OK)
 		goto fail;
 	*out = cl;
@@ -213,7 +214,8 @@ static shoal_err shoal_cluster_build_assign(shoal_cluster *cl, shoal_cluster_ass
  * plans would differ. Links use the view's default. */
 static shoal_err shoal_cluster_plan_on(shoal_cluster *cl, const shoal_swim_member *const *cand,
                                        size_t nc, const uint8_t *skip, const shoal_plan *prev,
-                                       shoal_plan **out, char *why, size_t why_len)
+                                       shoal_plan **out, uint32_t *sessions, char *why,
+                                       size_t why_len)
 {
 	shoal_view *view = shoal_view_new(200000, 125000000);
 	shoal_err e = view ? SHOAL_OK : SHOAL_ERR_NOMEM;
@@ -231,8 +233,45 @@ static shoal_err shoal_cluster_plan_on(shoal_cluster *cl, const shoal_swim_membe
 		p.load_pct = 0;
 		e = shoal_view_add_peer(view, &p, why, why_len);
 	}
-	if (e == SHOAL_OK)
-		e = shoal_schedule(view, &cl->mf, &cl->pol, prev, out, why, why_len);
+	shoal_policy pol = cl->pol;
+	if (e == SHOAL_OK && cl->cfg.sessions) {
+		e = shoal_schedule(view, &cl->mf, &pol, prev, out, why, why_len);
+	} else if (e == SHOAL_OK) {
+		/* Sessions from memory: as many as the peers' memory holds
+		 * without a deeper pipeline or a slower token than with the
+		 * default (a pure function of the view: every peer picks the
+		 * same); 1 when even the default does not fit. */
+		static const uint32_t more[] = {16, 8, 4};
+		pol.sessions = SHOAL_CLUSTER_SESSIONS;
+		e = shoal_schedule(view, &cl->mf, &pol, prev, out, why, why_len);
+		if (e == SHOAL_ERR_INFEASIBLE) {
+			char w1[256];
+			pol.sessions = 1;
+			if (shoal_schedule(view, &cl->mf, &pol, prev, out, w1, sizeof w1) == SHOAL_OK)
+				e = SHOAL_OK;
+			else
+				pol.sessions = SHOAL_CLUSTER_SESSIONS; /* report the default's need */
+		}
+		for (size_t k = 0; e == SHOAL_OK && pol.sessions == SHOAL_CLUSTER_SESSIONS &&
+		                   k < sizeof more / sizeof more[0];
+		     k++) {
+			shoal_policy big = pol;
+			shoal_plan *p = NULL;
+			char w2[256];
+			big.sessions = more[k];
+			if (shoal_schedule(view, &cl->mf, &big, prev, &p, w2, sizeof w2) == SHOAL_OK &&
+			    shoal_plan_n_stages(p) <= shoal_plan_n_stages(*out) &&
+			    shoal_plan_predicted_ns(p) <= shoal_plan_predicted_ns(*out) / 20 * 21) {
+				shoal_plan_free(*out);
+				*out = p;
+				pol.sessions = big.sessions;
+				break;
+			}
+			shoal_plan_free(p);
+		}
+	}
+	if (sessions)
+		*sessions = pol.sessions;
 	shoal_view_free(view);
 	return e;
 }
@@ -293,7 +332,7 @@ static void shoal_cluster_learn_prev(shoal_cluster *cl, const shoal_swim_member 
 	memcpy(cl->learn_tried, d, 32);
 	shoal_plan *p = NULL;
 	char why[256], dh[65];
-	if (shoal_cluster_plan_on(cl, cand, nc, cl->cfg.self, NULL, &p, why, sizeof why) !=
+	if (shoal_cluster_plan_on(cl, cand, nc, cl->cfg.self, NULL, &p, NULL, why, sizeof why) !=
 	        SHOAL_OK ||
 	    memcmp(shoal_plan_digest(p), d, 32)) {
 		shoal_plan_free(p);
@@ -400,14 +439,15 @@ int shoal_cluster_update(shoal_cluster *cl, const shoal_swim_member *v, size_t n
 		 * last servable one, else the one learned from the peers we
 		 * joined), else from scratch. */
 		shoal_plan *np = NULL;
+		uint32_t np_sessions = 0;
 		shoal_err e = SHOAL_ERR_STATE;
 		for (int attempt = 0; attempt < 2 && e != SHOAL_OK; attempt++) {
 			if (attempt == 1)
 				shoal_cluster_learn_prev(cl, cand, nc);
 			if (!cl->prev)
 				continue;
-			e = shoal_cluster_plan_on(cl, cand, nc, NULL, cl->prev, &np, why,
-			                          sizeof why);
+			e = shoal_cluster_plan_on(cl, cand, nc, NULL, cl->prev, &np, &np_sessions,
+			                          why, sizeof why);
 			if (e == SHOAL_OK && !shoal_cluster_prev_usable(cl->prev, np, cand, nc)) {
 				shoal_plan_free(np);
 				np = NULL;
@@ -415,7 +455,8 @@ int shoal_cluster_update(shoal_cluster *cl, const shoal_swim_member *v, size_t n
 			}
 		}
 		if (e != SHOAL_OK)
-			e = shoal_cluster_plan_on(cl, cand, nc, NULL, NULL, &np, why, sizeof why);
+			e = shoal_cluster_plan_on(cl, cand, nc, NULL, NULL, &np, &np_sessions, why,
+			                          sizeof why);
 		if (e != SHOAL_OK) {
 			if (strcmp(cl->plan_why, why) || cl->plan)
 				SHOAL_LOG_W("cluster", "no plan over %zu peer(s): %s", nc,
@@ -431,9 +472,9 @@ int shoal_cluster_update(shoal_cluster *cl, const shoal_swim_member *v, size_t n
 			shoal_digest_hex(shoal_plan_digest(np), dh);
 			SHOAL_LOG_I("cluster",
 			            "plan epoch %llu digest %.16s: %zu stage(s) over %zu peer(s), "
-			            "%.3f ms/token predicted",
+			            "%u session(s), %.3f ms/token predicted",
 			            (unsigned long long)shoal_plan_epoch(np), dh,
-			            shoal_plan_n_stages(np), shoal_plan_n_peers(np),
+			            shoal_plan_n_stages(np), shoal_plan_n_peers(np), np_sessions,
 			            (double)shoal_plan_predicted_ns(np) / 1e6);
 			for (size_t s = 0; s < shoal_plan_n_stages(np); s++) {
 				const shoal_plan_stage *st = shoal_plan_stage_at(np, s);
@@ -443,6 +484,7 @@ int shoal_cluster_update(shoal_cluster *cl, const shoal_swim_member *v, size_t n
 			}
 			shoal_plan_free(cl->plan);
 			cl->plan = np;
+			cl->plan_sessions = np_sessions;
 			np = NULL;
 			cl->plan_why[0] = '\0';
 			/* 3. Build our part and announce readiness for the digest. */
@@ -534,7 +576,7 @@ static void shoal_cluster_stage_common(const shoal_cluster *cl, const shoal_clus
 	c->epoch = a->epoch;
 	c->n_threads = cl->cfg.threads ? cl->cfg.threads : 1;
 	c->n_ctx = cl->pol.ctx;
-	c->max_sessions = cl->pol.sessions;
+	c->max_sessions = a->sessions;
 	c->max_rows = SHOAL_CLUSTER_MAX_ROWS;
 	c->timeout_ms = (int)SHOAL_CLUSTER_SILENCE_MS / 3;
 }
@@ -551,6 +593,7 @@ static shoal_err shoal_cluster_build_assign(shoal_cluster *cl, shoal_cluster_ass
 		return SHOAL_ERR_NOMEM;
 	memcpy(a->digest, shoal_plan_digest(p), 32);
 	a->epoch = shoal_plan_epoch(p);
+	a->sessions = cl->plan_sessions;
 	size_t ns = shoal_plan_n_stages(p);
 	memcpy(a->first, shoal_plan_peer_at(p, shoal_plan_stage_at(p, 0)->peer)->id.b, 16);
 	long self = -1;

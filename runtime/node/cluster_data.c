@@ -435,7 +435,7 @@ static void shoal_cluster_take_assign(shoal_cluster_dt *d, shoal_cluster_assign 
 	memcpy(oc.first, a->first, 16);
 	memcpy(oc.digest, a->digest, 32);
 	oc.epoch = a->epoch;
-	oc.max_sessions = cl->pol.sessions;
+	oc.max_sessions = a->sessions;
 	oc.max_rows = SHOAL_CLUSTER_MAX_ROWS;
 	oc.link = shoal_cluster__link;
 	oc.link_ctx = &cl->lctx_stage;
@@ -510,7 +510,7 @@ static void shoal_cluster_start_runs(shoal_cluster_dt *d, shoal_cluster_tokctx *
 		bool cancel = r->cancel;
 		bool servable =
 		    cl->shared_servable && d->as && !memcmp(cl->shared_digest, d->as->digest, 32);
-		bool go = queued && !cancel && servable && d->owner && d->live < cl->pol.sessions;
+		bool go = queued && !cancel && servable && d->owner && d->live < d->as->sessions;
 		if (queued && (go || cancel))
 			r->state = SHOAL_CLUSTER_RUN_STARTED;
 		char wait_why[256];

@@ -81,6 +81,7 @@ typedef struct shoal_cluster_assign {
 	 * (and NULL here then) when the data thread takes the assignment */
 	shoal_dist_stage *experts;
 	uint8_t first[16];         /* stage 0's peer */
+	uint32_t sessions;         /* KV sessions per stage of the plan */
 } shoal_cluster_assign;
 
 enum { SHOAL_CLUSTER_RUN_FREE = 0, SHOAL_CLUSTER_RUN_QUEUED, SHOAL_CLUSTER_RUN_STARTED };
@@ -148,6 +149,7 @@ struct shoal_cluster {
 	uint8_t view_sig[32];
 	bool have_sig;
 	shoal_plan *plan;        /* current, NULL when none */
+	uint32_t plan_sessions;  /* its KV sessions per stage (--sessions, or from memory) */
 	shoal_plan *prev;        /* last servable, or learned from the peers we joined */
 	uint8_t learn_tried[32]; /* the digest we last tried to learn */
 	char plan_why[256];
