@@ -13,8 +13,9 @@
 #     the supply in adaptive units ("needs 16.1 MiB ... offers 4.7 MiB"),
 #     never "0.0 GiB"
 #  6. a peer whose model file differs from that of the two others: it logs
-#     that the cluster's plan leaves it out and why (the model id), its
-#     client gets the same reason, and the two others still serve
+#     that the cluster's plan leaves it out and why (the model id), plans
+#     nothing, its client gets the same reason; the two others log that it
+#     serves another model and still serve
 set -u
 . "$(dirname "$0")/lib.sh"
 DENSE=$DATA/models/austen-dense-q8_0.gguf
@@ -85,6 +86,8 @@ grep -q "model id" "$T/model-differs.err" || fail "model-differs: no model id in
 echo "x1 logged: $(grep -m1 "their plan leaves us out" "$T/x1.log" | cut -c1-220)"
 servable_all 1 d1 d2 || fail "d1, d2 no longer servable with x1"
 "$PC" "$T/st-d1.json" left x1 | grep -q "model id" || fail "d1 does not list x1 as left out"
+grep -q "first x1) serve model id .*they are left out of our plan" "$T/d1.log" ||
+	fail "d1 did not log that x1 serves another model"
 "$B" run --peer "$SEED" --key "$T/k" -p "It is" -n 4 --temp 0 --ids >/dev/null 2>"$T/r-err" ||
 	fail "d1 does not serve with x1 about: $(cat "$T/r-err")"
 echo "PASS"
