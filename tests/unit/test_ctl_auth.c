@@ -132,14 +132,20 @@ static shoal_err ask(server *s, const shoal_key_curve *keys, int timeout_ms, cha
 	return ask_at(shoal_ctl_bound(s->ctl), keys, timeout_ms, reply, cap);
 }
 
-static void test_right_key_works(void)
+/* A server with a new cluster key; *kc gets the keys that open it. */
+static int keyed_server_start(server *s, shoal_key_curve *kc)
 {
 	shoal_key k;
+	if (shoal_key_generate(&k) != SHOAL_OK || shoal_key_derive(&k, kc) != SHOAL_OK)
+		return -1;
+	return server_start(s, &k);
+}
+
+static void test_right_key_works(void)
+{
 	shoal_key_curve kc;
-	ASSERT_EQ(shoal_key_generate(&k), SHOAL_OK);
-	ASSERT_EQ(shoal_key_derive(&k, &kc), SHOAL_OK);
 	server s;
-	ASSERT_EQ(server_start(&s, &k), 0);
+	ASSERT_EQ(keyed_server_start(&s, &kc), 0);
 	char reply[64] = "";
 	shoal_err e = ask(&s, &kc, 3000, reply, sizeof reply);
 	shoal_ctl_stats st;
@@ -244,12 +250,9 @@ static void test_insecure_server_answers_plain_client(void)
 /* The port of a ROUTER that was closed: nothing listens there now. */
 static void test_nothing_listening(void)
 {
-	shoal_key k;
 	shoal_key_curve kc;
-	ASSERT_EQ(shoal_key_generate(&k), SHOAL_OK);
-	ASSERT_EQ(shoal_key_derive(&k, &kc), SHOAL_OK);
 	server s;
-	ASSERT_EQ(server_start(&s, &k), 0);
+	ASSERT_EQ(keyed_server_start(&s, &kc), 0);
 	char ep[160];
 	snprintf(ep, sizeof ep, "%s", shoal_ctl_bound(s.ctl));
 	server_stop(&s);
@@ -264,12 +267,9 @@ static void test_nothing_listening(void)
  * hears of it at once, not after its wait. */
 static void test_connection_lost(void)
 {
-	shoal_key k;
 	shoal_key_curve kc;
-	ASSERT_EQ(shoal_key_generate(&k), SHOAL_OK);
-	ASSERT_EQ(shoal_key_derive(&k, &kc), SHOAL_OK);
 	server s;
-	ASSERT_EQ(server_start(&s, &k), 0);
+	ASSERT_EQ(keyed_server_start(&s, &kc), 0);
 	shoal_ctl_client *c = NULL;
 	char why[256] = "";
 	ASSERT_EQ(shoal_ctl_client_new(shoal_ctl_bound(s.ctl), &kc, &c, why, sizeof why), SHOAL_OK);
