@@ -11,7 +11,7 @@
 #  4. a peer without --model: "serves no model"
 #  5. no plan can hold the model (one peer offering 5 MiB): the need and
 #     the supply in adaptive units ("needs 16.1 MiB ... offers 4.7 MiB"),
-#     never "0.0 GiB"
+#     never "0.0 GiB"; once a peer with enough memory joins, it serves
 #  6. a peer whose model file differs from that of the two others: it logs
 #     that the cluster's plan leaves it out and why (the model id), plans
 #     nothing, its client gets the same reason; the two others log that it
@@ -68,7 +68,14 @@ SMALL=$(ep small)
 wait_for 10 reason small "needs" || fail "small: no infeasibility reason in status"
 expect no-plan "no plan: needs [0-9]+\.[0-9] MiB .*the cluster offers [0-9]+\.[0-9] MiB" "$SMALL" --key "$T/k"
 ! grep -q "0\.0 GiB" "$T/no-plan.err" || fail "no-plan: a size printed as 0.0 GiB"
+# memory comes back (a peer offering 20 MiB joins): served, no restart
+start big "$DENSE" --ctx 256 --mem-limit 20M --peer "$SMALL"
+wait_for 20 servable_all "" small big || fail "small, big: not servable: $("$PC" "$T/st-small.json" servable)"
+"$B" run --peer "$SMALL" --key "$T/k" -p "It is" -n 4 --temp 0 --ids >/dev/null 2>"$T/r-err" ||
+	fail "small does not serve once big joined: $(cat "$T/r-err")"
+echo "memory back: served through small once big joined"
 stop small
+stop big
 
 # 6. another model file than the cluster's
 start d2 "$DENSE" --ctx 256 --peer "$SEED"
