@@ -53,13 +53,14 @@
  * the other side, by the heartbeat TTL, to do the same), at least 3
  * heartbeats. A dropped client loses every reply still due: ZeroMQ
  * reconnects it under a new routing id, and the ROUTER silently discards
- * what we send to the old one (a `shoal run` then waits out its 60 s with
- * the run finished here). At --gossip-ms 50, 3 heartbeats are 300 ms, less
- * than a blocked client may wait to be scheduled on a loaded 2-vCPU machine
- * (dist_bench on the 1.17 GB fixture lost runs so; so does a client stopped
- * for 0.6 s). 10 s outlasts such stalls and stays below the owner's 30 s
- * silence limit and the client's 60 s; our DEALERs keep 3 heartbeats, so
- * the peer that sends still notices a cut link within 3 (TESTNET.md 2.4). */
+ * what we send to the old one (the blocking client below then reports the
+ * lost connection, with the run finished here). At --gossip-ms 50, 3
+ * heartbeats are 300 ms, less than a blocked client may wait to be
+ * scheduled on a loaded 2-vCPU machine (dist_bench on the 1.17 GB fixture
+ * lost runs so; so does a client stopped for 0.6 s). 10 s outlasts such
+ * stalls and stays below the owner's 30 s silence limit and the client's
+ * 60 s; our DEALERs keep 3 heartbeats, so the peer that sends still
+ * notices a cut link within 3 (TESTNET.md 2.4). */
 #define SHOAL_CTL_ROUTER_TIMEOUT_MIN_MS 10000
 
 typedef struct shoal_ctl_dealer {
@@ -93,7 +94,11 @@ struct shoal_ctl {
 struct shoal_ctl_client {
 	void *zctx;
 	void *sock;
-	void *monitor;
+	void *monitor; /* PAIR for the DEALER's connection events, or NULL */
+	int keyed;
+	int handshaken;      /* a handshake succeeded: later losses are a dropped connection */
+	int opened;          /* a TCP socket was made: the host name resolved */
+	uint64_t delayed_ms; /* when the pending TCP connect began, 0 if none */
 };
 
 /* ------------------------------------------------------------------ helpers */
@@ -630,6 +635,19 @@ void shoal_ctl_get_stats(const shoal_ctl *ctl, shoal_ctl_stats *out)
 
 /* -------------------------------------------------------- blocking client */
 
+#define SHOAL_CTL_CLIENT_MON_ENDPOINT "inproc://shoal-client-monitor"
+/* A TCP connect that has no answer after 5 s is given up: a lost SYN is
+ * sent again after 1 s and then 2 s more (Linux's initial RTO, doubling),
+ * so 5 s covers three tries; a host that is up answers the first within
+ * milliseconds on a LAN. Without it a silent host costs the kernel's ~2 min. */
+#define SHOAL_CTL_CLIENT_CONNECT_MS 5000
+/* The connection events the client turns into errors (see client_event). */
+#define SHOAL_CTL_CLIENT_EVENTS                                                                    \
+	(ZMQ_EVENT_CONNECT_DELAYED | ZMQ_EVENT_CLOSED | ZMQ_EVENT_CONNECT_RETRIED |                \
+	 ZMQ_EVENT_DISCONNECTED | ZMQ_EVENT_HANDSHAKE_SUCCEEDED |                                  \
+	 ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL | ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL |              \
+	 ZMQ_EVENT_HANDSHAKE_FAILED_AUTH)
+
 shoal_err shoal_ctl_client_new(const char *endpoint, const shoal_key_curve *keys,
                                shoal_ctl_client **out, char *why, size_t why_len)
 {
@@ -638,20 +656,21 @@ shoal_err shoal_ctl_client_new(const char *endpoint, const shoal_key_curve *keys
 	shoal_ctl_client *c = calloc(1, sizeof *c);
 	if (!c)
 		return SHOAL_ERR_NOMEM;
+	c->keyed = keys != NULL;
 	c->zctx = zmq_ctx_new();
 	if (!c->zctx)
 		goto fail;
 	c->sock = zmq_socket(c->zctx, ZMQ_DEALER);
 	if (!c->sock || shoal_ctl_common_opts(c->sock, 0, 0) ||
+	    shoal_ctl_setint(c->sock, ZMQ_CONNECT_TIMEOUT, SHOAL_CTL_CLIENT_CONNECT_MS) ||
 	    shoal_ctl_client_opts(c->sock, keys)) {
 		shoal_why(why, why_len, e, "client socket: %s", zmq_strerror(errno));
 		goto fail;
 	}
-	if (zmq_socket_monitor(c->sock, "inproc://shoal-client-monitor",
-	                       ZMQ_EVENT_HANDSHAKE_FAILED_AUTH |
-	                           ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL) == 0) {
+	if (zmq_socket_monitor(c->sock, SHOAL_CTL_CLIENT_MON_ENDPOINT, SHOAL_CTL_CLIENT_EVENTS) ==
+	    0) {
 		c->monitor = zmq_socket(c->zctx, ZMQ_PAIR);
-		if (c->monitor && zmq_connect(c->monitor, "inproc://shoal-client-monitor") != 0) {
+		if (c->monitor && zmq_connect(c->monitor, SHOAL_CTL_CLIENT_MON_ENDPOINT) != 0) {
 			zmq_close(c->monitor);
 			c->monitor = NULL;
 		}
@@ -694,6 +713,74 @@ shoal_err shoal_ctl_client_send(shoal_ctl_client *c, const void *const *bufs, co
 	return SHOAL_OK;
 }
 
+/* One connection event of the DEALER: SHOAL_OK to keep waiting, else the
+ * error that ends the wait, in plain words. libzmq reports (4.3, seen on
+ * loopback):
+ *   refused          CONNECT_DELAYED, CLOSED, CONNECT_RETRIED (where the
+ *                    refusal is immediate, CLOSED, CONNECT_RETRIED)
+ *   no answer        CONNECT_DELAYED, CLOSED, CONNECT_RETRIED CONNECT_MS later
+ *   bad host name    CONNECT_RETRIED alone (no socket was made)
+ *   another key      HANDSHAKE_FAILED_NO_DETAIL: the server cannot open
+ *                    our HELLO, which is sealed to another server key,
+ *                    and closes; so does a keyed server to a plain client
+ *   forged client    HANDSHAKE_FAILED_AUTH (ZAP said 400)
+ *   lost after use   DISCONNECTED after HANDSHAKE_SUCCEEDED: what the
+ *                    peer still had for us is gone with the connection
+ *                    (the ROUTER routes by connection, see ROUTER_TIMEOUT)
+ * Every one but the last repeats at each reconnect; the first ends it. */
+static shoal_err shoal_ctl_client_event(shoal_ctl_client *c, int ev, int32_t value, char *why,
+                                        size_t why_len)
+{
+	uint64_t now = shoal_clock_now_ms();
+	switch (ev) {
+	case ZMQ_EVENT_CONNECT_DELAYED:
+		c->delayed_ms = now;
+		c->opened = 1;
+		return SHOAL_OK;
+	case ZMQ_EVENT_CLOSED:
+		c->opened = 1;
+		return SHOAL_OK;
+	case ZMQ_EVENT_CONNECT_RETRIED:
+		if (c->handshaken)
+			return SHOAL_OK; /* DISCONNECTED said it */
+		if (!c->opened)
+			return shoal_why(why, why_len, SHOAL_ERR_NOTFOUND,
+			                 "cannot resolve the host name");
+		if (c->delayed_ms && now - c->delayed_ms + 100 >= SHOAL_CTL_CLIENT_CONNECT_MS)
+			return shoal_why(
+			    why, why_len, SHOAL_ERR_TIMEOUT,
+			    "no answer to connecting in %d s (host down or unreachable?)",
+			    SHOAL_CTL_CLIENT_CONNECT_MS / 1000);
+		return shoal_why(why, why_len, SHOAL_ERR_IO,
+		                 "nothing is listening there (connection refused)");
+	case ZMQ_EVENT_HANDSHAKE_SUCCEEDED:
+		c->handshaken = 1;
+		return SHOAL_OK;
+	case ZMQ_EVENT_HANDSHAKE_FAILED_AUTH:
+		return shoal_why(why, why_len, SHOAL_ERR_AUTH,
+		                 "the peer refused our key (ZAP status %u: not this cluster's key)",
+		                 (unsigned)value);
+	case ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL:
+	case ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL:
+		if (c->keyed)
+			return shoal_why(
+			    why, why_len, SHOAL_ERR_AUTH,
+			    "the peer refused our key (it closed the connection during "
+			    "the CURVE handshake: another cluster key, or an --insecure "
+			    "node?)");
+		return shoal_why(why, why_len, SHOAL_ERR_AUTH,
+		                 "the peer refused us without a key (it closed the connection "
+		                 "during the handshake: it needs --key with its cluster key)");
+	case ZMQ_EVENT_DISCONNECTED:
+		if (!c->handshaken)
+			return SHOAL_OK; /* a handshake failure said it */
+		return shoal_why(why, why_len, SHOAL_ERR_CLOSED,
+		                 "the peer closed the connection (did the node stop?)");
+	default:
+		return SHOAL_OK;
+	}
+}
+
 shoal_err shoal_ctl_client_recv(shoal_ctl_client *c, int timeout_ms, uint8_t **buf, size_t *len,
                                 char *why, size_t why_len)
 {
@@ -711,14 +798,7 @@ shoal_err shoal_ctl_client_recv(shoal_ctl_client *c, int timeout_ms, uint8_t **b
 		if (rc < 0 && errno != EINTR)
 			return shoal_why(why, why_len, SHOAL_ERR_IO, "poll: %s",
 			                 zmq_strerror(errno));
-		if (c->monitor && (it[1].revents & ZMQ_POLLIN)) {
-			char addr[128];
-			int32_t value;
-			int ev = shoal_ctl_monitor_read(c->monitor, addr, sizeof addr, &value);
-			if (ev == ZMQ_EVENT_HANDSHAKE_FAILED_AUTH)
-				return shoal_why(why, why_len, SHOAL_ERR_AUTH,
-				                 "the node refused our key (wrong cluster key?)");
-		}
+		/* messages first: what arrived before a loss is delivered */
 		if (it[0].revents & ZMQ_POLLIN) {
 			zmq_msg_t m;
 			zmq_msg_init(&m);
@@ -740,6 +820,14 @@ shoal_err shoal_ctl_client_recv(shoal_ctl_client *c, int timeout_ms, uint8_t **b
 			*buf = b;
 			*len = l;
 			return SHOAL_OK;
+		}
+		if (c->monitor && (it[1].revents & ZMQ_POLLIN)) {
+			char addr[128];
+			int32_t value;
+			int ev = shoal_ctl_monitor_read(c->monitor, addr, sizeof addr, &value);
+			shoal_err e = shoal_ctl_client_event(c, ev, value, why, why_len);
+			if (e != SHOAL_OK)
+				return e;
 		}
 	}
 }

@@ -122,8 +122,13 @@ void shoal_ctl_client_free(shoal_ctl_client *c);
 shoal_err shoal_ctl_client_send(shoal_ctl_client *c, const void *const *bufs, const size_t *lens,
                                 int n);
 /* Wait up to timeout_ms for one message; *buf is malloc'd, owned by the
- * caller. SHOAL_ERR_TIMEOUT when nothing came, SHOAL_ERR_AUTH when the
- * server refused our credentials during the handshake. */
+ * caller. Ends early, with a reason in plain words, when the connection
+ * cannot serve: SHOAL_ERR_AUTH the server refused our credentials during
+ * the handshake, SHOAL_ERR_IO nothing listens there (connection refused),
+ * SHOAL_ERR_NOTFOUND the host name does not resolve, SHOAL_ERR_CLOSED the
+ * server closed an established connection (what it still owed us is
+ * lost). SHOAL_ERR_TIMEOUT when nothing came, or a TCP connect had no
+ * answer within 5 s. */
 shoal_err shoal_ctl_client_recv(shoal_ctl_client *c, int timeout_ms, uint8_t **buf, size_t *len,
                                 char *why, size_t why_len);
 

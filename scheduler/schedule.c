@@ -38,15 +38,33 @@
  */
 #include "scheduler/sched_impl.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#define GIB(x) ((double)(x) / (1024.0 * 1024.0 * 1024.0))
+#include "base/fmt.h"
 
 typedef struct cand {
 	sched__asg a;
 	sched__mode mode;
 } cand;
+
+/* Sizes for infeasible_why. Two that print alike (11.04 and 11.02 MiB)
+ * get their bytes too, or "needs 11.0 MiB, offers 11.0 MiB" would read
+ * as a contradiction. */
+typedef struct sizes {
+	char need[SHOAL_FMT_BYTES_LEN], have[SHOAL_FMT_BYTES_LEN], exact[64];
+} sizes;
+
+static void sizes_fmt(sizes *z, uint64_t need, uint64_t have)
+{
+	shoal_fmt_bytes(z->need, sizeof z->need, need);
+	shoal_fmt_bytes(z->have, sizeof z->have, have);
+	z->exact[0] = '\0';
+	if (!strcmp(z->need, z->have))
+		snprintf(z->exact, sizeof z->exact, " (%llu > %llu bytes)",
+		         (unsigned long long)need, (unsigned long long)have);
+}
 
 static shoal_err infeasible_why(const sched__ctx *c, char *why, size_t why_len)
 {
@@ -59,26 +77,33 @@ static shoal_err infeasible_why(const sched__ctx *c, char *why, size_t why_len)
 	for (uint32_t l = 0; l < c->L; l++)
 		kv = sched__add(kv, c->kv[l]);
 	uint64_t need = sched__range_mem(c, SCHED__KEEP, 0, c->L, true, true);
-	if (need > have)
+	sizes z;
+	if (need > have) {
+		char w[SHOAL_FMT_BYTES_LEN], k[SHOAL_FMT_BYTES_LEN];
+		sizes_fmt(&z, need, have);
 		return shoal_why(
 		    why, why_len, SHOAL_ERR_INFEASIBLE,
-		    "needs %.1f GiB (weights %.1f GiB + KV cache %.1f GiB for %u tokens x "
-		    "%u session%s), the cluster can give %.1f GiB",
-		    GIB(need), GIB(need - kv), GIB(kv), c->pol->ctx, c->pol->sessions,
-		    c->pol->sessions == 1 ? "" : "s", GIB(have));
+		    "needs %s (weights %s + KV cache %s for %u tokens x %u session%s), "
+		    "the cluster offers %s%s",
+		    z.need, shoal_fmt_bytes(w, sizeof w, need - kv),
+		    shoal_fmt_bytes(k, sizeof k, kv), c->pol->ctx, c->pol->sessions,
+		    c->pol->sessions == 1 ? "" : "s", z.have, z.exact);
+	}
 	for (uint32_t l = 0; l < c->L; l++) {
 		uint64_t x = c->mpre[SCHED__SPREAD][l + 1] - c->mpre[SCHED__SPREAD][l];
-		if (x > big)
-			return shoal_why(
-			    why, why_len, SHOAL_ERR_INFEASIBLE,
-			    "layer %u needs %.1f GiB on one peer, the largest peer can "
-			    "give %.1f GiB",
-			    l, GIB(x), GIB(big));
+		if (x > big) {
+			sizes_fmt(&z, x, big);
+			return shoal_why(why, why_len, SHOAL_ERR_INFEASIBLE,
+			                 "layer %u needs %s on one peer, the largest peer offers "
+			                 "%s%s",
+			                 l, z.need, z.have, z.exact);
+		}
 	}
+	char n[SHOAL_FMT_BYTES_LEN], h[SHOAL_FMT_BYTES_LEN];
 	return shoal_why(why, why_len, SHOAL_ERR_INFEASIBLE,
-	                 "needs %.1f GiB and the cluster can give %.1f GiB, but no split of the "
-	                 "layers fits the peers' memory",
-	                 GIB(need), GIB(have));
+	                 "needs %s and the cluster offers %s, but no split of the layers fits "
+	                 "the peers' memory",
+	                 shoal_fmt_bytes(n, sizeof n, need), shoal_fmt_bytes(h, sizeof h, have));
 }
 
 static bool same_assignment(const sched__ctx *c, const sched__asg *x, const sched__asg *y)

@@ -16,22 +16,13 @@
 
 #include "base/clock.h"
 #include "base/err.h"
+#include "base/fmt.h"
 #include "models/manifest.h"
 #include "models/model.h"
 #include "models/spec.h"
 #include "runtime/cli/cli.h"
 #include "runtime/node/plan_json.h"
 #include "scheduler/plan.h"
-
-/* "12.3 GiB", or MiB below a GiB, into buf[16]. */
-static const char *human(uint64_t b, char buf[16])
-{
-	if (b >= (1ULL << 30))
-		snprintf(buf, 16, "%.1f GiB", (double)b / (1ULL << 30));
-	else
-		snprintf(buf, 16, "%.1f MiB", (double)b / (1ULL << 20));
-	return buf;
-}
 
 static void plan_usage(FILE *f)
 {
@@ -137,10 +128,13 @@ static void print_text(const shoal_plan *p, const shoal_spec_info *info, const s
 	printf("memory:\n");
 	for (size_t i = 0; i < shoal_plan_n_peers(p); i++) {
 		const shoal_plan_peer *pp = shoal_plan_peer_at(p, i);
-		char b1[16], b2[16], b3[16], b4[16];
+		char b1[SHOAL_FMT_BYTES_LEN], b2[SHOAL_FMT_BYTES_LEN], b3[SHOAL_FMT_BYTES_LEN],
+		    b4[SHOAL_FMT_BYTES_LEN];
 		printf("  %-20s weights %10s + KV %10s = %10s of %10s", pp->name,
-		       human(pp->weight_bytes, b1), human(pp->kv_bytes, b2),
-		       human(pp->weight_bytes + pp->kv_bytes, b3), human(pp->capacity_bytes, b4));
+		       shoal_fmt_bytes(b1, sizeof b1, pp->weight_bytes),
+		       shoal_fmt_bytes(b2, sizeof b2, pp->kv_bytes),
+		       shoal_fmt_bytes(b3, sizeof b3, pp->weight_bytes + pp->kv_bytes),
+		       shoal_fmt_bytes(b4, sizeof b4, pp->capacity_bytes));
 		if (pp->n_experts)
 			printf(", %u experts", pp->n_experts);
 		printf("\n");

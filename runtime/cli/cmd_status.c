@@ -41,6 +41,7 @@
 
 #include <jansson.h>
 
+#include "base/fmt.h"
 #include "base/statedir.h"
 #include "net/ctl.h"
 #include "net/ctlmsg.h"
@@ -95,19 +96,20 @@ static void shoal_cmd_status_print(json_t *root)
 	printf("cluster '%s'%s, seen from %s: %zu peer(s)\n", shoal_cmd_status_str(root, "cluster"),
 	       json_is_true(json_object_get(root, "insecure")) ? " (INSECURE)" : "",
 	       shoal_cmd_status_str(root, "name"), n);
-	printf("%-3s %-16s %-8s %-8s %5s %13s %9s %5s %-14s %s\n", "#", "NAME", "ID", "STATE",
-	       "INC", "MEM GiB", "GB/s", "CORES", "OS/ARCH", "CONTROL");
+	printf("%-3s %-16s %-8s %-8s %5s %19s %9s %5s %-14s %s\n", "#", "NAME", "ID", "STATE",
+	       "INC", "MEM OFFERED/TOTAL", "GB/s", "CORES", "OS/ARCH", "CONTROL");
 	for (size_t i = 0; i < n; i++) {
 		json_t *p = json_array_get(peers, i);
 		char osarch[48];
 		snprintf(osarch, sizeof osarch, "%s/%s", shoal_cmd_status_str(p, "os"),
 		         shoal_cmd_status_str(p, "arch"));
-		char mem[32];
-		snprintf(mem, sizeof mem, "%.1f/%.1f",
-		         shoal_cmd_status_num(p, "mem_weights") / 1073741824.0,
-		         shoal_cmd_status_num(p, "mem_total") / 1073741824.0);
+		char mem[2 * SHOAL_FMT_BYTES_LEN], mw[SHOAL_FMT_BYTES_LEN], mt[SHOAL_FMT_BYTES_LEN];
+		json_int_t w = json_integer_value(json_object_get(p, "mem_weights")),
+		           t = json_integer_value(json_object_get(p, "mem_total"));
+		snprintf(mem, sizeof mem, "%s/%s", shoal_fmt_bytes(mw, sizeof mw, (uint64_t)w),
+		         shoal_fmt_bytes(mt, sizeof mt, (uint64_t)t));
 		printf("%-3zu %-16.16s %-8.8s %-8s %5" JSON_INTEGER_FORMAT
-		       " %13s %9.2f %5d %-14.14s %s%s\n",
+		       " %19s %9.2f %5d %-14.14s %s%s\n",
 		       i, shoal_cmd_status_str(p, "name"), shoal_cmd_status_str(p, "id"),
 		       shoal_cmd_status_str(p, "state"),
 		       json_integer_value(json_object_get(p, "incarnation")), mem,

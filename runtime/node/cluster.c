@@ -345,6 +345,71 @@ static void shoal_cluster_learn_prev(shoal_cluster *cl, const shoal_swim_member 
 	cl->prev = p;
 }
 
+/* Peers (alive, compatible) that serve another model id than ours, one
+ * entry per model id, in view order. */
+typedef struct shoal_cluster_other {
+	uint8_t id[32];
+	size_t n;
+	char first[SHOAL_RECORD_NAME_MAX]; /* the first such peer's name */
+} shoal_cluster_other;
+
+static void shoal_cluster_other_add(shoal_cluster_other *o, size_t *no, const shoal_swim_member *m)
+{
+	size_t i = 0;
+	while (i < *no && memcmp(o[i].id, m->record.models[0].digest, 32))
+		i++;
+	if (i == *no) {
+		if (*no >= SHOAL_CLUSTER_MAX_PEERS)
+			return;
+		memcpy(o[i].id, m->record.models[0].digest, 32);
+		o[i].n = 0;
+		snprintf(o[i].first, sizeof o[i].first, "%s", m->record.name);
+		(*no)++;
+	}
+	o[i].n++;
+}
+
+/* Whether more peers serve one other model than ours (nc peers, us
+ * included): then that is the cluster's model, we are the one left out of
+ * its plan, and we plan nothing rather than serve our file alone; why says
+ * so. A tie leaves each group serving its own model. Logs, once per
+ * change, which peers serve another model. */
+static bool shoal_cluster_outvoted(shoal_cluster *cl, const shoal_cluster_other *o, size_t no,
+                                   size_t nc, char *why, size_t why_len)
+{
+	size_t big = 0, others = 0;
+	for (size_t i = 0; i < no; i++) {
+		others += o[i].n;
+		if (o[i].n > o[big].n)
+			big = i;
+	}
+	char theirs[65] = "", ours[65] = "", line[sizeof cl->others_why] = "";
+	bool out = no && o[big].n > nc;
+	if (no) {
+		shoal_model_id_hex(o[big].id, theirs);
+		shoal_model_id_hex(cl->model_id, ours);
+		snprintf(line, sizeof line,
+		         "%zu peer(s) (first %s) serve model id %.16s, %zu (us included) our "
+		         "model id %.16s: %s",
+		         o[big].n, o[big].first, theirs, nc, ours,
+		         out ? "their plan leaves us out, and we serve nothing (is our --model "
+		               "another file than theirs?)"
+		             : "they are left out of our plan");
+	}
+	if (strcmp(line, cl->others_why)) {
+		if (no)
+			SHOAL_LOG_W("cluster", "%s%s", line,
+			            others > o[big].n ? "; more peers serve other models" : "");
+		snprintf(cl->others_why, sizeof cl->others_why, "%s", line);
+	}
+	if (out)
+		snprintf(why, why_len,
+		         "left out of the cluster's plan: our model file differs from the "
+		         "cluster's (%zu peer(s), first %s, serve model id %.16s; ours is %.16s)",
+		         o[big].n, o[big].first, theirs, ours);
+	return out;
+}
+
 int shoal_cluster_update(shoal_cluster *cl, const shoal_swim_member *v, size_t n)
 {
 	char why[256] = "";
@@ -353,8 +418,9 @@ int shoal_cluster_update(shoal_cluster *cl, const shoal_swim_member *v, size_t n
 	crypto_generichash_state hs;
 	crypto_generichash_init(&hs, NULL, 0, 32);
 	cl->n_left = 0;
-	size_t nc = 0;
+	size_t nc = 0, no = 0;
 	const shoal_swim_member *cand[SHOAL_CLUSTER_MAX_PEERS] = {0};
+	shoal_cluster_other other[SHOAL_CLUSTER_MAX_PEERS];
 	for (size_t i = 0; i < n; i++) {
 		const shoal_swim_member *m = &v[i];
 		char hex[65];
@@ -371,6 +437,7 @@ int shoal_cluster_update(shoal_cluster *cl, const shoal_swim_member *v, size_t n
 		if (memcmp(m->record.models[0].digest, cl->model_id, 32)) {
 			shoal_model_id_hex(m->record.models[0].digest, hex);
 			shoal_cluster_left(cl, m, "its model id %.16s... differs from ours", hex);
+			shoal_cluster_other_add(other, &no, m);
 			continue;
 		}
 		if (nc >= SHOAL_CLUSTER_MAX_PEERS)
@@ -395,6 +462,9 @@ int shoal_cluster_update(shoal_cluster *cl, const shoal_swim_member *v, size_t n
 		/* a restart: the data thread must know the new incarnation */
 		crypto_generichash_update(&hs, (const uint8_t *)&cand[i]->incarnation, 8);
 	}
+	char left_why[256] = "";
+	bool outvoted = shoal_cluster_outvoted(cl, other, no, nc, left_why, sizeof left_why);
+	crypto_generichash_update(&hs, (const uint8_t *)left_why, strlen(left_why));
 	uint8_t sig[32];
 	crypto_generichash_final(&hs, sig, 32);
 
@@ -441,7 +511,7 @@ int shoal_cluster_update(shoal_cluster *cl, const shoal_swim_member *v, size_t n
 		shoal_plan *np = NULL;
 		uint32_t np_sessions = 0;
 		shoal_err e = SHOAL_ERR_STATE;
-		for (int attempt = 0; attempt < 2 && e != SHOAL_OK; attempt++) {
+		for (int attempt = 0; attempt < 2 && e != SHOAL_OK && !outvoted; attempt++) {
 			if (attempt == 1)
 				shoal_cluster_learn_prev(cl, cand, nc);
 			if (!cl->prev)
@@ -454,7 +524,9 @@ int shoal_cluster_update(shoal_cluster *cl, const shoal_swim_member *v, size_t n
 				e = SHOAL_ERR_STATE;
 			}
 		}
-		if (e != SHOAL_OK)
+		if (outvoted)
+			e = shoal_why(why, sizeof why, SHOAL_ERR_INFEASIBLE, "%s", left_why);
+		else if (e != SHOAL_OK)
 			e = shoal_cluster_plan_on(cl, cand, nc, NULL, NULL, &np, &np_sessions, why,
 			                          sizeof why);
 		if (e != SHOAL_OK) {

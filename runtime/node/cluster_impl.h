@@ -153,7 +153,8 @@ struct shoal_cluster {
 	shoal_plan *prev;        /* last servable, or learned from the peers we joined */
 	uint8_t learn_tried[32]; /* the digest we last tried to learn */
 	char plan_why[256];
-	shoal_err plan_err;      /* why there is no plan (INFEASIBLE: memory) */
+	shoal_err plan_err;      /* why there is no plan (INFEASIBLE: memory, or left out) */
+	char others_why[400];    /* peers serving another model, as last logged */
 	bool servable;
 	uint8_t ready_digest[32];
 	uint64_t ready_epoch;

@@ -34,6 +34,7 @@
 #include <sodium.h>
 
 #include "base/clock.h"
+#include "base/fmt.h"
 #include "base/log.h"
 #include "base/statedir.h"
 #include "net/ctl.h"
@@ -842,13 +843,14 @@ shoal_err shoal_node_run(shoal_node *n, volatile sig_atomic_t *stop)
 	SHOAL_LOG_I("node", "control %s (advertised %s), data port %u, %u data endpoint(s)",
 	            shoal_ctl_bound(n->ctl), n->rec.ctl_endpoint, (unsigned)n->data_port,
 	            n->rec.n_data_ep);
+	char mt[SHOAL_FMT_BYTES_LEN], ma[SHOAL_FMT_BYTES_LEN];
 	SHOAL_LOG_I("node",
-	            "memory %.1f GiB total, %.1f GiB available; %u cores%s%s; %s/%s; "
+	            "memory %s total, %s available; %u cores%s%s; %s/%s; "
 	            "compute probe %llu MB/s",
-	            n->rec.mem_total / 1073741824.0, n->rec.mem_weights / 1073741824.0,
-	            n->rec.cores, n->rec.n_rdma ? "; RDMA " : "",
-	            n->rec.n_rdma ? n->rec.rdma[0] : "", n->rec.os, n->rec.arch,
-	            (unsigned long long)n->rec.compute_mb_s);
+	            shoal_fmt_bytes(mt, sizeof mt, n->rec.mem_total),
+	            shoal_fmt_bytes(ma, sizeof ma, n->rec.mem_weights), n->rec.cores,
+	            n->rec.n_rdma ? "; RDMA " : "", n->rec.n_rdma ? n->rec.rdma[0] : "", n->rec.os,
+	            n->rec.arch, (unsigned long long)n->rec.compute_mb_s);
 	if (n->cfg.threads > 0)
 		SHOAL_LOG_I("node", "compute threads: %d", n->cfg.threads);
 	shoal_node_write_control(n);

@@ -24,7 +24,7 @@ esac
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/shoal-sched-arm64.XXXXXX") || exit 1
 trap 'rm -rf "$tmp"' EXIT
 srcs="$src/tests/helpers/sched_xdigest.c $src/base/err.c $src/base/hex.c $src/base/peer_id.c
-	$src/base/assert.c"
+	$src/base/assert.c $src/base/fmt.c"
 for f in view digest plan cost search experts schedule ready; do
 	srcs="$srcs $src/scheduler/$f.c"
 done

@@ -50,8 +50,8 @@ if "$bin" plan --view "$ex/studio-and-minis.json" --model "$specs/deepseek-v3-q8
 	fail "deepseek q8 on studio+minis should not fit"
 else
 	rc=$?
-	[ $rc -eq 1 ] && grep -q "needs [0-9.]* GiB" "$tmp/err" &&
-		grep -q "the cluster can give [0-9.]* GiB" "$tmp/err" && ok "infeasible reason" ||
+	[ $rc -eq 1 ] && grep -q "needs [0-9.]* [KMGT]iB" "$tmp/err" &&
+		grep -q "the cluster offers [0-9.]* [KMGT]iB" "$tmp/err" && ok "infeasible reason" ||
 		fail "infeasible: rc $rc, $(cat "$tmp/err")"
 fi
 

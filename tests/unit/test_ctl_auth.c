@@ -9,6 +9,9 @@
  *   4. no CURVE at all                                -> refused
  * and an insecure ROUTER answers a plain client. The server's counters
  * must show the refusals, and no refused client's message may arrive.
+ * Each refusal reaches the client as SHOAL_ERR_AUTH with a reason, well
+ * before its wait ends (it is not a timeout); a port where nothing
+ * listens any more gives "connection refused" at once too.
  */
 #include "config.h"
 
@@ -18,9 +21,16 @@
 
 #include <sodium.h>
 
+#include "base/clock.h"
 #include "net/ctl.h"
 #include "net/key.h"
 #include "tests/unit/test.h"
+
+/* A refusal must come well within the client's wait (REFUSE_WAIT_MS):
+ * the events that carry it arrive in milliseconds on loopback; 2 s leaves
+ * room for a loaded machine. */
+#define REFUSE_WAIT_MS 10000
+#define REFUSE_MS      2000
 
 typedef struct server {
 	shoal_ctl *ctl;
@@ -86,12 +96,15 @@ static void server_stats(server *s, shoal_ctl_stats *st, int *received)
 	pthread_mutex_unlock(&s->mu);
 }
 
-/* Send "hello" with the given keys; return the client's verdict. */
-static shoal_err ask(server *s, const shoal_key_curve *keys, int timeout_ms, char *reply,
-                     size_t cap)
+static char last_why[256]; /* the client's reason of the last ask */
+static uint64_t last_ms;   /* how long the last ask took */
+
+/* Send "hello" to ep with the given keys; return the client's verdict. */
+static shoal_err ask_at(const char *ep, const shoal_key_curve *keys, int timeout_ms, char *reply,
+                        size_t cap)
 {
-	char ep[160], why[256] = "";
-	snprintf(ep, sizeof ep, "%s", shoal_ctl_bound(s->ctl));
+	char why[256] = "";
+	uint64_t t0 = shoal_clock_now_ms();
 	shoal_ctl_client *c = NULL;
 	shoal_err e = shoal_ctl_client_new(ep, keys, &c, why, sizeof why);
 	if (e != SHOAL_OK)
@@ -108,17 +121,31 @@ static shoal_err ask(server *s, const shoal_key_curve *keys, int timeout_ms, cha
 	}
 	free(r);
 	shoal_ctl_client_free(c);
+	last_ms = shoal_clock_now_ms() - t0;
+	snprintf(last_why, sizeof last_why, "%s", why);
 	return e;
+}
+
+static shoal_err ask(server *s, const shoal_key_curve *keys, int timeout_ms, char *reply,
+                     size_t cap)
+{
+	return ask_at(shoal_ctl_bound(s->ctl), keys, timeout_ms, reply, cap);
+}
+
+/* A server with a new cluster key; *kc gets the keys that open it. */
+static int keyed_server_start(server *s, shoal_key_curve *kc)
+{
+	shoal_key k;
+	if (shoal_key_generate(&k) != SHOAL_OK || shoal_key_derive(&k, kc) != SHOAL_OK)
+		return -1;
+	return server_start(s, &k);
 }
 
 static void test_right_key_works(void)
 {
-	shoal_key k;
 	shoal_key_curve kc;
-	ASSERT_EQ(shoal_key_generate(&k), SHOAL_OK);
-	ASSERT_EQ(shoal_key_derive(&k, &kc), SHOAL_OK);
 	server s;
-	ASSERT_EQ(server_start(&s, &k), 0);
+	ASSERT_EQ(keyed_server_start(&s, &kc), 0);
 	char reply[64] = "";
 	shoal_err e = ask(&s, &kc, 3000, reply, sizeof reply);
 	shoal_ctl_stats st;
@@ -144,12 +171,17 @@ static void test_server_key_but_random_client_refused(void)
 	ASSERT_EQ(crypto_box_keypair(forged.client_public, forged.client_secret), 0);
 	server s;
 	ASSERT_EQ(server_start(&s, &k), 0);
-	shoal_err e = ask(&s, &forged, 1500, NULL, 0);
+	shoal_err e = ask(&s, &forged, REFUSE_WAIT_MS, NULL, 0);
+	ASSERT_EQ(e, SHOAL_ERR_AUTH);
+	ASSERT_LT(last_ms, REFUSE_MS);
+	ASSERT_TRUE(strstr(last_why, "refused our key") != NULL);
 	/* Also: the derived client *public* key with a secret that is not its
 	 * own (the attacker cannot know the real one). */
 	shoal_key_curve forged2 = forged;
 	memcpy(forged2.client_public, kc.client_public, SHOAL_KEY_BYTES);
-	shoal_err e2 = ask(&s, &forged2, 1500, NULL, 0);
+	shoal_err e2 = ask(&s, &forged2, REFUSE_WAIT_MS, NULL, 0);
+	ASSERT_EQ(e2, SHOAL_ERR_AUTH);
+	ASSERT_LT(last_ms, REFUSE_MS);
 	shoal_ctl_stats st;
 	int received;
 	server_stats(&s, &st, &received);
@@ -170,7 +202,12 @@ static void test_other_cluster_key_refused(void)
 	ASSERT_EQ(shoal_key_derive(&other, &kother), SHOAL_OK);
 	server s;
 	ASSERT_EQ(server_start(&s, &k), 0);
-	shoal_err e = ask(&s, &kother, 1500, NULL, 0);
+	shoal_err e = ask(&s, &kother, REFUSE_WAIT_MS, NULL, 0);
+	printf("  another cluster key: refused in %llu ms: %s\n", (unsigned long long)last_ms,
+	       last_why);
+	ASSERT_EQ(e, SHOAL_ERR_AUTH);
+	ASSERT_LT(last_ms, REFUSE_MS);
+	ASSERT_TRUE(strstr(last_why, "refused our key") != NULL);
 	shoal_ctl_stats st;
 	int received;
 	server_stats(&s, &st, &received);
@@ -186,7 +223,10 @@ static void test_plain_client_refused(void)
 	ASSERT_EQ(shoal_key_generate(&k), SHOAL_OK);
 	server s;
 	ASSERT_EQ(server_start(&s, &k), 0);
-	shoal_err e = ask(&s, NULL, 1500, NULL, 0);
+	shoal_err e = ask(&s, NULL, REFUSE_WAIT_MS, NULL, 0);
+	ASSERT_EQ(e, SHOAL_ERR_AUTH);
+	ASSERT_LT(last_ms, REFUSE_MS);
+	ASSERT_TRUE(strstr(last_why, "without a key") != NULL);
 	shoal_ctl_stats st;
 	int received;
 	server_stats(&s, &st, &received);
@@ -207,6 +247,54 @@ static void test_insecure_server_answers_plain_client(void)
 	ASSERT_STR_EQ(reply, "echo:hello");
 }
 
+/* The port of a ROUTER that was closed: nothing listens there now. */
+static void test_nothing_listening(void)
+{
+	shoal_key_curve kc;
+	server s;
+	ASSERT_EQ(keyed_server_start(&s, &kc), 0);
+	char ep[160];
+	snprintf(ep, sizeof ep, "%s", shoal_ctl_bound(s.ctl));
+	server_stop(&s);
+	shoal_err e = ask_at(ep, &kc, REFUSE_WAIT_MS, NULL, 0);
+	printf("  nothing listening: in %llu ms: %s\n", (unsigned long long)last_ms, last_why);
+	ASSERT_EQ(e, SHOAL_ERR_IO);
+	ASSERT_LT(last_ms, REFUSE_MS);
+	ASSERT_TRUE(strstr(last_why, "connection refused") != NULL);
+}
+
+/* A server that goes away after answering: the client waiting for more
+ * hears of it at once, not after its wait. */
+static void test_connection_lost(void)
+{
+	shoal_key_curve kc;
+	server s;
+	ASSERT_EQ(keyed_server_start(&s, &kc), 0);
+	shoal_ctl_client *c = NULL;
+	char why[256] = "";
+	ASSERT_EQ(shoal_ctl_client_new(shoal_ctl_bound(s.ctl), &kc, &c, why, sizeof why), SHOAL_OK);
+	const void *bufs[1] = {"hello"};
+	size_t lens[1] = {5};
+	uint8_t *r = NULL;
+	size_t rl = 0;
+	shoal_err e = shoal_ctl_client_send(c, bufs, lens, 1);
+	if (e == SHOAL_OK)
+		e = shoal_ctl_client_recv(c, REFUSE_WAIT_MS, &r, &rl, why, sizeof why);
+	free(r);
+	r = NULL;
+	server_stop(&s);
+	uint64_t t0 = shoal_clock_now_ms();
+	shoal_err e2 = shoal_ctl_client_recv(c, REFUSE_WAIT_MS, &r, &rl, why, sizeof why);
+	uint64_t ms = shoal_clock_now_ms() - t0;
+	free(r);
+	shoal_ctl_client_free(c);
+	ASSERT_EQ(e, SHOAL_OK);
+	ASSERT_EQ(e2, SHOAL_ERR_CLOSED);
+	ASSERT_LT(ms, REFUSE_MS);
+	ASSERT_TRUE(strstr(why, "closed the connection") != NULL);
+}
+
 TEST_MAIN(TEST_CASE(test_right_key_works), TEST_CASE(test_server_key_but_random_client_refused),
           TEST_CASE(test_other_cluster_key_refused), TEST_CASE(test_plain_client_refused),
-          TEST_CASE(test_insecure_server_answers_plain_client))
+          TEST_CASE(test_insecure_server_answers_plain_client), TEST_CASE(test_nothing_listening),
+          TEST_CASE(test_connection_lost))
