@@ -23,6 +23,9 @@
 #  6. 3 peers, 2 killed: the one left cannot hold the model and refuses a
 #     run at once with the figures (need and supply); 2 peers start again:
 #     served, with no restart of the first.
+#  7. Two owners stream; one of them (a stage too) is killed -9: its client
+#     is told within 10 s, the other owner's run completes with the
+#     undisturbed ids.
 set -u
 . "$(dirname "$0")/lib.sh"
 DENSE=$DATA/models/austen-dense-q8_0.gguf
@@ -178,3 +181,25 @@ wait_for 30 servable_all 3 g1 g2 g3 || fail "no plan after growing back"
 	fail "a run after growing back: $(cat "$T/r-grown.err")"
 same "ids after growing back" "$T/r-grown" "$T/l-8"
 echo "grown back to 3 peers: served again, no restart"
+stop_all
+
+# 7. an owner dies: only its client loses the connection
+start w1 "$DENSE" --mem-limit 11M --ctx $CTX
+SEED=$(ep w1)
+for n in w2 w3 w4; do start $n "$DENSE" --mem-limit 11M --ctx $CTX --peer "$SEED"; done
+wait_for 30 servable_all 3 w1 w2 w3 w4 || fail "no common plan on 4 peers"
+A=$("$PC" "$T/st-w1.json" stage 1) # an owner that is also a stage
+Bo=$("$PC" "$T/st-w1.json" stage 0)
+remote "$T/r-a" "$A" -n $N --temp 0
+APID=$RPID
+remote "$T/r-b" "$Bo" -n $N --temp 0
+BPID=$RPID
+wait_for 20 at_least "$T/r-b" 40 || fail "the run through $Bo did not stream: $(cat "$T/r-b.err")"
+stop "$A"
+t0=$(now_ms)
+if wait $APID; then fail "the client of the dead owner $A got a whole run"; fi
+dt=$(($(now_ms) - t0))
+[ "$dt" -lt 10000 ] || fail "the dead owner's client waited $dt ms"
+wait $BPID || fail "the other owner's run failed: $(cat "$T/r-b.err")"
+same "the other owner's ids" "$T/r-b" "$T/l-greedy"
+echo "owner $A killed: its client told in $dt ms ($(head -c 120 "$T/r-a.err")); the run through $Bo completed with identical ids"
