@@ -115,7 +115,8 @@ shoal_err shoal_xfer_listener_accept(shoal_xfer_listener *l, int timeout_ms, sho
 
 /* Connect to host:port, present token[token_len] (copied; <= 64 bytes),
  * and run the connector's handshake. Blocks up to cfg.handshake_ms plus
- * the TCP connect. SHOAL_ERR_AUTH when the acceptor refused the token. */
+ * the TCP connect. SHOAL_ERR_AUTH when the acceptor refused the token;
+ * SHOAL_ERR_CLOSED when nothing listens there (connection refused). */
 shoal_err shoal_xfer_link_connect(const shoal_xfer_config *cfg, const char *host, uint16_t port,
                                   const uint8_t *token, size_t token_len, shoal_xfer_link **out,
                                   char *why, size_t why_len);

@@ -124,12 +124,14 @@ shoal_err xfer__tcp_connect(const char *host, uint16_t port, int timeout_ms, int
 				freeaddrinfo(res);
 				return SHOAL_OK;
 			}
-			if (!e)
-				e = shoal_why(why, why_len, SHOAL_ERR_IO, "connect %s:%u: %s", host,
-				              port, strerror(err));
+			if (!e) /* CLOSED: nothing listens there (the peer is gone) */
+				e = shoal_why(why, why_len,
+				              err == ECONNREFUSED ? SHOAL_ERR_CLOSED : SHOAL_ERR_IO,
+				              "connect %s:%u: %s", host, port, strerror(err));
 		} else {
-			e = shoal_why(why, why_len, SHOAL_ERR_IO, "connect %s:%u: %s", host, port,
-			              strerror(errno));
+			e = shoal_why(why, why_len,
+			              errno == ECONNREFUSED ? SHOAL_ERR_CLOSED : SHOAL_ERR_IO,
+			              "connect %s:%u: %s", host, port, strerror(errno));
 		}
 		close(fd);
 	}

@@ -82,9 +82,11 @@
  *     the draw is a function of (seed, t) (DESIGN invariant 2).
  *  5. Hidden states and expert inputs/outputs are raw F32, never converted.
  *  6. A stage that cannot run a session's rows (bad shape, bad position,
- *     engine or expert failure) fails that session: it sends ERROR down the
- *     chain (the last stage to the owner) and drops its later frames. A
- *     frame for an unknown session is dropped and logged (a stray).
+ *     engine or expert failure, the next stage unreachable) fails that
+ *     session: it sends ERROR to the owner (directly with owner_link, else
+ *     down the chain: the last stage to the owner) and drops its later
+ *     frames. A frame for an unknown session is dropped and logged (a
+ *     stray).
  *  7. In an MoE layer, one EXPERT_REQ per remote expert peer per layer per
  *     engine run, one EXPERT_REP back, on the link the request came in on;
  *     contributions are combined in expert-id order by the engine.
@@ -128,6 +130,11 @@ typedef struct shoal_dist_stage_config {
 	 * thread reads them (runtime/node/cluster_data.c). */
 	shoal_dist_link_fn expert_link;
 	void *expert_link_ctx;
+	/* Which link reaches a session's owner from a stage that is not the
+	 * last: a session that fails here (the next stage is gone) is told to
+	 * its owner directly; NULL: down the chain, as the other control. */
+	shoal_dist_link_fn owner_link;
+	void *owner_link_ctx;
 	int timeout_ms; /* bound on one send and on an expert reply */
 } shoal_dist_stage_config;
 

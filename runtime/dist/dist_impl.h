@@ -52,6 +52,18 @@ uint64_t dist__now_ns(void);
 
 /* ---- the stage ---------------------------------------------------------- */
 
+/* Session errors a stage could not deliver to their owners, kept and tried
+ * again for DIST__ERR_RETRY_MS (an owner that restarted is reachable once
+ * the view has its new endpoint). */
+#define DIST__MAX_ERRS      16u
+#define DIST__ERR_RETRY_MS  5000u
+
+typedef struct dist__err {
+	uint64_t sid;
+	dist__ctl c;
+	uint64_t until_ns;
+} dist__err;
+
 typedef struct dist__sess {
 	bool used, failed;
 	uint64_t sid;
@@ -91,6 +103,9 @@ struct shoal_dist_stage {
 	int32_t *top_ids;      /* (MAX_LOGPROBS) */
 	float *top_lps;
 	int32_t ctl[SHOAL_DIST_CTL_WORDS + SHOAL_DIST_TAIL_MAX];
+	dist__err errs[DIST__MAX_ERRS];
+	uint32_t n_errs;
+	uint64_t errs_last_ns;
 	/* expert server: (R, k) ids/w, (R, k, n_embd) contributions, (R k) slots */
 	int32_t *ex_ids;
 	float *ex_w, *ex_contrib, *ex_out;

@@ -63,8 +63,11 @@ static shoal_xfer_link *ctl_dest(shoal_dist_stage *s, const uint8_t owner[16])
 	return link_to(s, s->cfg.has_head ? owner : s->cfg.next);
 }
 
+static shoal_err err_send(shoal_dist_stage *s, uint64_t sid, const dist__ctl *c);
+
 /* Fail session i (or, i < 0, an unknown one of owner/sid): log, send
- * ERROR onward, drop its later frames. */
+ * ERROR to its owner (kept and tried again for a while when the owner
+ * cannot be reached), drop its later frames. */
 static shoal_err sess_fail(shoal_dist_stage *s, int i, uint64_t sid, const uint8_t owner[16],
                            shoal_err status, const char *reason)
 {
@@ -81,13 +84,47 @@ static shoal_err sess_fail(shoal_dist_stage *s, int i, uint64_t sid, const uint8
 	memcpy(c.owner, owner, 16);
 	snprintf(c.reason, sizeof c.reason, "layers [%u, %u): %s", s->cfg.layer_begin,
 	         s->cfg.layer_end, reason);
-	char why[256];
-	shoal_err e =
-	    dist__ctl_send(ctl_dest(s, owner), sid, &c, s->ctl, (uint32_t)(sizeof s->ctl / 4),
-	                   s->cfg.timeout_ms, why, sizeof why);
-	if (e)
-		SHOAL_LOG_W(LOG_PART, "could not pass the error on: %s", why);
+	if (err_send(s, sid, &c) != SHOAL_OK && s->cfg.owner_link && !s->cfg.has_head) {
+		/* the owner's endpoint may be stale (it restarted): try again
+		 * while the view catches up, so that it learns and replays */
+		dist__err *pe = &s->errs[s->n_errs < DIST__MAX_ERRS ? s->n_errs++ : 0];
+		pe->sid = sid;
+		pe->c = c;
+		pe->until_ns = dist__now_ns() + (uint64_t)DIST__ERR_RETRY_MS * 1000000u;
+	}
 	return SHOAL_OK;
+}
+
+/* Send the ERROR block c of session sid: straight to the owner when we
+ * can reach it (the chain onward may be what broke), else onward. */
+static shoal_err err_send(shoal_dist_stage *s, uint64_t sid, const dist__ctl *c)
+{
+	char why[256];
+	shoal_xfer_link *k = s->cfg.owner_link && !s->cfg.has_head
+	                         ? s->cfg.owner_link(s->cfg.owner_link_ctx, c->owner)
+	                         : ctl_dest(s, c->owner);
+	shoal_err e = dist__ctl_send(k, sid, c, s->ctl, (uint32_t)(sizeof s->ctl / 4),
+	                             s->cfg.timeout_ms, why, sizeof why);
+	if (e)
+		SHOAL_LOG_W(LOG_PART, "could not pass the error of session %016llx on: %s",
+		            (unsigned long long)sid, why);
+	return e;
+}
+
+/* The errors not delivered yet, once more (at most every 100 ms). */
+static void errs_retry(shoal_dist_stage *s)
+{
+	uint64_t now = dist__now_ns();
+	if (!s->n_errs || now - s->errs_last_ns < 100000000u)
+		return;
+	s->errs_last_ns = now;
+	for (uint32_t i = 0; i < s->n_errs;) {
+		if (err_send(s, s->errs[i].sid, &s->errs[i].c) == SHOAL_OK ||
+		    now > s->errs[i].until_ns)
+			s->errs[i] = s->errs[--s->n_errs];
+		else
+			i++;
+	}
 }
 
 /* Hidden states of rows [0, n) downstream, as few frames as fit. */
@@ -324,8 +361,12 @@ static shoal_err flush(shoal_dist_stage *s, char *why, size_t why_len)
 		fail_batch(s, n, e, w);
 		return SHOAL_OK;
 	}
-	if (!s->cfg.has_head)
-		return send_hidden(s, n, why, why_len);
+	if (!s->cfg.has_head) {
+		e = send_hidden(s, n, why, why_len);
+		if (e) /* the next stage is gone: these sessions cannot go on */
+			fail_batch(s, n, e == SHOAL_ERR_TIMEOUT ? e : SHOAL_ERR_CLOSED, why);
+		return e;
+	}
 	return n_want ? send_results(s, n, n_want, why, why_len) : SHOAL_OK;
 }
 
@@ -476,8 +517,11 @@ static shoal_err handle_ctl(shoal_dist_stage *s, const shoal_xfer_frame *f, char
 	/* pass it on: down the chain; the last stage only passes errors */
 	if (s->cfg.has_head && c.op != SHOAL_DIST_CTL_ERROR)
 		return SHOAL_OK;
-	return dist__ctl_send(ctl_dest(s, c.owner), sid, &c, s->ctl, (uint32_t)(sizeof s->ctl / 4),
-	                      s->cfg.timeout_ms, why, why_len);
+	e = dist__ctl_send(ctl_dest(s, c.owner), sid, &c, s->ctl, (uint32_t)(sizeof s->ctl / 4),
+	                   s->cfg.timeout_ms, why, why_len);
+	if (e && c.op == SHOAL_DIST_CTL_OPEN && (i = sess_find(s, sid)) >= 0)
+		sess_fail(s, i, sid, c.owner, SHOAL_ERR_CLOSED, why); /* the rest never opened it */
+	return e;
 }
 
 /* ---- entry points --------------------------------------------------------------- */
@@ -545,6 +589,7 @@ shoal_err shoal_dist_stage_take(shoal_dist_stage *s, shoal_xfer_link *from,
 
 shoal_err shoal_dist_stage_flush(shoal_dist_stage *s, char *why, size_t why_len)
 {
+	errs_retry(s);
 	return flush(s, why, why_len);
 }
 

@@ -559,10 +559,22 @@ int shoal_cluster_update(shoal_cluster *cl, const shoal_swim_member *v, size_t n
 			cl->plan_sessions = np_sessions;
 			np = NULL;
 			cl->plan_why[0] = '\0';
-			/* 3. Build our part and announce readiness for the digest. */
+			/* 3. Build our part and announce readiness for the digest:
+			 * unless it is the plan whose part the data thread runs
+			 * (a plan that came back after a moment without one): its
+			 * stage stays, with its sessions. */
 			shoal_cluster_assign *a = NULL;
-			e = shoal_cluster_build_assign(cl, &a, why, sizeof why);
-			if (e != SHOAL_OK) {
+			bool in_force = cl->ready_epoch && cl->ready_epoch == shoal_plan_epoch(cl->plan) &&
+			                !memcmp(cl->ready_digest, shoal_plan_digest(cl->plan), 32);
+			e = in_force ? SHOAL_OK : shoal_cluster_build_assign(cl, &a, why, sizeof why);
+			if (in_force) {
+				SHOAL_LOG_I("cluster", "plan %.16s is back: our part of it stays as it is",
+				            dh);
+				pthread_mutex_lock(&cl->mu);
+				memcpy(cl->shared_digest, shoal_plan_digest(cl->plan), 32);
+				cl->shared_epoch = shoal_plan_epoch(cl->plan);
+				pthread_mutex_unlock(&cl->mu);
+			} else if (e != SHOAL_OK) {
 				SHOAL_LOG_W("cluster", "cannot load our part of plan %.16s: %s", dh,
 				            why);
 				snprintf(cl->ready_why, sizeof cl->ready_why, "%s", why);
@@ -741,6 +753,8 @@ static shoal_err shoal_cluster_build_assign(shoal_cluster *cl, shoal_cluster_ass
 		sc.link_ctx = sc.has_head ? &cl->lctx_owner : &cl->lctx_stage;
 		sc.expert_link = shoal_cluster__link;
 		sc.expert_link_ctx = &cl->lctx_experts;
+		sc.owner_link = shoal_cluster__link;
+		sc.owner_link_ctx = &cl->lctx_owner;
 		if ((e = shoal_dist_stage_new(cl->model, &sc, &a->stage, why, why_len)) != SHOAL_OK)
 			goto fail;
 		a->l0 = sc.layer_begin;

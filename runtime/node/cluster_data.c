@@ -214,6 +214,11 @@ shoal_xfer_link *shoal_cluster__link(void *ctx, const uint8_t peer[16])
 	if (e != SHOAL_OK) {
 		SHOAL_LOG_W("cluster", "data link to %.8s at %s:%u: %s", hex, ep->host,
 		            (unsigned)ep->port, why);
+		if (e == SHOAL_ERR_CLOSED) { /* nothing listens: that incarnation is gone */
+			char w[200];
+			snprintf(w, sizeof w, "nothing listens at its data port: %.150s", why);
+			shoal_cluster_link_broke(d, peer, ep->inc, false, w);
+		}
 		return NULL;
 	}
 	shoal_xfer_link_set_plan(k, d->as->digest, d->as->epoch);
