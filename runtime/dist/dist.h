@@ -69,8 +69,10 @@
  *
  * Protocol invariants:
  *  1. A session id (sid) is chosen by its owner; its high 32 bits are the
- *     first 4 bytes of the owner's peer id, so owners rarely collide; a
- *     stage refuses an OPEN whose sid is live for another owner (BUSY).
+ *     first 4 bytes of the owner's peer id, so owners rarely collide, and
+ *     its low 32 bits count from the owner's start time; a stage refuses
+ *     an OPEN whose sid is live for another owner (BUSY), and replaces one
+ *     live for the same owner (stale: an owner never reopens a live sid).
  *  2. OPEN travels owner -> stage 0 -> ... -> last stage, ahead of the
  *     session's first TOKEN frame on the same links: no reply is needed.
  *  3. Exactly one HIDDEN frame per hop per engine run, unless the run's rows

@@ -398,6 +398,9 @@ shoal_err shoal_dist_owner_new(const shoal_dist_owner_config *cfg, shoal_dist_ow
 	if (!o)
 		return SHOAL_ERR_NOMEM;
 	o->cfg = *cfg;
+	/* session ids of a restarted owner differ from its last life's, which
+	 * stages may still hold */
+	o->counter = (uint32_t)(dist__now_ns() / 1000u);
 	o->sess = calloc(cfg->max_sessions, sizeof *o->sess);
 	o->rows = calloc(cfg->max_rows, sizeof *o->rows);
 	o->next = calloc(cfg->max_rows, sizeof *o->next);

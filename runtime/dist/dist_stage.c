@@ -84,7 +84,7 @@ static shoal_err sess_fail(shoal_dist_stage *s, int i, uint64_t sid, const uint8
 	memcpy(c.owner, owner, 16);
 	snprintf(c.reason, sizeof c.reason, "layers [%u, %u): %s", s->cfg.layer_begin,
 	         s->cfg.layer_end, reason);
-	if (err_send(s, sid, &c) != SHOAL_OK && s->cfg.owner_link && !s->cfg.has_head) {
+	if (err_send(s, sid, &c) != SHOAL_OK && (s->cfg.owner_link || s->cfg.has_head)) {
 		/* the owner's endpoint may be stale (it restarted): try again
 		 * while the view catches up, so that it learns and replays */
 		dist__err *pe = &s->errs[s->n_errs < DIST__MAX_ERRS ? s->n_errs++ : 0];
@@ -222,8 +222,8 @@ static shoal_err send_results(shoal_dist_stage *s, uint32_t n, uint32_t n_want, 
 			m++;
 		}
 		shoal_xfer_link *k = link_to(s, owner);
-		if (!k)
-			return shoal_why(why, why_len, SHOAL_ERR_NOTFOUND, "no link to an owner");
+		shoal_err e = k ? SHOAL_OK
+		                : shoal_why(why, why_len, SHOAL_ERR_NOTFOUND, "no link to an owner");
 		shoal_xfer_hdr h = {.kind = SHOAL_XFER_KIND_TOKEN,
 		                    .dtype = SHOAL_XFER_DTYPE_I32,
 		                    .layer_first = (uint16_t)s->n_layer,
@@ -233,9 +233,18 @@ static shoal_err send_results(shoal_dist_stage *s, uint32_t n, uint32_t n_want, 
 		                    .rows = s->tags,
 		                    .payload_len = m * dim * 4u};
 		struct iovec v = {.iov_base = s->reply, .iov_len = (size_t)m * dim * 4u};
-		shoal_err e = shoal_xfer_link_send(k, &h, &v, 1, s->cfg.timeout_ms, why, why_len);
-		if (e)
-			return e;
+		if (!e)
+			e = shoal_xfer_link_send(k, &h, &v, 1, s->cfg.timeout_ms, why, why_len);
+		if (e) {
+			/* this owner cannot be reached now (gone, or restarted and
+			 * the view lags): its sessions fail, and it is told as soon
+			 * as it can be; the other owners' results still go */
+			for (uint32_t w = 0; w < n_want; w++)
+				if (!memcmp(s->sess[wsess[w]].owner, owner, 16))
+					sess_fail(s, (int)wsess[w], s->sess[wsess[w]].sid, owner,
+					          SHOAL_ERR_CLOSED, why);
+			continue;
+		}
 		s->met.tokens_sent++;
 		s->met.tokens_bytes += shoal_xfer_frame_head_len(&h) + h.payload_len;
 	}
@@ -433,9 +442,15 @@ static shoal_err sess_open(shoal_dist_stage *s, uint64_t sid, const dist__ctl *c
                            size_t w_len)
 {
 	int i = sess_find(s, sid);
-	if (i >= 0)
+	if (i >= 0 && memcmp(s->sess[i].owner, c->owner, 16))
 		return shoal_why(w, w_len, SHOAL_ERR_BUSY, "session %016llx is already open",
 		                 (unsigned long long)sid);
+	if (i >= 0) { /* its owner never reopens a live one: a restarted owner's */
+		SHOAL_LOG_I(LOG_PART, "layers [%u, %u): session %016llx opened again: the old one freed",
+		            s->cfg.layer_begin, s->cfg.layer_end, (unsigned long long)sid);
+		sess_drop(s, &s->sess[i]);
+		i = -1;
+	}
 	for (uint32_t j = 0; j < s->cfg.max_sessions && i < 0; j++)
 		if (!s->sess[j].used)
 			i = (int)j;

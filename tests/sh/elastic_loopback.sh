@@ -16,10 +16,13 @@
 #     a new run completes right after, and the owner counted far fewer
 #     tokens than the killed run asked for.
 #  4. An owner that is no stage (the spare peer) dies mid-run: the stages
-#     free its session (--sessions 1), so a run through another peer works.
+#     free its session (--sessions 1), so a run through another peer works;
+#     restarted, it serves runs again (the last stage's cached results link
+#     to its old life is not kept).
 #  5. A stage peer killed -9 and restarted at once (same id, new
-#     incarnation): runs through every peer work again (the old links are
-#     redialled, not kept).
+#     incarnation), 3 times, another stage each time: runs through every
+#     peer work at once (the old links are redialled, not kept; a stale
+#     endpoint is evidence; a session lost on the way is replayed).
 #  6. 3 peers, 2 killed: the one left cannot hold the model and refuses a
 #     run at once with the figures (need and supply); 2 peers start again:
 #     served, with no restart of the first.
@@ -135,26 +138,33 @@ OTHER=$("$PC" "$T/st-o1.json" stage 0)
 	fail "a run after the spare owner died: $(cat "$T/r-after.err")"
 same "ids after the owner died" "$T/r-after" "$T/l-8"
 grep -q "its owner left" "$T/"o?.log || fail "no stage freed the dead owner's session"
-echo "owner $SPARE (no stage) killed mid-run: the stages freed its session; a run through $OTHER works"
+start "$SPARE" "$DENSE" --mem-limit 11M --ctx $CTX --sessions 1 --peer "$(ep "$OTHER")"
+wait_for 30 servable_all 3 o1 o2 o3 o4 || fail "no common plan after $SPARE restarted"
+"$B" run --peer "$(ep "$SPARE")" --key "$KEY" -p "$P" -n 8 --temp 0 --ids --timeout-ms 20000 \
+	>"$T/r-back" 2>"$T/r-back.err" || fail "a run through the restarted owner: $(cat "$T/r-back.err")"
+same "ids through the restarted owner" "$T/r-back" "$T/l-8"
+echo "owner $SPARE (no stage) killed mid-run: the stages freed its session; a run through $OTHER works, and through $SPARE once restarted"
 stop_all
 
-# 5. a stage peer killed and restarted at once
+# 5. a stage peer killed and restarted at once, 3 times
 start s1 "$DENSE" --mem-limit 11M --ctx $CTX
 SEED=$(ep s1)
 for n in s2 s3; do start $n "$DENSE" --mem-limit 11M --ctx $CTX --peer "$SEED"; done
-wait_for 30 servable_all 3 s1 s2 s3 || fail "no 3-stage plan"
-MID=$("$PC" "$T/st-s1.json" stage 1)
-LAST=$("$PC" "$T/st-s1.json" stage 2)
-LAST_EP=$(ep "$LAST") # the restarted peer's seed: not itself
-stop "$MID"
-start "$MID" "$DENSE" --mem-limit 11M --ctx $CTX --peer "$LAST_EP"
-wait_for 30 servable_all 3 s1 s2 s3 || fail "no servable plan after $MID restarted"
-for n in s1 s2 s3; do
-	"$B" run --peer "$(ep $n)" --key "$KEY" -p "$P" -n 8 --temp 0 --ids --timeout-ms 20000 \
-		>"$T/r-re-$n" 2>"$T/r-re-$n.err" || fail "a run through $n after $MID restarted: $(cat "$T/r-re-$n.err")"
-	same "ids through $n after the restart" "$T/r-re-$n" "$T/l-8"
+for round in 1 2 3; do
+	wait_for 30 servable_all 3 s1 s2 s3 || fail "no 3-stage plan (round $round)"
+	MID=$("$PC" "$T/st-s1.json" stage $((round % 3)))
+	LAST=$("$PC" "$T/st-s1.json" stage $(((round + 1) % 3)))
+	LAST_EP=$(ep "$LAST") # the restarted peer's seed: not itself
+	stop "$MID"
+	start "$MID" "$DENSE" --mem-limit 11M --ctx $CTX --peer "$LAST_EP"
+	wait_for 30 servable_all 3 s1 s2 s3 || fail "no servable plan after $MID restarted"
+	for n in s1 s2 s3; do
+		"$B" run --peer "$(ep $n)" --key "$KEY" -p "$P" -n 8 --temp 0 --ids --timeout-ms 20000 \
+			>"$T/r-re-$n" 2>"$T/r-re-$n.err" || fail "a run through $n after $MID restarted: $(cat "$T/r-re-$n.err")"
+		same "ids through $n after the restart" "$T/r-re-$n" "$T/l-8"
+	done
+	echo "restart $round: $MID (stage $((round % 3))) killed and restarted at once; runs through every peer identical"
 done
-echo "restart: $MID killed and restarted at once; runs through every peer identical"
 stop_all
 
 # 6. shrink below the model's size, then grow back
