@@ -369,6 +369,95 @@ static void test_two_sessions_interleaved(void)
 	ASSERT_TRUE(dc_same_run(&want[1], &got[1]));
 }
 
+/* A replay (what an owner sends on a new plan): the prompt plus the first
+ * k tokens as the prompt, first_step = k. The rest of the run equals the
+ * undisturbed run's steps k.. bitwise, greedy and seeded alike. */
+static void test_replay_continues(void)
+{
+	shoal_model *m = dc_open_model("austen-dense-q8_0.gguf");
+	ASSERT_TRUE(m != NULL);
+	dc_cluster c;
+	const uint32_t cuts[] = {3};
+	ASSERT_EQ(dc_cluster_up(&c, m, cuts, 2, 0, SHOAL_XFER_MAX_FRAME_DEFAULT, 64, false), 0);
+	const uint32_t T = 24, k = 9;
+	int ok = 1;
+	for (int mode = 0; mode < 2; mode++) {
+		shoal_sampler_params sp = shoal_sampler_defaults();
+		if (mode == 0)
+			sp.temp = 0.0f;
+		else
+			sp.seed = 1234, sp.repeat_penalty = 1.1f; /* the tail carries the history */
+		static dc_run_out want, got;
+		int32_t hist[NP + DC_MAX_TOK];
+		ok &= dc_reference(m, PROMPT, NP, T, &sp, &want) == 0;
+		memcpy(hist, PROMPT, sizeof PROMPT);
+		memcpy(hist + NP, want.id, k * sizeof *hist);
+		memset(&got, 0, sizeof got);
+		shoal_dist_request rq = {.prompt = hist,
+		                         .n_prompt = NP + k,
+		                         .max_tokens = T - k,
+		                         .logprobs = DC_K_TOP,
+		                         .first_step = k,
+		                         .sampler = sp,
+		                         .on_token = dc_collect_token,
+		                         .ctx = &got};
+		char why[256] = "";
+		shoal_err e = shoal_dist_owner_generate(c.own, &rq, c.owner.links, c.owner.n, 10000,
+		                                        why, sizeof why);
+		if (e)
+			fprintf(stderr, "replay: %s\n", why);
+		ok &= e == SHOAL_OK && got.n == T - k;
+		for (uint32_t t = 0; ok && t < T - k; t++)
+			ok &= got.id[t] == want.id[k + t] && got.lp[t] == want.lp[k + t];
+		printf("replay from step %u (%s): %u tokens %s the undisturbed run's\n", k,
+		       mode ? "seeded, repeat penalty" : "greedy", got.n, ok ? "equal" : "DIFFER from");
+	}
+	dc_cluster_down(&c);
+	shoal_model_free(m);
+	ASSERT_TRUE(ok);
+}
+
+/* A cancelled session frees its owner slot and, through CLOSE, its stage
+ * slots: five cancels in a row on 2 slots, then a whole run is exact. */
+static void test_cancel_frees_slots(void)
+{
+	shoal_model *m = dc_open_model("austen-dense-q8_0.gguf");
+	ASSERT_TRUE(m != NULL);
+	dc_cluster c;
+	const uint32_t cuts[] = {3};
+	ASSERT_EQ(dc_cluster_up(&c, m, cuts, 2, 0, SHOAL_XFER_MAX_FRAME_DEFAULT, 64, false), 0);
+	shoal_sampler_params sp = shoal_sampler_defaults();
+	sp.temp = 0.0f;
+	char why[256];
+	int ok = 1;
+	static dc_run_out sink;
+	for (int i = 0; i < 5; i++) {
+		uint64_t sid = 0;
+		shoal_dist_request rq = {.prompt = PROMPT,
+		                         .n_prompt = NP,
+		                         .max_tokens = 40,
+		                         .sampler = sp,
+		                         .on_token = dc_collect_token,
+		                         .ctx = &sink};
+		memset(&sink, 0, sizeof sink);
+		shoal_err e = shoal_dist_owner_start(c.own, &rq, &sid, why, sizeof why);
+		if (e)
+			fprintf(stderr, "start %d: %s\n", i, why);
+		ok &= e == SHOAL_OK;
+		for (int spin = 0; spin < 3; spin++)
+			shoal_dist_owner_poll(c.own, c.owner.links, c.owner.n, 5, why, sizeof why);
+		shoal_dist_owner_cancel(c.own, sid);
+		shoal_err res;
+		ok &= shoal_dist_owner_done(c.own, sid, &res, why, sizeof why) && res == SHOAL_ERR_NOTFOUND;
+	}
+	dc_run_out got;
+	ok &= check_run(&c, &sp, 12, PROMPT, NP, &got);
+	dc_cluster_down(&c);
+	shoal_model_free(m);
+	ASSERT_TRUE(ok);
+}
+
 TEST_MAIN(TEST_CASE(test_dense_three_stages), TEST_CASE(test_dense_split_frames),
           TEST_CASE(test_moe_experts_on_three_peers), TEST_CASE(test_bad_frames),
-          TEST_CASE(test_two_sessions_interleaved))
+          TEST_CASE(test_two_sessions_interleaved), TEST_CASE(test_replay_continues),
+          TEST_CASE(test_cancel_frees_slots))
