@@ -12,9 +12,10 @@
 #     is printed.
 #  2. A 4th peer starts while a run streams: the run completes with the
 #     same ids (whether or not the plan changed; printed).
-#  3. A client killed mid-run frees its session at once: with --sessions 1,
-#     a new run completes right after, and the owner counted far fewer
-#     tokens than the killed run asked for.
+#  3. With --sessions 1, two requests at once are both served (the second
+#     waits in the queue). A client killed mid-run frees its session at
+#     once: a new run completes right after, and the owner counted far
+#     fewer tokens than the killed run asked for.
 #  4. An owner that is no stage (the spare peer) dies mid-run: the stages
 #     free its session (--sessions 1), so a run through another peer works;
 #     restarted, it serves runs again (the last stage's cached results link
@@ -22,7 +23,8 @@
 #  5. A stage peer killed -9 and restarted at once (same id, new
 #     incarnation), 3 times, another stage each time: runs through every
 #     peer work at once (the old links are redialled, not kept; a stale
-#     endpoint is evidence; a session lost on the way is replayed).
+#     endpoint is evidence; a session lost on the way is replayed); a 4th
+#     peer that joins and dies within 80 ms does not wedge the others.
 #  6. 3 peers, 2 killed: the one left cannot hold the model and refuses a
 #     run at once with the figures (need and supply); 2 peers start again:
 #     served, with no restart of the first.
@@ -102,9 +104,21 @@ changed=no
 echo "join: j4 started mid-stream; ids identical; plan changed: $changed"
 stop_all
 
-# 3. a killed client frees its session (--sessions 1, one peer)
+# 3. a killed client frees its session (--sessions 1, one peer); a second
+#    request waits in the queue instead of being refused
 start c1 "$DENSE" --ctx 4096 --sessions 1
 wait_for 30 servable_all 1 c1 || fail "no plan on c1"
+remote "$T/r-q1" c1 -n 200 --temp 0
+Q1=$RPID
+remote "$T/r-q2" c1 -n 200 --temp 0
+wait $Q1 || fail "the first of two requests on one session: $(cat "$T/r-q1.err")"
+wait $RPID || fail "the second of two requests on one session: $(cat "$T/r-q2.err")"
+head -c 2000 "$T/l-greedy" | cut -d' ' -f1-200 >"$T/l-200"
+same "the first queued request" "$T/r-q1" "$T/l-200"
+same "the second queued request" "$T/r-q2" "$T/l-200"
+echo "queue: two requests on one session both served, one after the other"
+status c1 || fail "status of c1"
+tok0=$("$PC" "$T/st-c1.json" data owner.tokens)
 remote "$T/r-victim" c1 -n 4000 --temp 0
 wait_for 20 at_least "$T/r-victim" 30 || fail "the long run did not stream: $(cat "$T/r-victim.err")"
 kill -9 $RPID
@@ -116,10 +130,10 @@ dt=$(($(now_ms) - t0))
 head -c 100 "$T/l-greedy" | cut -d' ' -f1-8 >"$T/l-8"
 same "the next run's ids" "$T/r-next" "$T/l-8"
 status c1 || fail "status of c1"
-tok=$("$PC" "$T/st-c1.json" data owner.tokens)
+tok=$(($("$PC" "$T/st-c1.json" data owner.tokens) - tok0))
 [ "$tok" -lt 4000 ] || fail "the killed client's run went on: the owner counted $tok tokens"
 grep -q "a client went away" "$T/c1.log" || fail "c1 did not notice the client go"
-echo "client killed mid-run: its session freed; the next run done in $dt ms (owner counted $tok tokens of the 4008 asked)"
+echo "client killed mid-run: its session freed; the next run done in $dt ms (owner counted $tok tokens of the 4000 asked, and the next run's)"
 stop_all
 
 # 4. the spare owner dies mid-run; the stages free its session
@@ -165,6 +179,16 @@ for round in 1 2 3; do
 	done
 	echo "restart $round: $MID (stage $((round % 3))) killed and restarted at once; runs through every peer identical"
 done
+start s4 "$DENSE" --mem-limit 11M --ctx $CTX --peer "$SEED"
+sleep 0.08
+stop s4
+wait_for 30 servable_all 3 s1 s2 s3 || fail "no servable plan after s4 came and went"
+for n in s1 s2 s3; do
+	"$B" run --peer "$(ep $n)" --key "$KEY" -p "$P" -n 8 --temp 0 --ids --timeout-ms 20000 \
+		>"$T/r-bl-$n" 2>"$T/r-bl-$n.err" || fail "a run through $n after s4 came and went: $(cat "$T/r-bl-$n.err")"
+	same "ids through $n after s4 came and went" "$T/r-bl-$n" "$T/l-8"
+done
+echo "a 4th peer that joins and dies within 80 ms: runs through every peer identical"
 stop_all
 
 # 6. shrink below the model's size, then grow back
