@@ -21,6 +21,18 @@ shoal_err shoal_prompt_ids(const shoal_model *m, const shoal_tokenizer *tok, con
 	if (system && strlen(system) > SHOAL_RUN_MAX_SYSTEM)
 		return shoal_why(why, why_len, SHOAL_ERR_RANGE, "a system text over %u bytes",
 		                 SHOAL_RUN_MAX_SYSTEM);
+	shoal_chat_msg msgs[2];
+	size_t n_msgs = 0;
+	if (system)
+		msgs[n_msgs++] = (shoal_chat_msg){"system", system};
+	msgs[n_msgs++] = (shoal_chat_msg){"user", prompt};
+	return shoal_prompt_chat_ids(m, tok, msgs, n_msgs, ids, n_ids, why, why_len);
+}
+
+shoal_err shoal_prompt_chat_ids(const shoal_model *m, const shoal_tokenizer *tok,
+                                const shoal_chat_msg *msgs, size_t n_msgs, int32_t **ids,
+                                size_t *n_ids, char *why, size_t why_len)
+{
 	const char *tmpl = NULL;
 	size_t tlen = 0;
 	shoal_gguf_get_str(m->gguf, "tokenizer.chat_template", &tmpl, &tlen);
@@ -38,11 +50,6 @@ shoal_err shoal_prompt_ids(const shoal_model *m, const shoal_tokenizer *tok, con
 		size_t n = shoal_tokenizer_piece(tok, eos_id, true, eos, sizeof eos - 1);
 		eos[n < sizeof eos ? n : 0] = 0;
 	}
-	shoal_chat_msg msgs[2];
-	size_t n_msgs = 0;
-	if (system)
-		msgs[n_msgs++] = (shoal_chat_msg){"system", system};
-	msgs[n_msgs++] = (shoal_chat_msg){"user", prompt};
 	char *text = NULL;
 	err = shoal_chat_render(style, msgs, n_msgs, true, bos, eos, &text, why, why_len);
 	if (err)

@@ -13,6 +13,7 @@
 
 #include "base/err.h"
 #include "base/run_limits.h"
+#include "models/chat.h"
 #include "models/model.h"
 #include "models/tokenizer.h"
 
@@ -28,5 +29,12 @@
 shoal_err shoal_prompt_ids(const shoal_model *m, const shoal_tokenizer *tok, const char *prompt,
                            bool chat, const char *system, int32_t **ids, size_t *n_ids, char *why,
                            size_t why_len);
+
+/* A whole conversation msgs[n_msgs] (an API request's messages), rendered
+ * with the model's chat template and a generation prompt, tokenized as
+ * above. */
+shoal_err shoal_prompt_chat_ids(const shoal_model *m, const shoal_tokenizer *tok,
+                                const shoal_chat_msg *msgs, size_t n_msgs, int32_t **ids,
+                                size_t *n_ids, char *why, size_t why_len);
 
 #endif

@@ -22,6 +22,7 @@
 
 #include <getopt.h>
 #include <signal.h>
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -31,6 +32,7 @@
 #include "base/statedir.h"
 #include "net/key.h"
 #include "runtime/cli/cli.h"
+#include "runtime/api/api.h"
 #include "runtime/node/node.h"
 #include "runtime/node/plan_json.h"
 
@@ -59,15 +61,41 @@ static void shoal_cmd_node_usage(FILE *f)
 	        "  --model FILE           serve this GGUF model's share of the plan\n"
 	        "  --mem-limit SIZE       memory offered at most (e.g. 20M, 8G)\n"
 	        "  --ctx N                KV context per session (default: the model's, <= 4096)\n"
-	        "  --sessions N           concurrent sessions per stage, 1..4 (default 2;\n"
-	        "                         give every peer the same)\n"
+	        "  --sessions N           concurrent sessions per stage, 1..16 (default: as\n"
+	        "                         many as memory holds; give every peer the same)\n"
 	        "  --spread-experts       place each MoE layer's experts on several peers\n"
+	        "  --api [HOST:]PORT      serve the OpenAI-compatible HTTP API there (port %u;\n"
+	        "                         give 0.0.0.0:PORT to serve other machines)\n"
+	        "  --api-key FILE         requests must carry Authorization: Bearer <its text>\n"
 	        "  -v, --verbose          debug logs\n",
-	        SHOAL_KEY_DEFAULT_NAME, SHOAL_NODE_DEFAULT_CLUSTER);
+	        SHOAL_KEY_DEFAULT_NAME, SHOAL_NODE_DEFAULT_CLUSTER, SHOAL_API_DEFAULT_PORT);
+}
+
+/* The API key: the file's first line, 8..255 bytes. 0 on success. */
+static int read_api_key(const char *path, char *key, size_t cap)
+{
+	FILE *f = fopen(path, "r");
+	if (!f) {
+		fprintf(stderr, "shoal node: --api-key %s: %s\n", path, strerror(errno));
+		return -1;
+	}
+	if (!fgets(key, (int)cap, f))
+		key[0] = '\0';
+	fclose(f);
+	key[strcspn(key, "\r\n")] = '\0';
+	if (strlen(key) < 8) {
+		fprintf(stderr, "shoal node: --api-key %s: the key must be 8 to %zu bytes on its first "
+		                "line\n",
+		        path, cap - 1);
+		return -1;
+	}
+	return 0;
 }
 
 int shoal_cmd_node(int argc, char **argv)
 {
+	const char *api_key_file = NULL;
+	char api_key[256];
 	enum {
 		O_NAME = 256,
 		O_LISTEN,
@@ -84,7 +112,9 @@ int shoal_cmd_node(int argc, char **argv)
 		O_MEMLIMIT,
 		O_CTX,
 		O_SPREAD,
-		O_SESSIONS
+		O_SESSIONS,
+		O_API,
+		O_API_KEY
 	};
 	static const struct option opts[] = {
 	    {"name", required_argument, NULL, O_NAME},
@@ -103,6 +133,8 @@ int shoal_cmd_node(int argc, char **argv)
 	    {"ctx", required_argument, NULL, O_CTX},
 	    {"spread-experts", no_argument, NULL, O_SPREAD},
 	    {"sessions", required_argument, NULL, O_SESSIONS},
+	    {"api", required_argument, NULL, O_API},
+	    {"api-key", required_argument, NULL, O_API_KEY},
 	    {"verbose", no_argument, NULL, 'v'},
 	    {"help", no_argument, NULL, 'h'},
 	    {NULL, 0, NULL, 0},
@@ -173,13 +205,19 @@ int shoal_cmd_node(int argc, char **argv)
 			char *end;
 			unsigned long v = strtoul(optarg, &end, 10);
 			cfg.sessions = (uint32_t)v;
-			if (!*optarg || *end || v < 1 || v > 4) {
-				fprintf(stderr, "shoal node: --sessions wants 1..4, not '%s'\n", optarg);
+			if (!*optarg || *end || v < 1 || v > 16) {
+				fprintf(stderr, "shoal node: --sessions wants 1..16, not '%s'\n", optarg);
 				free(seeds);
 				return 2;
 			}
 			break;
 		}
+		case O_API:
+			cfg.api = optarg;
+			break;
+		case O_API_KEY:
+			api_key_file = optarg;
+			break;
 		case 'v':
 			shoal_log_set_level(SHOAL_LOG_DEBUG);
 			break;
@@ -204,6 +242,16 @@ int shoal_cmd_node(int argc, char **argv)
 		return 2;
 	}
 	cfg.seeds = seeds;
+	if (api_key_file && !cfg.api) {
+		fprintf(stderr, "shoal node: --api-key needs --api\n");
+		free(seeds);
+		return 2;
+	}
+	if (api_key_file && read_api_key(api_key_file, api_key, sizeof api_key) != 0) {
+		free(seeds);
+		return 2;
+	}
+	cfg.api_key = api_key_file ? api_key : NULL;
 	if (state_dir) {
 		snprintf(dir, sizeof dir, "%s", state_dir);
 	} else if (shoal_state_dir_default(dir, sizeof dir) != SHOAL_OK) {

@@ -912,6 +912,64 @@ static void shoal_cluster_end(shoal_cluster *cl, const shoal_ctl_route *to, uint
 		SHOAL_LOG_W("cluster", "cannot encode the end of run %llu", (unsigned long long)seq);
 }
 
+/* Queue a run of (*ids)[n_ids] (taken: *ids is NULL after) for max tokens
+ * n (> 0), answering to the client `from` (seq) or, with sink, to it.
+ * *slot names it. BUSY when every slot is taken. Any thread. */
+static shoal_err shoal_cluster_queue(shoal_cluster *cl, int32_t **ids, size_t n_ids, uint32_t n,
+                                     uint32_t k, const shoal_sampler_params *sp,
+                                     const shoal_ctl_route *from, uint64_t seq,
+                                     const shoal_api_sink *sink, uint32_t *slot_out, char *why,
+                                     size_t why_len)
+{
+	uint32_t max_tokens = n;
+	if (max_tokens > cl->pol.ctx - n_ids)
+		max_tokens = cl->pol.ctx - (uint32_t)n_ids;
+	/* room for the tokens it will stream: the history a replay feeds */
+	int32_t *hist = realloc(*ids, (n_ids + max_tokens) * sizeof **ids);
+	if (!hist)
+		return shoal_why(why, why_len, SHOAL_ERR_NOMEM, "out of memory");
+	*ids = hist;
+	pthread_mutex_lock(&cl->mu);
+	size_t slot = SHOAL_CLUSTER_MAX_RUNS;
+	for (size_t i = 0; i < SHOAL_CLUSTER_MAX_RUNS && slot == SHOAL_CLUSTER_MAX_RUNS; i++)
+		if (cl->runs[i].state == SHOAL_CLUSTER_RUN_FREE)
+			slot = i;
+	if (slot < SHOAL_CLUSTER_MAX_RUNS) {
+		shoal_cluster_run *r = &cl->runs[slot];
+		uint32_t gen = r->gen + 1;
+		free(r->prompt);
+		memset(r, 0, sizeof *r);
+		r->gen = gen;
+		if (from) {
+			r->route = *from;
+			r->route.endpoint = NULL;
+		} else {
+			r->route.fd = -1;
+			r->sink = *sink;
+			r->has_sink = true;
+		}
+		r->seq = seq;
+		r->prompt = *ids;
+		*ids = NULL;
+		r->n_prompt = (uint32_t)n_ids;
+		r->max_tokens = max_tokens;
+		r->logprobs = k;
+		r->sp = *sp;
+		r->deadline_us = shoal_clock_now_us() + SHOAL_CLUSTER_WAIT_MS * 1000u;
+		shoal_detok_init(&r->dt, cl->tok, false);
+		r->dt.first = false;
+		r->state = SHOAL_CLUSTER_RUN_QUEUED;
+		*slot_out = (uint32_t)slot | gen << 8;
+	}
+	pthread_mutex_unlock(&cl->mu);
+	if (slot == SHOAL_CLUSTER_MAX_RUNS)
+		return shoal_why(why, why_len, SHOAL_ERR_BUSY,
+		                 "busy: this peer holds %u requests (running and queued)",
+		                 SHOAL_CLUSTER_MAX_RUNS);
+	shoal_cluster__wake(cl);
+	return SHOAL_OK;
+}
+
 void shoal_cluster_run_request(shoal_cluster *cl, const shoal_ctl_route *from, const uint8_t *buf,
                                size_t len)
 {
@@ -976,47 +1034,11 @@ void shoal_cluster_run_request(shoal_cluster *cl, const shoal_ctl_route *from, c
 		shoal_cluster_end(cl, from, seq, SHOAL_OK, false, NULL, "", 0);
 		goto out;
 	}
-	uint32_t max_tokens = (uint32_t)n;
-	if (max_tokens > cl->pol.ctx - n_ids)
-		max_tokens = cl->pol.ctx - (uint32_t)n_ids;
-	/* room for the tokens it will stream: the history a replay feeds */
-	int32_t *hist = realloc(ids, (n_ids + max_tokens) * sizeof *ids);
-	if (!hist) {
-		shoal_cluster_end(cl, from, seq, SHOAL_ERR_NOMEM, false, "out of memory", NULL, 0);
-		goto out;
-	}
-	ids = hist;
-	pthread_mutex_lock(&cl->mu);
-	size_t slot = SHOAL_CLUSTER_MAX_RUNS;
-	for (size_t i = 0; i < SHOAL_CLUSTER_MAX_RUNS && slot == SHOAL_CLUSTER_MAX_RUNS; i++)
-		if (cl->runs[i].state == SHOAL_CLUSTER_RUN_FREE)
-			slot = i;
-	if (slot < SHOAL_CLUSTER_MAX_RUNS) {
-		shoal_cluster_run *r = &cl->runs[slot];
-		free(r->prompt);
-		memset(r, 0, sizeof *r);
-		r->route = *from;
-		r->route.endpoint = NULL;
-		r->seq = seq;
-		r->prompt = ids;
-		ids = NULL;
-		r->n_prompt = (uint32_t)n_ids;
-		r->max_tokens = max_tokens;
-		r->logprobs = (uint32_t)k;
-		r->sp = sp;
-		r->deadline_us = shoal_clock_now_us() + SHOAL_CLUSTER_WAIT_MS * 1000u;
-		shoal_detok_init(&r->dt, cl->tok, false);
-		r->dt.first = false;
-		r->state = SHOAL_CLUSTER_RUN_QUEUED;
-	}
-	pthread_mutex_unlock(&cl->mu);
-	if (slot == SHOAL_CLUSTER_MAX_RUNS)
-		shoal_cluster_end(cl, from, seq, SHOAL_ERR_BUSY, true,
-		                  "busy: this peer holds " SHOAL_CLUSTER_MAX_RUNS_STR
-		                  " requests (running and queued)",
-		                  NULL, 0);
-	else
-		shoal_cluster__wake(cl);
+	uint32_t slot;
+	e = shoal_cluster_queue(cl, &ids, n_ids, (uint32_t)n, (uint32_t)k, &sp, from, seq, NULL,
+	                        &slot, why, sizeof why);
+	if (e)
+		shoal_cluster_end(cl, from, seq, e, e == SHOAL_ERR_BUSY, why, NULL, 0);
 out:
 	free(ids);
 	free(prompt);
@@ -1084,11 +1106,17 @@ void shoal_cluster_drain(shoal_cluster *cl)
 			tok.n_top = ev.n_top;
 			memcpy(tok.top_ids, ev.top_ids, ev.n_top * sizeof *tok.top_ids);
 			memcpy(tok.top_lps, ev.top_lps, ev.n_top * sizeof *tok.top_lps);
-			if (shoal_runmsg_encode_token(seq, &tok, &cl->msg) == SHOAL_OK)
+			if (r->has_sink)
+				r->sink.on_token(r->sink.ctx, tok.id, text, tok.text_len, tok.logprob,
+				                 tok.n_top, tok.top_ids, tok.top_lps);
+			else if (shoal_runmsg_encode_token(seq, &tok, &cl->msg) == SHOAL_OK)
 				shoal_cluster_send(cl, &to);
 		} else {
 			size_t tl = shoal_detok_flush(&r->dt, text, sizeof text);
-			shoal_cluster_end(cl, &to, seq, ev.err, ev.retry, ev.why, text, tl);
+			if (r->has_sink)
+				r->sink.on_end(r->sink.ctx, ev.err, ev.why, text, tl);
+			else
+				shoal_cluster_end(cl, &to, seq, ev.err, ev.retry, ev.why, text, tl);
 			pthread_mutex_lock(&cl->mu);
 			free(r->prompt);
 			r->prompt = NULL;
@@ -1096,4 +1124,85 @@ void shoal_cluster_drain(shoal_cluster *cl)
 			pthread_mutex_unlock(&cl->mu);
 		}
 	}
+}
+
+/* ------------------------------------------------------------- the HTTP API */
+
+shoal_err shoal_cluster_prompt(shoal_cluster *cl, const shoal_chat_msg *msgs, size_t n,
+                               const char *text, int32_t **ids, size_t *n_ids, char *why,
+                               size_t why_len)
+{
+	shoal_err e = msgs ? shoal_prompt_chat_ids(cl->model, cl->tok, msgs, n, ids, n_ids, why,
+	                                           why_len)
+	                   : shoal_prompt_ids(cl->model, cl->tok, text ? text : "", false, NULL, ids,
+	                                      n_ids, why, why_len);
+	if (e)
+		return e;
+	if (!*n_ids || *n_ids >= cl->pol.ctx) {
+		e = shoal_why(why, why_len, SHOAL_ERR_RANGE, "%zu tokens; the context holds %u",
+		              *n_ids, cl->pol.ctx);
+		free(*ids);
+		*ids = NULL;
+	}
+	return e;
+}
+
+shoal_err shoal_cluster_submit(shoal_cluster *cl, const int32_t *ids, size_t n_ids,
+                               const shoal_api_gen *g, const shoal_api_sink *sink,
+                               uint32_t *handle, char *why, size_t why_len)
+{
+	shoal_sampler_params sp = shoal_sampler_defaults();
+	sp.temp = g->temp;
+	sp.top_p = g->top_p;
+	sp.seed = g->seed;
+	if (!n_ids || n_ids >= cl->pol.ctx)
+		return shoal_why(why, why_len, SHOAL_ERR_RANGE, "%zu prompt tokens; the context holds %u",
+		                 n_ids, cl->pol.ctx);
+	int32_t *copy = malloc(n_ids * sizeof *copy);
+	if (!copy)
+		return SHOAL_ERR_NOMEM;
+	memcpy(copy, ids, n_ids * sizeof *copy);
+	shoal_err e = shoal_cluster_queue(cl, &copy, n_ids, g->max_tokens ? g->max_tokens : 1,
+	                                  g->logprobs, &sp, NULL, 0, sink, handle, why, why_len);
+	free(copy);
+	return e;
+}
+
+void shoal_cluster_cancel(shoal_cluster *cl, uint32_t handle)
+{
+	uint32_t slot = handle & 0xff;
+	if (slot >= SHOAL_CLUSTER_MAX_RUNS)
+		return;
+	pthread_mutex_lock(&cl->mu);
+	shoal_cluster_run *r = &cl->runs[slot];
+	bool hit = r->state != SHOAL_CLUSTER_RUN_FREE && r->has_sink && r->gen == handle >> 8;
+	if (hit)
+		r->cancel = true;
+	pthread_mutex_unlock(&cl->mu);
+	if (hit)
+		shoal_cluster__wake(cl);
+}
+
+size_t shoal_cluster_token_text(shoal_cluster *cl, int32_t id, char *buf, size_t cap)
+{
+	size_t n = shoal_tokenizer_piece(cl->tok, id, false, buf, cap);
+	return n < cap ? n : cap;
+}
+
+void shoal_cluster_gauges(shoal_cluster *cl, shoal_api_gauges *g)
+{
+	memset(g, 0, sizeof *g);
+	pthread_mutex_lock(&cl->mu);
+	for (size_t i = 0; i < SHOAL_CLUSTER_MAX_RUNS; i++) {
+		g->queued += cl->runs[i].state == SHOAL_CLUSTER_RUN_QUEUED;
+		g->running += cl->runs[i].state == SHOAL_CLUSTER_RUN_STARTED;
+	}
+	g->stage_runs = cl->met_stage.runs;
+	g->stage_batched_runs = cl->met_stage.batched_runs;
+	g->stage_rows = cl->met_stage.rows;
+	g->hidden_frames = cl->met_stage.hidden_sent;
+	g->hidden_bytes = cl->met_stage.hidden_bytes;
+	g->token_frames = cl->met_stage.tokens_sent;
+	g->stage_last_run_ns = cl->met_stage.last_run_ns;
+	pthread_mutex_unlock(&cl->mu);
 }

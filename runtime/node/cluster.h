@@ -45,6 +45,7 @@
 #include "net/key.h"
 #include "net/record.h"
 #include "net/swim.h"
+#include "runtime/api/api.h"
 
 typedef struct shoal_cluster shoal_cluster;
 
@@ -107,6 +108,20 @@ void shoal_cluster_run_request(shoal_cluster *cl, const shoal_ctl_route *from, c
 /* The client connection `fd` (shoal_ctl_route.fd) closed: its runs end at
  * once, queued or running, and their sessions are freed. */
 void shoal_cluster_client_gone(shoal_cluster *cl, int fd);
+
+/* For the HTTP API (runtime/api/api.h ops; any thread): the ids of a chat
+ * (msgs) or a plain prompt (text), checked against the context; queue a
+ * run whose tokens and end go to sink (on the node thread; BUSY: the
+ * queue is full); cancel it; a token's text; the queue and stage gauges. */
+shoal_err shoal_cluster_prompt(shoal_cluster *cl, const shoal_chat_msg *msgs, size_t n,
+                               const char *text, int32_t **ids, size_t *n_ids, char *why,
+                               size_t why_len);
+shoal_err shoal_cluster_submit(shoal_cluster *cl, const int32_t *ids, size_t n_ids,
+                               const shoal_api_gen *g, const shoal_api_sink *sink,
+                               uint32_t *handle, char *why, size_t why_len);
+void shoal_cluster_cancel(shoal_cluster *cl, uint32_t handle);
+size_t shoal_cluster_token_text(shoal_cluster *cl, int32_t id, char *buf, size_t cap);
+void shoal_cluster_gauges(shoal_cluster *cl, shoal_api_gauges *g);
 
 /* Readable when the data thread has tokens or results for the node thread. */
 int shoal_cluster_event_fd(const shoal_cluster *cl);

@@ -89,7 +89,10 @@ enum { SHOAL_CLUSTER_RUN_FREE = 0, SHOAL_CLUSTER_RUN_QUEUED, SHOAL_CLUSTER_RUN_S
 typedef struct shoal_cluster_run {
 	int state; /* under mu */
 	bool cancel; /* under mu: the client went away */
+	uint32_t gen; /* counts the slot's uses: an API handle is (gen << 8 | slot) */
 	shoal_ctl_route route;
+	shoal_api_sink sink; /* an API run's (has_sink): tokens and end go there */
+	bool has_sink;
 	uint64_t seq;
 	/* (n_prompt + max_tokens): the prompt, then the tokens streamed so far
 	 * (n_gen, appended by the data thread): a replay's history */

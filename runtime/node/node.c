@@ -20,6 +20,7 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <pthread.h>
 #include <fcntl.h>
 #include <netdb.h>
 #include <netinet/in.h>
@@ -69,6 +70,8 @@
 #define SHOAL_NODE_PROBE_MULT   2u
 #define SHOAL_NODE_TARGETS_MULT 10u
 #define SHOAL_NODE_RECORD_MULT  50u
+/* the status JSON the HTTP API shows, rebuilt every this many base periods */
+#define SHOAL_NODE_API_STATUS_MULT 5u
 #define SHOAL_NODE_IDLE_MULT    600u
 /* Dropped-message log: at most DROPLOG_BURST lines per DROPLOG_MULT B
  * (10 per 10 s), as membership does, so a flood cannot fill the disk. */
@@ -106,6 +109,13 @@ struct shoal_node {
 	uint64_t droplog_quiet;     /* drops not logged since the last line */
 	shoal_cluster *cl;          /* the model served (NULL: none) */
 	uint64_t next_cluster_us;   /* next look at the view for planning */
+	shoal_api *api;             /* the HTTP API (NULL: none) */
+	shoal_api_ops api_ops;
+	/* the status JSON the API shows, refreshed by the node thread */
+	pthread_mutex_t status_mu;
+	bool status_mu_ok;
+	char *status_cache;
+	uint64_t next_status_us;
 };
 
 /* ------------------------------------------------------------------ helpers */
@@ -558,6 +568,76 @@ static shoal_err shoal_node_cluster_reply(void *ud, const shoal_ctl_route *to, c
 
 static void shoal_node_cluster_tick(shoal_node *n);
 
+/* ---- the HTTP API's ops: the cluster's, and the status the loop caches */
+
+static shoal_err shoal_node_api_prompt(void *ctx, const shoal_chat_msg *msgs, size_t n,
+                                       const char *text, int32_t **ids, size_t *n_ids, char *why,
+                                       size_t why_len)
+{
+	return shoal_cluster_prompt(((shoal_node *)ctx)->cl, msgs, n, text, ids, n_ids, why,
+	                            why_len);
+}
+
+static shoal_err shoal_node_api_submit(void *ctx, const int32_t *ids, size_t n,
+                                       const shoal_api_gen *g, const shoal_api_sink *sink,
+                                       uint32_t *handle, char *why, size_t why_len)
+{
+	return shoal_cluster_submit(((shoal_node *)ctx)->cl, ids, n, g, sink, handle, why,
+	                            why_len);
+}
+
+static void shoal_node_api_cancel(void *ctx, uint32_t handle)
+{
+	shoal_cluster_cancel(((shoal_node *)ctx)->cl, handle);
+}
+
+static size_t shoal_node_api_token(void *ctx, int32_t id, char *buf, size_t cap)
+{
+	return shoal_cluster_token_text(((shoal_node *)ctx)->cl, id, buf, cap);
+}
+
+static char *shoal_node_api_status(void *ctx)
+{
+	shoal_node *n = ctx;
+	pthread_mutex_lock(&n->status_mu);
+	char *s = n->status_cache ? strdup(n->status_cache) : NULL;
+	pthread_mutex_unlock(&n->status_mu);
+	return s;
+}
+
+static void shoal_node_api_gauges(void *ctx, shoal_api_gauges *g)
+{
+	shoal_cluster_gauges(((shoal_node *)ctx)->cl, g);
+}
+
+/* --api: the model's name is its file's, without the directory and .gguf. */
+static shoal_err shoal_node_api_start(shoal_node *n, char *why, size_t why_len)
+{
+	char host[64], model[256];
+	uint16_t port = 0;
+	shoal_err e = shoal_endpoint_split(n->cfg.api, SHOAL_API_DEFAULT_PORT, host, sizeof host,
+	                                   &port, why, why_len);
+	if (e)
+		return e;
+	const char *base = strrchr(n->cfg.model, '/');
+	snprintf(model, sizeof model, "%s", base ? base + 1 : n->cfg.model);
+	size_t ml = strlen(model);
+	if (ml > 5 && !strcmp(model + ml - 5, ".gguf"))
+		model[ml - 5] = '\0';
+	if (pthread_mutex_init(&n->status_mu, NULL) != 0)
+		return shoal_why(why, why_len, SHOAL_ERR_NOMEM, "cannot make a mutex");
+	n->status_mu_ok = true;
+	n->api_ops = (shoal_api_ops){.prompt = shoal_node_api_prompt,
+	                             .submit = shoal_node_api_submit,
+	                             .cancel = shoal_node_api_cancel,
+	                             .token_text = shoal_node_api_token,
+	                             .cluster_json = shoal_node_api_status,
+	                             .gauges = shoal_node_api_gauges,
+	                             .ctx = n};
+	shoal_api_config ac = {.host = host, .port = port, .key = n->cfg.api_key, .model = model};
+	return shoal_api_start(&ac, &n->api_ops, &n->api, why, why_len);
+}
+
 /* The cluster saw a data link to a peer break without a goodbye. */
 static void shoal_node_peer_gone(void *ud, const uint8_t id[16], uint64_t inc, const char *why)
 {
@@ -668,6 +748,10 @@ shoal_err shoal_node_new(const shoal_node_config *cfg, shoal_node **out, char *w
 	shoal_node_record_init(n);
 	if (cfg->model && (e = shoal_node_cluster_new(n, why, why_len)) != SHOAL_OK)
 		goto fail;
+	if (cfg->api && !cfg->model) {
+		e = shoal_why(why, why_len, SHOAL_ERR_INVAL, "--api needs --model: there is nothing to serve");
+		goto fail;
+	}
 	shoal_node_record_refresh(n);
 	n->swim_ops = (shoal_swim_ops){.now_us = shoal_node_now_us,
 	                               .rand64 = shoal_node_rand64,
@@ -696,6 +780,8 @@ shoal_err shoal_node_new(const shoal_node_config *cfg, shoal_node **out, char *w
 			goto fail;
 		}
 	}
+	if (cfg->api && (e = shoal_node_api_start(n, why, why_len)) != SHOAL_OK)
+		goto fail;
 	*out = n;
 	return SHOAL_OK;
 fail:
@@ -709,7 +795,11 @@ void shoal_node_free(shoal_node *n)
 		return;
 	if (n->disc && n->disc_state)
 		n->disc->close(n->disc_state);
+	shoal_api_stop(n->api); /* before the cluster its runs use */
 	shoal_cluster_free(n->cl);
+	free(n->status_cache);
+	if (n->status_mu_ok)
+		pthread_mutex_destroy(&n->status_mu);
 	if (n->ctl)
 		shoal_node_remove_control(n);
 	shoal_swim_free(n->sw);
@@ -813,6 +903,14 @@ static void shoal_node_turn(shoal_node *n, uint64_t *next_probe, uint64_t *next_
 	if (n->cl && now >= n->next_cluster_us) {
 		shoal_node_cluster_tick(n);
 		n->next_cluster_us = now + n->base_us;
+	}
+	if (n->api && now >= n->next_status_us) {
+		char *js = shoal_node_status_json(n);
+		pthread_mutex_lock(&n->status_mu);
+		free(n->status_cache);
+		n->status_cache = js;
+		pthread_mutex_unlock(&n->status_mu);
+		n->next_status_us = now + SHOAL_NODE_API_STATUS_MULT * n->base_us;
 	}
 	if (now >= *next_probe) {
 		shoal_node_probe_one(n);

@@ -1,0 +1,1217 @@
+/*
+ * runtime/api/api.c: the OpenAI-compatible HTTP API (api.h) on libmicrohttpd
+ * (a thread per connection) and jansson.
+ *
+ * A completion request is parsed and checked, turned into token ids by
+ * ops.prompt and queued by ops.submit; its run fills a shared `api_run`
+ * from the node's thread (the sink), and the connection's thread turns it
+ * into one JSON reply or a stream of server-sent events. The HTTP status
+ * waits for the run's first token or its end, so a refusal (queue full,
+ * no plan) is a real 429 or 503; an error after the first token ends the
+ * stream with an error event. Stop strings are cut here: text that could
+ * begin one is held back until it cannot.
+ *
+ * Divisions: replies; runs (sink side); request parsing; completions;
+ * streaming; the other routes; the daemon.
+ */
+#include "config.h"
+
+#include "runtime/api/api.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <jansson.h>
+#include <microhttpd.h>
+
+#include "base/clock.h"
+#include "base/log.h"
+
+#define LOG_PART      "api"
+#define API_MAX_STOP  4
+#define API_STOP_LEN  256
+#define API_DEFAULT_TOKENS 256u
+/* A stream with nothing to say for this long sends an SSE comment: a
+ * client that went away is noticed on the write (and its run ended). */
+#define API_KEEPALIVE_MS 1000
+
+struct shoal_api {
+	shoal_api_config cfg;
+	char *host, *key, *model;
+	shoal_api_ops ops;
+	struct MHD_Daemon *d;
+	uint16_t port;
+	atomic_uint_fast64_t seq;
+	atomic_int stopping; /* waits on runs give up: the daemon is stopping */
+	/* counters for /metrics */
+	atomic_uint_fast64_t req_ok, req_client_err, req_server_err, req_cancelled, tokens;
+};
+
+/* ---------------------------------------------------------------- replies */
+
+static enum MHD_Result api_send(struct MHD_Connection *c, unsigned status, const char *type,
+                                const char *body, size_t len)
+{
+	struct MHD_Response *r =
+	    MHD_create_response_from_buffer(len, (void *)body, MHD_RESPMEM_MUST_COPY);
+	if (!r)
+		return MHD_NO;
+	MHD_add_response_header(r, "Content-Type", type);
+	if (status == 429) /* the queue is full: a slot frees within seconds */
+		MHD_add_response_header(r, "Retry-After", "1");
+	enum MHD_Result res = MHD_queue_response(c, status, r);
+	MHD_destroy_response(r);
+	return res;
+}
+
+static enum MHD_Result api_send_json(struct MHD_Connection *c, unsigned status, json_t *j)
+{
+	char *s = json_dumps(j, JSON_COMPACT);
+	json_decref(j);
+	if (!s)
+		return api_send(c, 500, "text/plain", "out of memory\n", 14);
+	enum MHD_Result r = api_send(c, status, "application/json", s, strlen(s));
+	free(s);
+	return r;
+}
+
+/* OpenAI's error shape. */
+static json_t *api_error_json(const char *type, const char *msg, const char *param,
+                              const char *code)
+{
+	return json_pack("{s{ss ss so so}}", "error", "message", msg, "type", type, "param",
+	                 param ? json_string(param) : json_null(), "code",
+	                 code ? json_string(code) : json_null());
+}
+
+static enum MHD_Result api_fail(shoal_api *a, struct MHD_Connection *c, unsigned status,
+                                const char *param, const char *code, const char *fmt, ...)
+    __attribute__((format(printf, 6, 7)));
+
+static enum MHD_Result api_fail(shoal_api *a, struct MHD_Connection *c, unsigned status,
+                                const char *param, const char *code, const char *fmt, ...)
+{
+	char msg[512];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof msg, fmt, ap);
+	va_end(ap);
+	if (status >= 500)
+		a->req_server_err++;
+	else
+		a->req_client_err++;
+	const char *type = status == 401   ? "authentication_error"
+	                   : status == 429 ? "rate_limit_error"
+	                   : status >= 500 ? "server_error"
+	                                   : "invalid_request_error";
+	return api_send_json(c, status, api_error_json(type, msg, param, code));
+}
+
+/* --------------------------------------------------------- runs (sink side) */
+
+typedef struct api_tok {
+	int32_t id;
+	float lp;
+	uint32_t n_top;
+	int32_t top_ids[SHOAL_API_MAX_TOP];
+	float top_lps[SHOAL_API_MAX_TOP];
+	size_t off, len; /* its text in run.text */
+} api_tok;
+
+typedef struct api_run {
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	int refs; /* the connection and the run */
+	/* filled by the sink */
+	char *text;
+	size_t len, cap;
+	api_tok *toks;
+	size_t n_tok, cap_tok;
+	bool done, failed;
+	shoal_err err;
+	char why[256];
+} api_run;
+
+static void run_unref(api_run *r)
+{
+	pthread_mutex_lock(&r->mu);
+	int left = --r->refs;
+	pthread_mutex_unlock(&r->mu);
+	if (left)
+		return;
+	pthread_mutex_destroy(&r->mu);
+	pthread_cond_destroy(&r->cv);
+	free(r->text);
+	free(r->toks);
+	free(r);
+}
+
+/* Append s[n] to the run's text (under mu); false when out of memory. */
+static bool run_text(api_run *r, const char *s, size_t n)
+{
+	if (r->len + n + 1 > r->cap) {
+		size_t cap = (r->cap ? r->cap * 2 : 1024) + n;
+		char *t = realloc(r->text, cap);
+		if (!t)
+			return false;
+		r->text = t;
+		r->cap = cap;
+	}
+	memcpy(r->text + r->len, s, n);
+	r->len += n;
+	r->text[r->len] = '\0';
+	return true;
+}
+
+/* Wait on a run's condition (under its mu) for at most a second. */
+static void run_wait(api_run *r)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	ts.tv_sec += API_KEEPALIVE_MS / 1000;
+	pthread_cond_timedwait(&r->cv, &r->mu, &ts);
+}
+
+static void sink_token(void *ctx, int32_t id, const char *text, size_t len, float lp,
+                       uint32_t n_top, const int32_t *top_ids, const float *top_lps)
+{
+	api_run *r = ctx;
+	pthread_mutex_lock(&r->mu);
+	if (r->n_tok == r->cap_tok) {
+		size_t cap = r->cap_tok ? 2 * r->cap_tok : 64;
+		api_tok *t = realloc(r->toks, cap * sizeof *t);
+		if (t) {
+			r->toks = t;
+			r->cap_tok = cap;
+		}
+	}
+	if (r->n_tok < r->cap_tok) {
+		api_tok *t = &r->toks[r->n_tok++];
+		t->id = id;
+		t->lp = lp;
+		t->n_top = n_top < SHOAL_API_MAX_TOP ? n_top : SHOAL_API_MAX_TOP;
+		memcpy(t->top_ids, top_ids, t->n_top * sizeof *top_ids);
+		memcpy(t->top_lps, top_lps, t->n_top * sizeof *top_lps);
+		t->off = r->len;
+		t->len = run_text(r, text, len) ? len : 0;
+	}
+	pthread_cond_broadcast(&r->cv);
+	pthread_mutex_unlock(&r->mu);
+}
+
+static void sink_end(void *ctx, shoal_err err, const char *why, const char *tail, size_t tail_len)
+{
+	api_run *r = ctx;
+	pthread_mutex_lock(&r->mu);
+	if (!err && tail_len)
+		run_text(r, tail, tail_len);
+	r->done = true;
+	r->err = err;
+	snprintf(r->why, sizeof r->why, "%s", why ? why : "");
+	pthread_cond_broadcast(&r->cv);
+	pthread_mutex_unlock(&r->mu);
+	run_unref(r);
+}
+
+/* -------------------------------------------------------- request parsing */
+
+typedef struct api_req {
+	bool chat, stream, usage;
+	bool logprobs;     /* chat: logprobs true; completions: logprobs given */
+	uint32_t top;      /* top alternatives */
+	shoal_api_gen g;
+	char stop[API_MAX_STOP][API_STOP_LEN + 1];
+	size_t n_stop;
+	size_t max_stop; /* the longest stop string */
+	size_t n_prompt;
+} api_req;
+
+/* Per connection. */
+typedef struct api_conn {
+	char *body;
+	size_t len;
+	bool too_big;
+	/* a completion in progress */
+	shoal_api *a;
+	api_run *run;
+	uint32_t handle;
+	bool submitted, finished; /* finished: the run ended or was cancelled by us */
+	api_req q;
+	char id[40];
+	long long created;
+	/* streaming: what was sent, what waits to be sent */
+	size_t sent_tok, sent_text;
+	bool stopped, role_sent, end_sent;
+	char *out;
+	size_t out_len, out_off, out_cap;
+} api_conn;
+
+/* A JSON number field: absent (*v unchanged), or a number in [lo, hi]. */
+static const char *num_field(json_t *o, const char *k, double lo, double hi, double *v)
+{
+	json_t *x = json_object_get(o, k);
+	if (!x || json_is_null(x))
+		return NULL;
+	if (!json_is_number(x) || json_number_value(x) < lo || json_number_value(x) > hi)
+		return k;
+	*v = json_number_value(x);
+	return NULL;
+}
+
+static const char *bool_field(json_t *o, const char *k, bool *v)
+{
+	json_t *x = json_object_get(o, k);
+	if (!x || json_is_null(x))
+		return NULL;
+	if (!json_is_boolean(x))
+		return k;
+	*v = json_is_true(x);
+	return NULL;
+}
+
+/* A message's content: a string, or an array of {"type": "text", "text"}
+ * parts, joined. Returns a malloc'd string or NULL (bad shape). */
+static char *content_text(json_t *c)
+{
+	if (json_is_string(c))
+		return strdup(json_string_value(c));
+	if (!json_is_array(c))
+		return NULL;
+	size_t n = 0, i;
+	json_t *p;
+	json_array_foreach(c, i, p)
+	{
+		json_t *t = json_object_get(p, "text");
+		if (!json_is_string(t) || !json_is_string(json_object_get(p, "type")) ||
+		    strcmp(json_string_value(json_object_get(p, "type")), "text"))
+			return NULL;
+		n += json_string_length(t);
+	}
+	char *s = malloc(n + 1), *w = s;
+	if (!s)
+		return NULL;
+	json_array_foreach(c, i, p)
+	{
+		json_t *t = json_object_get(p, "text");
+		memcpy(w, json_string_value(t), json_string_length(t));
+		w += json_string_length(t);
+	}
+	*w = '\0';
+	return s;
+}
+
+/* --------------------------------------------------------------- completions */
+
+static const char *finish_reason(const api_conn *k)
+{
+	return !k->stopped && k->run->n_tok >= k->q.g.max_tokens ? "length" : "stop";
+}
+
+/* Where the text the client may see ends: before a stop string (found:
+ * *hit set), or, while the run goes on, before a tail that could still
+ * become one. Under run.mu. */
+static size_t visible_end(api_conn *k, bool *hit)
+{
+	api_run *r = k->run;
+	*hit = false;
+	size_t end = r->len;
+	for (size_t i = 0; i < k->q.n_stop; i++) {
+		const char *p = strstr(r->text ? r->text : "", k->q.stop[i]);
+		if (p && (size_t)(p - r->text) < end) {
+			end = (size_t)(p - r->text);
+			*hit = true;
+		}
+	}
+	if (*hit || r->done || !k->q.n_stop)
+		return end;
+	/* hold back the longest tail that is a prefix of a stop string */
+	for (size_t l = k->q.max_stop - 1; l > 0; l--) {
+		if (l > end)
+			continue;
+		for (size_t i = 0; i < k->q.n_stop; i++)
+			if (strlen(k->q.stop[i]) > l && !memcmp(r->text + end - l, k->q.stop[i], l))
+				return end - l;
+	}
+	return end;
+}
+
+/* The OpenAI "bytes" of a token text. */
+static json_t *bytes_json(const char *s, size_t n)
+{
+	json_t *b = json_array();
+	for (size_t i = 0; i < n; i++)
+		json_array_append_new(b, json_integer((unsigned char)s[i]));
+	return b;
+}
+
+/* The length of a valid UTF-8 character at s[0..n), 0 if none. */
+static size_t utf8_char(const unsigned char *s, size_t n)
+{
+	size_t len = s[0] < 0x80 ? 1 : (s[0] >> 5) == 6 ? 2 : (s[0] >> 4) == 14 ? 3
+	                                : (s[0] >> 3) == 30 ? 4 : 0;
+	if (!len || len > n)
+		return 0;
+	for (size_t i = 1; i < len; i++)
+		if ((s[i] & 0xc0) != 0x80)
+			return 0;
+	return len;
+}
+
+/* A JSON string of s[n] with each byte that is not part of a valid UTF-8
+ * character as U+FFFD (a byte token alone is not text). */
+static json_t *text_json(const char *s, size_t n)
+{
+	char out[4 * 256];
+	size_t o = 0;
+	for (size_t i = 0; i < n && o + 4 < sizeof out;) {
+		size_t l = utf8_char((const unsigned char *)s + i, n - i);
+		if (l) {
+			memcpy(out + o, s + i, l);
+			o += l;
+			i += l;
+		} else {
+			memcpy(out + o, "\xef\xbf\xbd", 3);
+			o += 3;
+			i++;
+		}
+	}
+	return json_stringn(out, o);
+}
+
+static json_t *tok_text_json(shoal_api *a, int32_t id, bool with_bytes, json_t **bytes)
+{
+	char buf[256];
+	size_t n = a->ops.token_text(a->ops.ctx, id, buf, sizeof buf);
+	if (with_bytes)
+		*bytes = bytes_json(buf, n);
+	return text_json(buf, n);
+}
+
+/* Chat logprobs of tokens [t0, t1): {"content": [...]}. */
+static json_t *chat_logprobs(api_conn *k, size_t t0, size_t t1)
+{
+	json_t *content = json_array();
+	for (size_t t = t0; t < t1; t++) {
+		const api_tok *x = &k->run->toks[t];
+		json_t *b, *top = json_array();
+		json_t *tt = tok_text_json(k->a, x->id, true, &b);
+		for (uint32_t j = 0; j < x->n_top && j < k->q.top; j++) {
+			json_t *bb;
+			json_t *ts = tok_text_json(k->a, x->top_ids[j], true, &bb);
+			json_array_append_new(top, json_pack("{so sf so}", "token", ts, "logprob",
+			                                     (double)x->top_lps[j], "bytes", bb));
+		}
+		json_array_append_new(content, json_pack("{so sf so so}", "token", tt, "logprob",
+		                                         (double)x->lp, "bytes", b, "top_logprobs",
+		                                         top));
+	}
+	return json_pack("{so}", "content", content);
+}
+
+/* Completions (legacy) logprobs of tokens [t0, t1), offsets from base. */
+static json_t *text_logprobs(api_conn *k, size_t t0, size_t t1)
+{
+	json_t *toks = json_array(), *lps = json_array(), *tops = json_array(),
+	       *offs = json_array();
+	for (size_t t = t0; t < t1; t++) {
+		const api_tok *x = &k->run->toks[t];
+		json_array_append_new(toks, tok_text_json(k->a, x->id, false, NULL));
+		json_array_append_new(lps, json_real(x->lp));
+		json_t *top = json_object();
+		for (uint32_t j = 0; j < x->n_top && j < k->q.top; j++) {
+			json_t *ts = tok_text_json(k->a, x->top_ids[j], false, NULL);
+			if (ts)
+				json_object_set_new(top, json_string_value(ts), json_real(x->top_lps[j]));
+			json_decref(ts);
+		}
+		json_array_append_new(tops, top);
+		json_array_append_new(offs, json_integer((json_int_t)x->off));
+	}
+	return json_pack("{so so so so}", "tokens", toks, "token_logprobs", lps, "top_logprobs",
+	                 tops, "text_offset", offs);
+}
+
+/* Tokens whose text starts before `end`: the ones the client gets. */
+static size_t toks_before(const api_run *r, size_t end)
+{
+	size_t t = 0;
+	while (t < r->n_tok && r->toks[t].off < end)
+		t++;
+	return t;
+}
+
+static json_t *usage_json(const api_conn *k, size_t n_tok)
+{
+	return json_pack("{sI sI sI}", "prompt_tokens", (json_int_t)k->q.n_prompt,
+	                 "completion_tokens", (json_int_t)n_tok, "total_tokens",
+	                 (json_int_t)(k->q.n_prompt + n_tok));
+}
+
+/* The whole reply of a finished run (under run.mu). */
+static json_t *whole_reply(api_conn *k)
+{
+	bool hit;
+	size_t end = visible_end(k, &hit);
+	k->stopped |= hit;
+	size_t nt = toks_before(k->run, end);
+	json_t *choice;
+	if (k->q.chat)
+		choice = json_pack("{sI s{ss ss%} so ss}", "index", (json_int_t)0, "message", "role",
+		                   "assistant", "content", k->run->text ? k->run->text : "", end,
+		                   "logprobs", k->q.logprobs ? chat_logprobs(k, 0, nt) : json_null(),
+		                   "finish_reason", finish_reason(k));
+	else
+		choice = json_pack("{ss% sI so ss}", "text", k->run->text ? k->run->text : "", end,
+		                   "index", (json_int_t)0, "logprobs",
+		                   k->q.logprobs ? text_logprobs(k, 0, nt) : json_null(),
+		                   "finish_reason", finish_reason(k));
+	return json_pack("{ss ss sI ss s[o] so}", "id", k->id, "object",
+	                 k->q.chat ? "chat.completion" : "text_completion", "created",
+	                 (json_int_t)k->created, "model", k->a->model, "choices", choice, "usage",
+	                 usage_json(k, nt));
+}
+
+/* ----------------------------------------------------------------- streaming */
+
+static bool out_add(api_conn *k, const char *s, size_t n)
+{
+	if (k->out_len + n > k->out_cap) {
+		size_t cap = (k->out_cap ? k->out_cap * 2 : 4096) + n;
+		char *o = realloc(k->out, cap);
+		if (!o)
+			return false;
+		k->out = o;
+		k->out_cap = cap;
+	}
+	memcpy(k->out + k->out_len, s, n);
+	k->out_len += n;
+	return true;
+}
+
+/* "data: JSON\n\n" */
+static void out_event(api_conn *k, json_t *j)
+{
+	char *s = json_dumps(j, JSON_COMPACT);
+	json_decref(j);
+	if (!s)
+		return;
+	out_add(k, "data: ", 6);
+	out_add(k, s, strlen(s));
+	out_add(k, "\n\n", 2);
+	free(s);
+}
+
+static json_t *chunk(api_conn *k, json_t *choice)
+{
+	return json_pack("{ss ss sI ss s[o]}", "id", k->id, "object",
+	                 k->q.chat ? "chat.completion.chunk" : "text_completion", "created",
+	                 (json_int_t)k->created, "model", k->a->model, "choices", choice);
+}
+
+/* Queue the events for what the run produced since the last call (under
+ * run.mu); at the end the closing events. */
+static void stream_step(api_conn *k)
+{
+	api_run *r = k->run;
+	bool hit;
+	size_t end = visible_end(k, &hit);
+	if (hit && !k->stopped) {
+		k->stopped = true;
+		if (!k->finished) { /* the text is cut: the rest is not wanted */
+			k->finished = true;
+			k->a->ops.cancel(k->a->ops.ctx, k->handle);
+		}
+	}
+	size_t nt = toks_before(r, end);
+	if (k->q.chat && !k->role_sent) {
+		out_event(k, chunk(k, json_pack("{sI s{ss ss} so so}", "index", (json_int_t)0, "delta",
+		                                "role", "assistant", "content", "", "logprobs",
+		                                json_null(), "finish_reason", json_null())));
+		k->role_sent = true;
+	}
+	if (end > k->sent_text) {
+		const char *t = r->text + k->sent_text;
+		size_t n = end - k->sent_text;
+		json_t *lp = json_null();
+		if (k->q.logprobs && nt > k->sent_tok)
+			lp = k->q.chat ? chat_logprobs(k, k->sent_tok, nt) : text_logprobs(k, k->sent_tok, nt);
+		json_t *choice = k->q.chat ? json_pack("{sI s{ss%} so so}", "index", (json_int_t)0,
+		                                       "delta", "content", t, n, "logprobs", lp,
+		                                       "finish_reason", json_null())
+		                           : json_pack("{ss% sI so so}", "text", t, n, "index",
+		                                       (json_int_t)0, "logprobs", lp, "finish_reason",
+		                                       json_null());
+		out_event(k, chunk(k, choice));
+		k->sent_text = end;
+		k->sent_tok = nt;
+	}
+	if (!(r->done || k->stopped) || k->end_sent)
+		return;
+	if (r->done && r->err && !k->stopped) {
+		/* cut by the cluster: say so, never a silent close */
+		out_event(k, api_error_json("server_error", r->why[0] ? r->why : "the run failed", NULL,
+		                            NULL));
+		k->a->req_server_err++;
+	} else {
+		json_t *choice = k->q.chat ? json_pack("{sI s{} so ss}", "index", (json_int_t)0, "delta",
+		                                       "logprobs", json_null(), "finish_reason",
+		                                       finish_reason(k))
+		                           : json_pack("{ss sI so ss}", "text", "", "index",
+		                                       (json_int_t)0, "logprobs", json_null(),
+		                                       "finish_reason", finish_reason(k));
+		out_event(k, chunk(k, choice));
+		if (k->q.usage) {
+			json_t *u = json_pack("{ss ss sI ss s[] so}", "id", k->id, "object",
+			                      k->q.chat ? "chat.completion.chunk" : "text_completion",
+			                      "created", (json_int_t)k->created, "model", k->a->model,
+			                      "choices", "usage", usage_json(k, nt));
+			out_event(k, u);
+		}
+		k->a->req_ok++;
+	}
+	out_add(k, "data: [DONE]\n\n", 14);
+	k->end_sent = true;
+}
+
+static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max)
+{
+	(void)pos;
+	api_conn *k = cls;
+	api_run *r = k->run;
+	while (k->out_off == k->out_len) {
+		if (k->end_sent)
+			return MHD_CONTENT_READER_END_OF_STREAM;
+		k->out_len = k->out_off = 0;
+		if (k->a->stopping)
+			return MHD_CONTENT_READER_END_WITH_ERROR;
+		pthread_mutex_lock(&r->mu);
+		if (!r->done && r->n_tok == k->sent_tok && r->len == k->sent_text)
+			run_wait(r);
+		size_t before = k->out_len;
+		stream_step(k);
+		if (k->out_len == before && !k->end_sent)
+			out_add(k, ": keepalive\n\n", 13);
+		pthread_mutex_unlock(&r->mu);
+	}
+	size_t n = k->out_len - k->out_off < max ? k->out_len - k->out_off : max;
+	memcpy(buf, k->out + k->out_off, n);
+	k->out_off += n;
+	return (ssize_t)n;
+}
+
+static void stream_free(void *cls)
+{
+	(void)cls; /* the connection's state goes in api_completed */
+}
+
+/* Wait for the run's first token or its end (under nothing); true: it
+ * produced something or ended well, false: it ended with an error first
+ * (or the daemon stops). */
+static bool wait_first(shoal_api *a, api_run *r)
+{
+	pthread_mutex_lock(&r->mu);
+	while (!r->done && !r->n_tok && !a->stopping)
+		run_wait(r);
+	bool ok = r->n_tok || (r->done && !r->err);
+	if (!ok && !r->done) {
+		r->err = SHOAL_ERR_STATE;
+		snprintf(r->why, sizeof r->why, "the node is stopping");
+	}
+	pthread_mutex_unlock(&r->mu);
+	return ok;
+}
+
+static unsigned status_of(shoal_err e)
+{
+	switch (e) {
+	case SHOAL_ERR_BUSY:
+		return 429;
+	case SHOAL_ERR_INFEASIBLE:
+	case SHOAL_ERR_TIMEOUT:
+	case SHOAL_ERR_STATE:
+		return 503;
+	case SHOAL_ERR_INVAL:
+	case SHOAL_ERR_RANGE:
+	case SHOAL_ERR_UNSUPPORTED:
+		return 400;
+	default:
+		return 500;
+	}
+}
+
+/* Parse and check a completion body into k->q; NULL or the offending
+ * parameter's message in bad[]. msgs/prompt are out. */
+static bool parse_completion(api_conn *k, json_t *o, shoal_chat_msg **msgs, size_t *n_msgs,
+                             char **texts, char **prompt, char *bad, size_t bad_len,
+                             const char **param)
+{
+	api_req *q = &k->q;
+	double v;
+	const char *p = NULL;
+	*param = NULL;
+	q->g.max_tokens = API_DEFAULT_TOKENS;
+	q->g.temp = 0.8f;
+	q->g.top_p = 0.95f;
+	q->g.seed = 0;
+#define NUM(key, lo, hi, dst)                                                                     \
+	do {                                                                                      \
+		v = -1e300;                                                                       \
+		if ((p = num_field(o, key, lo, hi, &v))) {                                        \
+			snprintf(bad, bad_len, "'%s' must be a number in [%g, %g]", key, (double)lo, \
+			         (double)hi);                                                     \
+			*param = key;                                                             \
+			return false;                                                             \
+		}                                                                                 \
+		if (v != -1e300)                                                                  \
+			dst;                                                                      \
+	} while (0)
+	NUM("max_tokens", 0, 1e9, q->g.max_tokens = (uint32_t)v);
+	NUM("max_completion_tokens", 0, 1e9, q->g.max_tokens = (uint32_t)v);
+	NUM("temperature", 0, 2, q->g.temp = (float)v);
+	NUM("top_p", 0, 1, q->g.top_p = (float)v);
+	NUM("seed", -9.2e18, 9.2e18, q->g.seed = (uint64_t)(int64_t)v);
+	NUM("n", 1, 1, (void)0);
+	if (!q->g.max_tokens)
+		q->g.max_tokens = 1; /* OpenAI counts 0 as "at least one" nowhere; take it as 1 */
+	if ((p = bool_field(o, "stream", &q->stream))) {
+		snprintf(bad, bad_len, "'stream' must be a boolean");
+		*param = p;
+		return false;
+	}
+	json_t *so = json_object_get(o, "stream_options");
+	if (so && !json_is_null(so) &&
+	    (!json_is_object(so) || bool_field(so, "include_usage", &q->usage))) {
+		snprintf(bad, bad_len, "'stream_options' must be {\"include_usage\": boolean}");
+		*param = "stream_options";
+		return false;
+	}
+	/* logprobs: chat: a boolean with top_logprobs; completions: an integer */
+	json_t *lp = json_object_get(o, "logprobs");
+	if (q->chat) {
+		if ((p = bool_field(o, "logprobs", &q->logprobs))) {
+			snprintf(bad, bad_len, "'logprobs' must be a boolean");
+			*param = p;
+			return false;
+		}
+		NUM("top_logprobs", 0, SHOAL_API_MAX_TOP, q->top = (uint32_t)v);
+	} else if (lp && !json_is_null(lp)) {
+		if (!json_is_integer(lp) || json_integer_value(lp) < 0 ||
+		    json_integer_value(lp) > 5) {
+			snprintf(bad, bad_len, "'logprobs' must be an integer in [0, 5]");
+			*param = "logprobs";
+			return false;
+		}
+		q->logprobs = true;
+		q->top = (uint32_t)json_integer_value(lp);
+	}
+	q->g.logprobs = q->logprobs ? q->top : 0;
+#undef NUM
+	/* stop: a string or up to 4 */
+	json_t *st = json_object_get(o, "stop");
+	if (st && !json_is_null(st)) {
+		json_t *one[1] = {st};
+		size_t n = json_is_array(st) ? json_array_size(st) : 1;
+		bool ok = n <= API_MAX_STOP;
+		for (size_t i = 0; ok && i < n; i++) {
+			json_t *s = json_is_array(st) ? json_array_get(st, i) : one[0];
+			ok = json_is_string(s) && json_string_length(s) > 0 &&
+			     json_string_length(s) <= API_STOP_LEN;
+			if (ok) {
+				snprintf(q->stop[q->n_stop], sizeof q->stop[0], "%s", json_string_value(s));
+				if (json_string_length(s) > q->max_stop)
+					q->max_stop = json_string_length(s);
+				q->n_stop++;
+			}
+		}
+		if (!ok) {
+			snprintf(bad, bad_len, "'stop' must be a string or up to %d non-empty strings "
+			         "of at most %d bytes", API_MAX_STOP, API_STOP_LEN);
+			*param = "stop";
+			return false;
+		}
+	}
+	if (q->chat) {
+		json_t *ms = json_object_get(o, "messages");
+		if (!json_is_array(ms) || !json_array_size(ms)) {
+			snprintf(bad, bad_len, "'messages' must be a non-empty array");
+			*param = "messages";
+			return false;
+		}
+		size_t n = json_array_size(ms);
+		*msgs = calloc(n, sizeof **msgs);
+		if (!*msgs) {
+			snprintf(bad, bad_len, "out of memory");
+			return false;
+		}
+		for (size_t i = 0; i < n; i++) {
+			json_t *m = json_array_get(ms, i), *role = json_object_get(m, "role");
+			const char *rs = json_is_string(role) ? json_string_value(role) : "";
+			if (!strcmp(rs, "developer"))
+				rs = "system";
+			if (strcmp(rs, "system") && strcmp(rs, "user") && strcmp(rs, "assistant")) {
+				snprintf(bad, bad_len,
+				         "messages[%zu].role must be system, developer, user or assistant",
+				         i);
+				*param = "messages";
+				return false;
+			}
+			char *c = content_text(json_object_get(m, "content"));
+			if (!c) {
+				snprintf(bad, bad_len,
+				         "messages[%zu].content must be a string or text parts", i);
+				*param = "messages";
+				return false;
+			}
+			texts[i] = c;
+			(*msgs)[i] = (shoal_chat_msg){rs, c};
+			(*n_msgs)++;
+		}
+	} else {
+		json_t *pr = json_object_get(o, "prompt");
+		if (json_is_array(pr) && json_array_size(pr) == 1)
+			pr = json_array_get(pr, 0);
+		if (!json_is_string(pr)) {
+			snprintf(bad, bad_len, "'prompt' must be a string");
+			*param = "prompt";
+			return false;
+		}
+		*prompt = strdup(json_string_value(pr));
+	}
+	return true;
+}
+
+static enum MHD_Result api_complete(shoal_api *a, struct MHD_Connection *c, api_conn *k, bool chat)
+{
+	char bad[300] = "";
+	const char *param = NULL;
+	json_error_t je;
+	json_t *o = json_loadb(k->body ? k->body : "", k->len, JSON_REJECT_DUPLICATES, &je);
+	if (!o || !json_is_object(o)) {
+		json_decref(o);
+		return api_fail(a, c, 400, NULL, NULL, "the body is not a JSON object: %s",
+		                o ? "another JSON value" : je.text);
+	}
+	json_t *model = json_object_get(o, "model");
+	if (model && !json_is_string(model)) {
+		json_decref(o);
+		return api_fail(a, c, 400, "model", NULL, "'model' must be a string");
+	}
+	if (model && strcmp(json_string_value(model), a->model)) {
+		enum MHD_Result r = api_fail(a, c, 404, "model", "model_not_found",
+		                             "the model '%s' is not served here (this cluster serves "
+		                             "'%s')",
+		                             json_string_value(model), a->model);
+		json_decref(o);
+		return r;
+	}
+	k->q.chat = chat;
+	shoal_chat_msg *msgs = NULL;
+	size_t n_msgs = 0, n_arr = chat && json_is_array(json_object_get(o, "messages"))
+	                               ? json_array_size(json_object_get(o, "messages"))
+	                               : 0;
+	char **texts = calloc(n_arr ? n_arr : 1, sizeof *texts);
+	char *prompt = NULL;
+	int32_t *ids = NULL;
+	size_t n_ids = 0;
+	enum MHD_Result res;
+	char why[300] = "";
+	if (!texts || !parse_completion(k, o, &msgs, &n_msgs, texts, &prompt, bad, sizeof bad, &param)) {
+		res = api_fail(a, c, 400, param, NULL, "%s", bad[0] ? bad : "out of memory");
+		goto out;
+	}
+	shoal_err e = a->ops.prompt(a->ops.ctx, msgs, n_msgs, prompt, &ids, &n_ids, why, sizeof why);
+	if (e) {
+		res = api_fail(a, c, status_of(e) == 500 ? 400 : status_of(e), chat ? "messages" : "prompt",
+		               NULL, "the prompt: %s", why[0] ? why : shoal_strerror(e));
+		goto out;
+	}
+	k->q.n_prompt = n_ids;
+	k->run = calloc(1, sizeof *k->run);
+	if (!k->run) {
+		res = api_fail(a, c, 500, NULL, NULL, "out of memory");
+		goto out;
+	}
+	pthread_mutex_init(&k->run->mu, NULL);
+	pthread_cond_init(&k->run->cv, NULL);
+	k->run->refs = 2;
+	shoal_api_sink sink = {.on_token = sink_token, .on_end = sink_end, .ctx = k->run};
+	e = a->ops.submit(a->ops.ctx, ids, n_ids, &k->q.g, &sink, &k->handle, why, sizeof why);
+	if (e) {
+		k->run->refs = 1; /* the run never started */
+		res = api_fail(a, c, status_of(e), NULL, NULL, "%s", why[0] ? why : shoal_strerror(e));
+		goto out;
+	}
+	k->submitted = true;
+	snprintf(k->id, sizeof k->id, "%s-%016" PRIxFAST64, chat ? "chatcmpl" : "cmpl",
+	         (uint_fast64_t)++a->seq);
+	k->created = (long long)time(NULL);
+	if (!wait_first(a, k->run)) {
+		k->finished = true;
+		res = api_fail(a, c, status_of(k->run->err), NULL, NULL, "%s",
+		               k->run->why[0] ? k->run->why : shoal_strerror(k->run->err));
+		goto out;
+	}
+	if (!k->q.stream) {
+		pthread_mutex_lock(&k->run->mu);
+		while (!k->run->done && !a->stopping) {
+			bool hit;
+			visible_end(k, &hit);
+			if (hit && !k->finished) { /* cut at a stop string: end the run */
+				k->finished = true;
+				k->stopped = true;
+				a->ops.cancel(a->ops.ctx, k->handle);
+			}
+			run_wait(k->run);
+		}
+		if (!k->run->done) {
+			k->run->err = SHOAL_ERR_STATE;
+			snprintf(k->run->why, sizeof k->run->why, "the node is stopping");
+		} else {
+			k->finished = true;
+		}
+		bool cut = (k->run->err || !k->run->done) && !k->stopped;
+		json_t *j = cut ? NULL : whole_reply(k);
+		char w[256];
+		snprintf(w, sizeof w, "%s", k->run->why);
+		shoal_err re = k->run->err;
+		pthread_mutex_unlock(&k->run->mu);
+		if (cut) {
+			res = api_fail(a, c, status_of(re), NULL, NULL, "the run was cut: %s",
+			               w[0] ? w : shoal_strerror(re));
+		} else {
+			a->req_ok++;
+			res = api_send_json(c, 200, j);
+		}
+		goto out;
+	}
+	struct MHD_Response *r =
+	    MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16384, stream_read, k, stream_free);
+	if (!r) {
+		res = MHD_NO;
+		goto out;
+	}
+	MHD_add_response_header(r, "Content-Type", "text/event-stream");
+	MHD_add_response_header(r, "Cache-Control", "no-cache");
+	res = MHD_queue_response(c, 200, r);
+	MHD_destroy_response(r);
+out:
+	for (size_t i = 0; i < n_arr; i++)
+		free(texts ? texts[i] : NULL);
+	free(texts);
+	free(msgs);
+	free(prompt);
+	free(ids);
+	json_decref(o);
+	return res;
+}
+
+/* ---------------------------------------------------------- the other routes */
+
+static enum MHD_Result api_models(shoal_api *a, struct MHD_Connection *c)
+{
+	a->req_ok++;
+	return api_send_json(c, 200,
+	                     json_pack("{ss s[{ss ss sI ss}]}", "object", "list", "data", "id",
+	                               a->model, "object", "model", "created", (json_int_t)0,
+	                               "owned_by", "shoal"));
+}
+
+static enum MHD_Result api_cluster(shoal_api *a, struct MHD_Connection *c)
+{
+	char *s = a->ops.cluster_json ? a->ops.cluster_json(a->ops.ctx) : NULL;
+	if (!s)
+		return api_fail(a, c, 503, NULL, NULL, "no cluster view yet");
+	a->req_ok++;
+	enum MHD_Result r = api_send(c, 200, "application/json", s, strlen(s));
+	free(s);
+	return r;
+}
+
+static void metric(char **b, size_t *n, size_t *cap, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+static void metric(char **b, size_t *n, size_t *cap, const char *fmt, ...)
+{
+	for (;;) {
+		va_list ap;
+		va_start(ap, fmt);
+		int w = vsnprintf(*b ? *b + *n : NULL, *b ? *cap - *n : 0, fmt, ap);
+		va_end(ap);
+		if (w < 0)
+			return;
+		if (*b && *n + (size_t)w < *cap) {
+			*n += (size_t)w;
+			return;
+		}
+		size_t nc = (*cap ? *cap * 2 : 4096) + (size_t)w;
+		char *nb = realloc(*b, nc);
+		if (!nb)
+			return;
+		*b = nb;
+		*cap = nc;
+	}
+}
+
+/* Prometheus text format: this peer's API and stage counters. */
+static enum MHD_Result api_metrics(shoal_api *a, struct MHD_Connection *c)
+{
+	shoal_api_gauges g;
+	memset(&g, 0, sizeof g);
+	if (a->ops.gauges)
+		a->ops.gauges(a->ops.ctx, &g);
+	char *b = NULL;
+	size_t n = 0, cap = 0;
+	metric(&b, &n, &cap,
+	       "# HELP shoal_requests_total API requests by outcome.\n"
+	       "# TYPE shoal_requests_total counter\n"
+	       "shoal_requests_total{outcome=\"ok\"} %" PRIuFAST64 "\n"
+	       "shoal_requests_total{outcome=\"client_error\"} %" PRIuFAST64 "\n"
+	       "shoal_requests_total{outcome=\"server_error\"} %" PRIuFAST64 "\n"
+	       "shoal_requests_total{outcome=\"cancelled\"} %" PRIuFAST64 "\n",
+	       (uint_fast64_t)a->req_ok, (uint_fast64_t)a->req_client_err,
+	       (uint_fast64_t)a->req_server_err, (uint_fast64_t)a->req_cancelled);
+	metric(&b, &n, &cap,
+	       "# HELP shoal_tokens_generated_total Tokens streamed to API clients.\n"
+	       "# TYPE shoal_tokens_generated_total counter\n"
+	       "shoal_tokens_generated_total %" PRIuFAST64 "\n"
+	       "# HELP shoal_queue_length Requests waiting for a session.\n"
+	       "# TYPE shoal_queue_length gauge\nshoal_queue_length %u\n"
+	       "# HELP shoal_active_sessions Requests running.\n"
+	       "# TYPE shoal_active_sessions gauge\nshoal_active_sessions %u\n",
+	       (uint_fast64_t)a->tokens, g.queued, g.running);
+	metric(&b, &n, &cap,
+	       "# HELP shoal_stage_runs_total Engine runs of this peer's stage.\n"
+	       "# TYPE shoal_stage_runs_total counter\nshoal_stage_runs_total %" PRIu64 "\n"
+	       "# HELP shoal_stage_batched_runs_total Runs with rows of several sessions.\n"
+	       "# TYPE shoal_stage_batched_runs_total counter\n"
+	       "shoal_stage_batched_runs_total %" PRIu64 "\n"
+	       "# HELP shoal_stage_rows_total Rows run by this peer's stage.\n"
+	       "# TYPE shoal_stage_rows_total counter\nshoal_stage_rows_total %" PRIu64 "\n"
+	       "# HELP shoal_hop_frames_total Frames this stage sent on (hidden states, results).\n"
+	       "# TYPE shoal_hop_frames_total counter\n"
+	       "shoal_hop_frames_total{kind=\"hidden\"} %" PRIu64 "\n"
+	       "shoal_hop_frames_total{kind=\"token\"} %" PRIu64 "\n"
+	       "# HELP shoal_hop_bytes_total Bytes of the hidden-state frames this stage sent.\n"
+	       "# TYPE shoal_hop_bytes_total counter\nshoal_hop_bytes_total %" PRIu64 "\n"
+	       "# HELP shoal_stage_step_seconds The latest run of this peer's stage.\n"
+	       "# TYPE shoal_stage_step_seconds gauge\nshoal_stage_step_seconds %.9f\n",
+	       g.stage_runs, g.stage_batched_runs, g.stage_rows, g.hidden_frames, g.token_frames,
+	       g.hidden_bytes, (double)g.stage_last_run_ns / 1e9);
+	/* gossip state and link RTT per peer, from the cluster view */
+	char *cj = a->ops.cluster_json ? a->ops.cluster_json(a->ops.ctx) : NULL;
+	json_t *v = cj ? json_loads(cj, 0, NULL) : NULL;
+	free(cj);
+	json_t *peers = json_object_get(v, "peers");
+	size_t i;
+	json_t *p;
+	metric(&b, &n, &cap, "# HELP shoal_peer_state Gossip state of each peer (1 for its state).\n"
+	                     "# TYPE shoal_peer_state gauge\n");
+	json_array_foreach(peers, i, p)
+	{
+		const char *name = json_string_value(json_object_get(p, "name"));
+		const char *st = json_string_value(json_object_get(p, "state"));
+		metric(&b, &n, &cap, "shoal_peer_state{peer=\"%s\",state=\"%s\"} 1\n",
+		       name ? name : "?", st ? st : "?");
+	}
+	metric(&b, &n, &cap, "# HELP shoal_link_rtt_seconds Measured round trip to a peer.\n"
+	                     "# TYPE shoal_link_rtt_seconds gauge\n");
+	json_array_foreach(peers, i, p)
+	{
+		if (!json_is_true(json_object_get(p, "self")))
+			continue;
+		size_t j;
+		json_t *l;
+		json_array_foreach(json_object_get(p, "links"), j, l)
+		{
+			const char *to = json_string_value(json_object_get(l, "peer"));
+			json_t *rtt = json_object_get(l, "rtt_us");
+			if (to && json_is_integer(rtt))
+				metric(&b, &n, &cap, "shoal_link_rtt_seconds{peer=\"%.32s\"} %.6f\n", to,
+				       (double)json_integer_value(rtt) / 1e6);
+		}
+	}
+	json_decref(v);
+	a->req_ok++;
+	enum MHD_Result r = api_send(c, 200, "text/plain; version=0.0.4", b ? b : "", n);
+	free(b);
+	return r;
+}
+
+/* ----------------------------------------------------------------- the daemon */
+
+static bool api_authorized(shoal_api *a, struct MHD_Connection *c)
+{
+	if (!a->key)
+		return true;
+	const char *h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Authorization");
+	if (!h || strncmp(h, "Bearer ", 7))
+		return false;
+	const char *k = h + 7;
+	size_t n = strlen(a->key);
+	/* same time whatever the first difference */
+	unsigned char d = strlen(k) != n;
+	for (size_t i = 0; i < n && k[i]; i++)
+		d |= (unsigned char)(k[i] ^ a->key[i]);
+	return !d;
+}
+
+static enum MHD_Result api_access(void *cls, struct MHD_Connection *c, const char *url,
+                                  const char *method, const char *version,
+                                  const char *upload, size_t *upload_size, void **con_cls)
+{
+	(void)version;
+	shoal_api *a = cls;
+	api_conn *k = *con_cls;
+	if (!k) {
+		k = calloc(1, sizeof *k);
+		if (!k)
+			return MHD_NO;
+		k->a = a;
+		*con_cls = k;
+		return MHD_YES;
+	}
+	if (*upload_size) {
+		if (k->len + *upload_size > a->cfg.max_body) {
+			k->too_big = true;
+		} else {
+			char *b = realloc(k->body, k->len + *upload_size + 1);
+			if (!b)
+				return MHD_NO;
+			memcpy(b + k->len, upload, *upload_size);
+			k->body = b;
+			k->len += *upload_size;
+		}
+		*upload_size = 0;
+		return MHD_YES;
+	}
+	bool get = !strcmp(method, "GET"), post = !strcmp(method, "POST");
+	if (!strcmp(url, "/health") && get) {
+		a->req_ok++;
+		return api_send(c, 200, "application/json", "{\"status\":\"ok\"}", 15);
+	}
+	if (!api_authorized(a, c))
+		return api_fail(a, c, 401, NULL, "invalid_api_key",
+		                "a valid API key is needed (Authorization: Bearer KEY)");
+	if (k->too_big)
+		return api_fail(a, c, 413, NULL, NULL, "the body is larger than %zu bytes",
+		                a->cfg.max_body);
+	if (!strcmp(url, "/v1/models") && get)
+		return api_models(a, c);
+	if (!strcmp(url, "/v1/cluster") && get)
+		return api_cluster(a, c);
+	if (!strcmp(url, "/metrics") && get)
+		return api_metrics(a, c);
+	if (!strcmp(url, "/v1/chat/completions") && post)
+		return api_complete(a, c, k, true);
+	if (!strcmp(url, "/v1/completions") && post)
+		return api_complete(a, c, k, false);
+	bool known = !strcmp(url, "/v1/models") || !strcmp(url, "/v1/cluster") ||
+	             !strcmp(url, "/metrics") || !strcmp(url, "/v1/chat/completions") ||
+	             !strcmp(url, "/v1/completions");
+	if (known)
+		return api_fail(a, c, 405, NULL, NULL, "%s does not take %s", url, method);
+	return api_fail(a, c, 404, NULL, NULL, "no such route: %s %s", method, url);
+}
+
+/* The connection's request is over (done, or the client went away). */
+static void api_completed(void *cls, struct MHD_Connection *c, void **con_cls,
+                          enum MHD_RequestTerminationCode toe)
+{
+	(void)c;
+	shoal_api *a = cls;
+	api_conn *k = *con_cls;
+	if (!k)
+		return;
+	if (k->run) {
+		pthread_mutex_lock(&k->run->mu);
+		bool done = k->run->done;
+		a->tokens += k->run->n_tok;
+		pthread_mutex_unlock(&k->run->mu);
+		if (k->submitted && !done && !k->finished) {
+			/* the client went away mid-run: its session is freed now */
+			a->ops.cancel(a->ops.ctx, k->handle);
+			a->req_cancelled++;
+		} else if (toe != MHD_REQUEST_TERMINATED_COMPLETED_OK && k->submitted && !k->end_sent &&
+		           k->q.stream) {
+			a->req_cancelled++;
+		}
+		run_unref(k->run);
+	}
+	free(k->body);
+	free(k->out);
+	free(k);
+	*con_cls = NULL;
+}
+
+shoal_err shoal_api_start(const shoal_api_config *cfg, const shoal_api_ops *ops, shoal_api **out,
+                          char *why, size_t why_len)
+{
+	*out = NULL;
+	shoal_api *a = calloc(1, sizeof *a);
+	if (!a)
+		return SHOAL_ERR_NOMEM;
+	a->cfg = *cfg;
+	a->ops = *ops;
+	a->host = strdup(cfg->host ? cfg->host : "127.0.0.1");
+	a->key = cfg->key ? strdup(cfg->key) : NULL;
+	a->model = strdup(cfg->model ? cfg->model : "model");
+	if (!a->cfg.max_body)
+		a->cfg.max_body = 1u << 20;
+	if (!a->cfg.max_conns)
+		a->cfg.max_conns = 64;
+	struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons(cfg->port)};
+	if (!a->host || !a->model || (cfg->key && !a->key)) {
+		shoal_api_stop(a);
+		return SHOAL_ERR_NOMEM;
+	}
+	if (inet_pton(AF_INET, a->host, &sa.sin_addr) != 1) {
+		shoal_api_stop(a);
+		return shoal_why(why, why_len, SHOAL_ERR_INVAL, "API address %s is not IPv4",
+		                 cfg->host);
+	}
+	a->d = MHD_start_daemon(MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD |
+	                            MHD_USE_ERROR_LOG,
+	                        0, NULL, NULL, api_access, a, MHD_OPTION_SOCK_ADDR, &sa,
+	                        MHD_OPTION_CONNECTION_LIMIT, a->cfg.max_conns,
+	                        MHD_OPTION_NOTIFY_COMPLETED, api_completed, a,
+	                        MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)120, MHD_OPTION_END);
+	if (!a->d) {
+		int e = errno;
+		shoal_api_stop(a);
+		return shoal_why(why, why_len, SHOAL_ERR_IO, "cannot listen for the API on %s:%u: %s",
+		                 cfg->host ? cfg->host : "127.0.0.1", (unsigned)cfg->port,
+		                 strerror(e));
+	}
+	const union MHD_DaemonInfo *info = MHD_get_daemon_info(a->d, MHD_DAEMON_INFO_BIND_PORT);
+	a->port = info ? info->port : cfg->port;
+	SHOAL_LOG_I(LOG_PART, "OpenAI-compatible API on http://%s:%u/v1 (model '%s')%s", a->host,
+	            (unsigned)a->port, a->model, a->key ? ", API key required" : "");
+	*out = a;
+	return SHOAL_OK;
+}
+
+void shoal_api_stop(shoal_api *a)
+{
+	if (!a)
+		return;
+	a->stopping = 1;
+	if (a->d)
+		MHD_stop_daemon(a->d);
+	free(a->host);
+	free(a->key);
+	free(a->model);
+	free(a);
+}
+
+uint16_t shoal_api_port(const shoal_api *a)
+{
+	return a ? a->port : 0;
+}

@@ -1,0 +1,88 @@
+/*
+ * runtime/api/api.h: the OpenAI-compatible HTTP API of a peer (libmicrohttpd,
+ * jansson): /v1/models, /v1/chat/completions and /v1/completions (whole or
+ * streamed as server-sent events), /v1/cluster, /metrics, /health.
+ *
+ * Part: runtime/, room api/. It knows nothing of the node: whoever starts it
+ * (runtime/node/node.c) hands it an ops table that builds prompts, submits
+ * runs and reports the cluster, and the runs report back through a sink.
+ * Threads: libmicrohttpd runs a thread per connection (at most
+ * cfg.max_conns); ops are called on those threads and must be
+ * thread-safe; sinks are called on the node's thread.
+ */
+#ifndef SHOAL_RUNTIME_API_H
+#define SHOAL_RUNTIME_API_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "base/err.h"
+#include "models/chat.h"
+
+#define SHOAL_API_DEFAULT_PORT 47480
+#define SHOAL_API_MAX_TOP      20 /* top_logprobs at most, as OpenAI */
+
+/* Where a run's tokens and end go (on the node thread). */
+typedef struct shoal_api_sink {
+	/* One token: its id, its text (the detokenizer's piece, may be
+	 * empty while a character is incomplete), logprob, top alternatives. */
+	void (*on_token)(void *ctx, int32_t id, const char *text, size_t len, float logprob,
+	                 uint32_t n_top, const int32_t *top_ids, const float *top_lps);
+	/* The end: err SHOAL_OK with the detokenizer's tail, or the error and
+	 * why. Called once; ctx may be freed after. */
+	void (*on_end)(void *ctx, shoal_err err, const char *why, const char *tail, size_t tail_len);
+	void *ctx;
+} shoal_api_sink;
+
+/* The sampling of one request. */
+typedef struct shoal_api_gen {
+	uint32_t max_tokens;
+	uint32_t logprobs; /* top alternatives per token, 0..SHOAL_API_MAX_TOP */
+	float temp, top_p;
+	uint64_t seed;
+} shoal_api_gen;
+
+/* What the API shows of the node's work, for /metrics. */
+typedef struct shoal_api_gauges {
+	uint32_t queued, running; /* requests */
+	uint64_t stage_runs, stage_batched_runs, stage_rows, hidden_frames, hidden_bytes,
+	    token_frames, stage_last_run_ns;
+} shoal_api_gauges;
+
+typedef struct shoal_api_ops {
+	/* The token ids of a chat (msgs[n], text NULL) or a plain prompt (text). */
+	shoal_err (*prompt)(void *ctx, const shoal_chat_msg *msgs, size_t n, const char *text,
+	                    int32_t **ids, size_t *n_ids, char *why, size_t why_len);
+	/* Queue a run of ids[n] (borrowed). *handle names it for cancel.
+	 * BUSY: the queue is full. The sink gets its tokens and end. */
+	shoal_err (*submit)(void *ctx, const int32_t *ids, size_t n, const shoal_api_gen *g,
+	                    const shoal_api_sink *sink, uint32_t *handle, char *why, size_t why_len);
+	/* The client went away: end the run now (its sink still gets on_end). */
+	void (*cancel)(void *ctx, uint32_t handle);
+	/* A token's text (for logprobs), into buf; returns its length. */
+	size_t (*token_text)(void *ctx, int32_t id, char *buf, size_t cap);
+	/* The status JSON of `shoal status --json`, malloc'd (NULL: none yet). */
+	char *(*cluster_json)(void *ctx);
+	void (*gauges)(void *ctx, shoal_api_gauges *g);
+	void *ctx;
+} shoal_api_ops;
+
+typedef struct shoal_api_config {
+	const char *host;     /* IPv4 address to bind; NULL: 127.0.0.1 */
+	uint16_t port;        /* 0: any */
+	const char *key;      /* Bearer key the requests must carry; NULL: none */
+	const char *model;    /* the model's name for /v1/models and replies */
+	size_t max_body;      /* bytes; 0: 1 MiB */
+	unsigned max_conns;   /* 0: 64 */
+} shoal_api_config;
+
+typedef struct shoal_api shoal_api;
+
+/* Listen and serve (strings copied). ops is borrowed for the API's life. */
+shoal_err shoal_api_start(const shoal_api_config *cfg, const shoal_api_ops *ops, shoal_api **out,
+                          char *why, size_t why_len);
+void shoal_api_stop(shoal_api *a); /* NULL is a no-op; waits for the connections */
+uint16_t shoal_api_port(const shoal_api *a);
+
+#endif
