@@ -1,0 +1,233 @@
+#!/bin/bash
+# tests/sh/api_loopback.sh: the OpenAI-compatible HTTP API (runtime/api/) of
+# real `shoal node` processes on 127.0.0.1 (issue 10).
+#
+#  1. A 2-peer cluster of the trained dense model (--mem-limit 14M: 2
+#     stages), the API on the first peer with an API key. The official
+#     `openai` npm package (installed into a cache on first use) sends a
+#     chat, a streamed chat, a completion and a chat with logprobs: the
+#     texts equal local `shoal run`'s greedy output for the same prompt,
+#     the streamed text equals the whole one, usage and finish_reason
+#     are there, logprobs are OpenAI's shape.
+#  2. curl: every error in OpenAI's shape with its status: malformed JSON,
+#     a wrong type, an unknown model (404), a body over 1 MiB (413), no or
+#     a wrong key (401), an unknown route (404); a stop string cuts the
+#     text; /health, /v1/models, /v1/cluster (the peers and the plan).
+#     8 concurrent streaming clients each get the text they would alone,
+#     and the first peer's stage ran batched rows.
+#  3. /metrics parses with prometheus_client and its counters move.
+#  4. One peer, --sessions 1: a client that disconnects mid-stream frees
+#     the session (the next request is served at once; /metrics counts a
+#     cancel).
+#  5. A peer too small for the model: 503 with the figures.
+set -u
+. "$(dirname "$0")/lib.sh"
+DENSE=$DATA/models/austen-dense-q8_0.gguf
+[ -x "$PC" ] || skip "$PC not built"
+command -v curl >/dev/null || skip "curl is not installed"
+PY=python3
+/usr/bin/python3 -c 'import prometheus_client' 2>/dev/null && PY=/usr/bin/python3
+"$B" key new "$KEY" >/dev/null || fail "shoal key new"
+echo "test-api-key-0123456789" >"$T/apikey"
+AK=$(cat "$T/apikey")
+P="It is a truth universally acknowledged"
+MODEL=austen-dense-q8_0
+
+api_port() { # api_port NAME: the port the node's API listens on (from its log)
+	local _ p
+	for _ in $(seq 100); do
+		p=$(sed -n 's/.*API on http:\/\/127\.0\.0\.1:\([0-9]*\)\/v1.*/\1/p' "$T/$1.log" | tail -n 1)
+		[ -n "$p" ] && { echo "$p"; return 0; }
+		sleep 0.1
+	done
+	fail "no API port in $1's log"
+}
+jget() { $PY -c 'import json,sys; d=json.load(open(sys.argv[1])); print(eval(sys.argv[2], {"d": d}))' "$@"; }
+# call OUT METHOD PATH [BODY]: the status code into $CODE, the body into OUT
+call() {
+	local out=$1 m=$2 path=$3
+	shift 3
+	CODE=$(curl -s -o "$out" -w '%{http_code}' -X "$m" -H "Authorization: Bearer $AK" \
+		-H 'Content-Type: application/json' "$U$path" "$@")
+}
+expect_error() { # expect_error LABEL STATUS METHOD PATH [curl args]: OpenAI's error shape
+	local label=$1 want=$2
+	shift 2
+	call "$T/e.json" "$@"
+	[ "$CODE" = "$want" ] || fail "$label: status $CODE, not $want: $(head -c 300 "$T/e.json")"
+	jget "$T/e.json" 'd["error"]["message"] and d["error"]["type"]' >/dev/null 2>&1 ||
+		fail "$label: not an OpenAI error: $(head -c 300 "$T/e.json")"
+	echo "  $label: $CODE $(jget "$T/e.json" 'd["error"]["message"]')"
+}
+
+# 1. a 2-peer cluster, the API on a1
+start a1 "$DENSE" --mem-limit 14M --ctx 256 --api 127.0.0.1:0 --api-key "$T/apikey"
+SEED=$(ep a1)
+start a2 "$DENSE" --mem-limit 14M --ctx 256 --peer "$SEED"
+wait_for 30 servable_all 2 a1 a2 || fail "no 2-stage plan on 2 peers"
+U=http://127.0.0.1:$(api_port a1)
+"$B" run "$DENSE" -p "$P" -n 24 --temp 0 >"$T/l-text" 2>/dev/null || fail "local run"
+"$B" run "$DENSE" --chat -p "Emma" -n 16 --temp 0 >"$T/l-chat" 2>/dev/null || fail "local chat run"
+
+NPM_DIR=${SHOAL_NPM_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/shoal-test-npm}
+if [ ! -d "$NPM_DIR/node_modules/openai" ] && command -v npm >/dev/null; then
+	mkdir -p "$NPM_DIR"
+	(cd "$NPM_DIR" && npm install --no-audit --no-fund --silent openai@4 >/dev/null 2>&1)
+fi
+if command -v node >/dev/null && [ -d "$NPM_DIR/node_modules/openai" ]; then
+	cat >"$T/client.mjs" <<'EOF'
+import OpenAI from "openai";
+import { writeFileSync } from "fs";
+const [base, key, prompt, out] = process.argv.slice(2);
+const c = new OpenAI({ baseURL: base, apiKey: key });
+const r = {};
+const chat = await c.chat.completions.create({ model: "austen-dense-q8_0", temperature: 0,
+	max_tokens: 16, messages: [{ role: "user", content: "Emma" }] });
+r.chat = chat.choices[0].message.content;
+r.chat_finish = chat.choices[0].finish_reason;
+r.chat_usage = chat.usage;
+let streamed = "", finish = null, usage = null;
+const s = await c.chat.completions.create({ model: "austen-dense-q8_0", temperature: 0,
+	max_tokens: 16, messages: [{ role: "user", content: "Emma" }], stream: true,
+	stream_options: { include_usage: true } });
+for await (const ch of s) {
+	if (ch.usage) usage = ch.usage;
+	if (!ch.choices.length) continue;
+	streamed += ch.choices[0].delta.content ?? "";
+	finish = ch.choices[0].finish_reason ?? finish;
+}
+r.stream = streamed; r.stream_finish = finish; r.stream_usage = usage;
+const cmp = await c.completions.create({ model: "austen-dense-q8_0", prompt, max_tokens: 24,
+	temperature: 0 });
+r.completion = cmp.choices[0].text;
+const lp = await c.chat.completions.create({ model: "austen-dense-q8_0", temperature: 0,
+	max_tokens: 4, messages: [{ role: "user", content: "Emma" }], logprobs: true, top_logprobs: 3 });
+r.logprobs = lp.choices[0].logprobs.content;
+writeFileSync(out, JSON.stringify(r));
+EOF
+	cp "$T/client.mjs" "$NPM_DIR/client-$$.mjs"
+	node "$NPM_DIR/client-$$.mjs" "$U/v1" "$AK" "$P" "$T/oai.json" >"$T/oai.err" 2>&1 ||
+		{ rm -f "$NPM_DIR/client-$$.mjs"; fail "the openai client: $(tail -5 "$T/oai.err")"; }
+	rm -f "$NPM_DIR/client-$$.mjs"
+	[ "$(jget "$T/oai.json" 'd["completion"]')" = "$(cat "$T/l-text")" ] ||
+		fail "completion text differs: '$(jget "$T/oai.json" 'd["completion"]')' vs '$(cat "$T/l-text")'"
+	[ "$(jget "$T/oai.json" 'd["chat"]')" = "$(cat "$T/l-chat")" ] ||
+		fail "chat text differs: '$(jget "$T/oai.json" 'd["chat"]')' vs '$(cat "$T/l-chat")'"
+	[ "$(jget "$T/oai.json" 'd["stream"] == d["chat"]')" = True ] || fail "the streamed chat differs from the whole one"
+	[ "$(jget "$T/oai.json" 'd["chat_finish"], d["stream_finish"], d["stream_usage"]["completion_tokens"]')" = "('length', 'length', 16)" ] ||
+		fail "finish_reason/usage: $(jget "$T/oai.json" 'd["chat_finish"], d["stream_finish"], d["stream_usage"]')"
+	[ "$(jget "$T/oai.json" 'len(d["logprobs"]) == 4 and all(len(t["top_logprobs"]) == 3 and t["logprob"] <= 0 and t["top_logprobs"][0]["logprob"] >= t["top_logprobs"][1]["logprob"] for t in d["logprobs"])')" = True ] ||
+		fail "logprobs shape: $(head -c 400 "$T/oai.json")"
+	echo "openai npm client: chat, streamed chat, completion and logprobs; texts equal local shoal run ('$(cat "$T/l-chat")')"
+else
+	[ "${CI:-}" = true ] && fail "node and the openai npm package are needed under CI"
+	echo "SKIP part: node or the openai npm package (npm install openai) is not available"
+fi
+
+# 2. errors and the other routes, with curl
+call "$T/h.json" GET /health
+[ "$CODE" = 200 ] || fail "/health: $CODE"
+call "$T/m.json" GET /v1/models
+[ "$(jget "$T/m.json" 'd["data"][0]["id"]')" = "$MODEL" ] || fail "/v1/models: $(cat "$T/m.json")"
+call "$T/c.json" GET /v1/cluster
+[ "$(jget "$T/c.json" 'len(d["peers"]), len(d["plan"]["stages"])')" = "(2, 2)" ] ||
+	fail "/v1/cluster: $(head -c 300 "$T/c.json")"
+echo "routes: /health, /v1/models ($MODEL), /v1/cluster (2 peers, 2 stages)"
+echo "errors:"
+expect_error "malformed JSON" 400 POST /v1/chat/completions -d '{"messages": ['
+expect_error "a wrong type" 400 POST /v1/chat/completions -d '{"messages": [{"role": "user", "content": "x"}], "max_tokens": "many"}'
+expect_error "no messages" 400 POST /v1/chat/completions -d '{"model": "'$MODEL'"}'
+expect_error "an unknown role" 400 POST /v1/chat/completions -d '{"messages": [{"role": "wizard", "content": "x"}]}'
+expect_error "an unknown model" 404 POST /v1/chat/completions -d '{"model": "gpt-4o", "messages": [{"role": "user", "content": "x"}]}'
+head -c 1100000 /dev/zero | tr '\0' 'a' | sed 's/^/{"prompt": "/; s/$/"}/' >"$T/big.json"
+expect_error "a body over 1 MiB" 413 POST /v1/completions --data-binary @"$T/big.json"
+expect_error "an unknown route" 404 GET /v2/nothing
+CODE=$(curl -s -o "$T/e.json" -w '%{http_code}' "$U/v1/models")
+[ "$CODE" = 401 ] || fail "no key: $CODE"
+CODE=$(curl -s -o "$T/e.json" -w '%{http_code}' -H "Authorization: Bearer wrong-key-000" "$U/v1/models")
+[ "$CODE" = 401 ] || fail "a wrong key: $CODE"
+echo "  no key, a wrong key: 401"
+call "$T/s.json" POST /v1/completions -d "{\"prompt\": \"$P\", \"max_tokens\": 24, \"temperature\": 0, \"stop\": \"very\"}"
+want=$(sed 's/very.*//' "$T/l-text")
+[ "$(jget "$T/s.json" 'd["choices"][0]["text"]')" = "$want" ] && [ "$(jget "$T/s.json" 'd["choices"][0]["finish_reason"]')" = stop ] ||
+	fail "stop string: $(cat "$T/s.json")"
+echo "stop string: the text ends before it ('$want'), finish_reason stop"
+
+# 2b. 8 concurrent streaming clients: each gets the tokens it would alone,
+#     and the stages ran rows of several sessions together
+PROMPTS=("It is a truth" "Emma Woodhouse, handsome" "The family of Dashwood" "Mr. Darcy" \
+	"Catherine Morland" "Sir Walter Elliot" "Fanny Price" "Anne was")
+for i in "${!PROMPTS[@]}"; do
+	"$B" run "$DENSE" -p "${PROMPTS[$i]}" -n 20 --temp 0 >"$T/lc-$i" 2>/dev/null || fail "local run $i"
+done
+pids=()
+for i in "${!PROMPTS[@]}"; do
+	curl -s -N --max-time 60 -H "Authorization: Bearer $AK" "$U/v1/completions" \
+		-d "{\"prompt\": \"${PROMPTS[$i]}\", \"max_tokens\": 20, \"temperature\": 0, \"stream\": true}" \
+		>"$T/cc-$i" 2>/dev/null &
+	pids+=($!)
+done
+wait "${pids[@]}"
+for i in "${!PROMPTS[@]}"; do
+	got=$(sed -n 's/^data: //p' "$T/cc-$i" | grep -v '^\[DONE\]' |
+		$PY -c 'import json,sys; print("".join(json.loads(l)["choices"][0]["text"] for l in sys.stdin if json.loads(l)["choices"]), end="")')
+	[ "$got" = "$(cat "$T/lc-$i")" ] || fail "concurrent client $i: '$got' vs '$(cat "$T/lc-$i")'"
+done
+call "$T/mb.txt" GET /metrics
+batched=$(sed -n 's/^shoal_stage_batched_runs_total //p' "$T/mb.txt")
+[ "${batched:-0}" -gt 0 ] || fail "no batched runs on a1's stage: $(grep batched "$T/mb.txt")"
+echo "8 concurrent streams: every text equals its local run; a1's stage ran $batched batched runs"
+
+# 3. /metrics
+call "$T/m1.txt" GET /metrics
+call "$T/x.json" POST /v1/completions -d "{\"prompt\": \"$P\", \"max_tokens\": 4, \"temperature\": 0}"
+call "$T/m2.txt" GET /metrics
+cat >"$T/prom.py" <<'EOF'
+import sys
+from prometheus_client.parser import text_string_to_metric_families
+def load(path):
+    out = {}
+    for fam in text_string_to_metric_families(open(path).read()):
+        for s in fam.samples:
+            out[(s.name, tuple(sorted(s.labels.items())))] = s.value
+    return out
+a, b = load(sys.argv[1]), load(sys.argv[2])
+ok = ("shoal_requests_total", (("outcome", "ok"),))
+tok = ("shoal_tokens_generated_total", ())
+assert b[ok] > a[ok], (a[ok], b[ok])
+assert b[tok] >= a[tok] + 4, (a[tok], b[tok])
+assert any(k[0] == "shoal_peer_state" for k in b)
+print(f"{len(b)} samples; requests ok {a[ok]:.0f} -> {b[ok]:.0f}, tokens {a[tok]:.0f} -> {b[tok]:.0f}")
+EOF
+if $PY -c 'import prometheus_client' 2>/dev/null; then
+	echo "/metrics: $($PY "$T/prom.py" "$T/m1.txt" "$T/m2.txt" 2>&1)" || true
+	$PY "$T/prom.py" "$T/m1.txt" "$T/m2.txt" >/dev/null 2>&1 || fail "/metrics: $($PY "$T/prom.py" "$T/m1.txt" "$T/m2.txt" 2>&1 | tail -2)"
+else
+	[ "${CI:-}" = true ] && fail "python3-prometheus-client is needed under CI"
+	echo "SKIP part: prometheus_client is not installed"
+fi
+stop_all
+
+# 4. a client that disconnects mid-stream frees its session
+start b1 "$DENSE" --ctx 4096 --sessions 1 --api 127.0.0.1:0 --api-key "$T/apikey"
+wait_for 30 servable_all 1 b1 || fail "no plan on b1"
+U=http://127.0.0.1:$(api_port b1)
+curl -s -N --max-time 1 -H "Authorization: Bearer $AK" "$U/v1/completions" \
+	-d "{\"prompt\": \"$P\", \"max_tokens\": 4000, \"temperature\": 0, \"stream\": true}" >"$T/cut.txt" 2>/dev/null
+grep -q '^data: {' "$T/cut.txt" || fail "the long stream sent nothing: $(head -c 200 "$T/cut.txt")"
+t0=$(now_ms)
+call "$T/next.json" POST /v1/completions -d "{\"prompt\": \"$P\", \"max_tokens\": 8, \"temperature\": 0}" --max-time 20
+dt=$(($(now_ms) - t0))
+[ "$CODE" = 200 ] || fail "the next request after a disconnect: $CODE $(head -c 200 "$T/next.json")"
+call "$T/m3.txt" GET /metrics
+grep -q '^shoal_requests_total{outcome="cancelled"} [1-9]' "$T/m3.txt" || fail "no cancel counted: $(grep cancelled "$T/m3.txt")"
+echo "a client gone mid-stream: its session freed; the next request served in $dt ms"
+stop_all
+
+# 5. a peer that cannot hold the model: 503 with the figures
+start c1 "$DENSE" --mem-limit 8M --ctx 256 --api 127.0.0.1:0 --api-key "$T/apikey"
+U=http://127.0.0.1:$(api_port c1)
+no_plan() { status c1 && [[ "$("$PC" "$T/st-c1.json" servable)" == no* ]]; }
+wait_for 20 no_plan || fail "c1 serves alone at 8M"
+expect_error "a cluster too small" 503 POST /v1/completions -d "{\"prompt\": \"$P\", \"max_tokens\": 4}"
+grep -q "needs" "$T/e.json" || fail "503 without the figures: $(cat "$T/e.json")"
