@@ -17,6 +17,7 @@
 #include "config.h"
 
 #include "runtime/api/api.h"
+#include "runtime/api/api_req.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -36,9 +37,6 @@
 #include "base/log.h"
 
 #define LOG_PART      "api"
-#define API_MAX_STOP  4
-#define API_STOP_LEN  256
-#define API_DEFAULT_TOKENS 256u
 /* A stream with nothing to say for this long sends an SSE comment: a
  * client that went away is noticed on the write (and its run ended). */
 #define API_KEEPALIVE_MS 1000
@@ -221,19 +219,6 @@ static void sink_end(void *ctx, shoal_err err, const char *why, const char *tail
 	run_unref(r);
 }
 
-/* -------------------------------------------------------- request parsing */
-
-typedef struct api_req {
-	bool chat, stream, usage;
-	bool logprobs;     /* chat: logprobs true; completions: logprobs given */
-	uint32_t top;      /* top alternatives */
-	shoal_api_gen g;
-	char stop[API_MAX_STOP][API_STOP_LEN + 1];
-	size_t n_stop;
-	size_t max_stop; /* the longest stop string */
-	size_t n_prompt;
-} api_req;
-
 /* Per connection. */
 typedef struct api_conn {
 	char *body;
@@ -244,7 +229,7 @@ typedef struct api_conn {
 	api_run *run;
 	uint32_t handle;
 	bool submitted, finished; /* finished: the run ended or was cancelled by us */
-	api_req q;
+	shoal_api_req q;
 	char id[40];
 	long long created;
 	/* streaming: what was sent, what waits to be sent */
@@ -253,60 +238,6 @@ typedef struct api_conn {
 	char *out;
 	size_t out_len, out_off, out_cap;
 } api_conn;
-
-/* A JSON number field: absent (*v unchanged), or a number in [lo, hi]. */
-static const char *num_field(json_t *o, const char *k, double lo, double hi, double *v)
-{
-	json_t *x = json_object_get(o, k);
-	if (!x || json_is_null(x))
-		return NULL;
-	if (!json_is_number(x) || json_number_value(x) < lo || json_number_value(x) > hi)
-		return k;
-	*v = json_number_value(x);
-	return NULL;
-}
-
-static const char *bool_field(json_t *o, const char *k, bool *v)
-{
-	json_t *x = json_object_get(o, k);
-	if (!x || json_is_null(x))
-		return NULL;
-	if (!json_is_boolean(x))
-		return k;
-	*v = json_is_true(x);
-	return NULL;
-}
-
-/* A message's content: a string, or an array of {"type": "text", "text"}
- * parts, joined. Returns a malloc'd string or NULL (bad shape). */
-static char *content_text(json_t *c)
-{
-	if (json_is_string(c))
-		return strdup(json_string_value(c));
-	if (!json_is_array(c))
-		return NULL;
-	size_t n = 0, i;
-	json_t *p;
-	json_array_foreach(c, i, p)
-	{
-		json_t *t = json_object_get(p, "text");
-		if (!json_is_string(t) || !json_is_string(json_object_get(p, "type")) ||
-		    strcmp(json_string_value(json_object_get(p, "type")), "text"))
-			return NULL;
-		n += json_string_length(t);
-	}
-	char *s = malloc(n + 1), *w = s;
-	if (!s)
-		return NULL;
-	json_array_foreach(c, i, p)
-	{
-		json_t *t = json_object_get(p, "text");
-		memcpy(w, json_string_value(t), json_string_length(t));
-		w += json_string_length(t);
-	}
-	*w = '\0';
-	return s;
-}
 
 /* --------------------------------------------------------------- completions */
 
@@ -647,187 +578,22 @@ static unsigned status_of(shoal_err e)
 	}
 }
 
-/* Parse and check a completion body into k->q; NULL or the offending
- * parameter's message in bad[]. msgs/prompt are out. */
-static bool parse_completion(api_conn *k, json_t *o, shoal_chat_msg **msgs, size_t *n_msgs,
-                             char **texts, char **prompt, char *bad, size_t bad_len,
-                             const char **param)
-{
-	api_req *q = &k->q;
-	double v;
-	const char *p = NULL;
-	*param = NULL;
-	q->g.max_tokens = API_DEFAULT_TOKENS;
-	q->g.temp = 0.8f;
-	q->g.top_p = 0.95f;
-	q->g.seed = 0;
-#define NUM(key, lo, hi, dst)                                                                     \
-	do {                                                                                      \
-		v = -1e300;                                                                       \
-		if ((p = num_field(o, key, lo, hi, &v))) {                                        \
-			snprintf(bad, bad_len, "'%s' must be a number in [%g, %g]", key, (double)lo, \
-			         (double)hi);                                                     \
-			*param = key;                                                             \
-			return false;                                                             \
-		}                                                                                 \
-		if (v != -1e300)                                                                  \
-			dst;                                                                      \
-	} while (0)
-	NUM("max_tokens", 0, 1e9, q->g.max_tokens = (uint32_t)v);
-	NUM("max_completion_tokens", 0, 1e9, q->g.max_tokens = (uint32_t)v);
-	NUM("temperature", 0, 2, q->g.temp = (float)v);
-	NUM("top_p", 0, 1, q->g.top_p = (float)v);
-	NUM("seed", -9.2e18, 9.2e18, q->g.seed = (uint64_t)(int64_t)v);
-	NUM("n", 1, 1, (void)0);
-	if (!q->g.max_tokens)
-		q->g.max_tokens = 1; /* OpenAI counts 0 as "at least one" nowhere; take it as 1 */
-	if ((p = bool_field(o, "stream", &q->stream))) {
-		snprintf(bad, bad_len, "'stream' must be a boolean");
-		*param = p;
-		return false;
-	}
-	json_t *so = json_object_get(o, "stream_options");
-	if (so && !json_is_null(so) &&
-	    (!json_is_object(so) || bool_field(so, "include_usage", &q->usage))) {
-		snprintf(bad, bad_len, "'stream_options' must be {\"include_usage\": boolean}");
-		*param = "stream_options";
-		return false;
-	}
-	/* logprobs: chat: a boolean with top_logprobs; completions: an integer */
-	json_t *lp = json_object_get(o, "logprobs");
-	if (q->chat) {
-		if ((p = bool_field(o, "logprobs", &q->logprobs))) {
-			snprintf(bad, bad_len, "'logprobs' must be a boolean");
-			*param = p;
-			return false;
-		}
-		NUM("top_logprobs", 0, SHOAL_API_MAX_TOP, q->top = (uint32_t)v);
-	} else if (lp && !json_is_null(lp)) {
-		if (!json_is_integer(lp) || json_integer_value(lp) < 0 ||
-		    json_integer_value(lp) > 5) {
-			snprintf(bad, bad_len, "'logprobs' must be an integer in [0, 5]");
-			*param = "logprobs";
-			return false;
-		}
-		q->logprobs = true;
-		q->top = (uint32_t)json_integer_value(lp);
-	}
-	q->g.logprobs = q->logprobs ? q->top : 0;
-#undef NUM
-	/* stop: a string or up to 4 */
-	json_t *st = json_object_get(o, "stop");
-	if (st && !json_is_null(st)) {
-		json_t *one[1] = {st};
-		size_t n = json_is_array(st) ? json_array_size(st) : 1;
-		bool ok = n <= API_MAX_STOP;
-		for (size_t i = 0; ok && i < n; i++) {
-			json_t *s = json_is_array(st) ? json_array_get(st, i) : one[0];
-			ok = json_is_string(s) && json_string_length(s) > 0 &&
-			     json_string_length(s) <= API_STOP_LEN;
-			if (ok) {
-				snprintf(q->stop[q->n_stop], sizeof q->stop[0], "%s", json_string_value(s));
-				if (json_string_length(s) > q->max_stop)
-					q->max_stop = json_string_length(s);
-				q->n_stop++;
-			}
-		}
-		if (!ok) {
-			snprintf(bad, bad_len, "'stop' must be a string or up to %d non-empty strings "
-			         "of at most %d bytes", API_MAX_STOP, API_STOP_LEN);
-			*param = "stop";
-			return false;
-		}
-	}
-	if (q->chat) {
-		json_t *ms = json_object_get(o, "messages");
-		if (!json_is_array(ms) || !json_array_size(ms)) {
-			snprintf(bad, bad_len, "'messages' must be a non-empty array");
-			*param = "messages";
-			return false;
-		}
-		size_t n = json_array_size(ms);
-		*msgs = calloc(n, sizeof **msgs);
-		if (!*msgs) {
-			snprintf(bad, bad_len, "out of memory");
-			return false;
-		}
-		for (size_t i = 0; i < n; i++) {
-			json_t *m = json_array_get(ms, i), *role = json_object_get(m, "role");
-			const char *rs = json_is_string(role) ? json_string_value(role) : "";
-			if (!strcmp(rs, "developer"))
-				rs = "system";
-			if (strcmp(rs, "system") && strcmp(rs, "user") && strcmp(rs, "assistant")) {
-				snprintf(bad, bad_len,
-				         "messages[%zu].role must be system, developer, user or assistant",
-				         i);
-				*param = "messages";
-				return false;
-			}
-			char *c = content_text(json_object_get(m, "content"));
-			if (!c) {
-				snprintf(bad, bad_len,
-				         "messages[%zu].content must be a string or text parts", i);
-				*param = "messages";
-				return false;
-			}
-			texts[i] = c;
-			(*msgs)[i] = (shoal_chat_msg){rs, c};
-			(*n_msgs)++;
-		}
-	} else {
-		json_t *pr = json_object_get(o, "prompt");
-		if (json_is_array(pr) && json_array_size(pr) == 1)
-			pr = json_array_get(pr, 0);
-		if (!json_is_string(pr)) {
-			snprintf(bad, bad_len, "'prompt' must be a string");
-			*param = "prompt";
-			return false;
-		}
-		*prompt = strdup(json_string_value(pr));
-	}
-	return true;
-}
-
 static enum MHD_Result api_complete(shoal_api *a, struct MHD_Connection *c, api_conn *k, bool chat)
 {
-	char bad[300] = "";
+	char bad[400] = "";
 	const char *param = NULL;
-	json_error_t je;
-	json_t *o = json_loadb(k->body ? k->body : "", k->len, JSON_REJECT_DUPLICATES, &je);
-	if (!o || !json_is_object(o)) {
-		json_decref(o);
-		return api_fail(a, c, 400, NULL, NULL, "the body is not a JSON object: %s",
-		                o ? "another JSON value" : je.text);
-	}
-	json_t *model = json_object_get(o, "model");
-	if (model && !json_is_string(model)) {
-		json_decref(o);
-		return api_fail(a, c, 400, "model", NULL, "'model' must be a string");
-	}
-	if (model && strcmp(json_string_value(model), a->model)) {
-		enum MHD_Result r = api_fail(a, c, 404, "model", "model_not_found",
-		                             "the model '%s' is not served here (this cluster serves "
-		                             "'%s')",
-		                             json_string_value(model), a->model);
-		json_decref(o);
-		return r;
-	}
-	k->q.chat = chat;
-	shoal_chat_msg *msgs = NULL;
-	size_t n_msgs = 0, n_arr = chat && json_is_array(json_object_get(o, "messages"))
-	                               ? json_array_size(json_object_get(o, "messages"))
-	                               : 0;
-	char **texts = calloc(n_arr ? n_arr : 1, sizeof *texts);
-	char *prompt = NULL;
+	unsigned status;
 	int32_t *ids = NULL;
 	size_t n_ids = 0;
 	enum MHD_Result res;
 	char why[300] = "";
-	if (!texts || !parse_completion(k, o, &msgs, &n_msgs, texts, &prompt, bad, sizeof bad, &param)) {
-		res = api_fail(a, c, 400, param, NULL, "%s", bad[0] ? bad : "out of memory");
+	if (shoal_api_req_parse(k->body, k->len, chat, a->model, &k->q, &status, &param, bad,
+	                        sizeof bad)) {
+		res = api_fail(a, c, status, param, status == 404 ? "model_not_found" : NULL, "%s", bad);
 		goto out;
 	}
-	shoal_err e = a->ops.prompt(a->ops.ctx, msgs, n_msgs, prompt, &ids, &n_ids, why, sizeof why);
+	shoal_err e = a->ops.prompt(a->ops.ctx, chat ? k->q.msgs : NULL, k->q.n_msgs, k->q.prompt,
+	                            &ids, &n_ids, why, sizeof why);
 	if (e) {
 		res = api_fail(a, c, status_of(e) == 500 ? 400 : status_of(e), chat ? "messages" : "prompt",
 		               NULL, "the prompt: %s", why[0] ? why : shoal_strerror(e));
@@ -903,13 +669,7 @@ static enum MHD_Result api_complete(shoal_api *a, struct MHD_Connection *c, api_
 	res = MHD_queue_response(c, 200, r);
 	MHD_destroy_response(r);
 out:
-	for (size_t i = 0; i < n_arr; i++)
-		free(texts ? texts[i] : NULL);
-	free(texts);
-	free(msgs);
-	free(prompt);
 	free(ids);
-	json_decref(o);
 	return res;
 }
 
@@ -1145,6 +905,7 @@ static void api_completed(void *cls, struct MHD_Connection *c, void **con_cls,
 		}
 		run_unref(k->run);
 	}
+	shoal_api_req_fini(&k->q);
 	free(k->body);
 	free(k->out);
 	free(k);
