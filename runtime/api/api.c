@@ -41,6 +41,9 @@
  * client that went away is noticed on the write (and its run ended). */
 #define API_KEEPALIVE_MS 1000
 
+/* runtime/api/dashboard.html, built in (runtime/api/api.am) */
+extern const char shoal_api_dashboard[];
+
 struct shoal_api {
 	shoal_api_config cfg;
 	char *host, *key, *model;
@@ -853,6 +856,11 @@ static enum MHD_Result api_access(void *cls, struct MHD_Connection *c, const cha
 		return MHD_YES;
 	}
 	bool get = !strcmp(method, "GET"), post = !strcmp(method, "POST");
+	if (!strcmp(url, "/") && get) { /* the page asks for the key itself */
+		a->req_ok++;
+		return api_send(c, 200, "text/html; charset=utf-8", shoal_api_dashboard,
+		                strlen(shoal_api_dashboard));
+	}
 	if (!strcmp(url, "/health") && get) {
 		a->req_ok++;
 		return api_send(c, 200, "application/json", "{\"status\":\"ok\"}", 15);
