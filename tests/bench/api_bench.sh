@@ -1,0 +1,85 @@
+#!/bin/bash
+# tests/bench/api_bench.sh: aggregate tokens/s of 1, 4 and 8 concurrent
+# clients of the HTTP API (issue 10), through 1 peer and through 3 peers,
+# on the trained dense model (and on a larger model file given as
+# SHOAL_BENCH_FIXTURE, through 1 peer). A benchmark, not a test: not part
+# of make check; it fails only when it cannot set up a cluster or a
+# request fails.
+#
+#   tests/bench/api_bench.sh [BUILDDIR]        (from the source tree)
+#
+# Each round: N clients at once, each a greedy /v1/completions of 128
+# tokens with a different prompt; aggregate = the tokens of all (from
+# usage) / the wall time of the round. ROUNDS rounds (default 3), the
+# median printed. Goal: 8 clients >= 4x the aggregate of 1 client through
+# the same cluster (a batch of 8 rows reads the weights once).
+set -u
+SHOAL_BUILDDIR=${1:-${SHOAL_BUILDDIR:-.}}
+. "$(dirname "$0")/../sh/lib.sh"
+DENSE=$DATA/models/austen-dense-q8_0.gguf
+ROUNDS=${ROUNDS:-3}
+NTOK=128
+command -v curl >/dev/null || fail "curl is needed"
+"$B" key new "$KEY" >/dev/null || fail "shoal key new"
+PROMPTS=("It is a truth" "Emma Woodhouse, handsome" "The family of Dashwood" "Mr. Darcy"
+	"Catherine Morland" "Sir Walter Elliot" "Fanny Price" "Anne was")
+
+api_port() {
+	local _ p
+	for _ in $(seq 100); do
+		p=$(sed -n 's/.*API on http:\/\/127\.0\.0\.1:\([0-9]*\)\/v1.*/\1/p' "$T/$1.log" | tail -n 1)
+		[ -n "$p" ] && { echo "$p"; return 0; }
+		sleep 0.1
+	done
+	fail "no API port in $1's log"
+}
+
+# round URL N: aggregate tokens/s of N concurrent clients
+round() {
+	local u=$1 n=$2 i t0 t1 tok=0 pids=()
+	t0=$(date +%s%N)
+	for i in $(seq 0 $((n - 1))); do
+		curl -s --max-time 300 "$u/v1/completions" -d "{\"prompt\": \"${PROMPTS[$((i % 8))]}\", \"max_tokens\": $NTOK, \"temperature\": 0}" \
+			>"$T/out-$i" &
+		pids+=($!)
+	done
+	wait "${pids[@]}"
+	t1=$(date +%s%N)
+	for i in $(seq 0 $((n - 1))); do
+		k=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["usage"]["completion_tokens"])' "$T/out-$i" 2>/dev/null) ||
+			fail "a request failed: $(head -c 200 "$T/out-$i")"
+		tok=$((tok + k))
+	done
+	python3 -c "print(f'{$tok / (($t1 - $t0) / 1e9):.1f}')"
+}
+median() { printf '%s\n' "$@" | sort -n | sed -n "$((($# + 1) / 2))p"; }
+
+bench() { # bench LABEL URL
+	local label=$1 u=$2 n r v one=""
+	for n in 1 4 8; do
+		v=()
+		for r in $(seq "$ROUNDS"); do v+=("$(round "$u" $n)"); done
+		m=$(median "${v[@]}")
+		[ $n = 1 ] && one=$m
+		echo "$label: $n client(s): $m tokens/s aggregate (rounds: ${v[*]})$([ $n != 1 ] && python3 -c "print(f'; {$m / $one:.2f}x one client')")"
+	done
+}
+
+start one "$DENSE" --ctx 512 --sessions 8 --api 127.0.0.1:0
+wait_for 30 servable_all 1 one || fail "no plan on one peer"
+bench "austen, 1 peer" "http://127.0.0.1:$(api_port one)"
+stop_all
+
+start p1 "$DENSE" --mem-limit 14M --ctx 256 --sessions 8 --api 127.0.0.1:0
+SEED=$(ep p1)
+for n in p2 p3; do start $n "$DENSE" --mem-limit 14M --ctx 256 --sessions 8 --peer "$SEED"; done
+wait_for 30 servable_all "" p1 p2 p3 || fail "no plan on 3 peers"
+echo "3 peers: $("$PC" "$T/st-p1.json" stages) stage(s)"
+bench "austen, 3 peers" "http://127.0.0.1:$(api_port p1)"
+stop_all
+
+if [ -n "${SHOAL_BENCH_FIXTURE:-}" ] && [ -f "$SHOAL_BENCH_FIXTURE" ]; then
+	start f1 "$SHOAL_BENCH_FIXTURE" --ctx 512 --sessions 8 --api 127.0.0.1:0
+	wait_for 120 servable_all 1 f1 || fail "no plan for the fixture"
+	bench "$(basename "$SHOAL_BENCH_FIXTURE"), 1 peer" "http://127.0.0.1:$(api_port f1)"
+fi
