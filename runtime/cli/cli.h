@@ -18,6 +18,7 @@ int shoal_cmd_node(int argc, char **argv);       /* runtime/cli/cmd_node.c */
 int shoal_cmd_status(int argc, char **argv);     /* runtime/cli/cmd_status.c */
 int shoal_cmd_key(int argc, char **argv);        /* runtime/cli/cmd_key.c */
 int shoal_cmd_plan(int argc, char **argv);       /* runtime/cli/cmd_plan.c */
+int shoal_cmd_chat(int argc, char **argv);       /* runtime/cli/cmd_chat.c */
 
 /* A number option: s is all of a number in [lo, hi] (strtod's syntax);
  * false otherwise, *out untouched. (runtime/cli/cmd_run.c) */

@@ -27,6 +27,7 @@ static const shoal_command shoal_commands[] = {
 	{"status", shoal_cmd_status, "print the cluster view (peers, links, plan)"},
 	{"key", shoal_cmd_key, "make a cluster key (shoal key new FILE)"},
 	{"plan", shoal_cmd_plan, "plan a model on a cluster description"},
+	{"chat", shoal_cmd_chat, "chat with a peer's HTTP API in the terminal"},
 };
 
 static void shoal_usage(FILE *f)

@@ -9,6 +9,8 @@
 #     texts equal local `shoal run`'s greedy output for the same prompt,
 #     the streamed text equals the whole one, usage and finish_reason
 #     are there, logprobs are OpenAI's shape.
+#     `shoal chat` (the terminal client) gets the same text, one-shot and in
+#     a conversation read from stdin.
 #  2. curl: every error in OpenAI's shape with its status: malformed JSON,
 #     a wrong type, an unknown model (404), a body over 1 MiB (413), no or
 #     a wrong key (401), an unknown route (404); a stop string cuts the
@@ -123,6 +125,17 @@ else
 	[ "${CI:-}" = true ] && fail "node and the openai npm package are needed under CI"
 	echo "SKIP part: node or the openai npm package (npm install openai) is not available"
 fi
+
+# 1b. shoal chat: a one-shot turn, and a conversation from stdin
+"$B" chat --peer "127.0.0.1:${U##*:}" --api-key "$T/apikey" --temp 0 -n 16 -p "Emma" \
+	>"$T/chat1" 2>"$T/chat1.err" || fail "shoal chat -p: $(cat "$T/chat1.err")"
+[ "$(cat "$T/chat1")" = "$(cat "$T/l-chat")" ] || fail "shoal chat -p: '$(cat "$T/chat1")' vs '$(cat "$T/l-chat")'"
+printf 'Emma\n/system You are a novelist of manners.\nAgain\n/quit\n' |
+	"$B" chat --peer "127.0.0.1:${U##*:}" --api-key "$T/apikey" --temp 0 -n 8 >"$T/chat2" 2>"$T/chat2.err" ||
+	fail "shoal chat (stdin): $(cat "$T/chat2.err")"
+[ "$(wc -l <"$T/chat2")" = 2 ] && [ "$(head -n 1 "$T/chat2")" = "$(cut -d' ' -f1-9 "$T/l-chat")" ] ||
+	fail "shoal chat conversation: $(cat "$T/chat2")"
+echo "shoal chat: a one-shot turn equals local shoal run --chat; a 2-turn conversation with /system"
 
 # 2. errors and the other routes, with curl
 call "$T/h.json" GET /health
