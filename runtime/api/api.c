@@ -934,8 +934,8 @@ shoal_err shoal_api_start(const shoal_api_config *cfg, const shoal_api_ops *ops,
 	a->model = strdup(cfg->model ? cfg->model : "model");
 	if (!a->cfg.max_body)
 		a->cfg.max_body = 1u << 20;
-	if (!a->cfg.max_conns)
-		a->cfg.max_conns = 64;
+	if (!a->cfg.max_conns) /* above the node's queue: a full queue answers 429 */
+		a->cfg.max_conns = 128;
 	struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons(cfg->port)};
 	if (!a->host || !a->model || (cfg->key && !a->key)) {
 		shoal_api_stop(a);

@@ -74,7 +74,7 @@ typedef struct shoal_api_config {
 	const char *key;      /* Bearer key the requests must carry; NULL: none */
 	const char *model;    /* the model's name for /v1/models and replies */
 	size_t max_body;      /* bytes; 0: 1 MiB */
-	unsigned max_conns;   /* 0: 64 */
+	unsigned max_conns;   /* 0: 128 */
 } shoal_api_config;
 
 typedef struct shoal_api shoal_api;

@@ -20,7 +20,8 @@
 #  3. /metrics parses with prometheus_client and its counters move.
 #  4. One peer, --sessions 1: a client that disconnects mid-stream frees
 #     the session (the next request is served at once; /metrics counts a
-#     cancel).
+#     cancel); 64 waiting requests fill the queue: the next gets 429 with
+#     Retry-After, and once they go the peer serves again.
 #  5. A peer too small for the model: 503 with the figures.
 set -u
 . "$(dirname "$0")/lib.sh"
@@ -235,6 +236,29 @@ dt=$(($(now_ms) - t0))
 call "$T/m3.txt" GET /metrics
 grep -q '^shoal_requests_total{outcome="cancelled"} [1-9]' "$T/m3.txt" || fail "no cancel counted: $(grep cancelled "$T/m3.txt")"
 echo "a client gone mid-stream: its session freed; the next request served in $dt ms"
+# the queue (64 requests a peer) full: 429 with Retry-After
+pids=()
+for i in $(seq 64); do
+	curl -s -N --max-time 60 -H "Authorization: Bearer $AK" "$U/v1/completions" \
+		-d "{\"prompt\": \"$P\", \"max_tokens\": 4000, \"temperature\": 0, \"stream\": true}" \
+		>/dev/null 2>&1 &
+	pids+=($!)
+done
+full() {
+	call "$T/e.json" GET /metrics
+	[ "$(sed -n 's/^shoal_queue_length //p' "$T/e.json")" -ge 63 ]
+}
+wait_for 20 full || fail "the queue did not fill: $(grep -E 'queue|active' "$T/e.json")"
+CODE=$(curl -s -D "$T/h429" -o "$T/e.json" -w '%{http_code}' -H "Authorization: Bearer $AK" "$U/v1/completions" \
+	-d "{\"prompt\": \"$P\", \"max_tokens\": 4}")
+kill "${pids[@]}" 2>/dev/null
+wait "${pids[@]}" 2>/dev/null
+[ "$CODE" = 429 ] || fail "a request on a full queue: $CODE $(head -c 200 "$T/e.json")"
+grep -qi '^retry-after: [0-9]' "$T/h429" || fail "429 without Retry-After"
+echo "  a full queue: 429, Retry-After $(sed -n 's/^[Rr]etry-[Aa]fter: //p' "$T/h429" | tr -d '\r'): $(jget "$T/e.json" 'd["error"]["message"]')"
+again() { call "$T/e.json" POST /v1/completions -d "{\"prompt\": \"$P\", \"max_tokens\": 4, \"temperature\": 0}"; [ "$CODE" = 200 ]; }
+wait_for 20 again || fail "no service after the queue emptied: $CODE"
+echo "  the queue emptied when its clients went: served again"
 stop_all
 
 # 5. a peer that cannot hold the model: 503 with the figures
