@@ -632,6 +632,7 @@ int shoal_cluster_update(shoal_cluster *cl, const shoal_swim_member *v, size_t n
 	pthread_mutex_lock(&cl->mu);
 	snprintf(cl->shared_why, sizeof cl->shared_why, "%s", servable ? "" : why);
 	cl->shared_infeasible = !cl->plan && cl->plan_err == SHOAL_ERR_INFEASIBLE;
+	cl->shared_noplan = !cl->plan;
 	pthread_mutex_unlock(&cl->mu);
 	if (servable != cl->servable) {
 		cl->servable = servable;

@@ -588,13 +588,19 @@ static void shoal_cluster_check_runs(shoal_cluster_dt *d)
 		shoal_cluster_run *r = &cl->runs[i];
 		pthread_mutex_lock(&cl->mu);
 		bool started = r->state == SHOAL_CLUSTER_RUN_STARTED;
-		bool cancel = r->cancel;
+		bool cancel = r->cancel, noplan = cl->shared_noplan;
 		pthread_mutex_unlock(&cl->mu);
 		if (!started || r->ended || !d->owner)
 			continue;
 		shoal_err res = SHOAL_OK;
 		char why[256] = "";
-		if (cancel) {
+		if (noplan && !cancel) {
+			/* the plan is gone (too few peers left): wait for one, as a
+			 * plan change would, and replay on it */
+			shoal_dist_owner_cancel(d->owner, r->sid);
+			d->live--;
+			shoal_cluster_pause(cl, i, now, 0, "no plan serves the model now");
+		} else if (cancel) {
 			shoal_dist_owner_cancel(d->owner, r->sid);
 			d->live--;
 			shoal_cluster_end_run(cl, i, SHOAL_ERR_CLOSED, false, "the client went away");

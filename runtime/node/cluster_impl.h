@@ -189,6 +189,7 @@ struct shoal_cluster {
 	uint64_t shared_epoch;
 	char shared_why[256]; /* why the plan is not servable ("" when it is) */
 	bool shared_infeasible; /* no plan: the peers' memory cannot hold the model */
+	bool shared_noplan;     /* no plan at all: runs in flight pause */
 	shoal_cluster_run runs[SHOAL_CLUSTER_MAX_RUNS];
 	shoal_cluster_event *ev; /* ring (SHOAL_CLUSTER_EVENTS) */
 	uint32_t ev_head, ev_n;

@@ -11,7 +11,8 @@
 # Each round: N clients at once, each a greedy /v1/completions of 128
 # tokens with a different prompt; aggregate = the tokens of all (from
 # usage) / the wall time of the round. ROUNDS rounds (default 3), the
-# median printed. Goal: 8 clients >= 4x the aggregate of 1 client through
+# median printed. FIXTURE_ONLY=1 runs only the SHOAL_BENCH_FIXTURE part,
+# THREADS=N gives its peer N compute threads (default 1, as every peer here). Goal: 8 clients >= 4x the aggregate of 1 client through
 # the same cluster (a batch of 8 rows reads the weights once).
 set -u
 SHOAL_BUILDDIR=${1:-${SHOAL_BUILDDIR:-.}}
@@ -65,6 +66,7 @@ bench() { # bench LABEL URL
 	done
 }
 
+if [ -z "${FIXTURE_ONLY:-}" ]; then
 start one "$DENSE" --ctx 512 --sessions 8 --api 127.0.0.1:0
 wait_for 30 servable_all 1 one || fail "no plan on one peer"
 bench "austen, 1 peer" "http://127.0.0.1:$(api_port one)"
@@ -77,9 +79,10 @@ wait_for 30 servable_all "" p1 p2 p3 || fail "no plan on 3 peers"
 echo "3 peers: $("$PC" "$T/st-p1.json" stages) stage(s)"
 bench "austen, 3 peers" "http://127.0.0.1:$(api_port p1)"
 stop_all
+fi
 
 if [ -n "${SHOAL_BENCH_FIXTURE:-}" ] && [ -f "$SHOAL_BENCH_FIXTURE" ]; then
-	start f1 "$SHOAL_BENCH_FIXTURE" --ctx 512 --sessions 8 --api 127.0.0.1:0
+	start f1 "$SHOAL_BENCH_FIXTURE" --ctx 512 --sessions 8 --api 127.0.0.1:0 --threads "${THREADS:-1}"
 	wait_for 120 servable_all 1 f1 || fail "no plan for the fixture"
 	bench "$(basename "$SHOAL_BENCH_FIXTURE"), 1 peer" "http://127.0.0.1:$(api_port f1)"
 fi

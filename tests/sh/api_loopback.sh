@@ -23,6 +23,8 @@
 #     cancel); 64 waiting requests fill the queue: the next gets 429 with
 #     Retry-After, and once they go the peer serves again.
 #  5. A peer too small for the model: 503 with the figures.
+#  6. A stream the cluster cuts (a stage dies and the other peer cannot hold
+#     the model alone) ends with an error event and [DONE] after the wait.
 set -u
 . "$(dirname "$0")/lib.sh"
 DENSE=$DATA/models/austen-dense-q8_0.gguf
@@ -268,3 +270,21 @@ no_plan() { status c1 && [[ "$("$PC" "$T/st-c1.json" servable)" == no* ]]; }
 wait_for 20 no_plan || fail "c1 serves alone at 8M"
 expect_error "a cluster too small" 503 POST /v1/completions -d "{\"prompt\": \"$P\", \"max_tokens\": 4}"
 grep -q "needs" "$T/e.json" || fail "503 without the figures: $(cat "$T/e.json")"
+stop_all
+
+# 6. a stream the cluster cuts ends with an error event, not a silent close:
+#    2 peers that both hold layers; one dies and the other alone cannot
+#    hold the model, so the paused run gives up after the wait (20 s)
+start w1 "$DENSE" --mem-limit 14M --ctx 256 --api 127.0.0.1:0 --api-key "$T/apikey"
+start w2 "$DENSE" --mem-limit 14M --ctx 256 --peer "$(ep w1)"
+wait_for 30 servable_all 2 w1 w2 || fail "no 2-stage plan on w1, w2"
+U=http://127.0.0.1:$(api_port w1)
+curl -s -N --max-time 60 -H "Authorization: Bearer $AK" "$U/v1/completions" \
+	-d "{\"prompt\": \"$P\", \"max_tokens\": 240, \"temperature\": 0, \"stream\": true}" >"$T/cutoff.txt" 2>/dev/null &
+CP=$!
+sleep 0.3
+stop w2
+wait $CP
+grep -q '^data: {"error"' "$T/cutoff.txt" || fail "the cut stream has no error event: $(tail -c 300 "$T/cutoff.txt")"
+tail -n 2 "$T/cutoff.txt" | grep -q '^data: \[DONE\]' || fail "the cut stream does not end with [DONE]"
+echo "a stream cut by the cluster: $(grep -c '"text"' "$T/cutoff.txt") chunks, then: $(grep '^data: {"error"' "$T/cutoff.txt" | head -c 200)"
