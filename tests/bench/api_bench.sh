@@ -25,16 +25,6 @@ command -v curl >/dev/null || fail "curl is needed"
 PROMPTS=("It is a truth" "Emma Woodhouse, handsome" "The family of Dashwood" "Mr. Darcy"
 	"Catherine Morland" "Sir Walter Elliot" "Fanny Price" "Anne was")
 
-api_port() {
-	local _ p
-	for _ in $(seq 100); do
-		p=$(sed -n 's/.*API on http:\/\/127\.0\.0\.1:\([0-9]*\)\/v1.*/\1/p' "$T/$1.log" | tail -n 1)
-		[ -n "$p" ] && { echo "$p"; return 0; }
-		sleep 0.1
-	done
-	fail "no API port in $1's log"
-}
-
 # round URL N: aggregate tokens/s of N concurrent clients
 round() {
 	local u=$1 n=$2 i t0 t1 tok=0 pids=()

@@ -38,15 +38,6 @@ AK=$(cat "$T/apikey")
 P="It is a truth universally acknowledged"
 MODEL=austen-dense-q8_0
 
-api_port() { # api_port NAME: the port the node's API listens on (from its log)
-	local _ p
-	for _ in $(seq 100); do
-		p=$(sed -n 's/.*API on http:\/\/127\.0\.0\.1:\([0-9]*\)\/v1.*/\1/p' "$T/$1.log" | tail -n 1)
-		[ -n "$p" ] && { echo "$p"; return 0; }
-		sleep 0.1
-	done
-	fail "no API port in $1's log"
-}
 jget() { $PY -c 'import json,sys; d=json.load(open(sys.argv[1])); print(eval(sys.argv[2], {"d": d}))' "$@"; }
 # call OUT METHOD PATH [BODY]: the status code into $CODE, the body into OUT
 call() {

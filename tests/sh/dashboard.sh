@@ -18,13 +18,7 @@ start d1 "$DENSE" --mem-limit 11M --ctx 256 --api 127.0.0.1:0 --api-key "$T/apik
 SEED=$(ep d1)
 for n in d2 d3; do start $n "$DENSE" --mem-limit 11M --ctx 256 --peer "$SEED"; done
 wait_for 30 servable_all 3 d1 d2 d3 || fail "no 3-stage plan"
-PORT=""
-for _ in $(seq 50); do
-	PORT=$(sed -n 's/.*API on http:\/\/127\.0\.0\.1:\([0-9]*\)\/v1.*/\1/p' "$T/d1.log" | tail -n 1)
-	[ -n "$PORT" ] && break
-	sleep 0.1
-done
-[ -n "$PORT" ] || fail "no API port in d1's log"
+PORT=$(api_port d1)
 URL="http://127.0.0.1:$PORT/#key=$(cat "$T/apikey")"
 CHROME_ARGS=(--headless --no-sandbox --disable-gpu --no-first-run --user-data-dir="$T/chrome"
 	--virtual-time-budget=4000 --window-size=1200,800)

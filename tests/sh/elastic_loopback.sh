@@ -50,6 +50,15 @@ spare_of() { # spare_of NAME PEER...: the peer that holds no stage
 }
 words() { if [ -f "$1" ]; then wc -w <"$1"; else echo 0; fi; }
 at_least() { [ "$(words "$1")" -ge "$2" ]; }
+runs_everywhere() { # runs_everywhere LABEL PEER...: 8 greedy ids through each equal $T/l-8
+	local label=$1 n
+	shift
+	for n in "$@"; do
+		"$B" run --peer "$(ep "$n")" --key "$KEY" -p "$P" -n 8 --temp 0 --ids --timeout-ms 20000 \
+			>"$T/r-ev-$n" 2>"$T/r-ev-$n.err" || fail "a run through $n $label: $(cat "$T/r-ev-$n.err")"
+		same "ids through $n $label" "$T/r-ev-$n" "$T/l-8"
+	done
+}
 remote() { # remote OUT PEER ARGS...: a run through PEER, in the background (RPID)
 	local out=$1 peer=$2
 	shift 2
@@ -172,22 +181,14 @@ for round in 1 2 3; do
 	stop "$MID"
 	start "$MID" "$DENSE" --mem-limit 11M --ctx $CTX --peer "$LAST_EP"
 	wait_for 30 servable_all 3 s1 s2 s3 || fail "no servable plan after $MID restarted"
-	for n in s1 s2 s3; do
-		"$B" run --peer "$(ep $n)" --key "$KEY" -p "$P" -n 8 --temp 0 --ids --timeout-ms 20000 \
-			>"$T/r-re-$n" 2>"$T/r-re-$n.err" || fail "a run through $n after $MID restarted: $(cat "$T/r-re-$n.err")"
-		same "ids through $n after the restart" "$T/r-re-$n" "$T/l-8"
-	done
+	runs_everywhere "after $MID restarted" s1 s2 s3
 	echo "restart $round: $MID (stage $((round % 3))) killed and restarted at once; runs through every peer identical"
 done
 start s4 "$DENSE" --mem-limit 11M --ctx $CTX --peer "$SEED"
 sleep 0.08
 stop s4
 wait_for 30 servable_all 3 s1 s2 s3 || fail "no servable plan after s4 came and went"
-for n in s1 s2 s3; do
-	"$B" run --peer "$(ep $n)" --key "$KEY" -p "$P" -n 8 --temp 0 --ids --timeout-ms 20000 \
-		>"$T/r-bl-$n" 2>"$T/r-bl-$n.err" || fail "a run through $n after s4 came and went: $(cat "$T/r-bl-$n.err")"
-	same "ids through $n after s4 came and went" "$T/r-bl-$n" "$T/l-8"
-done
+runs_everywhere "after s4 came and went" s1 s2 s3
 echo "a 4th peer that joins and dies within 80 ms: runs through every peer identical"
 stop_all
 

@@ -5,8 +5,8 @@
 #
 #   ---- set-up       B BD SRC DATA PC VC T KEY, the EXIT trap, fail, skip
 #   ---- polling      now_ms, wait_for
-#   ---- nodes        start, ep, status, servable_all, same, stop, stop_all,
-#                     moe_fixture
+#   ---- nodes        start, ep, api_port, status, servable_all, same, stop,
+#                     stop_all, moe_fixture
 #   ---- hosts        nl_require, nl_up, nl_mdns_up, nl_exec, nl_spawn,
 #                     start_host, nl_partition, nl_heal, nl_down
 #
@@ -83,6 +83,15 @@ ep() { # ep NAME: the control endpoint HOST:PORT of a started node (waits up to 
 		sleep 0.05
 	done
 	fail "node $1 did not start"
+}
+api_port() { # api_port NAME: the port a started node's HTTP API listens on (from its log)
+	local _ p
+	for _ in $(seq 100); do
+		p=$(sed -n 's/.*API on http:\/\/127\.0\.0\.1:\([0-9]*\)\/v1.*/\1/p' "$T/$1.log" | tail -n 1)
+		[ -n "$p" ] && { echo "$p"; return 0; }
+		sleep 0.1
+	done
+	fail "no API port in $1's log"
 }
 status() { # status NAME [KEYFILE]: the node's status JSON in $T/st-NAME.json, asked on its host
 	local on=()
