@@ -38,6 +38,8 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include <jansson.h>
+
 #include "base/err.h"
 #include "models/gguf.h"
 #include "models/model_id.h"
@@ -57,6 +59,8 @@
 #define SHOAL_WEIGHTS_WINDOW 4u
 /* The link role of a WEIGHTS link (after runtime/node/cluster_impl.h's). */
 #define SHOAL_WEIGHTS_ROLE 4
+/* The cache folder in the state directory. */
+#define SHOAL_WEIGHTS_DIR "weights"
 
 /* The admission token of a data link of `role` from peer `peer`:
  * BLAKE2b-256 keyed by the cluster key over ("shoal-data-v1", peer,
@@ -135,5 +139,9 @@ int shoal_weights_poll(shoal_weights_fetcher *f);
 /* The cache a header job made (the caller's now), or NULL. */
 shoal_wcache *shoal_weights_take_cache(shoal_weights_fetcher *f);
 void shoal_weights_get_progress(shoal_weights_fetcher *f, shoal_weights_progress *p);
+/* {"running", "failed", "why", "bytes_done", "bytes_total", "bytes_fetched",
+ *  "tensors_done", "tensors_total", "refetched_chunks", "mb_s", "peer"}
+ * (new reference, NULL when out of memory). */
+json_t *shoal_weights_progress_json(const shoal_weights_progress *p);
 
 #endif

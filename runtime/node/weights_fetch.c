@@ -509,3 +509,13 @@ void shoal_weights_get_progress(shoal_weights_fetcher *f, shoal_weights_progress
 	*p = f->pr;
 	pthread_mutex_unlock(&f->mu);
 }
+
+json_t *shoal_weights_progress_json(const shoal_weights_progress *p)
+{
+	return json_pack("{sb sb ss sI sI sI si si si sf ss}", "running", p->running, "failed",
+	                 p->failed, "why", p->why, "bytes_done", (json_int_t)p->done,
+	                 "bytes_total", (json_int_t)p->total, "bytes_fetched",
+	                 (json_int_t)p->fetched, "tensors_done", (int)p->tensors_done,
+	                 "tensors_total", (int)p->tensors_total, "refetched_chunks",
+	                 (int)p->refetched, "mb_s", p->mb_s, "peer", p->peer);
+}
