@@ -140,35 +140,54 @@ fail:
 typedef struct mid_job {
 	const shoal_gguf *g;
 	shoal_model_id *m;
-	atomic_size_t next; /* jobs 0..n_shards-1: headers; then tensors */
+	atomic_size_t next;      /* jobs 0..n_shards-1: headers; then tensors */
+	atomic_uint_fast64_t done; /* bytes hashed by all threads */
+	uint64_t total;
+	shoal_model_id_progress_fn fn; /* called by the calling thread only */
+	void *ud;
 } mid_job;
 
-static void *mid_worker(void *arg)
+static void *mid_work(mid_job *j, bool caller)
 {
-	mid_job *j = arg;
 	size_t total = j->m->n_shards + j->m->n_tensors;
 	for (;;) {
 		size_t k = atomic_fetch_add(&j->next, 1);
 		if (k >= total)
 			return NULL;
+		uint64_t nb;
 		if (k < j->m->n_shards) {
 			uint32_t s = (uint32_t)k;
+			nb = shoal_gguf_shard_header_bytes(j->g, s);
 			crypto_generichash(j->m->headers + (size_t)s * MID_H, MID_H,
-			                   shoal_gguf_shard_base(j->g, s),
-			                   shoal_gguf_shard_header_bytes(j->g, s), NULL, 0);
+			                   shoal_gguf_shard_base(j->g, s), nb, NULL, 0);
 		} else {
 			size_t i = k - j->m->n_shards;
 			const shoal_gguf_tensor *t = shoal_gguf_tensor_at(j->g, i);
+			nb = t->nbytes;
 			crypto_generichash(j->m->tensors + i * MID_H, MID_H, t->data, t->nbytes,
 			                   NULL, 0);
 		}
+		uint64_t d = atomic_fetch_add(&j->done, nb) + nb;
+		if (caller && j->fn)
+			j->fn(j->ud, d, j->total);
 	}
 }
 
-static void mid_hash_all(const shoal_gguf *g, shoal_model_id *m)
+static void *mid_worker(void *arg)
 {
-	mid_job j = {.g = g, .m = m};
+	return mid_work(arg, false);
+}
+
+static void mid_hash_all(const shoal_gguf *g, shoal_model_id *m, shoal_model_id_progress_fn fn,
+                         void *ud)
+{
+	mid_job j = {.g = g, .m = m, .fn = fn, .ud = ud};
 	atomic_init(&j.next, 0);
+	atomic_init(&j.done, 0);
+	for (uint32_t s = 0; s < m->n_shards; s++)
+		j.total += shoal_gguf_shard_header_bytes(g, s);
+	for (size_t i = 0; i < m->n_tensors; i++)
+		j.total += shoal_gguf_tensor_at(g, i)->nbytes;
 	long cpus = sysconf(_SC_NPROCESSORS_ONLN);
 	size_t jobs = m->n_shards + m->n_tensors;
 	size_t nt = cpus < 1 ? 1 : (size_t)cpus;
@@ -183,9 +202,11 @@ static void mid_hash_all(const shoal_gguf *g, shoal_model_id *m)
 			break; /* fewer threads: the work still gets done */
 		started++;
 	}
-	mid_worker(&j);
+	mid_work(&j, true);
 	for (size_t i = 0; i < started; i++)
 		pthread_join(th[i], NULL);
+	if (fn)
+		fn(ud, j.total, j.total);
 	for (uint32_t s = 0; s < m->n_shards; s++)
 		m->hashed += shoal_gguf_shard_header_bytes(g, s);
 	for (size_t i = 0; i < m->n_tensors; i++)
@@ -342,6 +363,30 @@ static void mid_cache_write(const char *state_dir, const char *path,
 shoal_err shoal_model_id_load(const shoal_gguf *g, const char *state_dir, shoal_model_id **out,
                               char *why, size_t why_len)
 {
+	return shoal_model_id_load_cb(g, state_dir, NULL, NULL, out, why, why_len);
+}
+
+shoal_err shoal_model_id_from_digests(const shoal_gguf *g, const uint8_t *headers,
+                                      const uint8_t *tensors, shoal_model_id **out, char *why,
+                                      size_t why_len)
+{
+	*out = NULL;
+	if (sodium_init() < 0)
+		return shoal_why(why, why_len, SHOAL_ERR_STATE, "libsodium failed to initialise");
+	shoal_model_id *m = mid_alloc(g);
+	if (!m)
+		return shoal_why(why, why_len, SHOAL_ERR_NOMEM, "out of memory");
+	memcpy(m->headers, headers, (size_t)m->n_shards * MID_H);
+	memcpy(m->tensors, tensors, m->n_tensors * MID_H);
+	mid_combine(m, m->id);
+	*out = m;
+	return SHOAL_OK;
+}
+
+shoal_err shoal_model_id_load_cb(const shoal_gguf *g, const char *state_dir,
+                                 shoal_model_id_progress_fn fn, void *ud, shoal_model_id **out,
+                                 char *why, size_t why_len)
+{
 	*out = NULL;
 	if (sodium_init() < 0)
 		return shoal_why(why, why_len, SHOAL_ERR_STATE, "libsodium failed to initialise");
@@ -349,7 +394,7 @@ shoal_err shoal_model_id_load(const shoal_gguf *g, const char *state_dir, shoal_
 	if (!m)
 		return shoal_why(why, why_len, SHOAL_ERR_NOMEM, "out of memory");
 	if (!state_dir || !*state_dir) {
-		mid_hash_all(g, m);
+		mid_hash_all(g, m, fn, ud);
 		*out = m;
 		return SHOAL_OK;
 	}
@@ -366,7 +411,7 @@ shoal_err shoal_model_id_load(const shoal_gguf *g, const char *state_dir, shoal_
 		*out = m;
 		return SHOAL_OK;
 	}
-	mid_hash_all(g, m);
+	mid_hash_all(g, m, fn, ud);
 	mid_cache_write(state_dir, path, key, m);
 	*out = m;
 	return SHOAL_OK;
@@ -419,6 +464,11 @@ shoal_err shoal_model_id_verify_tensor(const shoal_model_id *id, size_t tensor_i
 	return sodium_memcmp(d, id->tensors + tensor_index * MID_H, MID_H) == 0
 	           ? SHOAL_OK
 	           : SHOAL_ERR_MISMATCH;
+}
+
+uint64_t shoal_model_id_tensor_bytes(const shoal_model_id *id, size_t i)
+{
+	return i < id->n_tensors ? id->nbytes[i] : 0;
 }
 
 bool shoal_model_id_cached(const shoal_model_id *id)

@@ -37,6 +37,23 @@ typedef struct shoal_model_id shoal_model_id; /* opaque */
  * with shoal_model_id_free. */
 shoal_err shoal_model_id_load(const shoal_gguf *g, const char *state_dir, shoal_model_id **out,
                               char *why, size_t why_len);
+/* Progress of a long hash: bytes hashed so far of total, from the calling
+ * thread after each header or tensor (terminal output belongs to the
+ * caller: models/ prints nothing). */
+typedef void (*shoal_model_id_progress_fn)(void *ud, uint64_t done, uint64_t total);
+
+/* shoal_model_id_load with a progress callback (fn NULL: none). */
+shoal_err shoal_model_id_load_cb(const shoal_gguf *g, const char *state_dir,
+                                 shoal_model_id_progress_fn fn, void *ud, shoal_model_id **out,
+                                 char *why, size_t why_len);
+/* An id from digests someone else computed: g's tensor names and sizes,
+ * headers[32 * n_shards of g] and tensors[32 * n_tensors of g] (copied).
+ * Nothing of g's data is read, so g may be a file whose tensor data is not
+ * there yet; the caller compares shoal_model_id_digest with the id it
+ * expects before trusting any digest. *out as for load. */
+shoal_err shoal_model_id_from_digests(const shoal_gguf *g, const uint8_t *headers,
+                                      const uint8_t *tensors, shoal_model_id **out, char *why,
+                                      size_t why_len);
 /* Same as load with no cache. */
 shoal_err shoal_model_id_compute(const shoal_gguf *g, shoal_model_id **out, char *why,
                                  size_t why_len);
@@ -49,6 +66,8 @@ const uint8_t *shoal_model_id_header_digest(const shoal_model_id *id, uint32_t s
 size_t shoal_model_id_n_tensors(const shoal_model_id *id);
 /* Digest of tensor i (the gguf's file order); NULL if out of range. */
 const uint8_t *shoal_model_id_tensor_digest(const shoal_model_id *id, size_t i);
+/* Size in bytes of tensor i; 0 if out of range. */
+uint64_t shoal_model_id_tensor_bytes(const shoal_model_id *id, size_t i);
 /* Index of the tensor named `name`, or -1. */
 int64_t shoal_model_id_find(const shoal_model_id *id, const char *name);
 

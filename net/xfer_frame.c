@@ -65,6 +65,7 @@ const char *shoal_xfer_kind_name(unsigned kind)
 	    [SHOAL_XFER_KIND_RDMA_VERDICT] = "rdma-verdict",
 	    [SHOAL_XFER_KIND_PROBE] = "probe",
 	    [SHOAL_XFER_KIND_SESSION] = "session",
+	    [SHOAL_XFER_KIND_WEIGHTS] = "weights",
 	};
 	return kind < SHOAL_XFER_KIND__COUNT ? names[kind] : "?";
 }
@@ -225,6 +226,11 @@ static shoal_err check_kind(const shoal_xfer_hdr *h, const uint8_t *payload, cha
 		if (h->n_aux || h->payload_len)
 			return shoal_why(why, why_len, SHOAL_ERR_FORMAT,
 			                 "credit frame with a body");
+		return SHOAL_OK;
+	case SHOAL_XFER_KIND_WEIGHTS:
+		if (h->dtype != SHOAL_XFER_DTYPE_U8 && h->dtype != SHOAL_XFER_DTYPE_NONE)
+			return shoal_why(why, why_len, SHOAL_ERR_FORMAT,
+			                 "weights frame with dtype %u", h->dtype);
 		return SHOAL_OK;
 	case SHOAL_XFER_KIND_PROBE:
 		if (h->n_aux)

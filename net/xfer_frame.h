@@ -43,8 +43,9 @@
  *  7. Data kinds carry at least one row and layer_first < layer_end
  *     (TOKEN: layer_first <= layer_end). SESSION carries exactly one row,
  *     layers [0, 0), I32 words and no routes.
- *  8. Control kinds (HELLO, HELLO_ACK, ERROR, CREDIT, RDMA_*, PROBE) carry
- *     no rows and no routes.
+ *  8. Control kinds (HELLO, HELLO_ACK, ERROR, CREDIT, RDMA_*, PROBE,
+ *     WEIGHTS) carry no rows and no routes; WEIGHTS a U8 (or no) payload
+ *     whose layout its op (n_aux) defines (runtime/node/weights.h).
  *  9. (link) A data frame's digest and epoch equal the link's plan, and seq
  *     follows the previous frame's; see xfer.h for what a violation does.
  */
@@ -83,6 +84,7 @@ typedef enum shoal_xfer_kind {
 	SHOAL_XFER_KIND_RDMA_VERDICT, /* n_aux = status; payload = reason (or empty) */
 	SHOAL_XFER_KIND_PROBE,        /* upgrade test round trip; opaque U8 payload */
 	SHOAL_XFER_KIND_SESSION,      /* a session's open/close/error: (1, dim) I32 words */
+	SHOAL_XFER_KIND_WEIGHTS,      /* model bytes: n_aux = op, digest = model id, U8 payload */
 	SHOAL_XFER_KIND__COUNT
 } shoal_xfer_kind;
 

@@ -946,8 +946,8 @@ shoal_err shoal_api_start(const shoal_api_config *cfg, const shoal_api_ops *ops,
 		return shoal_why(why, why_len, SHOAL_ERR_INVAL, "API address %s is not IPv4",
 		                 cfg->host);
 	}
-	a->d = MHD_start_daemon(MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD |
-	                            MHD_USE_ERROR_LOG,
+	/* no MHD_USE_ERROR_LOG: a client that goes away mid-stream is normal */
+	a->d = MHD_start_daemon(MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD,
 	                        0, NULL, NULL, api_access, a, MHD_OPTION_SOCK_ADDR, &sa,
 	                        MHD_OPTION_CONNECTION_LIMIT, a->cfg.max_conns,
 	                        MHD_OPTION_NOTIFY_COMPLETED, api_completed, a,

@@ -4,13 +4,16 @@
  *   shoal node [--name N] [--listen ADDR[:PORT]] [--peer HOST[:PORT] ...]
  *              [--no-mdns] [--key F] [--insecure] [--cluster NAME]
  *              [--threads T] [--state-dir D] [--data-listen ADDR:PORT] [-v]
- *              [--model FILE [--mem-limit SIZE] [--ctx N] [--sessions N]
- *               [--spread-experts]]
+ *              [--model FILE | --model-id HEX|any [--cache-max SIZE]]
+ *              [--mem-limit SIZE] [--ctx N] [--sessions N] [--spread-experts]
  *
  * With --model the node serves its share of that model (runtime/node/cluster.h):
  * it offers min(available memory, --mem-limit) to the plan, KV for --ctx
  * tokens (default: the model's training context), and answers `shoal run
- * --peer`.
+ * --peer`. With --model-id instead, it has no file: it serves that model id
+ * ("any": the one the serving peers agree on) and receives the tensors of
+ * its assignment from the peers into <state-dir>/weights, kept for the
+ * next start within --cache-max (runtime/node/weights.h).
  *
  * The control port defaults to 47470 (SHOAL_CTL_DEFAULT_PORT), so
  * `--peer HOST` works; port 0 picks a free one. The key is --key F, else
@@ -59,6 +62,10 @@ static void shoal_cmd_node_usage(FILE *f)
 	        "  --state-dir D          where the id and key live (default per user)\n"
 	        "  --data-listen ADDR:PORT  data-plane listener (default: ephemeral)\n"
 	        "  --model FILE           serve this GGUF model's share of the plan\n"
+	        "  --model-id HEX|any     serve this model id without its file: fetch the\n"
+	        "                         tensors of our part from the peers (any: the model\n"
+	        "                         the serving peers agree on)\n"
+	        "  --cache-max SIZE       bound of the fetched-weights cache (default 64G)\n"
 	        "  --mem-limit SIZE       memory offered at most (e.g. 20M, 8G)\n"
 	        "  --ctx N                KV context per session (default: the model's, <= 4096)\n"
 	        "  --sessions N           concurrent sessions per stage, 1..16 (default: as\n"
@@ -114,7 +121,9 @@ int shoal_cmd_node(int argc, char **argv)
 		O_SPREAD,
 		O_SESSIONS,
 		O_API,
-		O_API_KEY
+		O_API_KEY,
+		O_MODELID,
+		O_CACHEMAX
 	};
 	static const struct option opts[] = {
 	    {"name", required_argument, NULL, O_NAME},
@@ -135,6 +144,8 @@ int shoal_cmd_node(int argc, char **argv)
 	    {"sessions", required_argument, NULL, O_SESSIONS},
 	    {"api", required_argument, NULL, O_API},
 	    {"api-key", required_argument, NULL, O_API_KEY},
+	    {"model-id", required_argument, NULL, O_MODELID},
+	    {"cache-max", required_argument, NULL, O_CACHEMAX},
 	    {"verbose", no_argument, NULL, 'v'},
 	    {"help", no_argument, NULL, 'h'},
 	    {NULL, 0, NULL, 0},
@@ -195,6 +206,17 @@ int shoal_cmd_node(int argc, char **argv)
 				return 2;
 			}
 			break;
+		case O_MODELID:
+			cfg.model_id = optarg;
+			break;
+		case O_CACHEMAX:
+			if (shoal_cluster_parse_bytes(optarg, &cfg.cache_max) != SHOAL_OK ||
+			    !cfg.cache_max) {
+				fprintf(stderr, "shoal node: bad --cache-max '%s'\n", optarg);
+				free(seeds);
+				return 2;
+			}
+			break;
 		case O_CTX:
 			cfg.ctx = (uint32_t)atoi(optarg);
 			break;
@@ -232,7 +254,9 @@ int shoal_cmd_node(int argc, char **argv)
 		}
 	}
 	if (optind < argc || (key_file && insecure) || cfg.threads < 0 ||
-	    ((cfg.mem_limit || cfg.ctx || cfg.sessions || cfg.spread_experts) && !cfg.model) ||
+	    ((cfg.mem_limit || cfg.ctx || cfg.sessions || cfg.spread_experts) && !cfg.model &&
+	     !cfg.model_id) ||
+	    (cfg.model && cfg.model_id) || (cfg.cache_max && !cfg.model_id) ||
 	    (cfg.gossip_ms && (cfg.gossip_ms < 5 || cfg.gossip_ms > 10000))) {
 		fprintf(stderr, "shoal node: %s\n",
 		        key_file && insecure ? "--key and --insecure exclude each other"

@@ -31,6 +31,26 @@
 
 /* ----------------------------------------------------------------- new/free */
 
+/* First-start hashing of a large file: a bar on stderr when it is a
+ * terminal, a log line per quarter otherwise (models/ prints nothing). */
+static void shoal_cluster_hash_progress(void *ud, uint64_t done, uint64_t total)
+{
+	shoal_cluster *cl = ud;
+	static const uint64_t big = 256ull << 20; /* smaller files hash in < 0.3 s */
+	if (total < big)
+		return;
+	int q = (int)(4 * done / total);
+	if (isatty(2)) {
+		fprintf(stderr, "\rhashing the model: %.0f of %.0f MiB%s", (double)done / 1048576.0,
+		        (double)total / 1048576.0, done == total ? "\n" : "");
+		fflush(stderr);
+	} else if (q > cl->hash_logged) {
+		cl->hash_logged = q;
+		SHOAL_LOG_I("cluster", "hashing the model: %d%% of %.0f MiB", 25 * q,
+		            (double)total / 1048576.0);
+	}
+}
+
 shoal_err shoal_cluster_new(const shoal_cluster_config *cfg, shoal_cluster **out, char *why,
                             size_t why_len)
 {
@@ -40,9 +60,12 @@ shoal_err shoal_cluster_new(const shoal_cluster_config *cfg, shoal_cluster **out
 	if (!cl)
 		return SHOAL_ERR_NOMEM;
 	cl->cfg = *cfg;
+	cl->wc = cfg->wcache; /* ours from here, also on failure */
+	cl->cfg.wcache = NULL;
 	cl->wake[0] = cl->wake[1] = cl->evfd[0] = cl->evfd[1] = -1;
 	cl->xwake[0] = cl->xwake[1] = -1;
-	snprintf(cl->model_path, sizeof cl->model_path, "%s", cfg->model_path);
+	snprintf(cl->model_path, sizeof cl->model_path, "%s",
+	         cl->wc ? shoal_wcache_path(cl->wc) : cfg->model_path);
 	snprintf(cl->state_dir, sizeof cl->state_dir, "%s", cfg->state_dir ? cfg->state_dir : "");
 	cl->cfg.model_path = cl->model_path;
 	cl->cfg.state_dir = cl->state_dir;
@@ -57,12 +80,30 @@ shoal_err shoal_cluster_new(const shoal_cluster_config *cfg, shoal_cluster **out
 		goto fail;
 	if ((e = shoal_tokenizer_from_gguf(cl->model->gguf, &cl->tok, why, why_len)) != SHOAL_OK)
 		goto fail;
-	shoal_model_id *mid = NULL;
-	if ((e = shoal_model_id_load(cl->model->gguf, cl->state_dir[0] ? cl->state_dir : NULL, &mid,
-	                             why, why_len)) != SHOAL_OK)
+	if (!cl->wc &&
+	    (e = shoal_model_id_load_cb(cl->model->gguf, cl->state_dir[0] ? cl->state_dir : NULL,
+	                                shoal_cluster_hash_progress, cl, &cl->mid, why, why_len)) !=
+	        SHOAL_OK)
 		goto fail;
+	const shoal_model_id *mid = cl->wc ? shoal_wcache_id(cl->wc) : cl->mid;
 	memcpy(cl->model_id, shoal_model_id_digest(mid), 32);
-	shoal_model_id_free(mid);
+	if ((e = shoal_weights_server_new(cl->model->gguf, mid, cl->wc, &cl->wserve, why,
+	                                  why_len)) != SHOAL_OK)
+		goto fail;
+	if (cl->wc) {
+		char wdir[1100];
+		snprintf(wdir, sizeof wdir, "%s/" SHOAL_WEIGHTS_DIR, cl->state_dir);
+		shoal_weights_config wcf = {.key = cfg->key ? *cfg->key : (shoal_key){{0}},
+		                            .dir = wdir,
+		                            .cache_max = cfg->cache_max,
+		                            .tty = isatty(2) != 0};
+		memcpy(wcf.self, cfg->self, 16);
+		memcpy(wcf.model_id, cl->model_id, 32);
+		e = shoal_weights_fetcher_new(&wcf, &cl->wf);
+		sodium_memzero(&wcf.key, sizeof wcf.key);
+		if (e != SHOAL_OK)
+			goto fail;
+	}
 	struct stat st;
 	if (stat(cl->model_path, &st) == 0)
 		cl->file_bytes = (uint64_t)st.st_size;
@@ -127,6 +168,8 @@ void shoal_cluster_free(shoal_cluster *cl)
 	if (!cl)
 		return;
 	shoal_cluster__data_stop(cl);
+	shoal_weights_server_free(cl->wserve);
+	shoal_weights_fetcher_free(cl->wf);
 	for (size_t i = 0; i < SHOAL_CLUSTER_MAX_RUNS; i++)
 		free(cl->runs[i].prompt);
 	shoal_cluster__free_assign(cl->pending);
@@ -135,6 +178,8 @@ void shoal_cluster_free(shoal_cluster *cl)
 	shoal_manifest_fini(&cl->mf);
 	shoal_tokenizer_free(cl->tok);
 	shoal_model_free(cl->model);
+	shoal_model_id_free(cl->mid);
+	shoal_wcache_free(cl->wc);
 	for (int i = 0; i < 2; i++) {
 		if (cl->wake[i] >= 0)
 			close(cl->wake[i]);
@@ -208,6 +253,7 @@ static void shoal_cluster_left(shoal_cluster *cl, const shoal_swim_member *m, co
 
 static shoal_err shoal_cluster_build_assign(shoal_cluster *cl, shoal_cluster_assign **out,
                                             char *why, size_t why_len);
+static int shoal_cluster_take_part(shoal_cluster *cl);
 
 /* schedule() over the candidates (all but `skip`, when given): a view of
  * their offered memory and bucketed speeds. Load is left out: each peer
@@ -571,48 +617,33 @@ int shoal_cluster_update(shoal_cluster *cl, const shoal_swim_member *v, size_t n
 			cl->plan_sessions = np_sessions;
 			np = NULL;
 			cl->plan_why[0] = '\0';
-			/* 3. Build our part and announce readiness for the digest:
-			 * unless it is the plan whose part the data thread runs
-			 * (a plan that came back after a moment without one): its
-			 * stage stays, with its sessions. */
-			shoal_cluster_assign *a = NULL;
+			/* 3. Our part: unless it is the plan whose part the data
+			 * thread runs (a plan that came back after a moment without
+			 * one: its stage stays, with its sessions), build it (fetched
+			 * first when missing) and announce readiness for the digest. */
 			bool in_force = cl->ready_epoch && cl->ready_epoch == shoal_plan_epoch(cl->plan) &&
 			                !memcmp(cl->ready_digest, shoal_plan_digest(cl->plan), 32);
-			e = in_force ? SHOAL_OK : shoal_cluster_build_assign(cl, &a, why, sizeof why);
 			if (in_force) {
 				SHOAL_LOG_I("cluster", "plan %.16s is back: our part of it stays as it is",
 				            dh);
+				cl->part_taken = true;
 				pthread_mutex_lock(&cl->mu);
 				memcpy(cl->shared_digest, shoal_plan_digest(cl->plan), 32);
 				cl->shared_epoch = shoal_plan_epoch(cl->plan);
 				pthread_mutex_unlock(&cl->mu);
-			} else if (e != SHOAL_OK) {
-				SHOAL_LOG_W("cluster", "cannot load our part of plan %.16s: %s", dh,
-				            why);
-				snprintf(cl->ready_why, sizeof cl->ready_why, "%s", why);
+			} else {
+				cl->part_taken = false;
 				cl->ready_epoch = 0;
 				memset(cl->ready_digest, 0, 32);
-			} else {
-				pthread_mutex_lock(&cl->mu);
-				shoal_cluster__free_assign(cl->pending);
-				cl->pending = a;
-				cl->pending_set = true;
-				cl->shared_servable = false;
-				memcpy(cl->shared_digest, shoal_plan_digest(cl->plan), 32);
-				cl->shared_epoch = shoal_plan_epoch(cl->plan);
-				pthread_mutex_unlock(&cl->mu);
-				shoal_cluster__wake(cl);
-				cl->ready_why[0] = '\0';
-				memcpy(cl->ready_digest, shoal_plan_digest(cl->plan), 32);
-				cl->ready_epoch = shoal_plan_epoch(cl->plan);
-				SHOAL_LOG_I("cluster", "ready for digest %.16s (epoch %llu)", dh,
-				            (unsigned long long)cl->ready_epoch);
+				shoal_cluster_take_part(cl);
 			}
 			cl->servable = false;
 			republish = 1;
 		}
 		shoal_plan_free(np);
 	}
+	/* a fetch that ended lets us take our part now */
+	republish |= shoal_cluster_take_part(cl);
 
 	/* 4. Servable when every peer of the plan announced its digest. */
 	cl->n_cand = nc;
@@ -667,6 +698,193 @@ int shoal_cluster_update(shoal_cluster *cl, const shoal_swim_member *v, size_t n
 }
 
 /* ------------------------------------------------------------ the assignment */
+
+/* The tensors (file order) our part of cl->plan computes with: the layers
+ * of our stage, the embedding (stage 0), the head and final norm (the last
+ * stage), the rope table, and the expert stacks and routers of layers
+ * where we hold an expert (whole stacks: their digests cover all experts).
+ * Returns how many went into out[cap]. */
+static size_t shoal_cluster_part_tensors(const shoal_cluster *cl, uint32_t *out, size_t cap)
+{
+	const shoal_plan *p = cl->plan;
+	const shoal_model *m = cl->model;
+	const shoal_gguf_tensor *base = shoal_gguf_tensor_at(m->gguf, 0);
+	size_t n = 0;
+	long self = -1;
+	for (size_t i = 0; i < shoal_plan_n_peers(p); i++)
+		if (!memcmp(shoal_plan_peer_at(p, i)->id.b, cl->cfg.self, 16))
+			self = (long)i;
+	if (self < 0)
+		return 0;
+#define PART_ADD(t)                                                                            \
+	do {                                                                                   \
+		if ((t) && n < cap)                                                            \
+			out[n++] = (uint32_t)((t)-base);                                       \
+	} while (0)
+	size_t ns = shoal_plan_n_stages(p);
+	for (size_t st = 0; st < ns; st++) {
+		const shoal_plan_stage *ps = shoal_plan_stage_at(p, st);
+		if (ps->peer != (uint32_t)self)
+			continue;
+		if (st == 0)
+			PART_ADD(m->tok_embd);
+		if (st == ns - 1) {
+			PART_ADD(m->output_norm);
+			PART_ADD(m->output);
+		}
+		for (uint32_t l = ps->first_layer; l < ps->end_layer && l < m->hp.n_layer; l++) {
+			const shoal_layer *y = &m->layers[l];
+			const shoal_gguf_tensor *ts[] = {
+			    y->attn_norm, y->wq,       y->wk,           y->wv,          y->wo,
+			    y->bq,        y->bk,       y->bv,           y->q_norm,      y->k_norm,
+			    y->ffn_norm,  y->ffn_gate, y->ffn_up,       y->ffn_down,    y->ffn_gate_inp,
+			    y->ffn_gate_exps, y->ffn_up_exps, y->ffn_down_exps};
+			for (size_t k = 0; k < sizeof ts / sizeof ts[0]; k++)
+				PART_ADD(ts[k]);
+		}
+	}
+	for (uint32_t l = 0; m->hp.n_expert && l < m->hp.n_layer; l++) {
+		bool mine = false;
+		for (uint32_t x = 0; x < shoal_plan_layer_n_expert(p, l) && !mine; x++) {
+			uint32_t own[SHOAL_PLAN_MAX_OWNERS];
+			size_t no = shoal_plan_expert_owners(p, l, x, own);
+			for (size_t j = 0; j < no; j++)
+				mine |= own[j] == (uint32_t)self;
+		}
+		if (mine) {
+			PART_ADD(m->layers[l].ffn_gate_inp);
+			PART_ADD(m->layers[l].ffn_gate_exps);
+			PART_ADD(m->layers[l].ffn_up_exps);
+			PART_ADD(m->layers[l].ffn_down_exps);
+		}
+	}
+	if (n)
+		PART_ADD(m->rope_freqs);
+#undef PART_ADD
+	/* a tied head is the embedding: once is enough */
+	size_t w = 0;
+	for (size_t i = 0; i < n; i++) {
+		bool dup = false;
+		for (size_t j = 0; j < w && !dup; j++)
+			dup = out[j] == out[i];
+		if (!dup)
+			out[w++] = out[i];
+	}
+	return w;
+}
+
+/* With a weights cache: true while tensors of our part are missing; then a
+ * fetch runs (or is started here from the plan's other peers, or waits to
+ * be tried again after a failure) and ready_why says so. */
+static bool shoal_cluster_fetch_wait(shoal_cluster *cl)
+{
+	size_t cap = shoal_gguf_n_tensors(cl->model->gguf);
+	uint32_t *need = malloc((cap ? cap : 1) * sizeof *need);
+	if (!need) {
+		snprintf(cl->ready_why, sizeof cl->ready_why, "out of memory");
+		return true;
+	}
+	size_t nn = shoal_cluster_part_tensors(cl, need, cap), missing = 0;
+	uint64_t bytes = 0, miss_bytes = 0;
+	for (size_t i = 0; i < nn; i++) {
+		uint64_t b = shoal_model_id_tensor_bytes(shoal_wcache_id(cl->wc), need[i]);
+		bytes += b;
+		if (!shoal_wcache_has(cl->wc, need[i])) {
+			need[missing++] = need[i];
+			miss_bytes += b;
+		}
+	}
+	shoal_weights_progress pr;
+	shoal_weights_get_progress(cl->wf, &pr);
+	if (!missing) {
+		free(need);
+		if (!pr.fetched) /* this start fetched nothing: the cache held it all */
+			cl->cache_hit_bytes = bytes;
+		SHOAL_LOG_I("weights", "our part: %zu tensor(s), %.1f MiB, all in the cache%s", nn,
+		            (double)bytes / 1048576.0, pr.fetched ? "" : " (cache hit: nothing fetched)");
+		return false;
+	}
+	uint64_t now = shoal_clock_now_us();
+	if (!pr.running && pr.failed && !cl->fetch_failed_seen) {
+		cl->fetch_failed_seen = true;
+		cl->fetch_retry_us = now + 1000000u; /* gossip settles meanwhile */
+		snprintf(cl->ready_why, sizeof cl->ready_why, "fetching weights failed: %.200s",
+		         pr.why);
+	}
+	if (pr.running || now < cl->fetch_retry_us) {
+		free(need);
+		return true;
+	}
+	shoal_weights_src src[SHOAL_CLUSTER_MAX_PEERS];
+	size_t ns = 0;
+	pthread_mutex_lock(&cl->mu);
+	for (size_t i = 0; i < cl->n_eps; i++) {
+		if (!memcmp(cl->eps[i].id, cl->cfg.self, 16))
+			continue;
+		memcpy(src[ns].id, cl->eps[i].id, 16);
+		snprintf(src[ns].host, sizeof src[ns].host, "%s", cl->eps[i].host);
+		src[ns].port = cl->eps[i].port;
+		char hex[33];
+		shoal_hex_encode(cl->eps[i].id, 16, hex);
+		snprintf(src[ns].name, sizeof src[ns].name, "%.8s", hex);
+		for (size_t k = 0; cl->plan && k < shoal_plan_n_peers(cl->plan); k++)
+			if (!memcmp(shoal_plan_peer_at(cl->plan, k)->id.b, cl->eps[i].id, 16))
+				snprintf(src[ns].name, sizeof src[ns].name, "%s",
+				         shoal_plan_peer_at(cl->plan, k)->name);
+		ns++;
+	}
+	pthread_mutex_unlock(&cl->mu);
+	if (!ns) {
+		snprintf(cl->ready_why, sizeof cl->ready_why,
+		         "%zu tensor(s) of our part missing and no peer to fetch them from", missing);
+	} else if (shoal_weights_start(cl->wf, src, ns, cl->wc, need, missing) == SHOAL_OK) {
+		cl->fetch_failed_seen = false;
+		snprintf(cl->ready_why, sizeof cl->ready_why,
+		         "fetching %zu tensor(s) of our part (%.1f MiB) from the peers", missing,
+		         (double)miss_bytes / 1048576.0);
+		SHOAL_LOG_I("weights", "our part: %zu tensor(s), %.1f MiB; %zu missing (%.1f MiB)",
+		            nn, (double)bytes / 1048576.0, missing, (double)miss_bytes / 1048576.0);
+	}
+	free(need);
+	return true;
+}
+
+/* Our part of cl->plan, once per plan: with a weights cache, only when its
+ * tensors are all there (else a fetch runs and this is tried again each
+ * update); then built, handed to the data thread and announced. Returns 1
+ * when readiness changed. */
+static int shoal_cluster_take_part(shoal_cluster *cl)
+{
+	if (cl->part_taken || !cl->plan || (cl->wc && shoal_cluster_fetch_wait(cl)))
+		return 0;
+	cl->part_taken = true;
+	char dh[65], why[256] = "";
+	shoal_digest_hex(shoal_plan_digest(cl->plan), dh);
+	shoal_cluster_assign *a = NULL;
+	shoal_err e = shoal_cluster_build_assign(cl, &a, why, sizeof why);
+	if (e != SHOAL_OK) {
+		SHOAL_LOG_W("cluster", "cannot load our part of plan %.16s: %s", dh, why);
+		snprintf(cl->ready_why, sizeof cl->ready_why, "%s", why);
+		cl->ready_epoch = 0;
+		memset(cl->ready_digest, 0, 32);
+		return 1;
+	}
+	pthread_mutex_lock(&cl->mu);
+	shoal_cluster__free_assign(cl->pending);
+	cl->pending = a;
+	cl->pending_set = true;
+	cl->shared_servable = false;
+	memcpy(cl->shared_digest, shoal_plan_digest(cl->plan), 32);
+	cl->shared_epoch = shoal_plan_epoch(cl->plan);
+	pthread_mutex_unlock(&cl->mu);
+	shoal_cluster__wake(cl);
+	cl->ready_why[0] = '\0';
+	memcpy(cl->ready_digest, shoal_plan_digest(cl->plan), 32);
+	cl->ready_epoch = shoal_plan_epoch(cl->plan);
+	SHOAL_LOG_I("cluster", "ready for digest %.16s (epoch %llu)", dh,
+	            (unsigned long long)cl->ready_epoch);
+	return 1;
+}
 
 /* What a stage and an expert server of assignment a share. */
 static void shoal_cluster_stage_common(const shoal_cluster *cl, const shoal_cluster_assign *a,
@@ -896,6 +1114,14 @@ json_t *shoal_cluster_status_json(shoal_cluster *cl)
 	pthread_mutex_unlock(&cl->mu);
 	json_object_set_new(o, "links", links);
 	json_object_set_new(o, "data", shoal_cluster_data_json(cl));
+	json_t *w = json_object();
+	json_object_set_new(w, "source", json_string(cl->wc ? "cache" : "file"));
+	json_object_set_new(w, "cache_hit_bytes", json_integer((json_int_t)cl->cache_hit_bytes));
+	shoal_weights_progress pr;
+	if (cl->wf)
+		shoal_weights_get_progress(cl->wf, &pr);
+	json_object_set_new(w, "fetch", cl->wf ? shoal_weights_progress_json(&pr) : json_null());
+	json_object_set_new(o, "weights", w);
 	return o;
 }
 

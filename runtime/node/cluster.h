@@ -50,7 +50,13 @@
 typedef struct shoal_cluster shoal_cluster;
 
 typedef struct shoal_cluster_config {
-	const char *model_path; /* required */
+	const char *model_path; /* required unless wcache */
+	/* The model is this weights cache (models/wcache.h), owned by the
+	 * cluster from the call on (also when it fails): its digests are the
+	 * model id, and the tensors of each assignment are fetched from the
+	 * peers before readiness is announced. NULL: model_path, whole. */
+	struct shoal_wcache *wcache;
+	uint64_t cache_max; /* bytes the weights cache may hold (wcache only) */
 	const char *state_dir;  /* model id cache; NULL: none */
 	uint64_t mem_limit;     /* bytes offered at most; 0: what is available */
 	uint32_t ctx;           /* KV context per session; 0: the model's, at most 4096 */
@@ -96,6 +102,8 @@ int shoal_cluster_update(shoal_cluster *cl, const shoal_swim_member *v, size_t n
  *   {"model_id", "servable", "digest" | null, "epoch", "why" (no plan / not
  *    servable), "ready": [ids], "not_ready": [ids], "left_out":
  *    [{"peer", "name", "why"}], "links": [{"peer", "transport"}],
+ *    "weights": {"source": "file" | "cache", "cache_hit_bytes", "fetch":
+ *    progress (runtime/node/weights.h) | null},
  *    and the fields of shoal_plan_to_json (stages, experts, memory, ...)} */
 json_t *shoal_cluster_status_json(shoal_cluster *cl);
 

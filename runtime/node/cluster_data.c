@@ -75,16 +75,7 @@ void shoal_cluster__free_assign(shoal_cluster_assign *a)
 void shoal_cluster__token(const shoal_cluster *cl, const uint8_t peer[16], const uint8_t digest[32],
                           int role, uint8_t out[33])
 {
-	static const char label[] = "shoal-data-v1";
-	uint8_t r = (uint8_t)role;
-	crypto_generichash_state hs;
-	crypto_generichash_init(&hs, cl->key.bytes, sizeof cl->key.bytes, 32);
-	crypto_generichash_update(&hs, (const uint8_t *)label, sizeof label - 1);
-	crypto_generichash_update(&hs, peer, 16);
-	crypto_generichash_update(&hs, digest, 32);
-	crypto_generichash_update(&hs, &r, 1);
-	crypto_generichash_final(&hs, out, 32);
-	out[32] = r;
+	shoal_weights_link_token(&cl->key, peer, digest, role, out);
 }
 
 static int shoal_cluster_admit(void *ctx, const uint8_t peer[16], const char *addr,
@@ -94,13 +85,15 @@ static int shoal_cluster_admit(void *ctx, const uint8_t peer[16], const char *ad
 	uint8_t digest[32], want[33];
 	if (token_len != 33 ||
 	    (token[32] != SHOAL_CLUSTER_ROLE_STAGE && token[32] != SHOAL_CLUSTER_ROLE_OWNER &&
-	     token[32] != SHOAL_CLUSTER_ROLE_EXPERTS)) {
+	     token[32] != SHOAL_CLUSTER_ROLE_EXPERTS && token[32] != SHOAL_CLUSTER_ROLE_WEIGHTS)) {
 		SHOAL_LOG_W("cluster", "data link from %s refused: malformed token", addr);
 		return 0;
 	}
 	pthread_mutex_lock(&cl->mu);
 	memcpy(digest, cl->shared_digest, 32);
 	pthread_mutex_unlock(&cl->mu);
+	if (token[32] == SHOAL_CLUSTER_ROLE_WEIGHTS) /* a joiner has no plan: the model id */
+		memcpy(digest, cl->model_id, 32);
 	shoal_cluster__token(cl, peer, digest, token[32], want);
 	if (sodium_memcmp(want, token, 33) != 0) {
 		SHOAL_LOG_W("cluster",
@@ -290,6 +283,10 @@ static void *shoal_cluster_accept_main(void *arg)
 			continue;
 		if (e != SHOAL_OK) {
 			SHOAL_LOG_D("cluster", "data accept: %s", why);
+			continue;
+		}
+		if (cl->admit_role == SHOAL_CLUSTER_ROLE_WEIGHTS) {
+			shoal_weights_server_add(cl->wserve, k);
 			continue;
 		}
 		bool experts = cl->admit_role == SHOAL_CLUSTER_ROLE_EXPERTS;

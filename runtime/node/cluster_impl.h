@@ -23,6 +23,7 @@
 #include "base/clock.h"
 #include "runtime/node/cluster.h"
 #include "runtime/dist/dist.h"
+#include "runtime/node/weights.h"
 #include "scheduler/plan.h"
 
 /* Peers a plan or a view may name: the scheduler's own practical bound for
@@ -61,7 +62,8 @@
 enum {
 	SHOAL_CLUSTER_ROLE_STAGE = 1,  /* the data thread's stage */
 	SHOAL_CLUSTER_ROLE_OWNER = 2,  /* the data thread's session owner */
-	SHOAL_CLUSTER_ROLE_EXPERTS = 3 /* the expert thread's server */
+	SHOAL_CLUSTER_ROLE_EXPERTS = 3, /* the expert thread's server */
+	SHOAL_CLUSTER_ROLE_WEIGHTS = SHOAL_WEIGHTS_ROLE /* the weights server (weights.h) */
 };
 
 typedef struct shoal_cluster_ep {
@@ -144,6 +146,15 @@ struct shoal_cluster {
 	shoal_tokenizer *tok;
 	uint8_t model_id[32];
 	uint64_t file_bytes;
+	shoal_model_id *mid; /* the digests of a whole file (NULL with wc) */
+	shoal_wcache *wc;    /* the weights cache the model is (NULL: a whole file) */
+	shoal_weights_server *wserve;
+	shoal_weights_fetcher *wf; /* with wc: fetches the tensors of our part */
+	bool part_taken;           /* our part of cl->plan is built (or failed) */
+	bool fetch_failed_seen;
+	uint64_t fetch_retry_us;   /* a failed fetch is tried again from then */
+	uint64_t cache_hit_bytes;  /* bytes of our parts found in the cache */
+	int hash_logged;           /* quarters of first-start hashing logged */
 	shoal_manifest mf;
 	shoal_policy pol;
 	uint64_t offer; /* memory offered as last published */

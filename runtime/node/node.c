@@ -36,6 +36,7 @@
 
 #include "base/clock.h"
 #include "base/fmt.h"
+#include "base/hex.h"
 #include "base/log.h"
 #include "base/statedir.h"
 #include "net/ctl.h"
@@ -50,6 +51,7 @@
 #include "net/sysinfo.h"
 #include "net/wire.h"
 #include "runtime/node/cluster.h"
+#include "runtime/node/weights.h"
 #include "runtime/cpu/kernels_probe.h"
 
 /* Versions this node speaks; a peer that differs is kept in the view but
@@ -108,6 +110,12 @@ struct shoal_node {
 	uint32_t droplog_lines;     /* lines logged in it */
 	uint64_t droplog_quiet;     /* drops not logged since the last line */
 	shoal_cluster *cl;          /* the model served (NULL: none) */
+	/* --model-id without --model: the header job until the cluster exists */
+	shoal_weights_fetcher *wf;
+	bool fetch_any;           /* adopt the model id the serving peers agree on */
+	bool have_fetch_id;
+	uint8_t fetch_id[32];
+	uint64_t fetch_retry_us;
 	uint64_t next_cluster_us;   /* next look at the view for planning */
 	shoal_api *api;             /* the HTTP API (NULL: none) */
 	shoal_api_ops api_ops;
@@ -360,6 +368,10 @@ static char *shoal_node_status_json(shoal_node *n)
 		json_t *plan = shoal_cluster_status_json(n->cl);
 		if (plan)
 			json_object_set_new(root, "plan", plan);
+	} else if (n->wf) {
+		shoal_weights_progress pr;
+		shoal_weights_get_progress(n->wf, &pr);
+		json_object_set_new(root, "weights", shoal_weights_progress_json(&pr));
 	}
 	shoal_swim_view_free(v);
 	char *s = json_dumps(root, JSON_COMPACT);
@@ -654,7 +666,8 @@ static void shoal_node_peer_gone(void *ud, const uint8_t id[16], uint64_t inc, c
 
 /* Serve cfg.model: the data listener becomes the cluster's xfer listener
  * on the same address and port (the record already names it). */
-static shoal_err shoal_node_cluster_new(shoal_node *n, char *why, size_t why_len)
+static shoal_err shoal_node_cluster_new(shoal_node *n, shoal_wcache *wc, char *why,
+                                        size_t why_len)
 {
 	char host[64] = "0.0.0.0";
 	struct sockaddr_in sa;
@@ -678,9 +691,53 @@ static shoal_err shoal_node_cluster_new(shoal_node *n, char *why, size_t why_len
 	                           .base_ms = (uint32_t)(n->base_us / 1000u),
 	                           .reply = shoal_node_cluster_reply,
 	                           .peer_gone = shoal_node_peer_gone,
+	                           .wcache = wc,
+	                           .cache_max = n->cfg.cache_max ? n->cfg.cache_max
+	                                                         : SHOAL_NODE_DEFAULT_CACHE_MAX,
 	                           .ud = n};
 	memcpy(cc.self, n->ident.id, 16);
 	return shoal_cluster_new(&cc, &n->cl, why, why_len);
+}
+
+/* A cache of model id `id` in the state dir: the cluster serves it (its
+ * missing tensors fetched per plan). False when there is none yet. */
+static bool shoal_node_fetch_open(shoal_node *n, const uint8_t id[32])
+{
+	char dir[1100], why[256], hex[65];
+	shoal_wcache *wc = NULL;
+	snprintf(dir, sizeof dir, "%s/" SHOAL_WEIGHTS_DIR, n->state_dir);
+	shoal_model_id_hex(id, hex);
+	if (shoal_wcache_open(dir, id, &wc, why, sizeof why) != SHOAL_OK) {
+		SHOAL_LOG_I("node", "model %.16s: %s", hex, why);
+		return false;
+	}
+	size_t held = 0;
+	for (size_t i = 0; i < shoal_wcache_n_tensors(wc); i++)
+		held += shoal_wcache_has(wc, i);
+	SHOAL_LOG_I("node", "model %.16s: weights cache %s, %zu of %zu tensors held", hex,
+	            shoal_wcache_path(wc), held, shoal_wcache_n_tensors(wc));
+	if (shoal_node_cluster_new(n, wc, why, sizeof why) != SHOAL_OK) {
+		SHOAL_LOG_W("node", "cannot serve the cached model %.16s: %s", hex, why);
+		return false;
+	}
+	return true;
+}
+
+/* --model-id: the cached model at once, else a fetcher for its header. */
+static shoal_err shoal_node_fetch_new(shoal_node *n, char *why, size_t why_len)
+{
+	n->fetch_any = !strcmp(n->cfg.model_id, "any");
+	if (!n->fetch_any) {
+		if (shoal_hex_decode(n->cfg.model_id, strlen(n->cfg.model_id), n->fetch_id, 32) !=
+		    SHOAL_OK)
+			return shoal_why(why, why_len, SHOAL_ERR_INVAL,
+			                 "--model-id wants 64 hex digits or \"any\", not '%s'",
+			                 n->cfg.model_id);
+		n->have_fetch_id = true;
+		if (shoal_node_fetch_open(n, n->fetch_id))
+			return SHOAL_OK;
+	}
+	return SHOAL_OK; /* the fetcher is made once the id is known (fetch tick) */
 }
 
 shoal_err shoal_node_new(const shoal_node_config *cfg, shoal_node **out, char *why, size_t why_len)
@@ -746,10 +803,12 @@ shoal_err shoal_node_new(const shoal_node_config *cfg, shoal_node **out, char *w
 	if (n->si.n_if == 0)
 		shoal_sysinfo_probe(&n->si, 1);
 	shoal_node_record_init(n);
-	if (cfg->model && (e = shoal_node_cluster_new(n, why, why_len)) != SHOAL_OK)
+	if (cfg->model && (e = shoal_node_cluster_new(n, NULL, why, why_len)) != SHOAL_OK)
+		goto fail;
+	if (!cfg->model && cfg->model_id && (e = shoal_node_fetch_new(n, why, why_len)) != SHOAL_OK)
 		goto fail;
 	if (cfg->api && !cfg->model) {
-		e = shoal_why(why, why_len, SHOAL_ERR_INVAL, "--api needs --model: there is nothing to serve");
+		e = shoal_why(why, why_len, SHOAL_ERR_INVAL, "--api needs --model (not yet with --model-id)");
 		goto fail;
 	}
 	shoal_node_record_refresh(n);
@@ -800,6 +859,7 @@ void shoal_node_free(shoal_node *n)
 	free(n->status_cache);
 	if (n->status_mu_ok)
 		pthread_mutex_destroy(&n->status_mu);
+	shoal_weights_fetcher_free(n->wf);
 	if (n->ctl)
 		shoal_node_remove_control(n);
 	shoal_swim_free(n->sw);
@@ -864,6 +924,108 @@ static void shoal_node_cluster_tick(shoal_node *n)
 	}
 }
 
+/* --model-id without a cache yet, once per base period: pick the model id
+ * (for "any": the one every serving peer names), then learn its header and
+ * digests from a serving peer on the fetcher's thread; once the cache
+ * exists the cluster takes over. */
+static void shoal_node_fetch_tick(shoal_node *n)
+{
+	uint64_t now = shoal_node_now_us(NULL);
+	if (now < n->fetch_retry_us)
+		return;
+	if (n->wf) {
+		shoal_weights_progress pr;
+		shoal_weights_get_progress(n->wf, &pr);
+		int r = shoal_weights_poll(n->wf);
+		if (pr.running)
+			return;
+		if (r == 1) {
+			shoal_wcache *wc = shoal_weights_take_cache(n->wf);
+			char why[256], w2[200];
+			if (wc && shoal_node_cluster_new(n, wc, why, sizeof why) == SHOAL_OK) {
+				shoal_node_record_refresh(n);
+				if (shoal_swim_set_record(n->sw, &n->rec, w2, sizeof w2) != SHOAL_OK)
+					SHOAL_LOG_W("node", "cannot publish our record: %s", w2);
+				shoal_weights_fetcher_free(n->wf);
+				n->wf = NULL;
+				return;
+			}
+			if (wc)
+				SHOAL_LOG_W("node", "cannot serve the fetched model: %s", why);
+		}
+		if (r == -1)
+			n->fetch_retry_us = now + 10 * n->base_us; /* let gossip move on */
+		if (r != 0 && now < n->fetch_retry_us)
+			return;
+	}
+	shoal_swim_member *v = NULL;
+	size_t nv = 0;
+	if (shoal_swim_view(n->sw, &v, &nv) != SHOAL_OK)
+		return;
+	shoal_weights_src src[64];
+	size_t ns = 0;
+	bool agree = true, seen = false;
+	bool want_lo = !strncmp(n->listen_ip, "127.", 4);
+	for (size_t i = 0; i < nv; i++) {
+		const shoal_record *r = &v[i].record;
+		if ((v[i].state != SHOAL_SWIM_STATE_ALIVE && v[i].state != SHOAL_SWIM_STATE_SUSPECT) ||
+		    !v[i].compatible || !r->serving || !r->n_models ||
+		    !memcmp(r->id.b, n->ident.id, 16))
+			continue;
+		if (!n->have_fetch_id) { /* "any" */
+			if (!seen)
+				memcpy(n->fetch_id, r->models[0].digest, 32);
+			else if (memcmp(r->models[0].digest, n->fetch_id, 32))
+				agree = false;
+			seen = true;
+		} else if (memcmp(r->models[0].digest, n->fetch_id, 32)) {
+			continue;
+		}
+		if (ns < sizeof src / sizeof src[0] &&
+		    shoal_weights_pick_ep(r, want_lo, src[ns].host, &src[ns].port)) {
+			memcpy(src[ns].id, r->id.b, 16);
+			snprintf(src[ns].name, sizeof src[ns].name, "%s", r->name);
+			ns++;
+		}
+	}
+	shoal_swim_view_free(v);
+	if (!ns)
+		return;
+	char hex[65];
+	if (!n->have_fetch_id) {
+		if (!agree) {
+			SHOAL_LOG_W("node", "--model-id any: the serving peers name different models");
+			memset(n->fetch_id, 0, 32);
+			n->fetch_retry_us = now + 10 * n->base_us;
+			return;
+		}
+		n->have_fetch_id = true;
+		shoal_model_id_hex(n->fetch_id, hex);
+		SHOAL_LOG_I("node", "--model-id any: the serving peers serve model %.16s", hex);
+		if (shoal_node_fetch_open(n, n->fetch_id))
+			return;
+	}
+	if (!n->wf) {
+		shoal_weights_config wcf = {.key = n->key,
+		                            .cache_max = n->cfg.cache_max ? n->cfg.cache_max
+		                                                          : SHOAL_NODE_DEFAULT_CACHE_MAX,
+		                            .tty = isatty(2) != 0};
+		char dir[1100];
+		snprintf(dir, sizeof dir, "%s/" SHOAL_WEIGHTS_DIR, n->state_dir);
+		wcf.dir = dir;
+		memcpy(wcf.self, n->ident.id, 16);
+		memcpy(wcf.model_id, n->fetch_id, 32);
+		shoal_err e = shoal_weights_fetcher_new(&wcf, &n->wf);
+		sodium_memzero(&wcf.key, sizeof wcf.key);
+		if (e != SHOAL_OK)
+			return;
+	}
+	shoal_model_id_hex(n->fetch_id, hex);
+	SHOAL_LOG_I("node", "model %.16s: learning its header and digests from %zu peer(s)", hex,
+	            ns);
+	shoal_weights_start(n->wf, src, ns, NULL, NULL, 0);
+}
+
 /* One loop turn: wait for traffic or the next timer, then do what is due. */
 static void shoal_node_turn(shoal_node *n, uint64_t *next_probe, uint64_t *next_targets,
                             uint64_t *next_record, uint64_t *next_expire)
@@ -902,6 +1064,9 @@ static void shoal_node_turn(shoal_node *n, uint64_t *next_probe, uint64_t *next_
 	now = shoal_node_now_us(NULL);
 	if (n->cl && now >= n->next_cluster_us) {
 		shoal_node_cluster_tick(n);
+		n->next_cluster_us = now + n->base_us;
+	} else if (!n->cl && n->cfg.model_id && !n->cfg.model && now >= n->next_cluster_us) {
+		shoal_node_fetch_tick(n);
 		n->next_cluster_us = now + n->base_us;
 	}
 	if (n->api && now >= n->next_status_us) {

@@ -28,6 +28,8 @@
 #define SHOAL_NODE_DEFAULT_GOSSIP_MS 100 /* SWIM's own default base period */
 #define SHOAL_NODE_DEFAULT_CLUSTER   "default"
 #define SHOAL_NODE_CONTROL_FILE      "control" /* in the state dir, for `shoal status` */
+/* 64 GiB: a Q4 70B model (40 GiB) and a smaller one side by side. */
+#define SHOAL_NODE_DEFAULT_CACHE_MAX (64ull << 30)
 
 typedef struct shoal_node shoal_node;
 
@@ -54,6 +56,11 @@ typedef struct shoal_node_config {
 	 * Bearer key its requests must carry (NULL: none). */
 	const char *api;
 	const char *api_key;
+	/* Without model: serve this model id (64 hex digits, or "any": the one
+	 * the serving peers agree on), its weights fetched from the peers into
+	 * <state-dir>/weights (runtime/node/weights.h); NULL: membership only. */
+	const char *model_id;
+	uint64_t cache_max; /* bytes the weights cache may hold; 0: the default */
 } shoal_node_config;
 
 /* Load the identity (raising its incarnation), lock the state dir, bind

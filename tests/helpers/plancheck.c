@@ -12,6 +12,10 @@
  *   plancheck STATUS left NAME   print why peer NAME is left out ("none")
  *   plancheck STATUS data OBJ.F  print counter F of the plan's "data" object
  *                                OBJ (stage, experts, owner); "none" if absent
+ *   plancheck STATUS model_id    print the plan object's model id ("none")
+ *   plancheck STATUS weights P   print field P of the plan's "weights" object
+ *                                (P: "source", "cache_hit_bytes" or "fetch.F");
+ *                                "none" if absent
  *   plancheck EXPECTED ncases    print how many cases
  *   plancheck EXPECTED prompt I  print the prompt of case I
  * Exit 1 when FILE cannot be read as JSON.
@@ -77,6 +81,25 @@ int main(int argc, char **argv)
 				why = json_string_value(json_object_get(e, "why"));
 		}
 		printf("%s\n", why ? why : "?");
+	} else if (!strcmp(cmd, "model_id")) {
+		const char *d = json_string_value(json_object_get(plan, "model_id"));
+		printf("%s\n", d ? d : "none");
+	} else if (!strcmp(cmd, "weights")) {
+		json_t *v = json_object_get(plan, "weights");
+		if (!strncmp(arg, "fetch.", 6))
+			v = json_object_get(json_object_get(v, "fetch"), arg + 6);
+		else
+			v = json_object_get(v, arg);
+		if (json_is_integer(v))
+			printf("%lld\n", (long long)json_integer_value(v));
+		else if (json_is_real(v))
+			printf("%.1f\n", json_real_value(v));
+		else if (json_is_string(v))
+			printf("%s\n", json_string_value(v));
+		else if (json_is_boolean(v))
+			printf("%s\n", json_is_true(v) ? "true" : "false");
+		else
+			printf("none\n");
 	} else if (!strcmp(cmd, "ncases")) {
 		printf("%zu\n", json_array_size(json_object_get(root, "cases")));
 	} else if (!strcmp(cmd, "prompt")) {

@@ -1,0 +1,79 @@
+#!/bin/bash
+# tests/sh/weights_fetch.sh: a peer without the model file receives the
+# tensors of its assignment from the peers that hold it
+# (runtime/node/weights.h), serves, and after a restart serves from its
+# weights cache without fetching.
+#
+#  1. Two peers with the trained austen model (--mem-limit 11M --ctx 256:
+#     two peers cannot hold it, three make 3 stages) and a third with no
+#     file, --model-id of the model, its own empty state dir, and the test
+#     hook SHOAL_TEST_CORRUPT_CHUNK=2 on the serving peers (each flips one
+#     byte of the 2nd tensor chunk it sends after computing its digest).
+#     The plan becomes servable with 3 stages, the third peer holding one;
+#     its log says the header and digests were verified, a chunk was
+#     detected as damaged and fetched again, and the tensors were fetched
+#     and verified; its status shows bytes fetched; a greedy run through
+#     each peer gives the same ids as local `shoal run`.
+#  2. The third peer is killed -9 and restarted with the same state dir
+#     (--model-id any this time): it serves again, its log says the cache
+#     held its part, its status shows no bytes fetched, and the run through
+#     it gives the same ids.
+set -u
+. "$(dirname "$0")/lib.sh"
+DENSE=$DATA/models/austen-dense-q8_0.gguf
+[ -x "$PC" ] || skip "$PC not built"
+"$B" key new "$T/k" >/dev/null || fail "shoal key new"
+P="It is a truth universally acknowledged"
+"$B" run "$DENSE" -p "$P" -n 24 --temp 0 --ids >"$T/l-ids" 2>/dev/null || fail "local run"
+
+SHOAL_TEST_CORRUPT_CHUNK=2 start w1 "$DENSE" --mem-limit 11M --ctx 256
+SEED=$(ep w1)
+SHOAL_TEST_CORRUPT_CHUNK=2 start w2 "$DENSE" --mem-limit 11M --ctx 256 --peer "$SEED"
+wait_for 20 eval 'status w1 && [ "$("$PC" "$T/st-w1.json" model_id)" != none ]' ||
+	fail "w1 shows no model id"
+MID=$("$PC" "$T/st-w1.json" model_id)
+t0=$(now_ms)
+start w3 "" --model-id "$MID" --mem-limit 11M --ctx 256 --peer "$SEED"
+wait_for 60 servable_all 3 w1 w2 w3 || fail "no servable 3-stage plan with the fetching peer within 60 s: $("$PC" "$T/st-w3.json" servable)"
+echo "3-stage plan servable $(($(now_ms) - t0)) ms after the peer without the file started"
+for s in 0 1 2; do [ "$("$PC" "$T/st-w1.json" stage $s)" = w3 ] && held=$s; done
+[ -n "${held:-}" ] || fail "w3 holds no stage"
+grep -q "header and .* tensor digests from .* verified against the model id" "$T/w3.log" ||
+	fail "w3 did not log the verified header"
+grep -q "detected, fetched again" "$T/w3.log" || fail "w3 did not detect the corrupted chunk"
+grep -q "test hook: chunk 2 .* corrupted in transit" "$T/w1.log" "$T/w2.log" ||
+	fail "no serving peer corrupted a chunk"
+line=$(grep "fetched and verified" "$T/w3.log" | tail -n 1)
+[ -n "$line" ] || fail "w3 did not log fetched and verified tensors"
+echo "stage $held on w3: ${line#*weights: }"
+status w3 || fail "status w3"
+fetched=$("$PC" "$T/st-w3.json" weights fetch.bytes_fetched)
+refetched=$("$PC" "$T/st-w3.json" weights fetch.refetched_chunks)
+[ "$("$PC" "$T/st-w3.json" weights source)" = cache ] || fail "w3's weights are not from its cache"
+[ "$fetched" -gt 0 ] 2>/dev/null || fail "w3's status shows no bytes fetched ($fetched)"
+[ "$refetched" -ge 1 ] 2>/dev/null || fail "w3's status shows no chunk fetched again ($refetched)"
+echo "w3 fetched $fetched bytes, $refetched chunk(s) again, at $("$PC" "$T/st-w3.json" weights fetch.mb_s) MB/s"
+for n in w1 w2 w3; do
+	"$B" run --peer "$(ep $n)" --key "$T/k" -p "$P" -n 24 --temp 0 --ids >"$T/r-ids-$n" 2>"$T/r-err-$n" ||
+		fail "run through $n: $(cat "$T/r-err-$n")"
+	same "greedy ids through $n" "$T/r-ids-$n" "$T/l-ids"
+done
+ls "$T/w3/weights/"*.gguf >/dev/null 2>&1 || fail "no cache file in w3's state dir"
+
+# 2. restarted: served from the cache
+stop w3
+: >"$T/w3.log"
+start w3 "" --model-id any --mem-limit 11M --ctx 256 --peer "$SEED"
+wait_for 60 servable_all 3 w1 w2 w3 || fail "no servable plan after w3's restart: $("$PC" "$T/st-w3.json" servable)"
+grep -q "all in the cache (cache hit: nothing fetched)" "$T/w3.log" || fail "w3 did not use its cache"
+grep -q "fetched and verified" "$T/w3.log" && fail "w3 fetched tensors again after its restart"
+status w3 || fail "status w3"
+[ "$("$PC" "$T/st-w3.json" weights fetch.bytes_fetched)" = 0 ] ||
+	fail "w3 fetched $("$PC" "$T/st-w3.json" weights fetch.bytes_fetched) bytes after its restart"
+hit=$("$PC" "$T/st-w3.json" weights cache_hit_bytes)
+[ "$hit" -gt 0 ] 2>/dev/null || fail "w3 shows no cache hit bytes ($hit)"
+"$B" run --peer "$(ep w3)" --key "$T/k" -p "$P" -n 24 --temp 0 --ids >"$T/r-ids-w3b" 2>"$T/r-err-w3b" ||
+	fail "run through restarted w3: $(cat "$T/r-err-w3b")"
+same "greedy ids through restarted w3" "$T/r-ids-w3b" "$T/l-ids"
+echo "restarted w3 served its part from the cache ($hit bytes), nothing fetched"
+echo "PASS"
