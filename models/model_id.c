@@ -25,6 +25,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "base/le.h"
 #include "base/hex.h"
 #include "base/log.h"
 #include "base/statedir.h"
@@ -49,26 +50,6 @@ struct shoal_model_id {
 
 /* ---- the digests ------------------------------------------------------- */
 
-static void put_u32(uint8_t *p, uint32_t v)
-{
-	for (int i = 0; i < 4; i++)
-		p[i] = (uint8_t)(v >> (8 * i));
-}
-
-static void put_u64(uint8_t *p, uint64_t v)
-{
-	for (int i = 0; i < 8; i++)
-		p[i] = (uint8_t)(v >> (8 * i));
-}
-
-static uint64_t get_u64(const uint8_t *p)
-{
-	uint64_t v = 0;
-	for (int i = 7; i >= 0; i--)
-		v = v << 8 | p[i];
-	return v;
-}
-
 /* The model id from the per-part digests (see model_id.h). */
 static void mid_combine(const shoal_model_id *m, uint8_t out[MID_H])
 {
@@ -76,12 +57,12 @@ static void mid_combine(const shoal_model_id *m, uint8_t out[MID_H])
 	uint8_t b[4];
 	crypto_generichash_init(&st, NULL, 0, MID_H);
 	crypto_generichash_update(&st, (const uint8_t *)MID_DOMAIN, strlen(MID_DOMAIN));
-	put_u32(b, m->n_shards);
+	shoal_le_put_u32(b, m->n_shards);
 	crypto_generichash_update(&st, b, 4);
 	crypto_generichash_update(&st, m->headers, (unsigned long long)m->n_shards * MID_H);
 	for (size_t i = 0; i < m->n_tensors; i++) {
 		size_t nl = strlen(m->names[i]);
-		put_u32(b, (uint32_t)nl);
+		shoal_le_put_u32(b, (uint32_t)nl);
 		crypto_generichash_update(&st, b, 4);
 		crypto_generichash_update(&st, (const uint8_t *)m->names[i], nl);
 		crypto_generichash_update(&st, m->tensors + i * MID_H, MID_H);
@@ -240,9 +221,9 @@ static shoal_err mid_key(const shoal_gguf *g, uint8_t key[MID_KEY_BYTES], char *
 #else
 		int64_t sec = sb.st_mtim.tv_sec, nsec = sb.st_mtim.tv_nsec;
 #endif
-		put_u64(b, (uint64_t)sb.st_size);
-		put_u64(b + 8, (uint64_t)sec);
-		put_u64(b + 16, (uint64_t)nsec);
+		shoal_le_put_u64(b, (uint64_t)sb.st_size);
+		shoal_le_put_u64(b + 8, (uint64_t)sec);
+		shoal_le_put_u64(b + 16, (uint64_t)nsec);
 		crypto_generichash_update(&st, (const uint8_t *)abs, strlen(abs) + 1);
 		crypto_generichash_update(&st, b, sizeof b);
 	}
@@ -286,13 +267,13 @@ static bool mid_cache_read(const char *path, const uint8_t key[MID_KEY_BYTES], s
 	crypto_generichash(sum, MID_H, b, want - MID_H, NULL, 0);
 	const uint8_t *p = b;
 	if (sodium_memcmp(sum, b + want - MID_H, MID_H) != 0 || memcmp(p, "SHOALMID", 8) ||
-	    (get_u64(p + 8) & 0xffffffffu) != MID_VERSION || memcmp(p + 24, key, MID_KEY_BYTES)) {
+	    (shoal_le_get_u64(p + 8) & 0xffffffffu) != MID_VERSION || memcmp(p + 24, key, MID_KEY_BYTES)) {
 		SHOAL_LOG_W("models", "model-id cache %s is corrupt; recomputing", path);
 		goto out;
 	}
 	uint32_t ns =
 	    (uint32_t)p[12] | (uint32_t)p[13] << 8 | (uint32_t)p[14] << 16 | (uint32_t)p[15] << 24;
-	if (ns != m->n_shards || get_u64(p + 16) != m->n_tensors)
+	if (ns != m->n_shards || shoal_le_get_u64(p + 16) != m->n_tensors)
 		goto out;
 	p += 24 + MID_KEY_BYTES;
 	memcpy(m->id, p, MID_H);
@@ -329,9 +310,9 @@ static void mid_cache_write(const char *state_dir, const char *path,
 	if (!b)
 		return;
 	memcpy(p, "SHOALMID", 8);
-	put_u32(p + 8, MID_VERSION);
-	put_u32(p + 12, m->n_shards);
-	put_u64(p + 16, m->n_tensors);
+	shoal_le_put_u32(p + 8, MID_VERSION);
+	shoal_le_put_u32(p + 12, m->n_shards);
+	shoal_le_put_u64(p + 16, m->n_tensors);
 	memcpy(p + 24, key, MID_KEY_BYTES);
 	p += 24 + MID_KEY_BYTES;
 	memcpy(p, m->id, MID_H);

@@ -22,6 +22,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "base/le.h"
 #include "base/hex.h"
 #include "base/log.h"
 #include "base/statedir.h"
@@ -51,20 +52,6 @@ struct shoal_wcache {
 
 /* ---- the .have file ------------------------------------------------------ */
 
-static void put_u64(uint8_t *p, uint64_t v)
-{
-	for (int i = 0; i < 8; i++)
-		p[i] = (uint8_t)(v >> (8 * i));
-}
-
-static uint64_t get_u64(const uint8_t *p)
-{
-	uint64_t v = 0;
-	for (int i = 7; i >= 0; i--)
-		v = v << 8 | p[i];
-	return v;
-}
-
 static size_t wc_have_size(size_t nt)
 {
 	return WC_FIXED + nt * WC_H + (nt + 7) / 8 + WC_H;
@@ -79,8 +66,8 @@ static shoal_err wc_have_save(shoal_wcache *c, char *why, size_t why_len)
 		return shoal_why(why, why_len, SHOAL_ERR_NOMEM, "out of memory");
 	memcpy(p, "SHOALWCH", 8);
 	p[8] = WC_VERSION;
-	put_u64(p + 16, nt);
-	put_u64(p + 24, c->file_size);
+	shoal_le_put_u64(p + 16, nt);
+	shoal_le_put_u64(p + 24, c->file_size);
 	p += 32;
 	memcpy(p, c->model_id, WC_H);
 	memcpy(p + WC_H, shoal_model_id_header_digest(c->mid, 0), WC_H);
@@ -222,14 +209,14 @@ shoal_err shoal_wcache_open(const char *dir, const uint8_t model_id[32], shoal_w
 	size_t n = (size_t)sb.st_size;
 	uint8_t sum[WC_H];
 	crypto_generichash(sum, WC_H, b, n - WC_H, NULL, 0);
-	uint64_t nt = get_u64(b + 16);
+	uint64_t nt = shoal_le_get_u64(b + 16);
 	if (sodium_memcmp(sum, b + n - WC_H, WC_H) != 0 || memcmp(b, "SHOALWCH", 8) ||
-	    get_u64(b + 8) != WC_VERSION || nt > (n / WC_H) || wc_have_size((size_t)nt) != n ||
+	    shoal_le_get_u64(b + 8) != WC_VERSION || nt > (n / WC_H) || wc_have_size((size_t)nt) != n ||
 	    sodium_memcmp(b + 32, model_id, WC_H) != 0) {
 		e = shoal_why(why, why_len, SHOAL_ERR_MISMATCH, "%s is corrupt", c->have);
 		goto out;
 	}
-	c->file_size = get_u64(b + 24);
+	c->file_size = shoal_le_get_u64(b + 24);
 	const uint8_t *digests = b + WC_FIXED;
 	if ((e = wc_bind(c, b + 32 + WC_H, digests, (size_t)nt, why, why_len)) != SHOAL_OK)
 		goto out;
