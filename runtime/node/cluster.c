@@ -226,7 +226,6 @@ void shoal_cluster_fill_record(shoal_cluster *cl, shoal_record *r, uint64_t mem_
 	r->models[0].bytes = cl->file_bytes;
 	memcpy(r->ready_digest, cl->ready_digest, 32);
 	r->ready_epoch = cl->ready_epoch;
-	r->served_epoch = cl->served_epoch;
 }
 
 /* ----------------------------------------------------------------- planning */
@@ -364,7 +363,6 @@ static void shoal_cluster_learn_prev(shoal_cluster *cl, const shoal_swim_member 
 {
 	const uint8_t *d = NULL;
 	size_t others = 0;
-	uint64_t epoch = 0;
 	for (size_t i = 0; i < nc; i++) {
 		const shoal_record *r = &cand[i]->record;
 		if (!memcmp(r->id.b, cl->cfg.self, 16))
@@ -372,7 +370,6 @@ static void shoal_cluster_learn_prev(shoal_cluster *cl, const shoal_swim_member 
 		if (!r->ready_epoch || (d && memcmp(d, r->ready_digest, 32)))
 			return;
 		d = r->ready_digest;
-		epoch = r->ready_epoch;
 		others++;
 	}
 	if (!d || !memcmp(d, cl->learn_tried, 32) ||
@@ -381,12 +378,9 @@ static void shoal_cluster_learn_prev(shoal_cluster *cl, const shoal_swim_member 
 	memcpy(cl->learn_tried, d, 32);
 	shoal_plan *p = NULL;
 	char why[256], dh[65];
-	/* their plan was numbered from the floor they saw then */
-	uint64_t floor = cl->pol.epoch_floor;
-	cl->pol.epoch_floor = epoch - 1;
-	shoal_err e = shoal_cluster_plan_on(cl, cand, nc, cl->cfg.self, NULL, &p, NULL, why, sizeof why);
-	cl->pol.epoch_floor = floor;
-	if (e != SHOAL_OK || memcmp(shoal_plan_digest(p), d, 32)) {
+	if (shoal_cluster_plan_on(cl, cand, nc, cl->cfg.self, NULL, &p, NULL, why, sizeof why) !=
+	        SHOAL_OK ||
+	    memcmp(shoal_plan_digest(p), d, 32)) {
 		shoal_plan_free(p);
 		return;
 	}
@@ -513,13 +507,7 @@ int shoal_cluster_update(shoal_cluster *cl, const shoal_swim_member *v, size_t n
 		crypto_generichash_update(&hs, cand[i]->record.ready_digest, 32);
 		/* a restart: the data thread must know the new incarnation */
 		crypto_generichash_update(&hs, (const uint8_t *)&cand[i]->incarnation, 8);
-		crypto_generichash_update(&hs, (const uint8_t *)&cand[i]->record.served_epoch, 8);
 	}
-	/* new plans are numbered above every epoch served so far */
-	cl->pol.epoch_floor = cl->served_epoch;
-	for (size_t i = 0; i < nc; i++)
-		if (cand[i]->record.served_epoch > cl->pol.epoch_floor)
-			cl->pol.epoch_floor = cand[i]->record.served_epoch;
 	char left_why[256] = "";
 	bool outvoted = shoal_cluster_outvoted(cl, other, no, nc, left_why, sizeof left_why);
 	crypto_generichash_update(&hs, (const uint8_t *)left_why, strlen(left_why));
@@ -684,10 +672,6 @@ int shoal_cluster_update(shoal_cluster *cl, const shoal_swim_member *v, size_t n
 		if (servable) {
 			shoal_plan_free(cl->prev);
 			cl->prev = shoal_plan_dup(cl->plan);
-			if (shoal_plan_epoch(cl->plan) > cl->served_epoch) {
-				cl->served_epoch = shoal_plan_epoch(cl->plan);
-				republish = 1;
-			}
 		}
 		pthread_mutex_lock(&cl->mu);
 		cl->shared_servable = servable;
