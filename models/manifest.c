@@ -57,13 +57,25 @@ shoal_err shoal_model_manifest(const shoal_model *m, shoal_manifest *out)
 		const shoal_gguf_tensor *dense[] = {
 		    L->attn_norm, L->wq,       L->wk,     L->wv,       L->wo,
 		    L->bq,        L->bk,       L->bv,     L->q_norm,   L->k_norm,
-		    L->ffn_norm,  L->ffn_gate, L->ffn_up, L->ffn_down, L->ffn_gate_inp};
+		    L->ffn_norm,  L->ffn_gate, L->ffn_up, L->ffn_down, L->ffn_gate_inp,
+		    L->wq_a,      L->q_a_norm, L->wq_b,   L->wkv_a,    L->kv_a_norm,
+		    L->wk_b,      L->wv_b,     L->exp_probs_b,         L->ffn_gate_shexp,
+		    L->ffn_up_shexp,           L->ffn_down_shexp};
 		for (size_t i = 0; i < sizeof dense / sizeof dense[0]; i++) {
 			ml->bytes += nb(dense[i]);
 			ml->flops += mat_flops(dense[i]);
 		}
-		/* K and V rows of one token, F32: 2 * n_head_kv * head_dim * 4. */
+		/* K and V rows of one token, F32: 2 * n_head_kv * head_dim * 4;
+		 * MLA keeps the latent and the rope key, (kv_lora + n_rot) * 4,
+		 * and attends in the absorbed form: per head, scores over the
+		 * row and values from the latent, 2 * (2 kv_lora + n_rot) FLOPs
+		 * (what the engine stores and computes, see engine.c). */
 		ml->kv_bytes_per_token = 2ull * hp->n_head_kv * hp->head_dim * 4;
+		if (hp->mla) {
+			ml->kv_bytes_per_token = (hp->kv_lora_rank + (uint64_t)hp->n_rot) * 4;
+			ml->attn_flops_per_ctx =
+			    (uint64_t)hp->n_head * 2 * (2ull * hp->kv_lora_rank + hp->n_rot);
+		}
 		if (hp->n_expert && L->ffn_gate_exps) {
 			ml->n_expert = hp->n_expert;
 			ml->n_expert_used = hp->n_expert_used;

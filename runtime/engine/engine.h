@@ -111,6 +111,11 @@ void shoal_engine_free(shoal_engine *e); /* NULL is a no-op */
 const shoal_model *shoal_engine_model(const shoal_engine *e);
 uint32_t shoal_engine_n_ctx(const shoal_engine *e);
 uint32_t shoal_engine_max_rows(const shoal_engine *e);
+/* The KV cache as allocated: F32 per position of one session, per owned
+ * layer (2 x kv_heads x head_dim, or MLA's kv_lora_rank + n_rot: the
+ * latent and the rope key), and in bytes over all owned layers. */
+size_t shoal_engine_kv_row_floats(const shoal_engine *e);
+uint64_t shoal_engine_kv_bytes_per_token(const shoal_engine *e);
 /* The backend instance (for devices()) and its ops. */
 const shoal_backend_ops *shoal_engine_backend_ops(const shoal_engine *e);
 shoal_backend *shoal_engine_backend(shoal_engine *e);
