@@ -54,13 +54,19 @@ shoal_err shoal_model_manifest(const shoal_model *m, shoal_manifest *out)
 	for (uint32_t il = 0; il < hp->n_layer; il++) {
 		const shoal_layer *L = &m->layers[il];
 		shoal_manifest_layer *ml = &out->layers[il];
-		const shoal_gguf_tensor *dense[] = {
-		    L->attn_norm, L->wq,       L->wk,     L->wv,       L->wo,
-		    L->bq,        L->bk,       L->bv,     L->q_norm,   L->k_norm,
-		    L->ffn_norm,  L->ffn_gate, L->ffn_up, L->ffn_down, L->ffn_gate_inp,
-		    L->wq_a,      L->q_a_norm, L->wq_b,   L->wkv_a,    L->kv_a_norm,
-		    L->wk_b,      L->wv_b,     L->exp_probs_b,         L->ffn_gate_shexp,
-		    L->ffn_up_shexp,           L->ffn_down_shexp};
+		const shoal_gguf_tensor *dense[] = {L->attn_norm,    L->wq,
+		                                    L->wk,           L->wv,
+		                                    L->wo,           L->bq,
+		                                    L->bk,           L->bv,
+		                                    L->q_norm,       L->k_norm,
+		                                    L->ffn_norm,     L->ffn_gate,
+		                                    L->ffn_up,       L->ffn_down,
+		                                    L->ffn_gate_inp, L->wq_a,
+		                                    L->q_a_norm,     L->wq_b,
+		                                    L->wkv_a,        L->kv_a_norm,
+		                                    L->wk_b,         L->wv_b,
+		                                    L->exp_probs_b,  L->ffn_gate_shexp,
+		                                    L->ffn_up_shexp, L->ffn_down_shexp};
 		for (size_t i = 0; i < sizeof dense / sizeof dense[0]; i++) {
 			ml->bytes += nb(dense[i]);
 			ml->flops += mat_flops(dense[i]);

@@ -18,10 +18,8 @@
 /* ---- architectures ------------------------------------------------------ */
 
 static const char *const arch_names[SHOAL_ARCH__COUNT] = {
-    [SHOAL_ARCH_LLAMA] = "llama",
-    [SHOAL_ARCH_QWEN2] = "qwen2",
-    [SHOAL_ARCH_QWEN3] = "qwen3",
-    [SHOAL_ARCH_QWEN3MOE] = "qwen3moe",
+    [SHOAL_ARCH_LLAMA] = "llama",         [SHOAL_ARCH_QWEN2] = "qwen2",
+    [SHOAL_ARCH_QWEN3] = "qwen3",         [SHOAL_ARCH_QWEN3MOE] = "qwen3moe",
     [SHOAL_ARCH_DEEPSEEK2] = "deepseek2",
 };
 
@@ -136,8 +134,7 @@ static shoal_err hp_read_mla(const hp_ctx *c, shoal_hparams *hp)
 	                &hp->q_lora_rank)) ||
 	    (e = hp_u32(c, "attention.kv_lora_rank", true, 0, 1, MODEL_MAX_DIM,
 	                &hp->kv_lora_rank)) ||
-	    (e = hp_u32(c, "attention.key_length_mla", true, 0, 2, MODEL_MAX_DIM,
-	                &hp->head_dim)) ||
+	    (e = hp_u32(c, "attention.key_length_mla", true, 0, 2, MODEL_MAX_DIM, &hp->head_dim)) ||
 	    (e = hp_u32(c, "attention.value_length_mla", true, 0, 1, MODEL_MAX_DIM,
 	                &hp->v_head_dim)) ||
 	    (e = hp_u32(c, "rope.dimension_count", true, 0, 2, hp->head_dim - 1, &hp->n_rot)))
@@ -199,12 +196,13 @@ static shoal_err hp_read_ds2_moe(const hp_ctx *c, shoal_hparams *hp)
 		/* a group scores by its two best experts */
 		if (hp->n_expert % hp->n_expert_group || per < 2 || hp->n_expert_group_used < 1 ||
 		    (uint64_t)hp->n_expert_group_used * per < hp->n_expert_used)
-			return shoal_why(c->why, c->why_len, SHOAL_ERR_UNSUPPORTED,
-			                 "%u experts in %u groups, %u groups used, %u experts used: "
-			                 "groups must be equal, of 2 or more, and hold the used "
-			                 "experts",
-			                 hp->n_expert, hp->n_expert_group, hp->n_expert_group_used,
-			                 hp->n_expert_used);
+			return shoal_why(
+			    c->why, c->why_len, SHOAL_ERR_UNSUPPORTED,
+			    "%u experts in %u groups, %u groups used, %u experts used: "
+			    "groups must be equal, of 2 or more, and hold the used "
+			    "experts",
+			    hp->n_expert, hp->n_expert_group, hp->n_expert_group_used,
+			    hp->n_expert_used);
 	}
 	return SHOAL_OK;
 }
@@ -299,8 +297,8 @@ static shoal_err hp_read(const shoal_gguf *g, shoal_arch arch, shoal_hparams *hp
 			return e;
 		if (vlen != hp->head_dim)
 			return shoal_why(why, why_len, SHOAL_ERR_UNSUPPORTED,
-			                 "key length %u != value length %u is not supported", hp->head_dim,
-			                 vlen);
+			                 "key length %u != value length %u is not supported",
+			                 hp->head_dim, vlen);
 		if (hp->head_dim % 2)
 			return shoal_why(why, why_len, SHOAL_ERR_FORMAT, "head dimension %u is odd",
 			                 hp->head_dim);
@@ -308,8 +306,8 @@ static shoal_err hp_read(const shoal_gguf *g, shoal_arch arch, shoal_hparams *hp
 		                &hp->n_rot)))
 			return e;
 		if (hp->n_rot % 2)
-			return shoal_why(why, why_len, SHOAL_ERR_FORMAT, "rope dimension count %u is odd",
-			                 hp->n_rot);
+			return shoal_why(why, why_len, SHOAL_ERR_FORMAT,
+			                 "rope dimension count %u is odd", hp->n_rot);
 	}
 	if ((e = hp_u32(&c, "context_length", true, 0, 1, UINT32_MAX, &hp->n_ctx_train)))
 		return e;

@@ -63,18 +63,18 @@ typedef struct shoal_hparams {
 	uint32_t n_embd;
 	uint32_t n_head;
 	uint32_t n_head_kv;
-	uint32_t head_dim;    /* key/value length per head */
-	uint32_t n_ff;        /* dense FFN width (0 if every layer is MoE) */
+	uint32_t head_dim; /* key/value length per head */
+	uint32_t n_ff;     /* dense FFN width (0 if every layer is MoE) */
 	uint32_t n_vocab;
 	uint32_t n_ctx_train;
-	uint32_t n_rot;       /* rotated dims per head (== head_dim usually) */
+	uint32_t n_rot; /* rotated dims per head (== head_dim usually) */
 	float rope_freq_base;
 	float rope_freq_scale; /* 1.0 unless the metadata scales */
 	shoal_rope_type rope_type;
 	float rms_eps;
-	uint32_t n_expert;      /* 0 for dense models */
-	uint32_t n_expert_used; /* top-k */
-	uint32_t n_ff_exp;      /* expert FFN width */
+	uint32_t n_expert;        /* 0 for dense models */
+	uint32_t n_expert_used;   /* top-k */
+	uint32_t n_ff_exp;        /* expert FFN width */
 	bool expert_weights_norm; /* renormalise the top-k gate weights */
 	bool tied_head;           /* no output.weight: head is token_embd */
 	/* Routing beyond softmax-top-k (deepseek2; defaults elsewhere). */
@@ -101,13 +101,13 @@ typedef struct shoal_hparams {
 } shoal_hparams;
 
 typedef struct shoal_layer {
-	const shoal_gguf_tensor *attn_norm;           /* {n_embd} */
+	const shoal_gguf_tensor *attn_norm; /* {n_embd} */
 	const shoal_gguf_tensor *wq, *wk, *wv, *wo;
-	const shoal_gguf_tensor *bq, *bk, *bv;        /* qwen2, else NULL */
-	const shoal_gguf_tensor *q_norm, *k_norm;     /* qwen3, else NULL */
-	const shoal_gguf_tensor *ffn_norm;            /* {n_embd} */
+	const shoal_gguf_tensor *bq, *bk, *bv;                 /* qwen2, else NULL */
+	const shoal_gguf_tensor *q_norm, *k_norm;              /* qwen3, else NULL */
+	const shoal_gguf_tensor *ffn_norm;                     /* {n_embd} */
 	const shoal_gguf_tensor *ffn_gate, *ffn_up, *ffn_down; /* dense, else NULL */
-	const shoal_gguf_tensor *ffn_gate_inp;        /* MoE router, else NULL */
+	const shoal_gguf_tensor *ffn_gate_inp;                 /* MoE router, else NULL */
 	const shoal_gguf_tensor *ffn_gate_exps, *ffn_up_exps, *ffn_down_exps;
 	/* deepseek2, else NULL (wq is attn_q when q_lora_rank is 0) */
 	const shoal_gguf_tensor *wq_a, *q_a_norm, *wq_b;
@@ -117,12 +117,12 @@ typedef struct shoal_layer {
 } shoal_layer;
 
 typedef struct shoal_model {
-	shoal_gguf *gguf;        /* owned */
+	shoal_gguf *gguf; /* owned */
 	shoal_hparams hp;
 	const shoal_gguf_tensor *tok_embd;
 	const shoal_gguf_tensor *output_norm;
-	const shoal_gguf_tensor *output;  /* == tok_embd when hp.tied_head */
-	shoal_layer *layers;     /* (n_layer), owned */
+	const shoal_gguf_tensor *output; /* == tok_embd when hp.tied_head */
+	shoal_layer *layers;             /* (n_layer), owned */
 	/* Llama 3.1-style rope scaling: per-frequency divisors {n_rot / 2}
 	 * applied to every layer's rotation; NULL when the file has none. */
 	const shoal_gguf_tensor *rope_freqs;
