@@ -1,6 +1,9 @@
 /*
  * tests/helpers/gen_fixture.c: write a random-weight GGUF model for tests and
- * benchmarks (llama, qwen2, qwen3, qwen3moe; dense or MoE; any stored type).
+ * benchmarks (llama, qwen2, qwen3, qwen3moe, deepseek2; dense or MoE; any
+ * stored type). deepseek2 is DeepSeek V3's layout: MLA attention (optional
+ * q_lora), leading dense layers, shared + routed experts, grouped routing,
+ * and optional MTP (nextn) layers after the main ones.
  *
  * Part: tests (models/). Deterministic for a seed: every tensor draws from
  * its own stream seeded by (seed, tensor name), so a split file holds the
@@ -27,6 +30,10 @@ typedef struct opts {
 	uint32_t layers, dim, ff, heads, kv_heads, vocab, head_dim;
 	uint32_t experts, experts_used, ff_exp;
 	uint32_t ctx;
+	/* deepseek2 */
+	uint32_t q_lora, kv_lora, rope_dim, v_head_dim, dense_lead, shared, groups, groups_used;
+	uint32_t nextn;
+	bool sigmoid; /* sigmoid gating + exp_probs_b + weight norm, else softmax */
 	bool tied;
 	uint64_t seed;
 	uint32_t split;
@@ -91,20 +98,57 @@ static __attribute__((format(printf, 9, 10))) int plan_add(tplan *t, int n, shoa
 	return n + 1;
 }
 
+/* The MLA attention of deepseek2 layer l. */
+static int plan_mla(const opts *o, tplan *t, int n, uint32_t l)
+{
+	uint64_t E = o->dim, H = o->heads, q = H * o->head_dim, kvl = o->kv_lora;
+	uint64_t nope = o->head_dim - o->rope_dim;
+	shoal_dtype ty = o->type;
+	if (o->q_lora) {
+		n = plan_add(t, n, ty, K_WEIGHT, 2, E, o->q_lora, 1, "blk.%u.attn_q_a.weight", l);
+		n = plan_add(t, n, ty, K_NORM, 1, o->q_lora, 1, 1, "blk.%u.attn_q_a_norm.weight",
+		             l);
+		n = plan_add(t, n, ty, K_WEIGHT, 2, o->q_lora, q, 1, "blk.%u.attn_q_b.weight", l);
+	} else {
+		n = plan_add(t, n, ty, K_WEIGHT, 2, E, q, 1, "blk.%u.attn_q.weight", l);
+	}
+	n = plan_add(t, n, ty, K_WEIGHT, 2, E, kvl + o->rope_dim, 1, "blk.%u.attn_kv_a_mqa.weight",
+	             l);
+	n = plan_add(t, n, ty, K_NORM, 1, kvl, 1, 1, "blk.%u.attn_kv_a_norm.weight", l);
+	n = plan_add(t, n, ty, K_WEIGHT, 3, nope, kvl, H, "blk.%u.attn_k_b.weight", l);
+	n = plan_add(t, n, ty, K_WEIGHT, 3, kvl, o->v_head_dim, H, "blk.%u.attn_v_b.weight", l);
+	n = plan_add(t, n, ty, K_WEIGHT, 2, H * o->v_head_dim, E, 1, "blk.%u.attn_output.weight",
+	             l);
+	return n;
+}
+
 static int plan_build(const opts *o, tplan *t)
 {
 	bool qwen2 = !strcmp(o->arch, "qwen2");
 	bool qk = !strcmp(o->arch, "qwen3") || !strcmp(o->arch, "qwen3moe");
+	bool ds2 = !strcmp(o->arch, "deepseek2");
 	uint64_t E = o->dim, q = (uint64_t)o->heads * o->head_dim,
 	         kv = (uint64_t)o->kv_heads * o->head_dim;
 	shoal_dtype ty = o->type;
 	int n = 0;
 	n = plan_add(t, n, ty, K_EMBD, 2, E, o->vocab, 1, "token_embd.weight");
-	for (uint32_t l = 0; l < o->layers; l++) {
+	for (uint32_t l = 0; l < o->layers + o->nextn; l++) {
 		n = plan_add(t, n, ty, K_NORM, 1, E, 1, 1, "blk.%u.attn_norm.weight", l);
-		n = plan_add(t, n, ty, K_WEIGHT, 2, E, q, 1, "blk.%u.attn_q.weight", l);
-		n = plan_add(t, n, ty, K_WEIGHT, 2, E, kv, 1, "blk.%u.attn_k.weight", l);
-		n = plan_add(t, n, ty, K_WEIGHT, 2, E, kv, 1, "blk.%u.attn_v.weight", l);
+		if (l >= o->layers) {
+			/* an MTP block: its own input projection and norms, then a
+			 * full layer (the engine skips all of it) */
+			n = plan_add(t, n, ty, K_WEIGHT, 2, 2 * E, E, 1,
+			             "blk.%u.nextn.eh_proj.weight", l);
+			n = plan_add(t, n, ty, K_NORM, 1, E, 1, 1, "blk.%u.nextn.enorm.weight", l);
+			n = plan_add(t, n, ty, K_NORM, 1, E, 1, 1, "blk.%u.nextn.hnorm.weight", l);
+		}
+		if (ds2) {
+			n = plan_mla(o, t, n, l);
+		} else {
+			n = plan_add(t, n, ty, K_WEIGHT, 2, E, q, 1, "blk.%u.attn_q.weight", l);
+			n = plan_add(t, n, ty, K_WEIGHT, 2, E, kv, 1, "blk.%u.attn_k.weight", l);
+			n = plan_add(t, n, ty, K_WEIGHT, 2, E, kv, 1, "blk.%u.attn_v.weight", l);
+		}
 		if (qwen2) {
 			n = plan_add(t, n, ty, K_BIAS, 1, q, 1, 1, "blk.%u.attn_q.bias", l);
 			n = plan_add(t, n, ty, K_BIAS, 1, kv, 1, 1, "blk.%u.attn_k.bias", l);
@@ -116,9 +160,11 @@ static int plan_build(const opts *o, tplan *t)
 			n = plan_add(t, n, ty, K_NORM, 1, o->head_dim, 1, 1,
 			             "blk.%u.attn_k_norm.weight", l);
 		}
-		n = plan_add(t, n, ty, K_WEIGHT, 2, q, E, 1, "blk.%u.attn_output.weight", l);
+		if (!ds2)
+			n = plan_add(t, n, ty, K_WEIGHT, 2, q, E, 1, "blk.%u.attn_output.weight",
+			             l);
 		n = plan_add(t, n, ty, K_NORM, 1, E, 1, 1, "blk.%u.ffn_norm.weight", l);
-		if (o->experts) {
+		if (o->experts && l >= o->dense_lead) {
 			uint64_t X = o->experts, F = o->ff_exp;
 			n = plan_add(t, n, ty, K_ROUTER, 2, E, X, 1, "blk.%u.ffn_gate_inp.weight",
 			             l);
@@ -128,6 +174,18 @@ static int plan_build(const opts *o, tplan *t)
 			             l);
 			n = plan_add(t, n, ty, K_WEIGHT, 3, F, E, X, "blk.%u.ffn_down_exps.weight",
 			             l);
+			if (ds2 && o->sigmoid)
+				n = plan_add(t, n, ty, K_BIAS, 1, X, 1, 1,
+				             "blk.%u.exp_probs_b.bias", l);
+			uint64_t S = (uint64_t)o->shared * F;
+			if (S) {
+				n = plan_add(t, n, ty, K_WEIGHT, 2, E, S, 1,
+				             "blk.%u.ffn_gate_shexp.weight", l);
+				n = plan_add(t, n, ty, K_WEIGHT, 2, E, S, 1,
+				             "blk.%u.ffn_up_shexp.weight", l);
+				n = plan_add(t, n, ty, K_WEIGHT, 2, S, E, 1,
+				             "blk.%u.ffn_down_shexp.weight", l);
+			}
 		} else {
 			n = plan_add(t, n, ty, K_WEIGHT, 2, E, o->ff, 1, "blk.%u.ffn_gate.weight",
 			             l);
@@ -252,18 +310,40 @@ static int write_meta(shoal_gguf_writer *w, const opts *o)
 	shoal_gguf_writer_kv_u32(w, KEY("vocab_size"), o->vocab);
 	shoal_gguf_writer_kv_u32(w, KEY("context_length"), o->ctx);
 	shoal_gguf_writer_kv_u32(w, KEY("embedding_length"), o->dim);
-	shoal_gguf_writer_kv_u32(w, KEY("block_count"), o->layers);
+	shoal_gguf_writer_kv_u32(w, KEY("block_count"), o->layers + o->nextn);
 	shoal_gguf_writer_kv_u32(w, KEY("feed_forward_length"), o->ff);
 	shoal_gguf_writer_kv_u32(w, KEY("attention.head_count"), o->heads);
 	shoal_gguf_writer_kv_u32(w, KEY("attention.head_count_kv"), o->kv_heads);
-	if (o->head_dim != o->dim / o->heads) {
+	bool ds2 = !strcmp(a, "deepseek2");
+	if (ds2) {
+		/* as the converter writes MLA: one KV "head" of latent + rope */
+		shoal_gguf_writer_kv_u32(w, KEY("attention.key_length"), o->kv_lora + o->rope_dim);
+		shoal_gguf_writer_kv_u32(w, KEY("attention.value_length"), o->kv_lora);
+		shoal_gguf_writer_kv_u32(w, KEY("attention.key_length_mla"), o->head_dim);
+		shoal_gguf_writer_kv_u32(w, KEY("attention.value_length_mla"), o->v_head_dim);
+		shoal_gguf_writer_kv_u32(w, KEY("attention.kv_lora_rank"), o->kv_lora);
+		if (o->q_lora)
+			shoal_gguf_writer_kv_u32(w, KEY("attention.q_lora_rank"), o->q_lora);
+		shoal_gguf_writer_kv_u32(w, KEY("leading_dense_block_count"), o->dense_lead);
+		shoal_gguf_writer_kv_u32(w, KEY("expert_shared_count"), o->shared);
+		shoal_gguf_writer_kv_u32(w, KEY("expert_gating_func"), o->sigmoid ? 2 : 1);
+		shoal_gguf_writer_kv_f32(w, KEY("expert_weights_scale"), o->sigmoid ? 2.5f : 1.5f);
+		shoal_gguf_writer_kv_bool(w, KEY("expert_weights_norm"), o->sigmoid);
+		if (o->groups) {
+			shoal_gguf_writer_kv_u32(w, KEY("expert_group_count"), o->groups);
+			shoal_gguf_writer_kv_u32(w, KEY("expert_group_used_count"), o->groups_used);
+		}
+		if (o->nextn)
+			shoal_gguf_writer_kv_u32(w, KEY("nextn_predict_layers"), o->nextn);
+	} else if (o->head_dim != o->dim / o->heads) {
 		shoal_gguf_writer_kv_u32(w, KEY("attention.key_length"), o->head_dim);
 		shoal_gguf_writer_kv_u32(w, KEY("attention.value_length"), o->head_dim);
 	}
 	/* Qwen's released models use eps 1e-6 and rope base 1e6. */
-	shoal_gguf_writer_kv_f32(w, KEY("attention.layer_norm_rms_epsilon"), qwen ? 1e-6f : 1e-5f);
+	shoal_gguf_writer_kv_f32(w, KEY("attention.layer_norm_rms_epsilon"),
+	                         qwen || ds2 ? 1e-6f : 1e-5f);
 	shoal_gguf_writer_kv_f32(w, KEY("rope.freq_base"), qwen ? 1000000.0f : 10000.0f);
-	shoal_gguf_writer_kv_u32(w, KEY("rope.dimension_count"), o->head_dim);
+	shoal_gguf_writer_kv_u32(w, KEY("rope.dimension_count"), ds2 ? o->rope_dim : o->head_dim);
 	if (o->experts) {
 		shoal_gguf_writer_kv_u32(w, KEY("expert_count"), o->experts);
 		shoal_gguf_writer_kv_u32(w, KEY("expert_used_count"), o->experts_used);
@@ -351,11 +431,14 @@ out:
 static int usage(void)
 {
 	fprintf(stderr,
-	        "usage: gen_fixture --arch llama|qwen2|qwen3|qwen3moe --type "
+	        "usage: gen_fixture --arch llama|qwen2|qwen3|qwen3moe|deepseek2 --type "
 	        "F32|F16|BF16|Q8_0|Q4_0|Q4_K|Q6_K\n"
 	        "  --layers N --dim D --ff F --heads H --kv-heads K --vocab V [--head-dim D]\n"
 	        "  [--experts E --experts-used K --ff-exp F] [--tied] [--seed S] [--split N]\n"
-	        "  [--ctx N] OUT.gguf\n");
+	        "  [--ctx N] OUT.gguf\n"
+	        "deepseek2 (--head-dim is nope + rope; --kv-heads is ignored):\n"
+	        "  --kv-lora R --rope-dim D --v-head-dim D [--q-lora R] [--dense-lead N]\n"
+	        "  [--shared N] [--groups G --groups-used U] [--sigmoid] [--nextn N]\n");
 	return 2;
 }
 
@@ -381,8 +464,8 @@ static int parse(int argc, char **argv, opts *o)
 		const char *a = argv[i];
 		const char *v = i + 1 < argc ? argv[i + 1] : NULL;
 		uint32_t *u = NULL;
-		if (!strcmp(a, "--tied")) {
-			o->tied = true;
+		if (!strcmp(a, "--tied") || !strcmp(a, "--sigmoid")) {
+			*(a[2] == 't' ? &o->tied : &o->sigmoid) = true;
 			continue;
 		}
 		if (a[0] != '-' || a[1] != '-') {
@@ -437,6 +520,24 @@ static int parse(int argc, char **argv, opts *o)
 				u = &o->split;
 			else if (!strcmp(a, "--ctx"))
 				u = &o->ctx;
+			else if (!strcmp(a, "--q-lora"))
+				u = &o->q_lora;
+			else if (!strcmp(a, "--kv-lora"))
+				u = &o->kv_lora;
+			else if (!strcmp(a, "--rope-dim"))
+				u = &o->rope_dim;
+			else if (!strcmp(a, "--v-head-dim"))
+				u = &o->v_head_dim;
+			else if (!strcmp(a, "--dense-lead"))
+				u = &o->dense_lead;
+			else if (!strcmp(a, "--shared"))
+				u = &o->shared;
+			else if (!strcmp(a, "--groups"))
+				u = &o->groups;
+			else if (!strcmp(a, "--groups-used"))
+				u = &o->groups_used;
+			else if (!strcmp(a, "--nextn"))
+				u = &o->nextn;
 			else
 				return usage();
 			if (!parse_u32(v, u)) {
@@ -449,7 +550,7 @@ static int parse(int argc, char **argv, opts *o)
 	    !o->vocab || !o->out)
 		return usage();
 	if (strcmp(o->arch, "llama") && strcmp(o->arch, "qwen2") && strcmp(o->arch, "qwen3") &&
-	    strcmp(o->arch, "qwen3moe")) {
+	    strcmp(o->arch, "qwen3moe") && strcmp(o->arch, "deepseek2")) {
 		fprintf(stderr, "gen_fixture: unknown arch '%s'\n", o->arch);
 		return 2;
 	}
@@ -457,8 +558,25 @@ static int parse(int argc, char **argv, opts *o)
 		o->kv_heads = o->heads;
 	if (!o->head_dim)
 		o->head_dim = o->dim / o->heads;
-	if (!strcmp(o->arch, "qwen3moe") && !o->experts) {
-		fprintf(stderr, "gen_fixture: qwen3moe needs --experts\n");
+	if ((!strcmp(o->arch, "qwen3moe") || !strcmp(o->arch, "deepseek2")) && !o->experts) {
+		fprintf(stderr, "gen_fixture: %s needs --experts\n", o->arch);
+		return 2;
+	}
+	if (!strcmp(o->arch, "deepseek2")) {
+		o->kv_heads = 1;
+		if (!o->kv_lora || !o->rope_dim || o->rope_dim % 2 || o->rope_dim >= o->head_dim ||
+		    !o->v_head_dim || o->dense_lead > o->layers || (o->dense_lead && !o->ff) ||
+		    (o->groups && (o->experts % o->groups || o->experts / o->groups < 2 ||
+		                   !o->groups_used || o->groups_used > o->groups))) {
+			fprintf(stderr,
+			        "gen_fixture: deepseek2 needs --kv-lora, an even --rope-dim "
+			        "below --head-dim, --v-head-dim, --ff with --dense-lead, and "
+			        "equal groups of 2 or more experts\n");
+			return 2;
+		}
+	} else if (o->q_lora || o->kv_lora || o->rope_dim || o->v_head_dim || o->dense_lead ||
+	           o->shared || o->groups || o->nextn || o->sigmoid) {
+		fprintf(stderr, "gen_fixture: the MLA and routing options are for deepseek2\n");
 		return 2;
 	}
 	if (o->experts) {
@@ -494,7 +612,7 @@ int main(int argc, char **argv)
 	int rc = parse(argc, argv, &o);
 	if (rc)
 		return rc;
-	int cap = 3 + (int)o.layers * 16;
+	int cap = 3 + (int)(o.layers + o.nextn) * 24;
 	tplan *t = calloc((size_t)cap, sizeof *t);
 	if (!t)
 		return 1;
