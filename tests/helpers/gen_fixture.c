@@ -33,7 +33,10 @@ typedef struct opts {
 	/* deepseek2 */
 	uint32_t q_lora, kv_lora, rope_dim, v_head_dim, dense_lead, shared, groups, groups_used;
 	uint32_t nextn;
-	bool sigmoid; /* sigmoid gating + exp_probs_b + weight norm, else softmax */
+	uint32_t gating_func; /* written as is when nonzero (tests of refusals) */
+	uint32_t yarn;        /* YaRN rope scaling by this factor (0: none) */
+	bool kv_b;            /* the old MLA form: one attn_kv_b, no *_mla keys */
+	bool sigmoid;         /* sigmoid gating + exp_probs_b + weight norm, else softmax */
 	bool tied;
 	uint64_t seed;
 	uint32_t split;
@@ -115,8 +118,14 @@ static int plan_mla(const opts *o, tplan *t, int n, uint32_t l)
 	n = plan_add(t, n, ty, K_WEIGHT, 2, E, kvl + o->rope_dim, 1, "blk.%u.attn_kv_a_mqa.weight",
 	             l);
 	n = plan_add(t, n, ty, K_NORM, 1, kvl, 1, 1, "blk.%u.attn_kv_a_norm.weight", l);
-	n = plan_add(t, n, ty, K_WEIGHT, 3, nope, kvl, H, "blk.%u.attn_k_b.weight", l);
-	n = plan_add(t, n, ty, K_WEIGHT, 3, kvl, o->v_head_dim, H, "blk.%u.attn_v_b.weight", l);
+	if (o->kv_b) {
+		n = plan_add(t, n, ty, K_WEIGHT, 2, kvl, H * (nope + o->v_head_dim), 1,
+		             "blk.%u.attn_kv_b.weight", l);
+	} else {
+		n = plan_add(t, n, ty, K_WEIGHT, 3, nope, kvl, H, "blk.%u.attn_k_b.weight", l);
+		n = plan_add(t, n, ty, K_WEIGHT, 3, kvl, o->v_head_dim, H, "blk.%u.attn_v_b.weight",
+		             l);
+	}
 	n = plan_add(t, n, ty, K_WEIGHT, 2, H * o->v_head_dim, E, 1, "blk.%u.attn_output.weight",
 	             l);
 	return n;
@@ -319,14 +328,28 @@ static int write_meta(shoal_gguf_writer *w, const opts *o)
 		/* as the converter writes MLA: one KV "head" of latent + rope */
 		shoal_gguf_writer_kv_u32(w, KEY("attention.key_length"), o->kv_lora + o->rope_dim);
 		shoal_gguf_writer_kv_u32(w, KEY("attention.value_length"), o->kv_lora);
-		shoal_gguf_writer_kv_u32(w, KEY("attention.key_length_mla"), o->head_dim);
-		shoal_gguf_writer_kv_u32(w, KEY("attention.value_length_mla"), o->v_head_dim);
+		if (!o->kv_b) {
+			shoal_gguf_writer_kv_u32(w, KEY("attention.key_length_mla"), o->head_dim);
+			shoal_gguf_writer_kv_u32(w, KEY("attention.value_length_mla"),
+			                         o->v_head_dim);
+		}
 		shoal_gguf_writer_kv_u32(w, KEY("attention.kv_lora_rank"), o->kv_lora);
 		if (o->q_lora)
 			shoal_gguf_writer_kv_u32(w, KEY("attention.q_lora_rank"), o->q_lora);
 		shoal_gguf_writer_kv_u32(w, KEY("leading_dense_block_count"), o->dense_lead);
 		shoal_gguf_writer_kv_u32(w, KEY("expert_shared_count"), o->shared);
-		shoal_gguf_writer_kv_u32(w, KEY("expert_gating_func"), o->sigmoid ? 2 : 1);
+		shoal_gguf_writer_kv_u32(w, KEY("expert_gating_func"),
+		                         o->gating_func ? o->gating_func
+		                         : o->sigmoid   ? 2
+		                                        : 1);
+		if (o->yarn) {
+			/* DeepSeek V3's: factor 40 over 4096, log multiplier 0.1 */
+			shoal_gguf_writer_kv_str(w, KEY("rope.scaling.type"), "yarn");
+			shoal_gguf_writer_kv_f32(w, KEY("rope.scaling.factor"), (float)o->yarn);
+			shoal_gguf_writer_kv_u32(w, KEY("rope.scaling.original_context_length"),
+			                         o->ctx / o->yarn ? o->ctx / o->yarn : 1);
+			shoal_gguf_writer_kv_f32(w, KEY("rope.scaling.yarn_log_multiplier"), 0.1f);
+		}
 		shoal_gguf_writer_kv_f32(w, KEY("expert_weights_scale"), o->sigmoid ? 2.5f : 1.5f);
 		shoal_gguf_writer_kv_bool(w, KEY("expert_weights_norm"), o->sigmoid);
 		if (o->groups) {
@@ -438,7 +461,8 @@ static int usage(void)
 	        "  [--ctx N] OUT.gguf\n"
 	        "deepseek2 (--head-dim is nope + rope; --kv-heads is ignored):\n"
 	        "  --kv-lora R --rope-dim D --v-head-dim D [--q-lora R] [--dense-lead N]\n"
-	        "  [--shared N] [--groups G --groups-used U] [--sigmoid] [--nextn N]\n");
+	        "  [--shared N] [--groups G --groups-used U] [--sigmoid] [--nextn N]\n"
+	        "  [--yarn FACTOR] [--gating-func N] [--kv-b (the old form)]\n");
 	return 2;
 }
 
@@ -464,8 +488,8 @@ static int parse(int argc, char **argv, opts *o)
 		const char *a = argv[i];
 		const char *v = i + 1 < argc ? argv[i + 1] : NULL;
 		uint32_t *u = NULL;
-		if (!strcmp(a, "--tied") || !strcmp(a, "--sigmoid")) {
-			*(a[2] == 't' ? &o->tied : &o->sigmoid) = true;
+		if (!strcmp(a, "--tied") || !strcmp(a, "--sigmoid") || !strcmp(a, "--kv-b")) {
+			*(a[2] == 't' ? &o->tied : a[2] == 's' ? &o->sigmoid : &o->kv_b) = true;
 			continue;
 		}
 		if (a[0] != '-' || a[1] != '-') {
@@ -538,6 +562,10 @@ static int parse(int argc, char **argv, opts *o)
 				u = &o->groups_used;
 			else if (!strcmp(a, "--nextn"))
 				u = &o->nextn;
+			else if (!strcmp(a, "--gating-func"))
+				u = &o->gating_func;
+			else if (!strcmp(a, "--yarn"))
+				u = &o->yarn;
 			else
 				return usage();
 			if (!parse_u32(v, u)) {
@@ -575,7 +603,8 @@ static int parse(int argc, char **argv, opts *o)
 			return 2;
 		}
 	} else if (o->q_lora || o->kv_lora || o->rope_dim || o->v_head_dim || o->dense_lead ||
-	           o->shared || o->groups || o->nextn || o->sigmoid) {
+	           o->shared || o->groups || o->nextn || o->sigmoid || o->yarn || o->gating_func ||
+	           o->kv_b) {
 		fprintf(stderr, "gen_fixture: the MLA and routing options are for deepseek2\n");
 		return 2;
 	}

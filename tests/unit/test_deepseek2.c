@@ -10,6 +10,7 @@
  *
  * Part: tests of runtime/ (engine, dist) and models/.
  */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -31,6 +32,7 @@ typedef struct variant {
 	const char *type;
 	uint32_t q_lora, dense_lead, groups, groups_used;
 	bool sigmoid;
+	uint32_t yarn; /* YaRN factor over a context of 128 / yarn, or 0 */
 } variant;
 
 static const variant VARIANTS[] = {
@@ -39,6 +41,7 @@ static const variant VARIANTS[] = {
     {"q8_0-qlora-groups4-sigmoid-1dense", "Q8_0", 64, 1, 4, 2, true},
     {"f32-plainq-groups-softmax-2dense", "F32", 0, 2, 2, 1, false},
     {"q8_0-qlora-sigmoid-nogroups-1dense", "Q8_0", 96, 1, 0, 0, true},
+    {"f32-qlora-groups-sigmoid-yarn8", "F32", 64, 1, 2, 1, true, 8},
 };
 #define N_VARIANTS (sizeof VARIANTS / sizeof VARIANTS[0])
 
@@ -47,27 +50,37 @@ static const variant VARIANTS[] = {
 #define KV_LORA  64
 #define ROPE_DIM 16
 
-/* Write the fixture of v (with nextn MTP layers) into dir; NULL on failure. */
-static const char *fixture(const variant *v, uint32_t nextn, char *path, size_t cap)
+/* Write the fixture of v (with nextn MTP layers, and gen_fixture options
+ * `extra`) into dir; NULL on failure. */
+static const char *fixture_x(const variant *v, uint32_t nextn, const char *extra, char *path,
+                             size_t cap)
 {
 	const char *bdir = getenv("SHOAL_BUILDDIR");
-	snprintf(path, cap, "%s/%s-%u.gguf", dir, v->name, nextn);
-	char cmd[1536], groups[64] = "";
+	snprintf(path, cap, "%s/%s-%u%s.gguf", dir, v->name, nextn, *extra ? "-x" : "");
+	char cmd[1536], groups[96] = "";
 	if (v->groups)
 		snprintf(groups, sizeof groups, "--groups %u --groups-used %u", v->groups,
 		         v->groups_used);
+	if (v->yarn)
+		snprintf(groups + strlen(groups), sizeof groups - strlen(groups), " --yarn %u",
+		         v->yarn);
 	snprintf(cmd, sizeof cmd,
 	         "%s/tests/helpers/gen_fixture --arch deepseek2 --type %s --layers 4 --dim 128 "
 	         "--ff 256 --heads 4 --vocab 300 --head-dim 48 --kv-lora %d --rope-dim %d "
 	         "--v-head-dim 32 --q-lora %u --dense-lead %u --shared 1 %s %s --experts 8 "
-	         "--experts-used 2 --ff-exp 64 --ctx 128 --seed 5 --nextn %u %s",
+	         "--experts-used 2 --ff-exp 64 --ctx 128 --seed 5 --nextn %u %s %s",
 	         bdir ? bdir : ".", v->type, KV_LORA, ROPE_DIM, v->q_lora, v->dense_lead, groups,
-	         v->sigmoid ? "--sigmoid" : "", nextn, path);
+	         v->sigmoid ? "--sigmoid" : "", nextn, extra, path);
 	if (system(cmd)) {
 		fprintf(stderr, "failed: %s\n", cmd);
 		return NULL;
 	}
 	return path;
+}
+
+static const char *fixture(const variant *v, uint32_t nextn, char *path, size_t cap)
+{
+	return fixture_x(v, nextn, "", path, cap);
 }
 
 static const int32_t PROMPT[] = {1, 17, 250, 3, 99, 42, 7, 7, 120, 64, 5, 298};
@@ -218,7 +231,59 @@ static void test_nextn_skipped(void)
 	shoal_model_free(m1);
 	unlink(p0);
 	unlink(p1);
+}
+
+/* YaRN: the metadata's factor, original context and log multiplier; the
+ * scores' mscale^2 changes the logits even at the first position. */
+static void test_yarn(void)
+{
+	const variant *v = &VARIANTS[N_VARIANTS - 1], *plain = &VARIANTS[0];
+	char p0[512], p1[512], why[256];
+	shoal_model *m0 = NULL, *m1 = NULL;
+	ASSERT_EQ(v->yarn, 8);
+	ASSERT_TRUE(fixture(plain, 0, p0, sizeof p0) != NULL);
+	ASSERT_TRUE(fixture(v, 0, p1, sizeof p1) != NULL);
+	ASSERT_EQ(shoal_model_open(p0, &m0, why, sizeof why), SHOAL_OK);
+	ASSERT_EQ(shoal_model_open(p1, &m1, why, sizeof why), SHOAL_OK);
+	ASSERT_FALSE(m0->hp.rope_yarn);
+	ASSERT_TRUE(m1->hp.rope_yarn);
+	ASSERT_EQ(m1->hp.n_ctx_orig, 16);
+	ASSERT_NEAR(m1->hp.rope_freq_scale, 0.125, 1e-7);
+	ASSERT_NEAR(m1->hp.yarn_mscale, 1.0 + 0.1 * log(8.0), 1e-6);
+	ASSERT_NEAR(m0->hp.yarn_mscale, 1.0, 0);
+	shoal_sampler_params sp = shoal_sampler_defaults();
+	sp.temp = 0.0f;
+	dc_run_out a, b;
+	ASSERT_EQ(dc_reference(m0, PROMPT, NP, 4, &sp, &a), 0);
+	ASSERT_EQ(dc_reference(m1, PROMPT, NP, 4, &sp, &b), 0);
+	ASSERT_TRUE(a.lp[0] != b.lp[0] || a.top_lp[0][1] != b.top_lp[0][1]);
+	shoal_model_free(m0);
+	shoal_model_free(m1);
+	unlink(p0);
+	unlink(p1);
+}
+
+/* What the engine does not do is refused at open with the reason. */
+static void test_refused(void)
+{
+	static const struct {
+		const char *extra, *why;
+	} bad[] = {
+	    {"--gating-func 3", "expert gating function 3 is not supported"},
+	    {"--kv-b", "without attention.key_length_mla"},
+	};
+	for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+		char path[512], why[256] = "";
+		shoal_model *m = NULL;
+		ASSERT_TRUE(fixture_x(&VARIANTS[1], 0, bad[i].extra, path, sizeof path) != NULL);
+		ASSERT_EQ(shoal_model_open(path, &m, why, sizeof why), SHOAL_ERR_UNSUPPORTED);
+		if (!strstr(why, bad[i].why))
+			fprintf(stderr, "%s: %s\n", bad[i].extra, why);
+		ASSERT_TRUE(strstr(why, bad[i].why) != NULL);
+		unlink(path);
+	}
 	rmdir(dir);
 }
 
-TEST_MAIN(TEST_CASE(test_modes), TEST_CASE(test_nextn_skipped))
+TEST_MAIN(TEST_CASE(test_modes), TEST_CASE(test_nextn_skipped), TEST_CASE(test_yarn),
+          TEST_CASE(test_refused))
