@@ -691,6 +691,44 @@ out:
 	return err;
 }
 
+/* The rows' new cache entries in, then attention for n_head query heads of
+ * q (n_rows, n_head, head_dim) into out, same shape. The new keys are
+ * e->k and the values e->v, (n_rows, kv_dim) each; with one cache plane
+ * (MLA) the cache row is both key and value and e->v is not read. */
+static void engine__attend(shoal_engine *e, const shoal_engine_batch *b, uint32_t li,
+                           uint32_t n_head_kv, uint32_t head_dim, const float *q, float *out)
+{
+	uint32_t n = b->n_rows, kvd = e->kv_dim;
+	/* every row's K/V goes in before any row attends: a prefill chunk's
+	 * row at position p sees the chunk's rows at positions < p */
+	for (uint32_t r = 0; r < n; r++) {
+		float *kc = engine__cache(e, b->session[r], li, 0); /* (n_ctx, kv_dim) */
+		memcpy(kc + (size_t)b->pos[r] * kvd, e->k + (size_t)r * kvd, kvd * sizeof(float));
+		e->krow[r] = kc;
+		e->vrow[r] = kc;
+		if (e->kv_planes == 2) {
+			float *vc = engine__cache(e, b->session[r], li, 1); /* (n_ctx, kv_dim) */
+			memcpy(vc + (size_t)b->pos[r] * kvd, e->v + (size_t)r * kvd,
+			       kvd * sizeof(float));
+			e->vrow[r] = vc;
+		}
+		e->n_kv[r] = b->pos[r] + 1;
+	}
+	shoal_backend_attn a = {
+	    .n_rows = n,
+	    .n_head = e->hp.n_head,
+	    .n_head_kv = n_head_kv,
+	    .head_dim = head_dim,
+	    .scale = e->kq_scale,
+	    .q = q,
+	    .k = e->krow,
+	    .v = e->vrow,
+	    .n_kv = e->n_kv,
+	    .out = out,
+	};
+	e->ops->attention(e->bk, &a);
+}
+
 /* Attention block of owned layer il (li = il - layer_begin) on e->x. */
 static void engine__attn(shoal_engine *e, uint32_t il, const shoal_engine_batch *b)
 {
@@ -721,30 +759,7 @@ static void engine__attn(shoal_engine *e, uint32_t il, const shoal_engine_batch 
 	ops->rope(e->bk, e->q, n, hp->n_head, hd, hp->n_rot, b->pos, e->rope_cs, neox);
 	ops->rope(e->bk, e->k, n, hp->n_head_kv, hd, hp->n_rot, b->pos, e->rope_cs, neox);
 
-	/* every row's K/V goes in before any row attends: a prefill chunk's
-	 * row at position p sees the chunk's rows at positions < p */
-	for (uint32_t r = 0; r < n; r++) {
-		float *kc = engine__cache(e, b->session[r], li, 0); /* (n_ctx, kv_dim) */
-		float *vc = engine__cache(e, b->session[r], li, 1); /* (n_ctx, kv_dim) */
-		memcpy(kc + (size_t)b->pos[r] * kvd, e->k + (size_t)r * kvd, kvd * sizeof(float));
-		memcpy(vc + (size_t)b->pos[r] * kvd, e->v + (size_t)r * kvd, kvd * sizeof(float));
-		e->krow[r] = kc;
-		e->vrow[r] = vc;
-		e->n_kv[r] = b->pos[r] + 1;
-	}
-	shoal_backend_attn a = {
-	    .n_rows = n,
-	    .n_head = hp->n_head,
-	    .n_head_kv = hp->n_head_kv,
-	    .head_dim = hd,
-	    .scale = e->kq_scale,
-	    .q = e->q,
-	    .k = e->krow,
-	    .v = e->vrow,
-	    .n_kv = e->n_kv,
-	    .out = e->att,
-	};
-	ops->attention(e->bk, &a);
+	engine__attend(e, b, li, hp->n_head_kv, hd, e->q, e->att);
 	size_t ld_out = hp->n_embd;
 	float *o = e->tmp; /* (n_rows, n_embd) */
 	ops->matmul(e->bk, 1, &L->wo, e->att, qd, n, &o, &ld_out);
@@ -794,26 +809,7 @@ static void engine__attn_mla(shoal_engine *e, uint32_t il, const shoal_engine_ba
 	}
 	ops->rope(e->bk, e->mla_q, n, H, kvd, nr, b->pos, e->rope_cs, false);
 	ops->rope(e->bk, e->k, n, 1, kvd, nr, b->pos, e->rope_cs, false);
-	for (uint32_t r = 0; r < n; r++) {
-		float *c = engine__cache(e, b->session[r], li, 0); /* (n_ctx, kv_dim) */
-		memcpy(c + (size_t)b->pos[r] * kvd, e->k + (size_t)r * kvd, kvd * sizeof(float));
-		e->krow[r] = c;
-		e->vrow[r] = c;
-		e->n_kv[r] = b->pos[r] + 1;
-	}
-	shoal_backend_attn a = {
-	    .n_rows = n,
-	    .n_head = H,
-	    .n_head_kv = 1,
-	    .head_dim = kvd,
-	    .scale = e->kq_scale,
-	    .q = e->mla_q,
-	    .k = e->krow,
-	    .v = e->vrow,
-	    .n_kv = e->n_kv,
-	    .out = e->mla_att,
-	};
-	ops->attention(e->bk, &a);
+	engine__attend(e, b, li, 1, kvd, e->mla_q, e->mla_att);
 	for (uint32_t h = 0; h < H; h++) {
 		shoal_backend_mat wv = L->wv_b;
 		wv.data = (const uint8_t *)wv.data + (size_t)h * L->wv_b_stride;

@@ -35,12 +35,18 @@ through_every_peer() {
 	done
 }
 
+# three peers X1 X2 X3 of the model, joined through X1, with options $@
+start_three() {
+	local x=$1
+	shift
+	start "${x}1" "$DS" --ctx 256 "$@"
+	start "${x}2" "$DS" --ctx 256 "$@" --peer "$(ep "${x}1")"
+	start "${x}3" "$DS" --ctx 256 "$@" --peer "$(ep "${x}1")"
+}
+
 # 1. stages
 t0=$(now_ms)
-start p1 "$DS" --mem-limit 3M --ctx 256
-SEED=$(ep p1)
-start p2 "$DS" --mem-limit 3M --ctx 256 --peer "$SEED"
-start p3 "$DS" --mem-limit 3M --ctx 256 --peer "$SEED"
+start_three p --mem-limit 3M
 staged() { servable_all "" p1 p2 p3 && [ "$("$PC" "$T/st-p1.json" stages)" -ge 2 ]; }
 wait_for 20 staged || {
 	"$B" status --state-dir "$T/p1" --key "$T/k"
@@ -53,14 +59,11 @@ stop_all
 
 # 2. routed experts spread over the peers
 t0=$(now_ms)
-start s1 "$DS" --mem-limit 4M --ctx 256 --spread-experts
-SEED=$(ep s1)
-start s2 "$DS" --mem-limit 4M --ctx 256 --spread-experts --peer "$SEED"
-start s3 "$DS" --mem-limit 4M --ctx 256 --spread-experts --peer "$SEED"
+start_three s --mem-limit 4M --spread-experts
 spread_ok() { servable_all "" s1 s2 s3 && [ "$("$PC" "$T/st-s1.json" spread)" -ge 2 ]; }
 wait_for 20 spread_ok || {
 	"$B" status --state-dir "$T/s1" --key "$T/k"
-	fail "no servable deepseek2 plan with experts on 2+ peers within 20 s: $("$PC" "$T/st-s1.json" servable), spread $("$PC" "$T/st-s1.json" spread)"
+	fail "no servable deepseek2 plan with routed experts on 2+ peers within 20 s: $("$PC" "$T/st-s1.json" servable)"
 }
 echo "deepseek2: plan with $("$PC" "$T/st-s1.json" stages) stage(s), one layer's experts on $("$PC" "$T/st-s1.json" spread) peers, in $(($(now_ms) - t0)) ms"
 through_every_peer s1 s2 s3
