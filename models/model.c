@@ -535,6 +535,30 @@ static shoal_err model_find(shoal_model *m, char *why, size_t why_len)
 	return SHOAL_OK;
 }
 
+size_t shoal_layer_own_tensors(const shoal_layer *L,
+                               const shoal_gguf_tensor *out[SHOAL_LAYER_MAX_TENSORS])
+{
+	const shoal_gguf_tensor *all[] = {L->attn_norm,    L->wq,
+	                                  L->wk,           L->wv,
+	                                  L->wo,           L->bq,
+	                                  L->bk,           L->bv,
+	                                  L->q_norm,       L->k_norm,
+	                                  L->wq_a,         L->q_a_norm,
+	                                  L->wq_b,         L->wkv_a,
+	                                  L->kv_a_norm,    L->wk_b,
+	                                  L->wv_b,         L->ffn_norm,
+	                                  L->ffn_gate,     L->ffn_up,
+	                                  L->ffn_down,     L->ffn_gate_inp,
+	                                  L->exp_probs_b,  L->ffn_gate_shexp,
+	                                  L->ffn_up_shexp, L->ffn_down_shexp};
+	_Static_assert(sizeof all / sizeof all[0] <= SHOAL_LAYER_MAX_TENSORS, "raise the max");
+	size_t n = 0;
+	for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+		if (all[i])
+			out[n++] = all[i];
+	return n;
+}
+
 /* ---- open/free ---------------------------------------------------------- */
 
 shoal_err shoal_model_from_gguf(shoal_gguf *g, shoal_model **out, char *why, size_t why_len)

@@ -30,6 +30,7 @@
 #define SHOAL_MODELS_MODEL_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "base/err.h"
@@ -138,5 +139,13 @@ shoal_err shoal_model_from_gguf(shoal_gguf *g, shoal_model **out, char *why, siz
 void shoal_model_free(shoal_model *m); /* NULL is a no-op */
 
 const char *shoal_arch_name(shoal_arch a);
+
+/* The tensors of layer L that live with the layer (attention, norms,
+ * dense FFN, router, selection bias, shared experts): everything but the
+ * routed experts' ffn_*_exps, which may live on other peers. Writes the
+ * present ones to out (borrowed from the model) and returns how many. */
+#define SHOAL_LAYER_MAX_TENSORS 32
+size_t shoal_layer_own_tensors(const shoal_layer *L,
+                               const shoal_gguf_tensor *out[SHOAL_LAYER_MAX_TENSORS]);
 
 #endif

@@ -263,6 +263,37 @@ static void test_yarn(void)
 	unlink(p1);
 }
 
+/* The reference fixture's layers: every tensor of the file is either a
+ * layer's own (shoal_layer_own_tensors: what a stage holds and fetches), a
+ * routed expert, or the embedding and head; the manifest counts them all. */
+static void test_layer_tensors(void)
+{
+	char path[512], why[256];
+	snprintf(path, sizeof path, "%s/models/tiny-deepseek2-q8_0.gguf", test_data_dir());
+	shoal_model *m = NULL;
+	ASSERT_EQ(shoal_model_open(path, &m, why, sizeof why), SHOAL_OK);
+	const shoal_gguf_tensor *own[SHOAL_LAYER_MAX_TENSORS];
+	/* norm, q_a, q_a_norm, q_b, kv_a_mqa, kv_a_norm, k_b, v_b, output,
+	 * ffn_norm, then the dense FFN or router, bias and shared expert */
+	ASSERT_EQ(shoal_layer_own_tensors(&m->layers[0], own), 13);
+	ASSERT_EQ(shoal_layer_own_tensors(&m->layers[1], own), 15);
+	shoal_manifest mf;
+	ASSERT_EQ(shoal_model_manifest(m, &mf), SHOAL_OK);
+	uint64_t sum = mf.embd_bytes + mf.head_bytes, file = 0;
+	for (uint32_t l = 0; l < mf.n_layer; l++)
+		sum += mf.layers[l].bytes +
+		       (uint64_t)mf.layers[l].n_expert * mf.layers[l].expert_bytes;
+	for (size_t i = 0; i < shoal_gguf_n_tensors(m->gguf); i++)
+		file += shoal_gguf_tensor_at(m->gguf, i)->nbytes;
+	ASSERT_U64_EQ(sum, file);
+	ASSERT_EQ(mf.layers[0].n_expert, 0);
+	ASSERT_EQ(mf.layers[3].n_expert, 8);
+	/* per token: (n_head x 2 x (2 x 64 + 16)) FLOPs per cached token */
+	ASSERT_U64_EQ(mf.layers[2].attn_flops_per_ctx, 8 * 2 * (2 * 64 + 16));
+	shoal_manifest_fini(&mf);
+	shoal_model_free(m);
+}
+
 /* What the engine does not do is refused at open with the reason. */
 static void test_refused(void)
 {
@@ -286,4 +317,4 @@ static void test_refused(void)
 }
 
 TEST_MAIN(TEST_CASE(test_modes), TEST_CASE(test_nextn_skipped), TEST_CASE(test_yarn),
-          TEST_CASE(test_refused))
+          TEST_CASE(test_layer_tensors), TEST_CASE(test_refused))
