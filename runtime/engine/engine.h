@@ -159,8 +159,12 @@ shoal_err shoal_engine_run(shoal_engine *e, const shoal_engine_batch *b, char *w
 
 /* Route rows of MoE layer `layer` (owned by e): x (n_rows, n_embd) after
  * ffn_norm; ids, w (n_rows, k) out, as in shoal_moe_rows (softmax over all
- * experts, top-k with ties to the lower id, renormalised when the model
- * says, then sorted by id). */
+ * experts, or sigmoid per expert; top-k with ties to the lower id, chosen
+ * by the scores plus the layer's selection bias among the best expert
+ * groups where the model has them; weights the unbiased scores,
+ * renormalised when the model says and times its routed scale; then
+ * sorted by id). The shared experts are not routed: the layer's owner adds
+ * them (engine_moe.c). */
 shoal_err shoal_engine_moe_route(shoal_engine *e, uint32_t layer, uint32_t n_rows, const float *x,
                                  int32_t *ids, float *w);
 
