@@ -304,8 +304,6 @@ static void *engine__calloc3(size_t a, size_t b, size_t c, size_t sz)
 	return calloc(n ? n : 1, sz);
 }
 
-/* freqs: (n_rot/2) Llama 3.1-style per-pair divisors of the angle (the
- * model's rope_freqs tensor), or NULL for none. */
 /* YaRN's mix of interpolated and extrapolated angle for pair i: the
  * reference's ramp over the pairs between the correction dims, where
  * beta_fast and beta_slow rotations fit in the original context. */
@@ -321,6 +319,8 @@ static float engine__yarn_mix(const shoal_hparams *hp, uint32_t i)
 	return (1 - y) * hp->yarn_ext_factor;
 }
 
+/* freqs: (n_rot/2) Llama 3.1-style per-pair divisors of the angle (the
+ * model's rope_freqs tensor), or NULL for none. */
 static void engine__rope_table(shoal_engine *e, const float *freqs)
 {
 	const shoal_hparams *hp = &e->hp;
