@@ -67,6 +67,9 @@ shoal_err shoal_model_manifest(const shoal_model *m, shoal_manifest *out)
 		 * row and values from the latent, 2 * (2 kv_lora + n_rot) FLOPs
 		 * (what the engine stores and computes, see engine.c). */
 		ml->kv_bytes_per_token = 2ull * hp->n_head_kv * hp->head_dim * 4;
+		if (hp->mla_kv_b) /* the engine's F32 keys made from attn_kv_b */
+			ml->bytes += (uint64_t)hp->n_head * hp->kv_lora_rank *
+			             (hp->head_dim - hp->n_rot) * 4;
 		if (hp->mla) {
 			ml->kv_bytes_per_token = (hp->kv_lora_rank + (uint64_t)hp->n_rot) * 4;
 			ml->attn_flops_per_ctx =

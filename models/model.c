@@ -119,29 +119,38 @@ static shoal_err hp_bool(const hp_ctx *c, const char *suffix, bool def, bool *ou
 
 /* deepseek2 attention: MLA in the split form current conversion writes
  * (attn_k_b, attn_v_b; key_length = kv_lora + rope, the row cached per
- * token, and key_length_mla = nope + rope, a query head). */
+ * token, and key_length_mla = nope + rope, a query head), or the older
+ * form (one attn_kv_b; key_length and value_length are a head's, and
+ * head_count_kv = head_count), which the engine turns into the split one. */
 static shoal_err hp_read_mla(const hp_ctx *c, shoal_hparams *hp)
 {
 	shoal_err e;
 	uint32_t klen, vlen;
 	hp->mla = true;
-	if (shoal_gguf_find(c->g, "deepseek2.attention.key_length_mla") < 0)
-		return shoal_why(c->why, c->why_len, SHOAL_ERR_UNSUPPORTED,
-		                 "deepseek2 file without attention.key_length_mla (an older "
-		                 "conversion with attn_kv_b): reconvert it with split attn_k_b "
-		                 "and attn_v_b");
+	hp->mla_kv_b = shoal_gguf_find(c->g, "deepseek2.attention.key_length_mla") < 0;
+	const char *klen_key = hp->mla_kv_b ? "attention.key_length" : "attention.key_length_mla";
+	const char *vlen_key =
+	    hp->mla_kv_b ? "attention.value_length" : "attention.value_length_mla";
 	if ((e = hp_u32(c, "attention.q_lora_rank", false, 0, 0, MODEL_MAX_DIM,
 	                &hp->q_lora_rank)) ||
 	    (e = hp_u32(c, "attention.kv_lora_rank", true, 0, 1, MODEL_MAX_DIM,
 	                &hp->kv_lora_rank)) ||
-	    (e = hp_u32(c, "attention.key_length_mla", true, 0, 2, MODEL_MAX_DIM, &hp->head_dim)) ||
-	    (e = hp_u32(c, "attention.value_length_mla", true, 0, 1, MODEL_MAX_DIM,
-	                &hp->v_head_dim)) ||
+	    (e = hp_u32(c, klen_key, true, 0, 2, MODEL_MAX_DIM, &hp->head_dim)) ||
+	    (e = hp_u32(c, vlen_key, true, 0, 1, MODEL_MAX_DIM, &hp->v_head_dim)) ||
 	    (e = hp_u32(c, "rope.dimension_count", true, 0, 2, hp->head_dim - 1, &hp->n_rot)))
 		return e;
 	if (hp->n_rot % 2)
 		return shoal_why(c->why, c->why_len, SHOAL_ERR_FORMAT,
 		                 "rope dimension count %u is odd", hp->n_rot);
+	if (hp->mla_kv_b) {
+		if (hp->n_head_kv != hp->n_head)
+			return shoal_why(c->why, c->why_len, SHOAL_ERR_UNSUPPORTED,
+			                 "deepseek2 without key_length_mla: %u KV heads of %u "
+			                 "heads (the attn_kv_b form has as many)",
+			                 hp->n_head_kv, hp->n_head);
+		hp->n_head_kv = 1; /* one latent row serves every head */
+		return SHOAL_OK;
+	}
 	uint32_t row = hp->kv_lora_rank + hp->n_rot;
 	if ((e = hp_u32(c, "attention.key_length", false, row, 1, MODEL_MAX_DIM, &klen)) ||
 	    (e = hp_u32(c, "attention.value_length", false, hp->kv_lora_rank, 1, MODEL_MAX_DIM,
@@ -432,14 +441,12 @@ static shoal_err layer_find_mla(const t_ctx *cp, const shoal_hparams *hp, uint32
 	}
 	T_GET(NAME("attn_kv_a_mqa"), true, &L->wkv_a, E, kvl + hp->n_rot);
 	T_GET(NAME("attn_kv_a_norm"), true, &L->kv_a_norm, kvl);
-	if (!shoal_gguf_tensor_find(c.g, NAME("attn_k_b")) &&
-	    shoal_gguf_tensor_find(c.g, NAME("attn_kv_b")))
-		return shoal_why(c.why, c.why_len, SHOAL_ERR_UNSUPPORTED,
-		                 "'%s' without attn_k_b/attn_v_b is not supported: reconvert with "
-		                 "the split MLA tensors",
-		                 n);
-	T_GET(NAME("attn_k_b"), true, &L->wk_b, nope, kvl, H);
-	T_GET(NAME("attn_v_b"), true, &L->wv_b, kvl, hp->v_head_dim, H);
+	if (hp->mla_kv_b) {
+		T_GET(NAME("attn_kv_b"), true, &L->wkv_b, kvl, H * (nope + hp->v_head_dim));
+	} else {
+		T_GET(NAME("attn_k_b"), true, &L->wk_b, nope, kvl, H);
+		T_GET(NAME("attn_v_b"), true, &L->wv_b, kvl, hp->v_head_dim, H);
+	}
 	T_GET(NAME("attn_output"), true, &L->wo, H * hp->v_head_dim, E);
 #undef NAME
 	return SHOAL_OK;
@@ -538,19 +545,14 @@ static shoal_err model_find(shoal_model *m, char *why, size_t why_len)
 size_t shoal_layer_own_tensors(const shoal_layer *L,
                                const shoal_gguf_tensor *out[SHOAL_LAYER_MAX_TENSORS])
 {
-	const shoal_gguf_tensor *all[] = {L->attn_norm,    L->wq,
-	                                  L->wk,           L->wv,
-	                                  L->wo,           L->bq,
-	                                  L->bk,           L->bv,
-	                                  L->q_norm,       L->k_norm,
-	                                  L->wq_a,         L->q_a_norm,
-	                                  L->wq_b,         L->wkv_a,
-	                                  L->kv_a_norm,    L->wk_b,
-	                                  L->wv_b,         L->ffn_norm,
-	                                  L->ffn_gate,     L->ffn_up,
-	                                  L->ffn_down,     L->ffn_gate_inp,
-	                                  L->exp_probs_b,  L->ffn_gate_shexp,
-	                                  L->ffn_up_shexp, L->ffn_down_shexp};
+	/* one line per part: attention, MLA, FFN, routing */
+	/* clang-format off */
+	const shoal_gguf_tensor *all[] = {
+	    L->attn_norm, L->wq, L->wk, L->wv, L->wo, L->bq, L->bk, L->bv, L->q_norm, L->k_norm,
+	    L->wq_a, L->q_a_norm, L->wq_b, L->wkv_a, L->kv_a_norm, L->wk_b, L->wv_b, L->wkv_b,
+	    L->ffn_norm, L->ffn_gate, L->ffn_up, L->ffn_down,
+	    L->ffn_gate_inp, L->exp_probs_b, L->ffn_gate_shexp, L->ffn_up_shexp, L->ffn_down_shexp};
+	/* clang-format on */
 	_Static_assert(sizeof all / sizeof all[0] <= SHOAL_LAYER_MAX_TENSORS, "raise the max");
 	size_t n = 0;
 	for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)

@@ -23,6 +23,8 @@
  *     (or wq {n_embd, n_head * head_dim} when q_lora_rank is 0)
  *   wkv_a {n_embd, kv_lora + n_rot}  kv_a_norm {kv_lora}
  *   wk_b {qk_nope, kv_lora, n_head}  wv_b {kv_lora, v_head_dim, n_head}
+ *     (older files: wkv_b {kv_lora, n_head * (qk_nope + v_head_dim)}, each
+ *     head's key rows then its value rows)
  *   wo {n_head * v_head_dim, n_embd}  exp_probs_b {n_expert}
  *   ffn_gate/up_shexp {n_embd, n_ff_shexp}  ffn_down_shexp {n_ff_shexp, n_embd}
  */
@@ -89,6 +91,7 @@ typedef struct shoal_hparams {
 	uint32_t n_nextn;             /* MTP layers in the file after n_layer: not run */
 	/* MLA (deepseek2): the KV cache keeps kv_lora_rank + n_rot per token. */
 	bool mla;
+	bool mla_kv_b;         /* the older file form: one attn_kv_b per layer */
 	uint32_t q_lora_rank;  /* 0: plain query projection */
 	uint32_t kv_lora_rank; /* the compressed latent */
 	uint32_t v_head_dim;   /* value dims per head (head_dim is nope + rope) */
@@ -113,6 +116,7 @@ typedef struct shoal_layer {
 	/* deepseek2, else NULL (wq is attn_q when q_lora_rank is 0) */
 	const shoal_gguf_tensor *wq_a, *q_a_norm, *wq_b;
 	const shoal_gguf_tensor *wkv_a, *kv_a_norm, *wk_b, *wv_b;
+	const shoal_gguf_tensor *wkv_b;       /* older files instead of wk_b, wv_b */
 	const shoal_gguf_tensor *exp_probs_b; /* selection-only bias {n_expert} */
 	const shoal_gguf_tensor *ffn_gate_shexp, *ffn_up_shexp, *ffn_down_shexp;
 } shoal_layer;

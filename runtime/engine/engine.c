@@ -111,6 +111,60 @@ static shoal_err engine__vec(const shoal_backend_ops *ops, const shoal_gguf_tens
 	return SHOAL_OK;
 }
 
+/* The older files' attn_kv_b {kv_lora, n_head * (nope + v_head_dim)} as
+ * the split form: a head's value rows are its wv_b in place (rows nope..
+ * of the head's block); its key rows W (nope, kv_lora) are needed as
+ * W^T (kv_lora, nope) to absorb the query, so they are turned into an F32
+ * copy (n_head, kv_lora, nope), owned by the layer, the memory the
+ * manifest adds for such files. */
+static void *engine__calloc3(size_t a, size_t b, size_t c, size_t sz); /* creation */
+
+static shoal_err engine__split_kv_b(shoal_engine *e, const shoal_layer *src, engine__layer *L,
+                                    char *why, size_t why_len)
+{
+	const shoal_hparams *hp = &e->hp;
+	uint32_t H = hp->n_head, kvl = hp->kv_lora_rank, nope = hp->head_dim - hp->n_rot;
+	uint32_t vh = hp->v_head_dim;
+	shoal_backend_mat kvb;
+	shoal_err err = engine__mat(e->ops, src->wkv_b, kvl, (int64_t)H * (nope + vh), 1, &kvb,
+	                            NULL, why, why_len);
+	if (err)
+		return err;
+	if (!e->ops->supports(SHOAL_BACKEND_OP_TO_F32, kvb.type) ||
+	    !e->ops->supports(SHOAL_BACKEND_OP_MATMUL, SHOAL_DTYPE_F32))
+		return shoal_why(why, why_len, SHOAL_ERR_UNSUPPORTED,
+		                 "tensor %s: backend %s cannot turn %s keys into F32",
+		                 src->wkv_b->name, e->ops->name, shoal_dtype_name(kvb.type));
+	L->wv_b = kvb;
+	L->wv_b.n_out = vh;
+	L->wv_b.data = (const uint8_t *)kvb.data + (size_t)nope * kvb.row_bytes;
+	L->wv_b_stride = (size_t)(nope + vh) * kvb.row_bytes;
+	float *kt = engine__calloc3(H, kvl, nope, sizeof(float)); /* (n_head, kv_lora, nope) */
+	float *row = malloc((size_t)kvl * sizeof *row);           /* (kv_lora) */
+	if (!kt || !row) {
+		free(kt);
+		free(row);
+		return SHOAL_ERR_NOMEM;
+	}
+	for (uint32_t h = 0; h < H; h++)
+		for (uint32_t d = 0; d < nope; d++) {
+			const uint8_t *w = (const uint8_t *)kvb.data +
+			                   ((size_t)h * (nope + vh) + d) * kvb.row_bytes;
+			e->ops->to_f32(kvb.type, w, row, kvl);
+			for (uint32_t c = 0; c < kvl; c++)
+				kt[((size_t)h * kvl + c) * nope + d] = row[c];
+		}
+	free(row);
+	L->wk_b_f32 = kt;
+	L->wk_b = (shoal_backend_mat){.type = SHOAL_DTYPE_F32,
+	                              .n_in = nope,
+	                              .n_out = kvl,
+	                              .row_bytes = (size_t)nope * sizeof(float),
+	                              .data = kt};
+	L->wk_b_stride = (size_t)kvl * nope * sizeof(float);
+	return SHOAL_OK;
+}
+
 /* The MLA attention weights of an owned deepseek2 layer. */
 static shoal_err engine__layer_mla(shoal_engine *e, const shoal_layer *src, engine__layer *L,
                                    char *why, size_t why_len)
@@ -127,11 +181,14 @@ static shoal_err engine__layer_mla(shoal_engine *e, const shoal_layer *src, engi
 		return err;
 	if ((err = engine__mat(ops, src->wkv_a, E, e->kv_dim, 1, &L->wkv_a, NULL, why, why_len)) ||
 	    (err = engine__vec(ops, src->kv_a_norm, kvl, &L->kv_a_norm, why, why_len)) ||
-	    (err = engine__mat(ops, src->wk_b, hp->head_dim - hp->n_rot, kvl, H, &L->wk_b,
+	    (err = engine__mat(ops, src->wo, H * hp->v_head_dim, E, 1, &L->wo, NULL, why, why_len)))
+		return err;
+	if (hp->mla_kv_b)
+		return engine__split_kv_b(e, src, L, why, why_len);
+	if ((err = engine__mat(ops, src->wk_b, hp->head_dim - hp->n_rot, kvl, H, &L->wk_b,
 	                       &L->wk_b_stride, why, why_len)) ||
 	    (err = engine__mat(ops, src->wv_b, kvl, hp->v_head_dim, H, &L->wv_b, &L->wv_b_stride,
-	                       why, why_len)) ||
-	    (err = engine__mat(ops, src->wo, H * hp->v_head_dim, E, 1, &L->wo, NULL, why, why_len)))
+	                       why, why_len)))
 		return err;
 	if ((ql && !L->q_a_norm) || !L->kv_a_norm)
 		return shoal_why(why, why_len, SHOAL_ERR_FORMAT, "an MLA layer lacks its norms");
@@ -254,6 +311,7 @@ void shoal_engine_free(shoal_engine *e)
 			free(L->exp_probs_b);
 			free(L->q_a_norm);
 			free(L->kv_a_norm);
+			free(L->wk_b_f32);
 		}
 	}
 	if (e->bk) {

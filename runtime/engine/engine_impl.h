@@ -40,6 +40,7 @@ typedef struct engine__layer {
 	shoal_backend_mat wk_b;          /* head 0 of {nope, kv_lora, n_head} */
 	shoal_backend_mat wv_b;          /* head 0 of {kv_lora, v_head_dim, n_head} */
 	size_t wk_b_stride, wv_b_stride; /* bytes per head */
+	float *wk_b_f32; /* (n_head, kv_lora, nope) wk_b made from an attn_kv_b, or NULL */
 } engine__layer;
 
 struct shoal_engine {

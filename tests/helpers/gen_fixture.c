@@ -35,7 +35,8 @@ typedef struct opts {
 	uint32_t nextn;
 	uint32_t gating_func; /* written as is when nonzero (tests of refusals) */
 	uint32_t yarn;        /* YaRN rope scaling by this factor (0: none) */
-	bool kv_b;            /* the old MLA form: one attn_kv_b, no *_mla keys */
+	bool kv_b;            /* the older MLA form: one attn_kv_b, no *_mla keys; its rows
+	                         hold the values attn_k_b and attn_v_b would (same seed) */
 	bool sigmoid;         /* sigmoid gating + exp_probs_b + weight norm, else softmax */
 	bool tied;
 	uint64_t seed;
@@ -43,7 +44,7 @@ typedef struct opts {
 	const char *out;
 } opts;
 
-typedef enum kind { K_WEIGHT, K_EMBD, K_NORM, K_BIAS, K_ROUTER } kind;
+typedef enum kind { K_WEIGHT, K_EMBD, K_NORM, K_BIAS, K_ROUTER, K_KV_B } kind;
 
 typedef struct tplan {
 	char name[64];
@@ -119,7 +120,7 @@ static int plan_mla(const opts *o, tplan *t, int n, uint32_t l)
 	             l);
 	n = plan_add(t, n, ty, K_NORM, 1, kvl, 1, 1, "blk.%u.attn_kv_a_norm.weight", l);
 	if (o->kv_b) {
-		n = plan_add(t, n, ty, K_WEIGHT, 2, kvl, H * (nope + o->v_head_dim), 1,
+		n = plan_add(t, n, ty, K_KV_B, 2, kvl, H * (nope + o->v_head_dim), 1,
 		             "blk.%u.attn_kv_b.weight", l);
 	} else {
 		n = plan_add(t, n, ty, K_WEIGHT, 3, nope, kvl, H, "blk.%u.attn_k_b.weight", l);
@@ -325,9 +326,12 @@ static int write_meta(shoal_gguf_writer *w, const opts *o)
 	shoal_gguf_writer_kv_u32(w, KEY("attention.head_count_kv"), o->kv_heads);
 	bool ds2 = !strcmp(a, "deepseek2");
 	if (ds2) {
-		/* as the converter writes MLA: one KV "head" of latent + rope */
-		shoal_gguf_writer_kv_u32(w, KEY("attention.key_length"), o->kv_lora + o->rope_dim);
-		shoal_gguf_writer_kv_u32(w, KEY("attention.value_length"), o->kv_lora);
+		/* as the converter writes MLA: one KV "head" of latent + rope;
+		 * the older form gives a head's own key and value lengths */
+		shoal_gguf_writer_kv_u32(w, KEY("attention.key_length"),
+		                         o->kv_b ? o->head_dim : o->kv_lora + o->rope_dim);
+		shoal_gguf_writer_kv_u32(w, KEY("attention.value_length"),
+		                         o->kv_b ? o->v_head_dim : o->kv_lora);
 		if (!o->kv_b) {
 			shoal_gguf_writer_kv_u32(w, KEY("attention.key_length_mla"), o->head_dim);
 			shoal_gguf_writer_kv_u32(w, KEY("attention.value_length_mla"),
@@ -379,14 +383,61 @@ static int write_meta(shoal_gguf_writer *w, const opts *o)
 
 /* ---- tensors -------------------------------------------------------------- */
 
+static int write_row(shoal_gguf_writer *w, const tplan *t, const float *row, void *qrow)
+{
+	uint64_t n_in = t->ne[0];
+	const void *src = row;
+	if (t->type != SHOAL_DTYPE_F32) {
+		shoal_quantize_row(t->type, row, qrow, (int64_t)n_in);
+		src = qrow;
+	}
+	return shoal_gguf_writer_write(w, src, shoal_dtype_row_bytes(t->type, n_in)) ? -1 : 0;
+}
+
+/* attn_kv_b of layer l from the streams of the attn_k_b and attn_v_b the
+ * split form would have: per head, the key rows (k_b transposed), then the
+ * value rows. */
+static int write_kv_b(shoal_gguf_writer *w, const opts *o, const tplan *t, float *row, void *qrow)
+{
+	unsigned l = 0;
+	char kn[64], vn[64];
+	sscanf(t->name, "blk.%u.", &l);
+	snprintf(kn, sizeof kn, "blk.%u.attn_k_b.weight", l);
+	snprintf(vn, sizeof vn, "blk.%u.attn_v_b.weight", l);
+	uint64_t ks = name_seed(o->seed, kn), vs = name_seed(o->seed, vn);
+	uint32_t kvl = o->kv_lora, nope = o->head_dim - o->rope_dim;
+	float ak = (float)sqrt(3.0 / nope), av = (float)sqrt(3.0 / kvl);
+	float *kb = malloc((size_t)kvl * nope * sizeof *kb); /* (kv_lora, nope) one head */
+	if (!kb)
+		return -1;
+	int rc = 0;
+	for (uint32_t h = 0; h < o->heads && !rc; h++) {
+		for (size_t i = 0; i < (size_t)kvl * nope; i++)
+			kb[i] = ak * rng_unit(&ks);
+		for (uint32_t d = 0; d < nope && !rc; d++) {
+			for (uint32_t c = 0; c < kvl; c++)
+				row[c] = kb[(size_t)c * nope + d];
+			rc = write_row(w, t, row, qrow);
+		}
+		for (uint32_t j = 0; j < o->v_head_dim && !rc; j++) {
+			for (uint32_t c = 0; c < kvl; c++)
+				row[c] = av * rng_unit(&vs);
+			rc = write_row(w, t, row, qrow);
+		}
+	}
+	free(kb);
+	return rc;
+}
+
 static int write_tensor(shoal_gguf_writer *w, const opts *o, const tplan *t, float *row, void *qrow)
 {
+	if (t->k == K_KV_B)
+		return write_kv_b(w, o, t, row, qrow);
 	uint64_t s = name_seed(o->seed, t->name);
 	uint64_t n_in = t->ne[0], rows = t->ne[1] * t->ne[2];
 	/* Uniform(-a, a) has variance a^2/3: a = sqrt(3 / n_in) keeps each
 	 * output of W x at about the variance of x. */
 	float a = (float)sqrt(3.0 / (double)n_in);
-	size_t rb = shoal_dtype_row_bytes(t->type, n_in);
 	for (uint64_t r = 0; r < rows; r++) {
 		for (uint64_t i = 0; i < n_in; i++) {
 			float u = rng_unit(&s);
@@ -405,12 +456,7 @@ static int write_tensor(shoal_gguf_writer *w, const opts *o, const tplan *t, flo
 				break;
 			}
 		}
-		const void *src = row;
-		if (t->type != SHOAL_DTYPE_F32) {
-			shoal_quantize_row(t->type, row, qrow, (int64_t)n_in);
-			src = qrow;
-		}
-		if (shoal_gguf_writer_write(w, src, rb))
+		if (write_row(w, t, row, qrow))
 			return -1;
 	}
 	return 0;
@@ -591,7 +637,7 @@ static int parse(int argc, char **argv, opts *o)
 		return 2;
 	}
 	if (!strcmp(o->arch, "deepseek2")) {
-		o->kv_heads = 1;
+		o->kv_heads = o->kv_b ? o->heads : 1;
 		if (!o->kv_lora || !o->rope_dim || o->rope_dim % 2 || o->rope_dim >= o->head_dim ||
 		    !o->v_head_dim || o->dense_lead > o->layers || (o->dense_lead && !o->ff) ||
 		    (o->groups && (o->experts % o->groups || o->experts / o->groups < 2 ||

@@ -6,7 +6,8 @@
  * Q8_0. For each: one whole-model engine, a 3-stage pipeline and the routed
  * experts on 3 peers give the same tokens and top-K logprobs bitwise; the
  * engine's KV cache per token is the latent + rope key of each layer, as
- * the manifest tells the scheduler; MTP (nextn) layers change nothing.
+ * the manifest tells the scheduler; MTP (nextn) layers change nothing;
+ * the older attn_kv_b file form runs as the split one.
  *
  * Part: tests of runtime/ (engine, dist) and models/.
  */
@@ -294,6 +295,42 @@ static void test_layer_tensors(void)
 	shoal_model_free(m);
 }
 
+/* The older file form (one attn_kv_b per layer, no *_mla keys) holding the
+ * same weights: the engine splits it into the absorbed form, so F32 runs
+ * equal the split file's bitwise; quantized, it runs the same in every
+ * mode; the latent cache is the same size. */
+static void test_kv_b_form(void)
+{
+	char p0[512], p1[512], why[256];
+	shoal_model *m0 = NULL, *m1 = NULL;
+	ASSERT_TRUE(fixture(&VARIANTS[0], 0, p0, sizeof p0) != NULL);
+	ASSERT_TRUE(fixture_x(&VARIANTS[0], 0, "--kv-b", p1, sizeof p1) != NULL);
+	ASSERT_EQ(shoal_model_open(p0, &m0, why, sizeof why), SHOAL_OK);
+	ASSERT_EQ(shoal_model_open(p1, &m1, why, sizeof why), SHOAL_OK);
+	ASSERT_TRUE(m1->hp.mla_kv_b);
+	ASSERT_TRUE(m1->layers[0].wkv_b != NULL && m1->layers[0].wk_b == NULL);
+	ASSERT_EQ(m1->hp.head_dim, m0->hp.head_dim);
+	ASSERT_EQ(m1->hp.v_head_dim, m0->hp.v_head_dim);
+	shoal_sampler_params sp = shoal_sampler_defaults();
+	sp.temp = 0.0f;
+	dc_run_out a, b;
+	ASSERT_EQ(dc_reference(m0, PROMPT, NP, 12, &sp, &a), 0);
+	ASSERT_EQ(dc_reference(m1, PROMPT, NP, 12, &sp, &b), 0);
+	ASSERT_TRUE(dc_same_run(&a, &b));
+	ASSERT_TRUE(kv_is_latent(m1));
+	shoal_model_free(m0);
+	shoal_model_free(m1);
+	unlink(p0);
+	unlink(p1);
+	ASSERT_TRUE(fixture_x(&VARIANTS[2], 0, "--kv-b", p1, sizeof p1) != NULL);
+	ASSERT_EQ(shoal_model_open(p1, &m1, why, sizeof why), SHOAL_OK);
+	const uint32_t three[] = {1, 3};
+	ASSERT_TRUE(cluster_matches(m1, three, 3, 0, &sp, "attn_kv_b Q8_0, 3 stages"));
+	ASSERT_TRUE(cluster_matches(m1, NULL, 1, 2, &sp, "attn_kv_b Q8_0, experts on 3 peers"));
+	shoal_model_free(m1);
+	unlink(p1);
+}
+
 /* What the engine does not do is refused at open with the reason. */
 static void test_refused(void)
 {
@@ -301,7 +338,7 @@ static void test_refused(void)
 		const char *extra, *why;
 	} bad[] = {
 	    {"--gating-func 3", "expert gating function 3 is not supported"},
-	    {"--kv-b", "without attention.key_length_mla"},
+	    {"--gating-func 7", "expert gating function 7 is not supported"},
 	};
 	for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
 		char path[512], why[256] = "";
@@ -317,4 +354,4 @@ static void test_refused(void)
 }
 
 TEST_MAIN(TEST_CASE(test_modes), TEST_CASE(test_nextn_skipped), TEST_CASE(test_yarn),
-          TEST_CASE(test_layer_tensors), TEST_CASE(test_refused))
+          TEST_CASE(test_layer_tensors), TEST_CASE(test_kv_b_form), TEST_CASE(test_refused))
