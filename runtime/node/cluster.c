@@ -767,13 +767,13 @@ static size_t shoal_cluster_part_tensors(const shoal_cluster *cl, uint32_t *out,
 		}
 		for (uint32_t l = ps->first_layer; l < ps->end_layer && l < m->hp.n_layer; l++) {
 			const shoal_layer *y = &m->layers[l];
-			const shoal_gguf_tensor *ts[] = {
-			    y->attn_norm, y->wq,       y->wk,           y->wv,          y->wo,
-			    y->bq,        y->bk,       y->bv,           y->q_norm,      y->k_norm,
-			    y->ffn_norm,  y->ffn_gate, y->ffn_up,       y->ffn_down,    y->ffn_gate_inp,
-			    y->ffn_gate_exps, y->ffn_up_exps, y->ffn_down_exps};
-			for (size_t k = 0; k < sizeof ts / sizeof ts[0]; k++)
+			const shoal_gguf_tensor *ts[SHOAL_LAYER_MAX_TENSORS];
+			size_t nt = shoal_layer_own_tensors(y, ts);
+			for (size_t k = 0; k < nt; k++)
 				PART_ADD(ts[k]);
+			PART_ADD(y->ffn_gate_exps);
+			PART_ADD(y->ffn_up_exps);
+			PART_ADD(y->ffn_down_exps);
 		}
 	}
 	for (uint32_t l = 0; m->hp.n_expert && l < m->hp.n_layer; l++) {
