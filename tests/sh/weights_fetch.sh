@@ -28,7 +28,9 @@ DENSE=$DATA/models/austen-dense-q8_0.gguf
 [ -x "$PC" ] || skip "$PC not built"
 "$B" key new "$T/k" >/dev/null || fail "shoal key new"
 P="It is a truth universally acknowledged"
+jget() { python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print(eval(sys.argv[2], {"d": d}))' "$@"; }
 "$B" run "$DENSE" -p "$P" -n 24 --temp 0 --ids >"$T/l-ids" 2>/dev/null || fail "local run"
+"$B" run "$DENSE" -p "$P" -n 8 --temp 0 >"$T/l-text8" 2>/dev/null || fail "local text run"
 
 SHOAL_TEST_CORRUPT_CHUNK=2 start w1 "$DENSE" --mem-limit 11M --ctx 256
 SEED=$(ep w1)
@@ -93,8 +95,16 @@ hit_ok=no
 for attempt in 1 2 3 4; do
 	stop w3
 	: >"$T/w3.log"
-	start w3 "" --model-id any --mem-limit 11M --ctx 256 --peer "$SEED"
+	start w3 "" --model-id any --mem-limit 11M --ctx 256 --peer "$SEED" --api 127.0.0.1:0
 	wait_for 60 servable_all 3 w1 w2 w3 || fail "no servable plan after w3's restart: $("$PC" "$T/st-w3.json" servable)"
+	# its HTTP API names the model as the peers with the file do, and serves
+	AP=$(api_port w3)
+	named() { curl -s "http://127.0.0.1:$AP/v1/models" | grep -q '"id": *"austen-dense-q8_0"'; }
+	wait_for 10 named || fail "w3's API does not name the model: $(curl -s "http://127.0.0.1:$AP/v1/models")"
+	curl -s "http://127.0.0.1:$AP/v1/completions" -d "{\"model\":\"austen-dense-q8_0\",\"prompt\":\"$P\",\"max_tokens\":8,\"temperature\":0}" \
+		>"$T/api-w3.json" || fail "completion through w3's API"
+	[ "$(jget "$T/api-w3.json" 'd["choices"][0]["text"]')" = "$(cat "$T/l-text8")" ] ||
+		fail "w3's API text '$(jget "$T/api-w3.json" 'd["choices"][0]["text"]')' vs local '$(cat "$T/l-text8")'"
 	"$B" run --peer "$(ep w3)" --key "$T/k" -p "$P" -n 24 --temp 0 --ids >"$T/r-ids-w3b" 2>"$T/r-err-w3b" ||
 		fail "run through restarted w3: $(cat "$T/r-err-w3b")"
 	same "greedy ids through restarted w3" "$T/r-ids-w3b" "$T/l-ids"
@@ -112,5 +122,18 @@ for attempt in 1 2 3 4; do
 	echo "restart $attempt: w3 got another stage and fetched it"
 done
 [ $hit_ok = yes ] || fail "w3 never served its part from the cache in 4 restarts"
-echo "restarted w3 served its part from the cache ($hit bytes), nothing fetched"
+echo "restarted w3 served its part from the cache ($hit bytes), nothing fetched; its API (--api with --model-id) named the model and served a completion equal to a local run"
+
+# 3. an API on a peer that has no weights (a model id nobody serves): no
+#    model listed, and a request gets 503 with the reason
+start w4 "" --model-id "$(printf '0%.0s' $(seq 64))" --mem-limit 11M --peer "$SEED" --api 127.0.0.1:0
+A4=$(api_port w4)
+curl -s "http://127.0.0.1:$A4/v1/models" >"$T/m4.json" || fail "w4 /v1/models"
+[ "$(jget "$T/m4.json" 'len(d["data"])')" = 0 ] || fail "w4 lists a model: $(cat "$T/m4.json")"
+code=$(curl -s -o "$T/c4.json" -w '%{http_code}' "http://127.0.0.1:$A4/v1/completions" \
+	-d '{"model":"austen-dense-q8_0","prompt":"x","max_tokens":2}')
+[ "$code" = 503 ] || fail "w4 answered $code, not 503: $(cat "$T/c4.json")"
+grep -q "no model yet" "$T/c4.json" || fail "w4's 503 has no reason: $(cat "$T/c4.json")"
+echo "a peer without weights: no model listed, 503 with the reason"
+
 echo "PASS"
