@@ -170,6 +170,11 @@ uint64_t shoal_plan_epoch(const shoal_plan *p)
 {
 	return p->epoch;
 }
+const uint8_t *shoal_plan_model_id(const shoal_plan *p)
+{
+	return p->model_id;
+}
+
 const uint8_t *shoal_plan_digest(const shoal_plan *p)
 {
 	return p->digest;
@@ -322,4 +327,178 @@ shoal_err shoal_plan_encode(const shoal_plan *p, uint8_t **out, size_t *len)
 	*out = e.b;
 	*len = e.len;
 	return SHOAL_OK;
+}
+
+/* ---- decoding ---------------------------------------------------------- */
+
+typedef struct dec {
+	const uint8_t *b;
+	size_t len, at;
+	bool bad;
+} dec;
+
+static const uint8_t *take(dec *d, size_t n)
+{
+	if (d->bad || d->len - d->at < n) {
+		d->bad = true;
+		return NULL;
+	}
+	const uint8_t *p = d->b + d->at;
+	d->at += n;
+	return p;
+}
+
+static uint32_t take_u32(dec *d)
+{
+	const uint8_t *p = take(d, 4);
+	return p ? (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 |
+	               (uint32_t)p[3] << 24
+	         : 0;
+}
+
+static uint64_t take_u64(dec *d)
+{
+	uint64_t lo = take_u32(d);
+	return lo | (uint64_t)take_u32(d) << 32;
+}
+
+/* Bounds a decoded plan must keep (far above any real model or cluster). */
+#define PLAN_MAX_LAYERS  4096u
+#define PLAN_MAX_PEERS   1024u
+#define PLAN_MAX_EXPERTS 4096u
+
+shoal_err shoal_plan_decode(const uint8_t *buf, size_t len, shoal_plan **out, char *why,
+                            size_t why_len)
+{
+	*out = NULL;
+	dec d = {.b = buf, .len = len};
+	shoal_plan *p = calloc(1, sizeof *p);
+	if (!p)
+		return SHOAL_ERR_NOMEM;
+	const char *bad = NULL;
+	const uint8_t *m = take(&d, 4);
+	if (!m || memcmp(m, "SHPL", 4) || take_u32(&d) != 1) {
+		bad = "not a version-1 plan encoding";
+		goto fail;
+	}
+	p->epoch = take_u64(&d);
+	const uint8_t *id = take(&d, 32);
+	if (id)
+		memcpy(p->model_id, id, 32);
+	p->model_bytes = take_u64(&d);
+	p->n_layer = take_u32(&d);
+	p->n_peers = take_u32(&d);
+	if (d.bad || !p->n_layer || p->n_layer > PLAN_MAX_LAYERS || !p->n_peers ||
+	    p->n_peers > PLAN_MAX_PEERS) {
+		bad = "layer or peer count out of range";
+		goto fail;
+	}
+	p->peers = calloc(p->n_peers, sizeof *p->peers);
+	p->layer_n_expert = calloc(p->n_layer, sizeof *p->layer_n_expert);
+	p->layer_slot = calloc(p->n_layer, sizeof *p->layer_slot);
+	if (!p->peers || !p->layer_n_expert || !p->layer_slot)
+		goto nomem;
+	for (size_t i = 0; i < p->n_peers; i++) {
+		const uint8_t *pid = take(&d, 16);
+		if (pid)
+			memcpy(p->peers[i].id.b, pid, 16);
+		if (i && pid && memcmp(p->peers[i - 1].id.b, pid, 16) >= 0) {
+			bad = "peers not in strictly ascending id order";
+			goto fail;
+		}
+	}
+	p->n_stages = take_u32(&d);
+	if (d.bad || !p->n_stages || p->n_stages > p->n_layer) {
+		bad = "stage count out of range";
+		goto fail;
+	}
+	p->stages = calloc(p->n_stages, sizeof *p->stages);
+	if (!p->stages)
+		goto nomem;
+	uint32_t next_layer = 0;
+	for (size_t i = 0; i < p->n_stages; i++) {
+		shoal_plan_stage *st = &p->stages[i];
+		st->peer = take_u32(&d);
+		st->first_layer = take_u32(&d);
+		st->end_layer = take_u32(&d);
+		if (!d.bad && (st->peer >= p->n_peers || st->first_layer != next_layer ||
+		               st->end_layer <= st->first_layer || st->end_layer > p->n_layer)) {
+			bad = "stages do not cover the layers in order";
+			goto fail;
+		}
+		next_layer = st->end_layer;
+	}
+	p->embd_peer = take_u32(&d);
+	p->head_peer = take_u32(&d);
+	uint32_t n_moe = take_u32(&d);
+	if (d.bad || next_layer != p->n_layer || p->embd_peer >= p->n_peers ||
+	    p->head_peer >= p->n_peers || n_moe > p->n_layer) {
+		bad = "stages, embedding, head or MoE layer count out of range";
+		goto fail;
+	}
+	/* MoE layers: counted first (slots are laid out by layer), then read */
+	size_t at_moe = d.at;
+	uint64_t slots = 0;
+	int64_t last = -1;
+	for (uint32_t k = 0; k < n_moe && !d.bad; k++) {
+		uint32_t l = take_u32(&d), ne = take_u32(&d);
+		if (d.bad || (int64_t)l <= last || l >= p->n_layer || !ne || ne > PLAN_MAX_EXPERTS) {
+			bad = "MoE layers out of order or range";
+			goto fail;
+		}
+		last = l;
+		p->layer_n_expert[l] = ne;
+		for (uint32_t x = 0; x < ne && !d.bad; x++) {
+			uint32_t no = take_u32(&d);
+			if (no > SHOAL_PLAN_MAX_OWNERS) {
+				bad = "too many owners of an expert";
+				goto fail;
+			}
+			take(&d, (size_t)no * 4);
+		}
+		slots += ne;
+	}
+	if (d.bad)
+		goto truncated;
+	if (d.at != d.len) {
+		bad = "bytes after the plan";
+		goto fail;
+	}
+	p->n_slots = (uint32_t)slots;
+	p->slot_n_owner = calloc(slots ? slots : 1, 1);
+	p->slot_owner = calloc(slots ? slots * SHOAL_PLAN_MAX_OWNERS : 1, sizeof *p->slot_owner);
+	if (!p->slot_n_owner || !p->slot_owner)
+		goto nomem;
+	uint32_t slot = 0;
+	for (uint32_t l = 0; l < p->n_layer; l++) {
+		p->layer_slot[l] = slot;
+		slot += p->layer_n_expert[l];
+	}
+	d.at = at_moe;
+	for (uint32_t k = 0; k < n_moe; k++) {
+		uint32_t l = take_u32(&d), ne = take_u32(&d);
+		for (uint32_t x = 0; x < ne; x++) {
+			uint32_t s0 = p->layer_slot[l] + x, no = take_u32(&d);
+			uint32_t *o = p->slot_owner + (size_t)s0 * SHOAL_PLAN_MAX_OWNERS;
+			p->slot_n_owner[s0] = (uint8_t)no;
+			for (uint32_t j = 0; j < no; j++) {
+				o[j] = take_u32(&d);
+				if (o[j] >= p->n_peers || (j && o[j] <= o[j - 1])) {
+					bad = "expert owners out of range or order";
+					goto fail;
+				}
+			}
+		}
+	}
+	shoal_digest(buf, len, p->digest);
+	*out = p;
+	return SHOAL_OK;
+truncated:
+	bad = "truncated";
+fail:
+	shoal_plan_free(p);
+	return shoal_why(why, why_len, SHOAL_ERR_FORMAT, "plan encoding: %s", bad ? bad : "truncated");
+nomem:
+	shoal_plan_free(p);
+	return SHOAL_ERR_NOMEM;
 }

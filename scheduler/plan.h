@@ -76,6 +76,7 @@ void shoal_plan_free(shoal_plan *p);             /* NULL is a no-op */
 shoal_plan *shoal_plan_dup(const shoal_plan *p); /* NULL when out of memory */
 
 uint64_t shoal_plan_epoch(const shoal_plan *p);
+const uint8_t *shoal_plan_model_id(const shoal_plan *p); /* 32 bytes: the manifest's */
 const uint8_t *shoal_plan_digest(const shoal_plan *p); /* SHOAL_DIGEST_BYTES */
 uint64_t shoal_plan_predicted_ns(const shoal_plan *p); /* per generated token */
 uint64_t shoal_plan_moved_bytes(const shoal_plan *p);  /* newly loaded vs prev (all, without) */
@@ -110,6 +111,12 @@ size_t shoal_plan_expert_owners(const shoal_plan *p, uint32_t layer, uint32_t ex
  * the assignment, and a kept plan keeps its digest when they change.
  * The digest is BLAKE2b-256 of these bytes. *out is malloc'd; caller frees. */
 shoal_err shoal_plan_encode(const shoal_plan *p, uint8_t **out, size_t *len);
+/* The plan those bytes encode, checked (counts in range, stages covering
+ * the layers in order, indices below n_peer, ids and owners ascending, no
+ * trailing bytes): SHOAL_ERR_FORMAT with a reason otherwise. Its digest is
+ * of buf; names and memory figures are empty (they are not encoded). */
+shoal_err shoal_plan_decode(const uint8_t *buf, size_t len, shoal_plan **out, char *why,
+                            size_t why_len);
 
 /* ---- readiness ---------------------------------------------------------
  * Agreement: a plan is served only after every peer it names announced

@@ -51,6 +51,66 @@ static void shoal_cluster_hash_progress(void *ud, uint64_t done, uint64_t total)
 	}
 }
 
+/* The last plan that became servable is kept in the state directory
+ * (plan-<model id, 16 hex>: its canonical encoding, scheduler/plan.h) and
+ * is the previous plan of the next start: a restarted peer then plans from
+ * the plan its peers still serve, also one they derived from an older plan
+ * (which it could not recompute), and a restart changes no plan. */
+static void shoal_cluster_plan_path(const shoal_cluster *cl, char *out, size_t cap)
+{
+	char hex[65];
+	shoal_model_id_hex(cl->model_id, hex);
+	snprintf(out, cap, "%s/plan-%.16s", cl->state_dir, hex);
+}
+
+static void shoal_cluster_plan_save(shoal_cluster *cl)
+{
+	uint8_t *enc = NULL;
+	size_t len = 0;
+	char path[1100], tmp[1110];
+	if (!cl->state_dir[0] || !cl->prev || shoal_plan_encode(cl->prev, &enc, &len) != SHOAL_OK)
+		return;
+	shoal_cluster_plan_path(cl, path, sizeof path);
+	snprintf(tmp, sizeof tmp, "%s.tmp", path);
+	FILE *f = fopen(tmp, "wb");
+	bool ok = f && fwrite(enc, 1, len, f) == len;
+	if (f)
+		ok &= fclose(f) == 0;
+	if (!ok || rename(tmp, path) != 0) {
+		SHOAL_LOG_D("cluster", "cannot keep the plan in %s", path);
+		unlink(tmp);
+	}
+	free(enc);
+}
+
+static void shoal_cluster_plan_load(shoal_cluster *cl)
+{
+	char path[1100], why[200], dh[65];
+	if (!cl->state_dir[0])
+		return;
+	shoal_cluster_plan_path(cl, path, sizeof path);
+	FILE *f = fopen(path, "rb");
+	if (!f)
+		return;
+	uint8_t buf[1 << 16];
+	size_t len = fread(buf, 1, sizeof buf, f);
+	bool whole = feof(f) && !ferror(f);
+	fclose(f);
+	shoal_plan *p = NULL;
+	if (!whole || shoal_plan_decode(buf, len, &p, why, sizeof why) != SHOAL_OK ||
+	    memcmp(shoal_plan_model_id(p), cl->model_id, 32)) {
+		SHOAL_LOG_W("cluster", "ignoring the kept plan %s: %s", path,
+		            !whole ? "too long" : p ? "another model's" : why);
+		shoal_plan_free(p);
+		return;
+	}
+	shoal_digest_hex(shoal_plan_digest(p), dh);
+	SHOAL_LOG_I("cluster", "previous plan %.16s (epoch %llu) from the state directory", dh,
+	            (unsigned long long)shoal_plan_epoch(p));
+	cl->prev = p;
+	cl->served_epoch = shoal_plan_epoch(p);
+}
+
 shoal_err shoal_cluster_new(const shoal_cluster_config *cfg, shoal_cluster **out, char *why,
                             size_t why_len)
 {
@@ -112,6 +172,7 @@ shoal_err shoal_cluster_new(const shoal_cluster_config *cfg, shoal_cluster **out
 		goto fail;
 	}
 	memcpy(cl->mf.model_id, cl->model_id, 32);
+	shoal_cluster_plan_load(cl);
 	shoal_policy_init(&cl->pol);
 	/* As local `shoal run`: the model's context, at most 4096 unless asked
 	 * (a 128k-token KV reservation would make most clusters infeasible). */
@@ -730,6 +791,7 @@ int shoal_cluster_update(shoal_cluster *cl, const shoal_swim_member *v, size_t n
 		if (servable) {
 			shoal_plan_free(cl->prev);
 			cl->prev = shoal_plan_dup(cl->plan);
+			shoal_cluster_plan_save(cl);
 			if (shoal_plan_epoch(cl->plan) > cl->served_epoch) {
 				cl->served_epoch = shoal_plan_epoch(cl->plan);
 				republish = 1;

@@ -188,8 +188,18 @@ for round in 1 2 3; do
 	for n in s1 s2 s3; do MARK[$n]=$(wc -l <"$T/$n.log"); done
 	D=$(plan_since "$LAST" 1 | tail -1)
 	stop "$MID"
+	# the last restart finds its kept plan damaged: it says so and learns
+	# the plan from its peers instead
+	[ $round = 3 ] && for f in "$T/$MID"/plan-*; do printf 'SHPL garbage' >"$f"; done
 	start "$MID" "$DENSE" --mem-limit 11M --ctx $CTX --peer "$LAST_EP"
 	wait_for 30 servable_all 3 s1 s2 s3 || fail "no servable plan after $MID restarted"
+	if [ $round = 3 ]; then
+		sed -n "$((MARK[$MID] + 1)),\$p" "$T/$MID.log" | grep -q "ignoring the kept plan" ||
+			fail "$MID did not report its damaged kept plan"
+	else
+		sed -n "$((MARK[$MID] + 1)),\$p" "$T/$MID.log" | grep -q "previous plan .* from the state directory" ||
+			fail "$MID did not start from its kept plan"
+	fi
 	runs_everywhere "after $MID restarted" s1 s2 s3
 	# the restarted peer takes its part of the same plan: no peer re-plans
 	# (it learns the plan from its peers; its compute figures are kept)
