@@ -64,6 +64,12 @@ shoal_err shoal_model_manifest(const shoal_model *m, shoal_manifest *out)
 		}
 		/* K and V rows of one token, F32: 2 * n_head_kv * head_dim * 4. */
 		ml->kv_bytes_per_token = 2ull * hp->n_head_kv * hp->head_dim * 4;
+		/* what a tensor group splits: attention by KV heads, a dense
+		 * FFN by columns */
+		ml->n_head_kv = hp->n_head_kv;
+		ml->n_ff = L->ffn_gate ? hp->n_ff : 0;
+		ml->attn_bytes = nb(L->wq) + nb(L->wk) + nb(L->wv) + nb(L->wo) + nb(L->bq) +
+		                 nb(L->bk) + nb(L->bv);
 		if (hp->n_expert && L->ffn_gate_exps) {
 			ml->n_expert = hp->n_expert;
 			ml->n_expert_used = hp->n_expert_used;
