@@ -152,7 +152,7 @@ static shoal_err engine__layer_init(shoal_engine *e, uint32_t il, bool owned, ch
 	                (err = engine__mat(e->ops, src->ffn_down, hp->n_ff, hp->n_embd, 1, &L->down, NULL,
 	                                   why, why_len))))
 		return err;
-	if (L->moe && !L->all_local && !e->cfg.moe_hook.collect)
+	if (L->moe && !L->all_local && !e->cfg.moe_hook.collect && !e->tp)
 		return shoal_why(why, why_len, SHOAL_ERR_INVAL,
 		                 "layer %u has experts owned elsewhere but no MoE hook", il);
 	return SHOAL_OK;
@@ -228,6 +228,7 @@ void shoal_engine_free(shoal_engine *e)
 	free(e->moe_contrib);
 	free(e->moe_x);
 	free(e->moe_slot);
+	engine__tp_free(e->tp);
 	free(e);
 }
 
@@ -314,6 +315,10 @@ shoal_err shoal_engine_new(const shoal_model *m, const shoal_engine_config *cfg,
 		memcpy(e->expert_mask, cfg->expert_mask, n_mask);
 	else
 		memset(e->expert_mask, 1, n_mask);
+	e->kv_cache_dim = e->kv_dim;
+	if (cfg->tp.n_members > 1 && (err = engine__tp_init(e, why, why_len)))
+		goto fail;
+	err = SHOAL_ERR_NOMEM;
 
 	for (uint32_t il = 0; il < hp->n_layer; il++) {
 		bool owned = il >= cfg->layer_begin && il < cfg->layer_end;
@@ -427,7 +432,7 @@ shoal_err shoal_engine_new(const shoal_model *m, const shoal_engine_config *cfg,
 	/* the KV cache in the backend's memory; the attention op reads host
 	 * pointers today, so a device buffer is not usable yet */
 	size_t kv_bytes = (size_t)cfg->max_sessions * 2 * (e->n_own ? e->n_own : 1) * C *
-	                  e->kv_dim * sizeof(float);
+	                  (e->kv_cache_dim ? e->kv_cache_dim : 1) * sizeof(float);
 	if ((err = e->ops->buf_alloc(e->bk, kv_bytes, &e->kv_buf))) {
 		shoal_why(why, why_len, err, "backend %s: no memory for the KV cache (%zu bytes)",
 		          e->ops->name, kv_bytes);
@@ -510,11 +515,9 @@ uint32_t shoal_engine_session_len(const shoal_engine *e, uint32_t slot)
 	return e->sess_len[slot];
 }
 
-/* The K (which 0) or V (1) cache of session s, owned layer li:
- * (n_ctx, kv_dim). */
-static float *engine__cache(shoal_engine *e, uint32_t s, uint32_t li, int which)
+float *engine__cache(shoal_engine *e, uint32_t s, uint32_t li, int which)
 {
-	size_t per = (size_t)e->cfg.n_ctx * e->kv_dim;
+	size_t per = (size_t)e->cfg.n_ctx * e->kv_cache_dim;
 	return e->kv + (((size_t)s * e->n_own + li) * 2 + (size_t)which) * per;
 }
 
@@ -677,11 +680,18 @@ shoal_err shoal_engine_run(shoal_engine *e, const shoal_engine_batch *b, char *w
 
 	for (uint32_t il = e->cfg.layer_begin; il < e->cfg.layer_end; il++) {
 		const engine__layer *L = &e->layers[il];
-		engine__attn(e, il, b);
+		if (e->tp && (err = engine__tp_attn(e, il, b, why, why_len)))
+			goto fail;
+		if (!e->tp)
+			engine__attn(e, il, b);
 		ops->rms_norm(e->bk, e->x, L->ffn_norm, hp->n_embd, n, hp->rms_eps, e->xn);
 		if (L->moe) {
-			err = engine__moe_ffn(e, il, n, why, why_len);
+			err = e->tp ? engine__tp_moe(e, il, n, why, why_len)
+			            : engine__moe_ffn(e, il, n, why, why_len);
 			if (err)
+				goto fail;
+		} else if (e->tp) {
+			if ((err = engine__tp_ffn(e, il, n, why, why_len)))
 				goto fail;
 		} else {
 			engine__ffn(e, il, n);

@@ -30,6 +30,8 @@ typedef struct engine__layer {
 	size_t gate_exp_stride, up_exp_stride, down_exp_stride; /* bytes per expert */
 } engine__layer;
 
+typedef struct engine__tp engine__tp; /* engine_tp.c */
+
 struct shoal_engine {
 	const shoal_model *m;
 	shoal_hparams hp;
@@ -48,7 +50,9 @@ struct shoal_engine {
 	uint32_t *sess_len;  /* (max_sessions) */
 	uint32_t *sess_next; /* (max_sessions) run() scratch */
 	shoal_backend_buf *kv_buf; /* the KV cache's memory */
-	float *kv;           /* (max_sessions, n_own, 2, n_ctx, kv_dim), in kv_buf */
+	float *kv;           /* (max_sessions, n_own, 2, n_ctx, kv_cache_dim), in kv_buf */
+	uint32_t kv_cache_dim; /* kv_dim, or a tensor member's KV heads x head_dim */
+	engine__tp *tp;        /* a tensor group's member, or NULL */
 
 	/* scratch, for max_rows rows */
 	float *x;                   /* (max_rows, n_embd) residual stream */
@@ -70,5 +74,20 @@ struct shoal_engine {
 
 /* engine_moe.c: the FFN of MoE layer l for the rows in e->xn, into e->tmp. */
 shoal_err engine__moe_ffn(shoal_engine *e, uint32_t l, uint32_t n_rows, char *why, size_t why_len);
+
+/* engine_tp.c: a tensor group's member. init (after expert_mask, before the
+ * layers) checks cfg.tp, computes the shares, sets kv_cache_dim and this
+ * member's experts in expert_mask, and allocates the slices' buffers. */
+shoal_err engine__tp_init(shoal_engine *e, char *why, size_t why_len);
+void engine__tp_free(engine__tp *t); /* NULL is a no-op */
+/* The K (which 0) or V (1) cache of session s, owned layer li:
+ * (n_ctx, kv_cache_dim). */
+float *engine__cache(shoal_engine *e, uint32_t s, uint32_t li, int which);
+/* The member's attention block on e->x (x += attention), its dense FFN and
+ * its MoE FFN on e->xn into e->tmp, each with its exchanges. */
+shoal_err engine__tp_attn(shoal_engine *e, uint32_t il, const shoal_engine_batch *b, char *why,
+                          size_t why_len);
+shoal_err engine__tp_ffn(shoal_engine *e, uint32_t il, uint32_t n, char *why, size_t why_len);
+shoal_err engine__tp_moe(shoal_engine *e, uint32_t il, uint32_t n, char *why, size_t why_len);
 
 #endif

@@ -183,8 +183,9 @@ static void test_proportional_shares(void)
 	uint64_t w[3];
 	for (int i = 0; i < 3; i++) {
 		w[i] = mem3[i].weight;
-		ASSERT_STR_EQ(shoal_plan_peer_at(p, mem3[i].peer)->name,
-		              i == 0 ? "peer0" : i == 1 ? "peer1" : "peer2");
+		ASSERT_STR_EQ(shoal_plan_peer_at(p, mem3[i].peer)->name, i == 0   ? "peer0"
+		                                                         : i == 1 ? "peer1"
+		                                                                  : "peer2");
 	}
 	ASSERT_NEAR((double)w[1] / (double)w[0], 2.0, 0.02);
 	ASSERT_NEAR((double)w[2] / (double)w[0], 3.0, 0.03);
@@ -265,7 +266,8 @@ static void test_digest_any_order(void)
 		for (int b = 0; b < 4; b++)
 			for (int c = 0; c < 4; c++)
 				for (int d = 0; d < 4; d++) {
-					if (a == b || a == c || a == d || b == c || b == d || c == d)
+					if (a == b || a == c || a == d || b == c || b == d ||
+					    c == d)
 						continue;
 					ord[0] = a, ord[1] = b, ord[2] = c, ord[3] = d;
 					shoal_view *v = make_view(4, bw, mem, 3 * US, ord);
