@@ -203,7 +203,8 @@ static void unit_layer(const sched__ctx *c, const tp_unit *u, uint32_t l, uint64
 		*t_base = c->tbase[(size_t)p * L + l];
 		*t_exp = c->texp[(size_t)p * L + l];
 		if (mw) {
-			mw[0] = sched__add(mw[0], sched__add(y->bytes, y->expert_bytes * y->n_expert));
+			mw[0] =
+			    sched__add(mw[0], sched__add(y->bytes, y->expert_bytes * y->n_expert));
 			mk[0] = sched__add(mk[0], c->kv[l]);
 			ne[0] += y->n_expert;
 		}
@@ -226,11 +227,13 @@ static void unit_layer(const sched__ctx *c, const tp_unit *u, uint32_t l, uint64
 		/* shares as num / den */
 		uint64_t an = H ? hc[i] : 1, ad = H ? H : 1, fn = 1, fd = 1;
 		if (B) {
-			uint32_t c0 = bf[i] * SHOAL_PLAN_TP_COLS, c1 = (bf[i] + bc[i]) * SHOAL_PLAN_TP_COLS;
+			uint32_t c0 = bf[i] * SHOAL_PLAN_TP_COLS,
+			         c1 = (bf[i] + bc[i]) * SHOAL_PLAN_TP_COLS;
 			fn = (c1 > F ? F : c1) - (c0 > F ? F : c0);
 			fd = F;
 		}
-		uint64_t wb = sched__add(sched__muldiv_up(attn, an, ad), sched__muldiv_up(rest, fn, fd));
+		uint64_t wb =
+		    sched__add(sched__muldiv_up(attn, an, ad), sched__muldiv_up(rest, fn, fd));
 		uint64_t wf = y->bytes ? sched__muldiv_up(y->flops, wb, y->bytes) : 0;
 		uint64_t t = sched__roofline(sched__add(wb, sched__muldiv_up(kvctx, an, ad)),
 		                             sched__add(wf, sched__muldiv_up(afctx, an, ad)),
@@ -246,7 +249,8 @@ static void unit_layer(const sched__ctx *c, const tp_unit *u, uint32_t l, uint64
 	if (H)
 		worst = sched__add(worst, 2 * round_ns(u, row));
 	if (B)
-		worst = sched__add(worst, sched__add(round_ns(u, (uint64_t)F * 4), round_ns(u, row)));
+		worst =
+		    sched__add(worst, sched__add(round_ns(u, (uint64_t)F * 4), round_ns(u, row)));
 	*t_base = worst;
 	*t_exp = 0;
 	if (!y->n_expert)
@@ -287,9 +291,9 @@ static int u64_cmp(const void *x, const void *y)
 /* Units of one partition: comp[p] = the lowest index of p's component. */
 typedef struct tp_part {
 	uint32_t nu;
-	tp_unit *u;     /* (nu) in order of their lowest member */
-	uint32_t *mem;  /* (n) members, unit after unit */
-	uint64_t *w;    /* (n) */
+	tp_unit *u;    /* (nu) in order of their lowest member */
+	uint32_t *mem; /* (n) members, unit after unit */
+	uint64_t *w;   /* (n) */
 } tp_part;
 
 /* Shares bounded by memory: the member weights of a group are its speeds
@@ -349,8 +353,7 @@ static void bound_by_memory(const sched__ctx *c, uint32_t k, const uint32_t *mem
 		w[i] = share[i] ? share[i] : 1;
 }
 
-static void part_build(const sched__ctx *c, const uint32_t *comp, const uint64_t *wt,
-                       tp_part *pt)
+static void part_build(const sched__ctx *c, const uint32_t *comp, const uint64_t *wt, tp_part *pt)
 {
 	uint32_t n = (uint32_t)c->n, at = 0;
 	pt->nu = 0;
@@ -375,8 +378,7 @@ static void part_build(const sched__ctx *c, const uint32_t *comp, const uint64_t
 
 /* The assignment of the virtual search's stages over units, in view
  * indices, with its groups and experts. */
-static bool part_expand(const sched__ctx *c, const tp_part *pt, const sched__asg *va,
-                        sched__asg *a)
+static bool part_expand(const sched__ctx *c, const tp_part *pt, const sched__asg *va, sched__asg *a)
 {
 	if (!a->tp && !(a->tp = sched__tp_new(c)))
 		return false;
@@ -411,7 +413,8 @@ static bool part_expand(const sched__ctx *c, const tp_part *pt, const sched__asg
 					while (x >= ef[j] + ec[j])
 						j++;
 				a->n_own[slot] = 1;
-				a->own[slot * SHOAL_PLAN_MAX_OWNERS] = (uint16_t)u->mem[u->k > 1 ? j : 0];
+				a->own[slot * SHOAL_PLAN_MAX_OWNERS] =
+				    (uint16_t)u->mem[u->k > 1 ? j : 0];
 			}
 		}
 	}
@@ -581,8 +584,8 @@ void sched__tp_evaluate(const sched__ctx *c, sched__asg *a)
 		if (g == UINT32_MAX)
 			cur = (tp_unit){1, &a->st_peer[i], &one, 0, 0};
 		else {
-			cur = (tp_unit){t->g_n[g], t->g_mem + (size_t)g * n, t->g_w + (size_t)g * n, 0,
-			                0};
+			cur = (tp_unit){t->g_n[g], t->g_mem + (size_t)g * n, t->g_w + (size_t)g * n,
+			                0, 0};
 			unit_links(c, &cur);
 		}
 		if (i)
@@ -613,8 +616,8 @@ void sched__tp_evaluate(const sched__ctx *c, sched__asg *a)
 	bool has_embd = false;
 	for (uint32_t j = 0; j < first.k; j++)
 		has_embd |= first.mem[j] == head;
-	a->mem_w[head] = sched__add(a->mem_w[head],
-	                            has_embd ? c->both_mem - c->embd_mem : c->head_mem);
+	a->mem_w[head] =
+	    sched__add(a->mem_w[head], has_embd ? c->both_mem - c->embd_mem : c->head_mem);
 	time = sched__add(time, c->head_t[head]);
 	if (!c->has_prev)
 		for (size_t p = 0; p < n; p++)

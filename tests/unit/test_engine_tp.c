@@ -19,6 +19,7 @@
 #include "runtime/cpu/backend_cpu.h"
 #include "runtime/engine/engine.h"
 #include "tests/unit/test.h"
+#include "tests/unit/test_fixture.h"
 
 #define MAXM    3
 #define ROWS    16
@@ -27,44 +28,6 @@
 #define MAX_LAY 64
 
 /* ---- fixtures -------------------------------------------------------------- */
-
-static char fx_dir[256];
-
-/* A generated fixture (tests/helpers/gen_fixture), NULL if it cannot be made. */
-static const char *fx_path(const char *name, const char *args)
-{
-	static char path[4][512];
-	static int slot;
-	char *p = path[slot++ % 4];
-	const char *bdir = getenv("SHOAL_BUILDDIR");
-	if (!bdir)
-		bdir = ".";
-	if (!fx_dir[0]) {
-		snprintf(fx_dir, sizeof fx_dir, "/tmp/shoal-test-engine-tp-XXXXXX");
-		if (!mkdtemp(fx_dir)) {
-			fx_dir[0] = 0;
-			return NULL;
-		}
-	}
-	snprintf(p, 512, "%s/%s.gguf", fx_dir, name);
-	if (access(p, R_OK) == 0)
-		return p;
-	char cmd[1024];
-	snprintf(cmd, sizeof cmd, "%s/tests/helpers/gen_fixture %s %s >/dev/null 2>&1", bdir, args,
-	         p);
-	return system(cmd) == 0 ? p : NULL;
-}
-
-static shoal_model *open_model(const char *path)
-{
-	shoal_model *m = NULL;
-	char why[256] = "";
-	if (!path || shoal_model_open(path, &m, why, sizeof why)) {
-		fprintf(stderr, "open %s: %s\n", path ? path : "(no fixture)", why);
-		return NULL;
-	}
-	return m;
-}
 
 /* A trained model: tests/data/models ships the dense one; the MoE one is
  * in the project's shared folder (../shared/models beside the checkout, or
@@ -231,15 +194,6 @@ static void group_run(group *g, const shoal_engine_batch *b)
 
 /* ---- the comparison ---------------------------------------------------------- */
 
-static int32_t argmax(const float *x, uint32_t n)
-{
-	uint32_t b = 0;
-	for (uint32_t i = 1; i < n; i++)
-		if (x[i] > x[b])
-			b = i;
-	return (int32_t)b;
-}
-
 /* Prefill N_PRE tokens (logits for every row), then N_DEC greedy steps, on
  * the unsplit engine and on a group with weights w; every member's logits
  * equal the unsplit ones bitwise, and its exchanges are as designed. */
@@ -398,5 +352,11 @@ static void test_bad_config(void)
 	shoal_model_free(m);
 }
 
+static void test_cleanup(void)
+{
+	fx_cleanup();
+}
+
 TEST_MAIN(TEST_CASE(test_dense_q8), TEST_CASE(test_dense_f16), TEST_CASE(test_moe_q8),
-          TEST_CASE(test_qwen3), TEST_CASE(test_qwen3moe), TEST_CASE(test_bad_config))
+          TEST_CASE(test_qwen3), TEST_CASE(test_qwen3moe), TEST_CASE(test_bad_config),
+          TEST_CASE(test_cleanup))
