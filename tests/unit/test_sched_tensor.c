@@ -308,6 +308,71 @@ static void test_digest_any_order(void)
 	ASSERT_EQ(groups0, 1); /* the case is about groups */
 }
 
+static void test_random_clusters(void)
+{
+	/* random clusters and models: with groups allowed, a plan fits every
+	 * peer's memory, covers every layer once, gives each group disjoint
+	 * members, and is never slower than the pipeline plan by more than the
+	 * near-equal margin (2 %) */
+	ti_rng r = {424242};
+	int with_groups = 0;
+	for (int it = 0; it < 150; it++) {
+		ti_inst t;
+		int n = (int)ti_range(&r, 2, 8), L = (int)ti_range(&r, 1, 12);
+		bool moe = ti_range(&r, 0, 1);
+		ti_random(&t, &r, n, L, moe);
+		for (int l = 0; l < L; l++) {
+			t.layers[l].n_head_kv = (uint32_t)ti_range(&r, 0, 16);
+			t.layers[l].n_ff = (uint32_t)ti_range(&r, 0, 3000);
+			t.layers[l].attn_bytes = t.layers[l].bytes / ti_range(&r, 1, 5);
+		}
+		shoal_view *v = ti_view(&t, NULL);
+		ASSERT_TRUE(v != NULL);
+		shoal_policy pol;
+		shoal_policy_init(&pol);
+		shoal_plan *pp = NULL, *tp = NULL;
+		shoal_err e1 = shoal_schedule(v, &t.m, &pol, NULL, &pp, NULL, 0);
+		pol.tensor_groups = true;
+		shoal_err e2 = shoal_schedule(v, &t.m, &pol, NULL, &tp, NULL, 0);
+		if (!e1)
+			ASSERT_EQ(e2, SHOAL_OK); /* a pipeline plan is still a candidate */
+		if (!e2) {
+			if (!e1)
+				ASSERT_LE((double)shoal_plan_predicted_ns(tp),
+				          (double)shoal_plan_predicted_ns(pp) * 1.02 + 1);
+			with_groups += shoal_plan_n_groups(tp) > 0;
+			for (size_t i = 0; i < shoal_plan_n_peers(tp); i++) {
+				const shoal_plan_peer *x = shoal_plan_peer_at(tp, i);
+				ASSERT_LE(x->weight_bytes + x->kv_bytes, x->capacity_bytes);
+			}
+			uint32_t next = 0;
+			uint8_t used[TI_MAX_PEERS] = {0};
+			for (size_t i = 0; i < shoal_plan_n_stages(tp); i++) {
+				const shoal_plan_stage *st = shoal_plan_stage_at(tp, i);
+				ASSERT_EQ(st->first_layer, next);
+				next = st->end_layer;
+				shoal_plan_member mm[TI_MAX_PEERS];
+				size_t k = shoal_plan_stage_members(tp, i, mm, TI_MAX_PEERS);
+				if (!k)
+					mm[k++] = (shoal_plan_member){st->peer, 1};
+				for (size_t j = 0; j < k; j++) {
+					ASSERT_LT(mm[j].peer, TI_MAX_PEERS);
+					ASSERT_FALSE(used[mm[j].peer]);
+					used[mm[j].peer] = 1;
+					ASSERT_GT(mm[j].weight, 0);
+				}
+			}
+			ASSERT_EQ(next, (uint32_t)L);
+		}
+		shoal_plan_free(pp);
+		shoal_plan_free(tp);
+		shoal_view_free(v);
+	}
+	printf("     %d of 150 random plans have a tensor group\n", with_groups);
+	ASSERT_GT(with_groups, 0);
+}
+
 TEST_MAIN(TEST_CASE(test_flip_golden), TEST_CASE(test_flip_sweep), TEST_CASE(test_option_off),
           TEST_CASE(test_proportional_shares), TEST_CASE(test_split_rules),
-          TEST_CASE(test_experts_follow_shares), TEST_CASE(test_digest_any_order))
+          TEST_CASE(test_experts_follow_shares), TEST_CASE(test_digest_any_order),
+          TEST_CASE(test_random_clusters))
