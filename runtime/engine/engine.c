@@ -585,41 +585,49 @@ out:
 	return err;
 }
 
-/* Attention block of owned layer il (li = il - layer_begin) on e->x. */
-static void engine__attn(shoal_engine *e, uint32_t il, const shoal_engine_batch *b)
+shoal_backend_mat engine__mat_rows(shoal_backend_mat m, uint32_t first, uint32_t count)
+{
+	m.data = (const uint8_t *)m.data + (size_t)first * m.row_bytes;
+	m.n_out = count;
+	return m;
+}
+
+void engine__attn_heads(shoal_engine *e, uint32_t il, const shoal_engine_batch *b, uint32_t h0,
+                        uint32_t hn, float *out)
 {
 	const shoal_backend_ops *ops = e->ops;
 	const shoal_hparams *hp = &e->hp;
 	const engine__layer *L = &e->layers[il];
-	uint32_t n = b->n_rows, li = il - e->cfg.layer_begin;
-	uint32_t hd = hp->head_dim, qd = e->q_dim, kvd = e->kv_dim;
+	uint32_t n = b->n_rows, li = il - e->cfg.layer_begin, G = hp->n_head / hp->n_head_kv;
+	uint32_t hd = hp->head_dim, nq = hn * G, qd = nq * hd, kvd = hn * hd;
+	uint32_t q0 = h0 * G * hd, k0 = h0 * hd; /* the heads' first columns */
 
-	ops->rms_norm(e->bk, e->x, L->attn_norm, hp->n_embd, n, hp->rms_eps, e->xn);
-	shoal_backend_mat w[3] = {L->wq, L->wk, L->wv};
+	shoal_backend_mat w[3] = {engine__mat_rows(L->wq, q0, qd), engine__mat_rows(L->wk, k0, kvd),
+	                          engine__mat_rows(L->wv, k0, kvd)};
 	float *y[3] = {e->q, e->k, e->v};
 	size_t ldy[3] = {qd, kvd, kvd};
 	ops->matmul(e->bk, 3, w, e->xn, hp->n_embd, n, y, ldy);
 	for (uint32_t r = 0; r < n; r++) {
 		if (L->bq)
-			ops->add(e->bk, e->q + (size_t)r * qd, L->bq, qd);
+			ops->add(e->bk, e->q + (size_t)r * qd, L->bq + q0, qd);
 		if (L->bk)
-			ops->add(e->bk, e->k + (size_t)r * kvd, L->bk, kvd);
+			ops->add(e->bk, e->k + (size_t)r * kvd, L->bk + k0, kvd);
 		if (L->bv)
-			ops->add(e->bk, e->v + (size_t)r * kvd, L->bv, kvd);
+			ops->add(e->bk, e->v + (size_t)r * kvd, L->bv + k0, kvd);
 	}
 	if (L->q_norm)
-		ops->rms_norm(e->bk, e->q, L->q_norm, hd, n * hp->n_head, hp->rms_eps, e->q);
+		ops->rms_norm(e->bk, e->q, L->q_norm, hd, n * nq, hp->rms_eps, e->q);
 	if (L->k_norm)
-		ops->rms_norm(e->bk, e->k, L->k_norm, hd, n * hp->n_head_kv, hp->rms_eps, e->k);
+		ops->rms_norm(e->bk, e->k, L->k_norm, hd, n * hn, hp->rms_eps, e->k);
 	bool neox = hp->rope_type == SHOAL_ROPE_NEOX;
-	ops->rope(e->bk, e->q, n, hp->n_head, hd, hp->n_rot, b->pos, e->rope_cs, neox);
-	ops->rope(e->bk, e->k, n, hp->n_head_kv, hd, hp->n_rot, b->pos, e->rope_cs, neox);
+	ops->rope(e->bk, e->q, n, nq, hd, hp->n_rot, b->pos, e->rope_cs, neox);
+	ops->rope(e->bk, e->k, n, hn, hd, hp->n_rot, b->pos, e->rope_cs, neox);
 
 	/* every row's K/V goes in before any row attends: a prefill chunk's
 	 * row at position p sees the chunk's rows at positions < p */
 	for (uint32_t r = 0; r < n; r++) {
-		float *kc = engine__cache(e, b->session[r], li, 0); /* (n_ctx, kv_dim) */
-		float *vc = engine__cache(e, b->session[r], li, 1); /* (n_ctx, kv_dim) */
+		float *kc = engine__cache(e, b->session[r], li, 0); /* (n_ctx, kvd) */
+		float *vc = engine__cache(e, b->session[r], li, 1); /* (n_ctx, kvd) */
 		memcpy(kc + (size_t)b->pos[r] * kvd, e->k + (size_t)r * kvd, kvd * sizeof(float));
 		memcpy(vc + (size_t)b->pos[r] * kvd, e->v + (size_t)r * kvd, kvd * sizeof(float));
 		e->krow[r] = kc;
@@ -628,20 +636,32 @@ static void engine__attn(shoal_engine *e, uint32_t il, const shoal_engine_batch 
 	}
 	shoal_backend_attn a = {
 	    .n_rows = n,
-	    .n_head = hp->n_head,
-	    .n_head_kv = hp->n_head_kv,
+	    .n_head = nq,
+	    .n_head_kv = hn,
 	    .head_dim = hd,
 	    .scale = 1.0f / sqrtf((float)hd),
 	    .q = e->q,
 	    .k = e->krow,
 	    .v = e->vrow,
 	    .n_kv = e->n_kv,
-	    .out = e->att,
+	    .out = out,
 	};
 	ops->attention(e->bk, &a);
+}
+
+/* Attention block of owned layer il on e->x. */
+static void engine__attn(shoal_engine *e, uint32_t il, const shoal_engine_batch *b)
+{
+	const shoal_backend_ops *ops = e->ops;
+	const shoal_hparams *hp = &e->hp;
+	const engine__layer *L = &e->layers[il];
+	uint32_t n = b->n_rows;
+
+	ops->rms_norm(e->bk, e->x, L->attn_norm, hp->n_embd, n, hp->rms_eps, e->xn);
+	engine__attn_heads(e, il, b, 0, hp->n_head_kv, e->att);
 	size_t ld_out = hp->n_embd;
 	float *o = e->tmp; /* (n_rows, n_embd) */
-	ops->matmul(e->bk, 1, &L->wo, e->att, qd, n, &o, &ld_out);
+	ops->matmul(e->bk, 1, &L->wo, e->att, e->q_dim, n, &o, &ld_out);
 	ops->add(e->bk, e->x, e->tmp, (size_t)n * hp->n_embd);
 }
 

@@ -83,6 +83,14 @@ void engine__tp_free(engine__tp *t); /* NULL is a no-op */
 /* The K (which 0) or V (1) cache of session s, owned layer li:
  * (n_ctx, kv_cache_dim). */
 float *engine__cache(shoal_engine *e, uint32_t s, uint32_t li, int which);
+/* Rows [first, first + count) of a matrix {n_in, n_out}: the same bytes. */
+shoal_backend_mat engine__mat_rows(shoal_backend_mat m, uint32_t first, uint32_t count);
+/* engine.c: attention of owned layer il for KV heads [h0, h0 + hn) and
+ * their query heads, on e->xn (normed): q, k, v (+ biases, norms, RoPE),
+ * K/V into the cache (kv_cache_dim = hn x head_dim columns per position),
+ * out (n_rows, hn x group x head_dim) before Wo. */
+void engine__attn_heads(shoal_engine *e, uint32_t il, const shoal_engine_batch *b, uint32_t h0,
+                        uint32_t hn, float *out);
 /* The member's attention block on e->x (x += attention), its dense FFN and
  * its MoE FFN on e->xn into e->tmp, each with its exchanges. */
 shoal_err engine__tp_attn(shoal_engine *e, uint32_t il, const shoal_engine_batch *b, char *why,

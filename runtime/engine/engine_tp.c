@@ -171,14 +171,6 @@ static shoal_err tp_gather(shoal_engine *e, uint32_t il, shoal_engine_tp_round r
 	return SHOAL_OK;
 }
 
-/* Rows [first, first + count) of a matrix {n_in, n_out}: the same bytes. */
-static shoal_backend_mat tp_rows(shoal_backend_mat m, uint32_t first, uint32_t count)
-{
-	m.data = (const uint8_t *)m.data + (size_t)first * m.row_bytes;
-	m.n_out = count;
-	return m;
-}
-
 /* ---- attention --------------------------------------------------------------- */
 
 shoal_err engine__tp_attn(shoal_engine *e, uint32_t il, const shoal_engine_batch *b, char *why,
@@ -188,11 +180,8 @@ shoal_err engine__tp_attn(shoal_engine *e, uint32_t il, const shoal_engine_batch
 	const shoal_hparams *hp = &e->hp;
 	const engine__layer *L = &e->layers[il];
 	engine__tp *t = e->tp;
-	uint32_t n = b->n_rows, li = il - e->cfg.layer_begin, me = t->me;
+	uint32_t n = b->n_rows, me = t->me;
 	uint32_t hd = hp->head_dim, G = hp->n_head / hp->n_head_kv;
-	uint32_t nkv = t->hn[me], nq = nkv * G; /* this member's heads */
-	uint32_t qd = nq * hd, kvd = nkv * hd;  /* its widths */
-	uint32_t q0 = t->h0[me] * G * hd, k0 = t->h0[me] * hd;
 
 	ops->rms_norm(e->bk, e->x, L->attn_norm, hp->n_embd, n, hp->rms_eps, e->xn);
 	uint32_t qf[ENGINE_TP_MAX], qc[ENGINE_TP_MAX];
@@ -200,59 +189,17 @@ shoal_err engine__tp_attn(shoal_engine *e, uint32_t il, const shoal_engine_batch
 		qf[i] = t->h0[i] * G; /* query heads */
 		qc[i] = t->hn[i] * G;
 	}
-	if (nkv) {
-		shoal_backend_mat w[3] = {tp_rows(L->wq, q0, qd), tp_rows(L->wk, k0, kvd),
-		                          tp_rows(L->wv, k0, kvd)};
-		float *y[3] = {e->q, e->k, e->v}; /* (n, qd), (n, kvd), (n, kvd) */
-		size_t ldy[3] = {qd, kvd, kvd};
-		ops->matmul(e->bk, 3, w, e->xn, hp->n_embd, n, y, ldy);
-		for (uint32_t r = 0; r < n; r++) {
-			if (L->bq)
-				ops->add(e->bk, e->q + (size_t)r * qd, L->bq + q0, qd);
-			if (L->bk)
-				ops->add(e->bk, e->k + (size_t)r * kvd, L->bk + k0, kvd);
-			if (L->bv)
-				ops->add(e->bk, e->v + (size_t)r * kvd, L->bv + k0, kvd);
-		}
-		if (L->q_norm)
-			ops->rms_norm(e->bk, e->q, L->q_norm, hd, n * nq, hp->rms_eps, e->q);
-		if (L->k_norm)
-			ops->rms_norm(e->bk, e->k, L->k_norm, hd, n * nkv, hp->rms_eps, e->k);
-		bool neox = hp->rope_type == SHOAL_ROPE_NEOX;
-		ops->rope(e->bk, e->q, n, nq, hd, hp->n_rot, b->pos, e->rope_cs, neox);
-		ops->rope(e->bk, e->k, n, nkv, hd, hp->n_rot, b->pos, e->rope_cs, neox);
-		for (uint32_t r = 0; r < n; r++) {
-			float *kc = engine__cache(e, b->session[r], li, 0); /* (n_ctx, kvd) */
-			float *vc = engine__cache(e, b->session[r], li, 1); /* (n_ctx, kvd) */
-			memcpy(kc + (size_t)b->pos[r] * kvd, e->k + (size_t)r * kvd,
-			       kvd * sizeof(float));
-			memcpy(vc + (size_t)b->pos[r] * kvd, e->v + (size_t)r * kvd,
-			       kvd * sizeof(float));
-			e->krow[r] = kc;
-			e->vrow[r] = vc;
-			e->n_kv[r] = b->pos[r] + 1;
-		}
-		shoal_backend_attn a = {
-		    .n_rows = n,
-		    .n_head = nq,
-		    .n_head_kv = nkv,
-		    .head_dim = hd,
-		    .scale = 1.0f / sqrtf((float)hd),
-		    .q = e->q,
-		    .k = e->krow,
-		    .v = e->vrow,
-		    .n_kv = e->n_kv,
-		    .out = t->buf + (size_t)n * qf[me] * hd, /* (n, qd): the packed slice */
-		};
-		ops->attention(e->bk, &a);
-	}
+	/* this member's heads into its packed slice, (n, qc[me] x head_dim) */
+	if (t->hn[me])
+		engine__attn_heads(e, il, b, t->h0[me], t->hn[me],
+		                   t->buf + (size_t)n * qf[me] * hd);
 	shoal_err err =
 	    tp_gather(e, il, SHOAL_ENGINE_TP_ATTN, n, qf, qc, hd, e->att, e->q_dim, why, why_len);
 	if (err)
 		return err;
 	uint32_t ec = t->en[me];
 	if (ec) {
-		shoal_backend_mat wo = tp_rows(L->wo, t->e0[me], ec);
+		shoal_backend_mat wo = engine__mat_rows(L->wo, t->e0[me], ec);
 		float *o = t->buf + (size_t)n * t->e0[me]; /* (n, ec) packed */
 		size_t ld = ec;
 		ops->matmul(e->bk, 1, &wo, e->att, e->q_dim, n, &o, &ld);
@@ -275,8 +222,8 @@ shoal_err engine__tp_ffn(shoal_engine *e, uint32_t il, uint32_t n, char *why, si
 	uint32_t me = t->me, ff = e->hp.n_ff, d = e->hp.n_embd;
 	uint32_t fc = t->fn[me], ec = t->en[me];
 	if (fc) {
-		shoal_backend_mat w[2] = {tp_rows(L->gate, t->f0[me], fc),
-		                          tp_rows(L->up, t->f0[me], fc)};
+		shoal_backend_mat w[2] = {engine__mat_rows(L->gate, t->f0[me], fc),
+		                          engine__mat_rows(L->up, t->f0[me], fc)};
 		float *y[2] = {e->ff_g, e->ff_u}; /* (n, fc) */
 		size_t ldy[2] = {fc, fc};
 		ops->matmul(e->bk, 2, w, e->xn, d, n, y, ldy);
@@ -288,7 +235,7 @@ shoal_err engine__tp_ffn(shoal_engine *e, uint32_t il, uint32_t n, char *why, si
 	if (err)
 		return err;
 	if (ec) {
-		shoal_backend_mat dn = tp_rows(L->down, t->e0[me], ec);
+		shoal_backend_mat dn = engine__mat_rows(L->down, t->e0[me], ec);
 		float *o = t->buf + (size_t)n * t->e0[me]; /* (n, ec) packed */
 		size_t ld = ec;
 		ops->matmul(e->bk, 1, &dn, e->ff_g, ff, n, &o, &ld);
