@@ -36,6 +36,9 @@ typedef struct shoal_policy {
 	bool tensor_groups;         /* also consider stages run by a tensor group
 	                               (scheduler/tensor.c); off by default: the
 	                               node cannot execute them yet */
+	uint64_t epoch_floor;       /* a new plan's epoch is above this and above
+	                               the previous plan's (the cluster's highest
+	                               served epoch: epochs never recur) */
 } shoal_policy;
 
 /* Defaults (each derived in plan.c): ctx 8192, 1 session, headroom 5 %,

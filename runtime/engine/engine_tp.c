@@ -93,6 +93,10 @@ shoal_err engine__tp_init(shoal_engine *e, char *why, size_t why_len)
 	if (e->cfg.expert_mask)
 		return shoal_why(why, why_len, SHOAL_ERR_INVAL,
 		                 "a tensor member's experts are its share: no expert mask");
+	if (hp->mla)
+		return shoal_why(
+		    why, why_len, SHOAL_ERR_UNSUPPORTED,
+		    "tensor members of an MLA model (deepseek2) are not supported yet");
 	unsigned __int128 tot = 0;
 	for (uint32_t i = 0; i < c->n_members; i++)
 		tot += c->weights[i];
@@ -294,5 +298,12 @@ shoal_err engine__tp_moe(shoal_engine *e, uint32_t il, uint32_t n, char *why, si
 				memcpy(e->moe_contrib + s * d, src + j++ * d, d * sizeof(float));
 	}
 	shoal_engine_moe_combine(n, k, d, e->moe_contrib, e->tmp);
+	const engine__layer *L = &e->layers[il];
+	if (L->shexp) {
+		/* shared experts: whole on every member (moe_x is free again) */
+		engine__ffn_swiglu(e, &L->gate_sh, &L->up_sh, &L->down_sh, e->hp.n_ff_shexp, n,
+		                   e->moe_x);
+		e->ops->add(e->bk, e->tmp, e->moe_x, (size_t)n * d);
+	}
 	return SHOAL_OK;
 }
