@@ -29,6 +29,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <jansson.h>
@@ -178,8 +179,41 @@ static void shoal_node_remove_control(shoal_node *n)
  * than the caches. */
 #define SHOAL_NODE_PROBE_MS 150u
 
-static void shoal_node_compute_probe(shoal_record *r)
+/* The figures are kept in the state directory (SHOAL_NODE_PROBE_FILE: one
+ * line "shoal-probe 1 ISA MB_S MFLOPS UNIX_SECONDS") and used again by the
+ * next start on the same kernels within SHOAL_NODE_PROBE_KEEP_S, unless
+ * --reprobe: a restarted peer then publishes the record it had, so its
+ * peers' plan still holds and a restart changes no plan (a new measurement
+ * differs by a few percent and may tip the layer split). */
+#define SHOAL_NODE_PROBE_FILE   "probe"
+#define SHOAL_NODE_PROBE_KEEP_S (7u * 24 * 3600)
+
+static bool shoal_node_probe_load(const char *dir, shoal_record *r)
 {
+	char path[1100], isa[32];
+	snprintf(path, sizeof path, "%s/%s", dir, SHOAL_NODE_PROBE_FILE);
+	FILE *f = fopen(path, "r");
+	if (!f)
+		return false;
+	unsigned long long mb = 0, mf = 0, at = 0;
+	int k = fscanf(f, "shoal-probe 1 %31s %llu %llu %llu", isa, &mb, &mf, &at);
+	fclose(f);
+	time_t now = time(NULL);
+	if (k != 4 || strcmp(isa, shoal_kernels_best()->isa) || !mb || !mf || at > (unsigned long long)now ||
+	    (unsigned long long)now - at > SHOAL_NODE_PROBE_KEEP_S)
+		return false;
+	r->compute_mb_s = mb;
+	r->compute_mflops = mf;
+	SHOAL_LOG_I("node", "compute probe (%s, kept from %llu s ago; --reprobe measures again): "
+	                    "%.2f GB/s mat-vec, %.2f GFLOP/s mat-mul",
+	            isa, (unsigned long long)now - at, (double)mb / 1000.0, (double)mf / 1000.0);
+	return true;
+}
+
+static void shoal_node_compute_probe(const char *dir, bool reprobe, shoal_record *r)
+{
+	if (!reprobe && shoal_node_probe_load(dir, r))
+		return;
 	shoal_kernels_probe_result res;
 	if (shoal_kernels_probe(NULL, SHOAL_NODE_PROBE_MS, &res) != SHOAL_OK) {
 		SHOAL_LOG_W("node", "compute probe failed (out of memory); publishing 0");
@@ -189,6 +223,19 @@ static void shoal_node_compute_probe(shoal_record *r)
 	r->compute_mflops = (uint64_t)(res.gemm_gflops * 1000.0); /* GFLOP/s -> MFLOP/s */
 	SHOAL_LOG_I("node", "compute probe (%s, %u ms): %.2f GB/s mat-vec, %.2f GFLOP/s mat-mul",
 	            res.isa ? res.isa : "?", res.elapsed_ms, res.gemv_gbps, res.gemm_gflops);
+	char path[1100], tmp[1110];
+	snprintf(path, sizeof path, "%s/%s", dir, SHOAL_NODE_PROBE_FILE);
+	snprintf(tmp, sizeof tmp, "%s.tmp", path);
+	FILE *f = fopen(tmp, "w");
+	if (!f)
+		return;
+	int bad = fprintf(f, "shoal-probe 1 %s %llu %llu %llu\n", res.isa ? res.isa : "?",
+	                  (unsigned long long)r->compute_mb_s,
+	                  (unsigned long long)r->compute_mflops,
+	                  (unsigned long long)time(NULL)) < 0;
+	bad |= fclose(f) != 0;
+	if (bad || rename(tmp, path) != 0)
+		unlink(tmp);
 }
 
 /* Fill the static parts of our record: identity, versions, endpoints,
@@ -252,7 +299,7 @@ static void shoal_node_record_init(shoal_node *n)
 	/* models: not advertised yet (open work of the elastic-cluster issue:
 	 * weights for a peer without the file); peers match by model id. */
 	r->n_models = 0;
-	shoal_node_compute_probe(r);
+	shoal_node_compute_probe(n->state_dir, n->cfg.reprobe, r);
 }
 
 /* The parts that change: memory available, load, links. */
