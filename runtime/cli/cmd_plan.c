@@ -133,8 +133,12 @@ static void print_text(const shoal_plan *p, const shoal_manifest *m, const shoal
 		else if (k)
 			print_group(p, m, i, mem, (uint32_t)k);
 	}
+	/* a group's members all embed (the stream is replicated from the
+	 * token ids on); the head is whole on the last group's lead */
+	shoal_plan_member m0;
+	bool g0 = shoal_plan_stage_members(p, 0, &m0, 1) > 0;
 	printf("  embedding on %s, head on %s\n",
-	       shoal_plan_peer_at(p, shoal_plan_embd_peer(p))->name,
+	       g0 ? "every member of stage 0" : shoal_plan_peer_at(p, shoal_plan_embd_peer(p))->name,
 	       shoal_plan_peer_at(p, shoal_plan_head_peer(p))->name);
 	/* experts: say "with their layers" when every expert sits with its stage */
 	bool any = false, with_layer = true;
