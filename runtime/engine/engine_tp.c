@@ -22,7 +22,10 @@
  *   dense: h = silu(xn Wg^T) * (xn Wu^T), m's columns; gather FFN_ACT
  *          f = h Wd^T, m's columns; gather FFN_OUT  -> x += f
  *   MoE:   route (replicated); contributions of m's experts; gather MOE;
- *          combine in expert-id order                -> x += f
+ *          combine in expert-id order, shared experts whole on every
+ *          member                                    -> x += f
+ * Embedding and head are the unsplit engine's (has_embd, has_head). MLA
+ * (deepseek2) members are refused: the latent cache is every head's.
  */
 #include "runtime/engine/engine_impl.h"
 
