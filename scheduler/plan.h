@@ -145,7 +145,8 @@ shoal_err shoal_plan_encode(const shoal_plan *p, uint8_t **out, size_t *len);
 /* The plan those bytes encode, checked (counts in range, stages covering
  * the layers in order, indices below n_peer, ids and owners ascending, no
  * trailing bytes): SHOAL_ERR_FORMAT with a reason otherwise. Its digest is
- * of buf; names and memory figures are empty (they are not encoded). */
+ * of buf; names and memory figures are empty (they are not encoded). A plan
+ * with tensor groups is refused for now (its group section is not read). */
 shoal_err shoal_plan_decode(const uint8_t *buf, size_t len, shoal_plan **out, char *why,
                             size_t why_len);
 
