@@ -55,6 +55,7 @@ static void shoal_cmd_node_usage(FILE *f)
 	        "  --listen ADDR[:PORT]   control address (default 0.0.0.0:47470; port 0 = any)\n"
 	        "  --peer HOST[:PORT]     a seed peer to join through (repeatable)\n"
 	        "  --no-mdns              do not advertise or browse with mDNS/DNS-SD\n"
+	        "  --gossip-ms MS         the base period of every timer (default 100; for tests)\n"
 	        "  --reprobe              measure compute speed again (default: the figures\n"
 	        "                         kept in the state directory, up to 7 days old)\n"
 	        "  --key FILE             cluster key (default: <state-dir>/%s)\n"

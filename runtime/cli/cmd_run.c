@@ -47,8 +47,10 @@ static void shoal_run_usage(FILE *f)
 	        "  --system TEXT          system message for --chat\n"
 	        "  --ids                  print the generated token ids, one line\n"
 	        "  --logprobs K           print one JSON object per generated token with\n"
-	        "                         its logprob and the K best alternatives\n",
+	        "                         its logprob and the K best alternatives\n"
+	        "With --peer the model runs on a cluster instead:\n\n",
 	        SHOAL_RUN_DEFAULT_TOKENS);
+	shoal_run_remote_usage(f);
 }
 
 typedef struct shoal_run_opts {
