@@ -44,7 +44,20 @@ for c in $("$B" --help 2>&1 | sed -n 's/^  \([a-z]*\)  .*/\1/p'); do
 	*) echo "command $c has no help check"; bad=1 ;;
 	esac
 done
-[ $bad = 0 ] || fail "help does not list every option"
+# bad combinations name the flag and what it needs
+err_is() { # err_is PATTERN ARGS...: shoal ARGS exits 2 with a message matching PATTERN
+	local pat=$1 out rc
+	shift
+	out=$("$B" "$@" 2>&1)
+	rc=$?
+	[ $rc = 2 ] && grep -q -- "$pat" <<<"$out" || { echo "shoal $*: rc $rc, '$out'"; bad=1; }
+}
+err_is "mem-limit.* need --model FILE or --model-id" node --mem-limit 1G --insecure --state-dir "$T/s"
+err_is "unexpected argument 'x.gguf' (a model file is given with --model FILE)" node x.gguf
+err_is "--key and --insecure exclude each other" node --key "$T/k" --insecure
+err_is "--cache-max needs --model-id" node --cache-max 1G --insecure
+err_is "--model and --model-id exclude each other" node --model a.gguf --model-id any --insecure
+[ $bad = 0 ] || fail "help does not list every option, or an error does not name its flag"
 [ $checked -ge 60 ] || fail "only $checked options found: is the source scan broken?"
 echo "$checked options of 10 commands, each in its command's --help"
 echo PASS
