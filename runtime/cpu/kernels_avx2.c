@@ -207,4 +207,4 @@ KERNELS__SUPER_TILE(k2_tile_q6_k, kernels__block_q6_k)
 
 /* ---- the table ----------------------------------------------------------------------- */
 
-KERNELS__TABLE(kernels__avx2, "avx2", k2, KERNELS__TILES(k2));
+KERNELS__TABLE(kernels__avx2, "avx2", k2, .tile = {KERNELS__TILES_BASE(k2)});

@@ -219,4 +219,4 @@ KERNELS__SUPER_TILE(kn_tile_q6_k, kernels__block_q6_k)
 #define KN_ISA   "neon-base"
 #endif
 
-KERNELS__TABLE(KN_TABLE, KN_ISA, kn, KERNELS__TILES(kn));
+KERNELS__TABLE(KN_TABLE, KN_ISA, kn, .tile = {KERNELS__TILES_BASE(kn)});
