@@ -4,7 +4,8 @@
  *
  * Part: runtime/, room cpu/. The order of accumulation of each dot product
  * (fixed per ISA, see test_kernels.c) is given below the includes.
- * Divisions: helpers, float types, Q8_0/Q4_0, Q4_K, Q6_K, the table.
+ * Divisions: helpers, float types, Q8_0/Q4_0 (and Q5_0, IQ4_NL, MXFP4),
+ * Q4_K, Q6_K, Q5_K/Q2_K/Q3_K/IQ4_XS, the table.
  */
 #include "runtime/cpu/kernels_x86.h"
 
@@ -17,7 +18,9 @@
  *     d_w * d_x, acc), 8 lanes; result hsum8(a0 + a1);
  *   Q4_K: per super-block int32 lanes isum and imin (exact), then
  *     acc = fma(d, isum, acc), acc = fnma(dmin, imin, acc); result hsum8;
- *   Q6_K: per super-block int32 lanes isum (exact), acc = fma(d, isum, acc).
+ *   Q6_K: per super-block int32 lanes isum (exact), acc = fma(d, isum, acc);
+ *   Q5_0/IQ4_NL/MXFP4 as Q8_0 (MXFP4's scale the halved E8M0), Q5_K/Q2_K
+ *   as Q4_K, Q3_K/IQ4_XS as Q6_K; Q5_1 is left to the scalar table.
  */
 
 /* ---- the vector for the shells' templates --------------------------------- */
@@ -68,7 +71,7 @@ KERNELS__INLINE __m256i k2_q4_0_bytes(const uint8_t *qs)
 /* Blocks b (into a0) and b + 1 (into a1), or only b when single; the two
  * scale products d_w * d_x are formed in one vector multiply (the same IEEE
  * products as one at a time). */
-#define K2_Q32_TILE(name, WBLOCK, WBYTES)                                                          \
+#define K2_Q32_TILE(name, WBLOCK, WBYTES, WSCALES)                                                \
 	KERNELS__INLINE void name##_pair(const WBLOCK *wb, int64_t b, int single,                  \
 	                                 const void *const *xq, const int NC, __m256 *a0,          \
 	                                 __m256 *a1)                                               \
@@ -77,7 +80,7 @@ KERNELS__INLINE __m256i k2_q4_0_bytes(const uint8_t *qs)
 		__m256i q0 = WBYTES(wb + b), aq0 = _mm256_abs_epi8(q0);                            \
 		__m256i q1 = single ? q0 : WBYTES(wb + b + 1);                                     \
 		__m256i aq1 = _mm256_abs_epi8(q1);                                                 \
-		__m128 dw = kernels__x86_h2f_pair(&wb[b].d, single ? 0 : wb[b + 1].d);             \
+		__m128 dw = WSCALES(wb, b, single);                                                \
 		for (int c = 0; c < NC; c++) {                                                     \
 			const kernels__block_q8_0 *xb = (const kernels__block_q8_0 *)xq[c] + b;    \
 			__m128 d =                                                                 \
@@ -96,11 +99,23 @@ KERNELS__INLINE __m256i k2_q4_0_bytes(const uint8_t *qs)
 	}                                                                                          \
 	KERNELS__PAIR_TILE(name, WBLOCK)
 
-#define K2_Q8_0_BYTES(blk) _mm256_loadu_si256((const __m256i *)(blk)->qs)
-#define K2_Q4_0_BYTES(blk) k2_q4_0_bytes((blk)->qs)
+#define K2_Q8_0_BYTES(blk)   _mm256_loadu_si256((const __m256i *)(blk)->qs)
+#define K2_Q4_0_BYTES(blk)   k2_q4_0_bytes((blk)->qs)
+#define K2_Q5_0_BYTES(blk)   kernels__x86_q5_0_bytes(blk)
+#define K2_IQ4_NL_BYTES(blk) kernels__x86_table_bytes((blk)->qs, kernels__iq4_values)
+#define K2_MXFP4_BYTES(blk)  kernels__x86_table_bytes((blk)->qs, kernels__mxfp4_values)
 
-K2_Q32_TILE(k2_tile_q8_0, kernels__block_q8_0, K2_Q8_0_BYTES)
-K2_Q32_TILE(k2_tile_q4_0, kernels__block_q4_0, K2_Q4_0_BYTES)
+/* The weight scales of blocks b and b + 1 (0 when single) in lanes 0 and 1. */
+#define K2_H2F_SCALES(wb, b, single) kernels__x86_h2f_pair(&(wb)[b].d, (single) ? 0 : (wb)[(b) + 1].d)
+#define K2_E8M0_SCALES(wb, b, single)                                                              \
+	_mm_setr_ps(kernels__e8m0_half((wb)[b].e),                                                 \
+	            (single) ? 0.0f : kernels__e8m0_half((wb)[(b) + 1].e), 0.0f, 0.0f)
+
+K2_Q32_TILE(k2_tile_q8_0, kernels__block_q8_0, K2_Q8_0_BYTES, K2_H2F_SCALES)
+K2_Q32_TILE(k2_tile_q4_0, kernels__block_q4_0, K2_Q4_0_BYTES, K2_H2F_SCALES)
+K2_Q32_TILE(k2_tile_q5_0, kernels__block_q5_0, K2_Q5_0_BYTES, K2_H2F_SCALES)
+K2_Q32_TILE(k2_tile_iq4_nl, kernels__block_iq4_nl, K2_IQ4_NL_BYTES, K2_H2F_SCALES)
+K2_Q32_TILE(k2_tile_mxfp4, kernels__block_mxfp4, K2_MXFP4_BYTES, K2_E8M0_SCALES)
 
 /* ---- Q4_K ----------------------------------------------------------------------------
  * Sub-block j (32 elements, one ymm of quants 0..15): maddubs(q, x) pairs
@@ -205,6 +220,51 @@ KERNELS__INLINE void k2_tile_q6_k_block(const kernels__block_q6_k *wb, int64_t b
 }
 KERNELS__SUPER_TILE(k2_tile_q6_k, kernels__block_q6_k)
 
+/* ---- Q5_K, Q2_K, Q3_K, IQ4_XS ------------------------------------------------------------
+ * The exact int32 lanes come from kernels_x86.h (bounds there); the types
+ * with mins do acc = fma(d, isum, acc), acc = fnma(dmin, imin, acc) as
+ * Q4_K, the others acc = fma(d, isum, acc) as Q6_K. */
+
+#define K2_KQ_MIN_TILE(name, WBLOCK, LANES)                                                        \
+	KERNELS__INLINE void name##_block(const WBLOCK *wb, int64_t b, const void *const *xq,      \
+	                                  const int NC, __m256 *acc)                               \
+	{                                                                                          \
+		__m256i isum[KERNELS__TILE], imin[KERNELS__TILE];                                  \
+		LANES(&wb[b], b, xq, NC, isum, imin);                                              \
+		float dw = kernels__x86_h2f(wb[b].d), dmw = kernels__x86_h2f(wb[b].dmin);          \
+		for (int c = 0; c < NC; c++) {                                                     \
+			float dx = ((const kernels__block_q8_k *)xq[c])[b].d;                      \
+			__m256 d = _mm256_set1_ps(dw * dx), dm = _mm256_set1_ps(dmw * dx);         \
+			acc[c] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(isum[c]), acc[c]);          \
+			acc[c] = _mm256_fnmadd_ps(dm, _mm256_cvtepi32_ps(imin[c]), acc[c]);        \
+		}                                                                                  \
+	}                                                                                          \
+	KERNELS__SUPER_TILE(name, WBLOCK)
+
+#define K2_KQ_TILE(name, WBLOCK, LANES)                                                            \
+	KERNELS__INLINE void name##_block(const WBLOCK *wb, int64_t b, const void *const *xq,      \
+	                                  const int NC, __m256 *acc)                               \
+	{                                                                                          \
+		__m256i isum[KERNELS__TILE];                                                       \
+		LANES(&wb[b], b, xq, NC, isum);                                                    \
+		float dw = kernels__x86_h2f(wb[b].d);                                              \
+		for (int c = 0; c < NC; c++) {                                                     \
+			float dx = ((const kernels__block_q8_k *)xq[c])[b].d;                      \
+			acc[c] = _mm256_fmadd_ps(_mm256_set1_ps(dw * dx),                          \
+			                         _mm256_cvtepi32_ps(isum[c]), acc[c]);             \
+		}                                                                                  \
+	}                                                                                          \
+	KERNELS__SUPER_TILE(name, WBLOCK)
+
+K2_KQ_MIN_TILE(k2_tile_q5_k, kernels__block_q5_k, kernels__x86_q5k_lanes)
+K2_KQ_MIN_TILE(k2_tile_q2_k, kernels__block_q2_k, kernels__x86_q2k_lanes)
+K2_KQ_TILE(k2_tile_q3_k, kernels__block_q3_k, kernels__x86_q3k_lanes)
+K2_KQ_TILE(k2_tile_iq4_xs, kernels__block_iq4_xs, kernels__x86_iq4xs_lanes)
+
 /* ---- the table ----------------------------------------------------------------------- */
 
-KERNELS__TABLE(kernels__avx2, "avx2", k2, .tile = {KERNELS__TILES_BASE(k2)});
+KERNELS__TABLE(kernels__avx2, "avx2", k2, 
+               .tile = {KERNELS__TILES_BASE(k2), [KERNELS__W_Q5_0] = k2_tile_q5_0,
+                        [KERNELS__W_IQ4_NL] = k2_tile_iq4_nl, [KERNELS__W_MXFP4] = k2_tile_mxfp4,
+                        [KERNELS__W_Q2_K] = k2_tile_q2_k, [KERNELS__W_Q3_K] = k2_tile_q3_k,
+                        [KERNELS__W_Q5_K] = k2_tile_q5_k, [KERNELS__W_IQ4_XS] = k2_tile_iq4_xs});

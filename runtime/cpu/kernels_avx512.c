@@ -7,7 +7,8 @@
  *
  * Part: runtime/, room cpu/. The order of accumulation of each dot product
  * (fixed per ISA, see test_kernels.c) is given below the includes.
- * Divisions: helpers, float types, Q8_0/Q4_0, Q4_K, Q6_K, the table.
+ * Divisions: helpers, float types, Q8_0/Q4_0 (and Q5_0, IQ4_NL, MXFP4),
+ * Q4_K, Q6_K, Q5_K/Q2_K/Q3_K/IQ4_XS, the table.
  */
 #include "runtime/cpu/kernels_x86.h"
 
@@ -19,7 +20,9 @@
  *     order into one accumulator as fma(float(lanes), d_w * d_x, acc); an
  *     odd last block is a pair with an empty upper half (scale 0); hsum16;
  *   Q4_K/Q6_K: per super-block exact int32 lanes, then fma into one
- *     accumulator (Q4_K: fma(d, isum), then fnma(dmin, imin)); hsum16.
+ *     accumulator (Q4_K: fma(d, isum), then fnma(dmin, imin)); hsum16;
+ *   Q5_0/IQ4_NL/MXFP4 as Q8_0; Q5_K/Q2_K as Q4_K and Q3_K/IQ4_XS as Q6_K,
+ *     from 8 int32 lanes (upper half zero); Q5_1 is left to the scalar table.
  */
 
 #ifndef KERNELS_VNNI
@@ -128,7 +131,7 @@ KERNELS__INLINE __m512i k5_q4_0_pair(const kernels__block_q4_0 *b, int single)
  * (x + 128) w = x w + 128 w; starting each lane from -128 * (its 4 w) leaves
  * exactly sum x w. Without VNNI: |w| times x negated where w < 0, by
  * maddubs (pairs <= 2 * 128 * 127 = 32512, no saturation) and madd. */
-#define K5_Q32_RC(name, WBLOCK, WPAIR)                                                             \
+#define K5_Q32_RC(name, WBLOCK, WPAIR, WSCALES)                                                    \
 	KERNELS__INLINE void name##_rc(int64_t n, const char *w, size_t row_bytes, const int R,    \
 	                               const void *const *xq, const int NC, float *out)            \
 	{                                                                                          \
@@ -159,8 +162,7 @@ KERNELS__INLINE __m512i k5_q4_0_pair(const kernels__block_q4_0 *b, int single)
 				                 (R == 1 ? KERNELS__PF_AHEAD : 4 * row_bytes),     \
 				             _MM_HINT_T1);                                         \
 				__m512i q = WPAIR(wb, single);                                     \
-				__m512 dw = k5_spread_pair(                                        \
-				    kernels__x86_h2f_pair(&wb[0].d, single ? 0 : wb[1].d));        \
+				__m512 dw = k5_spread_pair(WSCALES(wb, 0, single));                \
 				__m512i base = k5_q32_base(q);                                     \
 				__m512i aq = _mm512_abs_epi8(q);                                   \
 				__mmask64 neg = _mm512_movepi8_mask(q);                            \
@@ -205,8 +207,30 @@ KERNELS__INLINE __m512i k5_q32_dot(__m512i base, __m512i aq, __mmask64 neg, __m5
 #endif
 }
 
-K5_Q32_RC(k5_q8_0, kernels__block_q8_0, k5_q8_0_pair)
-K5_Q32_RC(k5_q4_0, kernels__block_q4_0, k5_q4_0_pair)
+/* Q5_0, IQ4_NL, MXFP4: two blocks of signed bytes from kernels_x86.h, the
+ * second zero when single. */
+#define K5_Q32_PAIR(name, WBLOCK, BYTES)                                                           \
+	KERNELS__INLINE __m512i name(const WBLOCK *b, int single)                                  \
+	{                                                                                          \
+		return k5_pair_si(BYTES(b), single ? _mm256_setzero_si256() : BYTES(b + 1));       \
+	}
+#define K5_IQ4_NL_BYTES(b) kernels__x86_table_bytes((b)->qs, kernels__iq4_values)
+#define K5_MXFP4_BYTES(b)  kernels__x86_table_bytes((b)->qs, kernels__mxfp4_values)
+K5_Q32_PAIR(k5_q5_0_pair, kernels__block_q5_0, kernels__x86_q5_0_bytes)
+K5_Q32_PAIR(k5_iq4_nl_pair, kernels__block_iq4_nl, K5_IQ4_NL_BYTES)
+K5_Q32_PAIR(k5_mxfp4_pair, kernels__block_mxfp4, K5_MXFP4_BYTES)
+
+/* The weight scales of blocks b and b + 1 (0 when single) in lanes 0 and 1. */
+#define K5_H2F_SCALES(wb, b, single) kernels__x86_h2f_pair(&(wb)[b].d, (single) ? 0 : (wb)[(b) + 1].d)
+#define K5_E8M0_SCALES(wb, b, single)                                                              \
+	_mm_setr_ps(kernels__e8m0_half((wb)[b].e),                                                 \
+	            (single) ? 0.0f : kernels__e8m0_half((wb)[(b) + 1].e), 0.0f, 0.0f)
+
+K5_Q32_RC(k5_q8_0, kernels__block_q8_0, k5_q8_0_pair, K5_H2F_SCALES)
+K5_Q32_RC(k5_q4_0, kernels__block_q4_0, k5_q4_0_pair, K5_H2F_SCALES)
+K5_Q32_RC(k5_q5_0, kernels__block_q5_0, k5_q5_0_pair, K5_H2F_SCALES)
+K5_Q32_RC(k5_iq4_nl, kernels__block_iq4_nl, k5_iq4_nl_pair, K5_H2F_SCALES)
+K5_Q32_RC(k5_mxfp4, kernels__block_mxfp4, k5_mxfp4_pair, K5_E8M0_SCALES)
 
 /* ---- Q4_K ------------------------------------------------------------------------------
  * One zmm = the 64 quants of qs[32 j .. 32 j + 31]: low nibbles (sub-block
@@ -313,6 +337,49 @@ KERNELS__INLINE void k5_tile_q6_k_block(const kernels__block_q6_k *wb, int64_t b
 }
 KERNELS__SUPER_TILE(k5_tile_q6_k, kernels__block_q6_k)
 
+/* ---- Q5_K, Q2_K, Q3_K, IQ4_XS -------------------------------------------------------------
+ * 256-bit steps: the exact int32 lanes of kernels_x86.h (8 lanes, the upper
+ * half of the zmm zero), scaled and accumulated as Q4_K (with mins) or
+ * Q6_K (without). */
+
+#define K5_KQ_MIN_TILE(name, WBLOCK, LANES)                                                        \
+	KERNELS__INLINE void name##_block(const WBLOCK *wb, int64_t b, const void *const *xq,      \
+	                                  const int NC, __m512 *acc)                               \
+	{                                                                                          \
+		__m256i isum[KERNELS__TILE], imin[KERNELS__TILE];                                  \
+		LANES(&wb[b], b, xq, NC, isum, imin);                                              \
+		float dw = kernels__x86_h2f(wb[b].d), dmw = kernels__x86_h2f(wb[b].dmin);          \
+		for (int c = 0; c < NC; c++) {                                                     \
+			float dx = ((const kernels__block_q8_k *)xq[c])[b].d;                      \
+			__m512 d = _mm512_set1_ps(dw * dx), dm = _mm512_set1_ps(dmw * dx);         \
+			__m512 fi = _mm512_cvtepi32_ps(_mm512_zextsi256_si512(isum[c]));           \
+			__m512 fm = _mm512_cvtepi32_ps(_mm512_zextsi256_si512(imin[c]));           \
+			acc[c] = _mm512_fmadd_ps(d, fi, acc[c]);                                   \
+			acc[c] = _mm512_fnmadd_ps(dm, fm, acc[c]);                                 \
+		}                                                                                  \
+	}                                                                                          \
+	KERNELS__SUPER_TILE(name, WBLOCK)
+
+#define K5_KQ_TILE(name, WBLOCK, LANES)                                                            \
+	KERNELS__INLINE void name##_block(const WBLOCK *wb, int64_t b, const void *const *xq,      \
+	                                  const int NC, __m512 *acc)                               \
+	{                                                                                          \
+		__m256i isum[KERNELS__TILE];                                                       \
+		LANES(&wb[b], b, xq, NC, isum);                                                    \
+		float dw = kernels__x86_h2f(wb[b].d);                                              \
+		for (int c = 0; c < NC; c++) {                                                     \
+			float dx = ((const kernels__block_q8_k *)xq[c])[b].d;                      \
+			__m512 fi = _mm512_cvtepi32_ps(_mm512_zextsi256_si512(isum[c]));           \
+			acc[c] = _mm512_fmadd_ps(_mm512_set1_ps(dw * dx), fi, acc[c]);             \
+		}                                                                                  \
+	}                                                                                          \
+	KERNELS__SUPER_TILE(name, WBLOCK)
+
+K5_KQ_MIN_TILE(k5_tile_q5_k, kernels__block_q5_k, kernels__x86_q5k_lanes)
+K5_KQ_MIN_TILE(k5_tile_q2_k, kernels__block_q2_k, kernels__x86_q2k_lanes)
+K5_KQ_TILE(k5_tile_q3_k, kernels__block_q3_k, kernels__x86_q3k_lanes)
+K5_KQ_TILE(k5_tile_iq4_xs, kernels__block_iq4_xs, kernels__x86_iq4xs_lanes)
+
 /* ---- the table ---------------------------------------------------------------------- */
 
 #if KERNELS_VNNI
@@ -328,5 +395,11 @@ KERNELS__TABLE(K5_TABLE, K5_ISA, k5,
                         [KERNELS__W_F16] = k5_tile_f16,
                         [KERNELS__W_BF16] = k5_tile_bf16,
                         [KERNELS__W_Q4_K] = k5_tile_q4_k,
-                        [KERNELS__W_Q6_K] = k5_tile_q6_k},
-               .rows = {[KERNELS__W_Q8_0] = k5_q8_0_rows, [KERNELS__W_Q4_0] = k5_q4_0_rows});
+                        [KERNELS__W_Q6_K] = k5_tile_q6_k,
+                        [KERNELS__W_Q2_K] = k5_tile_q2_k,
+                        [KERNELS__W_Q3_K] = k5_tile_q3_k,
+                        [KERNELS__W_Q5_K] = k5_tile_q5_k,
+                        [KERNELS__W_IQ4_XS] = k5_tile_iq4_xs},
+               .rows = {[KERNELS__W_Q8_0] = k5_q8_0_rows, [KERNELS__W_Q4_0] = k5_q4_0_rows,
+                        [KERNELS__W_Q5_0] = k5_q5_0_rows, [KERNELS__W_IQ4_NL] = k5_iq4_nl_rows,
+                        [KERNELS__W_MXFP4] = k5_mxfp4_rows});

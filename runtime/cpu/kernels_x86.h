@@ -1,8 +1,10 @@
 /*
  * runtime/cpu/kernels_x86.h: the AVX2-level helpers that both x86 tables use
  * (kernels_avx2.c, and kernels_avx512.c for its 256-bit steps): horizontal
- * sum, fp16 scales to float, and the 16 bsums of a Q8_K block against the
- * Q4_K mins and the Q6_K offset.
+ * sum, fp16 scales to float, the 16 bsums of a Q8_K block against the
+ * Q4_K mins and the Q6_K offset, the signed bytes of the 32-element types
+ * (Q5_0, IQ4_NL, MXFP4), and the exact int32 lanes of one Q5_K, Q3_K, Q2_K
+ * or IQ4_XS super-block (both tables scale and accumulate them).
  *
  * Part: runtime/, room cpu/. Names are kernels__x86_*; everything is
  * always-inline, compiled with the -m flags of the file that includes it
@@ -62,6 +64,187 @@ KERNELS__INLINE __m256i kernels__x86_q6k_offset(const kernels__block_q8_k *xb, _
 {
 	__m256i bs = _mm256_loadu_si256((const __m256i *)xb->bsums);
 	return _mm256_slli_epi32(_mm256_madd_epi16(bs, sc16), 5);
+}
+
+/* ---- 32-element blocks as 32 signed bytes (element order) -------------------- */
+
+/* Byte i = 0xff where bit i of h is set, else 0. */
+KERNELS__INLINE __m256i kernels__x86_bit_bytes(uint32_t h)
+{
+	const __m256i spread = _mm256_set_epi64x(0x0303030303030303LL, 0x0202020202020202LL,
+	                                         0x0101010101010101LL, 0);
+	const __m256i bit = _mm256_set1_epi64x((long long)0x8040201008040201ULL);
+	__m256i v = _mm256_shuffle_epi8(_mm256_set1_epi32((int)h), spread);
+	return _mm256_cmpeq_epi8(_mm256_and_si256(v, bit), bit);
+}
+
+/* The 32 nibbles of qs[16] (low nibbles, then high), 0..15. */
+KERNELS__INLINE __m256i kernels__x86_nibbles(const uint8_t *qs)
+{
+	__m128i q = _mm_loadu_si128((const __m128i *)qs);
+	return _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(q, 4), q), _mm256_set1_epi8(0x0f));
+}
+
+/* Q5_0: q - 16 in -16..15. */
+KERNELS__INLINE __m256i kernels__x86_q5_0_bytes(const kernels__block_q5_0 *b)
+{
+	uint32_t h;
+	memcpy(&h, b->qh, 4);
+	__m256i hi = _mm256_and_si256(kernels__x86_bit_bytes(h), _mm256_set1_epi8(0x10));
+	__m256i q = _mm256_or_si256(kernels__x86_nibbles(b->qs), hi);
+	return _mm256_sub_epi8(q, _mm256_set1_epi8(16));
+}
+
+/* A nibble table (kernels__iq4_values, kernels__mxfp4_values) looked up. */
+KERNELS__INLINE __m256i kernels__x86_table_bytes(const uint8_t *qs, const int8_t *table)
+{
+	__m256i t = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)table));
+	return _mm256_shuffle_epi8(t, kernels__x86_nibbles(qs));
+}
+
+/* ---- K-quant super-blocks as exact int32 lanes -----------------------------------
+ * Each fills isum[c] (and imin[c] for the types with mins) for the NC
+ * activation columns, super-block b. maddubs takes the unsigned quants
+ * first; bounds are given per type. */
+
+/* Q5_K: as Q4_K's kernels (see kernels_avx2.c) with 5-bit quants:
+ * maddubs pairs <= 2 * 31 * 127 = 7874, times sc <= 63 and 4 * 2 pairs per
+ * lane over 4 chunks: < 2^23. The 5th bits: bit 2 j (low nibbles of chunk
+ * j) and 2 j + 1 (high) of qh[l], for the element l of each. */
+KERNELS__INLINE void kernels__x86_q5k_lanes(const kernels__block_q5_k *w, int64_t b,
+                                            const void *const *xq, const int NC, __m256i *isum,
+                                            __m256i *imin)
+{
+	const __m256i m4 = _mm256_set1_epi8(0x0f), one = _mm256_set1_epi8(1);
+	uint64_t sc, mn;
+	kernels__q4k_unpack(w->scales, &sc, &mn);
+	__m256i S =
+	    _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(_mm_cvtsi64_si128((long long)sc)));
+	__m256i hb = _mm256_loadu_si256((const __m256i *)w->qh);
+	for (int c = 0; c < NC; c++)
+		isum[c] = _mm256_setzero_si256();
+	for (int j = 0; j < 4; j++, hb = _mm256_srli_epi16(hb, 2)) {
+		__m256i raw = _mm256_loadu_si256((const __m256i *)(w->qs + 32 * j));
+		__m256i lo = _mm256_or_si256(_mm256_and_si256(raw, m4),
+		                             _mm256_slli_epi16(_mm256_and_si256(hb, one), 4));
+		__m256i hi = _mm256_or_si256(
+		    _mm256_and_si256(_mm256_srli_epi16(raw, 4), m4),
+		    _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hb, 1), one), 4));
+		__m256i s0 = _mm256_shuffle_epi8(
+		    S, _mm256_set1_epi16((short)(((4 * j + 1) << 8) | (4 * j))));
+		__m256i s1 = _mm256_shuffle_epi8(
+		    S, _mm256_set1_epi16((short)(((4 * j + 3) << 8) | (4 * j + 2))));
+		for (int c = 0; c < NC; c++) {
+			const int8_t *x = ((const kernels__block_q8_k *)xq[c])[b].qs + 64 * j;
+			__m256i x0 = _mm256_loadu_si256((const __m256i *)x);
+			__m256i x1 = _mm256_loadu_si256((const __m256i *)(x + 32));
+			__m256i p0 = _mm256_madd_epi16(_mm256_maddubs_epi16(lo, x0), s0);
+			__m256i p1 = _mm256_madd_epi16(_mm256_maddubs_epi16(hi, x1), s1);
+			isum[c] = _mm256_add_epi32(isum[c], _mm256_add_epi32(p0, p1));
+		}
+	}
+	__m256i mins = kernels__x86_q4k_mins(mn);
+	for (int c = 0; c < NC; c++)
+		imin[c] = kernels__x86_q4k_imin((const kernels__block_q8_k *)xq[c] + b, mins);
+}
+
+/* The scales of sub-blocks k (lanes 0-7) and k + 1 (lanes 8-15) as int16. */
+KERNELS__INLINE __m256i kernels__x86_scale_pair(int s0, int s1)
+{
+	return _mm256_set_m128i(_mm_set1_epi16((short)s1), _mm_set1_epi16((short)s0));
+}
+
+/* Q2_K and Q3_K share the 2-bit layout: for chunk c and j < 4, the 32
+ * bytes qs[32 c ..] shifted right 2 j hold (low 2 bits of) elements 128 c +
+ * 32 j .. + 31, sub-blocks 8 c + 2 j (lanes 0-15) and + 1 (16-31).
+ * Q2_K: maddubs pairs <= 2 * 3 * 127, times sc <= 15, 16 parts: < 2^19;
+ * mins: madd(bsums, m) gives m_j * bsum_j summed in pairs, exact. */
+KERNELS__INLINE void kernels__x86_q2k_lanes(const kernels__block_q2_k *w, int64_t b,
+                                            const void *const *xq, const int NC, __m256i *isum,
+                                            __m256i *imin)
+{
+	const __m256i m2 = _mm256_set1_epi8(3);
+	for (int c = 0; c < NC; c++)
+		isum[c] = _mm256_setzero_si256();
+	for (int ch = 0; ch < 2; ch++) {
+		__m256i raw = _mm256_loadu_si256((const __m256i *)(w->qs + 32 * ch));
+		for (int j = 0; j < 4; j++, raw = _mm256_srli_epi16(raw, 2)) {
+			__m256i q = _mm256_and_si256(raw, m2);
+			const uint8_t *sc = w->scales + 8 * ch + 2 * j;
+			__m256i s = kernels__x86_scale_pair(sc[0] & 0xf, sc[1] & 0xf);
+			for (int c = 0; c < NC; c++) {
+				const int8_t *x =
+				    ((const kernels__block_q8_k *)xq[c])[b].qs + 128 * ch + 32 * j;
+				__m256i xv = _mm256_loadu_si256((const __m256i *)x);
+				isum[c] = _mm256_add_epi32(
+				    isum[c], _mm256_madd_epi16(_mm256_maddubs_epi16(q, xv), s));
+			}
+		}
+	}
+	__m128i sb = _mm_loadu_si128((const __m128i *)w->scales);
+	__m256i m16 = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(sb, 4), _mm_set1_epi8(0x0f)));
+	for (int c = 0; c < NC; c++) {
+		const kernels__block_q8_k *xb = (const kernels__block_q8_k *)xq[c] + b;
+		__m256i bs = _mm256_loadu_si256((const __m256i *)xb->bsums);
+		imin[c] = _mm256_madd_epi16(bs, m16);
+	}
+}
+
+/* Q3_K: quants as unsigned u = q + 4 in 0..7 (2 low bits, then bit 4 c + j
+ * of hmask[l] on top), dot(u - 4, x) = dot(u, x) - 4 * bsum per 16:
+ * maddubs pairs <= 2 * 7 * 127, times |sc| <= 32, 16 parts: < 2^21; the
+ * -4 part is madd(bsums, sc) << 2. */
+KERNELS__INLINE void kernels__x86_q3k_lanes(const kernels__block_q3_k *w, int64_t b,
+                                            const void *const *xq, const int NC, __m256i *isum)
+{
+	const __m256i m2 = _mm256_set1_epi8(3), one = _mm256_set1_epi8(1);
+	int8_t sc[16];
+	kernels__q3k_scales(w->scales, sc);
+	for (int c = 0; c < NC; c++)
+		isum[c] = _mm256_setzero_si256();
+	__m256i hm = _mm256_loadu_si256((const __m256i *)w->hmask);
+	for (int ch = 0; ch < 2; ch++) {
+		__m256i raw = _mm256_loadu_si256((const __m256i *)(w->qs + 32 * ch));
+		for (int j = 0; j < 4; j++, raw = _mm256_srli_epi16(raw, 2), hm = _mm256_srli_epi16(hm, 1)) {
+			__m256i q = _mm256_or_si256(_mm256_and_si256(raw, m2),
+			                            _mm256_slli_epi16(_mm256_and_si256(hm, one), 2));
+			__m256i s = kernels__x86_scale_pair(sc[8 * ch + 2 * j], sc[8 * ch + 2 * j + 1]);
+			for (int c = 0; c < NC; c++) {
+				const int8_t *x =
+				    ((const kernels__block_q8_k *)xq[c])[b].qs + 128 * ch + 32 * j;
+				__m256i xv = _mm256_loadu_si256((const __m256i *)x);
+				isum[c] = _mm256_add_epi32(
+				    isum[c], _mm256_madd_epi16(_mm256_maddubs_epi16(q, xv), s));
+			}
+		}
+	}
+	__m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)sc));
+	for (int c = 0; c < NC; c++) {
+		const kernels__block_q8_k *xb = (const kernels__block_q8_k *)xq[c] + b;
+		__m256i bs = _mm256_loadu_si256((const __m256i *)xb->bsums);
+		isum[c] = _mm256_sub_epi32(isum[c], _mm256_slli_epi32(_mm256_madd_epi16(bs, sc16), 2));
+	}
+}
+
+/* IQ4_XS: per sub-block of 32 the table values (signed, |v| <= 127) by a
+ * byte shuffle, the sign trick as for Q8_0 (pairs <= 2 * 127 * 127 =
+ * 32258), times ls - 32 (|.| <= 32), 8 sub-blocks: < 2^25. */
+KERNELS__INLINE void kernels__x86_iq4xs_lanes(const kernels__block_iq4_xs *w, int64_t b,
+                                              const void *const *xq, const int NC, __m256i *isum)
+{
+	for (int c = 0; c < NC; c++)
+		isum[c] = _mm256_setzero_si256();
+	for (int ib = 0; ib < 8; ib++) {
+		__m256i q = kernels__x86_table_bytes(w->qs + 16 * ib, kernels__iq4_values);
+		__m256i aq = _mm256_abs_epi8(q);
+		__m256i s = _mm256_set1_epi16((short)kernels__iq4xs_scale(w, ib));
+		for (int c = 0; c < NC; c++) {
+			const int8_t *x = ((const kernels__block_q8_k *)xq[c])[b].qs + 32 * ib;
+			__m256i xv = _mm256_loadu_si256((const __m256i *)x);
+			__m256i p = _mm256_maddubs_epi16(aq, _mm256_sign_epi8(xv, q));
+			isum[c] = _mm256_add_epi32(isum[c], _mm256_madd_epi16(p, s));
+		}
+	}
 }
 
 #endif
