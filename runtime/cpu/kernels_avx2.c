@@ -4,7 +4,7 @@
  *
  * Part: runtime/, room cpu/. The order of accumulation of each dot product
  * (fixed per ISA, see test_kernels.c) is given below the includes.
- * Divisions: helpers, float types, Q8_0/Q4_0 (and Q5_0, IQ4_NL, MXFP4),
+ * Divisions: helpers, float types, Q8_0/Q4_0 (and Q5_0, IQ4_NL, MXFP4, Q5_1),
  * Q4_K, Q6_K, Q5_K/Q2_K/Q3_K/IQ4_XS, the table.
  */
 #include "runtime/cpu/kernels_x86.h"
@@ -20,7 +20,8 @@
  *     acc = fma(d, isum, acc), acc = fnma(dmin, imin, acc); result hsum8;
  *   Q6_K: per super-block int32 lanes isum (exact), acc = fma(d, isum, acc);
  *   Q5_0/IQ4_NL/MXFP4 as Q8_0 (MXFP4's scale the halved E8M0), Q5_K/Q2_K
- *   as Q4_K, Q3_K/IQ4_XS as Q6_K; Q5_1 is left to the scalar table.
+ *   as Q4_K, Q3_K/IQ4_XS as Q6_K; Q5_1 as Q8_0, then per block
+ *   acc = fma(float(sums of x), m_w * d_x, acc) into the same accumulator.
  */
 
 /* ---- the vector for the shells' templates --------------------------------- */
@@ -116,6 +117,30 @@ K2_Q32_TILE(k2_tile_q4_0, kernels__block_q4_0, K2_Q4_0_BYTES, K2_H2F_SCALES)
 K2_Q32_TILE(k2_tile_q5_0, kernels__block_q5_0, K2_Q5_0_BYTES, K2_H2F_SCALES)
 K2_Q32_TILE(k2_tile_iq4_nl, kernels__block_iq4_nl, K2_IQ4_NL_BYTES, K2_H2F_SCALES)
 K2_Q32_TILE(k2_tile_mxfp4, kernels__block_mxfp4, K2_MXFP4_BYTES, K2_E8M0_SCALES)
+
+/* Q5_1: x = d q + m, so per block acc = fma(dot(q, x), d_w d_x, acc), then
+ * acc = fma(sum x, m_w d_x, acc); blocks b and b + 1 into a0 and a1. */
+KERNELS__INLINE void k2_tile_q5_1_pair(const kernels__block_q5_1 *wb, int64_t b, int single,
+                                       const void *const *xq, const int NC, __m256 *a0,
+                                       __m256 *a1)
+{
+	_mm_prefetch((const char *)(wb + b) + KERNELS__PF_AHEAD, _MM_HINT_T1);
+	for (int k = 0; k < (single ? 1 : 2); k++) {
+		const kernels__block_q5_1 *w = wb + b + k;
+		__m256i q = kernels__x86_q5_bytes(w->qs, w->qh);
+		float dw = kernels__x86_h2f(w->d), mw = kernels__x86_h2f(w->m);
+		__m256 *a = k ? a1 : a0;
+		for (int c = 0; c < NC; c++) {
+			const kernels__block_q8_0 *xb = (const kernels__block_q8_0 *)xq[c] + b + k;
+			__m256i si, sx;
+			kernels__x86_q5_1_lanes(q, xb, &si, &sx);
+			float dx = kernels__x86_h2f(xb->d);
+			a[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(si), _mm256_set1_ps(dw * dx), a[c]);
+			a[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sx), _mm256_set1_ps(mw * dx), a[c]);
+		}
+	}
+}
+KERNELS__PAIR_TILE(k2_tile_q5_1, kernels__block_q5_1)
 
 /* ---- Q4_K ----------------------------------------------------------------------------
  * Sub-block j (32 elements, one ymm of quants 0..15): maddubs(q, x) pairs
@@ -263,8 +288,4 @@ K2_KQ_TILE(k2_tile_iq4_xs, kernels__block_iq4_xs, kernels__x86_iq4xs_lanes)
 
 /* ---- the table ----------------------------------------------------------------------- */
 
-KERNELS__TABLE(kernels__avx2, "avx2", k2, 
-               .tile = {KERNELS__TILES_BASE(k2), [KERNELS__W_Q5_0] = k2_tile_q5_0,
-                        [KERNELS__W_IQ4_NL] = k2_tile_iq4_nl, [KERNELS__W_MXFP4] = k2_tile_mxfp4,
-                        [KERNELS__W_Q2_K] = k2_tile_q2_k, [KERNELS__W_Q3_K] = k2_tile_q3_k,
-                        [KERNELS__W_Q5_K] = k2_tile_q5_k, [KERNELS__W_IQ4_XS] = k2_tile_iq4_xs});
+KERNELS__TABLE(kernels__avx2, "avx2", k2, .tile = {KERNELS__TILES_ALL(k2)});

@@ -7,7 +7,7 @@
  *
  * Part: runtime/, room cpu/. The order of accumulation of each dot product
  * (fixed per ISA, see test_kernels.c) is given below the includes.
- * Divisions: helpers, float types, Q8_0/Q4_0 (and Q5_0, IQ4_NL, MXFP4),
+ * Divisions: helpers, float types, Q8_0/Q4_0 (and Q5_0, IQ4_NL, MXFP4, Q5_1),
  * Q4_K, Q6_K, Q5_K/Q2_K/Q3_K/IQ4_XS, the table.
  */
 #include "runtime/cpu/kernels_x86.h"
@@ -22,7 +22,8 @@
  *   Q4_K/Q6_K: per super-block exact int32 lanes, then fma into one
  *     accumulator (Q4_K: fma(d, isum), then fnma(dmin, imin)); hsum16;
  *   Q5_0/IQ4_NL/MXFP4 as Q8_0; Q5_K/Q2_K as Q4_K and Q3_K/IQ4_XS as Q6_K,
- *     from 8 int32 lanes (upper half zero); Q5_1 is left to the scalar table.
+ *     from 8 int32 lanes (upper half zero); Q5_1 as AVX2 does (in pairs,
+ *     a0 + a1, lanes 8-15 zero).
  */
 
 #ifndef KERNELS_VNNI
@@ -232,6 +233,33 @@ K5_Q32_RC(k5_q5_0, kernels__block_q5_0, k5_q5_0_pair, K5_H2F_SCALES)
 K5_Q32_RC(k5_iq4_nl, kernels__block_iq4_nl, k5_iq4_nl_pair, K5_H2F_SCALES)
 K5_Q32_RC(k5_mxfp4, kernels__block_mxfp4, k5_mxfp4_pair, K5_E8M0_SCALES)
 
+/* Q5_1 (rare: 256-bit steps, upper half zero): per block acc = fma(dot(q,
+ * x), d_w d_x, acc), then acc = fma(sum x, m_w d_x, acc); blocks b and
+ * b + 1 into a0 and a1. */
+KERNELS__INLINE void k5_tile_q5_1_pair(const kernels__block_q5_1 *wb, int64_t b, int single,
+                                       const void *const *xq, const int NC, __m512 *a0,
+                                       __m512 *a1)
+{
+	_mm_prefetch((const char *)(wb + b) + KERNELS__PF_AHEAD, _MM_HINT_T1);
+	for (int k = 0; k < (single ? 1 : 2); k++) {
+		const kernels__block_q5_1 *w = wb + b + k;
+		__m256i q = kernels__x86_q5_bytes(w->qs, w->qh);
+		float dw = kernels__x86_h2f(w->d), mw = kernels__x86_h2f(w->m);
+		__m512 *a = k ? a1 : a0;
+		for (int c = 0; c < NC; c++) {
+			const kernels__block_q8_0 *xb = (const kernels__block_q8_0 *)xq[c] + b + k;
+			__m256i si, sx;
+			kernels__x86_q5_1_lanes(q, xb, &si, &sx);
+			float dx = kernels__x86_h2f(xb->d);
+			__m512 fs = _mm512_cvtepi32_ps(_mm512_zextsi256_si512(si));
+			__m512 fx = _mm512_cvtepi32_ps(_mm512_zextsi256_si512(sx));
+			a[c] = _mm512_fmadd_ps(fs, _mm512_set1_ps(dw * dx), a[c]);
+			a[c] = _mm512_fmadd_ps(fx, _mm512_set1_ps(mw * dx), a[c]);
+		}
+	}
+}
+KERNELS__PAIR_TILE(k5_tile_q5_1, kernels__block_q5_1)
+
 /* ---- Q4_K ------------------------------------------------------------------------------
  * One zmm = the 64 quants of qs[32 j .. 32 j + 31]: low nibbles (sub-block
  * 2j) then high (2j+1), the element order of the activations. Bounds as in
@@ -396,6 +424,7 @@ KERNELS__TABLE(K5_TABLE, K5_ISA, k5,
                         [KERNELS__W_BF16] = k5_tile_bf16,
                         [KERNELS__W_Q4_K] = k5_tile_q4_k,
                         [KERNELS__W_Q6_K] = k5_tile_q6_k,
+                        [KERNELS__W_Q5_1] = k5_tile_q5_1,
                         [KERNELS__W_Q2_K] = k5_tile_q2_k,
                         [KERNELS__W_Q3_K] = k5_tile_q3_k,
                         [KERNELS__W_Q5_K] = k5_tile_q5_k,

@@ -339,8 +339,7 @@ static inline int kernels__windex(shoal_dtype wt)
 }
 
 /* What one ISA computes each weight type with: a rows function where set
- * (preferred), else a tile function; a type with neither is left to the
- * scalar table (a rare type an ISA has no kernel for, e.g. Q5_1). */
+ * (preferred), else a tile function. */
 typedef struct kernels__ops {
 	kernels__tile_fn tile[KERNELS__NW];
 	kernels__rows_fn rows[KERNELS__NW]; /* optional (NULL) */
@@ -353,12 +352,10 @@ static inline void kernels__ops_run(const kernels__ops *ops, shoal_dtype wt, int
                                     size_t xq_stride, int64_t ncols, float *y, size_t y_stride)
 {
 	int t = kernels__windex(wt);
-	/* Every computable type has an index; another type is a caller bug
-	 * (the engine refuses the tensor when it loads). */
-	SHOAL_ASSERT(t >= 0);
-	if (!ops->rows[t] && !ops->tile[t]) /* the scalar table has every type */
-		kernels__scalar.gemm(wt, n, w, row_bytes, nrows, xq, xq_stride, ncols, y, y_stride);
-	else if (ops->rows[t])
+	/* Every table computes every computable type; another type is a caller
+	 * bug (the engine refuses the tensor when it loads). */
+	SHOAL_ASSERT(t >= 0 && (ops->rows[t] || ops->tile[t]));
+	if (ops->rows[t])
 		kernels__run_rows(ops->rows[t], n, w, row_bytes, nrows, xq, xq_stride, ncols, y,
 		                  y_stride);
 	else if (ncols == 1)

@@ -85,14 +85,31 @@ KERNELS__INLINE __m256i kernels__x86_nibbles(const uint8_t *qs)
 	return _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(q, 4), q), _mm256_set1_epi8(0x0f));
 }
 
+/* Q5_0 / Q5_1 quants, 0..31. */
+KERNELS__INLINE __m256i kernels__x86_q5_bytes(const uint8_t *qs, const uint8_t *qh)
+{
+	uint32_t h;
+	memcpy(&h, qh, 4);
+	__m256i hi = _mm256_and_si256(kernels__x86_bit_bytes(h), _mm256_set1_epi8(0x10));
+	return _mm256_or_si256(kernels__x86_nibbles(qs), hi);
+}
+
 /* Q5_0: q - 16 in -16..15. */
 KERNELS__INLINE __m256i kernels__x86_q5_0_bytes(const kernels__block_q5_0 *b)
 {
-	uint32_t h;
-	memcpy(&h, b->qh, 4);
-	__m256i hi = _mm256_and_si256(kernels__x86_bit_bytes(h), _mm256_set1_epi8(0x10));
-	__m256i q = _mm256_or_si256(kernels__x86_nibbles(b->qs), hi);
-	return _mm256_sub_epi8(q, _mm256_set1_epi8(16));
+	return _mm256_sub_epi8(kernels__x86_q5_bytes(b->qs, b->qh), _mm256_set1_epi8(16));
+}
+
+/* Q5_1 quants q (0..31, from kernels__x86_q5_bytes) against an activation
+ * block: *s = sums of 4 q x, *sx = sums of 4 x, 8 int32 lanes (exact:
+ * maddubs pairs <= 2 * 31 * 127). */
+KERNELS__INLINE void kernels__x86_q5_1_lanes(__m256i q, const kernels__block_q8_0 *xb, __m256i *s,
+                                             __m256i *sx)
+{
+	const __m256i one16 = _mm256_set1_epi16(1);
+	__m256i x = _mm256_loadu_si256((const __m256i *)xb->qs);
+	*s = _mm256_madd_epi16(_mm256_maddubs_epi16(q, x), one16);
+	*sx = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_set1_epi8(1), x), one16);
 }
 
 /* A nibble table (kernels__iq4_values, kernels__mxfp4_values) looked up. */
