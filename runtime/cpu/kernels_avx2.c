@@ -5,7 +5,7 @@
  * Part: runtime/, room cpu/. The order of accumulation of each dot product
  * (fixed per ISA, see test_kernels.c) is given below the includes.
  * Divisions: helpers, float types, Q8_0/Q4_0 (and Q5_0, IQ4_NL, MXFP4, Q5_1),
- * Q4_K, Q6_K, Q5_K/Q2_K/Q3_K/IQ4_XS, the table.
+ * Q6_K, Q4_K/Q5_K/Q2_K/Q3_K/IQ4_XS, the table.
  */
 #include "runtime/cpu/kernels_x86.h"
 
@@ -142,55 +142,6 @@ KERNELS__INLINE void k2_tile_q5_1_pair(const kernels__block_q5_1 *wb, int64_t b,
 }
 KERNELS__PAIR_TILE(k2_tile_q5_1, kernels__block_q5_1)
 
-/* ---- Q4_K ----------------------------------------------------------------------------
- * Sub-block j (32 elements, one ymm of quants 0..15): maddubs(q, x) pairs
- * are <= 2 * 15 * 127 = 3810; madd with sc_j (<= 63) gives lanes <= 63 * 4 *
- * 15 * 127 = 480,060, 8 sub-blocks <= 3.9e6: exact in int32. Mins: the 16
- * bsums summed in pairs (madd with 1) times m_j give m_j * (bsum_2j +
- * bsum_2j+1) in lane j. */
-
-KERNELS__INLINE void k2_tile_q4_k_block(const kernels__block_q4_k *wb, int64_t b,
-                                        const void *const *xq, const int NC, __m256 *acc)
-{
-	const __m256i m4 = _mm256_set1_epi8(0x0f);
-	uint64_t sc, mn;
-	kernels__q4k_unpack(wb[b].scales, &sc, &mn);
-	/* the 8 scales as int16, in both 128-bit lanes */
-	__m256i S =
-	    _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(_mm_cvtsi64_si128((long long)sc)));
-	__m256i isum[KERNELS__TILE];
-	for (int c = 0; c < NC; c++)
-		isum[c] = _mm256_setzero_si256();
-	for (int j = 0; j < 4; j++) {
-		__m256i raw = _mm256_loadu_si256((const __m256i *)(wb[b].qs + 32 * j));
-		__m256i lo = _mm256_and_si256(raw, m4);
-		__m256i hi = _mm256_and_si256(_mm256_srli_epi16(raw, 4), m4);
-		/* int16 lanes of sc_2j and sc_2j+1, by byte shuffles */
-		__m256i s0 = _mm256_shuffle_epi8(
-		    S, _mm256_set1_epi16((short)(((4 * j + 1) << 8) | (4 * j))));
-		__m256i s1 = _mm256_shuffle_epi8(
-		    S, _mm256_set1_epi16((short)(((4 * j + 3) << 8) | (4 * j + 2))));
-		for (int c = 0; c < NC; c++) {
-			const int8_t *x = ((const kernels__block_q8_k *)xq[c])[b].qs + 64 * j;
-			__m256i x0 = _mm256_loadu_si256((const __m256i *)x);
-			__m256i x1 = _mm256_loadu_si256((const __m256i *)(x + 32));
-			__m256i p0 = _mm256_madd_epi16(_mm256_maddubs_epi16(lo, x0), s0);
-			__m256i p1 = _mm256_madd_epi16(_mm256_maddubs_epi16(hi, x1), s1);
-			isum[c] = _mm256_add_epi32(isum[c], _mm256_add_epi32(p0, p1));
-		}
-	}
-	__m256i mins = kernels__x86_q4k_mins(mn);
-	float dw = kernels__x86_h2f(wb[b].d), dmw = kernels__x86_h2f(wb[b].dmin);
-	for (int c = 0; c < NC; c++) {
-		const kernels__block_q8_k *xb = (const kernels__block_q8_k *)xq[c] + b;
-		__m256i imin = kernels__x86_q4k_imin(xb, mins);
-		__m256 d = _mm256_set1_ps(dw * xb->d), dm = _mm256_set1_ps(dmw * xb->d);
-		acc[c] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(isum[c]), acc[c]);
-		acc[c] = _mm256_fnmadd_ps(dm, _mm256_cvtepi32_ps(imin), acc[c]);
-	}
-}
-KERNELS__SUPER_TILE(k2_tile_q4_k, kernels__block_q4_k)
-
 /* ---- Q6_K ------------------------------------------------------------------------------
  * Quants as unsigned 0..63: dot(q - 32, x) = dot(q, x) - 32 * bsum per 16.
  * maddubs pairs <= 2 * 63 * 127 = 16002 (no saturation); madd with the
@@ -245,10 +196,10 @@ KERNELS__INLINE void k2_tile_q6_k_block(const kernels__block_q6_k *wb, int64_t b
 }
 KERNELS__SUPER_TILE(k2_tile_q6_k, kernels__block_q6_k)
 
-/* ---- Q5_K, Q2_K, Q3_K, IQ4_XS ------------------------------------------------------------
+/* ---- Q4_K, Q5_K, Q2_K, Q3_K, IQ4_XS ------------------------------------------------------
  * The exact int32 lanes come from kernels_x86.h (bounds there); the types
- * with mins do acc = fma(d, isum, acc), acc = fnma(dmin, imin, acc) as
- * Q4_K, the others acc = fma(d, isum, acc) as Q6_K. */
+ * with mins do acc = fma(d, isum, acc), acc = fnma(dmin, imin, acc), the
+ * others acc = fma(d, isum, acc) as Q6_K. */
 
 #define K2_KQ_MIN_TILE(name, WBLOCK, LANES)                                                        \
 	KERNELS__INLINE void name##_block(const WBLOCK *wb, int64_t b, const void *const *xq,      \
@@ -281,6 +232,7 @@ KERNELS__SUPER_TILE(k2_tile_q6_k, kernels__block_q6_k)
 	}                                                                                          \
 	KERNELS__SUPER_TILE(name, WBLOCK)
 
+K2_KQ_MIN_TILE(k2_tile_q4_k, kernels__block_q4_k, kernels__x86_q4k_lanes)
 K2_KQ_MIN_TILE(k2_tile_q5_k, kernels__block_q5_k, kernels__x86_q5k_lanes)
 K2_KQ_MIN_TILE(k2_tile_q2_k, kernels__block_q2_k, kernels__x86_q2k_lanes)
 K2_KQ_TILE(k2_tile_q3_k, kernels__block_q3_k, kernels__x86_q3k_lanes)

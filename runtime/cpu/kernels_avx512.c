@@ -8,7 +8,7 @@
  * Part: runtime/, room cpu/. The order of accumulation of each dot product
  * (fixed per ISA, see test_kernels.c) is given below the includes.
  * Divisions: helpers, float types, Q8_0/Q4_0 (and Q5_0, IQ4_NL, MXFP4, Q5_1),
- * Q4_K, Q6_K, Q5_K/Q2_K/Q3_K/IQ4_XS, the table.
+ * Q4_K/Q5_K, Q6_K, Q2_K/Q3_K/IQ4_XS, the table.
  */
 #include "runtime/cpu/kernels_x86.h"
 
@@ -21,8 +21,8 @@
  *     odd last block is a pair with an empty upper half (scale 0); hsum16;
  *   Q4_K/Q6_K: per super-block exact int32 lanes, then fma into one
  *     accumulator (Q4_K: fma(d, isum), then fnma(dmin, imin)); hsum16;
- *   Q5_0/IQ4_NL/MXFP4 as Q8_0; Q5_K/Q2_K as Q4_K and Q3_K/IQ4_XS as Q6_K,
- *     from 8 int32 lanes (upper half zero); Q5_1 as AVX2 does (in pairs,
+ *   Q5_0/IQ4_NL/MXFP4 as Q8_0; Q5_K as Q4_K; Q2_K as Q4_K and Q3_K/IQ4_XS
+ *     as Q6_K, from 8 int32 lanes (upper half zero); Q5_1 as AVX2 does (in pairs,
  *     a0 + a1, lanes 8-15 zero).
  */
 
@@ -260,35 +260,44 @@ KERNELS__INLINE void k5_tile_q5_1_pair(const kernels__block_q5_1 *wb, int64_t b,
 }
 KERNELS__PAIR_TILE(k5_tile_q5_1, kernels__block_q5_1)
 
-/* ---- Q4_K ------------------------------------------------------------------------------
+/* ---- Q4_K and Q5_K ------------------------------------------------------------------------
  * One zmm = the 64 quants of qs[32 j .. 32 j + 31]: low nibbles (sub-block
- * 2j) then high (2j+1), the element order of the activations. Bounds as in
- * kernels_avx2.c: pairs <= 3810, lanes <= 480,060, sums < 2^22. */
+ * 2j) then high (2j+1), the element order of the activations; Q5_K ors in
+ * its 5th bits (qh NULL for Q4_K). Bounds as in kernels_x86.h (pairs <=
+ * 7874, sums < 2^23). */
 
-KERNELS__INLINE void k5_tile_q4_k_block(const kernels__block_q4_k *wb, int64_t b,
-                                        const void *const *xq, const int NC, __m512 *acc)
+KERNELS__INLINE void k5_k45_block(const uint8_t *scales, const uint8_t *qs, const uint8_t *qh,
+                                  uint16_t dh, uint16_t dminh, int64_t b, const void *const *xq,
+                                  const int NC, __m512 *acc)
 {
 	const __m512i m4 = _mm512_set1_epi8(0x0f);
 	/* int16 lanes 0-15 (the low nibbles' 32 bytes) take scale 0, 16-31 scale 1 */
 	const __m512i spread = _mm512_set_epi16(1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0,
 	                                        0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0);
 	uint64_t sc, mn;
-	kernels__q4k_unpack(wb[b].scales, &sc, &mn);
+	kernels__q4k_unpack(scales, &sc, &mn);
 	__m512i isum[KERNELS__TILE];
 	for (int c = 0; c < NC; c++)
 		isum[c] = _mm512_setzero_si512();
 	/* the 8 scales as int16 lanes 0-7, spread per chunk by one permute */
 	__m512i sc16 = _mm512_castsi128_si512(_mm_cvtepu8_epi16(_mm_cvtsi64_si128((long long)sc)));
+	__m256i hb = qh ? _mm256_loadu_si256((const __m256i *)qh) : _mm256_setzero_si256();
 	for (int jj = 0; jj < 2; jj++) {
 		/* 64 bytes = chunks 2jj and 2jj+1; each chunk is its 32 low
 		 * nibbles then its 32 high ones (128-bit lanes 0-1 of lo, of hi) */
-		__m512i raw = _mm512_loadu_si512((const void *)(wb[b].qs + 64 * jj));
+		__m512i raw = _mm512_loadu_si512((const void *)(qs + 64 * jj));
 		__m512i lo = _mm512_and_si512(raw, m4);
 		__m512i hi = _mm512_and_si512(_mm512_srli_epi16(raw, 4), m4);
 		__m512i q[2] = {_mm512_shuffle_i64x2(lo, hi, 0x44),
 		                _mm512_shuffle_i64x2(lo, hi, 0xee)};
 		for (int h = 0; h < 2; h++) {
 			int j = 2 * jj + h;
+			if (qh) { /* Q5_K: bit 2 j (low half) and 2 j + 1 (high) of qh[l] */
+				__m512i H = k5_pair_si(hb, _mm256_srli_epi16(hb, 1));
+				H = _mm512_and_si512(H, _mm512_set1_epi8(1));
+				q[h] = _mm512_or_si512(q[h], _mm512_slli_epi16(H, 4));
+				hb = _mm256_srli_epi16(hb, 2);
+			}
 			__m512i s = _mm512_permutexvar_epi16(
 			    _mm512_add_epi16(spread, _mm512_set1_epi16((short)(2 * j))), sc16);
 			for (int c = 0; c < NC; c++) {
@@ -300,7 +309,7 @@ KERNELS__INLINE void k5_tile_q4_k_block(const kernels__block_q4_k *wb, int64_t b
 		}
 	}
 	__m256i mins = kernels__x86_q4k_mins(mn);
-	float dw = kernels__x86_h2f(wb[b].d), dmw = kernels__x86_h2f(wb[b].dmin);
+	float dw = kernels__x86_h2f(dh), dmw = kernels__x86_h2f(dminh);
 	for (int c = 0; c < NC; c++) {
 		const kernels__block_q8_k *xb = (const kernels__block_q8_k *)xq[c] + b;
 		__m512i imin = _mm512_zextsi256_si512(kernels__x86_q4k_imin(xb, mins));
@@ -309,7 +318,20 @@ KERNELS__INLINE void k5_tile_q4_k_block(const kernels__block_q4_k *wb, int64_t b
 		acc[c] = _mm512_fnmadd_ps(dm, _mm512_cvtepi32_ps(imin), acc[c]);
 	}
 }
+
+KERNELS__INLINE void k5_tile_q4_k_block(const kernels__block_q4_k *wb, int64_t b,
+                                        const void *const *xq, const int NC, __m512 *acc)
+{
+	k5_k45_block(wb[b].scales, wb[b].qs, NULL, wb[b].d, wb[b].dmin, b, xq, NC, acc);
+}
 KERNELS__SUPER_TILE(k5_tile_q4_k, kernels__block_q4_k)
+
+KERNELS__INLINE void k5_tile_q5_k_block(const kernels__block_q5_k *wb, int64_t b,
+                                        const void *const *xq, const int NC, __m512 *acc)
+{
+	k5_k45_block(wb[b].scales, wb[b].qs, wb[b].qh, wb[b].d, wb[b].dmin, b, xq, NC, acc);
+}
+KERNELS__SUPER_TILE(k5_tile_q5_k, kernels__block_q5_k)
 
 /* ---- Q6_K -----------------------------------------------------------------------------
  * Per chunk of 128: zmm A = parts 0-1 (elements 0..63), B = parts 2-3, as
@@ -365,7 +387,7 @@ KERNELS__INLINE void k5_tile_q6_k_block(const kernels__block_q6_k *wb, int64_t b
 }
 KERNELS__SUPER_TILE(k5_tile_q6_k, kernels__block_q6_k)
 
-/* ---- Q5_K, Q2_K, Q3_K, IQ4_XS -------------------------------------------------------------
+/* ---- Q2_K, Q3_K, IQ4_XS --------------------------------------------------------------------
  * 256-bit steps: the exact int32 lanes of kernels_x86.h (8 lanes, the upper
  * half of the zmm zero), scaled and accumulated as Q4_K (with mins) or
  * Q6_K (without). */
@@ -403,7 +425,6 @@ KERNELS__SUPER_TILE(k5_tile_q6_k, kernels__block_q6_k)
 	}                                                                                          \
 	KERNELS__SUPER_TILE(name, WBLOCK)
 
-K5_KQ_MIN_TILE(k5_tile_q5_k, kernels__block_q5_k, kernels__x86_q5k_lanes)
 K5_KQ_MIN_TILE(k5_tile_q2_k, kernels__block_q2_k, kernels__x86_q2k_lanes)
 K5_KQ_TILE(k5_tile_q3_k, kernels__block_q3_k, kernels__x86_q3k_lanes)
 K5_KQ_TILE(k5_tile_iq4_xs, kernels__block_iq4_xs, kernels__x86_iq4xs_lanes)

@@ -8,7 +8,7 @@
  * Part: runtime/, room cpu/. The order of accumulation of each dot product
  * (fixed per ISA, see test_kernels.c) is given below the includes.
  * Divisions: helpers, float types, Q8_0/Q4_0 (and Q5_0, Q5_1, IQ4_NL,
- * MXFP4), Q4_K, Q6_K, Q5_K/Q2_K/Q3_K/IQ4_XS, the table.
+ * MXFP4), Q4_K/Q5_K, Q6_K, Q2_K/Q3_K/IQ4_XS, the table.
  */
 #include <arm_neon.h>
 
@@ -220,26 +220,36 @@ KERNELS__INLINE void kn_tile_q5_1_pair(const kernels__block_q5_1 *wb, int64_t b,
 }
 KERNELS__PAIR_TILE(kn_tile_q5_1, kernels__block_q5_1)
 
-/* ---- Q4_K --------------------------------------------------------------------------------
- * Lanes: a sub-block's dot (<= 8 * 15 * 127 per lane) times sc_j (<= 63),
- * 8 sub-blocks: < 2^22. Mins: the 16 bsums pairwise (<= 32 * 127 each) times
- * m_j, widened to int32. */
-
-KERNELS__INLINE void kn_tile_q4_k_block(const kernels__block_q4_k *wb, int64_t b,
-                                        const void *const *xq, const int NC, float32x4_t *acc)
+/* ---- Q4_K and Q5_K --------------------------------------------------------------------------
+ * qh NULL for Q4_K; Q5_K ors in its 5th bits (bit j of qh[l] for element l
+ * of sub-block j) above the nibbles. Lanes: a sub-block's dot (<= 8 * 31 *
+ * 127 per lane) times sc_j (<= 63), 8 sub-blocks: < 2^24. Mins: the 16
+ * bsums pairwise (<= 32 * 127 each) times m_j, widened to int32. */
+KERNELS__INLINE void kn_k45_block(const uint8_t *scales, const uint8_t *qs, const uint8_t *qh,
+                                  uint16_t dh, uint16_t dminh, int64_t b, const void *const *xq,
+                                  const int NC, float32x4_t *acc)
 {
-	const uint8x16_t m4 = vdupq_n_u8(0x0f);
+	const uint8x16_t m4 = vdupq_n_u8(0x0f), one = vdupq_n_u8(1);
 	uint64_t sc, mn;
-	kernels__q4k_unpack(wb[b].scales, &sc, &mn);
+	kernels__q4k_unpack(scales, &sc, &mn);
 	int32x4_t isum[KERNELS__TILE];
 	for (int c = 0; c < NC; c++)
 		isum[c] = vdupq_n_s32(0);
-	for (int j = 0; j < 4; j++) {
-		uint8x16_t r0 = vld1q_u8(wb[b].qs + 32 * j), r1 = vld1q_u8(wb[b].qs + 32 * j + 16);
-		int8x16_t l0 = vreinterpretq_s8_u8(vandq_u8(r0, m4));
-		int8x16_t l1 = vreinterpretq_s8_u8(vandq_u8(r1, m4));
-		int8x16_t h0 = vreinterpretq_s8_u8(vshrq_n_u8(r0, 4));
-		int8x16_t h1 = vreinterpretq_s8_u8(vshrq_n_u8(r1, 4));
+	uint8x16_t hb0 = vdupq_n_u8(0), hb1 = vdupq_n_u8(0);
+	if (qh) {
+		hb0 = vld1q_u8(qh);
+		hb1 = vld1q_u8(qh + 16);
+	}
+	for (int j = 0; j < 4; j++, hb0 = vshrq_n_u8(hb0, 2), hb1 = vshrq_n_u8(hb1, 2)) {
+		uint8x16_t r0 = vld1q_u8(qs + 32 * j), r1 = vld1q_u8(qs + 32 * j + 16);
+		int8x16_t l0 = vreinterpretq_s8_u8(
+		    vorrq_u8(vandq_u8(r0, m4), vshlq_n_u8(vandq_u8(hb0, one), 4)));
+		int8x16_t l1 = vreinterpretq_s8_u8(
+		    vorrq_u8(vandq_u8(r1, m4), vshlq_n_u8(vandq_u8(hb1, one), 4)));
+		int8x16_t h0 = vreinterpretq_s8_u8(
+		    vorrq_u8(vshrq_n_u8(r0, 4), vshlq_n_u8(vandq_u8(vshrq_n_u8(hb0, 1), one), 4)));
+		int8x16_t h1 = vreinterpretq_s8_u8(
+		    vorrq_u8(vshrq_n_u8(r1, 4), vshlq_n_u8(vandq_u8(vshrq_n_u8(hb1, 1), one), 4)));
 		for (int c = 0; c < NC; c++) {
 			const int8_t *x = ((const kernels__block_q8_k *)xq[c])[b].qs + 64 * j;
 			int32x4_t tl = kn_dot(vdupq_n_s32(0), l0, vld1q_s8(x));
@@ -251,7 +261,7 @@ KERNELS__INLINE void kn_tile_q4_k_block(const kernels__block_q4_k *wb, int64_t b
 		}
 	}
 	int16x8_t mins = vreinterpretq_s16_u16(vmovl_u8(vcreate_u8(mn)));
-	float dw = kn_h2f(wb[b].d), dmw = kn_h2f(wb[b].dmin);
+	float dw = kn_h2f(dh), dmw = kn_h2f(dminh);
 	for (int c = 0; c < NC; c++) {
 		const kernels__block_q8_k *xb = (const kernels__block_q8_k *)xq[c] + b;
 		int16x8_t bs = vpaddq_s16(vld1q_s16(xb->bsums), vld1q_s16(xb->bsums + 8));
@@ -261,7 +271,20 @@ KERNELS__INLINE void kn_tile_q4_k_block(const kernels__block_q4_k *wb, int64_t b
 		acc[c] = vfmsq_n_f32(acc[c], vcvtq_f32_s32(imin), dmw * xb->d);
 	}
 }
+
+KERNELS__INLINE void kn_tile_q4_k_block(const kernels__block_q4_k *wb, int64_t b,
+                                        const void *const *xq, const int NC, float32x4_t *acc)
+{
+	kn_k45_block(wb[b].scales, wb[b].qs, NULL, wb[b].d, wb[b].dmin, b, xq, NC, acc);
+}
 KERNELS__SUPER_TILE(kn_tile_q4_k, kernels__block_q4_k)
+
+KERNELS__INLINE void kn_tile_q5_k_block(const kernels__block_q5_k *wb, int64_t b,
+                                        const void *const *xq, const int NC, float32x4_t *acc)
+{
+	kn_k45_block(wb[b].scales, wb[b].qs, wb[b].qh, wb[b].d, wb[b].dmin, b, xq, NC, acc);
+}
+KERNELS__SUPER_TILE(kn_tile_q5_k, kernels__block_q5_k)
 
 /* ---- Q6_K --------------------------------------------------------------------------------
  * Each 16 decoded quants (q - 32, in -32..31) are exactly one sub-block:
@@ -311,55 +334,11 @@ KERNELS__INLINE void kn_tile_q6_k_block(const kernels__block_q6_k *wb, int64_t b
 }
 KERNELS__SUPER_TILE(kn_tile_q6_k, kernels__block_q6_k)
 
-/* ---- Q5_K, Q2_K, Q3_K, IQ4_XS ------------------------------------------------------------
- * Quants as signed bytes, exact int32 lanes per super-block (bounds: Q5_K
- * a sub-block's dot <= 8 * 31 * 127 per lane, times sc <= 63, 8 of them <
- * 2^24; Q2_K <= 4 * 3 * 127 * 15 per sub-block; Q3_K 4 * 4 * 127 * 32;
+/* ---- Q2_K, Q3_K, IQ4_XS --------------------------------------------------------------------
+ * Quants as signed bytes, exact int32 lanes per super-block (bounds: Q2_K <= 4 * 3 * 127 * 15 per sub-block; Q3_K 4 * 4 * 127 * 32;
  * IQ4_XS 8 * 127 * 127 * 32 per sub-block, 8 of them < 2^25), then acc =
  * fma(isum, d) (and fms(imin, dmin) for the types with mins). */
 
-KERNELS__INLINE void kn_tile_q5_k_block(const kernels__block_q5_k *wb, int64_t b,
-                                        const void *const *xq, const int NC, float32x4_t *acc)
-{
-	const uint8x16_t m4 = vdupq_n_u8(0x0f), one = vdupq_n_u8(1);
-	uint64_t sc, mn;
-	kernels__q4k_unpack(wb[b].scales, &sc, &mn);
-	int32x4_t isum[KERNELS__TILE];
-	for (int c = 0; c < NC; c++)
-		isum[c] = vdupq_n_s32(0);
-	uint8x16_t hb0 = vld1q_u8(wb[b].qh), hb1 = vld1q_u8(wb[b].qh + 16);
-	for (int j = 0; j < 4; j++, hb0 = vshrq_n_u8(hb0, 2), hb1 = vshrq_n_u8(hb1, 2)) {
-		uint8x16_t r0 = vld1q_u8(wb[b].qs + 32 * j), r1 = vld1q_u8(wb[b].qs + 32 * j + 16);
-		int8x16_t l0 = vreinterpretq_s8_u8(
-		    vorrq_u8(vandq_u8(r0, m4), vshlq_n_u8(vandq_u8(hb0, one), 4)));
-		int8x16_t l1 = vreinterpretq_s8_u8(
-		    vorrq_u8(vandq_u8(r1, m4), vshlq_n_u8(vandq_u8(hb1, one), 4)));
-		int8x16_t h0 = vreinterpretq_s8_u8(
-		    vorrq_u8(vshrq_n_u8(r0, 4), vshlq_n_u8(vandq_u8(vshrq_n_u8(hb0, 1), one), 4)));
-		int8x16_t h1 = vreinterpretq_s8_u8(
-		    vorrq_u8(vshrq_n_u8(r1, 4), vshlq_n_u8(vandq_u8(vshrq_n_u8(hb1, 1), one), 4)));
-		for (int c = 0; c < NC; c++) {
-			const int8_t *x = ((const kernels__block_q8_k *)xq[c])[b].qs + 64 * j;
-			int32x4_t tl = kn_dot(vdupq_n_s32(0), l0, vld1q_s8(x));
-			tl = kn_dot(tl, l1, vld1q_s8(x + 16));
-			int32x4_t th = kn_dot(vdupq_n_s32(0), h0, vld1q_s8(x + 32));
-			th = kn_dot(th, h1, vld1q_s8(x + 48));
-			isum[c] = vmlaq_n_s32(isum[c], tl, (int)((sc >> (16 * j)) & 0xff));
-			isum[c] = vmlaq_n_s32(isum[c], th, (int)((sc >> (16 * j + 8)) & 0xff));
-		}
-	}
-	int16x8_t mins = vreinterpretq_s16_u16(vmovl_u8(vcreate_u8(mn)));
-	float dw = kn_h2f(wb[b].d), dmw = kn_h2f(wb[b].dmin);
-	for (int c = 0; c < NC; c++) {
-		const kernels__block_q8_k *xb = (const kernels__block_q8_k *)xq[c] + b;
-		int16x8_t bs = vpaddq_s16(vld1q_s16(xb->bsums), vld1q_s16(xb->bsums + 8));
-		int32x4_t imin = vaddq_s32(vmull_s16(vget_low_s16(bs), vget_low_s16(mins)),
-		                           vmull_high_s16(bs, mins));
-		acc[c] = vfmaq_n_f32(acc[c], vcvtq_f32_s32(isum[c]), dw * xb->d);
-		acc[c] = vfmsq_n_f32(acc[c], vcvtq_f32_s32(imin), dmw * xb->d);
-	}
-}
-KERNELS__SUPER_TILE(kn_tile_q5_k, kernels__block_q5_k)
 
 /* Q2_K and Q3_K: for chunk ch and j < 4, the 16-byte halves of qs[32 ch ..]
  * shifted right 2 j hold sub-blocks 8 ch + 2 j and + 1. */

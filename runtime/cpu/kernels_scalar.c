@@ -78,33 +78,46 @@ static float ks_dot_q4_0(int64_t n, const kernels__block_q4_0 *w, const kernels_
 	return acc;
 }
 
-static float ks_dot_q4_k(int64_t n, const kernels__block_q4_k *w, const kernels__block_q8_k *x)
+/* Q4_K and Q5_K (qh NULL for Q4_K): one super-block's exact isum and imin. */
+static void ks_k45_sums(const uint8_t *scales, const uint8_t *q, const uint8_t *qh,
+                        const kernels__block_q8_k *x, int32_t *isum, int32_t *imin)
 {
-	float acc = 0.0f;
-	for (int64_t b = 0; b < n / KERNELS__QKK; b++) {
-		int32_t isum = 0, imin = 0;
-		const uint8_t *q = w[b].qs;
-		const int8_t *q8 = x[b].qs;
-		for (int j = 0; j < 8; j += 2, q += 32, q8 += 64) {
-			int sc0, m0, sc1, m1;
-			kernels__q4k_scale_min(w[b].scales, j, &sc0, &m0);
-			kernels__q4k_scale_min(w[b].scales, j + 1, &sc1, &m1);
-			int32_t lo = 0, hi = 0;
-			for (int l = 0; l < 32; l++) {
-				lo += (q[l] & 0xf) * q8[l];
-				hi += (q[l] >> 4) * q8[l + 32];
-			}
-			isum += sc0 * lo + sc1 * hi;
-			imin += m0 * (x[b].bsums[2 * j] + x[b].bsums[2 * j + 1]);
-			imin += m1 * (x[b].bsums[2 * j + 2] + x[b].bsums[2 * j + 3]);
+	const int8_t *q8 = x->qs;
+	*isum = *imin = 0;
+	for (int j = 0; j < 8; j += 2, q += 32, q8 += 64) {
+		int sc0, m0, sc1, m1;
+		kernels__q4k_scale_min(scales, j, &sc0, &m0);
+		kernels__q4k_scale_min(scales, j + 1, &sc1, &m1);
+		int32_t lo = 0, hi = 0;
+		for (int l = 0; l < 32; l++) {
+			int h0 = qh ? ((qh[l] >> j) & 1) << 4 : 0;
+			int h1 = qh ? ((qh[l] >> (j + 1)) & 1) << 4 : 0;
+			lo += ((q[l] & 0xf) | h0) * q8[l];
+			hi += ((q[l] >> 4) | h1) * q8[l + 32];
 		}
-		float d = kernels__fp16_to_f32(w[b].d) * x[b].d;
-		float dmin = kernels__fp16_to_f32(w[b].dmin) * x[b].d;
-		acc += d * (float)isum;
-		acc -= dmin * (float)imin;
+		*isum += sc0 * lo + sc1 * hi;
+		*imin += m0 * (x->bsums[2 * j] + x->bsums[2 * j + 1]);
+		*imin += m1 * (x->bsums[2 * j + 2] + x->bsums[2 * j + 3]);
 	}
-	return acc;
 }
+
+#define KS_K45_DOT(name, WBLOCK, QH)                                                               \
+	static float name(int64_t n, const WBLOCK *w, const kernels__block_q8_k *x)                \
+	{                                                                                          \
+		float acc = 0.0f;                                                                  \
+		for (int64_t b = 0; b < n / KERNELS__QKK; b++) {                                   \
+			int32_t isum, imin;                                                        \
+			ks_k45_sums(w[b].scales, w[b].qs, QH, &x[b], &isum, &imin);                \
+			float d = kernels__fp16_to_f32(w[b].d) * x[b].d;                           \
+			float dmin = kernels__fp16_to_f32(w[b].dmin) * x[b].d;                     \
+			acc += d * (float)isum;                                                    \
+			acc -= dmin * (float)imin;                                                 \
+		}                                                                                  \
+		return acc;                                                                        \
+	}
+
+KS_K45_DOT(ks_dot_q4_k, kernels__block_q4_k, NULL)
+KS_K45_DOT(ks_dot_q5_k, kernels__block_q5_k, w[b].qh)
 
 static float ks_dot_q6_k(int64_t n, const kernels__block_q6_k *w, const kernels__block_q8_k *x)
 {
@@ -262,34 +275,6 @@ static float ks_dot_q3_k(int64_t n, const kernels__block_q3_k *w, const kernels_
 			isum += sc[j] * dot;
 		}
 		acc += (kernels__fp16_to_f32(w[b].d) * x[b].d) * (float)isum;
-	}
-	return acc;
-}
-
-static float ks_dot_q5_k(int64_t n, const kernels__block_q5_k *w, const kernels__block_q8_k *x)
-{
-	float acc = 0.0f;
-	for (int64_t b = 0; b < n / KERNELS__QKK; b++) {
-		int32_t isum = 0, imin = 0;
-		const uint8_t *q = w[b].qs, *qh = w[b].qh;
-		const int8_t *q8 = x[b].qs;
-		for (int j = 0; j < 8; j += 2, q += 32, q8 += 64) {
-			int sc0, m0, sc1, m1;
-			kernels__q4k_scale_min(w[b].scales, j, &sc0, &m0);
-			kernels__q4k_scale_min(w[b].scales, j + 1, &sc1, &m1);
-			int32_t lo = 0, hi = 0;
-			for (int l = 0; l < 32; l++) {
-				lo += ((q[l] & 0xf) | (((qh[l] >> j) & 1) << 4)) * q8[l];
-				hi += ((q[l] >> 4) | (((qh[l] >> (j + 1)) & 1) << 4)) * q8[l + 32];
-			}
-			isum += sc0 * lo + sc1 * hi;
-			imin += m0 * (x[b].bsums[2 * j] + x[b].bsums[2 * j + 1]);
-			imin += m1 * (x[b].bsums[2 * j + 2] + x[b].bsums[2 * j + 3]);
-		}
-		float d = kernels__fp16_to_f32(w[b].d) * x[b].d;
-		float dmin = kernels__fp16_to_f32(w[b].dmin) * x[b].d;
-		acc += d * (float)isum;
-		acc -= dmin * (float)imin;
 	}
 	return acc;
 }

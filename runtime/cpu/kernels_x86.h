@@ -3,8 +3,8 @@
  * (kernels_avx2.c, and kernels_avx512.c for its 256-bit steps): horizontal
  * sum, fp16 scales to float, the 16 bsums of a Q8_K block against the
  * Q4_K mins and the Q6_K offset, the signed bytes of the 32-element types
- * (Q5_0, IQ4_NL, MXFP4), and the exact int32 lanes of one Q5_K, Q3_K, Q2_K
- * or IQ4_XS super-block (both tables scale and accumulate them).
+ * (Q5_0, IQ4_NL, MXFP4), and the exact int32 lanes of one Q4_K, Q5_K, Q3_K,
+ * Q2_K or IQ4_XS super-block (both tables scale and accumulate them).
  *
  * Part: runtime/, room cpu/. Names are kernels__x86_*; everything is
  * always-inline, compiled with the -m flags of the file that includes it
@@ -124,29 +124,36 @@ KERNELS__INLINE __m256i kernels__x86_table_bytes(const uint8_t *qs, const int8_t
  * activation columns, super-block b. maddubs takes the unsigned quants
  * first; bounds are given per type. */
 
-/* Q5_K: as Q4_K's kernels (see kernels_avx2.c) with 5-bit quants:
- * maddubs pairs <= 2 * 31 * 127 = 7874, times sc <= 63 and 4 * 2 pairs per
- * lane over 4 chunks: < 2^23. The 5th bits: bit 2 j (low nibbles of chunk
- * j) and 2 j + 1 (high) of qh[l], for the element l of each. */
-KERNELS__INLINE void kernels__x86_q5k_lanes(const kernels__block_q5_k *w, int64_t b,
-                                            const void *const *xq, const int NC, __m256i *isum,
-                                            __m256i *imin)
+/* Q4_K and Q5_K (qh NULL for Q4_K): sub-block j of 32 is one ymm of quants
+ * (0..15, plus 16 times bit j of qh[l] for Q5_K); maddubs(q, x) pairs are
+ * <= 2 * 31 * 127 = 7874, madd with sc_j (<= 63) gives lanes <= 63 * 2 *
+ * 7874 per sub-block, 8 sub-blocks < 2^23: exact. Mins: the 16 bsums
+ * summed in pairs (madd with 1) times m_j give m_j * (bsum_2j + bsum_2j+1)
+ * in lane j. */
+KERNELS__INLINE void kernels__x86_k45_lanes(const uint8_t *scales, const uint8_t *qs,
+                                            const uint8_t *qh, int64_t b, const void *const *xq,
+                                            const int NC, __m256i *isum, __m256i *imin)
 {
 	const __m256i m4 = _mm256_set1_epi8(0x0f), one = _mm256_set1_epi8(1);
 	uint64_t sc, mn;
-	kernels__q4k_unpack(w->scales, &sc, &mn);
+	kernels__q4k_unpack(scales, &sc, &mn);
+	/* the 8 scales as int16, in both 128-bit lanes */
 	__m256i S =
 	    _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(_mm_cvtsi64_si128((long long)sc)));
-	__m256i hb = _mm256_loadu_si256((const __m256i *)w->qh);
+	__m256i hb = qh ? _mm256_loadu_si256((const __m256i *)qh) : _mm256_setzero_si256();
 	for (int c = 0; c < NC; c++)
 		isum[c] = _mm256_setzero_si256();
-	for (int j = 0; j < 4; j++, hb = _mm256_srli_epi16(hb, 2)) {
-		__m256i raw = _mm256_loadu_si256((const __m256i *)(w->qs + 32 * j));
-		__m256i lo = _mm256_or_si256(_mm256_and_si256(raw, m4),
-		                             _mm256_slli_epi16(_mm256_and_si256(hb, one), 4));
-		__m256i hi = _mm256_or_si256(
-		    _mm256_and_si256(_mm256_srli_epi16(raw, 4), m4),
-		    _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hb, 1), one), 4));
+	for (int j = 0; j < 4; j++) {
+		__m256i raw = _mm256_loadu_si256((const __m256i *)(qs + 32 * j));
+		__m256i lo = _mm256_and_si256(raw, m4);
+		__m256i hi = _mm256_and_si256(_mm256_srli_epi16(raw, 4), m4);
+		if (qh) {
+			lo = _mm256_or_si256(lo, _mm256_slli_epi16(_mm256_and_si256(hb, one), 4));
+			hb = _mm256_srli_epi16(hb, 1);
+			hi = _mm256_or_si256(hi, _mm256_slli_epi16(_mm256_and_si256(hb, one), 4));
+			hb = _mm256_srli_epi16(hb, 1);
+		}
+		/* int16 lanes of sc_2j and sc_2j+1, by byte shuffles */
 		__m256i s0 = _mm256_shuffle_epi8(
 		    S, _mm256_set1_epi16((short)(((4 * j + 1) << 8) | (4 * j))));
 		__m256i s1 = _mm256_shuffle_epi8(
@@ -163,6 +170,20 @@ KERNELS__INLINE void kernels__x86_q5k_lanes(const kernels__block_q5_k *w, int64_
 	__m256i mins = kernels__x86_q4k_mins(mn);
 	for (int c = 0; c < NC; c++)
 		imin[c] = kernels__x86_q4k_imin((const kernels__block_q8_k *)xq[c] + b, mins);
+}
+
+KERNELS__INLINE void kernels__x86_q4k_lanes(const kernels__block_q4_k *w, int64_t b,
+                                            const void *const *xq, const int NC, __m256i *isum,
+                                            __m256i *imin)
+{
+	kernels__x86_k45_lanes(w->scales, w->qs, NULL, b, xq, NC, isum, imin);
+}
+
+KERNELS__INLINE void kernels__x86_q5k_lanes(const kernels__block_q5_k *w, int64_t b,
+                                            const void *const *xq, const int NC, __m256i *isum,
+                                            __m256i *imin)
+{
+	kernels__x86_k45_lanes(w->scales, w->qs, w->qh, b, xq, NC, isum, imin);
 }
 
 /* The scales of sub-blocks k (lanes 0-7) and k + 1 (lanes 8-15) as int16. */
