@@ -33,6 +33,9 @@
 #define KERNELS__V_FMA(s, a, b) _mm256_fmadd_ps(a, b, s)
 #define KERNELS__V_HSUM(v)      kernels__x86_hsum8(v)
 #define KERNELS__H2F(h)         kernels__x86_h2f(h)
+#define KERNELS__V_SET1(f)       _mm256_set1_ps(f)
+#define KERNELS__V_FNMA(s, a, b) _mm256_fnmadd_ps(a, b, s)
+#define KERNELS__X86_LANES_V(i)  _mm256_cvtepi32_ps(i)
 
 /* ---- float types ---------------------------------------------------------------
  * KERNELS__FLOAT_TILE's LOAD: 8 floats of row p at element i. */
@@ -118,29 +121,8 @@ K2_Q32_TILE(k2_tile_q5_0, kernels__block_q5_0, K2_Q5_0_BYTES, K2_H2F_SCALES)
 K2_Q32_TILE(k2_tile_iq4_nl, kernels__block_iq4_nl, K2_IQ4_NL_BYTES, K2_H2F_SCALES)
 K2_Q32_TILE(k2_tile_mxfp4, kernels__block_mxfp4, K2_MXFP4_BYTES, K2_E8M0_SCALES)
 
-/* Q5_1: x = d q + m, so per block acc = fma(dot(q, x), d_w d_x, acc), then
- * acc = fma(sum x, m_w d_x, acc); blocks b and b + 1 into a0 and a1. */
-KERNELS__INLINE void k2_tile_q5_1_pair(const kernels__block_q5_1 *wb, int64_t b, int single,
-                                       const void *const *xq, const int NC, __m256 *a0,
-                                       __m256 *a1)
-{
-	_mm_prefetch((const char *)(wb + b) + KERNELS__PF_AHEAD, _MM_HINT_T1);
-	for (int k = 0; k < (single ? 1 : 2); k++) {
-		const kernels__block_q5_1 *w = wb + b + k;
-		__m256i q = kernels__x86_q5_bytes(w->qs, w->qh);
-		float dw = kernels__x86_h2f(w->d), mw = kernels__x86_h2f(w->m);
-		__m256 *a = k ? a1 : a0;
-		for (int c = 0; c < NC; c++) {
-			const kernels__block_q8_0 *xb = (const kernels__block_q8_0 *)xq[c] + b + k;
-			__m256i si, sx;
-			kernels__x86_q5_1_lanes(q, xb, &si, &sx);
-			float dx = kernels__x86_h2f(xb->d);
-			a[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(si), _mm256_set1_ps(dw * dx), a[c]);
-			a[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sx), _mm256_set1_ps(mw * dx), a[c]);
-		}
-	}
-}
-KERNELS__PAIR_TILE(k2_tile_q5_1, kernels__block_q5_1)
+/* Q5_1 (kernels_x86.h). */
+KERNELS__X86_Q5_1_TILE(k2_tile_q5_1)
 
 /* ---- Q6_K ------------------------------------------------------------------------------
  * Quants as unsigned 0..63: dot(q - 32, x) = dot(q, x) - 32 * bsum per 16.
@@ -201,42 +183,11 @@ KERNELS__SUPER_TILE(k2_tile_q6_k, kernels__block_q6_k)
  * with mins do acc = fma(d, isum, acc), acc = fnma(dmin, imin, acc), the
  * others acc = fma(d, isum, acc) as Q6_K. */
 
-#define K2_KQ_MIN_TILE(name, WBLOCK, LANES)                                                        \
-	KERNELS__INLINE void name##_block(const WBLOCK *wb, int64_t b, const void *const *xq,      \
-	                                  const int NC, __m256 *acc)                               \
-	{                                                                                          \
-		__m256i isum[KERNELS__TILE], imin[KERNELS__TILE];                                  \
-		LANES(&wb[b], b, xq, NC, isum, imin);                                              \
-		float dw = kernels__x86_h2f(wb[b].d), dmw = kernels__x86_h2f(wb[b].dmin);          \
-		for (int c = 0; c < NC; c++) {                                                     \
-			float dx = ((const kernels__block_q8_k *)xq[c])[b].d;                      \
-			__m256 d = _mm256_set1_ps(dw * dx), dm = _mm256_set1_ps(dmw * dx);         \
-			acc[c] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(isum[c]), acc[c]);          \
-			acc[c] = _mm256_fnmadd_ps(dm, _mm256_cvtepi32_ps(imin[c]), acc[c]);        \
-		}                                                                                  \
-	}                                                                                          \
-	KERNELS__SUPER_TILE(name, WBLOCK)
-
-#define K2_KQ_TILE(name, WBLOCK, LANES)                                                            \
-	KERNELS__INLINE void name##_block(const WBLOCK *wb, int64_t b, const void *const *xq,      \
-	                                  const int NC, __m256 *acc)                               \
-	{                                                                                          \
-		__m256i isum[KERNELS__TILE];                                                       \
-		LANES(&wb[b], b, xq, NC, isum);                                                    \
-		float dw = kernels__x86_h2f(wb[b].d);                                              \
-		for (int c = 0; c < NC; c++) {                                                     \
-			float dx = ((const kernels__block_q8_k *)xq[c])[b].d;                      \
-			acc[c] = _mm256_fmadd_ps(_mm256_set1_ps(dw * dx),                          \
-			                         _mm256_cvtepi32_ps(isum[c]), acc[c]);             \
-		}                                                                                  \
-	}                                                                                          \
-	KERNELS__SUPER_TILE(name, WBLOCK)
-
-K2_KQ_MIN_TILE(k2_tile_q4_k, kernels__block_q4_k, kernels__x86_q4k_lanes)
-K2_KQ_MIN_TILE(k2_tile_q5_k, kernels__block_q5_k, kernels__x86_q5k_lanes)
-K2_KQ_MIN_TILE(k2_tile_q2_k, kernels__block_q2_k, kernels__x86_q2k_lanes)
-K2_KQ_TILE(k2_tile_q3_k, kernels__block_q3_k, kernels__x86_q3k_lanes)
-K2_KQ_TILE(k2_tile_iq4_xs, kernels__block_iq4_xs, kernels__x86_iq4xs_lanes)
+KERNELS__X86_KQ_MIN_TILE(k2_tile_q4_k, kernels__block_q4_k, kernels__x86_q4k_lanes)
+KERNELS__X86_KQ_MIN_TILE(k2_tile_q5_k, kernels__block_q5_k, kernels__x86_q5k_lanes)
+KERNELS__X86_KQ_MIN_TILE(k2_tile_q2_k, kernels__block_q2_k, kernels__x86_q2k_lanes)
+KERNELS__X86_KQ_TILE(k2_tile_q3_k, kernels__block_q3_k, kernels__x86_q3k_lanes)
+KERNELS__X86_KQ_TILE(k2_tile_iq4_xs, kernels__block_iq4_xs, kernels__x86_iq4xs_lanes)
 
 /* ---- the table ----------------------------------------------------------------------- */
 

@@ -73,6 +73,9 @@ KERNELS__INLINE __m512i k5_pair_si(__m256i a, __m256i b)
 #define KERNELS__V_FMA(s, a, b) _mm512_fmadd_ps(a, b, s)
 #define KERNELS__V_HSUM(v)      k5_hsum(v)
 #define KERNELS__H2F(h)         kernels__x86_h2f(h)
+#define KERNELS__V_SET1(f)       _mm512_set1_ps(f)
+#define KERNELS__V_FNMA(s, a, b) _mm512_fnmadd_ps(a, b, s)
+#define KERNELS__X86_LANES_V(i)  _mm512_cvtepi32_ps(_mm512_zextsi256_si512(i))
 
 #define K5_LOAD_F32(p, i) _mm512_loadu_ps((const float *)(p) + (i))
 #define K5_LOAD_F16(p, i)                                                                          \
@@ -233,32 +236,8 @@ K5_Q32_RC(k5_q5_0, kernels__block_q5_0, k5_q5_0_pair, K5_H2F_SCALES)
 K5_Q32_RC(k5_iq4_nl, kernels__block_iq4_nl, k5_iq4_nl_pair, K5_H2F_SCALES)
 K5_Q32_RC(k5_mxfp4, kernels__block_mxfp4, k5_mxfp4_pair, K5_E8M0_SCALES)
 
-/* Q5_1 (rare: 256-bit steps, upper half zero): per block acc = fma(dot(q,
- * x), d_w d_x, acc), then acc = fma(sum x, m_w d_x, acc); blocks b and
- * b + 1 into a0 and a1. */
-KERNELS__INLINE void k5_tile_q5_1_pair(const kernels__block_q5_1 *wb, int64_t b, int single,
-                                       const void *const *xq, const int NC, __m512 *a0,
-                                       __m512 *a1)
-{
-	_mm_prefetch((const char *)(wb + b) + KERNELS__PF_AHEAD, _MM_HINT_T1);
-	for (int k = 0; k < (single ? 1 : 2); k++) {
-		const kernels__block_q5_1 *w = wb + b + k;
-		__m256i q = kernels__x86_q5_bytes(w->qs, w->qh);
-		float dw = kernels__x86_h2f(w->d), mw = kernels__x86_h2f(w->m);
-		__m512 *a = k ? a1 : a0;
-		for (int c = 0; c < NC; c++) {
-			const kernels__block_q8_0 *xb = (const kernels__block_q8_0 *)xq[c] + b + k;
-			__m256i si, sx;
-			kernels__x86_q5_1_lanes(q, xb, &si, &sx);
-			float dx = kernels__x86_h2f(xb->d);
-			__m512 fs = _mm512_cvtepi32_ps(_mm512_zextsi256_si512(si));
-			__m512 fx = _mm512_cvtepi32_ps(_mm512_zextsi256_si512(sx));
-			a[c] = _mm512_fmadd_ps(fs, _mm512_set1_ps(dw * dx), a[c]);
-			a[c] = _mm512_fmadd_ps(fx, _mm512_set1_ps(mw * dx), a[c]);
-		}
-	}
-}
-KERNELS__PAIR_TILE(k5_tile_q5_1, kernels__block_q5_1)
+/* Q5_1 (kernels_x86.h; rare: 256-bit steps). */
+KERNELS__X86_Q5_1_TILE(k5_tile_q5_1)
 
 /* ---- Q4_K and Q5_K ------------------------------------------------------------------------
  * One zmm = the 64 quants of qs[32 j .. 32 j + 31]: low nibbles (sub-block
@@ -388,46 +367,13 @@ KERNELS__INLINE void k5_tile_q6_k_block(const kernels__block_q6_k *wb, int64_t b
 KERNELS__SUPER_TILE(k5_tile_q6_k, kernels__block_q6_k)
 
 /* ---- Q2_K, Q3_K, IQ4_XS --------------------------------------------------------------------
- * 256-bit steps: the exact int32 lanes of kernels_x86.h (8 lanes, the upper
- * half of the zmm zero), scaled and accumulated as Q4_K (with mins) or
- * Q6_K (without). */
+ * 256-bit steps: the exact int32 lanes and tile bodies of kernels_x86.h (8
+ * lanes, the upper half of the zmm zero), scaled and accumulated as Q4_K
+ * (with mins) or Q6_K (without). */
 
-#define K5_KQ_MIN_TILE(name, WBLOCK, LANES)                                                        \
-	KERNELS__INLINE void name##_block(const WBLOCK *wb, int64_t b, const void *const *xq,      \
-	                                  const int NC, __m512 *acc)                               \
-	{                                                                                          \
-		__m256i isum[KERNELS__TILE], imin[KERNELS__TILE];                                  \
-		LANES(&wb[b], b, xq, NC, isum, imin);                                              \
-		float dw = kernels__x86_h2f(wb[b].d), dmw = kernels__x86_h2f(wb[b].dmin);          \
-		for (int c = 0; c < NC; c++) {                                                     \
-			float dx = ((const kernels__block_q8_k *)xq[c])[b].d;                      \
-			__m512 d = _mm512_set1_ps(dw * dx), dm = _mm512_set1_ps(dmw * dx);         \
-			__m512 fi = _mm512_cvtepi32_ps(_mm512_zextsi256_si512(isum[c]));           \
-			__m512 fm = _mm512_cvtepi32_ps(_mm512_zextsi256_si512(imin[c]));           \
-			acc[c] = _mm512_fmadd_ps(d, fi, acc[c]);                                   \
-			acc[c] = _mm512_fnmadd_ps(dm, fm, acc[c]);                                 \
-		}                                                                                  \
-	}                                                                                          \
-	KERNELS__SUPER_TILE(name, WBLOCK)
-
-#define K5_KQ_TILE(name, WBLOCK, LANES)                                                            \
-	KERNELS__INLINE void name##_block(const WBLOCK *wb, int64_t b, const void *const *xq,      \
-	                                  const int NC, __m512 *acc)                               \
-	{                                                                                          \
-		__m256i isum[KERNELS__TILE];                                                       \
-		LANES(&wb[b], b, xq, NC, isum);                                                    \
-		float dw = kernels__x86_h2f(wb[b].d);                                              \
-		for (int c = 0; c < NC; c++) {                                                     \
-			float dx = ((const kernels__block_q8_k *)xq[c])[b].d;                      \
-			__m512 fi = _mm512_cvtepi32_ps(_mm512_zextsi256_si512(isum[c]));           \
-			acc[c] = _mm512_fmadd_ps(_mm512_set1_ps(dw * dx), fi, acc[c]);             \
-		}                                                                                  \
-	}                                                                                          \
-	KERNELS__SUPER_TILE(name, WBLOCK)
-
-K5_KQ_MIN_TILE(k5_tile_q2_k, kernels__block_q2_k, kernels__x86_q2k_lanes)
-K5_KQ_TILE(k5_tile_q3_k, kernels__block_q3_k, kernels__x86_q3k_lanes)
-K5_KQ_TILE(k5_tile_iq4_xs, kernels__block_iq4_xs, kernels__x86_iq4xs_lanes)
+KERNELS__X86_KQ_MIN_TILE(k5_tile_q2_k, kernels__block_q2_k, kernels__x86_q2k_lanes)
+KERNELS__X86_KQ_TILE(k5_tile_q3_k, kernels__block_q3_k, kernels__x86_q3k_lanes)
+KERNELS__X86_KQ_TILE(k5_tile_iq4_xs, kernels__block_iq4_xs, kernels__x86_iq4xs_lanes)
 
 /* ---- the table ---------------------------------------------------------------------- */
 

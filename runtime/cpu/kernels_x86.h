@@ -3,12 +3,14 @@
  * (kernels_avx2.c, and kernels_avx512.c for its 256-bit steps): horizontal
  * sum, fp16 scales to float, the 16 bsums of a Q8_K block against the
  * Q4_K mins and the Q6_K offset, the signed bytes of the 32-element types
- * (Q5_0, IQ4_NL, MXFP4), and the exact int32 lanes of one Q4_K, Q5_K, Q3_K,
- * Q2_K or IQ4_XS super-block (both tables scale and accumulate them).
+ * (Q5_0, IQ4_NL, MXFP4), the exact int32 lanes of one Q4_K, Q5_K, Q3_K,
+ * Q2_K or IQ4_XS super-block and of a Q5_1 block, and the tile bodies that
+ * scale and accumulate those lanes in either table's float vector.
  *
- * Part: runtime/, room cpu/. Names are kernels__x86_*; everything is
- * always-inline, compiled with the -m flags of the file that includes it
- * (both have AVX2, FMA and F16C).
+ * Part: runtime/, room cpu/. Names are kernels__x86_* / KERNELS__X86_*;
+ * everything is always-inline or a macro, compiled with the -m flags of
+ * the file that includes it (both have AVX2, FMA and F16C).
+ * Divisions: helpers, 32-element blocks as bytes, K-quant lanes, tile bodies.
  */
 #ifndef SHOAL_RUNTIME_KERNELS_X86_H
 #define SHOAL_RUNTIME_KERNELS_X86_H
@@ -284,5 +286,75 @@ KERNELS__INLINE void kernels__x86_iq4xs_lanes(const kernels__block_iq4_xs *w, in
 		}
 	}
 }
+
+/* ---- tile bodies on those lanes, for both tables ---------------------------------
+ * Written with the float vector of the shell's templates plus, defined by
+ * the including file: KERNELS__V_SET1(f) (all lanes f), KERNELS__V_FNMA(s,
+ * a, b) (s - a * b, fused) and KERNELS__X86_LANES_V(i) (8 int32 lanes as a
+ * float vector, any lanes above 8 zero). */
+
+/* The K-quants with mins: acc = fma(d, isum, acc), acc = fnma(dmin, imin,
+ * acc), d and dmin times the column's d_x; LANES(w, b, xq, NC, isum, imin). */
+#define KERNELS__X86_KQ_MIN_TILE(name, WBLOCK, LANES)                                              \
+	KERNELS__INLINE void name##_block(const WBLOCK *wb, int64_t b, const void *const *xq,      \
+	                                  const int NC, KERNELS__V *acc)                           \
+	{                                                                                          \
+		__m256i isum[KERNELS__TILE], imin[KERNELS__TILE];                                  \
+		LANES(&wb[b], b, xq, NC, isum, imin);                                              \
+		float dw = kernels__x86_h2f(wb[b].d), dmw = kernels__x86_h2f(wb[b].dmin);          \
+		for (int c = 0; c < NC; c++) {                                                     \
+			float dx = ((const kernels__block_q8_k *)xq[c])[b].d;                      \
+			acc[c] = KERNELS__V_FMA(acc[c], KERNELS__V_SET1(dw * dx),                  \
+			                        KERNELS__X86_LANES_V(isum[c]));                    \
+			acc[c] = KERNELS__V_FNMA(acc[c], KERNELS__V_SET1(dmw * dx),                \
+			                         KERNELS__X86_LANES_V(imin[c]));                   \
+		}                                                                                  \
+	}                                                                                          \
+	KERNELS__SUPER_TILE(name, WBLOCK)
+
+/* The K-quants without mins: acc = fma(d d_x, isum, acc); LANES(w, b, xq,
+ * NC, isum). */
+#define KERNELS__X86_KQ_TILE(name, WBLOCK, LANES)                                                  \
+	KERNELS__INLINE void name##_block(const WBLOCK *wb, int64_t b, const void *const *xq,      \
+	                                  const int NC, KERNELS__V *acc)                           \
+	{                                                                                          \
+		__m256i isum[KERNELS__TILE];                                                       \
+		LANES(&wb[b], b, xq, NC, isum);                                                    \
+		float dw = kernels__x86_h2f(wb[b].d);                                              \
+		for (int c = 0; c < NC; c++) {                                                     \
+			float dx = ((const kernels__block_q8_k *)xq[c])[b].d;                      \
+			acc[c] = KERNELS__V_FMA(acc[c], KERNELS__V_SET1(dw * dx),                  \
+			                        KERNELS__X86_LANES_V(isum[c]));                    \
+		}                                                                                  \
+	}                                                                                          \
+	KERNELS__SUPER_TILE(name, WBLOCK)
+
+/* Q5_1: x = d q + m, so per block acc = fma(dot(q, x), d_w d_x, acc), then
+ * acc = fma(sum x, m_w d_x, acc); blocks b and b + 1 into a0 and a1. */
+#define KERNELS__X86_Q5_1_TILE(name)                                                               \
+	KERNELS__INLINE void name##_pair(const kernels__block_q5_1 *wb, int64_t b, int single,     \
+	                                 const void *const *xq, const int NC, KERNELS__V *a0,      \
+	                                 KERNELS__V *a1)                                           \
+	{                                                                                          \
+		_mm_prefetch((const char *)(wb + b) + KERNELS__PF_AHEAD, _MM_HINT_T1);             \
+		for (int k = 0; k < (single ? 1 : 2); k++) {                                       \
+			const kernels__block_q5_1 *w = wb + b + k;                                 \
+			__m256i q = kernels__x86_q5_bytes(w->qs, w->qh);                           \
+			float dw = kernels__x86_h2f(w->d), mw = kernels__x86_h2f(w->m);            \
+			KERNELS__V *a = k ? a1 : a0;                                               \
+			for (int c = 0; c < NC; c++) {                                             \
+				const kernels__block_q8_0 *xb =                                    \
+				    (const kernels__block_q8_0 *)xq[c] + b + k;                    \
+				__m256i si, sx;                                                    \
+				kernels__x86_q5_1_lanes(q, xb, &si, &sx);                          \
+				float dx = kernels__x86_h2f(xb->d);                                \
+				a[c] = KERNELS__V_FMA(a[c], KERNELS__X86_LANES_V(si),              \
+				                      KERNELS__V_SET1(dw * dx));                   \
+				a[c] = KERNELS__V_FMA(a[c], KERNELS__X86_LANES_V(sx),              \
+				                      KERNELS__V_SET1(mw * dx));                   \
+			}                                                                          \
+		}                                                                                  \
+	}                                                                                          \
+	KERNELS__PAIR_TILE(name, kernels__block_q5_1)
 
 #endif
