@@ -233,6 +233,22 @@ static uint32_t file_type(shoal_dtype t)
 		return 18;
 	case SHOAL_DTYPE_BF16:
 		return 32;
+	case SHOAL_DTYPE_Q5_0:
+		return 8;
+	case SHOAL_DTYPE_Q5_1:
+		return 9;
+	case SHOAL_DTYPE_Q2_K:
+		return 10;
+	case SHOAL_DTYPE_Q3_K:
+		return 12; /* "Q3_K_M" */
+	case SHOAL_DTYPE_Q5_K:
+		return 17; /* "Q5_K_M" */
+	case SHOAL_DTYPE_IQ4_NL:
+		return 25;
+	case SHOAL_DTYPE_IQ4_XS:
+		return 30;
+	case SHOAL_DTYPE_MXFP4:
+		return 38; /* "MXFP4_MOE" */
 	default:
 		return 0;
 	}
