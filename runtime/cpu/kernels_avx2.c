@@ -75,7 +75,7 @@ KERNELS__INLINE __m256i k2_q4_0_bytes(const uint8_t *qs)
 /* Blocks b (into a0) and b + 1 (into a1), or only b when single; the two
  * scale products d_w * d_x are formed in one vector multiply (the same IEEE
  * products as one at a time). */
-#define K2_Q32_TILE(name, WBLOCK, WBYTES, WSCALES)                                                \
+#define K2_Q32_TILE(name, WBLOCK, WBYTES, WSCALES)                                                 \
 	KERNELS__INLINE void name##_pair(const WBLOCK *wb, int64_t b, int single,                  \
 	                                 const void *const *xq, const int NC, __m256 *a0,          \
 	                                 __m256 *a1)                                               \
@@ -110,7 +110,8 @@ KERNELS__INLINE __m256i k2_q4_0_bytes(const uint8_t *qs)
 #define K2_MXFP4_BYTES(blk)  kernels__x86_table_bytes((blk)->qs, kernels__mxfp4_values)
 
 /* The weight scales of blocks b and b + 1 (0 when single) in lanes 0 and 1. */
-#define K2_H2F_SCALES(wb, b, single) kernels__x86_h2f_pair(&(wb)[b].d, (single) ? 0 : (wb)[(b) + 1].d)
+#define K2_H2F_SCALES(wb, b, single)                                                               \
+	kernels__x86_h2f_pair(&(wb)[b].d, (single) ? 0 : (wb)[(b) + 1].d)
 #define K2_E8M0_SCALES(wb, b, single)                                                              \
 	_mm_setr_ps(kernels__e8m0_half((wb)[b].e),                                                 \
 	            (single) ? 0.0f : kernels__e8m0_half((wb)[(b) + 1].e), 0.0f, 0.0f)

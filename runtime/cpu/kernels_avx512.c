@@ -225,7 +225,8 @@ K5_Q32_PAIR(k5_iq4_nl_pair, kernels__block_iq4_nl, K5_IQ4_NL_BYTES)
 K5_Q32_PAIR(k5_mxfp4_pair, kernels__block_mxfp4, K5_MXFP4_BYTES)
 
 /* The weight scales of blocks b and b + 1 (0 when single) in lanes 0 and 1. */
-#define K5_H2F_SCALES(wb, b, single) kernels__x86_h2f_pair(&(wb)[b].d, (single) ? 0 : (wb)[(b) + 1].d)
+#define K5_H2F_SCALES(wb, b, single)                                                               \
+	kernels__x86_h2f_pair(&(wb)[b].d, (single) ? 0 : (wb)[(b) + 1].d)
 #define K5_E8M0_SCALES(wb, b, single)                                                              \
 	_mm_setr_ps(kernels__e8m0_half((wb)[b].e),                                                 \
 	            (single) ? 0.0f : kernels__e8m0_half((wb)[(b) + 1].e), 0.0f, 0.0f)
@@ -396,6 +397,8 @@ KERNELS__TABLE(K5_TABLE, K5_ISA, k5,
                         [KERNELS__W_Q3_K] = k5_tile_q3_k,
                         [KERNELS__W_Q5_K] = k5_tile_q5_k,
                         [KERNELS__W_IQ4_XS] = k5_tile_iq4_xs},
-               .rows = {[KERNELS__W_Q8_0] = k5_q8_0_rows, [KERNELS__W_Q4_0] = k5_q4_0_rows,
-                        [KERNELS__W_Q5_0] = k5_q5_0_rows, [KERNELS__W_IQ4_NL] = k5_iq4_nl_rows,
+               .rows = {[KERNELS__W_Q8_0] = k5_q8_0_rows,
+                        [KERNELS__W_Q4_0] = k5_q4_0_rows,
+                        [KERNELS__W_Q5_0] = k5_q5_0_rows,
+                        [KERNELS__W_IQ4_NL] = k5_iq4_nl_rows,
                         [KERNELS__W_MXFP4] = k5_mxfp4_rows});

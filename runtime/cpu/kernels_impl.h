@@ -96,10 +96,10 @@ typedef struct kernels__block_q5_k {
 } kernels__block_q5_k;
 
 typedef struct kernels__block_iq4_xs {
-	uint16_t d;         /* fp16 super-block scale */
-	uint16_t scales_h;  /* top 2 bits of the 8 6-bit sub-block scales */
+	uint16_t d;          /* fp16 super-block scale */
+	uint16_t scales_h;   /* top 2 bits of the 8 6-bit sub-block scales */
 	uint8_t scales_l[4]; /* low 4 bits: sub-block 2i low nibble, 2i+1 high */
-	uint8_t qs[128];    /* per sub-block of 32, 16 bytes as IQ4_NL */
+	uint8_t qs[128];     /* per sub-block of 32, 16 bytes as IQ4_NL */
 } kernels__block_iq4_xs;
 
 _Static_assert(sizeof(kernels__block_q8_0) == 34, "Q8_0 block is 34 bytes");

@@ -335,10 +335,9 @@ KERNELS__INLINE void kn_tile_q6_k_block(const kernels__block_q6_k *wb, int64_t b
 KERNELS__SUPER_TILE(kn_tile_q6_k, kernels__block_q6_k)
 
 /* ---- Q2_K, Q3_K, IQ4_XS --------------------------------------------------------------------
- * Quants as signed bytes, exact int32 lanes per super-block (bounds: Q2_K <= 4 * 3 * 127 * 15 per sub-block; Q3_K 4 * 4 * 127 * 32;
- * IQ4_XS 8 * 127 * 127 * 32 per sub-block, 8 of them < 2^25), then acc =
- * fma(isum, d) (and fms(imin, dmin) for the types with mins). */
-
+ * Quants as signed bytes, exact int32 lanes per super-block (bounds: Q2_K <= 4 * 3 * 127 * 15 per
+ * sub-block; Q3_K 4 * 4 * 127 * 32; IQ4_XS 8 * 127 * 127 * 32 per sub-block, 8 of them < 2^25),
+ * then acc = fma(isum, d) (and fms(imin, dmin) for the types with mins). */
 
 /* Q2_K and Q3_K: for chunk ch and j < 4, the 16-byte halves of qs[32 ch ..]
  * shifted right 2 j hold sub-blocks 8 ch + 2 j and + 1. */
@@ -350,7 +349,8 @@ KERNELS__INLINE void kn_tile_q2_k_block(const kernels__block_q2_k *wb, int64_t b
 	for (int c = 0; c < NC; c++)
 		isum[c] = vdupq_n_s32(0);
 	for (int ch = 0; ch < 2; ch++) {
-		uint8x16_t r0 = vld1q_u8(wb[b].qs + 32 * ch), r1 = vld1q_u8(wb[b].qs + 32 * ch + 16);
+		uint8x16_t r0 = vld1q_u8(wb[b].qs + 32 * ch),
+		           r1 = vld1q_u8(wb[b].qs + 32 * ch + 16);
 		for (int j = 0; j < 4; j++, r0 = vshrq_n_u8(r0, 2), r1 = vshrq_n_u8(r1, 2)) {
 			int8x16_t q0 = vreinterpretq_s8_u8(vandq_u8(r0, m2));
 			int8x16_t q1 = vreinterpretq_s8_u8(vandq_u8(r1, m2));
@@ -395,16 +395,17 @@ KERNELS__INLINE void kn_tile_q3_k_block(const kernels__block_q3_k *wb, int64_t b
 		isum[c] = vdupq_n_s32(0);
 	uint8x16_t hm0 = vld1q_u8(wb[b].hmask), hm1 = vld1q_u8(wb[b].hmask + 16);
 	for (int ch = 0; ch < 2; ch++) {
-		uint8x16_t r0 = vld1q_u8(wb[b].qs + 32 * ch), r1 = vld1q_u8(wb[b].qs + 32 * ch + 16);
+		uint8x16_t r0 = vld1q_u8(wb[b].qs + 32 * ch),
+		           r1 = vld1q_u8(wb[b].qs + 32 * ch + 16);
 		for (int j = 0; j < 4; j++) {
-			int8x16_t q0 = vsubq_s8(
-			    vreinterpretq_s8_u8(vorrq_u8(vandq_u8(r0, m2),
-			                                 vshlq_n_u8(vandq_u8(hm0, one), 2))),
-			    k4);
-			int8x16_t q1 = vsubq_s8(
-			    vreinterpretq_s8_u8(vorrq_u8(vandq_u8(r1, m2),
-			                                 vshlq_n_u8(vandq_u8(hm1, one), 2))),
-			    k4);
+			int8x16_t q0 =
+			    vsubq_s8(vreinterpretq_s8_u8(vorrq_u8(
+			                 vandq_u8(r0, m2), vshlq_n_u8(vandq_u8(hm0, one), 2))),
+			             k4);
+			int8x16_t q1 =
+			    vsubq_s8(vreinterpretq_s8_u8(vorrq_u8(
+			                 vandq_u8(r1, m2), vshlq_n_u8(vandq_u8(hm1, one), 2))),
+			             k4);
 			r0 = vshrq_n_u8(r0, 2);
 			r1 = vshrq_n_u8(r1, 2);
 			hm0 = vshrq_n_u8(hm0, 1);

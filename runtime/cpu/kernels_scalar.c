@@ -279,8 +279,7 @@ static float ks_dot_q3_k(int64_t n, const kernels__block_q3_k *w, const kernels_
 	return acc;
 }
 
-static float ks_dot_iq4_xs(int64_t n, const kernels__block_iq4_xs *w,
-                           const kernels__block_q8_k *x)
+static float ks_dot_iq4_xs(int64_t n, const kernels__block_iq4_xs *w, const kernels__block_q8_k *x)
 {
 	float acc = 0.0f;
 	for (int64_t b = 0; b < n / KERNELS__QKK; b++) {

@@ -373,11 +373,11 @@ static inline void kernels__ops_run(const kernels__ops *ops, shoal_dtype wt, int
 	[KERNELS__W_Q4_0] = p##_tile_q4_0, [KERNELS__W_Q4_K] = p##_tile_q4_k,                      \
 	[KERNELS__W_Q6_K] = p##_tile_q6_k
 #define KERNELS__TILES_ALL(p)                                                                      \
-	KERNELS__TILES_BASE(p), [KERNELS__W_Q5_0] = p##_tile_q5_0,                                 \
-	[KERNELS__W_Q5_1] = p##_tile_q5_1, [KERNELS__W_IQ4_NL] = p##_tile_iq4_nl,                  \
-	[KERNELS__W_MXFP4] = p##_tile_mxfp4, [KERNELS__W_Q2_K] = p##_tile_q2_k,                    \
-	[KERNELS__W_Q3_K] = p##_tile_q3_k, [KERNELS__W_Q5_K] = p##_tile_q5_k,                      \
-	[KERNELS__W_IQ4_XS] = p##_tile_iq4_xs
+	KERNELS__TILES_BASE(p),                                                                    \
+	    [KERNELS__W_Q5_0] = p##_tile_q5_0, [KERNELS__W_Q5_1] = p##_tile_q5_1,                  \
+	    [KERNELS__W_IQ4_NL] = p##_tile_iq4_nl, [KERNELS__W_MXFP4] = p##_tile_mxfp4,            \
+	    [KERNELS__W_Q2_K] = p##_tile_q2_k, [KERNELS__W_Q3_K] = p##_tile_q3_k,                  \
+	    [KERNELS__W_Q5_K] = p##_tile_q5_k, [KERNELS__W_IQ4_XS] = p##_tile_iq4_xs
 
 /* The table `symbol` named isa_name, computing with the ops given after p
  * (designated initialisers of kernels__ops; p prefixes its static names). */

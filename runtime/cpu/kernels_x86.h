@@ -73,8 +73,8 @@ KERNELS__INLINE __m256i kernels__x86_q6k_offset(const kernels__block_q8_k *xb, _
 /* Byte i = 0xff where bit i of h is set, else 0. */
 KERNELS__INLINE __m256i kernels__x86_bit_bytes(uint32_t h)
 {
-	const __m256i spread = _mm256_set_epi64x(0x0303030303030303LL, 0x0202020202020202LL,
-	                                         0x0101010101010101LL, 0);
+	const __m256i spread =
+	    _mm256_set_epi64x(0x0303030303030303LL, 0x0202020202020202LL, 0x0101010101010101LL, 0);
 	const __m256i bit = _mm256_set1_epi64x((long long)0x8040201008040201ULL);
 	__m256i v = _mm256_shuffle_epi8(_mm256_set1_epi32((int)h), spread);
 	return _mm256_cmpeq_epi8(_mm256_and_si256(v, bit), bit);
@@ -222,7 +222,8 @@ KERNELS__INLINE void kernels__x86_q2k_lanes(const kernels__block_q2_k *w, int64_
 		}
 	}
 	__m128i sb = _mm_loadu_si128((const __m128i *)w->scales);
-	__m256i m16 = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(sb, 4), _mm_set1_epi8(0x0f)));
+	__m256i m16 =
+	    _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(sb, 4), _mm_set1_epi8(0x0f)));
 	for (int c = 0; c < NC; c++) {
 		const kernels__block_q8_k *xb = (const kernels__block_q8_k *)xq[c] + b;
 		__m256i bs = _mm256_loadu_si256((const __m256i *)xb->bsums);
@@ -245,10 +246,13 @@ KERNELS__INLINE void kernels__x86_q3k_lanes(const kernels__block_q3_k *w, int64_
 	__m256i hm = _mm256_loadu_si256((const __m256i *)w->hmask);
 	for (int ch = 0; ch < 2; ch++) {
 		__m256i raw = _mm256_loadu_si256((const __m256i *)(w->qs + 32 * ch));
-		for (int j = 0; j < 4; j++, raw = _mm256_srli_epi16(raw, 2), hm = _mm256_srli_epi16(hm, 1)) {
-			__m256i q = _mm256_or_si256(_mm256_and_si256(raw, m2),
-			                            _mm256_slli_epi16(_mm256_and_si256(hm, one), 2));
-			__m256i s = kernels__x86_scale_pair(sc[8 * ch + 2 * j], sc[8 * ch + 2 * j + 1]);
+		for (int j = 0; j < 4;
+		     j++, raw = _mm256_srli_epi16(raw, 2), hm = _mm256_srli_epi16(hm, 1)) {
+			__m256i q =
+			    _mm256_or_si256(_mm256_and_si256(raw, m2),
+			                    _mm256_slli_epi16(_mm256_and_si256(hm, one), 2));
+			__m256i s =
+			    kernels__x86_scale_pair(sc[8 * ch + 2 * j], sc[8 * ch + 2 * j + 1]);
 			for (int c = 0; c < NC; c++) {
 				const int8_t *x =
 				    ((const kernels__block_q8_k *)xq[c])[b].qs + 128 * ch + 32 * j;
@@ -262,7 +266,8 @@ KERNELS__INLINE void kernels__x86_q3k_lanes(const kernels__block_q3_k *w, int64_
 	for (int c = 0; c < NC; c++) {
 		const kernels__block_q8_k *xb = (const kernels__block_q8_k *)xq[c] + b;
 		__m256i bs = _mm256_loadu_si256((const __m256i *)xb->bsums);
-		isum[c] = _mm256_sub_epi32(isum[c], _mm256_slli_epi32(_mm256_madd_epi16(bs, sc16), 2));
+		isum[c] =
+		    _mm256_sub_epi32(isum[c], _mm256_slli_epi32(_mm256_madd_epi16(bs, sc16), 2));
 	}
 }
 

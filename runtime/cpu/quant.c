@@ -6,8 +6,8 @@
  * engine's (same float operations in the same order); the activation
  * quantizers Q8_0 and Q8_K follow the reference's scalar definitions; the
  * weight quantizers (all the others) are simple round-to-nearest ones for
- * fixtures, not the reference's error-minimising searches. Compiled with -ffp-contract=off so no platform fuses the
- * multiply-adds that the reference rounds twice.
+ * fixtures, not the reference's error-minimising searches. Compiled with -ffp-contract=off so no
+ * platform fuses the multiply-adds that the reference rounds twice.
  *
  * Divisions: half/bfloat16, plain types, Q8_0, Q4_0, Q4_K, Q6_K, Q5_0/Q5_1,
  * IQ4_NL/MXFP4, Q2_K/Q3_K, Q5_K, IQ4_XS, Q8_K, dispatch.
@@ -615,11 +615,13 @@ static void quant_q2_k(const float *x, void *dst, int64_t nb)
 		memset(b[i].qs, 0, sizeof b[i].qs);
 		for (int j = 0; j < 16; j++) {
 			int sc = d > 0.0f ? quant_clamp((int)ceilf(scale[j] / d), 0, 15) : 0;
-			int m = dmin > 0.0f ? quant_clamp(quant_nearest_int(min[j] / dmin), 0, 15) : 0;
+			int m =
+			    dmin > 0.0f ? quant_clamp(quant_nearest_int(min[j] / dmin), 0, 15) : 0;
 			b[i].scales[j] = (uint8_t)(sc | (m << 4));
 			float ds = d * sc, dm = dmin * m;
 			for (int l = 0; l < 16; l++) {
-				int v = ds > 0.0f ? quant_nearest_int((x[16 * j + l] + dm) / ds) : 0;
+				int v =
+				    ds > 0.0f ? quant_nearest_int((x[16 * j + l] + dm) / ds) : 0;
 				quant_q2_set(b[i].qs, 16 * j + l, quant_clamp(v, 0, 3));
 			}
 		}
@@ -693,7 +695,8 @@ static void quant_q5_k(const float *x, void *dst, int64_t nb)
 			for (int l = 0; l < 32; l++) {
 				int lo = q[64 * c + l], hi = q[64 * c + 32 + l];
 				b[i].qs[32 * c + l] = (uint8_t)((lo & 0xf) | ((hi & 0xf) << 4));
-				b[i].qh[l] |= (uint8_t)(((lo >> 4) << (2 * c)) | ((hi >> 4) << (2 * c + 1)));
+				b[i].qh[l] |=
+				    (uint8_t)(((lo >> 4) << (2 * c)) | ((hi >> 4) << (2 * c + 1)));
 			}
 	}
 }
@@ -731,8 +734,8 @@ static void quant_iq4_xs(const float *x, void *dst, int64_t nb)
 			b[i].scales_l[j / 2] |= (uint8_t)(((ls + 32) & 0xf) << (4 * (j % 2)));
 			b[i].scales_h |= (uint16_t)(((ls + 32) >> 4) << (2 * j));
 			float dl = d * ls;
-			quant_nibble_table(x + 32 * j, kernels__iq4_values, dl != 0.0f ? 1.0f / dl : 0.0f,
-			                   b[i].qs + 16 * j);
+			quant_nibble_table(x + 32 * j, kernels__iq4_values,
+			                   dl != 0.0f ? 1.0f / dl : 0.0f, b[i].qs + 16 * j);
 		}
 	}
 }

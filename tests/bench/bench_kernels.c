@@ -119,9 +119,9 @@ int main(int argc, char **argv)
 	static const char *const isas[] = {"scalar", "avx2", "avx512bw",
 	                                   "avx512", "neon", "neon-base"};
 	static const shoal_dtype types[] = {
-	    SHOAL_DTYPE_Q8_0, SHOAL_DTYPE_Q4_0,   SHOAL_DTYPE_Q4_K,  SHOAL_DTYPE_Q6_K,
-	    SHOAL_DTYPE_F16,  SHOAL_DTYPE_Q5_0,   SHOAL_DTYPE_Q5_1,  SHOAL_DTYPE_IQ4_NL,
-	    SHOAL_DTYPE_MXFP4, SHOAL_DTYPE_Q2_K,  SHOAL_DTYPE_Q3_K,  SHOAL_DTYPE_Q5_K,
+	    SHOAL_DTYPE_Q8_0,  SHOAL_DTYPE_Q4_0, SHOAL_DTYPE_Q4_K, SHOAL_DTYPE_Q6_K,
+	    SHOAL_DTYPE_F16,   SHOAL_DTYPE_Q5_0, SHOAL_DTYPE_Q5_1, SHOAL_DTYPE_IQ4_NL,
+	    SHOAL_DTYPE_MXFP4, SHOAL_DTYPE_Q2_K, SHOAL_DTYPE_Q3_K, SHOAL_DTYPE_Q5_K,
 	    SHOAL_DTYPE_IQ4_XS};
 	unsigned seed = 1;
 	float *xf = malloc(sizeof(float) * 8192), *y = malloc(sizeof(float) * 8192 * 8);

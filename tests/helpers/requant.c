@@ -51,8 +51,7 @@ static shoal_dtype mix_type(const char *name, int n_layer)
 
 /* The type tensor t becomes: `type`, or the mix's when mix is set; vectors
  * and matrices whose rows are not whole blocks keep their type. */
-static shoal_dtype target_type(const shoal_gguf_tensor *t, bool mix, shoal_dtype type,
-                               int n_layer)
+static shoal_dtype target_type(const shoal_gguf_tensor *t, bool mix, shoal_dtype type, int n_layer)
 {
 	if (t->n_dims < 2)
 		return t->type;

@@ -28,9 +28,9 @@ static float rnd(void) /* uniform in [-1, 1) */
 static const char *const isa_names[] = {"scalar", "avx2", "avx512bw",
                                         "avx512", "neon", "neon-base"};
 static const shoal_dtype wtypes[] = {
-    SHOAL_DTYPE_F32,    SHOAL_DTYPE_F16,  SHOAL_DTYPE_BF16, SHOAL_DTYPE_Q8_0,  SHOAL_DTYPE_Q4_0,
-    SHOAL_DTYPE_Q4_K,   SHOAL_DTYPE_Q6_K, SHOAL_DTYPE_Q5_0, SHOAL_DTYPE_Q5_1,  SHOAL_DTYPE_IQ4_NL,
-    SHOAL_DTYPE_MXFP4,  SHOAL_DTYPE_Q2_K, SHOAL_DTYPE_Q3_K, SHOAL_DTYPE_Q5_K, SHOAL_DTYPE_IQ4_XS};
+    SHOAL_DTYPE_F32,   SHOAL_DTYPE_F16,  SHOAL_DTYPE_BF16, SHOAL_DTYPE_Q8_0, SHOAL_DTYPE_Q4_0,
+    SHOAL_DTYPE_Q4_K,  SHOAL_DTYPE_Q6_K, SHOAL_DTYPE_Q5_0, SHOAL_DTYPE_Q5_1, SHOAL_DTYPE_IQ4_NL,
+    SHOAL_DTYPE_MXFP4, SHOAL_DTYPE_Q2_K, SHOAL_DTYPE_Q3_K, SHOAL_DTYPE_Q5_K, SHOAL_DTYPE_IQ4_XS};
 
 /* Per element, a bound on |weight| as the kernels see its parts: for Q4_K,
  * Q5_K and Q2_K the scale and the min terms separately (d sc q + dmin m),

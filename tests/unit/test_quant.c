@@ -334,7 +334,8 @@ static void test_deq_q2_k(void)
 	for (int j = 0; j < 16; j++)
 		b.scales[j] = (uint8_t)(j | ((15 - j) << 4));
 	for (int e = 0; e < 256; e++)
-		b.qs[32 * (e / 128) + e % 32] |= (uint8_t)(((3 * e + 1) & 3) << (2 * ((e % 128) / 32)));
+		b.qs[32 * (e / 128) + e % 32] |=
+		    (uint8_t)(((3 * e + 1) & 3) << (2 * ((e % 128) / 32)));
 	float y[256];
 	shoal_dequantize_row(SHOAL_DTYPE_Q2_K, &b, y, 256);
 	for (int e = 0; e < 256; e++) {
@@ -600,8 +601,9 @@ static void test_roundtrip_q32_types(void)
 				bound = 0.5f * (hi - lo) / 31.0f * (1 + 0x1p-9f) +
 				        fabsf(lo) * 0x1p-11f + (hi - lo) * 0x1p-11f;
 			} else if (ts[t] == SHOAL_DTYPE_IQ4_NL) {
-				bound = 14.0f * fabsf(shoal_fp16_to_f32(
-				                    ((const kernels__block_iq4_nl *)blk)->d)) *
+				bound = 14.0f *
+				        fabsf(shoal_fp16_to_f32(
+				            ((const kernels__block_iq4_nl *)blk)->d)) *
 				        (1 + 0x1p-10f);
 			} else {
 				int e = ((const kernels__block_mxfp4 *)blk)->e;
@@ -612,8 +614,8 @@ static void test_roundtrip_q32_types(void)
 			for (int j = 0; j < 32; j++)
 				if (!(fabsf(y[32 * k + j] - xs[j]) <= bound + 1e-7f))
 					TEST_FAIL_("%s elem %d: %g vs %g (bound %g)",
-					           shoal_dtype_name(ts[t]), 32 * k + j, y[32 * k + j],
-					           xs[j], bound);
+					           shoal_dtype_name(ts[t]), 32 * k + j,
+					           y[32 * k + j], xs[j], bound);
 		}
 	}
 }
@@ -650,12 +652,14 @@ static void test_roundtrip_k_types(void)
 				}
 				if (ts[t] == SHOAL_DTYPE_Q5_K) {
 					const kernels__block_q5_k *b = (const void *)blk;
-					bound = 0.5f * ((hi - lo) / 31.0f + shoal_fp16_to_f32(b->d)) +
-					        0.5f * shoal_fp16_to_f32(b->dmin);
+					bound =
+					    0.5f * ((hi - lo) / 31.0f + shoal_fp16_to_f32(b->d)) +
+					    0.5f * shoal_fp16_to_f32(b->dmin);
 				} else if (ts[t] == SHOAL_DTYPE_Q2_K) {
 					const kernels__block_q2_k *b = (const void *)blk;
-					bound = 0.5f * ((hi - lo) / 3.0f + shoal_fp16_to_f32(b->d)) +
-					        0.5f * shoal_fp16_to_f32(b->dmin);
+					bound =
+					    0.5f * ((hi - lo) / 3.0f + shoal_fp16_to_f32(b->d)) +
+					    0.5f * shoal_fp16_to_f32(b->dmin);
 				} else if (ts[t] == SHOAL_DTYPE_Q3_K) {
 					const kernels__block_q3_k *b = (const void *)blk;
 					int8_t sc[16];
@@ -665,10 +669,12 @@ static void test_roundtrip_k_types(void)
 				} else {
 					const kernels__block_iq4_xs *b = (const void *)blk;
 					float d = fabsf(shoal_fp16_to_f32(b->d));
-					bound = 14 * fabsf(d * kernels__iq4xs_scale(b, j)) + 63.5f * d;
+					bound =
+					    14 * fabsf(d * kernels__iq4xs_scale(b, j)) + 63.5f * d;
 				}
 				for (int l = 0; l < sub; l++)
-					if (!(fabsf(y[256 * k + sub * j + l] - xs[l]) <= bound + 1e-6f))
+					if (!(fabsf(y[256 * k + sub * j + l] - xs[l]) <=
+					      bound + 1e-6f))
 						TEST_FAIL_("%s elem %d: %g vs %g (bound %g)",
 						           shoal_dtype_name(ts[t]),
 						           256 * k + sub * j + l,
@@ -832,15 +838,15 @@ static void test_fixtures_agree(void)
 	ASSERT_GT(compared, 4);
 }
 
-TEST_MAIN(TEST_CASE(test_q8_0_nonfinite), TEST_CASE(test_fp16_to_f32_specials), TEST_CASE(test_f32_to_fp16_rounding),
-          TEST_CASE(test_fp16_roundtrip_all), TEST_CASE(test_fp16_nearest_random),
-          TEST_CASE(test_bf16), TEST_CASE(test_deq_q8_0), TEST_CASE(test_deq_q4_0),
-          TEST_CASE(test_deq_q4_k), TEST_CASE(test_q4k_unpack), TEST_CASE(test_deq_q6_k),
-          TEST_CASE(test_deq_q8_k_f16_bf16), TEST_CASE(test_roundtrip_q8_0),
-          TEST_CASE(test_roundtrip_q4_0), TEST_CASE(test_roundtrip_q4_k),
-          TEST_CASE(test_roundtrip_q6_k), TEST_CASE(test_roundtrip_q8_k),
-          TEST_CASE(test_activation_ties), TEST_CASE(test_roundtrip_plain),
-          TEST_CASE(test_fixtures_agree), TEST_CASE(test_deq_q5_0_q5_1),
-          TEST_CASE(test_deq_iq4_nl_mxfp4), TEST_CASE(test_deq_q2_k), TEST_CASE(test_deq_q3_k),
-          TEST_CASE(test_deq_q5_k), TEST_CASE(test_deq_iq4_xs),
+TEST_MAIN(TEST_CASE(test_q8_0_nonfinite), TEST_CASE(test_fp16_to_f32_specials),
+          TEST_CASE(test_f32_to_fp16_rounding), TEST_CASE(test_fp16_roundtrip_all),
+          TEST_CASE(test_fp16_nearest_random), TEST_CASE(test_bf16), TEST_CASE(test_deq_q8_0),
+          TEST_CASE(test_deq_q4_0), TEST_CASE(test_deq_q4_k), TEST_CASE(test_q4k_unpack),
+          TEST_CASE(test_deq_q6_k), TEST_CASE(test_deq_q8_k_f16_bf16),
+          TEST_CASE(test_roundtrip_q8_0), TEST_CASE(test_roundtrip_q4_0),
+          TEST_CASE(test_roundtrip_q4_k), TEST_CASE(test_roundtrip_q6_k),
+          TEST_CASE(test_roundtrip_q8_k), TEST_CASE(test_activation_ties),
+          TEST_CASE(test_roundtrip_plain), TEST_CASE(test_fixtures_agree),
+          TEST_CASE(test_deq_q5_0_q5_1), TEST_CASE(test_deq_iq4_nl_mxfp4), TEST_CASE(test_deq_q2_k),
+          TEST_CASE(test_deq_q3_k), TEST_CASE(test_deq_q5_k), TEST_CASE(test_deq_iq4_xs),
           TEST_CASE(test_roundtrip_q32_types), TEST_CASE(test_roundtrip_k_types))

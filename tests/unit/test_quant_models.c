@@ -229,8 +229,7 @@ static int count_type(const shoal_model *m, shoal_dtype t)
 
 /* Run model `path` beside F32: agreement >= min_agree, mean NLL at most
  * max_nll_ratio times F32's. */
-static void check_model(const char *label, const char *path, double min_agree,
-                        double max_nll_ratio)
+static void check_model(const char *label, const char *path, double min_agree, double max_nll_ratio)
 {
 	ASSERT_EQ(load_f32(), 0);
 	shoal_model *m = open_model(path);
@@ -292,15 +291,22 @@ static void test_mix_generates(void)
 			sess[r] = s;
 			pos[r] = r;
 		}
-		shoal_engine_batch b = {.n_rows = 8, .tokens = tok, .session = sess,
-		                        .pos = pos, .want_logits = want, .logits = lg};
+		shoal_engine_batch b = {.n_rows = 8,
+		                        .tokens = tok,
+		                        .session = sess,
+		                        .pos = pos,
+		                        .want_logits = want,
+		                        .logits = lg};
 		ASSERT_EQ(shoal_engine_run(e, &b, NULL, 0), SHOAL_OK);
 		for (uint32_t step = 0; step < 8; step++) {
 			got[k][step] = (int32_t)argmax(lg, V);
 			uint32_t p1 = 8 + step;
 			uint8_t w1 = 1;
-			shoal_engine_batch d = {.n_rows = 1, .tokens = &got[k][step],
-			                        .session = &s, .pos = &p1, .want_logits = &w1,
+			shoal_engine_batch d = {.n_rows = 1,
+			                        .tokens = &got[k][step],
+			                        .session = &s,
+			                        .pos = &p1,
+			                        .want_logits = &w1,
 			                        .logits = lg};
 			ASSERT_EQ(shoal_engine_run(e, &d, NULL, 0), SHOAL_OK);
 		}
