@@ -11,12 +11,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* 2 FLOPs per multiply-add per token for a matrix; 0 for 1-D tensors. */
+/* 2 FLOPs per multiply-add per token for a matrix, or for each matrix of a
+ * stack (MLA's per-head attn_k_b, attn_v_b); 0 for 1-D tensors. */
 static uint64_t mat_flops(const shoal_gguf_tensor *t)
 {
 	if (!t || t->n_dims < 2)
 		return 0;
-	return 2 * t->ne[0] * t->ne[1];
+	return 2 * t->ne[0] * t->ne[1] * t->ne[2] * t->ne[3];
 }
 
 static uint64_t nb(const shoal_gguf_tensor *t)
@@ -54,16 +55,26 @@ shoal_err shoal_model_manifest(const shoal_model *m, shoal_manifest *out)
 	for (uint32_t il = 0; il < hp->n_layer; il++) {
 		const shoal_layer *L = &m->layers[il];
 		shoal_manifest_layer *ml = &out->layers[il];
-		const shoal_gguf_tensor *dense[] = {
-		    L->attn_norm, L->wq,       L->wk,     L->wv,       L->wo,
-		    L->bq,        L->bk,       L->bv,     L->q_norm,   L->k_norm,
-		    L->ffn_norm,  L->ffn_gate, L->ffn_up, L->ffn_down, L->ffn_gate_inp};
-		for (size_t i = 0; i < sizeof dense / sizeof dense[0]; i++) {
-			ml->bytes += nb(dense[i]);
-			ml->flops += mat_flops(dense[i]);
+		const shoal_gguf_tensor *own[SHOAL_LAYER_MAX_TENSORS];
+		size_t n_own = shoal_layer_own_tensors(L, own);
+		for (size_t i = 0; i < n_own; i++) {
+			ml->bytes += nb(own[i]);
+			ml->flops += mat_flops(own[i]);
 		}
-		/* K and V rows of one token, F32: 2 * n_head_kv * head_dim * 4. */
+		/* K and V rows of one token, F32: 2 * n_head_kv * head_dim * 4;
+		 * MLA keeps the latent and the rope key, (kv_lora + n_rot) * 4,
+		 * and attends in the absorbed form: per head, scores over the
+		 * row and values from the latent, 2 * (2 kv_lora + n_rot) FLOPs
+		 * (what the engine stores and computes, see engine.c). */
 		ml->kv_bytes_per_token = 2ull * hp->n_head_kv * hp->head_dim * 4;
+		if (hp->mla_kv_b) /* the engine's F32 keys made from attn_kv_b */
+			ml->bytes += (uint64_t)hp->n_head * hp->kv_lora_rank *
+			             (hp->head_dim - hp->n_rot) * 4;
+		if (hp->mla) {
+			ml->kv_bytes_per_token = (hp->kv_lora_rank + (uint64_t)hp->n_rot) * 4;
+			ml->attn_flops_per_ctx =
+			    (uint64_t)hp->n_head * 2 * (2ull * hp->kv_lora_rank + hp->n_rot);
+		}
 		if (hp->n_expert && L->ffn_gate_exps) {
 			ml->n_expert = hp->n_expert;
 			ml->n_expert_used = hp->n_expert_used;

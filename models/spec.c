@@ -20,12 +20,17 @@
 
 /* ---- quant types ------------------------------------------------------- */
 
+/* Mixes are averages over the reference quantizer's choice per tensor:
+ * Q4_K_M 4.85 (Q4_K, Q6_K for some attn_v/ffn_down and the output);
+ * Q2_K 2.95 (in MoE models: experts' gate/up Q2_K at 2.625, ffn_down Q3_K
+ * at 3.4375, average 2.90, plus Q3_K-Q6_K attention and output); IQ4_XS
+ * 4.26 (136 bytes per 256 = 4.25, a few larger tensors). */
 static const struct {
 	const char *name;
 	uint32_t mbits;
 } spec_quants[] = {
-    {"F32", 32000}, {"F16", 16000},   {"BF16", 16000}, {"Q8_0", 8500},
-    {"Q6_K", 6562}, {"Q4_K_M", 4850}, {"Q4_0", 4500},
+    {"F32", 32000},   {"F16", 16000}, {"BF16", 16000}, {"Q8_0", 8500},   {"Q6_K", 6562},
+    {"Q4_K_M", 4850}, {"Q4_0", 4500}, {"Q2_K", 2950},  {"IQ4_XS", 4260},
 };
 
 uint32_t shoal_spec_quant_mbits(const char *quant)
@@ -157,7 +162,7 @@ static shoal_err read_hp(const json_t *j, spec_hp *h, shoal_spec_info *info, cha
 		return shoal_why(
 		    why, why_len, SHOAL_ERR_UNSUPPORTED,
 		    "spec: quant \"%s\" unknown: give \"bits_per_weight\" (known: F32, "
-		    "F16, BF16, Q8_0, Q6_K, Q4_K_M, Q4_0)",
+		    "F16, BF16, Q8_0, Q6_K, Q4_K_M, Q4_0, Q2_K, IQ4_XS)",
 		    q ? json_string_value(q) : "(none)");
 	info->mbits_per_weight = h->mbits;
 	return SHOAL_OK;
@@ -233,8 +238,8 @@ static bool fill(const spec_hp *h, shoal_manifest *m, shoal_spec_info *info)
 	m->head_flops = 2 * emb;
 	m->tied_head = h->tied;
 	m->act_bytes_per_token = 4 * D;
-	wrap |= __builtin_add_overflow(info->n_params, D + emb * (h->tied ? 1 : 2),
-	                               &info->n_params);
+	wrap |=
+	    __builtin_add_overflow(info->n_params, D + emb * (h->tied ? 1 : 2), &info->n_params);
 	info->n_params_active += D + emb * (h->tied ? 1 : 2);
 	return !wrap;
 }

@@ -1,11 +1,12 @@
 /*
  * models/tokenizer_bpe.c: byte-level BPE (tokenizer.ggml.model = "gpt2"):
- * GPT-2, Llama 3, Qwen2/2.5/3 and their kin.
+ * GPT-2, Llama 3, Qwen2/2.5/3, DeepSeek, Falcon, StarCoder, Kimi K2 and
+ * their kin.
  *
  * Part: models/. Divisions:
  *   - GPT-2's byte <-> unicode mapping (every byte has a printable stand-in)
- *   - the pre-tokenizers: one PCRE2 regex per tokenizer.ggml.pre, compiled
- *     once with PCRE2_UTF | PCRE2_UCP; the text is cut into the regex's
+ *   - the pre-tokenizers: 1-6 PCRE2 regexes per tokenizer.ggml.pre, compiled
+ *     once with PCRE2_UTF | PCRE2_UCP; the text is cut into the regexes'
  *     matches ("words"), and BPE never merges across words
  *   - set-up: merges as (left id, right id) -> (rank, merged id)
  *   - the merge loop: lowest rank first, ties by the leftmost pair
@@ -91,30 +92,147 @@ size_t tokenizer__bpe_unmap(const char *src, size_t len, char *dst)
  * pre-tokenizers
  * ------------------------------------------------------------------------ */
 
-/* The regexes of the Hugging Face tokenizers these vocabularies come from.
- * Llama 3's contractions are case-insensitive; they are spelled out as
- * [sS] etc. rather than (?i:...) so that PCRE2's Unicode case folding
- * cannot let "'ſ" (U+017F) or the Kelvin sign match. Llama 3 groups digits
- * by up to three, Qwen2 takes them one at a time. */
-static const char bpe_re_gpt2[] =
-    "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+";
-static const char bpe_re_llama3[] =
-    "(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])"
-    "|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*"
-    "|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
-static const char bpe_re_qwen2[] =
-    "(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])"
-    "|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*"
-    "|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+/* The regexes of the pre-tokenizers, as the Hugging Face tokenizers and
+ * the reference engine (llama-vocab.cpp) spell them; a pre-tokenizer with
+ * several regexes applies them in order, each cutting the words the
+ * previous ones made. Llama 3's contractions are case-insensitive; they
+ * are spelled out as [sS] etc. rather than (?i:...) so that PCRE2's
+ * Unicode case folding cannot let "'ſ" (U+017F) or the Kelvin sign match.
+ * Code points are written \x{...} so this file stays ASCII. */
+#define BPE_CONTRACTIONS    "'s|'t|'re|'ve|'m|'ll|'d"
+#define BPE_CONTRACTIONS_CI "(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])"
+/* GPT-2's one regex; the reference drops the last "|\s+", which changes
+ * nothing here since gaps between matches are words anyway */
+#define BPE_RE_GPT2 BPE_CONTRACTIONS "| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+"
+/* CJK runs: CJK unified ideographs, then the range the reference writes
+ * as U+0800..U+4E00, and Hangul syllables up to U+D7FF */
+#define BPE_RE_CJK "[\\x{4E00}-\\x{9FA5}\\x{0800}-\\x{4E00}\\x{AC00}-\\x{D7FF}]+"
 
+static const char *const bpe_re_gpt2[] = {BPE_RE_GPT2};
+/* Llama 3 groups digits by up to three, Qwen2 takes them one at a time */
+static const char *const bpe_re_llama3[] = {
+    BPE_CONTRACTIONS_CI "|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}"
+                        "| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"};
+static const char *const bpe_re_qwen2[] = {
+    BPE_CONTRACTIONS_CI "|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}"
+                        "| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"};
+/* DeepSeek LLM: line breaks, cased letters (the list of the model's own
+ * tokenizer, an older Unicode's Lu/Ll/Lt), ASCII and full-width
+ * punctuation, trailing space, CJK, digit runs */
+static const char *const bpe_re_deepseek_llm[] = {
+    "[\\r\\n]",
+    "\\s?["
+    "A-Za-z\\x{B5}\\x{C0}-\\x{D6}\\x{D8}-\\x{F6}\\x{F8}-\\x{1BA}\\x{1BC}-"
+    "\\x{1BF}\\x{1C4}-\\x{293}\\x{295}-\\x{2AF}\\x{370}-\\x{373}\\x{376}"
+    "\\x{377}\\x{37B}-\\x{37D}\\x{37F}\\x{386}\\x{388}-\\x{38A}\\x{38C}"
+    "\\x{38E}-\\x{3A1}\\x{3A3}-\\x{3F5}\\x{3F7}-\\x{481}\\x{48A}-\\x{52F}"
+    "\\x{531}-\\x{556}\\x{10A0}-\\x{10C5}\\x{13A0}-\\x{13F5}\\x{13F8}-"
+    "\\x{13FD}\\x{1C90}-\\x{1CBA}\\x{1CBD}-\\x{1CBF}\\x{1D00}-\\x{1D2B}"
+    "\\x{1D6B}-\\x{1D77}\\x{1D79}-\\x{1D9A}\\x{1E00}-\\x{1F15}\\x{1F18}-"
+    "\\x{1F1D}\\x{1F20}-\\x{1F45}\\x{1F48}-\\x{1F4D}\\x{1F50}-\\x{1F57}"
+    "\\x{1F59}\\x{1F5B}\\x{1F5D}\\x{1F5F}-\\x{1F7D}\\x{1F80}-\\x{1FB4}"
+    "\\x{1FB6}-\\x{1FBC}\\x{1FBE}\\x{1FC2}-\\x{1FC4}\\x{1FC6}-\\x{1FCC}"
+    "\\x{1FD0}-\\x{1FD3}\\x{1FD6}-\\x{1FDB}\\x{1FE0}-\\x{1FEC}\\x{1FF2}-"
+    "\\x{1FF4}\\x{1FF6}-\\x{1FFC}\\x{2102}\\x{2107}\\x{210A}-\\x{2113}"
+    "\\x{2115}\\x{2119}-\\x{211D}\\x{2124}\\x{2126}\\x{2128}\\x{212A}-"
+    "\\x{212D}\\x{212F}-\\x{2134}\\x{2139}\\x{213C}-\\x{213F}\\x{2145}-"
+    "\\x{2149}\\x{214E}\\x{2183}\\x{2184}\\x{2C00}-\\x{2C7B}\\x{2C7E}-"
+    "\\x{2CE4}\\x{2CEB}-\\x{2CEE}\\x{2CF2}\\x{2CF3}\\x{A640}-\\x{A66D}"
+    "\\x{A680}-\\x{A69B}\\x{A722}-\\x{A76F}\\x{A771}-\\x{A787}\\x{A78B}-"
+    "\\x{A78E}\\x{AB70}-\\x{ABBF}\\x{FB00}-\\x{FB06}\\x{FB13}-\\x{FB17}"
+    "\\x{FF21}-\\x{FF3A}\\x{FF41}-\\x{FF5A}\\x{10400}-\\x{1044F}\\x{104B0}-"
+    "\\x{104D3}\\x{104D8}-\\x{104FB}\\x{10C80}-\\x{10CB2}\\x{10CC0}-"
+    "\\x{10CF2}\\x{118A0}-\\x{118DF}\\x{1E900}-\\x{1E943}"
+    "]+",
+    "\\s?[!-/:-~\\x{FF01}-\\x{FF0F}\\x{FF1A}-\\x{FF5E}\\x{2018}-\\x{201F}\\x{3000}-\\x{3002}]+",
+    "\\s+$",
+    BPE_RE_CJK,
+    "\\p{N}+",
+};
+static const char *const bpe_re_deepseek_coder[] = {
+    "[\\r\\n]", "\\s?\\p{L}+", "\\s?\\p{P}+", BPE_RE_CJK, "\\p{N}",
+};
+/* DeepSeek V3: digits in runs of at most 3, CJK ideographs and kana,
+ * then an ASCII punctuation mark with the letters after it, letters and
+ * marks, punctuation and symbols, whitespace */
+static const char *const bpe_re_deepseek_v3[] = {
+    "\\p{N}{1,3}",
+    "[\\x{4E00}-\\x{9FA5}\\x{3040}-\\x{309F}\\x{30A0}-\\x{30FF}]+",
+    "[!\"#$%&'()*+,\\-./:;<=>?@\\[\\\\\\]^_`{|}~][A-Za-z]+"
+    "|[^\\r\\n\\p{L}\\p{P}\\p{S}]?[\\p{L}\\p{M}]+| ?[\\p{P}\\p{S}]+[\\r\\n]*"
+    "|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+",
+};
+/* Falcon: punctuation runs first, GPT-2's regex, then digits by three */
+static const char *const bpe_re_falcon[] = {
+    "[\\p{P}\\$\\+<=>\\^~\\|`]+",
+    BPE_RE_GPT2,
+    "[0-9][0-9][0-9]",
+};
+/* StarCoder (and refact, command-r, ...): every digit alone, then GPT-2 */
+static const char *const bpe_re_starcoder[] = {"\\p{N}", BPE_RE_GPT2};
+/* Kimi K2 (tiktoken): Han runs; words of non-Han letters and marks with
+ * an optional case-insensitive contraction (the pattern's class
+ * intersections "[...&&[^\p{Han}]]" written as a lookahead); digits by
+ * three; then as Llama 3 */
+#define BPE_KIMI_UP "(?:(?!\\p{Han})[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}])"
+#define BPE_KIMI_LO "(?:(?!\\p{Han})[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}])"
+static const char *const bpe_re_kimi_k2[] = {
+    "\\p{Han}+"
+    "|[^\\r\\n\\p{L}\\p{N}]?" BPE_KIMI_UP "*" BPE_KIMI_LO "+(?:" BPE_CONTRACTIONS_CI ")?"
+    "|[^\\r\\n\\p{L}\\p{N}]?" BPE_KIMI_UP "+" BPE_KIMI_LO "*(?:" BPE_CONTRACTIONS_CI ")?"
+    "|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+",
+};
+
+#define BPE_RES(a) a, sizeof a / sizeof a[0]
+static const struct {
+	const char *const *re;
+	uint32_t n_re;
+	bool ignore_merges; /* a whole word that is a token wins */
+} bpe_pre_kinds[] = {
+    [TOKENIZER__PRE_GPT2] = {BPE_RES(bpe_re_gpt2), false},
+    [TOKENIZER__PRE_LLAMA3] = {BPE_RES(bpe_re_llama3), true},
+    [TOKENIZER__PRE_QWEN2] = {BPE_RES(bpe_re_qwen2), false},
+    [TOKENIZER__PRE_DEEPSEEK_LLM] = {BPE_RES(bpe_re_deepseek_llm), false},
+    [TOKENIZER__PRE_DEEPSEEK_CODER] = {BPE_RES(bpe_re_deepseek_coder), false},
+    [TOKENIZER__PRE_DEEPSEEK_V3] = {BPE_RES(bpe_re_deepseek_v3), false},
+    [TOKENIZER__PRE_FALCON] = {BPE_RES(bpe_re_falcon), false},
+    [TOKENIZER__PRE_STARCODER] = {BPE_RES(bpe_re_starcoder), false},
+    [TOKENIZER__PRE_KIMI_K2] = {BPE_RES(bpe_re_kimi_k2), false},
+};
+
+/* tokenizer.ggml.pre names, as the converter writes them. */
 static const struct {
 	const char *name;
 	tokenizer__pre pre;
 } bpe_pre_names[] = {
-    {"default", TOKENIZER__PRE_GPT2},  {"gpt-2", TOKENIZER__PRE_GPT2},
-    {"gpt2", TOKENIZER__PRE_GPT2},     {"llama-bpe", TOKENIZER__PRE_LLAMA3},
-    {"llama3", TOKENIZER__PRE_LLAMA3}, {"llama-v3", TOKENIZER__PRE_LLAMA3},
-    {"qwen2", TOKENIZER__PRE_QWEN2},   {"deepseek-r1-qwen", TOKENIZER__PRE_QWEN2},
+    {"default", TOKENIZER__PRE_GPT2},
+    {"gpt-2", TOKENIZER__PRE_GPT2},
+    {"gpt2", TOKENIZER__PRE_GPT2},
+    {"mpt", TOKENIZER__PRE_GPT2},
+    {"olmo", TOKENIZER__PRE_GPT2},
+    {"jais", TOKENIZER__PRE_GPT2},
+    {"phi-2", TOKENIZER__PRE_GPT2},
+    {"roberta-bpe", TOKENIZER__PRE_GPT2},
+    {"llama-bpe", TOKENIZER__PRE_LLAMA3},
+    {"llama3", TOKENIZER__PRE_LLAMA3},
+    {"llama-v3", TOKENIZER__PRE_LLAMA3},
+    {"falcon3", TOKENIZER__PRE_LLAMA3},
+    {"pixtral", TOKENIZER__PRE_LLAMA3},
+    {"qwen2", TOKENIZER__PRE_QWEN2},
+    {"deepseek-r1-qwen", TOKENIZER__PRE_QWEN2},
+    {"megrez", TOKENIZER__PRE_QWEN2},
+    {"deepseek-llm", TOKENIZER__PRE_DEEPSEEK_LLM},
+    {"deepseek-coder", TOKENIZER__PRE_DEEPSEEK_CODER},
+    {"deepseek-v3", TOKENIZER__PRE_DEEPSEEK_V3},
+    {"falcon", TOKENIZER__PRE_FALCON},
+    {"starcoder", TOKENIZER__PRE_STARCODER},
+    {"refact", TOKENIZER__PRE_STARCODER},
+    {"command-r", TOKENIZER__PRE_STARCODER},
+    {"smollm", TOKENIZER__PRE_STARCODER},
+    {"codeshell", TOKENIZER__PRE_STARCODER},
+    {"exaone", TOKENIZER__PRE_STARCODER},
+    {"minerva-7b", TOKENIZER__PRE_STARCODER},
+    {"kimi-k2", TOKENIZER__PRE_KIMI_K2},
 };
 
 /* ------------------------------------------------------------------------
@@ -229,7 +347,6 @@ shoal_err tokenizer__bpe_setup(struct shoal_tokenizer *t, const char *pre, size_
                                const void *gv, char *why, size_t why_len)
 {
 	const shoal_gguf *g = gv;
-	const char *pattern = NULL;
 	t->pre = TOKENIZER__PRE_NONE;
 	if (!pre) {
 		t->pre = TOKENIZER__PRE_GPT2;
@@ -239,46 +356,42 @@ shoal_err tokenizer__bpe_setup(struct shoal_tokenizer *t, const char *pre, size_
 			    !memcmp(bpe_pre_names[i].name, pre, pre_len))
 				t->pre = bpe_pre_names[i].pre;
 	}
-	switch (t->pre) {
-	case TOKENIZER__PRE_GPT2:
-		pattern = bpe_re_gpt2;
-		break;
-	case TOKENIZER__PRE_LLAMA3:
-		pattern = bpe_re_llama3;
-		t->ignore_merges = true;
-		break;
-	case TOKENIZER__PRE_QWEN2:
-		pattern = bpe_re_qwen2;
-		break;
-	case TOKENIZER__PRE_NONE: {
+	if (t->pre == TOKENIZER__PRE_NONE) {
+		/* one line, printable, bounded: the name may be anything */
 		char name[68];
 		size_t k = 0;
 		for (size_t i = 0; i < pre_len && k < 60; i++)
 			name[k++] = (pre[i] >= 0x20 && pre[i] < 0x7f) ? pre[i] : '?';
 		name[k] = '\0';
 		return shoal_why(why, why_len, SHOAL_ERR_UNSUPPORTED,
-		                 "pre-tokenizer '%s%s' is not supported (gpt-2, llama-bpe, qwen2)",
+		                 "pre-tokenizer '%s%s' is not supported (gpt-2, llama-bpe, qwen2, "
+		                 "deepseek-llm, deepseek-coder, deepseek-v3, falcon, starcoder, "
+		                 "kimi-k2 and their aliases)",
 		                 name, k < pre_len ? "..." : "");
 	}
+	t->ignore_merges = bpe_pre_kinds[t->pre].ignore_merges;
+	for (uint32_t i = 0; i < bpe_pre_kinds[t->pre].n_re; i++) {
+		int code;
+		PCRE2_SIZE at;
+		pcre2_code *re =
+		    pcre2_compile((PCRE2_SPTR)bpe_pre_kinds[t->pre].re[i], PCRE2_ZERO_TERMINATED,
+		                  PCRE2_UTF | PCRE2_UCP | PCRE2_NO_UTF_CHECK, &code, &at, NULL);
+		if (!re) {
+			/* Our own pattern: failing here is a bug or a PCRE2
+			 * without Unicode support, not bad input; still report,
+			 * never abort. */
+			PCRE2_UCHAR msg[160];
+			pcre2_get_error_message(code, msg, sizeof msg);
+			return shoal_why(why, why_len, SHOAL_ERR_UNSUPPORTED,
+			                 "PCRE2 cannot compile pre-tokenizer regex %u: %s", i,
+			                 (char *)msg);
+		}
+		/* JIT makes matching several times faster; without it (an
+		 * unsupported CPU) pcre2_match interprets, which is merely
+		 * slower. */
+		pcre2_jit_compile(re, PCRE2_JIT_COMPLETE);
+		t->re[t->n_re++] = re;
 	}
-
-	int code;
-	PCRE2_SIZE at;
-	pcre2_code *re =
-	    pcre2_compile((PCRE2_SPTR)pattern, PCRE2_ZERO_TERMINATED,
-	                  PCRE2_UTF | PCRE2_UCP | PCRE2_NO_UTF_CHECK, &code, &at, NULL);
-	if (!re) {
-		/* Our own pattern: failing here is a bug or a PCRE2 without
-		 * Unicode support, not bad input; still report, never abort. */
-		PCRE2_UCHAR msg[160];
-		pcre2_get_error_message(code, msg, sizeof msg);
-		return shoal_why(why, why_len, SHOAL_ERR_UNSUPPORTED,
-		                 "PCRE2 cannot compile the pre-tokenizer regex: %s", (char *)msg);
-	}
-	/* JIT makes matching several times faster; without it (an unsupported
-	 * CPU) pcre2_match interprets, which is merely slower. */
-	pcre2_jit_compile(re, PCRE2_JIT_COMPLETE);
-	t->re = re;
 
 	shoal_err err = bpe_merges_load(t, g, why, why_len);
 	if (err)
@@ -293,8 +406,9 @@ shoal_err tokenizer__bpe_setup(struct shoal_tokenizer *t, const char *pre, size_
 
 void tokenizer__bpe_free(struct shoal_tokenizer *t)
 {
-	pcre2_code_free((pcre2_code *)t->re);
-	t->re = NULL;
+	for (uint32_t i = 0; i < t->n_re; i++)
+		pcre2_code_free((pcre2_code *)t->re[i]);
+	t->n_re = 0;
 }
 
 /* ------------------------------------------------------------------------
@@ -421,17 +535,22 @@ static shoal_err bpe_word(bpe_work *w, const char *s, size_t len, tokenizer__out
 	return SHOAL_OK;
 }
 
-/* Pre-tokenize one run of valid UTF-8 and BPE each word. Any bytes the
- * regex leaves between matches form words of their own. */
-static shoal_err bpe_run(bpe_work *w, const char *s, size_t len, tokenizer__out *o)
+/* Pre-tokenize one run of valid UTF-8 with regexes [level, n_re) and BPE
+ * each word. Any bytes a regex leaves between matches form words of their
+ * own, which the later regexes cut further. */
+static shoal_err bpe_run(bpe_work *w, uint32_t level, const char *s, size_t len, tokenizer__out *o)
 {
-	const pcre2_code *re = w->t->re;
+	if (len == 0)
+		return SHOAL_OK;
+	if (level == w->t->n_re)
+		return bpe_word(w, s, len, o);
+	const pcre2_code *re = w->t->re[level];
 	size_t pos = 0;
 	shoal_err err = SHOAL_OK;
 	while (pos < len && !err) {
 		int rc = pcre2_match(re, (PCRE2_SPTR)s, len, pos, PCRE2_NO_UTF_CHECK, w->md, NULL);
 		if (rc == PCRE2_ERROR_NOMATCH)
-			return bpe_word(w, s + pos, len - pos, o);
+			return bpe_run(w, level + 1, s + pos, len - pos, o);
 		if (rc < 0)
 			return SHOAL_ERR_RANGE; /* match limit: pathological text */
 		PCRE2_SIZE *ov = pcre2_get_ovector_pointer(w->md);
@@ -446,9 +565,10 @@ static shoal_err bpe_run(bpe_work *w, const char *s, size_t len, tokenizer__out 
 			    tokenizer__utf8_valid((const unsigned char *)s + ms, len - ms, &cp);
 			me = ms + (cl ? cl : 1);
 		}
-		err = bpe_word(w, s + pos, ms - pos, o);
+		/* ms, me are copied: the deeper levels reuse w->md */
+		err = bpe_run(w, level + 1, s + pos, ms - pos, o);
 		if (!err)
-			err = bpe_word(w, s + ms, me - ms, o);
+			err = bpe_run(w, level + 1, s + ms, me - ms, o);
 		pos = me;
 	}
 	return err;
@@ -459,7 +579,8 @@ shoal_err tokenizer__bpe_encode(const struct shoal_tokenizer *t, const char *tex
 {
 	bpe_work w = {.t = t};
 	shoal_err err = SHOAL_OK;
-	w.md = pcre2_match_data_create_from_pattern((const pcre2_code *)t->re, NULL);
+	/* our patterns capture nothing: one pair (the match) is enough */
+	w.md = pcre2_match_data_create(1, NULL);
 	if (!w.md)
 		return SHOAL_ERR_NOMEM;
 	/* PCRE2 may only see valid UTF-8: cut the text into valid runs, and
@@ -474,13 +595,13 @@ shoal_err tokenizer__bpe_encode(const struct shoal_tokenizer *t, const char *tex
 			i += cl;
 			continue;
 		}
-		err = bpe_run(&w, text + run, i - run, o);
+		err = bpe_run(&w, 0, text + run, i - run, o);
 		if (!err)
 			err = bpe_word(&w, text + i, 1, o);
 		run = ++i;
 	}
 	if (!err)
-		err = bpe_run(&w, text + run, len - run, o);
+		err = bpe_run(&w, 0, text + run, len - run, o);
 	pcre2_match_data_free(w.md);
 	free(w.sym);
 	free(w.heap);

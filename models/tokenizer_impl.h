@@ -20,11 +20,19 @@ typedef enum tokenizer__kind {
 	TOKENIZER__BPE, /* tokenizer.ggml.model = "gpt2" */
 } tokenizer__kind;
 
+#define TOKENIZER__MAX_RE 6 /* regexes of one pre-tokenizer (deepseek-llm: 6) */
+
 typedef enum tokenizer__pre {
 	TOKENIZER__PRE_NONE,   /* SPM: no pre-tokenizer */
-	TOKENIZER__PRE_GPT2,   /* "gpt-2", "default" */
+	TOKENIZER__PRE_GPT2,   /* "gpt-2", "default", "mpt", "olmo", ... */
 	TOKENIZER__PRE_LLAMA3, /* "llama-bpe", "llama3", "llama-v3" */
 	TOKENIZER__PRE_QWEN2,  /* "qwen2" */
+	TOKENIZER__PRE_DEEPSEEK_LLM,
+	TOKENIZER__PRE_DEEPSEEK_CODER,
+	TOKENIZER__PRE_DEEPSEEK_V3,
+	TOKENIZER__PRE_FALCON,
+	TOKENIZER__PRE_STARCODER, /* also refact, command-r, smollm, ... */
+	TOKENIZER__PRE_KIMI_K2,
 } tokenizer__pre;
 
 /* Token attributes, from tokenizer.ggml.token_type (GGUF numbering:
@@ -93,7 +101,10 @@ struct shoal_tokenizer {
 	bool add_space_prefix; /* SPM: prepend U+2581 to the text */
 	bool ignore_merges;    /* BPE (Llama 3): a whole word in the vocab wins */
 
-	void *re; /* pcre2_code_8 *, compiled once (BPE only) */
+	/* BPE only: pcre2_code_8 *, compiled once. Applied in order: each
+	 * regex cuts every word the previous ones made (gaps too are words). */
+	void *re[TOKENIZER__MAX_RE];
+	uint32_t n_re;
 };
 
 /* A growing array of token ids (the result of an encode). */
@@ -160,43 +171,42 @@ size_t tokenizer__bpe_unmap(const char *src, size_t len, char *dst);
 size_t tokenizer__bpe_byte_char(unsigned char b, char *dst);
 void tokenizer__bpe_free(struct shoal_tokenizer *t);
 
-
 /* A binary min-heap over an array of TYPE, ordered by BEFORE(const TYPE *,
  * const TYPE *) (true: a comes out first). Both merge loops (SentencePiece
  * bigrams, BPE pairs) use it; the caller sizes `heap` for the most entries
  * it can hold. Defines static NAME_push(heap, &n, x) and NAME_pop(heap, &n)
  * (n > 0). */
-#define TOKENIZER__HEAP_DEFINE(NAME, TYPE, BEFORE)                                          \
-	static inline void NAME##_push(TYPE *heap, size_t *n, TYPE x)                      \
-	{                                                                                  \
-		size_t i = (*n)++;                                                         \
-		while (i > 0) {                                                            \
-			size_t up = (i - 1) / 2;                                           \
-			if (!BEFORE(&x, &heap[up]))                                        \
-				break;                                                     \
-			heap[i] = heap[up];                                                \
-			i = up;                                                            \
-		}                                                                          \
-		heap[i] = x;                                                               \
-	}                                                                                  \
-	static inline TYPE NAME##_pop(TYPE *heap, size_t *n)                               \
-	{                                                                                  \
-		TYPE top = heap[0], last = heap[--(*n)];                                   \
-		size_t i = 0, len = *n;                                                    \
-		for (;;) {                                                                 \
-			size_t c = 2 * i + 1;                                              \
-			if (c >= len)                                                      \
-				break;                                                     \
-			if (c + 1 < len && BEFORE(&heap[c + 1], &heap[c]))                 \
-				c++;                                                       \
-			if (!BEFORE(&heap[c], &last))                                      \
-				break;                                                     \
-			heap[i] = heap[c];                                                 \
-			i = c;                                                             \
-		}                                                                          \
-		if (len)                                                                   \
-			heap[i] = last;                                                    \
-		return top;                                                                \
+#define TOKENIZER__HEAP_DEFINE(NAME, TYPE, BEFORE)                                                 \
+	static inline void NAME##_push(TYPE *heap, size_t *n, TYPE x)                              \
+	{                                                                                          \
+		size_t i = (*n)++;                                                                 \
+		while (i > 0) {                                                                    \
+			size_t up = (i - 1) / 2;                                                   \
+			if (!BEFORE(&x, &heap[up]))                                                \
+				break;                                                             \
+			heap[i] = heap[up];                                                        \
+			i = up;                                                                    \
+		}                                                                                  \
+		heap[i] = x;                                                                       \
+	}                                                                                          \
+	static inline TYPE NAME##_pop(TYPE *heap, size_t *n)                                       \
+	{                                                                                          \
+		TYPE top = heap[0], last = heap[--(*n)];                                           \
+		size_t i = 0, len = *n;                                                            \
+		for (;;) {                                                                         \
+			size_t c = 2 * i + 1;                                                      \
+			if (c >= len)                                                              \
+				break;                                                             \
+			if (c + 1 < len && BEFORE(&heap[c + 1], &heap[c]))                         \
+				c++;                                                               \
+			if (!BEFORE(&heap[c], &last))                                              \
+				break;                                                             \
+			heap[i] = heap[c];                                                         \
+			i = c;                                                                     \
+		}                                                                                  \
+		if (len)                                                                           \
+			heap[i] = last;                                                            \
+		return top;                                                                        \
 	}
 
 #endif

@@ -18,11 +18,23 @@
  *   2. When the register or browse reports an error (the daemon went
  *      away), every operation is closed and discovery stays off; the node
  *      keeps its seeds and gossip.
+ *   3. With Avahi, Avahi's allocator zeroes what it hands out. Avahi 0.8's
+ *      compatibility layer leaves the callback pointers of a new
+ *      DNSServiceRef uninitialised except its own, and on a daemon failure
+ *      calls the first non-NULL one: for a resolve or query in flight that
+ *      was heap garbage, and the node segfaulted when avahi-daemon stopped
+ *      (tests/sh/mdns_daemon_death.sh).
  */
+#include "config.h"
+
 #include "net/discovery.h"
 
 #include <arpa/inet.h>
 #include <dns_sd.h>
+#include <pthread.h>
+#ifdef SHOAL_HAVE_AVAHI
+#include <avahi-common/malloc.h>
+#endif
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -214,6 +226,15 @@ static void DNSSD_API shoal_dnssd_browse_cb(DNSServiceRef ref, DNSServiceFlags f
 
 static void shoal_dnssd_close(void *state);
 
+#ifdef SHOAL_HAVE_AVAHI
+/* Invariant 3: Avahi's allocations come zeroed (libc's free and realloc
+ * stay, so memory from before the switch is freed the same way). */
+static void *shoal_dnssd_zalloc(size_t size) { return calloc(1, size ? size : 1); }
+static const AvahiAllocator shoal_dnssd_allocator = {
+    .malloc = shoal_dnssd_zalloc, .free = free, .realloc = realloc, .calloc = calloc};
+static void shoal_dnssd_set_allocator(void) { avahi_set_allocator(&shoal_dnssd_allocator); }
+#endif
+
 static shoal_err shoal_dnssd_open(const shoal_discovery_config *cfg, void **state, char *why,
                                   size_t why_len)
 {
@@ -222,6 +243,10 @@ static shoal_err shoal_dnssd_open(const shoal_discovery_config *cfg, void **stat
 	/* Avahi's compatibility layer prints a 3-line warning per process
 	 * unless this is set; we know what we use. */
 	setenv("AVAHI_COMPAT_NOWARN", "1", 0);
+#endif
+#ifdef SHOAL_HAVE_AVAHI
+	static pthread_once_t allocator_once = PTHREAD_ONCE_INIT;
+	pthread_once(&allocator_once, shoal_dnssd_set_allocator);
 #endif
 	shoal_dnssd *d = calloc(1, sizeof *d);
 	if (!d)

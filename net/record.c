@@ -89,7 +89,7 @@ int shoal_record_equal(const shoal_record *a, const shoal_record *b)
 	    strcmp(a->os, b->os) || strcmp(a->arch, b->arch) || a->n_rdma != b->n_rdma ||
 	    a->n_models != b->n_models || a->load_permille != b->load_permille ||
 	    a->n_links != b->n_links || a->serving != b->serving ||
-	    a->ready_epoch != b->ready_epoch ||
+	    a->ready_epoch != b->ready_epoch || a->served_epoch != b->served_epoch ||
 	    memcmp(a->ready_digest, b->ready_digest, sizeof a->ready_digest))
 		return 0;
 	for (uint32_t i = 0; i < a->n_data_ep; i++) {

@@ -98,6 +98,10 @@ typedef struct shoal_record {
 	uint32_t serving;
 	uint8_t ready_digest[SHOAL_MODEL_DIGEST_LEN];
 	uint64_t ready_epoch;
+	/* The highest epoch of a plan that became servable here: every peer
+	 * numbers a new plan above the largest of these it sees, so epochs
+	 * only grow, also after a moment without any plan. */
+	uint64_t served_epoch;
 } shoal_record;
 
 /* Zero the record (all counts 0, all strings empty). */

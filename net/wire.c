@@ -355,7 +355,7 @@ shoal_err shoal_wire_record_encode(const shoal_record *r, shoal_wire_buf *b)
 	int rc = 0;
 	b->len = 0;
 	msgpack_packer_init(&pk, b, shoal_wire_buf_write);
-	rc |= msgpack_pack_map(&pk, 23);
+	rc |= msgpack_pack_map(&pk, 24);
 	rc |= pack_kbin(&pk, "id", r->id.b, SHOAL_PEER_ID_LEN);
 	rc |= pack_kstr(&pk, "name", r->name);
 	rc |= pack_ku64(&pk, "ver", r->version);
@@ -400,6 +400,7 @@ shoal_err shoal_wire_record_encode(const shoal_record *r, shoal_wire_buf *b)
 	rc |= pack_ku64(&pk, "srv", r->serving);
 	rc |= pack_kbin(&pk, "rdd", r->ready_digest, SHOAL_MODEL_DIGEST_LEN);
 	rc |= pack_ku64(&pk, "rde", r->ready_epoch);
+	rc |= pack_ku64(&pk, "sve", r->served_epoch);
 	return rc ? SHOAL_ERR_NOMEM : SHOAL_OK;
 }
 
@@ -470,6 +471,7 @@ static shoal_err record_from_obj(const msgpack_object *o, shoal_record *r, char 
 	TRY(get_u32(o, "srv", 0, 1, &r->serving, w, why, why_len));
 	TRY(get_fixbin(o, "rdd", 0, r->ready_digest, SHOAL_MODEL_DIGEST_LEN, w, why, why_len));
 	TRY(get_u64(o, "rde", 0, UINT64_MAX, &r->ready_epoch, w, why, why_len));
+	TRY(get_u64(o, "sve", 0, UINT64_MAX, &r->served_epoch, w, why, why_len));
 	return shoal_record_check(r, why, why_len);
 }
 

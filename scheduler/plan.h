@@ -33,6 +33,9 @@ typedef struct shoal_policy {
 	                               near-equal: the fewest bytes moved wins */
 	bool spread_experts;        /* place each MoE layer's experts on several
 	                               peers, balanced by speed */
+	uint64_t epoch_floor;       /* a new plan's epoch is above this and above
+	                               the previous plan's (the cluster's highest
+	                               served epoch: epochs never recur) */
 } shoal_policy;
 
 /* Defaults (each derived in plan.c): ctx 8192, 1 session, headroom 5 %,

@@ -233,7 +233,8 @@ shoal_err shoal_schedule(const shoal_view *view, const shoal_manifest *m, const 
 		if (!e)
 			(*out)->kept = true;
 	} else {
-		e = sched__plan_build(&c, &pick->a, prev ? prev->epoch + 1 : 1, out);
+		uint64_t base = prev && prev->epoch > pol->epoch_floor ? prev->epoch : pol->epoch_floor;
+		e = sched__plan_build(&c, &pick->a, base + 1, out);
 	}
 done:
 	for (size_t i = 0; i < nc; i++)

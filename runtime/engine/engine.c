@@ -22,6 +22,16 @@
  *   x += a Wo^T
  *   xn = rmsnorm(x) * ffn_norm
  *   x += down(silu(gate xn) * up xn)   or the MoE FFN
+ * MLA layers (deepseek2) replace q, k, v and the cache by the latent form:
+ *   q = (rmsnorm(xn Wq_a^T) * q_a_norm) Wq_b^T   (or xn Wq^T), per head
+ *       [nope | rope]
+ *   [c | kr] = xn Wkv_a^T; c = rmsnorm(c) * kv_a_norm (the latent)
+ *   cache[session][pos] = [rope(kr) | c]   one row, no per-head K or V
+ *   per head: query [rope(q_rope) | Wk_b q_nope] over the rows gives
+ *   scores and a latent mix m; the head's value is Wv_b m[c part]
+ *   x += [values] Wo^T
+ * which is the expanded form's function (the keys' no-rope part is
+ * Wk_b^T c, the values Wv_b c).
  */
 
 /* ---- weights ----------------------------------------------------------------- */
@@ -101,6 +111,90 @@ static shoal_err engine__vec(const shoal_backend_ops *ops, const shoal_gguf_tens
 	return SHOAL_OK;
 }
 
+/* The older files' attn_kv_b {kv_lora, n_head * (nope + v_head_dim)} as
+ * the split form: a head's value rows are its wv_b in place (rows nope..
+ * of the head's block); its key rows W (nope, kv_lora) are needed as
+ * W^T (kv_lora, nope) to absorb the query, so they are turned into an F32
+ * copy (n_head, kv_lora, nope), owned by the layer, the memory the
+ * manifest adds for such files. */
+static void *engine__calloc3(size_t a, size_t b, size_t c, size_t sz); /* creation */
+
+static shoal_err engine__split_kv_b(shoal_engine *e, const shoal_layer *src, engine__layer *L,
+                                    char *why, size_t why_len)
+{
+	const shoal_hparams *hp = &e->hp;
+	uint32_t H = hp->n_head, kvl = hp->kv_lora_rank, nope = hp->head_dim - hp->n_rot;
+	uint32_t vh = hp->v_head_dim;
+	shoal_backend_mat kvb;
+	shoal_err err = engine__mat(e->ops, src->wkv_b, kvl, (int64_t)H * (nope + vh), 1, &kvb,
+	                            NULL, why, why_len);
+	if (err)
+		return err;
+	if (!e->ops->supports(SHOAL_BACKEND_OP_TO_F32, kvb.type) ||
+	    !e->ops->supports(SHOAL_BACKEND_OP_MATMUL, SHOAL_DTYPE_F32))
+		return shoal_why(why, why_len, SHOAL_ERR_UNSUPPORTED,
+		                 "tensor %s: backend %s cannot turn %s keys into F32",
+		                 src->wkv_b->name, e->ops->name, shoal_dtype_name(kvb.type));
+	L->wv_b = kvb;
+	L->wv_b.n_out = vh;
+	L->wv_b.data = (const uint8_t *)kvb.data + (size_t)nope * kvb.row_bytes;
+	L->wv_b_stride = (size_t)(nope + vh) * kvb.row_bytes;
+	float *kt = engine__calloc3(H, kvl, nope, sizeof(float)); /* (n_head, kv_lora, nope) */
+	float *row = malloc((size_t)kvl * sizeof *row);           /* (kv_lora) */
+	if (!kt || !row) {
+		free(kt);
+		free(row);
+		return SHOAL_ERR_NOMEM;
+	}
+	for (uint32_t h = 0; h < H; h++)
+		for (uint32_t d = 0; d < nope; d++) {
+			const uint8_t *w = (const uint8_t *)kvb.data +
+			                   ((size_t)h * (nope + vh) + d) * kvb.row_bytes;
+			e->ops->to_f32(kvb.type, w, row, kvl);
+			for (uint32_t c = 0; c < kvl; c++)
+				kt[((size_t)h * kvl + c) * nope + d] = row[c];
+		}
+	free(row);
+	L->wk_b_f32 = kt;
+	L->wk_b = (shoal_backend_mat){.type = SHOAL_DTYPE_F32,
+	                              .n_in = nope,
+	                              .n_out = kvl,
+	                              .row_bytes = (size_t)nope * sizeof(float),
+	                              .data = kt};
+	L->wk_b_stride = (size_t)kvl * nope * sizeof(float);
+	return SHOAL_OK;
+}
+
+/* The MLA attention weights of an owned deepseek2 layer. */
+static shoal_err engine__layer_mla(shoal_engine *e, const shoal_layer *src, engine__layer *L,
+                                   char *why, size_t why_len)
+{
+	const shoal_hparams *hp = &e->hp;
+	const shoal_backend_ops *ops = e->ops;
+	uint32_t E = hp->n_embd, H = hp->n_head, kvl = hp->kv_lora_rank, ql = hp->q_lora_rank;
+	shoal_err err;
+	if (ql ? (err = engine__mat(ops, src->wq_a, E, ql, 1, &L->wq_a, NULL, why, why_len)) ||
+	             (err = engine__vec(ops, src->q_a_norm, ql, &L->q_a_norm, why, why_len)) ||
+	             (err = engine__mat(ops, src->wq_b, ql, e->q_dim, 1, &L->wq_b, NULL, why,
+	                                why_len))
+	       : (err = engine__mat(ops, src->wq, E, e->q_dim, 1, &L->wq, NULL, why, why_len)))
+		return err;
+	if ((err = engine__mat(ops, src->wkv_a, E, e->kv_dim, 1, &L->wkv_a, NULL, why, why_len)) ||
+	    (err = engine__vec(ops, src->kv_a_norm, kvl, &L->kv_a_norm, why, why_len)) ||
+	    (err = engine__mat(ops, src->wo, H * hp->v_head_dim, E, 1, &L->wo, NULL, why, why_len)))
+		return err;
+	if (hp->mla_kv_b)
+		return engine__split_kv_b(e, src, L, why, why_len);
+	if ((err = engine__mat(ops, src->wk_b, hp->head_dim - hp->n_rot, kvl, H, &L->wk_b,
+	                       &L->wk_b_stride, why, why_len)) ||
+	    (err = engine__mat(ops, src->wv_b, kvl, hp->v_head_dim, H, &L->wv_b, &L->wv_b_stride,
+	                       why, why_len)))
+		return err;
+	if ((ql && !L->q_a_norm) || !L->kv_a_norm)
+		return shoal_why(why, why_len, SHOAL_ERR_FORMAT, "an MLA layer lacks its norms");
+	return SHOAL_OK;
+}
+
 static shoal_err engine__layer_init(shoal_engine *e, uint32_t il, bool owned, char *why,
                                     size_t why_len)
 {
@@ -125,15 +219,23 @@ static shoal_err engine__layer_init(shoal_engine *e, uint32_t il, bool owned, ch
 		    (err = engine__mat(e->ops, src->ffn_down_exps, hp->n_ff_exp, hp->n_embd, hp->n_expert,
 		                       &L->down_exp, &L->down_exp_stride, why, why_len)) ||
 		    (err = engine__mat(e->ops, src->ffn_gate_inp, hp->n_embd, hp->n_expert, 1, &L->router,
-		                       NULL, why, why_len)))
+		                       NULL, why, why_len)) ||
+		    (err = engine__vec(e->ops, src->exp_probs_b, hp->n_expert, &L->exp_probs_b, why,
+		                       why_len)))
 			return err;
 	}
 	if (!owned)
 		return SHOAL_OK;
-	if ((err = engine__mat(e->ops, src->wq, hp->n_embd, e->q_dim, 1, &L->wq, NULL, why, why_len)) ||
-	    (err = engine__mat(e->ops, src->wk, hp->n_embd, e->kv_dim, 1, &L->wk, NULL, why, why_len)) ||
-	    (err = engine__mat(e->ops, src->wv, hp->n_embd, e->kv_dim, 1, &L->wv, NULL, why, why_len)) ||
-	    (err = engine__mat(e->ops, src->wo, e->q_dim, hp->n_embd, 1, &L->wo, NULL, why, why_len)) ||
+	if (hp->mla)
+		err = engine__layer_mla(e, src, L, why, why_len);
+	else if (!(err = engine__mat(e->ops, src->wq, hp->n_embd, e->q_dim, 1, &L->wq, NULL, why,
+	                             why_len)) &&
+	         !(err = engine__mat(e->ops, src->wk, hp->n_embd, e->kv_dim, 1, &L->wk, NULL, why,
+	                             why_len)) &&
+	         !(err = engine__mat(e->ops, src->wv, hp->n_embd, e->kv_dim, 1, &L->wv, NULL, why,
+	                             why_len)))
+		err = engine__mat(e->ops, src->wo, e->q_dim, hp->n_embd, 1, &L->wo, NULL, why, why_len);
+	if (err ||
 	    (err = engine__vec(e->ops, src->attn_norm, hp->n_embd, &L->attn_norm, why, why_len)) ||
 	    (err = engine__vec(e->ops, src->ffn_norm, hp->n_embd, &L->ffn_norm, why, why_len)) ||
 	    (err = engine__vec(e->ops, src->q_norm, hp->head_dim, &L->q_norm, why, why_len)) ||
@@ -151,6 +253,15 @@ static shoal_err engine__layer_init(shoal_engine *e, uint32_t il, bool owned, ch
 	                                   why_len)) ||
 	                (err = engine__mat(e->ops, src->ffn_down, hp->n_ff, hp->n_embd, 1, &L->down, NULL,
 	                                   why, why_len))))
+		return err;
+	L->shexp = L->moe && src->ffn_gate_shexp;
+	if (L->shexp &&
+	    ((err = engine__mat(e->ops, src->ffn_gate_shexp, hp->n_embd, hp->n_ff_shexp, 1,
+	                        &L->gate_sh, NULL, why, why_len)) ||
+	     (err = engine__mat(e->ops, src->ffn_up_shexp, hp->n_embd, hp->n_ff_shexp, 1, &L->up_sh,
+	                        NULL, why, why_len)) ||
+	     (err = engine__mat(e->ops, src->ffn_down_shexp, hp->n_ff_shexp, hp->n_embd, 1,
+	                        &L->down_sh, NULL, why, why_len))))
 		return err;
 	if (L->moe && !L->all_local && !e->cfg.moe_hook.collect)
 		return shoal_why(why, why_len, SHOAL_ERR_INVAL,
@@ -197,6 +308,10 @@ void shoal_engine_free(shoal_engine *e)
 			free(L->bq);
 			free(L->bk);
 			free(L->bv);
+			free(L->exp_probs_b);
+			free(L->q_a_norm);
+			free(L->kv_a_norm);
+			free(L->wk_b_f32);
 		}
 	}
 	if (e->bk) {
@@ -228,6 +343,11 @@ void shoal_engine_free(shoal_engine *e)
 	free(e->moe_contrib);
 	free(e->moe_x);
 	free(e->moe_slot);
+	free(e->moe_sel);
+	free(e->mla_qa);
+	free(e->mla_q);
+	free(e->mla_att);
+	free(e->mla_v);
 	free(e);
 }
 
@@ -242,12 +362,30 @@ static void *engine__calloc3(size_t a, size_t b, size_t c, size_t sz)
 	return calloc(n ? n : 1, sz);
 }
 
+/* YaRN's mix of interpolated and extrapolated angle for pair i: the
+ * reference's ramp over the pairs between the correction dims, where
+ * beta_fast and beta_slow rotations fit in the original context. */
+static float engine__yarn_mix(const shoal_hparams *hp, uint32_t i)
+{
+	float n = (float)hp->n_rot, two_pi = 6.28318530717958647692f, lb = logf(hp->rope_freq_base);
+	float lo = floorf(n * logf((float)hp->n_ctx_orig / (hp->yarn_beta_fast * two_pi)) / (2 * lb));
+	float hi = ceilf(n * logf((float)hp->n_ctx_orig / (hp->yarn_beta_slow * two_pi)) / (2 * lb));
+	lo = lo > 0 ? lo : 0;
+	hi = hi < n - 1 ? hi : n - 1;
+	float y = ((float)i - lo) / (hi - lo > 0.001f ? hi - lo : 0.001f);
+	y = y < 0 ? 0 : y > 1 ? 1 : y;
+	return (1 - y) * hp->yarn_ext_factor;
+}
+
 /* freqs: (n_rot/2) Llama 3.1-style per-pair divisors of the angle (the
  * model's rope_freqs tensor), or NULL for none. */
 static void engine__rope_table(shoal_engine *e, const float *freqs)
 {
 	const shoal_hparams *hp = &e->hp;
 	uint32_t n_rot = hp->n_rot;
+	/* YaRN: theta = interp * (1 - mix_i) + extrap * mix_i; the reference
+	 * also scales cos and sin by (1 + 0.1 ln(1/freq_scale)) but deepseek2
+	 * passes the inverse as its attn_factor, so their size stays 1 */
 	/* theta_i = pos * base^(-2i/n_rot) / freqs[i] * freq_scale, the angle
 	 * advanced by a float product per pair as the reference engine does */
 	float theta_scale = powf(hp->rope_freq_base, -2.0f / (float)n_rot);
@@ -255,7 +393,12 @@ static void engine__rope_table(shoal_engine *e, const float *freqs)
 		float *cs = e->rope_cs + (size_t)p * n_rot; /* (n_rot/2, 2) */
 		float theta = (float)p;
 		for (uint32_t i = 0; i < n_rot / 2; i++) {
-			float t = hp->rope_freq_scale * (freqs ? theta / freqs[i] : theta);
+			float ex = freqs ? theta / freqs[i] : theta;
+			float t = hp->rope_freq_scale * ex;
+			if (hp->rope_yarn) {
+				float mix = engine__yarn_mix(hp, i);
+				t = t * (1 - mix) + ex * mix;
+			}
 			cs[2 * i] = cosf(t);
 			cs[2 * i + 1] = sinf(t);
 			theta *= theta_scale;
@@ -301,7 +444,9 @@ shoal_err shoal_engine_new(const shoal_model *m, const shoal_engine_config *cfg,
 	if (e->cfg.n_ctx == 0)
 		e->cfg.n_ctx = hp->n_ctx_train ? hp->n_ctx_train : SHOAL_ENGINE_DEFAULT_CTX_CAP;
 	e->q_dim = hp->n_head * hp->head_dim;
-	e->kv_dim = hp->n_head_kv * hp->head_dim;
+	e->kv_dim = hp->mla ? hp->kv_lora_rank + hp->n_rot : hp->n_head_kv * hp->head_dim;
+	e->kv_planes = hp->mla ? 1 : 2;
+	e->kq_scale = hp->yarn_mscale * hp->yarn_mscale / sqrtf((float)hp->head_dim);
 	e->n_own = cfg->layer_end - cfg->layer_begin;
 	const uint32_t R = cfg->max_rows, C = e->cfg.n_ctx;
 
@@ -353,11 +498,14 @@ shoal_err shoal_engine_new(const shoal_model *m, const shoal_engine_config *cfg,
 	}
 
 	uint32_t n_ff = hp->n_ff > hp->n_ff_exp ? hp->n_ff : hp->n_ff_exp;
+	if (hp->n_ff_shexp > n_ff)
+		n_ff = hp->n_ff_shexp;
 	uint32_t max_n = hp->n_embd;
-	if (e->q_dim > max_n)
-		max_n = e->q_dim;
-	if (n_ff > max_n)
-		max_n = n_ff;
+	uint32_t widths[] = {e->q_dim, n_ff, hp->q_lora_rank, hp->kv_lora_rank,
+	                     hp->n_head * hp->v_head_dim};
+	for (size_t i = 0; i < sizeof widths / sizeof widths[0]; i++)
+		if (widths[i] > max_n)
+			max_n = widths[i];
 	err = SHOAL_ERR_NOMEM;
 	e->rope_cs = engine__calloc3(C, hp->n_rot ? hp->n_rot : 1, 1, sizeof(float));
 	e->sess_open = calloc(cfg->max_sessions, 1);
@@ -391,8 +539,17 @@ shoal_err shoal_engine_new(const shoal_model *m, const shoal_engine_config *cfg,
 		e->moe_contrib = engine__calloc3(R, k, hp->n_embd, sizeof(float));
 		e->moe_x = engine__calloc3(R, hp->n_embd, 1, sizeof(float));
 		e->moe_slot = calloc(R, sizeof *e->moe_slot);
+		e->moe_sel = engine__calloc3(R, hp->n_expert, 1, sizeof(float));
 		if (!e->moe_logits || !e->moe_ids || !e->moe_w || !e->moe_contrib || !e->moe_x ||
-		    !e->moe_slot)
+		    !e->moe_slot || !e->moe_sel)
+			goto fail;
+	}
+	if (hp->mla) {
+		e->mla_qa = engine__calloc3(R, hp->q_lora_rank ? hp->q_lora_rank : 1, 1, sizeof(float));
+		e->mla_q = engine__calloc3(R, hp->n_head, e->kv_dim, sizeof(float));
+		e->mla_att = engine__calloc3(R, hp->n_head, e->kv_dim, sizeof(float));
+		e->mla_v = engine__calloc3(R, hp->n_head, hp->v_head_dim, sizeof(float));
+		if (!e->mla_qa || !e->mla_q || !e->mla_att || !e->mla_v)
 			goto fail;
 	}
 	/* Llama 3.1 and later scale each rotated pair's frequency by the
@@ -426,8 +583,8 @@ shoal_err shoal_engine_new(const shoal_model *m, const shoal_engine_config *cfg,
 	}
 	/* the KV cache in the backend's memory; the attention op reads host
 	 * pointers today, so a device buffer is not usable yet */
-	size_t kv_bytes = (size_t)cfg->max_sessions * 2 * (e->n_own ? e->n_own : 1) * C *
-	                  e->kv_dim * sizeof(float);
+	size_t kv_bytes = (size_t)cfg->max_sessions * (e->n_own ? e->n_own : 1) * C *
+	                  shoal_engine_kv_row_floats(e) * sizeof(float);
 	if ((err = e->ops->buf_alloc(e->bk, kv_bytes, &e->kv_buf))) {
 		shoal_why(why, why_len, err, "backend %s: no memory for the KV cache (%zu bytes)",
 		          e->ops->name, kv_bytes);
@@ -460,6 +617,16 @@ uint32_t shoal_engine_n_ctx(const shoal_engine *e)
 uint32_t shoal_engine_max_rows(const shoal_engine *e)
 {
 	return e->cfg.max_rows;
+}
+
+size_t shoal_engine_kv_row_floats(const shoal_engine *e)
+{
+	return (size_t)e->kv_planes * e->kv_dim;
+}
+
+uint64_t shoal_engine_kv_bytes_per_token(const shoal_engine *e)
+{
+	return (uint64_t)e->n_own * shoal_engine_kv_row_floats(e) * sizeof(float);
 }
 
 const shoal_backend_ops *shoal_engine_backend_ops(const shoal_engine *e)
@@ -511,11 +678,11 @@ uint32_t shoal_engine_session_len(const shoal_engine *e, uint32_t slot)
 }
 
 /* The K (which 0) or V (1) cache of session s, owned layer li:
- * (n_ctx, kv_dim). */
+ * (n_ctx, kv_dim); MLA has the one plane 0. */
 static float *engine__cache(shoal_engine *e, uint32_t s, uint32_t li, int which)
 {
 	size_t per = (size_t)e->cfg.n_ctx * e->kv_dim;
-	return e->kv + (((size_t)s * e->n_own + li) * 2 + (size_t)which) * per;
+	return e->kv + (((size_t)s * e->n_own + li) * e->kv_planes + (size_t)which) * per;
 }
 
 /* ---- the run ------------------------------------------------------------------------- */
@@ -582,6 +749,44 @@ out:
 	return err;
 }
 
+/* The rows' new cache entries in, then attention for n_head query heads of
+ * q (n_rows, n_head, head_dim) into out, same shape. The new keys are
+ * e->k and the values e->v, (n_rows, kv_dim) each; with one cache plane
+ * (MLA) the cache row is both key and value and e->v is not read. */
+static void engine__attend(shoal_engine *e, const shoal_engine_batch *b, uint32_t li,
+                           uint32_t n_head_kv, uint32_t head_dim, const float *q, float *out)
+{
+	uint32_t n = b->n_rows, kvd = e->kv_dim;
+	/* every row's K/V goes in before any row attends: a prefill chunk's
+	 * row at position p sees the chunk's rows at positions < p */
+	for (uint32_t r = 0; r < n; r++) {
+		float *kc = engine__cache(e, b->session[r], li, 0); /* (n_ctx, kv_dim) */
+		memcpy(kc + (size_t)b->pos[r] * kvd, e->k + (size_t)r * kvd, kvd * sizeof(float));
+		e->krow[r] = kc;
+		e->vrow[r] = kc;
+		if (e->kv_planes == 2) {
+			float *vc = engine__cache(e, b->session[r], li, 1); /* (n_ctx, kv_dim) */
+			memcpy(vc + (size_t)b->pos[r] * kvd, e->v + (size_t)r * kvd,
+			       kvd * sizeof(float));
+			e->vrow[r] = vc;
+		}
+		e->n_kv[r] = b->pos[r] + 1;
+	}
+	shoal_backend_attn a = {
+	    .n_rows = n,
+	    .n_head = e->hp.n_head,
+	    .n_head_kv = n_head_kv,
+	    .head_dim = head_dim,
+	    .scale = e->kq_scale,
+	    .q = q,
+	    .k = e->krow,
+	    .v = e->vrow,
+	    .n_kv = e->n_kv,
+	    .out = out,
+	};
+	e->ops->attention(e->bk, &a);
+}
+
 /* Attention block of owned layer il (li = il - layer_begin) on e->x. */
 static void engine__attn(shoal_engine *e, uint32_t il, const shoal_engine_batch *b)
 {
@@ -612,50 +817,80 @@ static void engine__attn(shoal_engine *e, uint32_t il, const shoal_engine_batch 
 	ops->rope(e->bk, e->q, n, hp->n_head, hd, hp->n_rot, b->pos, e->rope_cs, neox);
 	ops->rope(e->bk, e->k, n, hp->n_head_kv, hd, hp->n_rot, b->pos, e->rope_cs, neox);
 
-	/* every row's K/V goes in before any row attends: a prefill chunk's
-	 * row at position p sees the chunk's rows at positions < p */
-	for (uint32_t r = 0; r < n; r++) {
-		float *kc = engine__cache(e, b->session[r], li, 0); /* (n_ctx, kv_dim) */
-		float *vc = engine__cache(e, b->session[r], li, 1); /* (n_ctx, kv_dim) */
-		memcpy(kc + (size_t)b->pos[r] * kvd, e->k + (size_t)r * kvd, kvd * sizeof(float));
-		memcpy(vc + (size_t)b->pos[r] * kvd, e->v + (size_t)r * kvd, kvd * sizeof(float));
-		e->krow[r] = kc;
-		e->vrow[r] = vc;
-		e->n_kv[r] = b->pos[r] + 1;
-	}
-	shoal_backend_attn a = {
-	    .n_rows = n,
-	    .n_head = hp->n_head,
-	    .n_head_kv = hp->n_head_kv,
-	    .head_dim = hd,
-	    .scale = 1.0f / sqrtf((float)hd),
-	    .q = e->q,
-	    .k = e->krow,
-	    .v = e->vrow,
-	    .n_kv = e->n_kv,
-	    .out = e->att,
-	};
-	ops->attention(e->bk, &a);
+	engine__attend(e, b, li, hp->n_head_kv, hd, e->q, e->att);
 	size_t ld_out = hp->n_embd;
 	float *o = e->tmp; /* (n_rows, n_embd) */
 	ops->matmul(e->bk, 1, &L->wo, e->att, qd, n, &o, &ld_out);
 	ops->add(e->bk, e->x, e->tmp, (size_t)n * hp->n_embd);
 }
 
-/* Dense FFN of owned layer il on e->xn, into e->tmp. */
-static void engine__ffn(shoal_engine *e, uint32_t il, uint32_t n)
+/* MLA attention block of owned layer il on e->x (see the top). Shapes:
+ * q (n, n_head, head_dim) as [nope | rope]; k (n, kv_dim) the new cache
+ * rows [rope key | latent]; mla_q, mla_att (n, n_head, kv_dim) in the
+ * cache row's order; mla_v (n, n_head, v_head_dim). */
+static void engine__attn_mla(shoal_engine *e, uint32_t il, const shoal_engine_batch *b)
 {
 	const shoal_backend_ops *ops = e->ops;
+	const shoal_hparams *hp = &e->hp;
 	const engine__layer *L = &e->layers[il];
-	uint32_t ff = e->hp.n_ff;
-	shoal_backend_mat w[2] = {L->gate, L->up};
+	uint32_t n = b->n_rows, li = il - e->cfg.layer_begin, H = hp->n_head;
+	uint32_t hd = hp->head_dim, nr = hp->n_rot, nope = hd - nr, kvl = hp->kv_lora_rank;
+	uint32_t kvd = e->kv_dim, qd = e->q_dim, vh = hp->v_head_dim, E = hp->n_embd;
+	size_t ld_q = qd, ld_kv = kvd, ld_h = (size_t)H * kvd, ld_v = (size_t)H * vh, ld_e = E;
+
+	ops->rms_norm(e->bk, e->x, L->attn_norm, E, n, hp->rms_eps, e->xn);
+	if (hp->q_lora_rank) {
+		size_t ld_a = hp->q_lora_rank;
+		ops->matmul(e->bk, 1, &L->wq_a, e->xn, E, n, &e->mla_qa, &ld_a);
+		ops->rms_norm(e->bk, e->mla_qa, L->q_a_norm, hp->q_lora_rank, n, hp->rms_eps,
+		              e->mla_qa);
+		ops->matmul(e->bk, 1, &L->wq_b, e->mla_qa, ld_a, n, &e->q, &ld_q);
+	} else {
+		ops->matmul(e->bk, 1, &L->wq, e->xn, E, n, &e->q, &ld_q);
+	}
+	/* e->v (n, kv_dim) = [latent | rope key] as the weight gives them */
+	ops->matmul(e->bk, 1, &L->wkv_a, e->xn, E, n, &e->v, &ld_kv);
+	for (uint32_t r = 0; r < n; r++) {
+		const float *a = e->v + (size_t)r * kvd; /* (kv_dim) */
+		float *k = e->k + (size_t)r * kvd;       /* (kv_dim) */
+		memcpy(k, a + kvl, nr * sizeof(float));
+		ops->rms_norm(e->bk, a, L->kv_a_norm, kvl, 1, hp->rms_eps, k + nr);
+		for (uint32_t h = 0; h < H; h++)
+			memcpy(e->mla_q + (size_t)r * ld_h + (size_t)h * kvd,
+			       e->q + (size_t)r * qd + (size_t)h * hd + nope, nr * sizeof(float));
+	}
+	for (uint32_t h = 0; h < H; h++) {
+		shoal_backend_mat wk = L->wk_b;
+		wk.data = (const uint8_t *)wk.data + (size_t)h * L->wk_b_stride;
+		float *y = e->mla_q + (size_t)h * kvd + nr; /* (n) ld ld_h */
+		ops->matmul(e->bk, 1, &wk, e->q + (size_t)h * hd, ld_q, n, &y, &ld_h);
+	}
+	ops->rope(e->bk, e->mla_q, n, H, kvd, nr, b->pos, e->rope_cs, false);
+	ops->rope(e->bk, e->k, n, 1, kvd, nr, b->pos, e->rope_cs, false);
+	engine__attend(e, b, li, 1, kvd, e->mla_q, e->mla_att);
+	for (uint32_t h = 0; h < H; h++) {
+		shoal_backend_mat wv = L->wv_b;
+		wv.data = (const uint8_t *)wv.data + (size_t)h * L->wv_b_stride;
+		float *y = e->mla_v + (size_t)h * vh; /* (n) ld ld_v */
+		ops->matmul(e->bk, 1, &wv, e->mla_att + (size_t)h * kvd + nr, ld_h, n, &y, &ld_v);
+	}
+	float *o = e->tmp; /* (n_rows, n_embd) */
+	ops->matmul(e->bk, 1, &L->wo, e->mla_v, ld_v, n, &o, &ld_e);
+	ops->add(e->bk, e->x, e->tmp, (size_t)n * E);
+}
+
+void engine__ffn_swiglu(shoal_engine *e, const shoal_backend_mat *gate,
+                        const shoal_backend_mat *up, const shoal_backend_mat *down, uint32_t ff,
+                        uint32_t n, float *out)
+{
+	const shoal_backend_ops *ops = e->ops;
+	shoal_backend_mat w[2] = {*gate, *up};
 	float *y[2] = {e->ff_g, e->ff_u};
 	size_t ldy[2] = {ff, ff};
 	ops->matmul(e->bk, 2, w, e->xn, e->hp.n_embd, n, y, ldy);
 	ops->swiglu(e->bk, e->ff_g, e->ff_u, (size_t)n * ff, e->ff_g);
 	size_t ld_out = e->hp.n_embd;
-	float *o = e->tmp; /* (n_rows, n_embd) */
-	ops->matmul(e->bk, 1, &L->down, e->ff_g, ff, n, &o, &ld_out);
+	ops->matmul(e->bk, 1, down, e->ff_g, ff, n, &out, &ld_out);
 }
 
 shoal_err shoal_engine_run(shoal_engine *e, const shoal_engine_batch *b, char *why, size_t why_len)
@@ -677,14 +912,17 @@ shoal_err shoal_engine_run(shoal_engine *e, const shoal_engine_batch *b, char *w
 
 	for (uint32_t il = e->cfg.layer_begin; il < e->cfg.layer_end; il++) {
 		const engine__layer *L = &e->layers[il];
-		engine__attn(e, il, b);
+		if (hp->mla)
+			engine__attn_mla(e, il, b);
+		else
+			engine__attn(e, il, b);
 		ops->rms_norm(e->bk, e->x, L->ffn_norm, hp->n_embd, n, hp->rms_eps, e->xn);
 		if (L->moe) {
 			err = engine__moe_ffn(e, il, n, why, why_len);
 			if (err)
 				goto fail;
 		} else {
-			engine__ffn(e, il, n);
+			engine__ffn_swiglu(e, &L->gate, &L->up, &L->down, hp->n_ff, n, e->tmp);
 		}
 		ops->add(e->bk, e->x, e->tmp, (size_t)n * hp->n_embd);
 	}

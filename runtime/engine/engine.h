@@ -111,6 +111,11 @@ void shoal_engine_free(shoal_engine *e); /* NULL is a no-op */
 const shoal_model *shoal_engine_model(const shoal_engine *e);
 uint32_t shoal_engine_n_ctx(const shoal_engine *e);
 uint32_t shoal_engine_max_rows(const shoal_engine *e);
+/* The KV cache as allocated: F32 per position of one session, per owned
+ * layer (2 x kv_heads x head_dim, or MLA's kv_lora_rank + n_rot: the
+ * latent and the rope key), and in bytes over all owned layers. */
+size_t shoal_engine_kv_row_floats(const shoal_engine *e);
+uint64_t shoal_engine_kv_bytes_per_token(const shoal_engine *e);
 /* The backend instance (for devices()) and its ops. */
 const shoal_backend_ops *shoal_engine_backend_ops(const shoal_engine *e);
 shoal_backend *shoal_engine_backend(shoal_engine *e);
@@ -154,8 +159,12 @@ shoal_err shoal_engine_run(shoal_engine *e, const shoal_engine_batch *b, char *w
 
 /* Route rows of MoE layer `layer` (owned by e): x (n_rows, n_embd) after
  * ffn_norm; ids, w (n_rows, k) out, as in shoal_moe_rows (softmax over all
- * experts, top-k with ties to the lower id, renormalised when the model
- * says, then sorted by id). */
+ * experts, or sigmoid per expert; top-k with ties to the lower id, chosen
+ * by the scores plus the layer's selection bias among the best expert
+ * groups where the model has them; weights the unbiased scores,
+ * renormalised when the model says and times its routed scale; then
+ * sorted by id). The shared experts are not routed: the layer's owner adds
+ * them (engine_moe.c). */
 shoal_err shoal_engine_moe_route(shoal_engine *e, uint32_t layer, uint32_t n_rows, const float *x,
                                  int32_t *ids, float *w);
 

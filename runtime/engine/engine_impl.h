@@ -28,6 +28,19 @@ typedef struct engine__layer {
 	shoal_backend_mat gate_exp, up_exp; /* expert 0 of {n_embd, n_ff_exp, n_expert} */
 	shoal_backend_mat down_exp;         /* expert 0 of {n_ff_exp, n_embd, n_expert} */
 	size_t gate_exp_stride, up_exp_stride, down_exp_stride; /* bytes per expert */
+	float *exp_probs_b;               /* (n_expert) selection bias, or NULL */
+	bool shexp;                       /* shared experts (owned layers) */
+	shoal_backend_mat gate_sh, up_sh; /* {n_embd, n_ff_shexp} */
+	shoal_backend_mat down_sh;        /* {n_ff_shexp, n_embd} */
+	/* MLA (hp.mla): wq above is used when q_lora_rank is 0 */
+	float *q_a_norm;                 /* (q_lora_rank) */
+	float *kv_a_norm;                /* (kv_lora_rank) */
+	shoal_backend_mat wq_a, wq_b;    /* {n_embd, q_lora}, {q_lora, q_dim} */
+	shoal_backend_mat wkv_a;         /* {n_embd, kv_lora + n_rot} */
+	shoal_backend_mat wk_b;          /* head 0 of {nope, kv_lora, n_head} */
+	shoal_backend_mat wv_b;          /* head 0 of {kv_lora, v_head_dim, n_head} */
+	size_t wk_b_stride, wv_b_stride; /* bytes per head */
+	float *wk_b_f32; /* (n_head, kv_lora, nope) wk_b made from an attn_kv_b, or NULL */
 } engine__layer;
 
 struct shoal_engine {
@@ -35,6 +48,9 @@ struct shoal_engine {
 	shoal_hparams hp;
 	shoal_engine_config cfg;
 	uint32_t q_dim, kv_dim, n_own; /* n_head*head_dim, n_head_kv*head_dim, layers */
+	uint32_t kv_planes;            /* 2 (K and V), or 1 for MLA: kv_dim is then
+	                                  kv_lora + n_rot, the latent and rope key */
+	float kq_scale;                /* 1/sqrt(head_dim), times yarn_mscale^2 */
 	const shoal_backend_ops *ops;
 	shoal_backend *bk;
 	engine__layer *layers;  /* (n_layer) */
@@ -44,11 +60,11 @@ struct shoal_engine {
 	float *rope_cs;         /* (n_ctx, n_rot) cos, sin pairs */
 
 	/* sessions */
-	uint8_t *sess_open;  /* (max_sessions) */
-	uint32_t *sess_len;  /* (max_sessions) */
-	uint32_t *sess_next; /* (max_sessions) run() scratch */
+	uint8_t *sess_open;        /* (max_sessions) */
+	uint32_t *sess_len;        /* (max_sessions) */
+	uint32_t *sess_next;       /* (max_sessions) run() scratch */
 	shoal_backend_buf *kv_buf; /* the KV cache's memory */
-	float *kv;           /* (max_sessions, n_own, 2, n_ctx, kv_dim), in kv_buf */
+	float *kv;                 /* (max_sessions, n_own, kv_planes, n_ctx, kv_dim), in kv_buf */
 
 	/* scratch, for max_rows rows */
 	float *x;                   /* (max_rows, n_embd) residual stream */
@@ -58,7 +74,13 @@ struct shoal_engine {
 	float *k, *v;               /* (max_rows, kv_dim) */
 	float *ff_g, *ff_u;         /* (max_rows, max(n_ff, n_ff_exp)) */
 	const float **krow, **vrow; /* (max_rows) cache of each row's session */
-	uint32_t *n_kv;             /* (max_rows) */
+	/* MLA scratch (hp.mla only) */
+	float *mla_qa;  /* (max_rows, q_lora_rank) */
+	float *mla_q;   /* (max_rows, n_head, kv_dim) rope part first, then the
+	                   no-rope query absorbed into the latent */
+	float *mla_att; /* (max_rows, n_head, kv_dim) attention over the cache rows */
+	float *mla_v;   /* (max_rows, n_head * v_head_dim) */
+	uint32_t *n_kv; /* (max_rows) */
 	/* MoE scratch (MoE models only) */
 	float *moe_logits;  /* (max_rows, n_expert) */
 	int32_t *moe_ids;   /* (max_rows, k) */
@@ -66,7 +88,13 @@ struct shoal_engine {
 	float *moe_contrib; /* (max_rows, k, n_embd) */
 	float *moe_x;       /* (max_rows, n_embd) rows routed to one expert */
 	uint32_t *moe_slot; /* (max_rows) their (r*k + j) */
+	float *moe_sel;     /* (max_rows, n_expert) biased, group-masked scores */
 };
+
+/* engine.c: out (n_rows, n_embd) = down(silu(gate xn) * up xn), ff wide,
+ * from e->xn through e->ff_g, e->ff_u. */
+void engine__ffn_swiglu(shoal_engine *e, const shoal_backend_mat *gate, const shoal_backend_mat *up,
+                        const shoal_backend_mat *down, uint32_t ff, uint32_t n, float *out);
 
 /* engine_moe.c: the FFN of MoE layer l for the rows in e->xn, into e->tmp. */
 shoal_err engine__moe_ffn(shoal_engine *e, uint32_t l, uint32_t n_rows, char *why, size_t why_len);

@@ -11,6 +11,14 @@
  *   out = sum_j w_j * down_j(silu(gate_j x) * up_j x)
  * except that the k terms are added in expert-id order (not weight order),
  * so that a sum of contributions computed on several peers is exact.
+ * deepseek2 adds, in the reference's order:
+ *   p = sigmoid(x Wr^T) instead of the softmax (expert_gating_func 2)
+ *   s = p + exp_probs_b, used only to choose the experts
+ *   groups: a group scores the sum of its two best s; experts outside
+ *     the n_expert_group_used best groups are out (s = -inf)
+ *   top-k of s, w = p[top-k]; normalised as above; w *= expert_weights_scale
+ *   out += the shared experts' down(silu(gate x) * up x), on the layer's
+ *     owner (shared experts never leave their layer)
  */
 #include "runtime/engine/engine_impl.h"
 
@@ -21,9 +29,48 @@
  * (6.1035e-5, the smallest normal half float) to avoid dividing by ~0. */
 #define SHOAL_MOE_WSUM_MIN 6.103515625e-5f
 
+/* Selection scores of one row: sel (n_expert) = p + bias, then the experts
+ * outside the best groups set to -inf (ties to the lower group). */
+static void engine__route_select(const shoal_hparams *hp, const float *bias, const float *p,
+                                 float *sel)
+{
+	uint32_t ne = hp->n_expert, ng = hp->n_expert_group;
+	for (uint32_t x = 0; x < ne; x++)
+		sel[x] = bias ? p[x] + bias[x] : p[x];
+	if (ng < 2)
+		return;
+	uint32_t per = ne / ng;
+	float gs[SHOAL_MOE_MAX_GROUPS]; /* (n_group) */
+	uint8_t keep[SHOAL_MOE_MAX_GROUPS] = {0};
+	for (uint32_t g = 0; g < ng; g++) {
+		float b1 = -INFINITY, b2 = -INFINITY; /* the two best of the group */
+		for (uint32_t i = 0; i < per; i++) {
+			float v = sel[g * per + i];
+			if (v > b1) {
+				b2 = b1;
+				b1 = v;
+			} else if (v > b2) {
+				b2 = v;
+			}
+		}
+		gs[g] = b1 + b2;
+	}
+	for (uint32_t u = 0; u < hp->n_expert_group_used; u++) {
+		uint32_t best = ng;
+		for (uint32_t g = 0; g < ng; g++)
+			if (!keep[g] && (best == ng || gs[g] > gs[best]))
+				best = g;
+		keep[best] = 1;
+	}
+	for (uint32_t g = 0; g < ng; g++)
+		if (!keep[g])
+			for (uint32_t i = 0; i < per; i++)
+				sel[g * per + i] = -INFINITY;
+}
+
 /* Row r's k routes after the backend's softmax and top-k: renormalised
- * when asked, then sorted by expert id. */
-static void engine__route_row(uint32_t k, bool norm, int32_t *ids, float *w)
+ * when asked, scaled, then sorted by expert id. */
+static void engine__route_row(uint32_t k, bool norm, float scale, int32_t *ids, float *w)
 {
 	if (norm) {
 		double s = 0;
@@ -35,6 +82,9 @@ static void engine__route_row(uint32_t k, bool norm, int32_t *ids, float *w)
 		for (uint32_t j = 0; j < k; j++)
 			w[j] /= fs;
 	}
+	if (scale != 1.0f)
+		for (uint32_t j = 0; j < k; j++)
+			w[j] *= scale;
 	/* sort the k slots by expert id (insertion sort: k is small) */
 	for (uint32_t j = 1; j < k; j++) {
 		int32_t id = ids[j];
@@ -63,10 +113,26 @@ shoal_err shoal_engine_moe_route(shoal_engine *e, uint32_t layer, uint32_t n_row
 	e->ops->matmul(e->bk, 1, &L->router, x, hp->n_embd, n_rows, &lg, &ld);
 	bool norm = hp->expert_weights_norm;
 	uint32_t k = hp->n_expert_used;
-	e->ops->softmax(e->bk, lg, hp->n_expert, n_rows, ld);
-	e->ops->top_k(e->bk, lg, hp->n_expert, n_rows, ld, k, ids, w);
+	if (hp->gating == SHOAL_MOE_GATING_SIGMOID) {
+		for (size_t i = 0; i < (size_t)n_rows * ld; i++)
+			lg[i] = 1.0f / (1.0f + expf(-lg[i]));
+	} else {
+		e->ops->softmax(e->bk, lg, hp->n_expert, n_rows, ld);
+	}
+	if (L->exp_probs_b || hp->n_expert_group > 1) {
+		/* choose by the biased, group-masked scores; weigh by p */
+		for (uint32_t r = 0; r < n_rows; r++)
+			engine__route_select(hp, L->exp_probs_b, lg + (size_t)r * ld,
+			                     e->moe_sel + (size_t)r * ld);
+		e->ops->top_k(e->bk, e->moe_sel, hp->n_expert, n_rows, ld, k, ids, w);
+		for (size_t i = 0; i < (size_t)n_rows * k; i++)
+			w[i] = lg[(i / k) * ld + (size_t)ids[i]];
+	} else {
+		e->ops->top_k(e->bk, lg, hp->n_expert, n_rows, ld, k, ids, w);
+	}
 	for (uint32_t r = 0; r < n_rows; r++)
-		engine__route_row(k, norm, ids + (size_t)r * k, w + (size_t)r * k);
+		engine__route_row(k, norm, hp->expert_weights_scale, ids + (size_t)r * k,
+		                  w + (size_t)r * k);
 	return SHOAL_OK;
 }
 
@@ -173,5 +239,11 @@ shoal_err engine__moe_ffn(shoal_engine *e, uint32_t l, uint32_t n_rows, char *wh
 			return shoal_why(why, why_len, err, "layer %u: remote experts failed", l);
 	}
 	shoal_engine_moe_combine(n_rows, rows.k, e->hp.n_embd, e->moe_contrib, e->tmp);
+	if (L->shexp) {
+		/* moe_x is free again: (n_rows, n_embd) */
+		engine__ffn_swiglu(e, &L->gate_sh, &L->up_sh, &L->down_sh, e->hp.n_ff_shexp, n_rows,
+		                   e->moe_x);
+		e->ops->add(e->bk, e->tmp, e->moe_x, (size_t)n_rows * e->hp.n_embd);
+	}
 	return SHOAL_OK;
 }

@@ -226,6 +226,7 @@ void shoal_cluster_fill_record(shoal_cluster *cl, shoal_record *r, uint64_t mem_
 	r->models[0].bytes = cl->file_bytes;
 	memcpy(r->ready_digest, cl->ready_digest, 32);
 	r->ready_epoch = cl->ready_epoch;
+	r->served_epoch = cl->served_epoch;
 }
 
 /* ----------------------------------------------------------------- planning */
@@ -322,6 +323,39 @@ static shoal_err shoal_cluster_plan_on(shoal_cluster *cl, const shoal_swim_membe
 	return e;
 }
 
+/* shoal_cluster_plan_on for the plan we act on next. The epoch floor (the
+ * cluster's highest served epoch) rises when a peer finds our current
+ * plan servable, before the others do; renumbering that plan then would
+ * make the peers chase each other's floors. So when the floor has not
+ * passed our current plan's epoch and the same inputs, numbered from just
+ * below that epoch, give our current plan again, it stays as it is. */
+static shoal_err shoal_cluster_plan_next(shoal_cluster *cl, const shoal_swim_member *const *cand,
+                                         size_t nc, const shoal_plan *prev, shoal_plan **out,
+                                         uint32_t *sessions, char *why, size_t why_len)
+{
+	shoal_err e = shoal_cluster_plan_on(cl, cand, nc, NULL, prev, out, sessions, why, why_len);
+	const shoal_plan *cur = cl->plan;
+	if (e != SHOAL_OK || !cur || !memcmp(shoal_plan_digest(*out), shoal_plan_digest(cur), 32) ||
+	    shoal_plan_epoch(cur) < cl->pol.epoch_floor || shoal_plan_epoch(cur) == 0)
+		return e;
+	uint64_t floor = cl->pol.epoch_floor;
+	shoal_plan *q = NULL;
+	uint32_t qs = 0;
+	char w[256];
+	cl->pol.epoch_floor = shoal_plan_epoch(cur) - 1;
+	shoal_err eq = shoal_cluster_plan_on(cl, cand, nc, NULL, prev, &q, &qs, w, sizeof w);
+	cl->pol.epoch_floor = floor;
+	if (eq == SHOAL_OK && !memcmp(shoal_plan_digest(q), shoal_plan_digest(cur), 32)) {
+		shoal_plan_free(*out);
+		*out = q;
+		if (sessions)
+			*sessions = qs;
+		return SHOAL_OK;
+	}
+	shoal_plan_free(q);
+	return e;
+}
+
 /* True when the plan names peer id. */
 static bool shoal_cluster_names(const shoal_plan *p, const uint8_t id[16])
 {
@@ -363,6 +397,7 @@ static void shoal_cluster_learn_prev(shoal_cluster *cl, const shoal_swim_member 
 {
 	const uint8_t *d = NULL;
 	size_t others = 0;
+	uint64_t epoch = 0;
 	for (size_t i = 0; i < nc; i++) {
 		const shoal_record *r = &cand[i]->record;
 		if (!memcmp(r->id.b, cl->cfg.self, 16))
@@ -370,6 +405,7 @@ static void shoal_cluster_learn_prev(shoal_cluster *cl, const shoal_swim_member 
 		if (!r->ready_epoch || (d && memcmp(d, r->ready_digest, 32)))
 			return;
 		d = r->ready_digest;
+		epoch = r->ready_epoch;
 		others++;
 	}
 	if (!d || !memcmp(d, cl->learn_tried, 32) ||
@@ -378,9 +414,12 @@ static void shoal_cluster_learn_prev(shoal_cluster *cl, const shoal_swim_member 
 	memcpy(cl->learn_tried, d, 32);
 	shoal_plan *p = NULL;
 	char why[256], dh[65];
-	if (shoal_cluster_plan_on(cl, cand, nc, cl->cfg.self, NULL, &p, NULL, why, sizeof why) !=
-	        SHOAL_OK ||
-	    memcmp(shoal_plan_digest(p), d, 32)) {
+	/* their plan was numbered from the floor they saw then */
+	uint64_t floor = cl->pol.epoch_floor;
+	cl->pol.epoch_floor = epoch - 1;
+	shoal_err e = shoal_cluster_plan_on(cl, cand, nc, cl->cfg.self, NULL, &p, NULL, why, sizeof why);
+	cl->pol.epoch_floor = floor;
+	if (e != SHOAL_OK || memcmp(shoal_plan_digest(p), d, 32)) {
 		shoal_plan_free(p);
 		return;
 	}
@@ -507,7 +546,13 @@ int shoal_cluster_update(shoal_cluster *cl, const shoal_swim_member *v, size_t n
 		crypto_generichash_update(&hs, cand[i]->record.ready_digest, 32);
 		/* a restart: the data thread must know the new incarnation */
 		crypto_generichash_update(&hs, (const uint8_t *)&cand[i]->incarnation, 8);
+		crypto_generichash_update(&hs, (const uint8_t *)&cand[i]->record.served_epoch, 8);
 	}
+	/* new plans are numbered above every epoch served so far */
+	cl->pol.epoch_floor = cl->served_epoch;
+	for (size_t i = 0; i < nc; i++)
+		if (cand[i]->record.served_epoch > cl->pol.epoch_floor)
+			cl->pol.epoch_floor = cand[i]->record.served_epoch;
 	char left_why[256] = "";
 	bool outvoted = shoal_cluster_outvoted(cl, other, no, nc, left_why, sizeof left_why);
 	crypto_generichash_update(&hs, (const uint8_t *)left_why, strlen(left_why));
@@ -562,8 +607,8 @@ int shoal_cluster_update(shoal_cluster *cl, const shoal_swim_member *v, size_t n
 				shoal_cluster_learn_prev(cl, cand, nc);
 			if (!cl->prev)
 				continue;
-			e = shoal_cluster_plan_on(cl, cand, nc, NULL, cl->prev, &np, &np_sessions,
-			                          why, sizeof why);
+			e = shoal_cluster_plan_next(cl, cand, nc, cl->prev, &np, &np_sessions, why,
+			                            sizeof why);
 			if (e == SHOAL_OK && !shoal_cluster_prev_usable(cl->prev, np, cand, nc)) {
 				shoal_plan_free(np);
 				np = NULL;
@@ -573,8 +618,8 @@ int shoal_cluster_update(shoal_cluster *cl, const shoal_swim_member *v, size_t n
 		if (outvoted)
 			e = shoal_why(why, sizeof why, SHOAL_ERR_INFEASIBLE, "%s", left_why);
 		else if (e != SHOAL_OK)
-			e = shoal_cluster_plan_on(cl, cand, nc, NULL, NULL, &np, &np_sessions, why,
-			                          sizeof why);
+			e = shoal_cluster_plan_next(cl, cand, nc, NULL, &np, &np_sessions, why,
+			                            sizeof why);
 		if (e != SHOAL_OK) {
 			if (strcmp(cl->plan_why, why) || cl->plan)
 				SHOAL_LOG_W("cluster", "no plan over %zu peer(s): %s", nc,
@@ -672,6 +717,10 @@ int shoal_cluster_update(shoal_cluster *cl, const shoal_swim_member *v, size_t n
 		if (servable) {
 			shoal_plan_free(cl->prev);
 			cl->prev = shoal_plan_dup(cl->plan);
+			if (shoal_plan_epoch(cl->plan) > cl->served_epoch) {
+				cl->served_epoch = shoal_plan_epoch(cl->plan);
+				republish = 1;
+			}
 		}
 		pthread_mutex_lock(&cl->mu);
 		cl->shared_servable = servable;
@@ -718,13 +767,13 @@ static size_t shoal_cluster_part_tensors(const shoal_cluster *cl, uint32_t *out,
 		}
 		for (uint32_t l = ps->first_layer; l < ps->end_layer && l < m->hp.n_layer; l++) {
 			const shoal_layer *y = &m->layers[l];
-			const shoal_gguf_tensor *ts[] = {
-			    y->attn_norm, y->wq,       y->wk,           y->wv,          y->wo,
-			    y->bq,        y->bk,       y->bv,           y->q_norm,      y->k_norm,
-			    y->ffn_norm,  y->ffn_gate, y->ffn_up,       y->ffn_down,    y->ffn_gate_inp,
-			    y->ffn_gate_exps, y->ffn_up_exps, y->ffn_down_exps};
-			for (size_t k = 0; k < sizeof ts / sizeof ts[0]; k++)
+			const shoal_gguf_tensor *ts[SHOAL_LAYER_MAX_TENSORS];
+			size_t nt = shoal_layer_own_tensors(y, ts);
+			for (size_t k = 0; k < nt; k++)
 				PART_ADD(ts[k]);
+			PART_ADD(y->ffn_gate_exps);
+			PART_ADD(y->ffn_up_exps);
+			PART_ADD(y->ffn_down_exps);
 		}
 	}
 	for (uint32_t l = 0; m->hp.n_expert && l < m->hp.n_layer; l++) {

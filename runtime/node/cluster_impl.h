@@ -172,6 +172,7 @@ struct shoal_cluster {
 	bool servable;
 	uint8_t ready_digest[32];
 	uint64_t ready_epoch;
+	uint64_t served_epoch; /* the highest epoch of a plan servable here */
 	char ready_why[256]; /* why we are not ready for the plan */
 	size_t n_left;
 	struct {

@@ -56,7 +56,7 @@
 
 /* Versions this node speaks; a peer that differs is kept in the view but
  * left out of plans (net/swim.c says why in `shoal status`). */
-#define SHOAL_NODE_PROTO_VERSION 3 /* 3: OPEN carries the first step (replays) */
+#define SHOAL_NODE_PROTO_VERSION 4 /* 4: served epochs; 3: OPEN carries the first step */
 #define SHOAL_NODE_SCHED_VERSION 1
 
 /* Timer multiples of the base period B (100 ms by default):

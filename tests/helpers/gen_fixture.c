@@ -1,6 +1,9 @@
 /*
  * tests/helpers/gen_fixture.c: write a random-weight GGUF model for tests and
- * benchmarks (llama, qwen2, qwen3, qwen3moe; dense or MoE; any stored type).
+ * benchmarks (llama, qwen2, qwen3, qwen3moe, deepseek2; dense or MoE; any
+ * stored type). deepseek2 is DeepSeek V3's layout: MLA attention (optional
+ * q_lora), leading dense layers, shared + routed experts, grouped routing,
+ * and optional MTP (nextn) layers after the main ones.
  *
  * Part: tests (models/). Deterministic for a seed: every tensor draws from
  * its own stream seeded by (seed, tensor name), so a split file holds the
@@ -27,13 +30,21 @@ typedef struct opts {
 	uint32_t layers, dim, ff, heads, kv_heads, vocab, head_dim;
 	uint32_t experts, experts_used, ff_exp;
 	uint32_t ctx;
+	/* deepseek2 */
+	uint32_t q_lora, kv_lora, rope_dim, v_head_dim, dense_lead, shared, groups, groups_used;
+	uint32_t nextn;
+	uint32_t gating_func; /* written as is when nonzero (tests of refusals) */
+	uint32_t yarn;        /* YaRN rope scaling by this factor (0: none) */
+	bool kv_b;            /* the older MLA form: one attn_kv_b, no *_mla keys; its rows
+	                         hold the values attn_k_b and attn_v_b would (same seed) */
+	bool sigmoid;         /* sigmoid gating + exp_probs_b + weight norm, else softmax */
 	bool tied;
 	uint64_t seed;
 	uint32_t split;
 	const char *out;
 } opts;
 
-typedef enum kind { K_WEIGHT, K_EMBD, K_NORM, K_BIAS, K_ROUTER } kind;
+typedef enum kind { K_WEIGHT, K_EMBD, K_NORM, K_BIAS, K_ROUTER, K_KV_B } kind;
 
 typedef struct tplan {
 	char name[64];
@@ -91,20 +102,63 @@ static __attribute__((format(printf, 9, 10))) int plan_add(tplan *t, int n, shoa
 	return n + 1;
 }
 
+/* The MLA attention of deepseek2 layer l. */
+static int plan_mla(const opts *o, tplan *t, int n, uint32_t l)
+{
+	uint64_t E = o->dim, H = o->heads, q = H * o->head_dim, kvl = o->kv_lora;
+	uint64_t nope = o->head_dim - o->rope_dim;
+	shoal_dtype ty = o->type;
+	if (o->q_lora) {
+		n = plan_add(t, n, ty, K_WEIGHT, 2, E, o->q_lora, 1, "blk.%u.attn_q_a.weight", l);
+		n = plan_add(t, n, ty, K_NORM, 1, o->q_lora, 1, 1, "blk.%u.attn_q_a_norm.weight",
+		             l);
+		n = plan_add(t, n, ty, K_WEIGHT, 2, o->q_lora, q, 1, "blk.%u.attn_q_b.weight", l);
+	} else {
+		n = plan_add(t, n, ty, K_WEIGHT, 2, E, q, 1, "blk.%u.attn_q.weight", l);
+	}
+	n = plan_add(t, n, ty, K_WEIGHT, 2, E, kvl + o->rope_dim, 1, "blk.%u.attn_kv_a_mqa.weight",
+	             l);
+	n = plan_add(t, n, ty, K_NORM, 1, kvl, 1, 1, "blk.%u.attn_kv_a_norm.weight", l);
+	if (o->kv_b) {
+		n = plan_add(t, n, ty, K_KV_B, 2, kvl, H * (nope + o->v_head_dim), 1,
+		             "blk.%u.attn_kv_b.weight", l);
+	} else {
+		n = plan_add(t, n, ty, K_WEIGHT, 3, nope, kvl, H, "blk.%u.attn_k_b.weight", l);
+		n = plan_add(t, n, ty, K_WEIGHT, 3, kvl, o->v_head_dim, H, "blk.%u.attn_v_b.weight",
+		             l);
+	}
+	n = plan_add(t, n, ty, K_WEIGHT, 2, H * o->v_head_dim, E, 1, "blk.%u.attn_output.weight",
+	             l);
+	return n;
+}
+
 static int plan_build(const opts *o, tplan *t)
 {
 	bool qwen2 = !strcmp(o->arch, "qwen2");
 	bool qk = !strcmp(o->arch, "qwen3") || !strcmp(o->arch, "qwen3moe");
+	bool ds2 = !strcmp(o->arch, "deepseek2");
 	uint64_t E = o->dim, q = (uint64_t)o->heads * o->head_dim,
 	         kv = (uint64_t)o->kv_heads * o->head_dim;
 	shoal_dtype ty = o->type;
 	int n = 0;
 	n = plan_add(t, n, ty, K_EMBD, 2, E, o->vocab, 1, "token_embd.weight");
-	for (uint32_t l = 0; l < o->layers; l++) {
+	for (uint32_t l = 0; l < o->layers + o->nextn; l++) {
 		n = plan_add(t, n, ty, K_NORM, 1, E, 1, 1, "blk.%u.attn_norm.weight", l);
-		n = plan_add(t, n, ty, K_WEIGHT, 2, E, q, 1, "blk.%u.attn_q.weight", l);
-		n = plan_add(t, n, ty, K_WEIGHT, 2, E, kv, 1, "blk.%u.attn_k.weight", l);
-		n = plan_add(t, n, ty, K_WEIGHT, 2, E, kv, 1, "blk.%u.attn_v.weight", l);
+		if (l >= o->layers) {
+			/* an MTP block: its own input projection and norms, then a
+			 * full layer (the engine skips all of it) */
+			n = plan_add(t, n, ty, K_WEIGHT, 2, 2 * E, E, 1,
+			             "blk.%u.nextn.eh_proj.weight", l);
+			n = plan_add(t, n, ty, K_NORM, 1, E, 1, 1, "blk.%u.nextn.enorm.weight", l);
+			n = plan_add(t, n, ty, K_NORM, 1, E, 1, 1, "blk.%u.nextn.hnorm.weight", l);
+		}
+		if (ds2) {
+			n = plan_mla(o, t, n, l);
+		} else {
+			n = plan_add(t, n, ty, K_WEIGHT, 2, E, q, 1, "blk.%u.attn_q.weight", l);
+			n = plan_add(t, n, ty, K_WEIGHT, 2, E, kv, 1, "blk.%u.attn_k.weight", l);
+			n = plan_add(t, n, ty, K_WEIGHT, 2, E, kv, 1, "blk.%u.attn_v.weight", l);
+		}
 		if (qwen2) {
 			n = plan_add(t, n, ty, K_BIAS, 1, q, 1, 1, "blk.%u.attn_q.bias", l);
 			n = plan_add(t, n, ty, K_BIAS, 1, kv, 1, 1, "blk.%u.attn_k.bias", l);
@@ -116,9 +170,11 @@ static int plan_build(const opts *o, tplan *t)
 			n = plan_add(t, n, ty, K_NORM, 1, o->head_dim, 1, 1,
 			             "blk.%u.attn_k_norm.weight", l);
 		}
-		n = plan_add(t, n, ty, K_WEIGHT, 2, q, E, 1, "blk.%u.attn_output.weight", l);
+		if (!ds2)
+			n = plan_add(t, n, ty, K_WEIGHT, 2, q, E, 1, "blk.%u.attn_output.weight",
+			             l);
 		n = plan_add(t, n, ty, K_NORM, 1, E, 1, 1, "blk.%u.ffn_norm.weight", l);
-		if (o->experts) {
+		if (o->experts && l >= o->dense_lead) {
 			uint64_t X = o->experts, F = o->ff_exp;
 			n = plan_add(t, n, ty, K_ROUTER, 2, E, X, 1, "blk.%u.ffn_gate_inp.weight",
 			             l);
@@ -128,6 +184,18 @@ static int plan_build(const opts *o, tplan *t)
 			             l);
 			n = plan_add(t, n, ty, K_WEIGHT, 3, F, E, X, "blk.%u.ffn_down_exps.weight",
 			             l);
+			if (ds2 && o->sigmoid)
+				n = plan_add(t, n, ty, K_BIAS, 1, X, 1, 1,
+				             "blk.%u.exp_probs_b.bias", l);
+			uint64_t S = (uint64_t)o->shared * F;
+			if (S) {
+				n = plan_add(t, n, ty, K_WEIGHT, 2, E, S, 1,
+				             "blk.%u.ffn_gate_shexp.weight", l);
+				n = plan_add(t, n, ty, K_WEIGHT, 2, E, S, 1,
+				             "blk.%u.ffn_up_shexp.weight", l);
+				n = plan_add(t, n, ty, K_WEIGHT, 2, S, E, 1,
+				             "blk.%u.ffn_down_shexp.weight", l);
+			}
 		} else {
 			n = plan_add(t, n, ty, K_WEIGHT, 2, E, o->ff, 1, "blk.%u.ffn_gate.weight",
 			             l);
@@ -268,18 +336,57 @@ static int write_meta(shoal_gguf_writer *w, const opts *o)
 	shoal_gguf_writer_kv_u32(w, KEY("vocab_size"), o->vocab);
 	shoal_gguf_writer_kv_u32(w, KEY("context_length"), o->ctx);
 	shoal_gguf_writer_kv_u32(w, KEY("embedding_length"), o->dim);
-	shoal_gguf_writer_kv_u32(w, KEY("block_count"), o->layers);
+	shoal_gguf_writer_kv_u32(w, KEY("block_count"), o->layers + o->nextn);
 	shoal_gguf_writer_kv_u32(w, KEY("feed_forward_length"), o->ff);
 	shoal_gguf_writer_kv_u32(w, KEY("attention.head_count"), o->heads);
 	shoal_gguf_writer_kv_u32(w, KEY("attention.head_count_kv"), o->kv_heads);
-	if (o->head_dim != o->dim / o->heads) {
+	bool ds2 = !strcmp(a, "deepseek2");
+	if (ds2) {
+		/* as the converter writes MLA: one KV "head" of latent + rope;
+		 * the older form gives a head's own key and value lengths */
+		shoal_gguf_writer_kv_u32(w, KEY("attention.key_length"),
+		                         o->kv_b ? o->head_dim : o->kv_lora + o->rope_dim);
+		shoal_gguf_writer_kv_u32(w, KEY("attention.value_length"),
+		                         o->kv_b ? o->v_head_dim : o->kv_lora);
+		if (!o->kv_b) {
+			shoal_gguf_writer_kv_u32(w, KEY("attention.key_length_mla"), o->head_dim);
+			shoal_gguf_writer_kv_u32(w, KEY("attention.value_length_mla"),
+			                         o->v_head_dim);
+		}
+		shoal_gguf_writer_kv_u32(w, KEY("attention.kv_lora_rank"), o->kv_lora);
+		if (o->q_lora)
+			shoal_gguf_writer_kv_u32(w, KEY("attention.q_lora_rank"), o->q_lora);
+		shoal_gguf_writer_kv_u32(w, KEY("leading_dense_block_count"), o->dense_lead);
+		shoal_gguf_writer_kv_u32(w, KEY("expert_shared_count"), o->shared);
+		shoal_gguf_writer_kv_u32(w, KEY("expert_gating_func"),
+		                         o->gating_func ? o->gating_func
+		                         : o->sigmoid   ? 2
+		                                        : 1);
+		if (o->yarn) {
+			/* DeepSeek V3's: factor 40 over 4096, log multiplier 0.1 */
+			shoal_gguf_writer_kv_str(w, KEY("rope.scaling.type"), "yarn");
+			shoal_gguf_writer_kv_f32(w, KEY("rope.scaling.factor"), (float)o->yarn);
+			shoal_gguf_writer_kv_u32(w, KEY("rope.scaling.original_context_length"),
+			                         o->ctx / o->yarn ? o->ctx / o->yarn : 1);
+			shoal_gguf_writer_kv_f32(w, KEY("rope.scaling.yarn_log_multiplier"), 0.1f);
+		}
+		shoal_gguf_writer_kv_f32(w, KEY("expert_weights_scale"), o->sigmoid ? 2.5f : 1.5f);
+		shoal_gguf_writer_kv_bool(w, KEY("expert_weights_norm"), o->sigmoid);
+		if (o->groups) {
+			shoal_gguf_writer_kv_u32(w, KEY("expert_group_count"), o->groups);
+			shoal_gguf_writer_kv_u32(w, KEY("expert_group_used_count"), o->groups_used);
+		}
+		if (o->nextn)
+			shoal_gguf_writer_kv_u32(w, KEY("nextn_predict_layers"), o->nextn);
+	} else if (o->head_dim != o->dim / o->heads) {
 		shoal_gguf_writer_kv_u32(w, KEY("attention.key_length"), o->head_dim);
 		shoal_gguf_writer_kv_u32(w, KEY("attention.value_length"), o->head_dim);
 	}
 	/* Qwen's released models use eps 1e-6 and rope base 1e6. */
-	shoal_gguf_writer_kv_f32(w, KEY("attention.layer_norm_rms_epsilon"), qwen ? 1e-6f : 1e-5f);
+	shoal_gguf_writer_kv_f32(w, KEY("attention.layer_norm_rms_epsilon"),
+	                         qwen || ds2 ? 1e-6f : 1e-5f);
 	shoal_gguf_writer_kv_f32(w, KEY("rope.freq_base"), qwen ? 1000000.0f : 10000.0f);
-	shoal_gguf_writer_kv_u32(w, KEY("rope.dimension_count"), o->head_dim);
+	shoal_gguf_writer_kv_u32(w, KEY("rope.dimension_count"), ds2 ? o->rope_dim : o->head_dim);
 	if (o->experts) {
 		shoal_gguf_writer_kv_u32(w, KEY("expert_count"), o->experts);
 		shoal_gguf_writer_kv_u32(w, KEY("expert_used_count"), o->experts_used);
@@ -292,14 +399,61 @@ static int write_meta(shoal_gguf_writer *w, const opts *o)
 
 /* ---- tensors -------------------------------------------------------------- */
 
+static int write_row(shoal_gguf_writer *w, const tplan *t, const float *row, void *qrow)
+{
+	uint64_t n_in = t->ne[0];
+	const void *src = row;
+	if (t->type != SHOAL_DTYPE_F32) {
+		shoal_quantize_row(t->type, row, qrow, (int64_t)n_in);
+		src = qrow;
+	}
+	return shoal_gguf_writer_write(w, src, shoal_dtype_row_bytes(t->type, n_in)) ? -1 : 0;
+}
+
+/* attn_kv_b of layer l from the streams of the attn_k_b and attn_v_b the
+ * split form would have: per head, the key rows (k_b transposed), then the
+ * value rows. */
+static int write_kv_b(shoal_gguf_writer *w, const opts *o, const tplan *t, float *row, void *qrow)
+{
+	unsigned l = 0;
+	char kn[64], vn[64];
+	sscanf(t->name, "blk.%u.", &l);
+	snprintf(kn, sizeof kn, "blk.%u.attn_k_b.weight", l);
+	snprintf(vn, sizeof vn, "blk.%u.attn_v_b.weight", l);
+	uint64_t ks = name_seed(o->seed, kn), vs = name_seed(o->seed, vn);
+	uint32_t kvl = o->kv_lora, nope = o->head_dim - o->rope_dim;
+	float ak = (float)sqrt(3.0 / nope), av = (float)sqrt(3.0 / kvl);
+	float *kb = malloc((size_t)kvl * nope * sizeof *kb); /* (kv_lora, nope) one head */
+	if (!kb)
+		return -1;
+	int rc = 0;
+	for (uint32_t h = 0; h < o->heads && !rc; h++) {
+		for (size_t i = 0; i < (size_t)kvl * nope; i++)
+			kb[i] = ak * rng_unit(&ks);
+		for (uint32_t d = 0; d < nope && !rc; d++) {
+			for (uint32_t c = 0; c < kvl; c++)
+				row[c] = kb[(size_t)c * nope + d];
+			rc = write_row(w, t, row, qrow);
+		}
+		for (uint32_t j = 0; j < o->v_head_dim && !rc; j++) {
+			for (uint32_t c = 0; c < kvl; c++)
+				row[c] = av * rng_unit(&vs);
+			rc = write_row(w, t, row, qrow);
+		}
+	}
+	free(kb);
+	return rc;
+}
+
 static int write_tensor(shoal_gguf_writer *w, const opts *o, const tplan *t, float *row, void *qrow)
 {
+	if (t->k == K_KV_B)
+		return write_kv_b(w, o, t, row, qrow);
 	uint64_t s = name_seed(o->seed, t->name);
 	uint64_t n_in = t->ne[0], rows = t->ne[1] * t->ne[2];
 	/* Uniform(-a, a) has variance a^2/3: a = sqrt(3 / n_in) keeps each
 	 * output of W x at about the variance of x. */
 	float a = (float)sqrt(3.0 / (double)n_in);
-	size_t rb = shoal_dtype_row_bytes(t->type, n_in);
 	for (uint64_t r = 0; r < rows; r++) {
 		for (uint64_t i = 0; i < n_in; i++) {
 			float u = rng_unit(&s);
@@ -318,12 +472,7 @@ static int write_tensor(shoal_gguf_writer *w, const opts *o, const tplan *t, flo
 				break;
 			}
 		}
-		const void *src = row;
-		if (t->type != SHOAL_DTYPE_F32) {
-			shoal_quantize_row(t->type, row, qrow, (int64_t)n_in);
-			src = qrow;
-		}
-		if (shoal_gguf_writer_write(w, src, rb))
+		if (write_row(w, t, row, qrow))
 			return -1;
 	}
 	return 0;
@@ -367,11 +516,15 @@ out:
 static int usage(void)
 {
 	fprintf(stderr,
-	        "usage: gen_fixture --arch llama|qwen2|qwen3|qwen3moe --type "
+	        "usage: gen_fixture --arch llama|qwen2|qwen3|qwen3moe|deepseek2 --type "
 	        "F32|F16|BF16|Q8_0|Q4_0|Q5_0|Q5_1|IQ4_NL|MXFP4|Q2_K|Q3_K|Q4_K|Q5_K|Q6_K|IQ4_XS\n"
 	        "  --layers N --dim D --ff F --heads H --kv-heads K --vocab V [--head-dim D]\n"
 	        "  [--experts E --experts-used K --ff-exp F] [--tied] [--seed S] [--split N]\n"
-	        "  [--ctx N] OUT.gguf\n");
+	        "  [--ctx N] OUT.gguf\n"
+	        "deepseek2 (--head-dim is nope + rope; --kv-heads is ignored):\n"
+	        "  --kv-lora R --rope-dim D --v-head-dim D [--q-lora R] [--dense-lead N]\n"
+	        "  [--shared N] [--groups G --groups-used U] [--sigmoid] [--nextn N]\n"
+	        "  [--yarn FACTOR] [--gating-func N] [--kv-b (the old form)]\n");
 	return 2;
 }
 
@@ -397,8 +550,8 @@ static int parse(int argc, char **argv, opts *o)
 		const char *a = argv[i];
 		const char *v = i + 1 < argc ? argv[i + 1] : NULL;
 		uint32_t *u = NULL;
-		if (!strcmp(a, "--tied")) {
-			o->tied = true;
+		if (!strcmp(a, "--tied") || !strcmp(a, "--sigmoid") || !strcmp(a, "--kv-b")) {
+			*(a[2] == 't' ? &o->tied : a[2] == 's' ? &o->sigmoid : &o->kv_b) = true;
 			continue;
 		}
 		if (a[0] != '-' || a[1] != '-') {
@@ -452,6 +605,28 @@ static int parse(int argc, char **argv, opts *o)
 				u = &o->split;
 			else if (!strcmp(a, "--ctx"))
 				u = &o->ctx;
+			else if (!strcmp(a, "--q-lora"))
+				u = &o->q_lora;
+			else if (!strcmp(a, "--kv-lora"))
+				u = &o->kv_lora;
+			else if (!strcmp(a, "--rope-dim"))
+				u = &o->rope_dim;
+			else if (!strcmp(a, "--v-head-dim"))
+				u = &o->v_head_dim;
+			else if (!strcmp(a, "--dense-lead"))
+				u = &o->dense_lead;
+			else if (!strcmp(a, "--shared"))
+				u = &o->shared;
+			else if (!strcmp(a, "--groups"))
+				u = &o->groups;
+			else if (!strcmp(a, "--groups-used"))
+				u = &o->groups_used;
+			else if (!strcmp(a, "--nextn"))
+				u = &o->nextn;
+			else if (!strcmp(a, "--gating-func"))
+				u = &o->gating_func;
+			else if (!strcmp(a, "--yarn"))
+				u = &o->yarn;
 			else
 				return usage();
 			if (!parse_u32(v, u)) {
@@ -464,7 +639,7 @@ static int parse(int argc, char **argv, opts *o)
 	    !o->vocab || !o->out)
 		return usage();
 	if (strcmp(o->arch, "llama") && strcmp(o->arch, "qwen2") && strcmp(o->arch, "qwen3") &&
-	    strcmp(o->arch, "qwen3moe")) {
+	    strcmp(o->arch, "qwen3moe") && strcmp(o->arch, "deepseek2")) {
 		fprintf(stderr, "gen_fixture: unknown arch '%s'\n", o->arch);
 		return 2;
 	}
@@ -472,8 +647,26 @@ static int parse(int argc, char **argv, opts *o)
 		o->kv_heads = o->heads;
 	if (!o->head_dim)
 		o->head_dim = o->dim / o->heads;
-	if (!strcmp(o->arch, "qwen3moe") && !o->experts) {
-		fprintf(stderr, "gen_fixture: qwen3moe needs --experts\n");
+	if ((!strcmp(o->arch, "qwen3moe") || !strcmp(o->arch, "deepseek2")) && !o->experts) {
+		fprintf(stderr, "gen_fixture: %s needs --experts\n", o->arch);
+		return 2;
+	}
+	if (!strcmp(o->arch, "deepseek2")) {
+		o->kv_heads = o->kv_b ? o->heads : 1;
+		if (!o->kv_lora || !o->rope_dim || o->rope_dim % 2 || o->rope_dim >= o->head_dim ||
+		    !o->v_head_dim || o->dense_lead > o->layers || (o->dense_lead && !o->ff) ||
+		    (o->groups && (o->experts % o->groups || o->experts / o->groups < 2 ||
+		                   !o->groups_used || o->groups_used > o->groups))) {
+			fprintf(stderr,
+			        "gen_fixture: deepseek2 needs --kv-lora, an even --rope-dim "
+			        "below --head-dim, --v-head-dim, --ff with --dense-lead, and "
+			        "equal groups of 2 or more experts\n");
+			return 2;
+		}
+	} else if (o->q_lora || o->kv_lora || o->rope_dim || o->v_head_dim || o->dense_lead ||
+	           o->shared || o->groups || o->nextn || o->sigmoid || o->yarn || o->gating_func ||
+	           o->kv_b) {
+		fprintf(stderr, "gen_fixture: the MLA and routing options are for deepseek2\n");
 		return 2;
 	}
 	if (o->experts) {
@@ -509,7 +702,7 @@ int main(int argc, char **argv)
 	int rc = parse(argc, argv, &o);
 	if (rc)
 		return rc;
-	int cap = 3 + (int)o.layers * 16;
+	int cap = 3 + (int)(o.layers + o.nextn) * 24;
 	tplan *t = calloc((size_t)cap, sizeof *t);
 	if (!t)
 		return 1;

@@ -74,3 +74,6 @@ echo "soak: $CYCLES kill -9/restart cycles in $(($(now_ms) - t0)) ms; greedy req
 echo "pauses replayed: $(cat "$T"/o1.log "$T"/o2.log | grep -c 'replaying')"
 [ "$gbad" = 0 ] && [ "$sbad" = 0 ] || { cat "$T"/*.bad; fail "requests were lost or wrong"; }
 [ "$gok" -ge 5 ] && [ "$sok" -ge 5 ] || fail "too few requests ran ($gok, $sok)"
+# epochs only grow through all of it (the owners are never restarted)
+epochs_grow "$T/o1.log" "$T/o2.log" || fail "a plan epoch went down or recurred"
+echo "plan epochs on o1: $(grep -c ' cluster: plan epoch ' "$T/o1.log") plans, last $(grep ' cluster: plan epoch ' "$T/o1.log" | tail -1 | sed 's/.*plan epoch \([0-9]*\).*/\1/')"

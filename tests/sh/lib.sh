@@ -99,6 +99,27 @@ status() { # status NAME [KEYFILE]: the node's status JSON in $T/st-NAME.json, a
 	"${on[@]}" "$B" status --state-dir "$T/$1" --key "${2:-$KEY}" --json --timeout-ms 2000 \
 		>"$T/st-$1.json" 2>>"$T/status.log"
 }
+# epochs_grow LOG...: in each node log, the plans that became servable
+# have growing epochs, and an epoch recurs only for the plan it numbers (a
+# plan that comes back after a moment without one): a served (epoch,
+# digest) pair never comes again after another. For nodes never restarted.
+epochs_grow() {
+	awk '/ cluster: plan epoch / {
+		for (i = 1; i < NF; i++) if ($i == "epoch") { e = $(i + 1) + 0; d = $(i + 3) }
+		sub(":", "", d)
+		cur[FILENAME] = e " " d
+	}
+	/ cluster: plan servable/ && FILENAME in cur {
+		split(cur[FILENAME], c, " ")
+		if (FILENAME in last && (c[1] < last[FILENAME] || (c[1] == last[FILENAME] && c[2] != dig[FILENAME]))) {
+			printf "%s: served plan epoch %d (%s) after epoch %d (%s)\n", FILENAME, c[1], c[2],
+				last[FILENAME], dig[FILENAME]
+			bad = 1
+		}
+		last[FILENAME] = c[1]; dig[FILENAME] = c[2]
+	} END { exit bad }' "$@"
+}
+
 servable_all() { # servable_all NSTAGES NAME...: all have the same servable plan ("": any stages)
 	local want=$1 n d
 	shift

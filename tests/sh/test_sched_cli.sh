@@ -55,6 +55,25 @@ else
 		fail "infeasible: rc $rc, $(cat "$tmp/err")"
 fi
 
+# DeepSeek V3.1 and Kimi K2 at the mixes people run: each is planned on the
+# four Studios; Kimi K2 Q4_K_M (~620 GB) needs two of them, the Q2_K mix
+# fits one; none fits the 208 GB home lab
+for s in deepseek-v3.1-q4_k_m deepseek-v3.1-q2_k deepseek-v3.1-iq4_xs kimi-k2-q4_k_m kimi-k2-q2_k \
+	kimi-k2-iq4_xs; do
+	"$bin" plan --view "$ex/mac-studio-x4.json" --model "$specs/$s.json" >"$tmp/out" 2>"$tmp/err" &&
+		grep -q "ms/token" "$tmp/out" || fail "$s on mac-studio-x4: $(cat "$tmp/err")"
+	if "$bin" plan --view "$ex/linux-homelab.json" --model "$specs/$s.json" >/dev/null 2>&1; then
+		fail "$s should not fit the home lab"
+	fi
+done
+"$bin" plan --view "$ex/mac-studio-x4.json" --model "$specs/kimi-k2-q4_k_m.json" --json >"$tmp/k2" &&
+	"$bin" plan --view "$ex/mac-studio-x4.json" --model "$specs/kimi-k2-q2_k.json" --json >"$tmp/k2q2" ||
+	fail "kimi-k2 json plans"
+n_k2=$(grep -o '"first_layer"' "$tmp/k2" | wc -l)
+n_k2q2=$(grep -o '"first_layer"' "$tmp/k2q2" | wc -l)
+[ "$n_k2" -ge 2 ] && [ "$n_k2q2" -eq 1 ] && ok "deepseek-v3.1 and kimi-k2 specs planned" ||
+	fail "kimi-k2 stages: Q4_K_M $n_k2, Q2_K $n_k2q2"
+
 # a GGUF header as the model
 gguf=${SHOAL_DATA:-$src/tests/data}/models/austen-dense-q8_0.gguf
 if [ -f "$gguf" ]; then

@@ -134,5 +134,33 @@ static void test_ready_tracker(void)
 	shoal_view_free(v);
 }
 
+/* Epochs never recur: a plan made from scratch (no previous plan: every
+ * plan was lost) is numbered above the cluster's highest served epoch, so
+ * the same assignment gets another (epoch, digest) than before. */
+static void test_epoch_floor(void)
+{
+	ti_inst t;
+	shoal_view *v;
+	shoal_plan *p1 = small_plan(&t, &v);
+	ASSERT_TRUE(p1 != NULL);
+	ASSERT_EQ(shoal_plan_epoch(p1), 1);
+	shoal_policy pol;
+	shoal_policy_init(&pol);
+	pol.epoch_floor = shoal_plan_epoch(p1);
+	shoal_plan *p2 = NULL, *p3 = NULL;
+	ASSERT_EQ(shoal_schedule(v, &t.m, &pol, NULL, &p2, NULL, 0), SHOAL_OK);
+	ASSERT_EQ(shoal_plan_epoch(p2), 2);
+	ASSERT_NE(memcmp(shoal_plan_digest(p1), shoal_plan_digest(p2), 32), 0);
+	/* the same view, the previous plan given: it is kept, epoch and all */
+	ASSERT_EQ(shoal_schedule(v, &t.m, &pol, p1, &p3, NULL, 0), SHOAL_OK);
+	ASSERT_TRUE(shoal_plan_kept(p3));
+	ASSERT_EQ(memcmp(shoal_plan_digest(p1), shoal_plan_digest(p3), 32), 0);
+	shoal_plan_free(p1);
+	shoal_plan_free(p2);
+	shoal_plan_free(p3);
+	shoal_view_free(v);
+}
+
 TEST_MAIN(TEST_CASE(test_blake2b_matches_libsodium), TEST_CASE(test_bucket_geo),
-          TEST_CASE(test_bucket_load), TEST_CASE(test_ready_tracker))
+          TEST_CASE(test_bucket_load), TEST_CASE(test_ready_tracker),
+          TEST_CASE(test_epoch_floor))

@@ -73,6 +73,52 @@ static void test_shipped_specs(void)
 	}
 }
 
+/* DeepSeek V3.1 (V3's shape) and Kimi K2 (384 experts, 64 heads, 1 dense
+ * layer; published: 1 T total, 32 B active) at Q4_K_M, Q2_K and IQ4_XS. */
+static void test_deepseek_kimi_specs(void)
+{
+	static const struct {
+		const char *name;
+		double total, active;
+		uint32_t moe_layers, experts;
+	} want[] = {{"deepseek-v3.1", 671, 37, 58, 256}, {"kimi-k2", 1000, 32, 60, 384}};
+	static const struct {
+		const char *file;
+		uint32_t mbits;
+	} quants[] = {{"q4_k_m", 4850}, {"q2_k", 2950}, {"iq4_xs", 4260}};
+	for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
+		uint64_t bytes[3];
+		for (size_t q = 0; q < 3; q++) {
+			char path[512], name[64], why[256];
+			snprintf(name, sizeof name, "%s-%s", want[i].name, quants[q].file);
+			spec_path(path, sizeof path, name);
+			shoal_manifest m;
+			shoal_spec_info info;
+			ASSERT_EQ(shoal_spec_load(path, &m, &info, why, sizeof why), SHOAL_OK);
+			ASSERT_EQ(m.n_layer, 61);
+			uint32_t moe = 0;
+			for (uint32_t l = 0; l < m.n_layer; l++)
+				if (m.layers[l].n_expert) {
+					moe++;
+					ASSERT_EQ(m.layers[l].n_expert, want[i].experts);
+					ASSERT_EQ(m.layers[l].n_expert_used, 8);
+				}
+			ASSERT_EQ(moe, want[i].moe_layers);
+			ASSERT_NEAR((double)info.n_params / 1e9, want[i].total,
+			            want[i].total * 0.05);
+			ASSERT_NEAR((double)info.n_params_active / 1e9, want[i].active,
+			            want[i].active * 0.08);
+			ASSERT_EQ(info.mbits_per_weight, quants[q].mbits);
+			/* MLA: the latent and the rope key per token and layer */
+			ASSERT_U64_EQ(m.layers[60].kv_bytes_per_token, (512 + 64) * 4);
+			bytes[q] = total_bytes(&m);
+			shoal_spec_manifest_fini(&m);
+		}
+		ASSERT_NEAR((double)bytes[1] / (double)bytes[0], 2.95 / 4.85, 0.02);
+		ASSERT_NEAR((double)bytes[2] / (double)bytes[0], 4.26 / 4.85, 0.02);
+	}
+}
+
 static void test_mla_kv_is_compressed(void)
 {
 	char path[512], why[256];
@@ -404,6 +450,7 @@ static void test_cluster_round_trip(void)
 	shoal_spec_manifest_fini(&m);
 }
 
-TEST_MAIN(TEST_CASE(test_shipped_specs), TEST_CASE(test_mla_kv_is_compressed),
-          TEST_CASE(test_bad_specs), TEST_CASE(test_cluster_bytes), TEST_CASE(test_cluster_parse),
+TEST_MAIN(TEST_CASE(test_shipped_specs), TEST_CASE(test_deepseek_kimi_specs),
+          TEST_CASE(test_mla_kv_is_compressed), TEST_CASE(test_bad_specs),
+          TEST_CASE(test_cluster_bytes), TEST_CASE(test_cluster_parse),
           TEST_CASE(test_cluster_round_trip), TEST_CASE(test_mutations), TEST_CASE(test_plan_json))

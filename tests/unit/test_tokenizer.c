@@ -609,9 +609,12 @@ static void test_odd_metadata(void)
 /* A byte-level vocabulary built here, under each pre-tokenizer: the
  * 256 byte characters (ids 0..255), then "12" "123" "'R" "'RE" "ab"
  * (256..260) with merges "1 2", "12 3", "' R", "'R E" (no "a b"). */
+static char bpe_vocab_why[256]; /* the last bpe_vocab's error */
+
 static shoal_tokenizer *bpe_vocab(const char *pre, shoal_gguf **g)
 {
-	char path[] = "/tmp/shoal-test-tokenizer-XXXXXX", why[256] = "";
+	char path[] = "/tmp/shoal-test-tokenizer-XXXXXX", *why = bpe_vocab_why;
+	why[0] = '\0';
 	int fd = mkstemp(path);
 	if (fd < 0)
 		return NULL;
@@ -653,10 +656,9 @@ static shoal_tokenizer *bpe_vocab(const char *pre, shoal_gguf **g)
 	shoal_gguf_writer_free(w);
 	shoal_tokenizer *t = NULL;
 	if (!err)
-		err = shoal_gguf_open(path, g, why, sizeof why);
+		err = shoal_gguf_open(path, g, why, sizeof bpe_vocab_why);
 	unlink(path);
-	if (!err && shoal_tokenizer_from_gguf(*g, &t, why, sizeof why)) {
-		fprintf(stderr, "%s\n", why);
+	if (!err && shoal_tokenizer_from_gguf(*g, &t, why, sizeof bpe_vocab_why)) {
 		shoal_gguf_free(*g);
 		*g = NULL;
 	}
@@ -715,6 +717,72 @@ static void test_bpe_pre_tokenizers(void)
 	ASSERT_TRUE(encodes_to(t, "ab", (const int32_t[]){'a', 'b'}, 2));
 	shoal_tokenizer_free(t);
 	shoal_gguf_free(g);
+}
+
+/* The multi-regex pre-tokenizers, each by what sets it apart on the
+ * vocabulary above. */
+static void check_pre(const char *pre, const char *text, const int32_t *want, size_t n)
+{
+	shoal_gguf *g = NULL;
+	shoal_tokenizer *t = bpe_vocab(pre, &g);
+	if (!t)
+		fprintf(stderr, "%s: %s\n", pre, bpe_vocab_why);
+	ASSERT_TRUE(t != NULL);
+	if (!encodes_to(t, text, want, n))
+		fprintf(stderr, "under pre-tokenizer %s\n", pre);
+	ASSERT_TRUE(encodes_to(t, text, want, n));
+	shoal_tokenizer_free(t);
+	shoal_gguf_free(g);
+}
+
+static void test_bpe_pre_tokenizers_more(void)
+{
+	/* DeepSeek V3: digits by three; an ASCII mark takes the letters
+	 * after it ("'RE" one word, merged) */
+	check_pre("deepseek-v3", "12345", (const int32_t[]){257, '4', '5'}, 3);
+	check_pre("deepseek-v3", "x'RE", (const int32_t[]){'x', 259}, 2);
+	/* DeepSeek Coder: digits alone, punctuation apart from letters */
+	check_pre("deepseek-coder", "12345", (const int32_t[]){'1', '2', '3', '4', '5'}, 5);
+	check_pre("deepseek-coder", "x'RE", (const int32_t[]){'x', '\'', 'R', 'E'}, 4);
+	/* DeepSeek LLM: a digit run is one word */
+	check_pre("deepseek-llm", "12345", (const int32_t[]){257, '4', '5'}, 3);
+	check_pre("deepseek-llm", "x'RE", (const int32_t[]){'x', '\'', 'R', 'E'}, 4);
+	/* Falcon: GPT-2's digit run, then cut in threes from its start
+	 * ("412" "3", where GPT-2 merges "123") */
+	check_pre("falcon", "4123", (const int32_t[]){'4', 256, '3'}, 3);
+	check_pre("gpt-2", "4123", (const int32_t[]){'4', 257}, 2);
+	/* StarCoder and its aliases: every digit alone */
+	check_pre("starcoder", "12345", (const int32_t[]){'1', '2', '3', '4', '5'}, 5);
+	check_pre("refact", "123", (const int32_t[]){'1', '2', '3'}, 3);
+	check_pre("command-r", "123", (const int32_t[]){'1', '2', '3'}, 3);
+	check_pre("mpt", "4123", (const int32_t[]){'4', 257}, 2);
+	/* Kimi K2: a word carries its contraction; digits by three; no
+	 * whole-word lookup */
+	check_pre("kimi-k2", "x'RE", (const int32_t[]){'x', 259}, 2);
+	check_pre("kimi-k2", "12345", (const int32_t[]){257, '4', '5'}, 3);
+	check_pre("kimi-k2", "ab", (const int32_t[]){'a', 'b'}, 2);
+}
+
+/* An unknown or hostile tokenizer.ggml.pre: refused with one printable
+ * line that names it, never a fallback. */
+static void test_bpe_pre_unknown(void)
+{
+	shoal_gguf *g = NULL;
+	ASSERT_TRUE(bpe_vocab("deepseek-v4", &g) == NULL);
+	ASSERT_TRUE(strstr(bpe_vocab_why, "pre-tokenizer 'deepseek-v4' is not supported") != NULL);
+	ASSERT_TRUE(bpe_vocab("evil\n\x1b[31mname\r", &g) == NULL);
+	ASSERT_TRUE(strstr(bpe_vocab_why, "'evil??[31mname?'") != NULL);
+	ASSERT_TRUE(strchr(bpe_vocab_why, '\n') == NULL);
+	ASSERT_TRUE(strchr(bpe_vocab_why, '\x1b') == NULL);
+	char long_name[200];
+	memset(long_name, 'q', sizeof long_name - 1);
+	long_name[sizeof long_name - 1] = '\0';
+	ASSERT_TRUE(bpe_vocab(long_name, &g) == NULL);
+	ASSERT_TRUE(strstr(bpe_vocab_why, "qqq...' is not supported") != NULL);
+	ASSERT_TRUE(strlen(bpe_vocab_why) < 250);
+	/* a near miss is no match: names are exact */
+	ASSERT_TRUE(bpe_vocab("Deepseek-V3", &g) == NULL);
+	ASSERT_TRUE(bpe_vocab("", &g) == NULL);
 }
 
 /* ---- hostile text ------------------------------------------------------ */
@@ -891,4 +959,5 @@ TEST_MAIN(TEST_CASE(test_vectors_llama_spm), TEST_CASE(test_vectors_llama_bpe),
           TEST_CASE(test_detok_split_character), TEST_CASE(test_special_tokens),
           TEST_CASE(test_bad_vocabularies), TEST_CASE(test_spm_merge_order),
           TEST_CASE(test_odd_metadata), TEST_CASE(test_bpe_pre_tokenizers),
+          TEST_CASE(test_bpe_pre_tokenizers_more), TEST_CASE(test_bpe_pre_unknown),
           TEST_CASE(test_random_text), TEST_CASE(test_persuasion_speed))
