@@ -188,10 +188,30 @@ KERNELS__INLINE void kernels__x86_q5k_lanes(const kernels__block_q5_k *w, int64_
 	kernels__x86_k45_lanes(w->scales, w->qs, w->qh, b, xq, NC, isum, imin);
 }
 
-/* The scales of sub-blocks k (lanes 0-7) and k + 1 (lanes 8-15) as int16. */
-KERNELS__INLINE __m256i kernels__x86_scale_pair(int s0, int s1)
+/* From 16 int16 scales v: lanes 0-7 = scale k, lanes 8-15 = scale k + 1
+ * (k even: the dword k / 2 holds both, broadcast, then each 128-bit lane
+ * repeats its word). */
+KERNELS__INLINE __m256i kernels__x86_scale_pair(__m256i v, int k)
 {
-	return _mm256_set_m128i(_mm_set1_epi16((short)s1), _mm_set1_epi16((short)s0));
+	const __m256i pick = _mm256_setr_epi8(0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 2, 3, 2,
+	                                      3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3);
+	__m256i p = _mm256_permutevar8x32_epi32(v, _mm256_set1_epi32(k / 2));
+	return _mm256_shuffle_epi8(p, pick);
+}
+
+/* The 16 Q3_K scales (kernels__q3k_scales) as int16 lanes: the low nibbles
+ * of bytes 0-7, then their high nibbles; the top 2 bits of scale 4 k + b
+ * at bits 2 k of byte 8 + b (a variable shift per dword). */
+KERNELS__INLINE __m256i kernels__x86_q3k_scales16(const uint8_t *s)
+{
+	const __m128i m4 = _mm_set1_epi8(0x0f);
+	__m128i a = _mm_loadl_epi64((const __m128i *)s);
+	__m128i lo = _mm_and_si128(_mm_unpacklo_epi64(a, _mm_srli_epi16(a, 4)), m4);
+	uint32_t h;
+	memcpy(&h, s + 8, 4);
+	__m128i hi = _mm_srlv_epi32(_mm_set1_epi32((int)h), _mm_setr_epi32(0, 2, 4, 6));
+	hi = _mm_slli_epi16(_mm_and_si128(hi, _mm_set1_epi8(3)), 4);
+	return _mm256_cvtepi8_epi16(_mm_sub_epi8(_mm_or_si128(lo, hi), _mm_set1_epi8(32)));
 }
 
 /* Q2_K and Q3_K share the 2-bit layout: for chunk c and j < 4, the 32
@@ -204,14 +224,16 @@ KERNELS__INLINE void kernels__x86_q2k_lanes(const kernels__block_q2_k *w, int64_
                                             __m256i *imin)
 {
 	const __m256i m2 = _mm256_set1_epi8(3);
+	const __m128i m4 = _mm_set1_epi8(0x0f);
+	__m128i sb = _mm_loadu_si128((const __m128i *)w->scales);
+	__m256i sc16 = _mm256_cvtepu8_epi16(_mm_and_si128(sb, m4));
 	for (int c = 0; c < NC; c++)
 		isum[c] = _mm256_setzero_si256();
 	for (int ch = 0; ch < 2; ch++) {
 		__m256i raw = _mm256_loadu_si256((const __m256i *)(w->qs + 32 * ch));
 		for (int j = 0; j < 4; j++, raw = _mm256_srli_epi16(raw, 2)) {
 			__m256i q = _mm256_and_si256(raw, m2);
-			const uint8_t *sc = w->scales + 8 * ch + 2 * j;
-			__m256i s = kernels__x86_scale_pair(sc[0] & 0xf, sc[1] & 0xf);
+			__m256i s = kernels__x86_scale_pair(sc16, 8 * ch + 2 * j);
 			for (int c = 0; c < NC; c++) {
 				const int8_t *x =
 				    ((const kernels__block_q8_k *)xq[c])[b].qs + 128 * ch + 32 * j;
@@ -221,9 +243,7 @@ KERNELS__INLINE void kernels__x86_q2k_lanes(const kernels__block_q2_k *w, int64_
 			}
 		}
 	}
-	__m128i sb = _mm_loadu_si128((const __m128i *)w->scales);
-	__m256i m16 =
-	    _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(sb, 4), _mm_set1_epi8(0x0f)));
+	__m256i m16 = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(sb, 4), m4));
 	for (int c = 0; c < NC; c++) {
 		const kernels__block_q8_k *xb = (const kernels__block_q8_k *)xq[c] + b;
 		__m256i bs = _mm256_loadu_si256((const __m256i *)xb->bsums);
@@ -239,8 +259,7 @@ KERNELS__INLINE void kernels__x86_q3k_lanes(const kernels__block_q3_k *w, int64_
                                             const void *const *xq, const int NC, __m256i *isum)
 {
 	const __m256i m2 = _mm256_set1_epi8(3), one = _mm256_set1_epi8(1);
-	int8_t sc[16];
-	kernels__q3k_scales(w->scales, sc);
+	__m256i sc16 = kernels__x86_q3k_scales16(w->scales);
 	for (int c = 0; c < NC; c++)
 		isum[c] = _mm256_setzero_si256();
 	__m256i hm = _mm256_loadu_si256((const __m256i *)w->hmask);
@@ -251,8 +270,7 @@ KERNELS__INLINE void kernels__x86_q3k_lanes(const kernels__block_q3_k *w, int64_
 			__m256i q =
 			    _mm256_or_si256(_mm256_and_si256(raw, m2),
 			                    _mm256_slli_epi16(_mm256_and_si256(hm, one), 2));
-			__m256i s =
-			    kernels__x86_scale_pair(sc[8 * ch + 2 * j], sc[8 * ch + 2 * j + 1]);
+			__m256i s = kernels__x86_scale_pair(sc16, 8 * ch + 2 * j);
 			for (int c = 0; c < NC; c++) {
 				const int8_t *x =
 				    ((const kernels__block_q8_k *)xq[c])[b].qs + 128 * ch + 32 * j;
@@ -262,7 +280,6 @@ KERNELS__INLINE void kernels__x86_q3k_lanes(const kernels__block_q3_k *w, int64_
 			}
 		}
 	}
-	__m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)sc));
 	for (int c = 0; c < NC; c++) {
 		const kernels__block_q8_k *xb = (const kernels__block_q8_k *)xq[c] + b;
 		__m256i bs = _mm256_loadu_si256((const __m256i *)xb->bsums);
@@ -271,23 +288,46 @@ KERNELS__INLINE void kernels__x86_q3k_lanes(const kernels__block_q3_k *w, int64_
 	}
 }
 
-/* IQ4_XS: per sub-block of 32 the table values (signed, |v| <= 127) by a
- * byte shuffle, the sign trick as for Q8_0 (pairs <= 2 * 127 * 127 =
- * 32258), times ls - 32 (|.| <= 32), 8 sub-blocks: < 2^25. */
+/* IQ4_XS: the table values (signed, |v| <= 127) by a byte shuffle, two
+ * sub-blocks per 32 bytes of qs; the sign trick as for Q8_0 (pairs <= 2 *
+ * 127 * 127 = 32258), times ls - 32 (|.| <= 32), 8 sub-blocks: < 2^25. The
+ * 8 scales are made at once: dword ib holds ls_ib - 32 in both words. */
 KERNELS__INLINE void kernels__x86_iq4xs_lanes(const kernels__block_iq4_xs *w, int64_t b,
                                               const void *const *xq, const int NC, __m256i *isum)
 {
+	const __m256i m4 = _mm256_set1_epi8(0x0f);
+	const __m256i t =
+	    _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)kernels__iq4_values));
+	uint32_t l4;
+	memcpy(&l4, w->scales_l, 4);
+	__m128i l8 = _mm_cvtsi32_si128((int)l4);
+	l8 = _mm_unpacklo_epi8(_mm_and_si128(l8, _mm_set1_epi8(0x0f)),
+	                       _mm_and_si128(_mm_srli_epi16(l8, 4), _mm_set1_epi8(0x0f)));
+	__m256i hi = _mm256_srlv_epi32(_mm256_set1_epi32(w->scales_h),
+	                               _mm256_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14));
+	hi = _mm256_slli_epi32(_mm256_and_si256(hi, _mm256_set1_epi32(3)), 4);
+	__m256i ls = _mm256_sub_epi32(_mm256_or_si256(_mm256_cvtepu8_epi32(l8), hi),
+	                              _mm256_set1_epi32(32));
+	ls = _mm256_or_si256(_mm256_and_si256(ls, _mm256_set1_epi32(0xffff)),
+	                     _mm256_slli_epi32(ls, 16));
 	for (int c = 0; c < NC; c++)
 		isum[c] = _mm256_setzero_si256();
-	for (int ib = 0; ib < 8; ib++) {
-		__m256i q = kernels__x86_table_bytes(w->qs + 16 * ib, kernels__iq4_values);
-		__m256i aq = _mm256_abs_epi8(q);
-		__m256i s = _mm256_set1_epi16((short)kernels__iq4xs_scale(w, ib));
-		for (int c = 0; c < NC; c++) {
-			const int8_t *x = ((const kernels__block_q8_k *)xq[c])[b].qs + 32 * ib;
-			__m256i xv = _mm256_loadu_si256((const __m256i *)x);
-			__m256i p = _mm256_maddubs_epi16(aq, _mm256_sign_epi8(xv, q));
-			isum[c] = _mm256_add_epi32(isum[c], _mm256_madd_epi16(p, s));
+	for (int p = 0; p < 4; p++) {
+		__m256i raw = _mm256_loadu_si256((const __m256i *)(w->qs + 32 * p));
+		__m256i lo = _mm256_and_si256(raw, m4);
+		__m256i hn = _mm256_and_si256(_mm256_srli_epi16(raw, 4), m4);
+		__m256i q[2] = {_mm256_shuffle_epi8(t, _mm256_permute2x128_si256(lo, hn, 0x20)),
+		                _mm256_shuffle_epi8(t, _mm256_permute2x128_si256(lo, hn, 0x31))};
+		for (int h = 0; h < 2; h++) {
+			__m256i aq = _mm256_abs_epi8(q[h]);
+			__m256i s = _mm256_permutevar8x32_epi32(ls, _mm256_set1_epi32(2 * p + h));
+			for (int c = 0; c < NC; c++) {
+				const int8_t *x =
+				    ((const kernels__block_q8_k *)xq[c])[b].qs + 64 * p + 32 * h;
+				__m256i xv = _mm256_loadu_si256((const __m256i *)x);
+				__m256i pr = _mm256_maddubs_epi16(aq, _mm256_sign_epi8(xv, q[h]));
+				isum[c] = _mm256_add_epi32(isum[c], _mm256_madd_epi16(pr, s));
+			}
 		}
 	}
 }
