@@ -261,7 +261,12 @@ KERNELS__INLINE void k5_k45_block(const uint8_t *scales, const uint8_t *qs, cons
 		isum[c] = _mm512_setzero_si512();
 	/* the 8 scales as int16 lanes 0-7, spread per chunk by one permute */
 	__m512i sc16 = _mm512_castsi128_si512(_mm_cvtepu8_epi16(_mm_cvtsi64_si128((long long)sc)));
-	__m256i hb = qh ? _mm256_loadu_si256((const __m256i *)qh) : _mm256_setzero_si256();
+	/* Q5_K: qh[l] for the low half (sub-block 2 j), qh[l] >> 1 for the high */
+	__m512i H = _mm512_setzero_si512();
+	if (qh) {
+		__m256i hb = _mm256_loadu_si256((const __m256i *)qh);
+		H = k5_pair_si(hb, _mm256_srli_epi16(hb, 1));
+	}
 	for (int jj = 0; jj < 2; jj++) {
 		/* 64 bytes = chunks 2jj and 2jj+1; each chunk is its 32 low
 		 * nibbles then its 32 high ones (128-bit lanes 0-1 of lo, of hi) */
@@ -272,11 +277,10 @@ KERNELS__INLINE void k5_k45_block(const uint8_t *scales, const uint8_t *qs, cons
 		                _mm512_shuffle_i64x2(lo, hi, 0xee)};
 		for (int h = 0; h < 2; h++) {
 			int j = 2 * jj + h;
-			if (qh) { /* Q5_K: bit 2 j (low half) and 2 j + 1 (high) of qh[l] */
-				__m512i H = k5_pair_si(hb, _mm256_srli_epi16(hb, 1));
-				H = _mm512_and_si512(H, _mm512_set1_epi8(1));
-				q[h] = _mm512_or_si512(q[h], _mm512_slli_epi16(H, 4));
-				hb = _mm256_srli_epi16(hb, 2);
+			if (qh) { /* Q5_K: bit 2 j of H (bit 2 j, 2 j + 1 of qh[l]) to bit 4 */
+				__m512i t = 2 * j <= 4 ? _mm512_sll_epi16(H, _mm_cvtsi32_si128(4 - 2 * j))
+				                       : _mm512_srl_epi16(H, _mm_cvtsi32_si128(2 * j - 4));
+				q[h] = _mm512_or_si512(q[h], _mm512_and_si512(t, _mm512_set1_epi8(0x10)));
 			}
 			__m512i s = _mm512_permutexvar_epi16(
 			    _mm512_add_epi16(spread, _mm512_set1_epi16((short)(2 * j))), sc16);

@@ -136,7 +136,7 @@ KERNELS__INLINE void kernels__x86_k45_lanes(const uint8_t *scales, const uint8_t
                                             const uint8_t *qh, int64_t b, const void *const *xq,
                                             const int NC, __m256i *isum, __m256i *imin)
 {
-	const __m256i m4 = _mm256_set1_epi8(0x0f), one = _mm256_set1_epi8(1);
+	const __m256i m4 = _mm256_set1_epi8(0x0f), b4 = _mm256_set1_epi8(0x10);
 	uint64_t sc, mn;
 	kernels__q4k_unpack(scales, &sc, &mn);
 	/* the 8 scales as int16, in both 128-bit lanes */
@@ -149,11 +149,14 @@ KERNELS__INLINE void kernels__x86_k45_lanes(const uint8_t *scales, const uint8_t
 		__m256i raw = _mm256_loadu_si256((const __m256i *)(qs + 32 * j));
 		__m256i lo = _mm256_and_si256(raw, m4);
 		__m256i hi = _mm256_and_si256(_mm256_srli_epi16(raw, 4), m4);
-		if (qh) {
-			lo = _mm256_or_si256(lo, _mm256_slli_epi16(_mm256_and_si256(hb, one), 4));
-			hb = _mm256_srli_epi16(hb, 1);
-			hi = _mm256_or_si256(hi, _mm256_slli_epi16(_mm256_and_si256(hb, one), 4));
-			hb = _mm256_srli_epi16(hb, 1);
+		if (qh) { /* bits 2 j and 2 j + 1 of qh[l] to bit 4 */
+			__m256i t0 = 2 * j <= 4 ? _mm256_sll_epi16(hb, _mm_cvtsi32_si128(4 - 2 * j))
+			                        : _mm256_srl_epi16(hb, _mm_cvtsi32_si128(2 * j - 4));
+			__m256i t1 = 2 * j + 1 <= 4
+			                 ? _mm256_sll_epi16(hb, _mm_cvtsi32_si128(3 - 2 * j))
+			                 : _mm256_srl_epi16(hb, _mm_cvtsi32_si128(2 * j - 3));
+			lo = _mm256_or_si256(lo, _mm256_and_si256(t0, b4));
+			hi = _mm256_or_si256(hi, _mm256_and_si256(t1, b4));
 		}
 		/* int16 lanes of sc_2j and sc_2j+1, by byte shuffles */
 		__m256i s0 = _mm256_shuffle_epi8(
