@@ -105,22 +105,12 @@ KERNELS__INLINE __m256i k2_q4_0_bytes(const uint8_t *qs)
 
 #define K2_Q8_0_BYTES(blk)   _mm256_loadu_si256((const __m256i *)(blk)->qs)
 #define K2_Q4_0_BYTES(blk)   k2_q4_0_bytes((blk)->qs)
-#define K2_Q5_0_BYTES(blk)   kernels__x86_q5_0_bytes(blk)
-#define K2_IQ4_NL_BYTES(blk) kernels__x86_table_bytes((blk)->qs, kernels__iq4_values)
-#define K2_MXFP4_BYTES(blk)  kernels__x86_table_bytes((blk)->qs, kernels__mxfp4_values)
 
-/* The weight scales of blocks b and b + 1 (0 when single) in lanes 0 and 1. */
-#define K2_H2F_SCALES(wb, b, single)                                                               \
-	kernels__x86_h2f_pair(&(wb)[b].d, (single) ? 0 : (wb)[(b) + 1].d)
-#define K2_E8M0_SCALES(wb, b, single)                                                              \
-	_mm_setr_ps(kernels__e8m0_half((wb)[b].e),                                                 \
-	            (single) ? 0.0f : kernels__e8m0_half((wb)[(b) + 1].e), 0.0f, 0.0f)
-
-K2_Q32_TILE(k2_tile_q8_0, kernels__block_q8_0, K2_Q8_0_BYTES, K2_H2F_SCALES)
-K2_Q32_TILE(k2_tile_q4_0, kernels__block_q4_0, K2_Q4_0_BYTES, K2_H2F_SCALES)
-K2_Q32_TILE(k2_tile_q5_0, kernels__block_q5_0, K2_Q5_0_BYTES, K2_H2F_SCALES)
-K2_Q32_TILE(k2_tile_iq4_nl, kernels__block_iq4_nl, K2_IQ4_NL_BYTES, K2_H2F_SCALES)
-K2_Q32_TILE(k2_tile_mxfp4, kernels__block_mxfp4, K2_MXFP4_BYTES, K2_E8M0_SCALES)
+K2_Q32_TILE(k2_tile_q8_0, kernels__block_q8_0, K2_Q8_0_BYTES, KERNELS__X86_H2F_SCALES)
+K2_Q32_TILE(k2_tile_q4_0, kernels__block_q4_0, K2_Q4_0_BYTES, KERNELS__X86_H2F_SCALES)
+K2_Q32_TILE(k2_tile_q5_0, kernels__block_q5_0, kernels__x86_q5_0_bytes, KERNELS__X86_H2F_SCALES)
+K2_Q32_TILE(k2_tile_iq4_nl, kernels__block_iq4_nl, KERNELS__X86_IQ4_NL_BYTES, KERNELS__X86_H2F_SCALES)
+K2_Q32_TILE(k2_tile_mxfp4, kernels__block_mxfp4, KERNELS__X86_MXFP4_BYTES, KERNELS__X86_E8M0_SCALES)
 
 /* Q5_1 (kernels_x86.h). */
 KERNELS__X86_Q5_1_TILE(k2_tile_q5_1)

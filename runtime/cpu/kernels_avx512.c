@@ -218,24 +218,15 @@ KERNELS__INLINE __m512i k5_q32_dot(__m512i base, __m512i aq, __mmask64 neg, __m5
 	{                                                                                          \
 		return k5_pair_si(BYTES(b), single ? _mm256_setzero_si256() : BYTES(b + 1));       \
 	}
-#define K5_IQ4_NL_BYTES(b) kernels__x86_table_bytes((b)->qs, kernels__iq4_values)
-#define K5_MXFP4_BYTES(b)  kernels__x86_table_bytes((b)->qs, kernels__mxfp4_values)
 K5_Q32_PAIR(k5_q5_0_pair, kernels__block_q5_0, kernels__x86_q5_0_bytes)
-K5_Q32_PAIR(k5_iq4_nl_pair, kernels__block_iq4_nl, K5_IQ4_NL_BYTES)
-K5_Q32_PAIR(k5_mxfp4_pair, kernels__block_mxfp4, K5_MXFP4_BYTES)
+K5_Q32_PAIR(k5_iq4_nl_pair, kernels__block_iq4_nl, KERNELS__X86_IQ4_NL_BYTES)
+K5_Q32_PAIR(k5_mxfp4_pair, kernels__block_mxfp4, KERNELS__X86_MXFP4_BYTES)
 
-/* The weight scales of blocks b and b + 1 (0 when single) in lanes 0 and 1. */
-#define K5_H2F_SCALES(wb, b, single)                                                               \
-	kernels__x86_h2f_pair(&(wb)[b].d, (single) ? 0 : (wb)[(b) + 1].d)
-#define K5_E8M0_SCALES(wb, b, single)                                                              \
-	_mm_setr_ps(kernels__e8m0_half((wb)[b].e),                                                 \
-	            (single) ? 0.0f : kernels__e8m0_half((wb)[(b) + 1].e), 0.0f, 0.0f)
-
-K5_Q32_RC(k5_q8_0, kernels__block_q8_0, k5_q8_0_pair, K5_H2F_SCALES)
-K5_Q32_RC(k5_q4_0, kernels__block_q4_0, k5_q4_0_pair, K5_H2F_SCALES)
-K5_Q32_RC(k5_q5_0, kernels__block_q5_0, k5_q5_0_pair, K5_H2F_SCALES)
-K5_Q32_RC(k5_iq4_nl, kernels__block_iq4_nl, k5_iq4_nl_pair, K5_H2F_SCALES)
-K5_Q32_RC(k5_mxfp4, kernels__block_mxfp4, k5_mxfp4_pair, K5_E8M0_SCALES)
+K5_Q32_RC(k5_q8_0, kernels__block_q8_0, k5_q8_0_pair, KERNELS__X86_H2F_SCALES)
+K5_Q32_RC(k5_q4_0, kernels__block_q4_0, k5_q4_0_pair, KERNELS__X86_H2F_SCALES)
+K5_Q32_RC(k5_q5_0, kernels__block_q5_0, k5_q5_0_pair, KERNELS__X86_H2F_SCALES)
+K5_Q32_RC(k5_iq4_nl, kernels__block_iq4_nl, k5_iq4_nl_pair, KERNELS__X86_H2F_SCALES)
+K5_Q32_RC(k5_mxfp4, kernels__block_mxfp4, k5_mxfp4_pair, KERNELS__X86_E8M0_SCALES)
 
 /* Q5_1 (kernels_x86.h; rare: 256-bit steps). */
 KERNELS__X86_Q5_1_TILE(k5_tile_q5_1)

@@ -121,6 +121,16 @@ KERNELS__INLINE __m256i kernels__x86_table_bytes(const uint8_t *qs, const int8_t
 	return _mm256_shuffle_epi8(t, kernels__x86_nibbles(qs));
 }
 
+#define KERNELS__X86_IQ4_NL_BYTES(blk) kernels__x86_table_bytes((blk)->qs, kernels__iq4_values)
+#define KERNELS__X86_MXFP4_BYTES(blk)  kernels__x86_table_bytes((blk)->qs, kernels__mxfp4_values)
+
+/* The weight scales of blocks b and b + 1 (0 when single) in lanes 0 and 1. */
+#define KERNELS__X86_H2F_SCALES(wb, b, single)                                                     \
+	kernels__x86_h2f_pair(&(wb)[b].d, (single) ? 0 : (wb)[(b) + 1].d)
+#define KERNELS__X86_E8M0_SCALES(wb, b, single)                                                    \
+	_mm_setr_ps(kernels__e8m0_half((wb)[b].e),                                                 \
+	            (single) ? 0.0f : kernels__e8m0_half((wb)[(b) + 1].e), 0.0f, 0.0f)
+
 /* ---- K-quant super-blocks as exact int32 lanes -----------------------------------
  * Each fills isum[c] (and imin[c] for the types with mins) for the NC
  * activation columns, super-block b. maddubs takes the unsigned quants
