@@ -109,7 +109,8 @@ KERNELS__INLINE __m256i k2_q4_0_bytes(const uint8_t *qs)
 K2_Q32_TILE(k2_tile_q8_0, kernels__block_q8_0, K2_Q8_0_BYTES, KERNELS__X86_H2F_SCALES)
 K2_Q32_TILE(k2_tile_q4_0, kernels__block_q4_0, K2_Q4_0_BYTES, KERNELS__X86_H2F_SCALES)
 K2_Q32_TILE(k2_tile_q5_0, kernels__block_q5_0, kernels__x86_q5_0_bytes, KERNELS__X86_H2F_SCALES)
-K2_Q32_TILE(k2_tile_iq4_nl, kernels__block_iq4_nl, KERNELS__X86_IQ4_NL_BYTES, KERNELS__X86_H2F_SCALES)
+K2_Q32_TILE(k2_tile_iq4_nl, kernels__block_iq4_nl, KERNELS__X86_IQ4_NL_BYTES,
+            KERNELS__X86_H2F_SCALES)
 K2_Q32_TILE(k2_tile_mxfp4, kernels__block_mxfp4, KERNELS__X86_MXFP4_BYTES, KERNELS__X86_E8M0_SCALES)
 
 /* Q5_1 (kernels_x86.h). */
