@@ -75,6 +75,14 @@ shoal_err shoal_model_manifest(const shoal_model *m, shoal_manifest *out)
 			ml->attn_flops_per_ctx =
 			    (uint64_t)hp->n_head * 2 * (2ull * hp->kv_lora_rank + hp->n_rot);
 		}
+		/* what a tensor group splits: attention by KV heads (MLA's latent
+		 * cache is shared by every head: its attention stays whole), a
+		 * dense FFN by columns */
+		ml->n_head_kv = hp->mla ? 0 : hp->n_head_kv;
+		ml->n_ff = L->ffn_gate ? hp->n_ff : 0;
+		ml->attn_bytes = hp->mla ? 0
+		                         : nb(L->wq) + nb(L->wk) + nb(L->wv) + nb(L->wo) + nb(L->bq) +
+		                               nb(L->bk) + nb(L->bv);
 		if (hp->n_expert && L->ffn_gate_exps) {
 			ml->n_expert = hp->n_expert;
 			ml->n_expert_used = hp->n_expert_used;

@@ -224,6 +224,11 @@ static bool fill(const spec_hp *h, shoal_manifest *m, shoal_spec_info *info)
 		y->flops = 2 * mat + (dense ? 0 : 2 * D * h->experts);
 		y->kv_bytes_per_token = kv;
 		y->attn_flops_per_ctx = attn_fl;
+		/* tensor groups split GQA attention by KV heads (MLA's latent
+		 * cache is shared by every head: its attention stays whole) */
+		y->n_head_kv = h->mla ? 0 : h->kv_heads;
+		y->attn_bytes = h->mla ? 0 : qbytes(attn_w, h->mbits);
+		y->n_ff = dense ? h->ffn : 0;
 		uint64_t exp_w = dense ? 0 : 3 * D * h->expert_ffn;
 		wrap |= __builtin_add_overflow(info->n_params, mat + f32 + exp_w * h->experts,
 		                               &info->n_params);

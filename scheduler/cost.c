@@ -75,6 +75,16 @@ static uint64_t roofline(uint64_t bytes, uint64_t flops, uint64_t bw, uint64_t f
 	return tb > tf ? tb : tf;
 }
 
+uint64_t sched__roofline(uint64_t bytes, uint64_t flops, uint64_t bw, uint64_t fl)
+{
+	return roofline(bytes, flops, bw, fl);
+}
+
+uint64_t sched__xfer_ns(uint64_t bytes, uint64_t bw)
+{
+	return div_up_clamp((unsigned __int128)bytes * NS_PER_S, bw ? bw : 1);
+}
+
 /* ---- the context ------------------------------------------------------- */
 
 static shoal_err check_manifest(const shoal_manifest *m, char *why, size_t why_len)
@@ -339,6 +349,7 @@ void sched__asg_fini(sched__asg *a)
 	free(a->mem_w);
 	free(a->mem_kv);
 	free(a->n_exp);
+	sched__tp_free(a->tp);
 	memset(a, 0, sizeof *a);
 }
 
@@ -354,6 +365,11 @@ void sched__asg_copy(sched__asg *d, const sched__asg *s, const sched__ctx *c)
 	memcpy(d->mem_w, s->mem_w, c->n * sizeof *d->mem_w);
 	memcpy(d->mem_kv, s->mem_kv, c->n * sizeof *d->mem_kv);
 	memcpy(d->n_exp, s->n_exp, c->n * sizeof *d->n_exp);
+	if (!sched__tp_copy(&d->tp, s->tp, c)) {
+		d->feasible = false; /* out of memory: never adopted */
+		d->time_ns = SCHED__INF;
+		return;
+	}
 	d->feasible = s->feasible;
 	d->time_ns = s->time_ns;
 	d->moved = s->moved;
@@ -362,7 +378,9 @@ void sched__asg_copy(sched__asg *d, const sched__asg *s, const sched__ctx *c)
 
 bool sched__ctx_set_prev(sched__ctx *c, const shoal_plan *prev)
 {
-	if (!prev || prev->n_layer != c->L || prev->n_slots != c->n_slots ||
+	/* a previous plan with tensor groups does not carry over yet (open
+	 * work with the data plane): it is planned anew */
+	if (!prev || prev->n_groups || prev->n_layer != c->L || prev->n_slots != c->n_slots ||
 	    memcmp(prev->model_id, c->m->model_id, sizeof prev->model_id))
 		return false;
 	uint64_t bytes = c->m->embd_bytes + c->m->head_bytes;
@@ -445,6 +463,10 @@ static bool prev_owned(const sched__ctx *c, uint32_t slot, uint32_t o)
 
 void sched__evaluate(const sched__ctx *c, sched__asg *a)
 {
+	if (a->tp) {
+		sched__tp_evaluate(c, a);
+		return;
+	}
 	size_t n = c->n;
 	uint32_t L = c->L;
 	const shoal_manifest *m = c->m;

@@ -53,6 +53,9 @@ shoal_err sched__plan_build(const sched__ctx *c, const sched__asg *a, uint64_t e
 	snprintf(p->name, sizeof p->name, "%s", c->m->name);
 	for (uint32_t i = 0; i < a->n_stages; i++)
 		used[a->st_peer[i]] = 1;
+	for (uint32_t g = 0; a->tp && g < a->tp->n_groups; g++)
+		for (uint32_t j = 0; j < a->tp->g_n[g]; j++)
+			used[a->tp->g_mem[(size_t)g * c->n + j]] = 1;
 	for (uint32_t s = 0; s < c->n_slots; s++)
 		for (uint32_t k = 0; k < a->n_own[s]; k++)
 			used[a->own[s * SHOAL_PLAN_MAX_OWNERS + k]] = 1;
@@ -87,6 +90,8 @@ shoal_err sched__plan_build(const sched__ctx *c, const sched__asg *a, uint64_t e
 		p->stages[i] = (shoal_plan_stage){map[a->st_peer[i]], a->st_first[i], a->st_end[i]};
 	p->embd_peer = map[a->st_peer[0]];
 	p->head_peer = map[a->st_peer[a->n_stages - 1]];
+	if (a->tp && a->tp->st_group[a->n_stages - 1] != UINT32_MAX)
+		p->head_peer = map[sched__tp_lead(c, a->tp, a->tp->st_group[a->n_stages - 1])];
 	for (uint32_t l = 0; l < c->L; l++) {
 		p->layer_n_expert[l] = c->m->layers[l].n_expert;
 		p->layer_slot[l] = c->slot0[l];
@@ -102,6 +107,35 @@ shoal_err sched__plan_build(const sched__ctx *c, const sched__asg *a, uint64_t e
 				o[q] = o[q - 1];
 				o[q - 1] = t;
 			}
+	}
+	if (a->tp && a->tp->n_groups) {
+		const sched__tp *t = a->tp;
+		size_t nm = 0;
+		for (uint32_t g = 0; g < t->n_groups; g++)
+			nm += t->g_n[g];
+		p->n_groups = t->n_groups;
+		p->grp_stage = calloc(t->n_groups, sizeof *p->grp_stage);
+		p->grp_first = calloc(t->n_groups, sizeof *p->grp_first);
+		p->grp_n = calloc(t->n_groups, sizeof *p->grp_n);
+		p->grp_mem = calloc(nm, sizeof *p->grp_mem);
+		if (!p->grp_stage || !p->grp_first || !p->grp_n || !p->grp_mem)
+			goto nomem;
+		/* groups in stage order; members keep view (= id) order, and
+		 * map is monotonic, so they are ascending in the plan too */
+		size_t gi = 0, mi = 0;
+		for (uint32_t i = 0; i < a->n_stages; i++) {
+			uint32_t g = t->st_group[i];
+			if (g == UINT32_MAX)
+				continue;
+			p->grp_stage[gi] = i;
+			p->grp_first[gi] = (uint32_t)mi;
+			p->grp_n[gi] = t->g_n[g];
+			for (uint32_t j = 0; j < t->g_n[g]; j++)
+				p->grp_mem[mi++] = (shoal_plan_member){
+				    map[t->g_mem[(size_t)g * c->n + j]], t->g_w[(size_t)g * c->n + j]};
+			gi++;
+		}
+		p->n_groups = gi;
 	}
 	p->predicted_ns = a->time_ns;
 	p->moved_bytes = a->moved;
@@ -132,6 +166,10 @@ void shoal_plan_free(shoal_plan *p)
 	free(p->layer_slot);
 	free(p->slot_n_owner);
 	free(p->slot_owner);
+	free(p->grp_stage);
+	free(p->grp_first);
+	free(p->grp_n);
+	free(p->grp_mem);
 	free(p);
 }
 
@@ -156,6 +194,21 @@ shoal_plan *shoal_plan_dup(const shoal_plan *s)
 	p->slot_n_owner = dup_bytes(s->slot_n_owner, s->n_slots);
 	p->slot_owner = dup_bytes(s->slot_owner, (size_t)s->n_slots * SHOAL_PLAN_MAX_OWNERS *
 	                                             sizeof *s->slot_owner);
+	p->grp_stage = p->grp_first = p->grp_n = NULL;
+	p->grp_mem = NULL;
+	if (s->n_groups) {
+		size_t nm = 0;
+		for (size_t g = 0; g < s->n_groups; g++)
+			nm += s->grp_n[g];
+		p->grp_stage = dup_bytes(s->grp_stage, s->n_groups * sizeof *s->grp_stage);
+		p->grp_first = dup_bytes(s->grp_first, s->n_groups * sizeof *s->grp_first);
+		p->grp_n = dup_bytes(s->grp_n, s->n_groups * sizeof *s->grp_n);
+		p->grp_mem = dup_bytes(s->grp_mem, nm * sizeof *s->grp_mem);
+		if (!p->grp_stage || !p->grp_first || !p->grp_n || !p->grp_mem) {
+			shoal_plan_free(p);
+			return NULL;
+		}
+	}
 	if (!p->peers || !p->stages || !p->layer_n_expert || !p->layer_slot || !p->slot_n_owner ||
 	    !p->slot_owner) {
 		shoal_plan_free(p);
@@ -170,6 +223,11 @@ uint64_t shoal_plan_epoch(const shoal_plan *p)
 {
 	return p->epoch;
 }
+const uint8_t *shoal_plan_model_id(const shoal_plan *p)
+{
+	return p->model_id;
+}
+
 const uint8_t *shoal_plan_digest(const shoal_plan *p)
 {
 	return p->digest;
@@ -237,6 +295,61 @@ size_t shoal_plan_expert_owners(const shoal_plan *p, uint32_t layer, uint32_t ex
 	for (uint32_t k = 0; k < p->slot_n_owner[s]; k++)
 		owners[k] = p->slot_owner[(size_t)s * SHOAL_PLAN_MAX_OWNERS + k];
 	return p->slot_n_owner[s];
+}
+
+size_t shoal_plan_n_groups(const shoal_plan *p)
+{
+	return p->n_groups;
+}
+
+size_t shoal_plan_stage_members(const shoal_plan *p, size_t stage, shoal_plan_member *out,
+                                size_t max)
+{
+	for (size_t g = 0; g < p->n_groups; g++) {
+		if (p->grp_stage[g] != stage)
+			continue;
+		for (size_t j = 0; j < p->grp_n[g] && j < max; j++)
+			out[j] = p->grp_mem[p->grp_first[g] + j];
+		return p->grp_n[g];
+	}
+	return 0;
+}
+
+void shoal_plan_split(const uint64_t *w, uint32_t n, uint32_t units, uint32_t *first,
+                      uint32_t *count)
+{
+	SHOAL_ASSERT(n >= 1);
+	unsigned __int128 tot = 0;
+	for (uint32_t i = 0; i < n; i++)
+		tot += w[i];
+	SHOAL_ASSERT(tot > 0);
+	uint32_t given = 0;
+	for (uint32_t i = 0; i < n; i++) {
+		count[i] = (uint32_t)((unsigned __int128)units * w[i] / tot);
+		given += count[i];
+	}
+	/* the rest, one each, to the largest remainders (ties: lower i);
+	 * fewer than n are left, and first[] marks who got one already */
+	for (uint32_t i = 0; i < n; i++)
+		first[i] = 0;
+	for (; given < units; given++) {
+		uint32_t best = UINT32_MAX;
+		unsigned __int128 br = 0;
+		for (uint32_t i = 0; i < n; i++) {
+			unsigned __int128 r = (unsigned __int128)units * w[i] % tot;
+			if (!first[i] && (best == UINT32_MAX || r > br)) {
+				best = i;
+				br = r;
+			}
+		}
+		first[best] = 1;
+		count[best]++;
+	}
+	uint32_t at = 0;
+	for (uint32_t i = 0; i < n; i++) {
+		first[i] = at;
+		at += count[i];
+	}
 }
 
 /* ---- canonical encoding ------------------------------------------------ */
@@ -315,6 +428,17 @@ shoal_err shoal_plan_encode(const shoal_plan *p, uint8_t **out, size_t *len)
 				put_u32(&e, p->slot_owner[(size_t)s * SHOAL_PLAN_MAX_OWNERS + k]);
 		}
 	}
+	if (p->n_groups) {
+		put_u32(&e, (uint32_t)p->n_groups);
+		for (size_t g = 0; g < p->n_groups; g++) {
+			put_u32(&e, p->grp_stage[g]);
+			put_u32(&e, p->grp_n[g]);
+			for (uint32_t j = 0; j < p->grp_n[g]; j++) {
+				put_u32(&e, p->grp_mem[p->grp_first[g] + j].peer);
+				put_u64(&e, p->grp_mem[p->grp_first[g] + j].weight);
+			}
+		}
+	}
 	if (e.fail) {
 		free(e.b);
 		return SHOAL_ERR_NOMEM;
@@ -322,4 +446,178 @@ shoal_err shoal_plan_encode(const shoal_plan *p, uint8_t **out, size_t *len)
 	*out = e.b;
 	*len = e.len;
 	return SHOAL_OK;
+}
+
+/* ---- decoding ---------------------------------------------------------- */
+
+typedef struct dec {
+	const uint8_t *b;
+	size_t len, at;
+	bool bad;
+} dec;
+
+static const uint8_t *take(dec *d, size_t n)
+{
+	if (d->bad || d->len - d->at < n) {
+		d->bad = true;
+		return NULL;
+	}
+	const uint8_t *p = d->b + d->at;
+	d->at += n;
+	return p;
+}
+
+static uint32_t take_u32(dec *d)
+{
+	const uint8_t *p = take(d, 4);
+	return p ? (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 |
+	               (uint32_t)p[3] << 24
+	         : 0;
+}
+
+static uint64_t take_u64(dec *d)
+{
+	uint64_t lo = take_u32(d);
+	return lo | (uint64_t)take_u32(d) << 32;
+}
+
+/* Bounds a decoded plan must keep (far above any real model or cluster). */
+#define PLAN_MAX_LAYERS  4096u
+#define PLAN_MAX_PEERS   1024u
+#define PLAN_MAX_EXPERTS 4096u
+
+shoal_err shoal_plan_decode(const uint8_t *buf, size_t len, shoal_plan **out, char *why,
+                            size_t why_len)
+{
+	*out = NULL;
+	dec d = {.b = buf, .len = len};
+	shoal_plan *p = calloc(1, sizeof *p);
+	if (!p)
+		return SHOAL_ERR_NOMEM;
+	const char *bad = NULL;
+	const uint8_t *m = take(&d, 4);
+	if (!m || memcmp(m, "SHPL", 4) || take_u32(&d) != 1) {
+		bad = "not a version-1 plan encoding";
+		goto fail;
+	}
+	p->epoch = take_u64(&d);
+	const uint8_t *id = take(&d, 32);
+	if (id)
+		memcpy(p->model_id, id, 32);
+	p->model_bytes = take_u64(&d);
+	p->n_layer = take_u32(&d);
+	p->n_peers = take_u32(&d);
+	if (d.bad || !p->n_layer || p->n_layer > PLAN_MAX_LAYERS || !p->n_peers ||
+	    p->n_peers > PLAN_MAX_PEERS) {
+		bad = "layer or peer count out of range";
+		goto fail;
+	}
+	p->peers = calloc(p->n_peers, sizeof *p->peers);
+	p->layer_n_expert = calloc(p->n_layer, sizeof *p->layer_n_expert);
+	p->layer_slot = calloc(p->n_layer, sizeof *p->layer_slot);
+	if (!p->peers || !p->layer_n_expert || !p->layer_slot)
+		goto nomem;
+	for (size_t i = 0; i < p->n_peers; i++) {
+		const uint8_t *pid = take(&d, 16);
+		if (pid)
+			memcpy(p->peers[i].id.b, pid, 16);
+		if (i && pid && memcmp(p->peers[i - 1].id.b, pid, 16) >= 0) {
+			bad = "peers not in strictly ascending id order";
+			goto fail;
+		}
+	}
+	p->n_stages = take_u32(&d);
+	if (d.bad || !p->n_stages || p->n_stages > p->n_layer) {
+		bad = "stage count out of range";
+		goto fail;
+	}
+	p->stages = calloc(p->n_stages, sizeof *p->stages);
+	if (!p->stages)
+		goto nomem;
+	uint32_t next_layer = 0;
+	for (size_t i = 0; i < p->n_stages; i++) {
+		shoal_plan_stage *st = &p->stages[i];
+		st->peer = take_u32(&d);
+		st->first_layer = take_u32(&d);
+		st->end_layer = take_u32(&d);
+		if (!d.bad && (st->peer >= p->n_peers || st->first_layer != next_layer ||
+		               st->end_layer <= st->first_layer || st->end_layer > p->n_layer)) {
+			bad = "stages do not cover the layers in order";
+			goto fail;
+		}
+		next_layer = st->end_layer;
+	}
+	p->embd_peer = take_u32(&d);
+	p->head_peer = take_u32(&d);
+	uint32_t n_moe = take_u32(&d);
+	if (d.bad || next_layer != p->n_layer || p->embd_peer >= p->n_peers ||
+	    p->head_peer >= p->n_peers || n_moe > p->n_layer) {
+		bad = "stages, embedding, head or MoE layer count out of range";
+		goto fail;
+	}
+	/* MoE layers: counted first (slots are laid out by layer), then read */
+	size_t at_moe = d.at;
+	uint64_t slots = 0;
+	int64_t last = -1;
+	for (uint32_t k = 0; k < n_moe && !d.bad; k++) {
+		uint32_t l = take_u32(&d), ne = take_u32(&d);
+		if (d.bad || (int64_t)l <= last || l >= p->n_layer || !ne || ne > PLAN_MAX_EXPERTS) {
+			bad = "MoE layers out of order or range";
+			goto fail;
+		}
+		last = l;
+		p->layer_n_expert[l] = ne;
+		for (uint32_t x = 0; x < ne && !d.bad; x++) {
+			uint32_t no = take_u32(&d);
+			if (no > SHOAL_PLAN_MAX_OWNERS) {
+				bad = "too many owners of an expert";
+				goto fail;
+			}
+			take(&d, (size_t)no * 4);
+		}
+		slots += ne;
+	}
+	if (d.bad)
+		goto truncated;
+	if (d.at != d.len) {
+		bad = "bytes after the plan";
+		goto fail;
+	}
+	p->n_slots = (uint32_t)slots;
+	p->slot_n_owner = calloc(slots ? slots : 1, 1);
+	p->slot_owner = calloc(slots ? slots * SHOAL_PLAN_MAX_OWNERS : 1, sizeof *p->slot_owner);
+	if (!p->slot_n_owner || !p->slot_owner)
+		goto nomem;
+	uint32_t slot = 0;
+	for (uint32_t l = 0; l < p->n_layer; l++) {
+		p->layer_slot[l] = slot;
+		slot += p->layer_n_expert[l];
+	}
+	d.at = at_moe;
+	for (uint32_t k = 0; k < n_moe; k++) {
+		uint32_t l = take_u32(&d), ne = take_u32(&d);
+		for (uint32_t x = 0; x < ne; x++) {
+			uint32_t s0 = p->layer_slot[l] + x, no = take_u32(&d);
+			uint32_t *o = p->slot_owner + (size_t)s0 * SHOAL_PLAN_MAX_OWNERS;
+			p->slot_n_owner[s0] = (uint8_t)no;
+			for (uint32_t j = 0; j < no; j++) {
+				o[j] = take_u32(&d);
+				if (o[j] >= p->n_peers || (j && o[j] <= o[j - 1])) {
+					bad = "expert owners out of range or order";
+					goto fail;
+				}
+			}
+		}
+	}
+	shoal_digest(buf, len, p->digest);
+	*out = p;
+	return SHOAL_OK;
+truncated:
+	bad = "truncated";
+fail:
+	shoal_plan_free(p);
+	return shoal_why(why, why_len, SHOAL_ERR_FORMAT, "plan encoding: %s", bad ? bad : "truncated");
+nomem:
+	shoal_plan_free(p);
+	return SHOAL_ERR_NOMEM;
 }

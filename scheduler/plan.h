@@ -33,6 +33,9 @@ typedef struct shoal_policy {
 	                               near-equal: the fewest bytes moved wins */
 	bool spread_experts;        /* place each MoE layer's experts on several
 	                               peers, balanced by speed */
+	bool tensor_groups;         /* also consider stages run by a tensor group
+	                               (scheduler/tensor.c); off by default: the
+	                               node cannot execute them yet */
 	uint64_t epoch_floor;       /* a new plan's epoch is above this and above
 	                               the previous plan's (the cluster's highest
 	                               served epoch: epochs never recur) */
@@ -60,6 +63,17 @@ typedef struct shoal_plan_stage {
 	uint32_t end_layer;
 } shoal_plan_stage;
 
+/* A member of a stage's tensor group: a peer and its speed weight; its
+ * share of each split dimension is shoal_plan_split of the weights. */
+typedef struct shoal_plan_member {
+	uint32_t peer;   /* index into the plan's peers */
+	uint64_t weight; /* > 0; shares are proportional to it */
+} shoal_plan_member;
+
+/* FFN columns are split in blocks of 32 (two AVX-512 stores of F32): a
+ * member's columns are whole blocks, the last block may be short. */
+#define SHOAL_PLAN_TP_COLS 32
+
 typedef struct shoal_plan shoal_plan;
 
 /* Compute the plan. prev is the last plan that became servable (NULL at
@@ -76,6 +90,7 @@ void shoal_plan_free(shoal_plan *p);             /* NULL is a no-op */
 shoal_plan *shoal_plan_dup(const shoal_plan *p); /* NULL when out of memory */
 
 uint64_t shoal_plan_epoch(const shoal_plan *p);
+const uint8_t *shoal_plan_model_id(const shoal_plan *p); /* 32 bytes: the manifest's */
 const uint8_t *shoal_plan_digest(const shoal_plan *p); /* SHOAL_DIGEST_BYTES */
 uint64_t shoal_plan_predicted_ns(const shoal_plan *p); /* per generated token */
 uint64_t shoal_plan_moved_bytes(const shoal_plan *p);  /* newly loaded vs prev (all, without) */
@@ -95,6 +110,19 @@ uint32_t shoal_plan_layer_n_expert(const shoal_plan *p, uint32_t layer); /* 0: d
 size_t shoal_plan_expert_owners(const shoal_plan *p, uint32_t layer, uint32_t expert,
                                 uint32_t owners[SHOAL_PLAN_MAX_OWNERS]);
 
+/* Members of stage i's tensor group (ascending peer index), at most max
+ * written to out; returns how many it has (0: the stage is one peer). */
+size_t shoal_plan_stage_members(const shoal_plan *p, size_t stage, shoal_plan_member *out,
+                                size_t max);
+size_t shoal_plan_n_groups(const shoal_plan *p); /* stages that are groups */
+
+/* Apportion `units` (KV heads, column blocks, experts) among n members by
+ * weight w (largest remainder; ties to the lower member): member i gets
+ * count[i] units starting at first[i], in member order. Every peer gets the
+ * same split from the same weights. n >= 1, the sum of w > 0. */
+void shoal_plan_split(const uint64_t *w, uint32_t n, uint32_t units, uint32_t *first,
+                      uint32_t *count);
+
 /* The canonical encoding, all integers little-endian, fixed width:
  *   "SHPL" magic (4 bytes), u32 version = 1, u64 epoch,
  *   the manifest's model_id (32 bytes), u64 model bytes (embedding + head +
@@ -105,11 +133,22 @@ size_t shoal_plan_expert_owners(const shoal_plan *p, uint32_t layer, uint32_t ex
  *   u32 embd_peer, u32 head_peer,
  *   u32 n_moe_layer, for each MoE layer ascending:
  *     u32 layer, u32 n_expert, n_expert x { u32 n_owner, n_owner x u32 peer }
+ *   and only when some stage is a tensor group (so that plans without groups
+ *   keep their digest):
+ *   u32 n_group, n_group x { u32 stage, u32 n_member,
+ *                            n_member x { u32 peer, u64 weight } }
  * Peers are indices into the id-ordered table. Predicted times, memory
  * figures and names are not encoded: they describe the plan, they are not
  * the assignment, and a kept plan keeps its digest when they change.
  * The digest is BLAKE2b-256 of these bytes. *out is malloc'd; caller frees. */
 shoal_err shoal_plan_encode(const shoal_plan *p, uint8_t **out, size_t *len);
+/* The plan those bytes encode, checked (counts in range, stages covering
+ * the layers in order, indices below n_peer, ids and owners ascending, no
+ * trailing bytes): SHOAL_ERR_FORMAT with a reason otherwise. Its digest is
+ * of buf; names and memory figures are empty (they are not encoded). A plan
+ * with tensor groups is refused for now (its group section is not read). */
+shoal_err shoal_plan_decode(const uint8_t *buf, size_t len, shoal_plan **out, char *why,
+                            size_t why_len);
 
 /* ---- readiness ---------------------------------------------------------
  * Agreement: a plan is served only after every peer it names announced

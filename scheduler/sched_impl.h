@@ -34,6 +34,10 @@ struct shoal_plan {
 	uint32_t n_slots;
 	uint8_t *slot_n_owner; /* (n_slots) */
 	uint32_t *slot_owner;  /* (n_slots, SHOAL_PLAN_MAX_OWNERS) */
+	size_t n_groups;                /* tensor groups (0 without) */
+	uint32_t *grp_stage;            /* (n_groups) the stage each group runs */
+	uint32_t *grp_first, *grp_n;    /* (n_groups) its members in grp_mem */
+	shoal_plan_member *grp_mem;     /* (sum of grp_n) */
 };
 
 typedef enum sched__mode {
@@ -41,12 +45,22 @@ typedef enum sched__mode {
 	SCHED__SPREAD,   /* layers placed first, experts then spread by LPT */
 } sched__mode;
 
+/* The tensor groups of an assignment (scheduler/tensor.c), view indices. */
+typedef struct sched__tp {
+	uint32_t n_groups;
+	uint32_t *g_n;      /* (n) members of group g */
+	uint32_t *g_mem;    /* (n, n) group g's members, ascending view index */
+	uint64_t *g_w;      /* (n, n) their speed weights */
+	uint32_t *st_group; /* (L) the group stage i is, UINT32_MAX: one peer */
+} sched__tp;
+
 /* An assignment in view indices. */
 typedef struct sched__asg {
 	uint32_t n_stages;
 	uint32_t *st_peer, *st_first, *st_end; /* (n_stages) */
 	uint8_t *n_own;                        /* (n_slots) */
 	uint16_t *own;                         /* (n_slots, MAX_OWNERS); peers < 1024 */
+	sched__tp *tp;                         /* NULL: every stage is one peer */
 	/* filled by sched__evaluate */
 	bool feasible;
 	uint64_t time_ns, moved;
@@ -90,6 +104,9 @@ typedef struct sched__ctx {
 /* ceil(a * b / c) in 128 bits, saturating. c > 0. */
 uint64_t sched__muldiv_up(uint64_t a, uint64_t b, uint64_t c);
 uint64_t sched__add(uint64_t a, uint64_t b); /* saturating */
+/* max(bytes / bw, flops / fl) in ns, clamped to 2^40 (cost.c) */
+uint64_t sched__roofline(uint64_t bytes, uint64_t flops, uint64_t bw, uint64_t fl);
+uint64_t sched__xfer_ns(uint64_t bytes, uint64_t bw); /* bytes at bw B/s, ns */
 
 shoal_err sched__ctx_init(sched__ctx *c, const shoal_view *v, const shoal_manifest *m,
                           const shoal_policy *pol, char *why, size_t why_len);
@@ -132,6 +149,21 @@ bool sched__search(const sched__ctx *c, sched__mode mode, uint64_t pen_num, uint
 bool sched__experts(const sched__ctx *c, sched__mode mode, sched__asg *a);
 /* Memory per peer, feasibility, predicted time, bytes moved vs prev. */
 void sched__evaluate(const sched__ctx *c, sched__asg *a);
+
+/* ---- tensor groups (tensor.c) ---- */
+/* The fastest feasible assignment whose stages may be tensor groups (KEEP
+ * mode: a group's experts are split among its members); false when none
+ * has a group or fits. *a must be initialised; it gets a->tp. */
+bool sched__tensor_search(const sched__ctx *c, sched__asg *a);
+/* sched__evaluate for an assignment with groups. */
+void sched__tp_evaluate(const sched__ctx *c, sched__asg *a);
+sched__tp *sched__tp_new(const sched__ctx *c);  /* NULL when out of memory */
+void sched__tp_free(sched__tp *t);               /* NULL is a no-op */
+bool sched__tp_copy(sched__tp **dst, const sched__tp *src, const sched__ctx *c);
+bool sched__tp_same(const sched__ctx *c, const sched__asg *x, const sched__asg *y);
+/* The member of group g that holds the head when its stage is last: the
+ * largest weight, ties to the lower index. */
+uint32_t sched__tp_lead(const sched__ctx *c, const sched__tp *t, uint32_t g);
 
 /* Build the plan object (digest included) from an assignment. */
 shoal_err sched__plan_build(const sched__ctx *c, const sched__asg *a, uint64_t epoch,

@@ -23,6 +23,10 @@
  *    counts the shared matrix on both peers, once when they are one peer),
  *    at most its memory less the headroom.
  *
+ * 5. Tensor groups (tensor.c, only with policy->tensor_groups): a stage may
+ *    be a group of peers splitting each layer; its cost and memory are
+ *    stated there. The best plan with groups is one more candidate.
+ *
  * Search (search.c): exact over all subsets, orders and splits up to 8
  * peers, a stated heuristic above. Two modes: experts kept with their layer,
  * and layers placed first with experts spread (experts.c); the spread mode
@@ -108,7 +112,7 @@ static shoal_err infeasible_why(const sched__ctx *c, char *why, size_t why_len)
 
 static bool same_assignment(const sched__ctx *c, const sched__asg *x, const sched__asg *y)
 {
-	if (x->n_stages != y->n_stages)
+	if (x->n_stages != y->n_stages || !sched__tp_same(c, x, y))
 		return false;
 	for (uint32_t i = 0; i < x->n_stages; i++)
 		if (x->st_peer[i] != y->st_peer[i] || x->st_first[i] != y->st_first[i] ||
@@ -155,6 +159,10 @@ static bool better(const cand *x, const cand *y, bool has_prev)
 {
 	if (has_prev && x->a.moved != y->a.moved)
 		return x->a.moved < y->a.moved;
+	/* a tensor group within the near-equal margin does not pay for its
+	 * synchronisation rounds' risk: the pipeline wins */
+	if (!x->a.tp != !y->a.tp)
+		return !x->a.tp;
 	if (x->mode != y->mode)
 		return x->mode < y->mode;
 	return x->a.time_ns < y->a.time_ns;
@@ -181,6 +189,15 @@ shoal_err shoal_schedule(const shoal_view *view, const shoal_manifest *m, const 
 	int n_modes = moe ? 2 : 1;
 	for (int md = 0; md < n_modes && !e; md++)
 		e = try_mode(&c, (sched__mode)md, 0, 1, cands, &nc);
+	if (!e && pol->tensor_groups) {
+		cand *k = &cands[nc];
+		e = sched__asg_init(&k->a, &c);
+		k->mode = SCHED__KEEP;
+		if (!e && sched__tensor_search(&c, &k->a))
+			nc++;
+		else if (!e)
+			sched__asg_fini(&k->a);
+	}
 	if (!e && !nc)
 		e = infeasible_why(&c, why, why_len);
 	if (e)

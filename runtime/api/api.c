@@ -46,7 +46,11 @@ extern const char shoal_api_dashboard[];
 
 struct shoal_api {
 	shoal_api_config cfg;
-	char *host, *key, *model;
+	char *host, *key;
+	/* the model's name ("" until known: a peer still without its weights
+	 * takes any name and answers 503); shoal_api_set_model may change it */
+	pthread_mutex_t model_mu;
+	char model[256];
 	shoal_api_ops ops;
 	struct MHD_Daemon *d;
 	uint16_t port;
@@ -55,6 +59,13 @@ struct shoal_api {
 	/* counters for /metrics */
 	atomic_uint_fast64_t req_ok, req_client_err, req_server_err, req_cancelled, tokens;
 };
+
+static void api_model(shoal_api *a, char *out, size_t cap)
+{
+	pthread_mutex_lock(&a->model_mu);
+	snprintf(out, cap, "%s", a->model);
+	pthread_mutex_unlock(&a->model_mu);
+}
 
 /* ---------------------------------------------------------------- replies */
 
@@ -234,6 +245,7 @@ typedef struct api_conn {
 	bool submitted, finished; /* finished: the run ended or was cancelled by us */
 	shoal_api_req q;
 	char id[40];
+	char model[256]; /* the API's model name when the request came */
 	long long created;
 	/* streaming: what was sent, what waits to be sent */
 	size_t sent_tok, sent_text;
@@ -409,7 +421,7 @@ static json_t *whole_reply(api_conn *k)
 		                   "finish_reason", finish_reason(k));
 	return json_pack("{ss ss sI ss s[o] so}", "id", k->id, "object",
 	                 k->q.chat ? "chat.completion" : "text_completion", "created",
-	                 (json_int_t)k->created, "model", k->a->model, "choices", choice, "usage",
+	                 (json_int_t)k->created, "model", k->model, "choices", choice, "usage",
 	                 usage_json(k, nt));
 }
 
@@ -447,7 +459,7 @@ static json_t *chunk(api_conn *k, json_t *choice)
 {
 	return json_pack("{ss ss sI ss s[o]}", "id", k->id, "object",
 	                 k->q.chat ? "chat.completion.chunk" : "text_completion", "created",
-	                 (json_int_t)k->created, "model", k->a->model, "choices", choice);
+	                 (json_int_t)k->created, "model", k->model, "choices", choice);
 }
 
 /* Queue the events for what the run produced since the last call (under
@@ -505,7 +517,7 @@ static void stream_step(api_conn *k)
 		if (k->q.usage) {
 			json_t *u = json_pack("{ss ss sI ss s[] so}", "id", k->id, "object",
 			                      k->q.chat ? "chat.completion.chunk" : "text_completion",
-			                      "created", (json_int_t)k->created, "model", k->a->model,
+			                      "created", (json_int_t)k->created, "model", k->model,
 			                      "choices", "usage", usage_json(k, nt));
 			out_event(k, u);
 		}
@@ -590,7 +602,9 @@ static enum MHD_Result api_complete(shoal_api *a, struct MHD_Connection *c, api_
 	size_t n_ids = 0;
 	enum MHD_Result res;
 	char why[300] = "";
-	if (shoal_api_req_parse(k->body, k->len, chat, a->model, &k->q, &status, &param, bad,
+	api_model(a, k->model, sizeof k->model);
+	if (shoal_api_req_parse(k->body, k->len, chat, k->model[0] ? k->model : NULL, &k->q,
+	                        &status, &param, bad,
 	                        sizeof bad)) {
 		res = api_fail(a, c, status, param, status == 404 ? "model_not_found" : NULL, "%s", bad);
 		goto out;
@@ -680,11 +694,15 @@ out:
 
 static enum MHD_Result api_models(shoal_api *a, struct MHD_Connection *c)
 {
+	char m[256];
+	api_model(a, m, sizeof m);
 	a->req_ok++;
+	if (!m[0]) /* not known yet */
+		return api_send_json(c, 200, json_pack("{ss s[]}", "object", "list", "data"));
 	return api_send_json(c, 200,
-	                     json_pack("{ss s[{ss ss sI ss}]}", "object", "list", "data", "id",
-	                               a->model, "object", "model", "created", (json_int_t)0,
-	                               "owned_by", "shoal"));
+	                     json_pack("{ss s[{ss ss sI ss}]}", "object", "list", "data", "id", m,
+	                               "object", "model", "created", (json_int_t)0, "owned_by",
+	                               "shoal"));
 }
 
 static enum MHD_Result api_cluster(shoal_api *a, struct MHD_Connection *c)
@@ -931,13 +949,17 @@ shoal_err shoal_api_start(const shoal_api_config *cfg, const shoal_api_ops *ops,
 	a->ops = *ops;
 	a->host = strdup(cfg->host ? cfg->host : "127.0.0.1");
 	a->key = cfg->key ? strdup(cfg->key) : NULL;
-	a->model = strdup(cfg->model ? cfg->model : "model");
+	snprintf(a->model, sizeof a->model, "%s", cfg->model ? cfg->model : "");
+	if (pthread_mutex_init(&a->model_mu, NULL) != 0) {
+		free(a);
+		return SHOAL_ERR_NOMEM;
+	}
 	if (!a->cfg.max_body)
 		a->cfg.max_body = 1u << 20;
 	if (!a->cfg.max_conns) /* above the node's queue: a full queue answers 429 */
 		a->cfg.max_conns = 128;
 	struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons(cfg->port)};
-	if (!a->host || !a->model || (cfg->key && !a->key)) {
+	if (!a->host || (cfg->key && !a->key)) {
 		shoal_api_stop(a);
 		return SHOAL_ERR_NOMEM;
 	}
@@ -962,7 +984,8 @@ shoal_err shoal_api_start(const shoal_api_config *cfg, const shoal_api_ops *ops,
 	const union MHD_DaemonInfo *info = MHD_get_daemon_info(a->d, MHD_DAEMON_INFO_BIND_PORT);
 	a->port = info ? info->port : cfg->port;
 	SHOAL_LOG_I(LOG_PART, "OpenAI-compatible API on http://%s:%u/v1 (model '%s')%s", a->host,
-	            (unsigned)a->port, a->model, a->key ? ", API key required" : "");
+	            (unsigned)a->port, a->model[0] ? a->model : "not known yet",
+	            a->key ? ", API key required" : "");
 	*out = a;
 	return SHOAL_OK;
 }
@@ -976,8 +999,18 @@ void shoal_api_stop(shoal_api *a)
 		MHD_stop_daemon(a->d);
 	free(a->host);
 	free(a->key);
-	free(a->model);
+	pthread_mutex_destroy(&a->model_mu);
 	free(a);
+}
+
+void shoal_api_set_model(shoal_api *a, const char *model)
+{
+	if (!a)
+		return;
+	pthread_mutex_lock(&a->model_mu);
+	snprintf(a->model, sizeof a->model, "%s", model ? model : "");
+	pthread_mutex_unlock(&a->model_mu);
+	SHOAL_LOG_I(LOG_PART, "the API serves model '%s'", model ? model : "");
 }
 
 uint16_t shoal_api_port(const shoal_api *a)

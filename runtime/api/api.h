@@ -72,7 +72,8 @@ typedef struct shoal_api_config {
 	const char *host;     /* IPv4 address to bind; NULL: 127.0.0.1 */
 	uint16_t port;        /* 0: any */
 	const char *key;      /* Bearer key the requests must carry; NULL: none */
-	const char *model;    /* the model's name for /v1/models and replies */
+	const char *model;    /* the model's name for /v1/models and replies; NULL:
+	                         not known yet (any name is taken) */
 	size_t max_body;      /* bytes; 0: 1 MiB */
 	unsigned max_conns;   /* 0: 128 */
 } shoal_api_config;
@@ -84,5 +85,7 @@ shoal_err shoal_api_start(const shoal_api_config *cfg, const shoal_api_ops *ops,
                           char *why, size_t why_len);
 void shoal_api_stop(shoal_api *a); /* NULL is a no-op; waits for the connections */
 uint16_t shoal_api_port(const shoal_api *a);
+/* Name the model once it is known (thread-safe; copied). */
+void shoal_api_set_model(shoal_api *a, const char *model);
 
 #endif

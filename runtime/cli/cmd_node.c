@@ -55,6 +55,8 @@ static void shoal_cmd_node_usage(FILE *f)
 	        "  --listen ADDR[:PORT]   control address (default 0.0.0.0:47470; port 0 = any)\n"
 	        "  --peer HOST[:PORT]     a seed peer to join through (repeatable)\n"
 	        "  --no-mdns              do not advertise or browse with mDNS/DNS-SD\n"
+	        "  --reprobe              measure compute speed again (default: the figures\n"
+	        "                         kept in the state directory, up to 7 days old)\n"
 	        "  --key FILE             cluster key (default: <state-dir>/%s)\n"
 	        "  --insecure             run without a key (trusted LAN only)\n"
 	        "  --cluster NAME         cluster name (default \"%s\")\n"
@@ -108,6 +110,7 @@ int shoal_cmd_node(int argc, char **argv)
 		O_LISTEN,
 		O_PEER,
 		O_NOMDNS,
+		O_REPROBE,
 		O_KEY,
 		O_INSECURE,
 		O_CLUSTER,
@@ -130,6 +133,7 @@ int shoal_cmd_node(int argc, char **argv)
 	    {"listen", required_argument, NULL, O_LISTEN},
 	    {"peer", required_argument, NULL, O_PEER},
 	    {"no-mdns", no_argument, NULL, O_NOMDNS},
+	    {"reprobe", no_argument, NULL, O_REPROBE},
 	    {"key", required_argument, NULL, O_KEY},
 	    {"insecure", no_argument, NULL, O_INSECURE},
 	    {"cluster", required_argument, NULL, O_CLUSTER},
@@ -170,6 +174,9 @@ int shoal_cmd_node(int argc, char **argv)
 			break;
 		case O_PEER:
 			seeds[cfg.n_seeds++] = optarg;
+			break;
+		case O_REPROBE:
+			cfg.reprobe = 1;
 			break;
 		case O_NOMDNS:
 			cfg.no_mdns = 1;

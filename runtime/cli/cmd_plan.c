@@ -4,8 +4,11 @@
  * time per token, or why it does not fit.
  *
  *   shoal plan --view CLUSTER.json --model (MODEL.gguf|SPEC.json) [--ctx N]
- *              [--sessions N] [--spread-experts] [--json] [--bench N]
+ *              [--sessions N] [--spread-experts] [--tensor] [--json] [--bench N]
  *
+ * --tensor lets the scheduler make a stage a tensor group (scheduler/tensor.c):
+ * the plan then shows each group's members with their shares of the KV
+ * heads, FFN column blocks and experts of the stage's first layer.
  * Part: runtime/ (CLI glue around scheduler/). --bench times N schedule()
  * calls (the only place a clock is read) and prints the mean per plan.
  */
@@ -24,14 +27,20 @@
 #include "runtime/node/plan_json.h"
 #include "scheduler/plan.h"
 
+/* Members of a group whose shares the text shows (a wider group is named
+ * with its size only). */
+#define SHOAL_PLAN_TP_SHOW 64
+
 static void plan_usage(FILE *f)
 {
 	fprintf(f,
 	        "usage: shoal plan --view CLUSTER.json --model (MODEL.gguf|SPEC.json) [--ctx N]\n"
-	        "                  [--sessions N] [--spread-experts] [--json] [--bench N]\n"
+	        "                  [--sessions N] [--spread-experts] [--tensor] [--json]\n"
+	        "                  [--bench N]\n"
 	        "Plans a model on a cluster description (format: runtime/node/plan_json.h,\n"
 	        "models/specs/README.md) and prints the stages, experts, memory per peer and\n"
-	        "the predicted time per token.\n");
+	        "the predicted time per token. --tensor also considers stages run by a tensor\n"
+	        "group (peers splitting each layer; planned only: nodes cannot run them yet).\n");
 }
 
 static int parse_u32(const char *s, uint32_t *out)
@@ -51,7 +60,49 @@ static bool ends_with(const char *s, const char *suf)
 	return a >= b && !strcmp(s + a - b, suf);
 }
 
-static void print_text(const shoal_plan *p, const shoal_spec_info *info, const shoal_policy *pol)
+/* One member's share of n units ("0-7 (8)"), or "-" without units. */
+static void share_str(char *b, size_t bl, const shoal_plan_member *mem, uint32_t k, uint32_t j,
+                      uint32_t units)
+{
+	uint64_t w[SHOAL_PLAN_TP_SHOW];
+	uint32_t first[SHOAL_PLAN_TP_SHOW], cnt[SHOAL_PLAN_TP_SHOW];
+	if (!units) {
+		snprintf(b, bl, "-");
+		return;
+	}
+	for (uint32_t i = 0; i < k; i++)
+		w[i] = mem[i].weight;
+	shoal_plan_split(w, k, units, first, cnt);
+	if (!cnt[j])
+		snprintf(b, bl, "none");
+	else
+		snprintf(b, bl, "%u-%u (%u)", first[j], first[j] + cnt[j] - 1, cnt[j]);
+}
+
+/* A tensor group stage: its members and their shares of the stage's first
+ * layer (every layer of a model splits alike in practice). */
+static void print_group(const shoal_plan *p, const shoal_manifest *m, size_t st,
+                        const shoal_plan_member *mem, uint32_t k)
+{
+	const shoal_plan_stage *s = shoal_plan_stage_at(p, st);
+	const shoal_manifest_layer *y = &m->layers[s->first_layer];
+	uint32_t blocks = (y->n_ff + SHOAL_PLAN_TP_COLS - 1) / SHOAL_PLAN_TP_COLS;
+	unsigned __int128 tot = 0;
+	for (uint32_t j = 0; j < k; j++)
+		tot += mem[j].weight;
+	for (uint32_t j = 0; j < k; j++) {
+		char h[32], c[32], x[32];
+		share_str(h, sizeof h, mem, k, j, y->n_head_kv);
+		share_str(c, sizeof c, mem, k, j, blocks);
+		share_str(x, sizeof x, mem, k, j, y->n_expert);
+		printf("       %-20s share %5.1f%%  KV heads %-12s FFN blocks %-14s experts %s\n",
+		       shoal_plan_peer_at(p, mem[j].peer)->name,
+		       (double)mem[j].weight * 100.0 / (double)tot, h, c, x);
+	}
+}
+
+static void print_text(const shoal_plan *p, const shoal_manifest *m, const shoal_spec_info *info,
+                       const shoal_policy *pol)
 {
 	char dh[65];
 	shoal_digest_hex(shoal_plan_digest(p), dh);
@@ -62,15 +113,32 @@ static void print_text(const shoal_plan *p, const shoal_spec_info *info, const s
 		       info->quant, info->mbits_per_weight / 1000.0);
 	printf("\n  KV reserved for %u tokens x %u session%s\n", pol->ctx, pol->sessions,
 	       pol->sessions == 1 ? "" : "s");
+	size_t ns = shoal_plan_n_stages(p), ng = shoal_plan_n_groups(p);
+	if (pol->tensor_groups)
+		printf("mix: %zu pipeline stage%s, %zu of them tensor group%s\n", ns,
+		       ns == 1 ? "" : "s", ng, ng == 1 ? "" : "s");
 	printf("stages:\n");
-	for (size_t i = 0; i < shoal_plan_n_stages(p); i++) {
+	for (size_t i = 0; i < ns; i++) {
 		const shoal_plan_stage *s = shoal_plan_stage_at(p, i);
+		shoal_plan_member mem[SHOAL_PLAN_TP_SHOW];
+		size_t k = shoal_plan_stage_members(p, i, mem, SHOAL_PLAN_TP_SHOW);
+		char grp[40];
+		snprintf(grp, sizeof grp, "tensor group of %zu", k);
 		printf("  %zu  %-20s layers %3u-%-3u (%u)\n", i,
-		       shoal_plan_peer_at(p, s->peer)->name, s->first_layer, s->end_layer - 1,
-		       s->end_layer - s->first_layer);
+		       k ? grp : shoal_plan_peer_at(p, s->peer)->name, s->first_layer,
+		       s->end_layer - 1, s->end_layer - s->first_layer);
+		if (k > SHOAL_PLAN_TP_SHOW)
+			printf("       (%zu members: shares not shown above %d)\n", k,
+			       SHOAL_PLAN_TP_SHOW);
+		else if (k)
+			print_group(p, m, i, mem, (uint32_t)k);
 	}
+	/* a group's members all embed (the stream is replicated from the
+	 * token ids on); the head is whole on the last group's lead */
+	shoal_plan_member m0;
+	bool g0 = shoal_plan_stage_members(p, 0, &m0, 1) > 0;
 	printf("  embedding on %s, head on %s\n",
-	       shoal_plan_peer_at(p, shoal_plan_embd_peer(p))->name,
+	       g0 ? "every member of stage 0" : shoal_plan_peer_at(p, shoal_plan_embd_peer(p))->name,
 	       shoal_plan_peer_at(p, shoal_plan_head_peer(p))->name);
 	/* experts: say "with their layers" when every expert sits with its stage */
 	bool any = false, with_layer = true;
@@ -139,10 +207,35 @@ static void print_text(const shoal_plan *p, const shoal_spec_info *info, const s
 			printf(", %u experts", pp->n_experts);
 		printf("\n");
 	}
-	uint64_t ns = shoal_plan_predicted_ns(p);
-	printf("predicted %.3f ms/token, %.1f tokens/s\n", (double)ns / 1e6,
-	       ns ? 1e9 / (double)ns : 0.0);
+	uint64_t t = shoal_plan_predicted_ns(p);
+	printf("predicted %.3f ms/token, %.1f tokens/s\n", (double)t / 1e6,
+	       t ? 1e9 / (double)t : 0.0);
 	printf("epoch %llu, digest %s\n", (unsigned long long)shoal_plan_epoch(p), dh);
+}
+
+/* "members" ([{peer, weight}]) on each stage object of a group. */
+static int add_members(json_t *o, const shoal_plan *p)
+{
+	json_t *st = json_object_get(o, "stages");
+	for (size_t i = 0; i < shoal_plan_n_stages(p); i++) {
+		shoal_plan_member mem[SHOAL_PLAN_TP_SHOW];
+		size_t k = shoal_plan_stage_members(p, i, mem, SHOAL_PLAN_TP_SHOW);
+		if (!k)
+			continue;
+		json_t *arr = json_array(), *so = json_array_get(st, i);
+		if (!arr || !so || k > SHOAL_PLAN_TP_SHOW)
+			return json_decref(arr), -1;
+		for (size_t j = 0; j < k; j++) {
+			json_t *x = json_pack("{s:s, s:I}", "peer",
+			                      shoal_plan_peer_at(p, mem[j].peer)->name, "weight",
+			                      (json_int_t)mem[j].weight);
+			if (!x || json_array_append_new(arr, x))
+				return json_decref(arr), -1;
+		}
+		if (json_object_set_new(so, "members", arr))
+			return -1;
+	}
+	return 0;
 }
 
 int shoal_cmd_plan(int argc, char **argv)
@@ -173,6 +266,8 @@ int shoal_cmd_plan(int argc, char **argv)
 				goto usage;
 		} else if (!strcmp(a, "--spread-experts")) {
 			pol.spread_experts = true;
+		} else if (!strcmp(a, "--tensor")) {
+			pol.tensor_groups = true;
 		} else if (!strcmp(a, "--json")) {
 			json = true;
 		} else {
@@ -232,6 +327,10 @@ int shoal_cmd_plan(int argc, char **argv)
 	}
 	if (json) {
 		json_t *o = shoal_plan_to_json(plan);
+		if (o && add_members(o, plan)) {
+			json_decref(o);
+			o = NULL;
+		}
 		char *s = o ? json_dumps(o, JSON_INDENT(2) | JSON_REAL_PRECISION(10)) : NULL;
 		json_decref(o);
 		if (!s) {
@@ -241,7 +340,7 @@ int shoal_cmd_plan(int argc, char **argv)
 		printf("%s\n", s);
 		free(s);
 	} else {
-		print_text(plan, pinfo, &pol);
+		print_text(plan, &m, pinfo, &pol);
 	}
 	rc = 0;
 out:

@@ -263,7 +263,7 @@ static shoal_err engine__layer_init(shoal_engine *e, uint32_t il, bool owned, ch
 	     (err = engine__mat(e->ops, src->ffn_down_shexp, hp->n_ff_shexp, hp->n_embd, 1,
 	                        &L->down_sh, NULL, why, why_len))))
 		return err;
-	if (L->moe && !L->all_local && !e->cfg.moe_hook.collect)
+	if (L->moe && !L->all_local && !e->cfg.moe_hook.collect && !e->tp)
 		return shoal_why(why, why_len, SHOAL_ERR_INVAL,
 		                 "layer %u has experts owned elsewhere but no MoE hook", il);
 	return SHOAL_OK;
@@ -343,6 +343,7 @@ void shoal_engine_free(shoal_engine *e)
 	free(e->moe_contrib);
 	free(e->moe_x);
 	free(e->moe_slot);
+	engine__tp_free(e->tp);
 	free(e->moe_sel);
 	free(e->mla_qa);
 	free(e->mla_q);
@@ -459,6 +460,10 @@ shoal_err shoal_engine_new(const shoal_model *m, const shoal_engine_config *cfg,
 		memcpy(e->expert_mask, cfg->expert_mask, n_mask);
 	else
 		memset(e->expert_mask, 1, n_mask);
+	e->kv_cache_dim = e->kv_dim;
+	if (cfg->tp.n_members > 1 && (err = engine__tp_init(e, why, why_len)))
+		goto fail;
+	err = SHOAL_ERR_NOMEM;
 
 	for (uint32_t il = 0; il < hp->n_layer; il++) {
 		bool owned = il >= cfg->layer_begin && il < cfg->layer_end;
@@ -621,7 +626,7 @@ uint32_t shoal_engine_max_rows(const shoal_engine *e)
 
 size_t shoal_engine_kv_row_floats(const shoal_engine *e)
 {
-	return (size_t)e->kv_planes * e->kv_dim;
+	return (size_t)e->kv_planes * e->kv_cache_dim;
 }
 
 uint64_t shoal_engine_kv_bytes_per_token(const shoal_engine *e)
@@ -677,11 +682,9 @@ uint32_t shoal_engine_session_len(const shoal_engine *e, uint32_t slot)
 	return e->sess_len[slot];
 }
 
-/* The K (which 0) or V (1) cache of session s, owned layer li:
- * (n_ctx, kv_dim); MLA has the one plane 0. */
-static float *engine__cache(shoal_engine *e, uint32_t s, uint32_t li, int which)
+float *engine__cache(shoal_engine *e, uint32_t s, uint32_t li, int which)
 {
-	size_t per = (size_t)e->cfg.n_ctx * e->kv_dim;
+	size_t per = (size_t)e->cfg.n_ctx * e->kv_cache_dim;
 	return e->kv + (((size_t)s * e->n_own + li) * e->kv_planes + (size_t)which) * per;
 }
 
@@ -751,21 +754,22 @@ out:
 
 /* The rows' new cache entries in, then attention for n_head query heads of
  * q (n_rows, n_head, head_dim) into out, same shape. The new keys are
- * e->k and the values e->v, (n_rows, kv_dim) each; with one cache plane
- * (MLA) the cache row is both key and value and e->v is not read. */
+ * e->k and the values e->v, (n_rows, kv_cache_dim) each; with one cache
+ * plane (MLA) the cache row is both key and value and e->v is not read. */
 static void engine__attend(shoal_engine *e, const shoal_engine_batch *b, uint32_t li,
-                           uint32_t n_head_kv, uint32_t head_dim, const float *q, float *out)
+                           uint32_t n_head, uint32_t n_head_kv, uint32_t head_dim, const float *q,
+                           float *out)
 {
-	uint32_t n = b->n_rows, kvd = e->kv_dim;
+	uint32_t n = b->n_rows, kvd = e->kv_cache_dim;
 	/* every row's K/V goes in before any row attends: a prefill chunk's
 	 * row at position p sees the chunk's rows at positions < p */
 	for (uint32_t r = 0; r < n; r++) {
-		float *kc = engine__cache(e, b->session[r], li, 0); /* (n_ctx, kv_dim) */
+		float *kc = engine__cache(e, b->session[r], li, 0); /* (n_ctx, kvd) */
 		memcpy(kc + (size_t)b->pos[r] * kvd, e->k + (size_t)r * kvd, kvd * sizeof(float));
 		e->krow[r] = kc;
 		e->vrow[r] = kc;
 		if (e->kv_planes == 2) {
-			float *vc = engine__cache(e, b->session[r], li, 1); /* (n_ctx, kv_dim) */
+			float *vc = engine__cache(e, b->session[r], li, 1); /* (n_ctx, kvd) */
 			memcpy(vc + (size_t)b->pos[r] * kvd, e->v + (size_t)r * kvd,
 			       kvd * sizeof(float));
 			e->vrow[r] = vc;
@@ -774,7 +778,7 @@ static void engine__attend(shoal_engine *e, const shoal_engine_batch *b, uint32_
 	}
 	shoal_backend_attn a = {
 	    .n_rows = n,
-	    .n_head = e->hp.n_head,
+	    .n_head = n_head,
 	    .n_head_kv = n_head_kv,
 	    .head_dim = head_dim,
 	    .scale = e->kq_scale,
@@ -787,40 +791,59 @@ static void engine__attend(shoal_engine *e, const shoal_engine_batch *b, uint32_
 	e->ops->attention(e->bk, &a);
 }
 
-/* Attention block of owned layer il (li = il - layer_begin) on e->x. */
-static void engine__attn(shoal_engine *e, uint32_t il, const shoal_engine_batch *b)
+shoal_backend_mat engine__mat_rows(shoal_backend_mat m, uint32_t first, uint32_t count)
+{
+	m.data = (const uint8_t *)m.data + (size_t)first * m.row_bytes;
+	m.n_out = count;
+	return m;
+}
+
+void engine__attn_heads(shoal_engine *e, uint32_t il, const shoal_engine_batch *b, uint32_t h0,
+                        uint32_t hn, float *out)
 {
 	const shoal_backend_ops *ops = e->ops;
 	const shoal_hparams *hp = &e->hp;
 	const engine__layer *L = &e->layers[il];
-	uint32_t n = b->n_rows, li = il - e->cfg.layer_begin;
-	uint32_t hd = hp->head_dim, qd = e->q_dim, kvd = e->kv_dim;
+	uint32_t n = b->n_rows, li = il - e->cfg.layer_begin, G = hp->n_head / hp->n_head_kv;
+	uint32_t hd = hp->head_dim, nq = hn * G, qd = nq * hd, kvd = hn * hd;
+	uint32_t q0 = h0 * G * hd, k0 = h0 * hd; /* the heads' first columns */
 
-	ops->rms_norm(e->bk, e->x, L->attn_norm, hp->n_embd, n, hp->rms_eps, e->xn);
-	shoal_backend_mat w[3] = {L->wq, L->wk, L->wv};
+	shoal_backend_mat w[3] = {engine__mat_rows(L->wq, q0, qd), engine__mat_rows(L->wk, k0, kvd),
+	                          engine__mat_rows(L->wv, k0, kvd)};
 	float *y[3] = {e->q, e->k, e->v};
 	size_t ldy[3] = {qd, kvd, kvd};
 	ops->matmul(e->bk, 3, w, e->xn, hp->n_embd, n, y, ldy);
 	for (uint32_t r = 0; r < n; r++) {
 		if (L->bq)
-			ops->add(e->bk, e->q + (size_t)r * qd, L->bq, qd);
+			ops->add(e->bk, e->q + (size_t)r * qd, L->bq + q0, qd);
 		if (L->bk)
-			ops->add(e->bk, e->k + (size_t)r * kvd, L->bk, kvd);
+			ops->add(e->bk, e->k + (size_t)r * kvd, L->bk + k0, kvd);
 		if (L->bv)
-			ops->add(e->bk, e->v + (size_t)r * kvd, L->bv, kvd);
+			ops->add(e->bk, e->v + (size_t)r * kvd, L->bv + k0, kvd);
 	}
 	if (L->q_norm)
-		ops->rms_norm(e->bk, e->q, L->q_norm, hd, n * hp->n_head, hp->rms_eps, e->q);
+		ops->rms_norm(e->bk, e->q, L->q_norm, hd, n * nq, hp->rms_eps, e->q);
 	if (L->k_norm)
-		ops->rms_norm(e->bk, e->k, L->k_norm, hd, n * hp->n_head_kv, hp->rms_eps, e->k);
+		ops->rms_norm(e->bk, e->k, L->k_norm, hd, n * hn, hp->rms_eps, e->k);
 	bool neox = hp->rope_type == SHOAL_ROPE_NEOX;
-	ops->rope(e->bk, e->q, n, hp->n_head, hd, hp->n_rot, b->pos, e->rope_cs, neox);
-	ops->rope(e->bk, e->k, n, hp->n_head_kv, hd, hp->n_rot, b->pos, e->rope_cs, neox);
+	ops->rope(e->bk, e->q, n, nq, hd, hp->n_rot, b->pos, e->rope_cs, neox);
+	ops->rope(e->bk, e->k, n, hn, hd, hp->n_rot, b->pos, e->rope_cs, neox);
+	engine__attend(e, b, li, nq, hn, hd, e->q, out);
+}
 
-	engine__attend(e, b, li, hp->n_head_kv, hd, e->q, e->att);
+/* Attention block of owned layer il on e->x. */
+static void engine__attn(shoal_engine *e, uint32_t il, const shoal_engine_batch *b)
+{
+	const shoal_backend_ops *ops = e->ops;
+	const shoal_hparams *hp = &e->hp;
+	const engine__layer *L = &e->layers[il];
+	uint32_t n = b->n_rows;
+
+	ops->rms_norm(e->bk, e->x, L->attn_norm, hp->n_embd, n, hp->rms_eps, e->xn);
+	engine__attn_heads(e, il, b, 0, hp->n_head_kv, e->att);
 	size_t ld_out = hp->n_embd;
 	float *o = e->tmp; /* (n_rows, n_embd) */
-	ops->matmul(e->bk, 1, &L->wo, e->att, qd, n, &o, &ld_out);
+	ops->matmul(e->bk, 1, &L->wo, e->att, e->q_dim, n, &o, &ld_out);
 	ops->add(e->bk, e->x, e->tmp, (size_t)n * hp->n_embd);
 }
 
@@ -867,7 +890,7 @@ static void engine__attn_mla(shoal_engine *e, uint32_t il, const shoal_engine_ba
 	}
 	ops->rope(e->bk, e->mla_q, n, H, kvd, nr, b->pos, e->rope_cs, false);
 	ops->rope(e->bk, e->k, n, 1, kvd, nr, b->pos, e->rope_cs, false);
-	engine__attend(e, b, li, 1, kvd, e->mla_q, e->mla_att);
+	engine__attend(e, b, li, H, 1, kvd, e->mla_q, e->mla_att);
 	for (uint32_t h = 0; h < H; h++) {
 		shoal_backend_mat wv = L->wv_b;
 		wv.data = (const uint8_t *)wv.data + (size_t)h * L->wv_b_stride;
@@ -912,14 +935,20 @@ shoal_err shoal_engine_run(shoal_engine *e, const shoal_engine_batch *b, char *w
 
 	for (uint32_t il = e->cfg.layer_begin; il < e->cfg.layer_end; il++) {
 		const engine__layer *L = &e->layers[il];
+		if (e->tp && (err = engine__tp_attn(e, il, b, why, why_len)))
+			goto fail;
 		if (hp->mla)
 			engine__attn_mla(e, il, b);
-		else
+		else if (!e->tp)
 			engine__attn(e, il, b);
 		ops->rms_norm(e->bk, e->x, L->ffn_norm, hp->n_embd, n, hp->rms_eps, e->xn);
 		if (L->moe) {
-			err = engine__moe_ffn(e, il, n, why, why_len);
+			err = e->tp ? engine__tp_moe(e, il, n, why, why_len)
+			            : engine__moe_ffn(e, il, n, why, why_len);
 			if (err)
+				goto fail;
+		} else if (e->tp) {
+			if ((err = engine__tp_ffn(e, il, n, why, why_len)))
 				goto fail;
 		} else {
 			engine__ffn_swiglu(e, &L->gate, &L->up, &L->down, hp->n_ff, n, e->tmp);

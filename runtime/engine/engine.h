@@ -79,6 +79,54 @@ typedef struct shoal_engine_moe_hook {
 	shoal_err (*collect)(void *ctx, uint32_t layer, const shoal_moe_rows *rows, float *contrib);
 } shoal_engine_moe_hook;
 
+/* ---- tensor-parallel members (engine_tp.c) --------------------------------
+ *
+ * A member of a tensor group runs the same layers as the other members of
+ * its group and computes whole output elements of every matrix: its KV
+ * heads' query, key and value heads and their attention, its columns of the
+ * attention output, its FFN columns and its columns of the FFN output (in
+ * blocks of 32 columns), its experts (id blocks) in MoE layers. Shares are
+ * shoal_plan_split of the members' weights (the plan's). The residual
+ * stream is replicated: after each split matrix the members exchange their
+ * slices in one all-gather and every member reassembles the whole in member
+ * order, so every member holds bitwise the state of the unsplit engine.
+ * Exchanges per layer and batch: 2 in attention (heads' outputs, then Wo's
+ * columns), 2 in a dense FFN (silu(gate) * up, then down's columns), 1 in
+ * an MoE FFN (expert contributions). */
+
+/* The rounds of a layer, in the order they happen. */
+typedef enum shoal_engine_tp_round {
+	SHOAL_ENGINE_TP_ATTN = 0,     /* (n_rows, its heads x head_dim) attention out */
+	SHOAL_ENGINE_TP_ATTN_OUT = 1, /* (n_rows, its columns of n_embd) of a Wo^T */
+	SHOAL_ENGINE_TP_FFN_ACT = 2,  /* (n_rows, its columns of n_ff) silu(g) * u */
+	SHOAL_ENGINE_TP_FFN_OUT = 3,  /* (n_rows, its columns of n_embd) of down */
+	SHOAL_ENGINE_TP_MOE = 4,      /* (its slots, n_embd) contributions of its
+	                                 experts, slots in (row, slot) order */
+} shoal_engine_tp_round;
+
+/* How a member exchanges slices with the others (filled by the data plane;
+ * in-process by a test). exchange is one all-gather: every member of the
+ * group calls it in the same sequence of (layer, round); it sends
+ * bufs[member] (len[member] bytes, F32) to every other member and fills
+ * bufs[m] with exactly len[m] bytes from member m, for every other m; it
+ * may block and may return in any order of arrivals (the engine uses the
+ * slices in member order). Every length is known to every member before
+ * the call (shares, and in MoE layers the routing, are replicated), so a
+ * message of another length is an error. Buffers are the engine's and
+ * valid during the call only. A non-OK return aborts the run. */
+typedef struct shoal_engine_tp_link {
+	void *ctx;
+	shoal_err (*exchange)(void *ctx, uint32_t layer, shoal_engine_tp_round round,
+	                      void *const *bufs, const size_t *len);
+} shoal_engine_tp_link;
+
+typedef struct shoal_engine_tp {
+	uint32_t n_members;      /* 0 or 1: not a member (the whole layer here) */
+	uint32_t member;         /* this engine's index, < n_members */
+	const uint64_t *weights; /* (n_members) shares' weights, sum > 0; copied */
+	shoal_engine_tp_link link;
+} shoal_engine_tp;
+
 /* ---- creation ------------------------------------------------------------ */
 
 typedef struct shoal_engine_config {
@@ -94,6 +142,10 @@ typedef struct shoal_engine_config {
 	 * Copied. Experts not owned in an owned layer need moe_hook. */
 	const uint8_t *expert_mask;
 	shoal_engine_moe_hook moe_hook;
+	/* A tensor group's member (n_members >= 2): its layers are split as
+	 * above; then expert_mask must be NULL (its experts are its share) and
+	 * moe_hook is unused. */
+	shoal_engine_tp tp;
 	const shoal_backend_ops *backend; /* required (e.g. runtime/cpu/backend_cpu.h) */
 } shoal_engine_config;
 

@@ -43,6 +43,8 @@ typedef struct engine__layer {
 	float *wk_b_f32; /* (n_head, kv_lora, nope) wk_b made from an attn_kv_b, or NULL */
 } engine__layer;
 
+typedef struct engine__tp engine__tp; /* engine_tp.c */
+
 struct shoal_engine {
 	const shoal_model *m;
 	shoal_hparams hp;
@@ -64,7 +66,9 @@ struct shoal_engine {
 	uint32_t *sess_len;        /* (max_sessions) */
 	uint32_t *sess_next;       /* (max_sessions) run() scratch */
 	shoal_backend_buf *kv_buf; /* the KV cache's memory */
-	float *kv;                 /* (max_sessions, n_own, kv_planes, n_ctx, kv_dim), in kv_buf */
+	float *kv;                 /* (max_sessions, n_own, kv_planes, n_ctx, kv_cache_dim), in kv_buf */
+	uint32_t kv_cache_dim;     /* kv_dim, or a tensor member's KV heads x head_dim */
+	engine__tp *tp;            /* a tensor group's member, or NULL */
 
 	/* scratch, for max_rows rows */
 	float *x;                   /* (max_rows, n_embd) residual stream */
@@ -98,5 +102,28 @@ void engine__ffn_swiglu(shoal_engine *e, const shoal_backend_mat *gate, const sh
 
 /* engine_moe.c: the FFN of MoE layer l for the rows in e->xn, into e->tmp. */
 shoal_err engine__moe_ffn(shoal_engine *e, uint32_t l, uint32_t n_rows, char *why, size_t why_len);
+
+/* engine_tp.c: a tensor group's member. init (after expert_mask, before the
+ * layers) checks cfg.tp, computes the shares, sets kv_cache_dim and this
+ * member's experts in expert_mask, and allocates the slices' buffers. */
+shoal_err engine__tp_init(shoal_engine *e, char *why, size_t why_len);
+void engine__tp_free(engine__tp *t); /* NULL is a no-op */
+/* The K (which 0) or V (1) cache of session s, owned layer li:
+ * (n_ctx, kv_cache_dim). */
+float *engine__cache(shoal_engine *e, uint32_t s, uint32_t li, int which);
+/* Rows [first, first + count) of a matrix {n_in, n_out}: the same bytes. */
+shoal_backend_mat engine__mat_rows(shoal_backend_mat m, uint32_t first, uint32_t count);
+/* engine.c: attention of owned layer il for KV heads [h0, h0 + hn) and
+ * their query heads, on e->xn (normed): q, k, v (+ biases, norms, RoPE),
+ * K/V into the cache (kv_cache_dim = hn x head_dim columns per position),
+ * out (n_rows, hn x group x head_dim) before Wo. */
+void engine__attn_heads(shoal_engine *e, uint32_t il, const shoal_engine_batch *b, uint32_t h0,
+                        uint32_t hn, float *out);
+/* The member's attention block on e->x (x += attention), its dense FFN and
+ * its MoE FFN on e->xn into e->tmp, each with its exchanges. */
+shoal_err engine__tp_attn(shoal_engine *e, uint32_t il, const shoal_engine_batch *b, char *why,
+                          size_t why_len);
+shoal_err engine__tp_ffn(shoal_engine *e, uint32_t il, uint32_t n, char *why, size_t why_len);
+shoal_err engine__tp_moe(shoal_engine *e, uint32_t il, uint32_t n, char *why, size_t why_len);
 
 #endif

@@ -51,6 +51,66 @@ static void shoal_cluster_hash_progress(void *ud, uint64_t done, uint64_t total)
 	}
 }
 
+/* The last plan that became servable is kept in the state directory
+ * (plan-<model id, 16 hex>: its canonical encoding, scheduler/plan.h) and
+ * is the previous plan of the next start: a restarted peer then plans from
+ * the plan its peers still serve, also one they derived from an older plan
+ * (which it could not recompute), and a restart changes no plan. */
+static void shoal_cluster_plan_path(const shoal_cluster *cl, char *out, size_t cap)
+{
+	char hex[65];
+	shoal_model_id_hex(cl->model_id, hex);
+	snprintf(out, cap, "%s/plan-%.16s", cl->state_dir, hex);
+}
+
+static void shoal_cluster_plan_save(shoal_cluster *cl)
+{
+	uint8_t *enc = NULL;
+	size_t len = 0;
+	char path[1100], tmp[1110];
+	if (!cl->state_dir[0] || !cl->prev || shoal_plan_encode(cl->prev, &enc, &len) != SHOAL_OK)
+		return;
+	shoal_cluster_plan_path(cl, path, sizeof path);
+	snprintf(tmp, sizeof tmp, "%s.tmp", path);
+	FILE *f = fopen(tmp, "wb");
+	bool ok = f && fwrite(enc, 1, len, f) == len;
+	if (f)
+		ok &= fclose(f) == 0;
+	if (!ok || rename(tmp, path) != 0) {
+		SHOAL_LOG_D("cluster", "cannot keep the plan in %s", path);
+		unlink(tmp);
+	}
+	free(enc);
+}
+
+static void shoal_cluster_plan_load(shoal_cluster *cl)
+{
+	char path[1100], why[200], dh[65];
+	if (!cl->state_dir[0])
+		return;
+	shoal_cluster_plan_path(cl, path, sizeof path);
+	FILE *f = fopen(path, "rb");
+	if (!f)
+		return;
+	uint8_t buf[1 << 16];
+	size_t len = fread(buf, 1, sizeof buf, f);
+	bool whole = feof(f) && !ferror(f);
+	fclose(f);
+	shoal_plan *p = NULL;
+	if (!whole || shoal_plan_decode(buf, len, &p, why, sizeof why) != SHOAL_OK ||
+	    memcmp(shoal_plan_model_id(p), cl->model_id, 32)) {
+		SHOAL_LOG_W("cluster", "ignoring the kept plan %s: %s", path,
+		            !whole ? "too long" : p ? "another model's" : why);
+		shoal_plan_free(p);
+		return;
+	}
+	shoal_digest_hex(shoal_plan_digest(p), dh);
+	SHOAL_LOG_I("cluster", "previous plan %.16s (epoch %llu) from the state directory", dh,
+	            (unsigned long long)shoal_plan_epoch(p));
+	cl->prev = p;
+	cl->served_epoch = shoal_plan_epoch(p);
+}
+
 shoal_err shoal_cluster_new(const shoal_cluster_config *cfg, shoal_cluster **out, char *why,
                             size_t why_len)
 {
@@ -112,6 +172,7 @@ shoal_err shoal_cluster_new(const shoal_cluster_config *cfg, shoal_cluster **out
 		goto fail;
 	}
 	memcpy(cl->mf.model_id, cl->model_id, 32);
+	shoal_cluster_plan_load(cl);
 	shoal_policy_init(&cl->pol);
 	/* As local `shoal run`: the model's context, at most 4096 unless asked
 	 * (a 128k-token KV reservation would make most clusters infeasible). */
@@ -327,8 +388,9 @@ static shoal_err shoal_cluster_plan_on(shoal_cluster *cl, const shoal_swim_membe
  * cluster's highest served epoch) rises when a peer finds our current
  * plan servable, before the others do; renumbering that plan then would
  * make the peers chase each other's floors. So when the floor has not
- * passed our current plan's epoch and the same inputs, numbered from just
- * below that epoch, give our current plan again, it stays as it is. */
+ * passed our current plan's epoch, no candidate announced another plan,
+ * and the same inputs, numbered from just below that epoch, give our
+ * current plan again, it stays as it is. */
 static shoal_err shoal_cluster_plan_next(shoal_cluster *cl, const shoal_swim_member *const *cand,
                                          size_t nc, const shoal_plan *prev, shoal_plan **out,
                                          uint32_t *sessions, char *why, size_t why_len)
@@ -338,6 +400,13 @@ static shoal_err shoal_cluster_plan_next(shoal_cluster *cl, const shoal_swim_mem
 	if (e != SHOAL_OK || !cur || !memcmp(shoal_plan_digest(*out), shoal_plan_digest(cur), 32) ||
 	    shoal_plan_epoch(cur) < cl->pol.epoch_floor || shoal_plan_epoch(cur) == 0)
 		return e;
+	/* only while nobody announced another plan: a peer that moved on
+	 * (e.g. restarted and planned from scratch) must be followed */
+	for (size_t i = 0; i < nc; i++) {
+		const shoal_record *r = &cand[i]->record;
+		if (r->ready_epoch && memcmp(r->ready_digest, shoal_plan_digest(cur), 32))
+			return e;
+	}
 	uint64_t floor = cl->pol.epoch_floor;
 	shoal_plan *q = NULL;
 	uint32_t qs = 0;
@@ -356,21 +425,15 @@ static shoal_err shoal_cluster_plan_next(shoal_cluster *cl, const shoal_swim_mem
 	return e;
 }
 
-/* True when the plan names peer id. */
-static bool shoal_cluster_names(const shoal_plan *p, const uint8_t id[16])
-{
-	for (size_t i = 0; i < shoal_plan_n_peers(p); i++)
-		if (!memcmp(shoal_plan_peer_at(p, i)->id.b, id, 16))
-			return true;
-	return false;
-}
-
-/* Whether the previous plan may steer the scheduler: every peer it names
- * is ready for it, and no other candidate announced another plan (a peer
- * that just joined and announced nothing yet does not block it). Peers
- * that plan from different previous plans would never agree. Readiness
- * for `next`, the plan computed from prev, counts too: peers that already
- * moved to it (a joiner, or all of us while it loads) agree with us. */
+/* Whether the previous plan may steer the scheduler: no candidate
+ * announced another plan. A peer that announced nothing yet (it just
+ * joined, or restarted: named by prev, it learns prev from us and takes
+ * its part again, so a restart changes no plan) does not block it. Peers
+ * that plan from different previous plans would never agree: one that
+ * announces another plan sends everyone to the common ground, a plan from
+ * scratch. Readiness for `next`, the plan computed from prev, counts too:
+ * peers that already moved to it (a joiner, or all of us while it loads)
+ * agree with us. */
 static bool shoal_cluster_prev_usable(const shoal_plan *prev, const shoal_plan *next,
                                       const shoal_swim_member *const *cand, size_t nc)
 {
@@ -381,7 +444,7 @@ static bool shoal_cluster_prev_usable(const shoal_plan *prev, const shoal_plan *
 		bool ready = r->ready_epoch &&
 		             (!memcmp(r->ready_digest, shoal_plan_digest(prev), 32) ||
 		              (next && !memcmp(r->ready_digest, shoal_plan_digest(next), 32)));
-		if (!ready && (shoal_cluster_names(prev, r->id.b) || r->ready_epoch))
+		if (!ready && r->ready_epoch)
 			return false;
 	}
 	return true;
@@ -408,21 +471,32 @@ static void shoal_cluster_learn_prev(shoal_cluster *cl, const shoal_swim_member 
 		epoch = r->ready_epoch;
 		others++;
 	}
-	if (!d || !memcmp(d, cl->learn_tried, 32) ||
+	if (!d || (!memcmp(d, cl->learn_tried, 32) && cl->learn_tried_n == nc) ||
 	    (cl->prev && !memcmp(d, shoal_plan_digest(cl->prev), 32)))
 		return;
+	/* tried again when the view grows (a joiner sees its seed first) */
 	memcpy(cl->learn_tried, d, 32);
+	cl->learn_tried_n = nc;
 	shoal_plan *p = NULL;
 	char why[256], dh[65];
-	/* their plan was numbered from the floor they saw then */
+	/* their plan was numbered from the floor they saw then; it is over
+	 * their view without us (we join), or with us (we restarted: the
+	 * plan names us) */
 	uint64_t floor = cl->pol.epoch_floor;
 	cl->pol.epoch_floor = epoch - 1;
-	shoal_err e = shoal_cluster_plan_on(cl, cand, nc, cl->cfg.self, NULL, &p, NULL, why, sizeof why);
-	cl->pol.epoch_floor = floor;
-	if (e != SHOAL_OK || memcmp(shoal_plan_digest(p), d, 32)) {
-		shoal_plan_free(p);
-		return;
+	shoal_err e = SHOAL_ERR_STATE;
+	for (int with_self = 0; with_self < 2 && e != SHOAL_OK; with_self++) {
+		e = shoal_cluster_plan_on(cl, cand, nc, with_self ? NULL : cl->cfg.self, NULL, &p,
+		                          NULL, why, sizeof why);
+		if (e == SHOAL_OK && memcmp(shoal_plan_digest(p), d, 32)) {
+			shoal_plan_free(p);
+			p = NULL;
+			e = SHOAL_ERR_STATE;
+		}
 	}
+	cl->pol.epoch_floor = floor;
+	if (e != SHOAL_OK)
+		return;
 	shoal_digest_hex(d, dh);
 	SHOAL_LOG_I("cluster", "joined a cluster serving plan %.16s (%zu peer(s)): kept as ours",
 	            dh, others);
@@ -717,6 +791,7 @@ int shoal_cluster_update(shoal_cluster *cl, const shoal_swim_member *v, size_t n
 		if (servable) {
 			shoal_plan_free(cl->prev);
 			cl->prev = shoal_plan_dup(cl->plan);
+			shoal_cluster_plan_save(cl);
 			if (shoal_plan_epoch(cl->plan) > cl->served_epoch) {
 				cl->served_epoch = shoal_plan_epoch(cl->plan);
 				republish = 1;

@@ -166,6 +166,7 @@ struct shoal_cluster {
 	uint32_t plan_sessions;  /* its KV sessions per stage (--sessions, or from memory) */
 	shoal_plan *prev;        /* last servable, or learned from the peers we joined */
 	uint8_t learn_tried[32]; /* the digest we last tried to learn */
+	size_t learn_tried_n;     /* over this many candidates */
 	char plan_why[256];
 	shoal_err plan_err;      /* why there is no plan (INFEASIBLE: memory, or left out) */
 	char others_why[400];    /* peers serving another model, as last logged */

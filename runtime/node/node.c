@@ -29,6 +29,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <jansson.h>
@@ -118,6 +119,7 @@ struct shoal_node {
 	uint64_t fetch_retry_us;
 	uint64_t next_cluster_us;   /* next look at the view for planning */
 	shoal_api *api;             /* the HTTP API (NULL: none) */
+	bool api_named;             /* it knows the model's name */
 	shoal_api_ops api_ops;
 	/* the status JSON the API shows, refreshed by the node thread */
 	pthread_mutex_t status_mu;
@@ -178,8 +180,41 @@ static void shoal_node_remove_control(shoal_node *n)
  * than the caches. */
 #define SHOAL_NODE_PROBE_MS 150u
 
-static void shoal_node_compute_probe(shoal_record *r)
+/* The figures are kept in the state directory (SHOAL_NODE_PROBE_FILE: one
+ * line "shoal-probe 1 ISA MB_S MFLOPS UNIX_SECONDS") and used again by the
+ * next start on the same kernels within SHOAL_NODE_PROBE_KEEP_S, unless
+ * --reprobe: a restarted peer then publishes the record it had, so its
+ * peers' plan still holds and a restart changes no plan (a new measurement
+ * differs by a few percent and may tip the layer split). */
+#define SHOAL_NODE_PROBE_FILE   "probe"
+#define SHOAL_NODE_PROBE_KEEP_S (7u * 24 * 3600)
+
+static bool shoal_node_probe_load(const char *dir, shoal_record *r)
 {
+	char path[1100], isa[32];
+	snprintf(path, sizeof path, "%s/%s", dir, SHOAL_NODE_PROBE_FILE);
+	FILE *f = fopen(path, "r");
+	if (!f)
+		return false;
+	unsigned long long mb = 0, mf = 0, at = 0;
+	int k = fscanf(f, "shoal-probe 1 %31s %llu %llu %llu", isa, &mb, &mf, &at);
+	fclose(f);
+	time_t now = time(NULL);
+	if (k != 4 || strcmp(isa, shoal_kernels_best()->isa) || !mb || !mf || at > (unsigned long long)now ||
+	    (unsigned long long)now - at > SHOAL_NODE_PROBE_KEEP_S)
+		return false;
+	r->compute_mb_s = mb;
+	r->compute_mflops = mf;
+	SHOAL_LOG_I("node", "compute probe (%s, kept from %llu s ago; --reprobe measures again): "
+	                    "%.2f GB/s mat-vec, %.2f GFLOP/s mat-mul",
+	            isa, (unsigned long long)now - at, (double)mb / 1000.0, (double)mf / 1000.0);
+	return true;
+}
+
+static void shoal_node_compute_probe(const char *dir, bool reprobe, shoal_record *r)
+{
+	if (!reprobe && shoal_node_probe_load(dir, r))
+		return;
 	shoal_kernels_probe_result res;
 	if (shoal_kernels_probe(NULL, SHOAL_NODE_PROBE_MS, &res) != SHOAL_OK) {
 		SHOAL_LOG_W("node", "compute probe failed (out of memory); publishing 0");
@@ -189,6 +224,19 @@ static void shoal_node_compute_probe(shoal_record *r)
 	r->compute_mflops = (uint64_t)(res.gemm_gflops * 1000.0); /* GFLOP/s -> MFLOP/s */
 	SHOAL_LOG_I("node", "compute probe (%s, %u ms): %.2f GB/s mat-vec, %.2f GFLOP/s mat-mul",
 	            res.isa ? res.isa : "?", res.elapsed_ms, res.gemv_gbps, res.gemm_gflops);
+	char path[1100], tmp[1110];
+	snprintf(path, sizeof path, "%s/%s", dir, SHOAL_NODE_PROBE_FILE);
+	snprintf(tmp, sizeof tmp, "%s.tmp", path);
+	FILE *f = fopen(tmp, "w");
+	if (!f)
+		return;
+	int bad = fprintf(f, "shoal-probe 1 %s %llu %llu %llu\n", res.isa ? res.isa : "?",
+	                  (unsigned long long)r->compute_mb_s,
+	                  (unsigned long long)r->compute_mflops,
+	                  (unsigned long long)time(NULL)) < 0;
+	bad |= fclose(f) != 0;
+	if (bad || rename(tmp, path) != 0)
+		unlink(tmp);
 }
 
 /* Fill the static parts of our record: identity, versions, endpoints,
@@ -252,7 +300,7 @@ static void shoal_node_record_init(shoal_node *n)
 	/* models: not advertised yet (open work of the elastic-cluster issue:
 	 * weights for a peer without the file); peers match by model id. */
 	r->n_models = 0;
-	shoal_node_compute_probe(r);
+	shoal_node_compute_probe(n->state_dir, n->cfg.reprobe, r);
 }
 
 /* The parts that change: memory available, load, links. */
@@ -582,30 +630,48 @@ static void shoal_node_cluster_tick(shoal_node *n);
 
 /* ---- the HTTP API's ops: the cluster's, and the status the loop caches */
 
+/* The cluster the API reaches; NULL while a peer without the file has no
+ * weights yet (its requests get 503 with the reason). */
+static shoal_cluster *shoal_node_api_cl(void *ctx, char *why, size_t why_len)
+{
+	shoal_node *n = ctx;
+	shoal_cluster *cl = __atomic_load_n(&n->cl, __ATOMIC_ACQUIRE);
+	if (!cl && why)
+		shoal_why(why, why_len, SHOAL_ERR_STATE,
+		          "this peer has no model yet: it is fetching its part of the weights "
+		          "(see /v1/cluster); another peer may serve the request now");
+	return cl;
+}
+
 static shoal_err shoal_node_api_prompt(void *ctx, const shoal_chat_msg *msgs, size_t n,
                                        const char *text, int32_t **ids, size_t *n_ids, char *why,
                                        size_t why_len)
 {
-	return shoal_cluster_prompt(((shoal_node *)ctx)->cl, msgs, n, text, ids, n_ids, why,
-	                            why_len);
+	shoal_cluster *cl = shoal_node_api_cl(ctx, why, why_len);
+	return cl ? shoal_cluster_prompt(cl, msgs, n, text, ids, n_ids, why, why_len)
+	          : SHOAL_ERR_STATE;
 }
 
 static shoal_err shoal_node_api_submit(void *ctx, const int32_t *ids, size_t n,
                                        const shoal_api_gen *g, const shoal_api_sink *sink,
                                        uint32_t *handle, char *why, size_t why_len)
 {
-	return shoal_cluster_submit(((shoal_node *)ctx)->cl, ids, n, g, sink, handle, why,
-	                            why_len);
+	shoal_cluster *cl = shoal_node_api_cl(ctx, why, why_len);
+	return cl ? shoal_cluster_submit(cl, ids, n, g, sink, handle, why, why_len)
+	          : SHOAL_ERR_STATE;
 }
 
 static void shoal_node_api_cancel(void *ctx, uint32_t handle)
 {
-	shoal_cluster_cancel(((shoal_node *)ctx)->cl, handle);
+	shoal_cluster *cl = shoal_node_api_cl(ctx, NULL, 0);
+	if (cl)
+		shoal_cluster_cancel(cl, handle);
 }
 
 static size_t shoal_node_api_token(void *ctx, int32_t id, char *buf, size_t cap)
 {
-	return shoal_cluster_token_text(((shoal_node *)ctx)->cl, id, buf, cap);
+	shoal_cluster *cl = shoal_node_api_cl(ctx, NULL, 0);
+	return cl ? shoal_cluster_token_text(cl, id, buf, cap) : 0;
 }
 
 static char *shoal_node_api_status(void *ctx)
@@ -619,23 +685,36 @@ static char *shoal_node_api_status(void *ctx)
 
 static void shoal_node_api_gauges(void *ctx, shoal_api_gauges *g)
 {
-	shoal_cluster_gauges(((shoal_node *)ctx)->cl, g);
+	shoal_cluster *cl = shoal_node_api_cl(ctx, NULL, 0);
+	if (cl)
+		shoal_cluster_gauges(cl, g);
+	else
+		memset(g, 0, sizeof *g);
 }
 
-/* --api: the model's name is its file's, without the directory and .gguf. */
+/* The API's name of a model: its file's, without the directory and .gguf. */
+static void shoal_node_model_name(const char *path, char *out, size_t cap)
+{
+	const char *base = strrchr(path, '/');
+	snprintf(out, cap, "%s", base ? base + 1 : path);
+	size_t ml = strlen(out);
+	if (ml > 5 && !strcmp(out + ml - 5, ".gguf"))
+		out[ml - 5] = '\0';
+}
+
+/* --api; with --model-id the name comes when the weights do
+ * (shoal_node_fetch_tick). */
 static shoal_err shoal_node_api_start(shoal_node *n, char *why, size_t why_len)
 {
-	char host[64], model[256];
+	char host[64], model[256] = "";
 	uint16_t port = 0;
 	shoal_err e = shoal_endpoint_split(n->cfg.api, SHOAL_API_DEFAULT_PORT, host, sizeof host,
 	                                   &port, why, why_len);
 	if (e)
 		return e;
-	const char *base = strrchr(n->cfg.model, '/');
-	snprintf(model, sizeof model, "%s", base ? base + 1 : n->cfg.model);
-	size_t ml = strlen(model);
-	if (ml > 5 && !strcmp(model + ml - 5, ".gguf"))
-		model[ml - 5] = '\0';
+	if (n->cfg.model)
+		shoal_node_model_name(n->cfg.model, model, sizeof model);
+	n->api_named = model[0] != '\0';
 	if (pthread_mutex_init(&n->status_mu, NULL) != 0)
 		return shoal_why(why, why_len, SHOAL_ERR_NOMEM, "cannot make a mutex");
 	n->status_mu_ok = true;
@@ -646,7 +725,8 @@ static shoal_err shoal_node_api_start(shoal_node *n, char *why, size_t why_len)
 	                             .cluster_json = shoal_node_api_status,
 	                             .gauges = shoal_node_api_gauges,
 	                             .ctx = n};
-	shoal_api_config ac = {.host = host, .port = port, .key = n->cfg.api_key, .model = model};
+	shoal_api_config ac = {
+	    .host = host, .port = port, .key = n->cfg.api_key, .model = model[0] ? model : NULL};
 	return shoal_api_start(&ac, &n->api_ops, &n->api, why, why_len);
 }
 
@@ -696,7 +776,11 @@ static shoal_err shoal_node_cluster_new(shoal_node *n, shoal_wcache *wc, char *w
 	                                                         : SHOAL_NODE_DEFAULT_CACHE_MAX,
 	                           .ud = n};
 	memcpy(cc.self, n->ident.id, 16);
-	return shoal_cluster_new(&cc, &n->cl, why, why_len);
+	shoal_cluster *cl = NULL;
+	shoal_err e = shoal_cluster_new(&cc, &cl, why, why_len);
+	/* the API's threads read n->cl (shoal_node_api_cl) */
+	__atomic_store_n(&n->cl, cl, __ATOMIC_RELEASE);
+	return e;
 }
 
 /* A cache of model id `id` in the state dir: the cluster serves it (its
@@ -807,8 +891,8 @@ shoal_err shoal_node_new(const shoal_node_config *cfg, shoal_node **out, char *w
 		goto fail;
 	if (!cfg->model && cfg->model_id && (e = shoal_node_fetch_new(n, why, why_len)) != SHOAL_OK)
 		goto fail;
-	if (cfg->api && !cfg->model) {
-		e = shoal_why(why, why_len, SHOAL_ERR_INVAL, "--api needs --model (not yet with --model-id)");
+	if (cfg->api && !cfg->model && !cfg->model_id) {
+		e = shoal_why(why, why_len, SHOAL_ERR_INVAL, "--api needs --model or --model-id");
 		goto fail;
 	}
 	shoal_node_record_refresh(n);
@@ -922,6 +1006,30 @@ static void shoal_node_cluster_tick(shoal_node *n)
 		if (shoal_swim_set_record(n->sw, &n->rec, why, sizeof why) != SHOAL_OK)
 			SHOAL_LOG_W("node", "cannot publish our record: %s", why);
 	}
+}
+
+/* --api with --model-id: the model's name is the one the peers that hold
+ * the file give it (their file's name), so a client sees one name on every
+ * peer. */
+static void shoal_node_api_name_from_peers(shoal_node *n)
+{
+	shoal_swim_member *v = NULL;
+	size_t nv = 0;
+	if (!n->api || n->api_named || shoal_swim_view(n->sw, &v, &nv) != SHOAL_OK)
+		return;
+	for (size_t i = 0; i < nv; i++) {
+		const shoal_record *r = &v[i].record;
+		if (r->serving && r->n_models && !memcmp(r->models[0].digest, n->fetch_id, 32) &&
+		    memcmp(r->id.b, n->ident.id, 16) && r->models[0].path[0] &&
+		    !strstr(r->models[0].path, "/weights/")) { /* not another fetcher's cache */
+			char name[256];
+			shoal_node_model_name(r->models[0].path, name, sizeof name);
+			shoal_api_set_model(n->api, name);
+			n->api_named = true;
+			break;
+		}
+	}
+	shoal_swim_view_free(v);
 }
 
 /* --model-id without a cache yet, once per base period: pick the model id
@@ -1069,6 +1177,8 @@ static void shoal_node_turn(shoal_node *n, uint64_t *next_probe, uint64_t *next_
 		shoal_node_fetch_tick(n);
 		n->next_cluster_us = now + n->base_us;
 	}
+	if (n->api && !n->api_named && now >= n->next_status_us)
+		shoal_node_api_name_from_peers(n);
 	if (n->api && now >= n->next_status_us) {
 		char *js = shoal_node_status_json(n);
 		pthread_mutex_lock(&n->status_mu);

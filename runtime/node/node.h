@@ -40,6 +40,7 @@ typedef struct shoal_node_config {
 	const char *const *seeds; /* "HOST[:PORT]" each */
 	size_t n_seeds;
 	int no_mdns;
+	int reprobe; /* measure compute speed again, not the kept figures */
 	const shoal_key *key;    /* NULL: insecure (caller checked --insecure) */
 	const char *cluster;     /* NULL: "default" */
 	int threads;             /* compute threads; 0: all cores */

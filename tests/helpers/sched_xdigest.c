@@ -8,6 +8,7 @@
  * The series: random clusters of 1-12 peers and MoE or dense models (with and
  * without routing counts and spread policy), each planned afresh and again
  * against its own plan after one peer is removed and a faster one added,
+ * and once more with tensor groups allowed,
  * then a DeepSeek-V3-sized model (61 layers, 256 experts) on 64 peers.
  */
 #include <stdio.h>
@@ -104,6 +105,20 @@ int main(void)
 		}
 		shoal_plan_free(p);
 		shoal_plan_free(q);
+		/* the same with tensor groups, heads and columns to split (no
+		 * draws: the instances above stay as they were) */
+		for (int l = 0; l < L; l++) {
+			t.m.layers[l].n_head_kv = 8;
+			t.m.layers[l].n_ff = 1000 + 37 * (uint32_t)l;
+			t.m.layers[l].attn_bytes = t.m.layers[l].bytes / 4;
+		}
+		pol.tensor_groups = true;
+		shoal_view_free(v);
+		v = ti_view(&t, NULL);
+		p = NULL;
+		e = shoal_schedule(v, &t.m, &pol, NULL, &p, NULL, 0);
+		line(it, !e && shoal_plan_n_groups(p) ? "tensor-group" : "tensor", e, p);
+		shoal_plan_free(p);
 		shoal_view_free(v);
 	}
 	big();

@@ -130,6 +130,23 @@ printf 'Emma\n/system You are a novelist of manners.\nAgain\n/quit\n' |
 [ "$(wc -l <"$T/chat2")" = 2 ] && [ "$(head -n 1 "$T/chat2")" = "$(cut -d' ' -f1-9 "$T/l-chat")" ] ||
 	fail "shoal chat conversation: $(cat "$T/chat2")"
 echo "shoal chat: a one-shot turn equals local shoal run --chat; a 2-turn conversation with /system"
+# Ctrl-C (SIGINT) during a long reply stops that reply, not the client: it
+# reads the next line (here /quit) and exits 0
+mkfifo "$T/chatin"
+"$B" chat --peer "127.0.0.1:${U##*:}" --api-key "$T/apikey" --temp 0 -n 2000 <"$T/chatin" \
+	>"$T/chat3" 2>"$T/chat3.err" &
+CPID=$!
+exec 7>"$T/chatin"
+echo "Emma" >&7
+wait_for 20 test -s "$T/chat3" || fail "shoal chat streamed nothing in 20 s: $(cat "$T/chat3.err")"
+kill -INT $CPID
+wait_for 10 grep -q "(stopped)" "$T/chat3.err" || fail "Ctrl-C did not stop the reply: $(cat "$T/chat3.err")"
+kill -0 $CPID 2>/dev/null || fail "shoal chat exited on Ctrl-C during a reply"
+echo "/quit" >&7
+exec 7>&-
+wait $CPID || fail "shoal chat exited with $? after Ctrl-C and /quit"
+[ "$(wc -w <"$T/chat3")" -lt 1500 ] || fail "the stopped reply ran on: $(wc -w <"$T/chat3") words"
+echo "shoal chat: Ctrl-C stopped a reply after $(wc -w <"$T/chat3") words; the client went on and quit cleanly"
 
 # 2. errors and the other routes, with curl
 call "$T/h.json" GET /health

@@ -23,7 +23,9 @@
 #  5. A stage peer killed -9 and restarted at once (same id, new
 #     incarnation), 3 times, another stage each time: runs through every
 #     peer work at once (the old links are redialled, not kept; a stale
-#     endpoint is evidence; a session lost on the way is replayed); a 4th
+#     endpoint is evidence; a session lost on the way is replayed), and
+#     nobody re-plans: the restarted peer takes its part of the same plan
+#     (before, each restart made one or two plan changes); a 4th
 #     peer that joins and dies within 80 ms does not wedge the others.
 #  6. 3 peers, 2 killed: the one left cannot hold the model and refuses a
 #     run at once with the figures (need and supply); 2 peers start again:
@@ -47,6 +49,10 @@ spare_of() { # spare_of NAME PEER...: the peer that holds no stage
 	shift
 	for p in "$@"; do [[ "$s" == *" $p "* ]] || { echo "$p"; return; }; done
 	echo none
+}
+# plan_since NAME LINE: the digests of the plans NAME took from log line LINE on
+plan_since() {
+	sed -n "$2,\$p" "$T/$1.log" | grep ' cluster: plan epoch ' | sed 's/.*digest \([0-9a-f]*\).*/\1/'
 }
 words() { if [ -f "$1" ]; then wc -w <"$1"; else echo 0; fi; }
 at_least() { [ "$(words "$1")" -ge "$2" ]; }
@@ -178,11 +184,35 @@ for round in 1 2 3; do
 	MID=$("$PC" "$T/st-s1.json" stage $((round % 3)))
 	LAST=$("$PC" "$T/st-s1.json" stage $(((round + 1) % 3)))
 	LAST_EP=$(ep "$LAST") # the restarted peer's seed: not itself
+	declare -A MARK
+	for n in s1 s2 s3; do MARK[$n]=$(wc -l <"$T/$n.log"); done
+	D=$(plan_since "$LAST" 1 | tail -1)
 	stop "$MID"
+	# the last restart finds its kept plan damaged: it says so and learns
+	# the plan from its peers instead
+	[ $round = 3 ] && for f in "$T/$MID"/plan-*; do printf 'SHPL garbage' >"$f"; done
 	start "$MID" "$DENSE" --mem-limit 11M --ctx $CTX --peer "$LAST_EP"
 	wait_for 30 servable_all 3 s1 s2 s3 || fail "no servable plan after $MID restarted"
+	if [ $round = 3 ]; then
+		sed -n "$((MARK[$MID] + 1)),\$p" "$T/$MID.log" | grep -q "ignoring the kept plan" ||
+			fail "$MID did not report its damaged kept plan"
+	else
+		sed -n "$((MARK[$MID] + 1)),\$p" "$T/$MID.log" | grep -q "previous plan .* from the state directory" ||
+			fail "$MID did not start from its kept plan"
+	fi
 	runs_everywhere "after $MID restarted" s1 s2 s3
-	echo "restart $round: $MID (stage $((round % 3))) killed and restarted at once; runs through every peer identical"
+	# the restarted peer takes its part of the same plan: no peer re-plans
+	# (it learns the plan from its peers; its compute figures are kept)
+	for n in s1 s2 s3; do
+		[ "$n" = "$MID" ] && continue
+		for d in $(plan_since "$n" $((MARK[$n] + 1))); do
+			[ "$d" = "$D" ] || fail "$n re-planned ($d after $D) when $MID restarted"
+		done
+	done
+	for d in $(plan_since "$MID" $((MARK[$MID] + 1))); do
+		[ "$d" = "$D" ] || fail "the restarted $MID took another plan ($d, not $D)"
+	done
+	echo "restart $round: $MID (stage $((round % 3))) killed and restarted at once; the same plan, runs through every peer identical"
 done
 start s4 "$DENSE" --mem-limit 11M --ctx $CTX --peer "$SEED"
 sleep 0.08

@@ -20,49 +20,10 @@
 #include "runtime/engine/engine.h"
 #include "runtime/cpu/threadpool.h"
 #include "tests/unit/test.h"
+#include "tests/unit/test_fixture.h"
 #include "runtime/cpu/backend_cpu.h"
 
 /* ---- fixtures -------------------------------------------------------------- */
-
-static char fx_dir[256];
-
-static const char *fx_path(const char *name, const char *args)
-{
-	static char path[8][512];
-	static int slot;
-	char *p = path[slot++ % 8];
-	const char *bdir = getenv("SHOAL_BUILDDIR");
-	if (!bdir)
-		bdir = ".";
-	if (!fx_dir[0]) {
-		snprintf(fx_dir, sizeof fx_dir, "/tmp/shoal-test-engine-XXXXXX");
-		if (!mkdtemp(fx_dir)) {
-			fx_dir[0] = 0;
-			return NULL;
-		}
-	}
-	snprintf(p, 512, "%s/%s.gguf", fx_dir, name);
-	if (access(p, R_OK) == 0)
-		return p;
-	char cmd[1024];
-	snprintf(cmd, sizeof cmd, "%s/tests/helpers/gen_fixture %s %s >/dev/null 2>&1", bdir, args, p);
-	if (system(cmd) != 0)
-		return NULL;
-	return p;
-}
-
-static shoal_model *open_model(const char *path)
-{
-	shoal_model *m = NULL;
-	char why[256] = "";
-	if (!path)
-		return NULL;
-	if (shoal_model_open(path, &m, why, sizeof why)) {
-		fprintf(stderr, "open %s: %s\n", path, why);
-		return NULL;
-	}
-	return m;
-}
 
 static shoal_model *austen(const char *type)
 {
@@ -150,15 +111,6 @@ static shoal_engine *make_engine(const shoal_model *m, uint32_t threads, uint32_
 		fprintf(stderr, "engine: %s\n", why);
 	free(mask);
 	return e;
-}
-
-static int32_t argmax(const float *x, uint32_t n)
-{
-	uint32_t b = 0;
-	for (uint32_t i = 1; i < n; i++)
-		if (x[i] > x[b])
-			b = i;
-	return (int32_t)b;
 }
 
 /* Prefill `prompt` then decode n_dec greedy tokens; logits of the last
@@ -798,12 +750,7 @@ static void test_misaligned_weights(void)
 
 static void cleanup(void)
 {
-	if (fx_dir[0]) {
-		char cmd[300];
-		snprintf(cmd, sizeof cmd, "rm -rf '%s'", fx_dir);
-		if (system(cmd) != 0)
-			fprintf(stderr, "could not remove %s\n", fx_dir);
-	}
+	fx_cleanup();
 }
 
 static void test_cleanup(void)

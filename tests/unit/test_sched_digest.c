@@ -2,7 +2,8 @@
  * tests/unit/test_sched_digest.c: the scheduler's own BLAKE2b-256 equals
  * libsodium's crypto_generichash; the buckets with hysteresis keep noise out
  * of the view; the readiness tracker says servable only when every peer of
- * the plan announced its digest.
+ * the plan announced its digest; epochs never recur; a plan's encoding
+ * decodes to the same plan, and hostile bytes are refused.
  */
 #include "tests/unit/test.h"
 #include "tests/unit/test_sched_util.h"
@@ -161,6 +162,84 @@ static void test_epoch_floor(void)
 	shoal_view_free(v);
 }
 
+/* Decoding: every plan of random instances (dense and MoE, experts kept
+ * and spread) decodes to one that encodes to the same bytes with the same
+ * digest, and steers the scheduler as the original does (kept, same
+ * digest); every truncation and every single-byte change either fails
+ * with SHOAL_ERR_FORMAT or decodes to a plan that encodes to those bytes. */
+static void test_plan_decode(void)
+{
+	ti_rng r = {2024};
+	int plans = 0;
+	for (int it = 0; it < 60; it++) {
+		ti_inst t;
+		ti_random(&t, &r, (int)ti_range(&r, 1, 6), (int)ti_range(&r, 1, 10),
+		          ti_range(&r, 0, 1));
+		shoal_view *v = ti_view(&t, NULL);
+		shoal_policy pol;
+		shoal_policy_init(&pol);
+		pol.spread_experts = ti_range(&r, 0, 1);
+		shoal_plan *p = NULL;
+		if (shoal_schedule(v, &t.m, &pol, NULL, &p, NULL, 0) != SHOAL_OK) {
+			shoal_view_free(v);
+			continue;
+		}
+		plans++;
+		uint8_t *enc, *enc2;
+		size_t len, len2;
+		ASSERT_EQ(shoal_plan_encode(p, &enc, &len), SHOAL_OK);
+		shoal_plan *q = NULL;
+		char why[200];
+		ASSERT_EQ(shoal_plan_decode(enc, len, &q, why, sizeof why), SHOAL_OK);
+		ASSERT_EQ(shoal_plan_encode(q, &enc2, &len2), SHOAL_OK);
+		ASSERT_EQ(len2, len);
+		ASSERT_MEM_EQ(enc2, enc, len);
+		ASSERT_MEM_EQ(shoal_plan_digest(q), shoal_plan_digest(p), 32);
+		free(enc2);
+		/* as a previous plan it is as good as the original */
+		shoal_plan *k1 = NULL, *k2 = NULL;
+		ASSERT_EQ(shoal_schedule(v, &t.m, &pol, p, &k1, NULL, 0), SHOAL_OK);
+		ASSERT_EQ(shoal_schedule(v, &t.m, &pol, q, &k2, NULL, 0), SHOAL_OK);
+		ASSERT_MEM_EQ(shoal_plan_digest(k1), shoal_plan_digest(k2), 32);
+		ASSERT_TRUE(shoal_plan_kept(k2));
+		shoal_plan_free(k1);
+		shoal_plan_free(k2);
+		shoal_plan_free(q);
+		/* hostile bytes */
+		for (size_t cut = 0; cut < len; cut++) {
+			q = NULL;
+			ASSERT_EQ(shoal_plan_decode(enc, cut, &q, why, sizeof why), SHOAL_ERR_FORMAT);
+			ASSERT_TRUE(q == NULL);
+		}
+		uint8_t *m = malloc(len + 1);
+		for (int k = 0; k < 200; k++) {
+			memcpy(m, enc, len);
+			size_t at = (size_t)ti_range(&r, 0, len - 1);
+			m[at] ^= (uint8_t)ti_range(&r, 1, 255);
+			q = NULL;
+			shoal_err e = shoal_plan_decode(m, len, &q, why, sizeof why);
+			if (e == SHOAL_OK) {
+				ASSERT_EQ(shoal_plan_encode(q, &enc2, &len2), SHOAL_OK);
+				ASSERT_EQ(len2, len);
+				ASSERT_MEM_EQ(enc2, m, len);
+				free(enc2);
+				shoal_plan_free(q);
+			} else {
+				ASSERT_EQ(e, SHOAL_ERR_FORMAT);
+				ASSERT_TRUE(why[0] != '\0');
+			}
+		}
+		memcpy(m, enc, len);
+		m[len] = 0;
+		ASSERT_EQ(shoal_plan_decode(m, len + 1, &q, why, sizeof why), SHOAL_ERR_FORMAT);
+		free(m);
+		free(enc);
+		shoal_plan_free(p);
+		shoal_view_free(v);
+	}
+	ASSERT_GE(plans, 20);
+}
+
 TEST_MAIN(TEST_CASE(test_blake2b_matches_libsodium), TEST_CASE(test_bucket_geo),
           TEST_CASE(test_bucket_load), TEST_CASE(test_ready_tracker),
-          TEST_CASE(test_epoch_floor))
+          TEST_CASE(test_epoch_floor), TEST_CASE(test_plan_decode))

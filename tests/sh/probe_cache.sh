@@ -1,0 +1,42 @@
+#!/bin/bash
+# tests/sh/probe_cache.sh: a peer keeps its measured compute figures in its
+# state directory and publishes them again after a restart (so a restart
+# does not change the plan); --reprobe measures again; a malformed or
+# foreign file is measured over, never trusted.
+set -u
+. "$(dirname "$0")/lib.sh"
+"$B" key new "$KEY" >/dev/null || fail "shoal key new"
+
+# up_and_down NAME [args...]: start, wait for its status, stop cleanly
+up_and_down() {
+	local n=$1
+	shift
+	: >"$T/$n.log"
+	start "$n" "" "$@"
+	wait_for 20 status "$n" || fail "$n does not answer status"
+	"$VC" "$T/st-$n.json" schema || fail "$n: status JSON"
+	stop "$n" TERM || fail "$n did not exit cleanly"
+}
+measured() { grep -q "compute probe ([a-z0-9_]*, [0-9]* ms)" "$T/$1.log"; }
+kept() { grep -q "compute probe (.*kept from" "$T/$1.log"; }
+
+up_and_down p
+measured p || fail "first start did not measure"
+[ -f "$T/p/probe" ] || fail "no probe file in the state directory"
+FIG=$(cut -d' ' -f4,5 "$T/p/probe")
+up_and_down p
+kept p || fail "restart measured again instead of keeping the figures"
+grep -q "$(echo "$FIG" | awk '{printf "%.2f GB/s", $1 / 1000}')" "$T/p.log" ||
+	fail "the kept figures are not the measured ones ($FIG): $(grep 'compute probe' "$T/p.log")"
+up_and_down p --reprobe
+measured p || fail "--reprobe did not measure"
+for bad in "garbage" "shoal-probe 1 no-such-isa 1000 1000 $(date +%s)" \
+	"shoal-probe 1 $(cut -d' ' -f3 "$T/p/probe") 0 0 $(date +%s)" \
+	"shoal-probe 1 $(cut -d' ' -f3 "$T/p/probe") 1000 1000 $(($(date +%s) + 86400))" \
+	"shoal-probe 1 $(cut -d' ' -f3 "$T/p/probe") 1000 1000 1"; do
+	printf '%s\n' "$bad" >"$T/p/probe"
+	up_and_down p
+	measured p || fail "a bad probe file was trusted: $bad"
+done
+echo "figures kept across a restart, --reprobe measures, 5 bad files measured over"
+echo PASS
