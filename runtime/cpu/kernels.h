@@ -56,7 +56,8 @@ const shoal_kernels *shoal_kernels_best(void);
  * best NEON one; "avx512bw" and "neon-base" name the tables without VNNI /
  * dotprod (for tests: all tables of an ISA family give bitwise equal results).
  *
- * Alignment: weight rows as GGUF stores them (2-byte aligned blocks); Q8_K
+ * Alignment: weight rows as GGUF stores them (2-byte aligned blocks; the
+ * 17-byte MXFP4 blocks are read by bytes and need none); Q8_K
  * activation rows 4-byte aligned (a float per block); F32 rows 4-byte. */
 const shoal_kernels *shoal_kernels_by_name(const char *isa);
 const shoal_kernels *shoal_kernels_scalar(void);
