@@ -23,26 +23,26 @@
 #include "runtime/cpu/backend_cpu.h"
 #include "runtime/engine/engine.h"
 #include "tests/unit/test.h"
+#include "tests/unit/test_fixture.h"
 
 #define N_TOK 128 /* teacher-forced positions */
 #define CHUNK 32  /* rows per engine run */
 
-static char tmp_dir[256];
-
-/* A path tmp_dir/<name>.gguf (the directory made on first use), or NULL. */
+/* A path fx_dir/<name>.gguf (the folder of test_fixture.h, made on first
+ * use), or NULL. */
 static const char *tmp_model(const char *name)
 {
 	static char path[4][512];
 	static int slot;
 	char *p = path[slot++ % 4];
-	if (!tmp_dir[0]) {
-		snprintf(tmp_dir, sizeof tmp_dir, "/tmp/shoal-test-qmodels-XXXXXX");
-		if (!mkdtemp(tmp_dir)) {
-			tmp_dir[0] = 0;
+	if (!fx_dir[0]) {
+		snprintf(fx_dir, sizeof fx_dir, "/tmp/shoal-test-fx-XXXXXX");
+		if (!mkdtemp(fx_dir)) {
+			fx_dir[0] = 0;
 			return NULL;
 		}
 	}
-	snprintf(p, 512, "%s/%s.gguf", tmp_dir, name);
+	snprintf(p, 512, "%s/%s.gguf", fx_dir, name);
 	return p;
 }
 
@@ -52,7 +52,7 @@ static const char *builddir(void)
 	return b ? b : ".";
 }
 
-/* `in` re-encoded by tests/helpers/requant with args into tmp_dir/<name>.gguf. */
+/* `in` re-encoded by tests/helpers/requant with args into fx_dir/<name>.gguf. */
 static const char *requant_of(const char *in, const char *name, const char *args)
 {
 	const char *p = tmp_model(name);
@@ -70,17 +70,6 @@ static const char *requant(const char *name, const char *args)
 	char in[512];
 	snprintf(in, sizeof in, "%s/models/austen-dense-f32.gguf", test_data_dir());
 	return requant_of(in, name, args);
-}
-
-static shoal_model *open_model(const char *path)
-{
-	shoal_model *m = NULL;
-	char why[256] = "";
-	if (!path || shoal_model_open(path, &m, why, sizeof why)) {
-		fprintf(stderr, "open %s: %s\n", path ? path : "(none)", why);
-		return NULL;
-	}
-	return m;
 }
 
 static shoal_engine *make_engine(const shoal_model *m)
@@ -156,15 +145,6 @@ fail:
 	free(lg);
 	shoal_engine_free(e);
 	return NULL;
-}
-
-static uint32_t argmax(const float *x, uint32_t n)
-{
-	uint32_t b = 0;
-	for (uint32_t i = 1; i < n; i++)
-		if (x[i] > x[b])
-			b = i;
-	return b;
 }
 
 /* -log softmax(x)[t] */
@@ -271,8 +251,8 @@ static void test_mix_generates(void)
 {
 	ASSERT_EQ(load_f32(), 0);
 	char path[512];
-	snprintf(path, sizeof path, "%s/mix.gguf", tmp_dir);
-	shoal_model *m = open_model(tmp_dir[0] ? path : NULL);
+	snprintf(path, sizeof path, "%s/mix.gguf", fx_dir);
+	shoal_model *m = open_model(fx_dir[0] ? path : NULL);
 	if (!m)
 		TEST_SKIP("no mix model (test_mix_q4_k_m makes it)");
 	int32_t got[2][8];
@@ -299,7 +279,7 @@ static void test_mix_generates(void)
 		                        .logits = lg};
 		ASSERT_EQ(shoal_engine_run(e, &b, NULL, 0), SHOAL_OK);
 		for (uint32_t step = 0; step < 8; step++) {
-			got[k][step] = (int32_t)argmax(lg, V);
+			got[k][step] = argmax(lg, V);
 			uint32_t p1 = 8 + step;
 			uint8_t w1 = 1;
 			shoal_engine_batch d = {.n_rows = 1,
@@ -355,14 +335,11 @@ static void test_each_type(void)
  * 0.88, all Q6_K 0.85, all Q4_K 0.59); a broken kernel gives ~1/300. */
 static void test_moe_mix(void)
 {
-	const char *f32 = tmp_model("moe-f32");
-	char cmd[2048];
-	snprintf(cmd, sizeof cmd,
-	         "%s/tests/helpers/gen_fixture --arch qwen3moe --type F32 --layers 3 --dim 256 "
-	         "--ff 512 --heads 4 --kv-heads 2 --vocab 300 --experts 8 --experts-used 2 "
-	         "--ff-exp 256 --ctx 256 --seed 7 %s >/dev/null 2>&1",
-	         builddir(), f32 ? f32 : "/nonexistent/x");
-	if (!f32 || system(cmd) != 0)
+	const char *f32 = fx_path("moe-f32", "--arch qwen3moe --type F32 --layers 3 --dim 256 "
+	                                     "--ff 512 --heads 4 --kv-heads 2 --vocab 300 "
+	                                     "--experts 8 --experts-used 2 --ff-exp 256 "
+	                                     "--ctx 256 --seed 7");
+	if (!f32)
 		TEST_SKIP("tests/helpers/gen_fixture could not make a qwen3moe fixture");
 	const char *mix = requant_of(f32, "moe-mix", "--mix q4_k_m");
 	ASSERT_TRUE(mix != NULL);
@@ -389,12 +366,7 @@ static void test_moe_mix(void)
 
 static void test_cleanup(void)
 {
-	if (tmp_dir[0]) {
-		char path[512];
-		snprintf(path, sizeof path, "%s/mix.gguf", tmp_dir);
-		unlink(path);
-		rmdir(tmp_dir);
-	}
+	fx_cleanup();
 	free(f32_logits);
 	shoal_model_free(f32_model);
 	f32_logits = NULL;
