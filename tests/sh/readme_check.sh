@@ -48,15 +48,21 @@ node_pid=""
 cd "$W" || fail "cd"
 while IFS=$'\t' read -r line cmd; do
 	if [ "$cmd" = "--" ]; then # end of a block
-		[ -n "$node_pid" ] && { kill -TERM "$node_pid"; wait "$node_pid"; node_pid=""; }
+		if [ -n "$node_pid" ]; then
+			kill -TERM "$node_pid"
+			wait "$node_pid" || fail "the README's node exited with $? on SIGTERM"
+			node_pid=""
+			unset "PID[readme_node]"
+		fi
 		continue
 	fi
 	c=${cmd//\/models\/Qwen3-30B-A3B-Q4_K_M.gguf/$M}
 	c=${c//.\/shoal/$B}
 	case "$cmd" in
 	"./shoal node "*)
-		eval "$c" >"$T/node.log" 2>&1 &
+		eval "exec $c" >"$T/node.log" 2>&1 & # exec: $! is the node itself
 		node_pid=$!
+		PID[readme_node]=$node_pid # lib.sh's exit trap kills it if we fail
 		wait_for 30 eval '"$B" status --key cluster.key --json 2>/dev/null | grep -q "\"servable\": true"' ||
 			fail "README.md:$line: the node did not serve in 30 s: $(tail -5 "$T/node.log")"
 		;;
