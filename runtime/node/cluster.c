@@ -569,6 +569,23 @@ static bool shoal_cluster_outvoted(shoal_cluster *cl, const shoal_cluster_other 
 	return out;
 }
 
+/* A peer of our current plan is dead in the view (not left: a leave is
+ * announced). */
+static bool shoal_cluster_plan_peer_died(const shoal_cluster *cl, const shoal_swim_member *v,
+                                         size_t n)
+{
+	if (!cl->plan)
+		return false;
+	for (size_t i = 0; i < n; i++) {
+		if (v[i].state != SHOAL_SWIM_STATE_DEAD)
+			continue;
+		for (size_t k = 0; k < shoal_plan_n_peers(cl->plan); k++)
+			if (!memcmp(shoal_plan_peer_at(cl->plan, k)->id.b, v[i].id.b, 16))
+				return true;
+	}
+	return false;
+}
+
 int shoal_cluster_update(shoal_cluster *cl, const shoal_swim_member *v, size_t n)
 {
 	char why[256] = "";
@@ -695,9 +712,14 @@ int shoal_cluster_update(shoal_cluster *cl, const shoal_swim_member *v, size_t n
 			e = shoal_cluster_plan_next(cl, cand, nc, NULL, &np, &np_sessions, why,
 			                            sizeof why);
 		if (e != SHOAL_OK) {
+			/* a warning only when a peer of the plan died: at start (peers
+			 * still joining) and when a peer leaves, us included, it is
+			 * normal */
 			if (strcmp(cl->plan_why, why) || cl->plan)
-				SHOAL_LOG_W("cluster", "no plan over %zu peer(s): %s", nc,
-				            why[0] ? why : shoal_strerror(e));
+				shoal_log(shoal_cluster_plan_peer_died(cl, v, n) ? SHOAL_LOG_WARN
+				                                                 : SHOAL_LOG_INFO,
+				          "cluster", "no plan over %zu peer(s): %s", nc,
+				          why[0] ? why : shoal_strerror(e));
 			snprintf(cl->plan_why, sizeof cl->plan_why, "%s",
 			         why[0] ? why : shoal_strerror(e));
 			cl->plan_err = e;
