@@ -34,6 +34,9 @@
  * with its size only). */
 #define SHOAL_PLAN_TP_SHOW 64
 
+/* As runtime/node/cluster_impl.h's SHOAL_CLUSTER_DEFAULT_CTX. */
+#define SHOAL_PLAN_DEFAULT_CTX 4096u
+
 static void plan_usage(FILE *f)
 {
 	fprintf(f,
@@ -46,8 +49,11 @@ static void plan_usage(FILE *f)
 	        "the names of the example clusters and model specs that come with shoal\n"
 	        "(--list shows them, e.g. --view mac-studio-x4 --model deepseek-v3.1-q4_k_m);\n"
 	        "their formats are described in the specs folder's README.md.\n"
-	        "  --ctx N            context tokens each session reserves KV for (default 8192)\n"
-	        "  --sessions N       sessions per stage (default 1)\n"
+	        "  --ctx N            context tokens each session reserves KV for (default, as\n"
+	        "                     shoal node: the model's training context, at most 4096)\n"
+	        "  --sessions N       sessions per stage (default, as shoal node: the most of 16,\n"
+	        "                     8, 4 that memory holds without a deeper pipeline, else 2\n"
+	        "                     or 1)\n"
 	        "  --spread-experts   place each MoE layer's experts on several peers\n"
 	        "  --tensor           also consider stages run by a tensor group (peers splitting\n"
 	        "                     each layer; planned only: nodes cannot run them yet)\n"
@@ -347,6 +353,9 @@ int shoal_cmd_plan(int argc, char **argv)
 	uint32_t bench = 0;
 	shoal_policy pol;
 	shoal_policy_init(&pol);
+	/* the defaults of `shoal node` (runtime/node/cluster_impl.h) */
+	pol.ctx = SHOAL_PLAN_DEFAULT_CTX;
+	bool ctx_given = false, sessions_given = false;
 	for (int i = 1; i < argc; i++) {
 		const char *a = argv[i];
 		bool has = i + 1 < argc;
@@ -360,9 +369,11 @@ int shoal_cmd_plan(int argc, char **argv)
 		} else if (!strcmp(a, "--ctx") && has) {
 			if (parse_u32(argv[++i], &pol.ctx) || !pol.ctx)
 				goto usage;
+			ctx_given = true;
 		} else if (!strcmp(a, "--sessions") && has) {
 			if (parse_u32(argv[++i], &pol.sessions) || !pol.sessions)
 				goto usage;
+			sessions_given = true;
 		} else if (!strcmp(a, "--bench") && has) {
 			if (parse_u32(argv[++i], &bench) || !bench)
 				goto usage;
@@ -415,6 +426,8 @@ int shoal_cmd_plan(int argc, char **argv)
 		e = shoal_model_open(model_path, &model, why, sizeof why);
 		if (!e && (e = shoal_model_manifest(model, &m)))
 			snprintf(why, sizeof why, "%.200s: %s", model_path, shoal_strerror(e));
+		if (!e && !ctx_given && model->hp.n_ctx_train && model->hp.n_ctx_train < pol.ctx)
+			pol.ctx = model->hp.n_ctx_train; /* as a node: the model's, at most 4096 */
 		shoal_model_free(model);
 	}
 	if (e) {
@@ -426,7 +439,9 @@ int shoal_cmd_plan(int argc, char **argv)
 		fprintf(stderr, "shoal plan: %s\n", why);
 		goto out;
 	}
-	e = shoal_schedule(view, &m, &pol, NULL, &plan, why, sizeof why);
+	/* without --sessions, as a node: as many as memory holds */
+	e = sessions_given ? shoal_schedule(view, &m, &pol, NULL, &plan, why, sizeof why)
+	                   : shoal_schedule_sessions(view, &m, &pol, NULL, &plan, why, sizeof why);
 	if (e) {
 		fprintf(stderr, "shoal plan: cannot plan %s on %s: %s\n", m.name, view_path, why);
 		goto out;
