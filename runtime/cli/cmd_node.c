@@ -6,6 +6,7 @@
  *              [--threads T] [--state-dir D] [--data-listen ADDR:PORT] [-v]
  *              [--model FILE | --model-id HEX|any [--cache-max SIZE]]
  *              [--mem-limit SIZE] [--ctx N] [--sessions N] [--spread-experts]
+ *              [--tensor]
  *
  * With --model the node serves its share of that model (runtime/node/cluster.h):
  * it offers min(available memory, --mem-limit) to the plan, KV for --ctx
@@ -73,6 +74,8 @@ static void shoal_cmd_node_usage(FILE *f)
 	        "  --sessions N           concurrent sessions per stage, 1..16 (default: as\n"
 	        "                         many as memory holds; give every peer the same)\n"
 	        "  --spread-experts       place each MoE layer's experts on several peers\n"
+	        "  --tensor               let the scheduler split stages among tensor groups\n"
+	        "                         (exact; the same on every peer, as --ctx)\n"
 	        "  --api [HOST:]PORT      serve the OpenAI-compatible HTTP API there (port %u;\n"
 	        "                         give 0.0.0.0:PORT to serve other machines)\n"
 	        "  --api-key FILE         requests must carry Authorization: Bearer <its text>\n"
@@ -122,6 +125,7 @@ int shoal_cmd_node(int argc, char **argv)
 		O_MEMLIMIT,
 		O_CTX,
 		O_SPREAD,
+		O_TENSOR,
 		O_SESSIONS,
 		O_API,
 		O_API_KEY,
@@ -145,6 +149,7 @@ int shoal_cmd_node(int argc, char **argv)
 	    {"mem-limit", required_argument, NULL, O_MEMLIMIT},
 	    {"ctx", required_argument, NULL, O_CTX},
 	    {"spread-experts", no_argument, NULL, O_SPREAD},
+	    {"tensor", no_argument, NULL, O_TENSOR},
 	    {"sessions", required_argument, NULL, O_SESSIONS},
 	    {"api", required_argument, NULL, O_API},
 	    {"api-key", required_argument, NULL, O_API_KEY},
@@ -230,6 +235,9 @@ int shoal_cmd_node(int argc, char **argv)
 		case O_SPREAD:
 			cfg.spread_experts = 1;
 			break;
+		case O_TENSOR:
+			cfg.tensor_groups = 1;
+			break;
 		case O_SESSIONS: {
 			char *end;
 			unsigned long v = strtoul(optarg, &end, 10);
@@ -261,7 +269,7 @@ int shoal_cmd_node(int argc, char **argv)
 		}
 	}
 	if (optind < argc || (key_file && insecure) || cfg.threads < 0 ||
-	    ((cfg.mem_limit || cfg.ctx || cfg.sessions || cfg.spread_experts) && !cfg.model &&
+	    ((cfg.mem_limit || cfg.ctx || cfg.sessions || cfg.spread_experts || cfg.tensor_groups) && !cfg.model &&
 	     !cfg.model_id) ||
 	    (cfg.model && cfg.model_id) || (cfg.cache_max && !cfg.model_id) ||
 	    (cfg.gossip_ms && (cfg.gossip_ms < 5 || cfg.gossip_ms > 10000))) {

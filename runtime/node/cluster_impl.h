@@ -63,6 +63,7 @@ enum {
 	SHOAL_CLUSTER_ROLE_STAGE = 1,  /* the data thread's stage */
 	SHOAL_CLUSTER_ROLE_OWNER = 2,  /* the data thread's session owner */
 	SHOAL_CLUSTER_ROLE_EXPERTS = 3, /* the expert thread's server */
+	SHOAL_CLUSTER_ROLE_TENSOR = 4,  /* a group member's slices (read in its exchange) */
 	SHOAL_CLUSTER_ROLE_WEIGHTS = SHOAL_WEIGHTS_ROLE /* the weights server (weights.h) */
 };
 
@@ -233,7 +234,7 @@ struct shoal_cluster {
 	bool data_started, acc_started, x_started;
 	int admit_role; /* accept thread only */
 	/* link roles for dist objects */
-	shoal_cluster_lctx lctx_stage, lctx_owner, lctx_experts;
+	shoal_cluster_lctx lctx_stage, lctx_owner, lctx_experts, lctx_tensor;
 	struct shoal_cluster_dt *dt;               /* data thread only (cluster_data.c) */
 };
 
@@ -251,5 +252,10 @@ shoal_xfer_link *shoal_cluster__link(void *ctx, const uint8_t peer[16]);
  * on, and runs on the expert thread, which must not touch the data
  * thread's links). */
 shoal_xfer_link *shoal_cluster__no_link(void *ctx, const uint8_t peer[16]);
+/* The link a group member's slices arrive on (accepted, role TENSOR; ctx:
+ * the cluster); NULL until it is there. Data thread only. */
+shoal_xfer_link *shoal_cluster__tensor_in(void *ctx, const uint8_t peer[16]);
+/* How long a group member's wait for slices spins before it blocks. */
+#define SHOAL_CLUSTER_TP_SPIN_US 50u
 
 #endif
