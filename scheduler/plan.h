@@ -35,7 +35,10 @@ typedef struct shoal_policy {
 	                               peers, balanced by speed */
 	bool tensor_groups;         /* also consider stages run by a tensor group
 	                               (scheduler/tensor.c); off by default: the
-	                               node cannot execute them yet */
+	                               planning tools ask for them */
+	bool tensor_prefer;         /* tests: a feasible plan with a tensor group
+	                               wins over every pipeline plan (loopback
+	                               runs of models too small to gain) */
 	uint64_t epoch_floor;       /* a new plan's epoch is above this and above
 	                               the previous plan's (the cluster's highest
 	                               served epoch: epochs never recur) */

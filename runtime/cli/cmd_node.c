@@ -76,6 +76,8 @@ static void shoal_cmd_node_usage(FILE *f)
 	        "  --spread-experts       place each MoE layer's experts on several peers\n"
 	        "  --tensor               let the scheduler split stages among tensor groups\n"
 	        "                         (exact; the same on every peer, as --ctx)\n"
+	        "  --link-us N            link latency the plan assumes, in us (default 200:\n"
+	        "                         gigabit Ethernet; the same on every peer)\n"
 	        "  --api [HOST:]PORT      serve the OpenAI-compatible HTTP API there (port %u;\n"
 	        "                         give 0.0.0.0:PORT to serve other machines)\n"
 	        "  --api-key FILE         requests must carry Authorization: Bearer <its text>\n"
@@ -126,6 +128,7 @@ int shoal_cmd_node(int argc, char **argv)
 		O_CTX,
 		O_SPREAD,
 		O_TENSOR,
+		O_LINK_US,
 		O_SESSIONS,
 		O_API,
 		O_API_KEY,
@@ -150,6 +153,7 @@ int shoal_cmd_node(int argc, char **argv)
 	    {"ctx", required_argument, NULL, O_CTX},
 	    {"spread-experts", no_argument, NULL, O_SPREAD},
 	    {"tensor", no_argument, NULL, O_TENSOR},
+	    {"link-us", required_argument, NULL, O_LINK_US},
 	    {"sessions", required_argument, NULL, O_SESSIONS},
 	    {"api", required_argument, NULL, O_API},
 	    {"api-key", required_argument, NULL, O_API_KEY},
@@ -238,6 +242,16 @@ int shoal_cmd_node(int argc, char **argv)
 		case O_TENSOR:
 			cfg.tensor_groups = 1;
 			break;
+		case O_LINK_US: {
+			char *end;
+			unsigned long v = strtoul(optarg, &end, 10);
+			if (*end || !*optarg || v == 0 || v > 10000000) {
+				fprintf(stderr, "shoal node: --link-us wants 1..10000000\n");
+				return 2;
+			}
+			cfg.link_us = (uint32_t)v;
+			break;
+		}
 		case O_SESSIONS: {
 			char *end;
 			unsigned long v = strtoul(optarg, &end, 10);
@@ -269,7 +283,8 @@ int shoal_cmd_node(int argc, char **argv)
 		}
 	}
 	if (optind < argc || (key_file && insecure) || cfg.threads < 0 ||
-	    ((cfg.mem_limit || cfg.ctx || cfg.sessions || cfg.spread_experts || cfg.tensor_groups) && !cfg.model &&
+	    ((cfg.mem_limit || cfg.ctx || cfg.sessions || cfg.spread_experts || cfg.tensor_groups ||
+	      cfg.link_us) && !cfg.model &&
 	     !cfg.model_id) ||
 	    (cfg.model && cfg.model_id) || (cfg.cache_max && !cfg.model_id) ||
 	    (cfg.gossip_ms && (cfg.gossip_ms < 5 || cfg.gossip_ms > 10000))) {

@@ -188,6 +188,9 @@ shoal_err shoal_cluster_new(const shoal_cluster_config *cfg, shoal_cluster **out
 	}
 	cl->pol.spread_experts = cfg->spread_experts;
 	cl->pol.tensor_groups = cfg->tensor_groups;
+	/* test hook: a group even where it does not pay (tests/sh/tp_loopback.sh) */
+	const char *prefer = getenv("SHOAL_TEST_TP_PREFER");
+	cl->pol.tensor_prefer = cfg->tensor_groups && prefer && !strcmp(prefer, "1");
 	shoal_wire_buf_init(&cl->msg);
 	if (!(cl->ev = calloc(SHOAL_CLUSTER_EVENTS, sizeof *cl->ev)) ||
 	    shoal_wire_buf_reserve(&cl->msg, SHOAL_RUN_MSG_RESERVE) != SHOAL_OK) {
@@ -328,7 +331,8 @@ static shoal_err shoal_cluster_plan_on(shoal_cluster *cl, const shoal_swim_membe
                                        shoal_plan **out, uint32_t *sessions, char *why,
                                        size_t why_len)
 {
-	shoal_view *view = shoal_view_new(200000, 125000000);
+	uint32_t lus = cl->cfg.link_us ? cl->cfg.link_us : SHOAL_CLUSTER_LINK_US;
+	shoal_view *view = shoal_view_new((uint64_t)lus * 1000u, SHOAL_CLUSTER_LINK_BW);
 	shoal_err e = view ? SHOAL_OK : SHOAL_ERR_NOMEM;
 	for (size_t i = 0; i < nc && e == SHOAL_OK; i++) {
 		const shoal_record *r = &cand[i]->record;
@@ -718,9 +722,20 @@ int shoal_cluster_update(shoal_cluster *cl, const shoal_swim_member *v, size_t n
 			            (double)shoal_plan_predicted_ns(np) / 1e6);
 			for (size_t s = 0; s < shoal_plan_n_stages(np); s++) {
 				const shoal_plan_stage *st = shoal_plan_stage_at(np, s);
-				SHOAL_LOG_I("cluster", "  stage %zu: %s layers [%u, %u)", s,
+				shoal_plan_member gm[SHOAL_DIST_TP_MAX];
+				size_t ng = shoal_plan_stage_members(np, s, gm, SHOAL_DIST_TP_MAX);
+				char grp[256] = "";
+				for (size_t j = 0, o = 0; j < ng && j < SHOAL_DIST_TP_MAX; j++) {
+					int w = snprintf(grp + o, sizeof grp - o, "%s%s",
+					                 j ? ", " : " with its tensor group ",
+					                 shoal_plan_peer_at(np, gm[j].peer)->name);
+					if (w < 0 || (size_t)w >= sizeof grp - o)
+						break;
+					o += (size_t)w;
+				}
+				SHOAL_LOG_I("cluster", "  stage %zu: %s layers [%u, %u)%s", s,
 				            shoal_plan_peer_at(np, st->peer)->name, st->first_layer,
-				            st->end_layer);
+				            st->end_layer, grp);
 			}
 			shoal_plan_free(cl->plan);
 			cl->plan = np;
@@ -788,7 +803,8 @@ int shoal_cluster_update(shoal_cluster *cl, const shoal_swim_member *v, size_t n
 			size_t l = strlen(why);
 			snprintf(why + l, sizeof why - l,
 			         " (it is ready for another plan of epoch %llu: do all peers "
-			         "give the same --ctx, --sessions, --spread-experts, --tensor?)",
+			         "give the same --ctx, --sessions, --spread-experts, --tensor, "
+			         "--link-us?)",
 			         (unsigned long long)r->ready_epoch);
 		}
 		shoal_ready_free(rd);
@@ -1259,10 +1275,12 @@ json_t *shoal_cluster_status_json(shoal_cluster *cl)
 	json_object_set_new(o, "servable", json_boolean(cl->servable));
 	/* the planning policy, which every peer must share */
 	json_object_set_new(o, "policy",
-	                    json_pack("{sI sI sb sb}", "ctx", (json_int_t)cl->pol.ctx, "sessions",
+	                    json_pack("{sI sI sb sb sI}", "ctx", (json_int_t)cl->pol.ctx, "sessions",
 	                              (json_int_t)cl->cfg.sessions, "spread_experts",
 	                              cl->pol.spread_experts, "tensor_groups",
-	                              cl->pol.tensor_groups));
+	                              cl->pol.tensor_groups, "link_us",
+	                              (json_int_t)(cl->cfg.link_us ? cl->cfg.link_us
+	                                                           : SHOAL_CLUSTER_LINK_US)));
 	if (!cl->plan) {
 		json_object_set_new(o, "digest", json_null());
 		json_object_set_new(o, "stages", json_array());

@@ -217,7 +217,9 @@ shoal_xfer_link *shoal_cluster__link(void *ctx, const uint8_t peer[16])
 	}
 	shoal_xfer_link_set_plan(k, d->as->digest, d->as->epoch);
 	SHOAL_LOG_I("cluster", "data link to %.8s (%s): %s", hex,
-	            lc->role == SHOAL_CLUSTER_ROLE_OWNER ? "results" : "stage",
+	            lc->role == SHOAL_CLUSTER_ROLE_OWNER    ? "results"
+	            : lc->role == SHOAL_CLUSTER_ROLE_TENSOR ? "tensor slices"
+	                                                    : "stage",
 	            shoal_xfer_link_status(k));
 	memcpy(d->out[d->n_out].peer, peer, 16);
 	d->out[d->n_out].role = lc->role;

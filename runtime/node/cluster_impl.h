@@ -57,13 +57,17 @@
 #define SHOAL_CLUSTER_SILENCE_MS  30000u
 #define SHOAL_CLUSTER_LINKS       (2 * SHOAL_CLUSTER_MAX_PEERS)
 #define SHOAL_CLUSTER_DEFAULT_CTX 4096u /* the context of local `shoal run` */
+/* The link every plan assumes unless --link-us says otherwise: gigabit
+ * Ethernet, ~200 us for a small frame through two kernels, 125 MB/s. */
+#define SHOAL_CLUSTER_LINK_US 200u
+#define SHOAL_CLUSTER_LINK_BW 125000000u
 
 /* Link roles: which thread and object on the far side reads the frames. */
 enum {
 	SHOAL_CLUSTER_ROLE_STAGE = 1,  /* the data thread's stage */
 	SHOAL_CLUSTER_ROLE_OWNER = 2,  /* the data thread's session owner */
 	SHOAL_CLUSTER_ROLE_EXPERTS = 3, /* the expert thread's server */
-	SHOAL_CLUSTER_ROLE_TENSOR = 4,  /* a group member's slices (read in its exchange) */
+	SHOAL_CLUSTER_ROLE_TENSOR = 5,  /* a group member's slices (read in its exchange) */
 	SHOAL_CLUSTER_ROLE_WEIGHTS = SHOAL_WEIGHTS_ROLE /* the weights server (weights.h) */
 };
 
