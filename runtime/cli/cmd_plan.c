@@ -40,7 +40,7 @@ static void plan_usage(FILE *f)
 	        "Plans a model on a cluster description (format: runtime/node/plan_json.h,\n"
 	        "models/specs/README.md) and prints the stages, experts, memory per peer and\n"
 	        "the predicted time per token. --tensor also considers stages run by a tensor\n"
-	        "group (peers splitting each layer; planned only: nodes cannot run them yet).\n");
+	        "group (peers splitting each layer; `shoal node --tensor` runs them).\n");
 }
 
 static int parse_u32(const char *s, uint32_t *out)
