@@ -102,9 +102,11 @@
  *     feed one stage; their frames interleave differently on other links).
  *     A group stage runs each data frame as its own batch. In each engine
  *     exchange (engine.h, 4 per dense layer, 3 per MoE layer) a member
- *     sends one GATHER frame to every other member: n_aux = the round, the
- *     batch's row tags, dim = its slice in floats; a slice with other rows,
- *     layer, round or length is a protocol error that fails the batch.
+ *     sends its slice to every other member as one GATHER frame (as few
+ *     as fit, in order, when it is larger than a frame): n_aux = the
+ *     round, the batch's row tags, dim = the frame's floats; a frame with
+ *     other rows, layer or round, or more bytes than the slice has left,
+ *     is a protocol error that fails the batch.
  *     One member (tp_out) passes the output and the control on.
  */
 #define SHOAL_DIST_CTL_WORDS 19u
@@ -240,9 +242,11 @@ typedef struct shoal_dist_stage_metrics {
 	uint64_t expert_rep_bytes; /* EXPERT_REP received (by collect) */
 	/* a tensor group's member */
 	uint64_t gathers;         /* exchanges (all-gathers) taken part in */
-	uint64_t gather_sent;     /* GATHER frames sent: (tp_n - 1) per exchange */
-	uint64_t gather_recv;     /* GATHER frames received */
-	uint64_t gather_bytes;    /* GATHER sent, whole frames */
+	uint64_t gather_sent;     /* slices sent: (tp_n - 1) per exchange */
+	uint64_t gather_recv;     /* slices received */
+	uint64_t gather_frames_sent; /* GATHER frames: one a slice unless it */
+	uint64_t gather_frames_recv; /* is larger than a frame */
+	uint64_t gather_bytes;    /* GATHER frames sent, whole */
 	uint64_t gather_wait_ns;  /* time waiting for the others' slices */
 	uint64_t gather_blocked;  /* waits that outlasted tp_spin_us and blocked */
 	uint64_t relayed;         /* frames relayed to the other members (entry) */

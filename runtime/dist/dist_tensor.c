@@ -56,23 +56,54 @@ static shoal_err tp_fail(shoal_err e, uint32_t layer, unsigned round, const char
 	return e;
 }
 
-/* Check slice frame f from member m against what we expect; OK: copied. */
-static shoal_err take_slice(shoal_dist_stage *s, const shoal_xfer_frame *f, uint32_t layer,
-                            unsigned round, void *buf, size_t len, char *why, size_t why_len)
+/* Check piece frame f of a member's slice (len bytes, *got of them in buf
+ * already) against what we expect; OK: appended to buf. */
+static shoal_err take_piece(shoal_dist_stage *s, const shoal_xfer_frame *f, uint32_t layer,
+                            unsigned round, uint8_t *buf, size_t len, size_t *got, char *why,
+                            size_t why_len)
 {
 	const shoal_xfer_hdr *h = &f->hdr;
 	bool ok = h->kind == SHOAL_XFER_KIND_GATHER && h->layer_first == layer &&
-	          h->n_aux == round && h->n_rows == s->tp_rows && h->payload_len == len;
+	          h->n_aux == round && h->n_rows == s->tp_rows && h->payload_len <= len - *got &&
+	          (h->payload_len > 0 || len == 0);
 	for (uint32_t r = 0; ok && r < h->n_rows; r++)
 		ok = h->rows[r].session == s->tags[r].session && h->rows[r].pos == s->tags[r].pos;
 	if (!ok)
 		return shoal_why(why, why_len, SHOAL_ERR_PROTO,
-		                 "a %s frame of layer %u round %u, %u rows, %u bytes where a slice "
-		                 "of %zu bytes for %u rows was due",
+		                 "a %s frame of layer %u round %u, %u rows, %u bytes where %zu more "
+		                 "bytes of a slice for %u rows were due",
 		                 shoal_xfer_kind_name(h->kind), h->layer_first, h->n_aux, h->n_rows,
-		                 h->payload_len, len, s->tp_rows);
-	memcpy(buf, f->payload, len);
-	s->met.gather_recv++;
+		                 h->payload_len, len - *got, s->tp_rows);
+	memcpy(buf + *got, f->payload, h->payload_len);
+	*got += h->payload_len;
+	s->met.gather_frames_recv++;
+	return SHOAL_OK;
+}
+
+/* Our slice to member link k: one message, in as few frames as fit the
+ * link (a prefill's FFN slice of a large model exceeds one frame). */
+static shoal_err send_slice(shoal_dist_stage *s, shoal_xfer_link *k, shoal_xfer_hdr *h,
+                            const uint8_t *buf, size_t len, char *why, size_t why_len)
+{
+	h->dim = 0;
+	h->payload_len = 0;
+	uint64_t head = shoal_xfer_frame_head_len(h), max = shoal_xfer_link_max_send(k);
+	size_t piece = max > head + 4 ? (size_t)(max - head) / 4u * 4u : 0;
+	if (!piece)
+		return shoal_why(why, why_len, SHOAL_ERR_RANGE, "the rows do not fit a frame");
+	size_t off = 0;
+	do {
+		size_t n = len - off < piece ? len - off : piece;
+		h->dim = (uint32_t)(n / 4u);
+		h->payload_len = (uint32_t)n;
+		struct iovec v = {.iov_base = (void *)(buf + off), .iov_len = n};
+		shoal_err e = shoal_xfer_link_send(k, h, &v, 1, s->cfg.timeout_ms, why, why_len);
+		if (e)
+			return e;
+		s->met.gather_frames_sent++;
+		s->met.gather_bytes += head + n;
+		off += n;
+	} while (off < len);
 	return SHOAL_OK;
 }
 
@@ -87,26 +118,23 @@ shoal_err dist__tp_exchange(void *ctx, uint32_t layer, shoal_engine_tp_round rou
 	                    .dtype = SHOAL_XFER_DTYPE_F32,
 	                    .layer_first = (uint16_t)layer,
 	                    .layer_end = (uint16_t)(layer + 1),
-	                    .dim = (uint32_t)(len[me] / 4u),
 	                    .n_rows = s->tp_rows,
 	                    .rows = s->tags,
-	                    .n_aux = (uint32_t)round,
-	                    .payload_len = (uint32_t)len[me]};
-	struct iovec v = {.iov_base = bufs[me], .iov_len = len[me]};
+	                    .n_aux = (uint32_t)round};
 	for (uint32_t m = 0; m < n; m++) {
 		if (m == me)
 			continue;
 		shoal_xfer_link *k = s->cfg.tp_send(s->cfg.tp_send_ctx, s->cfg.tp_peer[m]);
 		if (!k)
 			return tp_fail(SHOAL_ERR_CLOSED, layer, round, "no link to a member");
-		shoal_err e = shoal_xfer_link_send(k, &h, &v, 1, s->cfg.timeout_ms, why, sizeof why);
+		shoal_err e = send_slice(s, k, &h, bufs[me], len[me], why, sizeof why);
 		if (e)
 			return tp_fail(e, layer, round, why);
 		s->met.gather_sent++;
-		s->met.gather_bytes += shoal_xfer_frame_head_len(&h) + h.payload_len;
 	}
 	/* the others' slices, in any order of arrival */
 	bool got[SHOAL_DIST_TP_MAX] = {false};
+	size_t have[SHOAL_DIST_TP_MAX] = {0}; /* bytes of each slice so far */
 	uint32_t left = n - 1;
 	uint64_t t0 = dist__now_ns(), spin_end = t0 + (uint64_t)s->cfg.tp_spin_us * 1000u;
 	uint64_t end = t0 + (uint64_t)(s->cfg.timeout_ms > 0 ? s->cfg.timeout_ms : 1000) * 1000000u;
@@ -115,6 +143,7 @@ shoal_err dist__tp_exchange(void *ctx, uint32_t layer, shoal_engine_tp_round rou
 		struct pollfd pf[3 * SHOAL_DIST_TP_MAX];
 		int np = 0;
 		bool missing = false; /* a member's link not there yet */
+		bool progress = false; /* a frame came in this pass */
 		for (uint32_t m = 0; m < n; m++) {
 			if (m == me || got[m])
 				continue;
@@ -130,10 +159,15 @@ shoal_err dist__tp_exchange(void *ctx, uint32_t layer, shoal_engine_tp_round rou
 				continue;
 			}
 			if (!e)
-				e = take_slice(s, &f, layer, round, bufs[m], len[m], why, sizeof why);
+				e = take_piece(s, &f, layer, round, bufs[m], len[m], &have[m], why,
+				               sizeof why);
 			if (e)
 				return tp_fail(e, layer, round, why);
+			progress = true;
+			if (have[m] < len[m]) /* more pieces to come */
+				continue;
 			got[m] = true;
+			s->met.gather_recv++;
 			left--;
 		}
 		if (!left)
@@ -141,7 +175,7 @@ shoal_err dist__tp_exchange(void *ctx, uint32_t layer, shoal_engine_tp_round rou
 		uint64_t now = dist__now_ns();
 		if (now >= end)
 			return tp_fail(SHOAL_ERR_TIMEOUT, layer, round, "the members' slices are late");
-		if (now < spin_end)
+		if (now < spin_end || progress)
 			continue;
 		blocked = true;
 		/* 1 ms while a link is still being accepted: look again soon */

@@ -1235,9 +1235,11 @@ static json_t *shoal_cluster_stage_met_json(const shoal_dist_stage_metrics *m)
 	                 "session_errors", (json_int_t)m->session_errors);
 	if (o && m->gathers) /* a tensor group's member */
 		json_object_update_new(
-		    o, json_pack("{sI sI sI sI sI sI sI}", "gathers", (json_int_t)m->gathers,
+		    o, json_pack("{sI sI sI sI sI sI sI sI sI}", "gathers", (json_int_t)m->gathers,
 		                 "gather_sent", (json_int_t)m->gather_sent, "gather_recv",
-		                 (json_int_t)m->gather_recv, "gather_bytes",
+		                 (json_int_t)m->gather_recv, "gather_frames_sent",
+		                 (json_int_t)m->gather_frames_sent, "gather_frames_recv",
+		                 (json_int_t)m->gather_frames_recv, "gather_bytes",
 		                 (json_int_t)m->gather_bytes, "gather_wait_ns",
 		                 (json_int_t)m->gather_wait_ns, "gather_blocked",
 		                 (json_int_t)m->gather_blocked, "relayed", (json_int_t)m->relayed));

@@ -8,8 +8,8 @@
 #
 # Fixture: the Llama-shaped one of tests/bench/decode_bound.sh (made with
 # tests/helpers/gen_fixture if missing; ~1.2 GB in /tmp/shoal-bench).
-# Every peer runs 1 thread. Clusters (own keys and names), up at once, idle
-# but for the runs:
+# Every peer runs 1 thread, with the compute figures the first peer probed.
+# Clusters (own keys and names), up at once, idle but for the runs:
 #   1 peer       --ctx 256
 #   group        2 peers, --tensor --link-us 5 (loopback): the scheduler
 #                picks one stage run by a group of both (checked in status),
@@ -57,6 +57,7 @@ cluster() { # cluster C N [node args...]: N peers of cluster C, all up
 	local c=$1 n=$2 i seed
 	shift 2
 	"$B" key new "$T/k-$c" >/dev/null || fail "shoal key new"
+	for i in $(seq "$n"); do [ -s "$T/probe" ] && mkdir -p "$T/$c-$i" && cp "$T/probe" "$T/$c-$i/probe"; done
 	KEY=$T/k-$c start "$c-1" "$FIX" --cluster "tp-$c" --ctx $CTX "$@"
 	seed=$(ep "$c-1")
 	for i in $(seq 2 "$n"); do KEY=$T/k-$c start "$c-$i" "$FIX" --cluster "tp-$c" --ctx $CTX "$@" --peer "$seed"; done
@@ -72,6 +73,11 @@ ready() { # ready C N STAGES MEMBERS: the cluster serves its plan of that shape
 }
 t0=$(now_ms)
 cluster peer1 1
+# every other peer gets the first one's probed figures (its probe file):
+# the cores are alike, and a probe disturbed by the machine's other load
+# would skew the shares or keep a peer out of the group
+wait_for 60 test -s "$T/peer1-1/probe" || fail "no probe file"
+cp "$T/peer1-1/probe" "$T/probe"
 for s in $SPINS; do SHOAL_TP_SPIN_US=$s cluster "group$s" 2 --tensor --link-us 5; done
 cluster pipe 2 --mem-limit "${PIPE_LIMIT:-650M}"
 wait_for 240 ready peer1 1 1 0 || fail "1 peer: no plan"
