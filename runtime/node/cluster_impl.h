@@ -259,7 +259,15 @@ shoal_xfer_link *shoal_cluster__no_link(void *ctx, const uint8_t peer[16]);
 /* The link a group member's slices arrive on (accepted, role TENSOR; ctx:
  * the cluster); NULL until it is there. Data thread only. */
 shoal_xfer_link *shoal_cluster__tensor_in(void *ctx, const uint8_t peer[16]);
-/* How long a group member's wait for slices spins before it blocks. */
-#define SHOAL_CLUSTER_TP_SPIN_US 50u
+/* How long a group member's wait for slices spins before it blocks: a
+ * slice already on its way over loopback or a fast link comes within
+ * ~10-20 us; longer waits are the other member still computing, and
+ * spinning then takes the core from it where peers share cores (a dense
+ * layer has 4 rounds: at 22 layers, 20 us bounds the spin to 1.8 ms a
+ * token). tests/bench/tp_bench.sh on 2 loaded cores (load ~10): spin 0,
+ * 50, 200 us left ~46-51 % of the waits blocking alike, the medians
+ * favoured 0 and the quietest rounds were equal: noise; 20 us keeps the
+ * in-flight case free of a wake-up at a small bound. */
+#define SHOAL_CLUSTER_TP_SPIN_US 20u
 
 #endif
