@@ -36,17 +36,7 @@ N1=2
 N2=26
 
 [ -x "$B" ] || fail "$B not found (give the build directory)"
-for p in plancheck gen_fixture; do
-	[ -x "$BD/tests/helpers/$p" ] || make -C "$BD" "tests/helpers/$p" >/dev/null || fail "cannot build tests/helpers/$p"
-done
-if [ ! -s "$FIX" ]; then
-	mkdir -p "$(dirname "$FIX")"
-	echo "making $FIX (1.17 GB)"
-	"$BD/tests/helpers/gen_fixture" --arch llama --type Q8_0 --layers 22 --dim 2048 --ff 5632 \
-		--heads 32 --kv-heads 4 --vocab 32000 --ctx 2048 --seed 1 "$FIX.tmp" >/dev/null ||
-		fail "gen_fixture failed"
-	mv "$FIX.tmp" "$FIX"
-fi
+bench_fixture "$FIX"
 
 # ---- clusters: CONFIGS names them; EP0[C] owns the sessions (stage 0)
 CONFIGS=(local1 local2 peer1)
