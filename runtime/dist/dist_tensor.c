@@ -38,9 +38,9 @@ bool dist__tp_relay(shoal_dist_stage *s, const shoal_xfer_frame *f, char *why, s
 	struct iovec v = {.iov_base = (void *)f->payload, .iov_len = in->payload_len};
 	for (uint32_t m = 1; m < s->cfg.tp_n; m++) {
 		shoal_xfer_link *k = s->cfg.tp_relay(s->cfg.tp_relay_ctx, s->cfg.tp_peer[m]);
-		shoal_err e = k ? shoal_xfer_link_send(k, &h, &v, 1, s->cfg.timeout_ms, why, why_len)
-		                : shoal_why(why, why_len, SHOAL_ERR_NOTFOUND, "no link to member %u",
-		                            m);
+		shoal_err e =
+		    k ? shoal_xfer_link_send(k, &h, &v, 1, s->cfg.timeout_ms, why, why_len)
+		      : shoal_why(why, why_len, SHOAL_ERR_NOTFOUND, "no link to member %u", m);
 		if (e)
 			return false;
 		s->met.relayed++;
@@ -69,11 +69,12 @@ static shoal_err take_piece(shoal_dist_stage *s, const shoal_xfer_frame *f, uint
 	for (uint32_t r = 0; ok && r < h->n_rows; r++)
 		ok = h->rows[r].session == s->tags[r].session && h->rows[r].pos == s->tags[r].pos;
 	if (!ok)
-		return shoal_why(why, why_len, SHOAL_ERR_PROTO,
-		                 "a %s frame of layer %u round %u, %u rows, %u bytes where %zu more "
-		                 "bytes of a slice for %u rows were due",
-		                 shoal_xfer_kind_name(h->kind), h->layer_first, h->n_aux, h->n_rows,
-		                 h->payload_len, len - *got, s->tp_rows);
+		return shoal_why(
+		    why, why_len, SHOAL_ERR_PROTO,
+		    "a %s frame of layer %u round %u, %u rows, %u bytes where %zu more "
+		    "bytes of a slice for %u rows were due",
+		    shoal_xfer_kind_name(h->kind), h->layer_first, h->n_aux, h->n_rows,
+		    h->payload_len, len - *got, s->tp_rows);
 	memcpy(buf + *got, f->payload, h->payload_len);
 	*got += h->payload_len;
 	s->met.gather_frames_recv++;
@@ -142,7 +143,7 @@ shoal_err dist__tp_exchange(void *ctx, uint32_t layer, shoal_engine_tp_round rou
 	while (left) {
 		struct pollfd pf[3 * SHOAL_DIST_TP_MAX];
 		int np = 0;
-		bool missing = false; /* a member's link not there yet */
+		bool missing = false;  /* a member's link not there yet */
 		bool progress = false; /* a frame came in this pass */
 		for (uint32_t m = 0; m < n; m++) {
 			if (m == me || got[m])
@@ -174,7 +175,8 @@ shoal_err dist__tp_exchange(void *ctx, uint32_t layer, shoal_engine_tp_round rou
 			break;
 		uint64_t now = dist__now_ns();
 		if (now >= end)
-			return tp_fail(SHOAL_ERR_TIMEOUT, layer, round, "the members' slices are late");
+			return tp_fail(SHOAL_ERR_TIMEOUT, layer, round,
+			               "the members' slices are late");
 		if (now < spin_end || progress)
 			continue;
 		blocked = true;
