@@ -798,12 +798,12 @@ int shoal_cluster_update(shoal_cluster *cl, const shoal_swim_member *v, size_t n
 		for (size_t i = 0; !servable && nm && i < nc; i++) {
 			const shoal_record *r = &cand[i]->record;
 			if (memcmp(r->id.b, shoal_plan_peer_at(cl->plan, missing[0])->id.b, 16) ||
-			    !r->ready_epoch || r->ready_epoch != shoal_plan_epoch(cl->plan))
+			    !r->ready_epoch)
 				continue;
 			size_t l = strlen(why);
 			snprintf(why + l, sizeof why - l,
-			         " (it is ready for another plan of epoch %llu: do all peers "
-			         "give the same --ctx, --sessions, --spread-experts, --tensor, "
+			         " (it is ready for another plan, epoch %llu: if this lasts, do all "
+			         "peers give the same --ctx, --sessions, --spread-experts, --tensor, "
 			         "--link-us?)",
 			         (unsigned long long)r->ready_epoch);
 		}
@@ -1288,10 +1288,12 @@ json_t *shoal_cluster_status_json(shoal_cluster *cl)
 		json_object_set_new(o, "stages", json_array());
 		json_object_set_new(o, "why", json_string(cl->plan_why));
 	} else if (!cl->servable) {
+		pthread_mutex_lock(&cl->mu);
 		json_object_set_new(o, "why",
-		                    json_string(cl->ready_why[0]
-		                                    ? cl->ready_why
-		                                    : "waiting for peers to be ready"));
+		                    json_string(cl->ready_why[0]    ? cl->ready_why
+		                                : cl->shared_why[0] ? cl->shared_why
+		                                                    : "waiting for peers to be ready"));
+		pthread_mutex_unlock(&cl->mu);
 	}
 	json_t *ready = json_array(), *not_ready = json_array();
 	if (cl->plan)

@@ -16,6 +16,8 @@
 #  3. Churn: c is killed -9 while a 200-token run streams through a: the
 #     run completes with the undisturbed ids; the survivors serve a group
 #     of 2 again.
+#  3b. A peer started without --tensor: no plan is servable, and status
+#     names the options every peer must share.
 #  4. MoE: the trained austen MoE (2 members) and a generated qwen3moe
 #     fixture (3 members): ids and logprobs equal one peer; gathers as
 #     designed (3 per MoE layer).
@@ -120,6 +122,14 @@ wait $RPID || fail "the run failed after c was killed: $(cat "$T/r-long.err")"
 same "ids across the kill of c" "$T/r-long" "$T/l-long"
 echo "churn: c killed -9 after ~$at of $N tokens: ids identical to one peer; $(tail -n 1 "$T/r-long.err" | sed 's/^shoal run: //')"
 wait_for 20 group_of 2 a b || fail "the survivors serve no group of 2: $("$PC" "$T/st-a.json" servable)"
+stop_all
+
+# 3b. a peer without --tensor: the plans differ, and status says which options to check
+start x1 "$DENSE" "${TP[@]}"
+start x2 "$DENSE" --ctx 256 --link-us 5 --peer "$(ep x1)"
+told() { status x1 && "$PC" "$T/st-x1.json" servable | grep -q -- "--tensor"; }
+wait_for 20 told || fail "a policy mismatch is not named: $("$PC" "$T/st-x1.json" servable)"
+echo "policy mismatch: $("$PC" "$T/st-x1.json" servable | cut -c1-160)"
 stop_all
 
 # 4. MoE: the trained austen MoE (2 members), a qwen3moe fixture (3)
