@@ -7,8 +7,9 @@
  * link) and is driven by "handle this received frame" (for an event loop
  * that polls shoal_xfer_link_pollfds) or by a *_poll helper that polls a
  * given set of links itself. Files: dist_stage.c (a stage and an expert
- * server), dist_experts.c (the engine's moe_hook over links), dist_owner.c
- * (the session owner), dist_proto.c (the message layouts below).
+ * server), dist_experts.c (the engine's moe_hook over links), dist_tensor.c
+ * (a tensor group member's exchange and relay), dist_owner.c (the session
+ * owner), dist_proto.c (the message layouts below).
  *
  * Threading: each object is used by one thread at a time, and a link by
  * one thread at a time (xfer.h): give each stage its own thread and its

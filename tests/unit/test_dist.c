@@ -4,8 +4,10 @@
  * links. Tokens and top-K logprobs must equal one whole-model engine's
  * bitwise (dense 3-stage split, MoE with experts on 3 peers); the link
  * counters must show one HIDDEN frame per hop per step and at most one
- * expert request per remote peer per MoE layer per run; malformed and
- * wrong-digest frames are dropped and fail the session cleanly.
+ * expert request per remote peer per MoE layer per run; a stage run by a
+ * tensor group (first or last in a pipeline) gives the same tokens with
+ * the designed count of gathers; malformed and wrong-digest frames are
+ * dropped and fail the session cleanly.
  *
  * Divisions: links and peers, the reference, the cluster, tests.
  */
