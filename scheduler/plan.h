@@ -89,6 +89,17 @@ typedef struct shoal_plan shoal_plan;
 shoal_err shoal_schedule(const shoal_view *view, const shoal_manifest *m, const shoal_policy *pol,
                          const shoal_plan *prev, shoal_plan **out, char *why, size_t why_len);
 
+/* shoal_schedule with the sessions chosen from memory, as a node does
+ * without --sessions (a pure function of the view: every peer picks the
+ * same): the most of 16, 8, 4 that gives no deeper pipeline and no slower
+ * token (within 5 %) than SHOAL_SCHED_SESSIONS_DEFAULT; that default when
+ * none does; 1 when even the default does not fit. pol->sessions is set to
+ * the choice. */
+#define SHOAL_SCHED_SESSIONS_DEFAULT 2u
+shoal_err shoal_schedule_sessions(const shoal_view *view, const shoal_manifest *m,
+                                  shoal_policy *pol, const shoal_plan *prev, shoal_plan **out,
+                                  char *why, size_t why_len);
+
 void shoal_plan_free(shoal_plan *p);             /* NULL is a no-op */
 shoal_plan *shoal_plan_dup(const shoal_plan *p); /* NULL when out of memory */
 

@@ -266,3 +266,38 @@ done:
 	sched__ctx_fini(&c);
 	return e;
 }
+
+shoal_err shoal_schedule_sessions(const shoal_view *view, const shoal_manifest *m,
+                                  shoal_policy *pol, const shoal_plan *prev, shoal_plan **out,
+                                  char *why, size_t why_len)
+{
+	static const uint32_t more[] = {16, 8, 4};
+	pol->sessions = SHOAL_SCHED_SESSIONS_DEFAULT;
+	shoal_err e = shoal_schedule(view, m, pol, prev, out, why, why_len);
+	if (e == SHOAL_ERR_INFEASIBLE) {
+		char w1[256];
+		pol->sessions = 1;
+		if (shoal_schedule(view, m, pol, prev, out, w1, sizeof w1) == SHOAL_OK)
+			e = SHOAL_OK;
+		else
+			pol->sessions = SHOAL_SCHED_SESSIONS_DEFAULT; /* report the default's need */
+	}
+	for (size_t k = 0; e == SHOAL_OK && pol->sessions == SHOAL_SCHED_SESSIONS_DEFAULT &&
+	                   k < sizeof more / sizeof more[0];
+	     k++) {
+		shoal_policy big = *pol;
+		shoal_plan *p = NULL;
+		char w2[256];
+		big.sessions = more[k];
+		if (shoal_schedule(view, m, &big, prev, &p, w2, sizeof w2) == SHOAL_OK &&
+		    shoal_plan_n_stages(p) <= shoal_plan_n_stages(*out) &&
+		    shoal_plan_predicted_ns(p) <= shoal_plan_predicted_ns(*out) / 20 * 21) {
+			shoal_plan_free(*out);
+			*out = p;
+			pol->sessions = big.sessions;
+			break;
+		}
+		shoal_plan_free(p);
+	}
+	return e;
+}

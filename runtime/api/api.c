@@ -23,11 +23,13 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <time.h>
 
 #include <jansson.h>
@@ -183,13 +185,37 @@ static bool run_text(api_run *r, const char *s, size_t n)
 	return true;
 }
 
-/* Wait on a run's condition (under its mu) for at most a second. */
-static void run_wait(api_run *r)
+/* Wait on a run's condition (under its mu) for at most ms. */
+static void run_wait(api_run *r, unsigned ms)
 {
 	struct timespec ts;
 	clock_gettime(CLOCK_REALTIME, &ts);
-	ts.tv_sec += API_KEEPALIVE_MS / 1000;
+	ts.tv_nsec += (long)(ms % 1000) * 1000000L;
+	ts.tv_sec += ms / 1000 + ts.tv_nsec / 1000000000L;
+	ts.tv_nsec %= 1000000000L;
 	pthread_cond_timedwait(&r->cv, &r->mu, &ts);
+}
+
+/* The client of a request we are still answering closed its end (HTTP
+ * clients send nothing more after the request, so EOF means gone). */
+static bool api_client_gone(struct MHD_Connection *c)
+{
+	const union MHD_ConnectionInfo *ci =
+	    MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+	if (!ci)
+		return false;
+	int fd = ci->connect_fd;
+#ifdef POLLRDHUP
+	struct pollfd p = {.fd = fd, .events = POLLIN | POLLRDHUP};
+#else
+	struct pollfd p = {.fd = fd, .events = POLLIN};
+#endif
+	if (poll(&p, 1, 0) <= 0)
+		return false;
+	if (p.revents & (POLLHUP | POLLERR))
+		return true;
+	char b;
+	return (p.revents & POLLIN) && recv(fd, &b, 1, MSG_PEEK | MSG_DONTWAIT) == 0;
 }
 
 static void sink_token(void *ctx, int32_t id, const char *text, size_t len, float lp,
@@ -540,7 +566,7 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max)
 			return MHD_CONTENT_READER_END_WITH_ERROR;
 		pthread_mutex_lock(&r->mu);
 		if (!r->done && r->n_tok == k->sent_tok && r->len == k->sent_text)
-			run_wait(r);
+			run_wait(r, API_KEEPALIVE_MS);
 		size_t before = k->out_len;
 		stream_step(k);
 		if (k->out_len == before && !k->end_sent)
@@ -565,7 +591,7 @@ static bool wait_first(shoal_api *a, api_run *r)
 {
 	pthread_mutex_lock(&r->mu);
 	while (!r->done && !r->n_tok && !a->stopping)
-		run_wait(r);
+		run_wait(r, API_KEEPALIVE_MS);
 	bool ok = r->n_tok || (r->done && !r->err);
 	if (!ok && !r->done) {
 		r->err = SHOAL_ERR_STATE;
@@ -644,7 +670,8 @@ static enum MHD_Result api_complete(shoal_api *a, struct MHD_Connection *c, api_
 	}
 	if (!k->q.stream) {
 		pthread_mutex_lock(&k->run->mu);
-		while (!k->run->done && !a->stopping) {
+		bool gone = false;
+		while (!k->run->done && !a->stopping && !gone) {
 			bool hit;
 			visible_end(k, &hit);
 			if (hit && !k->finished) { /* cut at a stop string: end the run */
@@ -652,7 +679,15 @@ static enum MHD_Result api_complete(shoal_api *a, struct MHD_Connection *c, api_
 				k->stopped = true;
 				a->ops.cancel(a->ops.ctx, k->handle);
 			}
-			run_wait(k->run);
+			run_wait(k->run, 200);
+			gone = api_client_gone(c);
+		}
+		if (gone) {
+			/* a whole reply nobody waits for: api_completed cancels
+			 * the run and frees its session now, not at its end */
+			pthread_mutex_unlock(&k->run->mu);
+			res = MHD_NO;
+			goto out;
 		}
 		if (!k->run->done) {
 			k->run->err = SHOAL_ERR_STATE;

@@ -7,9 +7,11 @@
 #define SHOAL_RUNTIME_CLI_H
 
 #include <stdbool.h>
+#include <stdio.h>
 
 int shoal_cmd_run(int argc, char **argv);        /* runtime/cli/cmd_run.c */
 int shoal_cmd_run_remote(int argc, char **argv); /* runtime/cli/cmd_run_remote.c (--peer) */
+void shoal_run_remote_usage(FILE *f);             /* its options, for `shoal run --help` */
 int shoal_cmd_tokenize(int argc, char **argv);   /* runtime/cli/cmd_tokenize.c */
 int shoal_cmd_detokenize(int argc, char **argv); /* runtime/cli/cmd_tokenize.c */
 int shoal_cmd_perplexity(int argc, char **argv); /* runtime/cli/cmd_perplexity.c */

@@ -41,7 +41,15 @@ static void chat_usage(FILE *f)
 	        "                  [--temp T] [--max-tokens N] [--seed S] [-p TEXT]\n"
 	        "Talks to a peer's HTTP API (`shoal node --api`, port %u by default): type a\n"
 	        "line, the reply streams in. /system TEXT sets the system message, /reset\n"
-	        "starts over, /quit leaves; Ctrl-C stops a reply. -p TEXT: one turn, then exit.\n",
+	        "starts over, /quit leaves; Ctrl-C stops a reply.\n"
+	        "  --peer HOST[:PORT]     the peer's API (default port %u)\n"
+	        "  --api-key FILE         the API key, if the peer asks for one\n"
+	        "  --system TEXT          the system message\n"
+	        "  --temp T               temperature (default: the peer's)\n"
+	        "  -n, --max-tokens N     tokens per reply at most\n"
+	        "  --seed S               sampler seed\n"
+	        "  -p, --prompt TEXT      one turn, then exit\n",
+	        SHOAL_API_DEFAULT_PORT,
 	        SHOAL_API_DEFAULT_PORT);
 }
 

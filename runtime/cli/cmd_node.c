@@ -56,6 +56,7 @@ static void shoal_cmd_node_usage(FILE *f)
 	        "  --listen ADDR[:PORT]   control address (default 0.0.0.0:47470; port 0 = any)\n"
 	        "  --peer HOST[:PORT]     a seed peer to join through (repeatable)\n"
 	        "  --no-mdns              do not advertise or browse with mDNS/DNS-SD\n"
+	        "  --gossip-ms MS         the base period of every timer (default 100; for tests)\n"
 	        "  --reprobe              measure compute speed again (default: the figures\n"
 	        "                         kept in the state directory, up to 7 days old)\n"
 	        "  --key FILE             cluster key (default: <state-dir>/%s)\n"
@@ -282,16 +283,32 @@ int shoal_cmd_node(int argc, char **argv)
 			return 2;
 		}
 	}
-	if (optind < argc || (key_file && insecure) || cfg.threads < 0 ||
-	    ((cfg.mem_limit || cfg.ctx || cfg.sessions || cfg.spread_experts || cfg.tensor_groups ||
-	      cfg.link_us) && !cfg.model &&
-	     !cfg.model_id) ||
-	    (cfg.model && cfg.model_id) || (cfg.cache_max && !cfg.model_id) ||
-	    (cfg.gossip_ms && (cfg.gossip_ms < 5 || cfg.gossip_ms > 10000))) {
-		fprintf(stderr, "shoal node: %s\n",
-		        key_file && insecure ? "--key and --insecure exclude each other"
-		                             : "bad arguments");
-		shoal_cmd_node_usage(stderr);
+	/* each bad combination named, with what it needs */
+	const char *bad = NULL;
+	char bad_buf[300];
+	if (optind < argc) {
+		snprintf(bad_buf, sizeof bad_buf,
+		         "unexpected argument '%.200s'%s", argv[optind],
+		         strstr(argv[optind], ".gguf") ? " (a model file is given with --model FILE)" : "");
+		bad = bad_buf;
+	} else if (key_file && insecure)
+		bad = "--key and --insecure exclude each other";
+	else if (cfg.threads < 0)
+		bad = "--threads wants 0 (all cores) or more";
+	else if ((cfg.mem_limit || cfg.ctx || cfg.sessions || cfg.spread_experts ||
+	          cfg.tensor_groups || cfg.link_us) &&
+	         !cfg.model && !cfg.model_id)
+		bad = "--mem-limit, --ctx, --sessions, --spread-experts, --tensor and --link-us need "
+		      "--model FILE or --model-id HEX|any (a peer without a model only relays "
+		      "membership)";
+	else if (cfg.model && cfg.model_id)
+		bad = "--model and --model-id exclude each other";
+	else if (cfg.cache_max && !cfg.model_id)
+		bad = "--cache-max needs --model-id";
+	else if (cfg.gossip_ms && (cfg.gossip_ms < 5 || cfg.gossip_ms > 10000))
+		bad = "--gossip-ms wants 5..10000";
+	if (bad) {
+		fprintf(stderr, "shoal node: %s (shoal node --help lists the options)\n", bad);
 		free(seeds);
 		return 2;
 	}

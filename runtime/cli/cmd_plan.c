@@ -12,10 +12,13 @@
  * Part: runtime/ (CLI glue around scheduler/). --bench times N schedule()
  * calls (the only place a clock is read) and prints the mean per plan.
  */
+#include <dirent.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "base/clock.h"
 #include "base/err.h"
@@ -31,16 +34,121 @@
  * with its size only). */
 #define SHOAL_PLAN_TP_SHOW 64
 
+/* As runtime/node/cluster_impl.h's SHOAL_CLUSTER_DEFAULT_CTX. */
+#define SHOAL_PLAN_DEFAULT_CTX 4096u
+
 static void plan_usage(FILE *f)
 {
 	fprintf(f,
-	        "usage: shoal plan --view CLUSTER.json --model (MODEL.gguf|SPEC.json) [--ctx N]\n"
+	        "usage: shoal plan --view CLUSTER --model (MODEL.gguf|SPEC) [--ctx N]\n"
 	        "                  [--sessions N] [--spread-experts] [--tensor] [--json]\n"
 	        "                  [--bench N]\n"
-	        "Plans a model on a cluster description (format: runtime/node/plan_json.h,\n"
-	        "models/specs/README.md) and prints the stages, experts, memory per peer and\n"
-	        "the predicted time per token. --tensor also considers stages run by a tensor\n"
-	        "group (peers splitting each layer; `shoal node --tensor` runs them).\n");
+	        "       shoal plan --list\n"
+	        "Plans a model on a cluster description and prints the stages, experts, memory\n"
+	        "per peer and the predicted time per token. CLUSTER and SPEC are JSON files, or\n"
+	        "the names of the example clusters and model specs that come with shoal\n"
+	        "(--list shows them, e.g. --view mac-studio-x4 --model deepseek-v3.1-q4_k_m);\n"
+	        "their formats are described in the specs folder's README.md.\n"
+	        "  --ctx N            context tokens each session reserves KV for (default, as\n"
+	        "                     shoal node: the model's training context, at most 4096)\n"
+	        "  --sessions N       sessions per stage (default, as shoal node: the most of 16,\n"
+	        "                     8, 4 that memory holds without a deeper pipeline, else 2\n"
+	        "                     or 1)\n"
+	        "  --spread-experts   place each MoE layer's experts on several peers\n"
+	        "  --tensor           also consider stages run by a tensor group (peers splitting\n"
+	        "                     each layer; `shoal node --tensor` runs them)\n"
+	        "  --json             the plan as JSON\n"
+	        "  --bench N          plan N times and print the time per plan\n"
+	        "Data folder: $SHOAL_DATA_DIR, else <the binary's folder>/../share/shoal, else\n"
+	        "%s.\n",
+	        SHOAL_PKGDATADIR);
+}
+
+/* ---- the data that comes with shoal: model specs and example clusters */
+
+static bool ends_with(const char *s, const char *suf);
+
+/* The data folders, best first: $SHOAL_DATA_DIR; <exe>/../share/shoal (an
+ * installed or relocated tree, DESTDIR staging included; the source
+ * tree's folders first when the binary is the build tree's); the
+ * configured pkgdatadir; the source tree's folders. */
+static size_t plan_data_dirs(const char *sub, char dirs[5][1100])
+{
+	size_t n = 0;
+	const char *env = getenv("SHOAL_DATA_DIR");
+	if (env && *env)
+		snprintf(dirs[n++], 1100, "%s/%s", env, sub);
+	const char *src = !strcmp(sub, "specs") ? "models/specs" : "scheduler/examples";
+	char exe[1024];
+	ssize_t k = readlink("/proc/self/exe", exe, sizeof exe - 1);
+	if (k > 0) {
+		exe[k] = '\0';
+		char *slash = strrchr(exe, '/');
+		if (slash) {
+			*slash = '\0';
+			if (!strcmp(exe, SHOAL_BUILDDIR)) /* the binary of a build tree */
+				snprintf(dirs[n++], 1100, "%s/%s", SHOAL_SRCDIR, src);
+			char *up = strrchr(exe, '/'); /* <prefix>/bin -> <prefix> */
+			if (up)
+				snprintf(dirs[n++], 1100, "%.*s/share/shoal/%s", (int)(up - exe), exe, sub);
+		}
+	}
+	snprintf(dirs[n++], 1100, "%s/%s", SHOAL_PKGDATADIR, sub);
+	snprintf(dirs[n++], 1100, "%s/%s", SHOAL_SRCDIR, src);
+	return n;
+}
+
+/* NAME as given when it is a file or has a '/'; else NAME(.json) in the
+ * first data folder that has it. Writes the path to out; false when none. */
+static bool plan_find(const char *name, const char *sub, char *out, size_t cap)
+{
+	struct stat st;
+	if (strchr(name, '/') || stat(name, &st) == 0) {
+		snprintf(out, cap, "%s", name);
+		return true;
+	}
+	char dirs[5][1100];
+	size_t n = plan_data_dirs(sub, dirs);
+	for (size_t i = 0; i < n; i++)
+		for (int j = 0; j < 2; j++) {
+			int w = snprintf(out, cap, "%s/%s%s", dirs[i], name, j ? ".json" : "");
+			if (w > 0 && (size_t)w < cap && stat(out, &st) == 0 && S_ISREG(st.st_mode))
+				return true;
+		}
+	return false;
+}
+
+static int plan_name_cmp(const void *a, const void *b) { return strcmp(a, b); }
+
+/* --list: the specs and clusters of the first data folder that has each. */
+static int plan_list(void)
+{
+	static const char *const subs[] = {"specs", "clusters"};
+	for (size_t s = 0; s < 2; s++) {
+		char dirs[5][1100];
+		size_t n = plan_data_dirs(subs[s], dirs);
+		DIR *d = NULL;
+		size_t i = 0;
+		for (; i < n && !(d = opendir(dirs[i])); i++)
+			;
+		if (!d) {
+			printf("%s: none found\n", subs[s]);
+			continue;
+		}
+		printf("%s (%s):\n", s ? "example clusters (--view)" : "model specs (--model)", dirs[i]);
+		char names[256][128];
+		size_t k = 0;
+		struct dirent *e;
+		while ((e = readdir(d)) && k < 256)
+			if (ends_with(e->d_name, ".json") && strlen(e->d_name) < sizeof names[0])
+				snprintf(names[k++], sizeof names[0], "%.*s", (int)(strlen(e->d_name) - 5),
+				         e->d_name);
+		closedir(d);
+		qsort(names, k, sizeof names[0], plan_name_cmp);
+		for (size_t j = 0; j < k; j++)
+			printf("  %s\n", names[j]);
+	}
+	return 0;
 }
 
 static int parse_u32(const char *s, uint32_t *out)
@@ -245,6 +353,9 @@ int shoal_cmd_plan(int argc, char **argv)
 	uint32_t bench = 0;
 	shoal_policy pol;
 	shoal_policy_init(&pol);
+	/* the defaults of `shoal node` (runtime/node/cluster_impl.h) */
+	pol.ctx = SHOAL_PLAN_DEFAULT_CTX;
+	bool ctx_given = false, sessions_given = false;
 	for (int i = 1; i < argc; i++) {
 		const char *a = argv[i];
 		bool has = i + 1 < argc;
@@ -258,9 +369,11 @@ int shoal_cmd_plan(int argc, char **argv)
 		} else if (!strcmp(a, "--ctx") && has) {
 			if (parse_u32(argv[++i], &pol.ctx) || !pol.ctx)
 				goto usage;
+			ctx_given = true;
 		} else if (!strcmp(a, "--sessions") && has) {
 			if (parse_u32(argv[++i], &pol.sessions) || !pol.sessions)
 				goto usage;
+			sessions_given = true;
 		} else if (!strcmp(a, "--bench") && has) {
 			if (parse_u32(argv[++i], &bench) || !bench)
 				goto usage;
@@ -270,6 +383,8 @@ int shoal_cmd_plan(int argc, char **argv)
 			pol.tensor_groups = true;
 		} else if (!strcmp(a, "--json")) {
 			json = true;
+		} else if (!strcmp(a, "--list")) {
+			return plan_list();
 		} else {
 			fprintf(stderr, "shoal plan: unknown or incomplete argument '%s'\n", a);
 			goto usage;
@@ -277,6 +392,21 @@ int shoal_cmd_plan(int argc, char **argv)
 	}
 	if (!view_path || !model_path)
 		goto usage;
+	char view_buf[1200], model_buf[1200];
+	bool gguf = ends_with(model_path, ".gguf");
+	if (!plan_find(view_path, "clusters", view_buf, sizeof view_buf)) {
+		fprintf(stderr, "shoal plan: --view %s: no such file or example cluster (see --list)\n",
+		        view_path);
+		return 1;
+	}
+	if (!gguf && !plan_find(model_path, "specs", model_buf, sizeof model_buf)) {
+		fprintf(stderr, "shoal plan: --model %s: no such file or model spec (see --list)\n",
+		        model_path);
+		return 1;
+	}
+	view_path = view_buf;
+	if (!gguf)
+		model_path = model_buf;
 
 	char why[256] = "";
 	shoal_view *view = NULL;
@@ -284,7 +414,7 @@ int shoal_cmd_plan(int argc, char **argv)
 	shoal_spec_info info;
 	shoal_plan *plan = NULL;
 	int rc = 1;
-	bool from_spec = ends_with(model_path, ".json");
+	bool from_spec = !gguf;
 	shoal_spec_info *pinfo = NULL;
 	shoal_err e;
 	if (from_spec) {
@@ -295,7 +425,9 @@ int shoal_cmd_plan(int argc, char **argv)
 		shoal_model *model = NULL;
 		e = shoal_model_open(model_path, &model, why, sizeof why);
 		if (!e && (e = shoal_model_manifest(model, &m)))
-			snprintf(why, sizeof why, "%s: %s", model_path, shoal_strerror(e));
+			snprintf(why, sizeof why, "%.200s: %s", model_path, shoal_strerror(e));
+		if (!e && !ctx_given && model->hp.n_ctx_train && model->hp.n_ctx_train < pol.ctx)
+			pol.ctx = model->hp.n_ctx_train; /* as a node: the model's, at most 4096 */
 		shoal_model_free(model);
 	}
 	if (e) {
@@ -307,7 +439,9 @@ int shoal_cmd_plan(int argc, char **argv)
 		fprintf(stderr, "shoal plan: %s\n", why);
 		goto out;
 	}
-	e = shoal_schedule(view, &m, &pol, NULL, &plan, why, sizeof why);
+	/* without --sessions, as a node: as many as memory holds */
+	e = sessions_given ? shoal_schedule(view, &m, &pol, NULL, &plan, why, sizeof why)
+	                   : shoal_schedule_sessions(view, &m, &pol, NULL, &plan, why, sizeof why);
 	if (e) {
 		fprintf(stderr, "shoal plan: cannot plan %s on %s: %s\n", m.name, view_path, why);
 		goto out;

@@ -47,8 +47,10 @@ static void shoal_run_usage(FILE *f)
 	        "  --system TEXT          system message for --chat\n"
 	        "  --ids                  print the generated token ids, one line\n"
 	        "  --logprobs K           print one JSON object per generated token with\n"
-	        "                         its logprob and the K best alternatives\n",
+	        "                         its logprob and the K best alternatives\n"
+	        "With --peer the model runs on a cluster instead:\n\n",
 	        SHOAL_RUN_DEFAULT_TOKENS);
+	shoal_run_remote_usage(f);
 }
 
 typedef struct shoal_run_opts {
@@ -216,6 +218,19 @@ int shoal_cmd_run(int argc, char **argv)
 		fprintf(stderr, "shoal run: %s: %s\n", o.model, why[0] ? why : shoal_strerror(err));
 		goto out;
 	}
+	if (o.chat) {
+		const char *tmpl = NULL;
+		size_t tlen = 0;
+		shoal_gguf_get_str(m->gguf, "tokenizer.chat_template", &tmpl, &tlen);
+		if (!tmpl || !tlen)
+			fprintf(stderr, "shoal run: %s has no chat template: --chat formats the "
+			                "messages as plain \"role: text\" lines\n",
+			        o.model);
+	}
+	if (o.ctx && m->hp.n_ctx_train && (uint32_t)o.ctx > m->hp.n_ctx_train)
+		fprintf(stderr, "shoal run: --ctx %ld is above the %u tokens the model was trained "
+		                "for: text past that point is likely poor\n",
+		        o.ctx, m->hp.n_ctx_train);
 	err =
 	    shoal_prompt_ids(m, tok, o.prompt, o.chat, o.system, &ids, &n_ids, why, sizeof why);
 	if (err) {
@@ -263,7 +278,8 @@ int shoal_cmd_run(int argc, char **argv)
 	                        .eog = tok,
 	                        .on_token = shoal_run_on_token,
 	                        .ctx = &ro};
-	if ((err = shoal_gen_run(gen, &rq, NULL, why, sizeof why))) {
+	shoal_gen_stats gst;
+	if ((err = shoal_gen_run(gen, &rq, &gst, why, sizeof why))) {
 		fprintf(stderr, "shoal run: %s\n", why);
 		goto out;
 	}
@@ -273,6 +289,10 @@ int shoal_cmd_run(int argc, char **argv)
 	}
 	if (!o.logprobs)
 		printf("\n");
+	if (gst.stop == SHOAL_GEN_STOP_CTX)
+		fprintf(stderr, "shoal run: stopped after %u tokens: the context (%u tokens) is full; "
+		                "--ctx sets it\n",
+		        gst.tokens, n_ctx);
 	status = 0;
 out:
 	fflush(stdout);

@@ -42,7 +42,7 @@
 #define SHOAL_RUN_REMOTE_RETRIES  3
 #define SHOAL_RUN_REMOTE_RETRY_MS 1000
 
-static void shoal_run_remote_usage(FILE *f)
+void shoal_run_remote_usage(FILE *f)
 {
 	fprintf(f,
 	        "usage: shoal run --peer HOST[:PORT] (--key FILE | --insecure) -p TEXT [-n N]\n"
@@ -52,8 +52,14 @@ static void shoal_run_remote_usage(FILE *f)
 	        "Sends the prompt to that peer of a cluster (`shoal node --model`), which\n"
 	        "runs it through the plan and streams the tokens back. With --chat that\n"
 	        "peer formats the prompt with its model's chat template, as local\n"
-	        "`shoal run --chat` does. --stats: the tokens and the longest pause\n"
-	        "between two of them (a cluster that re-plans mid-run pauses) on stderr.\n");
+	        "`shoal run --chat` does. The sampling options are those of a local run.\n"
+	        "  --peer HOST[:PORT]     the peer (control port, default 47470)\n"
+	        "  --key FILE             the cluster key\n"
+	        "  --insecure             talk to a cluster that runs without a key\n"
+	        "  --timeout-ms MS        give up when no token came for MS (default %d)\n"
+	        "  --stats                the tokens and the longest pause between two of them\n"
+	        "                         (a cluster that re-plans mid-run pauses) on stderr\n",
+	        SHOAL_RUN_REMOTE_TIMEOUT_MS);
 }
 
 int shoal_cmd_run_remote(int argc, char **argv)

@@ -53,7 +53,17 @@
 static void shoal_cmd_status_usage(FILE *f)
 {
 	fprintf(f, "usage: shoal status [--peer HOST[:PORT]] [--key FILE] [--insecure] [--json]\n"
-	           "                    [--state-dir D] [--timeout-ms MS]\n");
+	           "                    [--state-dir D] [--timeout-ms MS]\n"
+	           "Asks a peer for its view of the cluster: every peer with its state, memory,\n"
+	           "speed and links, the plan (stages, experts, sessions) and whether it is\n"
+	           "servable, and why not. Without --peer it asks the node of this machine (found\n"
+	           "through its state directory).\n"
+	           "  --peer HOST[:PORT]     the peer to ask (control port, default 47470)\n"
+	           "  --key FILE             the cluster key (default: <state-dir>/cluster.key)\n"
+	           "  --insecure             ask a cluster that runs without a key\n"
+	           "  --json                 the whole status as JSON (described in README.md)\n"
+	           "  --state-dir D          the local node's state directory\n"
+	           "  --timeout-ms MS        give up after MS (default 3000)\n");
 }
 
 /* Read "endpoint X" and "insecure N" from <dir>/control. */
@@ -121,13 +131,13 @@ static void shoal_cmd_status_print(json_t *root)
 			printf("    left out of planning: %s\n",
 			       shoal_cmd_status_str(p, "why_incompatible"));
 	}
-	printf("\nlinks (row -> column): RTT us / MB/s, best endpoint pair\n     ");
+	printf("\nlinks (row -> column): RTT us / MB/s, best endpoint pair\n%-14s", "");
 	for (size_t j = 0; j < n; j++)
-		printf(" %14zu", j);
+		printf(" %14.14s", shoal_cmd_status_str(json_array_get(peers, j), "name"));
 	printf("\n");
 	for (size_t i = 0; i < n; i++) {
 		json_t *links = json_object_get(json_array_get(peers, i), "links");
-		printf("%-5zu", i);
+		printf("%-14.14s", shoal_cmd_status_str(json_array_get(peers, i), "name"));
 		for (size_t j = 0; j < n; j++) {
 			const char *to = shoal_cmd_status_str(json_array_get(peers, j), "id");
 			double best_rtt = 0, bw = 0;

@@ -37,9 +37,17 @@ shoal_dtype shoal_kernels_act_type(shoal_dtype wt)
 		return wt;
 	case SHOAL_DTYPE_Q8_0:
 	case SHOAL_DTYPE_Q4_0:
+	case SHOAL_DTYPE_Q5_0:
+	case SHOAL_DTYPE_Q5_1:
+	case SHOAL_DTYPE_IQ4_NL:
+	case SHOAL_DTYPE_MXFP4:
 		return SHOAL_DTYPE_Q8_0;
+	case SHOAL_DTYPE_Q2_K:
+	case SHOAL_DTYPE_Q3_K:
 	case SHOAL_DTYPE_Q4_K:
+	case SHOAL_DTYPE_Q5_K:
 	case SHOAL_DTYPE_Q6_K:
+	case SHOAL_DTYPE_IQ4_XS:
 		return SHOAL_DTYPE_Q8_K;
 	default:
 		/* A caller bug: the engine refuses non-computable tensors. */

@@ -6,7 +6,8 @@
  * Part: runtime/, room cpu/. Like the reference engine for GGUF, a weight of
  * type W multiplies an activation row converted to W's partner type
  * (shoal_kernels_act_type): F32 x F32, F16 x F16, BF16 x BF16,
- * Q8_0/Q4_0 x Q8_0, Q4_K/Q6_K x Q8_K.
+ * Q8_0/Q4_0/Q5_0/Q5_1/IQ4_NL/MXFP4 x Q8_0, and the 256-element types
+ * Q2_K/Q3_K/Q4_K/Q5_K/Q6_K/IQ4_XS x Q8_K.
  *
  * Determinism: every output element is one dot product whose order of
  * accumulation depends only on n and the ISA, never on nrows, ncols, the
@@ -55,7 +56,8 @@ const shoal_kernels *shoal_kernels_best(void);
  * best NEON one; "avx512bw" and "neon-base" name the tables without VNNI /
  * dotprod (for tests: all tables of an ISA family give bitwise equal results).
  *
- * Alignment: weight rows as GGUF stores them (2-byte aligned blocks); Q8_K
+ * Alignment: weight rows as GGUF stores them (2-byte aligned blocks; the
+ * 17-byte MXFP4 blocks are read by bytes and need none); Q8_K
  * activation rows 4-byte aligned (a float per block); F32 rows 4-byte. */
 const shoal_kernels *shoal_kernels_by_name(const char *isa);
 const shoal_kernels *shoal_kernels_scalar(void);

@@ -4,7 +4,8 @@
  *
  * Part: runtime/, room cpu/. The order of accumulation of each dot product
  * (fixed per ISA, see test_kernels.c) is given below the includes.
- * Divisions: helpers, float types, Q8_0/Q4_0, Q4_K, Q6_K, the table.
+ * Divisions: helpers, float types, Q8_0/Q4_0 (and Q5_0, IQ4_NL, MXFP4, Q5_1),
+ * Q6_K, Q4_K/Q5_K/Q2_K/Q3_K/IQ4_XS, the table.
  */
 #include "runtime/cpu/kernels_x86.h"
 
@@ -17,7 +18,10 @@
  *     d_w * d_x, acc), 8 lanes; result hsum8(a0 + a1);
  *   Q4_K: per super-block int32 lanes isum and imin (exact), then
  *     acc = fma(d, isum, acc), acc = fnma(dmin, imin, acc); result hsum8;
- *   Q6_K: per super-block int32 lanes isum (exact), acc = fma(d, isum, acc).
+ *   Q6_K: per super-block int32 lanes isum (exact), acc = fma(d, isum, acc);
+ *   Q5_0/IQ4_NL/MXFP4 as Q8_0 (MXFP4's scale the halved E8M0), Q5_K/Q2_K
+ *   as Q4_K, Q3_K/IQ4_XS as Q6_K; Q5_1 as Q8_0, then per block
+ *   acc = fma(float(sums of x), m_w * d_x, acc) into the same accumulator.
  */
 
 /* ---- the vector for the shells' templates --------------------------------- */
@@ -29,6 +33,9 @@
 #define KERNELS__V_FMA(s, a, b) _mm256_fmadd_ps(a, b, s)
 #define KERNELS__V_HSUM(v)      kernels__x86_hsum8(v)
 #define KERNELS__H2F(h)         kernels__x86_h2f(h)
+#define KERNELS__V_SET1(f)       _mm256_set1_ps(f)
+#define KERNELS__V_FNMA(s, a, b) _mm256_fnmadd_ps(a, b, s)
+#define KERNELS__X86_LANES_V(i)  _mm256_cvtepi32_ps(i)
 
 /* ---- float types ---------------------------------------------------------------
  * KERNELS__FLOAT_TILE's LOAD: 8 floats of row p at element i. */
@@ -68,7 +75,7 @@ KERNELS__INLINE __m256i k2_q4_0_bytes(const uint8_t *qs)
 /* Blocks b (into a0) and b + 1 (into a1), or only b when single; the two
  * scale products d_w * d_x are formed in one vector multiply (the same IEEE
  * products as one at a time). */
-#define K2_Q32_TILE(name, WBLOCK, WBYTES)                                                          \
+#define K2_Q32_TILE(name, WBLOCK, WBYTES, WSCALES)                                                 \
 	KERNELS__INLINE void name##_pair(const WBLOCK *wb, int64_t b, int single,                  \
 	                                 const void *const *xq, const int NC, __m256 *a0,          \
 	                                 __m256 *a1)                                               \
@@ -77,7 +84,7 @@ KERNELS__INLINE __m256i k2_q4_0_bytes(const uint8_t *qs)
 		__m256i q0 = WBYTES(wb + b), aq0 = _mm256_abs_epi8(q0);                            \
 		__m256i q1 = single ? q0 : WBYTES(wb + b + 1);                                     \
 		__m256i aq1 = _mm256_abs_epi8(q1);                                                 \
-		__m128 dw = kernels__x86_h2f_pair(&wb[b].d, single ? 0 : wb[b + 1].d);             \
+		__m128 dw = WSCALES(wb, b, single);                                                \
 		for (int c = 0; c < NC; c++) {                                                     \
 			const kernels__block_q8_0 *xb = (const kernels__block_q8_0 *)xq[c] + b;    \
 			__m128 d =                                                                 \
@@ -96,60 +103,18 @@ KERNELS__INLINE __m256i k2_q4_0_bytes(const uint8_t *qs)
 	}                                                                                          \
 	KERNELS__PAIR_TILE(name, WBLOCK)
 
-#define K2_Q8_0_BYTES(blk) _mm256_loadu_si256((const __m256i *)(blk)->qs)
-#define K2_Q4_0_BYTES(blk) k2_q4_0_bytes((blk)->qs)
+#define K2_Q8_0_BYTES(blk)   _mm256_loadu_si256((const __m256i *)(blk)->qs)
+#define K2_Q4_0_BYTES(blk)   k2_q4_0_bytes((blk)->qs)
 
-K2_Q32_TILE(k2_tile_q8_0, kernels__block_q8_0, K2_Q8_0_BYTES)
-K2_Q32_TILE(k2_tile_q4_0, kernels__block_q4_0, K2_Q4_0_BYTES)
+K2_Q32_TILE(k2_tile_q8_0, kernels__block_q8_0, K2_Q8_0_BYTES, KERNELS__X86_H2F_SCALES)
+K2_Q32_TILE(k2_tile_q4_0, kernels__block_q4_0, K2_Q4_0_BYTES, KERNELS__X86_H2F_SCALES)
+K2_Q32_TILE(k2_tile_q5_0, kernels__block_q5_0, kernels__x86_q5_0_bytes, KERNELS__X86_H2F_SCALES)
+K2_Q32_TILE(k2_tile_iq4_nl, kernels__block_iq4_nl, KERNELS__X86_IQ4_NL_BYTES,
+            KERNELS__X86_H2F_SCALES)
+K2_Q32_TILE(k2_tile_mxfp4, kernels__block_mxfp4, KERNELS__X86_MXFP4_BYTES, KERNELS__X86_E8M0_SCALES)
 
-/* ---- Q4_K ----------------------------------------------------------------------------
- * Sub-block j (32 elements, one ymm of quants 0..15): maddubs(q, x) pairs
- * are <= 2 * 15 * 127 = 3810; madd with sc_j (<= 63) gives lanes <= 63 * 4 *
- * 15 * 127 = 480,060, 8 sub-blocks <= 3.9e6: exact in int32. Mins: the 16
- * bsums summed in pairs (madd with 1) times m_j give m_j * (bsum_2j +
- * bsum_2j+1) in lane j. */
-
-KERNELS__INLINE void k2_tile_q4_k_block(const kernels__block_q4_k *wb, int64_t b,
-                                        const void *const *xq, const int NC, __m256 *acc)
-{
-	const __m256i m4 = _mm256_set1_epi8(0x0f);
-	uint64_t sc, mn;
-	kernels__q4k_unpack(wb[b].scales, &sc, &mn);
-	/* the 8 scales as int16, in both 128-bit lanes */
-	__m256i S =
-	    _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(_mm_cvtsi64_si128((long long)sc)));
-	__m256i isum[KERNELS__TILE];
-	for (int c = 0; c < NC; c++)
-		isum[c] = _mm256_setzero_si256();
-	for (int j = 0; j < 4; j++) {
-		__m256i raw = _mm256_loadu_si256((const __m256i *)(wb[b].qs + 32 * j));
-		__m256i lo = _mm256_and_si256(raw, m4);
-		__m256i hi = _mm256_and_si256(_mm256_srli_epi16(raw, 4), m4);
-		/* int16 lanes of sc_2j and sc_2j+1, by byte shuffles */
-		__m256i s0 = _mm256_shuffle_epi8(
-		    S, _mm256_set1_epi16((short)(((4 * j + 1) << 8) | (4 * j))));
-		__m256i s1 = _mm256_shuffle_epi8(
-		    S, _mm256_set1_epi16((short)(((4 * j + 3) << 8) | (4 * j + 2))));
-		for (int c = 0; c < NC; c++) {
-			const int8_t *x = ((const kernels__block_q8_k *)xq[c])[b].qs + 64 * j;
-			__m256i x0 = _mm256_loadu_si256((const __m256i *)x);
-			__m256i x1 = _mm256_loadu_si256((const __m256i *)(x + 32));
-			__m256i p0 = _mm256_madd_epi16(_mm256_maddubs_epi16(lo, x0), s0);
-			__m256i p1 = _mm256_madd_epi16(_mm256_maddubs_epi16(hi, x1), s1);
-			isum[c] = _mm256_add_epi32(isum[c], _mm256_add_epi32(p0, p1));
-		}
-	}
-	__m256i mins = kernels__x86_q4k_mins(mn);
-	float dw = kernels__x86_h2f(wb[b].d), dmw = kernels__x86_h2f(wb[b].dmin);
-	for (int c = 0; c < NC; c++) {
-		const kernels__block_q8_k *xb = (const kernels__block_q8_k *)xq[c] + b;
-		__m256i imin = kernels__x86_q4k_imin(xb, mins);
-		__m256 d = _mm256_set1_ps(dw * xb->d), dm = _mm256_set1_ps(dmw * xb->d);
-		acc[c] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(isum[c]), acc[c]);
-		acc[c] = _mm256_fnmadd_ps(dm, _mm256_cvtepi32_ps(imin), acc[c]);
-	}
-}
-KERNELS__SUPER_TILE(k2_tile_q4_k, kernels__block_q4_k)
+/* Q5_1 (kernels_x86.h). */
+KERNELS__X86_Q5_1_TILE(k2_tile_q5_1)
 
 /* ---- Q6_K ------------------------------------------------------------------------------
  * Quants as unsigned 0..63: dot(q - 32, x) = dot(q, x) - 32 * bsum per 16.
@@ -205,6 +170,17 @@ KERNELS__INLINE void k2_tile_q6_k_block(const kernels__block_q6_k *wb, int64_t b
 }
 KERNELS__SUPER_TILE(k2_tile_q6_k, kernels__block_q6_k)
 
+/* ---- Q4_K, Q5_K, Q2_K, Q3_K, IQ4_XS ------------------------------------------------------
+ * The exact int32 lanes come from kernels_x86.h (bounds there); the types
+ * with mins do acc = fma(d, isum, acc), acc = fnma(dmin, imin, acc), the
+ * others acc = fma(d, isum, acc) as Q6_K. */
+
+KERNELS__X86_KQ_MIN_TILE(k2_tile_q4_k, kernels__block_q4_k, kernels__x86_q4k_lanes)
+KERNELS__X86_KQ_MIN_TILE(k2_tile_q5_k, kernels__block_q5_k, kernels__x86_q5k_lanes)
+KERNELS__X86_KQ_MIN_TILE(k2_tile_q2_k, kernels__block_q2_k, kernels__x86_q2k_lanes)
+KERNELS__X86_KQ_TILE(k2_tile_q3_k, kernels__block_q3_k, kernels__x86_q3k_lanes)
+KERNELS__X86_KQ_TILE(k2_tile_iq4_xs, kernels__block_iq4_xs, kernels__x86_iq4xs_lanes)
+
 /* ---- the table ----------------------------------------------------------------------- */
 
-KERNELS__TABLE(kernels__avx2, "avx2", k2, KERNELS__TILES(k2));
+KERNELS__TABLE(kernels__avx2, "avx2", k2, .tile = {KERNELS__TILES_ALL(k2)});

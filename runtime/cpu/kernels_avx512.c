@@ -7,7 +7,8 @@
  *
  * Part: runtime/, room cpu/. The order of accumulation of each dot product
  * (fixed per ISA, see test_kernels.c) is given below the includes.
- * Divisions: helpers, float types, Q8_0/Q4_0, Q4_K, Q6_K, the table.
+ * Divisions: helpers, float types, Q8_0/Q4_0 (and Q5_0, IQ4_NL, MXFP4, Q5_1),
+ * Q4_K/Q5_K, Q6_K, Q2_K/Q3_K/IQ4_XS, the table.
  */
 #include "runtime/cpu/kernels_x86.h"
 
@@ -19,7 +20,10 @@
  *     order into one accumulator as fma(float(lanes), d_w * d_x, acc); an
  *     odd last block is a pair with an empty upper half (scale 0); hsum16;
  *   Q4_K/Q6_K: per super-block exact int32 lanes, then fma into one
- *     accumulator (Q4_K: fma(d, isum), then fnma(dmin, imin)); hsum16.
+ *     accumulator (Q4_K: fma(d, isum), then fnma(dmin, imin)); hsum16;
+ *   Q5_0/IQ4_NL/MXFP4 as Q8_0; Q5_K as Q4_K; Q2_K as Q4_K and Q3_K/IQ4_XS
+ *     as Q6_K, from 8 int32 lanes (upper half zero); Q5_1 as AVX2 does (in pairs,
+ *     a0 + a1, lanes 8-15 zero).
  */
 
 #ifndef KERNELS_VNNI
@@ -69,6 +73,9 @@ KERNELS__INLINE __m512i k5_pair_si(__m256i a, __m256i b)
 #define KERNELS__V_FMA(s, a, b) _mm512_fmadd_ps(a, b, s)
 #define KERNELS__V_HSUM(v)      k5_hsum(v)
 #define KERNELS__H2F(h)         kernels__x86_h2f(h)
+#define KERNELS__V_SET1(f)       _mm512_set1_ps(f)
+#define KERNELS__V_FNMA(s, a, b) _mm512_fnmadd_ps(a, b, s)
+#define KERNELS__X86_LANES_V(i)  _mm512_cvtepi32_ps(_mm512_zextsi256_si512(i))
 
 #define K5_LOAD_F32(p, i) _mm512_loadu_ps((const float *)(p) + (i))
 #define K5_LOAD_F16(p, i)                                                                          \
@@ -128,7 +135,7 @@ KERNELS__INLINE __m512i k5_q4_0_pair(const kernels__block_q4_0 *b, int single)
  * (x + 128) w = x w + 128 w; starting each lane from -128 * (its 4 w) leaves
  * exactly sum x w. Without VNNI: |w| times x negated where w < 0, by
  * maddubs (pairs <= 2 * 128 * 127 = 32512, no saturation) and madd. */
-#define K5_Q32_RC(name, WBLOCK, WPAIR)                                                             \
+#define K5_Q32_RC(name, WBLOCK, WPAIR, WSCALES)                                                    \
 	KERNELS__INLINE void name##_rc(int64_t n, const char *w, size_t row_bytes, const int R,    \
 	                               const void *const *xq, const int NC, float *out)            \
 	{                                                                                          \
@@ -159,8 +166,7 @@ KERNELS__INLINE __m512i k5_q4_0_pair(const kernels__block_q4_0 *b, int single)
 				                 (R == 1 ? KERNELS__PF_AHEAD : 4 * row_bytes),     \
 				             _MM_HINT_T1);                                         \
 				__m512i q = WPAIR(wb, single);                                     \
-				__m512 dw = k5_spread_pair(                                        \
-				    kernels__x86_h2f_pair(&wb[0].d, single ? 0 : wb[1].d));        \
+				__m512 dw = k5_spread_pair(WSCALES(wb, 0, single));                \
 				__m512i base = k5_q32_base(q);                                     \
 				__m512i aq = _mm512_abs_epi8(q);                                   \
 				__mmask64 neg = _mm512_movepi8_mask(q);                            \
@@ -205,38 +211,68 @@ KERNELS__INLINE __m512i k5_q32_dot(__m512i base, __m512i aq, __mmask64 neg, __m5
 #endif
 }
 
-K5_Q32_RC(k5_q8_0, kernels__block_q8_0, k5_q8_0_pair)
-K5_Q32_RC(k5_q4_0, kernels__block_q4_0, k5_q4_0_pair)
+/* Q5_0, IQ4_NL, MXFP4: two blocks of signed bytes from kernels_x86.h, the
+ * second zero when single. */
+#define K5_Q32_PAIR(name, WBLOCK, BYTES)                                                           \
+	KERNELS__INLINE __m512i name(const WBLOCK *b, int single)                                  \
+	{                                                                                          \
+		return k5_pair_si(BYTES(b), single ? _mm256_setzero_si256() : BYTES(b + 1));       \
+	}
+K5_Q32_PAIR(k5_q5_0_pair, kernels__block_q5_0, kernels__x86_q5_0_bytes)
+K5_Q32_PAIR(k5_iq4_nl_pair, kernels__block_iq4_nl, KERNELS__X86_IQ4_NL_BYTES)
+K5_Q32_PAIR(k5_mxfp4_pair, kernels__block_mxfp4, KERNELS__X86_MXFP4_BYTES)
 
-/* ---- Q4_K ------------------------------------------------------------------------------
+K5_Q32_RC(k5_q8_0, kernels__block_q8_0, k5_q8_0_pair, KERNELS__X86_H2F_SCALES)
+K5_Q32_RC(k5_q4_0, kernels__block_q4_0, k5_q4_0_pair, KERNELS__X86_H2F_SCALES)
+K5_Q32_RC(k5_q5_0, kernels__block_q5_0, k5_q5_0_pair, KERNELS__X86_H2F_SCALES)
+K5_Q32_RC(k5_iq4_nl, kernels__block_iq4_nl, k5_iq4_nl_pair, KERNELS__X86_H2F_SCALES)
+K5_Q32_RC(k5_mxfp4, kernels__block_mxfp4, k5_mxfp4_pair, KERNELS__X86_E8M0_SCALES)
+
+/* Q5_1 (kernels_x86.h; rare: 256-bit steps). */
+KERNELS__X86_Q5_1_TILE(k5_tile_q5_1)
+
+/* ---- Q4_K and Q5_K ------------------------------------------------------------------------
  * One zmm = the 64 quants of qs[32 j .. 32 j + 31]: low nibbles (sub-block
- * 2j) then high (2j+1), the element order of the activations. Bounds as in
- * kernels_avx2.c: pairs <= 3810, lanes <= 480,060, sums < 2^22. */
+ * 2j) then high (2j+1), the element order of the activations; Q5_K ors in
+ * its 5th bits (qh NULL for Q4_K). Bounds as in kernels_x86.h (pairs <=
+ * 7874, sums < 2^23). */
 
-KERNELS__INLINE void k5_tile_q4_k_block(const kernels__block_q4_k *wb, int64_t b,
-                                        const void *const *xq, const int NC, __m512 *acc)
+KERNELS__INLINE void k5_k45_block(const uint8_t *scales, const uint8_t *qs, const uint8_t *qh,
+                                  uint16_t dh, uint16_t dminh, int64_t b, const void *const *xq,
+                                  const int NC, __m512 *acc)
 {
 	const __m512i m4 = _mm512_set1_epi8(0x0f);
 	/* int16 lanes 0-15 (the low nibbles' 32 bytes) take scale 0, 16-31 scale 1 */
 	const __m512i spread = _mm512_set_epi16(1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0,
 	                                        0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0);
 	uint64_t sc, mn;
-	kernels__q4k_unpack(wb[b].scales, &sc, &mn);
+	kernels__q4k_unpack(scales, &sc, &mn);
 	__m512i isum[KERNELS__TILE];
 	for (int c = 0; c < NC; c++)
 		isum[c] = _mm512_setzero_si512();
 	/* the 8 scales as int16 lanes 0-7, spread per chunk by one permute */
 	__m512i sc16 = _mm512_castsi128_si512(_mm_cvtepu8_epi16(_mm_cvtsi64_si128((long long)sc)));
+	/* Q5_K: qh[l] for the low half (sub-block 2 j), qh[l] >> 1 for the high */
+	__m512i H = _mm512_setzero_si512();
+	if (qh) {
+		__m256i hb = _mm256_loadu_si256((const __m256i *)qh);
+		H = k5_pair_si(hb, _mm256_srli_epi16(hb, 1));
+	}
 	for (int jj = 0; jj < 2; jj++) {
 		/* 64 bytes = chunks 2jj and 2jj+1; each chunk is its 32 low
 		 * nibbles then its 32 high ones (128-bit lanes 0-1 of lo, of hi) */
-		__m512i raw = _mm512_loadu_si512((const void *)(wb[b].qs + 64 * jj));
+		__m512i raw = _mm512_loadu_si512((const void *)(qs + 64 * jj));
 		__m512i lo = _mm512_and_si512(raw, m4);
 		__m512i hi = _mm512_and_si512(_mm512_srli_epi16(raw, 4), m4);
 		__m512i q[2] = {_mm512_shuffle_i64x2(lo, hi, 0x44),
 		                _mm512_shuffle_i64x2(lo, hi, 0xee)};
 		for (int h = 0; h < 2; h++) {
 			int j = 2 * jj + h;
+			if (qh) { /* Q5_K: bit 2 j of H (bit 2 j, 2 j + 1 of qh[l]) to bit 4 */
+				__m512i t = 2 * j <= 4 ? _mm512_sll_epi16(H, _mm_cvtsi32_si128(4 - 2 * j))
+				                       : _mm512_srl_epi16(H, _mm_cvtsi32_si128(2 * j - 4));
+				q[h] = _mm512_or_si512(q[h], _mm512_and_si512(t, _mm512_set1_epi8(0x10)));
+			}
 			__m512i s = _mm512_permutexvar_epi16(
 			    _mm512_add_epi16(spread, _mm512_set1_epi16((short)(2 * j))), sc16);
 			for (int c = 0; c < NC; c++) {
@@ -248,7 +284,7 @@ KERNELS__INLINE void k5_tile_q4_k_block(const kernels__block_q4_k *wb, int64_t b
 		}
 	}
 	__m256i mins = kernels__x86_q4k_mins(mn);
-	float dw = kernels__x86_h2f(wb[b].d), dmw = kernels__x86_h2f(wb[b].dmin);
+	float dw = kernels__x86_h2f(dh), dmw = kernels__x86_h2f(dminh);
 	for (int c = 0; c < NC; c++) {
 		const kernels__block_q8_k *xb = (const kernels__block_q8_k *)xq[c] + b;
 		__m512i imin = _mm512_zextsi256_si512(kernels__x86_q4k_imin(xb, mins));
@@ -257,7 +293,20 @@ KERNELS__INLINE void k5_tile_q4_k_block(const kernels__block_q4_k *wb, int64_t b
 		acc[c] = _mm512_fnmadd_ps(dm, _mm512_cvtepi32_ps(imin), acc[c]);
 	}
 }
+
+KERNELS__INLINE void k5_tile_q4_k_block(const kernels__block_q4_k *wb, int64_t b,
+                                        const void *const *xq, const int NC, __m512 *acc)
+{
+	k5_k45_block(wb[b].scales, wb[b].qs, NULL, wb[b].d, wb[b].dmin, b, xq, NC, acc);
+}
 KERNELS__SUPER_TILE(k5_tile_q4_k, kernels__block_q4_k)
+
+KERNELS__INLINE void k5_tile_q5_k_block(const kernels__block_q5_k *wb, int64_t b,
+                                        const void *const *xq, const int NC, __m512 *acc)
+{
+	k5_k45_block(wb[b].scales, wb[b].qs, wb[b].qh, wb[b].d, wb[b].dmin, b, xq, NC, acc);
+}
+KERNELS__SUPER_TILE(k5_tile_q5_k, kernels__block_q5_k)
 
 /* ---- Q6_K -----------------------------------------------------------------------------
  * Per chunk of 128: zmm A = parts 0-1 (elements 0..63), B = parts 2-3, as
@@ -313,6 +362,15 @@ KERNELS__INLINE void k5_tile_q6_k_block(const kernels__block_q6_k *wb, int64_t b
 }
 KERNELS__SUPER_TILE(k5_tile_q6_k, kernels__block_q6_k)
 
+/* ---- Q2_K, Q3_K, IQ4_XS --------------------------------------------------------------------
+ * 256-bit steps: the exact int32 lanes and tile bodies of kernels_x86.h (8
+ * lanes, the upper half of the zmm zero), scaled and accumulated as Q4_K
+ * (with mins) or Q6_K (without). */
+
+KERNELS__X86_KQ_MIN_TILE(k5_tile_q2_k, kernels__block_q2_k, kernels__x86_q2k_lanes)
+KERNELS__X86_KQ_TILE(k5_tile_q3_k, kernels__block_q3_k, kernels__x86_q3k_lanes)
+KERNELS__X86_KQ_TILE(k5_tile_iq4_xs, kernels__block_iq4_xs, kernels__x86_iq4xs_lanes)
+
 /* ---- the table ---------------------------------------------------------------------- */
 
 #if KERNELS_VNNI
@@ -328,5 +386,14 @@ KERNELS__TABLE(K5_TABLE, K5_ISA, k5,
                         [KERNELS__W_F16] = k5_tile_f16,
                         [KERNELS__W_BF16] = k5_tile_bf16,
                         [KERNELS__W_Q4_K] = k5_tile_q4_k,
-                        [KERNELS__W_Q6_K] = k5_tile_q6_k},
-               .rows = {[KERNELS__W_Q8_0] = k5_q8_0_rows, [KERNELS__W_Q4_0] = k5_q4_0_rows});
+                        [KERNELS__W_Q6_K] = k5_tile_q6_k,
+                        [KERNELS__W_Q5_1] = k5_tile_q5_1,
+                        [KERNELS__W_Q2_K] = k5_tile_q2_k,
+                        [KERNELS__W_Q3_K] = k5_tile_q3_k,
+                        [KERNELS__W_Q5_K] = k5_tile_q5_k,
+                        [KERNELS__W_IQ4_XS] = k5_tile_iq4_xs},
+               .rows = {[KERNELS__W_Q8_0] = k5_q8_0_rows,
+                        [KERNELS__W_Q4_0] = k5_q4_0_rows,
+                        [KERNELS__W_Q5_0] = k5_q5_0_rows,
+                        [KERNELS__W_IQ4_NL] = k5_iq4_nl_rows,
+                        [KERNELS__W_MXFP4] = k5_mxfp4_rows});

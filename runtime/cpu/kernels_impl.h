@@ -52,11 +52,69 @@ typedef struct kernels__block_q8_k {
 	int16_t bsums[KERNELS__QKK / 16]; /* sum of each 16 consecutive qs */
 } kernels__block_q8_k;
 
+typedef struct kernels__block_q5_0 {
+	uint16_t d;                  /* fp16 scale */
+	uint8_t qh[4];               /* bit j (LE word): 5th bit of elem j */
+	uint8_t qs[KERNELS__QK / 2]; /* low 4 bits, as Q4_0; x = d * (q - 16) */
+} kernels__block_q5_0;
+
+typedef struct kernels__block_q5_1 {
+	uint16_t d, m;               /* fp16 scale and offset: x = d * q + m */
+	uint8_t qh[4];               /* as Q5_0 */
+	uint8_t qs[KERNELS__QK / 2]; /* as Q5_0; q in 0..31 */
+} kernels__block_q5_1;
+
+typedef struct kernels__block_iq4_nl {
+	uint16_t d;                  /* fp16 scale */
+	uint8_t qs[KERNELS__QK / 2]; /* nibbles as Q4_0: x = d * kernels__iq4_values[q] */
+} kernels__block_iq4_nl;
+
+typedef struct kernels__block_mxfp4 {
+	uint8_t e;                   /* E8M0 exponent: scale 2^(e - 127) */
+	uint8_t qs[KERNELS__QK / 2]; /* FP4 E2M1 nibbles as Q4_0 (kernels__mxfp4_values) */
+} kernels__block_mxfp4;
+
+typedef struct kernels__block_q2_k {
+	uint8_t scales[16]; /* per 16 elements: low nibble scale, high nibble min */
+	uint8_t qs[64];     /* 2-bit quants: 2 chunks of 128 (see quant.c) */
+	uint16_t d;         /* fp16 scale of the scales */
+	uint16_t dmin;      /* fp16 scale of the mins */
+} kernels__block_q2_k;
+
+typedef struct kernels__block_q3_k {
+	uint8_t hmask[32];  /* 3rd bit of the quants */
+	uint8_t qs[64];     /* low 2 bits, as Q2_K */
+	uint8_t scales[12]; /* 16 signed 6-bit scales (see kernels__q3k_scales) */
+	uint16_t d;         /* fp16 super-block scale */
+} kernels__block_q3_k;
+
+typedef struct kernels__block_q5_k {
+	uint16_t d, dmin;   /* as Q4_K */
+	uint8_t scales[12]; /* as Q4_K */
+	uint8_t qh[32];     /* bit j of qh[l]: 5th bit of elem l of sub-block j */
+	uint8_t qs[128];    /* low 4 bits, as Q4_K */
+} kernels__block_q5_k;
+
+typedef struct kernels__block_iq4_xs {
+	uint16_t d;          /* fp16 super-block scale */
+	uint16_t scales_h;   /* top 2 bits of the 8 6-bit sub-block scales */
+	uint8_t scales_l[4]; /* low 4 bits: sub-block 2i low nibble, 2i+1 high */
+	uint8_t qs[128];     /* per sub-block of 32, 16 bytes as IQ4_NL */
+} kernels__block_iq4_xs;
+
 _Static_assert(sizeof(kernels__block_q8_0) == 34, "Q8_0 block is 34 bytes");
 _Static_assert(sizeof(kernels__block_q4_0) == 18, "Q4_0 block is 18 bytes");
 _Static_assert(sizeof(kernels__block_q4_k) == 144, "Q4_K block is 144 bytes");
 _Static_assert(sizeof(kernels__block_q6_k) == 210, "Q6_K block is 210 bytes");
 _Static_assert(sizeof(kernels__block_q8_k) == 292, "Q8_K block is 292 bytes");
+_Static_assert(sizeof(kernels__block_q5_0) == 22, "Q5_0 block is 22 bytes");
+_Static_assert(sizeof(kernels__block_q5_1) == 24, "Q5_1 block is 24 bytes");
+_Static_assert(sizeof(kernels__block_iq4_nl) == 18, "IQ4_NL block is 18 bytes");
+_Static_assert(sizeof(kernels__block_mxfp4) == 17, "MXFP4 block is 17 bytes");
+_Static_assert(sizeof(kernels__block_q2_k) == 84, "Q2_K block is 84 bytes");
+_Static_assert(sizeof(kernels__block_q3_k) == 110, "Q3_K block is 110 bytes");
+_Static_assert(sizeof(kernels__block_q5_k) == 176, "Q5_K block is 176 bytes");
+_Static_assert(sizeof(kernels__block_iq4_xs) == 136, "IQ4_XS block is 136 bytes");
 
 /* ---- half and bfloat16 (exact, in integer arithmetic) ------------------------ */
 
@@ -130,6 +188,51 @@ static inline void kernels__q4k_unpack(const uint8_t *s, uint64_t *sc, uint64_t 
 	uint32_t m_hi = ((u2 >> 4) & 0x0f0f0f0fu) | ((u1 >> 2) & 0x30303030u);
 	*sc = (uint64_t)(u0 & 0x3f3f3f3fu) | ((uint64_t)sc_hi << 32);
 	*m = (uint64_t)(u1 & 0x3f3f3f3fu) | ((uint64_t)m_hi << 32);
+}
+
+/* The 16 values of an IQ4_NL / IQ4_XS nibble (a non-uniform 4-bit grid). */
+static const int8_t kernels__iq4_values[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
+                                               1,    13,   25,  38,  53,  69,  89,  113};
+
+/* Twice the 16 FP4 E2M1 values of an MXFP4 nibble (sign, 2 exponent bits, 1
+ * mantissa bit: 0, 0.5, 1, 1.5, 2, 3, 4, 6), so they are integers; the block
+ * scale is halved to match (kernels__e8m0_half). */
+static const int8_t kernels__mxfp4_values[16] = {0, 1,  2,  3,  4,  6,  8,  12,
+                                                 0, -1, -2, -3, -4, -6, -8, -12};
+
+/* 2^(e - 128): half the E8M0 scale 2^(e - 127), exact (e = 0, 1: subnormal). */
+static inline float kernels__e8m0_half(uint8_t e)
+{
+	return kernels__bits_f32(e < 2 ? 0x00200000u << e : (uint32_t)(e - 1) << 23);
+}
+
+/* The 5-bit quant of elements j and j + 16 (j < 16) of a Q5_0 / Q5_1 block. */
+static inline void kernels__q5_quants(const uint8_t *qs, const uint8_t *qh, int j, int q[2])
+{
+	uint32_t h;
+	memcpy(&h, qh, 4);
+	q[0] = (qs[j] & 0xf) | (int)(((h >> j) & 1) << 4);
+	q[1] = (qs[j] >> 4) | (int)(((h >> (j + 16)) & 1) << 4);
+}
+
+/* The 16 scales of a Q3_K block, minus 32 (-32..31): scale i has its low 4
+ * bits in s[i % 8] (low nibble for i < 8, high for i >= 8) and its top 2
+ * bits at bit 2 (i / 4) of s[8 + i % 4]. */
+static inline void kernels__q3k_scales(const uint8_t *s, int8_t out[16])
+{
+	for (int i = 0; i < 16; i++) {
+		int lo = i < 8 ? s[i] & 0xf : s[i - 8] >> 4;
+		int hi = (s[8 + i % 4] >> (2 * (i / 4))) & 3;
+		out[i] = (int8_t)((lo | (hi << 4)) - 32);
+	}
+}
+
+/* The 6-bit scale of sub-block ib (< 8) of an IQ4_XS block, minus 32. */
+static inline int kernels__iq4xs_scale(const kernels__block_iq4_xs *b, int ib)
+{
+	int lo = (b->scales_l[ib / 2] >> (4 * (ib % 2))) & 0xf;
+	int hi = (b->scales_h >> (2 * ib)) & 3;
+	return (lo | (hi << 4)) - 32;
 }
 
 /* ---- the tables and shared entry points -------------------------------------- */

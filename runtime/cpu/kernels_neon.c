@@ -7,7 +7,8 @@
  *
  * Part: runtime/, room cpu/. The order of accumulation of each dot product
  * (fixed per ISA, see test_kernels.c) is given below the includes.
- * Divisions: helpers, float types, Q8_0/Q4_0, Q4_K, Q6_K, the table.
+ * Divisions: helpers, float types, Q8_0/Q4_0 (and Q5_0, Q5_1, IQ4_NL,
+ * MXFP4), Q4_K/Q5_K, Q6_K, Q2_K/Q3_K/IQ4_XS, the table.
  */
 #include <arm_neon.h>
 
@@ -21,7 +22,9 @@
  *   Q8_0/Q4_0: block b into accumulator b % 2 as fma(float(int lanes), d_w *
  *     d_x); vaddvq(a0 + a1);
  *   Q4_K: per super-block int32 lanes isum and imin (exact), acc = fma(isum,
- *     d), acc = fms(imin, dmin); Q6_K: acc = fma(isum, d); vaddvq(acc).
+ *     d), acc = fms(imin, dmin); Q6_K: acc = fma(isum, d); vaddvq(acc);
+ *   Q5_0/IQ4_NL/MXFP4 as Q8_0; Q5_1 as Q8_0 plus fma(sums of x, m_w d_x);
+ *   Q5_K/Q2_K as Q4_K; Q3_K/IQ4_XS as Q6_K.
  */
 
 #ifndef KERNELS_DOTPROD
@@ -90,14 +93,14 @@ KERNELS__INLINE void kn_q4_0_bytes(const kernels__block_q4_0 *b, int8x16_t *lo, 
 	*hi = vsubq_s8(vreinterpretq_s8_u8(vshrq_n_u8(q, 4)), eight);
 }
 
-#define KN_Q32_TILE(name, WBLOCK, WBYTES)                                                          \
+#define KN_Q32_TILE(name, WBLOCK, WBYTES, WSCALE)                                                  \
 	KERNELS__INLINE void name##_blk(const WBLOCK *wb, int64_t b, const void *const *xq,        \
 	                                const int NC, float32x4_t *acc)                            \
 	{                                                                                          \
 		kernels__prefetch_block(wb + b, sizeof *wb);                                       \
 		int8x16_t q0, q1;                                                                  \
 		WBYTES(wb + b, &q0, &q1);                                                          \
-		float dw = kn_h2f(wb[b].d);                                                        \
+		float dw = WSCALE(&wb[b]);                                                         \
 		for (int c = 0; c < NC; c++) {                                                     \
 			const kernels__block_q8_0 *xb = (const kernels__block_q8_0 *)xq[c] + b;    \
 			int32x4_t s = kn_dot(vdupq_n_s32(0), q0, vld1q_s8(xb->qs));                \
@@ -115,29 +118,138 @@ KERNELS__INLINE void kn_q4_0_bytes(const kernels__block_q4_0 *b, int8x16_t *lo, 
 	}                                                                                          \
 	KERNELS__PAIR_TILE(name, WBLOCK)
 
-KN_Q32_TILE(kn_tile_q8_0, kernels__block_q8_0, kn_q8_0_bytes)
-KN_Q32_TILE(kn_tile_q4_0, kernels__block_q4_0, kn_q4_0_bytes)
-
-/* ---- Q4_K --------------------------------------------------------------------------------
- * Lanes: a sub-block's dot (<= 8 * 15 * 127 per lane) times sc_j (<= 63),
- * 8 sub-blocks: < 2^22. Mins: the 16 bsums pairwise (<= 32 * 127 each) times
- * m_j, widened to int32. */
-
-KERNELS__INLINE void kn_tile_q4_k_block(const kernels__block_q4_k *wb, int64_t b,
-                                        const void *const *xq, const int NC, float32x4_t *acc)
+/* The 32 nibbles of qs[16], 0..15: elements 0..15 (lo) and 16..31 (hi). */
+KERNELS__INLINE void kn_nibbles(const uint8_t *qs, uint8x16_t *lo, uint8x16_t *hi)
 {
-	const uint8x16_t m4 = vdupq_n_u8(0x0f);
+	uint8x16_t q = vld1q_u8(qs);
+	*lo = vandq_u8(q, vdupq_n_u8(0x0f));
+	*hi = vshrq_n_u8(q, 4);
+}
+
+/* 0x10 in byte i where bit i of the little-endian word qh[4] is set (i < 32). */
+KERNELS__INLINE void kn_q5_high(const uint8_t *qh, uint8x16_t *lo, uint8x16_t *hi)
+{
+	static const uint8_t idx[32] = {0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1,
+	                                2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3};
+	static const uint8_t bit[16] = {1, 2, 4, 8, 16, 32, 64, 128, 1, 2, 4, 8, 16, 32, 64, 128};
+	uint32_t h;
+	memcpy(&h, qh, 4);
+	uint8x16_t hv = vreinterpretq_u8_u32(vdupq_n_u32(h)), b = vld1q_u8(bit);
+	uint8x16_t k = vdupq_n_u8(0x10);
+	*lo = vandq_u8(vtstq_u8(vqtbl1q_u8(hv, vld1q_u8(idx)), b), k);
+	*hi = vandq_u8(vtstq_u8(vqtbl1q_u8(hv, vld1q_u8(idx + 16)), b), k);
+}
+
+/* Q5_0 / Q5_1 quants 0..31. */
+KERNELS__INLINE void kn_q5_quants(const uint8_t *qs, const uint8_t *qh, uint8x16_t *lo,
+                                  uint8x16_t *hi)
+{
+	uint8x16_t l, h, bl, bh;
+	kn_nibbles(qs, &l, &h);
+	kn_q5_high(qh, &bl, &bh);
+	*lo = vorrq_u8(l, bl);
+	*hi = vorrq_u8(h, bh);
+}
+
+KERNELS__INLINE void kn_q5_0_bytes(const kernels__block_q5_0 *b, int8x16_t *lo, int8x16_t *hi)
+{
+	uint8x16_t l, h;
+	kn_q5_quants(b->qs, b->qh, &l, &h);
+	int8x16_t k16 = vdupq_n_s8(16);
+	*lo = vsubq_s8(vreinterpretq_s8_u8(l), k16);
+	*hi = vsubq_s8(vreinterpretq_s8_u8(h), k16);
+}
+
+/* A nibble table (kernels__iq4_values, kernels__mxfp4_values) looked up. */
+KERNELS__INLINE void kn_table_bytes(const uint8_t *qs, const int8_t *table, int8x16_t *lo,
+                                    int8x16_t *hi)
+{
+	uint8x16_t l, h;
+	kn_nibbles(qs, &l, &h);
+	int8x16_t t = vld1q_s8(table);
+	*lo = vqtbl1q_s8(t, l);
+	*hi = vqtbl1q_s8(t, h);
+}
+
+KERNELS__INLINE void kn_iq4_nl_bytes(const kernels__block_iq4_nl *b, int8x16_t *lo, int8x16_t *hi)
+{
+	kn_table_bytes(b->qs, kernels__iq4_values, lo, hi);
+}
+
+KERNELS__INLINE void kn_mxfp4_bytes(const kernels__block_mxfp4 *b, int8x16_t *lo, int8x16_t *hi)
+{
+	kn_table_bytes(b->qs, kernels__mxfp4_values, lo, hi);
+}
+
+#define KN_H2F_SCALE(blk)  kn_h2f((blk)->d)
+#define KN_E8M0_SCALE(blk) kernels__e8m0_half((blk)->e)
+
+KN_Q32_TILE(kn_tile_q8_0, kernels__block_q8_0, kn_q8_0_bytes, KN_H2F_SCALE)
+KN_Q32_TILE(kn_tile_q4_0, kernels__block_q4_0, kn_q4_0_bytes, KN_H2F_SCALE)
+KN_Q32_TILE(kn_tile_q5_0, kernels__block_q5_0, kn_q5_0_bytes, KN_H2F_SCALE)
+KN_Q32_TILE(kn_tile_iq4_nl, kernels__block_iq4_nl, kn_iq4_nl_bytes, KN_H2F_SCALE)
+KN_Q32_TILE(kn_tile_mxfp4, kernels__block_mxfp4, kn_mxfp4_bytes, KN_E8M0_SCALE)
+
+/* Q5_1: x = d q + m, q 0..31: per block acc = fma(dot(q, x), d_w d_x), then
+ * acc = fma(sums of 4 x, m_w d_x) (lanes of the ones-dot). */
+KERNELS__INLINE void kn_tile_q5_1_blk(const kernels__block_q5_1 *wb, int64_t b,
+                                      const void *const *xq, const int NC, float32x4_t *acc)
+{
+	kernels__prefetch_block(wb + b, sizeof *wb);
+	uint8x16_t l, h;
+	kn_q5_quants(wb[b].qs, wb[b].qh, &l, &h);
+	int8x16_t q0 = vreinterpretq_s8_u8(l), q1 = vreinterpretq_s8_u8(h), one = vdupq_n_s8(1);
+	float dw = kn_h2f(wb[b].d), mw = kn_h2f(wb[b].m);
+	for (int c = 0; c < NC; c++) {
+		const kernels__block_q8_0 *xb = (const kernels__block_q8_0 *)xq[c] + b;
+		int8x16_t x0 = vld1q_s8(xb->qs), x1 = vld1q_s8(xb->qs + 16);
+		int32x4_t s = kn_dot(kn_dot(vdupq_n_s32(0), q0, x0), q1, x1);
+		int32x4_t sx = kn_dot(kn_dot(vdupq_n_s32(0), one, x0), one, x1);
+		float dx = kn_h2f(xb->d);
+		acc[c] = vfmaq_n_f32(acc[c], vcvtq_f32_s32(s), dw * dx);
+		acc[c] = vfmaq_n_f32(acc[c], vcvtq_f32_s32(sx), mw * dx);
+	}
+}
+KERNELS__INLINE void kn_tile_q5_1_pair(const kernels__block_q5_1 *wb, int64_t b, int single,
+                                       const void *const *xq, const int NC, float32x4_t *a0,
+                                       float32x4_t *a1)
+{
+	kn_tile_q5_1_blk(wb, b, xq, NC, a0);
+	if (!single)
+		kn_tile_q5_1_blk(wb, b + 1, xq, NC, a1);
+}
+KERNELS__PAIR_TILE(kn_tile_q5_1, kernels__block_q5_1)
+
+/* ---- Q4_K and Q5_K --------------------------------------------------------------------------
+ * qh NULL for Q4_K; Q5_K ors in its 5th bits (bit j of qh[l] for element l
+ * of sub-block j) above the nibbles. Lanes: a sub-block's dot (<= 8 * 31 *
+ * 127 per lane) times sc_j (<= 63), 8 sub-blocks: < 2^24. Mins: the 16
+ * bsums pairwise (<= 32 * 127 each) times m_j, widened to int32. */
+KERNELS__INLINE void kn_k45_block(const uint8_t *scales, const uint8_t *qs, const uint8_t *qh,
+                                  uint16_t dh, uint16_t dminh, int64_t b, const void *const *xq,
+                                  const int NC, float32x4_t *acc)
+{
+	const uint8x16_t m4 = vdupq_n_u8(0x0f), one = vdupq_n_u8(1);
 	uint64_t sc, mn;
-	kernels__q4k_unpack(wb[b].scales, &sc, &mn);
+	kernels__q4k_unpack(scales, &sc, &mn);
 	int32x4_t isum[KERNELS__TILE];
 	for (int c = 0; c < NC; c++)
 		isum[c] = vdupq_n_s32(0);
-	for (int j = 0; j < 4; j++) {
-		uint8x16_t r0 = vld1q_u8(wb[b].qs + 32 * j), r1 = vld1q_u8(wb[b].qs + 32 * j + 16);
-		int8x16_t l0 = vreinterpretq_s8_u8(vandq_u8(r0, m4));
-		int8x16_t l1 = vreinterpretq_s8_u8(vandq_u8(r1, m4));
-		int8x16_t h0 = vreinterpretq_s8_u8(vshrq_n_u8(r0, 4));
-		int8x16_t h1 = vreinterpretq_s8_u8(vshrq_n_u8(r1, 4));
+	uint8x16_t hb0 = vdupq_n_u8(0), hb1 = vdupq_n_u8(0);
+	if (qh) {
+		hb0 = vld1q_u8(qh);
+		hb1 = vld1q_u8(qh + 16);
+	}
+	for (int j = 0; j < 4; j++, hb0 = vshrq_n_u8(hb0, 2), hb1 = vshrq_n_u8(hb1, 2)) {
+		uint8x16_t r0 = vld1q_u8(qs + 32 * j), r1 = vld1q_u8(qs + 32 * j + 16);
+		int8x16_t l0 = vreinterpretq_s8_u8(
+		    vorrq_u8(vandq_u8(r0, m4), vshlq_n_u8(vandq_u8(hb0, one), 4)));
+		int8x16_t l1 = vreinterpretq_s8_u8(
+		    vorrq_u8(vandq_u8(r1, m4), vshlq_n_u8(vandq_u8(hb1, one), 4)));
+		int8x16_t h0 = vreinterpretq_s8_u8(
+		    vorrq_u8(vshrq_n_u8(r0, 4), vshlq_n_u8(vandq_u8(vshrq_n_u8(hb0, 1), one), 4)));
+		int8x16_t h1 = vreinterpretq_s8_u8(
+		    vorrq_u8(vshrq_n_u8(r1, 4), vshlq_n_u8(vandq_u8(vshrq_n_u8(hb1, 1), one), 4)));
 		for (int c = 0; c < NC; c++) {
 			const int8_t *x = ((const kernels__block_q8_k *)xq[c])[b].qs + 64 * j;
 			int32x4_t tl = kn_dot(vdupq_n_s32(0), l0, vld1q_s8(x));
@@ -149,7 +261,7 @@ KERNELS__INLINE void kn_tile_q4_k_block(const kernels__block_q4_k *wb, int64_t b
 		}
 	}
 	int16x8_t mins = vreinterpretq_s16_u16(vmovl_u8(vcreate_u8(mn)));
-	float dw = kn_h2f(wb[b].d), dmw = kn_h2f(wb[b].dmin);
+	float dw = kn_h2f(dh), dmw = kn_h2f(dminh);
 	for (int c = 0; c < NC; c++) {
 		const kernels__block_q8_k *xb = (const kernels__block_q8_k *)xq[c] + b;
 		int16x8_t bs = vpaddq_s16(vld1q_s16(xb->bsums), vld1q_s16(xb->bsums + 8));
@@ -159,7 +271,20 @@ KERNELS__INLINE void kn_tile_q4_k_block(const kernels__block_q4_k *wb, int64_t b
 		acc[c] = vfmsq_n_f32(acc[c], vcvtq_f32_s32(imin), dmw * xb->d);
 	}
 }
+
+KERNELS__INLINE void kn_tile_q4_k_block(const kernels__block_q4_k *wb, int64_t b,
+                                        const void *const *xq, const int NC, float32x4_t *acc)
+{
+	kn_k45_block(wb[b].scales, wb[b].qs, NULL, wb[b].d, wb[b].dmin, b, xq, NC, acc);
+}
 KERNELS__SUPER_TILE(kn_tile_q4_k, kernels__block_q4_k)
+
+KERNELS__INLINE void kn_tile_q5_k_block(const kernels__block_q5_k *wb, int64_t b,
+                                        const void *const *xq, const int NC, float32x4_t *acc)
+{
+	kn_k45_block(wb[b].scales, wb[b].qs, wb[b].qh, wb[b].d, wb[b].dmin, b, xq, NC, acc);
+}
+KERNELS__SUPER_TILE(kn_tile_q5_k, kernels__block_q5_k)
 
 /* ---- Q6_K --------------------------------------------------------------------------------
  * Each 16 decoded quants (q - 32, in -32..31) are exactly one sub-block:
@@ -209,6 +334,126 @@ KERNELS__INLINE void kn_tile_q6_k_block(const kernels__block_q6_k *wb, int64_t b
 }
 KERNELS__SUPER_TILE(kn_tile_q6_k, kernels__block_q6_k)
 
+/* ---- Q2_K, Q3_K, IQ4_XS --------------------------------------------------------------------
+ * Quants as signed bytes, exact int32 lanes per super-block (bounds: Q2_K <= 4 * 3 * 127 * 15 per
+ * sub-block; Q3_K 4 * 4 * 127 * 32; IQ4_XS 8 * 127 * 127 * 32 per sub-block, 8 of them < 2^25),
+ * then acc = fma(isum, d) (and fms(imin, dmin) for the types with mins). */
+
+/* Q2_K and Q3_K: for chunk ch and j < 4, the 16-byte halves of qs[32 ch ..]
+ * shifted right 2 j hold sub-blocks 8 ch + 2 j and + 1. */
+KERNELS__INLINE void kn_tile_q2_k_block(const kernels__block_q2_k *wb, int64_t b,
+                                        const void *const *xq, const int NC, float32x4_t *acc)
+{
+	const uint8x16_t m2 = vdupq_n_u8(3);
+	int32x4_t isum[KERNELS__TILE];
+	for (int c = 0; c < NC; c++)
+		isum[c] = vdupq_n_s32(0);
+	for (int ch = 0; ch < 2; ch++) {
+		uint8x16_t r0 = vld1q_u8(wb[b].qs + 32 * ch),
+		           r1 = vld1q_u8(wb[b].qs + 32 * ch + 16);
+		for (int j = 0; j < 4; j++, r0 = vshrq_n_u8(r0, 2), r1 = vshrq_n_u8(r1, 2)) {
+			int8x16_t q0 = vreinterpretq_s8_u8(vandq_u8(r0, m2));
+			int8x16_t q1 = vreinterpretq_s8_u8(vandq_u8(r1, m2));
+			const uint8_t *sc = wb[b].scales + 8 * ch + 2 * j;
+			for (int c = 0; c < NC; c++) {
+				const int8_t *x =
+				    ((const kernels__block_q8_k *)xq[c])[b].qs + 128 * ch + 32 * j;
+				int32x4_t t0 = kn_dot(vdupq_n_s32(0), q0, vld1q_s8(x));
+				int32x4_t t1 = kn_dot(vdupq_n_s32(0), q1, vld1q_s8(x + 16));
+				isum[c] = vmlaq_n_s32(isum[c], t0, sc[0] & 0xf);
+				isum[c] = vmlaq_n_s32(isum[c], t1, sc[1] & 0xf);
+			}
+		}
+	}
+	uint8x16_t m8 = vshrq_n_u8(vld1q_u8(wb[b].scales), 4);
+	int16x8_t mlo = vreinterpretq_s16_u16(vmovl_u8(vget_low_u8(m8)));
+	int16x8_t mhi = vreinterpretq_s16_u16(vmovl_high_u8(m8));
+	float dw = kn_h2f(wb[b].d), dmw = kn_h2f(wb[b].dmin);
+	for (int c = 0; c < NC; c++) {
+		const kernels__block_q8_k *xb = (const kernels__block_q8_k *)xq[c] + b;
+		int16x8_t b0 = vld1q_s16(xb->bsums), b1 = vld1q_s16(xb->bsums + 8);
+		int32x4_t imin = vmull_s16(vget_low_s16(b0), vget_low_s16(mlo));
+		imin = vmlal_high_s16(imin, b0, mlo);
+		imin = vmlal_s16(imin, vget_low_s16(b1), vget_low_s16(mhi));
+		imin = vmlal_high_s16(imin, b1, mhi);
+		acc[c] = vfmaq_n_f32(acc[c], vcvtq_f32_s32(isum[c]), dw * xb->d);
+		acc[c] = vfmsq_n_f32(acc[c], vcvtq_f32_s32(imin), dmw * xb->d);
+	}
+}
+KERNELS__SUPER_TILE(kn_tile_q2_k, kernels__block_q2_k)
+
+/* Q3_K: q - 4 = (2 low bits | hmask bit 4 ch + j << 2) - 4, in -4..3. */
+KERNELS__INLINE void kn_tile_q3_k_block(const kernels__block_q3_k *wb, int64_t b,
+                                        const void *const *xq, const int NC, float32x4_t *acc)
+{
+	const uint8x16_t m2 = vdupq_n_u8(3), one = vdupq_n_u8(1);
+	const int8x16_t k4 = vdupq_n_s8(4);
+	int8_t sc[16];
+	kernels__q3k_scales(wb[b].scales, sc);
+	int32x4_t isum[KERNELS__TILE];
+	for (int c = 0; c < NC; c++)
+		isum[c] = vdupq_n_s32(0);
+	uint8x16_t hm0 = vld1q_u8(wb[b].hmask), hm1 = vld1q_u8(wb[b].hmask + 16);
+	for (int ch = 0; ch < 2; ch++) {
+		uint8x16_t r0 = vld1q_u8(wb[b].qs + 32 * ch),
+		           r1 = vld1q_u8(wb[b].qs + 32 * ch + 16);
+		for (int j = 0; j < 4; j++) {
+			int8x16_t q0 =
+			    vsubq_s8(vreinterpretq_s8_u8(vorrq_u8(
+			                 vandq_u8(r0, m2), vshlq_n_u8(vandq_u8(hm0, one), 2))),
+			             k4);
+			int8x16_t q1 =
+			    vsubq_s8(vreinterpretq_s8_u8(vorrq_u8(
+			                 vandq_u8(r1, m2), vshlq_n_u8(vandq_u8(hm1, one), 2))),
+			             k4);
+			r0 = vshrq_n_u8(r0, 2);
+			r1 = vshrq_n_u8(r1, 2);
+			hm0 = vshrq_n_u8(hm0, 1);
+			hm1 = vshrq_n_u8(hm1, 1);
+			const int8_t *s = sc + 8 * ch + 2 * j;
+			for (int c = 0; c < NC; c++) {
+				const int8_t *x =
+				    ((const kernels__block_q8_k *)xq[c])[b].qs + 128 * ch + 32 * j;
+				int32x4_t t0 = kn_dot(vdupq_n_s32(0), q0, vld1q_s8(x));
+				int32x4_t t1 = kn_dot(vdupq_n_s32(0), q1, vld1q_s8(x + 16));
+				isum[c] = vmlaq_n_s32(isum[c], t0, s[0]);
+				isum[c] = vmlaq_n_s32(isum[c], t1, s[1]);
+			}
+		}
+	}
+	float dw = kn_h2f(wb[b].d);
+	for (int c = 0; c < NC; c++) {
+		const kernels__block_q8_k *xb = (const kernels__block_q8_k *)xq[c] + b;
+		acc[c] = vfmaq_n_f32(acc[c], vcvtq_f32_s32(isum[c]), dw * xb->d);
+	}
+}
+KERNELS__SUPER_TILE(kn_tile_q3_k, kernels__block_q3_k)
+
+KERNELS__INLINE void kn_tile_iq4_xs_block(const kernels__block_iq4_xs *wb, int64_t b,
+                                          const void *const *xq, const int NC, float32x4_t *acc)
+{
+	int32x4_t isum[KERNELS__TILE];
+	for (int c = 0; c < NC; c++)
+		isum[c] = vdupq_n_s32(0);
+	for (int ib = 0; ib < 8; ib++) {
+		int8x16_t lo, hi;
+		kn_table_bytes(wb[b].qs + 16 * ib, kernels__iq4_values, &lo, &hi);
+		int ls = kernels__iq4xs_scale(&wb[b], ib);
+		for (int c = 0; c < NC; c++) {
+			const int8_t *x = ((const kernels__block_q8_k *)xq[c])[b].qs + 32 * ib;
+			int32x4_t t = kn_dot(vdupq_n_s32(0), lo, vld1q_s8(x));
+			t = kn_dot(t, hi, vld1q_s8(x + 16));
+			isum[c] = vmlaq_n_s32(isum[c], t, ls);
+		}
+	}
+	float dw = kn_h2f(wb[b].d);
+	for (int c = 0; c < NC; c++) {
+		const kernels__block_q8_k *xb = (const kernels__block_q8_k *)xq[c] + b;
+		acc[c] = vfmaq_n_f32(acc[c], vcvtq_f32_s32(isum[c]), dw * xb->d);
+	}
+}
+KERNELS__SUPER_TILE(kn_tile_iq4_xs, kernels__block_iq4_xs)
+
 /* ---- the table ---------------------------------------------------------------------------- */
 
 #if KERNELS_DOTPROD
@@ -219,4 +464,4 @@ KERNELS__SUPER_TILE(kn_tile_q6_k, kernels__block_q6_k)
 #define KN_ISA   "neon-base"
 #endif
 
-KERNELS__TABLE(KN_TABLE, KN_ISA, kn, KERNELS__TILES(kn));
+KERNELS__TABLE(KN_TABLE, KN_ISA, kn, .tile = {KERNELS__TILES_ALL(kn)});

@@ -11,7 +11,12 @@
  *   Q4_K: per super-block exact ints isum = sum_j sc_j * dot_j and imin =
  *     sum_j m_j * bsum_j; acc += (d_w * d_x) * isum, then acc -= (dmin_w *
  *     d_x) * imin;  Q6_K: acc += (d_w * d_x) * isum, isum = sum_j sc_j *
- *     dot(q - 32, q8) over the 16 sub-blocks.
+ *     dot(q - 32, q8) over the 16 sub-blocks;
+ *   Q5_0, IQ4_NL, MXFP4: as Q4_0, the weight scale being the fp16 d (the
+ *     E8M0 scale halved for MXFP4); Q5_1: per block acc += sumi * (d_w *
+ *     d_x), then acc += sumx * (m_w * d_x), sumx = sum of the x quants;
+ *   Q5_K, Q2_K: as Q4_K (Q2_K: 16 sub-blocks, 4-bit scale and min);
+ *     Q3_K, IQ4_XS: as Q6_K, isum = sum_j sc_j * dot_j over the sub-blocks.
  */
 #include "runtime/cpu/kernels_shell.h"
 #include "runtime/cpu/quant.h"
@@ -73,33 +78,46 @@ static float ks_dot_q4_0(int64_t n, const kernels__block_q4_0 *w, const kernels_
 	return acc;
 }
 
-static float ks_dot_q4_k(int64_t n, const kernels__block_q4_k *w, const kernels__block_q8_k *x)
+/* Q4_K and Q5_K (qh NULL for Q4_K): one super-block's exact isum and imin. */
+static void ks_k45_sums(const uint8_t *scales, const uint8_t *q, const uint8_t *qh,
+                        const kernels__block_q8_k *x, int32_t *isum, int32_t *imin)
 {
-	float acc = 0.0f;
-	for (int64_t b = 0; b < n / KERNELS__QKK; b++) {
-		int32_t isum = 0, imin = 0;
-		const uint8_t *q = w[b].qs;
-		const int8_t *q8 = x[b].qs;
-		for (int j = 0; j < 8; j += 2, q += 32, q8 += 64) {
-			int sc0, m0, sc1, m1;
-			kernels__q4k_scale_min(w[b].scales, j, &sc0, &m0);
-			kernels__q4k_scale_min(w[b].scales, j + 1, &sc1, &m1);
-			int32_t lo = 0, hi = 0;
-			for (int l = 0; l < 32; l++) {
-				lo += (q[l] & 0xf) * q8[l];
-				hi += (q[l] >> 4) * q8[l + 32];
-			}
-			isum += sc0 * lo + sc1 * hi;
-			imin += m0 * (x[b].bsums[2 * j] + x[b].bsums[2 * j + 1]);
-			imin += m1 * (x[b].bsums[2 * j + 2] + x[b].bsums[2 * j + 3]);
+	const int8_t *q8 = x->qs;
+	*isum = *imin = 0;
+	for (int j = 0; j < 8; j += 2, q += 32, q8 += 64) {
+		int sc0, m0, sc1, m1;
+		kernels__q4k_scale_min(scales, j, &sc0, &m0);
+		kernels__q4k_scale_min(scales, j + 1, &sc1, &m1);
+		int32_t lo = 0, hi = 0;
+		for (int l = 0; l < 32; l++) {
+			int h0 = qh ? ((qh[l] >> j) & 1) << 4 : 0;
+			int h1 = qh ? ((qh[l] >> (j + 1)) & 1) << 4 : 0;
+			lo += ((q[l] & 0xf) | h0) * q8[l];
+			hi += ((q[l] >> 4) | h1) * q8[l + 32];
 		}
-		float d = kernels__fp16_to_f32(w[b].d) * x[b].d;
-		float dmin = kernels__fp16_to_f32(w[b].dmin) * x[b].d;
-		acc += d * (float)isum;
-		acc -= dmin * (float)imin;
+		*isum += sc0 * lo + sc1 * hi;
+		*imin += m0 * (x->bsums[2 * j] + x->bsums[2 * j + 1]);
+		*imin += m1 * (x->bsums[2 * j + 2] + x->bsums[2 * j + 3]);
 	}
-	return acc;
 }
+
+#define KS_K45_DOT(name, WBLOCK, QH)                                                               \
+	static float name(int64_t n, const WBLOCK *w, const kernels__block_q8_k *x)                \
+	{                                                                                          \
+		float acc = 0.0f;                                                                  \
+		for (int64_t b = 0; b < n / KERNELS__QKK; b++) {                                   \
+			int32_t isum, imin;                                                        \
+			ks_k45_sums(w[b].scales, w[b].qs, QH, &x[b], &isum, &imin);                \
+			float d = kernels__fp16_to_f32(w[b].d) * x[b].d;                           \
+			float dmin = kernels__fp16_to_f32(w[b].dmin) * x[b].d;                     \
+			acc += d * (float)isum;                                                    \
+			acc -= dmin * (float)imin;                                                 \
+		}                                                                                  \
+		return acc;                                                                        \
+	}
+
+KS_K45_DOT(ks_dot_q4_k, kernels__block_q4_k, NULL)
+KS_K45_DOT(ks_dot_q5_k, kernels__block_q5_k, w[b].qh)
 
 static float ks_dot_q6_k(int64_t n, const kernels__block_q6_k *w, const kernels__block_q8_k *x)
 {
@@ -126,6 +144,159 @@ static float ks_dot_q6_k(int64_t n, const kernels__block_q6_k *w, const kernels_
 	return acc;
 }
 
+/* The 32-element types whose quants are signed bytes times one scale per
+ * block: decode(block, q) fills q[32] (element order) and returns the
+ * block's weight scale; per block acc += sumi * (scale * d_x). */
+typedef float (*ks_decode_fn)(const void *blk, int8_t *q);
+
+static float ks_dot_q32(int64_t n, const char *w, size_t wsize, ks_decode_fn decode,
+                        const kernels__block_q8_0 *x)
+{
+	float acc = 0.0f;
+	for (int64_t b = 0; b < n / KERNELS__QK; b++) {
+		int8_t q[KERNELS__QK];
+		float dw = decode(w + (size_t)b * wsize, q);
+		int32_t sumi = 0;
+		for (int j = 0; j < KERNELS__QK; j++)
+			sumi += q[j] * x[b].qs[j];
+		acc += (float)sumi * (dw * kernels__fp16_to_f32(x[b].d));
+	}
+	return acc;
+}
+
+static void ks_nibbles(const uint8_t *qs, const int8_t *table, int8_t *q)
+{
+	for (int j = 0; j < KERNELS__QK / 2; j++) {
+		q[j] = table[qs[j] & 0xf];
+		q[j + 16] = table[qs[j] >> 4];
+	}
+}
+
+static float ks_decode_q5_0(const void *blk, int8_t *q)
+{
+	const kernels__block_q5_0 *b = blk;
+	for (int j = 0; j < KERNELS__QK / 2; j++) {
+		int v[2];
+		kernels__q5_quants(b->qs, b->qh, j, v);
+		q[j] = (int8_t)(v[0] - 16);
+		q[j + 16] = (int8_t)(v[1] - 16);
+	}
+	return kernels__fp16_to_f32(b->d);
+}
+
+static float ks_decode_iq4_nl(const void *blk, int8_t *q)
+{
+	const kernels__block_iq4_nl *b = blk;
+	ks_nibbles(b->qs, kernels__iq4_values, q);
+	return kernels__fp16_to_f32(b->d);
+}
+
+static float ks_decode_mxfp4(const void *blk, int8_t *q)
+{
+	const kernels__block_mxfp4 *b = blk;
+	ks_nibbles(b->qs, kernels__mxfp4_values, q);
+	return kernels__e8m0_half(b->e);
+}
+
+static float ks_dot_q5_0(int64_t n, const void *w, const kernels__block_q8_0 *x)
+{
+	return ks_dot_q32(n, w, sizeof(kernels__block_q5_0), ks_decode_q5_0, x);
+}
+
+static float ks_dot_iq4_nl(int64_t n, const void *w, const kernels__block_q8_0 *x)
+{
+	return ks_dot_q32(n, w, sizeof(kernels__block_iq4_nl), ks_decode_iq4_nl, x);
+}
+
+static float ks_dot_mxfp4(int64_t n, const void *w, const kernels__block_q8_0 *x)
+{
+	return ks_dot_q32(n, w, sizeof(kernels__block_mxfp4), ks_decode_mxfp4, x);
+}
+
+/* Q5_1: x = d q + m, so per block dot = d_x (d sumi + m sumx), sumx the
+ * sum of the activation quants. */
+static float ks_dot_q5_1(int64_t n, const kernels__block_q5_1 *w, const kernels__block_q8_0 *x)
+{
+	float acc = 0.0f;
+	for (int64_t b = 0; b < n / KERNELS__QK; b++) {
+		int32_t sumi = 0, sumx = 0;
+		for (int j = 0; j < KERNELS__QK / 2; j++) {
+			int q[2];
+			kernels__q5_quants(w[b].qs, w[b].qh, j, q);
+			sumi += q[0] * x[b].qs[j] + q[1] * x[b].qs[j + 16];
+			sumx += x[b].qs[j] + x[b].qs[j + 16];
+		}
+		float dx = kernels__fp16_to_f32(x[b].d);
+		acc += (float)sumi * (kernels__fp16_to_f32(w[b].d) * dx);
+		acc += (float)sumx * (kernels__fp16_to_f32(w[b].m) * dx);
+	}
+	return acc;
+}
+
+/* The 2 low bits of element e of a Q2_K / Q3_K super-block (see quant.c). */
+static int ks_q2_bits(const uint8_t *qs, int e)
+{
+	return (qs[32 * (e / 128) + e % 32] >> (2 * ((e % 128) / 32))) & 3;
+}
+
+static float ks_dot_q2_k(int64_t n, const kernels__block_q2_k *w, const kernels__block_q8_k *x)
+{
+	float acc = 0.0f;
+	for (int64_t b = 0; b < n / KERNELS__QKK; b++) {
+		int32_t isum = 0, imin = 0;
+		for (int j = 0; j < 16; j++) {
+			int32_t dot = 0;
+			for (int l = 0; l < 16; l++)
+				dot += ks_q2_bits(w[b].qs, 16 * j + l) * x[b].qs[16 * j + l];
+			isum += (w[b].scales[j] & 0xf) * dot;
+			imin += (w[b].scales[j] >> 4) * x[b].bsums[j];
+		}
+		float d = kernels__fp16_to_f32(w[b].d) * x[b].d;
+		float dmin = kernels__fp16_to_f32(w[b].dmin) * x[b].d;
+		acc += d * (float)isum;
+		acc -= dmin * (float)imin;
+	}
+	return acc;
+}
+
+static float ks_dot_q3_k(int64_t n, const kernels__block_q3_k *w, const kernels__block_q8_k *x)
+{
+	float acc = 0.0f;
+	for (int64_t b = 0; b < n / KERNELS__QKK; b++) {
+		int8_t sc[16];
+		kernels__q3k_scales(w[b].scales, sc);
+		int32_t isum = 0;
+		for (int j = 0; j < 16; j++) {
+			int32_t dot = 0;
+			for (int l = 0; l < 16; l++) {
+				int e = 16 * j + l, hi = (w[b].hmask[e % 32] >> (e / 32)) & 1;
+				dot += (ks_q2_bits(w[b].qs, e) + 4 * hi - 4) * x[b].qs[e];
+			}
+			isum += sc[j] * dot;
+		}
+		acc += (kernels__fp16_to_f32(w[b].d) * x[b].d) * (float)isum;
+	}
+	return acc;
+}
+
+static float ks_dot_iq4_xs(int64_t n, const kernels__block_iq4_xs *w, const kernels__block_q8_k *x)
+{
+	float acc = 0.0f;
+	for (int64_t b = 0; b < n / KERNELS__QKK; b++) {
+		int32_t isum = 0;
+		for (int ib = 0; ib < 8; ib++) {
+			int8_t q[32];
+			ks_nibbles(w[b].qs + 16 * ib, kernels__iq4_values, q);
+			int32_t dot = 0;
+			for (int l = 0; l < 32; l++)
+				dot += q[l] * x[b].qs[32 * ib + l];
+			isum += kernels__iq4xs_scale(&w[b], ib) * dot;
+		}
+		acc += (kernels__fp16_to_f32(w[b].d) * x[b].d) * (float)isum;
+	}
+	return acc;
+}
+
 /* ---- tiles: each column alone, so gemm == gemv trivially ---------------------- */
 
 #define KS_TILE(name, dot, wtype, xtype)                                                           \
@@ -143,7 +314,15 @@ KS_TILE(q8_0, ks_dot_q8_0, kernels__block_q8_0, kernels__block_q8_0)
 KS_TILE(q4_0, ks_dot_q4_0, kernels__block_q4_0, kernels__block_q8_0)
 KS_TILE(q4_k, ks_dot_q4_k, kernels__block_q4_k, kernels__block_q8_k)
 KS_TILE(q6_k, ks_dot_q6_k, kernels__block_q6_k, kernels__block_q8_k)
+KS_TILE(q5_0, ks_dot_q5_0, void, kernels__block_q8_0)
+KS_TILE(q5_1, ks_dot_q5_1, kernels__block_q5_1, kernels__block_q8_0)
+KS_TILE(iq4_nl, ks_dot_iq4_nl, void, kernels__block_q8_0)
+KS_TILE(mxfp4, ks_dot_mxfp4, void, kernels__block_q8_0)
+KS_TILE(q2_k, ks_dot_q2_k, kernels__block_q2_k, kernels__block_q8_k)
+KS_TILE(q3_k, ks_dot_q3_k, kernels__block_q3_k, kernels__block_q8_k)
+KS_TILE(q5_k, ks_dot_q5_k, kernels__block_q5_k, kernels__block_q8_k)
+KS_TILE(iq4_xs, ks_dot_iq4_xs, kernels__block_iq4_xs, kernels__block_q8_k)
 
 /* ---- the table ---------------------------------------------------------------- */
 
-KERNELS__TABLE(kernels__scalar, "scalar", ks, KERNELS__TILES(ks));
+KERNELS__TABLE(kernels__scalar, "scalar", ks, .tile = {KERNELS__TILES_ALL(ks)});

@@ -289,6 +289,14 @@ enum {
 	KERNELS__W_Q4_0,
 	KERNELS__W_Q4_K,
 	KERNELS__W_Q6_K,
+	KERNELS__W_Q5_0,
+	KERNELS__W_Q5_1,
+	KERNELS__W_IQ4_NL,
+	KERNELS__W_MXFP4,
+	KERNELS__W_Q2_K,
+	KERNELS__W_Q3_K,
+	KERNELS__W_Q5_K,
+	KERNELS__W_IQ4_XS,
 	KERNELS__NW
 };
 
@@ -309,6 +317,22 @@ static inline int kernels__windex(shoal_dtype wt)
 		return KERNELS__W_Q4_K;
 	case SHOAL_DTYPE_Q6_K:
 		return KERNELS__W_Q6_K;
+	case SHOAL_DTYPE_Q5_0:
+		return KERNELS__W_Q5_0;
+	case SHOAL_DTYPE_Q5_1:
+		return KERNELS__W_Q5_1;
+	case SHOAL_DTYPE_IQ4_NL:
+		return KERNELS__W_IQ4_NL;
+	case SHOAL_DTYPE_MXFP4:
+		return KERNELS__W_MXFP4;
+	case SHOAL_DTYPE_Q2_K:
+		return KERNELS__W_Q2_K;
+	case SHOAL_DTYPE_Q3_K:
+		return KERNELS__W_Q3_K;
+	case SHOAL_DTYPE_Q5_K:
+		return KERNELS__W_Q5_K;
+	case SHOAL_DTYPE_IQ4_XS:
+		return KERNELS__W_IQ4_XS;
 	default:
 		return -1;
 	}
@@ -341,14 +365,19 @@ static inline void kernels__ops_run(const kernels__ops *ops, shoal_dtype wt, int
 		                  y_stride);
 }
 
-/* The ops of an ISA whose tile functions are named p##_tile_<type>. */
-#define KERNELS__TILES(p)                                                                          \
-	.tile = {                                                                                  \
-	    [KERNELS__W_F32] = p##_tile_f32,   [KERNELS__W_F16] = p##_tile_f16,                    \
-	    [KERNELS__W_BF16] = p##_tile_bf16, [KERNELS__W_Q8_0] = p##_tile_q8_0,                  \
-	    [KERNELS__W_Q4_0] = p##_tile_q4_0, [KERNELS__W_Q4_K] = p##_tile_q4_k,                  \
-	    [KERNELS__W_Q6_K] = p##_tile_q6_k,                                                     \
-	}
+/* The ops of an ISA whose tile functions are named p##_tile_<type>, for the
+ * types every table has its own kernels for (KERNELS__TILES_ALL: all). */
+#define KERNELS__TILES_BASE(p)                                                                     \
+	[KERNELS__W_F32] = p##_tile_f32, [KERNELS__W_F16] = p##_tile_f16,                          \
+	[KERNELS__W_BF16] = p##_tile_bf16, [KERNELS__W_Q8_0] = p##_tile_q8_0,                      \
+	[KERNELS__W_Q4_0] = p##_tile_q4_0, [KERNELS__W_Q4_K] = p##_tile_q4_k,                      \
+	[KERNELS__W_Q6_K] = p##_tile_q6_k
+#define KERNELS__TILES_ALL(p)                                                                      \
+	KERNELS__TILES_BASE(p),                                                                    \
+	    [KERNELS__W_Q5_0] = p##_tile_q5_0, [KERNELS__W_Q5_1] = p##_tile_q5_1,                  \
+	    [KERNELS__W_IQ4_NL] = p##_tile_iq4_nl, [KERNELS__W_MXFP4] = p##_tile_mxfp4,            \
+	    [KERNELS__W_Q2_K] = p##_tile_q2_k, [KERNELS__W_Q3_K] = p##_tile_q3_k,                  \
+	    [KERNELS__W_Q5_K] = p##_tile_q5_k, [KERNELS__W_IQ4_XS] = p##_tile_iq4_xs
 
 /* The table `symbol` named isa_name, computing with the ops given after p
  * (designated initialisers of kernels__ops; p prefixes its static names). */

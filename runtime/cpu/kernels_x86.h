@@ -1,12 +1,16 @@
 /*
  * runtime/cpu/kernels_x86.h: the AVX2-level helpers that both x86 tables use
  * (kernels_avx2.c, and kernels_avx512.c for its 256-bit steps): horizontal
- * sum, fp16 scales to float, and the 16 bsums of a Q8_K block against the
- * Q4_K mins and the Q6_K offset.
+ * sum, fp16 scales to float, the 16 bsums of a Q8_K block against the
+ * Q4_K mins and the Q6_K offset, the signed bytes of the 32-element types
+ * (Q5_0, IQ4_NL, MXFP4), the exact int32 lanes of one Q4_K, Q5_K, Q3_K,
+ * Q2_K or IQ4_XS super-block and of a Q5_1 block, and the tile bodies that
+ * scale and accumulate those lanes in either table's float vector.
  *
- * Part: runtime/, room cpu/. Names are kernels__x86_*; everything is
- * always-inline, compiled with the -m flags of the file that includes it
- * (both have AVX2, FMA and F16C).
+ * Part: runtime/, room cpu/. Names are kernels__x86_* / KERNELS__X86_*;
+ * everything is always-inline or a macro, compiled with the -m flags of
+ * the file that includes it (both have AVX2, FMA and F16C).
+ * Divisions: helpers, 32-element blocks as bytes, K-quant lanes, tile bodies.
  */
 #ifndef SHOAL_RUNTIME_KERNELS_X86_H
 #define SHOAL_RUNTIME_KERNELS_X86_H
@@ -63,5 +67,352 @@ KERNELS__INLINE __m256i kernels__x86_q6k_offset(const kernels__block_q8_k *xb, _
 	__m256i bs = _mm256_loadu_si256((const __m256i *)xb->bsums);
 	return _mm256_slli_epi32(_mm256_madd_epi16(bs, sc16), 5);
 }
+
+/* ---- 32-element blocks as 32 signed bytes (element order) -------------------- */
+
+/* Byte i = 0xff where bit i of h is set, else 0. */
+KERNELS__INLINE __m256i kernels__x86_bit_bytes(uint32_t h)
+{
+	const __m256i spread =
+	    _mm256_set_epi64x(0x0303030303030303LL, 0x0202020202020202LL, 0x0101010101010101LL, 0);
+	const __m256i bit = _mm256_set1_epi64x((long long)0x8040201008040201ULL);
+	__m256i v = _mm256_shuffle_epi8(_mm256_set1_epi32((int)h), spread);
+	return _mm256_cmpeq_epi8(_mm256_and_si256(v, bit), bit);
+}
+
+/* The 32 nibbles of qs[16] (low nibbles, then high), 0..15. */
+KERNELS__INLINE __m256i kernels__x86_nibbles(const uint8_t *qs)
+{
+	__m128i q = _mm_loadu_si128((const __m128i *)qs);
+	return _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(q, 4), q), _mm256_set1_epi8(0x0f));
+}
+
+/* Q5_0 / Q5_1 quants, 0..31. */
+KERNELS__INLINE __m256i kernels__x86_q5_bytes(const uint8_t *qs, const uint8_t *qh)
+{
+	uint32_t h;
+	memcpy(&h, qh, 4);
+	__m256i hi = _mm256_and_si256(kernels__x86_bit_bytes(h), _mm256_set1_epi8(0x10));
+	return _mm256_or_si256(kernels__x86_nibbles(qs), hi);
+}
+
+/* Q5_0: q - 16 in -16..15. */
+KERNELS__INLINE __m256i kernels__x86_q5_0_bytes(const kernels__block_q5_0 *b)
+{
+	return _mm256_sub_epi8(kernels__x86_q5_bytes(b->qs, b->qh), _mm256_set1_epi8(16));
+}
+
+/* Q5_1 quants q (0..31, from kernels__x86_q5_bytes) against an activation
+ * block: *s = sums of 4 q x, *sx = sums of 4 x, 8 int32 lanes (exact:
+ * maddubs pairs <= 2 * 31 * 127). */
+KERNELS__INLINE void kernels__x86_q5_1_lanes(__m256i q, const kernels__block_q8_0 *xb, __m256i *s,
+                                             __m256i *sx)
+{
+	const __m256i one16 = _mm256_set1_epi16(1);
+	__m256i x = _mm256_loadu_si256((const __m256i *)xb->qs);
+	*s = _mm256_madd_epi16(_mm256_maddubs_epi16(q, x), one16);
+	*sx = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_set1_epi8(1), x), one16);
+}
+
+/* A nibble table (kernels__iq4_values, kernels__mxfp4_values) looked up. */
+KERNELS__INLINE __m256i kernels__x86_table_bytes(const uint8_t *qs, const int8_t *table)
+{
+	__m256i t = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)table));
+	return _mm256_shuffle_epi8(t, kernels__x86_nibbles(qs));
+}
+
+#define KERNELS__X86_IQ4_NL_BYTES(blk) kernels__x86_table_bytes((blk)->qs, kernels__iq4_values)
+#define KERNELS__X86_MXFP4_BYTES(blk)  kernels__x86_table_bytes((blk)->qs, kernels__mxfp4_values)
+
+/* The weight scales of blocks b and b + 1 (0 when single) in lanes 0 and 1. */
+#define KERNELS__X86_H2F_SCALES(wb, b, single)                                                     \
+	kernels__x86_h2f_pair(&(wb)[b].d, (single) ? 0 : (wb)[(b) + 1].d)
+#define KERNELS__X86_E8M0_SCALES(wb, b, single)                                                    \
+	_mm_setr_ps(kernels__e8m0_half((wb)[b].e),                                                 \
+	            (single) ? 0.0f : kernels__e8m0_half((wb)[(b) + 1].e), 0.0f, 0.0f)
+
+/* ---- K-quant super-blocks as exact int32 lanes -----------------------------------
+ * Each fills isum[c] (and imin[c] for the types with mins) for the NC
+ * activation columns, super-block b. maddubs takes the unsigned quants
+ * first; bounds are given per type. */
+
+/* Q4_K and Q5_K (qh NULL for Q4_K): sub-block j of 32 is one ymm of quants
+ * (0..15, plus 16 times bit j of qh[l] for Q5_K); maddubs(q, x) pairs are
+ * <= 2 * 31 * 127 = 7874, madd with sc_j (<= 63) gives lanes <= 63 * 2 *
+ * 7874 per sub-block, 8 sub-blocks < 2^23: exact. Mins: the 16 bsums
+ * summed in pairs (madd with 1) times m_j give m_j * (bsum_2j + bsum_2j+1)
+ * in lane j. */
+KERNELS__INLINE void kernels__x86_k45_lanes(const uint8_t *scales, const uint8_t *qs,
+                                            const uint8_t *qh, int64_t b, const void *const *xq,
+                                            const int NC, __m256i *isum, __m256i *imin)
+{
+	const __m256i m4 = _mm256_set1_epi8(0x0f), b4 = _mm256_set1_epi8(0x10);
+	uint64_t sc, mn;
+	kernels__q4k_unpack(scales, &sc, &mn);
+	/* the 8 scales as int16, in both 128-bit lanes */
+	__m256i S =
+	    _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(_mm_cvtsi64_si128((long long)sc)));
+	__m256i hb = qh ? _mm256_loadu_si256((const __m256i *)qh) : _mm256_setzero_si256();
+	for (int c = 0; c < NC; c++)
+		isum[c] = _mm256_setzero_si256();
+	for (int j = 0; j < 4; j++) {
+		__m256i raw = _mm256_loadu_si256((const __m256i *)(qs + 32 * j));
+		__m256i lo = _mm256_and_si256(raw, m4);
+		__m256i hi = _mm256_and_si256(_mm256_srli_epi16(raw, 4), m4);
+		if (qh) { /* bits 2 j and 2 j + 1 of qh[l] to bit 4 */
+			__m256i t0 = 2 * j <= 4 ? _mm256_sll_epi16(hb, _mm_cvtsi32_si128(4 - 2 * j))
+			                        : _mm256_srl_epi16(hb, _mm_cvtsi32_si128(2 * j - 4));
+			__m256i t1 = 2 * j + 1 <= 4
+			                 ? _mm256_sll_epi16(hb, _mm_cvtsi32_si128(3 - 2 * j))
+			                 : _mm256_srl_epi16(hb, _mm_cvtsi32_si128(2 * j - 3));
+			lo = _mm256_or_si256(lo, _mm256_and_si256(t0, b4));
+			hi = _mm256_or_si256(hi, _mm256_and_si256(t1, b4));
+		}
+		/* int16 lanes of sc_2j and sc_2j+1, by byte shuffles */
+		__m256i s0 = _mm256_shuffle_epi8(
+		    S, _mm256_set1_epi16((short)(((4 * j + 1) << 8) | (4 * j))));
+		__m256i s1 = _mm256_shuffle_epi8(
+		    S, _mm256_set1_epi16((short)(((4 * j + 3) << 8) | (4 * j + 2))));
+		for (int c = 0; c < NC; c++) {
+			const int8_t *x = ((const kernels__block_q8_k *)xq[c])[b].qs + 64 * j;
+			__m256i x0 = _mm256_loadu_si256((const __m256i *)x);
+			__m256i x1 = _mm256_loadu_si256((const __m256i *)(x + 32));
+			__m256i p0 = _mm256_madd_epi16(_mm256_maddubs_epi16(lo, x0), s0);
+			__m256i p1 = _mm256_madd_epi16(_mm256_maddubs_epi16(hi, x1), s1);
+			isum[c] = _mm256_add_epi32(isum[c], _mm256_add_epi32(p0, p1));
+		}
+	}
+	__m256i mins = kernels__x86_q4k_mins(mn);
+	for (int c = 0; c < NC; c++)
+		imin[c] = kernels__x86_q4k_imin((const kernels__block_q8_k *)xq[c] + b, mins);
+}
+
+KERNELS__INLINE void kernels__x86_q4k_lanes(const kernels__block_q4_k *w, int64_t b,
+                                            const void *const *xq, const int NC, __m256i *isum,
+                                            __m256i *imin)
+{
+	kernels__x86_k45_lanes(w->scales, w->qs, NULL, b, xq, NC, isum, imin);
+}
+
+KERNELS__INLINE void kernels__x86_q5k_lanes(const kernels__block_q5_k *w, int64_t b,
+                                            const void *const *xq, const int NC, __m256i *isum,
+                                            __m256i *imin)
+{
+	kernels__x86_k45_lanes(w->scales, w->qs, w->qh, b, xq, NC, isum, imin);
+}
+
+/* From 16 int16 scales v: lanes 0-7 = scale k, lanes 8-15 = scale k + 1
+ * (k even: the dword k / 2 holds both, broadcast, then each 128-bit lane
+ * repeats its word). */
+KERNELS__INLINE __m256i kernels__x86_scale_pair(__m256i v, int k)
+{
+	const __m256i pick = _mm256_setr_epi8(0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 2, 3, 2,
+	                                      3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3);
+	__m256i p = _mm256_permutevar8x32_epi32(v, _mm256_set1_epi32(k / 2));
+	return _mm256_shuffle_epi8(p, pick);
+}
+
+/* The 16 Q3_K scales (kernels__q3k_scales) as int16 lanes: the low nibbles
+ * of bytes 0-7, then their high nibbles; the top 2 bits of scale 4 k + b
+ * at bits 2 k of byte 8 + b (a variable shift per dword). */
+KERNELS__INLINE __m256i kernels__x86_q3k_scales16(const uint8_t *s)
+{
+	const __m128i m4 = _mm_set1_epi8(0x0f);
+	__m128i a = _mm_loadl_epi64((const __m128i *)s);
+	__m128i lo = _mm_and_si128(_mm_unpacklo_epi64(a, _mm_srli_epi16(a, 4)), m4);
+	uint32_t h;
+	memcpy(&h, s + 8, 4);
+	__m128i hi = _mm_srlv_epi32(_mm_set1_epi32((int)h), _mm_setr_epi32(0, 2, 4, 6));
+	hi = _mm_slli_epi16(_mm_and_si128(hi, _mm_set1_epi8(3)), 4);
+	return _mm256_cvtepi8_epi16(_mm_sub_epi8(_mm_or_si128(lo, hi), _mm_set1_epi8(32)));
+}
+
+/* Q2_K and Q3_K share the 2-bit layout: for chunk c and j < 4, the 32
+ * bytes qs[32 c ..] shifted right 2 j hold (low 2 bits of) elements 128 c +
+ * 32 j .. + 31, sub-blocks 8 c + 2 j (lanes 0-15) and + 1 (16-31).
+ * Q2_K: maddubs pairs <= 2 * 3 * 127, times sc <= 15, 16 parts: < 2^19;
+ * mins: madd(bsums, m) gives m_j * bsum_j summed in pairs, exact. */
+KERNELS__INLINE void kernels__x86_q2k_lanes(const kernels__block_q2_k *w, int64_t b,
+                                            const void *const *xq, const int NC, __m256i *isum,
+                                            __m256i *imin)
+{
+	const __m256i m2 = _mm256_set1_epi8(3);
+	const __m128i m4 = _mm_set1_epi8(0x0f);
+	__m128i sb = _mm_loadu_si128((const __m128i *)w->scales);
+	__m256i sc16 = _mm256_cvtepu8_epi16(_mm_and_si128(sb, m4));
+	for (int c = 0; c < NC; c++)
+		isum[c] = _mm256_setzero_si256();
+	for (int ch = 0; ch < 2; ch++) {
+		__m256i raw = _mm256_loadu_si256((const __m256i *)(w->qs + 32 * ch));
+		for (int j = 0; j < 4; j++, raw = _mm256_srli_epi16(raw, 2)) {
+			__m256i q = _mm256_and_si256(raw, m2);
+			__m256i s = kernels__x86_scale_pair(sc16, 8 * ch + 2 * j);
+			for (int c = 0; c < NC; c++) {
+				const int8_t *x =
+				    ((const kernels__block_q8_k *)xq[c])[b].qs + 128 * ch + 32 * j;
+				__m256i xv = _mm256_loadu_si256((const __m256i *)x);
+				isum[c] = _mm256_add_epi32(
+				    isum[c], _mm256_madd_epi16(_mm256_maddubs_epi16(q, xv), s));
+			}
+		}
+	}
+	__m256i m16 = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(sb, 4), m4));
+	for (int c = 0; c < NC; c++) {
+		const kernels__block_q8_k *xb = (const kernels__block_q8_k *)xq[c] + b;
+		__m256i bs = _mm256_loadu_si256((const __m256i *)xb->bsums);
+		imin[c] = _mm256_madd_epi16(bs, m16);
+	}
+}
+
+/* Q3_K: quants as unsigned u = q + 4 in 0..7 (2 low bits, then bit 4 c + j
+ * of hmask[l] on top), dot(u - 4, x) = dot(u, x) - 4 * bsum per 16:
+ * maddubs pairs <= 2 * 7 * 127, times |sc| <= 32, 16 parts: < 2^21; the
+ * -4 part is madd(bsums, sc) << 2. */
+KERNELS__INLINE void kernels__x86_q3k_lanes(const kernels__block_q3_k *w, int64_t b,
+                                            const void *const *xq, const int NC, __m256i *isum)
+{
+	const __m256i m2 = _mm256_set1_epi8(3), one = _mm256_set1_epi8(1);
+	__m256i sc16 = kernels__x86_q3k_scales16(w->scales);
+	for (int c = 0; c < NC; c++)
+		isum[c] = _mm256_setzero_si256();
+	__m256i hm = _mm256_loadu_si256((const __m256i *)w->hmask);
+	for (int ch = 0; ch < 2; ch++) {
+		__m256i raw = _mm256_loadu_si256((const __m256i *)(w->qs + 32 * ch));
+		for (int j = 0; j < 4;
+		     j++, raw = _mm256_srli_epi16(raw, 2), hm = _mm256_srli_epi16(hm, 1)) {
+			__m256i q =
+			    _mm256_or_si256(_mm256_and_si256(raw, m2),
+			                    _mm256_slli_epi16(_mm256_and_si256(hm, one), 2));
+			__m256i s = kernels__x86_scale_pair(sc16, 8 * ch + 2 * j);
+			for (int c = 0; c < NC; c++) {
+				const int8_t *x =
+				    ((const kernels__block_q8_k *)xq[c])[b].qs + 128 * ch + 32 * j;
+				__m256i xv = _mm256_loadu_si256((const __m256i *)x);
+				isum[c] = _mm256_add_epi32(
+				    isum[c], _mm256_madd_epi16(_mm256_maddubs_epi16(q, xv), s));
+			}
+		}
+	}
+	for (int c = 0; c < NC; c++) {
+		const kernels__block_q8_k *xb = (const kernels__block_q8_k *)xq[c] + b;
+		__m256i bs = _mm256_loadu_si256((const __m256i *)xb->bsums);
+		isum[c] =
+		    _mm256_sub_epi32(isum[c], _mm256_slli_epi32(_mm256_madd_epi16(bs, sc16), 2));
+	}
+}
+
+/* IQ4_XS: the table values (signed, |v| <= 127) by a byte shuffle, two
+ * sub-blocks per 32 bytes of qs; the sign trick as for Q8_0 (pairs <= 2 *
+ * 127 * 127 = 32258), times ls - 32 (|.| <= 32), 8 sub-blocks: < 2^25. The
+ * 8 scales are made at once: dword ib holds ls_ib - 32 in both words. */
+KERNELS__INLINE void kernels__x86_iq4xs_lanes(const kernels__block_iq4_xs *w, int64_t b,
+                                              const void *const *xq, const int NC, __m256i *isum)
+{
+	const __m256i m4 = _mm256_set1_epi8(0x0f);
+	const __m256i t =
+	    _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)kernels__iq4_values));
+	uint32_t l4;
+	memcpy(&l4, w->scales_l, 4);
+	__m128i l8 = _mm_cvtsi32_si128((int)l4);
+	l8 = _mm_unpacklo_epi8(_mm_and_si128(l8, _mm_set1_epi8(0x0f)),
+	                       _mm_and_si128(_mm_srli_epi16(l8, 4), _mm_set1_epi8(0x0f)));
+	__m256i hi = _mm256_srlv_epi32(_mm256_set1_epi32(w->scales_h),
+	                               _mm256_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14));
+	hi = _mm256_slli_epi32(_mm256_and_si256(hi, _mm256_set1_epi32(3)), 4);
+	__m256i ls = _mm256_sub_epi32(_mm256_or_si256(_mm256_cvtepu8_epi32(l8), hi),
+	                              _mm256_set1_epi32(32));
+	ls = _mm256_or_si256(_mm256_and_si256(ls, _mm256_set1_epi32(0xffff)),
+	                     _mm256_slli_epi32(ls, 16));
+	for (int c = 0; c < NC; c++)
+		isum[c] = _mm256_setzero_si256();
+	for (int p = 0; p < 4; p++) {
+		__m256i raw = _mm256_loadu_si256((const __m256i *)(w->qs + 32 * p));
+		__m256i lo = _mm256_and_si256(raw, m4);
+		__m256i hn = _mm256_and_si256(_mm256_srli_epi16(raw, 4), m4);
+		__m256i q[2] = {_mm256_shuffle_epi8(t, _mm256_permute2x128_si256(lo, hn, 0x20)),
+		                _mm256_shuffle_epi8(t, _mm256_permute2x128_si256(lo, hn, 0x31))};
+		for (int h = 0; h < 2; h++) {
+			__m256i aq = _mm256_abs_epi8(q[h]);
+			__m256i s = _mm256_permutevar8x32_epi32(ls, _mm256_set1_epi32(2 * p + h));
+			for (int c = 0; c < NC; c++) {
+				const int8_t *x =
+				    ((const kernels__block_q8_k *)xq[c])[b].qs + 64 * p + 32 * h;
+				__m256i xv = _mm256_loadu_si256((const __m256i *)x);
+				__m256i pr = _mm256_maddubs_epi16(aq, _mm256_sign_epi8(xv, q[h]));
+				isum[c] = _mm256_add_epi32(isum[c], _mm256_madd_epi16(pr, s));
+			}
+		}
+	}
+}
+
+/* ---- tile bodies on those lanes, for both tables ---------------------------------
+ * Written with the float vector of the shell's templates plus, defined by
+ * the including file: KERNELS__V_SET1(f) (all lanes f), KERNELS__V_FNMA(s,
+ * a, b) (s - a * b, fused) and KERNELS__X86_LANES_V(i) (8 int32 lanes as a
+ * float vector, any lanes above 8 zero). */
+
+/* The K-quants with mins: acc = fma(d, isum, acc), acc = fnma(dmin, imin,
+ * acc), d and dmin times the column's d_x; LANES(w, b, xq, NC, isum, imin). */
+#define KERNELS__X86_KQ_MIN_TILE(name, WBLOCK, LANES)                                              \
+	KERNELS__INLINE void name##_block(const WBLOCK *wb, int64_t b, const void *const *xq,      \
+	                                  const int NC, KERNELS__V *acc)                           \
+	{                                                                                          \
+		__m256i isum[KERNELS__TILE], imin[KERNELS__TILE];                                  \
+		LANES(&wb[b], b, xq, NC, isum, imin);                                              \
+		float dw = kernels__x86_h2f(wb[b].d), dmw = kernels__x86_h2f(wb[b].dmin);          \
+		for (int c = 0; c < NC; c++) {                                                     \
+			float dx = ((const kernels__block_q8_k *)xq[c])[b].d;                      \
+			acc[c] = KERNELS__V_FMA(acc[c], KERNELS__V_SET1(dw * dx),                  \
+			                        KERNELS__X86_LANES_V(isum[c]));                    \
+			acc[c] = KERNELS__V_FNMA(acc[c], KERNELS__V_SET1(dmw * dx),                \
+			                         KERNELS__X86_LANES_V(imin[c]));                   \
+		}                                                                                  \
+	}                                                                                          \
+	KERNELS__SUPER_TILE(name, WBLOCK)
+
+/* The K-quants without mins: acc = fma(d d_x, isum, acc); LANES(w, b, xq,
+ * NC, isum). */
+#define KERNELS__X86_KQ_TILE(name, WBLOCK, LANES)                                                  \
+	KERNELS__INLINE void name##_block(const WBLOCK *wb, int64_t b, const void *const *xq,      \
+	                                  const int NC, KERNELS__V *acc)                           \
+	{                                                                                          \
+		__m256i isum[KERNELS__TILE];                                                       \
+		LANES(&wb[b], b, xq, NC, isum);                                                    \
+		float dw = kernels__x86_h2f(wb[b].d);                                              \
+		for (int c = 0; c < NC; c++) {                                                     \
+			float dx = ((const kernels__block_q8_k *)xq[c])[b].d;                      \
+			acc[c] = KERNELS__V_FMA(acc[c], KERNELS__V_SET1(dw * dx),                  \
+			                        KERNELS__X86_LANES_V(isum[c]));                    \
+		}                                                                                  \
+	}                                                                                          \
+	KERNELS__SUPER_TILE(name, WBLOCK)
+
+/* Q5_1: x = d q + m, so per block acc = fma(dot(q, x), d_w d_x, acc), then
+ * acc = fma(sum x, m_w d_x, acc); blocks b and b + 1 into a0 and a1. */
+#define KERNELS__X86_Q5_1_TILE(name)                                                               \
+	KERNELS__INLINE void name##_pair(const kernels__block_q5_1 *wb, int64_t b, int single,     \
+	                                 const void *const *xq, const int NC, KERNELS__V *a0,      \
+	                                 KERNELS__V *a1)                                           \
+	{                                                                                          \
+		_mm_prefetch((const char *)(wb + b) + KERNELS__PF_AHEAD, _MM_HINT_T1);             \
+		for (int k = 0; k < (single ? 1 : 2); k++) {                                       \
+			const kernels__block_q5_1 *w = wb + b + k;                                 \
+			__m256i q = kernels__x86_q5_bytes(w->qs, w->qh);                           \
+			float dw = kernels__x86_h2f(w->d), mw = kernels__x86_h2f(w->m);            \
+			KERNELS__V *a = k ? a1 : a0;                                               \
+			for (int c = 0; c < NC; c++) {                                             \
+				const kernels__block_q8_0 *xb =                                    \
+				    (const kernels__block_q8_0 *)xq[c] + b + k;                    \
+				__m256i si, sx;                                                    \
+				kernels__x86_q5_1_lanes(q, xb, &si, &sx);                          \
+				float dx = kernels__x86_h2f(xb->d);                                \
+				a[c] = KERNELS__V_FMA(a[c], KERNELS__X86_LANES_V(si),              \
+				                      KERNELS__V_SET1(dw * dx));                   \
+				a[c] = KERNELS__V_FMA(a[c], KERNELS__X86_LANES_V(sx),              \
+				                      KERNELS__V_SET1(mw * dx));                   \
+			}                                                                          \
+		}                                                                                  \
+	}                                                                                          \
+	KERNELS__PAIR_TILE(name, kernels__block_q5_1)
 
 #endif

@@ -5,12 +5,12 @@
  * Part: runtime/, room cpu/. Dequantization is bit-exact with the reference
  * engine's (same float operations in the same order); the activation
  * quantizers Q8_0 and Q8_K follow the reference's scalar definitions; the
- * weight quantizers (Q4_0, Q4_K, Q6_K) are simple round-to-nearest ones
- * for fixtures. Compiled with -ffp-contract=off so no platform fuses the
- * multiply-adds that the reference rounds twice.
+ * weight quantizers (all the others) are simple round-to-nearest ones for
+ * fixtures, not the reference's error-minimising searches. Compiled with -ffp-contract=off so no
+ * platform fuses the multiply-adds that the reference rounds twice.
  *
- * Divisions: half/bfloat16, plain types, Q8_0, Q4_0, Q4_K, Q6_K, Q8_K,
- * dispatch.
+ * Divisions: half/bfloat16, plain types, Q8_0, Q4_0, Q4_K, Q6_K, Q5_0/Q5_1,
+ * IQ4_NL/MXFP4, Q2_K/Q3_K, Q5_K, IQ4_XS, Q8_K, dispatch.
  */
 #include <math.h>
 
@@ -252,49 +252,54 @@ static int quant_clamp(int v, int lo, int hi)
 	return v < lo ? lo : v > hi ? hi : v;
 }
 
+/* The sub-block scales and mins of a Q4_K / Q5_K super-block x[256] for
+ * `levels` quant steps (15 or 31), packed into d, dmin and scales[12], and
+ * its quants, 0..levels, into q[256] (element order). */
+static void quant_k_scales(const float *x, int levels, uint16_t *dh, uint16_t *dminh,
+                           uint8_t *scales, uint8_t *q)
+{
+	float scale[8], min[8], max_scale = 0.0f, max_min = 0.0f;
+	for (int j = 0; j < 8; j++) {
+		float lo = 0.0f, hi = 0.0f; /* the range always includes 0 */
+		for (int l = 0; l < 32; l++) {
+			lo = fminf(lo, x[32 * j + l]);
+			hi = fmaxf(hi, x[32 * j + l]);
+		}
+		scale[j] = (hi - lo) / (float)levels;
+		min[j] = -lo;
+		max_scale = fmaxf(max_scale, scale[j]);
+		max_min = fmaxf(max_min, min[j]);
+	}
+	*dh = shoal_f32_to_fp16(max_scale / 63.0f);
+	*dminh = shoal_f32_to_fp16(max_min / 63.0f);
+	float d = kernels__fp16_to_f32(*dh), dmin = kernels__fp16_to_f32(*dminh);
+	int sc[8], m[8];
+	for (int j = 0; j < 8; j++) {
+		/* round the scale up so the top quant still reaches hi */
+		sc[j] = d > 0.0f ? quant_clamp((int)ceilf(scale[j] / d), 0, 63) : 0;
+		m[j] = dmin > 0.0f ? quant_clamp(quant_nearest_int(min[j] / dmin), 0, 63) : 0;
+	}
+	memset(scales, 0, 12);
+	for (int j = 0; j < 4; j++) {
+		scales[j] = (uint8_t)(sc[j] | ((sc[j + 4] >> 4) << 6));
+		scales[j + 4] = (uint8_t)(m[j] | ((m[j + 4] >> 4) << 6));
+		scales[j + 8] = (uint8_t)((sc[j + 4] & 0xf) | ((m[j + 4] & 0xf) << 4));
+	}
+	for (int j = 0; j < 8; j++) {
+		float ds = d * sc[j], dm = dmin * m[j];
+		for (int l = 0; l < 32; l++) {
+			int v = ds > 0.0f ? quant_nearest_int((x[32 * j + l] + dm) / ds) : 0;
+			q[32 * j + l] = (uint8_t)quant_clamp(v, 0, levels);
+		}
+	}
+}
+
 static void quant_q4_k(const float *x, void *dst, int64_t nb)
 {
 	kernels__block_q4_k *b = dst;
 	for (int64_t i = 0; i < nb; i++, x += KERNELS__QKK) {
-		float scale[8], min[8], max_scale = 0.0f, max_min = 0.0f;
-		for (int j = 0; j < 8; j++) {
-			float lo = 0.0f, hi = 0.0f; /* the range always includes 0 */
-			for (int l = 0; l < 32; l++) {
-				lo = fminf(lo, x[32 * j + l]);
-				hi = fmaxf(hi, x[32 * j + l]);
-			}
-			scale[j] = (hi - lo) / 15.0f;
-			min[j] = -lo;
-			max_scale = fmaxf(max_scale, scale[j]);
-			max_min = fmaxf(max_min, min[j]);
-		}
-		float d = max_scale / 63.0f, dmin = max_min / 63.0f;
-		b[i].d = shoal_f32_to_fp16(d);
-		b[i].dmin = shoal_f32_to_fp16(dmin);
-		d = kernels__fp16_to_f32(b[i].d);
-		dmin = kernels__fp16_to_f32(b[i].dmin);
-		int sc[8], m[8];
-		for (int j = 0; j < 8; j++) {
-			/* round the scale up so the top quant still reaches hi */
-			sc[j] = d > 0.0f ? quant_clamp((int)ceilf(scale[j] / d), 0, 63) : 0;
-			m[j] =
-			    dmin > 0.0f ? quant_clamp(quant_nearest_int(min[j] / dmin), 0, 63) : 0;
-		}
-		memset(b[i].scales, 0, sizeof b[i].scales);
-		for (int j = 0; j < 4; j++) {
-			b[i].scales[j] = (uint8_t)(sc[j] | ((sc[j + 4] >> 4) << 6));
-			b[i].scales[j + 4] = (uint8_t)(m[j] | ((m[j + 4] >> 4) << 6));
-			b[i].scales[j + 8] = (uint8_t)((sc[j + 4] & 0xf) | ((m[j + 4] & 0xf) << 4));
-		}
 		uint8_t q[KERNELS__QKK];
-		for (int j = 0; j < 8; j++) {
-			float ds = d * sc[j], dm = dmin * m[j];
-			for (int l = 0; l < 32; l++) {
-				int v =
-				    ds > 0.0f ? quant_nearest_int((x[32 * j + l] + dm) / ds) : 0;
-				q[32 * j + l] = (uint8_t)quant_clamp(v, 0, 15);
-			}
-		}
+		quant_k_scales(x, 15, &b[i].d, &b[i].dmin, b[i].scales, q);
 		for (int c = 0; c < 4; c++)
 			for (int l = 0; l < 32; l++)
 				b[i].qs[32 * c + l] =
@@ -369,6 +374,372 @@ static void quant_q6_k(const float *x, void *dst, int64_t nb)
 	}
 }
 
+/* ---- Q5_0, Q5_1 -------------------------------------------------------------------
+ * 32 elements: the low nibbles as Q4_0, the 5th bits in a little-endian word
+ * (bit j: element j). Q5_0: x = d * (q - 16); Q5_1: x = d * q + m. */
+
+static void quant_deq_q5_0(const void *src, float *y, int64_t nb)
+{
+	const kernels__block_q5_0 *b = src;
+	for (int64_t i = 0; i < nb; i++, y += KERNELS__QK) {
+		float d = kernels__fp16_to_f32(b[i].d);
+		for (int j = 0; j < KERNELS__QK / 2; j++) {
+			int q[2];
+			kernels__q5_quants(b[i].qs, b[i].qh, j, q);
+			y[j] = (q[0] - 16) * d;
+			y[j + 16] = (q[1] - 16) * d;
+		}
+	}
+}
+
+static void quant_deq_q5_1(const void *src, float *y, int64_t nb)
+{
+	const kernels__block_q5_1 *b = src;
+	for (int64_t i = 0; i < nb; i++, y += KERNELS__QK) {
+		float d = kernels__fp16_to_f32(b[i].d), m = kernels__fp16_to_f32(b[i].m);
+		for (int j = 0; j < KERNELS__QK / 2; j++) {
+			int q[2];
+			kernels__q5_quants(b[i].qs, b[i].qh, j, q);
+			y[j] = q[0] * d + m;
+			y[j + 16] = q[1] * d + m;
+		}
+	}
+}
+
+/* Pack 32 quants 0..31 (element order) into qs and the qh word. */
+static void quant_pack_q5(const int *q, uint8_t *qs, uint8_t *qh)
+{
+	uint32_t h = 0;
+	for (int j = 0; j < KERNELS__QK / 2; j++) {
+		qs[j] = (uint8_t)((q[j] & 0xf) | ((q[j + 16] & 0xf) << 4));
+		h |= (uint32_t)(q[j] >> 4) << j;
+		h |= (uint32_t)(q[j + 16] >> 4) << (j + 16);
+	}
+	memcpy(qh, &h, 4);
+}
+
+/* As Q4_0 with 32 levels: d = (value of largest magnitude) / -16. */
+static void quant_q5_0(const float *x, void *dst, int64_t nb)
+{
+	kernels__block_q5_0 *b = dst;
+	for (int64_t i = 0; i < nb; i++, x += KERNELS__QK) {
+		float d = quant_signed_max(x, KERNELS__QK) / -16.0f;
+		float id = d != 0.0f ? 1.0f / d : 0.0f;
+		b[i].d = shoal_f32_to_fp16(d);
+		int q[KERNELS__QK];
+		for (int j = 0; j < KERNELS__QK; j++) {
+			int v = (int8_t)(x[j] * id + 16.5f);
+			q[j] = v > 31 ? 31 : v;
+		}
+		quant_pack_q5(q, b[i].qs, b[i].qh);
+	}
+}
+
+/* d = (max - min) / 31, m = min, q = nearest step above min. */
+static void quant_q5_1(const float *x, void *dst, int64_t nb)
+{
+	kernels__block_q5_1 *b = dst;
+	for (int64_t i = 0; i < nb; i++, x += KERNELS__QK) {
+		float lo = x[0], hi = x[0];
+		for (int j = 1; j < KERNELS__QK; j++) {
+			lo = fminf(lo, x[j]);
+			hi = fmaxf(hi, x[j]);
+		}
+		float d = (hi - lo) / 31.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
+		b[i].d = shoal_f32_to_fp16(d);
+		b[i].m = shoal_f32_to_fp16(lo);
+		int q[KERNELS__QK];
+		for (int j = 0; j < KERNELS__QK; j++) {
+			int v = (int8_t)((x[j] - lo) * id + 0.5f);
+			q[j] = v > 31 ? 31 : v;
+		}
+		quant_pack_q5(q, b[i].qs, b[i].qh);
+	}
+}
+
+/* ---- IQ4_NL, MXFP4 -------------------------------------------------------------------
+ * 32 elements, nibbles as Q4_0, each an index into a table of 16 values:
+ * IQ4_NL x = d * kernels__iq4_values[q] (fp16 d); MXFP4 x = 2^(e - 128) *
+ * kernels__mxfp4_values[q] (twice the E2M1 value times the E8M0 scale). */
+
+/* The index of the table value nearest v (the first of equals). */
+static int quant_nearest_index(const int8_t *table, float v)
+{
+	int best = 0;
+	float err = fabsf(v - table[0]);
+	for (int k = 1; k < 16; k++) {
+		float e = fabsf(v - table[k]);
+		if (e < err) {
+			err = e;
+			best = k;
+		}
+	}
+	return best;
+}
+
+static void quant_deq_nibble_table(const uint8_t *qs, const int8_t *table, float d, float *y)
+{
+	for (int j = 0; j < KERNELS__QK / 2; j++) {
+		y[j] = d * table[qs[j] & 0xf];
+		y[j + 16] = d * table[qs[j] >> 4];
+	}
+}
+
+static void quant_nibble_table(const float *x, const int8_t *table, float id, uint8_t *qs)
+{
+	for (int j = 0; j < KERNELS__QK / 2; j++) {
+		int q0 = quant_nearest_index(table, x[j] * id);
+		int q1 = quant_nearest_index(table, x[j + 16] * id);
+		qs[j] = (uint8_t)(q0 | (q1 << 4));
+	}
+}
+
+static void quant_deq_iq4_nl(const void *src, float *y, int64_t nb)
+{
+	const kernels__block_iq4_nl *b = src;
+	for (int64_t i = 0; i < nb; i++, y += KERNELS__QK)
+		quant_deq_nibble_table(b[i].qs, kernels__iq4_values, kernels__fp16_to_f32(b[i].d),
+		                       y);
+}
+
+/* d = (value of largest magnitude) / -127: that value maps to table[0]. */
+static void quant_iq4_nl(const float *x, void *dst, int64_t nb)
+{
+	kernels__block_iq4_nl *b = dst;
+	for (int64_t i = 0; i < nb; i++, x += KERNELS__QK) {
+		b[i].d = shoal_f32_to_fp16(quant_signed_max(x, KERNELS__QK) / -127.0f);
+		float d = kernels__fp16_to_f32(b[i].d);
+		quant_nibble_table(x, kernels__iq4_values, d != 0.0f ? 1.0f / d : 0.0f, b[i].qs);
+	}
+}
+
+static void quant_deq_mxfp4(const void *src, float *y, int64_t nb)
+{
+	const kernels__block_mxfp4 *b = src;
+	for (int64_t i = 0; i < nb; i++, y += KERNELS__QK)
+		quant_deq_nibble_table(b[i].qs, kernels__mxfp4_values, kernels__e8m0_half(b[i].e),
+		                       y);
+}
+
+/* e is the smallest exponent whose range 12 * 2^(e - 128) (E2M1's 6 times
+ * the scale) covers the block's largest magnitude amax: with amax / 6 =
+ * f 2^k, f in [0.5, 1), that is e = 127 + k (127 + k - 1 when f is 0.5),
+ * kept in 1..254; an all-zero block gets e = 0. */
+static void quant_mxfp4(const float *x, void *dst, int64_t nb)
+{
+	kernels__block_mxfp4 *b = dst;
+	for (int64_t i = 0; i < nb; i++, x += KERNELS__QK) {
+		float amax = fabsf(quant_signed_max(x, KERNELS__QK));
+		int e = 0;
+		if (amax > 0.0f && amax <= 3.0e38f) {
+			int k;
+			float f = frexpf(amax / 6.0f, &k);
+			e = quant_clamp(127 + k - (f == 0.5f), 1, 254);
+		}
+		b[i].e = (uint8_t)e;
+		float d = kernels__e8m0_half(b[i].e);
+		quant_nibble_table(x, kernels__mxfp4_values, e ? 1.0f / d : 0.0f, b[i].qs);
+	}
+}
+
+/* ---- Q2_K, Q3_K -------------------------------------------------------------------
+ * 16 sub-blocks of 16. Element e of the super-block has its 2 low bits at
+ * bit 2 ((e % 128) / 32) of qs[32 (e / 128) + e % 32]; it belongs to
+ * sub-block e / 16.
+ * Q2_K: x = d * (scales[j] & 15) * q - dmin * (scales[j] >> 4), q 0..3.
+ * Q3_K: x = d * sc_j * (q - 4), q 0..7 with its top bit at bit e / 32 of
+ * hmask[e % 32], sc_j in -32..31 (kernels__q3k_scales). */
+
+static int quant_q2_bits(const uint8_t *qs, int e)
+{
+	return (qs[32 * (e / 128) + e % 32] >> (2 * ((e % 128) / 32))) & 3;
+}
+
+static void quant_deq_q2_k(const void *src, float *y, int64_t nb)
+{
+	const kernels__block_q2_k *b = src;
+	for (int64_t i = 0; i < nb; i++, y += KERNELS__QKK) {
+		float d = kernels__fp16_to_f32(b[i].d), min = kernels__fp16_to_f32(b[i].dmin);
+		for (int j = 0; j < 16; j++) {
+			float dl = d * (b[i].scales[j] & 0xf), ml = min * (b[i].scales[j] >> 4);
+			for (int l = 0; l < 16; l++)
+				y[16 * j + l] = dl * quant_q2_bits(b[i].qs, 16 * j + l) - ml;
+		}
+	}
+}
+
+static void quant_deq_q3_k(const void *src, float *y, int64_t nb)
+{
+	const kernels__block_q3_k *b = src;
+	for (int64_t i = 0; i < nb; i++, y += KERNELS__QKK) {
+		float d = kernels__fp16_to_f32(b[i].d);
+		int8_t sc[16];
+		kernels__q3k_scales(b[i].scales, sc);
+		for (int j = 0; j < 16; j++) {
+			float dl = d * sc[j];
+			for (int l = 0; l < 16; l++) {
+				int e = 16 * j + l;
+				int hi = (b[i].hmask[e % 32] >> (e / 32)) & 1;
+				y[e] = dl * (quant_q2_bits(b[i].qs, e) - (hi ? 0 : 4));
+			}
+		}
+	}
+}
+
+/* Set the 2 low bits of quant e (see above); qs starts zeroed. */
+static void quant_q2_set(uint8_t *qs, int e, int q)
+{
+	qs[32 * (e / 128) + e % 32] |= (uint8_t)((q & 3) << (2 * ((e % 128) / 32)));
+}
+
+/* As the Q4_K quantizer, with 4 levels and 4-bit scales and mins. */
+static void quant_q2_k(const float *x, void *dst, int64_t nb)
+{
+	kernels__block_q2_k *b = dst;
+	for (int64_t i = 0; i < nb; i++, x += KERNELS__QKK) {
+		float scale[16], min[16], max_scale = 0.0f, max_min = 0.0f;
+		for (int j = 0; j < 16; j++) {
+			float lo = 0.0f, hi = 0.0f;
+			for (int l = 0; l < 16; l++) {
+				lo = fminf(lo, x[16 * j + l]);
+				hi = fmaxf(hi, x[16 * j + l]);
+			}
+			scale[j] = (hi - lo) / 3.0f;
+			min[j] = -lo;
+			max_scale = fmaxf(max_scale, scale[j]);
+			max_min = fmaxf(max_min, min[j]);
+		}
+		b[i].d = shoal_f32_to_fp16(max_scale / 15.0f);
+		b[i].dmin = shoal_f32_to_fp16(max_min / 15.0f);
+		float d = kernels__fp16_to_f32(b[i].d), dmin = kernels__fp16_to_f32(b[i].dmin);
+		memset(b[i].qs, 0, sizeof b[i].qs);
+		for (int j = 0; j < 16; j++) {
+			int sc = d > 0.0f ? quant_clamp((int)ceilf(scale[j] / d), 0, 15) : 0;
+			int m =
+			    dmin > 0.0f ? quant_clamp(quant_nearest_int(min[j] / dmin), 0, 15) : 0;
+			b[i].scales[j] = (uint8_t)(sc | (m << 4));
+			float ds = d * sc, dm = dmin * m;
+			for (int l = 0; l < 16; l++) {
+				int v =
+				    ds > 0.0f ? quant_nearest_int((x[16 * j + l] + dm) / ds) : 0;
+				quant_q2_set(b[i].qs, 16 * j + l, quant_clamp(v, 0, 3));
+			}
+		}
+	}
+}
+
+/* Per sub-block s_j = (value of largest magnitude) / -4 (it maps to -4), d =
+ * (the s_j of largest magnitude) / -32, sc_j = nearest s_j / d. */
+static void quant_q3_k(const float *x, void *dst, int64_t nb)
+{
+	kernels__block_q3_k *b = dst;
+	for (int64_t i = 0; i < nb; i++, x += KERNELS__QKK) {
+		float s[16];
+		for (int j = 0; j < 16; j++)
+			s[j] = quant_signed_max(x + 16 * j, 16) / -4.0f;
+		b[i].d = shoal_f32_to_fp16(quant_signed_max(s, 16) / -32.0f);
+		float d = kernels__fp16_to_f32(b[i].d);
+		memset(b[i].hmask, 0, sizeof b[i].hmask);
+		memset(b[i].qs, 0, sizeof b[i].qs);
+		memset(b[i].scales, 0, sizeof b[i].scales);
+		for (int j = 0; j < 16; j++) {
+			int sc = d != 0.0f ? quant_clamp(quant_nearest_int(s[j] / d), -32, 31) : 0;
+			int u = sc + 32;
+			b[i].scales[j % 8] |= (uint8_t)((u & 0xf) << (j < 8 ? 0 : 4));
+			b[i].scales[8 + j % 4] |= (uint8_t)((u >> 4) << (2 * (j / 4)));
+			float ds = d * sc;
+			for (int l = 0; l < 16; l++) {
+				int e = 16 * j + l;
+				int v = ds != 0.0f ? quant_nearest_int(x[e] / ds) : 0;
+				int q = quant_clamp(v, -4, 3) + 4;
+				quant_q2_set(b[i].qs, e, q);
+				b[i].hmask[e % 32] |= (uint8_t)((q >> 2) << (e / 32));
+			}
+		}
+	}
+}
+
+/* ---- Q5_K ---------------------------------------------------------------------------
+ * As Q4_K (scales, mins and the low nibbles laid out the same), plus the 5th
+ * bit of element l of sub-block j at bit j of qh[l]: q in 0..31. */
+
+static void quant_deq_q5_k(const void *src, float *y, int64_t nb)
+{
+	const kernels__block_q5_k *b = src;
+	for (int64_t i = 0; i < nb; i++) {
+		float d = kernels__fp16_to_f32(b[i].d);
+		float min = kernels__fp16_to_f32(b[i].dmin);
+		const uint8_t *q = b[i].qs, *qh = b[i].qh;
+		for (int j = 0; j < 8; j += 2, q += 32) {
+			int sc, m;
+			kernels__q4k_scale_min(b[i].scales, j, &sc, &m);
+			float d1 = d * sc, m1 = min * m;
+			kernels__q4k_scale_min(b[i].scales, j + 1, &sc, &m);
+			float d2 = d * sc, m2 = min * m;
+			for (int l = 0; l < 32; l++)
+				*y++ = d1 * ((q[l] & 0xf) + (((qh[l] >> j) & 1) << 4)) - m1;
+			for (int l = 0; l < 32; l++)
+				*y++ = d2 * ((q[l] >> 4) + (((qh[l] >> (j + 1)) & 1) << 4)) - m2;
+		}
+	}
+}
+
+static void quant_q5_k(const float *x, void *dst, int64_t nb)
+{
+	kernels__block_q5_k *b = dst;
+	for (int64_t i = 0; i < nb; i++, x += KERNELS__QKK) {
+		uint8_t q[KERNELS__QKK];
+		quant_k_scales(x, 31, &b[i].d, &b[i].dmin, b[i].scales, q);
+		memset(b[i].qh, 0, sizeof b[i].qh);
+		for (int c = 0; c < 4; c++)
+			for (int l = 0; l < 32; l++) {
+				int lo = q[64 * c + l], hi = q[64 * c + 32 + l];
+				b[i].qs[32 * c + l] = (uint8_t)((lo & 0xf) | ((hi & 0xf) << 4));
+				b[i].qh[l] |=
+				    (uint8_t)(((lo >> 4) << (2 * c)) | ((hi >> 4) << (2 * c + 1)));
+			}
+	}
+}
+
+/* ---- IQ4_XS ---------------------------------------------------------------------------
+ * 8 sub-blocks of 32, each laid out as an IQ4_NL block without its scale:
+ * x = d * (ls_j - 32) * kernels__iq4_values[q], ls_j 6 bits. */
+
+static void quant_deq_iq4_xs(const void *src, float *y, int64_t nb)
+{
+	const kernels__block_iq4_xs *b = src;
+	for (int64_t i = 0; i < nb; i++) {
+		float d = kernels__fp16_to_f32(b[i].d);
+		for (int ib = 0; ib < 8; ib++, y += 32)
+			quant_deq_nibble_table(b[i].qs + 16 * ib, kernels__iq4_values,
+			                       d * kernels__iq4xs_scale(&b[i], ib), y);
+	}
+}
+
+/* Per sub-block s_j = (value of largest magnitude) / -127, d = (the s_j of
+ * largest magnitude) / -32, ls_j - 32 = nearest s_j / d. */
+static void quant_iq4_xs(const float *x, void *dst, int64_t nb)
+{
+	kernels__block_iq4_xs *b = dst;
+	for (int64_t i = 0; i < nb; i++, x += KERNELS__QKK) {
+		float s[8];
+		for (int j = 0; j < 8; j++)
+			s[j] = quant_signed_max(x + 32 * j, 32) / -127.0f;
+		b[i].d = shoal_f32_to_fp16(quant_signed_max(s, 8) / -32.0f);
+		float d = kernels__fp16_to_f32(b[i].d);
+		b[i].scales_h = 0;
+		memset(b[i].scales_l, 0, sizeof b[i].scales_l);
+		for (int j = 0; j < 8; j++) {
+			int ls = d != 0.0f ? quant_clamp(quant_nearest_int(s[j] / d), -32, 31) : 0;
+			b[i].scales_l[j / 2] |= (uint8_t)(((ls + 32) & 0xf) << (4 * (j % 2)));
+			b[i].scales_h |= (uint16_t)(((ls + 32) >> 4) << (2 * j));
+			float dl = d * ls;
+			quant_nibble_table(x + 32 * j, kernels__iq4_values,
+			                   dl != 0.0f ? 1.0f / dl : 0.0f, b[i].qs + 16 * j);
+		}
+	}
+}
+
 /* ---- Q8_K -------------------------------------------------------------------------
  * As the reference's quantize_row_q8_K: max is the element of largest
  * magnitude, with its sign; iscale = -127 / max; q = min(127, rint(iscale *
@@ -424,6 +795,14 @@ static const quant_ops quant_types[] = {
     [SHOAL_DTYPE_Q4_K] = {quant_deq_q4_k, quant_q4_k},
     [SHOAL_DTYPE_Q6_K] = {quant_deq_q6_k, quant_q6_k},
     [SHOAL_DTYPE_Q8_K] = {quant_deq_q8_k, quant_q8_k},
+    [SHOAL_DTYPE_Q5_0] = {quant_deq_q5_0, quant_q5_0},
+    [SHOAL_DTYPE_Q5_1] = {quant_deq_q5_1, quant_q5_1},
+    [SHOAL_DTYPE_IQ4_NL] = {quant_deq_iq4_nl, quant_iq4_nl},
+    [SHOAL_DTYPE_MXFP4] = {quant_deq_mxfp4, quant_mxfp4},
+    [SHOAL_DTYPE_Q2_K] = {quant_deq_q2_k, quant_q2_k},
+    [SHOAL_DTYPE_Q3_K] = {quant_deq_q3_k, quant_q3_k},
+    [SHOAL_DTYPE_Q5_K] = {quant_deq_q5_k, quant_q5_k},
+    [SHOAL_DTYPE_IQ4_XS] = {quant_deq_iq4_xs, quant_iq4_xs},
 };
 
 /* The conversions of type t, or NULL where there are none. */

@@ -349,42 +349,10 @@ static shoal_err shoal_cluster_plan_on(shoal_cluster *cl, const shoal_swim_membe
 		e = shoal_view_add_peer(view, &p, why, why_len);
 	}
 	shoal_policy pol = cl->pol;
-	if (e == SHOAL_OK && cl->cfg.sessions) {
+	if (e == SHOAL_OK && cl->cfg.sessions)
 		e = shoal_schedule(view, &cl->mf, &pol, prev, out, why, why_len);
-	} else if (e == SHOAL_OK) {
-		/* Sessions from memory: as many as the peers' memory holds
-		 * without a deeper pipeline or a slower token than with the
-		 * default (a pure function of the view: every peer picks the
-		 * same); 1 when even the default does not fit. */
-		static const uint32_t more[] = {16, 8, 4};
-		pol.sessions = SHOAL_CLUSTER_SESSIONS;
-		e = shoal_schedule(view, &cl->mf, &pol, prev, out, why, why_len);
-		if (e == SHOAL_ERR_INFEASIBLE) {
-			char w1[256];
-			pol.sessions = 1;
-			if (shoal_schedule(view, &cl->mf, &pol, prev, out, w1, sizeof w1) == SHOAL_OK)
-				e = SHOAL_OK;
-			else
-				pol.sessions = SHOAL_CLUSTER_SESSIONS; /* report the default's need */
-		}
-		for (size_t k = 0; e == SHOAL_OK && pol.sessions == SHOAL_CLUSTER_SESSIONS &&
-		                   k < sizeof more / sizeof more[0];
-		     k++) {
-			shoal_policy big = pol;
-			shoal_plan *p = NULL;
-			char w2[256];
-			big.sessions = more[k];
-			if (shoal_schedule(view, &cl->mf, &big, prev, &p, w2, sizeof w2) == SHOAL_OK &&
-			    shoal_plan_n_stages(p) <= shoal_plan_n_stages(*out) &&
-			    shoal_plan_predicted_ns(p) <= shoal_plan_predicted_ns(*out) / 20 * 21) {
-				shoal_plan_free(*out);
-				*out = p;
-				pol.sessions = big.sessions;
-				break;
-			}
-			shoal_plan_free(p);
-		}
-	}
+	else if (e == SHOAL_OK) /* sessions from memory: scheduler/plan.h */
+		e = shoal_schedule_sessions(view, &cl->mf, &pol, prev, out, why, why_len);
 	if (sessions)
 		*sessions = pol.sessions;
 	shoal_view_free(view);
@@ -576,6 +544,23 @@ static bool shoal_cluster_outvoted(shoal_cluster *cl, const shoal_cluster_other 
 	return out;
 }
 
+/* A peer of our current plan is dead in the view (not left: a leave is
+ * announced). */
+static bool shoal_cluster_plan_peer_died(const shoal_cluster *cl, const shoal_swim_member *v,
+                                         size_t n)
+{
+	if (!cl->plan)
+		return false;
+	for (size_t i = 0; i < n; i++) {
+		if (v[i].state != SHOAL_SWIM_STATE_DEAD)
+			continue;
+		for (size_t k = 0; k < shoal_plan_n_peers(cl->plan); k++)
+			if (!memcmp(shoal_plan_peer_at(cl->plan, k)->id.b, v[i].id.b, 16))
+				return true;
+	}
+	return false;
+}
+
 int shoal_cluster_update(shoal_cluster *cl, const shoal_swim_member *v, size_t n)
 {
 	char why[256] = "";
@@ -702,9 +687,14 @@ int shoal_cluster_update(shoal_cluster *cl, const shoal_swim_member *v, size_t n
 			e = shoal_cluster_plan_next(cl, cand, nc, NULL, &np, &np_sessions, why,
 			                            sizeof why);
 		if (e != SHOAL_OK) {
+			/* a warning only when a peer of the plan died: at start (peers
+			 * still joining) and when a peer leaves, us included, it is
+			 * normal */
 			if (strcmp(cl->plan_why, why) || cl->plan)
-				SHOAL_LOG_W("cluster", "no plan over %zu peer(s): %s", nc,
-				            why[0] ? why : shoal_strerror(e));
+				shoal_log(shoal_cluster_plan_peer_died(cl, v, n) ? SHOAL_LOG_WARN
+				                                                 : SHOAL_LOG_INFO,
+				          "cluster", "no plan over %zu peer(s): %s", nc,
+				          why[0] ? why : shoal_strerror(e));
 			snprintf(cl->plan_why, sizeof cl->plan_why, "%s",
 			         why[0] ? why : shoal_strerror(e));
 			cl->plan_err = e;

@@ -37,7 +37,7 @@
  * new request open while the previous one's CLOSE is in flight; the plan
  * reserves KV for every session. An owner runs at most this many of its
  * requests at once; the others wait in its queue. */
-#define SHOAL_CLUSTER_SESSIONS     2
+#define SHOAL_CLUSTER_SESSIONS     SHOAL_SCHED_SESSIONS_DEFAULT /* scheduler/plan.h */
 #define SHOAL_CLUSTER_MAX_SESSIONS 16
 /* A request a stage refused for want of a free session is tried again
  * after this long (other owners' sessions hold the slots). */

@@ -118,8 +118,11 @@ int main(int argc, char **argv)
 	printf("membw 1 thread (%zu MiB): %.2f GB/s (best of 3 calls)\n", bw_mb, bound);
 	static const char *const isas[] = {"scalar", "avx2", "avx512bw",
 	                                   "avx512", "neon", "neon-base"};
-	static const shoal_dtype types[] = {SHOAL_DTYPE_Q8_0, SHOAL_DTYPE_Q4_0, SHOAL_DTYPE_Q4_K,
-	                                    SHOAL_DTYPE_Q6_K, SHOAL_DTYPE_F16};
+	static const shoal_dtype types[] = {
+	    SHOAL_DTYPE_Q8_0,  SHOAL_DTYPE_Q4_0, SHOAL_DTYPE_Q4_K, SHOAL_DTYPE_Q6_K,
+	    SHOAL_DTYPE_F16,   SHOAL_DTYPE_Q5_0, SHOAL_DTYPE_Q5_1, SHOAL_DTYPE_IQ4_NL,
+	    SHOAL_DTYPE_MXFP4, SHOAL_DTYPE_Q2_K, SHOAL_DTYPE_Q3_K, SHOAL_DTYPE_Q5_K,
+	    SHOAL_DTYPE_IQ4_XS};
 	unsigned seed = 1;
 	float *xf = malloc(sizeof(float) * 8192), *y = malloc(sizeof(float) * 8192 * 8);
 	for (int i = 0; i < 8192; i++)

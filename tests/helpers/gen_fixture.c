@@ -301,6 +301,22 @@ static uint32_t file_type(shoal_dtype t)
 		return 18;
 	case SHOAL_DTYPE_BF16:
 		return 32;
+	case SHOAL_DTYPE_Q5_0:
+		return 8;
+	case SHOAL_DTYPE_Q5_1:
+		return 9;
+	case SHOAL_DTYPE_Q2_K:
+		return 10;
+	case SHOAL_DTYPE_Q3_K:
+		return 12; /* "Q3_K_M" */
+	case SHOAL_DTYPE_Q5_K:
+		return 17; /* "Q5_K_M" */
+	case SHOAL_DTYPE_IQ4_NL:
+		return 25;
+	case SHOAL_DTYPE_IQ4_XS:
+		return 30;
+	case SHOAL_DTYPE_MXFP4:
+		return 38; /* "MXFP4_MOE" */
 	default:
 		return 0;
 	}
@@ -501,7 +517,7 @@ static int usage(void)
 {
 	fprintf(stderr,
 	        "usage: gen_fixture --arch llama|qwen2|qwen3|qwen3moe|deepseek2 --type "
-	        "F32|F16|BF16|Q8_0|Q4_0|Q4_K|Q6_K\n"
+	        "F32|F16|BF16|Q8_0|Q4_0|Q5_0|Q5_1|IQ4_NL|MXFP4|Q2_K|Q3_K|Q4_K|Q5_K|Q6_K|IQ4_XS\n"
 	        "  --layers N --dim D --ff F --heads H --kv-heads K --vocab V [--head-dim D]\n"
 	        "  [--experts E --experts-used K --ff-exp F] [--tied] [--seed S] [--split N]\n"
 	        "  [--ctx N] OUT.gguf\n"
@@ -550,12 +566,11 @@ static int parse(int argc, char **argv, opts *o)
 		if (!strcmp(a, "--arch")) {
 			o->arch = v;
 		} else if (!strcmp(a, "--type")) {
-			const shoal_dtype ts[] = {
-			    SHOAL_DTYPE_F32,  SHOAL_DTYPE_F16,  SHOAL_DTYPE_BF16, SHOAL_DTYPE_Q8_0,
-			    SHOAL_DTYPE_Q4_0, SHOAL_DTYPE_Q4_K, SHOAL_DTYPE_Q6_K};
-			for (size_t k = 0; k < sizeof ts / sizeof ts[0]; k++)
-				if (!strcmp(v, shoal_dtype_name(ts[k])))
-					o->type = ts[k];
+			for (uint32_t k = 0; k < SHOAL_DTYPE__MAX; k++)
+				if (shoal_dtype_known(k) && k != SHOAL_DTYPE_Q8_K &&
+				    shoal_quant_supported((shoal_dtype)k) &&
+				    !strcmp(v, shoal_dtype_name((shoal_dtype)k)))
+					o->type = (shoal_dtype)k;
 			if (o->type == SHOAL_DTYPE__MAX) {
 				fprintf(stderr, "gen_fixture: unknown type '%s'\n", v);
 				return 2;

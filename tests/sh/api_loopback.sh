@@ -246,6 +246,17 @@ dt=$(($(now_ms) - t0))
 call "$T/m3.txt" GET /metrics
 grep -q '^shoal_requests_total{outcome="cancelled"} [1-9]' "$T/m3.txt" || fail "no cancel counted: $(grep cancelled "$T/m3.txt")"
 echo "a client gone mid-stream: its session freed; the next request served in $dt ms"
+# the same for a client that gave up on a whole (non-streamed) reply: its
+# run is cancelled while it runs (counted), not when it would have ended
+c0=$(sed -n 's/^shoal_requests_total{outcome="cancelled"} \([0-9]*\).*/\1/p' "$T/m3.txt")
+curl -s --max-time 1 -H "Authorization: Bearer $AK" "$U/v1/completions" \
+	-d "{\"prompt\": \"$P\", \"max_tokens\": 4000, \"temperature\": 0}" >/dev/null 2>&1
+call "$T/next2.json" POST /v1/completions -d "{\"prompt\": \"$P\", \"max_tokens\": 8, \"temperature\": 0}" --max-time 20
+[ "$CODE" = 200 ] || fail "the next request after a whole reply was abandoned: $CODE"
+call "$T/m4.txt" GET /metrics
+c1=$(sed -n 's/^shoal_requests_total{outcome="cancelled"} \([0-9]*\).*/\1/p' "$T/m4.txt")
+[ "${c1:-0}" -gt "${c0:-0}" ] || fail "an abandoned whole reply was not cancelled (cancelled $c0 -> $c1)"
+echo "a client gone while waiting for a whole reply: its run cancelled at once"
 # the queue (64 requests a peer) full: 429 with Retry-After
 pids=()
 for i in $(seq 64); do

@@ -132,6 +132,10 @@ wait_for 5 incompatible || fail "c1 (cluster 'elsewhere') not shown as incompati
 "$B" status --state-dir "$T/n1" --key "$T/k" >"$T/status.txt" 2>>"$T/status.log" ||
 	fail "text status"
 grep -q "left out of planning: .*cluster" "$T/status.txt" || fail "text status does not say why"
+# the link matrix is labelled by peer name, rows and columns
+sed -n '/^links (row -> column)/,$p' "$T/status.txt" >"$T/matrix.txt"
+grep -q "^n1 " "$T/matrix.txt" && sed -n 2p "$T/matrix.txt" | grep -q " n1" ||
+	fail "the link matrix is not labelled by name: $(cat "$T/matrix.txt")"
 stop c1 TERM
 echo "incompatible peer shown with its reason"
 

@@ -18,7 +18,10 @@ digest() { sed -n 's/.*digest \([0-9a-f]\{64\}\).*/\1/p' "$1"; }
 plan() { # VIEW SPEC OUT [ARGS...]
 	v=$1 s=$2 o=$3
 	shift 3
-	"$bin" plan --view "$ex/$v.json" --model "$specs/$s.json" "$@" >"$tmp/$o" 2>&1 ||
+	# the cases below were made for 8192 tokens x 1 session, not the
+	# node's defaults (4096, sessions from memory)
+	"$bin" plan --view "$ex/$v.json" --model "$specs/$s.json" --ctx 8192 --sessions 1 "$@" \
+		>"$tmp/$o" 2>&1 ||
 		fail "plan $v $s $*: $(cat "$tmp/$o")"
 }
 
@@ -58,7 +61,7 @@ grep -q "^mix: 2 pipeline stages, 0 of them tensor groups$" "$tmp/lab2" &&
 	fail "home lab 235B: $(cat "$tmp/lab2")"
 
 # --json names each group's members
-"$bin" plan --view "$ex/mac-studio-x4.json" --model "$specs/llama-3.1-70b-q4_k_m.json" --tensor \
+"$bin" plan --view "$ex/mac-studio-x4.json" --model "$specs/llama-3.1-70b-q4_k_m.json" --tensor --ctx 8192 --sessions 1 \
 	--json >"$tmp/j" 2>&1
 [ "$(grep -c '"weight":' "$tmp/j")" -eq 4 ] && grep -q '"members"' "$tmp/j" &&
 	grep -q "\"digest\": \"$(digest "$tmp/tp")\"" "$tmp/j" && ok "json members" ||

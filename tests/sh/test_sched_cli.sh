@@ -103,5 +103,14 @@ echo '{"peers": 3}' >"$tmp/bad.json"
 [ $? -eq 1 ] && grep -q "peers" "$tmp/err" && ok "bad cluster file" ||
 	fail "bad cluster: $(cat "$tmp/err")"
 
+# the defaults are a node's: the model's training context (at most 4096)
+# and sessions from memory (16 when they fit)
+"$bin" plan --view "$ex/linux-homelab.json" --model "$specs/qwen3-30b-a3b-q4_k_m.json" >"$tmp/d1" 2>&1
+grep -q "KV reserved for 4096 tokens x 16 sessions" "$tmp/d1" && ok "spec: a node's defaults" ||
+	fail "spec defaults: $(sed -n 2p "$tmp/d1")"
+"$bin" plan --view "$ex/linux-homelab.json" --model "$specs/qwen3-30b-a3b-q4_k_m.json" --ctx 8192 \
+	--sessions 1 >"$tmp/d2" 2>&1
+grep -q "KV reserved for 8192 tokens x 1 session$" "$tmp/d2" && ok "--ctx and --sessions override" ||
+	fail "overrides: $(sed -n 2p "$tmp/d2")"
 [ $fails -eq 0 ] || exit 1
 exit 0

@@ -42,16 +42,18 @@ static void test_table(void)
 static void test_supports(void)
 {
 	const shoal_backend_ops *ops = shoal_backend_cpu();
-	const shoal_dtype yes[] = {SHOAL_DTYPE_F32,  SHOAL_DTYPE_F16,  SHOAL_DTYPE_BF16,
-	                           SHOAL_DTYPE_Q8_0, SHOAL_DTYPE_Q4_0, SHOAL_DTYPE_Q4_K,
-	                           SHOAL_DTYPE_Q6_K};
+	const shoal_dtype yes[] = {SHOAL_DTYPE_F32,   SHOAL_DTYPE_F16,    SHOAL_DTYPE_BF16,
+	                           SHOAL_DTYPE_Q8_0,  SHOAL_DTYPE_Q4_0,   SHOAL_DTYPE_Q4_K,
+	                           SHOAL_DTYPE_Q6_K,  SHOAL_DTYPE_Q5_0,   SHOAL_DTYPE_Q5_1,
+	                           SHOAL_DTYPE_Q2_K,  SHOAL_DTYPE_Q3_K,   SHOAL_DTYPE_Q5_K,
+	                           SHOAL_DTYPE_MXFP4, SHOAL_DTYPE_IQ4_NL, SHOAL_DTYPE_IQ4_XS};
 	for (size_t i = 0; i < sizeof yes / sizeof *yes; i++) {
 		ASSERT_TRUE(ops->supports(SHOAL_BACKEND_OP_MATMUL, yes[i]));
 		ASSERT_TRUE(ops->supports(SHOAL_BACKEND_OP_EMBED, yes[i]));
 		ASSERT_TRUE(ops->supports(SHOAL_BACKEND_OP_TO_F32, yes[i]));
 	}
-	const shoal_dtype no[] = {SHOAL_DTYPE_Q5_1, SHOAL_DTYPE_Q2_K, SHOAL_DTYPE_I32,
-	                          SHOAL_DTYPE_F64};
+	const shoal_dtype no[] = {SHOAL_DTYPE_Q4_1, SHOAL_DTYPE_Q8_1, SHOAL_DTYPE_Q8_K,
+	                          SHOAL_DTYPE_I32, SHOAL_DTYPE_F64};
 	for (size_t i = 0; i < sizeof no / sizeof *no; i++)
 		ASSERT_FALSE(ops->supports(SHOAL_BACKEND_OP_MATMUL, no[i]));
 	ASSERT_FALSE(ops->supports((shoal_backend_op)99, SHOAL_DTYPE_F32));

@@ -27,12 +27,14 @@ static float rnd(void) /* uniform in [-1, 1) */
 
 static const char *const isa_names[] = {"scalar", "avx2", "avx512bw",
                                         "avx512", "neon", "neon-base"};
-static const shoal_dtype wtypes[] = {SHOAL_DTYPE_F32,  SHOAL_DTYPE_F16,  SHOAL_DTYPE_BF16,
-                                     SHOAL_DTYPE_Q8_0, SHOAL_DTYPE_Q4_0, SHOAL_DTYPE_Q4_K,
-                                     SHOAL_DTYPE_Q6_K};
+static const shoal_dtype wtypes[] = {
+    SHOAL_DTYPE_F32,   SHOAL_DTYPE_F16,  SHOAL_DTYPE_BF16, SHOAL_DTYPE_Q8_0, SHOAL_DTYPE_Q4_0,
+    SHOAL_DTYPE_Q4_K,  SHOAL_DTYPE_Q6_K, SHOAL_DTYPE_Q5_0, SHOAL_DTYPE_Q5_1, SHOAL_DTYPE_IQ4_NL,
+    SHOAL_DTYPE_MXFP4, SHOAL_DTYPE_Q2_K, SHOAL_DTYPE_Q3_K, SHOAL_DTYPE_Q5_K, SHOAL_DTYPE_IQ4_XS};
 
-/* Per element, a bound on |weight| as the kernels see its parts: for Q4_K
- * the scale and the min terms separately (d sc q + dmin m), for Q6_K the
+/* Per element, a bound on |weight| as the kernels see its parts: for Q4_K,
+ * Q5_K and Q2_K the scale and the min terms separately (d sc q + dmin m),
+ * for Q5_1 |d q| + |m|, for Q6_K the
  * unsigned quant and the -32 offset separately (|d sc| (q + 32)), which is
  * how the SIMD kernels split them before any rounding. */
 static void weight_magnitude(shoal_dtype t, const void *row, int64_t n, float *a)
@@ -45,6 +47,38 @@ static void weight_magnitude(shoal_dtype t, const void *row, int64_t n, float *a
 			kernels__q4k_scale_min(k->scales, j, &sc, &m);
 			int q = (j & 1) ? k->qs[32 * c + e % 32] >> 4 : k->qs[32 * c + e % 32] & 15;
 			a[i] = shoal_fp16_to_f32(k->d) * sc * q + shoal_fp16_to_f32(k->dmin) * m;
+		}
+		return;
+	}
+	if (t == SHOAL_DTYPE_Q5_K) {
+		const kernels__block_q5_k *b = row;
+		for (int64_t i = 0; i < n; i++) {
+			const kernels__block_q5_k *k = &b[i / 256];
+			int sc, m, e = (int)(i % 256), j = e / 32, c = e / 64;
+			kernels__q4k_scale_min(k->scales, j, &sc, &m);
+			int q = (j & 1) ? k->qs[32 * c + e % 32] >> 4 : k->qs[32 * c + e % 32] & 15;
+			q |= ((k->qh[e % 32] >> j) & 1) << 4;
+			a[i] = shoal_fp16_to_f32(k->d) * sc * q + shoal_fp16_to_f32(k->dmin) * m;
+		}
+		return;
+	}
+	if (t == SHOAL_DTYPE_Q2_K) {
+		const kernels__block_q2_k *b = row;
+		for (int64_t i = 0; i < n; i++) {
+			const kernels__block_q2_k *k = &b[i / 256];
+			int e = (int)(i % 256), s = k->scales[e / 16];
+			int q = (k->qs[32 * (e / 128) + e % 32] >> (2 * ((e % 128) / 32))) & 3;
+			a[i] = shoal_fp16_to_f32(k->d) * (s & 15) * q +
+			       shoal_fp16_to_f32(k->dmin) * (s >> 4);
+		}
+		return;
+	}
+	if (t == SHOAL_DTYPE_Q5_1) {
+		const kernels__block_q5_1 *b = row;
+		shoal_dequantize_row(t, row, a, n); /* d q + m */
+		for (int64_t i = 0; i < n; i++) {
+			float m = shoal_fp16_to_f32(b[i / 32].m);
+			a[i] = fabsf(a[i] - m) + fabsf(m);
 		}
 		return;
 	}
@@ -297,6 +331,14 @@ static void test_act_types(void)
 	ASSERT_EQ(shoal_kernels_act_type(SHOAL_DTYPE_Q4_0), SHOAL_DTYPE_Q8_0);
 	ASSERT_EQ(shoal_kernels_act_type(SHOAL_DTYPE_Q4_K), SHOAL_DTYPE_Q8_K);
 	ASSERT_EQ(shoal_kernels_act_type(SHOAL_DTYPE_Q6_K), SHOAL_DTYPE_Q8_K);
+	static const shoal_dtype q8_0[] = {SHOAL_DTYPE_Q5_0, SHOAL_DTYPE_Q5_1, SHOAL_DTYPE_IQ4_NL,
+	                                   SHOAL_DTYPE_MXFP4};
+	static const shoal_dtype q8_k[] = {SHOAL_DTYPE_Q2_K, SHOAL_DTYPE_Q3_K, SHOAL_DTYPE_Q5_K,
+	                                   SHOAL_DTYPE_IQ4_XS};
+	for (int i = 0; i < 4; i++) {
+		ASSERT_EQ(shoal_kernels_act_type(q8_0[i]), SHOAL_DTYPE_Q8_0);
+		ASSERT_EQ(shoal_kernels_act_type(q8_k[i]), SHOAL_DTYPE_Q8_K);
+	}
 }
 
 /* A hand-computed dot: Q8_0 weights all 2 with d = 0.5 (w = 1) against

@@ -482,7 +482,7 @@ static void test_gen_fixture_archs(void)
 	              "2>/dev/null",
 	              tmp_path("x.gguf")),
 	          0);
-	ASSERT_NE(gen("--arch llama --type Q5_K --layers 1 --dim 256 --ff 256 --heads 4 "
+	ASSERT_NE(gen("--arch llama --type Q4_1 --layers 1 --dim 256 --ff 256 --heads 4 "
 	              "--vocab 300 2>/dev/null",
 	              tmp_path("x.gguf")),
 	          0);

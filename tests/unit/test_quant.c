@@ -254,6 +254,196 @@ static void test_deq_q8_k_f16_bf16(void)
 	ASSERT_TRUE(y[0] == 3.140625f && y[1] == -1.0f);
 }
 
+/* Q5_0 (d = 0.5) and Q5_1 (d = 0.25, m = -2): the 5-bit quant of element j
+ * is (7 j + 3) & 31; its low 4 bits go in qs[j % 16] (low nibble for j < 16,
+ * high for j >= 16), its 5th bit at bit j of the little-endian qh word. */
+static void test_deq_q5_0_q5_1(void)
+{
+	kernels__block_q5_0 a;
+	kernels__block_q5_1 b;
+	memset(&a, 0, sizeof a);
+	memset(&b, 0, sizeof b);
+	a.d = 0x3800;
+	b.d = 0x3400;
+	b.m = 0xc000;
+	for (int j = 0; j < 32; j++) {
+		int q = (7 * j + 3) & 31;
+		uint8_t lo = (uint8_t)((q & 15) << (j < 16 ? 0 : 4));
+		a.qs[j % 16] |= lo;
+		b.qs[j % 16] |= lo;
+		a.qh[j / 8] |= (uint8_t)((q >> 4) << (j % 8));
+		b.qh[j / 8] |= (uint8_t)((q >> 4) << (j % 8));
+	}
+	float y[32], z[32];
+	shoal_dequantize_row(SHOAL_DTYPE_Q5_0, &a, y, 32);
+	shoal_dequantize_row(SHOAL_DTYPE_Q5_1, &b, z, 32);
+	for (int j = 0; j < 32; j++) {
+		int q = (7 * j + 3) & 31;
+		ASSERT_TRUE(y[j] == 0.5f * (q - 16));
+		ASSERT_TRUE(z[j] == 0.25f * q - 2.0f);
+	}
+	ASSERT_TRUE(y[0] == -6.5f && z[31] == 0.25f * ((7 * 31 + 3) & 31) - 2.0f);
+}
+
+/* IQ4_NL (d = 2) and MXFP4 (e = 129: scale 4) hold table indices; element
+ * j's index is (5 j + 1) & 15. The tables are written out here again:
+ * IQ4_NL's grid and the E2M1 values 0, 0.5, 1, 1.5, 2, 3, 4, 6 (and
+ * negatives, sign bit 3). */
+static void test_deq_iq4_nl_mxfp4(void)
+{
+	static const float iq4[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
+	                              1,    13,   25,  38,  53,  69,  89,  113};
+	static const float fp4[16] = {0,  0.5f,  1,  1.5f,  2,  3,  4,  6,
+	                              -0, -0.5f, -1, -1.5f, -2, -3, -4, -6};
+	kernels__block_iq4_nl a;
+	kernels__block_mxfp4 b[3];
+	memset(&a, 0, sizeof a);
+	memset(b, 0, sizeof b);
+	a.d = 0x4000;
+	b[0].e = 129;
+	b[1].e = 1; /* 2^-126: a subnormal half scale */
+	b[2].e = 254;
+	for (int j = 0; j < 32; j++) {
+		int q = (5 * j + 1) & 15;
+		uint8_t v = (uint8_t)(q << (j < 16 ? 0 : 4));
+		a.qs[j % 16] |= v;
+		for (int k = 0; k < 3; k++)
+			b[k].qs[j % 16] |= v;
+	}
+	float y[32], z[96];
+	shoal_dequantize_row(SHOAL_DTYPE_IQ4_NL, &a, y, 32);
+	shoal_dequantize_row(SHOAL_DTYPE_MXFP4, b, z, 96);
+	for (int j = 0; j < 32; j++) {
+		int q = (5 * j + 1) & 15;
+		ASSERT_TRUE(y[j] == 2.0f * iq4[q]);
+		ASSERT_TRUE(z[j] == 4.0f * fp4[q]);
+		ASSERT_TRUE(z[32 + j] == 0x1p-126f * fp4[q]);
+		ASSERT_TRUE(z[64 + j] == 0x1p127f * fp4[q]);
+	}
+}
+
+/* Q2_K with d = 1, dmin = 0.5, scales[j] = j | (15 - j) << 4 (scale j, min
+ * 15 - j); the 2-bit quant of element e is (3 e + 1) & 3, at bit
+ * 2 ((e % 128) / 32) of qs[32 (e / 128) + e % 32]. */
+static void test_deq_q2_k(void)
+{
+	kernels__block_q2_k b;
+	memset(&b, 0, sizeof b);
+	b.d = 0x3c00;
+	b.dmin = 0x3800;
+	for (int j = 0; j < 16; j++)
+		b.scales[j] = (uint8_t)(j | ((15 - j) << 4));
+	for (int e = 0; e < 256; e++)
+		b.qs[32 * (e / 128) + e % 32] |=
+		    (uint8_t)(((3 * e + 1) & 3) << (2 * ((e % 128) / 32)));
+	float y[256];
+	shoal_dequantize_row(SHOAL_DTYPE_Q2_K, &b, y, 256);
+	for (int e = 0; e < 256; e++) {
+		int j = e / 16;
+		float want = 1.0f * j * ((3 * e + 1) & 3) - 0.5f * (15 - j);
+		if (y[e] != want)
+			TEST_FAIL_("Q2_K elem %d: %g, want %g", e, y[e], want);
+	}
+}
+
+/* Q3_K with d = 0.5 and scales sc_i = 3 i - 24 (stored + 32, 6 bits: the
+ * low 4 in scales[i % 8], low nibble for i < 8; the top 2 at bit 2 (i / 4)
+ * of scales[8 + i % 4]). Element e's 3-bit quant u = (5 e + 2) & 7 has its
+ * low 2 bits as in Q2_K and its top bit at bit e / 32 of hmask[e % 32];
+ * its value is 0.5 sc (u - 4). Also the bytes for one hand-worked case:
+ * sc_0 = -32 (0), sc_4 = 31 (63), sc_8 = 0 (32), rest -32. */
+static void test_deq_q3_k(void)
+{
+	kernels__block_q3_k b;
+	memset(&b, 0, sizeof b);
+	b.d = 0x3800;
+	for (int i = 0; i < 16; i++) {
+		int u = 3 * i - 24 + 32;
+		b.scales[i % 8] |= (uint8_t)((u & 15) << (i < 8 ? 0 : 4));
+		b.scales[8 + i % 4] |= (uint8_t)((u >> 4) << (2 * (i / 4)));
+	}
+	for (int e = 0; e < 256; e++) {
+		int u = (5 * e + 2) & 7;
+		b.qs[32 * (e / 128) + e % 32] |= (uint8_t)((u & 3) << (2 * ((e % 128) / 32)));
+		b.hmask[e % 32] |= (uint8_t)((u >> 2) << (e / 32));
+	}
+	float y[256];
+	shoal_dequantize_row(SHOAL_DTYPE_Q3_K, &b, y, 256);
+	for (int e = 0; e < 256; e++) {
+		float want = 0.5f * (3 * (e / 16) - 24) * (((5 * e + 2) & 7) - 4);
+		if (y[e] != want)
+			TEST_FAIL_("Q3_K elem %d: %g, want %g", e, y[e], want);
+	}
+	/* hand-worked: 63 = 0b11'1111 at i = 4 -> scales[4] low nibble 0xf,
+	 * scales[8] bits 2-3 = 3; 32 = 0b10'0000 at i = 8 -> scales[0] high
+	 * nibble 0, scales[8] bits 4-5 = 2: scales[8] = 0x2c */
+	static const uint8_t packed[12] = {0, 0, 0, 0, 0x0f, 0, 0, 0, 0x2c, 0, 0, 0};
+	int8_t sc[16];
+	kernels__q3k_scales(packed, sc);
+	for (int i = 0; i < 16; i++)
+		ASSERT_EQ(sc[i], i == 4 ? 31 : i == 8 ? 0 : -32);
+}
+
+/* Q5_K: the Q4_K scales of test_deq_q4_k, d = 1, dmin = 0.5; element l of
+ * sub-block j has the 5-bit quant (3 j + l) & 31: low nibble as Q4_K, 5th
+ * bit at bit j of qh[l]. */
+static void test_deq_q5_k(void)
+{
+	static const int sc[8] = {1, 5, 10, 63, 17, 33, 48, 62};
+	static const int m[8] = {0, 3, 7, 12, 20, 40, 63, 16};
+	static const uint8_t packed[12] = {0x41, 0x85, 0xca, 0xff, 0x40, 0x83,
+	                                   0xc7, 0x4c, 0x41, 0x81, 0xf0, 0x0e};
+	kernels__block_q5_k b;
+	memset(&b, 0, sizeof b);
+	b.d = 0x3c00;
+	b.dmin = 0x3800;
+	memcpy(b.scales, packed, 12);
+	for (int j = 0; j < 8; j++)
+		for (int l = 0; l < 32; l++) {
+			int q = (3 * j + l) & 31;
+			b.qs[32 * (j / 2) + l] |= (uint8_t)((q & 15) << (j % 2 ? 4 : 0));
+			b.qh[l] |= (uint8_t)((q >> 4) << j);
+		}
+	float y[256];
+	shoal_dequantize_row(SHOAL_DTYPE_Q5_K, &b, y, 256);
+	for (int j = 0; j < 8; j++)
+		for (int l = 0; l < 32; l++) {
+			float want = 1.0f * sc[j] * ((3 * j + l) & 31) - 0.5f * m[j];
+			if (y[32 * j + l] != want)
+				TEST_FAIL_("Q5_K elem %d: %g, want %g", 32 * j + l, y[32 * j + l],
+				           want);
+		}
+}
+
+/* IQ4_XS with d = 0.5 and sub-block scales ls_j = 5 j + 3 (value ls - 32;
+ * low 4 bits in scales_l[j / 2], low nibble for even j; top 2 bits at bit
+ * 2 j of scales_h); element l of sub-block j has index (l + j) & 15 in the
+ * IQ4_NL layout of qs[16 j ..]. */
+static void test_deq_iq4_xs(void)
+{
+	static const float iq4[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
+	                              1,    13,   25,  38,  53,  69,  89,  113};
+	kernels__block_iq4_xs b;
+	memset(&b, 0, sizeof b);
+	b.d = 0x3800;
+	for (int j = 0; j < 8; j++) {
+		int ls = 5 * j + 3;
+		b.scales_l[j / 2] |= (uint8_t)((ls & 15) << (4 * (j % 2)));
+		b.scales_h |= (uint16_t)((ls >> 4) << (2 * j));
+		for (int l = 0; l < 32; l++)
+			b.qs[16 * j + l % 16] |= (uint8_t)(((l + j) & 15) << (l < 16 ? 0 : 4));
+	}
+	float y[256];
+	shoal_dequantize_row(SHOAL_DTYPE_IQ4_XS, &b, y, 256);
+	for (int j = 0; j < 8; j++)
+		for (int l = 0; l < 32; l++) {
+			float want = 0.5f * (5 * j + 3 - 32) * iq4[(l + j) & 15];
+			if (y[32 * j + l] != want)
+				TEST_FAIL_("IQ4_XS elem %d: %g, want %g", 32 * j + l, y[32 * j + l],
+				           want);
+		}
+}
+
 /* ---- quantize -> dequantize ---------------------------------------------------- */
 
 #define RT_N 1024
@@ -377,6 +567,123 @@ static void test_roundtrip_q6_k(void)
 	}
 }
 
+/* The 32-element types: Q5_0 as Q4_0 (one step, the far end clips); Q5_1
+ * half a step of (max - min) / 31 plus the fp16 roundings of d and m;
+ * IQ4_NL at most 14 grid units (113 against 127 at the far end; gaps are
+ * <= 23, half is 11.5) of d; MXFP4 at most half its largest gap (1 E2M1
+ * unit, 2^(e - 127)), and every block's e covers its amax. */
+static void test_roundtrip_q32_types(void)
+{
+	float x[RT_N], y[RT_N];
+	static unsigned char buf[RT_N * 2];
+	fill_random(x, RT_N, 1.5f);
+	for (int i = 64; i < 96; i++)
+		x[i] = 0; /* a zero block */
+	x[200] = 1e-3f;
+	static const shoal_dtype ts[] = {SHOAL_DTYPE_Q5_0, SHOAL_DTYPE_Q5_1, SHOAL_DTYPE_IQ4_NL,
+	                                 SHOAL_DTYPE_MXFP4};
+	for (int t = 0; t < 4; t++) {
+		size_t bs = shoal_dtype_block_bytes(ts[t]);
+		shoal_quantize_row(ts[t], x, buf, RT_N);
+		shoal_dequantize_row(ts[t], buf, y, RT_N);
+		for (int k = 0; k < RT_N / 32; k++) {
+			const float *xs = x + 32 * k;
+			const unsigned char *blk = buf + bs * (size_t)k;
+			float amax = block_amax(xs, 32), bound = 0;
+			if (ts[t] == SHOAL_DTYPE_Q5_0) {
+				bound = amax / 16.0f * (1 + 0x1p-10f);
+			} else if (ts[t] == SHOAL_DTYPE_Q5_1) {
+				float lo = xs[0], hi = xs[0];
+				for (int j = 1; j < 32; j++) {
+					lo = fminf(lo, xs[j]);
+					hi = fmaxf(hi, xs[j]);
+				}
+				bound = 0.5f * (hi - lo) / 31.0f * (1 + 0x1p-9f) +
+				        fabsf(lo) * 0x1p-11f + (hi - lo) * 0x1p-11f;
+			} else if (ts[t] == SHOAL_DTYPE_IQ4_NL) {
+				bound = 14.0f *
+				        fabsf(shoal_fp16_to_f32(
+				            ((const kernels__block_iq4_nl *)blk)->d)) *
+				        (1 + 0x1p-10f);
+			} else {
+				int e = ((const kernels__block_mxfp4 *)blk)->e;
+				ASSERT_TRUE(amax == 0 ? e == 0 : 6 * ldexpf(1, e - 127) >= amax);
+				ASSERT_TRUE(e <= 1 || 6 * ldexpf(1, e - 128) < amax);
+				bound = ldexpf(1, e - 127);
+			}
+			for (int j = 0; j < 32; j++)
+				if (!(fabsf(y[32 * k + j] - xs[j]) <= bound + 1e-7f))
+					TEST_FAIL_("%s elem %d: %g vs %g (bound %g)",
+					           shoal_dtype_name(ts[t]), 32 * k + j,
+					           y[32 * k + j], xs[j], bound);
+		}
+	}
+}
+
+/* Q5_K as Q4_K with 31 steps; Q2_K as Q4_K with 3 steps and 4-bit scales
+ * and mins, per 16 (d = max range / 45, dmin = max min / 15); Q3_K: the
+ * step ds_j = d sc_j is within d / 2 of s_j = amax_j / 4, and elements
+ * clip by one step at the far end: |err| <= |ds_j| + 2 |d|; IQ4_XS: dl_j
+ * within d / 2 of amax_j / 127: 14 |dl_j| (as IQ4_NL) + 127 |d| / 2. */
+static void test_roundtrip_k_types(void)
+{
+	float x[RT_N], y[RT_N];
+	static unsigned char buf[RT_N];
+	fill_random(x, RT_N, 1.0f);
+	for (int i = 0; i < 32; i++)
+		x[256 + i] = fabsf(x[256 + i]) + 0.5f; /* a sub-block with a positive min */
+	for (int i = 512; i < 544; i++)
+		x[i] = 0;
+	static const shoal_dtype ts[] = {SHOAL_DTYPE_Q5_K, SHOAL_DTYPE_Q2_K, SHOAL_DTYPE_Q3_K,
+	                                 SHOAL_DTYPE_IQ4_XS};
+	for (int t = 0; t < 4; t++) {
+		size_t bs = shoal_dtype_block_bytes(ts[t]);
+		shoal_quantize_row(ts[t], x, buf, RT_N);
+		shoal_dequantize_row(ts[t], buf, y, RT_N);
+		int sub = ts[t] == SHOAL_DTYPE_Q5_K || ts[t] == SHOAL_DTYPE_IQ4_XS ? 32 : 16;
+		for (int k = 0; k < RT_N / 256; k++) {
+			const unsigned char *blk = buf + bs * (size_t)k;
+			for (int j = 0; j < 256 / sub; j++) {
+				const float *xs = x + 256 * k + sub * j;
+				float lo = 0, hi = 0, bound = 0;
+				for (int l = 0; l < sub; l++) {
+					lo = fminf(lo, xs[l]);
+					hi = fmaxf(hi, xs[l]);
+				}
+				if (ts[t] == SHOAL_DTYPE_Q5_K) {
+					const kernels__block_q5_k *b = (const void *)blk;
+					bound =
+					    0.5f * ((hi - lo) / 31.0f + shoal_fp16_to_f32(b->d)) +
+					    0.5f * shoal_fp16_to_f32(b->dmin);
+				} else if (ts[t] == SHOAL_DTYPE_Q2_K) {
+					const kernels__block_q2_k *b = (const void *)blk;
+					bound =
+					    0.5f * ((hi - lo) / 3.0f + shoal_fp16_to_f32(b->d)) +
+					    0.5f * shoal_fp16_to_f32(b->dmin);
+				} else if (ts[t] == SHOAL_DTYPE_Q3_K) {
+					const kernels__block_q3_k *b = (const void *)blk;
+					int8_t sc[16];
+					kernels__q3k_scales(b->scales, sc);
+					float d = fabsf(shoal_fp16_to_f32(b->d));
+					bound = fabsf(d * sc[j]) + 2 * d;
+				} else {
+					const kernels__block_iq4_xs *b = (const void *)blk;
+					float d = fabsf(shoal_fp16_to_f32(b->d));
+					bound =
+					    14 * fabsf(d * kernels__iq4xs_scale(b, j)) + 63.5f * d;
+				}
+				for (int l = 0; l < sub; l++)
+					if (!(fabsf(y[256 * k + sub * j + l] - xs[l]) <=
+					      bound + 1e-6f))
+						TEST_FAIL_("%s elem %d: %g vs %g (bound %g)",
+						           shoal_dtype_name(ts[t]),
+						           256 * k + sub * j + l,
+						           y[256 * k + sub * j + l], xs[l], bound);
+			}
+		}
+	}
+}
+
 /* Q8_K: the element of largest magnitude maps to -127 (d carries the sign),
  * every quant is in [-127, 127], bsums are sums of 16, error <= |d| / 2. */
 static void test_roundtrip_q8_k(void)
@@ -425,7 +732,8 @@ static void test_roundtrip_plain(void)
 	shoal_quantize_row(SHOAL_DTYPE_F32, x, y, 64);
 	ASSERT_MEM_EQ(x, y, sizeof x);
 	ASSERT_TRUE(shoal_quant_supported(SHOAL_DTYPE_Q6_K));
-	ASSERT_FALSE(shoal_quant_supported(SHOAL_DTYPE_Q5_K));
+	ASSERT_TRUE(shoal_quant_supported(SHOAL_DTYPE_Q5_K));
+	ASSERT_FALSE(shoal_quant_supported(SHOAL_DTYPE_Q4_1));
 }
 
 /* Q8_K rounds ties to even (the reference's nearest_int), Q8_0 away from
@@ -530,12 +838,15 @@ static void test_fixtures_agree(void)
 	ASSERT_GT(compared, 4);
 }
 
-TEST_MAIN(TEST_CASE(test_q8_0_nonfinite), TEST_CASE(test_fp16_to_f32_specials), TEST_CASE(test_f32_to_fp16_rounding),
-          TEST_CASE(test_fp16_roundtrip_all), TEST_CASE(test_fp16_nearest_random),
-          TEST_CASE(test_bf16), TEST_CASE(test_deq_q8_0), TEST_CASE(test_deq_q4_0),
-          TEST_CASE(test_deq_q4_k), TEST_CASE(test_q4k_unpack), TEST_CASE(test_deq_q6_k),
-          TEST_CASE(test_deq_q8_k_f16_bf16), TEST_CASE(test_roundtrip_q8_0),
-          TEST_CASE(test_roundtrip_q4_0), TEST_CASE(test_roundtrip_q4_k),
-          TEST_CASE(test_roundtrip_q6_k), TEST_CASE(test_roundtrip_q8_k),
-          TEST_CASE(test_activation_ties), TEST_CASE(test_roundtrip_plain),
-          TEST_CASE(test_fixtures_agree))
+TEST_MAIN(TEST_CASE(test_q8_0_nonfinite), TEST_CASE(test_fp16_to_f32_specials),
+          TEST_CASE(test_f32_to_fp16_rounding), TEST_CASE(test_fp16_roundtrip_all),
+          TEST_CASE(test_fp16_nearest_random), TEST_CASE(test_bf16), TEST_CASE(test_deq_q8_0),
+          TEST_CASE(test_deq_q4_0), TEST_CASE(test_deq_q4_k), TEST_CASE(test_q4k_unpack),
+          TEST_CASE(test_deq_q6_k), TEST_CASE(test_deq_q8_k_f16_bf16),
+          TEST_CASE(test_roundtrip_q8_0), TEST_CASE(test_roundtrip_q4_0),
+          TEST_CASE(test_roundtrip_q4_k), TEST_CASE(test_roundtrip_q6_k),
+          TEST_CASE(test_roundtrip_q8_k), TEST_CASE(test_activation_ties),
+          TEST_CASE(test_roundtrip_plain), TEST_CASE(test_fixtures_agree),
+          TEST_CASE(test_deq_q5_0_q5_1), TEST_CASE(test_deq_iq4_nl_mxfp4), TEST_CASE(test_deq_q2_k),
+          TEST_CASE(test_deq_q3_k), TEST_CASE(test_deq_q5_k), TEST_CASE(test_deq_iq4_xs),
+          TEST_CASE(test_roundtrip_q32_types), TEST_CASE(test_roundtrip_k_types))
