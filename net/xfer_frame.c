@@ -66,6 +66,7 @@ const char *shoal_xfer_kind_name(unsigned kind)
 	    [SHOAL_XFER_KIND_PROBE] = "probe",
 	    [SHOAL_XFER_KIND_SESSION] = "session",
 	    [SHOAL_XFER_KIND_WEIGHTS] = "weights",
+	    [SHOAL_XFER_KIND_GATHER] = "gather",
 	};
 	return kind < SHOAL_XFER_KIND__COUNT ? names[kind] : "?";
 }
@@ -89,7 +90,7 @@ size_t shoal_xfer_dtype_size(unsigned dtype)
 int shoal_xfer_kind_is_data(unsigned kind)
 {
 	return (kind >= SHOAL_XFER_KIND_HIDDEN && kind <= SHOAL_XFER_KIND_EXPERT_REP) ||
-	       kind == SHOAL_XFER_KIND_SESSION;
+	       kind == SHOAL_XFER_KIND_SESSION || kind == SHOAL_XFER_KIND_GATHER;
 }
 
 int shoal_xfer_kind_has_routes(unsigned kind)
@@ -239,6 +240,18 @@ static shoal_err check_kind(const shoal_xfer_hdr *h, const uint8_t *payload, cha
 		return SHOAL_OK;
 	default:
 		break;
+	}
+	/* A gather slice: the batch's rows, one layer, dim F32 (0 allowed:
+	 * a member with no routed slot); n_aux is the round (its receiver checks it). */
+	if (k == SHOAL_XFER_KIND_GATHER) {
+		if (h->n_rows == 0 || h->layer_first >= h->layer_end ||
+		    h->dtype != SHOAL_XFER_DTYPE_F32 || (uint64_t)h->dim * 4u != h->payload_len)
+			return shoal_why(why, why_len, SHOAL_ERR_FORMAT,
+			                 "gather frame: %u rows, layers [%u, %u), dtype %u, %u x 4 "
+			                 "bytes in %u",
+			                 h->n_rows, h->layer_first, h->layer_end, h->dtype, h->dim,
+			                 h->payload_len);
+		return SHOAL_OK;
 	}
 	/* Data kinds: rows, a layer range, a typed (n_vec, dim) payload. */
 	if (k == SHOAL_XFER_KIND_SESSION && (h->n_rows != 1 || h->layer_first || h->layer_end))

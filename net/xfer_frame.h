@@ -19,7 +19,8 @@
  *                       counted for ERROR, CREDIT and PROBE
  *  64  u32 n_rows       row tags that follow the header
  *  68  u32 n_aux        EXPERT_*: routes that follow the tags; ERROR and
- *                       RDMA_*: a shoal_err status; other kinds: 0
+ *                       RDMA_*: a shoal_err status; GATHER: the round;
+ *                       other kinds: 0
  *  72  u16 layer_first  layer range [first, end) the frame belongs to
  *  74  u16 layer_end
  *  76  u32 dim          payload shape (n_vec, dim): see SHOAL_XFER_KIND_*
@@ -38,7 +39,7 @@
  *  4. 96 + 16 n_rows + 12 n_routes, rounded up to 16, plus payload_len is
  *     exactly frame_len (computed in 64 bits: no overflow).
  *  5. The payload size follows from the shape: n_vec * dim * dtype_size
- *     (hidden, expert), the hello/qp block size, or <= 255 (reasons).
+ *     (hidden, expert; GATHER: dim * 4, dim >= 0), the hello/qp block size, or <= 255 (reasons).
  *  6. Every route's row index is < n_rows and its gate is finite.
  *  7. Data kinds carry at least one row and layer_first < layer_end
  *     (TOKEN: layer_first <= layer_end). SESSION carries exactly one row,
@@ -85,6 +86,8 @@ typedef enum shoal_xfer_kind {
 	SHOAL_XFER_KIND_PROBE,        /* upgrade test round trip; opaque U8 payload */
 	SHOAL_XFER_KIND_SESSION,      /* a session's open/close/error: (1, dim) I32 words */
 	SHOAL_XFER_KIND_WEIGHTS,      /* model bytes: n_aux = op, digest = model id, U8 payload */
+	SHOAL_XFER_KIND_GATHER,       /* a tensor group member's slice: n_aux = round, (1, dim) F32,
+	                                 dim may be 0 (runtime/dist/dist.h) */
 	SHOAL_XFER_KIND__COUNT
 } shoal_xfer_kind;
 
@@ -139,7 +142,7 @@ typedef struct shoal_xfer_limits {
 
 const char *shoal_xfer_kind_name(unsigned kind); /* "hidden", ...; "?" if unknown */
 size_t shoal_xfer_dtype_size(unsigned dtype);    /* 0 if unknown or NONE */
-int shoal_xfer_kind_is_data(unsigned kind); /* HIDDEN, TOKEN, EXPERT_*, SESSION: plan-checked */
+int shoal_xfer_kind_is_data(unsigned kind); /* HIDDEN, TOKEN, EXPERT_*, SESSION, GATHER: plan-checked */
 int shoal_xfer_kind_has_routes(unsigned kind);   /* EXPERT_REQ, EXPERT_REP */
 
 /* Bytes before the payload (header, tags, routes, padding) for h. */

@@ -378,9 +378,7 @@ void sched__asg_copy(sched__asg *d, const sched__asg *s, const sched__ctx *c)
 
 bool sched__ctx_set_prev(sched__ctx *c, const shoal_plan *prev)
 {
-	/* a previous plan with tensor groups does not carry over yet (open
-	 * work with the data plane): it is planned anew */
-	if (!prev || prev->n_groups || prev->n_layer != c->L || prev->n_slots != c->n_slots ||
+	if (!prev || prev->n_layer != c->L || prev->n_slots != c->n_slots ||
 	    memcmp(prev->model_id, c->m->model_id, sizeof prev->model_id))
 		return false;
 	uint64_t bytes = c->m->embd_bytes + c->m->head_bytes;
@@ -433,6 +431,31 @@ bool sched__ctx_set_prev(sched__ctx *c, const shoal_plan *prev)
 					c->prev_exp[(size_t)o * c->L + l]++;
 			}
 		}
+	/* its tensor groups, so that a plan with groups is kept as any other
+	 * (planning anew would number a new epoch on every round) */
+	if (prev->n_groups) {
+		if (prev->n_groups > c->n || !(a->tp = sched__tp_new(c)))
+			goto fail;
+		for (uint32_t i = 0; i < a->n_stages; i++)
+			a->tp->st_group[i] = UINT32_MAX;
+		for (size_t g = 0; g < prev->n_groups; g++) {
+			uint32_t st = prev->grp_stage[g], k = prev->grp_n[g];
+			if (st >= a->n_stages || k > c->n)
+				goto fail;
+			a->tp->st_group[st] = (uint32_t)g;
+			a->tp->g_n[g] = k;
+			for (uint32_t j = 0; j < k; j++) {
+				const shoal_plan_member *pm = &prev->grp_mem[prev->grp_first[g] + j];
+				a->tp->g_mem[g * c->n + j] = MAPPED(pm->peer);
+				a->tp->g_w[g * c->n + j] = pm->weight;
+				if (map[pm->peer] >= 0)
+					for (uint32_t l = prev->stages[st].first_layer;
+					     l < prev->stages[st].end_layer; l++)
+						c->prev_base[(size_t)map[pm->peer] * c->L + l] = 1;
+			}
+		}
+		a->tp->n_groups = (uint32_t)prev->n_groups;
+	}
 	c->prev_embd = MAPPED(prev->embd_peer);
 	c->prev_head = MAPPED(prev->head_peer);
 #undef MAPPED

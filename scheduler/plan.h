@@ -34,8 +34,11 @@ typedef struct shoal_policy {
 	bool spread_experts;        /* place each MoE layer's experts on several
 	                               peers, balanced by speed */
 	bool tensor_groups;         /* also consider stages run by a tensor group
-	                               (scheduler/tensor.c); off by default: the
-	                               node cannot execute them yet */
+	                               (scheduler/tensor.c); off by default:
+	                               --tensor of shoal plan and shoal node */
+	bool tensor_prefer;         /* tests: a feasible plan with a tensor group
+	                               wins over every pipeline plan (loopback
+	                               runs of models too small to gain) */
 	uint64_t epoch_floor;       /* a new plan's epoch is above this and above
 	                               the previous plan's (the cluster's highest
 	                               served epoch: epochs never recur) */

@@ -25,7 +25,9 @@
  *
  * 5. Tensor groups (tensor.c, only with policy->tensor_groups): a stage may
  *    be a group of peers splitting each layer; its cost and memory are
- *    stated there. The best plan with groups is one more candidate.
+ *    stated there. The best plan with groups is one more candidate (the
+ *    only one under policy->tensor_prefer, a test's way to get a group on
+ *    a model too small to gain from one).
  *
  * Search (search.c): exact over all subsets, orders and splits up to 8
  * peers, a stated heuristic above. Two modes: experts kept with their layer,
@@ -189,12 +191,16 @@ shoal_err shoal_schedule(const shoal_view *view, const shoal_manifest *m, const 
 	int n_modes = moe ? 2 : 1;
 	for (int md = 0; md < n_modes && !e; md++)
 		e = try_mode(&c, (sched__mode)md, 0, 1, cands, &nc);
+	const cand *tp_pick = NULL; /* the tensor candidate, under tensor_prefer */
 	if (!e && pol->tensor_groups) {
 		cand *k = &cands[nc];
 		e = sched__asg_init(&k->a, &c);
 		k->mode = SCHED__KEEP;
-		if (!e && sched__tensor_search(&c, &k->a))
+		if (!e && sched__tensor_search(&c, &k->a)) {
+			if (pol->tensor_prefer && k->a.tp && k->a.tp->n_groups)
+				tp_pick = k;
 			nc++;
+		}
 		else if (!e)
 			sched__asg_fini(&k->a);
 	}
@@ -228,8 +234,8 @@ shoal_err shoal_schedule(const shoal_view *view, const shoal_manifest *m, const 
 	for (size_t i = 0; i < nc; i++)
 		if ((!only_spread || cands[i].mode == SCHED__SPREAD) && cands[i].a.time_ns < t_min)
 			t_min = cands[i].a.time_ns;
-	const cand *pick = NULL;
-	for (size_t i = 0; i < nc; i++) {
+	const cand *pick = tp_pick;
+	for (size_t i = 0; i < nc && !tp_pick; i++) {
 		const cand *x = &cands[i];
 		if (only_spread && x->mode != SCHED__SPREAD)
 			continue;
@@ -241,8 +247,9 @@ shoal_err shoal_schedule(const shoal_view *view, const shoal_manifest *m, const 
 	}
 	bool keep = false;
 	if (prev_ok && !c.prev_gone && c.prev.feasible) {
-		keep = (unsigned __int128)pick->a.time_ns * 1000 >=
-		           (unsigned __int128)c.prev.time_ns * (1000 - pol->gain_permille) ||
+		keep = (!tp_pick && (unsigned __int128)pick->a.time_ns * 1000 >=
+		                        (unsigned __int128)c.prev.time_ns *
+		                            (1000 - pol->gain_permille)) ||
 		       same_assignment(&c, &pick->a, &c.prev);
 	}
 	if (keep) {

@@ -6,6 +6,7 @@
  *              [--threads T] [--state-dir D] [--data-listen ADDR:PORT] [-v]
  *              [--model FILE | --model-id HEX|any [--cache-max SIZE]]
  *              [--mem-limit SIZE] [--ctx N] [--sessions N] [--spread-experts]
+ *              [--tensor]
  *
  * With --model the node serves its share of that model (runtime/node/cluster.h):
  * it offers min(available memory, --mem-limit) to the plan, KV for --ctx
@@ -74,6 +75,10 @@ static void shoal_cmd_node_usage(FILE *f)
 	        "  --sessions N           concurrent sessions per stage, 1..16 (default: as\n"
 	        "                         many as memory holds; give every peer the same)\n"
 	        "  --spread-experts       place each MoE layer's experts on several peers\n"
+	        "  --tensor               let the scheduler split stages among tensor groups\n"
+	        "                         (exact; the same on every peer, as --ctx)\n"
+	        "  --link-us N            link latency the plan assumes, in us (default 200:\n"
+	        "                         gigabit Ethernet; the same on every peer)\n"
 	        "  --api [HOST:]PORT      serve the OpenAI-compatible HTTP API there (port %u;\n"
 	        "                         give 0.0.0.0:PORT to serve other machines)\n"
 	        "  --api-key FILE         requests must carry Authorization: Bearer <its text>\n"
@@ -123,6 +128,8 @@ int shoal_cmd_node(int argc, char **argv)
 		O_MEMLIMIT,
 		O_CTX,
 		O_SPREAD,
+		O_TENSOR,
+		O_LINK_US,
 		O_SESSIONS,
 		O_API,
 		O_API_KEY,
@@ -146,6 +153,8 @@ int shoal_cmd_node(int argc, char **argv)
 	    {"mem-limit", required_argument, NULL, O_MEMLIMIT},
 	    {"ctx", required_argument, NULL, O_CTX},
 	    {"spread-experts", no_argument, NULL, O_SPREAD},
+	    {"tensor", no_argument, NULL, O_TENSOR},
+	    {"link-us", required_argument, NULL, O_LINK_US},
 	    {"sessions", required_argument, NULL, O_SESSIONS},
 	    {"api", required_argument, NULL, O_API},
 	    {"api-key", required_argument, NULL, O_API_KEY},
@@ -231,6 +240,19 @@ int shoal_cmd_node(int argc, char **argv)
 		case O_SPREAD:
 			cfg.spread_experts = 1;
 			break;
+		case O_TENSOR:
+			cfg.tensor_groups = 1;
+			break;
+		case O_LINK_US: {
+			char *end;
+			unsigned long v = strtoul(optarg, &end, 10);
+			if (*end || !*optarg || v == 0 || v > 10000000) {
+				fprintf(stderr, "shoal node: --link-us wants 1..10000000\n");
+				return 2;
+			}
+			cfg.link_us = (uint32_t)v;
+			break;
+		}
 		case O_SESSIONS: {
 			char *end;
 			unsigned long v = strtoul(optarg, &end, 10);
@@ -273,10 +295,12 @@ int shoal_cmd_node(int argc, char **argv)
 		bad = "--key and --insecure exclude each other";
 	else if (cfg.threads < 0)
 		bad = "--threads wants 0 (all cores) or more";
-	else if ((cfg.mem_limit || cfg.ctx || cfg.sessions || cfg.spread_experts) && !cfg.model &&
-	         !cfg.model_id)
-		bad = "--mem-limit, --ctx, --sessions and --spread-experts need --model FILE or "
-		      "--model-id HEX|any (a peer without a model only relays membership)";
+	else if ((cfg.mem_limit || cfg.ctx || cfg.sessions || cfg.spread_experts ||
+	          cfg.tensor_groups || cfg.link_us) &&
+	         !cfg.model && !cfg.model_id)
+		bad = "--mem-limit, --ctx, --sessions, --spread-experts, --tensor and --link-us need "
+		      "--model FILE or --model-id HEX|any (a peer without a model only relays "
+		      "membership)";
 	else if (cfg.model && cfg.model_id)
 		bad = "--model and --model-id exclude each other";
 	else if (cfg.cache_max && !cfg.model_id)

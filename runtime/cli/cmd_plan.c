@@ -56,7 +56,7 @@ static void plan_usage(FILE *f)
 	        "                     or 1)\n"
 	        "  --spread-experts   place each MoE layer's experts on several peers\n"
 	        "  --tensor           also consider stages run by a tensor group (peers splitting\n"
-	        "                     each layer; planned only: nodes cannot run them yet)\n"
+	        "                     each layer; `shoal node --tensor` runs them)\n"
 	        "  --json             the plan as JSON\n"
 	        "  --bench N          plan N times and print the time per plan\n"
 	        "Data folder: $SHOAL_DATA_DIR, else <the binary's folder>/../share/shoal, else\n"

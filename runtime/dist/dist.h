@@ -7,8 +7,9 @@
  * link) and is driven by "handle this received frame" (for an event loop
  * that polls shoal_xfer_link_pollfds) or by a *_poll helper that polls a
  * given set of links itself. Files: dist_stage.c (a stage and an expert
- * server), dist_experts.c (the engine's moe_hook over links), dist_owner.c
- * (the session owner), dist_proto.c (the message layouts below).
+ * server), dist_experts.c (the engine's moe_hook over links), dist_tensor.c
+ * (a tensor group member's exchange and relay), dist_owner.c (the session
+ * owner), dist_proto.c (the message layouts below).
  *
  * Threading: each object is used by one thread at a time, and a link by
  * one thread at a time (xfer.h): give each stage its own thread and its
@@ -48,6 +49,8 @@
  *   EXPERT_REQ F32 [l, l+1)       n_embd   tags of rows routed there
  *   EXPERT_REP F32 [l, l+1)       n_embd   same rows and routes, payload
  *                                          (n_routes, n_embd) contributions
+ *   GATHER  F32   [l, l+1)        slice    the batch's  member -> member: one
+ *                                          rows         all-gather's slice
  *
  * A result row: word 0 the sampled id, word 1 its logprob (f32 bits),
  * then K pairs (id, logprob bits), best first; pos is the position whose
@@ -93,6 +96,19 @@
  *     engine run, one EXPERT_REP back, on the link the request came in on;
  *     contributions are combined in expert-id order by the engine.
  *  8. CLOSE travels like OPEN; stages free the slot. Nothing replies.
+ *  9. A stage run by a tensor group: frames for the stage go to its entry
+ *     member (member 0: the plan's stage peer), which relays each one, as
+ *     it came, to every other member before it handles it, so that all
+ *     members run the same batches in the same order (several owners may
+ *     feed one stage; their frames interleave differently on other links).
+ *     A group stage runs each data frame as its own batch. In each engine
+ *     exchange (engine.h, 4 per dense layer, 3 per MoE layer) a member
+ *     sends its slice to every other member as one GATHER frame (as few
+ *     as fit, in order, when it is larger than a frame): n_aux = the
+ *     round, the batch's row tags, dim = the frame's floats; a frame with
+ *     other rows, layer or round, or more bytes than the slice has left,
+ *     is a protocol error that fails the batch.
+ *     One member (tp_out) passes the output and the control on.
  */
 #define SHOAL_DIST_CTL_WORDS 19u
 /* --logprobs cap: the generation loop's. */
@@ -100,6 +116,9 @@
 /* Prompt tail for the repetition penalty: sampler's default last_n is 64;
  * 256 covers every setting seen in llama.cpp presets. */
 #define SHOAL_DIST_TAIL_MAX 256u
+/* Members of one tensor group: a desk of 4 Mac Studios, a lab of a few
+ * boxes; 16 keeps the config on the stack. */
+#define SHOAL_DIST_TP_MAX 16u
 
 enum { SHOAL_DIST_CTL_OPEN = 1, SHOAL_DIST_CTL_CLOSE = 2, SHOAL_DIST_CTL_ERROR = 3 };
 
@@ -138,6 +157,22 @@ typedef struct shoal_dist_stage_config {
 	shoal_dist_link_fn owner_link;
 	void *owner_link_ctx;
 	int timeout_ms; /* bound on one send and on an expert reply */
+	/* A tensor group (tp_n >= 2, invariant 9): this stage is member tp_me
+	 * of the tp_n peers tp_peer (plan order) with share weights tp_w.
+	 * expert_mask must be NULL then (a member's experts are its share).
+	 * tp_out: this member sends the stage's output (hidden states to
+	 * `next`, or results with has_head) and passes control on. Links to a
+	 * member: tp_relay for relayed frames (the far side's stage reads
+	 * them), tp_send for our slices; tp_recv says where a member's slices
+	 * arrive (read only inside an exchange). tp_spin_us: how long a wait
+	 * for slices polls without sleeping before it blocks. */
+	uint32_t tp_n, tp_me;
+	uint64_t tp_w[SHOAL_DIST_TP_MAX];
+	uint8_t tp_peer[SHOAL_DIST_TP_MAX][16];
+	bool tp_out;
+	shoal_dist_link_fn tp_relay, tp_send, tp_recv;
+	void *tp_relay_ctx, *tp_send_ctx, *tp_recv_ctx;
+	uint32_t tp_spin_us;
 } shoal_dist_stage_config;
 
 /* m is borrowed (must outlive the stage). Allocates the engine and all
@@ -206,6 +241,16 @@ typedef struct shoal_dist_stage_metrics {
 	uint64_t tokens_bytes;     /* result TOKEN frames sent */
 	uint64_t expert_req_bytes; /* EXPERT_REQ sent */
 	uint64_t expert_rep_bytes; /* EXPERT_REP received (by collect) */
+	/* a tensor group's member */
+	uint64_t gathers;         /* exchanges (all-gathers) taken part in */
+	uint64_t gather_sent;     /* slices sent: (tp_n - 1) per exchange */
+	uint64_t gather_recv;     /* slices received */
+	uint64_t gather_frames_sent; /* GATHER frames: one a slice unless it */
+	uint64_t gather_frames_recv; /* is larger than a frame */
+	uint64_t gather_bytes;    /* GATHER frames sent, whole */
+	uint64_t gather_wait_ns;  /* time waiting for the others' slices */
+	uint64_t gather_blocked;  /* waits that outlasted tp_spin_us and blocked */
+	uint64_t relayed;         /* frames relayed to the other members (entry) */
 } shoal_dist_stage_metrics;
 
 void shoal_dist_stage_metrics_get(const shoal_dist_stage *s, shoal_dist_stage_metrics *m);

@@ -118,6 +118,7 @@ struct shoal_dist_stage {
 	uint32_t n_sent;
 	uint8_t sent[DIST__MAX_XPEERS]; /* xpeer indices requested, in order */
 	uint32_t sent_routes[DIST__MAX_XPEERS];
+	uint32_t tp_rows; /* rows of the batch in the engine (a group's tags check) */
 	shoal_dist_stage_metrics met;
 };
 
@@ -128,5 +129,12 @@ shoal_err dist__experts_collect(void *ctx, uint32_t layer, const shoal_moe_rows 
 /* Answer an EXPERT_REQ from link `from` with this stage's engine. */
 shoal_err dist__experts_serve(shoal_dist_stage *s, shoal_xfer_link *from, const shoal_xfer_frame *f,
                               char *why, size_t why_len);
+
+/* dist_tensor.c: the engine's exchange for a tensor group member (ctx =
+ * s), and the entry member's relay of frame f to the other members
+ * (false: a member could not be reached; the reason in why). */
+shoal_err dist__tp_exchange(void *ctx, uint32_t layer, shoal_engine_tp_round round,
+                            void *const *bufs, const size_t *len);
+bool dist__tp_relay(shoal_dist_stage *s, const shoal_xfer_frame *f, char *why, size_t why_len);
 
 #endif

@@ -355,6 +355,7 @@ static shoal_err flush(shoal_dist_stage *s, char *why, size_t why_len)
 	                        .hidden_out = s->cfg.has_head ? NULL : s->hout,
 	                        .logits = n_want ? s->logits : NULL};
 	char w[256] = "";
+	s->tp_rows = n; /* a group's slices carry these rows' tags */
 	uint64_t t0 = dist__now_ns();
 	shoal_err e = shoal_engine_run(s->e, &b, w, sizeof w);
 	s->met.last_run_ns = dist__now_ns() - t0;
@@ -371,6 +372,8 @@ static shoal_err flush(shoal_dist_stage *s, char *why, size_t why_len)
 		return SHOAL_OK;
 	}
 	if (!s->cfg.has_head) {
+		if (s->cfg.tp_n > 1 && !s->cfg.tp_out) /* another member passes it on */
+			return SHOAL_OK;
 		e = send_hidden(s, n, why, why_len);
 		if (e) /* the next stage is gone: these sessions cannot go on */
 			fail_batch(s, n, e == SHOAL_ERR_TIMEOUT ? e : SHOAL_ERR_CLOSED, why);
@@ -529,8 +532,10 @@ static shoal_err handle_ctl(shoal_dist_stage *s, const shoal_xfer_frame *f, char
 			s->sess[i].failed = true;
 		break;
 	}
-	/* pass it on: down the chain; the last stage only passes errors */
-	if (s->cfg.has_head && c.op != SHOAL_DIST_CTL_ERROR)
+	/* pass it on: down the chain; the last stage only passes errors; in a
+	 * group only the member that passes the output on */
+	if ((s->cfg.has_head && c.op != SHOAL_DIST_CTL_ERROR) ||
+	    (s->cfg.tp_n > 1 && !s->cfg.tp_out))
 		return SHOAL_OK;
 	e = dist__ctl_send(ctl_dest(s, c.owner), sid, &c, s->ctl, (uint32_t)(sizeof s->ctl / 4),
 	                   s->cfg.timeout_ms, why, why_len);
@@ -540,6 +545,28 @@ static shoal_err handle_ctl(shoal_dist_stage *s, const shoal_xfer_frame *f, char
 }
 
 /* ---- entry points --------------------------------------------------------------- */
+
+/* A group's entry could not relay frame f to a member: the sessions it
+ * names cannot run here (the member is gone: the plan will change). */
+static shoal_err relay_failed(shoal_dist_stage *s, const shoal_xfer_frame *f, const char *why)
+{
+	char w[300];
+	snprintf(w, sizeof w, "a member of the group cannot be reached: %s", why);
+	s->met.dropped++;
+	for (uint32_t r = 0; r < f->hdr.n_rows; r++) {
+		uint64_t sid = f->hdr.rows[r].session;
+		int i = sess_find(s, sid);
+		dist__ctl c;
+		char cw[64];
+		if (i >= 0)
+			sess_fail(s, i, sid, s->sess[i].owner, SHOAL_ERR_CLOSED, w);
+		else if (f->hdr.kind == SHOAL_XFER_KIND_SESSION &&
+		         dist__ctl_decode(f, &c, cw, sizeof cw) == SHOAL_OK &&
+		         c.op == SHOAL_DIST_CTL_OPEN)
+			sess_fail(s, -1, sid, c.owner, SHOAL_ERR_CLOSED, w);
+	}
+	return SHOAL_OK;
+}
 
 /* One frame; data frames join the pending batch, which runs now unless
  * `batch` (then the caller flushes after draining its links). Anything
@@ -567,6 +594,13 @@ static shoal_err stage_handle(shoal_dist_stage *s, shoal_xfer_link *from, const 
 	}
 	bool data = h->kind == SHOAL_XFER_KIND_HIDDEN || h->kind == SHOAL_XFER_KIND_TOKEN;
 	shoal_err e;
+	if (s->cfg.tp_n > 1) {
+		/* invariant 9: every member runs the same batches, in order */
+		batch = false;
+		if (s->cfg.tp_me == 0 && (data || h->kind == SHOAL_XFER_KIND_SESSION) &&
+		    !dist__tp_relay(s, f, why, why_len))
+			return relay_failed(s, f, why);
+	}
 	if (data) {
 		e = take_frame(s, f, why, why_len);
 		return e || batch ? e : flush(s, why, why_len);
@@ -704,6 +738,13 @@ shoal_err shoal_dist_stage_new(const shoal_model *m, const shoal_dist_stage_conf
 		return shoal_why(why, why_len, SHOAL_ERR_INVAL,
 		                 "stage config: link, 1..%u sessions, rows, mask with peers",
 		                 DIST__MAX_SESSIONS);
+	if (cfg->tp_n > 1 &&
+	    (cfg->tp_n > SHOAL_DIST_TP_MAX || cfg->tp_me >= cfg->tp_n || cfg->expert_mask ||
+	     !cfg->tp_send || !cfg->tp_recv || (cfg->tp_me == 0 && !cfg->tp_relay) ||
+	     cfg->layer_begin >= cfg->layer_end))
+		return shoal_why(why, why_len, SHOAL_ERR_INVAL,
+		                 "group stage config: 2..%u members, layers, links, no expert mask",
+		                 SHOAL_DIST_TP_MAX);
 	shoal_dist_stage *s = calloc(1, sizeof *s);
 	if (!s)
 		return SHOAL_ERR_NOMEM;
@@ -759,6 +800,13 @@ shoal_err shoal_dist_stage_new(const shoal_model *m, const shoal_dist_stage_conf
 	ec.expert_mask = cfg->expert_mask;
 	ec.moe_hook = (shoal_engine_moe_hook){
 	    .ctx = s, .dispatch = dist__experts_dispatch, .collect = dist__experts_collect};
+	if (cfg->tp_n > 1) {
+		ec.moe_hook = (shoal_engine_moe_hook){0};
+		ec.tp = (shoal_engine_tp){.n_members = cfg->tp_n,
+		                          .member = cfg->tp_me,
+		                          .weights = cfg->tp_w,
+		                          .link = {.ctx = s, .exchange = dist__tp_exchange}};
+	}
 	err = shoal_engine_new(m, &ec, &s->e, why, why_len);
 	if (err)
 		goto fail;

@@ -135,6 +135,7 @@ shoal_err shoal_cluster_new(const shoal_cluster_config *cfg, shoal_cluster **out
 	cl->lctx_stage = (shoal_cluster_lctx){cl, SHOAL_CLUSTER_ROLE_STAGE};
 	cl->lctx_owner = (shoal_cluster_lctx){cl, SHOAL_CLUSTER_ROLE_OWNER};
 	cl->lctx_experts = (shoal_cluster_lctx){cl, SHOAL_CLUSTER_ROLE_EXPERTS};
+	cl->lctx_tensor = (shoal_cluster_lctx){cl, SHOAL_CLUSTER_ROLE_TENSOR};
 	snprintf(cl->plan_why, sizeof cl->plan_why, "no view yet");
 	if ((e = shoal_model_open(cl->model_path, &cl->model, why, why_len)) != SHOAL_OK)
 		goto fail;
@@ -186,6 +187,10 @@ shoal_err shoal_cluster_new(const shoal_cluster_config *cfg, shoal_cluster **out
 		goto fail;
 	}
 	cl->pol.spread_experts = cfg->spread_experts;
+	cl->pol.tensor_groups = cfg->tensor_groups;
+	/* test hook: a group even where it does not pay (tests/sh/tp_loopback.sh) */
+	const char *prefer = getenv("SHOAL_TEST_TP_PREFER");
+	cl->pol.tensor_prefer = cfg->tensor_groups && prefer && !strcmp(prefer, "1");
 	shoal_wire_buf_init(&cl->msg);
 	if (!(cl->ev = calloc(SHOAL_CLUSTER_EVENTS, sizeof *cl->ev)) ||
 	    shoal_wire_buf_reserve(&cl->msg, SHOAL_RUN_MSG_RESERVE) != SHOAL_OK) {
@@ -211,10 +216,11 @@ shoal_err shoal_cluster_new(const shoal_cluster_config *cfg, shoal_cluster **out
 	char hex[65];
 	shoal_model_id_hex(cl->model_id, hex);
 	SHOAL_LOG_I(
-	    "cluster", "model %s (%s, %u layers), id %.16s; KV for %u tokens x %s sessions%s",
+	    "cluster", "model %s (%s, %u layers), id %.16s; KV for %u tokens x %s sessions%s%s",
 	    cl->model_path, shoal_arch_name(cl->model->hp.arch), cl->model->hp.n_layer, hex,
 	    cl->pol.ctx, cfg->sessions ? "the given" : "as many as memory allows (from 1 to 16)",
-	    cl->pol.spread_experts ? "; experts spread" : "");
+	    cl->pol.spread_experts ? "; experts spread" : "",
+	    cl->pol.tensor_groups ? "; tensor groups" : "");
 	if ((e = shoal_cluster__data_start(cl, why, why_len)) != SHOAL_OK)
 		goto fail;
 	*out = cl;
@@ -325,7 +331,8 @@ static shoal_err shoal_cluster_plan_on(shoal_cluster *cl, const shoal_swim_membe
                                        shoal_plan **out, uint32_t *sessions, char *why,
                                        size_t why_len)
 {
-	shoal_view *view = shoal_view_new(200000, 125000000);
+	uint32_t lus = cl->cfg.link_us ? cl->cfg.link_us : SHOAL_CLUSTER_LINK_US;
+	shoal_view *view = shoal_view_new((uint64_t)lus * 1000u, SHOAL_CLUSTER_LINK_BW);
 	shoal_err e = view ? SHOAL_OK : SHOAL_ERR_NOMEM;
 	for (size_t i = 0; i < nc && e == SHOAL_OK; i++) {
 		const shoal_record *r = &cand[i]->record;
@@ -705,9 +712,20 @@ int shoal_cluster_update(shoal_cluster *cl, const shoal_swim_member *v, size_t n
 			            (double)shoal_plan_predicted_ns(np) / 1e6);
 			for (size_t s = 0; s < shoal_plan_n_stages(np); s++) {
 				const shoal_plan_stage *st = shoal_plan_stage_at(np, s);
-				SHOAL_LOG_I("cluster", "  stage %zu: %s layers [%u, %u)", s,
+				shoal_plan_member gm[SHOAL_DIST_TP_MAX];
+				size_t ng = shoal_plan_stage_members(np, s, gm, SHOAL_DIST_TP_MAX);
+				char grp[256] = "";
+				for (size_t j = 0, o = 0; j < ng && j < SHOAL_DIST_TP_MAX; j++) {
+					int w = snprintf(grp + o, sizeof grp - o, "%s%s",
+					                 j ? ", " : " with its tensor group ",
+					                 shoal_plan_peer_at(np, gm[j].peer)->name);
+					if (w < 0 || (size_t)w >= sizeof grp - o)
+						break;
+					o += (size_t)w;
+				}
+				SHOAL_LOG_I("cluster", "  stage %zu: %s layers [%u, %u)%s", s,
 				            shoal_plan_peer_at(np, st->peer)->name, st->first_layer,
-				            st->end_layer);
+				            st->end_layer, grp);
 			}
 			shoal_plan_free(cl->plan);
 			cl->plan = np;
@@ -765,6 +783,20 @@ int shoal_cluster_update(shoal_cluster *cl, const shoal_swim_member *v, size_t n
 		else if (!servable)
 			snprintf(why, sizeof why, "waiting for %zu peer(s) to be ready, first %s",
 			         nm, nm ? shoal_plan_peer_at(cl->plan, missing[0])->name : "?");
+		/* a peer that stays ready for another plan of the same peers
+		 * most likely plans with another policy: say which options */
+		for (size_t i = 0; !servable && nm && i < nc; i++) {
+			const shoal_record *r = &cand[i]->record;
+			if (memcmp(r->id.b, shoal_plan_peer_at(cl->plan, missing[0])->id.b, 16) ||
+			    !r->ready_epoch)
+				continue;
+			size_t l = strlen(why);
+			snprintf(why + l, sizeof why - l,
+			         " (it is ready for another plan, epoch %llu: if this lasts, do all "
+			         "peers give the same --ctx, --sessions, --spread-experts, --tensor, "
+			         "--link-us?)",
+			         (unsigned long long)r->ready_epoch);
+		}
 		shoal_ready_free(rd);
 	} else {
 		snprintf(why, sizeof why, "no plan: %.200s", cl->plan_why);
@@ -984,6 +1016,35 @@ static int shoal_cluster_take_part(shoal_cluster *cl)
 	return 1;
 }
 
+/* Stage config c of member `me` of a tensor group mem[n] (plan order):
+ * member 0 is the entry (the plan's stage peer: the previous stage and the
+ * owners send to it, it relays); the head peer samples in the last stage,
+ * the entry passes hidden states on in any other (dist.h invariant 9). */
+static void shoal_cluster_group_config(shoal_cluster *cl, const shoal_plan *p,
+                                       const shoal_plan_member *mem, size_t n, size_t me,
+                                       shoal_dist_stage_config *c)
+{
+	bool last = c->has_head;
+	c->tp_n = (uint32_t)n;
+	c->tp_me = (uint32_t)me;
+	for (size_t j = 0; j < n; j++) {
+		c->tp_w[j] = mem[j].weight;
+		memcpy(c->tp_peer[j], shoal_plan_peer_at(p, mem[j].peer)->id.b, 16);
+	}
+	c->has_head = last && mem[me].peer == shoal_plan_head_peer(p);
+	c->tp_out = last ? c->has_head : me == 0;
+	c->tp_relay = shoal_cluster__link;
+	c->tp_relay_ctx = &cl->lctx_stage;
+	c->tp_send = shoal_cluster__link;
+	c->tp_send_ctx = &cl->lctx_tensor;
+	c->tp_recv = shoal_cluster__tensor_in;
+	c->tp_recv_ctx = cl;
+	c->tp_spin_us = SHOAL_CLUSTER_TP_SPIN_US;
+	const char *env = getenv("SHOAL_TP_SPIN_US"); /* for tests/bench/tp_bench.sh */
+	if (env && *env)
+		c->tp_spin_us = (uint32_t)strtoul(env, NULL, 10);
+}
+
 /* What a stage and an expert server of assignment a share. */
 static void shoal_cluster_stage_common(const shoal_cluster *cl, const shoal_cluster_assign *a,
                                        shoal_dist_stage_config *c)
@@ -1022,9 +1083,27 @@ static shoal_err shoal_cluster_build_assign(shoal_cluster *cl, shoal_cluster_ass
 		return SHOAL_OK;
 	}
 	long si = -1;
-	for (size_t s = 0; s < ns; s++)
-		if (shoal_plan_stage_at(p, s)->peer == (uint32_t)self)
+	shoal_plan_member mem[SHOAL_DIST_TP_MAX];
+	size_t n_mem = 0, me = 0;
+	for (size_t s = 0; s < ns; s++) {
+		shoal_plan_member sm[SHOAL_DIST_TP_MAX];
+		size_t nm = shoal_plan_stage_members(p, s, sm, SHOAL_DIST_TP_MAX);
+		if (nm > SHOAL_DIST_TP_MAX) {
+			e = shoal_why(why, why_len, SHOAL_ERR_RANGE,
+			              "a tensor group of %zu peers (at most %u)", nm,
+			              SHOAL_DIST_TP_MAX);
+			goto fail;
+		}
+		for (size_t j = 0; j < nm; j++)
+			if (sm[j].peer == (uint32_t)self) {
+				si = (long)s;
+				n_mem = nm;
+				me = j;
+				memcpy(mem, sm, nm * sizeof *sm);
+			}
+		if (!nm && shoal_plan_stage_at(p, s)->peer == (uint32_t)self)
 			si = (long)s;
+	}
 	/* Experts: who holds each, when the model has them. */
 	bool moe = hp->n_expert > 0;
 	bool any_x = false;
@@ -1076,7 +1155,12 @@ static shoal_err shoal_cluster_build_assign(shoal_cluster *cl, shoal_cluster_ass
 			sc.expert_mask = mask;
 			sc.expert_peer = peer;
 		}
-		if (!sc.has_head)
+		if (n_mem > 1) { /* a member's experts are its share */
+			sc.expert_mask = NULL;
+			sc.expert_peer = NULL;
+			shoal_cluster_group_config(cl, p, mem, n_mem, me, &sc);
+		}
+		if (!sc.has_head && (size_t)si + 1 < ns)
 			memcpy(sc.next,
 			       shoal_plan_peer_at(p, shoal_plan_stage_at(p, (size_t)si + 1)->peer)
 			           ->id.b,
@@ -1132,13 +1216,24 @@ static json_t *shoal_cluster_idstr(const uint8_t id[16])
 
 static json_t *shoal_cluster_stage_met_json(const shoal_dist_stage_metrics *m)
 {
-	return json_pack("{sI sI sI sI sI sI sI sI sI sI}", "runs", (json_int_t)m->runs,
+	json_t *o = json_pack("{sI sI sI sI sI sI sI sI sI sI}", "runs", (json_int_t)m->runs,
 	                 "batched_runs", (json_int_t)m->batched_runs, "rows", (json_int_t)m->rows,
 	                 "hidden_sent", (json_int_t)m->hidden_sent, "tokens_sent",
 	                 (json_int_t)m->tokens_sent, "expert_reqs", (json_int_t)m->expert_reqs,
 	                 "expert_served", (json_int_t)m->expert_served, "expert_timeouts",
 	                 (json_int_t)m->expert_timeouts, "dropped", (json_int_t)m->dropped,
 	                 "session_errors", (json_int_t)m->session_errors);
+	if (o && m->gathers) /* a tensor group's member */
+		json_object_update_new(
+		    o, json_pack("{sI sI sI sI sI sI sI sI sI}", "gathers", (json_int_t)m->gathers,
+		                 "gather_sent", (json_int_t)m->gather_sent, "gather_recv",
+		                 (json_int_t)m->gather_recv, "gather_frames_sent",
+		                 (json_int_t)m->gather_frames_sent, "gather_frames_recv",
+		                 (json_int_t)m->gather_frames_recv, "gather_bytes",
+		                 (json_int_t)m->gather_bytes, "gather_wait_ns",
+		                 (json_int_t)m->gather_wait_ns, "gather_blocked",
+		                 (json_int_t)m->gather_blocked, "relayed", (json_int_t)m->relayed));
+	return o;
 }
 
 /* "data": what this peer's stage, expert server and owner did under the
@@ -1170,15 +1265,25 @@ json_t *shoal_cluster_status_json(shoal_cluster *cl)
 	shoal_model_id_hex(cl->model_id, hex);
 	json_object_set_new(o, "model_id", json_string(hex));
 	json_object_set_new(o, "servable", json_boolean(cl->servable));
+	/* the planning policy, which every peer must share */
+	json_object_set_new(o, "policy",
+	                    json_pack("{sI sI sb sb sI}", "ctx", (json_int_t)cl->pol.ctx, "sessions",
+	                              (json_int_t)cl->cfg.sessions, "spread_experts",
+	                              cl->pol.spread_experts, "tensor_groups",
+	                              cl->pol.tensor_groups, "link_us",
+	                              (json_int_t)(cl->cfg.link_us ? cl->cfg.link_us
+	                                                           : SHOAL_CLUSTER_LINK_US)));
 	if (!cl->plan) {
 		json_object_set_new(o, "digest", json_null());
 		json_object_set_new(o, "stages", json_array());
 		json_object_set_new(o, "why", json_string(cl->plan_why));
 	} else if (!cl->servable) {
+		pthread_mutex_lock(&cl->mu);
 		json_object_set_new(o, "why",
-		                    json_string(cl->ready_why[0]
-		                                    ? cl->ready_why
-		                                    : "waiting for peers to be ready"));
+		                    json_string(cl->ready_why[0]    ? cl->ready_why
+		                                : cl->shared_why[0] ? cl->shared_why
+		                                                    : "waiting for peers to be ready"));
+		pthread_mutex_unlock(&cl->mu);
 	}
 	json_t *ready = json_array(), *not_ready = json_array();
 	if (cl->plan)

@@ -62,6 +62,8 @@ typedef struct shoal_cluster_config {
 	uint32_t ctx;           /* KV context per session; 0: the model's, at most 4096 */
 	uint32_t sessions;      /* KV sessions per stage, 1..SHOAL_CLUSTER_MAX_SESSIONS; 0: 2 */
 	bool spread_experts;
+	bool tensor_groups; /* policy.tensor_groups: the same on every peer */
+	uint32_t link_us;   /* link latency plans assume; 0: SHOAL_CLUSTER_LINK_US */
 	uint32_t threads; /* engine threads; 0: 1 */
 	uint8_t self[16];
 	const shoal_key *key;  /* admission tokens; NULL: insecure (zero key) */

@@ -85,7 +85,8 @@ static int shoal_cluster_admit(void *ctx, const uint8_t peer[16], const char *ad
 	uint8_t digest[32], want[33];
 	if (token_len != 33 ||
 	    (token[32] != SHOAL_CLUSTER_ROLE_STAGE && token[32] != SHOAL_CLUSTER_ROLE_OWNER &&
-	     token[32] != SHOAL_CLUSTER_ROLE_EXPERTS && token[32] != SHOAL_CLUSTER_ROLE_WEIGHTS)) {
+	     token[32] != SHOAL_CLUSTER_ROLE_EXPERTS && token[32] != SHOAL_CLUSTER_ROLE_WEIGHTS &&
+	     token[32] != SHOAL_CLUSTER_ROLE_TENSOR)) {
 		SHOAL_LOG_W("cluster", "data link from %s refused: malformed token", addr);
 		return 0;
 	}
@@ -216,7 +217,9 @@ shoal_xfer_link *shoal_cluster__link(void *ctx, const uint8_t peer[16])
 	}
 	shoal_xfer_link_set_plan(k, d->as->digest, d->as->epoch);
 	SHOAL_LOG_I("cluster", "data link to %.8s (%s): %s", hex,
-	            lc->role == SHOAL_CLUSTER_ROLE_OWNER ? "results" : "stage",
+	            lc->role == SHOAL_CLUSTER_ROLE_OWNER    ? "results"
+	            : lc->role == SHOAL_CLUSTER_ROLE_TENSOR ? "tensor slices"
+	                                                    : "stage",
 	            shoal_xfer_link_status(k));
 	memcpy(d->out[d->n_out].peer, peer, 16);
 	d->out[d->n_out].role = lc->role;
@@ -244,6 +247,43 @@ shoal_xfer_link *shoal_cluster__no_link(void *ctx, const uint8_t peer[16])
 {
 	(void)ctx;
 	(void)peer;
+	return NULL;
+}
+
+/* Take the links the accept thread accepted. Data thread. */
+static void shoal_cluster_adopt(shoal_cluster_dt *d)
+{
+	shoal_cluster *cl = d->cl;
+	pthread_mutex_lock(&cl->mu);
+	for (size_t i = 0; i < cl->n_acc; i++) {
+		if (d->as && d->n_in < SHOAL_CLUSTER_LINKS) {
+			shoal_xfer_link_set_plan(cl->acc[i], d->as->digest, d->as->epoch);
+			d->in[d->n_in].k = cl->acc[i];
+			d->in[d->n_in].role = cl->acc_role[i];
+			shoal_xfer_link_peer(cl->acc[i], d->in[d->n_in].peer);
+			const shoal_cluster_ep *ep = shoal_cluster_ep_of(d, d->in[d->n_in].peer);
+			d->in[d->n_in].inc = ep ? ep->inc : 0;
+			d->in[d->n_in].bye = false;
+			d->n_in++;
+		} else {
+			shoal_xfer_link_free(cl->acc[i]);
+		}
+	}
+	cl->n_acc = 0;
+	pthread_mutex_unlock(&cl->mu);
+}
+
+shoal_xfer_link *shoal_cluster__tensor_in(void *ctx, const uint8_t peer[16])
+{
+	shoal_cluster_dt *d = ((shoal_cluster *)ctx)->dt;
+	for (int pass = 0; d && pass < 2; pass++) {
+		for (size_t i = 0; i < d->n_in; i++)
+			if (d->in[i].role == SHOAL_CLUSTER_ROLE_TENSOR &&
+			    !memcmp(d->in[i].peer, peer, 16))
+				return d->in[i].k;
+		if (!pass) /* the member dialled us while our stage ran */
+			shoal_cluster_adopt(d);
+	}
 	return NULL;
 }
 
@@ -689,24 +729,7 @@ static void *shoal_cluster_data_main(void *arg)
 				memcpy(ids[i], d->eps[i].id, 16);
 			shoal_dist_stage_keep_owners(d->as->stage, (const uint8_t(*)[16])ids, d->n_eps);
 		}
-		/* accepted links */
-		pthread_mutex_lock(&cl->mu);
-		for (size_t i = 0; i < cl->n_acc; i++) {
-			if (d->as && d->n_in < SHOAL_CLUSTER_LINKS) {
-				shoal_xfer_link_set_plan(cl->acc[i], d->as->digest, d->as->epoch);
-				d->in[d->n_in].k = cl->acc[i];
-				d->in[d->n_in].role = cl->acc_role[i];
-				shoal_xfer_link_peer(cl->acc[i], d->in[d->n_in].peer);
-				const shoal_cluster_ep *ep = shoal_cluster_ep_of(d, d->in[d->n_in].peer);
-				d->in[d->n_in].inc = ep ? ep->inc : 0;
-				d->in[d->n_in].bye = false;
-				d->n_in++;
-			} else {
-				shoal_xfer_link_free(cl->acc[i]);
-			}
-		}
-		cl->n_acc = 0;
-		pthread_mutex_unlock(&cl->mu);
+		shoal_cluster_adopt(d);
 		shoal_cluster_start_runs(d, tcs);
 		/* wait for frames or a wake-up */
 		struct pollfd pf[1 + 3 * SHOAL_CLUSTER_LINKS];
@@ -714,8 +737,10 @@ static void *shoal_cluster_data_main(void *arg)
 		pf[np].fd = cl->wake[0];
 		pf[np].events = POLLIN;
 		np++;
+		/* (a group member's slices are read in its stage's exchange) */
 		for (size_t i = 0; i < d->n_in; i++)
-			np += shoal_xfer_link_pollfds(d->in[i].k, pf + np, 3);
+			if (d->in[i].role != SHOAL_CLUSTER_ROLE_TENSOR)
+				np += shoal_xfer_link_pollfds(d->in[i].k, pf + np, 3);
 		/* links we send on: a peer's goodbye or a broken connection shows
 		 * there first (EXPERTS links are read by the stage's collect) */
 		for (size_t i = 0; i < d->n_out; i++)
@@ -728,7 +753,8 @@ static void *shoal_cluster_data_main(void *arg)
 		/* Read every link (cheap: recv with timeout 0). */
 		for (size_t i = 0; i < d->n_in;) {
 			char why[200];
-			if (shoal_cluster_drain_link(d, d->in[i].k, d->in[i].role, &d->in[i].bye)) {
+			if (d->in[i].role == SHOAL_CLUSTER_ROLE_TENSOR ||
+			    shoal_cluster_drain_link(d, d->in[i].k, d->in[i].role, &d->in[i].bye)) {
 				i++;
 				continue;
 			}

@@ -57,12 +57,17 @@
 #define SHOAL_CLUSTER_SILENCE_MS  30000u
 #define SHOAL_CLUSTER_LINKS       (2 * SHOAL_CLUSTER_MAX_PEERS)
 #define SHOAL_CLUSTER_DEFAULT_CTX 4096u /* the context of local `shoal run` */
+/* The link every plan assumes unless --link-us says otherwise: gigabit
+ * Ethernet, ~200 us for a small frame through two kernels, 125 MB/s. */
+#define SHOAL_CLUSTER_LINK_US 200u
+#define SHOAL_CLUSTER_LINK_BW 125000000u
 
 /* Link roles: which thread and object on the far side reads the frames. */
 enum {
 	SHOAL_CLUSTER_ROLE_STAGE = 1,  /* the data thread's stage */
 	SHOAL_CLUSTER_ROLE_OWNER = 2,  /* the data thread's session owner */
 	SHOAL_CLUSTER_ROLE_EXPERTS = 3, /* the expert thread's server */
+	SHOAL_CLUSTER_ROLE_TENSOR = 5,  /* a group member's slices (read in its exchange) */
 	SHOAL_CLUSTER_ROLE_WEIGHTS = SHOAL_WEIGHTS_ROLE /* the weights server (weights.h) */
 };
 
@@ -233,7 +238,7 @@ struct shoal_cluster {
 	bool data_started, acc_started, x_started;
 	int admit_role; /* accept thread only */
 	/* link roles for dist objects */
-	shoal_cluster_lctx lctx_stage, lctx_owner, lctx_experts;
+	shoal_cluster_lctx lctx_stage, lctx_owner, lctx_experts, lctx_tensor;
 	struct shoal_cluster_dt *dt;               /* data thread only (cluster_data.c) */
 };
 
@@ -251,5 +256,18 @@ shoal_xfer_link *shoal_cluster__link(void *ctx, const uint8_t peer[16]);
  * on, and runs on the expert thread, which must not touch the data
  * thread's links). */
 shoal_xfer_link *shoal_cluster__no_link(void *ctx, const uint8_t peer[16]);
+/* The link a group member's slices arrive on (accepted, role TENSOR; ctx:
+ * the cluster); NULL until it is there. Data thread only. */
+shoal_xfer_link *shoal_cluster__tensor_in(void *ctx, const uint8_t peer[16]);
+/* How long a group member's wait for slices spins before it blocks: a
+ * slice already on its way over loopback or a fast link comes within
+ * ~10-20 us; longer waits are the other member still computing, and
+ * spinning then takes the core from it where peers share cores (a dense
+ * layer has 4 rounds: at 22 layers, 20 us bounds the spin to 1.8 ms a
+ * token). tests/bench/tp_bench.sh on 2 loaded cores (load ~10): spin 0,
+ * 50, 200 us left ~46-51 % of the waits blocking alike, the medians
+ * favoured 0 and the quietest rounds were equal: noise; 20 us keeps the
+ * in-flight case free of a wake-up at a small bound. */
+#define SHOAL_CLUSTER_TP_SPIN_US 20u
 
 #endif

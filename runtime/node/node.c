@@ -762,6 +762,8 @@ static shoal_err shoal_node_cluster_new(shoal_node *n, shoal_wcache *wc, char *w
 	                           .ctx = n->cfg.ctx,
 	                           .sessions = n->cfg.sessions,
 	                           .spread_experts = n->cfg.spread_experts != 0,
+	                           .tensor_groups = n->cfg.tensor_groups != 0,
+	                           .link_us = n->cfg.link_us,
 	                           .threads = n->cfg.threads > 0 ? (uint32_t)n->cfg.threads
 	                                      : n->si.cores      ? n->si.cores
 	                                                         : 1,

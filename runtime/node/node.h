@@ -53,6 +53,8 @@ typedef struct shoal_node_config {
 	uint32_t ctx;       /* KV context per session; 0: the model's */
 	uint32_t sessions;  /* KV sessions per stage; 0: 2 (every peer the same) */
 	int spread_experts; /* ask the scheduler to spread MoE experts */
+	int tensor_groups;  /* let it plan tensor groups (policy: same on every peer) */
+	uint32_t link_us;   /* link latency the plan assumes; 0: 200 (policy too) */
 	/* The HTTP API (runtime/api/api.h): "HOST[:PORT]" (NULL: none); the
 	 * Bearer key its requests must carry (NULL: none). */
 	const char *api;

@@ -385,8 +385,27 @@ json_t *shoal_plan_to_json(const shoal_plan *p)
 		const shoal_plan_stage *s = shoal_plan_stage_at(p, i);
 		json_t *st = peer_ref(p, s->peer);
 		bad |= !st || add(st, "first_layer", json_integer(s->first_layer)) ||
-		       add(st, "end_layer", json_integer(s->end_layer)) ||
-		       json_array_append_new(stages, st);
+		       add(st, "end_layer", json_integer(s->end_layer));
+		/* a tensor group: its members (the stage's peer is the first,
+		 * the entry) and their shares of every split dimension */
+		shoal_plan_member mem[64];
+		size_t nm = bad ? 0 : shoal_plan_stage_members(p, i, mem, 64);
+		if (nm > 64)
+			bad = 1;
+		if (nm && !bad) {
+			json_t *ms = json_array();
+			uint64_t tot = 0;
+			for (size_t j = 0; j < nm; j++)
+				tot += mem[j].weight;
+			bad |= !ms || add(st, "members", ms);
+			for (size_t j = 0; !bad && j < nm; j++) {
+				json_t *mj = peer_ref(p, mem[j].peer);
+				bad |= !mj || add(mj, "weight", json_integer((json_int_t)mem[j].weight)) ||
+				       add(mj, "share", json_real((double)mem[j].weight / (double)tot)) ||
+				       json_array_append_new(ms, mj);
+			}
+		}
+		bad |= bad || json_array_append_new(stages, st);
 	}
 	if (!bad) {
 		bad |= add(o, "embedding", peer_ref(p, shoal_plan_embd_peer(p)));

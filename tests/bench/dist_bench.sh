@@ -34,17 +34,7 @@ CTX=256 # KV per session, on every peer and the local run alike
 
 [ -x "$B" ] || fail "$B not found (give the build directory)"
 [ -f "$DENSE" ] || fail "$DENSE not found (set SHOAL_DATA)"
-for p in plancheck gen_fixture; do
-	[ -x "$BD/tests/helpers/$p" ] || make -C "$BD" "tests/helpers/$p" >/dev/null || fail "cannot build tests/helpers/$p"
-done
-if [ ! -s "$FIX" ]; then
-	mkdir -p "$(dirname "$FIX")"
-	echo "making $FIX (1.17 GB)"
-	"$BD/tests/helpers/gen_fixture" --arch llama --type Q8_0 --layers 22 --dim 2048 --ff 5632 \
-		--heads 32 --kv-heads 4 --vocab 32000 --ctx 2048 --seed 1 "$FIX.tmp" >/dev/null ||
-		fail "gen_fixture failed"
-	mv "$FIX.tmp" "$FIX"
-fi
+bench_fixture "$FIX"
 for k in 1 2 3; do "$B" key new "$T/k$k" >/dev/null || fail "shoal key new"; done
 
 # ---- clusters

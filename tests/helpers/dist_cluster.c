@@ -182,10 +182,50 @@ static void dc_id_of(uint8_t id[16], uint8_t v)
 /* Stages split the layers at cuts[] (n_st stages); with n_ex > 0 the
  * experts are split: the stages hold x % (n_ex + 1) == 0, server s the
  * experts with x % (n_ex + 1) == s + 1. */
+static int up(dc_cluster *c, const shoal_model *m, const uint32_t *cuts, uint32_t n_st,
+              uint32_t n_ex, uint32_t max_frame, uint32_t owner_rows, bool intruder);
+
 int dc_cluster_up(dc_cluster *c, const shoal_model *m, const uint32_t *cuts, uint32_t n_st,
                   uint32_t n_ex, uint32_t max_frame, uint32_t owner_rows, bool intruder)
 {
 	memset(c, 0, sizeof *c);
+	return up(c, m, cuts, n_st, n_ex, max_frame, owner_rows, intruder);
+}
+
+int dc_cluster_up_group(dc_cluster *c, const shoal_model *m, const uint32_t *cuts, uint32_t n_st,
+                        uint32_t tp_stage, const uint64_t *w, uint32_t tp_n, uint32_t max_frame)
+{
+	memset(c, 0, sizeof *c);
+	if (tp_n < 2 || tp_n > 4 || tp_stage >= n_st)
+		return -1;
+	c->tp_stage = tp_stage;
+	c->tp_n = tp_n;
+	memcpy(c->tp_w, w, tp_n * sizeof *w);
+	return up(c, m, cuts, n_st, 0, max_frame, 64, false);
+}
+
+/* Stage config sc for member j of the group (0: the entry, st[tp_stage]). */
+static void group_member(dc_cluster *c, uint32_t j, bool last, shoal_dist_stage_config *sc)
+{
+	sc->tp_n = c->tp_n;
+	sc->tp_me = j;
+	memcpy(sc->tp_w, c->tp_w, sizeof c->tp_w);
+	for (uint32_t k = 0; k < c->tp_n; k++)
+		memcpy(sc->tp_peer[k], c->gl[k].id, 16);
+	sc->has_head = last && j == 1;
+	sc->tp_out = last ? j == 1 : j == 0;
+	sc->tp_relay = dc_lookup;
+	sc->tp_relay_ctx = &c->st[c->tp_stage];
+	sc->tp_send = sc->tp_recv = dc_lookup;
+	sc->tp_send_ctx = sc->tp_recv_ctx = &c->gl[j];
+	sc->tp_spin_us = 20;
+	sc->expert_mask = NULL;
+	sc->expert_peer = NULL;
+}
+
+static int up(dc_cluster *c, const shoal_model *m, const uint32_t *cuts, uint32_t n_st,
+              uint32_t n_ex, uint32_t max_frame, uint32_t owner_rows, bool intruder)
+{
 	c->m = m;
 	c->n_st = n_st;
 	c->n_ex = n_ex;
@@ -221,6 +261,23 @@ int dc_cluster_up(dc_cluster *c, const shoal_model *m, const uint32_t *cuts, uin
 			shoal_xfer_link_set_plan(c->intruder.links[1], DC_OTHER, DC_EPOCH);
 			shoal_xfer_link_set_plan(v->links[v->n - 1], DC_OTHER, DC_EPOCH);
 		}
+	}
+	/* a group: the entry relays to each member, every pair has a slice
+	 * link, and the sampling member (tp[0]) reaches the owner */
+	uint32_t k = c->tp_stage;
+	if (c->tp_n > 1) {
+		memcpy(c->gl[0].id, c->st[k].id, 16);
+		for (uint32_t j = 0; j + 1 < c->tp_n; j++) {
+			dc_id_of(c->tp[j].id, (uint8_t)(0x50 + j));
+			memcpy(c->gl[j + 1].id, c->tp[j].id, 16);
+		}
+		for (uint32_t j = 0; !rc && j + 1 < c->tp_n; j++)
+			rc = dc_connect_pair(&c->st[k], &c->tp[j], max_frame);
+		for (uint32_t a = 0; !rc && a < c->tp_n; a++)
+			for (uint32_t b = a + 1; !rc && b < c->tp_n; b++)
+				rc = dc_connect_pair(&c->gl[a], &c->gl[b], max_frame);
+		if (!rc && k + 1 == n_st)
+			rc = dc_connect_pair(&c->tp[0], &c->owner, max_frame);
 	}
 	if (rc)
 		return -1;
@@ -267,12 +324,27 @@ int dc_cluster_up(dc_cluster *c, const shoal_model *m, const uint32_t *cuts, uin
 		} else {
 			sc.expert_mask = c->mask_ex[i - n_st];
 		}
+		if (c->tp_n > 1 && i == k)
+			group_member(c, 0, k + 1 == n_st, &sc);
 		if (shoal_dist_stage_new(m, &sc, &p->st, why, sizeof why)) {
 			fprintf(stderr, "stage %u: %s\n", i, why);
 			return -1;
 		}
 		pthread_create(&p->th, NULL, dc_peer_main, p);
 		p->running = true;
+		for (uint32_t j = 1; i == k && j < c->tp_n; j++) { /* the group's other members */
+			dc_peer *q = &c->tp[j - 1];
+			shoal_dist_stage_config qc = sc;
+			qc.link_ctx = q;
+			memcpy(qc.self, q->id, 16);
+			group_member(c, j, k + 1 == n_st, &qc);
+			if (shoal_dist_stage_new(m, &qc, &q->st, why, sizeof why)) {
+				fprintf(stderr, "member %u: %s\n", j, why);
+				return -1;
+			}
+			pthread_create(&q->th, NULL, dc_peer_main, q);
+			q->running = true;
+		}
 	}
 	shoal_dist_owner_config oc = {.max_sessions = 2,
 	                              .max_rows = owner_rows,
@@ -288,6 +360,12 @@ int dc_cluster_up(dc_cluster *c, const shoal_model *m, const uint32_t *cuts, uin
 
 void dc_cluster_stop(dc_cluster *c)
 {
+	for (uint32_t j = 0; j + 1 < c->tp_n; j++) {
+		atomic_store(&c->tp[j].stop, 1);
+		if (c->tp[j].running)
+			pthread_join(c->tp[j].th, NULL);
+		c->tp[j].running = false;
+	}
 	for (uint32_t i = 0; i < c->n_st + c->n_ex; i++) {
 		dc_peer *p = i < c->n_st ? &c->st[i] : &c->ex[i - c->n_st];
 		atomic_store(&p->stop, 1);
@@ -313,6 +391,10 @@ void dc_cluster_down(dc_cluster *c)
 		dc_peer_free(&c->ex[i]);
 	dc_peer_free(&c->owner);
 	dc_peer_free(&c->intruder);
+	for (uint32_t j = 0; j + 1 < c->tp_n; j++)
+		dc_peer_free(&c->tp[j]);
+	for (uint32_t j = 0; j < c->tp_n; j++)
+		dc_peer_free(&c->gl[j]);
 	shoal_dist_owner_free(c->own);
 	shoal_xfer_listener_free(dc_g_lis);
 	dc_g_lis = NULL;

@@ -51,6 +51,14 @@ typedef struct dc_cluster {
 	uint32_t n_st, n_ex;
 	shoal_dist_owner *own;
 	uint8_t *mask_st, *mask_ex[3], *xpeer;
+	/* a tensor group (dc_cluster_up_group): stage tp_stage is run by
+	 * st[tp_stage] (member 0, the entry) and tp[0..tp_n-2] (ids 0x50+j;
+	 * tp[0] samples when the group is the last stage); gl[m] holds member
+	 * m's slice links, apart from the links its stage thread polls */
+	uint32_t tp_stage, tp_n;
+	uint64_t tp_w[4];
+	dc_peer tp[3];
+	dc_peer gl[4];
 } dc_cluster;
 
 /* Which of p's links reaches peer id (a shoal_dist_link_fn; ctx = p). */
@@ -71,6 +79,10 @@ int dc_collect_token(void *ctx, const shoal_dist_token *t);
  * (the listener is global). 0 on success. */
 int dc_cluster_up(dc_cluster *c, const shoal_model *m, const uint32_t *cuts, uint32_t n_st,
                   uint32_t n_ex, uint32_t max_frame, uint32_t owner_rows, bool intruder);
+/* The same, dense, with stage tp_stage run by a tensor group of tp_n
+ * (2..4) members of weights w. */
+int dc_cluster_up_group(dc_cluster *c, const shoal_model *m, const uint32_t *cuts, uint32_t n_st,
+                        uint32_t tp_stage, const uint64_t *w, uint32_t tp_n, uint32_t max_frame);
 void dc_cluster_stop(dc_cluster *c); /* join the stage threads */
 void dc_cluster_down(dc_cluster *c); /* stop and free everything */
 /* Frames of `kind` sent (sent = 1) or received on p's link to peer `to`. */

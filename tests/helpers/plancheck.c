@@ -7,6 +7,8 @@
  *   plancheck STATUS servable    print "yes" or "no: <why>"
  *   plancheck STATUS digest      print the plan digest ("none")
  *   plancheck STATUS stage I     print the name of stage I's peer ("none")
+ *   plancheck STATUS members I   print stage I's tensor group as NAME:SHARE%
+ *                                words in member order ("none": one peer)
  *   plancheck STATUS spread      print the largest number of distinct peers
  *                                holding the experts of one MoE layer
  *   plancheck STATUS left NAME   print why peer NAME is left out ("none")
@@ -58,6 +60,16 @@ int main(int argc, char **argv)
 		json_t *st = json_array_get(json_object_get(plan, "stages"), (size_t)atoi(arg));
 		const char *n = json_string_value(json_object_get(st, "name"));
 		printf("%s\n", n ? n : "none");
+	} else if (!strcmp(cmd, "members")) {
+		json_t *st = json_array_get(json_object_get(plan, "stages"), (size_t)atoi(arg));
+		json_t *ms = json_object_get(st, "members");
+		for (size_t i = 0; i < json_array_size(ms); i++) {
+			json_t *m = json_array_get(ms, i);
+			const char *n = json_string_value(json_object_get(m, "name"));
+			printf("%s%s:%.1f", i ? " " : "", n ? n : "?",
+			       100.0 * json_real_value(json_object_get(m, "share")));
+		}
+		printf("%s\n", json_array_size(ms) ? "" : "none");
 	} else if (!strcmp(cmd, "spread")) {
 		size_t best = 0;
 		json_t *ex = json_object_get(plan, "experts");

@@ -6,7 +6,7 @@
 #   ---- set-up       B BD SRC DATA PC VC T KEY, the EXIT trap, fail, skip
 #   ---- polling      now_ms, wait_for
 #   ---- nodes        start, ep, api_port, status, servable_all, same, stop,
-#                     stop_all, moe_fixture
+#                     stop_all, moe_fixture, bench_fixture
 #   ---- hosts        nl_require, nl_up, nl_mdns_up, nl_exec, nl_spawn,
 #                     start_host, nl_partition, nl_heal, nl_down
 #
@@ -149,6 +149,23 @@ stop_all() { # stop_all [SIGNAL]: signal every started node (default KILL), wait
 		wait "${PID[$n]}" 2>/dev/null
 		unset "PID[$n]" "HOST[$n]"
 	done
+}
+
+# bench_fixture PATH: the 1.17 GB Llama-shaped Q8_0 fixture of the
+# benchmarks (tests/bench/decode_bound.sh) at PATH unless it is there, and
+# the helpers the benchmarks use
+bench_fixture() {
+	local p
+	for p in plancheck gen_fixture; do
+		[ -x "$BD/tests/helpers/$p" ] || make -C "$BD" "tests/helpers/$p" >/dev/null || fail "cannot build tests/helpers/$p"
+	done
+	[ -s "$1" ] && return 0
+	mkdir -p "$(dirname "$1")"
+	echo "making $1 (1.17 GB)"
+	"$BD/tests/helpers/gen_fixture" --arch llama --type Q8_0 --layers 22 --dim 2048 --ff 5632 \
+		--heads 32 --kv-heads 4 --vocab 32000 --ctx 2048 --seed 1 "$1.tmp" >/dev/null ||
+		fail "gen_fixture failed"
+	mv "$1.tmp" "$1"
 }
 
 # moe_fixture 4|6 PATH: a random qwen3moe fixture (8 experts, 2 used a

@@ -4,8 +4,10 @@
  * links. Tokens and top-K logprobs must equal one whole-model engine's
  * bitwise (dense 3-stage split, MoE with experts on 3 peers); the link
  * counters must show one HIDDEN frame per hop per step and at most one
- * expert request per remote peer per MoE layer per run; malformed and
- * wrong-digest frames are dropped and fail the session cleanly.
+ * expert request per remote peer per MoE layer per run; a stage run by a
+ * tensor group (first or last in a pipeline) gives the same tokens with
+ * the designed count of gathers; malformed and wrong-digest frames are
+ * dropped and fail the session cleanly.
  *
  * Divisions: links and peers, the reference, the cluster, tests.
  */
@@ -106,6 +108,59 @@ static void test_dense_three_stages(void)
 	ASSERT_U64_EQ(t0, 2 * (1 + (T - 1)));
 	ASSERT_U64_EQ(c0, 2 * 2);
 	ASSERT_U64_EQ(t2, 2 * T);
+}
+
+/* A stage run by a tensor group, in a pipeline: (1) stage 1 of 2 a group
+ * of 2 (weights 3 : 1) whose second member samples; (2) stage 0 of 2 a
+ * group of 3 (2 : 1 : 1) whose entry passes hidden states on, over links
+ * of 4 KiB so that the larger slices go in pieces. Tokens and logprobs
+ * equal one engine's; every member takes part in 4 all-gathers a layer a
+ * run and sends one slice to each other member in each. */
+static void test_group_stages(void)
+{
+	shoal_model *m = dc_open_model("austen-dense-q8_0.gguf");
+	ASSERT_TRUE(m != NULL);
+	shoal_sampler_params sp = shoal_sampler_defaults();
+	sp.temp = 0.0f;
+	static const uint64_t w2[2] = {3, 1}, w3[3] = {2, 1, 1};
+	const uint32_t cut2[] = {2}, cut4[] = {4};
+	for (int k = 0; k < 2; k++) {
+		dc_cluster c;
+		uint32_t n = k ? 3 : 2, st = k ? 0 : 1, layers = 4; /* in the group's stage */
+		ASSERT_EQ(dc_cluster_up_group(&c, m, k ? cut4 : cut2, 2, st, k ? w3 : w2, n,
+		                              k ? 4096 : SHOAL_XFER_MAX_FRAME_DEFAULT),
+		          0);
+		dc_run_out got;
+		int ok = check_run(&c, &sp, 12, PROMPT, NP, &got);
+		dc_cluster_stop(&c);
+		shoal_dist_stage_metrics me[4];
+		shoal_dist_stage_metrics_get(c.st[st].st, &me[0]);
+		for (uint32_t j = 1; j < n; j++)
+			shoal_dist_stage_metrics_get(c.tp[j - 1].st, &me[j]);
+		printf("group of %u at stage %u: %llu runs, %llu gathers, %llu slices and %llu frames "
+		       "sent by the entry, mean wait %.1f us\n",
+		       n, st, (unsigned long long)me[0].runs, (unsigned long long)me[0].gathers,
+		       (unsigned long long)me[0].gather_sent,
+		       (unsigned long long)me[0].gather_frames_sent,
+		       me[0].gathers ? me[0].gather_wait_ns / 1e3 / (double)me[0].gathers : 0.0);
+		dc_cluster_down(&c);
+		ASSERT_TRUE(ok);
+		for (uint32_t j = 0; j < n; j++) {
+			ASSERT_GT(me[j].runs, 0);
+			ASSERT_U64_EQ(me[j].runs, me[0].runs);
+			ASSERT_U64_EQ(me[j].gathers, me[j].runs * layers * 4);
+			ASSERT_U64_EQ(me[j].gather_sent, me[j].gathers * (n - 1));
+			ASSERT_U64_EQ(me[j].gather_recv, me[j].gather_sent);
+			ASSERT_U64_EQ(me[j].session_errors, 0);
+		}
+		if (k) /* 4 KiB links: the FFN slices of the prefill go in pieces */
+			ASSERT_GT(me[0].gather_frames_sent, me[0].gather_sent);
+		else
+			ASSERT_U64_EQ(me[0].gather_frames_sent, me[0].gather_sent);
+		ASSERT_U64_EQ(me[0].relayed % (n - 1), 0); /* each frame to every other member */
+		ASSERT_GT(me[0].relayed, 0);
+	}
+	shoal_model_free(m);
 }
 
 /* F32 weights; prompt in frames of 8 rows, links of 4 KiB: each prefill
@@ -457,7 +512,8 @@ static void test_cancel_frees_slots(void)
 	ASSERT_TRUE(ok);
 }
 
-TEST_MAIN(TEST_CASE(test_dense_three_stages), TEST_CASE(test_dense_split_frames),
+TEST_MAIN(TEST_CASE(test_dense_three_stages), TEST_CASE(test_group_stages),
+          TEST_CASE(test_dense_split_frames),
           TEST_CASE(test_moe_experts_on_three_peers), TEST_CASE(test_bad_frames),
           TEST_CASE(test_two_sessions_interleaved), TEST_CASE(test_replay_continues),
           TEST_CASE(test_cancel_frees_slots))

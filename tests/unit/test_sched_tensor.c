@@ -178,6 +178,58 @@ static void test_option_off(void)
 	shoal_plan_free(r);
 }
 
+/* A plan with a group, given back as the previous plan, is kept (same
+ * digest and epoch: a node would otherwise number a new plan each round);
+ * with a member gone it is planned anew. tensor_prefer takes the group
+ * even where the pipeline is faster. */
+static void test_prev_group_kept(void)
+{
+	static const uint64_t bw[3] = {800, 800, 800}, mem[3] = {20, 20, 20};
+	shoal_manifest m = dense_model(8, 0);
+	shoal_view *v = make_view(2, bw, mem, 5 * US, NULL);
+	shoal_policy pol;
+	shoal_policy_init(&pol);
+	pol.tensor_groups = true;
+	shoal_plan *p = NULL, *q = NULL, *r = NULL;
+	ASSERT_EQ(shoal_schedule(v, &m, &pol, NULL, &p, NULL, 0), SHOAL_OK);
+	ASSERT_EQ(shoal_plan_n_groups(p), 1);
+	ASSERT_EQ(shoal_schedule(v, &m, &pol, p, &q, NULL, 0), SHOAL_OK);
+	ASSERT_TRUE(shoal_plan_kept(q));
+	ASSERT_U64_EQ(shoal_plan_epoch(q), shoal_plan_epoch(p));
+	ASSERT_MEM_EQ(shoal_plan_digest(q), shoal_plan_digest(p), SHOAL_DIGEST_BYTES);
+	shoal_plan_free(q);
+	/* a third peer joins: the group's plan is still feasible and kept
+	 * unless a plan beats it by the gain margin; either way no crash and
+	 * a valid plan */
+	shoal_view *v3 = make_view(3, bw, mem, 5 * US, NULL);
+	ASSERT_EQ(shoal_schedule(v3, &m, &pol, p, &q, NULL, 0), SHOAL_OK);
+	ASSERT_GE(shoal_plan_epoch(q), shoal_plan_epoch(p));
+	/* back to the two peers, from the 3-peer plan: a valid plan */
+	ASSERT_EQ(shoal_schedule(v, &m, &pol, q, &r, NULL, 0), SHOAL_OK);
+	ASSERT_GT(shoal_plan_n_stages(r), 0);
+	shoal_plan_free(q);
+	shoal_plan_free(r);
+	shoal_plan_free(p);
+	shoal_view_free(v3);
+	shoal_view_free(v);
+	/* 300 us: the pipeline wins, unless the policy prefers a group */
+	v = make_view(2, bw, mem, 300 * US, NULL);
+	ASSERT_EQ(shoal_schedule(v, &m, &pol, NULL, &p, NULL, 0), SHOAL_OK);
+	ASSERT_EQ(shoal_plan_n_groups(p), 0);
+	pol.tensor_prefer = true;
+	ASSERT_EQ(shoal_schedule(v, &m, &pol, NULL, &q, NULL, 0), SHOAL_OK);
+	ASSERT_EQ(shoal_plan_n_groups(q), 1);
+	ASSERT_GT(shoal_plan_predicted_ns(q), shoal_plan_predicted_ns(p));
+	/* and from the pipeline plan as the previous one: the group still */
+	ASSERT_EQ(shoal_schedule(v, &m, &pol, p, &r, NULL, 0), SHOAL_OK);
+	ASSERT_EQ(shoal_plan_n_groups(r), 1);
+	ASSERT_GT(shoal_plan_epoch(r), shoal_plan_epoch(p));
+	shoal_plan_free(p);
+	shoal_plan_free(q);
+	shoal_plan_free(r);
+	shoal_view_free(v);
+}
+
 static void test_proportional_shares(void)
 {
 	/* three peers at 100, 200, 300 GB/s (bandwidth-bound): weights 1:2:3,
@@ -373,6 +425,7 @@ static void test_random_clusters(void)
 }
 
 TEST_MAIN(TEST_CASE(test_flip_golden), TEST_CASE(test_flip_sweep), TEST_CASE(test_option_off),
-          TEST_CASE(test_proportional_shares), TEST_CASE(test_split_rules),
+          TEST_CASE(test_prev_group_kept), TEST_CASE(test_proportional_shares),
+          TEST_CASE(test_split_rules),
           TEST_CASE(test_experts_follow_shares), TEST_CASE(test_digest_any_order),
           TEST_CASE(test_random_clusters))

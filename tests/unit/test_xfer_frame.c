@@ -417,6 +417,47 @@ static void test_bad_session_frames(void)
 	ASSERT_TRUE(strstr(why, "needs 16") != NULL);
 }
 
+/* A tensor group's slice: the batch's rows, one layer, n_aux the round,
+ * (1, dim) F32 with dim 0 allowed (a member with no routed slot). */
+static void test_gather_frames(void)
+{
+	char why[200];
+	shoal_xfer_hdr g;
+	const uint8_t *pl;
+	ASSERT_TRUE(shoal_xfer_kind_is_data(SHOAL_XFER_KIND_GATHER));
+	ASSERT_STR_EQ(shoal_xfer_kind_name(SHOAL_XFER_KIND_GATHER), "gather");
+	shoal_xfer_hdr ok = {.kind = SHOAL_XFER_KIND_GATHER,
+	                     .dtype = SHOAL_XFER_DTYPE_F32,
+	                     .layer_first = 3,
+	                     .layer_end = 4,
+	                     .dim = 7,
+	                     .n_rows = 2,
+	                     .rows = ROWS,
+	                     .n_aux = 4,
+	                     .payload_len = 28};
+	ASSERT_EQ(dec(build(&ok, vecs), &g, &pl, why), SHOAL_OK);
+	ASSERT_EQ(g.n_aux, 4);
+	ASSERT_EQ(g.dim, 7);
+	ASSERT_EQ(g.n_rows, 2);
+	ASSERT_U64_EQ(g.rows[1].session, ROWS[1].session);
+	ASSERT_TRUE(memcmp(pl, vecs, 28) == 0);
+	shoal_xfer_hdr empty = ok; /* no slice of its own this round */
+	empty.dim = 0;
+	empty.payload_len = 0;
+	ASSERT_EQ(dec(build(&empty, vecs), &g, &pl, why), SHOAL_OK);
+	ASSERT_EQ(g.payload_len, 0);
+	shoal_xfer_hdr bad[5] = {ok, ok, ok, ok, ok};
+	bad[0].payload_len = 24; /* not dim x 4 */
+	bad[1].dtype = SHOAL_XFER_DTYPE_F16;
+	bad[2].n_rows = 0;
+	bad[3].layer_end = 3;
+	bad[4].dim = 6; /* 28 bytes for 6 floats */
+	for (int i = 0; i < 5; i++) {
+		ASSERT_EQ(dec(build(&bad[i], vecs), &g, &pl, why), SHOAL_ERR_FORMAT);
+		ASSERT_TRUE(strstr(why, "gather frame") != NULL);
+	}
+}
+
 /* Random bytes, and random flips of a valid frame, never crash and
  * never decode into something with lengths past the buffer. */
 static void test_random_bytes_never_crash(void)
@@ -452,5 +493,5 @@ static void test_random_bytes_never_crash(void)
 TEST_MAIN(TEST_CASE(test_round_trip_expert_req), TEST_CASE(test_layout_bytes),
           TEST_CASE(test_round_trip_each_kind), TEST_CASE(test_hello_and_qp_blocks),
           TEST_CASE(test_bad_frame_corpus), TEST_CASE(test_bad_control_frames),
-          TEST_CASE(test_bad_session_frames),
+          TEST_CASE(test_bad_session_frames), TEST_CASE(test_gather_frames),
           TEST_CASE(test_random_bytes_never_crash))
