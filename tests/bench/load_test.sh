@@ -5,6 +5,9 @@
 #   tests/bench/load_test.sh [BUILDDIR]                     (from the source tree)
 #   CLIENTS=8 DURATION=120 tests/bench/load_test.sh         (a short run)
 #
+# It needs the build's shoal and tests/helpers/plancheck (make check builds
+# it, or make tests/helpers/plancheck).
+#
 # CLIENTS (default 16) clients, each a loop of /v1/completions (greedy or
 # sampled, 8..32 tokens, prompts in turn), spread over the three peers'
 # APIs, for DURATION seconds (default 600); one request in 10 is malformed
@@ -27,6 +30,7 @@ INTERVAL=${INTERVAL:-60}
 REQ_TIMEOUT=${REQ_TIMEOUT:-120}
 command -v curl >/dev/null || fail "curl is needed"
 [ -f "$DENSE" ] || fail "no $DENSE"
+[ -x "$PC" ] || fail "no $PC: make tests/helpers/plancheck tests/helpers/viewcheck (make check builds them)"
 "$B" key new "$KEY" >/dev/null || fail "shoal key new"
 PROMPTS=("It is a truth" "Emma Woodhouse, handsome" "The family of Dashwood" "Mr. Darcy"
 	"Catherine Morland" "Sir Walter Elliot" "Fanny Price" "Anne was")
@@ -109,7 +113,7 @@ while [ "$(date +%s)" -lt "$END" ]; do
 	sleep 1
 	if [ $((($(date +%s) - START) / INTERVAL)) -gt $tick ]; then
 		tick=$((tick + 1))
-		sample "minute $((tick * INTERVAL / 60))"
+		sample "$((tick * INTERVAL)) s"
 		for n in "${NAMES[@]}"; do
 			[ -n "${RSS1[$n]:-}" ] || RSS1[$n]=$(rss_kb "${PID[$n]}")
 		done
