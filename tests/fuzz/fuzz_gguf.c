@@ -3,24 +3,15 @@
  * (not part of make check): the GGUF reader, the tokenizer built from its
  * metadata (an encode and decode of a fixed text), the model's
  * hyper-parameters and tensor table, and a small engine (3 rows through all
- * layers) when the model is tiny. Build and run from the source tree, after
- * a build in BUILD (for config.h and tests/helpers/gen_fixture):
+ * layers) when the model is tiny.
  *
- *   clang -g -O1 -fsanitize=fuzzer,address,undefined -ffp-contract=off \
- *     -D_GNU_SOURCE -I. -IBUILD tests/fuzz/fuzz_gguf.c models/gguf.c \
- *     models/dtype.c models/model.c models/model_id.c models/manifest.c \
- *     models/tokenizer*.c base/*.c runtime/cpu/quant.c runtime/cpu/kernels.c \
- *     runtime/cpu/kernels_scalar.c runtime/cpu/kernels_probe.c runtime/cpu/membw.c \
- *     runtime/cpu/backend_cpu.c runtime/engine/engine.c runtime/engine/engine_moe.c \
- *     runtime/cpu/threadpool.c -lpcre2-8 -ljansson -lsodium -lm -lpthread \
- *     -o /tmp/fuzz_gguf
- *   mkdir -p /tmp/gguf_corpus
- *   BUILD/tests/helpers/gen_fixture --arch qwen3 --type Q8_0 --layers 1 --dim 32 \
- *     --ff 32 --heads 2 --kv-heads 1 --vocab 260 --ctx 16 /tmp/gguf_corpus/q3.gguf
- *   /tmp/fuzz_gguf -max_total_time=600 -max_len=600000 /tmp/gguf_corpus
+ *   make fuzz-build && tests/fuzz/fuzz_gguf -max_total_time=600 -max_len=65536 \
+ *     RUN_DIR tests/fuzz/corpus_gguf
  *
- * (Seeds: small fixtures of each architecture and type; vocabularies cut
- * down from tests/data/vocab to a few hundred tokens also work well.)
+ * The seeds were made by tests/helpers/gen_fixture:
+ *   gen_fixture --arch qwen3 --type Q8_0 --layers 1 --dim 32 --ff 32 --heads 2 \
+ *     --kv-heads 1 --vocab 260 --ctx 16 tests/fuzz/corpus_gguf/qwen3-q8.gguf
+ * (and the same with --arch llama).
  */
 #include <stdint.h>
 #include <stdio.h>

@@ -5,17 +5,12 @@
  * Each input goes to the structural pre-scan, the message decoder, the
  * record decoder, the run-message decoder (net/runmsg.h) and a live
  * shoal_swim (which also decodes the records inside updates and applies
- * them). Build and run from the source tree:
+ * them).
  *
- *   clang -g -O1 -fsanitize=fuzzer,address,undefined -D_GNU_SOURCE -I. \
- *     tests/fuzz/fuzz_wire.c net/wire.c net/record.c net/swim.c net/ctlmsg.c \
- *     net/runmsg.c base/*.c -lmsgpackc -o /tmp/fuzz_wire
- *   mkdir -p /tmp/fuzz_corpus
- *   SIM_NET_DUMP=/tmp/fuzz_corpus tests/unit/test_swim   # seeds: real messages
- *   /tmp/fuzz_wire -max_total_time=300 -max_len=65536 /tmp/fuzz_corpus
+ *   make fuzz-build && tests/fuzz/fuzz_wire -max_total_time=300 RUN_DIR tests/fuzz/corpus_wire
  *
- * (tests/unit/test_swim is in the build directory; SIM_NET_DUMP makes the
- * simulation write its first 256 messages, all four types, as seeds.)
+ * Seeds: every 20th of the 256 messages SIM_NET_DUMP=DIR tests/unit/test_swim
+ * writes (all four types), and a RUN_REQ.
  */
 #include <stdint.h>
 #include <string.h>
