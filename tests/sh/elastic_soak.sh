@@ -47,8 +47,18 @@ client() {
 			echo "request $i (case $c): $(head -c 300 "$out.err")" >>"$T/$label.bad"
 		fi
 		i=$((i + 1))
+		echo "$ok $bad" >"$T/$label.count"
 	done
 	echo "$ok $bad" >"$T/$label.count"
+}
+# both clients have at least 5 good requests (a slow build, e.g. under
+# ASan, runs fewer in the cycles' time: they go on until then)
+enough() {
+	local a b
+	read -r a b <"$T/g.count" 2>/dev/null || return 1
+	[ "$a" -ge 5 ] || return 1
+	read -r a b <"$T/s.count" 2>/dev/null || return 1
+	[ "$a" -ge 5 ]
 }
 client g o1 lg --temp 0 &
 CG=$!
@@ -65,6 +75,7 @@ for c in $(seq "$CYCLES"); do
 	start "$v" "$DENSE" "${NODE[@]}" --peer "$SEED"
 done
 wait_for 30 servable_all 3 o1 o2 v1 v2 v3 || fail "no common plan after the cycles"
+wait_for 90 enough || true # the count check below says what was short
 sleep 1
 touch "$T/stop"
 wait $CG $CS
