@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 shoal_err shoal_state_dir_default(char *buf, size_t cap)
 {
@@ -45,6 +46,28 @@ shoal_err shoal_state_dir_ensure(const char *dir)
 		if (mkdir(path, 0700) != 0 && errno != EEXIST)
 			return SHOAL_ERR_IO;
 		path[i] = c;
+	}
+	return SHOAL_OK;
+}
+
+shoal_err shoal_file_replace(const char *path, const void *buf, size_t len, bool durable,
+                             char *why, size_t why_len)
+{
+	char tmp[4200];
+	if ((size_t)snprintf(tmp, sizeof tmp, "%s.XXXXXX", path) >= sizeof tmp)
+		return shoal_why(why, why_len, SHOAL_ERR_RANGE, "cannot write %.200s: path too long",
+		                 path);
+	int fd = mkstemp(tmp);
+	if (fd < 0)
+		return shoal_why(why, why_len, SHOAL_ERR_IO, "cannot write %.200s: %s", tmp,
+		                 strerror(errno));
+	bool ok = write(fd, buf, len) == (ssize_t)len && (!durable || fsync(fd) == 0);
+	ok = close(fd) == 0 && ok;
+	if (!ok || rename(tmp, path) != 0) {
+		int er = errno;
+		unlink(tmp);
+		return shoal_why(why, why_len, SHOAL_ERR_IO, "cannot write %.200s: %s", path,
+		                 strerror(er));
 	}
 	return SHOAL_OK;
 }

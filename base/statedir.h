@@ -11,11 +11,19 @@
 
 #include <stddef.h>
 
+#include <stdbool.h>
+
 #include "base/err.h"
 
 /* Write the default state directory into buf[cap]. */
 shoal_err shoal_state_dir_default(char *buf, size_t cap);
 /* Create dir (and missing parents) with mode 0700 if it does not exist. */
 shoal_err shoal_state_dir_ensure(const char *dir);
+/* Replace the file at path with buf[len]: written to a fresh temporary file
+ * beside it (mkstemp; fsync'd when durable), then renamed over it, so a
+ * reader never sees half a file. On failure the old file stays and why
+ * says "cannot write PATH: reason". */
+shoal_err shoal_file_replace(const char *path, const void *buf, size_t len, bool durable,
+                             char *why, size_t why_len);
 
 #endif

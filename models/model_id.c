@@ -299,7 +299,7 @@ out:
 static void mid_cache_write(const char *state_dir, const char *path,
                             const uint8_t key[MID_KEY_BYTES], const shoal_model_id *m)
 {
-	char dir[PATH_MAX], tmp[PATH_MAX + 96]; /* path is at most PATH_MAX + 64 */
+	char dir[PATH_MAX]; /* path is at most PATH_MAX + 64: shoal_file_replace takes it */
 	snprintf(dir, sizeof dir, "%s/model-ids", state_dir);
 	if (shoal_state_dir_ensure(dir) != SHOAL_OK) {
 		SHOAL_LOG_W("models", "cannot create %s; model id not cached", dir);
@@ -322,20 +322,9 @@ static void mid_cache_write(const char *state_dir, const char *path,
 	memcpy(p, m->tensors, m->n_tensors * MID_H);
 	p += m->n_tensors * MID_H;
 	crypto_generichash(p, MID_H, b, n - MID_H, NULL, 0);
-	/* Write then rename, so a reader never sees half a file. */
-	snprintf(tmp, sizeof tmp, "%s.XXXXXX", path);
-	int fd = mkstemp(tmp);
-	if (fd < 0) {
-		SHOAL_LOG_W("models", "cannot write %s: %s", tmp, strerror(errno));
-		free(b);
-		return;
-	}
-	bool ok = write(fd, b, n) == (ssize_t)n;
-	ok = (close(fd) == 0) && ok;
-	if (!ok || rename(tmp, path) != 0) {
-		SHOAL_LOG_W("models", "cannot write %s: %s", path, strerror(errno));
-		unlink(tmp);
-	}
+	char w[300];
+	if (shoal_file_replace(path, b, n, false, w, sizeof w) != SHOAL_OK)
+		SHOAL_LOG_W("models", "%s", w);
 	free(b);
 }
 

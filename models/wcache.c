@@ -80,21 +80,7 @@ static shoal_err wc_have_save(shoal_wcache *c, char *why, size_t why_len)
 	pthread_mutex_unlock(&c->mu);
 	p += (nt + 7) / 8;
 	crypto_generichash(p, WC_H, b, n - WC_H, NULL, 0);
-	char tmp[PATH_MAX + 96];
-	snprintf(tmp, sizeof tmp, "%s.XXXXXX", c->have);
-	int fd = mkstemp(tmp);
-	shoal_err e = SHOAL_OK;
-	if (fd < 0) {
-		e = shoal_why(why, why_len, SHOAL_ERR_IO, "cannot write %s: %s", tmp, strerror(errno));
-	} else {
-		bool ok = write(fd, b, n) == (ssize_t)n && fsync(fd) == 0;
-		ok = close(fd) == 0 && ok;
-		if (!ok || rename(tmp, c->have) != 0) {
-			e = shoal_why(why, why_len, SHOAL_ERR_IO, "cannot write %s: %s", c->have,
-			              strerror(errno));
-			unlink(tmp);
-		}
-	}
+	shoal_err e = shoal_file_replace(c->have, b, n, true, why, why_len);
 	free(b);
 	return e;
 }

@@ -25,6 +25,7 @@
 #include "base/clock.h"
 #include "base/hex.h"
 #include "base/log.h"
+#include "base/statedir.h"
 #include "net/ctlmsg.h"
 #include "models/prompt.h"
 #include "runtime/node/plan_json.h"
@@ -67,19 +68,12 @@ static void shoal_cluster_plan_save(shoal_cluster *cl)
 {
 	uint8_t *enc = NULL;
 	size_t len = 0;
-	char path[1100], tmp[1110];
+	char path[1100], why[300];
 	if (!cl->state_dir[0] || !cl->prev || shoal_plan_encode(cl->prev, &enc, &len) != SHOAL_OK)
 		return;
 	shoal_cluster_plan_path(cl, path, sizeof path);
-	snprintf(tmp, sizeof tmp, "%s.tmp", path);
-	FILE *f = fopen(tmp, "wb");
-	bool ok = f && fwrite(enc, 1, len, f) == len;
-	if (f)
-		ok &= fclose(f) == 0;
-	if (!ok || rename(tmp, path) != 0) {
-		SHOAL_LOG_D("cluster", "cannot keep the plan in %s", path);
-		unlink(tmp);
-	}
+	if (shoal_file_replace(path, enc, len, false, why, sizeof why) != SHOAL_OK)
+		SHOAL_LOG_D("cluster", "cannot keep the plan: %s", why);
 	free(enc);
 }
 

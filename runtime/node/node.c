@@ -224,19 +224,14 @@ static void shoal_node_compute_probe(const char *dir, bool reprobe, shoal_record
 	r->compute_mflops = (uint64_t)(res.gemm_gflops * 1000.0); /* GFLOP/s -> MFLOP/s */
 	SHOAL_LOG_I("node", "compute probe (%s, %u ms): %.2f GB/s mat-vec, %.2f GFLOP/s mat-mul",
 	            res.isa ? res.isa : "?", res.elapsed_ms, res.gemv_gbps, res.gemm_gflops);
-	char path[1100], tmp[1110];
+	char path[1100], line[160], why[300];
 	snprintf(path, sizeof path, "%s/%s", dir, SHOAL_NODE_PROBE_FILE);
-	snprintf(tmp, sizeof tmp, "%s.tmp", path);
-	FILE *f = fopen(tmp, "w");
-	if (!f)
-		return;
-	int bad = fprintf(f, "shoal-probe 1 %s %llu %llu %llu\n", res.isa ? res.isa : "?",
-	                  (unsigned long long)r->compute_mb_s,
-	                  (unsigned long long)r->compute_mflops,
-	                  (unsigned long long)time(NULL)) < 0;
-	bad |= fclose(f) != 0;
-	if (bad || rename(tmp, path) != 0)
-		unlink(tmp);
+	int n = snprintf(line, sizeof line, "shoal-probe 1 %s %llu %llu %llu\n",
+	                 res.isa ? res.isa : "?", (unsigned long long)r->compute_mb_s,
+	                 (unsigned long long)r->compute_mflops, (unsigned long long)time(NULL));
+	if (n > 0 && (size_t)n < sizeof line &&
+	    shoal_file_replace(path, line, (size_t)n, false, why, sizeof why) != SHOAL_OK)
+		SHOAL_LOG_D("node", "cannot keep the compute figures: %s", why);
 }
 
 /* Fill the static parts of our record: identity, versions, endpoints,
