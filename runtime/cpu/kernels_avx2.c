@@ -26,13 +26,13 @@
 
 /* ---- the vector for the shells' templates --------------------------------- */
 
-#define KERNELS__V              __m256
-#define KERNELS__V_LANES        8
-#define KERNELS__V_ZERO()       _mm256_setzero_ps()
-#define KERNELS__V_ADD(a, b)    _mm256_add_ps(a, b)
-#define KERNELS__V_FMA(s, a, b) _mm256_fmadd_ps(a, b, s)
-#define KERNELS__V_HSUM(v)      kernels__x86_hsum8(v)
-#define KERNELS__H2F(h)         kernels__x86_h2f(h)
+#define KERNELS__V               __m256
+#define KERNELS__V_LANES         8
+#define KERNELS__V_ZERO()        _mm256_setzero_ps()
+#define KERNELS__V_ADD(a, b)     _mm256_add_ps(a, b)
+#define KERNELS__V_FMA(s, a, b)  _mm256_fmadd_ps(a, b, s)
+#define KERNELS__V_HSUM(v)       kernels__x86_hsum8(v)
+#define KERNELS__H2F(h)          kernels__x86_h2f(h)
 #define KERNELS__V_SET1(f)       _mm256_set1_ps(f)
 #define KERNELS__V_FNMA(s, a, b) _mm256_fnmadd_ps(a, b, s)
 #define KERNELS__X86_LANES_V(i)  _mm256_cvtepi32_ps(i)
@@ -85,7 +85,8 @@ KERNELS__INLINE __m256i k2_q4_0_bytes(const uint8_t *qs)
 		__m256i q1 = single ? q0 : WBYTES(wb + b + 1);                                     \
 		__m256i aq1 = _mm256_abs_epi8(q1);                                                 \
 		__m128 dw = WSCALES(wb, b, single);                                                \
-		for (int c = 0; c < NC; c++) {                                                     \
+		KERNELS__UNROLL for (int c = 0; c < NC; c++)                                       \
+		{                                                                                  \
 			const kernels__block_q8_0 *xb = (const kernels__block_q8_0 *)xq[c] + b;    \
 			__m128 d =                                                                 \
 			    _mm_mul_ps(dw, kernels__x86_h2f_pair(&xb[0].d, single ? 0 : xb[1].d)); \
@@ -103,8 +104,8 @@ KERNELS__INLINE __m256i k2_q4_0_bytes(const uint8_t *qs)
 	}                                                                                          \
 	KERNELS__PAIR_TILE(name, WBLOCK)
 
-#define K2_Q8_0_BYTES(blk)   _mm256_loadu_si256((const __m256i *)(blk)->qs)
-#define K2_Q4_0_BYTES(blk)   k2_q4_0_bytes((blk)->qs)
+#define K2_Q8_0_BYTES(blk) _mm256_loadu_si256((const __m256i *)(blk)->qs)
+#define K2_Q4_0_BYTES(blk) k2_q4_0_bytes((blk)->qs)
 
 K2_Q32_TILE(k2_tile_q8_0, kernels__block_q8_0, K2_Q8_0_BYTES, KERNELS__X86_H2F_SCALES)
 K2_Q32_TILE(k2_tile_q4_0, kernels__block_q4_0, K2_Q4_0_BYTES, KERNELS__X86_H2F_SCALES)
@@ -127,8 +128,7 @@ KERNELS__INLINE void k2_tile_q6_k_block(const kernels__block_q6_k *wb, int64_t b
 {
 	const __m256i m4 = _mm256_set1_epi8(0x0f), m3 = _mm256_set1_epi8(0x03);
 	__m256i isum[KERNELS__TILE];
-	for (int c = 0; c < NC; c++)
-		isum[c] = _mm256_setzero_si256();
+	KERNELS__UNROLL for (int c = 0; c < NC; c++) isum[c] = _mm256_setzero_si256();
 	const int8_t *sc = wb[b].scales;
 	for (int ch = 0; ch < 2; ch++) {
 		const uint8_t *ql = wb[b].ql + 64 * ch, *qh = wb[b].qh + 32 * ch;
@@ -150,7 +150,8 @@ KERNELS__INLINE void k2_tile_q6_k_block(const kernels__block_q6_k *wb, int64_t b
 		for (int p = 0; p < 4; p++) {
 			const int8_t *s2 = sc + 8 * ch + 2 * p;
 			__m256i s = _mm256_set_m128i(_mm_set1_epi16(s2[1]), _mm_set1_epi16(s2[0]));
-			for (int c = 0; c < NC; c++) {
+			KERNELS__UNROLL for (int c = 0; c < NC; c++)
+			{
 				const int8_t *x =
 				    ((const kernels__block_q8_k *)xq[c])[b].qs + 128 * ch + 32 * p;
 				__m256i xv = _mm256_loadu_si256((const __m256i *)x);
@@ -161,7 +162,8 @@ KERNELS__INLINE void k2_tile_q6_k_block(const kernels__block_q6_k *wb, int64_t b
 	}
 	__m256i sc16 = kernels__x86_q6k_scales(sc);
 	float dw = kernels__x86_h2f(wb[b].d);
-	for (int c = 0; c < NC; c++) {
+	KERNELS__UNROLL for (int c = 0; c < NC; c++)
+	{
 		const kernels__block_q8_k *xb = (const kernels__block_q8_k *)xq[c] + b;
 		__m256i is = _mm256_sub_epi32(isum[c], kernels__x86_q6k_offset(xb, sc16));
 		acc[c] =

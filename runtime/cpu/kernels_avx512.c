@@ -66,13 +66,13 @@ KERNELS__INLINE __m512i k5_pair_si(__m256i a, __m256i b)
  * The vector of the shell's templates; KERNELS__FLOAT_TILE's LOAD: 16 floats
  * of row p at element i. */
 
-#define KERNELS__V              __m512
-#define KERNELS__V_LANES        16
-#define KERNELS__V_ZERO()       _mm512_setzero_ps()
-#define KERNELS__V_ADD(a, b)    _mm512_add_ps(a, b)
-#define KERNELS__V_FMA(s, a, b) _mm512_fmadd_ps(a, b, s)
-#define KERNELS__V_HSUM(v)      k5_hsum(v)
-#define KERNELS__H2F(h)         kernels__x86_h2f(h)
+#define KERNELS__V               __m512
+#define KERNELS__V_LANES         16
+#define KERNELS__V_ZERO()        _mm512_setzero_ps()
+#define KERNELS__V_ADD(a, b)     _mm512_add_ps(a, b)
+#define KERNELS__V_FMA(s, a, b)  _mm512_fmadd_ps(a, b, s)
+#define KERNELS__V_HSUM(v)       k5_hsum(v)
+#define KERNELS__H2F(h)          kernels__x86_h2f(h)
 #define KERNELS__V_SET1(f)       _mm512_set1_ps(f)
 #define KERNELS__V_FNMA(s, a, b) _mm512_fnmadd_ps(a, b, s)
 #define KERNELS__X86_LANES_V(i)  _mm512_cvtepi32_ps(_mm512_zextsi256_si512(i))
@@ -140,16 +140,16 @@ KERNELS__INLINE __m512i k5_q4_0_pair(const kernels__block_q4_0 *b, int single)
 	                               const void *const *xq, const int NC, float *out)            \
 	{                                                                                          \
 		__m512 acc[4][KERNELS__TILE];                                                      \
-		for (int r = 0; r < R; r++)                                                        \
-			for (int c = 0; c < NC; c++)                                               \
-				acc[r][c] = _mm512_setzero_ps();                                   \
+		KERNELS__UNROLL for (int r = 0; r < R; r++)                                        \
+		    KERNELS__UNROLL for (int c = 0; c < NC; c++) acc[r][c] = _mm512_setzero_ps();  \
 		const __m256i z = _mm256_setzero_si256();                                          \
 		int64_t nb = n / KERNELS__QK;                                                      \
 		for (int64_t b = 0; b < nb; b += 2) {                                              \
 			const int single = b + 1 == nb;                                            \
 			__m512i xv[KERNELS__TILE];                                                 \
 			__m512 dx[KERNELS__TILE];                                                  \
-			for (int c = 0; c < NC; c++) {                                             \
+			KERNELS__UNROLL for (int c = 0; c < NC; c++)                               \
+			{                                                                          \
 				const kernels__block_q8_0 *xb =                                    \
 				    (const kernels__block_q8_0 *)xq[c] + b;                        \
 				xv[c] = k5_pair_si(k5_q8_0_bytes(xb),                              \
@@ -159,7 +159,8 @@ KERNELS__INLINE __m512i k5_q4_0_pair(const kernels__block_q4_0 *b, int single)
 				dx[c] = k5_spread_pair(                                            \
 				    kernels__x86_h2f_pair(&xb[0].d, single ? 0 : xb[1].d));        \
 			}                                                                          \
-			for (int r = 0; r < R; r++) {                                              \
+			KERNELS__UNROLL for (int r = 0; r < R; r++)                                \
+			{                                                                          \
 				const WBLOCK *wb =                                                 \
 				    (const WBLOCK *)(w + (size_t)r * row_bytes) + b;               \
 				_mm_prefetch((const char *)wb +                                    \
@@ -170,7 +171,8 @@ KERNELS__INLINE __m512i k5_q4_0_pair(const kernels__block_q4_0 *b, int single)
 				__m512i base = k5_q32_base(q);                                     \
 				__m512i aq = _mm512_abs_epi8(q);                                   \
 				__mmask64 neg = _mm512_movepi8_mask(q);                            \
-				for (int c = 0; c < NC; c++) {                                     \
+				KERNELS__UNROLL for (int c = 0; c < NC; c++)                       \
+				{                                                                  \
 					__m512i s = k5_q32_dot(base, aq, neg, q, xv[c]);           \
 					acc[r][c] =                                                \
 					    _mm512_fmadd_ps(_mm512_cvtepi32_ps(s),                 \
@@ -178,9 +180,9 @@ KERNELS__INLINE __m512i k5_q4_0_pair(const kernels__block_q4_0 *b, int single)
 				}                                                                  \
 			}                                                                          \
 		}                                                                                  \
-		for (int r = 0; r < R; r++)                                                        \
-			for (int c = 0; c < NC; c++)                                               \
-				out[r * KERNELS__TILE + c] = k5_hsum(acc[r][c]);                   \
+		KERNELS__UNROLL for (int r = 0; r < R; r++)                                        \
+		    KERNELS__UNROLL for (int c = 0; c < NC; c++) out[r * KERNELS__TILE + c] =      \
+		        k5_hsum(acc[r][c]);                                                        \
 	}                                                                                          \
 	KERNELS__ROWS_FROM_RC(name)
 
@@ -248,8 +250,7 @@ KERNELS__INLINE void k5_k45_block(const uint8_t *scales, const uint8_t *qs, cons
 	uint64_t sc, mn;
 	kernels__q4k_unpack(scales, &sc, &mn);
 	__m512i isum[KERNELS__TILE];
-	for (int c = 0; c < NC; c++)
-		isum[c] = _mm512_setzero_si512();
+	KERNELS__UNROLL for (int c = 0; c < NC; c++) isum[c] = _mm512_setzero_si512();
 	/* the 8 scales as int16 lanes 0-7, spread per chunk by one permute */
 	__m512i sc16 = _mm512_castsi128_si512(_mm_cvtepu8_epi16(_mm_cvtsi64_si128((long long)sc)));
 	/* Q5_K: qh[l] for the low half (sub-block 2 j), qh[l] >> 1 for the high */
@@ -269,13 +270,16 @@ KERNELS__INLINE void k5_k45_block(const uint8_t *scales, const uint8_t *qs, cons
 		for (int h = 0; h < 2; h++) {
 			int j = 2 * jj + h;
 			if (qh) { /* Q5_K: bit 2 j of H (bit 2 j, 2 j + 1 of qh[l]) to bit 4 */
-				__m512i t = 2 * j <= 4 ? _mm512_sll_epi16(H, _mm_cvtsi32_si128(4 - 2 * j))
-				                       : _mm512_srl_epi16(H, _mm_cvtsi32_si128(2 * j - 4));
-				q[h] = _mm512_or_si512(q[h], _mm512_and_si512(t, _mm512_set1_epi8(0x10)));
+				__m512i t = 2 * j <= 4
+				                ? _mm512_sll_epi16(H, _mm_cvtsi32_si128(4 - 2 * j))
+				                : _mm512_srl_epi16(H, _mm_cvtsi32_si128(2 * j - 4));
+				q[h] = _mm512_or_si512(q[h],
+				                       _mm512_and_si512(t, _mm512_set1_epi8(0x10)));
 			}
 			__m512i s = _mm512_permutexvar_epi16(
 			    _mm512_add_epi16(spread, _mm512_set1_epi16((short)(2 * j))), sc16);
-			for (int c = 0; c < NC; c++) {
+			KERNELS__UNROLL for (int c = 0; c < NC; c++)
+			{
 				const int8_t *x =
 				    ((const kernels__block_q8_k *)xq[c])[b].qs + 64 * j;
 				__m512i xv = _mm512_loadu_si512((const void *)x);
@@ -285,7 +289,8 @@ KERNELS__INLINE void k5_k45_block(const uint8_t *scales, const uint8_t *qs, cons
 	}
 	__m256i mins = kernels__x86_q4k_mins(mn);
 	float dw = kernels__x86_h2f(dh), dmw = kernels__x86_h2f(dminh);
-	for (int c = 0; c < NC; c++) {
+	KERNELS__UNROLL for (int c = 0; c < NC; c++)
+	{
 		const kernels__block_q8_k *xb = (const kernels__block_q8_k *)xq[c] + b;
 		__m512i imin = _mm512_zextsi256_si512(kernels__x86_q4k_imin(xb, mins));
 		__m512 d = _mm512_set1_ps(dw * xb->d), dm = _mm512_set1_ps(dmw * xb->d);
@@ -322,8 +327,7 @@ KERNELS__INLINE void k5_tile_q6_k_block(const kernels__block_q6_k *wb, int64_t b
 	const __m512i spread = _mm512_set_epi16(3, 3, 3, 3, 3, 3, 3, 3, 2, 2, 2, 2, 2, 2, 2, 2, 1,
 	                                        1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
 	__m512i isum[KERNELS__TILE];
-	for (int c = 0; c < NC; c++)
-		isum[c] = _mm512_setzero_si512();
+	KERNELS__UNROLL for (int c = 0; c < NC; c++) isum[c] = _mm512_setzero_si512();
 	const int8_t *sc = wb[b].scales;
 	__m256i sc16 = kernels__x86_q6k_scales(sc);
 	__m512i sc16z = _mm512_castsi256_si512(sc16);
@@ -343,7 +347,8 @@ KERNELS__INLINE void k5_tile_q6_k_block(const kernels__block_q6_k *wb, int64_t b
 			__m512i idx =
 			    _mm512_add_epi16(spread, _mm512_set1_epi16((short)(8 * ch + 4 * p)));
 			__m512i s = _mm512_permutexvar_epi16(idx, sc16z);
-			for (int c = 0; c < NC; c++) {
+			KERNELS__UNROLL for (int c = 0; c < NC; c++)
+			{
 				const int8_t *x =
 				    ((const kernels__block_q8_k *)xq[c])[b].qs + 128 * ch + 64 * p;
 				__m512i xv = _mm512_loadu_si512((const void *)x);
@@ -352,7 +357,8 @@ KERNELS__INLINE void k5_tile_q6_k_block(const kernels__block_q6_k *wb, int64_t b
 		}
 	}
 	float dw = kernels__x86_h2f(wb[b].d);
-	for (int c = 0; c < NC; c++) {
+	KERNELS__UNROLL for (int c = 0; c < NC; c++)
+	{
 		const kernels__block_q8_k *xb = (const kernels__block_q8_k *)xq[c] + b;
 		__m256i corr = kernels__x86_q6k_offset(xb, sc16);
 		__m512i is = _mm512_sub_epi32(isum[c], _mm512_zextsi256_si512(corr));

@@ -101,7 +101,8 @@ KERNELS__INLINE void kn_q4_0_bytes(const kernels__block_q4_0 *b, int8x16_t *lo, 
 		int8x16_t q0, q1;                                                                  \
 		WBYTES(wb + b, &q0, &q1);                                                          \
 		float dw = WSCALE(&wb[b]);                                                         \
-		for (int c = 0; c < NC; c++) {                                                     \
+		KERNELS__UNROLL for (int c = 0; c < NC; c++)                                       \
+		{                                                                                  \
 			const kernels__block_q8_0 *xb = (const kernels__block_q8_0 *)xq[c] + b;    \
 			int32x4_t s = kn_dot(vdupq_n_s32(0), q0, vld1q_s8(xb->qs));                \
 			s = kn_dot(s, q1, vld1q_s8(xb->qs + 16));                                  \
@@ -200,7 +201,8 @@ KERNELS__INLINE void kn_tile_q5_1_blk(const kernels__block_q5_1 *wb, int64_t b,
 	kn_q5_quants(wb[b].qs, wb[b].qh, &l, &h);
 	int8x16_t q0 = vreinterpretq_s8_u8(l), q1 = vreinterpretq_s8_u8(h), one = vdupq_n_s8(1);
 	float dw = kn_h2f(wb[b].d), mw = kn_h2f(wb[b].m);
-	for (int c = 0; c < NC; c++) {
+	KERNELS__UNROLL for (int c = 0; c < NC; c++)
+	{
 		const kernels__block_q8_0 *xb = (const kernels__block_q8_0 *)xq[c] + b;
 		int8x16_t x0 = vld1q_s8(xb->qs), x1 = vld1q_s8(xb->qs + 16);
 		int32x4_t s = kn_dot(kn_dot(vdupq_n_s32(0), q0, x0), q1, x1);
@@ -233,8 +235,7 @@ KERNELS__INLINE void kn_k45_block(const uint8_t *scales, const uint8_t *qs, cons
 	uint64_t sc, mn;
 	kernels__q4k_unpack(scales, &sc, &mn);
 	int32x4_t isum[KERNELS__TILE];
-	for (int c = 0; c < NC; c++)
-		isum[c] = vdupq_n_s32(0);
+	KERNELS__UNROLL for (int c = 0; c < NC; c++) isum[c] = vdupq_n_s32(0);
 	uint8x16_t hb0 = vdupq_n_u8(0), hb1 = vdupq_n_u8(0);
 	if (qh) {
 		hb0 = vld1q_u8(qh);
@@ -250,7 +251,8 @@ KERNELS__INLINE void kn_k45_block(const uint8_t *scales, const uint8_t *qs, cons
 		    vorrq_u8(vshrq_n_u8(r0, 4), vshlq_n_u8(vandq_u8(vshrq_n_u8(hb0, 1), one), 4)));
 		int8x16_t h1 = vreinterpretq_s8_u8(
 		    vorrq_u8(vshrq_n_u8(r1, 4), vshlq_n_u8(vandq_u8(vshrq_n_u8(hb1, 1), one), 4)));
-		for (int c = 0; c < NC; c++) {
+		KERNELS__UNROLL for (int c = 0; c < NC; c++)
+		{
 			const int8_t *x = ((const kernels__block_q8_k *)xq[c])[b].qs + 64 * j;
 			int32x4_t tl = kn_dot(vdupq_n_s32(0), l0, vld1q_s8(x));
 			tl = kn_dot(tl, l1, vld1q_s8(x + 16));
@@ -262,7 +264,8 @@ KERNELS__INLINE void kn_k45_block(const uint8_t *scales, const uint8_t *qs, cons
 	}
 	int16x8_t mins = vreinterpretq_s16_u16(vmovl_u8(vcreate_u8(mn)));
 	float dw = kn_h2f(dh), dmw = kn_h2f(dminh);
-	for (int c = 0; c < NC; c++) {
+	KERNELS__UNROLL for (int c = 0; c < NC; c++)
+	{
 		const kernels__block_q8_k *xb = (const kernels__block_q8_k *)xq[c] + b;
 		int16x8_t bs = vpaddq_s16(vld1q_s16(xb->bsums), vld1q_s16(xb->bsums + 8));
 		int32x4_t imin = vaddq_s32(vmull_s16(vget_low_s16(bs), vget_low_s16(mins)),
@@ -296,8 +299,7 @@ KERNELS__INLINE void kn_tile_q6_k_block(const kernels__block_q6_k *wb, int64_t b
 	const uint8x16_t m4 = vdupq_n_u8(0x0f), m3 = vdupq_n_u8(0x03);
 	const int8x16_t k32 = vdupq_n_s8(32);
 	int32x4_t isum[KERNELS__TILE];
-	for (int c = 0; c < NC; c++)
-		isum[c] = vdupq_n_s32(0);
+	KERNELS__UNROLL for (int c = 0; c < NC; c++) isum[c] = vdupq_n_s32(0);
 	for (int ch = 0; ch < 2; ch++) {
 		const uint8_t *ql = wb[b].ql + 64 * ch, *qh = wb[b].qh + 32 * ch;
 		const int8_t *sc = wb[b].scales + 8 * ch;
@@ -315,7 +317,8 @@ KERNELS__INLINE void kn_tile_q6_k_block(const kernels__block_q6_k *wb, int64_t b
 			    vorrq_u8(vshrq_n_u8(bq, 4), vshlq_n_u8(vshrq_n_u8(hh, 6), 4)));
 			for (int p = 0; p < 4; p++)
 				q[p] = vsubq_s8(q[p], k32);
-			for (int c = 0; c < NC; c++) {
+			KERNELS__UNROLL for (int c = 0; c < NC; c++)
+			{
 				const int8_t *x =
 				    ((const kernels__block_q8_k *)xq[c])[b].qs + 128 * ch + 16 * h;
 				for (int p = 0; p < 4; p++) {
@@ -327,7 +330,8 @@ KERNELS__INLINE void kn_tile_q6_k_block(const kernels__block_q6_k *wb, int64_t b
 		}
 	}
 	float dw = kn_h2f(wb[b].d);
-	for (int c = 0; c < NC; c++) {
+	KERNELS__UNROLL for (int c = 0; c < NC; c++)
+	{
 		const kernels__block_q8_k *xb = (const kernels__block_q8_k *)xq[c] + b;
 		acc[c] = vfmaq_n_f32(acc[c], vcvtq_f32_s32(isum[c]), dw * xb->d);
 	}
@@ -346,8 +350,7 @@ KERNELS__INLINE void kn_tile_q2_k_block(const kernels__block_q2_k *wb, int64_t b
 {
 	const uint8x16_t m2 = vdupq_n_u8(3);
 	int32x4_t isum[KERNELS__TILE];
-	for (int c = 0; c < NC; c++)
-		isum[c] = vdupq_n_s32(0);
+	KERNELS__UNROLL for (int c = 0; c < NC; c++) isum[c] = vdupq_n_s32(0);
 	for (int ch = 0; ch < 2; ch++) {
 		uint8x16_t r0 = vld1q_u8(wb[b].qs + 32 * ch),
 		           r1 = vld1q_u8(wb[b].qs + 32 * ch + 16);
@@ -355,7 +358,8 @@ KERNELS__INLINE void kn_tile_q2_k_block(const kernels__block_q2_k *wb, int64_t b
 			int8x16_t q0 = vreinterpretq_s8_u8(vandq_u8(r0, m2));
 			int8x16_t q1 = vreinterpretq_s8_u8(vandq_u8(r1, m2));
 			const uint8_t *sc = wb[b].scales + 8 * ch + 2 * j;
-			for (int c = 0; c < NC; c++) {
+			KERNELS__UNROLL for (int c = 0; c < NC; c++)
+			{
 				const int8_t *x =
 				    ((const kernels__block_q8_k *)xq[c])[b].qs + 128 * ch + 32 * j;
 				int32x4_t t0 = kn_dot(vdupq_n_s32(0), q0, vld1q_s8(x));
@@ -369,7 +373,8 @@ KERNELS__INLINE void kn_tile_q2_k_block(const kernels__block_q2_k *wb, int64_t b
 	int16x8_t mlo = vreinterpretq_s16_u16(vmovl_u8(vget_low_u8(m8)));
 	int16x8_t mhi = vreinterpretq_s16_u16(vmovl_high_u8(m8));
 	float dw = kn_h2f(wb[b].d), dmw = kn_h2f(wb[b].dmin);
-	for (int c = 0; c < NC; c++) {
+	KERNELS__UNROLL for (int c = 0; c < NC; c++)
+	{
 		const kernels__block_q8_k *xb = (const kernels__block_q8_k *)xq[c] + b;
 		int16x8_t b0 = vld1q_s16(xb->bsums), b1 = vld1q_s16(xb->bsums + 8);
 		int32x4_t imin = vmull_s16(vget_low_s16(b0), vget_low_s16(mlo));
@@ -391,8 +396,7 @@ KERNELS__INLINE void kn_tile_q3_k_block(const kernels__block_q3_k *wb, int64_t b
 	int8_t sc[16];
 	kernels__q3k_scales(wb[b].scales, sc);
 	int32x4_t isum[KERNELS__TILE];
-	for (int c = 0; c < NC; c++)
-		isum[c] = vdupq_n_s32(0);
+	KERNELS__UNROLL for (int c = 0; c < NC; c++) isum[c] = vdupq_n_s32(0);
 	uint8x16_t hm0 = vld1q_u8(wb[b].hmask), hm1 = vld1q_u8(wb[b].hmask + 16);
 	for (int ch = 0; ch < 2; ch++) {
 		uint8x16_t r0 = vld1q_u8(wb[b].qs + 32 * ch),
@@ -411,7 +415,8 @@ KERNELS__INLINE void kn_tile_q3_k_block(const kernels__block_q3_k *wb, int64_t b
 			hm0 = vshrq_n_u8(hm0, 1);
 			hm1 = vshrq_n_u8(hm1, 1);
 			const int8_t *s = sc + 8 * ch + 2 * j;
-			for (int c = 0; c < NC; c++) {
+			KERNELS__UNROLL for (int c = 0; c < NC; c++)
+			{
 				const int8_t *x =
 				    ((const kernels__block_q8_k *)xq[c])[b].qs + 128 * ch + 32 * j;
 				int32x4_t t0 = kn_dot(vdupq_n_s32(0), q0, vld1q_s8(x));
@@ -422,7 +427,8 @@ KERNELS__INLINE void kn_tile_q3_k_block(const kernels__block_q3_k *wb, int64_t b
 		}
 	}
 	float dw = kn_h2f(wb[b].d);
-	for (int c = 0; c < NC; c++) {
+	KERNELS__UNROLL for (int c = 0; c < NC; c++)
+	{
 		const kernels__block_q8_k *xb = (const kernels__block_q8_k *)xq[c] + b;
 		acc[c] = vfmaq_n_f32(acc[c], vcvtq_f32_s32(isum[c]), dw * xb->d);
 	}
@@ -433,13 +439,13 @@ KERNELS__INLINE void kn_tile_iq4_xs_block(const kernels__block_iq4_xs *wb, int64
                                           const void *const *xq, const int NC, float32x4_t *acc)
 {
 	int32x4_t isum[KERNELS__TILE];
-	for (int c = 0; c < NC; c++)
-		isum[c] = vdupq_n_s32(0);
+	KERNELS__UNROLL for (int c = 0; c < NC; c++) isum[c] = vdupq_n_s32(0);
 	for (int ib = 0; ib < 8; ib++) {
 		int8x16_t lo, hi;
 		kn_table_bytes(wb[b].qs + 16 * ib, kernels__iq4_values, &lo, &hi);
 		int ls = kernels__iq4xs_scale(&wb[b], ib);
-		for (int c = 0; c < NC; c++) {
+		KERNELS__UNROLL for (int c = 0; c < NC; c++)
+		{
 			const int8_t *x = ((const kernels__block_q8_k *)xq[c])[b].qs + 32 * ib;
 			int32x4_t t = kn_dot(vdupq_n_s32(0), lo, vld1q_s8(x));
 			t = kn_dot(t, hi, vld1q_s8(x + 16));
@@ -447,7 +453,8 @@ KERNELS__INLINE void kn_tile_iq4_xs_block(const kernels__block_iq4_xs *wb, int64
 		}
 	}
 	float dw = kn_h2f(wb[b].d);
-	for (int c = 0; c < NC; c++) {
+	KERNELS__UNROLL for (int c = 0; c < NC; c++)
+	{
 		const kernels__block_q8_k *xb = (const kernels__block_q8_k *)xq[c] + b;
 		acc[c] = vfmaq_n_f32(acc[c], vcvtq_f32_s32(isum[c]), dw * xb->d);
 	}

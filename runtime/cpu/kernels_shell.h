@@ -19,6 +19,12 @@
 
 #define KERNELS__INLINE static inline __attribute__((always_inline))
 
+/* Before the loops over a tile's rows and columns (compile-time bounds of
+ * 1..4): unrolled whole, so each (row, column) accumulator stays in a
+ * register; without it GCC -O2 kept a 4x4 tile's accumulators on the stack
+ * (a load and a store around every fma). */
+#define KERNELS__UNROLL _Pragma("GCC unroll 4")
+
 /* How far ahead the streaming kernels prefetch weights: one core keeps
  * bandwidth x latency = 20-30 GB/s x ~100-150 ns = 2-4.5 KB in flight, but
  * the out-of-order window of a Q8_0 step (~18 uops per 68 bytes) reaches
@@ -202,9 +208,8 @@ static inline void kernels__run_rows(kernels__rows_fn f, int64_t n, const void *
 	{                                                                                          \
 		const int64_t step = (NACC)*KERNELS__V_LANES;                                      \
 		KERNELS__V a[KERNELS__TILE][NACC];                                                 \
-		for (int c = 0; c < NC; c++)                                                       \
-			for (int k = 0; k < (NACC); k++)                                           \
-				a[c][k] = KERNELS__V_ZERO();                                       \
+		KERNELS__UNROLL for (int c = 0; c < NC; c++) for (int k = 0; k < (NACC); k++)      \
+		    a[c][k] = KERNELS__V_ZERO();                                                   \
 		int64_t i = 0;                                                                     \
 		for (; i + step <= n; i += step) {                                                 \
 			if (PF)                                                                    \
@@ -213,18 +218,17 @@ static inline void kernels__run_rows(kernels__rows_fn f, int64_t n, const void *
 			KERNELS__V wv[NACC];                                                       \
 			for (int k = 0; k < (NACC); k++)                                           \
 				wv[k] = LOAD(w, i + k * KERNELS__V_LANES);                         \
-			for (int c = 0; c < NC; c++)                                               \
-				for (int k = 0; k < (NACC); k++)                                   \
-					a[c][k] =                                                  \
-					    KERNELS__V_FMA(a[c][k], wv[k],                         \
-					                   LOAD(xq[c], i + k * KERNELS__V_LANES)); \
+			KERNELS__UNROLL for (int c = 0; c < NC; c++) for (int k = 0; k < (NACC);   \
+			                                                  k++) a[c][k] =           \
+			    KERNELS__V_FMA(a[c][k], wv[k], LOAD(xq[c], i + k * KERNELS__V_LANES)); \
 		}                                                                                  \
 		for (; i + KERNELS__V_LANES <= n; i += KERNELS__V_LANES) {                         \
 			KERNELS__V w0 = LOAD(w, i);                                                \
-			for (int c = 0; c < NC; c++)                                               \
-				a[c][0] = KERNELS__V_FMA(a[c][0], w0, LOAD(xq[c], i));             \
+			KERNELS__UNROLL for (int c = 0; c < NC; c++) a[c][0] =                     \
+			    KERNELS__V_FMA(a[c][0], w0, LOAD(xq[c], i));                           \
 		}                                                                                  \
-		for (int c = 0; c < NC; c++) {                                                     \
+		KERNELS__UNROLL for (int c = 0; c < NC; c++)                                       \
+		{                                                                                  \
 			float tail = 0.0f;                                                         \
 			for (int64_t j = i; j < n; j++)                                            \
 				tail += SCALAR(w, j) * SCALAR(xq[c], j);                           \
@@ -246,15 +250,14 @@ static inline void kernels__run_rows(kernels__rows_fn f, int64_t n, const void *
 	{                                                                                          \
 		const WBLOCK *wb = w;                                                              \
 		KERNELS__V a0[KERNELS__TILE], a1[KERNELS__TILE];                                   \
-		for (int c = 0; c < NC; c++)                                                       \
-			a0[c] = a1[c] = KERNELS__V_ZERO();                                         \
+		KERNELS__UNROLL for (int c = 0; c < NC; c++) a0[c] = a1[c] = KERNELS__V_ZERO();    \
 		int64_t nb = n / KERNELS__QK, b = 0;                                               \
 		for (; b + 2 <= nb; b += 2)                                                        \
 			name##_pair(wb, b, 0, xq, NC, a0, a1);                                     \
 		if (b < nb)                                                                        \
 			name##_pair(wb, b, 1, xq, NC, a0, a1);                                     \
-		for (int c = 0; c < NC; c++)                                                       \
-			out[c] = KERNELS__V_HSUM(KERNELS__V_ADD(a0[c], a1[c]));                    \
+		KERNELS__UNROLL for (int c = 0; c < NC; c++) out[c] =                              \
+		    KERNELS__V_HSUM(KERNELS__V_ADD(a0[c], a1[c]));                                 \
 	}                                                                                          \
 	KERNELS__TILE_FROM_N(name)
 
@@ -267,14 +270,12 @@ static inline void kernels__run_rows(kernels__rows_fn f, int64_t n, const void *
 	{                                                                                          \
 		const WBLOCK *wb = w;                                                              \
 		KERNELS__V acc[KERNELS__TILE];                                                     \
-		for (int c = 0; c < NC; c++)                                                       \
-			acc[c] = KERNELS__V_ZERO();                                                \
+		KERNELS__UNROLL for (int c = 0; c < NC; c++) acc[c] = KERNELS__V_ZERO();           \
 		for (int64_t b = 0; b < n / KERNELS__QKK; b++) {                                   \
 			kernels__prefetch_block(wb + b, sizeof *wb);                               \
 			name##_block(wb, b, xq, NC, acc);                                          \
 		}                                                                                  \
-		for (int c = 0; c < NC; c++)                                                       \
-			out[c] = KERNELS__V_HSUM(acc[c]);                                          \
+		KERNELS__UNROLL for (int c = 0; c < NC; c++) out[c] = KERNELS__V_HSUM(acc[c]);     \
 	}                                                                                          \
 	KERNELS__TILE_FROM_N(name)
 

@@ -153,15 +153,15 @@ KERNELS__INLINE void kernels__x86_k45_lanes(const uint8_t *scales, const uint8_t
 	__m256i S =
 	    _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(_mm_cvtsi64_si128((long long)sc)));
 	__m256i hb = qh ? _mm256_loadu_si256((const __m256i *)qh) : _mm256_setzero_si256();
-	for (int c = 0; c < NC; c++)
-		isum[c] = _mm256_setzero_si256();
+	KERNELS__UNROLL for (int c = 0; c < NC; c++) isum[c] = _mm256_setzero_si256();
 	for (int j = 0; j < 4; j++) {
 		__m256i raw = _mm256_loadu_si256((const __m256i *)(qs + 32 * j));
 		__m256i lo = _mm256_and_si256(raw, m4);
 		__m256i hi = _mm256_and_si256(_mm256_srli_epi16(raw, 4), m4);
 		if (qh) { /* bits 2 j and 2 j + 1 of qh[l] to bit 4 */
-			__m256i t0 = 2 * j <= 4 ? _mm256_sll_epi16(hb, _mm_cvtsi32_si128(4 - 2 * j))
-			                        : _mm256_srl_epi16(hb, _mm_cvtsi32_si128(2 * j - 4));
+			__m256i t0 = 2 * j <= 4
+			                 ? _mm256_sll_epi16(hb, _mm_cvtsi32_si128(4 - 2 * j))
+			                 : _mm256_srl_epi16(hb, _mm_cvtsi32_si128(2 * j - 4));
 			__m256i t1 = 2 * j + 1 <= 4
 			                 ? _mm256_sll_epi16(hb, _mm_cvtsi32_si128(3 - 2 * j))
 			                 : _mm256_srl_epi16(hb, _mm_cvtsi32_si128(2 * j - 3));
@@ -173,7 +173,8 @@ KERNELS__INLINE void kernels__x86_k45_lanes(const uint8_t *scales, const uint8_t
 		    S, _mm256_set1_epi16((short)(((4 * j + 1) << 8) | (4 * j))));
 		__m256i s1 = _mm256_shuffle_epi8(
 		    S, _mm256_set1_epi16((short)(((4 * j + 3) << 8) | (4 * j + 2))));
-		for (int c = 0; c < NC; c++) {
+		KERNELS__UNROLL for (int c = 0; c < NC; c++)
+		{
 			const int8_t *x = ((const kernels__block_q8_k *)xq[c])[b].qs + 64 * j;
 			__m256i x0 = _mm256_loadu_si256((const __m256i *)x);
 			__m256i x1 = _mm256_loadu_si256((const __m256i *)(x + 32));
@@ -183,8 +184,8 @@ KERNELS__INLINE void kernels__x86_k45_lanes(const uint8_t *scales, const uint8_t
 		}
 	}
 	__m256i mins = kernels__x86_q4k_mins(mn);
-	for (int c = 0; c < NC; c++)
-		imin[c] = kernels__x86_q4k_imin((const kernels__block_q8_k *)xq[c] + b, mins);
+	KERNELS__UNROLL for (int c = 0; c < NC; c++) imin[c] =
+	    kernels__x86_q4k_imin((const kernels__block_q8_k *)xq[c] + b, mins);
 }
 
 KERNELS__INLINE void kernels__x86_q4k_lanes(const kernels__block_q4_k *w, int64_t b,
@@ -206,8 +207,8 @@ KERNELS__INLINE void kernels__x86_q5k_lanes(const kernels__block_q5_k *w, int64_
  * repeats its word). */
 KERNELS__INLINE __m256i kernels__x86_scale_pair(__m256i v, int k)
 {
-	const __m256i pick = _mm256_setr_epi8(0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 2, 3, 2,
-	                                      3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3);
+	const __m256i pick = _mm256_setr_epi8(0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 2, 3,
+	                                      2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3);
 	__m256i p = _mm256_permutevar8x32_epi32(v, _mm256_set1_epi32(k / 2));
 	return _mm256_shuffle_epi8(p, pick);
 }
@@ -240,14 +241,14 @@ KERNELS__INLINE void kernels__x86_q2k_lanes(const kernels__block_q2_k *w, int64_
 	const __m128i m4 = _mm_set1_epi8(0x0f);
 	__m128i sb = _mm_loadu_si128((const __m128i *)w->scales);
 	__m256i sc16 = _mm256_cvtepu8_epi16(_mm_and_si128(sb, m4));
-	for (int c = 0; c < NC; c++)
-		isum[c] = _mm256_setzero_si256();
+	KERNELS__UNROLL for (int c = 0; c < NC; c++) isum[c] = _mm256_setzero_si256();
 	for (int ch = 0; ch < 2; ch++) {
 		__m256i raw = _mm256_loadu_si256((const __m256i *)(w->qs + 32 * ch));
 		for (int j = 0; j < 4; j++, raw = _mm256_srli_epi16(raw, 2)) {
 			__m256i q = _mm256_and_si256(raw, m2);
 			__m256i s = kernels__x86_scale_pair(sc16, 8 * ch + 2 * j);
-			for (int c = 0; c < NC; c++) {
+			KERNELS__UNROLL for (int c = 0; c < NC; c++)
+			{
 				const int8_t *x =
 				    ((const kernels__block_q8_k *)xq[c])[b].qs + 128 * ch + 32 * j;
 				__m256i xv = _mm256_loadu_si256((const __m256i *)x);
@@ -257,7 +258,8 @@ KERNELS__INLINE void kernels__x86_q2k_lanes(const kernels__block_q2_k *w, int64_
 		}
 	}
 	__m256i m16 = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(sb, 4), m4));
-	for (int c = 0; c < NC; c++) {
+	KERNELS__UNROLL for (int c = 0; c < NC; c++)
+	{
 		const kernels__block_q8_k *xb = (const kernels__block_q8_k *)xq[c] + b;
 		__m256i bs = _mm256_loadu_si256((const __m256i *)xb->bsums);
 		imin[c] = _mm256_madd_epi16(bs, m16);
@@ -273,8 +275,7 @@ KERNELS__INLINE void kernels__x86_q3k_lanes(const kernels__block_q3_k *w, int64_
 {
 	const __m256i m2 = _mm256_set1_epi8(3), one = _mm256_set1_epi8(1);
 	__m256i sc16 = kernels__x86_q3k_scales16(w->scales);
-	for (int c = 0; c < NC; c++)
-		isum[c] = _mm256_setzero_si256();
+	KERNELS__UNROLL for (int c = 0; c < NC; c++) isum[c] = _mm256_setzero_si256();
 	__m256i hm = _mm256_loadu_si256((const __m256i *)w->hmask);
 	for (int ch = 0; ch < 2; ch++) {
 		__m256i raw = _mm256_loadu_si256((const __m256i *)(w->qs + 32 * ch));
@@ -284,7 +285,8 @@ KERNELS__INLINE void kernels__x86_q3k_lanes(const kernels__block_q3_k *w, int64_
 			    _mm256_or_si256(_mm256_and_si256(raw, m2),
 			                    _mm256_slli_epi16(_mm256_and_si256(hm, one), 2));
 			__m256i s = kernels__x86_scale_pair(sc16, 8 * ch + 2 * j);
-			for (int c = 0; c < NC; c++) {
+			KERNELS__UNROLL for (int c = 0; c < NC; c++)
+			{
 				const int8_t *x =
 				    ((const kernels__block_q8_k *)xq[c])[b].qs + 128 * ch + 32 * j;
 				__m256i xv = _mm256_loadu_si256((const __m256i *)x);
@@ -293,7 +295,8 @@ KERNELS__INLINE void kernels__x86_q3k_lanes(const kernels__block_q3_k *w, int64_
 			}
 		}
 	}
-	for (int c = 0; c < NC; c++) {
+	KERNELS__UNROLL for (int c = 0; c < NC; c++)
+	{
 		const kernels__block_q8_k *xb = (const kernels__block_q8_k *)xq[c] + b;
 		__m256i bs = _mm256_loadu_si256((const __m256i *)xb->bsums);
 		isum[c] =
@@ -319,12 +322,11 @@ KERNELS__INLINE void kernels__x86_iq4xs_lanes(const kernels__block_iq4_xs *w, in
 	__m256i hi = _mm256_srlv_epi32(_mm256_set1_epi32(w->scales_h),
 	                               _mm256_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14));
 	hi = _mm256_slli_epi32(_mm256_and_si256(hi, _mm256_set1_epi32(3)), 4);
-	__m256i ls = _mm256_sub_epi32(_mm256_or_si256(_mm256_cvtepu8_epi32(l8), hi),
-	                              _mm256_set1_epi32(32));
+	__m256i ls =
+	    _mm256_sub_epi32(_mm256_or_si256(_mm256_cvtepu8_epi32(l8), hi), _mm256_set1_epi32(32));
 	ls = _mm256_or_si256(_mm256_and_si256(ls, _mm256_set1_epi32(0xffff)),
 	                     _mm256_slli_epi32(ls, 16));
-	for (int c = 0; c < NC; c++)
-		isum[c] = _mm256_setzero_si256();
+	KERNELS__UNROLL for (int c = 0; c < NC; c++) isum[c] = _mm256_setzero_si256();
 	for (int p = 0; p < 4; p++) {
 		__m256i raw = _mm256_loadu_si256((const __m256i *)(w->qs + 32 * p));
 		__m256i lo = _mm256_and_si256(raw, m4);
@@ -334,7 +336,8 @@ KERNELS__INLINE void kernels__x86_iq4xs_lanes(const kernels__block_iq4_xs *w, in
 		for (int h = 0; h < 2; h++) {
 			__m256i aq = _mm256_abs_epi8(q[h]);
 			__m256i s = _mm256_permutevar8x32_epi32(ls, _mm256_set1_epi32(2 * p + h));
-			for (int c = 0; c < NC; c++) {
+			KERNELS__UNROLL for (int c = 0; c < NC; c++)
+			{
 				const int8_t *x =
 				    ((const kernels__block_q8_k *)xq[c])[b].qs + 64 * p + 32 * h;
 				__m256i xv = _mm256_loadu_si256((const __m256i *)x);
@@ -360,7 +363,8 @@ KERNELS__INLINE void kernels__x86_iq4xs_lanes(const kernels__block_iq4_xs *w, in
 		__m256i isum[KERNELS__TILE], imin[KERNELS__TILE];                                  \
 		LANES(&wb[b], b, xq, NC, isum, imin);                                              \
 		float dw = kernels__x86_h2f(wb[b].d), dmw = kernels__x86_h2f(wb[b].dmin);          \
-		for (int c = 0; c < NC; c++) {                                                     \
+		KERNELS__UNROLL for (int c = 0; c < NC; c++)                                       \
+		{                                                                                  \
 			float dx = ((const kernels__block_q8_k *)xq[c])[b].d;                      \
 			acc[c] = KERNELS__V_FMA(acc[c], KERNELS__V_SET1(dw * dx),                  \
 			                        KERNELS__X86_LANES_V(isum[c]));                    \
@@ -379,7 +383,8 @@ KERNELS__INLINE void kernels__x86_iq4xs_lanes(const kernels__block_iq4_xs *w, in
 		__m256i isum[KERNELS__TILE];                                                       \
 		LANES(&wb[b], b, xq, NC, isum);                                                    \
 		float dw = kernels__x86_h2f(wb[b].d);                                              \
-		for (int c = 0; c < NC; c++) {                                                     \
+		KERNELS__UNROLL for (int c = 0; c < NC; c++)                                       \
+		{                                                                                  \
 			float dx = ((const kernels__block_q8_k *)xq[c])[b].d;                      \
 			acc[c] = KERNELS__V_FMA(acc[c], KERNELS__V_SET1(dw * dx),                  \
 			                        KERNELS__X86_LANES_V(isum[c]));                    \
@@ -400,7 +405,8 @@ KERNELS__INLINE void kernels__x86_iq4xs_lanes(const kernels__block_iq4_xs *w, in
 			__m256i q = kernels__x86_q5_bytes(w->qs, w->qh);                           \
 			float dw = kernels__x86_h2f(w->d), mw = kernels__x86_h2f(w->m);            \
 			KERNELS__V *a = k ? a1 : a0;                                               \
-			for (int c = 0; c < NC; c++) {                                             \
+			KERNELS__UNROLL for (int c = 0; c < NC; c++)                               \
+			{                                                                          \
 				const kernels__block_q8_0 *xb =                                    \
 				    (const kernels__block_q8_0 *)xq[c] + b + k;                    \
 				__m256i si, sx;                                                    \
