@@ -224,46 +224,6 @@ static void shoal_cpu_matmul(shoal_backend *b, uint32_t n_mat, const shoal_backe
 
 /* ---- attention ------------------------------------------------------------------ */
 
-/* 4-wide float vectors (GCC/Clang vector extension: SSE on x86-64, NEON on
- * arm64), two per step; loads through memcpy, so unaligned is fine. */
-typedef float shoal_v4 __attribute__((vector_size(16)));
-
-static inline shoal_v4 shoal_v4_load(const float *p)
-{
-	shoal_v4 v;
-	memcpy(&v, p, sizeof v);
-	return v;
-}
-
-/* A dot product with 8 lanes of partial sums, reduced in a fixed tree; the
- * order depends on n only. */
-static float shoal_cpu_dot(const float *a, const float *c, uint32_t n)
-{
-	shoal_v4 s0 = {0}, s1 = {0};
-	uint32_t i = 0;
-	for (; i + 8 <= n; i += 8) {
-		s0 += shoal_v4_load(a + i) * shoal_v4_load(c + i);
-		s1 += shoal_v4_load(a + i + 4) * shoal_v4_load(c + i + 4);
-	}
-	float tail = 0;
-	for (; i < n; i++)
-		tail += a[i] * c[i];
-	shoal_v4 s = s0 + s1;
-	return ((s[0] + s[2]) + (s[1] + s[3])) + tail;
-}
-
-/* o[n] += p * v[n] */
-static void shoal_cpu_axpy(float *o, float p, const float *v, uint32_t n)
-{
-	uint32_t i = 0;
-	for (; i + 4 <= n; i += 4) {
-		shoal_v4 r = shoal_v4_load(o + i) + shoal_v4_load(v + i) * p;
-		memcpy(o + i, &r, sizeof r);
-	}
-	for (; i < n; i++)
-		o[i] += p * v[i];
-}
-
 /* One work item is (row, KV head): the group of query heads sharing that
  * KV head is done together, so each cached K and V row is read once per
  * group instead of once per head (at long contexts the cache, not the
@@ -307,20 +267,10 @@ static void shoal_cpu_attn_worker(void *ctx, uint32_t ith, uint32_t nth)
 		const float *vc = a->v[r] + (size_t)kvh * hd;       /* (n_kv) ld kv_ld */
 		float *o = a->out + r * q_ld + (size_t)h0 * hd;     /* (group, head_dim) */
 		uint32_t n = a->n_kv[r];
-		for (uint32_t t = 0; t < n; t++) {
-			const float *kt = kc + t * kv_ld; /* (head_dim) */
-			for (uint32_t g = 0; g < group; g++)
-				sc[g * C + t] =
-				    shoal_cpu_dot(q + (size_t)g * hd, kt, hd) * a->scale;
-		}
+		b->k->attn_scores(q, (int)group, (int)hd, kc, kv_ld, (int)n, a->scale, sc, C);
 		for (uint32_t g = 0; g < group; g++)
 			shoal_cpu_softmax_row(sc + g * C, n);
-		memset(o, 0, (size_t)group * hd * sizeof *o);
-		for (uint32_t t = 0; t < n; t++) {
-			const float *vt = vc + t * kv_ld; /* (head_dim) */
-			for (uint32_t g = 0; g < group; g++)
-				shoal_cpu_axpy(o + (size_t)g * hd, sc[g * C + t], vt, hd);
-		}
+		b->k->attn_values(sc, C, (int)group, (int)hd, vc, kv_ld, (int)n, o);
 	}
 	(void)nth;
 }

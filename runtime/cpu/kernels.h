@@ -1,7 +1,7 @@
 /*
- * runtime/cpu/kernels.h: the matrix-vector kernels of the CPU backend, as a
- * const ops table per ISA (scalar, AVX2, AVX-512, NEON), chosen once at
- * start-up from what the CPU offers.
+ * runtime/cpu/kernels.h: the matrix-vector kernels of the CPU backend (and
+ * the inner loops of attention), as a const ops table per ISA (scalar, AVX2, AVX-512, NEON), chosen
+ * once at start-up from what the CPU offers.
  *
  * Part: runtime/, room cpu/. Like the reference engine for GGUF, a weight of
  * type W multiplies an activation row converted to W's partner type
@@ -43,6 +43,19 @@ typedef struct shoal_kernels {
 	 * bitwise what gemv gives for that row and column. Never NULL. */
 	void (*gemm)(shoal_dtype wt, int64_t n, const void *w, size_t row_bytes, int64_t nrows,
 	             const void *xq, size_t xq_stride, int64_t ncols, float *y, size_t y_stride);
+
+	/* Attention over one KV head, for the ng query heads that share it
+	 * (rows of hd floats, q and o contiguous; cached rows k_ld / v_ld
+	 * floats apart). attn_scores: s[g * s_ld + t] = dot(q_g, k_t) * scale
+	 * for t < n, each dot as 8 partial sums p_j over the elements i = j
+	 * mod 8 (products rounded, then added in order), then ((p0 + p4) +
+	 * (p2 + p6)) + ((p1 + p5) + (p3 + p7)), plus the n % 8 tail summed in
+	 * order. attn_values: o[g * hd + d] = sum over t in order of p[g * p_ld
+	 * + t] * v_t[d], from 0. Every table gives the scalar table's bits. */
+	void (*attn_scores)(const float *q, int ng, int hd, const float *k, size_t k_ld, int n,
+	                    float scale, float *s, size_t s_ld);
+	void (*attn_values)(const float *p, size_t p_ld, int ng, int hd, const float *v,
+	                    size_t v_ld, int n, float *o);
 } shoal_kernels;
 
 /* The activation type that weights of type wt multiply with. */

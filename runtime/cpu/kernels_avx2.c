@@ -185,4 +185,4 @@ KERNELS__X86_KQ_TILE(k2_tile_iq4_xs, kernels__block_iq4_xs, kernels__x86_iq4xs_l
 
 /* ---- the table ----------------------------------------------------------------------- */
 
-KERNELS__TABLE(kernels__avx2, "avx2", k2, .tile = {KERNELS__TILES_ALL(k2)});
+KERNELS__TABLE(kernels__avx2, "avx2", k2, kernels__x86, .tile = {KERNELS__TILES_ALL(k2)});

@@ -387,7 +387,7 @@ KERNELS__X86_KQ_TILE(k5_tile_iq4_xs, kernels__block_iq4_xs, kernels__x86_iq4xs_l
 #define K5_ISA   "avx512bw"
 #endif
 
-KERNELS__TABLE(K5_TABLE, K5_ISA, k5,
+KERNELS__TABLE(K5_TABLE, K5_ISA, k5, kernels__x86,
                .tile = {[KERNELS__W_F32] = k5_tile_f32,
                         [KERNELS__W_F16] = k5_tile_f16,
                         [KERNELS__W_BF16] = k5_tile_bf16,

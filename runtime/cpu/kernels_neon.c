@@ -461,6 +461,67 @@ KERNELS__INLINE void kn_tile_iq4_xs_block(const kernels__block_iq4_xs *wb, int64
 }
 KERNELS__SUPER_TILE(kn_tile_iq4_xs, kernels__block_iq4_xs)
 
+/* ---- attention (kernels.h's order; products and sums, never fused) -------------
+ * Two 4-lane sums per dot (lanes p0-p3 and p4-p7); values 4 heads x 8
+ * elements of o in registers over all positions. */
+
+KERNELS__INLINE float kn_attn_reduce(float32x4_t lo, float32x4_t hi, float tail)
+{
+	float32x4_t s = vaddq_f32(lo, hi);
+	return ((vgetq_lane_f32(s, 0) + vgetq_lane_f32(s, 2)) +
+	        (vgetq_lane_f32(s, 1) + vgetq_lane_f32(s, 3))) +
+	       tail;
+}
+
+static void kn_attn_scores(const float *q, int ng, int hd, const float *k, size_t k_ld, int n,
+                           float scale, float *s, size_t s_ld)
+{
+	const int h8 = hd & ~7;
+	for (int t = 0; t < n; t++) {
+		const float *kt = k + (size_t)t * k_ld;
+		for (int g = 0; g < ng; g++) {
+			const float *qg = q + (size_t)g * hd;
+			float32x4_t lo = vdupq_n_f32(0.0f), hi = vdupq_n_f32(0.0f);
+			int i = 0;
+			for (; i < h8; i += 8) {
+				lo = vaddq_f32(lo, vmulq_f32(vld1q_f32(qg + i), vld1q_f32(kt + i)));
+				hi = vaddq_f32(
+				    hi, vmulq_f32(vld1q_f32(qg + i + 4), vld1q_f32(kt + i + 4)));
+			}
+			float tail = 0.0f;
+			for (; i < hd; i++)
+				tail += qg[i] * kt[i];
+			s[(size_t)g * s_ld + (size_t)t] = kn_attn_reduce(lo, hi, tail) * scale;
+		}
+	}
+}
+
+static void kn_attn_values(const float *p, size_t p_ld, int ng, int hd, const float *v, size_t v_ld,
+                           int n, float *o)
+{
+	for (int g = 0; g < ng; g++) {
+		const float *pg = p + (size_t)g * p_ld;
+		int d = 0;
+		for (; d + 8 <= hd; d += 8) {
+			float32x4_t a0 = vdupq_n_f32(0.0f), a1 = vdupq_n_f32(0.0f);
+			for (int t = 0; t < n; t++) {
+				const float *vt = v + (size_t)t * v_ld + d;
+				float32x4_t pb = vdupq_n_f32(pg[t]);
+				a0 = vaddq_f32(a0, vmulq_f32(pb, vld1q_f32(vt)));
+				a1 = vaddq_f32(a1, vmulq_f32(pb, vld1q_f32(vt + 4)));
+			}
+			vst1q_f32(o + (size_t)g * hd + d, a0);
+			vst1q_f32(o + (size_t)g * hd + d + 4, a1);
+		}
+		for (; d < hd; d++) {
+			float acc = 0.0f;
+			for (int t = 0; t < n; t++)
+				acc += pg[t] * v[(size_t)t * v_ld + d];
+			o[(size_t)g * hd + d] = acc;
+		}
+	}
+}
+
 /* ---- the table ---------------------------------------------------------------------------- */
 
 #if KERNELS_DOTPROD
@@ -471,4 +532,4 @@ KERNELS__SUPER_TILE(kn_tile_iq4_xs, kernels__block_iq4_xs)
 #define KN_ISA   "neon-base"
 #endif
 
-KERNELS__TABLE(KN_TABLE, KN_ISA, kn, .tile = {KERNELS__TILES_ALL(kn)});
+KERNELS__TABLE(KN_TABLE, KN_ISA, kn, kn, .tile = {KERNELS__TILES_ALL(kn)});

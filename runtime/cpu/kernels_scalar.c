@@ -323,6 +323,45 @@ KS_TILE(q3_k, ks_dot_q3_k, kernels__block_q3_k, kernels__block_q8_k)
 KS_TILE(q5_k, ks_dot_q5_k, kernels__block_q5_k, kernels__block_q8_k)
 KS_TILE(iq4_xs, ks_dot_iq4_xs, kernels__block_iq4_xs, kernels__block_q8_k)
 
+/* ---- attention: the order every table keeps (kernels.h) ------------------------ */
+
+static float ks_attn_dot(const float *a, const float *c, int n)
+{
+	float p[8] = {0};
+	int i = 0;
+	for (; i + 8 <= n; i += 8)
+		for (int j = 0; j < 8; j++)
+			p[j] += a[i + j] * c[i + j];
+	float tail = 0.0f;
+	for (; i < n; i++)
+		tail += a[i] * c[i];
+	float s0 = p[0] + p[4], s1 = p[1] + p[5], s2 = p[2] + p[6], s3 = p[3] + p[7];
+	return ((s0 + s2) + (s1 + s3)) + tail;
+}
+
+static void ks_attn_scores(const float *q, int ng, int hd, const float *k, size_t k_ld, int n,
+                           float scale, float *s, size_t s_ld)
+{
+	for (int t = 0; t < n; t++)
+		for (int g = 0; g < ng; g++)
+			s[(size_t)g * s_ld + (size_t)t] =
+			    ks_attn_dot(q + (size_t)g * hd, k + (size_t)t * k_ld, hd) * scale;
+}
+
+static void ks_attn_values(const float *p, size_t p_ld, int ng, int hd, const float *v, size_t v_ld,
+                           int n, float *o)
+{
+	for (size_t i = 0; i < (size_t)ng * hd; i++)
+		o[i] = 0.0f;
+	for (int t = 0; t < n; t++)
+		for (int g = 0; g < ng; g++) {
+			float pt = p[(size_t)g * p_ld + (size_t)t];
+			const float *vt = v + (size_t)t * v_ld;
+			for (int d = 0; d < hd; d++)
+				o[(size_t)g * hd + d] += pt * vt[d];
+		}
+}
+
 /* ---- the table ---------------------------------------------------------------- */
 
-KERNELS__TABLE(kernels__scalar, "scalar", ks, .tile = {KERNELS__TILES_ALL(ks)});
+KERNELS__TABLE(kernels__scalar, "scalar", ks, ks, .tile = {KERNELS__TILES_ALL(ks)});

@@ -421,4 +421,120 @@ KERNELS__INLINE void kernels__x86_iq4xs_lanes(const kernels__block_iq4_xs *w, in
 	}                                                                                          \
 	KERNELS__PAIR_TILE(name, kernels__block_q5_1)
 
+/* ---- attention (kernels.h's order; products and sums, never fused) -------------
+ * Scores: 4 query heads at a time share each 8-float load of a cached K
+ * row; each head's 8 lanes are the p_j of kernels.h, reduced by hsum8.
+ * Values: 4 heads x 16 elements of o in registers over all positions. */
+
+/* Cached rows are a head's slice of each position's row (k_ld floats
+ * apart, often 1 KiB or more), a stride the hardware prefetchers follow
+ * badly: the loops prefetch the row this many positions on. */
+#define KERNELS__X86_ATTN_AHEAD 16
+
+KERNELS__INLINE void kernels__x86_prefetch_row(const float *p, int n)
+{
+	for (int i = 0; i < n; i += 16)
+		_mm_prefetch((const char *)(p + i), _MM_HINT_T0);
+}
+
+KERNELS__INLINE float kernels__x86_dot_tail(const float *a, const float *c, int i, int n)
+{
+	float tail = 0.0f;
+	for (; i < n; i++)
+		tail += a[i] * c[i];
+	return tail;
+}
+
+static void kernels__x86_attn_scores(const float *q, int ng, int hd, const float *k, size_t k_ld,
+                                     int n, float scale, float *s, size_t s_ld)
+{
+	const int h8 = hd & ~7;
+	for (int t = 0; t < n; t++) {
+		const float *kt = k + (size_t)t * k_ld;
+		kernels__x86_prefetch_row(kt + KERNELS__X86_ATTN_AHEAD * k_ld, hd);
+		int g = 0;
+		for (; g + 4 <= ng; g += 4) {
+			const float *qg = q + (size_t)g * hd;
+			__m256 a[4];
+			KERNELS__UNROLL for (int j = 0; j < 4; j++) a[j] = _mm256_setzero_ps();
+			for (int i = 0; i < h8; i += 8) {
+				__m256 kv = _mm256_loadu_ps(kt + i);
+				KERNELS__UNROLL for (int j = 0; j < 4; j++) a[j] = _mm256_add_ps(
+				    a[j],
+				    _mm256_mul_ps(_mm256_loadu_ps(qg + (size_t)j * hd + i), kv));
+			}
+			KERNELS__UNROLL for (int j = 0; j < 4; j++)
+			    s[(size_t)(g + j) * s_ld + (size_t)t] =
+			        (kernels__x86_hsum8(a[j]) +
+			         kernels__x86_dot_tail(qg + (size_t)j * hd, kt, h8, hd)) *
+			        scale;
+		}
+		for (; g < ng; g++) {
+			const float *qg = q + (size_t)g * hd;
+			__m256 a = _mm256_setzero_ps();
+			for (int i = 0; i < h8; i += 8)
+				a = _mm256_add_ps(a, _mm256_mul_ps(_mm256_loadu_ps(qg + i),
+				                                   _mm256_loadu_ps(kt + i)));
+			s[(size_t)g * s_ld + (size_t)t] =
+			    (kernels__x86_hsum8(a) + kernels__x86_dot_tail(qg, kt, h8, hd)) * scale;
+		}
+	}
+}
+
+/* o[g][d0 .. d0 + 8 * W) for heads g0 .. g0 + G (G <= 4, W <= 2). */
+KERNELS__INLINE void kernels__x86_values_tile(const float *p, size_t p_ld, int g0, const int G,
+                                              int hd, int d0, const int W, const float *v,
+                                              size_t v_ld, int n, float *o)
+{
+	__m256 a[4][2];
+	KERNELS__UNROLL for (int g = 0; g < G; g++) KERNELS__UNROLL for (int w = 0; w < W; w++)
+	    a[g][w] = _mm256_setzero_ps();
+	for (int t = 0; t < n; t++) {
+		const float *vt = v + (size_t)t * v_ld + d0;
+		_mm_prefetch((const char *)(vt + KERNELS__X86_ATTN_AHEAD * v_ld), _MM_HINT_T0);
+		if (W == 2)
+			_mm_prefetch((const char *)(vt + KERNELS__X86_ATTN_AHEAD * v_ld + 15), _MM_HINT_T0);
+		__m256 vv[2];
+		KERNELS__UNROLL for (int w = 0; w < W; w++) vv[w] = _mm256_loadu_ps(vt + 8 * w);
+		KERNELS__UNROLL for (int g = 0; g < G; g++)
+		{
+			__m256 pb = _mm256_broadcast_ss(p + (size_t)(g0 + g) * p_ld + (size_t)t);
+			KERNELS__UNROLL for (int w = 0; w < W; w++) a[g][w] =
+			    _mm256_add_ps(a[g][w], _mm256_mul_ps(pb, vv[w]));
+		}
+	}
+	KERNELS__UNROLL for (int g = 0; g < G; g++) KERNELS__UNROLL for (int w = 0; w < W; w++)
+	    _mm256_storeu_ps(o + (size_t)(g0 + g) * hd + d0 + 8 * w, a[g][w]);
+}
+
+static void kernels__x86_attn_values(const float *p, size_t p_ld, int ng, int hd, const float *v,
+                                     size_t v_ld, int n, float *o)
+{
+	int g = 0;
+	for (; g < ng; g += 4) {
+		const int G = ng - g >= 4 ? 4 : ng - g;
+		int d = 0;
+		for (; d + 16 <= hd; d += 16) {
+			if (G == 4)
+				kernels__x86_values_tile(p, p_ld, g, 4, hd, d, 2, v, v_ld, n, o);
+			else
+				for (int j = 0; j < G; j++)
+					kernels__x86_values_tile(p, p_ld, g + j, 1, hd, d, 2, v,
+					                         v_ld, n, o);
+		}
+		for (; d + 8 <= hd; d += 8)
+			for (int j = 0; j < G; j++)
+				kernels__x86_values_tile(p, p_ld, g + j, 1, hd, d, 1, v, v_ld, n,
+				                         o);
+		for (; d < hd; d++)
+			for (int j = 0; j < G; j++) {
+				float acc = 0.0f;
+				for (int t = 0; t < n; t++)
+					acc += p[(size_t)(g + j) * p_ld + (size_t)t] *
+					       v[(size_t)t * v_ld + d];
+				o[(size_t)(g + j) * hd + d] = acc;
+			}
+	}
+}
+
 #endif

@@ -408,6 +408,79 @@ static void test_family_bitwise(void)
 		TEST_SKIP("no ISA family with two tables on this CPU");
 }
 
+/* Attention's inner loops: every table gives the scalar table's bits for
+ * shapes with and without tails and head tiles (ng 1-9, hd 7-128), and the
+ * scalar table is within rounding of a double-precision reference. */
+static void test_attention(void)
+{
+	static const int shapes[][3] = {{1, 64, 1}, {8, 64, 100}, {4, 128, 33}, {3, 40, 17},
+	                                {9, 7, 5},  {5, 16, 64},  {2, 24, 3},   {16, 64, 9}};
+	const shoal_kernels *ks = shoal_kernels_scalar();
+	for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
+		int ng = shapes[si][0], hd = shapes[si][1], n = shapes[si][2];
+		size_t ld = (size_t)hd * 3 + 5, s_ld = (size_t)n + 3;
+		float *q = malloc(sizeof(float) * (size_t)ng * hd);
+		float *kv = malloc(sizeof(float) * ld * (size_t)n);
+		float *s0 = calloc((size_t)ng * s_ld, sizeof(float)),
+		      *s1 = calloc((size_t)ng * s_ld, sizeof(float));
+		float *o0 = malloc(sizeof(float) * (size_t)ng * hd),
+		      *o1 = malloc(sizeof(float) * (size_t)ng * hd);
+		ASSERT_TRUE(q && kv && s0 && s1 && o0 && o1);
+		for (int i = 0; i < ng * hd; i++)
+			q[i] = rnd();
+		for (size_t i = 0; i < ld * (size_t)n; i++)
+			kv[i] = rnd();
+		ks->attn_scores(q, ng, hd, kv, ld, n, 0.125f, s0, s_ld);
+		for (int g = 0; g < ng; g++)
+			for (int t = 0; t < n; t++) {
+				double r = 0, m = 0;
+				for (int i = 0; i < hd; i++) {
+					r += (double)q[g * hd + i] * kv[(size_t)t * ld + i];
+					m += fabs((double)q[g * hd + i] * kv[(size_t)t * ld + i]);
+				}
+				double e = fabs(s0[(size_t)g * s_ld + t] - r * 0.125);
+				if (e > 1e-6 * m + 1e-7)
+					TEST_FAIL_("scalar scores %d/%d/%d: error %g", ng, hd, n,
+					           e);
+			}
+		/* the values step takes the scores as weights, unnormalised */
+		ks->attn_values(s0, s_ld, ng, hd, kv + 2, ld, n, o0);
+		for (int g = 0; g < ng; g++)
+			for (int d = 0; d < hd; d++) {
+				double r = 0, m = 0;
+				for (int t = 0; t < n; t++) {
+					double x = (double)s0[(size_t)g * s_ld + t] *
+					           kv[(size_t)t * ld + 2 + d];
+					r += x;
+					m += fabs(x);
+				}
+				double e = fabs(o0[g * hd + d] - r);
+				if (e > 1e-6 * m + 1e-7)
+					TEST_FAIL_("scalar values %d/%d/%d: error %g", ng, hd, n,
+					           e);
+			}
+		for (size_t ii = 0; ii < sizeof isa_names / sizeof isa_names[0]; ii++) {
+			const shoal_kernels *k = shoal_kernels_by_name(isa_names[ii]);
+			if (!k || k == ks)
+				continue;
+			k->attn_scores(q, ng, hd, kv, ld, n, 0.125f, s1, s_ld);
+			k->attn_values(s0, s_ld, ng, hd, kv + 2, ld, n, o1);
+			if (memcmp(s0, s1, sizeof(float) * (size_t)ng * s_ld))
+				TEST_FAIL_("%s scores differ from scalar (%d/%d/%d)", k->isa, ng,
+				           hd, n);
+			if (memcmp(o0, o1, sizeof(float) * (size_t)ng * hd))
+				TEST_FAIL_("%s values differ from scalar (%d/%d/%d)", k->isa, ng,
+				           hd, n);
+		}
+		free(q);
+		free(kv);
+		free(s0);
+		free(s1);
+		free(o0);
+		free(o1);
+	}
+}
+
 int main(int argc, char **argv)
 {
 	const char *q = getenv("SHOAL_KERNELS_QUICK");
@@ -416,6 +489,7 @@ int main(int argc, char **argv)
 	    TEST_CASE(test_act_types),           TEST_CASE(test_hand_dot_q8_0),
 	    TEST_CASE(test_quantize_act_shared), TEST_CASE(test_tables_against_scalar),
 	    TEST_CASE(test_family_bitwise),      TEST_CASE(test_best_table),
+	    TEST_CASE(test_attention),
 	};
 	return test_run_(cases, sizeof cases / sizeof cases[0]);
 }
