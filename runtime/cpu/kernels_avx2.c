@@ -130,7 +130,8 @@ KERNELS__INLINE void k2_tile_q6_k_block(const kernels__block_q6_k *wb, int64_t b
 	__m256i isum[KERNELS__TILE];
 	KERNELS__UNROLL for (int c = 0; c < NC; c++) isum[c] = _mm256_setzero_si256();
 	const int8_t *sc = wb[b].scales;
-	for (int ch = 0; ch < 2; ch++) {
+	KERNELS__UNROLL for (int ch = 0; ch < 2; ch++)
+	{
 		const uint8_t *ql = wb[b].ql + 64 * ch, *qh = wb[b].qh + 32 * ch;
 		__m256i l0 = _mm256_loadu_si256((const __m256i *)ql);
 		__m256i l1 = _mm256_loadu_si256((const __m256i *)(ql + 32));
@@ -147,7 +148,8 @@ KERNELS__INLINE void k2_tile_q6_k_block(const kernels__block_q6_k *wb, int64_t b
 		q[3] = _mm256_or_si256(
 		    _mm256_and_si256(_mm256_srli_epi16(l1, 4), m4),
 		    _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 6), m3), 4));
-		for (int p = 0; p < 4; p++) {
+		KERNELS__UNROLL for (int p = 0; p < 4; p++)
+		{
 			const int8_t *s2 = sc + 8 * ch + 2 * p;
 			__m256i s = _mm256_set_m128i(_mm_set1_epi16(s2[1]), _mm_set1_epi16(s2[0]));
 			KERNELS__UNROLL for (int c = 0; c < NC; c++)

@@ -259,7 +259,8 @@ KERNELS__INLINE void k5_k45_block(const uint8_t *scales, const uint8_t *qs, cons
 		__m256i hb = _mm256_loadu_si256((const __m256i *)qh);
 		H = k5_pair_si(hb, _mm256_srli_epi16(hb, 1));
 	}
-	for (int jj = 0; jj < 2; jj++) {
+	KERNELS__UNROLL for (int jj = 0; jj < 2; jj++)
+	{
 		/* 64 bytes = chunks 2jj and 2jj+1; each chunk is its 32 low
 		 * nibbles then its 32 high ones (128-bit lanes 0-1 of lo, of hi) */
 		__m512i raw = _mm512_loadu_si512((const void *)(qs + 64 * jj));
@@ -267,7 +268,8 @@ KERNELS__INLINE void k5_k45_block(const uint8_t *scales, const uint8_t *qs, cons
 		__m512i hi = _mm512_and_si512(_mm512_srli_epi16(raw, 4), m4);
 		__m512i q[2] = {_mm512_shuffle_i64x2(lo, hi, 0x44),
 		                _mm512_shuffle_i64x2(lo, hi, 0xee)};
-		for (int h = 0; h < 2; h++) {
+		KERNELS__UNROLL for (int h = 0; h < 2; h++)
+		{
 			int j = 2 * jj + h;
 			if (qh) { /* Q5_K: bit 2 j of H (bit 2 j, 2 j + 1 of qh[l]) to bit 4 */
 				__m512i t = 2 * j <= 4
@@ -331,7 +333,8 @@ KERNELS__INLINE void k5_tile_q6_k_block(const kernels__block_q6_k *wb, int64_t b
 	const int8_t *sc = wb[b].scales;
 	__m256i sc16 = kernels__x86_q6k_scales(sc);
 	__m512i sc16z = _mm512_castsi256_si512(sc16);
-	for (int ch = 0; ch < 2; ch++) {
+	KERNELS__UNROLL for (int ch = 0; ch < 2; ch++)
+	{
 		const uint8_t *ql = wb[b].ql + 64 * ch, *qh = wb[b].qh + 32 * ch;
 		__m512i L = _mm512_loadu_si512((const void *)ql);
 		__m256i h = _mm256_loadu_si256((const __m256i *)qh);
@@ -342,7 +345,8 @@ KERNELS__INLINE void k5_tile_q6_k_block(const kernels__block_q6_k *wb, int64_t b
 		q[1] = _mm512_or_si512(
 		    _mm512_and_si512(_mm512_srli_epi16(L, 4), m4),
 		    _mm512_slli_epi16(_mm512_and_si512(_mm512_srli_epi16(H, 4), m3), 4));
-		for (int p = 0; p < 2; p++) {
+		KERNELS__UNROLL for (int p = 0; p < 2; p++)
+		{
 			/* sub-blocks 8 ch + 4 p .. + 3 */
 			__m512i idx =
 			    _mm512_add_epi16(spread, _mm512_set1_epi16((short)(8 * ch + 4 * p)));

@@ -300,10 +300,12 @@ KERNELS__INLINE void kn_tile_q6_k_block(const kernels__block_q6_k *wb, int64_t b
 	const int8x16_t k32 = vdupq_n_s8(32);
 	int32x4_t isum[KERNELS__TILE];
 	KERNELS__UNROLL for (int c = 0; c < NC; c++) isum[c] = vdupq_n_s32(0);
-	for (int ch = 0; ch < 2; ch++) {
+	KERNELS__UNROLL for (int ch = 0; ch < 2; ch++)
+	{
 		const uint8_t *ql = wb[b].ql + 64 * ch, *qh = wb[b].qh + 32 * ch;
 		const int8_t *sc = wb[b].scales + 8 * ch;
-		for (int h = 0; h < 2; h++) { /* l in [16 h, 16 h + 16) */
+		KERNELS__UNROLL for (int h = 0; h < 2; h++)
+		{ /* l in [16 h, 16 h + 16) */
 			uint8x16_t a = vld1q_u8(ql + 16 * h), bq = vld1q_u8(ql + 32 + 16 * h);
 			uint8x16_t hh = vld1q_u8(qh + 16 * h);
 			int8x16_t q[4];
@@ -315,13 +317,13 @@ KERNELS__INLINE void kn_tile_q6_k_block(const kernels__block_q6_k *wb, int64_t b
 			    vshrq_n_u8(a, 4), vshlq_n_u8(vandq_u8(vshrq_n_u8(hh, 4), m3), 4)));
 			q[3] = vreinterpretq_s8_u8(
 			    vorrq_u8(vshrq_n_u8(bq, 4), vshlq_n_u8(vshrq_n_u8(hh, 6), 4)));
-			for (int p = 0; p < 4; p++)
-				q[p] = vsubq_s8(q[p], k32);
+			KERNELS__UNROLL for (int p = 0; p < 4; p++) q[p] = vsubq_s8(q[p], k32);
 			KERNELS__UNROLL for (int c = 0; c < NC; c++)
 			{
 				const int8_t *x =
 				    ((const kernels__block_q8_k *)xq[c])[b].qs + 128 * ch + 16 * h;
-				for (int p = 0; p < 4; p++) {
+				KERNELS__UNROLL for (int p = 0; p < 4; p++)
+				{
 					int32x4_t t =
 					    kn_dot(vdupq_n_s32(0), q[p], vld1q_s8(x + 32 * p));
 					isum[c] = vmlaq_n_s32(isum[c], t, sc[2 * p + h]);
@@ -351,7 +353,8 @@ KERNELS__INLINE void kn_tile_q2_k_block(const kernels__block_q2_k *wb, int64_t b
 	const uint8x16_t m2 = vdupq_n_u8(3);
 	int32x4_t isum[KERNELS__TILE];
 	KERNELS__UNROLL for (int c = 0; c < NC; c++) isum[c] = vdupq_n_s32(0);
-	for (int ch = 0; ch < 2; ch++) {
+	KERNELS__UNROLL for (int ch = 0; ch < 2; ch++)
+	{
 		uint8x16_t r0 = vld1q_u8(wb[b].qs + 32 * ch),
 		           r1 = vld1q_u8(wb[b].qs + 32 * ch + 16);
 		for (int j = 0; j < 4; j++, r0 = vshrq_n_u8(r0, 2), r1 = vshrq_n_u8(r1, 2)) {
@@ -398,10 +401,12 @@ KERNELS__INLINE void kn_tile_q3_k_block(const kernels__block_q3_k *wb, int64_t b
 	int32x4_t isum[KERNELS__TILE];
 	KERNELS__UNROLL for (int c = 0; c < NC; c++) isum[c] = vdupq_n_s32(0);
 	uint8x16_t hm0 = vld1q_u8(wb[b].hmask), hm1 = vld1q_u8(wb[b].hmask + 16);
-	for (int ch = 0; ch < 2; ch++) {
+	KERNELS__UNROLL for (int ch = 0; ch < 2; ch++)
+	{
 		uint8x16_t r0 = vld1q_u8(wb[b].qs + 32 * ch),
 		           r1 = vld1q_u8(wb[b].qs + 32 * ch + 16);
-		for (int j = 0; j < 4; j++) {
+		KERNELS__UNROLL for (int j = 0; j < 4; j++)
+		{
 			int8x16_t q0 =
 			    vsubq_s8(vreinterpretq_s8_u8(vorrq_u8(
 			                 vandq_u8(r0, m2), vshlq_n_u8(vandq_u8(hm0, one), 2))),
@@ -440,7 +445,8 @@ KERNELS__INLINE void kn_tile_iq4_xs_block(const kernels__block_iq4_xs *wb, int64
 {
 	int32x4_t isum[KERNELS__TILE];
 	KERNELS__UNROLL for (int c = 0; c < NC; c++) isum[c] = vdupq_n_s32(0);
-	for (int ib = 0; ib < 8; ib++) {
+	KERNELS__UNROLL for (int ib = 0; ib < 8; ib++)
+	{
 		int8x16_t lo, hi;
 		kn_table_bytes(wb[b].qs + 16 * ib, kernels__iq4_values, &lo, &hi);
 		int ls = kernels__iq4xs_scale(&wb[b], ib);

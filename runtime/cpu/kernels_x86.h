@@ -154,7 +154,8 @@ KERNELS__INLINE void kernels__x86_k45_lanes(const uint8_t *scales, const uint8_t
 	    _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(_mm_cvtsi64_si128((long long)sc)));
 	__m256i hb = qh ? _mm256_loadu_si256((const __m256i *)qh) : _mm256_setzero_si256();
 	KERNELS__UNROLL for (int c = 0; c < NC; c++) isum[c] = _mm256_setzero_si256();
-	for (int j = 0; j < 4; j++) {
+	KERNELS__UNROLL for (int j = 0; j < 4; j++)
+	{
 		__m256i raw = _mm256_loadu_si256((const __m256i *)(qs + 32 * j));
 		__m256i lo = _mm256_and_si256(raw, m4);
 		__m256i hi = _mm256_and_si256(_mm256_srli_epi16(raw, 4), m4);
@@ -242,7 +243,8 @@ KERNELS__INLINE void kernels__x86_q2k_lanes(const kernels__block_q2_k *w, int64_
 	__m128i sb = _mm_loadu_si128((const __m128i *)w->scales);
 	__m256i sc16 = _mm256_cvtepu8_epi16(_mm_and_si128(sb, m4));
 	KERNELS__UNROLL for (int c = 0; c < NC; c++) isum[c] = _mm256_setzero_si256();
-	for (int ch = 0; ch < 2; ch++) {
+	KERNELS__UNROLL for (int ch = 0; ch < 2; ch++)
+	{
 		__m256i raw = _mm256_loadu_si256((const __m256i *)(w->qs + 32 * ch));
 		for (int j = 0; j < 4; j++, raw = _mm256_srli_epi16(raw, 2)) {
 			__m256i q = _mm256_and_si256(raw, m2);
@@ -277,7 +279,8 @@ KERNELS__INLINE void kernels__x86_q3k_lanes(const kernels__block_q3_k *w, int64_
 	__m256i sc16 = kernels__x86_q3k_scales16(w->scales);
 	KERNELS__UNROLL for (int c = 0; c < NC; c++) isum[c] = _mm256_setzero_si256();
 	__m256i hm = _mm256_loadu_si256((const __m256i *)w->hmask);
-	for (int ch = 0; ch < 2; ch++) {
+	KERNELS__UNROLL for (int ch = 0; ch < 2; ch++)
+	{
 		__m256i raw = _mm256_loadu_si256((const __m256i *)(w->qs + 32 * ch));
 		for (int j = 0; j < 4;
 		     j++, raw = _mm256_srli_epi16(raw, 2), hm = _mm256_srli_epi16(hm, 1)) {
@@ -327,13 +330,15 @@ KERNELS__INLINE void kernels__x86_iq4xs_lanes(const kernels__block_iq4_xs *w, in
 	ls = _mm256_or_si256(_mm256_and_si256(ls, _mm256_set1_epi32(0xffff)),
 	                     _mm256_slli_epi32(ls, 16));
 	KERNELS__UNROLL for (int c = 0; c < NC; c++) isum[c] = _mm256_setzero_si256();
-	for (int p = 0; p < 4; p++) {
+	KERNELS__UNROLL for (int p = 0; p < 4; p++)
+	{
 		__m256i raw = _mm256_loadu_si256((const __m256i *)(w->qs + 32 * p));
 		__m256i lo = _mm256_and_si256(raw, m4);
 		__m256i hn = _mm256_and_si256(_mm256_srli_epi16(raw, 4), m4);
 		__m256i q[2] = {_mm256_shuffle_epi8(t, _mm256_permute2x128_si256(lo, hn, 0x20)),
 		                _mm256_shuffle_epi8(t, _mm256_permute2x128_si256(lo, hn, 0x31))};
-		for (int h = 0; h < 2; h++) {
+		KERNELS__UNROLL for (int h = 0; h < 2; h++)
+		{
 			__m256i aq = _mm256_abs_epi8(q[h]);
 			__m256i s = _mm256_permutevar8x32_epi32(ls, _mm256_set1_epi32(2 * p + h));
 			KERNELS__UNROLL for (int c = 0; c < NC; c++)
@@ -493,7 +498,8 @@ KERNELS__INLINE void kernels__x86_values_tile(const float *p, size_t p_ld, int g
 		const float *vt = v + (size_t)t * v_ld + d0;
 		_mm_prefetch((const char *)(vt + KERNELS__X86_ATTN_AHEAD * v_ld), _MM_HINT_T0);
 		if (W == 2)
-			_mm_prefetch((const char *)(vt + KERNELS__X86_ATTN_AHEAD * v_ld + 15), _MM_HINT_T0);
+			_mm_prefetch((const char *)(vt + KERNELS__X86_ATTN_AHEAD * v_ld + 15),
+			             _MM_HINT_T0);
 		__m256 vv[2];
 		KERNELS__UNROLL for (int w = 0; w < W; w++) vv[w] = _mm256_loadu_ps(vt + 8 * w);
 		KERNELS__UNROLL for (int g = 0; g < G; g++)
