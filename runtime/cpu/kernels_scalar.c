@@ -26,6 +26,8 @@ void kernels__quantize_act(shoal_dtype act, const float *x, void *out, int64_t n
 	shoal_quantize_row(act, x, out, n);
 }
 
+#define ks_quantize_act kernels__quantize_act
+
 /* ---- one dot product per type ----------------------------------------------- */
 
 static float ks_dot_f32(int64_t n, const float *w, const float *x)

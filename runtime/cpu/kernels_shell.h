@@ -404,8 +404,9 @@ static inline void kernels__ops_run(const kernels__ops *ops, shoal_dtype wt, int
 	    [KERNELS__W_Q5_K] = p##_tile_q5_k, [KERNELS__W_IQ4_XS] = p##_tile_iq4_xs
 
 /* The table `symbol` named isa_name, computing with the ops given after p
- * (designated initialisers of kernels__ops; p prefixes its static names)
- * and the attention loops attn##_attn_scores and attn##_attn_values. */
+ * (designated initialisers of kernels__ops; p prefixes its static names),
+ * the activation converter attn##_quantize_act and the attention loops
+ * attn##_attn_scores and attn##_attn_values. */
 #define KERNELS__TABLE(symbol, isa_name, p, attn, ...)                                             \
 	static const kernels__ops p##_ops = {__VA_ARGS__};                                         \
 	static void p##_gemv(shoal_dtype wt, int64_t n, const void *w, size_t row_bytes,           \
@@ -422,7 +423,7 @@ static inline void kernels__ops_run(const kernels__ops *ops, shoal_dtype wt, int
 	}                                                                                          \
 	const shoal_kernels symbol = {                                                             \
 	    .isa = isa_name,                                                                       \
-	    .quantize_act = kernels__quantize_act,                                                 \
+	    .quantize_act = attn##_quantize_act,                                                   \
 	    .gemv = p##_gemv,                                                                      \
 	    .gemm = p##_gemm,                                                                      \
 	    .attn_scores = attn##_attn_scores,                                                     \

@@ -18,6 +18,7 @@
 #include <immintrin.h>
 
 #include "runtime/cpu/kernels_shell.h"
+#include "runtime/cpu/quant.h"
 
 /* Lanes 0-3 + 4-7, then pairs: ((l0 + l4) + (l2 + l6)) + ((l1 + l5) + (l3 + l7)). */
 KERNELS__INLINE float kernels__x86_hsum8(__m256 v)
@@ -425,6 +426,61 @@ KERNELS__INLINE void kernels__x86_iq4xs_lanes(const kernels__block_iq4_xs *w, in
 		}                                                                                  \
 	}                                                                                          \
 	KERNELS__PAIR_TILE(name, kernels__block_q5_1)
+
+/* ---- activations to Q8_0 --------------------------------------------------------
+ * quant.c's conversion, 8 lanes at a time, with its bits: amax over |x|
+ * (NaN lanes as 0, which the scalar's `ax > amax` also skips), d = amax /
+ * 127 stored as fp16, q = x / d rounded half away from zero by truncation
+ * and the remainder, 0 where |x / d| >= 2^23 or NaN. |q| <= 127 always
+ * (|x| <= amax), so packing with saturation loses nothing. Other types go
+ * to the shared converter. */
+
+KERNELS__INLINE __m256i kernels__x86_round_away(__m256 v)
+{
+	const __m256 lim = _mm256_set1_ps(8388608.0f);
+	__m256i i = _mm256_cvttps_epi32(v);
+	__m256 f = _mm256_sub_ps(v, _mm256_cvtepi32_ps(i));
+	__m256i up = _mm256_castps_si256(_mm256_cmp_ps(f, _mm256_set1_ps(0.5f), _CMP_GE_OQ));
+	__m256i dn = _mm256_castps_si256(_mm256_cmp_ps(f, _mm256_set1_ps(-0.5f), _CMP_LE_OQ));
+	i = _mm256_add_epi32(_mm256_sub_epi32(i, up), dn); /* masks are -1 */
+	__m256 ok =
+	    _mm256_and_ps(_mm256_cmp_ps(v, lim, _CMP_LT_OQ),
+	                  _mm256_cmp_ps(v, _mm256_sub_ps(_mm256_setzero_ps(), lim), _CMP_GT_OQ));
+	return _mm256_and_si256(i, _mm256_castps_si256(ok));
+}
+
+static void kernels__x86_quantize_act(shoal_dtype act, const float *x, void *out, int64_t n)
+{
+	if (act != SHOAL_DTYPE_Q8_0 || n % KERNELS__QK) {
+		kernels__quantize_act(act, x, out, n);
+		return;
+	}
+	const __m256 absmask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+	const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+	kernels__block_q8_0 *b = out;
+	for (int64_t i = 0; i < n / KERNELS__QK; i++, x += KERNELS__QK) {
+		__m256 v[4], m = _mm256_setzero_ps();
+		KERNELS__UNROLL for (int k = 0; k < 4; k++)
+		{
+			v[k] = _mm256_loadu_ps(x + 8 * k);
+			__m256 a = _mm256_and_ps(v[k], absmask);
+			m = _mm256_max_ps(m, _mm256_and_ps(a, _mm256_cmp_ps(a, a, _CMP_ORD_Q)));
+		}
+		__m128 h = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+		h = _mm_max_ps(h, _mm_movehl_ps(h, h));
+		h = _mm_max_ss(h, _mm_movehdup_ps(h));
+		float d = _mm_cvtss_f32(h) / 127.0f;
+		float id = d != 0.0f ? 1.0f / d : 0.0f;
+		b[i].d = shoal_f32_to_fp16(d);
+		__m256 vid = _mm256_set1_ps(id);
+		__m256i q[4];
+		KERNELS__UNROLL for (int k = 0; k < 4; k++) q[k] =
+		    kernels__x86_round_away(_mm256_mul_ps(v[k], vid));
+		__m256i p = _mm256_packs_epi16(_mm256_packs_epi32(q[0], q[1]),
+		                               _mm256_packs_epi32(q[2], q[3]));
+		_mm256_storeu_si256((__m256i *)b[i].qs, _mm256_permutevar8x32_epi32(p, order));
+	}
+}
 
 /* ---- attention (kernels.h's order; products and sums, never fused) -------------
  * Scores: 4 query heads at a time share each 8-float load of a cached K

@@ -320,6 +320,37 @@ static void test_quantize_act_shared(void)
 			ASSERT_TRUE(same);
 		}
 	}
+	/* rows that reach every branch of the Q8_0 rounding: a zero block,
+	 * NaN and infinities, halves exactly (amax 127 makes id 1), huge and
+	 * subnormal values */
+	float y[256];
+	for (int i = 0; i < 256; i++)
+		y[i] = rnd() * 200.0f;
+	for (int i = 0; i < 32; i++)
+		y[i] = 0.0f;
+	y[32] = NAN;
+	y[40] = -INFINITY;
+	y[70] = INFINITY;
+	y[64] = 127.0f;
+	for (int i = 65; i < 96; i++)
+		y[i] = (float)(i - 80) + (i % 2 ? 0.5f : -0.5f);
+	y[100] = 1e30f;
+	y[101] = -1e30f;
+	for (int i = 128; i < 160; i++)
+		y[i] = (i % 3 - 1) * 1e-40f;
+	y[200] = -0.0f;
+	for (size_t ti = 0; ti < sizeof isa_names / sizeof isa_names[0]; ti++) {
+		const shoal_kernels *k = shoal_kernels_by_name(isa_names[ti]);
+		if (!k)
+			continue;
+		size_t nb = shoal_dtype_row_bytes(SHOAL_DTYPE_Q8_0, 256);
+		unsigned char p[sizeof(kernels__block_q8_0) * 8], q[sizeof p];
+		k->quantize_act(SHOAL_DTYPE_Q8_0, y, p, 256);
+		shoal_quantize_row(SHOAL_DTYPE_Q8_0, y, q, 256);
+		if (memcmp(p, q, nb))
+			TEST_FAIL_("%s: Q8_0 activations differ from quant.c on special values",
+			           k->isa);
+	}
 }
 
 static void test_act_types(void)
