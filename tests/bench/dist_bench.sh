@@ -21,7 +21,8 @@
 # "Distributed inference"): <= 50 us per hop; on the fixture, 2 and 3 peers
 # <= 5% below one peer. Takes about 4 minutes on 2 cores.
 # Env: SHOAL_DATA, SHOAL_BENCH_FIXTURE, RUNS (austen, default 10),
-# FIX_RUNS (fixture, default 5).
+# FIX_RUNS (fixture, default 5), LLAMA_BIN (optional: llama.cpp's RPC
+# backend with 2 servers on the fixture, for comparison).
 set -u
 SHOAL_BUILDDIR=${1:-${SHOAL_BUILDDIR:-.}}
 . "$(dirname "$0")/../sh/lib.sh"
@@ -185,6 +186,44 @@ bench austen-dense-q8_0 "$DENSE" 8 232 "$RUNS" 64M 13M 11M
 # model; 450M holds 8 layers + embedding (444 MB), and 2 x 450M < 1.17 GB.
 bench llama-1b-q8_0-fixture "$FIX" 2 34 "$FIX_RUNS" 1300M 650M 450M
 throughput_goal
+
+# llama_rpc: with LLAMA_BIN (a llama.cpp build's bin/ with ggml-rpc-server
+# and llama-bench), the reference's RPC backend on the same fixture: 2
+# servers on 127.0.0.1 with 1 thread each, every layer offloaded to them
+# (-ngl 99), decode of 32 tokens, FIX_RUNS repetitions; the 2- and 3-peer
+# clusters' tokens/s against it (issue 13's goal: >= 1.0x).
+llama_rpc() {
+	local l=$LLAMA_BIN p1 p2 pids=() ts
+	[ -x "$l/ggml-rpc-server" ] && [ -x "$l/llama-bench" ] || {
+		echo "  LLAMA_BIN=$l has no ggml-rpc-server and llama-bench: skipped"
+		return 0
+	}
+	p1=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+	p2=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+	for p in "$p1" "$p2"; do
+		"$l/ggml-rpc-server" -H 127.0.0.1 -p "$p" -t 1 >>"$T/rpc.log" 2>&1 &
+		pids+=($!)
+	done
+	sleep 2
+	ts=$("$l/llama-bench" -m "$FIX" --rpc "127.0.0.1:$p1,127.0.0.1:$p2" -ngl 99 -t 1 -p 0 -n 32 \
+		-r "$FIX_RUNS" -o json 2>>"$T/rpc.log" | python3 -c '
+import json, sys
+print(json.load(sys.stdin)[0]["avg_ts"])' 2>/dev/null)
+	kill "${pids[@]}" 2>/dev/null
+	wait "${pids[@]}" 2>/dev/null
+	[ -n "$ts" ] || {
+		echo "  llama.cpp RPC run failed: $(tail -n 3 "$T/rpc.log")"
+		return 0
+	}
+	echo
+	echo "== llama.cpp RPC, 2 servers x 1 thread, on the fixture: $ts tok/s"
+	for k in 2 3; do
+		awk -v k="$k" -v us="${US[$k]}" -v ts="$ts" 'BEGIN {
+			printf "  %d peers: %.2f tok/s, %.3fx llama.cpp RPC (goal >= 1.0)\n", k, 1e6 / us, 1e6 / us / ts }'
+	done
+	printf '{"model":"llama-1b-q8_0-fixture","llama_rpc_2_servers_tok_s":%s}\n' "$ts" >>"$T/raw"
+}
+[ -n "${LLAMA_BIN:-}" ] && llama_rpc
 echo
 echo "== raw"
 cat "$T/raw"
