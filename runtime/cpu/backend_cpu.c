@@ -230,24 +230,6 @@ static void shoal_cpu_matmul(shoal_backend *b, uint32_t n_mat, const shoal_backe
  * weights, dominates what decoding reads). Each output element still
  * accumulates over positions 0..n-1 in order, the same bits as one head
  * at a time. */
-/* s[n] in place: exp(s - max) / sum, the sum in double (the reference's
- * softmax, for attention scores and router logits alike). */
-static void shoal_cpu_softmax_row(float *s, uint32_t n)
-{
-	float mx = -INFINITY;
-	for (uint32_t t = 0; t < n; t++)
-		if (s[t] > mx)
-			mx = s[t];
-	double sum = 0;
-	for (uint32_t t = 0; t < n; t++) {
-		s[t] = expf(s[t] - mx);
-		sum += s[t];
-	}
-	float inv = (float)(1.0 / sum);
-	for (uint32_t t = 0; t < n; t++)
-		s[t] *= inv;
-}
-
 static void shoal_cpu_attn_worker(void *ctx, uint32_t ith, uint32_t nth)
 {
 	shoal_backend *b = ctx;
@@ -269,7 +251,7 @@ static void shoal_cpu_attn_worker(void *ctx, uint32_t ith, uint32_t nth)
 		uint32_t n = a->n_kv[r];
 		b->k->attn_scores(q, (int)group, (int)hd, kc, kv_ld, (int)n, a->scale, sc, C);
 		for (uint32_t g = 0; g < group; g++)
-			shoal_cpu_softmax_row(sc + g * C, n);
+			b->k->softmax(sc + g * C, (int)n);
 		b->k->attn_values(sc, C, (int)group, (int)hd, vc, kv_ld, (int)n, o);
 	}
 	(void)nth;
@@ -356,7 +338,7 @@ static void shoal_cpu_softmax(shoal_backend *b, float *x, uint32_t n, uint32_t n
 {
 	(void)b;
 	for (uint32_t r = 0; r < n_rows; r++)
-		shoal_cpu_softmax_row(x + (size_t)r * ld, n);
+		b->k->softmax(x + (size_t)r * ld, (int)n);
 }
 
 /* k passes of selection (k is small): strict > keeps the lower index on
@@ -422,16 +404,16 @@ static void *shoal_cpu_buf_host(shoal_backend_buf *buf)
 	return buf->p;
 }
 
-static void shoal_cpu_buf_set(shoal_backend *b, shoal_backend_buf *buf, size_t off,
-                              const void *src, size_t n)
+static void shoal_cpu_buf_set(shoal_backend *b, shoal_backend_buf *buf, size_t off, const void *src,
+                              size_t n)
 {
 	(void)b;
 	SHOAL_ASSERT(off <= buf->bytes && n <= buf->bytes - off);
 	memcpy(buf->p + off, src, n);
 }
 
-static void shoal_cpu_buf_get(shoal_backend *b, const shoal_backend_buf *buf, size_t off,
-                              void *dst, size_t n)
+static void shoal_cpu_buf_get(shoal_backend *b, const shoal_backend_buf *buf, size_t off, void *dst,
+                              size_t n)
 {
 	(void)b;
 	SHOAL_ASSERT(off <= buf->bytes && n <= buf->bytes - off);

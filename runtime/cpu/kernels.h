@@ -56,6 +56,13 @@ typedef struct shoal_kernels {
 	                    float scale, float *s, size_t s_ld);
 	void (*attn_values)(const float *p, size_t p_ld, int ng, int hd, const float *v,
 	                    size_t v_ld, int n, float *o);
+
+	/* s[n] in place: e_t = exp(s_t - max) by kernels_impl.h's
+	 * kernels__exp_neg, then e_t * (float)(1 / sum), the sum in double as
+	 * 8 partial sums over t = j mod 8 reduced as attn_scores reduces its
+	 * lanes, plus the n % 8 tail in order. Every table gives the scalar
+	 * table's bits. */
+	void (*softmax)(float *s, int n);
 } shoal_kernels;
 
 /* The activation type that weights of type wt multiply with. */

@@ -242,6 +242,41 @@ static inline int kernels__iq4xs_scale(const kernels__block_iq4_xs *b, int ib)
  * matter and sharing it keeps quantized activations identical on every ISA. */
 void kernels__quantize_act(shoal_dtype act, const float *x, void *out, int64_t n);
 
+/* exp(x) for the softmax's x <= 0, the steps every table's vector twin
+ * takes (products and sums rounded one by one, never fused): k = x log2 e
+ * rounded to nearest by adding and subtracting 1.5 * 2^23; r = (x - k
+ * ln2_hi) - k ln2_lo (ln2_hi has 12 trailing zero bits, so k ln2_hi is
+ * exact); the Taylor polynomial of degree 7 in r (|r| <= 0.35: its
+ * truncation error is below 1e-8) by Horner; times 2^k from the exponent
+ * bits. 0 below -87 (where 2^k would leave the normal range) and for NaN.
+ * Within a few ulp of libm's expf (tests/unit/test_kernels.c). */
+#define KERNELS__EXP_LOG2E  1.44269504f
+#define KERNELS__EXP_SHIFT  12582912.0f
+#define KERNELS__EXP_LN2_HI 0.693145751953125f
+#define KERNELS__EXP_LN2_LO 1.428606765330187e-06f
+#define KERNELS__EXP_MIN    (-87.0f)
+static const float kernels__exp_c[8] = {1.0f,         1.0f,          0.5f,          0.16666667f,
+                                        0.041666668f, 0.0083333338f, 0.0013888889f, 1.9841270e-4f};
+
+static inline float kernels__exp_neg(float x)
+{
+	if (!(x >= KERNELS__EXP_MIN))
+		return 0.0f;
+	float t = x * KERNELS__EXP_LOG2E;
+	float k = (t + KERNELS__EXP_SHIFT) - KERNELS__EXP_SHIFT;
+	float r = (x - k * KERNELS__EXP_LN2_HI) - k * KERNELS__EXP_LN2_LO;
+	float p = kernels__exp_c[7];
+	for (int i = 6; i >= 0; i--)
+		p = p * r + kernels__exp_c[i];
+	uint32_t bits = (uint32_t)((int32_t)k + 127) << 23;
+	float s;
+	memcpy(&s, &bits, sizeof s);
+	return p * s;
+}
+
+/* The scalar table's softmax (kernels.h), for tables without their own. */
+void kernels__softmax(float *s, int n);
+
 extern const shoal_kernels kernels__scalar;
 #if defined(__x86_64__) || defined(_M_X64)
 extern const shoal_kernels kernels__avx2;

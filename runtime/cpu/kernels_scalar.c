@@ -18,6 +18,8 @@
  *   Q5_K, Q2_K: as Q4_K (Q2_K: 16 sub-blocks, 4-bit scale and min);
  *     Q3_K, IQ4_XS: as Q6_K, isum = sum_j sc_j * dot_j over the sub-blocks.
  */
+#include <math.h>
+
 #include "runtime/cpu/kernels_shell.h"
 #include "runtime/cpu/quant.h"
 
@@ -363,6 +365,30 @@ static void ks_attn_values(const float *p, size_t p_ld, int ng, int hd, const fl
 				o[(size_t)g * hd + d] += pt * vt[d];
 		}
 }
+
+void kernels__softmax(float *s, int n)
+{
+	float mx = -INFINITY;
+	for (int t = 0; t < n; t++)
+		mx = s[t] > mx ? s[t] : mx;
+	double p[8] = {0};
+	int t = 0;
+	for (; t + 8 <= n; t += 8)
+		for (int j = 0; j < 8; j++) {
+			s[t + j] = kernels__exp_neg(s[t + j] - mx);
+			p[j] += s[t + j];
+		}
+	double tail = 0.0;
+	for (; t < n; t++) {
+		s[t] = kernels__exp_neg(s[t] - mx);
+		tail += s[t];
+	}
+	double s0 = p[0] + p[4], s1 = p[1] + p[5], s2 = p[2] + p[6], s3 = p[3] + p[7];
+	float inv = (float)(1.0 / (((s0 + s2) + (s1 + s3)) + tail));
+	for (t = 0; t < n; t++)
+		s[t] *= inv;
+}
+#define ks_softmax kernels__softmax
 
 /* ---- the table ---------------------------------------------------------------- */
 

@@ -405,8 +405,8 @@ static inline void kernels__ops_run(const kernels__ops *ops, shoal_dtype wt, int
 
 /* The table `symbol` named isa_name, computing with the ops given after p
  * (designated initialisers of kernels__ops; p prefixes its static names),
- * the activation converter attn##_quantize_act and the attention loops
- * attn##_attn_scores and attn##_attn_values. */
+ * the activation converter attn##_quantize_act, the attention loops
+ * attn##_attn_scores and attn##_attn_values and attn##_softmax. */
 #define KERNELS__TABLE(symbol, isa_name, p, attn, ...)                                             \
 	static const kernels__ops p##_ops = {__VA_ARGS__};                                         \
 	static void p##_gemv(shoal_dtype wt, int64_t n, const void *w, size_t row_bytes,           \
@@ -428,6 +428,7 @@ static inline void kernels__ops_run(const kernels__ops *ops, shoal_dtype wt, int
 	    .gemm = p##_gemm,                                                                      \
 	    .attn_scores = attn##_attn_scores,                                                     \
 	    .attn_values = attn##_attn_values,                                                     \
+	    .softmax = attn##_softmax,                                                             \
 	}
 
 #endif

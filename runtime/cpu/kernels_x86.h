@@ -16,6 +16,7 @@
 #define SHOAL_RUNTIME_KERNELS_X86_H
 
 #include <immintrin.h>
+#include <math.h>
 
 #include "runtime/cpu/kernels_shell.h"
 #include "runtime/cpu/quant.h"
@@ -480,6 +481,60 @@ static void kernels__x86_quantize_act(shoal_dtype act, const float *x, void *out
 		                               _mm256_packs_epi32(q[2], q[3]));
 		_mm256_storeu_si256((__m256i *)b[i].qs, _mm256_permutevar8x32_epi32(p, order));
 	}
+}
+
+/* ---- softmax (kernels.h; kernels__exp_neg's steps, 8 lanes) ---------------------- */
+
+KERNELS__INLINE __m256 kernels__x86_exp_neg(__m256 x)
+{
+	const __m256 ok = _mm256_cmp_ps(x, _mm256_set1_ps(KERNELS__EXP_MIN), _CMP_GE_OQ);
+	const __m256 sh = _mm256_set1_ps(KERNELS__EXP_SHIFT);
+	__m256 t = _mm256_mul_ps(x, _mm256_set1_ps(KERNELS__EXP_LOG2E));
+	__m256 k = _mm256_sub_ps(_mm256_add_ps(t, sh), sh);
+	__m256 r =
+	    _mm256_sub_ps(_mm256_sub_ps(x, _mm256_mul_ps(k, _mm256_set1_ps(KERNELS__EXP_LN2_HI))),
+	                  _mm256_mul_ps(k, _mm256_set1_ps(KERNELS__EXP_LN2_LO)));
+	__m256 p = _mm256_set1_ps(kernels__exp_c[7]);
+	for (int i = 6; i >= 0; i--)
+		p = _mm256_add_ps(_mm256_mul_ps(p, r), _mm256_set1_ps(kernels__exp_c[i]));
+	__m256i e = _mm256_slli_epi32(
+	    _mm256_add_epi32(_mm256_cvtps_epi32(_mm256_and_ps(k, ok)), _mm256_set1_epi32(127)), 23);
+	return _mm256_and_ps(_mm256_mul_ps(p, _mm256_castsi256_ps(e)), ok);
+}
+
+static void kernels__x86_softmax(float *s, int n)
+{
+	__m256 m8 = _mm256_set1_ps(-INFINITY);
+	int t = 0;
+	for (; t + 8 <= n; t += 8)
+		m8 = _mm256_max_ps(_mm256_loadu_ps(s + t), m8); /* NaN lanes keep m8, as s > mx */
+	float mx = -INFINITY;
+	float lanes[8];
+	_mm256_storeu_ps(lanes, m8);
+	for (int j = 0; j < 8; j++)
+		mx = lanes[j] > mx ? lanes[j] : mx;
+	for (int i = t; i < n; i++)
+		mx = s[i] > mx ? s[i] : mx;
+	const __m256 vm = _mm256_set1_ps(mx);
+	__m256d lo = _mm256_setzero_pd(), hi = _mm256_setzero_pd();
+	for (t = 0; t + 8 <= n; t += 8) {
+		__m256 e = kernels__x86_exp_neg(_mm256_sub_ps(_mm256_loadu_ps(s + t), vm));
+		_mm256_storeu_ps(s + t, e);
+		lo = _mm256_add_pd(lo, _mm256_cvtps_pd(_mm256_castps256_ps128(e)));
+		hi = _mm256_add_pd(hi, _mm256_cvtps_pd(_mm256_extractf128_ps(e, 1)));
+	}
+	double tail = 0.0;
+	for (int i = t; i < n; i++) {
+		s[i] = kernels__exp_neg(s[i] - mx);
+		tail += s[i];
+	}
+	double q[4];
+	_mm256_storeu_pd(q, _mm256_add_pd(lo, hi));
+	const __m256 inv = _mm256_set1_ps((float)(1.0 / (((q[0] + q[2]) + (q[1] + q[3])) + tail)));
+	for (t = 0; t + 8 <= n; t += 8)
+		_mm256_storeu_ps(s + t, _mm256_mul_ps(_mm256_loadu_ps(s + t), inv));
+	for (int i = t; i < n; i++)
+		s[i] *= _mm256_cvtss_f32(inv);
 }
 
 /* ---- attention (kernels.h's order; products and sums, never fused) -------------

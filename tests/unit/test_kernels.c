@@ -512,6 +512,55 @@ static void test_attention(void)
 	}
 }
 
+/* The softmax: kernels__exp_neg within 4 ulp of libm's expf on [-87, 0]
+ * (and 0 below, and for NaN); every table's softmax bitwise the scalar
+ * table's, rows summing to 1, for lengths with and without a tail. */
+static void test_softmax(void)
+{
+	double worst = 0;
+	for (int i = 0; i <= 200000; i++) {
+		float x = -87.0f * (float)i / 200000.0f;
+		float a = kernels__exp_neg(x), r = expf(x);
+		double ulp = fabs((double)a - r) / (nextafterf(r, INFINITY) - r);
+		if (ulp > worst)
+			worst = ulp;
+	}
+	printf("  exp_neg: worst %.2f ulp against expf on [-87, 0]\n", worst);
+	ASSERT_TRUE(worst <= 4.0);
+	ASSERT_TRUE(kernels__exp_neg(-88.0f) == 0.0f && kernels__exp_neg(-INFINITY) == 0.0f);
+	ASSERT_TRUE(kernels__exp_neg(NAN) == 0.0f && kernels__exp_neg(0.0f) == 1.0f);
+	static const int lens[] = {1, 7, 8, 9, 64, 100, 1100};
+	const shoal_kernels *ks = shoal_kernels_scalar();
+	for (size_t li = 0; li < sizeof lens / sizeof lens[0]; li++) {
+		int n = lens[li];
+		float *x = malloc(sizeof(float) * n), *a = malloc(sizeof(float) * n),
+		      *b = malloc(sizeof(float) * n);
+		ASSERT_TRUE(x && a && b);
+		for (int t = 0; t < n; t++)
+			x[t] = rnd() * (t % 5 ? 12.0f : 120.0f);
+		if (n > 8)
+			x[3] = -INFINITY;
+		memcpy(a, x, sizeof(float) * n);
+		ks->softmax(a, n);
+		double sum = 0;
+		for (int t = 0; t < n; t++)
+			sum += a[t];
+		ASSERT_NEAR(sum, 1.0, 1e-5);
+		for (size_t ii = 0; ii < sizeof isa_names / sizeof isa_names[0]; ii++) {
+			const shoal_kernels *k = shoal_kernels_by_name(isa_names[ii]);
+			if (!k || k == ks)
+				continue;
+			memcpy(b, x, sizeof(float) * n);
+			k->softmax(b, n);
+			if (memcmp(a, b, sizeof(float) * n))
+				TEST_FAIL_("%s softmax differs from scalar (n %d)", k->isa, n);
+		}
+		free(x);
+		free(a);
+		free(b);
+	}
+}
+
 int main(int argc, char **argv)
 {
 	const char *q = getenv("SHOAL_KERNELS_QUICK");
@@ -520,7 +569,7 @@ int main(int argc, char **argv)
 	    TEST_CASE(test_act_types),           TEST_CASE(test_hand_dot_q8_0),
 	    TEST_CASE(test_quantize_act_shared), TEST_CASE(test_tables_against_scalar),
 	    TEST_CASE(test_family_bitwise),      TEST_CASE(test_best_table),
-	    TEST_CASE(test_attention),
+	    TEST_CASE(test_attention),           TEST_CASE(test_softmax),
 	};
 	return test_run_(cases, sizeof cases / sizeof cases[0]);
 }
