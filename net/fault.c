@@ -11,14 +11,15 @@
 #include "net/fault.h"
 
 #include <errno.h>
+#include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 #ifdef SHOAL_TEST_HOOKS
 
 #include <pthread.h>
+#include <sys/stat.h>
 #include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
 
 #include "base/log.h"
 
@@ -38,6 +39,8 @@ static pthread_once_t fault_once = PTHREAD_ONCE_INIT;
 static pthread_mutex_t fault_lock = PTHREAD_MUTEX_INITIALIZER;
 static fault_rule fault_rules[FAULT_RULES_MAX];
 static int fault_n_rules;
+static const char *fault_file;  /* SHOAL_TEST_FAULT=@FILE, else NULL */
+static int64_t fault_stamp[4]; /* its size, mtime and inode when last read */
 
 static const char *const fault_names[] = {
     [SHOAL_FAULT_DROP] = "drop",
@@ -109,15 +112,12 @@ static int fault_parse_rule(char *s, fault_rule *r)
 	return 0;
 }
 
-static void fault_init(void)
+/* Parse rules text (modified) into the table, replacing what was there. */
+static void fault_parse(char *rules)
 {
-	const char *env = getenv("SHOAL_TEST_FAULT");
-	if (!env || !*env)
-		return;
-	char *copy = strdup(env), *save = NULL;
-	if (!copy)
-		return;
-	for (char *rule = strtok_r(copy, ",", &save); rule; rule = strtok_r(NULL, ",", &save)) {
+	char *save = NULL;
+	fault_n_rules = 0;
+	for (char *rule = strtok_r(rules, ",\n", &save); rule; rule = strtok_r(NULL, ",\n", &save)) {
 		char text[128];
 		snprintf(text, sizeof text, "%s", rule);
 		if (fault_n_rules == FAULT_RULES_MAX ||
@@ -129,16 +129,62 @@ static void fault_init(void)
 		SHOAL_LOG_W("fault", "test hook armed: %s", text);
 		fault_n_rules++;
 	}
+}
+
+static void fault_init(void)
+{
+	const char *env = getenv("SHOAL_TEST_FAULT");
+	if (!env || !*env)
+		return;
+	if (env[0] == '@') {
+		fault_file = env + 1;
+		return;
+	}
+	char *copy = strdup(env);
+	if (copy)
+		fault_parse(copy);
 	free(copy);
+}
+
+/* SHOAL_TEST_FAULT=@FILE: re-read FILE whenever its size or mtime change
+ * (a stat per frame: tests only); a missing or empty file arms nothing.
+ * Called with the lock held. */
+static void fault_reload(void)
+{
+	struct stat st;
+	if (stat(fault_file, &st)) {
+		fault_n_rules = 0;
+		memset(fault_stamp, 0, sizeof fault_stamp);
+		return;
+	}
+#ifdef __APPLE__
+	long ns = st.st_mtimespec.tv_nsec;
+#else
+	long ns = st.st_mtim.tv_nsec;
+#endif
+	int64_t stamp[4] = {(int64_t)st.st_size, (int64_t)st.st_mtime, ns, (int64_t)st.st_ino};
+	if (!memcmp(stamp, fault_stamp, sizeof stamp))
+		return;
+	memcpy(fault_stamp, stamp, sizeof stamp);
+	char text[1024] = "";
+	FILE *fp = fopen(fault_file, "r");
+	if (fp) {
+		size_t n = fread(text, 1, sizeof text - 1, fp);
+		text[n] = 0;
+		fclose(fp);
+	}
+	fault_parse(text);
 }
 
 shoal_fault_kind shoal_fault_next(const char *link, const char *what, shoal_fault *f)
 {
 	pthread_once(&fault_once, fault_init);
 	f->kind = SHOAL_FAULT_NONE;
-	if (!fault_n_rules)
+	if (!fault_n_rules && !fault_file)
 		return SHOAL_FAULT_NONE;
 	pthread_mutex_lock(&fault_lock);
+	if (fault_file)
+		fault_reload();
 	for (int i = 0; i < fault_n_rules && !f->kind; i++) {
 		fault_rule *r = &fault_rules[i];
 		if (strcmp(r->link, link) || (r->kind_name[0] && (!what || strcmp(r->kind_name, what))))
@@ -171,6 +217,33 @@ shoal_fault_kind shoal_fault_next(const char *link, const char *what, shoal_faul
 }
 
 #endif
+
+int shoal_fault_message(const char *link, const void **buf, size_t *len, void **copy)
+{
+	shoal_fault f;
+	*copy = NULL;
+	switch (shoal_fault_next(link, NULL, &f)) {
+	case SHOAL_FAULT_DROP:
+		return 1;
+	case SHOAL_FAULT_DELAY:
+		shoal_fault_sleep(f.delay_ms);
+		return 0;
+	case SHOAL_FAULT_TRUNCATE:
+		*len = *len ? (size_t)(f.pick % *len) : 0;
+		return 0;
+	case SHOAL_FAULT_CORRUPT:
+		if (!*len)
+			return 0;
+		if (!(*copy = malloc(*len)))
+			return 1;
+		memcpy(*copy, *buf, *len);
+		shoal_fault_flip(*copy, *len, f.pick);
+		*buf = *copy;
+		return 0;
+	default:
+		return 0;
+	}
+}
 
 void shoal_fault_flip(uint8_t *buf, size_t len, uint64_t pick)
 {

@@ -26,6 +26,10 @@
  *          ms=MS     delay (default 200)
  *          kind=K    tcp: only frames of this kind ("hidden", "token"...)
  *
+ * SHOAL_TEST_FAULT=@FILE reads the rules (comma- or line-separated) from
+ * FILE instead, again whenever it changes, with fresh counters: a test
+ * arms faults on a running node by writing the file.
+ *
  * Each fault is logged (part "fault", warning level), so a test can check
  * that it happened. Counters are per process and per rule, under a lock.
  */
@@ -52,6 +56,12 @@ typedef struct shoal_fault {
 /* What to do with the next frame on LINK ("tcp", "ctl", "swim"); what is
  * its kind name or NULL. Fills *f; SHOAL_FAULT_NONE for most frames. */
 shoal_fault_kind shoal_fault_next(const char *link, const char *what, shoal_fault *f);
+
+/* The hook on a message that goes out whole (ctl, swim): 1 when it is
+ * dropped; else send *buf[*len], which a truncate shortened and a corrupt
+ * points at a damaged copy in *copy (the caller frees it; else NULL). A
+ * delay sleeps here, in the sender's thread. */
+int shoal_fault_message(const char *link, const void **buf, size_t *len, void **copy);
 
 /* Flip one bit of buf[len] (len > 0) chosen by pick. */
 void shoal_fault_flip(uint8_t *buf, size_t len, uint64_t pick);
