@@ -553,7 +553,7 @@ shoal_err shoal_ctl_reply(shoal_ctl *ctl, const shoal_ctl_route *to, const void 
 		return shoal_ctl_send(ctl, to->endpoint, buf, len);
 	}
 	void *copy;
-	if (shoal_fault_message("ctl", &buf, &len, &copy)) /* test hook: net/fault.h */
+	if (shoal_fault_message("ctl", "reply", &buf, &len, &copy)) /* test hook */
 		return SHOAL_OK;
 	int bad = zmq_send(ctl->router, to->id, to->len, ZMQ_SNDMORE | ZMQ_DONTWAIT) < 0 ||
 	          zmq_send(ctl->router, buf, len, ZMQ_DONTWAIT) < 0;
@@ -611,7 +611,7 @@ shoal_err shoal_ctl_send(shoal_ctl *ctl, const char *endpoint, const void *buf, 
 	}
 	d->last_used_ms = shoal_clock_now_ms();
 	void *copy;
-	if (shoal_fault_message("ctl", &buf, &len, &copy)) /* test hook: net/fault.h */
+	if (shoal_fault_message("ctl", "send", &buf, &len, &copy)) /* test hook */
 		return SHOAL_OK;
 	int bad = zmq_send(d->sock, buf, len, ZMQ_DONTWAIT) < 0;
 	free(copy);
@@ -723,7 +723,7 @@ shoal_err shoal_ctl_client_send(shoal_ctl_client *c, const void *const *bufs, co
 	const void *last = n > 0 ? bufs[n - 1] : NULL;
 	size_t last_len = n > 0 ? lens[n - 1] : 0;
 	void *copy = NULL;
-	if (n > 0 && shoal_fault_message("ctl", &last, &last_len, &copy))
+	if (n > 0 && shoal_fault_message("ctl", "client", &last, &last_len, &copy))
 		return SHOAL_OK;
 	shoal_err e = SHOAL_OK;
 	for (int i = 0; i < n && !e; i++)

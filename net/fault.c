@@ -218,11 +218,12 @@ shoal_fault_kind shoal_fault_next(const char *link, const char *what, shoal_faul
 
 #endif
 
-int shoal_fault_message(const char *link, const void **buf, size_t *len, void **copy)
+int shoal_fault_message(const char *link, const char *what, const void **buf, size_t *len,
+                        void **copy)
 {
 	shoal_fault f;
 	*copy = NULL;
-	switch (shoal_fault_next(link, NULL, &f)) {
+	switch (shoal_fault_next(link, what, &f)) {
 	case SHOAL_FAULT_DROP:
 		return 1;
 	case SHOAL_FAULT_DELAY:

@@ -24,7 +24,10 @@
  *                    (default 1), drawn from seed: runs repeat exactly
  *          seed=S    (default 1) also picks the byte and bit
  *          ms=MS     delay (default 200)
- *          kind=K    tcp: only frames of this kind ("hidden", "token"...)
+ *          kind=K    tcp: only frames of this kind ("hidden", "token"...);
+ *                    ctl: "reply" (ROUTER: answers to clients, such as
+ *                    RUN_TOKEN), "send" (DEALER: gossip, requests to
+ *                    peers) or "client" (shoal run/status requests)
  *
  * SHOAL_TEST_FAULT=@FILE reads the rules (comma- or line-separated) from
  * FILE instead, again whenever it changes, with fresh counters: a test
@@ -61,7 +64,8 @@ shoal_fault_kind shoal_fault_next(const char *link, const char *what, shoal_faul
  * dropped; else send *buf[*len], which a truncate shortened and a corrupt
  * points at a damaged copy in *copy (the caller frees it; else NULL). A
  * delay sleeps here, in the sender's thread. */
-int shoal_fault_message(const char *link, const void **buf, size_t *len, void **copy);
+int shoal_fault_message(const char *link, const char *what, const void **buf, size_t *len,
+                        void **copy);
 
 /* Flip one bit of buf[len] (len > 0) chosen by pick. */
 void shoal_fault_flip(uint8_t *buf, size_t len, uint64_t pick);

@@ -578,7 +578,7 @@ static void send_msg(shoal_swim *sw, const char *ep, shoal_wire_msg *msg)
 	const void *data = sw->out.data;
 	size_t len = sw->out.len;
 	void *copy;
-	if (!shoal_fault_message("swim", &data, &len, &copy)) /* test hook: net/fault.h */
+	if (!shoal_fault_message("swim", NULL, &data, &len, &copy)) /* test hook: net/fault.h */
 		sw->ops->send(sw->ctx, ep, data, len);
 	free(copy);
 }
