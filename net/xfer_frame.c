@@ -422,8 +422,8 @@ shoal_err shoal_xfer_frame_check_head(const uint8_t *hdr, char *why, size_t why_
 	uint32_t want = get32(hdr + SHOAL_XFER_OFF_HEAD_CRC), got = shoal_xfer_frame_head_crc(hdr);
 	if (want != got)
 		return shoal_why(why, why_len, SHOAL_ERR_PROTO,
-		                 "frame header checksum %08x, expected %08x: damaged in transit",
-		                 got, want);
+		                 "frame header checksum %08x, expected %08x: %s", got, want,
+		                 want ? "damaged in transit" : "none sent (a peer of an older version?)");
 	return SHOAL_OK;
 }
 
