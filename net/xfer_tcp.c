@@ -197,8 +197,9 @@ shoal_err xfer__tcp_new(int fd, uint32_t max_frame, xfer__tcp **out, char *why, 
 	}
 	int one = 1;
 	int fl = fcntl(fd, F_GETFL);
+	/* A unix socket (tests/fuzz/fuzz_xfer_stream.c) has no Nagle to turn off. */
 	if (fl < 0 || fcntl(fd, F_SETFL, fl | O_NONBLOCK) ||
-	    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one)) {
+	    (setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one) && errno != EOPNOTSUPP)) {
 		shoal_why(why, why_len, SHOAL_ERR_IO, "socket options: %s", strerror(errno));
 		t->fd = -1; /* the caller still owns fd on failure */
 		free(t->rx);
