@@ -96,7 +96,11 @@ case_ ctl delay "ctl:delay:kind=reply" d1 same
 case_ ctl drop "ctl:drop:kind=reply:skip=3" d1 any
 case_ ctl truncate "ctl:truncate:kind=reply:skip=2" d1 any
 case_ ctl corrupt "ctl:corrupt:kind=reply:skip=4:seed=9" d1 last
-grep -q "got 15 of the 16 tokens" "$T/r-ctl-drop.err" || fail "ctl drop: the lost token was not reported"
+# the owner's other replies (link probes' acks) pass the same hook: once
+# more, later, if the one dropped was not a token
+lost() { grep -q "got 15 of the 16 tokens" "$T/r-ctl-drop.err"; }
+lost || case_ ctl drop "ctl:drop:kind=reply:skip=6" d1 any
+lost || fail "ctl drop: the lost token was not reported"
 
 # 3. gossip
 RULES="swim:drop:n=0:p=0.3,swim:corrupt:n=0:p=0.1,swim:truncate:n=0:p=0.1,swim:delay:n=0:p=0.05:ms=20"
