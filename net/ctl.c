@@ -13,6 +13,7 @@
  *      checked before the payload reaches on_message; bad frames are dropped
  *      with a rate-limited log line.
  *   3. Sends never block (ZMQ_DONTWAIT); a full queue drops the message.
+ * Every send passes the fault-injection test hook (net/fault.h, "ctl").
  */
 #include "net/ctl.h"
 
@@ -28,6 +29,7 @@
 
 #include "base/clock.h"
 #include "base/log.h"
+#include "net/fault.h"
 
 #define SHOAL_CTL_ZAP_ENDPOINT "inproc://zeromq.zap.01" /* fixed by RFC 27 */
 #define SHOAL_CTL_MON_ENDPOINT "inproc://shoal-ctl-monitor"
@@ -550,8 +552,13 @@ shoal_err shoal_ctl_reply(shoal_ctl *ctl, const shoal_ctl_route *to, const void 
 			return SHOAL_ERR_INVAL;
 		return shoal_ctl_send(ctl, to->endpoint, buf, len);
 	}
-	if (zmq_send(ctl->router, to->id, to->len, ZMQ_SNDMORE | ZMQ_DONTWAIT) < 0 ||
-	    zmq_send(ctl->router, buf, len, ZMQ_DONTWAIT) < 0) {
+	void *copy;
+	if (shoal_fault_message("ctl", "reply", &buf, &len, &copy)) /* test hook */
+		return SHOAL_OK;
+	int bad = zmq_send(ctl->router, to->id, to->len, ZMQ_SNDMORE | ZMQ_DONTWAIT) < 0 ||
+	          zmq_send(ctl->router, buf, len, ZMQ_DONTWAIT) < 0;
+	free(copy);
+	if (bad) {
 		ctl->stats.dropped++;
 		return SHOAL_ERR_BUSY;
 	}
@@ -603,7 +610,12 @@ shoal_err shoal_ctl_send(shoal_ctl *ctl, const char *endpoint, const void *buf, 
 		return SHOAL_ERR_IO;
 	}
 	d->last_used_ms = shoal_clock_now_ms();
-	if (zmq_send(d->sock, buf, len, ZMQ_DONTWAIT) < 0) {
+	void *copy;
+	if (shoal_fault_message("ctl", "send", &buf, &len, &copy)) /* test hook */
+		return SHOAL_OK;
+	int bad = zmq_send(d->sock, buf, len, ZMQ_DONTWAIT) < 0;
+	free(copy);
+	if (bad) {
 		ctl->stats.dropped++;
 		return SHOAL_ERR_BUSY;
 	}
@@ -707,10 +719,19 @@ void shoal_ctl_client_free(shoal_ctl_client *c)
 shoal_err shoal_ctl_client_send(shoal_ctl_client *c, const void *const *bufs, const size_t *lens,
                                 int n)
 {
-	for (int i = 0; i < n; i++)
-		if (zmq_send(c->sock, bufs[i], lens[i], i + 1 < n ? ZMQ_SNDMORE : 0) < 0)
-			return SHOAL_ERR_IO;
-	return SHOAL_OK;
+	/* The test hook (net/fault.h) acts on the last part, or drops them all. */
+	const void *last = n > 0 ? bufs[n - 1] : NULL;
+	size_t last_len = n > 0 ? lens[n - 1] : 0;
+	void *copy = NULL;
+	if (n > 0 && shoal_fault_message("ctl", "client", &last, &last_len, &copy))
+		return SHOAL_OK;
+	shoal_err e = SHOAL_OK;
+	for (int i = 0; i < n && !e; i++)
+		if (zmq_send(c->sock, i + 1 < n ? bufs[i] : last, i + 1 < n ? lens[i] : last_len,
+		             i + 1 < n ? ZMQ_SNDMORE : 0) < 0)
+			e = SHOAL_ERR_IO;
+	free(copy);
+	return e;
 }
 
 /* One connection event of the DEALER: SHOAL_OK to keep waiting, else the

@@ -92,12 +92,13 @@ shoal_err shoal_runmsg_encode_end(uint64_t seq, const shoal_run_end *e, shoal_wi
 	msgpack_packer pk;
 	b->len = 0;
 	msgpack_packer_init(&pk, b, shoal_wire_buf_write);
-	int rc = runmsg_head(&pk, SHOAL_CTLMSG_RUN_END, seq, 4);
+	int rc = runmsg_head(&pk, SHOAL_CTLMSG_RUN_END, seq, 5);
 	rc |= runmsg_key(&pk, "err") | msgpack_pack_uint32(&pk, (uint32_t)e->err);
 	rc |= runmsg_key(&pk, "retry") |
 	      (e->retry ? msgpack_pack_true(&pk) : msgpack_pack_false(&pk));
 	rc |= runmsg_kstr(&pk, "why", e->why, e->why_len);
 	rc |= runmsg_kstr(&pk, "text", e->text, e->text_len);
+	rc |= runmsg_key(&pk, "tokens") | msgpack_pack_uint32(&pk, e->tokens);
 	return rc ? SHOAL_ERR_NOMEM : SHOAL_OK;
 }
 
@@ -189,7 +190,7 @@ static const char *const runmsg_req_keys[] = {
     "min_p",  "repeat_penalty", "seed", "chat", "system"};
 #define RUNMSG_REQ_NEEDED 9 /* the first nine; chat and system are optional */
 static const char *const runmsg_tok_keys[] = {"id", "text", "logprob", "top_ids", "top_lps"};
-static const char *const runmsg_end_keys[] = {"err", "retry", "why", "text"};
+static const char *const runmsg_end_keys[] = {"err", "retry", "why", "text", "tokens"};
 
 static int runmsg_index(const msgpack_object *k, const char *const *keys, int n)
 {
@@ -294,6 +295,11 @@ static shoal_err runmsg_end_field(int i, const msgpack_object *o, shoal_run_end 
 		return runmsg_bool(o, k, &d->retry, why, why_len);
 	case 2:
 		return runmsg_str(o, k, SHOAL_RUN_MAX_WHY, &d->why, &d->why_len, why, why_len);
+	case 4:
+		e = runmsg_uint(o, k, UINT32_MAX, &u, why, why_len);
+		d->tokens = (uint32_t)u;
+		d->has_tokens = true;
+		return e;
 	default:
 		return runmsg_str(o, k, SHOAL_RUN_MAX_TEXT, &d->text, &d->text_len, why, why_len);
 	}
@@ -311,7 +317,7 @@ static shoal_err runmsg_fields(const msgpack_object_map *map, shoal_runmsg *m, c
 	else if (m->type == SHOAL_CTLMSG_RUN_TOKEN)
 		keys = runmsg_tok_keys, nk = 5, needed = 5;
 	else
-		keys = runmsg_end_keys, nk = 4, needed = 4;
+		keys = runmsg_end_keys, nk = 5, needed = 4; /* tokens is optional */
 	uint32_t seen = 0;
 	for (uint32_t i = 0; i < map->size; i++) {
 		int f = runmsg_index(&map->ptr[i].key, keys, nk);

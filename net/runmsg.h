@@ -15,7 +15,8 @@
  *             top_ids: [int, ...], top_lps: [float, ...]  (one per token)
  *   RUN_END   err: uint (a shoal_err; 0: the run finished), retry: bool,
  *             why: str (the reason when err != 0), text: str (the
- *             detokenizer's tail when err == 0)
+ *             detokenizer's tail when err == 0), tokens: uint (optional:
+ *             the RUN_TOKENs the owner sent before it)
  *
  * "float" accepts a msgpack float or integer, "uint" a non-negative
  * integer, "int" any integer within 32 bits. Keys not listed are ignored;
@@ -32,6 +33,9 @@
  *     request, sent again, may succeed (the plan changed under it).
  *     The client decides on err and retry, never on the text of why.
  *  5. Every reply carries the request's seq; RUN_END is the last one.
+ *  6. A client that got fewer RUN_TOKENs than RUN_END's tokens says so and
+ *     fails: a full queue drops a control message (net/ctl.c), and the
+ *     text without it is wrong.
  */
 #ifndef SHOAL_NET_RUNMSG_H
 #define SHOAL_NET_RUNMSG_H
@@ -95,6 +99,8 @@ typedef struct shoal_run_end {
 	bool retry;    /* with err: the same request may succeed if sent again */
 	const char *why, *text;
 	size_t why_len, text_len;
+	uint32_t tokens; /* RUN_TOKENs sent before this (decode: 0 if absent) */
+	bool has_tokens; /* decode: "tokens" was there (encode: always sent) */
 } shoal_run_end;
 
 /* A decoded run message: type is SHOAL_CTLMSG_RUN_*, the member of that

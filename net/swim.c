@@ -55,6 +55,7 @@
 #include <string.h>
 
 #include "base/log.h"
+#include "net/fault.h"
 #include "net/wire.h"
 
 /* ==== timing and size constants ========================================= */
@@ -574,7 +575,12 @@ static void send_msg(shoal_swim *sw, const char *ep, shoal_wire_msg *msg)
 		return;
 	sw->st.msgs_sent++;
 	sw->st.bytes_sent += sw->out.len;
-	sw->ops->send(sw->ctx, ep, sw->out.data, sw->out.len);
+	const void *data = sw->out.data;
+	size_t len = sw->out.len;
+	void *copy;
+	if (!shoal_fault_message("swim", NULL, &data, &len, &copy)) /* test hook: net/fault.h */
+		sw->ops->send(sw->ctx, ep, data, len);
+	free(copy);
 }
 
 /* A probe-family message with piggybacked updates. */

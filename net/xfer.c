@@ -690,6 +690,7 @@ static shoal_err pending_drop(xfer_pending *p, shoal_err code, const char *reaso
 		    .kind = SHOAL_XFER_KIND_ERROR, .n_aux = code, .payload_len = (uint32_t)n};
 		if (!shoal_xfer_frame_encode_head(&h, f, sizeof f, &head)) {
 			memcpy(f + head, reason, n);
+			shoal_xfer_frame_seal(f, head + n); /* as the TCP transport would */
 			ssize_t w = send(p->fd, f, head + n, MSG_NOSIGNAL);
 			(void)w; /* a peer that cannot take 351 bytes does not get them */
 		}
@@ -745,8 +746,12 @@ static shoal_err pending_hello(const xfer_pending *p, shoal_xfer_hello *hl, char
 	static const shoal_xfer_limits lim = {XFER_HELLO_FRAME_MAX, 0, 0};
 	shoal_xfer_hdr h;
 	const uint8_t *payload;
-	shoal_err e = shoal_xfer_frame_decode(p->hello, p->have, &lim, &h, NULL, NULL, &payload,
-	                                      why, why_len);
+	shoal_err e = shoal_xfer_frame_check_head(p->hello, why, why_len); /* read raw: seal here */
+	if (!e)
+		e = shoal_xfer_frame_check_body(p->hello, p->have, why, why_len);
+	if (!e)
+		e = shoal_xfer_frame_decode(p->hello, p->have, &lim, &h, NULL, NULL, &payload, why,
+		                            why_len);
 	if (e)
 		return e;
 	if (h.kind == SHOAL_XFER_KIND_ERROR)

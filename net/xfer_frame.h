@@ -25,7 +25,14 @@
  *  74  u16 layer_end
  *  76  u32 dim          payload shape (n_vec, dim): see SHOAL_XFER_KIND_*
  *  80  u32 credits      RDMA receive slots returned to the peer (TCP: 0)
- *  84  u8  zero[12]     reserved, must be zero
+ *  84  u32 head_crc     TCP: CRC-32C of bytes 0..95, this field as zero
+ *  88  u32 body_crc     TCP: CRC-32C of bytes 96..frame_len-1
+ *                       (both 0 on RDMA, whose fabric checks every packet;
+ *                       set and checked by the TCP transport, which is the
+ *                       only one whose bytes nothing else checks: the TCP
+ *                       checksum is 16 bits and misses what a NIC, a
+ *                       middlebox or memory flips; the decoder ignores them)
+ *  92  u8  zero[4]      reserved, must be zero
  *  96  row tags         n_rows x 16: u64 session, u32 position, u32 zero
  *      routes           n_routes x 12: u32 row index, u32 expert, f32 gate
  *      zero padding     up to a multiple of 16, so the payload is aligned
@@ -64,6 +71,8 @@
 #define SHOAL_XFER_ROW_SIZE    16u  /* u64 + u32 + u32 pad keeps tags 8-aligned */
 #define SHOAL_XFER_ROUTE_SIZE  12u  /* u32 row + u32 expert + f32 gate */
 #define SHOAL_XFER_OFF_CREDITS 80u  /* where a transport patches the credits field */
+#define SHOAL_XFER_OFF_HEAD_CRC 84u /* the TCP transport's checksums */
+#define SHOAL_XFER_OFF_BODY_CRC 88u
 #define SHOAL_XFER_REASON_MAX  255u /* one log line; fits a u8 length elsewhere */
 #define SHOAL_XFER_TOKEN_MAX   64u  /* admission tokens: a 32-byte MAC + 32 of context */
 #define SHOAL_XFER_DEVNAME_MAX 32u  /* "rdma_en10", "mlx5_0": IB_DEVICE_NAME_MAX is 64, we keep 31 \
@@ -167,6 +176,21 @@ shoal_err shoal_xfer_frame_peek(const uint8_t *buf, size_t len, uint32_t max_fra
 shoal_err shoal_xfer_frame_decode(const uint8_t *buf, size_t len, const shoal_xfer_limits *lim,
                                   shoal_xfer_hdr *h, shoal_xfer_row *rows, shoal_xfer_route *routes,
                                   const uint8_t **payload, char *why, size_t why_len);
+
+/* ---- checksums (the TCP transport's) ---- */
+
+/* CRC-32C (Castagnoli) of p[n], continuing crc (0 to start): chaining
+ * calls over consecutive pieces gives the CRC of their concatenation. */
+uint32_t shoal_xfer_crc32c(uint32_t crc, const void *p, size_t n);
+/* The head_crc of the header hdr[96] (its own field taken as zero). */
+uint32_t shoal_xfer_frame_head_crc(const uint8_t *hdr);
+/* Set both checksums of the whole frame buf[len] (len >= 96) in place. */
+void shoal_xfer_frame_seal(uint8_t *buf, size_t len);
+/* Check the head_crc of hdr[96] (before its frame_len is trusted), and the
+ * body_crc of the whole frame buf[len]: SHOAL_ERR_PROTO with a reason when
+ * a check fails (the bytes were damaged, or the peer seals no frames). */
+shoal_err shoal_xfer_frame_check_head(const uint8_t *hdr, char *why, size_t why_len);
+shoal_err shoal_xfer_frame_check_body(const uint8_t *buf, size_t len, char *why, size_t why_len);
 
 /* ---- fixed payload blocks ---- */
 

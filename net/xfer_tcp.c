@@ -6,7 +6,11 @@
  * creation and reused; sends gather header + payload with writev (no copy).
  * Waits are poll() with the remaining timeout, never a spin. Partial reads
  * are kept across calls (a timeout mid-frame loses nothing); a partial
- * write is finished within the timeout or breaks the stream.
+ * write is finished within the timeout or breaks the stream. Every frame
+ * is sealed with two CRC-32C (xfer_frame.h: the header's, checked before
+ * its length is trusted, and the rest's, before the frame is handed out).
+ * The fault-injection test hook (net/fault.h, link "tcp") acts on the
+ * sealed bytes, as the wire would.
  * Divisions: sockets, send, receive, ops table.
  */
 #include "net/xfer_impl.h"
@@ -24,6 +28,7 @@
 #include <unistd.h>
 
 #include "base/clock.h"
+#include "net/fault.h"
 
 struct xfer__tcp {
 	int fd;
@@ -192,8 +197,9 @@ shoal_err xfer__tcp_new(int fd, uint32_t max_frame, xfer__tcp **out, char *why, 
 	}
 	int one = 1;
 	int fl = fcntl(fd, F_GETFL);
+	/* A unix socket (tests/fuzz/fuzz_xfer_stream.c) has no Nagle to turn off. */
 	if (fl < 0 || fcntl(fd, F_SETFL, fl | O_NONBLOCK) ||
-	    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one)) {
+	    (setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one) && errno != EOPNOTSUPP)) {
 		shoal_why(why, why_len, SHOAL_ERR_IO, "socket options: %s", strerror(errno));
 		t->fd = -1; /* the caller still owns fd on failure */
 		free(t->rx);
@@ -221,22 +227,22 @@ size_t xfer__tcp_pending(const xfer__tcp *t)
 /* ---- send ------------------------------------------------------------ */
 
 /* 16 iovecs: header + up to 15 payload pieces (a frame is rarely more
- * than header + one tensor); more is refused by the link. */
+ * than header + one tensor); more is refused by the link. One more here:
+ * the sealed copy of the fixed header goes apart from the rest of iov[0]. */
 #define XFER_TCP_IOV_MAX 16
 
-static shoal_err tcp_send(void *tp, const struct iovec *iov_in, int iovcnt, size_t total,
-                          int timeout_ms, int *partial, char *why, size_t why_len)
+static void put32le(uint8_t *p, uint32_t v)
 {
-	xfer__tcp *t = tp;
-	struct iovec iov[XFER_TCP_IOV_MAX];
-	if (iovcnt > XFER_TCP_IOV_MAX)
-		return shoal_why(why, why_len, SHOAL_ERR_RANGE, "%d iovecs (max %d)", iovcnt,
-		                 XFER_TCP_IOV_MAX);
-	memcpy(iov, iov_in, (size_t)iovcnt * sizeof *iov);
-	int64_t deadline = timeout_ms < 0 ? -1 : (int64_t)shoal_clock_now_ms() + timeout_ms;
+	for (int i = 0; i < 4; i++)
+		p[i] = (uint8_t)(v >> (8 * i));
+}
+
+/* Write iov[iovcnt] (total bytes, iov is consumed) by deadline. */
+static shoal_err tcp_write(xfer__tcp *t, struct iovec *iov, int iovcnt, size_t total,
+                           int64_t deadline, int *partial, char *why, size_t why_len)
+{
 	size_t sent = 0;
 	int first = 0;
-	*partial = 0;
 	while (sent < total) {
 		struct msghdr mh = {.msg_iov = iov + first, .msg_iovlen = (size_t)(iovcnt - first)};
 		ssize_t n = sendmsg(t->fd, &mh, MSG_NOSIGNAL);
@@ -275,6 +281,79 @@ static shoal_err tcp_send(void *tp, const struct iovec *iov_in, int iovcnt, size
 	return SHOAL_OK;
 }
 
+/* The test hook's faults on a sealed frame iov[iovcnt] of total bytes. */
+static shoal_err tcp_send_faulty(xfer__tcp *t, const shoal_fault *f, struct iovec *iov,
+                                 int iovcnt, size_t total, int64_t deadline, int *partial,
+                                 char *why, size_t why_len)
+{
+	if (f->kind == SHOAL_FAULT_DROP)
+		return SHOAL_OK;
+	if (f->kind == SHOAL_FAULT_DELAY) {
+		shoal_fault_sleep(f->delay_ms);
+		return tcp_write(t, iov, iovcnt, total, deadline, partial, why, why_len);
+	}
+	if (f->kind == SHOAL_FAULT_TRUNCATE) { /* a prefix of 1..total-1 bytes, then EOF */
+		size_t cut = 1 + f->pick % (total - 1), left = cut;
+		int n = 0;
+		while (left) {
+			if (iov[n].iov_len > left)
+				iov[n].iov_len = left;
+			left -= iov[n++].iov_len;
+		}
+		shoal_err e = tcp_write(t, iov, n, cut, deadline, partial, why, why_len);
+		shutdown(t->fd, SHUT_WR);
+		return e;
+	}
+	uint8_t *flat = malloc(total); /* corrupt: one bit of a copy */
+	if (!flat)
+		return shoal_why(why, why_len, SHOAL_ERR_NOMEM, "test hook: no memory");
+	size_t at = 0;
+	for (int i = 0; i < iovcnt; i++) {
+		memcpy(flat + at, iov[i].iov_base, iov[i].iov_len);
+		at += iov[i].iov_len;
+	}
+	shoal_fault_flip(flat, total, f->pick);
+	struct iovec one = {.iov_base = flat, .iov_len = total};
+	shoal_err e = tcp_write(t, &one, 1, total, deadline, partial, why, why_len);
+	free(flat);
+	return e;
+}
+
+static shoal_err tcp_send(void *tp, const struct iovec *iov_in, int iovcnt, size_t total,
+                          int timeout_ms, int *partial, char *why, size_t why_len)
+{
+	xfer__tcp *t = tp;
+	struct iovec iov[XFER_TCP_IOV_MAX + 1];
+	uint8_t hdr[SHOAL_XFER_HDR_SIZE];
+	*partial = 0;
+	if (iovcnt > XFER_TCP_IOV_MAX)
+		return shoal_why(why, why_len, SHOAL_ERR_RANGE, "%d iovecs (max %d)", iovcnt,
+		                 XFER_TCP_IOV_MAX);
+	if (iovcnt < 1 || iov_in[0].iov_len < SHOAL_XFER_HDR_SIZE)
+		return shoal_why(why, why_len, SHOAL_ERR_RANGE, "no frame header in iov[0]");
+	/* Seal a copy of the header: the caller's iovecs are read only. */
+	memcpy(hdr, iov_in[0].iov_base, SHOAL_XFER_HDR_SIZE);
+	int n = 0;
+	iov[n++] = (struct iovec){.iov_base = hdr, .iov_len = SHOAL_XFER_HDR_SIZE};
+	if (iov_in[0].iov_len > SHOAL_XFER_HDR_SIZE)
+		iov[n++] = (struct iovec){.iov_base = (uint8_t *)iov_in[0].iov_base +
+		                                      SHOAL_XFER_HDR_SIZE,
+		                          .iov_len = iov_in[0].iov_len - SHOAL_XFER_HDR_SIZE};
+	for (int i = 1; i < iovcnt; i++)
+		if (iov_in[i].iov_len)
+			iov[n++] = iov_in[i];
+	uint32_t body = 0;
+	for (int i = 1; i < n; i++)
+		body = shoal_xfer_crc32c(body, iov[i].iov_base, iov[i].iov_len);
+	put32le(hdr + SHOAL_XFER_OFF_BODY_CRC, body);
+	put32le(hdr + SHOAL_XFER_OFF_HEAD_CRC, shoal_xfer_frame_head_crc(hdr));
+	int64_t deadline = timeout_ms < 0 ? -1 : (int64_t)shoal_clock_now_ms() + timeout_ms;
+	shoal_fault f;
+	if (shoal_fault_next("tcp", shoal_xfer_kind_name(hdr[6]), &f))
+		return tcp_send_faulty(t, &f, iov, n, total, deadline, partial, why, why_len);
+	return tcp_write(t, iov, n, total, deadline, partial, why, why_len);
+}
+
 /* ---- receive --------------------------------------------------------- */
 
 static shoal_err tcp_recv(void *tp, int timeout_ms, const uint8_t **buf, size_t *len, char *why,
@@ -292,11 +371,16 @@ static shoal_err tcp_recv(void *tp, int timeout_ms, const uint8_t **buf, size_t 
 			uint32_t fl;
 			shoal_err e = shoal_xfer_frame_peek(t->rx, t->rx_have, t->max_frame, &fl,
 			                                    why, why_len);
+			if (!e)
+				e = shoal_xfer_frame_check_head(t->rx, why, why_len);
 			if (e)
 				return e;
 			t->rx_need = fl;
 		}
 		if (t->rx_need && t->rx_have >= t->rx_need) {
+			shoal_err e = shoal_xfer_frame_check_body(t->rx, t->rx_need, why, why_len);
+			if (e)
+				return e;
 			*buf = t->rx;
 			*len = t->rx_need;
 			t->rx_done = t->rx_need;

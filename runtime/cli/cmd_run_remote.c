@@ -229,6 +229,15 @@ int shoal_cmd_run_remote(int argc, char **argv)
 				fprintf(stderr, "shoal run: %s: %.*s\n", ep, (int)d->why_len, d->why);
 				goto out;
 			}
+			if (d->has_tokens && d->tokens != (uint64_t)t) {
+				/* a message was lost on the way (net/runmsg.h, invariant 6) */
+				fflush(stdout);
+				fprintf(stderr,
+				        "\nshoal run: %s: got %ld of the %u tokens the run made: "
+				        "a reply was lost on the way\n",
+				        ep, t, d->tokens);
+				goto out;
+			}
 			if (!lp && !ids)
 				fwrite(d->text, 1, d->text_len, stdout);
 			if (!lp)

@@ -1333,11 +1333,11 @@ static void shoal_cluster_send(shoal_cluster *cl, const shoal_ctl_route *to)
 
 /* The end of run seq: err SHOAL_OK with the detokenizer's tail, or an error
  * with its reason (retry: the same request may succeed if sent again). */
-static void shoal_cluster_end(shoal_cluster *cl, const shoal_ctl_route *to, uint64_t seq,
-                              shoal_err err, bool retry, const char *why, const char *tail,
-                              size_t tail_len)
+static void shoal_cluster_end_n(shoal_cluster *cl, const shoal_ctl_route *to, uint64_t seq,
+                                shoal_err err, bool retry, const char *why, const char *tail,
+                                size_t tail_len, uint32_t tokens)
 {
-	shoal_run_end end = {.err = err, .retry = err && retry};
+	shoal_run_end end = {.err = err, .retry = err && retry, .tokens = tokens};
 	if (err) {
 		end.why = why && why[0] ? why : shoal_strerror(err);
 		end.why_len = strnlen(end.why, SHOAL_RUN_MAX_WHY);
@@ -1350,6 +1350,14 @@ static void shoal_cluster_end(shoal_cluster *cl, const shoal_ctl_route *to, uint
 		shoal_cluster_send(cl, to);
 	else
 		SHOAL_LOG_W("cluster", "cannot encode the end of run %llu", (unsigned long long)seq);
+}
+
+/* The end of a run that sent no tokens (refused before it started). */
+static void shoal_cluster_end(shoal_cluster *cl, const shoal_ctl_route *to, uint64_t seq,
+                              shoal_err err, bool retry, const char *why, const char *tail,
+                              size_t tail_len)
+{
+	shoal_cluster_end_n(cl, to, seq, err, retry, why, tail, tail_len, 0);
 }
 
 /* Queue a run of (*ids)[n_ids] (taken: *ids is NULL after) for max tokens
@@ -1398,6 +1406,7 @@ static shoal_err shoal_cluster_queue(shoal_cluster *cl, int32_t **ids, size_t n_
 		r->deadline_us = shoal_clock_now_us() + SHOAL_CLUSTER_WAIT_MS * 1000u;
 		shoal_detok_init(&r->dt, cl->tok, false);
 		r->dt.first = false;
+		r->n_sent = 0;
 		r->state = SHOAL_CLUSTER_RUN_QUEUED;
 		*slot_out = (uint32_t)slot | gen << 8;
 	}
@@ -1551,12 +1560,14 @@ void shoal_cluster_drain(shoal_cluster *cl)
 				                 tok.n_top, tok.top_ids, tok.top_lps);
 			else if (shoal_runmsg_encode_token(seq, &tok, &cl->msg) == SHOAL_OK)
 				shoal_cluster_send(cl, &to);
+			r->n_sent++;
 		} else {
 			size_t tl = shoal_detok_flush(&r->dt, text, sizeof text);
 			if (r->has_sink)
 				r->sink.on_end(r->sink.ctx, ev.err, ev.why, text, tl);
 			else
-				shoal_cluster_end(cl, &to, seq, ev.err, ev.retry, ev.why, text, tl);
+				shoal_cluster_end_n(cl, &to, seq, ev.err, ev.retry, ev.why, text, tl,
+				                    r->n_sent);
 			pthread_mutex_lock(&cl->mu);
 			free(r->prompt);
 			r->prompt = NULL;

@@ -117,6 +117,7 @@ typedef struct shoal_cluster_run {
 	bool ended;
 	/* node thread */
 	shoal_detok dt;
+	uint32_t n_sent; /* RUN_TOKENs sent: RUN_END says how many (net/runmsg.h) */
 } shoal_cluster_run;
 
 enum { SHOAL_CLUSTER_EV_TOKEN = 0, SHOAL_CLUSTER_EV_END, SHOAL_CLUSTER_EV_PEER_GONE };

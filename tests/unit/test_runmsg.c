@@ -89,7 +89,8 @@ static void test_token_and_end(void)
 	char reason[SHOAL_RUN_MAX_WHY];
 	memset(reason, 'r', sizeof reason);
 	shoal_run_end e = {.err = SHOAL_ERR_STATE, .retry = true, .why = reason,
-	                   .why_len = sizeof reason, .text = text, .text_len = sizeof text};
+	                   .why_len = sizeof reason, .text = text, .text_len = sizeof text,
+	                   .tokens = 4000000000u};
 	ASSERT_EQ(shoal_runmsg_encode_end(4, &e, &b), SHOAL_OK);
 	ASSERT_LE(b.len, SHOAL_RUN_MSG_RESERVE);
 	ASSERT_EQ(shoal_runmsg_decode(b.data, b.len, &m, why, sizeof why), SHOAL_OK);
@@ -97,6 +98,7 @@ static void test_token_and_end(void)
 	ASSERT_EQ(m.end.err, SHOAL_ERR_STATE);
 	ASSERT_TRUE(m.end.retry);
 	ASSERT_EQ(m.end.why_len, sizeof reason);
+	ASSERT_TRUE(m.end.has_tokens && m.end.tokens == 4000000000u); /* the count of RUN_TOKENs */
 	/* retry only with an error */
 	shoal_run_end ok = {.err = SHOAL_OK, .retry = true, .text = ""};
 	ASSERT_EQ(shoal_runmsg_encode_end(5, &ok, &b), SHOAL_ERR_RANGE);

@@ -117,6 +117,7 @@ static size_t partial_hello(uint8_t *buf, size_t cap)
 	if (shoal_xfer_frame_encode_head(&h, buf, cap, &head) || head + h.payload_len > cap)
 		return 0;
 	memcpy(buf + head, blk, h.payload_len);
+	shoal_xfer_frame_seal(buf, head + h.payload_len); /* as the TCP transport does */
 	return 100;
 }
 

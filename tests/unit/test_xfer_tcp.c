@@ -199,6 +199,7 @@ static size_t frame(uint8_t *buf, size_t cap, shoal_xfer_hdr *h, const void *p)
 	if (shoal_xfer_frame_encode_head(h, buf, cap, &head))
 		return 0;
 	memcpy(buf + head, p, h->payload_len);
+	shoal_xfer_frame_seal(buf, head + h->payload_len); /* as the TCP transport does */
 	return head + h->payload_len;
 }
 
@@ -338,6 +339,7 @@ typedef struct fatal_case {
 	uint64_t seq;
 	shoal_err want;
 	const char *why_has;
+	int unsealed; /* the change is not re-sealed: damage the checksums catch */
 } fatal_case;
 
 static void test_fatal_frame_corpus(void)
@@ -350,6 +352,8 @@ static void test_fatal_frame_corpus(void)
 	    {"truncated then close", -1, 0, 130, 1, SHOAL_ERR_CLOSED, "mid-frame"},
 	    {"half a header then close", -1, 0, 20, 1, SHOAL_ERR_CLOSED, "mid-frame"},
 	    {"garbage", -2, 0, 0, 1, SHOAL_ERR_PROTO, "bad magic"},
+	    {"a header bit flipped", 60, 0x40, 0, 1, SHOAL_ERR_PROTO, "header checksum", 1},
+	    {"a payload bit flipped", 200, 0x01, 0, 1, SHOAL_ERR_PROTO, "hidden frame checksum", 1},
 	};
 	int calls = 0;
 	shoal_xfer_listener *l = listener(&calls);
@@ -363,8 +367,12 @@ static void test_fatal_frame_corpus(void)
 		char why[256] = "";
 		shoal_xfer_hdr h = good_hidden(c->seq);
 		size_t n = frame(buf, sizeof buf, &h, PAY);
-		if (c->byte >= 0)
+		if (c->byte >= 0 && c->unsealed)
+			buf[c->byte] ^= c->value;
+		else if (c->byte >= 0) {
 			buf[c->byte] = c->value;
+			shoal_xfer_frame_seal(buf, n);
+		}
 		if (c->byte == -2)
 			for (size_t k = 0; k < n; k++)
 				buf[k] = (uint8_t)(k * 131 + 7);
