@@ -22,6 +22,7 @@
 static const uint8_t TOKEN[] = "t";
 static const uint8_t DIGEST[32] = {0xd1, 0x9e};
 static vd_fabric *fab;
+static shoal_xfer_rdma_hub *hubs[VD_HOSTS]; /* one per host: its links share devices */
 static uint32_t spin_us; /* config's spin_us for the next pair */
 
 static int admit(void *ctx, const uint8_t peer[16], const char *addr, const uint8_t *t, size_t n)
@@ -39,6 +40,7 @@ static void cfg_for(shoal_xfer_config *c, int dev, uint32_t slots, uint8_t id)
 	c->handshake_ms = 3000;
 	c->verbs = dev >= 0 ? &vd_ops : NULL;
 	c->verbs_ctx = dev >= 0 ? vd_device(fab, dev) : NULL;
+	c->rdma_hub = dev >= 0 ? hubs[dev] : NULL;
 	c->rdma_slots = slots;
 	c->spin_us = spin_us;
 	memset(c->self_id, id, 16);
@@ -111,8 +113,8 @@ static void test_upgrade_when_both_offer(void)
 	ASSERT_EQ(pair(0, 1, 8, &a, &b), SHOAL_OK);
 	ASSERT_STR_EQ(shoal_xfer_link_transport(a), "rdma");
 	ASSERT_STR_EQ(shoal_xfer_link_transport(b), "rdma");
-	ASSERT_STR_EQ(shoal_xfer_link_status(a), "rdma (vd0 to vd1)");
-	ASSERT_STR_EQ(shoal_xfer_link_status(b), "rdma (vd1 to vd0)");
+	ASSERT_STR_EQ(shoal_xfer_link_status(a), "rdma (vd0:port1:gid0 to vd1:port1:gid0)");
+	ASSERT_STR_EQ(shoal_xfer_link_status(b), "rdma (vd1:port1:gid0 to vd0:port1:gid0)");
 	uint64_t moved = vd_delivered(fab);
 	float x[256];
 	for (int i = 0; i < 256; i++)
@@ -174,8 +176,10 @@ static void test_fallback_on_each_failure(void)
 		int dev; /* 0: acceptor's device, 1: connector's */
 		const char *mine, *peer;
 	} cases[] = {
-	    {VD_FAULT_OPEN, 1, "tcp (no rdma device: ibv_get_device_list: Function not implemented",
+	    {VD_FAULT_DEVICES, 1,
+	     "tcp (no rdma device: ibv_get_device_list: Function not implemented",
 	     "tcp (peer offers no rdma)"},
+	    {VD_FAULT_OPEN, 0, "tcp (no rdma device: ibv_open_device: ", "tcp (peer offers no rdma)"},
 	    {VD_FAULT_PD, 0, "tcp (ibv_alloc_pd: ", "tcp (peer: ibv_alloc_pd: "},
 	    {VD_FAULT_MR, 1, "tcp (ibv_reg_mr: ", "tcp (peer: ibv_reg_mr: "},
 	    {VD_FAULT_CQ, 0, "tcp (ibv_create_cq: ", "tcp (peer: ibv_create_cq"},
@@ -184,9 +188,15 @@ static void test_fallback_on_each_failure(void)
 	    {VD_FAULT_RTR, 1, "tcp (qp failed to reach RTR: ibv_modify_qp(RTR): Invalid",
 	     "tcp (peer: qp failed to reach RTR: "},
 	    {VD_FAULT_RTS, 0, "tcp (qp failed to reach RTS: ", "tcp (peer: qp failed to reach RTS"},
+	    {VD_FAULT_POST_RECV, 1, "tcp (posting the receive ring: ibv_post_recv: ",
+	     "tcp (peer: posting the receive ring"},
+	    {VD_FAULT_POST_SEND, 1, "tcp (rdma probe failed: post send: ibv_post_send: ",
+	     "tcp (peer: rdma probe failed: post send"},
+	    {VD_FAULT_POLL, 0, "tcp (rdma probe failed: poll cq failed on vd0",
+	     "tcp (rdma probe failed: "},
 	    {VD_FAULT_WC_ERROR, 1,
 	     "tcp (rdma probe failed: send completion with error: transport retry counter "
-	     "exceeded)",
+	     "exceeded (over vd1:port1:gid0 on vdnet1))",
 	     "tcp (peer: rdma probe failed: send completion with error"},
 	};
 	for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
@@ -212,6 +222,13 @@ static void test_fallback_on_each_failure(void)
 		shoal_xfer_link_free(b);
 		ASSERT_EQ(vd_live_objects(fab), 0);
 	}
+	/* nothing of the failures stays behind: the next pair upgrades */
+	shoal_xfer_link *a, *b;
+	ASSERT_EQ(pair(0, 1, 8, &a, &b), SHOAL_OK);
+	ASSERT_STR_EQ(shoal_xfer_link_transport(a), "rdma");
+	shoal_xfer_link_free(a);
+	shoal_xfer_link_free(b);
+	ASSERT_EQ(vd_live_objects(fab), 0);
 	ASSERT_U64_EQ(vd_overruns(fab), 0);
 }
 
@@ -225,40 +242,71 @@ static void test_double_detects_overrun(void)
 	shoal_verbs_port port[2];
 	static uint8_t mem[2][256];
 	char why[256];
+	memset(port, 0, sizeof port);
 	for (int i = 0; i < 2; i++) {
-		ASSERT_EQ(vd_ops.open(vd_device(fab, i), NULL, &dev[i], &port[i], why, sizeof why),
-		          0);
+		uint32_t inl = 64;
+		snprintf(port[i].name, sizeof port[i].name, "vd%d", i);
+		port[i].port = 1;
+		port[i].hop_limit = 1;
+		ASSERT_EQ(vd_ops.open(vd_device(fab, i), port[i].name, &dev[i], why, sizeof why), 0);
 		ASSERT_EQ(vd_ops.alloc_pd(dev[i], &pd[i], why, sizeof why), 0);
 		ASSERT_EQ(vd_ops.reg_mr(pd[i], mem[i], 256, &mr[i], why, sizeof why), 0);
 		ASSERT_EQ(vd_ops.create_cq(dev[i], 4, &cq[i], &fd[i], why, sizeof why), 0);
-		ASSERT_EQ(vd_ops.create_qp(pd[i], cq[i], 2, 2, &qp[i], &qpn[i], why, sizeof why),
+		ASSERT_EQ(vd_ops.create_qp(pd[i], cq[i], 2, 2, &inl, &qp[i], &qpn[i], why, sizeof why),
 		          0);
+		ASSERT_EQ(inl, 64);
 		ASSERT_EQ(vd_ops.qp_init(qp[i], &port[i], why, sizeof why), 0);
 	}
 	/* Out of order: RTS before RTR is refused. */
-	ASSERT_NE(vd_ops.qp_rts(qp[0], 1, why, sizeof why), 0);
+	ASSERT_NE(vd_ops.qp_rts(qp[0], &port[0], 1, why, sizeof why), 0);
 	for (int i = 0; i < 2; i++) {
 		shoal_verbs_remote r = {.qpn = qpn[1 - i], .mtu = 1024};
 		ASSERT_EQ(vd_ops.qp_rtr(qp[i], &port[i], &r, why, sizeof why), 0);
-		ASSERT_EQ(vd_ops.qp_rts(qp[i], 1, why, sizeof why), 0);
+		ASSERT_EQ(vd_ops.qp_rts(qp[i], &port[i], 1, why, sizeof why), 0);
 	}
 	uint64_t before = vd_overruns(fab);
-	ASSERT_EQ(vd_ops.post_send(qp[0], mr[0], 7, mem[0], 16, why, sizeof why), 0);
+	ASSERT_EQ(vd_ops.post_send(qp[0], mr[0], 7, mem[0], 16, SHOAL_VERBS_SEND_SIGNALED, why,
+	                           sizeof why),
+	          0);
 	shoal_verbs_wc wc;
 	ASSERT_EQ(vd_ops.poll_cq(cq[0], &wc, 1), 1);
 	ASSERT_EQ(wc.status, VD_WC_RNR_RETRY_EXC_ERR);
 	ASSERT_U64_EQ(vd_overruns(fab), before + 1);
-	/* With a receive posted it goes through, bytes and length intact. */
+	vd_ops.destroy_qp(qp[0]);
+	uint32_t inl = 0;
+	ASSERT_EQ(vd_ops.create_qp(pd[0], cq[0], 2, 2, &inl, &qp[0], &qpn[0], why, sizeof why), 0);
+	ASSERT_EQ(vd_ops.qp_init(qp[0], &port[0], why, sizeof why), 0);
+	shoal_verbs_remote r0 = {.qpn = qpn[1], .mtu = 1024};
+	ASSERT_EQ(vd_ops.qp_rtr(qp[0], &port[0], &r0, why, sizeof why), 0);
+	ASSERT_EQ(vd_ops.qp_rts(qp[0], &port[0], 1, why, sizeof why), 0);
+	/* More inline bytes than the QP was granted: refused, loudly. */
+	ASSERT_NE(vd_ops.post_send(qp[0], mr[0], 8, mem[0], 16, SHOAL_VERBS_SEND_INLINE, why,
+	                           sizeof why),
+	          0);
+	/* With receives posted, unsignaled sends go through with no
+	 * completion of their own; a third before any completion is polled
+	 * overruns the 2-entry SQ. */
 	memcpy(mem[0], "sixteen bytes!!", 16);
 	ASSERT_EQ(vd_ops.post_recv(qp[1], mr[1], 3, mem[1], 64, why, sizeof why), 0);
-	ASSERT_EQ(vd_ops.post_send(qp[0], mr[0], 8, mem[0], 16, why, sizeof why), 0);
+	ASSERT_EQ(vd_ops.post_recv(qp[1], mr[1], 4, mem[1] + 64, 64, why, sizeof why), 0);
+	ASSERT_EQ(vd_ops.post_send(qp[0], mr[0], 8, mem[0], 16, 0, why, sizeof why), 0);
+	ASSERT_EQ(vd_ops.post_send(qp[0], mr[0], 9, mem[0], 16, SHOAL_VERBS_SEND_SIGNALED, why,
+	                           sizeof why),
+	          0);
+	uint64_t sq0 = vd_sq_overruns(fab);
+	ASSERT_NE(vd_ops.post_send(qp[0], mr[0], 10, mem[0], 16, 0, why, sizeof why), 0);
+	ASSERT_U64_EQ(vd_sq_overruns(fab), sq0 + 1);
 	ASSERT_EQ(vd_ops.poll_cq(cq[1], &wc, 1), 1);
 	ASSERT_EQ(wc.status, 0);
 	ASSERT_EQ(wc.byte_len, 16);
 	ASSERT_U64_EQ(wc.wr_id, 3);
 	ASSERT_MEM_EQ(mem[1], "sixteen bytes!!", 16);
+	/* one send completion (the signaled one) frees both entries */
+	ASSERT_EQ(vd_ops.poll_cq(cq[0], &wc, 1), 1);
+	ASSERT_U64_EQ(wc.wr_id, 9);
+	ASSERT_EQ(vd_ops.poll_cq(cq[0], &wc, 1), 0);
 	/* A buffer outside its registration is refused. */
-	ASSERT_NE(vd_ops.post_send(qp[0], mr[0], 9, mem[0] + 250, 16, why, sizeof why), 0);
+	ASSERT_NE(vd_ops.post_send(qp[0], mr[0], 11, mem[0] + 250, 16, 0, why, sizeof why), 0);
 	for (int i = 0; i < 2; i++) {
 		vd_ops.destroy_qp(qp[i]);
 		vd_ops.destroy_cq(cq[i]);
@@ -398,7 +446,10 @@ static void test_remote_disconnect(void)
 	shoal_err e = shoal_xfer_link_recv(b, 1000, &f, why, sizeof why);
 	shoal_log_set_level(lv);
 	ASSERT_EQ(e, SHOAL_ERR_IO);
+	if (!strstr(why, "send completion with error"))
+		fprintf(stderr, "disconnect: %s\n", why);
 	ASSERT_TRUE(strstr(why, "send completion with error") != NULL);
+	ASSERT_TRUE(strstr(why, "over vd1:port1:gid0 on vdnet1") != NULL);
 	ASSERT_TRUE(strncmp(shoal_xfer_link_status(b), "closed (", 8) == 0);
 	ASSERT_EQ(send_hidden(b, 1, x, 4, 1000, why), SHOAL_ERR_CLOSED);
 	shoal_xfer_link_free(a);
@@ -560,10 +611,14 @@ static void setup(void)
 {
 	fab = vd_fabric_new();
 	ASSERT_TRUE(fab != NULL);
+	for (int i = 0; i < VD_HOSTS; i++)
+		ASSERT_TRUE((hubs[i] = shoal_xfer_rdma_hub_new()) != NULL);
 }
 
 static void teardown(void)
 {
+	for (int i = 0; i < VD_HOSTS; i++)
+		shoal_xfer_rdma_hub_free(hubs[i]);
 	vd_fabric_free(fab);
 }
 
