@@ -20,8 +20,18 @@ int shoal_rdma_addr_v4(const char *dotted, uint8_t addr[16])
 	return 0;
 }
 
-/* macOS: rdma_enX belongs to enX. */
-static bool port_carries(const shoal_rdma_port_desc *p, const char *ifname, const char **how)
+/* GID g is a RoCE v2 entry for addr that may belong to ifname (NULL:
+ * any interface). */
+static bool gid_fits(const shoal_rdma_gid *g, const char *ifname, const uint8_t addr[16])
+{
+	return g->type == SHOAL_RDMA_GID_ROCE_V2 && !memcmp(g->gid, addr, 16) &&
+	       (!ifname || !g->netdev[0] || !strcmp(g->netdev, ifname));
+}
+
+/* The port's netdev, a RoCE v2 GID of ifname for addr, or (macOS)
+ * rdma_enX for enX. */
+static bool port_carries(const shoal_rdma_port_desc *p, const char *ifname,
+                         const uint8_t addr[16], const char **how)
 {
 	if (p->netdev[0] && !strcmp(p->netdev, ifname)) {
 		*how = "netdev";
@@ -31,6 +41,11 @@ static bool port_carries(const shoal_rdma_port_desc *p, const char *ifname, cons
 		*how = "macos name";
 		return true;
 	}
+	for (size_t i = 0; i < p->n_gid; i++)
+		if (p->gids[i].netdev[0] && gid_fits(&p->gids[i], ifname, addr)) {
+			*how = "gid netdev";
+			return true;
+		}
 	return false;
 }
 
@@ -41,8 +56,8 @@ static bool gid_zero(const uint8_t g[16])
 }
 
 /* The GID of port p for address addr, or -1 (reason in why). */
-static int pick_gid(const shoal_rdma_port_desc *p, const uint8_t addr[16], char *why,
-                    size_t why_len)
+static int pick_gid(const shoal_rdma_port_desc *p, const char *ifname, const uint8_t addr[16],
+                    char *why, size_t why_len)
 {
 	if (p->link == SHOAL_RDMA_LINK_IB) {
 		for (size_t i = 0; i < p->n_gid; i++)
@@ -55,7 +70,7 @@ static int pick_gid(const shoal_rdma_port_desc *p, const uint8_t addr[16], char 
 	size_t v1 = 0, other = 0;
 	for (size_t i = 0; i < p->n_gid; i++) {
 		const shoal_rdma_gid *g = &p->gids[i];
-		if (g->type == SHOAL_RDMA_GID_ROCE_V2 && !memcmp(g->gid, addr, 16))
+		if (gid_fits(g, ifname, addr))
 			return g->index;
 		if (g->type == SHOAL_RDMA_GID_ROCE_V1)
 			v1++;
@@ -94,7 +109,7 @@ shoal_err shoal_rdma_select(const shoal_rdma_port_desc *ports, size_t n_ports, c
 					return shoal_why(why, why_len, SHOAL_ERR_NOTFOUND,
 					                 "--rdma-gid %d is not in %s's GID table", g,
 					                 want_device);
-			} else if ((g = pick_gid(p, addr, r, sizeof r)) < 0) {
+			} else if ((g = pick_gid(p, NULL, addr, r, sizeof r)) < 0) {
 				return shoal_why(why, why_len, SHOAL_ERR_NOTFOUND, "%s", r);
 			}
 			*out = (shoal_rdma_choice){.port_at = i, .gid_index = g, .how = "override"};
@@ -109,7 +124,7 @@ shoal_err shoal_rdma_select(const shoal_rdma_port_desc *ports, size_t n_ports, c
 	for (size_t i = 0; i < n_ports; i++) {
 		const shoal_rdma_port_desc *p = &ports[i];
 		const char *how = NULL;
-		if (!port_carries(p, ifname, &how)) {
+		if (!port_carries(p, ifname, addr, &how)) {
 			size_t l = strlen(seen);
 			if (l < sizeof seen - 1)
 				snprintf(seen + l, sizeof seen - l, "%s%s on %s", ns++ ? ", " : "", p->device,
@@ -122,7 +137,7 @@ shoal_err shoal_rdma_select(const shoal_rdma_port_desc *ports, size_t n_ports, c
 			         (unsigned)p->port, ifname);
 			continue;
 		}
-		int g = pick_gid(p, addr, r, sizeof r);
+		int g = pick_gid(p, ifname, addr, r, sizeof r);
 		if (g < 0)
 			continue;
 		*out = (shoal_rdma_choice){.port_at = i, .gid_index = g, .how = how};

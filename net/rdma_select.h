@@ -9,14 +9,16 @@
  *   1. --rdma-device D (and --rdma-gid G) override: D must exist and have
  *      an active port; G, when given, must be in its GID table.
  *   2. Otherwise the devices whose port carries IF: on Linux the port's
- *      netdev is IF (the GID table's netdev); on macOS `rdma_enX` belongs
- *      to `enX` (Thunderbolt: one device per port). Ports not active are
+ *      netdev is IF, or its GID table holds a RoCE v2 entry of IF for A
+ *      (a VLAN or macvlan on the port); on macOS `rdma_enX` belongs to
+ *      `enX` (Thunderbolt: one device per port). Ports not active are
  *      skipped with their state in the reason.
  *   3. On that port, the GID: InfiniBand, the port GID (index 0, its
  *      subnet prefix nonzero); Ethernet (RoCE) and Thunderbolt, a RoCE v2
  *      GID whose address is A (IPv4-mapped ::ffff:a.b.c.d or the IPv6
- *      address); a RoCE v1 or link-local GID is never chosen on its own
- *      (not routable, and unusable on v2-only fabrics).
+ *      address) and whose netdev, when known, is IF; a RoCE v1 or
+ *      link-local GID is never chosen on its own (not routable, and
+ *      unusable on v2-only fabrics).
  *   4. No match: SHOAL_ERR_NOTFOUND with a reason that names the
  *      interface, the address and what was there ("no RDMA device on en5
  *      (devices: rdma_en2 on en2, rdma_en3 on en3)"), so a link to a peer
@@ -30,7 +32,11 @@
 
 #include "base/err.h"
 
+/* GID entries kept per port: the populated ones of a table that is
+ * usually 128-256 long (2 per address per RoCE version, plus VLANs). */
 #define SHOAL_RDMA_MAX_GIDS 32
+/* Ports described at most: 16 Thunderbolt ports or dual-port NICs. */
+#define SHOAL_RDMA_MAX_PORTS 16
 
 typedef enum {
 	SHOAL_RDMA_GID_IB = 0,   /* InfiniBand port GID */
@@ -54,6 +60,8 @@ typedef struct shoal_rdma_port_desc {
 	int active;      /* port state ACTIVE */
 	shoal_rdma_link_layer link;
 	char netdev[32]; /* the port's interface ("" unknown) */
+	uint16_t lid;    /* InfiniBand LID (0 on Ethernet) */
+	uint32_t mtu;    /* active MTU in bytes */
 	size_t n_gid;
 	shoal_rdma_gid gids[SHOAL_RDMA_MAX_GIDS];
 } shoal_rdma_port_desc;

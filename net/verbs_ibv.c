@@ -3,9 +3,14 @@
  * rdma-core on Linux, Apple's RDMA over Thunderbolt on macOS 26.2+.
  *
  * Part: net/. Built only when configure found libibverbs (SHOAL_RDMA).
- * One RC queue pair per link, send/recv only (no remote access flags),
- * a completion channel with a non-blocking fd per CQ. Every failure names
- * the ibv_* call and errno, as `shoal status` shows it.
+ * RC queue pairs, send/recv only (no remote access flags), selective
+ * signalling, inline sends as the QP grants, a completion channel with a
+ * non-blocking fd per CQ. The GID table is read entry by entry
+ * (ibv_query_gid, checked); each entry's type and netdev come from
+ * ibv_query_gid_ex where the headers have it, else Linux sysfs
+ * (/sys/class/infiniband/DEV/ports/P/gid_attrs/{types,ndevs}/IDX), else
+ * they are unknown (macOS: the rdma_enX name gives the interface). Every
+ * failure names the ibv_* call and errno, as `shoal status` shows it.
  */
 #include "config.h"
 
@@ -13,15 +18,22 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <ifaddrs.h>
+#include <net/if.h>
+#include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 
 #include <infiniband/verbs.h>
 
+#include "base/log.h"
+
 /* RTS timeouts: 4.096 us * 2^14 = 67 ms per try, 7 tries: a dead peer is
  * seen within about half a second, a busy Thunderbolt hop never trips it.
- * RNR retry 7 means "forever", but credits make RNR impossible anyway. */
+ * RNR retries come from the transport (bounded: the credits make RNR
+ * impossible, so one that persists is a bug to report, not to wait out). */
 #define IBV_QP_TIMEOUT 14
 #define IBV_QP_RETRY   7
 /* 12: 0.64 ms between RNR retries (the IB table's code for 0.64 ms). */
@@ -39,8 +51,11 @@ typedef struct ibv_cq_h {
 static shoal_err errno_why(char *why, size_t why_len, const char *call)
 {
 	int e = errno ? errno : EIO;
-	return shoal_why(why, why_len, e == ENOMEM ? SHOAL_ERR_NOMEM : SHOAL_ERR_IO, "%s: %s", call,
-	                 strerror(e));
+	return shoal_why(why, why_len,
+	                 e == ENOMEM   ? SHOAL_ERR_NOMEM
+	                 : e == EINVAL ? SHOAL_ERR_INVAL
+	                               : SHOAL_ERR_IO,
+	                 "%s: %s", call, strerror(e));
 }
 
 static uint32_t mtu_bytes(enum ibv_mtu m)
@@ -56,46 +71,192 @@ static enum ibv_mtu mtu_enum(uint32_t bytes)
 	return m;
 }
 
-static shoal_err v_open(void *ctx, const char *want, void **out, shoal_verbs_port *port, char *why,
-                        size_t why_len)
+/* ---- the link's interface ---------------------------------------------- */
+
+/* sa as 16 bytes: IPv6, or IPv4-mapped; -1 for other families. */
+static int addr16(const struct sockaddr *sa, uint8_t out[16])
+{
+	if (sa && sa->sa_family == AF_INET) {
+		memset(out, 0, 16);
+		out[10] = out[11] = 0xff;
+		memcpy(out + 12, &((const struct sockaddr_in *)sa)->sin_addr, 4);
+		return 0;
+	}
+	if (sa && sa->sa_family == AF_INET6) {
+		memcpy(out, &((const struct sockaddr_in6 *)sa)->sin6_addr, 16);
+		return 0;
+	}
+	return -1;
+}
+
+static shoal_err v_netif(void *ctx, int fd, shoal_verbs_netif *out, char *why, size_t why_len)
+{
+	struct sockaddr_storage ss;
+	socklen_t sl = sizeof ss;
+	(void)ctx;
+	memset(out, 0, sizeof *out);
+	errno = 0;
+	if (getsockname(fd, (struct sockaddr *)&ss, &sl))
+		return errno_why(why, why_len, "getsockname");
+	if (addr16((const struct sockaddr *)&ss, out->addr))
+		return shoal_why(why, why_len, SHOAL_ERR_INVAL, "the socket is not IP");
+	struct ifaddrs *all;
+	if (getifaddrs(&all))
+		return errno_why(why, why_len, "getifaddrs");
+	for (struct ifaddrs *i = all; i; i = i->ifa_next) {
+		uint8_t a[16];
+		if (!addr16(i->ifa_addr, a) && !memcmp(a, out->addr, 16)) {
+			snprintf(out->ifname, sizeof out->ifname, "%s", i->ifa_name);
+			break;
+		}
+	}
+	freeifaddrs(all);
+	if (!out->ifname[0])
+		return shoal_why(why, why_len, SHOAL_ERR_NOTFOUND,
+		                 "no interface has the link's local address");
+	return SHOAL_OK;
+}
+
+/* ---- devices, ports and GID tables ------------------------------------- */
+
+#if !HAVE_DECL_IBV_QUERY_GID_EX
+/* One line of a sysfs file into buf (newline cut); -1 when unreadable. */
+static int sysfs_line(const char *path, char *buf, size_t cap)
+{
+	FILE *f = fopen(path, "r");
+	if (!f)
+		return -1;
+	int ok = fgets(buf, (int)cap, f) != NULL;
+	fclose(f);
+	if (!ok)
+		return -1;
+	buf[strcspn(buf, "\n")] = '\0';
+	return 0;
+}
+#endif
+
+/* The type and netdev of GID entry g (index set, gid read) of dev/port. */
+static void gid_attrs(struct ibv_context *c, const char *dev, uint8_t port, int ib,
+                      shoal_rdma_gid *g)
+{
+	if (ib) {
+		g->type = SHOAL_RDMA_GID_IB;
+		return;
+	}
+	/* unknown: a link-local GID is taken as v1 (never chosen on its own),
+	 * any other as v2 (chosen only when it carries the link's address) */
+	g->type = g->gid[0] == 0xfe && (g->gid[1] & 0xc0) == 0x80 ? SHOAL_RDMA_GID_ROCE_V1
+	                                                           : SHOAL_RDMA_GID_ROCE_V2;
+#if HAVE_DECL_IBV_QUERY_GID_EX
+	struct ibv_gid_entry e;
+	(void)dev;
+	if (ibv_query_gid_ex(c, port, (uint32_t)g->index, &e, 0))
+		return;
+	g->type = e.gid_type == IBV_GID_TYPE_ROCE_V2 ? SHOAL_RDMA_GID_ROCE_V2
+	          : e.gid_type == IBV_GID_TYPE_IB    ? SHOAL_RDMA_GID_IB
+	                                             : SHOAL_RDMA_GID_ROCE_V1;
+	char nm[IF_NAMESIZE];
+	if (e.ndev_ifindex && if_indextoname(e.ndev_ifindex, nm))
+		snprintf(g->netdev, sizeof g->netdev, "%s", nm);
+#else
+	char path[256], line[64];
+	(void)c;
+	snprintf(path, sizeof path, "/sys/class/infiniband/%s/ports/%u/gid_attrs/types/%d", dev,
+	         (unsigned)port, g->index);
+	if (!sysfs_line(path, line, sizeof line))
+		g->type = strstr(line, "v2") ? SHOAL_RDMA_GID_ROCE_V2 : SHOAL_RDMA_GID_ROCE_V1;
+	snprintf(path, sizeof path, "/sys/class/infiniband/%s/ports/%u/gid_attrs/ndevs/%d", dev,
+	         (unsigned)port, g->index);
+	if (!sysfs_line(path, line, sizeof line))
+		snprintf(g->netdev, sizeof g->netdev, "%s", line);
+#endif
+}
+
+/* Port `port` of open device c into *p. -1 (and why) when unreadable. */
+static int describe_port(struct ibv_context *c, const char *name, uint8_t port,
+                         shoal_rdma_port_desc *p, char *why, size_t why_len)
+{
+	struct ibv_port_attr pa;
+	memset(p, 0, sizeof *p);
+	if (ibv_query_port(c, port, &pa)) {
+		errno_why(why, why_len, "ibv_query_port");
+		return -1;
+	}
+	snprintf(p->device, sizeof p->device, "%s", name);
+	p->port = port;
+	p->active = pa.state == IBV_PORT_ACTIVE;
+	int ib = pa.link_layer == IBV_LINK_LAYER_INFINIBAND;
+	p->link = ib ? SHOAL_RDMA_LINK_IB : SHOAL_RDMA_LINK_ETH;
+	p->lid = pa.lid;
+	p->mtu = mtu_bytes(pa.active_mtu);
+	for (int i = 0; i < pa.gid_tbl_len && p->n_gid < SHOAL_RDMA_MAX_GIDS; i++) {
+		static const uint8_t zero[16];
+		union ibv_gid gid;
+		if (ibv_query_gid(c, port, i, &gid) || !memcmp(gid.raw, zero, 16))
+			continue; /* an empty entry */
+		shoal_rdma_gid *g = &p->gids[p->n_gid++];
+		g->index = i;
+		memcpy(g->gid, gid.raw, 16);
+		gid_attrs(c, name, port, ib, g);
+#ifdef __linux__
+		/* the default GID (index 0) belongs to the port's own netdev */
+		if (i == 0)
+			snprintf(p->netdev, sizeof p->netdev, "%s", g->netdev);
+#endif
+	}
+	return 0;
+}
+
+static shoal_err v_devices(void *ctx, shoal_rdma_port_desc *ports, size_t cap, size_t *n,
+                           char *why, size_t why_len)
+{
+	int nd = 0;
+	char last[200] = "";
+	(void)ctx;
+	*n = 0;
+	errno = 0;
+	struct ibv_device **list = ibv_get_device_list(&nd);
+	if (!list)
+		return errno_why(why, why_len, "ibv_get_device_list");
+	for (int i = 0; i < nd && *n < cap; i++) {
+		const char *name = ibv_get_device_name(list[i]);
+		struct ibv_context *c = ibv_open_device(list[i]);
+		struct ibv_device_attr da;
+		if (!c) {
+			errno_why(last, sizeof last, "ibv_open_device");
+			continue;
+		}
+		if (ibv_query_device(c, &da)) {
+			errno_why(last, sizeof last, "ibv_query_device");
+			da.phys_port_cnt = 0;
+		}
+		for (uint8_t p = 1; p <= da.phys_port_cnt && *n < cap; p++)
+			if (!describe_port(c, name, p, &ports[*n], last, sizeof last))
+				(*n)++;
+		ibv_close_device(c);
+	}
+	ibv_free_device_list(list);
+	if (!*n)
+		return shoal_why(why, why_len, SHOAL_ERR_NOTFOUND, "ibv_get_device_list: %s",
+		                 nd ? last : "no devices");
+	return SHOAL_OK;
+}
+
+static shoal_err v_open(void *ctx, const char *want, void **out, char *why, size_t why_len)
 {
 	int n = 0;
+	(void)ctx;
 	errno = 0;
 	struct ibv_device **list = ibv_get_device_list(&n);
 	if (!list)
 		return errno_why(why, why_len, "ibv_get_device_list");
 	struct ibv_context *c = NULL;
-	shoal_err e = shoal_why(why, why_len, SHOAL_ERR_NOTFOUND, "%s%s",
-	                        want ? "no rdma device named " : "ibv_get_device_list: no devices",
-	                        want ? want : "");
-	for (int i = 0; i < n && !c; i++) {
-		const char *name = ibv_get_device_name(list[i]);
-		if (want && strcmp(want, name))
-			continue;
-		c = ibv_open_device(list[i]);
-		if (!c) {
+	shoal_err e =
+	    shoal_why(why, why_len, SHOAL_ERR_NOTFOUND, "no rdma device named %s", want);
+	for (int i = 0; i < n && !c; i++)
+		if (!strcmp(want, ibv_get_device_name(list[i])) &&
+		    !(c = ibv_open_device(list[i])))
 			e = errno_why(why, why_len, "ibv_open_device");
-			continue;
-		}
-		struct ibv_port_attr pa;
-		if (ibv_query_port(c, 1, &pa)) {
-			e = errno_why(why, why_len, "ibv_query_port");
-		} else if (pa.state != IBV_PORT_ACTIVE) {
-			e = shoal_why(why, why_len, SHOAL_ERR_IO, "%s port 1 is not active", name);
-		} else {
-			memset(port, 0, sizeof *port);
-			snprintf(port->name, sizeof port->name, "%s", name);
-			port->port = 1;
-			port->lid = pa.lid;
-			port->mtu = mtu_bytes(pa.active_mtu);
-			union ibv_gid gid;
-			if (!ibv_query_gid(c, 1, 0, &gid))
-				memcpy(port->gid, gid.raw, 16);
-			break;
-		}
-		ibv_close_device(c);
-		c = NULL;
-	}
 	ibv_free_device_list(list);
 	if (!c)
 		return e;
@@ -177,22 +338,27 @@ static void v_destroy_cq(void *p)
 	free(h);
 }
 
-static shoal_err v_create_qp(void *pd, void *cq, uint32_t max_send, uint32_t max_recv, void **qp,
-                             uint32_t *qpn, char *why, size_t why_len)
+static shoal_err v_create_qp(void *pd, void *cq, uint32_t max_send, uint32_t max_recv,
+                             uint32_t *max_inline, void **qp, uint32_t *qpn, char *why,
+                             size_t why_len)
 {
 	ibv_cq_h *h = cq;
 	struct ibv_qp_init_attr a = {
 	    .send_cq = h->cq,
 	    .recv_cq = h->cq,
 	    .qp_type = IBV_QPT_RC,
+	    .sq_sig_all = 0, /* selective signalling: the transport asks per send */
 	    .cap = {.max_send_wr = max_send,
 	            .max_recv_wr = max_recv,
 	            .max_send_sge = 1,
-	            .max_recv_sge = 1},
+	            .max_recv_sge = 1,
+	            .max_inline_data = *max_inline},
 	};
+	errno = 0;
 	struct ibv_qp *q = ibv_create_qp(pd, &a);
 	if (!q)
 		return errno_why(why, why_len, "ibv_create_qp");
+	*max_inline = a.cap.max_inline_data; /* what the device granted */
 	*qp = q;
 	*qpn = q->qp_num;
 	return SHOAL_OK;
@@ -235,14 +401,15 @@ static shoal_err v_qp_rtr(void *qp, const shoal_verbs_port *port, const shoal_ve
 	    .rq_psn = r->psn,
 	    .max_dest_rd_atomic = 1,
 	    .min_rnr_timer = IBV_MIN_RNR_TIMER,
-	    .ah_attr = {.dlid = r->lid, .sl = 0, .src_path_bits = 0, .port_num = port->port},
+	    .ah_attr = {.dlid = r->lid, .sl = port->sl, .src_path_bits = 0, .port_num = port->port},
 	};
 	/* RoCE and Thunderbolt route by GID (no LID); InfiniBand by LID. */
 	if (!r->lid || memcmp(r->gid, zero, 16)) {
 		a.ah_attr.is_global = 1;
 		memcpy(a.ah_attr.grh.dgid.raw, r->gid, 16);
 		a.ah_attr.grh.sgid_index = (uint8_t)port->gid_index;
-		a.ah_attr.grh.hop_limit = 1;
+		a.ah_attr.grh.hop_limit = port->hop_limit;
+		a.ah_attr.grh.traffic_class = port->traffic_class;
 	}
 	return modify(qp, &a,
 	              IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
@@ -250,12 +417,13 @@ static shoal_err v_qp_rtr(void *qp, const shoal_verbs_port *port, const shoal_ve
 	              "ibv_modify_qp(RTR)", why, why_len);
 }
 
-static shoal_err v_qp_rts(void *qp, uint32_t psn, char *why, size_t why_len)
+static shoal_err v_qp_rts(void *qp, const shoal_verbs_port *port, uint32_t psn, char *why,
+                         size_t why_len)
 {
 	struct ibv_qp_attr a = {.qp_state = IBV_QPS_RTS,
 	                        .timeout = IBV_QP_TIMEOUT,
 	                        .retry_cnt = IBV_QP_RETRY,
-	                        .rnr_retry = 7,
+	                        .rnr_retry = port->rnr_retry < 7 ? port->rnr_retry : 6,
 	                        .sq_psn = psn,
 	                        .max_rd_atomic = 1};
 	return modify(qp, &a,
@@ -279,7 +447,7 @@ static shoal_err v_post_recv(void *qp, void *mr, uint64_t wr_id, void *addr, uin
 }
 
 static shoal_err v_post_send(void *qp, void *mr, uint64_t wr_id, const void *addr, uint32_t len,
-                             char *why, size_t why_len)
+                             int flags, char *why, size_t why_len)
 {
 	struct ibv_sge sge = {
 	    .addr = (uintptr_t)addr, .length = len, .lkey = ((struct ibv_mr *)mr)->lkey};
@@ -287,7 +455,9 @@ static shoal_err v_post_send(void *qp, void *mr, uint64_t wr_id, const void *add
 	                         .sg_list = &sge,
 	                         .num_sge = 1,
 	                         .opcode = IBV_WR_SEND,
-	                         .send_flags = IBV_SEND_SIGNALED},
+	                         .send_flags =
+	                             ((flags & SHOAL_VERBS_SEND_SIGNALED) ? IBV_SEND_SIGNALED : 0) |
+	                             ((flags & SHOAL_VERBS_SEND_INLINE) ? IBV_SEND_INLINE : 0)},
 	                   *bad;
 	int rc = ibv_post_send(qp, &wr, &bad);
 	if (rc) {
@@ -343,6 +513,8 @@ static const char *v_wc_status_str(int status)
 
 static const shoal_verbs_ops shoal_verbs_ibv_ops = {
     .name = "ibverbs",
+    .netif = v_netif,
+    .devices = v_devices,
     .open = v_open,
     .close = v_close,
     .alloc_pd = v_alloc_pd,

@@ -148,7 +148,7 @@ static shoal_err link_new(const shoal_xfer_config *cfg, int fd, shoal_xfer_link 
 		return SHOAL_ERR_NOMEM;
 	}
 	k->cfg = *cfg;
-	k->cfg.rdma_device = NULL; /* borrowed string: used during the handshake only */
+	k->cfg.rdma.device = NULL; /* borrowed string: used during the handshake only */
 	if (cfg->max_frame < SHOAL_XFER_HDR_SIZE + SHOAL_XFER_HELLO_SIZE + SHOAL_XFER_TOKEN_MAX ||
 	    !cfg->max_rows || !cfg->max_routes) {
 		close(fd);
@@ -226,6 +226,8 @@ void shoal_xfer_link_metrics(const shoal_xfer_link *k, shoal_xfer_metrics *m)
 		m->frames_recv[SHOAL_XFER_KIND_CREDIT] = r;
 		m->bytes_recv[SHOAL_XFER_KIND_CREDIT] = r * SHOAL_XFER_HDR_SIZE;
 		m->credit_waits = w;
+		xfer__rdma_sends(k->rdma, &m->rdma_sends, &m->rdma_signaled, &m->rdma_inline,
+		                 &m->rdma_max_inline);
 	}
 }
 
@@ -458,7 +460,8 @@ static void hello_fill(shoal_xfer_link *k, const shoal_xfer_config *cfg, shoal_x
 		snprintf(noreason, nr_len, "rdma not configured");
 		return;
 	}
-	shoal_err e = xfer__rdma_open(cfg, &k->rdma, &dev, noreason, nr_len);
+	shoal_err e =
+	    xfer__rdma_open(cfg, xfer__tcp_fd(k->tcp), &k->rdma, &dev, noreason, nr_len);
 	if (e)
 		return;
 	hl->flags |= SHOAL_XFER_HELLO_RDMA;

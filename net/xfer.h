@@ -54,6 +54,25 @@
  * neighbours and expert users, a handful. */
 #define SHOAL_XFER_PENDING_MAX 64
 
+/* The operator's RDMA choices (shoal node --rdma-*). All zero: device,
+ * port and GID by the link's interface (net/rdma_select.h), hop limit 64,
+ * traffic class 0, service level 0. */
+typedef struct shoal_xfer_rdma_opts {
+	const char *device; /* --rdma-device: this device for every link */
+	int gid_plus1;      /* --rdma-gid N as N + 1; 0: the GID by the rule */
+	uint8_t hop_limit;  /* --rdma-hop-limit: routed RoCE v2 (0: 64) */
+	uint8_t tclass;     /* --rdma-tclass: DSCP << 2, the fabric's lossless class */
+	uint8_t sl;         /* --rdma-sl: service level */
+} shoal_xfer_rdma_opts;
+
+/* The RDMA devices a node's links share: one context, protection domain,
+ * registered pool and completion queue per device (net/xfer_rdma.c).
+ * Thread-safe. _free drops the creator's reference: the devices stay
+ * until their last link is freed. */
+typedef struct shoal_xfer_rdma_hub shoal_xfer_rdma_hub;
+shoal_xfer_rdma_hub *shoal_xfer_rdma_hub_new(void); /* NULL: no memory */
+void shoal_xfer_rdma_hub_free(shoal_xfer_rdma_hub *h);
+
 typedef struct shoal_xfer_config {
 	uint32_t max_frame;  /* largest frame received and sent, header included */
 	uint32_t max_rows;   /* row tags per frame */
@@ -61,12 +80,15 @@ typedef struct shoal_xfer_config {
 	int handshake_ms;    /* bound on HELLO + RDMA negotiation */
 	uint8_t self_id[16]; /* our peer id, sent in HELLO */
 	/* RDMA offer: verbs NULL = not offered. verbs_ctx is passed to
-	 * verbs->open; rdma_device NULL = the first device. rdma_slots is the
-	 * receive ring (>= 2). spin_us: poll the CQ this long before blocking
-	 * on the completion channel (0: block at once; peers share cores). */
+	 * verbs->netif, ->devices and ->open; rdma the operator's choices;
+	 * rdma_hub the shared devices (NULL: the link opens its own). rdma_slots
+	 * is the receive ring (>= 2). spin_us: poll the CQ this long before
+	 * blocking on the completion channel (0: block at once; peers share
+	 * cores). */
 	const shoal_verbs_ops *verbs;
 	void *verbs_ctx;
-	const char *rdma_device;
+	shoal_xfer_rdma_opts rdma;
+	shoal_xfer_rdma_hub *rdma_hub;
 	uint32_t rdma_slots;
 	uint32_t spin_us;
 } shoal_xfer_config;
@@ -84,7 +106,8 @@ typedef struct shoal_xfer_listener shoal_xfer_listener;
 typedef struct shoal_xfer_link shoal_xfer_link;
 
 /* Listen on host:port (port 0: pick one; see _port). cfg is copied (its
- * rdma_device string and verbs_ctx are borrowed for the listener's life).
+ * rdma.device string, verbs_ctx and rdma_hub are borrowed for the
+ * listener's life).
  * admit must not be NULL; ctx is borrowed for the listener's life. */
 shoal_err shoal_xfer_listener_new(const shoal_xfer_config *cfg, const char *host, uint16_t port,
                                   shoal_xfer_admit_fn admit, void *ctx, shoal_xfer_listener **out,
@@ -178,9 +201,10 @@ int shoal_xfer_link_pollfds(const shoal_xfer_link *k, struct pollfd *pf, int cap
 
 /* "tcp" or "rdma". */
 const char *shoal_xfer_link_transport(const shoal_xfer_link *k);
-/* One line for `shoal status`: "rdma (mlx5_0)", "tcp (peer offers no
- * rdma)", "tcp (no rdma device: ibv_get_device_list: ...)", or
- * "closed (why)". Borrowed from the link. */
+/* One line for `shoal status`: "rdma (mlx5_0 port 1 gid 3 to rdma_en2
+ * port 1 gid 1)", "tcp (peer offers no rdma)", "tcp (no RDMA device on
+ * en5 (devices: ...))", "tcp (no rdma device: ibv_get_device_list: ...)",
+ * or "closed (why)". Borrowed from the link. */
 const char *shoal_xfer_link_status(const shoal_xfer_link *k);
 void shoal_xfer_link_peer(const shoal_xfer_link *k, uint8_t peer[16]);
 uint32_t shoal_xfer_link_max_send(const shoal_xfer_link *k); /* min of both max_frame */
@@ -196,6 +220,10 @@ typedef struct shoal_xfer_metrics {
 	uint64_t bytes_recv[SHOAL_XFER_KIND__COUNT];
 	uint64_t rejected;     /* frames dropped as FORMAT or MISMATCH */
 	uint64_t credit_waits; /* RDMA sends that had to wait for a credit */
+	/* RDMA sends posted, of them signaled (a completion asked) and
+	 * inline, and the queue pair's inline bytes (0: none) */
+	uint64_t rdma_sends, rdma_signaled, rdma_inline;
+	uint32_t rdma_max_inline;
 } shoal_xfer_metrics;
 
 void shoal_xfer_link_metrics(const shoal_xfer_link *k, shoal_xfer_metrics *m);

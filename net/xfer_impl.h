@@ -63,10 +63,13 @@ shoal_err xfer__tcp_listen(const char *host, uint16_t port, int *fd, uint16_t *b
 typedef struct xfer__rdma xfer__rdma;
 extern const xfer__transport_ops xfer__rdma_ops;
 
-/* Open the configured device (the offer in HELLO); *dev_name is the
- * transport's. On failure the reason reads "no rdma device: ...". */
-shoal_err xfer__rdma_open(const shoal_xfer_config *cfg, xfer__rdma **out, const char **dev_name,
-                          char *why, size_t why_len);
+/* Choose the device, port and GID for the link whose TCP socket is fd
+ * (net/rdma_select.h) and open the device (shared through cfg's hub): the
+ * offer in HELLO. *dev_name ("mlx5_0 port 1 gid 3") is the transport's.
+ * On failure the reason names what is missing ("no RDMA device on en5
+ * (devices: ...)", "no rdma device: ibv_get_device_list: ..."). */
+shoal_err xfer__rdma_open(const shoal_xfer_config *cfg, int fd, xfer__rdma **out,
+                          const char **dev_name, char *why, size_t why_len);
 /* PD, registered ring of cfg.rdma_slots + send slots of slot_size bytes,
  * CQ with channel, QP in INIT; fills what the peer needs. */
 shoal_err xfer__rdma_setup(xfer__rdma *r, uint32_t slot_size, shoal_xfer_qp_info *local, char *why,
@@ -80,5 +83,8 @@ shoal_err xfer__rdma_connect(xfer__rdma *r, const shoal_xfer_qp_info *remote,
 /* The link switched to RDMA: arm the completion channel, so that the fds
  * of pollfds announce the first frame. */
 void xfer__rdma_arm(xfer__rdma *r);
+/* Sends posted, of them signaled and inline, and the QP's inline bytes. */
+void xfer__rdma_sends(const xfer__rdma *r, uint64_t *sends, uint64_t *signaled,
+                      uint64_t *inlined, uint32_t *max_inline);
 
 #endif

@@ -6,7 +6,8 @@
  *              [--threads T] [--state-dir D] [--data-listen ADDR:PORT] [-v]
  *              [--model FILE | --model-id HEX|any [--cache-max SIZE]]
  *              [--mem-limit SIZE] [--ctx N] [--sessions N] [--spread-experts]
- *              [--tensor]
+ *              [--tensor] [--rdma-device NAME] [--rdma-gid N]
+ *              [--rdma-hop-limit N] [--rdma-tclass N]
  *
  * With --model the node serves its share of that model (runtime/node/cluster.h):
  * it offers min(available memory, --mem-limit) to the plan, KV for --ctx
@@ -79,6 +80,13 @@ static void shoal_cmd_node_usage(FILE *f)
 	        "                         (exact; the same on every peer, as --ctx)\n"
 	        "  --link-us N            link latency the plan assumes, in us (default 200:\n"
 	        "                         gigabit Ethernet; the same on every peer)\n"
+	        "  --rdma-device NAME     RDMA device of every data link (default: the one\n"
+	        "                         on the link's interface, e.g. rdma_en3, mlx5_0)\n"
+	        "  --rdma-gid N           its GID index (default: the RoCE v2 GID of the\n"
+	        "                         link's address; see shoal status)\n"
+	        "  --rdma-hop-limit N     hop limit of routed RoCE v2 (default 64)\n"
+	        "  --rdma-tclass N        traffic class, DSCP << 2 (default 0; the fabric's\n"
+	        "                         lossless class, e.g. 106 for DSCP 26)\n"
 	        "  --api [HOST:]PORT      serve the OpenAI-compatible HTTP API there (port %u;\n"
 	        "                         give 0.0.0.0:PORT to serve other machines)\n"
 	        "  --api-key FILE         requests must carry Authorization: Bearer <its text>\n"
@@ -134,7 +142,11 @@ int shoal_cmd_node(int argc, char **argv)
 		O_API,
 		O_API_KEY,
 		O_MODELID,
-		O_CACHEMAX
+		O_CACHEMAX,
+		O_RDMA_DEV,
+		O_RDMA_GID,
+		O_RDMA_HOP,
+		O_RDMA_TCLASS
 	};
 	static const struct option opts[] = {
 	    {"name", required_argument, NULL, O_NAME},
@@ -160,6 +172,10 @@ int shoal_cmd_node(int argc, char **argv)
 	    {"api-key", required_argument, NULL, O_API_KEY},
 	    {"model-id", required_argument, NULL, O_MODELID},
 	    {"cache-max", required_argument, NULL, O_CACHEMAX},
+	    {"rdma-device", required_argument, NULL, O_RDMA_DEV},
+	    {"rdma-gid", required_argument, NULL, O_RDMA_GID},
+	    {"rdma-hop-limit", required_argument, NULL, O_RDMA_HOP},
+	    {"rdma-tclass", required_argument, NULL, O_RDMA_TCLASS},
 	    {"verbose", no_argument, NULL, 'v'},
 	    {"help", no_argument, NULL, 'h'},
 	    {NULL, 0, NULL, 0},
@@ -262,6 +278,31 @@ int shoal_cmd_node(int argc, char **argv)
 				free(seeds);
 				return 2;
 			}
+			break;
+		}
+		case O_RDMA_DEV:
+			cfg.rdma.device = optarg;
+			break;
+		case O_RDMA_GID:
+		case O_RDMA_HOP:
+		case O_RDMA_TCLASS: {
+			char *end;
+			unsigned long v = strtoul(optarg, &end, 10);
+			unsigned long lo = c == O_RDMA_HOP ? 1 : 0, hi = c == O_RDMA_GID ? 1023 : 255;
+			if (!*optarg || *end || v < lo || v > hi) {
+				fprintf(stderr, "shoal node: --%s wants %lu..%lu, not '%s'\n",
+				        c == O_RDMA_GID ? "rdma-gid" : c == O_RDMA_HOP ? "rdma-hop-limit"
+				                                                       : "rdma-tclass",
+				        lo, hi, optarg);
+				free(seeds);
+				return 2;
+			}
+			if (c == O_RDMA_GID)
+				cfg.rdma.gid_plus1 = (int)v + 1;
+			else if (c == O_RDMA_HOP)
+				cfg.rdma.hop_limit = (uint8_t)v;
+			else
+				cfg.rdma.tclass = (uint8_t)v;
 			break;
 		}
 		case O_API:

@@ -45,6 +45,7 @@
 #include "net/key.h"
 #include "net/record.h"
 #include "net/swim.h"
+#include "net/xfer.h"
 #include "runtime/api/api.h"
 
 typedef struct shoal_cluster shoal_cluster;
@@ -70,6 +71,7 @@ typedef struct shoal_cluster_config {
 	const char *data_host; /* IPv4 address the data listener binds */
 	uint16_t data_port;    /* 0: any */
 	uint32_t base_ms;      /* the node's base period */
+	shoal_xfer_rdma_opts rdma; /* the data links' RDMA choices (rdma.device borrowed) */
 	/* Replies to RUN_REQ, called on the node thread (shoal_cluster_drain). */
 	shoal_err (*reply)(void *ud, const shoal_ctl_route *to, const void *buf, size_t len);
 	/* A data link to peer `id` (at incarnation `inc` in our view) broke

@@ -885,6 +885,9 @@ shoal_err shoal_cluster__data_start(shoal_cluster *cl, char *why, size_t why_len
 	memcpy(cl->xcfg.self_id, cl->cfg.self, 16);
 	/* peers share cores in a lab: block at once instead of spinning */
 	cl->xcfg.spin_us = 0;
+	/* one context, PD, pool and CQ per RDMA device for all our links */
+	cl->xcfg.rdma = cl->cfg.rdma;
+	cl->xcfg.rdma_hub = cl->xcfg.verbs ? shoal_xfer_rdma_hub_new() : NULL;
 	shoal_err e = shoal_xfer_listener_new(
 	    &cl->xcfg, cl->cfg.data_host ? cl->cfg.data_host : "0.0.0.0", cl->cfg.data_port,
 	    shoal_cluster_admit, cl, &cl->listener, why, why_len);
@@ -932,6 +935,8 @@ void shoal_cluster__data_stop(shoal_cluster *cl)
 	cl->x_pending = NULL;
 	shoal_xfer_listener_free(cl->listener);
 	cl->listener = NULL;
+	shoal_xfer_rdma_hub_free(cl->xcfg.rdma_hub); /* devices stay until their last link */
+	cl->xcfg.rdma_hub = NULL;
 }
 
 uint16_t shoal_cluster_data_port(const shoal_cluster *cl)

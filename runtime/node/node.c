@@ -766,6 +766,7 @@ static shoal_err shoal_node_cluster_new(shoal_node *n, shoal_wcache *wc, char *w
 	                           .data_host = host,
 	                           .data_port = n->data_port,
 	                           .base_ms = (uint32_t)(n->base_us / 1000u),
+	                           .rdma = n->cfg.rdma,
 	                           .reply = shoal_node_cluster_reply,
 	                           .peer_gone = shoal_node_peer_gone,
 	                           .wcache = wc,

@@ -24,6 +24,7 @@
 #include "base/err.h"
 #include "net/discovery.h"
 #include "net/key.h"
+#include "net/xfer.h"
 
 #define SHOAL_NODE_DEFAULT_GOSSIP_MS 100 /* SWIM's own default base period */
 #define SHOAL_NODE_DEFAULT_CLUSTER   "default"
@@ -64,6 +65,7 @@ typedef struct shoal_node_config {
 	 * <state-dir>/weights (runtime/node/weights.h); NULL: membership only. */
 	const char *model_id;
 	uint64_t cache_max; /* bytes the weights cache may hold; 0: the default */
+	shoal_xfer_rdma_opts rdma; /* --rdma-device, --rdma-gid, ... (net/xfer.h) */
 } shoal_node_config;
 
 /* Load the identity (raising its incarnation), lock the state dir, bind

@@ -6,7 +6,11 @@
  * transition, an error completion), credits that never overrun the
  * receive ring (the double counts overruns), many frames of varying sizes
  * intact and in order through a wrapping ring, exact counters, and a
- * remote disconnect.
+ * remote disconnect. Acceptance of issue 14: the device, port and GID
+ * chosen per endpoint on the macOS and mlx5 layouts, wrong cables and the
+ * overrides (TCP with a reason that names them); signaled and inline
+ * sends counted for a decode exchange; 100,000 frames with the SQ and CQ
+ * never overrun (the double checks both).
  */
 #include "net/xfer.h"
 
@@ -22,7 +26,9 @@
 static const uint8_t TOKEN[] = "t";
 static const uint8_t DIGEST[32] = {0xd1, 0x9e};
 static vd_fabric *fab;
+static shoal_xfer_rdma_hub *hubs[VD_HOSTS]; /* one per host: its links share devices */
 static uint32_t spin_us; /* config's spin_us for the next pair */
+static shoal_xfer_rdma_opts opts[VD_HOSTS]; /* each host's --rdma-* */
 
 static int admit(void *ctx, const uint8_t peer[16], const char *addr, const uint8_t *t, size_t n)
 {
@@ -39,6 +45,9 @@ static void cfg_for(shoal_xfer_config *c, int dev, uint32_t slots, uint8_t id)
 	c->handshake_ms = 3000;
 	c->verbs = dev >= 0 ? &vd_ops : NULL;
 	c->verbs_ctx = dev >= 0 ? vd_device(fab, dev) : NULL;
+	c->rdma_hub = dev >= 0 ? hubs[dev] : NULL;
+	if (dev >= 0)
+		c->rdma = opts[dev];
 	c->rdma_slots = slots;
 	c->spin_us = spin_us;
 	memset(c->self_id, id, 16);
@@ -111,8 +120,8 @@ static void test_upgrade_when_both_offer(void)
 	ASSERT_EQ(pair(0, 1, 8, &a, &b), SHOAL_OK);
 	ASSERT_STR_EQ(shoal_xfer_link_transport(a), "rdma");
 	ASSERT_STR_EQ(shoal_xfer_link_transport(b), "rdma");
-	ASSERT_STR_EQ(shoal_xfer_link_status(a), "rdma (vd0 to vd1)");
-	ASSERT_STR_EQ(shoal_xfer_link_status(b), "rdma (vd1 to vd0)");
+	ASSERT_STR_EQ(shoal_xfer_link_status(a), "rdma (vd0:port1:gid0 to vd1:port1:gid0)");
+	ASSERT_STR_EQ(shoal_xfer_link_status(b), "rdma (vd1:port1:gid0 to vd0:port1:gid0)");
 	uint64_t moved = vd_delivered(fab);
 	float x[256];
 	for (int i = 0; i < 256; i++)
@@ -174,8 +183,10 @@ static void test_fallback_on_each_failure(void)
 		int dev; /* 0: acceptor's device, 1: connector's */
 		const char *mine, *peer;
 	} cases[] = {
-	    {VD_FAULT_OPEN, 1, "tcp (no rdma device: ibv_get_device_list: Function not implemented",
+	    {VD_FAULT_DEVICES, 1,
+	     "tcp (no rdma device: ibv_get_device_list: Function not implemented",
 	     "tcp (peer offers no rdma)"},
+	    {VD_FAULT_OPEN, 0, "tcp (no rdma device: ibv_open_device: ", "tcp (peer offers no rdma)"},
 	    {VD_FAULT_PD, 0, "tcp (ibv_alloc_pd: ", "tcp (peer: ibv_alloc_pd: "},
 	    {VD_FAULT_MR, 1, "tcp (ibv_reg_mr: ", "tcp (peer: ibv_reg_mr: "},
 	    {VD_FAULT_CQ, 0, "tcp (ibv_create_cq: ", "tcp (peer: ibv_create_cq"},
@@ -184,9 +195,15 @@ static void test_fallback_on_each_failure(void)
 	    {VD_FAULT_RTR, 1, "tcp (qp failed to reach RTR: ibv_modify_qp(RTR): Invalid",
 	     "tcp (peer: qp failed to reach RTR: "},
 	    {VD_FAULT_RTS, 0, "tcp (qp failed to reach RTS: ", "tcp (peer: qp failed to reach RTS"},
+	    {VD_FAULT_POST_RECV, 1, "tcp (posting the receive ring: ibv_post_recv: ",
+	     "tcp (peer: posting the receive ring"},
+	    {VD_FAULT_POST_SEND, 1, "tcp (rdma probe failed: post send: ibv_post_send: ",
+	     "tcp (peer: rdma probe failed: post send"},
+	    {VD_FAULT_POLL, 0, "tcp (rdma probe failed: poll cq failed on vd0",
+	     "tcp (rdma probe failed: "},
 	    {VD_FAULT_WC_ERROR, 1,
 	     "tcp (rdma probe failed: send completion with error: transport retry counter "
-	     "exceeded)",
+	     "exceeded (over vd1:port1:gid0 on vdnet1))",
 	     "tcp (peer: rdma probe failed: send completion with error"},
 	};
 	for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
@@ -212,6 +229,13 @@ static void test_fallback_on_each_failure(void)
 		shoal_xfer_link_free(b);
 		ASSERT_EQ(vd_live_objects(fab), 0);
 	}
+	/* nothing of the failures stays behind: the next pair upgrades */
+	shoal_xfer_link *a, *b;
+	ASSERT_EQ(pair(0, 1, 8, &a, &b), SHOAL_OK);
+	ASSERT_STR_EQ(shoal_xfer_link_transport(a), "rdma");
+	shoal_xfer_link_free(a);
+	shoal_xfer_link_free(b);
+	ASSERT_EQ(vd_live_objects(fab), 0);
 	ASSERT_U64_EQ(vd_overruns(fab), 0);
 }
 
@@ -225,40 +249,71 @@ static void test_double_detects_overrun(void)
 	shoal_verbs_port port[2];
 	static uint8_t mem[2][256];
 	char why[256];
+	memset(port, 0, sizeof port);
 	for (int i = 0; i < 2; i++) {
-		ASSERT_EQ(vd_ops.open(vd_device(fab, i), NULL, &dev[i], &port[i], why, sizeof why),
-		          0);
+		uint32_t inl = 64;
+		snprintf(port[i].name, sizeof port[i].name, "vd%d", i);
+		port[i].port = 1;
+		port[i].hop_limit = 1;
+		ASSERT_EQ(vd_ops.open(vd_device(fab, i), port[i].name, &dev[i], why, sizeof why), 0);
 		ASSERT_EQ(vd_ops.alloc_pd(dev[i], &pd[i], why, sizeof why), 0);
 		ASSERT_EQ(vd_ops.reg_mr(pd[i], mem[i], 256, &mr[i], why, sizeof why), 0);
 		ASSERT_EQ(vd_ops.create_cq(dev[i], 4, &cq[i], &fd[i], why, sizeof why), 0);
-		ASSERT_EQ(vd_ops.create_qp(pd[i], cq[i], 2, 2, &qp[i], &qpn[i], why, sizeof why),
+		ASSERT_EQ(vd_ops.create_qp(pd[i], cq[i], 2, 2, &inl, &qp[i], &qpn[i], why, sizeof why),
 		          0);
+		ASSERT_EQ(inl, 64);
 		ASSERT_EQ(vd_ops.qp_init(qp[i], &port[i], why, sizeof why), 0);
 	}
 	/* Out of order: RTS before RTR is refused. */
-	ASSERT_NE(vd_ops.qp_rts(qp[0], 1, why, sizeof why), 0);
+	ASSERT_NE(vd_ops.qp_rts(qp[0], &port[0], 1, why, sizeof why), 0);
 	for (int i = 0; i < 2; i++) {
 		shoal_verbs_remote r = {.qpn = qpn[1 - i], .mtu = 1024};
 		ASSERT_EQ(vd_ops.qp_rtr(qp[i], &port[i], &r, why, sizeof why), 0);
-		ASSERT_EQ(vd_ops.qp_rts(qp[i], 1, why, sizeof why), 0);
+		ASSERT_EQ(vd_ops.qp_rts(qp[i], &port[i], 1, why, sizeof why), 0);
 	}
 	uint64_t before = vd_overruns(fab);
-	ASSERT_EQ(vd_ops.post_send(qp[0], mr[0], 7, mem[0], 16, why, sizeof why), 0);
+	ASSERT_EQ(vd_ops.post_send(qp[0], mr[0], 7, mem[0], 16, SHOAL_VERBS_SEND_SIGNALED, why,
+	                           sizeof why),
+	          0);
 	shoal_verbs_wc wc;
 	ASSERT_EQ(vd_ops.poll_cq(cq[0], &wc, 1), 1);
 	ASSERT_EQ(wc.status, VD_WC_RNR_RETRY_EXC_ERR);
 	ASSERT_U64_EQ(vd_overruns(fab), before + 1);
-	/* With a receive posted it goes through, bytes and length intact. */
+	vd_ops.destroy_qp(qp[0]);
+	uint32_t inl = 0;
+	ASSERT_EQ(vd_ops.create_qp(pd[0], cq[0], 2, 2, &inl, &qp[0], &qpn[0], why, sizeof why), 0);
+	ASSERT_EQ(vd_ops.qp_init(qp[0], &port[0], why, sizeof why), 0);
+	shoal_verbs_remote r0 = {.qpn = qpn[1], .mtu = 1024};
+	ASSERT_EQ(vd_ops.qp_rtr(qp[0], &port[0], &r0, why, sizeof why), 0);
+	ASSERT_EQ(vd_ops.qp_rts(qp[0], &port[0], 1, why, sizeof why), 0);
+	/* More inline bytes than the QP was granted: refused, loudly. */
+	ASSERT_NE(vd_ops.post_send(qp[0], mr[0], 8, mem[0], 16, SHOAL_VERBS_SEND_INLINE, why,
+	                           sizeof why),
+	          0);
+	/* With receives posted, unsignaled sends go through with no
+	 * completion of their own; a third before any completion is polled
+	 * overruns the 2-entry SQ. */
 	memcpy(mem[0], "sixteen bytes!!", 16);
 	ASSERT_EQ(vd_ops.post_recv(qp[1], mr[1], 3, mem[1], 64, why, sizeof why), 0);
-	ASSERT_EQ(vd_ops.post_send(qp[0], mr[0], 8, mem[0], 16, why, sizeof why), 0);
+	ASSERT_EQ(vd_ops.post_recv(qp[1], mr[1], 4, mem[1] + 64, 64, why, sizeof why), 0);
+	ASSERT_EQ(vd_ops.post_send(qp[0], mr[0], 8, mem[0], 16, 0, why, sizeof why), 0);
+	ASSERT_EQ(vd_ops.post_send(qp[0], mr[0], 9, mem[0], 16, SHOAL_VERBS_SEND_SIGNALED, why,
+	                           sizeof why),
+	          0);
+	uint64_t sq0 = vd_sq_overruns(fab);
+	ASSERT_NE(vd_ops.post_send(qp[0], mr[0], 10, mem[0], 16, 0, why, sizeof why), 0);
+	ASSERT_U64_EQ(vd_sq_overruns(fab), sq0 + 1);
 	ASSERT_EQ(vd_ops.poll_cq(cq[1], &wc, 1), 1);
 	ASSERT_EQ(wc.status, 0);
 	ASSERT_EQ(wc.byte_len, 16);
 	ASSERT_U64_EQ(wc.wr_id, 3);
 	ASSERT_MEM_EQ(mem[1], "sixteen bytes!!", 16);
+	/* one send completion (the signaled one) frees both entries */
+	ASSERT_EQ(vd_ops.poll_cq(cq[0], &wc, 1), 1);
+	ASSERT_U64_EQ(wc.wr_id, 9);
+	ASSERT_EQ(vd_ops.poll_cq(cq[0], &wc, 1), 0);
 	/* A buffer outside its registration is refused. */
-	ASSERT_NE(vd_ops.post_send(qp[0], mr[0], 9, mem[0] + 250, 16, why, sizeof why), 0);
+	ASSERT_NE(vd_ops.post_send(qp[0], mr[0], 11, mem[0] + 250, 16, 0, why, sizeof why), 0);
 	for (int i = 0; i < 2; i++) {
 		vd_ops.destroy_qp(qp[i]);
 		vd_ops.destroy_cq(cq[i]);
@@ -398,7 +453,10 @@ static void test_remote_disconnect(void)
 	shoal_err e = shoal_xfer_link_recv(b, 1000, &f, why, sizeof why);
 	shoal_log_set_level(lv);
 	ASSERT_EQ(e, SHOAL_ERR_IO);
+	if (!strstr(why, "send completion with error"))
+		fprintf(stderr, "disconnect: %s\n", why);
 	ASSERT_TRUE(strstr(why, "send completion with error") != NULL);
+	ASSERT_TRUE(strstr(why, "over vd1:port1:gid0 on vdnet1") != NULL);
 	ASSERT_TRUE(strncmp(shoal_xfer_link_status(b), "closed (", 8) == 0);
 	ASSERT_EQ(send_hidden(b, 1, x, 4, 1000, why), SHOAL_ERR_CLOSED);
 	shoal_xfer_link_free(a);
@@ -556,14 +614,313 @@ static void test_pollfds_after_a_waiting_send(void)
 	ASSERT_EQ(vd_live_objects(fab), 0);
 }
 
+
+/* ---- acceptance 1: the right device, port and GID per endpoint ---- */
+
+/* A pair between hosts 0 and 1 whose status on host 0 must start with
+ * want0 (and on host 1 with want1, when given); the pair is returned. */
+static int pair_status(const char *want0, const char *want1, shoal_xfer_link **a,
+                       shoal_xfer_link **b)
+{
+	if (pair(0, 1, 8, a, b))
+		return 0;
+	const char *s0 = shoal_xfer_link_status(*a), *s1 = shoal_xfer_link_status(*b);
+	int ok = !strncmp(s0, want0, strlen(want0)) && (!want1 || !strncmp(s1, want1, strlen(want1)));
+	if (!ok)
+		fprintf(stderr, "status \"%s\" / \"%s\"\n  wanted \"%s\" / \"%s\"\n", s0, s1, want0,
+		        want1 ? want1 : "");
+	return ok;
+}
+
+static void test_macos_layout(void)
+{
+	shoal_xfer_link *a, *b, *c, *d, *e, *g;
+	vd_host_stats st;
+	vd_qp_view q;
+	uint64_t rnr0 = vd_overruns(fab);
+	vd_layout_mac(fab, 0, 1);
+	vd_layout_mac(fab, 1, 2);
+	/* the cable on en3: rdma_en3, its v2 GID at index 3, not index 0
+	 * (en0's) nor 1 (v1) */
+	vd_set_netif(fab, 0, "en3", "10.0.3.1");
+	vd_set_netif(fab, 1, "en3", "10.0.3.2");
+	ASSERT_TRUE(pair_status("rdma (rdma_en3:port1:gid3 to rdma_en3:port1:gid3)", NULL, &a, &b));
+	ASSERT_EQ(vd_last_qp(fab, 0, &q), 0);
+	ASSERT_STR_EQ(q.device, "rdma_en3");
+	ASSERT_EQ(q.sgid_index, 3);
+	ASSERT_EQ(q.max_inline, 128); /* 256 refused, 128 granted */
+	ASSERT_EQ(q.hop_limit, 64);
+	ASSERT_EQ(q.rnr_retry, 3);
+	/* a second cable on en2, and a second link on en3 */
+	vd_set_netif(fab, 0, "en2", "10.0.2.1");
+	vd_set_netif(fab, 1, "en2", "10.0.2.2");
+	ASSERT_TRUE(pair_status("rdma (rdma_en2:port1:gid1 to rdma_en2:port1:gid1)", NULL, &c, &d));
+	vd_set_netif(fab, 0, "en3", "10.0.3.1");
+	vd_set_netif(fab, 1, "en3", "10.0.3.2");
+	ASSERT_TRUE(pair_status("rdma (rdma_en3:port1:gid3", NULL, &e, &g));
+	/* one context, PD and CQ per device; the en3 links share theirs */
+	vd_stats(fab, 0, &st);
+	ASSERT_EQ(st.contexts, 2);
+	ASSERT_EQ(st.pds, 2);
+	ASSERT_EQ(st.cqs, 2);
+	ASSERT_EQ(st.qps, 3);
+	ASSERT_LE(st.mrs, 3);
+	float x[64] = {1};
+	char why[256];
+	shoal_xfer_frame f;
+	shoal_xfer_link *links[3][2] = {{a, b}, {c, d}, {e, g}};
+	for (int i = 0; i < 3; i++) {
+		x[0] = (float)i;
+		ASSERT_EQ(send_hidden(links[i][1], (uint64_t)i, x, 64, 1000, why), SHOAL_OK);
+	}
+	for (int i = 2; i >= 0; i--) { /* another link's wait takes our completions */
+		ASSERT_EQ(shoal_xfer_link_recv(links[i][0], 1000, &f, why, sizeof why), SHOAL_OK);
+		ASSERT_U64_EQ(f.hdr.rows[0].session, (uint64_t)i);
+	}
+	for (int i = 0; i < 3; i++) {
+		shoal_xfer_link_free(links[i][0]);
+		shoal_xfer_link_free(links[i][1]);
+	}
+	ASSERT_EQ(vd_live_objects(fab), 0);
+	/* wrong cable 1: our end is on en5, where no RDMA device is */
+	vd_set_netif(fab, 0, "en5", "10.0.5.1");
+	ASSERT_TRUE(pair_status("tcp (no RDMA device on en5 (devices: rdma_en2 on en2, rdma_en3 on "
+	                        "en3))",
+	                        "tcp (peer offers no rdma)", &a, &b));
+	shoal_xfer_link_free(a);
+	shoal_xfer_link_free(b);
+	/* wrong cable 2: both ends chose rdma_en3, but the cables go to
+	 * different machines: the probe fails and the reason names the port */
+	vd_set_netif(fab, 0, "en3", "10.0.3.1");
+	vd_set_cable(fab, 0, "rdma_en3", 7);
+	ASSERT_TRUE(pair_status("tcp (peer: rdma probe failed: send completion with error: "
+	                        "transport retry counter exceeded (over rdma_en3:port1:gid3 on en3))",
+	                        "tcp (rdma probe failed: send completion with error", &a, &b));
+	ASSERT_STR_EQ(shoal_xfer_link_transport(a), "tcp");
+	shoal_xfer_link_free(a);
+	shoal_xfer_link_free(b);
+	vd_set_cable(fab, 0, "rdma_en3", 0);
+	ASSERT_EQ(vd_live_objects(fab), 0);
+	ASSERT_U64_EQ(vd_overruns(fab), rnr0);
+}
+
+static void test_mlx5_layout(void)
+{
+	shoal_xfer_link *a, *b;
+	vd_qp_view q;
+	vd_layout_mlx5(fab, 0, 1);
+	vd_layout_mlx5(fab, 1, 2);
+	static const struct {
+		const char *if0, *ip0, *if1, *ip1, *want;
+		int gid;
+	} cases[] = {
+	    {"ens1f0", "192.168.5.1", "ens1f0", "192.168.5.2", "rdma (mlx5_0:port1:gid3 to ", 3},
+	    {"ens1f0.100", "10.100.0.1", "ens1f0.100", "10.100.0.2", "rdma (mlx5_0:port1:gid5 to ",
+	     5},
+	    {"ens1f0", "fd00::1", "ens1f0", "fd00::2", "rdma (mlx5_0:port1:gid6 to ", 6},
+	    {"ens1f1", "192.168.6.1", "ens1f1", "192.168.6.2",
+	     "tcp (mlx5_1 port 1 (on ens1f1) is not active)", -1},
+	};
+	for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+		vd_set_netif(fab, 0, cases[i].if0, cases[i].ip0);
+		vd_set_netif(fab, 1, cases[i].if1, cases[i].ip1);
+		ASSERT_TRUE(pair_status(cases[i].want, NULL, &a, &b));
+		if (cases[i].gid >= 0) {
+			ASSERT_EQ(vd_last_qp(fab, 0, &q), 0);
+			ASSERT_EQ(q.sgid_index, cases[i].gid);
+			ASSERT_EQ(q.max_inline, 256);
+		}
+		shoal_xfer_link_free(a);
+		shoal_xfer_link_free(b);
+	}
+	/* overrides: --rdma-gid 2 (the v1 GID) against a peer on v2: the
+	 * versions do not meet, TCP with the reason */
+	vd_set_netif(fab, 0, "ens1f0", "192.168.5.1");
+	vd_set_netif(fab, 1, "ens1f0", "192.168.5.2");
+	opts[0] = (shoal_xfer_rdma_opts){.device = "mlx5_0", .gid_plus1 = 3};
+	ASSERT_TRUE(pair_status("tcp (peer: rdma probe failed: send completion with error", NULL, &a,
+	                        &b));
+	shoal_xfer_link_free(a);
+	shoal_xfer_link_free(b);
+	/* --rdma-gid 3, a hop limit and traffic class for routed RoCE v2 */
+	opts[0] = (shoal_xfer_rdma_opts){
+	    .device = "mlx5_0", .gid_plus1 = 4, .hop_limit = 8, .tclass = 106, .sl = 3};
+	ASSERT_TRUE(pair_status("rdma (mlx5_0:port1:gid3", NULL, &a, &b));
+	ASSERT_EQ(vd_last_qp(fab, 0, &q), 0);
+	ASSERT_EQ(q.hop_limit, 8);
+	ASSERT_EQ(q.traffic_class, 106);
+	ASSERT_EQ(q.sl, 3);
+	shoal_xfer_link_free(a);
+	shoal_xfer_link_free(b);
+	opts[0] = (shoal_xfer_rdma_opts){.device = "mlx5_9"};
+	ASSERT_TRUE(pair_status("tcp (--rdma-device mlx5_9: no such device", NULL, &a, &b));
+	shoal_xfer_link_free(a);
+	shoal_xfer_link_free(b);
+	opts[0] = (shoal_xfer_rdma_opts){0};
+	ASSERT_EQ(vd_live_objects(fab), 0);
+}
+
+/* ---- acceptance 2: signaled and inline sends; SQ and CQ never overrun ---- */
+
+static void decode_exchange(int steps, shoal_xfer_metrics *ma, shoal_xfer_metrics *mb)
+{
+	shoal_xfer_link *a, *b;
+	static float x[2048];
+	char why[256];
+	shoal_xfer_frame f;
+	ASSERT_EQ(pair(0, 1, 16, &a, &b), SHOAL_OK);
+	ASSERT_STR_EQ(shoal_xfer_link_transport(a), "rdma");
+	for (int i = 0; i < steps; i++) {
+		/* a decode step: hidden state (8 KiB) on, the sampled token back */
+		x[0] = (float)i;
+		ASSERT_EQ(send_hidden(b, (uint64_t)i, x, 2048, 1000, why), SHOAL_OK);
+		ASSERT_EQ(shoal_xfer_link_recv(a, 1000, &f, why, sizeof why), SHOAL_OK);
+		shoal_xfer_row row = {(uint64_t)i, 0};
+		int32_t tok = i;
+		shoal_xfer_hdr h = {.kind = SHOAL_XFER_KIND_TOKEN,
+		                    .dtype = SHOAL_XFER_DTYPE_I32,
+		                    .dim = 1,
+		                    .n_rows = 1,
+		                    .rows = &row};
+		struct iovec v = {&tok, 4};
+		ASSERT_EQ(shoal_xfer_link_send(a, &h, &v, 1, 1000, why, sizeof why), SHOAL_OK);
+		ASSERT_EQ(shoal_xfer_link_recv(b, 1000, &f, why, sizeof why), SHOAL_OK);
+		ASSERT_EQ(*(const int32_t *)f.payload, i);
+	}
+	shoal_xfer_link_metrics(a, ma);
+	shoal_xfer_link_metrics(b, mb);
+	shoal_xfer_link_free(a);
+	shoal_xfer_link_free(b);
+}
+
+static void test_decode_sends_counted(void)
+{
+	shoal_xfer_metrics ma, mb;
+	vd_host_stats s0, s1, t0, t1;
+	uint64_t sq0 = vd_sq_overruns(fab), cq0 = vd_cq_overflows(fab);
+	vd_layout_mlx5(fab, 0, 1);
+	vd_layout_mlx5(fab, 1, 2);
+	vd_set_netif(fab, 0, "ens1f0", "192.168.5.1");
+	vd_set_netif(fab, 1, "ens1f0", "192.168.5.2");
+	vd_stats(fab, 0, &s0);
+	vd_stats(fab, 1, &s1);
+	decode_exchange(200, &ma, &mb);
+	vd_stats(fab, 0, &t0);
+	vd_stats(fab, 1, &t1);
+	printf("decode, 200 steps: token side %llu sends, %llu signaled, %llu inline; hidden side "
+	       "%llu sends, %llu signaled, %llu inline\n",
+	       (unsigned long long)ma.rdma_sends, (unsigned long long)ma.rdma_signaled,
+	       (unsigned long long)ma.rdma_inline, (unsigned long long)mb.rdma_sends,
+	       (unsigned long long)mb.rdma_signaled, (unsigned long long)mb.rdma_inline);
+	/* the double saw exactly what the transport says it posted */
+	ASSERT_U64_EQ(t0.sends - s0.sends, ma.rdma_sends);
+	ASSERT_U64_EQ(t0.signaled - s0.signaled, ma.rdma_signaled);
+	ASSERT_U64_EQ(t0.inlined - s0.inlined, ma.rdma_inline);
+	ASSERT_U64_EQ(t1.sends - s1.sends, mb.rdma_sends);
+	ASSERT_U64_EQ(t1.signaled - s1.signaled, mb.rdma_signaled);
+	ASSERT_U64_EQ(t1.inlined - s1.inlined, mb.rdma_inline);
+	ASSERT_EQ(ma.rdma_max_inline, 256);
+	/* tokens, the probe echo and credits are small: all inline; of the
+	 * hidden side only the probe and credit frames */
+	ASSERT_U64_EQ(ma.rdma_inline, ma.rdma_sends);
+	ASSERT_GE(ma.rdma_sends, 201);
+	ASSERT_U64_EQ(mb.rdma_inline, mb.rdma_sends - 200);
+	/* one in sig_every = 16 / 4 = 4 sends is signaled (the hidden side
+	 * also when it takes its last of 4 buffers: the same cadence) */
+	ASSERT_LE(ma.rdma_signaled, ma.rdma_sends / 4 + 1);
+	ASSERT_LE(mb.rdma_signaled, mb.rdma_sends / 4 + 1);
+	ASSERT_GE(mb.rdma_signaled, 200 / 4);
+	/* a device without inline: nothing goes inline, nothing breaks */
+	vd_layout_noinline(fab, 0, 1);
+	vd_layout_noinline(fab, 1, 2);
+	vd_set_netif(fab, 0, "eth0", "10.7.0.1");
+	vd_set_netif(fab, 1, "eth0", "10.7.0.2");
+	decode_exchange(50, &ma, &mb);
+	ASSERT_EQ(ma.rdma_max_inline, 0);
+	ASSERT_U64_EQ(ma.rdma_inline + mb.rdma_inline, 0);
+	ASSERT_U64_EQ(vd_sq_overruns(fab), sq0);
+	ASSERT_U64_EQ(vd_cq_overflows(fab), cq0);
+	ASSERT_EQ(vd_live_objects(fab), 0);
+}
+
+typedef struct stress_job {
+	shoal_xfer_link *link;
+	int n;
+	shoal_err e;
+	char why[256];
+} stress_job;
+
+static uint32_t stress_dim(int i)
+{
+	/* 1..320 floats: frames of 116 B (inline) to 1.4 KiB (not) */
+	return 1 + (uint32_t)((i * 2654435761u) % 320u);
+}
+
+static void *stress_main(void *p)
+{
+	stress_job *j = p;
+	static float x[320];
+	for (int i = 0; i < j->n && !j->e; i++) {
+		x[0] = (float)i;
+		j->e = send_hidden(j->link, (uint64_t)i, x, stress_dim(i), 5000, j->why);
+	}
+	return NULL;
+}
+
+static void test_stress_100k_frames(void)
+{
+	shoal_xfer_link *a, *b;
+	vd_host_stats st;
+	uint64_t sq0 = vd_sq_overruns(fab), cq0 = vd_cq_overflows(fab), rnr0 = vd_overruns(fab);
+	ASSERT_EQ(pair(0, 1, 8, &a, &b), SHOAL_OK);
+	ASSERT_STR_EQ(shoal_xfer_link_transport(a), "rdma");
+	stress_job j = {.link = b, .n = 100000};
+	pthread_t th;
+	pthread_create(&th, NULL, stress_main, &j);
+	int bad = 0;
+	for (int i = 0; i < j.n && !bad; i++) {
+		shoal_xfer_frame f;
+		char why[256];
+		if (shoal_xfer_link_recv(a, 5000, &f, why, sizeof why)) {
+			fprintf(stderr, "frame %d: %s\n", i, why);
+			bad = 1;
+		} else if (f.hdr.rows[0].session != (uint64_t)i || f.hdr.dim != stress_dim(i) ||
+		           ((const float *)f.payload)[0] != (float)i) {
+			bad = 1;
+		}
+	}
+	pthread_join(th, NULL);
+	ASSERT_EQ(j.e, SHOAL_OK);
+	ASSERT_EQ(bad, 0);
+	shoal_xfer_metrics mb;
+	shoal_xfer_link_metrics(b, &mb);
+	vd_stats(fab, 1, &st);
+	printf("100000 frames: %llu sends, %llu signaled, %llu inline; SQ peak %u of 8, CQ peak %u\n",
+	       (unsigned long long)mb.rdma_sends, (unsigned long long)mb.rdma_signaled,
+	       (unsigned long long)mb.rdma_inline, st.sq_peak, st.cq_peak);
+	ASSERT_U64_EQ(vd_sq_overruns(fab), sq0);
+	ASSERT_U64_EQ(vd_cq_overflows(fab), cq0);
+	ASSERT_U64_EQ(vd_overruns(fab), rnr0);
+	ASSERT_LE(st.sq_peak, 8);
+	ASSERT_GT(mb.rdma_inline, 0);
+	ASSERT_LT(mb.rdma_signaled, mb.rdma_sends);
+	shoal_xfer_link_free(a);
+	shoal_xfer_link_free(b);
+	ASSERT_EQ(vd_live_objects(fab), 0);
+}
+
 static void setup(void)
 {
 	fab = vd_fabric_new();
 	ASSERT_TRUE(fab != NULL);
+	for (int i = 0; i < VD_HOSTS; i++)
+		ASSERT_TRUE((hubs[i] = shoal_xfer_rdma_hub_new()) != NULL);
 }
 
 static void teardown(void)
 {
+	for (int i = 0; i < VD_HOSTS; i++)
+		shoal_xfer_rdma_hub_free(hubs[i]);
 	vd_fabric_free(fab);
 }
 
@@ -573,4 +930,6 @@ TEST_MAIN(TEST_CASE(setup), TEST_CASE(test_upgrade_when_both_offer),
           TEST_CASE(test_pingpong_piggybacks_credits), TEST_CASE(test_remote_disconnect),
           TEST_CASE(test_garbage_over_rdma_closes_with_error_frame),
           TEST_CASE(test_event_loop_over_pollfds), TEST_CASE(test_pollfds_after_a_waiting_send),
-          TEST_CASE(test_double_detects_overrun), TEST_CASE(teardown))
+          TEST_CASE(test_double_detects_overrun), TEST_CASE(test_stress_100k_frames),
+          TEST_CASE(test_macos_layout), TEST_CASE(test_mlx5_layout),
+          TEST_CASE(test_decode_sends_counted), TEST_CASE(teardown))

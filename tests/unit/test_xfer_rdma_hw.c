@@ -1,7 +1,9 @@
 /*
  * tests/unit/test_xfer_rdma_hw.c: the RDMA data plane on real hardware through
- * libibverbs: two links on loopback TCP upgrade over the first device's
- * port 1 (a queue pair to itself) and carry frames intact and in order.
+ * libibverbs: two links on loopback TCP upgrade over the first device (a
+ * queue pair to itself: loopback carries no RDMA device, so the device is
+ * given as --rdma-device would, its GID index by SHOAL_TEST_RDMA_GID,
+ * default 0) and carry frames intact and in order.
  *
  * Without a device (ibv_get_device_list returns NULL or an empty list) it
  * first checks that a link stays on TCP and says why, then exits 77 (SKIP)
@@ -13,6 +15,7 @@
 
 #include <errno.h>
 #include <pthread.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "tests/unit/test.h"
@@ -23,6 +26,7 @@
 static const uint8_t TOKEN[] = "hw";
 static const uint8_t DIGEST[32] = {7};
 static char skip_reason[256];
+static char hw_device[64]; /* the first device: every link's override */
 
 static int admit(void *ctx, const uint8_t peer[16], const char *addr, const uint8_t *t, size_t n)
 {
@@ -52,6 +56,11 @@ static shoal_err pair(shoal_xfer_link **a, shoal_xfer_link **b)
 	char why[256];
 	shoal_xfer_config_default(&c);
 	c.max_frame = 1 << 16;
+	if (hw_device[0]) {
+		const char *g = getenv("SHOAL_TEST_RDMA_GID");
+		c.rdma.device = hw_device;
+		c.rdma.gid_plus1 = (g ? atoi(g) : 0) + 1;
+	}
 	shoal_err e = shoal_xfer_listener_new(&c, "127.0.0.1", 0, admit, NULL, &l, why, sizeof why);
 	if (e)
 		return e;
@@ -92,6 +101,7 @@ static void test_rdma_on_hardware(void)
 		shoal_xfer_link_free(b);
 		TEST_SKIP(skip_reason);
 	}
+	snprintf(hw_device, sizeof hw_device, "%s", ibv_get_device_name(list[0]));
 	ibv_free_device_list(list);
 	shoal_xfer_link *a = NULL, *b = NULL;
 	ASSERT_EQ(pair(&a, &b), SHOAL_OK);
