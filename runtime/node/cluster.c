@@ -27,6 +27,7 @@
 #include "base/log.h"
 #include "base/statedir.h"
 #include "net/ctlmsg.h"
+#include "net/linkview.h"
 #include "models/prompt.h"
 #include "runtime/node/plan_json.h"
 
@@ -319,7 +320,10 @@ static int shoal_cluster_take_part(shoal_cluster *cl);
 /* schedule() over the candidates (all but `skip`, when given): a view of
  * their offered memory and bucketed speeds. Load is left out: each peer
  * would bucket it from its own history of the others' records, and the
- * plans would differ. Links use the view's default. */
+ * plans would differ. Links are the ones the candidates measured and
+ * gossiped (net/linkview.h: already bucketed by the peer that measured
+ * them, so the same for everyone); a pair nobody measured yet is at
+ * --link-us. */
 static shoal_err shoal_cluster_plan_on(shoal_cluster *cl, const shoal_swim_member *const *cand,
                                        size_t nc, const uint8_t *skip, const shoal_plan *prev,
                                        shoal_plan **out, uint32_t *sessions, char *why,
@@ -328,10 +332,13 @@ static shoal_err shoal_cluster_plan_on(shoal_cluster *cl, const shoal_swim_membe
 	uint32_t lus = cl->cfg.link_us ? cl->cfg.link_us : SHOAL_CLUSTER_LINK_US;
 	shoal_view *view = shoal_view_new((uint64_t)lus * 1000u, SHOAL_CLUSTER_LINK_BW);
 	shoal_err e = view ? SHOAL_OK : SHOAL_ERR_NOMEM;
+	const shoal_record *recs[SHOAL_CLUSTER_MAX_PEERS];
+	size_t nr = 0;
 	for (size_t i = 0; i < nc && e == SHOAL_OK; i++) {
 		const shoal_record *r = &cand[i]->record;
-		if (skip && !memcmp(r->id.b, skip, 16))
+		if ((skip && !memcmp(r->id.b, skip, 16)) || nr == SHOAL_CLUSTER_MAX_PEERS)
 			continue;
+		recs[nr++] = r;
 		shoal_view_peer p;
 		memset(&p, 0, sizeof p);
 		p.id = r->id;
@@ -341,6 +348,15 @@ static shoal_err shoal_cluster_plan_on(shoal_cluster *cl, const shoal_swim_membe
 		p.flops = shoal_cluster_speed(r->compute_mflops);
 		p.load_pct = 0;
 		e = shoal_view_add_peer(view, &p, why, why_len);
+	}
+	if (e == SHOAL_OK)
+		e = shoal_linkview_apply(view, recs, nr, NULL, why, why_len);
+	if (e == SHOAL_OK && !skip) {
+		size_t nl = shoal_view_n_links(view);
+		cl->n_plan_links = nl < SHOAL_CLUSTER_MAX_PEERS ? nl : SHOAL_CLUSTER_MAX_PEERS;
+		for (size_t i = 0; i < cl->n_plan_links; i++)
+			shoal_view_link_at(view, i, &cl->plan_links[i].a, &cl->plan_links[i].b,
+			                   &cl->plan_links[i].latency_ns, &cl->plan_links[i].bw);
 	}
 	shoal_policy pol = cl->pol;
 	if (e == SHOAL_OK && cl->cfg.sessions)
@@ -1267,6 +1283,15 @@ json_t *shoal_cluster_status_json(shoal_cluster *cl)
 	                              cl->pol.tensor_groups, "link_us",
 	                              (json_int_t)(cl->cfg.link_us ? cl->cfg.link_us
 	                                                           : SHOAL_CLUSTER_LINK_US)));
+	/* the measured links the plan was made with (the rest at link_us) */
+	json_t *pl = json_array();
+	for (size_t i = 0; i < cl->n_plan_links; i++)
+		json_array_append_new(
+		    pl, json_pack("{so so sI sI}", "a", shoal_cluster_idstr(cl->plan_links[i].a.b),
+		                     "b", shoal_cluster_idstr(cl->plan_links[i].b.b), "latency_us",
+		                     (json_int_t)(cl->plan_links[i].latency_ns / 1000u), "bw_mb_s",
+		                     (json_int_t)(cl->plan_links[i].bw / 1000000u)));
+	json_object_set_new(o, "planned_links", pl);
 	if (!cl->plan) {
 		json_object_set_new(o, "digest", json_null());
 		json_object_set_new(o, "stages", json_array());
