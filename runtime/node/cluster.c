@@ -614,6 +614,14 @@ int shoal_cluster_update(shoal_cluster *cl, const shoal_swim_member *v, size_t n
 		for (uint32_t k = 0; k < r->n_data_ep; k++)
 			crypto_generichash_update(&hs, (const uint8_t *)r->data_ep[k].addr,
 			                          strlen(r->data_ep[k].addr));
+		/* measured links (bucketed where measured: they change when a
+		 * link does, not with its jitter) */
+		for (uint32_t k = 0; k < r->n_links; k++) {
+			const shoal_record_link *l = &r->links[k];
+			crypto_generichash_update(&hs, l->peer.b, 16);
+			crypto_generichash_update(&hs, (const uint8_t *)&l->rtt_us, 4);
+			crypto_generichash_update(&hs, (const uint8_t *)&l->bw_bytes_s, 8);
+		}
 	}
 	/* readiness is an input too: whether the previous plan may be used
 	 * depends on it (shoal_cluster_prev_usable) */
