@@ -183,7 +183,10 @@ shoal_err shoal_cluster_new(const shoal_cluster_config *cfg, shoal_cluster **out
 	}
 	cl->pol.spread_experts = cfg->spread_experts;
 	cl->pol.tensor_groups = cfg->tensor_groups;
-	/* test hook: a group even where it does not pay (tests/sh/tp_loopback.sh) */
+	/* test hook: a group even where it does not pay (tests/sh/tp_loopback.sh);
+	 * those runs also plan every link at --link-us, not at the measured
+	 * figures, so that a loaded loopback's control-path RTT (~1 ms) does
+	 * not plan their group away */
 	const char *prefer = getenv("SHOAL_TEST_TP_PREFER");
 	cl->pol.tensor_prefer = cfg->tensor_groups && prefer && !strcmp(prefer, "1");
 	shoal_wire_buf_init(&cl->msg);
@@ -349,7 +352,7 @@ static shoal_err shoal_cluster_plan_on(shoal_cluster *cl, const shoal_swim_membe
 		p.load_pct = 0;
 		e = shoal_view_add_peer(view, &p, why, why_len);
 	}
-	if (e == SHOAL_OK)
+	if (e == SHOAL_OK && !cl->pol.tensor_prefer)
 		e = shoal_linkview_apply(view, recs, nr, NULL, why, why_len);
 	if (e == SHOAL_OK && !skip) {
 		size_t nl = shoal_view_n_links(view);
