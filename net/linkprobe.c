@@ -7,6 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "scheduler/view.h"
+
 /* Outstanding probes remembered: at one probe per base period and a 2 s
  * timeout, 64 covers base periods down to ~31 ms. */
 #define SHOAL_LINKPROBE_INFLIGHT 64
@@ -15,6 +17,8 @@ typedef struct shoal_linkprobe_slot {
 	shoal_linkprobe_target t;
 	uint64_t srtt_us; /* 0: no sample yet */
 	uint64_t bw;      /* bytes/s, 0: none */
+	uint32_t rtt_b;   /* published quarter-octave buckets (scheduler/view.h) */
+	uint32_t bw_b;
 	uint32_t sent;    /* probes sent to this target */
 } shoal_linkprobe_slot;
 
@@ -62,10 +66,13 @@ shoal_err shoal_linkprobe_set_targets(shoal_linkprobe *lp, const shoal_linkprobe
 		return SHOAL_ERR_NOMEM;
 	for (size_t i = 0; i < n; i++) {
 		s[i].t = t[i];
+		s[i].rtt_b = s[i].bw_b = SHOAL_BUCKET_NONE;
 		for (size_t j = 0; j < lp->n; j++)
 			if (shoal_linkprobe_same(&lp->slots[j].t, &t[i].peer, t[i].lep, t[i].rep)) {
 				s[i].srtt_us = lp->slots[j].srtt_us;
 				s[i].bw = lp->slots[j].bw;
+				s[i].rtt_b = lp->slots[j].rtt_b;
+				s[i].bw_b = lp->slots[j].bw_b;
 				s[i].sent = lp->slots[j].sent;
 				break;
 			}
@@ -127,6 +134,12 @@ void shoal_linkprobe_ack(shoal_linkprobe *lp, const shoal_ctlmsg *ack, uint64_t 
 			uint64_t bw = (uint64_t)f->pad * 1000000u / (rtt - s->srtt_us);
 			s->bw = s->bw ? (3 * s->bw + bw) / 4 : bw;
 		}
+		/* what the record says moves by whole buckets, with hysteresis:
+		 * every peer plans on the same figures, and jitter neither
+		 * re-gossips the record nor flips a plan */
+		s->rtt_b = shoal_bucket_geo(s->srtt_us, s->rtt_b);
+		if (s->bw)
+			s->bw_b = shoal_bucket_geo(s->bw, s->bw_b);
 		return;
 	}
 }
@@ -142,8 +155,9 @@ size_t shoal_linkprobe_links(const shoal_linkprobe *lp, shoal_record_link *out, 
 		out[k].peer = s->t.peer;
 		out[k].local_ep = s->t.lep;
 		out[k].remote_ep = s->t.rep;
-		out[k].rtt_us = s->srtt_us > UINT32_MAX ? UINT32_MAX : (uint32_t)s->srtt_us;
-		out[k].bw_bytes_s = s->bw;
+		uint64_t rtt = shoal_bucket_geo_value(s->rtt_b);
+		out[k].rtt_us = rtt > UINT32_MAX ? UINT32_MAX : (uint32_t)rtt;
+		out[k].bw_bytes_s = s->bw ? shoal_bucket_geo_value(s->bw_b) : 0;
 		k++;
 	}
 	return k;

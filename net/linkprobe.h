@@ -7,7 +7,10 @@
  * probes give the round-trip time (smoothed like TCP's SRTT, gain 1/8);
  * every SHOAL_LINKPROBE_BW_EVERY-th probe carries SHOAL_LINKPROBE_BW_BYTES
  * of padding, and (its RTT - the small RTT) gives a bandwidth estimate,
- * smoothed with gain 1/4. Iteration is in target order, no randomness.
+ * smoothed with gain 1/4. What is published (the record's links) is the
+ * quarter-octave bucket of each (scheduler/view.h, with hysteresis), so the
+ * figures every peer plans on change only when the link does. Iteration is
+ * in target order, no randomness.
  */
 #ifndef SHOAL_NET_LINKPROBE_H
 #define SHOAL_NET_LINKPROBE_H
@@ -51,7 +54,8 @@ int shoal_linkprobe_next(shoal_linkprobe *lp, uint64_t now_us, shoal_ctlmsg *msg
 /* An ack arrived: match it by seq; unknown or late seqs are ignored. */
 void shoal_linkprobe_ack(shoal_linkprobe *lp, const shoal_ctlmsg *ack, uint64_t now_us);
 
-/* Write up to cap measured links (those with an RTT sample) to out. */
+/* Write up to cap measured links (those with an RTT sample) to out, as
+ * bucket values. */
 size_t shoal_linkprobe_links(const shoal_linkprobe *lp, shoal_record_link *out, size_t cap);
 
 #endif

@@ -486,10 +486,47 @@ static uint64_t take_u64(dec *d)
 #define PLAN_MAX_PEERS   1024u
 #define PLAN_MAX_EXPERTS 4096u
 
+/* The group section at d->at (counts already checked: n_mem members in
+ * all): members ascending and below n_peer, weights > 0, and a group's
+ * stage names one of its members. */
+static shoal_err decode_groups(shoal_plan *p, dec *d, size_t at, size_t n_mem, const char **bad)
+{
+	p->grp_stage = calloc(p->n_groups, sizeof *p->grp_stage);
+	p->grp_first = calloc(p->n_groups, sizeof *p->grp_first);
+	p->grp_n = calloc(p->n_groups, sizeof *p->grp_n);
+	p->grp_mem = calloc(n_mem, sizeof *p->grp_mem);
+	if (!p->grp_stage || !p->grp_first || !p->grp_n || !p->grp_mem)
+		return SHOAL_ERR_NOMEM;
+	d->at = at + 4;
+	uint32_t mi = 0;
+	for (size_t g = 0; g < p->n_groups; g++) {
+		p->grp_stage[g] = take_u32(d);
+		p->grp_n[g] = take_u32(d);
+		p->grp_first[g] = mi;
+		bool has_stage_peer = false;
+		for (uint32_t j = 0; j < p->grp_n[g]; j++, mi++) {
+			shoal_plan_member *m = &p->grp_mem[mi];
+			m->peer = take_u32(d);
+			m->weight = take_u64(d);
+			if (m->peer >= p->n_peers || !m->weight || (j && m->peer <= m[-1].peer)) {
+				*bad = "tensor group members out of range or order";
+				return SHOAL_ERR_FORMAT;
+			}
+			has_stage_peer |= m->peer == p->stages[p->grp_stage[g]].peer;
+		}
+		if (!has_stage_peer) {
+			*bad = "a tensor group's stage peer is not a member";
+			return SHOAL_ERR_FORMAT;
+		}
+	}
+	return SHOAL_OK;
+}
+
 shoal_err shoal_plan_decode(const uint8_t *buf, size_t len, shoal_plan **out, char *why,
                             size_t why_len)
 {
 	*out = NULL;
+	shoal_err e;
 	dec d = {.b = buf, .len = len};
 	shoal_plan *p = calloc(1, sizeof *p);
 	if (!p)
@@ -579,6 +616,31 @@ shoal_err shoal_plan_decode(const uint8_t *buf, size_t len, shoal_plan **out, ch
 	}
 	if (d.bad)
 		goto truncated;
+	/* tensor groups, when bytes remain: checked and counted here, read
+	 * after the MoE layers below */
+	size_t at_grp = d.at, n_mem = 0;
+	if (d.at != d.len) {
+		p->n_groups = take_u32(&d);
+		if (d.bad || !p->n_groups || p->n_groups > p->n_stages) {
+			bad = "tensor group count out of range";
+			goto fail;
+		}
+		int64_t last_st = -1;
+		for (size_t g = 0; g < p->n_groups && !d.bad; g++) {
+			uint32_t st = take_u32(&d), nm = take_u32(&d);
+			if (d.bad)
+				break;
+			if ((int64_t)st <= last_st || st >= p->n_stages || nm < 2 || nm > p->n_peers) {
+				bad = "tensor groups out of order or range";
+				goto fail;
+			}
+			last_st = st;
+			take(&d, (size_t)nm * 12);
+			n_mem += nm;
+		}
+		if (d.bad)
+			goto truncated;
+	}
 	if (d.at != d.len) {
 		bad = "bytes after the plan";
 		goto fail;
@@ -609,9 +671,15 @@ shoal_err shoal_plan_decode(const uint8_t *buf, size_t len, shoal_plan **out, ch
 			}
 		}
 	}
+	if (p->n_groups && (e = decode_groups(p, &d, at_grp, n_mem, &bad)) != SHOAL_OK)
+		goto out;
 	shoal_digest(buf, len, p->digest);
 	*out = p;
 	return SHOAL_OK;
+out:
+	if (e == SHOAL_ERR_NOMEM)
+		goto nomem;
+	goto fail;
 truncated:
 	bad = "truncated";
 fail:

@@ -159,8 +159,9 @@ shoal_err shoal_plan_encode(const shoal_plan *p, uint8_t **out, size_t *len);
 /* The plan those bytes encode, checked (counts in range, stages covering
  * the layers in order, indices below n_peer, ids and owners ascending, no
  * trailing bytes): SHOAL_ERR_FORMAT with a reason otherwise. Its digest is
- * of buf; names and memory figures are empty (they are not encoded). A plan
- * with tensor groups is refused for now (its group section is not read). */
+ * of buf; names and memory figures are empty (they are not encoded). Groups
+ * are read back (stages ascending, 2+ members ascending, weights > 0, the
+ * stage's peer among its members). */
 shoal_err shoal_plan_decode(const uint8_t *buf, size_t len, shoal_plan **out, char *why,
                             size_t why_len);
 

@@ -27,6 +27,7 @@
 #include "base/log.h"
 #include "base/statedir.h"
 #include "net/ctlmsg.h"
+#include "net/linkview.h"
 #include "models/prompt.h"
 #include "runtime/node/plan_json.h"
 
@@ -182,7 +183,10 @@ shoal_err shoal_cluster_new(const shoal_cluster_config *cfg, shoal_cluster **out
 	}
 	cl->pol.spread_experts = cfg->spread_experts;
 	cl->pol.tensor_groups = cfg->tensor_groups;
-	/* test hook: a group even where it does not pay (tests/sh/tp_loopback.sh) */
+	/* test hook: a group even where it does not pay (tests/sh/tp_loopback.sh);
+	 * those runs also plan every link at --link-us, not at the measured
+	 * figures, so that a loaded loopback's control-path RTT (~1 ms) does
+	 * not plan their group away */
 	const char *prefer = getenv("SHOAL_TEST_TP_PREFER");
 	cl->pol.tensor_prefer = cfg->tensor_groups && prefer && !strcmp(prefer, "1");
 	shoal_wire_buf_init(&cl->msg);
@@ -319,7 +323,10 @@ static int shoal_cluster_take_part(shoal_cluster *cl);
 /* schedule() over the candidates (all but `skip`, when given): a view of
  * their offered memory and bucketed speeds. Load is left out: each peer
  * would bucket it from its own history of the others' records, and the
- * plans would differ. Links use the view's default. */
+ * plans would differ. Links are the ones the candidates measured and
+ * gossiped (net/linkview.h: already bucketed by the peer that measured
+ * them, so the same for everyone); a pair nobody measured yet is at 200
+ * us. An explicit --link-us puts every link at that figure instead. */
 static shoal_err shoal_cluster_plan_on(shoal_cluster *cl, const shoal_swim_member *const *cand,
                                        size_t nc, const uint8_t *skip, const shoal_plan *prev,
                                        shoal_plan **out, uint32_t *sessions, char *why,
@@ -328,10 +335,13 @@ static shoal_err shoal_cluster_plan_on(shoal_cluster *cl, const shoal_swim_membe
 	uint32_t lus = cl->cfg.link_us ? cl->cfg.link_us : SHOAL_CLUSTER_LINK_US;
 	shoal_view *view = shoal_view_new((uint64_t)lus * 1000u, SHOAL_CLUSTER_LINK_BW);
 	shoal_err e = view ? SHOAL_OK : SHOAL_ERR_NOMEM;
+	const shoal_record *recs[SHOAL_CLUSTER_MAX_PEERS];
+	size_t nr = 0;
 	for (size_t i = 0; i < nc && e == SHOAL_OK; i++) {
 		const shoal_record *r = &cand[i]->record;
-		if (skip && !memcmp(r->id.b, skip, 16))
+		if ((skip && !memcmp(r->id.b, skip, 16)) || nr == SHOAL_CLUSTER_MAX_PEERS)
 			continue;
+		recs[nr++] = r;
 		shoal_view_peer p;
 		memset(&p, 0, sizeof p);
 		p.id = r->id;
@@ -341,6 +351,15 @@ static shoal_err shoal_cluster_plan_on(shoal_cluster *cl, const shoal_swim_membe
 		p.flops = shoal_cluster_speed(r->compute_mflops);
 		p.load_pct = 0;
 		e = shoal_view_add_peer(view, &p, why, why_len);
+	}
+	if (e == SHOAL_OK && !cl->pol.tensor_prefer && !cl->cfg.link_us)
+		e = shoal_linkview_apply(view, recs, nr, NULL, why, why_len);
+	if (e == SHOAL_OK && !skip) {
+		size_t nl = shoal_view_n_links(view);
+		cl->n_plan_links = nl < SHOAL_CLUSTER_MAX_PEERS ? nl : SHOAL_CLUSTER_MAX_PEERS;
+		for (size_t i = 0; i < cl->n_plan_links; i++)
+			shoal_view_link_at(view, i, &cl->plan_links[i].a, &cl->plan_links[i].b,
+			                   &cl->plan_links[i].latency_ns, &cl->plan_links[i].bw);
 	}
 	shoal_policy pol = cl->pol;
 	if (e == SHOAL_OK && cl->cfg.sessions)
@@ -598,6 +617,14 @@ int shoal_cluster_update(shoal_cluster *cl, const shoal_swim_member *v, size_t n
 		for (uint32_t k = 0; k < r->n_data_ep; k++)
 			crypto_generichash_update(&hs, (const uint8_t *)r->data_ep[k].addr,
 			                          strlen(r->data_ep[k].addr));
+		/* measured links (bucketed where measured: they change when a
+		 * link does, not with its jitter) */
+		for (uint32_t k = 0; k < r->n_links; k++) {
+			const shoal_record_link *l = &r->links[k];
+			crypto_generichash_update(&hs, l->peer.b, 16);
+			crypto_generichash_update(&hs, (const uint8_t *)&l->rtt_us, 4);
+			crypto_generichash_update(&hs, (const uint8_t *)&l->bw_bytes_s, 8);
+		}
 	}
 	/* readiness is an input too: whether the previous plan may be used
 	 * depends on it (shoal_cluster_prev_usable) */
@@ -1267,6 +1294,15 @@ json_t *shoal_cluster_status_json(shoal_cluster *cl)
 	                              cl->pol.tensor_groups, "link_us",
 	                              (json_int_t)(cl->cfg.link_us ? cl->cfg.link_us
 	                                                           : SHOAL_CLUSTER_LINK_US)));
+	/* the measured links the plan was made with (the rest at link_us) */
+	json_t *pl = json_array();
+	for (size_t i = 0; i < cl->n_plan_links; i++)
+		json_array_append_new(
+		    pl, json_pack("{so so sI sI}", "a", shoal_cluster_idstr(cl->plan_links[i].a.b),
+		                     "b", shoal_cluster_idstr(cl->plan_links[i].b.b), "latency_us",
+		                     (json_int_t)(cl->plan_links[i].latency_ns / 1000u), "bw_mb_s",
+		                     (json_int_t)(cl->plan_links[i].bw / 1000000u)));
+	json_object_set_new(o, "planned_links", pl);
 	if (!cl->plan) {
 		json_object_set_new(o, "digest", json_null());
 		json_object_set_new(o, "stages", json_array());

@@ -192,6 +192,13 @@ struct shoal_cluster {
 		shoal_peer_id id;
 		bool ready;
 	} cand[SHOAL_CLUSTER_MAX_PEERS];
+	/* the measured links the last plan over all candidates used
+	 * (net/linkview.h), for status; the others were at the default */
+	size_t n_plan_links;
+	struct {
+		shoal_peer_id a, b;
+		uint64_t latency_ns, bw;
+	} plan_links[SHOAL_CLUSTER_MAX_PEERS];
 
 	/* shared under mu */
 	pthread_mutex_t mu;

@@ -6,7 +6,8 @@
  * (the encoding is canonical: trailing bytes are refused).
  *
  *   make fuzz-build && tests/fuzz/fuzz_plan -max_total_time=60 CORPUS
- * Seeds: plans the scheduler makes for the example clusters and specs
+ * Seeds: plans the scheduler makes for the example clusters and specs,
+ * without and with tensor groups
  * (SHOAL_FUZZ_SEEDS=DIR FUZZ_SRCDIR=. tests/fuzz/fuzz_plan -runs=0).
  */
 #include <stdint.h>
@@ -39,8 +40,17 @@ static void seeds(const char *src)
 			snprintf(path, sizeof path, "%s/models/specs/%s.json", src, specs[j]);
 			if (shoal_spec_load(path, &m, NULL, NULL, 0))
 				abort();
-			shoal_policy_init(&pol);
-			if (!shoal_schedule(v, &m, &pol, NULL, &p, NULL, 0)) {
+			/* the plain plan, then one with tensor groups preferred
+			 * (a group section to decode) */
+			for (int tp = 0; tp < 2; tp++) {
+				shoal_policy_init(&pol);
+				pol.tensor_groups = pol.tensor_prefer = tp;
+				if (shoal_schedule(v, &m, &pol, NULL, &p, NULL, 0))
+					continue;
+				if (tp && !shoal_plan_n_groups(p)) {
+					shoal_plan_free(p);
+					continue;
+				}
 				if (shoal_plan_encode(p, &enc, &len))
 					abort();
 				fuzz_seed("plan", enc, len);

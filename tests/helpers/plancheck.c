@@ -18,6 +18,10 @@
  *   plancheck STATUS weights P   print field P of the plan's "weights" object
  *                                (P: "source", "cache_hit_bytes" or "fetch.F");
  *                                "none" if absent
+ *   plancheck STATUS planned     print "A B LATENCY_US BW_MB_S" per measured
+ *                                link the plan used ("none" without)
+ *   plancheck STATUS rtts        print "FROM TO RTT_US" per link the peers'
+ *                                records carry (ids in hex; "none" without)
  *   plancheck EXPECTED ncases    print how many cases
  *   plancheck EXPECTED prompt I  print the prompt of case I
  * Exit 1 when FILE cannot be read as JSON.
@@ -111,6 +115,31 @@ int main(int argc, char **argv)
 		else if (json_is_boolean(v))
 			printf("%s\n", json_is_true(v) ? "true" : "false");
 		else
+			printf("none\n");
+	} else if (!strcmp(cmd, "planned")) {
+		json_t *pl = json_object_get(plan, "planned_links");
+		for (size_t i = 0; i < json_array_size(pl); i++) {
+			json_t *l = json_array_get(pl, i);
+			printf("%s %s %lld %lld\n", json_string_value(json_object_get(l, "a")),
+			       json_string_value(json_object_get(l, "b")),
+			       (long long)json_integer_value(json_object_get(l, "latency_us")),
+			       (long long)json_integer_value(json_object_get(l, "bw_mb_s")));
+		}
+		if (!json_array_size(pl))
+			printf("none\n");
+	} else if (!strcmp(cmd, "rtts")) {
+		json_t *peers = json_object_get(root, "peers");
+		size_t n = 0;
+		for (size_t i = 0; i < json_array_size(peers); i++) {
+			json_t *p = json_array_get(peers, i), *ls = json_object_get(p, "links");
+			for (size_t j = 0; j < json_array_size(ls); j++, n++) {
+				json_t *l = json_array_get(ls, j);
+				printf("%s %s %lld\n", json_string_value(json_object_get(p, "id")),
+				       json_string_value(json_object_get(l, "peer")),
+				       (long long)json_integer_value(json_object_get(l, "rtt_us")));
+			}
+		}
+		if (!n)
 			printf("none\n");
 	} else if (!strcmp(cmd, "ncases")) {
 		printf("%zu\n", json_array_size(json_object_get(root, "cases")));

@@ -3,7 +3,8 @@
 # processes on 127.0.0.1, against single-peer runs.
 #
 # Every node runs with --tensor --link-us 5 (loopback) and the test hook
-# SHOAL_TEST_TP_PREFER=1 (the scheduler takes its best plan with a group
+# SHOAL_TEST_TP_PREFER=1 (links planned at --link-us, not as measured; the
+# scheduler takes its best plan with a group
 # even where a group does not pay: these models are too small to gain
 # from one), and with probe files of unequal speeds (a 40, b 20, c 30 GB/s),
 # so the shares are unequal. The design's count: every member takes part

@@ -9,6 +9,7 @@
 
 #include "net/ctlmsg.h"
 #include "net/linkprobe.h"
+#include "scheduler/view.h"
 #include "tests/unit/test.h"
 
 static void test_ctlmsg_roundtrip(void)
@@ -91,13 +92,16 @@ static void test_rtt_and_bandwidth(void)
 	ASSERT_EQ(shoal_linkprobe_links(lp, links, 4), 1);
 	ASSERT_EQ(links[0].local_ep, 0);
 	ASSERT_EQ(links[0].remote_ep, 1);
-	ASSERT_NEAR(links[0].rtt_us, 100, 2);
-	ASSERT_NEAR((double)links[0].bw_bytes_s, 1e9, 0.05e9);
+	/* published as the buckets of 100 us (90.5..107.6: 90) and 1e9 B/s */
+	ASSERT_EQ(links[0].rtt_us, shoal_bucket_geo_value(shoal_bucket_geo(100, SHOAL_BUCKET_NONE)));
+	ASSERT_EQ(links[0].rtt_us, 90);
+	ASSERT_U64_EQ(links[0].bw_bytes_s,
+	              shoal_bucket_geo_value(shoal_bucket_geo(1000000000u, SHOAL_BUCKET_NONE)));
 	/* an ack with a wrong size or an unknown seq changes nothing */
 	shoal_ctlmsg bogus = {.type = SHOAL_CTLMSG_LINK_ACK, .seq = 12345, .n = 0};
 	shoal_linkprobe_ack(lp, &bogus, now + 1);
 	ASSERT_EQ(shoal_linkprobe_links(lp, links, 4), 1);
-	ASSERT_NEAR(links[0].rtt_us, 100, 2);
+	ASSERT_EQ(links[0].rtt_us, 90);
 	/* keeping the target keeps its figures; dropping it forgets them */
 	ASSERT_EQ(shoal_linkprobe_set_targets(lp, &t, 1), SHOAL_OK);
 	ASSERT_EQ(shoal_linkprobe_links(lp, links, 4), 1);

@@ -3,8 +3,8 @@
  * choice flips from a tensor group to a pipeline as the link latency grows
  * (golden cases and a sweep), shares proportional to speed on unequal peers
  * in whole KV heads and column blocks, experts split by the same weights,
- * the same digest for every peer order, and nothing changes with the
- * option off.
+ * the same digest for every peer order, a grouped plan's encoding read
+ * back, and nothing changes with the option off.
  */
 #include "tests/unit/test.h"
 #include "tests/unit/test_sched_util.h"
@@ -360,6 +360,63 @@ static void test_digest_any_order(void)
 	ASSERT_EQ(groups0, 1); /* the case is about groups */
 }
 
+/* A plan with groups (three unequal peers: one group of three, weights
+ * differ) round-trips through its encoding, as a kept plan is read back on
+ * restart: same digest, stages, members and weights; a cut or an unknown
+ * member refuses it with a reason. */
+static void test_group_roundtrip(void)
+{
+	static const uint64_t bw[3] = {800, 400, 200}, mem[3] = {20, 20, 20};
+	shoal_manifest m = dense_model(8, 0);
+	shoal_view *v = make_view(3, bw, mem, 3 * US, NULL);
+	shoal_plan *p = plan_of(v, &m, true), *q = NULL;
+	ASSERT_TRUE(p != NULL);
+	ASSERT_GT(shoal_plan_n_groups(p), 0);
+	uint8_t *enc, *enc2;
+	size_t len, len2;
+	char why[256];
+	ASSERT_EQ(shoal_plan_encode(p, &enc, &len), SHOAL_OK);
+	ASSERT_EQ(shoal_plan_decode(enc, len, &q, why, sizeof why), SHOAL_OK);
+	ASSERT_MEM_EQ(shoal_plan_digest(q), shoal_plan_digest(p), SHOAL_DIGEST_BYTES);
+	ASSERT_EQ(shoal_plan_n_groups(q), shoal_plan_n_groups(p));
+	ASSERT_EQ(shoal_plan_n_stages(q), shoal_plan_n_stages(p));
+	ASSERT_EQ(shoal_plan_head_peer(q), shoal_plan_head_peer(p));
+	for (size_t i = 0; i < shoal_plan_n_stages(p); i++) {
+		shoal_plan_member a[4], b[4];
+		size_t na = shoal_plan_stage_members(p, i, a, 4);
+		ASSERT_EQ(shoal_plan_stage_members(q, i, b, 4), na);
+		for (size_t j = 0; j < na && j < 4; j++) {
+			ASSERT_EQ(a[j].peer, b[j].peer);
+			ASSERT_U64_EQ(a[j].weight, b[j].weight);
+		}
+	}
+	shoal_plan_member g[4];
+	ASSERT_EQ(shoal_plan_stage_members(q, 0, g, 4), 3);
+	ASSERT_LT(g[2].weight, g[0].weight); /* unequal shares survive */
+	ASSERT_EQ(shoal_plan_encode(q, &enc2, &len2), SHOAL_OK);
+	ASSERT_EQ(len2, len);
+	ASSERT_MEM_EQ(enc2, enc, len);
+	free(enc2);
+	shoal_plan_free(q);
+	/* every cut inside the group section is refused */
+	for (size_t cut = len - 1; cut + 4 * 10 > len; cut--) {
+		why[0] = 0;
+		ASSERT_EQ(shoal_plan_decode(enc, cut, &q, why, sizeof why), SHOAL_ERR_FORMAT);
+		ASSERT_TRUE(why[0] != 0);
+	}
+	/* the last member's peer index (12 bytes from the end) out of range */
+	enc[len - 12] = 0x7f;
+	ASSERT_EQ(shoal_plan_decode(enc, len, &q, why, sizeof why), SHOAL_ERR_FORMAT);
+	ASSERT_TRUE(strstr(why, "member") != NULL);
+	/* a zero weight */
+	enc[len - 12] = 2;
+	memset(enc + len - 8, 0, 8);
+	ASSERT_EQ(shoal_plan_decode(enc, len, &q, why, sizeof why), SHOAL_ERR_FORMAT);
+	free(enc);
+	shoal_plan_free(p);
+	shoal_view_free(v);
+}
+
 static void test_random_clusters(void)
 {
 	/* random clusters and models: with groups allowed, a plan fits every
@@ -428,4 +485,5 @@ TEST_MAIN(TEST_CASE(test_flip_golden), TEST_CASE(test_flip_sweep), TEST_CASE(tes
           TEST_CASE(test_prev_group_kept), TEST_CASE(test_proportional_shares),
           TEST_CASE(test_split_rules),
           TEST_CASE(test_experts_follow_shares), TEST_CASE(test_digest_any_order),
+          TEST_CASE(test_group_roundtrip),
           TEST_CASE(test_random_clusters))
