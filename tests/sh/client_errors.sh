@@ -91,7 +91,7 @@ wait_for 10 reason x1 "left out" || fail "x1: status does not say it was left ou
 expect model-differs "left out of the cluster's plan: our model file differs" "$X1" --key "$T/k"
 grep -q "model id" "$T/model-differs.err" || fail "model-differs: no model id in the reason"
 echo "x1 logged: $(grep -m1 "their plan leaves us out" "$T/x1.log" | cut -c1-220)"
-servable_all 1 d1 d2 || fail "d1, d2 no longer servable with x1"
+wait_for 10 servable_all 1 d1 d2 || fail "d1, d2 no longer servable with x1"
 "$PC" "$T/st-d1.json" left x1 | grep -q "model id" || fail "d1 does not list x1 as left out"
 grep -q "first x1) serve model id .*they are left out of our plan" "$T/d1.log" ||
 	fail "d1 did not log that x1 serves another model"
