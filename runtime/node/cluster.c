@@ -327,6 +327,16 @@ static int shoal_cluster_take_part(shoal_cluster *cl);
  * gossiped (net/linkview.h: already bucketed by the peer that measured
  * them, so the same for everyone); a pair nobody measured yet is at 200
  * us. An explicit --link-us puts every link at that figure instead. */
+/* Whether plans take the measured links: only with tensor groups (the
+ * choice between a group and a pipeline is what the latency decides; a
+ * pipeline-only cluster keeps every link at 200 us, so new link figures
+ * never re-plan it), and never with an explicit --link-us or the test hook
+ * SHOAL_TEST_TP_PREFER. */
+static bool shoal_cluster_measured_links(const shoal_cluster *cl)
+{
+	return cl->pol.tensor_groups && !cl->pol.tensor_prefer && !cl->cfg.link_us;
+}
+
 static shoal_err shoal_cluster_plan_on(shoal_cluster *cl, const shoal_swim_member *const *cand,
                                        size_t nc, const uint8_t *skip, const shoal_plan *prev,
                                        shoal_plan **out, uint32_t *sessions, char *why,
@@ -352,7 +362,7 @@ static shoal_err shoal_cluster_plan_on(shoal_cluster *cl, const shoal_swim_membe
 		p.load_pct = 0;
 		e = shoal_view_add_peer(view, &p, why, why_len);
 	}
-	if (e == SHOAL_OK && !cl->pol.tensor_prefer && !cl->cfg.link_us)
+	if (e == SHOAL_OK && shoal_cluster_measured_links(cl))
 		e = shoal_linkview_apply(view, recs, nr, NULL, why, why_len);
 	if (e == SHOAL_OK && !skip) {
 		size_t nl = shoal_view_n_links(view);
@@ -618,8 +628,8 @@ int shoal_cluster_update(shoal_cluster *cl, const shoal_swim_member *v, size_t n
 			crypto_generichash_update(&hs, (const uint8_t *)r->data_ep[k].addr,
 			                          strlen(r->data_ep[k].addr));
 		/* measured links (bucketed where measured: they change when a
-		 * link does, not with its jitter) */
-		for (uint32_t k = 0; k < r->n_links; k++) {
+		 * link does, not with its jitter), where the plan uses them */
+		for (uint32_t k = 0; shoal_cluster_measured_links(cl) && k < r->n_links; k++) {
 			const shoal_record_link *l = &r->links[k];
 			crypto_generichash_update(&hs, l->peer.b, 16);
 			crypto_generichash_update(&hs, (const uint8_t *)&l->rtt_us, 4);

@@ -13,8 +13,8 @@ DENSE=$DATA/models/austen-dense-q8_0.gguf
 [ -x "$PC" ] || skip "$PC not built"
 ok() { echo "ok   $*"; }
 "$B" key new "$KEY" >/dev/null || fail "shoal key new"
-start a "$DENSE" --ctx 256
-start b "$DENSE" --ctx 256 --peer "$(ep a)"
+start a "$DENSE" --ctx 256 --tensor
+start b "$DENSE" --ctx 256 --tensor --peer "$(ep a)"
 
 # expected NAME: the latency (us) net/linkview.h derives from the records
 # in NAME's status: max over directions of the least RTT, / 2
@@ -44,8 +44,8 @@ ok "b planned the same: $("$PC" "$T/st-b.json" planned)"
 stop_all TERM
 
 # an explicit --link-us overrides the measurements
-start c "$DENSE" --ctx 256 --cluster fixed --link-us 7
-start d "$DENSE" --ctx 256 --cluster fixed --link-us 7 --peer "$(ep c)"
+start c "$DENSE" --ctx 256 --tensor --cluster fixed --link-us 7
+start d "$DENSE" --ctx 256 --tensor --cluster fixed --link-us 7 --peer "$(ep c)"
 fixed() { # fixed NAME: NAME's plan is made at link_us 7 with no measured link
 	status "$1" || return 1
 	python3 -c '
