@@ -115,6 +115,10 @@ shoal_err shoal_cluster_new(const shoal_cluster_config *cfg, shoal_cluster **out
 	if (!cl)
 		return SHOAL_ERR_NOMEM;
 	cl->cfg = *cfg;
+	if (cfg->data_host) {
+		snprintf(cl->data_host, sizeof cl->data_host, "%s", cfg->data_host);
+		cl->cfg.data_host = cl->data_host;
+	}
 	cl->wc = cfg->wcache; /* ours from here, also on failure */
 	cl->cfg.wcache = NULL;
 	cl->wake[0] = cl->wake[1] = cl->evfd[0] = cl->evfd[1] = -1;

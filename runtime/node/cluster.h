@@ -68,7 +68,7 @@ typedef struct shoal_cluster_config {
 	uint32_t threads; /* engine threads; 0: 1 */
 	uint8_t self[16];
 	const shoal_key *key;  /* admission tokens; NULL: insecure (zero key) */
-	const char *data_host; /* IPv4 address the data listener binds */
+	const char *data_host; /* IPv4 address the data listener binds (copied) */
 	uint16_t data_port;    /* 0: any */
 	uint32_t base_ms;      /* the node's base period */
 	shoal_xfer_rdma_opts rdma; /* the data links' RDMA choices (rdma.device borrowed) */

@@ -147,6 +147,7 @@ struct shoal_cluster {
 	shoal_cluster_config cfg;
 	char model_path[1024];
 	char state_dir[1024];
+	char data_host[64]; /* cfg.data_host points here: the caller's may not outlive the call */
 	shoal_key key;
 	shoal_model *model;
 	shoal_tokenizer *tok;
