@@ -17,6 +17,9 @@
 #include <sys/utsname.h>
 #include <unistd.h>
 
+#ifdef __linux__
+#include <sched.h>
+#endif
 #ifdef __APPLE__
 #include <mach/mach.h>
 #include <sys/sysctl.h>
@@ -156,6 +159,14 @@ shoal_err shoal_sysinfo_probe(shoal_sysinfo *out, int include_loopback)
 	memset(out, 0, sizeof *out);
 	shoal_sysinfo_memory(out);
 	long nc = sysconf(_SC_NPROCESSORS_ONLN);
+#ifdef __linux__
+	/* the CPUs this process may run on (taskset, a container's cpuset),
+	 * when fewer: a node started under `taskset -c 0` computes on 1 thread */
+	cpu_set_t set;
+	if (sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0 &&
+	    (nc <= 0 || CPU_COUNT(&set) < nc))
+		nc = CPU_COUNT(&set);
+#endif
 	out->cores = nc > 0 ? (uint32_t)nc : 1;
 	struct utsname u;
 	if (uname(&u) == 0) {

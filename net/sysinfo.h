@@ -29,7 +29,7 @@ typedef struct shoal_sysinfo_if {
 typedef struct shoal_sysinfo {
 	uint64_t mem_total;     /* bytes */
 	uint64_t mem_available; /* bytes the OS says it can give without swapping */
-	uint32_t cores;         /* online logical CPUs */
+	uint32_t cores;         /* online logical CPUs (Linux: those it may run on) */
 	uint32_t load_permille; /* 1-minute load average x 1000 */
 	char os[SHOAL_SYSINFO_STR_MAX];
 	char arch[SHOAL_SYSINFO_STR_MAX];

@@ -5,6 +5,9 @@
 #include "config.h"
 
 #include <string.h>
+#ifdef __linux__
+#include <sched.h>
+#endif
 
 #include "net/sysinfo.h"
 #include "tests/unit/test.h"
@@ -49,4 +52,27 @@ static void test_live_probe(void)
 	(void)lo;
 }
 
-TEST_MAIN(TEST_CASE(test_meminfo_sample), TEST_CASE(test_live_probe))
+/* cores counts the CPUs the process may run on: under a one-CPU affinity
+ * (what `taskset -c N shoal node` gives) it is 1, and back after. */
+static void test_cores_follow_affinity(void)
+{
+#ifdef __linux__
+	cpu_set_t was, one;
+	ASSERT_EQ(sched_getaffinity(0, sizeof was, &was), 0);
+	int cpu = 0;
+	while (cpu < CPU_SETSIZE && !CPU_ISSET(cpu, &was))
+		cpu++;
+	CPU_ZERO(&one);
+	CPU_SET(cpu, &one);
+	ASSERT_EQ(sched_setaffinity(0, sizeof one, &one), 0);
+	shoal_sysinfo si;
+	ASSERT_EQ(shoal_sysinfo_probe(&si, 0), SHOAL_OK);
+	ASSERT_EQ(sched_setaffinity(0, sizeof was, &was), 0);
+	ASSERT_EQ(si.cores, 1);
+	ASSERT_EQ(shoal_sysinfo_probe(&si, 0), SHOAL_OK);
+	ASSERT_EQ(si.cores, (uint32_t)CPU_COUNT(&was));
+#endif
+}
+
+TEST_MAIN(TEST_CASE(test_meminfo_sample), TEST_CASE(test_live_probe),
+          TEST_CASE(test_cores_follow_affinity))
