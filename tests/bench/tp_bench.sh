@@ -21,7 +21,8 @@
 # tokens, RUNS rounds of every config in turn; us/token = the median over
 # rounds of (t(N2) - t(N1)) / (N2 - N1). Goals: the group >= 1.25 x one
 # peer and >= 90 % of the 2-thread process. Takes ~3 minutes on 2 cores.
-# Env: SHOAL_BENCH_FIXTURE, RUNS (default 3), SPINS, PIPE_LIMIT (the
+# Env: SHOAL_BENCH_FIXTURE, RUNS (default 3), SPINS, PIN (1: peer I of
+# each cluster on CPU I-1 with taskset; 0: unpinned), PIPE_LIMIT (the
 # pipeline's --mem-limit; a dry run on the austen model: 13M, with
 # SHOAL_TEST_TP_PREFER=1 since a group does not pay there).
 set -u
@@ -48,9 +49,20 @@ cluster() { # cluster C N [node args...]: N peers of cluster C, all up
 	shift 2
 	"$B" key new "$T/k-$c" >/dev/null || fail "shoal key new"
 	for i in $(seq "$n"); do [ -s "$T/probe" ] && mkdir -p "$T/$c-$i" && cp "$T/probe" "$T/$c-$i/probe"; done
-	KEY=$T/k-$c start "$c-1" "$FIX" --cluster "tp-$c" --ctx $CTX "$@"
+	KEY=$T/k-$c LAUNCH=$(pin 1) start "$c-1" "$FIX" --cluster "tp-$c" --ctx $CTX "$@"
 	seed=$(ep "$c-1")
-	for i in $(seq 2 "$n"); do KEY=$T/k-$c start "$c-$i" "$FIX" --cluster "tp-$c" --ctx $CTX "$@" --peer "$seed"; done
+	for i in $(seq 2 "$n"); do
+		KEY=$T/k-$c LAUNCH=$(pin "$i") start "$c-$i" "$FIX" --cluster "tp-$c" --ctx $CTX "$@" --peer "$seed"
+	done
+}
+# pin I: the command that runs peer I of a cluster on CPU I-1 (mod the CPUs),
+# PIN=0: none. Unpinned, the kernel puts two peers that wake each other on
+# one CPU (the waker's) half the time, and a group's members then take
+# turns instead of computing at once (measured: members' sends ~one
+# segment's compute apart).
+pin() {
+	[ "${PIN:-1}" = 1 ] && command -v taskset >/dev/null || return 0
+	echo "taskset -c $((($1 - 1) % $(nproc)))"
 }
 ready() { # ready C N STAGES MEMBERS: the cluster serves its plan of that shape
 	local c=$1 n=$2 names=() i

@@ -67,9 +67,10 @@ wait_for() { # wait_for SECONDS cmd...: until cmd succeeds (every 0.2 s); 1 at t
 # ---- nodes
 
 start() { # start NAME MODEL [node args...]: a node on 127.0.0.1, no mDNS; MODEL "" for none
+	# (LAUNCH, when set, is a command line that runs it: "taskset -c 0")
 	local n=$1 m=$2
 	shift 2
-	"$B" node --state-dir "$T/$n" --name "$n" --listen 127.0.0.1:0 --no-mdns --key "$KEY" \
+	${LAUNCH:-} "$B" node --state-dir "$T/$n" --name "$n" --listen 127.0.0.1:0 --no-mdns --key "$KEY" \
 		--gossip-ms $GOSSIP_MS --threads 1 ${m:+--model "$m"} "$@" >>"$T/$n.log" 2>&1 &
 	PID[$n]=$!
 }
