@@ -52,7 +52,9 @@ shoal_err shoal_cluster_parse_bytes(const char *s, uint64_t *out)
 			mul *= base;
 	}
 	double b = x * mul;
-	if (b >= 18e18)
+	/* below 2^63: the cluster JSON writes memory back as a JSON integer
+	 * (int64), and a larger value came back negative, refused on re-read */
+	if (!(b < 9223372036854775808.0))
 		return SHOAL_ERR_RANGE;
 	*out = (uint64_t)llround(b);
 	return SHOAL_OK;

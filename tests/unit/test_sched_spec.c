@@ -209,6 +209,10 @@ static void test_cluster_bytes(void)
 	ASSERT_NE(shoal_cluster_parse_bytes("G", &b), SHOAL_OK);
 	ASSERT_NE(shoal_cluster_parse_bytes("-4G", &b), SHOAL_OK);
 	ASSERT_NE(shoal_cluster_parse_bytes("99999999999T", &b), SHOAL_OK);
+	/* fuzz_json: 2^63 was taken and written back as a negative JSON integer */
+	ASSERT_NE(shoal_cluster_parse_bytes("9223372036854775808", &b), SHOAL_OK);
+	ASSERT_EQ(shoal_cluster_parse_bytes("9223372036854774784", &b), SHOAL_OK);
+	ASSERT_U64_EQ(b, UINT64_C(9223372036854774784));
 }
 
 static const char *cluster_ok =
