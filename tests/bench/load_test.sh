@@ -16,10 +16,15 @@
 # error body); anything else (no answer within REQ_TIMEOUT, a broken
 # connection, a 200 without a body) is a lost request. Every INTERVAL
 # seconds (default 60) each peer's RSS and open descriptors are printed.
-# The summary line counts the requests; the run fails when one was lost,
-# when a peer's RSS at the end is more than 5% above its first sample
-# (taken after the first INTERVAL: the warm-up), or when a peer holds
-# other descriptors after the load than before it.
+# A warm-up of the same clients (WARMUP seconds, default 30) comes first:
+# it makes the peers open what they keep for good (a data link is dialled
+# when first needed: a stage dials the owners' results links the first
+# time it must report a full session table), then the load drains and each
+# peer's RSS and descriptors are taken at rest. The summary line counts the
+# requests of both; the run fails when one was lost, when a peer's RSS at
+# rest after the load is more than 5% above its figure after the warm-up,
+# or when a peer holds other descriptors after the load than after the
+# warm-up (the differing ones are listed).
 set -u
 SHOAL_BUILDDIR=${1:-${SHOAL_BUILDDIR:-.}}
 . "$(dirname "$0")/../sh/lib.sh"
@@ -27,6 +32,7 @@ DENSE=$DATA/models/austen-dense-q8_0.gguf
 CLIENTS=${CLIENTS:-16}
 DURATION=${DURATION:-600}
 INTERVAL=${INTERVAL:-60}
+WARMUP=${WARMUP:-30}
 REQ_TIMEOUT=${REQ_TIMEOUT:-120}
 command -v curl >/dev/null || fail "curl is needed"
 [ -f "$DENSE" ] || fail "no $DENSE"
@@ -56,10 +62,25 @@ done
 
 rss_kb() { sed -n 's/^VmRSS:[[:space:]]*\([0-9]*\).*/\1/p' "/proc/$1/status" 2>/dev/null; }
 fds() { ls "/proc/$1/fd" 2>/dev/null | wc -l; }
+# fdlist PID: one line per descriptor, what it is (socket:[inode], a file,
+# anon_inode:[eventfd], pipe:[inode]) with a TCP socket's addresses
+fdlist() {
+	local f t ino
+	for f in /proc/$1/fd/*; do
+		t=$(readlink "$f" 2>/dev/null) || continue
+		case $t in
+		socket:*)
+			ino=${t#socket:[}
+			ino=${ino%]}
+			t="$t $(awk -v i="$ino" '$10 == i {print FILENAME, $2, $3, $4}' /proc/$1/net/tcp /proc/$1/net/tcp6 /proc/$1/net/unix 2>/dev/null | head -1)"
+			;;
+		esac
+		echo "${f##*/} $t"
+	done
+}
 declare -A FD0 RSS1 RSSN
-for n in "${NAMES[@]}"; do FD0[$n]=$(fds "${PID[$n]}"); done
 
-# client I: requests until END; one line per request in $T/res-I:
+# client I PHASE: requests until END; one line per request in $T/res-PHASE-I:
 # ok MS | err STATUS | refused (the malformed one, 400) | lost WHY
 client() {
 	local i=$1 k=0 u p body code rc t0 t1 out=$T/out-$1
@@ -88,7 +109,7 @@ client() {
 			echo "lost http-$code $(head -c 80 "$out" | tr '\n' ' ')"
 		fi
 		k=$((k + 1))
-	done >"$T/res-$i"
+	done >"$T/res-$2-$i"
 }
 
 sample() { # sample LABEL: one line per peer
@@ -101,37 +122,53 @@ sample() { # sample LABEL: one line per peer
 	echo "$line requests $(cat "$T"/res-* 2>/dev/null | wc -l)"
 }
 
-START=$(date +%s)
-END=$((START + DURATION))
-CPIDS=()
-for i in $(seq 0 $((CLIENTS - 1))); do
-	client "$i" &
-	CPIDS+=($!)
+clients() { # clients PHASE SECONDS: CLIENTS clients from now for SECONDS
+	START=$(date +%s)
+	END=$((START + $2))
+	CPIDS=()
+	for i in $(seq 0 $((CLIENTS - 1))); do
+		client "$i" "$1" &
+		CPIDS+=($!)
+	done
+}
+at_rest() { # at_rest PHASE: after the last requests, the peers close their connections
+	wait "${CPIDS[@]}"
+	sleep 2
+	sample "$1"
+}
+
+clients warmup "$WARMUP"
+at_rest "after $WARMUP s of warm-up"
+for n in "${NAMES[@]}"; do
+	FD0[$n]=$(fds "${PID[$n]}")
+	fdlist "${PID[$n]}" >"$T/fd0-$n"
+	RSS1[$n]=$(rss_kb "${PID[$n]}")
 done
+clients load "$DURATION"
 tick=0
 while [ "$(date +%s)" -lt "$END" ]; do
 	sleep 1
 	if [ $((($(date +%s) - START) / INTERVAL)) -gt $tick ]; then
 		tick=$((tick + 1))
 		sample "$((tick * INTERVAL)) s"
-		for n in "${NAMES[@]}"; do
-			[ -n "${RSS1[$n]:-}" ] || RSS1[$n]=$(rss_kb "${PID[$n]}")
-		done
 	fi
 done
-wait "${CPIDS[@]}"
-sleep 2 # the peers close the last connections
-sample "end"
+at_rest "end"
 
 bad=""
 for n in "${NAMES[@]}"; do
 	RSSN[$n]=$(rss_kb "${PID[$n]}")
 	fd1=$(fds "${PID[$n]}")
-	[ "$fd1" = "${FD0[$n]}" ] || bad="$bad $n: descriptors ${FD0[$n]} before, $fd1 after;"
+	if [ "$fd1" != "${FD0[$n]}" ]; then
+		bad="$bad $n: descriptors ${FD0[$n]} after warm-up, $fd1 at the end;"
+		fdlist "${PID[$n]}" >"$T/fd1-$n"
+		echo "load: $n: descriptors after warm-up (<) and at the end (>):"
+		diff "$T/fd0-$n" "$T/fd1-$n" | grep '^[<>]'
+	fi
 	if [ -n "${RSS1[$n]:-}" ]; then
 		growth=$(((RSSN[$n] - RSS1[$n]) * 1000 / RSS1[$n]))
 		echo "load: $n: rss $((RSS1[$n] / 1024)) MiB after warm-up, $((RSSN[$n] / 1024)) MiB at the end" \
-			"($((growth / 10)).$(((growth < 0 ? -growth : growth) % 10))%); descriptors ${FD0[$n]} before, $fd1 after"
+			"($((growth / 10)).$(((growth < 0 ? -growth : growth) % 10))%); descriptors ${FD0[$n]} after warm-up, $fd1 at the end"
 		[ "$growth" -le 50 ] || bad="$bad $n: RSS grew $((growth / 10)).$((growth % 10))%;"
 	fi
 done
@@ -145,7 +182,7 @@ p50=$(grep '^ok' "$T/all" | awk '{print $2}' | sort -n | awk '{a[NR] = $1} END {
 p99=$(grep '^ok' "$T/all" | awk '{print $2}' | sort -n | awk '{a[NR] = $1} END {print NR ? a[int(NR * 0.99 + 0.999)] : 0}')
 [ "$err" = 0 ] || { echo "load: explicit errors:"; grep '^err' "$T/all" | cut -c1-120 | sort | uniq -c | head; }
 [ "$lost" = 0 ] || { echo "load: lost:"; grep '^lost' "$T/all" | sort | uniq -c | head; bad="$bad $lost lost;"; }
-echo "load: summary: $CLIENTS clients, $DURATION s: $total requests, $ok completed" \
+echo "load: summary: $CLIENTS clients, $WARMUP s warm-up + $DURATION s: $total requests, $ok completed" \
 	"(p50 $p50 ms, p99 $p99 ms), $err explicit errors, $refused malformed refused, $lost lost;" \
-	"$(python3 -c "print(f'{$total / $DURATION:.1f}')") requests/s${bad:+; FAIL:$bad}"
+	"$(python3 -c "print(f'{$total / ($WARMUP + $DURATION):.1f}')") requests/s${bad:+; FAIL:$bad}"
 [ -z "$bad" ]
