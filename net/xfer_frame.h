@@ -180,8 +180,14 @@ shoal_err shoal_xfer_frame_decode(const uint8_t *buf, size_t len, const shoal_xf
 /* ---- checksums (the TCP transport's) ---- */
 
 /* CRC-32C (Castagnoli) of p[n], continuing crc (0 to start): chaining
- * calls over consecutive pieces gives the CRC of their concatenation. */
+ * calls over consecutive pieces gives the CRC of their concatenation. The
+ * CPU's crc32c instruction where it has one (SSE4.2, arm64 CRC32), else
+ * the scalar twin; thread-safe. */
 uint32_t shoal_xfer_crc32c(uint32_t crc, const void *p, size_t n);
+/* The same by the table code alone (the tests' oracle). */
+uint32_t shoal_xfer_crc32c_scalar(uint32_t crc, const void *p, size_t n);
+/* What shoal_xfer_crc32c runs on: "sse4.2", "armv8-crc" or "scalar". */
+const char *shoal_xfer_crc32c_isa(void);
 /* The head_crc of the header hdr[96] (its own field taken as zero). */
 uint32_t shoal_xfer_frame_head_crc(const uint8_t *hdr);
 /* Set both checksums of the whole frame buf[len] (len >= 96) in place. */
