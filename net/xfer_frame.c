@@ -316,7 +316,7 @@ shoal_err shoal_xfer_frame_decode(const uint8_t *buf, size_t len, const shoal_xf
 	h->layer_end = get16(buf + 74);
 	h->dim = get32(buf + 76);
 	h->credits = get32(buf + 80);
-	if (!all_zero(buf + 92, 4)) /* 84..91: the TCP transport's checksums */
+	if (!all_zero(buf + 92, 4)) /* 84..91: the transports' checksums */
 		return shoal_why(why, why_len, SHOAL_ERR_FORMAT, "reserved header bytes not zero");
 	if (h->kind == SHOAL_XFER_KIND_NONE || h->kind >= SHOAL_XFER_KIND__COUNT)
 		return shoal_why(why, why_len, SHOAL_ERR_FORMAT, "unknown frame kind %u", h->kind);
