@@ -11,20 +11,30 @@
  *   LINK:FAULT[:OPT=VALUE]...
  *
  *   LINK   tcp   frames of the data links' TCP transport (net/xfer_tcp.c)
+ *          rdma  frames of the data links' RDMA transport (net/xfer_rdma.c),
+ *                the link's own (data, probe): not its CREDIT frames
  *          ctl   ZeroMQ control messages a node or client sends (net/ctl.c)
  *          swim  gossip datagrams only (net/swim.c; they also pass ctl)
- *   FAULT  drop      the frame is not sent (the sender thinks it was)
- *          delay     sent ms later
+ *   FAULT  drop      the frame is not sent (the sender thinks it was);
+ *                    rdma: not posted, its send buffer, credit and the
+ *                    credits it carried stay with the sender (the next
+ *                    frame carries them), so only the link's seq shows it
+ *          delay     sent ms later (rdma: the sleep comes before a credit
+ *                    or a buffer is taken)
  *          truncate  tcp: a prefix is sent, then the stream ends (SHUT_WR);
+ *                    rdma: a prefix of 1..len-1 bytes is posted as the
+ *                    message (the receiver refuses it: short, or shorter
+ *                    than its frame_len);
  *                    ctl, swim: a prefix is sent as the whole message
- *          corrupt   one bit flipped, after the checksums (on the wire)
+ *          corrupt   one bit flipped, after the checksums (on the wire;
+ *                    rdma: in the send buffer, after sealing)
  *   OPT    n=COUNT   faults in all (default 1; 0: no limit)
  *          skip=K    eligible frames passed untouched first (default 0)
  *          p=FRAC    each eligible frame faulted with this probability
  *                    (default 1), drawn from seed: runs repeat exactly
  *          seed=S    (default 1) also picks the byte and bit
  *          ms=MS     delay (default 200)
- *          kind=K    tcp: only frames of this kind ("hidden", "token"...);
+ *          kind=K    tcp, rdma: only frames of this kind ("hidden", "token"...);
  *                    ctl: "reply" (ROUTER: answers to clients, such as
  *                    RUN_TOKEN), "send" (DEALER: gossip, requests to
  *                    peers) or "client" (shoal run/status requests)
@@ -56,7 +66,7 @@ typedef struct shoal_fault {
 	uint64_t pick; /* seeded: which byte to cut at or to flip (mod the length) */
 } shoal_fault;
 
-/* What to do with the next frame on LINK ("tcp", "ctl", "swim"); what is
+/* What to do with the next frame on LINK ("tcp", "rdma", "ctl", "swim"); what is
  * its kind name or NULL. Fills *f; SHOAL_FAULT_NONE for most frames. */
 shoal_fault_kind shoal_fault_next(const char *link, const char *what, shoal_fault *f);
 

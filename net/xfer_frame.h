@@ -25,13 +25,16 @@
  *  74  u16 layer_end
  *  76  u32 dim          payload shape (n_vec, dim): see SHOAL_XFER_KIND_*
  *  80  u32 credits      RDMA receive slots returned to the peer (TCP: 0)
- *  84  u32 head_crc     TCP: CRC-32C of bytes 0..95, this field as zero
- *  88  u32 body_crc     TCP: CRC-32C of bytes 96..frame_len-1
- *                       (both 0 on RDMA, whose fabric checks every packet;
- *                       set and checked by the TCP transport, which is the
- *                       only one whose bytes nothing else checks: the TCP
- *                       checksum is 16 bits and misses what a NIC, a
- *                       middlebox or memory flips; the decoder ignores them)
+ *  84  u32 head_crc     CRC-32C of bytes 0..95, this field as zero
+ *  88  u32 body_crc     CRC-32C of bytes 96..frame_len-1
+ *                       (set and checked by both transports, TCP and RDMA:
+ *                       the TCP checksum is 16 bits and misses what a NIC,
+ *                       a middlebox or memory flips; RDMA's fabric checks
+ *                       each packet, but not the host memory on either
+ *                       side, and a bug or the test hook can post a wrong
+ *                       frame. The header's is checked before its length
+ *                       or credits are trusted, the body's before the
+ *                       frame is handed out; the decoder ignores both)
  *  92  u8  zero[4]      reserved, must be zero
  *  96  row tags         n_rows x 16: u64 session, u32 position, u32 zero
  *      routes           n_routes x 12: u32 row index, u32 expert, f32 gate
@@ -71,7 +74,7 @@
 #define SHOAL_XFER_ROW_SIZE    16u  /* u64 + u32 + u32 pad keeps tags 8-aligned */
 #define SHOAL_XFER_ROUTE_SIZE  12u  /* u32 row + u32 expert + f32 gate */
 #define SHOAL_XFER_OFF_CREDITS 80u  /* where a transport patches the credits field */
-#define SHOAL_XFER_OFF_HEAD_CRC 84u /* the TCP transport's checksums */
+#define SHOAL_XFER_OFF_HEAD_CRC 84u /* the transports' checksums */
 #define SHOAL_XFER_OFF_BODY_CRC 88u
 #define SHOAL_XFER_REASON_MAX  255u /* one log line; fits a u8 length elsewhere */
 #define SHOAL_XFER_TOKEN_MAX   64u  /* admission tokens: a 32-byte MAC + 32 of context */
@@ -177,11 +180,17 @@ shoal_err shoal_xfer_frame_decode(const uint8_t *buf, size_t len, const shoal_xf
                                   shoal_xfer_hdr *h, shoal_xfer_row *rows, shoal_xfer_route *routes,
                                   const uint8_t **payload, char *why, size_t why_len);
 
-/* ---- checksums (the TCP transport's) ---- */
+/* ---- checksums (the transports': TCP and RDMA) ---- */
 
 /* CRC-32C (Castagnoli) of p[n], continuing crc (0 to start): chaining
- * calls over consecutive pieces gives the CRC of their concatenation. */
+ * calls over consecutive pieces gives the CRC of their concatenation. The
+ * CPU's crc32c instruction where it has one (SSE4.2, arm64 CRC32), else
+ * the scalar twin; thread-safe. */
 uint32_t shoal_xfer_crc32c(uint32_t crc, const void *p, size_t n);
+/* The same by the table code alone (the tests' oracle). */
+uint32_t shoal_xfer_crc32c_scalar(uint32_t crc, const void *p, size_t n);
+/* What shoal_xfer_crc32c runs on: "sse4.2", "armv8-crc" or "scalar". */
+const char *shoal_xfer_crc32c_isa(void);
 /* The head_crc of the header hdr[96] (its own field taken as zero). */
 uint32_t shoal_xfer_frame_head_crc(const uint8_t *hdr);
 /* Set both checksums of the whole frame buf[len] (len >= 96) in place. */

@@ -53,6 +53,29 @@
  *     complete, with an error on a flush), and a link that does not fit
  *     stays on TCP.
  *
+ * Checksums: every frame is sealed as on TCP (xfer_frame.h, head_crc and
+ * body_crc). The fabric's ICRC covers each packet on the wire, not the
+ * host memory on either side nor a frame posted wrong; a mismatch breaks
+ * the link with the checksum's reason (the link then tells the peer in an
+ * ERROR frame over TCP). The header is checked as its completion is
+ * taken (before its credits, kind and length are used), the body as the
+ * frame is handed out (by the receiving thread, outside the device lock:
+ * a completion may be taken by another link's wait).
+ *
+ * The test hook (net/fault.h, link "rdma") on the link's frames, and what
+ * each fault does to the rules above:
+ *  - drop: the frame is not posted; its buffer goes back, its credit is
+ *    not spent, the owed credits it would have carried ride on the next
+ *    frame. The transport is as if it had not been sent and nothing
+ *    leaks; the link's seq moved on, so the peer's next sequenced frame
+ *    breaks the link ("frame seq N, expected N-1"). Until one comes, the
+ *    peer's waits end by their timeouts.
+ *  - delay: sleeps before a credit or a buffer is taken.
+ *  - truncate, corrupt: posted like any frame (a credit, a buffer, one of
+ *    the peer's receive slots); the peer refuses it and breaks the link.
+ * The CREDIT frames are the transport's own and never faulted: losing
+ * one would lose credits for good.
+ *
  * Waits block on the CQ's channel fd, the link's poke pipe and the TCP
  * socket (whose EOF or data means the peer is leaving), after an optional
  * bounded spin of spin_us. For an event loop, frames that another wait
@@ -75,6 +98,7 @@
 
 #include "base/clock.h"
 #include "base/log.h"
+#include "net/fault.h"
 #include "net/rdma_select.h"
 
 /* Completions taken per poll: 16 covers a full default ring in one call. */
@@ -690,7 +714,9 @@ static void maybe_send_credit(xfer__rdma *x)
 	shoal_xfer_hdr h = {.kind = SHOAL_XFER_KIND_CREDIT, .credits = x->owed};
 	size_t len;
 	char r[200];
-	shoal_xfer_frame_encode_head(&h, slot_addr(x, x->slots + s), x->slot_size, &len);
+	uint8_t *b = slot_addr(x, x->slots + s);
+	shoal_xfer_frame_encode_head(&h, b, x->slot_size, &len);
+	shoal_xfer_frame_seal(b, len);
 	if (post_frame(x, s, (uint32_t)len, r, sizeof r)) {
 		broke(x, SHOAL_ERR_IO, "post send (credit): %s", r);
 		return;
@@ -738,10 +764,17 @@ static void on_wc(xfer__rdma *x, const shoal_verbs_wc *wc, int foreign)
 		return;
 	}
 	const uint8_t *b = slot_addr(x, s);
+	/* Framing, then the header's checksum before credits, kind or length
+	 * are trusted; the body's is checked when the frame is handed out
+	 * (rdma_recv), by the link's own thread, not under the device lock. */
 	shoal_err e = shoal_xfer_frame_peek(b, wc->byte_len, x->slot_size, &fl, r, sizeof r);
+	if (!e)
+		e = shoal_xfer_frame_check_head(b, r, sizeof r);
 	if (!e && fl != wc->byte_len)
 		e = shoal_why(r, sizeof r, SHOAL_ERR_PROTO, "frame_len %u in a %u-byte message", fl,
 		              wc->byte_len);
+	if (!e && b[6] == SHOAL_XFER_KIND_CREDIT)
+		e = shoal_xfer_frame_check_body(b, fl, r, sizeof r);
 	if (e) {
 		broke(x, SHOAL_ERR_PROTO, "%s", r);
 		return;
@@ -920,9 +953,17 @@ static shoal_err rdma_send(void *p, const struct iovec *iov, int iovcnt, size_t 
 	if (total > x->peer_slot_size)
 		return shoal_why(why, why_len, SHOAL_ERR_RANGE, "frame of %zu bytes, slots of %u",
 		                 total, x->peer_slot_size);
+	if (iovcnt < 1 || iov[0].iov_len < SHOAL_XFER_HDR_SIZE)
+		return shoal_why(why, why_len, SHOAL_ERR_RANGE, "no frame header in iov[0]");
 	int64_t deadline =
 	    timeout_ms < 0 ? -1 : (int64_t)shoal_clock_now_us() + (int64_t)timeout_ms * 1000;
 	int waited = 0;
+	/* The test hook (fault.h, link "rdma"). A delay sleeps here, before a
+	 * credit or a buffer is taken: nothing of the link waits on it. */
+	shoal_fault f;
+	if (shoal_fault_next("rdma", shoal_xfer_kind_name(((const uint8_t *)iov[0].iov_base)[6]),
+	                     &f) == SHOAL_FAULT_DELAY)
+		shoal_fault_sleep(f.delay_ms);
 	pthread_mutex_lock(&d->mu);
 	for (;;) {
 		if (x->broken) {
@@ -956,14 +997,31 @@ static shoal_err rdma_send(void *p, const struct iovec *iov, int iovcnt, size_t 
 		memcpy(b + off, iov[i].iov_base, iov[i].iov_len);
 		off += iov[i].iov_len;
 	}
+	/* Sealed as on TCP (xfer_frame.h): the body's CRC here, outside the
+	 * device lock; the header's under it, once the credits are in. */
+	put32le(b + SHOAL_XFER_OFF_BODY_CRC,
+	        shoal_xfer_crc32c(0, b + SHOAL_XFER_HDR_SIZE, total - SHOAL_XFER_HDR_SIZE));
 	pthread_mutex_lock(&d->mu);
 	shoal_err e = SHOAL_OK;
-	if (x->broken) {
+	if (x->broken || f.kind == SHOAL_FAULT_DROP) {
+		/* A dropped frame is taken back whole: its buffer, its credit
+		 * and the credits it would have carried (owed rides on the
+		 * next frame), so the transport is as if it had never been
+		 * sent; only the link's seq moved on (the peer sees the gap). */
 		x->send_free[x->n_free++] = s;
-		e = shoal_why(why, why_len, x->broken_e, "%s", x->broken_why);
+		if (x->broken)
+			e = shoal_why(why, why_len, x->broken_e, "%s", x->broken_why);
 	} else {
+		uint32_t len = (uint32_t)total;
 		put32le(b + SHOAL_XFER_OFF_CREDITS, x->owed);
-		e = post_frame(x, s, (uint32_t)total, r, sizeof r);
+		put32le(b + SHOAL_XFER_OFF_HEAD_CRC, shoal_xfer_frame_head_crc(b));
+		/* A truncated or corrupted frame costs its credit and buffer
+		 * like any other: it takes one receive slot of the peer. */
+		if (f.kind == SHOAL_FAULT_TRUNCATE)
+			len = 1 + (uint32_t)(f.pick % (total - 1));
+		else if (f.kind == SHOAL_FAULT_CORRUPT)
+			shoal_fault_flip(b, total, f.pick);
+		e = post_frame(x, s, len, r, sizeof r);
 		if (e) {
 			e = shoal_why(why, why_len, broke(x, e, "post send: %s", r), "%s",
 			              x->broken_why);
@@ -1026,6 +1084,18 @@ static shoal_err rdma_recv(void *p, int timeout_ms, const uint8_t **buf, size_t 
 	x->in_recv = 1;
 	shoal_err e = recv_inner(x, timeout_ms, buf, len, why, why_len);
 	x->in_recv = 0;
+	pthread_mutex_unlock(&x->d->mu);
+	/* The body's checksum, before the frame is handed out (the header's
+	 * passed in on_wc). The slot is ours until the next recv: no lock. */
+	char r[200];
+	if (!e && shoal_xfer_frame_check_body(*buf, *len, r, sizeof r)) {
+		pthread_mutex_lock(&x->d->mu);
+		e = shoal_why(why, why_len, broke(x, SHOAL_ERR_PROTO, "%s", r), "%s",
+		              x->broken_why);
+		x->ready_count = 0; /* frames after a damaged one are not handed out */
+		pthread_mutex_unlock(&x->d->mu);
+	}
+	pthread_mutex_lock(&x->d->mu);
 	if (x->signaled && !x->ready_count) { /* all announced frames are taken */
 		char b[8];
 		while (read(x->sig[0], b, sizeof b) > 0)

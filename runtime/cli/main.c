@@ -50,6 +50,13 @@ int main(int argc, char **argv)
 	}
 	if (!strcmp(argv[1], "--version")) {
 		printf("shoal %s\n", PACKAGE_VERSION);
+		/* The tests that need the hooks ask here (tests/sh/weights_fetch.sh). */
+#ifdef SHOAL_TEST_HOOKS
+		printf("test hooks: yes (SHOAL_TEST_FAULT, SHOAL_TEST_CORRUPT_CHUNK, "
+		       "SHOAL_TEST_FETCH_DIE_AFTER: ./configure --enable-test-hooks)\n");
+#else
+		printf("test hooks: no\n");
+#endif
 		return 0;
 	}
 	for (size_t i = 0; i < sizeof shoal_commands / sizeof shoal_commands[0]; i++)

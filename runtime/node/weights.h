@@ -28,9 +28,12 @@
  *  3. A fetcher writes nothing it has not checked (models/wcache.h) and
  *     asks again for a chunk whose digest does not match.
  *
- * Test hook (tests only): with SHOAL_TEST_CORRUPT_CHUNK=N in its
- * environment, a server flips one byte of the N-th tensor chunk it sends
- * (counted from 1) after computing its digest.
+ * Test hooks (compiled in only with ./configure --enable-test-hooks, as
+ * net/fault.h; `shoal --version` says whether they are): with
+ * SHOAL_TEST_CORRUPT_CHUNK=N in its environment, a server flips one byte
+ * of the N-th tensor chunk it sends (counted from 1) after computing its
+ * digest; with SHOAL_TEST_FETCH_DIE_AFTER=N a fetcher kills its own
+ * process after N tensors (to show that a fetch resumes).
  */
 #ifndef SHOAL_RUNTIME_NODE_WEIGHTS_H
 #define SHOAL_RUNTIME_NODE_WEIGHTS_H

@@ -336,10 +336,13 @@ static shoal_err wf_tensor_job(shoal_weights_fetcher *f, char *why, size_t why_l
 	wf_job_begin(f, total, want);
 	SHOAL_LOG_I("weights", "fetching %u tensor(s), %.1f MiB, from %zu peer(s)", want,
 	            (double)total / 1048576.0, f->n_src);
-	/* test hook: the process dies (SIGKILL) after this many tensors, to
-	 * show that a fetch resumes (tests/sh/weights_fetch.sh) */
+#ifdef SHOAL_TEST_HOOKS
+	/* test hook (--enable-test-hooks): the process dies (SIGKILL) after
+	 * this many tensors, to show that a fetch resumes
+	 * (tests/sh/weights_fetch.sh) */
 	const char *die = getenv("SHOAL_TEST_FETCH_DIE_AFTER");
 	uint32_t die_after = die ? (uint32_t)strtoul(die, NULL, 10) : 0, fetched_now = 0;
+#endif
 	size_t si = 0;
 	shoal_xfer_link *k = NULL;
 	shoal_err e = SHOAL_OK;
@@ -378,11 +381,13 @@ static shoal_err wf_tensor_job(shoal_weights_fetcher *f, char *why, size_t why_l
 		pthread_mutex_lock(&f->mu);
 		f->pr.tensors_done++;
 		pthread_mutex_unlock(&f->mu);
+#ifdef SHOAL_TEST_HOOKS
 		if (die_after && ++fetched_now == die_after) {
 			SHOAL_LOG_W("weights", "test hook: %u tensor(s) fetched, the process dies now",
 			            fetched_now);
 			raise(SIGKILL);
 		}
+#endif
 	}
 	if (k)
 		shoal_xfer_link_bye(k, "tensors fetched");

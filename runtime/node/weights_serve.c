@@ -73,7 +73,7 @@ struct shoal_weights_server {
 	uint64_t header_len;
 	uint64_t meta_len; /* header || digests */
 	uint8_t *scratch;  /* (SHOAL_WEIGHTS_CHUNK): a META piece or a corrupted chunk */
-	uint64_t corrupt_at; /* SHOAL_TEST_CORRUPT_CHUNK: 0 none */
+	uint64_t corrupt_at; /* SHOAL_TEST_CORRUPT_CHUNK (test hooks only): 0 none */
 	uint64_t chunks;     /* tensor chunks sent */
 	pthread_mutex_t mu;
 	bool mu_ok;
@@ -175,6 +175,7 @@ static shoal_err ws_handle(shoal_weights_server *s, shoal_xfer_link *k, const sh
 	uint8_t head[48];
 	memcpy(head, f->payload, 16);
 	crypto_generichash(head + 16, 32, data, len, NULL, 0);
+#ifdef SHOAL_TEST_HOOKS
 	if (what != SHOAL_WEIGHTS_META && ++s->chunks == s->corrupt_at && len) {
 		memcpy(s->scratch, data, len);
 		s->scratch[len / 2] ^= 0x5a;
@@ -182,6 +183,7 @@ static shoal_err ws_handle(shoal_weights_server *s, shoal_xfer_link *k, const sh
 		SHOAL_LOG_W("weights", "test hook: chunk %llu (tensor %u at %llu) corrupted in transit",
 		            (unsigned long long)s->chunks, what, (unsigned long long)off);
 	}
+#endif
 	struct iovec v[2] = {{.iov_base = head, .iov_len = sizeof head},
 	                     {.iov_base = (void *)data, .iov_len = len}};
 	return ws_send(s, k, SHOAL_WEIGHTS_OP_READ, v, 2);
@@ -261,9 +263,11 @@ shoal_err shoal_weights_server_new(const shoal_gguf *g, const shoal_model_id *mi
 	s->wc = wc;
 	s->header_len = shoal_gguf_shard_header_bytes(g, 0);
 	s->meta_len = s->header_len + 32u * (uint64_t)shoal_model_id_n_tensors(mid);
+#ifdef SHOAL_TEST_HOOKS /* weights.h; --enable-test-hooks */
 	const char *hook = getenv("SHOAL_TEST_CORRUPT_CHUNK");
 	if (hook && *hook)
 		s->corrupt_at = strtoull(hook, NULL, 10);
+#endif
 	shoal_err e = SHOAL_OK;
 	if (!(s->scratch = malloc(SHOAL_WEIGHTS_CHUNK))) {
 		e = SHOAL_ERR_NOMEM;

@@ -30,8 +30,7 @@ set -u
 . "$(dirname "$0")/lib.sh"
 DENSE=$DATA/models/austen-dense-q8_0.gguf
 [ -x "$PC" ] || skip "$PC not built"
-grep -q '^#define SHOAL_TEST_HOOKS 1' "$BD/config.h" 2>/dev/null ||
-	skip "built without --enable-test-hooks"
+"$B" --version | grep -q '^test hooks: yes' || skip "built without --enable-test-hooks"
 
 "$B" key new "$T/k" >/dev/null || fail "shoal key new"
 NODES="d1 d2 d3"

@@ -22,10 +22,13 @@
 #     (--model-id any this time): it serves again, its log says the cache
 #     held its part, its status shows no bytes fetched, and the run through
 #     it gives the same ids.
+# Needs the test hooks (./configure --enable-test-hooks, ./bootstrap has
+# them): `shoal --version` says whether the binary has them.
 set -u
 . "$(dirname "$0")/lib.sh"
 DENSE=$DATA/models/austen-dense-q8_0.gguf
 [ -x "$PC" ] || skip "$PC not built"
+"$B" --version | grep -q '^test hooks: yes' || skip "built without --enable-test-hooks"
 "$B" key new "$T/k" >/dev/null || fail "shoal key new"
 P="It is a truth universally acknowledged"
 jget() { python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print(eval(sys.argv[2], {"d": d}))' "$@"; }

@@ -10,8 +10,13 @@
  * chosen per endpoint on the macOS and mlx5 layouts, wrong cables and the
  * overrides (TCP with a reason that names them); signaled and inline
  * sends counted for a decode exchange; 100,000 frames with the SQ and CQ
- * never overrun (the double checks both).
+ * never overrun (the double checks both). Issue 15: the frame checksums
+ * and each fault of the test hook (net/fault.h, link rdma) on a link:
+ * corrupt and truncate refused with their reasons, drop seen as the gap
+ * in seq with no credit or buffer lost, delay delivered intact and late.
  */
+#include "config.h"
+
 #include "net/xfer.h"
 
 #include <pthread.h>
@@ -19,6 +24,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "base/clock.h"
 #include "base/log.h"
 #include "tests/unit/test.h"
 #include "tests/helpers/verbs_double.h"
@@ -501,6 +507,285 @@ static void test_garbage_over_rdma_closes_with_error_frame(void)
 	ASSERT_EQ(vd_live_objects(fab), 0);
 }
 
+/* ---- issue 15: the test hook's faults on an rdma link ---- */
+
+#ifdef SHOAL_TEST_HOOKS
+static char rules_path[64];
+
+/* Arm the hook's rules ("" disarms). Each call writes another size (the
+ * padding newlines), so the hook sees the change within one mtime tick. */
+static void arm(const char *fmt, int seed)
+{
+	static int gen;
+	char text[128];
+	snprintf(text, sizeof text, fmt, seed);
+	FILE *f = fopen(rules_path, "w");
+	gen = gen % 40 + 1;
+	fprintf(f, "%s", text);
+	for (int i = 0; i < gen; i++)
+		fputc('\n', f);
+	fclose(f);
+}
+
+static void fill(float *x, uint32_t dim, int tag)
+{
+	for (uint32_t i = 0; i < dim; i++)
+		x[i] = (float)tag + (float)i / 1024.0f;
+}
+
+/* After a refused frame: a's link is closed with the reason; b reads it
+ * in an ERROR frame (over TCP), then CLOSED. 1 when all of that holds. */
+static int refused_both_ends(shoal_xfer_link *a, shoal_xfer_link *b, const char *why)
+{
+	shoal_xfer_frame f;
+	char w[256], st[300];
+	snprintf(st, sizeof st, "closed (%s", why);
+	if (strncmp(shoal_xfer_link_status(a), st, strlen(st))) {
+		fprintf(stderr, "status \"%s\", wanted \"%s...\"\n", shoal_xfer_link_status(a), st);
+		return 0;
+	}
+	if (shoal_xfer_link_recv(b, 1000, &f, w, sizeof w) || f.hdr.kind != SHOAL_XFER_KIND_ERROR ||
+	    f.hdr.n_aux != SHOAL_ERR_PROTO || f.hdr.payload_len != strlen(why) ||
+	    memcmp(f.payload, why, f.hdr.payload_len)) {
+		fprintf(stderr, "no ERROR frame \"%s\" at the sender\n", why);
+		return 0;
+	}
+	return shoal_xfer_link_recv(b, 1000, &f, w, sizeof w) == SHOAL_ERR_CLOSED;
+}
+
+/* One corrupted or truncated frame (rule with seed) of dim floats after
+ * an intact one: the sender's send succeeds (it thinks the frame went),
+ * the receiver refuses it (never delivers it or the intact frame sent
+ * after it) and both ends close with the reason, copied into why. */
+static void one_bad_frame(const char *rule, int seed, uint32_t dim, char *why)
+{
+	static float x[4096];
+	shoal_xfer_link *a, *b;
+	shoal_xfer_frame f;
+	char w[256];
+	why[0] = 0;
+	ASSERT_EQ(pair(0, 1, 8, &a, &b), SHOAL_OK);
+	ASSERT_STR_EQ(shoal_xfer_link_transport(a), "rdma");
+	fill(x, dim, 1);
+	ASSERT_EQ(send_hidden(b, 1, x, dim, 1000, w), SHOAL_OK);
+	ASSERT_EQ(shoal_xfer_link_recv(a, 1000, &f, w, sizeof w), SHOAL_OK);
+	ASSERT_MEM_EQ(f.payload, x, dim * 4);
+	shoal_log_level lv = shoal_log_get_level();
+	shoal_log_set_level(SHOAL_LOG_ERROR);
+	arm(rule, seed);
+	ASSERT_EQ(send_hidden(b, 2, x, dim, 1000, w), SHOAL_OK);
+	arm("", 0);
+	ASSERT_EQ(send_hidden(b, 3, x, dim, 1000, w), SHOAL_OK);
+	shoal_err e = shoal_xfer_link_recv(a, 1000, &f, why, 256);
+	int both = refused_both_ends(a, b, why);
+	shoal_log_set_level(lv);
+	ASSERT_EQ(e, SHOAL_ERR_PROTO);
+	ASSERT_TRUE(both);
+	ASSERT_EQ(shoal_xfer_link_recv(a, 100, &f, w, sizeof w), SHOAL_ERR_CLOSED);
+	shoal_xfer_link_free(a);
+	shoal_xfer_link_free(b);
+	ASSERT_EQ(vd_live_objects(fab), 0);
+	ASSERT_U64_EQ(vd_overruns(fab), 0);
+}
+
+#define HOOKS_OR_SKIP()
+#else
+#define HOOKS_OR_SKIP() TEST_SKIP("built without --enable-test-hooks")
+#endif
+
+/* corrupt: one bit of the sealed frame flipped in the send buffer. Large
+ * frames (4 KiB of payload, not inline): the flip lands in the body and
+ * the body's checksum refuses it. Small ones (128 B, inline): mostly in
+ * the header, whose checksum refuses it before its credits are used; a
+ * flip in the first 12 bytes (magic, version, frame_len) may be refused
+ * by the framing check first. Never delivered, always PROTO. */
+static void test_fault_corrupt_refused_by_checksum(void)
+{
+	HOOKS_OR_SKIP();
+#ifdef SHOAL_TEST_HOOKS
+	char why[256];
+	int head = 0, body = 0;
+	for (int seed = 1; seed <= 4; seed++) {
+		one_bad_frame("rdma:corrupt:kind=hidden:seed=%d", seed, 1024, why);
+		if (!strstr(why, "hidden frame checksum ") || !strstr(why, ": damaged in transit"))
+			fprintf(stderr, "corrupt, seed %d: %s\n", seed, why);
+		ASSERT_TRUE(strstr(why, "hidden frame checksum ") != NULL);
+		ASSERT_TRUE(strstr(why, ", expected ") && strstr(why, ": damaged in transit"));
+		body++;
+	}
+	for (int seed = 1; seed <= 8; seed++) {
+		one_bad_frame("rdma:corrupt:kind=hidden:seed=%d", seed, 4, why);
+		int h = strncmp(why, "frame header checksum ", 22) == 0;
+		int framing = !strncmp(why, "bad magic", 9) || !strncmp(why, "frame version", 13) ||
+		              !strncmp(why, "frame_len", 9);
+		body += strncmp(why, "hidden frame checksum ", 22) == 0;
+		head += h;
+		if (!h && !framing && strncmp(why, "hidden frame checksum ", 22))
+			fprintf(stderr, "corrupt small, seed %d: %s\n", seed, why);
+		ASSERT_TRUE(h || framing || !strncmp(why, "hidden frame checksum ", 22));
+	}
+	ASSERT_GT(head, 0);
+	ASSERT_GT(body, 4);
+#endif
+}
+
+/* truncate: a prefix of 1..len-1 bytes posted. Shorter than the header:
+ * refused by the framing check; else the header (intact, its checksum
+ * good) says more bytes than the message has. */
+static void test_fault_truncate_refused(void)
+{
+	HOOKS_OR_SKIP();
+#ifdef SHOAL_TEST_HOOKS
+	char why[256];
+	int shorter = 0, cut = 0;
+	for (int seed = 1; seed <= 6; seed++) {
+		uint32_t dim = seed <= 3 ? 1024 : 8;
+		unsigned fl, got;
+		one_bad_frame("rdma:truncate:kind=hidden:seed=%d", seed, dim, why);
+		if (sscanf(why, "frame_len %u in a %u-byte message", &fl, &got) == 2) {
+			ASSERT_EQ(fl, 96 + 16 + dim * 4);
+			ASSERT_TRUE(got >= 96 && got < fl);
+			cut++;
+		} else if (sscanf(why, "frame of %u bytes is shorter than the 96-byte header",
+		                  &got) == 1) {
+			ASSERT_TRUE(got >= 1 && got < 96);
+			shorter++;
+		} else {
+			fprintf(stderr, "truncate, seed %d: %s\n", seed, why);
+			ASSERT_TRUE(0);
+		}
+	}
+	ASSERT_GT(cut, 0);
+	ASSERT_GT(shorter, 0);
+#endif
+}
+
+/* drop: not posted. On a ring of 4 credits and 2 send buffers, 20 drops
+ * in a row all "succeed" at once, with no credit wait and nothing moved:
+ * neither a credit nor a buffer leaks (else the third would wait, then
+ * time out). The receiver gets nothing (its wait ends by its timeout);
+ * the next frame shows the gap: seq 20 past the expected one breaks the
+ * link, and the sender reads why. */
+static void test_fault_drop_shows_as_seq_gap(void)
+{
+	HOOKS_OR_SKIP();
+#ifdef SHOAL_TEST_HOOKS
+	shoal_xfer_link *a, *b;
+	shoal_xfer_frame f;
+	shoal_xfer_metrics m0, m1;
+	float x[64];
+	char why[256], want[64];
+	ASSERT_EQ(pair(0, 1, 4, &a, &b), SHOAL_OK);
+	ASSERT_STR_EQ(shoal_xfer_link_transport(a), "rdma");
+	fill(x, 64, 0);
+	ASSERT_EQ(send_hidden(b, 0, x, 64, 1000, why), SHOAL_OK);
+	ASSERT_EQ(shoal_xfer_link_recv(a, 1000, &f, why, sizeof why), SHOAL_OK);
+	uint64_t seq0 = f.hdr.seq;
+	shoal_xfer_link_metrics(b, &m0);
+	uint64_t moved = vd_delivered(fab);
+	shoal_log_level lv = shoal_log_get_level();
+	shoal_log_set_level(SHOAL_LOG_ERROR);
+	arm("rdma:drop:kind=hidden:n=20", 0);
+	uint64_t t0 = shoal_clock_monotonic_ns();
+	int ok = 0;
+	for (int i = 1; i <= 20; i++)
+		ok += send_hidden(b, (uint64_t)i, x, 64, 500, why) == SHOAL_OK;
+	uint64_t took_ms = (shoal_clock_monotonic_ns() - t0) / 1000000;
+	arm("", 0);
+	ASSERT_EQ(ok, 20);
+	ASSERT_LT(took_ms, 500); /* no send waited out its timeout */
+	shoal_xfer_link_metrics(b, &m1);
+	ASSERT_U64_EQ(m1.credit_waits, m0.credit_waits);
+	ASSERT_U64_EQ(m1.rdma_sends, m0.rdma_sends); /* nothing posted */
+	ASSERT_U64_EQ(m1.frames_sent[SHOAL_XFER_KIND_HIDDEN], 21);
+	ASSERT_U64_EQ(vd_delivered(fab), moved);
+	ASSERT_EQ(shoal_xfer_link_recv(a, 100, &f, why, sizeof why), SHOAL_ERR_TIMEOUT);
+	ASSERT_TRUE(shoal_xfer_link_is_open(a));
+	/* the next frame is posted (credits and buffers all there) */
+	ASSERT_EQ(send_hidden(b, 21, x, 64, 500, why), SHOAL_OK);
+	shoal_err e = shoal_xfer_link_recv(a, 1000, &f, why, sizeof why);
+	snprintf(want, sizeof want, "frame seq %llu, expected %llu", (unsigned long long)seq0 + 21,
+	         (unsigned long long)seq0 + 1);
+	int both = refused_both_ends(a, b, want);
+	shoal_log_set_level(lv);
+	ASSERT_EQ(e, SHOAL_ERR_PROTO);
+	ASSERT_STR_EQ(why, want);
+	ASSERT_TRUE(both);
+	shoal_xfer_link_free(a);
+	shoal_xfer_link_free(b);
+	ASSERT_EQ(vd_live_objects(fab), 0);
+	ASSERT_U64_EQ(vd_overruns(fab), 0);
+#endif
+}
+
+typedef struct late_job {
+	shoal_xfer_link *link;
+	const float *x;
+	uint32_t dim;
+	uint64_t took_ms;
+	shoal_err e;
+} late_job;
+
+static void *late_main(void *p)
+{
+	late_job *j = p;
+	char why[256];
+	uint64_t t0 = shoal_clock_monotonic_ns();
+	j->e = send_hidden(j->link, 7, j->x, j->dim, 2000, why);
+	j->took_ms = (shoal_clock_monotonic_ns() - t0) / 1000000;
+	return NULL;
+}
+
+/* delay: the frame comes intact, 300 ms late: nothing before, then it,
+ * then the next frames (not delayed) in order. */
+static void test_fault_delay_delivers_late_and_intact(void)
+{
+	HOOKS_OR_SKIP();
+#ifdef SHOAL_TEST_HOOKS
+	shoal_xfer_link *a, *b;
+	shoal_xfer_frame f;
+	static float x[1024];
+	char why[256];
+	ASSERT_EQ(pair(0, 1, 4, &a, &b), SHOAL_OK);
+	ASSERT_STR_EQ(shoal_xfer_link_transport(a), "rdma");
+	fill(x, 1024, 7);
+	shoal_log_level lv = shoal_log_get_level();
+	shoal_log_set_level(SHOAL_LOG_ERROR);
+	arm("rdma:delay:kind=hidden:ms=300", 0);
+	late_job j = {.link = b, .x = x, .dim = 1024};
+	uint64_t t0 = shoal_clock_monotonic_ns();
+	pthread_t th;
+	pthread_create(&th, NULL, late_main, &j);
+	shoal_err early = shoal_xfer_link_recv(a, 100, &f, why, sizeof why);
+	shoal_err e = shoal_xfer_link_recv(a, 2000, &f, why, sizeof why);
+	uint64_t at_ms = (shoal_clock_monotonic_ns() - t0) / 1000000;
+	pthread_join(th, NULL);
+	shoal_log_set_level(lv);
+	arm("", 0);
+	ASSERT_EQ(early, SHOAL_ERR_TIMEOUT);
+	ASSERT_EQ(e, SHOAL_OK);
+	ASSERT_EQ(j.e, SHOAL_OK);
+	ASSERT_GE(j.took_ms, 300);
+	ASSERT_GE(at_ms, 300);
+	ASSERT_U64_EQ(f.hdr.rows[0].session, 7);
+	ASSERT_EQ(f.hdr.dim, 1024);
+	ASSERT_MEM_EQ(f.payload, x, sizeof x);
+	uint64_t seq = f.hdr.seq;
+	for (int i = 0; i < 3; i++) {
+		fill(x, 1024, 8 + i);
+		t0 = shoal_clock_monotonic_ns();
+		ASSERT_EQ(send_hidden(b, (uint64_t)(8 + i), x, 1024, 1000, why), SHOAL_OK);
+		ASSERT_EQ(shoal_xfer_link_recv(a, 1000, &f, why, sizeof why), SHOAL_OK);
+		ASSERT_LT((shoal_clock_monotonic_ns() - t0) / 1000000, 250);
+		ASSERT_U64_EQ(f.hdr.seq, seq + 1 + (uint64_t)i);
+		ASSERT_MEM_EQ(f.payload, x, sizeof x);
+	}
+	shoal_xfer_link_free(a);
+	shoal_xfer_link_free(b);
+	ASSERT_EQ(vd_live_objects(fab), 0);
+#endif
+}
+
 /* An event loop over one RDMA link and its fds: poll, then drain with
  * timeout 0 until TIMEOUT (the contract of shoal_xfer_link_pollfds). */
 typedef struct burst_job {
@@ -911,6 +1196,13 @@ static void test_stress_100k_frames(void)
 
 static void setup(void)
 {
+#ifdef SHOAL_TEST_HOOKS
+	/* Before the first frame: the hook reads SHOAL_TEST_FAULT once. */
+	snprintf(rules_path, sizeof rules_path, "/tmp/shoal-test-rdma-fault-%d", (int)getpid());
+	char env[96];
+	snprintf(env, sizeof env, "@%s", rules_path);
+	setenv("SHOAL_TEST_FAULT", env, 1);
+#endif
 	fab = vd_fabric_new();
 	ASSERT_TRUE(fab != NULL);
 	for (int i = 0; i < VD_HOSTS; i++)
@@ -919,6 +1211,9 @@ static void setup(void)
 
 static void teardown(void)
 {
+#ifdef SHOAL_TEST_HOOKS
+	unlink(rules_path);
+#endif
 	for (int i = 0; i < VD_HOSTS; i++)
 		shoal_xfer_rdma_hub_free(hubs[i]);
 	vd_fabric_free(fab);
@@ -929,6 +1224,9 @@ TEST_MAIN(TEST_CASE(setup), TEST_CASE(test_upgrade_when_both_offer),
           TEST_CASE(test_fallback_on_each_failure), TEST_CASE(test_credits_ring_wrap_and_order),
           TEST_CASE(test_pingpong_piggybacks_credits), TEST_CASE(test_remote_disconnect),
           TEST_CASE(test_garbage_over_rdma_closes_with_error_frame),
+          TEST_CASE(test_fault_corrupt_refused_by_checksum),
+          TEST_CASE(test_fault_truncate_refused), TEST_CASE(test_fault_drop_shows_as_seq_gap),
+          TEST_CASE(test_fault_delay_delivers_late_and_intact),
           TEST_CASE(test_event_loop_over_pollfds), TEST_CASE(test_pollfds_after_a_waiting_send),
           TEST_CASE(test_double_detects_overrun), TEST_CASE(test_stress_100k_frames),
           TEST_CASE(test_macos_layout), TEST_CASE(test_mlx5_layout),
