@@ -80,7 +80,7 @@ KERNELS__INLINE __m256i k2_q4_0_bytes(const uint8_t *qs)
 	                                 const void *const *xq, const int NC, __m256 *a0,          \
 	                                 __m256 *a1)                                               \
 	{                                                                                          \
-		_mm_prefetch((const char *)(wb + b) + KERNELS__PF_AHEAD, _MM_HINT_T1);             \
+		kernels__prefetch_line((const char *)(wb + b) + KERNELS__PF_AHEAD);                \
 		__m256i q0 = WBYTES(wb + b), aq0 = _mm256_abs_epi8(q0);                            \
 		__m256i q1 = single ? q0 : WBYTES(wb + b + 1);                                     \
 		__m256i aq1 = _mm256_abs_epi8(q1);                                                 \

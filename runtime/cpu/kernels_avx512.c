@@ -143,6 +143,7 @@ KERNELS__INLINE __m512i k5_q4_0_pair(const kernels__block_q4_0 *b, int single)
 		KERNELS__UNROLL for (int r = 0; r < R; r++)                                        \
 		    KERNELS__UNROLL for (int c = 0; c < NC; c++) acc[r][c] = _mm512_setzero_ps();  \
 		const __m256i z = _mm256_setzero_si256();                                          \
+		const size_t pf = R == 1 ? KERNELS__PF_AHEAD : 4 * row_bytes;                      \
 		int64_t nb = n / KERNELS__QK;                                                      \
 		for (int64_t b = 0; b < nb; b += 2) {                                              \
 			const int single = b + 1 == nb;                                            \
@@ -163,9 +164,7 @@ KERNELS__INLINE __m512i k5_q4_0_pair(const kernels__block_q4_0 *b, int single)
 			{                                                                          \
 				const WBLOCK *wb =                                                 \
 				    (const WBLOCK *)(w + (size_t)r * row_bytes) + b;               \
-				_mm_prefetch((const char *)wb +                                    \
-				                 (R == 1 ? KERNELS__PF_AHEAD : 4 * row_bytes),     \
-				             _MM_HINT_T1);                                         \
+				kernels__prefetch_line((const char *)wb + pf);                     \
 				__m512i q = WPAIR(wb, single);                                     \
 				__m512 dw = k5_spread_pair(WSCALES(wb, 0, single));                \
 				__m512i base = k5_q32_base(q);                                     \

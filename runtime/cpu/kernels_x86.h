@@ -406,7 +406,7 @@ KERNELS__INLINE void kernels__x86_iq4xs_lanes(const kernels__block_iq4_xs *w, in
 	                                 const void *const *xq, const int NC, KERNELS__V *a0,      \
 	                                 KERNELS__V *a1)                                           \
 	{                                                                                          \
-		_mm_prefetch((const char *)(wb + b) + KERNELS__PF_AHEAD, _MM_HINT_T1);             \
+		kernels__prefetch_line((const char *)(wb + b) + KERNELS__PF_AHEAD);                \
 		for (int k = 0; k < (single ? 1 : 2); k++) {                                       \
 			const kernels__block_q5_1 *w = wb + b + k;                                 \
 			__m256i q = kernels__x86_q5_bytes(w->qs, w->qh);                           \
