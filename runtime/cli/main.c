@@ -53,7 +53,8 @@ int main(int argc, char **argv)
 		/* The tests that need the hooks ask here (tests/sh/weights_fetch.sh). */
 #ifdef SHOAL_TEST_HOOKS
 		printf("test hooks: yes (SHOAL_TEST_FAULT, SHOAL_TEST_CORRUPT_CHUNK, "
-		       "SHOAL_TEST_FETCH_DIE_AFTER: ./configure --enable-test-hooks)\n");
+		       "SHOAL_TEST_FETCH_DIE_AFTER, SHOAL_TEST_TP_PREFER: ./configure "
+		       "--enable-test-hooks)\n");
 #else
 		printf("test hooks: no\n");
 #endif

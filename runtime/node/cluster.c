@@ -187,12 +187,15 @@ shoal_err shoal_cluster_new(const shoal_cluster_config *cfg, shoal_cluster **out
 	}
 	cl->pol.spread_experts = cfg->spread_experts;
 	cl->pol.tensor_groups = cfg->tensor_groups;
+#ifdef SHOAL_TEST_HOOKS
 	/* test hook: a group even where it does not pay (tests/sh/tp_loopback.sh);
 	 * those runs also plan every link at --link-us, not at the measured
 	 * figures, so that a loaded loopback's control-path RTT (~1 ms) does
-	 * not plan their group away */
+	 * not plan their group away. Only with ./configure --enable-test-hooks:
+	 * a release binary plans as its peers do whatever its environment says */
 	const char *prefer = getenv("SHOAL_TEST_TP_PREFER");
 	cl->pol.tensor_prefer = cfg->tensor_groups && prefer && !strcmp(prefer, "1");
+#endif
 	shoal_wire_buf_init(&cl->msg);
 	if (!(cl->ev = calloc(SHOAL_CLUSTER_EVENTS, sizeof *cl->ev)) ||
 	    shoal_wire_buf_reserve(&cl->msg, SHOAL_RUN_MSG_RESERVE) != SHOAL_OK) {

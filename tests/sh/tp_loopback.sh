@@ -29,6 +29,7 @@ EXP=$DATA/models/expected/austen-dense-q8_0.json
 AMOE=$DATA/models/austen-moe-q8_0.gguf
 [ -f "$AMOE" ] || AMOE=${SHOAL_SHARED_MODELS:-/work/shared/models}/austen-moe-q8_0.gguf
 [ -x "$PC" ] || skip "$PC not built"
+"$B" --version | grep -q '^test hooks: yes' || skip "built without --enable-test-hooks (SHOAL_TEST_TP_PREFER)"
 export SHOAL_TEST_TP_PREFER=1
 "$B" key new "$KEY" >/dev/null || fail "shoal key new"
 
