@@ -39,6 +39,7 @@ typedef struct shoal_api_sink {
 typedef struct shoal_api_gen {
 	uint32_t max_tokens;
 	uint32_t logprobs; /* top alternatives per token, 0..SHOAL_API_MAX_TOP */
+	bool logprob;      /* the request shows logprobs (else they are not computed) */
 	float temp, top_p;
 	uint64_t seed;
 } shoal_api_gen;

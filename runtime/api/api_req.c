@@ -133,6 +133,7 @@ static bool parse_fields(json_t *o, shoal_api_req *q, char *bad, size_t bad_len,
 		q->top = (uint32_t)json_integer_value(lp);
 	}
 	q->g.logprobs = q->logprobs ? q->top : 0;
+	q->g.logprob = q->logprobs;
 #undef NUM
 	/* stop: a string or up to 4 */
 	json_t *st = json_object_get(o, "stop");

@@ -58,7 +58,8 @@
  *
  * Control (a SESSION frame of 1 row; net/xfer_frame.h checks its shape), words:
  *   0 op (OPEN, CLOSE, ERROR)  1 status (shoal_err)  2-5 owner peer id
- *   6 n_prompt  7 max_tokens  8 logprobs K  9 temp (f32 bits)  10 top_k
+ *   6 n_prompt  7 max_tokens  8 logprobs K (bit 31: the sampled id's own
+ *   logprob is not wanted: result word 1 reads 0 unless K > 0)  9 temp (f32 bits)  10 top_k
  *   11 top_p  12 min_p  13 repeat_penalty  14 repeat_last_n  15 n_tail
  *   16-17 seed (lo, hi)  18 first step  19.. OPEN: the last n_tail prompt
  *   ids (for the repetition penalty); ERROR: n_tail bytes of reason.
@@ -293,6 +294,8 @@ typedef struct shoal_dist_request {
 	uint32_t n_prompt;     /* >= 1 */
 	uint32_t max_tokens;   /* >= 1 */
 	uint32_t logprobs;     /* K: 0..SHOAL_DIST_MAX_LOGPROBS */
+	bool no_logprob;       /* with K = 0: skip the sampled id's logprob (a vocab-wide
+	                          log-sum-exp per token); its logprob reads 0 */
 	/* A replay: the last first_step ids of prompt are tokens this request
 	 * generated before (steps 0..first_step-1); its next token is step
 	 * first_step. 0 for a new request. */

@@ -21,11 +21,15 @@
  * its expert peers and a spare; 3 fds each (xfer.h). */
 #define DIST__MAX_POLL 48u
 
+/* Word 8 of an OPEN: the bit that says the sampled id's logprob is not wanted. */
+#define DIST__NO_LOGPROB 0x80000000u
+
 /* A control block in host form (dist.h "Control"). */
 typedef struct dist__ctl {
 	uint32_t op, status;
 	uint8_t owner[16];
 	uint32_t n_prompt, max_tokens, logprobs;
+	bool no_logprob;     /* OPEN: word 8's bit 31 */
 	uint32_t first_step; /* OPEN: the step of the first token sampled (a replay) */
 	shoal_sampler_params sp;
 	uint32_t n_tail;
@@ -73,6 +77,7 @@ typedef struct dist__sess {
 	uint32_t step0;    /* the step of the row at n_prompt - 1 (a replay's history) */
 	uint64_t last_ns;  /* the latest frame or control of the session */
 	uint32_t logprobs;
+	bool no_logprob;    /* with logprobs 0: the sampled id's logprob is not computed */
 	shoal_sampler *smp; /* has_head only */
 	int32_t *hist;      /* (2 * SHOAL_DIST_TAIL_MAX) recent ids, has_head only */
 	uint32_t n_hist;

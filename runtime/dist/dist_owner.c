@@ -296,6 +296,7 @@ shoal_err shoal_dist_owner_start(shoal_dist_owner *o, const shoal_dist_request *
 	               .n_prompt = req->n_prompt,
 	               .max_tokens = req->max_tokens,
 	               .logprobs = req->logprobs,
+	               .no_logprob = req->no_logprob,
 	               .first_step = req->first_step,
 	               .sp = *sp,
 	               .n_tail = tail,

@@ -49,7 +49,7 @@ uint32_t dist__ctl_encode(const dist__ctl *c, int32_t *words, uint32_t cap)
 	memcpy(&w[2], c->owner, 16);
 	w[6] = c->n_prompt;
 	w[7] = c->max_tokens;
-	w[8] = c->logprobs;
+	w[8] = c->logprobs | (c->no_logprob ? DIST__NO_LOGPROB : 0u);
 	w[9] = f2w(c->sp.temp);
 	w[10] = (uint32_t)c->sp.top_k;
 	w[11] = f2w(c->sp.top_p);
@@ -85,7 +85,8 @@ shoal_err dist__ctl_decode(const shoal_xfer_frame *f, dist__ctl *c, char *why, s
 	memcpy(c->owner, &w[2], 16);
 	c->n_prompt = w[6];
 	c->max_tokens = w[7];
-	c->logprobs = w[8];
+	c->logprobs = w[8] & ~DIST__NO_LOGPROB;
+	c->no_logprob = (w[8] & DIST__NO_LOGPROB) != 0;
 	c->sp.temp = w2f(w[9]);
 	c->sp.top_k = (int32_t)w[10];
 	c->sp.top_p = w2f(w[11]);

@@ -177,9 +177,10 @@ static shoal_err send_results(shoal_dist_stage *s, uint32_t n, uint32_t n_want, 
 		dist__sess *ss = &s->sess[s->row_sess[r]];
 		const float *lg = s->logits + (size_t)wi * s->n_vocab; /* (n_vocab) */
 		uint32_t t = ss->step0 + shoal_gen_step_of_pos(ss->n_prompt, s->pos[r]);
-		float lp;
-		int32_t id = shoal_gen_pick(ss->smp, lg, s->n_vocab, ss->hist, ss->n_hist, t, &lp,
-		                            ss->logprobs, s->top_ids, s->top_lps);
+		float lp = 0.0f;
+		int32_t id = shoal_gen_pick(ss->smp, lg, s->n_vocab, ss->hist, ss->n_hist, t,
+		                            ss->no_logprob ? NULL : &lp, ss->logprobs, s->top_ids,
+		                            s->top_lps);
 		if (ss->n_hist == 2 * SHOAL_DIST_TAIL_MAX) {
 			memmove(ss->hist, ss->hist + SHOAL_DIST_TAIL_MAX,
 			        SHOAL_DIST_TAIL_MAX * sizeof *ss->hist);
@@ -489,6 +490,7 @@ static shoal_err sess_open(shoal_dist_stage *s, uint64_t sid, const dist__ctl *c
 	ss->step0 = c->first_step;
 	ss->last_ns = dist__now_ns();
 	ss->logprobs = c->logprobs < s->n_vocab ? c->logprobs : s->n_vocab;
+	ss->no_logprob = c->no_logprob && !ss->logprobs;
 	return SHOAL_OK;
 }
 

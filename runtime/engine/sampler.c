@@ -173,10 +173,19 @@ fail:
 
 static int32_t sample_greedy(const float *logits, uint32_t n)
 {
+	/* `better` with the best key kept: a strictly higher key wins, so
+	 * ties keep the lower id */
 	int32_t best = 0;
-	for (uint32_t i = 1; i < n; i++)
-		if (better(logits, (int32_t)i, best))
+	if (n == 0)
+		return 0;
+	float bk = key_of(logits, 0);
+	for (uint32_t i = 1; i < n; i++) {
+		float x = key_of(logits, (int32_t)i);
+		if (x > bk) {
+			bk = x;
 			best = (int32_t)i;
+		}
+	}
 	return best;
 }
 

@@ -1417,7 +1417,8 @@ static void shoal_cluster_end(shoal_cluster *cl, const shoal_ctl_route *to, uint
  * n (> 0), answering to the client `from` (seq) or, with sink, to it.
  * *slot names it. BUSY when every slot is taken. Any thread. */
 static shoal_err shoal_cluster_queue(shoal_cluster *cl, int32_t **ids, size_t n_ids, uint32_t n,
-                                     uint32_t k, const shoal_sampler_params *sp,
+                                     uint32_t k, bool no_logprob,
+                                     const shoal_sampler_params *sp,
                                      const shoal_ctl_route *from, uint64_t seq,
                                      const shoal_api_sink *sink, uint32_t *slot_out, char *why,
                                      size_t why_len)
@@ -1455,6 +1456,7 @@ static shoal_err shoal_cluster_queue(shoal_cluster *cl, int32_t **ids, size_t n_
 		r->n_prompt = (uint32_t)n_ids;
 		r->max_tokens = max_tokens;
 		r->logprobs = k;
+		r->no_logprob = no_logprob;
 		r->sp = *sp;
 		r->deadline_us = shoal_clock_now_us() + SHOAL_CLUSTER_WAIT_MS * 1000u;
 		shoal_detok_init(&r->dt, cl->tok, false);
@@ -1537,7 +1539,7 @@ void shoal_cluster_run_request(shoal_cluster *cl, const shoal_ctl_route *from, c
 		goto out;
 	}
 	uint32_t slot;
-	e = shoal_cluster_queue(cl, &ids, n_ids, (uint32_t)n, (uint32_t)k, &sp, from, seq, NULL,
+	e = shoal_cluster_queue(cl, &ids, n_ids, (uint32_t)n, (uint32_t)k, false, &sp, from, seq, NULL,
 	                        &slot, why, sizeof why);
 	if (e)
 		shoal_cluster_end(cl, from, seq, e, e == SHOAL_ERR_BUSY, why, NULL, 0);
@@ -1667,7 +1669,8 @@ shoal_err shoal_cluster_submit(shoal_cluster *cl, const int32_t *ids, size_t n_i
 		return SHOAL_ERR_NOMEM;
 	memcpy(copy, ids, n_ids * sizeof *copy);
 	shoal_err e = shoal_cluster_queue(cl, &copy, n_ids, g->max_tokens ? g->max_tokens : 1,
-	                                  g->logprobs, &sp, NULL, 0, sink, handle, why, why_len);
+	                                  g->logprobs, !g->logprob, &sp, NULL, 0, sink, handle, why,
+	                                  why_len);
 	free(copy);
 	return e;
 }

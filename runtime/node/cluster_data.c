@@ -599,6 +599,7 @@ static void shoal_cluster_start_runs(shoal_cluster_dt *d, shoal_cluster_tokctx *
 		                          .n_prompt = r->n_prompt + r->n_gen,
 		                          .max_tokens = r->max_tokens - r->n_gen,
 		                          .logprobs = r->logprobs,
+		                          .no_logprob = r->no_logprob,
 		                          .first_step = r->n_gen,
 		                          .sampler = r->sp,
 		                          .eog = cl->tok,

@@ -105,6 +105,7 @@ typedef struct shoal_cluster_run {
 	 * (n_gen, appended by the data thread): a replay's history */
 	int32_t *prompt;
 	uint32_t n_prompt, max_tokens, logprobs;
+	bool no_logprob; /* an API request that does not show logprobs */
 	shoal_sampler_params sp;
 	uint64_t deadline_us;
 	/* data thread */

@@ -512,8 +512,58 @@ static void test_cancel_frees_slots(void)
 	ASSERT_TRUE(ok);
 }
 
+/* no_logprob: with K = 0 the last stage skips the sampled id's logprob
+ * (it reads 0) and the tokens are the reference's; without the flag, or
+ * with K > 0, the logprob is the reference's, bit for bit. */
+static void test_no_logprob(void)
+{
+	shoal_model *m = dc_open_model("austen-dense-q8_0.gguf");
+	ASSERT_TRUE(m != NULL);
+	dc_cluster c;
+	const uint32_t cuts[] = {3};
+	ASSERT_EQ(dc_cluster_up(&c, m, cuts, 2, 0, SHOAL_XFER_MAX_FRAME_DEFAULT, 64, false), 0);
+	shoal_sampler_params sp = shoal_sampler_defaults();
+	sp.seed = 77;
+	sp.temp = 0.9f;
+	const uint32_t T = 10;
+	static dc_run_out want, got[3];
+	int ok = dc_reference(m, PROMPT, NP, T, &sp, &want) == 0;
+	const struct {
+		uint32_t k;
+		bool no_lp;
+	} cases[3] = {{0, true}, {0, false}, {DC_K_TOP, true}};
+	char why[256] = "";
+	for (int i = 0; i < 3 && ok; i++) {
+		memset(&got[i], 0, sizeof got[i]);
+		shoal_dist_request rq = {.prompt = PROMPT,
+		                         .n_prompt = NP,
+		                         .max_tokens = T,
+		                         .logprobs = cases[i].k,
+		                         .no_logprob = cases[i].no_lp,
+		                         .sampler = sp,
+		                         .on_token = dc_collect_token,
+		                         .ctx = &got[i]};
+		shoal_err e = shoal_dist_owner_generate(c.own, &rq, c.owner.links, c.owner.n, 10000,
+		                                        why, sizeof why);
+		if (e)
+			fprintf(stderr, "generate %d: %s\n", i, why);
+		ok &= e == SHOAL_OK && got[i].n == T;
+	}
+	dc_cluster_down(&c);
+	shoal_model_free(m);
+	ASSERT_TRUE(ok);
+	for (uint32_t t = 0; t < T; t++) {
+		ASSERT_EQ(got[0].id[t], want.id[t]);
+		ASSERT_TRUE(got[0].lp[t] == 0.0f);
+		ASSERT_EQ(got[1].id[t], want.id[t]);
+		ASSERT_TRUE(!memcmp(&got[1].lp[t], &want.lp[t], 4));
+		ASSERT_TRUE(want.lp[t] < 0.0f);
+	}
+	ASSERT_TRUE(dc_same_run(&want, &got[2]));
+}
+
 TEST_MAIN(TEST_CASE(test_dense_three_stages), TEST_CASE(test_group_stages),
           TEST_CASE(test_dense_split_frames),
           TEST_CASE(test_moe_experts_on_three_peers), TEST_CASE(test_bad_frames),
           TEST_CASE(test_two_sessions_interleaved), TEST_CASE(test_replay_continues),
-          TEST_CASE(test_cancel_frees_slots))
+          TEST_CASE(test_cancel_frees_slots), TEST_CASE(test_no_logprob))
