@@ -14,7 +14,8 @@
 # each run with logits (one a token: runs are one session at a time here)
 # every member takes part in one head gather, each member but the head
 # peer sends it one slice, and the head peer receives NMEM - 1; the ids and
-# logprobs below compare the gathered logits with one peer's.
+# logprobs below (printed with 9 significant digits: each float exactly)
+# compare the gathered logits with one peer's.
 #  1. Dense (austen), a 2-member group a + b with shares about 2 : 1:
 #     greedy ids (32) and --logprobs 5 (8) of every expected prompt through
 #     each peer equal local `shoal run`; gathers counted as designed.
