@@ -867,6 +867,21 @@ int shoal_cluster_update(shoal_cluster *cl, const shoal_swim_member *v, size_t n
 
 /* ------------------------------------------------------------ the assignment */
 
+/* Tensor ix (UINT32_MAX: none) appended to out[n] unless there already or
+ * out is full; returns the new count. Each tensor once (a tied head is the
+ * embedding): out[cap] has room for every tensor of the file, and a
+ * duplicate must not take the place of the last (a one-stage part of a
+ * tied model lost its last layer's last tensor so). */
+static size_t shoal_cluster_part_add(uint32_t *out, size_t n, size_t cap, uint32_t ix)
+{
+	for (size_t j = 0; j < n; j++)
+		if (out[j] == ix)
+			return n;
+	if (ix != UINT32_MAX && n < cap)
+		out[n++] = ix;
+	return n;
+}
+
 /* The tensors (file order) our part of cl->plan computes with: the layers
  * of our stage, the embedding (stage 0), the head and final norm (the last
  * stage), the rope table, and the expert stacks and routers of layers
@@ -887,11 +902,8 @@ static size_t shoal_cluster_part_tensors(const shoal_cluster *cl, uint32_t *out,
 			self = (long)i;
 	if (self < 0)
 		return 0;
-#define PART_ADD(t)                                                                            \
-	do {                                                                                   \
-		if ((t) && n < cap)                                                            \
-			out[n++] = (uint32_t)((t)-base);                                       \
-	} while (0)
+#define PART_ADD(t)                                                                                \
+	(n = shoal_cluster_part_add(out, n, cap, (t) ? (uint32_t)((t)-base) : UINT32_MAX))
 	size_t ns = shoal_plan_n_stages(p);
 	for (size_t st = 0; st < ns; st++) {
 		const shoal_plan_stage *ps = shoal_plan_stage_at(p, st);
@@ -937,16 +949,7 @@ static size_t shoal_cluster_part_tensors(const shoal_cluster *cl, uint32_t *out,
 	if (n)
 		PART_ADD(m->rope_freqs);
 #undef PART_ADD
-	/* a tied head is the embedding: once is enough */
-	size_t w = 0;
-	for (size_t i = 0; i < n; i++) {
-		bool dup = false;
-		for (size_t j = 0; j < w && !dup; j++)
-			dup = out[j] == out[i];
-		if (!dup)
-			out[w++] = out[i];
-	}
-	return w;
+	return n;
 }
 
 /* With a weights cache: true while tensors of our part are missing; then a

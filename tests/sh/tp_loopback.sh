@@ -28,6 +28,10 @@
 #  4. MoE: the trained austen MoE (2 members) and a generated qwen3moe
 #     fixture (3 members): ids and logprobs equal one peer; gathers as
 #     designed (3 per MoE layer).
+#  5. A member without the model file (--model-id): it fetches the tensors
+#     of its stage and the head, whole, from the other member (a group
+#     member computes with its shares of them; all 56, the tied head's
+#     embedding once), and the group's ids and logprobs equal one peer.
 set -u
 . "$(dirname "$0")/lib.sh"
 DENSE=$DATA/models/austen-dense-q8_0.gguf
@@ -199,4 +203,23 @@ echo "qwen3moe fixture: group of 3 ($("$PC" "$T/st-qa.json" members 0))"
 same_runs "$MOE" qb
 gathers_ok 12 3 qa qb qc
 heads_ok 3 qa qb qc
+stop_all
+
+# 5. a member without the file
+probe f1 40000
+probe f2 20000
+start f1 "$DENSE" "${TP[@]}"
+wait_for 20 eval 'status f1 && [ "$("$PC" "$T/st-f1.json" model_id)" != none ]' ||
+	fail "f1 shows no model id"
+start f2 "" --model-id "$("$PC" "$T/st-f1.json" model_id)" "${TP[@]}" --peer "$(ep f1)"
+wait_for 60 group_of 2 f1 f2 || fail "no group of 2 with the peer without the file: $("$PC" "$T/st-f2.json" servable)"
+part=$(grep "weights: our part: " "$T/f2.log" | head -n 1)
+n_part=$(echo "$part" | sed 's/.*our part: \([0-9]*\) tensor.*/\1/')
+# one stage: every tensor of the model, 6 layers x 9, the embedding (the
+# tied head) and the final norm
+[ "$n_part" = 56 ] || fail "f2's part is not the model's 56 tensors: $part"
+echo "member without the file: ${part#*weights: }"
+head -n 2 "$T/prompts" >"$T/p2" && mv "$T/p2" "$T/prompts"
+same_runs "$DENSE" f2
+heads_ok 2 f1 f2
 echo "PASS"
