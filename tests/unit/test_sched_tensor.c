@@ -290,10 +290,15 @@ static shoal_plan *head_plan(const uint64_t *bw, uint64_t gb, uint64_t head, boo
 	shoal_view *v = make_view(2, bw, mem, 5 * US, NULL);
 	shoal_plan *p = plan_of(v, &m, true);
 	shoal_view_free(v);
+	return p; /* NULL on failure */
+}
+
+/* p is one stage run by one group */
+static void one_group(const shoal_plan *p)
+{
 	ASSERT_TRUE(p != NULL);
 	ASSERT_EQ(shoal_plan_n_stages(p), 1);
 	ASSERT_EQ(shoal_plan_n_groups(p), 1);
-	return p;
 }
 
 static void test_head_split(void)
@@ -303,6 +308,9 @@ static void test_head_split(void)
 	 * with the norm; not the lead all of it */
 	static const uint64_t eq[2] = {800, 800}, uneq[2] = {200, 600};
 	shoal_plan *p = head_plan(eq, 30, 4 * GB, false), *q = head_plan(eq, 30, 8 * GB, false);
+	one_group(p);
+	one_group(q);
+	ASSERT_TRUE(p != NULL && q != NULL);
 	for (size_t i = 0; i < 2; i++) {
 		ASSERT_U64_EQ(shoal_plan_peer_at(p, i)->weight_bytes,
 		              16 * GB + 256000000ULL + 2 * GB + 16384);
@@ -321,6 +329,9 @@ static void test_head_split(void)
 	 * one (62500) differ on each member by its rows' bytes */
 	p = head_plan(uneq, 100, 4 * GB, false);
 	q = head_plan(uneq, 100, 8 * GB, false);
+	one_group(p);
+	one_group(q);
+	ASSERT_TRUE(p != NULL && q != NULL);
 	shoal_plan_member mp[2], mq[2];
 	ASSERT_EQ(shoal_plan_stage_members(p, 0, mp, 2), 2);
 	ASSERT_EQ(shoal_plan_stage_members(q, 0, mq, 2), 2);
@@ -350,6 +361,8 @@ static void test_head_split(void)
 	/* a tied head in a group that embeds: the rows are the embedding's,
 	 * held whole already; the head adds the norm only */
 	p = head_plan(eq, 30, 4 * GB, true);
+	one_group(p);
+	ASSERT_TRUE(p != NULL);
 	for (size_t i = 0; i < 2; i++)
 		ASSERT_U64_EQ(shoal_plan_peer_at(p, i)->weight_bytes, 16 * GB + 4 * GB + 16384);
 	shoal_plan_free(p);
