@@ -117,6 +117,9 @@ const shoal_plan_peer *shoal_plan_peer_at(const shoal_plan *p, size_t i);
 size_t shoal_plan_n_stages(const shoal_plan *p);
 const shoal_plan_stage *shoal_plan_stage_at(const shoal_plan *p, size_t i);
 uint32_t shoal_plan_embd_peer(const shoal_plan *p); /* index into peers */
+/* The peer that samples: the last stage's, or the lead (largest weight) of
+ * a last-stage group, among whose members the head is split by vocab rows
+ * in blocks of SHOAL_PLAN_TP_COLS (shoal_plan_split of their weights). */
 uint32_t shoal_plan_head_peer(const shoal_plan *p);
 uint32_t shoal_plan_layer_n_expert(const shoal_plan *p, uint32_t layer); /* 0: dense */
 /* Owners of (layer, expert) as peer indices into owners[SHOAL_PLAN_MAX_OWNERS],

@@ -161,8 +161,9 @@ sched__tp *sched__tp_new(const sched__ctx *c);  /* NULL when out of memory */
 void sched__tp_free(sched__tp *t);               /* NULL is a no-op */
 bool sched__tp_copy(sched__tp **dst, const sched__tp *src, const sched__ctx *c);
 bool sched__tp_same(const sched__ctx *c, const sched__asg *x, const sched__asg *y);
-/* The member of group g that holds the head when its stage is last: the
- * largest weight, ties to the lower index. */
+/* The member of group g that gathers the head's logits and samples when
+ * its stage is last (every member holds its vocab rows): the largest
+ * weight, ties to the lower index. */
 uint32_t sched__tp_lead(const sched__ctx *c, const sched__tp *t, uint32_t g);
 
 /* Build the plan object (digest included) from an assignment. */

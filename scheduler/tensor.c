@@ -24,8 +24,15 @@
  * round's row at the group's smallest link bandwidth. Weights: a member's
  * speed on this model, 2^50 / (its time for the whole model alone).
  * Memory: a member holds its shares; the embedding every member of the
- * first stage (the replicated stream starts from the token ids there); the
- * head the group's lead (largest weight), which computes it whole.
+ * first stage (the replicated stream starts from the token ids there).
+ * The head of a group that runs the last stage is split by vocab rows too
+ * (blocks of SHOAL_PLAN_TP_COLS, the same weights): each member holds the
+ * final norm and its rows of the output matrix (of token_embd with a tied
+ * head, nothing more where it embeds already), and the group's lead
+ * (largest weight: the plan's head peer) gathers the logits and samples.
+ * Its time: max over members of the roofline of their rows, plus one
+ * gather round (the link latency and the lead's (V - its rows) x 4 bytes
+ * at the smallest link bandwidth).
  *
  * Search: the partitions of the peers into groups by single linkage on link
  * latency (for each of the 8 smallest distinct latencies t, the components
@@ -273,6 +280,49 @@ static void unit_layer(const sched__ctx *c, const tp_unit *u, uint32_t l, uint64
 	*t_exp = sched__add(ew, round_ns(u, row * y->n_expert_used));
 }
 
+/* The head on unit u (its last stage): the time, and with mw (k) non-NULL
+ * each member's bytes added there; emb (k) or NULL says which members
+ * embed already (the first stage: a tied head's matrix is the embedding).
+ * One peer: what cost.c says. */
+static uint64_t unit_head(const sched__ctx *c, const tp_unit *u, const bool *emb, uint64_t *mw)
+{
+	const shoal_manifest *m = c->m;
+	uint32_t V = m->n_vocab, B = (V + SHOAL_PLAN_TP_COLS - 1) / SHOAL_PLAN_TP_COLS;
+	if (u->k == 1 || !B) { /* whole on the lead */
+		uint32_t j = 0;
+		while (u->mem[j] != unit_lead(u))
+			j++;
+		if (mw)
+			mw[j] = sched__add(mw[j],
+			                   emb && emb[j] ? c->both_mem - c->embd_mem : c->head_mem);
+		return c->head_t[u->mem[j]];
+	}
+	/* the final norm beside the matrix: its F32 row (the tied head's
+	 * surplus over the embedding, where the manifest says) */
+	uint64_t norm = m->tied_head
+	                    ? c->both_mem - c->embd_mem
+	                    : (m->head_bytes < 4ULL * m->n_embd ? m->head_bytes : 4ULL * m->n_embd);
+	uint64_t mat = m->tied_head ? m->embd_bytes : m->head_bytes - norm;
+	uint32_t bf[TP_MAX_PEERS], bc[TP_MAX_PEERS];
+	shoal_plan_split(u->w, u->k, B, bf, bc);
+	uint64_t worst = 0, rest = 0;
+	uint32_t lead = unit_lead(u);
+	for (uint32_t i = 0; i < u->k; i++) {
+		uint32_t r0 = bf[i] * SHOAL_PLAN_TP_COLS, r1 = (bf[i] + bc[i]) * SHOAL_PLAN_TP_COLS;
+		uint32_t rows = (r1 > V ? V : r1) - (r0 > V ? V : r0);
+		uint64_t wb = sched__add(sched__muldiv_up(mat, rows, V), norm);
+		uint64_t t = sched__roofline(wb, sched__muldiv_up(m->head_flops, rows, V),
+		                             c->bw[u->mem[i]], c->fl[u->mem[i]]);
+		if (t > worst)
+			worst = t;
+		if (u->mem[i] != lead)
+			rest += rows;
+		if (mw)
+			mw[i] = sched__add(mw[i], m->tied_head && emb && emb[i] ? norm : wb);
+	}
+	return sched__add(worst, sched__add(u->lat, sched__xfer_ns(rest * 4, u->bw)));
+}
+
 /* ---- the search over partitions ----------------------------------------- */
 
 static uint32_t uf_find(uint32_t *par, uint32_t x)
@@ -461,7 +511,7 @@ static bool part_search(const sched__ctx *c, const tp_part *pt, sched__asg *a)
 				cap = v;
 		}
 		vc.cap[x] = cap;
-		vc.head_t[x] = c->head_t[unit_lead(u)];
+		vc.head_t[x] = unit_head(c, u, NULL, NULL);
 		uint64_t acc = 0;
 		for (uint32_t l = 0; l < L; l++) {
 			uint64_t tb, te;
@@ -612,13 +662,15 @@ void sched__tp_evaluate(const sched__ctx *c, sched__asg *a)
 			first = cur;
 		prev = cur;
 	}
-	uint32_t head = unit_lead(&cur);
-	bool has_embd = false;
-	for (uint32_t j = 0; j < first.k; j++)
-		has_embd |= first.mem[j] == head;
-	a->mem_w[head] =
-	    sched__add(a->mem_w[head], has_embd ? c->both_mem - c->embd_mem : c->head_mem);
-	time = sched__add(time, c->head_t[head]);
+	/* the head on the last unit, split among a group's members */
+	bool emb[TP_MAX_PEERS] = {false};
+	uint64_t hw[TP_MAX_PEERS] = {0};
+	for (uint32_t j = 0; j < cur.k; j++)
+		for (uint32_t i = 0; i < first.k; i++)
+			emb[j] |= first.mem[i] == cur.mem[j];
+	time = sched__add(time, unit_head(c, &cur, emb, hw));
+	for (uint32_t j = 0; j < cur.k; j++)
+		a->mem_w[cur.mem[j]] = sched__add(a->mem_w[cur.mem[j]], hw[j]);
 	if (!c->has_prev)
 		for (size_t p = 0; p < n; p++)
 			moved += a->mem_w[p];

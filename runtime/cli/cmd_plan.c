@@ -187,11 +187,32 @@ static void share_str(char *b, size_t bl, const shoal_plan_member *mem, uint32_t
 		snprintf(b, bl, "%u-%u (%u)", first[j], first[j] + cnt[j] - 1, cnt[j]);
 }
 
+/* One member's vocab rows, in blocks of SHOAL_PLAN_TP_COLS ("0-31999
+ * (32000)"), as the engine splits the head. */
+static void rows_str(char *b, size_t bl, const shoal_plan_member *mem, uint32_t k, uint32_t j,
+                     uint32_t rows)
+{
+	uint64_t w[SHOAL_PLAN_TP_SHOW];
+	uint32_t first[SHOAL_PLAN_TP_SHOW], cnt[SHOAL_PLAN_TP_SHOW];
+	for (uint32_t i = 0; i < k; i++)
+		w[i] = mem[i].weight;
+	shoal_plan_split(w, k, (rows + SHOAL_PLAN_TP_COLS - 1) / SHOAL_PLAN_TP_COLS, first, cnt);
+	uint32_t a = first[j] * SHOAL_PLAN_TP_COLS, e = (first[j] + cnt[j]) * SHOAL_PLAN_TP_COLS;
+	a = a > rows ? rows : a;
+	e = e > rows ? rows : e;
+	if (e == a)
+		snprintf(b, bl, "none");
+	else
+		snprintf(b, bl, "%u-%u (%u)", a, e - 1, e - a);
+}
+
 /* A tensor group stage: its members and their shares of the stage's first
- * layer (every layer of a model splits alike in practice). */
+ * layer (every layer of a model splits alike in practice), and in the last
+ * stage of the head's vocab rows. */
 static void print_group(const shoal_plan *p, const shoal_manifest *m, size_t st,
                         const shoal_plan_member *mem, uint32_t k)
 {
+	bool last = st + 1 == shoal_plan_n_stages(p) && m->n_vocab;
 	const shoal_plan_stage *s = shoal_plan_stage_at(p, st);
 	const shoal_manifest_layer *y = &m->layers[s->first_layer];
 	uint32_t blocks = (y->n_ff + SHOAL_PLAN_TP_COLS - 1) / SHOAL_PLAN_TP_COLS;
@@ -203,9 +224,15 @@ static void print_group(const shoal_plan *p, const shoal_manifest *m, size_t st,
 		share_str(h, sizeof h, mem, k, j, y->n_head_kv);
 		share_str(c, sizeof c, mem, k, j, blocks);
 		share_str(x, sizeof x, mem, k, j, y->n_expert);
-		printf("       %-20s share %5.1f%%  KV heads %-12s FFN blocks %-14s experts %s\n",
+		printf("       %-20s share %5.1f%%  KV heads %-12s FFN blocks %-14s experts %s",
 		       shoal_plan_peer_at(p, mem[j].peer)->name,
 		       (double)mem[j].weight * 100.0 / (double)tot, h, c, x);
+		if (last) {
+			char v[48];
+			rows_str(v, sizeof v, mem, k, j, m->n_vocab);
+			printf("  vocab rows %s", v);
+		}
+		printf("\n");
 	}
 }
 
@@ -242,11 +269,15 @@ static void print_text(const shoal_plan *p, const shoal_manifest *m, const shoal
 			print_group(p, m, i, mem, (uint32_t)k);
 	}
 	/* a group's members all embed (the stream is replicated from the
-	 * token ids on); the head is whole on the last group's lead */
+	 * token ids on); a last group splits the head by vocab rows, and its
+	 * lead gathers the logits */
 	shoal_plan_member m0;
 	bool g0 = shoal_plan_stage_members(p, 0, &m0, 1) > 0;
-	printf("  embedding on %s, head on %s\n",
-	       g0 ? "every member of stage 0" : shoal_plan_peer_at(p, shoal_plan_embd_peer(p))->name,
+	bool gl = shoal_plan_stage_members(p, ns - 1, &m0, 1) > 0;
+	printf("  embedding on %s, head %s %s\n",
+	       g0 ? "every member of stage 0"
+	          : shoal_plan_peer_at(p, shoal_plan_embd_peer(p))->name,
+	       gl ? "split by vocab rows over the last stage's members, gathered on" : "on",
 	       shoal_plan_peer_at(p, shoal_plan_head_peer(p))->name);
 	/* experts: say "with their layers" when every expert sits with its stage */
 	bool any = false, with_layer = true;
@@ -321,7 +352,8 @@ static void print_text(const shoal_plan *p, const shoal_manifest *m, const shoal
 	printf("epoch %llu, digest %s\n", (unsigned long long)shoal_plan_epoch(p), dh);
 }
 
-/* "members" ([{peer, weight}]) on each stage object of a group. */
+/* "members" ([{peer, weight}]) on each stage object of a group, and on
+ * the head when the last stage is one (the head split by vocab rows). */
 static int add_members(json_t *o, const shoal_plan *p)
 {
 	json_t *st = json_object_get(o, "stages");
@@ -343,6 +375,11 @@ static int add_members(json_t *o, const shoal_plan *p)
 		if (json_object_set_new(so, "members", arr))
 			return -1;
 	}
+	size_t last = shoal_plan_n_stages(p) - 1;
+	json_t *lm = json_object_get(json_array_get(st, last), "members");
+	json_t *head = json_object_get(o, "head");
+	if (lm && head && json_object_set_new(head, "members", json_deep_copy(lm)))
+		return -1;
 	return 0;
 }
 

@@ -47,7 +47,8 @@ static void shoal_run_usage(FILE *f)
 	        "  --system TEXT          system message for --chat\n"
 	        "  --ids                  print the generated token ids, one line\n"
 	        "  --logprobs K           print one JSON object per generated token with\n"
-	        "                         its logprob and the K best alternatives\n"
+	        "                         its logprob and the K best alternatives (9\n"
+	        "                         significant digits: the float exactly)\n"
 	        "With --peer the model runs on a cluster instead:\n\n",
 	        SHOAL_RUN_DEFAULT_TOKENS);
 	shoal_run_remote_usage(f);
@@ -176,10 +177,10 @@ static int shoal_run_on_token(void *ctx, const shoal_gen_token *t)
 {
 	shoal_run_out *ro = ctx;
 	if (ro->o->logprobs) {
-		printf("{\"token\": %d, \"logprob\": %.6g, \"top_logprobs\": [", t->id,
+		printf("{\"token\": %d, \"logprob\": %.9g, \"top_logprobs\": [", t->id,
 		       t->logprob);
 		for (uint32_t i = 0; i < t->n_top; i++)
-			printf("%s{\"token\": %d, \"logprob\": %.6g}", i ? ", " : "",
+			printf("%s{\"token\": %d, \"logprob\": %.9g}", i ? ", " : "",
 			       t->top_ids[i], t->top_lps[i]);
 		printf("]}\n");
 	} else if (ro->o->ids) {

@@ -257,10 +257,10 @@ int shoal_cmd_run_remote(int argc, char **argv)
 		}
 		t_last = now;
 		if (lp) {
-			printf("{\"token\": %d, \"logprob\": %.6g, \"top_logprobs\": [", (int)k->id,
+			printf("{\"token\": %d, \"logprob\": %.9g, \"top_logprobs\": [", (int)k->id,
 			       (double)k->logprob);
 			for (uint32_t i = 0; i < k->n_top; i++)
-				printf("%s{\"token\": %d, \"logprob\": %.6g}", i ? ", " : "",
+				printf("%s{\"token\": %d, \"logprob\": %.9g}", i ? ", " : "",
 				       (int)k->top_ids[i], (double)k->top_lps[i]);
 			printf("]}\n");
 		} else if (ids) {

@@ -110,6 +110,13 @@
  *     other rows, layer or round, or more bytes than the slice has left,
  *     is a protocol error that fails the batch.
  *     One member (tp_out) passes the output and the control on.
+ * 10. A group that runs the last stage splits the head (tp_head): every
+ *     member computes its vocab rows' logits for the rows wanting logits
+ *     (the last row of each session whose prompt is in, known alike to
+ *     every member), and each member other than tp_root (the head peer,
+ *     has_head, which samples) sends them to tp_root as one GATHER
+ *     message (round SHOAL_ENGINE_TP_HEAD, layer_first = layer_end): per
+ *     batch with logits, tp_n - 1 messages, none back.
  */
 #define SHOAL_DIST_CTL_WORDS 19u
 /* --logprobs cap: the generation loop's. */
@@ -174,6 +181,10 @@ typedef struct shoal_dist_stage_config {
 	shoal_dist_link_fn tp_relay, tp_send, tp_recv;
 	void *tp_relay_ctx, *tp_send_ctx, *tp_recv_ctx;
 	uint32_t tp_spin_us;
+	/* The head split among the group (invariant 10; the last stage):
+	 * member tp_root gathers the logits, and is the one with has_head. */
+	bool tp_head;
+	uint32_t tp_root;
 } shoal_dist_stage_config;
 
 /* m is borrowed (must outlive the stage). Allocates the engine and all
@@ -252,6 +263,11 @@ typedef struct shoal_dist_stage_metrics {
 	uint64_t gather_wait_ns;  /* time waiting for the others' slices */
 	uint64_t gather_blocked;  /* waits that outlasted tp_spin_us and blocked */
 	uint64_t relayed;         /* frames relayed to the other members (entry) */
+	/* a member of a split head (invariant 10); its frames are counted
+	 * with the gathers' above */
+	uint64_t head_gathers; /* head gathers taken part in */
+	uint64_t head_sent;    /* slices sent to the root: 1 per gather */
+	uint64_t head_recv;    /* slices received (the root): tp_n - 1 each */
 } shoal_dist_stage_metrics;
 
 void shoal_dist_stage_metrics_get(const shoal_dist_stage *s, shoal_dist_stage_metrics *m);

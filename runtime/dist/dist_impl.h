@@ -135,11 +135,12 @@ shoal_err dist__experts_collect(void *ctx, uint32_t layer, const shoal_moe_rows 
 shoal_err dist__experts_serve(shoal_dist_stage *s, shoal_xfer_link *from, const shoal_xfer_frame *f,
                               char *why, size_t why_len);
 
-/* dist_tensor.c: the engine's exchange for a tensor group member (ctx =
- * s), and the entry member's relay of frame f to the other members
- * (false: a member could not be reached; the reason in why). */
+/* dist_tensor.c: the engine's exchange and head gather for a tensor group
+ * member (ctx = s), and the entry member's relay of frame f to the other
+ * members (false: a member could not be reached; the reason in why). */
 shoal_err dist__tp_exchange(void *ctx, uint32_t layer, shoal_engine_tp_round round,
                             void *const *bufs, const size_t *len);
+shoal_err dist__tp_gather(void *ctx, uint32_t root, void *const *bufs, const size_t *len);
 bool dist__tp_relay(shoal_dist_stage *s, const shoal_xfer_frame *f, char *why, size_t why_len);
 
 #endif

@@ -338,7 +338,7 @@ static shoal_err flush(shoal_dist_stage *s, char *why, size_t why_len)
 		return SHOAL_OK;
 	/* want logits: the last row of each session, once its prompt is in */
 	uint32_t n_want = 0;
-	if (s->cfg.has_head)
+	if (s->cfg.has_head || s->cfg.tp_head)
 		for (uint32_t r = 0; r < n; r++) {
 			bool last = true;
 			for (uint32_t q = r + 1; q < n; q++)
@@ -352,9 +352,9 @@ static shoal_err flush(shoal_dist_stage *s, char *why, size_t why_len)
 	                        .hidden_in = s->cfg.has_embd ? NULL : s->hin,
 	                        .session = s->slot,
 	                        .pos = s->pos,
-	                        .want_logits = s->cfg.has_head ? s->want : NULL,
+	                        .want_logits = s->cfg.has_head || s->cfg.tp_head ? s->want : NULL,
 	                        .hidden_out = s->cfg.has_head ? NULL : s->hout,
-	                        .logits = n_want ? s->logits : NULL};
+	                        .logits = n_want && s->cfg.has_head ? s->logits : NULL};
 	char w[256] = "";
 	s->tp_rows = n; /* a group's slices carry these rows' tags */
 	uint64_t t0 = dist__now_ns();
@@ -743,15 +743,20 @@ shoal_err shoal_dist_stage_new(const shoal_model *m, const shoal_dist_stage_conf
 	if (cfg->tp_n > 1 &&
 	    (cfg->tp_n > SHOAL_DIST_TP_MAX || cfg->tp_me >= cfg->tp_n || cfg->expert_mask ||
 	     !cfg->tp_send || !cfg->tp_recv || (cfg->tp_me == 0 && !cfg->tp_relay) ||
-	     cfg->layer_begin >= cfg->layer_end))
-		return shoal_why(why, why_len, SHOAL_ERR_INVAL,
-		                 "group stage config: 2..%u members, layers, links, no expert mask",
-		                 SHOAL_DIST_TP_MAX);
+	     cfg->layer_begin >= cfg->layer_end ||
+	     (cfg->tp_head &&
+	      (cfg->tp_root >= cfg->tp_n || cfg->has_head != (cfg->tp_me == cfg->tp_root)))))
+		return shoal_why(
+		    why, why_len, SHOAL_ERR_INVAL,
+		    "group stage config: 2..%u members, layers, links, no expert mask, "
+		    "a split head's root the one with the head",
+		    SHOAL_DIST_TP_MAX);
 	shoal_dist_stage *s = calloc(1, sizeof *s);
 	if (!s)
 		return SHOAL_ERR_NOMEM;
 	shoal_err err = SHOAL_ERR_NOMEM;
 	s->cfg = *cfg;
+	s->cfg.tp_head = cfg->tp_n > 1 && cfg->tp_head;
 	s->m = m;
 	const shoal_hparams *hp = &m->hp;
 	s->d = hp->n_embd;
@@ -798,16 +803,19 @@ shoal_err shoal_dist_stage_new(const shoal_model *m, const shoal_dist_stage_conf
 	ec.layer_begin = cfg->layer_begin;
 	ec.layer_end = cfg->layer_end;
 	ec.has_embd = cfg->has_embd;
-	ec.has_head = cfg->has_head;
+	ec.has_head = cfg->has_head || (cfg->tp_n > 1 && cfg->tp_head);
 	ec.expert_mask = cfg->expert_mask;
 	ec.moe_hook = (shoal_engine_moe_hook){
 	    .ctx = s, .dispatch = dist__experts_dispatch, .collect = dist__experts_collect};
 	if (cfg->tp_n > 1) {
 		ec.moe_hook = (shoal_engine_moe_hook){0};
-		ec.tp = (shoal_engine_tp){.n_members = cfg->tp_n,
-		                          .member = cfg->tp_me,
-		                          .weights = cfg->tp_w,
-		                          .link = {.ctx = s, .exchange = dist__tp_exchange}};
+		ec.tp = (shoal_engine_tp){
+		    .n_members = cfg->tp_n,
+		    .member = cfg->tp_me,
+		    .weights = cfg->tp_w,
+		    .split_head = cfg->tp_head,
+		    .head_root = cfg->tp_root,
+		    .link = {.ctx = s, .exchange = dist__tp_exchange, .gather = dist__tp_gather}};
 	}
 	err = shoal_engine_new(m, &ec, &s->e, why, why_len);
 	if (err)

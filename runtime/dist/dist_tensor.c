@@ -4,7 +4,7 @@
  * one from each) and the entry member's relay of the stage's frames.
  *
  * Part: runtime/ (distributed inference, dist.h invariant 9). Divisions:
- * the relay, the exchange.
+ * the relay, the exchange (and the head's gather, its one-way case).
  *
  * Waiting: a member that finished its slice first waits for the others'.
  * On loopback or a fast link a slice comes within tens of microseconds,
@@ -108,35 +108,18 @@ static shoal_err send_slice(shoal_dist_stage *s, shoal_xfer_link *k, shoal_xfer_
 	return SHOAL_OK;
 }
 
-shoal_err dist__tp_exchange(void *ctx, uint32_t layer, shoal_engine_tp_round round,
-                            void *const *bufs, const size_t *len)
+/* The slices of the members m with from[m], in any order of arrival, into
+ * bufs[m] (len[m] bytes each); *n_got counts the whole ones. */
+static shoal_err recv_slices(shoal_dist_stage *s, uint32_t layer, unsigned round, const bool *from,
+                             void *const *bufs, const size_t *len, uint64_t *n_got)
 {
-	shoal_dist_stage *s = ctx;
-	uint32_t n = s->cfg.tp_n, me = s->cfg.tp_me;
+	uint32_t n = s->cfg.tp_n;
 	char why[256] = "";
-	s->met.gathers++;
-	shoal_xfer_hdr h = {.kind = SHOAL_XFER_KIND_GATHER,
-	                    .dtype = SHOAL_XFER_DTYPE_F32,
-	                    .layer_first = (uint16_t)layer,
-	                    .layer_end = (uint16_t)(layer + 1),
-	                    .n_rows = s->tp_rows,
-	                    .rows = s->tags,
-	                    .n_aux = (uint32_t)round};
-	for (uint32_t m = 0; m < n; m++) {
-		if (m == me)
-			continue;
-		shoal_xfer_link *k = s->cfg.tp_send(s->cfg.tp_send_ctx, s->cfg.tp_peer[m]);
-		if (!k)
-			return tp_fail(SHOAL_ERR_CLOSED, layer, round, "no link to a member");
-		shoal_err e = send_slice(s, k, &h, bufs[me], len[me], why, sizeof why);
-		if (e)
-			return tp_fail(e, layer, round, why);
-		s->met.gather_sent++;
-	}
-	/* the others' slices, in any order of arrival */
 	bool got[SHOAL_DIST_TP_MAX] = {false};
 	size_t have[SHOAL_DIST_TP_MAX] = {0}; /* bytes of each slice so far */
-	uint32_t left = n - 1;
+	uint32_t left = 0;
+	for (uint32_t m = 0; m < n; m++)
+		left += from[m];
 	uint64_t t0 = dist__now_ns(), spin_end = t0 + (uint64_t)s->cfg.tp_spin_us * 1000u;
 	uint64_t end = t0 + (uint64_t)(s->cfg.timeout_ms > 0 ? s->cfg.timeout_ms : 1000) * 1000000u;
 	bool blocked = false;
@@ -146,7 +129,7 @@ shoal_err dist__tp_exchange(void *ctx, uint32_t layer, shoal_engine_tp_round rou
 		bool missing = false;  /* a member's link not there yet */
 		bool progress = false; /* a frame came in this pass */
 		for (uint32_t m = 0; m < n; m++) {
-			if (m == me || got[m])
+			if (!from[m] || got[m])
 				continue;
 			shoal_xfer_link *k = s->cfg.tp_recv(s->cfg.tp_recv_ctx, s->cfg.tp_peer[m]);
 			if (!k) {
@@ -168,7 +151,7 @@ shoal_err dist__tp_exchange(void *ctx, uint32_t layer, shoal_engine_tp_round rou
 			if (have[m] < len[m]) /* more pieces to come */
 				continue;
 			got[m] = true;
-			s->met.gather_recv++;
+			(*n_got)++;
 			left--;
 		}
 		if (!left)
@@ -188,4 +171,59 @@ shoal_err dist__tp_exchange(void *ctx, uint32_t layer, shoal_engine_tp_round rou
 		s->met.gather_blocked++;
 	s->met.gather_wait_ns += dist__now_ns() - t0;
 	return SHOAL_OK;
+}
+
+/* Our slice bufs[me] to member m (its own GATHER message). */
+static shoal_err send_to(shoal_dist_stage *s, uint32_t m, uint32_t layer, unsigned round,
+                         const void *buf, size_t len)
+{
+	char why[256] = "";
+	shoal_xfer_hdr h = {.kind = SHOAL_XFER_KIND_GATHER,
+	                    .dtype = SHOAL_XFER_DTYPE_F32,
+	                    .layer_first = (uint16_t)layer,
+	                    .layer_end = (uint16_t)(layer + 1),
+	                    .n_rows = s->tp_rows,
+	                    .rows = s->tags,
+	                    .n_aux = (uint32_t)round};
+	shoal_xfer_link *k = s->cfg.tp_send(s->cfg.tp_send_ctx, s->cfg.tp_peer[m]);
+	if (!k)
+		return tp_fail(SHOAL_ERR_CLOSED, layer, round, "no link to a member");
+	shoal_err e = send_slice(s, k, &h, buf, len, why, sizeof why);
+	return e ? tp_fail(e, layer, round, why) : SHOAL_OK;
+}
+
+shoal_err dist__tp_exchange(void *ctx, uint32_t layer, shoal_engine_tp_round round,
+                            void *const *bufs, const size_t *len)
+{
+	shoal_dist_stage *s = ctx;
+	uint32_t n = s->cfg.tp_n, me = s->cfg.tp_me;
+	s->met.gathers++;
+	bool from[SHOAL_DIST_TP_MAX] = {false};
+	for (uint32_t m = 0; m < n; m++) {
+		if (m == me)
+			continue;
+		shoal_err e = send_to(s, m, layer, round, bufs[me], len[me]);
+		if (e)
+			return e;
+		s->met.gather_sent++;
+		from[m] = true;
+	}
+	return recv_slices(s, layer, round, from, bufs, len, &s->met.gather_recv);
+}
+
+shoal_err dist__tp_gather(void *ctx, uint32_t root, void *const *bufs, const size_t *len)
+{
+	shoal_dist_stage *s = ctx;
+	uint32_t n = s->cfg.tp_n, me = s->cfg.tp_me, layer = s->cfg.layer_end;
+	s->met.head_gathers++;
+	if (me != root) {
+		shoal_err e = send_to(s, root, layer, SHOAL_ENGINE_TP_HEAD, bufs[me], len[me]);
+		if (!e)
+			s->met.head_sent++;
+		return e;
+	}
+	bool from[SHOAL_DIST_TP_MAX] = {false};
+	for (uint32_t m = 0; m < n; m++)
+		from[m] = m != me;
+	return recv_slices(s, layer, SHOAL_ENGINE_TP_HEAD, from, bufs, len, &s->met.head_recv);
 }

@@ -746,7 +746,7 @@ static shoal_err engine__check(shoal_engine *e, const shoal_engine_batch *b, uin
 	if (*n_logits && !e->cfg.has_head)
 		err = shoal_why(why, why_len, SHOAL_ERR_INVAL,
 		                "rows want logits but this engine has no head");
-	else if (*n_logits && !b->logits)
+	else if (*n_logits && !b->logits && engine__tp_needs_logits(e))
 		err = shoal_why(why, why_len, SHOAL_ERR_INVAL, "rows want logits but no buffer");
 out:
 	return err;
@@ -969,7 +969,13 @@ shoal_err shoal_engine_run(shoal_engine *e, const shoal_engine_batch *b, char *w
 				       e->x + (size_t)r * hp->n_embd, hp->n_embd * sizeof(float));
 		ops->rms_norm(e->bk, e->tmp, e->out_norm, hp->n_embd, n_logits, hp->rms_eps, e->xn);
 		size_t ld = hp->n_vocab;
-		ops->matmul(e->bk, 1, &e->head, e->xn, hp->n_embd, n_logits, &b->logits, &ld);
+		if (engine__tp_split_head(e)) {
+			if ((err = engine__tp_head(e, n_logits, b->logits, why, why_len)))
+				goto fail;
+		} else {
+			ops->matmul(e->bk, 1, &e->head, e->xn, hp->n_embd, n_logits, &b->logits,
+			            &ld);
+		}
 	}
 	return SHOAL_OK;
 fail:

@@ -92,7 +92,13 @@ typedef struct shoal_engine_moe_hook {
  * order, so every member holds bitwise the state of the unsplit engine.
  * Exchanges per layer and batch: 2 in attention (heads' outputs, then Wo's
  * columns), 2 in a dense FFN (silu(gate) * up, then down's columns), 1 in
- * an MoE FFN (expert contributions). */
+ * an MoE FFN (expert contributions).
+ *
+ * The head (split_head, every member has_head): each member computes the
+ * logits of its vocab rows (blocks of 32, the same shares) for every row
+ * wanting logits, from the replicated final norm, and member head_root
+ * gathers them: one gather per batch with logits, one message from every
+ * other member to the root. Only the root hands out logits. */
 
 /* The rounds of a layer, in the order they happen. */
 typedef enum shoal_engine_tp_round {
@@ -102,6 +108,8 @@ typedef enum shoal_engine_tp_round {
 	SHOAL_ENGINE_TP_FFN_OUT = 3,  /* (n_rows, its columns of n_embd) of down */
 	SHOAL_ENGINE_TP_MOE = 4,      /* (its slots, n_embd) contributions of its
 	                                 experts, slots in (row, slot) order */
+	SHOAL_ENGINE_TP_HEAD = 5,     /* (n_logits, its vocab rows) logits: the
+	                                 gather to the root, after the last layer */
 } shoal_engine_tp_round;
 
 /* How a member exchanges slices with the others (filled by the data plane;
@@ -118,12 +126,24 @@ typedef struct shoal_engine_tp_link {
 	void *ctx;
 	shoal_err (*exchange)(void *ctx, uint32_t layer, shoal_engine_tp_round round,
 	                      void *const *bufs, const size_t *len);
+	/* The head's gather (round SHOAL_ENGINE_TP_HEAD), required with
+	 * split_head, called by every member in the same sequence as exchange:
+	 * a member other than root sends bufs[member] (len[member] bytes) to
+	 * root alone and receives nothing; root fills bufs[m] with exactly
+	 * len[m] bytes from each other member m and sends nothing. May block;
+	 * the same ownership and errors as exchange. */
+	shoal_err (*gather)(void *ctx, uint32_t root, void *const *bufs, const size_t *len);
 } shoal_engine_tp_link;
 
 typedef struct shoal_engine_tp {
 	uint32_t n_members;      /* 0 or 1: not a member (the whole layer here) */
 	uint32_t member;         /* this engine's index, < n_members */
 	const uint64_t *weights; /* (n_members) shares' weights, sum > 0; copied */
+	/* With has_head: the head is split by vocab rows (above); head_root <
+	 * n_members gets the logits, the others' batches need no logits
+	 * buffer. false: every member with has_head computes the whole head. */
+	bool split_head;
+	uint32_t head_root;
 	shoal_engine_tp_link link;
 } shoal_engine_tp;
 
@@ -197,7 +217,9 @@ typedef struct shoal_engine_batch {
 	float *hidden_out;          /* (n_rows, n_embd) hidden state after the last
 	                               owned layer, or NULL */
 	float *logits;              /* (n_logits, n_vocab), n_logits = rows wanting
-	                               logits, in row order; required if any */
+	                               logits, in row order; required if any
+	                               (except on a split head's non-root
+	                               member: not written there, may be NULL) */
 } shoal_engine_batch;
 
 /* Run the owned layers over the batch: embed (has_embd) or take hidden_in,

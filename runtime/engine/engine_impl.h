@@ -125,5 +125,11 @@ shoal_err engine__tp_attn(shoal_engine *e, uint32_t il, const shoal_engine_batch
                           size_t why_len);
 shoal_err engine__tp_ffn(shoal_engine *e, uint32_t il, uint32_t n, char *why, size_t why_len);
 shoal_err engine__tp_moe(shoal_engine *e, uint32_t il, uint32_t n, char *why, size_t why_len);
+/* The head of a split_head member on e->xn (n, n_embd), normed: its vocab
+ * rows' logits, gathered into logits (n, n_vocab) on the root (logits is
+ * not read elsewhere). */
+shoal_err engine__tp_head(shoal_engine *e, uint32_t n, float *logits, char *why, size_t why_len);
+bool engine__tp_split_head(const shoal_engine *e);   /* a member with split_head */
+bool engine__tp_needs_logits(const shoal_engine *e); /* not a split head's non-root */
 
 #endif

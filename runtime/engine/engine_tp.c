@@ -3,7 +3,7 @@
  * of each layer, the layer's split steps and the all-gathers between them.
  *
  * Part: runtime/ (engine). Divisions: shares, slices, attention, dense FFN,
- * MoE FFN.
+ * MoE FFN, head.
  *
  * Why it is exact: every output element of every matrix is one kernel dot
  * product over the whole input row, computed by one member with the same
@@ -24,8 +24,12 @@
  *   MoE:   route (replicated); contributions of m's experts; gather MOE;
  *          combine in expert-id order, shared experts whole on every
  *          member                                    -> x += f
- * Embedding and head are the unsplit engine's (has_embd, has_head). MLA
- * (deepseek2) members are refused: the latent cache is every head's.
+ * After the last layer, with split_head (every member has_head):
+ *   xn = rmsnorm(x) * output_norm of the rows wanting logits (replicated)
+ *   logits of m's vocab rows (head rows); gather HEAD to the root only
+ * Without split_head the head is the unsplit engine's, and so is the
+ * embedding always (has_embd). MLA (deepseek2) members are refused: the
+ * latent cache is every head's.
  */
 #include "runtime/engine/engine_impl.h"
 
@@ -46,11 +50,17 @@ struct engine__tp {
 	uint32_t *e0, *en; /* (n) columns of n_embd (Wo, down) */
 	uint32_t *f0, *fn; /* (n) columns of n_ff */
 	uint32_t *x0, *xn; /* (n) experts */
+	uint32_t *v0, *vn; /* (n) vocab rows of the head (split_head) */
 	float *buf;        /* (max_rows, max(q_dim, n_ff, n_embd)) the slices of
 	                      one gather, packed, member after member */
 	float *mbuf;       /* (max_rows, k, n_embd) the same for MoE contributions */
 	void **bufs;       /* (n) into buf or mbuf */
 	size_t *len;       /* (n) bytes */
+	bool split_head;   /* the head split by vocab rows */
+	uint32_t root;     /* then the member that gets the logits */
+	float *hbuf;       /* split_head: (max_rows, vn[me]) our logits, or on
+	                      the root (max_rows, n_vocab - vn[root]) the
+	                      others' slices packed in member order */
 	shoal_engine_tp_link link;
 };
 
@@ -63,6 +73,7 @@ void engine__tp_free(engine__tp *t)
 	free(t->w);
 	free(t->h0);
 	free(t->buf);
+	free(t->hbuf);
 	free(t->mbuf);
 	free(t->bufs);
 	free(t->len);
@@ -100,6 +111,10 @@ shoal_err engine__tp_init(shoal_engine *e, char *why, size_t why_len)
 		return shoal_why(
 		    why, why_len, SHOAL_ERR_UNSUPPORTED,
 		    "tensor members of an MLA model (deepseek2) are not supported yet");
+	if (c->split_head && (!e->cfg.has_head || c->head_root >= c->n_members || !c->link.gather))
+		return shoal_why(why, why_len, SHOAL_ERR_INVAL,
+		                 "a split head needs has_head, a root member below %u and a gather",
+		                 c->n_members);
 	unsigned __int128 tot = 0;
 	for (uint32_t i = 0; i < c->n_members; i++)
 		tot += c->weights[i];
@@ -113,7 +128,7 @@ shoal_err engine__tp_init(shoal_engine *e, char *why, size_t why_len)
 	t->me = c->member;
 	t->link = c->link;
 	t->w = malloc(n * sizeof *t->w);
-	t->h0 = malloc(8 * (size_t)n * sizeof *t->h0); /* h0 hn e0 en f0 fn x0 xn */
+	t->h0 = malloc(10 * (size_t)n * sizeof *t->h0); /* h0 hn e0 en f0 fn x0 xn v0 vn */
 	t->bufs = calloc(n, sizeof *t->bufs);
 	t->len = calloc(n, sizeof *t->len);
 	uint32_t R = e->cfg.max_rows, wide = hp->n_embd;
@@ -134,6 +149,8 @@ shoal_err engine__tp_init(shoal_engine *e, char *why, size_t why_len)
 	t->fn = t->f0 + n;
 	t->x0 = t->fn + n;
 	t->xn = t->x0 + n;
+	t->v0 = t->xn + n;
+	t->vn = t->v0 + n;
 	shoal_plan_split(t->w, n, hp->n_head_kv, t->h0, t->hn);
 	tp_cols(t, hp->n_embd, t->e0, t->en);
 	tp_cols(t, hp->n_ff, t->f0, t->fn);
@@ -143,6 +160,13 @@ shoal_err engine__tp_init(shoal_engine *e, char *why, size_t why_len)
 			for (uint32_t x = 0; x < hp->n_expert; x++)
 				e->expert_mask[(size_t)l * hp->n_expert + x] =
 				    x >= t->x0[t->me] && x < t->x0[t->me] + t->xn[t->me];
+	}
+	if ((t->split_head = c->split_head)) {
+		t->root = c->head_root;
+		tp_cols(t, hp->n_vocab, t->v0, t->vn);
+		uint32_t w = t->me == t->root ? hp->n_vocab - t->vn[t->root] : t->vn[t->me];
+		if (!(t->hbuf = calloc((size_t)R * (w ? w : 1), sizeof *t->hbuf)))
+			return SHOAL_ERR_NOMEM;
 	}
 	e->kv_cache_dim = t->hn[t->me] * hp->head_dim;
 	return SHOAL_OK;
@@ -307,6 +331,50 @@ shoal_err engine__tp_moe(shoal_engine *e, uint32_t il, uint32_t n, char *why, si
 		engine__ffn_swiglu(e, &L->gate_sh, &L->up_sh, &L->down_sh, e->hp.n_ff_shexp, n,
 		                   e->moe_x);
 		e->ops->add(e->bk, e->tmp, e->moe_x, (size_t)n * d);
+	}
+	return SHOAL_OK;
+}
+
+/* ---- head -------------------------------------------------------------------- */
+
+bool engine__tp_split_head(const shoal_engine *e)
+{
+	return e->tp && e->tp->split_head;
+}
+
+bool engine__tp_needs_logits(const shoal_engine *e)
+{
+	return !engine__tp_split_head(e) || e->tp->me == e->tp->root;
+}
+
+shoal_err engine__tp_head(shoal_engine *e, uint32_t n, float *logits, char *why, size_t why_len)
+{
+	const shoal_backend_ops *ops = e->ops;
+	engine__tp *t = e->tp;
+	uint32_t me = t->me, root = t->root, V = e->hp.n_vocab, d = e->hp.n_embd;
+	/* our rows: straight into the logits on the root, packed elsewhere */
+	if (t->vn[me]) {
+		shoal_backend_mat w = engine__mat_rows(e->head, t->v0[me], t->vn[me]);
+		float *y = me == root ? logits + t->v0[me] : t->hbuf;
+		size_t ld = me == root ? V : t->vn[me];
+		ops->matmul(e->bk, 1, &w, e->xn, d, n, &y, &ld);
+	}
+	for (uint32_t i = 0; i < t->n; i++) {
+		uint32_t at = t->v0[i] > t->v0[root] ? t->v0[i] - t->vn[root] : t->v0[i];
+		t->bufs[i] = me == root ? t->hbuf + (size_t)n * at : t->hbuf;
+		t->len[i] = (size_t)n * t->vn[i] * sizeof(float);
+	}
+	shoal_err err = t->link.gather(t->link.ctx, root, t->bufs, t->len);
+	if (err)
+		return shoal_why(why, why_len, err, "the head's gather failed");
+	if (me != root)
+		return SHOAL_OK;
+	for (uint32_t i = 0; i < t->n; i++) {
+		uint32_t w = t->vn[i];
+		const float *src = t->bufs[i]; /* (n, w) */
+		for (uint32_t r = 0; i != root && r < n && w; r++)
+			memcpy(logits + (size_t)r * V + t->v0[i], src + (size_t)r * w,
+			       w * sizeof(float));
 	}
 	return SHOAL_OK;
 }

@@ -867,11 +867,29 @@ int shoal_cluster_update(shoal_cluster *cl, const shoal_swim_member *v, size_t n
 
 /* ------------------------------------------------------------ the assignment */
 
+/* Tensor ix (UINT32_MAX: none) appended to out[n] unless there already or
+ * out is full; returns the new count. Each tensor once (a tied head is the
+ * embedding): out[cap] has room for every tensor of the file, and a
+ * duplicate must not take the place of the last (a one-stage part of a
+ * tied model lost its last layer's last tensor so). */
+static size_t shoal_cluster_part_add(uint32_t *out, size_t n, size_t cap, uint32_t ix)
+{
+	for (size_t j = 0; j < n; j++)
+		if (out[j] == ix)
+			return n;
+	if (ix != UINT32_MAX && n < cap)
+		out[n++] = ix;
+	return n;
+}
+
 /* The tensors (file order) our part of cl->plan computes with: the layers
  * of our stage, the embedding (stage 0), the head and final norm (the last
  * stage), the rope table, and the expert stacks and routers of layers
  * where we hold an expert (whole stacks: their digests cover all experts).
- * Returns how many went into out[cap]. */
+ * A tensor group's member computes with shares of its stage's matrices,
+ * and of the head's in the last stage, but fetches them whole, as the
+ * stacks (a tensor's digest covers all of it); it embeds in stage 0 as
+ * every member does. Returns how many went into out[cap]. */
 static size_t shoal_cluster_part_tensors(const shoal_cluster *cl, uint32_t *out, size_t cap)
 {
 	const shoal_plan *p = cl->plan;
@@ -884,15 +902,17 @@ static size_t shoal_cluster_part_tensors(const shoal_cluster *cl, uint32_t *out,
 			self = (long)i;
 	if (self < 0)
 		return 0;
-#define PART_ADD(t)                                                                            \
-	do {                                                                                   \
-		if ((t) && n < cap)                                                            \
-			out[n++] = (uint32_t)((t)-base);                                       \
-	} while (0)
+#define PART_ADD(t)                                                                                \
+	(n = shoal_cluster_part_add(out, n, cap, (t) ? (uint32_t)((t)-base) : UINT32_MAX))
 	size_t ns = shoal_plan_n_stages(p);
 	for (size_t st = 0; st < ns; st++) {
 		const shoal_plan_stage *ps = shoal_plan_stage_at(p, st);
-		if (ps->peer != (uint32_t)self)
+		shoal_plan_member mem[SHOAL_DIST_TP_MAX];
+		size_t nm = shoal_plan_stage_members(p, st, mem, SHOAL_DIST_TP_MAX);
+		bool ours = ps->peer == (uint32_t)self;
+		for (size_t j = 0; j < nm && j < SHOAL_DIST_TP_MAX; j++)
+			ours |= mem[j].peer == (uint32_t)self;
+		if (!ours)
 			continue;
 		if (st == 0)
 			PART_ADD(m->tok_embd);
@@ -929,16 +949,7 @@ static size_t shoal_cluster_part_tensors(const shoal_cluster *cl, uint32_t *out,
 	if (n)
 		PART_ADD(m->rope_freqs);
 #undef PART_ADD
-	/* a tied head is the embedding: once is enough */
-	size_t w = 0;
-	for (size_t i = 0; i < n; i++) {
-		bool dup = false;
-		for (size_t j = 0; j < w && !dup; j++)
-			dup = out[j] == out[i];
-		if (!dup)
-			out[w++] = out[i];
-	}
-	return w;
+	return n;
 }
 
 /* With a weights cache: true while tensors of our part are missing; then a
@@ -1056,8 +1067,10 @@ static int shoal_cluster_take_part(shoal_cluster *cl)
 
 /* Stage config c of member `me` of a tensor group mem[n] (plan order):
  * member 0 is the entry (the plan's stage peer: the previous stage and the
- * owners send to it, it relays); the head peer samples in the last stage,
- * the entry passes hidden states on in any other (dist.h invariant 9). */
+ * owners send to it, it relays); in the last stage every member computes
+ * its share of the head and the head peer gathers the logits and samples
+ * (invariant 10), the entry passes hidden states on in any other (dist.h
+ * invariant 9). */
 static void shoal_cluster_group_config(shoal_cluster *cl, const shoal_plan *p,
                                        const shoal_plan_member *mem, size_t n, size_t me,
                                        shoal_dist_stage_config *c)
@@ -1071,6 +1084,10 @@ static void shoal_cluster_group_config(shoal_cluster *cl, const shoal_plan *p,
 	}
 	c->has_head = last && mem[me].peer == shoal_plan_head_peer(p);
 	c->tp_out = last ? c->has_head : me == 0;
+	c->tp_head = last;
+	for (size_t j = 0; last && j < n; j++)
+		if (mem[j].peer == shoal_plan_head_peer(p))
+			c->tp_root = (uint32_t)j;
 	c->tp_relay = shoal_cluster__link;
 	c->tp_relay_ctx = &cl->lctx_stage;
 	c->tp_send = shoal_cluster__link;
@@ -1271,6 +1288,11 @@ static json_t *shoal_cluster_stage_met_json(const shoal_dist_stage_metrics *m)
 		                 (json_int_t)m->gather_bytes, "gather_wait_ns",
 		                 (json_int_t)m->gather_wait_ns, "gather_blocked",
 		                 (json_int_t)m->gather_blocked, "relayed", (json_int_t)m->relayed));
+	if (o && m->head_gathers) /* a member of a split head */
+		json_object_update_new(o, json_pack("{sI sI sI}", "head_gathers",
+		                                    (json_int_t)m->head_gathers, "head_sent",
+		                                    (json_int_t)m->head_sent, "head_recv",
+		                                    (json_int_t)m->head_recv));
 	return o;
 }
 

@@ -365,6 +365,30 @@ static int add(json_t *o, const char *key, json_t *v)
 	return v ? json_object_set_new(o, key, v) : -1;
 }
 
+/* A group's members, [{peer, name, weight, share}] (NULL when out of
+ * memory). */
+static json_t *members_json(const shoal_plan *p, const shoal_plan_member *mem, size_t nm)
+{
+	json_t *ms = json_array();
+	uint64_t tot = 0;
+	for (size_t j = 0; j < nm; j++)
+		tot += mem[j].weight;
+	for (size_t j = 0; ms && j < nm; j++) {
+		json_t *mj = peer_ref(p, mem[j].peer);
+		if (!mj || add(mj, "weight", json_integer((json_int_t)mem[j].weight)) ||
+		    add(mj, "share", json_real((double)mem[j].weight / (double)tot))) {
+			json_decref(mj);
+			json_decref(ms);
+			return NULL;
+		}
+		if (json_array_append_new(ms, mj)) {
+			json_decref(ms);
+			return NULL;
+		}
+	}
+	return ms;
+}
+
 json_t *shoal_plan_to_json(const shoal_plan *p)
 {
 	json_t *o = json_object(), *stages = json_array(), *experts = json_array(),
@@ -394,24 +418,23 @@ json_t *shoal_plan_to_json(const shoal_plan *p)
 		size_t nm = bad ? 0 : shoal_plan_stage_members(p, i, mem, 64);
 		if (nm > 64)
 			bad = 1;
-		if (nm && !bad) {
-			json_t *ms = json_array();
-			uint64_t tot = 0;
-			for (size_t j = 0; j < nm; j++)
-				tot += mem[j].weight;
-			bad |= !ms || add(st, "members", ms);
-			for (size_t j = 0; !bad && j < nm; j++) {
-				json_t *mj = peer_ref(p, mem[j].peer);
-				bad |= !mj || add(mj, "weight", json_integer((json_int_t)mem[j].weight)) ||
-				       add(mj, "share", json_real((double)mem[j].weight / (double)tot)) ||
-				       json_array_append_new(ms, mj);
-			}
-		}
+		if (nm && !bad)
+			bad |= add(st, "members", members_json(p, mem, nm));
 		bad |= bad || json_array_append_new(stages, st);
 	}
 	if (!bad) {
 		bad |= add(o, "embedding", peer_ref(p, shoal_plan_embd_peer(p)));
-		bad |= add(o, "head", peer_ref(p, shoal_plan_head_peer(p)));
+		json_t *h = peer_ref(p, shoal_plan_head_peer(p));
+		bad |= add(o, "head", h);
+		/* a group in the last stage splits the head by vocab rows, with
+		 * the stage's shares; the head peer gathers the logits */
+		shoal_plan_member mem[64];
+		size_t ls = shoal_plan_n_stages(p) - 1;
+		size_t nm = bad ? 0 : shoal_plan_stage_members(p, ls, mem, 64);
+		if (nm > 64)
+			bad = 1;
+		if (nm && !bad)
+			bad |= add(h, "members", members_json(p, mem, nm));
 	}
 	size_t np = shoal_plan_n_peers(p);
 	json_t **lists = calloc(np ? np : 1, sizeof *lists);

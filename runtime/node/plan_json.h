@@ -47,8 +47,13 @@ shoal_err shoal_cluster_parse_bytes(const char *s, uint64_t *out);
  *   { "model", "epoch", "digest" (64 hex), "kept",
  *     "predicted_ns_per_token", "predicted_ms_per_token", "tokens_per_second",
  *     "moved_bytes",
- *     "stages": [ { "peer" (32 hex), "name", "first_layer", "end_layer" } ],
- *     "embedding": { "peer", "name" }, "head": { "peer", "name" },
+ *     "stages": [ { "peer" (32 hex), "name", "first_layer", "end_layer",
+ *                   "members": [ { "peer", "name", "weight", "share" } ]
+ *                   (a tensor group only: its members and their shares) } ],
+ *     "embedding": { "peer", "name" }, "head": { "peer", "name", "members"
+ *                   (the last stage a group: the head split by vocab rows
+ *                   among its members, the stage's shares; "peer" gathers
+ *                   the logits and samples) },
  *     "experts": [ { "layer", "owners": [ { "peer", "name",
  *                    "experts": [ ids ] } ] } ]          (MoE layers only)
  *     "memory": [ { "peer", "name", "weights_bytes", "kv_bytes",

@@ -214,6 +214,8 @@ static void group_member(dc_cluster *c, uint32_t j, bool last, shoal_dist_stage_
 		memcpy(sc->tp_peer[k], c->gl[k].id, 16);
 	sc->has_head = last && j == 1;
 	sc->tp_out = last ? j == 1 : j == 0;
+	sc->tp_head = last; /* the head split, member 1 gathers (dist.h 10) */
+	sc->tp_root = 1;
 	sc->tp_relay = dc_lookup;
 	sc->tp_relay_ctx = &c->st[c->tp_stage];
 	sc->tp_send = sc->tp_recv = dc_lookup;

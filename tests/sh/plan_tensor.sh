@@ -1,7 +1,8 @@
 #!/bin/sh
 # tests/sh/plan_tensor.sh: `shoal plan --tensor` on the shipped example
 # clusters prints the chosen mix of tensor groups and pipeline stages, each
-# group's members with their shares, and a prediction; without --tensor the
+# group's members with their shares (of the head's vocab rows too, where
+# the group runs the last stage), and a prediction; without --tensor the
 # plan is the pipeline plan it always was.
 src=${SHOAL_SRCDIR:-.}
 bin=${SHOAL_BIN:-./shoal}
@@ -33,6 +34,10 @@ grep -q "^mix: 1 pipeline stage, 1 of them tensor group$" "$tmp/tp" &&
 	grep -q "^  0  tensor group of 4 *layers   0-79" "$tmp/tp" &&
 	[ "$(grep -c 'share  25.0%  KV heads [0-7]-[0-7] (2) ' "$tmp/tp")" -eq 4 ] &&
 	ok "studios: a tensor group of 4, 2 KV heads each" || fail "studios: $(cat "$tmp/tp")"
+# the head split by the same shares: 128256 rows in 4008 blocks of 32
+[ "$(grep -c 'vocab rows [0-9]*-[0-9]* (32064)$' "$tmp/tp")" -eq 4 ] &&
+	grep -q "head split by vocab rows over the last stage's members, gathered on studio-512-a" "$tmp/tp" &&
+	ok "studios: the head split, 32064 vocab rows each" || fail "studios head: $(cat "$tmp/tp")"
 awk -v a="$(ms "$tmp/tp")" -v b="$(ms "$tmp/pp")" 'BEGIN { exit !(a > 0 && a * 1.5 < b) }' &&
 	ok "studios: group predicted $(ms "$tmp/tp") ms/token, pipeline $(ms "$tmp/pp")" ||
 	fail "studios: group $(ms "$tmp/tp") ms vs pipeline $(ms "$tmp/pp") ms"
@@ -60,10 +65,11 @@ grep -q "^mix: 2 pipeline stages, 0 of them tensor groups$" "$tmp/lab2" &&
 	ok "home lab: Qwen3-235B as a pipeline, same digest as without --tensor" ||
 	fail "home lab 235B: $(cat "$tmp/lab2")"
 
-# --json names each group's members
+# --json names each group's members, and the head's (the same 4)
 "$bin" plan --view "$ex/mac-studio-x4.json" --model "$specs/llama-3.1-70b-q4_k_m.json" --tensor --ctx 8192 --sessions 1 \
 	--json >"$tmp/j" 2>&1
-[ "$(grep -c '"weight":' "$tmp/j")" -eq 4 ] && grep -q '"members"' "$tmp/j" &&
+[ "$(grep -c '"weight":' "$tmp/j")" -eq 8 ] && grep -q '"members"' "$tmp/j" &&
+	[ "$(sed -n '/"head": {/,/^  }/p' "$tmp/j" | grep -c '"weight":')" -eq 4 ] &&
 	grep -q "\"digest\": \"$(digest "$tmp/tp")\"" "$tmp/j" && ok "json members" ||
 	fail "json: $(head -c 600 "$tmp/j")"
 

@@ -9,7 +9,13 @@
 # from one), and with probe files of unequal speeds (a 40, b 20, c 30 GB/s),
 # so the shares are unequal. The design's count: every member takes part
 # in 4 all-gathers per dense layer and 3 per MoE layer in each engine run,
-# and sends one GATHER frame per other member in each.
+# and sends one GATHER frame per other member in each. The group runs the
+# last stage, so it splits the head by vocab rows (dist.h invariant 10): in
+# each run with logits (one a token: runs are one session at a time here)
+# every member takes part in one head gather, each member but the head
+# peer sends it one slice, and the head peer receives NMEM - 1; the ids and
+# logprobs below (printed with 9 significant digits: each float exactly)
+# compare the gathered logits with one peer's.
 #  1. Dense (austen), a 2-member group a + b with shares about 2 : 1:
 #     greedy ids (32) and --logprobs 5 (8) of every expected prompt through
 #     each peer equal local `shoal run`; gathers counted as designed.
@@ -22,6 +28,10 @@
 #  4. MoE: the trained austen MoE (2 members) and a generated qwen3moe
 #     fixture (3 members): ids and logprobs equal one peer; gathers as
 #     designed (3 per MoE layer).
+#  5. A member without the model file (--model-id): it fetches the tensors
+#     of its stage and the head, whole, from the other member (a group
+#     member computes with its shares of them; all 56, the tied head's
+#     embedding once), and the group's ids and logprobs equal one peer.
 set -u
 . "$(dirname "$0")/lib.sh"
 DENSE=$DATA/models/austen-dense-q8_0.gguf
@@ -65,6 +75,33 @@ gathers_ok() {
 	done
 	echo "  gathers: $g in $runs runs on each member ($((g / runs)) a run), $s frames each way"
 }
+# heads_ok NMEM NAME...: one head gather a token on every member, one slice
+# from each member to the head peer (the one that sent the tokens)
+heads_ok() {
+	local m=$1 n hg hs hr tok root=0 hg0=
+	shift
+	for n in "$@"; do
+		status "$n" || fail "status of $n"
+		hg=$("$PC" "$T/st-$n.json" data stage.head_gathers)
+		hs=$("$PC" "$T/st-$n.json" data stage.head_sent)
+		hr=$("$PC" "$T/st-$n.json" data stage.head_recv)
+		tok=$("$PC" "$T/st-$n.json" data stage.tokens_sent)
+		hs=${hs/none/0} hr=${hr/none/0} tok=${tok/none/0}
+		[ "$hg" != none ] && [ "$hg" -gt 0 ] && [ "${hg0:-$hg}" = "$hg" ] ||
+			fail "$n: $hg head gathers (want the same > 0 on every member, ${hg0:-?} before)"
+		hg0=$hg
+		if [ "$tok" -gt 0 ]; then
+			root=$((root + 1))
+			[ "$hg" = "$tok" ] && [ "$hr" = $((hg * (m - 1))) ] && [ "$hs" = 0 ] ||
+				fail "$n (head peer): $hg head gathers for $tok tokens, $hr slices received, $hs sent; want one a token, $((m - 1)) received each, none sent"
+		else
+			[ "$hs" = "$hg" ] && [ "$hr" = 0 ] ||
+				fail "$n: $hg head gathers, $hs slices sent, $hr received; want one sent each, none received"
+		fi
+	done
+	[ "$root" = 1 ] || fail "$root members sent tokens; want the head peer alone"
+	echo "  head split: $hg0 head gathers on each member (one a token), $((m - 1)) slice(s) to the head peer in each"
+}
 # same_runs MODEL NAME...: greedy ids and logprobs through each NAME equal local runs
 same_runs() {
 	local model=$1 i=0 P n
@@ -99,6 +136,7 @@ unequal a || fail "equal shares: $("$PC" "$T/st-a.json" members 0)"
 echo "dense: group of 2 ($("$PC" "$T/st-a.json" members 0))"
 same_runs "$DENSE" a b
 gathers_ok 24 2 a b
+heads_ok 2 a b
 
 # 2. a group of 3
 start c "$DENSE" "${TP[@]}" --peer "$SEED"
@@ -108,6 +146,7 @@ echo "dense: group of 3 ($("$PC" "$T/st-a.json" members 0))"
 head -n 2 "$T/prompts" >"$T/p2" && mv "$T/p2" "$T/prompts"
 same_runs "$DENSE" c a
 gathers_ok 24 3 a b c
+heads_ok 3 a b c
 
 # 3. churn: a member dies mid-run
 P="It is a truth universally acknowledged"
@@ -145,6 +184,7 @@ if [ -f "$AMOE" ]; then
 	echo "austen MoE: group of 2 ($("$PC" "$T/st-ma.json" members 0))"
 	same_runs "$AMOE" ma mb
 	gathers_ok 18 2 ma mb
+	heads_ok 2 ma mb
 	stop_all
 else
 	echo "austen MoE: $AMOE not there, skipped"
@@ -162,4 +202,24 @@ unequal qa || fail "equal shares: $("$PC" "$T/st-qa.json" members 0)"
 echo "qwen3moe fixture: group of 3 ($("$PC" "$T/st-qa.json" members 0))"
 same_runs "$MOE" qb
 gathers_ok 12 3 qa qb qc
+heads_ok 3 qa qb qc
+stop_all
+
+# 5. a member without the file
+probe f1 40000
+probe f2 20000
+start f1 "$DENSE" "${TP[@]}"
+wait_for 20 eval 'status f1 && [ "$("$PC" "$T/st-f1.json" model_id)" != none ]' ||
+	fail "f1 shows no model id"
+start f2 "" --model-id "$("$PC" "$T/st-f1.json" model_id)" "${TP[@]}" --peer "$(ep f1)"
+wait_for 60 group_of 2 f1 f2 || fail "no group of 2 with the peer without the file: $("$PC" "$T/st-f2.json" servable)"
+part=$(grep "weights: our part: " "$T/f2.log" | head -n 1)
+n_part=$(echo "$part" | sed 's/.*our part: \([0-9]*\) tensor.*/\1/')
+# one stage: every tensor of the model, 6 layers x 9, the embedding (the
+# tied head) and the final norm
+[ "$n_part" = 56 ] || fail "f2's part is not the model's 56 tensors: $part"
+echo "member without the file: ${part#*weights: }"
+head -n 2 "$T/prompts" >"$T/p2" && mv "$T/p2" "$T/prompts"
+same_runs "$DENSE" f2
+heads_ok 2 f1 f2
 echo "PASS"

@@ -111,7 +111,9 @@ static void test_dense_three_stages(void)
 }
 
 /* A stage run by a tensor group, in a pipeline: (1) stage 1 of 2 a group
- * of 2 (weights 3 : 1) whose second member samples; (2) stage 0 of 2 a
+ * of 2 (weights 3 : 1) that splits the head, whose second member gathers
+ * the logits (one slice from the other member per run with logits: one a
+ * token) and samples; (2) stage 0 of 2 a
  * group of 3 (2 : 1 : 1) whose entry passes hidden states on, over links
  * of 4 KiB so that the larger slices go in pieces. Tokens and logprobs
  * equal one engine's; every member takes part in 4 all-gathers a layer a
@@ -153,10 +155,21 @@ static void test_group_stages(void)
 			ASSERT_U64_EQ(me[j].gather_recv, me[j].gather_sent);
 			ASSERT_U64_EQ(me[j].session_errors, 0);
 		}
-		if (k) /* 4 KiB links: the FFN slices of the prefill go in pieces */
+		if (k) { /* 4 KiB links: the FFN slices of the prefill go in pieces */
 			ASSERT_GT(me[0].gather_frames_sent, me[0].gather_sent);
-		else
-			ASSERT_U64_EQ(me[0].gather_frames_sent, me[0].gather_sent);
+			for (uint32_t j = 0; j < n; j++) /* not the last stage: no head */
+				ASSERT_U64_EQ(me[j].head_gathers, 0);
+		} else { /* the head: one gather a token, member 0's slice to 1 */
+			ASSERT_U64_EQ(me[0].gather_frames_sent,
+			              me[0].gather_sent + me[0].head_sent);
+			ASSERT_GT(me[1].tokens_sent, 0);
+			ASSERT_U64_EQ(me[1].head_gathers, me[1].tokens_sent);
+			ASSERT_U64_EQ(me[0].head_gathers, me[1].head_gathers);
+			ASSERT_U64_EQ(me[0].head_sent, me[0].head_gathers);
+			ASSERT_U64_EQ(me[0].head_recv, 0);
+			ASSERT_U64_EQ(me[1].head_recv, me[1].head_gathers * (n - 1));
+			ASSERT_U64_EQ(me[1].head_sent, 0);
+		}
 		ASSERT_U64_EQ(me[0].relayed % (n - 1), 0); /* each frame to every other member */
 		ASSERT_GT(me[0].relayed, 0);
 	}

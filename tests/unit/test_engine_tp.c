@@ -6,7 +6,11 @@
  * models and on generated Qwen3 and Qwen3-MoE fixtures, for a prefill
  * batch and greedy decode steps; each member exchanges exactly 4 times per
  * dense layer and 3 times per MoE layer per batch, in the same (layer,
- * round) order; bad member configs and a failing exchange are errors.
+ * round) order. With the head split by vocab rows (split_head, the root
+ * first, last or in the middle), the root's logits are bitwise the unsplit
+ * ones, and each batch with logits takes one head gather: one message from
+ * every other member to the root, n - 1 in all. Bad member configs and a
+ * failing exchange or gather are errors.
  */
 #include <pthread.h>
 #include <stdint.h>
@@ -53,9 +57,12 @@ typedef struct member {
 	group *g;
 	uint32_t i;
 	shoal_engine *e;
-	uint32_t calls;              /* exchanges this batch */
-	uint32_t per_layer[MAX_LAY]; /* exchanges per layer this batch */
-	shoal_err fail;              /* returned by every exchange when set */
+	uint32_t calls;                /* exchanges this batch */
+	uint32_t heads;                /* head gathers this batch */
+	uint32_t head_sent, head_recv; /* messages of those */
+	uint32_t per_layer[MAX_LAY];   /* exchanges per layer this batch */
+	shoal_err fail;                /* returned by every exchange when set */
+	shoal_err gfail;               /* returned by every head gather when set */
 	/* the batch to run and its result */
 	const shoal_engine_batch *b;
 	float *logits;
@@ -71,8 +78,9 @@ struct group {
 	void *const *bufs[MAXM];
 	const size_t *len[MAXM];
 	uint32_t layer[MAXM], round[MAXM];
-	int mismatch; /* a member saw another (layer, round) or length */
-	int broken;   /* this exchange fails on every member */
+	uint32_t root[MAXM]; /* of the head gather in progress */
+	int mismatch;        /* a member saw another (layer, round) or length */
+	int broken;          /* this exchange fails on every member */
 };
 
 static shoal_err exchange(void *ctx, uint32_t layer, shoal_engine_tp_round round, void *const *bufs,
@@ -118,13 +126,57 @@ static shoal_err exchange(void *ctx, uint32_t layer, shoal_engine_tp_round round
 	return err;
 }
 
+/* The head's gather: every member posts its buffers; the root copies each
+ * other member's slice, counted as one message sent and one received. */
+static shoal_err gather(void *ctx, uint32_t root, void *const *bufs, const size_t *len)
+{
+	member *me = ctx;
+	group *g = me->g;
+	if (me->gfail)
+		return me->gfail;
+	me->heads++;
+	g->bufs[me->i] = bufs;
+	g->len[me->i] = len;
+	g->root[me->i] = root;
+	pthread_barrier_wait(&g->bar);
+	shoal_err err = SHOAL_OK;
+	for (uint32_t j = 0; j < g->n; j++) {
+		if (g->root[j] != root) {
+			g->mismatch = 1;
+			err = SHOAL_ERR_PROTO;
+			continue;
+		}
+		if (j == me->i)
+			continue;
+		if (j == root) /* the root sends nothing */
+			continue;
+		if (me->i != root) /* and only the root receives */
+			continue;
+		if (g->len[j][j] != len[j]) {
+			g->mismatch = 1;
+			err = SHOAL_ERR_PROTO;
+			continue;
+		}
+		memcpy(bufs[j], g->bufs[j][j], len[j]);
+		g->m[j].head_sent++;
+		me->head_recv++;
+	}
+	if (err)
+		g->broken = 1;
+	pthread_barrier_wait(&g->bar);
+	if (g->broken)
+		err = SHOAL_ERR_PROTO;
+	return err;
+}
+
 static void *member_main(void *arg)
 {
 	member *me = arg;
 	me->calls = 0;
+	me->heads = me->head_sent = me->head_recv = 0;
 	memset(me->per_layer, 0, sizeof me->per_layer);
 	shoal_engine_batch b = *me->b;
-	b.logits = me->logits;
+	b.logits = me->logits; /* NULL on a split head's non-root member */
 	me->err = shoal_engine_run(me->e, &b, me->why, sizeof me->why);
 	return NULL;
 }
@@ -143,7 +195,10 @@ static shoal_engine *make(const shoal_model *m, const shoal_engine_tp *tp, char 
 	return e;
 }
 
-static bool group_init(group *g, const shoal_model *m, uint32_t n, const uint64_t *w)
+/* A group of n with weights w; root < n splits the head (the root gets
+ * the logits, the others no buffer), UINT32_MAX: every member's head is
+ * whole. */
+static bool group_init(group *g, const shoal_model *m, uint32_t n, const uint64_t *w, uint32_t root)
 {
 	memset(g, 0, sizeof *g);
 	g->n = n;
@@ -155,7 +210,9 @@ static bool group_init(group *g, const shoal_model *m, uint32_t n, const uint64_
 		shoal_engine_tp tp = {.n_members = n,
 		                      .member = i,
 		                      .weights = w,
-		                      .link = {.ctx = x, .exchange = exchange}};
+		                      .split_head = root < n,
+		                      .head_root = root < n ? root : 0,
+		                      .link = {.ctx = x, .exchange = exchange, .gather = gather}};
 		shoal_err err;
 		char why[256] = "";
 		x->e = make(m, &tp, why, sizeof why, &err);
@@ -163,9 +220,10 @@ static bool group_init(group *g, const shoal_model *m, uint32_t n, const uint64_
 			fprintf(stderr, "member %u: %s\n", i, why);
 			return false;
 		}
-		x->logits = malloc((size_t)ROWS * m->hp.n_vocab * sizeof(float));
+		bool out = root >= n || i == root;
+		x->logits = out ? malloc((size_t)ROWS * m->hp.n_vocab * sizeof(float)) : NULL;
 		uint32_t s;
-		if (!x->logits || shoal_engine_session_open(x->e, &s) || s != 0)
+		if ((out && !x->logits) || shoal_engine_session_open(x->e, &s) || s != 0)
 			return false;
 	}
 	return true;
@@ -195,9 +253,11 @@ static void group_run(group *g, const shoal_engine_batch *b)
 /* ---- the comparison ---------------------------------------------------------- */
 
 /* Prefill N_PRE tokens (logits for every row), then N_DEC greedy steps, on
- * the unsplit engine and on a group with weights w; every member's logits
- * equal the unsplit ones bitwise, and its exchanges are as designed. */
-static void check_group(const shoal_model *m, uint32_t n, const uint64_t *w)
+ * the unsplit engine and on a group with weights w (the head split to root
+ * < n, or whole on every member); every member's logits (the root's with a
+ * split head) equal the unsplit ones bitwise, and its exchanges and head
+ * gathers are as designed. */
+static void check_group(const shoal_model *m, uint32_t n, const uint64_t *w, uint32_t root)
 {
 	const shoal_hparams *hp = &m->hp;
 	uint32_t V = hp->n_vocab, n_moe = 0;
@@ -214,7 +274,7 @@ static void check_group(const shoal_model *m, uint32_t n, const uint64_t *w)
 	ASSERT_EQ(shoal_engine_session_open(ref, &slot), SHOAL_OK);
 	group *g = calloc(1, sizeof *g);
 	ASSERT_TRUE(g != NULL);
-	ASSERT_TRUE(group_init(g, m, n, w));
+	ASSERT_TRUE(group_init(g, m, n, w, root));
 	float *lref = malloc((size_t)ROWS * V * sizeof(float));
 	ASSERT_TRUE(lref != NULL);
 
@@ -242,8 +302,14 @@ static void check_group(const shoal_model *m, uint32_t n, const uint64_t *w)
 			if (x->err)
 				fprintf(stderr, "member %u: %s\n", i, x->why);
 			ASSERT_EQ(x->err, SHOAL_OK);
-			ASSERT_MEM_EQ(x->logits, lref, (size_t)rows * V * sizeof(float));
+			if (root >= n || i == root)
+				ASSERT_MEM_EQ(x->logits, lref, (size_t)rows * V * sizeof(float));
 			ASSERT_EQ(x->calls, want_calls);
+			/* the head: one gather a batch, one message from each
+			 * non-root member to the root */
+			ASSERT_EQ(x->heads, root < n ? 1u : 0u);
+			ASSERT_EQ(x->head_sent, root < n && i != root ? 1u : 0u);
+			ASSERT_EQ(x->head_recv, root < n && i == root ? n - 1 : 0u);
 			for (uint32_t l = 0; l < hp->n_layer; l++)
 				ASSERT_EQ(x->per_layer[l], m->layers[l].ffn_gate_inp ? 3u : 4u);
 		}
@@ -257,8 +323,11 @@ static void check_group(const shoal_model *m, uint32_t n, const uint64_t *w)
 	printf("     %u members, weights", n);
 	for (uint32_t i = 0; i < n; i++)
 		printf(" %llu", (unsigned long long)w[i]);
-	printf(": %u prefill rows + %u steps bitwise equal, %u exchanges per member per batch\n",
+	printf(": %u prefill rows + %u steps bitwise equal, %u exchanges per member per batch",
 	       N_PRE, N_DEC, want_calls);
+	if (root < n)
+		printf("; head split, root %u: 1 gather, %u messages a batch", root, n - 1);
+	printf("\n");
 	free(lref);
 	group_fini(g);
 	free(g);
@@ -269,9 +338,16 @@ static void check_model(shoal_model *m)
 {
 	static const uint64_t w2[2] = {3, 1}, w3[3] = {5, 2, 3}, w3z[3] = {2, 0, 7};
 	ASSERT_TRUE(m != NULL);
-	check_group(m, 2, w2);
-	check_group(m, 3, w3);
-	check_group(m, 3, w3z); /* a member with no share still keeps the state */
+	check_group(m, 2, w2, UINT32_MAX);
+	check_group(m, 3, w3, UINT32_MAX);
+	check_group(m, 3, w3z, UINT32_MAX); /* a member with no share still keeps the state */
+	/* the head split by vocab rows, the root first, last, in the middle
+	 * and (w3z) beside a member with no rows */
+	check_group(m, 2, w2, 0);
+	check_group(m, 2, w2, 1);
+	check_group(m, 3, w3, 0);
+	check_group(m, 3, w3, 1);
+	check_group(m, 3, w3z, 2);
 	shoal_model_free(m);
 }
 
@@ -317,13 +393,25 @@ static void test_bad_config(void)
 	ASSERT_TRUE(m != NULL);
 	static const uint64_t w[2] = {1, 1}, zero[2] = {0, 0};
 	member x = {0};
-	shoal_engine_tp bad[4] = {
+	shoal_engine_tp bad[6] = {
 	    {.n_members = 2, .member = 2, .weights = w, .link = {&x, exchange}},
 	    {.n_members = 2, .member = 0, .weights = NULL, .link = {&x, exchange}},
 	    {.n_members = 2, .member = 0, .weights = zero, .link = {&x, exchange}},
 	    {.n_members = 2, .member = 1, .weights = w, .link = {&x, NULL}},
+	    /* a split head: the root out of range; no gather */
+	    {.n_members = 2,
+	     .member = 0,
+	     .weights = w,
+	     .split_head = true,
+	     .head_root = 2,
+	     .link = {&x, exchange, gather}},
+	    {.n_members = 2,
+	     .member = 0,
+	     .weights = w,
+	     .split_head = true,
+	     .link = {&x, exchange, NULL}},
 	};
-	for (int i = 0; i < 4; i++) {
+	for (int i = 0; i < 6; i++) {
 		char why[256] = "";
 		shoal_err err;
 		shoal_engine *e = make(m, &bad[i], why, sizeof why, &err);
@@ -334,7 +422,7 @@ static void test_bad_config(void)
 	/* a failing exchange fails the run with its error, and the session
 	 * keeps no part of the batch */
 	group *g = calloc(1, sizeof *g);
-	ASSERT_TRUE(g && group_init(g, m, 2, w));
+	ASSERT_TRUE(g && group_init(g, m, 2, w, UINT32_MAX));
 	int32_t tok[2] = {1, 2};
 	uint32_t pos[2] = {0, 1}, sess[2] = {0, 0};
 	uint8_t want[2] = {0, 1};
@@ -345,6 +433,19 @@ static void test_bad_config(void)
 	group_run(g, &b);
 	for (uint32_t i = 0; i < 2; i++) {
 		ASSERT_EQ(g->m[i].err, SHOAL_ERR_IO);
+		ASSERT_EQ(shoal_engine_session_len(g->m[i].e, 0), 0);
+	}
+	group_fini(g);
+	free(g);
+	/* so does a failing head gather, after every layer went through */
+	g = calloc(1, sizeof *g);
+	ASSERT_TRUE(g && group_init(g, m, 2, w, 1));
+	for (uint32_t i = 0; i < 2; i++)
+		g->m[i].gfail = SHOAL_ERR_TIMEOUT;
+	group_run(g, &b);
+	for (uint32_t i = 0; i < 2; i++) {
+		ASSERT_EQ(g->m[i].err, SHOAL_ERR_TIMEOUT);
+		ASSERT_EQ(g->m[i].calls, 4 * m->hp.n_layer);
 		ASSERT_EQ(shoal_engine_session_len(g->m[i].e, 0), 0);
 	}
 	group_fini(g);

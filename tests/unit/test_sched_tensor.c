@@ -4,7 +4,9 @@
  * (golden cases and a sweep), shares proportional to speed on unequal peers
  * in whole KV heads and column blocks, experts split by the same weights,
  * the same digest for every peer order, a grouped plan's encoding read
- * back, and nothing changes with the option off.
+ * back, the head split by vocab rows among the last group's members (each
+ * holds its rows, the time is the slowest member's rows plus a gather),
+ * and nothing changes with the option off.
  */
 #include "tests/unit/test.h"
 #include "tests/unit/test_sched_util.h"
@@ -272,6 +274,100 @@ static void test_proportional_shares(void)
 	shoal_view_free(v);
 }
 
+/* A plan of two peers at 5 us for dense_model with a head of `head` bytes
+ * over 128000 vocab rows (+ a 16 KiB norm; tied: the embedding is the
+ * head's matrix), bandwidths bw, memory mem GB each. */
+static shoal_plan *head_plan(const uint64_t *bw, uint64_t gb, uint64_t head, bool tied)
+{
+	const uint64_t mem[2] = {gb, gb};
+	shoal_manifest m = dense_model(8, 0);
+	m.n_vocab = 128000;
+	m.head_bytes = head + 4 * 4096;
+	m.head_flops = 2ULL * 4096 * 128000;
+	m.tied_head = tied;
+	if (tied)
+		m.embd_bytes = head;
+	shoal_view *v = make_view(2, bw, mem, 5 * US, NULL);
+	shoal_plan *p = plan_of(v, &m, true);
+	shoal_view_free(v);
+	return p; /* NULL on failure */
+}
+
+/* p is one stage run by one group */
+static void one_group(const shoal_plan *p)
+{
+	ASSERT_TRUE(p != NULL);
+	ASSERT_EQ(shoal_plan_n_stages(p), 1);
+	ASSERT_EQ(shoal_plan_n_groups(p), 1);
+}
+
+static void test_head_split(void)
+{
+	/* equal peers: each member holds half of every layer (16 GB), the
+	 * embedding (256 MB) and half the head's rows, 64000 x 31250 bytes,
+	 * with the norm; not the lead all of it */
+	static const uint64_t eq[2] = {800, 800}, uneq[2] = {200, 600};
+	shoal_plan *p = head_plan(eq, 30, 4 * GB, false), *q = head_plan(eq, 30, 8 * GB, false);
+	one_group(p);
+	one_group(q);
+	ASSERT_TRUE(p != NULL && q != NULL);
+	for (size_t i = 0; i < 2; i++) {
+		ASSERT_U64_EQ(shoal_plan_peer_at(p, i)->weight_bytes,
+		              16 * GB + 256000000ULL + 2 * GB + 16384);
+		ASSERT_U64_EQ(shoal_plan_peer_at(q, i)->weight_bytes,
+		              16 * GB + 256000000ULL + 4 * GB + 16384);
+	}
+	/* 4 GB more head: 2 GB more on each member at 800 GB/s, 2.5 ms (a
+	 * whole head on the lead would be 5 ms) */
+	int64_t d = (int64_t)(shoal_plan_predicted_ns(q) - shoal_plan_predicted_ns(p));
+	ASSERT_LE(d > 2500000 ? d - 2500000 : 2500000 - d, 2);
+	shoal_plan_free(p);
+	shoal_plan_free(q);
+	/* unequal peers (weights about 1 : 3): each member's rows in whole
+	 * blocks of 32 by the plan's weights; with the layers split alike
+	 * (KV heads, FFN blocks), a 4 GB head (31250 bytes a row) and an 8 GB
+	 * one (62500) differ on each member by its rows' bytes */
+	p = head_plan(uneq, 100, 4 * GB, false);
+	q = head_plan(uneq, 100, 8 * GB, false);
+	one_group(p);
+	one_group(q);
+	ASSERT_TRUE(p != NULL && q != NULL);
+	shoal_plan_member mp[2], mq[2];
+	ASSERT_EQ(shoal_plan_stage_members(p, 0, mp, 2), 2);
+	ASSERT_EQ(shoal_plan_stage_members(q, 0, mq, 2), 2);
+	uint64_t wp[2] = {mp[0].weight, mp[1].weight}, wq[2] = {mq[0].weight, mq[1].weight};
+	uint32_t f0[2], c0[2], f1[2], c1[2], rp[2], rq[2];
+	static const uint32_t units[2] = {8, 448}; /* KV heads, FFN blocks */
+	for (int u = 0; u < 2; u++) {
+		shoal_plan_split(wp, 2, units[u], f0, c0);
+		shoal_plan_split(wq, 2, units[u], f1, c1);
+		ASSERT_EQ(c0[0], c1[0]);
+	}
+	shoal_plan_split(wp, 2, 128000 / SHOAL_PLAN_TP_COLS, f0, rp);
+	shoal_plan_split(wq, 2, 128000 / SHOAL_PLAN_TP_COLS, f1, rq);
+	ASSERT_NEAR((double)rp[0] / 4000.0, 0.25, 0.01);
+	for (size_t i = 0; i < 2; i++) {
+		const shoal_plan_peer *x = shoal_plan_peer_at(p, mp[i].peer),
+		                      *y = shoal_plan_peer_at(q, mq[i].peer);
+		ASSERT_EQ(mp[i].peer, mq[i].peer);
+		ASSERT_U64_EQ(y->weight_bytes - x->weight_bytes,
+		              (uint64_t)rq[i] * SHOAL_PLAN_TP_COLS * 62500 -
+		                  (uint64_t)rp[i] * SHOAL_PLAN_TP_COLS * 31250);
+	}
+	/* the lead (the faster peer) gathers the logits and samples */
+	ASSERT_EQ(shoal_plan_head_peer(p), mp[1].peer);
+	shoal_plan_free(p);
+	shoal_plan_free(q);
+	/* a tied head in a group that embeds: the rows are the embedding's,
+	 * held whole already; the head adds the norm only */
+	p = head_plan(eq, 30, 4 * GB, true);
+	one_group(p);
+	ASSERT_TRUE(p != NULL);
+	for (size_t i = 0; i < 2; i++)
+		ASSERT_U64_EQ(shoal_plan_peer_at(p, i)->weight_bytes, 16 * GB + 4 * GB + 16384);
+	shoal_plan_free(p);
+}
+
 static void test_split_rules(void)
 {
 	uint32_t first[4], cnt[4];
@@ -483,7 +579,6 @@ static void test_random_clusters(void)
 
 TEST_MAIN(TEST_CASE(test_flip_golden), TEST_CASE(test_flip_sweep), TEST_CASE(test_option_off),
           TEST_CASE(test_prev_group_kept), TEST_CASE(test_proportional_shares),
-          TEST_CASE(test_split_rules),
+          TEST_CASE(test_head_split), TEST_CASE(test_split_rules),
           TEST_CASE(test_experts_follow_shares), TEST_CASE(test_digest_any_order),
-          TEST_CASE(test_group_roundtrip),
-          TEST_CASE(test_random_clusters))
+          TEST_CASE(test_group_roundtrip), TEST_CASE(test_random_clusters))
