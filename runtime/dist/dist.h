@@ -147,6 +147,10 @@ typedef struct shoal_dist_stage_config {
 	 * here (read only for those). Required with expert_mask and layers;
 	 * an expert server (no layers) dispatches nothing: NULL. Copied. */
 	const uint8_t *expert_peer;
+	/* Whether a tensor of the model file is held (shoal_engine_config's
+	 * tensor_held: a weights cache); NULL: all are. */
+	bool (*tensor_held)(void *ctx, const struct shoal_gguf_tensor *t);
+	void *tensor_held_ctx;
 	uint8_t self[16];
 	uint8_t next[16]; /* the next stage (ignored with has_head) */
 	uint8_t digest[32];

@@ -805,6 +805,8 @@ shoal_err shoal_dist_stage_new(const shoal_model *m, const shoal_dist_stage_conf
 	ec.has_embd = cfg->has_embd;
 	ec.has_head = cfg->has_head || (cfg->tp_n > 1 && cfg->tp_head);
 	ec.expert_mask = cfg->expert_mask;
+	ec.tensor_held = cfg->tensor_held;
+	ec.tensor_held_ctx = cfg->tensor_held_ctx;
 	ec.moe_hook = (shoal_engine_moe_hook){
 	    .ctx = s, .dispatch = dist__experts_dispatch, .collect = dist__experts_collect};
 	if (cfg->tp_n > 1) {

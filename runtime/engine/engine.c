@@ -46,17 +46,28 @@ static bool engine__aligned(const shoal_gguf_tensor *t)
 	return (uintptr_t)t->data % a == 0;
 }
 
-static shoal_err engine__misaligned(const shoal_gguf_tensor *t, char *why, size_t why_len)
+/* Whether tensor t's data may be bound: aligned (above) and held
+ * (cfg.tensor_held). */
+static shoal_err engine__usable(const shoal_engine *e, const shoal_gguf_tensor *t, char *why,
+                                size_t why_len)
 {
-	return shoal_why(why, why_len, SHOAL_ERR_FORMAT,
-	                 "tensor %s: %s data at file offset %llu is not aligned for its type",
-	                 t->name, shoal_dtype_name(t->type), (unsigned long long)t->file_offset);
+	if (e->cfg.tensor_held && !e->cfg.tensor_held(e->cfg.tensor_held_ctx, t))
+		return shoal_why(why, why_len, SHOAL_ERR_NOTFOUND,
+		                 "tensor %s is not held here (the weights cache has not fetched it)",
+		                 t->name);
+	if (!engine__aligned(t))
+		return shoal_why(why, why_len, SHOAL_ERR_FORMAT,
+		                 "tensor %s: %s data at file offset %llu is not aligned for its type",
+		                 t->name, shoal_dtype_name(t->type),
+		                 (unsigned long long)t->file_offset);
+	return SHOAL_OK;
 }
 
-static shoal_err engine__mat(const shoal_backend_ops *ops, const shoal_gguf_tensor *t, int64_t n_in, int64_t n_out,
-                             uint64_t n_stack, shoal_backend_mat *out, size_t *stride, char *why,
-                             size_t why_len)
+static shoal_err engine__mat(const shoal_engine *e, const shoal_gguf_tensor *t, int64_t n_in,
+                             int64_t n_out, uint64_t n_stack, shoal_backend_mat *out,
+                             size_t *stride, char *why, size_t why_len)
 {
+	const shoal_backend_ops *ops = e->ops;
 	if (!t)
 		return shoal_why(why, why_len, SHOAL_ERR_FORMAT, "a weight tensor is missing");
 	if ((int64_t)t->ne[0] != n_in || (int64_t)t->ne[1] != n_out || t->ne[2] != n_stack)
@@ -70,8 +81,9 @@ static shoal_err engine__mat(const shoal_backend_ops *ops, const shoal_gguf_tens
 		return shoal_why(why, why_len, SHOAL_ERR_UNSUPPORTED,
 		                 "tensor %s has type %s, which backend %s does not compute with",
 		                 t->name, shoal_dtype_name(t->type), ops->name);
-	if (!engine__aligned(t))
-		return engine__misaligned(t, why, why_len);
+	shoal_err err = engine__usable(e, t, why, why_len);
+	if (err)
+		return err;
 	size_t rb = shoal_dtype_row_bytes(t->type, (uint64_t)n_in);
 	if (rb == SIZE_MAX || (uint64_t)rb * (uint64_t)n_out * n_stack != t->nbytes)
 		return shoal_why(why, why_len, SHOAL_ERR_FORMAT,
@@ -88,9 +100,10 @@ static shoal_err engine__mat(const shoal_backend_ops *ops, const shoal_gguf_tens
 }
 
 /* An F32 copy of a small vector tensor of n elements (NULL t: *out = NULL). */
-static shoal_err engine__vec(const shoal_backend_ops *ops, const shoal_gguf_tensor *t, uint32_t n, float **out, char *why,
-                             size_t why_len)
+static shoal_err engine__vec(const shoal_engine *e, const shoal_gguf_tensor *t, uint32_t n,
+                             float **out, char *why, size_t why_len)
 {
+	const shoal_backend_ops *ops = e->ops;
 	*out = NULL;
 	if (!t)
 		return SHOAL_OK;
@@ -102,8 +115,9 @@ static shoal_err engine__vec(const shoal_backend_ops *ops, const shoal_gguf_tens
 	    shoal_dtype_row_bytes(t->type, n) != t->nbytes)
 		return shoal_why(why, why_len, SHOAL_ERR_UNSUPPORTED, "tensor %s: type %s", t->name,
 		                 shoal_dtype_name(t->type));
-	if (!engine__aligned(t))
-		return engine__misaligned(t, why, why_len);
+	shoal_err err = engine__usable(e, t, why, why_len);
+	if (err)
+		return err;
 	*out = malloc((size_t)n * sizeof **out);
 	if (!*out)
 		return SHOAL_ERR_NOMEM;
@@ -126,7 +140,7 @@ static shoal_err engine__split_kv_b(shoal_engine *e, const shoal_layer *src, eng
 	uint32_t H = hp->n_head, kvl = hp->kv_lora_rank, nope = hp->head_dim - hp->n_rot;
 	uint32_t vh = hp->v_head_dim;
 	shoal_backend_mat kvb;
-	shoal_err err = engine__mat(e->ops, src->wkv_b, kvl, (int64_t)H * (nope + vh), 1, &kvb,
+	shoal_err err = engine__mat(e, src->wkv_b, kvl, (int64_t)H * (nope + vh), 1, &kvb,
 	                            NULL, why, why_len);
 	if (err)
 		return err;
@@ -170,24 +184,23 @@ static shoal_err engine__layer_mla(shoal_engine *e, const shoal_layer *src, engi
                                    char *why, size_t why_len)
 {
 	const shoal_hparams *hp = &e->hp;
-	const shoal_backend_ops *ops = e->ops;
 	uint32_t E = hp->n_embd, H = hp->n_head, kvl = hp->kv_lora_rank, ql = hp->q_lora_rank;
 	shoal_err err;
-	if (ql ? (err = engine__mat(ops, src->wq_a, E, ql, 1, &L->wq_a, NULL, why, why_len)) ||
-	             (err = engine__vec(ops, src->q_a_norm, ql, &L->q_a_norm, why, why_len)) ||
-	             (err = engine__mat(ops, src->wq_b, ql, e->q_dim, 1, &L->wq_b, NULL, why,
+	if (ql ? (err = engine__mat(e, src->wq_a, E, ql, 1, &L->wq_a, NULL, why, why_len)) ||
+	             (err = engine__vec(e, src->q_a_norm, ql, &L->q_a_norm, why, why_len)) ||
+	             (err = engine__mat(e, src->wq_b, ql, e->q_dim, 1, &L->wq_b, NULL, why,
 	                                why_len))
-	       : (err = engine__mat(ops, src->wq, E, e->q_dim, 1, &L->wq, NULL, why, why_len)))
+	       : (err = engine__mat(e, src->wq, E, e->q_dim, 1, &L->wq, NULL, why, why_len)))
 		return err;
-	if ((err = engine__mat(ops, src->wkv_a, E, e->kv_dim, 1, &L->wkv_a, NULL, why, why_len)) ||
-	    (err = engine__vec(ops, src->kv_a_norm, kvl, &L->kv_a_norm, why, why_len)) ||
-	    (err = engine__mat(ops, src->wo, H * hp->v_head_dim, E, 1, &L->wo, NULL, why, why_len)))
+	if ((err = engine__mat(e, src->wkv_a, E, e->kv_dim, 1, &L->wkv_a, NULL, why, why_len)) ||
+	    (err = engine__vec(e, src->kv_a_norm, kvl, &L->kv_a_norm, why, why_len)) ||
+	    (err = engine__mat(e, src->wo, H * hp->v_head_dim, E, 1, &L->wo, NULL, why, why_len)))
 		return err;
 	if (hp->mla_kv_b)
 		return engine__split_kv_b(e, src, L, why, why_len);
-	if ((err = engine__mat(ops, src->wk_b, hp->head_dim - hp->n_rot, kvl, H, &L->wk_b,
+	if ((err = engine__mat(e, src->wk_b, hp->head_dim - hp->n_rot, kvl, H, &L->wk_b,
 	                       &L->wk_b_stride, why, why_len)) ||
-	    (err = engine__mat(ops, src->wv_b, kvl, hp->v_head_dim, H, &L->wv_b, &L->wv_b_stride,
+	    (err = engine__mat(e, src->wv_b, kvl, hp->v_head_dim, H, &L->wv_b, &L->wv_b_stride,
 	                       why, why_len)))
 		return err;
 	if ((ql && !L->q_a_norm) || !L->kv_a_norm)
@@ -212,15 +225,15 @@ static shoal_err engine__layer_init(shoal_engine *e, uint32_t il, bool owned, ch
 		for (uint32_t x = 0; x < hp->n_expert; x++)
 			if (!e->expert_mask[(size_t)il * hp->n_expert + x])
 				L->all_local = false;
-		if ((err = engine__mat(e->ops, src->ffn_gate_exps, hp->n_embd, hp->n_ff_exp, hp->n_expert,
+		if ((err = engine__mat(e, src->ffn_gate_exps, hp->n_embd, hp->n_ff_exp, hp->n_expert,
 		                       &L->gate_exp, &L->gate_exp_stride, why, why_len)) ||
-		    (err = engine__mat(e->ops, src->ffn_up_exps, hp->n_embd, hp->n_ff_exp, hp->n_expert,
+		    (err = engine__mat(e, src->ffn_up_exps, hp->n_embd, hp->n_ff_exp, hp->n_expert,
 		                       &L->up_exp, &L->up_exp_stride, why, why_len)) ||
-		    (err = engine__mat(e->ops, src->ffn_down_exps, hp->n_ff_exp, hp->n_embd, hp->n_expert,
+		    (err = engine__mat(e, src->ffn_down_exps, hp->n_ff_exp, hp->n_embd, hp->n_expert,
 		                       &L->down_exp, &L->down_exp_stride, why, why_len)) ||
-		    (err = engine__mat(e->ops, src->ffn_gate_inp, hp->n_embd, hp->n_expert, 1, &L->router,
+		    (err = engine__mat(e, src->ffn_gate_inp, hp->n_embd, hp->n_expert, 1, &L->router,
 		                       NULL, why, why_len)) ||
-		    (err = engine__vec(e->ops, src->exp_probs_b, hp->n_expert, &L->exp_probs_b, why,
+		    (err = engine__vec(e, src->exp_probs_b, hp->n_expert, &L->exp_probs_b, why,
 		                       why_len)))
 			return err;
 	}
@@ -228,39 +241,39 @@ static shoal_err engine__layer_init(shoal_engine *e, uint32_t il, bool owned, ch
 		return SHOAL_OK;
 	if (hp->mla)
 		err = engine__layer_mla(e, src, L, why, why_len);
-	else if (!(err = engine__mat(e->ops, src->wq, hp->n_embd, e->q_dim, 1, &L->wq, NULL, why,
+	else if (!(err = engine__mat(e, src->wq, hp->n_embd, e->q_dim, 1, &L->wq, NULL, why,
 	                             why_len)) &&
-	         !(err = engine__mat(e->ops, src->wk, hp->n_embd, e->kv_dim, 1, &L->wk, NULL, why,
+	         !(err = engine__mat(e, src->wk, hp->n_embd, e->kv_dim, 1, &L->wk, NULL, why,
 	                             why_len)) &&
-	         !(err = engine__mat(e->ops, src->wv, hp->n_embd, e->kv_dim, 1, &L->wv, NULL, why,
+	         !(err = engine__mat(e, src->wv, hp->n_embd, e->kv_dim, 1, &L->wv, NULL, why,
 	                             why_len)))
-		err = engine__mat(e->ops, src->wo, e->q_dim, hp->n_embd, 1, &L->wo, NULL, why, why_len);
+		err = engine__mat(e, src->wo, e->q_dim, hp->n_embd, 1, &L->wo, NULL, why, why_len);
 	if (err ||
-	    (err = engine__vec(e->ops, src->attn_norm, hp->n_embd, &L->attn_norm, why, why_len)) ||
-	    (err = engine__vec(e->ops, src->ffn_norm, hp->n_embd, &L->ffn_norm, why, why_len)) ||
-	    (err = engine__vec(e->ops, src->q_norm, hp->head_dim, &L->q_norm, why, why_len)) ||
-	    (err = engine__vec(e->ops, src->k_norm, hp->head_dim, &L->k_norm, why, why_len)) ||
-	    (err = engine__vec(e->ops, src->bq, e->q_dim, &L->bq, why, why_len)) ||
-	    (err = engine__vec(e->ops, src->bk, e->kv_dim, &L->bk, why, why_len)) ||
-	    (err = engine__vec(e->ops, src->bv, e->kv_dim, &L->bv, why, why_len)))
+	    (err = engine__vec(e, src->attn_norm, hp->n_embd, &L->attn_norm, why, why_len)) ||
+	    (err = engine__vec(e, src->ffn_norm, hp->n_embd, &L->ffn_norm, why, why_len)) ||
+	    (err = engine__vec(e, src->q_norm, hp->head_dim, &L->q_norm, why, why_len)) ||
+	    (err = engine__vec(e, src->k_norm, hp->head_dim, &L->k_norm, why, why_len)) ||
+	    (err = engine__vec(e, src->bq, e->q_dim, &L->bq, why, why_len)) ||
+	    (err = engine__vec(e, src->bk, e->kv_dim, &L->bk, why, why_len)) ||
+	    (err = engine__vec(e, src->bv, e->kv_dim, &L->bv, why, why_len)))
 		return err;
 	if (!L->attn_norm || !L->ffn_norm)
 		return shoal_why(why, why_len, SHOAL_ERR_FORMAT, "layer %u has no norm weights",
 		                 il);
-	if (!L->moe && ((err = engine__mat(e->ops, src->ffn_gate, hp->n_embd, hp->n_ff, 1, &L->gate, NULL,
+	if (!L->moe && ((err = engine__mat(e, src->ffn_gate, hp->n_embd, hp->n_ff, 1, &L->gate, NULL,
 	                                   why, why_len)) ||
-	                (err = engine__mat(e->ops, src->ffn_up, hp->n_embd, hp->n_ff, 1, &L->up, NULL, why,
+	                (err = engine__mat(e, src->ffn_up, hp->n_embd, hp->n_ff, 1, &L->up, NULL, why,
 	                                   why_len)) ||
-	                (err = engine__mat(e->ops, src->ffn_down, hp->n_ff, hp->n_embd, 1, &L->down, NULL,
+	                (err = engine__mat(e, src->ffn_down, hp->n_ff, hp->n_embd, 1, &L->down, NULL,
 	                                   why, why_len))))
 		return err;
 	L->shexp = L->moe && src->ffn_gate_shexp;
 	if (L->shexp &&
-	    ((err = engine__mat(e->ops, src->ffn_gate_shexp, hp->n_embd, hp->n_ff_shexp, 1,
+	    ((err = engine__mat(e, src->ffn_gate_shexp, hp->n_embd, hp->n_ff_shexp, 1,
 	                        &L->gate_sh, NULL, why, why_len)) ||
-	     (err = engine__mat(e->ops, src->ffn_up_shexp, hp->n_embd, hp->n_ff_shexp, 1, &L->up_sh,
+	     (err = engine__mat(e, src->ffn_up_shexp, hp->n_embd, hp->n_ff_shexp, 1, &L->up_sh,
 	                        NULL, why, why_len)) ||
-	     (err = engine__mat(e->ops, src->ffn_down_shexp, hp->n_ff_shexp, hp->n_embd, 1,
+	     (err = engine__mat(e, src->ffn_down_shexp, hp->n_ff_shexp, hp->n_embd, 1,
 	                        &L->down_sh, NULL, why, why_len))))
 		return err;
 	if (L->moe && !L->all_local && !e->cfg.moe_hook.collect && !e->tp)
@@ -486,15 +499,13 @@ shoal_err shoal_engine_new(const shoal_model *m, const shoal_engine_config *cfg,
 			                shoal_dtype_name(t->type));
 			goto fail;
 		}
-		if (!engine__aligned(t)) {
-			err = engine__misaligned(t, why, why_len);
+		if ((err = engine__usable(e, t, why, why_len)))
 			goto fail;
-		}
 	}
 	if (cfg->has_head) {
-		if ((err = engine__mat(e->ops, m->output, hp->n_embd, hp->n_vocab, 1, &e->head, NULL, why,
+		if ((err = engine__mat(e, m->output, hp->n_embd, hp->n_vocab, 1, &e->head, NULL, why,
 		                       why_len)) ||
-		    (err = engine__vec(e->ops, m->output_norm, hp->n_embd, &e->out_norm, why, why_len)))
+		    (err = engine__vec(e, m->output_norm, hp->n_embd, &e->out_norm, why, why_len)))
 			goto fail;
 		if (!e->out_norm) {
 			err = shoal_why(why, why_len, SHOAL_ERR_FORMAT, "no output_norm tensor");
@@ -561,7 +572,7 @@ shoal_err shoal_engine_new(const shoal_model *m, const shoal_engine_config *cfg,
 	 * file's rope_freqs (the reference's freq_factors); ignoring them
 	 * gives wrong logits beyond the first position. */
 	float *freqs = NULL;
-	if ((err = engine__vec(e->ops, m->rope_freqs, hp->n_rot / 2, &freqs, why, why_len)))
+	if ((err = engine__vec(e, m->rope_freqs, hp->n_rot / 2, &freqs, why, why_len)))
 		goto fail;
 	for (uint32_t i = 0; freqs && i < hp->n_rot / 2; i++)
 		if (!isfinite(freqs[i]) || freqs[i] <= 0) {

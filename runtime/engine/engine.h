@@ -167,6 +167,12 @@ typedef struct shoal_engine_config {
 	 * moe_hook is unused. */
 	shoal_engine_tp tp;
 	const shoal_backend_ops *backend; /* required (e.g. runtime/cpu/backend_cpu.h) */
+	/* Whether a tensor's data is there: a model file that is a weights
+	 * cache (models/wcache.h) holds only the tensors fetched, and a tensor
+	 * this says is not held is refused by name when it is bound (never
+	 * read as zeros). NULL: every tensor is held. */
+	bool (*tensor_held)(void *ctx, const struct shoal_gguf_tensor *t);
+	void *tensor_held_ctx;
 } shoal_engine_config;
 
 /* A config for the whole model on one node: all layers, embedding, head,

@@ -1100,10 +1100,27 @@ static void shoal_cluster_group_config(shoal_cluster *cl, const shoal_plan *p,
 		c->tp_spin_us = (uint32_t)strtoul(env, NULL, 10);
 }
 
+/* With a weights cache: whether tensor t of the model (the cache's file) is
+ * complete and verified there (the engine refuses one that is not). */
+static bool shoal_cluster__tensor_held(void *ctx, const shoal_gguf_tensor *t)
+{
+	shoal_cluster *cl = ctx;
+	const shoal_gguf *g = cl->model->gguf;
+	const shoal_gguf_tensor *base = shoal_gguf_tensor_at(g, 0);
+	size_t n = shoal_gguf_n_tensors(g);
+	if (!base || t < base || t >= base + n)
+		return false;
+	return shoal_wcache_has(cl->wc, (size_t)(t - base));
+}
+
 /* What a stage and an expert server of assignment a share. */
-static void shoal_cluster_stage_common(const shoal_cluster *cl, const shoal_cluster_assign *a,
+static void shoal_cluster_stage_common(shoal_cluster *cl, const shoal_cluster_assign *a,
                                        shoal_dist_stage_config *c)
 {
+	if (cl->wc) {
+		c->tensor_held = shoal_cluster__tensor_held;
+		c->tensor_held_ctx = cl;
+	}
 	memcpy(c->self, cl->cfg.self, 16);
 	memcpy(c->digest, a->digest, 32);
 	c->epoch = a->epoch;

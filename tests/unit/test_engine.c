@@ -748,6 +748,66 @@ static void test_misaligned_weights(void)
 	shoal_model_free(m);
 }
 
+/* A weights cache holds only what was fetched: cfg.tensor_held names the
+ * held tensors, and an engine whose part binds one that is not held fails
+ * naming it (never reads the hole as zeros); tensors outside its part do
+ * not matter. */
+static const shoal_gguf_tensor *held_refuse;
+static unsigned held_calls;
+static bool held_but_one(void *ctx, const shoal_gguf_tensor *t)
+{
+	(void)ctx;
+	held_calls++;
+	return t != held_refuse;
+}
+
+static void test_tensor_held(void)
+{
+	shoal_model *m = open_model(fx_path("llama_dense", FX_LLAMA_DENSE));
+	if (!m)
+		TEST_SKIP("tests/helpers/gen_fixture could not make a llama fixture");
+	ASSERT_TRUE(m->hp.n_layer >= 2);
+	shoal_engine_config c = shoal_engine_config_default(m);
+	c.backend = shoal_backend_cpu();
+	c.n_ctx = 16;
+	c.tensor_held = held_but_one;
+	shoal_engine *e = NULL;
+	char why[256] = "";
+	held_refuse = NULL;
+	held_calls = 0;
+	ASSERT_EQ(shoal_engine_new(m, &c, &e, why, sizeof why), SHOAL_OK);
+	ASSERT_TRUE(held_calls > 0);
+	shoal_engine_free(e);
+	const shoal_gguf_tensor *refuse[] = {m->layers[0].wq, m->layers[1].ffn_down,
+	                                     m->layers[0].attn_norm, m->tok_embd,
+	                                     m->output_norm};
+	for (size_t i = 0; i < sizeof refuse / sizeof *refuse; i++) {
+		ASSERT_TRUE(refuse[i] != NULL);
+		held_refuse = refuse[i];
+		e = NULL;
+		why[0] = 0;
+		ASSERT_EQ(shoal_engine_new(m, &c, &e, why, sizeof why), SHOAL_ERR_NOTFOUND);
+		ASSERT_TRUE(e == NULL && strstr(why, "not held") && strstr(why, refuse[i]->name));
+	}
+	/* layer 1 only, no embedding: layer 0's wq and the embedding are not
+	 * its part, layer 1's down projection is */
+	c.layer_begin = 1;
+	c.layer_end = 2;
+	c.has_embd = false;
+	c.has_head = false;
+	held_refuse = m->layers[0].wq;
+	ASSERT_EQ(shoal_engine_new(m, &c, &e, why, sizeof why), SHOAL_OK);
+	shoal_engine_free(e);
+	held_refuse = m->tok_embd;
+	ASSERT_EQ(shoal_engine_new(m, &c, &e, why, sizeof why), SHOAL_OK);
+	shoal_engine_free(e);
+	e = NULL;
+	held_refuse = m->layers[1].ffn_down;
+	ASSERT_EQ(shoal_engine_new(m, &c, &e, why, sizeof why), SHOAL_ERR_NOTFOUND);
+	ASSERT_TRUE(e == NULL);
+	shoal_model_free(m);
+}
+
 static void cleanup(void)
 {
 	fx_cleanup();
@@ -765,5 +825,5 @@ TEST_MAIN(TEST_CASE(test_threadpool), TEST_CASE(test_austen_f32_invariants),
           TEST_CASE(test_qwen3moe_invariants), TEST_CASE(test_mixtral_invariants),
           TEST_CASE(test_qwen3moe_partial), TEST_CASE(test_mixtral_partial),
           TEST_CASE(test_bad_batches), TEST_CASE(test_rope_freqs),
-          TEST_CASE(test_misaligned_weights),
+          TEST_CASE(test_misaligned_weights), TEST_CASE(test_tensor_held),
           TEST_CASE(test_cleanup))
