@@ -271,13 +271,15 @@ shoal_xfer_link *shoal_cluster__no_link(void *ctx, const uint8_t peer[16]);
 shoal_xfer_link *shoal_cluster__tensor_in(void *ctx, const uint8_t peer[16]);
 /* How long a group member's wait for slices spins before it blocks: a
  * slice already on its way over loopback or a fast link comes within
- * ~10-20 us; longer waits are the other member still computing, and
+ * ~10-60 us; longer waits are the other member still computing, and
  * spinning then takes the core from it where peers share cores (a dense
- * layer has 4 rounds: at 22 layers, 20 us bounds the spin to 1.8 ms a
- * token). tests/bench/tp_bench.sh on 2 loaded cores (load ~10): spin 0,
- * 50, 200 us left ~46-51 % of the waits blocking alike, the medians
- * favoured 0 and the quietest rounds were equal: noise; 20 us keeps the
- * in-flight case free of a wake-up at a small bound. */
-#define SHOAL_CLUSTER_TP_SPIN_US 20u
+ * layer has 4 rounds: at 22 layers, 200 us bounds the spin to 17.6 ms a
+ * token, reached only when every wait is that long). tests/bench/
+ * tp_bench.sh, 2 pinned peers on 2 quiet cores, 3 runs: the mean wait was
+ * 41-49 us; at 20 us a fifth of the waits blocked and the group made
+ * 1.18-1.32x one peer, at 200 us 3 % blocked and 1.33-1.36x (91-101 % of
+ * the 2-thread process). On 2 loaded cores (load ~10) spin 0, 50 and
+ * 200 us were alike within noise. */
+#define SHOAL_CLUSTER_TP_SPIN_US 200u
 
 #endif

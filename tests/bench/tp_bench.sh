@@ -15,7 +15,7 @@
 #                picks one stage run by a group of both (checked in status),
 #                shares from the probed speeds; one such cluster per spin
 #                (SPINS, the wait's spin in us before it blocks, default
-#                "0 20 200"; 20 is the node's)
+#                "0 20 200"; 200 is the node's, SHOAL_CLUSTER_TP_SPIN_US)
 #   pipeline     2 peers at --mem-limit 650M: 2 stages (checked)
 # Timing as tests/bench/dist_bench.sh: the same greedy prompt for N1 and N2
 # tokens, RUNS rounds of every config in turn; us/token = the median over
@@ -145,7 +145,7 @@ for c in "${CONFIGS[@]}"; do
 	awk -v c="$c" -v us="${US[$c]}" -v one="${US[peer1]}" -v l2="${US[local2]}" 'BEGIN {
 		printf "%-10s %10.1f %9.2f %10.3f %10.3f\n", c, us, 1e6 / us, one / us, l2 / us }'
 done
-g="group$(echo "$SPINS" | tr ' ' '\n' | grep -x 20 || echo "${SPINS%% *}")"
+g="group$(echo "$SPINS" | tr ' ' '\n' | grep -x 200 || echo "${SPINS%% *}")"
 awk -v g="${US[$g]}" -v one="${US[peer1]}" -v l2="${US[local2]}" -v name="$g" 'BEGIN {
 	printf "goals (%s): >= 1.25 x 1 peer: %.3f (%s); >= 90%% of 2 threads: %.1f%% (%s)\n", name,
 	       one / g, (one / g >= 1.25 ? "met" : "NOT met"), 100 * l2 / g, (l2 / g >= 0.9 ? "met" : "NOT met") }'
