@@ -57,8 +57,11 @@
 
 /* Versions this node speaks; a peer that differs is kept in the view but
  * left out of plans (net/swim.c says why in `shoal status`). */
-#define SHOAL_NODE_PROTO_VERSION 4 /* 4: served epochs; 3: OPEN carries the first step */
-#define SHOAL_NODE_SCHED_VERSION 1
+/* 5: OPEN's no-logprob bit, a group's head gather (round HEAD); 4: served
+ * epochs; 3: OPEN carries the first step */
+#define SHOAL_NODE_PROTO_VERSION 5
+/* 2: a last-stage tensor group splits the head by vocab rows */
+#define SHOAL_NODE_SCHED_VERSION 2
 
 /* Timer multiples of the base period B (100 ms by default):
  * PROBE: one link probe every 2 B; with 3 peers x 1 endpoint pair each
