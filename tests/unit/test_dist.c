@@ -32,28 +32,40 @@ static const int32_t PROMPT[] = {1,   450,  338,  263, 8760, 29871, 6967,  9904,
 #define NP ((uint32_t)(sizeof PROMPT / sizeof PROMPT[0]))
 
 /* Run one request through the dc_cluster and the dc_reference; compare. */
+/* Run rq (its tokens into *got, cleared first) through c's owner to the
+ * end: 1 on success, else 0 with the reason on stderr. */
+static int run_request(dc_cluster *c, shoal_dist_request *rq, dc_run_out *got)
+{
+	memset(got, 0, sizeof *got);
+	rq->on_token = dc_collect_token;
+	rq->ctx = got;
+	char why[256] = "";
+	shoal_err e = shoal_dist_owner_generate(c->own, rq, c->owner.links, c->owner.n, 10000, why,
+	                                        sizeof why);
+	if (e)
+		fprintf(stderr, "generate: %s: %s\n", shoal_strerror(e), why);
+	return e == SHOAL_OK;
+}
+
+/* The austen model's two stages, cut after layer 3, 2 session slots. */
+static int two_stages_up(dc_cluster *c, const shoal_model *m)
+{
+	const uint32_t cuts[] = {3};
+	return dc_cluster_up(c, m, cuts, 2, 0, SHOAL_XFER_MAX_FRAME_DEFAULT, 64, false);
+}
+
 static int check_run(dc_cluster *c, const shoal_sampler_params *sp, uint32_t n_gen,
                      const int32_t *prompt, uint32_t np, dc_run_out *got)
 {
 	dc_run_out want;
 	if (dc_reference(c->m, prompt, np, n_gen, sp, &want))
 		return 0;
-	memset(got, 0, sizeof *got);
 	shoal_dist_request rq = {.prompt = prompt,
 	                         .n_prompt = np,
 	                         .max_tokens = n_gen,
 	                         .logprobs = DC_K_TOP,
-	                         .sampler = *sp,
-	                         .on_token = dc_collect_token,
-	                         .ctx = got};
-	char why[256] = "";
-	shoal_err e = shoal_dist_owner_generate(c->own, &rq, c->owner.links, c->owner.n, 10000, why,
-	                                        sizeof why);
-	if (e) {
-		fprintf(stderr, "generate: %s: %s\n", shoal_strerror(e), why);
-		return 0;
-	}
-	return dc_same_run(&want, got);
+	                         .sampler = *sp};
+	return run_request(c, &rq, got) && dc_same_run(&want, got);
 }
 
 /* ---- tests ---------------------------------------------------------------------------- */
@@ -445,8 +457,7 @@ static void test_replay_continues(void)
 	shoal_model *m = dc_open_model("austen-dense-q8_0.gguf");
 	ASSERT_TRUE(m != NULL);
 	dc_cluster c;
-	const uint32_t cuts[] = {3};
-	ASSERT_EQ(dc_cluster_up(&c, m, cuts, 2, 0, SHOAL_XFER_MAX_FRAME_DEFAULT, 64, false), 0);
+	ASSERT_EQ(two_stages_up(&c, m), 0);
 	const uint32_t T = 24, k = 9;
 	int ok = 1;
 	for (int mode = 0; mode < 2; mode++) {
@@ -460,21 +471,13 @@ static void test_replay_continues(void)
 		ok &= dc_reference(m, PROMPT, NP, T, &sp, &want) == 0;
 		memcpy(hist, PROMPT, sizeof PROMPT);
 		memcpy(hist + NP, want.id, k * sizeof *hist);
-		memset(&got, 0, sizeof got);
 		shoal_dist_request rq = {.prompt = hist,
 		                         .n_prompt = NP + k,
 		                         .max_tokens = T - k,
 		                         .logprobs = DC_K_TOP,
 		                         .first_step = k,
-		                         .sampler = sp,
-		                         .on_token = dc_collect_token,
-		                         .ctx = &got};
-		char why[256] = "";
-		shoal_err e = shoal_dist_owner_generate(c.own, &rq, c.owner.links, c.owner.n, 10000,
-		                                        why, sizeof why);
-		if (e)
-			fprintf(stderr, "replay: %s\n", why);
-		ok &= e == SHOAL_OK && got.n == T - k;
+		                         .sampler = sp};
+		ok &= run_request(&c, &rq, &got) && got.n == T - k;
 		for (uint32_t t = 0; ok && t < T - k; t++)
 			ok &= got.id[t] == want.id[k + t] && got.lp[t] == want.lp[k + t];
 		printf("replay from step %u (%s): %u tokens %s the undisturbed run's\n", k,
@@ -492,8 +495,7 @@ static void test_cancel_frees_slots(void)
 	shoal_model *m = dc_open_model("austen-dense-q8_0.gguf");
 	ASSERT_TRUE(m != NULL);
 	dc_cluster c;
-	const uint32_t cuts[] = {3};
-	ASSERT_EQ(dc_cluster_up(&c, m, cuts, 2, 0, SHOAL_XFER_MAX_FRAME_DEFAULT, 64, false), 0);
+	ASSERT_EQ(two_stages_up(&c, m), 0);
 	shoal_sampler_params sp = shoal_sampler_defaults();
 	sp.temp = 0.0f;
 	char why[256];
@@ -533,8 +535,7 @@ static void test_no_logprob(void)
 	shoal_model *m = dc_open_model("austen-dense-q8_0.gguf");
 	ASSERT_TRUE(m != NULL);
 	dc_cluster c;
-	const uint32_t cuts[] = {3};
-	ASSERT_EQ(dc_cluster_up(&c, m, cuts, 2, 0, SHOAL_XFER_MAX_FRAME_DEFAULT, 64, false), 0);
+	ASSERT_EQ(two_stages_up(&c, m), 0);
 	shoal_sampler_params sp = shoal_sampler_defaults();
 	sp.seed = 77;
 	sp.temp = 0.9f;
@@ -545,22 +546,14 @@ static void test_no_logprob(void)
 		uint32_t k;
 		bool no_lp;
 	} cases[3] = {{0, true}, {0, false}, {DC_K_TOP, true}};
-	char why[256] = "";
 	for (int i = 0; i < 3 && ok; i++) {
-		memset(&got[i], 0, sizeof got[i]);
 		shoal_dist_request rq = {.prompt = PROMPT,
 		                         .n_prompt = NP,
 		                         .max_tokens = T,
 		                         .logprobs = cases[i].k,
 		                         .no_logprob = cases[i].no_lp,
-		                         .sampler = sp,
-		                         .on_token = dc_collect_token,
-		                         .ctx = &got[i]};
-		shoal_err e = shoal_dist_owner_generate(c.own, &rq, c.owner.links, c.owner.n, 10000,
-		                                        why, sizeof why);
-		if (e)
-			fprintf(stderr, "generate %d: %s\n", i, why);
-		ok &= e == SHOAL_OK && got[i].n == T;
+		                         .sampler = sp};
+		ok &= run_request(&c, &rq, &got[i]) && got[i].n == T;
 	}
 	dc_cluster_down(&c);
 	shoal_model_free(m);
