@@ -728,11 +728,13 @@ int shoal_cluster_update(shoal_cluster *cl, const shoal_swim_member *v, size_t n
 			/* a warning only when a peer of the plan died: at start (peers
 			 * still joining) and when a peer leaves, us included, it is
 			 * normal */
+			bool died = shoal_cluster_plan_peer_died(cl, v, n);
 			if (strcmp(cl->plan_why, why) || cl->plan)
-				shoal_log(shoal_cluster_plan_peer_died(cl, v, n) ? SHOAL_LOG_WARN
-				                                                 : SHOAL_LOG_INFO,
-				          "cluster", "no plan over %zu peer(s): %s", nc,
+				shoal_log(died ? SHOAL_LOG_WARN : SHOAL_LOG_INFO, "cluster",
+				          "no plan over %zu peer(s): %s", nc,
 				          why[0] ? why : shoal_strerror(e));
+			if (cl->plan)
+				cl->died_us = died ? shoal_clock_now_us() : 0;
 			snprintf(cl->plan_why, sizeof cl->plan_why, "%s",
 			         why[0] ? why : shoal_strerror(e));
 			cl->plan_err = e;
@@ -841,7 +843,11 @@ int shoal_cluster_update(shoal_cluster *cl, const shoal_swim_member *v, size_t n
 	}
 	pthread_mutex_lock(&cl->mu);
 	snprintf(cl->shared_why, sizeof cl->shared_why, "%s", servable ? "" : why);
-	cl->shared_infeasible = !cl->plan && cl->plan_err == SHOAL_ERR_INFEASIBLE;
+	/* refused at once unless a peer of the plan died a moment ago */
+	bool died_lately = cl->died_us && shoal_clock_now_us() - cl->died_us <
+	                                      (uint64_t)SHOAL_CLUSTER_DIED_WAIT_MULT *
+	                                          cl->cfg.base_ms * 1000u;
+	cl->shared_infeasible = !cl->plan && cl->plan_err == SHOAL_ERR_INFEASIBLE && !died_lately;
 	cl->shared_noplan = !cl->plan;
 	pthread_mutex_unlock(&cl->mu);
 	if (servable != cl->servable) {

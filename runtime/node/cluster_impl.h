@@ -54,6 +54,14 @@
  * servable plan; a session this long for its next token before it fails
  * (a stage that hangs without its link breaking or gossip noticing). */
 #define SHOAL_CLUSTER_WAIT_MS     20000u
+/* When the plan went because one of its peers was declared dead, and the
+ * peers left cannot hold the model, a new request still waits this many
+ * base periods (10 s at the default 100 ms) before it is refused: the
+ * death may be false (heavy loss; the peer refutes and the same plan is
+ * back in a few rounds) -- 2.5 suspicion timeouts of a cluster of <= 3,
+ * 1.7 of <= 7. A graceful leave and a cluster that never had a plan
+ * refuse at once. */
+#define SHOAL_CLUSTER_DIED_WAIT_MULT 100u
 #define SHOAL_CLUSTER_SILENCE_MS  30000u
 #define SHOAL_CLUSTER_LINKS       (2 * SHOAL_CLUSTER_MAX_PEERS)
 #define SHOAL_CLUSTER_DEFAULT_CTX 4096u /* the context of local `shoal run` */
@@ -177,6 +185,7 @@ struct shoal_cluster {
 	size_t learn_tried_n;     /* over this many candidates */
 	char plan_why[256];
 	shoal_err plan_err;      /* why there is no plan (INFEASIBLE: memory, or left out) */
+	uint64_t died_us;        /* when the plan went because a peer of it died; 0: it did not */
 	char others_why[400];    /* peers serving another model, as last logged */
 	bool servable;
 	uint8_t ready_digest[32];

@@ -26,6 +26,8 @@
 #  3. swim (gossip): a fraction of every node's datagrams dropped,
 #     corrupted, truncated or delayed for 3 s: a run during it equals the
 #     reference, every node lives, and the plan is servable after.
+#  4. a false death (one node's gossip lost until the others declare it
+#     dead): a request sent as it refutes is served, not refused.
 set -u
 . "$(dirname "$0")/lib.sh"
 DENSE=$DATA/models/austen-dense-q8_0.gguf
@@ -116,4 +118,22 @@ wait_for 60 servable_all 3 $NODES || fail "not servable 60 s after the gossip fa
 remote "$T/after" || fail "the run after the gossip faults: $(cat "$T/after.err")"
 same "ids after the gossip faults" "$T/after" "$T/ref"
 echo "swim: $(fired swim drop) dropped, $(fired swim corrupt) corrupted, $(fired swim truncate) truncated, $(fired swim delay) delayed datagrams; same ids"
+
+# 4. a false death: every datagram d2 sends is lost until d1 declares it
+# dead and has no plan (d1 and d3 cannot hold the model); then d2 is heard
+# again and refutes. A request sent at that moment waits for the plan to
+# come back (SHOAL_CLUSTER_DIED_WAIT_MULT) instead of being refused.
+echo "swim:drop:n=0" >"$T/fault-d2"
+d2_dead() {
+	status d1 && [[ "$("$VC" "$T/st-d1.json" state d2)" =~ ^(dead|none)$ ]] &&
+		[[ "$("$PC" "$T/st-d1.json" servable)" == no* ]]
+}
+wait_for 30 d2_dead || fail "d1 did not declare the silent d2 dead"
+: >"$T/fault-d2"
+t0=$(now_ms)
+remote "$T/r-false" || fail "a request right after a false death: $(cat "$T/r-false.err")"
+same "ids of a request right after a false death" "$T/r-false" "$T/ref"
+echo "false death: the request waited for d2's refutation, same ids in $(($(now_ms) - t0)) ms"
+alive || fail "a node died after the false death"
+wait_for 60 servable_all 3 $NODES || fail "not servable 60 s after the false death"
 echo "PASS"
