@@ -14,7 +14,9 @@
  *
  *   make fuzz-build && tests/fuzz/fuzz_xfer_stream -max_total_time=60 CORPUS
  */
+#include <errno.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -66,6 +68,14 @@ static void seeds(void)
 	fuzz_seed("stream", s, n);
 }
 
+/* Each check has its own message: -O1 may merge plain abort() calls, and
+ * the stack trace then names the wrong line. */
+static void die(const char *what, const char *detail)
+{
+	fprintf(stderr, "fuzz_xfer_stream: %s: %s\n", what, detail);
+	abort();
+}
+
 int LLVMFuzzerInitialize(int *argc, char ***argv)
 {
 	seeds();
@@ -78,7 +88,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		return 0;
 	int sv[2];
 	if (socketpair(AF_UNIX, SOCK_STREAM, 0, sv))
-		abort();
+		die("socketpair", strerror(errno));
 	size_t n = size - 9;
 	uint8_t *s = malloc(n ? n : 1);
 	memcpy(s, data + 9, n);
@@ -99,9 +109,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 			size_t k = 1 + data[1 + c % 8];
 			if (k > n - written)
 				k = n - written;
-			if (write(sv[1], s + written, k) != (ssize_t)k)
-				abort();
-			written += k;
+			ssize_t w = write(sv[1], s + written, k);
+			if (w < 0 && errno == EINTR)
+				continue; /* libFuzzer's -timeout alarm; the same chunk again */
+			if (w <= 0)
+				die("write", w ? strerror(errno) : "wrote nothing");
+			written += (size_t)w;
 		} else {
 			close(sv[1]);
 			sv[1] = -1;
@@ -109,18 +122,21 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		for (;;) {
 			const uint8_t *buf;
 			size_t len;
+			why[0] = '\0'; /* an error must say why: no stale message counts */
 			shoal_err e = xfer__tcp_ops.recv(t, 0, &buf, &len, why, sizeof why);
 			if (e == SHOAL_ERR_TIMEOUT && sv[1] >= 0)
 				break;
 			if (e) {
-				if (!why[0] || e == SHOAL_ERR_TIMEOUT) /* closed: never waits */
-					abort();
+				if (!why[0])
+					die("an error without a message", shoal_strerror(e));
+				if (e == SHOAL_ERR_TIMEOUT) /* closed: never waits */
+					die("a wait on a closed stream", why);
 				done = 1;
 				break;
 			}
 			if (len < SHOAL_XFER_HDR_SIZE || len > S_MAX_FRAME || get32le(buf + 8) != len ||
 			    got + len > written || memcmp(buf, s + got, len))
-				abort();
+				die("a frame that is not the stream's next bytes", "");
 			got += len;
 		}
 	}
