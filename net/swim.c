@@ -121,6 +121,11 @@
  * periods: the left update is in every piggyback meanwhile and reaches
  * everyone in ~ceil(log2 N) rounds. */
 #define LEAVE_LINGER_MULT 2u
+/* LEAVE_TELL_MAX: a leaver tells up to this many live peers directly (all
+ * of a small cluster, distinct ones), at once and again every period of the
+ * linger: piggybacks alone reach a peer of a small cluster only through a
+ * few probes, and one lost message meant a false death later. */
+#define LEAVE_TELL_MAX 8u
 /* Piggyback bounds: at most 32 updates and 16 KiB per probe message. A
  * join storm of N peers needs N updates at every peer; ~2 messages/period
  * x 32 updates absorbs 64 new peers per period, so even N = 1024 joining at
@@ -190,6 +195,7 @@ struct shoal_swim {
 	size_t n_live;    /* alive + suspect, self included */
 	size_t n_suspect; /* suspect entries */
 	int leaving;
+	uint64_t next_tell_us; /* leaving: when to tell the live peers again */
 
 	struct member **probe; /* round-robin order */
 	size_t probe_n, probe_cap, probe_i;
@@ -1039,6 +1045,8 @@ static void joins_tick(shoal_swim *sw, uint64_t now)
 	}
 }
 
+static void leave_tell(shoal_swim *sw);
+
 void shoal_swim_tick(shoal_swim *sw)
 {
 	uint64_t now = now_us(sw);
@@ -1078,12 +1086,18 @@ void shoal_swim_tick(shoal_swim *sw)
 			send_pushpull(sw, m->ep, 1);
 		sw->next_dead_pp_us = now + (uint64_t)DEAD_PP_MULT * sw->period_us;
 	}
+	if (sw->leaving && now >= sw->next_tell_us) {
+		leave_tell(sw);
+		sw->next_tell_us = now + sw->period_us;
+	}
 	joins_tick(sw, now);
 }
 
 uint64_t shoal_swim_next_wakeup_us(const shoal_swim *sw)
 {
 	uint64_t t = sw->next_probe_us;
+	if (sw->leaving && sw->next_tell_us < t)
+		t = sw->next_tell_us;
 	if (sw->next_dead_pp_us < t)
 		t = sw->next_dead_pp_us;
 	if (sw->pr.active) {
@@ -1260,6 +1274,30 @@ shoal_err shoal_swim_join(shoal_swim *sw, const char *endpoint)
 	return SHOAL_OK;
 }
 
+/* While leaving: a ping carrying our left update to LEAVE_TELL_MAX
+ * distinct live peers (all of them when there are no more), from a random
+ * start, so the news also starts from that many places at once. */
+static void leave_tell(shoal_swim *sw)
+{
+	size_t n_alive = 0;
+	for (size_t i = 0; i < sw->n; i++)
+		n_alive += sw->m[i] != sw->self && sw->m[i]->state == SHOAL_SWIM_STATE_ALIVE;
+	if (!n_alive)
+		return;
+	size_t skip = rnd(sw, n_alive), told = 0;
+	for (size_t j = 0; j < 2 * sw->n && told < LEAVE_TELL_MAX && told < n_alive; j++) {
+		struct member *m = sw->m[j % sw->n];
+		if (m == sw->self || m->state != SHOAL_SWIM_STATE_ALIVE)
+			continue;
+		if (skip) {
+			skip--;
+			continue;
+		}
+		send_probe_msg(sw, m->ep, SHOAL_WIRE_PING, ++sw->seq, &m->id, NULL, sw->self);
+		told++;
+	}
+}
+
 void shoal_swim_leave(shoal_swim *sw)
 {
 	if (sw->leaving)
@@ -1269,15 +1307,8 @@ void shoal_swim_leave(shoal_swim *sw)
 	queue_update(sw, sw->self);
 	if (sw->ops->incarnation_changed)
 		sw->ops->incarnation_changed(sw->ctx, sw->self->inc);
-	/* Tell ceil(log2(N+1)) peers at once: the news starts from that many
-	 * places instead of one and needs ~1 round less per doubling. */
-	unsigned fan = log2n(sw->n_live + 1);
-	for (unsigned i = 0; i < fan; i++) {
-		struct member *m = random_live(sw, NULL);
-		if (m)
-			send_probe_msg(sw, m->ep, SHOAL_WIRE_PING, ++sw->seq, &m->id, NULL,
-			               sw->self);
-	}
+	leave_tell(sw);
+	sw->next_tell_us = now_us(sw) + sw->period_us;
 }
 
 uint64_t shoal_swim_leave_linger_us(const shoal_swim *sw)
