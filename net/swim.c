@@ -1275,24 +1275,16 @@ shoal_err shoal_swim_join(shoal_swim *sw, const char *endpoint)
 }
 
 /* While leaving: a ping carrying our left update to LEAVE_TELL_MAX
- * distinct live peers (all of them when there are no more), from a random
- * start, so the news also starts from that many places at once. */
+ * distinct live peers (all of them when there are no more), the first at
+ * a random place in the table, so the news also starts from that many
+ * places at once. */
 static void leave_tell(shoal_swim *sw)
 {
-	size_t n_alive = 0;
-	for (size_t i = 0; i < sw->n; i++)
-		n_alive += sw->m[i] != sw->self && sw->m[i]->state == SHOAL_SWIM_STATE_ALIVE;
-	if (!n_alive)
-		return;
-	size_t skip = rnd(sw, n_alive), told = 0;
-	for (size_t j = 0; j < 2 * sw->n && told < LEAVE_TELL_MAX && told < n_alive; j++) {
-		struct member *m = sw->m[j % sw->n];
+	size_t start = sw->n ? rnd(sw, sw->n) : 0, told = 0;
+	for (size_t j = 0; j < sw->n && told < LEAVE_TELL_MAX; j++) {
+		struct member *m = sw->m[(start + j) % sw->n];
 		if (m == sw->self || m->state != SHOAL_SWIM_STATE_ALIVE)
 			continue;
-		if (skip) {
-			skip--;
-			continue;
-		}
 		send_probe_msg(sw, m->ep, SHOAL_WIRE_PING, ++sw->seq, &m->id, NULL, sw->self);
 		told++;
 	}
