@@ -111,7 +111,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 				k = n - written;
 			ssize_t w = write(sv[1], s + written, k);
 			if (w < 0 && errno == EINTR)
-				continue; /* libFuzzer's -timeout alarm; the same chunk again */
+				continue; /* libFuzzer's -timeout alarm: write again from the same offset */
 			if (w <= 0)
 				die("write", w ? strerror(errno) : "wrote nothing");
 			written += (size_t)w;
