@@ -23,6 +23,8 @@
 
 #include "base/clock.h"
 #include "models/model.h"
+#include "runtime/cpu/kernels.h"
+#include "runtime/cpu/kernels_probe.h"
 #include "runtime/backend.h"
 #include "runtime/cli/cli.h"
 #include "runtime/engine/engine.h"
@@ -226,6 +228,11 @@ int shoal_cmd_bench(int argc, char **argv)
 	for (long p = 0; p < max_ctx; p++)
 		toks[p] = (int32_t)(((uint64_t)p * 7919 + 1) % n_vocab);
 
+	/* the weight prefetch, chosen as a node chooses it (kernels_probe.h) */
+	shoal_kernels_probe_result pr;
+	if (shoal_kernels_probe(NULL, 300, &pr) != SHOAL_OK)
+		memset(&pr, 0, sizeof pr);
+
 	/* warm-up: one token at position 0 touches every weight page */
 	shoal_gen_request rq = {.prompt = toks, .n_prompt = 1, .max_tokens = 1};
 	if ((err = shoal_gen_run(gen, &rq, NULL, why, sizeof why)))
@@ -287,11 +294,14 @@ int shoal_cmd_bench(int argc, char **argv)
 		       "\"decode_best_tok_s\": %.3f, \"decode_best_fraction\": %.4f, "
 		       "\"decode_cpu_tok_s\": %.3f, \"decode_median_ms\": %.3f, "
 		       "\"decode_p10_ms\": %.3f, \"decode_p90_ms\": %.3f, "
-		       "\"gflop_per_token\": %.3f, \"peak_rss_bytes\": %llu, \"prefill\": [",
+		       "\"gflop_per_token\": %.3f, \"peak_rss_bytes\": %llu, \"isa\": \"%s\", "
+		       "\"prefetch\": \"%s\", \"probe_gbps\": %.3f, \"probe_gbps_other\": %.3f, "
+		       "\"prefill\": [",
 		       model, threads, dev.name, prompts[0], n_gen, pp[0], tg[0], dev.read_gbps,
 		       (unsigned long long)bpt, bound, bound > 0 ? tg[0] / bound : 0, best[0],
-		       bound > 0 ? best[0] / bound : 0, tg_cpu[0], med[0], p10[0], p90[0], gflop_tok,
-		       (unsigned long long)peak);
+		       bound > 0 ? best[0] / bound : 0, tg_cpu[0], med[0], p10[0], p90[0],
+		       gflop_tok, (unsigned long long)peak, shoal_kernels_best()->isa,
+		       shoal_kernels_prefetch(), pr.gemv_gbps, pr.gemv_gbps_other);
 		for (int k = 0; k < n_prompts; k++)
 			printf("%s{\"tokens\": %ld, \"tok_s\": %.3f, \"gflop_s\": %.2f}", k ? ", " : "",
 			       prompts[k], pp[k], pp[k] * gflop_tok);
@@ -307,6 +317,12 @@ int shoal_cmd_bench(int argc, char **argv)
 		printf("model      %s (%s, %u layers)\n", model, shoal_arch_name(m->hp.arch),
 		       m->hp.n_layer);
 		printf("device     %s, %.2f GB/s read\n", dev.name, dev.read_gbps);
+		printf("kernels    %s, weight prefetch %s (probe: %.2f GB/s mat-vec",
+		       shoal_kernels_best()->isa, shoal_kernels_prefetch(), pr.gemv_gbps);
+		if (pr.gemv_gbps_other > 0)
+			printf("; %.2f GB/s with %s", pr.gemv_gbps_other,
+			       strcmp(shoal_kernels_prefetch(), "l2") ? "l2" : "l1");
+		printf(")\n");
 		for (int k = 0; k < n_prompts; k++)
 			printf("prefill    %.2f tok/s, %.1f GFLOP/s (%ld tokens)\n", pp[k],
 			       pp[k] * gflop_tok, prompts[k]);

@@ -111,10 +111,66 @@ static int kernels_arm_dotprod(void)
 }
 #endif
 
+/* ---- where weights are prefetched (kernels.h) ------------------------------------ */
+
+int kernels__pf_l2 = 0;
+static int kernels_pf_fixed;
+
+static void kernels_pf_choose(void)
+{
+	const char *want = getenv("SHOAL_PREFETCH");
+	if (want && (!strcmp(want, "l1") || !strcmp(want, "l2"))) {
+		kernels__pf_l2 = want[1] == '2';
+		kernels_pf_fixed = 1;
+		return;
+	}
+	if (want && *want)
+		fprintf(stderr, "shoal: SHOAL_PREFETCH=%s is neither l1 nor l2; choosing by CPU\n",
+		        want);
+#if defined(KERNELS_HAVE_X86)
+	unsigned a, b, c, d;
+	if (__get_cpuid(0, &a, &b, &c, &d)) {
+		char vendor[13];
+		memcpy(vendor, &b, 4);
+		memcpy(vendor + 4, &d, 4);
+		memcpy(vendor + 8, &c, 4);
+		vendor[12] = '\0';
+		kernels__pf_l2 = !strcmp(vendor, "GenuineIntel");
+	}
+#else
+	kernels__pf_l2 = 1;
+#endif
+}
+
+static pthread_once_t kernels_pf_once = PTHREAD_ONCE_INIT;
+
+const char *shoal_kernels_prefetch(void)
+{
+	pthread_once(&kernels_pf_once, kernels_pf_choose);
+	return kernels__pf_l2 ? "l2" : "l1";
+}
+
+int shoal_kernels_prefetch_fixed(void)
+{
+	pthread_once(&kernels_pf_once, kernels_pf_choose);
+	return kernels_pf_fixed;
+}
+
+void shoal_kernels_set_prefetch(int l2)
+{
+	pthread_once(&kernels_pf_once, kernels_pf_choose);
+#if defined(KERNELS_HAVE_X86)
+	kernels__pf_l2 = l2 != 0;
+#else
+	(void)l2;
+#endif
+}
+
 /* ---- by name and best ---------------------------------------------------------- */
 
 const shoal_kernels *shoal_kernels_by_name(const char *isa)
 {
+	pthread_once(&kernels_pf_once, kernels_pf_choose);
 	if (!isa)
 		return NULL;
 	if (!strcmp(isa, "scalar"))
@@ -141,6 +197,7 @@ static const shoal_kernels *kernels_best;
 
 static void kernels_choose(void)
 {
+	pthread_once(&kernels_pf_once, kernels_pf_choose);
 	static const char *const order[] = {"avx512", "avx2", "neon", "scalar"};
 	const char *want = getenv("SHOAL_ISA");
 	if (want && *want) {

@@ -82,4 +82,18 @@ const shoal_kernels *shoal_kernels_best(void);
 const shoal_kernels *shoal_kernels_by_name(const char *isa);
 const shoal_kernels *shoal_kernels_scalar(void);
 
+/* Where every table's streaming loops prefetch weights on x86: "l1"
+ * (prefetcht0, every cache level) or "l2" (prefetcht1, L2 and below);
+ * "l2" elsewhere (NEON's PLDL2KEEP, fixed). Neither is fastest on every
+ * CPU (kernels_shell.h has the figures), so the choice starts from the
+ * vendor (Intel "l2", others "l1"), the start-up probe
+ * (kernels_probe.h) may replace it by the faster of the two it measured,
+ * and SHOAL_PREFETCH=l1|l2 fixes it (the probe then leaves it). Results
+ * are bitwise the same either way: only speed changes. */
+const char *shoal_kernels_prefetch(void);
+/* Whether SHOAL_PREFETCH fixed the choice. */
+int shoal_kernels_prefetch_fixed(void);
+/* Set "l2" (nonzero) or "l1"; ignored on a non-x86 build. */
+void shoal_kernels_set_prefetch(int l2);
+
 #endif

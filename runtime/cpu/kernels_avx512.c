@@ -8,7 +8,8 @@
  * Part: runtime/, room cpu/. The order of accumulation of each dot product
  * (fixed per ISA, see test_kernels.c) is given below the includes.
  * Divisions: helpers, float types, Q8_0/Q4_0 (and Q5_0, IQ4_NL, MXFP4, Q5_1),
- * Q4_K/Q5_K, Q6_K, Q2_K/Q3_K/IQ4_XS, the table.
+ * Q4_K/Q5_K, Q6_K, Q2_K/Q3_K/IQ4_XS, attention (zmm twins of kernels_x86.h's
+ * loops, the same bits), the table.
  */
 #include "runtime/cpu/kernels_x86.h"
 
@@ -380,6 +381,191 @@ KERNELS__X86_KQ_MIN_TILE(k5_tile_q2_k, kernels__block_q2_k, kernels__x86_q2k_lan
 KERNELS__X86_KQ_TILE(k5_tile_q3_k, kernels__block_q3_k, kernels__x86_q3k_lanes)
 KERNELS__X86_KQ_TILE(k5_tile_iq4_xs, kernels__block_iq4_xs, kernels__x86_iq4xs_lanes)
 
+/* ---- attention (kernels.h's order; products and sums, never fused) -------------------------
+ * Scores: a zmm holds two query heads' 8 lanes (the p_j of kernels.h) side
+ * by side, the K row's 8 floats broadcast to both halves; a tile is 4 heads
+ * x 4 positions (8 accumulators), reduced together by three rounds of
+ * shuffles and adds that keep kernels.h's pairing ((p0 + p4) + (p2 + p6)) +
+ * ((p1 + p5) + (p3 + p7)), leaving one zmm of 16 scores, a head's 4
+ * positions per 128-bit lane. Values: 16 elements of o per zmm, 4 heads x
+ * up to 64 elements in registers over all positions; a masked load for a
+ * head size that is not a multiple of 16. Edges (heads past a multiple of 4,
+ * positions past a multiple of 4) go through the 256-bit loops of
+ * kernels_x86.h, which give the same bits. */
+
+/* Two heads' rows of q, 8 floats each, interleaved per chunk of 8:
+ * qp[c] = (q_a[8 c .. 8 c + 7], q_b[8 c .. 8 c + 7]). */
+KERNELS__INLINE void k5_attn_pack2(const float *qa, const float *qb, int h8, __m512 *qp)
+{
+	for (int i = 0, c = 0; i < h8; i += 8, c++)
+		qp[c] = _mm512_castpd_ps(_mm512_insertf64x4(
+		    _mm512_castpd256_pd512(_mm256_castps_pd(_mm256_loadu_ps(qa + i))),
+		    _mm256_castps_pd(_mm256_loadu_ps(qb + i)), 1));
+}
+
+/* The 16 scores of heads q0 .. q0 + 3 at positions t .. t + 3, reduced. */
+KERNELS__INLINE __m512 k5_attn_tile(const __m512 *qp0, const __m512 *qp1, const float *kt,
+                                    size_t k_ld, int h8)
+{
+	__m512 a[8]; /* a[2 j + hp]: position t + j, head pair hp */
+	KERNELS__UNROLL for (int j = 0; j < 8; j++) a[j] = _mm512_setzero_ps();
+	for (int i = 0, c = 0; i < h8; i += 8, c++) {
+		KERNELS__UNROLL for (int j = 0; j < 4; j++)
+		{
+			__m512 kv = _mm512_castpd_ps(_mm512_broadcast_f64x4(
+			    _mm256_castps_pd(_mm256_loadu_ps(kt + (size_t)j * k_ld + i))));
+			a[2 * j] = _mm512_add_ps(a[2 * j], _mm512_mul_ps(qp0[c], kv));
+			a[2 * j + 1] = _mm512_add_ps(a[2 * j + 1], _mm512_mul_ps(qp1[c], kv));
+		}
+	}
+	/* round 1: p_j + p_(j+4) (the two 128-bit lanes of each half) */
+	__m512 s[4];
+	KERNELS__UNROLL for (int m = 0; m < 4; m++)
+	{
+		__m512 x = _mm512_shuffle_f32x4(a[2 * m], a[2 * m + 1], _MM_SHUFFLE(2, 0, 2, 0));
+		__m512 y = _mm512_shuffle_f32x4(a[2 * m], a[2 * m + 1], _MM_SHUFFLE(3, 1, 3, 1));
+		s[m] = _mm512_add_ps(x, y);
+	}
+	/* round 2: (s0 + s2), (s1 + s3) */
+	__m512 w[2];
+	KERNELS__UNROLL for (int m = 0; m < 2; m++)
+	{
+		__m512 u = _mm512_shuffle_ps(s[2 * m], s[2 * m + 1], _MM_SHUFFLE(1, 0, 1, 0));
+		__m512 v = _mm512_shuffle_ps(s[2 * m], s[2 * m + 1], _MM_SHUFFLE(3, 2, 3, 2));
+		w[m] = _mm512_add_ps(u, v);
+	}
+	/* round 3: the two halves; element 4 k + m is head k at position t + m */
+	__m512 e = _mm512_shuffle_ps(w[0], w[1], _MM_SHUFFLE(2, 0, 2, 0));
+	__m512 o = _mm512_shuffle_ps(w[0], w[1], _MM_SHUFFLE(3, 1, 3, 1));
+	return _mm512_add_ps(e, o);
+}
+
+static void k5_attn_scores(const float *q, int ng, int hd, const float *k, size_t k_ld, int n,
+                           float scale, float *s, size_t s_ld)
+{
+	const int h8 = hd & ~7, n4 = n & ~3;
+	if (h8 == 0 || hd > 512) {
+		kernels__x86_attn_scores(q, ng, hd, k, k_ld, n, scale, s, s_ld);
+		return;
+	}
+	__m512 qp[2][64];
+	const __m512 vscale = _mm512_set1_ps(scale);
+	int g = 0;
+	for (; g + 4 <= ng; g += 4) {
+		const float *qg = q + (size_t)g * hd;
+		k5_attn_pack2(qg, qg + hd, h8, qp[0]);
+		k5_attn_pack2(qg + 2 * (size_t)hd, qg + 3 * (size_t)hd, h8, qp[1]);
+		for (int t = 0; t < n4; t += 4) {
+			const float *kt = k + (size_t)t * k_ld;
+			KERNELS__UNROLL for (int j = 0; j < 4; j++) kernels__x86_prefetch_row(
+			    kt + (KERNELS__X86_ATTN_AHEAD + j) * k_ld, hd);
+			__m512 r = k5_attn_tile(qp[0], qp[1], kt, k_ld, h8);
+			/* + the tail (0.0f without one: the scalar sum adds it too) */
+			__m512 tv = _mm512_setzero_ps();
+			if (h8 < hd) {
+				float tail[16];
+				for (int kk = 0; kk < 4; kk++)
+					for (int m = 0; m < 4; m++)
+						tail[4 * kk + m] = kernels__x86_dot_tail(
+						    qg + (size_t)kk * hd, kt + (size_t)m * k_ld, h8,
+						    hd);
+				tv = _mm512_loadu_ps(tail);
+			}
+			r = _mm512_mul_ps(_mm512_add_ps(r, tv), vscale);
+			float *st = s + (size_t)g * s_ld + (size_t)t;
+			_mm_storeu_ps(st, _mm512_castps512_ps128(r));
+			_mm_storeu_ps(st + s_ld, _mm512_extractf32x4_ps(r, 1));
+			_mm_storeu_ps(st + 2 * s_ld, _mm512_extractf32x4_ps(r, 2));
+			_mm_storeu_ps(st + 3 * s_ld, _mm512_extractf32x4_ps(r, 3));
+		}
+		if (n4 < n)
+			kernels__x86_attn_scores(qg, 4, hd, k + (size_t)n4 * k_ld, k_ld, n - n4,
+			                         scale, s + (size_t)g * s_ld + (size_t)n4, s_ld);
+	}
+	if (g < ng)
+		kernels__x86_attn_scores(q + (size_t)g * hd, ng - g, hd, k, k_ld, n, scale,
+		                         s + (size_t)g * s_ld, s_ld);
+}
+
+/* o[g0 .. g0 + G)[d0 .. d0 + 16 W), the last chunk masked by mlast. */
+KERNELS__INLINE void k5_values_tile(const float *p, size_t p_ld, int g0, const int G, int hd,
+                                    int d0, const int W, __mmask16 mlast, const float *v,
+                                    size_t v_ld, int n, float *o)
+{
+	__m512 a[4][4];
+	KERNELS__UNROLL for (int g = 0; g < G; g++) KERNELS__UNROLL for (int w = 0; w < W; w++)
+	    a[g][w] = _mm512_setzero_ps();
+	const float *pg = p + (size_t)g0 * p_ld;
+	for (int t = 0; t < n; t++) {
+		const float *vt = v + (size_t)t * v_ld + d0;
+		kernels__prefetch_line(vt + KERNELS__X86_ATTN_AHEAD * v_ld);
+		__m512 vv[4];
+		KERNELS__UNROLL for (int w = 0; w < W; w++)
+		{
+			if (w == W - 1)
+				vv[w] = _mm512_maskz_loadu_ps(mlast, vt + 16 * w);
+			else
+				vv[w] = _mm512_loadu_ps(vt + 16 * w);
+			if (w > 0)
+				kernels__prefetch_line(vt + KERNELS__X86_ATTN_AHEAD * v_ld +
+				                       16 * w);
+		}
+		KERNELS__UNROLL for (int g = 0; g < G; g++)
+		{
+			__m512 pb = _mm512_set1_ps(pg[(size_t)g * p_ld + (size_t)t]);
+			KERNELS__UNROLL for (int w = 0; w < W; w++) a[g][w] =
+			    _mm512_add_ps(a[g][w], _mm512_mul_ps(pb, vv[w]));
+		}
+	}
+	KERNELS__UNROLL for (int g = 0; g < G; g++) KERNELS__UNROLL for (int w = 0; w < W; w++)
+	{
+		float *og = o + (size_t)(g0 + g) * hd + d0 + 16 * w;
+		if (w == W - 1)
+			_mm512_mask_storeu_ps(og, mlast, a[g][w]);
+		else
+			_mm512_storeu_ps(og, a[g][w]);
+	}
+}
+
+static void k5_attn_values(const float *p, size_t p_ld, int ng, int hd, const float *v, size_t v_ld,
+                           int n, float *o)
+{
+	for (int d = 0; d < hd; d += 64) {
+		int left = hd - d, W = left >= 64 ? 4 : (left + 15) / 16;
+		int last = left >= 64 ? 16 : left - 16 * (W - 1);
+		__mmask16 m = (__mmask16)((1u << last) - 1u);
+		for (int g = 0; g < ng; g += 4) {
+			int G = ng - g >= 4 ? 4 : ng - g;
+#define K5_VT(GG, WW)                                                                              \
+	case 4 * (GG) + (WW):                                                                      \
+		k5_values_tile(p, p_ld, g, GG, hd, d, WW, m, v, v_ld, n, o);                       \
+		break
+			switch (4 * G + W) {
+				K5_VT(1, 1);
+				K5_VT(1, 2);
+				K5_VT(1, 3);
+				K5_VT(1, 4);
+				K5_VT(2, 1);
+				K5_VT(2, 2);
+				K5_VT(2, 3);
+				K5_VT(2, 4);
+				K5_VT(3, 1);
+				K5_VT(3, 2);
+				K5_VT(3, 3);
+				K5_VT(3, 4);
+				K5_VT(4, 1);
+				K5_VT(4, 2);
+				K5_VT(4, 3);
+				K5_VT(4, 4);
+			}
+#undef K5_VT
+		}
+	}
+}
+
+#define k5_softmax      kernels__x86_softmax
+#define k5_quantize_act kernels__x86_quantize_act
+
 /* ---- the table ---------------------------------------------------------------------- */
 
 #if KERNELS_VNNI
@@ -390,7 +576,7 @@ KERNELS__X86_KQ_TILE(k5_tile_iq4_xs, kernels__block_iq4_xs, kernels__x86_iq4xs_l
 #define K5_ISA   "avx512bw"
 #endif
 
-KERNELS__TABLE(K5_TABLE, K5_ISA, k5, kernels__x86,
+KERNELS__TABLE(K5_TABLE, K5_ISA, k5, k5,
                .tile = {[KERNELS__W_F32] = k5_tile_f32,
                         [KERNELS__W_F16] = k5_tile_f16,
                         [KERNELS__W_BF16] = k5_tile_bf16,

@@ -32,31 +32,38 @@
  * read bound on one EPYC host (1 thread, into L2). */
 #define KERNELS__PF_AHEAD 4096
 
-/* The locality of those prefetches. x86: 3 (prefetcht0, every level). Into
- * L2 only (prefetcht1) was the choice on that host, but on a Zen 4 EPYC
- * (avx512_bf16) it halved decode: 1.1B Q8_0, 1 thread, 9.6-10.0 tok/s with
- * prefetcht1 at 4 KB against 19-22 with prefetcht0 at any distance 0-8 KB
- * or none, in the AVX-512 and AVX2 tables alike, mapped or in huge pages.
- * Elsewhere (NEON: PRFM PLDL2KEEP) 2, as measured before. */
-#if defined(__x86_64__) || defined(__i386__)
-#define KERNELS__PF_LOCALITY 3
-#else
-#define KERNELS__PF_LOCALITY 2
-#endif
+/* The locality of those prefetches. x86 chooses at run time, as
+ * kernels__pf_l2 says (kernels.c: by vendor, then by the start-up probe,
+ * SHOAL_PREFETCH to fix it): prefetcht0 (every level) or prefetcht1 (L2 and
+ * below). Neither wins everywhere: on a Zen 4 EPYC (avx512_bf16) prefetcht1
+ * halved decode (1.1B Q8_0, 1 thread, 9.6-10.0 tok/s against 19-22 with
+ * prefetcht0); on a Xeon with AMX (2 vCPUs, a VM) prefetcht0 held Q8_0 gemv
+ * to 8.7-9.3 GB/s, 82-87 % of a plain read of the same bytes, and
+ * prefetcht1 or prefetcht2 gave 11.1-11.4 GB/s, 107-111 % (the line fill
+ * buffers that prefetcht0 holds are few; the L2 streamer keeps more lines
+ * in flight). Elsewhere (NEON: PRFM PLDL2KEEP) locality 2, as measured
+ * before. */
+extern int kernels__pf_l2;
 
-/* Prefetch for reading the line at p, with KERNELS__PF_LOCALITY. */
+/* Prefetch for reading the line at p, with the locality above. */
 KERNELS__INLINE void kernels__prefetch_line(const void *p)
 {
-	__builtin_prefetch(p, 0, KERNELS__PF_LOCALITY);
+#if defined(__x86_64__) || defined(__i386__)
+	if (kernels__pf_l2)
+		__builtin_prefetch(p, 0, 2);
+	else
+		__builtin_prefetch(p, 0, 3);
+#else
+	__builtin_prefetch(p, 0, 2);
+#endif
 }
 
-/* Prefetch for reading, with KERNELS__PF_LOCALITY, the lines of a block
+/* Prefetch for reading, as kernels__prefetch_line, the lines of a block
  * KERNELS__PF_AHEAD bytes on. */
 KERNELS__INLINE void kernels__prefetch_block(const void *p, size_t bytes)
 {
 	for (size_t o = 0; o < bytes; o += 64)
-		__builtin_prefetch((const char *)p + KERNELS__PF_AHEAD + o, 0,
-		                   KERNELS__PF_LOCALITY);
+		kernels__prefetch_line((const char *)p + KERNELS__PF_AHEAD + o);
 }
 
 /* ---- tiles and drivers ----------------------------------------------------------

@@ -550,7 +550,7 @@ static void kernels__x86_softmax(float *s, int n)
 KERNELS__INLINE void kernels__x86_prefetch_row(const float *p, int n)
 {
 	for (int i = 0; i < n; i += 16)
-		_mm_prefetch((const char *)(p + i), _MM_HINT_T0);
+		kernels__prefetch_line(p + i);
 }
 
 KERNELS__INLINE float kernels__x86_dot_tail(const float *a, const float *c, int i, int n)
@@ -607,10 +607,9 @@ KERNELS__INLINE void kernels__x86_values_tile(const float *p, size_t p_ld, int g
 	    a[g][w] = _mm256_setzero_ps();
 	for (int t = 0; t < n; t++) {
 		const float *vt = v + (size_t)t * v_ld + d0;
-		_mm_prefetch((const char *)(vt + KERNELS__X86_ATTN_AHEAD * v_ld), _MM_HINT_T0);
+		kernels__prefetch_line(vt + KERNELS__X86_ATTN_AHEAD * v_ld);
 		if (W == 2)
-			_mm_prefetch((const char *)(vt + KERNELS__X86_ATTN_AHEAD * v_ld + 15),
-			             _MM_HINT_T0);
+			kernels__prefetch_line(vt + KERNELS__X86_ATTN_AHEAD * v_ld + 15);
 		__m256 vv[2];
 		KERNELS__UNROLL for (int w = 0; w < W; w++) vv[w] = _mm256_loadu_ps(vt + 8 * w);
 		KERNELS__UNROLL for (int g = 0; g < G; g++)
@@ -624,8 +623,9 @@ KERNELS__INLINE void kernels__x86_values_tile(const float *p, size_t p_ld, int g
 	    _mm256_storeu_ps(o + (size_t)(g0 + g) * hd + d0 + 8 * w, a[g][w]);
 }
 
-static void kernels__x86_attn_values(const float *p, size_t p_ld, int ng, int hd, const float *v,
-                                     size_t v_ld, int n, float *o)
+__attribute__((unused)) static void kernels__x86_attn_values(const float *p, size_t p_ld, int ng,
+                                                             int hd, const float *v, size_t v_ld,
+                                                             int n, float *o)
 {
 	int g = 0;
 	for (; g < ng; g += 4) {

@@ -184,7 +184,9 @@ static void shoal_node_remove_control(shoal_node *n)
 #define SHOAL_NODE_PROBE_MS 150u
 
 /* The figures are kept in the state directory (SHOAL_NODE_PROBE_FILE: one
- * line "shoal-probe 1 ISA MB_S MFLOPS UNIX_SECONDS") and used again by the
+ * line "shoal-probe 2 ISA MB_S MFLOPS UNIX_SECONDS PREFETCH", the last the
+ * weight prefetch the probe chose, kernels.h; a version 1 line is measured
+ * again) and used again by the
  * next start on the same kernels within SHOAL_NODE_PROBE_KEEP_S, unless
  * --reprobe: a restarted peer then publishes the record it had, so its
  * peers' plan still holds and a restart changes no plan (a new measurement
@@ -194,23 +196,29 @@ static void shoal_node_remove_control(shoal_node *n)
 
 static bool shoal_node_probe_load(const char *dir, shoal_record *r)
 {
-	char path[1100], isa[32];
+	char path[1100], isa[32], pf[8];
 	snprintf(path, sizeof path, "%s/%s", dir, SHOAL_NODE_PROBE_FILE);
 	FILE *f = fopen(path, "r");
 	if (!f)
 		return false;
 	unsigned long long mb = 0, mf = 0, at = 0;
-	int k = fscanf(f, "shoal-probe 1 %31s %llu %llu %llu", isa, &mb, &mf, &at);
+	int k = fscanf(f, "shoal-probe 2 %31s %llu %llu %llu %7s", isa, &mb, &mf, &at, pf);
 	fclose(f);
 	time_t now = time(NULL);
-	if (k != 4 || strcmp(isa, shoal_kernels_best()->isa) || !mb || !mf || at > (unsigned long long)now ||
-	    (unsigned long long)now - at > SHOAL_NODE_PROBE_KEEP_S)
+	if (k != 5 || strcmp(isa, shoal_kernels_best()->isa) || !mb || !mf ||
+	    at > (unsigned long long)now ||
+	    (unsigned long long)now - at > SHOAL_NODE_PROBE_KEEP_S ||
+	    (strcmp(pf, "l1") && strcmp(pf, "l2")))
 		return false;
+	if (!shoal_kernels_prefetch_fixed())
+		shoal_kernels_set_prefetch(!strcmp(pf, "l2"));
 	r->compute_mb_s = mb;
 	r->compute_mflops = mf;
-	SHOAL_LOG_I("node", "compute probe (%s, kept from %llu s ago; --reprobe measures again): "
-	                    "%.2f GB/s mat-vec, %.2f GFLOP/s mat-mul",
-	            isa, (unsigned long long)now - at, (double)mb / 1000.0, (double)mf / 1000.0);
+	SHOAL_LOG_I("node",
+	            "compute probe (%s, kept from %llu s ago; --reprobe measures again): "
+	            "%.2f GB/s mat-vec, %.2f GFLOP/s mat-mul, weight prefetch %s",
+	            isa, (unsigned long long)now - at, (double)mb / 1000.0, (double)mf / 1000.0,
+	            shoal_kernels_prefetch());
 	return true;
 }
 
@@ -225,13 +233,17 @@ static void shoal_node_compute_probe(const char *dir, bool reprobe, shoal_record
 	}
 	r->compute_mb_s = (uint64_t)(res.gemv_gbps * 1000.0);     /* GB/s -> MB/s */
 	r->compute_mflops = (uint64_t)(res.gemm_gflops * 1000.0); /* GFLOP/s -> MFLOP/s */
-	SHOAL_LOG_I("node", "compute probe (%s, %u ms): %.2f GB/s mat-vec, %.2f GFLOP/s mat-mul",
-	            res.isa ? res.isa : "?", res.elapsed_ms, res.gemv_gbps, res.gemm_gflops);
+	SHOAL_LOG_I("node",
+	            "compute probe (%s, %u ms): %.2f GB/s mat-vec, %.2f GFLOP/s mat-mul, "
+	            "weight prefetch %s (the other: %.2f GB/s)",
+	            res.isa ? res.isa : "?", res.elapsed_ms, res.gemv_gbps, res.gemm_gflops,
+	            res.prefetch, res.gemv_gbps_other);
 	char path[1100], line[160], why[300];
 	snprintf(path, sizeof path, "%s/%s", dir, SHOAL_NODE_PROBE_FILE);
-	int n = snprintf(line, sizeof line, "shoal-probe 1 %s %llu %llu %llu\n",
+	int n = snprintf(line, sizeof line, "shoal-probe 2 %s %llu %llu %llu %s\n",
 	                 res.isa ? res.isa : "?", (unsigned long long)r->compute_mb_s,
-	                 (unsigned long long)r->compute_mflops, (unsigned long long)time(NULL));
+	                 (unsigned long long)r->compute_mflops, (unsigned long long)time(NULL),
+	                 res.prefetch);
 	if (n > 0 && (size_t)n < sizeof line &&
 	    shoal_file_replace(path, line, (size_t)n, false, why, sizeof why) != SHOAL_OK)
 		SHOAL_LOG_D("node", "cannot keep the compute figures: %s", why);
