@@ -11,7 +11,8 @@
 # "1 2"), ROUNDS (default 5) interleaved rounds of `shoal bench` (prefill
 # 512, decode at context 0 and 1024) and, with LLAMA_BIN, `llama-bench`
 # (-p 512 -n 32, and -n 32 after a 1024-token prompt with -d when the build
-# has it); the table gives medians and shoal/llama ratios. Without
+# has it; LLAMA_REPS repetitions inside each, default 1: the rounds give
+# the median); the table gives medians and shoal/llama ratios. Without
 # LLAMA_BIN only shoal's columns are filled. Not part of make check: it
 # needs ~4 GB in /tmp and tens of minutes.
 set -u
@@ -19,6 +20,8 @@ builddir=${1:-${SHOAL_BUILDDIR:-.}}
 dir=${SHOAL_BENCH_DIR:-/tmp/shoal-bench}
 rounds=${ROUNDS:-5}
 threads=${THREADS:-1 2}
+reps=${LLAMA_REPS:-1}
+models=${MODELS:-q8 q4 moe} # a subset: MODELS="q8"
 llama=${LLAMA_BIN:-}
 mkdir -p "$dir"
 for h in gen_fixture requant; do
@@ -38,14 +41,14 @@ res=$(mktemp -d)
 trap 'rm -rf "$res"' EXIT
 jq_py() { python3 -c "$1" "${@:2}"; }
 for r in $(seq "$rounds"); do
-	for m in "$q8" "$q4" "$moe"; do
+	for m in $(for k in $models; do eval echo "\$$k"; done); do
 		for t in $threads; do
 			tag=$(basename "$m" .gguf)-t$t
 			"$builddir/shoal" bench "$m" --threads "$t" --prompt 512 --depth 0,1024 --gen 32 --json \
 				>>"$res/$tag.shoal" 2>/dev/null
 			if [ -n "$llama" ]; then
-				"$llama/llama-bench" -m "$m" -t "$t" -p 512 -n 32 -o json >"$res/$tag.l.$r" 2>/dev/null
-				"$llama/llama-bench" -m "$m" -t "$t" -p 0 -n 32 -d 1024 -o json >"$res/$tag.ld.$r" 2>/dev/null ||
+				"$llama/llama-bench" -m "$m" -t "$t" -r "$reps" -p 512 -n 32 -o json >"$res/$tag.l.$r" 2>/dev/null
+				"$llama/llama-bench" -m "$m" -t "$t" -r "$reps" -p 0 -n 32 -d 1024 -o json >"$res/$tag.ld.$r" 2>/dev/null ||
 					rm -f "$res/$tag.ld.$r" # an old build without -d
 			fi
 		done
@@ -54,7 +57,7 @@ for r in $(seq "$rounds"); do
 done
 printf "%-22s %3s | %9s %9s %6s | %9s %9s %6s | %9s %9s %6s | %6s\n" model thr \
 	"pp512 sh" "llama" ratio "tg sh" "llama" ratio "tg@1k sh" "llama" ratio "bound"
-for m in "$q8" "$q4" "$moe"; do
+for m in $(for k in $models; do eval echo "\$$k"; done); do
 	for t in $threads; do
 		tag=$(basename "$m" .gguf)-t$t
 		jq_py '
