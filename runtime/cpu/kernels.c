@@ -197,7 +197,6 @@ static const shoal_kernels *kernels_best;
 
 static void kernels_choose(void)
 {
-	pthread_once(&kernels_pf_once, kernels_pf_choose);
 	static const char *const order[] = {"avx512", "avx2", "neon", "scalar"};
 	const char *want = getenv("SHOAL_ISA");
 	if (want && *want) {
