@@ -17,12 +17,14 @@
  *   F32/F16/BF16: 2 accumulators x 16 lanes over 32 elements per step (FMA),
  *     a leftover 16 into the first, hsum16(a0 + a1) (halves, then as AVX2),
  *     plus a scalar tail of n % 16 added last;
- *   Q8_0/Q4_0: blocks in pairs (lanes 0-7 block 2k, 8-15 block 2k+1), in
+ *   Q8_0: per row one float, over the blocks in order, acc =
+ *     fma(float(isum_b), d_w * d_x, acc) (the row groups below);
+ *   Q4_0: blocks in pairs (lanes 0-7 block 2k, 8-15 block 2k+1), in
  *     order into one accumulator as fma(float(lanes), d_w * d_x, acc); an
  *     odd last block is a pair with an empty upper half (scale 0); hsum16;
  *   Q4_K/Q6_K: per super-block exact int32 lanes, then fma into one
  *     accumulator (Q4_K: fma(d, isum), then fnma(dmin, imin)); hsum16;
- *   Q5_0/IQ4_NL/MXFP4 as Q8_0; Q5_K as Q4_K; Q2_K as Q4_K and Q3_K/IQ4_XS
+ *   Q5_0/IQ4_NL/MXFP4 as Q4_0; Q5_K as Q4_K; Q2_K as Q4_K and Q3_K/IQ4_XS
  *     as Q6_K, from 8 int32 lanes (upper half zero); Q5_1 as AVX2 does (in pairs,
  *     a0 + a1, lanes 8-15 zero).
  */
@@ -224,7 +226,6 @@ K5_Q32_PAIR(k5_q5_0_pair, kernels__block_q5_0, kernels__x86_q5_0_bytes)
 K5_Q32_PAIR(k5_iq4_nl_pair, kernels__block_iq4_nl, KERNELS__X86_IQ4_NL_BYTES)
 K5_Q32_PAIR(k5_mxfp4_pair, kernels__block_mxfp4, KERNELS__X86_MXFP4_BYTES)
 
-K5_Q32_RC(k5_q8_0, kernels__block_q8_0, k5_q8_0_pair, KERNELS__X86_H2F_SCALES)
 K5_Q32_RC(k5_q4_0, kernels__block_q4_0, k5_q4_0_pair, KERNELS__X86_H2F_SCALES)
 K5_Q32_RC(k5_q5_0, kernels__block_q5_0, k5_q5_0_pair, KERNELS__X86_H2F_SCALES)
 K5_Q32_RC(k5_iq4_nl, kernels__block_iq4_nl, k5_iq4_nl_pair, KERNELS__X86_H2F_SCALES)
@@ -232,6 +233,418 @@ K5_Q32_RC(k5_mxfp4, kernels__block_mxfp4, k5_mxfp4_pair, KERNELS__X86_E8M0_SCALE
 
 /* Q5_1 (kernels_x86.h; rare: 256-bit steps). */
 KERNELS__X86_Q5_1_TILE(k5_tile_q5_1)
+
+/* ---- Q8_0 in groups of 16 rows ------------------------------------------------------
+ * This table's Q8_0 (gemv and gemm alike) accumulates each row in one float,
+ * from +0, over its blocks in order:
+ *     acc = fma((float)isum_b, d_w_b * d_x_b, acc)
+ * isum_b being the exact int32 dot of block b and d_w_b * d_x_b exact (two
+ * fp16 values). Rows run in groups of 16, one per lane, so the float work
+ * is one fma per 16 rows and block instead of three float operations per
+ * row and pair of blocks:
+ *   gemm repacks a group's blocks (a 16 x 8 transpose of 4-byte words), then
+ *     per block and column 8 vpdpbusd of 4 activation bytes, broadcast,
+ *     against 4 bytes of each of the 16 rows;
+ *   gemv streams one row at a time (one prefetched stream, as the other
+ *     types' gemv), keeps each pair of blocks' 16 int32 lanes, and folds
+ *     16 rows' lanes into one lane per row by a tree of permutes.
+ * VNNI: the weights as unsigned bytes w + 128 against signed activations,
+ * each lane started from -128 * the sum of its activation bytes; without
+ * VNNI, |w| against x negated where w < 0 (maddubs + madd). Both give the
+ * exact isum_b. */
+
+#define K5_G  16  /* rows per group: one per lane */
+#define K5_GV 256 /* gemv: blocks per pass over a row (2 int32 lanes kept per block) */
+#define K5_GS 64  /* gemm: blocks per repacked segment */
+#define K5_CB 128 /* gemm: columns per pass (their sums and scales precomputed) */
+
+/* Permute indices (lanes 0..15 from a, 16..31 from b). */
+#define K5_IDX(...) _mm512_setr_epi32(__VA_ARGS__)
+
+/* The exact int32 lanes of a pair of weight blocks q against activation
+ * pair x (cx: -128 * each lane's sum of 4 activation bytes, VNNI only). */
+KERNELS__INLINE __m512i k5_q8g_pairdot(__m512i q, __m512i x, __m512i cx)
+{
+#if KERNELS_VNNI
+	return _mm512_dpbusd_epi32(cx, _mm512_xor_si512(q, _mm512_set1_epi8(-128)), x);
+#else
+	(void)cx;
+	__m512i sx = _mm512_mask_sub_epi8(x, _mm512_movepi8_mask(q), _mm512_setzero_si512(), x);
+	return _mm512_madd_epi16(_mm512_maddubs_epi16(_mm512_abs_epi8(q), sx),
+	                         _mm512_set1_epi16(1));
+#endif
+}
+
+/* lo + hi of two permutes of (a, b). */
+KERNELS__INLINE __m512i k5_q8g_merge(__m512i a, __m512i b, __m512i ilo, __m512i ihi)
+{
+	return _mm512_add_epi32(_mm512_permutex2var_epi32(a, ilo, b),
+	                        _mm512_permutex2var_epi32(a, ihi, b));
+}
+
+/* The fold of 16 rows' pair lanes into one lane per row (for block 0 of
+ * the pair, for block 1), a level at a time as rows arrive: level 1 merges
+ * rows 2i and 2i + 1 (each keeps 4 partial lanes a block), level 2 four
+ * rows (2 partials), level 3 eight rows (1), the last two permutes give
+ * lane r = row r. Row r of a group does the merges of trailing ones of r
+ * (row 15 all four), so the fold is spread over the group's rows and the
+ * weight stream never waits for it. */
+typedef struct k5_q8g_fold {
+	__m512i l1a, l1b, l2a, l2b, ev, od;
+} k5_q8g_fold;
+
+KERNELS__INLINE k5_q8g_fold k5_q8g_fold_init(void)
+{
+	k5_q8g_fold f;
+	f.l1a = K5_IDX(0, 1, 2, 3, 8, 9, 10, 11, 16, 17, 18, 19, 24, 25, 26, 27);
+	f.l1b = K5_IDX(4, 5, 6, 7, 12, 13, 14, 15, 20, 21, 22, 23, 28, 29, 30, 31);
+	f.l2a = K5_IDX(0, 1, 4, 5, 8, 9, 12, 13, 16, 17, 20, 21, 24, 25, 28, 29);
+	f.l2b = K5_IDX(2, 3, 6, 7, 10, 11, 14, 15, 18, 19, 22, 23, 26, 27, 30, 31);
+	f.ev = K5_IDX(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+	f.od = K5_IDX(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
+	return f;
+}
+
+/* acc + isum * (d_w * d_x) in every row's lane. */
+KERNELS__INLINE __m512 k5_q8g_step(__m512 acc, __m512i isum, const uint16_t *dw16, float dx)
+{
+	__m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)dw16));
+	return _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_mul_ps(dw, _mm512_set1_ps(dx)),
+	                       acc);
+}
+
+KERNELS__INLINE __mmask16 k5_q8g_mask(int R)
+{
+	return (__mmask16)((1u << R) - 1u);
+}
+
+/* The gemv's scratch for one group and segment. */
+typedef struct k5_q8g_rows {
+	__m512i XP[K5_GV / 2], CX[K5_GV / 2]; /* activation pairs, VNNI offsets */
+	__m512i B[4][K5_GV / 2];              /* the fold's pending levels */
+	uint16_t D[K5_GV][K5_G];              /* the rows' scales, by block */
+	float DX[K5_GV];
+} k5_q8g_rows;
+
+/* Row r of a group (LVL: its trailing ones; wb NULL: a row past the
+ * matrix, zero lanes), its np pairs (sb blocks) into the fold; at LVL 4 the
+ * group's sums go into *acc, block by block. */
+KERNELS__INLINE void k5_q8g_row(k5_q8g_rows *sc, const kernels__block_q8_0 *wb, int r, int sb,
+                                const int LVL, const k5_q8g_fold *f, __m512 *acc)
+{
+	const int np = (sb + 1) / 2;
+	for (int p = 0; p < np; p++) {
+		const int single = 2 * p + 1 == sb;
+		__m512i v = _mm512_setzero_si512();
+		if (wb) {
+			kernels__prefetch_line((const char *)(wb + 2 * p) + KERNELS__PF_AHEAD);
+			v = k5_q8g_pairdot(k5_q8_0_pair(wb + 2 * p, single), sc->XP[p], sc->CX[p]);
+			sc->D[2 * p][r] = wb[2 * p].d;
+			if (!single)
+				sc->D[2 * p + 1][r] = wb[2 * p + 1].d;
+		} else {
+			sc->D[2 * p][r] = 0;
+			if (!single)
+				sc->D[2 * p + 1][r] = 0;
+		}
+		if (LVL == 0) {
+			sc->B[0][p] = v;
+			continue;
+		}
+		v = k5_q8g_merge(sc->B[0][p], v, f->l1a, f->l1b);
+		if (LVL == 1) {
+			sc->B[1][p] = v;
+			continue;
+		}
+		v = k5_q8g_merge(sc->B[1][p], v, f->l2a, f->l2b);
+		if (LVL == 2) {
+			sc->B[2][p] = v;
+			continue;
+		}
+		v = k5_q8g_merge(sc->B[2][p], v, f->ev, f->od);
+		if (LVL == 3) {
+			sc->B[3][p] = v;
+			continue;
+		}
+		__m512i sa = _mm512_permutex2var_epi32(sc->B[3][p], f->ev, v);
+		*acc = k5_q8g_step(*acc, sa, sc->D[2 * p], sc->DX[2 * p]);
+		if (!single) {
+			__m512i sb2 = _mm512_permutex2var_epi32(sc->B[3][p], f->od, v);
+			*acc = k5_q8g_step(*acc, sb2, sc->D[2 * p + 1], sc->DX[2 * p + 1]);
+		}
+	}
+}
+
+static void k5_q8g_gemv(int64_t n, const char *w, size_t row_bytes, int64_t nrows,
+                        const void *xq, float *y)
+{
+	const kernels__block_q8_0 *xb = xq;
+	const int64_t nb = n / KERNELS__QK;
+	const k5_q8g_fold f = k5_q8g_fold_init();
+	k5_q8g_rows sc;
+	int64_t prepared = -1;
+	for (int64_t g = 0; g < nrows; g += K5_G) {
+		const int R = nrows - g < K5_G ? (int)(nrows - g) : K5_G;
+		__m512 acc = _mm512_setzero_ps();
+		for (int64_t s0 = 0; s0 < nb; s0 += K5_GV) {
+			const int sb = nb - s0 < K5_GV ? (int)(nb - s0) : K5_GV, np = (sb + 1) / 2;
+			if (prepared != s0) { /* the activation side, once per segment */
+				for (int p = 0; p < np; p++) {
+					const int single = 2 * p + 1 == sb;
+					sc.XP[p] = k5_q8_0_pair(xb + s0 + 2 * p, single);
+#if KERNELS_VNNI
+					sc.CX[p] = _mm512_sub_epi32(
+					    _mm512_setzero_si512(),
+					    _mm512_dpbusd_epi32(_mm512_setzero_si512(),
+					                        _mm512_set1_epi8(-128), sc.XP[p]));
+#else
+					sc.CX[p] = _mm512_setzero_si512();
+#endif
+				}
+				for (int b = 0; b < sb; b++)
+					sc.DX[b] = kernels__x86_h2f(xb[s0 + b].d);
+				prepared = s0;
+			}
+			for (int r = 0; r < K5_G; r++) {
+				const kernels__block_q8_0 *wb =
+				    r < R ? (const kernels__block_q8_0 *)(w + (size_t)(g + r) *
+				                                                  row_bytes) +
+				                s0
+				          : NULL;
+				switch (r) {
+				case 15:
+					k5_q8g_row(&sc, wb, r, sb, 4, &f, &acc);
+					break;
+				case 7:
+					k5_q8g_row(&sc, wb, r, sb, 3, &f, &acc);
+					break;
+				case 3:
+				case 11:
+					k5_q8g_row(&sc, wb, r, sb, 2, &f, &acc);
+					break;
+				case 1:
+				case 5:
+				case 9:
+				case 13:
+					k5_q8g_row(&sc, wb, r, sb, 1, &f, &acc);
+					break;
+				default:
+					k5_q8g_row(&sc, wb, r, sb, 0, &f, &acc);
+					break;
+				}
+			}
+		}
+		_mm512_mask_storeu_ps(y + g, k5_q8g_mask(R), acc);
+	}
+}
+
+/* A group's segment repacked: W[b][k] lane r = bytes 4k..4k+3 of row r's
+ * block b (VNNI: as w + 128; else |w|, NEG the signs), DW[b] the 16 scales. */
+typedef struct k5_q8g_pack {
+	__m512i W[K5_GS][8];
+#if !KERNELS_VNNI
+	__mmask64 NEG[K5_GS][8];
+#endif
+	uint16_t DW[K5_GS][K5_G];
+} k5_q8g_pack;
+
+KERNELS__INLINE __m512i k5_q8g_perm(__m512i a, __m512i i, __m512i b)
+{
+	return _mm512_permutex2var_epi32(a, i, b);
+}
+
+static void k5_q8g_repack(const char *w, size_t row_bytes, int R, int64_t s0, int sb,
+                          k5_q8g_pack *pk)
+{
+	const __m512i r1a = K5_IDX(0, 1, 2, 3, 16, 17, 18, 19, 8, 9, 10, 11, 24, 25, 26, 27);
+	const __m512i r1b = K5_IDX(4, 5, 6, 7, 20, 21, 22, 23, 12, 13, 14, 15, 28, 29, 30, 31);
+	const __m512i r2a = K5_IDX(0, 1, 16, 17, 4, 5, 20, 21, 8, 9, 24, 25, 12, 13, 28, 29);
+	const __m512i r2b = K5_IDX(2, 3, 18, 19, 6, 7, 22, 23, 10, 11, 26, 27, 14, 15, 30, 31);
+	const __m512i r3a = K5_IDX(0, 16, 2, 18, 4, 20, 6, 22, 8, 24, 10, 26, 12, 28, 14, 30);
+	const __m512i r3b = K5_IDX(1, 17, 3, 19, 5, 21, 7, 23, 9, 25, 11, 27, 13, 29, 15, 31);
+	/* rows past R read zero blocks (weights 0, scale 0: their lanes stay 0) */
+	kernels__block_q8_0 zero[K5_GS];
+	const kernels__block_q8_0 *rows[K5_G];
+	if (R < K5_G)
+		memset(zero, 0, sizeof(kernels__block_q8_0) * (size_t)sb);
+	for (int r = 0; r < K5_G; r++)
+		rows[r] = r < R ? (const kernels__block_q8_0 *)(w + (size_t)r * row_bytes) + s0
+		                : zero;
+	const size_t pf = (size_t)K5_G * row_bytes; /* the same block of the next group */
+	for (int b = 0; b < sb; b++) {
+		__m512i z[8], u[8], v[8], t[8];
+		_Pragma("GCC unroll 8") for (int i = 0; i < 8; i++) z[i] =
+		    k5_pair_si(k5_q8_0_bytes(rows[i] + b), k5_q8_0_bytes(rows[i + 8] + b));
+		/* every other block crosses a line: prefetch the next group's */
+		if (!(b & 1) && R == K5_G)
+			_Pragma("GCC unroll 16") for (int r = 0; r < K5_G; r++)
+			    kernels__prefetch_line((const char *)(rows[r] + b) + pf);
+		_Pragma("GCC unroll 16") for (int r = 0; r < K5_G; r++) pk->DW[b][r] = rows[r][b].d;
+		/* z[i] lanes: row i's 8 words, then row i + 8's; after three rounds
+		 * t[k] lane j (+ 8 h) = word k of row j (+ 8 h) */
+		KERNELS__UNROLL for (int i = 0; i < 4; i++)
+		{
+			u[i] = k5_q8g_perm(z[i], r1a, z[i + 4]);
+			u[i + 4] = k5_q8g_perm(z[i], r1b, z[i + 4]);
+		}
+		KERNELS__UNROLL for (int j = 0; j < 4; j++)
+		{
+			const int i = j < 2 ? j : j + 2; /* 0, 1, 4, 5 */
+			v[i] = k5_q8g_perm(u[i], r2a, u[i + 2]);
+			v[i + 2] = k5_q8g_perm(u[i], r2b, u[i + 2]);
+		}
+		KERNELS__UNROLL for (int j = 0; j < 4; j++)
+		{
+			t[2 * j] = k5_q8g_perm(v[2 * j], r3a, v[2 * j + 1]);
+			t[2 * j + 1] = k5_q8g_perm(v[2 * j], r3b, v[2 * j + 1]);
+		}
+		_Pragma("GCC unroll 8") for (int k = 0; k < 8; k++)
+		{
+#if KERNELS_VNNI
+			pk->W[b][k] = _mm512_xor_si512(t[k], _mm512_set1_epi8(-128));
+#else
+			pk->W[b][k] = _mm512_abs_epi8(t[k]);
+			pk->NEG[b][k] = _mm512_movepi8_mask(t[k]);
+#endif
+		}
+	}
+}
+
+/* NC columns of a group over a repacked segment: acc from y (or 0 when
+ * first), out to y (rows as mask m says). x[c]: the columns' blocks of the
+ * segment; xc[c], xd[c]: their -128 * byte sums and scales. */
+KERNELS__INLINE void k5_q8g_tile_n(const k5_q8g_pack *pk, int sb, const kernels__block_q8_0 *const *x,
+                                   const int32_t *const *xc, const float *const *xd, const int NC,
+                                   float *y, size_t y_stride, __mmask16 m, int first)
+{
+	__m512 acc[KERNELS__TILE];
+	KERNELS__UNROLL for (int c = 0; c < NC; c++) acc[c] =
+	    first ? _mm512_setzero_ps() : _mm512_maskz_loadu_ps(m, y + (size_t)c * y_stride);
+	for (int b = 0; b < sb; b++) {
+		__m512i s[KERNELS__TILE];
+		KERNELS__UNROLL for (int c = 0; c < NC; c++)
+#if KERNELS_VNNI
+		    s[c] = _mm512_set1_epi32(xc[c][b]);
+#else
+		    s[c] = _mm512_setzero_si512();
+#endif
+		/* word k of every column against the group's word k: NC
+		 * independent chains */
+		_Pragma("GCC unroll 8") for (int k = 0; k < 8; k++)
+		{
+			const __m512i wk = pk->W[b][k];
+#if !KERNELS_VNNI
+			const __mmask64 neg = pk->NEG[b][k];
+#endif
+			KERNELS__UNROLL for (int c = 0; c < NC; c++)
+			{
+				int32_t word;
+				memcpy(&word, x[c][b].qs + 4 * k, 4);
+				__m512i xk = _mm512_set1_epi32(word);
+#if KERNELS_VNNI
+				s[c] = _mm512_dpbusd_epi32(s[c], wk, xk);
+#else
+				__m512i sx =
+				    _mm512_mask_sub_epi8(xk, neg, _mm512_setzero_si512(), xk);
+				s[c] = _mm512_add_epi32(
+				    s[c], _mm512_madd_epi16(_mm512_maddubs_epi16(wk, sx),
+				                            _mm512_set1_epi16(1)));
+#endif
+			}
+		}
+		const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)pk->DW[b]));
+		KERNELS__UNROLL for (int c = 0; c < NC; c++) acc[c] =
+		    _mm512_fmadd_ps(_mm512_cvtepi32_ps(s[c]),
+		                    _mm512_mul_ps(dw, _mm512_set1_ps(xd[c][b])), acc[c]);
+	}
+	KERNELS__UNROLL for (int c = 0; c < NC; c++)
+	    _mm512_mask_storeu_ps(y + (size_t)c * y_stride, m, acc[c]);
+}
+
+static void k5_q8g_tile(const k5_q8g_pack *pk, int sb, const kernels__block_q8_0 *const *x,
+                        const int32_t *const *xc, const float *const *xd, int NC, float *y,
+                        size_t y_stride, __mmask16 m, int first)
+{
+	switch (NC) {
+	case 1:
+		k5_q8g_tile_n(pk, sb, x, xc, xd, 1, y, y_stride, m, first);
+		break;
+	case 2:
+		k5_q8g_tile_n(pk, sb, x, xc, xd, 2, y, y_stride, m, first);
+		break;
+	case 3:
+		k5_q8g_tile_n(pk, sb, x, xc, xd, 3, y, y_stride, m, first);
+		break;
+	default:
+		k5_q8g_tile_n(pk, sb, x, xc, xd, 4, y, y_stride, m, first);
+		break;
+	}
+}
+
+static void k5_q8g_gemm(int64_t n, const char *w, size_t row_bytes, int64_t nrows,
+                        const void *xq, size_t xq_stride, int64_t ncols, float *y,
+                        size_t y_stride)
+{
+	const int64_t nb = n / KERNELS__QK;
+	k5_q8g_pack pk;
+	int32_t XC[K5_CB][K5_GS];
+	float XD[K5_CB][K5_GS];
+	for (int64_t cb = 0; cb < ncols; cb += K5_CB) {
+		const int nc = ncols - cb < K5_CB ? (int)(ncols - cb) : K5_CB;
+		for (int64_t s0 = 0; s0 < nb; s0 += K5_GS) {
+			const int sb = nb - s0 < K5_GS ? (int)(nb - s0) : K5_GS;
+			for (int c = 0; c < nc; c++) {
+				const kernels__block_q8_0 *xb =
+				    (const kernels__block_q8_0 *)((const char *)xq +
+				                                  (size_t)(cb + c) * xq_stride) +
+				    s0;
+				for (int b = 0; b < sb; b++) {
+					__m256i u = _mm256_xor_si256(k5_q8_0_bytes(xb + b),
+					                             _mm256_set1_epi8(-128));
+					__m256i s = _mm256_sad_epu8(u, _mm256_setzero_si256());
+					__m128i h = _mm_add_epi64(_mm256_castsi256_si128(s),
+					                          _mm256_extracti128_si256(s, 1));
+					int32_t sum = (int32_t)(_mm_cvtsi128_si64(h) +
+					                        _mm_extract_epi64(h, 1)) -
+					              4096;
+					XC[c][b] = -128 * sum;
+					XD[c][b] = kernels__x86_h2f(xb[b].d);
+				}
+			}
+			for (int64_t g = 0; g < nrows; g += K5_G) {
+				const int R = nrows - g < K5_G ? (int)(nrows - g) : K5_G;
+				k5_q8g_repack(w + (size_t)g * row_bytes, row_bytes, R, s0, sb, &pk);
+				for (int c0 = 0; c0 < nc; c0 += KERNELS__TILE) {
+					const int NC = nc - c0 < KERNELS__TILE ? nc - c0 : KERNELS__TILE;
+					const kernels__block_q8_0 *x[KERNELS__TILE];
+					const int32_t *xc[KERNELS__TILE];
+					const float *xd[KERNELS__TILE];
+					for (int c = 0; c < NC; c++) {
+						x[c] = (const kernels__block_q8_0 *)((const char *)xq +
+						                                     (size_t)(cb + c0 + c) *
+						                                         xq_stride) +
+						       s0;
+						xc[c] = XC[c0 + c];
+						xd[c] = XD[c0 + c];
+					}
+					k5_q8g_tile(&pk, sb, x, xc, xd, NC,
+					            y + (size_t)(cb + c0) * y_stride + (size_t)g, y_stride,
+					            k5_q8g_mask(R), s0 == 0);
+				}
+			}
+		}
+	}
+}
+
+/* The table's whole-matrix Q8_0 (ncols 1: the gemv). */
+static void k5_q8g_mm(int64_t n, const void *w, size_t row_bytes, int64_t nrows, const void *xq,
+                      size_t xq_stride, int64_t ncols, float *y, size_t y_stride)
+{
+	if (ncols == 1)
+		k5_q8g_gemv(n, w, row_bytes, nrows, xq, y);
+	else
+		k5_q8g_gemm(n, w, row_bytes, nrows, xq, xq_stride, ncols, y, y_stride);
+}
 
 /* ---- Q4_K and Q5_K ------------------------------------------------------------------------
  * One zmm = the 64 quants of qs[32 j .. 32 j + 31]: low nibbles (sub-block
@@ -587,8 +1000,8 @@ KERNELS__TABLE(K5_TABLE, K5_ISA, k5, k5,
                         [KERNELS__W_Q3_K] = k5_tile_q3_k,
                         [KERNELS__W_Q5_K] = k5_tile_q5_k,
                         [KERNELS__W_IQ4_XS] = k5_tile_iq4_xs},
-               .rows = {[KERNELS__W_Q8_0] = k5_q8_0_rows,
-                        [KERNELS__W_Q4_0] = k5_q4_0_rows,
+               .mm = {[KERNELS__W_Q8_0] = k5_q8g_mm},
+               .rows = {[KERNELS__W_Q4_0] = k5_q4_0_rows,
                         [KERNELS__W_Q5_0] = k5_q5_0_rows,
                         [KERNELS__W_IQ4_NL] = k5_iq4_nl_rows,
                         [KERNELS__W_MXFP4] = k5_mxfp4_rows});

@@ -83,6 +83,12 @@ typedef void (*kernels__tile_fn)(int64_t n, const void *w, const void *const *xq
                                  float *out);
 typedef void (*kernels__rows_fn)(int64_t n, const char *w, size_t row_bytes, int R,
                                  const void *const *xq, int ncols, float *out);
+/* A whole product, y[c * y_stride + i] = dot(W row i, xq row c), for a type
+ * whose kernels work on groups of rows (ncols 1: the gemv; xq_stride and
+ * y_stride 0 then). */
+typedef void (*kernels__mm_fn)(int64_t n, const void *w, size_t row_bytes, int64_t nrows,
+                               const void *xq, size_t xq_stride, int64_t ncols, float *y,
+                               size_t y_stride);
 
 static inline void kernels__run_gemv(kernels__tile_fn f, int64_t n, const void *w, size_t row_bytes,
                                      int64_t nrows, const void *xq, float *y)
@@ -388,11 +394,12 @@ static inline int kernels__windex(shoal_dtype wt)
 	}
 }
 
-/* What one ISA computes each weight type with: a rows function where set
- * (preferred), else a tile function. */
+/* What one ISA computes each weight type with: a whole-product function
+ * where set, else a rows function where set, else a tile function. */
 typedef struct kernels__ops {
 	kernels__tile_fn tile[KERNELS__NW];
 	kernels__rows_fn rows[KERNELS__NW]; /* optional (NULL) */
+	kernels__mm_fn mm[KERNELS__NW];     /* optional (NULL) */
 } kernels__ops;
 
 /* y[c * y_stride + i] = dot(W row i, xq row c) by the ops' function for wt
@@ -404,8 +411,10 @@ static inline void kernels__ops_run(const kernels__ops *ops, shoal_dtype wt, int
 	int t = kernels__windex(wt);
 	/* Every table computes every computable type; another type is a caller
 	 * bug (the engine refuses the tensor when it loads). */
-	SHOAL_ASSERT(t >= 0 && (ops->rows[t] || ops->tile[t]));
-	if (ops->rows[t])
+	SHOAL_ASSERT(t >= 0 && (ops->mm[t] || ops->rows[t] || ops->tile[t]));
+	if (ops->mm[t])
+		ops->mm[t](n, w, row_bytes, nrows, xq, xq_stride, ncols, y, y_stride);
+	else if (ops->rows[t])
 		kernels__run_rows(ops->rows[t], n, w, row_bytes, nrows, xq, xq_stride, ncols, y,
 		                  y_stride);
 	else if (ncols == 1)

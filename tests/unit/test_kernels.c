@@ -396,6 +396,91 @@ static void test_hand_dot_q8_0(void)
 	}
 }
 
+/* The AVX-512 tables' Q8_0 order (kernels_avx512.c): per row one float
+ * from +0, over the blocks in order, acc = fma(isum_b, d_w_b * d_x_b, acc).
+ * Checked bitwise against that loop written here, gemv and gemm, for
+ * shapes across its groups of 16 rows, its segments (64 blocks in gemm,
+ * 256 in gemv), its 128-column passes, odd block counts, -128 weights and
+ * scales of every size. */
+static float q8_0_in_order(const kernels__block_q8_0 *w, const kernels__block_q8_0 *x,
+                           int64_t nb)
+{
+	float acc = 0.0f;
+	for (int64_t b = 0; b < nb; b++) {
+		int32_t isum = 0;
+		for (int j = 0; j < 32; j++)
+			isum += (int32_t)w[b].qs[j] * (int32_t)x[b].qs[j];
+		float p = shoal_fp16_to_f32(w[b].d) * shoal_fp16_to_f32(x[b].d);
+		acc = fmaf((float)isum, p, acc);
+	}
+	return acc;
+}
+
+static void test_q8_0_avx512_order(void)
+{
+	static const int64_t ns[] = {32, 96, 64 * 32 + 32, 256 * 32 + 96};
+	static const int64_t rows[] = {1, 15, 16, 17, 35};
+	static const int64_t cols[] = {1, 2, 5, 130};
+	int checked = 0;
+	for (int t = 0; t < 2; t++) {
+		const shoal_kernels *k = shoal_kernels_by_name(t ? "avx512bw" : "avx512");
+		if (!k || strcmp(k->isa, t ? "avx512bw" : "avx512"))
+			continue;
+		for (size_t a = 0; a < sizeof ns / sizeof ns[0]; a++) {
+			int64_t n = ns[a], nb = n / 32;
+			int64_t nr = rows[(a + (size_t)t) % 5], nc = cols[a];
+			if (a == 0) {
+				nr = 35;
+				nc = 130;
+			}
+			kernels__block_q8_0 *w = malloc(sizeof *w * (size_t)(nb * nr));
+			kernels__block_q8_0 *x = malloc(sizeof *x * (size_t)(nb * nc));
+			for (int64_t i = 0; i < nb * nr; i++) {
+				/* scales from 2^-14 to 2^15, some negative, some blocks all -128 */
+				w[i].d = (uint16_t)(0x0400 + (rng % 0x7800u)) | (rnd() < -0.8f ? 0x8000 : 0);
+				rnd();
+				int all = i % 7 == 3;
+				for (int j = 0; j < 32; j++)
+					w[i].qs[j] = all ? -128 : (int8_t)(rnd() * 128.0f);
+			}
+			for (int64_t i = 0; i < nb * nc; i++) {
+				x[i].d = (uint16_t)(0x1000 + (rng % 0x4000u));
+				rnd();
+				for (int j = 0; j < 32; j++)
+					x[i].qs[j] = (int8_t)(rnd() * 127.0f);
+			}
+			size_t rb = sizeof *w * (size_t)nb;
+			float *y = malloc(sizeof(float) * (size_t)(nr * nc));
+			float *yv = malloc(sizeof(float) * (size_t)nr);
+			k->gemm(SHOAL_DTYPE_Q8_0, n, w, rb, nr, x, rb, nc, y, (size_t)nr);
+			int bad = 0;
+			for (int64_t c = 0; c < nc && !bad; c++) {
+				k->gemv(SHOAL_DTYPE_Q8_0, n, w, rb, nr, x + c * nb, yv);
+				for (int64_t r = 0; r < nr && !bad; r++) {
+					float e = q8_0_in_order(w + r * nb, x + c * nb, nb);
+					float g = y[c * nr + r], v = yv[r];
+					if (memcmp(&e, &g, sizeof e) || memcmp(&e, &v, sizeof e)) {
+						fprintf(stderr,
+						        "%s n %lld row %lld col %lld: in order %.9g gemm "
+						        "%.9g gemv %.9g\n",
+						        k->isa, (long long)n, (long long)r, (long long)c,
+						        e, g, v);
+						bad = 1;
+					}
+				}
+			}
+			free(w);
+			free(x);
+			free(y);
+			free(yv);
+			ASSERT_FALSE(bad);
+			checked++;
+		}
+	}
+	if (!checked)
+		TEST_SKIP("no AVX-512 table on this CPU");
+}
+
 static void test_best_table(void)
 {
 	const shoal_kernels *b = shoal_kernels_best();
@@ -572,6 +657,7 @@ int main(int argc, char **argv)
 	    TEST_CASE(test_quantize_act_shared), TEST_CASE(test_tables_against_scalar),
 	    TEST_CASE(test_family_bitwise),      TEST_CASE(test_best_table),
 	    TEST_CASE(test_attention),           TEST_CASE(test_softmax),
+	    TEST_CASE(test_q8_0_avx512_order),
 	};
 	return test_run_(cases, sizeof cases / sizeof cases[0]);
 }
