@@ -261,14 +261,15 @@ KERNELS__X86_Q5_1_TILE(k5_tile_q5_1)
 /* Permute indices (lanes 0..15 from a, 16..31 from b). */
 #define K5_IDX(...) _mm512_setr_epi32(__VA_ARGS__)
 
-/* The exact int32 lanes of a pair of weight blocks q against activation
- * pair x (cx: -128 * each lane's sum of 4 activation bytes, VNNI only). */
-KERNELS__INLINE __m512i k5_q8g_pairdot(__m512i q, __m512i x, __m512i cx)
+/* The int32 lanes of a pair of weight blocks q against activation pair x:
+ * exact sums of 4 w x, but with VNNI each lane is 128 * (its 4 x) over
+ * (the gemv takes -128 * each block's x sum off after the fold). */
+KERNELS__INLINE __m512i k5_q8g_pairdot(__m512i q, __m512i x)
 {
 #if KERNELS_VNNI
-	return _mm512_dpbusd_epi32(cx, _mm512_xor_si512(q, _mm512_set1_epi8(-128)), x);
+	return _mm512_dpbusd_epi32(_mm512_setzero_si512(),
+	                           _mm512_xor_si512(q, _mm512_set1_epi8(-128)), x);
 #else
-	(void)cx;
 	__m512i sx = _mm512_mask_sub_epi8(x, _mm512_movepi8_mask(q), _mm512_setzero_si512(), x);
 	return _mm512_madd_epi16(_mm512_maddubs_epi16(_mm512_abs_epi8(q), sx),
 	                         _mm512_set1_epi16(1));
@@ -305,32 +306,55 @@ KERNELS__INLINE k5_q8g_fold k5_q8g_fold_init(void)
 	return f;
 }
 
-/* acc + isum * (d_w * d_x) in every row's lane. */
-KERNELS__INLINE __m512 k5_q8g_step(__m512 acc, __m512i isum, const uint16_t *dw16, float dx)
-{
-	__m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)dw16));
-	return _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_mul_ps(dw, _mm512_set1_ps(dx)),
-	                       acc);
-}
-
 KERNELS__INLINE __mmask16 k5_q8g_mask(int R)
 {
 	return (__mmask16)((1u << R) - 1u);
 }
 
+/* VNNI: -128 * the sum of an activation block's bytes. */
+KERNELS__INLINE int32_t k5_q8g_xcorr(const kernels__block_q8_0 *xb)
+{
+	__m256i u = _mm256_xor_si256(k5_q8_0_bytes(xb), _mm256_set1_epi8(-128));
+	__m256i s = _mm256_sad_epu8(u, _mm256_setzero_si256());
+	__m128i h = _mm_add_epi64(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
+	return -128 * ((int32_t)(_mm_cvtsi128_si64(h) + _mm_extract_epi64(h, 1)) - 4096);
+}
+
 /* The gemv's scratch for one group and segment. */
 typedef struct k5_q8g_rows {
-	__m512i XP[K5_GV / 2], CX[K5_GV / 2]; /* activation pairs, VNNI offsets */
-	__m512i B[4][K5_GV / 2];              /* the fold's pending levels */
-	uint16_t D[K5_GV][K5_G];              /* the rows' scales, by block */
+	__m512i XP[K5_GV / 2];   /* activation pairs */
+	__m512i B[4][K5_GV / 2]; /* the fold's pending levels */
+	int32_t CX[K5_GV];       /* VNNI: -128 * each block's activation sum */
 	float DX[K5_GV];
 } k5_q8g_rows;
 
+/* The 16 rows' scales of block b (at gd: row 0's block, rows idx apart;
+ * lanes past mask m zero) as floats. */
+KERNELS__INLINE __m512 k5_q8g_scales(const char *gd, __m512i idx, __mmask16 m)
+{
+	__m512i d = _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), m, idx, gd, 1);
+	return _mm512_cvtph_ps(_mm512_cvtepi32_epi16(d));
+}
+
+/* acc + (isum + cx) * (d_w * d_x) in every row's lane. */
+KERNELS__INLINE __m512 k5_q8g_step2(__m512 acc, __m512i isum, int32_t cx, __m512 dw, float dx)
+{
+#if KERNELS_VNNI
+	isum = _mm512_add_epi32(isum, _mm512_set1_epi32(cx));
+#else
+	(void)cx;
+#endif
+	return _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_mul_ps(dw, _mm512_set1_ps(dx)),
+	                       acc);
+}
+
 /* Row r of a group (LVL: its trailing ones; wb NULL: a row past the
- * matrix, zero lanes), its np pairs (sb blocks) into the fold; at LVL 4 the
- * group's sums go into *acc, block by block. */
-KERNELS__INLINE void k5_q8g_row(k5_q8g_rows *sc, const kernels__block_q8_0 *wb, int r, int sb,
-                                const int LVL, const k5_q8g_fold *f, __m512 *acc)
+ * matrix, zero lanes), its pairs of sb blocks into the fold; at LVL 4 the
+ * group's sums go into *acc, block by block (g0: row 0's blocks, idx and m
+ * the rows' offsets and mask, for their scales). */
+KERNELS__INLINE void k5_q8g_row(k5_q8g_rows *sc, const kernels__block_q8_0 *wb, int sb,
+                                const int LVL, const k5_q8g_fold *f, __m512 *acc,
+                                const kernels__block_q8_0 *g0, __m512i idx, __mmask16 m)
 {
 	const int np = (sb + 1) / 2;
 	for (int p = 0; p < np; p++) {
@@ -338,14 +362,7 @@ KERNELS__INLINE void k5_q8g_row(k5_q8g_rows *sc, const kernels__block_q8_0 *wb, 
 		__m512i v = _mm512_setzero_si512();
 		if (wb) {
 			kernels__prefetch_line((const char *)(wb + 2 * p) + KERNELS__PF_AHEAD);
-			v = k5_q8g_pairdot(k5_q8_0_pair(wb + 2 * p, single), sc->XP[p], sc->CX[p]);
-			sc->D[2 * p][r] = wb[2 * p].d;
-			if (!single)
-				sc->D[2 * p + 1][r] = wb[2 * p + 1].d;
-		} else {
-			sc->D[2 * p][r] = 0;
-			if (!single)
-				sc->D[2 * p + 1][r] = 0;
+			v = k5_q8g_pairdot(k5_q8_0_pair(wb + 2 * p, single), sc->XP[p]);
 		}
 		if (LVL == 0) {
 			sc->B[0][p] = v;
@@ -367,10 +384,13 @@ KERNELS__INLINE void k5_q8g_row(k5_q8g_rows *sc, const kernels__block_q8_0 *wb, 
 			continue;
 		}
 		__m512i sa = _mm512_permutex2var_epi32(sc->B[3][p], f->ev, v);
-		*acc = k5_q8g_step(*acc, sa, sc->D[2 * p], sc->DX[2 * p]);
+		*acc = k5_q8g_step2(*acc, sa, sc->CX[2 * p],
+		                    k5_q8g_scales((const char *)(g0 + 2 * p), idx, m), sc->DX[2 * p]);
 		if (!single) {
 			__m512i sb2 = _mm512_permutex2var_epi32(sc->B[3][p], f->od, v);
-			*acc = k5_q8g_step(*acc, sb2, sc->D[2 * p + 1], sc->DX[2 * p + 1]);
+			*acc = k5_q8g_step2(*acc, sb2, sc->CX[2 * p + 1],
+			                    k5_q8g_scales((const char *)(g0 + 2 * p + 1), idx, m),
+			                    sc->DX[2 * p + 1]);
 		}
 	}
 }
@@ -381,10 +401,14 @@ static void k5_q8g_gemv(int64_t n, const char *w, size_t row_bytes, int64_t nrow
 	const kernels__block_q8_0 *xb = xq;
 	const int64_t nb = n / KERNELS__QK;
 	const k5_q8g_fold f = k5_q8g_fold_init();
+	const __m512i idx = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11,
+	                                                         12, 13, 14, 15),
+	                                       _mm512_set1_epi32((int)row_bytes));
 	k5_q8g_rows sc;
 	int64_t prepared = -1;
 	for (int64_t g = 0; g < nrows; g += K5_G) {
 		const int R = nrows - g < K5_G ? (int)(nrows - g) : K5_G;
+		const __mmask16 m = k5_q8g_mask(R);
 		__m512 acc = _mm512_setzero_ps();
 		for (int64_t s0 = 0; s0 < nb; s0 += K5_GV) {
 			const int sb = nb - s0 < K5_GV ? (int)(nb - s0) : K5_GV, np = (sb + 1) / 2;
@@ -392,19 +416,15 @@ static void k5_q8g_gemv(int64_t n, const char *w, size_t row_bytes, int64_t nrow
 				for (int p = 0; p < np; p++) {
 					const int single = 2 * p + 1 == sb;
 					sc.XP[p] = k5_q8_0_pair(xb + s0 + 2 * p, single);
-#if KERNELS_VNNI
-					sc.CX[p] = _mm512_sub_epi32(
-					    _mm512_setzero_si512(),
-					    _mm512_dpbusd_epi32(_mm512_setzero_si512(),
-					                        _mm512_set1_epi8(-128), sc.XP[p]));
-#else
-					sc.CX[p] = _mm512_setzero_si512();
-#endif
 				}
-				for (int b = 0; b < sb; b++)
+				for (int b = 0; b < sb; b++) {
 					sc.DX[b] = kernels__x86_h2f(xb[s0 + b].d);
+					sc.CX[b] = k5_q8g_xcorr(xb + s0 + b);
+				}
 				prepared = s0;
 			}
+			const kernels__block_q8_0 *g0 =
+			    (const kernels__block_q8_0 *)(w + (size_t)g * row_bytes) + s0;
 			for (int r = 0; r < K5_G; r++) {
 				const kernels__block_q8_0 *wb =
 				    r < R ? (const kernels__block_q8_0 *)(w + (size_t)(g + r) *
@@ -413,28 +433,28 @@ static void k5_q8g_gemv(int64_t n, const char *w, size_t row_bytes, int64_t nrow
 				          : NULL;
 				switch (r) {
 				case 15:
-					k5_q8g_row(&sc, wb, r, sb, 4, &f, &acc);
+					k5_q8g_row(&sc, wb, sb, 4, &f, &acc, g0, idx, m);
 					break;
 				case 7:
-					k5_q8g_row(&sc, wb, r, sb, 3, &f, &acc);
+					k5_q8g_row(&sc, wb, sb, 3, &f, &acc, g0, idx, m);
 					break;
 				case 3:
 				case 11:
-					k5_q8g_row(&sc, wb, r, sb, 2, &f, &acc);
+					k5_q8g_row(&sc, wb, sb, 2, &f, &acc, g0, idx, m);
 					break;
 				case 1:
 				case 5:
 				case 9:
 				case 13:
-					k5_q8g_row(&sc, wb, r, sb, 1, &f, &acc);
+					k5_q8g_row(&sc, wb, sb, 1, &f, &acc, g0, idx, m);
 					break;
 				default:
-					k5_q8g_row(&sc, wb, r, sb, 0, &f, &acc);
+					k5_q8g_row(&sc, wb, sb, 0, &f, &acc, g0, idx, m);
 					break;
 				}
 			}
 		}
-		_mm512_mask_storeu_ps(y + g, k5_q8g_mask(R), acc);
+		_mm512_mask_storeu_ps(y + g, m, acc);
 	}
 }
 
@@ -599,15 +619,7 @@ static void k5_q8g_gemm(int64_t n, const char *w, size_t row_bytes, int64_t nrow
 				                                  (size_t)(cb + c) * xq_stride) +
 				    s0;
 				for (int b = 0; b < sb; b++) {
-					__m256i u = _mm256_xor_si256(k5_q8_0_bytes(xb + b),
-					                             _mm256_set1_epi8(-128));
-					__m256i s = _mm256_sad_epu8(u, _mm256_setzero_si256());
-					__m128i h = _mm_add_epi64(_mm256_castsi256_si128(s),
-					                          _mm256_extracti128_si256(s, 1));
-					int32_t sum = (int32_t)(_mm_cvtsi128_si64(h) +
-					                        _mm_extract_epi64(h, 1)) -
-					              4096;
-					XC[c][b] = -128 * sum;
+					XC[c][b] = k5_q8g_xcorr(xb + b);
 					XD[c][b] = kernels__x86_h2f(xb[b].d);
 				}
 			}
