@@ -22,10 +22,14 @@
  *   Q4_0: blocks in pairs (lanes 0-7 block 2k, 8-15 block 2k+1), in
  *     order into one accumulator as fma(float(lanes), d_w * d_x, acc); an
  *     odd last block is a pair with an empty upper half (scale 0); hsum16;
- *   Q4_K/Q6_K: per super-block exact int32 lanes, then fma into one
- *     accumulator (Q4_K: fma(d, isum), then fnma(dmin, imin)); hsum16;
- *   Q5_0/IQ4_NL/MXFP4 as Q4_0; Q5_K as Q4_K; Q2_K as Q4_K and Q3_K/IQ4_XS
- *     as Q6_K, from 8 int32 lanes (upper half zero); Q5_1 as AVX2 does (in pairs,
+ *   Q4_K and Q5_K: per row one float, over the super-blocks in order,
+ *     fma(d, ISUM), then fnma(dmin, IMIN) (the row groups below);
+ *   Q6_K: per super-block exact int32 lanes, then fma into one
+ *     accumulator; hsum16;
+ *   Q2_K: per super-block exact int32 lanes (8), fma(d, isum), then
+ *     fnma(dmin, imin) into one accumulator; hsum16;
+ *   Q5_0/IQ4_NL/MXFP4 as Q4_0; Q3_K/IQ4_XS as Q6_K, from 8 int32 lanes
+ *     (upper half zero); Q5_1 as AVX2 does (in pairs,
  *     a0 + a1, lanes 8-15 zero).
  */
 
@@ -658,36 +662,76 @@ static void k5_q8g_mm(int64_t n, const void *w, size_t row_bytes, int64_t nrows,
 		k5_q8g_gemm(n, w, row_bytes, nrows, xq, xq_stride, ncols, y, y_stride);
 }
 
-/* ---- Q4_K and Q5_K ------------------------------------------------------------------------
- * One zmm = the 64 quants of qs[32 j .. 32 j + 31]: low nibbles (sub-block
- * 2j) then high (2j+1), the element order of the activations; Q5_K ors in
- * its 5th bits (qh NULL for Q4_K). Bounds as in kernels_x86.h (pairs <=
- * 7874, sums < 2^23). */
+/* ---- Q4_K and Q5_K in groups of 16 rows ----------------------------------------------
+ * As Q8_0 above, one lane a row. This table's Q4_K and Q5_K accumulate each row in
+ * one float, from +0, over its super-blocks in order:
+ *     acc = fma(d_w * d_x, (float)ISUM_b, acc)
+ *     acc = acc - (dmin_w * d_x) * (float)IMIN_b   (fused)
+ * with ISUM_b = sum_j sc_j dot_j and IMIN_b = sum_j m_j (x sum of
+ * sub-block j), both exact int32, and each scale product rounded once.
+ *   gemm: a group's super-blocks repacked as 8 x 8 words of unsigned
+ *     quants (lane r: 4 quants of row r; Q5_K's fifth bits or'ed in from
+ *     its qh, transposed the same way), the 6-bit scales as int32 lanes
+ *     and the mins as int16 pairs; per sub-block and column 8 vpdpbusd
+ *     against broadcast activation words, then one vpmulld by the scales;
+ *     the mins by 4 vpdpwssd against the activation's sub-block sums;
+ *   gemv: each row's super-block as 8 int32 lanes of ISUM and 8 of IMIN,
+ *     folded 16 rows at a time as Q8_0's pairs. */
 
-KERNELS__INLINE void k5_k45_block(const uint8_t *scales, const uint8_t *qs, const uint8_t *qh,
-                                  uint16_t dh, uint16_t dminh, int64_t b, const void *const *xq,
-                                  const int NC, __m512 *acc)
+#define K5_GV4 64 /* gemv: super-blocks per pass over a row */
+#define K5_GS4 8  /* gemm: super-blocks per repacked segment */
+
+/* Where the fields of a Q4_K (Q5 0) or Q5_K (Q5 1) block are: d and dmin
+ * at 0 and 2, the scales at 4, as both structs have them. */
+#define K5_K45_BYTES(Q5)  ((Q5) ? sizeof(kernels__block_q5_k) : sizeof(kernels__block_q4_k))
+#define K5_K45_QS(blk, Q5) ((const uint8_t *)(blk) + ((Q5) ? 48 : 16))
+#define K5_K45_QH(blk)     ((const uint8_t *)(blk) + 16)
+#define K5_K45_D(blk)      (((const uint16_t *)(const void *)(blk))[0])
+#define K5_K45_DMIN(blk)   (((const uint16_t *)(const void *)(blk))[1])
+_Static_assert(offsetof(kernels__block_q4_k, qs) == 16 && offsetof(kernels__block_q5_k, qh) == 16 &&
+                   offsetof(kernels__block_q5_k, qs) == 48 &&
+                   offsetof(kernels__block_q5_k, scales) == 4 &&
+                   offsetof(kernels__block_q4_k, scales) == 4,
+               "K-quant field offsets");
+
+/* Q5_K's fifth bits of sub-block j, from bytes h whose bit j is that bit
+ * (qh's layout), to bit 4 of each byte. */
+KERNELS__INLINE __m512i k5_q5_bit(__m512i h, int j)
 {
+	__m512i t = j <= 4 ? _mm512_sll_epi16(h, _mm_cvtsi32_si128(4 - j))
+	                   : _mm512_srl_epi16(h, _mm_cvtsi32_si128(j - 4));
+	return _mm512_and_si512(t, _mm512_set1_epi8(0x10));
+}
+
+/* An activation block's 8 sub-block sums as int16 (each <= 32 * 127). */
+KERNELS__INLINE __m128i k5_q4g_xsums(const kernels__block_q8_k *xb)
+{
+	__m256i bs = _mm256_loadu_si256((const __m256i *)xb->bsums);
+	__m256i s = _mm256_madd_epi16(bs, _mm256_set1_epi16(1));
+	return _mm_packs_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
+}
+
+/* A row's super-block at blk against activation block xb (xs: its
+ * k5_q4g_xsums): lanes 0-7 exact partial sums of ISUM, 8-11 of IMIN. */
+KERNELS__INLINE __m512i k5_q4g_lanes(const char *blk, const int Q5, const kernels__block_q8_k *xb,
+                                     __m128i xs)
+{
+	const uint8_t *qs = K5_K45_QS(blk, Q5);
 	const __m512i m4 = _mm512_set1_epi8(0x0f);
-	/* int16 lanes 0-15 (the low nibbles' 32 bytes) take scale 0, 16-31 scale 1 */
 	const __m512i spread = _mm512_set_epi16(1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0,
 	                                        0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0);
 	uint64_t sc, mn;
-	kernels__q4k_unpack(scales, &sc, &mn);
-	__m512i isum[KERNELS__TILE];
-	KERNELS__UNROLL for (int c = 0; c < NC; c++) isum[c] = _mm512_setzero_si512();
-	/* the 8 scales as int16 lanes 0-7, spread per chunk by one permute */
+	kernels__q4k_unpack((const uint8_t *)blk + 4, &sc, &mn);
 	__m512i sc16 = _mm512_castsi128_si512(_mm_cvtepu8_epi16(_mm_cvtsi64_si128((long long)sc)));
+	__m512i isum = _mm512_setzero_si512();
 	/* Q5_K: qh[l] for the low half (sub-block 2 j), qh[l] >> 1 for the high */
 	__m512i H = _mm512_setzero_si512();
-	if (qh) {
-		__m256i hb = _mm256_loadu_si256((const __m256i *)qh);
+	if (Q5) {
+		__m256i hb = _mm256_loadu_si256((const __m256i *)K5_K45_QH(blk));
 		H = k5_pair_si(hb, _mm256_srli_epi16(hb, 1));
 	}
 	KERNELS__UNROLL for (int jj = 0; jj < 2; jj++)
 	{
-		/* 64 bytes = chunks 2jj and 2jj+1; each chunk is its 32 low
-		 * nibbles then its 32 high ones (128-bit lanes 0-1 of lo, of hi) */
 		__m512i raw = _mm512_loadu_si512((const void *)(qs + 64 * jj));
 		__m512i lo = _mm512_and_si512(raw, m4);
 		__m512i hi = _mm512_and_si512(_mm512_srli_epi16(raw, 4), m4);
@@ -696,49 +740,366 @@ KERNELS__INLINE void k5_k45_block(const uint8_t *scales, const uint8_t *qs, cons
 		KERNELS__UNROLL for (int h = 0; h < 2; h++)
 		{
 			int j = 2 * jj + h;
-			if (qh) { /* Q5_K: bit 2 j of H (bit 2 j, 2 j + 1 of qh[l]) to bit 4 */
-				__m512i t = 2 * j <= 4
-				                ? _mm512_sll_epi16(H, _mm_cvtsi32_si128(4 - 2 * j))
-				                : _mm512_srl_epi16(H, _mm_cvtsi32_si128(2 * j - 4));
-				q[h] = _mm512_or_si512(q[h],
-				                       _mm512_and_si512(t, _mm512_set1_epi8(0x10)));
-			}
+			if (Q5)
+				q[h] = _mm512_or_si512(q[h], k5_q5_bit(H, 2 * j));
 			__m512i s = _mm512_permutexvar_epi16(
 			    _mm512_add_epi16(spread, _mm512_set1_epi16((short)(2 * j))), sc16);
-			KERNELS__UNROLL for (int c = 0; c < NC; c++)
+			__m512i xv = _mm512_loadu_si512((const void *)(xb->qs + 64 * j));
+			isum = k5_madd_acc(isum, _mm512_maddubs_epi16(q[h], xv), s);
+		}
+	}
+	__m256i i8 = _mm256_add_epi32(_mm512_castsi512_si256(isum),
+	                              _mm512_extracti64x4_epi64(isum, 1));
+	__m128i imin = _mm_madd_epi16(_mm_cvtepu8_epi16(_mm_cvtsi64_si128((long long)mn)), xs);
+	return k5_pair_si(i8, _mm256_zextsi128_si256(imin));
+}
+
+/* acc after one super-block of every row's lane: dd the rows' (d, dmin)
+ * words, xd the activation's scale. */
+KERNELS__INLINE __m512 k5_q4g_step(__m512 acc, __m512i isum, __m512i imin, __m512 d, __m512 dm,
+                                   float xd)
+{
+	const __m512 x = _mm512_set1_ps(xd);
+	acc = _mm512_fmadd_ps(_mm512_mul_ps(d, x), _mm512_cvtepi32_ps(isum), acc);
+	return _mm512_fnmadd_ps(_mm512_mul_ps(dm, x), _mm512_cvtepi32_ps(imin), acc);
+}
+
+/* Row r of a group (as k5_q8g_row): its sbn super-blocks into the fold. */
+KERNELS__INLINE void k5_q4g_row(__m512i (*B)[K5_GV4], const char *wb, const int Q5,
+                                const kernels__block_q8_k *xb, const __m128i *xs, int sbn,
+                                const int LVL,
+                                const k5_q8g_fold *f, __m512 *acc, const char *g0, __m512i idx,
+                                __mmask16 m)
+{
+	const size_t bb = K5_K45_BYTES(Q5);
+	for (int b = 0; b < sbn; b++) {
+		__m512i v = _mm512_setzero_si512();
+		if (wb) {
+			kernels__prefetch_block(wb + b * bb, bb);
+			v = k5_q4g_lanes(wb + b * bb, Q5, xb + b, xs[b]);
+		}
+		if (LVL == 0) {
+			B[0][b] = v;
+			continue;
+		}
+		v = k5_q8g_merge(B[0][b], v, f->l1a, f->l1b);
+		if (LVL == 1) {
+			B[1][b] = v;
+			continue;
+		}
+		v = k5_q8g_merge(B[1][b], v, f->l2a, f->l2b);
+		if (LVL == 2) {
+			B[2][b] = v;
+			continue;
+		}
+		v = k5_q8g_merge(B[2][b], v, f->ev, f->od);
+		if (LVL == 3) {
+			B[3][b] = v;
+			continue;
+		}
+		__m512i dd = _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), m, idx,
+		                                         (const void *)(g0 + b * bb), 1);
+		__m512 d = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(dd));
+		__m512 dm = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(dd, 16)));
+		*acc = k5_q4g_step(*acc, _mm512_permutex2var_epi32(B[3][b], f->ev, v),
+		                   _mm512_permutex2var_epi32(B[3][b], f->od, v), d, dm, xb[b].d);
+	}
+}
+
+KERNELS__INLINE void k5_q4g_gemv(int64_t n, const char *w, size_t row_bytes, int64_t nrows,
+                                 const void *xq, float *y, const int Q5)
+{
+	const size_t bb = K5_K45_BYTES(Q5);
+	const kernels__block_q8_k *xb = xq;
+	const int64_t nsb = n / KERNELS__QKK;
+	const k5_q8g_fold f = k5_q8g_fold_init();
+	const __m512i idx = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11,
+	                                                         12, 13, 14, 15),
+	                                       _mm512_set1_epi32((int)row_bytes));
+	__m512i B[4][K5_GV4];
+	__m128i XS[K5_GV4];
+	int64_t prepared = -1;
+	for (int64_t g = 0; g < nrows; g += K5_G) {
+		const int R = nrows - g < K5_G ? (int)(nrows - g) : K5_G;
+		const __mmask16 m = k5_q8g_mask(R);
+		__m512 acc = _mm512_setzero_ps();
+		for (int64_t s0 = 0; s0 < nsb; s0 += K5_GV4) {
+			const int sbn = nsb - s0 < K5_GV4 ? (int)(nsb - s0) : K5_GV4;
+			if (prepared != s0) {
+				for (int b = 0; b < sbn; b++)
+					XS[b] = k5_q4g_xsums(xb + s0 + b);
+				prepared = s0;
+			}
+			const char *g0 = w + (size_t)g * row_bytes + (size_t)s0 * bb;
+			for (int r = 0; r < K5_G; r++) {
+				const char *wb = r < R ? g0 + (size_t)r * row_bytes : NULL;
+				const kernels__block_q8_k *x = xb + s0;
+				switch (r) {
+				case 15:
+					k5_q4g_row(B, wb, Q5, x, XS, sbn, 4, &f, &acc, g0, idx, m);
+					break;
+				case 7:
+					k5_q4g_row(B, wb, Q5, x, XS, sbn, 3, &f, &acc, g0, idx, m);
+					break;
+				case 3:
+				case 11:
+					k5_q4g_row(B, wb, Q5, x, XS, sbn, 2, &f, &acc, g0, idx, m);
+					break;
+				case 1:
+				case 5:
+				case 9:
+				case 13:
+					k5_q4g_row(B, wb, Q5, x, XS, sbn, 1, &f, &acc, g0, idx, m);
+					break;
+				default:
+					k5_q4g_row(B, wb, Q5, x, XS, sbn, 0, &f, &acc, g0, idx, m);
+					break;
+				}
+			}
+		}
+		_mm512_mask_storeu_ps(y + g, m, acc);
+	}
+}
+
+/* A group's segment repacked: W[b][j][k] lane r = quants 4k..4k+3 of
+ * sub-block j of row r's super-block b (unsigned bytes), SC[b][j] lane r =
+ * its scale, MN[b][jj] lane r = (m_2jj, m_2jj+1) as int16, D and DM the
+ * rows' d and dmin. */
+typedef struct k5_q4g_pack {
+	__m512i W[K5_GS4][8][8];
+	__m512i SC[K5_GS4][8];
+	__m512i MN[K5_GS4][4];
+	__m512 D[K5_GS4], DM[K5_GS4];
+} k5_q4g_pack;
+
+/* The 16 x 32 bytes at rows[r] + off, transposed: t[k] lane r (+ 8) =
+ * bytes 4 k .. 4 k + 3 of row r (+ 8). */
+KERNELS__INLINE void k5_k45_transpose(const char *const *rows, size_t off, __m512i *t)
+{
+	const __m512i r1a = K5_IDX(0, 1, 2, 3, 16, 17, 18, 19, 8, 9, 10, 11, 24, 25, 26, 27);
+	const __m512i r1b = K5_IDX(4, 5, 6, 7, 20, 21, 22, 23, 12, 13, 14, 15, 28, 29, 30, 31);
+	const __m512i r2a = K5_IDX(0, 1, 16, 17, 4, 5, 20, 21, 8, 9, 24, 25, 12, 13, 28, 29);
+	const __m512i r2b = K5_IDX(2, 3, 18, 19, 6, 7, 22, 23, 10, 11, 26, 27, 14, 15, 30, 31);
+	const __m512i r3a = K5_IDX(0, 16, 2, 18, 4, 20, 6, 22, 8, 24, 10, 26, 12, 28, 14, 30);
+	const __m512i r3b = K5_IDX(1, 17, 3, 19, 5, 21, 7, 23, 9, 25, 11, 27, 13, 29, 15, 31);
+	__m512i z[8], u[8], v[8];
+	_Pragma("GCC unroll 8") for (int i = 0; i < 8; i++) z[i] =
+	    k5_pair_si(_mm256_loadu_si256((const __m256i *)(rows[i] + off)),
+	               _mm256_loadu_si256((const __m256i *)(rows[i + 8] + off)));
+	KERNELS__UNROLL for (int i = 0; i < 4; i++)
+	{
+		u[i] = k5_q8g_perm(z[i], r1a, z[i + 4]);
+		u[i + 4] = k5_q8g_perm(z[i], r1b, z[i + 4]);
+	}
+	KERNELS__UNROLL for (int j = 0; j < 4; j++)
+	{
+		const int i = j < 2 ? j : j + 2;
+		v[i] = k5_q8g_perm(u[i], r2a, u[i + 2]);
+		v[i + 2] = k5_q8g_perm(u[i], r2b, u[i + 2]);
+	}
+	KERNELS__UNROLL for (int j = 0; j < 4; j++)
+	{
+		t[2 * j] = k5_q8g_perm(v[2 * j], r3a, v[2 * j + 1]);
+		t[2 * j + 1] = k5_q8g_perm(v[2 * j], r3b, v[2 * j + 1]);
+	}
+}
+
+KERNELS__INLINE void k5_q4g_repack(const char *w, size_t row_bytes, int R, int64_t s0, int sbn,
+                                   k5_q4g_pack *pk, const int Q5)
+{
+	const __m512i m4 = _mm512_set1_epi8(0x0f);
+	const size_t bb = K5_K45_BYTES(Q5);
+	kernels__block_q5_k zero[K5_GS4]; /* the larger of the two */
+	const char *rows[K5_G];
+	if (R < K5_G)
+		memset(zero, 0, bb * (size_t)sbn);
+	for (int r = 0; r < K5_G; r++)
+		rows[r] = r < R ? w + (size_t)r * row_bytes + (size_t)s0 * bb : (const char *)zero;
+	const size_t pf = (size_t)K5_G * row_bytes;
+	for (int b = 0; b < sbn; b++) {
+		const size_t o = (size_t)b * bb;
+		if (R == K5_G)
+			for (int r = 0; r < K5_G; r++)
+				for (size_t l = 0; l < bb; l += 64)
+					kernels__prefetch_line(rows[r] + o + pf + l);
+		__m512i th[8];
+		if (Q5)
+			k5_k45_transpose(rows, o + 16, th);
+		KERNELS__UNROLL for (int c = 0; c < 4; c++)
+		{
+			__m512i t[8];
+			k5_k45_transpose(rows, o + (Q5 ? 48 : 16) + 32 * (size_t)c, t);
+			/* low nibbles: sub-block 2c, high: 2c + 1 */
+			_Pragma("GCC unroll 8") for (int k = 0; k < 8; k++)
 			{
-				const int8_t *x =
-				    ((const kernels__block_q8_k *)xq[c])[b].qs + 64 * j;
-				__m512i xv = _mm512_loadu_si512((const void *)x);
-				isum[c] = k5_madd_acc(isum[c], _mm512_maddubs_epi16(q[h], xv), s);
+				__m512i lo = _mm512_and_si512(t[k], m4);
+				__m512i hi = _mm512_and_si512(_mm512_srli_epi16(t[k], 4), m4);
+				if (Q5) {
+					lo = _mm512_or_si512(lo, k5_q5_bit(th[k], 2 * c));
+					hi = _mm512_or_si512(hi, k5_q5_bit(th[k], 2 * c + 1));
+				}
+				pk->W[b][2 * c][k] = lo;
+				pk->W[b][2 * c + 1][k] = hi;
+			}
+		}
+		int32_t sc[8][K5_G], mp[4][K5_G];
+		uint16_t d[K5_G], dm[K5_G];
+		for (int r = 0; r < K5_G; r++) {
+			uint64_t s, mn;
+			kernels__q4k_unpack((const uint8_t *)rows[r] + o + 4, &s, &mn);
+			for (int j = 0; j < 8; j++)
+				sc[j][r] = (int32_t)((s >> (8 * j)) & 0xff);
+			for (int j = 0; j < 4; j++)
+				mp[j][r] = (int32_t)(((mn >> (16 * j)) & 0xff) |
+				                     (((mn >> (16 * j + 8)) & 0xff) << 16));
+			d[r] = K5_K45_D(rows[r] + o);
+			dm[r] = K5_K45_DMIN(rows[r] + o);
+		}
+		for (int j = 0; j < 8; j++)
+			pk->SC[b][j] = _mm512_loadu_si512((const void *)sc[j]);
+		for (int j = 0; j < 4; j++)
+			pk->MN[b][j] = _mm512_loadu_si512((const void *)mp[j]);
+		pk->D[b] = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)d));
+		pk->DM[b] = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)dm));
+	}
+}
+
+/* NC columns of a group over a repacked segment (as k5_q8g_tile_n); bs[c]:
+ * each super-block's 4 words of (sum of sub-block 2jj, of 2jj + 1) int16. */
+KERNELS__INLINE void k5_q4g_tile_n(const k5_q4g_pack *pk, int sbn,
+                                   const kernels__block_q8_k *const *x,
+                                   const int32_t *const *bs, const int NC, float *y,
+                                   size_t y_stride, __mmask16 m, int first)
+{
+	__m512 acc[KERNELS__TILE];
+	KERNELS__UNROLL for (int c = 0; c < NC; c++) acc[c] =
+	    first ? _mm512_setzero_ps() : _mm512_maskz_loadu_ps(m, y + (size_t)c * y_stride);
+	for (int b = 0; b < sbn; b++) {
+		__m512i isum[KERNELS__TILE], imin[KERNELS__TILE];
+		KERNELS__UNROLL for (int c = 0; c < NC; c++) isum[c] = imin[c] =
+		    _mm512_setzero_si512();
+		for (int j = 0; j < 8; j++) {
+			__m512i dot[KERNELS__TILE];
+			KERNELS__UNROLL for (int c = 0; c < NC; c++) dot[c] = _mm512_setzero_si512();
+			_Pragma("GCC unroll 8") for (int k = 0; k < 8; k++)
+			{
+				const __m512i wk = pk->W[b][j][k];
+				KERNELS__UNROLL for (int c = 0; c < NC; c++)
+				{
+					int32_t word;
+					memcpy(&word, x[c][b].qs + 32 * j + 4 * k, 4);
+					__m512i xk = _mm512_set1_epi32(word);
+#if KERNELS_VNNI
+					dot[c] = _mm512_dpbusd_epi32(dot[c], wk, xk);
+#else
+					dot[c] = _mm512_add_epi32(
+					    dot[c], _mm512_madd_epi16(_mm512_maddubs_epi16(wk, xk),
+					                              _mm512_set1_epi16(1)));
+#endif
+				}
+			}
+			const __m512i s = pk->SC[b][j];
+			KERNELS__UNROLL for (int c = 0; c < NC; c++) isum[c] =
+			    _mm512_add_epi32(isum[c], _mm512_mullo_epi32(dot[c], s));
+		}
+		KERNELS__UNROLL for (int jj = 0; jj < 4; jj++)
+		{
+			const __m512i mn = pk->MN[b][jj];
+			KERNELS__UNROLL for (int c = 0; c < NC; c++) imin[c] =
+			    k5_madd_acc(imin[c], mn, _mm512_set1_epi32(bs[c][4 * b + jj]));
+		}
+		KERNELS__UNROLL for (int c = 0; c < NC; c++) acc[c] =
+		    k5_q4g_step(acc[c], isum[c], imin[c], pk->D[b], pk->DM[b], x[c][b].d);
+	}
+	KERNELS__UNROLL for (int c = 0; c < NC; c++)
+	    _mm512_mask_storeu_ps(y + (size_t)c * y_stride, m, acc[c]);
+}
+
+static void k5_q4g_tile(const k5_q4g_pack *pk, int sbn, const kernels__block_q8_k *const *x,
+                        const int32_t *const *bs, int NC, float *y, size_t y_stride,
+                        __mmask16 m, int first)
+{
+	switch (NC) {
+	case 1:
+		k5_q4g_tile_n(pk, sbn, x, bs, 1, y, y_stride, m, first);
+		break;
+	case 2:
+		k5_q4g_tile_n(pk, sbn, x, bs, 2, y, y_stride, m, first);
+		break;
+	case 3:
+		k5_q4g_tile_n(pk, sbn, x, bs, 3, y, y_stride, m, first);
+		break;
+	default:
+		k5_q4g_tile_n(pk, sbn, x, bs, 4, y, y_stride, m, first);
+		break;
+	}
+}
+
+KERNELS__INLINE void k5_q4g_gemm(int64_t n, const char *w, size_t row_bytes, int64_t nrows,
+                                 const void *xq, size_t xq_stride, int64_t ncols, float *y,
+                                 size_t y_stride, const int Q5)
+{
+	const int64_t nsb = n / KERNELS__QKK;
+	k5_q4g_pack pk;
+	int32_t BS[K5_CB][4 * K5_GS4];
+	for (int64_t cb = 0; cb < ncols; cb += K5_CB) {
+		const int nc = ncols - cb < K5_CB ? (int)(ncols - cb) : K5_CB;
+		for (int64_t s0 = 0; s0 < nsb; s0 += K5_GS4) {
+			const int sbn = nsb - s0 < K5_GS4 ? (int)(nsb - s0) : K5_GS4;
+			for (int c = 0; c < nc; c++) {
+				const kernels__block_q8_k *xb =
+				    (const kernels__block_q8_k *)((const char *)xq +
+				                                  (size_t)(cb + c) * xq_stride) +
+				    s0;
+				for (int b = 0; b < sbn; b++)
+					for (int jj = 0; jj < 4; jj++) {
+						const int16_t *s = xb[b].bsums + 4 * jj;
+						uint32_t lo = (uint16_t)(int16_t)(s[0] + s[1]);
+						uint32_t hi = (uint16_t)(int16_t)(s[2] + s[3]);
+						BS[c][4 * b + jj] = (int32_t)(lo | hi << 16);
+					}
+			}
+			for (int64_t g = 0; g < nrows; g += K5_G) {
+				const int R = nrows - g < K5_G ? (int)(nrows - g) : K5_G;
+				k5_q4g_repack(w + (size_t)g * row_bytes, row_bytes, R, s0, sbn, &pk, Q5);
+				for (int c0 = 0; c0 < nc; c0 += KERNELS__TILE) {
+					const int NC = nc - c0 < KERNELS__TILE ? nc - c0 : KERNELS__TILE;
+					const kernels__block_q8_k *x[KERNELS__TILE];
+					const int32_t *bs[KERNELS__TILE];
+					for (int c = 0; c < NC; c++) {
+						x[c] = (const kernels__block_q8_k *)((const char *)xq +
+						                                     (size_t)(cb + c0 + c) *
+						                                         xq_stride) +
+						       s0;
+						bs[c] = BS[c0 + c];
+					}
+					k5_q4g_tile(&pk, sbn, x, bs, NC,
+					            y + (size_t)(cb + c0) * y_stride + (size_t)g, y_stride,
+					            k5_q8g_mask(R), s0 == 0);
+				}
 			}
 		}
 	}
-	__m256i mins = kernels__x86_q4k_mins(mn);
-	float dw = kernels__x86_h2f(dh), dmw = kernels__x86_h2f(dminh);
-	KERNELS__UNROLL for (int c = 0; c < NC; c++)
-	{
-		const kernels__block_q8_k *xb = (const kernels__block_q8_k *)xq[c] + b;
-		__m512i imin = _mm512_zextsi256_si512(kernels__x86_q4k_imin(xb, mins));
-		__m512 d = _mm512_set1_ps(dw * xb->d), dm = _mm512_set1_ps(dmw * xb->d);
-		acc[c] = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(isum[c]), acc[c]);
-		acc[c] = _mm512_fnmadd_ps(dm, _mm512_cvtepi32_ps(imin), acc[c]);
-	}
 }
 
-KERNELS__INLINE void k5_tile_q4_k_block(const kernels__block_q4_k *wb, int64_t b,
-                                        const void *const *xq, const int NC, __m512 *acc)
+/* The table's whole-matrix Q4_K and Q5_K (ncols 1: the gemv). */
+static void k5_q4g_mm(int64_t n, const void *w, size_t row_bytes, int64_t nrows, const void *xq,
+                      size_t xq_stride, int64_t ncols, float *y, size_t y_stride)
 {
-	k5_k45_block(wb[b].scales, wb[b].qs, NULL, wb[b].d, wb[b].dmin, b, xq, NC, acc);
+	if (ncols == 1)
+		k5_q4g_gemv(n, w, row_bytes, nrows, xq, y, 0);
+	else
+		k5_q4g_gemm(n, w, row_bytes, nrows, xq, xq_stride, ncols, y, y_stride, 0);
 }
-KERNELS__SUPER_TILE(k5_tile_q4_k, kernels__block_q4_k)
 
-KERNELS__INLINE void k5_tile_q5_k_block(const kernels__block_q5_k *wb, int64_t b,
-                                        const void *const *xq, const int NC, __m512 *acc)
+static void k5_q5g_mm(int64_t n, const void *w, size_t row_bytes, int64_t nrows, const void *xq,
+                      size_t xq_stride, int64_t ncols, float *y, size_t y_stride)
 {
-	k5_k45_block(wb[b].scales, wb[b].qs, wb[b].qh, wb[b].d, wb[b].dmin, b, xq, NC, acc);
+	if (ncols == 1)
+		k5_q4g_gemv(n, w, row_bytes, nrows, xq, y, 1);
+	else
+		k5_q4g_gemm(n, w, row_bytes, nrows, xq, xq_stride, ncols, y, y_stride, 1);
 }
-KERNELS__SUPER_TILE(k5_tile_q5_k, kernels__block_q5_k)
 
 /* ---- Q6_K -----------------------------------------------------------------------------
  * Per chunk of 128: zmm A = parts 0-1 (elements 0..63), B = parts 2-3, as
@@ -1005,14 +1366,13 @@ KERNELS__TABLE(K5_TABLE, K5_ISA, k5, k5,
                .tile = {[KERNELS__W_F32] = k5_tile_f32,
                         [KERNELS__W_F16] = k5_tile_f16,
                         [KERNELS__W_BF16] = k5_tile_bf16,
-                        [KERNELS__W_Q4_K] = k5_tile_q4_k,
                         [KERNELS__W_Q6_K] = k5_tile_q6_k,
                         [KERNELS__W_Q5_1] = k5_tile_q5_1,
                         [KERNELS__W_Q2_K] = k5_tile_q2_k,
                         [KERNELS__W_Q3_K] = k5_tile_q3_k,
-                        [KERNELS__W_Q5_K] = k5_tile_q5_k,
                         [KERNELS__W_IQ4_XS] = k5_tile_iq4_xs},
-               .mm = {[KERNELS__W_Q8_0] = k5_q8g_mm},
+               .mm = {[KERNELS__W_Q8_0] = k5_q8g_mm, [KERNELS__W_Q4_K] = k5_q4g_mm,
+                      [KERNELS__W_Q5_K] = k5_q5g_mm},
                .rows = {[KERNELS__W_Q4_0] = k5_q4_0_rows,
                         [KERNELS__W_Q5_0] = k5_q5_0_rows,
                         [KERNELS__W_IQ4_NL] = k5_iq4_nl_rows,

@@ -481,6 +481,117 @@ static void test_q8_0_avx512_order(void)
 		TEST_SKIP("no AVX-512 table on this CPU");
 }
 
+/* The AVX-512 tables' Q4_K and Q5_K order (kernels_avx512.c): per row one
+ * float from +0, over the super-blocks in order, acc = fma(d_w d_x, ISUM,
+ * acc), then acc = fma(-(dmin_w d_x), IMIN, acc), ISUM and IMIN exact.
+ * Checked bitwise as Q8_0's, across groups, segments (8 super-blocks in
+ * gemm, 64 in gemv) and column passes, with random scale bytes. Blocks are
+ * raw bytes: d, dmin, scales at 4, (Q5_K: qh at 16,) then qs. */
+static float k45_in_order(const uint8_t *w, int q5, const kernels__block_q8_k *x, int64_t nsb)
+{
+	const size_t bb = q5 ? sizeof(kernels__block_q5_k) : sizeof(kernels__block_q4_k);
+	float acc = 0.0f;
+	for (int64_t b = 0; b < nsb; b++, w += bb) {
+		const uint8_t *qs = w + (q5 ? 48 : 16), *qh = w + 16;
+		uint16_t dh, dmh;
+		memcpy(&dh, w, 2);
+		memcpy(&dmh, w + 2, 2);
+		int32_t isum = 0, imin = 0;
+		for (int j = 0; j < 8; j++) {
+			int sc, m, dot = 0;
+			kernels__q4k_scale_min(w + 4, j, &sc, &m);
+			for (int l = 0; l < 32; l++) {
+				int q = qs[32 * (j / 2) + l];
+				q = (j & 1) ? q >> 4 : q & 15;
+				if (q5)
+					q |= ((qh[l] >> j) & 1) << 4;
+				dot += q * x[b].qs[32 * j + l];
+			}
+			isum += sc * dot;
+			imin += m * (x[b].bsums[2 * j] + x[b].bsums[2 * j + 1]);
+		}
+		float d = shoal_fp16_to_f32(dh) * x[b].d;
+		float dm = shoal_fp16_to_f32(dmh) * x[b].d;
+		acc = fmaf(d, (float)isum, acc);
+		acc = fmaf(-dm, (float)imin, acc);
+	}
+	return acc;
+}
+
+static void test_k45_avx512_order(void)
+{
+	static const int64_t ns[] = {256, 9 * 256, 65 * 256};
+	static const int64_t rows[] = {35, 17, 16};
+	static const int64_t cols[] = {130, 5, 2};
+	int checked = 0;
+	for (int t = 0; t < 4; t++) {
+		const char *isa = t & 1 ? "avx512bw" : "avx512";
+		const int q5 = t >> 1;
+		const shoal_dtype wt = q5 ? SHOAL_DTYPE_Q5_K : SHOAL_DTYPE_Q4_K;
+		const size_t bb = q5 ? sizeof(kernels__block_q5_k) : sizeof(kernels__block_q4_k);
+		const shoal_kernels *k = shoal_kernels_by_name(isa);
+		if (!k || strcmp(k->isa, isa))
+			continue;
+		for (size_t a = 0; a < sizeof ns / sizeof ns[0]; a++) {
+			int64_t n = ns[a], nsb = n / 256, nr = rows[(a + (size_t)t) % 3], nc = cols[a];
+			uint8_t *w = malloc(bb * (size_t)(nsb * nr));
+			kernels__block_q8_k *x = malloc(sizeof *x * (size_t)(nsb * nc));
+			for (int64_t i = 0; i < nsb * nr; i++) {
+				uint8_t *blk = w + bb * (size_t)i;
+				for (size_t j = 4; j < bb; j++) {
+					blk[j] = (uint8_t)(rng >> 3);
+					rnd();
+				}
+				uint16_t d = (uint16_t)(0x0400 + (rng % 0x5000u));
+				rnd();
+				uint16_t dm = (uint16_t)(0x0400 + (rng % 0x5000u)) | (i % 5 == 1 ? 0x8000 : 0);
+				rnd();
+				memcpy(blk, &d, 2);
+				memcpy(blk + 2, &dm, 2);
+			}
+			for (int64_t i = 0; i < nsb * nc; i++) {
+				x[i].d = rnd() * 0.01f;
+				for (int j = 0; j < 256; j++)
+					x[i].qs[j] = (int8_t)(rnd() * 127.0f);
+				for (int j = 0; j < 16; j++) {
+					int s = 0;
+					for (int l = 0; l < 16; l++)
+						s += x[i].qs[16 * j + l];
+					x[i].bsums[j] = (int16_t)s;
+				}
+			}
+			size_t rb = bb * (size_t)nsb, xb = sizeof *x * (size_t)nsb;
+			float *y = malloc(sizeof(float) * (size_t)(nr * nc));
+			float *yv = malloc(sizeof(float) * (size_t)nr);
+			k->gemm(wt, n, w, rb, nr, x, xb, nc, y, (size_t)nr);
+			int bad = 0;
+			for (int64_t c = 0; c < nc && !bad; c++) {
+				k->gemv(wt, n, w, rb, nr, x + c * nsb, yv);
+				for (int64_t r = 0; r < nr && !bad; r++) {
+					float e = k45_in_order(w + r * rb, q5, x + c * nsb, nsb);
+					float g = y[c * nr + r], v = yv[r];
+					if (memcmp(&e, &g, sizeof e) || memcmp(&e, &v, sizeof e)) {
+						fprintf(stderr,
+						        "%s %s n %lld row %lld col %lld: in order %.9g "
+						        "gemm %.9g gemv %.9g\n",
+						        k->isa, shoal_dtype_name(wt), (long long)n,
+						        (long long)r, (long long)c, e, g, v);
+						bad = 1;
+					}
+				}
+			}
+			free(w);
+			free(x);
+			free(y);
+			free(yv);
+			ASSERT_FALSE(bad);
+			checked++;
+		}
+	}
+	if (!checked)
+		TEST_SKIP("no AVX-512 table on this CPU");
+}
+
 static void test_best_table(void)
 {
 	const shoal_kernels *b = shoal_kernels_best();
@@ -657,7 +768,7 @@ int main(int argc, char **argv)
 	    TEST_CASE(test_quantize_act_shared), TEST_CASE(test_tables_against_scalar),
 	    TEST_CASE(test_family_bitwise),      TEST_CASE(test_best_table),
 	    TEST_CASE(test_attention),           TEST_CASE(test_softmax),
-	    TEST_CASE(test_q8_0_avx512_order),
+	    TEST_CASE(test_q8_0_avx512_order),   TEST_CASE(test_k45_avx512_order),
 	};
 	return test_run_(cases, sizeof cases / sizeof cases[0]);
 }
