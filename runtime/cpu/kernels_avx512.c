@@ -1226,6 +1226,73 @@ KERNELS__INLINE __m512 k5_attn_tile(const __m512 *qp0, const __m512 *qp1, const 
 	return _mm512_add_ps(e, o);
 }
 
+/* The 16 scores of heads q0, q0 + 1 (qp from k5_attn_pack2) at positions
+ * t .. t + 7: k5_attn_tile's sums and reduction with the position pairs
+ * (2 m, 2 m + 1) where it has head pairs, so every score gets the same
+ * operations; lanes 0-7 head q0, 8-15 head q0 + 1, by position. */
+KERNELS__INLINE __m512 k5_attn_tile2(const __m512 *qp, const float *kt, size_t k_ld, int h8)
+{
+	__m512 a[8]; /* a[j]: position t + j, both heads */
+	KERNELS__UNROLL for (int j = 0; j < 8; j++) a[j] = _mm512_setzero_ps();
+	for (int i = 0, c = 0; i < h8; i += 8, c++) {
+		_Pragma("GCC unroll 8") for (int j = 0; j < 8; j++)
+		{
+			__m512 kv = _mm512_castpd_ps(_mm512_broadcast_f64x4(
+			    _mm256_castps_pd(_mm256_loadu_ps(kt + (size_t)j * k_ld + i))));
+			a[j] = _mm512_add_ps(a[j], _mm512_mul_ps(qp[c], kv));
+		}
+	}
+	__m512 s[4];
+	KERNELS__UNROLL for (int m = 0; m < 4; m++)
+	{
+		__m512 x = _mm512_shuffle_f32x4(a[2 * m], a[2 * m + 1], _MM_SHUFFLE(2, 0, 2, 0));
+		__m512 y = _mm512_shuffle_f32x4(a[2 * m], a[2 * m + 1], _MM_SHUFFLE(3, 1, 3, 1));
+		s[m] = _mm512_add_ps(x, y);
+	}
+	__m512 w[2];
+	KERNELS__UNROLL for (int m = 0; m < 2; m++)
+	{
+		__m512 u = _mm512_shuffle_ps(s[2 * m], s[2 * m + 1], _MM_SHUFFLE(1, 0, 1, 0));
+		__m512 v = _mm512_shuffle_ps(s[2 * m], s[2 * m + 1], _MM_SHUFFLE(3, 2, 3, 2));
+		w[m] = _mm512_add_ps(u, v);
+	}
+	__m512 e = _mm512_shuffle_ps(w[0], w[1], _MM_SHUFFLE(2, 0, 2, 0));
+	__m512 o = _mm512_shuffle_ps(w[0], w[1], _MM_SHUFFLE(3, 1, 3, 1));
+	/* element 4 (2 (j & 1) + h) + j / 2 is head h at position t + j */
+	const __m512i idx = _mm512_setr_epi32(0, 8, 1, 9, 2, 10, 3, 11, 4, 12, 5, 13, 6, 14, 7, 15);
+	return _mm512_permutexvar_ps(idx, _mm512_add_ps(e, o));
+}
+
+/* Heads q0, q0 + 1 over positions 0 .. n8 - 1 (a multiple of 8). */
+static void k5_attn_scores2(const float *qg, int hd, const float *k, size_t k_ld, int n8,
+                            float scale, float *s, size_t s_ld)
+{
+	const int h8 = hd & ~7;
+	__m512 qp[64];
+	const __m512 vscale = _mm512_set1_ps(scale);
+	k5_attn_pack2(qg, qg + hd, h8, qp);
+	for (int t = 0; t < n8; t += 8) {
+		const float *kt = k + (size_t)t * k_ld;
+		_Pragma("GCC unroll 8") for (int j = 0; j < 8; j++)
+		    kernels__x86_prefetch_row(kt + (KERNELS__X86_ATTN_AHEAD + j) * k_ld, hd);
+		__m512 r = k5_attn_tile2(qp, kt, k_ld, h8);
+		__m512 tv = _mm512_setzero_ps();
+		if (h8 < hd) {
+			float tail[16];
+			for (int h = 0; h < 2; h++)
+				for (int j = 0; j < 8; j++)
+					tail[8 * h + j] = kernels__x86_dot_tail(
+					    qg + (size_t)h * hd, kt + (size_t)j * k_ld, h8, hd);
+			tv = _mm512_loadu_ps(tail);
+		}
+		r = _mm512_mul_ps(_mm512_add_ps(r, tv), vscale);
+		float *st = s + (size_t)t;
+		_mm256_storeu_ps(st, _mm512_castps512_ps256(r));
+		_mm256_storeu_ps(st + s_ld,
+		                 _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(r), 1)));
+	}
+}
+
 static void k5_attn_scores(const float *q, int ng, int hd, const float *k, size_t k_ld, int n,
                            float scale, float *s, size_t s_ld)
 {
@@ -1267,6 +1334,15 @@ static void k5_attn_scores(const float *q, int ng, int hd, const float *k, size_
 		if (n4 < n)
 			kernels__x86_attn_scores(qg, 4, hd, k + (size_t)n4 * k_ld, k_ld, n - n4,
 			                         scale, s + (size_t)g * s_ld + (size_t)n4, s_ld);
+	}
+	if (g + 2 <= ng) {
+		const int n8 = n & ~7;
+		const float *qg = q + (size_t)g * hd;
+		k5_attn_scores2(qg, hd, k, k_ld, n8, scale, s + (size_t)g * s_ld, s_ld);
+		if (n8 < n)
+			kernels__x86_attn_scores(qg, 2, hd, k + (size_t)n8 * k_ld, k_ld, n - n8,
+			                         scale, s + (size_t)g * s_ld + (size_t)n8, s_ld);
+		g += 2;
 	}
 	if (g < ng)
 		kernels__x86_attn_scores(q + (size_t)g * hd, ng - g, hd, k, k_ld, n, scale,

@@ -171,22 +171,43 @@ fail:
 	return SHOAL_ERR_NOMEM;
 }
 
+/* The argmax under `better` (the lowest id among the best keys), in two
+ * passes that need no branch per element, so they vectorize: the best key,
+ * from 8 partial maxima (x > m is false for NaN, whose key never wins, and
+ * key_of only clamps +inf, which keeps the order), then the first id with
+ * that key. At 32k tokens it took ~40 us a token as one branchy loop. */
+#define GREEDY_LANES 8
 static int32_t sample_greedy(const float *logits, uint32_t n)
 {
-	/* `better` with the best key kept: a strictly higher key wins, so
-	 * ties keep the lower id */
-	int32_t best = 0;
 	if (n == 0)
 		return 0;
-	float bk = key_of(logits, 0);
-	for (uint32_t i = 1; i < n; i++) {
-		float x = key_of(logits, (int32_t)i);
-		if (x > bk) {
-			bk = x;
-			best = (int32_t)i;
+	float m[GREEDY_LANES];
+	for (int k = 0; k < GREEDY_LANES; k++)
+		m[k] = -INFINITY;
+	uint32_t i = 0;
+	for (; i + GREEDY_LANES <= n; i += GREEDY_LANES)
+		for (int k = 0; k < GREEDY_LANES; k++) {
+			float x = logits[i + (uint32_t)k];
+			m[k] = x > m[k] ? x : m[k];
 		}
+	for (; i < n; i++)
+		m[0] = logits[i] > m[0] ? logits[i] : m[0];
+	float bk = -INFINITY;
+	for (int k = 0; k < GREEDY_LANES; k++)
+		bk = m[k] > bk ? m[k] : bk;
+	if (bk > FLT_MAX)
+		bk = FLT_MAX;
+	for (i = 0; i + GREEDY_LANES <= n; i += GREEDY_LANES) {
+		int hit = 0;
+		for (int k = 0; k < GREEDY_LANES; k++)
+			hit |= key_of(logits, (int32_t)(i + (uint32_t)k)) == bk;
+		if (hit)
+			break;
 	}
-	return best;
+	for (; i < n; i++)
+		if (key_of(logits, (int32_t)i) == bk)
+			return (int32_t)i;
+	return 0; /* not reached: some key equals the best */
 }
 
 /* Divide positive logits by the penalty, multiply negative ones, once per

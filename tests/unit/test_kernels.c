@@ -636,14 +636,16 @@ static void test_family_bitwise(void)
 }
 
 /* Attention's inner loops: every table gives the scalar table's bits for
- * shapes with and without tails and head tiles (ng 1-16, hd 7-520, n 1-515), and the
+ * shapes with and without tails and head tiles of 4 and 2 (ng 1-16, hd 7-520, n
+ * 1-515), and the
  * scalar table is within rounding of a double-precision reference. */
 static void test_attention(void)
 {
 	static const int shapes[][3] = {{1, 64, 1},  {8, 64, 100}, {4, 128, 33},  {3, 40, 17},
 	                                {9, 7, 5},   {5, 16, 64},  {2, 24, 3},    {16, 64, 9},
 	                                {8, 40, 37}, {6, 12, 11},  {12, 80, 515}, {4, 256, 8},
-	                                {8, 100, 7}, {4, 520, 5},  {7, 72, 6},    {4, 8, 4}};
+	                                {8, 100, 7}, {4, 520, 5},  {7, 72, 6},    {4, 8, 4},
+	                                {2, 32, 77}, {2, 64, 8},   {10, 20, 40},  {6, 8, 16}};
 	const shoal_kernels *ks = shoal_kernels_scalar();
 	for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
 		int ng = shapes[si][0], hd = shapes[si][1], n = shapes[si][2];

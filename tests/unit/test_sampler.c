@@ -8,6 +8,7 @@
  */
 #include "runtime/engine/sampler.h"
 
+#include <float.h>
 #include <math.h>
 #include <stdbool.h>
 
@@ -87,6 +88,43 @@ static void test_greedy(void)
 	ASSERT_TRUE(s);
 	ASSERT_EQ(shoal_sampler_sample(s, a, NULL, 0, 0), 2);
 	shoal_sampler_free(s);
+}
+
+/* Greedy against the rule written as one loop (a strictly higher key wins,
+ * NaN's key -inf, +inf's FLT_MAX), on vectors of 1..70 logits drawn from a
+ * few values (ties), NaN, -inf, +inf and FLT_MAX, across the 8-wide passes
+ * and their tails. */
+static void test_greedy_rule(void)
+{
+	const float vals[] = {-1.0f, 0.5f, 2.0f, 2.0f, NAN, -INFINITY, INFINITY, FLT_MAX, -FLT_MAX};
+	uint32_t r = 12345u;
+	float v[70];
+	for (uint32_t n = 1; n <= 70; n++) {
+		shoal_sampler_params p = plain(0.0f);
+		shoal_sampler *s = make(&p, n);
+		ASSERT_TRUE(s);
+		for (int trial = 0; trial < 40; trial++) {
+			for (uint32_t i = 0; i < n; i++) {
+				r = r * 1103515245u + 12345u;
+				/* mostly ordinary values, some of each special one */
+				uint32_t k = (r >> 16) % 40;
+				v[i] = k < 9 ? vals[k] : (float)((r >> 8) % 7) - 3.0f;
+			}
+			int32_t best = 0;
+			float bk = isnan(v[0]) ? -INFINITY : v[0] > FLT_MAX ? FLT_MAX : v[0];
+			for (uint32_t i = 1; i < n; i++) {
+				float x = isnan(v[i]) ? -INFINITY : v[i] > FLT_MAX ? FLT_MAX : v[i];
+				if (x > bk) {
+					bk = x;
+					best = (int32_t)i;
+				}
+			}
+			int32_t got = shoal_sampler_sample(s, v, NULL, 0, 0);
+			if (got != best)
+				TEST_FAIL_("n %u trial %d: greedy %d, the rule %d", n, trial, got, best);
+		}
+		shoal_sampler_free(s);
+	}
 }
 
 static void test_same_seed_step_same_token(void)
@@ -523,7 +561,7 @@ static void test_nan_does_not_crash(void)
 	shoal_sampler_free(s);
 }
 
-TEST_MAIN(TEST_CASE(test_defaults), TEST_CASE(test_bad_params), TEST_CASE(test_greedy),
+TEST_MAIN(TEST_CASE(test_defaults), TEST_CASE(test_bad_params), TEST_CASE(test_greedy), TEST_CASE(test_greedy_rule),
           TEST_CASE(test_same_seed_step_same_token), TEST_CASE(test_distribution_matches_softmax),
           TEST_CASE(test_top_k_one_is_greedy), TEST_CASE(test_top_k_ties_by_lower_id),
           TEST_CASE(test_top_p), TEST_CASE(test_min_p), TEST_CASE(test_repeat_penalty),
