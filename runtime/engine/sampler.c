@@ -177,33 +177,38 @@ fail:
  * key_of only clamps +inf, which keeps the order), then the first id with
  * that key. At 32k tokens it took ~40 us a token as one branchy loop. */
 #define GREEDY_LANES 8
-static int32_t sample_greedy(const float *logits, uint32_t n)
+static int32_t sample_greedy(const float *logits, uint32_t n32)
 {
+	const size_t n = n32;
 	if (n == 0)
 		return 0;
 	float m[GREEDY_LANES];
-	for (int k = 0; k < GREEDY_LANES; k++)
+	for (size_t k = 0; k < GREEDY_LANES; k++)
 		m[k] = -INFINITY;
-	uint32_t i = 0;
-	for (; i + GREEDY_LANES <= n; i += GREEDY_LANES)
-		for (int k = 0; k < GREEDY_LANES; k++) {
-			float x = logits[i + (uint32_t)k];
-			m[k] = x > m[k] ? x : m[k];
-		}
+	size_t i = 0;
+	for (; i + GREEDY_LANES <= n; i += GREEDY_LANES) {
+		const float *x = logits + i;
+		for (size_t k = 0; k < GREEDY_LANES; k++)
+			m[k] = x[k] > m[k] ? x[k] : m[k];
+	}
 	for (; i < n; i++)
 		m[0] = logits[i] > m[0] ? logits[i] : m[0];
 	float bk = -INFINITY;
-	for (int k = 0; k < GREEDY_LANES; k++)
+	for (size_t k = 0; k < GREEDY_LANES; k++)
 		bk = m[k] > bk ? m[k] : bk;
 	if (bk > FLT_MAX)
 		bk = FLT_MAX;
-	for (i = 0; i + GREEDY_LANES <= n; i += GREEDY_LANES) {
-		int hit = 0;
-		for (int k = 0; k < GREEDY_LANES; k++)
-			hit |= key_of(logits, (int32_t)(i + (uint32_t)k)) == bk;
-		if (hit)
-			break;
-	}
+	/* an ordinary best key is its logit's value: the first equal one */
+	i = 0;
+	if (bk > -INFINITY && bk < FLT_MAX)
+		for (; i + GREEDY_LANES <= n; i += GREEDY_LANES) {
+			const float *x = logits + i;
+			int hit = 0;
+			for (size_t k = 0; k < GREEDY_LANES; k++)
+				hit |= x[k] == bk;
+			if (hit)
+				break;
+		}
 	for (; i < n; i++)
 		if (key_of(logits, (int32_t)i) == bk)
 			return (int32_t)i;
