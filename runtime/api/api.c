@@ -152,6 +152,10 @@ typedef struct api_run {
 	bool done, failed;
 	shoal_err err;
 	char why[256];
+	/* set before the run starts: a whole reply with no stop strings, whose
+	 * waiter needs the first token and the end only (not a wake-up per
+	 * token: with 8 such requests those were ~10% of a peer's time) */
+	bool quiet;
 } api_run;
 
 static void run_unref(api_run *r)
@@ -241,7 +245,8 @@ static void sink_token(void *ctx, int32_t id, const char *text, size_t len, floa
 		t->off = r->len;
 		t->len = run_text(r, text, len) ? len : 0;
 	}
-	pthread_cond_broadcast(&r->cv);
+	if (!r->quiet || r->n_tok <= 1)
+		pthread_cond_broadcast(&r->cv);
 	pthread_mutex_unlock(&r->mu);
 }
 
@@ -651,6 +656,7 @@ static enum MHD_Result api_complete(shoal_api *a, struct MHD_Connection *c, api_
 	pthread_mutex_init(&k->run->mu, NULL);
 	pthread_cond_init(&k->run->cv, NULL);
 	k->run->refs = 2;
+	k->run->quiet = !k->q.stream && !k->q.n_stop;
 	shoal_api_sink sink = {.on_token = sink_token, .on_end = sink_end, .ctx = k->run};
 	e = a->ops.submit(a->ops.ctx, ids, n_ids, &k->q.g, &sink, &k->handle, why, sizeof why);
 	if (e) {
