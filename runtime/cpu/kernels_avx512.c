@@ -1301,39 +1301,49 @@ static void k5_attn_scores(const float *q, int ng, int hd, const float *k, size_
 		kernels__x86_attn_scores(q, ng, hd, k, k_ld, n, scale, s, s_ld);
 		return;
 	}
-	__m512 qp[2][64];
+	/* up to 4 tiles of 4 heads per pass over the positions, so each
+	 * position's keys are read from memory once for all of them */
+	__m512 qp[4][2][64];
 	const __m512 vscale = _mm512_set1_ps(scale);
 	int g = 0;
-	for (; g + 4 <= ng; g += 4) {
-		const float *qg = q + (size_t)g * hd;
-		k5_attn_pack2(qg, qg + hd, h8, qp[0]);
-		k5_attn_pack2(qg + 2 * (size_t)hd, qg + 3 * (size_t)hd, h8, qp[1]);
+	while (g + 4 <= ng) {
+		const int nt = (ng - g) / 4 < 4 ? (ng - g) / 4 : 4;
+		for (int ti = 0; ti < nt; ti++) {
+			const float *qg = q + (size_t)(g + 4 * ti) * hd;
+			k5_attn_pack2(qg, qg + hd, h8, qp[ti][0]);
+			k5_attn_pack2(qg + 2 * (size_t)hd, qg + 3 * (size_t)hd, h8, qp[ti][1]);
+		}
 		for (int t = 0; t < n4; t += 4) {
 			const float *kt = k + (size_t)t * k_ld;
 			KERNELS__UNROLL for (int j = 0; j < 4; j++) kernels__x86_prefetch_row(
 			    kt + (KERNELS__X86_ATTN_AHEAD + j) * k_ld, hd);
-			__m512 r = k5_attn_tile(qp[0], qp[1], kt, k_ld, h8);
-			/* + the tail (0.0f without one: the scalar sum adds it too) */
-			__m512 tv = _mm512_setzero_ps();
-			if (h8 < hd) {
-				float tail[16];
-				for (int kk = 0; kk < 4; kk++)
-					for (int m = 0; m < 4; m++)
-						tail[4 * kk + m] = kernels__x86_dot_tail(
-						    qg + (size_t)kk * hd, kt + (size_t)m * k_ld, h8,
-						    hd);
-				tv = _mm512_loadu_ps(tail);
+			for (int ti = 0; ti < nt; ti++) {
+				const float *qg = q + (size_t)(g + 4 * ti) * hd;
+				__m512 r = k5_attn_tile(qp[ti][0], qp[ti][1], kt, k_ld, h8);
+				/* + the tail (0.0f without one: the scalar sum adds it too) */
+				__m512 tv = _mm512_setzero_ps();
+				if (h8 < hd) {
+					float tail[16];
+					for (int kk = 0; kk < 4; kk++)
+						for (int m = 0; m < 4; m++)
+							tail[4 * kk + m] = kernels__x86_dot_tail(
+							    qg + (size_t)kk * hd, kt + (size_t)m * k_ld,
+							    h8, hd);
+					tv = _mm512_loadu_ps(tail);
+				}
+				r = _mm512_mul_ps(_mm512_add_ps(r, tv), vscale);
+				float *st = s + (size_t)(g + 4 * ti) * s_ld + (size_t)t;
+				_mm_storeu_ps(st, _mm512_castps512_ps128(r));
+				_mm_storeu_ps(st + s_ld, _mm512_extractf32x4_ps(r, 1));
+				_mm_storeu_ps(st + 2 * s_ld, _mm512_extractf32x4_ps(r, 2));
+				_mm_storeu_ps(st + 3 * s_ld, _mm512_extractf32x4_ps(r, 3));
 			}
-			r = _mm512_mul_ps(_mm512_add_ps(r, tv), vscale);
-			float *st = s + (size_t)g * s_ld + (size_t)t;
-			_mm_storeu_ps(st, _mm512_castps512_ps128(r));
-			_mm_storeu_ps(st + s_ld, _mm512_extractf32x4_ps(r, 1));
-			_mm_storeu_ps(st + 2 * s_ld, _mm512_extractf32x4_ps(r, 2));
-			_mm_storeu_ps(st + 3 * s_ld, _mm512_extractf32x4_ps(r, 3));
 		}
 		if (n4 < n)
-			kernels__x86_attn_scores(qg, 4, hd, k + (size_t)n4 * k_ld, k_ld, n - n4,
-			                         scale, s + (size_t)g * s_ld + (size_t)n4, s_ld);
+			kernels__x86_attn_scores(q + (size_t)g * hd, 4 * nt, hd, k + (size_t)n4 * k_ld,
+			                         k_ld, n - n4, scale, s + (size_t)g * s_ld + (size_t)n4,
+			                         s_ld);
+		g += 4 * nt;
 	}
 	if (g + 2 <= ng) {
 		const int n8 = n & ~7;
