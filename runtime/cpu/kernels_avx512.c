@@ -462,6 +462,43 @@ static void k5_q8g_gemv(int64_t n, const char *w, size_t row_bytes, int64_t nrow
 	}
 }
 
+KERNELS__INLINE __m512i k5_q8g_perm(__m512i a, __m512i i, __m512i b)
+{
+	return _mm512_permutex2var_epi32(a, i, b);
+}
+
+/* The 16 x 32 bytes at rows[r] + off, transposed: t[k] lane r (+ 8) =
+ * bytes 4 k .. 4 k + 3 of row r (+ 8). */
+KERNELS__INLINE void k5_transpose16(const char *const *rows, size_t off, __m512i *t)
+{
+	const __m512i r1a = K5_IDX(0, 1, 2, 3, 16, 17, 18, 19, 8, 9, 10, 11, 24, 25, 26, 27);
+	const __m512i r1b = K5_IDX(4, 5, 6, 7, 20, 21, 22, 23, 12, 13, 14, 15, 28, 29, 30, 31);
+	const __m512i r2a = K5_IDX(0, 1, 16, 17, 4, 5, 20, 21, 8, 9, 24, 25, 12, 13, 28, 29);
+	const __m512i r2b = K5_IDX(2, 3, 18, 19, 6, 7, 22, 23, 10, 11, 26, 27, 14, 15, 30, 31);
+	const __m512i r3a = K5_IDX(0, 16, 2, 18, 4, 20, 6, 22, 8, 24, 10, 26, 12, 28, 14, 30);
+	const __m512i r3b = K5_IDX(1, 17, 3, 19, 5, 21, 7, 23, 9, 25, 11, 27, 13, 29, 15, 31);
+	__m512i z[8], u[8], v[8];
+	_Pragma("GCC unroll 8") for (int i = 0; i < 8; i++) z[i] =
+	    k5_pair_si(_mm256_loadu_si256((const __m256i *)(rows[i] + off)),
+	               _mm256_loadu_si256((const __m256i *)(rows[i + 8] + off)));
+	KERNELS__UNROLL for (int i = 0; i < 4; i++)
+	{
+		u[i] = k5_q8g_perm(z[i], r1a, z[i + 4]);
+		u[i + 4] = k5_q8g_perm(z[i], r1b, z[i + 4]);
+	}
+	KERNELS__UNROLL for (int j = 0; j < 4; j++)
+	{
+		const int i = j < 2 ? j : j + 2;
+		v[i] = k5_q8g_perm(u[i], r2a, u[i + 2]);
+		v[i + 2] = k5_q8g_perm(u[i], r2b, u[i + 2]);
+	}
+	KERNELS__UNROLL for (int j = 0; j < 4; j++)
+	{
+		t[2 * j] = k5_q8g_perm(v[2 * j], r3a, v[2 * j + 1]);
+		t[2 * j + 1] = k5_q8g_perm(v[2 * j], r3b, v[2 * j + 1]);
+	}
+}
+
 /* A group's segment repacked: W[b][k] lane r = bytes 4k..4k+3 of row r's
  * block b (VNNI: as w + 128; else |w|, NEG the signs), DW[b] the 16 scales. */
 typedef struct k5_q8g_pack {
@@ -472,56 +509,28 @@ typedef struct k5_q8g_pack {
 	uint16_t DW[K5_GS][K5_G];
 } k5_q8g_pack;
 
-KERNELS__INLINE __m512i k5_q8g_perm(__m512i a, __m512i i, __m512i b)
-{
-	return _mm512_permutex2var_epi32(a, i, b);
-}
-
 static void k5_q8g_repack(const char *w, size_t row_bytes, int R, int64_t s0, int sb,
                           k5_q8g_pack *pk)
 {
-	const __m512i r1a = K5_IDX(0, 1, 2, 3, 16, 17, 18, 19, 8, 9, 10, 11, 24, 25, 26, 27);
-	const __m512i r1b = K5_IDX(4, 5, 6, 7, 20, 21, 22, 23, 12, 13, 14, 15, 28, 29, 30, 31);
-	const __m512i r2a = K5_IDX(0, 1, 16, 17, 4, 5, 20, 21, 8, 9, 24, 25, 12, 13, 28, 29);
-	const __m512i r2b = K5_IDX(2, 3, 18, 19, 6, 7, 22, 23, 10, 11, 26, 27, 14, 15, 30, 31);
-	const __m512i r3a = K5_IDX(0, 16, 2, 18, 4, 20, 6, 22, 8, 24, 10, 26, 12, 28, 14, 30);
-	const __m512i r3b = K5_IDX(1, 17, 3, 19, 5, 21, 7, 23, 9, 25, 11, 27, 13, 29, 15, 31);
 	/* rows past R read zero blocks (weights 0, scale 0: their lanes stay 0) */
 	kernels__block_q8_0 zero[K5_GS];
-	const kernels__block_q8_0 *rows[K5_G];
+	const char *rows[K5_G];
 	if (R < K5_G)
 		memset(zero, 0, sizeof(kernels__block_q8_0) * (size_t)sb);
 	for (int r = 0; r < K5_G; r++)
-		rows[r] = r < R ? (const kernels__block_q8_0 *)(w + (size_t)r * row_bytes) + s0
-		                : zero;
+		rows[r] = r < R ? w + (size_t)r * row_bytes + (size_t)s0 * sizeof(kernels__block_q8_0)
+		                : (const char *)zero;
 	const size_t pf = (size_t)K5_G * row_bytes; /* the same block of the next group */
 	for (int b = 0; b < sb; b++) {
-		__m512i z[8], u[8], v[8], t[8];
-		_Pragma("GCC unroll 8") for (int i = 0; i < 8; i++) z[i] =
-		    k5_pair_si(k5_q8_0_bytes(rows[i] + b), k5_q8_0_bytes(rows[i + 8] + b));
+		const size_t o = (size_t)b * sizeof(kernels__block_q8_0);
 		/* every other block crosses a line: prefetch the next group's */
 		if (!(b & 1) && R == K5_G)
 			_Pragma("GCC unroll 16") for (int r = 0; r < K5_G; r++)
-			    kernels__prefetch_line((const char *)(rows[r] + b) + pf);
-		_Pragma("GCC unroll 16") for (int r = 0; r < K5_G; r++) pk->DW[b][r] = rows[r][b].d;
-		/* z[i] lanes: row i's 8 words, then row i + 8's; after three rounds
-		 * t[k] lane j (+ 8 h) = word k of row j (+ 8 h) */
-		KERNELS__UNROLL for (int i = 0; i < 4; i++)
-		{
-			u[i] = k5_q8g_perm(z[i], r1a, z[i + 4]);
-			u[i + 4] = k5_q8g_perm(z[i], r1b, z[i + 4]);
-		}
-		KERNELS__UNROLL for (int j = 0; j < 4; j++)
-		{
-			const int i = j < 2 ? j : j + 2; /* 0, 1, 4, 5 */
-			v[i] = k5_q8g_perm(u[i], r2a, u[i + 2]);
-			v[i + 2] = k5_q8g_perm(u[i], r2b, u[i + 2]);
-		}
-		KERNELS__UNROLL for (int j = 0; j < 4; j++)
-		{
-			t[2 * j] = k5_q8g_perm(v[2 * j], r3a, v[2 * j + 1]);
-			t[2 * j + 1] = k5_q8g_perm(v[2 * j], r3b, v[2 * j + 1]);
-		}
+			    kernels__prefetch_line(rows[r] + o + pf);
+		_Pragma("GCC unroll 16") for (int r = 0; r < K5_G; r++) pk->DW[b][r] =
+		    ((const kernels__block_q8_0 *)(const void *)(rows[r] + o))->d;
+		__m512i t[8];
+		k5_transpose16(rows, o + offsetof(kernels__block_q8_0, qs), t);
 		_Pragma("GCC unroll 8") for (int k = 0; k < 8; k++)
 		{
 #if KERNELS_VNNI
@@ -872,38 +881,6 @@ typedef struct k5_q4g_pack {
 	__m512 D[K5_GS4], DM[K5_GS4];
 } k5_q4g_pack;
 
-/* The 16 x 32 bytes at rows[r] + off, transposed: t[k] lane r (+ 8) =
- * bytes 4 k .. 4 k + 3 of row r (+ 8). */
-KERNELS__INLINE void k5_k45_transpose(const char *const *rows, size_t off, __m512i *t)
-{
-	const __m512i r1a = K5_IDX(0, 1, 2, 3, 16, 17, 18, 19, 8, 9, 10, 11, 24, 25, 26, 27);
-	const __m512i r1b = K5_IDX(4, 5, 6, 7, 20, 21, 22, 23, 12, 13, 14, 15, 28, 29, 30, 31);
-	const __m512i r2a = K5_IDX(0, 1, 16, 17, 4, 5, 20, 21, 8, 9, 24, 25, 12, 13, 28, 29);
-	const __m512i r2b = K5_IDX(2, 3, 18, 19, 6, 7, 22, 23, 10, 11, 26, 27, 14, 15, 30, 31);
-	const __m512i r3a = K5_IDX(0, 16, 2, 18, 4, 20, 6, 22, 8, 24, 10, 26, 12, 28, 14, 30);
-	const __m512i r3b = K5_IDX(1, 17, 3, 19, 5, 21, 7, 23, 9, 25, 11, 27, 13, 29, 15, 31);
-	__m512i z[8], u[8], v[8];
-	_Pragma("GCC unroll 8") for (int i = 0; i < 8; i++) z[i] =
-	    k5_pair_si(_mm256_loadu_si256((const __m256i *)(rows[i] + off)),
-	               _mm256_loadu_si256((const __m256i *)(rows[i + 8] + off)));
-	KERNELS__UNROLL for (int i = 0; i < 4; i++)
-	{
-		u[i] = k5_q8g_perm(z[i], r1a, z[i + 4]);
-		u[i + 4] = k5_q8g_perm(z[i], r1b, z[i + 4]);
-	}
-	KERNELS__UNROLL for (int j = 0; j < 4; j++)
-	{
-		const int i = j < 2 ? j : j + 2;
-		v[i] = k5_q8g_perm(u[i], r2a, u[i + 2]);
-		v[i + 2] = k5_q8g_perm(u[i], r2b, u[i + 2]);
-	}
-	KERNELS__UNROLL for (int j = 0; j < 4; j++)
-	{
-		t[2 * j] = k5_q8g_perm(v[2 * j], r3a, v[2 * j + 1]);
-		t[2 * j + 1] = k5_q8g_perm(v[2 * j], r3b, v[2 * j + 1]);
-	}
-}
-
 KERNELS__INLINE void k5_q4g_repack(const char *w, size_t row_bytes, int R, int64_t s0, int sbn,
                                    k5_q4g_pack *pk, const int Q5)
 {
@@ -924,11 +901,11 @@ KERNELS__INLINE void k5_q4g_repack(const char *w, size_t row_bytes, int R, int64
 					kernels__prefetch_line(rows[r] + o + pf + l);
 		__m512i th[8];
 		if (Q5)
-			k5_k45_transpose(rows, o + 16, th);
+			k5_transpose16(rows, o + 16, th);
 		KERNELS__UNROLL for (int c = 0; c < 4; c++)
 		{
 			__m512i t[8];
-			k5_k45_transpose(rows, o + (Q5 ? 48 : 16) + 32 * (size_t)c, t);
+			k5_transpose16(rows, o + (Q5 ? 48 : 16) + 32 * (size_t)c, t);
 			/* low nibbles: sub-block 2c, high: 2c + 1 */
 			_Pragma("GCC unroll 8") for (int k = 0; k < 8; k++)
 			{
@@ -1189,21 +1166,11 @@ KERNELS__INLINE void k5_attn_pack2(const float *qa, const float *qb, int h8, __m
 		    _mm256_castps_pd(_mm256_loadu_ps(qb + i)), 1));
 }
 
-/* The 16 scores of heads q0 .. q0 + 3 at positions t .. t + 3, reduced. */
-KERNELS__INLINE __m512 k5_attn_tile(const __m512 *qp0, const __m512 *qp1, const float *kt,
-                                    size_t k_ld, int h8)
+/* The 8 partial-sum vectors a[2 m + h] (each two groups of 8 lanes, the
+ * p_j of kernels.h) reduced as hsum8 does, 16 sums: element 4 k + m from
+ * a[2 m + k / 2], group k % 2. */
+KERNELS__INLINE __m512 k5_attn_reduce(const __m512 *a)
 {
-	__m512 a[8]; /* a[2 j + hp]: position t + j, head pair hp */
-	KERNELS__UNROLL for (int j = 0; j < 8; j++) a[j] = _mm512_setzero_ps();
-	for (int i = 0, c = 0; i < h8; i += 8, c++) {
-		KERNELS__UNROLL for (int j = 0; j < 4; j++)
-		{
-			__m512 kv = _mm512_castpd_ps(_mm512_broadcast_f64x4(
-			    _mm256_castps_pd(_mm256_loadu_ps(kt + (size_t)j * k_ld + i))));
-			a[2 * j] = _mm512_add_ps(a[2 * j], _mm512_mul_ps(qp0[c], kv));
-			a[2 * j + 1] = _mm512_add_ps(a[2 * j + 1], _mm512_mul_ps(qp1[c], kv));
-		}
-	}
 	/* round 1: p_j + p_(j+4) (the two 128-bit lanes of each half) */
 	__m512 s[4];
 	KERNELS__UNROLL for (int m = 0; m < 4; m++)
@@ -1220,10 +1187,29 @@ KERNELS__INLINE __m512 k5_attn_tile(const __m512 *qp0, const __m512 *qp1, const 
 		__m512 v = _mm512_shuffle_ps(s[2 * m], s[2 * m + 1], _MM_SHUFFLE(3, 2, 3, 2));
 		w[m] = _mm512_add_ps(u, v);
 	}
-	/* round 3: the two halves; element 4 k + m is head k at position t + m */
+	/* round 3: the two halves */
 	__m512 e = _mm512_shuffle_ps(w[0], w[1], _MM_SHUFFLE(2, 0, 2, 0));
 	__m512 o = _mm512_shuffle_ps(w[0], w[1], _MM_SHUFFLE(3, 1, 3, 1));
 	return _mm512_add_ps(e, o);
+}
+
+/* The 16 scores of heads q0 .. q0 + 3 at positions t .. t + 3, reduced. */
+KERNELS__INLINE __m512 k5_attn_tile(const __m512 *qp0, const __m512 *qp1, const float *kt,
+                                    size_t k_ld, int h8)
+{
+	__m512 a[8]; /* a[2 j + hp]: position t + j, head pair hp */
+	KERNELS__UNROLL for (int j = 0; j < 8; j++) a[j] = _mm512_setzero_ps();
+	for (int i = 0, c = 0; i < h8; i += 8, c++) {
+		KERNELS__UNROLL for (int j = 0; j < 4; j++)
+		{
+			__m512 kv = _mm512_castpd_ps(_mm512_broadcast_f64x4(
+			    _mm256_castps_pd(_mm256_loadu_ps(kt + (size_t)j * k_ld + i))));
+			a[2 * j] = _mm512_add_ps(a[2 * j], _mm512_mul_ps(qp0[c], kv));
+			a[2 * j + 1] = _mm512_add_ps(a[2 * j + 1], _mm512_mul_ps(qp1[c], kv));
+		}
+	}
+	/* element 4 k + m is head k at position t + m */
+	return k5_attn_reduce(a);
 }
 
 /* The 16 scores of heads q0, q0 + 1 (qp from k5_attn_pack2) at positions
@@ -1242,25 +1228,9 @@ KERNELS__INLINE __m512 k5_attn_tile2(const __m512 *qp, const float *kt, size_t k
 			a[j] = _mm512_add_ps(a[j], _mm512_mul_ps(qp[c], kv));
 		}
 	}
-	__m512 s[4];
-	KERNELS__UNROLL for (int m = 0; m < 4; m++)
-	{
-		__m512 x = _mm512_shuffle_f32x4(a[2 * m], a[2 * m + 1], _MM_SHUFFLE(2, 0, 2, 0));
-		__m512 y = _mm512_shuffle_f32x4(a[2 * m], a[2 * m + 1], _MM_SHUFFLE(3, 1, 3, 1));
-		s[m] = _mm512_add_ps(x, y);
-	}
-	__m512 w[2];
-	KERNELS__UNROLL for (int m = 0; m < 2; m++)
-	{
-		__m512 u = _mm512_shuffle_ps(s[2 * m], s[2 * m + 1], _MM_SHUFFLE(1, 0, 1, 0));
-		__m512 v = _mm512_shuffle_ps(s[2 * m], s[2 * m + 1], _MM_SHUFFLE(3, 2, 3, 2));
-		w[m] = _mm512_add_ps(u, v);
-	}
-	__m512 e = _mm512_shuffle_ps(w[0], w[1], _MM_SHUFFLE(2, 0, 2, 0));
-	__m512 o = _mm512_shuffle_ps(w[0], w[1], _MM_SHUFFLE(3, 1, 3, 1));
 	/* element 4 (2 (j & 1) + h) + j / 2 is head h at position t + j */
 	const __m512i idx = _mm512_setr_epi32(0, 8, 1, 9, 2, 10, 3, 11, 4, 12, 5, 13, 6, 14, 7, 15);
-	return _mm512_permutexvar_ps(idx, _mm512_add_ps(e, o));
+	return _mm512_permutexvar_ps(idx, k5_attn_reduce(a));
 }
 
 /* Heads q0, q0 + 1 over positions 0 .. n8 - 1 (a multiple of 8). */

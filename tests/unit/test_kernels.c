@@ -396,15 +396,50 @@ static void test_hand_dot_q8_0(void)
 	}
 }
 
+/* gemm (nc columns) and gemv (each column) of table k against ref, the
+ * order written as a loop, bitwise; w: nr rows rb bytes apart, x: nc
+ * columns xb bytes apart, nblk blocks a row. Returns nonzero on a mismatch
+ * (printed). */
+typedef float (*in_order_fn)(const void *w, int flag, const void *x, int64_t nblk);
+static int check_in_order(const shoal_kernels *k, shoal_dtype wt, int64_t n, const void *w,
+                          size_t rb, int64_t nr, const void *x, size_t xb, int64_t nc,
+                          int64_t nblk, in_order_fn ref, int flag)
+{
+	float *y = malloc(sizeof(float) * (size_t)(nr * nc));
+	float *yv = malloc(sizeof(float) * (size_t)nr);
+	k->gemm(wt, n, w, rb, nr, x, xb, nc, y, (size_t)nr);
+	int bad = 0;
+	for (int64_t c = 0; c < nc && !bad; c++) {
+		const char *xc = (const char *)x + (size_t)c * xb;
+		k->gemv(wt, n, w, rb, nr, xc, yv);
+		for (int64_t r = 0; r < nr && !bad; r++) {
+			float e = ref((const char *)w + (size_t)r * rb, flag, xc, nblk);
+			float g = y[c * nr + r], v = yv[r];
+			if (memcmp(&e, &g, sizeof e) || memcmp(&e, &v, sizeof e)) {
+				fprintf(stderr,
+				        "%s %s n %lld row %lld col %lld: in order %.9g gemm %.9g gemv "
+				        "%.9g\n",
+				        k->isa, shoal_dtype_name(wt), (long long)n, (long long)r,
+				        (long long)c, e, g, v);
+				bad = 1;
+			}
+		}
+	}
+	free(y);
+	free(yv);
+	return bad;
+}
+
 /* The AVX-512 tables' Q8_0 order (kernels_avx512.c): per row one float
  * from +0, over the blocks in order, acc = fma(isum_b, d_w_b * d_x_b, acc).
  * Checked bitwise against that loop written here, gemv and gemm, for
  * shapes across its groups of 16 rows, its segments (64 blocks in gemm,
  * 256 in gemv), its 128-column passes, odd block counts, -128 weights and
  * scales of every size. */
-static float q8_0_in_order(const kernels__block_q8_0 *w, const kernels__block_q8_0 *x,
-                           int64_t nb)
+static float q8_0_in_order(const void *wv, int flag, const void *xv, int64_t nb)
 {
+	const kernels__block_q8_0 *w = wv, *x = xv;
+	(void)flag;
 	float acc = 0.0f;
 	for (int64_t b = 0; b < nb; b++) {
 		int32_t isum = 0;
@@ -450,29 +485,10 @@ static void test_q8_0_avx512_order(void)
 					x[i].qs[j] = (int8_t)(rnd() * 127.0f);
 			}
 			size_t rb = sizeof *w * (size_t)nb;
-			float *y = malloc(sizeof(float) * (size_t)(nr * nc));
-			float *yv = malloc(sizeof(float) * (size_t)nr);
-			k->gemm(SHOAL_DTYPE_Q8_0, n, w, rb, nr, x, rb, nc, y, (size_t)nr);
-			int bad = 0;
-			for (int64_t c = 0; c < nc && !bad; c++) {
-				k->gemv(SHOAL_DTYPE_Q8_0, n, w, rb, nr, x + c * nb, yv);
-				for (int64_t r = 0; r < nr && !bad; r++) {
-					float e = q8_0_in_order(w + r * nb, x + c * nb, nb);
-					float g = y[c * nr + r], v = yv[r];
-					if (memcmp(&e, &g, sizeof e) || memcmp(&e, &v, sizeof e)) {
-						fprintf(stderr,
-						        "%s n %lld row %lld col %lld: in order %.9g gemm "
-						        "%.9g gemv %.9g\n",
-						        k->isa, (long long)n, (long long)r, (long long)c,
-						        e, g, v);
-						bad = 1;
-					}
-				}
-			}
+			int bad = check_in_order(k, SHOAL_DTYPE_Q8_0, n, w, rb, nr, x, rb, nc, nb,
+			                         q8_0_in_order, 0);
 			free(w);
 			free(x);
-			free(y);
-			free(yv);
 			ASSERT_FALSE(bad);
 			checked++;
 		}
@@ -487,8 +503,10 @@ static void test_q8_0_avx512_order(void)
  * Checked bitwise as Q8_0's, across groups, segments (8 super-blocks in
  * gemm, 64 in gemv) and column passes, with random scale bytes. Blocks are
  * raw bytes: d, dmin, scales at 4, (Q5_K: qh at 16,) then qs. */
-static float k45_in_order(const uint8_t *w, int q5, const kernels__block_q8_k *x, int64_t nsb)
+static float k45_in_order(const void *wv, int q5, const void *xv, int64_t nsb)
 {
+	const uint8_t *w = wv;
+	const kernels__block_q8_k *x = xv;
 	const size_t bb = q5 ? sizeof(kernels__block_q5_k) : sizeof(kernels__block_q4_k);
 	float acc = 0.0f;
 	for (int64_t b = 0; b < nsb; b++, w += bb) {
@@ -561,29 +579,9 @@ static void test_k45_avx512_order(void)
 				}
 			}
 			size_t rb = bb * (size_t)nsb, xb = sizeof *x * (size_t)nsb;
-			float *y = malloc(sizeof(float) * (size_t)(nr * nc));
-			float *yv = malloc(sizeof(float) * (size_t)nr);
-			k->gemm(wt, n, w, rb, nr, x, xb, nc, y, (size_t)nr);
-			int bad = 0;
-			for (int64_t c = 0; c < nc && !bad; c++) {
-				k->gemv(wt, n, w, rb, nr, x + c * nsb, yv);
-				for (int64_t r = 0; r < nr && !bad; r++) {
-					float e = k45_in_order(w + r * rb, q5, x + c * nsb, nsb);
-					float g = y[c * nr + r], v = yv[r];
-					if (memcmp(&e, &g, sizeof e) || memcmp(&e, &v, sizeof e)) {
-						fprintf(stderr,
-						        "%s %s n %lld row %lld col %lld: in order %.9g "
-						        "gemm %.9g gemv %.9g\n",
-						        k->isa, shoal_dtype_name(wt), (long long)n,
-						        (long long)r, (long long)c, e, g, v);
-						bad = 1;
-					}
-				}
-			}
+			int bad = check_in_order(k, wt, n, w, rb, nr, x, xb, nc, nsb, k45_in_order, q5);
 			free(w);
 			free(x);
-			free(y);
-			free(yv);
 			ASSERT_FALSE(bad);
 			checked++;
 		}
