@@ -8,7 +8,10 @@
  * 1-thread gemv GB/s over a model-like set of matrices (alternating
  * 2048 -> 5632 and 5632 -> 2048, MB in all, far larger than the caches,
  * each used once per pass as in decoding), its ratio to the bound, the gemm
- * GFLOP/s on a cache-resident matrix (prefill), and the start-up probe.
+ * GFLOP/s on a cache-resident matrix (prefill), attention at context 1024
+ * in the 1.1B Llama's shape (22 layers x 4 KV heads, 8 query heads each,
+ * head size 64: the ~46 MB F32 cache a decoded token reads), and the
+ * start-up probe.
  * Figures are the best of several passes (for Q8_0 interleaved with the
  * bound's own passes): other processes only slow passes down.
  */
@@ -104,6 +107,65 @@ typedef struct mat {
 	size_t row_bytes;
 	unsigned char *w;
 } mat;
+
+/* One decode token's attention over a context of n in the 1.1B Llama's
+ * shape, by table k: the best of 5 passes, the three phases timed apart. */
+static void bench_attention(const shoal_kernels *k, int n)
+{
+	enum { L = 22, KV = 4, NG = 8, HD = 64 };
+	const size_t ld = (size_t)KV * HD, c = (size_t)n + 16;
+	float *K = malloc(sizeof(float) * L * (size_t)n * ld);
+	float *V = malloc(sizeof(float) * L * (size_t)n * ld);
+	float *q = malloc(sizeof(float) * KV * NG * HD), *o = malloc(sizeof(float) * KV * NG * HD);
+	float *s = malloc(sizeof(float) * NG * c);
+	if (!K || !V || !q || !o || !s) {
+		printf("attention: out of memory\n");
+		goto out;
+	}
+	for (size_t i = 0; i < L * (size_t)n * ld; i++) {
+		K[i] = (float)((i * 2654435761u) % 1000) / 1000.0f - 0.5f;
+		V[i] = (float)((i * 40503u) % 1000) / 1000.0f - 0.5f;
+	}
+	for (int i = 0; i < KV * NG * HD; i++)
+		q[i] = (float)(i % 97) / 97.0f - 0.5f;
+	double best = 1e30, bs = 0, bm = 0, bv = 0;
+	for (int pass = 0; pass < 5; pass++) {
+		double ts = 0, tm = 0, tv = 0, t0 = now();
+		for (int l = 0; l < L; l++)
+			for (int h = 0; h < KV; h++) {
+				const float *kc = K + (size_t)l * n * ld + (size_t)h * HD;
+				const float *vc = V + (size_t)l * n * ld + (size_t)h * HD;
+				double a = now();
+				k->attn_scores(q + h * NG * HD, NG, HD, kc, ld, n, 0.125f, s, c);
+				double b = now();
+				for (int g = 0; g < NG; g++)
+					k->softmax(s + (size_t)g * c, n);
+				double d = now();
+				k->attn_values(s, c, NG, HD, vc, ld, n, o + h * NG * HD);
+				double e = now();
+				ts += b - a;
+				tm += d - b;
+				tv += e - d;
+			}
+		double dt = now() - t0;
+		if (dt < best) {
+			best = dt;
+			bs = ts;
+			bm = tm;
+			bv = tv;
+		}
+	}
+	printf("%-9s attention at context %d: %.2f ms (scores %.2f, softmax %.2f, values %.2f), "
+	       "cache read at %.1f GB/s\n",
+	       k->isa, n, best * 1e3, bs * 1e3, bm * 1e3, bv * 1e3,
+	       2.0 * L * (double)n * (double)ld * sizeof(float) / best / 1e9);
+out:
+	free(K);
+	free(V);
+	free(q);
+	free(o);
+	free(s);
+}
 
 int main(int argc, char **argv)
 {
@@ -207,6 +269,11 @@ int main(int argc, char **argv)
 		free(m);
 		free(xa);
 		free(xb);
+	}
+	for (size_t k = 0; k < sizeof isas / sizeof isas[0]; k++) {
+		const shoal_kernels *kt = shoal_kernels_by_name(isas[k]);
+		if (kt && strcmp(isas[k], "scalar"))
+			bench_attention(kt, 1024);
 	}
 	shoal_kernels_probe_result pr;
 	if (shoal_kernels_probe(NULL, 250, &pr) == SHOAL_OK)
