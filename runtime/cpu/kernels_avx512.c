@@ -7,9 +7,10 @@
  *
  * Part: runtime/, room cpu/. The order of accumulation of each dot product
  * (fixed per ISA, see test_kernels.c) is given below the includes.
- * Divisions: helpers, float types, Q8_0/Q4_0 (and Q5_0, IQ4_NL, MXFP4, Q5_1),
- * Q4_K/Q5_K, Q6_K, Q2_K/Q3_K/IQ4_XS, attention (zmm twins of kernels_x86.h's
- * loops, the same bits), the table.
+ * Divisions: helpers, float types, Q4_0 pairs (and Q5_0, IQ4_NL, MXFP4,
+ * Q5_1), Q8_0 in groups of 16 rows, Q4_K and Q5_K in groups of 16 rows, Q6_K,
+ * Q2_K/Q3_K/IQ4_XS, attention (zmm twins of kernels_x86.h's loops, the same
+ * bits), the table.
  */
 #include "runtime/cpu/kernels_x86.h"
 
@@ -95,7 +96,7 @@ KERNELS__FLOAT_TILE(k5_tile_f32, 2, K5_LOAD_F32, KERNELS__S_F32, 4, 1)
 KERNELS__FLOAT_TILE(k5_tile_f16, 2, K5_LOAD_F16, KERNELS__S_F16, 2, 1)
 KERNELS__FLOAT_TILE(k5_tile_bf16, 2, K5_LOAD_BF16, KERNELS__S_BF16, 2, 1)
 
-/* ---- Q8_0 and Q4_0 ------------------------------------------------------------------
+/* ---- Q4_0 (and the Q8_0 block loads) ------------------------------------------------
  * dot(w, x) = dot(|w|, x negated where w < 0): |w| <= 128 as an unsigned
  * byte, activations in [-127, 127] (never -128, so negating is safe). */
 
