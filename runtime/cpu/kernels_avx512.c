@@ -8,8 +8,8 @@
  * Part: runtime/, room cpu/. The order of accumulation of each dot product
  * (fixed per ISA, see test_kernels.c) is given below the includes.
  * Divisions: helpers, float types, Q4_0 pairs (and Q5_0, IQ4_NL, MXFP4,
- * Q5_1), Q8_0 in groups of 16 rows, Q4_K and Q5_K in groups of 16 rows, Q6_K,
- * Q2_K/Q3_K/IQ4_XS, attention (zmm twins of kernels_x86.h's loops, the same
+ * Q5_1), Q8_0 in groups of 16 rows, Q4_K and Q5_K in groups of 16 rows, Q6_K in
+ * groups of 16 rows, Q2_K/Q3_K/IQ4_XS, attention (zmm twins of kernels_x86.h's loops, the same
  * bits), the table.
  */
 #include "runtime/cpu/kernels_x86.h"
@@ -25,12 +25,12 @@
  *     odd last block is a pair with an empty upper half (scale 0); hsum16;
  *   Q4_K and Q5_K: per row one float, over the super-blocks in order,
  *     fma(d, ISUM), then fnma(dmin, IMIN) (the row groups below);
- *   Q6_K: per super-block exact int32 lanes, then fma into one
- *     accumulator; hsum16;
+ *   Q6_K: per row one float, over the super-blocks in order, fma(d,
+ *     ISUM) (the row groups below);
  *   Q2_K: per super-block exact int32 lanes (8), fma(d, isum), then
  *     fnma(dmin, imin) into one accumulator; hsum16;
- *   Q5_0/IQ4_NL/MXFP4 as Q4_0; Q3_K/IQ4_XS as Q6_K, from 8 int32 lanes
- *     (upper half zero); Q5_1 as AVX2 does (in pairs,
+ *   Q5_0/IQ4_NL/MXFP4 as Q4_0; Q3_K/IQ4_XS: per super-block exact int32
+ *     lanes (8, upper half zero), fma into one accumulator, hsum16; Q5_1 as AVX2 does (in pairs,
  *     a0 + a1, lanes 8-15 zero).
  */
 
@@ -316,6 +316,78 @@ KERNELS__INLINE __mmask16 k5_q8g_mask(int R)
 	return (__mmask16)((1u << R) - 1u);
 }
 
+/* Row r's lanes v for item i (a pair of blocks, a super-block) into the
+ * fold, whose pending levels are B[l * bs + i]; LVL: the trailing ones of
+ * r. At LVL 4 (row 15) the group is whole: true, with *sa lane r = row r's
+ * sum of v's lanes 0-7 and *sb of lanes 8-15. */
+KERNELS__INLINE int k5_fold_push(__m512i *B, size_t bs, int i, __m512i v, const int LVL,
+                                 const k5_q8g_fold *f, __m512i *sa, __m512i *sb)
+{
+	if (LVL == 0) {
+		B[i] = v;
+		return 0;
+	}
+	v = k5_q8g_merge(B[i], v, f->l1a, f->l1b);
+	if (LVL == 1) {
+		B[bs + i] = v;
+		return 0;
+	}
+	v = k5_q8g_merge(B[bs + i], v, f->l2a, f->l2b);
+	if (LVL == 2) {
+		B[2 * bs + i] = v;
+		return 0;
+	}
+	v = k5_q8g_merge(B[2 * bs + i], v, f->ev, f->od);
+	if (LVL == 3) {
+		B[3 * bs + i] = v;
+		return 0;
+	}
+	*sa = _mm512_permutex2var_epi32(B[3 * bs + i], f->ev, v);
+	*sb = _mm512_permutex2var_epi32(B[3 * bs + i], f->od, v);
+	return 1;
+}
+
+/* CALL(LVL) for row r of a group, LVL (its trailing ones) a constant. */
+#define K5_BY_LEVEL(r, CALL)                                                                       \
+	switch (r) {                                                                               \
+	case 15:                                                                                   \
+		CALL(4);                                                                           \
+		break;                                                                             \
+	case 7:                                                                                    \
+		CALL(3);                                                                           \
+		break;                                                                             \
+	case 3:                                                                                    \
+	case 11:                                                                                   \
+		CALL(2);                                                                           \
+		break;                                                                             \
+	case 1:                                                                                    \
+	case 5:                                                                                    \
+	case 9:                                                                                    \
+	case 13:                                                                                   \
+		CALL(1);                                                                           \
+		break;                                                                             \
+	default:                                                                                   \
+		CALL(0);                                                                           \
+		break;                                                                             \
+	}
+
+/* CALL(NC) for a column count 1..4, NC a constant. */
+#define K5_BY_NC(nc, CALL)                                                                         \
+	switch (nc) {                                                                              \
+	case 1:                                                                                    \
+		CALL(1);                                                                           \
+		break;                                                                             \
+	case 2:                                                                                    \
+		CALL(2);                                                                           \
+		break;                                                                             \
+	case 3:                                                                                    \
+		CALL(3);                                                                           \
+		break;                                                                             \
+	default:                                                                                   \
+		CALL(4);                                                                           \
+		break;                                                                             \
+	}
+
 /* VNNI: -128 * the sum of an activation block's bytes. */
 KERNELS__INLINE int32_t k5_q8g_xcorr(const kernels__block_q8_0 *xb)
 {
@@ -369,30 +441,12 @@ KERNELS__INLINE void k5_q8g_row(k5_q8g_rows *sc, const kernels__block_q8_0 *wb, 
 			kernels__prefetch_line((const char *)(wb + 2 * p) + KERNELS__PF_AHEAD);
 			v = k5_q8g_pairdot(k5_q8_0_pair(wb + 2 * p, single), sc->XP[p]);
 		}
-		if (LVL == 0) {
-			sc->B[0][p] = v;
+		__m512i sa, sb2;
+		if (!k5_fold_push(sc->B[0], K5_GV / 2, p, v, LVL, f, &sa, &sb2))
 			continue;
-		}
-		v = k5_q8g_merge(sc->B[0][p], v, f->l1a, f->l1b);
-		if (LVL == 1) {
-			sc->B[1][p] = v;
-			continue;
-		}
-		v = k5_q8g_merge(sc->B[1][p], v, f->l2a, f->l2b);
-		if (LVL == 2) {
-			sc->B[2][p] = v;
-			continue;
-		}
-		v = k5_q8g_merge(sc->B[2][p], v, f->ev, f->od);
-		if (LVL == 3) {
-			sc->B[3][p] = v;
-			continue;
-		}
-		__m512i sa = _mm512_permutex2var_epi32(sc->B[3][p], f->ev, v);
 		*acc = k5_q8g_step2(*acc, sa, sc->CX[2 * p],
 		                    k5_q8g_scales((const char *)(g0 + 2 * p), idx, m), sc->DX[2 * p]);
 		if (!single) {
-			__m512i sb2 = _mm512_permutex2var_epi32(sc->B[3][p], f->od, v);
 			*acc = k5_q8g_step2(*acc, sb2, sc->CX[2 * p + 1],
 			                    k5_q8g_scales((const char *)(g0 + 2 * p + 1), idx, m),
 			                    sc->DX[2 * p + 1]);
@@ -436,27 +490,9 @@ static void k5_q8g_gemv(int64_t n, const char *w, size_t row_bytes, int64_t nrow
 				                                                  row_bytes) +
 				                s0
 				          : NULL;
-				switch (r) {
-				case 15:
-					k5_q8g_row(&sc, wb, sb, 4, &f, &acc, g0, idx, m);
-					break;
-				case 7:
-					k5_q8g_row(&sc, wb, sb, 3, &f, &acc, g0, idx, m);
-					break;
-				case 3:
-				case 11:
-					k5_q8g_row(&sc, wb, sb, 2, &f, &acc, g0, idx, m);
-					break;
-				case 1:
-				case 5:
-				case 9:
-				case 13:
-					k5_q8g_row(&sc, wb, sb, 1, &f, &acc, g0, idx, m);
-					break;
-				default:
-					k5_q8g_row(&sc, wb, sb, 0, &f, &acc, g0, idx, m);
-					break;
-				}
+#define K5_ROW(L) k5_q8g_row(&sc, wb, sb, L, &f, &acc, g0, idx, m)
+				K5_BY_LEVEL(r, K5_ROW)
+#undef K5_ROW
 			}
 		}
 		_mm512_mask_storeu_ps(y + g, m, acc);
@@ -599,20 +635,9 @@ static void k5_q8g_tile(const k5_q8g_pack *pk, int sb, const kernels__block_q8_0
                         const int32_t *const *xc, const float *const *xd, int NC, float *y,
                         size_t y_stride, __mmask16 m, int first)
 {
-	switch (NC) {
-	case 1:
-		k5_q8g_tile_n(pk, sb, x, xc, xd, 1, y, y_stride, m, first);
-		break;
-	case 2:
-		k5_q8g_tile_n(pk, sb, x, xc, xd, 2, y, y_stride, m, first);
-		break;
-	case 3:
-		k5_q8g_tile_n(pk, sb, x, xc, xd, 3, y, y_stride, m, first);
-		break;
-	default:
-		k5_q8g_tile_n(pk, sb, x, xc, xd, 4, y, y_stride, m, first);
-		break;
-	}
+#define K5_TILE(C) k5_q8g_tile_n(pk, sb, x, xc, xd, C, y, y_stride, m, first)
+	K5_BY_NC(NC, K5_TILE)
+#undef K5_TILE
 }
 
 static void k5_q8g_gemm(int64_t n, const char *w, size_t row_bytes, int64_t nrows,
@@ -694,6 +719,7 @@ static void k5_q8g_mm(int64_t n, const void *w, size_t row_bytes, int64_t nrows,
 /* Where the fields of a Q4_K (Q5 0) or Q5_K (Q5 1) block are: d and dmin
  * at 0 and 2, the scales at 4, as both structs have them. */
 #define K5_K45_BYTES(Q5)  ((Q5) ? sizeof(kernels__block_q5_k) : sizeof(kernels__block_q4_k))
+#define K5_KQ_BYTES(KIND) ((KIND) == 2 ? sizeof(kernels__block_q6_k) : K5_K45_BYTES((KIND) == 1))
 #define K5_K45_QS(blk, Q5) ((const uint8_t *)(blk) + ((Q5) ? 48 : 16))
 #define K5_K45_QH(blk)     ((const uint8_t *)(blk) + 16)
 #define K5_K45_D(blk)      (((const uint16_t *)(const void *)(blk))[0])
@@ -774,101 +800,22 @@ KERNELS__INLINE __m512 k5_q4g_step(__m512 acc, __m512i isum, __m512i imin, __m51
 	return _mm512_fnmadd_ps(_mm512_mul_ps(dm, x), _mm512_cvtepi32_ps(imin), acc);
 }
 
-/* Row r of a group (as k5_q8g_row): its sbn super-blocks into the fold. */
-KERNELS__INLINE void k5_q4g_row(__m512i (*B)[K5_GV4], const char *wb, const int Q5,
-                                const kernels__block_q8_k *xb, const __m128i *xs, int sbn,
-                                const int LVL,
-                                const k5_q8g_fold *f, __m512 *acc, const char *g0, __m512i idx,
-                                __mmask16 m)
+/* The 16 rows of a group at w + off (rows row_bytes apart; those past R
+ * read the zeros at zero), for a repack. */
+KERNELS__INLINE void k5_group_rows(const char *w, size_t row_bytes, int R, size_t off,
+                                   const char *zero, const char **rows)
 {
-	const size_t bb = K5_K45_BYTES(Q5);
-	for (int b = 0; b < sbn; b++) {
-		__m512i v = _mm512_setzero_si512();
-		if (wb) {
-			kernels__prefetch_block(wb + b * bb, bb);
-			v = k5_q4g_lanes(wb + b * bb, Q5, xb + b, xs[b]);
-		}
-		if (LVL == 0) {
-			B[0][b] = v;
-			continue;
-		}
-		v = k5_q8g_merge(B[0][b], v, f->l1a, f->l1b);
-		if (LVL == 1) {
-			B[1][b] = v;
-			continue;
-		}
-		v = k5_q8g_merge(B[1][b], v, f->l2a, f->l2b);
-		if (LVL == 2) {
-			B[2][b] = v;
-			continue;
-		}
-		v = k5_q8g_merge(B[2][b], v, f->ev, f->od);
-		if (LVL == 3) {
-			B[3][b] = v;
-			continue;
-		}
-		__m512i dd = _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), m, idx,
-		                                         (const void *)(g0 + b * bb), 1);
-		__m512 d = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(dd));
-		__m512 dm = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(dd, 16)));
-		*acc = k5_q4g_step(*acc, _mm512_permutex2var_epi32(B[3][b], f->ev, v),
-		                   _mm512_permutex2var_epi32(B[3][b], f->od, v), d, dm, xb[b].d);
-	}
+	for (int r = 0; r < K5_G; r++)
+		rows[r] = r < R ? w + (size_t)r * row_bytes + off : zero;
 }
 
-KERNELS__INLINE void k5_q4g_gemv(int64_t n, const char *w, size_t row_bytes, int64_t nrows,
-                                 const void *xq, float *y, const int Q5)
+/* Prefetch the bb bytes at rows[r] + o + pf of every row (pf: the next
+ * group's same block). */
+KERNELS__INLINE void k5_prefetch_group(const char *const *rows, size_t o, size_t pf, size_t bb)
 {
-	const size_t bb = K5_K45_BYTES(Q5);
-	const kernels__block_q8_k *xb = xq;
-	const int64_t nsb = n / KERNELS__QKK;
-	const k5_q8g_fold f = k5_q8g_fold_init();
-	const __m512i idx = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11,
-	                                                         12, 13, 14, 15),
-	                                       _mm512_set1_epi32((int)row_bytes));
-	__m512i B[4][K5_GV4];
-	__m128i XS[K5_GV4];
-	int64_t prepared = -1;
-	for (int64_t g = 0; g < nrows; g += K5_G) {
-		const int R = nrows - g < K5_G ? (int)(nrows - g) : K5_G;
-		const __mmask16 m = k5_q8g_mask(R);
-		__m512 acc = _mm512_setzero_ps();
-		for (int64_t s0 = 0; s0 < nsb; s0 += K5_GV4) {
-			const int sbn = nsb - s0 < K5_GV4 ? (int)(nsb - s0) : K5_GV4;
-			if (prepared != s0) {
-				for (int b = 0; b < sbn; b++)
-					XS[b] = k5_q4g_xsums(xb + s0 + b);
-				prepared = s0;
-			}
-			const char *g0 = w + (size_t)g * row_bytes + (size_t)s0 * bb;
-			for (int r = 0; r < K5_G; r++) {
-				const char *wb = r < R ? g0 + (size_t)r * row_bytes : NULL;
-				const kernels__block_q8_k *x = xb + s0;
-				switch (r) {
-				case 15:
-					k5_q4g_row(B, wb, Q5, x, XS, sbn, 4, &f, &acc, g0, idx, m);
-					break;
-				case 7:
-					k5_q4g_row(B, wb, Q5, x, XS, sbn, 3, &f, &acc, g0, idx, m);
-					break;
-				case 3:
-				case 11:
-					k5_q4g_row(B, wb, Q5, x, XS, sbn, 2, &f, &acc, g0, idx, m);
-					break;
-				case 1:
-				case 5:
-				case 9:
-				case 13:
-					k5_q4g_row(B, wb, Q5, x, XS, sbn, 1, &f, &acc, g0, idx, m);
-					break;
-				default:
-					k5_q4g_row(B, wb, Q5, x, XS, sbn, 0, &f, &acc, g0, idx, m);
-					break;
-				}
-			}
-		}
-		_mm512_mask_storeu_ps(y + g, m, acc);
-	}
+	for (int r = 0; r < K5_G; r++)
+		for (size_t l = 0; l < bb; l += 64)
+			kernels__prefetch_line(rows[r] + o + pf + l);
 }
 
 /* A group's segment repacked: W[b][j][k] lane r = quants 4k..4k+3 of
@@ -891,15 +838,12 @@ KERNELS__INLINE void k5_q4g_repack(const char *w, size_t row_bytes, int R, int64
 	const char *rows[K5_G];
 	if (R < K5_G)
 		memset(zero, 0, bb * (size_t)sbn);
-	for (int r = 0; r < K5_G; r++)
-		rows[r] = r < R ? w + (size_t)r * row_bytes + (size_t)s0 * bb : (const char *)zero;
+	k5_group_rows(w, row_bytes, R, (size_t)s0 * bb, (const char *)zero, rows);
 	const size_t pf = (size_t)K5_G * row_bytes;
 	for (int b = 0; b < sbn; b++) {
 		const size_t o = (size_t)b * bb;
 		if (R == K5_G)
-			for (int r = 0; r < K5_G; r++)
-				for (size_t l = 0; l < bb; l += 64)
-					kernels__prefetch_line(rows[r] + o + pf + l);
+			k5_prefetch_group(rows, o, pf, bb);
 		__m512i th[8];
 		if (Q5)
 			k5_transpose16(rows, o + 16, th);
@@ -942,6 +886,31 @@ KERNELS__INLINE void k5_q4g_repack(const char *w, size_t row_bytes, int R, int64
 	}
 }
 
+/* dot[c] + the exact int32 lanes of K words of unsigned weights w[k]
+ * (lane r: 4 bytes of row r) against 4 signed activation bytes xs[c] + 4 k
+ * broadcast (vpdpbusd, or maddubs + madd: products of at most 63 x 128
+ * never saturate a pair). */
+KERNELS__INLINE void k5_udot(const __m512i *w, const int K, const int8_t *const *xs, const int NC,
+                             __m512i *dot)
+{
+	KERNELS__UNROLL for (int k = 0; k < K; k++)
+	{
+		const __m512i wk = w[k];
+		KERNELS__UNROLL for (int c = 0; c < NC; c++)
+		{
+			int32_t word;
+			memcpy(&word, xs[c] + 4 * k, 4);
+			__m512i xk = _mm512_set1_epi32(word);
+#if KERNELS_VNNI
+			dot[c] = _mm512_dpbusd_epi32(dot[c], wk, xk);
+#else
+			dot[c] = _mm512_add_epi32(dot[c], _mm512_madd_epi16(_mm512_maddubs_epi16(wk, xk),
+			                                                    _mm512_set1_epi16(1)));
+#endif
+		}
+	}
+}
+
 /* NC columns of a group over a repacked segment (as k5_q8g_tile_n); bs[c]:
  * each super-block's 4 words of (sum of sub-block 2jj, of 2jj + 1) int16. */
 KERNELS__INLINE void k5_q4g_tile_n(const k5_q4g_pack *pk, int sbn,
@@ -958,24 +927,13 @@ KERNELS__INLINE void k5_q4g_tile_n(const k5_q4g_pack *pk, int sbn,
 		    _mm512_setzero_si512();
 		for (int j = 0; j < 8; j++) {
 			__m512i dot[KERNELS__TILE];
-			KERNELS__UNROLL for (int c = 0; c < NC; c++) dot[c] = _mm512_setzero_si512();
-			_Pragma("GCC unroll 8") for (int k = 0; k < 8; k++)
+			const int8_t *xs[KERNELS__TILE];
+			KERNELS__UNROLL for (int c = 0; c < NC; c++)
 			{
-				const __m512i wk = pk->W[b][j][k];
-				KERNELS__UNROLL for (int c = 0; c < NC; c++)
-				{
-					int32_t word;
-					memcpy(&word, x[c][b].qs + 32 * j + 4 * k, 4);
-					__m512i xk = _mm512_set1_epi32(word);
-#if KERNELS_VNNI
-					dot[c] = _mm512_dpbusd_epi32(dot[c], wk, xk);
-#else
-					dot[c] = _mm512_add_epi32(
-					    dot[c], _mm512_madd_epi16(_mm512_maddubs_epi16(wk, xk),
-					                              _mm512_set1_epi16(1)));
-#endif
-				}
+				dot[c] = _mm512_setzero_si512();
+				xs[c] = x[c][b].qs + 32 * j;
 			}
+			k5_udot(pk->W[b][j], 8, xs, NC, dot);
 			const __m512i s = pk->SC[b][j];
 			KERNELS__UNROLL for (int c = 0; c < NC; c++) isum[c] =
 			    _mm512_add_epi32(isum[c], _mm512_mullo_epi32(dot[c], s));
@@ -997,20 +955,9 @@ static void k5_q4g_tile(const k5_q4g_pack *pk, int sbn, const kernels__block_q8_
                         const int32_t *const *bs, int NC, float *y, size_t y_stride,
                         __mmask16 m, int first)
 {
-	switch (NC) {
-	case 1:
-		k5_q4g_tile_n(pk, sbn, x, bs, 1, y, y_stride, m, first);
-		break;
-	case 2:
-		k5_q4g_tile_n(pk, sbn, x, bs, 2, y, y_stride, m, first);
-		break;
-	case 3:
-		k5_q4g_tile_n(pk, sbn, x, bs, 3, y, y_stride, m, first);
-		break;
-	default:
-		k5_q4g_tile_n(pk, sbn, x, bs, 4, y, y_stride, m, first);
-		break;
-	}
+#define K5_TILE(C) k5_q4g_tile_n(pk, sbn, x, bs, C, y, y_stride, m, first)
+	K5_BY_NC(NC, K5_TILE)
+#undef K5_TILE
 }
 
 KERNELS__INLINE void k5_q4g_gemm(int64_t n, const char *w, size_t row_bytes, int64_t nrows,
@@ -1060,46 +1007,32 @@ KERNELS__INLINE void k5_q4g_gemm(int64_t n, const char *w, size_t row_bytes, int
 	}
 }
 
-/* The table's whole-matrix Q4_K and Q5_K (ncols 1: the gemv). */
-static void k5_q4g_mm(int64_t n, const void *w, size_t row_bytes, int64_t nrows, const void *xq,
-                      size_t xq_stride, int64_t ncols, float *y, size_t y_stride)
-{
-	if (ncols == 1)
-		k5_q4g_gemv(n, w, row_bytes, nrows, xq, y, 0);
-	else
-		k5_q4g_gemm(n, w, row_bytes, nrows, xq, xq_stride, ncols, y, y_stride, 0);
-}
 
-static void k5_q5g_mm(int64_t n, const void *w, size_t row_bytes, int64_t nrows, const void *xq,
-                      size_t xq_stride, int64_t ncols, float *y, size_t y_stride)
-{
-	if (ncols == 1)
-		k5_q4g_gemv(n, w, row_bytes, nrows, xq, y, 1);
-	else
-		k5_q4g_gemm(n, w, row_bytes, nrows, xq, xq_stride, ncols, y, y_stride, 1);
-}
+/* ---- Q6_K in groups of 16 rows --------------------------------------------------------
+ * As Q4_K above. This table's Q6_K accumulates each row in one float, from
+ * +0, over its super-blocks in order: acc = fma(d_w d_x, (float)ISUM_b,
+ * acc), ISUM_b = sum_j sc_j (dot_j - 32 bsum_j) over its 16 sub-blocks of
+ * 16, exact, d_w d_x rounded once.
+ *   gemm: the quants repacked as unsigned 6-bit bytes (ql and qh
+ *     transposed apart and joined), the scales as int32 lanes and as int16
+ *     pairs; per sub-block of 16 and column 4 vpdpbusd and one vpmulld, the
+ *     offset by 8 vpdpwssd against the activation's 16-element sums;
+ *   gemv: the exact lanes of the old per-row kernel, folded 16 rows at a
+ *     time as Q4_K's (k5_kq_gemv). */
 
-/* ---- Q6_K -----------------------------------------------------------------------------
- * Per chunk of 128: zmm A = parts 0-1 (elements 0..63), B = parts 2-3, as
- * unsigned 0..63; the 16-element sub-block scales are spread over the int16
- * lanes with one permute; the -32 offset is 32 * sum(sc_j * bsum_j) taken
- * off at the end. Bounds as in kernels_avx2.c (< 2^26). */
-
-KERNELS__INLINE void k5_tile_q6_k_block(const kernels__block_q6_k *wb, int64_t b,
-                                        const void *const *xq, const int NC, __m512 *acc)
+/* A row's super-block against xb: lanes 0-7 exact partial sums of ISUM
+ * (8-15 zero). */
+KERNELS__INLINE __m512i k5_q6g_lanes(const kernels__block_q6_k *wb, const kernels__block_q8_k *xb)
 {
 	const __m512i m4 = _mm512_set1_epi8(0x0f), m3 = _mm512_set1_epi8(0x03);
-	/* int16 lane i of the 64 quants of a zmm belongs to sub-block i / 8 */
 	const __m512i spread = _mm512_set_epi16(3, 3, 3, 3, 3, 3, 3, 3, 2, 2, 2, 2, 2, 2, 2, 2, 1,
 	                                        1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
-	__m512i isum[KERNELS__TILE];
-	KERNELS__UNROLL for (int c = 0; c < NC; c++) isum[c] = _mm512_setzero_si512();
-	const int8_t *sc = wb[b].scales;
-	__m256i sc16 = kernels__x86_q6k_scales(sc);
+	__m512i isum = _mm512_setzero_si512();
+	__m256i sc16 = kernels__x86_q6k_scales(wb->scales);
 	__m512i sc16z = _mm512_castsi256_si512(sc16);
 	KERNELS__UNROLL for (int ch = 0; ch < 2; ch++)
 	{
-		const uint8_t *ql = wb[b].ql + 64 * ch, *qh = wb[b].qh + 32 * ch;
+		const uint8_t *ql = wb->ql + 64 * ch, *qh = wb->qh + 32 * ch;
 		__m512i L = _mm512_loadu_si512((const void *)ql);
 		__m256i h = _mm256_loadu_si256((const __m256i *)qh);
 		__m512i H = k5_pair_si(h, _mm256_srli_epi16(h, 2));
@@ -1111,30 +1044,266 @@ KERNELS__INLINE void k5_tile_q6_k_block(const kernels__block_q6_k *wb, int64_t b
 		    _mm512_slli_epi16(_mm512_and_si512(_mm512_srli_epi16(H, 4), m3), 4));
 		KERNELS__UNROLL for (int p = 0; p < 2; p++)
 		{
-			/* sub-blocks 8 ch + 4 p .. + 3 */
 			__m512i idx =
 			    _mm512_add_epi16(spread, _mm512_set1_epi16((short)(8 * ch + 4 * p)));
 			__m512i s = _mm512_permutexvar_epi16(idx, sc16z);
+			__m512i xv = _mm512_loadu_si512((const void *)(xb->qs + 128 * ch + 64 * p));
+			isum = k5_madd_acc(isum, _mm512_maddubs_epi16(q[p], xv), s);
+		}
+	}
+	__m256i i8 = _mm256_add_epi32(_mm512_castsi512_si256(isum),
+	                              _mm512_extracti64x4_epi64(isum, 1));
+	return _mm512_zextsi256_si512(_mm256_sub_epi32(i8, kernels__x86_q6k_offset(xb, sc16)));
+}
+
+/* The rows' d of super-block blk (rows idx apart, lanes past m zero): the
+ * word at d - 2 (the last two scales, then d), so the gather stays inside
+ * the block. */
+KERNELS__INLINE __m512 k5_q6g_scales(const char *blk, __m512i idx, __mmask16 m)
+{
+	__m512i dd = _mm512_mask_i32gather_epi32(
+	    _mm512_setzero_si512(), m, idx,
+	    (const void *)(blk + offsetof(kernels__block_q6_k, d) - 2), 1);
+	return _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(dd, 16)));
+}
+
+/* Row r of a group (as k5_q8g_row) of a K-quant (KIND 0 Q4_K, 1 Q5_K, 2
+ * Q6_K): its sbn super-blocks into the fold (xs: the activation's sub-block
+ * sums, Q4_K and Q5_K). */
+KERNELS__INLINE void k5_kq_row(__m512i (*B)[K5_GV4], const char *wb, const int KIND,
+                               const kernels__block_q8_k *xb, const __m128i *xs, int sbn,
+                               const int LVL, const k5_q8g_fold *f, __m512 *acc, const char *g0,
+                               __m512i idx, __mmask16 m)
+{
+	const size_t bb = K5_KQ_BYTES(KIND);
+	for (int b = 0; b < sbn; b++) {
+		__m512i v = _mm512_setzero_si512();
+		if (wb) {
+			kernels__prefetch_block(wb + b * bb, bb);
+			v = KIND == 2 ? k5_q6g_lanes((const kernels__block_q6_k *)(const void *)(wb +
+			                                                                         b * bb),
+			                             xb + b)
+			              : k5_q4g_lanes(wb + b * bb, KIND == 1, xb + b, xs[b]);
+		}
+		__m512i isum, imin;
+		if (!k5_fold_push(B[0], K5_GV4, b, v, LVL, f, &isum, &imin))
+			continue;
+		if (KIND == 2) {
+			__m512 d = _mm512_mul_ps(k5_q6g_scales(g0 + b * bb, idx, m),
+			                         _mm512_set1_ps(xb[b].d));
+			*acc = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(isum), *acc);
+			continue;
+		}
+		__m512i dd = _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), m, idx,
+		                                         (const void *)(g0 + b * bb), 1);
+		__m512 d = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(dd));
+		__m512 dm = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(dd, 16)));
+		*acc = k5_q4g_step(*acc, isum, imin, d, dm, xb[b].d);
+	}
+}
+
+KERNELS__INLINE void k5_kq_gemv(int64_t n, const char *w, size_t row_bytes, int64_t nrows,
+                                const void *xq, float *y, const int KIND)
+{
+	const size_t bb = K5_KQ_BYTES(KIND);
+	const kernels__block_q8_k *xb = xq;
+	const int64_t nsb = n / KERNELS__QKK;
+	const k5_q8g_fold f = k5_q8g_fold_init();
+	const __m512i idx = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11,
+	                                                         12, 13, 14, 15),
+	                                       _mm512_set1_epi32((int)row_bytes));
+	__m512i B[4][K5_GV4];
+	__m128i XS[K5_GV4];
+	int64_t prepared = -1;
+	for (int64_t g = 0; g < nrows; g += K5_G) {
+		const int R = nrows - g < K5_G ? (int)(nrows - g) : K5_G;
+		const __mmask16 m = k5_q8g_mask(R);
+		__m512 acc = _mm512_setzero_ps();
+		for (int64_t s0 = 0; s0 < nsb; s0 += K5_GV4) {
+			const int sbn = nsb - s0 < K5_GV4 ? (int)(nsb - s0) : K5_GV4;
+			if (prepared != s0) {
+				for (int b = 0; b < sbn; b++)
+					XS[b] = k5_q4g_xsums(xb + s0 + b);
+				prepared = s0;
+			}
+			const char *g0 = w + (size_t)g * row_bytes + (size_t)s0 * bb;
+			for (int r = 0; r < K5_G; r++) {
+				const char *wb = r < R ? g0 + (size_t)r * row_bytes : NULL;
+				const kernels__block_q8_k *x = xb + s0;
+#define K5_ROW(L) k5_kq_row(B, wb, KIND, x, XS, sbn, L, &f, &acc, g0, idx, m)
+				K5_BY_LEVEL(r, K5_ROW)
+#undef K5_ROW
+			}
+		}
+		_mm512_mask_storeu_ps(y + g, m, acc);
+	}
+}
+
+/* A group's segment repacked: W[b][c][k] lane r = quants 4k..4k+3 of the
+ * 32-element chunk c of row r's super-block b (0..63), SC[b][j] lane r =
+ * scale j, SP[b][i] lane r = (scale 2i, scale 2i+1) as int16, D the d's. */
+typedef struct k5_q6g_pack {
+	__m512i W[K5_GS4][8][8];
+	__m512i SC[K5_GS4][16];
+	__m512i SP[K5_GS4][8];
+	__m512 D[K5_GS4];
+} k5_q6g_pack;
+
+static void k5_q6g_repack(const char *w, size_t row_bytes, int R, int64_t s0, int sbn,
+                          k5_q6g_pack *pk)
+{
+	const __m512i m4 = _mm512_set1_epi8(0x0f), m3 = _mm512_set1_epi8(0x03);
+	const size_t bb = sizeof(kernels__block_q6_k);
+	kernels__block_q6_k zero[K5_GS4];
+	const char *rows[K5_G];
+	if (R < K5_G)
+		memset(zero, 0, bb * (size_t)sbn);
+	k5_group_rows(w, row_bytes, R, (size_t)s0 * bb, (const char *)zero, rows);
+	const size_t pf = (size_t)K5_G * row_bytes;
+	for (int b = 0; b < sbn; b++) {
+		const size_t o = (size_t)b * bb;
+		if (R == K5_G)
+			k5_prefetch_group(rows, o, pf, bb);
+		KERNELS__UNROLL for (int ch = 0; ch < 2; ch++)
+		{
+			__m512i l0[8], l1[8], th[8];
+			k5_transpose16(rows, o + offsetof(kernels__block_q6_k, ql) + 64 * (size_t)ch, l0);
+			k5_transpose16(rows, o + offsetof(kernels__block_q6_k, ql) + 64 * (size_t)ch + 32,
+			               l1);
+			k5_transpose16(rows, o + offsetof(kernels__block_q6_k, qh) + 32 * (size_t)ch, th);
+			_Pragma("GCC unroll 8") for (int k = 0; k < 8; k++)
+			{
+				__m512i h = th[k];
+				pk->W[b][4 * ch][k] = _mm512_or_si512(
+				    _mm512_and_si512(l0[k], m4),
+				    _mm512_slli_epi16(_mm512_and_si512(h, m3), 4));
+				pk->W[b][4 * ch + 1][k] = _mm512_or_si512(
+				    _mm512_and_si512(l1[k], m4),
+				    _mm512_slli_epi16(_mm512_and_si512(_mm512_srli_epi16(h, 2), m3), 4));
+				pk->W[b][4 * ch + 2][k] = _mm512_or_si512(
+				    _mm512_and_si512(_mm512_srli_epi16(l0[k], 4), m4),
+				    _mm512_slli_epi16(_mm512_and_si512(_mm512_srli_epi16(h, 4), m3), 4));
+				pk->W[b][4 * ch + 3][k] = _mm512_or_si512(
+				    _mm512_and_si512(_mm512_srli_epi16(l1[k], 4), m4),
+				    _mm512_slli_epi16(_mm512_and_si512(_mm512_srli_epi16(h, 6), m3), 4));
+			}
+		}
+		int32_t sc[16][K5_G], sp[8][K5_G];
+		uint16_t d[K5_G];
+		for (int r = 0; r < K5_G; r++) {
+			const kernels__block_q6_k *blk = (const kernels__block_q6_k *)(const void *)(rows[r] + o);
+			for (int j = 0; j < 16; j++)
+				sc[j][r] = blk->scales[j];
+			for (int i = 0; i < 8; i++)
+				sp[i][r] = (int32_t)((uint32_t)(uint16_t)(int16_t)blk->scales[2 * i] |
+				                     (uint32_t)(uint16_t)(int16_t)blk->scales[2 * i + 1]
+				                         << 16);
+			d[r] = blk->d;
+		}
+		for (int j = 0; j < 16; j++)
+			pk->SC[b][j] = _mm512_loadu_si512((const void *)sc[j]);
+		for (int i = 0; i < 8; i++)
+			pk->SP[b][i] = _mm512_loadu_si512((const void *)sp[i]);
+		pk->D[b] = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)d));
+	}
+}
+
+/* NC columns of a group over a repacked segment (as k5_q8g_tile_n). */
+KERNELS__INLINE void k5_q6g_tile_n(const k5_q6g_pack *pk, int sbn,
+                                   const kernels__block_q8_k *const *x, const int NC, float *y,
+                                   size_t y_stride, __mmask16 m, int first)
+{
+	__m512 acc[KERNELS__TILE];
+	KERNELS__UNROLL for (int c = 0; c < NC; c++) acc[c] =
+	    first ? _mm512_setzero_ps() : _mm512_maskz_loadu_ps(m, y + (size_t)c * y_stride);
+	for (int b = 0; b < sbn; b++) {
+		__m512i isum[KERNELS__TILE], ioff[KERNELS__TILE];
+		KERNELS__UNROLL for (int c = 0; c < NC; c++) isum[c] = ioff[c] =
+		    _mm512_setzero_si512();
+		for (int j = 0; j < 16; j++) { /* sub-block j: words 4 (j % 2) .. of chunk j / 2 */
+			__m512i dot[KERNELS__TILE];
+			const int8_t *xs[KERNELS__TILE];
 			KERNELS__UNROLL for (int c = 0; c < NC; c++)
 			{
-				const int8_t *x =
-				    ((const kernels__block_q8_k *)xq[c])[b].qs + 128 * ch + 64 * p;
-				__m512i xv = _mm512_loadu_si512((const void *)x);
-				isum[c] = k5_madd_acc(isum[c], _mm512_maddubs_epi16(q[p], xv), s);
+				dot[c] = _mm512_setzero_si512();
+				xs[c] = x[c][b].qs + 16 * j;
+			}
+			k5_udot(pk->W[b][j / 2] + 4 * (j & 1), 4, xs, NC, dot);
+			const __m512i s = pk->SC[b][j];
+			KERNELS__UNROLL for (int c = 0; c < NC; c++) isum[c] =
+			    _mm512_add_epi32(isum[c], _mm512_mullo_epi32(dot[c], s));
+		}
+		for (int i = 0; i < 8; i++) {
+			const __m512i sp = pk->SP[b][i];
+			KERNELS__UNROLL for (int c = 0; c < NC; c++)
+			{
+				int32_t bs;
+				memcpy(&bs, x[c][b].bsums + 2 * i, 4);
+				ioff[c] = k5_madd_acc(ioff[c], sp, _mm512_set1_epi32(bs));
+			}
+		}
+		KERNELS__UNROLL for (int c = 0; c < NC; c++)
+		{
+			__m512i is = _mm512_sub_epi32(isum[c], _mm512_slli_epi32(ioff[c], 5));
+			acc[c] = _mm512_fmadd_ps(_mm512_mul_ps(pk->D[b], _mm512_set1_ps(x[c][b].d)),
+			                         _mm512_cvtepi32_ps(is), acc[c]);
+		}
+	}
+	KERNELS__UNROLL for (int c = 0; c < NC; c++)
+	    _mm512_mask_storeu_ps(y + (size_t)c * y_stride, m, acc[c]);
+}
+
+static void k5_q6g_tile(const k5_q6g_pack *pk, int sbn, const kernels__block_q8_k *const *x,
+                        int NC, float *y, size_t y_stride, __mmask16 m, int first)
+{
+#define K5_TILE(C) k5_q6g_tile_n(pk, sbn, x, C, y, y_stride, m, first)
+	K5_BY_NC(NC, K5_TILE)
+#undef K5_TILE
+}
+
+static void k5_q6g_gemm(int64_t n, const char *w, size_t row_bytes, int64_t nrows,
+                        const void *xq, size_t xq_stride, int64_t ncols, float *y,
+                        size_t y_stride)
+{
+	const int64_t nsb = n / KERNELS__QKK;
+	k5_q6g_pack pk;
+	for (int64_t s0 = 0; s0 < nsb; s0 += K5_GS4) {
+		const int sbn = nsb - s0 < K5_GS4 ? (int)(nsb - s0) : K5_GS4;
+		for (int64_t g = 0; g < nrows; g += K5_G) {
+			const int R = nrows - g < K5_G ? (int)(nrows - g) : K5_G;
+			k5_q6g_repack(w + (size_t)g * row_bytes, row_bytes, R, s0, sbn, &pk);
+			for (int64_t c0 = 0; c0 < ncols; c0 += KERNELS__TILE) {
+				const int NC =
+				    ncols - c0 < KERNELS__TILE ? (int)(ncols - c0) : KERNELS__TILE;
+				const kernels__block_q8_k *x[KERNELS__TILE];
+				for (int c = 0; c < NC; c++)
+					x[c] = (const kernels__block_q8_k *)((const char *)xq +
+					                                     (size_t)(c0 + c) * xq_stride) +
+					       s0;
+				k5_q6g_tile(&pk, sbn, x, NC, y + (size_t)c0 * y_stride + (size_t)g,
+				            y_stride, k5_q8g_mask(R), s0 == 0);
 			}
 		}
 	}
-	float dw = kernels__x86_h2f(wb[b].d);
-	KERNELS__UNROLL for (int c = 0; c < NC; c++)
-	{
-		const kernels__block_q8_k *xb = (const kernels__block_q8_k *)xq[c] + b;
-		__m256i corr = kernels__x86_q6k_offset(xb, sc16);
-		__m512i is = _mm512_sub_epi32(isum[c], _mm512_zextsi256_si512(corr));
-		acc[c] =
-		    _mm512_fmadd_ps(_mm512_set1_ps(dw * xb->d), _mm512_cvtepi32_ps(is), acc[c]);
-	}
 }
-KERNELS__SUPER_TILE(k5_tile_q6_k, kernels__block_q6_k)
+
+/* The table's whole-matrix K-quants (ncols 1: the gemv). */
+#define K5_KQ_MM(name, KIND)                                                                       \
+	static void name(int64_t n, const void *w, size_t row_bytes, int64_t nrows,                \
+	                 const void *xq, size_t xq_stride, int64_t ncols, float *y,                \
+	                 size_t y_stride)                                                          \
+	{                                                                                          \
+		if (ncols == 1)                                                                    \
+			k5_kq_gemv(n, w, row_bytes, nrows, xq, y, KIND);                           \
+		else if (KIND == 2)                                                                \
+			k5_q6g_gemm(n, w, row_bytes, nrows, xq, xq_stride, ncols, y, y_stride);    \
+		else                                                                               \
+			k5_q4g_gemm(n, w, row_bytes, nrows, xq, xq_stride, ncols, y, y_stride,     \
+			            KIND);                                                         \
+	}
+K5_KQ_MM(k5_q4g_mm, 0)
+K5_KQ_MM(k5_q5g_mm, 1)
+K5_KQ_MM(k5_q6g_mm, 2)
 
 /* ---- Q2_K, Q3_K, IQ4_XS --------------------------------------------------------------------
  * 256-bit steps: the exact int32 lanes and tile bodies of kernels_x86.h (8
@@ -1423,13 +1592,12 @@ KERNELS__TABLE(K5_TABLE, K5_ISA, k5, k5,
                .tile = {[KERNELS__W_F32] = k5_tile_f32,
                         [KERNELS__W_F16] = k5_tile_f16,
                         [KERNELS__W_BF16] = k5_tile_bf16,
-                        [KERNELS__W_Q6_K] = k5_tile_q6_k,
                         [KERNELS__W_Q5_1] = k5_tile_q5_1,
                         [KERNELS__W_Q2_K] = k5_tile_q2_k,
                         [KERNELS__W_Q3_K] = k5_tile_q3_k,
                         [KERNELS__W_IQ4_XS] = k5_tile_iq4_xs},
                .mm = {[KERNELS__W_Q8_0] = k5_q8g_mm, [KERNELS__W_Q4_K] = k5_q4g_mm,
-                      [KERNELS__W_Q5_K] = k5_q5g_mm},
+                      [KERNELS__W_Q5_K] = k5_q5g_mm, [KERNELS__W_Q6_K] = k5_q6g_mm},
                .rows = {[KERNELS__W_Q4_0] = k5_q4_0_rows,
                         [KERNELS__W_Q5_0] = k5_q5_0_rows,
                         [KERNELS__W_IQ4_NL] = k5_iq4_nl_rows,

@@ -497,6 +497,22 @@ static void test_q8_0_avx512_order(void)
 		TEST_SKIP("no AVX-512 table on this CPU");
 }
 
+/* n random Q8_K activation blocks with their 16-element sums. */
+static void fill_q8_k(kernels__block_q8_k *x, int64_t n)
+{
+	for (int64_t i = 0; i < n; i++) {
+		x[i].d = rnd() * 0.01f;
+		for (int j = 0; j < 256; j++)
+			x[i].qs[j] = (int8_t)(rnd() * 127.0f);
+		for (int j = 0; j < 16; j++) {
+			int s = 0;
+			for (int l = 0; l < 16; l++)
+				s += x[i].qs[16 * j + l];
+			x[i].bsums[j] = (int16_t)s;
+		}
+	}
+}
+
 /* The AVX-512 tables' Q4_K and Q5_K order (kernels_avx512.c): per row one
  * float from +0, over the super-blocks in order, acc = fma(d_w d_x, ISUM,
  * acc), then acc = fma(-(dmin_w d_x), IMIN, acc), ISUM and IMIN exact.
@@ -567,19 +583,71 @@ static void test_k45_avx512_order(void)
 				memcpy(blk, &d, 2);
 				memcpy(blk + 2, &dm, 2);
 			}
-			for (int64_t i = 0; i < nsb * nc; i++) {
-				x[i].d = rnd() * 0.01f;
-				for (int j = 0; j < 256; j++)
-					x[i].qs[j] = (int8_t)(rnd() * 127.0f);
-				for (int j = 0; j < 16; j++) {
-					int s = 0;
-					for (int l = 0; l < 16; l++)
-						s += x[i].qs[16 * j + l];
-					x[i].bsums[j] = (int16_t)s;
-				}
-			}
+			fill_q8_k(x, nsb * nc);
 			size_t rb = bb * (size_t)nsb, xb = sizeof *x * (size_t)nsb;
 			int bad = check_in_order(k, wt, n, w, rb, nr, x, xb, nc, nsb, k45_in_order, q5);
+			free(w);
+			free(x);
+			ASSERT_FALSE(bad);
+			checked++;
+		}
+	}
+	if (!checked)
+		TEST_SKIP("no AVX-512 table on this CPU");
+}
+
+/* The AVX-512 tables' Q6_K order: per row one float from +0, over the
+ * super-blocks in order, acc = fma(d_w d_x, ISUM, acc), ISUM = sum_j sc_j
+ * (dot_j - 32 bsum_j) over its 16 sub-blocks of 16, exact. */
+static float q6_k_in_order(const void *wv, int flag, const void *xv, int64_t nsb)
+{
+	const kernels__block_q6_k *w = wv;
+	const kernels__block_q8_k *x = xv;
+	(void)flag;
+	float acc = 0.0f;
+	for (int64_t b = 0; b < nsb; b++) {
+		int32_t isum = 0;
+		for (int e = 0; e < 256; e++) {
+			int h = e / 128, l = e % 32, part = (e % 128) / 32;
+			int lo = w[b].ql[64 * h + l + (part & 1) * 32];
+			lo = part < 2 ? lo & 15 : lo >> 4;
+			int q = lo | ((w[b].qh[32 * h + l] >> (2 * part)) & 3) << 4;
+			isum += w[b].scales[e / 16] * (q - 32) * x[b].qs[e];
+		}
+		float d = shoal_fp16_to_f32(w[b].d) * x[b].d;
+		acc = fmaf(d, (float)isum, acc);
+	}
+	return acc;
+}
+
+static void test_q6_k_avx512_order(void)
+{
+	static const int64_t ns[] = {256, 9 * 256, 65 * 256};
+	static const int64_t rows[] = {35, 17, 16};
+	static const int64_t cols[] = {130, 5, 2};
+	int checked = 0;
+	for (int t = 0; t < 2; t++) {
+		const char *isa = t ? "avx512bw" : "avx512";
+		const shoal_kernels *k = shoal_kernels_by_name(isa);
+		if (!k || strcmp(k->isa, isa))
+			continue;
+		for (size_t a = 0; a < sizeof ns / sizeof ns[0]; a++) {
+			int64_t n = ns[a], nsb = n / 256, nr = rows[(a + (size_t)t) % 3], nc = cols[a];
+			kernels__block_q6_k *w = malloc(sizeof *w * (size_t)(nsb * nr));
+			kernels__block_q8_k *x = malloc(sizeof *x * (size_t)(nsb * nc));
+			for (int64_t i = 0; i < nsb * nr; i++) {
+				uint8_t *blk = (uint8_t *)&w[i];
+				for (size_t j = 0; j < sizeof *w; j++) {
+					blk[j] = (uint8_t)(rng >> 3);
+					rnd();
+				}
+				w[i].d = (uint16_t)(0x0400 + (rng % 0x5000u)) | (i % 5 == 1 ? 0x8000 : 0);
+				rnd();
+			}
+			fill_q8_k(x, nsb * nc);
+			size_t rb = sizeof *w * (size_t)nsb, xb = sizeof *x * (size_t)nsb;
+			int bad = check_in_order(k, SHOAL_DTYPE_Q6_K, n, w, rb, nr, x, xb, nc, nsb,
+			                         q6_k_in_order, 0);
 			free(w);
 			free(x);
 			ASSERT_FALSE(bad);
@@ -769,6 +837,7 @@ int main(int argc, char **argv)
 	    TEST_CASE(test_family_bitwise),      TEST_CASE(test_best_table),
 	    TEST_CASE(test_attention),           TEST_CASE(test_softmax),
 	    TEST_CASE(test_q8_0_avx512_order),   TEST_CASE(test_k45_avx512_order),
+	    TEST_CASE(test_q6_k_avx512_order),
 	};
 	return test_run_(cases, sizeof cases / sizeof cases[0]);
 }
