@@ -184,9 +184,12 @@ static void shoal_node_remove_control(shoal_node *n)
 #define SHOAL_NODE_PROBE_MS 150u
 
 /* The figures are kept in the state directory (SHOAL_NODE_PROBE_FILE: one
- * line "shoal-probe 2 ISA MB_S MFLOPS UNIX_SECONDS PREFETCH", the last the
- * weight prefetch the probe chose, kernels.h; a version 1 line is measured
- * again) and used again by the
+ * line "shoal-probe 3 ISA MB_S MFLOPS UNIX_SECONDS PREFETCH", the last the
+ * weight prefetch the probe chose, kernels.h; a line of an older version is
+ * measured again: version 3 came with the AVX-512 row-group kernels, whose
+ * mat-mul is ~3x version 2's, so an upgraded peer must not publish its old
+ * figure; bump it whenever the kernels' speed changes that much) and used
+ * again by the
  * next start on the same kernels within SHOAL_NODE_PROBE_KEEP_S, unless
  * --reprobe: a restarted peer then publishes the record it had, so its
  * peers' plan still holds and a restart changes no plan (a new measurement
@@ -202,7 +205,7 @@ static bool shoal_node_probe_load(const char *dir, shoal_record *r)
 	if (!f)
 		return false;
 	unsigned long long mb = 0, mf = 0, at = 0;
-	int k = fscanf(f, "shoal-probe 2 %31s %llu %llu %llu %7s", isa, &mb, &mf, &at, pf);
+	int k = fscanf(f, "shoal-probe 3 %31s %llu %llu %llu %7s", isa, &mb, &mf, &at, pf);
 	fclose(f);
 	time_t now = time(NULL);
 	if (k != 5 || strcmp(isa, shoal_kernels_best()->isa) || !mb || !mf ||
@@ -240,7 +243,7 @@ static void shoal_node_compute_probe(const char *dir, bool reprobe, shoal_record
 	            res.prefetch, res.gemv_gbps_other);
 	char path[1100], line[160], why[300];
 	snprintf(path, sizeof path, "%s/%s", dir, SHOAL_NODE_PROBE_FILE);
-	int n = snprintf(line, sizeof line, "shoal-probe 2 %s %llu %llu %llu %s\n",
+	int n = snprintf(line, sizeof line, "shoal-probe 3 %s %llu %llu %llu %s\n",
 	                 res.isa ? res.isa : "?", (unsigned long long)r->compute_mb_s,
 	                 (unsigned long long)r->compute_mflops, (unsigned long long)time(NULL),
 	                 res.prefetch);

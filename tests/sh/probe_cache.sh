@@ -37,24 +37,25 @@ case "$PF" in l1 | l2) ;; *) fail "no prefetch choice in the probe file: $(cat "
 grep -q "weight prefetch $PF" "$T/p.log" || fail "the log does not name the prefetch $PF"
 ISA=$(cut -d' ' -f3 "$T/p/probe")
 for pf in l1 l2; do
-	echo "shoal-probe 2 $ISA 1000 1000 $(date +%s) $pf" >"$T/p/probe"
+	echo "shoal-probe 3 $ISA 1000 1000 $(date +%s) $pf" >"$T/p/probe"
 	up_and_down p
 	kept p || fail "a good probe file ($pf) was measured over"
 	grep -q "weight prefetch $pf" "$T/p.log" || fail "the kept prefetch $pf was not used: $(grep 'compute probe' "$T/p.log")"
 done
-echo "shoal-probe 2 $ISA 1000 1000 $(date +%s) l2" >"$T/p/probe"
+echo "shoal-probe 3 $ISA 1000 1000 $(date +%s) l2" >"$T/p/probe"
 SHOAL_PREFETCH=l1 up_and_down p
 grep -q "weight prefetch l1" "$T/p.log" || fail "SHOAL_PREFETCH=l1 did not override the kept l2"
-for bad in "garbage" "shoal-probe 2 no-such-isa 1000 1000 $(date +%s) l1" \
-	"shoal-probe 2 $ISA 0 0 $(date +%s) l1" \
-	"shoal-probe 2 $ISA 1000 1000 $(($(date +%s) + 86400)) l1" \
-	"shoal-probe 2 $ISA 1000 1000 1 l1" \
-	"shoal-probe 2 $ISA 1000 1000 $(date +%s) l3" \
-	"shoal-probe 2 $ISA 1000 1000 $(date +%s)" \
-	"shoal-probe 1 $ISA 1000 1000 $(date +%s)"; do
+for bad in "garbage" "shoal-probe 3 no-such-isa 1000 1000 $(date +%s) l1" \
+	"shoal-probe 3 $ISA 0 0 $(date +%s) l1" \
+	"shoal-probe 3 $ISA 1000 1000 $(($(date +%s) + 86400)) l1" \
+	"shoal-probe 3 $ISA 1000 1000 1 l1" \
+	"shoal-probe 3 $ISA 1000 1000 $(date +%s) l3" \
+	"shoal-probe 3 $ISA 1000 1000 $(date +%s)" \
+	"shoal-probe 1 $ISA 1000 1000 $(date +%s)" \
+	"shoal-probe 2 $ISA 1000 1000 $(date +%s) l1"; do
 	printf '%s\n' "$bad" >"$T/p/probe"
 	up_and_down p
 	measured p || fail "a bad probe file was trusted: $bad"
 done
-echo "figures and prefetch kept across a restart, --reprobe measures, SHOAL_PREFETCH overrides, 8 bad files measured over"
+echo "figures and prefetch kept across a restart, --reprobe measures, SHOAL_PREFETCH overrides, 9 bad files (older versions too) measured over"
 echo PASS

@@ -48,7 +48,7 @@ start p0 ""
 wait_for 20 test -s "$T/p0/probe" || fail "no probe file"
 stop p0 TERM
 ISA=$(cut -d' ' -f3 "$T/p0/probe")
-probe() { mkdir -p "$T/$1" && echo "shoal-probe 2 $ISA $2 $(($2 * 3)) $(date +%s) l1" >"$T/$1/probe"; }
+probe() { mkdir -p "$T/$1" && echo "shoal-probe 3 $ISA $2 $(($2 * 3)) $(date +%s) l1" >"$T/$1/probe"; }
 TP=(--tensor --link-us 5 --ctx 256)
 
 # group_of N NAME...: every NAME serves the same 1-stage plan, a group of N
