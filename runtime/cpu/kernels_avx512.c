@@ -388,7 +388,8 @@ KERNELS__INLINE int k5_fold_push(__m512i *B, size_t bs, int i, __m512i v, const 
 		break;                                                                             \
 	}
 
-/* VNNI: -128 * the sum of an activation block's bytes. */
+/* VNNI: -128 * the sum of an activation block's bytes (the avx512bw table
+ * does not use it: its callers give 0 there). */
 KERNELS__INLINE int32_t k5_q8g_xcorr(const kernels__block_q8_0 *xb)
 {
 	__m256i u = _mm256_xor_si256(k5_q8_0_bytes(xb), _mm256_set1_epi8(-128));
@@ -478,7 +479,7 @@ static void k5_q8g_gemv(int64_t n, const char *w, size_t row_bytes, int64_t nrow
 				}
 				for (int b = 0; b < sb; b++) {
 					sc.DX[b] = kernels__x86_h2f(xb[s0 + b].d);
-					sc.CX[b] = k5_q8g_xcorr(xb + s0 + b);
+					sc.CX[b] = KERNELS_VNNI ? k5_q8g_xcorr(xb + s0 + b) : 0;
 				}
 				prepared = s0;
 			}
@@ -658,7 +659,7 @@ static void k5_q8g_gemm(int64_t n, const char *w, size_t row_bytes, int64_t nrow
 				                                  (size_t)(cb + c) * xq_stride) +
 				    s0;
 				for (int b = 0; b < sb; b++) {
-					XC[c][b] = k5_q8g_xcorr(xb + b);
+					XC[c][b] = KERNELS_VNNI ? k5_q8g_xcorr(xb + b) : 0;
 					XD[c][b] = kernels__x86_h2f(xb[b].d);
 				}
 			}
