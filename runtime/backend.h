@@ -72,8 +72,12 @@ typedef struct shoal_backend_attn {
 	uint32_t n_head, n_head_kv, head_dim; /* n_head % n_head_kv == 0 (GQA) */
 	float scale;                          /* 1/sqrt(head_dim) */
 	const float *q;                       /* (n_rows, n_head * head_dim) after RoPE */
-	const float *const *k;                /* (n_rows) -> cache (n_ctx, n_head_kv * head_dim) */
-	const float *const *v;                /* (n_rows) -> cache (n_ctx, n_head_kv * head_dim) */
+	/* (n_rows) -> cache: KV head h's row at position t is k[r] + h *
+	 * head_ld + t * pos_ld (the engine keeps each head's positions
+	 * together: head_ld = n_ctx * head_dim, pos_ld = head_dim) */
+	const float *const *k;
+	const float *const *v;
+	size_t head_ld, pos_ld;
 	const uint32_t *n_kv; /* (n_rows): row r sees cache positions [0, n_kv[r]) */
 	float *out;           /* (n_rows, n_head * head_dim) */
 } shoal_backend_attn;

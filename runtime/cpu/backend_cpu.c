@@ -236,7 +236,7 @@ static void shoal_cpu_attn_worker(void *ctx, uint32_t ith, uint32_t nth)
 	const shoal_backend_attn *a = b->attn;
 	uint32_t hd = a->head_dim, n_items = a->n_rows * a->n_head_kv;
 	uint32_t group = a->n_head / a->n_head_kv;
-	size_t q_ld = (size_t)a->n_head * hd, kv_ld = (size_t)a->n_head_kv * hd;
+	size_t q_ld = (size_t)a->n_head * hd, kv_ld = a->pos_ld;
 	size_t C = b->max_ctx;
 	float *sc = b->scores + (size_t)ith * b->max_group * C; /* (group, max_ctx) */
 	for (;;) {
@@ -245,8 +245,8 @@ static void shoal_cpu_attn_worker(void *ctx, uint32_t ith, uint32_t nth)
 			break;
 		uint32_t r = it / a->n_head_kv, kvh = it % a->n_head_kv, h0 = kvh * group;
 		const float *q = a->q + r * q_ld + (size_t)h0 * hd; /* (group, head_dim) */
-		const float *kc = a->k[r] + (size_t)kvh * hd;       /* (n_kv) ld kv_ld */
-		const float *vc = a->v[r] + (size_t)kvh * hd;       /* (n_kv) ld kv_ld */
+		const float *kc = a->k[r] + kvh * a->head_ld;       /* (n_kv) ld kv_ld */
+		const float *vc = a->v[r] + kvh * a->head_ld;       /* (n_kv) ld kv_ld */
 		float *o = a->out + r * q_ld + (size_t)h0 * hd;     /* (group, head_dim) */
 		uint32_t n = a->n_kv[r];
 		b->k->attn_scores(q, (int)group, (int)hd, kc, kv_ld, (int)n, a->scale, sc, C);

@@ -772,19 +772,25 @@ static void engine__attend(shoal_engine *e, const shoal_engine_batch *b, uint32_
                            float *out)
 {
 	uint32_t n = b->n_rows, kvd = e->kv_cache_dim;
+	size_t head_ld = (size_t)e->cfg.n_ctx * head_dim;
 	/* every row's K/V goes in before any row attends: a prefill chunk's
-	 * row at position p sees the chunk's rows at positions < p */
+	 * row at position p sees the chunk's rows at positions < p. A plane
+	 * is (n_head_kv, n_ctx, head_dim): attention reads one head's
+	 * positions as one stream */
 	for (uint32_t r = 0; r < n; r++) {
-		float *kc = engine__cache(e, b->session[r], li, 0); /* (n_ctx, kvd) */
-		memcpy(kc + (size_t)b->pos[r] * kvd, e->k + (size_t)r * kvd, kvd * sizeof(float));
-		e->krow[r] = kc;
-		e->vrow[r] = kc;
-		if (e->kv_planes == 2) {
-			float *vc = engine__cache(e, b->session[r], li, 1); /* (n_ctx, kvd) */
-			memcpy(vc + (size_t)b->pos[r] * kvd, e->v + (size_t)r * kvd,
-			       kvd * sizeof(float));
-			e->vrow[r] = vc;
+		float *kc = engine__cache(e, b->session[r], li, 0);
+		float *vc = e->kv_planes == 2 ? engine__cache(e, b->session[r], li, 1) : kc;
+		size_t at = (size_t)b->pos[r] * head_dim;
+		for (uint32_t h = 0; h < n_head_kv; h++) {
+			memcpy(kc + h * head_ld + at, e->k + (size_t)r * kvd + (size_t)h * head_dim,
+			       head_dim * sizeof(float));
+			if (e->kv_planes == 2)
+				memcpy(vc + h * head_ld + at,
+				       e->v + (size_t)r * kvd + (size_t)h * head_dim,
+				       head_dim * sizeof(float));
 		}
+		e->krow[r] = kc;
+		e->vrow[r] = vc;
 		e->n_kv[r] = b->pos[r] + 1;
 	}
 	shoal_backend_attn a = {
@@ -796,6 +802,8 @@ static void engine__attend(shoal_engine *e, const shoal_engine_batch *b, uint32_
 	    .q = q,
 	    .k = e->krow,
 	    .v = e->vrow,
+	    .head_ld = head_ld,
+	    .pos_ld = head_dim,
 	    .n_kv = e->n_kv,
 	    .out = out,
 	};
