@@ -38,6 +38,7 @@
 #include "net/key.h"
 #include "runtime/cli/cli.h"
 #include "runtime/api/api.h"
+#include "runtime/node/cluster.h"
 #include "runtime/node/node.h"
 #include "runtime/node/plan_json.h"
 
@@ -82,6 +83,11 @@ static void shoal_cmd_node_usage(FILE *f)
 	        "                         place of the measured ones (default: measured, and\n"
 	        "                         200 for a link no peer measured yet; the same on\n"
 	        "                         every peer)\n"
+	        "  --spin-us N            how long the data thread spins for the next frame\n"
+	        "                         of a generation before it blocks, 0..100000 us\n"
+	        "                         (default %u; 0: block at once; waits longer than\n"
+	        "                         that block at once, and it stops by itself while\n"
+	        "                         other busy threads need the cores)\n"
 	        "  --rdma-device NAME     RDMA device of every data link (default: the one\n"
 	        "                         on the link's interface, e.g. rdma_en3, mlx5_0)\n"
 	        "  --rdma-gid N           its GID index (default: the RoCE v2 GID of the\n"
@@ -93,7 +99,8 @@ static void shoal_cmd_node_usage(FILE *f)
 	        "                         give 0.0.0.0:PORT to serve other machines)\n"
 	        "  --api-key FILE         requests must carry Authorization: Bearer <its text>\n"
 	        "  -v, --verbose          debug logs\n",
-	        SHOAL_KEY_DEFAULT_NAME, SHOAL_NODE_DEFAULT_CLUSTER, SHOAL_API_DEFAULT_PORT);
+	        SHOAL_KEY_DEFAULT_NAME, SHOAL_NODE_DEFAULT_CLUSTER, SHOAL_CLUSTER_HOP_SPIN_US,
+	        SHOAL_API_DEFAULT_PORT);
 }
 
 /* The API key: the file's first line, 8..255 bytes. 0 on success. */
@@ -140,6 +147,7 @@ int shoal_cmd_node(int argc, char **argv)
 		O_SPREAD,
 		O_TENSOR,
 		O_LINK_US,
+		O_SPIN_US,
 		O_SESSIONS,
 		O_API,
 		O_API_KEY,
@@ -169,6 +177,7 @@ int shoal_cmd_node(int argc, char **argv)
 	    {"spread-experts", no_argument, NULL, O_SPREAD},
 	    {"tensor", no_argument, NULL, O_TENSOR},
 	    {"link-us", required_argument, NULL, O_LINK_US},
+	    {"spin-us", required_argument, NULL, O_SPIN_US},
 	    {"sessions", required_argument, NULL, O_SESSIONS},
 	    {"api", required_argument, NULL, O_API},
 	    {"api-key", required_argument, NULL, O_API_KEY},
@@ -269,6 +278,17 @@ int shoal_cmd_node(int argc, char **argv)
 				return 2;
 			}
 			cfg.link_us = (uint32_t)v;
+			break;
+		}
+		case O_SPIN_US: {
+			char *end;
+			unsigned long v = strtoul(optarg, &end, 10);
+			if (*end || !*optarg || *optarg == '-' || v > 100000) {
+				fprintf(stderr, "shoal node: --spin-us wants 0..100000, not '%s'\n",
+				        optarg);
+				return 2;
+			}
+			cfg.spin_us = v ? (int)v : -1;
 			break;
 		}
 		case O_SESSIONS: {

@@ -50,6 +50,11 @@
 
 typedef struct shoal_cluster shoal_cluster;
 
+/* How long a node's data thread spins for a frame before it blocks, in us,
+ * unless --spin-us says otherwise (cluster_impl.h has the rest of the
+ * rule). tests/bench/dist_bench.sh measures it. */
+#define SHOAL_CLUSTER_HOP_SPIN_US 2000u
+
 typedef struct shoal_cluster_config {
 	const char *model_path; /* required unless wcache */
 	/* The model is this weights cache (models/wcache.h), owned by the
@@ -66,6 +71,8 @@ typedef struct shoal_cluster_config {
 	bool tensor_groups; /* policy.tensor_groups: the same on every peer */
 	uint32_t link_us;   /* link latency plans assume; 0: SHOAL_CLUSTER_LINK_US */
 	uint32_t threads; /* engine threads; 0: 1 */
+	uint32_t hop_spin_us; /* the data thread's spin before a wait; 0: none
+	                         (a node's default: SHOAL_CLUSTER_HOP_SPIN_US) */
 	uint8_t self[16];
 	const shoal_key *key;  /* admission tokens; NULL: insecure (zero key) */
 	const char *data_host; /* IPv4 address the data listener binds (copied) */

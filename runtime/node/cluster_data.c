@@ -27,6 +27,7 @@
 
 #include <errno.h>
 #include <poll.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -135,6 +136,11 @@ struct shoal_cluster_dt {
 	} in[SHOAL_CLUSTER_LINKS];
 	size_t n_in;
 	uint32_t live; /* runs started and not ended */
+	/* the spin before a wait (shoal_cluster_spin) */
+	uint32_t spin_us;
+	uint64_t frame_us;    /* when the latest frame was handled */
+	uint64_t spin_off_us; /* no spinning before then: the core is shared */
+	uint64_t wait_us;     /* the recent waits for a frame, averaged; 0: none yet */
 };
 typedef struct shoal_cluster_dt shoal_cluster_dt;
 
@@ -529,6 +535,7 @@ static bool shoal_cluster_drain_link(shoal_cluster_dt *d, shoal_xfer_link *k, in
 		if (e == SHOAL_OK) {
 			if (f.hdr.kind == SHOAL_XFER_KIND_ERROR && f.hdr.n_aux == SHOAL_ERR_CLOSED)
 				*bye = true;
+			d->frame_us = shoal_cluster_data_now_us();
 			shoal_cluster_dispatch(d, k, role, &f);
 		} else if (e == SHOAL_ERR_FORMAT || e == SHOAL_ERR_MISMATCH) {
 			SHOAL_LOG_W("cluster", "data frame dropped: %s", why);
@@ -691,6 +698,51 @@ static void shoal_cluster_publish(shoal_cluster_dt *d)
 	pthread_mutex_unlock(&d->cl->mu);
 }
 
+/* Wait for a frame or a wake-up. A thread that blocks in poll(2) is woken
+ * by the frame only after its core left idle: on the 2-vCPU machine of
+ * tests/bench/dist_bench.sh ~40-50 us a wake-up (perf sched), twice a
+ * token with 2 stages. So while a frame is expected soon (a session of
+ * ours generates, or a frame came within SHOAL_CLUSTER_HOP_ACTIVE_MS) and
+ * the recent waits were shorter than spin_us, poll is called without a
+ * timeout until a descriptor is ready or spin_us passed, then it blocks.
+ * Between two polls the thread yields: a thread woken on its core (the
+ * node's, ZeroMQ's, a client's) runs at once instead of taking the core
+ * for a time slice later. Waits longer than the spin (a large model's
+ * stage) block at once: the wake-up is then a small part of them. A gap
+ * between two polls longer than SHOAL_CLUSTER_HOP_GAP_US means another
+ * busy thread had the core (more busy threads than cores): spinning then
+ * only slows the peer that computes, so it stops for
+ * SHOAL_CLUSTER_HOP_BACKOFF_MS. dist_bench, austen, 5 rounds, spin 0
+ * against 2000 us: 134 -> 90 us a hop with 2 stages, 85 -> 52 with 3. */
+static void shoal_cluster_wait(shoal_cluster_dt *d, struct pollfd *pf, int np)
+{
+	uint64_t t0 = shoal_cluster_data_now_us(), t = t0;
+	bool active = d->live || t0 - d->frame_us <= SHOAL_CLUSTER_HOP_ACTIVE_MS * 1000u;
+	int ready = 0;
+	if (active && d->spin_us && t0 >= d->spin_off_us && d->wait_us <= d->spin_us) {
+		uint64_t end = t0 + d->spin_us;
+		while (!(ready = poll(pf, (nfds_t)np, 0) > 0)) {
+			uint64_t u = shoal_cluster_data_now_us();
+			if (u - t > SHOAL_CLUSTER_HOP_GAP_US) {
+				d->spin_off_us = u + SHOAL_CLUSTER_HOP_BACKOFF_MS * 1000u;
+				SHOAL_LOG_D("cluster", "spin: off the core for %llu us; blocking for %u ms",
+				            (unsigned long long)(u - t), SHOAL_CLUSTER_HOP_BACKOFF_MS);
+				break;
+			}
+			if (u >= end)
+				break;
+			sched_yield(); /* a thread woken on this core runs first */
+			t = shoal_cluster_data_now_us();
+		}
+	}
+	if (!ready)
+		ready = poll(pf, (nfds_t)np, 50) > 0;
+	if (active && ready) { /* the average of the latest ~4 */
+		uint64_t w = shoal_cluster_data_now_us() - t0;
+		d->wait_us = d->wait_us ? (3 * d->wait_us + w) / 4 : w;
+	}
+}
+
 static void *shoal_cluster_data_main(void *arg)
 {
 	shoal_cluster *cl = arg;
@@ -701,6 +753,7 @@ static void *shoal_cluster_data_main(void *arg)
 		return NULL;
 	}
 	d->cl = cl;
+	d->spin_us = cl->cfg.hop_spin_us;
 	cl->dt = d;
 	for (;;) {
 		shoal_cluster_assign *na = NULL;
@@ -747,7 +800,7 @@ static void *shoal_cluster_data_main(void *arg)
 		for (size_t i = 0; i < d->n_out; i++)
 			if (d->out[i].role != SHOAL_CLUSTER_ROLE_EXPERTS)
 				np += shoal_xfer_link_pollfds(d->out[i].k, pf + np, 3);
-		poll(pf, (nfds_t)np, 50);
+		shoal_cluster_wait(d, pf, np);
 		char drain[64];
 		while (read(cl->wake[0], drain, sizeof drain) > 0)
 			;

@@ -780,6 +780,9 @@ static shoal_err shoal_node_cluster_new(shoal_node *n, shoal_wcache *wc, char *w
 	                           .threads = n->cfg.threads > 0 ? (uint32_t)n->cfg.threads
 	                                      : n->si.cores      ? n->si.cores
 	                                                         : 1,
+	                           .hop_spin_us = n->cfg.spin_us < 0   ? 0u
+	                                          : n->cfg.spin_us > 0 ? (uint32_t)n->cfg.spin_us
+	                                                               : SHOAL_CLUSTER_HOP_SPIN_US,
 	                           .key = n->keyed ? &n->key : NULL,
 	                           .data_host = host,
 	                           .data_port = n->data_port,

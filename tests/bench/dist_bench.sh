@@ -21,8 +21,9 @@
 # "Distributed inference"): <= 50 us per hop; on the fixture, 2 and 3 peers
 # <= 5% below one peer. Takes about 4 minutes on 2 cores.
 # Env: SHOAL_DATA, SHOAL_BENCH_FIXTURE, RUNS (austen, default 10),
-# FIX_RUNS (fixture, default 5), LLAMA_BIN (optional: llama.cpp's RPC
-# backend with 2 servers on the fixture, for comparison).
+# FIX_RUNS (fixture, default 5), SPIN (every peer's --spin-us; default
+# the node's), LLAMA_BIN (optional: llama.cpp's RPC backend with 2 servers
+# on the fixture, for comparison).
 set -u
 SHOAL_BUILDDIR=${1:-${SHOAL_BUILDDIR:-.}}
 . "$(dirname "$0")/../sh/lib.sh"
@@ -43,7 +44,8 @@ for k in 1 2 3; do "$B" key new "$T/k$k" >/dev/null || fail "shoal key new"; don
 peer() { # peer NAME K MODEL LIMIT [--peer EP]: a peer of cluster K (key kK)
 	local n=$1 k=$2 m=$3 lim=$4
 	shift 4
-	KEY=$T/k$k start "$n" "$m" --cluster "bench$k" --mem-limit "$lim" --ctx $CTX "$@"
+	KEY=$T/k$k start "$n" "$m" --cluster "bench$k" --mem-limit "$lim" --ctx $CTX \
+		${SPIN:+--spin-us "$SPIN"} "$@"
 }
 plan_ok() { # plan_ok K: every peer of cluster K sees the same servable K-stage plan
 	local k=$1 i names=()

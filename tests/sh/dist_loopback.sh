@@ -10,7 +10,9 @@
 #     --peer` (each peer in turn owns a session) prints the same greedy ids
 #     and the same --logprobs 5 lines as local `shoal run`; sampled text
 #     (--temp 0.8 --seed 7) is identical too, and so are the greedy ids of
-#     a --chat --system run (the owner renders the chat template).
+#     a --chat --system run (the owner renders the chat template). One
+#     peer runs with --spin-us 0 (its data thread blocks at once), the
+#     others with the default spin.
 #  2. A peer with another model joins: it is left out of the plan, status
 #     says why, the plan stays servable.
 #  3. A client without the cluster key gets no answer; malformed RUN_REQ
@@ -40,7 +42,8 @@ t0=$(now_ms)
 start d1 "$DENSE" --mem-limit 11M --ctx 256
 SEED=$(ep d1)
 start d2 "$DENSE" --mem-limit 11M --ctx 256 --peer "$SEED"
-start d3 "$DENSE" --mem-limit 11M --ctx 256 --peer "$SEED"
+# d3's data thread blocks at once (--spin-us 0), the others spin first
+start d3 "$DENSE" --mem-limit 11M --ctx 256 --peer "$SEED" --spin-us 0
 wait_for 20 servable_all 3 d1 d2 d3 || fail "no servable 3-stage plan on all peers within 20 s: $("$PC" "$T/st-d1.json" servable)"
 echo "3-stage plan servable on 3 peers in $(($(now_ms) - t0)) ms, digest $("$PC" "$T/st-d1.json" digest | cut -c1-16)"
 EPS=("$SEED" "$(ep d2)" "$(ep d3)")

@@ -57,6 +57,9 @@ err_is "unexpected argument 'x.gguf' (a model file is given with --model FILE)" 
 err_is "--key and --insecure exclude each other" node --key "$T/k" --insecure
 err_is "--cache-max needs --model-id" node --cache-max 1G --insecure
 err_is "--model and --model-id exclude each other" node --model a.gguf --model-id any --insecure
+err_is "--spin-us wants 0..100000, not '-5'" node --spin-us -5 --insecure
+err_is "--spin-us wants 0..100000, not '100001'" node --spin-us 100001 --insecure
+err_is "--spin-us wants 0..100000, not '2ms'" node --spin-us 2ms --insecure
 [ $bad = 0 ] || fail "help does not list every option, or an error does not name its flag"
 [ $checked -ge 60 ] || fail "only $checked options found: is the source scan broken?"
 echo "$checked options of 10 commands, each in its command's --help"
