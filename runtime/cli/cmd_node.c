@@ -275,6 +275,7 @@ int shoal_cmd_node(int argc, char **argv)
 			unsigned long v = strtoul(optarg, &end, 10);
 			if (*end || !*optarg || v == 0 || v > 10000000) {
 				fprintf(stderr, "shoal node: --link-us wants 1..10000000\n");
+				free(seeds);
 				return 2;
 			}
 			cfg.link_us = (uint32_t)v;
@@ -286,6 +287,7 @@ int shoal_cmd_node(int argc, char **argv)
 			if (*end || !*optarg || *optarg == '-' || v > 100000) {
 				fprintf(stderr, "shoal node: --spin-us wants 0..100000, not '%s'\n",
 				        optarg);
+				free(seeds);
 				return 2;
 			}
 			cfg.spin_us = v ? (int)v : -1;

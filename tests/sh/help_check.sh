@@ -57,6 +57,7 @@ err_is "unexpected argument 'x.gguf' (a model file is given with --model FILE)" 
 err_is "--key and --insecure exclude each other" node --key "$T/k" --insecure
 err_is "--cache-max needs --model-id" node --cache-max 1G --insecure
 err_is "--model and --model-id exclude each other" node --model a.gguf --model-id any --insecure
+err_is "--link-us wants 1..10000000" node --link-us 0 --insecure
 err_is "--spin-us wants 0..100000, not '-5'" node --spin-us -5 --insecure
 err_is "--spin-us wants 0..100000, not '100001'" node --spin-us 100001 --insecure
 err_is "--spin-us wants 0..100000, not '2ms'" node --spin-us 2ms --insecure
