@@ -8,9 +8,11 @@
 #
 #   tests/bench/api_bench.sh [BUILDDIR]        (from the source tree)
 #
-# Each round: N clients at once, each a greedy /v1/completions of 128
-# tokens with a different prompt; aggregate = the tokens of all (from
-# usage) / the wall time of the round. ROUNDS rounds (default 3), the
+# Each round: N clients at once, each a greedy streamed /v1/completions of
+# 128 tokens with a different prompt (server-sent events, the usage chunk
+# asked for with stream_options.include_usage; STREAM=0: one JSON reply
+# each); aggregate = the tokens of all (from usage) / the wall time of the
+# round. ROUNDS rounds (default 3), the
 # median printed. FIXTURE_ONLY=1 runs only the SHOAL_BENCH_FIXTURE part,
 # THREADS=N gives its peer N compute threads (default 1, as every peer here). Goal: 8 clients >= 4x the aggregate of 1 client through
 # the same cluster (a batch of 8 rows reads the weights once).
@@ -20,6 +22,8 @@ SHOAL_BUILDDIR=${1:-${SHOAL_BUILDDIR:-.}}
 DENSE=$DATA/models/austen-dense-q8_0.gguf
 ROUNDS=${ROUNDS:-3}
 NTOK=128
+STREAM_ARGS=', "stream": true, "stream_options": {"include_usage": true}'
+[ "${STREAM:-1}" = 0 ] && STREAM_ARGS=""
 command -v curl >/dev/null || fail "curl is needed"
 "$B" key new "$KEY" >/dev/null || fail "shoal key new"
 PROMPTS=("It is a truth" "Emma Woodhouse, handsome" "The family of Dashwood" "Mr. Darcy"
@@ -30,14 +34,21 @@ round() {
 	local u=$1 n=$2 i t0 t1 tok=0 pids=()
 	t0=$(date +%s%N)
 	for i in $(seq 0 $((n - 1))); do
-		curl -s --max-time 300 "$u/v1/completions" -d "{\"prompt\": \"${PROMPTS[$((i % 8))]}\", \"max_tokens\": $NTOK, \"temperature\": 0}" \
+		curl -s -N --max-time 300 "$u/v1/completions" -d "{\"prompt\": \"${PROMPTS[$((i % 8))]}\", \"max_tokens\": $NTOK, \"temperature\": 0$STREAM_ARGS}" \
 			>"$T/out-$i" &
 		pids+=($!)
 	done
 	wait "${pids[@]}"
 	t1=$(date +%s%N)
 	for i in $(seq 0 $((n - 1))); do
-		k=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["usage"]["completion_tokens"])' "$T/out-$i" 2>/dev/null) ||
+		k=$(python3 -c '
+import json, sys
+t = open(sys.argv[1]).read()
+if t.startswith("data:"):  # the last chunk before [DONE] carries usage
+	ev = [json.loads(l[5:]) for l in t.splitlines() if l.startswith("data:") and l[5:].strip() != "[DONE]"]
+	print([e for e in ev if e.get("usage")][-1]["usage"]["completion_tokens"])
+else:
+	print(json.loads(t)["usage"]["completion_tokens"])' "$T/out-$i" 2>/dev/null) ||
 			fail "a request failed: $(head -c 200 "$T/out-$i")"
 		tok=$((tok + k))
 	done
