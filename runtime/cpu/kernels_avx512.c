@@ -912,6 +912,28 @@ KERNELS__INLINE void k5_udot(const __m512i *w, const int K, const int8_t *const 
 	}
 }
 
+/* isum[c] += sc[j] * the dot of sub-block j with column c's super-block
+ * b, for nsub sub-blocks of K words each (sub-block j: words K j .. of w,
+ * activation bytes 4 K j .. of x[c][b].qs), in the order of j: the
+ * sub-block sums of Q4_K/Q5_K (8 of 32) and Q6_K (16 of 16). */
+KERNELS__INLINE void k5_kq_isum(const __m512i *w, const __m512i *sc, const int nsub,
+                                const int K, const kernels__block_q8_k *const *x, int b,
+                                const int NC, __m512i *isum)
+{
+	for (int j = 0; j < nsub; j++) {
+		__m512i dot[KERNELS__TILE];
+		const int8_t *xs[KERNELS__TILE];
+		KERNELS__UNROLL for (int c = 0; c < NC; c++)
+		{
+			dot[c] = _mm512_setzero_si512();
+			xs[c] = x[c][b].qs + 4 * K * j;
+		}
+		k5_udot(w + K * j, K, xs, NC, dot);
+		KERNELS__UNROLL for (int c = 0; c < NC; c++) isum[c] =
+		    _mm512_add_epi32(isum[c], _mm512_mullo_epi32(dot[c], sc[j]));
+	}
+}
+
 /* NC columns of a group over a repacked segment (as k5_q8g_tile_n); bs[c]:
  * each super-block's 4 words of (sum of sub-block 2jj, of 2jj + 1) int16. */
 KERNELS__INLINE void k5_q4g_tile_n(const k5_q4g_pack *pk, int sbn,
@@ -926,19 +948,7 @@ KERNELS__INLINE void k5_q4g_tile_n(const k5_q4g_pack *pk, int sbn,
 		__m512i isum[KERNELS__TILE], imin[KERNELS__TILE];
 		KERNELS__UNROLL for (int c = 0; c < NC; c++) isum[c] = imin[c] =
 		    _mm512_setzero_si512();
-		for (int j = 0; j < 8; j++) {
-			__m512i dot[KERNELS__TILE];
-			const int8_t *xs[KERNELS__TILE];
-			KERNELS__UNROLL for (int c = 0; c < NC; c++)
-			{
-				dot[c] = _mm512_setzero_si512();
-				xs[c] = x[c][b].qs + 32 * j;
-			}
-			k5_udot(pk->W[b][j], 8, xs, NC, dot);
-			const __m512i s = pk->SC[b][j];
-			KERNELS__UNROLL for (int c = 0; c < NC; c++) isum[c] =
-			    _mm512_add_epi32(isum[c], _mm512_mullo_epi32(dot[c], s));
-		}
+		k5_kq_isum(pk->W[b][0], pk->SC[b], 8, 8, x, b, NC, isum);
 		KERNELS__UNROLL for (int jj = 0; jj < 4; jj++)
 		{
 			const __m512i mn = pk->MN[b][jj];
@@ -1221,19 +1231,8 @@ KERNELS__INLINE void k5_q6g_tile_n(const k5_q6g_pack *pk, int sbn,
 		__m512i isum[KERNELS__TILE], ioff[KERNELS__TILE];
 		KERNELS__UNROLL for (int c = 0; c < NC; c++) isum[c] = ioff[c] =
 		    _mm512_setzero_si512();
-		for (int j = 0; j < 16; j++) { /* sub-block j: words 4 (j % 2) .. of chunk j / 2 */
-			__m512i dot[KERNELS__TILE];
-			const int8_t *xs[KERNELS__TILE];
-			KERNELS__UNROLL for (int c = 0; c < NC; c++)
-			{
-				dot[c] = _mm512_setzero_si512();
-				xs[c] = x[c][b].qs + 16 * j;
-			}
-			k5_udot(pk->W[b][j / 2] + 4 * (j & 1), 4, xs, NC, dot);
-			const __m512i s = pk->SC[b][j];
-			KERNELS__UNROLL for (int c = 0; c < NC; c++) isum[c] =
-			    _mm512_add_epi32(isum[c], _mm512_mullo_epi32(dot[c], s));
-		}
+		/* sub-block j: words 4 (j % 2) .. of chunk j / 2 */
+		k5_kq_isum(pk->W[b][0], pk->SC[b], 16, 4, x, b, NC, isum);
 		for (int i = 0; i < 8; i++) {
 			const __m512i sp = pk->SP[b][i];
 			KERNELS__UNROLL for (int c = 0; c < NC; c++)

@@ -7,6 +7,7 @@
  * Usage: test_kernels [quick]  ("quick", or SHOAL_KERNELS_QUICK=1 in the
  * environment, uses smaller sizes: for runs under an emulator).
  */
+#include <stddef.h>
 #include <stdint.h>
 
 #include "runtime/cpu/kernels.h"
@@ -552,50 +553,6 @@ static float k45_in_order(const void *wv, int q5, const void *xv, int64_t nsb)
 	return acc;
 }
 
-static void test_k45_avx512_order(void)
-{
-	static const int64_t ns[] = {256, 9 * 256, 65 * 256};
-	static const int64_t rows[] = {35, 17, 16};
-	static const int64_t cols[] = {130, 5, 2};
-	int checked = 0;
-	for (int t = 0; t < 4; t++) {
-		const char *isa = t & 1 ? "avx512bw" : "avx512";
-		const int q5 = t >> 1;
-		const shoal_dtype wt = q5 ? SHOAL_DTYPE_Q5_K : SHOAL_DTYPE_Q4_K;
-		const size_t bb = q5 ? sizeof(kernels__block_q5_k) : sizeof(kernels__block_q4_k);
-		const shoal_kernels *k = shoal_kernels_by_name(isa);
-		if (!k || strcmp(k->isa, isa))
-			continue;
-		for (size_t a = 0; a < sizeof ns / sizeof ns[0]; a++) {
-			int64_t n = ns[a], nsb = n / 256, nr = rows[(a + (size_t)t) % 3], nc = cols[a];
-			uint8_t *w = malloc(bb * (size_t)(nsb * nr));
-			kernels__block_q8_k *x = malloc(sizeof *x * (size_t)(nsb * nc));
-			for (int64_t i = 0; i < nsb * nr; i++) {
-				uint8_t *blk = w + bb * (size_t)i;
-				for (size_t j = 4; j < bb; j++) {
-					blk[j] = (uint8_t)(rng >> 3);
-					rnd();
-				}
-				uint16_t d = (uint16_t)(0x0400 + (rng % 0x5000u));
-				rnd();
-				uint16_t dm = (uint16_t)(0x0400 + (rng % 0x5000u)) | (i % 5 == 1 ? 0x8000 : 0);
-				rnd();
-				memcpy(blk, &d, 2);
-				memcpy(blk + 2, &dm, 2);
-			}
-			fill_q8_k(x, nsb * nc);
-			size_t rb = bb * (size_t)nsb, xb = sizeof *x * (size_t)nsb;
-			int bad = check_in_order(k, wt, n, w, rb, nr, x, xb, nc, nsb, k45_in_order, q5);
-			free(w);
-			free(x);
-			ASSERT_FALSE(bad);
-			checked++;
-		}
-	}
-	if (!checked)
-		TEST_SKIP("no AVX-512 table on this CPU");
-}
-
 /* The AVX-512 tables' Q6_K order: per row one float from +0, over the
  * super-blocks in order, acc = fma(d_w d_x, ISUM, acc), ISUM = sum_j sc_j
  * (dot_j - 32 bsum_j) over its 16 sub-blocks of 16, exact. */
@@ -620,34 +577,64 @@ static float q6_k_in_order(const void *wv, int flag, const void *xv, int64_t nsb
 	return acc;
 }
 
-static void test_q6_k_avx512_order(void)
+/* Random K-quant super-blocks of type wt: every byte random, then the
+ * scale d (and for Q4_K/Q5_K dmin) a positive half, dmin or Q6_K's d
+ * negative in every 5th block. */
+static void fill_kq(shoal_dtype wt, uint8_t *w, size_t bb, int64_t n_blocks)
+{
+	for (int64_t i = 0; i < n_blocks; i++) {
+		uint8_t *blk = w + bb * (size_t)i;
+		for (size_t j = 0; j < bb; j++) {
+			blk[j] = (uint8_t)(rng >> 3);
+			rnd();
+		}
+		uint16_t d = (uint16_t)(0x0400 + (rng % 0x5000u));
+		rnd();
+		uint16_t neg = i % 5 == 1 ? 0x8000 : 0;
+		if (wt == SHOAL_DTYPE_Q6_K) {
+			d |= neg;
+			memcpy(blk + offsetof(kernels__block_q6_k, d), &d, 2);
+			continue;
+		}
+		uint16_t dm = (uint16_t)(0x0400 + (rng % 0x5000u)) | neg;
+		rnd();
+		memcpy(blk, &d, 2);
+		memcpy(blk + 2, &dm, 2);
+	}
+}
+
+/* The AVX-512 tables' K-quant orders (k45_in_order, q6_k_in_order) for
+ * Q4_K, Q5_K and Q6_K, with and without VNNI. */
+static void test_kq_avx512_order(void)
 {
 	static const int64_t ns[] = {256, 9 * 256, 65 * 256};
 	static const int64_t rows[] = {35, 17, 16};
 	static const int64_t cols[] = {130, 5, 2};
+	static const struct {
+		shoal_dtype wt;
+		size_t bb;
+		float (*in_order)(const void *, int, const void *, int64_t);
+		int flag;
+	} types[] = {{SHOAL_DTYPE_Q4_K, sizeof(kernels__block_q4_k), k45_in_order, 0},
+	             {SHOAL_DTYPE_Q5_K, sizeof(kernels__block_q5_k), k45_in_order, 1},
+	             {SHOAL_DTYPE_Q6_K, sizeof(kernels__block_q6_k), q6_k_in_order, 0}};
 	int checked = 0;
-	for (int t = 0; t < 2; t++) {
-		const char *isa = t ? "avx512bw" : "avx512";
+	for (int t = 0; t < 6; t++) {
+		const char *isa = t & 1 ? "avx512bw" : "avx512";
 		const shoal_kernels *k = shoal_kernels_by_name(isa);
 		if (!k || strcmp(k->isa, isa))
 			continue;
+		const shoal_dtype wt = types[t >> 1].wt;
+		const size_t bb = types[t >> 1].bb;
 		for (size_t a = 0; a < sizeof ns / sizeof ns[0]; a++) {
 			int64_t n = ns[a], nsb = n / 256, nr = rows[(a + (size_t)t) % 3], nc = cols[a];
-			kernels__block_q6_k *w = malloc(sizeof *w * (size_t)(nsb * nr));
+			uint8_t *w = malloc(bb * (size_t)(nsb * nr));
 			kernels__block_q8_k *x = malloc(sizeof *x * (size_t)(nsb * nc));
-			for (int64_t i = 0; i < nsb * nr; i++) {
-				uint8_t *blk = (uint8_t *)&w[i];
-				for (size_t j = 0; j < sizeof *w; j++) {
-					blk[j] = (uint8_t)(rng >> 3);
-					rnd();
-				}
-				w[i].d = (uint16_t)(0x0400 + (rng % 0x5000u)) | (i % 5 == 1 ? 0x8000 : 0);
-				rnd();
-			}
+			fill_kq(wt, w, bb, nsb * nr);
 			fill_q8_k(x, nsb * nc);
-			size_t rb = sizeof *w * (size_t)nsb, xb = sizeof *x * (size_t)nsb;
-			int bad = check_in_order(k, SHOAL_DTYPE_Q6_K, n, w, rb, nr, x, xb, nc, nsb,
-			                         q6_k_in_order, 0);
+			size_t rb = bb * (size_t)nsb, xb = sizeof *x * (size_t)nsb;
+			int bad = check_in_order(k, wt, n, w, rb, nr, x, xb, nc, nsb,
+			                         types[t >> 1].in_order, types[t >> 1].flag);
 			free(w);
 			free(x);
 			ASSERT_FALSE(bad);
@@ -836,8 +823,7 @@ int main(int argc, char **argv)
 	    TEST_CASE(test_quantize_act_shared), TEST_CASE(test_tables_against_scalar),
 	    TEST_CASE(test_family_bitwise),      TEST_CASE(test_best_table),
 	    TEST_CASE(test_attention),           TEST_CASE(test_softmax),
-	    TEST_CASE(test_q8_0_avx512_order),   TEST_CASE(test_k45_avx512_order),
-	    TEST_CASE(test_q6_k_avx512_order),
+	    TEST_CASE(test_q8_0_avx512_order),   TEST_CASE(test_kq_avx512_order),
 	};
 	return test_run_(cases, sizeof cases / sizeof cases[0]);
 }
