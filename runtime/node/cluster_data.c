@@ -136,8 +136,7 @@ struct shoal_cluster_dt {
 	} in[SHOAL_CLUSTER_LINKS];
 	size_t n_in;
 	uint32_t live; /* runs started and not ended */
-	/* the spin before a wait (shoal_cluster_spin) */
-	uint32_t spin_us;
+	/* the spin before a wait (shoal_cluster_wait) */
 	uint64_t frame_us;    /* when the latest frame was handled */
 	uint64_t spin_off_us; /* no spinning before then: the core is shared */
 	uint64_t wait_us;     /* the recent waits for a frame, averaged; 0: none yet */
@@ -708,19 +707,21 @@ static void shoal_cluster_publish(shoal_cluster_dt *d)
  * Between two polls the thread yields: a thread woken on its core (the
  * node's, ZeroMQ's, a client's) runs at once instead of taking the core
  * for a time slice later. Waits longer than the spin (a large model's
- * stage) block at once: the wake-up is then a small part of them. A gap
- * between two polls longer than SHOAL_CLUSTER_HOP_GAP_US means another
- * busy thread had the core (more busy threads than cores): spinning then
- * only slows the peer that computes, so it stops for
- * SHOAL_CLUSTER_HOP_BACKOFF_MS. dist_bench, austen, 5 rounds, spin 0
+ * stage) block at once: the wake-up is then a small part of them. A poll
+ * that returns SHOAL_CLUSTER_HOP_GAP_US after it was called means the
+ * thread was preempted (more busy threads than cores): spinning then only
+ * slows the peer that computes, so it stops for
+ * SHOAL_CLUSTER_HOP_BACKOFF_MS. (The time given away in sched_yield is not
+ * counted: a busy thread on the same core gets it back at each yield.) dist_bench, austen, 5 rounds, spin 0
  * against 2000 us: 134 -> 90 us a hop with 2 stages, 85 -> 52 with 3. */
 static void shoal_cluster_wait(shoal_cluster_dt *d, struct pollfd *pf, int np)
 {
+	const uint32_t spin_us = d->cl->cfg.hop_spin_us;
 	uint64_t t0 = shoal_cluster_data_now_us(), t = t0;
 	bool active = d->live || t0 - d->frame_us <= SHOAL_CLUSTER_HOP_ACTIVE_MS * 1000u;
 	int ready = 0;
-	if (active && d->spin_us && t0 >= d->spin_off_us && d->wait_us <= d->spin_us) {
-		uint64_t end = t0 + d->spin_us;
+	if (active && spin_us && t0 >= d->spin_off_us && d->wait_us <= spin_us) {
+		uint64_t end = t0 + spin_us;
 		while (!(ready = poll(pf, (nfds_t)np, 0) > 0)) {
 			uint64_t u = shoal_cluster_data_now_us();
 			if (u - t > SHOAL_CLUSTER_HOP_GAP_US) {
@@ -753,7 +754,6 @@ static void *shoal_cluster_data_main(void *arg)
 		return NULL;
 	}
 	d->cl = cl;
-	d->spin_us = cl->cfg.hop_spin_us;
 	cl->dt = d;
 	for (;;) {
 		shoal_cluster_assign *na = NULL;

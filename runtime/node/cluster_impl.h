@@ -294,10 +294,9 @@ shoal_xfer_link *shoal_cluster__tensor_in(void *ctx, const uint8_t peer[16]);
  * shoal_cluster_wait): up to config.hop_spin_us (SHOAL_CLUSTER_HOP_SPIN_US,
  * cluster.h, unless --spin-us says otherwise) while a session of ours
  * generates or for SHOAL_CLUSTER_HOP_ACTIVE_MS after a frame, when the
- * recent waits were shorter than that; a gap of SHOAL_CLUSTER_HOP_GAP_US
- * between two polls (another busy thread had the core for a time slice;
- * the short ones the spin yields to take ~10-50 us) stops it for
- * SHOAL_CLUSTER_HOP_BACKOFF_MS. */
+ * recent waits were shorter than that; a poll that returns
+ * SHOAL_CLUSTER_HOP_GAP_US after it was called (the thread was preempted
+ * for a time slice) stops it for SHOAL_CLUSTER_HOP_BACKOFF_MS. */
 #define SHOAL_CLUSTER_HOP_ACTIVE_MS   20u
 #define SHOAL_CLUSTER_HOP_GAP_US      500u
 #define SHOAL_CLUSTER_HOP_BACKOFF_MS  1000u

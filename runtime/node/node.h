@@ -57,7 +57,7 @@ typedef struct shoal_node_config {
 	int tensor_groups;  /* let it plan tensor groups (policy: same on every peer) */
 	uint32_t link_us;   /* link latency the plan assumes; 0: 200 (policy too) */
 	int spin_us;        /* the data thread's spin before a wait, us; 0: the
-	                       default (cluster_impl.h), < 0: none */
+	                       default (SHOAL_CLUSTER_HOP_SPIN_US, cluster.h), < 0: none */
 	/* The HTTP API (runtime/api/api.h): "HOST[:PORT]" (NULL: none); the
 	 * Bearer key its requests must carry (NULL: none). */
 	const char *api;
