@@ -138,7 +138,10 @@ mkfifo "$T/chatin"
 CPID=$!
 exec 7>"$T/chatin"
 echo "Emma" >&7
-wait_for 20 test -s "$T/chat3" || fail "shoal chat streamed nothing in 20 s: $(cat "$T/chat3.err")"
+# the reply is at most the context (256 tokens, ~0.25 s here): Ctrl-C goes
+# as soon as its first bytes show (wait_for's 0.2 s steps let a fast reply
+# end before the signal)
+wait_soon 20 test -s "$T/chat3" || fail "shoal chat streamed nothing in 20 s: $(cat "$T/chat3.err")"
 kill -INT $CPID
 wait_for 10 grep -q "(stopped)" "$T/chat3.err" || fail "Ctrl-C did not stop the reply: $(cat "$T/chat3.err")"
 kill -0 $CPID 2>/dev/null || fail "shoal chat exited on Ctrl-C during a reply"
@@ -303,7 +306,7 @@ for attempt in 1 2 3; do # the run may outpace the kill: then once more
 	curl -s -N --max-time 60 -H "Authorization: Bearer $AK" "$U/v1/completions" \
 		-d "{\"prompt\": \"$P\", \"max_tokens\": 240, \"temperature\": 0, \"stream\": true}" >"$T/cutoff.txt" 2>/dev/null &
 	CP=$!
-	wait_for 10 grep -q '"text"' "$T/cutoff.txt"
+	wait_soon 10 grep -q '"text"' "$T/cutoff.txt" # 240 tokens take ~0.25 s here
 	stop w2
 	wait $CP
 	if grep -q '^data: {"error"' "$T/cutoff.txt"; then cut=yes; break; fi

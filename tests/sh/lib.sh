@@ -4,7 +4,7 @@
 # directory $T, and the checks they are polled with.
 #
 #   ---- set-up       B BD SRC DATA PC VC T KEY, the EXIT trap, fail, skip
-#   ---- polling      now_ms, wait_for
+#   ---- polling      now_ms, wait_for, wait_soon
 #   ---- nodes        start, ep, api_port, status, servable_all, same, stop,
 #                     stop_all, moe_fixture, bench_fixture
 #   ---- hosts        nl_require, nl_up, nl_mdns_up, nl_exec, nl_spawn,
@@ -55,11 +55,17 @@ skip() { # skip REASON: exit 77 (SKIP); under CI=true, which has every tool, 1 (
 
 now_ms() { echo $(($(date +%s%N) / 1000000)); }
 wait_for() { # wait_for SECONDS cmd...: until cmd succeeds (every 0.2 s); 1 at the deadline
-	local deadline=$(($(now_ms) + $1 * 1000))
-	shift
+	wait_every 0.2 "$@"
+}
+# wait_soon SECONDS cmd...: as wait_for, every 10 ms: to act on a state that
+# may not last 0.2 s (a short reply still streaming)
+wait_soon() { wait_every 0.01 "$@"; }
+wait_every() { # wait_every STEP SECONDS cmd...
+	local step=$1 deadline=$(($(now_ms) + $2 * 1000))
+	shift 2
 	while [ "$(now_ms)" -lt $deadline ]; do
 		"$@" && return 0
-		sleep 0.2
+		sleep "$step"
 	done
 	return 1
 }
