@@ -56,6 +56,13 @@ typedef struct shoal_kernels {
 	                    float scale, float *s, size_t s_ld);
 	void (*attn_values)(const float *p, size_t p_ld, int ng, int hd, const float *v,
 	                    size_t v_ld, int n, float *o);
+	/* The same over an F16 cache (IEEE binary16 rows, k_ld / v_ld halves
+	 * apart): bitwise what attn_scores / attn_values give on the rows
+	 * converted to F32 (the conversion is exact; NaN payloads aside). */
+	void (*attn_scores_f16)(const float *q, int ng, int hd, const uint16_t *k, size_t k_ld,
+	                        int n, float scale, float *s, size_t s_ld);
+	void (*attn_values_f16)(const float *p, size_t p_ld, int ng, int hd, const uint16_t *v,
+	                        size_t v_ld, int n, float *o);
 
 	/* s[n] in place: e_t = exp(s_t - max) by kernels_impl.h's
 	 * kernels__exp_neg, then e_t * (float)(1 / sum), the sum in double as

@@ -1364,16 +1364,16 @@ KERNELS__INLINE __m512 k5_attn_reduce(const __m512 *a)
 }
 
 /* The 16 scores of heads q0 .. q0 + 3 at positions t .. t + 3, reduced. */
-KERNELS__INLINE __m512 k5_attn_tile(const __m512 *qp0, const __m512 *qp1, const float *kt,
-                                    size_t k_ld, int h8)
+KERNELS__INLINE __m512 k5_attn_tile(const __m512 *qp0, const __m512 *qp1, const void *kt,
+                                    size_t k_ld, int h8, int f16)
 {
 	__m512 a[8]; /* a[2 j + hp]: position t + j, head pair hp */
 	KERNELS__UNROLL for (int j = 0; j < 8; j++) a[j] = _mm512_setzero_ps();
 	for (int i = 0, c = 0; i < h8; i += 8, c++) {
 		KERNELS__UNROLL for (int j = 0; j < 4; j++)
 		{
-			__m512 kv = _mm512_castpd_ps(_mm512_broadcast_f64x4(
-			    _mm256_castps_pd(_mm256_loadu_ps(kt + (size_t)j * k_ld + i))));
+			__m512 kv = _mm512_castpd_ps(_mm512_broadcast_f64x4(_mm256_castps_pd(
+			    kernels__x86_kv8(kt, (size_t)j * k_ld + (size_t)i, f16))));
 			a[2 * j] = _mm512_add_ps(a[2 * j], _mm512_mul_ps(qp0[c], kv));
 			a[2 * j + 1] = _mm512_add_ps(a[2 * j + 1], _mm512_mul_ps(qp1[c], kv));
 		}
@@ -1386,15 +1386,16 @@ KERNELS__INLINE __m512 k5_attn_tile(const __m512 *qp0, const __m512 *qp1, const 
  * t .. t + 7: k5_attn_tile's sums and reduction with the position pairs
  * (2 m, 2 m + 1) where it has head pairs, so every score gets the same
  * operations; lanes 0-7 head q0, 8-15 head q0 + 1, by position. */
-KERNELS__INLINE __m512 k5_attn_tile2(const __m512 *qp, const float *kt, size_t k_ld, int h8)
+KERNELS__INLINE __m512 k5_attn_tile2(const __m512 *qp, const void *kt, size_t k_ld, int h8,
+                                     int f16)
 {
 	__m512 a[8]; /* a[j]: position t + j, both heads */
 	KERNELS__UNROLL for (int j = 0; j < 8; j++) a[j] = _mm512_setzero_ps();
 	for (int i = 0, c = 0; i < h8; i += 8, c++) {
 		_Pragma("GCC unroll 8") for (int j = 0; j < 8; j++)
 		{
-			__m512 kv = _mm512_castpd_ps(_mm512_broadcast_f64x4(
-			    _mm256_castps_pd(_mm256_loadu_ps(kt + (size_t)j * k_ld + i))));
+			__m512 kv = _mm512_castpd_ps(_mm512_broadcast_f64x4(_mm256_castps_pd(
+			    kernels__x86_kv8(kt, (size_t)j * k_ld + (size_t)i, f16))));
 			a[j] = _mm512_add_ps(a[j], _mm512_mul_ps(qp[c], kv));
 		}
 	}
@@ -1404,25 +1405,27 @@ KERNELS__INLINE __m512 k5_attn_tile2(const __m512 *qp, const float *kt, size_t k
 }
 
 /* Heads q0, q0 + 1 over positions 0 .. n8 - 1 (a multiple of 8). */
-static void k5_attn_scores2(const float *qg, int hd, const float *k, size_t k_ld, int n8,
-                            float scale, float *s, size_t s_ld)
+KERNELS__INLINE void k5_attn_scores2(const float *qg, int hd, const void *k, size_t k_ld, int n8,
+                                     float scale, float *s, size_t s_ld, int f16)
 {
 	const int h8 = hd & ~7;
 	__m512 qp[64];
 	const __m512 vscale = _mm512_set1_ps(scale);
 	k5_attn_pack2(qg, qg + hd, h8, qp);
 	for (int t = 0; t < n8; t += 8) {
-		const float *kt = k + (size_t)t * k_ld;
+		const void *kt = kernels__kv_at(k, (size_t)t * k_ld, f16);
 		_Pragma("GCC unroll 8") for (int j = 0; j < 8; j++)
-		    kernels__x86_prefetch_row(kt + (KERNELS__X86_ATTN_AHEAD + j) * k_ld, hd);
-		__m512 r = k5_attn_tile2(qp, kt, k_ld, h8);
+		    kernels__x86_prefetch_kv(kt, (KERNELS__X86_ATTN_AHEAD + j) * k_ld, hd, f16);
+		__m512 r = k5_attn_tile2(qp, kt, k_ld, h8, f16);
 		__m512 tv = _mm512_setzero_ps();
 		if (h8 < hd) {
 			float tail[16];
 			for (int h = 0; h < 2; h++)
 				for (int j = 0; j < 8; j++)
 					tail[8 * h + j] = kernels__x86_dot_tail(
-					    qg + (size_t)h * hd, kt + (size_t)j * k_ld, h8, hd);
+					    qg + (size_t)h * hd,
+					    kernels__kv_at(kt, (size_t)j * k_ld, f16), h8, hd,
+					    f16);
 			tv = _mm512_loadu_ps(tail);
 		}
 		r = _mm512_mul_ps(_mm512_add_ps(r, tv), vscale);
@@ -1433,12 +1436,12 @@ static void k5_attn_scores2(const float *qg, int hd, const float *k, size_t k_ld
 	}
 }
 
-static void k5_attn_scores(const float *q, int ng, int hd, const float *k, size_t k_ld, int n,
-                           float scale, float *s, size_t s_ld)
+KERNELS__INLINE void k5_scores_kv(const float *q, int ng, int hd, const void *k, size_t k_ld,
+                                  int n, float scale, float *s, size_t s_ld, int f16)
 {
 	const int h8 = hd & ~7, n4 = n & ~3;
 	if (h8 == 0 || hd > 512) {
-		kernels__x86_attn_scores(q, ng, hd, k, k_ld, n, scale, s, s_ld);
+		kernels__x86_scores_edge(q, ng, hd, k, k_ld, n, scale, s, s_ld, f16);
 		return;
 	}
 	/* up to 4 tiles of 4 heads per pass over the positions, so each
@@ -1454,12 +1457,12 @@ static void k5_attn_scores(const float *q, int ng, int hd, const float *k, size_
 			k5_attn_pack2(qg + 2 * (size_t)hd, qg + 3 * (size_t)hd, h8, qp[ti][1]);
 		}
 		for (int t = 0; t < n4; t += 4) {
-			const float *kt = k + (size_t)t * k_ld;
-			KERNELS__UNROLL for (int j = 0; j < 4; j++) kernels__x86_prefetch_row(
-			    kt + (KERNELS__X86_ATTN_AHEAD + j) * k_ld, hd);
+			const void *kt = kernels__kv_at(k, (size_t)t * k_ld, f16);
+			KERNELS__UNROLL for (int j = 0; j < 4; j++) kernels__x86_prefetch_kv(
+			    kt, (KERNELS__X86_ATTN_AHEAD + j) * k_ld, hd, f16);
 			for (int ti = 0; ti < nt; ti++) {
 				const float *qg = q + (size_t)(g + 4 * ti) * hd;
-				__m512 r = k5_attn_tile(qp[ti][0], qp[ti][1], kt, k_ld, h8);
+				__m512 r = k5_attn_tile(qp[ti][0], qp[ti][1], kt, k_ld, h8, f16);
 				/* + the tail (0.0f without one: the scalar sum adds it too) */
 				__m512 tv = _mm512_setzero_ps();
 				if (h8 < hd) {
@@ -1467,8 +1470,9 @@ static void k5_attn_scores(const float *q, int ng, int hd, const float *k, size_
 					for (int kk = 0; kk < 4; kk++)
 						for (int m = 0; m < 4; m++)
 							tail[4 * kk + m] = kernels__x86_dot_tail(
-							    qg + (size_t)kk * hd, kt + (size_t)m * k_ld,
-							    h8, hd);
+							    qg + (size_t)kk * hd,
+							    kernels__kv_at(kt, (size_t)m * k_ld, f16),
+							    h8, hd, f16);
 					tv = _mm512_loadu_ps(tail);
 				}
 				r = _mm512_mul_ps(_mm512_add_ps(r, tv), vscale);
@@ -1480,47 +1484,54 @@ static void k5_attn_scores(const float *q, int ng, int hd, const float *k, size_
 			}
 		}
 		if (n4 < n)
-			kernels__x86_attn_scores(q + (size_t)g * hd, 4 * nt, hd, k + (size_t)n4 * k_ld,
-			                         k_ld, n - n4, scale, s + (size_t)g * s_ld + (size_t)n4,
-			                         s_ld);
+			kernels__x86_scores_edge(q + (size_t)g * hd, 4 * nt, hd,
+			                         kernels__kv_at(k, (size_t)n4 * k_ld, f16), k_ld,
+			                         n - n4, scale, s + (size_t)g * s_ld + (size_t)n4,
+			                         s_ld, f16);
 		g += 4 * nt;
 	}
 	if (g + 2 <= ng) {
 		const int n8 = n & ~7;
 		const float *qg = q + (size_t)g * hd;
-		k5_attn_scores2(qg, hd, k, k_ld, n8, scale, s + (size_t)g * s_ld, s_ld);
+		k5_attn_scores2(qg, hd, k, k_ld, n8, scale, s + (size_t)g * s_ld, s_ld, f16);
 		if (n8 < n)
-			kernels__x86_attn_scores(qg, 2, hd, k + (size_t)n8 * k_ld, k_ld, n - n8,
-			                         scale, s + (size_t)g * s_ld + (size_t)n8, s_ld);
+			kernels__x86_scores_edge(qg, 2, hd, kernels__kv_at(k, (size_t)n8 * k_ld, f16),
+			                         k_ld, n - n8, scale,
+			                         s + (size_t)g * s_ld + (size_t)n8, s_ld, f16);
 		g += 2;
 	}
 	if (g < ng)
-		kernels__x86_attn_scores(q + (size_t)g * hd, ng - g, hd, k, k_ld, n, scale,
-		                         s + (size_t)g * s_ld, s_ld);
+		kernels__x86_scores_edge(q + (size_t)g * hd, ng - g, hd, k, k_ld, n, scale,
+		                         s + (size_t)g * s_ld, s_ld, f16);
 }
 
 /* o[g0 .. g0 + G)[d0 .. d0 + 16 W), the last chunk masked by mlast. */
 KERNELS__INLINE void k5_values_tile(const float *p, size_t p_ld, int g0, const int G, int hd,
-                                    int d0, const int W, __mmask16 mlast, const float *v,
-                                    size_t v_ld, int n, float *o)
+                                    int d0, const int W, __mmask16 mlast, const void *v,
+                                    size_t v_ld, int n, float *o, int f16)
 {
 	__m512 a[4][4];
 	KERNELS__UNROLL for (int g = 0; g < G; g++) KERNELS__UNROLL for (int w = 0; w < W; w++)
 	    a[g][w] = _mm512_setzero_ps();
 	const float *pg = p + (size_t)g0 * p_ld;
 	for (int t = 0; t < n; t++) {
-		const float *vt = v + (size_t)t * v_ld + d0;
-		kernels__prefetch_line(vt + KERNELS__X86_ATTN_AHEAD * v_ld);
+		const void *vt = kernels__kv_at(v, (size_t)t * v_ld + (size_t)d0, f16);
+		kernels__prefetch_line(kernels__kv_at(vt, KERNELS__X86_ATTN_AHEAD * v_ld, f16));
 		__m512 vv[4];
 		KERNELS__UNROLL for (int w = 0; w < W; w++)
 		{
-			if (w == W - 1)
-				vv[w] = _mm512_maskz_loadu_ps(mlast, vt + 16 * w);
+			const void *at = kernels__kv_at(vt, (size_t)(16 * w), f16);
+			if (f16)
+				vv[w] = _mm512_cvtph_ps(
+				    w == W - 1 ? _mm256_maskz_loadu_epi16(mlast, at)
+				               : _mm256_loadu_si256((const __m256i *)at));
+			else if (w == W - 1)
+				vv[w] = _mm512_maskz_loadu_ps(mlast, at);
 			else
-				vv[w] = _mm512_loadu_ps(vt + 16 * w);
-			if (w > 0)
-				kernels__prefetch_line(vt + KERNELS__X86_ATTN_AHEAD * v_ld +
-				                       16 * w);
+				vv[w] = _mm512_loadu_ps(at);
+			if (w > 0 && !(f16 && (w & 1)))
+				kernels__prefetch_line(kernels__kv_at(
+				    vt, KERNELS__X86_ATTN_AHEAD * v_ld + (size_t)(16 * w), f16));
 		}
 		KERNELS__UNROLL for (int g = 0; g < G; g++)
 		{
@@ -1539,8 +1550,8 @@ KERNELS__INLINE void k5_values_tile(const float *p, size_t p_ld, int g0, const i
 	}
 }
 
-static void k5_attn_values(const float *p, size_t p_ld, int ng, int hd, const float *v, size_t v_ld,
-                           int n, float *o)
+KERNELS__INLINE void k5_values_kv(const float *p, size_t p_ld, int ng, int hd, const void *v,
+                                  size_t v_ld, int n, float *o, int f16)
 {
 	for (int d = 0; d < hd; d += 64) {
 		int left = hd - d, W = left >= 64 ? 4 : (left + 15) / 16;
@@ -1550,7 +1561,7 @@ static void k5_attn_values(const float *p, size_t p_ld, int ng, int hd, const fl
 			int G = ng - g >= 4 ? 4 : ng - g;
 #define K5_VT(GG, WW)                                                                              \
 	case 4 * (GG) + (WW):                                                                      \
-		k5_values_tile(p, p_ld, g, GG, hd, d, WW, m, v, v_ld, n, o);                       \
+		k5_values_tile(p, p_ld, g, GG, hd, d, WW, m, v, v_ld, n, o, f16);                  \
 		break
 			switch (4 * G + W) {
 				K5_VT(1, 1);
@@ -1574,6 +1585,8 @@ static void k5_attn_values(const float *p, size_t p_ld, int ng, int hd, const fl
 		}
 	}
 }
+
+KERNELS__ATTN_ENTRIES(k5)
 
 #define k5_softmax      kernels__x86_softmax
 #define k5_quantize_act kernels__x86_quantize_act

@@ -482,31 +482,40 @@ KERNELS__INLINE float kn_attn_reduce(float32x4_t lo, float32x4_t hi, float tail)
 	       tail;
 }
 
-static void kn_attn_scores(const float *q, int ng, int hd, const float *k, size_t k_ld, int n,
-                           float scale, float *s, size_t s_ld)
+/* Cached elements i .. i + 3 of row p as floats. */
+KERNELS__INLINE float32x4_t kn_kv4(const void *p, size_t i, int f16)
+{
+	if (f16)
+		return vcvt_f32_f16(vreinterpret_f16_u16(vld1_u16((const uint16_t *)p + i)));
+	return vld1q_f32((const float *)p + i);
+}
+
+KERNELS__INLINE void kn_scores_kv(const float *q, int ng, int hd, const void *k, size_t k_ld,
+                                  int n, float scale, float *s, size_t s_ld, int f16)
 {
 	const int h8 = hd & ~7;
 	for (int t = 0; t < n; t++) {
-		const float *kt = k + (size_t)t * k_ld;
+		const void *kt = kernels__kv_at(k, (size_t)t * k_ld, f16);
 		for (int g = 0; g < ng; g++) {
 			const float *qg = q + (size_t)g * hd;
 			float32x4_t lo = vdupq_n_f32(0.0f), hi = vdupq_n_f32(0.0f);
 			int i = 0;
 			for (; i < h8; i += 8) {
-				lo = vaddq_f32(lo, vmulq_f32(vld1q_f32(qg + i), vld1q_f32(kt + i)));
-				hi = vaddq_f32(
-				    hi, vmulq_f32(vld1q_f32(qg + i + 4), vld1q_f32(kt + i + 4)));
+				lo = vaddq_f32(lo,
+				               vmulq_f32(vld1q_f32(qg + i), kn_kv4(kt, (size_t)i, f16)));
+				hi = vaddq_f32(hi, vmulq_f32(vld1q_f32(qg + i + 4),
+				                             kn_kv4(kt, (size_t)i + 4, f16)));
 			}
 			float tail = 0.0f;
 			for (; i < hd; i++)
-				tail += qg[i] * kt[i];
+				tail += qg[i] * kernels__kv_get(kt, (size_t)i, f16);
 			s[(size_t)g * s_ld + (size_t)t] = kn_attn_reduce(lo, hi, tail) * scale;
 		}
 	}
 }
 
-static void kn_attn_values(const float *p, size_t p_ld, int ng, int hd, const float *v, size_t v_ld,
-                           int n, float *o)
+KERNELS__INLINE void kn_values_kv(const float *p, size_t p_ld, int ng, int hd, const void *v,
+                                  size_t v_ld, int n, float *o, int f16)
 {
 	for (int g = 0; g < ng; g++) {
 		const float *pg = p + (size_t)g * p_ld;
@@ -514,10 +523,10 @@ static void kn_attn_values(const float *p, size_t p_ld, int ng, int hd, const fl
 		for (; d + 8 <= hd; d += 8) {
 			float32x4_t a0 = vdupq_n_f32(0.0f), a1 = vdupq_n_f32(0.0f);
 			for (int t = 0; t < n; t++) {
-				const float *vt = v + (size_t)t * v_ld + d;
+				const void *vt = kernels__kv_at(v, (size_t)t * v_ld + (size_t)d, f16);
 				float32x4_t pb = vdupq_n_f32(pg[t]);
-				a0 = vaddq_f32(a0, vmulq_f32(pb, vld1q_f32(vt)));
-				a1 = vaddq_f32(a1, vmulq_f32(pb, vld1q_f32(vt + 4)));
+				a0 = vaddq_f32(a0, vmulq_f32(pb, kn_kv4(vt, 0, f16)));
+				a1 = vaddq_f32(a1, vmulq_f32(pb, kn_kv4(vt, 4, f16)));
 			}
 			vst1q_f32(o + (size_t)g * hd + d, a0);
 			vst1q_f32(o + (size_t)g * hd + d + 4, a1);
@@ -525,11 +534,13 @@ static void kn_attn_values(const float *p, size_t p_ld, int ng, int hd, const fl
 		for (; d < hd; d++) {
 			float acc = 0.0f;
 			for (int t = 0; t < n; t++)
-				acc += pg[t] * v[(size_t)t * v_ld + d];
+				acc += pg[t] * kernels__kv_get(v, (size_t)t * v_ld + (size_t)d, f16);
 			o[(size_t)g * hd + d] = acc;
 		}
 	}
 }
+
+KERNELS__ATTN_ENTRIES(kn)
 
 /* ---- the table ---------------------------------------------------------------------------- */
 

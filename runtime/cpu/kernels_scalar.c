@@ -329,42 +329,46 @@ KS_TILE(iq4_xs, ks_dot_iq4_xs, kernels__block_iq4_xs, kernels__block_q8_k)
 
 /* ---- attention: the order every table keeps (kernels.h) ------------------------ */
 
-static float ks_attn_dot(const float *a, const float *c, int n)
+KERNELS__INLINE float ks_attn_dot(const float *a, const void *c, int n, int f16)
 {
 	float p[8] = {0};
 	int i = 0;
 	for (; i + 8 <= n; i += 8)
 		for (int j = 0; j < 8; j++)
-			p[j] += a[i + j] * c[i + j];
+			p[j] += a[i + j] * kernels__kv_get(c, (size_t)(i + j), f16);
 	float tail = 0.0f;
 	for (; i < n; i++)
-		tail += a[i] * c[i];
+		tail += a[i] * kernels__kv_get(c, (size_t)i, f16);
 	float s0 = p[0] + p[4], s1 = p[1] + p[5], s2 = p[2] + p[6], s3 = p[3] + p[7];
 	return ((s0 + s2) + (s1 + s3)) + tail;
 }
 
-static void ks_attn_scores(const float *q, int ng, int hd, const float *k, size_t k_ld, int n,
-                           float scale, float *s, size_t s_ld)
+KERNELS__INLINE void ks_scores_kv(const float *q, int ng, int hd, const void *k, size_t k_ld,
+                                  int n, float scale, float *s, size_t s_ld, int f16)
 {
 	for (int t = 0; t < n; t++)
 		for (int g = 0; g < ng; g++)
 			s[(size_t)g * s_ld + (size_t)t] =
-			    ks_attn_dot(q + (size_t)g * hd, k + (size_t)t * k_ld, hd) * scale;
+			    ks_attn_dot(q + (size_t)g * hd,
+			                kernels__kv_at(k, (size_t)t * k_ld, f16), hd, f16) *
+			    scale;
 }
 
-static void ks_attn_values(const float *p, size_t p_ld, int ng, int hd, const float *v, size_t v_ld,
-                           int n, float *o)
+KERNELS__INLINE void ks_values_kv(const float *p, size_t p_ld, int ng, int hd, const void *v,
+                                  size_t v_ld, int n, float *o, int f16)
 {
 	for (size_t i = 0; i < (size_t)ng * hd; i++)
 		o[i] = 0.0f;
 	for (int t = 0; t < n; t++)
 		for (int g = 0; g < ng; g++) {
 			float pt = p[(size_t)g * p_ld + (size_t)t];
-			const float *vt = v + (size_t)t * v_ld;
+			const void *vt = kernels__kv_at(v, (size_t)t * v_ld, f16);
 			for (int d = 0; d < hd; d++)
-				o[(size_t)g * hd + d] += pt * vt[d];
+				o[(size_t)g * hd + d] += pt * kernels__kv_get(vt, (size_t)d, f16);
 		}
 }
+
+KERNELS__ATTN_ENTRIES(ks)
 
 void kernels__softmax(float *s, int n)
 {

@@ -66,6 +66,51 @@ KERNELS__INLINE void kernels__prefetch_block(const void *p, size_t bytes)
 		kernels__prefetch_line((const char *)p + KERNELS__PF_AHEAD + o);
 }
 
+/* ---- the attention cache's rows ----------------------------------------------
+ * kernels.h's attention loops read cached rows of F32 or of F16. Each table
+ * writes a loop once over `const void *` rows and a compile-time flag f16
+ * (p##_scores_kv, p##_values_kv, always inlined) and KERNELS__ATTN_ENTRIES
+ * makes its four table entries from them, so the F16 entries run the F32
+ * loops' operations on the converted elements (exact: every binary16 is a
+ * binary32). */
+
+/* Element i of cached row p. */
+KERNELS__INLINE const void *kernels__kv_at(const void *p, size_t i, int f16)
+{
+	return (const char *)p + i * (f16 ? sizeof(uint16_t) : sizeof(float));
+}
+
+KERNELS__INLINE float kernels__kv_get(const void *p, size_t i, int f16)
+{
+	return f16 ? kernels__fp16_to_f32(((const uint16_t *)p)[i]) : ((const float *)p)[i];
+}
+
+#define KERNELS__ATTN_ENTRIES(p)                                                                   \
+	__attribute__((unused)) static void p##_attn_scores(                                       \
+	    const float *q, int ng, int hd, const float *k, size_t k_ld, int n, float scale,       \
+	    float *s, size_t s_ld)                                                                 \
+	{                                                                                          \
+		p##_scores_kv(q, ng, hd, k, k_ld, n, scale, s, s_ld, 0);                           \
+	}                                                                                          \
+	__attribute__((unused)) static void p##_attn_scores_f16(                                   \
+	    const float *q, int ng, int hd, const uint16_t *k, size_t k_ld, int n, float scale,    \
+	    float *s, size_t s_ld)                                                                 \
+	{                                                                                          \
+		p##_scores_kv(q, ng, hd, k, k_ld, n, scale, s, s_ld, 1);                           \
+	}                                                                                          \
+	__attribute__((unused)) static void p##_attn_values(const float *pr, size_t p_ld, int ng,  \
+	                                                    int hd, const float *v, size_t v_ld,   \
+	                                                    int n, float *o)                       \
+	{                                                                                          \
+		p##_values_kv(pr, p_ld, ng, hd, v, v_ld, n, o, 0);                                 \
+	}                                                                                          \
+	__attribute__((unused)) static void p##_attn_values_f16(                                   \
+	    const float *pr, size_t p_ld, int ng, int hd, const uint16_t *v, size_t v_ld, int n,   \
+	    float *o)                                                                              \
+	{                                                                                          \
+		p##_values_kv(pr, p_ld, ng, hd, v, v_ld, n, o, 1);                                 \
+	}
+
 /* ---- tiles and drivers ----------------------------------------------------------
  * A tile function computes out[c] = dot(w row, xq[c]) for c < ncols (1..4),
  * each column with exactly the operations it would get alone, so gemm (tiles
@@ -441,7 +486,8 @@ static inline void kernels__ops_run(const kernels__ops *ops, shoal_dtype wt, int
 /* The table `symbol` named isa_name, computing with the ops given after p
  * (designated initialisers of kernels__ops; p prefixes its static names),
  * the activation converter attn##_quantize_act, the attention loops
- * attn##_attn_scores and attn##_attn_values and attn##_softmax. */
+ * attn##_attn_scores, attn##_attn_values (KERNELS__ATTN_ENTRIES: with their
+ * F16 twins) and attn##_softmax. */
 #define KERNELS__TABLE(symbol, isa_name, p, attn, ...)                                             \
 	static const kernels__ops p##_ops = {__VA_ARGS__};                                         \
 	static void p##_gemv(shoal_dtype wt, int64_t n, const void *w, size_t row_bytes,           \
@@ -463,6 +509,8 @@ static inline void kernels__ops_run(const kernels__ops *ops, shoal_dtype wt, int
 	    .gemm = p##_gemm,                                                                      \
 	    .attn_scores = attn##_attn_scores,                                                     \
 	    .attn_values = attn##_attn_values,                                                     \
+	    .attn_scores_f16 = attn##_attn_scores_f16,                                             \
+	    .attn_values_f16 = attn##_attn_values_f16,                                             \
 	    .softmax = attn##_softmax,                                                             \
 	}
 

@@ -547,34 +547,45 @@ static void kernels__x86_softmax(float *s, int n)
  * badly: the loops prefetch the row this many positions on. */
 #define KERNELS__X86_ATTN_AHEAD 16
 
-KERNELS__INLINE void kernels__x86_prefetch_row(const float *p, int n)
+/* The lines of n cached elements at element i of row p, as
+ * kernels__prefetch_line. */
+KERNELS__INLINE void kernels__x86_prefetch_kv(const void *p, size_t i, int n, int f16)
 {
-	for (int i = 0; i < n; i += 16)
-		kernels__prefetch_line(p + i);
+	for (int o = 0; o < n; o += f16 ? 32 : 16)
+		kernels__prefetch_line(kernels__kv_at(p, i + (size_t)o, f16));
 }
 
-KERNELS__INLINE float kernels__x86_dot_tail(const float *a, const float *c, int i, int n)
+/* Cached elements i .. i + 7 of row p as floats. */
+KERNELS__INLINE __m256 kernels__x86_kv8(const void *p, size_t i, int f16)
+{
+	if (f16)
+		return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)kernels__kv_at(p, i, 1)));
+	return _mm256_loadu_ps((const float *)p + i);
+}
+
+KERNELS__INLINE float kernels__x86_dot_tail(const float *a, const void *c, int i, int n, int f16)
 {
 	float tail = 0.0f;
 	for (; i < n; i++)
-		tail += a[i] * c[i];
+		tail += a[i] * kernels__kv_get(c, (size_t)i, f16);
 	return tail;
 }
 
-static void kernels__x86_attn_scores(const float *q, int ng, int hd, const float *k, size_t k_ld,
-                                     int n, float scale, float *s, size_t s_ld)
+KERNELS__INLINE void kernels__x86_scores_kv(const float *q, int ng, int hd, const void *k,
+                                            size_t k_ld, int n, float scale, float *s,
+                                            size_t s_ld, int f16)
 {
 	const int h8 = hd & ~7;
 	for (int t = 0; t < n; t++) {
-		const float *kt = k + (size_t)t * k_ld;
-		kernels__x86_prefetch_row(kt + KERNELS__X86_ATTN_AHEAD * k_ld, hd);
+		const void *kt = kernels__kv_at(k, (size_t)t * k_ld, f16);
+		kernels__x86_prefetch_kv(kt, KERNELS__X86_ATTN_AHEAD * k_ld, hd, f16);
 		int g = 0;
 		for (; g + 4 <= ng; g += 4) {
 			const float *qg = q + (size_t)g * hd;
 			__m256 a[4];
 			KERNELS__UNROLL for (int j = 0; j < 4; j++) a[j] = _mm256_setzero_ps();
 			for (int i = 0; i < h8; i += 8) {
-				__m256 kv = _mm256_loadu_ps(kt + i);
+				__m256 kv = kernels__x86_kv8(kt, (size_t)i, f16);
 				KERNELS__UNROLL for (int j = 0; j < 4; j++) a[j] = _mm256_add_ps(
 				    a[j],
 				    _mm256_mul_ps(_mm256_loadu_ps(qg + (size_t)j * hd + i), kv));
@@ -582,7 +593,7 @@ static void kernels__x86_attn_scores(const float *q, int ng, int hd, const float
 			KERNELS__UNROLL for (int j = 0; j < 4; j++)
 			    s[(size_t)(g + j) * s_ld + (size_t)t] =
 			        (kernels__x86_hsum8(a[j]) +
-			         kernels__x86_dot_tail(qg + (size_t)j * hd, kt, h8, hd)) *
+			         kernels__x86_dot_tail(qg + (size_t)j * hd, kt, h8, hd, f16)) *
 			        scale;
 		}
 		for (; g < ng; g++) {
@@ -590,28 +601,31 @@ static void kernels__x86_attn_scores(const float *q, int ng, int hd, const float
 			__m256 a = _mm256_setzero_ps();
 			for (int i = 0; i < h8; i += 8)
 				a = _mm256_add_ps(a, _mm256_mul_ps(_mm256_loadu_ps(qg + i),
-				                                   _mm256_loadu_ps(kt + i)));
+				                                   kernels__x86_kv8(kt, (size_t)i, f16)));
 			s[(size_t)g * s_ld + (size_t)t] =
-			    (kernels__x86_hsum8(a) + kernels__x86_dot_tail(qg, kt, h8, hd)) * scale;
+			    (kernels__x86_hsum8(a) + kernels__x86_dot_tail(qg, kt, h8, hd, f16)) *
+			    scale;
 		}
 	}
 }
 
 /* o[g][d0 .. d0 + 8 * W) for heads g0 .. g0 + G (G <= 4, W <= 2). */
 KERNELS__INLINE void kernels__x86_values_tile(const float *p, size_t p_ld, int g0, const int G,
-                                              int hd, int d0, const int W, const float *v,
-                                              size_t v_ld, int n, float *o)
+                                              int hd, int d0, const int W, const void *v,
+                                              size_t v_ld, int n, float *o, int f16)
 {
 	__m256 a[4][2];
 	KERNELS__UNROLL for (int g = 0; g < G; g++) KERNELS__UNROLL for (int w = 0; w < W; w++)
 	    a[g][w] = _mm256_setzero_ps();
 	for (int t = 0; t < n; t++) {
-		const float *vt = v + (size_t)t * v_ld + d0;
-		kernels__prefetch_line(vt + KERNELS__X86_ATTN_AHEAD * v_ld);
-		if (W == 2)
-			kernels__prefetch_line(vt + KERNELS__X86_ATTN_AHEAD * v_ld + 15);
+		const void *vt = kernels__kv_at(v, (size_t)t * v_ld + (size_t)d0, f16);
+		kernels__prefetch_line(kernels__kv_at(vt, KERNELS__X86_ATTN_AHEAD * v_ld, f16));
+		if (W == 2) /* the window's last element, in case it starts a line */
+			kernels__prefetch_line(
+			    kernels__kv_at(vt, KERNELS__X86_ATTN_AHEAD * v_ld + 15, f16));
 		__m256 vv[2];
-		KERNELS__UNROLL for (int w = 0; w < W; w++) vv[w] = _mm256_loadu_ps(vt + 8 * w);
+		KERNELS__UNROLL for (int w = 0; w < W; w++) vv[w] =
+		    kernels__x86_kv8(vt, (size_t)(8 * w), f16);
 		KERNELS__UNROLL for (int g = 0; g < G; g++)
 		{
 			__m256 pb = _mm256_broadcast_ss(p + (size_t)(g0 + g) * p_ld + (size_t)t);
@@ -623,9 +637,8 @@ KERNELS__INLINE void kernels__x86_values_tile(const float *p, size_t p_ld, int g
 	    _mm256_storeu_ps(o + (size_t)(g0 + g) * hd + d0 + 8 * w, a[g][w]);
 }
 
-__attribute__((unused)) static void kernels__x86_attn_values(const float *p, size_t p_ld, int ng,
-                                                             int hd, const float *v, size_t v_ld,
-                                                             int n, float *o)
+KERNELS__INLINE void kernels__x86_values_kv(const float *p, size_t p_ld, int ng, int hd,
+                                            const void *v, size_t v_ld, int n, float *o, int f16)
 {
 	int g = 0;
 	for (; g < ng; g += 4) {
@@ -633,25 +646,38 @@ __attribute__((unused)) static void kernels__x86_attn_values(const float *p, siz
 		int d = 0;
 		for (; d + 16 <= hd; d += 16) {
 			if (G == 4)
-				kernels__x86_values_tile(p, p_ld, g, 4, hd, d, 2, v, v_ld, n, o);
+				kernels__x86_values_tile(p, p_ld, g, 4, hd, d, 2, v, v_ld, n, o, f16);
 			else
 				for (int j = 0; j < G; j++)
 					kernels__x86_values_tile(p, p_ld, g + j, 1, hd, d, 2, v,
-					                         v_ld, n, o);
+					                         v_ld, n, o, f16);
 		}
 		for (; d + 8 <= hd; d += 8)
 			for (int j = 0; j < G; j++)
 				kernels__x86_values_tile(p, p_ld, g + j, 1, hd, d, 1, v, v_ld, n,
-				                         o);
+				                         o, f16);
 		for (; d < hd; d++)
 			for (int j = 0; j < G; j++) {
 				float acc = 0.0f;
 				for (int t = 0; t < n; t++)
 					acc += p[(size_t)(g + j) * p_ld + (size_t)t] *
-					       v[(size_t)t * v_ld + d];
+					       kernels__kv_get(v, (size_t)t * v_ld + (size_t)d, f16);
 				o[(size_t)(g + j) * hd + d] = acc;
 			}
 	}
+}
+
+KERNELS__ATTN_ENTRIES(kernels__x86)
+
+/* The 256-bit scores loop on an F32 or F16 cache (edges of wider tables). */
+KERNELS__INLINE void kernels__x86_scores_edge(const float *q, int ng, int hd, const void *k,
+                                              size_t k_ld, int n, float scale, float *s,
+                                              size_t s_ld, int f16)
+{
+	if (f16)
+		kernels__x86_attn_scores_f16(q, ng, hd, k, k_ld, n, scale, s, s_ld);
+	else
+		kernels__x86_attn_scores(q, ng, hd, k, k_ld, n, scale, s, s_ld);
 }
 
 #endif

@@ -756,6 +756,37 @@ static void test_attention(void)
 				TEST_FAIL_("%s values differ from scalar (%d/%d/%d)", k->isa, ng,
 				           hd, n);
 		}
+		/* an F16 cache: every table's F16 loops (the scalar one's too)
+		 * give the scalar F32 loops' bits on the converted rows; values
+		 * past the range of F16 and subnormal ones included */
+		uint16_t *kh = malloc(sizeof(uint16_t) * ld * (size_t)n);
+		ASSERT_TRUE(kh != NULL);
+		for (size_t i = 0; i < ld * (size_t)n; i++) {
+			float x = kv[i];
+			if (i % 97 == 5)
+				x *= 1e-6f; /* a subnormal half */
+			kh[i] = shoal_f32_to_fp16(x);
+			kv[i] = shoal_fp16_to_f32(kh[i]);
+		}
+		ks->attn_scores(q, ng, hd, kv, ld, n, 0.125f, s0, s_ld);
+		ks->attn_values(s0, s_ld, ng, hd, kv + 2, ld, n, o0);
+		for (size_t ii = 0; ii < sizeof isa_names / sizeof isa_names[0]; ii++) {
+			const shoal_kernels *k = shoal_kernels_by_name(isa_names[ii]);
+			if (!k)
+				continue;
+			memset(s1, 0xff, sizeof(float) * (size_t)ng * s_ld);
+			k->attn_scores_f16(q, ng, hd, kh, ld, n, 0.125f, s1, s_ld);
+			k->attn_values_f16(s0, s_ld, ng, hd, kh + 2, ld, n, o1);
+			for (int g = 0; g < ng; g++)
+				if (memcmp(s0 + (size_t)g * s_ld, s1 + (size_t)g * s_ld,
+				           sizeof(float) * (size_t)n))
+					TEST_FAIL_("%s F16 scores differ (%d/%d/%d)", k->isa, ng,
+					           hd, n);
+			if (memcmp(o0, o1, sizeof(float) * (size_t)ng * hd))
+				TEST_FAIL_("%s F16 values differ (%d/%d/%d)", k->isa, ng, hd,
+				           n);
+		}
+		free(kh);
 		free(q);
 		free(kv);
 		free(s0);
