@@ -61,17 +61,20 @@ shoal_err shoal_model_manifest(const shoal_model *m, shoal_manifest *out)
 			ml->bytes += nb(own[i]);
 			ml->flops += mat_flops(own[i]);
 		}
-		/* K and V rows of one token, F32: 2 * n_head_kv * head_dim * 4;
-		 * MLA keeps the latent and the rope key, (kv_lora + n_rot) * 4,
+		/* K and V rows of one token: 2 * n_head_kv * head_dim elements,
+		 * QK^T and AV 4 * n_head * head_dim FLOPs per cached token; MLA
+		 * keeps the latent and the rope key, kv_lora + n_rot elements,
 		 * and attends in the absorbed form: per head, scores over the
 		 * row and values from the latent, 2 * (2 kv_lora + n_rot) FLOPs
 		 * (what the engine stores and computes, see engine.c). */
-		ml->kv_bytes_per_token = 2ull * hp->n_head_kv * hp->head_dim * 4;
+		ml->kv_bytes_per_token = 2ull * hp->n_head_kv * hp->head_dim * SHOAL_MANIFEST_KV_ELT;
+		ml->attn_flops_per_ctx = 4ull * hp->n_head * hp->head_dim;
 		if (hp->mla_kv_b) /* the engine's F32 keys made from attn_kv_b */
 			ml->bytes += (uint64_t)hp->n_head * hp->kv_lora_rank *
 			             (hp->head_dim - hp->n_rot) * 4;
 		if (hp->mla) {
-			ml->kv_bytes_per_token = (hp->kv_lora_rank + (uint64_t)hp->n_rot) * 4;
+			ml->kv_bytes_per_token =
+			    (hp->kv_lora_rank + (uint64_t)hp->n_rot) * SHOAL_MANIFEST_KV_ELT;
 			ml->attn_flops_per_ctx =
 			    (uint64_t)hp->n_head * 2 * (2ull * hp->kv_lora_rank + hp->n_rot);
 		}

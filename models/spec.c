@@ -5,9 +5,10 @@
  * Part: models/. Divisions: quant types, reading fields, counting, the
  * manifest. Counting rules: matrices are stored at the spec's bits per
  * weight, norm vectors and the MoE router at F32 (as GGUF files keep them);
- * FLOPs are 2 per weight of a matrix; the KV cache is F32 (as the engine
- * keeps it): GQA caches K and V (2 x kv_heads x head_dim per token), MLA the
- * compressed latent and the rope key (kv_lora_rank + qk_rope_head_dim).
+ * FLOPs are 2 per weight of a matrix; the KV cache is F16 (as the engine
+ * keeps it, SHOAL_MANIFEST_KV_ELT bytes an element): GQA caches K and V
+ * (2 x kv_heads x head_dim per token), MLA the compressed latent and the
+ * rope key (kv_lora_rank + qk_rope_head_dim).
  */
 #include "models/spec.h"
 
@@ -193,7 +194,7 @@ static bool fill(const spec_hp *h, shoal_manifest *m, shoal_spec_info *info)
 		         D * (h->kv_lora + h->qk_rope) +
 		         (uint64_t)h->kv_lora * H * (h->qk_nope + h->v_head) + H * h->v_head * D;
 		attn_f32 = (uint64_t)h->q_lora + h->kv_lora;
-		kv = ((uint64_t)h->kv_lora + h->qk_rope) * 4;
+		kv = ((uint64_t)h->kv_lora + h->qk_rope) * SHOAL_MANIFEST_KV_ELT;
 		/* absorbed MLA: scores over the latent + rope key, values from the
 		 * latent: per head 2 * (kv_lora + rope) + 2 * kv_lora FLOPs */
 		attn_fl = H * 2 * (2ULL * h->kv_lora + h->qk_rope);
@@ -201,7 +202,7 @@ static bool fill(const spec_hp *h, shoal_manifest *m, shoal_spec_info *info)
 		uint64_t hd = h->head_dim;
 		attn_w = D * H * hd * 2 + D * h->kv_heads * hd * 2;
 		attn_f32 = h->qk_norm ? 2 * hd : 0;
-		kv = 2ULL * h->kv_heads * hd * 4;
+		kv = 2ULL * h->kv_heads * hd * SHOAL_MANIFEST_KV_ELT;
 		attn_fl = 4 * H * hd; /* QK^T and AV: 2 FLOPs each per query element */
 	}
 	uint64_t norms = 2 * D + attn_f32; /* attn_norm, ffn_norm (+ attention's) */

@@ -22,7 +22,7 @@
 
 /* The version of this table's layout and contract; an engine refuses a
  * table of another version. Raise it with any change to the table. */
-#define SHOAL_BACKEND_ABI 2u
+#define SHOAL_BACKEND_ABI 3u
 
 /*
  * Conventions for every op:
@@ -46,6 +46,7 @@ typedef enum shoal_backend_op {
 	SHOAL_BACKEND_OP_MATMUL = 1, /* weights of the type in matmul */
 	SHOAL_BACKEND_OP_EMBED,      /* an embedding table of the type */
 	SHOAL_BACKEND_OP_TO_F32,     /* to_f32 of the type (norm weights, biases) */
+	SHOAL_BACKEND_OP_KV_CACHE,   /* a KV cache of the type (kv_store, attention) */
 } shoal_backend_op;
 
 /* One compute device as the scheduler wants to know it. */
@@ -72,11 +73,12 @@ typedef struct shoal_backend_attn {
 	uint32_t n_head, n_head_kv, head_dim; /* n_head % n_head_kv == 0 (GQA) */
 	float scale;                          /* 1/sqrt(head_dim) */
 	const float *q;                       /* (n_rows, n_head * head_dim) after RoPE */
-	/* (n_rows) -> cache: KV head h's row at position t is k[r] + h *
-	 * head_ld + t * pos_ld (the engine keeps each head's positions
-	 * together: head_ld = n_ctx * head_dim, pos_ld = head_dim) */
-	const float *const *k;
-	const float *const *v;
+	shoal_dtype kv_type;                  /* the cache's elements (supports KV_CACHE) */
+	/* (n_rows) -> cache: KV head h's row at position t starts at element
+	 * h * head_ld + t * pos_ld of k[r] (the engine keeps each head's
+	 * positions together: head_ld = n_ctx * head_dim, pos_ld = head_dim) */
+	const void *const *k;
+	const void *const *v;
 	size_t head_ld, pos_ld;
 	const uint32_t *n_kv; /* (n_rows): row r sees cache positions [0, n_kv[r]) */
 	float *out;           /* (n_rows, n_head * head_dim) */
@@ -136,8 +138,13 @@ typedef struct shoal_backend_ops {
 	             uint32_t head_dim, uint32_t n_rot, const uint32_t *pos, const float *cs,
 	             bool neox);
 
-	/* Causal GQA attention, softmax in F32 with the sum in double. */
+	/* Causal GQA attention, softmax in F32 with the sum in double; the
+	 * cached elements are read as their exact F32 values. */
 	void (*attention)(shoal_backend *b, const shoal_backend_attn *a);
+
+	/* n F32 values at src into n cache elements of type t at dst
+	 * (supports KV_CACHE; F16: round to nearest even). */
+	void (*kv_store)(shoal_backend *b, shoal_dtype t, const float *src, void *dst, size_t n);
 
 	/* h = silu(g) * u elementwise over n; g, u, h may alias. */
 	void (*swiglu)(shoal_backend *b, const float *g, const float *u, size_t n, float *h);

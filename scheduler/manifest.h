@@ -12,6 +12,10 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+/* Bytes of one KV cache element: the engine's default F16 cache
+ * (runtime/engine/engine.h, shoal_engine_config.kv_type). */
+#define SHOAL_MANIFEST_KV_ELT 2u
+
 typedef struct shoal_manifest_layer {
 	uint64_t bytes;              /* weights of the layer except routed experts:
 	                                norms, attention, router, shared experts,
@@ -19,15 +23,15 @@ typedef struct shoal_manifest_layer {
 	uint64_t flops;              /* FLOPs per token of those weights (2 per
 	                                multiply-add; attention over the context
 	                                is added by the scheduler from kv) */
-	uint64_t kv_bytes_per_token; /* K and V cache, F32 as the engine keeps it */
+	uint64_t kv_bytes_per_token; /* K and V cache, SHOAL_MANIFEST_KV_ELT bytes an
+	                                element as the engine keeps it */
 	uint32_t n_expert;           /* routed experts in this layer (0: dense) */
 	uint32_t n_expert_used;      /* experts each token is routed to */
 	uint64_t expert_bytes;       /* bytes of one routed expert (gate+up+down) */
 	uint64_t expert_flops;       /* FLOPs per token routed to one expert */
 	uint64_t attn_flops_per_ctx; /* attention FLOPs per generated token per
 	                                cached token (QK^T and AV); 0: the
-	                                scheduler assumes 2 per cached F32
-	                                element, kv_bytes_per_token / 2 */
+	                                scheduler assumes kv_bytes_per_token / 2 */
 	/* For tensor groups (scheduler/tensor.c); zero where unknown, and then
 	 * that part of the layer is computed whole on every member. */
 	uint32_t n_head_kv;   /* KV heads: attention splits by these */

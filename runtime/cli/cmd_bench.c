@@ -34,11 +34,12 @@
 static void shoal_bench_usage(FILE *f)
 {
 	fprintf(f, "usage: shoal bench MODEL [--threads T] [--prompt N[,N...]] [--gen N]\n"
-	           "                   [--depth D[,D...]] [--json]\n"
+	           "                   [--depth D[,D...]] [--kv-type f16|f32] [--json]\n"
 	           "  --threads T       compute threads (default 1)\n"
 	           "  --prompt N,...    prefill runs of N tokens each (default 64)\n"
 	           "  --gen N           decoded tokens per decode run (default 32)\n"
 	           "  --depth D,...     decode runs after D tokens of context (default 0)\n"
+	           "  --kv-type T       KV cache elements, f16 (default) or f32\n"
 	           "  --json            one JSON object: every run, the token-time median and\n"
 	           "                    spread, bytes per token, the bandwidth bound, prefill\n"
 	           "                    GFLOP/s (2 x the weights a token multiplies; attention\n"
@@ -129,6 +130,7 @@ int shoal_cmd_bench(int argc, char **argv)
 	     depths[SHOAL_BENCH_MAX_RUNS] = {0};
 	int n_prompts = 1, n_depths = 1;
 	bool json = false;
+	shoal_dtype kv_type = SHOAL_DTYPE_F16;
 	for (int i = 1; i < argc; i++) {
 		const char *a = argv[i];
 		long *dst = NULL;
@@ -149,6 +151,12 @@ int shoal_cmd_bench(int argc, char **argv)
 				return 2;
 			}
 			*(pr ? &n_prompts : &n_depths) = k;
+			continue;
+		} else if (!strcmp(a, "--kv-type")) {
+			if (i + 1 >= argc || !shoal_cli_kv_type(argv[++i], &kv_type)) {
+				fprintf(stderr, "shoal bench: --kv-type takes f16 or f32\n");
+				return 2;
+			}
 			continue;
 		} else if (!strcmp(a, "--json"))
 			json = true;
@@ -207,6 +215,7 @@ int shoal_cmd_bench(int argc, char **argv)
 	cfg.backend = shoal_backend_cpu();
 	cfg.n_threads = (uint32_t)threads;
 	cfg.n_ctx = (uint32_t)max_ctx;
+	cfg.kv_type = kv_type;
 	cfg.max_rows = (uint32_t)(max_prompt < 512 ? max_prompt : 512);
 	err = shoal_engine_new(m, &cfg, &eng, why, sizeof why);
 	if (err) {

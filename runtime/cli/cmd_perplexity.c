@@ -28,10 +28,11 @@
 static void shoal_ppl_usage(FILE *f)
 {
 	fprintf(f, "usage: shoal perplexity MODEL FILE [--ctx C] [--chunks N] [--threads T] "
-	           "[--json]\n"
+	           "[--kv-type f16|f32] [--json]\n"
 	           "  --ctx C      window length (default: the model's training context)\n"
 	           "  --chunks N   only the first N windows\n"
 	           "  --threads T  compute threads (default 1)\n"
+	           "  --kv-type T  KV cache elements, f16 (default) or f32\n"
 	           "  --json       print {\"perplexity\", \"tokens\" (scored), \"windows\", "
 	           "\"ctx\", \"seconds\"}\n");
 }
@@ -112,6 +113,7 @@ int shoal_cmd_perplexity(int argc, char **argv)
 	const char *model = NULL, *file = NULL;
 	long ctx = 0, chunks = 0, threads = 1;
 	bool json = false;
+	shoal_dtype kv_type = SHOAL_DTYPE_F16;
 	for (int i = 1; i < argc; i++) {
 		const char *a = argv[i];
 		long *dst = NULL, lo = 1, hi = 1 << 24;
@@ -121,7 +123,12 @@ int shoal_cmd_perplexity(int argc, char **argv)
 			dst = &chunks;
 		else if (!strcmp(a, "--threads") || !strcmp(a, "-t"))
 			dst = &threads, hi = 1024;
-		else if (!strcmp(a, "--json"))
+		else if (!strcmp(a, "--kv-type")) {
+			if (i + 1 >= argc || !shoal_cli_kv_type(argv[++i], &kv_type)) {
+				fprintf(stderr, "shoal perplexity: --kv-type takes f16 or f32\n");
+				return 2;
+			}
+		} else if (!strcmp(a, "--json"))
 			json = true;
 		else if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
 			shoal_ppl_usage(stdout);
@@ -193,6 +200,7 @@ int shoal_cmd_perplexity(int argc, char **argv)
 	cfg.backend = shoal_backend_cpu();
 	cfg.n_threads = (uint32_t)threads;
 	cfg.n_ctx = C;
+	cfg.kv_type = kv_type;
 	/* rows per run: up to 512 (a prefill chunk as in the reference), fewer
 	 * when the logits of that many rows would pass 256 MiB (a 152k-word
 	 * vocabulary: 441 rows) */

@@ -42,6 +42,7 @@ static void shoal_run_usage(FILE *f)
 	        "  --repeat-penalty R     (default 1.0: off)\n"
 	        "  --threads T            compute threads (default 1)\n"
 	        "  --ctx C                context length (default: the model's, at most 4096)\n"
+	        SHOAL_CLI_KV_TYPE_HELP
 	        "  --chat                 format the prompt as a user message with the\n"
 	        "                         model's chat template\n"
 	        "  --system TEXT          system message for --chat\n"
@@ -60,8 +61,20 @@ typedef struct shoal_run_opts {
 	shoal_sampler_params sp;
 	bool seed_given;
 	long threads, ctx, logprobs;
+	shoal_dtype kv_type;
 	bool chat, ids;
 } shoal_run_opts;
+
+bool shoal_cli_kv_type(const char *s, shoal_dtype *out)
+{
+	if (!strcmp(s, "f16"))
+		*out = SHOAL_DTYPE_F16;
+	else if (!strcmp(s, "f32"))
+		*out = SHOAL_DTYPE_F32;
+	else
+		return false;
+	return true;
+}
 
 bool shoal_cli_num(const char *s, double lo, double hi, double *out)
 {
@@ -81,6 +94,7 @@ static int shoal_run_parse(int argc, char **argv, shoal_run_opts *o)
 	o->n = SHOAL_RUN_DEFAULT_TOKENS;
 	o->sp = shoal_sampler_defaults();
 	o->threads = 1;
+	o->kv_type = SHOAL_DTYPE_F16;
 	for (int i = 1; i < argc; i++) {
 		const char *a = argv[i];
 		double v;
@@ -134,6 +148,14 @@ static int shoal_run_parse(int argc, char **argv, shoal_run_opts *o)
 		} else if (!strcmp(a, "--ctx") || !strcmp(a, "-c")) {
 			NUM(1, 1 << 24);
 			o->ctx = (long)v;
+		} else if (!strcmp(a, "--kv-type")) {
+			if (!has_val)
+				goto missing;
+			if (!shoal_cli_kv_type(argv[++i], &o->kv_type)) {
+				fprintf(stderr, "shoal run: --kv-type takes f16 or f32, not '%s'\n",
+				        argv[i]);
+				return 2;
+			}
 		} else if (!strcmp(a, "--logprobs")) {
 			NUM(1, SHOAL_GEN_MAX_LOGPROBS);
 			o->logprobs = (long)v;
@@ -247,6 +269,7 @@ int shoal_cmd_run(int argc, char **argv)
 
 	cfg.backend = shoal_backend_cpu();
 	cfg.n_threads = (uint32_t)o.threads;
+	cfg.kv_type = o.kv_type;
 	if (o.ctx)
 		cfg.n_ctx = (uint32_t)o.ctx;
 	if (cfg.max_rows > cfg.n_ctx)

@@ -245,14 +245,23 @@ static void shoal_cpu_attn_worker(void *ctx, uint32_t ith, uint32_t nth)
 			break;
 		uint32_t r = it / a->n_head_kv, kvh = it % a->n_head_kv, h0 = kvh * group;
 		const float *q = a->q + r * q_ld + (size_t)h0 * hd; /* (group, head_dim) */
-		const float *kc = a->k[r] + kvh * a->head_ld;       /* (n_kv) ld kv_ld */
-		const float *vc = a->v[r] + kvh * a->head_ld;       /* (n_kv) ld kv_ld */
 		float *o = a->out + r * q_ld + (size_t)h0 * hd;     /* (group, head_dim) */
 		uint32_t n = a->n_kv[r];
-		b->k->attn_scores(q, (int)group, (int)hd, kc, kv_ld, (int)n, a->scale, sc, C);
+		size_t at = kvh * a->head_ld; /* (n_kv) ld kv_ld from here */
+		if (a->kv_type == SHOAL_DTYPE_F16)
+			b->k->attn_scores_f16(q, (int)group, (int)hd, (const uint16_t *)a->k[r] + at,
+			                      kv_ld, (int)n, a->scale, sc, C);
+		else
+			b->k->attn_scores(q, (int)group, (int)hd, (const float *)a->k[r] + at, kv_ld,
+			                  (int)n, a->scale, sc, C);
 		for (uint32_t g = 0; g < group; g++)
 			b->k->softmax(sc + g * C, (int)n);
-		b->k->attn_values(sc, C, (int)group, (int)hd, vc, kv_ld, (int)n, o);
+		if (a->kv_type == SHOAL_DTYPE_F16)
+			b->k->attn_values_f16(sc, C, (int)group, (int)hd,
+			                      (const uint16_t *)a->v[r] + at, kv_ld, (int)n, o);
+		else
+			b->k->attn_values(sc, C, (int)group, (int)hd, (const float *)a->v[r] + at,
+			                  kv_ld, (int)n, o);
 	}
 	(void)nth;
 }
@@ -428,6 +437,8 @@ static bool shoal_cpu_supports(shoal_backend_op op, shoal_dtype t)
 	case SHOAL_BACKEND_OP_EMBED:
 	case SHOAL_BACKEND_OP_TO_F32:
 		return shoal_quant_supported(t);
+	case SHOAL_BACKEND_OP_KV_CACHE:
+		return t == SHOAL_DTYPE_F32 || t == SHOAL_DTYPE_F16;
 	}
 	return false;
 }
@@ -435,6 +446,13 @@ static bool shoal_cpu_supports(shoal_backend_op op, shoal_dtype t)
 static void shoal_cpu_to_f32(shoal_dtype t, const void *src, float *dst, size_t n)
 {
 	shoal_dequantize_row(t, src, dst, (int64_t)n);
+}
+
+/* F32 or F16 (the activation converter's round to nearest even). */
+static void shoal_cpu_kv_store(shoal_backend *b, shoal_dtype t, const float *src, void *dst,
+                               size_t n)
+{
+	b->k->quantize_act(t, src, dst, (int64_t)n);
 }
 
 /* ---- the ops table ---------------------------------------------------------------- */
@@ -451,6 +469,7 @@ static const shoal_backend_ops shoal_cpu_ops = {
     .rms_norm = shoal_cpu_rms_norm,
     .rope = shoal_cpu_rope,
     .attention = shoal_cpu_attention,
+    .kv_store = shoal_cpu_kv_store,
     .swiglu = shoal_cpu_swiglu,
     .add = shoal_cpu_add,
     .embed = shoal_cpu_embed,

@@ -304,6 +304,7 @@ shoal_engine_config shoal_engine_config_default(const shoal_model *m)
 	c.layer_end = m->hp.n_layer;
 	c.has_embd = true;
 	c.has_head = true;
+	c.kv_type = SHOAL_DTYPE_F16;
 	return c;
 }
 
@@ -446,6 +447,10 @@ shoal_err shoal_engine_new(const shoal_model *m, const shoal_engine_config *cfg,
 		return shoal_why(why, why_len, SHOAL_ERR_UNSUPPORTED,
 		                 "backend %s has ABI version %u, this engine needs %u",
 		                 ops->name ? ops->name : "?", ops->abi, SHOAL_BACKEND_ABI);
+	if (!ops->supports(SHOAL_BACKEND_OP_KV_CACHE, cfg->kv_type))
+		return shoal_why(why, why_len, SHOAL_ERR_UNSUPPORTED,
+		                 "backend %s cannot keep a KV cache of %s", ops->name,
+		                 shoal_dtype_name(cfg->kv_type));
 
 	shoal_engine *e = calloc(1, sizeof *e);
 	if (!e)
@@ -460,6 +465,7 @@ shoal_err shoal_engine_new(const shoal_model *m, const shoal_engine_config *cfg,
 	e->q_dim = hp->n_head * hp->head_dim;
 	e->kv_dim = hp->mla ? hp->kv_lora_rank + hp->n_rot : hp->n_head_kv * hp->head_dim;
 	e->kv_planes = hp->mla ? 1 : 2;
+	e->kv_elt = shoal_dtype_row_bytes(cfg->kv_type, 1);
 	e->kq_scale = hp->yarn_mscale * hp->yarn_mscale / sqrtf((float)hp->head_dim);
 	e->n_own = cfg->layer_end - cfg->layer_begin;
 	const uint32_t R = cfg->max_rows, C = e->cfg.n_ctx;
@@ -600,7 +606,7 @@ shoal_err shoal_engine_new(const shoal_model *m, const shoal_engine_config *cfg,
 	/* the KV cache in the backend's memory; the attention op reads host
 	 * pointers today, so a device buffer is not usable yet */
 	size_t kv_bytes = (size_t)cfg->max_sessions * (e->n_own ? e->n_own : 1) * C *
-	                  shoal_engine_kv_row_floats(e) * sizeof(float);
+	                  shoal_engine_kv_row_elems(e) * e->kv_elt;
 	if ((err = e->ops->buf_alloc(e->bk, kv_bytes, &e->kv_buf))) {
 		shoal_why(why, why_len, err, "backend %s: no memory for the KV cache (%zu bytes)",
 		          e->ops->name, kv_bytes);
@@ -635,14 +641,14 @@ uint32_t shoal_engine_max_rows(const shoal_engine *e)
 	return e->cfg.max_rows;
 }
 
-size_t shoal_engine_kv_row_floats(const shoal_engine *e)
+size_t shoal_engine_kv_row_elems(const shoal_engine *e)
 {
 	return (size_t)e->kv_planes * e->kv_cache_dim;
 }
 
 uint64_t shoal_engine_kv_bytes_per_token(const shoal_engine *e)
 {
-	return (uint64_t)e->n_own * shoal_engine_kv_row_floats(e) * sizeof(float);
+	return (uint64_t)e->n_own * shoal_engine_kv_row_elems(e) * e->kv_elt;
 }
 
 const shoal_backend_ops *shoal_engine_backend_ops(const shoal_engine *e)
@@ -693,9 +699,9 @@ uint32_t shoal_engine_session_len(const shoal_engine *e, uint32_t slot)
 	return e->sess_len[slot];
 }
 
-float *engine__cache(shoal_engine *e, uint32_t s, uint32_t li, int which)
+void *engine__cache(shoal_engine *e, uint32_t s, uint32_t li, int which)
 {
-	size_t per = (size_t)e->cfg.n_ctx * e->kv_cache_dim;
+	size_t per = (size_t)e->cfg.n_ctx * e->kv_cache_dim * e->kv_elt;
 	return e->kv + (((size_t)s * e->n_own + li) * e->kv_planes + (size_t)which) * per;
 }
 
@@ -777,17 +783,19 @@ static void engine__attend(shoal_engine *e, const shoal_engine_batch *b, uint32_
 	 * row at position p sees the chunk's rows at positions < p. A plane
 	 * is (n_head_kv, n_ctx, head_dim): attention reads one head's
 	 * positions as one stream */
+	const shoal_dtype kt = e->cfg.kv_type;
 	for (uint32_t r = 0; r < n; r++) {
-		float *kc = engine__cache(e, b->session[r], li, 0);
-		float *vc = e->kv_planes == 2 ? engine__cache(e, b->session[r], li, 1) : kc;
+		uint8_t *kc = engine__cache(e, b->session[r], li, 0);
+		uint8_t *vc = e->kv_planes == 2 ? engine__cache(e, b->session[r], li, 1) : kc;
 		size_t at = (size_t)b->pos[r] * head_dim;
 		for (uint32_t h = 0; h < n_head_kv; h++) {
-			memcpy(kc + h * head_ld + at, e->k + (size_t)r * kvd + (size_t)h * head_dim,
-			       head_dim * sizeof(float));
+			size_t to = (h * head_ld + at) * e->kv_elt;
+			e->ops->kv_store(e->bk, kt, e->k + (size_t)r * kvd + (size_t)h * head_dim,
+			                 kc + to, head_dim);
 			if (e->kv_planes == 2)
-				memcpy(vc + h * head_ld + at,
-				       e->v + (size_t)r * kvd + (size_t)h * head_dim,
-				       head_dim * sizeof(float));
+				e->ops->kv_store(e->bk, kt,
+				                 e->v + (size_t)r * kvd + (size_t)h * head_dim,
+				                 vc + to, head_dim);
 		}
 		e->krow[r] = kc;
 		e->vrow[r] = vc;
@@ -800,6 +808,7 @@ static void engine__attend(shoal_engine *e, const shoal_engine_batch *b, uint32_
 	    .head_dim = head_dim,
 	    .scale = e->kq_scale,
 	    .q = q,
+	    .kv_type = kt,
 	    .k = e->krow,
 	    .v = e->vrow,
 	    .head_ld = head_ld,

@@ -167,6 +167,10 @@ typedef struct shoal_engine_config {
 	 * moe_hook is unused. */
 	shoal_engine_tp tp;
 	const shoal_backend_ops *backend; /* required (e.g. runtime/cpu/backend_cpu.h) */
+	/* The KV cache's element type, one the backend supports as a
+	 * KV_CACHE: F16 (the default) or F32. Tokens depend on it, so every
+	 * engine of one generation must use the same. */
+	shoal_dtype kv_type;
 	/* Whether a tensor's data is there: a model file that is a weights
 	 * cache (models/wcache.h) holds only the tensors fetched, and a tensor
 	 * this says is not held is refused by name when it is bound (never
@@ -177,7 +181,7 @@ typedef struct shoal_engine_config {
 
 /* A config for the whole model on one node: all layers, embedding, head,
  * all experts, no backend (the caller sets one), 1 session of n_ctx_train,
- * 512 rows, 1 thread. */
+ * 512 rows, 1 thread, an F16 KV cache. */
 shoal_engine_config shoal_engine_config_default(const shoal_model *m);
 
 /* Make an engine for model m (borrowed: must outlive the engine).
@@ -189,10 +193,11 @@ void shoal_engine_free(shoal_engine *e); /* NULL is a no-op */
 const shoal_model *shoal_engine_model(const shoal_engine *e);
 uint32_t shoal_engine_n_ctx(const shoal_engine *e);
 uint32_t shoal_engine_max_rows(const shoal_engine *e);
-/* The KV cache as allocated: F32 per position of one session, per owned
- * layer (2 x kv_heads x head_dim, or MLA's kv_lora_rank + n_rot: the
- * latent and the rope key), and in bytes over all owned layers. */
-size_t shoal_engine_kv_row_floats(const shoal_engine *e);
+/* The KV cache as allocated: elements (of cfg.kv_type) per position of
+ * one session, per owned layer (2 x kv_heads x head_dim, or MLA's
+ * kv_lora_rank + n_rot: the latent and the rope key), and in bytes over
+ * all owned layers. */
+size_t shoal_engine_kv_row_elems(const shoal_engine *e);
 uint64_t shoal_engine_kv_bytes_per_token(const shoal_engine *e);
 /* The backend instance (for devices()) and its ops. */
 const shoal_backend_ops *shoal_engine_backend_ops(const shoal_engine *e);

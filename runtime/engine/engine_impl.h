@@ -66,7 +66,10 @@ struct shoal_engine {
 	uint32_t *sess_len;        /* (max_sessions) */
 	uint32_t *sess_next;       /* (max_sessions) run() scratch */
 	shoal_backend_buf *kv_buf; /* the KV cache's memory */
-	float *kv;                 /* (max_sessions, n_own, kv_planes, n_ctx, kv_cache_dim), in kv_buf */
+	/* (max_sessions, n_own, kv_planes, n_kv_heads, n_ctx, head size) elements
+	 * of cfg.kv_type, kv_elt bytes each, in kv_buf */
+	uint8_t *kv;
+	size_t kv_elt;
 	uint32_t kv_cache_dim;     /* kv_dim, or a tensor member's KV heads x head_dim */
 	engine__tp *tp;            /* a tensor group's member, or NULL */
 
@@ -77,7 +80,7 @@ struct shoal_engine {
 	float *q, *att;             /* (max_rows, q_dim) */
 	float *k, *v;               /* (max_rows, kv_dim) */
 	float *ff_g, *ff_u;         /* (max_rows, max(n_ff, n_ff_exp)) */
-	const float **krow, **vrow; /* (max_rows) cache of each row's session */
+	const void **krow, **vrow;  /* (max_rows) cache of each row's session */
 	/* MLA scratch (hp.mla only) */
 	float *mla_qa;  /* (max_rows, q_lora_rank) */
 	float *mla_q;   /* (max_rows, n_head, kv_dim) rope part first, then the
@@ -109,8 +112,8 @@ shoal_err engine__moe_ffn(shoal_engine *e, uint32_t l, uint32_t n_rows, char *wh
 shoal_err engine__tp_init(shoal_engine *e, char *why, size_t why_len);
 void engine__tp_free(engine__tp *t); /* NULL is a no-op */
 /* The K (which 0) or V (1) cache of session s, owned layer li:
- * (n_ctx, kv_cache_dim). */
-float *engine__cache(shoal_engine *e, uint32_t s, uint32_t li, int which);
+ * n_ctx x kv_cache_dim elements of cfg.kv_type. */
+void *engine__cache(shoal_engine *e, uint32_t s, uint32_t li, int which);
 /* Rows [first, first + count) of a matrix {n_in, n_out}: the same bytes. */
 shoal_backend_mat engine__mat_rows(shoal_backend_mat m, uint32_t first, uint32_t count);
 /* engine.c: attention of owned layer il for KV heads [h0, h0 + hn) and

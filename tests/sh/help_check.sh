@@ -61,6 +61,9 @@ err_is "--link-us wants 1..10000000" node --link-us 0 --insecure
 err_is "--spin-us wants 0..100000, not '-5'" node --spin-us -5 --insecure
 err_is "--spin-us wants 0..100000, not '100001'" node --spin-us 100001 --insecure
 err_is "--spin-us wants 0..100000, not '2ms'" node --spin-us 2ms --insecure
+err_is "--kv-type takes f16 or f32, not 'q8_0'" run m.gguf -p x --kv-type q8_0
+err_is "--kv-type takes f16 or f32" bench m.gguf --kv-type F16
+err_is "--kv-type takes f16 or f32" perplexity m.gguf t.txt --kv-type
 [ $bad = 0 ] || fail "help does not list every option, or an error does not name its flag"
 [ $checked -ge 60 ] || fail "only $checked options found: is the source scan broken?"
 echo "$checked options of 10 commands, each in its command's --help"

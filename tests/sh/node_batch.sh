@@ -8,7 +8,7 @@
 #     sessions (batched_runs > 0) and sent fewer HIDDEN frames per hop than
 #     the sessions' steps together.
 #  2. Experts both ways: 2 peers with a 6-layer MoE fixture at --mem-limit
-#     8M (2 stages) and --spread-experts, so each stage calls experts held
+#     8M --ctx 512 (2 stages) and --spread-experts, so each stage calls experts held
 #     by the other peer while that peer's own stage is busy; 4 concurrent
 #     runs (--sessions 4), 2 owned by each peer. Every run equals the
 #     single-peer run and no expert wait reached its timeout (the
@@ -66,9 +66,9 @@ stop_all
 # 2. two peers that serve each other's experts, 4 concurrent runs
 MOE6=$T/moe6.gguf
 moe_fixture 6 "$MOE6"
-start x1 "$MOE6" --mem-limit 8M --ctx 256 --sessions 4 --spread-experts
+start x1 "$MOE6" --mem-limit 8M --ctx 512 --sessions 4 --spread-experts
 SEED=$(ep x1)
-start x2 "$MOE6" --mem-limit 8M --ctx 256 --sessions 4 --spread-experts --peer "$SEED"
+start x2 "$MOE6" --mem-limit 8M --ctx 512 --sessions 4 --spread-experts --peer "$SEED"
 both_ways() { servable_all 2 x1 x2 && [ "$("$PC" "$T/st-x1.json" spread)" -ge 2 ]; }
 wait_for 20 both_ways || fail "no servable 2-stage MoE plan with experts on both peers within 20 s"
 EPS=("$SEED" "$(ep x2)")

@@ -26,8 +26,8 @@ echo "context full, --ctx above training, --chat without a template: each said o
 # cannot hold the model alone until the second joins) and a normal leave
 # log no warning
 "$B" key new "$KEY" >/dev/null || fail "shoal key new"
-start w1 "$M" --mem-limit 16M --ctx 256 --sessions 2
-start w2 "$M" --mem-limit 16M --ctx 256 --sessions 2 --peer "$(ep w1)"
+start w1 "$M" --mem-limit 15M --ctx 256 --sessions 2
+start w2 "$M" --mem-limit 15M --ctx 256 --sessions 2 --peer "$(ep w1)"
 wait_for 20 servable_all "" w1 w2 || fail "no plan over two peers"
 stop w2 TERM || fail "w2 did not leave cleanly"
 stop w1 TERM || fail "w1 did not leave cleanly"
@@ -37,8 +37,8 @@ if grep -n " WARN " "$T/w1.log" "$T/w2.log"; then
 fi
 echo "a normal start and leave of two peers: no warning"
 # while a peer that dies (kill -9) and takes the plan with it is a warning
-start w3 "$M" --mem-limit 16M --ctx 256 --sessions 2
-start w4 "$M" --mem-limit 16M --ctx 256 --sessions 2 --peer "$(ep w3)"
+start w3 "$M" --mem-limit 15M --ctx 256 --sessions 2
+start w4 "$M" --mem-limit 15M --ctx 256 --sessions 2 --peer "$(ep w3)"
 wait_for 20 servable_all "" w3 w4 || fail "no plan over w3 and w4"
 stop w4
 wait_for 20 grep -q " WARN  cluster: no plan over 1 peer" "$T/w3.log" ||

@@ -57,6 +57,11 @@ static void test_supports(void)
 	for (size_t i = 0; i < sizeof no / sizeof *no; i++)
 		ASSERT_FALSE(ops->supports(SHOAL_BACKEND_OP_MATMUL, no[i]));
 	ASSERT_FALSE(ops->supports((shoal_backend_op)99, SHOAL_DTYPE_F32));
+	/* the KV cache: F32 and F16 only */
+	ASSERT_TRUE(ops->supports(SHOAL_BACKEND_OP_KV_CACHE, SHOAL_DTYPE_F32));
+	ASSERT_TRUE(ops->supports(SHOAL_BACKEND_OP_KV_CACHE, SHOAL_DTYPE_F16));
+	ASSERT_FALSE(ops->supports(SHOAL_BACKEND_OP_KV_CACHE, SHOAL_DTYPE_BF16));
+	ASSERT_FALSE(ops->supports(SHOAL_BACKEND_OP_KV_CACHE, SHOAL_DTYPE_Q8_0));
 	/* to_f32 of F16 halves */
 	const uint16_t h[3] = {0x3c00, 0xc000, 0x3800}; /* 1, -2, 0.5 */
 	float f[3];

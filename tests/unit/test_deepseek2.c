@@ -131,7 +131,7 @@ static int cluster_matches(const shoal_model *m, const uint32_t *cuts, uint32_t 
 	return same;
 }
 
-/* The engine's KV accounting: (kv_lora + rope) F32 per owned layer and
+/* The engine's KV accounting: (kv_lora + rope) F16 per owned layer and
  * token, what the manifest gives the scheduler; a stage counts its own. */
 static int kv_is_latent(const shoal_model *m)
 {
@@ -148,10 +148,10 @@ static int kv_is_latent(const shoal_model *m)
 		fprintf(stderr, "engine: %s\n", why);
 		return 0;
 	}
-	uint64_t per_layer = (KV_LORA + ROPE_DIM) * 4, from_mf = 0;
+	uint64_t per_layer = (KV_LORA + ROPE_DIM) * 2, from_mf = 0; /* F16 */
 	for (uint32_t l = 1; l < 3; l++)
 		from_mf += mf.layers[l].kv_bytes_per_token;
-	int ok = shoal_engine_kv_row_floats(e) == KV_LORA + ROPE_DIM &&
+	int ok = shoal_engine_kv_row_elems(e) == KV_LORA + ROPE_DIM &&
 	         shoal_engine_kv_bytes_per_token(e) == 2 * per_layer && from_mf == 2 * per_layer;
 	if (!ok)
 		fprintf(stderr, "KV per token: engine %llu, manifest %llu, latent %llu\n",

@@ -813,6 +813,68 @@ static void cleanup(void)
 	fx_cleanup();
 }
 
+/* The KV cache's element type: F16 (the default) keeps half the bytes of
+ * F32 and gives the austen model's logits close to F32's (not
+ * the same bits: the cache is rounded); a type the backend cannot keep is
+ * refused by name. */
+static void test_kv_types(void)
+{
+	shoal_model *m = austen("q8_0");
+	ASSERT_TRUE(m != NULL);
+	enum { N = 40 };
+	uint32_t V = m->hp.n_vocab, sess[N], pos[N];
+	int32_t prompt[N];
+	uint8_t want[N] = {0};
+	prompt_ids(m, prompt, N);
+	want[N - 1] = 1;
+	const shoal_dtype types[2] = {SHOAL_DTYPE_F32, SHOAL_DTYPE_F16};
+	float *lg[2] = {malloc(V * sizeof(float)), malloc(V * sizeof(float))};
+	uint64_t bytes[2];
+	char why[256] = "";
+	shoal_engine_config c = shoal_engine_config_default(m);
+	ASSERT_EQ(c.kv_type, SHOAL_DTYPE_F16);
+	c.backend = shoal_backend_cpu();
+	c.n_ctx = 64;
+	c.max_rows = N;
+	for (int i = 0; i < 2; i++) {
+		c.kv_type = types[i];
+		shoal_engine *e = NULL;
+		ASSERT_EQ(shoal_engine_new(m, &c, &e, why, sizeof why), SHOAL_OK);
+		bytes[i] = shoal_engine_kv_bytes_per_token(e);
+		uint32_t slot;
+		ASSERT_EQ(shoal_engine_session_open(e, &slot), SHOAL_OK);
+		for (uint32_t r = 0; r < N; r++)
+			sess[r] = slot, pos[r] = r;
+		shoal_engine_batch b = {.n_rows = N,
+		                        .tokens = prompt,
+		                        .session = sess,
+		                        .pos = pos,
+		                        .want_logits = want,
+		                        .logits = lg[i]};
+		ASSERT_EQ(shoal_engine_run(e, &b, why, sizeof why), SHOAL_OK);
+		shoal_engine_free(e);
+	}
+	/* 6 layers x K and V x 4 heads x 32 */
+	ASSERT_U64_EQ(bytes[0], 6 * 2 * 4 * 32 * 4);
+	ASSERT_U64_EQ(bytes[1], 6 * 2 * 4 * 32 * 2);
+	double dmax = 0, amax = 0;
+	for (uint32_t v = 0; v < V; v++) {
+		double d = fabs((double)lg[0][v] - lg[1][v]);
+		dmax = d > dmax ? d : dmax;
+		amax = fabs(lg[0][v]) > amax ? fabs(lg[0][v]) : amax;
+	}
+	printf("  F16 against F32 cache: logits within %.2e (largest %.1f)\n", dmax, amax);
+	ASSERT_TRUE(dmax > 0.0);
+	ASSERT_TRUE(dmax < 0.05 * amax); /* a wrong F16 path gives logits apart by ~amax */
+	c.kv_type = SHOAL_DTYPE_Q8_0;
+	shoal_engine *e = NULL;
+	ASSERT_EQ(shoal_engine_new(m, &c, &e, why, sizeof why), SHOAL_ERR_UNSUPPORTED);
+	ASSERT_TRUE(e == NULL && strstr(why, "KV cache of Q8_0") != NULL);
+	free(lg[0]);
+	free(lg[1]);
+	shoal_model_free(m);
+}
+
 static void test_cleanup(void)
 {
 	cleanup();
@@ -826,4 +888,4 @@ TEST_MAIN(TEST_CASE(test_threadpool), TEST_CASE(test_austen_f32_invariants),
           TEST_CASE(test_qwen3moe_partial), TEST_CASE(test_mixtral_partial),
           TEST_CASE(test_bad_batches), TEST_CASE(test_rope_freqs),
           TEST_CASE(test_misaligned_weights), TEST_CASE(test_tensor_held),
-          TEST_CASE(test_cleanup))
+          TEST_CASE(test_kv_types), TEST_CASE(test_cleanup))

@@ -517,8 +517,10 @@ static void test_manifest_austen(void)
 		ASSERT_U64_EQ(mf.layers[l].bytes, 3147776);
 		/* 2 * (65,536 + 2 * 32,768 + 65,536 + 3 * 196,608) = 1,572,864 */
 		ASSERT_U64_EQ(mf.layers[l].flops, 1572864);
-		/* K and V: 2 * 4 heads * 32 * 4 bytes */
-		ASSERT_U64_EQ(mf.layers[l].kv_bytes_per_token, 1024);
+		/* K and V: 2 * 4 heads * 32 F16 elements, 2 bytes each */
+		ASSERT_U64_EQ(mf.layers[l].kv_bytes_per_token, 512);
+		/* QK^T and AV per cached token: 4 * 8 heads * 32 */
+		ASSERT_U64_EQ(mf.layers[l].attn_flops_per_ctx, 1024);
 		ASSERT_EQ(mf.layers[l].n_expert, 0);
 		ASSERT_U64_EQ(mf.layers[l].expert_bytes, 0);
 	}

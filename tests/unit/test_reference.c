@@ -7,7 +7,8 @@
  *
  * Each case is checked twice: through the engine directly from the
  * reference's prompt ids, and through the CLI (`shoal run --ids --temp 0`
- * and `--logprobs 8`), which also tokenizes the prompt itself.
+ * and `--logprobs 8`), which also tokenizes the prompt itself. Both keep an
+ * F32 KV cache (--kv-type f32), as the reference did.
  */
 #include <dirent.h>
 #include <jansson.h>
@@ -159,8 +160,9 @@ static int check_cli_case(const char *bin, const char *model, json_t *c, double 
 	const char *prompt = json_string_value(json_object_get(c, "prompt"));
 	char nbuf[16], out[65536];
 	snprintf(nbuf, sizeof nbuf, "%zu", ng);
-	char *argv_ids[] = {(char *)bin, "run", (char *)model, "-p", (char *)prompt, "-n", nbuf,
-	                    "--temp",    "0",   "--ids",       NULL};
+	char *argv_ids[] = {(char *)bin, "run",     (char *)model, "-p",  (char *)prompt,
+	                    "-n",        nbuf,      "--temp",      "0",   "--ids",
+	                    "--kv-type", "f32",     NULL};
 	int fails = 0;
 	int st = capture(argv_ids, out, sizeof out);
 	if (st != 0) {
@@ -181,9 +183,9 @@ static int check_cli_case(const char *bin, const char *model, json_t *c, double 
 	}
 	if (!logprobs)
 		return fails;
-	char *argv_lp[] = {(char *)bin, "run", (char *)model, "-p", (char *)prompt,
-	                   "-n",        "1",   "--temp",      "0",  "--logprobs",
-	                   "8",         NULL};
+	char *argv_lp[] = {(char *)bin, "run",    (char *)model, "-p",        (char *)prompt,
+	                   "-n",        "1",      "--temp",      "0",         "--logprobs",
+	                   "8",         "--kv-type", "f32",      NULL};
 	if (capture(argv_lp, out, sizeof out) != 0)
 		return fails + 1;
 	json_error_t jerr;
@@ -247,6 +249,7 @@ static void check_file(const char *json_name, bool cli)
 	cfg.backend = shoal_backend_cpu();
 	cfg.n_ctx = 256;
 	cfg.max_rows = 64;
+	cfg.kv_type = SHOAL_DTYPE_F32; /* as the reference outputs were made */
 	shoal_engine *e = NULL;
 	ASSERT_EQ(shoal_engine_new(m, &cfg, &e, why, sizeof why), SHOAL_OK);
 	json_t *cases = json_object_get(root, "cases");

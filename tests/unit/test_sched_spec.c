@@ -110,7 +110,7 @@ static void test_deepseek_kimi_specs(void)
 			            want[i].active * 0.08);
 			ASSERT_EQ(info.mbits_per_weight, quants[q].mbits);
 			/* MLA: the latent and the rope key per token and layer */
-			ASSERT_U64_EQ(m.layers[60].kv_bytes_per_token, (512 + 64) * 4);
+			ASSERT_U64_EQ(m.layers[60].kv_bytes_per_token, (512 + 64) * 2);
 			bytes[q] = total_bytes(&m);
 			shoal_spec_manifest_fini(&m);
 		}
@@ -125,8 +125,8 @@ static void test_mla_kv_is_compressed(void)
 	spec_path(path, sizeof path, "deepseek-v3-q4_k_m");
 	shoal_manifest m;
 	ASSERT_EQ(shoal_spec_load(path, &m, NULL, why, sizeof why), SHOAL_OK);
-	/* (kv_lora_rank 512 + rope 64) F32 values per token and layer */
-	ASSERT_U64_EQ(m.layers[10].kv_bytes_per_token, (512 + 64) * 4);
+	/* (kv_lora_rank 512 + rope 64) F16 values per token and layer */
+	ASSERT_U64_EQ(m.layers[10].kv_bytes_per_token, (512 + 64) * 2);
 	ASSERT_EQ(m.layers[2].n_expert, 0); /* first three layers dense */
 	ASSERT_EQ(m.layers[3].n_expert_used, 8);
 	shoal_spec_manifest_fini(&m);
