@@ -12,6 +12,7 @@
  * small; every one is listed next to the field it carries.
  */
 #include "net/wire.h"
+#include "net/xfer_frame.h"
 
 #include <limits.h>
 #include <msgpack.h>
@@ -495,6 +496,20 @@ shoal_err shoal_wire_record_decode(const uint8_t *buf, size_t len, shoal_record 
 
 /* Message keys: t v f e | s g ge (probes) | r (push-pull) | u:[{i s n r d}].
  * Update keys: i id, s state, n incarnation, r record version, d record. */
+/* The message check (wire.h): CRC-32C of the len bytes at p with the last
+ * 4 (the value of "k") taken as zeros. */
+static uint32_t wire_check(const uint8_t *p, size_t len)
+{
+	static const uint8_t zero[4];
+	return shoal_xfer_crc32c(shoal_xfer_crc32c(0, p, len - 4), zero, 4);
+}
+
+/* Whether buf ends in the check's key and a 4-byte uint32. */
+static int wire_has_check(const uint8_t *buf, size_t len)
+{
+	return len >= 7 && buf[len - 7] == 0xa1 && buf[len - 6] == 'k' && buf[len - 5] == 0xce;
+}
+
 shoal_err shoal_wire_encode(const shoal_wire_msg *m, shoal_wire_buf *b)
 {
 	msgpack_packer pk;
@@ -503,7 +518,7 @@ shoal_err shoal_wire_encode(const shoal_wire_msg *m, shoal_wire_buf *b)
 	int preq = m->type == SHOAL_WIRE_PING_REQ;
 	b->len = 0;
 	msgpack_packer_init(&pk, b, shoal_wire_buf_write);
-	rc |= msgpack_pack_map(&pk, 5 + (probe ? 2 : 1) + preq);
+	rc |= msgpack_pack_map(&pk, 6 + (probe ? 2 : 1) + preq);
 	rc |= pack_ku64(&pk, "t", m->type);
 	rc |= pack_ku64(&pk, "v", SHOAL_WIRE_SCHEMA);
 	rc |= pack_kbin(&pk, "f", m->from.b, SHOAL_PEER_ID_LEN);
@@ -527,7 +542,14 @@ shoal_err shoal_wire_encode(const shoal_wire_msg *m, shoal_wire_buf *b)
 		if (u->record)
 			rc |= pack_kbin(&pk, "d", u->record, u->record_len);
 	}
-	return rc ? SHOAL_ERR_NOMEM : SHOAL_OK;
+	/* the check, last: "k" and a 4-byte uint32 (filled below) */
+	rc |= pack_key(&pk, "k") | msgpack_pack_fix_uint32(&pk, 0);
+	if (rc)
+		return SHOAL_ERR_NOMEM;
+	uint32_t crc = wire_check(b->data, b->len);
+	for (int i = 0; i < 4; i++)
+		b->data[b->len - 1 - i] = (uint8_t)(crc >> (8 * i));
+	return SHOAL_OK;
 }
 
 static shoal_err msg_from_obj(const msgpack_object *o, shoal_wire_msg *m, size_t cap, char *why,
@@ -594,6 +616,14 @@ shoal_err shoal_wire_decode(const uint8_t *buf, size_t len, shoal_wire_msg *m, s
 	if (len > SHOAL_WIRE_MAX_MSG)
 		return shoal_why(why, why_len, SHOAL_ERR_FORMAT, "message of %zu bytes, at most %u",
 		                 len, SHOAL_WIRE_MAX_MSG);
+	if (wire_has_check(buf, len)) {
+		uint32_t want = 0;
+		for (int i = 0; i < 4; i++)
+			want = want << 8 | buf[len - 4 + i];
+		if (wire_check(buf, len) != want)
+			return shoal_why(why, why_len, SHOAL_ERR_FORMAT,
+			                 "checksum mismatch (a damaged message)");
+	}
 	msgpack_unpacked_init(&u);
 	e = unpack(buf, len, &u, why, why_len);
 	if (!e)

@@ -12,6 +12,16 @@
  * for type, range and length. Unknown keys are ignored (a newer peer may
  * add some); a missing required key, a wrong type, an unknown message type
  * or schema version is an error with a one-line reason.
+ *
+ * The check: a message we encode ends in the key "k" with a 4-byte uint32
+ * (0xa1 'k' 0xce, then big-endian), the CRC-32C of the whole message with
+ * those 4 bytes as zeros. A message that ends so must match it, else it
+ * is refused before it is decoded: a flipped bit that would still decode
+ * (a byte of a record's model id) is caught. One without it (a hand-made
+ * message, an older peer's) is decoded unchecked; a single flipped bit
+ * in the key itself leaves the rest intact. On the wire CURVE's MAC
+ * catches damage first; the check covers --insecure links and the test
+ * hook's corruption, which comes after CURVE (net/fault.h).
  */
 #ifndef SHOAL_NET_WIRE_H
 #define SHOAL_NET_WIRE_H

@@ -239,6 +239,47 @@ static void test_truncations(void)
 	shoal_wire_buf_fini(&rec);
 }
 
+/* The check (wire.h): every single flipped bit of an encoded message is
+ * refused, most of them by the checksum alone (a flip in a record's bytes
+ * or a peer id still decodes without it), except a flip in the check's
+ * own key, which breaks the msgpack or leaves the message intact (and
+ * decoded unchecked). */
+static void test_bit_flips(void)
+{
+	shoal_wire_buf b, rec;
+	shoal_wire_update ups[16];
+	shoal_wire_msg m = {.updates = ups};
+	char why[160] = "";
+	size_t refused = 0, by_check = 0, total = 0;
+	shoal_wire_buf_init(&b);
+	shoal_wire_buf_init(&rec);
+	for (uint32_t t = SHOAL_WIRE_PING; t <= SHOAL_WIRE_PUSHPULL; t++) {
+		make_msg(t, 3, &b, &rec);
+		ASSERT_TRUE(b.len > 7 && b.data[b.len - 7] == 0xa1 && b.data[b.len - 6] == 'k');
+		for (size_t bit = 0; bit < 8 * b.len; bit++, total++) {
+			size_t at = bit / 8;
+			b.data[at] ^= (uint8_t)(1u << (bit % 8));
+			shoal_err e = shoal_wire_decode(b.data, b.len, &m, 16, why, sizeof why);
+			b.data[at] ^= (uint8_t)(1u << (bit % 8));
+			if (at >= b.len - 7 && at < b.len - 4) {
+				/* the key: refused as msgpack, or unchecked and intact */
+				if (e == SHOAL_OK)
+					ASSERT_EQ(m.n_updates, 3);
+				continue;
+			}
+			if (e == SHOAL_OK)
+				TEST_FAIL_("type %u: bit %zu flipped and accepted", t, bit);
+			refused++;
+			by_check += strstr(why, "checksum mismatch") != NULL;
+		}
+	}
+	printf("  %zu of %zu flipped bits refused, %zu by the checksum\n", refused, total,
+	       by_check);
+	ASSERT_TRUE(by_check > 0);
+	shoal_wire_buf_fini(&b);
+	shoal_wire_buf_fini(&rec);
+}
+
 static void test_random_bytes(void)
 {
 	uint8_t buf[300];
@@ -554,7 +595,7 @@ static void test_unknown_keys_ignored(void)
 
 TEST_MAIN(TEST_CASE(test_peer_id_hex), TEST_CASE(test_record_roundtrip_full),
           TEST_CASE(test_record_json), TEST_CASE(test_record_limits), TEST_CASE(test_msg_roundtrip),
-          TEST_CASE(test_truncations), TEST_CASE(test_random_bytes),
+          TEST_CASE(test_truncations), TEST_CASE(test_bit_flips), TEST_CASE(test_random_bytes),
           TEST_CASE(test_wrong_field_types), TEST_CASE(test_huge_lengths),
           TEST_CASE(test_schema_type_toplevel), TEST_CASE(test_nested_too_deep),
           TEST_CASE(test_record_over_limits), TEST_CASE(test_unknown_keys_ignored))
