@@ -54,6 +54,11 @@ struct shoal_backend {
 		int64_t n_in;
 	} mm;
 	const shoal_backend_attn *attn;
+	struct {
+		const float *g, *u;
+		float *h;
+		size_t n;
+	} sw;
 	_Atomic uint32_t next; /* next work item of the current job */
 };
 
@@ -316,13 +321,37 @@ static void shoal_cpu_rope(shoal_backend *b, float *x, uint32_t n_rows, uint32_t
 	(void)b;
 }
 
+/* SwiGLU in pieces of this many elements, one work item each; a call of
+ * fewer (a decode step's row) stays on the caller's thread: the pool's
+ * hand-off would cost more than it saves. Elementwise, so the bits do not
+ * depend on the split. */
+#define SHOAL_CPU_SWIGLU_PIECE 8192
+
+static void shoal_cpu_swiglu_worker(void *ctx, uint32_t ith, uint32_t nth)
+{
+	shoal_backend *b = ctx;
+	size_t n = b->sw.n;
+	for (;;) {
+		size_t i = (size_t)atomic_fetch_add_explicit(&b->next, 1, memory_order_relaxed) *
+		           SHOAL_CPU_SWIGLU_PIECE;
+		if (i >= n)
+			break;
+		size_t len = n - i < SHOAL_CPU_SWIGLU_PIECE ? n - i : SHOAL_CPU_SWIGLU_PIECE;
+		b->k->silu_mul(b->sw.g + i, b->sw.u + i, len, b->sw.h + i);
+	}
+	(void)ith;
+	(void)nth;
+}
+
 static void shoal_cpu_swiglu(shoal_backend *b, const float *g, const float *u, size_t n, float *h)
 {
-	for (size_t i = 0; i < n; i++) {
-		float s = g[i] / (1.0f + expf(-g[i]));
-		h[i] = s * u[i];
+	if (n < 2 * SHOAL_CPU_SWIGLU_PIECE || b->n_threads < 2) {
+		b->k->silu_mul(g, u, n, h);
+		return;
 	}
-	(void)b;
+	b->sw.g = g, b->sw.u = u, b->sw.h = h, b->sw.n = n;
+	atomic_store_explicit(&b->next, 0, memory_order_relaxed);
+	shoal_threadpool_run(b->pool, shoal_cpu_swiglu_worker, b);
 }
 
 static void shoal_cpu_add(shoal_backend *b, float *y, const float *x, size_t n)

@@ -70,6 +70,11 @@ typedef struct shoal_kernels {
 	 * lanes, plus the n % 8 tail in order. Every table gives the scalar
 	 * table's bits. */
 	void (*softmax)(float *s, int n);
+
+	/* h[i] = silu(g[i]) u[i] for i < n (the SwiGLU FFN) by kernels_impl.h's
+	 * kernels__silu_mul1; g, u, h may alias. Every table gives the scalar
+	 * table's bits. */
+	void (*silu_mul)(const float *g, const float *u, size_t n, float *h);
 } shoal_kernels;
 
 /* The activation type that weights of type wt multiply with. */

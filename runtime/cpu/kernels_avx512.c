@@ -1589,6 +1589,7 @@ KERNELS__INLINE void k5_values_kv(const float *p, size_t p_ld, int ng, int hd, c
 KERNELS__ATTN_ENTRIES(k5)
 
 #define k5_softmax      kernels__x86_softmax
+#define k5_silu_mul     kernels__x86_silu_mul
 #define k5_quantize_act kernels__x86_quantize_act
 
 /* ---- the table ---------------------------------------------------------------------- */

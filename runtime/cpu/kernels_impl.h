@@ -277,6 +277,20 @@ static inline float kernels__exp_neg(float x)
 /* The scalar table's softmax (kernels.h), for tables without their own. */
 void kernels__softmax(float *s, int n);
 
+/* silu(g) u, the steps every table's vector twin takes: e = exp(-|g|) by
+ * kernels__exp_neg, s = (g >= 0 ? g : g e) / (1 + e) (g sigmoid(g) with
+ * the exponential of a non-positive argument only, so nothing overflows),
+ * then s u. */
+static inline float kernels__silu_mul1(float g, float u)
+{
+	float e = kernels__exp_neg(0.0f - kernels__bits_f32(kernels__f32_bits(g) & 0x7fffffffu));
+	float num = g >= 0.0f ? g : g * e;
+	return num / (1.0f + e) * u;
+}
+
+/* The scalar table's silu_mul (kernels.h), for tables without their own. */
+void kernels__silu_mul(const float *g, const float *u, size_t n, float *h);
+
 extern const shoal_kernels kernels__scalar;
 #if defined(__x86_64__) || defined(_M_X64)
 extern const shoal_kernels kernels__avx2;

@@ -394,6 +394,13 @@ void kernels__softmax(float *s, int n)
 }
 #define ks_softmax kernels__softmax
 
+void kernels__silu_mul(const float *g, const float *u, size_t n, float *h)
+{
+	for (size_t i = 0; i < n; i++)
+		h[i] = kernels__silu_mul1(g[i], u[i]);
+}
+#define ks_silu_mul kernels__silu_mul
+
 /* ---- the table ---------------------------------------------------------------- */
 
 KERNELS__TABLE(kernels__scalar, "scalar", ks, ks, .tile = {KERNELS__TILES_ALL(ks)});

@@ -487,7 +487,7 @@ static inline void kernels__ops_run(const kernels__ops *ops, shoal_dtype wt, int
  * (designated initialisers of kernels__ops; p prefixes its static names),
  * the activation converter attn##_quantize_act, the attention loops
  * attn##_attn_scores, attn##_attn_values (KERNELS__ATTN_ENTRIES: with their
- * F16 twins) and attn##_softmax. */
+ * F16 twins), attn##_softmax and attn##_silu_mul. */
 #define KERNELS__TABLE(symbol, isa_name, p, attn, ...)                                             \
 	static const kernels__ops p##_ops = {__VA_ARGS__};                                         \
 	static void p##_gemv(shoal_dtype wt, int64_t n, const void *w, size_t row_bytes,           \
@@ -512,6 +512,7 @@ static inline void kernels__ops_run(const kernels__ops *ops, shoal_dtype wt, int
 	    .attn_scores_f16 = attn##_attn_scores_f16,                                             \
 	    .attn_values_f16 = attn##_attn_values_f16,                                             \
 	    .softmax = attn##_softmax,                                                             \
+	    .silu_mul = attn##_silu_mul,                                                           \
 	}
 
 #endif

@@ -537,6 +537,25 @@ static void kernels__x86_softmax(float *s, int n)
 		s[i] *= _mm256_cvtss_f32(inv);
 }
 
+/* ---- silu_mul (kernels__silu_mul1's steps, 8 lanes) ------------------------------ */
+
+static void kernels__x86_silu_mul(const float *g, const float *u, size_t n, float *h)
+{
+	const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+	const __m256 zero = _mm256_setzero_ps(), one = _mm256_set1_ps(1.0f);
+	size_t i = 0;
+	for (; i + 8 <= n; i += 8) {
+		__m256 vg = _mm256_loadu_ps(g + i);
+		__m256 e = kernels__x86_exp_neg(_mm256_sub_ps(zero, _mm256_and_ps(vg, abs_mask)));
+		__m256 num = _mm256_blendv_ps(_mm256_mul_ps(vg, e), vg,
+		                              _mm256_cmp_ps(vg, zero, _CMP_GE_OQ));
+		__m256 s = _mm256_div_ps(num, _mm256_add_ps(one, e));
+		_mm256_storeu_ps(h + i, _mm256_mul_ps(s, _mm256_loadu_ps(u + i)));
+	}
+	for (; i < n; i++)
+		h[i] = kernels__silu_mul1(g[i], u[i]);
+}
+
 /* ---- attention (kernels.h's order; products and sums, never fused) -------------
  * Scores: 4 query heads at a time share each 8-float load of a cached K
  * row; each head's 8 lanes are the p_j of kernels.h, reduced by hsum8.

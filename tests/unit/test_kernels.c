@@ -845,6 +845,63 @@ static void test_softmax(void)
 	}
 }
 
+/* silu(g) u: the scalar table within 8 ulp of g / (1 + exp(-g)) u in
+ * double where that is above 1e-30 (below, exp_neg's range ends: a zero),
+ * inf and NaN through; every table bitwise the scalar table's over
+ * lengths with and without a tail, in place (h aliasing g) too. */
+static void test_silu_mul(void)
+{
+	enum { N = 1037 };
+	float g[N], u[N], h0[N], h1[N];
+	static const float special[] = {0.0f, -0.0f, INFINITY, -INFINITY, NAN, -90.0f,
+	                                90.0f, 1e-30f, -1e-30f, 87.5f, -87.5f};
+	for (int i = 0; i < N; i++) {
+		g[i] = rnd() * (i % 3 ? 8.0f : 100.0f);
+		u[i] = rnd() * 4.0f;
+	}
+	for (size_t i = 0; i < sizeof special / sizeof special[0]; i++)
+		g[40 + 13 * i] = special[i];
+	const shoal_kernels *ks = shoal_kernels_scalar();
+	ks->silu_mul(g, u, N, h0);
+	double worst = 0;
+	for (int i = 0; i < N; i++) {
+		double r = (double)g[i] / (1.0 + exp(-(double)g[i])) * u[i];
+		if (isnan(g[i]) || (isinf(g[i]) && g[i] < 0)) {
+			ASSERT_TRUE(isnan(h0[i]));
+			continue;
+		}
+		if (fabs(r) < 1e-30) { /* exp(-|g|) below exp_neg's range (0 there) */
+			ASSERT_TRUE(fabsf(h0[i]) <= 1e-30f);
+			continue;
+		}
+		if (isinf(r)) {
+			ASSERT_TRUE(h0[i] == (float)r);
+			continue;
+		}
+		float rf = (float)r;
+		double ulp = fabs(h0[i] - r) / (nextafterf(fabsf(rf), INFINITY) - fabsf(rf));
+		worst = ulp > worst ? ulp : worst;
+	}
+	printf("  silu_mul: worst %.2f ulp against double\n", worst);
+	ASSERT_TRUE(worst <= 8.0);
+	static const int lens[] = {1, 7, 8, 9, 100, N};
+	for (size_t ii = 0; ii < sizeof isa_names / sizeof isa_names[0]; ii++) {
+		const shoal_kernels *k = shoal_kernels_by_name(isa_names[ii]);
+		if (!k)
+			continue;
+		for (size_t li = 0; li < sizeof lens / sizeof lens[0]; li++) {
+			int n = lens[li], off = N - n;
+			k->silu_mul(g + off, u + off, (size_t)n, h1);
+			if (memcmp(h0 + off, h1, sizeof(float) * (size_t)n))
+				TEST_FAIL_("%s silu_mul differs from scalar (n %d)", k->isa, n);
+		}
+		memcpy(h1, g, sizeof h1);
+		k->silu_mul(h1, u, N, h1);
+		if (memcmp(h0, h1, sizeof h1))
+			TEST_FAIL_("%s silu_mul in place differs", k->isa);
+	}
+}
+
 int main(int argc, char **argv)
 {
 	const char *q = getenv("SHOAL_KERNELS_QUICK");
@@ -855,6 +912,7 @@ int main(int argc, char **argv)
 	    TEST_CASE(test_family_bitwise),      TEST_CASE(test_best_table),
 	    TEST_CASE(test_attention),           TEST_CASE(test_softmax),
 	    TEST_CASE(test_q8_0_avx512_order),   TEST_CASE(test_kq_avx512_order),
+	    TEST_CASE(test_silu_mul),
 	};
 	return test_run_(cases, sizeof cases / sizeof cases[0]);
 }
