@@ -452,6 +452,17 @@ KERNELS__INLINE __m256i kernels__x86_round_away(__m256 v)
 
 static void kernels__x86_quantize_act(shoal_dtype act, const float *x, void *out, int64_t n)
 {
+	if (act == SHOAL_DTYPE_F16) { /* F16C rounds to nearest even as quant.c does */
+		uint16_t *o = out;
+		int64_t i = 0;
+		for (; i + 8 <= n; i += 8)
+			_mm_storeu_si128((__m128i *)(o + i),
+			                 _mm256_cvtps_ph(_mm256_loadu_ps(x + i),
+			                                 _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+		if (i < n)
+			kernels__quantize_act(act, x + i, o + i, n - i);
+		return;
+	}
 	if (act != SHOAL_DTYPE_Q8_0 || n % KERNELS__QK) {
 		kernels__quantize_act(act, x, out, n);
 		return;

@@ -352,6 +352,34 @@ static void test_quantize_act_shared(void)
 			TEST_FAIL_("%s: Q8_0 activations differ from quant.c on special values",
 			           k->isa);
 	}
+	/* F16 (activations of F16 weights, and the KV cache): NaNs quiet and
+	 * signalling with payloads, the overflow edge (65504, 65519.99,
+	 * 65520), halfway cases of normal and subnormal halves, values that
+	 * round to zero, and a tail past a multiple of 8 */
+	static const uint32_t bits[] = {0x7fc00001u, 0xffa00000u, 0x7f800001u, 0x7f812345u,
+	                                0x7f800000u, 0xff800000u, 0x477fe000u, 0x477fefffu,
+	                                0x477ff000u, 0xc77ff000u, 0x33000000u, 0x33000001u,
+	                                0x80000001u, 0x38800000u, 0x387fffffu, 0x37800000u,
+	                                0x3f801000u, 0x3f803000u, 0x3f800fffu, 0x00000000u,
+	                                0x80000000u, 0x35c00000u, 0x35a00000u};
+	enum { NF = 203 };
+	float z[NF];
+	for (int i = 0; i < NF; i++)
+		z[i] = rnd() * (i % 7 ? 3.0f : 70000.0f);
+	for (size_t i = 0; i < sizeof bits / sizeof bits[0]; i++)
+		memcpy(&z[3 + 8 * i], &bits[i], 4);
+	for (size_t ti = 0; ti < sizeof isa_names / sizeof isa_names[0]; ti++) {
+		const shoal_kernels *k = shoal_kernels_by_name(isa_names[ti]);
+		if (!k)
+			continue;
+		uint16_t p[NF], q[NF];
+		k->quantize_act(SHOAL_DTYPE_F16, z, p, NF);
+		shoal_quantize_row(SHOAL_DTYPE_F16, z, q, NF);
+		for (int i = 0; i < NF; i++)
+			if (p[i] != q[i])
+				TEST_FAIL_("%s: F16 of %08x is %04x, quant.c %04x", k->isa,
+				           (unsigned)kernels__f32_bits(z[i]), p[i], q[i]);
+	}
 }
 
 static void test_act_types(void)
