@@ -537,6 +537,10 @@ KERNELS__INLINE void k5_transpose16(const char *const *rows, size_t off, __m512i
 	}
 }
 
+/* Columns per gemm tile: 8 accumulators and 8 sums stay in registers with
+ * the group's word, so each repacked word is loaded once for 8 columns. */
+#define K5_Q8G_TILE 8
+
 /* A group's segment repacked: W[b][k] lane r = bytes 4k..4k+3 of row r's
  * block b (VNNI: as w + 128; else |w|, NEG the signs), DW[b] the 16 scales. */
 typedef struct k5_q8g_pack {
@@ -588,12 +592,12 @@ KERNELS__INLINE void k5_q8g_tile_n(const k5_q8g_pack *pk, int sb, const kernels_
                                    const int32_t *const *xc, const float *const *xd, const int NC,
                                    float *y, size_t y_stride, __mmask16 m, int first)
 {
-	__m512 acc[KERNELS__TILE];
-	KERNELS__UNROLL for (int c = 0; c < NC; c++) acc[c] =
+	__m512 acc[K5_Q8G_TILE];
+	_Pragma("GCC unroll 8") for (int c = 0; c < NC; c++) acc[c] =
 	    first ? _mm512_setzero_ps() : _mm512_maskz_loadu_ps(m, y + (size_t)c * y_stride);
 	for (int b = 0; b < sb; b++) {
-		__m512i s[KERNELS__TILE];
-		KERNELS__UNROLL for (int c = 0; c < NC; c++)
+		__m512i s[K5_Q8G_TILE];
+		_Pragma("GCC unroll 8") for (int c = 0; c < NC; c++)
 #if KERNELS_VNNI
 		    s[c] = _mm512_set1_epi32(xc[c][b]);
 #else
@@ -607,7 +611,7 @@ KERNELS__INLINE void k5_q8g_tile_n(const k5_q8g_pack *pk, int sb, const kernels_
 #if !KERNELS_VNNI
 			const __mmask64 neg = pk->NEG[b][k];
 #endif
-			KERNELS__UNROLL for (int c = 0; c < NC; c++)
+			_Pragma("GCC unroll 8") for (int c = 0; c < NC; c++)
 			{
 				int32_t word;
 				memcpy(&word, x[c][b].qs + 4 * k, 4);
@@ -624,11 +628,11 @@ KERNELS__INLINE void k5_q8g_tile_n(const k5_q8g_pack *pk, int sb, const kernels_
 			}
 		}
 		const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)pk->DW[b]));
-		KERNELS__UNROLL for (int c = 0; c < NC; c++) acc[c] =
+		_Pragma("GCC unroll 8") for (int c = 0; c < NC; c++) acc[c] =
 		    _mm512_fmadd_ps(_mm512_cvtepi32_ps(s[c]),
 		                    _mm512_mul_ps(dw, _mm512_set1_ps(xd[c][b])), acc[c]);
 	}
-	KERNELS__UNROLL for (int c = 0; c < NC; c++)
+	_Pragma("GCC unroll 8") for (int c = 0; c < NC; c++)
 	    _mm512_mask_storeu_ps(y + (size_t)c * y_stride, m, acc[c]);
 }
 
@@ -636,8 +640,21 @@ static void k5_q8g_tile(const k5_q8g_pack *pk, int sb, const kernels__block_q8_0
                         const int32_t *const *xc, const float *const *xd, int NC, float *y,
                         size_t y_stride, __mmask16 m, int first)
 {
-#define K5_TILE(C) k5_q8g_tile_n(pk, sb, x, xc, xd, C, y, y_stride, m, first)
-	K5_BY_NC(NC, K5_TILE)
+#define K5_TILE(C)                                                                                 \
+	case C:                                                                                    \
+		k5_q8g_tile_n(pk, sb, x, xc, xd, C, y, y_stride, m, first);                        \
+		break
+	switch (NC) {
+		K5_TILE(1);
+		K5_TILE(2);
+		K5_TILE(3);
+		K5_TILE(4);
+		K5_TILE(5);
+		K5_TILE(6);
+		K5_TILE(7);
+	default:
+		k5_q8g_tile_n(pk, sb, x, xc, xd, 8, y, y_stride, m, first);
+	}
 #undef K5_TILE
 }
 
@@ -666,11 +683,11 @@ static void k5_q8g_gemm(int64_t n, const char *w, size_t row_bytes, int64_t nrow
 			for (int64_t g = 0; g < nrows; g += K5_G) {
 				const int R = nrows - g < K5_G ? (int)(nrows - g) : K5_G;
 				k5_q8g_repack(w + (size_t)g * row_bytes, row_bytes, R, s0, sb, &pk);
-				for (int c0 = 0; c0 < nc; c0 += KERNELS__TILE) {
-					const int NC = nc - c0 < KERNELS__TILE ? nc - c0 : KERNELS__TILE;
-					const kernels__block_q8_0 *x[KERNELS__TILE];
-					const int32_t *xc[KERNELS__TILE];
-					const float *xd[KERNELS__TILE];
+				for (int c0 = 0; c0 < nc; c0 += K5_Q8G_TILE) {
+					const int NC = nc - c0 < K5_Q8G_TILE ? nc - c0 : K5_Q8G_TILE;
+					const kernels__block_q8_0 *x[K5_Q8G_TILE];
+					const int32_t *xc[K5_Q8G_TILE];
+					const float *xd[K5_Q8G_TILE];
 					for (int c = 0; c < NC; c++) {
 						x[c] = (const kernels__block_q8_0 *)((const char *)xq +
 						                                     (size_t)(cb + c0 + c) *
