@@ -563,14 +563,23 @@ static void k5_q8g_repack(const char *w, size_t row_bytes, int R, int64_t s0, in
 		rows[r] = r < R ? w + (size_t)r * row_bytes + (size_t)s0 * sizeof(kernels__block_q8_0)
 		                : (const char *)zero;
 	const size_t pf = (size_t)K5_G * row_bytes; /* the same block of the next group */
+	const __m512i ridx = _mm512_mullo_epi32(
+	    _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+	    _mm512_set1_epi32((int)row_bytes));
 	for (int b = 0; b < sb; b++) {
 		const size_t o = (size_t)b * sizeof(kernels__block_q8_0);
 		/* every other block crosses a line: prefetch the next group's */
 		if (!(b & 1) && R == K5_G)
 			_Pragma("GCC unroll 16") for (int r = 0; r < K5_G; r++)
 			    kernels__prefetch_line(rows[r] + o + pf);
-		_Pragma("GCC unroll 16") for (int r = 0; r < K5_G; r++) pk->DW[b][r] =
-		    ((const kernels__block_q8_0 *)(const void *)(rows[r] + o))->d;
+		/* rows row_bytes apart: one gather of the 16 scales */
+		if (R == K5_G && row_bytes < (1u << 26))
+			_mm256_storeu_si256((__m256i *)pk->DW[b],
+			                    _mm512_cvtepi32_epi16(_mm512_i32gather_epi32(
+			                        ridx, (const void *)(rows[0] + o), 1)));
+		else
+			_Pragma("GCC unroll 16") for (int r = 0; r < K5_G; r++) pk->DW[b][r] =
+			    ((const kernels__block_q8_0 *)(const void *)(rows[r] + o))->d;
 		__m512i t[8];
 		k5_transpose16(rows, o + offsetof(kernels__block_q8_0, qs), t);
 		_Pragma("GCC unroll 8") for (int k = 0; k < 8; k++)
