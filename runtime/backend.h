@@ -93,6 +93,11 @@ typedef struct shoal_backend_limits {
 	uint32_t max_rows;  /* rows of one op */
 	uint32_t max_n;     /* the widest matrix input */
 	uint32_t max_group; /* query heads per KV head (GQA group) */
+	/* The bytes of the weights the engine will multiply (its layers and
+	 * head), for the backend's choice of keeping a second, packed copy of
+	 * them (the CPU backend: only where they fit its last-level cache
+	 * twice over); 0: unknown (never). */
+	uint64_t weight_bytes;
 } shoal_backend_limits;
 
 typedef struct shoal_backend_ops {

@@ -39,6 +39,22 @@ struct shoal_backend {
 	uint8_t *act;      /* (max_rows, act_stride) converted activations */
 	float *scores;     /* (n_threads, max_group, max_ctx) attention scratch */
 
+	/* Weights packed once for batches of 2+ rows (kernels.h pack), where
+	 * the kernels have a packed form and the engine's weights fit the
+	 * last-level cache twice over: there the weights come from the cache
+	 * and the gemm's on-the-fly repack is most of its time; where they
+	 * stream from memory the repack hides behind the reads and a copy
+	 * would only double the memory. An open-addressing table by the
+	 * matrix's (data, n, rows); packed on first use, freed with the
+	 * instance. */
+	struct shoal_cpu_pack {
+		const void *w;
+		int64_t n, nrows;
+		void *p; /* NULL: could not pack (no memory): the repack path */
+	} *packs;
+	size_t pack_cap, n_packs;
+	uint64_t pack_bytes, pack_budget; /* budget 0: packing off */
+
 	/* the job in flight (one at a time, see threadpool.h) */
 	struct {
 		uint32_t n_mat;
@@ -47,6 +63,7 @@ struct shoal_backend {
 		size_t ldy[SHOAL_BACKEND_MAX_MATS];
 		uint32_t chunk_end[SHOAL_BACKEND_MAX_MATS]; /* prefix sums */
 		uint32_t rows_per_chunk[SHOAL_BACKEND_MAX_MATS];
+		const void *packed[SHOAL_BACKEND_MAX_MATS]; /* or NULL */
 		uint32_t n_rows;
 		shoal_dtype act_type;
 		const float *x; /* (n_rows, n_in) ldx */
@@ -67,9 +84,37 @@ static void shoal_cpu_destroy(shoal_backend *b)
 	if (!b)
 		return;
 	shoal_threadpool_free(b->pool);
+	for (size_t i = 0; i < b->pack_cap; i++)
+		free(b->packs[i].p);
+	free(b->packs);
 	free(b->act);
 	free(b->scores);
 	free(b);
+}
+
+/* Packing stops at this many bytes whatever the cache (a VM may report a
+ * host's whole cache as its own). */
+#define SHOAL_CPU_PACK_MAX ((uint64_t)256 << 20)
+
+/* The packing budget for weights of weight_bytes: SHOAL_PACK=0 never, =1
+ * always (tests); else those bytes (+1/8 for the groups' padding) when
+ * twice them fit the last-level cache, 0 otherwise. */
+static uint64_t shoal_cpu_pack_budget(const shoal_kernels *k, uint64_t weight_bytes)
+{
+	if (!k->pack_bytes(SHOAL_DTYPE_Q8_0, 256, 16))
+		return 0;
+	const char *env = getenv("SHOAL_PACK");
+	if (env && !strcmp(env, "0"))
+		return 0;
+	if (env && !strcmp(env, "1"))
+		return UINT64_MAX;
+	long llc = sysconf(_SC_LEVEL3_CACHE_SIZE);
+	if (llc <= 0)
+		llc = sysconf(_SC_LEVEL2_CACHE_SIZE);
+	if (weight_bytes == 0 || llc <= 0 || weight_bytes > SHOAL_CPU_PACK_MAX ||
+	    2 * weight_bytes > (uint64_t)llc)
+		return 0;
+	return weight_bytes + weight_bytes / 8 + ((uint64_t)1 << 20);
 }
 
 static shoal_err shoal_cpu_create(const shoal_backend_limits *lim, shoal_backend **out)
@@ -83,6 +128,7 @@ static shoal_err shoal_cpu_create(const shoal_backend_limits *lim, shoal_backend
 	if (!b)
 		return SHOAL_ERR_NOMEM;
 	b->k = shoal_kernels_best();
+	b->pack_budget = shoal_cpu_pack_budget(b->k, lim->weight_bytes);
 	b->n_threads = lim->n_threads;
 	b->max_ctx = lim->max_ctx;
 	b->max_rows = lim->max_rows;
@@ -162,6 +208,9 @@ static void shoal_cpu_matmul_worker(void *ctx, uint32_t ith, uint32_t nth)
 		if (b->mm.n_rows == 1)
 			k->gemv(w->type, w->n_in, wd, w->row_bytes, r1 - r0, b->act,
 			        b->mm.y[m] + r0);
+		else if (b->mm.packed[m]) /* r0: a multiple of 16 (rows_per_chunk) */
+			k->gemm_packed(w->type, w->n_in, b->mm.packed[m], r0, r1 - r0, b->act,
+			               b->act_stride, b->mm.n_rows, b->mm.y[m] + r0, b->mm.ldy[m]);
 		else
 			k->gemm(w->type, w->n_in, wd, w->row_bytes, r1 - r0, b->act, b->act_stride,
 			        b->mm.n_rows, b->mm.y[m] + r0, b->mm.ldy[m]);
@@ -183,6 +232,50 @@ static uint32_t shoal_cpu_rows_per_chunk(int64_t n_out, uint32_t nth)
 	if (r < 16)
 		r = 16;
 	return (uint32_t)r;
+}
+
+/* The packed copy of w, made now if it is new and fits the budget; NULL
+ * where there is none (the kernels repack on the fly). */
+static const void *shoal_cpu_packed(shoal_backend *b, const shoal_backend_mat *w)
+{
+	size_t bytes = b->k->pack_bytes(w->type, w->n_in, w->n_out);
+	if (!bytes)
+		return NULL;
+	if (b->n_packs + 1 > b->pack_cap / 2) { /* grow: at most half full */
+		size_t cap = b->pack_cap ? 2 * b->pack_cap : 256;
+		struct shoal_cpu_pack *t = calloc(cap, sizeof *t);
+		if (!t)
+			return NULL;
+		for (size_t i = 0; i < b->pack_cap; i++) {
+			if (!b->packs[i].w)
+				continue;
+			size_t h = ((uintptr_t)b->packs[i].w >> 4) * 0x9e3779b97f4a7c15ull & (cap - 1);
+			while (t[h].w)
+				h = (h + 1) & (cap - 1);
+			t[h] = b->packs[i];
+		}
+		free(b->packs);
+		b->packs = t;
+		b->pack_cap = cap;
+	}
+	size_t h = ((uintptr_t)w->data >> 4) * 0x9e3779b97f4a7c15ull & (b->pack_cap - 1);
+	for (; b->packs[h].w; h = (h + 1) & (b->pack_cap - 1))
+		if (b->packs[h].w == w->data && b->packs[h].n == w->n_in &&
+		    b->packs[h].nrows == w->n_out)
+			return b->packs[h].p;
+	struct shoal_cpu_pack *e = &b->packs[h];
+	e->w = w->data;
+	e->n = w->n_in;
+	e->nrows = w->n_out;
+	b->n_packs++;
+	if (bytes > b->pack_budget - b->pack_bytes)
+		return NULL; /* over the budget: remembered as not packed */
+	e->p = aligned_alloc(64, (bytes + 63) & ~(size_t)63);
+	if (!e->p)
+		return NULL;
+	b->k->pack(w->type, w->n_in, w->data, w->row_bytes, w->n_out, e->p);
+	b->pack_bytes += bytes;
+	return e->p;
 }
 
 static void shoal_cpu_matmul(shoal_backend *b, uint32_t n_mat, const shoal_backend_mat *w,
@@ -210,6 +303,8 @@ static void shoal_cpu_matmul(shoal_backend *b, uint32_t n_mat, const shoal_backe
 			b->mm.y[m] = y[j];
 			b->mm.ldy[m] = ldy[j];
 			b->mm.rows_per_chunk[m] = rpc;
+			b->mm.packed[m] =
+			    n_rows >= 2 && b->pack_budget ? shoal_cpu_packed(b, &w[j]) : NULL;
 			n_chunks += (uint32_t)((w[j].n_out + rpc - 1) / rpc);
 			b->mm.chunk_end[m] = n_chunks;
 		}

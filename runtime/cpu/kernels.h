@@ -44,6 +44,20 @@ typedef struct shoal_kernels {
 	void (*gemm)(shoal_dtype wt, int64_t n, const void *w, size_t row_bytes, int64_t nrows,
 	             const void *xq, size_t xq_stride, int64_t ncols, float *y, size_t y_stride);
 
+	/* Weights packed once for gemm, where the table has a packed form for
+	 * wt (AVX-512 with VNNI: Q8_0, as its gemm repacks each group of 16
+	 * rows on the fly): pack_bytes(wt, n, nrows) is the size, 0 where
+	 * there is none (then pack and gemm_packed must not be called); pack
+	 * fills out (64-byte aligned) from the matrix; gemm_packed is gemm
+	 * over its rows [row0, row0 + nrows) (row0 a multiple of 16), bitwise
+	 * what gemm gives. Never NULL. */
+	size_t (*pack_bytes)(shoal_dtype wt, int64_t n, int64_t nrows);
+	void (*pack)(shoal_dtype wt, int64_t n, const void *w, size_t row_bytes, int64_t nrows,
+	             void *out);
+	void (*gemm_packed)(shoal_dtype wt, int64_t n, const void *packed, int64_t row0,
+	                    int64_t nrows, const void *xq, size_t xq_stride, int64_t ncols, float *y,
+	                    size_t y_stride);
+
 	/* Attention over one KV head, for the ng query heads that share it
 	 * (rows of hd floats, q and o contiguous; cached rows k_ld / v_ld
 	 * floats apart). attn_scores: s[g * s_ld + t] = dot(q_g, k_t) * scale

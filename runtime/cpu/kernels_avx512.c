@@ -594,10 +594,20 @@ static void k5_q8g_repack(const char *w, size_t row_bytes, int R, int64_t s0, in
 	}
 }
 
+/* A repacked segment as the tiles read it: from a k5_q8g_pack, or from
+ * weights packed once (k5_pack). */
+typedef struct k5_q8g_view {
+	const __m512i (*W)[8];
+#if !KERNELS_VNNI
+	const __mmask64 (*NEG)[8];
+#endif
+	const uint16_t (*DW)[K5_G];
+} k5_q8g_view;
+
 /* NC columns of a group over a repacked segment: acc from y (or 0 when
  * first), out to y (rows as mask m says). x[c]: the columns' blocks of the
  * segment; xc[c], xd[c]: their -128 * byte sums and scales. */
-KERNELS__INLINE void k5_q8g_tile_n(const k5_q8g_pack *pk, int sb, const kernels__block_q8_0 *const *x,
+KERNELS__INLINE void k5_q8g_tile_n(const k5_q8g_view *pk, int sb, const kernels__block_q8_0 *const *x,
                                    const int32_t *const *xc, const float *const *xd, const int NC,
                                    float *y, size_t y_stride, __mmask16 m, int first)
 {
@@ -645,7 +655,7 @@ KERNELS__INLINE void k5_q8g_tile_n(const k5_q8g_pack *pk, int sb, const kernels_
 	    _mm512_mask_storeu_ps(y + (size_t)c * y_stride, m, acc[c]);
 }
 
-static void k5_q8g_tile(const k5_q8g_pack *pk, int sb, const kernels__block_q8_0 *const *x,
+static void k5_q8g_tile(const k5_q8g_view *pk, int sb, const kernels__block_q8_0 *const *x,
                         const int32_t *const *xc, const float *const *xd, int NC, float *y,
                         size_t y_stride, __mmask16 m, int first)
 {
@@ -667,12 +677,30 @@ static void k5_q8g_tile(const k5_q8g_pack *pk, int sb, const kernels__block_q8_0
 #undef K5_TILE
 }
 
-static void k5_q8g_gemm(int64_t n, const char *w, size_t row_bytes, int64_t nrows,
-                        const void *xq, size_t xq_stride, int64_t ncols, float *y,
-                        size_t y_stride)
+/* Weights packed once (kernels.h pack, VNNI tables): a header, then every
+ * group's blocks as k5_q8g_pack's W (8 words of 16 rows a block), then
+ * their scales as its DW; groups past the matrix's rows are zeros. */
+typedef struct k5_packed_head {
+	int64_t n, nrows, nb, ngroups;
+	uint8_t pad[32];
+} k5_packed_head;
+
+/* The gemm over rows [g0, g0 + nrows) of 16-row groups, g0 a multiple of
+ * 16: from w (row_bytes apart, repacked here a segment at a time) or, with
+ * packed, from weights packed once (w is then unused). */
+static void k5_q8g_gemm_from(int64_t n, const char *w, size_t row_bytes, const void *packed,
+                             int64_t g0, int64_t nrows, const void *xq, size_t xq_stride,
+                             int64_t ncols, float *y, size_t y_stride)
 {
 	const int64_t nb = n / KERNELS__QK;
 	k5_q8g_pack pk;
+	const __m512i(*PW)[8] = NULL;
+	const uint16_t(*PD)[K5_G] = NULL;
+	if (packed) {
+		const k5_packed_head *h = packed;
+		PW = (const __m512i(*)[8])(const void *)((const char *)packed + sizeof *h);
+		PD = (const uint16_t(*)[K5_G])(const void *)(PW + h->ngroups * h->nb);
+	}
 	int32_t XC[K5_CB][K5_GS];
 	float XD[K5_CB][K5_GS];
 	for (int64_t cb = 0; cb < ncols; cb += K5_CB) {
@@ -691,7 +719,23 @@ static void k5_q8g_gemm(int64_t n, const char *w, size_t row_bytes, int64_t nrow
 			}
 			for (int64_t g = 0; g < nrows; g += K5_G) {
 				const int R = nrows - g < K5_G ? (int)(nrows - g) : K5_G;
-				k5_q8g_repack(w + (size_t)g * row_bytes, row_bytes, R, s0, sb, &pk);
+				k5_q8g_view v;
+				if (packed) {
+					const int64_t at = ((g0 + g) / K5_G) * nb + s0;
+					v.W = PW + at;
+					v.DW = PD + at;
+#if !KERNELS_VNNI
+					v.NEG = pk.NEG; /* not reached: packing is VNNI's */
+#endif
+				} else {
+					k5_q8g_repack(w + (size_t)g * row_bytes, row_bytes, R, s0, sb,
+					              &pk);
+					v.W = (const __m512i(*)[8])pk.W;
+					v.DW = (const uint16_t(*)[K5_G])pk.DW;
+#if !KERNELS_VNNI
+					v.NEG = (const __mmask64(*)[8])pk.NEG;
+#endif
+				}
 				for (int c0 = 0; c0 < nc; c0 += K5_Q8G_TILE) {
 					const int NC = nc - c0 < K5_Q8G_TILE ? nc - c0 : K5_Q8G_TILE;
 					const kernels__block_q8_0 *x[K5_Q8G_TILE];
@@ -705,7 +749,7 @@ static void k5_q8g_gemm(int64_t n, const char *w, size_t row_bytes, int64_t nrow
 						xc[c] = XC[c0 + c];
 						xd[c] = XD[c0 + c];
 					}
-					k5_q8g_tile(&pk, sb, x, xc, xd, NC,
+					k5_q8g_tile(&v, sb, x, xc, xd, NC,
 					            y + (size_t)(cb + c0) * y_stride + (size_t)g, y_stride,
 					            k5_q8g_mask(R), s0 == 0);
 				}
@@ -713,6 +757,60 @@ static void k5_q8g_gemm(int64_t n, const char *w, size_t row_bytes, int64_t nrow
 		}
 	}
 }
+
+static void k5_q8g_gemm(int64_t n, const char *w, size_t row_bytes, int64_t nrows,
+                        const void *xq, size_t xq_stride, int64_t ncols, float *y,
+                        size_t y_stride)
+{
+	k5_q8g_gemm_from(n, w, row_bytes, NULL, 0, nrows, xq, xq_stride, ncols, y, y_stride);
+}
+
+#if KERNELS_VNNI
+static size_t k5_pack_bytes(shoal_dtype wt, int64_t n, int64_t nrows)
+{
+	if (wt != SHOAL_DTYPE_Q8_0 || n <= 0 || n % KERNELS__QK || nrows <= 0)
+		return 0;
+	const size_t units = (size_t)((nrows + K5_G - 1) / K5_G) * (size_t)(n / KERNELS__QK);
+	return sizeof(k5_packed_head) + units * (sizeof(__m512i) * 8 + sizeof(uint16_t) * K5_G);
+}
+
+static void k5_pack(shoal_dtype wt, int64_t n, const void *w, size_t row_bytes, int64_t nrows,
+                    void *out)
+{
+	(void)wt;
+	k5_packed_head *h = out;
+	memset(h, 0, sizeof *h);
+	h->n = n;
+	h->nrows = nrows;
+	h->nb = n / KERNELS__QK;
+	h->ngroups = (nrows + K5_G - 1) / K5_G;
+	__m512i(*PW)[8] = (__m512i(*)[8])(void *)((char *)out + sizeof *h);
+	uint16_t(*PD)[K5_G] = (uint16_t(*)[K5_G])(void *)(PW + h->ngroups * h->nb);
+	k5_q8g_pack pk;
+	for (int64_t g = 0; g < h->ngroups; g++) {
+		const int R = nrows - g * K5_G < K5_G ? (int)(nrows - g * K5_G) : K5_G;
+		for (int64_t s0 = 0; s0 < h->nb; s0 += K5_GS) {
+			const int sb = h->nb - s0 < K5_GS ? (int)(h->nb - s0) : K5_GS;
+			k5_q8g_repack((const char *)w + (size_t)(g * K5_G) * row_bytes, row_bytes, R,
+			              s0, sb, &pk);
+			memcpy(PW + g * h->nb + s0, pk.W, sizeof pk.W[0] * (size_t)sb);
+			memcpy(PD + g * h->nb + s0, pk.DW, sizeof pk.DW[0] * (size_t)sb);
+		}
+	}
+}
+
+static void k5_gemm_packed(shoal_dtype wt, int64_t n, const void *packed, int64_t row0,
+                           int64_t nrows, const void *xq, size_t xq_stride, int64_t ncols,
+                           float *y, size_t y_stride)
+{
+	(void)wt;
+	k5_q8g_gemm_from(n, NULL, 0, packed, row0, nrows, xq, xq_stride, ncols, y, y_stride);
+}
+#else
+#define k5_pack_bytes  kernels__no_pack_bytes
+#define k5_pack        kernels__no_pack
+#define k5_gemm_packed kernels__no_gemm_packed
+#endif
 
 /* The table's whole-matrix Q8_0 (ncols 1: the gemv). */
 static void k5_q8g_mm(int64_t n, const void *w, size_t row_bytes, int64_t nrows, const void *xq,

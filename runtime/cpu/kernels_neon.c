@@ -470,6 +470,9 @@ KERNELS__SUPER_TILE(kn_tile_iq4_xs, kernels__block_iq4_xs)
 #define kn_quantize_act kernels__quantize_act
 #define kn_softmax      kernels__softmax /* no NEON twin yet */
 #define kn_silu_mul     kernels__silu_mul /* nor here */
+#define kn_pack_bytes   kernels__no_pack_bytes
+#define kn_pack         kernels__no_pack
+#define kn_gemm_packed  kernels__no_gemm_packed
 
 /* ---- attention (kernels.h's order; products and sums, never fused) -------------
  * Two 4-lane sums per dot (lanes p0-p3 and p4-p7); values 4 heads x 8

@@ -400,6 +400,9 @@ void kernels__silu_mul(const float *g, const float *u, size_t n, float *h)
 		h[i] = kernels__silu_mul1(g[i], u[i]);
 }
 #define ks_silu_mul kernels__silu_mul
+#define ks_pack_bytes  kernels__no_pack_bytes
+#define ks_pack        kernels__no_pack
+#define ks_gemm_packed kernels__no_gemm_packed
 
 /* ---- the table ---------------------------------------------------------------- */
 

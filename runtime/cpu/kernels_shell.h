@@ -85,6 +85,32 @@ KERNELS__INLINE float kernels__kv_get(const void *p, size_t i, int f16)
 	return f16 ? kernels__fp16_to_f32(((const uint16_t *)p)[i]) : ((const float *)p)[i];
 }
 
+/* A table without packed weights (kernels.h pack_bytes 0). */
+__attribute__((unused)) static size_t kernels__no_pack_bytes(shoal_dtype wt, int64_t n,
+                                                             int64_t nrows)
+{
+	(void)wt, (void)n, (void)nrows;
+	return 0;
+}
+
+__attribute__((unused)) static void kernels__no_pack(shoal_dtype wt, int64_t n, const void *w,
+                                                     size_t row_bytes, int64_t nrows, void *out)
+{
+	(void)wt, (void)n, (void)w, (void)row_bytes, (void)nrows, (void)out;
+	SHOAL_ASSERT(!"pack on a table without packed weights");
+}
+
+__attribute__((unused)) static void kernels__no_gemm_packed(shoal_dtype wt, int64_t n,
+                                                            const void *packed, int64_t row0,
+                                                            int64_t nrows, const void *xq,
+                                                            size_t xq_stride, int64_t ncols,
+                                                            float *y, size_t y_stride)
+{
+	(void)wt, (void)n, (void)packed, (void)row0, (void)nrows, (void)xq, (void)xq_stride;
+	(void)ncols, (void)y, (void)y_stride;
+	SHOAL_ASSERT(!"gemm_packed on a table without packed weights");
+}
+
 #define KERNELS__ATTN_ENTRIES(p)                                                                   \
 	__attribute__((unused)) static void p##_attn_scores(                                       \
 	    const float *q, int ng, int hd, const float *k, size_t k_ld, int n, float scale,       \
@@ -487,7 +513,8 @@ static inline void kernels__ops_run(const kernels__ops *ops, shoal_dtype wt, int
  * (designated initialisers of kernels__ops; p prefixes its static names),
  * the activation converter attn##_quantize_act, the attention loops
  * attn##_attn_scores, attn##_attn_values (KERNELS__ATTN_ENTRIES: with their
- * F16 twins), attn##_softmax and attn##_silu_mul. */
+ * F16 twins), attn##_softmax, attn##_silu_mul and attn##_pack_bytes, _pack,
+ * _gemm_packed (kernels__no_pack* where the table has no packed form). */
 #define KERNELS__TABLE(symbol, isa_name, p, attn, ...)                                             \
 	static const kernels__ops p##_ops = {__VA_ARGS__};                                         \
 	static void p##_gemv(shoal_dtype wt, int64_t n, const void *w, size_t row_bytes,           \
@@ -513,6 +540,9 @@ static inline void kernels__ops_run(const kernels__ops *ops, shoal_dtype wt, int
 	    .attn_values_f16 = attn##_attn_values_f16,                                             \
 	    .softmax = attn##_softmax,                                                             \
 	    .silu_mul = attn##_silu_mul,                                                           \
+	    .pack_bytes = attn##_pack_bytes,                                                       \
+	    .pack = attn##_pack,                                                                   \
+	    .gemm_packed = attn##_gemm_packed,                                                     \
 	}
 
 #endif

@@ -548,6 +548,11 @@ static void kernels__x86_softmax(float *s, int n)
 		s[i] *= _mm256_cvtss_f32(inv);
 }
 
+/* the AVX2 table has no packed weights (kernels.h) */
+#define kernels__x86_pack_bytes  kernels__no_pack_bytes
+#define kernels__x86_pack        kernels__no_pack
+#define kernels__x86_gemm_packed kernels__no_gemm_packed
+
 /* ---- silu_mul (kernels__silu_mul1's steps, 8 lanes) ------------------------------ */
 
 static void kernels__x86_silu_mul(const float *g, const float *u, size_t n, float *h)

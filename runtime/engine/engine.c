@@ -292,6 +292,28 @@ static shoal_err engine__layer_init(shoal_engine *e, uint32_t il, bool owned, ch
  * weight read over enough rows to be compute-bound, as in the reference. */
 #define SHOAL_ENGINE_DEFAULT_ROWS 512
 
+/* The bytes of the weights the engine multiplies: its layers' tensors
+ * (every routed expert counted) and the head (shoal_backend_limits). */
+static uint64_t engine__weight_bytes(const shoal_engine *e)
+{
+	const shoal_model *m = e->m;
+	const shoal_gguf_tensor *own[SHOAL_LAYER_MAX_TENSORS];
+	uint64_t sum = 0;
+	for (uint32_t il = e->cfg.layer_begin; il < e->cfg.layer_end; il++) {
+		const shoal_layer *L = &m->layers[il];
+		size_t n = shoal_layer_own_tensors(L, own);
+		for (size_t i = 0; i < n; i++)
+			sum += own[i]->nbytes;
+		const shoal_gguf_tensor *ex[3] = {L->ffn_gate_exps, L->ffn_up_exps,
+		                                  L->ffn_down_exps};
+		for (int i = 0; i < 3; i++)
+			sum += ex[i] ? ex[i]->nbytes : 0;
+	}
+	if (e->cfg.has_head && m->output)
+		sum += m->output->nbytes;
+	return sum;
+}
+
 shoal_engine_config shoal_engine_config_default(const shoal_model *m)
 {
 	shoal_engine_config c = {0};
@@ -597,6 +619,7 @@ shoal_err shoal_engine_new(const shoal_model *m, const shoal_engine_config *cfg,
 	    .max_rows = R,
 	    .max_n = max_n,
 	    .max_group = hp->n_head / hp->n_head_kv,
+	    .weight_bytes = engine__weight_bytes(e),
 	};
 	err = e->ops->create(&lim, &e->bk);
 	if (err) {

@@ -60,9 +60,19 @@ while IFS=$'\t' read -r line cmd; do
 	c=${c//.\/shoal/$B}
 	case "$cmd" in
 	"./shoal node "*)
-		eval "exec $c" >"$T/node.log" 2>&1 & # exec: $! is the node itself
-		node_pid=$!
-		PID[readme_node]=$node_pid # lib.sh's exit trap kills it if we fail
+		# the default port may be some other test's connection's ephemeral
+		# port for a moment (make -j2 check): try again, a few times
+		for try in 1 2 3 4 5; do
+			eval "exec $c" >"$T/node.log" 2>&1 & # exec: $! is the node itself
+			node_pid=$!
+			PID[readme_node]=$node_pid # lib.sh's exit trap kills it if we fail
+			sleep 1
+			if kill -0 "$node_pid" 2>/dev/null ||
+				! grep -q "Address already in use" "$T/node.log"; then
+				break
+			fi
+			[ $try = 5 ] || sleep 1
+		done
 		wait_for 30 eval '"$B" status --key cluster.key --json 2>/dev/null | grep -q "\"servable\": true"' ||
 			fail "README.md:$line: the node did not serve in 30 s: $(tail -5 "$T/node.log")"
 		;;

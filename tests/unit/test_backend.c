@@ -14,6 +14,8 @@
 
 #include "models/model.h"
 #include "runtime/cpu/backend_cpu.h"
+#include "runtime/cpu/kernels.h"
+#include "runtime/cpu/quant.h"
 #include "runtime/engine/engine.h"
 #include "tests/unit/test.h"
 
@@ -200,5 +202,76 @@ static void test_engine_refuses(void)
 	shoal_model_free(m);
 }
 
+/* Packed weights (the CPU backend keeps a packed copy for batches of 2+
+ * rows where the kernels have one): with packing forced on (SHOAL_PACK=1),
+ * off (0) and by the cache rule for 2 threads, a Q8_0 product of 1, 2, 5
+ * and 40 rows gives the same bits, equal to the 1-row product of each
+ * row; the packed copy is made once and kept. */
+static void test_packed_matmul(void)
+{
+	const shoal_backend_ops *ops = shoal_backend_cpu();
+	enum { N = 512, OUT = 200, ROWS = 40 };
+	size_t rb = shoal_dtype_row_bytes(SHOAL_DTYPE_Q8_0, N);
+	unsigned char *wd = malloc(rb * OUT);
+	float *x = malloc(sizeof(float) * N * ROWS), *f = malloc(sizeof(float) * N);
+	float *y[3], *y1 = malloc(sizeof(float) * OUT);
+	ASSERT_TRUE(wd && x && f && y1);
+	unsigned s = 5;
+	for (int r = 0; r < OUT; r++) {
+		for (int i = 0; i < N; i++) {
+			s = s * 1664525u + 1013904223u;
+			f[i] = (float)(s >> 8) / (float)(1u << 23) - 1.0f;
+		}
+		shoal_quantize_row(SHOAL_DTYPE_Q8_0, f, wd + (size_t)r * rb, N);
+	}
+	for (int i = 0; i < N * ROWS; i++) {
+		s = s * 1664525u + 1013904223u;
+		x[i] = (float)(s >> 8) / (float)(1u << 23) - 1.0f;
+	}
+	shoal_backend_mat w = {.type = SHOAL_DTYPE_Q8_0, .n_in = N, .n_out = OUT, .row_bytes = rb,
+	                       .data = wd};
+	static const char *const modes[] = {"1", "0", NULL};
+	const uint32_t nr[] = {1, 2, 5, ROWS};
+	for (int mi = 0; mi < 3; mi++) {
+		if (modes[mi])
+			setenv("SHOAL_PACK", modes[mi], 1);
+		else
+			unsetenv("SHOAL_PACK");
+		shoal_backend_limits lim = {.n_threads = mi == 2 ? 2 : 1,
+		                            .max_ctx = 16,
+		                            .max_rows = ROWS,
+		                            .max_n = N,
+		                            .max_group = 1,
+		                            .weight_bytes = rb * OUT};
+		shoal_backend *b = NULL;
+		ASSERT_EQ(ops->create(&lim, &b), SHOAL_OK);
+		y[mi] = malloc(sizeof(float) * OUT * ROWS);
+		ASSERT_TRUE(y[mi] != NULL);
+		for (int pass = 0; pass < 2; pass++) /* the second from the kept copy */
+			for (size_t k = 0; k < sizeof nr / sizeof nr[0]; k++) {
+				size_t ld = OUT;
+				memset(y[mi], 0, sizeof(float) * OUT * ROWS);
+				ops->matmul(b, 1, &w, x, N, nr[k], &y[mi], &ld);
+				for (uint32_t r = 0; r < nr[k]; r++) {
+					ops->matmul(b, 1, &w, x + (size_t)r * N, N, 1, &y1, &ld);
+					if (memcmp(y1, y[mi] + (size_t)r * OUT, sizeof(float) * OUT))
+						TEST_FAIL_("SHOAL_PACK=%s: %u rows, row %u differs from "
+						           "its 1-row product",
+						           modes[mi] ? modes[mi] : "(unset)", nr[k], r);
+				}
+			}
+		ops->destroy(b);
+	}
+	ASSERT_MEM_EQ(y[0], y[1], sizeof(float) * OUT * ROWS);
+	ASSERT_MEM_EQ(y[0], y[2], sizeof(float) * OUT * ROWS);
+	unsetenv("SHOAL_PACK");
+	for (int mi = 0; mi < 3; mi++)
+		free(y[mi]);
+	free(wd);
+	free(x);
+	free(f);
+	free(y1);
+}
+
 TEST_MAIN(TEST_CASE(test_table), TEST_CASE(test_supports), TEST_CASE(test_router),
-          TEST_CASE(test_buffers), TEST_CASE(test_engine_refuses))
+          TEST_CASE(test_buffers), TEST_CASE(test_engine_refuses), TEST_CASE(test_packed_matmul))

@@ -873,6 +873,76 @@ static void test_softmax(void)
 	}
 }
 
+/* Packed weights (kernels.h pack, gemm_packed): bitwise gemm over the same
+ * rows, for row ranges from any group, a partial last group, one and
+ * several segments, odd block counts and column counts around the tiles;
+ * tables without a packed form say 0. */
+static void test_packed(void)
+{
+	static const int shapes[][2] = {{64, 16}, {96, 37}, {256, 100}, {2048, 33}, {8192, 48}};
+	static const int cols[] = {2, 7, 8, 9, 17, 130};
+	int tested = 0;
+	for (size_t ii = 0; ii < sizeof isa_names / sizeof isa_names[0]; ii++) {
+		const shoal_kernels *k = shoal_kernels_by_name(isa_names[ii]);
+		if (!k)
+			continue;
+		if (!k->pack_bytes(SHOAL_DTYPE_Q8_0, 256, 16))
+			continue;
+		ASSERT_EQ(k->pack_bytes(SHOAL_DTYPE_Q4_K, 256, 16), 0);
+		ASSERT_EQ(k->pack_bytes(SHOAL_DTYPE_Q8_0, 100, 16), 0);
+		for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
+			int n = shapes[si][0], rows = shapes[si][1];
+			size_t rb = shoal_dtype_row_bytes(SHOAL_DTYPE_Q8_0, (uint64_t)n);
+			unsigned char *w = malloc(rb * (size_t)rows), *x = malloc(rb * 130);
+			float *f = malloc(sizeof(float) * (size_t)n);
+			float *y0 = malloc(sizeof(float) * (size_t)rows * 130),
+			      *y1 = malloc(sizeof(float) * (size_t)rows * 130);
+			ASSERT_TRUE(w && x && f && y0 && y1);
+			for (int r = 0; r < rows; r++) {
+				for (int i = 0; i < n; i++)
+					f[i] = rnd() * (r % 5 ? 1.0f : 300.0f);
+				shoal_quantize_row(SHOAL_DTYPE_Q8_0, f, w + (size_t)r * rb, n);
+			}
+			for (int c = 0; c < 130; c++) {
+				for (int i = 0; i < n; i++)
+					f[i] = rnd();
+				k->quantize_act(SHOAL_DTYPE_Q8_0, f, x + (size_t)c * rb, n);
+			}
+			size_t pb = k->pack_bytes(SHOAL_DTYPE_Q8_0, n, rows);
+			ASSERT_TRUE(pb > 0);
+			void *p = aligned_alloc(64, (pb + 63) & ~(size_t)63);
+			ASSERT_TRUE(p != NULL);
+			k->pack(SHOAL_DTYPE_Q8_0, n, w, rb, rows, p);
+			for (size_t ci = 0; ci < sizeof cols / sizeof cols[0]; ci++) {
+				int nc = cols[ci];
+				for (int r0 = 0; r0 < rows; r0 += 16) {
+					int cnt = rows - r0 > 16 && r0 % 32 ? 16 : rows - r0;
+					memset(y0, 0, sizeof(float) * (size_t)rows * 130);
+					memset(y1, 0xff, sizeof(float) * (size_t)rows * 130);
+					k->gemm(SHOAL_DTYPE_Q8_0, n, w + (size_t)r0 * rb, rb, cnt, x, rb,
+					        nc, y0, (size_t)rows);
+					k->gemm_packed(SHOAL_DTYPE_Q8_0, n, p, r0, cnt, x, rb, nc, y1,
+					               (size_t)rows);
+					for (int c = 0; c < nc; c++)
+						if (memcmp(y0 + (size_t)c * rows, y1 + (size_t)c * rows,
+						           sizeof(float) * (size_t)cnt))
+							TEST_FAIL_("%s packed gemm differs: n %d, rows "
+							           "%d from %d, %d columns, column %d",
+							           k->isa, n, cnt, r0, nc, c);
+					tested++;
+				}
+			}
+			free(p);
+			free(w);
+			free(x);
+			free(f);
+			free(y0);
+			free(y1);
+		}
+	}
+	printf("  %d packed products checked\n", tested);
+}
+
 /* silu(g) u: the scalar table within 8 ulp of g / (1 + exp(-g)) u in
  * double where that is above 1e-30 (below, exp_neg's range ends: a zero),
  * inf and NaN through; every table bitwise the scalar table's over
@@ -940,7 +1010,7 @@ int main(int argc, char **argv)
 	    TEST_CASE(test_family_bitwise),      TEST_CASE(test_best_table),
 	    TEST_CASE(test_attention),           TEST_CASE(test_softmax),
 	    TEST_CASE(test_q8_0_avx512_order),   TEST_CASE(test_kq_avx512_order),
-	    TEST_CASE(test_silu_mul),
+	    TEST_CASE(test_silu_mul),           TEST_CASE(test_packed),
 	};
 	return test_run_(cases, sizeof cases / sizeof cases[0]);
 }
