@@ -108,9 +108,14 @@ static uint64_t shoal_cpu_pack_budget(const shoal_kernels *k, uint64_t weight_by
 		return 0;
 	if (env && !strcmp(env, "1"))
 		return UINT64_MAX;
-	long llc = sysconf(_SC_LEVEL3_CACHE_SIZE);
+	long llc = -1; /* glibc names the caches; elsewhere: unknown, no packing */
+#ifdef _SC_LEVEL3_CACHE_SIZE
+	llc = sysconf(_SC_LEVEL3_CACHE_SIZE);
+#endif
+#ifdef _SC_LEVEL2_CACHE_SIZE
 	if (llc <= 0)
 		llc = sysconf(_SC_LEVEL2_CACHE_SIZE);
+#endif
 	if (weight_bytes == 0 || llc <= 0 || weight_bytes > SHOAL_CPU_PACK_MAX ||
 	    2 * weight_bytes > (uint64_t)llc)
 		return 0;
