@@ -239,6 +239,13 @@ static uint32_t shoal_cpu_rows_per_chunk(int64_t n_out, uint32_t nth)
 	return (uint32_t)r;
 }
 
+/* The slot where the pack table of cap (a power of 2) entries starts
+ * looking for the matrix at w. */
+static size_t shoal_cpu_pack_slot(const void *w, size_t cap)
+{
+	return (size_t)(((uintptr_t)w >> 4) * 0x9e3779b97f4a7c15ull) & (cap - 1);
+}
+
 /* The packed copy of w, made now if it is new and fits the budget; NULL
  * where there is none (the kernels repack on the fly). */
 static const void *shoal_cpu_packed(shoal_backend *b, const shoal_backend_mat *w)
@@ -254,7 +261,7 @@ static const void *shoal_cpu_packed(shoal_backend *b, const shoal_backend_mat *w
 		for (size_t i = 0; i < b->pack_cap; i++) {
 			if (!b->packs[i].w)
 				continue;
-			size_t h = ((uintptr_t)b->packs[i].w >> 4) * 0x9e3779b97f4a7c15ull & (cap - 1);
+			size_t h = shoal_cpu_pack_slot(b->packs[i].w, cap);
 			while (t[h].w)
 				h = (h + 1) & (cap - 1);
 			t[h] = b->packs[i];
@@ -263,7 +270,7 @@ static const void *shoal_cpu_packed(shoal_backend *b, const shoal_backend_mat *w
 		b->packs = t;
 		b->pack_cap = cap;
 	}
-	size_t h = ((uintptr_t)w->data >> 4) * 0x9e3779b97f4a7c15ull & (b->pack_cap - 1);
+	size_t h = shoal_cpu_pack_slot(w->data, b->pack_cap);
 	for (; b->packs[h].w; h = (h + 1) & (b->pack_cap - 1))
 		if (b->packs[h].w == w->data && b->packs[h].n == w->n_in &&
 		    b->packs[h].nrows == w->n_out)

@@ -685,6 +685,14 @@ typedef struct k5_packed_head {
 	uint8_t pad[32];
 } k5_packed_head;
 
+/* Bytes from the start of packed weights with head h to their words (W)
+ * and to their scales (DW). */
+#define K5_PACKED_W sizeof(k5_packed_head)
+KERNELS__INLINE size_t k5_packed_dw(const k5_packed_head *h)
+{
+	return K5_PACKED_W + (size_t)(h->ngroups * h->nb) * sizeof(__m512i[8]);
+}
+
 /* The gemm over rows [g0, g0 + nrows) of 16-row groups, g0 a multiple of
  * 16: from w (row_bytes apart, repacked here a segment at a time) or, with
  * packed, from weights packed once (w is then unused). */
@@ -694,13 +702,15 @@ static void k5_q8g_gemm_from(int64_t n, const char *w, size_t row_bytes, const v
 {
 	const int64_t nb = n / KERNELS__QK;
 	k5_q8g_pack pk;
+#if KERNELS_VNNI /* the only tables that pack */
 	const __m512i(*PW)[8] = NULL;
 	const uint16_t(*PD)[K5_G] = NULL;
 	if (packed) {
-		const k5_packed_head *h = packed;
-		PW = (const __m512i(*)[8])(const void *)((const char *)packed + sizeof *h);
-		PD = (const uint16_t(*)[K5_G])(const void *)(PW + h->ngroups * h->nb);
+		PW = (const __m512i(*)[8])(const void *)((const char *)packed + K5_PACKED_W);
+		PD = (const uint16_t(*)[K5_G])(const void *)((const char *)packed +
+		                                              k5_packed_dw(packed));
 	}
+#endif
 	int32_t XC[K5_CB][K5_GS];
 	float XD[K5_CB][K5_GS];
 	for (int64_t cb = 0; cb < ncols; cb += K5_CB) {
@@ -720,14 +730,14 @@ static void k5_q8g_gemm_from(int64_t n, const char *w, size_t row_bytes, const v
 			for (int64_t g = 0; g < nrows; g += K5_G) {
 				const int R = nrows - g < K5_G ? (int)(nrows - g) : K5_G;
 				k5_q8g_view v;
+#if KERNELS_VNNI
 				if (packed) {
 					const int64_t at = ((g0 + g) / K5_G) * nb + s0;
 					v.W = PW + at;
 					v.DW = PD + at;
-#if !KERNELS_VNNI
-					v.NEG = pk.NEG; /* not reached: packing is VNNI's */
+				} else
 #endif
-				} else {
+				{
 					k5_q8g_repack(w + (size_t)g * row_bytes, row_bytes, R, s0, sb,
 					              &pk);
 					v.W = (const __m512i(*)[8])pk.W;
@@ -784,8 +794,8 @@ static void k5_pack(shoal_dtype wt, int64_t n, const void *w, size_t row_bytes, 
 	h->nrows = nrows;
 	h->nb = n / KERNELS__QK;
 	h->ngroups = (nrows + K5_G - 1) / K5_G;
-	__m512i(*PW)[8] = (__m512i(*)[8])(void *)((char *)out + sizeof *h);
-	uint16_t(*PD)[K5_G] = (uint16_t(*)[K5_G])(void *)(PW + h->ngroups * h->nb);
+	__m512i(*PW)[8] = (__m512i(*)[8])(void *)((char *)out + K5_PACKED_W);
+	uint16_t(*PD)[K5_G] = (uint16_t(*)[K5_G])(void *)((char *)out + k5_packed_dw(h));
 	k5_q8g_pack pk;
 	for (int64_t g = 0; g < h->ngroups; g++) {
 		const int R = nrows - g * K5_G < K5_G ? (int)(nrows - g * K5_G) : K5_G;

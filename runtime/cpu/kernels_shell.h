@@ -111,31 +111,24 @@ __attribute__((unused)) static void kernels__no_gemm_packed(shoal_dtype wt, int6
 	SHOAL_ASSERT(!"gemm_packed on a table without packed weights");
 }
 
-#define KERNELS__ATTN_ENTRIES(p)                                                                   \
-	__attribute__((unused)) static void p##_attn_scores(                                       \
-	    const float *q, int ng, int hd, const float *k, size_t k_ld, int n, float scale,       \
-	    float *s, size_t s_ld)                                                                 \
+/* The scores and values entries of p for cached elements of type T
+ * (suffix sfx, flag f16). */
+#define KERNELS__ATTN_PAIR(p, sfx, T, f16)                                                         \
+	__attribute__((unused)) static void p##_attn_scores##sfx(                                  \
+	    const float *q, int ng, int hd, const T *k, size_t k_ld, int n, float scale, float *s, \
+	    size_t s_ld)                                                                           \
 	{                                                                                          \
-		p##_scores_kv(q, ng, hd, k, k_ld, n, scale, s, s_ld, 0);                           \
+		p##_scores_kv(q, ng, hd, k, k_ld, n, scale, s, s_ld, f16);                         \
 	}                                                                                          \
-	__attribute__((unused)) static void p##_attn_scores_f16(                                   \
-	    const float *q, int ng, int hd, const uint16_t *k, size_t k_ld, int n, float scale,    \
-	    float *s, size_t s_ld)                                                                 \
-	{                                                                                          \
-		p##_scores_kv(q, ng, hd, k, k_ld, n, scale, s, s_ld, 1);                           \
-	}                                                                                          \
-	__attribute__((unused)) static void p##_attn_values(const float *pr, size_t p_ld, int ng,  \
-	                                                    int hd, const float *v, size_t v_ld,   \
-	                                                    int n, float *o)                       \
-	{                                                                                          \
-		p##_values_kv(pr, p_ld, ng, hd, v, v_ld, n, o, 0);                                 \
-	}                                                                                          \
-	__attribute__((unused)) static void p##_attn_values_f16(                                   \
-	    const float *pr, size_t p_ld, int ng, int hd, const uint16_t *v, size_t v_ld, int n,   \
+	__attribute__((unused)) static void p##_attn_values##sfx(                                  \
+	    const float *pr, size_t p_ld, int ng, int hd, const T *v, size_t v_ld, int n,          \
 	    float *o)                                                                              \
 	{                                                                                          \
-		p##_values_kv(pr, p_ld, ng, hd, v, v_ld, n, o, 1);                                 \
+		p##_values_kv(pr, p_ld, ng, hd, v, v_ld, n, o, f16);                               \
 	}
+#define KERNELS__ATTN_ENTRIES(p)                                                                   \
+	KERNELS__ATTN_PAIR(p, , float, 0)                                                          \
+	KERNELS__ATTN_PAIR(p, _f16, uint16_t, 1)
 
 /* ---- tiles and drivers ----------------------------------------------------------
  * A tile function computes out[c] = dot(w row, xq[c]) for c < ncols (1..4),
