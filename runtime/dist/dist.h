@@ -92,7 +92,11 @@
  *     session: it sends ERROR to the owner (directly with owner_link, else
  *     down the chain: the last stage to the owner) and drops its later
  *     frames. A frame for an unknown session is dropped and logged (a
- *     stray).
+ *     stray), except the first row of one the stage freed without its
+ *     owner's CLOSE (its owner had left the stage's view, or the session
+ *     idled and lost its slot): that fails the session at its owner with
+ *     NOTFOUND, so that a momentary disagreement of the views costs a
+ *     replay, not a silent hang.
  *  7. In an MoE layer, one EXPERT_REQ per remote expert peer per layer per
  *     engine run, one EXPERT_REP back, on the link the request came in on;
  *     contributions are combined in expert-id order by the engine.

@@ -68,6 +68,18 @@ typedef struct dist__err {
 	uint64_t until_ns;
 } dist__err;
 
+/* Sessions a stage freed without their owner's CLOSE (the owner left the
+ * view, or went idle and lost its slot), the latest DIST__MAX_GONE: a row
+ * of one that comes after all (the views disagreed for a moment) fails
+ * that session at its owner, which replays it, instead of vanishing. */
+#define DIST__MAX_GONE 16u
+
+typedef struct dist__gone {
+	uint64_t sid;
+	uint8_t owner[16];
+	const char *why; /* a static string */
+} dist__gone;
+
 typedef struct dist__sess {
 	bool used, failed;
 	uint64_t sid;
@@ -110,6 +122,8 @@ struct shoal_dist_stage {
 	int32_t ctl[SHOAL_DIST_CTL_WORDS + SHOAL_DIST_TAIL_MAX];
 	dist__err errs[DIST__MAX_ERRS];
 	uint32_t n_errs;
+	dist__gone gone[DIST__MAX_GONE]; /* a ring; sid 0: empty */
+	uint32_t n_gone;                 /* recorded so far */
 	uint64_t errs_last_ns;
 	/* expert server: (R, k) ids/w, (R, k, n_embd) contributions, (R k) slots */
 	int32_t *ex_ids;

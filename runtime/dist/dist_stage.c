@@ -38,6 +38,16 @@ static void sess_drop(shoal_dist_stage *s, dist__sess *ss)
 	ss->hist = hist;
 }
 
+/* Free session i without its owner's word, remembering it (dist__gone). */
+static void sess_forget(shoal_dist_stage *s, dist__sess *ss, const char *why)
+{
+	dist__gone *g = &s->gone[s->n_gone++ % DIST__MAX_GONE];
+	g->sid = ss->sid;
+	memcpy(g->owner, ss->owner, 16);
+	g->why = why;
+	sess_drop(s, ss);
+}
+
 /* The session idle longest, if idle for SHOAL_DIST_IDLE_MS; -1: none. */
 static int sess_idlest(const shoal_dist_stage *s)
 {
@@ -125,6 +135,24 @@ static void errs_retry(shoal_dist_stage *s)
 		else
 			i++;
 	}
+}
+
+/* A row of session sid that this stage freed without its owner's word:
+ * the owner hears once (NOTFOUND: it replays the session) and the row is
+ * dropped; false when sid is not among them. */
+static bool sess_gone(shoal_dist_stage *s, uint64_t sid)
+{
+	for (uint32_t i = 0; i < DIST__MAX_GONE; i++) {
+		dist__gone *g = &s->gone[i];
+		if (!g->sid || g->sid != sid)
+			continue;
+		char w[160];
+		snprintf(w, sizeof w, "the session was freed here: %s", g->why);
+		g->sid = 0;
+		sess_fail(s, -1, sid, g->owner, SHOAL_ERR_NOTFOUND, w);
+		return true;
+	}
+	return false;
 }
 
 /* Hidden states of rows [0, n) downstream, as few frames as fit. */
@@ -411,6 +439,8 @@ static shoal_err take_frame(shoal_dist_stage *s, const shoal_xfer_frame *f, char
 	uint32_t n = s->n_pend, n0 = n;
 	for (uint32_t r = 0; r < h->n_rows; r++) {
 		int i = sess_find(s, h->rows[r].session);
+		if (i < 0 && sess_gone(s, h->rows[r].session))
+			continue;
 		if (i < 0 || s->sess[i].failed) {
 			SHOAL_LOG_W(
 			    LOG_PART, "layers [%u, %u): dropped a row of %s session %016llx",
@@ -465,7 +495,7 @@ static shoal_err sess_open(shoal_dist_stage *s, uint64_t sid, const dist__ctl *c
 		            s->cfg.layer_begin, s->cfg.layer_end,
 		            (unsigned long long)s->sess[i].sid,
 		            (unsigned long long)((dist__now_ns() - s->sess[i].last_ns) / 1000000000u));
-		sess_drop(s, &s->sess[i]);
+		sess_forget(s, &s->sess[i], "it was idle and its slot went to another session");
 	}
 	if (i < 0)
 		return shoal_why(w, w_len, SHOAL_ERR_BUSY, "all %u sessions in use",
@@ -671,7 +701,7 @@ uint32_t shoal_dist_stage_keep_owners(shoal_dist_stage *s, const uint8_t (*owner
 			SHOAL_LOG_I(LOG_PART, "layers [%u, %u): session %016llx freed: its owner left",
 			            s->cfg.layer_begin, s->cfg.layer_end,
 			            (unsigned long long)s->sess[i].sid);
-			sess_drop(s, &s->sess[i]);
+			sess_forget(s, &s->sess[i], "its owner had left this peer's view");
 			n++;
 		}
 	}

@@ -568,8 +568,62 @@ static void test_no_logprob(void)
 	ASSERT_TRUE(dc_same_run(&want, &got[2]));
 }
 
+/* A stage that frees a live session because its view lost the owner for
+ * a moment (shoal_dist_stage_keep_owners) and then gets the session's next
+ * row tells the owner (NOTFOUND, which a node replays) instead of dropping
+ * the row unseen and leaving the owner waiting. The stage threads are
+ * stopped and the peers polled here, one after another, so that the
+ * session is freed between two of its steps. */
+static void test_freed_session_tells_owner(void)
+{
+	shoal_model *m = dc_open_model("austen-dense-q8_0.gguf");
+	ASSERT_TRUE(m != NULL);
+	dc_cluster c;
+	ASSERT_EQ(two_stages_up(&c, m), 0);
+	shoal_sampler_params sp = shoal_sampler_defaults();
+	sp.temp = 0.0f;
+	char why[256] = "";
+	static dc_run_out got;
+	memset(&got, 0, sizeof got);
+	shoal_dist_request rq = {.prompt = PROMPT,
+	                         .n_prompt = NP,
+	                         .max_tokens = 40,
+	                         .sampler = sp,
+	                         .on_token = dc_collect_token,
+	                         .ctx = &got};
+	uint64_t sid = 0;
+	ASSERT_EQ(shoal_dist_owner_start(c.own, &rq, &sid, why, sizeof why), SHOAL_OK);
+	for (int spin = 0; spin < 500 && got.n < 3; spin++)
+		shoal_dist_owner_poll(c.own, c.owner.links, c.owner.n, 20, why, sizeof why);
+	dc_cluster_stop(&c);
+	uint32_t n_before = got.n;
+	/* the last stage's view has no owner now */
+	uint32_t freed = shoal_dist_stage_keep_owners(c.st[1].st, NULL, 0);
+	shoal_err res = SHOAL_OK;
+	bool done = false;
+	for (int spin = 0; spin < 300 && !done; spin++) {
+		for (uint32_t i = 0; i < 2; i++)
+			shoal_dist_stage_poll(c.st[i].st, c.st[i].links, c.st[i].n, 2, why, sizeof why);
+		shoal_dist_owner_poll(c.own, c.owner.links, c.owner.n, 2, why, sizeof why);
+		done = shoal_dist_owner_done(c.own, sid, &res, why, sizeof why);
+	}
+	printf("freed %u session(s) after %u tokens; owner: %s (%s) after %u tokens\n", freed,
+	       n_before, done ? shoal_strerror(res) : "still waiting", done ? why : "", got.n);
+	shoal_dist_stage_metrics sm;
+	shoal_dist_stage_metrics_get(c.st[1].st, &sm);
+	dc_cluster_down(&c);
+	shoal_model_free(m);
+	ASSERT_TRUE(n_before >= 3 && n_before < 40);
+	ASSERT_EQ(freed, 1);
+	ASSERT_TRUE(done);
+	ASSERT_EQ(res, SHOAL_ERR_NOTFOUND);
+	ASSERT_TRUE(strstr(why, "freed here") != NULL);
+	ASSERT_U64_EQ(sm.session_errors, 1);
+}
+
 TEST_MAIN(TEST_CASE(test_dense_three_stages), TEST_CASE(test_group_stages),
           TEST_CASE(test_dense_split_frames),
           TEST_CASE(test_moe_experts_on_three_peers), TEST_CASE(test_bad_frames),
           TEST_CASE(test_two_sessions_interleaved), TEST_CASE(test_replay_continues),
-          TEST_CASE(test_cancel_frees_slots), TEST_CASE(test_no_logprob))
+          TEST_CASE(test_cancel_frees_slots), TEST_CASE(test_no_logprob),
+          TEST_CASE(test_freed_session_tells_owner))
