@@ -14,6 +14,8 @@
 #include <stdbool.h>
 #include <stdlib.h>
 
+#include "base/thread.h"
+
 /* Spin budget before sleeping: 4096 pauses, ~10 ns (older Intel) to ~40 ns
  * (Skylake and later, Zen) each, i.e. ~40-160 us. Within a token the next
  * job comes within microseconds, so workers stay awake; between tokens
@@ -66,6 +68,10 @@ static void *shoal_pool_main(void *arg_)
 	uint32_t ith = arg->ith;
 	uint64_t seen = 0;
 	free(arg);
+	/* a worker computes, even in a pool that a background thread made (a
+	 * node builds its engines on its control thread) */
+	shoal_thread_compute();
+	shoal_thread_name("shoal-worker");
 	for (;;) {
 		uint64_t g = atomic_load_explicit(&p->gen, memory_order_acquire);
 		for (int i = 0; g == seen && i < SHOAL_POOL_SPIN; i++) {

@@ -1294,7 +1294,8 @@ static json_t *shoal_cluster_idstr(const uint8_t id[16])
 
 static json_t *shoal_cluster_stage_met_json(const shoal_dist_stage_metrics *m)
 {
-	json_t *o = json_pack("{sI sI sI sI sI sI sI sI sI sI}", "runs", (json_int_t)m->runs,
+	json_t *o = json_pack("{sI sI sI sI sI sI sI sI sI sI sI}", "runs", (json_int_t)m->runs,
+	                 "run_ns", (json_int_t)m->run_ns,
 	                 "batched_runs", (json_int_t)m->batched_runs, "rows", (json_int_t)m->rows,
 	                 "hidden_sent", (json_int_t)m->hidden_sent, "tokens_sent",
 	                 (json_int_t)m->tokens_sent, "expert_reqs", (json_int_t)m->expert_reqs,
@@ -1333,9 +1334,10 @@ static json_t *shoal_cluster_data_json(shoal_cluster *cl)
 	json_object_set_new(d, "stage", hs ? shoal_cluster_stage_met_json(&st) : json_null());
 	json_object_set_new(d, "experts", hx ? shoal_cluster_stage_met_json(&ex) : json_null());
 	json_object_set_new(d, "owner",
-	                    json_pack("{sI sI sI sI}", "tokens", (json_int_t)ow.tokens,
+	                    json_pack("{sI sI sI sI sI}", "tokens", (json_int_t)ow.tokens,
 	                              "token_frames", (json_int_t)ow.token_frames, "dropped",
-	                              (json_int_t)ow.dropped, "steps", (json_int_t)ow.steps));
+	                              (json_int_t)ow.dropped, "steps", (json_int_t)ow.steps,
+	                              "step_ns", (json_int_t)ow.step_ns));
 	return d;
 }
 

@@ -38,6 +38,7 @@
 
 #include "base/hex.h"
 #include "base/log.h"
+#include "base/thread.h"
 
 static uint64_t shoal_cluster_data_now_us(void)
 {
@@ -315,6 +316,7 @@ static void shoal_cluster_links_close(shoal_cluster_dt *d, const char *why)
 static void *shoal_cluster_accept_main(void *arg)
 {
 	shoal_cluster *cl = arg;
+	shoal_thread_name("shoal-accept");
 	for (;;) {
 		pthread_mutex_lock(&cl->mu);
 		int stop = cl->stop;
@@ -753,6 +755,8 @@ static void *shoal_cluster_data_main(void *arg)
 		SHOAL_LOG_E("cluster", "data thread: out of memory");
 		return NULL;
 	}
+	shoal_thread_compute(); /* its wake-up is the pipeline's critical path */
+	shoal_thread_name("shoal-data");
 	d->cl = cl;
 	cl->dt = d;
 	for (;;) {
@@ -853,6 +857,8 @@ static void *shoal_cluster_experts_main(void *arg)
 	size_t n_in = 0;
 	uint8_t digest[32] = {0};
 	uint64_t epoch = 0;
+	shoal_thread_compute(); /* a stage elsewhere waits on its answers */
+	shoal_thread_name("shoal-experts");
 	for (;;) {
 		pthread_mutex_lock(&cl->mu);
 		int stop = cl->stop;

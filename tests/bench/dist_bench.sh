@@ -23,7 +23,7 @@
 # Env: SHOAL_DATA, SHOAL_BENCH_FIXTURE, RUNS (austen, default 10),
 # FIX_RUNS (fixture, default 5), SPIN (every peer's --spin-us; default
 # the node's), LLAMA_BIN (optional: llama.cpp's RPC backend with 2 servers
-# on the fixture, for comparison).
+# on the fixture, for comparison), HOP_ONLY (set: the trained model only).
 set -u
 SHOAL_BUILDDIR=${1:-${SHOAL_BUILDDIR:-.}}
 . "$(dirname "$0")/../sh/lib.sh"
@@ -126,6 +126,35 @@ measure() {
 	done
 }
 
+# breakdown: from each cluster's `shoal status --json` (plan.data), the
+# owner's mean decode step (a token's send to stage 0 to its result) and
+# the sum of the stages' mean engine runs: their difference is what the
+# links and hand-offs add inside the pipeline, without the client's side
+breakdown() {
+	local k i files
+	for k in 1 2 3; do
+		files=()
+		for i in $(seq "$k"); do
+			KEY=$T/k$k status "c${k}p$i" || continue
+			files+=("$T/st-c${k}p$i.json")
+		done
+		python3 - "$k" "${files[@]}" <<'PY'
+import json, sys
+k, step, run = int(sys.argv[1]), None, 0.0
+for f in sys.argv[2:]:
+    d = (json.load(open(f)).get("plan") or {}).get("data") or {}
+    st, ow = d.get("stage") or {}, d.get("owner") or {}
+    if st.get("runs"):
+        run += st["run_ns"] / st["runs"] / 1e3
+    if ow.get("steps"):
+        step = ow["step_ns"] / ow["steps"] / 1e3
+if step is not None:
+    print("  %d stage(s): owner step %.1f us, stages' engine runs %.1f us, links and hand-offs %.1f us"
+          % (k, step, run, step - run))
+PY
+	done
+}
+
 # bench NAME MODEL N1 N2 RUNS LIMIT1 LIMIT2 LIMIT3
 bench() {
 	MODEL_NAME=$1 MODEL=$2
@@ -138,6 +167,7 @@ bench() {
 	echo "  load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
 	measure "$n1" "$n2" "$runs"
 	echo "  load average after:  $(cut -d' ' -f1-3 /proc/loadavg)"
+	breakdown
 	stop_all
 	rm -rf "$T"/c[0-9]p[0-9]*
 	echo "  config    stages   us/token     tok/s  x local   x 1peer  us/token range over rounds"
@@ -186,6 +216,12 @@ bench austen-dense-q8_0 "$DENSE" 8 232 "$RUNS" 64M 13M 11M
 # fixture: 1.17 GB = embedding 70 MB + head 70 MB + 22 layers x 46.8 MB.
 # 1.3G holds it all; 650M holds 11 layers + embedding (585 MB) but not the
 # model; 450M holds 8 layers + embedding (444 MB), and 2 x 450M < 1.17 GB.
+if [ -n "${HOP_ONLY:-}" ]; then # the hop alone: no fixture, no llama.cpp
+	echo
+	echo "== raw"
+	cat "$T/raw"
+	exit 0
+fi
 bench llama-1b-q8_0-fixture "$FIX" 2 34 "$FIX_RUNS" 1300M 650M 450M
 throughput_goal
 
