@@ -488,6 +488,23 @@ static void test_replay_continues(void)
 	ASSERT_TRUE(ok);
 }
 
+/* Start a greedy request of 40 tokens on c's owner, its tokens into *sink
+ * (cleared first). */
+static shoal_err start_greedy(dc_cluster *c, dc_run_out *sink, uint64_t *sid, char *why,
+                              size_t why_len)
+{
+	shoal_sampler_params sp = shoal_sampler_defaults();
+	sp.temp = 0.0f;
+	memset(sink, 0, sizeof *sink);
+	shoal_dist_request rq = {.prompt = PROMPT,
+	                         .n_prompt = NP,
+	                         .max_tokens = 40,
+	                         .sampler = sp,
+	                         .on_token = dc_collect_token,
+	                         .ctx = sink};
+	return shoal_dist_owner_start(c->own, &rq, sid, why, why_len);
+}
+
 /* A cancelled session frees its owner slot and, through CLOSE, its stage
  * slots: five cancels in a row on 2 slots, then a whole run is exact. */
 static void test_cancel_frees_slots(void)
@@ -503,14 +520,7 @@ static void test_cancel_frees_slots(void)
 	static dc_run_out sink;
 	for (int i = 0; i < 5; i++) {
 		uint64_t sid = 0;
-		shoal_dist_request rq = {.prompt = PROMPT,
-		                         .n_prompt = NP,
-		                         .max_tokens = 40,
-		                         .sampler = sp,
-		                         .on_token = dc_collect_token,
-		                         .ctx = &sink};
-		memset(&sink, 0, sizeof sink);
-		shoal_err e = shoal_dist_owner_start(c.own, &rq, &sid, why, sizeof why);
+		shoal_err e = start_greedy(&c, &sink, &sid, why, sizeof why);
 		if (e)
 			fprintf(stderr, "start %d: %s\n", i, why);
 		ok &= e == SHOAL_OK;
@@ -580,19 +590,10 @@ static void test_freed_session_tells_owner(void)
 	ASSERT_TRUE(m != NULL);
 	dc_cluster c;
 	ASSERT_EQ(two_stages_up(&c, m), 0);
-	shoal_sampler_params sp = shoal_sampler_defaults();
-	sp.temp = 0.0f;
 	char why[256] = "";
 	static dc_run_out got;
-	memset(&got, 0, sizeof got);
-	shoal_dist_request rq = {.prompt = PROMPT,
-	                         .n_prompt = NP,
-	                         .max_tokens = 40,
-	                         .sampler = sp,
-	                         .on_token = dc_collect_token,
-	                         .ctx = &got};
 	uint64_t sid = 0;
-	ASSERT_EQ(shoal_dist_owner_start(c.own, &rq, &sid, why, sizeof why), SHOAL_OK);
+	ASSERT_EQ(start_greedy(&c, &got, &sid, why, sizeof why), SHOAL_OK);
 	for (int spin = 0; spin < 500 && got.n < 3; spin++)
 		shoal_dist_owner_poll(c.own, c.owner.links, c.owner.n, 20, why, sizeof why);
 	dc_cluster_stop(&c);
