@@ -38,7 +38,7 @@ static void sess_drop(shoal_dist_stage *s, dist__sess *ss)
 	ss->hist = hist;
 }
 
-/* Free session i without its owner's word, remembering it (dist__gone). */
+/* Free session ss without its owner's word, remembering it (dist__gone). */
 static void sess_forget(shoal_dist_stage *s, dist__sess *ss, const char *why)
 {
 	dist__gone *g = &s->gone[s->n_gone++ % DIST__MAX_GONE];
