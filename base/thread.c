@@ -7,31 +7,34 @@
 #include <pthread.h>
 #include <sched.h>
 
+#if defined(__linux__)
+/* on Linux, 0 names the calling thread, not the whole process */
 static int shoal_thread_policy(int policy)
 {
-#if defined(__linux__)
-	/* on Linux, 0 names the calling thread, not the whole process */
 	struct sched_param sp = {0};
 	return sched_setscheduler(0, policy, &sp) ? errno : 0;
-#else
-	(void)policy;
-	return 0;
-#endif
 }
 
 int shoal_thread_background(void)
 {
-#if defined(__linux__) && defined(SCHED_BATCH)
 	return shoal_thread_policy(SCHED_BATCH);
-#else
-	return 0;
-#endif
 }
 
 int shoal_thread_compute(void)
 {
 	return shoal_thread_policy(SCHED_OTHER);
 }
+#else
+int shoal_thread_background(void)
+{
+	return 0;
+}
+
+int shoal_thread_compute(void)
+{
+	return 0;
+}
+#endif
 
 void shoal_thread_name(const char *name)
 {

@@ -122,9 +122,9 @@ struct shoal_dist_stage {
 	int32_t ctl[SHOAL_DIST_CTL_WORDS + SHOAL_DIST_TAIL_MAX];
 	dist__err errs[DIST__MAX_ERRS];
 	uint32_t n_errs;
+	uint64_t errs_last_ns;
 	dist__gone gone[DIST__MAX_GONE]; /* a ring; sid 0: empty */
 	uint32_t n_gone;                 /* recorded so far */
-	uint64_t errs_last_ns;
 	/* expert server: (R, k) ids/w, (R, k, n_embd) contributions, (R k) slots */
 	int32_t *ex_ids;
 	float *ex_w, *ex_contrib, *ex_out;
