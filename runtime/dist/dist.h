@@ -31,10 +31,12 @@
 #include <stdint.h>
 
 #include "base/err.h"
+#include "base/peer_id.h"
 #include "models/model.h"
 #include "net/xfer.h"
 #include "runtime/engine/generate.h"
 #include "runtime/engine/sampler.h"
+#include "scheduler/digest.h"
 
 /*
  * Messages (all on data links, so each one is in order with the data of
@@ -136,7 +138,7 @@ enum { SHOAL_DIST_CTL_OPEN = 1, SHOAL_DIST_CTL_CLOSE = 2, SHOAL_DIST_CTL_ERROR =
 
 /* Which link reaches peer `peer` (borrowed; NULL: none). Called on the
  * object's thread; the link must not be used by another thread meanwhile. */
-typedef shoal_xfer_link *(*shoal_dist_link_fn)(void *ctx, const uint8_t peer[16]);
+typedef shoal_xfer_link *(*shoal_dist_link_fn)(void *ctx, const uint8_t peer[SHOAL_PEER_ID_LEN]);
 
 /* ---- stages and expert servers ------------------------------------------- */
 
@@ -155,9 +157,9 @@ typedef struct shoal_dist_stage_config {
 	 * tensor_held: a weights cache); NULL: all are. */
 	bool (*tensor_held)(void *ctx, const struct shoal_gguf_tensor *t);
 	void *tensor_held_ctx;
-	uint8_t self[16];
-	uint8_t next[16]; /* the next stage (ignored with has_head) */
-	uint8_t digest[32];
+	uint8_t self[SHOAL_PEER_ID_LEN];
+	uint8_t next[SHOAL_PEER_ID_LEN]; /* the next stage (ignored with has_head) */
+	uint8_t digest[SHOAL_DIGEST_BYTES];
 	uint64_t epoch;
 	uint32_t n_threads, n_ctx, max_sessions, max_rows; /* engine config */
 	shoal_dist_link_fn link;
@@ -184,7 +186,7 @@ typedef struct shoal_dist_stage_config {
 	 * for slices polls without sleeping before it blocks. */
 	uint32_t tp_n, tp_me;
 	uint64_t tp_w[SHOAL_DIST_TP_MAX];
-	uint8_t tp_peer[SHOAL_DIST_TP_MAX][16];
+	uint8_t tp_peer[SHOAL_DIST_TP_MAX][SHOAL_PEER_ID_LEN];
 	bool tp_out;
 	shoal_dist_link_fn tp_relay, tp_send, tp_recv;
 	void *tp_relay_ctx, *tp_send_ctx, *tp_recv_ctx;
@@ -237,7 +239,7 @@ shoal_err shoal_dist_stage_poll(shoal_dist_stage *s, shoal_xfer_link *const *lin
  * the view: its CLOSE will never come); returns how many. A session idle
  * for SHOAL_DIST_IDLE_MS is also freed when an OPEN finds no free slot.
  * NULL s: 0. */
-uint32_t shoal_dist_stage_keep_owners(shoal_dist_stage *s, const uint8_t (*owners)[16],
+uint32_t shoal_dist_stage_keep_owners(shoal_dist_stage *s, const uint8_t (*owners)[SHOAL_PEER_ID_LEN],
                                       size_t n_owners);
 #define SHOAL_DIST_IDLE_MS 60000u
 
@@ -280,16 +282,16 @@ typedef struct shoal_dist_stage_metrics {
 
 void shoal_dist_stage_metrics_get(const shoal_dist_stage *s, shoal_dist_stage_metrics *m);
 /* The plan (digest, epoch) the stage was made for. */
-void shoal_dist_stage_plan(const shoal_dist_stage *s, uint8_t digest[32], uint64_t *epoch);
+void shoal_dist_stage_plan(const shoal_dist_stage *s, uint8_t digest[SHOAL_DIGEST_BYTES], uint64_t *epoch);
 
 /* ---- the session owner ---------------------------------------------------- */
 
 typedef struct shoal_dist_owner shoal_dist_owner; /* opaque */
 
 typedef struct shoal_dist_owner_config {
-	uint8_t self[16];
-	uint8_t first[16]; /* stage 0's peer */
-	uint8_t digest[32];
+	uint8_t self[SHOAL_PEER_ID_LEN];
+	uint8_t first[SHOAL_PEER_ID_LEN]; /* stage 0's peer */
+	uint8_t digest[SHOAL_DIGEST_BYTES];
 	uint64_t epoch;
 	uint32_t max_sessions;
 	uint32_t max_rows; /* prompt rows per TOKEN frame: <= stage 0's max_rows */

@@ -27,7 +27,7 @@
 /* A control block in host form (dist.h "Control"). */
 typedef struct dist__ctl {
 	uint32_t op, status;
-	uint8_t owner[16];
+	uint8_t owner[SHOAL_PEER_ID_LEN];
 	uint32_t n_prompt, max_tokens, logprobs;
 	bool no_logprob;     /* OPEN: word 8's bit 31 */
 	uint32_t first_step; /* OPEN: the step of the first token sampled (a replay) */
@@ -76,14 +76,14 @@ typedef struct dist__err {
 
 typedef struct dist__gone {
 	uint64_t sid;
-	uint8_t owner[16];
+	uint8_t owner[SHOAL_PEER_ID_LEN];
 	const char *why; /* a static string */
 } dist__gone;
 
 typedef struct dist__sess {
 	bool used, failed;
 	uint64_t sid;
-	uint8_t owner[16];
+	uint8_t owner[SHOAL_PEER_ID_LEN];
 	uint32_t slot;     /* engine session slot */
 	uint32_t n_prompt; /* the last stage samples rows at pos >= n_prompt - 1 */
 	uint32_t step0;    /* the step of the row at n_prompt - 1 (a replay's history) */
@@ -101,7 +101,7 @@ struct shoal_dist_stage {
 	shoal_engine *e;
 	uint8_t *mask; /* (n_layer, n_expert) held here */
 	int8_t *xpeer; /* (n_layer, n_expert) index into xpeers, -1: held here */
-	uint8_t xpeers[DIST__MAX_XPEERS][16];
+	uint8_t xpeers[DIST__MAX_XPEERS][SHOAL_PEER_ID_LEN];
 	uint32_t n_xpeers;
 	uint32_t d, n_vocab, n_layer, n_expert, k, R;
 	dist__sess *sess; /* (max_sessions) */

@@ -57,7 +57,7 @@ static owner_sess *find(shoal_dist_owner *o, uint64_t sid)
 static shoal_err send_ctl(shoal_dist_owner *o, uint64_t sid, dist__ctl *c, char *why,
                           size_t why_len)
 {
-	memcpy(c->owner, o->cfg.self, 16);
+	memcpy(c->owner, o->cfg.self, SHOAL_PEER_ID_LEN);
 	return dist__ctl_send(o->cfg.link(o->cfg.link_ctx, o->cfg.first), sid, c, o->ctl,
 	                      (uint32_t)(sizeof o->ctl / 4), o->cfg.timeout_ms, why, why_len);
 }
@@ -214,7 +214,7 @@ shoal_err shoal_dist_owner_handle(shoal_dist_owner *o, shoal_xfer_link *from,
 	(void)from;
 	const shoal_xfer_hdr *h = &f->hdr;
 	if (shoal_xfer_kind_is_data(h->kind) &&
-	    (memcmp(h->digest, o->cfg.digest, 32) || h->epoch != o->cfg.epoch)) {
+	    (memcmp(h->digest, o->cfg.digest, SHOAL_DIGEST_BYTES) || h->epoch != o->cfg.epoch)) {
 		o->met.dropped++;
 		SHOAL_LOG_W(LOG_PART, "owner: dropped a %s frame of another plan",
 		            shoal_xfer_kind_name(h->kind));
@@ -225,7 +225,7 @@ shoal_err shoal_dist_owner_handle(shoal_dist_owner *o, shoal_xfer_link *from,
 		char w[256] = "";
 		owner_sess *ss = find(o, h->rows[0].session);
 		if (dist__ctl_decode(f, &c, w, sizeof w) || c.op != SHOAL_DIST_CTL_ERROR || !ss ||
-		    memcmp(c.owner, o->cfg.self, 16)) {
+		    memcmp(c.owner, o->cfg.self, SHOAL_PEER_ID_LEN)) {
 			o->met.dropped++;
 			SHOAL_LOG_W(LOG_PART, "dropped a control frame: %s", w[0] ? w : "not ours");
 			return SHOAL_OK;

@@ -8,6 +8,7 @@
 #include <poll.h>
 #include <string.h>
 
+#include "base/assert.h"
 #include "base/clock.h"
 #include "base/log.h"
 #include "runtime/dist/dist_impl.h"
@@ -33,6 +34,11 @@ static float w2f(uint32_t w)
 
 uint32_t dist__ctl_encode(const dist__ctl *c, int32_t *words, uint32_t cap)
 {
+	/* our own callers build c: a bad op or a tail without its ids is a bug */
+	SHOAL_ASSERT(c->op == SHOAL_DIST_CTL_OPEN || c->op == SHOAL_DIST_CTL_CLOSE ||
+	             c->op == SHOAL_DIST_CTL_ERROR);
+	SHOAL_ASSERT(c->op != SHOAL_DIST_CTL_OPEN || !c->n_tail || c->tail);
+	SHOAL_ASSERT(words || !cap);
 	uint32_t extra = 0;
 	size_t rlen = 0;
 	if (c->op == SHOAL_DIST_CTL_OPEN)
@@ -46,7 +52,7 @@ uint32_t dist__ctl_encode(const dist__ctl *c, int32_t *words, uint32_t cap)
 	uint32_t w[SHOAL_DIST_CTL_WORDS];
 	w[0] = c->op;
 	w[1] = c->status;
-	memcpy(&w[2], c->owner, 16);
+	memcpy(&w[2], c->owner, SHOAL_PEER_ID_LEN);
 	w[6] = c->n_prompt;
 	w[7] = c->max_tokens;
 	w[8] = c->logprobs | (c->no_logprob ? DIST__NO_LOGPROB : 0u);
@@ -82,7 +88,7 @@ shoal_err dist__ctl_decode(const shoal_xfer_frame *f, dist__ctl *c, char *why, s
 	memset(c, 0, sizeof *c);
 	c->op = w[0];
 	c->status = w[1];
-	memcpy(c->owner, &w[2], 16);
+	memcpy(c->owner, &w[2], SHOAL_PEER_ID_LEN);
 	c->n_prompt = w[6];
 	c->max_tokens = w[7];
 	c->logprobs = w[8] & ~DIST__NO_LOGPROB;
@@ -152,6 +158,7 @@ shoal_err dist__poll(shoal_xfer_link *const *links, uint32_t n, int timeout_ms, 
 {
 	struct pollfd pf[DIST__MAX_POLL];
 	int np = 0;
+	SHOAL_ASSERT(links || !n);
 	for (uint32_t i = 0; i < n; i++)
 		np += shoal_xfer_link_pollfds(links[i], pf + np, (int)DIST__MAX_POLL - np);
 	int r = poll(pf, (nfds_t)np, timeout_ms);

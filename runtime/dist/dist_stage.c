@@ -43,7 +43,7 @@ static void sess_forget(shoal_dist_stage *s, dist__sess *ss, const char *why)
 {
 	dist__gone *g = &s->gone[s->n_gone++ % DIST__MAX_GONE];
 	g->sid = ss->sid;
-	memcpy(g->owner, ss->owner, 16);
+	memcpy(g->owner, ss->owner, SHOAL_PEER_ID_LEN);
 	g->why = why;
 	sess_drop(s, ss);
 }
@@ -62,13 +62,13 @@ static int sess_idlest(const shoal_dist_stage *s)
 
 /* ---- sending --------------------------------------------------------------- */
 
-static shoal_xfer_link *link_to(shoal_dist_stage *s, const uint8_t peer[16])
+static shoal_xfer_link *link_to(shoal_dist_stage *s, const uint8_t peer[SHOAL_PEER_ID_LEN])
 {
 	return s->cfg.link(s->cfg.link_ctx, peer);
 }
 
 /* Where control for a session goes: down the chain, or to its owner. */
-static shoal_xfer_link *ctl_dest(shoal_dist_stage *s, const uint8_t owner[16])
+static shoal_xfer_link *ctl_dest(shoal_dist_stage *s, const uint8_t owner[SHOAL_PEER_ID_LEN])
 {
 	return link_to(s, s->cfg.has_head ? owner : s->cfg.next);
 }
@@ -78,7 +78,7 @@ static shoal_err err_send(shoal_dist_stage *s, uint64_t sid, const dist__ctl *c)
 /* Fail session i (or, i < 0, an unknown one of owner/sid): log, send
  * ERROR to its owner (kept and tried again for a while when the owner
  * cannot be reached), drop its later frames. */
-static shoal_err sess_fail(shoal_dist_stage *s, int i, uint64_t sid, const uint8_t owner[16],
+static shoal_err sess_fail(shoal_dist_stage *s, int i, uint64_t sid, const uint8_t owner[SHOAL_PEER_ID_LEN],
                            shoal_err status, const char *reason)
 {
 	if (i >= 0) {
@@ -91,7 +91,7 @@ static shoal_err sess_fail(shoal_dist_stage *s, int i, uint64_t sid, const uint8
 	SHOAL_LOG_W(LOG_PART, "session %016llx failed at layers [%u, %u): %s",
 	            (unsigned long long)sid, s->cfg.layer_begin, s->cfg.layer_end, reason);
 	dist__ctl c = {.op = SHOAL_DIST_CTL_ERROR, .status = status ? status : SHOAL_ERR_PROTO};
-	memcpy(c.owner, owner, 16);
+	memcpy(c.owner, owner, SHOAL_PEER_ID_LEN);
 	snprintf(c.reason, sizeof c.reason, "layers [%u, %u): %s", s->cfg.layer_begin,
 	         s->cfg.layer_end, reason);
 	if (err_send(s, sid, &c) != SHOAL_OK && (s->cfg.owner_link || s->cfg.has_head)) {
@@ -232,13 +232,13 @@ static shoal_err send_results(shoal_dist_stage *s, uint32_t n, uint32_t n_want, 
 		const uint8_t *owner = s->sess[wsess[a]].owner;
 		uint32_t K = 0, m = 0;
 		for (uint32_t w = a; w < n_want; w++) /* this owner's rows: K is their largest */
-			if (!done[w] && !memcmp(s->sess[wsess[w]].owner, owner, 16) &&
+			if (!done[w] && !memcmp(s->sess[wsess[w]].owner, owner, SHOAL_PEER_ID_LEN) &&
 			    s->sess[wsess[w]].logprobs > K)
 				K = s->sess[wsess[w]].logprobs;
 		uint32_t dim = 2 + 2 * K;
 		for (uint32_t w = a; w < n_want; w++) {
 			const dist__sess *ss = &s->sess[wsess[w]];
-			if (done[w] || memcmp(ss->owner, owner, 16))
+			if (done[w] || memcmp(ss->owner, owner, SHOAL_PEER_ID_LEN))
 				continue;
 			int32_t *o = s->reply + (size_t)m * dim;
 			memcpy(o, s->res + (size_t)w * RES_WORDS, (2 + 2 * ss->logprobs) * 4u);
@@ -269,7 +269,7 @@ static shoal_err send_results(shoal_dist_stage *s, uint32_t n, uint32_t n_want, 
 			 * the view lags): its sessions fail, and it is told as soon
 			 * as it can be; the other owners' results still go */
 			for (uint32_t w = 0; w < n_want; w++)
-				if (!memcmp(s->sess[wsess[w]].owner, owner, 16))
+				if (!memcmp(s->sess[wsess[w]].owner, owner, SHOAL_PEER_ID_LEN))
 					sess_fail(s, (int)wsess[w], s->sess[wsess[w]].sid, owner,
 					          SHOAL_ERR_CLOSED, why);
 			continue;
@@ -476,7 +476,7 @@ static shoal_err sess_open(shoal_dist_stage *s, uint64_t sid, const dist__ctl *c
                            size_t w_len)
 {
 	int i = sess_find(s, sid);
-	if (i >= 0 && memcmp(s->sess[i].owner, c->owner, 16))
+	if (i >= 0 && memcmp(s->sess[i].owner, c->owner, SHOAL_PEER_ID_LEN))
 		return shoal_why(w, w_len, SHOAL_ERR_BUSY, "session %016llx is already open",
 		                 (unsigned long long)sid);
 	if (i >= 0) { /* its owner never reopens a live one: a restarted owner's */
@@ -515,7 +515,7 @@ static shoal_err sess_open(shoal_dist_stage *s, uint64_t sid, const dist__ctl *c
 	ss->used = true;
 	ss->failed = false;
 	ss->sid = sid;
-	memcpy(ss->owner, c->owner, 16);
+	memcpy(ss->owner, c->owner, SHOAL_PEER_ID_LEN);
 	ss->n_prompt = c->n_prompt;
 	ss->step0 = c->first_step;
 	ss->last_ns = dist__now_ns();
@@ -541,7 +541,7 @@ static shoal_err handle_ctl(shoal_dist_stage *s, const shoal_xfer_frame *f, char
 		return SHOAL_OK;
 	}
 	int i = sess_find(s, sid);
-	if (i >= 0 && memcmp(s->sess[i].owner, c.owner, 16) && c.op != SHOAL_DIST_CTL_OPEN) {
+	if (i >= 0 && memcmp(s->sess[i].owner, c.owner, SHOAL_PEER_ID_LEN) && c.op != SHOAL_DIST_CTL_OPEN) {
 		s->met.dropped++;
 		SHOAL_LOG_W(LOG_PART, "control for session %016llx from another owner: dropped",
 		            (unsigned long long)sid);
@@ -611,7 +611,7 @@ static shoal_err stage_handle(shoal_dist_stage *s, shoal_xfer_link *from, const 
 	/* The link checked its own plan; this stage's weights belong to cfg's
 	 * plan, and a link may already be on another one (DESIGN invariant 4). */
 	if (shoal_xfer_kind_is_data(h->kind) &&
-	    (memcmp(h->digest, s->cfg.digest, 32) || h->epoch != s->cfg.epoch)) {
+	    (memcmp(h->digest, s->cfg.digest, SHOAL_DIGEST_BYTES) || h->epoch != s->cfg.epoch)) {
 		s->met.dropped++;
 		char theirs[5], ours[5]; /* digest prefixes */
 		shoal_hex_encode(h->digest, 2, theirs);
@@ -689,14 +689,14 @@ shoal_err shoal_dist_stage_poll(shoal_dist_stage *s, shoal_xfer_link *const *lin
 	return e ? e : f;
 }
 
-uint32_t shoal_dist_stage_keep_owners(shoal_dist_stage *s, const uint8_t (*owners)[16],
+uint32_t shoal_dist_stage_keep_owners(shoal_dist_stage *s, const uint8_t (*owners)[SHOAL_PEER_ID_LEN],
                                       size_t n_owners)
 {
 	uint32_t n = 0;
 	for (uint32_t i = 0; s && i < s->cfg.max_sessions; i++) {
 		bool keep = false;
 		for (size_t j = 0; j < n_owners && !keep; j++)
-			keep = !memcmp(s->sess[i].owner, owners[j], 16);
+			keep = !memcmp(s->sess[i].owner, owners[j], SHOAL_PEER_ID_LEN);
 		if (s->sess[i].used && !keep) {
 			SHOAL_LOG_I(LOG_PART, "layers [%u, %u): session %016llx freed: its owner left",
 			            s->cfg.layer_begin, s->cfg.layer_end,
@@ -713,9 +713,9 @@ void shoal_dist_stage_metrics_get(const shoal_dist_stage *s, shoal_dist_stage_me
 	*m = s->met;
 }
 
-void shoal_dist_stage_plan(const shoal_dist_stage *s, uint8_t digest[32], uint64_t *epoch)
+void shoal_dist_stage_plan(const shoal_dist_stage *s, uint8_t digest[SHOAL_DIGEST_BYTES], uint64_t *epoch)
 {
-	memcpy(digest, s->cfg.digest, 32);
+	memcpy(digest, s->cfg.digest, SHOAL_DIGEST_BYTES);
 	*epoch = s->cfg.epoch;
 }
 
@@ -812,7 +812,7 @@ shoal_err shoal_dist_stage_new(const shoal_model *m, const shoal_dist_stage_conf
 			continue;
 		const uint8_t *p = cfg->expert_peer + i * 16;
 		uint32_t x = 0;
-		while (x < s->n_xpeers && memcmp(s->xpeers[x], p, 16))
+		while (x < s->n_xpeers && memcmp(s->xpeers[x], p, SHOAL_PEER_ID_LEN))
 			x++;
 		if (x == s->n_xpeers) {
 			if (x == DIST__MAX_XPEERS) {
@@ -820,7 +820,7 @@ shoal_err shoal_dist_stage_new(const shoal_model *m, const shoal_dist_stage_conf
 				                "more than %u expert peers", DIST__MAX_XPEERS);
 				goto fail;
 			}
-			memcpy(s->xpeers[s->n_xpeers++], p, 16);
+			memcpy(s->xpeers[s->n_xpeers++], p, SHOAL_PEER_ID_LEN);
 		}
 		s->xpeer[i] = (int8_t)x;
 	}
