@@ -4,11 +4,12 @@
  * streamed as server-sent events), /v1/cluster, /metrics, /health.
  *
  * Part: runtime/, room api/. It knows nothing of the node: whoever starts it
- * (runtime/node/node.c) hands it an ops table that builds prompts, submits
- * runs and reports the cluster, and the runs report back through a sink.
- * Threads: libmicrohttpd runs a thread per connection (at most
- * cfg.max_conns); ops are called on those threads and must be
- * thread-safe; sinks are called on the node's thread.
+ * (runtime/node/, whose run slots fill it: serve_clients.c) hands it an
+ * ops table that builds prompts, submits runs and reports the cluster, and
+ * the runs report back through a sink. Threads: libmicrohttpd runs a
+ * thread per connection (at most cfg.max_conns); ops are called on those
+ * threads and must be thread-safe; sinks are called on the serving node's
+ * data thread, which computes the pipeline: they must not block.
  */
 #ifndef SHOAL_RUNTIME_API_H
 #define SHOAL_RUNTIME_API_H
@@ -23,7 +24,7 @@
 #define SHOAL_API_DEFAULT_PORT 47480
 #define SHOAL_API_MAX_TOP      20 /* top_logprobs at most, as OpenAI */
 
-/* Where a run's tokens and end go (on the node thread). */
+/* Where a run's tokens and end go (on the node's data thread: never block). */
 typedef struct shoal_api_sink {
 	/* One token: its id, its text (the detokenizer's piece, may be
 	 * empty while a character is incomplete), logprob, top alternatives. */

@@ -9,7 +9,7 @@
  *              [--tensor] [--rdma-device NAME] [--rdma-gid N]
  *              [--rdma-hop-limit N] [--rdma-tclass N]
  *
- * With --model the node serves its share of that model (runtime/node/cluster.h):
+ * With --model the node serves its share of that model (runtime/node/serve.h):
  * it offers min(available memory, --mem-limit) to the plan, KV for --ctx
  * tokens (default: the model's training context), and answers `shoal run
  * --peer`. With --model-id instead, it has no file: it serves that model id
@@ -38,7 +38,7 @@
 #include "net/key.h"
 #include "runtime/cli/cli.h"
 #include "runtime/api/api.h"
-#include "runtime/node/cluster.h"
+#include "runtime/node/serve.h"
 #include "runtime/node/node.h"
 #include "runtime/node/plan_json.h"
 
@@ -99,7 +99,7 @@ static void shoal_cmd_node_usage(FILE *f)
 	        "                         give 0.0.0.0:PORT to serve other machines)\n"
 	        "  --api-key FILE         requests must carry Authorization: Bearer <its text>\n"
 	        "  -v, --verbose          debug logs\n",
-	        SHOAL_KEY_DEFAULT_NAME, SHOAL_NODE_DEFAULT_CLUSTER, SHOAL_CLUSTER_HOP_SPIN_US,
+	        SHOAL_KEY_DEFAULT_NAME, SHOAL_NODE_DEFAULT_CLUSTER, SHOAL_SERVE_HOP_SPIN_US,
 	        SHOAL_API_DEFAULT_PORT);
 }
 

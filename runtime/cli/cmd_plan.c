@@ -34,7 +34,7 @@
  * with its size only). */
 #define SHOAL_PLAN_TP_SHOW 64
 
-/* As runtime/node/cluster_impl.h's SHOAL_CLUSTER_DEFAULT_CTX. */
+/* As runtime/node/serve_impl.h's SHOAL_SERVE_DEFAULT_CTX. */
 #define SHOAL_PLAN_DEFAULT_CTX 4096u
 
 static void plan_usage(FILE *f)
@@ -390,7 +390,7 @@ int shoal_cmd_plan(int argc, char **argv)
 	uint32_t bench = 0;
 	shoal_policy pol;
 	shoal_policy_init(&pol);
-	/* the defaults of `shoal node` (runtime/node/cluster_impl.h) */
+	/* the defaults of `shoal node` (runtime/node/serve_impl.h) */
 	pol.ctx = SHOAL_PLAN_DEFAULT_CTX;
 	bool ctx_given = false, sessions_given = false;
 	for (int i = 1; i < argc; i++) {

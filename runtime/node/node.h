@@ -48,7 +48,7 @@ typedef struct shoal_node_config {
 	const char *data_listen; /* "ADDR:PORT"; NULL: ephemeral on the listen address */
 	uint32_t gossip_ms;      /* base period; 0: default */
 	const shoal_discovery_ops *discovery; /* NULL: DNS-SD */
-	/* Serving a model (runtime/node/cluster.h); model NULL: membership only. */
+	/* Serving a model (runtime/node/serve.h); model NULL: membership only. */
 	const char *model;  /* GGUF file */
 	uint64_t mem_limit; /* bytes offered at most; 0: what is available */
 	uint32_t ctx;       /* KV context per session; 0: the model's */
@@ -57,7 +57,7 @@ typedef struct shoal_node_config {
 	int tensor_groups;  /* let it plan tensor groups (policy: same on every peer) */
 	uint32_t link_us;   /* link latency the plan assumes; 0: 200 (policy too) */
 	int spin_us;        /* the data thread's spin before a wait, us; 0: the
-	                       default (SHOAL_CLUSTER_HOP_SPIN_US, cluster.h), < 0: none */
+	                       default (SHOAL_SERVE_HOP_SPIN_US, cluster.h), < 0: none */
 	/* The HTTP API (runtime/api/api.h): "HOST[:PORT]" (NULL: none); the
 	 * Bearer key its requests must carry (NULL: none). */
 	const char *api;

@@ -306,7 +306,7 @@ json_t *shoal_cluster_to_json(const shoal_view *v)
 	bad |= bad || json_object_set_new(o, "default_link", link_json(lat, bw));
 	for (size_t i = 0; !bad && i < shoal_view_n_peers(v); i++) {
 		const shoal_view_peer *p = shoal_view_peer_at(v, i);
-		char hex[33];
+		char hex[SHOAL_PEER_ID_HEX_LEN];
 		shoal_peer_id_to_hex(&p->id, hex);
 		bad |= json_array_append_new(
 		    peers, json_pack("{s:s, s:s, s:I, s:f, s:f, s:i}", "id", hex, "name", p->name,
@@ -316,7 +316,7 @@ json_t *shoal_cluster_to_json(const shoal_view *v)
 	}
 	for (size_t i = 0; !bad && i < shoal_view_n_links(v); i++) {
 		shoal_peer_id a, b;
-		char ha[33], hb[33];
+		char ha[SHOAL_PEER_ID_HEX_LEN], hb[SHOAL_PEER_ID_HEX_LEN];
 		shoal_view_link_at(v, i, &a, &b, &lat, &bw);
 		shoal_peer_id_to_hex(&a, ha);
 		shoal_peer_id_to_hex(&b, hb);
@@ -355,7 +355,7 @@ json_t *shoal_cluster_to_json(const shoal_view *v)
 static json_t *peer_ref(const shoal_plan *p, uint32_t i)
 {
 	const shoal_plan_peer *pp = shoal_plan_peer_at(p, i);
-	char hex[33];
+	char hex[SHOAL_PEER_ID_HEX_LEN];
 	shoal_peer_id_to_hex(&pp->id, hex);
 	return json_pack("{s:s, s:s}", "peer", hex, "name", pp->name);
 }

@@ -1,11 +1,12 @@
 /*
- * runtime/node/cluster.h: what a `shoal node --model FILE` serves: from the
- * gossiped view and the local model to a plan, the local assignment, plan
- * readiness, and the data plane that runs prompts through the plan.
+ * runtime/node/serve.h: the serving state of a node that serves a model
+ * (`shoal node --model FILE` or `--model-id`): from the gossiped view and
+ * the local model to a plan, this peer's part of it, plan readiness, and
+ * the data plane that runs requests through the plan.
  *
- * Part: runtime/ (glue between net/, scheduler/, models/ and runtime/dist).
- * The node thread calls everything here; one data thread (cluster_data.c)
- * owns the xfer listener, the links, the stage and the session owner.
+ * Part: runtime/node. The node thread calls everything here unless a
+ * prototype says otherwise; the data thread (serve_data.c) owns the links,
+ * the stage and the session owner. serve_impl.h lists the files by job.
  *
  * Readiness protocol (DESIGN.md sections 2 and 4):
  *  1. Every peer plans from the alive, compatible members that serve the
@@ -31,8 +32,8 @@
  * changed under the run, or the peer is busy) and the reason; clients
  * decide on the code and the flag, never on the text.
  */
-#ifndef SHOAL_RUNTIME_CLUSTER_H
-#define SHOAL_RUNTIME_CLUSTER_H
+#ifndef SHOAL_RUNTIME_SERVE_H
+#define SHOAL_RUNTIME_SERVE_H
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -41,6 +42,7 @@
 #include <jansson.h>
 
 #include "base/err.h"
+#include "base/peer_id.h"
 #include "net/ctl.h"
 #include "net/key.h"
 #include "net/record.h"
@@ -48,14 +50,14 @@
 #include "net/xfer.h"
 #include "runtime/api/api.h"
 
-typedef struct shoal_cluster shoal_cluster;
+typedef struct shoal_serve shoal_serve;
 
 /* How long a node's data thread spins for a frame before it blocks, in us,
  * unless --spin-us says otherwise (cluster_impl.h has the rest of the
  * rule). tests/bench/dist_bench.sh measures it. */
-#define SHOAL_CLUSTER_HOP_SPIN_US 2000u
+#define SHOAL_SERVE_HOP_SPIN_US 2000u
 
-typedef struct shoal_cluster_config {
+typedef struct shoal_serve_config {
 	const char *model_path; /* required unless wcache */
 	/* The model is this weights cache (models/wcache.h), owned by the
 	 * cluster from the call on (also when it fails): its digests are the
@@ -66,48 +68,48 @@ typedef struct shoal_cluster_config {
 	const char *state_dir;  /* model id cache; NULL: none */
 	uint64_t mem_limit;     /* bytes offered at most; 0: what is available */
 	uint32_t ctx;           /* KV context per session; 0: the model's, at most 4096 */
-	uint32_t sessions;      /* KV sessions per stage, 1..SHOAL_CLUSTER_MAX_SESSIONS; 0: 2 */
+	uint32_t sessions;      /* KV sessions per stage, 1..SHOAL_SERVE_MAX_SESSIONS; 0: 2 */
 	bool spread_experts;
 	bool tensor_groups; /* policy.tensor_groups: the same on every peer */
-	uint32_t link_us;   /* link latency plans assume; 0: SHOAL_CLUSTER_LINK_US */
+	uint32_t link_us;   /* link latency plans assume; 0: SHOAL_SERVE_LINK_US */
 	uint32_t threads; /* engine threads; 0: 1 */
 	uint32_t hop_spin_us; /* the data thread's spin before a wait; 0: none
-	                         (a node's default: SHOAL_CLUSTER_HOP_SPIN_US) */
-	uint8_t self[16];
+	                         (a node's default: SHOAL_SERVE_HOP_SPIN_US) */
+	uint8_t self[SHOAL_PEER_ID_LEN];
 	const shoal_key *key;  /* admission tokens; NULL: insecure (zero key) */
 	const char *data_host; /* IPv4 address the data listener binds (copied) */
 	uint16_t data_port;    /* 0: any */
 	uint32_t base_ms;      /* the node's base period */
 	shoal_xfer_rdma_opts rdma; /* the data links' RDMA choices (rdma.device borrowed) */
-	/* Replies to RUN_REQ, called on the node thread (shoal_cluster_drain). */
+	/* Replies to RUN_REQ, called on the node thread (shoal_serve_drain). */
 	shoal_err (*reply)(void *ud, const shoal_ctl_route *to, const void *buf, size_t len);
 	/* A data link to peer `id` (at incarnation `inc` in our view) broke
 	 * without a goodbye: evidence that it died (node thread; optional). */
-	void (*peer_gone)(void *ud, const uint8_t id[16], uint64_t inc, const char *why);
+	void (*peer_gone)(void *ud, const uint8_t id[SHOAL_PEER_ID_LEN], uint64_t inc, const char *why);
 	void *ud;
-} shoal_cluster_config;
+} shoal_serve_config;
 
 /* Open and map the model, compute (or load the cached) model id, build the
  * manifest and the tokenizer, start the data thread with its listener.
- * *out is the caller's (shoal_cluster_free). */
-shoal_err shoal_cluster_new(const shoal_cluster_config *cfg, shoal_cluster **out, char *why,
+ * *out is the caller's (shoal_serve_free). */
+shoal_err shoal_serve_new(const shoal_serve_config *cfg, shoal_serve **out, char *why,
                             size_t why_len);
-void shoal_cluster_free(shoal_cluster *cl); /* NULL is a no-op; joins the thread */
+void shoal_serve_free(shoal_serve *cl); /* NULL is a no-op; joins the thread */
 
 /* The data port actually bound. */
-uint16_t shoal_cluster_data_port(const shoal_cluster *cl);
+uint16_t shoal_serve_data_port(const shoal_serve *cl);
 
 /* Fill our record's serving part: models[0] = this model, serving = 1,
  * mem_weights = the memory offered (min(available, --mem-limit), rounded
  * down to 1/64 of its power of two and kept while it moves less than 3 %,
  * so noise does not re-plan), ready digest and epoch. */
-void shoal_cluster_fill_record(shoal_cluster *cl, shoal_record *r, uint64_t mem_available);
+void shoal_serve_fill_record(shoal_serve *cl, shoal_record *r, uint64_t mem_available);
 
 /* Plan from the view v[n] (shoal_swim_view order): when the view's planning
  * inputs changed, run the scheduler; on a new digest build the local stage
  * and announce readiness; update servability. Returns 1 when the record
  * must be republished (readiness changed), else 0. */
-int shoal_cluster_update(shoal_cluster *cl, const shoal_swim_member *v, size_t n);
+int shoal_serve_update(shoal_serve *cl, const shoal_swim_member *v, size_t n);
 
 /* The "plan" object of `shoal status --json` (new reference, or NULL):
  *   {"model_id", "servable", "digest" | null, "epoch", "why" (no plan / not
@@ -116,35 +118,40 @@ int shoal_cluster_update(shoal_cluster *cl, const shoal_swim_member *v, size_t n
  *    "weights": {"source": "file" | "cache", "cache_hit_bytes", "fetch":
  *    progress (runtime/node/weights.h) | null},
  *    and the fields of shoal_plan_to_json (stages, experts, memory, ...)} */
-json_t *shoal_cluster_status_json(shoal_cluster *cl);
+json_t *shoal_serve_status_json(shoal_serve *cl);
 
 /* A RUN_REQ message from a client, buf[len] whole (net/runmsg.h). Answers
  * (RUN_TOKEN, RUN_END) go out through cfg.reply with its seq; a malformed
  * request gets a RUN_END with the decoder's error and reason. */
-void shoal_cluster_run_request(shoal_cluster *cl, const shoal_ctl_route *from, const uint8_t *buf,
+void shoal_serve_run_request(shoal_serve *cl, const shoal_ctl_route *from, const uint8_t *buf,
                                size_t len);
 
 /* The client connection `fd` (shoal_ctl_route.fd) closed: its runs end at
  * once, queued or running, and their sessions are freed. */
-void shoal_cluster_client_gone(shoal_cluster *cl, int fd);
+void shoal_serve_client_gone(shoal_serve *cl, int fd);
 
-/* For the HTTP API (runtime/api/api.h ops; any thread): the ids of a chat
- * (msgs) or a plain prompt (text), checked against the context; queue a
- * run whose tokens and end go to sink (on the node thread; BUSY: the
- * queue is full); cancel it; a token's text; the queue and stage gauges. */
-shoal_err shoal_cluster_prompt(shoal_cluster *cl, const shoal_chat_msg *msgs, size_t n,
-                               const char *text, int32_t **ids, size_t *n_ids, char *why,
-                               size_t why_len);
-shoal_err shoal_cluster_submit(shoal_cluster *cl, const int32_t *ids, size_t n_ids,
-                               const shoal_api_gen *g, const shoal_api_sink *sink,
-                               uint32_t *handle, char *why, size_t why_len);
-void shoal_cluster_cancel(shoal_cluster *cl, uint32_t handle);
-size_t shoal_cluster_token_text(shoal_cluster *cl, int32_t id, char *buf, size_t cap);
-void shoal_cluster_gauges(shoal_cluster *cl, shoal_api_gauges *g);
+/* The HTTP API's ops (runtime/api/api.h), served by the run slots here:
+ * its runs' tokens go from the data thread straight into their sinks, so
+ * a sink must not block (take the run's lock, copy, signal). The serving
+ * state may come after the API starts (a peer without the model file
+ * fetches its weights first), so the API reaches it through `a`, where
+ * the node thread publishes it (shoal_serve_api_set); until then every op
+ * answers 503 with the reason. The API's status JSON is the node's:
+ * status(status_ctx), a new string (NULL: none yet; any thread). */
+typedef struct shoal_serve_api {
+	shoal_serve *serve; /* read and set atomically */
+	char *(*status)(void *ctx);
+	void *status_ctx;
+} shoal_serve_api;
+
+/* The ops over `a` (borrowed for the API's life) into *ops. */
+void shoal_serve_api_ops(shoal_serve_api *a, shoal_api_ops *ops);
+/* Publish the serving state the API's ops reach (node thread). */
+void shoal_serve_api_set(shoal_serve_api *a, shoal_serve *cl);
 
 /* Readable when the data thread has tokens or results for the node thread. */
-int shoal_cluster_event_fd(const shoal_cluster *cl);
+int shoal_serve_event_fd(const shoal_serve *cl);
 /* Send what the data thread produced (RUN_TOKEN / RUN_END replies). */
-void shoal_cluster_drain(shoal_cluster *cl);
+void shoal_serve_drain(shoal_serve *cl);
 
 #endif

@@ -1,17 +1,23 @@
 /*
- * runtime/node/cluster_impl.h: the inside of runtime/node/cluster.h, shared by
- * cluster.c (planning, readiness, status: the node thread) and
- * cluster_data.c (links, stage, session owner: the data thread; the
- * expert server on its own thread with its own link ends; an accept
- * thread that runs handshakes so a peer can link to itself).
+ * runtime/node/serve_impl.h: the inside of runtime/node/serve.h, shared by
+ * its files, one job each:
+ *   serve.c          new/free, the kept plan, our record's serving part
+ *   serve_plan.c     planning from the view (node thread)
+ *   serve_ready.c    servability (node thread)
+ *   serve_part.c     this peer's part: tensors, fetch, stage (node thread)
+ *   serve_runs.c     run slots: queued (any thread), run by the data thread
+ *   serve_clients.c  RUN_REQ and its replies (node thread); the API's ops
+ *   serve_status.c   the status "plan" object (node thread)
+ *   serve_data.c     the data thread
+ *   serve_links.c    links, admission, the accept and expert threads
  *
  * What crosses threads goes through `mu`: the pending assignment, the
  * endpoint table, servability, run slots, the event ring, the expert
  * server handed to the expert thread and the metrics snapshots. Everything
  * else belongs to one thread, as marked.
  */
-#ifndef SHOAL_RUNTIME_CLUSTER_IMPL_H
-#define SHOAL_RUNTIME_CLUSTER_IMPL_H
+#ifndef SHOAL_RUNTIME_SERVE_IMPL_H
+#define SHOAL_RUNTIME_SERVE_IMPL_H
 
 #include <pthread.h>
 
@@ -21,39 +27,39 @@
 #include "models/tokenizer.h"
 #include "net/runmsg.h"
 #include "base/clock.h"
-#include "runtime/node/cluster.h"
+#include "runtime/node/serve.h"
 #include "runtime/dist/dist.h"
 #include "runtime/node/weights.h"
 #include "scheduler/plan.h"
 
 /* Peers a plan or a view may name: the scheduler's own practical bound for
  * a desk or a lab is far below; 64 matches SHOAL_RECORD_MAX_LINKS. */
-#define SHOAL_CLUSTER_MAX_PEERS 64
+#define SHOAL_SERVE_MAX_PEERS 64
 /* Requests one node holds, running and queued (`shoal run --peer`): past
  * that a request is refused as busy, with the retry flag. */
-#define SHOAL_CLUSTER_MAX_RUNS     64
-#define SHOAL_CLUSTER_MAX_RUNS_STR "64"
+#define SHOAL_SERVE_MAX_RUNS     64
+#define SHOAL_SERVE_MAX_RUNS_STR "64"
 /* KV sessions per stage (`shoal node --sessions`): the default 2 lets a
  * new request open while the previous one's CLOSE is in flight; the plan
  * reserves KV for every session. An owner runs at most this many of its
  * requests at once; the others wait in its queue. */
-#define SHOAL_CLUSTER_SESSIONS     SHOAL_SCHED_SESSIONS_DEFAULT /* scheduler/plan.h */
-#define SHOAL_CLUSTER_MAX_SESSIONS 16
+#define SHOAL_SERVE_SESSIONS     SHOAL_SCHED_SESSIONS_DEFAULT /* scheduler/plan.h */
+#define SHOAL_SERVE_MAX_SESSIONS 16
 /* A request a stage refused for want of a free session is tried again
  * after this long (other owners' sessions hold the slots). */
-#define SHOAL_CLUSTER_BUSY_RETRY_MS 200u
+#define SHOAL_SERVE_BUSY_RETRY_MS 200u
 /* Rows per TOKEN frame and per engine run: 64 rows of a 4096-wide model
  * are 1 MiB of F32, the xfer default max frame (less the header: 32 is
  * what fits; the test models are 512 wide). */
-#define SHOAL_CLUSTER_MAX_ROWS 32
+#define SHOAL_SERVE_MAX_ROWS 32
 /* Events the data thread queues for the node thread: a token per entry;
  * the node thread drains every base period or sooner when woken, so 256
  * covers bursts of several concurrent runs. */
-#define SHOAL_CLUSTER_EVENTS 256
+#define SHOAL_SERVE_EVENTS 256
 /* A request (new, or paused by a plan change) waits this long for a
  * servable plan; a session this long for its next token before it fails
  * (a stage that hangs without its link breaking or gossip noticing). */
-#define SHOAL_CLUSTER_WAIT_MS     20000u
+#define SHOAL_SERVE_WAIT_MS     20000u
 /* When the plan went because one of its peers was declared dead, and the
  * peers left cannot hold the model, a new request still waits this many
  * base periods (10 s at the default 100 ms) before it is refused: the
@@ -61,50 +67,70 @@
  * back in a few rounds) -- 2.5 suspicion timeouts of a cluster of <= 3,
  * 1.7 of <= 7. A graceful leave and a cluster that never had a plan
  * refuse at once. */
-#define SHOAL_CLUSTER_DIED_WAIT_MULT 100u
-#define SHOAL_CLUSTER_SILENCE_MS  30000u
-#define SHOAL_CLUSTER_LINKS       (2 * SHOAL_CLUSTER_MAX_PEERS)
-#define SHOAL_CLUSTER_DEFAULT_CTX 4096u /* the context of local `shoal run` */
+#define SHOAL_SERVE_DIED_WAIT_MULT 100u
+#define SHOAL_SERVE_SILENCE_MS  30000u
+#define SHOAL_SERVE_LINKS       (2 * SHOAL_SERVE_MAX_PEERS)
+#define SHOAL_SERVE_DEFAULT_CTX 4096u /* the context of local `shoal run` */
 /* The link every plan assumes unless --link-us says otherwise: gigabit
  * Ethernet, ~200 us for a small frame through two kernels, 125 MB/s. */
-#define SHOAL_CLUSTER_LINK_US 200u
-#define SHOAL_CLUSTER_LINK_BW 125000000u
+#define SHOAL_SERVE_LINK_US 200u
+#define SHOAL_SERVE_LINK_BW 125000000u
 
 /* Link roles: which thread and object on the far side reads the frames. */
 enum {
-	SHOAL_CLUSTER_ROLE_STAGE = 1,  /* the data thread's stage */
-	SHOAL_CLUSTER_ROLE_OWNER = 2,  /* the data thread's session owner */
-	SHOAL_CLUSTER_ROLE_EXPERTS = 3, /* the expert thread's server */
-	SHOAL_CLUSTER_ROLE_TENSOR = 5,  /* a group member's slices (read in its exchange) */
-	SHOAL_CLUSTER_ROLE_WEIGHTS = SHOAL_WEIGHTS_ROLE /* the weights server (weights.h) */
+	SHOAL_SERVE_ROLE_STAGE = 1,  /* the data thread's stage */
+	SHOAL_SERVE_ROLE_OWNER = 2,  /* the data thread's session owner */
+	SHOAL_SERVE_ROLE_EXPERTS = 3, /* the expert thread's server */
+	SHOAL_SERVE_ROLE_TENSOR = 5,  /* a group member's slices (read in its exchange) */
+	SHOAL_SERVE_ROLE_WEIGHTS = SHOAL_WEIGHTS_ROLE /* the weights server (weights.h) */
 };
 
-typedef struct shoal_cluster_ep {
-	uint8_t id[16];
+typedef struct shoal_serve_ep {
+	uint8_t id[SHOAL_PEER_ID_LEN];
 	uint64_t inc; /* its incarnation in our view */
 	char host[64];
 	uint16_t port;
-} shoal_cluster_ep;
+} shoal_serve_ep;
 
 /* What the node thread hands the data thread when the plan changes. */
-typedef struct shoal_cluster_assign {
-	uint8_t digest[32];
+typedef struct shoal_serve_assign {
+	uint8_t digest[SHOAL_DIGEST_BYTES];
 	uint64_t epoch;
 	shoal_dist_stage *stage; /* NULL: no layers here */
 	uint32_t l0, l1;
 	/* NULL: no experts of other layers here; handed to the expert thread
 	 * (and NULL here then) when the data thread takes the assignment */
 	shoal_dist_stage *experts;
-	uint8_t first[16];         /* stage 0's peer */
+	uint8_t first[SHOAL_PEER_ID_LEN];         /* stage 0's peer */
 	uint32_t sessions;         /* KV sessions per stage of the plan */
-} shoal_cluster_assign;
+} shoal_serve_assign;
 
-enum { SHOAL_CLUSTER_RUN_FREE = 0, SHOAL_CLUSTER_RUN_QUEUED, SHOAL_CLUSTER_RUN_STARTED };
+/* An API run's handle names its slot and the slot's use (gen), so that a
+ * cancel for a run that ended and whose slot went to another is ignored:
+ * the slot in the low SHOAL_SERVE_HANDLE_SLOT_BITS bits, gen above them
+ * (it wraps after 2^24 uses of one slot). */
+#define SHOAL_SERVE_HANDLE_SLOT_BITS 8
+_Static_assert(SHOAL_SERVE_MAX_RUNS <= 1u << SHOAL_SERVE_HANDLE_SLOT_BITS,
+               "a run handle's slot bits hold every slot");
+static inline uint32_t serve__handle(uint32_t slot, uint32_t gen)
+{
+	return slot | gen << SHOAL_SERVE_HANDLE_SLOT_BITS;
+}
+static inline uint32_t serve__handle_slot(uint32_t h)
+{
+	return h & ((1u << SHOAL_SERVE_HANDLE_SLOT_BITS) - 1);
+}
+static inline uint32_t serve__handle_gen(uint32_t h)
+{
+	return h >> SHOAL_SERVE_HANDLE_SLOT_BITS;
+}
 
-typedef struct shoal_cluster_run {
+enum { SHOAL_SERVE_RUN_FREE = 0, SHOAL_SERVE_RUN_QUEUED, SHOAL_SERVE_RUN_STARTED };
+
+typedef struct shoal_serve_run {
 	int state; /* under mu */
 	bool cancel; /* under mu: the client went away */
-	uint32_t gen; /* counts the slot's uses: an API handle is (gen << 8 | slot) */
+	uint32_t gen; /* counts the slot's uses: an API handle names (slot, gen) */
 	shoal_ctl_route route;
 	shoal_api_sink sink; /* an API run's (has_sink): tokens and end go there */
 	bool has_sink;
@@ -127,15 +153,19 @@ typedef struct shoal_cluster_run {
 	/* node thread */
 	shoal_detok dt;
 	uint32_t n_sent; /* RUN_TOKENs sent: RUN_END says how many (net/runmsg.h) */
-} shoal_cluster_run;
+} shoal_serve_run;
 
-enum { SHOAL_CLUSTER_EV_TOKEN = 0, SHOAL_CLUSTER_EV_END, SHOAL_CLUSTER_EV_PEER_GONE };
+/* What the data thread tells the node thread through the event ring. */
+typedef enum shoal_serve_ev_kind {
+	SHOAL_SERVE_EV_TOKEN = 0, /* a control-plane run's token (id, lp, top) */
+	SHOAL_SERVE_EV_END,       /* a control-plane run's end (err, retry, why) */
+	SHOAL_SERVE_EV_PEER_GONE  /* a data link to (peer, inc) broke without a goodbye (why) */
+} shoal_serve_ev_kind;
 
-typedef struct shoal_cluster_event {
+typedef struct shoal_serve_event {
+	shoal_serve_ev_kind kind;
 	uint32_t run;
-	int end; /* SHOAL_CLUSTER_EV_*: a token; the end (err, retry, why); a peer
-	          * (peer, inc) whose data link broke without a goodbye (why) */
-	uint8_t peer[16];
+	uint8_t peer[SHOAL_PEER_ID_LEN];
 	uint64_t inc;
 	shoal_err err;
 	bool retry; /* the same request, sent again, may succeed */
@@ -144,23 +174,23 @@ typedef struct shoal_cluster_event {
 	uint32_t n_top;
 	int32_t top_ids[SHOAL_DIST_MAX_LOGPROBS];
 	float top_lps[SHOAL_DIST_MAX_LOGPROBS];
-	char why[200];
-} shoal_cluster_event;
+	char why[SHOAL_WHY_LEN];
+} shoal_serve_event;
 
-typedef struct shoal_cluster_lctx {
-	shoal_cluster *cl;
+typedef struct shoal_serve_lctx {
+	shoal_serve *cl;
 	int role;
-} shoal_cluster_lctx;
+} shoal_serve_lctx;
 
-struct shoal_cluster {
-	shoal_cluster_config cfg;
+struct shoal_serve {
+	shoal_serve_config cfg;
 	char model_path[1024];
 	char state_dir[1024];
 	char data_host[64]; /* cfg.data_host points here: the caller's may not outlive the call */
 	shoal_key key;
 	shoal_model *model;
 	shoal_tokenizer *tok;
-	uint8_t model_id[32];
+	uint8_t model_id[SHOAL_MODEL_ID_BYTES];
 	uint64_t file_bytes;
 	shoal_model_id *mid; /* the digests of a whole file (NULL with wc) */
 	shoal_wcache *wc;    /* the weights cache the model is (NULL: a whole file) */
@@ -176,19 +206,19 @@ struct shoal_cluster {
 	uint64_t offer; /* memory offered as last published */
 
 	/* planning: node thread */
-	uint8_t view_sig[32];
+	uint8_t view_sig[SHOAL_DIGEST_BYTES];
 	bool have_sig;
 	shoal_plan *plan;        /* current, NULL when none */
 	uint32_t plan_sessions;  /* its KV sessions per stage (--sessions, or from memory) */
 	shoal_plan *prev;        /* last servable, or learned from the peers we joined */
-	uint8_t learn_tried[32]; /* the digest we last tried to learn */
+	uint8_t learn_tried[SHOAL_DIGEST_BYTES]; /* the digest we last tried to learn */
 	size_t learn_tried_n;     /* over this many candidates */
 	char plan_why[256];
 	shoal_err plan_err;      /* why there is no plan (INFEASIBLE: memory, or left out) */
 	uint64_t died_us;        /* when the plan went because a peer of it died; 0: it did not */
 	char others_why[400];    /* peers serving another model, as last logged */
 	bool servable;
-	uint8_t ready_digest[32];
+	uint8_t ready_digest[SHOAL_DIGEST_BYTES];
 	uint64_t ready_epoch;
 	uint64_t served_epoch; /* the highest epoch of a plan servable here */
 	char ready_why[256]; /* why we are not ready for the plan */
@@ -197,52 +227,52 @@ struct shoal_cluster {
 		shoal_peer_id id;
 		char name[64];
 		char why[160];
-	} left[SHOAL_CLUSTER_MAX_PEERS];
+	} left[SHOAL_SERVE_MAX_PEERS];
 	size_t n_cand;
 	struct {
 		shoal_peer_id id;
 		bool ready;
-	} cand[SHOAL_CLUSTER_MAX_PEERS];
+	} cand[SHOAL_SERVE_MAX_PEERS];
 	/* the measured links the last plan over all candidates used
 	 * (net/linkview.h), for status; the others were at the default */
 	size_t n_plan_links;
 	struct {
 		shoal_peer_id a, b;
 		uint64_t latency_ns, bw;
-	} plan_links[SHOAL_CLUSTER_MAX_PEERS];
+	} plan_links[SHOAL_SERVE_MAX_PEERS];
 
 	/* shared under mu */
 	pthread_mutex_t mu;
 	pthread_cond_t cv;
 	bool mu_ok, cv_ok;
 	int stop;
-	shoal_cluster_assign *pending; /* next assignment for the data thread */
+	shoal_serve_assign *pending; /* next assignment for the data thread */
 	bool pending_set;
-	shoal_cluster_ep eps[SHOAL_CLUSTER_MAX_PEERS];
+	shoal_serve_ep eps[SHOAL_SERVE_MAX_PEERS];
 	size_t n_eps;
 	uint64_t eps_version;
 	bool shared_servable;
-	uint8_t shared_digest[32]; /* the digest accepted links must name */
+	uint8_t shared_digest[SHOAL_DIGEST_BYTES]; /* the digest accepted links must name */
 	uint64_t shared_epoch;
 	char shared_why[256]; /* why the plan is not servable ("" when it is) */
 	bool shared_infeasible; /* no plan: the peers' memory cannot hold the model */
 	bool shared_noplan;     /* no plan at all: runs in flight pause */
-	shoal_cluster_run runs[SHOAL_CLUSTER_MAX_RUNS];
-	shoal_cluster_event *ev; /* ring (SHOAL_CLUSTER_EVENTS) */
+	shoal_serve_run runs[SHOAL_SERVE_MAX_RUNS];
+	shoal_serve_event *ev; /* ring (SHOAL_SERVE_EVENTS) */
 	uint32_t ev_head, ev_n;
-	shoal_xfer_link *acc[SHOAL_CLUSTER_LINKS]; /* accepted, waiting for the data thread */
-	int acc_role[SHOAL_CLUSTER_LINKS];
+	shoal_xfer_link *acc[SHOAL_SERVE_LINKS]; /* accepted, waiting for the data thread */
+	int acc_role[SHOAL_SERVE_LINKS];
 	size_t n_acc;
 	shoal_dist_stage *x_pending; /* the next expert server (NULL: none) */
 	bool x_pending_set;
-	shoal_xfer_link *xacc[SHOAL_CLUSTER_LINKS]; /* accepted EXPERTS links */
+	shoal_xfer_link *xacc[SHOAL_SERVE_LINKS]; /* accepted EXPERTS links */
 	size_t n_xacc;
 	/* snapshots for status, taken by the thread that owns each object */
 	shoal_dist_stage_metrics met_stage, met_experts;
 	shoal_dist_owner_metrics met_owner;
 	bool have_stage, have_experts;
-	char link_status[SHOAL_CLUSTER_MAX_PEERS][96]; /* per eps entry: "tcp", ... */
-	uint8_t link_peer[SHOAL_CLUSTER_MAX_PEERS][16];
+	char link_status[SHOAL_SERVE_MAX_PEERS][96]; /* per eps entry: "tcp", ... */
+	uint8_t link_peer[SHOAL_SERVE_MAX_PEERS][SHOAL_PEER_ID_LEN];
 	size_t n_link_status;
 
 	shoal_wire_buf msg; /* node thread: RUN_* replies, reserved once */
@@ -257,27 +287,67 @@ struct shoal_cluster {
 	bool data_started, acc_started, x_started;
 	int admit_role; /* accept thread only */
 	/* link roles for dist objects */
-	shoal_cluster_lctx lctx_stage, lctx_owner, lctx_experts, lctx_tensor;
-	struct shoal_cluster_dt *dt;               /* data thread only (cluster_data.c) */
+	shoal_serve_lctx lctx_stage, lctx_owner, lctx_experts, lctx_tensor;
+	struct shoal_serve_dt *dt; /* data thread only */
 };
 
-/* cluster_data.c */
-shoal_err shoal_cluster__data_start(shoal_cluster *cl, char *why, size_t why_len);
-void shoal_cluster__data_stop(shoal_cluster *cl);
-void shoal_cluster__wake(shoal_cluster *cl);
-void shoal_cluster__token(const shoal_cluster *cl, const uint8_t peer[16], const uint8_t digest[32],
-                          int role, uint8_t out[33]);
-void shoal_cluster__free_assign(shoal_cluster_assign *a);
-/* Which link reaches a peer, for dist objects (ctx: a shoal_cluster_lctx);
+/* The data thread's own state (serve_data.c, serve_links.c, serve_runs.c). */
+struct shoal_serve_dt {
+	shoal_serve *cl;
+	shoal_serve_assign *as;
+	shoal_dist_owner *owner;
+	shoal_serve_ep eps[SHOAL_SERVE_MAX_PEERS];
+	size_t n_eps;
+	uint64_t eps_version;
+	/* links we dialled (out) and accepted (in); `inc` is the peer's
+	 * incarnation when the link was made, `bye` that it said goodbye */
+	struct {
+		uint8_t peer[SHOAL_PEER_ID_LEN];
+		int role;
+		uint64_t inc;
+		bool bye;
+		shoal_xfer_link *k;
+	} out[SHOAL_SERVE_LINKS];
+	size_t n_out;
+	struct {
+		uint8_t peer[SHOAL_PEER_ID_LEN];
+		int role;
+		uint64_t inc;
+		bool bye;
+		shoal_xfer_link *k;
+	} in[SHOAL_SERVE_LINKS];
+	size_t n_in;
+	uint32_t live; /* runs started and not ended */
+	/* the spin before a wait (shoal_serve_wait) */
+	uint64_t frame_us;    /* when the latest frame was handled */
+	uint64_t spin_off_us; /* no spinning before then: the core is shared */
+	uint64_t wait_us;     /* the recent waits for a frame, averaged; 0: none yet */
+};
+typedef struct shoal_serve_dt shoal_serve_dt;
+
+/* The context of a run's token callback (shoal_dist_request.ctx). */
+typedef struct shoal_serve_tokctx {
+	shoal_serve *cl;
+	uint32_t run;
+} shoal_serve_tokctx;
+
+/* serve_links.c */
+shoal_err serve__data_start(shoal_serve *cl, char *why, size_t why_len);
+void serve__data_stop(shoal_serve *cl);
+void serve__wake(shoal_serve *cl);
+void serve__token(const shoal_serve *cl, const uint8_t peer[SHOAL_PEER_ID_LEN], const uint8_t digest[SHOAL_DIGEST_BYTES],
+                          int role, uint8_t out[SHOAL_LINK_TOKEN_LEN]);
+void serve__free_assign(shoal_serve_assign *a);
+/* Which link reaches a peer, for dist objects (ctx: a shoal_serve_lctx);
  * data thread only. */
-shoal_xfer_link *shoal_cluster__link(void *ctx, const uint8_t peer[16]);
+shoal_xfer_link *serve__link(void *ctx, const uint8_t peer[SHOAL_PEER_ID_LEN]);
 /* No link: the expert server's (it answers on the link a request came in
  * on, and runs on the expert thread, which must not touch the data
  * thread's links). */
-shoal_xfer_link *shoal_cluster__no_link(void *ctx, const uint8_t peer[16]);
+shoal_xfer_link *serve__no_link(void *ctx, const uint8_t peer[SHOAL_PEER_ID_LEN]);
 /* The link a group member's slices arrive on (accepted, role TENSOR; ctx:
  * the cluster); NULL until it is there. Data thread only. */
-shoal_xfer_link *shoal_cluster__tensor_in(void *ctx, const uint8_t peer[16]);
+shoal_xfer_link *serve__tensor_in(void *ctx, const uint8_t peer[SHOAL_PEER_ID_LEN]);
 /* How long a group member's wait for slices spins before it blocks: a
  * slice already on its way over loopback or a fast link comes within
  * ~10-60 us; longer waits are the other member still computing, and
@@ -289,16 +359,50 @@ shoal_xfer_link *shoal_cluster__tensor_in(void *ctx, const uint8_t peer[16]);
  * 1.18-1.32x one peer, at 200 us 3 % blocked and 1.33-1.36x (91-101 % of
  * the 2-thread process). On 2 loaded cores (load ~10) spin 0, 50 and
  * 200 us were alike within noise. */
-#define SHOAL_CLUSTER_TP_SPIN_US 200u
+#define SHOAL_SERVE_TP_SPIN_US 200u
 /* The data thread's spin before it blocks for frames (cluster_data.c,
- * shoal_cluster_wait): up to config.hop_spin_us (SHOAL_CLUSTER_HOP_SPIN_US,
+ * shoal_serve_wait): up to config.hop_spin_us (SHOAL_SERVE_HOP_SPIN_US,
  * cluster.h, unless --spin-us says otherwise) while a session of ours
- * generates or for SHOAL_CLUSTER_HOP_ACTIVE_MS after a frame, when the
+ * generates or for SHOAL_SERVE_HOP_ACTIVE_MS after a frame, when the
  * recent waits were shorter than that; a poll that returns
- * SHOAL_CLUSTER_HOP_GAP_US after it was called (the thread was preempted
- * for a time slice) stops it for SHOAL_CLUSTER_HOP_BACKOFF_MS. */
-#define SHOAL_CLUSTER_HOP_ACTIVE_MS   20u
-#define SHOAL_CLUSTER_HOP_GAP_US      500u
-#define SHOAL_CLUSTER_HOP_BACKOFF_MS  1000u
+ * SHOAL_SERVE_HOP_GAP_US after it was called (the thread was preempted
+ * for a time slice) stops it for SHOAL_SERVE_HOP_BACKOFF_MS. */
+#define SHOAL_SERVE_HOP_ACTIVE_MS   20u
+#define SHOAL_SERVE_HOP_GAP_US      500u
+#define SHOAL_SERVE_HOP_BACKOFF_MS  1000u
+
+/* serve.c */
+void serve__plan_save(shoal_serve *cl);
+
+/* serve_data.c */
+void *serve__data_main(void *arg);
+
+/* serve_links.c */
+void serve__poke(int fd, const char *what);
+void serve__xwake(shoal_serve *cl);
+void serve__link_broke(shoal_serve_dt *d, const uint8_t peer[SHOAL_PEER_ID_LEN], uint64_t inc,
+                                     bool bye, const char *why);
+void serve__out_drop(shoal_serve_dt *d, size_t i);
+void serve__adopt(shoal_serve_dt *d);
+void serve__links_close(shoal_serve_dt *d, const char *why);
+
+/* serve_part.c */
+int serve__take_part(shoal_serve *cl);
+
+/* serve_ready.c */
+int serve__judge(shoal_serve *cl, const shoal_swim_member *const *cand, size_t nc);
+
+/* serve_runs.c */
+shoal_err serve__queue(shoal_serve *cl, int32_t **ids, size_t n_ids, uint32_t n,
+                                     uint32_t k, bool no_logprob,
+                                     const shoal_sampler_params *sp,
+                                     const shoal_ctl_route *from, uint64_t seq,
+                                     const shoal_api_sink *sink, uint32_t *slot_out, char *why,
+                                     size_t why_len);
+void serve__event_push(shoal_serve *cl, const shoal_serve_event *ev);
+void serve__pause(shoal_serve *cl, uint32_t i, uint64_t now, uint64_t delay_us,
+                                const char *why);
+void serve__start_runs(shoal_serve_dt *d, shoal_serve_tokctx *tcs);
+void serve__check_runs(shoal_serve_dt *d);
 
 #endif

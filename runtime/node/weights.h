@@ -44,12 +44,14 @@
 #include <jansson.h>
 
 #include "base/err.h"
+#include "base/peer_id.h"
 #include "models/gguf.h"
 #include "models/model_id.h"
 #include "models/wcache.h"
 #include "net/key.h"
 #include "net/record.h"
 #include "net/xfer.h"
+#include "scheduler/digest.h"
 
 #define SHOAL_WEIGHTS_OP_INFO 1u
 #define SHOAL_WEIGHTS_OP_READ 2u
@@ -60,18 +62,23 @@
  * bandwidth-delay product of a 10 Gb/s LAN at 1 ms. */
 #define SHOAL_WEIGHTS_CHUNK  (512u << 10)
 #define SHOAL_WEIGHTS_WINDOW 4u
-/* The link role of a WEIGHTS link (after runtime/node/cluster_impl.h's). */
+/* The link role of a WEIGHTS link (after runtime/node/serve_impl.h's). */
 #define SHOAL_WEIGHTS_ROLE 4
 /* The cache folder in the state directory. */
 #define SHOAL_WEIGHTS_DIR "weights"
 
+/* A data link's admission token: a BLAKE2b-256 MAC, then the role byte. */
+#define SHOAL_LINK_TOKEN_ROLE SHOAL_DIGEST_BYTES /* the role byte's offset */
+#define SHOAL_LINK_TOKEN_LEN  (SHOAL_DIGEST_BYTES + 1)
+
 /* The admission token of a data link of `role` from peer `peer`:
  * BLAKE2b-256 keyed by the cluster key over ("shoal-data-v1", peer,
  * digest, role), then the role byte. digest: the plan digest for the
- * cluster's roles (runtime/node/cluster_data.c), the model id for
+ * cluster's roles (runtime/node/serve_links.c), the model id for
  * SHOAL_WEIGHTS_ROLE. */
-void shoal_weights_link_token(const shoal_key *key, const uint8_t peer[16],
-                              const uint8_t digest[32], int role, uint8_t out[33]);
+void shoal_weights_link_token(const shoal_key *key, const uint8_t peer[SHOAL_PEER_ID_LEN],
+                              const uint8_t digest[SHOAL_DIGEST_BYTES], int role,
+                              uint8_t out[SHOAL_LINK_TOKEN_LEN]);
 
 /* ---- the server ---------------------------------------------------------- */
 
@@ -92,7 +99,7 @@ void shoal_weights_server_add(shoal_weights_server *s, shoal_xfer_link *k);
 
 /* A peer that may hold the bytes. */
 typedef struct shoal_weights_src {
-	uint8_t id[16];
+	uint8_t id[SHOAL_PEER_ID_LEN];
 	char name[64];
 	char host[64];
 	uint16_t port;
@@ -104,9 +111,9 @@ typedef struct shoal_weights_src {
 bool shoal_weights_pick_ep(const shoal_record *r, bool want_lo, char host[64], uint16_t *port);
 
 typedef struct shoal_weights_config {
-	uint8_t self[16];
+	uint8_t self[SHOAL_PEER_ID_LEN];
 	shoal_key key;         /* zero: insecure */
-	uint8_t model_id[32];
+	uint8_t model_id[SHOAL_MODEL_ID_BYTES];
 	const char *dir;       /* the cache folder (copied) */
 	uint64_t cache_max;    /* bytes the folder may hold (eviction bound) */
 	bool tty;              /* draw a progress bar on stderr, else log lines */

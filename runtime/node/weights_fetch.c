@@ -79,7 +79,7 @@ static uint64_t wf_get64(const uint8_t *p)
 static shoal_err wf_dial(shoal_weights_fetcher *f, const shoal_weights_src *s, shoal_xfer_link **k,
                          char *why, size_t why_len)
 {
-	uint8_t tok[33];
+	uint8_t tok[SHOAL_LINK_TOKEN_LEN];
 	shoal_weights_link_token(&f->cfg.key, f->cfg.self, f->cfg.model_id, SHOAL_WEIGHTS_ROLE, tok);
 	return shoal_xfer_link_connect(&f->xcfg, s->host, s->port, tok, sizeof tok, k, why, why_len);
 }
@@ -87,14 +87,14 @@ static shoal_err wf_dial(shoal_weights_fetcher *f, const shoal_weights_src *s, s
 static shoal_err wf_request(shoal_weights_fetcher *f, shoal_xfer_link *k, uint32_t op,
                             uint32_t what, uint32_t len, uint64_t off, char *why, size_t why_len)
 {
-	uint8_t b[16];
+	uint8_t b[4 + 4 + 8]; /* u32 what, u32 len, u64 offset */
 	wf_put32(b, what);
 	wf_put32(b + 4, len);
 	wf_put32(b + 8, (uint32_t)off);
 	wf_put32(b + 12, (uint32_t)(off >> 32));
 	shoal_xfer_hdr h = {.kind = SHOAL_XFER_KIND_WEIGHTS, .dtype = SHOAL_XFER_DTYPE_U8,
 	                    .n_aux = op};
-	memcpy(h.digest, f->cfg.model_id, 32);
+	memcpy(h.digest, f->cfg.model_id, SHOAL_MODEL_ID_BYTES);
 	struct iovec v = {.iov_base = b, .iov_len = op == SHOAL_WEIGHTS_OP_READ ? 16 : 0};
 	return shoal_xfer_link_send(k, &h, &v, 1, WF_REPLY_MS, why, why_len);
 }
@@ -216,9 +216,9 @@ static shoal_err wf_header_from(shoal_weights_fetcher *f, const shoal_weights_sr
 			e = shoal_why(why, why_len, SHOAL_ERR_PROTO, "a header piece out of place");
 			break;
 		}
-		uint8_t d[32];
-		crypto_generichash(d, 32, fr.payload + 48, len, NULL, 0);
-		if (sodium_memcmp(d, fr.payload + 16, 32) != 0) {
+		uint8_t d[SHOAL_DIGEST_BYTES];
+		crypto_generichash(d, sizeof d, fr.payload + 48, len, NULL, 0);
+		if (sodium_memcmp(d, fr.payload + 16, SHOAL_DIGEST_BYTES) != 0) {
 			SHOAL_LOG_W("weights", "a header piece at %llu failed its check; again",
 			            (unsigned long long)off);
 			continue;
@@ -435,7 +435,7 @@ shoal_err shoal_weights_fetcher_new(const shoal_weights_config *cfg, shoal_weigh
 	snprintf(f->dir, sizeof f->dir, "%s", cfg->dir);
 	f->cfg.dir = f->dir;
 	shoal_xfer_config_default(&f->xcfg);
-	memcpy(f->xcfg.self_id, cfg->self, 16);
+	memcpy(f->xcfg.self_id, cfg->self, SHOAL_PEER_ID_LEN);
 	f->xcfg.verbs = NULL; /* bulk bytes over TCP: the RDMA upgrade is the data plane's */
 	if (pthread_mutex_init(&f->mu, NULL) != 0) {
 		free(f);

@@ -29,8 +29,9 @@
 
 /* ---- shared --------------------------------------------------------------- */
 
-void shoal_weights_link_token(const shoal_key *key, const uint8_t peer[16],
-                              const uint8_t digest[32], int role, uint8_t out[33])
+void shoal_weights_link_token(const shoal_key *key, const uint8_t peer[SHOAL_PEER_ID_LEN],
+                              const uint8_t digest[SHOAL_DIGEST_BYTES], int role,
+                              uint8_t out[SHOAL_LINK_TOKEN_LEN])
 {
 	static const char label[] = "shoal-data-v1";
 	uint8_t r = (uint8_t)role;
@@ -41,7 +42,7 @@ void shoal_weights_link_token(const shoal_key *key, const uint8_t peer[16],
 	crypto_generichash_update(&hs, digest, 32);
 	crypto_generichash_update(&hs, &r, 1);
 	crypto_generichash_final(&hs, out, 32);
-	out[32] = r;
+	out[SHOAL_LINK_TOKEN_ROLE] = r;
 }
 
 bool shoal_weights_pick_ep(const shoal_record *r, bool want_lo, char host[64], uint16_t *port)
@@ -106,7 +107,7 @@ static shoal_err ws_send(shoal_weights_server *s, shoal_xfer_link *k, uint32_t o
 {
 	shoal_xfer_hdr h = {.kind = SHOAL_XFER_KIND_WEIGHTS, .dtype = SHOAL_XFER_DTYPE_U8,
 	                    .n_aux = op};
-	memcpy(h.digest, shoal_model_id_digest(s->mid), 32);
+	memcpy(h.digest, shoal_model_id_digest(s->mid), SHOAL_MODEL_ID_BYTES);
 	char why[256];
 	shoal_err e = shoal_xfer_link_send(k, &h, iov, n, 10000, why, sizeof why);
 	if (e)
@@ -132,7 +133,7 @@ static shoal_err ws_handle(shoal_weights_server *s, shoal_xfer_link *k, const sh
 {
 	if (f->hdr.kind != SHOAL_XFER_KIND_WEIGHTS)
 		return ws_err(s, k, "a %s frame on a weights link", shoal_xfer_kind_name(f->hdr.kind));
-	if (sodium_memcmp(f->hdr.digest, shoal_model_id_digest(s->mid), 32) != 0)
+	if (sodium_memcmp(f->hdr.digest, shoal_model_id_digest(s->mid), SHOAL_MODEL_ID_BYTES) != 0)
 		return ws_err(s, k, "this peer serves another model id");
 	if (f->hdr.n_aux == SHOAL_WEIGHTS_OP_INFO && shoal_gguf_n_shards(s->g) != 1)
 		return ws_err(s, k, "a split model: its bytes are not served to peers yet");

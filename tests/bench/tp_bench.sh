@@ -15,7 +15,7 @@
 #                picks one stage run by a group of both (checked in status),
 #                shares from the probed speeds; one such cluster per spin
 #                (SPINS, the wait's spin in us before it blocks, default
-#                "0 20 200"; 200 is the node's, SHOAL_CLUSTER_TP_SPIN_US)
+#                "0 20 200"; 200 is the node's, SHOAL_SERVE_TP_SPIN_US)
 #   pipeline     2 peers at --mem-limit 650M: 2 stages (checked)
 # Timing as tests/bench/dist_bench.sh: the same greedy prompt for N1 and N2
 # tokens, RUNS rounds of every config in turn; us/token = the median over

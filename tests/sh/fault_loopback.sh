@@ -122,7 +122,7 @@ echo "swim: $(fired swim drop) dropped, $(fired swim corrupt) corrupted, $(fired
 # 4. a false death: every datagram d2 sends is lost until d1 declares it
 # dead and has no plan (d1 and d3 cannot hold the model); then d2 is heard
 # again and refutes. A request sent at that moment waits for the plan to
-# come back (SHOAL_CLUSTER_DIED_WAIT_MULT) instead of being refused.
+# come back (SHOAL_SERVE_DIED_WAIT_MULT) instead of being refused.
 echo "swim:drop:n=0" >"$T/fault-d2"
 d2_dead() {
 	status d1 && [[ "$("$VC" "$T/st-d1.json" state d2)" =~ ^(dead|none)$ ]] &&

@@ -1,0 +1,280 @@
+/*
+ * runtime/node/node_record.c: our record and what measures it: the clock and
+ * randomness SWIM is given, the control file `shoal status` finds us by,
+ * the machine and compute probes (kept in the state directory), the
+ * record's endpoints, and the link probes whose figures it gossips.
+ * Node thread.
+ */
+#include "config.h"
+
+#include "runtime/node/node_impl.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <netinet/in.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <sodium.h>
+
+#include "base/clock.h"
+#include "base/hex.h"
+#include "base/log.h"
+#include "net/endpoint.h"
+#include "base/statedir.h"
+#include "runtime/cpu/kernels_probe.h"
+
+uint64_t node__now_us(void *ctx)
+{
+	(void)ctx;
+	return shoal_clock_now_us();
+}
+
+uint64_t node__rand64(void *ctx)
+{
+	(void)ctx;
+	uint64_t v;
+	randombytes_buf(&v, sizeof v);
+	return v;
+}
+
+/* <state>/control: how `shoal status` reaches this node. */
+void node__write_control(shoal_node *n)
+{
+	char path[1100], tmp[1110];
+	snprintf(path, sizeof path, "%s/%s", n->state_dir, SHOAL_NODE_CONTROL_FILE);
+	snprintf(tmp, sizeof tmp, "%s.tmp", path);
+	const char *ip = n->wildcard ? "127.0.0.1" : n->listen_ip;
+	FILE *f = fopen(tmp, "w");
+	if (!f) {
+		SHOAL_LOG_W("node", "cannot write %s: %s", tmp, strerror(errno));
+		return;
+	}
+	fprintf(f,
+	        "# written by the running `shoal node`; read by `shoal status`\n"
+	        "endpoint tcp://%s:%u\ninsecure %d\npid %ld\n",
+	        ip, (unsigned)shoal_ctl_port(n->ctl), n->keyed ? 0 : 1, (long)getpid());
+	if (fclose(f) != 0 || rename(tmp, path) != 0)
+		SHOAL_LOG_W("node", "cannot write %s: %s", path, strerror(errno));
+}
+
+void node__remove_control(shoal_node *n)
+{
+	char path[1100];
+	snprintf(path, sizeof path, "%s/%s", n->state_dir, SHOAL_NODE_CONTROL_FILE);
+	unlink(path);
+}
+
+/* --------------------------------------------------------------- the record */
+
+/* The compute probe: runtime/cpu/kernels_probe.h measures the best kernel
+ * table's quantized mat-vec (decode, memory-bound: GB/s) and mat-mul
+ * (prefill: GFLOP/s) on one thread. SHOAL_NODE_PROBE_MS = 150 ms: a start-up
+ * cost nobody notices, long enough for a few passes over a matrix larger
+ * than the caches. */
+#define SHOAL_NODE_PROBE_MS 150u
+
+/* The figures are kept in the state directory (SHOAL_NODE_PROBE_FILE: one
+ * line "shoal-probe 3 ISA MB_S MFLOPS UNIX_SECONDS PREFETCH", the last the
+ * weight prefetch the probe chose, kernels.h; a line of an older version is
+ * measured again: version 3 came with the AVX-512 row-group kernels, whose
+ * mat-mul is ~3x version 2's, so an upgraded peer must not publish its old
+ * figure; bump it whenever the kernels' speed changes that much) and used
+ * again by the
+ * next start on the same kernels within SHOAL_NODE_PROBE_KEEP_S, unless
+ * --reprobe: a restarted peer then publishes the record it had, so its
+ * peers' plan still holds and a restart changes no plan (a new measurement
+ * differs by a few percent and may tip the layer split). */
+#define SHOAL_NODE_PROBE_FILE   "probe"
+
+#define SHOAL_NODE_PROBE_KEEP_S (7u * 24 * 3600)
+
+static bool node_probe_load(const char *dir, shoal_record *r)
+{
+	char path[1100], isa[32], pf[8];
+	snprintf(path, sizeof path, "%s/%s", dir, SHOAL_NODE_PROBE_FILE);
+	FILE *f = fopen(path, "r");
+	if (!f)
+		return false;
+	unsigned long long mb = 0, mf = 0, at = 0;
+	int k = fscanf(f, "shoal-probe 3 %31s %llu %llu %llu %7s", isa, &mb, &mf, &at, pf);
+	fclose(f);
+	time_t now = time(NULL);
+	if (k != 5 || strcmp(isa, shoal_kernels_best()->isa) || !mb || !mf ||
+	    at > (unsigned long long)now ||
+	    (unsigned long long)now - at > SHOAL_NODE_PROBE_KEEP_S ||
+	    (strcmp(pf, "l1") && strcmp(pf, "l2")))
+		return false;
+	if (!shoal_kernels_prefetch_fixed())
+		shoal_kernels_set_prefetch(!strcmp(pf, "l2"));
+	r->compute_mb_s = mb;
+	r->compute_mflops = mf;
+	SHOAL_LOG_I("node",
+	            "compute probe (%s, kept from %llu s ago; --reprobe measures again): "
+	            "%.2f GB/s mat-vec, %.2f GFLOP/s mat-mul, weight prefetch %s",
+	            isa, (unsigned long long)now - at, (double)mb / 1000.0, (double)mf / 1000.0,
+	            shoal_kernels_prefetch());
+	return true;
+}
+
+static void node_compute_probe(const char *dir, bool reprobe, shoal_record *r)
+{
+	if (!reprobe && node_probe_load(dir, r))
+		return;
+	shoal_kernels_probe_result res;
+	if (shoal_kernels_probe(NULL, SHOAL_NODE_PROBE_MS, &res) != SHOAL_OK) {
+		SHOAL_LOG_W("node", "compute probe failed (out of memory); publishing 0");
+		return;
+	}
+	r->compute_mb_s = (uint64_t)(res.gemv_gbps * 1000.0);     /* GB/s -> MB/s */
+	r->compute_mflops = (uint64_t)(res.gemm_gflops * 1000.0); /* GFLOP/s -> MFLOP/s */
+	SHOAL_LOG_I("node",
+	            "compute probe (%s, %u ms): %.2f GB/s mat-vec, %.2f GFLOP/s mat-mul, "
+	            "weight prefetch %s (the other: %.2f GB/s)",
+	            res.isa ? res.isa : "?", res.elapsed_ms, res.gemv_gbps, res.gemm_gflops,
+	            res.prefetch, res.gemv_gbps_other);
+	char path[1100], line[160], why[300];
+	snprintf(path, sizeof path, "%s/%s", dir, SHOAL_NODE_PROBE_FILE);
+	int n = snprintf(line, sizeof line, "shoal-probe 3 %s %llu %llu %llu %s\n",
+	                 res.isa ? res.isa : "?", (unsigned long long)r->compute_mb_s,
+	                 (unsigned long long)r->compute_mflops, (unsigned long long)time(NULL),
+	                 res.prefetch);
+	if (n > 0 && (size_t)n < sizeof line &&
+	    shoal_file_replace(path, line, (size_t)n, false, why, sizeof why) != SHOAL_OK)
+		SHOAL_LOG_D("node", "cannot keep the compute figures: %s", why);
+}
+
+/* Fill the static parts of our record: identity, versions, endpoints,
+ * machine. */
+void node__record_init(shoal_node *n)
+{
+	shoal_record *r = &n->rec;
+	shoal_record_init(r);
+	r->id = shoal_peer_id_from_bytes(n->ident.id);
+	shoal_record_strcpy(r->name, sizeof r->name, n->ident.name);
+	shoal_record_strcpy(r->cluster, sizeof r->cluster, n->cluster);
+	shoal_record_strcpy(r->sw_version, sizeof r->sw_version, PACKAGE_VERSION);
+	r->proto_version = SHOAL_NODE_PROTO_VERSION;
+	r->sched_version = SHOAL_NODE_SCHED_VERSION;
+	/* Control endpoint: our address if bound to one, else the first
+	 * non-loopback interface (loopback when there is none). */
+	const char *ip = n->listen_ip;
+	if (n->wildcard) {
+		ip = "127.0.0.1";
+		for (uint32_t i = 0; i < n->si.n_if; i++)
+			if (strcmp(n->si.ifs[i].kind, "loopback")) {
+				ip = n->si.ifs[i].addr;
+				break;
+			}
+	}
+	snprintf(r->ctl_endpoint, sizeof r->ctl_endpoint, "tcp://%s:%u", ip,
+	         (unsigned)shoal_ctl_port(n->ctl));
+	/* Data endpoints: one per interface when the data listener is on the
+	 * wildcard address, else just its address. */
+	char dip[64] = "";
+	struct sockaddr_in sa;
+	socklen_t sl = sizeof sa;
+	if (getsockname(n->data_fd, (struct sockaddr *)&sa, &sl) == 0)
+		inet_ntop(AF_INET, &sa.sin_addr, dip, sizeof dip);
+	if (dip[0] && strcmp(dip, "0.0.0.0")) {
+		shoal_record_endpoint *e = &r->data_ep[r->n_data_ep++];
+		shoal_record_strcpy(e->kind, sizeof e->kind,
+		                    !strncmp(dip, "127.", 4) ? "loopback" : "other");
+		for (uint32_t i = 0; i < n->si.n_if; i++)
+			if (!strcmp(n->si.ifs[i].addr, dip)) {
+				shoal_record_strcpy(e->kind, sizeof e->kind, n->si.ifs[i].kind);
+				shoal_record_strcpy(e->ifname, sizeof e->ifname, n->si.ifs[i].name);
+			}
+		snprintf(e->addr, sizeof e->addr, "tcp://%s:%u", dip, (unsigned)n->data_port);
+	} else {
+		for (uint32_t i = 0; i < n->si.n_if && r->n_data_ep < SHOAL_RECORD_MAX_DATA_EP;
+		     i++) {
+			shoal_record_endpoint *e = &r->data_ep[r->n_data_ep++];
+			shoal_record_strcpy(e->kind, sizeof e->kind, n->si.ifs[i].kind);
+			shoal_record_strcpy(e->ifname, sizeof e->ifname, n->si.ifs[i].name);
+			snprintf(e->addr, sizeof e->addr, "tcp://%s:%u", n->si.ifs[i].addr,
+			         (unsigned)n->data_port);
+		}
+	}
+	r->cores = n->si.cores;
+	shoal_record_strcpy(r->os, sizeof r->os, n->si.os);
+	shoal_record_strcpy(r->arch, sizeof r->arch, n->si.arch);
+	r->n_rdma = n->si.n_rdma;
+	for (uint32_t i = 0; i < n->si.n_rdma && i < SHOAL_RECORD_MAX_RDMA; i++)
+		shoal_record_strcpy(r->rdma[i], sizeof r->rdma[i], n->si.rdma[i]);
+	/* models: not advertised yet (open work of the elastic-cluster issue:
+	 * weights for a peer without the file); peers match by model id. */
+	r->n_models = 0;
+	node_compute_probe(n->state_dir, n->cfg.reprobe, r);
+}
+
+/* The parts that change: memory available, load, links. */
+void node__record_refresh(shoal_node *n)
+{
+	shoal_sysinfo_refresh(&n->si);
+	n->rec.mem_total = n->si.mem_total;
+	n->rec.mem_weights = n->si.mem_available;
+	n->rec.load_permille = n->si.load_permille;
+	n->rec.n_links =
+	    (uint32_t)shoal_linkprobe_links(n->lp, n->rec.links, SHOAL_RECORD_MAX_LINKS);
+	if (n->cl)
+		shoal_serve_fill_record(n->cl, &n->rec, n->si.mem_available);
+}
+
+/* -------------------------------------------------------------- link probes */
+
+/* One target per (alive peer, our data endpoint, its data endpoint): the
+ * probe leaves from our endpoint's address (ZeroMQ "tcp://SRC:0;DST:PORT")
+ * to its endpoint's address on its control port. */
+void node__targets(shoal_node *n)
+{
+	shoal_swim_member *v = NULL;
+	size_t nv = 0;
+	if (shoal_swim_view(n->sw, &v, &nv) != SHOAL_OK)
+		return;
+	shoal_linkprobe_target t[SHOAL_RECORD_MAX_LINKS];
+	size_t nt = 0;
+	for (size_t i = 0; i < nv; i++) {
+		if (v[i].is_self || v[i].state != SHOAL_SWIM_STATE_ALIVE)
+			continue;
+		const shoal_record *r = &v[i].record;
+		int port = shoal_endpoint_port(r->ctl_endpoint);
+		for (uint32_t a = 0; a < n->rec.n_data_ep; a++)
+			for (uint32_t b = 0; b < r->n_data_ep && b < SHOAL_RECORD_MAX_DATA_EP;
+			     b++) {
+				char lip[64], rip[64];
+				if (nt >= SHOAL_RECORD_MAX_LINKS)
+					break;
+				if (shoal_endpoint_ip(n->rec.data_ep[a].addr, lip, sizeof lip) ||
+				    shoal_endpoint_ip(r->data_ep[b].addr, rip, sizeof rip) ||
+				    port <= 0)
+					continue;
+				/* loopback only talks to loopback */
+				if (!strncmp(lip, "127.", 4) != !strncmp(rip, "127.", 4))
+					continue;
+				t[nt].peer = v[i].id;
+				t[nt].lep = (uint8_t)a;
+				t[nt].rep = (uint8_t)b;
+				snprintf(t[nt].endpoint, sizeof t[nt].endpoint, "tcp://%s:0;%s:%d",
+				         lip, rip, port);
+				nt++;
+			}
+	}
+	shoal_swim_view_free(v);
+	shoal_linkprobe_set_targets(n->lp, t, nt);
+}
+
+void node__probe_one(shoal_node *n)
+{
+	shoal_ctlmsg m;
+	const char *ep = NULL;
+	if (!shoal_linkprobe_next(n->lp, node__now_us(NULL), &m, &ep))
+		return;
+	if (shoal_ctlmsg_encode(&m, &n->out) == SHOAL_OK)
+		shoal_ctl_send(n->ctl, ep, n->out.data, n->out.len);
+}
