@@ -44,6 +44,26 @@ typedef enum shoal_err {
 	SHOAL_ERR__COUNT
 } shoal_err;
 
+/* Sizes of reason buffers (char why[...], the why_len that goes with it).
+ * SHOAL_WHY_LEN: one reason. The long ones name a thing (a path in a state
+ * directory, ~120 bytes; a GGUF tensor name, <= 64; a peer id, 32 hex
+ * digits) and what is wrong with it (~80 bytes): 256 holds that, and is
+ * the most a frame or a message carries (SHOAL_XFER_REASON_MAX 255 + NUL).
+ * SHOAL_WHY_WRAP_LEN: a reason that quotes another whole reason after one
+ * of its own ("fetching weights failed: <reason>", "tcp (peer: <reason>)"),
+ * so 2 x 256: the quoted one is never cut. Anything longer is cut by
+ * snprintf at the buffer's end, never overrun. */
+#define SHOAL_WHY_LEN      256
+#define SHOAL_WHY_WRAP_LEN (2 * SHOAL_WHY_LEN)
+
+/* The precision of a "%.*s" that quotes a long string (a path, a client's
+ * name) in a reason of why_len bytes and leaves `words` bytes of it to the
+ * rest of the line: the quote is cut, what went wrong is not. E.g.
+ *     shoal_why(why, why_len, SHOAL_ERR_IO, "cannot write %.*s: %s",
+ *               SHOAL_WHY_QUOTE(why_len, 64), path, strerror(errno));  */
+#define SHOAL_WHY_QUOTE(why_len, words)                                                            \
+	((int)((size_t)(why_len) > (size_t)(words) ? (size_t)(why_len) - (size_t)(words) : 0))
+
 /* A static string naming the error; never NULL. */
 const char *shoal_strerror(shoal_err e);
 

@@ -55,19 +55,19 @@ shoal_err shoal_file_replace(const char *path, const void *buf, size_t len, bool
 {
 	char tmp[4200];
 	if ((size_t)snprintf(tmp, sizeof tmp, "%s.XXXXXX", path) >= sizeof tmp)
-		return shoal_why(why, why_len, SHOAL_ERR_RANGE, "cannot write %.200s: path too long",
-		                 path);
+		return shoal_why(why, why_len, SHOAL_ERR_RANGE, "cannot write %.*s: path too long",
+		                 SHOAL_WHY_QUOTE(why_len, 32), path);
 	int fd = mkstemp(tmp);
 	if (fd < 0)
-		return shoal_why(why, why_len, SHOAL_ERR_IO, "cannot write %.200s: %s", tmp,
-		                 strerror(errno));
+		return shoal_why(why, why_len, SHOAL_ERR_IO, "cannot write %.*s: %s",
+		                 SHOAL_WHY_QUOTE(why_len, 64), tmp, strerror(errno));
 	bool ok = write(fd, buf, len) == (ssize_t)len && (!durable || fsync(fd) == 0);
 	ok = close(fd) == 0 && ok;
 	if (!ok || rename(tmp, path) != 0) {
 		int er = errno;
 		unlink(tmp);
-		return shoal_why(why, why_len, SHOAL_ERR_IO, "cannot write %.200s: %s", path,
-		                 strerror(er));
+		return shoal_why(why, why_len, SHOAL_ERR_IO, "cannot write %.*s: %s",
+		                 SHOAL_WHY_QUOTE(why_len, 64), path, strerror(er));
 	}
 	return SHOAL_OK;
 }

@@ -111,7 +111,7 @@ typedef struct gguf_ctx {
 __attribute__((format(printf, 3, 4))) static shoal_err gguf_fail(const gguf_ctx *c, shoal_err e,
                                                                  const char *fmt, ...)
 {
-	char msg[512];
+	char msg[SHOAL_WHY_LEN];
 	va_list ap;
 	va_start(ap, fmt);
 	vsnprintf(msg, sizeof msg, fmt, ap);

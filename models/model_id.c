@@ -322,7 +322,7 @@ static void mid_cache_write(const char *state_dir, const char *path,
 	memcpy(p, m->tensors, m->n_tensors * MID_H);
 	p += m->n_tensors * MID_H;
 	crypto_generichash(p, MID_H, b, n - MID_H, NULL, 0);
-	char w[300];
+	char w[SHOAL_WHY_LEN];
 	if (shoal_file_replace(path, b, n, false, w, sizeof w) != SHOAL_OK)
 		SHOAL_LOG_W("models", "%s", w);
 	free(b);

@@ -130,7 +130,7 @@ static shoal_err shoal_identity_read_file(const char *path, shoal_identity *out,
 		                 strerror(e));
 	if ((size_t)r == sizeof text)
 		return shoal_why(why, why_len, SHOAL_ERR_FORMAT, "%s: too large", path);
-	char reason[160] = "";
+	char reason[SHOAL_WHY_LEN] = "";
 	shoal_err err = shoal_identity_parse(text, (size_t)r, out, reason, sizeof reason);
 	if (err != SHOAL_OK)
 		return shoal_why(why, why_len, err, "%s: %s (move it away to make a new identity)",

@@ -169,7 +169,7 @@ shoal_err shoal_key_read(const char *path, shoal_key *key, int *insecure_mode, c
 		}
 	}
 	close(fd);
-	char reason[200] = "";
+	char reason[SHOAL_WHY_LEN] = "";
 	shoal_err e = shoal_key_parse(text, len, key, reason, sizeof reason);
 	sodium_memzero(text, sizeof text);
 	if (e != SHOAL_OK)

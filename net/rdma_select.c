@@ -92,7 +92,7 @@ shoal_err shoal_rdma_select(const shoal_rdma_port_desc *ports, size_t n_ports, c
                             const uint8_t addr[16], const char *want_device, int want_gid,
                             shoal_rdma_choice *out, char *why, size_t why_len)
 {
-	char r[256] = "";
+	char r[SHOAL_WHY_LEN] = "";
 	if (!n_ports)
 		return shoal_why(why, why_len, SHOAL_ERR_NOTFOUND, "no RDMA device");
 	if (want_device) {

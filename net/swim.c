@@ -397,8 +397,9 @@ static void check_compat(shoal_swim *sw, struct member *m, const shoal_record *r
 		snprintf(m->why, sizeof m->why, "scheduler v%u, ours v%u", r->sched_version,
 		         me->sched_version);
 	else if (strcmp(r->cluster, me->cluster))
-		snprintf(m->why, sizeof m->why, "cluster \"%.32s\", ours \"%.32s\"", r->cluster,
-		         me->cluster);
+		snprintf(m->why, sizeof m->why, "cluster \"%.*s\", ours \"%.*s\"",
+		         SHOAL_WHY_QUOTE(sizeof m->why, 24) / 2, r->cluster,
+		         SHOAL_WHY_QUOTE(sizeof m->why, 24) / 2, me->cluster);
 	else
 		m->compatible = 1, m->why[0] = 0;
 }
@@ -677,7 +678,7 @@ static void refute(shoal_swim *sw, uint64_t above)
 /* Apply one update; `gossip`: re-gossip it if it changed our view. */
 static void apply_update(shoal_swim *sw, const shoal_wire_update *u, int gossip)
 {
-	char why[160];
+	char why[SHOAL_WHY_LEN];
 	if (u->state >= SHOAL_SWIM_STATE__COUNT) {
 		bad(sw, "update", "unknown member state");
 		return;
@@ -858,7 +859,7 @@ static void on_pushpull(shoal_swim *sw, const char *from, const shoal_wire_msg *
 shoal_err shoal_swim_receive(shoal_swim *sw, const char *from, const uint8_t *buf, size_t len,
                              char *why, size_t why_len)
 {
-	char reason[200];
+	char reason[SHOAL_WHY_LEN];
 	shoal_wire_msg *msg = &(shoal_wire_msg){.updates = sw->in_up};
 	sw->st.msgs_recv++;
 	sw->st.bytes_recv += len;

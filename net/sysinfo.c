@@ -170,11 +170,11 @@ shoal_err shoal_sysinfo_probe(shoal_sysinfo *out, int include_loopback)
 	out->cores = nc > 0 ? (uint32_t)nc : 1;
 	struct utsname u;
 	if (uname(&u) == 0) {
-		snprintf(out->os, sizeof out->os, "%.31s", u.sysname);
+		snprintf(out->os, sizeof out->os, "%.*s", (int)sizeof out->os - 1, u.sysname);
 		for (char *c = out->os; *c; c++)
 			if (*c >= 'A' && *c <= 'Z')
 				*c = (char)(*c - 'A' + 'a');
-		snprintf(out->arch, sizeof out->arch, "%.31s", u.machine);
+		snprintf(out->arch, sizeof out->arch, "%.*s", (int)sizeof out->arch - 1, u.machine);
 	}
 	shoal_sysinfo_ifs(out, include_loopback);
 	shoal_sysinfo_rdma(out);

@@ -211,7 +211,7 @@ static shoal_err v_devices(void *ctx, shoal_rdma_port_desc *ports, size_t cap, s
                            char *why, size_t why_len)
 {
 	int nd = 0;
-	char last[200] = "";
+	char last[SHOAL_WHY_LEN] = "";
 	(void)ctx;
 	*n = 0;
 	errno = 0;

@@ -77,16 +77,16 @@ struct shoal_xfer_link {
 	size_t txcap;
 	shoal_xfer_row *rows;     /* (max_rows) decoded tags of the last frame */
 	shoal_xfer_route *routes; /* (max_routes) its routes */
-	uint8_t digest[32];
+	uint8_t digest[SHOAL_DIGEST_BYTES];
 	uint64_t epoch;
 	int have_plan;
 	uint64_t tx_seq, rx_seq;
 	uint32_t max_send;
-	uint8_t peer[16];
+	uint8_t peer[SHOAL_PEER_ID_LEN];
 	char addr[64];
 	char devname[SHOAL_XFER_DEVNAME_MAX]; /* our RDMA device, when offered */
 	int closed;
-	char status[256];
+	char status[SHOAL_WHY_WRAP_LEN];
 	shoal_xfer_metrics m;
 };
 
@@ -183,9 +183,10 @@ fail:
 	return e;
 }
 
-void shoal_xfer_link_set_plan(shoal_xfer_link *k, const uint8_t digest[32], uint64_t epoch)
+void shoal_xfer_link_set_plan(shoal_xfer_link *k, const uint8_t digest[SHOAL_DIGEST_BYTES],
+                              uint64_t epoch)
 {
-	memcpy(k->digest, digest, 32);
+	memcpy(k->digest, digest, SHOAL_DIGEST_BYTES);
 	k->epoch = epoch;
 	k->have_plan = 1;
 }
@@ -200,9 +201,9 @@ const char *shoal_xfer_link_status(const shoal_xfer_link *k)
 	return k->status;
 }
 
-void shoal_xfer_link_peer(const shoal_xfer_link *k, uint8_t peer[16])
+void shoal_xfer_link_peer(const shoal_xfer_link *k, uint8_t peer[SHOAL_PEER_ID_LEN])
 {
-	memcpy(peer, k->peer, 16);
+	memcpy(peer, k->peer, SHOAL_PEER_ID_LEN);
 }
 
 uint32_t shoal_xfer_link_max_send(const shoal_xfer_link *k)
@@ -266,7 +267,7 @@ static shoal_err send_on(shoal_xfer_link *k, const xfer__transport_ops *ops, voi
 	if (shoal_xfer_kind_is_data(h.kind)) {
 		if (!k->have_plan)
 			return shoal_why(why, why_len, SHOAL_ERR_STATE, "no plan set on this link");
-		memcpy(h.digest, k->digest, 32);
+		memcpy(h.digest, k->digest, SHOAL_DIGEST_BYTES);
 		h.epoch = k->epoch;
 	}
 	for (int i = 0; i < iovcnt; i++) {
@@ -302,8 +303,8 @@ static void fail_link(shoal_xfer_link *k, shoal_err code, const char *reason, in
 {
 	if (k->closed)
 		return;
-	char id[33];
-	shoal_hex_encode(k->peer, 16, id);
+	char id[2 * SHOAL_PEER_ID_LEN + 1];
+	shoal_hex_encode(k->peer, SHOAL_PEER_ID_LEN, id);
 	if (tell) {
 		int partial;
 		size_t n = strnlen(reason, SHOAL_XFER_REASON_MAX);
@@ -334,7 +335,7 @@ shoal_err shoal_xfer_link_send(shoal_xfer_link *k, const shoal_xfer_hdr *hdr,
                                const struct iovec *iov, int iovcnt, int timeout_ms, char *why,
                                size_t why_len)
 {
-	char r[256];
+	char r[SHOAL_WHY_LEN];
 	int partial;
 	if (k->closed)
 		return shoal_why(why, why_len, SHOAL_ERR_CLOSED, "link %s", k->status);
@@ -373,7 +374,7 @@ static shoal_err recv_on(shoal_xfer_link *k, const xfer__transport_ops *ops, voi
 		return e;
 	}
 	if (shoal_xfer_kind_is_data(kind)) {
-		if (!k->have_plan || memcmp(f->hdr.digest, k->digest, 32) ||
+		if (!k->have_plan || memcmp(f->hdr.digest, k->digest, SHOAL_DIGEST_BYTES) ||
 		    f->hdr.epoch != k->epoch) {
 			k->m.rejected++;
 			char theirs[5], ours[5]; /* digest prefixes */
@@ -395,7 +396,7 @@ static shoal_err recv_on(shoal_xfer_link *k, const xfer__transport_ops *ops, voi
 shoal_err shoal_xfer_link_recv(shoal_xfer_link *k, int timeout_ms, shoal_xfer_frame *f, char *why,
                                size_t why_len)
 {
-	char r[256];
+	char r[SHOAL_WHY_LEN];
 	if (k->closed)
 		return shoal_why(why, why_len, SHOAL_ERR_CLOSED, "link %s", k->status);
 	shoal_err e = recv_on(k, k->ops, k->t, timeout_ms, f, r, sizeof r);
@@ -455,7 +456,7 @@ static void hello_fill(shoal_xfer_link *k, const shoal_xfer_config *cfg, shoal_x
 	const char *dev = NULL;
 	memset(hl, 0, sizeof *hl);
 	hl->max_frame = k->cfg.max_frame;
-	memcpy(hl->peer, k->cfg.self_id, 16);
+	memcpy(hl->peer, k->cfg.self_id, SHOAL_PEER_ID_LEN);
 	if (!cfg->verbs) {
 		snprintf(noreason, nr_len, "rdma not configured");
 		return;
@@ -536,7 +537,7 @@ static shoal_err probe(shoal_xfer_link *k, int connector, int64_t deadline, char
 static shoal_err negotiate(shoal_xfer_link *k, int connector, const shoal_xfer_hello *peer,
                            const char *noreason, int64_t deadline, char *why, size_t why_len)
 {
-	char r[256], pr[256];
+	char r[SHOAL_WHY_LEN], pr[SHOAL_WHY_LEN];
 	shoal_xfer_frame f;
 	shoal_xfer_qp_info local = {0}, remote;
 	uint8_t qpblock[SHOAL_XFER_QPINFO_SIZE];
@@ -575,10 +576,10 @@ static shoal_err negotiate(shoal_xfer_link *k, int connector, const shoal_xfer_h
 	/* Half of the time left: the verdicts need the other half when a
 	 * probe is lost and both ends wait it out. */
 	e = probe(k, connector, (int64_t)shoal_clock_now_ms() + left_ms(deadline) / 2, r, sizeof r);
-	if (e) {
-		char t[256];
-		snprintf(t, sizeof t, "rdma probe failed: %.200s", r);
-		snprintf(r, sizeof r, "%s", t);
+	if (e) { /* r goes out as the verdict's reason: one SHOAL_WHY_LEN, its end cut */
+		char t[SHOAL_WHY_LEN];
+		memcpy(t, r, sizeof t);
+		shoal_why(r, sizeof r, e, "rdma probe failed: %s", t);
 	}
 	te = exchange_status(k, SHOAL_XFER_KIND_RDMA_VERDICT, !connector, e, r, NULL, 0, deadline,
 	                     &f, &pe, pr, sizeof pr, why, why_len);
@@ -588,9 +589,9 @@ verdict:
 	if (e == SHOAL_ERR_BUSY && pe) /* ours only echoes the peer's failure */
 		e = SHOAL_OK;
 	if (e)
-		snprintf(k->status, sizeof k->status, "tcp (%.200s)", r);
+		snprintf(k->status, sizeof k->status, "tcp (%s)", r);
 	else if (pe)
-		snprintf(k->status, sizeof k->status, "tcp (peer: %.200s)", pr);
+		snprintf(k->status, sizeof k->status, "tcp (peer: %s)", pr);
 	if (e || pe)
 		goto stay;
 	k->ops = &xfer__rdma_ops;
@@ -776,7 +777,7 @@ static shoal_err pending_hello(const xfer_pending *p, shoal_xfer_hello *hl, char
 static shoal_err pending_admit(shoal_xfer_listener *l, xfer_pending *p, shoal_xfer_link **out,
                                char *why, size_t why_len)
 {
-	char r[256], nr[256], id[33];
+	char r[SHOAL_WHY_LEN], nr[SHOAL_WHY_LEN], id[2 * SHOAL_PEER_ID_LEN + 1];
 	shoal_xfer_hello peer, mine;
 	shoal_err e = pending_hello(p, &peer, r, sizeof r);
 	if (e)
@@ -784,7 +785,7 @@ static shoal_err pending_admit(shoal_xfer_listener *l, xfer_pending *p, shoal_xf
 	if (peer.token_len == 0)
 		return pending_drop(p, SHOAL_ERR_AUTH, "no admission token presented", 1,
 		                    SHOAL_LOG_WARN, why, why_len);
-	shoal_hex_encode(peer.peer, 16, id);
+	shoal_hex_encode(peer.peer, SHOAL_PEER_ID_LEN, id);
 	if (!l->admit(l->ctx, peer.peer, p->addr, peer.token, peer.token_len)) {
 		snprintf(r, sizeof r, "admission token not valid for peer %s", id);
 		return pending_drop(p, SHOAL_ERR_AUTH, r, 1, SHOAL_LOG_WARN, why, why_len);
@@ -796,7 +797,7 @@ static shoal_err pending_admit(shoal_xfer_listener *l, xfer_pending *p, shoal_xf
 	if (e)
 		return e;
 	snprintf(k->addr, sizeof k->addr, "%s", p->addr);
-	memcpy(k->peer, peer.peer, 16);
+	memcpy(k->peer, peer.peer, SHOAL_PEER_ID_LEN);
 	k->rx_seq = 1; /* the HELLO was frame 0 */
 	k->m.frames_recv[SHOAL_XFER_KIND_HELLO]++;
 	k->m.bytes_recv[SHOAL_XFER_KIND_HELLO] += p->have;
@@ -834,7 +835,7 @@ static void addr_text(const struct sockaddr_storage *ss, char *out, size_t len)
  * when it is full, the oldest pending connection makes room. */
 static void pending_accept(shoal_xfer_listener *l)
 {
-	char why[64];
+	char why[SHOAL_WHY_LEN];
 	for (int i = 0; i < XFER_ACCEPT_BATCH; i++) {
 		struct sockaddr_storage ss;
 		socklen_t sl = sizeof ss;
@@ -876,7 +877,7 @@ shoal_err shoal_xfer_listener_accept(shoal_xfer_listener *l, int timeout_ms, sho
 	struct pollfd pf[1 + SHOAL_XFER_PENDING_MAX];
 	int slot[1 + SHOAL_XFER_PENDING_MAX];
 	int64_t end = timeout_ms < 0 ? -1 : (int64_t)shoal_clock_now_ms() + timeout_ms;
-	char r[256];
+	char r[SHOAL_WHY_LEN];
 	for (int polled = 0;; polled = 1) {
 		int64_t now = (int64_t)shoal_clock_now_ms();
 		xfer_pending *due = NULL; /* the earliest deadline */
@@ -949,7 +950,7 @@ shoal_err shoal_xfer_link_connect(const shoal_xfer_config *cfg, const char *host
 	if (e)
 		return e;
 	snprintf(k->addr, sizeof k->addr, "%s:%u", host, port);
-	char nr[256];
+	char nr[SHOAL_WHY_LEN];
 	shoal_xfer_hello mine, peer;
 	shoal_xfer_frame f;
 	uint8_t blk[SHOAL_XFER_HELLO_SIZE + SHOAL_XFER_TOKEN_MAX];
@@ -965,7 +966,7 @@ shoal_err shoal_xfer_link_connect(const shoal_xfer_config *cfg, const char *host
 		e = shoal_xfer_hello_decode(f.payload, f.hdr.payload_len, &peer, why, why_len);
 	if (e)
 		goto fail;
-	memcpy(k->peer, peer.peer, 16);
+	memcpy(k->peer, peer.peer, SHOAL_PEER_ID_LEN);
 	k->max_send = peer.max_frame < cfg->max_frame ? peer.max_frame : cfg->max_frame;
 	e = negotiate(k, 1, &peer, nr, deadline, why, why_len);
 	if (e)

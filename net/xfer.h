@@ -78,7 +78,7 @@ typedef struct shoal_xfer_config {
 	uint32_t max_rows;   /* row tags per frame */
 	uint32_t max_routes; /* expert routes per frame */
 	int handshake_ms;    /* bound on HELLO + RDMA negotiation */
-	uint8_t self_id[16]; /* our peer id, sent in HELLO */
+	uint8_t self_id[SHOAL_PEER_ID_LEN]; /* our peer id, sent in HELLO */
 	/* RDMA offer: verbs NULL = not offered. verbs_ctx is passed to
 	 * verbs->netif, ->devices and ->open; rdma the operator's choices;
 	 * rdma_hub the shared devices (NULL: the link opens its own). rdma_slots
@@ -99,7 +99,7 @@ void shoal_xfer_config_default(shoal_xfer_config *cfg);
 /* The acceptor's question "is `token` valid for peer `peer` (connecting
  * from `addr`, e.g. "127.0.0.1:40512")?". Return 1 to admit, 0 to refuse.
  * Called on the accepting thread; the buffers are borrowed for the call. */
-typedef int (*shoal_xfer_admit_fn)(void *ctx, const uint8_t peer[16], const char *addr,
+typedef int (*shoal_xfer_admit_fn)(void *ctx, const uint8_t peer[SHOAL_PEER_ID_LEN], const char *addr,
                                    const uint8_t *token, size_t token_len);
 
 typedef struct shoal_xfer_listener shoal_xfer_listener;
@@ -157,7 +157,8 @@ int shoal_xfer_link_is_open(const shoal_xfer_link *k);
 /* The plan the link's data frames belong to: sent in every data frame and
  * required of every received one (invariant 9). Until set, data frames
  * are refused both ways with SHOAL_ERR_STATE / dropped as MISMATCH. */
-void shoal_xfer_link_set_plan(shoal_xfer_link *k, const uint8_t digest[32], uint64_t epoch);
+void shoal_xfer_link_set_plan(shoal_xfer_link *k, const uint8_t digest[SHOAL_DIGEST_BYTES],
+                              uint64_t epoch);
 
 /* Send one frame: hdr's kind, dtype, layers, dim, rows, routes/n_aux (the
  * link fills digest, epoch for data kinds, seq and payload_len) and the
@@ -206,7 +207,7 @@ const char *shoal_xfer_link_transport(const shoal_xfer_link *k);
  * en5 (devices: ...))", "tcp (no rdma device: ibv_get_device_list: ...)",
  * or "closed (why)". Borrowed from the link. */
 const char *shoal_xfer_link_status(const shoal_xfer_link *k);
-void shoal_xfer_link_peer(const shoal_xfer_link *k, uint8_t peer[16]);
+void shoal_xfer_link_peer(const shoal_xfer_link *k, uint8_t peer[SHOAL_PEER_ID_LEN]);
 uint32_t shoal_xfer_link_max_send(const shoal_xfer_link *k); /* min of both max_frame */
 
 /* Counters, exact: a frame is counted once it was wholly handed to the

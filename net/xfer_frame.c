@@ -127,7 +127,7 @@ shoal_err shoal_xfer_frame_encode_head(const shoal_xfer_hdr *h, uint8_t *buf, si
 	buf[7] = h->dtype;
 	put32(buf + 8, (uint32_t)(head + h->payload_len));
 	put32(buf + 12, h->payload_len);
-	memcpy(buf + 16, h->digest, 32);
+	memcpy(buf + 16, h->digest, SHOAL_DIGEST_BYTES);
 	put64(buf + 48, h->epoch);
 	put64(buf + 56, h->seq);
 	put32(buf + 64, h->n_rows);
@@ -307,7 +307,7 @@ shoal_err shoal_xfer_frame_decode(const uint8_t *buf, size_t len, const shoal_xf
 	h->kind = buf[6];
 	h->dtype = buf[7];
 	h->payload_len = get32(buf + 12);
-	memcpy(h->digest, buf + 16, 32);
+	memcpy(h->digest, buf + 16, SHOAL_DIGEST_BYTES);
 	h->epoch = get64(buf + 48);
 	h->seq = get64(buf + 56);
 	h->n_rows = get32(buf + 64);
@@ -614,7 +614,7 @@ size_t shoal_xfer_hello_encode(const shoal_xfer_hello *hl, uint8_t *buf, size_t 
 	put32(buf + 4, hl->max_frame);
 	put32(buf + 8, hl->rdma_slots);
 	put32(buf + 12, hl->token_len);
-	memcpy(buf + 16, hl->peer, 16);
+	memcpy(buf + 16, hl->peer, SHOAL_PEER_ID_LEN);
 	size_t dl = strnlen(hl->device, SHOAL_XFER_DEVNAME_MAX - 1);
 	memcpy(buf + 32, hl->device, dl);
 	memcpy(buf + SHOAL_XFER_HELLO_SIZE, hl->token, hl->token_len);
@@ -631,7 +631,7 @@ shoal_err shoal_xfer_hello_decode(const uint8_t *p, size_t n, shoal_xfer_hello *
 	hl->max_frame = get32(p + 4);
 	hl->rdma_slots = get32(p + 8);
 	hl->token_len = get32(p + 12);
-	memcpy(hl->peer, p + 16, 16);
+	memcpy(hl->peer, p + 16, SHOAL_PEER_ID_LEN);
 	if (hl->flags & ~SHOAL_XFER_HELLO_RDMA)
 		return shoal_why(why, why_len, SHOAL_ERR_FORMAT, "hello flags 0x%x", hl->flags);
 	if (hl->token_len > SHOAL_XFER_TOKEN_MAX || n != SHOAL_XFER_HELLO_SIZE + hl->token_len)

@@ -67,6 +67,8 @@
 #include <stdint.h>
 
 #include "base/err.h"
+#include "base/peer_id.h"
+#include "scheduler/digest.h"
 
 #define SHOAL_XFER_MAGIC       0x46584853u /* "SHXF" read as a little-endian u32 */
 #define SHOAL_XFER_VERSION     1u
@@ -82,6 +84,8 @@
 	                             */
 #define SHOAL_XFER_HELLO_SIZE  64u  /* fixed part of the HELLO block, then the token */
 #define SHOAL_XFER_QPINFO_SIZE 40u  /* see shoal_xfer_qp_info_encode */
+/* A reason received in a frame is copied into why[SHOAL_WHY_LEN] whole. */
+_Static_assert(SHOAL_XFER_REASON_MAX < SHOAL_WHY_LEN, "a frame's reason fits a reason buffer");
 
 typedef enum shoal_xfer_kind {
 	SHOAL_XFER_KIND_NONE = 0,
@@ -134,7 +138,7 @@ typedef struct shoal_xfer_hdr {
 	uint8_t dtype; /* shoal_xfer_dtype */
 	uint16_t layer_first, layer_end;
 	uint32_t dim;
-	uint8_t digest[32];
+	uint8_t digest[SHOAL_DIGEST_BYTES]; /* the plan's; WEIGHTS: the model id */
 	uint64_t epoch;
 	uint64_t seq;
 	uint32_t credits;
@@ -210,7 +214,7 @@ typedef struct shoal_xfer_hello {
 	uint32_t flags;
 	uint32_t max_frame;
 	uint32_t rdma_slots;
-	uint8_t peer[16];
+	uint8_t peer[SHOAL_PEER_ID_LEN];
 	char device[SHOAL_XFER_DEVNAME_MAX];
 	uint32_t token_len;
 	uint8_t token[SHOAL_XFER_TOKEN_MAX];

@@ -195,7 +195,7 @@ struct xfer__rdma {
 	int in_recv; /* inside rdma_recv: its caller takes ready frames at once */
 	int connected, broken;
 	shoal_err broken_e; /* the error of the first failure */
-	char broken_why[200];
+	char broken_why[SHOAL_WHY_LEN];
 	uint64_t credit_sent, credit_recv, credit_waits;
 	uint64_t n_sends, n_signaled, n_inline;
 };
@@ -449,7 +449,7 @@ static void pipe_close(int p[2])
 static shoal_err choose(xfer__rdma *x, const shoal_xfer_config *cfg, int fd, char *why,
                         size_t why_len)
 {
-	char r[256];
+	char r[SHOAL_WHY_LEN];
 	shoal_verbs_netif nif;
 	shoal_err e = x->v->netif(cfg->verbs_ctx, fd, &nif, r, sizeof r);
 	if (e)
@@ -514,7 +514,7 @@ shoal_err xfer__rdma_open(const shoal_xfer_config *cfg, int fd, xfer__rdma **out
 	shoal_err e = choose(x, cfg, fd, why, why_len);
 	if (!e) {
 		shoal_xfer_rdma_hub *h = cfg->rdma_hub ? cfg->rdma_hub : shoal_xfer_rdma_hub_new();
-		char r[200];
+		char r[SHOAL_WHY_LEN];
 		e = h ? dev_get(h, x->v, cfg->verbs_ctx, x->port.name, &x->d, r, sizeof r)
 		      : shoal_why(r, sizeof r, SHOAL_ERR_NOMEM, "no memory");
 		if (e)
@@ -611,7 +611,7 @@ static shoal_err repost(xfer__rdma *x, uint32_t slot, char *why, size_t why_len)
 shoal_err xfer__rdma_connect(xfer__rdma *x, const shoal_xfer_qp_info *rem, const xfer__tcp *watch,
                              char *why, size_t why_len)
 {
-	char r[200];
+	char r[SHOAL_WHY_LEN];
 	if (rem->slot_size < x->slot_size)
 		return shoal_why(why, why_len, SHOAL_ERR_RANGE,
 		                 "peer slots of %u bytes, frames may be %u", rem->slot_size,
@@ -713,7 +713,7 @@ static void maybe_send_credit(xfer__rdma *x)
 	uint32_t s = x->send_free[--x->n_free];
 	shoal_xfer_hdr h = {.kind = SHOAL_XFER_KIND_CREDIT, .credits = x->owed};
 	size_t len;
-	char r[200];
+	char r[SHOAL_WHY_LEN];
 	uint8_t *b = slot_addr(x, x->slots + s);
 	shoal_xfer_frame_encode_head(&h, b, x->slot_size, &len);
 	shoal_xfer_frame_seal(b, len);
@@ -744,7 +744,7 @@ static void retire(xfer__rdma *x, uint32_t seq)
 
 static void on_wc(xfer__rdma *x, const shoal_verbs_wc *wc, int foreign)
 {
-	char r[200];
+	char r[SHOAL_WHY_LEN];
 	x->gen++;
 	if (x->broken)
 		return; /* a flush after the first error */
@@ -854,7 +854,7 @@ static void drain(rdma_dev *d, xfer__rdma *self)
 static shoal_err progress(xfer__rdma *x, int64_t deadline_us, char *why, size_t why_len)
 {
 	rdma_dev *d = x->d;
-	char r[200];
+	char r[SHOAL_WHY_LEN];
 	shoal_err e;
 	pthread_mutex_lock(&d->mu);
 	uint64_t g0 = x->gen;
@@ -933,7 +933,7 @@ out:
 
 void xfer__rdma_arm(xfer__rdma *x)
 {
-	char r[200];
+	char r[SHOAL_WHY_LEN];
 	pthread_mutex_lock(&x->d->mu);
 	drain(x->d, x);
 	if (!x->d->v->arm_cq(x->d->cq, r, sizeof r))
@@ -948,7 +948,7 @@ static shoal_err rdma_send(void *p, const struct iovec *iov, int iovcnt, size_t 
 {
 	xfer__rdma *x = p;
 	rdma_dev *d = x->d;
-	char r[200];
+	char r[SHOAL_WHY_LEN];
 	*partial = 0;
 	if (total > x->peer_slot_size)
 		return shoal_why(why, why_len, SHOAL_ERR_RANGE, "frame of %zu bytes, slots of %u",
@@ -1042,7 +1042,7 @@ static shoal_err rdma_send(void *p, const struct iovec *iov, int iovcnt, size_t 
 static shoal_err recv_inner(xfer__rdma *x, int timeout_ms, const uint8_t **buf, size_t *len,
                             char *why, size_t why_len)
 {
-	char r[200];
+	char r[SHOAL_WHY_LEN];
 	rdma_dev *d = x->d;
 	if (x->borrowed >= 0) {
 		shoal_err e = repost(x, (uint32_t)x->borrowed, r, sizeof r);
@@ -1087,7 +1087,7 @@ static shoal_err rdma_recv(void *p, int timeout_ms, const uint8_t **buf, size_t 
 	pthread_mutex_unlock(&x->d->mu);
 	/* The body's checksum, before the frame is handed out (the header's
 	 * passed in on_wc). The slot is ours until the next recv: no lock. */
-	char r[200];
+	char r[SHOAL_WHY_LEN];
 	if (!e && shoal_xfer_frame_check_body(*buf, *len, r, sizeof r)) {
 		pthread_mutex_lock(&x->d->mu);
 		e = shoal_why(why, why_len, broke(x, SHOAL_ERR_PROTO, "%s", r), "%s",

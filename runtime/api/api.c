@@ -113,7 +113,7 @@ static enum MHD_Result api_fail(shoal_api *a, struct MHD_Connection *c, unsigned
 static enum MHD_Result api_fail(shoal_api *a, struct MHD_Connection *c, unsigned status,
                                 const char *param, const char *code, const char *fmt, ...)
 {
-	char msg[512];
+	char msg[SHOAL_WHY_WRAP_LEN];
 	va_list ap;
 	va_start(ap, fmt);
 	vsnprintf(msg, sizeof msg, fmt, ap);
@@ -151,7 +151,7 @@ typedef struct api_run {
 	size_t n_tok, cap_tok;
 	bool done, failed;
 	shoal_err err;
-	char why[256];
+	char why[SHOAL_WHY_LEN];
 	/* set before the run starts: a whole reply with no stop strings, whose
 	 * waiter needs the first token and the end only (not a wake-up per
 	 * token: with 8 such requests those were ~10% of a peer's time) */
@@ -626,13 +626,13 @@ static unsigned status_of(shoal_err e)
 
 static enum MHD_Result api_complete(shoal_api *a, struct MHD_Connection *c, api_conn *k, bool chat)
 {
-	char bad[400] = "";
+	char bad[SHOAL_WHY_LEN] = "";
 	const char *param = NULL;
 	unsigned status;
 	int32_t *ids = NULL;
 	size_t n_ids = 0;
 	enum MHD_Result res;
-	char why[300] = "";
+	char why[SHOAL_WHY_LEN] = "";
 	api_model(a, k->model, sizeof k->model);
 	if (shoal_api_req_parse(k->body, k->len, chat, k->model[0] ? k->model : NULL, &k->q,
 	                        &status, &param, bad,

@@ -238,8 +238,8 @@ shoal_err shoal_api_req_parse(const char *body, size_t len, bool chat, const cha
 		snprintf(msg, msg_len, "'model' must be a string");
 		*param = "model";
 	} else if (m && model && strcmp(json_string_value(m), model)) {
-		snprintf(msg, msg_len, "the model '%.200s' is not served here (this cluster serves '%s')",
-		         json_string_value(m), model);
+		snprintf(msg, msg_len, "the model '%.*s' is not served here (this cluster serves '%s')",
+		         SHOAL_WHY_QUOTE(msg_len, 128), json_string_value(m), model);
 		*param = "model";
 		*status = 404;
 		e = SHOAL_ERR_NOTFOUND;

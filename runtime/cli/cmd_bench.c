@@ -199,7 +199,7 @@ int shoal_cmd_bench(int argc, char **argv)
 	if (max_prompt + 1 > max_ctx)
 		max_ctx = max_prompt + 1;
 
-	char why[256] = "";
+	char why[SHOAL_WHY_LEN] = "";
 	int status = 1;
 	shoal_model *m = NULL;
 	shoal_engine *eng = NULL;

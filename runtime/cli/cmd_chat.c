@@ -59,7 +59,7 @@ typedef struct chat_stream {
 	size_t len, cap;
 	char *reply;
 	size_t rlen, rcap;
-	char err[512];
+	char err[SHOAL_WHY_WRAP_LEN];
 	bool done;
 } chat_stream;
 
@@ -209,7 +209,7 @@ int shoal_cmd_chat(int argc, char **argv)
 		chat_usage(stderr);
 		return 2;
 	}
-	char host[256], why[256], url[400], auth[320] = "";
+	char host[256], why[SHOAL_WHY_LEN], url[400], auth[320] = "";
 	uint16_t port;
 	if (shoal_endpoint_split(peer, SHOAL_API_DEFAULT_PORT, host, sizeof host, &port, why,
 	                         sizeof why)) {

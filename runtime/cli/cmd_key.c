@@ -29,7 +29,7 @@ static void shoal_cmd_key_usage(FILE *f)
 
 int shoal_cmd_key(int argc, char **argv)
 {
-	char why[512] = "", fp[17];
+	char why[SHOAL_WHY_WRAP_LEN] = "", fp[17];
 	shoal_key k;
 	if (argc == 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))) {
 		shoal_cmd_key_usage(stdout);

@@ -195,7 +195,7 @@ int shoal_cmd_node(int argc, char **argv)
 	const char *key_file = NULL, *state_dir = NULL;
 	const char **seeds = calloc((size_t)argc + 1, sizeof *seeds);
 	int insecure = 0, c, rc = 1;
-	char dir[1024], why[512] = "";
+	char dir[1024], why[SHOAL_WHY_WRAP_LEN] = "";
 	shoal_key key;
 	shoal_node *node = NULL;
 	if (!seeds)
@@ -350,10 +350,10 @@ int shoal_cmd_node(int argc, char **argv)
 	}
 	/* each bad combination named, with what it needs */
 	const char *bad = NULL;
-	char bad_buf[300];
+	char bad_buf[SHOAL_WHY_LEN];
 	if (optind < argc) {
-		snprintf(bad_buf, sizeof bad_buf,
-		         "unexpected argument '%.200s'%s", argv[optind],
+		snprintf(bad_buf, sizeof bad_buf, "unexpected argument '%.*s'%s",
+		         SHOAL_WHY_QUOTE(sizeof bad_buf, 72), argv[optind],
 		         strstr(argv[optind], ".gguf") ? " (a model file is given with --model FILE)" : "");
 		bad = bad_buf;
 	} else if (key_file && insecure)

@@ -156,7 +156,7 @@ int shoal_cmd_perplexity(int argc, char **argv)
 		return 2;
 	}
 
-	char why[256] = "";
+	char why[SHOAL_WHY_LEN] = "";
 	int status = 1;
 	shoal_model *m = NULL;
 	shoal_tokenizer *tok = NULL;

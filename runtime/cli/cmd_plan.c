@@ -445,7 +445,7 @@ int shoal_cmd_plan(int argc, char **argv)
 	if (!gguf)
 		model_path = model_buf;
 
-	char why[256] = "";
+	char why[SHOAL_WHY_LEN] = "";
 	shoal_view *view = NULL;
 	shoal_manifest m = {0};
 	shoal_spec_info info;
@@ -462,7 +462,8 @@ int shoal_cmd_plan(int argc, char **argv)
 		shoal_model *model = NULL;
 		e = shoal_model_open(model_path, &model, why, sizeof why);
 		if (!e && (e = shoal_model_manifest(model, &m)))
-			snprintf(why, sizeof why, "%.200s: %s", model_path, shoal_strerror(e));
+			snprintf(why, sizeof why, "%.*s: %s", SHOAL_WHY_QUOTE(sizeof why, 64),
+			         model_path, shoal_strerror(e));
 		if (!e && !ctx_given && model->hp.n_ctx_train && model->hp.n_ctx_train < pol.ctx)
 			pol.ctx = model->hp.n_ctx_train; /* as a node: the model's, at most 4096 */
 		shoal_model_free(model);

@@ -225,7 +225,7 @@ int shoal_cmd_run(int argc, char **argv)
 	if (rc)
 		return rc == 1 ? 0 : rc;
 
-	char why[256] = "";
+	char why[SHOAL_WHY_LEN] = "";
 	int status = 1;
 	shoal_model *m = NULL;
 	shoal_tokenizer *tok = NULL;

@@ -144,7 +144,7 @@ int shoal_cmd_run_remote(int argc, char **argv)
 		seed =
 		    (double)(((uint64_t)time(NULL) ^ ((uint64_t)getpid() << 16)) & 0xffffffffffffu);
 
-	char ep[256], why[512] = "";
+	char ep[256], why[SHOAL_WHY_WRAP_LEN] = "";
 	if (shoal_endpoint_parse(peer, SHOAL_CTL_DEFAULT_PORT, ep, sizeof ep, why,
 	                              sizeof why) != SHOAL_OK) {
 		fprintf(stderr, "shoal run: %s\n", why);

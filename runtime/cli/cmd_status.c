@@ -258,7 +258,7 @@ int shoal_cmd_status(int argc, char **argv)
 	};
 	const char *peer = NULL, *key_file = NULL, *state_dir = NULL;
 	int insecure = 0, as_json = 0, timeout_ms = 3000, c, rc = 1;
-	char dir[1024], ep[256], why[512] = "";
+	char dir[1024], ep[256], why[SHOAL_WHY_WRAP_LEN] = "";
 	optind = 1;
 	while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
 		switch (c) {

@@ -24,7 +24,7 @@ static const char detok_usage[] = "usage: shoal detokenize MODEL ID... [--specia
 /* Open `path` and build its tokenizer; on failure print the one line. */
 static int cmd_tok_open(const char *cmd, const char *path, shoal_gguf **g, shoal_tokenizer **t)
 {
-	char why[256] = "";
+	char why[SHOAL_WHY_LEN] = "";
 	shoal_err err = shoal_gguf_open(path, g, why, sizeof why);
 	if (!err)
 		err = shoal_tokenizer_from_gguf(*g, t, why, sizeof why);

@@ -28,7 +28,7 @@ static const int32_t PROMPT[] = {1, 450, 338, 263, 8760, 29871, 6967, 9904, 2989
 
 int main(int argc, char **argv)
 {
-	char path[1024], why[256];
+	char path[1024], why[SHOAL_WHY_LEN];
 	const char *dir = getenv("SHOAL_DATA");
 	if (argc > 1)
 		snprintf(path, sizeof path, "%s", argv[1]);

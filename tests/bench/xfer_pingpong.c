@@ -53,7 +53,7 @@ static void *echo_main(void *p)
 {
 	echo_job *j = p;
 	shoal_xfer_link *k;
-	char why[256];
+	char why[SHOAL_WHY_LEN];
 	if (shoal_xfer_listener_accept(j->l, 5000, &k, why, sizeof why)) {
 		fprintf(stderr, "accept: %s\n", why);
 		return NULL;
@@ -154,7 +154,7 @@ int main(int argc, char **argv)
 	shoal_xfer_config cfg;
 	shoal_xfer_config_default(&cfg);
 	cfg.verbs = NULL;
-	char why[256];
+	char why[SHOAL_WHY_LEN];
 	shoal_xfer_listener *l;
 	if (shoal_xfer_listener_new(&cfg, "127.0.0.1", 0, admit, NULL, &l, why, sizeof why)) {
 		fprintf(stderr, "listen: %s\n", why);

@@ -23,7 +23,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	shoal_api_req q;
 	unsigned status = 0;
 	const char *param = NULL;
-	char msg[400];
+	char msg[SHOAL_WHY_LEN];
 	shoal_err e = shoal_api_req_parse((const char *)data + 1, size - 1, chat, "m", &q, &status,
 	                                  &param, msg, sizeof msg);
 	if (e) {

@@ -38,7 +38,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
 	shoal_ctlmsg m, m2;
-	char why[256];
+	char why[SHOAL_WHY_LEN];
 	why[0] = 0;
 	shoal_err e = shoal_ctlmsg_decode(data, size, &m, why, sizeof why);
 	if (e) {

@@ -31,7 +31,7 @@ static void fuzz_tokenizer(const shoal_gguf *g)
 {
 	static const char text[] = "Hello world <|im_end|> 123  \xe2\x96\x81x\xf0\x9f\x98\x80 abc\n\t";
 	shoal_tokenizer *t;
-	char why[256], piece[64];
+	char why[SHOAL_WHY_LEN], piece[64];
 	if (shoal_tokenizer_from_gguf(g, &t, why, sizeof why))
 		return;
 	int32_t *ids;
@@ -50,7 +50,7 @@ static void fuzz_tokenizer(const shoal_gguf *g)
 
 static void fuzz_engine(const shoal_model *m)
 {
-	char why[256];
+	char why[SHOAL_WHY_LEN];
 	shoal_engine_config c = shoal_engine_config_default(m);
 	c.backend = shoal_backend_cpu();
 	c.n_ctx = 8;
@@ -89,7 +89,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		__builtin_trap();
 	shoal_gguf *g;
 	shoal_model *m;
-	char why[256];
+	char why[SHOAL_WHY_LEN];
 	if (shoal_gguf_open(path, &g, why, sizeof why))
 		return 0;
 	fuzz_tokenizer(g);

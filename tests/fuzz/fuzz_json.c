@@ -28,7 +28,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
 static void cluster(const char *text, size_t len)
 {
 	shoal_view *v, *v2;
-	char why[256];
+	char why[SHOAL_WHY_LEN];
 	why[0] = 0;
 	if (shoal_cluster_parse(text, len, &v, why, sizeof why)) {
 		if (!why[0])
@@ -56,7 +56,7 @@ static void spec(const char *text, size_t len)
 {
 	shoal_manifest m;
 	shoal_spec_info info;
-	char why[256];
+	char why[SHOAL_WHY_LEN];
 	why[0] = 0;
 	if (shoal_spec_parse(text, len, &m, &info, why, sizeof why)) {
 		if (!why[0])

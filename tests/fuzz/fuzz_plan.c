@@ -74,7 +74,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
 	shoal_plan *p;
-	char why[256];
+	char why[SHOAL_WHY_LEN];
 	why[0] = 0;
 	shoal_err e = shoal_plan_decode(data, size, &p, why, sizeof why);
 	if (e) {

@@ -77,7 +77,7 @@ static bool same_str(const char *a, size_t an, const char *b, size_t bn)
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
 	static shoal_runmsg m, m2;
-	char why[256];
+	char why[SHOAL_WHY_LEN];
 	why[0] = 0;
 	shoal_err e = shoal_runmsg_decode(data, size, &m, why, sizeof why);
 	if (e) {

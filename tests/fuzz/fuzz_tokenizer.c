@@ -32,7 +32,7 @@ static shoal_tokenizer *f_tok[F_N];
 int LLVMFuzzerInitialize(int *argc, char ***argv)
 {
 	const char *dir = getenv("FUZZ_VOCAB_DIR");
-	char path[512], why[256];
+	char path[512], why[SHOAL_WHY_LEN];
 	shoal_log_set_level(SHOAL_LOG_ERROR);
 	for (size_t i = 0; i < F_N; i++) {
 		shoal_gguf *g;

@@ -89,7 +89,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	static shoal_xfer_route routes[F_MAX_ROUTES];
 	static uint8_t head[SHOAL_XFER_HDR_SIZE + F_MAX_ROWS * SHOAL_XFER_ROW_SIZE +
 	                    F_MAX_ROUTES * SHOAL_XFER_ROUTE_SIZE + 16];
-	char why[256];
+	char why[SHOAL_WHY_LEN];
 	uint32_t flen = 0;
 	shoal_xfer_hdr h;
 	const uint8_t *payload = NULL;

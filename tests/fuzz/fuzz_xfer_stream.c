@@ -95,7 +95,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	if (data[0] & 1)
 		seal_frames(s, n);
 	xfer__tcp *t;
-	char why[256];
+	char why[SHOAL_WHY_LEN];
 	if (xfer__tcp_new(sv[0], S_MAX_FRAME, &t, why, sizeof why)) {
 		close(sv[0]);
 		close(sv[1]);

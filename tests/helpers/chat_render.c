@@ -56,7 +56,7 @@ int main(int argc, char **argv)
 		    .eos = "<EOS>",
 		    .thinking = th ? (int)json_integer_value(th) : -1,
 		};
-		char *out = NULL, why[256] = "";
+		char *out = NULL, why[SHOAL_WHY_LEN] = "";
 		shoal_err e = shoal_chat_render_opts(st, m, n, &o, &out, why, sizeof why);
 		json_array_append_new(res, e ? json_pack("{s:s}", "err", why)
 		                             : json_pack("{s:s}", "out", out));

@@ -45,7 +45,7 @@ int main(int argc, char **argv)
 		fprintf(stderr, "usage: ctl_poke ENDPOINT KEYFILE\n");
 		return 2;
 	}
-	char why[512] = "";
+	char why[SHOAL_WHY_WRAP_LEN] = "";
 	shoal_key key;
 	shoal_key_curve curve;
 	if (shoal_key_read(argv[2], &key, NULL, why, sizeof why) != SHOAL_OK ||

@@ -15,12 +15,12 @@
 #include "tests/helpers/dist_cluster.h"
 #include "runtime/cpu/backend_cpu.h"
 
-const uint8_t DC_DIGEST[32] = {0xd1, 0x57, 3, 4};
-const uint8_t DC_OTHER[32] = {0xee, 0xee};
+const uint8_t DC_DIGEST[SHOAL_DIGEST_BYTES] = {0xd1, 0x57, 3, 4};
+const uint8_t DC_OTHER[SHOAL_DIGEST_BYTES] = {0xee, 0xee};
 
 /* ---- links and peers ------------------------------------------------------- */
 
-static int dc_admit_all(void *ctx, const uint8_t id[16], const char *addr, const uint8_t *tok,
+static int dc_admit_all(void *ctx, const uint8_t id[SHOAL_PEER_ID_LEN], const char *addr, const uint8_t *tok,
                         size_t n)
 {
 	(void)ctx, (void)id, (void)addr, (void)tok, (void)n;
@@ -33,7 +33,7 @@ typedef struct dc_conn_job {
 	shoal_xfer_config cfg;
 	shoal_xfer_link *link;
 	shoal_err e;
-	char why[256];
+	char why[SHOAL_WHY_LEN];
 } dc_conn_job;
 
 static void *dc_conn_main(void *p)
@@ -44,11 +44,11 @@ static void *dc_conn_main(void *p)
 	return NULL;
 }
 
-shoal_xfer_link *dc_lookup(void *ctx, const uint8_t id[16])
+shoal_xfer_link *dc_lookup(void *ctx, const uint8_t id[SHOAL_PEER_ID_LEN])
 {
 	dc_peer *p = ctx;
 	for (uint32_t i = 0; i < p->n; i++)
-		if (!memcmp(p->tab_id[i], id, 16))
+		if (!memcmp(p->tab_id[i], id, SHOAL_PEER_ID_LEN))
 			return p->links[i];
 	return NULL;
 }
@@ -60,11 +60,11 @@ int dc_connect_pair(dc_peer *a, dc_peer *b, uint32_t max_frame)
 	shoal_xfer_config_default(&j.cfg);
 	j.cfg.verbs = NULL;
 	j.cfg.max_frame = max_frame;
-	memcpy(j.cfg.self_id, a->id, 16);
+	memcpy(j.cfg.self_id, a->id, SHOAL_PEER_ID_LEN);
 	pthread_t th;
 	pthread_create(&th, NULL, dc_conn_main, &j);
 	shoal_xfer_link *acc = NULL;
-	char why[256];
+	char why[SHOAL_WHY_LEN];
 	shoal_err e = shoal_xfer_listener_accept(dc_g_lis, 5000, &acc, why, sizeof why);
 	pthread_join(th, NULL);
 	if (e || j.e) {
@@ -75,9 +75,9 @@ int dc_connect_pair(dc_peer *a, dc_peer *b, uint32_t max_frame)
 	}
 	shoal_xfer_link_set_plan(j.link, DC_DIGEST, DC_EPOCH);
 	shoal_xfer_link_set_plan(acc, DC_DIGEST, DC_EPOCH);
-	memcpy(a->tab_id[a->n], b->id, 16);
+	memcpy(a->tab_id[a->n], b->id, SHOAL_PEER_ID_LEN);
 	a->links[a->n++] = j.link;
-	memcpy(b->tab_id[b->n], a->id, 16);
+	memcpy(b->tab_id[b->n], a->id, SHOAL_PEER_ID_LEN);
 	b->links[b->n++] = acc;
 	return 0;
 }
@@ -85,7 +85,7 @@ int dc_connect_pair(dc_peer *a, dc_peer *b, uint32_t max_frame)
 static void *dc_peer_main(void *arg)
 {
 	dc_peer *p = arg;
-	char why[256];
+	char why[SHOAL_WHY_LEN];
 	while (!atomic_load(&p->stop)) {
 		shoal_err e = shoal_dist_stage_poll(p->st, p->links, p->n, 20, why, sizeof why);
 		if (e) {
@@ -107,7 +107,7 @@ int dc_reference(const shoal_model *m, const int32_t *prompt, uint32_t np, uint3
 	c.max_rows = 64;
 	shoal_engine *e = NULL;
 	shoal_sampler *smp = NULL;
-	char why[256];
+	char why[SHOAL_WHY_LEN];
 	uint32_t V = m->hp.n_vocab;
 	float *logits = malloc((size_t)V * sizeof *logits);
 	int32_t hist[256];
@@ -174,9 +174,9 @@ int dc_collect_token(void *ctx, const shoal_dist_token *t)
 
 /* ---- the dc_cluster ------------------------------------------------------------------ */
 
-static void dc_id_of(uint8_t id[16], uint8_t v)
+static void dc_id_of(uint8_t id[SHOAL_PEER_ID_LEN], uint8_t v)
 {
-	memset(id, v, 16);
+	memset(id, v, SHOAL_PEER_ID_LEN);
 }
 
 /* Stages split the layers at cuts[] (n_st stages); with n_ex > 0 the
@@ -211,7 +211,7 @@ static void group_member(dc_cluster *c, uint32_t j, bool last, shoal_dist_stage_
 	sc->tp_me = j;
 	memcpy(sc->tp_w, c->tp_w, sizeof c->tp_w);
 	for (uint32_t k = 0; k < c->tp_n; k++)
-		memcpy(sc->tp_peer[k], c->gl[k].id, 16);
+		memcpy(sc->tp_peer[k], c->gl[k].id, SHOAL_PEER_ID_LEN);
 	sc->has_head = last && j == 1;
 	sc->tp_out = last ? j == 1 : j == 0;
 	sc->tp_head = last; /* the head split, member 1 gathers (dist.h 10) */
@@ -231,7 +231,7 @@ static int up(dc_cluster *c, const shoal_model *m, const uint32_t *cuts, uint32_
 	c->m = m;
 	c->n_st = n_st;
 	c->n_ex = n_ex;
-	char why[256];
+	char why[SHOAL_WHY_LEN];
 	shoal_xfer_config lc;
 	shoal_xfer_config_default(&lc);
 	lc.verbs = NULL;
@@ -268,10 +268,10 @@ static int up(dc_cluster *c, const shoal_model *m, const uint32_t *cuts, uint32_
 	 * link, and the sampling member (tp[0]) reaches the owner */
 	uint32_t k = c->tp_stage;
 	if (c->tp_n > 1) {
-		memcpy(c->gl[0].id, c->st[k].id, 16);
+		memcpy(c->gl[0].id, c->st[k].id, SHOAL_PEER_ID_LEN);
 		for (uint32_t j = 0; j + 1 < c->tp_n; j++) {
 			dc_id_of(c->tp[j].id, (uint8_t)(0x50 + j));
-			memcpy(c->gl[j + 1].id, c->tp[j].id, 16);
+			memcpy(c->gl[j + 1].id, c->tp[j].id, SHOAL_PEER_ID_LEN);
 		}
 		for (uint32_t j = 0; !rc && j + 1 < c->tp_n; j++)
 			rc = dc_connect_pair(&c->st[k], &c->tp[j], max_frame);
@@ -312,15 +312,15 @@ static int up(dc_cluster *c, const shoal_model *m, const uint32_t *cuts, uint32_
 		                              .link_ctx = p,
 		                              .timeout_ms = 5000,
 		                              .epoch = DC_EPOCH};
-		memcpy(sc.digest, DC_DIGEST, 32);
-		memcpy(sc.self, p->id, 16);
+		memcpy(sc.digest, DC_DIGEST, SHOAL_DIGEST_BYTES);
+		memcpy(sc.self, p->id, SHOAL_PEER_ID_LEN);
 		if (i < n_st) {
 			sc.layer_begin = i ? cuts[i - 1] : 0;
 			sc.layer_end = i + 1 < n_st ? cuts[i] : L;
 			sc.has_embd = i == 0;
 			sc.has_head = i + 1 == n_st;
 			if (i + 1 < n_st)
-				memcpy(sc.next, c->st[i + 1].id, 16);
+				memcpy(sc.next, c->st[i + 1].id, SHOAL_PEER_ID_LEN);
 			sc.expert_mask = c->mask_st;
 			sc.expert_peer = c->xpeer;
 		} else {
@@ -338,7 +338,7 @@ static int up(dc_cluster *c, const shoal_model *m, const uint32_t *cuts, uint32_
 			dc_peer *q = &c->tp[j - 1];
 			shoal_dist_stage_config qc = sc;
 			qc.link_ctx = q;
-			memcpy(qc.self, q->id, 16);
+			memcpy(qc.self, q->id, SHOAL_PEER_ID_LEN);
 			group_member(c, j, k + 1 == n_st, &qc);
 			if (shoal_dist_stage_new(m, &qc, &q->st, why, sizeof why)) {
 				fprintf(stderr, "member %u: %s\n", j, why);
@@ -354,9 +354,9 @@ static int up(dc_cluster *c, const shoal_model *m, const uint32_t *cuts, uint32_
 	                              .link_ctx = &c->owner,
 	                              .timeout_ms = 5000,
 	                              .epoch = DC_EPOCH};
-	memcpy(oc.digest, DC_DIGEST, 32);
-	memcpy(oc.self, c->owner.id, 16);
-	memcpy(oc.first, c->st[0].id, 16);
+	memcpy(oc.digest, DC_DIGEST, SHOAL_DIGEST_BYTES);
+	memcpy(oc.self, c->owner.id, SHOAL_PEER_ID_LEN);
+	memcpy(oc.first, c->st[0].id, SHOAL_PEER_ID_LEN);
 	return shoal_dist_owner_new(&oc, &c->own, why, sizeof why) ? -1 : 0;
 }
 
@@ -437,7 +437,7 @@ shoal_model *dc_open_model(const char *name)
 	const char *dir = getenv("SHOAL_DATA");
 	snprintf(path, sizeof path, "%s/models/%s", dir ? dir : "tests/data", name);
 	shoal_model *m = NULL;
-	char why[256];
+	char why[SHOAL_WHY_LEN];
 	if (shoal_model_open(path, &m, why, sizeof why)) {
 		fprintf(stderr, "%s: %s\n", path, why);
 		return NULL;

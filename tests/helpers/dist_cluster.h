@@ -20,12 +20,12 @@
 #define DC_MAX_PEERS 8
 #define DC_MAX_TOK   64
 
-extern const uint8_t DC_DIGEST[32]; /* the plan */
-extern const uint8_t DC_OTHER[32];  /* another plan */
+extern const uint8_t DC_DIGEST[SHOAL_DIGEST_BYTES]; /* the plan */
+extern const uint8_t DC_OTHER[SHOAL_DIGEST_BYTES];  /* another plan */
 
 typedef struct dc_peer {
-	uint8_t id[16];
-	uint8_t tab_id[DC_MAX_PEERS][16];
+	uint8_t id[SHOAL_PEER_ID_LEN];
+	uint8_t tab_id[DC_MAX_PEERS][SHOAL_PEER_ID_LEN];
 	shoal_xfer_link *links[DC_MAX_PEERS];
 	uint32_t n;
 	shoal_dist_stage *st;
@@ -62,7 +62,7 @@ typedef struct dc_cluster {
 } dc_cluster;
 
 /* Which of p's links reaches peer id (a shoal_dist_link_fn; ctx = p). */
-shoal_xfer_link *dc_lookup(void *ctx, const uint8_t id[16]);
+shoal_xfer_link *dc_lookup(void *ctx, const uint8_t id[SHOAL_PEER_ID_LEN]);
 /* Connect a to b over loopback (a connects); each side files its end. */
 int dc_connect_pair(dc_peer *a, dc_peer *b, uint32_t max_frame);
 /* One whole-model engine and the loop of `shoal run`: n_gen tokens with

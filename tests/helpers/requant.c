@@ -213,7 +213,7 @@ int main(int argc, char **argv)
 		}
 	}
 	shoal_gguf *g = NULL;
-	char why[256] = "";
+	char why[SHOAL_WHY_LEN] = "";
 	if (shoal_gguf_open(argv[1], &g, why, sizeof why)) {
 		fprintf(stderr, "requant: %s: %s\n", argv[1], why);
 		return 1;

@@ -36,7 +36,7 @@ static int run1(shoal_ctl_client *c, uint64_t seq, const void *buf, size_t len, 
 	for (;;) {
 		uint8_t *r = NULL;
 		size_t rl = 0;
-		char why[256];
+		char why[SHOAL_WHY_LEN];
 		shoal_runmsg a;
 		if (shoal_ctl_client_recv(c, 30000, &r, &rl, why, sizeof why) != SHOAL_OK)
 			return -1;
@@ -149,7 +149,7 @@ int main(int argc, char **argv)
 	}
 	shoal_key k;
 	shoal_key_curve curve;
-	char why[256];
+	char why[SHOAL_WHY_LEN];
 	if (shoal_key_read(argv[2], &k, NULL, why, sizeof why) != SHOAL_OK) {
 		fprintf(stderr, "run_poke: %s\n", why);
 		return 1;

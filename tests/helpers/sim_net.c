@@ -213,7 +213,7 @@ void sim_net_free(sim_net *net)
 static int start(sim_net *net, struct peer *p, uint64_t incarnation, long seed_peer)
 {
 	shoal_record r;
-	char why[128];
+	char why[SHOAL_WHY_LEN];
 	shoal_record_init(&r);
 	r.id = p->id;
 	snprintf(r.name, sizeof r.name, "p%u", p->idx);

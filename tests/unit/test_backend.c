@@ -164,7 +164,7 @@ static void *device_buf_host(shoal_backend_buf *buf)
 
 static void test_engine_refuses(void)
 {
-	char path[512], why[256] = "";
+	char path[512], why[SHOAL_WHY_LEN] = "";
 	snprintf(path, sizeof path, "%s/models/austen-dense-q8_0.gguf", test_data_dir());
 	shoal_model *m = NULL;
 	ASSERT_EQ(shoal_model_open(path, &m, why, sizeof why), SHOAL_OK);

@@ -150,7 +150,7 @@ static void test_bundled_templates(void)
 			if (!strcmp(expected_styles[i].name, base))
 				want = (int)expected_styles[i].style;
 		shoal_chat_style got;
-		char why[256] = "";
+		char why[SHOAL_WHY_LEN] = "";
 		shoal_err e = shoal_chat_detect(tmpl, tlen, &got, why, sizeof why);
 		free(tmpl);
 		if (want < 0) {
@@ -211,7 +211,7 @@ static void test_bundled_templates(void)
 
 static char *render(shoal_chat_style s, const shoal_chat_msg *m, size_t n, bool gen, shoal_err *e)
 {
-	char *out = NULL, why[256];
+	char *out = NULL, why[SHOAL_WHY_LEN];
 	*e = shoal_chat_render(s, m, n, gen, "<BOS>", "<EOS>", &out, why, sizeof why);
 	if (*e)
 		fprintf(stderr, "(render: %s)\n", why);
@@ -251,7 +251,7 @@ static void test_gemma_system(void)
 
 	/* A system message later on, or roles out of turn, are refused. */
 	const shoal_chat_msg late[] = {{"user", "a"}, {"system", "b"}};
-	char why[256] = "";
+	char why[SHOAL_WHY_LEN] = "";
 	ASSERT_EQ(shoal_chat_render(SHOAL_CHAT_GEMMA, late, 2, true, "", "", &out, why, sizeof why),
 	          SHOAL_ERR_UNSUPPORTED);
 	ASSERT_TRUE(out == NULL);
@@ -276,7 +276,7 @@ static void test_gemma_system(void)
 static void test_unknown_template(void)
 {
 	shoal_chat_style s = SHOAL_CHAT_QWEN3;
-	char why[256] = "";
+	char why[SHOAL_WHY_LEN] = "";
 	ASSERT_EQ(shoal_chat_detect("{{ foo }}", 9, &s, why, sizeof why), SHOAL_ERR_UNSUPPORTED);
 	ASSERT_TRUE(strstr(why, "{{ foo }}"));
 	ASSERT_TRUE(strstr(why, "fnv1a64"));
@@ -316,7 +316,7 @@ static void test_more_families(void)
 	    "add_generation_prompt %}{{ '<|start_header_id|>assistant<|end_header_id|>\\n\\n' "
 	    "}}{% endif %}";
 	shoal_chat_style s;
-	char why[256] = "";
+	char why[SHOAL_WHY_LEN] = "";
 	ASSERT_EQ(shoal_chat_detect(l3, strlen(l3), &s, why, sizeof why), SHOAL_OK);
 	ASSERT_EQ(s, SHOAL_CHAT_LLAMA3);
 	shoal_err e;
@@ -344,7 +344,7 @@ static void test_more_families(void)
 static void test_bad_conversations(void)
 {
 	char *out = (char *)1;
-	char why[256] = "";
+	char why[SHOAL_WHY_LEN] = "";
 	for (int s = 0; s < SHOAL_CHAT__COUNT; s++) {
 		why[0] = '\0';
 		ASSERT_EQ(shoal_chat_render((shoal_chat_style)s, with_system, 0, true, "", "", &out,
@@ -452,7 +452,7 @@ static void test_thinking_opts(void)
 {
 	const shoal_chat_msg m[] = {{"user", "q"}};
 	shoal_chat_opts o = {.add_generation_prompt = true, .bos = "<BOS>", .thinking = 0};
-	char *out = NULL, why[256] = "";
+	char *out = NULL, why[SHOAL_WHY_LEN] = "";
 	ASSERT_EQ(shoal_chat_render_opts(SHOAL_CHAT_QWEN3, m, 1, &o, &out, why, sizeof why),
 	          SHOAL_OK);
 	ASSERT_STR_EQ(out, "<|im_start|>user\nq<|im_end|>\n<|im_start|>assistant\n<think>\n\n"

@@ -72,7 +72,7 @@ static int server_start(server *s, const shoal_key *key)
 	                        .heartbeat_ms = 200,
 	                        .on_message = on_message,
 	                        .ud = s};
-	char why[256];
+	char why[SHOAL_WHY_LEN];
 	if (shoal_ctl_new(&cfg, &s->ctl, why, sizeof why) != SHOAL_OK) {
 		fprintf(stderr, "server: %s\n", why);
 		return -1;
@@ -96,14 +96,14 @@ static void server_stats(server *s, shoal_ctl_stats *st, int *received)
 	pthread_mutex_unlock(&s->mu);
 }
 
-static char last_why[256]; /* the client's reason of the last ask */
+static char last_why[SHOAL_WHY_LEN]; /* the client's reason of the last ask */
 static uint64_t last_ms;   /* how long the last ask took */
 
 /* Send "hello" to ep with the given keys; return the client's verdict. */
 static shoal_err ask_at(const char *ep, const shoal_key_curve *keys, int timeout_ms, char *reply,
                         size_t cap)
 {
-	char why[256] = "";
+	char why[SHOAL_WHY_LEN] = "";
 	uint64_t t0 = shoal_clock_now_ms();
 	shoal_ctl_client *c = NULL;
 	shoal_err e = shoal_ctl_client_new(ep, keys, &c, why, sizeof why);
@@ -271,7 +271,7 @@ static void test_connection_lost(void)
 	server s;
 	ASSERT_EQ(keyed_server_start(&s, &kc), 0);
 	shoal_ctl_client *c = NULL;
-	char why[256] = "";
+	char why[SHOAL_WHY_LEN] = "";
 	ASSERT_EQ(shoal_ctl_client_new(shoal_ctl_bound(s.ctl), &kc, &c, why, sizeof why), SHOAL_OK);
 	const void *bufs[1] = {"hello"};
 	size_t lens[1] = {5};

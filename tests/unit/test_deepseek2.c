@@ -107,7 +107,7 @@ static int cluster_matches(const shoal_model *m, const uint32_t *cuts, uint32_t 
 	                         .sampler = *sp,
 	                         .on_token = dc_collect_token,
 	                         .ctx = &got};
-	char why[256] = "";
+	char why[SHOAL_WHY_LEN] = "";
 	shoal_err e =
 	    shoal_dist_owner_generate(c.own, &rq, c.owner.links, c.owner.n, 10000, why, sizeof why);
 	uint64_t remote = 0;
@@ -142,7 +142,7 @@ static int kv_is_latent(const shoal_model *m)
 	cfg.layer_begin = 1;
 	cfg.layer_end = 3;
 	shoal_engine *e = NULL;
-	char why[256];
+	char why[SHOAL_WHY_LEN];
 	shoal_manifest mf;
 	if (shoal_engine_new(m, &cfg, &e, why, sizeof why) || shoal_model_manifest(m, &mf)) {
 		fprintf(stderr, "engine: %s\n", why);
@@ -169,7 +169,7 @@ static void test_modes(void)
 	int fails = 0;
 	for (size_t i = 0; i < N_VARIANTS; i++) {
 		const variant *v = &VARIANTS[i];
-		char path[512], why[256];
+		char path[512], why[SHOAL_WHY_LEN];
 		shoal_model *m = NULL;
 		if (!fixture(v, 0, path, sizeof path) ||
 		    shoal_model_open(path, &m, why, sizeof why)) {
@@ -224,7 +224,7 @@ static int greedy_runs_equal(const shoal_model *m0, const shoal_model *m1)
 static void test_nextn_skipped(void)
 {
 	const variant *v = &VARIANTS[0];
-	char p0[512], p1[512], why[256];
+	char p0[512], p1[512], why[SHOAL_WHY_LEN];
 	shoal_model *m0 = NULL, *m1 = NULL;
 	ASSERT_TRUE(fixture(v, 0, p0, sizeof p0) != NULL);
 	ASSERT_TRUE(fixture(v, 1, p1, sizeof p1) != NULL);
@@ -244,7 +244,7 @@ static void test_nextn_skipped(void)
 static void test_yarn(void)
 {
 	const variant *v = &VARIANTS[N_VARIANTS - 1], *plain = &VARIANTS[0];
-	char p0[512], p1[512], why[256];
+	char p0[512], p1[512], why[SHOAL_WHY_LEN];
 	shoal_model *m0 = NULL, *m1 = NULL;
 	ASSERT_EQ(v->yarn, 8);
 	ASSERT_TRUE(fixture(plain, 0, p0, sizeof p0) != NULL);
@@ -274,7 +274,7 @@ static void test_yarn(void)
  * routed expert, or the embedding and head; the manifest counts them all. */
 static void test_layer_tensors(void)
 {
-	char path[512], why[256];
+	char path[512], why[SHOAL_WHY_LEN];
 	snprintf(path, sizeof path, "%s/models/tiny-deepseek2-q8_0.gguf", test_data_dir());
 	shoal_model *m = NULL;
 	ASSERT_EQ(shoal_model_open(path, &m, why, sizeof why), SHOAL_OK);
@@ -306,7 +306,7 @@ static void test_layer_tensors(void)
  * mode; the latent cache is the same size. */
 static void test_kv_b_form(void)
 {
-	char p0[512], p1[512], why[256];
+	char p0[512], p1[512], why[SHOAL_WHY_LEN];
 	shoal_model *m0 = NULL, *m1 = NULL;
 	ASSERT_TRUE(fixture(&VARIANTS[0], 0, p0, sizeof p0) != NULL);
 	ASSERT_TRUE(fixture_x(&VARIANTS[0], 0, "--kv-b", p1, sizeof p1) != NULL);
@@ -343,7 +343,7 @@ static void test_refused(void)
 	    {"--gating-func 7", "expert gating function 7 is not supported"},
 	};
 	for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
-		char path[512], why[256] = "";
+		char path[512], why[SHOAL_WHY_LEN] = "";
 		shoal_model *m = NULL;
 		ASSERT_TRUE(fixture_x(&VARIANTS[1], 0, bad[i].extra, path, sizeof path) != NULL);
 		ASSERT_EQ(shoal_model_open(path, &m, why, sizeof why), SHOAL_ERR_UNSUPPORTED);

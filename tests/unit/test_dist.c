@@ -39,7 +39,7 @@ static int run_request(dc_cluster *c, shoal_dist_request *rq, dc_run_out *got)
 	memset(got, 0, sizeof *got);
 	rq->on_token = dc_collect_token;
 	rq->ctx = got;
-	char why[256] = "";
+	char why[SHOAL_WHY_LEN] = "";
 	shoal_err e = shoal_dist_owner_generate(c->own, rq, c->owner.links, c->owner.n, 10000, why,
 	                                        sizeof why);
 	if (e)
@@ -239,7 +239,7 @@ static void test_moe_experts_on_three_peers(void)
 	if (!path)
 		TEST_SKIP("tests/helpers/gen_fixture could not make a qwen3moe fixture");
 	shoal_model *m = NULL;
-	char why[256];
+	char why[SHOAL_WHY_LEN];
 	ASSERT_EQ(shoal_model_open(path, &m, why, sizeof why), SHOAL_OK);
 	dc_cluster c;
 	const uint32_t cuts[] = {2};
@@ -298,7 +298,7 @@ static void test_bad_frames(void)
 	static float h[4 * 256];
 	for (int i = 0; i < 4 * 256; i++)
 		h[i] = 0.25f * (float)(i % 17);
-	char why[256];
+	char why[SHOAL_WHY_LEN];
 
 	/* 1. other plan: dropped by stage 1's link; a run is still exact */
 	shoal_xfer_link_set_plan(bad, DC_OTHER, DC_EPOCH);
@@ -409,7 +409,7 @@ static void test_two_sessions_interleaved(void)
 	uint64_t sid[2];
 	shoal_err res[2] = {SHOAL_ERR_STATE, SHOAL_ERR_STATE};
 	bool done[2] = {false, false};
-	char why[256];
+	char why[SHOAL_WHY_LEN];
 	int ok = 1;
 	for (int q = 0; q < 2; q++) {
 		ok &= dc_reference(m, PROMPT + (NP - np[q]), np[q], T, &sp[q], &want[q]) == 0;
@@ -515,7 +515,7 @@ static void test_cancel_frees_slots(void)
 	ASSERT_EQ(two_stages_up(&c, m), 0);
 	shoal_sampler_params sp = shoal_sampler_defaults();
 	sp.temp = 0.0f;
-	char why[256];
+	char why[SHOAL_WHY_LEN];
 	int ok = 1;
 	static dc_run_out sink;
 	for (int i = 0; i < 5; i++) {
@@ -590,7 +590,7 @@ static void test_freed_session_tells_owner(void)
 	ASSERT_TRUE(m != NULL);
 	dc_cluster c;
 	ASSERT_EQ(two_stages_up(&c, m), 0);
-	char why[256] = "";
+	char why[SHOAL_WHY_LEN] = "";
 	static dc_run_out got;
 	uint64_t sid = 0;
 	ASSERT_EQ(start_greedy(&c, &got, &sid, why, sizeof why), SHOAL_OK);

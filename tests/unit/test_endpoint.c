@@ -11,7 +11,7 @@
 
 static void test_split(void)
 {
-	char host[64], why[128];
+	char host[64], why[SHOAL_WHY_LEN];
 	uint16_t port = 1;
 	ASSERT_EQ(shoal_endpoint_split("10.0.0.2:7000", 5, host, sizeof host, &port, why,
 	                               sizeof why),
@@ -39,7 +39,7 @@ static void test_split(void)
 
 static void test_parse(void)
 {
-	char ep[64], why[128];
+	char ep[64], why[SHOAL_WHY_LEN];
 	ASSERT_EQ(shoal_endpoint_parse("127.0.0.1", 5270, ep, sizeof ep, why, sizeof why),
 	          SHOAL_OK);
 	ASSERT_STR_EQ(ep, "tcp://127.0.0.1:5270");

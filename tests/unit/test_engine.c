@@ -106,7 +106,7 @@ static shoal_engine *make_engine(const shoal_model *m, uint32_t threads, uint32_
 		c.moe_hook.collect = hook_collect;
 	}
 	shoal_engine *e = NULL;
-	char why[256] = "";
+	char why[SHOAL_WHY_LEN] = "";
 	if (shoal_engine_new(m, &c, &e, why, sizeof why))
 		fprintf(stderr, "engine: %s\n", why);
 	free(mask);
@@ -174,7 +174,7 @@ static int trace(const shoal_model *m, const setup *s, const int32_t *prompt, ui
 		                         .want_logits = k ? NULL : want,
 		                         .logits = lg,
 		                         .hidden_out = k ? hid : NULL};
-		char why[256] = "";
+		char why[SHOAL_WHY_LEN] = "";
 		if (shoal_engine_run(a, &ba, why, sizeof why)) {
 			fprintf(stderr, "run: %s\n", why);
 			free(hid);
@@ -583,7 +583,7 @@ static void test_bad_batches(void)
 	uint8_t want[3] = {0, 0, 1};
 	float *lg = malloc((size_t)m->hp.n_vocab * sizeof(float));
 	float hid[256];
-	char why[256];
+	char why[SHOAL_WHY_LEN];
 	shoal_engine_batch b = {.n_rows = 3,
 	                        .tokens = tok,
 	                        .session = sess,
@@ -690,7 +690,7 @@ static void test_rope_freqs(void)
 	c.backend = shoal_backend_cpu();
 	c.n_ctx = 64;
 	shoal_engine *e = NULL;
-	char why[256] = "";
+	char why[SHOAL_WHY_LEN] = "";
 	ASSERT_EQ(shoal_engine_new(m, &c, &e, why, sizeof why), SHOAL_ERR_FORMAT);
 	ASSERT_TRUE(e == NULL);
 	m->rope_freqs = NULL;
@@ -724,7 +724,7 @@ static void test_misaligned_weights(void)
 		fake[i].data = buf[i] + 2; /* F32 at 2 mod 4 */
 	}
 	shoal_engine *e = NULL;
-	char why[256] = "";
+	char why[SHOAL_WHY_LEN] = "";
 	ASSERT_EQ(shoal_engine_new(m, &c, &e, why, sizeof why), SHOAL_OK);
 	shoal_engine_free(e);
 	for (int i = 0; i < 3; i++) {
@@ -772,7 +772,7 @@ static void test_tensor_held(void)
 	c.n_ctx = 16;
 	c.tensor_held = held_but_one;
 	shoal_engine *e = NULL;
-	char why[256] = "";
+	char why[SHOAL_WHY_LEN] = "";
 	held_refuse = NULL;
 	held_calls = 0;
 	ASSERT_EQ(shoal_engine_new(m, &c, &e, why, sizeof why), SHOAL_OK);
@@ -830,7 +830,7 @@ static void test_kv_types(void)
 	const shoal_dtype types[2] = {SHOAL_DTYPE_F32, SHOAL_DTYPE_F16};
 	float *lg[2] = {malloc(V * sizeof(float)), malloc(V * sizeof(float))};
 	uint64_t bytes[2];
-	char why[256] = "";
+	char why[SHOAL_WHY_LEN] = "";
 	shoal_engine_config c = shoal_engine_config_default(m);
 	ASSERT_EQ(c.kv_type, SHOAL_DTYPE_F16);
 	c.backend = shoal_backend_cpu();

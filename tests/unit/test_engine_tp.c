@@ -67,7 +67,7 @@ typedef struct member {
 	const shoal_engine_batch *b;
 	float *logits;
 	shoal_err err;
-	char why[256];
+	char why[SHOAL_WHY_LEN];
 } member;
 
 struct group {
@@ -214,7 +214,7 @@ static bool group_init(group *g, const shoal_model *m, uint32_t n, const uint64_
 		                      .head_root = root < n ? root : 0,
 		                      .link = {.ctx = x, .exchange = exchange, .gather = gather}};
 		shoal_err err;
-		char why[256] = "";
+		char why[SHOAL_WHY_LEN] = "";
 		x->e = make(m, &tp, why, sizeof why, &err);
 		if (!x->e) {
 			fprintf(stderr, "member %u: %s\n", i, why);
@@ -267,7 +267,7 @@ static void check_group(const shoal_model *m, uint32_t n, const uint64_t *w, uin
 	ASSERT_LE(hp->n_layer, MAX_LAY);
 
 	shoal_err err;
-	char why[256] = "";
+	char why[SHOAL_WHY_LEN] = "";
 	shoal_engine *ref = make(m, NULL, why, sizeof why, &err);
 	ASSERT_TRUE(ref != NULL);
 	uint32_t slot;
@@ -412,7 +412,7 @@ static void test_bad_config(void)
 	     .link = {&x, exchange, NULL}},
 	};
 	for (int i = 0; i < 6; i++) {
-		char why[256] = "";
+		char why[SHOAL_WHY_LEN] = "";
 		shoal_err err;
 		shoal_engine *e = make(m, &bad[i], why, sizeof why, &err);
 		ASSERT_TRUE(e == NULL);

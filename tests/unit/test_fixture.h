@@ -57,7 +57,7 @@ static inline void fx_cleanup(void)
 static inline shoal_model *open_model(const char *path)
 {
 	shoal_model *m = NULL;
-	char why[256] = "";
+	char why[SHOAL_WHY_LEN] = "";
 	if (!path)
 		return NULL;
 	if (shoal_model_open(path, &m, why, sizeof why)) {

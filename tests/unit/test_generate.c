@@ -53,7 +53,7 @@ static void test_seq_stops(void)
 	ASSERT_EQ(shoal_gen_seq_accept(&q, 1), SHOAL_GEN_STOP_NONE);
 	ASSERT_EQ(shoal_gen_seq_next(&q, false), SHOAL_GEN_STOP_CTX);
 	/* an end-of-generation id: counted, not handed out */
-	char path[512], why[256] = "";
+	char path[512], why[SHOAL_WHY_LEN] = "";
 	snprintf(path, sizeof path, "%s/models/austen-dense-q8_0.gguf", test_data_dir());
 	shoal_model *m = NULL;
 	shoal_tokenizer *tok = NULL;
@@ -97,7 +97,7 @@ static void on_logits(void *ctx, uint32_t pos, const float *lg)
 
 static void test_run(void)
 {
-	char path[512], why[256] = "";
+	char path[512], why[SHOAL_WHY_LEN] = "";
 	snprintf(path, sizeof path, "%s/models/austen-dense-q8_0.gguf", test_data_dir());
 	shoal_model *m = NULL;
 	ASSERT_EQ(shoal_model_open(path, &m, why, sizeof why), SHOAL_OK);

@@ -49,7 +49,7 @@ static void test_reads_every_bundled_file(void)
 			size_t n = strlen(de->d_name);
 			if (n < 5 || strcmp(de->d_name + n - 5, ".gguf"))
 				continue;
-			char p[1024], why[256] = "";
+			char p[1024], why[SHOAL_WHY_LEN] = "";
 			snprintf(p, sizeof p, "%s/%s", dir, de->d_name);
 			shoal_gguf *g;
 			shoal_err e = shoal_gguf_open(p, &g, why, sizeof why);
@@ -79,7 +79,7 @@ static void test_reads_every_bundled_file(void)
 
 static void test_austen_figures(void)
 {
-	char p[512], why[256];
+	char p[512], why[SHOAL_WHY_LEN];
 	data_path(p, sizeof p, "models/austen-dense-f32.gguf");
 	shoal_gguf *g;
 	ASSERT_EQ(shoal_gguf_open(p, &g, why, sizeof why), SHOAL_OK);
@@ -206,7 +206,7 @@ static void test_writer_roundtrip(void)
 	shoal_gguf_writer_free(w);
 
 	shoal_gguf *g;
-	char why[256];
+	char why[SHOAL_WHY_LEN];
 	ASSERT_EQ(shoal_gguf_open(p, &g, why, sizeof why), SHOAL_OK);
 	ASSERT_EQ(shoal_gguf_n_kv(g), 16);
 	size_t kl;
@@ -278,7 +278,7 @@ static shoal_err open_bad(const char *p, char *why, size_t cap)
 
 #define ASSERT_BAD(path, want_substr)                                                              \
 	do {                                                                                       \
-		char why_[256];                                                                    \
+		char why_[SHOAL_WHY_LEN];                                                                    \
 		shoal_err e_ = open_bad(path, why_, sizeof why_);                                  \
 		printf("  %-40s -> %s\n", want_substr, why_);                                      \
 		if (e_ == SHOAL_OK)                                                                \
@@ -314,7 +314,7 @@ static void write_small(const char *p, uint64_t *header_bytes)
 	shoal_gguf_writer_finish(w);
 	shoal_gguf_writer_free(w);
 	shoal_gguf *g;
-	char why[256];
+	char why[SHOAL_WHY_LEN];
 	*header_bytes = 0;
 	if (shoal_gguf_open(p, &g, why, sizeof why) == SHOAL_OK) {
 		*header_bytes = shoal_gguf_shard_header_bytes(g, 0);
@@ -359,7 +359,7 @@ static void test_truncated_everywhere(void)
 	/* Every prefix of the header, then every 7th byte inside the data. */
 	for (size_t len = 0; len < n; len += (len < hb ? 1 : 7)) {
 		spit(q, b, len);
-		char why[256];
+		char why[SHOAL_WHY_LEN];
 		shoal_err e = open_bad(q, why, sizeof why);
 		if (e == SHOAL_OK || !why[0] || strchr(why, '\n')) {
 			fprintf(stderr, "truncated at %zu of %zu: code %d why '%s'\n", len, n, e,
@@ -368,7 +368,7 @@ static void test_truncated_everywhere(void)
 		}
 	}
 	spit(q, b, n);
-	char why[256];
+	char why[SHOAL_WHY_LEN];
 	ASSERT_EQ(open_bad(q, why, sizeof why), SHOAL_OK);
 	free(b);
 	ASSERT_EQ(fails, 0);
@@ -438,7 +438,7 @@ static void test_bad_magic_version_counts(void)
 	v = 2;
 	patched(&v, 4, 4, q);
 	shoal_gguf *g;
-	char why[256];
+	char why[SHOAL_WHY_LEN];
 	ASSERT_EQ(shoal_gguf_open(q, &g, why, sizeof why), SHOAL_OK);
 	ASSERT_EQ(shoal_gguf_version(g), 2);
 	shoal_gguf_free(g);
@@ -651,7 +651,7 @@ static void test_header_fuzz(void)
 			b[x % hb] = (uint8_t)(x >> 32);
 		}
 		spit(q, b, n);
-		char why[256];
+		char why[SHOAL_WHY_LEN];
 		shoal_err e = open_bad(q, why, sizeof why);
 		if (e != SHOAL_OK && (!why[0] || strchr(why, '\n')))
 			bad_reasons++;

@@ -29,7 +29,7 @@ static void setup(void)
 static void test_create_then_reload(void)
 {
 	setup();
-	char why[256];
+	char why[SHOAL_WHY_LEN];
 	shoal_identity a, b, c;
 	ASSERT_EQ(shoal_identity_load(dir, "alpha", &a, why, sizeof why), SHOAL_OK);
 	ASSERT_EQ(a.incarnation, 1);
@@ -50,7 +50,7 @@ static void test_create_then_reload(void)
 
 static void test_two_dirs_two_ids(void)
 {
-	char d2[256], why[256];
+	char d2[256], why[SHOAL_WHY_LEN];
 	snprintf(d2, sizeof d2, "/tmp/shoal-test-identity2-XXXXXX");
 	ASSERT_TRUE(mkdtemp(d2) != NULL);
 	shoal_identity a, b;
@@ -66,7 +66,7 @@ static void test_two_dirs_two_ids(void)
 
 static void test_parse_rejects(void)
 {
-	char why[256];
+	char why[SHOAL_WHY_LEN];
 	shoal_identity id;
 	const char *good = "# x\nid 00112233445566778899aabbccddeeff\nincarnation 7\n";
 	ASSERT_EQ(shoal_identity_parse(good, strlen(good), &id, why, sizeof why), SHOAL_OK);
@@ -89,7 +89,7 @@ static void test_parse_rejects(void)
 
 static void test_corrupt_file_refused(void)
 {
-	char d2[256], why[256], p[300];
+	char d2[256], why[SHOAL_WHY_LEN], p[300];
 	snprintf(d2, sizeof d2, "/tmp/shoal-test-identity3-XXXXXX");
 	ASSERT_TRUE(mkdtemp(d2) != NULL);
 	snprintf(p, sizeof p, "%s/%s", d2, SHOAL_IDENTITY_FILE);
@@ -113,7 +113,7 @@ static void test_corrupt_file_refused(void)
 static void test_lock(void)
 {
 	setup();
-	char why[256];
+	char why[SHOAL_WHY_LEN];
 	int fd1 = -1, fd2 = -1;
 	ASSERT_EQ(shoal_identity_lock(dir, &fd1, why, sizeof why), SHOAL_OK);
 	ASSERT_TRUE(fd1 >= 0);

@@ -30,7 +30,7 @@ static void setup(void)
 static void test_roundtrip(void)
 {
 	setup();
-	char path[300], why[200];
+	char path[300], why[SHOAL_WHY_LEN];
 	snprintf(path, sizeof path, "%s/k1", tmpdir);
 	shoal_key a, b;
 	ASSERT_EQ(shoal_key_generate(&a), SHOAL_OK);
@@ -65,7 +65,7 @@ static void test_generate_random(void)
 
 static void test_parse(void)
 {
-	char why[200];
+	char why[SHOAL_WHY_LEN];
 	shoal_key k;
 	const char *good = "# comment\n\nshoal-cluster-key-v1 "
 	                   "000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f\n";

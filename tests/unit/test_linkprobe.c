@@ -16,7 +16,7 @@ static void test_ctlmsg_roundtrip(void)
 {
 	shoal_wire_buf b;
 	shoal_wire_buf_init(&b);
-	char why[200];
+	char why[SHOAL_WHY_LEN];
 	shoal_ctlmsg m = {
 	    .type = SHOAL_CTLMSG_LINK_PROBE, .seq = 42, .lep = 1, .rep = 3, .pad_len = 10000};
 	ASSERT_EQ(shoal_ctlmsg_encode(&m, &b), SHOAL_OK);
@@ -43,7 +43,7 @@ static void test_ctlmsg_roundtrip(void)
 
 static void test_ctlmsg_not_ours(void)
 {
-	char why[200];
+	char why[SHOAL_WHY_LEN];
 	shoal_ctlmsg d;
 	/* {"t":1,"v":1}: a membership message, handed on to SWIM */
 	static const uint8_t swim[] = {0x82, 0xa1, 't', 0x01, 0xa1, 'v', 0x01};

@@ -74,7 +74,7 @@ static shoal_view *view_of(shoal_record *r, int n, const int *ord, uint64_t def_
 {
 	shoal_view *v = shoal_view_new(def_lat ? def_lat : 200 * US, 125000000u);
 	const shoal_record *recs[8];
-	char why[128] = "";
+	char why[SHOAL_WHY_LEN] = "";
 	for (int k = 0; v && k < n; k++) {
 		const shoal_record *x = &r[ord ? ord[k] : k];
 		shoal_view_peer p;
@@ -103,7 +103,7 @@ static shoal_plan *plan_of(const shoal_view *v)
 	shoal_policy_init(&pol);
 	pol.tensor_groups = true;
 	shoal_plan *p = NULL;
-	char why[256] = "";
+	char why[SHOAL_WHY_LEN] = "";
 	if (shoal_schedule(v, &m, &pol, NULL, &p, why, sizeof why))
 		fprintf(stderr, "schedule: %s\n", why);
 	return p;

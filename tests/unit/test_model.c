@@ -47,7 +47,7 @@ static void test_austen_hparams(void)
 	                       "models/austen-dense-q8_0.gguf"};
 	for (int f = 0; f < 3; f++) {
 		shoal_model *m;
-		char why[256];
+		char why[SHOAL_WHY_LEN];
 		shoal_err e = shoal_model_open(data_file(files[f]), &m, why, sizeof why);
 		if (e)
 			TEST_FAIL_("%s: %s", files[f], why);
@@ -83,7 +83,7 @@ static void test_austen_hparams(void)
 	const char *kq[] = {"models/tiny-kq-q4_k_m.gguf", "models/tiny-kq-q6_k.gguf"};
 	for (int f = 0; f < 2; f++) {
 		shoal_model *m;
-		char why[256];
+		char why[SHOAL_WHY_LEN];
 		ASSERT_EQ(shoal_model_open(data_file(kq[f]), &m, why, sizeof why), SHOAL_OK);
 		ASSERT_EQ(m->hp.n_layer, 4);
 		ASSERT_EQ(m->hp.n_embd, 256);
@@ -99,7 +99,7 @@ static void test_austen_hparams(void)
 static void test_vocab_files_are_not_models(void)
 {
 	shoal_model *m;
-	char why[256];
+	char why[SHOAL_WHY_LEN];
 	ASSERT_EQ(shoal_model_open(data_file("vocab/ggml-vocab-gpt-2.gguf"), &m, why, sizeof why),
 	          SHOAL_ERR_UNSUPPORTED);
 	ASSERT_STR_EQ(why, "architecture 'gpt2' is not supported (supported: llama, qwen2, qwen3, "
@@ -257,7 +257,7 @@ static shoal_err open_mut(const mut *mu, char *why, size_t cap, shoal_model **ou
 
 static void test_shape_errors(void)
 {
-	char why[256];
+	char why[SHOAL_WHY_LEN];
 	shoal_model *m;
 	ASSERT_EQ(open_mut(&(mut){0}, why, sizeof why, &m), SHOAL_OK);
 	ASSERT_TRUE(m != NULL);
@@ -391,7 +391,7 @@ static void test_gen_fixture_archs(void)
 	if (!gen_bin())
 		TEST_SKIP("tests/helpers/gen_fixture not built (set SHOAL_BUILDDIR)");
 	shoal_model *m;
-	char why[256];
+	char why[SHOAL_WHY_LEN];
 	const char *p = tmp_path("g.gguf");
 
 	ASSERT_EQ(gen("--arch qwen2 --type F16 --layers 2 --dim 64 --ff 128 --heads 4 "
@@ -500,7 +500,7 @@ static void test_gen_fixture_archs(void)
 static void test_manifest_austen(void)
 {
 	shoal_model *m;
-	char why[256];
+	char why[SHOAL_WHY_LEN];
 	ASSERT_EQ(shoal_model_open(data_file("models/austen-dense-f32.gguf"), &m, why, sizeof why),
 	          SHOAL_OK);
 	shoal_manifest mf;
@@ -585,7 +585,7 @@ static void test_model_id_cache(void)
 	snprintf(st, sizeof st, "%s", state);
 	copy_file(data_file("models/tiny-kq-q6_k.gguf"), p);
 	shoal_gguf *g;
-	char why[256];
+	char why[SHOAL_WHY_LEN];
 	ASSERT_EQ(shoal_gguf_open(p, &g, why, sizeof why), SHOAL_OK);
 
 	shoal_model_id *a, *b, *c;
@@ -670,7 +670,7 @@ static void test_model_id_cache(void)
 	ASSERT_EQ(shoal_gguf_open(p, &g, why, sizeof why), SHOAL_OK);
 	ASSERT_EQ(shoal_model_id_load(g, st, &c, why, sizeof why), SHOAL_OK);
 	ASSERT_FALSE(shoal_model_id_cached(c)); /* the write moved mtime */
-	ASSERT_TRUE(memcmp(shoal_model_id_digest(a), shoal_model_id_digest(c), 32) != 0);
+	ASSERT_TRUE(memcmp(shoal_model_id_digest(a), shoal_model_id_digest(c), SHOAL_MODEL_ID_BYTES) != 0);
 	for (size_t i = 0; i < 39; i++) {
 		bool same = !memcmp(shoal_model_id_tensor_digest(a, i),
 		                    shoal_model_id_tensor_digest(c, i), 32);
@@ -699,7 +699,7 @@ static void test_split(void)
 	ASSERT_EQ(gen(args, tmp_path("one.gguf")), 0);
 	ASSERT_EQ(gen(a2, tmp_path("sp.gguf")), 0);
 	shoal_gguf *one, *sp;
-	char why[256];
+	char why[SHOAL_WHY_LEN];
 	ASSERT_EQ(shoal_gguf_open(tmp_path("one.gguf"), &one, why, sizeof why), SHOAL_OK);
 	shoal_err e = shoal_gguf_open(tmp_path("sp-00002-of-00003.gguf"), &sp, why, sizeof why);
 	if (e)

@@ -776,7 +776,7 @@ static void test_activation_ties(void)
  * the order of the weights themselves. */
 static void test_fixtures_agree(void)
 {
-	char p1[1024], p2[1024], why[256];
+	char p1[1024], p2[1024], why[SHOAL_WHY_LEN];
 	snprintf(p1, sizeof p1, "%s/models/tiny-kq-q4_k_m.gguf", test_data_dir());
 	snprintf(p2, sizeof p2, "%s/models/tiny-kq-q6_k.gguf", test_data_dir());
 	shoal_gguf *g1 = NULL, *g2 = NULL;

@@ -79,7 +79,7 @@ static shoal_engine *make_engine(const shoal_model *m)
 	c.n_ctx = N_TOK + 16;
 	c.max_rows = CHUNK;
 	shoal_engine *e = NULL;
-	char why[256] = "";
+	char why[SHOAL_WHY_LEN] = "";
 	if (shoal_engine_new(m, &c, &e, why, sizeof why))
 		fprintf(stderr, "engine: %s\n", why);
 	return e;
@@ -133,7 +133,7 @@ static float *teacher_forced(const shoal_model *m, const int32_t *ids)
 		                        .pos = pos,
 		                        .want_logits = want,
 		                        .logits = lg + (size_t)p * V};
-		char why[256] = "";
+		char why[SHOAL_WHY_LEN] = "";
 		if (shoal_engine_run(e, &b, why, sizeof why)) {
 			fprintf(stderr, "run: %s\n", why);
 			goto fail;

@@ -89,7 +89,7 @@ static void test_mac_thunderbolt(void)
 	size_t n = mac_layout(p);
 	shoal_rdma_choice c;
 	uint8_t a[16];
-	char why[256];
+	char why[SHOAL_WHY_LEN];
 	ASSERT_EQ(shoal_rdma_addr_v4("10.0.3.1", a), 0);
 	ASSERT_EQ(shoal_rdma_select(p, n, "en3", a, NULL, -1, &c, why, sizeof why), SHOAL_OK);
 	ASSERT_EQ(c.port_at, 1);
@@ -120,7 +120,7 @@ static void test_mlx5_roce(void)
 	size_t n = mlx_layout(p);
 	shoal_rdma_choice c;
 	uint8_t a[16];
-	char why[256];
+	char why[SHOAL_WHY_LEN];
 	shoal_rdma_addr_v4("192.168.5.7", a);
 	ASSERT_EQ(shoal_rdma_select(p, n, "ens1f0", a, NULL, -1, &c, why, sizeof why), SHOAL_OK);
 	ASSERT_EQ(c.port_at, 0);
@@ -156,7 +156,7 @@ static void test_infiniband(void)
 	p.n_gid = 1;
 	shoal_rdma_choice c;
 	uint8_t a[16];
-	char why[256];
+	char why[SHOAL_WHY_LEN];
 	shoal_rdma_addr_v4("10.1.0.2", a);
 	ASSERT_EQ(shoal_rdma_select(&p, 1, "ib0", a, NULL, -1, &c, why, sizeof why), SHOAL_OK);
 	ASSERT_EQ(c.gid_index, 0);
@@ -171,7 +171,7 @@ static void test_overrides(void)
 	size_t n = mac_layout(p);
 	shoal_rdma_choice c;
 	uint8_t a[16];
-	char why[256];
+	char why[SHOAL_WHY_LEN];
 	shoal_rdma_addr_v4("10.0.3.1", a);
 	/* --rdma-device alone: its GID by the rule, whatever the interface */
 	ASSERT_EQ(shoal_rdma_select(p, n, "en9", a, "rdma_en3", -1, &c, why, sizeof why), SHOAL_OK);

@@ -107,7 +107,7 @@ static int check_engine_case(shoal_engine *e, const shoal_model *m, json_t *c, d
 	                        .pos = pos,
 	                        .want_logits = want,
 	                        .logits = lg};
-	char why[256] = "";
+	char why[SHOAL_WHY_LEN] = "";
 	if (shoal_engine_run(e, &b, why, sizeof why)) {
 		fprintf(stderr, "%s: run: %s\n", name, why);
 		fails++;
@@ -243,7 +243,7 @@ static void check_file(const char *json_name, bool cli)
 	bool exact = strstr(file, "f32") || strstr(file, "f16");
 	double tol = exact ? 0.02 : 0.15;
 	shoal_model *m = NULL;
-	char why[256] = "";
+	char why[SHOAL_WHY_LEN] = "";
 	ASSERT_EQ(shoal_model_open(model, &m, why, sizeof why), SHOAL_OK);
 	shoal_engine_config cfg = shoal_engine_config_default(m);
 	cfg.backend = shoal_backend_cpu();

@@ -32,7 +32,7 @@ static void test_req_round_trip(void)
 	                   .system_len = 9};
 	ASSERT_EQ(shoal_runmsg_encode_req(7, &r, &b), SHOAL_OK);
 	shoal_runmsg m;
-	char why[256] = "";
+	char why[SHOAL_WHY_LEN] = "";
 	ASSERT_EQ(shoal_runmsg_decode(b.data, b.len, &m, why, sizeof why), SHOAL_OK);
 	ASSERT_EQ(m.type, SHOAL_CTLMSG_RUN_REQ);
 	ASSERT_U64_EQ(m.seq, 7);
@@ -76,7 +76,7 @@ static void test_token_and_end(void)
 	/* the largest token fits the owner's reserved buffer */
 	ASSERT_LE(b.len, SHOAL_RUN_MSG_RESERVE);
 	shoal_runmsg m;
-	char why[256] = "";
+	char why[SHOAL_WHY_LEN] = "";
 	ASSERT_EQ(shoal_runmsg_decode(b.data, b.len, &m, why, sizeof why), SHOAL_OK);
 	ASSERT_EQ(m.type, SHOAL_CTLMSG_RUN_TOKEN);
 	ASSERT_EQ(m.tok.id, 31999);
@@ -113,7 +113,7 @@ static void test_bad_bytes(void)
 	                   .repeat_penalty = 1};
 	ASSERT_EQ(shoal_runmsg_encode_req(1, &r, &b), SHOAL_OK);
 	shoal_runmsg m;
-	char why[256];
+	char why[SHOAL_WHY_LEN];
 	/* every truncation of a valid message is refused with a reason */
 	for (size_t n = 0; n < b.len; n++) {
 		why[0] = '\0';

@@ -98,7 +98,7 @@ static void test_golden(void)
 		src = ".";
 	bool print = getenv("SHOAL_GOLDEN_PRINT") != NULL;
 	for (size_t i = 0; i < sizeof golden / sizeof golden[0]; i++) {
-		char cp[512], sp[512], why[256];
+		char cp[512], sp[512], why[SHOAL_WHY_LEN];
 		snprintf(cp, sizeof cp, "%s/scheduler/examples/%s.json", src, golden[i].cluster);
 		snprintf(sp, sizeof sp, "%s/models/specs/%s.json", src, golden[i].spec);
 		shoal_view *v = NULL;

@@ -18,15 +18,15 @@ static void test_blake2b_matches_libsodium(void)
 	for (size_t len = 0; len <= sizeof buf; len += len < 300 ? 1 : 97) {
 		for (size_t i = 0; i < len; i++)
 			buf[i] = (uint8_t)ti_next(&r);
-		uint8_t a[32], b[32];
+		uint8_t a[SHOAL_DIGEST_BYTES], b[SHOAL_DIGEST_BYTES];
 		shoal_digest(buf, len, a);
 		crypto_generichash(b, sizeof b, buf, len, NULL, 0);
-		if (memcmp(a, b, 32))
+		if (memcmp(a, b, SHOAL_DIGEST_BYTES))
 			fprintf(stderr, "length %zu differs\n", len);
 		ASSERT_MEM_EQ(a, b, 32);
 	}
 	char hex[65];
-	uint8_t d[32];
+	uint8_t d[SHOAL_DIGEST_BYTES];
 	shoal_digest("abc", 3, d);
 	shoal_digest_hex(d, hex);
 	ASSERT_EQ(strlen(hex), 64);
@@ -101,8 +101,8 @@ static void test_ready_tracker(void)
 	ASSERT_GE(shoal_plan_n_peers(p), 2);
 	shoal_ready *r = shoal_ready_new();
 	const uint8_t *d = shoal_plan_digest(p);
-	uint8_t other[32];
-	memcpy(other, d, 32);
+	uint8_t other[SHOAL_DIGEST_BYTES];
+	memcpy(other, d, SHOAL_DIGEST_BYTES);
 	other[0] ^= 1;
 	size_t np = shoal_plan_n_peers(p);
 	ASSERT_FALSE(shoal_ready_servable(r, p));
@@ -151,11 +151,11 @@ static void test_epoch_floor(void)
 	shoal_plan *p2 = NULL, *p3 = NULL;
 	ASSERT_EQ(shoal_schedule(v, &t.m, &pol, NULL, &p2, NULL, 0), SHOAL_OK);
 	ASSERT_EQ(shoal_plan_epoch(p2), 2);
-	ASSERT_NE(memcmp(shoal_plan_digest(p1), shoal_plan_digest(p2), 32), 0);
+	ASSERT_NE(memcmp(shoal_plan_digest(p1), shoal_plan_digest(p2), SHOAL_DIGEST_BYTES), 0);
 	/* the same view, the previous plan given: it is kept, epoch and all */
 	ASSERT_EQ(shoal_schedule(v, &t.m, &pol, p1, &p3, NULL, 0), SHOAL_OK);
 	ASSERT_TRUE(shoal_plan_kept(p3));
-	ASSERT_EQ(memcmp(shoal_plan_digest(p1), shoal_plan_digest(p3), 32), 0);
+	ASSERT_EQ(memcmp(shoal_plan_digest(p1), shoal_plan_digest(p3), SHOAL_DIGEST_BYTES), 0);
 	shoal_plan_free(p1);
 	shoal_plan_free(p2);
 	shoal_plan_free(p3);
@@ -189,7 +189,7 @@ static void test_plan_decode(void)
 		size_t len, len2;
 		ASSERT_EQ(shoal_plan_encode(p, &enc, &len), SHOAL_OK);
 		shoal_plan *q = NULL;
-		char why[200];
+		char why[SHOAL_WHY_LEN];
 		ASSERT_EQ(shoal_plan_decode(enc, len, &q, why, sizeof why), SHOAL_OK);
 		ASSERT_EQ(shoal_plan_encode(q, &enc2, &len2), SHOAL_OK);
 		ASSERT_EQ(len2, len);

@@ -111,7 +111,7 @@ static void test_spread_when_memory_requires(void)
 	shoal_policy pol = policy();
 	shoal_view *v = two_peers(6 * GB, 400, 400, 2000000);
 	shoal_plan *p = NULL;
-	char why[256];
+	char why[SHOAL_WHY_LEN];
 	ASSERT_EQ(shoal_schedule(v, &m, &pol, NULL, &p, why, sizeof why), SHOAL_OK);
 	uint32_t cnt[8];
 	int rep;

@@ -125,7 +125,7 @@ static void run(bool moe, int instances, uint64_t seed)
 		pol.sessions = (uint32_t)ti_range(&r, 1, 2);
 		shoal_view *v = ti_view(&t, NULL);
 		shoal_plan *p = NULL;
-		char why[200];
+		char why[SHOAL_WHY_LEN];
 		shoal_err e = shoal_schedule(v, &t.m, &pol, NULL, &p, why, sizeof why);
 		bf b;
 		bf_init(&b, &t, &pol);

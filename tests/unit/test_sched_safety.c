@@ -77,7 +77,7 @@ static void test_never_over_memory(void)
 		pol.spread_experts = ti_range(&r, 0, 3) == 0;
 		shoal_view *v = ti_view(&t, NULL);
 		shoal_plan *p = NULL;
-		char why[256] = "";
+		char why[SHOAL_WHY_LEN] = "";
 		shoal_err e = shoal_schedule(v, &t.m, &pol, NULL, &p, why, sizeof why);
 		if (e) {
 			ASSERT_EQ(e, SHOAL_ERR_INFEASIBLE);
@@ -111,7 +111,7 @@ static void test_clear_reason(void)
 	pol.ctx = 0;
 	shoal_view *v = ti_view(&t, NULL);
 	shoal_plan *p = NULL;
-	char why[256] = "";
+	char why[SHOAL_WHY_LEN] = "";
 	ASSERT_EQ(shoal_schedule(v, &t.m, &pol, NULL, &p, why, sizeof why), SHOAL_ERR_INFEASIBLE);
 	ASSERT_TRUE(strstr(why, "needs ") != NULL);
 	ASSERT_TRUE(strstr(why, "the cluster offers") != NULL);
@@ -135,7 +135,7 @@ static void test_bad_input(void)
 	shoal_policy_init(&pol);
 	shoal_view *v = ti_view(&t, NULL);
 	shoal_plan *p = NULL;
-	char why[256];
+	char why[SHOAL_WHY_LEN];
 	shoal_manifest m = t.m;
 	m.n_layer = 0;
 	ASSERT_NE(shoal_schedule(v, &m, &pol, NULL, &p, why, sizeof why), SHOAL_OK);

@@ -41,7 +41,7 @@ static void test_shipped_specs(void)
 	for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
 		uint64_t bytes[2];
 		for (int q = 0; q < 2; q++) {
-			char path[512], name[64], why[256];
+			char path[512], name[64], why[SHOAL_WHY_LEN];
 			snprintf(name, sizeof name, "%s-%s", want[i].name, q ? "q8_0" : "q4_k_m");
 			spec_path(path, sizeof path, name);
 			shoal_manifest m;
@@ -89,7 +89,7 @@ static void test_deepseek_kimi_specs(void)
 	for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
 		uint64_t bytes[3];
 		for (size_t q = 0; q < 3; q++) {
-			char path[512], name[64], why[256];
+			char path[512], name[64], why[SHOAL_WHY_LEN];
 			snprintf(name, sizeof name, "%s-%s", want[i].name, quants[q].file);
 			spec_path(path, sizeof path, name);
 			shoal_manifest m;
@@ -121,7 +121,7 @@ static void test_deepseek_kimi_specs(void)
 
 static void test_mla_kv_is_compressed(void)
 {
-	char path[512], why[256];
+	char path[512], why[SHOAL_WHY_LEN];
 	spec_path(path, sizeof path, "deepseek-v3-q4_k_m");
 	shoal_manifest m;
 	ASSERT_EQ(shoal_spec_load(path, &m, NULL, why, sizeof why), SHOAL_OK);
@@ -171,7 +171,7 @@ static void test_bad_specs(void)
 	};
 	for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
 		shoal_manifest m;
-		char why[256] = "";
+		char why[SHOAL_WHY_LEN] = "";
 		shoal_err e = shoal_spec_parse(bad[i], strlen(bad[i]), &m, NULL, why, sizeof why);
 		if (!e)
 			fprintf(stderr, "accepted: %s\n", bad[i]);
@@ -231,7 +231,7 @@ static const char *cluster_ok =
 static void test_cluster_parse(void)
 {
 	shoal_view *v = NULL;
-	char why[256];
+	char why[SHOAL_WHY_LEN];
 	ASSERT_EQ(shoal_cluster_parse(cluster_ok, strlen(cluster_ok), &v, why, sizeof why),
 	          SHOAL_OK);
 	ASSERT_EQ(shoal_view_n_peers(v), 3);
@@ -295,7 +295,7 @@ static void test_cluster_parse(void)
 
 static void test_plan_json(void)
 {
-	char path[512], why[256];
+	char path[512], why[SHOAL_WHY_LEN];
 	const char *src = getenv("SHOAL_SRCDIR");
 	snprintf(path, sizeof path, "%s/scheduler/examples/studio-and-minis.json", src ? src : ".");
 	shoal_view *v = NULL;
@@ -384,7 +384,7 @@ static void test_mutations(void)
 		}
 		shoal_view *v = NULL;
 		shoal_manifest m;
-		char why[256];
+		char why[SHOAL_WHY_LEN];
 		shoal_err e1 = shoal_cluster_parse(buf, lc, &v, why, sizeof why);
 		shoal_err e2 = shoal_spec_parse(sb, ls, &m, NULL, why, sizeof why);
 		if (!e1 && !e2) {
@@ -413,7 +413,7 @@ static void test_cluster_round_trip(void)
 {
 	static const char *names[] = {"mac-studio-x4", "studio-and-minis", "linux-homelab"};
 	const char *src = getenv("SHOAL_SRCDIR");
-	char path[512], why[256];
+	char path[512], why[SHOAL_WHY_LEN];
 	spec_path(path, sizeof path, "qwen3-30b-a3b-q4_k_m");
 	shoal_manifest m;
 	ASSERT_EQ(shoal_spec_load(path, &m, NULL, why, sizeof why), SHOAL_OK);

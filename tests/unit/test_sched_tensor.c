@@ -99,7 +99,7 @@ static shoal_plan *plan_of(const shoal_view *v, const shoal_manifest *m, bool te
 	shoal_policy_init(&pol);
 	pol.tensor_groups = tensor;
 	shoal_plan *p = NULL;
-	char why[256] = "";
+	char why[SHOAL_WHY_LEN] = "";
 	if (!v || shoal_schedule(v, m, &pol, NULL, &p, why, sizeof why))
 		fprintf(stderr, "schedule: %s\n", v ? why : "no view");
 	return p; /* NULL on failure */
@@ -470,7 +470,7 @@ static void test_group_roundtrip(void)
 	ASSERT_GT(shoal_plan_n_groups(p), 0);
 	uint8_t *enc, *enc2;
 	size_t len, len2;
-	char why[256];
+	char why[SHOAL_WHY_LEN];
 	ASSERT_EQ(shoal_plan_encode(p, &enc, &len), SHOAL_OK);
 	ASSERT_EQ(shoal_plan_decode(enc, len, &q, why, sizeof why), SHOAL_OK);
 	ASSERT_MEM_EQ(shoal_plan_digest(q), shoal_plan_digest(p), SHOAL_DIGEST_BYTES);

@@ -204,7 +204,7 @@ static inline uint64_t ti_cap(const shoal_view_peer *p, const shoal_policy *pol)
 static inline const shoal_view_peer *ti_find(const ti_inst *t, const shoal_peer_id *id)
 {
 	for (int i = 0; i < t->n; i++)
-		if (!memcmp(t->p[i].id.b, id->b, 16))
+		if (!memcmp(t->p[i].id.b, id->b, SHOAL_PEER_ID_LEN))
 			return &t->p[i];
 	return NULL;
 }

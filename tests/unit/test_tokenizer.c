@@ -45,7 +45,7 @@ static char *read_file(const char *path, size_t *len)
 
 static shoal_tokenizer *open_tok(const char *rel, shoal_gguf **g)
 {
-	char path[1024], why[256] = "";
+	char path[1024], why[SHOAL_WHY_LEN] = "";
 	shoal_tokenizer *t = NULL;
 	snprintf(path, sizeof path, "%s/%s", test_data_dir(), rel);
 	if (shoal_gguf_open(path, g, why, sizeof why)) {
@@ -465,7 +465,7 @@ static shoal_err try_bad_vocab(bad_kind kind, char *why, size_t why_len)
 
 static void test_bad_vocabularies(void)
 {
-	char why[256];
+	char why[SHOAL_WHY_LEN];
 	ASSERT_EQ(try_bad_vocab(BAD_MODEL, why, sizeof why), SHOAL_ERR_UNSUPPORTED);
 	ASSERT_TRUE(strstr(why, "wordpiece-9") != NULL);
 	ASSERT_EQ(try_bad_vocab(BAD_PRE, why, sizeof why), SHOAL_ERR_UNSUPPORTED);
@@ -484,7 +484,7 @@ static void test_bad_vocabularies(void)
  * scores (highest first, ties leftmost), unknown bytes fall back. */
 static void test_spm_merge_order(void)
 {
-	char path[] = "/tmp/shoal-test-tokenizer-XXXXXX", why[256] = "";
+	char path[] = "/tmp/shoal-test-tokenizer-XXXXXX", why[SHOAL_WHY_LEN] = "";
 	int fd = mkstemp(path);
 	ASSERT_TRUE(fd >= 0);
 	close(fd);
@@ -556,7 +556,7 @@ static void test_spm_merge_order(void)
  * the default stays), EOS given as an int32. */
 static void test_odd_metadata(void)
 {
-	char path[] = "/tmp/shoal-test-tokenizer-XXXXXX", why[256] = "";
+	char path[] = "/tmp/shoal-test-tokenizer-XXXXXX", why[SHOAL_WHY_LEN] = "";
 	int fd = mkstemp(path);
 	ASSERT_TRUE(fd >= 0);
 	close(fd);
@@ -609,7 +609,7 @@ static void test_odd_metadata(void)
 /* A byte-level vocabulary built here, under each pre-tokenizer: the
  * 256 byte characters (ids 0..255), then "12" "123" "'R" "'RE" "ab"
  * (256..260) with merges "1 2", "12 3", "' R", "'R E" (no "a b"). */
-static char bpe_vocab_why[256]; /* the last bpe_vocab's error */
+static char bpe_vocab_why[SHOAL_WHY_LEN]; /* the last bpe_vocab's error */
 
 static shoal_tokenizer *bpe_vocab(const char *pre, shoal_gguf **g)
 {

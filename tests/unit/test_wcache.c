@@ -28,7 +28,7 @@
 static char tmpdir[] = "/tmp/shoal-test-wcache-XXXXXX";
 static shoal_gguf *g;
 static shoal_model_id *mid;
-static char why[256];
+static char why[SHOAL_WHY_LEN];
 
 static void test_setup(void)
 {
@@ -45,7 +45,8 @@ static uint8_t *digests(void)
 	size_t n = shoal_model_id_n_tensors(mid);
 	uint8_t *d = malloc(32 * n);
 	for (size_t i = 0; i < n; i++)
-		memcpy(d + 32 * i, shoal_model_id_tensor_digest(mid, i), 32);
+		memcpy(d + SHOAL_MODEL_ID_BYTES * i, shoal_model_id_tensor_digest(mid, i),
+		       SHOAL_MODEL_ID_BYTES);
 	return d;
 }
 
@@ -70,9 +71,9 @@ static void test_create_checks_the_model_id(void)
 	char dir[600];
 	snprintf(dir, sizeof dir, "%s/a", tmpdir);
 	size_t hl = (size_t)shoal_gguf_shard_header_bytes(g, 0);
-	uint8_t *hdr = malloc(hl), *dg = digests(), id[32];
+	uint8_t *hdr = malloc(hl), *dg = digests(), id[SHOAL_MODEL_ID_BYTES];
 	memcpy(hdr, shoal_gguf_shard_base(g, 0), hl);
-	memcpy(id, shoal_model_id_digest(mid), 32);
+	memcpy(id, shoal_model_id_digest(mid), SHOAL_MODEL_ID_BYTES);
 	shoal_wcache *c = NULL;
 	/* another model id */
 	id[3] ^= 1;
@@ -123,7 +124,7 @@ static shoal_err put_tensor(shoal_wcache *c, size_t i, size_t chunk)
 	const shoal_gguf_tensor *t = shoal_gguf_tensor_at(g, i);
 	for (uint64_t off = 0; off < t->nbytes; off += chunk) {
 		size_t len = t->nbytes - off < chunk ? (size_t)(t->nbytes - off) : chunk;
-		uint8_t d[32];
+		uint8_t d[SHOAL_MODEL_ID_BYTES];
 		crypto_generichash(d, 32, (const uint8_t *)t->data + off, len, NULL, 0);
 		shoal_err e = shoal_wcache_put_chunk(c, i, off, (const uint8_t *)t->data + off, len, d,
 		                                     why, sizeof why);
@@ -139,7 +140,7 @@ static void test_chunks_and_tensors(void)
 	ASSERT_TRUE(c != NULL);
 	const shoal_gguf_tensor *t = shoal_gguf_tensor_at(g, 1);
 	ASSERT_GT(t->nbytes, 64);
-	uint8_t *bad = malloc(t->nbytes), d[32];
+	uint8_t *bad = malloc(t->nbytes), d[SHOAL_MODEL_ID_BYTES];
 	memcpy(bad, t->data, t->nbytes);
 	bad[7] ^= 0x5a; /* damaged in transit: the digest sent ahead is the good one's */
 	crypto_generichash(d, 32, t->data, 64, NULL, 0);
@@ -171,7 +172,7 @@ static void test_resume_and_damaged_manifest(void)
 	ASSERT_EQ(put_tensor(c, 3, 4096), SHOAL_OK);
 	/* half of tensor 4 written, not finished: an interrupted transfer */
 	const shoal_gguf_tensor *t4 = shoal_gguf_tensor_at(g, 4);
-	uint8_t d[32];
+	uint8_t d[SHOAL_MODEL_ID_BYTES];
 	crypto_generichash(d, 32, t4->data, t4->nbytes / 2, NULL, 0);
 	ASSERT_EQ(shoal_wcache_put_chunk(c, 4, 0, t4->data, (size_t)(t4->nbytes / 2), d, why,
 	                                 sizeof why),
@@ -189,8 +190,8 @@ static void test_resume_and_damaged_manifest(void)
 	ASSERT_EQ(put_tensor(r, 4, 4096), SHOAL_OK);
 	shoal_wcache_free(r);
 	/* another model id finds nothing */
-	uint8_t other[32];
-	memcpy(other, shoal_model_id_digest(mid), 32);
+	uint8_t other[SHOAL_MODEL_ID_BYTES];
+	memcpy(other, shoal_model_id_digest(mid), SHOAL_MODEL_ID_BYTES);
 	other[0] ^= 1;
 	ASSERT_EQ(shoal_wcache_open(dir, other, &r, why, sizeof why), SHOAL_ERR_NOTFOUND);
 	/* one bit of the manifest flipped: not trusted, removed */
@@ -227,9 +228,9 @@ static void test_filled_cache_is_the_model(void)
 /* A fake cache of id byte `k`: `kib` KiB of data, opened `age` s ago. */
 static void fake(const char *dir, uint8_t k, size_t kib, int age)
 {
-	uint8_t id[32];
+	uint8_t id[SHOAL_MODEL_ID_BYTES];
 	char hex[65], p[800];
-	memset(id, k, 32);
+	memset(id, k, SHOAL_MODEL_ID_BYTES);
 	shoal_model_id_hex(id, hex);
 	char *buf = calloc(1024, kib);
 	memset(buf, 1, 1024 * kib);
@@ -249,9 +250,9 @@ static void fake(const char *dir, uint8_t k, size_t kib, int age)
 
 static bool fake_there(const char *dir, uint8_t k)
 {
-	uint8_t id[32];
+	uint8_t id[SHOAL_MODEL_ID_BYTES];
 	char hex[65], p[800];
-	memset(id, k, 32);
+	memset(id, k, SHOAL_MODEL_ID_BYTES);
 	shoal_model_id_hex(id, hex);
 	snprintf(p, sizeof p, "%s/%s.gguf", dir, hex);
 	return access(p, F_OK) == 0;
@@ -265,8 +266,8 @@ static void test_evict_least_recent_first(void)
 	fake(dir, 0x11, 200, 300); /* oldest */
 	fake(dir, 0x22, 200, 200);
 	fake(dir, 0x33, 200, 100);
-	uint8_t keep[32];
-	memset(keep, 0x11, 32);
+	uint8_t keep[SHOAL_MODEL_ID_BYTES];
+	memset(keep, 0x11, SHOAL_MODEL_ID_BYTES);
 	/* room for 1 MiB with 512 KiB coming: one must go, never the kept one */
 	ASSERT_EQ(shoal_wcache_evict(dir, keep, 1u << 20, 512u << 10), 1);
 	ASSERT_TRUE(fake_there(dir, 0x11));

@@ -92,7 +92,7 @@ static void test_record_roundtrip_full(void)
 {
 	static shoal_record a, b;
 	shoal_wire_buf buf;
-	char why[160] = "";
+	char why[SHOAL_WHY_LEN] = "";
 	full_record(&a);
 	ASSERT_EQ(shoal_record_check(&a, why, sizeof why), SHOAL_OK);
 	shoal_wire_buf_init(&buf);
@@ -132,7 +132,7 @@ static void test_record_json(void)
 static void test_record_limits(void)
 {
 	static shoal_record a;
-	char why[160] = "";
+	char why[SHOAL_WHY_LEN] = "";
 	full_record(&a);
 	a.n_links = SHOAL_RECORD_MAX_LINKS + 1;
 	ASSERT_EQ(shoal_record_check(&a, why, sizeof why), SHOAL_ERR_RANGE);
@@ -184,7 +184,7 @@ static void test_msg_roundtrip(void)
 	shoal_wire_buf b, rec;
 	shoal_wire_update ups[16];
 	shoal_wire_msg m = {.updates = ups};
-	char why[160] = "";
+	char why[SHOAL_WHY_LEN] = "";
 	shoal_wire_buf_init(&b);
 	shoal_wire_buf_init(&rec);
 	for (uint32_t t = SHOAL_WIRE_PING; t <= SHOAL_WIRE_PUSHPULL; t++) {
@@ -249,7 +249,7 @@ static void test_bit_flips(void)
 	shoal_wire_buf b, rec;
 	shoal_wire_update ups[16];
 	shoal_wire_msg m = {.updates = ups};
-	char why[160] = "";
+	char why[SHOAL_WHY_LEN] = "";
 	size_t refused = 0, by_check = 0, total = 0;
 	shoal_wire_buf_init(&b);
 	shoal_wire_buf_init(&rec);
@@ -358,8 +358,8 @@ static void g_v(msgpack_packer *pk)
 }
 static void g_id(msgpack_packer *pk)
 {
-	static const uint8_t id[16] = {1};
-	msgpack_pack_bin_with_body(pk, id, 16);
+	static const uint8_t id[SHOAL_PEER_ID_LEN] = {1};
+	msgpack_pack_bin_with_body(pk, id, SHOAL_PEER_ID_LEN);
 }
 static void g_ep(msgpack_packer *pk)
 {
@@ -402,7 +402,7 @@ static shoal_err decode_variant(const char *bad_key, int how, char *why, size_t 
 static void test_wrong_field_types(void)
 {
 	static const char *keys[] = {"t", "v", "f", "e", "s", "g", "u"};
-	char why[160];
+	char why[SHOAL_WHY_LEN];
 	ASSERT_EQ(decode_variant("none", 0, why, sizeof why), SHOAL_OK);
 	for (size_t k = 0; k < sizeof keys / sizeof keys[0]; k++) {
 		for (int how = AS_STR; how <= AS_BIG; how++) {
@@ -438,7 +438,7 @@ static void test_huge_lengths(void)
 	    {0x81, 0xa1, 'u', 0xdd, 0x7f, 0xff}, /* {"u": array32 of 2G (truncated)} */
 	    {0x81, 0xa1, 'u', 0xdc, 0xff, 0xff}, /* {"u": array16 of 65535} */
 	};
-	char why[160];
+	char why[SHOAL_WHY_LEN];
 	for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
 		why[0] = 0;
 		ASSERT_EQ(decode_bytes(cases[i], 6, why, sizeof why), SHOAL_ERR_FORMAT);
@@ -448,7 +448,7 @@ static void test_huge_lengths(void)
 
 static void test_schema_type_toplevel(void)
 {
-	char why[160];
+	char why[SHOAL_WHY_LEN];
 	msgpack_sbuffer sb;
 	msgpack_packer pk;
 	/* wrong schema version */
@@ -486,7 +486,7 @@ static void test_schema_type_toplevel(void)
 static void test_nested_too_deep(void)
 {
 	uint8_t buf[300];
-	char why[160];
+	char why[SHOAL_WHY_LEN];
 	size_t n = 0;
 	buf[n++] = 0x81, buf[n++] = 0xa1, buf[n++] = 'x';
 	for (int i = 0; i < 200; i++)
@@ -512,7 +512,7 @@ static void test_record_over_limits(void)
 {
 	static shoal_record a, b;
 	shoal_wire_buf buf;
-	char why[160];
+	char why[SHOAL_WHY_LEN];
 	full_record(&a);
 	shoal_wire_buf_init(&buf);
 	/* 65 links: encode by lying about the count is impossible through the
@@ -562,9 +562,9 @@ static void test_record_over_limits(void)
 	pk_str(&pk, "sv"), msgpack_pack_uint32(&pk, 1);
 	pk_str(&pk, "mo"), msgpack_pack_array(&pk, SHOAL_RECORD_MAX_MODELS + 1);
 	for (int i = 0; i <= SHOAL_RECORD_MAX_MODELS; i++) {
-		static const uint8_t d[32];
+		static const uint8_t d[SHOAL_MODEL_DIGEST_LEN];
 		msgpack_pack_map(&pk, 1);
-		pk_str(&pk, "d"), msgpack_pack_bin_with_body(&pk, d, 32);
+		pk_str(&pk, "d"), msgpack_pack_bin_with_body(&pk, d, SHOAL_MODEL_DIGEST_LEN);
 	}
 	why[0] = 0;
 	ASSERT_EQ(shoal_wire_record_decode((uint8_t *)sb.data, sb.size, &b, why, sizeof why),
@@ -578,7 +578,7 @@ static void test_unknown_keys_ignored(void)
 {
 	msgpack_sbuffer sb;
 	msgpack_packer pk;
-	char why[160];
+	char why[SHOAL_WHY_LEN];
 	write_cb_init(&sb, &pk);
 	msgpack_pack_map(&pk, 8);
 	pk_str(&pk, "t"), g_t(&pk);

@@ -62,7 +62,7 @@ static void *acceptor_main(void *p)
 	acceptor *a = p;
 	while (!atomic_load(&a->stop)) {
 		shoal_xfer_link *k = NULL;
-		char why[256];
+		char why[SHOAL_WHY_LEN];
 		shoal_err e = shoal_xfer_listener_accept(a->l, 50, &k, why, sizeof why);
 		if (e == SHOAL_OK) {
 			shoal_xfer_link_free(a->link);
@@ -110,7 +110,7 @@ static size_t partial_hello(uint8_t *buf, size_t cap)
 	uint8_t blk[256];
 	size_t head;
 	shoal_xfer_hello hl = {.max_frame = 1 << 17, .token_len = sizeof TOKEN};
-	memset(hl.peer, 0xbb, 16);
+	memset(hl.peer, 0xbb, SHOAL_PEER_ID_LEN);
 	memcpy(hl.token, TOKEN, sizeof TOKEN);
 	shoal_xfer_hdr h = {.kind = SHOAL_XFER_KIND_HELLO};
 	h.payload_len = (uint32_t)shoal_xfer_hello_encode(&hl, blk, sizeof blk);
@@ -129,14 +129,14 @@ static size_t partial_hello(uint8_t *buf, size_t cap)
 static uint16_t scenario_start(acceptor *a, int *fds_base, shoal_err *e, char *why, size_t why_len)
 {
 	shoal_xfer_config c;
-	char r[256];
+	char r[SHOAL_WHY_LEN];
 	memset(a, 0, sizeof *a);
 	*fds_base = count_fds();
 	cfg_small(&c, 0xaa);
 	c.handshake_ms = 2000;
 	*e = shoal_xfer_listener_new(&c, "127.0.0.1", 0, admit, NULL, &a->l, r, sizeof r);
 	if (*e) {
-		snprintf(why, why_len, "listener: %.200s", r);
+		shoal_why(why, why_len, *e, "listener: %s", r);
 		return 0;
 	}
 	pthread_create(&a->th, NULL, acceptor_main, a);
@@ -176,7 +176,7 @@ static int scenario_end(acceptor *a, const int *fd, int n, shoal_xfer_link *b)
 
 typedef struct mixed_result {
 	shoal_err e_connect;
-	char why[256];
+	char why[SHOAL_WHY_LEN];
 	int64_t alone_ms;       /* connect call to a usable link, nothing else there */
 	int64_t admit_ms;       /* the same among the bad connections */
 	int links;              /* admitted by the listener: the two real ones */
@@ -276,7 +276,7 @@ static void test_idle_partial_garbage_do_not_delay(void)
 
 typedef struct flood_result {
 	shoal_err e_connect;
-	char why[256];
+	char why[SHOAL_WHY_LEN];
 	int64_t admit_ms;
 	int links;
 	int evicted;                 /* the oldest N_FLOOD - PENDING_MAX told BUSY */

@@ -67,7 +67,7 @@ static void test_round_trip_expert_req(void)
 	/* 96 + 3*16 + 4*12 = 192, already a multiple of 16; + 96 payload. */
 	ASSERT_EQ(n, 192 + 96);
 	const uint8_t *pl;
-	char why[160] = "";
+	char why[SHOAL_WHY_LEN] = "";
 	ASSERT_EQ(dec(n, &g, &pl, why), SHOAL_OK);
 	ASSERT_EQ(g.kind, SHOAL_XFER_KIND_EXPERT_REQ);
 	ASSERT_EQ(g.layer_first, 5);
@@ -152,7 +152,7 @@ static void test_round_trip_each_kind(void)
 	for (size_t i = 0; i < sizeof hs / sizeof hs[0]; i++) {
 		shoal_xfer_hdr g;
 		const uint8_t *pl;
-		char why[160] = "";
+		char why[SHOAL_WHY_LEN] = "";
 		const void *p = hs[i].kind == SHOAL_XFER_KIND_ERROR ? (const void *)"denied"
 		                                                    : (const void *)tok;
 		size_t n = build(&hs[i], p);
@@ -179,7 +179,7 @@ static void test_hello_and_qp_blocks(void)
 	memcpy(a.device, "mlx5_0", 7);
 	a.peer[15] = 0xee;
 	uint8_t blk[256];
-	char why[160];
+	char why[SHOAL_WHY_LEN];
 	size_t n = shoal_xfer_hello_encode(&a, blk, sizeof blk);
 	ASSERT_EQ(n, SHOAL_XFER_HELLO_SIZE + 5);
 	ASSERT_EQ(shoal_xfer_hello_decode(blk, n, &b, why, sizeof why), SHOAL_OK);
@@ -338,7 +338,7 @@ static void test_bad_frame_corpus(void)
 		size_t n = build(&h, vecs);
 		cases[i].mutate(buf, &n);
 		const uint8_t *pl;
-		char why[160] = "";
+		char why[SHOAL_WHY_LEN] = "";
 		shoal_err e = dec(n, &g, &pl, why);
 		if (e != cases[i].want || !strstr(why, cases[i].why_has))
 			fprintf(stderr, "case '%s': got %s \"%s\"\n", cases[i].name,
@@ -351,7 +351,7 @@ static void test_bad_frame_corpus(void)
 /* Control kinds with bodies they must not have. */
 static void test_bad_control_frames(void)
 {
-	char why[160];
+	char why[SHOAL_WHY_LEN];
 	shoal_xfer_hdr g;
 	const uint8_t *pl;
 	shoal_xfer_hdr e0 = {.kind = SHOAL_XFER_KIND_ERROR, .n_aux = 0, .payload_len = 2};
@@ -378,7 +378,7 @@ static void test_bad_control_frames(void)
  * it is a data kind (plan-checked), not a TOKEN frame. */
 static void test_bad_session_frames(void)
 {
-	char why[160];
+	char why[SHOAL_WHY_LEN];
 	shoal_xfer_hdr g;
 	const uint8_t *pl;
 	static const int32_t w[4] = {1, 0, 0, 0};
@@ -423,7 +423,7 @@ static void test_bad_session_frames(void)
  * (1, dim) F32 with dim 0 allowed (a member with no routed slot). */
 static void test_gather_frames(void)
 {
-	char why[200];
+	char why[SHOAL_WHY_LEN];
 	shoal_xfer_hdr g;
 	const uint8_t *pl;
 	ASSERT_TRUE(shoal_xfer_kind_is_data(SHOAL_XFER_KIND_GATHER));
@@ -481,7 +481,7 @@ static void test_random_bytes_never_crash(void)
 			}
 		}
 		const uint8_t *pl;
-		char why[160];
+		char why[SHOAL_WHY_LEN];
 		if (dec(n, &g, &pl, why) == SHOAL_OK) {
 			ok++;
 			ASSERT_TRUE(pl >= buf && pl + g.payload_len <= buf + n);

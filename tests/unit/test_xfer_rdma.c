@@ -30,13 +30,13 @@
 #include "tests/helpers/verbs_double.h"
 
 static const uint8_t TOKEN[] = "t";
-static const uint8_t DIGEST[32] = {0xd1, 0x9e};
+static const uint8_t DIGEST[SHOAL_DIGEST_BYTES] = {0xd1, 0x9e};
 static vd_fabric *fab;
 static shoal_xfer_rdma_hub *hubs[VD_HOSTS]; /* one per host: its links share devices */
 static uint32_t spin_us; /* config's spin_us for the next pair */
 static shoal_xfer_rdma_opts opts[VD_HOSTS]; /* each host's --rdma-* */
 
-static int admit(void *ctx, const uint8_t peer[16], const char *addr, const uint8_t *t, size_t n)
+static int admit(void *ctx, const uint8_t peer[SHOAL_PEER_ID_LEN], const char *addr, const uint8_t *t, size_t n)
 {
 	return n == sizeof TOKEN && !memcmp(t, TOKEN, n);
 }
@@ -56,7 +56,7 @@ static void cfg_for(shoal_xfer_config *c, int dev, uint32_t slots, uint8_t id)
 		c->rdma = opts[dev];
 	c->rdma_slots = slots;
 	c->spin_us = spin_us;
-	memset(c->self_id, id, 16);
+	memset(c->self_id, id, SHOAL_PEER_ID_LEN);
 }
 
 typedef struct conn_job {
@@ -64,7 +64,7 @@ typedef struct conn_job {
 	uint16_t port;
 	shoal_xfer_link *link;
 	shoal_err e;
-	char why[256];
+	char why[SHOAL_WHY_LEN];
 } conn_job;
 
 static void *conn_main(void *p)
@@ -80,7 +80,7 @@ static shoal_err pair(int da, int db, uint32_t slots, shoal_xfer_link **a, shoal
 {
 	shoal_xfer_config ca;
 	shoal_xfer_listener *l;
-	char why[256];
+	char why[SHOAL_WHY_LEN];
 	cfg_for(&ca, da, slots, 0xaa);
 	*a = *b = NULL;
 	shoal_err e =
@@ -132,7 +132,7 @@ static void test_upgrade_when_both_offer(void)
 	float x[256];
 	for (int i = 0; i < 256; i++)
 		x[i] = (float)i / 3.0f;
-	char why[256];
+	char why[SHOAL_WHY_LEN];
 	shoal_xfer_frame f;
 	ASSERT_EQ(send_hidden(b, 42, x, 256, 1000, why), SHOAL_OK);
 	ASSERT_EQ(shoal_xfer_link_recv(a, 1000, &f, why, sizeof why), SHOAL_OK);
@@ -170,7 +170,7 @@ static void test_stays_tcp_when_one_side_offers_none(void)
 	ASSERT_STR_EQ(shoal_xfer_link_status(a), "tcp (peer offers no rdma)");
 	ASSERT_STR_EQ(shoal_xfer_link_status(b), "tcp (rdma not configured)");
 	float x[4] = {1, 2, 3, 4};
-	char why[256];
+	char why[SHOAL_WHY_LEN];
 	shoal_xfer_frame f;
 	ASSERT_EQ(send_hidden(b, 1, x, 4, 1000, why), SHOAL_OK);
 	ASSERT_EQ(shoal_xfer_link_recv(a, 1000, &f, why, sizeof why), SHOAL_OK);
@@ -226,7 +226,7 @@ static void test_fallback_on_each_failure(void)
 		ASSERT_STR_EQ(shoal_xfer_link_transport(a), "tcp");
 		ASSERT_STR_EQ(shoal_xfer_link_transport(b), "tcp");
 		float x[8] = {5};
-		char why[256];
+		char why[SHOAL_WHY_LEN];
 		shoal_xfer_frame f;
 		ASSERT_EQ(send_hidden(a, 9, x, 8, 1000, why), SHOAL_OK);
 		ASSERT_EQ(shoal_xfer_link_recv(b, 1000, &f, why, sizeof why), SHOAL_OK);
@@ -254,7 +254,7 @@ static void test_double_detects_overrun(void)
 	int fd[2];
 	shoal_verbs_port port[2];
 	static uint8_t mem[2][256];
-	char why[256];
+	char why[SHOAL_WHY_LEN];
 	memset(port, 0, sizeof port);
 	for (int i = 0; i < 2; i++) {
 		uint32_t inl = 64;
@@ -336,7 +336,7 @@ typedef struct stream_job {
 	shoal_xfer_link *link;
 	int n;
 	shoal_err e;
-	char why[256];
+	char why[SHOAL_WHY_LEN];
 } stream_job;
 
 static uint32_t dim_of(int i)
@@ -371,7 +371,7 @@ static void test_credits_ring_wrap_and_order(void)
 	int bad = 0;
 	for (int i = 0; i < sj.n; i++) {
 		shoal_xfer_frame f;
-		char why[256];
+		char why[SHOAL_WHY_LEN];
 		if (i % 50 == 0)
 			usleep(2000); /* a slow reader: the sender must wait for credits */
 		shoal_err e = shoal_xfer_link_recv(a, 5000, &f, why, sizeof why);
@@ -424,7 +424,7 @@ static void test_pingpong_piggybacks_credits(void)
 	ASSERT_EQ(e, SHOAL_OK);
 	ASSERT_STR_EQ(shoal_xfer_link_transport(a), "rdma");
 	float x[64] = {0};
-	char why[256];
+	char why[SHOAL_WHY_LEN];
 	for (int i = 0; i < 200; i++) {
 		shoal_xfer_frame f;
 		x[0] = (float)i;
@@ -447,7 +447,7 @@ static void test_pingpong_piggybacks_credits(void)
 static void test_remote_disconnect(void)
 {
 	shoal_xfer_link *a, *b;
-	char why[256];
+	char why[SHOAL_WHY_LEN];
 	shoal_xfer_frame f;
 	float x[4] = {0};
 	shoal_log_level lv = shoal_log_get_level();
@@ -481,7 +481,7 @@ static void test_remote_disconnect(void)
 static void test_garbage_over_rdma_closes_with_error_frame(void)
 {
 	shoal_xfer_link *a, *b;
-	char why[256];
+	char why[SHOAL_WHY_LEN];
 	shoal_xfer_frame f;
 	float x[16] = {0};
 	ASSERT_EQ(pair(0, 1, 4, &a, &b), SHOAL_OK);
@@ -538,7 +538,7 @@ static void fill(float *x, uint32_t dim, int tag)
 static int refused_both_ends(shoal_xfer_link *a, shoal_xfer_link *b, const char *why)
 {
 	shoal_xfer_frame f;
-	char w[256], st[300];
+	char w[SHOAL_WHY_LEN], st[SHOAL_WHY_WRAP_LEN];
 	snprintf(st, sizeof st, "closed (%s", why);
 	if (strncmp(shoal_xfer_link_status(a), st, strlen(st))) {
 		fprintf(stderr, "status \"%s\", wanted \"%s...\"\n", shoal_xfer_link_status(a), st);
@@ -562,7 +562,7 @@ static void one_bad_frame(const char *rule, int seed, uint32_t dim, char *why)
 	static float x[4096];
 	shoal_xfer_link *a, *b;
 	shoal_xfer_frame f;
-	char w[256];
+	char w[SHOAL_WHY_LEN];
 	why[0] = 0;
 	ASSERT_EQ(pair(0, 1, 8, &a, &b), SHOAL_OK);
 	ASSERT_STR_EQ(shoal_xfer_link_transport(a), "rdma");
@@ -603,7 +603,7 @@ static void test_fault_corrupt_refused_by_checksum(void)
 {
 	HOOKS_OR_SKIP();
 #ifdef SHOAL_TEST_HOOKS
-	char why[256];
+	char why[SHOAL_WHY_LEN];
 	int head = 0, body = 0;
 	for (int seed = 1; seed <= 4; seed++) {
 		one_bad_frame("rdma:corrupt:kind=hidden:seed=%d", seed, 1024, why);
@@ -636,7 +636,7 @@ static void test_fault_truncate_refused(void)
 {
 	HOOKS_OR_SKIP();
 #ifdef SHOAL_TEST_HOOKS
-	char why[256];
+	char why[SHOAL_WHY_LEN];
 	int shorter = 0, cut = 0;
 	for (int seed = 1; seed <= 6; seed++) {
 		uint32_t dim = seed <= 3 ? 1024 : 8;
@@ -674,7 +674,7 @@ static void test_fault_drop_shows_as_seq_gap(void)
 	shoal_xfer_frame f;
 	shoal_xfer_metrics m0, m1;
 	float x[64];
-	char why[256], want[64];
+	char why[SHOAL_WHY_LEN], want[64];
 	ASSERT_EQ(pair(0, 1, 4, &a, &b), SHOAL_OK);
 	ASSERT_STR_EQ(shoal_xfer_link_transport(a), "rdma");
 	fill(x, 64, 0);
@@ -729,7 +729,7 @@ typedef struct late_job {
 static void *late_main(void *p)
 {
 	late_job *j = p;
-	char why[256];
+	char why[SHOAL_WHY_LEN];
 	uint64_t t0 = shoal_clock_monotonic_ns();
 	j->e = send_hidden(j->link, 7, j->x, j->dim, 2000, why);
 	j->took_ms = (shoal_clock_monotonic_ns() - t0) / 1000000;
@@ -745,7 +745,7 @@ static void test_fault_delay_delivers_late_and_intact(void)
 	shoal_xfer_link *a, *b;
 	shoal_xfer_frame f;
 	static float x[1024];
-	char why[256];
+	char why[SHOAL_WHY_LEN];
 	ASSERT_EQ(pair(0, 1, 4, &a, &b), SHOAL_OK);
 	ASSERT_STR_EQ(shoal_xfer_link_transport(a), "rdma");
 	fill(x, 1024, 7);
@@ -797,7 +797,7 @@ static void *burst_main(void *p)
 {
 	burst_job *j = p;
 	float x[32] = {0};
-	char why[256];
+	char why[SHOAL_WHY_LEN];
 	for (int i = 0; i < j->n; i++) {
 		if (i % 7 == 0)
 			usleep(1000);
@@ -823,7 +823,7 @@ static void test_event_loop_over_pollfds(void)
 			break;
 		for (;;) {
 			shoal_xfer_frame f;
-			char why[256];
+			char why[SHOAL_WHY_LEN];
 			shoal_err e = shoal_xfer_link_recv(a, 0, &f, why, sizeof why);
 			if (e == SHOAL_ERR_TIMEOUT)
 				break;
@@ -856,7 +856,7 @@ static void *reader_main(void *p)
 {
 	reader_job *j = p;
 	shoal_xfer_frame f;
-	char why[256];
+	char why[SHOAL_WHY_LEN];
 	float x[8] = {0};
 	usleep(20000); /* let the sender block on its credits first */
 	for (int i = 0; i < 3; i++)
@@ -874,7 +874,7 @@ static void test_pollfds_after_a_waiting_send(void)
 	pthread_t th;
 	pthread_create(&th, NULL, reader_main, &j);
 	float x[8] = {0};
-	char why[256];
+	char why[SHOAL_WHY_LEN];
 	/* Credits 4: three sends, the fourth waits until b reads and returns. */
 	for (int i = 0; i < 4; i++)
 		ASSERT_EQ(send_hidden(a, (uint64_t)i, x, 8, 2000, why), SHOAL_OK);
@@ -951,7 +951,7 @@ static void test_macos_layout(void)
 	ASSERT_EQ(st.qps, 3);
 	ASSERT_LE(st.mrs, 3);
 	float x[64] = {1};
-	char why[256];
+	char why[SHOAL_WHY_LEN];
 	shoal_xfer_frame f;
 	shoal_xfer_link *links[3][2] = {{a, b}, {c, d}, {e, g}};
 	for (int i = 0; i < 3; i++) {
@@ -1051,7 +1051,7 @@ static void decode_exchange(int steps, shoal_xfer_metrics *ma, shoal_xfer_metric
 {
 	shoal_xfer_link *a, *b;
 	static float x[2048];
-	char why[256];
+	char why[SHOAL_WHY_LEN];
 	shoal_xfer_frame f;
 	ASSERT_EQ(pair(0, 1, 16, &a, &b), SHOAL_OK);
 	ASSERT_STR_EQ(shoal_xfer_link_transport(a), "rdma");
@@ -1132,7 +1132,7 @@ typedef struct stress_job {
 	shoal_xfer_link *link;
 	int n;
 	shoal_err e;
-	char why[256];
+	char why[SHOAL_WHY_LEN];
 } stress_job;
 
 static uint32_t stress_dim(int i)
@@ -1165,7 +1165,7 @@ static void test_stress_100k_frames(void)
 	int bad = 0;
 	for (int i = 0; i < j.n && !bad; i++) {
 		shoal_xfer_frame f;
-		char why[256];
+		char why[SHOAL_WHY_LEN];
 		if (shoal_xfer_link_recv(a, 5000, &f, why, sizeof why)) {
 			fprintf(stderr, "frame %d: %s\n", i, why);
 			bad = 1;

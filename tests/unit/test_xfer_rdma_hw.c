@@ -25,7 +25,7 @@
 
 static const uint8_t TOKEN[] = "hw";
 static const uint8_t DIGEST[32] = {7};
-static char skip_reason[256];
+static char skip_reason[SHOAL_WHY_LEN];
 static char hw_device[64]; /* the first device: every link's override */
 
 static int admit(void *ctx, const uint8_t peer[16], const char *addr, const uint8_t *t, size_t n)
@@ -38,7 +38,7 @@ typedef struct conn_job {
 	uint16_t port;
 	shoal_xfer_link *link;
 	shoal_err e;
-	char why[256];
+	char why[SHOAL_WHY_LEN];
 } conn_job;
 
 static void *conn_main(void *p)
@@ -53,7 +53,7 @@ static shoal_err pair(shoal_xfer_link **a, shoal_xfer_link **b)
 {
 	shoal_xfer_config c;
 	shoal_xfer_listener *l;
-	char why[256];
+	char why[SHOAL_WHY_LEN];
 	shoal_xfer_config_default(&c);
 	c.max_frame = 1 << 16;
 	if (hw_device[0]) {
@@ -110,7 +110,7 @@ static void test_rdma_on_hardware(void)
 	shoal_xfer_link_set_plan(a, DIGEST, 1);
 	shoal_xfer_link_set_plan(b, DIGEST, 1);
 	static float x[4096];
-	char why[256];
+	char why[SHOAL_WHY_LEN];
 	for (int i = 0; i < 1000; i++) {
 		shoal_xfer_row row = {(uint64_t)i, (uint32_t)i};
 		uint32_t dim = 1 + (uint32_t)(i * 37 % 4096);

@@ -24,7 +24,7 @@
 #include "tests/unit/test.h"
 #include "tests/unit/test_xfer_util.h"
 
-static const uint8_t DIGEST[32] = {1, 2, 3, 4, 5, 6, 7, 8};
+static const uint8_t DIGEST[SHOAL_DIGEST_BYTES] = {1, 2, 3, 4, 5, 6, 7, 8};
 
 typedef struct conn_job {
 	shoal_xfer_config cfg;
@@ -33,7 +33,7 @@ typedef struct conn_job {
 	size_t token_len;
 	shoal_xfer_link *link;
 	shoal_err e;
-	char why[256];
+	char why[SHOAL_WHY_LEN];
 	pthread_t th;
 } conn_job;
 
@@ -63,7 +63,7 @@ static shoal_xfer_listener *listener(int *calls)
 {
 	shoal_xfer_config c;
 	shoal_xfer_listener *l = NULL;
-	char why[256];
+	char why[SHOAL_WHY_LEN];
 	cfg_small(&c, 0xaa);
 	if (shoal_xfer_listener_new(&c, "127.0.0.1", 0, admit, calls, &l, why, sizeof why))
 		fprintf(stderr, "listener: %s\n", why);
@@ -76,7 +76,7 @@ static void test_admission_and_one_frame(void)
 	shoal_xfer_listener *l = listener(&calls);
 	ASSERT_TRUE(l != NULL);
 	shoal_xfer_link *a = NULL, *b = NULL;
-	char wa[256] = "", wb[256] = "";
+	char wa[SHOAL_WHY_LEN] = "", wb[SHOAL_WHY_LEN] = "";
 	shoal_err e = pair(l, TOKEN, sizeof TOKEN, &a, &b, wa, wb);
 	if (e)
 		fprintf(stderr, "accept: %s / connect: %s\n", wa, wb);
@@ -84,7 +84,7 @@ static void test_admission_and_one_frame(void)
 	ASSERT_EQ(calls, 1);
 	ASSERT_STR_EQ(shoal_xfer_link_transport(a), "tcp");
 	ASSERT_STR_EQ(shoal_xfer_link_status(a), "tcp (rdma not configured)");
-	uint8_t id[16];
+	uint8_t id[SHOAL_PEER_ID_LEN];
 	shoal_xfer_link_peer(a, id);
 	ASSERT_EQ(id[0], 0xbb);
 	shoal_xfer_link_peer(b, id);
@@ -103,7 +103,7 @@ static void test_admission_and_one_frame(void)
 	                     .n_rows = 1,
 	                     .rows = &row};
 	struct iovec v = {.iov_base = h, .iov_len = sizeof h};
-	char why[256];
+	char why[SHOAL_WHY_LEN];
 	ASSERT_EQ(shoal_xfer_link_send(b, &hd, &v, 1, 1000, why, sizeof why), SHOAL_ERR_STATE);
 	shoal_xfer_link_set_plan(a, DIGEST, 3);
 	shoal_xfer_link_set_plan(b, DIGEST, 3);
@@ -178,7 +178,7 @@ static void test_bad_and_missing_token(void)
 	shoal_xfer_listener *l = listener(&calls);
 	ASSERT_TRUE(l != NULL);
 	shoal_xfer_link *a = NULL, *b = NULL;
-	char wa[256] = "", wb[256] = "";
+	char wa[SHOAL_WHY_LEN] = "", wb[SHOAL_WHY_LEN] = "";
 	static const uint8_t bad[] = "forged";
 	ASSERT_EQ(pair(l, bad, sizeof bad, &a, &b, wa, wb), SHOAL_ERR_AUTH);
 	ASSERT_TRUE(a == NULL && b == NULL);
@@ -222,7 +222,7 @@ static void *raw_main(void *p)
 	}
 	uint8_t blk[256], buf[1024];
 	shoal_xfer_hello hl = {.max_frame = 1 << 17, .token_len = sizeof TOKEN};
-	memset(hl.peer, 0xbb, 16);
+	memset(hl.peer, 0xbb, SHOAL_PEER_ID_LEN);
 	memcpy(hl.token, TOKEN, sizeof TOKEN);
 	shoal_xfer_hdr h = {.kind = SHOAL_XFER_KIND_HELLO, .seq = 0};
 	h.payload_len = (uint32_t)shoal_xfer_hello_encode(&hl, blk, sizeof blk);
@@ -239,7 +239,7 @@ static void *raw_main(void *p)
 static int raw_pair(shoal_xfer_listener *l, shoal_xfer_link **a)
 {
 	raw_job j = {.port = shoal_xfer_listener_port(l)};
-	char why[256];
+	char why[SHOAL_WHY_LEN];
 	pthread_create(&j.th, NULL, raw_main, &j);
 	shoal_err e = shoal_xfer_listener_accept(l, 3000, a, why, sizeof why);
 	pthread_join(j.th, NULL);
@@ -268,7 +268,7 @@ static shoal_xfer_hdr good_hidden(uint64_t seq)
 	                    .payload_len = sizeof PAY,
 	                    .epoch = 3,
 	                    .seq = seq};
-	memcpy(h.digest, DIGEST, 32);
+	memcpy(h.digest, DIGEST, SHOAL_DIGEST_BYTES);
 	return h;
 }
 
@@ -280,7 +280,7 @@ static void test_frames_dropped_link_stays(void)
 	int fd = raw_pair(l, &a);
 	ASSERT_GE(fd, 0);
 	uint8_t buf[2048];
-	char why[256];
+	char why[SHOAL_WHY_LEN];
 	shoal_xfer_frame f;
 	/* seq 1: another plan's digest -> MISMATCH, dropped. */
 	shoal_xfer_hdr h = good_hidden(1);
@@ -364,7 +364,7 @@ static void test_fatal_frame_corpus(void)
 		int fd = raw_pair(l, &a);
 		ASSERT_GE(fd, 0);
 		uint8_t buf[2048];
-		char why[256] = "";
+		char why[SHOAL_WHY_LEN] = "";
 		shoal_xfer_hdr h = good_hidden(c->seq);
 		size_t n = frame(buf, sizeof buf, &h, PAY);
 		if (c->byte >= 0 && c->unsealed)
@@ -442,7 +442,7 @@ static void test_refused_before_admission(void)
 	int calls = 0;
 	shoal_xfer_config c;
 	shoal_xfer_listener *l;
-	char why[256];
+	char why[SHOAL_WHY_LEN];
 	cfg_small(&c, 0xaa);
 	c.handshake_ms = 200;
 	ASSERT_EQ(shoal_xfer_listener_new(&c, "127.0.0.1", 0, admit, &calls, &l, why, sizeof why),
@@ -484,7 +484,7 @@ typedef struct stream_job {
 	shoal_xfer_link *link;
 	int n;
 	shoal_err e;
-	char why[256];
+	char why[SHOAL_WHY_LEN];
 } stream_job;
 
 static size_t frame_floats(int i)
@@ -538,7 +538,7 @@ static void test_stream_in_order_with_eintr(void)
 	int bad = 0;
 	for (int i = 0; i < sj.n; i++) {
 		shoal_xfer_frame f;
-		char why[256];
+		char why[SHOAL_WHY_LEN];
 		shoal_err e = shoal_xfer_link_recv(a, 5000, &f, why, sizeof why);
 		if (e) {
 			fprintf(stderr, "frame %d: %s\n", i, why);
@@ -577,7 +577,7 @@ static void test_send_timeout(void)
 	int calls = 0;
 	shoal_xfer_listener *l = listener(&calls);
 	shoal_xfer_link *a = NULL, *b = NULL;
-	char wa[256], wb[256], why[256] = "";
+	char wa[256], wb[256], why[SHOAL_WHY_LEN] = "";
 	ASSERT_EQ(pair(l, TOKEN, sizeof TOKEN, &a, &b, wa, wb), SHOAL_OK);
 	shoal_xfer_link_set_plan(b, DIGEST, 3);
 	static uint8_t big[(1 << 17) - 256];

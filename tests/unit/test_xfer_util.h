@@ -24,7 +24,7 @@ static inline int64_t now_ms(void)
 
 /* Admit exactly peer id [0xbb...] with TOKEN; counts the calls in *(int
  * *)ctx unless ctx is NULL. */
-static inline int admit(void *ctx, const uint8_t peer[16], const char *addr, const uint8_t *tok,
+static inline int admit(void *ctx, const uint8_t peer[SHOAL_PEER_ID_LEN], const char *addr, const uint8_t *tok,
                         size_t n)
 {
 	(void)addr;
@@ -42,7 +42,7 @@ static inline void cfg_small(shoal_xfer_config *c, uint8_t id)
 	c->max_rows = 16;
 	c->max_routes = 64;
 	c->handshake_ms = 3000;
-	memset(c->self_id, id, 16);
+	memset(c->self_id, id, SHOAL_PEER_ID_LEN);
 }
 
 static inline int write_all(int fd, const void *p, size_t n)
