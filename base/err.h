@@ -13,15 +13,6 @@
 #ifndef SHOAL_BASE_ERR_H
 #define SHOAL_BASE_ERR_H
 
-/* A reason buffer: `char why[SHOAL_WHY_LEN]`. A reason is one line a
- * person reads (a peer, a tensor, an offset and what was wrong: ~100-150
- * characters); 256 holds that with room for a reason quoted inside it. */
-#define SHOAL_WHY_LEN 256
-/* A reason quoted inside another ("not ready here: <reason>") is cut to
- * this many characters ("%.*s", SHOAL_WHY_QUOTE, inner), so that the outer
- * reason's own words (up to 95 characters) always fit. */
-#define SHOAL_WHY_QUOTE 160
-
 #include <stddef.h>
 
 typedef enum shoal_err {

@@ -39,7 +39,7 @@ int serve__judge(shoal_serve *cl, const shoal_swim_member *const *cand, size_t n
 		uint32_t missing[SHOAL_SERVE_MAX_PEERS];
 		size_t nm = rd ? shoal_ready_missing(rd, cl->plan, missing, SHOAL_SERVE_MAX_PEERS) : 0;
 		if (!servable && cl->ready_why[0])
-			snprintf(why, sizeof why, "not ready here: %.*s", SHOAL_WHY_QUOTE, cl->ready_why);
+			snprintf(why, sizeof why, "not ready here: %.*s", SHOAL_WHY_QUOTE(sizeof why, 32), cl->ready_why);
 		else if (!servable)
 			snprintf(why, sizeof why, "waiting for %zu peer(s) to be ready, first %s", nm,
 			         nm ? shoal_plan_peer_at(cl->plan, missing[0])->name : "?");
@@ -60,7 +60,7 @@ int serve__judge(shoal_serve *cl, const shoal_swim_member *const *cand, size_t n
 		}
 		shoal_ready_free(rd);
 	} else {
-		snprintf(why, sizeof why, "no plan: %.*s", SHOAL_WHY_QUOTE, cl->plan_why);
+		snprintf(why, sizeof why, "no plan: %.*s", SHOAL_WHY_QUOTE(sizeof why, 32), cl->plan_why);
 	}
 	pthread_mutex_lock(&cl->mu);
 	snprintf(cl->shared_why, sizeof cl->shared_why, "%s", servable ? "" : why);
