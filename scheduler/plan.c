@@ -305,6 +305,7 @@ size_t shoal_plan_n_groups(const shoal_plan *p)
 size_t shoal_plan_stage_members(const shoal_plan *p, size_t stage, shoal_plan_member *out,
                                 size_t max)
 {
+	SHOAL_ASSERT(stage < p->n_stages && (out || !max));
 	for (size_t g = 0; g < p->n_groups; g++) {
 		if (p->grp_stage[g] != stage)
 			continue;
@@ -525,6 +526,7 @@ static shoal_err decode_groups(shoal_plan *p, dec *d, size_t at, size_t n_mem, c
 shoal_err shoal_plan_decode(const uint8_t *buf, size_t len, shoal_plan **out, char *why,
                             size_t why_len)
 {
+	SHOAL_ASSERT((buf || !len) && out);
 	*out = NULL;
 	shoal_err e;
 	dec d = {.b = buf, .len = len};
