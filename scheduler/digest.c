@@ -109,7 +109,7 @@ void shoal_digest(const void *data, size_t len, uint8_t out[SHOAL_DIGEST_BYTES])
 		out[i] = (uint8_t)(h[i / 8] >> (8 * (i % 8)));
 }
 
-void shoal_digest_hex(const uint8_t d[SHOAL_DIGEST_BYTES], char out[65])
+void shoal_digest_hex(const uint8_t d[SHOAL_DIGEST_BYTES], char out[2 * SHOAL_DIGEST_BYTES + 1])
 {
 	shoal_hex_encode(d, SHOAL_DIGEST_BYTES, out);
 }

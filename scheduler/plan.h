@@ -104,7 +104,8 @@ void shoal_plan_free(shoal_plan *p);             /* NULL is a no-op */
 shoal_plan *shoal_plan_dup(const shoal_plan *p); /* NULL when out of memory */
 
 uint64_t shoal_plan_epoch(const shoal_plan *p);
-const uint8_t *shoal_plan_model_id(const shoal_plan *p); /* 32 bytes: the manifest's */
+/* SHOAL_MANIFEST_MODEL_ID_BYTES: the manifest's */
+const uint8_t *shoal_plan_model_id(const shoal_plan *p);
 const uint8_t *shoal_plan_digest(const shoal_plan *p); /* SHOAL_DIGEST_BYTES */
 uint64_t shoal_plan_predicted_ns(const shoal_plan *p); /* per generated token */
 uint64_t shoal_plan_moved_bytes(const shoal_plan *p);  /* newly loaded vs prev (all, without) */

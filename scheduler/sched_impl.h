@@ -39,8 +39,8 @@ struct shoal_plan {
 	uint64_t predicted_ns, moved_bytes;
 	bool kept;
 	char name[64];
-	uint8_t model_id[32]; /* the manifest's */
-	uint64_t model_bytes; /* all weights the manifest lists */
+	uint8_t model_id[SHOAL_MANIFEST_MODEL_ID_BYTES]; /* the manifest's */
+	uint64_t model_bytes;                            /* all weights the manifest lists */
 	uint32_t n_layer;
 	size_t n_peers;
 	shoal_plan_peer *peers; /* (n_peers) id order */
