@@ -451,7 +451,8 @@ uint64_t shoal_model_id_bytes_hashed(const shoal_model_id *id)
 	return id->hashed;
 }
 
-void shoal_model_id_hex(const uint8_t digest[SHOAL_MODEL_ID_BYTES], char out[65])
+void shoal_model_id_hex(const uint8_t digest[SHOAL_MODEL_ID_BYTES],
+                        char out[2 * SHOAL_MODEL_ID_BYTES + 1])
 {
 	shoal_hex_encode(digest, SHOAL_MODEL_ID_BYTES, out);
 }

@@ -19,6 +19,7 @@
 
 #include "base/err.h"
 #include "models/gguf.h"
+#include "scheduler/manifest.h"
 
 /* Definition (all digests BLAKE2b-256: libsodium's crypto_generichash,
  * no key):
@@ -27,7 +28,7 @@
  *   model id  = H("shoal-model-id-v1" || n_shards (u32 LE) || header[0..]
  *                 || for each tensor in file order: name length (u32 LE),
  *                    name, tensor[i]) */
-#define SHOAL_MODEL_ID_BYTES 32
+#define SHOAL_MODEL_ID_BYTES SHOAL_MANIFEST_MODEL_ID_BYTES
 
 typedef struct shoal_model_id shoal_model_id; /* opaque */
 
@@ -82,6 +83,7 @@ bool shoal_model_id_cached(const shoal_model_id *id);
 uint64_t shoal_model_id_bytes_hashed(const shoal_model_id *id);
 
 /* Lowercase hex of a 32-byte digest, NUL-terminated. */
-void shoal_model_id_hex(const uint8_t digest[SHOAL_MODEL_ID_BYTES], char out[65]);
+void shoal_model_id_hex(const uint8_t digest[SHOAL_MODEL_ID_BYTES],
+                        char out[2 * SHOAL_MODEL_ID_BYTES + 1]);
 
 #endif

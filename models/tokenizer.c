@@ -3,9 +3,10 @@
  * tokens, and the encode entry point that splits text around them.
  *
  * Part: models/. The merge algorithms live in tokenizer_spm.c and
- * tokenizer_bpe.c, decoding in tokenizer_decode.c. Divisions:
- *   - small helpers (hash, id vector)
- *   - loading: vocabulary arrays, text map, pieces, special ids
+ * tokenizer_bpe.c, decoding in tokenizer_decode.c, the text -> id map and
+ * the id vector in tokenizer_vocab.c. Divisions:
+ *   - small helpers (printable names)
+ *   - loading: vocabulary arrays, pieces, special ids
  *   - accessors
  *   - encoding: special-token partition, then per-kind merges
  */
@@ -22,44 +23,6 @@
 /* ------------------------------------------------------------------------
  * small helpers
  * ------------------------------------------------------------------------ */
-
-uint32_t tokenizer__hash(const char *s, size_t len)
-{
-	uint32_t h = 2166136261u;
-	for (size_t i = 0; i < len; i++) {
-		h ^= (unsigned char)s[i];
-		h *= 16777619u;
-	}
-	return h;
-}
-
-int32_t tokenizer__find(const struct shoal_tokenizer *t, const char *s, size_t len)
-{
-	uint32_t h = tokenizer__hash(s, len);
-	for (uint32_t i = h & t->map_mask;; i = (i + 1) & t->map_mask) {
-		const tokenizer__slot *e = &t->map[i];
-		if (e->id < 0)
-			return -1;
-		if (e->hash == h && e->len == len && !memcmp(t->text + e->off, s, len))
-			return e->id;
-	}
-}
-
-shoal_err tokenizer__push(tokenizer__out *o, int32_t id)
-{
-	if (o->n == o->cap) {
-		size_t cap = o->cap ? o->cap * 2 : 64;
-		if (cap > SIZE_MAX / sizeof *o->ids)
-			return SHOAL_ERR_NOMEM;
-		int32_t *p = realloc(o->ids, cap * sizeof *p);
-		if (!p)
-			return SHOAL_ERR_NOMEM;
-		o->ids = p;
-		o->cap = cap;
-	}
-	o->ids[o->n++] = id;
-	return SHOAL_OK;
-}
 
 /* A printable, bounded copy of a name from the file, for error messages. */
 static const char *tok_printable(char *dst, size_t cap, const char *s, size_t len)
@@ -80,37 +43,6 @@ static const char *tok_printable(char *dst, size_t cap, const char *s, size_t le
 /* ------------------------------------------------------------------------
  * loading
  * ------------------------------------------------------------------------ */
-
-static shoal_err tok_map_build(shoal_tokenizer *t)
-{
-	/* Load factor at most 1/2: capacity is the power of two >= 2 n, but
-	 * at most 2^31 (doubling once more would wrap to 0): n_vocab is below
-	 * 2^31 (checked at load), so even then a free slot remains. */
-	uint32_t cap = 16;
-	while (cap < 2 * (uint64_t)t->n_vocab && cap < (UINT32_C(1) << 31))
-		cap *= 2;
-	t->map = malloc((size_t)cap * sizeof *t->map);
-	if (!t->map)
-		return SHOAL_ERR_NOMEM;
-	for (uint32_t i = 0; i < cap; i++)
-		t->map[i].id = -1;
-	t->map_mask = cap - 1;
-	for (uint32_t id = 0; id < t->n_vocab; id++) {
-		uint32_t off = t->text_off[id], len = t->text_off[id + 1] - off;
-		uint32_t h = tokenizer__hash(t->text + off, len);
-		uint32_t i = h & t->map_mask;
-		for (;; i = (i + 1) & t->map_mask) {
-			const tokenizer__slot *e = &t->map[i];
-			if (e->id < 0)
-				break;
-			if (e->hash == h && e->len == len &&
-			    !memcmp(t->text + e->off, t->text + off, len))
-				break; /* a duplicate text: the later id wins */
-		}
-		t->map[i] = (tokenizer__slot){h, (int32_t)id, off, len};
-	}
-	return SHOAL_OK;
-}
 
 /* "<0xAB>" -> 0xAB, or -1. */
 static int tok_byte_value(const char *s, size_t len)
@@ -345,7 +277,7 @@ shoal_err shoal_tokenizer_from_gguf(const shoal_gguf *g, shoal_tokenizer **out, 
 	err = tok_vocab_load(t, g, why, why_len);
 	if (err)
 		goto fail;
-	err = tok_map_build(t);
+	err = tokenizer__map_build(t);
 	if (err)
 		goto fail;
 

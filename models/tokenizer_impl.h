@@ -1,8 +1,10 @@
 /*
  * models/tokenizer_impl.h: the inside of a shoal_tokenizer, shared by the
- * files of the tokenizer (tokenizer.c: loading, special tokens, decoding;
+ * files of the tokenizer (tokenizer.c: loading, special tokens, encoding;
  * tokenizer_spm.c: SentencePiece-style merges; tokenizer_bpe.c: byte-level
- * BPE and its PCRE2 pre-tokenizers). Not for use outside models/tokenizer*.
+ * BPE and its PCRE2 pre-tokenizers; tokenizer_decode.c: ids back to text;
+ * tokenizer_vocab.c: the text -> id map and the id vector, beneath the
+ * others). Not for use outside models/tokenizer*.
  *
  * Part: models/. Names shared between these files start with tokenizer__.
  */
@@ -113,10 +115,13 @@ typedef struct tokenizer__out {
 	size_t n, cap;
 } tokenizer__out;
 
+/* Append id to o (o->ids grows by doubling, the caller frees it). */
 shoal_err tokenizer__push(tokenizer__out *o, int32_t id);
 
-/* FNV-1a over bytes: the hash of the text -> id map. */
-uint32_t tokenizer__hash(const char *s, size_t len);
+/* ---- the vocabulary (tokenizer_vocab.c) ---- */
+/* Build t->map over t->text / t->text_off (n_vocab < 2^31); the later id
+ * of a duplicate text wins. SHOAL_ERR_NOMEM when out of memory. */
+shoal_err tokenizer__map_build(struct shoal_tokenizer *t);
 
 /* The id of a token text, or -1. */
 int32_t tokenizer__find(const struct shoal_tokenizer *t, const char *s, size_t len);

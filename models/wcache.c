@@ -28,7 +28,7 @@
 #include "base/statedir.h"
 #include "models/gguf.h"
 
-#define WC_H       32
+#define WC_H       SHOAL_MODEL_ID_BYTES /* a digest: BLAKE2b-256 */
 #define WC_VERSION 1u
 #define WC_FIXED   (8 + 4 + 4 + 8 + 8 + WC_H + WC_H) /* before the tensor digests */
 /* Tensors are read back for their final check in 4 MiB pieces: large
@@ -101,7 +101,7 @@ void shoal_wcache_free(shoal_wcache *c)
 	free(c);
 }
 
-static shoal_wcache *wc_alloc(const char *dir, const uint8_t model_id[32])
+static shoal_wcache *wc_alloc(const char *dir, const uint8_t model_id[SHOAL_MODEL_ID_BYTES])
 {
 	shoal_wcache *c = calloc(1, sizeof *c);
 	if (!c)
@@ -112,7 +112,7 @@ static shoal_wcache *wc_alloc(const char *dir, const uint8_t model_id[32])
 		return NULL;
 	}
 	c->mu_ok = true;
-	char hex[65];
+	char hex[2 * WC_H + 1];
 	shoal_model_id_hex(model_id, hex);
 	snprintf(c->dir, sizeof c->dir, "%s", dir);
 	snprintf(c->path, sizeof c->path, "%s/%s.gguf", dir, hex);
@@ -152,7 +152,7 @@ static shoal_err wc_bind(shoal_wcache *c, const uint8_t *header_digest, const ui
 		return e;
 	c->n_tensors = n_tensors;
 	if (sodium_memcmp(shoal_model_id_digest(c->mid), c->model_id, WC_H) != 0) {
-		char want[65], got[65];
+		char want[2 * WC_H + 1], got[2 * WC_H + 1];
 		shoal_model_id_hex(c->model_id, want);
 		shoal_model_id_hex(shoal_model_id_digest(c->mid), got);
 		return shoal_why(why, why_len, SHOAL_ERR_MISMATCH,
@@ -170,8 +170,8 @@ static void wc_remove(const shoal_wcache *c)
 	unlink(c->have);
 }
 
-shoal_err shoal_wcache_open(const char *dir, const uint8_t model_id[32], shoal_wcache **out,
-                            char *why, size_t why_len)
+shoal_err shoal_wcache_open(const char *dir, const uint8_t model_id[SHOAL_MODEL_ID_BYTES],
+                            shoal_wcache **out, char *why, size_t why_len)
 {
 	*out = NULL;
 	if (sodium_init() < 0)
@@ -224,9 +224,10 @@ out:
 	return SHOAL_OK;
 }
 
-shoal_err shoal_wcache_create(const char *dir, const uint8_t model_id[32], uint64_t file_size,
-                              const uint8_t *header, size_t header_len, const uint8_t *digests,
-                              size_t n_tensors, shoal_wcache **out, char *why, size_t why_len)
+shoal_err shoal_wcache_create(const char *dir, const uint8_t model_id[SHOAL_MODEL_ID_BYTES],
+                              uint64_t file_size, const uint8_t *header, size_t header_len,
+                              const uint8_t *digests, size_t n_tensors, shoal_wcache **out,
+                              char *why, size_t why_len)
 {
 	*out = NULL;
 	if (sodium_init() < 0)
@@ -309,7 +310,7 @@ bool shoal_wcache_has(shoal_wcache *c, size_t i)
 /* ---- chunks and tensors -------------------------------------------------- */
 
 shoal_err shoal_wcache_put_chunk(shoal_wcache *c, size_t i, uint64_t offset, const void *data,
-                                 size_t len, const uint8_t digest[32], char *why, size_t why_len)
+                                 size_t len, const uint8_t digest[WC_H], char *why, size_t why_len)
 {
 	uint64_t nb = shoal_model_id_tensor_bytes(c->mid, i);
 	if (i >= c->n_tensors || offset > nb || len > nb - offset)
@@ -381,7 +382,7 @@ shoal_err shoal_wcache_finish(shoal_wcache *c, size_t i, char *why, size_t why_l
 /* ---- eviction ------------------------------------------------------------ */
 
 typedef struct wc_entry {
-	char hex[65];
+	char hex[2 * WC_H + 1];
 	int64_t mtime;
 	uint64_t bytes; /* both files' blocks */
 } wc_entry;
@@ -403,7 +404,7 @@ size_t shoal_wcache_evict(const char *dir, const uint8_t *keep_id, uint64_t max_
 	wc_entry *ents = NULL;
 	size_t n = 0, cap = 0, removed = 0;
 	uint64_t total = incoming;
-	char keep[65] = "", p[PATH_MAX + 80];
+	char keep[2 * WC_H + 1] = "", p[PATH_MAX + 80];
 	if (keep_id)
 		shoal_model_id_hex(keep_id, keep);
 	struct dirent *de;

@@ -38,17 +38,18 @@ typedef struct shoal_wcache shoal_wcache; /* opaque */
  * none; SHOAL_ERR_MISMATCH (the files are removed) when it is unsound. Its
  * .have file's mtime is set to now (the eviction order). *out is the
  * caller's (shoal_wcache_free). */
-shoal_err shoal_wcache_open(const char *dir, const uint8_t model_id[32], shoal_wcache **out,
-                            char *why, size_t why_len);
+shoal_err shoal_wcache_open(const char *dir, const uint8_t model_id[SHOAL_MODEL_ID_BYTES],
+                            shoal_wcache **out, char *why, size_t why_len);
 
 /* Make the cache of model_id from what a peer sent: the model file's size,
  * its header bytes header[header_len] (one shard) and the digests of its
  * tensors digests[32 * n_tensors], all checked against model_id
  * (invariant 1: SHOAL_ERR_MISMATCH, nothing left behind). dir is created
  * if missing. *out as for open. */
-shoal_err shoal_wcache_create(const char *dir, const uint8_t model_id[32], uint64_t file_size,
-                              const uint8_t *header, size_t header_len, const uint8_t *digests,
-                              size_t n_tensors, shoal_wcache **out, char *why, size_t why_len);
+shoal_err shoal_wcache_create(const char *dir, const uint8_t model_id[SHOAL_MODEL_ID_BYTES],
+                              uint64_t file_size, const uint8_t *header, size_t header_len,
+                              const uint8_t *digests, size_t n_tensors, shoal_wcache **out,
+                              char *why, size_t why_len);
 
 void shoal_wcache_free(shoal_wcache *c); /* NULL is a no-op */
 
@@ -65,7 +66,7 @@ bool shoal_wcache_has(shoal_wcache *c, size_t i);
  * digest is digest[32] (invariant 2): SHOAL_ERR_MISMATCH if not, RANGE if
  * the chunk is outside the tensor, IO on a failed write. */
 shoal_err shoal_wcache_put_chunk(shoal_wcache *c, size_t i, uint64_t offset, const void *data,
-                                 size_t len, const uint8_t digest[32], char *why,
+                                 size_t len, const uint8_t digest[SHOAL_MODEL_ID_BYTES], char *why,
                                  size_t why_len);
 
 /* Read tensor i back from the file and check it against the model id: on

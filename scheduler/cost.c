@@ -3,8 +3,9 @@
  * call, and the evaluation of an assignment (memory per peer, predicted
  * time per token, bytes moved).
  *
- * Part: scheduler/ (pure). Divisions: arithmetic, the context, assignments,
- * evaluation. The model itself is stated in scheduler/schedule.c.
+ * Part: scheduler/ (pure). Divisions: the context, the previous plan,
+ * evaluation (of a pipeline; tensor.c evaluates groups). The model itself is
+ * stated in scheduler/schedule.c. Calls only arith.c and asg.c beneath it.
  */
 #include "scheduler/sched_impl.h"
 
@@ -12,21 +13,20 @@
 #include <string.h>
 
 /* Bounds that keep every sum below 2^63 whatever the input: a unit time
- * (one layer on one peer, one hop) is clamped to 2^40 ns (18 minutes, far
- * beyond any plan worth serving) and there are at most 2^10 layers, so sums
- * of times stay below 2^52; bandwidths and speeds are clamped to 2^50 per
- * second (a petabyte/s) so that 128-bit products never overflow.
+ * (one layer on one peer, one hop) is clamped to 2^40 ns (SCHED__TMAX, 18
+ * minutes, far beyond any plan worth serving) and there are at most 2^10
+ * layers, so sums of times stay below 2^52; bandwidths and speeds are
+ * clamped to 2^50 per second (a petabyte/s) so that 128-bit products never
+ * overflow.
  * Layers <= 1024 (published models have <= 128; the exact search keeps
  * 2^8 x 8 x (layers + 1) 12-byte states: 25 MB at 1024), experts per layer
  * <= 4096 (the widest published MoE routes among 384) and experts in all
  * <= 2^20 (an assignment keeps 17 bytes per expert: 17 MB). */
-#define SCHED_TMAX        (1ULL << 40)
 #define SCHED_RATE_MAX    (1ULL << 50)
 #define SCHED_MAX_LAYERS  1024u
 #define SCHED_MAX_EXPERTS 4096u
 #define SCHED_MAX_SLOTS   (1u << 20)
 #define SCHED_MAX_BYTES   (1ULL << 50) /* one tensor group: 1 PiB */
-#define NS_PER_S          1000000000ULL
 /* Routing counts are renormalised to sum to 2^20 per layer: enough
  * resolution (one part in a million) and small enough for 128-bit products. */
 #define SCHED_LOAD_SCALE (1ULL << 20)
@@ -34,56 +34,10 @@
  * to SHOAL_PLAN_MAX_OWNERS owners. */
 #define SCHED_SHARE 12
 /* Fixed point of the per-load-unit expert time: 2^20. A layer's full
- * expert time is at most 2^40 ns (SCHED_TMAX) and its load at most
+ * expert time is at most 2^40 ns (SCHED__TMAX) and its load at most
  * 12 x 2^20 units (counts renormalised to 2^20; uniform: 12 x 4096), so
  * unit x load <= 2^60 + load: no overflow in 64 bits. */
 #define SCHED_EUNIT_SHIFT SCHED__EUNIT_SHIFT
-
-/* ---- arithmetic -------------------------------------------------------- */
-
-uint64_t sched__add(uint64_t a, uint64_t b)
-{
-	return a > UINT64_MAX - b ? UINT64_MAX : a + b;
-}
-
-static uint64_t sat_mul(uint64_t a, uint64_t b)
-{
-	unsigned __int128 x = (unsigned __int128)a * b;
-	return x > UINT64_MAX ? UINT64_MAX : (uint64_t)x;
-}
-
-static uint64_t div_up_clamp(unsigned __int128 num, unsigned __int128 den)
-{
-	unsigned __int128 q = num / den + (num % den != 0);
-	return q > SCHED_TMAX ? SCHED_TMAX : (uint64_t)q;
-}
-
-uint64_t sched__muldiv_up(uint64_t a, uint64_t b, uint64_t c)
-{
-	unsigned __int128 num = (unsigned __int128)a * b;
-	unsigned __int128 q = num / c + (num % c != 0);
-	return q > UINT64_MAX ? UINT64_MAX : (uint64_t)q;
-}
-
-/* The roofline of one piece of work on a peer: decode kernels stream the
- * weights while they multiply, so the slower of the two bounds the time;
- * adding them would count the overlapped part twice. */
-static uint64_t roofline(uint64_t bytes, uint64_t flops, uint64_t bw, uint64_t fl)
-{
-	uint64_t tb = div_up_clamp((unsigned __int128)bytes * NS_PER_S, bw);
-	uint64_t tf = div_up_clamp((unsigned __int128)flops * NS_PER_S, fl);
-	return tb > tf ? tb : tf;
-}
-
-uint64_t sched__roofline(uint64_t bytes, uint64_t flops, uint64_t bw, uint64_t fl)
-{
-	return roofline(bytes, flops, bw, fl);
-}
-
-uint64_t sched__xfer_ns(uint64_t bytes, uint64_t bw)
-{
-	return div_up_clamp((unsigned __int128)bytes * NS_PER_S, bw ? bw : 1);
-}
 
 /* ---- the context ------------------------------------------------------- */
 
@@ -119,14 +73,6 @@ static shoal_err check_manifest(const shoal_manifest *m, char *why, size_t why_l
 	return SHOAL_OK;
 }
 
-#define ALLOC(p, nmemb)                                                                            \
-	do {                                                                                       \
-		size_t n_ = (nmemb);                                                               \
-		(p) = calloc(n_ ? n_ : 1, sizeof *(p));                                            \
-		if (!(p))                                                                          \
-			goto nomem;                                                                \
-	} while (0)
-
 shoal_err sched__ctx_init(sched__ctx *c, const shoal_view *v, const shoal_manifest *m,
                           const shoal_policy *pol, char *why, size_t why_len)
 {
@@ -144,21 +90,21 @@ shoal_err sched__ctx_init(sched__ctx *c, const shoal_view *v, const shoal_manife
 	c->pol = pol;
 	size_t n = c->n = shoal_view_n_peers(v);
 	uint32_t L = c->L = m->n_layer;
-	ALLOC(c->cap, n);
-	ALLOC(c->bw, n);
-	ALLOC(c->fl, n);
-	ALLOC(c->hop, n * n);
-	ALLOC(c->rtt, n * n);
-	ALLOC(c->send, n * n);
-	ALLOC(c->tbase, n * L);
-	ALLOC(c->texp, n * L);
-	ALLOC(c->tpre, n * (L + 1));
-	ALLOC(c->head_t, n);
-	ALLOC(c->kv, L);
-	ALLOC(c->mpre[0], L + 1);
-	ALLOC(c->mpre[1], L + 1);
-	ALLOC(c->slot0, L);
-	ALLOC(c->loadtot, L);
+	SCHED__ALLOC(c->cap, n);
+	SCHED__ALLOC(c->bw, n);
+	SCHED__ALLOC(c->fl, n);
+	SCHED__ALLOC(c->hop, n * n);
+	SCHED__ALLOC(c->rtt, n * n);
+	SCHED__ALLOC(c->send, n * n);
+	SCHED__ALLOC(c->tbase, n * L);
+	SCHED__ALLOC(c->texp, n * L);
+	SCHED__ALLOC(c->tpre, n * (L + 1));
+	SCHED__ALLOC(c->head_t, n);
+	SCHED__ALLOC(c->kv, L);
+	SCHED__ALLOC(c->mpre[0], L + 1);
+	SCHED__ALLOC(c->mpre[1], L + 1);
+	SCHED__ALLOC(c->slot0, L);
+	SCHED__ALLOC(c->loadtot, L);
 
 	for (size_t p = 0; p < n; p++) {
 		const shoal_view_peer *vp = shoal_view_peer_at(v, p);
@@ -182,21 +128,18 @@ shoal_err sched__ctx_init(sched__ctx *c, const shoal_view *v, const shoal_manife
 			shoal_view_link(v, p, q, &lat, &lbw);
 			if (lbw > SCHED_RATE_MAX)
 				lbw = SCHED_RATE_MAX;
-			uint64_t h = sched__add(
-			    lat > SCHED_TMAX ? SCHED_TMAX : lat,
-			    div_up_clamp((unsigned __int128)m->act_bytes_per_token * NS_PER_S,
-			                 lbw ? lbw : 1));
+			uint64_t h = sched__add(lat > SCHED__TMAX ? SCHED__TMAX : lat,
+			                        sched__xfer_ns(m->act_bytes_per_token, lbw));
 			c->hop[p * n + q] = h;
 			c->rtt[p * n + q] = 2 * h;
-			c->send[p * n + q] = div_up_clamp(
-			    (unsigned __int128)m->act_bytes_per_token * NS_PER_S, lbw ? lbw : 1);
+			c->send[p * n + q] = sched__xfer_ns(m->act_bytes_per_token, lbw);
 		}
 
 	/* memory and loads per layer */
 	uint32_t slots = 0;
 	for (uint32_t l = 0; l < L; l++) {
 		const shoal_manifest_layer *y = &m->layers[l];
-		c->kv[l] = sat_mul(sat_mul(y->kv_bytes_per_token, pol->ctx), pol->sessions);
+		c->kv[l] = sched__mul(sched__mul(y->kv_bytes_per_token, pol->ctx), pol->sessions);
 		uint64_t base = sched__add(y->bytes, c->kv[l]);
 		c->mpre[SCHED__SPREAD][l + 1] = sched__add(c->mpre[SCHED__SPREAD][l], base);
 		c->mpre[SCHED__KEEP][l + 1] = sched__add(
@@ -214,7 +157,7 @@ shoal_err sched__ctx_init(sched__ctx *c, const shoal_view *v, const shoal_manife
 		                 "needs more than 4 EiB (weights + KV for %u tokens x %u sessions)",
 		                 pol->ctx, pol->sessions);
 	}
-	ALLOC(c->load, slots);
+	SCHED__ALLOC(c->load, slots);
 	for (uint32_t l = 0; l < L; l++) {
 		const shoal_manifest_layer *y = &m->layers[l];
 		unsigned __int128 total = 0;
@@ -239,19 +182,21 @@ shoal_err sched__ctx_init(sched__ctx *c, const shoal_view *v, const shoal_manife
 	 * (its roofline), and that time per load unit in fixed point, so that
 	 * a share costs one 64-bit multiply (the LPT placement asks this for
 	 * every expert x peer x layer: 950 k times for DeepSeek-V3 on 64 peers) */
-	ALLOC(c->efull, n * L);
-	ALLOC(c->eunit, n * L);
+	SCHED__ALLOC(c->efull, n * L);
+	SCHED__ALLOC(c->eunit, n * L);
 	for (size_t p = 0; p < n; p++)
 		for (uint32_t l = 0; l < L; l++) {
 			const shoal_manifest_layer *y = &m->layers[l];
 			if (!y->n_expert)
 				continue;
 			uint64_t full =
-			    roofline(y->expert_bytes * y->n_expert_used,
-			             y->expert_flops * y->n_expert_used, c->bw[p], c->fl[p]);
+			    sched__roofline(y->expert_bytes * y->n_expert_used,
+			                    y->expert_flops * y->n_expert_used, c->bw[p], c->fl[p]);
 			c->efull[p * L + l] = full;
-			c->eunit[p * L + l] = div_up_clamp(
-			    (unsigned __int128)full << SCHED_EUNIT_SHIFT, c->loadtot[l]);
+			/* ceil(full x 2^20 / loadtot), clamped to a unit time */
+			uint64_t u =
+			    sched__muldiv_up(full, 1ULL << SCHED_EUNIT_SHIFT, c->loadtot[l]);
+			c->eunit[p * L + l] = u > SCHED__TMAX ? SCHED__TMAX : u;
 		}
 
 	/* times per peer and layer */
@@ -262,14 +207,14 @@ shoal_err sched__ctx_init(sched__ctx *c, const shoal_view *v, const shoal_manife
 			uint64_t af = y->attn_flops_per_ctx ? y->attn_flops_per_ctx
 			                                    : y->kv_bytes_per_token / 2;
 			uint64_t bytes =
-			    sched__add(y->bytes, sat_mul(y->kv_bytes_per_token, pol->ctx));
-			uint64_t flops = sched__add(y->flops, sat_mul(af, pol->ctx));
-			c->tbase[p * L + l] = roofline(bytes, flops, c->bw[p], c->fl[p]);
+			    sched__add(y->bytes, sched__mul(y->kv_bytes_per_token, pol->ctx));
+			uint64_t flops = sched__add(y->flops, sched__mul(af, pol->ctx));
+			c->tbase[p * L + l] = sched__roofline(bytes, flops, c->bw[p], c->fl[p]);
 			c->texp[p * L + l] = y->n_expert ? c->efull[p * L + l] : 0;
 			acc += c->tbase[p * L + l] + c->texp[p * L + l];
 			c->tpre[p * (L + 1) + l + 1] = acc;
 		}
-		c->head_t[p] = roofline(m->head_bytes, m->head_flops, c->bw[p], c->fl[p]);
+		c->head_t[p] = sched__roofline(m->head_bytes, m->head_flops, c->bw[p], c->fl[p]);
 	}
 	c->embd_mem = m->embd_bytes;
 	c->head_mem = m->head_bytes;
@@ -319,62 +264,7 @@ uint64_t sched__range_mem(const sched__ctx *c, sched__mode mode, uint32_t a, uin
 	return sched__add(x, extra);
 }
 
-/* ---- assignments ------------------------------------------------------- */
-
-shoal_err sched__asg_init(sched__asg *a, const sched__ctx *c)
-{
-	memset(a, 0, sizeof *a);
-	size_t ns = c->L; /* a stage holds at least one layer */
-	ALLOC(a->st_peer, ns);
-	ALLOC(a->st_first, ns);
-	ALLOC(a->st_end, ns);
-	ALLOC(a->n_own, c->n_slots);
-	ALLOC(a->own, (size_t)c->n_slots * SHOAL_PLAN_MAX_OWNERS);
-	ALLOC(a->mem_w, c->n);
-	ALLOC(a->mem_kv, c->n);
-	ALLOC(a->n_exp, c->n);
-	return SHOAL_OK;
-nomem:
-	sched__asg_fini(a);
-	return SHOAL_ERR_NOMEM;
-}
-
-void sched__asg_fini(sched__asg *a)
-{
-	free(a->st_peer);
-	free(a->st_first);
-	free(a->st_end);
-	free(a->n_own);
-	free(a->own);
-	free(a->mem_w);
-	free(a->mem_kv);
-	free(a->n_exp);
-	sched__tp_free(a->tp);
-	memset(a, 0, sizeof *a);
-}
-
-void sched__asg_copy(sched__asg *d, const sched__asg *s, const sched__ctx *c)
-{
-	size_t ns = c->L;
-	d->n_stages = s->n_stages;
-	memcpy(d->st_peer, s->st_peer, ns * sizeof *d->st_peer);
-	memcpy(d->st_first, s->st_first, ns * sizeof *d->st_first);
-	memcpy(d->st_end, s->st_end, ns * sizeof *d->st_end);
-	memcpy(d->n_own, s->n_own, c->n_slots);
-	memcpy(d->own, s->own, (size_t)c->n_slots * SHOAL_PLAN_MAX_OWNERS * sizeof *d->own);
-	memcpy(d->mem_w, s->mem_w, c->n * sizeof *d->mem_w);
-	memcpy(d->mem_kv, s->mem_kv, c->n * sizeof *d->mem_kv);
-	memcpy(d->n_exp, s->n_exp, c->n * sizeof *d->n_exp);
-	if (!sched__tp_copy(&d->tp, s->tp, c)) {
-		d->feasible = false; /* out of memory: never adopted */
-		d->time_ns = SCHED__INF;
-		return;
-	}
-	d->feasible = s->feasible;
-	d->time_ns = s->time_ns;
-	d->moved = s->moved;
-	d->bad_peer = s->bad_peer;
-}
+/* ---- the previous plan ------------------------------------------------ */
 
 bool sched__ctx_set_prev(sched__ctx *c, const shoal_plan *prev)
 {
@@ -484,12 +374,8 @@ static bool prev_owned(const sched__ctx *c, uint32_t slot, uint32_t o)
 	return false;
 }
 
-void sched__evaluate(const sched__ctx *c, sched__asg *a)
+void sched__pipe_evaluate(const sched__ctx *c, sched__asg *a)
 {
-	if (a->tp) {
-		sched__tp_evaluate(c, a);
-		return;
-	}
 	size_t n = c->n;
 	uint32_t L = c->L;
 	const shoal_manifest *m = c->m;

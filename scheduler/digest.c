@@ -9,6 +9,7 @@
 
 #include <string.h>
 
+#include "base/assert.h"
 #include "base/hex.h"
 
 static const uint64_t b2_iv[8] = {
@@ -87,6 +88,7 @@ static void b2_compress(uint64_t h[8], const uint8_t block[128], uint64_t t, int
 
 void shoal_digest(const void *data, size_t len, uint8_t out[SHOAL_DIGEST_BYTES])
 {
+	SHOAL_ASSERT(data || !len);
 	const uint8_t *p = data;
 	uint64_t h[8];
 	memcpy(h, b2_iv, sizeof h);
@@ -107,7 +109,7 @@ void shoal_digest(const void *data, size_t len, uint8_t out[SHOAL_DIGEST_BYTES])
 		out[i] = (uint8_t)(h[i / 8] >> (8 * (i % 8)));
 }
 
-void shoal_digest_hex(const uint8_t d[SHOAL_DIGEST_BYTES], char out[65])
+void shoal_digest_hex(const uint8_t d[SHOAL_DIGEST_BYTES], char out[2 * SHOAL_DIGEST_BYTES + 1])
 {
 	shoal_hex_encode(d, SHOAL_DIGEST_BYTES, out);
 }

@@ -15,7 +15,7 @@
 #define SHOAL_DIGEST_BYTES 32
 
 void shoal_digest(const void *data, size_t len, uint8_t out[SHOAL_DIGEST_BYTES]);
-/* 64 lower-case hex digits + NUL into out[65]. */
-void shoal_digest_hex(const uint8_t d[SHOAL_DIGEST_BYTES], char out[65]);
+/* 64 lower-case hex digits + NUL into out. */
+void shoal_digest_hex(const uint8_t d[SHOAL_DIGEST_BYTES], char out[2 * SHOAL_DIGEST_BYTES + 1]);
 
 #endif

@@ -16,6 +16,11 @@
  * (runtime/engine/engine.h, shoal_engine_config.kv_type). */
 #define SHOAL_MANIFEST_KV_ELT 2u
 
+/* Bytes of the model id a manifest carries: models/model_id.h's
+ * SHOAL_MODEL_ID_BYTES (a BLAKE2b-256 digest), named here because the
+ * scheduler, which keeps it in every plan, sits below models/. */
+#define SHOAL_MANIFEST_MODEL_ID_BYTES 32
+
 typedef struct shoal_manifest_layer {
 	uint64_t bytes;              /* weights of the layer except routed experts:
 	                                norms, attention, router, shared experts,
@@ -42,8 +47,8 @@ typedef struct shoal_manifest_layer {
 } shoal_manifest_layer;
 
 typedef struct shoal_manifest {
-	uint8_t model_id[32]; /* all zero when planning from a spec */
-	char name[64];        /* NUL-terminated, for messages */
+	uint8_t model_id[SHOAL_MANIFEST_MODEL_ID_BYTES]; /* all zero when planning from a spec */
+	char name[64];                                   /* NUL-terminated, for messages */
 	uint32_t n_layer;
 	uint32_t n_embd;
 	uint32_t n_vocab;

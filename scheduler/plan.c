@@ -305,6 +305,7 @@ size_t shoal_plan_n_groups(const shoal_plan *p)
 size_t shoal_plan_stage_members(const shoal_plan *p, size_t stage, shoal_plan_member *out,
                                 size_t max)
 {
+	SHOAL_ASSERT(stage < p->n_stages && (out || !max));
 	for (size_t g = 0; g < p->n_groups; g++) {
 		if (p->grp_stage[g] != stage)
 			continue;
@@ -398,12 +399,12 @@ shoal_err shoal_plan_encode(const shoal_plan *p, uint8_t **out, size_t *len)
 	put(&e, "SHPL", 4);
 	put_u32(&e, 1);
 	put_u64(&e, p->epoch);
-	put(&e, p->model_id, 32);
+	put(&e, p->model_id, SHOAL_MANIFEST_MODEL_ID_BYTES);
 	put_u64(&e, p->model_bytes);
 	put_u32(&e, p->n_layer);
 	put_u32(&e, (uint32_t)p->n_peers);
 	for (size_t i = 0; i < p->n_peers; i++)
-		put(&e, p->peers[i].id.b, 16);
+		put(&e, p->peers[i].id.b, SHOAL_PEER_ID_LEN);
 	put_u32(&e, (uint32_t)p->n_stages);
 	for (size_t i = 0; i < p->n_stages; i++) {
 		put_u32(&e, p->stages[i].peer);
@@ -525,6 +526,7 @@ static shoal_err decode_groups(shoal_plan *p, dec *d, size_t at, size_t n_mem, c
 shoal_err shoal_plan_decode(const uint8_t *buf, size_t len, shoal_plan **out, char *why,
                             size_t why_len)
 {
+	SHOAL_ASSERT((buf || !len) && out);
 	*out = NULL;
 	shoal_err e;
 	dec d = {.b = buf, .len = len};
@@ -538,9 +540,9 @@ shoal_err shoal_plan_decode(const uint8_t *buf, size_t len, shoal_plan **out, ch
 		goto fail;
 	}
 	p->epoch = take_u64(&d);
-	const uint8_t *id = take(&d, 32);
+	const uint8_t *id = take(&d, SHOAL_MANIFEST_MODEL_ID_BYTES);
 	if (id)
-		memcpy(p->model_id, id, 32);
+		memcpy(p->model_id, id, SHOAL_MANIFEST_MODEL_ID_BYTES);
 	p->model_bytes = take_u64(&d);
 	p->n_layer = take_u32(&d);
 	p->n_peers = take_u32(&d);
@@ -555,10 +557,10 @@ shoal_err shoal_plan_decode(const uint8_t *buf, size_t len, shoal_plan **out, ch
 	if (!p->peers || !p->layer_n_expert || !p->layer_slot)
 		goto nomem;
 	for (size_t i = 0; i < p->n_peers; i++) {
-		const uint8_t *pid = take(&d, 16);
+		const uint8_t *pid = take(&d, SHOAL_PEER_ID_LEN);
 		if (pid)
-			memcpy(p->peers[i].id.b, pid, 16);
-		if (i && pid && memcmp(p->peers[i - 1].id.b, pid, 16) >= 0) {
+			memcpy(p->peers[i].id.b, pid, SHOAL_PEER_ID_LEN);
+		if (i && pid && memcmp(p->peers[i - 1].id.b, pid, SHOAL_PEER_ID_LEN) >= 0) {
 			bad = "peers not in strictly ascending id order";
 			goto fail;
 		}

@@ -104,7 +104,8 @@ void shoal_plan_free(shoal_plan *p);             /* NULL is a no-op */
 shoal_plan *shoal_plan_dup(const shoal_plan *p); /* NULL when out of memory */
 
 uint64_t shoal_plan_epoch(const shoal_plan *p);
-const uint8_t *shoal_plan_model_id(const shoal_plan *p); /* 32 bytes: the manifest's */
+/* SHOAL_MANIFEST_MODEL_ID_BYTES: the manifest's */
+const uint8_t *shoal_plan_model_id(const shoal_plan *p);
 const uint8_t *shoal_plan_digest(const shoal_plan *p); /* SHOAL_DIGEST_BYTES */
 uint64_t shoal_plan_predicted_ns(const shoal_plan *p); /* per generated token */
 uint64_t shoal_plan_moved_bytes(const shoal_plan *p);  /* newly loaded vs prev (all, without) */
@@ -128,7 +129,8 @@ size_t shoal_plan_expert_owners(const shoal_plan *p, uint32_t layer, uint32_t ex
                                 uint32_t owners[SHOAL_PLAN_MAX_OWNERS]);
 
 /* Members of stage i's tensor group (ascending peer index), at most max
- * written to out; returns how many it has (0: the stage is one peer). */
+ * written to out; returns how many it has (0: the stage is one peer).
+ * stage < n_stages and out NULL only with max 0, else it aborts. */
 size_t shoal_plan_stage_members(const shoal_plan *p, size_t stage, shoal_plan_member *out,
                                 size_t max);
 size_t shoal_plan_n_groups(const shoal_plan *p); /* stages that are groups */
@@ -182,7 +184,8 @@ shoal_err shoal_ready_announce(shoal_ready *r, const shoal_peer_id *peer,
 void shoal_ready_forget(shoal_ready *r, const shoal_peer_id *peer); /* peer left */
 /* True when every peer of the plan announced its digest. */
 bool shoal_ready_servable(const shoal_ready *r, const shoal_plan *p);
-/* How many of the plan's peers have not; their indices go into missing[max]. */
+/* How many of the plan's peers have not; their indices go into missing[max]
+ * (NULL only with max 0, else it aborts). */
 size_t shoal_ready_missing(const shoal_ready *r, const shoal_plan *p, uint32_t *missing,
                            size_t max);
 

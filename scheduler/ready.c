@@ -13,6 +13,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/assert.h"
+
 typedef struct ready_entry {
 	shoal_peer_id peer;
 	uint8_t digest[SHOAL_DIGEST_BYTES];
@@ -84,6 +86,7 @@ void shoal_ready_forget(shoal_ready *r, const shoal_peer_id *peer)
 
 size_t shoal_ready_missing(const shoal_ready *r, const shoal_plan *p, uint32_t *missing, size_t max)
 {
+	SHOAL_ASSERT(missing || !max);
 	size_t k = 0;
 	for (size_t i = 0; i < p->n_peers; i++) {
 		bool found;

@@ -7,6 +7,10 @@
  * Part: scheduler/ (pure). Peers are numbered by their index in the view
  * (= id order) everywhere in here; the plan renumbers them into its own
  * id-ordered table at the end. Times are nanoseconds, sizes bytes.
+ * Calls between the files go one way: a file calls only files to its right
+ * (tests/sh/cycle_check.sh holds every part to that):
+ *   schedule.c, experts.c, tensor.c, search.c, plan.c, cost.c, asg.c,
+ *   arith.c, view.c, digest.c
  */
 #ifndef SHOAL_SCHEDULER_SCHED_IMPL_H
 #define SHOAL_SCHEDULER_SCHED_IMPL_H
@@ -14,6 +18,20 @@
 #include "scheduler/plan.h"
 
 #define SCHED__INF UINT64_MAX
+/* A unit time (one layer on one peer, one hop) is clamped to 2^40 ns (18
+ * minutes): why that keeps every sum below 2^63, cost.c's bounds. */
+#define SCHED__TMAX     (1ULL << 40)
+#define SCHED__NS_PER_S 1000000000ULL
+
+/* p = calloc(nmemb, sizeof *p), at least one element; goto nomem on
+ * failure (the caller's one label frees what it allocated). */
+#define SCHED__ALLOC(p, nmemb)                                                                     \
+	do {                                                                                       \
+		size_t n_ = (nmemb);                                                               \
+		(p) = calloc(n_ ? n_ : 1, sizeof *(p));                                            \
+		if (!(p))                                                                          \
+			goto nomem;                                                                \
+	} while (0)
 
 struct shoal_plan {
 	uint64_t epoch;
@@ -21,8 +39,8 @@ struct shoal_plan {
 	uint64_t predicted_ns, moved_bytes;
 	bool kept;
 	char name[64];
-	uint8_t model_id[32]; /* the manifest's */
-	uint64_t model_bytes; /* all weights the manifest lists */
+	uint8_t model_id[SHOAL_MANIFEST_MODEL_ID_BYTES]; /* the manifest's */
+	uint64_t model_bytes;                            /* all weights the manifest lists */
 	uint32_t n_layer;
 	size_t n_peers;
 	shoal_plan_peer *peers; /* (n_peers) id order */
@@ -101,12 +119,18 @@ typedef struct sched__ctx {
 	uint32_t prev_embd, prev_head;
 } sched__ctx;
 
+/* ---- arithmetic (arith.c) ---- */
 /* ceil(a * b / c) in 128 bits, saturating. c > 0. */
 uint64_t sched__muldiv_up(uint64_t a, uint64_t b, uint64_t c);
 uint64_t sched__add(uint64_t a, uint64_t b); /* saturating */
-/* max(bytes / bw, flops / fl) in ns, clamped to 2^40 (cost.c) */
+uint64_t sched__mul(uint64_t a, uint64_t b); /* saturating */
+/* max(bytes / bw, flops / fl) in ns, each rounded up and clamped to
+ * SCHED__TMAX. bw, fl > 0. */
 uint64_t sched__roofline(uint64_t bytes, uint64_t flops, uint64_t bw, uint64_t fl);
-uint64_t sched__xfer_ns(uint64_t bytes, uint64_t bw); /* bytes at bw B/s, ns */
+/* bytes at bw B/s (0 counts as 1), ns, rounded up, clamped to SCHED__TMAX */
+uint64_t sched__xfer_ns(uint64_t bytes, uint64_t bw);
+
+/* ---- the context (cost.c) ---- */
 
 shoal_err sched__ctx_init(sched__ctx *c, const shoal_view *v, const shoal_manifest *m,
                           const shoal_policy *pol, char *why, size_t why_len);
@@ -115,9 +139,28 @@ void sched__ctx_fini(sched__ctx *c);
  * peers of prev that left set prev_gone. */
 bool sched__ctx_set_prev(sched__ctx *c, const shoal_plan *prev);
 
+/* ---- assignments and their groups' storage (asg.c) ---- */
+/* Arrays sized for c; a->tp NULL. Free with sched__asg_fini (also after
+ * a failed init). */
 shoal_err sched__asg_init(sched__asg *a, const sched__ctx *c);
-void sched__asg_fini(sched__asg *a);
+void sched__asg_fini(sched__asg *a); /* frees a->tp too */
+/* dst (initialised for c) = src, its groups included; out of memory
+ * leaves dst infeasible. */
 void sched__asg_copy(sched__asg *dst, const sched__asg *src, const sched__ctx *c);
+sched__tp *sched__tp_new(const sched__ctx *c); /* NULL when out of memory */
+void sched__tp_free(sched__tp *t);             /* NULL is a no-op */
+/* *dst = a copy of src (NULL: *dst freed and NULL); false when out of memory */
+bool sched__tp_copy(sched__tp **dst, const sched__tp *src, const sched__ctx *c);
+/* x and y have the same groups on the same stages (both without: true) */
+bool sched__tp_same(const sched__ctx *c, const sched__asg *x, const sched__asg *y);
+/* The member of group g that gathers the head's logits and samples when
+ * its stage is last (every member holds its vocab rows): the largest
+ * weight, ties to the lower index. _among: the same rule over k members
+ * mem[] with weights w[] (tensor.c's units). */
+uint32_t sched__tp_lead(const sched__ctx *c, const sched__tp *t, uint32_t g);
+uint32_t sched__tp_lead_among(uint32_t k, const uint32_t *mem, const uint64_t *w);
+
+/* ---- the cost model (cost.c) ---- */
 
 /* Memory of layers [a, b) on a stage in this mode plus embedding/head. */
 uint64_t sched__range_mem(const sched__ctx *c, sched__mode mode, uint32_t a, uint32_t b, bool first,
@@ -139,7 +182,11 @@ static inline uint64_t sched__expert_time(const sched__ctx *c, uint32_t l, uint3
 	                                      SCHED__EUNIT_SHIFT;
 	return o == s ? t : t + c->rtt[(size_t)s * c->n + o];
 }
+/* Memory per peer, feasibility, predicted time, bytes moved vs prev, of
+ * an assignment without groups. */
+void sched__pipe_evaluate(const sched__ctx *c, sched__asg *a);
 
+/* ---- the search (search.c) and expert placement (experts.c) ---- */
 /* Find stages minimising the predicted time plus pen_num / pen_den ns per
  * byte newly loaded; fills a->st_*; false when nothing fits. */
 bool sched__search(const sched__ctx *c, sched__mode mode, uint64_t pen_num, uint64_t pen_den,
@@ -147,25 +194,27 @@ bool sched__search(const sched__ctx *c, sched__mode mode, uint64_t pen_num, uint
 /* Give every expert owners (with the stage peer in KEEP mode, by LPT in
  * SPREAD mode); false when memory runs out. */
 bool sched__experts(const sched__ctx *c, sched__mode mode, sched__asg *a);
-/* Memory per peer, feasibility, predicted time, bytes moved vs prev. */
-void sched__evaluate(const sched__ctx *c, sched__asg *a);
 
 /* ---- tensor groups (tensor.c) ---- */
 /* The fastest feasible assignment whose stages may be tensor groups (KEEP
  * mode: a group's experts are split among its members); false when none
  * has a group or fits. *a must be initialised; it gets a->tp. */
 bool sched__tensor_search(const sched__ctx *c, sched__asg *a);
-/* sched__evaluate for an assignment with groups. */
+/* sched__pipe_evaluate for an assignment with groups. */
 void sched__tp_evaluate(const sched__ctx *c, sched__asg *a);
-sched__tp *sched__tp_new(const sched__ctx *c);  /* NULL when out of memory */
-void sched__tp_free(sched__tp *t);               /* NULL is a no-op */
-bool sched__tp_copy(sched__tp **dst, const sched__tp *src, const sched__ctx *c);
-bool sched__tp_same(const sched__ctx *c, const sched__asg *x, const sched__asg *y);
-/* The member of group g that gathers the head's logits and samples when
- * its stage is last (every member holds its vocab rows): the largest
- * weight, ties to the lower index. */
-uint32_t sched__tp_lead(const sched__ctx *c, const sched__tp *t, uint32_t g);
 
+/* Memory per peer, feasibility, predicted time, bytes moved vs prev; by
+ * tensor.c when the assignment has groups. Here, not in cost.c, so that the
+ * cost model never calls up into the optional groups. */
+static inline void sched__evaluate(const sched__ctx *c, sched__asg *a)
+{
+	if (a->tp)
+		sched__tp_evaluate(c, a);
+	else
+		sched__pipe_evaluate(c, a);
+}
+
+/* ---- the plan (plan.c) ---- */
 /* Build the plan object (digest included) from an assignment. */
 shoal_err sched__plan_build(const sched__ctx *c, const sched__asg *a, uint64_t epoch,
                             shoal_plan **out);

@@ -48,6 +48,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/assert.h"
 #include "base/fmt.h"
 
 typedef struct cand {
@@ -173,6 +174,7 @@ static bool better(const cand *x, const cand *y, bool has_prev)
 shoal_err shoal_schedule(const shoal_view *view, const shoal_manifest *m, const shoal_policy *pol,
                          const shoal_plan *prev, shoal_plan **out, char *why, size_t why_len)
 {
+	SHOAL_ASSERT(view && m && pol && out);
 	sched__ctx c;
 	cand cands[16];
 	size_t nc = 0;
@@ -272,6 +274,7 @@ shoal_err shoal_schedule_sessions(const shoal_view *view, const shoal_manifest *
                                   char *why, size_t why_len)
 {
 	static const uint32_t more[] = {16, 8, 4};
+	SHOAL_ASSERT(pol && out);
 	pol->sessions = SHOAL_SCHED_SESSIONS_DEFAULT;
 	shoal_err e = shoal_schedule(view, m, pol, prev, out, why, why_len);
 	if (e == SHOAL_ERR_INFEASIBLE) {

@@ -59,76 +59,6 @@
 
 /* ---- groups ------------------------------------------------------------ */
 
-sched__tp *sched__tp_new(const sched__ctx *c)
-{
-	sched__tp *t = calloc(1, sizeof *t);
-	if (!t)
-		return NULL;
-	size_t n = c->n;
-	t->g_n = calloc(n, sizeof *t->g_n);
-	t->g_mem = calloc(n * n, sizeof *t->g_mem);
-	t->g_w = calloc(n * n, sizeof *t->g_w);
-	t->st_group = calloc(c->L, sizeof *t->st_group);
-	if (!t->g_n || !t->g_mem || !t->g_w || !t->st_group) {
-		sched__tp_free(t);
-		return NULL;
-	}
-	return t;
-}
-
-void sched__tp_free(sched__tp *t)
-{
-	if (!t)
-		return;
-	free(t->g_n);
-	free(t->g_mem);
-	free(t->g_w);
-	free(t->st_group);
-	free(t);
-}
-
-bool sched__tp_copy(sched__tp **dst, const sched__tp *src, const sched__ctx *c)
-{
-	if (!src) {
-		sched__tp_free(*dst);
-		*dst = NULL;
-		return true;
-	}
-	if (!*dst && !(*dst = sched__tp_new(c)))
-		return false;
-	sched__tp *d = *dst;
-	size_t n = c->n;
-	d->n_groups = src->n_groups;
-	memcpy(d->g_n, src->g_n, n * sizeof *d->g_n);
-	memcpy(d->g_mem, src->g_mem, n * n * sizeof *d->g_mem);
-	memcpy(d->g_w, src->g_w, n * n * sizeof *d->g_w);
-	memcpy(d->st_group, src->st_group, c->L * sizeof *d->st_group);
-	return true;
-}
-
-bool sched__tp_same(const sched__ctx *c, const sched__asg *x, const sched__asg *y)
-{
-	const sched__tp *a = x->tp, *b = y->tp;
-	if (!a || !b)
-		return !a == !b;
-	if (a->n_groups != b->n_groups)
-		return false;
-	for (uint32_t i = 0; i < x->n_stages; i++) {
-		uint32_t ga = a->st_group[i], gb = b->st_group[i];
-		if ((ga == UINT32_MAX) != (gb == UINT32_MAX))
-			return false;
-		if (ga == UINT32_MAX)
-			continue;
-		if (a->g_n[ga] != b->g_n[gb] ||
-		    memcmp(a->g_mem + (size_t)ga * c->n, b->g_mem + (size_t)gb * c->n,
-		           a->g_n[ga] * sizeof *a->g_mem) ||
-		    memcmp(a->g_w + (size_t)ga * c->n, b->g_w + (size_t)gb * c->n,
-		           a->g_n[ga] * sizeof *a->g_w))
-			return false;
-	}
-	return true;
-}
-
 /* A unit of the search: one peer (k = 1) or a group. */
 typedef struct tp_unit {
 	uint32_t k;
@@ -139,17 +69,7 @@ typedef struct tp_unit {
 
 static uint32_t unit_lead(const tp_unit *u)
 {
-	uint32_t b = 0;
-	for (uint32_t j = 1; j < u->k; j++)
-		if (u->w[j] > u->w[b])
-			b = j;
-	return u->mem[b];
-}
-
-uint32_t sched__tp_lead(const sched__ctx *c, const sched__tp *t, uint32_t g)
-{
-	tp_unit u = {t->g_n[g], t->g_mem + (size_t)g * c->n, t->g_w + (size_t)g * c->n, 0, 0};
-	return unit_lead(&u);
+	return sched__tp_lead_among(u->k, u->mem, u->w);
 }
 
 static void unit_links(const sched__ctx *c, tp_unit *u)

@@ -79,7 +79,7 @@ static size_t peer_lower_bound(const shoal_view *v, const shoal_peer_id *id, boo
 
 shoal_err shoal_view_add_peer(shoal_view *v, const shoal_view_peer *p, char *why, size_t why_len)
 {
-	char hex[33];
+	char hex[2 * SHOAL_PEER_ID_LEN + 1];
 	shoal_peer_id_to_hex(&p->id, hex);
 	if (!p->mem_bw || !p->flops)
 		return shoal_why(why, why_len, SHOAL_ERR_INVAL,

@@ -6,8 +6,14 @@
  * the same digest for every peer order, a grouped plan's encoding read
  * back, the head split by vocab rows among the last group's members (each
  * holds its rows, the time is the slowest member's rows plus a gather),
- * and nothing changes with the option off.
+ * nothing changes with the option off, and asking for the members of a
+ * stage the plan lacks aborts (a caller bug, in a child process).
  */
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include "tests/unit/test.h"
 #include "tests/unit/test_sched_util.h"
 
@@ -577,8 +583,32 @@ static void test_random_clusters(void)
 	ASSERT_GT(with_groups, 0);
 }
 
+static void test_members_bad_stage_aborts(void)
+{
+	shoal_plan *p = pair_plan(300 * US, true);
+	ASSERT_TRUE(p != NULL);
+	size_t ns = shoal_plan_n_stages(p);
+	shoal_plan_member mem[4];
+	ASSERT_EQ(shoal_plan_stage_members(p, ns - 1, mem, 4), 0);
+	fflush(NULL);
+	pid_t pid = fork();
+	ASSERT_TRUE(pid >= 0);
+	if (pid == 0) {
+		int null = open("/dev/null", O_WRONLY);
+		dup2(null, 2); /* the assertion's line is test_assert's business */
+		shoal_plan_stage_members(p, ns, mem, 4);
+		_exit(0); /* not reached */
+	}
+	int st;
+	ASSERT_EQ(waitpid(pid, &st, 0), pid);
+	ASSERT_TRUE(WIFSIGNALED(st));
+	ASSERT_EQ(WTERMSIG(st), SIGABRT);
+	shoal_plan_free(p);
+}
+
 TEST_MAIN(TEST_CASE(test_flip_golden), TEST_CASE(test_flip_sweep), TEST_CASE(test_option_off),
           TEST_CASE(test_prev_group_kept), TEST_CASE(test_proportional_shares),
           TEST_CASE(test_head_split), TEST_CASE(test_split_rules),
           TEST_CASE(test_experts_follow_shares), TEST_CASE(test_digest_any_order),
-          TEST_CASE(test_group_roundtrip), TEST_CASE(test_random_clusters))
+          TEST_CASE(test_group_roundtrip), TEST_CASE(test_random_clusters),
+          TEST_CASE(test_members_bad_stage_aborts))
