@@ -26,7 +26,7 @@
 #include "runtime/cpu/kernels.h"
 #include "runtime/cpu/kernels_probe.h"
 #include "runtime/backend.h"
-#include "runtime/cli/cli.h"
+#include "runtime/cli/cli_impl.h"
 #include "runtime/engine/engine.h"
 #include "runtime/engine/generate.h"
 #include "runtime/cpu/backend_cpu.h"
@@ -153,7 +153,7 @@ int shoal_cmd_bench(int argc, char **argv)
 			*(pr ? &n_prompts : &n_depths) = k;
 			continue;
 		} else if (!strcmp(a, "--kv-type")) {
-			if (i + 1 >= argc || !shoal_cli_kv_type(argv[++i], &kv_type)) {
+			if (i + 1 >= argc || !cli__kv_type(argv[++i], &kv_type)) {
 				fprintf(stderr, "shoal bench: --kv-type takes f16 or f32\n");
 				return 2;
 			}

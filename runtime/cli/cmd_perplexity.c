@@ -20,7 +20,7 @@
 
 #include "models/model.h"
 #include "models/tokenizer.h"
-#include "runtime/cli/cli.h"
+#include "runtime/cli/cli_impl.h"
 #include "runtime/engine/engine.h"
 #include "runtime/engine/generate.h"
 #include "runtime/cpu/backend_cpu.h"
@@ -124,7 +124,7 @@ int shoal_cmd_perplexity(int argc, char **argv)
 		else if (!strcmp(a, "--threads") || !strcmp(a, "-t"))
 			dst = &threads, hi = 1024;
 		else if (!strcmp(a, "--kv-type")) {
-			if (i + 1 >= argc || !shoal_cli_kv_type(argv[++i], &kv_type)) {
+			if (i + 1 >= argc || !cli__kv_type(argv[++i], &kv_type)) {
 				fprintf(stderr, "shoal perplexity: --kv-type takes f16 or f32\n");
 				return 2;
 			}

@@ -10,7 +10,6 @@
  * generated token). With --peer ADDR the prompt goes to a cluster peer
  * instead (runtime/cli/cmd_run_remote.c).
  */
-#include <errno.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -23,7 +22,7 @@
 #include "models/model.h"
 #include "models/prompt.h"
 #include "models/tokenizer.h"
-#include "runtime/cli/cli.h"
+#include "runtime/cli/cli_impl.h"
 #include "runtime/engine/engine.h"
 #include "runtime/engine/generate.h"
 #include "runtime/cpu/backend_cpu.h"
@@ -42,7 +41,7 @@ static void shoal_run_usage(FILE *f)
 	        "  --repeat-penalty R     (default 1.0: off)\n"
 	        "  --threads T            compute threads (default 1)\n"
 	        "  --ctx C                context length (default: the model's, at most 4096)\n"
-	        SHOAL_CLI_KV_TYPE_HELP
+	        CLI__KV_TYPE_HELP
 	        "  --chat                 format the prompt as a user message with the\n"
 	        "                         model's chat template\n"
 	        "  --system TEXT          system message for --chat\n"
@@ -52,7 +51,7 @@ static void shoal_run_usage(FILE *f)
 	        "                         significant digits: the float exactly)\n"
 	        "With --peer the model runs on a cluster instead:\n\n",
 	        SHOAL_RUN_DEFAULT_TOKENS);
-	shoal_run_remote_usage(f);
+	cli__run_remote_usage(f);
 }
 
 typedef struct shoal_run_opts {
@@ -64,28 +63,6 @@ typedef struct shoal_run_opts {
 	shoal_dtype kv_type;
 	bool chat, ids;
 } shoal_run_opts;
-
-bool shoal_cli_kv_type(const char *s, shoal_dtype *out)
-{
-	if (!strcmp(s, "f16"))
-		*out = SHOAL_DTYPE_F16;
-	else if (!strcmp(s, "f32"))
-		*out = SHOAL_DTYPE_F32;
-	else
-		return false;
-	return true;
-}
-
-bool shoal_cli_num(const char *s, double lo, double hi, double *out)
-{
-	char *end;
-	errno = 0;
-	double v = strtod(s, &end);
-	if (errno || end == s || *end || !(v >= lo && v <= hi))
-		return false;
-	*out = v;
-	return true;
-}
 
 /* 0 ok, 2 usage error (message printed). */
 static int shoal_run_parse(int argc, char **argv, shoal_run_opts *o)
@@ -102,7 +79,7 @@ static int shoal_run_parse(int argc, char **argv, shoal_run_opts *o)
 		const char *val = has_val ? argv[i + 1] : NULL;
 #define NUM(lo, hi)                                                                                \
 	do {                                                                                       \
-		if (!has_val || !shoal_cli_num(val, lo, hi, &v)) {                                 \
+		if (!has_val || !cli__num(val, lo, hi, &v)) {                                      \
 			fprintf(stderr, "shoal run: %s needs a number in [%g, %g]\n", a,           \
 			        (double)(lo), (double)(hi));                                       \
 			return 2;                                                                  \
@@ -151,7 +128,7 @@ static int shoal_run_parse(int argc, char **argv, shoal_run_opts *o)
 		} else if (!strcmp(a, "--kv-type")) {
 			if (!has_val)
 				goto missing;
-			if (!shoal_cli_kv_type(argv[++i], &o->kv_type)) {
+			if (!cli__kv_type(argv[++i], &o->kv_type)) {
 				fprintf(stderr, "shoal run: --kv-type takes f16 or f32, not '%s'\n",
 				        argv[i]);
 				return 2;
@@ -219,7 +196,7 @@ int shoal_cmd_run(int argc, char **argv)
 {
 	for (int i = 1; i < argc; i++)
 		if (!strcmp(argv[i], "--peer"))
-			return shoal_cmd_run_remote(argc, argv);
+			return cli__run_remote(argc, argv);
 	shoal_run_opts o;
 	int rc = shoal_run_parse(argc, argv, &o);
 	if (rc)
