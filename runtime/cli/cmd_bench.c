@@ -26,10 +26,10 @@
 #include "runtime/cpu/kernels.h"
 #include "runtime/cpu/kernels_probe.h"
 #include "runtime/backend.h"
+#include "runtime/backends.h"
 #include "runtime/cli/cli_impl.h"
 #include "runtime/engine/engine.h"
 #include "runtime/engine/generate.h"
-#include "runtime/cpu/backend_cpu.h"
 
 static void shoal_bench_usage(FILE *f)
 {
@@ -212,12 +212,13 @@ int shoal_cmd_bench(int argc, char **argv)
 		goto out;
 	}
 	shoal_engine_config cfg = shoal_engine_config_default(m);
-	cfg.backend = shoal_backend_cpu();
+	err = shoal_backend_pick(NULL, &cfg.backend, why, sizeof why); /* "auto" */
 	cfg.n_threads = (uint32_t)threads;
 	cfg.n_ctx = (uint32_t)max_ctx;
 	cfg.kv_type = kv_type;
 	cfg.max_rows = (uint32_t)(max_prompt < 512 ? max_prompt : 512);
-	err = shoal_engine_new(m, &cfg, &eng, why, sizeof why);
+	if (!err)
+		err = shoal_engine_new(m, &cfg, &eng, why, sizeof why);
 	if (err) {
 		fprintf(stderr, "shoal bench: %s: %s\n", model, why[0] ? why : shoal_strerror(err));
 		goto out;

@@ -20,10 +20,10 @@
 
 #include "models/model.h"
 #include "models/tokenizer.h"
+#include "runtime/backends.h"
 #include "runtime/cli/cli_impl.h"
 #include "runtime/engine/engine.h"
 #include "runtime/engine/generate.h"
-#include "runtime/cpu/backend_cpu.h"
 
 static void shoal_ppl_usage(FILE *f)
 {
@@ -197,7 +197,7 @@ int shoal_cmd_perplexity(int argc, char **argv)
 		goto out;
 	}
 	shoal_engine_config cfg = shoal_engine_config_default(m);
-	cfg.backend = shoal_backend_cpu();
+	err = shoal_backend_pick(NULL, &cfg.backend, why, sizeof why); /* "auto" */
 	cfg.n_threads = (uint32_t)threads;
 	cfg.n_ctx = C;
 	cfg.kv_type = kv_type;
@@ -208,7 +208,8 @@ int shoal_cmd_perplexity(int argc, char **argv)
 	cfg.max_rows = C < 512 ? C : 512;
 	if (cfg.max_rows > rows_cap)
 		cfg.max_rows = rows_cap ? rows_cap : 1;
-	err = shoal_engine_new(m, &cfg, &eng, why, sizeof why);
+	if (!err)
+		err = shoal_engine_new(m, &cfg, &eng, why, sizeof why);
 	if (err) {
 		fprintf(stderr, "shoal perplexity: %s: %s\n", model,
 		        why[0] ? why : shoal_strerror(err));

@@ -22,10 +22,10 @@
 #include "models/model.h"
 #include "models/prompt.h"
 #include "models/tokenizer.h"
+#include "runtime/backends.h"
 #include "runtime/cli/cli_impl.h"
 #include "runtime/engine/engine.h"
 #include "runtime/engine/generate.h"
-#include "runtime/cpu/backend_cpu.h"
 
 static void shoal_run_usage(FILE *f)
 {
@@ -244,14 +244,15 @@ int shoal_cmd_run(int argc, char **argv)
 
 	shoal_engine_config cfg = shoal_engine_config_default(m);
 
-	cfg.backend = shoal_backend_cpu();
+	err = shoal_backend_pick(NULL, &cfg.backend, why, sizeof why); /* "auto" */
 	cfg.n_threads = (uint32_t)o.threads;
 	cfg.kv_type = o.kv_type;
 	if (o.ctx)
 		cfg.n_ctx = (uint32_t)o.ctx;
 	if (cfg.max_rows > cfg.n_ctx)
 		cfg.max_rows = cfg.n_ctx;
-	err = shoal_engine_new(m, &cfg, &eng, why, sizeof why);
+	if (!err)
+		err = shoal_engine_new(m, &cfg, &eng, why, sizeof why);
 	if (err) {
 		fprintf(stderr, "shoal run: %s: %s\n", o.model, why[0] ? why : shoal_strerror(err));
 		goto out;

@@ -36,7 +36,8 @@
  *
  * A pipeline stage, for example:
  *     cfg = shoal_engine_config_default(m);
- *     cfg.backend = shoal_backend_cpu();   (runtime/cpu/backend_cpu.h)
+ *     shoal_backend_pick(NULL, &cfg.backend, why, sizeof why);
+ *                                          (runtime/backends.h: "auto")
  *     cfg.layer_begin = 8; cfg.layer_end = 16; cfg.has_embd = false;
  *     cfg.has_head = false; cfg.max_sessions = 16;
  *     shoal_engine_new(m, &cfg, &e, why, sizeof why);
@@ -166,7 +167,7 @@ typedef struct shoal_engine_config {
 	 * above; then expert_mask must be NULL (its experts are its share) and
 	 * moe_hook is unused. */
 	shoal_engine_tp tp;
-	const shoal_backend_ops *backend; /* required (e.g. runtime/cpu/backend_cpu.h) */
+	const shoal_backend_ops *backend; /* required (runtime/backends.h picks one) */
 	/* The KV cache's element type, one the backend supports as a
 	 * KV_CACHE: F16 (the default) or F32. Tokens depend on it, so every
 	 * engine of one generation must use the same. */
