@@ -209,10 +209,14 @@ shoal_backend *shoal_engine_backend(shoal_engine *e);
  * Positions of a session fill in order: a batch may write positions
  * p..p+m-1 of a session only if p <= its current length (p < length
  * rewinds: later positions are forgotten). */
+/* A slot passed to reset, close and len is one session_open gave, so it is
+ * below max_sessions: another is a bug of the caller and aborts
+ * (SHOAL_ASSERT). */
 shoal_err shoal_engine_session_open(shoal_engine *e, uint32_t *slot); /* BUSY if none free */
-shoal_err shoal_engine_session_reset(shoal_engine *e, uint32_t slot); /* length 0 */
-void shoal_engine_session_close(shoal_engine *e, uint32_t slot);      /* bad slot: no-op */
-/* Positions [0, length) are in the cache (0 for a bad or closed slot). */
+/* Length 0; NOTFOUND if the slot is not open. */
+shoal_err shoal_engine_session_reset(shoal_engine *e, uint32_t slot);
+void shoal_engine_session_close(shoal_engine *e, uint32_t slot); /* closed slot: no-op */
+/* Positions [0, length) are in the cache (0 for a closed slot). */
 uint32_t shoal_engine_session_len(const shoal_engine *e, uint32_t slot);
 
 /* ---- running ----------------------------------------------------------------- */
@@ -250,7 +254,8 @@ shoal_err shoal_engine_run(shoal_engine *e, const shoal_engine_batch *b, char *w
  * groups where the model has them; weights the unbiased scores,
  * renormalised when the model says and times its routed scale; then
  * sorted by id). The shared experts are not routed: the layer's owner adds
- * them (engine_moe.c). */
+ * them (engine_moe.c). A layer that is not MoE, n_rows over max_rows or
+ * a NULL pointer is a bug of the caller (abort); returns SHOAL_OK. */
 shoal_err shoal_engine_moe_route(shoal_engine *e, uint32_t layer, uint32_t n_rows, const float *x,
                                  int32_t *ids, float *w);
 
