@@ -14,6 +14,7 @@
 #include <stdio.h>
 
 #include "models/dtype.h"
+#include "runtime/backends.h"
 #include "runtime/cli/cli.h"
 
 /* A number option: s is all of a number in [lo, hi] (strtod's syntax);
@@ -26,6 +27,16 @@ bool cli__kv_type(const char *s, shoal_dtype *out);
 #define CLI__KV_TYPE_HELP                                                                          \
 	"  --kv-type f16|f32      KV cache elements (default f16, half the memory; f32\n"          \
 	"                         as the reference outputs in tests/data were made)\n"
+
+/* A --backend value (NULL when not given: "auto") to the ops table of
+ * that kind (runtime/backends.h, static). false after printing
+ * "CMD: --backend: REASON" on stderr (an unknown name lists the known). */
+bool cli__backend(const char *cmd, const char *name, const shoal_backend_ops **out);
+
+/* The --backend line of a command's help, its option column `width`
+ * characters wide (the two leading spaces included): names this build's
+ * kinds. */
+void cli__backend_usage(FILE *f, int width);
 
 /* `shoal run --peer ADDR ...` (argv as shoal_cmd_run got it) and its
  * options, for `shoal run --help`. (runtime/cli/cmd_run_remote.c) */

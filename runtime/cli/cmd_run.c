@@ -39,7 +39,10 @@ static void shoal_run_usage(FILE *f)
 	        "  --top-p P              (default 0.95; 1 off)\n"
 	        "  --min-p P              (default 0.05; 0 off)\n"
 	        "  --repeat-penalty R     (default 1.0: off)\n"
-	        "  --threads T            compute threads (default 1)\n"
+	        "  --threads T            compute threads (default 1)\n",
+	        SHOAL_RUN_DEFAULT_TOKENS);
+	cli__backend_usage(f, 25);
+	fprintf(f,
 	        "  --ctx C                context length (default: the model's, at most 4096)\n"
 	        CLI__KV_TYPE_HELP
 	        "  --chat                 format the prompt as a user message with the\n"
@@ -49,8 +52,7 @@ static void shoal_run_usage(FILE *f)
 	        "  --logprobs K           print one JSON object per generated token with\n"
 	        "                         its logprob and the K best alternatives (9\n"
 	        "                         significant digits: the float exactly)\n"
-	        "With --peer the model runs on a cluster instead:\n\n",
-	        SHOAL_RUN_DEFAULT_TOKENS);
+	        "With --peer the model runs on a cluster instead:\n\n");
 	cli__run_remote_usage(f);
 }
 
@@ -61,6 +63,7 @@ typedef struct shoal_run_opts {
 	bool seed_given;
 	long threads, ctx, logprobs;
 	shoal_dtype kv_type;
+	const shoal_backend_ops *backend;
 	bool chat, ids;
 } shoal_run_opts;
 
@@ -72,6 +75,7 @@ static int shoal_run_parse(int argc, char **argv, shoal_run_opts *o)
 	o->sp = shoal_sampler_defaults();
 	o->threads = 1;
 	o->kv_type = SHOAL_DTYPE_F16;
+	const char *backend = NULL; /* "auto" */
 	for (int i = 1; i < argc; i++) {
 		const char *a = argv[i];
 		double v;
@@ -133,6 +137,10 @@ static int shoal_run_parse(int argc, char **argv, shoal_run_opts *o)
 				        argv[i]);
 				return 2;
 			}
+		} else if (!strcmp(a, "--backend")) {
+			if (!has_val)
+				goto missing;
+			backend = argv[++i];
 		} else if (!strcmp(a, "--logprobs")) {
 			NUM(1, SHOAL_GEN_MAX_LOGPROBS);
 			o->logprobs = (long)v;
@@ -160,6 +168,8 @@ static int shoal_run_parse(int argc, char **argv, shoal_run_opts *o)
 		shoal_run_usage(stderr);
 		return 2;
 	}
+	if (!cli__backend("shoal run", backend, &o->backend))
+		return 2;
 	if (!o->seed_given)
 		o->sp.seed = (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 32);
 	return 0;
@@ -244,15 +254,14 @@ int shoal_cmd_run(int argc, char **argv)
 
 	shoal_engine_config cfg = shoal_engine_config_default(m);
 
-	err = shoal_backend_pick(NULL, &cfg.backend, why, sizeof why); /* "auto" */
+	cfg.backend = o.backend;
 	cfg.n_threads = (uint32_t)o.threads;
 	cfg.kv_type = o.kv_type;
 	if (o.ctx)
 		cfg.n_ctx = (uint32_t)o.ctx;
 	if (cfg.max_rows > cfg.n_ctx)
 		cfg.max_rows = cfg.n_ctx;
-	if (!err)
-		err = shoal_engine_new(m, &cfg, &eng, why, sizeof why);
+	err = shoal_engine_new(m, &cfg, &eng, why, sizeof why);
 	if (err) {
 		fprintf(stderr, "shoal run: %s: %s\n", o.model, why[0] ? why : shoal_strerror(err));
 		goto out;
