@@ -4,7 +4,8 @@
  * table + thread pool) is the first implementation; a Metal or CUDA
  * backend fills the same table and the engine's layer-range API
  * (engine.h) does not change. The engine never names a backend: its
- * caller passes one in the engine config.
+ * caller passes one in the engine config, chosen by the registry of
+ * backend kinds (runtime/backends.h).
  *
  * Part: runtime/ (the interface between engine/ and a backend room such
  * as cpu/). The conventions every op follows are listed below the

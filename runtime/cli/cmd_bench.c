@@ -26,17 +26,19 @@
 #include "runtime/cpu/kernels.h"
 #include "runtime/cpu/kernels_probe.h"
 #include "runtime/backend.h"
-#include "runtime/cli/cli.h"
+#include "runtime/backends.h"
+#include "runtime/cli/cli_impl.h"
 #include "runtime/engine/engine.h"
 #include "runtime/engine/generate.h"
-#include "runtime/cpu/backend_cpu.h"
 
 static void shoal_bench_usage(FILE *f)
 {
 	fprintf(f, "usage: shoal bench MODEL [--threads T] [--prompt N[,N...]] [--gen N]\n"
-	           "                   [--depth D[,D...]] [--kv-type f16|f32] [--json]\n"
-	           "  --threads T       compute threads (default 1)\n"
-	           "  --prompt N,...    prefill runs of N tokens each (default 64)\n"
+	           "                   [--depth D[,D...]] [--kv-type f16|f32] [--backend B]\n"
+	           "                   [--json]\n"
+	           "  --threads T       compute threads (default 1)\n");
+	cli__backend_usage(f, 20);
+	fprintf(f, "  --prompt N,...    prefill runs of N tokens each (default 64)\n"
 	           "  --gen N           decoded tokens per decode run (default 32)\n"
 	           "  --depth D,...     decode runs after D tokens of context (default 0)\n"
 	           "  --kv-type T       KV cache elements, f16 (default) or f32\n"
@@ -131,6 +133,8 @@ int shoal_cmd_bench(int argc, char **argv)
 	int n_prompts = 1, n_depths = 1;
 	bool json = false;
 	shoal_dtype kv_type = SHOAL_DTYPE_F16;
+	const char *backend_name = NULL; /* "auto" */
+	const shoal_backend_ops *backend = NULL;
 	for (int i = 1; i < argc; i++) {
 		const char *a = argv[i];
 		long *dst = NULL;
@@ -153,10 +157,17 @@ int shoal_cmd_bench(int argc, char **argv)
 			*(pr ? &n_prompts : &n_depths) = k;
 			continue;
 		} else if (!strcmp(a, "--kv-type")) {
-			if (i + 1 >= argc || !shoal_cli_kv_type(argv[++i], &kv_type)) {
+			if (i + 1 >= argc || !cli__kv_type(argv[++i], &kv_type)) {
 				fprintf(stderr, "shoal bench: --kv-type takes f16 or f32\n");
 				return 2;
 			}
+			continue;
+		} else if (!strcmp(a, "--backend")) {
+			if (i + 1 >= argc) {
+				fprintf(stderr, "shoal bench: --backend needs a name\n");
+				return 2;
+			}
+			backend_name = argv[++i];
 			continue;
 		} else if (!strcmp(a, "--json"))
 			json = true;
@@ -189,6 +200,8 @@ int shoal_cmd_bench(int argc, char **argv)
 		shoal_bench_usage(stderr);
 		return 2;
 	}
+	if (!cli__backend("shoal bench", backend_name, &backend))
+		return 2;
 	long max_prompt = 1, max_ctx = 1;
 	for (int k = 0; k < n_prompts; k++)
 		if (prompts[k] > max_prompt)
@@ -212,7 +225,7 @@ int shoal_cmd_bench(int argc, char **argv)
 		goto out;
 	}
 	shoal_engine_config cfg = shoal_engine_config_default(m);
-	cfg.backend = shoal_backend_cpu();
+	cfg.backend = backend;
 	cfg.n_threads = (uint32_t)threads;
 	cfg.n_ctx = (uint32_t)max_ctx;
 	cfg.kv_type = kv_type;

@@ -20,19 +20,20 @@
 
 #include "models/model.h"
 #include "models/tokenizer.h"
-#include "runtime/cli/cli.h"
+#include "runtime/backends.h"
+#include "runtime/cli/cli_impl.h"
 #include "runtime/engine/engine.h"
 #include "runtime/engine/generate.h"
-#include "runtime/cpu/backend_cpu.h"
 
 static void shoal_ppl_usage(FILE *f)
 {
 	fprintf(f, "usage: shoal perplexity MODEL FILE [--ctx C] [--chunks N] [--threads T] "
-	           "[--kv-type f16|f32] [--json]\n"
+	           "[--kv-type f16|f32] [--backend B] [--json]\n"
 	           "  --ctx C      window length (default: the model's training context)\n"
 	           "  --chunks N   only the first N windows\n"
-	           "  --threads T  compute threads (default 1)\n"
-	           "  --kv-type T  KV cache elements, f16 (default) or f32\n"
+	           "  --threads T  compute threads (default 1)\n");
+	cli__backend_usage(f, 15);
+	fprintf(f, "  --kv-type T  KV cache elements, f16 (default) or f32\n"
 	           "  --json       print {\"perplexity\", \"tokens\" (scored), \"windows\", "
 	           "\"ctx\", \"seconds\"}\n");
 }
@@ -114,6 +115,8 @@ int shoal_cmd_perplexity(int argc, char **argv)
 	long ctx = 0, chunks = 0, threads = 1;
 	bool json = false;
 	shoal_dtype kv_type = SHOAL_DTYPE_F16;
+	const char *backend_name = NULL; /* "auto" */
+	const shoal_backend_ops *backend = NULL;
 	for (int i = 1; i < argc; i++) {
 		const char *a = argv[i];
 		long *dst = NULL, lo = 1, hi = 1 << 24;
@@ -124,10 +127,16 @@ int shoal_cmd_perplexity(int argc, char **argv)
 		else if (!strcmp(a, "--threads") || !strcmp(a, "-t"))
 			dst = &threads, hi = 1024;
 		else if (!strcmp(a, "--kv-type")) {
-			if (i + 1 >= argc || !shoal_cli_kv_type(argv[++i], &kv_type)) {
+			if (i + 1 >= argc || !cli__kv_type(argv[++i], &kv_type)) {
 				fprintf(stderr, "shoal perplexity: --kv-type takes f16 or f32\n");
 				return 2;
 			}
+		} else if (!strcmp(a, "--backend")) {
+			if (i + 1 >= argc) {
+				fprintf(stderr, "shoal perplexity: --backend needs a name\n");
+				return 2;
+			}
+			backend_name = argv[++i];
 		} else if (!strcmp(a, "--json"))
 			json = true;
 		else if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
@@ -155,6 +164,8 @@ int shoal_cmd_perplexity(int argc, char **argv)
 		shoal_ppl_usage(stderr);
 		return 2;
 	}
+	if (!cli__backend("shoal perplexity", backend_name, &backend))
+		return 2;
 
 	char why[SHOAL_WHY_LEN] = "";
 	int status = 1;
@@ -197,7 +208,7 @@ int shoal_cmd_perplexity(int argc, char **argv)
 		goto out;
 	}
 	shoal_engine_config cfg = shoal_engine_config_default(m);
-	cfg.backend = shoal_backend_cpu();
+	cfg.backend = backend;
 	cfg.n_threads = (uint32_t)threads;
 	cfg.n_ctx = C;
 	cfg.kv_type = kv_type;

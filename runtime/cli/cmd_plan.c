@@ -28,6 +28,7 @@
 #include "models/spec.h"
 #include "runtime/cli/cli.h"
 #include "runtime/node/plan_json.h"
+#include "scheduler/digest.h"
 #include "scheduler/plan.h"
 
 /* Members of a group whose shares the text shows (a wider group is named
@@ -239,7 +240,7 @@ static void print_group(const shoal_plan *p, const shoal_manifest *m, size_t st,
 static void print_text(const shoal_plan *p, const shoal_manifest *m, const shoal_spec_info *info,
                        const shoal_policy *pol)
 {
-	char dh[65];
+	char dh[2 * SHOAL_DIGEST_BYTES + 1]; /* hex and a NUL */
 	shoal_digest_hex(shoal_plan_digest(p), dh);
 	printf("plan for %s", shoal_plan_name(p));
 	if (info)

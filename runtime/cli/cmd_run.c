@@ -10,7 +10,6 @@
  * generated token). With --peer ADDR the prompt goes to a cluster peer
  * instead (runtime/cli/cmd_run_remote.c).
  */
-#include <errno.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -23,10 +22,10 @@
 #include "models/model.h"
 #include "models/prompt.h"
 #include "models/tokenizer.h"
-#include "runtime/cli/cli.h"
+#include "runtime/backends.h"
+#include "runtime/cli/cli_impl.h"
 #include "runtime/engine/engine.h"
 #include "runtime/engine/generate.h"
-#include "runtime/cpu/backend_cpu.h"
 
 static void shoal_run_usage(FILE *f)
 {
@@ -40,9 +39,12 @@ static void shoal_run_usage(FILE *f)
 	        "  --top-p P              (default 0.95; 1 off)\n"
 	        "  --min-p P              (default 0.05; 0 off)\n"
 	        "  --repeat-penalty R     (default 1.0: off)\n"
-	        "  --threads T            compute threads (default 1)\n"
+	        "  --threads T            compute threads (default 1)\n",
+	        SHOAL_RUN_DEFAULT_TOKENS);
+	cli__backend_usage(f, 25);
+	fprintf(f,
 	        "  --ctx C                context length (default: the model's, at most 4096)\n"
-	        SHOAL_CLI_KV_TYPE_HELP
+	        CLI__KV_TYPE_HELP
 	        "  --chat                 format the prompt as a user message with the\n"
 	        "                         model's chat template\n"
 	        "  --system TEXT          system message for --chat\n"
@@ -50,9 +52,8 @@ static void shoal_run_usage(FILE *f)
 	        "  --logprobs K           print one JSON object per generated token with\n"
 	        "                         its logprob and the K best alternatives (9\n"
 	        "                         significant digits: the float exactly)\n"
-	        "With --peer the model runs on a cluster instead:\n\n",
-	        SHOAL_RUN_DEFAULT_TOKENS);
-	shoal_run_remote_usage(f);
+	        "With --peer the model runs on a cluster instead:\n\n");
+	cli__run_remote_usage(f);
 }
 
 typedef struct shoal_run_opts {
@@ -62,30 +63,9 @@ typedef struct shoal_run_opts {
 	bool seed_given;
 	long threads, ctx, logprobs;
 	shoal_dtype kv_type;
+	const shoal_backend_ops *backend;
 	bool chat, ids;
 } shoal_run_opts;
-
-bool shoal_cli_kv_type(const char *s, shoal_dtype *out)
-{
-	if (!strcmp(s, "f16"))
-		*out = SHOAL_DTYPE_F16;
-	else if (!strcmp(s, "f32"))
-		*out = SHOAL_DTYPE_F32;
-	else
-		return false;
-	return true;
-}
-
-bool shoal_cli_num(const char *s, double lo, double hi, double *out)
-{
-	char *end;
-	errno = 0;
-	double v = strtod(s, &end);
-	if (errno || end == s || *end || !(v >= lo && v <= hi))
-		return false;
-	*out = v;
-	return true;
-}
 
 /* 0 ok, 2 usage error (message printed). */
 static int shoal_run_parse(int argc, char **argv, shoal_run_opts *o)
@@ -95,6 +75,7 @@ static int shoal_run_parse(int argc, char **argv, shoal_run_opts *o)
 	o->sp = shoal_sampler_defaults();
 	o->threads = 1;
 	o->kv_type = SHOAL_DTYPE_F16;
+	const char *backend = NULL; /* "auto" */
 	for (int i = 1; i < argc; i++) {
 		const char *a = argv[i];
 		double v;
@@ -102,7 +83,7 @@ static int shoal_run_parse(int argc, char **argv, shoal_run_opts *o)
 		const char *val = has_val ? argv[i + 1] : NULL;
 #define NUM(lo, hi)                                                                                \
 	do {                                                                                       \
-		if (!has_val || !shoal_cli_num(val, lo, hi, &v)) {                                 \
+		if (!has_val || !cli__num(val, lo, hi, &v)) {                                      \
 			fprintf(stderr, "shoal run: %s needs a number in [%g, %g]\n", a,           \
 			        (double)(lo), (double)(hi));                                       \
 			return 2;                                                                  \
@@ -151,11 +132,15 @@ static int shoal_run_parse(int argc, char **argv, shoal_run_opts *o)
 		} else if (!strcmp(a, "--kv-type")) {
 			if (!has_val)
 				goto missing;
-			if (!shoal_cli_kv_type(argv[++i], &o->kv_type)) {
+			if (!cli__kv_type(argv[++i], &o->kv_type)) {
 				fprintf(stderr, "shoal run: --kv-type takes f16 or f32, not '%s'\n",
 				        argv[i]);
 				return 2;
 			}
+		} else if (!strcmp(a, "--backend")) {
+			if (!has_val)
+				goto missing;
+			backend = argv[++i];
 		} else if (!strcmp(a, "--logprobs")) {
 			NUM(1, SHOAL_GEN_MAX_LOGPROBS);
 			o->logprobs = (long)v;
@@ -183,6 +168,8 @@ static int shoal_run_parse(int argc, char **argv, shoal_run_opts *o)
 		shoal_run_usage(stderr);
 		return 2;
 	}
+	if (!cli__backend("shoal run", backend, &o->backend))
+		return 2;
 	if (!o->seed_given)
 		o->sp.seed = (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 32);
 	return 0;
@@ -219,7 +206,7 @@ int shoal_cmd_run(int argc, char **argv)
 {
 	for (int i = 1; i < argc; i++)
 		if (!strcmp(argv[i], "--peer"))
-			return shoal_cmd_run_remote(argc, argv);
+			return cli__run_remote(argc, argv);
 	shoal_run_opts o;
 	int rc = shoal_run_parse(argc, argv, &o);
 	if (rc)
@@ -267,7 +254,7 @@ int shoal_cmd_run(int argc, char **argv)
 
 	shoal_engine_config cfg = shoal_engine_config_default(m);
 
-	cfg.backend = shoal_backend_cpu();
+	cfg.backend = o.backend;
 	cfg.n_threads = (uint32_t)o.threads;
 	cfg.kv_type = o.kv_type;
 	if (o.ctx)

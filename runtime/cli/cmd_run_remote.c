@@ -28,7 +28,7 @@
 #include "net/key.h"
 #include "net/runmsg.h"
 #include "models/prompt.h"
-#include "runtime/cli/cli.h"
+#include "runtime/cli/cli_impl.h"
 #include "runtime/engine/generate.h"
 
 /* Silence allowed between two replies: the owner waits up to 20 s for a
@@ -42,7 +42,7 @@
 #define SHOAL_RUN_REMOTE_RETRIES  3
 #define SHOAL_RUN_REMOTE_RETRY_MS 1000
 
-void shoal_run_remote_usage(FILE *f)
+void cli__run_remote_usage(FILE *f)
 {
 	fprintf(f,
 	        "usage: shoal run --peer HOST[:PORT] (--key FILE | --insecure) -p TEXT [-n N]\n"
@@ -62,7 +62,7 @@ void shoal_run_remote_usage(FILE *f)
 	        SHOAL_RUN_REMOTE_TIMEOUT_MS);
 }
 
-int shoal_cmd_run_remote(int argc, char **argv)
+int cli__run_remote(int argc, char **argv)
 {
 	const char *peer = NULL, *key_file = NULL, *prompt = NULL, *system = NULL;
 	bool insecure = false, ids = false, seed_given = false, chat = false, stats = false;
@@ -72,7 +72,7 @@ int shoal_cmd_run_remote(int argc, char **argv)
 		const char *a = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
 		double *num = NULL, lo = 0, hi = 0;
 		if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-			shoal_run_remote_usage(stdout);
+			cli__run_remote_usage(stdout);
 			return 0;
 		} else if (!strcmp(a, "--insecure")) {
 			insecure = true;
@@ -122,17 +122,17 @@ int shoal_cmd_run_remote(int argc, char **argv)
 			num = &ignored, lo = 0, hi = 1e9; /* the peers' own settings apply */
 		else {
 			fprintf(stderr, "shoal run: unknown option %s (with --peer)\n", a);
-			shoal_run_remote_usage(stderr);
+			cli__run_remote_usage(stderr);
 			return 2;
 		}
-		if (num && !shoal_cli_num(val, lo, hi, num)) {
+		if (num && !cli__num(val, lo, hi, num)) {
 			fprintf(stderr, "shoal run: %s needs a number in [%g, %g]\n", a, lo, hi);
 			return 2;
 		}
 		i++;
 	}
 	if (!peer || !prompt || (key_file && insecure) || (!key_file && !insecure)) {
-		shoal_run_remote_usage(stderr);
+		cli__run_remote_usage(stderr);
 		return 2;
 	}
 	if (system && strlen(system) > SHOAL_RUN_MAX_SYSTEM) {

@@ -13,8 +13,8 @@
 
 #include "base/hex.h"
 #include "base/log.h"
+#include "runtime/backends.h"
 #include "runtime/dist/dist_impl.h"
-#include "runtime/cpu/backend_cpu.h"
 
 #define LOG_PART  "dist"
 #define RES_WORDS (2u + 2u * SHOAL_DIST_MAX_LOGPROBS)
@@ -825,7 +825,9 @@ shoal_err shoal_dist_stage_new(const shoal_model *m, const shoal_dist_stage_conf
 		s->xpeer[i] = (int8_t)x;
 	}
 	shoal_engine_config ec = shoal_engine_config_default(m);
-	ec.backend = shoal_backend_cpu();
+	err = shoal_backend_pick(NULL, &ec.backend, why, why_len); /* "auto" */
+	if (err)
+		goto fail;
 	ec.n_threads = cfg->n_threads ? cfg->n_threads : 1;
 	ec.n_ctx = cfg->n_ctx;
 	ec.max_sessions = cfg->max_sessions;

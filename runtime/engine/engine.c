@@ -11,6 +11,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/assert.h"
+
 
 /*
  * One layer, for the n rows of a batch (the reference engine's order):
@@ -446,6 +448,7 @@ static void engine__rope_table(shoal_engine *e, const float *freqs)
 shoal_err shoal_engine_new(const shoal_model *m, const shoal_engine_config *cfg, shoal_engine **out,
                            char *why, size_t why_len)
 {
+	SHOAL_ASSERT(m && cfg && out);
 	*out = NULL;
 	const shoal_hparams *hp = &m->hp;
 	shoal_err err = SHOAL_ERR_NOMEM;
@@ -688,6 +691,7 @@ shoal_backend *shoal_engine_backend(shoal_engine *e)
 
 shoal_err shoal_engine_session_open(shoal_engine *e, uint32_t *slot)
 {
+	SHOAL_ASSERT(e && slot);
 	for (uint32_t s = 0; s < e->cfg.max_sessions; s++) {
 		if (!e->sess_open[s]) {
 			e->sess_open[s] = 1;
@@ -701,7 +705,8 @@ shoal_err shoal_engine_session_open(shoal_engine *e, uint32_t *slot)
 
 shoal_err shoal_engine_session_reset(shoal_engine *e, uint32_t slot)
 {
-	if (slot >= e->cfg.max_sessions || !e->sess_open[slot])
+	SHOAL_ASSERT(e && slot < e->cfg.max_sessions);
+	if (!e->sess_open[slot])
 		return SHOAL_ERR_NOTFOUND;
 	e->sess_len[slot] = 0;
 	return SHOAL_OK;
@@ -709,15 +714,15 @@ shoal_err shoal_engine_session_reset(shoal_engine *e, uint32_t slot)
 
 void shoal_engine_session_close(shoal_engine *e, uint32_t slot)
 {
-	if (slot >= e->cfg.max_sessions)
-		return;
+	SHOAL_ASSERT(e && slot < e->cfg.max_sessions);
 	e->sess_open[slot] = 0;
 	e->sess_len[slot] = 0;
 }
 
 uint32_t shoal_engine_session_len(const shoal_engine *e, uint32_t slot)
 {
-	if (slot >= e->cfg.max_sessions || !e->sess_open[slot])
+	SHOAL_ASSERT(e && slot < e->cfg.max_sessions);
+	if (!e->sess_open[slot])
 		return 0;
 	return e->sess_len[slot];
 }
@@ -969,6 +974,7 @@ void engine__ffn_swiglu(shoal_engine *e, const shoal_backend_mat *gate,
 
 shoal_err shoal_engine_run(shoal_engine *e, const shoal_engine_batch *b, char *why, size_t why_len)
 {
+	SHOAL_ASSERT(e && b); /* the batch's contents may come from the network: checked */
 	const shoal_backend_ops *ops = e->ops;
 	const shoal_hparams *hp = &e->hp;
 	uint32_t n = b->n_rows, n_logits;

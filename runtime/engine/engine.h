@@ -36,7 +36,8 @@
  *
  * A pipeline stage, for example:
  *     cfg = shoal_engine_config_default(m);
- *     cfg.backend = shoal_backend_cpu();   (runtime/cpu/backend_cpu.h)
+ *     shoal_backend_pick(NULL, &cfg.backend, why, sizeof why);
+ *                                          (runtime/backends.h: "auto")
  *     cfg.layer_begin = 8; cfg.layer_end = 16; cfg.has_embd = false;
  *     cfg.has_head = false; cfg.max_sessions = 16;
  *     shoal_engine_new(m, &cfg, &e, why, sizeof why);
@@ -166,7 +167,7 @@ typedef struct shoal_engine_config {
 	 * above; then expert_mask must be NULL (its experts are its share) and
 	 * moe_hook is unused. */
 	shoal_engine_tp tp;
-	const shoal_backend_ops *backend; /* required (e.g. runtime/cpu/backend_cpu.h) */
+	const shoal_backend_ops *backend; /* required (runtime/backends.h picks one) */
 	/* The KV cache's element type, one the backend supports as a
 	 * KV_CACHE: F16 (the default) or F32. Tokens depend on it, so every
 	 * engine of one generation must use the same. */
@@ -208,10 +209,14 @@ shoal_backend *shoal_engine_backend(shoal_engine *e);
  * Positions of a session fill in order: a batch may write positions
  * p..p+m-1 of a session only if p <= its current length (p < length
  * rewinds: later positions are forgotten). */
+/* A slot passed to reset, close and len is one session_open gave, so it is
+ * below max_sessions: another is a bug of the caller and aborts
+ * (SHOAL_ASSERT). */
 shoal_err shoal_engine_session_open(shoal_engine *e, uint32_t *slot); /* BUSY if none free */
-shoal_err shoal_engine_session_reset(shoal_engine *e, uint32_t slot); /* length 0 */
-void shoal_engine_session_close(shoal_engine *e, uint32_t slot);      /* bad slot: no-op */
-/* Positions [0, length) are in the cache (0 for a bad or closed slot). */
+/* Length 0; NOTFOUND if the slot is not open. */
+shoal_err shoal_engine_session_reset(shoal_engine *e, uint32_t slot);
+void shoal_engine_session_close(shoal_engine *e, uint32_t slot); /* closed slot: no-op */
+/* Positions [0, length) are in the cache (0 for a closed slot). */
 uint32_t shoal_engine_session_len(const shoal_engine *e, uint32_t slot);
 
 /* ---- running ----------------------------------------------------------------- */
@@ -249,7 +254,8 @@ shoal_err shoal_engine_run(shoal_engine *e, const shoal_engine_batch *b, char *w
  * groups where the model has them; weights the unbiased scores,
  * renormalised when the model says and times its routed scale; then
  * sorted by id). The shared experts are not routed: the layer's owner adds
- * them (engine_moe.c). */
+ * them (engine_moe.c). A layer that is not MoE, n_rows over max_rows or
+ * a NULL pointer is a bug of the caller (abort); returns SHOAL_OK. */
 shoal_err shoal_engine_moe_route(shoal_engine *e, uint32_t layer, uint32_t n_rows, const float *x,
                                  int32_t *ids, float *w);
 

@@ -25,6 +25,8 @@
 #include <math.h>
 #include <string.h>
 
+#include "base/assert.h"
+
 /* Renormalisation floor: the reference clamps the weight sum at 2^-14
  * (6.1035e-5, the smallest normal half float) to avoid dividing by ~0. */
 #define SHOAL_MOE_WSUM_MIN 6.103515625e-5f
@@ -102,9 +104,11 @@ static void engine__route_row(uint32_t k, bool norm, float scale, int32_t *ids, 
 shoal_err shoal_engine_moe_route(shoal_engine *e, uint32_t layer, uint32_t n_rows, const float *x,
                                  int32_t *ids, float *w)
 {
+	/* only the layer's owner routes, over rows it holds: a bad layer or
+	 * row count is a bug of the caller */
+	SHOAL_ASSERT(e && x && ids && w);
 	const shoal_hparams *hp = &e->hp;
-	if (layer >= hp->n_layer || !e->layers[layer].moe || n_rows > e->cfg.max_rows)
-		return SHOAL_ERR_INVAL;
+	SHOAL_ASSERT(layer < hp->n_layer && e->layers[layer].moe && n_rows <= e->cfg.max_rows);
 	if (n_rows == 0)
 		return SHOAL_OK;
 	const engine__layer *L = &e->layers[layer];
@@ -139,6 +143,9 @@ shoal_err shoal_engine_moe_route(shoal_engine *e, uint32_t layer, uint32_t n_row
 shoal_err shoal_engine_moe_partial(shoal_engine *e, uint32_t layer, const shoal_moe_rows *rows,
                                    const uint8_t *mask, float *contrib, char *why, size_t why_len)
 {
+	/* the layer, sizes and ids may come from the network (an expert
+	 * server's request): those are checked below; the pointers are ours */
+	SHOAL_ASSERT(e && rows && rows->x && rows->ids && rows->w && contrib);
 	const shoal_hparams *hp = &e->hp;
 	const shoal_backend_ops *ops = e->ops;
 	if (layer >= hp->n_layer || !e->layers[layer].moe)
@@ -201,6 +208,7 @@ shoal_err shoal_engine_moe_partial(shoal_engine *e, uint32_t layer, const shoal_
 void shoal_engine_moe_combine(uint32_t n_rows, uint32_t k, uint32_t n_embd, const float *contrib,
                               float *out)
 {
+	SHOAL_ASSERT((contrib && out) || n_rows == 0);
 	for (uint32_t r = 0; r < n_rows; r++) {
 		float *o = out + (size_t)r * n_embd;               /* (n_embd) */
 		const float *c = contrib + (size_t)r * k * n_embd; /* (k, n_embd) */

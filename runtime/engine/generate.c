@@ -6,20 +6,20 @@
  * Part: runtime/ (engine). Divisions: the sequence, sampling one step, the
  * generator (creation, prefill, decode).
  */
-#include <assert.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
 #include "runtime/engine/generate.h"
 
+#include "base/assert.h"
 #include "base/clock.h"
 
 /* ---- the sequence ---------------------------------------------------------- */
 
 void shoal_gen_seq_init(shoal_gen_seq *q, uint32_t n_prompt, const shoal_gen_limits *lim)
 {
-	assert(n_prompt >= 1);
+	SHOAL_ASSERT(q && lim && n_prompt >= 1);
 	q->n_prompt = n_prompt;
 	q->lim = *lim;
 	q->step = 0;
@@ -50,7 +50,7 @@ shoal_gen_stop shoal_gen_seq_stop(const shoal_gen_seq *q)
 
 shoal_gen_stop shoal_gen_seq_accept(shoal_gen_seq *q, int32_t id)
 {
-	assert(q->stop == SHOAL_GEN_STOP_NONE);
+	SHOAL_ASSERT(q->stop == SHOAL_GEN_STOP_NONE);
 	q->step++;
 	if (q->lim.eog && shoal_tokenizer_is_eog(q->lim.eog, id))
 		q->stop = SHOAL_GEN_STOP_EOG;

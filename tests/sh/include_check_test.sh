@@ -3,8 +3,9 @@
 #
 # Copies the tree's sources to a temp dir; the clean copy passes; then, one
 # at a time: an upward include between rooms (engine -> cli), between parts
-# (net -> models), engine -> cpu, a listed exception that no longer occurs,
-# and a two-header circle; each must fail and be named.
+# (net -> models), engine -> cpu, dist -> cpu (dist picks a backend through
+# runtime/backends.h), a listed exception that no longer occurs, and a
+# two-header circle; each must fail and be named.
 src=${SHOAL_SRCDIR:-$(cd "$(dirname "$0")/../.." && pwd)}
 chk="$src/tests/sh/include_check.sh"
 T=$(mktemp -d)
@@ -33,6 +34,9 @@ fresh
 echo '#include "runtime/cpu/threadpool.h"' >>"$T/t/runtime/engine/engine_moe.c"
 expect "engine includes cpu" 'engine_moe.c:[0-9]* includes runtime/cpu/threadpool.h'
 fresh
+echo '#include "runtime/cpu/backend_cpu.h"' >>"$T/t/runtime/dist/dist_stage.c"
+expect "dist includes cpu" 'dist_stage.c:[0-9]* includes runtime/cpu/backend_cpu.h: runtime/dist may not include runtime/cpu'
+fresh
 echo '#include "net/ctl.h"' >>"$T/t/scheduler/plan.c"
 expect "scheduler includes net" 'scheduler/plan.c:[0-9]* includes net/ctl.h: scheduler may not include net'
 fresh
@@ -42,4 +46,4 @@ fresh
 echo '#include "base/log.h"' >>"$T/t/base/err.h"
 echo '#include "base/err.h"' >>"$T/t/base/log.h"
 expect "circle" 'circle:.*base/\(err\|log\)\.h.*base/\(err\|log\)\.h'
-echo "6 checks of the checker passed"
+echo "7 checks of the checker passed"

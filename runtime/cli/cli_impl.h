@@ -1,0 +1,46 @@
+/*
+ * runtime/cli/cli_impl.h: what the command files of the CLI share: the
+ * option parsers that several commands use (runtime/cli/opts.c) and
+ * `shoal run --peer` (runtime/cli/cmd_run_remote.c), which `shoal run`
+ * hands its arguments to. main.c sees only cli.h.
+ *
+ * Part: runtime/ (CLI). Calls go one way: a cmd_*.c file may call opts.c
+ * and cmd_run.c calls cmd_run_remote.c; nothing calls back.
+ */
+#ifndef SHOAL_RUNTIME_CLI_IMPL_H
+#define SHOAL_RUNTIME_CLI_IMPL_H
+
+#include <stdbool.h>
+#include <stdio.h>
+
+#include "models/dtype.h"
+#include "runtime/backends.h"
+#include "runtime/cli/cli.h"
+
+/* A number option: s is all of a number in [lo, hi] (strtod's syntax);
+ * false otherwise, *out untouched. */
+bool cli__num(const char *s, double lo, double hi, double *out);
+
+/* A --kv-type value: "f16" or "f32" (the engine's KV cache element type,
+ * shoal_engine_config.kv_type); false otherwise, *out untouched. */
+bool cli__kv_type(const char *s, shoal_dtype *out);
+#define CLI__KV_TYPE_HELP                                                                          \
+	"  --kv-type f16|f32      KV cache elements (default f16, half the memory; f32\n"          \
+	"                         as the reference outputs in tests/data were made)\n"
+
+/* A --backend value (NULL when not given: "auto") to the ops table of
+ * that kind (runtime/backends.h, static). false after printing
+ * "CMD: --backend: REASON" on stderr (an unknown name lists the known). */
+bool cli__backend(const char *cmd, const char *name, const shoal_backend_ops **out);
+
+/* The --backend line of a command's help, its option column `width`
+ * characters wide (the two leading spaces included): names this build's
+ * kinds. */
+void cli__backend_usage(FILE *f, int width);
+
+/* `shoal run --peer ADDR ...` (argv as shoal_cmd_run got it) and its
+ * options, for `shoal run --help`. (runtime/cli/cmd_run_remote.c) */
+int cli__run_remote(int argc, char **argv);
+void cli__run_remote_usage(FILE *f);
+
+#endif
