@@ -6,7 +6,7 @@
 #include <stdarg.h>
 #include <stdio.h>
 
-static const char *const shoal_err_names[SHOAL_ERR__COUNT] = {
+static const char *const err_names[SHOAL_ERR__COUNT] = {
 	[SHOAL_OK] = "ok",
 	[SHOAL_ERR_NOMEM] = "out of memory",
 	[SHOAL_ERR_IO] = "I/O error",
@@ -27,9 +27,9 @@ static const char *const shoal_err_names[SHOAL_ERR__COUNT] = {
 
 const char *shoal_strerror(shoal_err e)
 {
-	if ((unsigned)e >= SHOAL_ERR__COUNT || !shoal_err_names[e])
+	if ((unsigned)e >= SHOAL_ERR__COUNT || !err_names[e])
 		return "unknown error";
-	return shoal_err_names[e];
+	return err_names[e];
 }
 
 shoal_err shoal_why(char *why, size_t why_len, shoal_err e, const char *fmt, ...)

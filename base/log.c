@@ -7,15 +7,15 @@
 #include <stdio.h>
 #include <time.h>
 
-static shoal_log_level shoal_log_threshold = SHOAL_LOG_INFO;
+static shoal_log_level log_threshold = SHOAL_LOG_INFO;
 
-void shoal_log_set_level(shoal_log_level level) { shoal_log_threshold = level; }
-shoal_log_level shoal_log_get_level(void) { return shoal_log_threshold; }
+void shoal_log_set_level(shoal_log_level level) { log_threshold = level; }
+shoal_log_level shoal_log_get_level(void) { return log_threshold; }
 
 void shoal_log(shoal_log_level level, const char *part, const char *fmt, ...)
 {
 	static const char *const names[] = {"ERROR", "WARN", "INFO", "DEBUG"};
-	if (level > shoal_log_threshold)
+	if (level > log_threshold)
 		return;
 	struct timespec ts;
 	clock_gettime(CLOCK_REALTIME, &ts);

@@ -9,7 +9,7 @@
 
 #if defined(__linux__)
 /* on Linux, 0 names the calling thread, not the whole process */
-static int shoal_thread_policy(int policy)
+static int thread_policy(int policy)
 {
 	struct sched_param sp = {0};
 	return sched_setscheduler(0, policy, &sp) ? errno : 0;
@@ -17,12 +17,12 @@ static int shoal_thread_policy(int policy)
 
 int shoal_thread_background(void)
 {
-	return shoal_thread_policy(SCHED_BATCH);
+	return thread_policy(SCHED_BATCH);
 }
 
 int shoal_thread_compute(void)
 {
-	return shoal_thread_policy(SCHED_OTHER);
+	return thread_policy(SCHED_OTHER);
 }
 #else
 int shoal_thread_background(void)

@@ -10,7 +10,7 @@ typedef struct shoal_dtype_traits {
 	bool computable;
 } shoal_dtype_traits;
 
-static const shoal_dtype_traits shoal_dtype_table[SHOAL_DTYPE__MAX] = {
+static const shoal_dtype_traits dtype_table[SHOAL_DTYPE__MAX] = {
 	[SHOAL_DTYPE_F32] = {"F32", 1, 4, true},
 	[SHOAL_DTYPE_F16] = {"F16", 1, 2, true},
 	[SHOAL_DTYPE_Q4_0] = {"Q4_0", 32, 18, true},
@@ -38,38 +38,38 @@ static const shoal_dtype_traits shoal_dtype_table[SHOAL_DTYPE__MAX] = {
 
 bool shoal_dtype_known(uint32_t t)
 {
-	return t < SHOAL_DTYPE__MAX && shoal_dtype_table[t].name != NULL;
+	return t < SHOAL_DTYPE__MAX && dtype_table[t].name != NULL;
 }
 
 bool shoal_dtype_computable(shoal_dtype t)
 {
-	return shoal_dtype_known(t) && shoal_dtype_table[t].computable;
+	return shoal_dtype_known(t) && dtype_table[t].computable;
 }
 
 uint32_t shoal_dtype_block_elems(shoal_dtype t)
 {
-	return shoal_dtype_known(t) ? shoal_dtype_table[t].block_elems : 0;
+	return shoal_dtype_known(t) ? dtype_table[t].block_elems : 0;
 }
 
 uint32_t shoal_dtype_block_bytes(shoal_dtype t)
 {
-	return shoal_dtype_known(t) ? shoal_dtype_table[t].block_bytes : 0;
+	return shoal_dtype_known(t) ? dtype_table[t].block_bytes : 0;
 }
 
 const char *shoal_dtype_name(shoal_dtype t)
 {
-	return shoal_dtype_known(t) ? shoal_dtype_table[t].name : "?";
+	return shoal_dtype_known(t) ? dtype_table[t].name : "?";
 }
 
 size_t shoal_dtype_row_bytes(shoal_dtype t, uint64_t n)
 {
 	if (!shoal_dtype_known(t))
 		return SIZE_MAX;
-	uint64_t be = shoal_dtype_table[t].block_elems;
+	uint64_t be = dtype_table[t].block_elems;
 	if (n % be)
 		return SIZE_MAX;
 	uint64_t blocks = n / be;
-	if (blocks > SIZE_MAX / shoal_dtype_table[t].block_bytes)
+	if (blocks > SIZE_MAX / dtype_table[t].block_bytes)
 		return SIZE_MAX;
-	return (size_t)(blocks * shoal_dtype_table[t].block_bytes);
+	return (size_t)(blocks * dtype_table[t].block_bytes);
 }

@@ -106,7 +106,7 @@ struct shoal_ctl_client {
 /* ------------------------------------------------------------------ helpers */
 
 /* 1 if a line of this kind may be logged now; counts the ones it eats. */
-static int shoal_ctl_log_ok(shoal_ctl *ctl, int kind, uint64_t *suppressed)
+static int ctl_log_ok(shoal_ctl *ctl, int kind, uint64_t *suppressed)
 {
 	uint64_t now = shoal_clock_now_ms();
 	if (ctl->log_last_ms[kind] && now - ctl->log_last_ms[kind] < SHOAL_CTL_LOG_EVERY_MS) {
@@ -119,39 +119,39 @@ static int shoal_ctl_log_ok(shoal_ctl *ctl, int kind, uint64_t *suppressed)
 	return 1;
 }
 
-static void shoal_ctl_drop(shoal_ctl *ctl, const char *addr, const char *reason)
+static void ctl_drop(shoal_ctl *ctl, const char *addr, const char *reason)
 {
 	uint64_t sup;
 	ctl->stats.dropped++;
-	if (shoal_ctl_log_ok(ctl, SHOAL_CTL_LOG_DROP, &sup))
+	if (ctl_log_ok(ctl, SHOAL_CTL_LOG_DROP, &sup))
 		SHOAL_LOG_W("ctl", "dropped a message from %s: %s (%llu more not logged)",
 		            addr && *addr ? addr : "?", reason, (unsigned long long)sup);
 }
 
-static int shoal_ctl_setint(void *s, int opt, int v)
+static int ctl_setint(void *s, int opt, int v)
 {
 	return zmq_setsockopt(s, opt, &v, sizeof v);
 }
 
 /* Options every socket of ours gets; heartbeat_ms 0: no heartbeats, else
  * the connection is dropped after timeout_ms without traffic. */
-static int shoal_ctl_common_opts(void *s, int heartbeat_ms, int timeout_ms)
+static int ctl_common_opts(void *s, int heartbeat_ms, int timeout_ms)
 {
 	int64_t maxmsg = SHOAL_CTL_MAX_MSG;
-	if (shoal_ctl_setint(s, ZMQ_LINGER, 0) ||
-	    shoal_ctl_setint(s, ZMQ_SNDHWM, SHOAL_CTL_SNDHWM) ||
+	if (ctl_setint(s, ZMQ_LINGER, 0) ||
+	    ctl_setint(s, ZMQ_SNDHWM, SHOAL_CTL_SNDHWM) ||
 	    zmq_setsockopt(s, ZMQ_MAXMSGSIZE, &maxmsg, sizeof maxmsg) ||
-	    shoal_ctl_setint(s, ZMQ_RECONNECT_IVL, SHOAL_CTL_RECONNECT_MS) ||
-	    shoal_ctl_setint(s, ZMQ_RECONNECT_IVL_MAX, SHOAL_CTL_RECONNECT_MAX_MS))
+	    ctl_setint(s, ZMQ_RECONNECT_IVL, SHOAL_CTL_RECONNECT_MS) ||
+	    ctl_setint(s, ZMQ_RECONNECT_IVL_MAX, SHOAL_CTL_RECONNECT_MAX_MS))
 		return -1;
-	if (heartbeat_ms > 0 && (shoal_ctl_setint(s, ZMQ_HEARTBEAT_IVL, heartbeat_ms) ||
-	                         shoal_ctl_setint(s, ZMQ_HEARTBEAT_TIMEOUT, timeout_ms) ||
-	                         shoal_ctl_setint(s, ZMQ_HEARTBEAT_TTL, timeout_ms)))
+	if (heartbeat_ms > 0 && (ctl_setint(s, ZMQ_HEARTBEAT_IVL, heartbeat_ms) ||
+	                         ctl_setint(s, ZMQ_HEARTBEAT_TIMEOUT, timeout_ms) ||
+	                         ctl_setint(s, ZMQ_HEARTBEAT_TTL, timeout_ms)))
 		return -1;
 	return 0;
 }
 
-static int shoal_ctl_client_opts(void *s, const shoal_key_curve *keys)
+static int ctl_client_opts(void *s, const shoal_key_curve *keys)
 {
 	if (!keys)
 		return 0;
@@ -163,7 +163,7 @@ static int shoal_ctl_client_opts(void *s, const shoal_key_curve *keys)
 }
 
 /* Receive every remaining frame of a message and discard it. */
-static void shoal_ctl_discard_rest(void *s)
+static void ctl_discard_rest(void *s)
 {
 	int more = 0;
 	size_t ml = sizeof more;
@@ -184,7 +184,7 @@ static void shoal_ctl_discard_rest(void *s)
 /* Serve one ZAP request (RFC 27): frames version, request id, domain,
  * address, identity, mechanism, credentials...; reply version, request id,
  * status code, status text, user id, metadata. */
-static void shoal_ctl_zap_serve(shoal_ctl *ctl)
+static void ctl_zap_serve(shoal_ctl *ctl)
 {
 	zmq_msg_t f[8];
 	int n = 0, more = 1;
@@ -230,7 +230,7 @@ static void shoal_ctl_zap_serve(shoal_ctl *ctl)
 	} else {
 		uint64_t sup;
 		ctl->stats.zap_denied++;
-		if (shoal_ctl_log_ok(ctl, SHOAL_CTL_LOG_ZAP, &sup))
+		if (ctl_log_ok(ctl, SHOAL_CTL_LOG_ZAP, &sup))
 			SHOAL_LOG_W("ctl", "refused a client from %s: %s (%llu more not logged)",
 			            addr, text, (unsigned long long)sup);
 	}
@@ -252,7 +252,7 @@ static void shoal_ctl_zap_serve(shoal_ctl *ctl)
 
 /* Read one monitor event: frame 1 is u16 event + u32 value, frame 2 the
  * endpoint. Returns the event id, 0 if none. */
-static int shoal_ctl_monitor_read(void *mon, char *addr, size_t addr_cap, int32_t *value)
+static int ctl_monitor_read(void *mon, char *addr, size_t addr_cap, int32_t *value)
 {
 	zmq_msg_t m;
 	zmq_msg_init(&m);
@@ -280,24 +280,24 @@ static int shoal_ctl_monitor_read(void *mon, char *addr, size_t addr_cap, int32_
 			addr[l] = '\0';
 		}
 		zmq_msg_close(&m);
-		shoal_ctl_discard_rest(mon);
+		ctl_discard_rest(mon);
 	}
 	return ev;
 }
 
-static void shoal_ctl_monitor_serve(shoal_ctl *ctl)
+static void ctl_monitor_serve(shoal_ctl *ctl)
 {
 	char addr[128];
 	int ev;
 	int32_t value;
-	while ((ev = shoal_ctl_monitor_read(ctl->monitor, addr, sizeof addr, &value)) != 0) {
+	while ((ev = ctl_monitor_read(ctl->monitor, addr, sizeof addr, &value)) != 0) {
 		if (ev == ZMQ_EVENT_DISCONNECTED && ctl->on_disconnect)
 			ctl->on_disconnect(ctl->ud, value);
 		if (ev == ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL ||
 		    ev == ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL) {
 			uint64_t sup;
 			ctl->stats.handshake_failed++;
-			if (shoal_ctl_log_ok(ctl, SHOAL_CTL_LOG_HS, &sup))
+			if (ctl_log_ok(ctl, SHOAL_CTL_LOG_HS, &sup))
 				SHOAL_LOG_W("ctl",
 				            "CURVE handshake failed on %s (a peer with another "
 				            "cluster key?) (%llu more not logged)",
@@ -332,7 +332,7 @@ shoal_err shoal_ctl_new(const shoal_ctl_config *cfg, shoal_ctl **out, char *why,
 		}
 		/* The ZAP handler must be bound before the ROUTER accepts. */
 		ctl->zap = zmq_socket(ctl->zctx, ZMQ_REP);
-		if (!ctl->zap || shoal_ctl_setint(ctl->zap, ZMQ_LINGER, 0) ||
+		if (!ctl->zap || ctl_setint(ctl->zap, ZMQ_LINGER, 0) ||
 		    zmq_bind(ctl->zap, SHOAL_CTL_ZAP_ENDPOINT)) {
 			shoal_why(why, why_len, SHOAL_ERR_IO, "ZAP handler: %s",
 			          zmq_strerror(errno));
@@ -343,13 +343,13 @@ shoal_err shoal_ctl_new(const shoal_ctl_config *cfg, shoal_ctl **out, char *why,
 	int rt_ms = 3 * ctl->heartbeat_ms > SHOAL_CTL_ROUTER_TIMEOUT_MIN_MS
 	                ? 3 * ctl->heartbeat_ms
 	                : SHOAL_CTL_ROUTER_TIMEOUT_MIN_MS;
-	if (!ctl->router || shoal_ctl_common_opts(ctl->router, ctl->heartbeat_ms, rt_ms) ||
-	    shoal_ctl_setint(ctl->router, ZMQ_ROUTER_HANDOVER, 1)) {
+	if (!ctl->router || ctl_common_opts(ctl->router, ctl->heartbeat_ms, rt_ms) ||
+	    ctl_setint(ctl->router, ZMQ_ROUTER_HANDOVER, 1)) {
 		shoal_why(why, why_len, SHOAL_ERR_IO, "ROUTER socket: %s", zmq_strerror(errno));
 		goto fail;
 	}
 	if (ctl->keyed) {
-		if (shoal_ctl_setint(ctl->router, ZMQ_CURVE_SERVER, 1) ||
+		if (ctl_setint(ctl->router, ZMQ_CURVE_SERVER, 1) ||
 		    zmq_setsockopt(ctl->router, ZMQ_CURVE_SECRETKEY, ctl->curve.server_secret,
 		                   SHOAL_KEY_BYTES) ||
 		    zmq_setsockopt(ctl->router, ZMQ_ZAP_DOMAIN, SHOAL_CTL_ZAP_DOMAIN,
@@ -425,7 +425,7 @@ uint16_t shoal_ctl_port(const shoal_ctl *ctl)
 
 /* Receive one message from the ROUTER (with_route) or a DEALER and hand it
  * to on_message. Returns 0 when nothing was waiting. */
-static int shoal_ctl_recv_one(shoal_ctl *ctl, void *s, int with_route, const char *endpoint)
+static int ctl_recv_one(shoal_ctl *ctl, void *s, int with_route, const char *endpoint)
 {
 	shoal_ctl_route route;
 	zmq_msg_t m;
@@ -446,8 +446,8 @@ static int shoal_ctl_recv_one(shoal_ctl *ctl, void *s, int with_route, const cha
 		int more = zmq_msg_more(&m);
 		if (idl == 0 || idl > sizeof route.id || !more) {
 			zmq_msg_close(&m);
-			shoal_ctl_discard_rest(s);
-			shoal_ctl_drop(ctl, route.peer_addr, "bad routing frame");
+			ctl_discard_rest(s);
+			ctl_drop(ctl, route.peer_addr, "bad routing frame");
 			return 1;
 		}
 		memcpy(route.id, zmq_msg_data(&m), idl);
@@ -461,13 +461,13 @@ static int shoal_ctl_recv_one(shoal_ctl *ctl, void *s, int with_route, const cha
 	}
 	if (zmq_msg_more(&m)) {
 		zmq_msg_close(&m);
-		shoal_ctl_discard_rest(s);
-		shoal_ctl_drop(ctl, route.peer_addr, "more than one frame");
+		ctl_discard_rest(s);
+		ctl_drop(ctl, route.peer_addr, "more than one frame");
 		return 1;
 	}
 	if (zmq_msg_size(&m) == 0) {
 		zmq_msg_close(&m);
-		shoal_ctl_drop(ctl, route.peer_addr, "empty frame");
+		ctl_drop(ctl, route.peer_addr, "empty frame");
 		return 1;
 	}
 	ctl->stats.recv++;
@@ -522,22 +522,22 @@ shoal_err shoal_ctl_poll(shoal_ctl *ctl, int timeout_ms, shoal_ctl_fd *fds, int 
 		for (int k = 0; k < 64; k++) {
 			int ev = 0;
 			size_t el = sizeof ev;
-			shoal_ctl_zap_serve(ctl);
+			ctl_zap_serve(ctl);
 			if (zmq_getsockopt(ctl->zap, ZMQ_EVENTS, &ev, &el) || !(ev & ZMQ_POLLIN))
 				break;
 		}
 	if (i_mon >= 0 && (items[i_mon].revents & ZMQ_POLLIN))
-		shoal_ctl_monitor_serve(ctl);
+		ctl_monitor_serve(ctl);
 	if (items[i_router].revents & ZMQ_POLLIN)
 		for (int k = 0; k < SHOAL_CTL_BURST; k++)
-			if (!shoal_ctl_recv_one(ctl, ctl->router, 1, NULL))
+			if (!ctl_recv_one(ctl, ctl->router, 1, NULL))
 				break;
 	/* on_message may have added dealers: only walk the ones we polled.
 	 * It never removes any (only shoal_ctl_expire does). */
 	for (size_t i = 0; i < nd && i < ctl->n_dealers; i++)
 		if (items[i_dealer0 + (int)i].revents & ZMQ_POLLIN)
 			for (int k = 0; k < SHOAL_CTL_BURST; k++)
-				if (!shoal_ctl_recv_one(ctl, ctl->dealers[i].sock, 0,
+				if (!ctl_recv_one(ctl, ctl->dealers[i].sock, 0,
 				                        ctl->dealers[i].endpoint))
 					break;
 	if (items != stack_items)
@@ -568,7 +568,7 @@ shoal_err shoal_ctl_reply(shoal_ctl *ctl, const shoal_ctl_route *to, const void 
 
 /* ------------------------------------------------------------------ DEALERs */
 
-static shoal_ctl_dealer *shoal_ctl_dealer_get(shoal_ctl *ctl, const char *endpoint)
+static shoal_ctl_dealer *ctl_dealer_get(shoal_ctl *ctl, const char *endpoint)
 {
 	for (size_t i = 0; i < ctl->n_dealers; i++)
 		if (!strcmp(ctl->dealers[i].endpoint, endpoint))
@@ -583,8 +583,8 @@ static shoal_ctl_dealer *shoal_ctl_dealer_get(shoal_ctl *ctl, const char *endpoi
 	void *s = zmq_socket(ctl->zctx, ZMQ_DEALER);
 	if (!s)
 		return NULL;
-	if (shoal_ctl_common_opts(s, ctl->heartbeat_ms, 3 * ctl->heartbeat_ms) ||
-	    shoal_ctl_client_opts(s, ctl->keyed ? &ctl->curve : NULL) ||
+	if (ctl_common_opts(s, ctl->heartbeat_ms, 3 * ctl->heartbeat_ms) ||
+	    ctl_client_opts(s, ctl->keyed ? &ctl->curve : NULL) ||
 	    zmq_connect(s, endpoint) != 0) {
 		SHOAL_LOG_W("ctl", "cannot connect to %s: %s", endpoint, zmq_strerror(errno));
 		zmq_close(s);
@@ -604,7 +604,7 @@ static shoal_ctl_dealer *shoal_ctl_dealer_get(shoal_ctl *ctl, const char *endpoi
 
 shoal_err shoal_ctl_send(shoal_ctl *ctl, const char *endpoint, const void *buf, size_t len)
 {
-	shoal_ctl_dealer *d = shoal_ctl_dealer_get(ctl, endpoint);
+	shoal_ctl_dealer *d = ctl_dealer_get(ctl, endpoint);
 	if (!d) {
 		ctl->stats.dropped++;
 		return SHOAL_ERR_IO;
@@ -673,9 +673,9 @@ shoal_err shoal_ctl_client_new(const char *endpoint, const shoal_key_curve *keys
 	if (!c->zctx)
 		goto fail;
 	c->sock = zmq_socket(c->zctx, ZMQ_DEALER);
-	if (!c->sock || shoal_ctl_common_opts(c->sock, 0, 0) ||
-	    shoal_ctl_setint(c->sock, ZMQ_CONNECT_TIMEOUT, SHOAL_CTL_CLIENT_CONNECT_MS) ||
-	    shoal_ctl_client_opts(c->sock, keys)) {
+	if (!c->sock || ctl_common_opts(c->sock, 0, 0) ||
+	    ctl_setint(c->sock, ZMQ_CONNECT_TIMEOUT, SHOAL_CTL_CLIENT_CONNECT_MS) ||
+	    ctl_client_opts(c->sock, keys)) {
 		shoal_why(why, why_len, e, "client socket: %s", zmq_strerror(errno));
 		goto fail;
 	}
@@ -749,7 +749,7 @@ shoal_err shoal_ctl_client_send(shoal_ctl_client *c, const void *const *bufs, co
  *                    peer still had for us is gone with the connection
  *                    (the ROUTER routes by connection, see ROUTER_TIMEOUT)
  * Every one but the last repeats at each reconnect; the first ends it. */
-static shoal_err shoal_ctl_client_event(shoal_ctl_client *c, int ev, int32_t value, char *why,
+static shoal_err ctl_client_event(shoal_ctl_client *c, int ev, int32_t value, char *why,
                                         size_t why_len)
 {
 	uint64_t now = shoal_clock_now_ms();
@@ -837,7 +837,7 @@ shoal_err shoal_ctl_client_recv(shoal_ctl_client *c, int timeout_ms, uint8_t **b
 			memcpy(b, zmq_msg_data(&m), l);
 			zmq_msg_close(&m);
 			if (more)
-				shoal_ctl_discard_rest(c->sock);
+				ctl_discard_rest(c->sock);
 			*buf = b;
 			*len = l;
 			return SHOAL_OK;
@@ -845,8 +845,8 @@ shoal_err shoal_ctl_client_recv(shoal_ctl_client *c, int timeout_ms, uint8_t **b
 		if (c->monitor && (it[1].revents & ZMQ_POLLIN)) {
 			char addr[128];
 			int32_t value;
-			int ev = shoal_ctl_monitor_read(c->monitor, addr, sizeof addr, &value);
-			shoal_err e = shoal_ctl_client_event(c, ev, value, why, why_len);
+			int ev = ctl_monitor_read(c->monitor, addr, sizeof addr, &value);
+			shoal_err e = ctl_client_event(c, ev, value, why, why_len);
 			if (e != SHOAL_OK)
 				return e;
 		}

@@ -10,7 +10,7 @@
 
 #include <msgpack.h>
 
-static int shoal_ctlmsg_key(msgpack_packer *pk, const char *k)
+static int ctlmsg_key(msgpack_packer *pk, const char *k)
 {
 	return msgpack_pack_str_with_body(pk, k, strlen(k));
 }
@@ -29,19 +29,19 @@ shoal_err shoal_ctlmsg_encode(const shoal_ctlmsg *m, shoal_wire_buf *b)
 	else if (m->type == SHOAL_CTLMSG_LINK_PROBE || m->type == SHOAL_CTLMSG_LINK_ACK)
 		n += 3;
 	rc |= msgpack_pack_map(&pk, (size_t)n);
-	rc |= shoal_ctlmsg_key(&pk, "t") | msgpack_pack_uint32(&pk, m->type);
-	rc |= shoal_ctlmsg_key(&pk, "v") | msgpack_pack_uint32(&pk, SHOAL_WIRE_SCHEMA);
-	rc |= shoal_ctlmsg_key(&pk, "seq") | msgpack_pack_uint64(&pk, m->seq);
+	rc |= ctlmsg_key(&pk, "t") | msgpack_pack_uint32(&pk, m->type);
+	rc |= ctlmsg_key(&pk, "v") | msgpack_pack_uint32(&pk, SHOAL_WIRE_SCHEMA);
+	rc |= ctlmsg_key(&pk, "seq") | msgpack_pack_uint64(&pk, m->seq);
 	if (has_json)
-		rc |= shoal_ctlmsg_key(&pk, "json") |
+		rc |= ctlmsg_key(&pk, "json") |
 		      msgpack_pack_str_with_body(&pk, m->json, m->json_len);
 	if (m->type == SHOAL_CTLMSG_LINK_PROBE || m->type == SHOAL_CTLMSG_LINK_ACK) {
-		rc |= shoal_ctlmsg_key(&pk, "lep") | msgpack_pack_uint32(&pk, m->lep);
-		rc |= shoal_ctlmsg_key(&pk, "rep") | msgpack_pack_uint32(&pk, m->rep);
+		rc |= ctlmsg_key(&pk, "lep") | msgpack_pack_uint32(&pk, m->lep);
+		rc |= ctlmsg_key(&pk, "rep") | msgpack_pack_uint32(&pk, m->rep);
 		if (m->type == SHOAL_CTLMSG_LINK_ACK) {
-			rc |= shoal_ctlmsg_key(&pk, "n") | msgpack_pack_uint64(&pk, m->n);
+			rc |= ctlmsg_key(&pk, "n") | msgpack_pack_uint64(&pk, m->n);
 		} else {
-			rc |= shoal_ctlmsg_key(&pk, "pad") | msgpack_pack_bin(&pk, m->pad_len);
+			rc |= ctlmsg_key(&pk, "pad") | msgpack_pack_bin(&pk, m->pad_len);
 			static const char zeros[4096];
 			for (size_t off = 0; off < m->pad_len && !rc; off += sizeof zeros) {
 				size_t k = m->pad_len - off;
@@ -53,7 +53,7 @@ shoal_err shoal_ctlmsg_encode(const shoal_ctlmsg *m, shoal_wire_buf *b)
 	return rc ? SHOAL_ERR_NOMEM : SHOAL_OK;
 }
 
-static int shoal_ctlmsg_is(const msgpack_object *k, const char *name)
+static int ctlmsg_is(const msgpack_object *k, const char *name)
 {
 	size_t l = strlen(name);
 	return k->type == MSGPACK_OBJECT_STR && k->via.str.size == l &&
@@ -82,37 +82,37 @@ shoal_err shoal_ctlmsg_decode(const uint8_t *buf, size_t len, shoal_ctlmsg *m, c
 	for (uint32_t i = 0; i < map->size && e == SHOAL_OK; i++) {
 		const msgpack_object *k = &map->ptr[i].key, *o = &map->ptr[i].val;
 		int is_u = o->type == MSGPACK_OBJECT_POSITIVE_INTEGER;
-		if (shoal_ctlmsg_is(k, "t")) {
+		if (ctlmsg_is(k, "t")) {
 			if (!is_u || o->via.u64 > UINT32_MAX)
 				e = shoal_why(why, why_len, SHOAL_ERR_FORMAT, "bad \"t\"");
 			m->type = (uint32_t)o->via.u64;
 			have_t = 1;
-		} else if (shoal_ctlmsg_is(k, "v")) {
+		} else if (ctlmsg_is(k, "v")) {
 			if (!is_u)
 				e = shoal_why(why, why_len, SHOAL_ERR_FORMAT, "bad \"v\"");
 			v = o->via.u64;
 			have_v = 1;
-		} else if (shoal_ctlmsg_is(k, "seq")) {
+		} else if (ctlmsg_is(k, "seq")) {
 			if (!is_u)
 				e = shoal_why(why, why_len, SHOAL_ERR_FORMAT, "bad \"seq\"");
 			m->seq = o->via.u64;
 			have_seq = 1;
-		} else if (shoal_ctlmsg_is(k, "lep") || shoal_ctlmsg_is(k, "rep")) {
+		} else if (ctlmsg_is(k, "lep") || ctlmsg_is(k, "rep")) {
 			if (!is_u || o->via.u64 > 255)
 				e = shoal_why(why, why_len, SHOAL_ERR_FORMAT, "bad endpoint index");
 			else if (k->via.str.ptr[0] == 'l')
 				m->lep = (uint32_t)o->via.u64;
 			else
 				m->rep = (uint32_t)o->via.u64;
-		} else if (shoal_ctlmsg_is(k, "n")) {
+		} else if (ctlmsg_is(k, "n")) {
 			if (!is_u)
 				e = shoal_why(why, why_len, SHOAL_ERR_FORMAT, "bad \"n\"");
 			m->n = o->via.u64;
-		} else if (shoal_ctlmsg_is(k, "pad")) {
+		} else if (ctlmsg_is(k, "pad")) {
 			if (o->type != MSGPACK_OBJECT_BIN)
 				e = shoal_why(why, why_len, SHOAL_ERR_FORMAT, "bad \"pad\"");
 			m->pad_len = o->via.bin.size;
-		} else if (shoal_ctlmsg_is(k, "json")) {
+		} else if (ctlmsg_is(k, "json")) {
 			if (o->type != MSGPACK_OBJECT_STR)
 				e = shoal_why(why, why_len, SHOAL_ERR_FORMAT, "bad \"json\"");
 			m->json = o->via.str.ptr; /* points into buf: msgpack-c references it */

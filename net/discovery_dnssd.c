@@ -10,8 +10,8 @@
  *                                       -> on_found(endpoint tcp://A:port)
  *
  * Invariants:
- *   1. A DNSServiceRef is released only by shoal_dnssd_process (after its
- *      DNSServiceProcessResult returned) or shoal_dnssd_fds, never inside
+ *   1. A DNSServiceRef is released only by dnssd_process (after its
+ *      DNSServiceProcessResult returned) or dnssd_fds, never inside
  *      its own callback: Avahi's compatibility layer frees its D-Bus client
  *      there, and doing it under the client's own dispatch crashed at
  *      teardown in tests/sh/mesh_netns.sh.
@@ -83,7 +83,7 @@ struct shoal_dnssd {
 	int failed; /* the daemon went away: everything is closed */
 };
 
-static shoal_dnssd_op *shoal_dnssd_op_add(shoal_dnssd *d, shoal_dnssd_kind kind)
+static shoal_dnssd_op *dnssd_op_add(shoal_dnssd *d, shoal_dnssd_kind kind)
 {
 	if (d->n_ops >= SHOAL_DNSSD_MAX_OPS)
 		return NULL;
@@ -97,7 +97,7 @@ static shoal_dnssd_op *shoal_dnssd_op_add(shoal_dnssd *d, shoal_dnssd_kind kind)
 	return op;
 }
 
-static void shoal_dnssd_op_del(shoal_dnssd *d, shoal_dnssd_op *op)
+static void dnssd_op_del(shoal_dnssd *d, shoal_dnssd_op *op)
 {
 	for (size_t i = 0; i < d->n_ops; i++)
 		if (d->ops[i] == op) {
@@ -110,7 +110,7 @@ static void shoal_dnssd_op_del(shoal_dnssd *d, shoal_dnssd_op *op)
 }
 
 /* Build our TXT record into txt (caller deallocates). */
-static void shoal_dnssd_txt(shoal_dnssd *d, TXTRecordRef *txt, char *buf, uint16_t cap)
+static void dnssd_txt(shoal_dnssd *d, TXTRecordRef *txt, char *buf, uint16_t cap)
 {
 	char inc[24];
 	snprintf(inc, sizeof inc, "%llu", (unsigned long long)d->cfg.incarnation);
@@ -123,7 +123,7 @@ static void shoal_dnssd_txt(shoal_dnssd *d, TXTRecordRef *txt, char *buf, uint16
 }
 
 /* Copy TXT value `key` into out[cap] as a string; "" when absent. */
-static void shoal_dnssd_txt_get(uint16_t len, const unsigned char *txt, const char *key, char *out,
+static void dnssd_txt_get(uint16_t len, const unsigned char *txt, const char *key, char *out,
                                 size_t cap)
 {
 	uint8_t vl = 0;
@@ -136,7 +136,7 @@ static void shoal_dnssd_txt_get(uint16_t len, const unsigned char *txt, const ch
 	out[n] = '\0';
 }
 
-static void DNSSD_API shoal_dnssd_register_cb(DNSServiceRef ref, DNSServiceFlags flags,
+static void DNSSD_API dnssd_register_cb(DNSServiceRef ref, DNSServiceFlags flags,
                                               DNSServiceErrorType err, const char *name,
                                               const char *type, const char *domain, void *ctx)
 {
@@ -148,7 +148,7 @@ static void DNSSD_API shoal_dnssd_register_cb(DNSServiceRef ref, DNSServiceFlags
 		SHOAL_LOG_I("discovery", "advertising %s.%s%s", name, type, domain);
 }
 
-static void DNSSD_API shoal_dnssd_query_cb(DNSServiceRef ref, DNSServiceFlags flags,
+static void DNSSD_API dnssd_query_cb(DNSServiceRef ref, DNSServiceFlags flags,
                                            uint32_t ifindex, DNSServiceErrorType err,
                                            const char *fullname, uint16_t rrtype, uint16_t rrclass,
                                            uint16_t rdlen, const void *rdata, uint32_t ttl,
@@ -167,11 +167,11 @@ static void DNSSD_API shoal_dnssd_query_cb(DNSServiceRef ref, DNSServiceFlags fl
 	                           .cluster = op->cluster,
 	                           .open = op->open,
 	                           .endpoint = ep};
-	op->started_ms = 0; /* done: shoal_dnssd_fds retires it (not from inside its callback) */
+	op->started_ms = 0; /* done: dnssd_fds retires it (not from inside its callback) */
 	op->owner->cfg.on_found(op->owner->cfg.ud, &f);
 }
 
-static void DNSSD_API shoal_dnssd_resolve_cb(DNSServiceRef ref, DNSServiceFlags flags,
+static void DNSSD_API dnssd_resolve_cb(DNSServiceRef ref, DNSServiceFlags flags,
                                              uint32_t ifindex, DNSServiceErrorType err,
                                              const char *fullname, const char *host,
                                              uint16_t port_be, uint16_t txt_len,
@@ -184,19 +184,19 @@ static void DNSSD_API shoal_dnssd_resolve_cb(DNSServiceRef ref, DNSServiceFlags 
 	}
 	op->port = ntohs(port_be);
 	char inc[24];
-	shoal_dnssd_txt_get(txt_len, txt, "id", op->id_hex, sizeof op->id_hex);
-	shoal_dnssd_txt_get(txt_len, txt, "cluster", op->cluster, sizeof op->cluster);
-	shoal_dnssd_txt_get(txt_len, txt, "inc", inc, sizeof inc);
+	dnssd_txt_get(txt_len, txt, "id", op->id_hex, sizeof op->id_hex);
+	dnssd_txt_get(txt_len, txt, "cluster", op->cluster, sizeof op->cluster);
+	dnssd_txt_get(txt_len, txt, "inc", inc, sizeof inc);
 	op->inc = strtoull(inc, NULL, 10);
 	char open[4];
-	shoal_dnssd_txt_get(txt_len, txt, "open", open, sizeof open);
+	dnssd_txt_get(txt_len, txt, "open", open, sizeof open);
 	op->open = open[0] == '1';
 	snprintf(op->name, sizeof op->name, "%s", host ? host : "");
 	op->ifindex = ifindex;
-	op->resolved = 1; /* shoal_dnssd_process swaps the resolve for a query */
+	op->resolved = 1; /* dnssd_process swaps the resolve for a query */
 }
 
-static void DNSSD_API shoal_dnssd_browse_cb(DNSServiceRef ref, DNSServiceFlags flags,
+static void DNSSD_API dnssd_browse_cb(DNSServiceRef ref, DNSServiceFlags flags,
                                             uint32_t ifindex, DNSServiceErrorType err,
                                             const char *name, const char *type, const char *domain,
                                             void *ctx)
@@ -211,31 +211,31 @@ static void DNSSD_API shoal_dnssd_browse_cb(DNSServiceRef ref, DNSServiceFlags f
 		return; /* removals mean nothing for liveness */
 	if (!strcmp(name, d->instance))
 		return; /* ourselves */
-	shoal_dnssd_op *op = shoal_dnssd_op_add(d, SHOAL_DNSSD_RESOLVE);
+	shoal_dnssd_op *op = dnssd_op_add(d, SHOAL_DNSSD_RESOLVE);
 	if (!op) {
 		SHOAL_LOG_D("discovery", "too many lookups in flight; skipping %s", name);
 		return;
 	}
 	snprintf(op->name, sizeof op->name, "%s", name);
-	if (DNSServiceResolve(&op->ref, 0, ifindex, name, type, domain, shoal_dnssd_resolve_cb,
+	if (DNSServiceResolve(&op->ref, 0, ifindex, name, type, domain, dnssd_resolve_cb,
 	                      op) != kDNSServiceErr_NoError) {
 		op->ref = NULL;
-		shoal_dnssd_op_del(d, op);
+		dnssd_op_del(d, op);
 	}
 }
 
-static void shoal_dnssd_close(void *state);
+static void dnssd_close(void *state);
 
 #ifdef SHOAL_HAVE_AVAHI
 /* Invariant 3: Avahi's allocations come zeroed (libc's free and realloc
  * stay, so memory from before the switch is freed the same way). */
-static void *shoal_dnssd_zalloc(size_t size) { return calloc(1, size ? size : 1); }
-static const AvahiAllocator shoal_dnssd_allocator = {
-    .malloc = shoal_dnssd_zalloc, .free = free, .realloc = realloc, .calloc = calloc};
-static void shoal_dnssd_set_allocator(void) { avahi_set_allocator(&shoal_dnssd_allocator); }
+static void *dnssd_zalloc(size_t size) { return calloc(1, size ? size : 1); }
+static const AvahiAllocator dnssd_allocator = {
+    .malloc = dnssd_zalloc, .free = free, .realloc = realloc, .calloc = calloc};
+static void dnssd_set_allocator(void) { avahi_set_allocator(&dnssd_allocator); }
 #endif
 
-static shoal_err shoal_dnssd_open(const shoal_discovery_config *cfg, void **state, char *why,
+static shoal_err dnssd_open(const shoal_discovery_config *cfg, void **state, char *why,
                                   size_t why_len)
 {
 	*state = NULL;
@@ -246,7 +246,7 @@ static shoal_err shoal_dnssd_open(const shoal_discovery_config *cfg, void **stat
 #endif
 #ifdef SHOAL_HAVE_AVAHI
 	static pthread_once_t allocator_once = PTHREAD_ONCE_INIT;
-	pthread_once(&allocator_once, shoal_dnssd_set_allocator);
+	pthread_once(&allocator_once, dnssd_set_allocator);
 #endif
 	shoal_dnssd *d = calloc(1, sizeof *d);
 	if (!d)
@@ -260,18 +260,18 @@ static shoal_err shoal_dnssd_open(const shoal_discovery_config *cfg, void **stat
 	d->cfg.id_hex = d->id_hex;
 	char buf[512];
 	TXTRecordRef txt;
-	shoal_dnssd_txt(d, &txt, buf, sizeof buf);
-	shoal_dnssd_op *rop = shoal_dnssd_op_add(d, SHOAL_DNSSD_REGISTER);
+	dnssd_txt(d, &txt, buf, sizeof buf);
+	shoal_dnssd_op *rop = dnssd_op_add(d, SHOAL_DNSSD_REGISTER);
 	DNSServiceErrorType err =
 	    rop ? DNSServiceRegister(&rop->ref, 0, 0, d->instance, SHOAL_DISCOVERY_SERVICE, NULL,
 	                             NULL, htons(cfg->port), TXTRecordGetLength(&txt),
-	                             TXTRecordGetBytesPtr(&txt), shoal_dnssd_register_cb, d)
+	                             TXTRecordGetBytesPtr(&txt), dnssd_register_cb, d)
 	        : kDNSServiceErr_NoMemory;
 	TXTRecordDeallocate(&txt);
 	if (err != kDNSServiceErr_NoError) {
 		if (rop)
 			rop->ref = NULL;
-		shoal_dnssd_close(d);
+		dnssd_close(d);
 		return shoal_why(why, why_len, SHOAL_ERR_NOTFOUND,
 		                 "mDNS unavailable (is avahi-daemon running?): DNSServiceRegister "
 		                 "error %d",
@@ -279,12 +279,12 @@ static shoal_err shoal_dnssd_open(const shoal_discovery_config *cfg, void **stat
 	}
 	rop->started_ms = UINT64_MAX; /* never times out */
 	d->reg = rop->ref;
-	shoal_dnssd_op *bop = shoal_dnssd_op_add(d, SHOAL_DNSSD_BROWSE);
+	shoal_dnssd_op *bop = dnssd_op_add(d, SHOAL_DNSSD_BROWSE);
 	err = DNSServiceBrowse(&bop->ref, 0, 0, SHOAL_DISCOVERY_SERVICE, NULL,
-	                       shoal_dnssd_browse_cb, d);
+	                       dnssd_browse_cb, d);
 	if (err != kDNSServiceErr_NoError) {
 		bop->ref = NULL;
-		shoal_dnssd_close(d);
+		dnssd_close(d);
 		return shoal_why(why, why_len, SHOAL_ERR_NOTFOUND, "mDNS browse failed: error %d",
 		                 (int)err);
 	}
@@ -293,7 +293,7 @@ static shoal_err shoal_dnssd_open(const shoal_discovery_config *cfg, void **stat
 	return SHOAL_OK;
 }
 
-static size_t shoal_dnssd_fds(void *state, int *fds, size_t cap)
+static size_t dnssd_fds(void *state, int *fds, size_t cap)
 {
 	shoal_dnssd *d = state;
 	uint64_t now = shoal_clock_now_ms();
@@ -302,7 +302,7 @@ static size_t shoal_dnssd_fds(void *state, int *fds, size_t cap)
 		if (op->started_ms != UINT64_MAX &&
 		    (op->started_ms == 0 || !op->ref ||
 		     now - op->started_ms > SHOAL_DNSSD_OP_TIMEOUT_MS)) {
-			shoal_dnssd_op_del(d, op);
+			dnssd_op_del(d, op);
 			continue;
 		}
 		i++;
@@ -313,7 +313,7 @@ static size_t shoal_dnssd_fds(void *state, int *fds, size_t cap)
 	return k;
 }
 
-static void shoal_dnssd_process(void *state, int fd)
+static void dnssd_process(void *state, int fd)
 {
 	shoal_dnssd *d = state;
 	for (size_t i = 0; !d->failed && i < d->n_ops; i++) {
@@ -328,7 +328,7 @@ static void shoal_dnssd_process(void *state, int fd)
 			SHOAL_LOG_W("discovery", "the mDNS daemon went away: discovery is off "
 			                         "(seeds and gossip go on)");
 			while (d->n_ops)
-				shoal_dnssd_op_del(d, d->ops[d->n_ops - 1]);
+				dnssd_op_del(d, d->ops[d->n_ops - 1]);
 			d->reg = NULL;
 			return;
 		}
@@ -342,7 +342,7 @@ static void shoal_dnssd_process(void *state, int fd)
 			op->ref = NULL;
 			op->kind = SHOAL_DNSSD_QUERY;
 			if (DNSServiceQueryRecord(&q, 0, op->ifindex, op->name, kDNSServiceType_A,
-			                          kDNSServiceClass_IN, shoal_dnssd_query_cb,
+			                          kDNSServiceClass_IN, dnssd_query_cb,
 			                          op) != kDNSServiceErr_NoError)
 				op->started_ms = 0;
 			else
@@ -352,7 +352,7 @@ static void shoal_dnssd_process(void *state, int fd)
 	}
 }
 
-static shoal_err shoal_dnssd_update(void *state, uint64_t incarnation)
+static shoal_err dnssd_update(void *state, uint64_t incarnation)
 {
 	shoal_dnssd *d = state;
 	d->cfg.incarnation = incarnation;
@@ -360,28 +360,28 @@ static shoal_err shoal_dnssd_update(void *state, uint64_t incarnation)
 		return SHOAL_ERR_STATE;
 	char buf[512];
 	TXTRecordRef txt;
-	shoal_dnssd_txt(d, &txt, buf, sizeof buf);
+	dnssd_txt(d, &txt, buf, sizeof buf);
 	DNSServiceErrorType err = DNSServiceUpdateRecord(d->reg, NULL, 0, TXTRecordGetLength(&txt),
 	                                                 TXTRecordGetBytesPtr(&txt), 0);
 	TXTRecordDeallocate(&txt);
 	return err == kDNSServiceErr_NoError ? SHOAL_OK : SHOAL_ERR_IO;
 }
 
-static void shoal_dnssd_close(void *state)
+static void dnssd_close(void *state)
 {
 	shoal_dnssd *d = state;
 	if (!d)
 		return;
 	while (d->n_ops)
-		shoal_dnssd_op_del(d, d->ops[d->n_ops - 1]);
+		dnssd_op_del(d, d->ops[d->n_ops - 1]);
 	free(d);
 }
 
 const shoal_discovery_ops shoal_discovery_dnssd = {
     .name = "dns-sd",
-    .open = shoal_dnssd_open,
-    .fds = shoal_dnssd_fds,
-    .process = shoal_dnssd_process,
-    .update = shoal_dnssd_update,
-    .close = shoal_dnssd_close,
+    .open = dnssd_open,
+    .fds = dnssd_fds,
+    .process = dnssd_process,
+    .update = dnssd_update,
+    .close = dnssd_close,
 };

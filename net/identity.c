@@ -108,7 +108,7 @@ shoal_err shoal_identity_save(const char *state_dir, const shoal_identity *id, c
 	return SHOAL_OK;
 }
 
-static shoal_err shoal_identity_read_file(const char *path, shoal_identity *out, int *absent,
+static shoal_err identity_read_file(const char *path, shoal_identity *out, int *absent,
                                           char *why, size_t why_len)
 {
 	char text[SHOAL_IDENTITY_FILE_MAX];
@@ -147,7 +147,7 @@ shoal_err shoal_identity_load(const char *state_dir, const char *name, shoal_ide
 	    (int)sizeof path)
 		return shoal_why(why, why_len, SHOAL_ERR_RANGE, "state directory path too long");
 	int absent = 0;
-	shoal_err e = shoal_identity_read_file(path, out, &absent, why, why_len);
+	shoal_err e = identity_read_file(path, out, &absent, why, why_len);
 	if (e != SHOAL_OK)
 		return e;
 	if (absent) {

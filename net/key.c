@@ -27,14 +27,14 @@
  * bounds what we read from a path the user gave us. */
 #define SHOAL_KEY_FILE_MAX 4096
 
-static shoal_err shoal_key_sodium_init(void)
+static shoal_err key_sodium_init(void)
 {
 	return sodium_init() < 0 ? SHOAL_ERR_IO : SHOAL_OK;
 }
 
 shoal_err shoal_key_generate(shoal_key *key)
 {
-	if (shoal_key_sodium_init() != SHOAL_OK)
+	if (key_sodium_init() != SHOAL_OK)
 		return SHOAL_ERR_IO;
 	randombytes_buf(key->bytes, sizeof key->bytes);
 	return SHOAL_OK;
@@ -179,7 +179,7 @@ shoal_err shoal_key_read(const char *path, shoal_key *key, int *insecure_mode, c
 
 shoal_err shoal_key_derive(const shoal_key *key, shoal_key_curve *out)
 {
-	if (shoal_key_sodium_init() != SHOAL_OK)
+	if (key_sodium_init() != SHOAL_OK)
 		return SHOAL_ERR_IO;
 	if (crypto_kdf_derive_from_key(out->server_secret, SHOAL_KEY_BYTES, SHOAL_KEY_KDF_SERVER,
 	                               SHOAL_KEY_KDF_CONTEXT, key->bytes) != 0 ||

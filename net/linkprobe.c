@@ -52,7 +52,7 @@ void shoal_linkprobe_free(shoal_linkprobe *lp)
 	free(lp);
 }
 
-static int shoal_linkprobe_same(const shoal_linkprobe_target *a, const shoal_peer_id *peer,
+static int linkprobe_same(const shoal_linkprobe_target *a, const shoal_peer_id *peer,
                                 uint8_t lep, uint8_t rep)
 {
 	return a->lep == lep && a->rep == rep && !memcmp(a->peer.b, peer->b, SHOAL_PEER_ID_LEN);
@@ -68,7 +68,7 @@ shoal_err shoal_linkprobe_set_targets(shoal_linkprobe *lp, const shoal_linkprobe
 		s[i].t = t[i];
 		s[i].rtt_b = s[i].bw_b = SHOAL_BUCKET_NONE;
 		for (size_t j = 0; j < lp->n; j++)
-			if (shoal_linkprobe_same(&lp->slots[j].t, &t[i].peer, t[i].lep, t[i].rep)) {
+			if (linkprobe_same(&lp->slots[j].t, &t[i].peer, t[i].lep, t[i].rep)) {
 				s[i].srtt_us = lp->slots[j].srtt_us;
 				s[i].bw = lp->slots[j].bw;
 				s[i].rtt_b = lp->slots[j].rtt_b;
@@ -125,7 +125,7 @@ void shoal_linkprobe_ack(shoal_linkprobe *lp, const shoal_ctlmsg *ack, uint64_t 
 	f->seq = 0; /* answered once */
 	for (size_t i = 0; i < lp->n; i++) {
 		shoal_linkprobe_slot *s = &lp->slots[i];
-		if (!shoal_linkprobe_same(&s->t, &f->peer, f->lep, f->rep))
+		if (!linkprobe_same(&s->t, &f->peer, f->lep, f->rep))
 			continue;
 		if (f->pad == 0) {
 			s->srtt_us = s->srtt_us ? (7 * s->srtt_us + rtt) / 8 : rtt;

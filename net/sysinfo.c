@@ -29,7 +29,7 @@
 #endif
 
 /* Find "Key:   123 kB" in /proc/meminfo text; 0 when absent. */
-static uint64_t shoal_sysinfo_meminfo_field(const char *text, const char *key)
+static uint64_t sysinfo_meminfo_field(const char *text, const char *key)
 {
 	size_t kl = strlen(key);
 	for (const char *p = text; p && *p;) {
@@ -46,15 +46,15 @@ static uint64_t shoal_sysinfo_meminfo_field(const char *text, const char *key)
 
 shoal_err shoal_sysinfo_parse_meminfo(const char *text, uint64_t *total, uint64_t *available)
 {
-	*total = shoal_sysinfo_meminfo_field(text, "MemTotal");
-	*available = shoal_sysinfo_meminfo_field(text, "MemAvailable");
+	*total = sysinfo_meminfo_field(text, "MemTotal");
+	*available = sysinfo_meminfo_field(text, "MemAvailable");
 	if (*available == 0) /* kernels before 3.14: approximate */
-		*available = shoal_sysinfo_meminfo_field(text, "MemFree") +
-		             shoal_sysinfo_meminfo_field(text, "Cached");
+		*available = sysinfo_meminfo_field(text, "MemFree") +
+		             sysinfo_meminfo_field(text, "Cached");
 	return *total ? SHOAL_OK : SHOAL_ERR_FORMAT;
 }
 
-static void shoal_sysinfo_memory(shoal_sysinfo *si)
+static void sysinfo_memory(shoal_sysinfo *si)
 {
 #ifdef __APPLE__
 	uint64_t memsize = 0;
@@ -83,7 +83,7 @@ static void shoal_sysinfo_memory(shoal_sysinfo *si)
 #endif
 }
 
-static void shoal_sysinfo_load(shoal_sysinfo *si)
+static void sysinfo_load(shoal_sysinfo *si)
 {
 	double avg[1];
 	if (getloadavg(avg, 1) == 1 && avg[0] >= 0)
@@ -91,7 +91,7 @@ static void shoal_sysinfo_load(shoal_sysinfo *si)
 }
 
 /* A guess at the kind of link from the interface name and sysfs. */
-static void shoal_sysinfo_if_kind(const char *name, unsigned flags, char *kind, size_t cap)
+static void sysinfo_if_kind(const char *name, unsigned flags, char *kind, size_t cap)
 {
 	const char *k = "other";
 	if (flags & IFF_LOOPBACK) {
@@ -117,7 +117,7 @@ static void shoal_sysinfo_if_kind(const char *name, unsigned flags, char *kind, 
 	snprintf(kind, cap, "%s", k);
 }
 
-static void shoal_sysinfo_ifs(shoal_sysinfo *si, int include_loopback)
+static void sysinfo_ifs(shoal_sysinfo *si, int include_loopback)
 {
 	struct ifaddrs *ifa = NULL;
 	if (getifaddrs(&ifa) != 0)
@@ -133,12 +133,12 @@ static void shoal_sysinfo_ifs(shoal_sysinfo *si, int include_loopback)
 		snprintf(e->name, sizeof e->name, "%s", p->ifa_name);
 		inet_ntop(AF_INET, &((struct sockaddr_in *)p->ifa_addr)->sin_addr, e->addr,
 		          sizeof e->addr);
-		shoal_sysinfo_if_kind(p->ifa_name, p->ifa_flags, e->kind, sizeof e->kind);
+		sysinfo_if_kind(p->ifa_name, p->ifa_flags, e->kind, sizeof e->kind);
 	}
 	freeifaddrs(ifa);
 }
 
-static void shoal_sysinfo_rdma(shoal_sysinfo *si)
+static void sysinfo_rdma(shoal_sysinfo *si)
 {
 #ifdef SHOAL_HAVE_RDMA
 	int num = 0;
@@ -157,7 +157,7 @@ static void shoal_sysinfo_rdma(shoal_sysinfo *si)
 shoal_err shoal_sysinfo_probe(shoal_sysinfo *out, int include_loopback)
 {
 	memset(out, 0, sizeof *out);
-	shoal_sysinfo_memory(out);
+	sysinfo_memory(out);
 	long nc = sysconf(_SC_NPROCESSORS_ONLN);
 #ifdef __linux__
 	/* the CPUs this process may run on (taskset, a container's cpuset),
@@ -176,14 +176,14 @@ shoal_err shoal_sysinfo_probe(shoal_sysinfo *out, int include_loopback)
 				*c = (char)(*c - 'A' + 'a');
 		snprintf(out->arch, sizeof out->arch, "%.*s", (int)sizeof out->arch - 1, u.machine);
 	}
-	shoal_sysinfo_ifs(out, include_loopback);
-	shoal_sysinfo_rdma(out);
-	shoal_sysinfo_load(out);
+	sysinfo_ifs(out, include_loopback);
+	sysinfo_rdma(out);
+	sysinfo_load(out);
 	return SHOAL_OK;
 }
 
 void shoal_sysinfo_refresh(shoal_sysinfo *si)
 {
-	shoal_sysinfo_memory(si);
-	shoal_sysinfo_load(si);
+	sysinfo_memory(si);
+	sysinfo_load(si);
 }

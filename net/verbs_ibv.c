@@ -511,7 +511,7 @@ static const char *v_wc_status_str(int status)
 	return ibv_wc_status_str((enum ibv_wc_status)status);
 }
 
-static const shoal_verbs_ops shoal_verbs_ibv_ops = {
+static const shoal_verbs_ops verbs_ibv_ops = {
     .name = "ibverbs",
     .netif = v_netif,
     .devices = v_devices,
@@ -538,5 +538,5 @@ static const shoal_verbs_ops shoal_verbs_ibv_ops = {
 
 const shoal_verbs_ops *shoal_verbs_ibv(void)
 {
-	return &shoal_verbs_ibv_ops;
+	return &verbs_ibv_ops;
 }

@@ -31,7 +31,7 @@
 #include "runtime/engine/engine.h"
 #include "runtime/engine/generate.h"
 
-static void shoal_bench_usage(FILE *f)
+static void bench_usage(FILE *f)
 {
 	fprintf(f, "usage: shoal bench MODEL [--threads T] [--prompt N[,N...]] [--gen N]\n"
 	           "                   [--depth D[,D...]] [--kv-type f16|f32] [--backend B]\n"
@@ -51,7 +51,7 @@ static void shoal_bench_usage(FILE *f)
 
 /* Bytes one decode step reads and the weights it multiplies (see the
  * header comment). */
-static uint64_t shoal_bench_bytes_per_token(const shoal_model *m, uint64_t *elems)
+static uint64_t bench_bytes_per_token(const shoal_model *m, uint64_t *elems)
 {
 	const shoal_hparams *hp = &m->hp;
 	uint64_t sum = 0, el = 0;
@@ -83,7 +83,7 @@ static uint64_t shoal_bench_bytes_per_token(const shoal_model *m, uint64_t *elem
 }
 
 /* A comma list of numbers in [lo, 65536] into out[cap]; how many, or -1. */
-static int shoal_bench_list(const char *s, long lo, long *out, int cap)
+static int bench_list(const char *s, long lo, long *out, int cap)
 {
 	int n = 0;
 	while (*s && n < cap) {
@@ -106,7 +106,7 @@ typedef struct shoal_bench_times {
 	size_t n, cap;
 } shoal_bench_times;
 
-static int shoal_bench_on_token(void *ctx, const shoal_gen_token *t)
+static int bench_on_token(void *ctx, const shoal_gen_token *t)
 {
 	(void)t;
 	shoal_bench_times *bt = ctx;
@@ -117,7 +117,7 @@ static int shoal_bench_on_token(void *ctx, const shoal_gen_token *t)
 	return 0;
 }
 
-static int shoal_bench_cmp_u64(const void *a, const void *b)
+static int bench_cmp_u64(const void *a, const void *b)
 {
 	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
 	return x < y ? -1 : x > y;
@@ -144,7 +144,7 @@ int shoal_cmd_bench(int argc, char **argv)
 			dst = &n_gen;
 		else if (!strcmp(a, "--prompt") || !strcmp(a, "--depth")) {
 			bool pr = !strcmp(a, "--prompt");
-			int k = i + 1 < argc ? shoal_bench_list(argv[++i], pr ? 1 : 0,
+			int k = i + 1 < argc ? bench_list(argv[++i], pr ? 1 : 0,
 			                                        pr ? prompts : depths,
 			                                        SHOAL_BENCH_MAX_RUNS)
 			                     : -1;
@@ -172,11 +172,11 @@ int shoal_cmd_bench(int argc, char **argv)
 		} else if (!strcmp(a, "--json"))
 			json = true;
 		else if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-			shoal_bench_usage(stdout);
+			bench_usage(stdout);
 			return 0;
 		} else if (a[0] == '-' && a[1]) {
 			fprintf(stderr, "shoal bench: unknown option %s\n", a);
-			shoal_bench_usage(stderr);
+			bench_usage(stderr);
 			return 2;
 		} else if (!model)
 			model = a;
@@ -197,7 +197,7 @@ int shoal_cmd_bench(int argc, char **argv)
 		}
 	}
 	if (!model) {
-		shoal_bench_usage(stderr);
+		bench_usage(stderr);
 		return 2;
 	}
 	if (!cli__backend("shoal bench", backend_name, &backend))
@@ -262,7 +262,7 @@ int shoal_cmd_bench(int argc, char **argv)
 
 	shoal_backend_device dev;
 	shoal_engine_backend_ops(eng)->devices(shoal_engine_backend(eng), true, &dev, 1);
-	uint64_t elems = 0, bpt = shoal_bench_bytes_per_token(m, &elems);
+	uint64_t elems = 0, bpt = bench_bytes_per_token(m, &elems);
 	double bound = dev.read_gbps * 1e9 / (double)bpt;
 
 	/* prefill runs: one sampled token after the prompt, prefill time only */
@@ -283,7 +283,7 @@ int shoal_cmd_bench(int argc, char **argv)
 		rq = (shoal_gen_request){.prompt = toks,
 		                         .n_prompt = (uint32_t)(depths[k] + 1),
 		                         .max_tokens = (uint32_t)n_gen + 1,
-		                         .on_token = shoal_bench_on_token,
+		                         .on_token = bench_on_token,
 		                         .ctx = &bt};
 		if ((err = shoal_gen_run(gen, &rq, &st, why, sizeof why)))
 			goto fail_run;
@@ -293,7 +293,7 @@ int shoal_cmd_bench(int argc, char **argv)
 		tg_cpu[k] = st.decode_cpu_ns
 		                ? (double)n_gen * (double)threads / (1e-9 * (double)st.decode_cpu_ns)
 		                : 0;
-		qsort(bt.gap_ns, bt.n, sizeof *bt.gap_ns, shoal_bench_cmp_u64);
+		qsort(bt.gap_ns, bt.n, sizeof *bt.gap_ns, bench_cmp_u64);
 		size_t nn = bt.n ? bt.n : 1;
 		med[k] = bt.n ? (double)bt.gap_ns[bt.n / 2] / 1e6 : 0;
 		p10[k] = bt.n ? (double)bt.gap_ns[(nn - 1) / 10] / 1e6 : 0;

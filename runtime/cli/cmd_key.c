@@ -17,7 +17,7 @@
 #include "net/key.h"
 #include "runtime/cli/cli.h"
 
-static void shoal_cmd_key_usage(FILE *f)
+static void cmd_key_usage(FILE *f)
 {
 	fprintf(f,
 	        "usage: shoal key new FILE          write a new cluster key (mode 0600)\n"
@@ -32,11 +32,11 @@ int shoal_cmd_key(int argc, char **argv)
 	char why[SHOAL_WHY_WRAP_LEN] = "", fp[17];
 	shoal_key k;
 	if (argc == 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))) {
-		shoal_cmd_key_usage(stdout);
+		cmd_key_usage(stdout);
 		return 0;
 	}
 	if (argc != 3) {
-		shoal_cmd_key_usage(stderr);
+		cmd_key_usage(stderr);
 		return 2;
 	}
 	if (!strcmp(argv[1], "new")) {
@@ -69,6 +69,6 @@ int shoal_cmd_key(int argc, char **argv)
 			        argv[2]);
 		return 0;
 	}
-	shoal_cmd_key_usage(stderr);
+	cmd_key_usage(stderr);
 	return 2;
 }

@@ -42,15 +42,15 @@
 #include "runtime/node/node.h"
 #include "runtime/node/plan_json.h"
 
-static volatile sig_atomic_t shoal_cmd_node_stop;
+static volatile sig_atomic_t cmd_node_stop;
 
-static void shoal_cmd_node_signal(int sig)
+static void cmd_node_signal(int sig)
 {
 	(void)sig;
-	shoal_cmd_node_stop = 1;
+	cmd_node_stop = 1;
 }
 
-static void shoal_cmd_node_usage(FILE *f)
+static void cmd_node_usage(FILE *f)
 {
 	fprintf(f,
 	        "usage: shoal node [options]\n"
@@ -339,11 +339,11 @@ int shoal_cmd_node(int argc, char **argv)
 			shoal_log_set_level(SHOAL_LOG_DEBUG);
 			break;
 		case 'h':
-			shoal_cmd_node_usage(stdout);
+			cmd_node_usage(stdout);
 			free(seeds);
 			return 0;
 		default:
-			shoal_cmd_node_usage(stderr);
+			cmd_node_usage(stderr);
 			free(seeds);
 			return 2;
 		}
@@ -424,7 +424,7 @@ int shoal_cmd_node(int argc, char **argv)
 	}
 	struct sigaction sa;
 	memset(&sa, 0, sizeof sa);
-	sa.sa_handler = shoal_cmd_node_signal;
+	sa.sa_handler = cmd_node_signal;
 	sigemptyset(&sa.sa_mask);
 	sigaction(SIGINT, &sa, NULL);
 	sigaction(SIGTERM, &sa, NULL);
@@ -433,7 +433,7 @@ int shoal_cmd_node(int argc, char **argv)
 		fprintf(stderr, "shoal node: %s\n", why);
 		goto out;
 	}
-	rc = shoal_node_run(node, &shoal_cmd_node_stop) == SHOAL_OK ? 0 : 1;
+	rc = shoal_node_run(node, &cmd_node_stop) == SHOAL_OK ? 0 : 1;
 out:
 	shoal_node_free(node);
 	shoal_key_wipe(&key, sizeof key);

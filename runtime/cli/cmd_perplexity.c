@@ -25,7 +25,7 @@
 #include "runtime/engine/engine.h"
 #include "runtime/engine/generate.h"
 
-static void shoal_ppl_usage(FILE *f)
+static void ppl_usage(FILE *f)
 {
 	fprintf(f, "usage: shoal perplexity MODEL FILE [--ctx C] [--chunks N] [--threads T] "
 	           "[--kv-type f16|f32] [--backend B] [--json]\n"
@@ -38,7 +38,7 @@ static void shoal_ppl_usage(FILE *f)
 	           "\"ctx\", \"seconds\"}\n");
 }
 
-static bool shoal_ppl_long(const char *s, long lo, long hi, long *out)
+static bool ppl_long(const char *s, long lo, long hi, long *out)
 {
 	char *end;
 	errno = 0;
@@ -49,7 +49,7 @@ static bool shoal_ppl_long(const char *s, long lo, long hi, long *out)
 	return true;
 }
 
-static char *shoal_ppl_read(const char *path, size_t *len)
+static char *ppl_read(const char *path, size_t *len)
 {
 	FILE *f = fopen(path, "rb");
 	if (!f)
@@ -89,7 +89,7 @@ typedef struct shoal_ppl_score {
 } shoal_ppl_score;
 
 /* -log softmax(logits)[target], in double. */
-static double shoal_ppl_nll(const float *logits, uint32_t n_vocab, int32_t target)
+static double ppl_nll(const float *logits, uint32_t n_vocab, int32_t target)
 {
 	float mx = logits[0];
 	for (uint32_t i = 1; i < n_vocab; i++)
@@ -102,10 +102,10 @@ static double shoal_ppl_nll(const float *logits, uint32_t n_vocab, int32_t targe
 }
 
 /* The generation loop's prefill hands each scored position's logits. */
-static void shoal_ppl_on_logits(void *ctx, uint32_t pos, const float *logits)
+static void ppl_on_logits(void *ctx, uint32_t pos, const float *logits)
 {
 	shoal_ppl_score *sc = ctx;
-	sc->nll += shoal_ppl_nll(logits, sc->n_vocab, sc->win[pos + 1]);
+	sc->nll += ppl_nll(logits, sc->n_vocab, sc->win[pos + 1]);
 	sc->scored++;
 }
 
@@ -140,11 +140,11 @@ int shoal_cmd_perplexity(int argc, char **argv)
 		} else if (!strcmp(a, "--json"))
 			json = true;
 		else if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-			shoal_ppl_usage(stdout);
+			ppl_usage(stdout);
 			return 0;
 		} else if (a[0] == '-' && a[1]) {
 			fprintf(stderr, "shoal perplexity: unknown option %s\n", a);
-			shoal_ppl_usage(stderr);
+			ppl_usage(stderr);
 			return 2;
 		} else if (!model)
 			model = a;
@@ -154,14 +154,14 @@ int shoal_cmd_perplexity(int argc, char **argv)
 			fprintf(stderr, "shoal perplexity: unexpected argument %s\n", a);
 			return 2;
 		}
-		if (dst && (i + 1 >= argc || !shoal_ppl_long(argv[++i], lo, hi, dst))) {
+		if (dst && (i + 1 >= argc || !ppl_long(argv[++i], lo, hi, dst))) {
 			fprintf(stderr, "shoal perplexity: %s needs a number in [%ld, %ld]\n", a,
 			        lo, hi);
 			return 2;
 		}
 	}
 	if (!model || !file) {
-		shoal_ppl_usage(stderr);
+		ppl_usage(stderr);
 		return 2;
 	}
 	if (!cli__backend("shoal perplexity", backend_name, &backend))
@@ -187,7 +187,7 @@ int shoal_cmd_perplexity(int argc, char **argv)
 		        why[0] ? why : shoal_strerror(err));
 		goto out;
 	}
-	text = shoal_ppl_read(file, &text_len);
+	text = ppl_read(file, &text_len);
 	if (!text) {
 		fprintf(stderr, "shoal perplexity: %s: %s\n", file, strerror(errno));
 		goto out;
@@ -249,7 +249,7 @@ int shoal_cmd_perplexity(int argc, char **argv)
 		                        .ctx = &sc,
 		                        .score_from = C / 2,
 		                        .score_to = C - 1,
-		                        .on_logits = shoal_ppl_on_logits};
+		                        .on_logits = ppl_on_logits};
 		err = shoal_gen_run(gen, &rq, NULL, why, sizeof why);
 		win[0] = tok0;
 		if (err) {

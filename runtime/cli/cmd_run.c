@@ -27,7 +27,7 @@
 #include "runtime/engine/engine.h"
 #include "runtime/engine/generate.h"
 
-static void shoal_run_usage(FILE *f)
+static void run_usage(FILE *f)
 {
 	fprintf(f,
 	        "usage: shoal run MODEL -p TEXT [options]\n"
@@ -68,7 +68,7 @@ typedef struct shoal_run_opts {
 } shoal_run_opts;
 
 /* 0 ok, 2 usage error (message printed). */
-static int shoal_run_parse(int argc, char **argv, shoal_run_opts *o)
+static int run_parse(int argc, char **argv, shoal_run_opts *o)
 {
 	memset(o, 0, sizeof *o);
 	o->n = SHOAL_RUN_DEFAULT_TOKENS;
@@ -91,7 +91,7 @@ static int shoal_run_parse(int argc, char **argv, shoal_run_opts *o)
 		i++;                                                                               \
 	} while (0)
 		if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-			shoal_run_usage(stdout);
+			run_usage(stdout);
 			return 1;
 		} else if (!strcmp(a, "-p") || !strcmp(a, "--prompt")) {
 			if (!has_val)
@@ -150,7 +150,7 @@ static int shoal_run_parse(int argc, char **argv, shoal_run_opts *o)
 			o->ids = true;
 		} else if (a[0] == '-' && a[1]) {
 			fprintf(stderr, "shoal run: unknown option %s\n", a);
-			shoal_run_usage(stderr);
+			run_usage(stderr);
 			return 2;
 		} else if (!o->model) {
 			o->model = a;
@@ -165,7 +165,7 @@ static int shoal_run_parse(int argc, char **argv, shoal_run_opts *o)
 #undef NUM
 	}
 	if (!o->model || !o->prompt) {
-		shoal_run_usage(stderr);
+		run_usage(stderr);
 		return 2;
 	}
 	if (!cli__backend("shoal run", backend, &o->backend))
@@ -182,7 +182,7 @@ typedef struct shoal_run_out {
 	char text[512];
 } shoal_run_out;
 
-static int shoal_run_on_token(void *ctx, const shoal_gen_token *t)
+static int run_on_token(void *ctx, const shoal_gen_token *t)
 {
 	shoal_run_out *ro = ctx;
 	if (ro->o->logprobs) {
@@ -208,7 +208,7 @@ int shoal_cmd_run(int argc, char **argv)
 		if (!strcmp(argv[i], "--peer"))
 			return cli__run_remote(argc, argv);
 	shoal_run_opts o;
-	int rc = shoal_run_parse(argc, argv, &o);
+	int rc = run_parse(argc, argv, &o);
 	if (rc)
 		return rc == 1 ? 0 : rc;
 
@@ -287,7 +287,7 @@ int shoal_cmd_run(int argc, char **argv)
 	                        .n_prompt = (uint32_t)n_ids,
 	                        .max_tokens = (uint32_t)o.n,
 	                        .eog = tok,
-	                        .on_token = shoal_run_on_token,
+	                        .on_token = run_on_token,
 	                        .ctx = &ro};
 	shoal_gen_stats gst;
 	if ((err = shoal_gen_run(gen, &rq, &gst, why, sizeof why))) {

@@ -50,7 +50,7 @@
 #include "runtime/cli/cli.h"
 #include "runtime/node/node.h"
 
-static void shoal_cmd_status_usage(FILE *f)
+static void cmd_status_usage(FILE *f)
 {
 	fprintf(f, "usage: shoal status [--peer HOST[:PORT]] [--key FILE] [--insecure] [--json]\n"
 	           "                    [--state-dir D] [--timeout-ms MS]\n"
@@ -67,7 +67,7 @@ static void shoal_cmd_status_usage(FILE *f)
 }
 
 /* Read "endpoint X" and "insecure N" from <dir>/control. */
-static int shoal_cmd_status_control(const char *dir, char *ep, size_t cap, int *insecure)
+static int cmd_status_control(const char *dir, char *ep, size_t cap, int *insecure)
 {
 	char path[1100], line[256];
 	snprintf(path, sizeof path, "%s/%s", dir, SHOAL_NODE_CONTROL_FILE);
@@ -86,33 +86,33 @@ static int shoal_cmd_status_control(const char *dir, char *ep, size_t cap, int *
 	return ep[0] ? 0 : -1;
 }
 
-static const char *shoal_cmd_status_str(json_t *o, const char *k)
+static const char *cmd_status_str(json_t *o, const char *k)
 {
 	const char *s = json_string_value(json_object_get(o, k));
 	return s ? s : "?";
 }
 
-static double shoal_cmd_status_num(json_t *o, const char *k)
+static double cmd_status_num(json_t *o, const char *k)
 {
 	return json_number_value(json_object_get(o, k));
 }
 
 /* The human view: a table of peers, then the link matrix (RTT in us, the
  * best endpoint pair; bandwidth in MB/s where measured). */
-static void shoal_cmd_status_print(json_t *root)
+static void cmd_status_print(json_t *root)
 {
 	json_t *peers = json_object_get(root, "peers");
 	size_t n = json_array_size(peers);
-	printf("cluster '%s'%s, seen from %s: %zu peer(s)\n", shoal_cmd_status_str(root, "cluster"),
+	printf("cluster '%s'%s, seen from %s: %zu peer(s)\n", cmd_status_str(root, "cluster"),
 	       json_is_true(json_object_get(root, "insecure")) ? " (INSECURE)" : "",
-	       shoal_cmd_status_str(root, "name"), n);
+	       cmd_status_str(root, "name"), n);
 	printf("%-3s %-16s %-8s %-8s %5s %19s %9s %5s %-14s %s\n", "#", "NAME", "ID", "STATE",
 	       "INC", "MEM OFFERED/TOTAL", "GB/s", "CORES", "OS/ARCH", "CONTROL");
 	for (size_t i = 0; i < n; i++) {
 		json_t *p = json_array_get(peers, i);
 		char osarch[48];
-		snprintf(osarch, sizeof osarch, "%s/%s", shoal_cmd_status_str(p, "os"),
-		         shoal_cmd_status_str(p, "arch"));
+		snprintf(osarch, sizeof osarch, "%s/%s", cmd_status_str(p, "os"),
+		         cmd_status_str(p, "arch"));
 		char mem[2 * SHOAL_FMT_BYTES_LEN], mw[SHOAL_FMT_BYTES_LEN], mt[SHOAL_FMT_BYTES_LEN];
 		json_int_t w = json_integer_value(json_object_get(p, "mem_weights")),
 		           t = json_integer_value(json_object_get(p, "mem_total"));
@@ -120,35 +120,35 @@ static void shoal_cmd_status_print(json_t *root)
 		         shoal_fmt_bytes(mt, sizeof mt, (uint64_t)t));
 		printf("%-3zu %-16.16s %-8.8s %-8s %5" JSON_INTEGER_FORMAT
 		       " %19s %9.2f %5d %-14.14s %s%s\n",
-		       i, shoal_cmd_status_str(p, "name"), shoal_cmd_status_str(p, "id"),
-		       shoal_cmd_status_str(p, "state"),
+		       i, cmd_status_str(p, "name"), cmd_status_str(p, "id"),
+		       cmd_status_str(p, "state"),
 		       json_integer_value(json_object_get(p, "incarnation")), mem,
-		       shoal_cmd_status_num(p, "compute_gb_s"),
+		       cmd_status_num(p, "compute_gb_s"),
 		       (int)json_integer_value(json_object_get(p, "cores")), osarch,
-		       shoal_cmd_status_str(p, "control_endpoint"),
+		       cmd_status_str(p, "control_endpoint"),
 		       json_is_true(json_object_get(p, "self")) ? "  (this peer)" : "");
 		if (json_is_false(json_object_get(p, "compatible")))
 			printf("    left out of planning: %s\n",
-			       shoal_cmd_status_str(p, "why_incompatible"));
+			       cmd_status_str(p, "why_incompatible"));
 	}
 	printf("\nlinks (row -> column): RTT us / MB/s, best endpoint pair\n%-14s", "");
 	for (size_t j = 0; j < n; j++)
-		printf(" %14.14s", shoal_cmd_status_str(json_array_get(peers, j), "name"));
+		printf(" %14.14s", cmd_status_str(json_array_get(peers, j), "name"));
 	printf("\n");
 	for (size_t i = 0; i < n; i++) {
 		json_t *links = json_object_get(json_array_get(peers, i), "links");
-		printf("%-14.14s", shoal_cmd_status_str(json_array_get(peers, i), "name"));
+		printf("%-14.14s", cmd_status_str(json_array_get(peers, i), "name"));
 		for (size_t j = 0; j < n; j++) {
-			const char *to = shoal_cmd_status_str(json_array_get(peers, j), "id");
+			const char *to = cmd_status_str(json_array_get(peers, j), "id");
 			double best_rtt = 0, bw = 0;
 			for (size_t k = 0; k < json_array_size(links); k++) {
 				json_t *l = json_array_get(links, k);
-				if (strcmp(shoal_cmd_status_str(l, "peer"), to))
+				if (strcmp(cmd_status_str(l, "peer"), to))
 					continue;
-				double rtt = shoal_cmd_status_num(l, "rtt_us");
+				double rtt = cmd_status_num(l, "rtt_us");
 				if (best_rtt == 0 || rtt < best_rtt) {
 					best_rtt = rtt;
-					bw = shoal_cmd_status_num(l, "bandwidth_bytes_s");
+					bw = cmd_status_num(l, "bandwidth_bytes_s");
 				}
 			}
 			char cell[32];
@@ -168,7 +168,7 @@ static void shoal_cmd_status_print(json_t *root)
 
 /* The plan of a node that serves a model: stages with readiness, experts
  * per peer and layer, data links, peers left out. */
-static void shoal_cmd_status_print_plan(json_t *plan)
+static void cmd_status_print_plan(json_t *plan)
 {
 	json_t *stages = json_object_get(plan, "stages"), *ready = json_object_get(plan, "ready");
 	const char *digest = json_string_value(json_object_get(plan, "digest"));
@@ -179,15 +179,15 @@ static void shoal_cmd_status_print_plan(json_t *plan)
 		printf("\nplan %.16s (epoch %" JSON_INTEGER_FORMAT
 		       ") of %s: %s%s%s, %.2f ms/token predicted\n",
 		       digest, json_integer_value(json_object_get(plan, "epoch")),
-		       shoal_cmd_status_str(plan, "model"),
+		       cmd_status_str(plan, "model"),
 		       json_is_true(json_object_get(plan, "servable")) ? "servable"
 		                                                       : "NOT servable",
 		       why ? ": " : "", why ? why : "",
-		       shoal_cmd_status_num(plan, "predicted_ms_per_token"));
+		       cmd_status_num(plan, "predicted_ms_per_token"));
 	}
 	for (size_t i = 0; i < json_array_size(stages); i++) {
 		json_t *st = json_array_get(stages, i);
-		const char *id = shoal_cmd_status_str(st, "peer");
+		const char *id = cmd_status_str(st, "peer");
 		int is_ready = 0;
 		for (size_t k = 0; k < json_array_size(ready); k++) {
 			const char *r = json_string_value(json_array_get(ready, k));
@@ -195,7 +195,7 @@ static void shoal_cmd_status_print_plan(json_t *plan)
 		}
 		printf("  stage %zu  %-16.16s %.8s  layers [%" JSON_INTEGER_FORMAT
 		       ", %" JSON_INTEGER_FORMAT ")  %s\n",
-		       i, shoal_cmd_status_str(st, "name"), id,
+		       i, cmd_status_str(st, "name"), id,
 		       json_integer_value(json_object_get(st, "first_layer")),
 		       json_integer_value(json_object_get(st, "end_layer")),
 		       is_ready ? "ready" : "not ready");
@@ -203,7 +203,7 @@ static void shoal_cmd_status_print_plan(json_t *plan)
 		for (size_t j = 0; j < json_array_size(ms); j++) {
 			json_t *mj = json_array_get(ms, j);
 			printf("%s%s %.1f%%%s", j ? ", " : "           tensor group: ",
-			       shoal_cmd_status_str(mj, "name"),
+			       cmd_status_str(mj, "name"),
 			       100.0 * json_real_value(json_object_get(mj, "share")),
 			       j + 1 == json_array_size(ms) ? "\n" : "");
 		}
@@ -224,7 +224,7 @@ static void shoal_cmd_status_print_plan(json_t *plan)
 		       json_integer_value(json_object_get(l, "layer")));
 		for (size_t j = 0; j < json_array_size(own); j++) {
 			json_t *o = json_array_get(own, j);
-			printf(" %s x%zu", shoal_cmd_status_str(o, "name"),
+			printf(" %s x%zu", cmd_status_str(o, "name"),
 			       json_array_size(json_object_get(o, "experts")));
 		}
 		printf("\n");
@@ -232,14 +232,14 @@ static void shoal_cmd_status_print_plan(json_t *plan)
 	json_t *links = json_object_get(plan, "links");
 	for (size_t i = 0; i < json_array_size(links); i++) {
 		json_t *l = json_array_get(links, i);
-		printf("  data link to %.8s: %s\n", shoal_cmd_status_str(l, "peer"),
-		       shoal_cmd_status_str(l, "transport"));
+		printf("  data link to %.8s: %s\n", cmd_status_str(l, "peer"),
+		       cmd_status_str(l, "transport"));
 	}
 	json_t *left = json_object_get(plan, "left_out");
 	for (size_t i = 0; i < json_array_size(left); i++) {
 		json_t *l = json_array_get(left, i);
-		printf("  left out: %s (%.8s): %s\n", shoal_cmd_status_str(l, "name"),
-		       shoal_cmd_status_str(l, "peer"), shoal_cmd_status_str(l, "why"));
+		printf("  left out: %s (%.8s): %s\n", cmd_status_str(l, "name"),
+		       cmd_status_str(l, "peer"), cmd_status_str(l, "why"));
 	}
 }
 
@@ -281,15 +281,15 @@ int shoal_cmd_status(int argc, char **argv)
 			timeout_ms = atoi(optarg);
 			break;
 		case 'h':
-			shoal_cmd_status_usage(stdout);
+			cmd_status_usage(stdout);
 			return 0;
 		default:
-			shoal_cmd_status_usage(stderr);
+			cmd_status_usage(stderr);
 			return 2;
 		}
 	}
 	if (optind < argc || timeout_ms <= 0) {
-		shoal_cmd_status_usage(stderr);
+		cmd_status_usage(stderr);
 		return 2;
 	}
 	if (state_dir)
@@ -302,7 +302,7 @@ int shoal_cmd_status(int argc, char **argv)
 			fprintf(stderr, "shoal status: %s\n", why);
 			return 2;
 		}
-	} else if (shoal_cmd_status_control(dir, ep, sizeof ep, &insecure) != 0) {
+	} else if (cmd_status_control(dir, ep, sizeof ep, &insecure) != 0) {
 		fprintf(stderr,
 		        "shoal status: no local node found (no %s/%s); is `shoal node` running? "
 		        "Use --peer HOST[:PORT] or --state-dir D\n",
@@ -370,9 +370,9 @@ int shoal_cmd_status(int argc, char **argv)
 			printf("%s\n", s);
 		free(s);
 	} else {
-		shoal_cmd_status_print(root);
+		cmd_status_print(root);
 		if (json_is_object(json_object_get(root, "plan")))
-			shoal_cmd_status_print_plan(json_object_get(root, "plan"));
+			cmd_status_print_plan(json_object_get(root, "plan"));
 	}
 	json_decref(root);
 	rc = 0;

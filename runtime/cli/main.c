@@ -17,7 +17,7 @@ typedef struct shoal_command {
 	const char *summary;
 } shoal_command;
 
-static const shoal_command shoal_commands[] = {
+static const shoal_command commands[] = {
 	{"run", shoal_cmd_run, "run a model on a prompt and stream the text"},
 	{"tokenize", shoal_cmd_tokenize, "print the token ids of a text"},
 	{"detokenize", shoal_cmd_detokenize, "print the text of token ids"},
@@ -30,22 +30,22 @@ static const shoal_command shoal_commands[] = {
 	{"chat", shoal_cmd_chat, "chat with a peer's HTTP API in the terminal"},
 };
 
-static void shoal_usage(FILE *f)
+static void print_usage(FILE *f)
 {
 	fprintf(f, "usage: shoal COMMAND [ARGS...]\n\ncommands:\n");
-	for (size_t i = 0; i < sizeof shoal_commands / sizeof shoal_commands[0]; i++)
-		fprintf(f, "  %-11s %s\n", shoal_commands[i].name, shoal_commands[i].summary);
+	for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+		fprintf(f, "  %-11s %s\n", commands[i].name, commands[i].summary);
 	fprintf(f, "\n`shoal COMMAND --help` describes each command.\n");
 }
 
 int main(int argc, char **argv)
 {
 	if (argc < 2) {
-		shoal_usage(stderr);
+		print_usage(stderr);
 		return 2;
 	}
 	if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {
-		shoal_usage(stdout);
+		print_usage(stdout);
 		return 0;
 	}
 	if (!strcmp(argv[1], "--version")) {
@@ -60,10 +60,10 @@ int main(int argc, char **argv)
 #endif
 		return 0;
 	}
-	for (size_t i = 0; i < sizeof shoal_commands / sizeof shoal_commands[0]; i++)
-		if (!strcmp(argv[1], shoal_commands[i].name))
-			return shoal_commands[i].fn(argc - 1, argv + 1);
+	for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+		if (!strcmp(argv[1], commands[i].name))
+			return commands[i].fn(argc - 1, argv + 1);
 	fprintf(stderr, "shoal: unknown command '%s'\n", argv[1]);
-	shoal_usage(stderr);
+	print_usage(stderr);
 	return 2;
 }

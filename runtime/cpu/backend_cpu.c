@@ -79,7 +79,7 @@ struct shoal_backend {
 	_Atomic uint32_t next; /* next work item of the current job */
 };
 
-static void shoal_cpu_destroy(shoal_backend *b)
+static void cpu_destroy(shoal_backend *b)
 {
 	if (!b)
 		return;
@@ -99,7 +99,7 @@ static void shoal_cpu_destroy(shoal_backend *b)
 /* The packing budget for weights of weight_bytes: SHOAL_PACK=0 never, =1
  * always (tests); else those bytes (+1/8 for the groups' padding) when
  * twice them fit the last-level cache, 0 otherwise. */
-static uint64_t shoal_cpu_pack_budget(const shoal_kernels *k, uint64_t weight_bytes)
+static uint64_t cpu_pack_budget(const shoal_kernels *k, uint64_t weight_bytes)
 {
 	if (!k->pack_bytes(SHOAL_DTYPE_Q8_0, 256, 16))
 		return 0;
@@ -122,7 +122,7 @@ static uint64_t shoal_cpu_pack_budget(const shoal_kernels *k, uint64_t weight_by
 	return weight_bytes + weight_bytes / 8 + ((uint64_t)1 << 20);
 }
 
-static shoal_err shoal_cpu_create(const shoal_backend_limits *lim, shoal_backend **out)
+static shoal_err cpu_create(const shoal_backend_limits *lim, shoal_backend **out)
 {
 	*out = NULL;
 	if (lim->n_threads < 1 || lim->max_ctx < 1 || lim->max_rows < 1 || lim->max_n < 1 ||
@@ -133,7 +133,7 @@ static shoal_err shoal_cpu_create(const shoal_backend_limits *lim, shoal_backend
 	if (!b)
 		return SHOAL_ERR_NOMEM;
 	b->k = shoal_kernels_best();
-	b->pack_budget = shoal_cpu_pack_budget(b->k, lim->weight_bytes);
+	b->pack_budget = cpu_pack_budget(b->k, lim->weight_bytes);
 	b->n_threads = lim->n_threads;
 	b->max_ctx = lim->max_ctx;
 	b->max_rows = lim->max_rows;
@@ -153,7 +153,7 @@ static shoal_err shoal_cpu_create(const shoal_backend_limits *lim, shoal_backend
 	*out = b;
 	return SHOAL_OK;
 fail:
-	shoal_cpu_destroy(b);
+	cpu_destroy(b);
 	return e;
 }
 
@@ -164,7 +164,7 @@ fail:
  * 5-50 GB/s, and membw runs about 6. */
 #define SHOAL_CPU_PROBE_BYTES ((size_t)512 << 20)
 
-static size_t shoal_cpu_devices(shoal_backend *b, bool measure, shoal_backend_device *out,
+static size_t cpu_devices(shoal_backend *b, bool measure, shoal_backend_device *out,
                                 size_t cap)
 {
 	if (cap < 1)
@@ -183,7 +183,7 @@ static size_t shoal_cpu_devices(shoal_backend *b, bool measure, shoal_backend_de
 
 /* ---- matrix products --------------------------------------------------------- */
 
-static void shoal_cpu_quantize_worker(void *ctx, uint32_t ith, uint32_t nth)
+static void cpu_quantize_worker(void *ctx, uint32_t ith, uint32_t nth)
 {
 	shoal_backend *b = ctx;
 	for (uint32_t r = ith; r < b->mm.n_rows; r += nth)
@@ -191,7 +191,7 @@ static void shoal_cpu_quantize_worker(void *ctx, uint32_t ith, uint32_t nth)
 		                   b->act + r * b->act_stride, b->mm.n_in);
 }
 
-static void shoal_cpu_matmul_worker(void *ctx, uint32_t ith, uint32_t nth)
+static void cpu_matmul_worker(void *ctx, uint32_t ith, uint32_t nth)
 {
 	shoal_backend *b = ctx;
 	const shoal_kernels *k = b->k;
@@ -228,7 +228,7 @@ static void shoal_cpu_matmul_worker(void *ctx, uint32_t ith, uint32_t nth)
  * other processes without making chunks so small that the per-chunk atomic
  * (~50 ns) matters: a 2048-wide Q8_0 row is ~2 KB, ~100 ns to stream. One
  * thread takes each matrix whole. Multiples of 16 keep SIMD row tiles whole. */
-static uint32_t shoal_cpu_rows_per_chunk(int64_t n_out, uint32_t nth)
+static uint32_t cpu_rows_per_chunk(int64_t n_out, uint32_t nth)
 {
 	if (nth == 1)
 		return (uint32_t)n_out;
@@ -241,14 +241,14 @@ static uint32_t shoal_cpu_rows_per_chunk(int64_t n_out, uint32_t nth)
 
 /* The slot where the pack table of cap (a power of 2) entries starts
  * looking for the matrix at w. */
-static size_t shoal_cpu_pack_slot(const void *w, size_t cap)
+static size_t cpu_pack_slot(const void *w, size_t cap)
 {
 	return (size_t)(((uintptr_t)w >> 4) * 0x9e3779b97f4a7c15ull) & (cap - 1);
 }
 
 /* The packed copy of w, made now if it is new and fits the budget; NULL
  * where there is none (the kernels repack on the fly). */
-static const void *shoal_cpu_packed(shoal_backend *b, const shoal_backend_mat *w)
+static const void *cpu_packed(shoal_backend *b, const shoal_backend_mat *w)
 {
 	size_t bytes = b->k->pack_bytes(w->type, w->n_in, w->n_out);
 	if (!bytes)
@@ -261,7 +261,7 @@ static const void *shoal_cpu_packed(shoal_backend *b, const shoal_backend_mat *w
 		for (size_t i = 0; i < b->pack_cap; i++) {
 			if (!b->packs[i].w)
 				continue;
-			size_t h = shoal_cpu_pack_slot(b->packs[i].w, cap);
+			size_t h = cpu_pack_slot(b->packs[i].w, cap);
 			while (t[h].w)
 				h = (h + 1) & (cap - 1);
 			t[h] = b->packs[i];
@@ -270,7 +270,7 @@ static const void *shoal_cpu_packed(shoal_backend *b, const shoal_backend_mat *w
 		b->packs = t;
 		b->pack_cap = cap;
 	}
-	size_t h = shoal_cpu_pack_slot(w->data, b->pack_cap);
+	size_t h = cpu_pack_slot(w->data, b->pack_cap);
 	for (; b->packs[h].w; h = (h + 1) & (b->pack_cap - 1))
 		if (b->packs[h].w == w->data && b->packs[h].n == w->n_in &&
 		    b->packs[h].nrows == w->n_out)
@@ -290,7 +290,7 @@ static const void *shoal_cpu_packed(shoal_backend *b, const shoal_backend_mat *w
 	return e->p;
 }
 
-static void shoal_cpu_matmul(shoal_backend *b, uint32_t n_mat, const shoal_backend_mat *w,
+static void cpu_matmul(shoal_backend *b, uint32_t n_mat, const shoal_backend_mat *w,
                              const float *x, size_t ldx, uint32_t n_rows, float *const *y,
                              const size_t *ldy)
 {
@@ -310,13 +310,13 @@ static void shoal_cpu_matmul(shoal_backend *b, uint32_t n_mat, const shoal_backe
 				continue;
 			done[j] = true;
 			uint32_t m = b->mm.n_mat++;
-			uint32_t rpc = shoal_cpu_rows_per_chunk(w[j].n_out, b->n_threads);
+			uint32_t rpc = cpu_rows_per_chunk(w[j].n_out, b->n_threads);
 			b->mm.w[m] = &w[j];
 			b->mm.y[m] = y[j];
 			b->mm.ldy[m] = ldy[j];
 			b->mm.rows_per_chunk[m] = rpc;
 			b->mm.packed[m] =
-			    n_rows >= 2 && b->pack_budget ? shoal_cpu_packed(b, &w[j]) : NULL;
+			    n_rows >= 2 && b->pack_budget ? cpu_packed(b, &w[j]) : NULL;
 			n_chunks += (uint32_t)((w[j].n_out + rpc - 1) / rpc);
 			b->mm.chunk_end[m] = n_chunks;
 		}
@@ -326,11 +326,11 @@ static void shoal_cpu_matmul(shoal_backend *b, uint32_t n_mat, const shoal_backe
 		b->mm.n_in = w[i].n_in;
 		b->mm.n_rows = n_rows;
 		if (n_rows >= 2 * b->n_threads && b->n_threads > 1)
-			shoal_threadpool_run(b->pool, shoal_cpu_quantize_worker, b);
+			shoal_threadpool_run(b->pool, cpu_quantize_worker, b);
 		else
-			shoal_cpu_quantize_worker(b, 0, 1);
+			cpu_quantize_worker(b, 0, 1);
 		atomic_store_explicit(&b->next, 0, memory_order_relaxed);
-		shoal_threadpool_run(b->pool, shoal_cpu_matmul_worker, b);
+		shoal_threadpool_run(b->pool, cpu_matmul_worker, b);
 	}
 }
 
@@ -342,7 +342,7 @@ static void shoal_cpu_matmul(shoal_backend *b, uint32_t n_mat, const shoal_backe
  * weights, dominates what decoding reads). Each output element still
  * accumulates over positions 0..n-1 in order, the same bits as one head
  * at a time. */
-static void shoal_cpu_attn_worker(void *ctx, uint32_t ith, uint32_t nth)
+static void cpu_attn_worker(void *ctx, uint32_t ith, uint32_t nth)
 {
 	shoal_backend *b = ctx;
 	const shoal_backend_attn *a = b->attn;
@@ -378,19 +378,19 @@ static void shoal_cpu_attn_worker(void *ctx, uint32_t ith, uint32_t nth)
 	(void)nth;
 }
 
-static void shoal_cpu_attention(shoal_backend *b, const shoal_backend_attn *a)
+static void cpu_attention(shoal_backend *b, const shoal_backend_attn *a)
 {
 	b->attn = a;
 	atomic_store_explicit(&b->next, 0, memory_order_relaxed);
 	if (a->n_rows * a->n_head_kv < 2)
-		shoal_cpu_attn_worker(b, 0, 1);
+		cpu_attn_worker(b, 0, 1);
 	else
-		shoal_threadpool_run(b->pool, shoal_cpu_attn_worker, b);
+		shoal_threadpool_run(b->pool, cpu_attn_worker, b);
 }
 
 /* ---- per-row ops ------------------------------------------------------------------- */
 
-static void shoal_cpu_rms_norm(shoal_backend *b, const float *x, const float *w, uint32_t n,
+static void cpu_rms_norm(shoal_backend *b, const float *x, const float *w, uint32_t n,
                                uint32_t n_rows, float eps, float *y)
 {
 	for (uint32_t r = 0; r < n_rows; r++) {
@@ -407,7 +407,7 @@ static void shoal_cpu_rms_norm(shoal_backend *b, const float *x, const float *w,
 	(void)b;
 }
 
-static void shoal_cpu_rope(shoal_backend *b, float *x, uint32_t n_rows, uint32_t n_head,
+static void cpu_rope(shoal_backend *b, float *x, uint32_t n_rows, uint32_t n_head,
                            uint32_t head_dim, uint32_t n_rot, const uint32_t *pos, const float *cs,
                            bool neox)
 {
@@ -434,7 +434,7 @@ static void shoal_cpu_rope(shoal_backend *b, float *x, uint32_t n_rows, uint32_t
  * depend on the split. */
 #define SHOAL_CPU_SWIGLU_PIECE 8192
 
-static void shoal_cpu_swiglu_worker(void *ctx, uint32_t ith, uint32_t nth)
+static void cpu_swiglu_worker(void *ctx, uint32_t ith, uint32_t nth)
 {
 	shoal_backend *b = ctx;
 	size_t n = b->sw.n;
@@ -450,7 +450,7 @@ static void shoal_cpu_swiglu_worker(void *ctx, uint32_t ith, uint32_t nth)
 	(void)nth;
 }
 
-static void shoal_cpu_swiglu(shoal_backend *b, const float *g, const float *u, size_t n, float *h)
+static void cpu_swiglu(shoal_backend *b, const float *g, const float *u, size_t n, float *h)
 {
 	if (n < 2 * SHOAL_CPU_SWIGLU_PIECE || b->n_threads < 2) {
 		b->k->silu_mul(g, u, n, h);
@@ -458,17 +458,17 @@ static void shoal_cpu_swiglu(shoal_backend *b, const float *g, const float *u, s
 	}
 	b->sw.g = g, b->sw.u = u, b->sw.h = h, b->sw.n = n;
 	atomic_store_explicit(&b->next, 0, memory_order_relaxed);
-	shoal_threadpool_run(b->pool, shoal_cpu_swiglu_worker, b);
+	shoal_threadpool_run(b->pool, cpu_swiglu_worker, b);
 }
 
-static void shoal_cpu_add(shoal_backend *b, float *y, const float *x, size_t n)
+static void cpu_add(shoal_backend *b, float *y, const float *x, size_t n)
 {
 	for (size_t i = 0; i < n; i++)
 		y[i] += x[i];
 	(void)b;
 }
 
-static void shoal_cpu_embed(shoal_backend *b, shoal_dtype t, const void *table, size_t row_bytes,
+static void cpu_embed(shoal_backend *b, shoal_dtype t, const void *table, size_t row_bytes,
                             uint32_t n_embd, const int32_t *ids, uint32_t n_rows, float *out)
 {
 	for (uint32_t r = 0; r < n_rows; r++)
@@ -479,7 +479,7 @@ static void shoal_cpu_embed(shoal_backend *b, shoal_dtype t, const void *table, 
 
 /* ---- the router ---------------------------------------------------------------------- */
 
-static void shoal_cpu_softmax(shoal_backend *b, float *x, uint32_t n, uint32_t n_rows, size_t ld)
+static void cpu_softmax(shoal_backend *b, float *x, uint32_t n, uint32_t n_rows, size_t ld)
 {
 	(void)b;
 	for (uint32_t r = 0; r < n_rows; r++)
@@ -488,7 +488,7 @@ static void shoal_cpu_softmax(shoal_backend *b, float *x, uint32_t n, uint32_t n
 
 /* k passes of selection (k is small): strict > keeps the lower index on
  * ties, NaN ranks as -inf, a chosen index is skipped. */
-static void shoal_cpu_top_k(shoal_backend *b, const float *x, uint32_t n, uint32_t n_rows,
+static void cpu_top_k(shoal_backend *b, const float *x, uint32_t n, uint32_t n_rows,
                             size_t ld, uint32_t k, int32_t *ids, float *vals)
 {
 	(void)b;
@@ -522,7 +522,7 @@ struct shoal_backend_buf {
 	unsigned char *p;
 };
 
-static shoal_err shoal_cpu_buf_alloc(shoal_backend *b, size_t bytes, shoal_backend_buf **out)
+static shoal_err cpu_buf_alloc(shoal_backend *b, size_t bytes, shoal_backend_buf **out)
 {
 	(void)b;
 	*out = NULL;
@@ -536,7 +536,7 @@ static shoal_err shoal_cpu_buf_alloc(shoal_backend *b, size_t bytes, shoal_backe
 	return SHOAL_OK;
 }
 
-static void shoal_cpu_buf_free(shoal_backend *b, shoal_backend_buf *buf)
+static void cpu_buf_free(shoal_backend *b, shoal_backend_buf *buf)
 {
 	(void)b;
 	if (buf)
@@ -544,12 +544,12 @@ static void shoal_cpu_buf_free(shoal_backend *b, shoal_backend_buf *buf)
 	free(buf);
 }
 
-static void *shoal_cpu_buf_host(shoal_backend_buf *buf)
+static void *cpu_buf_host(shoal_backend_buf *buf)
 {
 	return buf->p;
 }
 
-static void shoal_cpu_buf_set(shoal_backend *b, shoal_backend_buf *buf, size_t off, const void *src,
+static void cpu_buf_set(shoal_backend *b, shoal_backend_buf *buf, size_t off, const void *src,
                               size_t n)
 {
 	(void)b;
@@ -557,7 +557,7 @@ static void shoal_cpu_buf_set(shoal_backend *b, shoal_backend_buf *buf, size_t o
 	memcpy(buf->p + off, src, n);
 }
 
-static void shoal_cpu_buf_get(shoal_backend *b, const shoal_backend_buf *buf, size_t off, void *dst,
+static void cpu_buf_get(shoal_backend *b, const shoal_backend_buf *buf, size_t off, void *dst,
                               size_t n)
 {
 	(void)b;
@@ -565,7 +565,7 @@ static void shoal_cpu_buf_get(shoal_backend *b, const shoal_backend_buf *buf, si
 	memcpy(dst, buf->p + off, n);
 }
 
-static bool shoal_cpu_supports(shoal_backend_op op, shoal_dtype t)
+static bool cpu_supports(shoal_backend_op op, shoal_dtype t)
 {
 	switch (op) {
 	case SHOAL_BACKEND_OP_MATMUL:
@@ -579,13 +579,13 @@ static bool shoal_cpu_supports(shoal_backend_op op, shoal_dtype t)
 	return false;
 }
 
-static void shoal_cpu_to_f32(shoal_dtype t, const void *src, float *dst, size_t n)
+static void cpu_to_f32(shoal_dtype t, const void *src, float *dst, size_t n)
 {
 	shoal_dequantize_row(t, src, dst, (int64_t)n);
 }
 
 /* F32 or F16 (the activation converter's round to nearest even). */
-static void shoal_cpu_kv_store(shoal_backend *b, shoal_dtype t, const float *src, void *dst,
+static void cpu_kv_store(shoal_backend *b, shoal_dtype t, const float *src, void *dst,
                                size_t n)
 {
 	b->k->quantize_act(t, src, dst, (int64_t)n);
@@ -593,34 +593,34 @@ static void shoal_cpu_kv_store(shoal_backend *b, shoal_dtype t, const float *src
 
 /* ---- the ops table ---------------------------------------------------------------- */
 
-static const shoal_backend_ops shoal_cpu_ops = {
+static const shoal_backend_ops cpu_ops = {
     .abi = SHOAL_BACKEND_ABI,
     .name = "cpu",
-    .supports = shoal_cpu_supports,
-    .to_f32 = shoal_cpu_to_f32,
-    .create = shoal_cpu_create,
-    .destroy = shoal_cpu_destroy,
-    .devices = shoal_cpu_devices,
-    .matmul = shoal_cpu_matmul,
-    .rms_norm = shoal_cpu_rms_norm,
-    .rope = shoal_cpu_rope,
-    .attention = shoal_cpu_attention,
-    .kv_store = shoal_cpu_kv_store,
-    .swiglu = shoal_cpu_swiglu,
-    .add = shoal_cpu_add,
-    .embed = shoal_cpu_embed,
-    .softmax = shoal_cpu_softmax,
-    .top_k = shoal_cpu_top_k,
-    .buf_alloc = shoal_cpu_buf_alloc,
-    .buf_free = shoal_cpu_buf_free,
-    .buf_host = shoal_cpu_buf_host,
-    .buf_set = shoal_cpu_buf_set,
-    .buf_get = shoal_cpu_buf_get,
+    .supports = cpu_supports,
+    .to_f32 = cpu_to_f32,
+    .create = cpu_create,
+    .destroy = cpu_destroy,
+    .devices = cpu_devices,
+    .matmul = cpu_matmul,
+    .rms_norm = cpu_rms_norm,
+    .rope = cpu_rope,
+    .attention = cpu_attention,
+    .kv_store = cpu_kv_store,
+    .swiglu = cpu_swiglu,
+    .add = cpu_add,
+    .embed = cpu_embed,
+    .softmax = cpu_softmax,
+    .top_k = cpu_top_k,
+    .buf_alloc = cpu_buf_alloc,
+    .buf_free = cpu_buf_free,
+    .buf_host = cpu_buf_host,
+    .buf_set = cpu_buf_set,
+    .buf_get = cpu_buf_get,
 };
 
 const shoal_backend_ops *shoal_backend_cpu(void)
 {
-	return &shoal_cpu_ops;
+	return &cpu_ops;
 }
 
 const char *shoal_backend_cpu_isa(void)

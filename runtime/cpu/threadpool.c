@@ -34,7 +34,7 @@
 #define shoal_pool_relax() ((void)0)
 #endif
 
-static inline void shoal_pool_spin(int i)
+static inline void pool_spin(int i)
 {
 	if ((i & SHOAL_POOL_YIELD_MASK) == SHOAL_POOL_YIELD_MASK)
 		sched_yield();
@@ -61,7 +61,7 @@ typedef struct shoal_pool_arg {
 	uint32_t ith;
 } shoal_pool_arg;
 
-static void *shoal_pool_main(void *arg_)
+static void *pool_main(void *arg_)
 {
 	shoal_pool_arg *arg = arg_;
 	shoal_threadpool *p = arg->p;
@@ -75,7 +75,7 @@ static void *shoal_pool_main(void *arg_)
 	for (;;) {
 		uint64_t g = atomic_load_explicit(&p->gen, memory_order_acquire);
 		for (int i = 0; g == seen && i < SHOAL_POOL_SPIN; i++) {
-			shoal_pool_spin(i);
+			pool_spin(i);
 			g = atomic_load_explicit(&p->gen, memory_order_acquire);
 		}
 		if (g == seen) {
@@ -121,7 +121,7 @@ shoal_err shoal_threadpool_new(uint32_t n_threads, shoal_threadpool **out)
 			goto fail;
 		arg->p = p;
 		arg->ith = i;
-		if (pthread_create(&p->threads[i - 1], NULL, shoal_pool_main, arg)) {
+		if (pthread_create(&p->threads[i - 1], NULL, pool_main, arg)) {
 			free(arg);
 			goto fail;
 		}
@@ -175,7 +175,7 @@ void shoal_threadpool_run(shoal_threadpool *p, shoal_threadpool_fn fn, void *ctx
 	for (int i = 0; i < SHOAL_POOL_SPIN; i++) {
 		if (atomic_load_explicit(&p->busy, memory_order_acquire) == 0)
 			return;
-		shoal_pool_spin(i);
+		pool_spin(i);
 	}
 	pthread_mutex_lock(&p->mu);
 	while (atomic_load_explicit(&p->busy, memory_order_acquire) != 0)

@@ -1,6 +1,6 @@
 /*
- * runtime/node/node.c: the event loop of one peer (see node.h): new/free,
- * the serving state's creation (serve.h) and planning tick, and the loop.
+ * runtime/node/node.c: the event loop of one peer (see node.h): new/free
+ * and the loop.
  *
  * The node thread: zmq_poll over the ROUTER, the DEALERs, the ZAP socket,
  * discovery descriptors and the serving state's event pipe (or, without a
@@ -9,7 +9,8 @@
  * Signals only set *stop; the loop notices within one base period. The
  * node's other jobs: node_record.c (our record and the probes),
  * node_ctl.c (membership, discovery and control messages), node_fetch.c
- * (a peer without the model file; the HTTP API).
+ * (a peer without the model file; the HTTP API), node_serve.c (the serving
+ * state it makes and ticks).
  */
 #include "config.h"
 
@@ -32,91 +33,6 @@
 #include "base/statedir.h"
 #include "base/thread.h"
 #include "net/endpoint.h"
-
-static shoal_err node_cluster_reply(void *ud, const shoal_ctl_route *to, const void *buf,
-                                          size_t len)
-{
-	shoal_node *n = ud;
-	return shoal_ctl_reply(n->ctl, to, buf, len);
-}
-
-/* Planning and readiness, once per base period: a new plan or readiness
- * is published at once rather than with the next RECORD refresh, so a
- * plan becomes servable within a few gossip rounds. */
-static void node_cluster_tick(shoal_node *n)
-{
-	shoal_swim_member *v = NULL;
-	size_t nv = 0;
-	char why[200];
-	if (shoal_swim_view(n->sw, &v, &nv) != SHOAL_OK)
-		return;
-	int republish = shoal_serve_update(n->cl, v, nv);
-	shoal_swim_view_free(v);
-	if (republish) {
-		shoal_serve_fill_record(n->cl, &n->rec, n->si.mem_available);
-		if (shoal_swim_set_record(n->sw, &n->rec, why, sizeof why) != SHOAL_OK)
-			SHOAL_LOG_W("node", "cannot publish our record: %s", why);
-	}
-}
-
-/* The cluster saw a data link to a peer break without a goodbye. */
-static void node_peer_gone(void *ud, const uint8_t id[SHOAL_PEER_ID_LEN], uint64_t inc, const char *why)
-{
-	shoal_node *n = ud;
-	shoal_peer_id pid;
-	char hex[SHOAL_PEER_ID_HEX_LEN];
-	memcpy(pid.b, id, SHOAL_PEER_ID_LEN);
-	shoal_peer_id_to_hex(&pid, hex);
-	if (n->sw && shoal_swim_declare_dead(n->sw, &pid, inc) == SHOAL_OK) {
-		SHOAL_LOG_W("node", "peer %.8s is dead: %s", hex, why);
-		node_cluster_tick(n); /* re-plan now, not at the next period */
-	}
-}
-
-/* Serve cfg.model: the data listener becomes the cluster's xfer listener
- * on the same address and port (the record already names it). */
-shoal_err node__cluster_new(shoal_node *n, shoal_wcache *wc, char *why,
-                                        size_t why_len)
-{
-	char host[64] = "0.0.0.0";
-	struct sockaddr_in sa;
-	socklen_t sl = sizeof sa;
-	if (getsockname(n->data_fd, (struct sockaddr *)&sa, &sl) == 0)
-		inet_ntop(AF_INET, &sa.sin_addr, host, sizeof host);
-	close(n->data_fd);
-	n->data_fd = -1;
-	shoal_serve_config cc = {.model_path = n->cfg.model,
-	                           .state_dir = n->state_dir,
-	                           .mem_limit = n->cfg.mem_limit,
-	                           .ctx = n->cfg.ctx,
-	                           .sessions = n->cfg.sessions,
-	                           .spread_experts = n->cfg.spread_experts != 0,
-	                           .tensor_groups = n->cfg.tensor_groups != 0,
-	                           .link_us = n->cfg.link_us,
-	                           .threads = n->cfg.threads > 0 ? (uint32_t)n->cfg.threads
-	                                      : n->si.cores      ? n->si.cores
-	                                                         : 1,
-	                           .hop_spin_us = n->cfg.spin_us < 0   ? 0u
-	                                          : n->cfg.spin_us > 0 ? (uint32_t)n->cfg.spin_us
-	                                                               : SHOAL_SERVE_HOP_SPIN_US,
-	                           .key = n->keyed ? &n->key : NULL,
-	                           .data_host = host,
-	                           .data_port = n->data_port,
-	                           .base_ms = (uint32_t)(n->base_us / 1000u),
-	                           .rdma = n->cfg.rdma,
-	                           .reply = node_cluster_reply,
-	                           .peer_gone = node_peer_gone,
-	                           .wcache = wc,
-	                           .cache_max = n->cfg.cache_max ? n->cfg.cache_max
-	                                                         : SHOAL_NODE_DEFAULT_CACHE_MAX,
-	                           .ud = n};
-	memcpy(cc.self, n->ident.id, SHOAL_PEER_ID_LEN);
-	shoal_serve *cl = NULL;
-	shoal_err e = shoal_serve_new(&cc, &cl, why, why_len);
-	n->cl = cl;
-	shoal_serve_api_set(&n->api_hub, cl); /* the API's threads reach it from now */
-	return e;
-}
 
 /* ----------------------------------------------------------------- new/free */
 
@@ -192,7 +108,7 @@ shoal_err shoal_node_new(const shoal_node_config *cfg, shoal_node **out, char *w
 	if (n->si.n_if == 0)
 		shoal_sysinfo_probe(&n->si, 1);
 	node__record_init(n);
-	if (cfg->model && (e = node__cluster_new(n, NULL, why, why_len)) != SHOAL_OK)
+	if (cfg->model && (e = node__serve_new(n, NULL, why, why_len)) != SHOAL_OK)
 		goto fail;
 	if (!cfg->model && cfg->model_id && (e = node__fetch_new(n, why, why_len)) != SHOAL_OK)
 		goto fail;
@@ -331,7 +247,7 @@ static void node_turn(shoal_node *n, uint64_t *next_probe, uint64_t *next_target
 	shoal_swim_tick(n->sw);
 	now = node__now_us(NULL);
 	if (n->cl && now >= n->next_cluster_us) {
-		node_cluster_tick(n);
+		node__serve_tick(n);
 		n->next_cluster_us = now + n->base_us;
 	} else if (!n->cl && n->cfg.model_id && !n->cfg.model && now >= n->next_cluster_us) {
 		node__fetch_tick(n);

@@ -109,7 +109,7 @@ static bool node_fetch_open(shoal_node *n, const uint8_t id[SHOAL_MODEL_ID_BYTES
 		held += shoal_wcache_has(wc, i);
 	SHOAL_LOG_I("node", "model %.16s: weights cache %s, %zu of %zu tensors held", hex,
 	            shoal_wcache_path(wc), held, shoal_wcache_n_tensors(wc));
-	if (node__cluster_new(n, wc, why, sizeof why) != SHOAL_OK) {
+	if (node__serve_new(n, wc, why, sizeof why) != SHOAL_OK) {
 		SHOAL_LOG_W("node", "cannot serve the cached model %.16s: %s", hex, why);
 		return false;
 	}
@@ -151,7 +151,7 @@ void node__fetch_tick(shoal_node *n)
 		if (r == 1) {
 			shoal_wcache *wc = shoal_weights_take_cache(n->wf);
 			char why[256], w2[200];
-			if (wc && node__cluster_new(n, wc, why, sizeof why) == SHOAL_OK) {
+			if (wc && node__serve_new(n, wc, why, sizeof why) == SHOAL_OK) {
 				node__record_refresh(n);
 				if (shoal_swim_set_record(n->sw, &n->rec, w2, sizeof w2) != SHOAL_OK)
 					SHOAL_LOG_W("node", "cannot publish our record: %s", w2);

@@ -105,37 +105,43 @@ struct shoal_node {
 	uint64_t next_status_us;
 };
 
-/* node.c */
-shoal_err node__cluster_new(shoal_node *n, shoal_wcache *wc, char *why,
-                                        size_t why_len);
+/* The functions the files share, by file, in the order calls go: node.c
+ * calls the others; node_fetch.c calls node_serve.c and node_record.c;
+ * node_ctl.c and node_serve.c call node_record.c (tests/sh/cycle_check.sh). */
 
-/* node_ctl.c */
-shoal_err node__swim_send(void *ctx, const char *endpoint, const uint8_t *buf,
-                                      size_t len);
+/* node_fetch.c: a peer without the model file, and the HTTP API. */
+shoal_err node__api_start(shoal_node *n, char *why, size_t why_len);
+void node__api_name_from_peers(shoal_node *n); /* --model-id: the name the peers give */
+shoal_err node__fetch_new(shoal_node *n, char *why, size_t why_len);
+void node__fetch_tick(shoal_node *n); /* once per base period until the cache exists */
+
+/* node_ctl.c: membership, discovery and control-socket callbacks (ctx, ud:
+ * the node), the status JSON, the data listener without a model. */
+shoal_err node__swim_send(void *ctx, const char *endpoint, const uint8_t *buf, size_t len);
 void node__member_changed(void *ctx, const shoal_swim_member *m, shoal_swim_state old,
-                                      int is_new);
+                          int is_new);
 void node__incarnation_changed(void *ctx, uint64_t inc);
 void node__on_found(void *ud, const shoal_discovery_found *f);
 char *node__status_json(shoal_node *n);
 void node__on_disconnect(void *ud, int fd);
-void node__on_message(void *ud, const shoal_ctl_route *from, const uint8_t *buf,
-                                  size_t len);
+void node__on_message(void *ud, const shoal_ctl_route *from, const uint8_t *buf, size_t len);
 shoal_err node__data_listen(shoal_node *n, char *why, size_t why_len);
 
-/* node_fetch.c */
-shoal_err node__api_start(shoal_node *n, char *why, size_t why_len);
-void node__api_name_from_peers(shoal_node *n);
-shoal_err node__fetch_new(shoal_node *n, char *why, size_t why_len);
-void node__fetch_tick(shoal_node *n);
+/* node_serve.c: the serving state: made (wc: a weights cache, or NULL for
+ * --model; the data listener becomes its xfer listener), and its
+ * planning tick, which republishes our record when readiness changed. */
+shoal_err node__serve_new(shoal_node *n, shoal_wcache *wc, char *why, size_t why_len);
+void node__serve_tick(shoal_node *n);
 
-/* node_record.c */
+/* node_record.c: the clock and randomness SWIM is given, the control file,
+ * our record and the link probes. */
 uint64_t node__now_us(void *ctx);
 uint64_t node__rand64(void *ctx);
 void node__write_control(shoal_node *n);
 void node__remove_control(shoal_node *n);
 void node__record_init(shoal_node *n);
 void node__record_refresh(shoal_node *n);
-void node__targets(shoal_node *n);
-void node__probe_one(shoal_node *n);
+void node__targets(shoal_node *n);   /* the link probes' targets, from the view */
+void node__probe_one(shoal_node *n); /* one link probe */
 
 #endif

@@ -287,3 +287,65 @@ void *serve__data_main(void *arg)
 	free(d);
 	return NULL;
 }
+
+/* ------------------------------------------------------------- start/stop */
+
+shoal_err serve__data_start(shoal_serve *cl, char *why, size_t why_len)
+{
+	shoal_xfer_config_default(&cl->xcfg);
+	memcpy(cl->xcfg.self_id, cl->cfg.self, SHOAL_PEER_ID_LEN);
+	/* peers share cores in a lab: block at once instead of spinning */
+	cl->xcfg.spin_us = 0;
+	/* one context, PD, pool and CQ per RDMA device for all our links */
+	cl->xcfg.rdma = cl->cfg.rdma;
+	cl->xcfg.rdma_hub = cl->xcfg.verbs ? shoal_xfer_rdma_hub_new() : NULL;
+	shoal_err e = shoal_xfer_listener_new(
+	    &cl->xcfg, cl->cfg.data_host ? cl->cfg.data_host : "0.0.0.0", cl->cfg.data_port,
+	    serve__admit, cl, &cl->listener, why, why_len);
+	if (e != SHOAL_OK)
+		return e;
+	if (pthread_create(&cl->acc_thr, NULL, serve__accept_main, cl) != 0)
+		return shoal_why(why, why_len, SHOAL_ERR_NOMEM, "cannot start the accept thread");
+	cl->acc_started = true;
+	if (pthread_create(&cl->data_thr, NULL, serve__data_main, cl) != 0)
+		return shoal_why(why, why_len, SHOAL_ERR_NOMEM, "cannot start the data thread");
+	cl->data_started = true;
+	if (pthread_create(&cl->x_thr, NULL, serve__experts_main, cl) != 0)
+		return shoal_why(why, why_len, SHOAL_ERR_NOMEM, "cannot start the expert thread");
+	cl->x_started = true;
+	return SHOAL_OK;
+}
+
+void serve__data_stop(shoal_serve *cl)
+{
+	if (cl->mu_ok) {
+		pthread_mutex_lock(&cl->mu);
+		cl->stop = 1;
+		if (cl->cv_ok)
+			pthread_cond_broadcast(&cl->cv);
+		pthread_mutex_unlock(&cl->mu);
+	}
+	if (cl->wake[1] >= 0)
+		serve__wake(cl);
+	if (cl->xwake[1] >= 0)
+		serve__xwake(cl);
+	if (cl->x_started)
+		pthread_join(cl->x_thr, NULL);
+	if (cl->data_started)
+		pthread_join(cl->data_thr, NULL);
+	if (cl->acc_started)
+		pthread_join(cl->acc_thr, NULL);
+	cl->data_started = cl->acc_started = cl->x_started = false;
+	for (size_t i = 0; i < cl->n_acc; i++)
+		shoal_xfer_link_free(cl->acc[i]);
+	cl->n_acc = 0;
+	for (size_t i = 0; i < cl->n_xacc; i++)
+		shoal_xfer_link_free(cl->xacc[i]);
+	cl->n_xacc = 0;
+	shoal_dist_stage_free(cl->x_pending);
+	cl->x_pending = NULL;
+	shoal_xfer_listener_free(cl->listener);
+	cl->listener = NULL;
+	shoal_xfer_rdma_hub_free(cl->xcfg.rdma_hub); /* devices stay until their last link */
+	cl->xcfg.rdma_hub = NULL;
+}

@@ -331,23 +331,6 @@ typedef struct shoal_serve_tokctx {
 	uint32_t run;
 } shoal_serve_tokctx;
 
-/* serve_links.c */
-shoal_err serve__data_start(shoal_serve *cl, char *why, size_t why_len);
-void serve__data_stop(shoal_serve *cl);
-void serve__wake(shoal_serve *cl);
-void serve__token(const shoal_serve *cl, const uint8_t peer[SHOAL_PEER_ID_LEN], const uint8_t digest[SHOAL_DIGEST_BYTES],
-                          int role, uint8_t out[SHOAL_LINK_TOKEN_LEN]);
-void serve__free_assign(shoal_serve_assign *a);
-/* Which link reaches a peer, for dist objects (ctx: a shoal_serve_lctx);
- * data thread only. */
-shoal_xfer_link *serve__link(void *ctx, const uint8_t peer[SHOAL_PEER_ID_LEN]);
-/* No link: the expert server's (it answers on the link a request came in
- * on, and runs on the expert thread, which must not touch the data
- * thread's links). */
-shoal_xfer_link *serve__no_link(void *ctx, const uint8_t peer[SHOAL_PEER_ID_LEN]);
-/* The link a group member's slices arrive on (accepted, role TENSOR; ctx:
- * the cluster); NULL until it is there. Data thread only. */
-shoal_xfer_link *serve__tensor_in(void *ctx, const uint8_t peer[SHOAL_PEER_ID_LEN]);
 /* How long a group member's wait for slices spins before it blocks: a
  * slice already on its way over loopback or a fast link comes within
  * ~10-60 us; longer waits are the other member still computing, and
@@ -360,9 +343,9 @@ shoal_xfer_link *serve__tensor_in(void *ctx, const uint8_t peer[SHOAL_PEER_ID_LE
  * the 2-thread process). On 2 loaded cores (load ~10) spin 0, 50 and
  * 200 us were alike within noise. */
 #define SHOAL_SERVE_TP_SPIN_US 200u
-/* The data thread's spin before it blocks for frames (cluster_data.c,
- * shoal_serve_wait): up to config.hop_spin_us (SHOAL_SERVE_HOP_SPIN_US,
- * cluster.h, unless --spin-us says otherwise) while a session of ours
+/* The data thread's spin before it blocks for frames (serve_data.c,
+ * serve_wait): up to config.hop_spin_us (SHOAL_SERVE_HOP_SPIN_US,
+ * serve.h, unless --spin-us says otherwise) while a session of ours
  * generates or for SHOAL_SERVE_HOP_ACTIVE_MS after a frame, when the
  * recent waits were shorter than that; a poll that returns
  * SHOAL_SERVE_HOP_GAP_US after it was called (the thread was preempted
@@ -371,38 +354,72 @@ shoal_xfer_link *serve__tensor_in(void *ctx, const uint8_t peer[SHOAL_PEER_ID_LE
 #define SHOAL_SERVE_HOP_GAP_US      500u
 #define SHOAL_SERVE_HOP_BACKOFF_MS  1000u
 
-/* serve.c */
+/* The functions the files share, by file, in the order calls go: a file
+ * calls only files below it here (tests/sh/cycle_check.sh). */
+
+/* serve_plan.c calls serve_part.c and serve_ready.c. */
+/* serve_ready.c: step 4 of shoal_serve_update (servability); 1: republish. */
+int serve__judge(shoal_serve *cl, const shoal_swim_member *const *cand, size_t nc);
+/* serve_part.c: take our part of cl->plan when it is not taken yet and its
+ * tensors are here; 1 when readiness changed (republish). */
+int serve__take_part(shoal_serve *cl);
+/* serve.c: keep cl->prev in the state directory. */
 void serve__plan_save(shoal_serve *cl);
 
-/* serve_data.c */
+/* serve_data.c: the data thread, and the start and stop of every thread
+ * of the data plane (the accept and expert threads are serve_links.c's). */
+shoal_err serve__data_start(shoal_serve *cl, char *why, size_t why_len);
+void serve__data_stop(shoal_serve *cl);
 void *serve__data_main(void *arg);
 
-/* serve_links.c */
-void serve__poke(int fd, const char *what);
-void serve__xwake(shoal_serve *cl);
-void serve__link_broke(shoal_serve_dt *d, const uint8_t peer[SHOAL_PEER_ID_LEN], uint64_t inc,
-                                     bool bye, const char *why);
-void serve__out_drop(shoal_serve_dt *d, size_t i);
-void serve__adopt(shoal_serve_dt *d);
-void serve__links_close(shoal_serve_dt *d, const char *why);
-
-/* serve_part.c */
-int serve__take_part(shoal_serve *cl);
-
-/* serve_ready.c */
-int serve__judge(shoal_serve *cl, const shoal_swim_member *const *cand, size_t nc);
-
-/* serve_runs.c */
-shoal_err serve__queue(shoal_serve *cl, int32_t **ids, size_t n_ids, uint32_t n,
-                                     uint32_t k, bool no_logprob,
-                                     const shoal_sampler_params *sp,
-                                     const shoal_ctl_route *from, uint64_t seq,
-                                     const shoal_api_sink *sink, uint32_t *slot_out, char *why,
-                                     size_t why_len);
-void serve__event_push(shoal_serve *cl, const shoal_serve_event *ev);
-void serve__pause(shoal_serve *cl, uint32_t i, uint64_t now, uint64_t delay_us,
-                                const char *why);
+/* serve_runs.c: the run slots. Queue a run of (*ids)[n_ids] (taken) for at
+ * most n tokens, answering the client `from` (seq) or, with sink, the
+ * sink; *slot_out is its API handle. BUSY when every slot is taken. Any
+ * thread. */
+shoal_err serve__queue(shoal_serve *cl, int32_t **ids, size_t n_ids, uint32_t n, uint32_t k,
+                       bool no_logprob, const shoal_sampler_params *sp,
+                       const shoal_ctl_route *from, uint64_t seq, const shoal_api_sink *sink,
+                       uint32_t *slot_out, char *why, size_t why_len);
+/* The data thread's side of the runs: pause run i (replayed after
+ * delay_us), start what waits, check what runs. */
+void serve__pause(shoal_serve *cl, uint32_t i, uint64_t now, uint64_t delay_us, const char *why);
 void serve__start_runs(shoal_serve_dt *d, shoal_serve_tokctx *tcs);
 void serve__check_runs(shoal_serve_dt *d);
+
+/* serve_links.c: links by (peer, role) and admission; the accept and
+ * expert threads. Data thread unless said. */
+void serve__token(const shoal_serve *cl, const uint8_t peer[SHOAL_PEER_ID_LEN],
+                  const uint8_t digest[SHOAL_DIGEST_BYTES], int role,
+                  uint8_t out[SHOAL_LINK_TOKEN_LEN]); /* any thread */
+void serve__free_assign(shoal_serve_assign *a);      /* any thread; NULL: no-op */
+/* Which link reaches a peer, for dist objects (ctx: a shoal_serve_lctx). */
+shoal_xfer_link *serve__link(void *ctx, const uint8_t peer[SHOAL_PEER_ID_LEN]);
+/* No link: the expert server's (it answers on the link a request came in
+ * on, and runs on the expert thread, which must not touch the data
+ * thread's links). */
+shoal_xfer_link *serve__no_link(void *ctx, const uint8_t peer[SHOAL_PEER_ID_LEN]);
+/* The link a group member's slices arrive on (accepted, role TENSOR; ctx:
+ * the serving state); NULL until it is there. */
+shoal_xfer_link *serve__tensor_in(void *ctx, const uint8_t peer[SHOAL_PEER_ID_LEN]);
+/* A link to (peer, inc) broke: a PEER_GONE event unless it said goodbye
+ * (bye) or is our own. */
+void serve__link_broke(shoal_serve_dt *d, const uint8_t peer[SHOAL_PEER_ID_LEN], uint64_t inc,
+                       bool bye, const char *why);
+void serve__out_drop(shoal_serve_dt *d, size_t i);         /* close d->out[i] */
+void serve__adopt(shoal_serve_dt *d);                      /* the accepted links */
+void serve__links_close(shoal_serve_dt *d, const char *why); /* every link, with a goodbye */
+/* The data listener's admission check (net/xfer.h's admit callback; the
+ * accept thread). */
+int serve__admit(void *ctx, const uint8_t peer[SHOAL_PEER_ID_LEN], const char *addr,
+                 const uint8_t *token, size_t token_len);
+void *serve__accept_main(void *arg);
+void *serve__experts_main(void *arg);
+
+/* serve_wake.c: wake-up pipes and the event ring to the node thread. */
+void serve__poke(int fd, const char *what); /* a byte into a pipe's write end */
+void serve__wake(shoal_serve *cl);          /* the data thread */
+void serve__xwake(shoal_serve *cl);         /* the expert thread */
+/* Queue an event for the node thread; waits while the ring is full. */
+void serve__event_push(shoal_serve *cl, const shoal_serve_event *ev);
 
 #endif

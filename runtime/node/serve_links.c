@@ -32,24 +32,6 @@
 #include "base/log.h"
 #include "base/thread.h"
 
-/* One byte into the write end of a wake-up pipe (full: already woken). */
-void serve__poke(int fd, const char *what)
-{
-	char c = 1;
-	if (write(fd, &c, 1) < 0 && errno != EAGAIN)
-		SHOAL_LOG_W("cluster", "%s: %s", what, strerror(errno));
-}
-
-void serve__wake(shoal_serve *cl)
-{
-	serve__poke(cl->wake[1], "wake");
-}
-
-void serve__xwake(shoal_serve *cl)
-{
-	serve__poke(cl->xwake[1], "expert wake");
-}
-
 void serve__free_assign(shoal_serve_assign *a)
 {
 	if (!a)
@@ -67,7 +49,7 @@ void serve__token(const shoal_serve *cl, const uint8_t peer[SHOAL_PEER_ID_LEN], 
 	shoal_weights_link_token(&cl->key, peer, digest, role, out);
 }
 
-static int serve_admit(void *ctx, const uint8_t peer[SHOAL_PEER_ID_LEN], const char *addr,
+int serve__admit(void *ctx, const uint8_t peer[SHOAL_PEER_ID_LEN], const char *addr,
                                const uint8_t *token, size_t token_len)
 {
 	shoal_serve *cl = ctx;
@@ -264,7 +246,7 @@ void serve__links_close(shoal_serve_dt *d, const char *why)
 
 /* ------------------------------------------------- the accept and expert threads */
 
-static void *serve_accept_main(void *arg)
+void *serve__accept_main(void *arg)
 {
 	shoal_serve *cl = arg;
 	shoal_thread_name("shoal-accept");
@@ -310,7 +292,7 @@ static void *serve_accept_main(void *arg)
 
 /* The expert server and the EXPERTS links: answers each EXPERT_REQ at
  * once, whatever the data thread's stage is doing. */
-static void *serve_experts_main(void *arg)
+void *serve__experts_main(void *arg)
 {
 	shoal_serve *cl = arg;
 	shoal_dist_stage *xs = NULL;
@@ -396,66 +378,4 @@ static void *serve_experts_main(void *arg)
 		shoal_xfer_link_free(in[i]);
 	shoal_dist_stage_free(xs);
 	return NULL;
-}
-
-/* ------------------------------------------------------------ start/stop */
-
-shoal_err serve__data_start(shoal_serve *cl, char *why, size_t why_len)
-{
-	shoal_xfer_config_default(&cl->xcfg);
-	memcpy(cl->xcfg.self_id, cl->cfg.self, SHOAL_PEER_ID_LEN);
-	/* peers share cores in a lab: block at once instead of spinning */
-	cl->xcfg.spin_us = 0;
-	/* one context, PD, pool and CQ per RDMA device for all our links */
-	cl->xcfg.rdma = cl->cfg.rdma;
-	cl->xcfg.rdma_hub = cl->xcfg.verbs ? shoal_xfer_rdma_hub_new() : NULL;
-	shoal_err e = shoal_xfer_listener_new(
-	    &cl->xcfg, cl->cfg.data_host ? cl->cfg.data_host : "0.0.0.0", cl->cfg.data_port,
-	    serve_admit, cl, &cl->listener, why, why_len);
-	if (e != SHOAL_OK)
-		return e;
-	if (pthread_create(&cl->acc_thr, NULL, serve_accept_main, cl) != 0)
-		return shoal_why(why, why_len, SHOAL_ERR_NOMEM, "cannot start the accept thread");
-	cl->acc_started = true;
-	if (pthread_create(&cl->data_thr, NULL, serve__data_main, cl) != 0)
-		return shoal_why(why, why_len, SHOAL_ERR_NOMEM, "cannot start the data thread");
-	cl->data_started = true;
-	if (pthread_create(&cl->x_thr, NULL, serve_experts_main, cl) != 0)
-		return shoal_why(why, why_len, SHOAL_ERR_NOMEM, "cannot start the expert thread");
-	cl->x_started = true;
-	return SHOAL_OK;
-}
-
-void serve__data_stop(shoal_serve *cl)
-{
-	if (cl->mu_ok) {
-		pthread_mutex_lock(&cl->mu);
-		cl->stop = 1;
-		if (cl->cv_ok)
-			pthread_cond_broadcast(&cl->cv);
-		pthread_mutex_unlock(&cl->mu);
-	}
-	if (cl->wake[1] >= 0)
-		serve__wake(cl);
-	if (cl->xwake[1] >= 0)
-		serve__xwake(cl);
-	if (cl->x_started)
-		pthread_join(cl->x_thr, NULL);
-	if (cl->data_started)
-		pthread_join(cl->data_thr, NULL);
-	if (cl->acc_started)
-		pthread_join(cl->acc_thr, NULL);
-	cl->data_started = cl->acc_started = cl->x_started = false;
-	for (size_t i = 0; i < cl->n_acc; i++)
-		shoal_xfer_link_free(cl->acc[i]);
-	cl->n_acc = 0;
-	for (size_t i = 0; i < cl->n_xacc; i++)
-		shoal_xfer_link_free(cl->xacc[i]);
-	cl->n_xacc = 0;
-	shoal_dist_stage_free(cl->x_pending);
-	cl->x_pending = NULL;
-	shoal_xfer_listener_free(cl->listener);
-	cl->listener = NULL;
-	shoal_xfer_rdma_hub_free(cl->xcfg.rdma_hub); /* devices stay until their last link */
-	cl->xcfg.rdma_hub = NULL;
 }

@@ -258,7 +258,7 @@ static void serve_group_config(shoal_serve *cl, const shoal_plan *p,
 
 /* With a weights cache: whether tensor t of the model (the cache's file) is
  * complete and verified there (the engine refuses one that is not). */
-static bool serve__tensor_held(void *ctx, const shoal_gguf_tensor *t)
+static bool serve_tensor_held(void *ctx, const shoal_gguf_tensor *t)
 {
 	shoal_serve *cl = ctx;
 	const shoal_gguf *g = cl->model->gguf;
@@ -274,7 +274,7 @@ static void serve_stage_common(shoal_serve *cl, const shoal_serve_assign *a,
                                        shoal_dist_stage_config *c)
 {
 	if (cl->wc) {
-		c->tensor_held = serve__tensor_held;
+		c->tensor_held = serve_tensor_held;
 		c->tensor_held_ctx = cl;
 	}
 	memcpy(c->self, cl->cfg.self, SHOAL_PEER_ID_LEN);

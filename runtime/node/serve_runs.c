@@ -81,23 +81,6 @@ shoal_err serve__queue(shoal_serve *cl, int32_t **ids, size_t n_ids, uint32_t n,
 	return SHOAL_OK;
 }
 
-/* ------------------------------------------------------- events and tokens */
-
-/* Queue an event for the node thread; waits while the ring is full (the
- * node thread drains it every base period). */
-void serve__event_push(shoal_serve *cl, const shoal_serve_event *ev)
-{
-	pthread_mutex_lock(&cl->mu);
-	while (cl->ev_n == SHOAL_SERVE_EVENTS && !cl->stop)
-		pthread_cond_wait(&cl->cv, &cl->mu);
-	if (!cl->stop) {
-		cl->ev[(cl->ev_head + cl->ev_n) % SHOAL_SERVE_EVENTS] = *ev;
-		cl->ev_n++;
-	}
-	pthread_mutex_unlock(&cl->mu);
-	serve__poke(cl->evfd[1], "event pipe");
-}
-
 /* The end of run `run` (data thread): an API run's goes straight to its
  * sink and its slot is freed here; a control-plane run's goes through the
  * event ring to the node thread, which sends RUN_END and frees the slot. */
