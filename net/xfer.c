@@ -49,6 +49,7 @@
 #include <unistd.h>
 #include <arpa/inet.h>
 
+#include "base/assert.h"
 #include "base/clock.h"
 #include "base/hex.h"
 #include "base/log.h"
@@ -254,6 +255,7 @@ static shoal_err send_on(shoal_xfer_link *k, const xfer__transport_ops *ops, voi
 	struct iovec v[XFER_IOV_MAX];
 	size_t head, payload = 0;
 	*partial = 0;
+	SHOAL_ASSERT(iovcnt == 0 || iov != NULL);
 	if (h.kind == SHOAL_XFER_KIND_NONE || h.kind >= SHOAL_XFER_KIND__COUNT ||
 	    h.kind == SHOAL_XFER_KIND_CREDIT)
 		return shoal_why(why, why_len, SHOAL_ERR_INVAL, "cannot send kind %u", h.kind);
@@ -271,6 +273,7 @@ static shoal_err send_on(shoal_xfer_link *k, const xfer__transport_ops *ops, voi
 		h.epoch = k->epoch;
 	}
 	for (int i = 0; i < iovcnt; i++) {
+		SHOAL_ASSERT(iov[i].iov_base != NULL || iov[i].iov_len == 0);
 		payload += iov[i].iov_len;
 		v[i + 1] = iov[i];
 	}

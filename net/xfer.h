@@ -74,10 +74,10 @@ shoal_xfer_rdma_hub *shoal_xfer_rdma_hub_new(void); /* NULL: no memory */
 void shoal_xfer_rdma_hub_free(shoal_xfer_rdma_hub *h);
 
 typedef struct shoal_xfer_config {
-	uint32_t max_frame;  /* largest frame received and sent, header included */
-	uint32_t max_rows;   /* row tags per frame */
-	uint32_t max_routes; /* expert routes per frame */
-	int handshake_ms;    /* bound on HELLO + RDMA negotiation */
+	uint32_t max_frame;                 /* largest frame received and sent, header included */
+	uint32_t max_rows;                  /* row tags per frame */
+	uint32_t max_routes;                /* expert routes per frame */
+	int handshake_ms;                   /* bound on HELLO + RDMA negotiation */
 	uint8_t self_id[SHOAL_PEER_ID_LEN]; /* our peer id, sent in HELLO */
 	/* RDMA offer: verbs NULL = not offered. verbs_ctx is passed to
 	 * verbs->netif, ->devices and ->open; rdma the operator's choices;
@@ -99,8 +99,8 @@ void shoal_xfer_config_default(shoal_xfer_config *cfg);
 /* The acceptor's question "is `token` valid for peer `peer` (connecting
  * from `addr`, e.g. "127.0.0.1:40512")?". Return 1 to admit, 0 to refuse.
  * Called on the accepting thread; the buffers are borrowed for the call. */
-typedef int (*shoal_xfer_admit_fn)(void *ctx, const uint8_t peer[SHOAL_PEER_ID_LEN], const char *addr,
-                                   const uint8_t *token, size_t token_len);
+typedef int (*shoal_xfer_admit_fn)(void *ctx, const uint8_t peer[SHOAL_PEER_ID_LEN],
+                                   const char *addr, const uint8_t *token, size_t token_len);
 
 typedef struct shoal_xfer_listener shoal_xfer_listener;
 typedef struct shoal_xfer_link shoal_xfer_link;

@@ -3,13 +3,17 @@
  * (layout and invariants in xfer_frame.h).
  *
  * Divisions: little-endian helpers, names and sizes, encode, decode,
- * checksums, the hello and qp-info blocks.
+ * checksums, the hello and qp-info blocks. The encoders assert what only
+ * our own code can get wrong (base/assert.h); the decoders judge bytes
+ * from the network and return errors.
  */
 #include "net/xfer_frame.h"
 
 #include <math.h>
 #include <pthread.h>
 #include <string.h>
+
+#include "base/assert.h"
 
 /* ---- little-endian helpers ------------------------------------------- */
 
@@ -117,6 +121,12 @@ shoal_err shoal_xfer_frame_encode_head(const shoal_xfer_hdr *h, uint8_t *buf, si
                                        size_t *out_len)
 {
 	uint32_t n_routes = shoal_xfer_kind_has_routes(h->kind) ? h->n_aux : 0;
+	/* our own header: a kind and dtype we know, the rows and routes it counts */
+	SHOAL_ASSERT(h->kind != SHOAL_XFER_KIND_NONE && h->kind < SHOAL_XFER_KIND__COUNT);
+	SHOAL_ASSERT(h->dtype < SHOAL_XFER_DTYPE__COUNT);
+	SHOAL_ASSERT(h->n_rows == 0 || h->rows != NULL);
+	SHOAL_ASSERT(n_routes == 0 || h->routes != NULL);
+	SHOAL_ASSERT(buf != NULL && out_len != NULL);
 	uint64_t head = head_len(h->n_rows, n_routes);
 	if (head > cap || head + h->payload_len > UINT32_MAX)
 		return SHOAL_ERR_RANGE;
@@ -576,6 +586,7 @@ uint32_t shoal_xfer_frame_head_crc(const uint8_t *hdr)
 
 void shoal_xfer_frame_seal(uint8_t *buf, size_t len)
 {
+	SHOAL_ASSERT(len >= SHOAL_XFER_HDR_SIZE && len <= UINT32_MAX); /* a frame we encoded */
 	put32(buf + SHOAL_XFER_OFF_BODY_CRC,
 	      shoal_xfer_crc32c(0, buf + SHOAL_XFER_HDR_SIZE, len - SHOAL_XFER_HDR_SIZE));
 	put32(buf + SHOAL_XFER_OFF_HEAD_CRC, shoal_xfer_frame_head_crc(buf));
@@ -607,7 +618,8 @@ shoal_err shoal_xfer_frame_check_body(const uint8_t *buf, size_t len, char *why,
 size_t shoal_xfer_hello_encode(const shoal_xfer_hello *hl, uint8_t *buf, size_t cap)
 {
 	size_t n = SHOAL_XFER_HELLO_SIZE + hl->token_len;
-	if (hl->token_len > SHOAL_XFER_TOKEN_MAX || n > cap)
+	SHOAL_ASSERT(hl->token_len <= SHOAL_XFER_TOKEN_MAX); /* the caller's own token */
+	if (n > cap)
 		return 0;
 	memset(buf, 0, SHOAL_XFER_HELLO_SIZE);
 	put32(buf, hl->flags);

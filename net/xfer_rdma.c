@@ -96,6 +96,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "base/assert.h"
 #include "base/clock.h"
 #include "base/log.h"
 #include "net/fault.h"
@@ -953,8 +954,8 @@ static shoal_err rdma_send(void *p, const struct iovec *iov, int iovcnt, size_t 
 	if (total > x->peer_slot_size)
 		return shoal_why(why, why_len, SHOAL_ERR_RANGE, "frame of %zu bytes, slots of %u",
 		                 total, x->peer_slot_size);
-	if (iovcnt < 1 || iov[0].iov_len < SHOAL_XFER_HDR_SIZE)
-		return shoal_why(why, why_len, SHOAL_ERR_RANGE, "no frame header in iov[0]");
+	/* the link's own frame: its encoded header in iov[0] */
+	SHOAL_ASSERT(iovcnt >= 1 && iov[0].iov_len >= SHOAL_XFER_HDR_SIZE);
 	int64_t deadline =
 	    timeout_ms < 0 ? -1 : (int64_t)shoal_clock_now_us() + (int64_t)timeout_ms * 1000;
 	int waited = 0;

@@ -27,6 +27,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "base/assert.h"
 #include "base/clock.h"
 #include "net/fault.h"
 
@@ -329,8 +330,8 @@ static shoal_err tcp_send(void *tp, const struct iovec *iov_in, int iovcnt, size
 	if (iovcnt > XFER_TCP_IOV_MAX)
 		return shoal_why(why, why_len, SHOAL_ERR_RANGE, "%d iovecs (max %d)", iovcnt,
 		                 XFER_TCP_IOV_MAX);
-	if (iovcnt < 1 || iov_in[0].iov_len < SHOAL_XFER_HDR_SIZE)
-		return shoal_why(why, why_len, SHOAL_ERR_RANGE, "no frame header in iov[0]");
+	/* the link's own frame: its encoded header in iov[0] */
+	SHOAL_ASSERT(iovcnt >= 1 && iov_in[0].iov_len >= SHOAL_XFER_HDR_SIZE);
 	/* Seal a copy of the header: the caller's iovecs are read only. */
 	memcpy(hdr, iov_in[0].iov_base, SHOAL_XFER_HDR_SIZE);
 	int n = 0;
@@ -339,9 +340,14 @@ static shoal_err tcp_send(void *tp, const struct iovec *iov_in, int iovcnt, size
 		iov[n++] = (struct iovec){.iov_base = (uint8_t *)iov_in[0].iov_base +
 		                                      SHOAL_XFER_HDR_SIZE,
 		                          .iov_len = iov_in[0].iov_len - SHOAL_XFER_HDR_SIZE};
-	for (int i = 1; i < iovcnt; i++)
+	size_t sum = iov_in[0].iov_len;
+	for (int i = 1; i < iovcnt; i++) {
+		SHOAL_ASSERT(iov_in[i].iov_base != NULL || iov_in[i].iov_len == 0);
+		sum += iov_in[i].iov_len;
 		if (iov_in[i].iov_len)
 			iov[n++] = iov_in[i];
+	}
+	SHOAL_ASSERT(sum == total); /* the link counts its own pieces */
 	uint32_t body = 0;
 	for (int i = 1; i < n; i++)
 		body = shoal_xfer_crc32c(body, iov[i].iov_base, iov[i].iov_len);

@@ -20,8 +20,8 @@ const uint8_t DC_OTHER[SHOAL_DIGEST_BYTES] = {0xee, 0xee};
 
 /* ---- links and peers ------------------------------------------------------- */
 
-static int dc_admit_all(void *ctx, const uint8_t id[SHOAL_PEER_ID_LEN], const char *addr, const uint8_t *tok,
-                        size_t n)
+static int dc_admit_all(void *ctx, const uint8_t id[SHOAL_PEER_ID_LEN], const char *addr,
+                        const uint8_t *tok, size_t n)
 {
 	(void)ctx, (void)id, (void)addr, (void)tok, (void)n;
 	return 1;

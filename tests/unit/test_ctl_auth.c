@@ -97,7 +97,7 @@ static void server_stats(server *s, shoal_ctl_stats *st, int *received)
 }
 
 static char last_why[SHOAL_WHY_LEN]; /* the client's reason of the last ask */
-static uint64_t last_ms;   /* how long the last ask took */
+static uint64_t last_ms;             /* how long the last ask took */
 
 /* Send "hello" to ep with the given keys; return the client's verdict. */
 static shoal_err ask_at(const char *ep, const shoal_key_curve *keys, int timeout_ms, char *reply,

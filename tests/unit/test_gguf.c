@@ -278,7 +278,7 @@ static shoal_err open_bad(const char *p, char *why, size_t cap)
 
 #define ASSERT_BAD(path, want_substr)                                                              \
 	do {                                                                                       \
-		char why_[SHOAL_WHY_LEN];                                                                    \
+		char why_[SHOAL_WHY_LEN];                                                          \
 		shoal_err e_ = open_bad(path, why_, sizeof why_);                                  \
 		printf("  %-40s -> %s\n", want_substr, why_);                                      \
 		if (e_ == SHOAL_OK)                                                                \

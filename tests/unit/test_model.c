@@ -670,7 +670,8 @@ static void test_model_id_cache(void)
 	ASSERT_EQ(shoal_gguf_open(p, &g, why, sizeof why), SHOAL_OK);
 	ASSERT_EQ(shoal_model_id_load(g, st, &c, why, sizeof why), SHOAL_OK);
 	ASSERT_FALSE(shoal_model_id_cached(c)); /* the write moved mtime */
-	ASSERT_TRUE(memcmp(shoal_model_id_digest(a), shoal_model_id_digest(c), SHOAL_MODEL_ID_BYTES) != 0);
+	ASSERT_TRUE(
+	    memcmp(shoal_model_id_digest(a), shoal_model_id_digest(c), SHOAL_MODEL_ID_BYTES) != 0);
 	for (size_t i = 0; i < 39; i++) {
 		bool same = !memcmp(shoal_model_id_tensor_digest(a, i),
 		                    shoal_model_id_tensor_digest(c, i), 32);

@@ -24,8 +24,8 @@ static inline int64_t now_ms(void)
 
 /* Admit exactly peer id [0xbb...] with TOKEN; counts the calls in *(int
  * *)ctx unless ctx is NULL. */
-static inline int admit(void *ctx, const uint8_t peer[SHOAL_PEER_ID_LEN], const char *addr, const uint8_t *tok,
-                        size_t n)
+static inline int admit(void *ctx, const uint8_t peer[SHOAL_PEER_ID_LEN], const char *addr,
+                        const uint8_t *tok, size_t n)
 {
 	(void)addr;
 	if (ctx)
