@@ -291,6 +291,16 @@ struct shoal_serve {
 	struct shoal_serve_dt *dt; /* data thread only */
 };
 
+/* A data link of the data thread: `inc` is the peer's incarnation when
+ * the link was made, `bye` that it said goodbye. */
+typedef struct shoal_serve_dlink {
+	uint8_t peer[SHOAL_PEER_ID_LEN];
+	int role;
+	uint64_t inc;
+	bool bye;
+	shoal_xfer_link *k;
+} shoal_serve_dlink;
+
 /* The data thread's own state (serve_data.c, serve_links.c, serve_runs.c). */
 struct shoal_serve_dt {
 	shoal_serve *cl;
@@ -299,23 +309,10 @@ struct shoal_serve_dt {
 	shoal_serve_ep eps[SHOAL_SERVE_MAX_PEERS];
 	size_t n_eps;
 	uint64_t eps_version;
-	/* links we dialled (out) and accepted (in); `inc` is the peer's
-	 * incarnation when the link was made, `bye` that it said goodbye */
-	struct {
-		uint8_t peer[SHOAL_PEER_ID_LEN];
-		int role;
-		uint64_t inc;
-		bool bye;
-		shoal_xfer_link *k;
-	} out[SHOAL_SERVE_LINKS];
+	/* links we dialled (out) and accepted (in) */
+	shoal_serve_dlink out[SHOAL_SERVE_LINKS];
 	size_t n_out;
-	struct {
-		uint8_t peer[SHOAL_PEER_ID_LEN];
-		int role;
-		uint64_t inc;
-		bool bye;
-		shoal_xfer_link *k;
-	} in[SHOAL_SERVE_LINKS];
+	shoal_serve_dlink in[SHOAL_SERVE_LINKS];
 	size_t n_in;
 	uint32_t live; /* runs started and not ended */
 	/* the spin before a wait (shoal_serve_wait) */

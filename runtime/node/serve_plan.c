@@ -401,22 +401,8 @@ static void serve_endpoints(shoal_serve *cl, const shoal_swim_member *const *can
 	for (size_t i = 0; i < nc; i++) {
 		const shoal_record *r = &cand[i]->record;
 		shoal_serve_ep *ep = &cl->eps[cl->n_eps];
-		int pick = -1;
-		for (uint32_t k = 0; k < r->n_data_ep && pick < 0; k++)
-			if ((strncmp(r->data_ep[k].addr, "tcp://127.", 10) == 0) == want_lo)
-				pick = (int)k;
-		if (pick < 0 && r->n_data_ep)
-			pick = 0;
-		if (pick < 0)
+		if (!shoal_weights_pick_ep(r, want_lo, ep->host, &ep->port))
 			continue;
-		const char *a =
-		    r->data_ep[pick].addr + (strncmp(r->data_ep[pick].addr, "tcp://", 6) ? 0 : 6);
-		const char *colon = strrchr(a, ':');
-		if (!colon || (size_t)(colon - a) >= sizeof ep->host)
-			continue;
-		memcpy(ep->host, a, (size_t)(colon - a));
-		ep->host[colon - a] = '\0';
-		ep->port = (uint16_t)atoi(colon + 1);
 		memcpy(ep->id, r->id.b, SHOAL_PEER_ID_LEN);
 		ep->inc = cand[i]->incarnation;
 		cl->n_eps++;
