@@ -3,7 +3,9 @@
  * the layer loop of shoal_engine_run.
  *
  * Part: runtime/ (engine). Divisions: weights, creation, sessions, the run
- * (checks, attention, dense FFN, the loop). The MoE FFN is engine_moe.c.
+ * (checks, attention, the loop). The MoE FFN is engine_moe.c, a tensor
+ * member's split steps engine_tp.c, and the steps all three share (a range
+ * of heads' attention, the SwiGLU FFN) engine_steps.c.
  */
 #include "runtime/engine/engine_impl.h"
 
@@ -727,12 +729,6 @@ uint32_t shoal_engine_session_len(const shoal_engine *e, uint32_t slot)
 	return e->sess_len[slot];
 }
 
-void *engine__cache(shoal_engine *e, uint32_t s, uint32_t li, int which)
-{
-	size_t per = (size_t)e->cfg.n_ctx * e->kv_cache_dim * e->kv_elt;
-	return e->kv + (((size_t)s * e->n_own + li) * e->kv_planes + (size_t)which) * per;
-}
-
 /* ---- the run ------------------------------------------------------------------------- */
 
 #define SHOAL_NO_POS UINT32_MAX
@@ -795,96 +791,6 @@ static shoal_err engine__check(shoal_engine *e, const shoal_engine_batch *b, uin
 		err = shoal_why(why, why_len, SHOAL_ERR_INVAL, "rows want logits but no buffer");
 out:
 	return err;
-}
-
-/* The rows' new cache entries in, then attention for n_head query heads of
- * q (n_rows, n_head, head_dim) into out, same shape. The new keys are
- * e->k and the values e->v, (n_rows, kv_cache_dim) each; with one cache
- * plane (MLA) the cache row is both key and value and e->v is not read. */
-static void engine__attend(shoal_engine *e, const shoal_engine_batch *b, uint32_t li,
-                           uint32_t n_head, uint32_t n_head_kv, uint32_t head_dim, const float *q,
-                           float *out)
-{
-	uint32_t n = b->n_rows, kvd = e->kv_cache_dim;
-	size_t head_ld = (size_t)e->cfg.n_ctx * head_dim;
-	/* every row's K/V goes in before any row attends: a prefill chunk's
-	 * row at position p sees the chunk's rows at positions < p. A plane
-	 * is (n_head_kv, n_ctx, head_dim): attention reads one head's
-	 * positions as one stream */
-	const shoal_dtype kt = e->cfg.kv_type;
-	for (uint32_t r = 0; r < n; r++) {
-		uint8_t *kc = engine__cache(e, b->session[r], li, 0);
-		uint8_t *vc = e->kv_planes == 2 ? engine__cache(e, b->session[r], li, 1) : kc;
-		size_t at = (size_t)b->pos[r] * head_dim;
-		for (uint32_t h = 0; h < n_head_kv; h++) {
-			size_t to = (h * head_ld + at) * e->kv_elt;
-			e->ops->kv_store(e->bk, kt, e->k + (size_t)r * kvd + (size_t)h * head_dim,
-			                 kc + to, head_dim);
-			if (e->kv_planes == 2)
-				e->ops->kv_store(e->bk, kt,
-				                 e->v + (size_t)r * kvd + (size_t)h * head_dim,
-				                 vc + to, head_dim);
-		}
-		e->krow[r] = kc;
-		e->vrow[r] = vc;
-		e->n_kv[r] = b->pos[r] + 1;
-	}
-	shoal_backend_attn a = {
-	    .n_rows = n,
-	    .n_head = n_head,
-	    .n_head_kv = n_head_kv,
-	    .head_dim = head_dim,
-	    .scale = e->kq_scale,
-	    .q = q,
-	    .kv_type = kt,
-	    .k = e->krow,
-	    .v = e->vrow,
-	    .head_ld = head_ld,
-	    .pos_ld = head_dim,
-	    .n_kv = e->n_kv,
-	    .out = out,
-	};
-	e->ops->attention(e->bk, &a);
-}
-
-shoal_backend_mat engine__mat_rows(shoal_backend_mat m, uint32_t first, uint32_t count)
-{
-	m.data = (const uint8_t *)m.data + (size_t)first * m.row_bytes;
-	m.n_out = count;
-	return m;
-}
-
-void engine__attn_heads(shoal_engine *e, uint32_t il, const shoal_engine_batch *b, uint32_t h0,
-                        uint32_t hn, float *out)
-{
-	const shoal_backend_ops *ops = e->ops;
-	const shoal_hparams *hp = &e->hp;
-	const engine__layer *L = &e->layers[il];
-	uint32_t n = b->n_rows, li = il - e->cfg.layer_begin, G = hp->n_head / hp->n_head_kv;
-	uint32_t hd = hp->head_dim, nq = hn * G, qd = nq * hd, kvd = hn * hd;
-	uint32_t q0 = h0 * G * hd, k0 = h0 * hd; /* the heads' first columns */
-
-	shoal_backend_mat w[3] = {engine__mat_rows(L->wq, q0, qd), engine__mat_rows(L->wk, k0, kvd),
-	                          engine__mat_rows(L->wv, k0, kvd)};
-	float *y[3] = {e->q, e->k, e->v};
-	size_t ldy[3] = {qd, kvd, kvd};
-	ops->matmul(e->bk, 3, w, e->xn, hp->n_embd, n, y, ldy);
-	for (uint32_t r = 0; r < n; r++) {
-		if (L->bq)
-			ops->add(e->bk, e->q + (size_t)r * qd, L->bq + q0, qd);
-		if (L->bk)
-			ops->add(e->bk, e->k + (size_t)r * kvd, L->bk + k0, kvd);
-		if (L->bv)
-			ops->add(e->bk, e->v + (size_t)r * kvd, L->bv + k0, kvd);
-	}
-	if (L->q_norm)
-		ops->rms_norm(e->bk, e->q, L->q_norm, hd, n * nq, hp->rms_eps, e->q);
-	if (L->k_norm)
-		ops->rms_norm(e->bk, e->k, L->k_norm, hd, n * hn, hp->rms_eps, e->k);
-	bool neox = hp->rope_type == SHOAL_ROPE_NEOX;
-	ops->rope(e->bk, e->q, n, nq, hd, hp->n_rot, b->pos, e->rope_cs, neox);
-	ops->rope(e->bk, e->k, n, hn, hd, hp->n_rot, b->pos, e->rope_cs, neox);
-	engine__attend(e, b, li, nq, hn, hd, e->q, out);
 }
 
 /* Attention block of owned layer il on e->x. */
@@ -956,20 +862,6 @@ static void engine__attn_mla(shoal_engine *e, uint32_t il, const shoal_engine_ba
 	float *o = e->tmp; /* (n_rows, n_embd) */
 	ops->matmul(e->bk, 1, &L->wo, e->mla_v, ld_v, n, &o, &ld_e);
 	ops->add(e->bk, e->x, e->tmp, (size_t)n * E);
-}
-
-void engine__ffn_swiglu(shoal_engine *e, const shoal_backend_mat *gate,
-                        const shoal_backend_mat *up, const shoal_backend_mat *down, uint32_t ff,
-                        uint32_t n, float *out)
-{
-	const shoal_backend_ops *ops = e->ops;
-	shoal_backend_mat w[2] = {*gate, *up};
-	float *y[2] = {e->ff_g, e->ff_u};
-	size_t ldy[2] = {ff, ff};
-	ops->matmul(e->bk, 2, w, e->xn, e->hp.n_embd, n, y, ldy);
-	ops->swiglu(e->bk, e->ff_g, e->ff_u, (size_t)n * ff, e->ff_g);
-	size_t ld_out = e->hp.n_embd;
-	ops->matmul(e->bk, 1, down, e->ff_g, ff, n, &out, &ld_out);
 }
 
 shoal_err shoal_engine_run(shoal_engine *e, const shoal_engine_batch *b, char *why, size_t why_len)

@@ -1,6 +1,10 @@
 /*
- * runtime/engine/engine_impl.h: the engine's layout, shared by engine.c (creation,
- * sessions, the layer loop) and engine_moe.c (routing, experts).
+ * runtime/engine/engine_impl.h: the engine's layout and the functions its
+ * files share: engine.c (creation, sessions, the layer loop), engine_tp.c
+ * (a tensor group's member), engine_moe.c (routing, experts) and
+ * engine_steps.c (the layer steps they share). Calls between them go one
+ * way, down that list: engine.c -> engine_tp.c -> engine_moe.c ->
+ * engine_steps.c, never back up (tests/sh/cycle_check.sh).
  *
  * Part: runtime/ (engine); not a public header. Dimension convention as in
  * engine.h: row-major F32, "(rows, cols)".
@@ -98,11 +102,6 @@ struct shoal_engine {
 	float *moe_sel;     /* (max_rows, n_expert) biased, group-masked scores */
 };
 
-/* engine.c: out (n_rows, n_embd) = down(silu(gate xn) * up xn), ff wide,
- * from e->xn through e->ff_g, e->ff_u. */
-void engine__ffn_swiglu(shoal_engine *e, const shoal_backend_mat *gate, const shoal_backend_mat *up,
-                        const shoal_backend_mat *down, uint32_t ff, uint32_t n, float *out);
-
 /* engine_moe.c: the FFN of MoE layer l for the rows in e->xn, into e->tmp. */
 shoal_err engine__moe_ffn(shoal_engine *e, uint32_t l, uint32_t n_rows, char *why, size_t why_len);
 
@@ -111,17 +110,6 @@ shoal_err engine__moe_ffn(shoal_engine *e, uint32_t l, uint32_t n_rows, char *wh
  * member's experts in expert_mask, and allocates the slices' buffers. */
 shoal_err engine__tp_init(shoal_engine *e, char *why, size_t why_len);
 void engine__tp_free(engine__tp *t); /* NULL is a no-op */
-/* The K (which 0) or V (1) cache of session s, owned layer li:
- * n_ctx x kv_cache_dim elements of cfg.kv_type. */
-void *engine__cache(shoal_engine *e, uint32_t s, uint32_t li, int which);
-/* Rows [first, first + count) of a matrix {n_in, n_out}: the same bytes. */
-shoal_backend_mat engine__mat_rows(shoal_backend_mat m, uint32_t first, uint32_t count);
-/* engine.c: attention of owned layer il for KV heads [h0, h0 + hn) and
- * their query heads, on e->xn (normed): q, k, v (+ biases, norms, RoPE),
- * K/V into the cache (kv_cache_dim = hn x head_dim columns per position),
- * out (n_rows, hn x group x head_dim) before Wo. */
-void engine__attn_heads(shoal_engine *e, uint32_t il, const shoal_engine_batch *b, uint32_t h0,
-                        uint32_t hn, float *out);
 /* The member's attention block on e->x (x += attention), its dense FFN and
  * its MoE FFN on e->xn into e->tmp, each with its exchanges. */
 shoal_err engine__tp_attn(shoal_engine *e, uint32_t il, const shoal_engine_batch *b, char *why,
@@ -134,5 +122,26 @@ shoal_err engine__tp_moe(shoal_engine *e, uint32_t il, uint32_t n, char *why, si
 shoal_err engine__tp_head(shoal_engine *e, uint32_t n, float *logits, char *why, size_t why_len);
 bool engine__tp_split_head(const shoal_engine *e);   /* a member with split_head */
 bool engine__tp_needs_logits(const shoal_engine *e); /* not a split head's non-root */
+
+/* engine_steps.c: rows [first, first + count) of a matrix {n_in, n_out}:
+ * the same bytes. */
+shoal_backend_mat engine__mat_rows(shoal_backend_mat m, uint32_t first, uint32_t count);
+/* The rows' new cache entries in (owned layer li), then attention for
+ * n_head query heads of q (n_rows, n_head, head_dim) into out, same shape.
+ * The new keys are e->k and the values e->v, (n_rows, kv_cache_dim) each;
+ * with one cache plane (MLA) the cache row is both key and value and e->v
+ * is not read. */
+void engine__attend(shoal_engine *e, const shoal_engine_batch *b, uint32_t li, uint32_t n_head,
+                    uint32_t n_head_kv, uint32_t head_dim, const float *q, float *out);
+/* Attention of owned layer il for KV heads [h0, h0 + hn) and their query
+ * heads, on e->xn (normed): q, k, v (+ biases, norms, RoPE), K/V into the
+ * cache (kv_cache_dim = hn x head_dim columns per position), out (n_rows,
+ * hn x group x head_dim) before Wo. */
+void engine__attn_heads(shoal_engine *e, uint32_t il, const shoal_engine_batch *b, uint32_t h0,
+                        uint32_t hn, float *out);
+/* out (n_rows, n_embd) = down(silu(gate xn) * up xn), ff wide, from e->xn
+ * through e->ff_g, e->ff_u. */
+void engine__ffn_swiglu(shoal_engine *e, const shoal_backend_mat *gate, const shoal_backend_mat *up,
+                        const shoal_backend_mat *down, uint32_t ff, uint32_t n, float *out);
 
 #endif
