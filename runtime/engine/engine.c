@@ -44,7 +44,7 @@
  * of the blocks, Q8_K's float scale): a file whose general.alignment is 1 or
  * 2 may place a tensor off its type's natural alignment, which would make
  * those reads undefined. */
-static bool engine__aligned(const shoal_gguf_tensor *t)
+static bool engine_aligned(const shoal_gguf_tensor *t)
 {
 	uintptr_t a = (t->type == SHOAL_DTYPE_F32 || t->type == SHOAL_DTYPE_Q8_K) ? 4 : 2;
 	return (uintptr_t)t->data % a == 0;
@@ -52,14 +52,14 @@ static bool engine__aligned(const shoal_gguf_tensor *t)
 
 /* Whether tensor t's data may be bound: aligned (above) and held
  * (cfg.tensor_held). */
-static shoal_err engine__usable(const shoal_engine *e, const shoal_gguf_tensor *t, char *why,
+static shoal_err engine_usable(const shoal_engine *e, const shoal_gguf_tensor *t, char *why,
                                 size_t why_len)
 {
 	if (e->cfg.tensor_held && !e->cfg.tensor_held(e->cfg.tensor_held_ctx, t))
 		return shoal_why(why, why_len, SHOAL_ERR_NOTFOUND,
 		                 "tensor %s is not held here (the weights cache has not fetched it)",
 		                 t->name);
-	if (!engine__aligned(t))
+	if (!engine_aligned(t))
 		return shoal_why(why, why_len, SHOAL_ERR_FORMAT,
 		                 "tensor %s: %s data at file offset %llu is not aligned for its type",
 		                 t->name, shoal_dtype_name(t->type),
@@ -67,7 +67,7 @@ static shoal_err engine__usable(const shoal_engine *e, const shoal_gguf_tensor *
 	return SHOAL_OK;
 }
 
-static shoal_err engine__mat(const shoal_engine *e, const shoal_gguf_tensor *t, int64_t n_in,
+static shoal_err engine_mat(const shoal_engine *e, const shoal_gguf_tensor *t, int64_t n_in,
                              int64_t n_out, uint64_t n_stack, shoal_backend_mat *out,
                              size_t *stride, char *why, size_t why_len)
 {
@@ -85,7 +85,7 @@ static shoal_err engine__mat(const shoal_engine *e, const shoal_gguf_tensor *t, 
 		return shoal_why(why, why_len, SHOAL_ERR_UNSUPPORTED,
 		                 "tensor %s has type %s, which backend %s does not compute with",
 		                 t->name, shoal_dtype_name(t->type), ops->name);
-	shoal_err err = engine__usable(e, t, why, why_len);
+	shoal_err err = engine_usable(e, t, why, why_len);
 	if (err)
 		return err;
 	size_t rb = shoal_dtype_row_bytes(t->type, (uint64_t)n_in);
@@ -104,7 +104,7 @@ static shoal_err engine__mat(const shoal_engine *e, const shoal_gguf_tensor *t, 
 }
 
 /* An F32 copy of a small vector tensor of n elements (NULL t: *out = NULL). */
-static shoal_err engine__vec(const shoal_engine *e, const shoal_gguf_tensor *t, uint32_t n,
+static shoal_err engine_vec(const shoal_engine *e, const shoal_gguf_tensor *t, uint32_t n,
                              float **out, char *why, size_t why_len)
 {
 	const shoal_backend_ops *ops = e->ops;
@@ -119,7 +119,7 @@ static shoal_err engine__vec(const shoal_engine *e, const shoal_gguf_tensor *t, 
 	    shoal_dtype_row_bytes(t->type, n) != t->nbytes)
 		return shoal_why(why, why_len, SHOAL_ERR_UNSUPPORTED, "tensor %s: type %s", t->name,
 		                 shoal_dtype_name(t->type));
-	shoal_err err = engine__usable(e, t, why, why_len);
+	shoal_err err = engine_usable(e, t, why, why_len);
 	if (err)
 		return err;
 	*out = malloc((size_t)n * sizeof **out);
@@ -135,16 +135,16 @@ static shoal_err engine__vec(const shoal_engine *e, const shoal_gguf_tensor *t, 
  * W^T (kv_lora, nope) to absorb the query, so they are turned into an F32
  * copy (n_head, kv_lora, nope), owned by the layer, the memory the
  * manifest adds for such files. */
-static void *engine__calloc3(size_t a, size_t b, size_t c, size_t sz); /* creation */
+static void *engine_calloc3(size_t a, size_t b, size_t c, size_t sz); /* creation */
 
-static shoal_err engine__split_kv_b(shoal_engine *e, const shoal_layer *src, engine__layer *L,
+static shoal_err engine_split_kv_b(shoal_engine *e, const shoal_layer *src, engine__layer *L,
                                     char *why, size_t why_len)
 {
 	const shoal_hparams *hp = &e->hp;
 	uint32_t H = hp->n_head, kvl = hp->kv_lora_rank, nope = hp->head_dim - hp->n_rot;
 	uint32_t vh = hp->v_head_dim;
 	shoal_backend_mat kvb;
-	shoal_err err = engine__mat(e, src->wkv_b, kvl, (int64_t)H * (nope + vh), 1, &kvb,
+	shoal_err err = engine_mat(e, src->wkv_b, kvl, (int64_t)H * (nope + vh), 1, &kvb,
 	                            NULL, why, why_len);
 	if (err)
 		return err;
@@ -157,7 +157,7 @@ static shoal_err engine__split_kv_b(shoal_engine *e, const shoal_layer *src, eng
 	L->wv_b.n_out = vh;
 	L->wv_b.data = (const uint8_t *)kvb.data + (size_t)nope * kvb.row_bytes;
 	L->wv_b_stride = (size_t)(nope + vh) * kvb.row_bytes;
-	float *kt = engine__calloc3(H, kvl, nope, sizeof(float)); /* (n_head, kv_lora, nope) */
+	float *kt = engine_calloc3(H, kvl, nope, sizeof(float)); /* (n_head, kv_lora, nope) */
 	float *row = malloc((size_t)kvl * sizeof *row);           /* (kv_lora) */
 	if (!kt || !row) {
 		free(kt);
@@ -184,27 +184,27 @@ static shoal_err engine__split_kv_b(shoal_engine *e, const shoal_layer *src, eng
 }
 
 /* The MLA attention weights of an owned deepseek2 layer. */
-static shoal_err engine__layer_mla(shoal_engine *e, const shoal_layer *src, engine__layer *L,
+static shoal_err engine_layer_mla(shoal_engine *e, const shoal_layer *src, engine__layer *L,
                                    char *why, size_t why_len)
 {
 	const shoal_hparams *hp = &e->hp;
 	uint32_t E = hp->n_embd, H = hp->n_head, kvl = hp->kv_lora_rank, ql = hp->q_lora_rank;
 	shoal_err err;
-	if (ql ? (err = engine__mat(e, src->wq_a, E, ql, 1, &L->wq_a, NULL, why, why_len)) ||
-	             (err = engine__vec(e, src->q_a_norm, ql, &L->q_a_norm, why, why_len)) ||
-	             (err = engine__mat(e, src->wq_b, ql, e->q_dim, 1, &L->wq_b, NULL, why,
+	if (ql ? (err = engine_mat(e, src->wq_a, E, ql, 1, &L->wq_a, NULL, why, why_len)) ||
+	             (err = engine_vec(e, src->q_a_norm, ql, &L->q_a_norm, why, why_len)) ||
+	             (err = engine_mat(e, src->wq_b, ql, e->q_dim, 1, &L->wq_b, NULL, why,
 	                                why_len))
-	       : (err = engine__mat(e, src->wq, E, e->q_dim, 1, &L->wq, NULL, why, why_len)))
+	       : (err = engine_mat(e, src->wq, E, e->q_dim, 1, &L->wq, NULL, why, why_len)))
 		return err;
-	if ((err = engine__mat(e, src->wkv_a, E, e->kv_dim, 1, &L->wkv_a, NULL, why, why_len)) ||
-	    (err = engine__vec(e, src->kv_a_norm, kvl, &L->kv_a_norm, why, why_len)) ||
-	    (err = engine__mat(e, src->wo, H * hp->v_head_dim, E, 1, &L->wo, NULL, why, why_len)))
+	if ((err = engine_mat(e, src->wkv_a, E, e->kv_dim, 1, &L->wkv_a, NULL, why, why_len)) ||
+	    (err = engine_vec(e, src->kv_a_norm, kvl, &L->kv_a_norm, why, why_len)) ||
+	    (err = engine_mat(e, src->wo, H * hp->v_head_dim, E, 1, &L->wo, NULL, why, why_len)))
 		return err;
 	if (hp->mla_kv_b)
-		return engine__split_kv_b(e, src, L, why, why_len);
-	if ((err = engine__mat(e, src->wk_b, hp->head_dim - hp->n_rot, kvl, H, &L->wk_b,
+		return engine_split_kv_b(e, src, L, why, why_len);
+	if ((err = engine_mat(e, src->wk_b, hp->head_dim - hp->n_rot, kvl, H, &L->wk_b,
 	                       &L->wk_b_stride, why, why_len)) ||
-	    (err = engine__mat(e, src->wv_b, kvl, hp->v_head_dim, H, &L->wv_b, &L->wv_b_stride,
+	    (err = engine_mat(e, src->wv_b, kvl, hp->v_head_dim, H, &L->wv_b, &L->wv_b_stride,
 	                       why, why_len)))
 		return err;
 	if ((ql && !L->q_a_norm) || !L->kv_a_norm)
@@ -212,7 +212,7 @@ static shoal_err engine__layer_mla(shoal_engine *e, const shoal_layer *src, engi
 	return SHOAL_OK;
 }
 
-static shoal_err engine__layer_init(shoal_engine *e, uint32_t il, bool owned, char *why,
+static shoal_err engine_layer_init(shoal_engine *e, uint32_t il, bool owned, char *why,
                                     size_t why_len)
 {
 	const shoal_layer *src = &e->m->layers[il];
@@ -229,55 +229,55 @@ static shoal_err engine__layer_init(shoal_engine *e, uint32_t il, bool owned, ch
 		for (uint32_t x = 0; x < hp->n_expert; x++)
 			if (!e->expert_mask[(size_t)il * hp->n_expert + x])
 				L->all_local = false;
-		if ((err = engine__mat(e, src->ffn_gate_exps, hp->n_embd, hp->n_ff_exp, hp->n_expert,
+		if ((err = engine_mat(e, src->ffn_gate_exps, hp->n_embd, hp->n_ff_exp, hp->n_expert,
 		                       &L->gate_exp, &L->gate_exp_stride, why, why_len)) ||
-		    (err = engine__mat(e, src->ffn_up_exps, hp->n_embd, hp->n_ff_exp, hp->n_expert,
+		    (err = engine_mat(e, src->ffn_up_exps, hp->n_embd, hp->n_ff_exp, hp->n_expert,
 		                       &L->up_exp, &L->up_exp_stride, why, why_len)) ||
-		    (err = engine__mat(e, src->ffn_down_exps, hp->n_ff_exp, hp->n_embd, hp->n_expert,
+		    (err = engine_mat(e, src->ffn_down_exps, hp->n_ff_exp, hp->n_embd, hp->n_expert,
 		                       &L->down_exp, &L->down_exp_stride, why, why_len)) ||
-		    (err = engine__mat(e, src->ffn_gate_inp, hp->n_embd, hp->n_expert, 1, &L->router,
+		    (err = engine_mat(e, src->ffn_gate_inp, hp->n_embd, hp->n_expert, 1, &L->router,
 		                       NULL, why, why_len)) ||
-		    (err = engine__vec(e, src->exp_probs_b, hp->n_expert, &L->exp_probs_b, why,
+		    (err = engine_vec(e, src->exp_probs_b, hp->n_expert, &L->exp_probs_b, why,
 		                       why_len)))
 			return err;
 	}
 	if (!owned)
 		return SHOAL_OK;
 	if (hp->mla)
-		err = engine__layer_mla(e, src, L, why, why_len);
-	else if (!(err = engine__mat(e, src->wq, hp->n_embd, e->q_dim, 1, &L->wq, NULL, why,
+		err = engine_layer_mla(e, src, L, why, why_len);
+	else if (!(err = engine_mat(e, src->wq, hp->n_embd, e->q_dim, 1, &L->wq, NULL, why,
 	                             why_len)) &&
-	         !(err = engine__mat(e, src->wk, hp->n_embd, e->kv_dim, 1, &L->wk, NULL, why,
+	         !(err = engine_mat(e, src->wk, hp->n_embd, e->kv_dim, 1, &L->wk, NULL, why,
 	                             why_len)) &&
-	         !(err = engine__mat(e, src->wv, hp->n_embd, e->kv_dim, 1, &L->wv, NULL, why,
+	         !(err = engine_mat(e, src->wv, hp->n_embd, e->kv_dim, 1, &L->wv, NULL, why,
 	                             why_len)))
-		err = engine__mat(e, src->wo, e->q_dim, hp->n_embd, 1, &L->wo, NULL, why, why_len);
+		err = engine_mat(e, src->wo, e->q_dim, hp->n_embd, 1, &L->wo, NULL, why, why_len);
 	if (err ||
-	    (err = engine__vec(e, src->attn_norm, hp->n_embd, &L->attn_norm, why, why_len)) ||
-	    (err = engine__vec(e, src->ffn_norm, hp->n_embd, &L->ffn_norm, why, why_len)) ||
-	    (err = engine__vec(e, src->q_norm, hp->head_dim, &L->q_norm, why, why_len)) ||
-	    (err = engine__vec(e, src->k_norm, hp->head_dim, &L->k_norm, why, why_len)) ||
-	    (err = engine__vec(e, src->bq, e->q_dim, &L->bq, why, why_len)) ||
-	    (err = engine__vec(e, src->bk, e->kv_dim, &L->bk, why, why_len)) ||
-	    (err = engine__vec(e, src->bv, e->kv_dim, &L->bv, why, why_len)))
+	    (err = engine_vec(e, src->attn_norm, hp->n_embd, &L->attn_norm, why, why_len)) ||
+	    (err = engine_vec(e, src->ffn_norm, hp->n_embd, &L->ffn_norm, why, why_len)) ||
+	    (err = engine_vec(e, src->q_norm, hp->head_dim, &L->q_norm, why, why_len)) ||
+	    (err = engine_vec(e, src->k_norm, hp->head_dim, &L->k_norm, why, why_len)) ||
+	    (err = engine_vec(e, src->bq, e->q_dim, &L->bq, why, why_len)) ||
+	    (err = engine_vec(e, src->bk, e->kv_dim, &L->bk, why, why_len)) ||
+	    (err = engine_vec(e, src->bv, e->kv_dim, &L->bv, why, why_len)))
 		return err;
 	if (!L->attn_norm || !L->ffn_norm)
 		return shoal_why(why, why_len, SHOAL_ERR_FORMAT, "layer %u has no norm weights",
 		                 il);
-	if (!L->moe && ((err = engine__mat(e, src->ffn_gate, hp->n_embd, hp->n_ff, 1, &L->gate, NULL,
+	if (!L->moe && ((err = engine_mat(e, src->ffn_gate, hp->n_embd, hp->n_ff, 1, &L->gate, NULL,
 	                                   why, why_len)) ||
-	                (err = engine__mat(e, src->ffn_up, hp->n_embd, hp->n_ff, 1, &L->up, NULL, why,
+	                (err = engine_mat(e, src->ffn_up, hp->n_embd, hp->n_ff, 1, &L->up, NULL, why,
 	                                   why_len)) ||
-	                (err = engine__mat(e, src->ffn_down, hp->n_ff, hp->n_embd, 1, &L->down, NULL,
+	                (err = engine_mat(e, src->ffn_down, hp->n_ff, hp->n_embd, 1, &L->down, NULL,
 	                                   why, why_len))))
 		return err;
 	L->shexp = L->moe && src->ffn_gate_shexp;
 	if (L->shexp &&
-	    ((err = engine__mat(e, src->ffn_gate_shexp, hp->n_embd, hp->n_ff_shexp, 1,
+	    ((err = engine_mat(e, src->ffn_gate_shexp, hp->n_embd, hp->n_ff_shexp, 1,
 	                        &L->gate_sh, NULL, why, why_len)) ||
-	     (err = engine__mat(e, src->ffn_up_shexp, hp->n_embd, hp->n_ff_shexp, 1, &L->up_sh,
+	     (err = engine_mat(e, src->ffn_up_shexp, hp->n_embd, hp->n_ff_shexp, 1, &L->up_sh,
 	                        NULL, why, why_len)) ||
-	     (err = engine__mat(e, src->ffn_down_shexp, hp->n_ff_shexp, hp->n_embd, 1,
+	     (err = engine_mat(e, src->ffn_down_shexp, hp->n_ff_shexp, hp->n_embd, 1,
 	                        &L->down_sh, NULL, why, why_len))))
 		return err;
 	if (L->moe && !L->all_local && !e->cfg.moe_hook.collect && !e->tp)
@@ -298,7 +298,7 @@ static shoal_err engine__layer_init(shoal_engine *e, uint32_t il, bool owned, ch
 
 /* The bytes of the weights the engine multiplies: its layers' tensors
  * (every routed expert counted) and the head (shoal_backend_limits). */
-static uint64_t engine__weight_bytes(const shoal_engine *e)
+static uint64_t engine_weight_bytes(const shoal_engine *e)
 {
 	const shoal_model *m = e->m;
 	const shoal_gguf_tensor *own[SHOAL_LAYER_MAX_TENSORS];
@@ -393,7 +393,7 @@ void shoal_engine_free(shoal_engine *e)
 }
 
 /* calloc of a*b*c elements of size sz, NULL on overflow. */
-static void *engine__calloc3(size_t a, size_t b, size_t c, size_t sz)
+static void *engine_calloc3(size_t a, size_t b, size_t c, size_t sz)
 {
 	if (b && a > SIZE_MAX / b)
 		return NULL;
@@ -406,7 +406,7 @@ static void *engine__calloc3(size_t a, size_t b, size_t c, size_t sz)
 /* YaRN's mix of interpolated and extrapolated angle for pair i: the
  * reference's ramp over the pairs between the correction dims, where
  * beta_fast and beta_slow rotations fit in the original context. */
-static float engine__yarn_mix(const shoal_hparams *hp, uint32_t i)
+static float engine_yarn_mix(const shoal_hparams *hp, uint32_t i)
 {
 	float n = (float)hp->n_rot, two_pi = 6.28318530717958647692f, lb = logf(hp->rope_freq_base);
 	float lo = floorf(n * logf((float)hp->n_ctx_orig / (hp->yarn_beta_fast * two_pi)) / (2 * lb));
@@ -420,7 +420,7 @@ static float engine__yarn_mix(const shoal_hparams *hp, uint32_t i)
 
 /* freqs: (n_rot/2) Llama 3.1-style per-pair divisors of the angle (the
  * model's rope_freqs tensor), or NULL for none. */
-static void engine__rope_table(shoal_engine *e, const float *freqs)
+static void engine_rope_table(shoal_engine *e, const float *freqs)
 {
 	const shoal_hparams *hp = &e->hp;
 	uint32_t n_rot = hp->n_rot;
@@ -437,7 +437,7 @@ static void engine__rope_table(shoal_engine *e, const float *freqs)
 			float ex = freqs ? theta / freqs[i] : theta;
 			float t = hp->rope_freq_scale * ex;
 			if (hp->rope_yarn) {
-				float mix = engine__yarn_mix(hp, i);
+				float mix = engine_yarn_mix(hp, i);
 				t = t * (1 - mix) + ex * mix;
 			}
 			cs[2 * i] = cosf(t);
@@ -513,7 +513,7 @@ shoal_err shoal_engine_new(const shoal_model *m, const shoal_engine_config *cfg,
 
 	for (uint32_t il = 0; il < hp->n_layer; il++) {
 		bool owned = il >= cfg->layer_begin && il < cfg->layer_end;
-		err = engine__layer_init(e, il, owned, why, why_len);
+		err = engine_layer_init(e, il, owned, why, why_len);
 		if (err)
 			goto fail;
 	}
@@ -532,13 +532,13 @@ shoal_err shoal_engine_new(const shoal_model *m, const shoal_engine_config *cfg,
 			                shoal_dtype_name(t->type));
 			goto fail;
 		}
-		if ((err = engine__usable(e, t, why, why_len)))
+		if ((err = engine_usable(e, t, why, why_len)))
 			goto fail;
 	}
 	if (cfg->has_head) {
-		if ((err = engine__mat(e, m->output, hp->n_embd, hp->n_vocab, 1, &e->head, NULL, why,
+		if ((err = engine_mat(e, m->output, hp->n_embd, hp->n_vocab, 1, &e->head, NULL, why,
 		                       why_len)) ||
-		    (err = engine__vec(e, m->output_norm, hp->n_embd, &e->out_norm, why, why_len)))
+		    (err = engine_vec(e, m->output_norm, hp->n_embd, &e->out_norm, why, why_len)))
 			goto fail;
 		if (!e->out_norm) {
 			err = shoal_why(why, why_len, SHOAL_ERR_FORMAT, "no output_norm tensor");
@@ -556,19 +556,19 @@ shoal_err shoal_engine_new(const shoal_model *m, const shoal_engine_config *cfg,
 		if (widths[i] > max_n)
 			max_n = widths[i];
 	err = SHOAL_ERR_NOMEM;
-	e->rope_cs = engine__calloc3(C, hp->n_rot ? hp->n_rot : 1, 1, sizeof(float));
+	e->rope_cs = engine_calloc3(C, hp->n_rot ? hp->n_rot : 1, 1, sizeof(float));
 	e->sess_open = calloc(cfg->max_sessions, 1);
 	e->sess_len = calloc(cfg->max_sessions, sizeof *e->sess_len);
 	e->sess_next = calloc(cfg->max_sessions, sizeof *e->sess_next);
-	e->x = engine__calloc3(R, hp->n_embd, 1, sizeof(float));
-	e->xn = engine__calloc3(R, hp->n_embd, 1, sizeof(float));
-	e->tmp = engine__calloc3(R, hp->n_embd, 1, sizeof(float));
-	e->q = engine__calloc3(R, e->q_dim, 1, sizeof(float));
-	e->att = engine__calloc3(R, e->q_dim, 1, sizeof(float));
-	e->k = engine__calloc3(R, e->kv_dim, 1, sizeof(float));
-	e->v = engine__calloc3(R, e->kv_dim, 1, sizeof(float));
-	e->ff_g = engine__calloc3(R, n_ff ? n_ff : 1, 1, sizeof(float));
-	e->ff_u = engine__calloc3(R, n_ff ? n_ff : 1, 1, sizeof(float));
+	e->x = engine_calloc3(R, hp->n_embd, 1, sizeof(float));
+	e->xn = engine_calloc3(R, hp->n_embd, 1, sizeof(float));
+	e->tmp = engine_calloc3(R, hp->n_embd, 1, sizeof(float));
+	e->q = engine_calloc3(R, e->q_dim, 1, sizeof(float));
+	e->att = engine_calloc3(R, e->q_dim, 1, sizeof(float));
+	e->k = engine_calloc3(R, e->kv_dim, 1, sizeof(float));
+	e->v = engine_calloc3(R, e->kv_dim, 1, sizeof(float));
+	e->ff_g = engine_calloc3(R, n_ff ? n_ff : 1, 1, sizeof(float));
+	e->ff_u = engine_calloc3(R, n_ff ? n_ff : 1, 1, sizeof(float));
 	e->krow = calloc(R, sizeof *e->krow);
 	e->vrow = calloc(R, sizeof *e->vrow);
 	e->n_kv = calloc(R, sizeof *e->n_kv);
@@ -582,22 +582,22 @@ shoal_err shoal_engine_new(const shoal_model *m, const shoal_engine_config *cfg,
 	}
 	if (hp->n_expert) {
 		uint32_t k = hp->n_expert_used;
-		e->moe_logits = engine__calloc3(R, hp->n_expert, 1, sizeof(float));
-		e->moe_ids = engine__calloc3(R, k, 1, sizeof(int32_t));
-		e->moe_w = engine__calloc3(R, k, 1, sizeof(float));
-		e->moe_contrib = engine__calloc3(R, k, hp->n_embd, sizeof(float));
-		e->moe_x = engine__calloc3(R, hp->n_embd, 1, sizeof(float));
+		e->moe_logits = engine_calloc3(R, hp->n_expert, 1, sizeof(float));
+		e->moe_ids = engine_calloc3(R, k, 1, sizeof(int32_t));
+		e->moe_w = engine_calloc3(R, k, 1, sizeof(float));
+		e->moe_contrib = engine_calloc3(R, k, hp->n_embd, sizeof(float));
+		e->moe_x = engine_calloc3(R, hp->n_embd, 1, sizeof(float));
 		e->moe_slot = calloc(R, sizeof *e->moe_slot);
-		e->moe_sel = engine__calloc3(R, hp->n_expert, 1, sizeof(float));
+		e->moe_sel = engine_calloc3(R, hp->n_expert, 1, sizeof(float));
 		if (!e->moe_logits || !e->moe_ids || !e->moe_w || !e->moe_contrib || !e->moe_x ||
 		    !e->moe_slot || !e->moe_sel)
 			goto fail;
 	}
 	if (hp->mla) {
-		e->mla_qa = engine__calloc3(R, hp->q_lora_rank ? hp->q_lora_rank : 1, 1, sizeof(float));
-		e->mla_q = engine__calloc3(R, hp->n_head, e->kv_dim, sizeof(float));
-		e->mla_att = engine__calloc3(R, hp->n_head, e->kv_dim, sizeof(float));
-		e->mla_v = engine__calloc3(R, hp->n_head, hp->v_head_dim, sizeof(float));
+		e->mla_qa = engine_calloc3(R, hp->q_lora_rank ? hp->q_lora_rank : 1, 1, sizeof(float));
+		e->mla_q = engine_calloc3(R, hp->n_head, e->kv_dim, sizeof(float));
+		e->mla_att = engine_calloc3(R, hp->n_head, e->kv_dim, sizeof(float));
+		e->mla_v = engine_calloc3(R, hp->n_head, hp->v_head_dim, sizeof(float));
 		if (!e->mla_qa || !e->mla_q || !e->mla_att || !e->mla_v)
 			goto fail;
 	}
@@ -605,7 +605,7 @@ shoal_err shoal_engine_new(const shoal_model *m, const shoal_engine_config *cfg,
 	 * file's rope_freqs (the reference's freq_factors); ignoring them
 	 * gives wrong logits beyond the first position. */
 	float *freqs = NULL;
-	if ((err = engine__vec(e, m->rope_freqs, hp->n_rot / 2, &freqs, why, why_len)))
+	if ((err = engine_vec(e, m->rope_freqs, hp->n_rot / 2, &freqs, why, why_len)))
 		goto fail;
 	for (uint32_t i = 0; freqs && i < hp->n_rot / 2; i++)
 		if (!isfinite(freqs[i]) || freqs[i] <= 0) {
@@ -615,7 +615,7 @@ shoal_err shoal_engine_new(const shoal_model *m, const shoal_engine_config *cfg,
 			free(freqs);
 			goto fail;
 		}
-	engine__rope_table(e, freqs);
+	engine_rope_table(e, freqs);
 	free(freqs);
 
 	shoal_backend_limits lim = {
@@ -624,7 +624,7 @@ shoal_err shoal_engine_new(const shoal_model *m, const shoal_engine_config *cfg,
 	    .max_rows = R,
 	    .max_n = max_n,
 	    .max_group = hp->n_head / hp->n_head_kv,
-	    .weight_bytes = engine__weight_bytes(e),
+	    .weight_bytes = engine_weight_bytes(e),
 	};
 	err = e->ops->create(&lim, &e->bk);
 	if (err) {
@@ -734,7 +734,7 @@ uint32_t shoal_engine_session_len(const shoal_engine *e, uint32_t slot)
 #define SHOAL_NO_POS UINT32_MAX
 
 /* Check everything outside input in the batch before touching any state. */
-static shoal_err engine__check(shoal_engine *e, const shoal_engine_batch *b, uint32_t *n_logits,
+static shoal_err engine_check(shoal_engine *e, const shoal_engine_batch *b, uint32_t *n_logits,
                                char *why, size_t why_len)
 {
 	const shoal_hparams *hp = &e->hp;
@@ -794,7 +794,7 @@ out:
 }
 
 /* Attention block of owned layer il on e->x. */
-static void engine__attn(shoal_engine *e, uint32_t il, const shoal_engine_batch *b)
+static void engine_attn(shoal_engine *e, uint32_t il, const shoal_engine_batch *b)
 {
 	const shoal_backend_ops *ops = e->ops;
 	const shoal_hparams *hp = &e->hp;
@@ -813,7 +813,7 @@ static void engine__attn(shoal_engine *e, uint32_t il, const shoal_engine_batch 
  * q (n, n_head, head_dim) as [nope | rope]; k (n, kv_dim) the new cache
  * rows [rope key | latent]; mla_q, mla_att (n, n_head, kv_dim) in the
  * cache row's order; mla_v (n, n_head, v_head_dim). */
-static void engine__attn_mla(shoal_engine *e, uint32_t il, const shoal_engine_batch *b)
+static void engine_attn_mla(shoal_engine *e, uint32_t il, const shoal_engine_batch *b)
 {
 	const shoal_backend_ops *ops = e->ops;
 	const shoal_hparams *hp = &e->hp;
@@ -870,7 +870,7 @@ shoal_err shoal_engine_run(shoal_engine *e, const shoal_engine_batch *b, char *w
 	const shoal_backend_ops *ops = e->ops;
 	const shoal_hparams *hp = &e->hp;
 	uint32_t n = b->n_rows, n_logits;
-	shoal_err err = engine__check(e, b, &n_logits, why, why_len);
+	shoal_err err = engine_check(e, b, &n_logits, why, why_len);
 	if (err)
 		return err;
 
@@ -887,9 +887,9 @@ shoal_err shoal_engine_run(shoal_engine *e, const shoal_engine_batch *b, char *w
 		if (e->tp && (err = engine__tp_attn(e, il, b, why, why_len)))
 			goto fail;
 		if (hp->mla)
-			engine__attn_mla(e, il, b);
+			engine_attn_mla(e, il, b);
 		else if (!e->tp)
-			engine__attn(e, il, b);
+			engine_attn(e, il, b);
 		ops->rms_norm(e->bk, e->x, L->ffn_norm, hp->n_embd, n, hp->rms_eps, e->xn);
 		if (L->moe) {
 			err = e->tp ? engine__tp_moe(e, il, n, why, why_len)

@@ -33,7 +33,7 @@
 
 /* Selection scores of one row: sel (n_expert) = p + bias, then the experts
  * outside the best groups set to -inf (ties to the lower group). */
-static void engine__route_select(const shoal_hparams *hp, const float *bias, const float *p,
+static void engine_route_select(const shoal_hparams *hp, const float *bias, const float *p,
                                  float *sel)
 {
 	uint32_t ne = hp->n_expert, ng = hp->n_expert_group;
@@ -72,7 +72,7 @@ static void engine__route_select(const shoal_hparams *hp, const float *bias, con
 
 /* Row r's k routes after the backend's softmax and top-k: renormalised
  * when asked, scaled, then sorted by expert id. */
-static void engine__route_row(uint32_t k, bool norm, float scale, int32_t *ids, float *w)
+static void engine_route_row(uint32_t k, bool norm, float scale, int32_t *ids, float *w)
 {
 	if (norm) {
 		double s = 0;
@@ -126,7 +126,7 @@ shoal_err shoal_engine_moe_route(shoal_engine *e, uint32_t layer, uint32_t n_row
 	if (L->exp_probs_b || hp->n_expert_group > 1) {
 		/* choose by the biased, group-masked scores; weigh by p */
 		for (uint32_t r = 0; r < n_rows; r++)
-			engine__route_select(hp, L->exp_probs_b, lg + (size_t)r * ld,
+			engine_route_select(hp, L->exp_probs_b, lg + (size_t)r * ld,
 			                     e->moe_sel + (size_t)r * ld);
 		e->ops->top_k(e->bk, e->moe_sel, hp->n_expert, n_rows, ld, k, ids, w);
 		for (size_t i = 0; i < (size_t)n_rows * k; i++)
@@ -135,7 +135,7 @@ shoal_err shoal_engine_moe_route(shoal_engine *e, uint32_t layer, uint32_t n_row
 		e->ops->top_k(e->bk, lg, hp->n_expert, n_rows, ld, k, ids, w);
 	}
 	for (uint32_t r = 0; r < n_rows; r++)
-		engine__route_row(k, norm, hp->expert_weights_scale, ids + (size_t)r * k,
+		engine_route_row(k, norm, hp->expert_weights_scale, ids + (size_t)r * k,
 		                  w + (size_t)r * k);
 	return SHOAL_OK;
 }
