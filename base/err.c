@@ -7,22 +7,22 @@
 #include <stdio.h>
 
 static const char *const err_names[SHOAL_ERR__COUNT] = {
-	[SHOAL_OK] = "ok",
-	[SHOAL_ERR_NOMEM] = "out of memory",
-	[SHOAL_ERR_IO] = "I/O error",
-	[SHOAL_ERR_FORMAT] = "malformed input",
-	[SHOAL_ERR_UNSUPPORTED] = "unsupported",
-	[SHOAL_ERR_INVAL] = "invalid argument",
-	[SHOAL_ERR_RANGE] = "value out of range",
-	[SHOAL_ERR_PROTO] = "protocol error",
-	[SHOAL_ERR_AUTH] = "authentication failed",
-	[SHOAL_ERR_TIMEOUT] = "timed out",
-	[SHOAL_ERR_NOTFOUND] = "not found",
-	[SHOAL_ERR_BUSY] = "busy",
-	[SHOAL_ERR_CLOSED] = "connection closed",
-	[SHOAL_ERR_INFEASIBLE] = "infeasible",
-	[SHOAL_ERR_MISMATCH] = "mismatch",
-	[SHOAL_ERR_STATE] = "wrong state",
+    [SHOAL_OK] = "ok",
+    [SHOAL_ERR_NOMEM] = "out of memory",
+    [SHOAL_ERR_IO] = "I/O error",
+    [SHOAL_ERR_FORMAT] = "malformed input",
+    [SHOAL_ERR_UNSUPPORTED] = "unsupported",
+    [SHOAL_ERR_INVAL] = "invalid argument",
+    [SHOAL_ERR_RANGE] = "value out of range",
+    [SHOAL_ERR_PROTO] = "protocol error",
+    [SHOAL_ERR_AUTH] = "authentication failed",
+    [SHOAL_ERR_TIMEOUT] = "timed out",
+    [SHOAL_ERR_NOTFOUND] = "not found",
+    [SHOAL_ERR_BUSY] = "busy",
+    [SHOAL_ERR_CLOSED] = "connection closed",
+    [SHOAL_ERR_INFEASIBLE] = "infeasible",
+    [SHOAL_ERR_MISMATCH] = "mismatch",
+    [SHOAL_ERR_STATE] = "wrong state",
 };
 
 const char *shoal_strerror(shoal_err e)

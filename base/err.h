@@ -62,6 +62,6 @@ const char *shoal_strerror(shoal_err e);
  * or why_len is 0) and return `e`, so callers can write
  *     return shoal_why(why, why_len, SHOAL_ERR_FORMAT, "bad magic %x", m);  */
 shoal_err shoal_why(char *why, size_t why_len, shoal_err e, const char *fmt, ...)
-	__attribute__((format(printf, 4, 5)));
+    __attribute__((format(printf, 4, 5)));
 
 #endif

@@ -9,8 +9,14 @@
 
 static shoal_log_level log_threshold = SHOAL_LOG_INFO;
 
-void shoal_log_set_level(shoal_log_level level) { log_threshold = level; }
-shoal_log_level shoal_log_get_level(void) { return log_threshold; }
+void shoal_log_set_level(shoal_log_level level)
+{
+	log_threshold = level;
+}
+shoal_log_level shoal_log_get_level(void)
+{
+	return log_threshold;
+}
 
 void shoal_log(shoal_log_level level, const char *part, const char *fmt, ...)
 {
@@ -22,8 +28,8 @@ void shoal_log(shoal_log_level level, const char *part, const char *fmt, ...)
 	struct tm tm;
 	localtime_r(&ts.tv_sec, &tm);
 	char line[1024];
-	int n = snprintf(line, sizeof line, "%02d:%02d:%02d.%03ld %-5s %s: ", tm.tm_hour,
-			 tm.tm_min, tm.tm_sec, ts.tv_nsec / 1000000, names[level], part);
+	int n = snprintf(line, sizeof line, "%02d:%02d:%02d.%03ld %-5s %s: ", tm.tm_hour, tm.tm_min,
+	                 tm.tm_sec, ts.tv_nsec / 1000000, names[level], part);
 	va_list ap;
 	va_start(ap, fmt);
 	if (n > 0 && (size_t)n < sizeof line)

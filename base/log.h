@@ -19,7 +19,7 @@ void shoal_log_set_level(shoal_log_level level);
 shoal_log_level shoal_log_get_level(void);
 
 void shoal_log(shoal_log_level level, const char *part, const char *fmt, ...)
-	__attribute__((format(printf, 3, 4)));
+    __attribute__((format(printf, 3, 4)));
 
 #define SHOAL_LOG_E(part, ...) shoal_log(SHOAL_LOG_ERROR, part, __VA_ARGS__)
 #define SHOAL_LOG_W(part, ...) shoal_log(SHOAL_LOG_WARN, part, __VA_ARGS__)

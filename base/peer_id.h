@@ -14,7 +14,7 @@
 
 #include "base/err.h"
 
-#define SHOAL_PEER_ID_LEN 16 /* 128-bit id, random, made once per peer */
+#define SHOAL_PEER_ID_LEN     16 /* 128-bit id, random, made once per peer */
 #define SHOAL_PEER_ID_HEX_LEN (2 * SHOAL_PEER_ID_LEN + 1) /* its hex digits and a NUL */
 
 typedef struct shoal_peer_id {

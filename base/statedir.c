@@ -50,8 +50,8 @@ shoal_err shoal_state_dir_ensure(const char *dir)
 	return SHOAL_OK;
 }
 
-shoal_err shoal_file_replace(const char *path, const void *buf, size_t len, bool durable,
-                             char *why, size_t why_len)
+shoal_err shoal_file_replace(const char *path, const void *buf, size_t len, bool durable, char *why,
+                             size_t why_len)
 {
 	char tmp[4200];
 	if ((size_t)snprintf(tmp, sizeof tmp, "%s.XXXXXX", path) >= sizeof tmp)

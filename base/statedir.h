@@ -23,7 +23,7 @@ shoal_err shoal_state_dir_ensure(const char *dir);
  * beside it (mkstemp; fsync'd when durable), then renamed over it, so a
  * reader never sees half a file. On failure the old file stays and why
  * says "cannot write PATH: reason". */
-shoal_err shoal_file_replace(const char *path, const void *buf, size_t len, bool durable,
-                             char *why, size_t why_len);
+shoal_err shoal_file_replace(const char *path, const void *buf, size_t len, bool durable, char *why,
+                             size_t why_len);
 
 #endif

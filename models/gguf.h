@@ -48,13 +48,13 @@ typedef enum shoal_gguf_type {
 #define SHOAL_GGUF_MAX_DIMS 4
 
 typedef struct shoal_gguf_tensor {
-	const char *name;   /* NUL-terminated copy, owned by the shoal_gguf */
-	uint32_t n_dims;    /* 1..4 */
+	const char *name;                 /* NUL-terminated copy, owned by the shoal_gguf */
+	uint32_t n_dims;                  /* 1..4 */
 	uint64_t ne[SHOAL_GGUF_MAX_DIMS]; /* unused dims are 1 */
 	shoal_dtype type;
-	const void *data;   /* into the mapping, aligned as the file says */
-	uint64_t nbytes;    /* exact size of the data */
-	uint32_t shard;     /* which file of a split model (0 for one file) */
+	const void *data;     /* into the mapping, aligned as the file says */
+	uint64_t nbytes;      /* exact size of the data */
+	uint32_t shard;       /* which file of a split model (0 for one file) */
 	uint64_t file_offset; /* absolute offset of data within its shard */
 } shoal_gguf_tensor;
 
@@ -95,9 +95,9 @@ bool shoal_gguf_get_str(const shoal_gguf *g, const char *key, const char **s, si
  * arrays are read element by element with shoal_gguf_arr_str (O(1): the
  * reader indexes them at open). */
 bool shoal_gguf_get_arr(const shoal_gguf *g, const char *key, shoal_gguf_type *elem_type,
-			uint64_t *n, const void **data);
+                        uint64_t *n, const void **data);
 bool shoal_gguf_arr_str(const shoal_gguf *g, const char *key, uint64_t i, const char **s,
-			size_t *len);
+                        size_t *len);
 
 /* ---- tensors ------------------------------------------------------------ */
 size_t shoal_gguf_n_tensors(const shoal_gguf *g);

@@ -67,7 +67,8 @@ shoal_err shoal_model_manifest(const shoal_model *m, shoal_manifest *out)
 		 * and attends in the absorbed form: per head, scores over the
 		 * row and values from the latent, 2 * (2 kv_lora + n_rot) FLOPs
 		 * (what the engine stores and computes, see engine.c). */
-		ml->kv_bytes_per_token = 2ull * hp->n_head_kv * hp->head_dim * SHOAL_MANIFEST_KV_ELT;
+		ml->kv_bytes_per_token =
+		    2ull * hp->n_head_kv * hp->head_dim * SHOAL_MANIFEST_KV_ELT;
 		ml->attn_flops_per_ctx = 4ull * hp->n_head * hp->head_dim;
 		if (hp->mla_kv_b) /* the engine's F32 keys made from attn_kv_b */
 			ml->bytes += (uint64_t)hp->n_head * hp->kv_lora_rank *
@@ -84,8 +85,8 @@ shoal_err shoal_model_manifest(const shoal_model *m, shoal_manifest *out)
 		ml->n_head_kv = hp->mla ? 0 : hp->n_head_kv;
 		ml->n_ff = L->ffn_gate ? hp->n_ff : 0;
 		ml->attn_bytes = hp->mla ? 0
-		                         : nb(L->wq) + nb(L->wk) + nb(L->wv) + nb(L->wo) + nb(L->bq) +
-		                               nb(L->bk) + nb(L->bv);
+		                         : nb(L->wq) + nb(L->wk) + nb(L->wv) + nb(L->wo) +
+		                               nb(L->bq) + nb(L->bk) + nb(L->bv);
 		if (hp->n_expert && L->ffn_gate_exps) {
 			ml->n_expert = hp->n_expert;
 			ml->n_expert_used = hp->n_expert_used;

@@ -121,7 +121,7 @@ fail:
 typedef struct mid_job {
 	const shoal_gguf *g;
 	shoal_model_id *m;
-	atomic_size_t next;      /* jobs 0..n_shards-1: headers; then tensors */
+	atomic_size_t next;        /* jobs 0..n_shards-1: headers; then tensors */
 	atomic_uint_fast64_t done; /* bytes hashed by all threads */
 	uint64_t total;
 	shoal_model_id_progress_fn fn; /* called by the calling thread only */
@@ -267,7 +267,8 @@ static bool mid_cache_read(const char *path, const uint8_t key[MID_KEY_BYTES], s
 	crypto_generichash(sum, MID_H, b, want - MID_H, NULL, 0);
 	const uint8_t *p = b;
 	if (sodium_memcmp(sum, b + want - MID_H, MID_H) != 0 || memcmp(p, "SHOALMID", 8) ||
-	    (shoal_le_get_u64(p + 8) & 0xffffffffu) != MID_VERSION || memcmp(p + 24, key, MID_KEY_BYTES)) {
+	    (shoal_le_get_u64(p + 8) & 0xffffffffu) != MID_VERSION ||
+	    memcmp(p + 24, key, MID_KEY_BYTES)) {
 		SHOAL_LOG_W("models", "model-id cache %s is corrupt; recomputing", path);
 		goto out;
 	}

@@ -26,7 +26,7 @@ typedef struct shoal_tokenizer shoal_tokenizer; /* opaque */
 /* Build from g's metadata (copies what it needs: g may be freed after).
  * Unknown model or pre-tokenizer -> SHOAL_ERR_UNSUPPORTED with a reason. */
 shoal_err shoal_tokenizer_from_gguf(const shoal_gguf *g, shoal_tokenizer **out, char *why,
-				    size_t why_len);
+                                    size_t why_len);
 void shoal_tokenizer_free(shoal_tokenizer *t); /* NULL is a no-op */
 
 uint32_t shoal_tokenizer_n_vocab(const shoal_tokenizer *t);
@@ -48,31 +48,31 @@ int32_t shoal_tokenizer_find(const shoal_tokenizer *t, const char *text, size_t 
  * A vocabulary that adds EOS gets it appended with add_special too.
  * *ids is malloc'd (caller frees), *n_ids its count. */
 shoal_err shoal_tokenizer_encode(const shoal_tokenizer *t, const char *text, size_t len,
-				 bool add_special, bool parse_special, int32_t **ids,
-				 size_t *n_ids);
+                                 bool add_special, bool parse_special, int32_t **ids,
+                                 size_t *n_ids);
 
 /* The bytes one token stands for (SentencePiece's U+2581 becomes a space,
  * <0xAB> byte tokens become that byte; control and unknown tokens give
  * their text only if `special`). Returns the byte count (may exceed cap: then nothing is
  * written past cap); 0 for an invalid id. */
 size_t shoal_tokenizer_piece(const shoal_tokenizer *t, int32_t id, bool special, char *buf,
-			     size_t cap);
+                             size_t cap);
 
 /* Decode ids to text (malloc'd, NUL-terminated; caller frees). The leading
  * space SentencePiece adds to the first word is removed. The bytes are the
  * tokens' bytes, unchecked (use shoal_detok for guaranteed UTF-8); an id
  * outside the vocabulary -> SHOAL_ERR_RANGE. */
 shoal_err shoal_tokenizer_decode(const shoal_tokenizer *t, const int32_t *ids, size_t n,
-				 bool special, char **text, size_t *len);
+                                 bool special, char **text, size_t *len);
 
 /* Streaming detokenizer: feed ids one by one; bytes come out only as whole
  * UTF-8 characters (a character split across tokens is emitted once it is
  * whole). Caller-owned storage: init/fini, no allocation per token. */
 typedef struct shoal_detok {
 	const shoal_tokenizer *tok;
-	bool first;          /* strip SentencePiece's leading space once */
-	bool special;        /* print control tokens' text */
-	size_t pending_len;  /* bytes of an incomplete UTF-8 character */
+	bool first;         /* strip SentencePiece's leading space once */
+	bool special;       /* print control tokens' text */
+	size_t pending_len; /* bytes of an incomplete UTF-8 character */
 	char pending[8];
 } shoal_detok;
 

@@ -37,15 +37,15 @@
 
 struct shoal_wcache {
 	char dir[PATH_MAX];
-	char path[PATH_MAX + 80];  /* <dir>/<hex>.gguf */
-	char have[PATH_MAX + 80];  /* <dir>/<hex>.have */
+	char path[PATH_MAX + 80]; /* <dir>/<hex>.gguf */
+	char have[PATH_MAX + 80]; /* <dir>/<hex>.have */
 	uint8_t model_id[WC_H];
 	uint64_t file_size;
 	size_t n_tensors;
 	uint64_t *offset; /* (n_tensors) data offset in the file */
 	shoal_model_id *mid;
-	uint8_t *bits; /* ((n_tensors + 7) / 8) */
-	int fd;        /* the .gguf, read-write */
+	uint8_t *bits;      /* ((n_tensors + 7) / 8) */
+	int fd;             /* the .gguf, read-write */
 	pthread_mutex_t mu; /* bits */
 	bool mu_ok;
 };
@@ -156,7 +156,8 @@ static shoal_err wc_bind(shoal_wcache *c, const uint8_t *header_digest, const ui
 		shoal_model_id_hex(c->model_id, want);
 		shoal_model_id_hex(shoal_model_id_digest(c->mid), got);
 		return shoal_why(why, why_len, SHOAL_ERR_MISMATCH,
-		                 "the header and digests give model id %.16s, not %.16s", got, want);
+		                 "the header and digests give model id %.16s, not %.16s", got,
+		                 want);
 	}
 	if ((c->fd = open(c->path, O_RDWR | O_CLOEXEC)) < 0)
 		return shoal_why(why, why_len, SHOAL_ERR_IO, "cannot open %s: %s", c->path,
@@ -184,12 +185,14 @@ shoal_err shoal_wcache_open(const char *dir, const uint8_t model_id[SHOAL_MODEL_
 	int fd = open(c->have, O_RDONLY | O_CLOEXEC);
 	struct stat sb;
 	if (fd < 0) {
-		e = shoal_why(why, why_len, SHOAL_ERR_NOTFOUND, "no cache of this model in %s", dir);
+		e = shoal_why(why, why_len, SHOAL_ERR_NOTFOUND, "no cache of this model in %s",
+		              dir);
 		goto out;
 	}
 	if (fstat(fd, &sb) != 0 || sb.st_size < (off_t)wc_have_size(0) ||
 	    !(b = malloc((size_t)sb.st_size)) || read(fd, b, (size_t)sb.st_size) != sb.st_size) {
-		e = shoal_why(why, why_len, SHOAL_ERR_MISMATCH, "%s is short or unreadable", c->have);
+		e = shoal_why(why, why_len, SHOAL_ERR_MISMATCH, "%s is short or unreadable",
+		              c->have);
 		goto out;
 	}
 	size_t n = (size_t)sb.st_size;
@@ -197,8 +200,8 @@ shoal_err shoal_wcache_open(const char *dir, const uint8_t model_id[SHOAL_MODEL_
 	crypto_generichash(sum, WC_H, b, n - WC_H, NULL, 0);
 	uint64_t nt = shoal_le_get_u64(b + 16);
 	if (sodium_memcmp(sum, b + n - WC_H, WC_H) != 0 || memcmp(b, "SHOALWCH", 8) ||
-	    shoal_le_get_u64(b + 8) != WC_VERSION || nt > (n / WC_H) || wc_have_size((size_t)nt) != n ||
-	    sodium_memcmp(b + 32, model_id, WC_H) != 0) {
+	    shoal_le_get_u64(b + 8) != WC_VERSION || nt > (n / WC_H) ||
+	    wc_have_size((size_t)nt) != n || sodium_memcmp(b + 32, model_id, WC_H) != 0) {
 		e = shoal_why(why, why_len, SHOAL_ERR_MISMATCH, "%s is corrupt", c->have);
 		goto out;
 	}
@@ -315,8 +318,8 @@ shoal_err shoal_wcache_put_chunk(shoal_wcache *c, size_t i, uint64_t offset, con
 	uint64_t nb = shoal_model_id_tensor_bytes(c->mid, i);
 	if (i >= c->n_tensors || offset > nb || len > nb - offset)
 		return shoal_why(why, why_len, SHOAL_ERR_RANGE,
-		                 "chunk [%llu, +%zu) outside tensor %zu", (unsigned long long)offset,
-		                 len, i);
+		                 "chunk [%llu, +%zu) outside tensor %zu",
+		                 (unsigned long long)offset, len, i);
 	uint8_t d[WC_H];
 	crypto_generichash(d, WC_H, data, len, NULL, 0);
 	if (sodium_memcmp(d, digest, WC_H) != 0)
@@ -444,8 +447,10 @@ size_t shoal_wcache_evict(const char *dir, const uint8_t *keep_id, uint64_t max_
 		unlink(p);
 		snprintf(p, sizeof p, "%s/%s.gguf", dir, ents[i].hex);
 		unlink(p);
-		SHOAL_LOG_I("models", "weights cache: evicted model %.16s (%.1f MiB) to stay within "
-		            "%.1f MiB", ents[i].hex, (double)ents[i].bytes / 1048576.0,
+		SHOAL_LOG_I("models",
+		            "weights cache: evicted model %.16s (%.1f MiB) to stay within "
+		            "%.1f MiB",
+		            ents[i].hex, (double)ents[i].bytes / 1048576.0,
 		            (double)max_bytes / 1048576.0);
 		total -= ents[i].bytes;
 		removed++;

@@ -138,8 +138,7 @@ static int ctl_setint(void *s, int opt, int v)
 static int ctl_common_opts(void *s, int heartbeat_ms, int timeout_ms)
 {
 	int64_t maxmsg = SHOAL_CTL_MAX_MSG;
-	if (ctl_setint(s, ZMQ_LINGER, 0) ||
-	    ctl_setint(s, ZMQ_SNDHWM, SHOAL_CTL_SNDHWM) ||
+	if (ctl_setint(s, ZMQ_LINGER, 0) || ctl_setint(s, ZMQ_SNDHWM, SHOAL_CTL_SNDHWM) ||
 	    zmq_setsockopt(s, ZMQ_MAXMSGSIZE, &maxmsg, sizeof maxmsg) ||
 	    ctl_setint(s, ZMQ_RECONNECT_IVL, SHOAL_CTL_RECONNECT_MS) ||
 	    ctl_setint(s, ZMQ_RECONNECT_IVL_MAX, SHOAL_CTL_RECONNECT_MAX_MS))
@@ -538,7 +537,7 @@ shoal_err shoal_ctl_poll(shoal_ctl *ctl, int timeout_ms, shoal_ctl_fd *fds, int 
 		if (items[i_dealer0 + (int)i].revents & ZMQ_POLLIN)
 			for (int k = 0; k < SHOAL_CTL_BURST; k++)
 				if (!ctl_recv_one(ctl, ctl->dealers[i].sock, 0,
-				                        ctl->dealers[i].endpoint))
+				                  ctl->dealers[i].endpoint))
 					break;
 	if (items != stack_items)
 		free(items);
@@ -584,8 +583,7 @@ static shoal_ctl_dealer *ctl_dealer_get(shoal_ctl *ctl, const char *endpoint)
 	if (!s)
 		return NULL;
 	if (ctl_common_opts(s, ctl->heartbeat_ms, 3 * ctl->heartbeat_ms) ||
-	    ctl_client_opts(s, ctl->keyed ? &ctl->curve : NULL) ||
-	    zmq_connect(s, endpoint) != 0) {
+	    ctl_client_opts(s, ctl->keyed ? &ctl->curve : NULL) || zmq_connect(s, endpoint) != 0) {
 		SHOAL_LOG_W("ctl", "cannot connect to %s: %s", endpoint, zmq_strerror(errno));
 		zmq_close(s);
 		return NULL;
@@ -750,7 +748,7 @@ shoal_err shoal_ctl_client_send(shoal_ctl_client *c, const void *const *bufs, co
  *                    (the ROUTER routes by connection, see ROUTER_TIMEOUT)
  * Every one but the last repeats at each reconnect; the first ends it. */
 static shoal_err ctl_client_event(shoal_ctl_client *c, int ev, int32_t value, char *why,
-                                        size_t why_len)
+                                  size_t why_len)
 {
 	uint64_t now = shoal_clock_now_ms();
 	switch (ev) {

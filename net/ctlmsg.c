@@ -33,8 +33,8 @@ shoal_err shoal_ctlmsg_encode(const shoal_ctlmsg *m, shoal_wire_buf *b)
 	rc |= ctlmsg_key(&pk, "v") | msgpack_pack_uint32(&pk, SHOAL_WIRE_SCHEMA);
 	rc |= ctlmsg_key(&pk, "seq") | msgpack_pack_uint64(&pk, m->seq);
 	if (has_json)
-		rc |= ctlmsg_key(&pk, "json") |
-		      msgpack_pack_str_with_body(&pk, m->json, m->json_len);
+		rc |=
+		    ctlmsg_key(&pk, "json") | msgpack_pack_str_with_body(&pk, m->json, m->json_len);
 	if (m->type == SHOAL_CTLMSG_LINK_PROBE || m->type == SHOAL_CTLMSG_LINK_ACK) {
 		rc |= ctlmsg_key(&pk, "lep") | msgpack_pack_uint32(&pk, m->lep);
 		rc |= ctlmsg_key(&pk, "rep") | msgpack_pack_uint32(&pk, m->rep);

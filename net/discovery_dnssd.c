@@ -124,7 +124,7 @@ static void dnssd_txt(shoal_dnssd *d, TXTRecordRef *txt, char *buf, uint16_t cap
 
 /* Copy TXT value `key` into out[cap] as a string; "" when absent. */
 static void dnssd_txt_get(uint16_t len, const unsigned char *txt, const char *key, char *out,
-                                size_t cap)
+                          size_t cap)
 {
 	uint8_t vl = 0;
 	const void *v = TXTRecordGetValuePtr(len, txt, key, &vl);
@@ -137,8 +137,8 @@ static void dnssd_txt_get(uint16_t len, const unsigned char *txt, const char *ke
 }
 
 static void DNSSD_API dnssd_register_cb(DNSServiceRef ref, DNSServiceFlags flags,
-                                              DNSServiceErrorType err, const char *name,
-                                              const char *type, const char *domain, void *ctx)
+                                        DNSServiceErrorType err, const char *name, const char *type,
+                                        const char *domain, void *ctx)
 {
 	shoal_dnssd *d = ctx;
 	if (err != kDNSServiceErr_NoError) {
@@ -148,11 +148,10 @@ static void DNSSD_API dnssd_register_cb(DNSServiceRef ref, DNSServiceFlags flags
 		SHOAL_LOG_I("discovery", "advertising %s.%s%s", name, type, domain);
 }
 
-static void DNSSD_API dnssd_query_cb(DNSServiceRef ref, DNSServiceFlags flags,
-                                           uint32_t ifindex, DNSServiceErrorType err,
-                                           const char *fullname, uint16_t rrtype, uint16_t rrclass,
-                                           uint16_t rdlen, const void *rdata, uint32_t ttl,
-                                           void *ctx)
+static void DNSSD_API dnssd_query_cb(DNSServiceRef ref, DNSServiceFlags flags, uint32_t ifindex,
+                                     DNSServiceErrorType err, const char *fullname, uint16_t rrtype,
+                                     uint16_t rrclass, uint16_t rdlen, const void *rdata,
+                                     uint32_t ttl, void *ctx)
 {
 	shoal_dnssd_op *op = ctx;
 	if (err != kDNSServiceErr_NoError || rrtype != kDNSServiceType_A || rdlen != 4 ||
@@ -171,11 +170,10 @@ static void DNSSD_API dnssd_query_cb(DNSServiceRef ref, DNSServiceFlags flags,
 	op->owner->cfg.on_found(op->owner->cfg.ud, &f);
 }
 
-static void DNSSD_API dnssd_resolve_cb(DNSServiceRef ref, DNSServiceFlags flags,
-                                             uint32_t ifindex, DNSServiceErrorType err,
-                                             const char *fullname, const char *host,
-                                             uint16_t port_be, uint16_t txt_len,
-                                             const unsigned char *txt, void *ctx)
+static void DNSSD_API dnssd_resolve_cb(DNSServiceRef ref, DNSServiceFlags flags, uint32_t ifindex,
+                                       DNSServiceErrorType err, const char *fullname,
+                                       const char *host, uint16_t port_be, uint16_t txt_len,
+                                       const unsigned char *txt, void *ctx)
 {
 	shoal_dnssd_op *op = ctx;
 	if (err != kDNSServiceErr_NoError) {
@@ -196,10 +194,9 @@ static void DNSSD_API dnssd_resolve_cb(DNSServiceRef ref, DNSServiceFlags flags,
 	op->resolved = 1; /* dnssd_process swaps the resolve for a query */
 }
 
-static void DNSSD_API dnssd_browse_cb(DNSServiceRef ref, DNSServiceFlags flags,
-                                            uint32_t ifindex, DNSServiceErrorType err,
-                                            const char *name, const char *type, const char *domain,
-                                            void *ctx)
+static void DNSSD_API dnssd_browse_cb(DNSServiceRef ref, DNSServiceFlags flags, uint32_t ifindex,
+                                      DNSServiceErrorType err, const char *name, const char *type,
+                                      const char *domain, void *ctx)
 {
 	shoal_dnssd *d = ctx;
 	if (err != kDNSServiceErr_NoError) {
@@ -217,8 +214,8 @@ static void DNSSD_API dnssd_browse_cb(DNSServiceRef ref, DNSServiceFlags flags,
 		return;
 	}
 	snprintf(op->name, sizeof op->name, "%s", name);
-	if (DNSServiceResolve(&op->ref, 0, ifindex, name, type, domain, dnssd_resolve_cb,
-	                      op) != kDNSServiceErr_NoError) {
+	if (DNSServiceResolve(&op->ref, 0, ifindex, name, type, domain, dnssd_resolve_cb, op) !=
+	    kDNSServiceErr_NoError) {
 		op->ref = NULL;
 		dnssd_op_del(d, op);
 	}
@@ -229,14 +226,20 @@ static void dnssd_close(void *state);
 #ifdef SHOAL_HAVE_AVAHI
 /* Invariant 3: Avahi's allocations come zeroed (libc's free and realloc
  * stay, so memory from before the switch is freed the same way). */
-static void *dnssd_zalloc(size_t size) { return calloc(1, size ? size : 1); }
+static void *dnssd_zalloc(size_t size)
+{
+	return calloc(1, size ? size : 1);
+}
 static const AvahiAllocator dnssd_allocator = {
     .malloc = dnssd_zalloc, .free = free, .realloc = realloc, .calloc = calloc};
-static void dnssd_set_allocator(void) { avahi_set_allocator(&dnssd_allocator); }
+static void dnssd_set_allocator(void)
+{
+	avahi_set_allocator(&dnssd_allocator);
+}
 #endif
 
 static shoal_err dnssd_open(const shoal_discovery_config *cfg, void **state, char *why,
-                                  size_t why_len)
+                            size_t why_len)
 {
 	*state = NULL;
 #ifndef __APPLE__
@@ -280,8 +283,7 @@ static shoal_err dnssd_open(const shoal_discovery_config *cfg, void **state, cha
 	rop->started_ms = UINT64_MAX; /* never times out */
 	d->reg = rop->ref;
 	shoal_dnssd_op *bop = dnssd_op_add(d, SHOAL_DNSSD_BROWSE);
-	err = DNSServiceBrowse(&bop->ref, 0, 0, SHOAL_DISCOVERY_SERVICE, NULL,
-	                       dnssd_browse_cb, d);
+	err = DNSServiceBrowse(&bop->ref, 0, 0, SHOAL_DISCOVERY_SERVICE, NULL, dnssd_browse_cb, d);
 	if (err != kDNSServiceErr_NoError) {
 		bop->ref = NULL;
 		dnssd_close(d);

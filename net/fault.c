@@ -39,7 +39,7 @@ static pthread_once_t fault_once = PTHREAD_ONCE_INIT;
 static pthread_mutex_t fault_lock = PTHREAD_MUTEX_INITIALIZER;
 static fault_rule fault_rules[FAULT_RULES_MAX];
 static int fault_n_rules;
-static const char *fault_file;  /* SHOAL_TEST_FAULT=@FILE, else NULL */
+static const char *fault_file; /* SHOAL_TEST_FAULT=@FILE, else NULL */
 static int64_t fault_stamp[4]; /* its size, mtime and inode when last read */
 
 static const char *const fault_names[] = {
@@ -117,13 +117,16 @@ static void fault_parse(char *rules)
 {
 	char *save = NULL;
 	fault_n_rules = 0;
-	for (char *rule = strtok_r(rules, ",\n", &save); rule; rule = strtok_r(NULL, ",\n", &save)) {
+	for (char *rule = strtok_r(rules, ",\n", &save); rule;
+	     rule = strtok_r(NULL, ",\n", &save)) {
 		char text[128];
 		snprintf(text, sizeof text, "%s", rule);
 		if (fault_n_rules == FAULT_RULES_MAX ||
 		    fault_parse_rule(rule, &fault_rules[fault_n_rules])) {
-			SHOAL_LOG_E("fault", "SHOAL_TEST_FAULT: ignoring rule \"%s\" (LINK:FAULT[:OPT=V]...,"
-			                     " at most %d)", text, FAULT_RULES_MAX);
+			SHOAL_LOG_E("fault",
+			            "SHOAL_TEST_FAULT: ignoring rule \"%s\" (LINK:FAULT[:OPT=V]...,"
+			            " at most %d)",
+			            text, FAULT_RULES_MAX);
 			continue;
 		}
 		SHOAL_LOG_W("fault", "test hook armed: %s", text);
@@ -187,7 +190,8 @@ shoal_fault_kind shoal_fault_next(const char *link, const char *what, shoal_faul
 		fault_reload();
 	for (int i = 0; i < fault_n_rules && !f->kind; i++) {
 		fault_rule *r = &fault_rules[i];
-		if (strcmp(r->link, link) || (r->kind_name[0] && (!what || strcmp(r->kind_name, what))))
+		if (strcmp(r->link, link) ||
+		    (r->kind_name[0] && (!what || strcmp(r->kind_name, what))))
 			continue;
 		uint64_t draw = fault_mix(r->seed * 0x100000001b3ull + r->seen++);
 		if (r->seen <= r->skip || (r->n && r->fired >= r->n))

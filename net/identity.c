@@ -108,8 +108,8 @@ shoal_err shoal_identity_save(const char *state_dir, const shoal_identity *id, c
 	return SHOAL_OK;
 }
 
-static shoal_err identity_read_file(const char *path, shoal_identity *out, int *absent,
-                                          char *why, size_t why_len)
+static shoal_err identity_read_file(const char *path, shoal_identity *out, int *absent, char *why,
+                                    size_t why_len)
 {
 	char text[SHOAL_IDENTITY_FILE_MAX];
 	*absent = 0;

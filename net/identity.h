@@ -24,7 +24,7 @@
 #include "base/peer_id.h"
 
 #define SHOAL_IDENTITY_ID_BYTES SHOAL_PEER_ID_LEN /* the id is a shoal_peer_id's bytes */
-#define SHOAL_IDENTITY_NAME_MAX 64 /* bytes including NUL; longer names are cut */
+#define SHOAL_IDENTITY_NAME_MAX 64                /* bytes including NUL; longer names are cut */
 #define SHOAL_IDENTITY_FILE     "identity"
 #define SHOAL_IDENTITY_LOCK     "node.lock"
 

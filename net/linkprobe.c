@@ -19,7 +19,7 @@ typedef struct shoal_linkprobe_slot {
 	uint64_t bw;      /* bytes/s, 0: none */
 	uint32_t rtt_b;   /* published quarter-octave buckets (scheduler/view.h) */
 	uint32_t bw_b;
-	uint32_t sent;    /* probes sent to this target */
+	uint32_t sent; /* probes sent to this target */
 } shoal_linkprobe_slot;
 
 typedef struct shoal_linkprobe_flight {
@@ -52,8 +52,8 @@ void shoal_linkprobe_free(shoal_linkprobe *lp)
 	free(lp);
 }
 
-static int linkprobe_same(const shoal_linkprobe_target *a, const shoal_peer_id *peer,
-                                uint8_t lep, uint8_t rep)
+static int linkprobe_same(const shoal_linkprobe_target *a, const shoal_peer_id *peer, uint8_t lep,
+                          uint8_t rep)
 {
 	return a->lep == lep && a->rep == rep && !memcmp(a->peer.b, peer->b, SHOAL_PEER_ID_LEN);
 }

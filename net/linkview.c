@@ -17,11 +17,12 @@ static uint64_t linkview_dir(const shoal_record *from, const shoal_peer_id *to, 
 		const shoal_record_link *l = &from->links[i];
 		if (memcmp(l->peer.b, to->b, SHOAL_PEER_ID_LEN) || !l->rtt_us)
 			continue;
-		uint64_t rtt = shoal_bucket_geo_value(shoal_bucket_geo(l->rtt_us, SHOAL_BUCKET_NONE));
-		uint64_t b = l->bw_bytes_s
-		                 ? shoal_bucket_geo_value(shoal_bucket_geo(l->bw_bytes_s,
-		                                                           SHOAL_BUCKET_NONE))
-		                 : 0;
+		uint64_t rtt =
+		    shoal_bucket_geo_value(shoal_bucket_geo(l->rtt_us, SHOAL_BUCKET_NONE));
+		uint64_t b =
+		    l->bw_bytes_s
+		        ? shoal_bucket_geo_value(shoal_bucket_geo(l->bw_bytes_s, SHOAL_BUCKET_NONE))
+		        : 0;
 		/* ties: the larger bandwidth, so the order of the links is moot */
 		if (!best || rtt < best || (rtt == best && b > *bw)) {
 			best = rtt;
@@ -50,8 +51,8 @@ shoal_err shoal_linkview_apply(shoal_view *v, const shoal_record *const *recs, s
 			              : bw_ji        ? bw_ji
 			                             : def_bw;
 			/* one way, in ns */
-			shoal_err e = shoal_view_set_link(v, &recs[i]->id, &recs[j]->id, rtt * 500u, bw,
-			                                  why, why_len);
+			shoal_err e = shoal_view_set_link(v, &recs[i]->id, &recs[j]->id, rtt * 500u,
+			                                  bw, why, why_len);
 			if (e)
 				return e;
 			set++;

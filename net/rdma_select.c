@@ -30,8 +30,8 @@ static bool gid_fits(const shoal_rdma_gid *g, const char *ifname, const uint8_t 
 
 /* The port's netdev, a RoCE v2 GID of ifname for addr, or (macOS)
  * rdma_enX for enX. */
-static bool port_carries(const shoal_rdma_port_desc *p, const char *ifname,
-                         const uint8_t addr[16], const char **how)
+static bool port_carries(const shoal_rdma_port_desc *p, const char *ifname, const uint8_t addr[16],
+                         const char **how)
 {
 	if (p->netdev[0] && !strcmp(p->netdev, ifname)) {
 		*how = "netdev";
@@ -107,8 +107,8 @@ shoal_err shoal_rdma_select(const shoal_rdma_port_desc *ports, size_t n_ports, c
 					found = p->gids[k].index == g;
 				if (!found)
 					return shoal_why(why, why_len, SHOAL_ERR_NOTFOUND,
-					                 "--rdma-gid %d is not in %s's GID table", g,
-					                 want_device);
+					                 "--rdma-gid %d is not in %s's GID table",
+					                 g, want_device);
 			} else if ((g = pick_gid(p, NULL, addr, r, sizeof r)) < 0) {
 				return shoal_why(why, why_len, SHOAL_ERR_NOTFOUND, "%s", r);
 			}
@@ -116,7 +116,8 @@ shoal_err shoal_rdma_select(const shoal_rdma_port_desc *ports, size_t n_ports, c
 			return SHOAL_OK;
 		}
 		return shoal_why(why, why_len, SHOAL_ERR_NOTFOUND,
-		                 "--rdma-device %s: no such device with an active port", want_device);
+		                 "--rdma-device %s: no such device with an active port",
+		                 want_device);
 	}
 	/* the devices on the link's interface */
 	char seen[160] = "";
@@ -127,9 +128,12 @@ shoal_err shoal_rdma_select(const shoal_rdma_port_desc *ports, size_t n_ports, c
 		if (!port_carries(p, ifname, addr, &how)) {
 			size_t l = strlen(seen);
 			if (l < sizeof seen - 1)
-				snprintf(seen + l, sizeof seen - l, "%s%s on %s", ns++ ? ", " : "", p->device,
-				         p->netdev[0] ? p->netdev
-				                      : (!strncmp(p->device, "rdma_", 5) ? p->device + 5 : "?"));
+				snprintf(
+				    seen + l, sizeof seen - l, "%s%s on %s", ns++ ? ", " : "",
+				    p->device,
+				    p->netdev[0]
+				        ? p->netdev
+				        : (!strncmp(p->device, "rdma_", 5) ? p->device + 5 : "?"));
 			continue;
 		}
 		if (!p->active) {

@@ -39,9 +39,9 @@
 #define SHOAL_RDMA_MAX_PORTS 16
 
 typedef enum {
-	SHOAL_RDMA_GID_IB = 0,   /* InfiniBand port GID */
-	SHOAL_RDMA_GID_ROCE_V1,  /* RoCE v1 (link-local, layer 2) */
-	SHOAL_RDMA_GID_ROCE_V2,  /* RoCE v2 (UDP/IP, routable) */
+	SHOAL_RDMA_GID_IB = 0,  /* InfiniBand port GID */
+	SHOAL_RDMA_GID_ROCE_V1, /* RoCE v1 (link-local, layer 2) */
+	SHOAL_RDMA_GID_ROCE_V2, /* RoCE v2 (UDP/IP, routable) */
 } shoal_rdma_gid_type;
 
 typedef enum { SHOAL_RDMA_LINK_IB = 0, SHOAL_RDMA_LINK_ETH } shoal_rdma_link_layer;

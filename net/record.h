@@ -18,7 +18,6 @@
 #include <stddef.h>
 #include <stdint.h>
 
-
 #include "base/err.h"
 #include "base/peer_id.h"
 

@@ -112,8 +112,8 @@ static shoal_err runmsg_str(const msgpack_object *o, const char *k, size_t max, 
 	if (o->type != MSGPACK_OBJECT_STR)
 		return shoal_why(why, why_len, SHOAL_ERR_FORMAT, "\"%s\" is not a string", k);
 	if (o->via.str.size > max)
-		return shoal_why(why, why_len, SHOAL_ERR_RANGE,
-		                 "\"%s\" is longer than %zu bytes", k, max);
+		return shoal_why(why, why_len, SHOAL_ERR_RANGE, "\"%s\" is longer than %zu bytes",
+		                 k, max);
 	*p = o->via.str.ptr; /* points into the message: msgpack-c references it */
 	*n = o->via.str.size;
 	return SHOAL_OK;
@@ -149,8 +149,8 @@ static shoal_err runmsg_int32(const msgpack_object *o, const char *k, int32_t *v
 }
 
 /* A number (float or integer) within [lo, hi]; NaN is never within. */
-static shoal_err runmsg_num(const msgpack_object *o, const char *k, double lo, double hi,
-                            float *v, char *why, size_t why_len)
+static shoal_err runmsg_num(const msgpack_object *o, const char *k, double lo, double hi, float *v,
+                            char *why, size_t why_len)
 {
 	double x;
 	if (o->type == MSGPACK_OBJECT_FLOAT32 || o->type == MSGPACK_OBJECT_FLOAT64)
@@ -162,8 +162,8 @@ static shoal_err runmsg_num(const msgpack_object *o, const char *k, double lo, d
 	else
 		return shoal_why(why, why_len, SHOAL_ERR_FORMAT, "\"%s\" is not a number", k);
 	if (!(x >= lo && x <= hi))
-		return shoal_why(why, why_len, SHOAL_ERR_RANGE, "\"%s\" is not in [%g, %g]", k,
-		                 lo, hi);
+		return shoal_why(why, why_len, SHOAL_ERR_RANGE, "\"%s\" is not in [%g, %g]", k, lo,
+		                 hi);
 	*v = (float)x;
 	return SHOAL_OK;
 }
@@ -185,9 +185,9 @@ static int runmsg_is(const msgpack_object *k, const char *name)
 }
 
 /* The fields of one type, in the order of its bit in the "seen" mask. */
-static const char *const runmsg_req_keys[] = {
-    "prompt", "max_tokens", "logprobs", "temp", "top_k", "top_p",
-    "min_p",  "repeat_penalty", "seed", "chat", "system"};
+static const char *const runmsg_req_keys[] = {"prompt", "max_tokens", "logprobs", "temp",
+                                              "top_k",  "top_p",      "min_p",    "repeat_penalty",
+                                              "seed",   "chat",       "system"};
 #define RUNMSG_REQ_NEEDED 9 /* the first nine; chat and system are optional */
 static const char *const runmsg_tok_keys[] = {"id", "text", "logprob", "top_ids", "top_lps"};
 static const char *const runmsg_end_keys[] = {"err", "retry", "why", "text", "tokens"};
@@ -249,8 +249,8 @@ static shoal_err runmsg_top(const msgpack_object *o, const char *k, int32_t *ids
 	if (o->type != MSGPACK_OBJECT_ARRAY)
 		return shoal_why(why, why_len, SHOAL_ERR_FORMAT, "\"%s\" is not an array", k);
 	if (o->via.array.size > SHOAL_RUN_MAX_LOGPROBS)
-		return shoal_why(why, why_len, SHOAL_ERR_RANGE, "\"%s\" has %u entries (max %u)",
-		                 k, o->via.array.size, SHOAL_RUN_MAX_LOGPROBS);
+		return shoal_why(why, why_len, SHOAL_ERR_RANGE, "\"%s\" has %u entries (max %u)", k,
+		                 o->via.array.size, SHOAL_RUN_MAX_LOGPROBS);
 	*n = o->via.array.size;
 	for (uint32_t j = 0; j < *n; j++) {
 		const msgpack_object *x = &o->via.array.ptr[j];
@@ -339,8 +339,8 @@ static shoal_err runmsg_fields(const msgpack_object_map *map, shoal_runmsg *m, c
 		if (!(seen & (1u << f)))
 			return shoal_why(why, why_len, SHOAL_ERR_FORMAT, "no \"%s\"", keys[f]);
 	if (m->type == SHOAL_CTLMSG_RUN_TOKEN && n_ids != m->tok.n_top)
-		return shoal_why(why, why_len, SHOAL_ERR_FORMAT,
-		                 "%u top ids but %u top logprobs", n_ids, m->tok.n_top);
+		return shoal_why(why, why_len, SHOAL_ERR_FORMAT, "%u top ids but %u top logprobs",
+		                 n_ids, m->tok.n_top);
 	if (m->type == SHOAL_CTLMSG_RUN_END && m->end.err != SHOAL_OK && !m->end.why_len)
 		return shoal_why(why, why_len, SHOAL_ERR_FORMAT, "an error without a reason");
 	if (m->type == SHOAL_CTLMSG_RUN_END && m->end.err == SHOAL_OK && m->end.retry)

@@ -105,7 +105,7 @@
  * that is in fact alive, across a healed partition, refutes and is back
  * in a few exchanges. Cost: one view per 2 s while someone is dead. */
 #define DEAD_PP_MULT 4u
-#define BOOT_PP_MULT   2u
+#define BOOT_PP_MULT 2u
 /* JOIN_RETRY_MULT / JOIN_TRIES: re-send a join every 2 periods (1 s), up
  * to 60 times (a minute), for seeds that are still starting. */
 #define JOIN_RETRY_MULT 2u
@@ -207,7 +207,7 @@ struct shoal_swim {
 	} pr;
 	uint64_t next_probe_us, next_pushpull_us, next_reap_us;
 	uint64_t next_dead_pp_us; /* the next exchange with a dead member */
-	unsigned boot_pp; /* boot push-pulls done */
+	unsigned boot_pp;         /* boot push-pulls done */
 	uint64_t seq;
 
 	struct bqueue *bq; /* bq[t]: updates sent t times */

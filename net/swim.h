@@ -19,7 +19,6 @@
 #include <stddef.h>
 #include <stdint.h>
 
-
 #include "base/err.h"
 #include "net/record.h"
 

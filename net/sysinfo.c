@@ -49,8 +49,8 @@ shoal_err shoal_sysinfo_parse_meminfo(const char *text, uint64_t *total, uint64_
 	*total = sysinfo_meminfo_field(text, "MemTotal");
 	*available = sysinfo_meminfo_field(text, "MemAvailable");
 	if (*available == 0) /* kernels before 3.14: approximate */
-		*available = sysinfo_meminfo_field(text, "MemFree") +
-		             sysinfo_meminfo_field(text, "Cached");
+		*available =
+		    sysinfo_meminfo_field(text, "MemFree") + sysinfo_meminfo_field(text, "Cached");
 	return *total ? SHOAL_OK : SHOAL_ERR_FORMAT;
 }
 

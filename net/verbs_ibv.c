@@ -146,7 +146,7 @@ static void gid_attrs(struct ibv_context *c, const char *dev, uint8_t port, int 
 	/* unknown: a link-local GID is taken as v1 (never chosen on its own),
 	 * any other as v2 (chosen only when it carries the link's address) */
 	g->type = g->gid[0] == 0xfe && (g->gid[1] & 0xc0) == 0x80 ? SHOAL_RDMA_GID_ROCE_V1
-	                                                           : SHOAL_RDMA_GID_ROCE_V2;
+	                                                          : SHOAL_RDMA_GID_ROCE_V2;
 #if HAVE_DECL_IBV_QUERY_GID_EX
 	struct ibv_gid_entry e;
 	(void)dev;
@@ -207,8 +207,8 @@ static int describe_port(struct ibv_context *c, const char *name, uint8_t port,
 	return 0;
 }
 
-static shoal_err v_devices(void *ctx, shoal_rdma_port_desc *ports, size_t cap, size_t *n,
-                           char *why, size_t why_len)
+static shoal_err v_devices(void *ctx, shoal_rdma_port_desc *ports, size_t cap, size_t *n, char *why,
+                           size_t why_len)
 {
 	int nd = 0;
 	char last[SHOAL_WHY_LEN] = "";
@@ -251,11 +251,9 @@ static shoal_err v_open(void *ctx, const char *want, void **out, char *why, size
 	if (!list)
 		return errno_why(why, why_len, "ibv_get_device_list");
 	struct ibv_context *c = NULL;
-	shoal_err e =
-	    shoal_why(why, why_len, SHOAL_ERR_NOTFOUND, "no rdma device named %s", want);
+	shoal_err e = shoal_why(why, why_len, SHOAL_ERR_NOTFOUND, "no rdma device named %s", want);
 	for (int i = 0; i < n && !c; i++)
-		if (!strcmp(want, ibv_get_device_name(list[i])) &&
-		    !(c = ibv_open_device(list[i])))
+		if (!strcmp(want, ibv_get_device_name(list[i])) && !(c = ibv_open_device(list[i])))
 			e = errno_why(why, why_len, "ibv_open_device");
 	ibv_free_device_list(list);
 	if (!c)
@@ -418,7 +416,7 @@ static shoal_err v_qp_rtr(void *qp, const shoal_verbs_port *port, const shoal_ve
 }
 
 static shoal_err v_qp_rts(void *qp, const shoal_verbs_port *port, uint32_t psn, char *why,
-                         size_t why_len)
+                          size_t why_len)
 {
 	struct ibv_qp_attr a = {.qp_state = IBV_QPS_RTS,
 	                        .timeout = IBV_QP_TIMEOUT,

@@ -316,8 +316,7 @@ static void fail_link(shoal_xfer_link *k, shoal_err code, const char *reason, in
 		send_on(k, &xfer__tcp_ops, k->tcp, &h, &v, 1, XFER_GOODBYE_MS, &partial, NULL, 0);
 	}
 	shoal_log(tell && code != SHOAL_ERR_CLOSED ? SHOAL_LOG_WARN : SHOAL_LOG_INFO, "xfer",
-	          "closing link to %s (%.8s): %s",
-	          k->addr, id, reason);
+	          "closing link to %s (%.8s): %s", k->addr, id, reason);
 	k->closed = 1;
 	snprintf(k->status, sizeof k->status, "closed (%s)", reason);
 	shutdown(xfer__tcp_fd(k->tcp), SHUT_RDWR);
@@ -388,7 +387,8 @@ static shoal_err recv_on(shoal_xfer_link *k, const xfer__transport_ops *ops, voi
 			                 "%s../epoch %llu%s",
 			                 shoal_xfer_kind_name(kind), theirs,
 			                 (unsigned long long)f->hdr.epoch, ours,
-			                 (unsigned long long)k->epoch, k->have_plan ? "" : " (no plan set)");
+			                 (unsigned long long)k->epoch,
+			                 k->have_plan ? "" : " (no plan set)");
 		}
 	}
 	k->m.frames_recv[kind]++;
@@ -464,8 +464,7 @@ static void hello_fill(shoal_xfer_link *k, const shoal_xfer_config *cfg, shoal_x
 		snprintf(noreason, nr_len, "rdma not configured");
 		return;
 	}
-	shoal_err e =
-	    xfer__rdma_open(cfg, xfer__tcp_fd(k->tcp), &k->rdma, &dev, noreason, nr_len);
+	shoal_err e = xfer__rdma_open(cfg, xfer__tcp_fd(k->tcp), &k->rdma, &dev, noreason, nr_len);
 	if (e)
 		return;
 	hl->flags |= SHOAL_XFER_HELLO_RDMA;

@@ -598,7 +598,8 @@ shoal_err shoal_xfer_frame_check_head(const uint8_t *hdr, char *why, size_t why_
 	if (want != got)
 		return shoal_why(why, why_len, SHOAL_ERR_PROTO,
 		                 "frame header checksum %08x, expected %08x: %s", got, want,
-		                 want ? "damaged in transit" : "none sent (a peer of an older version?)");
+		                 want ? "damaged in transit"
+		                      : "none sent (a peer of an older version?)");
 	return SHOAL_OK;
 }
 

@@ -70,20 +70,21 @@
 #include "base/peer_id.h"
 #include "scheduler/digest.h"
 
-#define SHOAL_XFER_MAGIC       0x46584853u /* "SHXF" read as a little-endian u32 */
-#define SHOAL_XFER_VERSION     1u
-#define SHOAL_XFER_HDR_SIZE    96u  /* 84 bytes of fields + 12 reserved: a multiple of 16 */
-#define SHOAL_XFER_ROW_SIZE    16u  /* u64 + u32 + u32 pad keeps tags 8-aligned */
-#define SHOAL_XFER_ROUTE_SIZE  12u  /* u32 row + u32 expert + f32 gate */
-#define SHOAL_XFER_OFF_CREDITS 80u  /* where a transport patches the credits field */
+#define SHOAL_XFER_MAGIC        0x46584853u /* "SHXF" read as a little-endian u32 */
+#define SHOAL_XFER_VERSION      1u
+#define SHOAL_XFER_HDR_SIZE     96u /* 84 bytes of fields + 12 reserved: a multiple of 16 */
+#define SHOAL_XFER_ROW_SIZE     16u /* u64 + u32 + u32 pad keeps tags 8-aligned */
+#define SHOAL_XFER_ROUTE_SIZE   12u /* u32 row + u32 expert + f32 gate */
+#define SHOAL_XFER_OFF_CREDITS  80u /* where a transport patches the credits field */
 #define SHOAL_XFER_OFF_HEAD_CRC 84u /* the transports' checksums */
 #define SHOAL_XFER_OFF_BODY_CRC 88u
-#define SHOAL_XFER_REASON_MAX  255u /* one log line; fits a u8 length elsewhere */
-#define SHOAL_XFER_TOKEN_MAX   64u  /* admission tokens: a 32-byte MAC + 32 of context */
-#define SHOAL_XFER_DEVNAME_MAX 32u  /* "rdma_en10", "mlx5_0": IB_DEVICE_NAME_MAX is 64, we keep 31 \
-	                             */
-#define SHOAL_XFER_HELLO_SIZE  64u  /* fixed part of the HELLO block, then the token */
-#define SHOAL_XFER_QPINFO_SIZE 40u  /* see shoal_xfer_qp_info_encode */
+#define SHOAL_XFER_REASON_MAX   255u /* one log line; fits a u8 length elsewhere */
+#define SHOAL_XFER_TOKEN_MAX    64u  /* admission tokens: a 32-byte MAC + 32 of context */
+#define SHOAL_XFER_DEVNAME_MAX                                                                     \
+	32u                        /* "rdma_en10", "mlx5_0": IB_DEVICE_NAME_MAX is 64, we keep 31  \
+	                            */
+#define SHOAL_XFER_HELLO_SIZE  64u /* fixed part of the HELLO block, then the token */
+#define SHOAL_XFER_QPINFO_SIZE 40u /* see shoal_xfer_qp_info_encode */
 /* A reason received in a frame is copied into why[SHOAL_WHY_LEN] whole. */
 _Static_assert(SHOAL_XFER_REASON_MAX < SHOAL_WHY_LEN, "a frame's reason fits a reason buffer");
 
@@ -158,8 +159,9 @@ typedef struct shoal_xfer_limits {
 
 const char *shoal_xfer_kind_name(unsigned kind); /* "hidden", ...; "?" if unknown */
 size_t shoal_xfer_dtype_size(unsigned dtype);    /* 0 if unknown or NONE */
-int shoal_xfer_kind_is_data(unsigned kind); /* HIDDEN, TOKEN, EXPERT_*, SESSION, GATHER: plan-checked */
-int shoal_xfer_kind_has_routes(unsigned kind);   /* EXPERT_REQ, EXPERT_REP */
+int shoal_xfer_kind_is_data(
+    unsigned kind); /* HIDDEN, TOKEN, EXPERT_*, SESSION, GATHER: plan-checked */
+int shoal_xfer_kind_has_routes(unsigned kind); /* EXPERT_REQ, EXPERT_REP */
 
 /* Bytes before the payload (header, tags, routes, padding) for h. */
 uint64_t shoal_xfer_frame_head_len(const shoal_xfer_hdr *h);

@@ -84,7 +84,7 @@ shoal_err xfer__rdma_connect(xfer__rdma *r, const shoal_xfer_qp_info *remote,
  * of pollfds announce the first frame. */
 void xfer__rdma_arm(xfer__rdma *r);
 /* Sends posted, of them signaled and inline, and the QP's inline bytes. */
-void xfer__rdma_sends(const xfer__rdma *r, uint64_t *sends, uint64_t *signaled,
-                      uint64_t *inlined, uint32_t *max_inline);
+void xfer__rdma_sends(const xfer__rdma *r, uint64_t *sends, uint64_t *signaled, uint64_t *inlined,
+                      uint32_t *max_inline);
 
 #endif

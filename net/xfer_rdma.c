@@ -162,7 +162,7 @@ struct xfer__rdma {
 	const shoal_verbs_ops *v;
 	rdma_dev *d;
 	void *qp;
-	uint32_t id; /* in wr_id; 0 until registered with d */
+	uint32_t id;            /* in wr_id; 0 until registered with d */
 	int watch_fd;           /* the link's TCP socket */
 	const xfer__tcp *watch; /* its transport: bytes it has buffered count too */
 	shoal_verbs_port port;
@@ -186,12 +186,12 @@ struct xfer__rdma {
 	uint32_t *send_free; /* (nsend) stack of free send slots */
 	uint32_t n_free;
 	uint32_t sq_depth, sig_every, since_sig;
-	int32_t *sq_slot;         /* (sq_depth) buffer of each posted send, -1 inline */
+	int32_t *sq_slot;          /* (sq_depth) buffer of each posted send, -1 inline */
 	uint64_t sq_head, sq_tail; /* oldest unretired send, next send */
 	uint64_t gen;              /* bumped by every completion of ours */
-	int sig[2];   /* self-pipe: readable while frames wait that no fd announced */
-	int signaled; /* a byte is in sig */
-	int poke[2];  /* wakes our wait when another link's poll took our completions */
+	int sig[2];                /* self-pipe: readable while frames wait that no fd announced */
+	int signaled;              /* a byte is in sig */
+	int poke[2]; /* wakes our wait when another link's poll took our completions */
 	int poked;
 	int in_recv; /* inside rdma_recv: its caller takes ready frames at once */
 	int connected, broken;
@@ -685,10 +685,10 @@ static shoal_err post_frame(xfer__rdma *x, uint32_t s, uint32_t len, char *why, 
 	int sig = x->since_sig + 1 >= x->sig_every || x->sq_tail + 1 - x->sq_head >= x->sq_depth ||
 	          (!inl && !x->n_free);
 	int flags = (sig ? SHOAL_VERBS_SEND_SIGNALED : 0) | (inl ? SHOAL_VERBS_SEND_INLINE : 0);
-	uint64_t wr = (uint64_t)x->id << XFER_RDMA_ID_SHIFT | XFER_RDMA_SEND_BIT |
-	              (uint32_t)x->sq_tail;
-	shoal_err e = x->v->post_send(x->qp, x->mr, wr, slot_addr(x, x->slots + s), len, flags,
-	                              why, why_len);
+	uint64_t wr =
+	    (uint64_t)x->id << XFER_RDMA_ID_SHIFT | XFER_RDMA_SEND_BIT | (uint32_t)x->sq_tail;
+	shoal_err e =
+	    x->v->post_send(x->qp, x->mr, wr, slot_addr(x, x->slots + s), len, flags, why, why_len);
 	if (e) {
 		x->send_free[x->n_free++] = s;
 		return e;
@@ -823,7 +823,8 @@ static void drain(rdma_dev *d, xfer__rdma *self)
 		if (n < 0) { /* the CQ is gone: so is every QP on it */
 			for (int i = 0; i < XFER_RDMA_DEV_LINKS; i++)
 				if (d->links[i]) {
-					broke(d->links[i], SHOAL_ERR_IO, "poll cq failed on %s", d->name);
+					broke(d->links[i], SHOAL_ERR_IO, "poll cq failed on %s",
+					      d->name);
 					d->links[i]->gen++;
 					if (d->links[i] != self)
 						poke(d->links[i]);
@@ -977,8 +978,9 @@ static shoal_err rdma_send(void *p, const struct iovec *iov, int iovcnt, size_t 
 		if (!waited && x->credits < 2)
 			x->credit_waits++;
 		waited = 1;
-		const char *what = x->credits < 2 ? "credit" : !x->n_free ? "free send slot"
-		                                                          : "send queue entry";
+		const char *what = x->credits < 2 ? "credit"
+		                   : !x->n_free   ? "free send slot"
+		                                  : "send queue entry";
 		pthread_mutex_unlock(&d->mu);
 		shoal_err e = progress(x, deadline, why, why_len);
 		if (e == SHOAL_ERR_BUSY)
@@ -1130,8 +1132,8 @@ static void rdma_own_counts(void *p, uint64_t *sent, uint64_t *recv, uint64_t *w
 	pthread_mutex_unlock(&x->d->mu);
 }
 
-void xfer__rdma_sends(const xfer__rdma *x, uint64_t *sends, uint64_t *signaled,
-                      uint64_t *inlined, uint32_t *max_inline)
+void xfer__rdma_sends(const xfer__rdma *x, uint64_t *sends, uint64_t *signaled, uint64_t *inlined,
+                      uint32_t *max_inline)
 {
 	pthread_mutex_lock(&x->d->mu);
 	*sends = x->n_sends;

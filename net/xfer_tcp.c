@@ -283,9 +283,9 @@ static shoal_err tcp_write(xfer__tcp *t, struct iovec *iov, int iovcnt, size_t t
 }
 
 /* The test hook's faults on a sealed frame iov[iovcnt] of total bytes. */
-static shoal_err tcp_send_faulty(xfer__tcp *t, const shoal_fault *f, struct iovec *iov,
-                                 int iovcnt, size_t total, int64_t deadline, int *partial,
-                                 char *why, size_t why_len)
+static shoal_err tcp_send_faulty(xfer__tcp *t, const shoal_fault *f, struct iovec *iov, int iovcnt,
+                                 size_t total, int64_t deadline, int *partial, char *why,
+                                 size_t why_len)
 {
 	if (f->kind == SHOAL_FAULT_DROP)
 		return SHOAL_OK;
@@ -337,9 +337,9 @@ static shoal_err tcp_send(void *tp, const struct iovec *iov_in, int iovcnt, size
 	int n = 0;
 	iov[n++] = (struct iovec){.iov_base = hdr, .iov_len = SHOAL_XFER_HDR_SIZE};
 	if (iov_in[0].iov_len > SHOAL_XFER_HDR_SIZE)
-		iov[n++] = (struct iovec){.iov_base = (uint8_t *)iov_in[0].iov_base +
-		                                      SHOAL_XFER_HDR_SIZE,
-		                          .iov_len = iov_in[0].iov_len - SHOAL_XFER_HDR_SIZE};
+		iov[n++] =
+		    (struct iovec){.iov_base = (uint8_t *)iov_in[0].iov_base + SHOAL_XFER_HDR_SIZE,
+		                   .iov_len = iov_in[0].iov_len - SHOAL_XFER_HDR_SIZE};
 	size_t sum = iov_in[0].iov_len;
 	for (int i = 1; i < iovcnt; i++) {
 		SHOAL_ASSERT(iov_in[i].iov_base != NULL || iov_in[i].iov_len == 0);

@@ -335,7 +335,8 @@ bool sched__ctx_set_prev(sched__ctx *c, const shoal_plan *prev)
 			a->tp->st_group[st] = (uint32_t)g;
 			a->tp->g_n[g] = k;
 			for (uint32_t j = 0; j < k; j++) {
-				const shoal_plan_member *pm = &prev->grp_mem[prev->grp_first[g] + j];
+				const shoal_plan_member *pm =
+				    &prev->grp_mem[prev->grp_first[g] + j];
 				a->tp->g_mem[g * c->n + j] = MAPPED(pm->peer);
 				a->tp->g_w[g * c->n + j] = pm->weight;
 				if (map[pm->peer] >= 0)

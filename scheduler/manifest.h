@@ -39,11 +39,11 @@ typedef struct shoal_manifest_layer {
 	                                scheduler assumes kv_bytes_per_token / 2 */
 	/* For tensor groups (scheduler/tensor.c); zero where unknown, and then
 	 * that part of the layer is computed whole on every member. */
-	uint32_t n_head_kv;   /* KV heads: attention splits by these */
-	uint32_t n_ff;        /* columns of the dense FFN: it splits by these */
-	uint64_t attn_bytes;  /* the part of bytes that splits with the heads
-	                         (Q, K, V, O and their biases); the rest of a
-	                         dense layer splits with the FFN columns */
+	uint32_t n_head_kv;  /* KV heads: attention splits by these */
+	uint32_t n_ff;       /* columns of the dense FFN: it splits by these */
+	uint64_t attn_bytes; /* the part of bytes that splits with the heads
+	                        (Q, K, V, O and their biases); the rest of a
+	                        dense layer splits with the FFN columns */
 } shoal_manifest_layer;
 
 typedef struct shoal_manifest {

@@ -131,8 +131,9 @@ shoal_err sched__plan_build(const sched__ctx *c, const sched__asg *a, uint64_t e
 			p->grp_first[gi] = (uint32_t)mi;
 			p->grp_n[gi] = t->g_n[g];
 			for (uint32_t j = 0; j < t->g_n[g]; j++)
-				p->grp_mem[mi++] = (shoal_plan_member){
-				    map[t->g_mem[(size_t)g * c->n + j]], t->g_w[(size_t)g * c->n + j]};
+				p->grp_mem[mi++] =
+				    (shoal_plan_member){map[t->g_mem[(size_t)g * c->n + j]],
+				                        t->g_w[(size_t)g * c->n + j]};
 			gi++;
 		}
 		p->n_groups = gi;
@@ -600,7 +601,8 @@ shoal_err shoal_plan_decode(const uint8_t *buf, size_t len, shoal_plan **out, ch
 	int64_t last = -1;
 	for (uint32_t k = 0; k < n_moe && !d.bad; k++) {
 		uint32_t l = take_u32(&d), ne = take_u32(&d);
-		if (d.bad || (int64_t)l <= last || l >= p->n_layer || !ne || ne > PLAN_MAX_EXPERTS) {
+		if (d.bad || (int64_t)l <= last || l >= p->n_layer || !ne ||
+		    ne > PLAN_MAX_EXPERTS) {
 			bad = "MoE layers out of order or range";
 			goto fail;
 		}
@@ -632,7 +634,8 @@ shoal_err shoal_plan_decode(const uint8_t *buf, size_t len, shoal_plan **out, ch
 			uint32_t st = take_u32(&d), nm = take_u32(&d);
 			if (d.bad)
 				break;
-			if ((int64_t)st <= last_st || st >= p->n_stages || nm < 2 || nm > p->n_peers) {
+			if ((int64_t)st <= last_st || st >= p->n_stages || nm < 2 ||
+			    nm > p->n_peers) {
 				bad = "tensor groups out of order or range";
 				goto fail;
 			}
@@ -686,7 +689,8 @@ truncated:
 	bad = "truncated";
 fail:
 	shoal_plan_free(p);
-	return shoal_why(why, why_len, SHOAL_ERR_FORMAT, "plan encoding: %s", bad ? bad : "truncated");
+	return shoal_why(why, why_len, SHOAL_ERR_FORMAT, "plan encoding: %s",
+	                 bad ? bad : "truncated");
 nomem:
 	shoal_plan_free(p);
 	return SHOAL_ERR_NOMEM;

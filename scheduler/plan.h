@@ -84,8 +84,8 @@ typedef struct shoal_plan shoal_plan;
  * and epoch when prev is still feasible and no plan beats it by more than
  * policy->gain_permille, else a new assignment with epoch prev+1 (1 without
  * prev). SHOAL_ERR_INFEASIBLE with a reason ("needs 412.0 GiB, the cluster
- * offers 380.0 GiB", sizes as base/fmt.h writes them) when nothing fits; SHOAL_ERR_INVAL/RANGE for a manifest or
- * view the scheduler cannot use. */
+ * offers 380.0 GiB", sizes as base/fmt.h writes them) when nothing fits; SHOAL_ERR_INVAL/RANGE for
+ * a manifest or view the scheduler cannot use. */
 shoal_err shoal_schedule(const shoal_view *view, const shoal_manifest *m, const shoal_policy *pol,
                          const shoal_plan *prev, shoal_plan **out, char *why, size_t why_len);
 

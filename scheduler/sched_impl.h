@@ -50,12 +50,12 @@ struct shoal_plan {
 	uint32_t *layer_n_expert; /* (n_layer) */
 	uint32_t *layer_slot;     /* (n_layer) first expert slot of the layer */
 	uint32_t n_slots;
-	uint8_t *slot_n_owner; /* (n_slots) */
-	uint32_t *slot_owner;  /* (n_slots, SHOAL_PLAN_MAX_OWNERS) */
-	size_t n_groups;                /* tensor groups (0 without) */
-	uint32_t *grp_stage;            /* (n_groups) the stage each group runs */
-	uint32_t *grp_first, *grp_n;    /* (n_groups) its members in grp_mem */
-	shoal_plan_member *grp_mem;     /* (sum of grp_n) */
+	uint8_t *slot_n_owner;       /* (n_slots) */
+	uint32_t *slot_owner;        /* (n_slots, SHOAL_PLAN_MAX_OWNERS) */
+	size_t n_groups;             /* tensor groups (0 without) */
+	uint32_t *grp_stage;         /* (n_groups) the stage each group runs */
+	uint32_t *grp_first, *grp_n; /* (n_groups) its members in grp_mem */
+	shoal_plan_member *grp_mem;  /* (sum of grp_n) */
 };
 
 typedef enum sched__mode {

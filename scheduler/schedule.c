@@ -202,8 +202,7 @@ shoal_err shoal_schedule(const shoal_view *view, const shoal_manifest *m, const 
 			if (pol->tensor_prefer && k->a.tp && k->a.tp->n_groups)
 				tp_pick = k;
 			nc++;
-		}
-		else if (!e)
+		} else if (!e)
 			sched__asg_fini(&k->a);
 	}
 	if (!e && !nc)
@@ -249,9 +248,9 @@ shoal_err shoal_schedule(const shoal_view *view, const shoal_manifest *m, const 
 	}
 	bool keep = false;
 	if (prev_ok && !c.prev_gone && c.prev.feasible) {
-		keep = (!tp_pick && (unsigned __int128)pick->a.time_ns * 1000 >=
-		                        (unsigned __int128)c.prev.time_ns *
-		                            (1000 - pol->gain_permille)) ||
+		keep = (!tp_pick &&
+		        (unsigned __int128)pick->a.time_ns * 1000 >=
+		            (unsigned __int128)c.prev.time_ns * (1000 - pol->gain_permille)) ||
 		       same_assignment(&c, &pick->a, &c.prev);
 	}
 	if (keep) {
@@ -259,7 +258,8 @@ shoal_err shoal_schedule(const shoal_view *view, const shoal_manifest *m, const 
 		if (!e)
 			(*out)->kept = true;
 	} else {
-		uint64_t base = prev && prev->epoch > pol->epoch_floor ? prev->epoch : pol->epoch_floor;
+		uint64_t base =
+		    prev && prev->epoch > pol->epoch_floor ? prev->epoch : pol->epoch_floor;
 		e = sched__plan_build(&c, &pick->a, base + 1, out);
 	}
 done:
@@ -283,7 +283,8 @@ shoal_err shoal_schedule_sessions(const shoal_view *view, const shoal_manifest *
 		if (shoal_schedule(view, m, pol, prev, out, w1, sizeof w1) == SHOAL_OK)
 			e = SHOAL_OK;
 		else
-			pol->sessions = SHOAL_SCHED_SESSIONS_DEFAULT; /* report the default's need */
+			pol->sessions =
+			    SHOAL_SCHED_SESSIONS_DEFAULT; /* report the default's need */
 	}
 	for (size_t k = 0; e == SHOAL_OK && pol->sessions == SHOAL_SCHED_SESSIONS_DEFAULT &&
 	                   k < sizeof more / sizeof more[0];

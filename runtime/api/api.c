@@ -38,7 +38,7 @@
 #include "base/clock.h"
 #include "base/log.h"
 
-#define LOG_PART      "api"
+#define LOG_PART "api"
 /* A stream with nothing to say for this long sends an SSE comment: a
  * client that went away is noticed on the write (and its run ended). */
 #define API_KEEPALIVE_MS 1000
@@ -332,8 +332,11 @@ static json_t *bytes_json(const char *s, size_t n)
 /* The length of a valid UTF-8 character at s[0..n), 0 if none. */
 static size_t utf8_char(const unsigned char *s, size_t n)
 {
-	size_t len = s[0] < 0x80 ? 1 : (s[0] >> 5) == 6 ? 2 : (s[0] >> 4) == 14 ? 3
-	                                : (s[0] >> 3) == 30 ? 4 : 0;
+	size_t len = s[0] < 0x80         ? 1
+	             : (s[0] >> 5) == 6  ? 2
+	             : (s[0] >> 4) == 14 ? 3
+	             : (s[0] >> 3) == 30 ? 4
+	                                 : 0;
 	if (!len || len > n)
 		return 0;
 	for (size_t i = 1; i < len; i++)
@@ -386,9 +389,9 @@ static json_t *chat_logprobs(api_conn *k, size_t t0, size_t t1)
 			json_array_append_new(top, json_pack("{so sf so}", "token", ts, "logprob",
 			                                     (double)x->top_lps[j], "bytes", bb));
 		}
-		json_array_append_new(content, json_pack("{so sf so so}", "token", tt, "logprob",
-		                                         (double)x->lp, "bytes", b, "top_logprobs",
-		                                         top));
+		json_array_append_new(content,
+		                      json_pack("{so sf so so}", "token", tt, "logprob",
+		                                (double)x->lp, "bytes", b, "top_logprobs", top));
 	}
 	return json_pack("{so}", "content", content);
 }
@@ -406,7 +409,8 @@ static json_t *text_logprobs(api_conn *k, size_t t0, size_t t1)
 		for (uint32_t j = 0; j < x->n_top && j < k->q.top; j++) {
 			json_t *ts = tok_text_json(k->a, x->top_ids[j], false, NULL);
 			if (ts)
-				json_object_set_new(top, json_string_value(ts), json_real(x->top_lps[j]));
+				json_object_set_new(top, json_string_value(ts),
+				                    json_real(x->top_lps[j]));
 			json_decref(ts);
 		}
 		json_array_append_new(tops, top);
@@ -441,10 +445,11 @@ static json_t *whole_reply(api_conn *k)
 	size_t nt = toks_before(k->run, end);
 	json_t *choice;
 	if (k->q.chat)
-		choice = json_pack("{sI s{ss ss%} so ss}", "index", (json_int_t)0, "message", "role",
-		                   "assistant", "content", k->run->text ? k->run->text : "", end,
-		                   "logprobs", k->q.logprobs ? chat_logprobs(k, 0, nt) : json_null(),
-		                   "finish_reason", finish_reason(k));
+		choice =
+		    json_pack("{sI s{ss ss%} so ss}", "index", (json_int_t)0, "message", "role",
+		              "assistant", "content", k->run->text ? k->run->text : "", end,
+		              "logprobs", k->q.logprobs ? chat_logprobs(k, 0, nt) : json_null(),
+		              "finish_reason", finish_reason(k));
 	else
 		choice = json_pack("{ss% sI so ss}", "text", k->run->text ? k->run->text : "", end,
 		                   "index", (json_int_t)0, "logprobs",
@@ -509,9 +514,10 @@ static void stream_step(api_conn *k)
 	}
 	size_t nt = toks_before(r, end);
 	if (k->q.chat && !k->role_sent) {
-		out_event(k, chunk(k, json_pack("{sI s{ss ss} so so}", "index", (json_int_t)0, "delta",
-		                                "role", "assistant", "content", "", "logprobs",
-		                                json_null(), "finish_reason", json_null())));
+		out_event(k,
+		          chunk(k, json_pack("{sI s{ss ss} so so}", "index", (json_int_t)0, "delta",
+		                             "role", "assistant", "content", "", "logprobs",
+		                             json_null(), "finish_reason", json_null())));
 		k->role_sent = true;
 	}
 	if (end > k->sent_text) {
@@ -519,13 +525,14 @@ static void stream_step(api_conn *k)
 		size_t n = end - k->sent_text;
 		json_t *lp = json_null();
 		if (k->q.logprobs && nt > k->sent_tok)
-			lp = k->q.chat ? chat_logprobs(k, k->sent_tok, nt) : text_logprobs(k, k->sent_tok, nt);
-		json_t *choice = k->q.chat ? json_pack("{sI s{ss%} so so}", "index", (json_int_t)0,
-		                                       "delta", "content", t, n, "logprobs", lp,
-		                                       "finish_reason", json_null())
-		                           : json_pack("{ss% sI so so}", "text", t, n, "index",
-		                                       (json_int_t)0, "logprobs", lp, "finish_reason",
-		                                       json_null());
+			lp = k->q.chat ? chat_logprobs(k, k->sent_tok, nt)
+			               : text_logprobs(k, k->sent_tok, nt);
+		json_t *choice =
+		    k->q.chat
+		        ? json_pack("{sI s{ss%} so so}", "index", (json_int_t)0, "delta", "content",
+		                    t, n, "logprobs", lp, "finish_reason", json_null())
+		        : json_pack("{ss% sI so so}", "text", t, n, "index", (json_int_t)0,
+		                    "logprobs", lp, "finish_reason", json_null());
 		out_event(k, chunk(k, choice));
 		k->sent_text = end;
 		k->sent_tok = nt;
@@ -534,22 +541,23 @@ static void stream_step(api_conn *k)
 		return;
 	if (r->done && r->err && !k->stopped) {
 		/* cut by the cluster: say so, never a silent close */
-		out_event(k, api_error_json("server_error", r->why[0] ? r->why : "the run failed", NULL,
-		                            NULL));
+		out_event(k, api_error_json("server_error", r->why[0] ? r->why : "the run failed",
+		                            NULL, NULL));
 		k->a->req_server_err++;
 	} else {
-		json_t *choice = k->q.chat ? json_pack("{sI s{} so ss}", "index", (json_int_t)0, "delta",
-		                                       "logprobs", json_null(), "finish_reason",
-		                                       finish_reason(k))
-		                           : json_pack("{ss sI so ss}", "text", "", "index",
-		                                       (json_int_t)0, "logprobs", json_null(),
-		                                       "finish_reason", finish_reason(k));
+		json_t *choice =
+		    k->q.chat
+		        ? json_pack("{sI s{} so ss}", "index", (json_int_t)0, "delta", "logprobs",
+		                    json_null(), "finish_reason", finish_reason(k))
+		        : json_pack("{ss sI so ss}", "text", "", "index", (json_int_t)0, "logprobs",
+		                    json_null(), "finish_reason", finish_reason(k));
 		out_event(k, chunk(k, choice));
 		if (k->q.usage) {
-			json_t *u = json_pack("{ss ss sI ss s[] so}", "id", k->id, "object",
-			                      k->q.chat ? "chat.completion.chunk" : "text_completion",
-			                      "created", (json_int_t)k->created, "model", k->model,
-			                      "choices", "usage", usage_json(k, nt));
+			json_t *u =
+			    json_pack("{ss ss sI ss s[] so}", "id", k->id, "object",
+			              k->q.chat ? "chat.completion.chunk" : "text_completion",
+			              "created", (json_int_t)k->created, "model", k->model,
+			              "choices", "usage", usage_json(k, nt));
 			out_event(k, u);
 		}
 		k->a->req_ok++;
@@ -635,16 +643,17 @@ static enum MHD_Result api_complete(shoal_api *a, struct MHD_Connection *c, api_
 	char why[SHOAL_WHY_LEN] = "";
 	api_model(a, k->model, sizeof k->model);
 	if (shoal_api_req_parse(k->body, k->len, chat, k->model[0] ? k->model : NULL, &k->q,
-	                        &status, &param, bad,
-	                        sizeof bad)) {
-		res = api_fail(a, c, status, param, status == 404 ? "model_not_found" : NULL, "%s", bad);
+	                        &status, &param, bad, sizeof bad)) {
+		res = api_fail(a, c, status, param, status == 404 ? "model_not_found" : NULL, "%s",
+		               bad);
 		goto out;
 	}
 	shoal_err e = a->ops.prompt(a->ops.ctx, chat ? k->q.msgs : NULL, k->q.n_msgs, k->q.prompt,
 	                            &ids, &n_ids, why, sizeof why);
 	if (e) {
-		res = api_fail(a, c, status_of(e) == 500 ? 400 : status_of(e), chat ? "messages" : "prompt",
-		               NULL, "the prompt: %s", why[0] ? why : shoal_strerror(e));
+		res = api_fail(a, c, status_of(e) == 500 ? 400 : status_of(e),
+		               chat ? "messages" : "prompt", NULL, "the prompt: %s",
+		               why[0] ? why : shoal_strerror(e));
 		goto out;
 	}
 	k->q.n_prompt = n_ids;
@@ -661,7 +670,8 @@ static enum MHD_Result api_complete(shoal_api *a, struct MHD_Connection *c, api_
 	e = a->ops.submit(a->ops.ctx, ids, n_ids, &k->q.g, &sink, &k->handle, why, sizeof why);
 	if (e) {
 		k->run->refs = 1; /* the run never started */
-		res = api_fail(a, c, status_of(e), NULL, NULL, "%s", why[0] ? why : shoal_strerror(e));
+		res = api_fail(a, c, status_of(e), NULL, NULL, "%s",
+		               why[0] ? why : shoal_strerror(e));
 		goto out;
 	}
 	k->submitted = true;
@@ -834,8 +844,9 @@ static enum MHD_Result api_metrics(shoal_api *a, struct MHD_Connection *c)
 	json_t *peers = json_object_get(v, "peers");
 	size_t i;
 	json_t *p;
-	metric(&b, &n, &cap, "# HELP shoal_peer_state Gossip state of each peer (1 for its state).\n"
-	                     "# TYPE shoal_peer_state gauge\n");
+	metric(&b, &n, &cap,
+	       "# HELP shoal_peer_state Gossip state of each peer (1 for its state).\n"
+	       "# TYPE shoal_peer_state gauge\n");
 	json_array_foreach(peers, i, p)
 	{
 		const char *name = json_string_value(json_object_get(p, "name"));
@@ -843,8 +854,9 @@ static enum MHD_Result api_metrics(shoal_api *a, struct MHD_Connection *c)
 		metric(&b, &n, &cap, "shoal_peer_state{peer=\"%s\",state=\"%s\"} 1\n",
 		       name ? name : "?", st ? st : "?");
 	}
-	metric(&b, &n, &cap, "# HELP shoal_link_rtt_seconds Measured round trip to a peer.\n"
-	                     "# TYPE shoal_link_rtt_seconds gauge\n");
+	metric(&b, &n, &cap,
+	       "# HELP shoal_link_rtt_seconds Measured round trip to a peer.\n"
+	       "# TYPE shoal_link_rtt_seconds gauge\n");
 	json_array_foreach(peers, i, p)
 	{
 		if (!json_is_true(json_object_get(p, "self")))
@@ -856,7 +868,8 @@ static enum MHD_Result api_metrics(shoal_api *a, struct MHD_Connection *c)
 			const char *to = json_string_value(json_object_get(l, "peer"));
 			json_t *rtt = json_object_get(l, "rtt_us");
 			if (to && json_is_integer(rtt))
-				metric(&b, &n, &cap, "shoal_link_rtt_seconds{peer=\"%.32s\"} %.6f\n", to,
+				metric(&b, &n, &cap,
+				       "shoal_link_rtt_seconds{peer=\"%.32s\"} %.6f\n", to,
 				       (double)json_integer_value(rtt) / 1e6);
 		}
 	}
@@ -886,8 +899,8 @@ static bool api_authorized(shoal_api *a, struct MHD_Connection *c)
 }
 
 static enum MHD_Result api_access(void *cls, struct MHD_Connection *c, const char *url,
-                                  const char *method, const char *version,
-                                  const char *upload, size_t *upload_size, void **con_cls)
+                                  const char *method, const char *version, const char *upload,
+                                  size_t *upload_size, void **con_cls)
 {
 	(void)version;
 	shoal_api *a = cls;
@@ -966,8 +979,8 @@ static void api_completed(void *cls, struct MHD_Connection *c, void **con_cls,
 			/* the client went away mid-run: its session is freed now */
 			a->ops.cancel(a->ops.ctx, k->handle);
 			a->req_cancelled++;
-		} else if (toe != MHD_REQUEST_TERMINATED_COMPLETED_OK && k->submitted && !k->end_sent &&
-		           k->q.stream) {
+		} else if (toe != MHD_REQUEST_TERMINATED_COMPLETED_OK && k->submitted &&
+		           !k->end_sent && k->q.stream) {
 			a->req_cancelled++;
 		}
 		run_unref(k->run);
@@ -1010,17 +1023,17 @@ shoal_err shoal_api_start(const shoal_api_config *cfg, const shoal_api_ops *ops,
 		                 cfg->host);
 	}
 	/* no MHD_USE_ERROR_LOG: a client that goes away mid-stream is normal */
-	a->d = MHD_start_daemon(MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD,
-	                        0, NULL, NULL, api_access, a, MHD_OPTION_SOCK_ADDR, &sa,
+	a->d = MHD_start_daemon(MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD, 0,
+	                        NULL, NULL, api_access, a, MHD_OPTION_SOCK_ADDR, &sa,
 	                        MHD_OPTION_CONNECTION_LIMIT, a->cfg.max_conns,
 	                        MHD_OPTION_NOTIFY_COMPLETED, api_completed, a,
 	                        MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)120, MHD_OPTION_END);
 	if (!a->d) {
 		int e = errno;
 		shoal_api_stop(a);
-		return shoal_why(why, why_len, SHOAL_ERR_IO, "cannot listen for the API on %s:%u: %s",
-		                 cfg->host ? cfg->host : "127.0.0.1", (unsigned)cfg->port,
-		                 strerror(e));
+		return shoal_why(
+		    why, why_len, SHOAL_ERR_IO, "cannot listen for the API on %s:%u: %s",
+		    cfg->host ? cfg->host : "127.0.0.1", (unsigned)cfg->port, strerror(e));
 	}
 	const union MHD_DaemonInfo *info = MHD_get_daemon_info(a->d, MHD_DAEMON_INFO_BIND_PORT);
 	a->port = info ? info->port : cfg->port;

@@ -32,7 +32,8 @@ typedef struct shoal_api_sink {
 	                 uint32_t n_top, const int32_t *top_ids, const float *top_lps);
 	/* The end: err SHOAL_OK with the detokenizer's tail, or the error and
 	 * why. Called once; ctx may be freed after. */
-	void (*on_end)(void *ctx, shoal_err err, const char *why, const char *tail, size_t tail_len);
+	void (*on_end)(void *ctx, shoal_err err, const char *why, const char *tail,
+	               size_t tail_len);
 	void *ctx;
 } shoal_api_sink;
 
@@ -59,7 +60,8 @@ typedef struct shoal_api_ops {
 	/* Queue a run of ids[n] (borrowed). *handle names it for cancel.
 	 * BUSY: the queue is full. The sink gets its tokens and end. */
 	shoal_err (*submit)(void *ctx, const int32_t *ids, size_t n, const shoal_api_gen *g,
-	                    const shoal_api_sink *sink, uint32_t *handle, char *why, size_t why_len);
+	                    const shoal_api_sink *sink, uint32_t *handle, char *why,
+	                    size_t why_len);
 	/* The client went away: end the run now (its sink still gets on_end). */
 	void (*cancel)(void *ctx, uint32_t handle);
 	/* A token's text (for logprobs), into buf; returns its length. */
@@ -71,13 +73,13 @@ typedef struct shoal_api_ops {
 } shoal_api_ops;
 
 typedef struct shoal_api_config {
-	const char *host;     /* IPv4 address to bind; NULL: 127.0.0.1 */
-	uint16_t port;        /* 0: any */
-	const char *key;      /* Bearer key the requests must carry; NULL: none */
-	const char *model;    /* the model's name for /v1/models and replies; NULL:
-	                         not known yet (any name is taken) */
-	size_t max_body;      /* bytes; 0: 1 MiB */
-	unsigned max_conns;   /* 0: 128 */
+	const char *host;   /* IPv4 address to bind; NULL: 127.0.0.1 */
+	uint16_t port;      /* 0: any */
+	const char *key;    /* Bearer key the requests must carry; NULL: none */
+	const char *model;  /* the model's name for /v1/models and replies; NULL:
+	                       not known yet (any name is taken) */
+	size_t max_body;    /* bytes; 0: 1 MiB */
+	unsigned max_conns; /* 0: 128 */
 } shoal_api_config;
 
 typedef struct shoal_api shoal_api;

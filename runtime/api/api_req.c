@@ -71,8 +71,7 @@ static char *content_text(json_t *c)
 
 /* The fields of object o into q; false with the offending parameter's
  * message in bad[] (and *param). */
-static bool parse_fields(json_t *o, shoal_api_req *q, char *bad, size_t bad_len,
-                         const char **param)
+static bool parse_fields(json_t *o, shoal_api_req *q, char *bad, size_t bad_len, const char **param)
 {
 	double v;
 	const char *p = NULL;
@@ -81,17 +80,17 @@ static bool parse_fields(json_t *o, shoal_api_req *q, char *bad, size_t bad_len,
 	q->g.temp = 0.8f;
 	q->g.top_p = 0.95f;
 	q->g.seed = 0;
-#define NUM(key, lo, hi, dst)                                                                     \
-	do {                                                                                      \
-		v = -1e300;                                                                       \
-		if ((p = num_field(o, key, lo, hi, &v))) {                                        \
-			snprintf(bad, bad_len, "'%s' must be a number in [%g, %g]", key, (double)lo, \
-			         (double)hi);                                                     \
-			*param = key;                                                             \
-			return false;                                                             \
-		}                                                                                 \
-		if (v != -1e300)                                                                  \
-			dst;                                                                      \
+#define NUM(key, lo, hi, dst)                                                                      \
+	do {                                                                                       \
+		v = -1e300;                                                                        \
+		if ((p = num_field(o, key, lo, hi, &v))) {                                         \
+			snprintf(bad, bad_len, "'%s' must be a number in [%g, %g]", key,           \
+			         (double)lo, (double)hi);                                          \
+			*param = key;                                                              \
+			return false;                                                              \
+		}                                                                                  \
+		if (v != -1e300)                                                                   \
+			dst;                                                                       \
 	} while (0)
 	NUM("max_tokens", 0, 1e9, q->g.max_tokens = (uint32_t)v);
 	NUM("max_completion_tokens", 0, 1e9, q->g.max_tokens = (uint32_t)v);
@@ -146,15 +145,18 @@ static bool parse_fields(json_t *o, shoal_api_req *q, char *bad, size_t bad_len,
 			ok = json_is_string(s) && json_string_length(s) > 0 &&
 			     json_string_length(s) <= SHOAL_API_STOP_LEN;
 			if (ok) {
-				snprintf(q->stop[q->n_stop], sizeof q->stop[0], "%s", json_string_value(s));
+				snprintf(q->stop[q->n_stop], sizeof q->stop[0], "%s",
+				         json_string_value(s));
 				if (json_string_length(s) > q->max_stop)
 					q->max_stop = json_string_length(s);
 				q->n_stop++;
 			}
 		}
 		if (!ok) {
-			snprintf(bad, bad_len, "'stop' must be a string or up to %d non-empty strings "
-			         "of at most %d bytes", SHOAL_API_MAX_STOP, SHOAL_API_STOP_LEN);
+			snprintf(bad, bad_len,
+			         "'stop' must be a string or up to %d non-empty strings "
+			         "of at most %d bytes",
+			         SHOAL_API_MAX_STOP, SHOAL_API_STOP_LEN);
 			*param = "stop";
 			return false;
 		}
@@ -177,13 +179,15 @@ static bool parse_fields(json_t *o, shoal_api_req *q, char *bad, size_t bad_len,
 			json_t *m = json_array_get(ms, i), *role = json_object_get(m, "role");
 			const char *given = json_is_string(role) ? json_string_value(role) : "";
 			/* the role as a static string: the JSON goes before the request */
-			const char *rs = !strcmp(given, "system") || !strcmp(given, "developer") ? "system"
-			                 : !strcmp(given, "user")                              ? "user"
-			                 : !strcmp(given, "assistant")                         ? "assistant"
-			                                                                       : NULL;
+			const char *rs = !strcmp(given, "system") || !strcmp(given, "developer")
+			                     ? "system"
+			                 : !strcmp(given, "user")      ? "user"
+			                 : !strcmp(given, "assistant") ? "assistant"
+			                                               : NULL;
 			if (!rs) {
 				snprintf(bad, bad_len,
-				         "messages[%zu].role must be system, developer, user or assistant",
+				         "messages[%zu].role must be system, developer, user or "
+				         "assistant",
 				         i);
 				*param = "messages";
 				return false;
@@ -217,8 +221,8 @@ static bool parse_fields(json_t *o, shoal_api_req *q, char *bad, size_t bad_len,
 }
 
 shoal_err shoal_api_req_parse(const char *body, size_t len, bool chat, const char *model,
-                              shoal_api_req *q, unsigned *status, const char **param,
-                              char *msg, size_t msg_len)
+                              shoal_api_req *q, unsigned *status, const char **param, char *msg,
+                              size_t msg_len)
 {
 	memset(q, 0, sizeof *q);
 	q->chat = chat;
@@ -238,7 +242,8 @@ shoal_err shoal_api_req_parse(const char *body, size_t len, bool chat, const cha
 		snprintf(msg, msg_len, "'model' must be a string");
 		*param = "model";
 	} else if (m && model && strcmp(json_string_value(m), model)) {
-		snprintf(msg, msg_len, "the model '%.*s' is not served here (this cluster serves '%s')",
+		snprintf(msg, msg_len,
+		         "the model '%.*s' is not served here (this cluster serves '%s')",
 		         SHOAL_WHY_QUOTE(msg_len, 128), json_string_value(m), model);
 		*param = "model";
 		*status = 404;

@@ -14,9 +14,9 @@
 
 #include "runtime/api/api.h"
 
-#define SHOAL_API_MAX_STOP     4
-#define SHOAL_API_STOP_LEN     256
-#define SHOAL_API_DEFAULT_MAX  256u /* max_tokens when the request gives none */
+#define SHOAL_API_MAX_STOP    4
+#define SHOAL_API_STOP_LEN    256
+#define SHOAL_API_DEFAULT_MAX 256u /* max_tokens when the request gives none */
 
 typedef struct shoal_api_req {
 	bool chat, stream, usage; /* usage: stream_options.include_usage */
@@ -39,8 +39,8 @@ typedef struct shoal_api_req {
  * (the offending field, or NULL) and msg. Unknown fields are ignored.
  * Free with shoal_api_req_fini either way. */
 shoal_err shoal_api_req_parse(const char *body, size_t len, bool chat, const char *model,
-                              shoal_api_req *q, unsigned *status, const char **param,
-                              char *msg, size_t msg_len);
+                              shoal_api_req *q, unsigned *status, const char **param, char *msg,
+                              size_t msg_len);
 void shoal_api_req_fini(shoal_api_req *q);
 
 #endif

@@ -144,13 +144,14 @@ int shoal_cmd_bench(int argc, char **argv)
 			dst = &n_gen;
 		else if (!strcmp(a, "--prompt") || !strcmp(a, "--depth")) {
 			bool pr = !strcmp(a, "--prompt");
-			int k = i + 1 < argc ? bench_list(argv[++i], pr ? 1 : 0,
-			                                        pr ? prompts : depths,
-			                                        SHOAL_BENCH_MAX_RUNS)
-			                     : -1;
+			int k = i + 1 < argc
+			            ? bench_list(argv[++i], pr ? 1 : 0, pr ? prompts : depths,
+			                         SHOAL_BENCH_MAX_RUNS)
+			            : -1;
 			if (k < 1) {
-				fprintf(stderr, "shoal bench: %s needs numbers in [%d, 65536], at most %d, "
-				                "comma-separated\n",
+				fprintf(stderr,
+				        "shoal bench: %s needs numbers in [%d, 65536], at most %d, "
+				        "comma-separated\n",
 				        a, pr ? 1 : 0, SHOAL_BENCH_MAX_RUNS);
 				return 2;
 			}
@@ -269,7 +270,8 @@ int shoal_cmd_bench(int argc, char **argv)
 	double pp[SHOAL_BENCH_MAX_RUNS];
 	for (int k = 0; k < n_prompts; k++) {
 		shoal_gen_stats st;
-		rq = (shoal_gen_request){.prompt = toks, .n_prompt = (uint32_t)prompts[k], .max_tokens = 1};
+		rq = (shoal_gen_request){
+		    .prompt = toks, .n_prompt = (uint32_t)prompts[k], .max_tokens = 1};
 		if ((err = shoal_gen_run(gen, &rq, &st, why, sizeof why)))
 			goto fail_run;
 		pp[k] = (double)prompts[k] / (1e-9 * (double)st.prefill_ns);
@@ -290,9 +292,9 @@ int shoal_cmd_bench(int argc, char **argv)
 		tg[k] = (double)n_gen / (1e-9 * (double)st.decode_ns);
 		/* tokens per second of CPU time per thread: what decoding would
 		 * reach with its cores to itself (spinning workers count) */
-		tg_cpu[k] = st.decode_cpu_ns
-		                ? (double)n_gen * (double)threads / (1e-9 * (double)st.decode_cpu_ns)
-		                : 0;
+		tg_cpu[k] = st.decode_cpu_ns ? (double)n_gen * (double)threads /
+		                                   (1e-9 * (double)st.decode_cpu_ns)
+		                             : 0;
 		qsort(bt.gap_ns, bt.n, sizeof *bt.gap_ns, bench_cmp_u64);
 		size_t nn = bt.n ? bt.n : 1;
 		med[k] = bt.n ? (double)bt.gap_ns[bt.n / 2] / 1e6 : 0;
@@ -325,15 +327,15 @@ int shoal_cmd_bench(int argc, char **argv)
 		       gflop_tok, (unsigned long long)peak, shoal_kernels_best()->isa,
 		       shoal_kernels_prefetch(), pr.gemv_gbps, pr.gemv_gbps_other);
 		for (int k = 0; k < n_prompts; k++)
-			printf("%s{\"tokens\": %ld, \"tok_s\": %.3f, \"gflop_s\": %.2f}", k ? ", " : "",
-			       prompts[k], pp[k], pp[k] * gflop_tok);
+			printf("%s{\"tokens\": %ld, \"tok_s\": %.3f, \"gflop_s\": %.2f}",
+			       k ? ", " : "", prompts[k], pp[k], pp[k] * gflop_tok);
 		printf("], \"decode\": [");
 		for (int k = 0; k < n_depths; k++)
 			printf("%s{\"context\": %ld, \"tok_s\": %.3f, \"fraction\": %.4f, "
 			       "\"median_ms\": %.3f, \"p10_ms\": %.3f, \"p90_ms\": %.3f, "
 			       "\"best_tok_s\": %.3f, \"cpu_tok_s\": %.3f}",
-			       k ? ", " : "", depths[k], tg[k], bound > 0 ? tg[k] / bound : 0, med[k],
-			       p10[k], p90[k], best[k], tg_cpu[k]);
+			       k ? ", " : "", depths[k], tg[k], bound > 0 ? tg[k] / bound : 0,
+			       med[k], p10[k], p90[k], best[k], tg_cpu[k]);
 		printf("]}\n");
 	} else {
 		printf("model      %s (%s, %u layers)\n", model, shoal_arch_name(m->hp.arch),
@@ -355,7 +357,8 @@ int shoal_cmd_bench(int argc, char **argv)
 			       tg[k], depths[k], n_gen, med[k], p10[k], p90[k], best[k], tg_cpu[k]);
 		printf("bytes/tok  %.1f MB\n", (double)bpt / 1e6);
 		printf("bound      %.2f tok/s; achieved %.1f%% (fastest token %.1f%%)\n", bound,
-		       100 * (bound > 0 ? tg[0] / bound : 0), 100 * (bound > 0 ? best[0] / bound : 0));
+		       100 * (bound > 0 ? tg[0] / bound : 0),
+		       100 * (bound > 0 ? best[0] / bound : 0));
 		printf("peak RSS   %.1f MiB\n", (double)peak / 1048576.0);
 	}
 	status = 0;

@@ -49,8 +49,7 @@ static void chat_usage(FILE *f)
 	        "  -n, --max-tokens N     tokens per reply at most\n"
 	        "  --seed S               sampler seed\n"
 	        "  -p, --prompt TEXT      one turn, then exit\n",
-	        SHOAL_API_DEFAULT_PORT,
-	        SHOAL_API_DEFAULT_PORT);
+	        SHOAL_API_DEFAULT_PORT, SHOAL_API_DEFAULT_PORT);
 }
 
 /* The reply being streamed: SSE lines in, text out. */
@@ -131,8 +130,7 @@ static int chat_progress(void *ud, curl_off_t a, curl_off_t b, curl_off_t c, cur
 
 /* One turn: POST the history, stream the reply; the reply is appended to
  * the history. Returns 0, or 1 with a message on stderr. */
-static int chat_turn(CURL *curl, const char *url, struct curl_slist *hdr, json_t *req,
-                     json_t *msgs)
+static int chat_turn(CURL *curl, const char *url, struct curl_slist *hdr, json_t *req, json_t *msgs)
 {
 	char *body = json_dumps(req, JSON_COMPACT);
 	chat_stream cs;
@@ -158,12 +156,13 @@ static int chat_turn(CURL *curl, const char *url, struct curl_slist *hdr, json_t
 		fprintf(stderr, "shoal chat: %s: %s\n", url, curl_easy_strerror(rc));
 		ret = 1;
 	} else if (cs.err[0] || status != 200) {
-		fprintf(stderr, "shoal chat: %s\n", cs.err[0] ? cs.err : "the peer answered with an error");
+		fprintf(stderr, "shoal chat: %s\n",
+		        cs.err[0] ? cs.err : "the peer answered with an error");
 		ret = 1;
 	}
 	if (cs.rlen)
-		json_array_append_new(msgs, json_pack("{ss ss}", "role", "assistant", "content",
-		                                      cs.reply));
+		json_array_append_new(
+		    msgs, json_pack("{ss ss}", "role", "assistant", "content", cs.reply));
 	free(cs.line);
 	free(cs.reply);
 	free(body);
@@ -274,13 +273,15 @@ int shoal_cmd_chat(int argc, char **argv)
 		json_array_append_new(msgs, json_pack("{ss ss}", "role", "user", "content", text));
 		json_t *all = json_array();
 		if (sys)
-			json_array_append_new(all, json_pack("{ss ss}", "role", "system", "content", sys));
+			json_array_append_new(
+			    all, json_pack("{ss ss}", "role", "system", "content", sys));
 		json_array_extend(all, msgs);
 		json_t *req = json_pack("{so sb}", "messages", all, "stream", 1);
 		if (temp >= 0)
 			json_object_set_new(req, "temperature", json_real(temp));
 		if (max_tokens > 0)
-			json_object_set_new(req, "max_tokens", json_integer((json_int_t)max_tokens));
+			json_object_set_new(req, "max_tokens",
+			                    json_integer((json_int_t)max_tokens));
 		if (seed >= 0)
 			json_object_set_new(req, "seed", json_integer((json_int_t)seed));
 		rc = chat_turn(curl, url, hdr, req, msgs);

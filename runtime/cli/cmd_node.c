@@ -116,8 +116,9 @@ static int read_api_key(const char *path, char *key, size_t cap)
 	fclose(f);
 	key[strcspn(key, "\r\n")] = '\0';
 	if (strlen(key) < 8) {
-		fprintf(stderr, "shoal node: --api-key %s: the key must be 8 to %zu bytes on its first "
-		                "line\n",
+		fprintf(stderr,
+		        "shoal node: --api-key %s: the key must be 8 to %zu bytes on its first "
+		        "line\n",
 		        path, cap - 1);
 		return -1;
 	}
@@ -298,7 +299,8 @@ int shoal_cmd_node(int argc, char **argv)
 			unsigned long v = strtoul(optarg, &end, 10);
 			cfg.sessions = (uint32_t)v;
 			if (!*optarg || *end || v < 1 || v > 16) {
-				fprintf(stderr, "shoal node: --sessions wants 1..16, not '%s'\n", optarg);
+				fprintf(stderr, "shoal node: --sessions wants 1..16, not '%s'\n",
+				        optarg);
 				free(seeds);
 				return 2;
 			}
@@ -312,11 +314,13 @@ int shoal_cmd_node(int argc, char **argv)
 		case O_RDMA_TCLASS: {
 			char *end;
 			unsigned long v = strtoul(optarg, &end, 10);
-			unsigned long lo = c == O_RDMA_HOP ? 1 : 0, hi = c == O_RDMA_GID ? 1023 : 255;
+			unsigned long lo = c == O_RDMA_HOP ? 1 : 0,
+			              hi = c == O_RDMA_GID ? 1023 : 255;
 			if (!*optarg || *end || v < lo || v > hi) {
 				fprintf(stderr, "shoal node: --%s wants %lu..%lu, not '%s'\n",
-				        c == O_RDMA_GID ? "rdma-gid" : c == O_RDMA_HOP ? "rdma-hop-limit"
-				                                                       : "rdma-tclass",
+				        c == O_RDMA_GID   ? "rdma-gid"
+				        : c == O_RDMA_HOP ? "rdma-hop-limit"
+				                          : "rdma-tclass",
 				        lo, hi, optarg);
 				free(seeds);
 				return 2;
@@ -354,7 +358,9 @@ int shoal_cmd_node(int argc, char **argv)
 	if (optind < argc) {
 		snprintf(bad_buf, sizeof bad_buf, "unexpected argument '%.*s'%s",
 		         SHOAL_WHY_QUOTE(sizeof bad_buf, 72), argv[optind],
-		         strstr(argv[optind], ".gguf") ? " (a model file is given with --model FILE)" : "");
+		         strstr(argv[optind], ".gguf")
+		             ? " (a model file is given with --model FILE)"
+		             : "");
 		bad = bad_buf;
 	} else if (key_file && insecure)
 		bad = "--key and --insecure exclude each other";
@@ -363,9 +369,10 @@ int shoal_cmd_node(int argc, char **argv)
 	else if ((cfg.mem_limit || cfg.ctx || cfg.sessions || cfg.spread_experts ||
 	          cfg.tensor_groups || cfg.link_us) &&
 	         !cfg.model && !cfg.model_id)
-		bad = "--mem-limit, --ctx, --sessions, --spread-experts, --tensor and --link-us need "
-		      "--model FILE or --model-id HEX|any (a peer without a model only relays "
-		      "membership)";
+		bad =
+		    "--mem-limit, --ctx, --sessions, --spread-experts, --tensor and --link-us need "
+		    "--model FILE or --model-id HEX|any (a peer without a model only relays "
+		    "membership)";
 	else if (cfg.model && cfg.model_id)
 		bad = "--model and --model-id exclude each other";
 	else if (cfg.cache_max && !cfg.model_id)

@@ -91,7 +91,8 @@ static size_t plan_data_dirs(const char *sub, char dirs[5][1100])
 				snprintf(dirs[n++], 1100, "%s/%s", SHOAL_SRCDIR, src);
 			char *up = strrchr(exe, '/'); /* <prefix>/bin -> <prefix> */
 			if (up)
-				snprintf(dirs[n++], 1100, "%.*s/share/shoal/%s", (int)(up - exe), exe, sub);
+				snprintf(dirs[n++], 1100, "%.*s/share/shoal/%s", (int)(up - exe),
+				         exe, sub);
 		}
 	}
 	snprintf(dirs[n++], 1100, "%s/%s", SHOAL_PKGDATADIR, sub);
@@ -119,7 +120,10 @@ static bool plan_find(const char *name, const char *sub, char *out, size_t cap)
 	return false;
 }
 
-static int plan_name_cmp(const void *a, const void *b) { return strcmp(a, b); }
+static int plan_name_cmp(const void *a, const void *b)
+{
+	return strcmp(a, b);
+}
 
 /* --list: the specs and clusters of the first data folder that has each. */
 static int plan_list(void)
@@ -136,14 +140,15 @@ static int plan_list(void)
 			printf("%s: none found\n", subs[s]);
 			continue;
 		}
-		printf("%s (%s):\n", s ? "example clusters (--view)" : "model specs (--model)", dirs[i]);
+		printf("%s (%s):\n", s ? "example clusters (--view)" : "model specs (--model)",
+		       dirs[i]);
 		char names[256][128];
 		size_t k = 0;
 		struct dirent *e;
 		while ((e = readdir(d)) && k < 256)
 			if (ends_with(e->d_name, ".json") && strlen(e->d_name) < sizeof names[0])
-				snprintf(names[k++], sizeof names[0], "%.*s", (int)(strlen(e->d_name) - 5),
-				         e->d_name);
+				snprintf(names[k++], sizeof names[0], "%.*s",
+				         (int)(strlen(e->d_name) - 5), e->d_name);
 		closedir(d);
 		qsort(names, k, sizeof names[0], plan_name_cmp);
 		for (size_t j = 0; j < k; j++)
@@ -433,7 +438,8 @@ int shoal_cmd_plan(int argc, char **argv)
 	char view_buf[1200], model_buf[1200];
 	bool gguf = ends_with(model_path, ".gguf");
 	if (!plan_find(view_path, "clusters", view_buf, sizeof view_buf)) {
-		fprintf(stderr, "shoal plan: --view %s: no such file or example cluster (see --list)\n",
+		fprintf(stderr,
+		        "shoal plan: --view %s: no such file or example cluster (see --list)\n",
 		        view_path);
 		return 1;
 	}

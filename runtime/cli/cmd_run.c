@@ -42,17 +42,16 @@ static void run_usage(FILE *f)
 	        "  --threads T            compute threads (default 1)\n",
 	        SHOAL_RUN_DEFAULT_TOKENS);
 	cli__backend_usage(f, 25);
-	fprintf(f,
-	        "  --ctx C                context length (default: the model's, at most 4096)\n"
-	        CLI__KV_TYPE_HELP
-	        "  --chat                 format the prompt as a user message with the\n"
-	        "                         model's chat template\n"
-	        "  --system TEXT          system message for --chat\n"
-	        "  --ids                  print the generated token ids, one line\n"
-	        "  --logprobs K           print one JSON object per generated token with\n"
-	        "                         its logprob and the K best alternatives (9\n"
-	        "                         significant digits: the float exactly)\n"
-	        "With --peer the model runs on a cluster instead:\n\n");
+	fprintf(f, "  --ctx C                context length (default: the model's, at most "
+	           "4096)\n" CLI__KV_TYPE_HELP
+	           "  --chat                 format the prompt as a user message with the\n"
+	           "                         model's chat template\n"
+	           "  --system TEXT          system message for --chat\n"
+	           "  --ids                  print the generated token ids, one line\n"
+	           "  --logprobs K           print one JSON object per generated token with\n"
+	           "                         its logprob and the K best alternatives (9\n"
+	           "                         significant digits: the float exactly)\n"
+	           "With --peer the model runs on a cluster instead:\n\n");
 	cli__run_remote_usage(f);
 }
 
@@ -186,11 +185,10 @@ static int run_on_token(void *ctx, const shoal_gen_token *t)
 {
 	shoal_run_out *ro = ctx;
 	if (ro->o->logprobs) {
-		printf("{\"token\": %d, \"logprob\": %.9g, \"top_logprobs\": [", t->id,
-		       t->logprob);
+		printf("{\"token\": %d, \"logprob\": %.9g, \"top_logprobs\": [", t->id, t->logprob);
 		for (uint32_t i = 0; i < t->n_top; i++)
-			printf("%s{\"token\": %d, \"logprob\": %.9g}", i ? ", " : "",
-			       t->top_ids[i], t->top_lps[i]);
+			printf("%s{\"token\": %d, \"logprob\": %.9g}", i ? ", " : "", t->top_ids[i],
+			       t->top_lps[i]);
 		printf("]}\n");
 	} else if (ro->o->ids) {
 		printf("%s%d", t->step ? " " : "", t->id);
@@ -233,16 +231,17 @@ int shoal_cmd_run(int argc, char **argv)
 		size_t tlen = 0;
 		shoal_gguf_get_str(m->gguf, "tokenizer.chat_template", &tmpl, &tlen);
 		if (!tmpl || !tlen)
-			fprintf(stderr, "shoal run: %s has no chat template: --chat formats the "
-			                "messages as plain \"role: text\" lines\n",
+			fprintf(stderr,
+			        "shoal run: %s has no chat template: --chat formats the "
+			        "messages as plain \"role: text\" lines\n",
 			        o.model);
 	}
 	if (o.ctx && m->hp.n_ctx_train && (uint32_t)o.ctx > m->hp.n_ctx_train)
-		fprintf(stderr, "shoal run: --ctx %ld is above the %u tokens the model was trained "
-		                "for: text past that point is likely poor\n",
+		fprintf(stderr,
+		        "shoal run: --ctx %ld is above the %u tokens the model was trained "
+		        "for: text past that point is likely poor\n",
 		        o.ctx, m->hp.n_ctx_train);
-	err =
-	    shoal_prompt_ids(m, tok, o.prompt, o.chat, o.system, &ids, &n_ids, why, sizeof why);
+	err = shoal_prompt_ids(m, tok, o.prompt, o.chat, o.system, &ids, &n_ids, why, sizeof why);
 	if (err) {
 		fprintf(stderr, "shoal run: %s: %s\n", o.model, why[0] ? why : shoal_strerror(err));
 		goto out;
@@ -272,9 +271,8 @@ int shoal_cmd_run(int argc, char **argv)
 		        n_ctx);
 		goto out;
 	}
-	shoal_gen_config gc = {.sampler = o.sp,
-	                       .logprob = o.logprobs > 0,
-	                       .n_top = (uint32_t)o.logprobs};
+	shoal_gen_config gc = {
+	    .sampler = o.sp, .logprob = o.logprobs > 0, .n_top = (uint32_t)o.logprobs};
 	if ((err = shoal_gen_new(eng, &gc, &gen, why, sizeof why))) {
 		fprintf(stderr, "shoal run: %s\n", why);
 		goto out;
@@ -301,8 +299,9 @@ int shoal_cmd_run(int argc, char **argv)
 	if (!o.logprobs)
 		printf("\n");
 	if (gst.stop == SHOAL_GEN_STOP_CTX)
-		fprintf(stderr, "shoal run: stopped after %u tokens: the context (%u tokens) is full; "
-		                "--ctx sets it\n",
+		fprintf(stderr,
+		        "shoal run: stopped after %u tokens: the context (%u tokens) is full; "
+		        "--ctx sets it\n",
 		        gst.tokens, n_ctx);
 	status = 0;
 out:

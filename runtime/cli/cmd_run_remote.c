@@ -19,7 +19,6 @@
 #include <time.h>
 #include <unistd.h>
 
-
 #include "base/clock.h"
 #include "base/statedir.h"
 #include "net/ctl.h"
@@ -145,8 +144,8 @@ int cli__run_remote(int argc, char **argv)
 		    (double)(((uint64_t)time(NULL) ^ ((uint64_t)getpid() << 16)) & 0xffffffffffffu);
 
 	char ep[256], why[SHOAL_WHY_WRAP_LEN] = "";
-	if (shoal_endpoint_parse(peer, SHOAL_CTL_DEFAULT_PORT, ep, sizeof ep, why,
-	                              sizeof why) != SHOAL_OK) {
+	if (shoal_endpoint_parse(peer, SHOAL_CTL_DEFAULT_PORT, ep, sizeof ep, why, sizeof why) !=
+	    SHOAL_OK) {
 		fprintf(stderr, "shoal run: %s\n", why);
 		return 2;
 	}
@@ -214,8 +213,8 @@ int cli__run_remote(int argc, char **argv)
 			if (d->err) {
 				/* the owner says whether sending it again may help */
 				if (t == 0 && d->retry && tries++ < SHOAL_RUN_REMOTE_RETRIES) {
-					fprintf(stderr, "shoal run: %.*s; retrying\n", (int)d->why_len,
-					        d->why);
+					fprintf(stderr, "shoal run: %.*s; retrying\n",
+					        (int)d->why_len, d->why);
 					usleep(SHOAL_RUN_REMOTE_RETRY_MS * 1000);
 					if (shoal_runmsg_encode_req(++seq, &req, &buf) != SHOAL_OK)
 						goto out;
@@ -226,7 +225,8 @@ int cli__run_remote(int argc, char **argv)
 					continue;
 				}
 				fflush(stdout);
-				fprintf(stderr, "shoal run: %s: %.*s\n", ep, (int)d->why_len, d->why);
+				fprintf(stderr, "shoal run: %s: %.*s\n", ep, (int)d->why_len,
+				        d->why);
 				goto out;
 			}
 			if (d->has_tokens && d->tokens != (uint64_t)t) {
@@ -244,7 +244,8 @@ int cli__run_remote(int argc, char **argv)
 				printf("\n");
 			if (stats)
 				fprintf(stderr,
-				        "shoal run: %ld tokens; longest pause %.1f ms, before token %ld\n",
+				        "shoal run: %ld tokens; longest pause %.1f ms, before "
+				        "token %ld\n",
 				        t, (double)gap_max / 1000.0, gap_at);
 			rc = 0;
 			goto out;

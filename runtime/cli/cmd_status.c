@@ -202,18 +202,21 @@ static void cmd_status_print_plan(json_t *plan)
 		json_t *ms = json_object_get(st, "members"); /* a tensor group */
 		for (size_t j = 0; j < json_array_size(ms); j++) {
 			json_t *mj = json_array_get(ms, j);
-			printf("%s%s %.1f%%%s", j ? ", " : "           tensor group: ",
-			       cmd_status_str(mj, "name"),
+			printf("%s%s %.1f%%%s",
+			       j ? ", " : "           tensor group: ", cmd_status_str(mj, "name"),
 			       100.0 * json_real_value(json_object_get(mj, "share")),
 			       j + 1 == json_array_size(ms) ? "\n" : "");
 		}
 	}
 	json_t *pol = json_object_get(plan, "policy");
 	if (pol)
-		printf("  policy: ctx %" JSON_INTEGER_FORMAT ", sessions %s, experts %s, tensor groups "
-		       "%s, links assumed %" JSON_INTEGER_FORMAT " us (every peer must give the same)\n",
+		printf("  policy: ctx %" JSON_INTEGER_FORMAT
+		       ", sessions %s, experts %s, tensor groups "
+		       "%s, links assumed %" JSON_INTEGER_FORMAT
+		       " us (every peer must give the same)\n",
 		       json_integer_value(json_object_get(pol, "ctx")),
-		       json_integer_value(json_object_get(pol, "sessions")) ? "given" : "from memory",
+		       json_integer_value(json_object_get(pol, "sessions")) ? "given"
+		                                                            : "from memory",
 		       json_is_true(json_object_get(pol, "spread_experts")) ? "spread" : "kept",
 		       json_is_true(json_object_get(pol, "tensor_groups")) ? "on" : "off",
 		       json_integer_value(json_object_get(pol, "link_us")));
@@ -298,7 +301,7 @@ int shoal_cmd_status(int argc, char **argv)
 		dir[0] = '\0';
 	if (peer) {
 		if (shoal_endpoint_parse(peer, SHOAL_CTL_DEFAULT_PORT, ep, sizeof ep, why,
-		                              sizeof why) != SHOAL_OK) {
+		                         sizeof why) != SHOAL_OK) {
 			fprintf(stderr, "shoal status: %s\n", why);
 			return 2;
 		}

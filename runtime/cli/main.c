@@ -18,16 +18,16 @@ typedef struct shoal_command {
 } shoal_command;
 
 static const shoal_command commands[] = {
-	{"run", shoal_cmd_run, "run a model on a prompt and stream the text"},
-	{"tokenize", shoal_cmd_tokenize, "print the token ids of a text"},
-	{"detokenize", shoal_cmd_detokenize, "print the text of token ids"},
-	{"perplexity", shoal_cmd_perplexity, "perplexity of a model on a text file"},
-	{"bench", shoal_cmd_bench, "prefill/decode speed and the memory-bandwidth bound"},
-	{"node", shoal_cmd_node, "run a peer of the cluster in the foreground"},
-	{"status", shoal_cmd_status, "print the cluster view (peers, links, plan)"},
-	{"key", shoal_cmd_key, "make a cluster key (shoal key new FILE)"},
-	{"plan", shoal_cmd_plan, "plan a model on a cluster description"},
-	{"chat", shoal_cmd_chat, "chat with a peer's HTTP API in the terminal"},
+    {"run", shoal_cmd_run, "run a model on a prompt and stream the text"},
+    {"tokenize", shoal_cmd_tokenize, "print the token ids of a text"},
+    {"detokenize", shoal_cmd_detokenize, "print the text of token ids"},
+    {"perplexity", shoal_cmd_perplexity, "perplexity of a model on a text file"},
+    {"bench", shoal_cmd_bench, "prefill/decode speed and the memory-bandwidth bound"},
+    {"node", shoal_cmd_node, "run a peer of the cluster in the foreground"},
+    {"status", shoal_cmd_status, "print the cluster view (peers, links, plan)"},
+    {"key", shoal_cmd_key, "make a cluster key (shoal key new FILE)"},
+    {"plan", shoal_cmd_plan, "plan a model on a cluster description"},
+    {"chat", shoal_cmd_chat, "chat with a peer's HTTP API in the terminal"},
 };
 
 static void print_usage(FILE *f)

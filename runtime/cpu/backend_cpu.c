@@ -51,7 +51,7 @@ struct shoal_backend {
 		const void *w;
 		int64_t n, nrows;
 		void *p; /* NULL: could not pack (no memory): the repack path */
-	} *packs;
+	} * packs;
 	size_t pack_cap, n_packs;
 	uint64_t pack_bytes, pack_budget; /* budget 0: packing off */
 
@@ -164,8 +164,7 @@ fail:
  * 5-50 GB/s, and membw runs about 6. */
 #define SHOAL_CPU_PROBE_BYTES ((size_t)512 << 20)
 
-static size_t cpu_devices(shoal_backend *b, bool measure, shoal_backend_device *out,
-                                size_t cap)
+static size_t cpu_devices(shoal_backend *b, bool measure, shoal_backend_device *out, size_t cap)
 {
 	if (cap < 1)
 		return 1;
@@ -290,9 +289,8 @@ static const void *cpu_packed(shoal_backend *b, const shoal_backend_mat *w)
 	return e->p;
 }
 
-static void cpu_matmul(shoal_backend *b, uint32_t n_mat, const shoal_backend_mat *w,
-                             const float *x, size_t ldx, uint32_t n_rows, float *const *y,
-                             const size_t *ldy)
+static void cpu_matmul(shoal_backend *b, uint32_t n_mat, const shoal_backend_mat *w, const float *x,
+                       size_t ldx, uint32_t n_rows, float *const *y, const size_t *ldy)
 {
 	if (n_rows == 0 || n_mat == 0)
 		return;
@@ -361,11 +359,12 @@ static void cpu_attn_worker(void *ctx, uint32_t ith, uint32_t nth)
 		uint32_t n = a->n_kv[r];
 		size_t at = kvh * a->head_ld; /* (n_kv) ld kv_ld from here */
 		if (a->kv_type == SHOAL_DTYPE_F16)
-			b->k->attn_scores_f16(q, (int)group, (int)hd, (const uint16_t *)a->k[r] + at,
-			                      kv_ld, (int)n, a->scale, sc, C);
+			b->k->attn_scores_f16(q, (int)group, (int)hd,
+			                      (const uint16_t *)a->k[r] + at, kv_ld, (int)n,
+			                      a->scale, sc, C);
 		else
-			b->k->attn_scores(q, (int)group, (int)hd, (const float *)a->k[r] + at, kv_ld,
-			                  (int)n, a->scale, sc, C);
+			b->k->attn_scores(q, (int)group, (int)hd, (const float *)a->k[r] + at,
+			                  kv_ld, (int)n, a->scale, sc, C);
 		for (uint32_t g = 0; g < group; g++)
 			b->k->softmax(sc + g * C, (int)n);
 		if (a->kv_type == SHOAL_DTYPE_F16)
@@ -391,7 +390,7 @@ static void cpu_attention(shoal_backend *b, const shoal_backend_attn *a)
 /* ---- per-row ops ------------------------------------------------------------------- */
 
 static void cpu_rms_norm(shoal_backend *b, const float *x, const float *w, uint32_t n,
-                               uint32_t n_rows, float eps, float *y)
+                         uint32_t n_rows, float eps, float *y)
 {
 	for (uint32_t r = 0; r < n_rows; r++) {
 		const float *xr = x + (size_t)r * n; /* (n) */
@@ -408,8 +407,8 @@ static void cpu_rms_norm(shoal_backend *b, const float *x, const float *w, uint3
 }
 
 static void cpu_rope(shoal_backend *b, float *x, uint32_t n_rows, uint32_t n_head,
-                           uint32_t head_dim, uint32_t n_rot, const uint32_t *pos, const float *cs,
-                           bool neox)
+                     uint32_t head_dim, uint32_t n_rot, const uint32_t *pos, const float *cs,
+                     bool neox)
 {
 	uint32_t half = n_rot / 2;
 	for (uint32_t r = 0; r < n_rows; r++) {
@@ -469,7 +468,7 @@ static void cpu_add(shoal_backend *b, float *y, const float *x, size_t n)
 }
 
 static void cpu_embed(shoal_backend *b, shoal_dtype t, const void *table, size_t row_bytes,
-                            uint32_t n_embd, const int32_t *ids, uint32_t n_rows, float *out)
+                      uint32_t n_embd, const int32_t *ids, uint32_t n_rows, float *out)
 {
 	for (uint32_t r = 0; r < n_rows; r++)
 		shoal_dequantize_row(t, (const uint8_t *)table + (size_t)ids[r] * row_bytes,
@@ -488,8 +487,8 @@ static void cpu_softmax(shoal_backend *b, float *x, uint32_t n, uint32_t n_rows,
 
 /* k passes of selection (k is small): strict > keeps the lower index on
  * ties, NaN ranks as -inf, a chosen index is skipped. */
-static void cpu_top_k(shoal_backend *b, const float *x, uint32_t n, uint32_t n_rows,
-                            size_t ld, uint32_t k, int32_t *ids, float *vals)
+static void cpu_top_k(shoal_backend *b, const float *x, uint32_t n, uint32_t n_rows, size_t ld,
+                      uint32_t k, int32_t *ids, float *vals)
 {
 	(void)b;
 	for (uint32_t r = 0; r < n_rows; r++) {
@@ -550,7 +549,7 @@ static void *cpu_buf_host(shoal_backend_buf *buf)
 }
 
 static void cpu_buf_set(shoal_backend *b, shoal_backend_buf *buf, size_t off, const void *src,
-                              size_t n)
+                        size_t n)
 {
 	(void)b;
 	SHOAL_ASSERT(off <= buf->bytes && n <= buf->bytes - off);
@@ -558,7 +557,7 @@ static void cpu_buf_set(shoal_backend *b, shoal_backend_buf *buf, size_t off, co
 }
 
 static void cpu_buf_get(shoal_backend *b, const shoal_backend_buf *buf, size_t off, void *dst,
-                              size_t n)
+                        size_t n)
 {
 	(void)b;
 	SHOAL_ASSERT(off <= buf->bytes && n <= buf->bytes - off);
@@ -585,8 +584,7 @@ static void cpu_to_f32(shoal_dtype t, const void *src, float *dst, size_t n)
 }
 
 /* F32 or F16 (the activation converter's round to nearest even). */
-static void cpu_kv_store(shoal_backend *b, shoal_dtype t, const float *src, void *dst,
-                               size_t n)
+static void cpu_kv_store(shoal_backend *b, shoal_dtype t, const float *src, void *dst, size_t n)
 {
 	b->k->quantize_act(t, src, dst, (int64_t)n);
 }

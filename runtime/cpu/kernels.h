@@ -55,8 +55,8 @@ typedef struct shoal_kernels {
 	void (*pack)(shoal_dtype wt, int64_t n, const void *w, size_t row_bytes, int64_t nrows,
 	             void *out);
 	void (*gemm_packed)(shoal_dtype wt, int64_t n, const void *packed, int64_t row0,
-	                    int64_t nrows, const void *xq, size_t xq_stride, int64_t ncols, float *y,
-	                    size_t y_stride);
+	                    int64_t nrows, const void *xq, size_t xq_stride, int64_t ncols,
+	                    float *y, size_t y_stride);
 
 	/* Attention over one KV head, for the ng query heads that share it
 	 * (rows of hd floats, q and o contiguous; cached rows k_ld / v_ld

@@ -445,8 +445,9 @@ KERNELS__INLINE void k5_q8g_row(k5_q8g_rows *sc, const kernels__block_q8_0 *wb, 
 		__m512i sa, sb2;
 		if (!k5_fold_push(sc->B[0], K5_GV / 2, p, v, LVL, f, &sa, &sb2))
 			continue;
-		*acc = k5_q8g_step2(*acc, sa, sc->CX[2 * p],
-		                    k5_q8g_scales((const char *)(g0 + 2 * p), idx, m), sc->DX[2 * p]);
+		*acc =
+		    k5_q8g_step2(*acc, sa, sc->CX[2 * p],
+		                 k5_q8g_scales((const char *)(g0 + 2 * p), idx, m), sc->DX[2 * p]);
 		if (!single) {
 			*acc = k5_q8g_step2(*acc, sb2, sc->CX[2 * p + 1],
 			                    k5_q8g_scales((const char *)(g0 + 2 * p + 1), idx, m),
@@ -455,15 +456,15 @@ KERNELS__INLINE void k5_q8g_row(k5_q8g_rows *sc, const kernels__block_q8_0 *wb, 
 	}
 }
 
-static void k5_q8g_gemv(int64_t n, const char *w, size_t row_bytes, int64_t nrows,
-                        const void *xq, float *y)
+static void k5_q8g_gemv(int64_t n, const char *w, size_t row_bytes, int64_t nrows, const void *xq,
+                        float *y)
 {
 	const kernels__block_q8_0 *xb = xq;
 	const int64_t nb = n / KERNELS__QK;
 	const k5_q8g_fold f = k5_q8g_fold_init();
-	const __m512i idx = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11,
-	                                                         12, 13, 14, 15),
-	                                       _mm512_set1_epi32((int)row_bytes));
+	const __m512i idx = _mm512_mullo_epi32(
+	    _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+	    _mm512_set1_epi32((int)row_bytes));
 	k5_q8g_rows sc;
 	int64_t prepared = -1;
 	for (int64_t g = 0; g < nrows; g += K5_G) {
@@ -560,8 +561,9 @@ static void k5_q8g_repack(const char *w, size_t row_bytes, int R, int64_t s0, in
 	if (R < K5_G)
 		memset(zero, 0, sizeof(kernels__block_q8_0) * (size_t)sb);
 	for (int r = 0; r < K5_G; r++)
-		rows[r] = r < R ? w + (size_t)r * row_bytes + (size_t)s0 * sizeof(kernels__block_q8_0)
-		                : (const char *)zero;
+		rows[r] = r < R
+		              ? w + (size_t)r * row_bytes + (size_t)s0 * sizeof(kernels__block_q8_0)
+		              : (const char *)zero;
 	const size_t pf = (size_t)K5_G * row_bytes; /* the same block of the next group */
 	const __m512i ridx = _mm512_mullo_epi32(
 	    _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
@@ -607,9 +609,10 @@ typedef struct k5_q8g_view {
 /* NC columns of a group over a repacked segment: acc from y (or 0 when
  * first), out to y (rows as mask m says). x[c]: the columns' blocks of the
  * segment; xc[c], xd[c]: their -128 * byte sums and scales. */
-KERNELS__INLINE void k5_q8g_tile_n(const k5_q8g_view *pk, int sb, const kernels__block_q8_0 *const *x,
-                                   const int32_t *const *xc, const float *const *xd, const int NC,
-                                   float *y, size_t y_stride, __mmask16 m, int first)
+KERNELS__INLINE void k5_q8g_tile_n(const k5_q8g_view *pk, int sb,
+                                   const kernels__block_q8_0 *const *x, const int32_t *const *xc,
+                                   const float *const *xd, const int NC, float *y, size_t y_stride,
+                                   __mmask16 m, int first)
 {
 	__m512 acc[K5_Q8G_TILE];
 	_Pragma("GCC unroll 8") for (int c = 0; c < NC; c++) acc[c] =
@@ -647,9 +650,8 @@ KERNELS__INLINE void k5_q8g_tile_n(const k5_q8g_view *pk, int sb, const kernels_
 			}
 		}
 		const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)pk->DW[b]));
-		_Pragma("GCC unroll 8") for (int c = 0; c < NC; c++) acc[c] =
-		    _mm512_fmadd_ps(_mm512_cvtepi32_ps(s[c]),
-		                    _mm512_mul_ps(dw, _mm512_set1_ps(xd[c][b])), acc[c]);
+		_Pragma("GCC unroll 8") for (int c = 0; c < NC; c++) acc[c] = _mm512_fmadd_ps(
+		    _mm512_cvtepi32_ps(s[c]), _mm512_mul_ps(dw, _mm512_set1_ps(xd[c][b])), acc[c]);
 	}
 	_Pragma("GCC unroll 8") for (int c = 0; c < NC; c++)
 	    _mm512_mask_storeu_ps(y + (size_t)c * y_stride, m, acc[c]);
@@ -708,7 +710,7 @@ static void k5_q8g_gemm_from(int64_t n, const char *w, size_t row_bytes, const v
 	if (packed) {
 		PW = (const __m512i(*)[8])(const void *)((const char *)packed + K5_PACKED_W);
 		PD = (const uint16_t(*)[K5_G])(const void *)((const char *)packed +
-		                                              k5_packed_dw(packed));
+		                                             k5_packed_dw(packed));
 	}
 #endif
 	int32_t XC[K5_CB][K5_GS];
@@ -738,8 +740,8 @@ static void k5_q8g_gemm_from(int64_t n, const char *w, size_t row_bytes, const v
 				} else
 #endif
 				{
-					k5_q8g_repack(w + (size_t)g * row_bytes, row_bytes, R, s0, sb,
-					              &pk);
+					k5_q8g_repack(w + (size_t)g * row_bytes, row_bytes, R, s0,
+					              sb, &pk);
 					v.W = (const __m512i(*)[8])pk.W;
 					v.DW = (const uint16_t(*)[K5_G])pk.DW;
 #if !KERNELS_VNNI
@@ -747,30 +749,32 @@ static void k5_q8g_gemm_from(int64_t n, const char *w, size_t row_bytes, const v
 #endif
 				}
 				for (int c0 = 0; c0 < nc; c0 += K5_Q8G_TILE) {
-					const int NC = nc - c0 < K5_Q8G_TILE ? nc - c0 : K5_Q8G_TILE;
+					const int NC =
+					    nc - c0 < K5_Q8G_TILE ? nc - c0 : K5_Q8G_TILE;
 					const kernels__block_q8_0 *x[K5_Q8G_TILE];
 					const int32_t *xc[K5_Q8G_TILE];
 					const float *xd[K5_Q8G_TILE];
 					for (int c = 0; c < NC; c++) {
-						x[c] = (const kernels__block_q8_0 *)((const char *)xq +
-						                                     (size_t)(cb + c0 + c) *
-						                                         xq_stride) +
-						       s0;
+						x[c] =
+						    (const kernels__block_q8_0 *)((const char *)xq +
+						                                  (size_t)(cb + c0 +
+						                                           c) *
+						                                      xq_stride) +
+						    s0;
 						xc[c] = XC[c0 + c];
 						xd[c] = XD[c0 + c];
 					}
 					k5_q8g_tile(&v, sb, x, xc, xd, NC,
-					            y + (size_t)(cb + c0) * y_stride + (size_t)g, y_stride,
-					            k5_q8g_mask(R), s0 == 0);
+					            y + (size_t)(cb + c0) * y_stride + (size_t)g,
+					            y_stride, k5_q8g_mask(R), s0 == 0);
 				}
 			}
 		}
 	}
 }
 
-static void k5_q8g_gemm(int64_t n, const char *w, size_t row_bytes, int64_t nrows,
-                        const void *xq, size_t xq_stride, int64_t ncols, float *y,
-                        size_t y_stride)
+static void k5_q8g_gemm(int64_t n, const char *w, size_t row_bytes, int64_t nrows, const void *xq,
+                        size_t xq_stride, int64_t ncols, float *y, size_t y_stride)
 {
 	k5_q8g_gemm_from(n, w, row_bytes, NULL, 0, nrows, xq, xq_stride, ncols, y, y_stride);
 }
@@ -801,8 +805,8 @@ static void k5_pack(shoal_dtype wt, int64_t n, const void *w, size_t row_bytes, 
 		const int R = nrows - g * K5_G < K5_G ? (int)(nrows - g * K5_G) : K5_G;
 		for (int64_t s0 = 0; s0 < h->nb; s0 += K5_GS) {
 			const int sb = h->nb - s0 < K5_GS ? (int)(h->nb - s0) : K5_GS;
-			k5_q8g_repack((const char *)w + (size_t)(g * K5_G) * row_bytes, row_bytes, R,
-			              s0, sb, &pk);
+			k5_q8g_repack((const char *)w + (size_t)(g * K5_G) * row_bytes, row_bytes,
+			              R, s0, sb, &pk);
 			memcpy(PW + g * h->nb + s0, pk.W, sizeof pk.W[0] * (size_t)sb);
 			memcpy(PD + g * h->nb + s0, pk.DW, sizeof pk.DW[0] * (size_t)sb);
 		}
@@ -810,8 +814,8 @@ static void k5_pack(shoal_dtype wt, int64_t n, const void *w, size_t row_bytes, 
 }
 
 static void k5_gemm_packed(shoal_dtype wt, int64_t n, const void *packed, int64_t row0,
-                           int64_t nrows, const void *xq, size_t xq_stride, int64_t ncols,
-                           float *y, size_t y_stride)
+                           int64_t nrows, const void *xq, size_t xq_stride, int64_t ncols, float *y,
+                           size_t y_stride)
 {
 	(void)wt;
 	k5_q8g_gemm_from(n, NULL, 0, packed, row0, nrows, xq, xq_stride, ncols, y, y_stride);
@@ -853,8 +857,8 @@ static void k5_q8g_mm(int64_t n, const void *w, size_t row_bytes, int64_t nrows,
 
 /* Where the fields of a Q4_K (Q5 0) or Q5_K (Q5 1) block are: d and dmin
  * at 0 and 2, the scales at 4, as both structs have them. */
-#define K5_K45_BYTES(Q5)  ((Q5) ? sizeof(kernels__block_q5_k) : sizeof(kernels__block_q4_k))
-#define K5_KQ_BYTES(KIND) ((KIND) == 2 ? sizeof(kernels__block_q6_k) : K5_K45_BYTES((KIND) == 1))
+#define K5_K45_BYTES(Q5)   ((Q5) ? sizeof(kernels__block_q5_k) : sizeof(kernels__block_q4_k))
+#define K5_KQ_BYTES(KIND)  ((KIND) == 2 ? sizeof(kernels__block_q6_k) : K5_K45_BYTES((KIND) == 1))
 #define K5_K45_QS(blk, Q5) ((const uint8_t *)(blk) + ((Q5) ? 48 : 16))
 #define K5_K45_QH(blk)     ((const uint8_t *)(blk) + 16)
 #define K5_K45_D(blk)      (((const uint16_t *)(const void *)(blk))[0])
@@ -919,8 +923,8 @@ KERNELS__INLINE __m512i k5_q4g_lanes(const char *blk, const int Q5, const kernel
 			isum = k5_madd_acc(isum, _mm512_maddubs_epi16(q[h], xv), s);
 		}
 	}
-	__m256i i8 = _mm256_add_epi32(_mm512_castsi512_si256(isum),
-	                              _mm512_extracti64x4_epi64(isum, 1));
+	__m256i i8 =
+	    _mm256_add_epi32(_mm512_castsi512_si256(isum), _mm512_extracti64x4_epi64(isum, 1));
 	__m128i imin = _mm_madd_epi16(_mm_cvtepu8_epi16(_mm_cvtsi64_si128((long long)mn)), xs);
 	return k5_pair_si(i8, _mm256_zextsi128_si256(imin));
 }
@@ -1039,8 +1043,9 @@ KERNELS__INLINE void k5_udot(const __m512i *w, const int K, const int8_t *const 
 #if KERNELS_VNNI
 			dot[c] = _mm512_dpbusd_epi32(dot[c], wk, xk);
 #else
-			dot[c] = _mm512_add_epi32(dot[c], _mm512_madd_epi16(_mm512_maddubs_epi16(wk, xk),
-			                                                    _mm512_set1_epi16(1)));
+			dot[c] =
+			    _mm512_add_epi32(dot[c], _mm512_madd_epi16(_mm512_maddubs_epi16(wk, xk),
+			                                               _mm512_set1_epi16(1)));
 #endif
 		}
 	}
@@ -1050,9 +1055,9 @@ KERNELS__INLINE void k5_udot(const __m512i *w, const int K, const int8_t *const 
  * b, for nsub sub-blocks of K words each (sub-block j: words K j .. of w,
  * activation bytes 4 K j .. of x[c][b].qs), in the order of j: the
  * sub-block sums of Q4_K/Q5_K (8 of 32) and Q6_K (16 of 16). */
-KERNELS__INLINE void k5_kq_isum(const __m512i *w, const __m512i *sc, const int nsub,
-                                const int K, const kernels__block_q8_k *const *x, int b,
-                                const int NC, __m512i *isum)
+KERNELS__INLINE void k5_kq_isum(const __m512i *w, const __m512i *sc, const int nsub, const int K,
+                                const kernels__block_q8_k *const *x, int b, const int NC,
+                                __m512i *isum)
 {
 	for (int j = 0; j < nsub; j++) {
 		__m512i dot[KERNELS__TILE];
@@ -1071,9 +1076,8 @@ KERNELS__INLINE void k5_kq_isum(const __m512i *w, const __m512i *sc, const int n
 /* NC columns of a group over a repacked segment (as k5_q8g_tile_n); bs[c]:
  * each super-block's 4 words of (sum of sub-block 2jj, of 2jj + 1) int16. */
 KERNELS__INLINE void k5_q4g_tile_n(const k5_q4g_pack *pk, int sbn,
-                                   const kernels__block_q8_k *const *x,
-                                   const int32_t *const *bs, const int NC, float *y,
-                                   size_t y_stride, __mmask16 m, int first)
+                                   const kernels__block_q8_k *const *x, const int32_t *const *bs,
+                                   const int NC, float *y, size_t y_stride, __mmask16 m, int first)
 {
 	__m512 acc[KERNELS__TILE];
 	KERNELS__UNROLL for (int c = 0; c < NC; c++) acc[c] =
@@ -1097,17 +1101,16 @@ KERNELS__INLINE void k5_q4g_tile_n(const k5_q4g_pack *pk, int sbn,
 }
 
 static void k5_q4g_tile(const k5_q4g_pack *pk, int sbn, const kernels__block_q8_k *const *x,
-                        const int32_t *const *bs, int NC, float *y, size_t y_stride,
-                        __mmask16 m, int first)
-{
+                        const int32_t *const *bs, int NC, float *y, size_t y_stride, __mmask16 m,
+                        int first){
 #define K5_TILE(C) k5_q4g_tile_n(pk, sbn, x, bs, C, y, y_stride, m, first)
-	K5_BY_NC(NC, K5_TILE)
+    K5_BY_NC(NC, K5_TILE)
 #undef K5_TILE
 }
 
-KERNELS__INLINE void k5_q4g_gemm(int64_t n, const char *w, size_t row_bytes, int64_t nrows,
-                                 const void *xq, size_t xq_stride, int64_t ncols, float *y,
-                                 size_t y_stride, const int Q5)
+KERNELS__INLINE
+    void k5_q4g_gemm(int64_t n, const char *w, size_t row_bytes, int64_t nrows, const void *xq,
+                     size_t xq_stride, int64_t ncols, float *y, size_t y_stride, const int Q5)
 {
 	const int64_t nsb = n / KERNELS__QKK;
 	k5_q4g_pack pk;
@@ -1131,27 +1134,30 @@ KERNELS__INLINE void k5_q4g_gemm(int64_t n, const char *w, size_t row_bytes, int
 			}
 			for (int64_t g = 0; g < nrows; g += K5_G) {
 				const int R = nrows - g < K5_G ? (int)(nrows - g) : K5_G;
-				k5_q4g_repack(w + (size_t)g * row_bytes, row_bytes, R, s0, sbn, &pk, Q5);
+				k5_q4g_repack(w + (size_t)g * row_bytes, row_bytes, R, s0, sbn, &pk,
+				              Q5);
 				for (int c0 = 0; c0 < nc; c0 += KERNELS__TILE) {
-					const int NC = nc - c0 < KERNELS__TILE ? nc - c0 : KERNELS__TILE;
+					const int NC =
+					    nc - c0 < KERNELS__TILE ? nc - c0 : KERNELS__TILE;
 					const kernels__block_q8_k *x[KERNELS__TILE];
 					const int32_t *bs[KERNELS__TILE];
 					for (int c = 0; c < NC; c++) {
-						x[c] = (const kernels__block_q8_k *)((const char *)xq +
-						                                     (size_t)(cb + c0 + c) *
-						                                         xq_stride) +
-						       s0;
+						x[c] =
+						    (const kernels__block_q8_k *)((const char *)xq +
+						                                  (size_t)(cb + c0 +
+						                                           c) *
+						                                      xq_stride) +
+						    s0;
 						bs[c] = BS[c0 + c];
 					}
 					k5_q4g_tile(&pk, sbn, x, bs, NC,
-					            y + (size_t)(cb + c0) * y_stride + (size_t)g, y_stride,
-					            k5_q8g_mask(R), s0 == 0);
+					            y + (size_t)(cb + c0) * y_stride + (size_t)g,
+					            y_stride, k5_q8g_mask(R), s0 == 0);
 				}
 			}
 		}
 	}
 }
-
 
 /* ---- Q6_K in groups of 16 rows --------------------------------------------------------
  * As Q4_K above. This table's Q6_K accumulates each row in one float, from
@@ -1196,8 +1202,8 @@ KERNELS__INLINE __m512i k5_q6g_lanes(const kernels__block_q6_k *wb, const kernel
 			isum = k5_madd_acc(isum, _mm512_maddubs_epi16(q[p], xv), s);
 		}
 	}
-	__m256i i8 = _mm256_add_epi32(_mm512_castsi512_si256(isum),
-	                              _mm512_extracti64x4_epi64(isum, 1));
+	__m256i i8 =
+	    _mm256_add_epi32(_mm512_castsi512_si256(isum), _mm512_extracti64x4_epi64(isum, 1));
 	return _mm512_zextsi256_si512(_mm256_sub_epi32(i8, kernels__x86_q6k_offset(xb, sc16)));
 }
 
@@ -1225,10 +1231,11 @@ KERNELS__INLINE void k5_kq_row(__m512i (*B)[K5_GV4], const char *wb, const int K
 		__m512i v = _mm512_setzero_si512();
 		if (wb) {
 			kernels__prefetch_block(wb + b * bb, bb);
-			v = KIND == 2 ? k5_q6g_lanes((const kernels__block_q6_k *)(const void *)(wb +
-			                                                                         b * bb),
-			                             xb + b)
-			              : k5_q4g_lanes(wb + b * bb, KIND == 1, xb + b, xs[b]);
+			v = KIND == 2
+			        ? k5_q6g_lanes(
+			              (const kernels__block_q6_k *)(const void *)(wb + b * bb),
+			              xb + b)
+			        : k5_q4g_lanes(wb + b * bb, KIND == 1, xb + b, xs[b]);
 		}
 		__m512i isum, imin;
 		if (!k5_fold_push(B[0], K5_GV4, b, v, LVL, f, &isum, &imin))
@@ -1254,9 +1261,9 @@ KERNELS__INLINE void k5_kq_gemv(int64_t n, const char *w, size_t row_bytes, int6
 	const kernels__block_q8_k *xb = xq;
 	const int64_t nsb = n / KERNELS__QKK;
 	const k5_q8g_fold f = k5_q8g_fold_init();
-	const __m512i idx = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11,
-	                                                         12, 13, 14, 15),
-	                                       _mm512_set1_epi32((int)row_bytes));
+	const __m512i idx = _mm512_mullo_epi32(
+	    _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+	    _mm512_set1_epi32((int)row_bytes));
 	__m512i B[4][K5_GV4];
 	__m128i XS[K5_GV4];
 	int64_t prepared = -1;
@@ -1312,37 +1319,44 @@ static void k5_q6g_repack(const char *w, size_t row_bytes, int R, int64_t s0, in
 		KERNELS__UNROLL for (int ch = 0; ch < 2; ch++)
 		{
 			__m512i l0[8], l1[8], th[8];
-			k5_transpose16(rows, o + offsetof(kernels__block_q6_k, ql) + 64 * (size_t)ch, l0);
-			k5_transpose16(rows, o + offsetof(kernels__block_q6_k, ql) + 64 * (size_t)ch + 32,
-			               l1);
-			k5_transpose16(rows, o + offsetof(kernels__block_q6_k, qh) + 32 * (size_t)ch, th);
+			k5_transpose16(rows,
+			               o + offsetof(kernels__block_q6_k, ql) + 64 * (size_t)ch, l0);
+			k5_transpose16(
+			    rows, o + offsetof(kernels__block_q6_k, ql) + 64 * (size_t)ch + 32, l1);
+			k5_transpose16(rows,
+			               o + offsetof(kernels__block_q6_k, qh) + 32 * (size_t)ch, th);
 			_Pragma("GCC unroll 8") for (int k = 0; k < 8; k++)
 			{
 				__m512i h = th[k];
-				pk->W[b][4 * ch][k] = _mm512_or_si512(
-				    _mm512_and_si512(l0[k], m4),
-				    _mm512_slli_epi16(_mm512_and_si512(h, m3), 4));
+				pk->W[b][4 * ch][k] =
+				    _mm512_or_si512(_mm512_and_si512(l0[k], m4),
+				                    _mm512_slli_epi16(_mm512_and_si512(h, m3), 4));
 				pk->W[b][4 * ch + 1][k] = _mm512_or_si512(
 				    _mm512_and_si512(l1[k], m4),
-				    _mm512_slli_epi16(_mm512_and_si512(_mm512_srli_epi16(h, 2), m3), 4));
+				    _mm512_slli_epi16(_mm512_and_si512(_mm512_srli_epi16(h, 2), m3),
+				                      4));
 				pk->W[b][4 * ch + 2][k] = _mm512_or_si512(
 				    _mm512_and_si512(_mm512_srli_epi16(l0[k], 4), m4),
-				    _mm512_slli_epi16(_mm512_and_si512(_mm512_srli_epi16(h, 4), m3), 4));
+				    _mm512_slli_epi16(_mm512_and_si512(_mm512_srli_epi16(h, 4), m3),
+				                      4));
 				pk->W[b][4 * ch + 3][k] = _mm512_or_si512(
 				    _mm512_and_si512(_mm512_srli_epi16(l1[k], 4), m4),
-				    _mm512_slli_epi16(_mm512_and_si512(_mm512_srli_epi16(h, 6), m3), 4));
+				    _mm512_slli_epi16(_mm512_and_si512(_mm512_srli_epi16(h, 6), m3),
+				                      4));
 			}
 		}
 		int32_t sc[16][K5_G], sp[8][K5_G];
 		uint16_t d[K5_G];
 		for (int r = 0; r < K5_G; r++) {
-			const kernels__block_q6_k *blk = (const kernels__block_q6_k *)(const void *)(rows[r] + o);
+			const kernels__block_q6_k *blk =
+			    (const kernels__block_q6_k *)(const void *)(rows[r] + o);
 			for (int j = 0; j < 16; j++)
 				sc[j][r] = blk->scales[j];
 			for (int i = 0; i < 8; i++)
-				sp[i][r] = (int32_t)((uint32_t)(uint16_t)(int16_t)blk->scales[2 * i] |
-				                     (uint32_t)(uint16_t)(int16_t)blk->scales[2 * i + 1]
-				                         << 16);
+				sp[i][r] =
+				    (int32_t)((uint32_t)(uint16_t)(int16_t)blk->scales[2 * i] |
+				              (uint32_t)(uint16_t)(int16_t)blk->scales[2 * i + 1]
+				                  << 16);
 			d[r] = blk->d;
 		}
 		for (int j = 0; j < 16; j++)
@@ -1387,17 +1401,16 @@ KERNELS__INLINE void k5_q6g_tile_n(const k5_q6g_pack *pk, int sbn,
 	    _mm512_mask_storeu_ps(y + (size_t)c * y_stride, m, acc[c]);
 }
 
-static void k5_q6g_tile(const k5_q6g_pack *pk, int sbn, const kernels__block_q8_k *const *x,
-                        int NC, float *y, size_t y_stride, __mmask16 m, int first)
+static void k5_q6g_tile(const k5_q6g_pack *pk, int sbn, const kernels__block_q8_k *const *x, int NC,
+                        float *y, size_t y_stride, __mmask16 m, int first)
 {
 #define K5_TILE(C) k5_q6g_tile_n(pk, sbn, x, C, y, y_stride, m, first)
 	K5_BY_NC(NC, K5_TILE)
 #undef K5_TILE
 }
 
-static void k5_q6g_gemm(int64_t n, const char *w, size_t row_bytes, int64_t nrows,
-                        const void *xq, size_t xq_stride, int64_t ncols, float *y,
-                        size_t y_stride)
+static void k5_q6g_gemm(int64_t n, const char *w, size_t row_bytes, int64_t nrows, const void *xq,
+                        size_t xq_stride, int64_t ncols, float *y, size_t y_stride)
 {
 	const int64_t nsb = n / KERNELS__QKK;
 	k5_q6g_pack pk;
@@ -1412,7 +1425,8 @@ static void k5_q6g_gemm(int64_t n, const char *w, size_t row_bytes, int64_t nrow
 				const kernels__block_q8_k *x[KERNELS__TILE];
 				for (int c = 0; c < NC; c++)
 					x[c] = (const kernels__block_q8_k *)((const char *)xq +
-					                                     (size_t)(c0 + c) * xq_stride) +
+					                                     (size_t)(c0 + c) *
+					                                         xq_stride) +
 					       s0;
 				k5_q6g_tile(&pk, sbn, x, NC, y + (size_t)c0 * y_stride + (size_t)g,
 				            y_stride, k5_q8g_mask(R), s0 == 0);
@@ -1520,8 +1534,7 @@ KERNELS__INLINE __m512 k5_attn_tile(const __m512 *qp0, const __m512 *qp1, const 
  * t .. t + 7: k5_attn_tile's sums and reduction with the position pairs
  * (2 m, 2 m + 1) where it has head pairs, so every score gets the same
  * operations; lanes 0-7 head q0, 8-15 head q0 + 1, by position. */
-KERNELS__INLINE __m512 k5_attn_tile2(const __m512 *qp, const void *kt, size_t k_ld, int h8,
-                                     int f16)
+KERNELS__INLINE __m512 k5_attn_tile2(const __m512 *qp, const void *kt, size_t k_ld, int h8, int f16)
 {
 	__m512 a[8]; /* a[j]: position t + j, both heads */
 	KERNELS__UNROLL for (int j = 0; j < 8; j++) a[j] = _mm512_setzero_ps();
@@ -1558,8 +1571,7 @@ KERNELS__INLINE void k5_attn_scores2(const float *qg, int hd, const void *k, siz
 				for (int j = 0; j < 8; j++)
 					tail[8 * h + j] = kernels__x86_dot_tail(
 					    qg + (size_t)h * hd,
-					    kernels__kv_at(kt, (size_t)j * k_ld, f16), h8, hd,
-					    f16);
+					    kernels__kv_at(kt, (size_t)j * k_ld, f16), h8, hd, f16);
 			tv = _mm512_loadu_ps(tail);
 		}
 		r = _mm512_mul_ps(_mm512_add_ps(r, tv), vscale);
@@ -1570,8 +1582,8 @@ KERNELS__INLINE void k5_attn_scores2(const float *qg, int hd, const void *k, siz
 	}
 }
 
-KERNELS__INLINE void k5_scores_kv(const float *q, int ng, int hd, const void *k, size_t k_ld,
-                                  int n, float scale, float *s, size_t s_ld, int f16)
+KERNELS__INLINE void k5_scores_kv(const float *q, int ng, int hd, const void *k, size_t k_ld, int n,
+                                  float scale, float *s, size_t s_ld, int f16)
 {
 	const int h8 = hd & ~7, n4 = n & ~3;
 	if (h8 == 0 || hd > 512) {
@@ -1605,7 +1617,8 @@ KERNELS__INLINE void k5_scores_kv(const float *q, int ng, int hd, const void *k,
 						for (int m = 0; m < 4; m++)
 							tail[4 * kk + m] = kernels__x86_dot_tail(
 							    qg + (size_t)kk * hd,
-							    kernels__kv_at(kt, (size_t)m * k_ld, f16),
+							    kernels__kv_at(kt, (size_t)m * k_ld,
+							                   f16),
 							    h8, hd, f16);
 					tv = _mm512_loadu_ps(tail);
 				}
@@ -1629,9 +1642,9 @@ KERNELS__INLINE void k5_scores_kv(const float *q, int ng, int hd, const void *k,
 		const float *qg = q + (size_t)g * hd;
 		k5_attn_scores2(qg, hd, k, k_ld, n8, scale, s + (size_t)g * s_ld, s_ld, f16);
 		if (n8 < n)
-			kernels__x86_scores_edge(qg, 2, hd, kernels__kv_at(k, (size_t)n8 * k_ld, f16),
-			                         k_ld, n - n8, scale,
-			                         s + (size_t)g * s_ld + (size_t)n8, s_ld, f16);
+			kernels__x86_scores_edge(
+			    qg, 2, hd, kernels__kv_at(k, (size_t)n8 * k_ld, f16), k_ld, n - n8,
+			    scale, s + (size_t)g * s_ld + (size_t)n8, s_ld, f16);
 		g += 2;
 	}
 	if (g < ng)
@@ -1744,8 +1757,10 @@ KERNELS__TABLE(K5_TABLE, K5_ISA, k5, k5,
                         [KERNELS__W_Q2_K] = k5_tile_q2_k,
                         [KERNELS__W_Q3_K] = k5_tile_q3_k,
                         [KERNELS__W_IQ4_XS] = k5_tile_iq4_xs},
-               .mm = {[KERNELS__W_Q8_0] = k5_q8g_mm, [KERNELS__W_Q4_K] = k5_q4g_mm,
-                      [KERNELS__W_Q5_K] = k5_q5g_mm, [KERNELS__W_Q6_K] = k5_q6g_mm},
+               .mm = {[KERNELS__W_Q8_0] = k5_q8g_mm,
+                      [KERNELS__W_Q4_K] = k5_q4g_mm,
+                      [KERNELS__W_Q5_K] = k5_q5g_mm,
+                      [KERNELS__W_Q6_K] = k5_q6g_mm},
                .rows = {[KERNELS__W_Q4_0] = k5_q4_0_rows,
                         [KERNELS__W_Q5_0] = k5_q5_0_rows,
                         [KERNELS__W_IQ4_NL] = k5_iq4_nl_rows,

@@ -468,7 +468,7 @@ KERNELS__INLINE void kn_tile_iq4_xs_block(const kernels__block_iq4_xs *wb, int64
 KERNELS__SUPER_TILE(kn_tile_iq4_xs, kernels__block_iq4_xs)
 
 #define kn_quantize_act kernels__quantize_act
-#define kn_softmax      kernels__softmax /* no NEON twin yet */
+#define kn_softmax      kernels__softmax  /* no NEON twin yet */
 #define kn_silu_mul     kernels__silu_mul /* nor here */
 #define kn_pack_bytes   kernels__no_pack_bytes
 #define kn_pack         kernels__no_pack
@@ -494,8 +494,8 @@ KERNELS__INLINE float32x4_t kn_kv4(const void *p, size_t i, int f16)
 	return vld1q_f32((const float *)p + i);
 }
 
-KERNELS__INLINE void kn_scores_kv(const float *q, int ng, int hd, const void *k, size_t k_ld,
-                                  int n, float scale, float *s, size_t s_ld, int f16)
+KERNELS__INLINE void kn_scores_kv(const float *q, int ng, int hd, const void *k, size_t k_ld, int n,
+                                  float scale, float *s, size_t s_ld, int f16)
 {
 	const int h8 = hd & ~7;
 	for (int t = 0; t < n; t++) {
@@ -505,8 +505,8 @@ KERNELS__INLINE void kn_scores_kv(const float *q, int ng, int hd, const void *k,
 			float32x4_t lo = vdupq_n_f32(0.0f), hi = vdupq_n_f32(0.0f);
 			int i = 0;
 			for (; i < h8; i += 8) {
-				lo = vaddq_f32(lo,
-				               vmulq_f32(vld1q_f32(qg + i), kn_kv4(kt, (size_t)i, f16)));
+				lo = vaddq_f32(
+				    lo, vmulq_f32(vld1q_f32(qg + i), kn_kv4(kt, (size_t)i, f16)));
 				hi = vaddq_f32(hi, vmulq_f32(vld1q_f32(qg + i + 4),
 				                             kn_kv4(kt, (size_t)i + 4, f16)));
 			}
@@ -527,7 +527,8 @@ KERNELS__INLINE void kn_values_kv(const float *p, size_t p_ld, int ng, int hd, c
 		for (; d + 8 <= hd; d += 8) {
 			float32x4_t a0 = vdupq_n_f32(0.0f), a1 = vdupq_n_f32(0.0f);
 			for (int t = 0; t < n; t++) {
-				const void *vt = kernels__kv_at(v, (size_t)t * v_ld + (size_t)d, f16);
+				const void *vt =
+				    kernels__kv_at(v, (size_t)t * v_ld + (size_t)d, f16);
 				float32x4_t pb = vdupq_n_f32(pg[t]);
 				a0 = vaddq_f32(a0, vmulq_f32(pb, kn_kv4(vt, 0, f16)));
 				a1 = vaddq_f32(a1, vmulq_f32(pb, kn_kv4(vt, 4, f16)));
@@ -538,7 +539,8 @@ KERNELS__INLINE void kn_values_kv(const float *p, size_t p_ld, int ng, int hd, c
 		for (; d < hd; d++) {
 			float acc = 0.0f;
 			for (int t = 0; t < n; t++)
-				acc += pg[t] * kernels__kv_get(v, (size_t)t * v_ld + (size_t)d, f16);
+				acc +=
+				    pg[t] * kernels__kv_get(v, (size_t)t * v_ld + (size_t)d, f16);
 			o[(size_t)g * hd + d] = acc;
 		}
 	}

@@ -12,16 +12,16 @@
 #include "runtime/cpu/kernels.h"
 
 typedef struct shoal_kernels_probe_result {
-	const char *isa;     /* k->isa (static) */
-	double gemv_gbps;    /* Q8_0 gemv, one thread, over a matrix larger than the
-	                      * last-level cache: weight bytes read per second / 1e9
-	                      * (the decode speed; best pass) */
-	double gemm_gflops;  /* Q8_0 gemm, one thread, cache-resident matrix, 32
-	                      * columns: 2 * n * rows * cols / s / 1e9 (prefill) */
+	const char *isa;        /* k->isa (static) */
+	double gemv_gbps;       /* Q8_0 gemv, one thread, over a matrix larger than the
+	                         * last-level cache: weight bytes read per second / 1e9
+	                         * (the decode speed; best pass) */
+	double gemm_gflops;     /* Q8_0 gemm, one thread, cache-resident matrix, 32
+	                         * columns: 2 * n * rows * cols / s / 1e9 (prefill) */
 	const char *prefetch;   /* shoal_kernels_prefetch() after the probe (static) */
 	double gemv_gbps_other; /* the stream with the other prefetch (0: not
 	                         * measured: SHOAL_PREFETCH fixed it, or not x86) */
-	unsigned elapsed_ms; /* wall time the probe took */
+	unsigned elapsed_ms;    /* wall time the probe took */
 } shoal_kernels_probe_result;
 
 /* Measure table k (NULL: shoal_kernels_best()) for about budget_ms

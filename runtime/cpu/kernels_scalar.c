@@ -343,8 +343,8 @@ KERNELS__INLINE float ks_attn_dot(const float *a, const void *c, int n, int f16)
 	return ((s0 + s2) + (s1 + s3)) + tail;
 }
 
-KERNELS__INLINE void ks_scores_kv(const float *q, int ng, int hd, const void *k, size_t k_ld,
-                                  int n, float scale, float *s, size_t s_ld, int f16)
+KERNELS__INLINE void ks_scores_kv(const float *q, int ng, int hd, const void *k, size_t k_ld, int n,
+                                  float scale, float *s, size_t s_ld, int f16)
 {
 	for (int t = 0; t < n; t++)
 		for (int g = 0; g < ng; g++)
@@ -399,7 +399,7 @@ void kernels__silu_mul(const float *g, const float *u, size_t n, float *h)
 	for (size_t i = 0; i < n; i++)
 		h[i] = kernels__silu_mul1(g[i], u[i]);
 }
-#define ks_silu_mul kernels__silu_mul
+#define ks_silu_mul    kernels__silu_mul
 #define ks_pack_bytes  kernels__no_pack_bytes
 #define ks_pack        kernels__no_pack
 #define ks_gemm_packed kernels__no_gemm_packed

@@ -100,11 +100,9 @@ __attribute__((unused)) static void kernels__no_pack(shoal_dtype wt, int64_t n, 
 	SHOAL_ASSERT(!"pack on a table without packed weights");
 }
 
-__attribute__((unused)) static void kernels__no_gemm_packed(shoal_dtype wt, int64_t n,
-                                                            const void *packed, int64_t row0,
-                                                            int64_t nrows, const void *xq,
-                                                            size_t xq_stride, int64_t ncols,
-                                                            float *y, size_t y_stride)
+__attribute__((unused)) static void
+kernels__no_gemm_packed(shoal_dtype wt, int64_t n, const void *packed, int64_t row0, int64_t nrows,
+                        const void *xq, size_t xq_stride, int64_t ncols, float *y, size_t y_stride)
 {
 	(void)wt, (void)n, (void)packed, (void)row0, (void)nrows, (void)xq, (void)xq_stride;
 	(void)ncols, (void)y, (void)y_stride;
@@ -120,9 +118,9 @@ __attribute__((unused)) static void kernels__no_gemm_packed(shoal_dtype wt, int6
 	{                                                                                          \
 		p##_scores_kv(q, ng, hd, k, k_ld, n, scale, s, s_ld, f16);                         \
 	}                                                                                          \
-	__attribute__((unused)) static void p##_attn_values##sfx(                                  \
-	    const float *pr, size_t p_ld, int ng, int hd, const T *v, size_t v_ld, int n,          \
-	    float *o)                                                                              \
+	__attribute__((unused)) static void p##_attn_values##sfx(const float *pr, size_t p_ld,     \
+	                                                         int ng, int hd, const T *v,       \
+	                                                         size_t v_ld, int n, float *o)     \
 	{                                                                                          \
 		p##_values_kv(pr, p_ld, ng, hd, v, v_ld, n, o, f16);                               \
 	}

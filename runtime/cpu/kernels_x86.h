@@ -456,9 +456,10 @@ static void kernels__x86_quantize_act(shoal_dtype act, const float *x, void *out
 		uint16_t *o = out;
 		int64_t i = 0;
 		for (; i + 8 <= n; i += 8)
-			_mm_storeu_si128((__m128i *)(o + i),
-			                 _mm256_cvtps_ph(_mm256_loadu_ps(x + i),
-			                                 _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+			_mm_storeu_si128(
+			    (__m128i *)(o + i),
+			    _mm256_cvtps_ph(_mm256_loadu_ps(x + i),
+			                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
 		if (i < n)
 			kernels__quantize_act(act, x + i, o + i, n - i);
 		return;
@@ -563,8 +564,8 @@ static void kernels__x86_silu_mul(const float *g, const float *u, size_t n, floa
 	for (; i + 8 <= n; i += 8) {
 		__m256 vg = _mm256_loadu_ps(g + i);
 		__m256 e = kernels__x86_exp_neg(_mm256_sub_ps(zero, _mm256_and_ps(vg, abs_mask)));
-		__m256 num = _mm256_blendv_ps(_mm256_mul_ps(vg, e), vg,
-		                              _mm256_cmp_ps(vg, zero, _CMP_GE_OQ));
+		__m256 num =
+		    _mm256_blendv_ps(_mm256_mul_ps(vg, e), vg, _mm256_cmp_ps(vg, zero, _CMP_GE_OQ));
 		__m256 s = _mm256_div_ps(num, _mm256_add_ps(one, e));
 		_mm256_storeu_ps(h + i, _mm256_mul_ps(s, _mm256_loadu_ps(u + i)));
 	}
@@ -607,8 +608,8 @@ KERNELS__INLINE float kernels__x86_dot_tail(const float *a, const void *c, int i
 }
 
 KERNELS__INLINE void kernels__x86_scores_kv(const float *q, int ng, int hd, const void *k,
-                                            size_t k_ld, int n, float scale, float *s,
-                                            size_t s_ld, int f16)
+                                            size_t k_ld, int n, float scale, float *s, size_t s_ld,
+                                            int f16)
 {
 	const int h8 = hd & ~7;
 	for (int t = 0; t < n; t++) {
@@ -635,8 +636,9 @@ KERNELS__INLINE void kernels__x86_scores_kv(const float *q, int ng, int hd, cons
 			const float *qg = q + (size_t)g * hd;
 			__m256 a = _mm256_setzero_ps();
 			for (int i = 0; i < h8; i += 8)
-				a = _mm256_add_ps(a, _mm256_mul_ps(_mm256_loadu_ps(qg + i),
-				                                   kernels__x86_kv8(kt, (size_t)i, f16)));
+				a = _mm256_add_ps(
+				    a, _mm256_mul_ps(_mm256_loadu_ps(qg + i),
+				                     kernels__x86_kv8(kt, (size_t)i, f16)));
 			s[(size_t)g * s_ld + (size_t)t] =
 			    (kernels__x86_hsum8(a) + kernels__x86_dot_tail(qg, kt, h8, hd, f16)) *
 			    scale;
@@ -681,7 +683,8 @@ KERNELS__INLINE void kernels__x86_values_kv(const float *p, size_t p_ld, int ng,
 		int d = 0;
 		for (; d + 16 <= hd; d += 16) {
 			if (G == 4)
-				kernels__x86_values_tile(p, p_ld, g, 4, hd, d, 2, v, v_ld, n, o, f16);
+				kernels__x86_values_tile(p, p_ld, g, 4, hd, d, 2, v, v_ld, n, o,
+				                         f16);
 			else
 				for (int j = 0; j < G; j++)
 					kernels__x86_values_tile(p, p_ld, g + j, 1, hd, d, 2, v,
@@ -689,14 +692,15 @@ KERNELS__INLINE void kernels__x86_values_kv(const float *p, size_t p_ld, int ng,
 		}
 		for (; d + 8 <= hd; d += 8)
 			for (int j = 0; j < G; j++)
-				kernels__x86_values_tile(p, p_ld, g + j, 1, hd, d, 1, v, v_ld, n,
-				                         o, f16);
+				kernels__x86_values_tile(p, p_ld, g + j, 1, hd, d, 1, v, v_ld, n, o,
+				                         f16);
 		for (; d < hd; d++)
 			for (int j = 0; j < G; j++) {
 				float acc = 0.0f;
 				for (int t = 0; t < n; t++)
-					acc += p[(size_t)(g + j) * p_ld + (size_t)t] *
-					       kernels__kv_get(v, (size_t)t * v_ld + (size_t)d, f16);
+					acc +=
+					    p[(size_t)(g + j) * p_ld + (size_t)t] *
+					    kernels__kv_get(v, (size_t)t * v_ld + (size_t)d, f16);
 				o[(size_t)(g + j) * hd + d] = acc;
 			}
 	}

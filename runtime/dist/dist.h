@@ -239,24 +239,24 @@ shoal_err shoal_dist_stage_poll(shoal_dist_stage *s, shoal_xfer_link *const *lin
  * the view: its CLOSE will never come); returns how many. A session idle
  * for SHOAL_DIST_IDLE_MS is also freed when an OPEN finds no free slot.
  * NULL s: 0. */
-uint32_t shoal_dist_stage_keep_owners(shoal_dist_stage *s, const uint8_t (*owners)[SHOAL_PEER_ID_LEN],
-                                      size_t n_owners);
+uint32_t shoal_dist_stage_keep_owners(shoal_dist_stage *s,
+                                      const uint8_t (*owners)[SHOAL_PEER_ID_LEN], size_t n_owners);
 #define SHOAL_DIST_IDLE_MS 60000u
 
 typedef struct shoal_dist_stage_metrics {
-	uint64_t runs;           /* engine runs (one per batch) */
-	uint64_t batched_runs;   /* runs with rows of more than one session */
-	uint64_t rows;           /* rows run */
-	uint64_t run_ns;         /* wall time in the engine, experts included */
-	uint64_t last_run_ns;    /* the latest run: step time of this stage */
-	uint64_t hidden_sent;    /* HIDDEN frames sent downstream */
-	uint64_t tokens_sent;    /* result TOKEN frames sent to owners */
-	uint64_t expert_reqs;    /* EXPERT_REQ frames sent */
-	uint64_t expert_layers;  /* MoE layer runs that dispatched >= 1 request */
-	uint64_t expert_served;  /* EXPERT_REQ frames answered */
+	uint64_t runs;            /* engine runs (one per batch) */
+	uint64_t batched_runs;    /* runs with rows of more than one session */
+	uint64_t rows;            /* rows run */
+	uint64_t run_ns;          /* wall time in the engine, experts included */
+	uint64_t last_run_ns;     /* the latest run: step time of this stage */
+	uint64_t hidden_sent;     /* HIDDEN frames sent downstream */
+	uint64_t tokens_sent;     /* result TOKEN frames sent to owners */
+	uint64_t expert_reqs;     /* EXPERT_REQ frames sent */
+	uint64_t expert_layers;   /* MoE layer runs that dispatched >= 1 request */
+	uint64_t expert_served;   /* EXPERT_REQ frames answered */
 	uint64_t expert_timeouts; /* expert replies not there within timeout_ms */
-	uint64_t dropped;        /* frames dropped: stray, malformed, other plan */
-	uint64_t session_errors; /* sessions failed here */
+	uint64_t dropped;         /* frames dropped: stray, malformed, other plan */
+	uint64_t session_errors;  /* sessions failed here */
 	/* whole frames, header included (as shoal_xfer_metrics counts them):
 	 * divided by the tokens generated, the bytes per hop per token */
 	uint64_t hidden_bytes;     /* HIDDEN sent */
@@ -264,15 +264,15 @@ typedef struct shoal_dist_stage_metrics {
 	uint64_t expert_req_bytes; /* EXPERT_REQ sent */
 	uint64_t expert_rep_bytes; /* EXPERT_REP received (by collect) */
 	/* a tensor group's member */
-	uint64_t gathers;         /* exchanges (all-gathers) taken part in */
-	uint64_t gather_sent;     /* slices sent: (tp_n - 1) per exchange */
-	uint64_t gather_recv;     /* slices received */
+	uint64_t gathers;            /* exchanges (all-gathers) taken part in */
+	uint64_t gather_sent;        /* slices sent: (tp_n - 1) per exchange */
+	uint64_t gather_recv;        /* slices received */
 	uint64_t gather_frames_sent; /* GATHER frames: one a slice unless it */
 	uint64_t gather_frames_recv; /* is larger than a frame */
-	uint64_t gather_bytes;    /* GATHER frames sent, whole */
-	uint64_t gather_wait_ns;  /* time waiting for the others' slices */
-	uint64_t gather_blocked;  /* waits that outlasted tp_spin_us and blocked */
-	uint64_t relayed;         /* frames relayed to the other members (entry) */
+	uint64_t gather_bytes;       /* GATHER frames sent, whole */
+	uint64_t gather_wait_ns;     /* time waiting for the others' slices */
+	uint64_t gather_blocked;     /* waits that outlasted tp_spin_us and blocked */
+	uint64_t relayed;            /* frames relayed to the other members (entry) */
 	/* a member of a split head (invariant 10); its frames are counted
 	 * with the gathers' above */
 	uint64_t head_gathers; /* head gathers taken part in */
@@ -282,7 +282,8 @@ typedef struct shoal_dist_stage_metrics {
 
 void shoal_dist_stage_metrics_get(const shoal_dist_stage *s, shoal_dist_stage_metrics *m);
 /* The plan (digest, epoch) the stage was made for. */
-void shoal_dist_stage_plan(const shoal_dist_stage *s, uint8_t digest[SHOAL_DIGEST_BYTES], uint64_t *epoch);
+void shoal_dist_stage_plan(const shoal_dist_stage *s, uint8_t digest[SHOAL_DIGEST_BYTES],
+                           uint64_t *epoch);
 
 /* ---- the session owner ---------------------------------------------------- */
 

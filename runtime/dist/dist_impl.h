@@ -59,8 +59,8 @@ uint64_t dist__now_ns(void);
 /* Session errors a stage could not deliver to their owners, kept and tried
  * again for DIST__ERR_RETRY_MS (an owner that restarted is reachable once
  * the view has its new endpoint). */
-#define DIST__MAX_ERRS      16u
-#define DIST__ERR_RETRY_MS  5000u
+#define DIST__MAX_ERRS     16u
+#define DIST__ERR_RETRY_MS 5000u
 
 typedef struct dist__err {
 	uint64_t sid;

@@ -78,8 +78,9 @@ static shoal_err err_send(shoal_dist_stage *s, uint64_t sid, const dist__ctl *c)
 /* Fail session i (or, i < 0, an unknown one of owner/sid): log, send
  * ERROR to its owner (kept and tried again for a while when the owner
  * cannot be reached), drop its later frames. */
-static shoal_err sess_fail(shoal_dist_stage *s, int i, uint64_t sid, const uint8_t owner[SHOAL_PEER_ID_LEN],
-                           shoal_err status, const char *reason)
+static shoal_err sess_fail(shoal_dist_stage *s, int i, uint64_t sid,
+                           const uint8_t owner[SHOAL_PEER_ID_LEN], shoal_err status,
+                           const char *reason)
 {
 	if (i >= 0) {
 		if (s->sess[i].failed)
@@ -232,7 +233,8 @@ static shoal_err send_results(shoal_dist_stage *s, uint32_t n, uint32_t n_want, 
 		const uint8_t *owner = s->sess[wsess[a]].owner;
 		uint32_t K = 0, m = 0;
 		for (uint32_t w = a; w < n_want; w++) /* this owner's rows: K is their largest */
-			if (!done[w] && !memcmp(s->sess[wsess[w]].owner, owner, SHOAL_PEER_ID_LEN) &&
+			if (!done[w] &&
+			    !memcmp(s->sess[wsess[w]].owner, owner, SHOAL_PEER_ID_LEN) &&
 			    s->sess[wsess[w]].logprobs > K)
 				K = s->sess[wsess[w]].logprobs;
 		uint32_t dim = 2 + 2 * K;
@@ -251,8 +253,9 @@ static shoal_err send_results(shoal_dist_stage *s, uint32_t n, uint32_t n_want, 
 			m++;
 		}
 		shoal_xfer_link *k = link_to(s, owner);
-		shoal_err e = k ? SHOAL_OK
-		                : shoal_why(why, why_len, SHOAL_ERR_NOTFOUND, "no link to an owner");
+		shoal_err e =
+		    k ? SHOAL_OK
+		      : shoal_why(why, why_len, SHOAL_ERR_NOTFOUND, "no link to an owner");
 		shoal_xfer_hdr h = {.kind = SHOAL_XFER_KIND_TOKEN,
 		                    .dtype = SHOAL_XFER_DTYPE_I32,
 		                    .layer_first = (uint16_t)s->n_layer,
@@ -480,7 +483,8 @@ static shoal_err sess_open(shoal_dist_stage *s, uint64_t sid, const dist__ctl *c
 		return shoal_why(w, w_len, SHOAL_ERR_BUSY, "session %016llx is already open",
 		                 (unsigned long long)sid);
 	if (i >= 0) { /* its owner never reopens a live one: a restarted owner's */
-		SHOAL_LOG_I(LOG_PART, "layers [%u, %u): session %016llx opened again: the old one freed",
+		SHOAL_LOG_I(LOG_PART,
+		            "layers [%u, %u): session %016llx opened again: the old one freed",
 		            s->cfg.layer_begin, s->cfg.layer_end, (unsigned long long)sid);
 		sess_drop(s, &s->sess[i]);
 		i = -1;
@@ -491,10 +495,10 @@ static shoal_err sess_open(shoal_dist_stage *s, uint64_t sid, const dist__ctl *c
 	if (i < 0 && (i = sess_idlest(s)) >= 0) {
 		/* its owner went silent (died, or lost its CLOSE): the slot goes
 		 * to a session that runs */
-		SHOAL_LOG_W(LOG_PART, "layers [%u, %u): session %016llx idle for %llu s: freed",
-		            s->cfg.layer_begin, s->cfg.layer_end,
-		            (unsigned long long)s->sess[i].sid,
-		            (unsigned long long)((dist__now_ns() - s->sess[i].last_ns) / 1000000000u));
+		SHOAL_LOG_W(
+		    LOG_PART, "layers [%u, %u): session %016llx idle for %llu s: freed",
+		    s->cfg.layer_begin, s->cfg.layer_end, (unsigned long long)s->sess[i].sid,
+		    (unsigned long long)((dist__now_ns() - s->sess[i].last_ns) / 1000000000u));
 		sess_forget(s, &s->sess[i], "it was idle and its slot went to another session");
 	}
 	if (i < 0)
@@ -541,7 +545,8 @@ static shoal_err handle_ctl(shoal_dist_stage *s, const shoal_xfer_frame *f, char
 		return SHOAL_OK;
 	}
 	int i = sess_find(s, sid);
-	if (i >= 0 && memcmp(s->sess[i].owner, c.owner, SHOAL_PEER_ID_LEN) && c.op != SHOAL_DIST_CTL_OPEN) {
+	if (i >= 0 && memcmp(s->sess[i].owner, c.owner, SHOAL_PEER_ID_LEN) &&
+	    c.op != SHOAL_DIST_CTL_OPEN) {
 		s->met.dropped++;
 		SHOAL_LOG_W(LOG_PART, "control for session %016llx from another owner: dropped",
 		            (unsigned long long)sid);
@@ -689,8 +694,8 @@ shoal_err shoal_dist_stage_poll(shoal_dist_stage *s, shoal_xfer_link *const *lin
 	return e ? e : f;
 }
 
-uint32_t shoal_dist_stage_keep_owners(shoal_dist_stage *s, const uint8_t (*owners)[SHOAL_PEER_ID_LEN],
-                                      size_t n_owners)
+uint32_t shoal_dist_stage_keep_owners(shoal_dist_stage *s,
+                                      const uint8_t (*owners)[SHOAL_PEER_ID_LEN], size_t n_owners)
 {
 	uint32_t n = 0;
 	for (uint32_t i = 0; s && i < s->cfg.max_sessions; i++) {
@@ -698,7 +703,8 @@ uint32_t shoal_dist_stage_keep_owners(shoal_dist_stage *s, const uint8_t (*owner
 		for (size_t j = 0; j < n_owners && !keep; j++)
 			keep = !memcmp(s->sess[i].owner, owners[j], SHOAL_PEER_ID_LEN);
 		if (s->sess[i].used && !keep) {
-			SHOAL_LOG_I(LOG_PART, "layers [%u, %u): session %016llx freed: its owner left",
+			SHOAL_LOG_I(LOG_PART,
+			            "layers [%u, %u): session %016llx freed: its owner left",
 			            s->cfg.layer_begin, s->cfg.layer_end,
 			            (unsigned long long)s->sess[i].sid);
 			sess_forget(s, &s->sess[i], "its owner had left this peer's view");
@@ -713,7 +719,8 @@ void shoal_dist_stage_metrics_get(const shoal_dist_stage *s, shoal_dist_stage_me
 	*m = s->met;
 }
 
-void shoal_dist_stage_plan(const shoal_dist_stage *s, uint8_t digest[SHOAL_DIGEST_BYTES], uint64_t *epoch)
+void shoal_dist_stage_plan(const shoal_dist_stage *s, uint8_t digest[SHOAL_DIGEST_BYTES],
+                           uint64_t *epoch)
 {
 	memcpy(digest, s->cfg.digest, SHOAL_DIGEST_BYTES);
 	*epoch = s->cfg.epoch;

@@ -15,7 +15,6 @@
 
 #include "base/assert.h"
 
-
 /*
  * One layer, for the n rows of a batch (the reference engine's order):
  *   xn = rmsnorm(x) * attn_norm
@@ -53,23 +52,23 @@ static bool engine_aligned(const shoal_gguf_tensor *t)
 /* Whether tensor t's data may be bound: aligned (above) and held
  * (cfg.tensor_held). */
 static shoal_err engine_usable(const shoal_engine *e, const shoal_gguf_tensor *t, char *why,
-                                size_t why_len)
+                               size_t why_len)
 {
 	if (e->cfg.tensor_held && !e->cfg.tensor_held(e->cfg.tensor_held_ctx, t))
-		return shoal_why(why, why_len, SHOAL_ERR_NOTFOUND,
-		                 "tensor %s is not held here (the weights cache has not fetched it)",
-		                 t->name);
+		return shoal_why(
+		    why, why_len, SHOAL_ERR_NOTFOUND,
+		    "tensor %s is not held here (the weights cache has not fetched it)", t->name);
 	if (!engine_aligned(t))
-		return shoal_why(why, why_len, SHOAL_ERR_FORMAT,
-		                 "tensor %s: %s data at file offset %llu is not aligned for its type",
-		                 t->name, shoal_dtype_name(t->type),
-		                 (unsigned long long)t->file_offset);
+		return shoal_why(
+		    why, why_len, SHOAL_ERR_FORMAT,
+		    "tensor %s: %s data at file offset %llu is not aligned for its type", t->name,
+		    shoal_dtype_name(t->type), (unsigned long long)t->file_offset);
 	return SHOAL_OK;
 }
 
 static shoal_err engine_mat(const shoal_engine *e, const shoal_gguf_tensor *t, int64_t n_in,
-                             int64_t n_out, uint64_t n_stack, shoal_backend_mat *out,
-                             size_t *stride, char *why, size_t why_len)
+                            int64_t n_out, uint64_t n_stack, shoal_backend_mat *out, size_t *stride,
+                            char *why, size_t why_len)
 {
 	const shoal_backend_ops *ops = e->ops;
 	if (!t)
@@ -105,7 +104,7 @@ static shoal_err engine_mat(const shoal_engine *e, const shoal_gguf_tensor *t, i
 
 /* An F32 copy of a small vector tensor of n elements (NULL t: *out = NULL). */
 static shoal_err engine_vec(const shoal_engine *e, const shoal_gguf_tensor *t, uint32_t n,
-                             float **out, char *why, size_t why_len)
+                            float **out, char *why, size_t why_len)
 {
 	const shoal_backend_ops *ops = e->ops;
 	*out = NULL;
@@ -138,14 +137,14 @@ static shoal_err engine_vec(const shoal_engine *e, const shoal_gguf_tensor *t, u
 static void *engine_calloc3(size_t a, size_t b, size_t c, size_t sz); /* creation */
 
 static shoal_err engine_split_kv_b(shoal_engine *e, const shoal_layer *src, engine__layer *L,
-                                    char *why, size_t why_len)
+                                   char *why, size_t why_len)
 {
 	const shoal_hparams *hp = &e->hp;
 	uint32_t H = hp->n_head, kvl = hp->kv_lora_rank, nope = hp->head_dim - hp->n_rot;
 	uint32_t vh = hp->v_head_dim;
 	shoal_backend_mat kvb;
-	shoal_err err = engine_mat(e, src->wkv_b, kvl, (int64_t)H * (nope + vh), 1, &kvb,
-	                            NULL, why, why_len);
+	shoal_err err =
+	    engine_mat(e, src->wkv_b, kvl, (int64_t)H * (nope + vh), 1, &kvb, NULL, why, why_len);
 	if (err)
 		return err;
 	if (!e->ops->supports(SHOAL_BACKEND_OP_TO_F32, kvb.type) ||
@@ -158,7 +157,7 @@ static shoal_err engine_split_kv_b(shoal_engine *e, const shoal_layer *src, engi
 	L->wv_b.data = (const uint8_t *)kvb.data + (size_t)nope * kvb.row_bytes;
 	L->wv_b_stride = (size_t)(nope + vh) * kvb.row_bytes;
 	float *kt = engine_calloc3(H, kvl, nope, sizeof(float)); /* (n_head, kv_lora, nope) */
-	float *row = malloc((size_t)kvl * sizeof *row);           /* (kv_lora) */
+	float *row = malloc((size_t)kvl * sizeof *row);          /* (kv_lora) */
 	if (!kt || !row) {
 		free(kt);
 		free(row);
@@ -185,15 +184,14 @@ static shoal_err engine_split_kv_b(shoal_engine *e, const shoal_layer *src, engi
 
 /* The MLA attention weights of an owned deepseek2 layer. */
 static shoal_err engine_layer_mla(shoal_engine *e, const shoal_layer *src, engine__layer *L,
-                                   char *why, size_t why_len)
+                                  char *why, size_t why_len)
 {
 	const shoal_hparams *hp = &e->hp;
 	uint32_t E = hp->n_embd, H = hp->n_head, kvl = hp->kv_lora_rank, ql = hp->q_lora_rank;
 	shoal_err err;
 	if (ql ? (err = engine_mat(e, src->wq_a, E, ql, 1, &L->wq_a, NULL, why, why_len)) ||
 	             (err = engine_vec(e, src->q_a_norm, ql, &L->q_a_norm, why, why_len)) ||
-	             (err = engine_mat(e, src->wq_b, ql, e->q_dim, 1, &L->wq_b, NULL, why,
-	                                why_len))
+	             (err = engine_mat(e, src->wq_b, ql, e->q_dim, 1, &L->wq_b, NULL, why, why_len))
 	       : (err = engine_mat(e, src->wq, E, e->q_dim, 1, &L->wq, NULL, why, why_len)))
 		return err;
 	if ((err = engine_mat(e, src->wkv_a, E, e->kv_dim, 1, &L->wkv_a, NULL, why, why_len)) ||
@@ -203,9 +201,9 @@ static shoal_err engine_layer_mla(shoal_engine *e, const shoal_layer *src, engin
 	if (hp->mla_kv_b)
 		return engine_split_kv_b(e, src, L, why, why_len);
 	if ((err = engine_mat(e, src->wk_b, hp->head_dim - hp->n_rot, kvl, H, &L->wk_b,
-	                       &L->wk_b_stride, why, why_len)) ||
-	    (err = engine_mat(e, src->wv_b, kvl, hp->v_head_dim, H, &L->wv_b, &L->wv_b_stride,
-	                       why, why_len)))
+	                      &L->wk_b_stride, why, why_len)) ||
+	    (err = engine_mat(e, src->wv_b, kvl, hp->v_head_dim, H, &L->wv_b, &L->wv_b_stride, why,
+	                      why_len)))
 		return err;
 	if ((ql && !L->q_a_norm) || !L->kv_a_norm)
 		return shoal_why(why, why_len, SHOAL_ERR_FORMAT, "an MLA layer lacks its norms");
@@ -213,7 +211,7 @@ static shoal_err engine_layer_mla(shoal_engine *e, const shoal_layer *src, engin
 }
 
 static shoal_err engine_layer_init(shoal_engine *e, uint32_t il, bool owned, char *why,
-                                    size_t why_len)
+                                   size_t why_len)
 {
 	const shoal_layer *src = &e->m->layers[il];
 	engine__layer *L = &e->layers[il];
@@ -230,15 +228,15 @@ static shoal_err engine_layer_init(shoal_engine *e, uint32_t il, bool owned, cha
 			if (!e->expert_mask[(size_t)il * hp->n_expert + x])
 				L->all_local = false;
 		if ((err = engine_mat(e, src->ffn_gate_exps, hp->n_embd, hp->n_ff_exp, hp->n_expert,
-		                       &L->gate_exp, &L->gate_exp_stride, why, why_len)) ||
+		                      &L->gate_exp, &L->gate_exp_stride, why, why_len)) ||
 		    (err = engine_mat(e, src->ffn_up_exps, hp->n_embd, hp->n_ff_exp, hp->n_expert,
-		                       &L->up_exp, &L->up_exp_stride, why, why_len)) ||
+		                      &L->up_exp, &L->up_exp_stride, why, why_len)) ||
 		    (err = engine_mat(e, src->ffn_down_exps, hp->n_ff_exp, hp->n_embd, hp->n_expert,
-		                       &L->down_exp, &L->down_exp_stride, why, why_len)) ||
+		                      &L->down_exp, &L->down_exp_stride, why, why_len)) ||
 		    (err = engine_mat(e, src->ffn_gate_inp, hp->n_embd, hp->n_expert, 1, &L->router,
-		                       NULL, why, why_len)) ||
+		                      NULL, why, why_len)) ||
 		    (err = engine_vec(e, src->exp_probs_b, hp->n_expert, &L->exp_probs_b, why,
-		                       why_len)))
+		                      why_len)))
 			return err;
 	}
 	if (!owned)
@@ -246,14 +244,13 @@ static shoal_err engine_layer_init(shoal_engine *e, uint32_t il, bool owned, cha
 	if (hp->mla)
 		err = engine_layer_mla(e, src, L, why, why_len);
 	else if (!(err = engine_mat(e, src->wq, hp->n_embd, e->q_dim, 1, &L->wq, NULL, why,
-	                             why_len)) &&
+	                            why_len)) &&
 	         !(err = engine_mat(e, src->wk, hp->n_embd, e->kv_dim, 1, &L->wk, NULL, why,
-	                             why_len)) &&
+	                            why_len)) &&
 	         !(err = engine_mat(e, src->wv, hp->n_embd, e->kv_dim, 1, &L->wv, NULL, why,
-	                             why_len)))
+	                            why_len)))
 		err = engine_mat(e, src->wo, e->q_dim, hp->n_embd, 1, &L->wo, NULL, why, why_len);
-	if (err ||
-	    (err = engine_vec(e, src->attn_norm, hp->n_embd, &L->attn_norm, why, why_len)) ||
+	if (err || (err = engine_vec(e, src->attn_norm, hp->n_embd, &L->attn_norm, why, why_len)) ||
 	    (err = engine_vec(e, src->ffn_norm, hp->n_embd, &L->ffn_norm, why, why_len)) ||
 	    (err = engine_vec(e, src->q_norm, hp->head_dim, &L->q_norm, why, why_len)) ||
 	    (err = engine_vec(e, src->k_norm, hp->head_dim, &L->k_norm, why, why_len)) ||
@@ -265,20 +262,19 @@ static shoal_err engine_layer_init(shoal_engine *e, uint32_t il, bool owned, cha
 		return shoal_why(why, why_len, SHOAL_ERR_FORMAT, "layer %u has no norm weights",
 		                 il);
 	if (!L->moe && ((err = engine_mat(e, src->ffn_gate, hp->n_embd, hp->n_ff, 1, &L->gate, NULL,
-	                                   why, why_len)) ||
-	                (err = engine_mat(e, src->ffn_up, hp->n_embd, hp->n_ff, 1, &L->up, NULL, why,
-	                                   why_len)) ||
+	                                  why, why_len)) ||
+	                (err = engine_mat(e, src->ffn_up, hp->n_embd, hp->n_ff, 1, &L->up, NULL,
+	                                  why, why_len)) ||
 	                (err = engine_mat(e, src->ffn_down, hp->n_ff, hp->n_embd, 1, &L->down, NULL,
-	                                   why, why_len))))
+	                                  why, why_len))))
 		return err;
 	L->shexp = L->moe && src->ffn_gate_shexp;
-	if (L->shexp &&
-	    ((err = engine_mat(e, src->ffn_gate_shexp, hp->n_embd, hp->n_ff_shexp, 1,
-	                        &L->gate_sh, NULL, why, why_len)) ||
-	     (err = engine_mat(e, src->ffn_up_shexp, hp->n_embd, hp->n_ff_shexp, 1, &L->up_sh,
-	                        NULL, why, why_len)) ||
-	     (err = engine_mat(e, src->ffn_down_shexp, hp->n_ff_shexp, hp->n_embd, 1,
-	                        &L->down_sh, NULL, why, why_len))))
+	if (L->shexp && ((err = engine_mat(e, src->ffn_gate_shexp, hp->n_embd, hp->n_ff_shexp, 1,
+	                                   &L->gate_sh, NULL, why, why_len)) ||
+	                 (err = engine_mat(e, src->ffn_up_shexp, hp->n_embd, hp->n_ff_shexp, 1,
+	                                   &L->up_sh, NULL, why, why_len)) ||
+	                 (err = engine_mat(e, src->ffn_down_shexp, hp->n_ff_shexp, hp->n_embd, 1,
+	                                   &L->down_sh, NULL, why, why_len))))
 		return err;
 	if (L->moe && !L->all_local && !e->cfg.moe_hook.collect && !e->tp)
 		return shoal_why(why, why_len, SHOAL_ERR_INVAL,
@@ -409,8 +405,10 @@ static void *engine_calloc3(size_t a, size_t b, size_t c, size_t sz)
 static float engine_yarn_mix(const shoal_hparams *hp, uint32_t i)
 {
 	float n = (float)hp->n_rot, two_pi = 6.28318530717958647692f, lb = logf(hp->rope_freq_base);
-	float lo = floorf(n * logf((float)hp->n_ctx_orig / (hp->yarn_beta_fast * two_pi)) / (2 * lb));
-	float hi = ceilf(n * logf((float)hp->n_ctx_orig / (hp->yarn_beta_slow * two_pi)) / (2 * lb));
+	float lo =
+	    floorf(n * logf((float)hp->n_ctx_orig / (hp->yarn_beta_fast * two_pi)) / (2 * lb));
+	float hi =
+	    ceilf(n * logf((float)hp->n_ctx_orig / (hp->yarn_beta_slow * two_pi)) / (2 * lb));
 	lo = lo > 0 ? lo : 0;
 	hi = hi < n - 1 ? hi : n - 1;
 	float y = ((float)i - lo) / (hi - lo > 0.001f ? hi - lo : 0.001f);
@@ -537,7 +535,7 @@ shoal_err shoal_engine_new(const shoal_model *m, const shoal_engine_config *cfg,
 	}
 	if (cfg->has_head) {
 		if ((err = engine_mat(e, m->output, hp->n_embd, hp->n_vocab, 1, &e->head, NULL, why,
-		                       why_len)) ||
+		                      why_len)) ||
 		    (err = engine_vec(e, m->output_norm, hp->n_embd, &e->out_norm, why, why_len)))
 			goto fail;
 		if (!e->out_norm) {
@@ -572,9 +570,9 @@ shoal_err shoal_engine_new(const shoal_model *m, const shoal_engine_config *cfg,
 	e->krow = calloc(R, sizeof *e->krow);
 	e->vrow = calloc(R, sizeof *e->vrow);
 	e->n_kv = calloc(R, sizeof *e->n_kv);
-	if (!e->rope_cs || !e->sess_open || !e->sess_len || !e->sess_next || !e->x ||
-	    !e->xn || !e->tmp || !e->q || !e->att || !e->k || !e->v || !e->ff_g || !e->ff_u ||
-	    !e->krow || !e->vrow || !e->n_kv) {
+	if (!e->rope_cs || !e->sess_open || !e->sess_len || !e->sess_next || !e->x || !e->xn ||
+	    !e->tmp || !e->q || !e->att || !e->k || !e->v || !e->ff_g || !e->ff_u || !e->krow ||
+	    !e->vrow || !e->n_kv) {
 		err = shoal_why(why, why_len, SHOAL_ERR_NOMEM,
 		                "no memory for %u sessions x %u positions and %u rows",
 		                cfg->max_sessions, C, R);
@@ -594,7 +592,8 @@ shoal_err shoal_engine_new(const shoal_model *m, const shoal_engine_config *cfg,
 			goto fail;
 	}
 	if (hp->mla) {
-		e->mla_qa = engine_calloc3(R, hp->q_lora_rank ? hp->q_lora_rank : 1, 1, sizeof(float));
+		e->mla_qa =
+		    engine_calloc3(R, hp->q_lora_rank ? hp->q_lora_rank : 1, 1, sizeof(float));
 		e->mla_q = engine_calloc3(R, hp->n_head, e->kv_dim, sizeof(float));
 		e->mla_att = engine_calloc3(R, hp->n_head, e->kv_dim, sizeof(float));
 		e->mla_v = engine_calloc3(R, hp->n_head, hp->v_head_dim, sizeof(float));
@@ -735,7 +734,7 @@ uint32_t shoal_engine_session_len(const shoal_engine *e, uint32_t slot)
 
 /* Check everything outside input in the batch before touching any state. */
 static shoal_err engine_check(shoal_engine *e, const shoal_engine_batch *b, uint32_t *n_logits,
-                               char *why, size_t why_len)
+                              char *why, size_t why_len)
 {
 	const shoal_hparams *hp = &e->hp;
 	shoal_err err = SHOAL_OK;

@@ -74,17 +74,17 @@ struct shoal_engine {
 	 * of cfg.kv_type, kv_elt bytes each, in kv_buf */
 	uint8_t *kv;
 	size_t kv_elt;
-	uint32_t kv_cache_dim;     /* kv_dim, or a tensor member's KV heads x head_dim */
-	engine__tp *tp;            /* a tensor group's member, or NULL */
+	uint32_t kv_cache_dim; /* kv_dim, or a tensor member's KV heads x head_dim */
+	engine__tp *tp;        /* a tensor group's member, or NULL */
 
 	/* scratch, for max_rows rows */
-	float *x;                   /* (max_rows, n_embd) residual stream */
-	float *xn;                  /* (max_rows, n_embd) normed */
-	float *tmp;                 /* (max_rows, n_embd) */
-	float *q, *att;             /* (max_rows, q_dim) */
-	float *k, *v;               /* (max_rows, kv_dim) */
-	float *ff_g, *ff_u;         /* (max_rows, max(n_ff, n_ff_exp)) */
-	const void **krow, **vrow;  /* (max_rows) cache of each row's session */
+	float *x;                  /* (max_rows, n_embd) residual stream */
+	float *xn;                 /* (max_rows, n_embd) normed */
+	float *tmp;                /* (max_rows, n_embd) */
+	float *q, *att;            /* (max_rows, q_dim) */
+	float *k, *v;              /* (max_rows, kv_dim) */
+	float *ff_g, *ff_u;        /* (max_rows, max(n_ff, n_ff_exp)) */
+	const void **krow, **vrow; /* (max_rows) cache of each row's session */
 	/* MLA scratch (hp.mla only) */
 	float *mla_qa;  /* (max_rows, q_lora_rank) */
 	float *mla_q;   /* (max_rows, n_head, kv_dim) rope part first, then the

@@ -34,7 +34,7 @@
 /* Selection scores of one row: sel (n_expert) = p + bias, then the experts
  * outside the best groups set to -inf (ties to the lower group). */
 static void engine_route_select(const shoal_hparams *hp, const float *bias, const float *p,
-                                 float *sel)
+                                float *sel)
 {
 	uint32_t ne = hp->n_expert, ng = hp->n_expert_group;
 	for (uint32_t x = 0; x < ne; x++)
@@ -127,7 +127,7 @@ shoal_err shoal_engine_moe_route(shoal_engine *e, uint32_t layer, uint32_t n_row
 		/* choose by the biased, group-masked scores; weigh by p */
 		for (uint32_t r = 0; r < n_rows; r++)
 			engine_route_select(hp, L->exp_probs_b, lg + (size_t)r * ld,
-			                     e->moe_sel + (size_t)r * ld);
+			                    e->moe_sel + (size_t)r * ld);
 		e->ops->top_k(e->bk, e->moe_sel, hp->n_expert, n_rows, ld, k, ids, w);
 		for (size_t i = 0; i < (size_t)n_rows * k; i++)
 			w[i] = lg[(i / k) * ld + (size_t)ids[i]];
@@ -136,7 +136,7 @@ shoal_err shoal_engine_moe_route(shoal_engine *e, uint32_t layer, uint32_t n_row
 	}
 	for (uint32_t r = 0; r < n_rows; r++)
 		engine_route_row(k, norm, hp->expert_weights_scale, ids + (size_t)r * k,
-		                  w + (size_t)r * k);
+		                 w + (size_t)r * k);
 	return SHOAL_OK;
 }
 

@@ -72,9 +72,9 @@ shoal_gen_stop shoal_gen_seq_next(shoal_gen_seq *q, bool caller_stop)
 
 /* ---- sampling one step ---------------------------------------------------------- */
 
-int32_t shoal_gen_pick(shoal_sampler *s, const float *logits, uint32_t n_vocab,
-                       const int32_t *hist, size_t n_hist, uint32_t step, float *lp, uint32_t k,
-                       int32_t *top_ids, float *top_lps)
+int32_t shoal_gen_pick(shoal_sampler *s, const float *logits, uint32_t n_vocab, const int32_t *hist,
+                       size_t n_hist, uint32_t step, float *lp, uint32_t k, int32_t *top_ids,
+                       float *top_lps)
 {
 	int32_t id = shoal_sampler_sample(s, logits, hist, n_hist, step);
 	if (lp)
@@ -157,7 +157,8 @@ shoal_err shoal_gen_new(shoal_engine *e, const shoal_gen_config *cfg, shoal_gen 
 		goto fail;
 	if ((err = shoal_sampler_new(&cfg->sampler, g->n_vocab, &g->smp))) {
 		shoal_why(why, why_len, err, "%s",
-		          err == SHOAL_ERR_NOMEM ? "out of memory" : "sampler parameters out of range");
+		          err == SHOAL_ERR_NOMEM ? "out of memory"
+		                                 : "sampler parameters out of range");
 		goto fail;
 	}
 	if ((err = shoal_engine_session_open(e, &g->slot))) {
@@ -229,9 +230,9 @@ shoal_err shoal_gen_run(shoal_gen *g, const shoal_gen_request *rq, shoal_gen_sta
 		return shoal_why(why, why_len, SHOAL_ERR_INVAL,
 		                 "scoring the prompt needs prompt_logits and on_logits");
 	shoal_gen_seq q;
-	shoal_gen_seq_init(&q, rq->n_prompt,
-	                   &(shoal_gen_limits){
-	                       .max_tokens = rq->max_tokens, .n_ctx = g->n_ctx, .eog = rq->eog});
+	shoal_gen_seq_init(
+	    &q, rq->n_prompt,
+	    &(shoal_gen_limits){.max_tokens = rq->max_tokens, .n_ctx = g->n_ctx, .eog = rq->eog});
 	shoal_engine_session_reset(g->e, g->slot);
 
 	uint64_t t0 = shoal_clock_monotonic_ns();

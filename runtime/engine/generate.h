@@ -112,9 +112,9 @@ shoal_gen_stop shoal_gen_seq_next(shoal_gen_seq *q, bool caller_stop);
  * the repetition penalty; may be NULL/0) as shoal_sampler_sample; with lp,
  * also its logprob and the k best (id, logprob) pairs into top_ids/top_lps
  * (as shoal_logprobs_top; k <= n_vocab). lp NULL: no logprobs (k unused). */
-int32_t shoal_gen_pick(shoal_sampler *s, const float *logits, uint32_t n_vocab,
-                       const int32_t *hist, size_t n_hist, uint32_t step, float *lp, uint32_t k,
-                       int32_t *top_ids, float *top_lps);
+int32_t shoal_gen_pick(shoal_sampler *s, const float *logits, uint32_t n_vocab, const int32_t *hist,
+                       size_t n_hist, uint32_t step, float *lp, uint32_t k, int32_t *top_ids,
+                       float *top_lps);
 
 /* ---- the generator -------------------------------------------------------- */
 

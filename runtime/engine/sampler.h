@@ -15,12 +15,12 @@
 #include "base/err.h"
 
 typedef struct shoal_sampler_params {
-	float temp;           /* 0: greedy (argmax, lowest id on ties) */
-	int32_t top_k;        /* 0: off */
-	float top_p;          /* 1.0: off */
-	float min_p;          /* 0.0: off */
-	float repeat_penalty; /* 1.0: off */
-	int32_t repeat_last_n;/* how many recent tokens the penalty looks at */
+	float temp;            /* 0: greedy (argmax, lowest id on ties) */
+	int32_t top_k;         /* 0: off */
+	float top_p;           /* 1.0: off */
+	float min_p;           /* 0.0: off */
+	float repeat_penalty;  /* 1.0: off */
+	int32_t repeat_last_n; /* how many recent tokens the penalty looks at */
 	uint64_t seed;
 } shoal_sampler_params;
 
@@ -36,11 +36,11 @@ void shoal_sampler_free(shoal_sampler *s); /* NULL is a no-op */
 /* Pick a token from logits[n_vocab] (not modified) at generation step
  * `step`, given the recent history (for the penalty; may be NULL/0). */
 int32_t shoal_sampler_sample(shoal_sampler *s, const float *logits, const int32_t *history,
-			     size_t n_history, uint64_t step);
+                             size_t n_history, uint64_t step);
 
 /* log-softmax of the raw logits: the chosen token's logprob and the k best
  * (id, logprob) pairs, best first (ties: lower id first). k <= n_vocab. */
 void shoal_logprobs_top(const float *logits, uint32_t n_vocab, int32_t chosen, float *chosen_lp,
-			uint32_t k, int32_t *top_ids, float *top_lps);
+                        uint32_t k, int32_t *top_ids, float *top_lps);
 
 #endif

@@ -80,7 +80,7 @@ shoal_err shoal_node_new(const shoal_node_config *cfg, shoal_node **out, char *w
 	uint16_t port;
 	char zep[160];
 	if ((e = shoal_endpoint_split(cfg->listen ? cfg->listen : "0.0.0.0", SHOAL_CTL_DEFAULT_PORT,
-	                          n->listen_ip, sizeof n->listen_ip, &port, why, why_len)) !=
+	                              n->listen_ip, sizeof n->listen_ip, &port, why, why_len)) !=
 	    SHOAL_OK)
 		goto fail;
 	if (!strcmp(n->listen_ip, "*"))
@@ -136,8 +136,8 @@ shoal_err shoal_node_new(const shoal_node_config *cfg, shoal_node **out, char *w
 	}
 	for (size_t i = 0; i < cfg->n_seeds; i++) {
 		char ep[SHOAL_RECORD_EP_MAX];
-		if ((e = shoal_endpoint_parse(cfg->seeds[i], SHOAL_CTL_DEFAULT_PORT, ep,
-		                                   sizeof ep, why, why_len)) != SHOAL_OK)
+		if ((e = shoal_endpoint_parse(cfg->seeds[i], SHOAL_CTL_DEFAULT_PORT, ep, sizeof ep,
+		                              why, why_len)) != SHOAL_OK)
 			goto fail;
 		if (!(n->seeds[n->n_seeds++] = strdup(ep))) {
 			e = SHOAL_ERR_NOMEM;
@@ -212,7 +212,7 @@ static void node_start_discovery(shoal_node *n)
 
 /* One loop turn: wait for traffic or the next timer, then do what is due. */
 static void node_turn(shoal_node *n, uint64_t *next_probe, uint64_t *next_targets,
-                            uint64_t *next_record, uint64_t *next_expire)
+                      uint64_t *next_record, uint64_t *next_expire)
 {
 	uint64_t now = node__now_us(NULL);
 	uint64_t wake = shoal_swim_next_wakeup_us(n->sw);

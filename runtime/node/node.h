@@ -41,7 +41,7 @@ typedef struct shoal_node_config {
 	const char *const *seeds; /* "HOST[:PORT]" each */
 	size_t n_seeds;
 	int no_mdns;
-	int reprobe; /* measure compute speed again, not the kept figures */
+	int reprobe;             /* measure compute speed again, not the kept figures */
 	const shoal_key *key;    /* NULL: insecure (caller checked --insecure) */
 	const char *cluster;     /* NULL: "default" */
 	int threads;             /* compute threads; 0: all cores */
@@ -66,7 +66,7 @@ typedef struct shoal_node_config {
 	 * the serving peers agree on), its weights fetched from the peers into
 	 * <state-dir>/weights (runtime/node/weights.h); NULL: membership only. */
 	const char *model_id;
-	uint64_t cache_max; /* bytes the weights cache may hold; 0: the default */
+	uint64_t cache_max;        /* bytes the weights cache may hold; 0: the default */
 	shoal_xfer_rdma_opts rdma; /* --rdma-device, --rdma-gid, ... (net/xfer.h) */
 } shoal_node_config;
 

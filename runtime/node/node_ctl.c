@@ -26,15 +26,13 @@
 #include "net/runmsg.h"
 #include "runtime/node/status_json.h"
 
-shoal_err node__swim_send(void *ctx, const char *endpoint, const uint8_t *buf,
-                                      size_t len)
+shoal_err node__swim_send(void *ctx, const char *endpoint, const uint8_t *buf, size_t len)
 {
 	shoal_node *n = ctx;
 	return shoal_ctl_send(n->ctl, endpoint, buf, len);
 }
 
-void node__member_changed(void *ctx, const shoal_swim_member *m, shoal_swim_state old,
-                                      int is_new)
+void node__member_changed(void *ctx, const shoal_swim_member *m, shoal_swim_state old, int is_new)
 {
 	(void)ctx;
 	if (m->is_self)
@@ -155,7 +153,7 @@ static void node_dropped(shoal_node *n, const shoal_ctl_route *from, const char 
 
 /* The RUN_END of a run this node will not start. */
 static void node_run_refused(shoal_node *n, const shoal_ctl_route *from, uint64_t seq,
-                                   shoal_err err, const char *why)
+                             shoal_err err, const char *why)
 {
 	shoal_run_end end = {.err = err, .why = why, .why_len = strlen(why), .text = ""};
 	if (shoal_runmsg_encode_end(seq, &end, &n->out) == SHOAL_OK)
@@ -170,8 +168,7 @@ void node__on_disconnect(void *ud, int fd)
 		shoal_serve_client_gone(n->cl, fd);
 }
 
-void node__on_message(void *ud, const shoal_ctl_route *from, const uint8_t *buf,
-                                  size_t len)
+void node__on_message(void *ud, const shoal_ctl_route *from, const uint8_t *buf, size_t len)
 {
 	shoal_node *n = ud;
 	char why[200] = "";
@@ -218,7 +215,7 @@ void node__on_message(void *ud, const shoal_ctl_route *from, const uint8_t *buf,
 			shoal_serve_run_request(n->cl, from, buf, len);
 		} else {
 			node_run_refused(n, from, m.seq, SHOAL_ERR_STATE,
-			                       "this peer serves no model (no --model)");
+			                 "this peer serves no model (no --model)");
 		}
 		return;
 	case SHOAL_CTLMSG_RUN_TOKEN:
@@ -241,8 +238,8 @@ shoal_err node__data_listen(shoal_node *n, char *why, size_t why_len)
 	char host[64] = "";
 	uint16_t port = 0;
 	if (n->cfg.data_listen) {
-		shoal_err e =
-		    shoal_endpoint_split(n->cfg.data_listen, 0, host, sizeof host, &port, why, why_len);
+		shoal_err e = shoal_endpoint_split(n->cfg.data_listen, 0, host, sizeof host, &port,
+		                                   why, why_len);
 		if (e != SHOAL_OK)
 			return e;
 	} else {

@@ -77,7 +77,8 @@ void node__api_name_from_peers(shoal_node *n)
 		return;
 	for (size_t i = 0; i < nv; i++) {
 		const shoal_record *r = &v[i].record;
-		if (r->serving && r->n_models && !memcmp(r->models[0].digest, n->fetch_id, SHOAL_MODEL_ID_BYTES) &&
+		if (r->serving && r->n_models &&
+		    !memcmp(r->models[0].digest, n->fetch_id, SHOAL_MODEL_ID_BYTES) &&
 		    memcmp(r->id.b, n->ident.id, SHOAL_PEER_ID_LEN) && r->models[0].path[0] &&
 		    !strstr(r->models[0].path, "/weights/")) { /* not another fetcher's cache */
 			char name[256];
@@ -153,7 +154,8 @@ void node__fetch_tick(shoal_node *n)
 			char why[256], w2[200];
 			if (wc && node__serve_new(n, wc, why, sizeof why) == SHOAL_OK) {
 				node__record_refresh(n);
-				if (shoal_swim_set_record(n->sw, &n->rec, w2, sizeof w2) != SHOAL_OK)
+				if (shoal_swim_set_record(n->sw, &n->rec, w2, sizeof w2) !=
+				    SHOAL_OK)
 					SHOAL_LOG_W("node", "cannot publish our record: %s", w2);
 				shoal_weights_fetcher_free(n->wf);
 				n->wf = NULL;
@@ -177,7 +179,8 @@ void node__fetch_tick(shoal_node *n)
 	bool want_lo = !strncmp(n->listen_ip, "127.", 4);
 	for (size_t i = 0; i < nv; i++) {
 		const shoal_record *r = &v[i].record;
-		if ((v[i].state != SHOAL_SWIM_STATE_ALIVE && v[i].state != SHOAL_SWIM_STATE_SUSPECT) ||
+		if ((v[i].state != SHOAL_SWIM_STATE_ALIVE &&
+		     v[i].state != SHOAL_SWIM_STATE_SUSPECT) ||
 		    !v[i].compatible || !r->serving || !r->n_models ||
 		    !memcmp(r->id.b, n->ident.id, SHOAL_PEER_ID_LEN))
 			continue;
@@ -203,7 +206,8 @@ void node__fetch_tick(shoal_node *n)
 	char hex[65];
 	if (!n->have_fetch_id) {
 		if (!agree) {
-			SHOAL_LOG_W("node", "--model-id any: the serving peers name different models");
+			SHOAL_LOG_W("node",
+			            "--model-id any: the serving peers name different models");
 			memset(n->fetch_id, 0, SHOAL_MODEL_ID_BYTES);
 			n->fetch_retry_us = now + 10 * n->base_us;
 			return;
@@ -215,10 +219,10 @@ void node__fetch_tick(shoal_node *n)
 			return;
 	}
 	if (!n->wf) {
-		shoal_weights_config wcf = {.key = n->key,
-		                            .cache_max = n->cfg.cache_max ? n->cfg.cache_max
-		                                                          : SHOAL_NODE_DEFAULT_CACHE_MAX,
-		                            .tty = isatty(2) != 0};
+		shoal_weights_config wcf = {
+		    .key = n->key,
+		    .cache_max = n->cfg.cache_max ? n->cfg.cache_max : SHOAL_NODE_DEFAULT_CACHE_MAX,
+		    .tty = isatty(2) != 0};
 		char dir[1100];
 		snprintf(dir, sizeof dir, "%s/" SHOAL_WEIGHTS_DIR, n->state_dir);
 		wcf.dir = dir;

@@ -27,7 +27,6 @@
 #include "runtime/node/serve.h"
 #include "runtime/node/weights.h"
 
-
 /* Versions this node speaks; a peer that differs is kept in the view but
  * left out of plans (net/swim.c says why in `shoal status`). */
 /* 5: OPEN's no-logprob bit, a group's head gather (round HEAD); 4: served
@@ -51,7 +50,7 @@
 #define SHOAL_NODE_RECORD_MULT  50u
 /* the status JSON the HTTP API shows, rebuilt every this many base periods */
 #define SHOAL_NODE_API_STATUS_MULT 5u
-#define SHOAL_NODE_IDLE_MULT    600u
+#define SHOAL_NODE_IDLE_MULT       600u
 /* Dropped-message log: at most DROPLOG_BURST lines per DROPLOG_MULT B
  * (10 per 10 s), as membership does, so a flood cannot fill the disk. */
 #define SHOAL_NODE_DROPLOG_BURST 10u
@@ -86,17 +85,17 @@ struct shoal_node {
 	uint64_t droplog_window_us; /* end of the current log window */
 	uint32_t droplog_lines;     /* lines logged in it */
 	uint64_t droplog_quiet;     /* drops not logged since the last line */
-	shoal_serve *cl;          /* the model served (NULL: none) */
+	shoal_serve *cl;            /* the model served (NULL: none) */
 	/* --model-id without --model: the header job until the cluster exists */
 	shoal_weights_fetcher *wf;
-	bool fetch_any;           /* adopt the model id the serving peers agree on */
+	bool fetch_any; /* adopt the model id the serving peers agree on */
 	bool have_fetch_id;
 	uint8_t fetch_id[SHOAL_MODEL_ID_BYTES];
 	uint64_t fetch_retry_us;
-	uint64_t next_cluster_us;   /* next look at the view for planning */
-	shoal_api *api;             /* the HTTP API (NULL: none) */
-	bool api_named;             /* it knows the model's name */
-	shoal_serve_api api_hub;   /* what the API's ops reach (serve.h) */
+	uint64_t next_cluster_us; /* next look at the view for planning */
+	shoal_api *api;           /* the HTTP API (NULL: none) */
+	bool api_named;           /* it knows the model's name */
+	shoal_serve_api api_hub;  /* what the API's ops reach (serve.h) */
 	shoal_api_ops api_ops;
 	/* the status JSON the API shows, refreshed by the node thread */
 	pthread_mutex_t status_mu;
@@ -118,8 +117,7 @@ void node__fetch_tick(shoal_node *n); /* once per base period until the cache ex
 /* node_ctl.c: membership, discovery and control-socket callbacks (ctx, ud:
  * the node), the status JSON, the data listener without a model. */
 shoal_err node__swim_send(void *ctx, const char *endpoint, const uint8_t *buf, size_t len);
-void node__member_changed(void *ctx, const shoal_swim_member *m, shoal_swim_state old,
-                          int is_new);
+void node__member_changed(void *ctx, const shoal_swim_member *m, shoal_swim_state old, int is_new);
 void node__incarnation_changed(void *ctx, uint64_t inc);
 void node__on_found(void *ud, const shoal_discovery_found *f);
 char *node__status_json(shoal_node *n);

@@ -90,7 +90,7 @@ void node__remove_control(shoal_node *n)
  * --reprobe: a restarted peer then publishes the record it had, so its
  * peers' plan still holds and a restart changes no plan (a new measurement
  * differs by a few percent and may tip the layer split). */
-#define SHOAL_NODE_PROBE_FILE   "probe"
+#define SHOAL_NODE_PROBE_FILE "probe"
 
 #define SHOAL_NODE_PROBE_KEEP_S (7u * 24 * 3600)
 

@@ -19,8 +19,7 @@
 #include "base/hex.h"
 #include "base/log.h"
 
-static shoal_err node_serve_reply(void *ud, const shoal_ctl_route *to, const void *buf,
-                                          size_t len)
+static shoal_err node_serve_reply(void *ud, const shoal_ctl_route *to, const void *buf, size_t len)
 {
 	shoal_node *n = ud;
 	return shoal_ctl_reply(n->ctl, to, buf, len);
@@ -46,7 +45,8 @@ void node__serve_tick(shoal_node *n)
 }
 
 /* The cluster saw a data link to a peer break without a goodbye. */
-static void node_peer_gone(void *ud, const uint8_t id[SHOAL_PEER_ID_LEN], uint64_t inc, const char *why)
+static void node_peer_gone(void *ud, const uint8_t id[SHOAL_PEER_ID_LEN], uint64_t inc,
+                           const char *why)
 {
 	shoal_node *n = ud;
 	shoal_peer_id pid;
@@ -71,30 +71,30 @@ shoal_err node__serve_new(shoal_node *n, shoal_wcache *wc, char *why, size_t why
 	close(n->data_fd);
 	n->data_fd = -1;
 	shoal_serve_config cc = {.model_path = n->cfg.model,
-	                           .state_dir = n->state_dir,
-	                           .mem_limit = n->cfg.mem_limit,
-	                           .ctx = n->cfg.ctx,
-	                           .sessions = n->cfg.sessions,
-	                           .spread_experts = n->cfg.spread_experts != 0,
-	                           .tensor_groups = n->cfg.tensor_groups != 0,
-	                           .link_us = n->cfg.link_us,
-	                           .threads = n->cfg.threads > 0 ? (uint32_t)n->cfg.threads
-	                                      : n->si.cores      ? n->si.cores
-	                                                         : 1,
-	                           .hop_spin_us = n->cfg.spin_us < 0   ? 0u
-	                                          : n->cfg.spin_us > 0 ? (uint32_t)n->cfg.spin_us
-	                                                               : SHOAL_SERVE_HOP_SPIN_US,
-	                           .key = n->keyed ? &n->key : NULL,
-	                           .data_host = host,
-	                           .data_port = n->data_port,
-	                           .base_ms = (uint32_t)(n->base_us / 1000u),
-	                           .rdma = n->cfg.rdma,
-	                           .reply = node_serve_reply,
-	                           .peer_gone = node_peer_gone,
-	                           .wcache = wc,
-	                           .cache_max = n->cfg.cache_max ? n->cfg.cache_max
-	                                                         : SHOAL_NODE_DEFAULT_CACHE_MAX,
-	                           .ud = n};
+	                         .state_dir = n->state_dir,
+	                         .mem_limit = n->cfg.mem_limit,
+	                         .ctx = n->cfg.ctx,
+	                         .sessions = n->cfg.sessions,
+	                         .spread_experts = n->cfg.spread_experts != 0,
+	                         .tensor_groups = n->cfg.tensor_groups != 0,
+	                         .link_us = n->cfg.link_us,
+	                         .threads = n->cfg.threads > 0 ? (uint32_t)n->cfg.threads
+	                                    : n->si.cores      ? n->si.cores
+	                                                       : 1,
+	                         .hop_spin_us = n->cfg.spin_us < 0   ? 0u
+	                                        : n->cfg.spin_us > 0 ? (uint32_t)n->cfg.spin_us
+	                                                             : SHOAL_SERVE_HOP_SPIN_US,
+	                         .key = n->keyed ? &n->key : NULL,
+	                         .data_host = host,
+	                         .data_port = n->data_port,
+	                         .base_ms = (uint32_t)(n->base_us / 1000u),
+	                         .rdma = n->cfg.rdma,
+	                         .reply = node_serve_reply,
+	                         .peer_gone = node_peer_gone,
+	                         .wcache = wc,
+	                         .cache_max = n->cfg.cache_max ? n->cfg.cache_max
+	                                                       : SHOAL_NODE_DEFAULT_CACHE_MAX,
+	                         .ud = n};
 	memcpy(cc.self, n->ident.id, SHOAL_PEER_ID_LEN);
 	shoal_serve *cl = NULL;
 	shoal_err e = shoal_serve_new(&cc, &cl, why, why_len);

@@ -90,7 +90,9 @@ static void serve_plan_load(shoal_serve *cl)
 	if (!whole || shoal_plan_decode(buf, len, &p, why, sizeof why) != SHOAL_OK ||
 	    memcmp(shoal_plan_model_id(p), cl->model_id, SHOAL_MODEL_ID_BYTES)) {
 		SHOAL_LOG_W("cluster", "ignoring the kept plan %s: %s", path,
-		            !whole ? "too long" : p ? "another model's" : why);
+		            !whole ? "too long"
+		            : p    ? "another model's"
+		                   : why);
 		shoal_plan_free(p);
 		return;
 	}
@@ -102,7 +104,7 @@ static void serve_plan_load(shoal_serve *cl)
 }
 
 shoal_err shoal_serve_new(const shoal_serve_config *cfg, shoal_serve **out, char *why,
-                            size_t why_len)
+                          size_t why_len)
 {
 	shoal_err e;
 	*out = NULL;
@@ -135,10 +137,9 @@ shoal_err shoal_serve_new(const shoal_serve_config *cfg, shoal_serve **out, char
 		goto fail;
 	if ((e = shoal_tokenizer_from_gguf(cl->model->gguf, &cl->tok, why, why_len)) != SHOAL_OK)
 		goto fail;
-	if (!cl->wc &&
-	    (e = shoal_model_id_load_cb(cl->model->gguf, cl->state_dir[0] ? cl->state_dir : NULL,
-	                                serve_hash_progress, cl, &cl->mid, why, why_len)) !=
-	        SHOAL_OK)
+	if (!cl->wc && (e = shoal_model_id_load_cb(
+	                    cl->model->gguf, cl->state_dir[0] ? cl->state_dir : NULL,
+	                    serve_hash_progress, cl, &cl->mid, why, why_len)) != SHOAL_OK)
 		goto fail;
 	const shoal_model_id *mid = cl->wc ? shoal_wcache_id(cl->wc) : cl->mid;
 	memcpy(cl->model_id, shoal_model_id_digest(mid), SHOAL_MODEL_ID_BYTES);

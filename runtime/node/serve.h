@@ -64,28 +64,29 @@ typedef struct shoal_serve_config {
 	 * model id, and the tensors of each assignment are fetched from the
 	 * peers before readiness is announced. NULL: model_path, whole. */
 	struct shoal_wcache *wcache;
-	uint64_t cache_max; /* bytes the weights cache may hold (wcache only) */
-	const char *state_dir;  /* model id cache; NULL: none */
-	uint64_t mem_limit;     /* bytes offered at most; 0: what is available */
-	uint32_t ctx;           /* KV context per session; 0: the model's, at most 4096 */
-	uint32_t sessions;      /* KV sessions per stage, 1..SHOAL_SERVE_MAX_SESSIONS; 0: 2 */
+	uint64_t cache_max;    /* bytes the weights cache may hold (wcache only) */
+	const char *state_dir; /* model id cache; NULL: none */
+	uint64_t mem_limit;    /* bytes offered at most; 0: what is available */
+	uint32_t ctx;          /* KV context per session; 0: the model's, at most 4096 */
+	uint32_t sessions;     /* KV sessions per stage, 1..SHOAL_SERVE_MAX_SESSIONS; 0: 2 */
 	bool spread_experts;
-	bool tensor_groups; /* policy.tensor_groups: the same on every peer */
-	uint32_t link_us;   /* link latency plans assume; 0: SHOAL_SERVE_LINK_US */
-	uint32_t threads; /* engine threads; 0: 1 */
+	bool tensor_groups;   /* policy.tensor_groups: the same on every peer */
+	uint32_t link_us;     /* link latency plans assume; 0: SHOAL_SERVE_LINK_US */
+	uint32_t threads;     /* engine threads; 0: 1 */
 	uint32_t hop_spin_us; /* the data thread's spin before a wait; 0: none
 	                         (a node's default: SHOAL_SERVE_HOP_SPIN_US) */
 	uint8_t self[SHOAL_PEER_ID_LEN];
-	const shoal_key *key;  /* admission tokens; NULL: insecure (zero key) */
-	const char *data_host; /* IPv4 address the data listener binds (copied) */
-	uint16_t data_port;    /* 0: any */
-	uint32_t base_ms;      /* the node's base period */
+	const shoal_key *key;      /* admission tokens; NULL: insecure (zero key) */
+	const char *data_host;     /* IPv4 address the data listener binds (copied) */
+	uint16_t data_port;        /* 0: any */
+	uint32_t base_ms;          /* the node's base period */
 	shoal_xfer_rdma_opts rdma; /* the data links' RDMA choices (rdma.device borrowed) */
 	/* Replies to RUN_REQ, called on the node thread (shoal_serve_drain). */
 	shoal_err (*reply)(void *ud, const shoal_ctl_route *to, const void *buf, size_t len);
 	/* A data link to peer `id` (at incarnation `inc` in our view) broke
 	 * without a goodbye: evidence that it died (node thread; optional). */
-	void (*peer_gone)(void *ud, const uint8_t id[SHOAL_PEER_ID_LEN], uint64_t inc, const char *why);
+	void (*peer_gone)(void *ud, const uint8_t id[SHOAL_PEER_ID_LEN], uint64_t inc,
+	                  const char *why);
 	void *ud;
 } shoal_serve_config;
 
@@ -93,7 +94,7 @@ typedef struct shoal_serve_config {
  * manifest and the tokenizer, start the data thread with its listener.
  * *out is the caller's (shoal_serve_free). */
 shoal_err shoal_serve_new(const shoal_serve_config *cfg, shoal_serve **out, char *why,
-                            size_t why_len);
+                          size_t why_len);
 void shoal_serve_free(shoal_serve *cl); /* NULL is a no-op; joins the thread */
 
 /* The data port actually bound. */
@@ -124,7 +125,7 @@ json_t *shoal_serve_status_json(shoal_serve *cl);
  * (RUN_TOKEN, RUN_END) go out through cfg.reply with its seq; a malformed
  * request gets a RUN_END with the decoder's error and reason. */
 void shoal_serve_run_request(shoal_serve *cl, const shoal_ctl_route *from, const uint8_t *buf,
-                               size_t len);
+                             size_t len);
 
 /* The client connection `fd` (shoal_ctl_route.fd) closed: its runs end at
  * once, queued or running, and their sessions are freed. */

@@ -30,9 +30,9 @@ static void serve_send(shoal_serve *cl, const shoal_ctl_route *to)
 
 /* The end of run seq: err SHOAL_OK with the detokenizer's tail, or an error
  * with its reason (retry: the same request may succeed if sent again). */
-static void serve_end_n(shoal_serve *cl, const shoal_ctl_route *to, uint64_t seq,
-                                shoal_err err, bool retry, const char *why, const char *tail,
-                                size_t tail_len, uint32_t tokens)
+static void serve_end_n(shoal_serve *cl, const shoal_ctl_route *to, uint64_t seq, shoal_err err,
+                        bool retry, const char *why, const char *tail, size_t tail_len,
+                        uint32_t tokens)
 {
 	shoal_run_end end = {.err = err, .retry = err && retry, .tokens = tokens};
 	if (err) {
@@ -41,24 +41,25 @@ static void serve_end_n(shoal_serve *cl, const shoal_ctl_route *to, uint64_t seq
 		end.text = "";
 	} else {
 		end.text = tail ? tail : "";
-		end.text_len = tail ? (tail_len < SHOAL_RUN_MAX_TEXT ? tail_len : SHOAL_RUN_MAX_TEXT) : 0;
+		end.text_len =
+		    tail ? (tail_len < SHOAL_RUN_MAX_TEXT ? tail_len : SHOAL_RUN_MAX_TEXT) : 0;
 	}
 	if (shoal_runmsg_encode_end(seq, &end, &cl->msg) == SHOAL_OK)
 		serve_send(cl, to);
 	else
-		SHOAL_LOG_W("cluster", "cannot encode the end of run %llu", (unsigned long long)seq);
+		SHOAL_LOG_W("cluster", "cannot encode the end of run %llu",
+		            (unsigned long long)seq);
 }
 
 /* The end of a run that sent no tokens (refused before it started). */
-static void serve_end(shoal_serve *cl, const shoal_ctl_route *to, uint64_t seq,
-                              shoal_err err, bool retry, const char *why, const char *tail,
-                              size_t tail_len)
+static void serve_end(shoal_serve *cl, const shoal_ctl_route *to, uint64_t seq, shoal_err err,
+                      bool retry, const char *why, const char *tail, size_t tail_len)
 {
 	serve_end_n(cl, to, seq, err, retry, why, tail, tail_len, 0);
 }
 
 void shoal_serve_run_request(shoal_serve *cl, const shoal_ctl_route *from, const uint8_t *buf,
-                               size_t len)
+                             size_t len)
 {
 	char why[256] = "";
 	int32_t *ids = NULL;
@@ -91,9 +92,10 @@ void shoal_serve_run_request(shoal_serve *cl, const shoal_ctl_route *from, const
 	sp.repeat_penalty = q->repeat_penalty;
 	sp.seed = q->seed;
 	/* the decoder checked the limits; the sampler's own ranges here */
-	if (sp.top_k < 0 || !(sp.top_p >= 0 && sp.top_p <= 1) || !(sp.min_p >= 0 && sp.min_p <= 1)) {
+	if (sp.top_k < 0 || !(sp.top_p >= 0 && sp.top_p <= 1) ||
+	    !(sp.min_p >= 0 && sp.min_p <= 1)) {
 		serve_end(cl, from, seq, SHOAL_ERR_RANGE, false,
-		                  "bad request: a sampler parameter is out of range", NULL, 0);
+		          "bad request: a sampler parameter is out of range", NULL, 0);
 		goto out;
 	}
 	bool chat = q->chat;
@@ -107,8 +109,8 @@ void shoal_serve_run_request(shoal_serve *cl, const shoal_ctl_route *from, const
 		goto out;
 	}
 	if (n_ids == 0) {
-		serve_end(cl, from, seq, SHOAL_ERR_INVAL, false, "the prompt has no tokens",
-		                  NULL, 0);
+		serve_end(cl, from, seq, SHOAL_ERR_INVAL, false, "the prompt has no tokens", NULL,
+		          0);
 		goto out;
 	}
 	if (n_ids >= cl->pol.ctx) {
@@ -125,8 +127,8 @@ void shoal_serve_run_request(shoal_serve *cl, const shoal_ctl_route *from, const
 	/* without --logprobs the client shows no logprob: the last stage
 	 * skips the log-sum-exp over the vocabulary (~15 % of a small
 	 * model's token) */
-	e = serve__queue(cl, &ids, n_ids, (uint32_t)n, (uint32_t)k, k == 0, &sp, from, seq,
-	                        NULL, &slot, why, sizeof why);
+	e = serve__queue(cl, &ids, n_ids, (uint32_t)n, (uint32_t)k, k == 0, &sp, from, seq, NULL,
+	                 &slot, why, sizeof why);
 	if (e)
 		serve_end(cl, from, seq, e, e == SHOAL_ERR_BUSY, why, NULL, 0);
 out:
@@ -201,8 +203,7 @@ void shoal_serve_drain(shoal_serve *cl)
 			r->n_sent++;
 		} else {
 			size_t tl = shoal_detok_flush(&r->dt, text, sizeof text);
-			serve_end_n(cl, &to, seq, ev.err, ev.retry, ev.why, text, tl,
-				                    r->n_sent);
+			serve_end_n(cl, &to, seq, ev.err, ev.retry, ev.why, text, tl, r->n_sent);
 			pthread_mutex_lock(&cl->mu);
 			free(r->prompt);
 			r->prompt = NULL;
@@ -213,13 +214,13 @@ void shoal_serve_drain(shoal_serve *cl)
 }
 
 static shoal_err serve_prompt(shoal_serve *cl, const shoal_chat_msg *msgs, size_t n,
-                               const char *text, int32_t **ids, size_t *n_ids, char *why,
-                               size_t why_len)
+                              const char *text, int32_t **ids, size_t *n_ids, char *why,
+                              size_t why_len)
 {
-	shoal_err e = msgs ? shoal_prompt_chat_ids(cl->model, cl->tok, msgs, n, ids, n_ids, why,
-	                                           why_len)
-	                   : shoal_prompt_ids(cl->model, cl->tok, text ? text : "", false, NULL, ids,
-	                                      n_ids, why, why_len);
+	shoal_err e =
+	    msgs ? shoal_prompt_chat_ids(cl->model, cl->tok, msgs, n, ids, n_ids, why, why_len)
+	         : shoal_prompt_ids(cl->model, cl->tok, text ? text : "", false, NULL, ids, n_ids,
+	                            why, why_len);
 	if (e)
 		return e;
 	if (!*n_ids || *n_ids >= cl->pol.ctx) {
@@ -232,23 +233,22 @@ static shoal_err serve_prompt(shoal_serve *cl, const shoal_chat_msg *msgs, size_
 }
 
 static shoal_err serve_submit(shoal_serve *cl, const int32_t *ids, size_t n_ids,
-                               const shoal_api_gen *g, const shoal_api_sink *sink,
-                               uint32_t *handle, char *why, size_t why_len)
+                              const shoal_api_gen *g, const shoal_api_sink *sink, uint32_t *handle,
+                              char *why, size_t why_len)
 {
 	shoal_sampler_params sp = shoal_sampler_defaults();
 	sp.temp = g->temp;
 	sp.top_p = g->top_p;
 	sp.seed = g->seed;
 	if (!n_ids || n_ids >= cl->pol.ctx)
-		return shoal_why(why, why_len, SHOAL_ERR_RANGE, "%zu prompt tokens; the context holds %u",
-		                 n_ids, cl->pol.ctx);
+		return shoal_why(why, why_len, SHOAL_ERR_RANGE,
+		                 "%zu prompt tokens; the context holds %u", n_ids, cl->pol.ctx);
 	int32_t *copy = malloc(n_ids * sizeof *copy);
 	if (!copy)
 		return SHOAL_ERR_NOMEM;
 	memcpy(copy, ids, n_ids * sizeof *copy);
-	shoal_err e = serve__queue(cl, &copy, n_ids, g->max_tokens ? g->max_tokens : 1,
-	                                  g->logprobs, !g->logprob, &sp, NULL, 0, sink, handle, why,
-	                                  why_len);
+	shoal_err e = serve__queue(cl, &copy, n_ids, g->max_tokens ? g->max_tokens : 1, g->logprobs,
+	                           !g->logprob, &sp, NULL, 0, sink, handle, why, why_len);
 	free(copy);
 	return e;
 }
@@ -259,7 +259,8 @@ static void serve_cancel(shoal_serve *cl, uint32_t handle)
 	SHOAL_ASSERT(slot < SHOAL_SERVE_MAX_RUNS); /* a handle submit gave */
 	pthread_mutex_lock(&cl->mu);
 	shoal_serve_run *r = &cl->runs[slot];
-	bool hit = r->state != SHOAL_SERVE_RUN_FREE && r->has_sink && r->gen == serve__handle_gen(handle);
+	bool hit =
+	    r->state != SHOAL_SERVE_RUN_FREE && r->has_sink && r->gen == serve__handle_gen(handle);
 	if (hit)
 		r->cancel = true;
 	pthread_mutex_unlock(&cl->mu);
@@ -312,8 +313,7 @@ static shoal_err api_prompt(void *ctx, const shoal_chat_msg *msgs, size_t n, con
 }
 
 static shoal_err api_submit(void *ctx, const int32_t *ids, size_t n, const shoal_api_gen *g,
-                            const shoal_api_sink *sink, uint32_t *handle, char *why,
-                            size_t why_len)
+                            const shoal_api_sink *sink, uint32_t *handle, char *why, size_t why_len)
 {
 	shoal_serve *cl = api_serve(ctx, why, why_len);
 	return cl ? serve_submit(cl, ids, n, g, sink, handle, why, why_len) : SHOAL_ERR_STATE;

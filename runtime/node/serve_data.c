@@ -71,7 +71,7 @@ static void serve_take_assign(shoal_serve_dt *d, shoal_serve_assign *a)
 }
 
 static void serve_dispatch(shoal_serve_dt *d, shoal_xfer_link *k, int role,
-                                   const shoal_xfer_frame *f)
+                           const shoal_xfer_frame *f)
 {
 	char why[256] = "";
 	shoal_err e = SHOAL_OK;
@@ -157,8 +157,8 @@ static void serve_publish(shoal_serve_dt *d)
  * thread was preempted (more busy threads than cores): spinning then only
  * slows the peer that computes, so it stops for
  * SHOAL_SERVE_HOP_BACKOFF_MS. (The time given away in sched_yield is not
- * counted: a busy thread on the same core gets it back at each yield.) dist_bench, austen, 5 rounds, spin 0
- * against 2000 us: 134 -> 90 us a hop with 2 stages, 85 -> 52 with 3. */
+ * counted: a busy thread on the same core gets it back at each yield.) dist_bench, austen, 5
+ * rounds, spin 0 against 2000 us: 134 -> 90 us a hop with 2 stages, 85 -> 52 with 3. */
 static void serve_wait(shoal_serve_dt *d, struct pollfd *pf, int np)
 {
 	const uint32_t spin_us = d->cl->cfg.hop_spin_us;
@@ -171,8 +171,9 @@ static void serve_wait(shoal_serve_dt *d, struct pollfd *pf, int np)
 			uint64_t u = shoal_clock_now_us();
 			if (u - t > SHOAL_SERVE_HOP_GAP_US) {
 				d->spin_off_us = u + SHOAL_SERVE_HOP_BACKOFF_MS * 1000u;
-				SHOAL_LOG_D("cluster", "spin: off the core for %llu us; blocking for %u ms",
-				            (unsigned long long)(u - t), SHOAL_SERVE_HOP_BACKOFF_MS);
+				SHOAL_LOG_D(
+				    "cluster", "spin: off the core for %llu us; blocking for %u ms",
+				    (unsigned long long)(u - t), SHOAL_SERVE_HOP_BACKOFF_MS);
 				break;
 			}
 			if (u >= end)
@@ -228,7 +229,8 @@ void *serve__data_main(void *arg)
 			uint8_t ids[SHOAL_SERVE_MAX_PEERS][SHOAL_PEER_ID_LEN];
 			for (size_t i = 0; i < d->n_eps; i++)
 				memcpy(ids[i], d->eps[i].id, SHOAL_PEER_ID_LEN);
-			shoal_dist_stage_keep_owners(d->as->stage, (const uint8_t(*)[SHOAL_PEER_ID_LEN])ids, d->n_eps);
+			shoal_dist_stage_keep_owners(
+			    d->as->stage, (const uint8_t(*)[SHOAL_PEER_ID_LEN])ids, d->n_eps);
 		}
 		serve__adopt(d);
 		serve__start_runs(d, tcs);

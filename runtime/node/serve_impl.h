@@ -59,7 +59,7 @@
 /* A request (new, or paused by a plan change) waits this long for a
  * servable plan; a session this long for its next token before it fails
  * (a stage that hangs without its link breaking or gossip noticing). */
-#define SHOAL_SERVE_WAIT_MS     20000u
+#define SHOAL_SERVE_WAIT_MS 20000u
 /* When the plan went because one of its peers was declared dead, and the
  * peers left cannot hold the model, a new request still waits this many
  * base periods (10 s at the default 100 ms) before it is refused: the
@@ -68,9 +68,9 @@
  * 1.7 of <= 7. A graceful leave and a cluster that never had a plan
  * refuse at once. */
 #define SHOAL_SERVE_DIED_WAIT_MULT 100u
-#define SHOAL_SERVE_SILENCE_MS  30000u
-#define SHOAL_SERVE_LINKS       (2 * SHOAL_SERVE_MAX_PEERS)
-#define SHOAL_SERVE_DEFAULT_CTX 4096u /* the context of local `shoal run` */
+#define SHOAL_SERVE_SILENCE_MS     30000u
+#define SHOAL_SERVE_LINKS          (2 * SHOAL_SERVE_MAX_PEERS)
+#define SHOAL_SERVE_DEFAULT_CTX    4096u /* the context of local `shoal run` */
 /* The link every plan assumes unless --link-us says otherwise: gigabit
  * Ethernet, ~200 us for a small frame through two kernels, 125 MB/s. */
 #define SHOAL_SERVE_LINK_US 200u
@@ -78,8 +78,8 @@
 
 /* Link roles: which thread and object on the far side reads the frames. */
 enum {
-	SHOAL_SERVE_ROLE_STAGE = 1,  /* the data thread's stage */
-	SHOAL_SERVE_ROLE_OWNER = 2,  /* the data thread's session owner */
+	SHOAL_SERVE_ROLE_STAGE = 1,   /* the data thread's stage */
+	SHOAL_SERVE_ROLE_OWNER = 2,   /* the data thread's session owner */
 	SHOAL_SERVE_ROLE_EXPERTS = 3, /* the expert thread's server */
 	SHOAL_SERVE_ROLE_TENSOR = 5,  /* a group member's slices (read in its exchange) */
 	SHOAL_SERVE_ROLE_WEIGHTS = SHOAL_WEIGHTS_ROLE /* the weights server (weights.h) */
@@ -101,8 +101,8 @@ typedef struct shoal_serve_assign {
 	/* NULL: no experts of other layers here; handed to the expert thread
 	 * (and NULL here then) when the data thread takes the assignment */
 	shoal_dist_stage *experts;
-	uint8_t first[SHOAL_PEER_ID_LEN];         /* stage 0's peer */
-	uint32_t sessions;         /* KV sessions per stage of the plan */
+	uint8_t first[SHOAL_PEER_ID_LEN]; /* stage 0's peer */
+	uint32_t sessions;                /* KV sessions per stage of the plan */
 } shoal_serve_assign;
 
 /* An API run's handle names its slot and the slot's use (gen), so that a
@@ -128,8 +128,8 @@ static inline uint32_t serve__handle_gen(uint32_t h)
 enum { SHOAL_SERVE_RUN_FREE = 0, SHOAL_SERVE_RUN_QUEUED, SHOAL_SERVE_RUN_STARTED };
 
 typedef struct shoal_serve_run {
-	int state; /* under mu */
-	bool cancel; /* under mu: the client went away */
+	int state;    /* under mu */
+	bool cancel;  /* under mu: the client went away */
 	uint32_t gen; /* counts the slot's uses: an API handle names (slot, gen) */
 	shoal_ctl_route route;
 	shoal_api_sink sink; /* an API run's (has_sink): tokens and end go there */
@@ -198,9 +198,9 @@ struct shoal_serve {
 	shoal_weights_fetcher *wf; /* with wc: fetches the tensors of our part */
 	bool part_taken;           /* our part of cl->plan is built (or failed) */
 	bool fetch_failed_seen;
-	uint64_t fetch_retry_us;   /* a failed fetch is tried again from then */
-	uint64_t cache_hit_bytes;  /* bytes of our parts found in the cache */
-	int hash_logged;           /* quarters of first-start hashing logged */
+	uint64_t fetch_retry_us;  /* a failed fetch is tried again from then */
+	uint64_t cache_hit_bytes; /* bytes of our parts found in the cache */
+	int hash_logged;          /* quarters of first-start hashing logged */
 	shoal_manifest mf;
 	shoal_policy pol;
 	uint64_t offer; /* memory offered as last published */
@@ -208,20 +208,20 @@ struct shoal_serve {
 	/* planning: node thread */
 	uint8_t view_sig[SHOAL_DIGEST_BYTES];
 	bool have_sig;
-	shoal_plan *plan;        /* current, NULL when none */
-	uint32_t plan_sessions;  /* its KV sessions per stage (--sessions, or from memory) */
-	shoal_plan *prev;        /* last servable, or learned from the peers we joined */
+	shoal_plan *plan;       /* current, NULL when none */
+	uint32_t plan_sessions; /* its KV sessions per stage (--sessions, or from memory) */
+	shoal_plan *prev;       /* last servable, or learned from the peers we joined */
 	uint8_t learn_tried[SHOAL_DIGEST_BYTES]; /* the digest we last tried to learn */
-	size_t learn_tried_n;     /* over this many candidates */
+	size_t learn_tried_n;                    /* over this many candidates */
 	char plan_why[256];
-	shoal_err plan_err;      /* why there is no plan (INFEASIBLE: memory, or left out) */
-	uint64_t died_us;        /* when the plan went because a peer of it died; 0: it did not */
-	char others_why[400];    /* peers serving another model, as last logged */
+	shoal_err plan_err;   /* why there is no plan (INFEASIBLE: memory, or left out) */
+	uint64_t died_us;     /* when the plan went because a peer of it died; 0: it did not */
+	char others_why[400]; /* peers serving another model, as last logged */
 	bool servable;
 	uint8_t ready_digest[SHOAL_DIGEST_BYTES];
 	uint64_t ready_epoch;
 	uint64_t served_epoch; /* the highest epoch of a plan servable here */
-	char ready_why[256]; /* why we are not ready for the plan */
+	char ready_why[256];   /* why we are not ready for the plan */
 	size_t n_left;
 	struct {
 		shoal_peer_id id;
@@ -254,7 +254,7 @@ struct shoal_serve {
 	bool shared_servable;
 	uint8_t shared_digest[SHOAL_DIGEST_BYTES]; /* the digest accepted links must name */
 	uint64_t shared_epoch;
-	char shared_why[256]; /* why the plan is not servable ("" when it is) */
+	char shared_why[256];   /* why the plan is not servable ("" when it is) */
 	bool shared_infeasible; /* no plan: the peers' memory cannot hold the model */
 	bool shared_noplan;     /* no plan at all: runs in flight pause */
 	shoal_serve_run runs[SHOAL_SERVE_MAX_RUNS];
@@ -280,7 +280,7 @@ struct shoal_serve {
 	/* threads */
 	int wake[2];  /* node -> data thread */
 	int xwake[2]; /* -> expert thread */
-	int evfd[2]; /* data thread -> node */
+	int evfd[2];  /* data thread -> node */
 	shoal_xfer_config xcfg;
 	shoal_xfer_listener *listener;
 	pthread_t data_thr, acc_thr, x_thr;
@@ -347,9 +347,9 @@ typedef struct shoal_serve_tokctx {
  * recent waits were shorter than that; a poll that returns
  * SHOAL_SERVE_HOP_GAP_US after it was called (the thread was preempted
  * for a time slice) stops it for SHOAL_SERVE_HOP_BACKOFF_MS. */
-#define SHOAL_SERVE_HOP_ACTIVE_MS   20u
-#define SHOAL_SERVE_HOP_GAP_US      500u
-#define SHOAL_SERVE_HOP_BACKOFF_MS  1000u
+#define SHOAL_SERVE_HOP_ACTIVE_MS  20u
+#define SHOAL_SERVE_HOP_GAP_US     500u
+#define SHOAL_SERVE_HOP_BACKOFF_MS 1000u
 
 /* The functions the files share, by file, in the order calls go: a file
  * calls only files below it here (tests/sh/cycle_check.sh). */
@@ -374,9 +374,9 @@ void *serve__data_main(void *arg);
  * sink; *slot_out is its API handle. BUSY when every slot is taken. Any
  * thread. */
 shoal_err serve__queue(shoal_serve *cl, int32_t **ids, size_t n_ids, uint32_t n, uint32_t k,
-                       bool no_logprob, const shoal_sampler_params *sp,
-                       const shoal_ctl_route *from, uint64_t seq, const shoal_api_sink *sink,
-                       uint32_t *slot_out, char *why, size_t why_len);
+                       bool no_logprob, const shoal_sampler_params *sp, const shoal_ctl_route *from,
+                       uint64_t seq, const shoal_api_sink *sink, uint32_t *slot_out, char *why,
+                       size_t why_len);
 /* The data thread's side of the runs: pause run i (replayed after
  * delay_us), start what waits, check what runs. */
 void serve__pause(shoal_serve *cl, uint32_t i, uint64_t now, uint64_t delay_us, const char *why);
@@ -388,7 +388,7 @@ void serve__check_runs(shoal_serve_dt *d);
 void serve__token(const shoal_serve *cl, const uint8_t peer[SHOAL_PEER_ID_LEN],
                   const uint8_t digest[SHOAL_DIGEST_BYTES], int role,
                   uint8_t out[SHOAL_LINK_TOKEN_LEN]); /* any thread */
-void serve__free_assign(shoal_serve_assign *a);      /* any thread; NULL: no-op */
+void serve__free_assign(shoal_serve_assign *a);       /* any thread; NULL: no-op */
 /* Which link reaches a peer, for dist objects (ctx: a shoal_serve_lctx). */
 shoal_xfer_link *serve__link(void *ctx, const uint8_t peer[SHOAL_PEER_ID_LEN]);
 /* No link: the expert server's (it answers on the link a request came in
@@ -402,8 +402,8 @@ shoal_xfer_link *serve__tensor_in(void *ctx, const uint8_t peer[SHOAL_PEER_ID_LE
  * (bye) or is our own. */
 void serve__link_broke(shoal_serve_dt *d, const uint8_t peer[SHOAL_PEER_ID_LEN], uint64_t inc,
                        bool bye, const char *why);
-void serve__out_drop(shoal_serve_dt *d, size_t i);         /* close d->out[i] */
-void serve__adopt(shoal_serve_dt *d);                      /* the accepted links */
+void serve__out_drop(shoal_serve_dt *d, size_t i);           /* close d->out[i] */
+void serve__adopt(shoal_serve_dt *d);                        /* the accepted links */
 void serve__links_close(shoal_serve_dt *d, const char *why); /* every link, with a goodbye */
 /* The data listener's admission check (net/xfer.h's admit callback; the
  * accept thread). */

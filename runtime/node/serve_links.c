@@ -43,28 +43,31 @@ void serve__free_assign(shoal_serve_assign *a)
 
 /* ------------------------------------------------------- admission tokens */
 
-void serve__token(const shoal_serve *cl, const uint8_t peer[SHOAL_PEER_ID_LEN], const uint8_t digest[SHOAL_DIGEST_BYTES],
-                          int role, uint8_t out[SHOAL_LINK_TOKEN_LEN])
+void serve__token(const shoal_serve *cl, const uint8_t peer[SHOAL_PEER_ID_LEN],
+                  const uint8_t digest[SHOAL_DIGEST_BYTES], int role,
+                  uint8_t out[SHOAL_LINK_TOKEN_LEN])
 {
 	shoal_weights_link_token(&cl->key, peer, digest, role, out);
 }
 
 int serve__admit(void *ctx, const uint8_t peer[SHOAL_PEER_ID_LEN], const char *addr,
-                               const uint8_t *token, size_t token_len)
+                 const uint8_t *token, size_t token_len)
 {
 	shoal_serve *cl = ctx;
 	uint8_t digest[SHOAL_DIGEST_BYTES], want[SHOAL_LINK_TOKEN_LEN];
-	if (token_len != 33 ||
-	    (token[SHOAL_LINK_TOKEN_ROLE] != SHOAL_SERVE_ROLE_STAGE && token[SHOAL_LINK_TOKEN_ROLE] != SHOAL_SERVE_ROLE_OWNER &&
-	     token[SHOAL_LINK_TOKEN_ROLE] != SHOAL_SERVE_ROLE_EXPERTS && token[SHOAL_LINK_TOKEN_ROLE] != SHOAL_SERVE_ROLE_WEIGHTS &&
-	     token[SHOAL_LINK_TOKEN_ROLE] != SHOAL_SERVE_ROLE_TENSOR)) {
+	if (token_len != 33 || (token[SHOAL_LINK_TOKEN_ROLE] != SHOAL_SERVE_ROLE_STAGE &&
+	                        token[SHOAL_LINK_TOKEN_ROLE] != SHOAL_SERVE_ROLE_OWNER &&
+	                        token[SHOAL_LINK_TOKEN_ROLE] != SHOAL_SERVE_ROLE_EXPERTS &&
+	                        token[SHOAL_LINK_TOKEN_ROLE] != SHOAL_SERVE_ROLE_WEIGHTS &&
+	                        token[SHOAL_LINK_TOKEN_ROLE] != SHOAL_SERVE_ROLE_TENSOR)) {
 		SHOAL_LOG_W("cluster", "data link from %s refused: malformed token", addr);
 		return 0;
 	}
 	pthread_mutex_lock(&cl->mu);
 	memcpy(digest, cl->shared_digest, SHOAL_DIGEST_BYTES);
 	pthread_mutex_unlock(&cl->mu);
-	if (token[SHOAL_LINK_TOKEN_ROLE] == SHOAL_SERVE_ROLE_WEIGHTS) /* a joiner has no plan: the model id */
+	if (token[SHOAL_LINK_TOKEN_ROLE] ==
+	    SHOAL_SERVE_ROLE_WEIGHTS) /* a joiner has no plan: the model id */
 		memcpy(digest, cl->model_id, SHOAL_MODEL_ID_BYTES);
 	serve__token(cl, peer, digest, token[SHOAL_LINK_TOKEN_ROLE], want);
 	if (sodium_memcmp(want, token, SHOAL_LINK_TOKEN_LEN) != 0) {
@@ -80,7 +83,7 @@ int serve__admit(void *ctx, const uint8_t peer[SHOAL_PEER_ID_LEN], const char *a
 /* ------------------------------------------------------------------- links */
 
 static const shoal_serve_ep *serve_ep_of(const shoal_serve_dt *d,
-                                                   const uint8_t peer[SHOAL_PEER_ID_LEN])
+                                         const uint8_t peer[SHOAL_PEER_ID_LEN])
 {
 	for (size_t i = 0; i < d->n_eps; i++)
 		if (!memcmp(d->eps[i].id, peer, SHOAL_PEER_ID_LEN))
@@ -92,7 +95,7 @@ static const shoal_serve_ep *serve_ep_of(const shoal_serve_dt *d,
  * died (a crash, a kill, a pulled cable): the node thread declares it
  * dead at once instead of waiting for gossip to suspect it. */
 void serve__link_broke(shoal_serve_dt *d, const uint8_t peer[SHOAL_PEER_ID_LEN], uint64_t inc,
-                                     bool bye, const char *why)
+                       bool bye, const char *why)
 {
 	if (bye || !memcmp(peer, d->cl->cfg.self, SHOAL_PEER_ID_LEN))
 		return;
@@ -123,7 +126,8 @@ shoal_xfer_link *serve__link(void *ctx, const uint8_t peer[SHOAL_PEER_ID_LEN])
 	if (!d || !d->as)
 		return NULL;
 	for (size_t i = 0; i < d->n_out; i++)
-		if (d->out[i].role == lc->role && !memcmp(d->out[i].peer, peer, SHOAL_PEER_ID_LEN)) {
+		if (d->out[i].role == lc->role &&
+		    !memcmp(d->out[i].peer, peer, SHOAL_PEER_ID_LEN)) {
 			if (shoal_xfer_link_is_open(d->out[i].k))
 				return d->out[i].k;
 			/* a send failed on it: dial again (the peer may be back) */
@@ -158,7 +162,7 @@ shoal_xfer_link *serve__link(void *ctx, const uint8_t peer[SHOAL_PEER_ID_LEN])
 	SHOAL_LOG_I("cluster", "data link to %.8s (%s): %s", hex,
 	            lc->role == SHOAL_SERVE_ROLE_OWNER    ? "results"
 	            : lc->role == SHOAL_SERVE_ROLE_TENSOR ? "tensor slices"
-	                                                    : "stage",
+	                                                  : "stage",
 	            shoal_xfer_link_status(k));
 	memcpy(d->out[d->n_out].peer, peer, SHOAL_PEER_ID_LEN);
 	d->out[d->n_out].role = lc->role;
@@ -348,12 +352,14 @@ void *serve__experts_main(void *arg)
 			shoal_xfer_frame f;
 			char why[256] = "";
 			shoal_err e;
-			while ((e = shoal_xfer_link_recv(in[i], 0, &f, why, sizeof why)) == SHOAL_OK ||
+			while ((e = shoal_xfer_link_recv(in[i], 0, &f, why, sizeof why)) ==
+			           SHOAL_OK ||
 			       e == SHOAL_ERR_FORMAT || e == SHOAL_ERR_MISMATCH) {
 				if (e != SHOAL_OK)
 					SHOAL_LOG_W("cluster", "expert frame dropped: %s", why);
 				else if (!xs)
-					SHOAL_LOG_W("cluster", "an expert request, but no experts here");
+					SHOAL_LOG_W("cluster",
+					            "an expert request, but no experts here");
 				else if (shoal_dist_stage_handle(xs, in[i], &f, why, sizeof why))
 					SHOAL_LOG_W("cluster", "expert server: %s", why);
 			}

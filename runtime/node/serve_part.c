@@ -19,7 +19,7 @@
 #include "base/log.h"
 
 static shoal_err serve_build_assign(shoal_serve *cl, shoal_serve_assign **out, char *why,
-                                          size_t why_len);
+                                    size_t why_len);
 
 /* Tensor ix (UINT32_MAX: none) appended to out[n] unless there already or
  * out is full; returns the new count. Each tensor once (a tied head is the
@@ -56,8 +56,7 @@ static size_t serve_part_tensors(const shoal_serve *cl, uint32_t *out, size_t ca
 			self = (long)i;
 	if (self < 0)
 		return 0;
-#define PART_ADD(t)                                                                                \
-	(n = serve_part_add(out, n, cap, (t) ? (uint32_t)((t)-base) : UINT32_MAX))
+#define PART_ADD(t) (n = serve_part_add(out, n, cap, (t) ? (uint32_t)((t)-base) : UINT32_MAX))
 	size_t ns = shoal_plan_n_stages(p);
 	for (size_t st = 0; st < ns; st++) {
 		const shoal_plan_stage *ps = shoal_plan_stage_at(p, st);
@@ -134,7 +133,8 @@ static bool serve_fetch_wait(shoal_serve *cl)
 		if (!pr.fetched) /* this start fetched nothing: the cache held it all */
 			cl->cache_hit_bytes = bytes;
 		SHOAL_LOG_I("weights", "our part: %zu tensor(s), %.1f MiB, all in the cache%s", nn,
-		            (double)bytes / 1048576.0, pr.fetched ? "" : " (cache hit: nothing fetched)");
+		            (double)bytes / 1048576.0,
+		            pr.fetched ? "" : " (cache hit: nothing fetched)");
 		return false;
 	}
 	uint64_t now = shoal_clock_now_us();
@@ -161,7 +161,8 @@ static bool serve_fetch_wait(shoal_serve *cl)
 		shoal_hex_encode(cl->eps[i].id, 16, hex);
 		snprintf(src[ns].name, sizeof src[ns].name, "%.8s", hex);
 		for (size_t k = 0; cl->plan && k < shoal_plan_n_peers(cl->plan); k++)
-			if (!memcmp(shoal_plan_peer_at(cl->plan, k)->id.b, cl->eps[i].id, SHOAL_PEER_ID_LEN))
+			if (!memcmp(shoal_plan_peer_at(cl->plan, k)->id.b, cl->eps[i].id,
+			            SHOAL_PEER_ID_LEN))
 				snprintf(src[ns].name, sizeof src[ns].name, "%s",
 				         shoal_plan_peer_at(cl->plan, k)->name);
 		ns++;
@@ -169,7 +170,8 @@ static bool serve_fetch_wait(shoal_serve *cl)
 	pthread_mutex_unlock(&cl->mu);
 	if (!ns) {
 		snprintf(cl->ready_why, sizeof cl->ready_why,
-		         "%zu tensor(s) of our part missing and no peer to fetch them from", missing);
+		         "%zu tensor(s) of our part missing and no peer to fetch them from",
+		         missing);
 	} else if (shoal_weights_start(cl->wf, src, ns, cl->wc, need, missing) == SHOAL_OK) {
 		cl->fetch_failed_seen = false;
 		snprintf(cl->ready_why, sizeof cl->ready_why,
@@ -227,9 +229,8 @@ int serve__take_part(shoal_serve *cl)
  * its share of the head and the head peer gathers the logits and samples
  * (invariant 10), the entry passes hidden states on in any other (dist.h
  * invariant 9). */
-static void serve_group_config(shoal_serve *cl, const shoal_plan *p,
-                                       const shoal_plan_member *mem, size_t n, size_t me,
-                                       shoal_dist_stage_config *c)
+static void serve_group_config(shoal_serve *cl, const shoal_plan *p, const shoal_plan_member *mem,
+                               size_t n, size_t me, shoal_dist_stage_config *c)
 {
 	bool last = c->has_head;
 	c->tp_n = (uint32_t)n;
@@ -271,7 +272,7 @@ static bool serve_tensor_held(void *ctx, const shoal_gguf_tensor *t)
 
 /* What a stage and an expert server of assignment a share. */
 static void serve_stage_common(shoal_serve *cl, const shoal_serve_assign *a,
-                                       shoal_dist_stage_config *c)
+                               shoal_dist_stage_config *c)
 {
 	if (cl->wc) {
 		c->tensor_held = serve_tensor_held;
@@ -287,8 +288,8 @@ static void serve_stage_common(shoal_serve *cl, const shoal_serve_assign *a,
 	c->timeout_ms = (int)SHOAL_SERVE_SILENCE_MS / 3;
 }
 
-static shoal_err serve_build_assign(shoal_serve *cl, shoal_serve_assign **out,
-                                            char *why, size_t why_len)
+static shoal_err serve_build_assign(shoal_serve *cl, shoal_serve_assign **out, char *why,
+                                    size_t why_len)
 {
 	const shoal_plan *p = cl->plan;
 	const shoal_hparams *hp = &cl->model->hp;
@@ -358,7 +359,8 @@ static shoal_err serve_build_assign(shoal_serve *cl, shoal_serve_assign **out,
 					mask[k] = 1;
 				else if (no)
 					memcpy(peer + k * SHOAL_PEER_ID_LEN,
-					       shoal_plan_peer_at(p, own[0])->id.b, SHOAL_PEER_ID_LEN);
+					       shoal_plan_peer_at(p, own[0])->id.b,
+					       SHOAL_PEER_ID_LEN);
 			}
 		}
 	}

@@ -34,7 +34,7 @@ static uint64_t serve_speed(uint64_t per_s_millions)
 }
 
 static void serve_left(shoal_serve *cl, const shoal_swim_member *m, const char *fmt,
-                               const char *arg)
+                       const char *arg)
 {
 	if (cl->n_left >= SHOAL_SERVE_MAX_PEERS)
 		return;
@@ -61,10 +61,9 @@ static bool serve_measured_links(const shoal_serve *cl)
 	return cl->pol.tensor_groups && !cl->pol.tensor_prefer && !cl->cfg.link_us;
 }
 
-static shoal_err serve_plan_on(shoal_serve *cl, const shoal_swim_member *const *cand,
-                                       size_t nc, const uint8_t *skip, const shoal_plan *prev,
-                                       shoal_plan **out, uint32_t *sessions, char *why,
-                                       size_t why_len)
+static shoal_err serve_plan_on(shoal_serve *cl, const shoal_swim_member *const *cand, size_t nc,
+                               const uint8_t *skip, const shoal_plan *prev, shoal_plan **out,
+                               uint32_t *sessions, char *why, size_t why_len)
 {
 	uint32_t lus = cl->cfg.link_us ? cl->cfg.link_us : SHOAL_SERVE_LINK_US;
 	shoal_view *view = shoal_view_new((uint64_t)lus * 1000u, SHOAL_SERVE_LINK_BW);
@@ -73,7 +72,8 @@ static shoal_err serve_plan_on(shoal_serve *cl, const shoal_swim_member *const *
 	size_t nr = 0;
 	for (size_t i = 0; i < nc && e == SHOAL_OK; i++) {
 		const shoal_record *r = &cand[i]->record;
-		if ((skip && !memcmp(r->id.b, skip, SHOAL_PEER_ID_LEN)) || nr == SHOAL_SERVE_MAX_PEERS)
+		if ((skip && !memcmp(r->id.b, skip, SHOAL_PEER_ID_LEN)) ||
+		    nr == SHOAL_SERVE_MAX_PEERS)
 			continue;
 		recs[nr++] = r;
 		shoal_view_peer p;
@@ -113,20 +113,22 @@ static shoal_err serve_plan_on(shoal_serve *cl, const shoal_swim_member *const *
  * passed our current plan's epoch, no candidate announced another plan,
  * and the same inputs, numbered from just below that epoch, give our
  * current plan again, it stays as it is. */
-static shoal_err serve_plan_next(shoal_serve *cl, const shoal_swim_member *const *cand,
-                                         size_t nc, const shoal_plan *prev, shoal_plan **out,
-                                         uint32_t *sessions, char *why, size_t why_len)
+static shoal_err serve_plan_next(shoal_serve *cl, const shoal_swim_member *const *cand, size_t nc,
+                                 const shoal_plan *prev, shoal_plan **out, uint32_t *sessions,
+                                 char *why, size_t why_len)
 {
 	shoal_err e = serve_plan_on(cl, cand, nc, NULL, prev, out, sessions, why, why_len);
 	const shoal_plan *cur = cl->plan;
-	if (e != SHOAL_OK || !cur || !memcmp(shoal_plan_digest(*out), shoal_plan_digest(cur), SHOAL_DIGEST_BYTES) ||
+	if (e != SHOAL_OK || !cur ||
+	    !memcmp(shoal_plan_digest(*out), shoal_plan_digest(cur), SHOAL_DIGEST_BYTES) ||
 	    shoal_plan_epoch(cur) < cl->pol.epoch_floor || shoal_plan_epoch(cur) == 0)
 		return e;
 	/* only while nobody announced another plan: a peer that moved on
 	 * (e.g. restarted and planned from scratch) must be followed */
 	for (size_t i = 0; i < nc; i++) {
 		const shoal_record *r = &cand[i]->record;
-		if (r->ready_epoch && memcmp(r->ready_digest, shoal_plan_digest(cur), SHOAL_DIGEST_BYTES))
+		if (r->ready_epoch &&
+		    memcmp(r->ready_digest, shoal_plan_digest(cur), SHOAL_DIGEST_BYTES))
 			return e;
 	}
 	uint64_t floor = cl->pol.epoch_floor;
@@ -136,7 +138,8 @@ static shoal_err serve_plan_next(shoal_serve *cl, const shoal_swim_member *const
 	cl->pol.epoch_floor = shoal_plan_epoch(cur) - 1;
 	shoal_err eq = serve_plan_on(cl, cand, nc, NULL, prev, &q, &qs, w, sizeof w);
 	cl->pol.epoch_floor = floor;
-	if (eq == SHOAL_OK && !memcmp(shoal_plan_digest(q), shoal_plan_digest(cur), SHOAL_DIGEST_BYTES)) {
+	if (eq == SHOAL_OK &&
+	    !memcmp(shoal_plan_digest(q), shoal_plan_digest(cur), SHOAL_DIGEST_BYTES)) {
 		shoal_plan_free(*out);
 		*out = q;
 		if (sessions)
@@ -159,15 +162,17 @@ static shoal_err serve_plan_next(shoal_serve *cl, const shoal_swim_member *const
  * peers that already moved to it (a joiner, or all of us while it loads)
  * agree with us. */
 static bool serve_prev_usable(const shoal_plan *prev, const shoal_plan *next,
-                                      const shoal_swim_member *const *cand, size_t nc)
+                              const shoal_swim_member *const *cand, size_t nc)
 {
 	if (!prev)
 		return false;
 	for (size_t i = 0; i < nc; i++) {
 		const shoal_record *r = &cand[i]->record;
-		bool ready = r->ready_epoch &&
-		             (!memcmp(r->ready_digest, shoal_plan_digest(prev), SHOAL_DIGEST_BYTES) ||
-		              (next && !memcmp(r->ready_digest, shoal_plan_digest(next), SHOAL_DIGEST_BYTES)));
+		bool ready =
+		    r->ready_epoch &&
+		    (!memcmp(r->ready_digest, shoal_plan_digest(prev), SHOAL_DIGEST_BYTES) ||
+		     (next &&
+		      !memcmp(r->ready_digest, shoal_plan_digest(next), SHOAL_DIGEST_BYTES)));
 		if (!ready && r->ready_epoch)
 			return false;
 	}
@@ -179,8 +184,7 @@ static bool serve_prev_usable(const shoal_plan *prev, const shoal_plan *next,
  * scratch on their view: if it is D, it becomes our previous plan too, so
  * we keep theirs instead of forcing a re-plan. (Fails harmlessly when D
  * itself was kept from an older plan: everybody then re-plans.) */
-static void serve_learn_prev(shoal_serve *cl, const shoal_swim_member *const *cand,
-                                     size_t nc)
+static void serve_learn_prev(shoal_serve *cl, const shoal_swim_member *const *cand, size_t nc)
 {
 	const uint8_t *d = NULL;
 	size_t others = 0;
@@ -210,8 +214,8 @@ static void serve_learn_prev(shoal_serve *cl, const shoal_swim_member *const *ca
 	cl->pol.epoch_floor = epoch - 1;
 	shoal_err e = SHOAL_ERR_STATE;
 	for (int with_self = 0; with_self < 2 && e != SHOAL_OK; with_self++) {
-		e = serve_plan_on(cl, cand, nc, with_self ? NULL : cl->cfg.self, NULL, &p,
-		                          NULL, why, sizeof why);
+		e = serve_plan_on(cl, cand, nc, with_self ? NULL : cl->cfg.self, NULL, &p, NULL,
+		                  why, sizeof why);
 		if (e == SHOAL_OK && memcmp(shoal_plan_digest(p), d, SHOAL_DIGEST_BYTES)) {
 			shoal_plan_free(p);
 			p = NULL;
@@ -257,8 +261,8 @@ static void serve_other_add(shoal_serve_other *o, size_t *no, const shoal_swim_m
  * its plan, and we plan nothing rather than serve our file alone; why says
  * so. A tie leaves each group serving its own model. Logs, once per
  * change, which peers serve another model. */
-static bool serve_outvoted(shoal_serve *cl, const shoal_serve_other *o, size_t no,
-                                   size_t nc, char *why, size_t why_len)
+static bool serve_outvoted(shoal_serve *cl, const shoal_serve_other *o, size_t no, size_t nc,
+                           char *why, size_t why_len)
 {
 	size_t big = 0, others = 0;
 	for (size_t i = 0; i < no; i++) {
@@ -295,8 +299,7 @@ static bool serve_outvoted(shoal_serve *cl, const shoal_serve_other *o, size_t n
 
 /* A peer of our current plan is dead in the view (not left: a leave is
  * announced). */
-static bool serve_plan_peer_died(const shoal_serve *cl, const shoal_swim_member *v,
-                                         size_t n)
+static bool serve_plan_peer_died(const shoal_serve *cl, const shoal_swim_member *v, size_t n)
 {
 	if (!cl->plan)
 		return false;
@@ -304,7 +307,8 @@ static bool serve_plan_peer_died(const shoal_serve *cl, const shoal_swim_member 
 		if (v[i].state != SHOAL_SWIM_STATE_DEAD)
 			continue;
 		for (size_t k = 0; k < shoal_plan_n_peers(cl->plan); k++)
-			if (!memcmp(shoal_plan_peer_at(cl->plan, k)->id.b, v[i].id.b, SHOAL_PEER_ID_LEN))
+			if (!memcmp(shoal_plan_peer_at(cl->plan, k)->id.b, v[i].id.b,
+			            SHOAL_PEER_ID_LEN))
 				return true;
 	}
 	return false;
@@ -318,9 +322,8 @@ static bool serve_plan_peer_died(const shoal_serve *cl, const shoal_swim_member 
  * why), and a signature of every planning input, so that step 2 re-plans
  * only when one changed. */
 static size_t serve_candidates(shoal_serve *cl, const shoal_swim_member *v, size_t n,
-                                     const shoal_swim_member **cand, bool *outvoted,
-                                     char *left_why, size_t left_len,
-                                     uint8_t sig[SHOAL_DIGEST_BYTES])
+                               const shoal_swim_member **cand, bool *outvoted, char *left_why,
+                               size_t left_len, uint8_t sig[SHOAL_DIGEST_BYTES])
 {
 	crypto_generichash_state hs;
 	crypto_generichash_init(&hs, NULL, 0, SHOAL_DIGEST_BYTES);
@@ -392,8 +395,7 @@ static size_t serve_candidates(shoal_serve *cl, const shoal_swim_member *v, size
 /* The data endpoints of the candidates, for the data thread (under mu):
  * loopback talks to loopback, so an endpoint whose kind matches our data
  * host's is preferred. */
-static void serve_endpoints(shoal_serve *cl, const shoal_swim_member *const *cand,
-                                  size_t nc)
+static void serve_endpoints(shoal_serve *cl, const shoal_swim_member *const *cand, size_t nc)
 {
 	int want_lo = !strncmp(cl->cfg.data_host ? cl->cfg.data_host : "", "127.", 4);
 	pthread_mutex_lock(&cl->mu);
@@ -425,14 +427,16 @@ static void serve_log_plan(const shoal_plan *np, uint32_t sessions, const char *
 		size_t ng = shoal_plan_stage_members(np, s, gm, SHOAL_DIST_TP_MAX);
 		char grp[256] = "";
 		for (size_t j = 0, o = 0; j < ng && j < SHOAL_DIST_TP_MAX; j++) {
-			int w = snprintf(grp + o, sizeof grp - o, "%s%s", j ? ", " : " with its tensor group ",
+			int w = snprintf(grp + o, sizeof grp - o, "%s%s",
+			                 j ? ", " : " with its tensor group ",
 			                 shoal_plan_peer_at(np, gm[j].peer)->name);
 			if (w < 0 || (size_t)w >= sizeof grp - o)
 				break;
 			o += (size_t)w;
 		}
 		SHOAL_LOG_I("cluster", "  stage %zu: %s layers [%u, %u)%s", s,
-		            shoal_plan_peer_at(np, st->peer)->name, st->first_layer, st->end_layer, grp);
+		            shoal_plan_peer_at(np, st->peer)->name, st->first_layer, st->end_layer,
+		            grp);
 	}
 }
 
@@ -441,8 +445,8 @@ static void serve_log_plan(const shoal_plan *np, uint32_t sessions, const char *
  * learned from the peers we joined), else from scratch; on a new digest,
  * our part of it. Returns 1 when the record must be republished. */
 static int serve_replan(shoal_serve *cl, const shoal_swim_member *v, size_t n,
-                              const shoal_swim_member *const *cand, size_t nc, bool outvoted,
-                              const char *left_why)
+                        const shoal_swim_member *const *cand, size_t nc, bool outvoted,
+                        const char *left_why)
 {
 	char why[SHOAL_WHY_LEN] = "";
 	shoal_plan *np = NULL;
@@ -471,7 +475,8 @@ static int serve_replan(shoal_serve *cl, const shoal_swim_member *v, size_t n,
 		bool died = serve_plan_peer_died(cl, v, n);
 		if (strcmp(cl->plan_why, why) || cl->plan)
 			shoal_log(died ? SHOAL_LOG_WARN : SHOAL_LOG_INFO, "cluster",
-			          "no plan over %zu peer(s): %s", nc, why[0] ? why : shoal_strerror(e));
+			          "no plan over %zu peer(s): %s", nc,
+			          why[0] ? why : shoal_strerror(e));
 		if (cl->plan)
 			cl->died_us = died ? shoal_clock_now_us() : 0;
 		snprintf(cl->plan_why, sizeof cl->plan_why, "%s", why[0] ? why : shoal_strerror(e));

@@ -23,12 +23,10 @@
 /* Queue a run of (*ids)[n_ids] (taken: *ids is NULL after) for max tokens
  * n (> 0), answering to the client `from` (seq) or, with sink, to it.
  * *slot names it. BUSY when every slot is taken. Any thread. */
-shoal_err serve__queue(shoal_serve *cl, int32_t **ids, size_t n_ids, uint32_t n,
-                                     uint32_t k, bool no_logprob,
-                                     const shoal_sampler_params *sp,
-                                     const shoal_ctl_route *from, uint64_t seq,
-                                     const shoal_api_sink *sink, uint32_t *slot_out, char *why,
-                                     size_t why_len)
+shoal_err serve__queue(shoal_serve *cl, int32_t **ids, size_t n_ids, uint32_t n, uint32_t k,
+                       bool no_logprob, const shoal_sampler_params *sp, const shoal_ctl_route *from,
+                       uint64_t seq, const shoal_api_sink *sink, uint32_t *slot_out, char *why,
+                       size_t why_len)
 {
 	uint32_t max_tokens = n;
 	if (max_tokens > cl->pol.ctx - n_ids)
@@ -84,15 +82,15 @@ shoal_err serve__queue(shoal_serve *cl, int32_t **ids, size_t n_ids, uint32_t n,
 /* The end of run `run` (data thread): an API run's goes straight to its
  * sink and its slot is freed here; a control-plane run's goes through the
  * event ring to the node thread, which sends RUN_END and frees the slot. */
-static void serve_end_run(shoal_serve *cl, uint32_t run, shoal_err err, bool retry,
-                          const char *why)
+static void serve_end_run(shoal_serve *cl, uint32_t run, shoal_err err, bool retry, const char *why)
 {
 	shoal_serve_run *r = &cl->runs[run];
 	r->ended = true;
 	if (r->has_sink) {
 		char tail[SHOAL_RUN_MAX_TEXT];
 		size_t tl = shoal_detok_flush(&r->dt, tail, sizeof tail);
-		r->sink.on_end(r->sink.ctx, err, why && why[0] ? why : shoal_strerror(err), tail, tl);
+		r->sink.on_end(r->sink.ctx, err, why && why[0] ? why : shoal_strerror(err), tail,
+		               tl);
 		pthread_mutex_lock(&cl->mu);
 		free(r->prompt);
 		r->prompt = NULL;
@@ -116,16 +114,18 @@ static int serve_on_token(void *ctx, const shoal_dist_token *t)
 	shoal_serve *cl = tc->cl;
 	shoal_serve_run *r = &cl->runs[tc->run];
 	r->last_us = shoal_clock_now_us();
-	if (t->step != r->n_gen || r->n_gen >= r->max_tokens) { /* cannot be: the owner's sequence */
+	if (t->step != r->n_gen ||
+	    r->n_gen >= r->max_tokens) { /* cannot be: the owner's sequence */
 		SHOAL_LOG_E("cluster", "run %u: token of step %u after %u tokens: ended", tc->run,
 		            t->step, r->n_gen);
 		return 1;
 	}
 	r->prompt[r->n_prompt + r->n_gen++] = t->id; /* the history a replay feeds */
 	if (r->paused_us) {
-		SHOAL_LOG_I("cluster", "run %u: token %u streams %llu ms after the pause (replay %u)",
-		            tc->run, t->step,
-		            (unsigned long long)((r->last_us - r->paused_us) / 1000u), r->replays);
+		SHOAL_LOG_I("cluster",
+		            "run %u: token %u streams %llu ms after the pause (replay %u)", tc->run,
+		            t->step, (unsigned long long)((r->last_us - r->paused_us) / 1000u),
+		            r->replays);
 		r->paused_us = 0;
 	}
 	uint32_t n_top = t->n_top < SHOAL_DIST_MAX_LOGPROBS ? t->n_top : SHOAL_DIST_MAX_LOGPROBS;
@@ -158,8 +158,7 @@ static int serve_on_token(void *ctx, const shoal_dist_token *t)
 /* Run i goes back to the queue with its history, to be replayed (after
  * `delay_us`) on the plan that is servable then; it waits at most
  * SHOAL_SERVE_WAIT_MS from its first pause. Data thread. */
-void serve__pause(shoal_serve *cl, uint32_t i, uint64_t now, uint64_t delay_us,
-                                const char *why)
+void serve__pause(shoal_serve *cl, uint32_t i, uint64_t now, uint64_t delay_us, const char *why)
 {
 	shoal_serve_run *r = &cl->runs[i];
 	pthread_mutex_lock(&cl->mu);
@@ -182,8 +181,8 @@ void serve__start_runs(shoal_serve_dt *d, shoal_serve_tokctx *tcs)
 		pthread_mutex_lock(&cl->mu);
 		bool queued = r->state == SHOAL_SERVE_RUN_QUEUED && now >= r->not_before_us;
 		bool cancel = r->cancel;
-		bool servable =
-		    cl->shared_servable && d->as && !memcmp(cl->shared_digest, d->as->digest, SHOAL_DIGEST_BYTES);
+		bool servable = cl->shared_servable && d->as &&
+		                !memcmp(cl->shared_digest, d->as->digest, SHOAL_DIGEST_BYTES);
 		bool go = queued && !cancel && servable && d->owner && d->live < d->as->sessions;
 		if (queued && (go || cancel))
 			r->state = SHOAL_SERVE_RUN_STARTED;
@@ -239,7 +238,8 @@ void serve__start_runs(shoal_serve_dt *d, shoal_serve_tokctx *tcs)
 		                          .ctx = &tcs[i]};
 		if (r->paused_us) {
 			r->replays++;
-			SHOAL_LOG_I("cluster", "run %u: replaying %u prompt + %u generated token(s)", i,
+			SHOAL_LOG_I("cluster",
+			            "run %u: replaying %u prompt + %u generated token(s)", i,
 			            r->n_prompt, r->n_gen);
 		}
 		shoal_err e = shoal_dist_owner_start(d->owner, &req, &r->sid, why, sizeof why);
@@ -299,7 +299,8 @@ void serve__check_runs(shoal_serve_dt *d)
 			/* the slot is freed and CLOSE sent: nothing leaks */
 			shoal_dist_owner_cancel(d->owner, r->sid);
 			d->live--;
-			snprintf(why, sizeof why, "no token for %u s while the plan stayed servable",
+			snprintf(why, sizeof why,
+			         "no token for %u s while the plan stayed servable",
 			         SHOAL_SERVE_SILENCE_MS / 1000u);
 			serve_end_run(cl, i, SHOAL_ERR_TIMEOUT, false, why);
 		}

@@ -22,14 +22,13 @@ static json_t *serve_idstr(const uint8_t id[SHOAL_PEER_ID_LEN])
 
 static json_t *serve_stage_met_json(const shoal_dist_stage_metrics *m)
 {
-	json_t *o = json_pack("{sI sI sI sI sI sI sI sI sI sI sI}", "runs", (json_int_t)m->runs,
-	                 "run_ns", (json_int_t)m->run_ns,
-	                 "batched_runs", (json_int_t)m->batched_runs, "rows", (json_int_t)m->rows,
-	                 "hidden_sent", (json_int_t)m->hidden_sent, "tokens_sent",
-	                 (json_int_t)m->tokens_sent, "expert_reqs", (json_int_t)m->expert_reqs,
-	                 "expert_served", (json_int_t)m->expert_served, "expert_timeouts",
-	                 (json_int_t)m->expert_timeouts, "dropped", (json_int_t)m->dropped,
-	                 "session_errors", (json_int_t)m->session_errors);
+	json_t *o = json_pack(
+	    "{sI sI sI sI sI sI sI sI sI sI sI}", "runs", (json_int_t)m->runs, "run_ns",
+	    (json_int_t)m->run_ns, "batched_runs", (json_int_t)m->batched_runs, "rows",
+	    (json_int_t)m->rows, "hidden_sent", (json_int_t)m->hidden_sent, "tokens_sent",
+	    (json_int_t)m->tokens_sent, "expert_reqs", (json_int_t)m->expert_reqs, "expert_served",
+	    (json_int_t)m->expert_served, "expert_timeouts", (json_int_t)m->expert_timeouts,
+	    "dropped", (json_int_t)m->dropped, "session_errors", (json_int_t)m->session_errors);
 	if (o && m->gathers) /* a tensor group's member */
 		json_object_update_new(
 		    o, json_pack("{sI sI sI sI sI sI sI sI sI}", "gathers", (json_int_t)m->gathers,
@@ -79,21 +78,20 @@ json_t *shoal_serve_status_json(shoal_serve *cl)
 	json_object_set_new(o, "model_id", json_string(hex));
 	json_object_set_new(o, "servable", json_boolean(cl->servable));
 	/* the planning policy, which every peer must share */
-	json_object_set_new(o, "policy",
-	                    json_pack("{sI sI sb sb sI}", "ctx", (json_int_t)cl->pol.ctx, "sessions",
-	                              (json_int_t)cl->cfg.sessions, "spread_experts",
-	                              cl->pol.spread_experts, "tensor_groups",
-	                              cl->pol.tensor_groups, "link_us",
-	                              (json_int_t)(cl->cfg.link_us ? cl->cfg.link_us
-	                                                           : SHOAL_SERVE_LINK_US)));
+	json_object_set_new(
+	    o, "policy",
+	    json_pack("{sI sI sb sb sI}", "ctx", (json_int_t)cl->pol.ctx, "sessions",
+	              (json_int_t)cl->cfg.sessions, "spread_experts", cl->pol.spread_experts,
+	              "tensor_groups", cl->pol.tensor_groups, "link_us",
+	              (json_int_t)(cl->cfg.link_us ? cl->cfg.link_us : SHOAL_SERVE_LINK_US)));
 	/* the measured links the plan was made with (the rest at link_us) */
 	json_t *pl = json_array();
 	for (size_t i = 0; i < cl->n_plan_links; i++)
 		json_array_append_new(
-		    pl, json_pack("{so so sI sI}", "a", serve_idstr(cl->plan_links[i].a.b),
-		                     "b", serve_idstr(cl->plan_links[i].b.b), "latency_us",
-		                     (json_int_t)(cl->plan_links[i].latency_ns / 1000u), "bw_mb_s",
-		                     (json_int_t)(cl->plan_links[i].bw / 1000000u)));
+		    pl, json_pack("{so so sI sI}", "a", serve_idstr(cl->plan_links[i].a.b), "b",
+		                  serve_idstr(cl->plan_links[i].b.b), "latency_us",
+		                  (json_int_t)(cl->plan_links[i].latency_ns / 1000u), "bw_mb_s",
+		                  (json_int_t)(cl->plan_links[i].bw / 1000000u)));
 	json_object_set_new(o, "planned_links", pl);
 	if (!cl->plan) {
 		json_object_set_new(o, "digest", json_null());
@@ -102,9 +100,10 @@ json_t *shoal_serve_status_json(shoal_serve *cl)
 	} else if (!cl->servable) {
 		pthread_mutex_lock(&cl->mu);
 		json_object_set_new(o, "why",
-		                    json_string(cl->ready_why[0]    ? cl->ready_why
-		                                : cl->shared_why[0] ? cl->shared_why
-		                                                    : "waiting for peers to be ready"));
+		                    json_string(cl->ready_why[0] ? cl->ready_why
+		                                : cl->shared_why[0]
+		                                    ? cl->shared_why
+		                                    : "waiting for peers to be ready"));
 		pthread_mutex_unlock(&cl->mu);
 	}
 	json_t *ready = json_array(), *not_ready = json_array();

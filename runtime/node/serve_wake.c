@@ -33,7 +33,6 @@ void serve__xwake(shoal_serve *cl)
 	serve__poke(cl->xwake[1], "expert wake");
 }
 
-
 /* Queue an event for the node thread; waits while the ring is full (the
  * node thread drains it every base period). */
 void serve__event_push(shoal_serve *cl, const shoal_serve_event *ev)

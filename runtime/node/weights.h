@@ -87,9 +87,8 @@ typedef struct shoal_weights_server shoal_weights_server;
 /* Serve the model mapped by g (one shard) with digests mid; wc non-NULL
  * when g is a weights cache being filled (only its complete tensors are
  * served). All three are borrowed for the server's life. Starts a thread. */
-shoal_err shoal_weights_server_new(const shoal_gguf *g, const shoal_model_id *mid,
-                                   shoal_wcache *wc, shoal_weights_server **out, char *why,
-                                   size_t why_len);
+shoal_err shoal_weights_server_new(const shoal_gguf *g, const shoal_model_id *mid, shoal_wcache *wc,
+                                   shoal_weights_server **out, char *why, size_t why_len);
 /* Joins the thread and closes its links; NULL is a no-op. */
 void shoal_weights_server_free(shoal_weights_server *s);
 /* A new admitted WEIGHTS link: the server's from now on (any thread). */
@@ -112,22 +111,22 @@ bool shoal_weights_pick_ep(const shoal_record *r, bool want_lo, char host[64], u
 
 typedef struct shoal_weights_config {
 	uint8_t self[SHOAL_PEER_ID_LEN];
-	shoal_key key;         /* zero: insecure */
+	shoal_key key; /* zero: insecure */
 	uint8_t model_id[SHOAL_MODEL_ID_BYTES];
-	const char *dir;       /* the cache folder (copied) */
-	uint64_t cache_max;    /* bytes the folder may hold (eviction bound) */
-	bool tty;              /* draw a progress bar on stderr, else log lines */
+	const char *dir;    /* the cache folder (copied) */
+	uint64_t cache_max; /* bytes the folder may hold (eviction bound) */
+	bool tty;           /* draw a progress bar on stderr, else log lines */
 } shoal_weights_config;
 
 typedef struct shoal_weights_progress {
 	bool running;
-	bool failed;           /* the last job failed (why says why) */
-	uint64_t done, total;  /* bytes of the job */
-	uint64_t fetched;      /* bytes received and verified by every job */
+	bool failed;          /* the last job failed (why says why) */
+	uint64_t done, total; /* bytes of the job */
+	uint64_t fetched;     /* bytes received and verified by every job */
 	uint32_t tensors_done, tensors_total;
-	uint32_t refetched;    /* chunks that failed their check and came again */
-	double mb_s;           /* the job's rate so far */
-	char peer[64];         /* the peer the bytes come from now */
+	uint32_t refetched; /* chunks that failed their check and came again */
+	double mb_s;        /* the job's rate so far */
+	char peer[64];      /* the peer the bytes come from now */
 	char why[256];
 } shoal_weights_progress;
 

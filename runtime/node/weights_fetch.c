@@ -80,8 +80,10 @@ static shoal_err wf_dial(shoal_weights_fetcher *f, const shoal_weights_src *s, s
                          char *why, size_t why_len)
 {
 	uint8_t tok[SHOAL_LINK_TOKEN_LEN];
-	shoal_weights_link_token(&f->cfg.key, f->cfg.self, f->cfg.model_id, SHOAL_WEIGHTS_ROLE, tok);
-	return shoal_xfer_link_connect(&f->xcfg, s->host, s->port, tok, sizeof tok, k, why, why_len);
+	shoal_weights_link_token(&f->cfg.key, f->cfg.self, f->cfg.model_id, SHOAL_WEIGHTS_ROLE,
+	                         tok);
+	return shoal_xfer_link_connect(&f->xcfg, s->host, s->port, tok, sizeof tok, k, why,
+	                               why_len);
 }
 
 static shoal_err wf_request(shoal_weights_fetcher *f, shoal_xfer_link *k, uint32_t op,
@@ -92,8 +94,8 @@ static shoal_err wf_request(shoal_weights_fetcher *f, shoal_xfer_link *k, uint32
 	wf_put32(b + 4, len);
 	wf_put32(b + 8, (uint32_t)off);
 	wf_put32(b + 12, (uint32_t)(off >> 32));
-	shoal_xfer_hdr h = {.kind = SHOAL_XFER_KIND_WEIGHTS, .dtype = SHOAL_XFER_DTYPE_U8,
-	                    .n_aux = op};
+	shoal_xfer_hdr h = {
+	    .kind = SHOAL_XFER_KIND_WEIGHTS, .dtype = SHOAL_XFER_DTYPE_U8, .n_aux = op};
 	memcpy(h.digest, f->cfg.model_id, SHOAL_MODEL_ID_BYTES);
 	struct iovec v = {.iov_base = b, .iov_len = op == SHOAL_WEIGHTS_OP_READ ? 16 : 0};
 	return shoal_xfer_link_send(k, &h, &v, 1, WF_REPLY_MS, why, why_len);
@@ -112,8 +114,9 @@ static shoal_err wf_reply(shoal_xfer_link *k, uint32_t op, shoal_xfer_frame *fr,
 		                 (int)(fr->hdr.payload_len < 200 ? fr->hdr.payload_len : 200),
 		                 (const char *)fr->payload);
 	if (fr->hdr.n_aux != op || (op == SHOAL_WEIGHTS_OP_READ && fr->hdr.payload_len < 48))
-		return shoal_why(why, why_len, SHOAL_ERR_PROTO, "a weights reply of op %u, %u bytes",
-		                 fr->hdr.n_aux, fr->hdr.payload_len);
+		return shoal_why(why, why_len, SHOAL_ERR_PROTO,
+		                 "a weights reply of op %u, %u bytes", fr->hdr.n_aux,
+		                 fr->hdr.payload_len);
 	return SHOAL_OK;
 }
 
@@ -136,14 +139,15 @@ static void wf_progress(shoal_weights_fetcher *f, uint64_t add, bool end)
 		for (int i = 0; i < 30; i++)
 			bar[i] = i < fill ? '#' : '.';
 		bar[30] = '\0';
-		fprintf(stderr, "\rweights [%s] %3d%% %.1f/%.1f MiB  %.1f MB/s  ETA %.0f s%s", bar, pct,
-		        (double)p.done / 1048576.0, (double)p.total / 1048576.0, p.mb_s, eta,
+		fprintf(stderr, "\rweights [%s] %3d%% %.1f/%.1f MiB  %.1f MB/s  ETA %.0f s%s", bar,
+		        pct, (double)p.done / 1048576.0, (double)p.total / 1048576.0, p.mb_s, eta,
 		        end ? "\n" : "");
 		fflush(stderr);
 	} else if (end || pct / WF_LOG_STEPS > f->logged_step) {
 		f->logged_step = pct / WF_LOG_STEPS;
-		SHOAL_LOG_I("weights", "fetching: %d%%, %.1f of %.1f MiB, %.1f MB/s, ETA %.0f s", pct,
-		            (double)p.done / 1048576.0, (double)p.total / 1048576.0, p.mb_s, eta);
+		SHOAL_LOG_I("weights", "fetching: %d%%, %.1f of %.1f MiB, %.1f MB/s, ETA %.0f s",
+		            pct, (double)p.done / 1048576.0, (double)p.total / 1048576.0, p.mb_s,
+		            eta);
 	}
 }
 
@@ -204,8 +208,8 @@ static shoal_err wf_header_from(shoal_weights_fetcher *f, const shoal_weights_sr
 	}
 	wf_job_begin(f, mlen, 0);
 	for (uint64_t off = 0; off < mlen && !e;) {
-		uint32_t len = mlen - off < SHOAL_WEIGHTS_CHUNK ? (uint32_t)(mlen - off)
-		                                                : SHOAL_WEIGHTS_CHUNK;
+		uint32_t len =
+		    mlen - off < SHOAL_WEIGHTS_CHUNK ? (uint32_t)(mlen - off) : SHOAL_WEIGHTS_CHUNK;
 		e = wf_request(f, k, SHOAL_WEIGHTS_OP_READ, SHOAL_WEIGHTS_META, len, off, why,
 		               why_len);
 		if (!e)
@@ -283,9 +287,11 @@ static shoal_err wf_tensor(shoal_weights_fetcher *f, shoal_xfer_link *k, uint32_
 	while (done < n_chunks) {
 		while (next < n_chunks && n_fly < SHOAL_WEIGHTS_WINDOW) {
 			uint64_t off = next * SHOAL_WEIGHTS_CHUNK;
-			uint32_t len = (uint32_t)(nb - off < SHOAL_WEIGHTS_CHUNK ? nb - off
-			                                                        : SHOAL_WEIGHTS_CHUNK);
-			if ((e = wf_request(f, k, SHOAL_WEIGHTS_OP_READ, t, len, off, why, why_len)))
+			uint32_t len =
+			    (uint32_t)(nb - off < SHOAL_WEIGHTS_CHUNK ? nb - off
+			                                              : SHOAL_WEIGHTS_CHUNK);
+			if ((e = wf_request(f, k, SHOAL_WEIGHTS_OP_READ, t, len, off, why,
+			                    why_len)))
 				return e;
 			fifo[(head + n_fly++) % cap] = next++;
 		}
@@ -295,14 +301,15 @@ static shoal_err wf_tensor(shoal_weights_fetcher *f, shoal_xfer_link *k, uint32_
 		head = (head + 1) % cap;
 		n_fly--;
 		uint64_t off = c * SHOAL_WEIGHTS_CHUNK;
-		uint32_t len = (uint32_t)(nb - off < SHOAL_WEIGHTS_CHUNK ? nb - off : SHOAL_WEIGHTS_CHUNK);
+		uint32_t len =
+		    (uint32_t)(nb - off < SHOAL_WEIGHTS_CHUNK ? nb - off : SHOAL_WEIGHTS_CHUNK);
 		if (wf_get32(fr.payload) != t || wf_get32(fr.payload + 4) != len ||
 		    wf_get64(fr.payload + 8) != off || fr.hdr.payload_len != 48 + len)
 			return shoal_why(why, why_len, SHOAL_ERR_PROTO,
 			                 "a reply for another chunk (tensor %u at %llu wanted)", t,
 			                 (unsigned long long)off);
-		e = shoal_wcache_put_chunk(f->wc, t, off, fr.payload + 48, len, fr.payload + 16, why,
-		                           why_len);
+		e = shoal_wcache_put_chunk(f->wc, t, off, fr.payload + 48, len, fr.payload + 16,
+		                           why, why_len);
 		if (e == SHOAL_ERR_MISMATCH && retries < WF_MAX_RETRY) {
 			retries++;
 			pthread_mutex_lock(&f->mu);
@@ -310,7 +317,8 @@ static shoal_err wf_tensor(shoal_weights_fetcher *f, shoal_xfer_link *k, uint32_
 			pthread_mutex_unlock(&f->mu);
 			SHOAL_LOG_W("weights", "%s: detected, fetched again", why);
 			/* ask again after what is in flight (the server answers in order) */
-			if ((e = wf_request(f, k, SHOAL_WEIGHTS_OP_READ, t, len, off, why, why_len)))
+			if ((e = wf_request(f, k, SHOAL_WEIGHTS_OP_READ, t, len, off, why,
+			                    why_len)))
 				return e;
 			fifo[(head + n_fly++) % cap] = c;
 			continue;
@@ -360,7 +368,8 @@ static shoal_err wf_tensor_job(shoal_weights_fetcher *f, char *why, size_t why_l
 					                 why[0] ? why : "no peer to ask");
 				wf_set_peer(f, &f->src[si]);
 				if ((e = wf_dial(f, &f->src[si], &k, why, why_len))) {
-					SHOAL_LOG_W("weights", "link to %s: %s", f->src[si].name, why);
+					SHOAL_LOG_W("weights", "link to %s: %s", f->src[si].name,
+					            why);
 					si = (si + 1) % f->n_src;
 					continue;
 				}
@@ -383,7 +392,8 @@ static shoal_err wf_tensor_job(shoal_weights_fetcher *f, char *why, size_t why_l
 		pthread_mutex_unlock(&f->mu);
 #ifdef SHOAL_TEST_HOOKS
 		if (die_after && ++fetched_now == die_after) {
-			SHOAL_LOG_W("weights", "test hook: %u tensor(s) fetched, the process dies now",
+			SHOAL_LOG_W("weights",
+			            "test hook: %u tensor(s) fetched, the process dies now",
 			            fetched_now);
 			raise(SIGKILL);
 		}
@@ -528,9 +538,9 @@ void shoal_weights_get_progress(shoal_weights_fetcher *f, shoal_weights_progress
 json_t *shoal_weights_progress_json(const shoal_weights_progress *p)
 {
 	return json_pack("{sb sb ss sI sI sI si si si sf ss}", "running", p->running, "failed",
-	                 p->failed, "why", p->why, "bytes_done", (json_int_t)p->done,
-	                 "bytes_total", (json_int_t)p->total, "bytes_fetched",
-	                 (json_int_t)p->fetched, "tensors_done", (int)p->tensors_done,
-	                 "tensors_total", (int)p->tensors_total, "refetched_chunks",
-	                 (int)p->refetched, "mb_s", p->mb_s, "peer", p->peer);
+	                 p->failed, "why", p->why, "bytes_done", (json_int_t)p->done, "bytes_total",
+	                 (json_int_t)p->total, "bytes_fetched", (json_int_t)p->fetched,
+	                 "tensors_done", (int)p->tensors_done, "tensors_total",
+	                 (int)p->tensors_total, "refetched_chunks", (int)p->refetched, "mb_s",
+	                 p->mb_s, "peer", p->peer);
 }

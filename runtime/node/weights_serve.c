@@ -55,7 +55,8 @@ bool shoal_weights_pick_ep(const shoal_record *r, bool want_lo, char host[64], u
 		pick = 0;
 	if (pick < 0)
 		return false;
-	const char *a = r->data_ep[pick].addr + (strncmp(r->data_ep[pick].addr, "tcp://", 6) ? 0 : 6);
+	const char *a =
+	    r->data_ep[pick].addr + (strncmp(r->data_ep[pick].addr, "tcp://", 6) ? 0 : 6);
 	const char *colon = strrchr(a, ':');
 	if (!colon || colon - a >= 64)
 		return false;
@@ -72,8 +73,8 @@ struct shoal_weights_server {
 	const shoal_model_id *mid;
 	shoal_wcache *wc;
 	uint64_t header_len;
-	uint64_t meta_len; /* header || digests */
-	uint8_t *scratch;  /* (SHOAL_WEIGHTS_CHUNK): a META piece or a corrupted chunk */
+	uint64_t meta_len;   /* header || digests */
+	uint8_t *scratch;    /* (SHOAL_WEIGHTS_CHUNK): a META piece or a corrupted chunk */
 	uint64_t corrupt_at; /* SHOAL_TEST_CORRUPT_CHUNK (test hooks only): 0 none */
 	uint64_t chunks;     /* tensor chunks sent */
 	pthread_mutex_t mu;
@@ -105,8 +106,8 @@ static uint64_t ws_get64(const uint8_t *p)
 static shoal_err ws_send(shoal_weights_server *s, shoal_xfer_link *k, uint32_t op,
                          const struct iovec *iov, int n)
 {
-	shoal_xfer_hdr h = {.kind = SHOAL_XFER_KIND_WEIGHTS, .dtype = SHOAL_XFER_DTYPE_U8,
-	                    .n_aux = op};
+	shoal_xfer_hdr h = {
+	    .kind = SHOAL_XFER_KIND_WEIGHTS, .dtype = SHOAL_XFER_DTYPE_U8, .n_aux = op};
 	memcpy(h.digest, shoal_model_id_digest(s->mid), SHOAL_MODEL_ID_BYTES);
 	char why[256];
 	shoal_err e = shoal_xfer_link_send(k, &h, iov, n, 10000, why, sizeof why);
@@ -132,7 +133,8 @@ static shoal_err ws_err(shoal_weights_server *s, shoal_xfer_link *k, const char 
 static shoal_err ws_handle(shoal_weights_server *s, shoal_xfer_link *k, const shoal_xfer_frame *f)
 {
 	if (f->hdr.kind != SHOAL_XFER_KIND_WEIGHTS)
-		return ws_err(s, k, "a %s frame on a weights link", shoal_xfer_kind_name(f->hdr.kind));
+		return ws_err(s, k, "a %s frame on a weights link",
+		              shoal_xfer_kind_name(f->hdr.kind));
 	if (sodium_memcmp(f->hdr.digest, shoal_model_id_digest(s->mid), SHOAL_MODEL_ID_BYTES) != 0)
 		return ws_err(s, k, "this peer serves another model id");
 	if (f->hdr.n_aux == SHOAL_WEIGHTS_OP_INFO && shoal_gguf_n_shards(s->g) != 1)
@@ -150,8 +152,8 @@ static shoal_err ws_handle(shoal_weights_server *s, shoal_xfer_link *k, const sh
 		              f->hdr.payload_len);
 	uint32_t what = ws_get32(f->payload), len = ws_get32(f->payload + 4);
 	uint64_t off = ws_get64(f->payload + 8);
-	uint64_t size = what == SHOAL_WEIGHTS_META ? s->meta_len
-	                                           : shoal_model_id_tensor_bytes(s->mid, what);
+	uint64_t size =
+	    what == SHOAL_WEIGHTS_META ? s->meta_len : shoal_model_id_tensor_bytes(s->mid, what);
 	if (len > SHOAL_WEIGHTS_CHUNK || off > size || len > size - off ||
 	    (what != SHOAL_WEIGHTS_META && what >= shoal_model_id_n_tensors(s->mid)))
 		return ws_err(s, k, "read of [%llu, +%u) outside item %u", (unsigned long long)off,
@@ -164,8 +166,8 @@ static shoal_err ws_handle(shoal_weights_server *s, shoal_xfer_link *k, const sh
 			s->scratch[i] =
 			    at < s->header_len
 			        ? ((const uint8_t *)shoal_gguf_shard_base(s->g, 0))[at]
-			        : shoal_model_id_tensor_digest(s->mid, (at - s->header_len) / 32)
-			              [(at - s->header_len) % 32];
+			        : shoal_model_id_tensor_digest(
+			              s->mid, (at - s->header_len) / 32)[(at - s->header_len) % 32];
 		}
 		data = s->scratch;
 	} else {
@@ -181,7 +183,8 @@ static shoal_err ws_handle(shoal_weights_server *s, shoal_xfer_link *k, const sh
 		memcpy(s->scratch, data, len);
 		s->scratch[len / 2] ^= 0x5a;
 		data = s->scratch;
-		SHOAL_LOG_W("weights", "test hook: chunk %llu (tensor %u at %llu) corrupted in transit",
+		SHOAL_LOG_W("weights",
+		            "test hook: chunk %llu (tensor %u at %llu) corrupted in transit",
 		            (unsigned long long)s->chunks, what, (unsigned long long)off);
 	}
 #endif
@@ -221,7 +224,8 @@ static void *ws_main(void *arg)
 			shoal_xfer_frame f;
 			char why[256] = "";
 			shoal_err e;
-			while ((e = shoal_xfer_link_recv(in[i], 0, &f, why, sizeof why)) == SHOAL_OK ||
+			while ((e = shoal_xfer_link_recv(in[i], 0, &f, why, sizeof why)) ==
+			           SHOAL_OK ||
 			       e == SHOAL_ERR_FORMAT) {
 				if (e == SHOAL_OK && f.hdr.kind == SHOAL_XFER_KIND_ERROR) {
 					e = SHOAL_ERR_CLOSED; /* the fetcher's goodbye */
@@ -250,9 +254,8 @@ static void *ws_main(void *arg)
 
 /* ---- new/free ------------------------------------------------------------- */
 
-shoal_err shoal_weights_server_new(const shoal_gguf *g, const shoal_model_id *mid,
-                                   shoal_wcache *wc, shoal_weights_server **out, char *why,
-                                   size_t why_len)
+shoal_err shoal_weights_server_new(const shoal_gguf *g, const shoal_model_id *mid, shoal_wcache *wc,
+                                   shoal_weights_server **out, char *why, size_t why_len)
 {
 	*out = NULL;
 	shoal_weights_server *s = calloc(1, sizeof *s);

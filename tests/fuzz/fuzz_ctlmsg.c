@@ -29,9 +29,11 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
 	static const char js[] = "{\"peer\":\"a\",\"load\":3}";
 	seed(&(shoal_ctlmsg){.type = SHOAL_CTLMSG_STATUS_REQ, .seq = 7});
 	seed(&(shoal_ctlmsg){
-	        .type = SHOAL_CTLMSG_STATUS_RESP, .seq = 8, .json = js, .json_len = sizeof js - 1});
-	seed(&(shoal_ctlmsg){.type = SHOAL_CTLMSG_LINK_PROBE, .seq = 9, .lep = 1, .rep = 2, .pad_len = 40});
-	seed(&(shoal_ctlmsg){.type = SHOAL_CTLMSG_LINK_ACK, .seq = 10, .lep = 0, .rep = 3, .n = 40});
+	    .type = SHOAL_CTLMSG_STATUS_RESP, .seq = 8, .json = js, .json_len = sizeof js - 1});
+	seed(&(shoal_ctlmsg){
+	    .type = SHOAL_CTLMSG_LINK_PROBE, .seq = 9, .lep = 1, .rep = 2, .pad_len = 40});
+	seed(
+	    &(shoal_ctlmsg){.type = SHOAL_CTLMSG_LINK_ACK, .seq = 10, .lep = 0, .rep = 3, .n = 40});
 	return 0;
 }
 
@@ -48,7 +50,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	}
 	if (m.type >= SHOAL_CTLMSG_RUN_REQ)
 		return 0;
-	if (m.json && (m.json < (const char *)data || m.json + m.json_len > (const char *)data + size))
+	if (m.json &&
+	    (m.json < (const char *)data || m.json + m.json_len > (const char *)data + size))
 		abort();
 	shoal_wire_buf b;
 	shoal_wire_buf_init(&b);

@@ -29,7 +29,8 @@
 
 static void fuzz_tokenizer(const shoal_gguf *g)
 {
-	static const char text[] = "Hello world <|im_end|> 123  \xe2\x96\x81x\xf0\x9f\x98\x80 abc\n\t";
+	static const char text[] =
+	    "Hello world <|im_end|> 123  \xe2\x96\x81x\xf0\x9f\x98\x80 abc\n\t";
 	shoal_tokenizer *t;
 	char why[SHOAL_WHY_LEN], piece[64];
 	if (shoal_tokenizer_from_gguf(g, &t, why, sizeof why))

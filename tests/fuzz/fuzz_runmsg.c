@@ -46,8 +46,13 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
 	if (shoal_runmsg_encode_req(2, &r, &f_buf))
 		abort();
 	seed();
-	shoal_run_token t = {.id = 1234, .logprob = -0.5f, .text = " the", .text_len = 4, .n_top = 2,
-	                     .top_ids = {1234, 99}, .top_lps = {-0.5f, -1.25f}};
+	shoal_run_token t = {.id = 1234,
+	                     .logprob = -0.5f,
+	                     .text = " the",
+	                     .text_len = 4,
+	                     .n_top = 2,
+	                     .top_ids = {1234, 99},
+	                     .top_lps = {-0.5f, -1.25f}};
 	if (shoal_runmsg_encode_token(3, &t, &f_buf))
 		abort();
 	seed();
@@ -55,7 +60,8 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
 	if (shoal_runmsg_encode_end(4, &e, &f_buf))
 		abort();
 	seed();
-	e = (shoal_run_end){.err = SHOAL_ERR_BUSY, .retry = true, .why = "queue full", .why_len = 10};
+	e = (shoal_run_end){
+	    .err = SHOAL_ERR_BUSY, .retry = true, .why = "queue full", .why_len = 10};
 	if (shoal_runmsg_encode_end(5, &e, &f_buf))
 		abort();
 	seed();
@@ -93,7 +99,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		e = shoal_runmsg_encode_req(m.seq, &m.req, &f_buf);
 		break;
 	case SHOAL_CTLMSG_RUN_TOKEN:
-		if (!in(m.tok.text, m.tok.text_len, data, size) || m.tok.n_top > SHOAL_RUN_MAX_LOGPROBS)
+		if (!in(m.tok.text, m.tok.text_len, data, size) ||
+		    m.tok.n_top > SHOAL_RUN_MAX_LOGPROBS)
 			abort();
 		e = shoal_runmsg_encode_token(m.seq, &m.tok, &f_buf);
 		break;

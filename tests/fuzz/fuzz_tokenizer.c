@@ -59,7 +59,11 @@ static void detok(const shoal_tokenizer *t, const int32_t *ids, size_t n, bool s
 	len += shoal_detok_flush(&d, out + len, sizeof out - len);
 	for (size_t i = 0; i < len;) {
 		unsigned char c = (unsigned char)out[i];
-		size_t k = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
+		size_t k = c < 0x80         ? 1
+		           : (c >> 5) == 6  ? 2
+		           : (c >> 4) == 14 ? 3
+		           : (c >> 3) == 30 ? 4
+		                            : 0;
 		if (!k || i + k > len)
 			abort();
 		for (size_t j = 1; j < k; j++)
@@ -87,7 +91,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		bool all_in = true;
 		for (size_t i = 0; i < n; i++) {
 			uint32_t u = (uint32_t)data[4 * i] | (uint32_t)data[4 * i + 1] << 8 |
-			             (uint32_t)data[4 * i + 2] << 16 | (uint32_t)data[4 * i + 3] << 24;
+			             (uint32_t)data[4 * i + 2] << 16 |
+			             (uint32_t)data[4 * i + 3] << 24;
 			/* mostly ids in the vocabulary, some anything */
 			ids[i] = (sel & 32) ? (int32_t)u : (int32_t)(u % (V + 2)) - 1;
 			all_in &= ids[i] >= 0 && (uint32_t)ids[i] < V;

@@ -20,8 +20,8 @@
 
 #define F_MAX_ROWS   8
 #define F_MAX_ROUTES 16
-static const shoal_xfer_limits f_lim = {.max_frame = 1u << 16, .max_rows = F_MAX_ROWS,
-                                        .max_routes = F_MAX_ROUTES};
+static const shoal_xfer_limits f_lim = {
+    .max_frame = 1u << 16, .max_rows = F_MAX_ROWS, .max_routes = F_MAX_ROUTES};
 
 static void seed(const shoal_xfer_hdr *h, const void *payload)
 {
@@ -37,16 +37,23 @@ static void seed(const shoal_xfer_hdr *h, const void *payload)
 int LLVMFuzzerInitialize(int *argc, char ***argv)
 {
 	static const shoal_xfer_row rows[2] = {{.session = 5, .pos = 0}, {.session = 6, .pos = 9}};
-	static const shoal_xfer_route routes[3] = {
-	        {.row = 0, .expert = 3, .gate = 0.5f},
-	        {.row = 1, .expert = 1, .gate = 0.25f},
-	        {.row = 1, .expert = 7, .gate = 0.75f}};
+	static const shoal_xfer_route routes[3] = {{.row = 0, .expert = 3, .gate = 0.5f},
+	                                           {.row = 1, .expert = 1, .gate = 0.25f},
+	                                           {.row = 1, .expert = 7, .gate = 0.75f}};
 	static float vec[3 * 4];
 	for (int i = 0; i < 12; i++)
 		vec[i] = (float)i * 0.5f - 2;
-	shoal_xfer_hdr h = {.kind = SHOAL_XFER_KIND_HIDDEN, .dtype = SHOAL_XFER_DTYPE_F32,
-	                    .layer_first = 2, .layer_end = 4, .dim = 4, .epoch = 3, .seq = 1,
-	                    .credits = 8, .n_rows = 2, .rows = rows, .payload_len = 2 * 4 * 4};
+	shoal_xfer_hdr h = {.kind = SHOAL_XFER_KIND_HIDDEN,
+	                    .dtype = SHOAL_XFER_DTYPE_F32,
+	                    .layer_first = 2,
+	                    .layer_end = 4,
+	                    .dim = 4,
+	                    .epoch = 3,
+	                    .seq = 1,
+	                    .credits = 8,
+	                    .n_rows = 2,
+	                    .rows = rows,
+	                    .payload_len = 2 * 4 * 4};
 	memset(h.digest, 0xd1, sizeof h.digest);
 	seed(&h, vec);
 	h.kind = SHOAL_XFER_KIND_EXPERT_REQ;
@@ -57,28 +64,40 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
 	h.payload_len = 3 * 4 * 4;
 	seed(&h, vec);
 	int32_t toks[2] = {17, 4000};
-	h = (shoal_xfer_hdr){.kind = SHOAL_XFER_KIND_TOKEN, .dtype = SHOAL_XFER_DTYPE_I32,
-	                     .layer_first = 4, .layer_end = 4, .dim = 1, .n_rows = 2, .rows = rows,
+	h = (shoal_xfer_hdr){.kind = SHOAL_XFER_KIND_TOKEN,
+	                     .dtype = SHOAL_XFER_DTYPE_I32,
+	                     .layer_first = 4,
+	                     .layer_end = 4,
+	                     .dim = 1,
+	                     .n_rows = 2,
+	                     .rows = rows,
 	                     .payload_len = sizeof toks};
 	seed(&h, toks);
-	shoal_xfer_hello hl = {.flags = SHOAL_XFER_HELLO_RDMA, .max_frame = 1u << 20,
-	                       .rdma_slots = 16, .device = "mlx5_0", .token_len = 32};
+	shoal_xfer_hello hl = {.flags = SHOAL_XFER_HELLO_RDMA,
+	                       .max_frame = 1u << 20,
+	                       .rdma_slots = 16,
+	                       .device = "mlx5_0",
+	                       .token_len = 32};
 	memset(hl.peer, 0xab, sizeof hl.peer);
 	memset(hl.token, 0x5c, hl.token_len);
 	uint8_t hb[SHOAL_XFER_HELLO_SIZE + SHOAL_XFER_TOKEN_MAX];
 	size_t hn = shoal_xfer_hello_encode(&hl, hb, sizeof hb);
-	h = (shoal_xfer_hdr){.kind = SHOAL_XFER_KIND_HELLO, .dtype = SHOAL_XFER_DTYPE_U8,
+	h = (shoal_xfer_hdr){.kind = SHOAL_XFER_KIND_HELLO,
+	                     .dtype = SHOAL_XFER_DTYPE_U8,
 	                     .payload_len = (uint32_t)hn};
 	seed(&h, hb);
-	shoal_xfer_qp_info q = {.qpn = 77, .psn = 123, .lid = 4, .mtu = 4096, .slots = 16,
-	                        .slot_size = 65536};
+	shoal_xfer_qp_info q = {
+	    .qpn = 77, .psn = 123, .lid = 4, .mtu = 4096, .slots = 16, .slot_size = 65536};
 	uint8_t qb[SHOAL_XFER_QPINFO_SIZE];
 	shoal_xfer_qp_info_encode(&q, qb);
-	h = (shoal_xfer_hdr){.kind = SHOAL_XFER_KIND_RDMA_QP, .dtype = SHOAL_XFER_DTYPE_U8,
+	h = (shoal_xfer_hdr){.kind = SHOAL_XFER_KIND_RDMA_QP,
+	                     .dtype = SHOAL_XFER_DTYPE_U8,
 	                     .payload_len = sizeof qb};
 	seed(&h, qb);
-	h = (shoal_xfer_hdr){.kind = SHOAL_XFER_KIND_ERROR, .dtype = SHOAL_XFER_DTYPE_U8,
-	                     .n_aux = SHOAL_ERR_PROTO, .payload_len = 8};
+	h = (shoal_xfer_hdr){.kind = SHOAL_XFER_KIND_ERROR,
+	                     .dtype = SHOAL_XFER_DTYPE_U8,
+	                     .n_aux = SHOAL_ERR_PROTO,
+	                     .payload_len = 8};
 	seed(&h, "bad plan");
 	return 0;
 }
@@ -112,7 +131,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		abort();
 	}
 	why[0] = 0;
-	if (shoal_xfer_frame_decode(data, size, &f_lim, &h, rows, routes, &payload, why, sizeof why)) {
+	if (shoal_xfer_frame_decode(data, size, &f_lim, &h, rows, routes, &payload, why,
+	                            sizeof why)) {
 		if (!why[0])
 			abort();
 		return 0;

@@ -50,8 +50,8 @@ static void seal_frames(uint8_t *s, size_t n)
 static void seeds(void)
 {
 	uint8_t s[9 + 2 * 256];
-	shoal_xfer_hdr h = {.kind = SHOAL_XFER_KIND_PROBE, .dtype = SHOAL_XFER_DTYPE_U8,
-	                    .payload_len = 100};
+	shoal_xfer_hdr h = {
+	    .kind = SHOAL_XFER_KIND_PROBE, .dtype = SHOAL_XFER_DTYPE_U8, .payload_len = 100};
 	size_t head, n = 9;
 	s[0] = 1;
 	for (int i = 1; i < 9; i++)
@@ -111,7 +111,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 				k = n - written;
 			ssize_t w = write(sv[1], s + written, k);
 			if (w < 0 && errno == EINTR)
-				continue; /* libFuzzer's -timeout alarm: write again from the same offset */
+				continue; /* libFuzzer's -timeout alarm: write again from the same
+				             offset */
 			if (w <= 0)
 				die("write", w ? strerror(errno) : "wrote nothing");
 			written += (size_t)w;
@@ -134,8 +135,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 				done = 1;
 				break;
 			}
-			if (len < SHOAL_XFER_HDR_SIZE || len > S_MAX_FRAME || get32le(buf + 8) != len ||
-			    got + len > written || memcmp(buf, s + got, len))
+			if (len < SHOAL_XFER_HDR_SIZE || len > S_MAX_FRAME ||
+			    get32le(buf + 8) != len || got + len > written ||
+			    memcmp(buf, s + got, len))
 				die("a frame that is not the stream's next bytes", "");
 			got += len;
 		}

@@ -158,7 +158,8 @@ int main(int argc, char **argv)
 		if (dot && n < sizeof obj) {
 			memcpy(obj, arg, n);
 			obj[n] = '\0';
-			v = json_object_get(json_object_get(json_object_get(plan, "data"), obj), dot + 1);
+			v = json_object_get(json_object_get(json_object_get(plan, "data"), obj),
+			                    dot + 1);
 		}
 		if (json_is_integer(v))
 			printf("%lld\n", (long long)json_integer_value(v));

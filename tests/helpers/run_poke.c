@@ -84,8 +84,9 @@ static void request(shoal_wire_buf *b, uint64_t seq, const char *prompt, const c
 	b->len = 0;
 	msgpack_packer_init(&pk, b, shoal_wire_buf_write);
 	head(&pk, SHOAL_CTLMSG_RUN_REQ, seq, 9);
-	static const char *const names[] = {"prompt", "max_tokens", "logprobs",       "temp", "top_k",
-	                                    "top_p",  "min_p",      "repeat_penalty", "seed"};
+	static const char *const names[] = {"prompt", "max_tokens",     "logprobs",
+	                                    "temp",   "top_k",          "top_p",
+	                                    "min_p",  "repeat_penalty", "seed"};
 	for (int i = 0; i < 9; i++) {
 		key(&pk, names[i]);
 		if (bad && !strcmp(bad, names[i])) {
@@ -191,7 +192,8 @@ int main(int argc, char **argv)
 		int t = run1(c, seq, b.data, b.len, &end, err, sizeof err);
 		int good = t == 0 && end != SHOAL_OK && err[0];
 		printf("%s: %s answered %s: %s\n", good ? "ok" : "FAIL", bad[i].what,
-		       t < 0 ? "(nothing)" : shoal_strerror(end), err[0] ? err : "without a reason");
+		       t < 0 ? "(nothing)" : shoal_strerror(end),
+		       err[0] ? err : "without a reason");
 		fails += !good;
 	}
 	/* envelopes that are not requests: an empty map of the RUN_REQ type,
@@ -216,7 +218,8 @@ int main(int argc, char **argv)
 		int t = run1(c, seq, b.data, b.len, &end, err, sizeof err);
 		int good = t == 0 && end != SHOAL_OK && err[0];
 		printf("%s: %s answered %s: %s\n", good ? "ok" : "FAIL", what,
-		       t < 0 ? "(nothing)" : shoal_strerror(end), err[0] ? err : "without a reason");
+		       t < 0 ? "(nothing)" : shoal_strerror(end),
+		       err[0] ? err : "without a reason");
 		fails += !good;
 	}
 	request(&b, seq, "It is a truth", NULL, NULL);

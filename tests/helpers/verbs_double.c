@@ -362,8 +362,8 @@ static shoal_err d_netif(void *ctx, int fd, shoal_verbs_netif *out, char *why, s
 	return SHOAL_OK;
 }
 
-static shoal_err d_devices(void *ctx, shoal_rdma_port_desc *ports, size_t cap, size_t *n,
-                           char *why, size_t why_len)
+static shoal_err d_devices(void *ctx, shoal_rdma_port_desc *ports, size_t cap, size_t *n, char *why,
+                           size_t why_len)
 {
 	vd_host *h = ctx;
 	shoal_err e = SHOAL_OK;
@@ -649,8 +649,8 @@ static void push_wc(vd_cq *cq, vd_qp *sender, uint64_t sq_pos, uint64_t wr_id, i
 		return;
 	}
 	vd_cqe *e = &cq->e[(cq->head + cq->count++) % cq->depth];
-	e->wc = (shoal_verbs_wc){.wr_id = wr_id, .status = status, .opcode = opcode,
-	                         .byte_len = len};
+	e->wc =
+	    (shoal_verbs_wc){.wr_id = wr_id, .status = status, .opcode = opcode, .byte_len = len};
 	e->qp = sender;
 	e->sq_pos = sq_pos;
 	e->owner = owner_qpn;
@@ -678,7 +678,8 @@ static shoal_err d_post_recv(void *p, void *m, uint64_t wr_id, void *addr, uint3
 	else if (qp->state == VD_RESET)
 		e = shoal_why(why, why_len, SHOAL_ERR_IO, "ibv_post_recv: QP not ready");
 	else if (qp->state == VD_ERR) /* flushed at once, as on hardware */
-		push_wc(qp->cq, NULL, 0, wr_id, VD_WC_WR_FLUSH_ERR, SHOAL_VERBS_WC_RECV, 0, qp->qpn);
+		push_wc(qp->cq, NULL, 0, wr_id, VD_WC_WR_FLUSH_ERR, SHOAL_VERBS_WC_RECV, 0,
+		        qp->qpn);
 	else if (qp->rq_count == qp->max_recv)
 		e = shoal_why(why, why_len, SHOAL_ERR_NOMEM, "ibv_post_recv: receive queue full");
 	else
@@ -776,8 +777,8 @@ static shoal_err d_post_send(void *p, void *m, uint64_t wr_id, const void *addr,
 		peer->rq_head = (peer->rq_head + 1) % peer->max_recv;
 		peer->rq_count--;
 		if (len > r.len) {
-			push_wc(peer->cq, NULL, 0, r.wr_id, VD_WC_LOC_LEN_ERR, SHOAL_VERBS_WC_RECV, 0,
-			        peer->qpn);
+			push_wc(peer->cq, NULL, 0, r.wr_id, VD_WC_LOC_LEN_ERR, SHOAL_VERBS_WC_RECV,
+			        0, peer->qpn);
 			status = VD_WC_LOC_LEN_ERR;
 		} else {
 			memcpy(r.addr, addr, len);

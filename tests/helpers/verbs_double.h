@@ -65,8 +65,8 @@ enum {
 extern const shoal_verbs_ops vd_ops;
 
 vd_fabric *vd_fabric_new(void);
-void vd_fabric_free(vd_fabric *f); /* after every object is destroyed */
-void *vd_device(vd_fabric *f, int host); /* the verbs_ctx of host 0..VD_HOSTS-1 */
+void vd_fabric_free(vd_fabric *f);                      /* after every object is destroyed */
+void *vd_device(vd_fabric *f, int host);                /* the verbs_ctx of host 0..VD_HOSTS-1 */
 void vd_inject(vd_fabric *f, int host, vd_fault fault); /* fails the next such call once */
 /* Every QP of host goes to the error state: sends to it fail with
  * RETRY_EXC_ERR at the sender, as a pulled cable would. */

@@ -228,8 +228,8 @@ static void test_packed_matmul(void)
 		s = s * 1664525u + 1013904223u;
 		x[i] = (float)(s >> 8) / (float)(1u << 23) - 1.0f;
 	}
-	shoal_backend_mat w = {.type = SHOAL_DTYPE_Q8_0, .n_in = N, .n_out = OUT, .row_bytes = rb,
-	                       .data = wd};
+	shoal_backend_mat w = {
+	    .type = SHOAL_DTYPE_Q8_0, .n_in = N, .n_out = OUT, .row_bytes = rb, .data = wd};
 	static const char *const modes[] = {"1", "0", NULL};
 	const uint32_t nr[] = {1, 2, 5, ROWS};
 	for (int mi = 0; mi < 3; mi++) {
@@ -254,10 +254,12 @@ static void test_packed_matmul(void)
 				ops->matmul(b, 1, &w, x, N, nr[k], &y[mi], &ld);
 				for (uint32_t r = 0; r < nr[k]; r++) {
 					ops->matmul(b, 1, &w, x + (size_t)r * N, N, 1, &y1, &ld);
-					if (memcmp(y1, y[mi] + (size_t)r * OUT, sizeof(float) * OUT))
-						TEST_FAIL_("SHOAL_PACK=%s: %u rows, row %u differs from "
-						           "its 1-row product",
-						           modes[mi] ? modes[mi] : "(unset)", nr[k], r);
+					if (memcmp(y1, y[mi] + (size_t)r * OUT,
+					           sizeof(float) * OUT))
+						TEST_FAIL_(
+						    "SHOAL_PACK=%s: %u rows, row %u differs from "
+						    "its 1-row product",
+						    modes[mi] ? modes[mi] : "(unset)", nr[k], r);
 				}
 			}
 		ops->destroy(b);

@@ -151,12 +151,13 @@ static void test_group_stages(void)
 		shoal_dist_stage_metrics_get(c.st[st].st, &me[0]);
 		for (uint32_t j = 1; j < n; j++)
 			shoal_dist_stage_metrics_get(c.tp[j - 1].st, &me[j]);
-		printf("group of %u at stage %u: %llu runs, %llu gathers, %llu slices and %llu frames "
-		       "sent by the entry, mean wait %.1f us\n",
-		       n, st, (unsigned long long)me[0].runs, (unsigned long long)me[0].gathers,
-		       (unsigned long long)me[0].gather_sent,
-		       (unsigned long long)me[0].gather_frames_sent,
-		       me[0].gathers ? me[0].gather_wait_ns / 1e3 / (double)me[0].gathers : 0.0);
+		printf(
+		    "group of %u at stage %u: %llu runs, %llu gathers, %llu slices and %llu frames "
+		    "sent by the entry, mean wait %.1f us\n",
+		    n, st, (unsigned long long)me[0].runs, (unsigned long long)me[0].gathers,
+		    (unsigned long long)me[0].gather_sent,
+		    (unsigned long long)me[0].gather_frames_sent,
+		    me[0].gathers ? me[0].gather_wait_ns / 1e3 / (double)me[0].gathers : 0.0);
 		dc_cluster_down(&c);
 		ASSERT_TRUE(ok);
 		for (uint32_t j = 0; j < n; j++) {
@@ -226,7 +227,8 @@ static const char *moe_fixture(void)
 	snprintf(path, sizeof path, "%s/moe.gguf", dir);
 	char cmd[1024];
 	snprintf(cmd, sizeof cmd,
-	         "%s/tests/helpers/gen_fixture --arch qwen3moe --type Q8_0 --layers 4 --dim 128 --ff 256 "
+	         "%s/tests/helpers/gen_fixture --arch qwen3moe --type Q8_0 --layers 4 --dim 128 "
+	         "--ff 256 "
 	         "--heads 4 --kv-heads 2 --vocab 300 --experts 8 --experts-used 2 --ff-exp 64 "
 	         "--ctx 128 --seed 11 %s >/dev/null 2>&1",
 	         bdir ? bdir : ".", path);
@@ -481,7 +483,8 @@ static void test_replay_continues(void)
 		for (uint32_t t = 0; ok && t < T - k; t++)
 			ok &= got.id[t] == want.id[k + t] && got.lp[t] == want.lp[k + t];
 		printf("replay from step %u (%s): %u tokens %s the undisturbed run's\n", k,
-		       mode ? "seeded, repeat penalty" : "greedy", got.n, ok ? "equal" : "DIFFER from");
+		       mode ? "seeded, repeat penalty" : "greedy", got.n,
+		       ok ? "equal" : "DIFFER from");
 	}
 	dc_cluster_down(&c);
 	shoal_model_free(m);
@@ -528,7 +531,8 @@ static void test_cancel_frees_slots(void)
 			shoal_dist_owner_poll(c.own, c.owner.links, c.owner.n, 5, why, sizeof why);
 		shoal_dist_owner_cancel(c.own, sid);
 		shoal_err res;
-		ok &= shoal_dist_owner_done(c.own, sid, &res, why, sizeof why) && res == SHOAL_ERR_NOTFOUND;
+		ok &= shoal_dist_owner_done(c.own, sid, &res, why, sizeof why) &&
+		      res == SHOAL_ERR_NOTFOUND;
 	}
 	dc_run_out got;
 	ok &= check_run(&c, &sp, 12, PROMPT, NP, &got);
@@ -604,7 +608,8 @@ static void test_freed_session_tells_owner(void)
 	bool done = false;
 	for (int spin = 0; spin < 300 && !done; spin++) {
 		for (uint32_t i = 0; i < 2; i++)
-			shoal_dist_stage_poll(c.st[i].st, c.st[i].links, c.st[i].n, 2, why, sizeof why);
+			shoal_dist_stage_poll(c.st[i].st, c.st[i].links, c.st[i].n, 2, why,
+			                      sizeof why);
 		shoal_dist_owner_poll(c.own, c.owner.links, c.owner.n, 2, why, sizeof why);
 		done = shoal_dist_owner_done(c.own, sid, &res, why, sizeof why);
 	}
@@ -623,8 +628,7 @@ static void test_freed_session_tells_owner(void)
 }
 
 TEST_MAIN(TEST_CASE(test_dense_three_stages), TEST_CASE(test_group_stages),
-          TEST_CASE(test_dense_split_frames),
-          TEST_CASE(test_moe_experts_on_three_peers), TEST_CASE(test_bad_frames),
-          TEST_CASE(test_two_sessions_interleaved), TEST_CASE(test_replay_continues),
-          TEST_CASE(test_cancel_frees_slots), TEST_CASE(test_no_logprob),
-          TEST_CASE(test_freed_session_tells_owner))
+          TEST_CASE(test_dense_split_frames), TEST_CASE(test_moe_experts_on_three_peers),
+          TEST_CASE(test_bad_frames), TEST_CASE(test_two_sessions_interleaved),
+          TEST_CASE(test_replay_continues), TEST_CASE(test_cancel_frees_slots),
+          TEST_CASE(test_no_logprob), TEST_CASE(test_freed_session_tells_owner))

@@ -13,9 +13,9 @@ static void test_split(void)
 {
 	char host[64], why[SHOAL_WHY_LEN];
 	uint16_t port = 1;
-	ASSERT_EQ(shoal_endpoint_split("10.0.0.2:7000", 5, host, sizeof host, &port, why,
-	                               sizeof why),
-	          SHOAL_OK);
+	ASSERT_EQ(
+	    shoal_endpoint_split("10.0.0.2:7000", 5, host, sizeof host, &port, why, sizeof why),
+	    SHOAL_OK);
 	ASSERT_STR_EQ(host, "10.0.0.2");
 	ASSERT_EQ(port, 7000);
 	ASSERT_EQ(shoal_endpoint_split("*", 5555, host, sizeof host, &port, why, sizeof why),
@@ -26,8 +26,9 @@ static void test_split(void)
 	const char *bad[] = {":7000", "", "h:", "h:70x", "h:-1", "h:65536"};
 	for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
 		why[0] = '\0';
-		ASSERT_EQ(shoal_endpoint_split(bad[i], 5, host, sizeof host, &port, why, sizeof why),
-		          SHOAL_ERR_INVAL);
+		ASSERT_EQ(
+		    shoal_endpoint_split(bad[i], 5, host, sizeof host, &port, why, sizeof why),
+		    SHOAL_ERR_INVAL);
 		ASSERT_TRUE(why[0] != '\0');
 	}
 	char longhost[100];
@@ -48,9 +49,9 @@ static void test_parse(void)
 	ASSERT_STR_EQ(ep, "tcp://127.0.0.1:9");
 	ASSERT_EQ(shoal_endpoint_parse("127.0.0.1:0", 5270, ep, sizeof ep, why, sizeof why),
 	          SHOAL_ERR_INVAL);
-	ASSERT_EQ(shoal_endpoint_parse("no-such-host.invalid", 5270, ep, sizeof ep, why,
-	                               sizeof why),
-	          SHOAL_ERR_NOTFOUND);
+	ASSERT_EQ(
+	    shoal_endpoint_parse("no-such-host.invalid", 5270, ep, sizeof ep, why, sizeof why),
+	    SHOAL_ERR_NOTFOUND);
 	char small[12];
 	ASSERT_EQ(shoal_endpoint_parse("127.0.0.1:9", 1, small, sizeof small, why, sizeof why),
 	          SHOAL_ERR_RANGE);

@@ -779,8 +779,7 @@ static void test_tensor_held(void)
 	ASSERT_TRUE(held_calls > 0);
 	shoal_engine_free(e);
 	const shoal_gguf_tensor *refuse[] = {m->layers[0].wq, m->layers[1].ffn_down,
-	                                     m->layers[0].attn_norm, m->tok_embd,
-	                                     m->output_norm};
+	                                     m->layers[0].attn_norm, m->tok_embd, m->output_norm};
 	for (size_t i = 0; i < sizeof refuse / sizeof *refuse; i++) {
 		ASSERT_TRUE(refuse[i] != NULL);
 		held_refuse = refuse[i];
@@ -887,5 +886,5 @@ TEST_MAIN(TEST_CASE(test_threadpool), TEST_CASE(test_austen_f32_invariants),
           TEST_CASE(test_qwen3moe_invariants), TEST_CASE(test_mixtral_invariants),
           TEST_CASE(test_qwen3moe_partial), TEST_CASE(test_mixtral_partial),
           TEST_CASE(test_bad_batches), TEST_CASE(test_rope_freqs),
-          TEST_CASE(test_misaligned_weights), TEST_CASE(test_tensor_held),
-          TEST_CASE(test_kv_types), TEST_CASE(test_cleanup))
+          TEST_CASE(test_misaligned_weights), TEST_CASE(test_tensor_held), TEST_CASE(test_kv_types),
+          TEST_CASE(test_cleanup))

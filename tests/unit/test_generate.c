@@ -116,8 +116,13 @@ static void test_run(void)
 		prompt[i] = 100 + 37 * i;
 	/* score positions [10, 19) without sampling */
 	seen a = {0};
-	shoal_gen_request rq = {.prompt = prompt, .n_prompt = 20, .max_tokens = 0, .ctx = &a,
-	                        .score_from = 10, .score_to = 19, .on_logits = on_logits,
+	shoal_gen_request rq = {.prompt = prompt,
+	                        .n_prompt = 20,
+	                        .max_tokens = 0,
+	                        .ctx = &a,
+	                        .score_from = 10,
+	                        .score_to = 19,
+	                        .on_logits = on_logits,
 	                        .on_token = on_token};
 	shoal_gen_stats st;
 	ASSERT_EQ(shoal_gen_run(g, &rq, &st, why, sizeof why), SHOAL_OK);

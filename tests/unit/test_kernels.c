@@ -356,12 +356,11 @@ static void test_quantize_act_shared(void)
 	 * signalling with payloads, the overflow edge (65504, 65519.99,
 	 * 65520), halfway cases of normal and subnormal halves, values that
 	 * round to zero, and a tail past a multiple of 8 */
-	static const uint32_t bits[] = {0x7fc00001u, 0xffa00000u, 0x7f800001u, 0x7f812345u,
-	                                0x7f800000u, 0xff800000u, 0x477fe000u, 0x477fefffu,
-	                                0x477ff000u, 0xc77ff000u, 0x33000000u, 0x33000001u,
-	                                0x80000001u, 0x38800000u, 0x387fffffu, 0x37800000u,
-	                                0x3f801000u, 0x3f803000u, 0x3f800fffu, 0x00000000u,
-	                                0x80000000u, 0x35c00000u, 0x35a00000u};
+	static const uint32_t bits[] = {
+	    0x7fc00001u, 0xffa00000u, 0x7f800001u, 0x7f812345u, 0x7f800000u, 0xff800000u,
+	    0x477fe000u, 0x477fefffu, 0x477ff000u, 0xc77ff000u, 0x33000000u, 0x33000001u,
+	    0x80000001u, 0x38800000u, 0x387fffffu, 0x37800000u, 0x3f801000u, 0x3f803000u,
+	    0x3f800fffu, 0x00000000u, 0x80000000u, 0x35c00000u, 0x35a00000u};
 	enum { NF = 203 };
 	float z[NF];
 	for (int i = 0; i < NF; i++)
@@ -431,8 +430,8 @@ static void test_hand_dot_q8_0(void)
  * (printed). */
 typedef float (*in_order_fn)(const void *w, int flag, const void *x, int64_t nblk);
 static int check_in_order(const shoal_kernels *k, shoal_dtype wt, int64_t n, const void *w,
-                          size_t rb, int64_t nr, const void *x, size_t xb, int64_t nc,
-                          int64_t nblk, in_order_fn ref, int flag)
+                          size_t rb, int64_t nr, const void *x, size_t xb, int64_t nc, int64_t nblk,
+                          in_order_fn ref, int flag)
 {
 	float *y = malloc(sizeof(float) * (size_t)(nr * nc));
 	float *yv = malloc(sizeof(float) * (size_t)nr);
@@ -445,11 +444,12 @@ static int check_in_order(const shoal_kernels *k, shoal_dtype wt, int64_t n, con
 			float e = ref((const char *)w + (size_t)r * rb, flag, xc, nblk);
 			float g = y[c * nr + r], v = yv[r];
 			if (memcmp(&e, &g, sizeof e) || memcmp(&e, &v, sizeof e)) {
-				fprintf(stderr,
-				        "%s %s n %lld row %lld col %lld: in order %.9g gemm %.9g gemv "
-				        "%.9g\n",
-				        k->isa, shoal_dtype_name(wt), (long long)n, (long long)r,
-				        (long long)c, e, g, v);
+				fprintf(
+				    stderr,
+				    "%s %s n %lld row %lld col %lld: in order %.9g gemm %.9g gemv "
+				    "%.9g\n",
+				    k->isa, shoal_dtype_name(wt), (long long)n, (long long)r,
+				    (long long)c, e, g, v);
 				bad = 1;
 			}
 		}
@@ -501,7 +501,8 @@ static void test_q8_0_avx512_order(void)
 			kernels__block_q8_0 *x = malloc(sizeof *x * (size_t)(nb * nc));
 			for (int64_t i = 0; i < nb * nr; i++) {
 				/* scales from 2^-14 to 2^15, some negative, some blocks all -128 */
-				w[i].d = (uint16_t)(0x0400 + (rng % 0x7800u)) | (rnd() < -0.8f ? 0x8000 : 0);
+				w[i].d = (uint16_t)(0x0400 + (rng % 0x7800u)) |
+				         (rnd() < -0.8f ? 0x8000 : 0);
 				rnd();
 				int all = i % 7 == 3;
 				for (int j = 0; j < 32; j++)
@@ -655,7 +656,8 @@ static void test_kq_avx512_order(void)
 		const shoal_dtype wt = types[t >> 1].wt;
 		const size_t bb = types[t >> 1].bb;
 		for (size_t a = 0; a < sizeof ns / sizeof ns[0]; a++) {
-			int64_t n = ns[a], nsb = n / 256, nr = rows[(a + (size_t)t) % 3], nc = cols[a];
+			int64_t n = ns[a], nsb = n / 256, nr = rows[(a + (size_t)t) % 3],
+			        nc = cols[a];
 			uint8_t *w = malloc(bb * (size_t)(nsb * nr));
 			kernels__block_q8_k *x = malloc(sizeof *x * (size_t)(nsb * nc));
 			fill_kq(wt, w, bb, nsb * nr);
@@ -811,8 +813,7 @@ static void test_attention(void)
 					TEST_FAIL_("%s F16 scores differ (%d/%d/%d)", k->isa, ng,
 					           hd, n);
 			if (memcmp(o0, o1, sizeof(float) * (size_t)ng * hd))
-				TEST_FAIL_("%s F16 values differ (%d/%d/%d)", k->isa, ng, hd,
-				           n);
+				TEST_FAIL_("%s F16 values differ (%d/%d/%d)", k->isa, ng, hd, n);
 		}
 		free(kh);
 		free(q);
@@ -919,16 +920,18 @@ static void test_packed(void)
 					int cnt = rows - r0 > 16 && r0 % 32 ? 16 : rows - r0;
 					memset(y0, 0, sizeof(float) * (size_t)rows * 130);
 					memset(y1, 0xff, sizeof(float) * (size_t)rows * 130);
-					k->gemm(SHOAL_DTYPE_Q8_0, n, w + (size_t)r0 * rb, rb, cnt, x, rb,
-					        nc, y0, (size_t)rows);
-					k->gemm_packed(SHOAL_DTYPE_Q8_0, n, p, r0, cnt, x, rb, nc, y1,
-					               (size_t)rows);
+					k->gemm(SHOAL_DTYPE_Q8_0, n, w + (size_t)r0 * rb, rb, cnt,
+					        x, rb, nc, y0, (size_t)rows);
+					k->gemm_packed(SHOAL_DTYPE_Q8_0, n, p, r0, cnt, x, rb, nc,
+					               y1, (size_t)rows);
 					for (int c = 0; c < nc; c++)
-						if (memcmp(y0 + (size_t)c * rows, y1 + (size_t)c * rows,
+						if (memcmp(y0 + (size_t)c * rows,
+						           y1 + (size_t)c * rows,
 						           sizeof(float) * (size_t)cnt))
-							TEST_FAIL_("%s packed gemm differs: n %d, rows "
-							           "%d from %d, %d columns, column %d",
-							           k->isa, n, cnt, r0, nc, c);
+							TEST_FAIL_(
+							    "%s packed gemm differs: n %d, rows "
+							    "%d from %d, %d columns, column %d",
+							    k->isa, n, cnt, r0, nc, c);
 					tested++;
 				}
 			}
@@ -951,8 +954,8 @@ static void test_silu_mul(void)
 {
 	enum { N = 1037 };
 	float g[N], u[N], h0[N], h1[N];
-	static const float special[] = {0.0f, -0.0f, INFINITY, -INFINITY, NAN, -90.0f,
-	                                90.0f, 1e-30f, -1e-30f, 87.5f, -87.5f};
+	static const float special[] = {0.0f,  -0.0f,  INFINITY, -INFINITY, NAN,   -90.0f,
+	                                90.0f, 1e-30f, -1e-30f,  87.5f,     -87.5f};
 	for (int i = 0; i < N; i++) {
 		g[i] = rnd() * (i % 3 ? 8.0f : 100.0f);
 		u[i] = rnd() * 4.0f;
@@ -1005,12 +1008,18 @@ int main(int argc, char **argv)
 	const char *q = getenv("SHOAL_KERNELS_QUICK");
 	quick = (argc > 1 && !strcmp(argv[1], "quick")) || (q && *q == '1');
 	static const test_case_ cases[] = {
-	    TEST_CASE(test_act_types),           TEST_CASE(test_hand_dot_q8_0),
-	    TEST_CASE(test_quantize_act_shared), TEST_CASE(test_tables_against_scalar),
-	    TEST_CASE(test_family_bitwise),      TEST_CASE(test_best_table),
-	    TEST_CASE(test_attention),           TEST_CASE(test_softmax),
-	    TEST_CASE(test_q8_0_avx512_order),   TEST_CASE(test_kq_avx512_order),
-	    TEST_CASE(test_silu_mul),           TEST_CASE(test_packed),
+	    TEST_CASE(test_act_types),
+	    TEST_CASE(test_hand_dot_q8_0),
+	    TEST_CASE(test_quantize_act_shared),
+	    TEST_CASE(test_tables_against_scalar),
+	    TEST_CASE(test_family_bitwise),
+	    TEST_CASE(test_best_table),
+	    TEST_CASE(test_attention),
+	    TEST_CASE(test_softmax),
+	    TEST_CASE(test_q8_0_avx512_order),
+	    TEST_CASE(test_kq_avx512_order),
+	    TEST_CASE(test_silu_mul),
+	    TEST_CASE(test_packed),
 	};
 	return test_run_(cases, sizeof cases / sizeof cases[0]);
 }

@@ -93,7 +93,8 @@ static void test_rtt_and_bandwidth(void)
 	ASSERT_EQ(links[0].local_ep, 0);
 	ASSERT_EQ(links[0].remote_ep, 1);
 	/* published as the buckets of 100 us (90.5..107.6: 90) and 1e9 B/s */
-	ASSERT_EQ(links[0].rtt_us, shoal_bucket_geo_value(shoal_bucket_geo(100, SHOAL_BUCKET_NONE)));
+	ASSERT_EQ(links[0].rtt_us,
+	          shoal_bucket_geo_value(shoal_bucket_geo(100, SHOAL_BUCKET_NONE)));
 	ASSERT_EQ(links[0].rtt_us, 90);
 	ASSERT_U64_EQ(links[0].bw_bytes_s,
 	              shoal_bucket_geo_value(shoal_bucket_geo(1000000000u, SHOAL_BUCKET_NONE)));

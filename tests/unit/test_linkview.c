@@ -234,11 +234,14 @@ static void test_any_order(void)
 					/* and the links inside each record reversed */
 					if (done % 2)
 						for (int i = 0; i < 4; i++)
-							for (uint32_t k = 0; k < r[i].n_links / 2; k++) {
+							for (uint32_t k = 0; k < r[i].n_links / 2;
+							     k++) {
 								shoal_record_link t = r[i].links[k];
 								r[i].links[k] =
-								    r[i].links[r[i].n_links - 1 - k];
-								r[i].links[r[i].n_links - 1 - k] = t;
+								    r[i].links[r[i].n_links - 1 -
+								               k];
+								r[i].links[r[i].n_links - 1 - k] =
+								    t;
 							}
 					shoal_view *v = view_of(r, 4, ord, 0);
 					ASSERT_TRUE(v != NULL);

@@ -160,9 +160,9 @@ static int check_cli_case(const char *bin, const char *model, json_t *c, double 
 	const char *prompt = json_string_value(json_object_get(c, "prompt"));
 	char nbuf[16], out[65536];
 	snprintf(nbuf, sizeof nbuf, "%zu", ng);
-	char *argv_ids[] = {(char *)bin, "run",     (char *)model, "-p",  (char *)prompt,
-	                    "-n",        nbuf,      "--temp",      "0",   "--ids",
-	                    "--kv-type", "f32",     NULL};
+	char *argv_ids[] = {(char *)bin, "run", (char *)model, "-p", (char *)prompt,
+	                    "-n",        nbuf,  "--temp",      "0",  "--ids",
+	                    "--kv-type", "f32", NULL};
 	int fails = 0;
 	int st = capture(argv_ids, out, sizeof out);
 	if (st != 0) {
@@ -183,9 +183,8 @@ static int check_cli_case(const char *bin, const char *model, json_t *c, double 
 	}
 	if (!logprobs)
 		return fails;
-	char *argv_lp[] = {(char *)bin, "run",    (char *)model, "-p",        (char *)prompt,
-	                   "-n",        "1",      "--temp",      "0",         "--logprobs",
-	                   "8",         "--kv-type", "f32",      NULL};
+	char *argv_lp[] = {(char *)bin, "run", (char *)model, "-p", (char *)prompt, "-n",  "1",
+	                   "--temp",    "0",   "--logprobs",  "8",  "--kv-type",    "f32", NULL};
 	if (capture(argv_lp, out, sizeof out) != 0)
 		return fails + 1;
 	json_error_t jerr;

@@ -66,8 +66,11 @@ static void test_token_and_end(void)
 	shoal_wire_buf_init(&b);
 	char text[SHOAL_RUN_MAX_TEXT];
 	memset(text, 'x', sizeof text);
-	shoal_run_token t = {.id = 31999, .logprob = -0.25f, .text = text,
-	                     .text_len = SHOAL_RUN_MAX_TEXT, .n_top = SHOAL_RUN_MAX_LOGPROBS};
+	shoal_run_token t = {.id = 31999,
+	                     .logprob = -0.25f,
+	                     .text = text,
+	                     .text_len = SHOAL_RUN_MAX_TEXT,
+	                     .n_top = SHOAL_RUN_MAX_LOGPROBS};
 	for (uint32_t i = 0; i < t.n_top; i++) {
 		t.top_ids[i] = (int32_t)(i * 97);
 		t.top_lps[i] = i ? -(float)i : -INFINITY;
@@ -88,8 +91,12 @@ static void test_token_and_end(void)
 
 	char reason[SHOAL_RUN_MAX_WHY];
 	memset(reason, 'r', sizeof reason);
-	shoal_run_end e = {.err = SHOAL_ERR_STATE, .retry = true, .why = reason,
-	                   .why_len = sizeof reason, .text = text, .text_len = sizeof text,
+	shoal_run_end e = {.err = SHOAL_ERR_STATE,
+	                   .retry = true,
+	                   .why = reason,
+	                   .why_len = sizeof reason,
+	                   .text = text,
+	                   .text_len = sizeof text,
 	                   .tokens = 4000000000u};
 	ASSERT_EQ(shoal_runmsg_encode_end(4, &e, &b), SHOAL_OK);
 	ASSERT_LE(b.len, SHOAL_RUN_MSG_RESERVE);
@@ -109,8 +116,8 @@ static void test_bad_bytes(void)
 {
 	shoal_wire_buf b;
 	shoal_wire_buf_init(&b);
-	shoal_run_req r = {.prompt = "hi", .prompt_len = 2, .max_tokens = 4, .top_p = 1,
-	                   .repeat_penalty = 1};
+	shoal_run_req r = {
+	    .prompt = "hi", .prompt_len = 2, .max_tokens = 4, .top_p = 1, .repeat_penalty = 1};
 	ASSERT_EQ(shoal_runmsg_encode_req(1, &r, &b), SHOAL_OK);
 	shoal_runmsg m;
 	char why[SHOAL_WHY_LEN];
@@ -143,5 +150,4 @@ static void test_bad_bytes(void)
 	shoal_wire_buf_fini(&b);
 }
 
-TEST_MAIN(TEST_CASE(test_req_round_trip), TEST_CASE(test_token_and_end),
-          TEST_CASE(test_bad_bytes))
+TEST_MAIN(TEST_CASE(test_req_round_trip), TEST_CASE(test_token_and_end), TEST_CASE(test_bad_bytes))

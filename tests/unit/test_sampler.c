@@ -121,7 +121,8 @@ static void test_greedy_rule(void)
 			}
 			int32_t got = shoal_sampler_sample(s, v, NULL, 0, 0);
 			if (got != best)
-				TEST_FAIL_("n %u trial %d: greedy %d, the rule %d", n, trial, got, best);
+				TEST_FAIL_("n %u trial %d: greedy %d, the rule %d", n, trial, got,
+				           best);
 		}
 		shoal_sampler_free(s);
 	}
@@ -561,9 +562,9 @@ static void test_nan_does_not_crash(void)
 	shoal_sampler_free(s);
 }
 
-TEST_MAIN(TEST_CASE(test_defaults), TEST_CASE(test_bad_params), TEST_CASE(test_greedy), TEST_CASE(test_greedy_rule),
-          TEST_CASE(test_same_seed_step_same_token), TEST_CASE(test_distribution_matches_softmax),
-          TEST_CASE(test_top_k_one_is_greedy), TEST_CASE(test_top_k_ties_by_lower_id),
-          TEST_CASE(test_top_p), TEST_CASE(test_min_p), TEST_CASE(test_repeat_penalty),
-          TEST_CASE(test_logprobs), TEST_CASE(test_all_masked_but_one),
-          TEST_CASE(test_nan_does_not_crash))
+TEST_MAIN(TEST_CASE(test_defaults), TEST_CASE(test_bad_params), TEST_CASE(test_greedy),
+          TEST_CASE(test_greedy_rule), TEST_CASE(test_same_seed_step_same_token),
+          TEST_CASE(test_distribution_matches_softmax), TEST_CASE(test_top_k_one_is_greedy),
+          TEST_CASE(test_top_k_ties_by_lower_id), TEST_CASE(test_top_p), TEST_CASE(test_min_p),
+          TEST_CASE(test_repeat_penalty), TEST_CASE(test_logprobs),
+          TEST_CASE(test_all_masked_but_one), TEST_CASE(test_nan_does_not_crash))

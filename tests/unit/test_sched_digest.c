@@ -208,7 +208,8 @@ static void test_plan_decode(void)
 		/* hostile bytes */
 		for (size_t cut = 0; cut < len; cut++) {
 			q = NULL;
-			ASSERT_EQ(shoal_plan_decode(enc, cut, &q, why, sizeof why), SHOAL_ERR_FORMAT);
+			ASSERT_EQ(shoal_plan_decode(enc, cut, &q, why, sizeof why),
+			          SHOAL_ERR_FORMAT);
 			ASSERT_TRUE(q == NULL);
 		}
 		uint8_t *m = malloc(len + 1);
@@ -241,5 +242,5 @@ static void test_plan_decode(void)
 }
 
 TEST_MAIN(TEST_CASE(test_blake2b_matches_libsodium), TEST_CASE(test_bucket_geo),
-          TEST_CASE(test_bucket_load), TEST_CASE(test_ready_tracker),
-          TEST_CASE(test_epoch_floor), TEST_CASE(test_plan_decode))
+          TEST_CASE(test_bucket_load), TEST_CASE(test_ready_tracker), TEST_CASE(test_epoch_floor),
+          TEST_CASE(test_plan_decode))

@@ -662,7 +662,7 @@ static void test_garbage_then_valid(void)
 TEST_MAIN(TEST_CASE(test_garbage_then_valid), TEST_CASE(test_converge_16),
           TEST_CASE(test_converge_64), TEST_CASE(test_converge_256),
           TEST_CASE(test_loss_no_false_death), TEST_CASE(test_kill_detected),
-          TEST_CASE(test_suspect_refutes), TEST_CASE(test_partition_heals),
-          TEST_CASE(test_leave), TEST_CASE(test_leave_small_lossy), TEST_CASE(test_restart_persisted),
+          TEST_CASE(test_suspect_refutes), TEST_CASE(test_partition_heals), TEST_CASE(test_leave),
+          TEST_CASE(test_leave_small_lossy), TEST_CASE(test_restart_persisted),
           TEST_CASE(test_restart_forgotten), TEST_CASE(test_incompatible),
           TEST_CASE(test_record_update), TEST_CASE(test_reap), TEST_CASE(test_dead_kept_small_fast))

@@ -126,8 +126,8 @@ static shoal_err put_tensor(shoal_wcache *c, size_t i, size_t chunk)
 		size_t len = t->nbytes - off < chunk ? (size_t)(t->nbytes - off) : chunk;
 		uint8_t d[SHOAL_MODEL_ID_BYTES];
 		crypto_generichash(d, 32, (const uint8_t *)t->data + off, len, NULL, 0);
-		shoal_err e = shoal_wcache_put_chunk(c, i, off, (const uint8_t *)t->data + off, len, d,
-		                                     why, sizeof why);
+		shoal_err e = shoal_wcache_put_chunk(c, i, off, (const uint8_t *)t->data + off, len,
+		                                     d, why, sizeof why);
 		if (e)
 			return e;
 	}
@@ -174,15 +174,16 @@ static void test_resume_and_damaged_manifest(void)
 	const shoal_gguf_tensor *t4 = shoal_gguf_tensor_at(g, 4);
 	uint8_t d[SHOAL_MODEL_ID_BYTES];
 	crypto_generichash(d, 32, t4->data, t4->nbytes / 2, NULL, 0);
-	ASSERT_EQ(shoal_wcache_put_chunk(c, 4, 0, t4->data, (size_t)(t4->nbytes / 2), d, why,
-	                                 sizeof why),
-	          SHOAL_OK);
+	ASSERT_EQ(
+	    shoal_wcache_put_chunk(c, 4, 0, t4->data, (size_t)(t4->nbytes / 2), d, why, sizeof why),
+	    SHOAL_OK);
 	char dir[600], have[1024];
 	snprintf(dir, sizeof dir, "%s/c", tmpdir);
 	snprintf(have, sizeof have, "%.*s.have", (int)(strlen(shoal_wcache_path(c)) - 5),
 	         shoal_wcache_path(c));
 	shoal_wcache_free(c);
-	ASSERT_EQ(shoal_wcache_open(dir, shoal_model_id_digest(mid), &r, why, sizeof why), SHOAL_OK);
+	ASSERT_EQ(shoal_wcache_open(dir, shoal_model_id_digest(mid), &r, why, sizeof why),
+	          SHOAL_OK);
 	ASSERT_TRUE(shoal_wcache_has(r, 0));
 	ASSERT_TRUE(shoal_wcache_has(r, 3));
 	ASSERT_FALSE(shoal_wcache_has(r, 4)); /* resumes at the tensor */

@@ -506,8 +506,8 @@ static void test_checksums(void)
 	for (size_t cut = 0; cut <= sizeof b; cut += 7)
 		ASSERT_EQ(shoal_xfer_crc32c(shoal_xfer_crc32c(0, b, cut), b + cut, sizeof b - cut),
 		          whole);
-	shoal_xfer_hdr h = {.kind = SHOAL_XFER_KIND_PROBE, .dtype = SHOAL_XFER_DTYPE_U8,
-	                    .payload_len = 200};
+	shoal_xfer_hdr h = {
+	    .kind = SHOAL_XFER_KIND_PROBE, .dtype = SHOAL_XFER_DTYPE_U8, .payload_len = 200};
 	size_t head;
 	ASSERT_EQ(shoal_xfer_frame_encode_head(&h, b, sizeof b, &head), SHOAL_OK);
 	size_t n = head + 200;
@@ -594,8 +594,8 @@ static void test_crc32c_hw_matches_scalar(void)
 			bad += hw != shoal_xfer_crc32c_scalar(seed, p, len);
 		}
 	ASSERT_EQ(bad, 0);
-	static const size_t lens[] = {3 * 8192 - 1, 3 * 8192, 3 * 8192 + 1, 3 * 8192 + 767,
-	                              3 * 8192 + 768, 6 * 8192 + 7, 1u << 20, (1u << 20) + 3};
+	static const size_t lens[] = {3 * 8192 - 1,   3 * 8192,     3 * 8192 + 1, 3 * 8192 + 767,
+	                              3 * 8192 + 768, 6 * 8192 + 7, 1u << 20,     (1u << 20) + 3};
 	for (size_t i = 0; i < sizeof lens / sizeof lens[0]; i++)
 		for (size_t al = 0; al < 8; al += 3) {
 			uint32_t seed = (uint32_t)mix64(i + 100 * al);

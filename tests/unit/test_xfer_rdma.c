@@ -33,10 +33,11 @@ static const uint8_t TOKEN[] = "t";
 static const uint8_t DIGEST[SHOAL_DIGEST_BYTES] = {0xd1, 0x9e};
 static vd_fabric *fab;
 static shoal_xfer_rdma_hub *hubs[VD_HOSTS]; /* one per host: its links share devices */
-static uint32_t spin_us; /* config's spin_us for the next pair */
+static uint32_t spin_us;                    /* config's spin_us for the next pair */
 static shoal_xfer_rdma_opts opts[VD_HOSTS]; /* each host's --rdma-* */
 
-static int admit(void *ctx, const uint8_t peer[SHOAL_PEER_ID_LEN], const char *addr, const uint8_t *t, size_t n)
+static int admit(void *ctx, const uint8_t peer[SHOAL_PEER_ID_LEN], const char *addr,
+                 const uint8_t *t, size_t n)
 {
 	return n == sizeof TOKEN && !memcmp(t, TOKEN, n);
 }
@@ -192,7 +193,8 @@ static void test_fallback_on_each_failure(void)
 	    {VD_FAULT_DEVICES, 1,
 	     "tcp (no rdma device: ibv_get_device_list: Function not implemented",
 	     "tcp (peer offers no rdma)"},
-	    {VD_FAULT_OPEN, 0, "tcp (no rdma device: ibv_open_device: ", "tcp (peer offers no rdma)"},
+	    {VD_FAULT_OPEN, 0,
+	     "tcp (no rdma device: ibv_open_device: ", "tcp (peer offers no rdma)"},
 	    {VD_FAULT_PD, 0, "tcp (ibv_alloc_pd: ", "tcp (peer: ibv_alloc_pd: "},
 	    {VD_FAULT_MR, 1, "tcp (ibv_reg_mr: ", "tcp (peer: ibv_reg_mr: "},
 	    {VD_FAULT_CQ, 0, "tcp (ibv_create_cq: ", "tcp (peer: ibv_create_cq"},
@@ -261,12 +263,14 @@ static void test_double_detects_overrun(void)
 		snprintf(port[i].name, sizeof port[i].name, "vd%d", i);
 		port[i].port = 1;
 		port[i].hop_limit = 1;
-		ASSERT_EQ(vd_ops.open(vd_device(fab, i), port[i].name, &dev[i], why, sizeof why), 0);
+		ASSERT_EQ(vd_ops.open(vd_device(fab, i), port[i].name, &dev[i], why, sizeof why),
+		          0);
 		ASSERT_EQ(vd_ops.alloc_pd(dev[i], &pd[i], why, sizeof why), 0);
 		ASSERT_EQ(vd_ops.reg_mr(pd[i], mem[i], 256, &mr[i], why, sizeof why), 0);
 		ASSERT_EQ(vd_ops.create_cq(dev[i], 4, &cq[i], &fd[i], why, sizeof why), 0);
-		ASSERT_EQ(vd_ops.create_qp(pd[i], cq[i], 2, 2, &inl, &qp[i], &qpn[i], why, sizeof why),
-		          0);
+		ASSERT_EQ(
+		    vd_ops.create_qp(pd[i], cq[i], 2, 2, &inl, &qp[i], &qpn[i], why, sizeof why),
+		    0);
 		ASSERT_EQ(inl, 64);
 		ASSERT_EQ(vd_ops.qp_init(qp[i], &port[i], why, sizeof why), 0);
 	}
@@ -293,9 +297,9 @@ static void test_double_detects_overrun(void)
 	ASSERT_EQ(vd_ops.qp_rtr(qp[0], &port[0], &r0, why, sizeof why), 0);
 	ASSERT_EQ(vd_ops.qp_rts(qp[0], &port[0], 1, why, sizeof why), 0);
 	/* More inline bytes than the QP was granted: refused, loudly. */
-	ASSERT_NE(vd_ops.post_send(qp[0], mr[0], 8, mem[0], 16, SHOAL_VERBS_SEND_INLINE, why,
-	                           sizeof why),
-	          0);
+	ASSERT_NE(
+	    vd_ops.post_send(qp[0], mr[0], 8, mem[0], 16, SHOAL_VERBS_SEND_INLINE, why, sizeof why),
+	    0);
 	/* With receives posted, unsignaled sends go through with no
 	 * completion of their own; a third before any completion is polled
 	 * overruns the 2-entry SQ. */
@@ -899,7 +903,6 @@ static void test_pollfds_after_a_waiting_send(void)
 	ASSERT_EQ(vd_live_objects(fab), 0);
 }
 
-
 /* ---- acceptance 1: the right device, port and GID per endpoint ---- */
 
 /* A pair between hosts 0 and 1 whose status on host 0 must start with
@@ -910,7 +913,8 @@ static int pair_status(const char *want0, const char *want1, shoal_xfer_link **a
 	if (pair(0, 1, 8, a, b))
 		return 0;
 	const char *s0 = shoal_xfer_link_status(*a), *s1 = shoal_xfer_link_status(*b);
-	int ok = !strncmp(s0, want0, strlen(want0)) && (!want1 || !strncmp(s1, want1, strlen(want1)));
+	int ok =
+	    !strncmp(s0, want0, strlen(want0)) && (!want1 || !strncmp(s1, want1, strlen(want1)));
 	if (!ok)
 		fprintf(stderr, "status \"%s\" / \"%s\"\n  wanted \"%s\" / \"%s\"\n", s0, s1, want0,
 		        want1 ? want1 : "");
@@ -978,9 +982,10 @@ static void test_macos_layout(void)
 	 * different machines: the probe fails and the reason names the port */
 	vd_set_netif(fab, 0, "en3", "10.0.3.1");
 	vd_set_cable(fab, 0, "rdma_en3", 7);
-	ASSERT_TRUE(pair_status("tcp (peer: rdma probe failed: send completion with error: "
-	                        "transport retry counter exceeded (over rdma_en3:port1:gid3 on en3))",
-	                        "tcp (rdma probe failed: send completion with error", &a, &b));
+	ASSERT_TRUE(
+	    pair_status("tcp (peer: rdma probe failed: send completion with error: "
+	                "transport retry counter exceeded (over rdma_en3:port1:gid3 on en3))",
+	                "tcp (rdma probe failed: send completion with error", &a, &b));
 	ASSERT_STR_EQ(shoal_xfer_link_transport(a), "tcp");
 	shoal_xfer_link_free(a);
 	shoal_xfer_link_free(b);
@@ -1023,8 +1028,8 @@ static void test_mlx5_layout(void)
 	vd_set_netif(fab, 0, "ens1f0", "192.168.5.1");
 	vd_set_netif(fab, 1, "ens1f0", "192.168.5.2");
 	opts[0] = (shoal_xfer_rdma_opts){.device = "mlx5_0", .gid_plus1 = 3};
-	ASSERT_TRUE(pair_status("tcp (peer: rdma probe failed: send completion with error", NULL, &a,
-	                        &b));
+	ASSERT_TRUE(
+	    pair_status("tcp (peer: rdma probe failed: send completion with error", NULL, &a, &b));
 	shoal_xfer_link_free(a);
 	shoal_xfer_link_free(b);
 	/* --rdma-gid 3, a hop limit and traffic class for routed RoCE v2 */
@@ -1180,9 +1185,10 @@ static void test_stress_100k_frames(void)
 	shoal_xfer_metrics mb;
 	shoal_xfer_link_metrics(b, &mb);
 	vd_stats(fab, 1, &st);
-	printf("100000 frames: %llu sends, %llu signaled, %llu inline; SQ peak %u of 8, CQ peak %u\n",
-	       (unsigned long long)mb.rdma_sends, (unsigned long long)mb.rdma_signaled,
-	       (unsigned long long)mb.rdma_inline, st.sq_peak, st.cq_peak);
+	printf(
+	    "100000 frames: %llu sends, %llu signaled, %llu inline; SQ peak %u of 8, CQ peak %u\n",
+	    (unsigned long long)mb.rdma_sends, (unsigned long long)mb.rdma_signaled,
+	    (unsigned long long)mb.rdma_inline, st.sq_peak, st.cq_peak);
 	ASSERT_U64_EQ(vd_sq_overruns(fab), sq0);
 	ASSERT_U64_EQ(vd_cq_overflows(fab), cq0);
 	ASSERT_U64_EQ(vd_overruns(fab), rnr0);
@@ -1224,8 +1230,8 @@ TEST_MAIN(TEST_CASE(setup), TEST_CASE(test_upgrade_when_both_offer),
           TEST_CASE(test_fallback_on_each_failure), TEST_CASE(test_credits_ring_wrap_and_order),
           TEST_CASE(test_pingpong_piggybacks_credits), TEST_CASE(test_remote_disconnect),
           TEST_CASE(test_garbage_over_rdma_closes_with_error_frame),
-          TEST_CASE(test_fault_corrupt_refused_by_checksum),
-          TEST_CASE(test_fault_truncate_refused), TEST_CASE(test_fault_drop_shows_as_seq_gap),
+          TEST_CASE(test_fault_corrupt_refused_by_checksum), TEST_CASE(test_fault_truncate_refused),
+          TEST_CASE(test_fault_drop_shows_as_seq_gap),
           TEST_CASE(test_fault_delay_delivers_late_and_intact),
           TEST_CASE(test_event_loop_over_pollfds), TEST_CASE(test_pollfds_after_a_waiting_send),
           TEST_CASE(test_double_detects_overrun), TEST_CASE(test_stress_100k_frames),
