@@ -23,7 +23,7 @@ flags="-std=gnu11 -O2 -Wall -Wextra -Wno-unused-parameter -Wno-missing-field-ini
 rc=0
 for march in armv8-a armv8-a+crc; do
 	"$cc" $flags -march=$march -static -o "$tmp/t" "$src/tests/unit/test_xfer_frame.c" \
-		"$src/net/xfer_frame.c" "$src/base/err.c" -lpthread -lm || exit 1
+		"$src/net/xfer_frame.c" "$src/base/err.c" "$src/base/assert.c" -lpthread -lm || exit 1
 	out=$("$qemu" -cpu max "$tmp/t" 2>&1)
 	st=$?
 	echo "-march=$march:"
