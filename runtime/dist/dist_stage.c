@@ -817,7 +817,7 @@ shoal_err shoal_dist_stage_new(const shoal_model *m, const shoal_dist_stage_conf
 	for (size_t i = 0; i < nm; i++) {
 		if (s->mask[i] || !cfg->expert_peer)
 			continue;
-		const uint8_t *p = cfg->expert_peer + i * 16;
+		const uint8_t *p = cfg->expert_peer + i * SHOAL_PEER_ID_LEN;
 		uint32_t x = 0;
 		while (x < s->n_xpeers && memcmp(s->xpeers[x], p, SHOAL_PEER_ID_LEN))
 			x++;
