@@ -18,7 +18,7 @@
 #include "models/tokenizer.h"
 
 /* The token ids of a `shoal run` prompt, shared by the
- * local run and the owner of a --peer run (runtime/node/cluster.c) so both feed
+ * local run and the owner of a --peer run (runtime/node/serve_clients.c) so both feed
  * the model the same ids. chat: the prompt becomes a user message, after
  * system (NULL: none; ignored without chat), rendered with the model's
  * chat template (tokenizer.chat_template; PLAIN without one) and tokenized

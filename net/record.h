@@ -89,7 +89,7 @@ typedef struct shoal_record {
 	uint32_t n_links;
 	shoal_record_link links[SHOAL_RECORD_MAX_LINKS];
 
-	/* What it serves (runtime/node/cluster.h). serving = 1: models[0] is the
+	/* What it serves (runtime/node/serve.h). serving = 1: models[0] is the
 	 * model it offers to the cluster, and mem_weights the bytes it offers
 	 * (min of what is available and --mem-limit). ready_epoch > 0: it has
 	 * mapped its part of the plan whose digest is ready_digest ("ready for

@@ -173,7 +173,7 @@ shoal_err shoal_plan_decode(const uint8_t *buf, size_t len, shoal_plan **out, ch
 /* ---- readiness ---------------------------------------------------------
  * Agreement: a plan is served only after every peer it names announced
  * "ready for digest D". The tracker keeps each peer's latest announcement
- * (a later one replaces an earlier one); runtime/node/cluster.c feeds it
+ * (a later one replaces an earlier one); runtime/node/serve_ready.c feeds it
  * from the peers' gossiped readiness. */
 typedef struct shoal_ready shoal_ready;
 

@@ -2,7 +2,7 @@
  * runtime/cli/cmd_run_remote.c: `shoal run --peer ADDR -p TEXT ...`: send a
  * prompt to a peer of a cluster, which owns the session and runs it
  * through the plan; the tokens stream back as RUN_TOKEN replies over the
- * authenticated control plane (net/ctlmsg.h, runtime/node/cluster.h).
+ * authenticated control plane (net/ctlmsg.h, runtime/node/serve.h).
  *
  * Part: runtime/ (CLI). The output is the local `shoal run`'s, byte for
  * byte: text, --ids (one line) or --logprobs K (one JSON object per token,

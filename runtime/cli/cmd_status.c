@@ -25,7 +25,7 @@
  *       "links": [{"peer": ID, "local_endpoint", "remote_endpoint",
  *                  "rtt_us", "bandwidth_bytes_s"}] } ],
  *    "plan": {...} }                 -- only from a node serving a model:
- *   runtime/node/cluster.h: "servable", "digest" (null without a plan), "epoch",
+ *   runtime/node/serve.h: "servable", "digest" (null without a plan), "epoch",
  *   "why", "stages", "experts", "memory" (runtime/node/plan_json.h), "ready" and
  *   "not_ready" (peer ids), "left_out" [{"peer", "name", "why"}], "links"
  *   [{"peer", "transport"}] (the data links this node opened).

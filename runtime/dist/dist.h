@@ -19,7 +19,7 @@
  * that is both a stage and an expert holder of ANOTHER stage's layers
  * runs a separate expert server (shoal_dist_stage with an empty layer
  * range) on its own thread and link ends (the node does:
- * runtime/node/cluster_data.c, with expert_link below): two stages
+ * runtime/node/serve_data.c, with expert_link below): two stages
  * waiting on each other's experts would otherwise stall until
  * timeout_ms.
  */
@@ -166,7 +166,7 @@ typedef struct shoal_dist_stage_config {
 	void *link_ctx;
 	/* Which link reaches an expert peer; NULL: `link`. A node gives the
 	 * requests their own link ends, so that the far side's expert server
-	 * thread reads them (runtime/node/cluster_data.c). */
+	 * thread reads them (runtime/node/serve_links.c). */
 	shoal_dist_link_fn expert_link;
 	void *expert_link_ctx;
 	/* Which link reaches a session's owner from a stage that is not the

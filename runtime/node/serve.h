@@ -53,7 +53,7 @@
 typedef struct shoal_serve shoal_serve;
 
 /* How long a node's data thread spins for a frame before it blocks, in us,
- * unless --spin-us says otherwise (cluster_impl.h has the rest of the
+ * unless --spin-us says otherwise (serve_impl.h has the rest of the
  * rule). tests/bench/dist_bench.sh measures it. */
 #define SHOAL_SERVE_HOP_SPIN_US 2000u
 

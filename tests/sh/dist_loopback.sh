@@ -1,6 +1,6 @@
 #!/bin/bash
 # tests/sh/dist_loopback.sh: distributed inference through real `shoal node`
-# processes on 127.0.0.1 (runtime/node/cluster.h), against single-peer runs.
+# processes on 127.0.0.1 (runtime/node/serve.h), against single-peer runs.
 #
 #  1. Dense: 3 peers with the trained austen model, --mem-limit 11M and
 #     --ctx 256 (embedding 8.6 MiB + KV for 2 sessions leave room for at

@@ -1,6 +1,6 @@
 #!/bin/bash
 # tests/sh/node_batch.sh: what a real `shoal node` does with concurrent
-# sessions (runtime/node/cluster_data.c), against single-peer runs.
+# sessions (runtime/node/serve_data.c), against single-peer runs.
 #
 #  1. Batching: 3 dense peers (--mem-limit 11M --ctx 256: 3 stages), two
 #     greedy sessions at once through the same owner. Both outputs equal
