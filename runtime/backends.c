@@ -24,8 +24,6 @@ static const shoal_backend_kind kinds[] = {
 };
 #define N_KINDS (sizeof kinds / sizeof kinds[0])
 
-/* A kind's reason for being unavailable: one line, as shoal_why's. */
-#define REASON_LEN 200
 /* The kinds' names in an error: a handful of short names. */
 #define NAMES_LEN 128
 
@@ -53,7 +51,7 @@ shoal_err shoal_backend_pick(const shoal_backend_opts *o, const shoal_backend_op
                              size_t why_len)
 {
 	const char *name = o ? o->name : NULL;
-	char reason[REASON_LEN] = "";
+	char reason[SHOAL_WHY_LEN] = ""; /* why a kind is unavailable */
 	if (!name || !strcmp(name, "auto")) {
 		for (size_t i = 0; i < N_KINDS; i++) {
 			if (kinds[i].available && !kinds[i].available(reason, sizeof reason))

@@ -278,7 +278,7 @@ shoal_err shoal_schedule_sessions(const shoal_view *view, const shoal_manifest *
 	pol->sessions = SHOAL_SCHED_SESSIONS_DEFAULT;
 	shoal_err e = shoal_schedule(view, m, pol, prev, out, why, why_len);
 	if (e == SHOAL_ERR_INFEASIBLE) {
-		char w1[256];
+		char w1[SHOAL_WHY_LEN];
 		pol->sessions = 1;
 		if (shoal_schedule(view, m, pol, prev, out, w1, sizeof w1) == SHOAL_OK)
 			e = SHOAL_OK;
@@ -291,7 +291,7 @@ shoal_err shoal_schedule_sessions(const shoal_view *view, const shoal_manifest *
 	     k++) {
 		shoal_policy big = *pol;
 		shoal_plan *p = NULL;
-		char w2[256];
+		char w2[SHOAL_WHY_LEN];
 		big.sessions = more[k];
 		if (shoal_schedule(view, m, &big, prev, &p, w2, sizeof w2) == SHOAL_OK &&
 		    shoal_plan_n_stages(p) <= shoal_plan_n_stages(*out) &&

@@ -713,7 +713,7 @@ static enum MHD_Result api_complete(shoal_api *a, struct MHD_Connection *c, api_
 		}
 		bool cut = (k->run->err || !k->run->done) && !k->stopped;
 		json_t *j = cut ? NULL : whole_reply(k);
-		char w[256];
+		char w[SHOAL_WHY_LEN];
 		snprintf(w, sizeof w, "%s", k->run->why);
 		shoal_err re = k->run->err;
 		pthread_mutex_unlock(&k->run->mu);

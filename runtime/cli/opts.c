@@ -38,7 +38,7 @@ bool cli__num(const char *s, double lo, double hi, double *out)
 
 bool cli__backend(const char *cmd, const char *name, const shoal_backend_ops **out)
 {
-	char why[256] = "";
+	char why[SHOAL_WHY_LEN] = "";
 	shoal_err err =
 	    shoal_backend_pick(&(shoal_backend_opts){.name = name}, out, why, sizeof why);
 	if (err)

@@ -89,7 +89,7 @@ shoal_err dist__experts_dispatch(void *ctx, uint32_t layer, const shoal_moe_rows
 		shoal_xfer_hdr h = expert_hdr(SHOAL_XFER_KIND_EXPERT_REQ, layer, d, nr, s->xtags,
 		                              nroute, s->xroute, nr);
 		struct iovec v = {.iov_base = s->xx, .iov_len = (size_t)nr * d * 4u};
-		char why[256];
+		char why[SHOAL_WHY_LEN];
 		shoal_err e =
 		    shoal_xfer_link_send(lk, &h, &v, 1, s->cfg.timeout_ms, why, sizeof why);
 		if (e) {
@@ -146,7 +146,7 @@ static bool reply_matches(const shoal_dist_stage *s, uint32_t q, uint32_t layer,
 static shoal_err recv_reply(shoal_dist_stage *s, shoal_xfer_link *lk, uint32_t q, uint32_t layer,
                             const shoal_moe_rows *rows, shoal_xfer_frame *f)
 {
-	char why[256];
+	char why[SHOAL_WHY_LEN];
 	uint64_t deadline = dist__now_ns() + (uint64_t)s->cfg.timeout_ms * 1000000u;
 	if (!lk)
 		return SHOAL_ERR_NOTFOUND;
@@ -226,7 +226,7 @@ shoal_err dist__experts_serve(shoal_dist_stage *s, shoal_xfer_link *from, const 
 {
 	const shoal_xfer_hdr *h = &f->hdr;
 	uint32_t k = s->k, d = s->d, ne = s->n_expert, n = h->n_rows, nr = h->n_aux;
-	char w[256] = "";
+	char w[SHOAL_WHY_LEN] = "";
 	uint32_t layer = h->layer_first;
 	if (h->dtype != SHOAL_XFER_DTYPE_F32 || h->dim != d || h->layer_end != layer + 1 ||
 	    layer >= s->n_layer || !ne || n > s->R || nr > n * k) {

@@ -100,7 +100,7 @@ static void finish(shoal_dist_owner *o, owner_sess *ss, shoal_err e, const char 
 	ss->result = e;
 	snprintf(ss->why, sizeof ss->why, "%s", w ? w : "");
 	dist__ctl c = {.op = SHOAL_DIST_CTL_CLOSE};
-	char why[256];
+	char why[SHOAL_WHY_LEN];
 	if (send_ctl(o, ss->sid, &c, why, sizeof why))
 		SHOAL_LOG_W(LOG_PART, "session %016llx: close: %s", (unsigned long long)ss->sid,
 		            why);
@@ -222,7 +222,7 @@ shoal_err shoal_dist_owner_handle(shoal_dist_owner *o, shoal_xfer_link *from,
 	}
 	if (h->kind == SHOAL_XFER_KIND_SESSION) {
 		dist__ctl c;
-		char w[256] = "";
+		char w[SHOAL_WHY_LEN] = "";
 		owner_sess *ss = find(o, h->rows[0].session);
 		if (dist__ctl_decode(f, &c, w, sizeof w) || c.op != SHOAL_DIST_CTL_ERROR || !ss ||
 		    memcmp(c.owner, o->cfg.self, SHOAL_PEER_ID_LEN)) {
@@ -336,7 +336,7 @@ void shoal_dist_owner_cancel(shoal_dist_owner *o, uint64_t sid)
 		return;
 	finish(o, ss, SHOAL_ERR_STATE, "cancelled");
 	ss->used = false;
-	char why[256];
+	char why[SHOAL_WHY_LEN];
 	if (release(o, why, sizeof why)) /* the others no longer wait for it */
 		SHOAL_LOG_W(LOG_PART, "after a cancel: %s", why);
 }

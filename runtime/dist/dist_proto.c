@@ -169,7 +169,7 @@ shoal_err dist__poll(shoal_xfer_link *const *links, uint32_t n, int timeout_ms, 
 	for (uint32_t i = 0; i < n; i++) {
 		for (;;) {
 			shoal_xfer_frame f;
-			char w[256] = "";
+			char w[SHOAL_WHY_LEN] = "";
 			shoal_err e = shoal_xfer_link_recv(links[i], 0, &f, w, sizeof w);
 			if (e == SHOAL_ERR_TIMEOUT)
 				break;

@@ -110,7 +110,7 @@ static shoal_err sess_fail(shoal_dist_stage *s, int i, uint64_t sid,
  * can reach it (the chain onward may be what broke), else onward. */
 static shoal_err err_send(shoal_dist_stage *s, uint64_t sid, const dist__ctl *c)
 {
-	char why[256];
+	char why[SHOAL_WHY_LEN];
 	shoal_xfer_link *k = s->cfg.owner_link && !s->cfg.has_head
 	                         ? s->cfg.owner_link(s->cfg.owner_link_ctx, c->owner)
 	                         : ctl_dest(s, c->owner);
@@ -147,7 +147,7 @@ static bool sess_gone(shoal_dist_stage *s, uint64_t sid)
 		dist__gone *g = &s->gone[i];
 		if (!g->sid || g->sid != sid)
 			continue;
-		char w[160];
+		char w[SHOAL_WHY_LEN];
 		snprintf(w, sizeof w, "the session was freed here: %s", g->why);
 		g->sid = 0;
 		sess_fail(s, -1, sid, g->owner, SHOAL_ERR_NOTFOUND, w);
@@ -319,7 +319,7 @@ static uint32_t screen_rows(shoal_dist_stage *s, uint32_t n)
 		else if (s->cfg.has_embd && (s->tok[r] < 0 || (uint32_t)s->tok[r] >= s->n_vocab))
 			bad = "a token id out of the vocabulary";
 		if (bad) {
-			char w[128];
+			char w[SHOAL_WHY_LEN];
 			snprintf(w, sizeof w, "row at %u: %s", s->pos[r], bad);
 			sess_fail(s, (int)si, ss->sid, ss->owner, SHOAL_ERR_RANGE, w);
 			continue;
@@ -386,7 +386,7 @@ static shoal_err flush(shoal_dist_stage *s, char *why, size_t why_len)
 	                        .want_logits = s->cfg.has_head || s->cfg.tp_head ? s->want : NULL,
 	                        .hidden_out = s->cfg.has_head ? NULL : s->hout,
 	                        .logits = n_want && s->cfg.has_head ? s->logits : NULL};
-	char w[256] = "";
+	char w[SHOAL_WHY_LEN] = "";
 	s->tp_rows = n; /* a group's slices carry these rows' tags */
 	uint64_t t0 = dist__now_ns();
 	shoal_err e = shoal_engine_run(s->e, &b, w, sizeof w);
@@ -420,7 +420,7 @@ static shoal_err take_frame(shoal_dist_stage *s, const shoal_xfer_frame *f, char
                             size_t why_len)
 {
 	const shoal_xfer_hdr *h = &f->hdr;
-	char w[256] = "";
+	char w[SHOAL_WHY_LEN] = "";
 	bool ok;
 	if (s->cfg.has_embd)
 		ok = h->kind == SHOAL_XFER_KIND_TOKEN && h->dim == 1 && h->layer_first == 0 &&
@@ -532,7 +532,7 @@ static shoal_err handle_ctl(shoal_dist_stage *s, const shoal_xfer_frame *f, char
                             size_t why_len)
 {
 	dist__ctl c;
-	char w[256] = "";
+	char w[SHOAL_WHY_LEN] = "";
 	uint64_t sid = f->hdr.rows[0].session;
 	shoal_err e = dist__ctl_decode(f, &c, w, sizeof w);
 	if (e) {
@@ -587,14 +587,14 @@ static shoal_err handle_ctl(shoal_dist_stage *s, const shoal_xfer_frame *f, char
  * names cannot run here (the member is gone: the plan will change). */
 static shoal_err relay_failed(shoal_dist_stage *s, const shoal_xfer_frame *f, const char *why)
 {
-	char w[300];
+	char w[SHOAL_WHY_WRAP_LEN];
 	snprintf(w, sizeof w, "a member of the group cannot be reached: %s", why);
 	s->met.dropped++;
 	for (uint32_t r = 0; r < f->hdr.n_rows; r++) {
 		uint64_t sid = f->hdr.rows[r].session;
 		int i = sess_find(s, sid);
 		dist__ctl c;
-		char cw[64];
+		char cw[SHOAL_WHY_LEN];
 		if (i >= 0)
 			sess_fail(s, i, sid, s->sess[i].owner, SHOAL_ERR_CLOSED, w);
 		else if (f->hdr.kind == SHOAL_XFER_KIND_SESSION &&

@@ -114,7 +114,7 @@ static shoal_err recv_slices(shoal_dist_stage *s, uint32_t layer, unsigned round
                              void *const *bufs, const size_t *len, uint64_t *n_got)
 {
 	uint32_t n = s->cfg.tp_n;
-	char why[256] = "";
+	char why[SHOAL_WHY_LEN] = "";
 	bool got[SHOAL_DIST_TP_MAX] = {false};
 	size_t have[SHOAL_DIST_TP_MAX] = {0}; /* bytes of each slice so far */
 	uint32_t left = 0;
@@ -177,7 +177,7 @@ static shoal_err recv_slices(shoal_dist_stage *s, uint32_t layer, unsigned round
 static shoal_err send_to(shoal_dist_stage *s, uint32_t m, uint32_t layer, unsigned round,
                          const void *buf, size_t len)
 {
-	char why[256] = "";
+	char why[SHOAL_WHY_LEN] = "";
 	shoal_xfer_hdr h = {.kind = SHOAL_XFER_KIND_GATHER,
 	                    .dtype = SHOAL_XFER_DTYPE_F32,
 	                    .layer_first = (uint16_t)layer,

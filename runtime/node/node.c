@@ -192,7 +192,7 @@ static void node_start_discovery(shoal_node *n)
 	}
 	const shoal_discovery_ops *ops =
 	    n->cfg.discovery ? n->cfg.discovery : &shoal_discovery_dnssd;
-	char instance[64], why[256];
+	char instance[64], why[SHOAL_WHY_LEN];
 	snprintf(instance, sizeof instance, "%.40s-%.8s", n->ident.name, n->ident.id_hex);
 	shoal_discovery_config dc = {.instance = instance,
 	                             .cluster = n->cluster,
@@ -272,7 +272,7 @@ static void node_turn(shoal_node *n, uint64_t *next_probe, uint64_t *next_target
 		*next_targets = now + SHOAL_NODE_TARGETS_MULT * n->base_us;
 	}
 	if (now >= *next_record) {
-		char why[200];
+		char why[SHOAL_WHY_LEN];
 		node__record_refresh(n);
 		if (shoal_swim_set_record(n->sw, &n->rec, why, sizeof why) != SHOAL_OK)
 			SHOAL_LOG_W("node", "cannot publish our record: %s", why);

@@ -54,7 +54,7 @@ void node__member_changed(void *ctx, const shoal_swim_member *m, shoal_swim_stat
 void node__incarnation_changed(void *ctx, uint64_t inc)
 {
 	shoal_node *n = ctx;
-	char why[256];
+	char why[SHOAL_WHY_LEN];
 	if (inc <= n->persisted_inc)
 		return;
 	n->ident.incarnation = inc;
@@ -171,7 +171,7 @@ void node__on_disconnect(void *ud, int fd)
 void node__on_message(void *ud, const shoal_ctl_route *from, const uint8_t *buf, size_t len)
 {
 	shoal_node *n = ud;
-	char why[200] = "";
+	char why[SHOAL_WHY_LEN] = "";
 	shoal_ctlmsg m;
 	shoal_err e = shoal_ctlmsg_decode(buf, len, &m, why, sizeof why);
 	if (e == SHOAL_ERR_NOTFOUND) {

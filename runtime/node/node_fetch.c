@@ -97,7 +97,7 @@ void node__api_name_from_peers(shoal_node *n)
  * missing tensors fetched per plan). False when there is none yet. */
 static bool node_fetch_open(shoal_node *n, const uint8_t id[SHOAL_MODEL_ID_BYTES])
 {
-	char dir[1100], why[256], hex[65];
+	char dir[1100], why[SHOAL_WHY_LEN], hex[65];
 	shoal_wcache *wc = NULL;
 	snprintf(dir, sizeof dir, "%s/" SHOAL_WEIGHTS_DIR, n->state_dir);
 	shoal_model_id_hex(id, hex);
@@ -151,7 +151,7 @@ void node__fetch_tick(shoal_node *n)
 			return;
 		if (r == 1) {
 			shoal_wcache *wc = shoal_weights_take_cache(n->wf);
-			char why[256], w2[200];
+			char why[SHOAL_WHY_LEN], w2[SHOAL_WHY_LEN];
 			if (wc && node__serve_new(n, wc, why, sizeof why) == SHOAL_OK) {
 				node__record_refresh(n);
 				if (shoal_swim_set_record(n->sw, &n->rec, w2, sizeof w2) !=

@@ -138,7 +138,7 @@ static void node_compute_probe(const char *dir, bool reprobe, shoal_record *r)
 	            "weight prefetch %s (the other: %.2f GB/s)",
 	            res.isa ? res.isa : "?", res.elapsed_ms, res.gemv_gbps, res.gemm_gflops,
 	            res.prefetch, res.gemv_gbps_other);
-	char path[1100], line[160], why[300];
+	char path[1100], line[160], why[SHOAL_WHY_WRAP_LEN];
 	snprintf(path, sizeof path, "%s/%s", dir, SHOAL_NODE_PROBE_FILE);
 	int n = snprintf(line, sizeof line, "shoal-probe 3 %s %llu %llu %llu %s\n",
 	                 res.isa ? res.isa : "?", (unsigned long long)r->compute_mb_s,

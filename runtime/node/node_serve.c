@@ -32,7 +32,7 @@ void node__serve_tick(shoal_node *n)
 {
 	shoal_swim_member *v = NULL;
 	size_t nv = 0;
-	char why[200];
+	char why[SHOAL_WHY_LEN];
 	if (shoal_swim_view(n->sw, &v, &nv) != SHOAL_OK)
 		return;
 	int republish = shoal_serve_update(n->cl, v, nv);

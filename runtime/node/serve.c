@@ -64,7 +64,7 @@ void serve__plan_save(shoal_serve *cl)
 {
 	uint8_t *enc = NULL;
 	size_t len = 0;
-	char path[1100], why[300];
+	char path[1100], why[SHOAL_WHY_WRAP_LEN];
 	if (!cl->state_dir[0] || !cl->prev || shoal_plan_encode(cl->prev, &enc, &len) != SHOAL_OK)
 		return;
 	serve_plan_path(cl, path, sizeof path);
@@ -75,7 +75,7 @@ void serve__plan_save(shoal_serve *cl)
 
 static void serve_plan_load(shoal_serve *cl)
 {
-	char path[1100], why[200], dh[65];
+	char path[1100], why[SHOAL_WHY_LEN], dh[65];
 	if (!cl->state_dir[0])
 		return;
 	serve_plan_path(cl, path, sizeof path);

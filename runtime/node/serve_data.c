@@ -65,7 +65,7 @@ static void serve_take_assign(shoal_serve_dt *d, shoal_serve_assign *a)
 	oc.link = serve__link;
 	oc.link_ctx = &cl->lctx_stage;
 	oc.timeout_ms = (int)SHOAL_SERVE_SILENCE_MS / 3;
-	char why[256] = "";
+	char why[SHOAL_WHY_LEN] = "";
 	if (shoal_dist_owner_new(&oc, &d->owner, why, sizeof why) != SHOAL_OK)
 		SHOAL_LOG_W("cluster", "cannot make the session owner: %s", why);
 }
@@ -73,7 +73,7 @@ static void serve_take_assign(shoal_serve_dt *d, shoal_serve_assign *a)
 static void serve_dispatch(shoal_serve_dt *d, shoal_xfer_link *k, int role,
                            const shoal_xfer_frame *f)
 {
-	char why[256] = "";
+	char why[SHOAL_WHY_LEN] = "";
 	shoal_err e = SHOAL_OK;
 	const shoal_serve_assign *a = d->as;
 	if (f->hdr.kind == SHOAL_XFER_KIND_EXPERT_REQ &&
@@ -106,7 +106,7 @@ static void serve_dispatch(shoal_serve_dt *d, shoal_xfer_link *k, int role,
 static bool serve_drain_link(shoal_serve_dt *d, shoal_xfer_link *k, int role, bool *bye)
 {
 	shoal_xfer_frame f;
-	char why[256] = "";
+	char why[SHOAL_WHY_LEN] = "";
 	shoal_err e;
 	while ((e = shoal_xfer_link_recv(k, 0, &f, why, sizeof why)) != SHOAL_ERR_TIMEOUT) {
 		if (e == SHOAL_OK) {
@@ -255,13 +255,14 @@ void *serve__data_main(void *arg)
 			;
 		/* Read every link (cheap: recv with timeout 0). */
 		for (size_t i = 0; i < d->n_in;) {
-			char why[200];
+			char why[SHOAL_WHY_LEN];
 			if (d->in[i].role == SHOAL_SERVE_ROLE_TENSOR ||
 			    serve_drain_link(d, d->in[i].k, d->in[i].role, &d->in[i].bye)) {
 				i++;
 				continue;
 			}
-			snprintf(why, sizeof why, "its data link to us broke: %.120s",
+			snprintf(why, sizeof why, "its data link to us broke: %.*s",
+			         SHOAL_WHY_QUOTE(sizeof why, 32),
 			         shoal_xfer_link_status(d->in[i].k));
 			serve__link_broke(d, d->in[i].peer, d->in[i].inc, d->in[i].bye, why);
 			shoal_xfer_link_free(d->in[i].k);
@@ -275,7 +276,7 @@ void *serve__data_main(void *arg)
 				serve__out_drop(d, i);
 		}
 		if (d->as && d->as->stage) {
-			char why[256] = "";
+			char why[SHOAL_WHY_LEN] = "";
 			if (shoal_dist_stage_flush(d->as->stage, why, sizeof why) != SHOAL_OK)
 				SHOAL_LOG_W("cluster", "stage: %s", why);
 		}

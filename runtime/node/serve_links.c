@@ -104,16 +104,16 @@ void serve__link_broke(shoal_serve_dt *d, const uint8_t peer[SHOAL_PEER_ID_LEN],
 	ev.kind = SHOAL_SERVE_EV_PEER_GONE;
 	memcpy(ev.peer, peer, SHOAL_PEER_ID_LEN);
 	ev.inc = inc;
-	snprintf(ev.why, sizeof ev.why, "%.199s", why);
+	snprintf(ev.why, sizeof ev.why, "%s", why);
 	serve__event_push(d->cl, &ev);
 }
 
 /* Out-link i goes (it broke, or its peer said goodbye). */
 void serve__out_drop(shoal_serve_dt *d, size_t i)
 {
-	char why[160];
-	snprintf(why, sizeof why, "our data link to it broke: %.120s",
-	         shoal_xfer_link_status(d->out[i].k));
+	char why[SHOAL_WHY_LEN];
+	snprintf(why, sizeof why, "our data link to it broke: %.*s",
+	         SHOAL_WHY_QUOTE(sizeof why, 32), shoal_xfer_link_status(d->out[i].k));
 	serve__link_broke(d, d->out[i].peer, d->out[i].inc, d->out[i].bye, why);
 	shoal_xfer_link_free(d->out[i].k);
 	d->out[i] = d->out[--d->n_out];
@@ -137,7 +137,7 @@ shoal_xfer_link *serve__link(void *ctx, const uint8_t peer[SHOAL_PEER_ID_LEN])
 	if (d->n_out >= SHOAL_SERVE_LINKS)
 		return NULL;
 	const shoal_serve_ep *ep = serve_ep_of(d, peer);
-	char hex[SHOAL_PEER_ID_HEX_LEN], why[256] = "";
+	char hex[SHOAL_PEER_ID_HEX_LEN], why[SHOAL_WHY_LEN] = "";
 	shoal_hex_encode(peer, 16, hex);
 	if (!ep) {
 		SHOAL_LOG_W("cluster", "no data endpoint known for peer %.8s", hex);
@@ -152,8 +152,9 @@ shoal_xfer_link *serve__link(void *ctx, const uint8_t peer[SHOAL_PEER_ID_LEN])
 		SHOAL_LOG_W("cluster", "data link to %.8s at %s:%u: %s", hex, ep->host,
 		            (unsigned)ep->port, why);
 		if (e == SHOAL_ERR_CLOSED) { /* nothing listens: that incarnation is gone */
-			char w[200];
-			snprintf(w, sizeof w, "nothing listens at its data port: %.150s", why);
+			char w[SHOAL_WHY_LEN];
+			snprintf(w, sizeof w, "nothing listens at its data port: %.*s",
+			         SHOAL_WHY_QUOTE(sizeof w, 40), why);
 			serve__link_broke(d, peer, ep->inc, false, w);
 		}
 		return NULL;
@@ -261,7 +262,7 @@ void *serve__accept_main(void *arg)
 		if (stop)
 			break;
 		shoal_xfer_link *k = NULL;
-		char why[256] = "";
+		char why[SHOAL_WHY_LEN] = "";
 		shoal_err e = shoal_xfer_listener_accept(cl->listener, 200, &k, why, sizeof why);
 		if (e == SHOAL_ERR_TIMEOUT)
 			continue;
@@ -350,7 +351,7 @@ void *serve__experts_main(void *arg)
 			;
 		for (size_t i = 0; i < n_in;) {
 			shoal_xfer_frame f;
-			char why[256] = "";
+			char why[SHOAL_WHY_LEN] = "";
 			shoal_err e;
 			while ((e = shoal_xfer_link_recv(in[i], 0, &f, why, sizeof why)) ==
 			           SHOAL_OK ||

@@ -141,8 +141,8 @@ static bool serve_fetch_wait(shoal_serve *cl)
 	if (!pr.running && pr.failed && !cl->fetch_failed_seen) {
 		cl->fetch_failed_seen = true;
 		cl->fetch_retry_us = now + 1000000u; /* gossip settles meanwhile */
-		snprintf(cl->ready_why, sizeof cl->ready_why, "fetching weights failed: %.200s",
-		         pr.why);
+		snprintf(cl->ready_why, sizeof cl->ready_why, "fetching weights failed: %.*s",
+		         SHOAL_WHY_QUOTE(sizeof cl->ready_why, 32), pr.why);
 	}
 	if (pr.running || now < cl->fetch_retry_us) {
 		free(need);
@@ -193,7 +193,7 @@ int serve__take_part(shoal_serve *cl)
 	if (cl->part_taken || !cl->plan || (cl->wc && serve_fetch_wait(cl)))
 		return 0;
 	cl->part_taken = true;
-	char dh[65], why[256] = "";
+	char dh[65], why[SHOAL_WHY_LEN] = "";
 	shoal_digest_hex(shoal_plan_digest(cl->plan), dh);
 	shoal_serve_assign *a = NULL;
 	shoal_err e = serve_build_assign(cl, &a, why, sizeof why);

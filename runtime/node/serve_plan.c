@@ -134,7 +134,7 @@ static shoal_err serve_plan_next(shoal_serve *cl, const shoal_swim_member *const
 	uint64_t floor = cl->pol.epoch_floor;
 	shoal_plan *q = NULL;
 	uint32_t qs = 0;
-	char w[256];
+	char w[SHOAL_WHY_LEN];
 	cl->pol.epoch_floor = shoal_plan_epoch(cur) - 1;
 	shoal_err eq = serve_plan_on(cl, cand, nc, NULL, prev, &q, &qs, w, sizeof w);
 	cl->pol.epoch_floor = floor;
@@ -206,7 +206,7 @@ static void serve_learn_prev(shoal_serve *cl, const shoal_swim_member *const *ca
 	memcpy(cl->learn_tried, d, SHOAL_DIGEST_BYTES);
 	cl->learn_tried_n = nc;
 	shoal_plan *p = NULL;
-	char why[256], dh[65];
+	char why[SHOAL_WHY_LEN], dh[65];
 	/* their plan was numbered from the floor they saw then; it is over
 	 * their view without us (we join), or with us (we restarted: the
 	 * plan names us) */

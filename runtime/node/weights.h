@@ -127,7 +127,7 @@ typedef struct shoal_weights_progress {
 	uint32_t refetched; /* chunks that failed their check and came again */
 	double mb_s;        /* the job's rate so far */
 	char peer[64];      /* the peer the bytes come from now */
-	char why[256];
+	char why[SHOAL_WHY_LEN];
 } shoal_weights_progress;
 
 typedef struct shoal_weights_fetcher shoal_weights_fetcher;

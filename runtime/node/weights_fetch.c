@@ -420,7 +420,7 @@ static shoal_err wf_tensor_job(shoal_weights_fetcher *f, char *why, size_t why_l
 static void *wf_main(void *arg)
 {
 	shoal_weights_fetcher *f = arg;
-	char why[256] = "";
+	char why[SHOAL_WHY_LEN] = "";
 	shoal_err e = f->wc ? wf_tensor_job(f, why, sizeof why) : wf_header_job(f, why, sizeof why);
 	pthread_mutex_lock(&f->mu);
 	f->pr.running = false;

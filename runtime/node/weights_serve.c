@@ -109,7 +109,7 @@ static shoal_err ws_send(shoal_weights_server *s, shoal_xfer_link *k, uint32_t o
 	shoal_xfer_hdr h = {
 	    .kind = SHOAL_XFER_KIND_WEIGHTS, .dtype = SHOAL_XFER_DTYPE_U8, .n_aux = op};
 	memcpy(h.digest, shoal_model_id_digest(s->mid), SHOAL_MODEL_ID_BYTES);
-	char why[256];
+	char why[SHOAL_WHY_LEN];
 	shoal_err e = shoal_xfer_link_send(k, &h, iov, n, 10000, why, sizeof why);
 	if (e)
 		SHOAL_LOG_W("weights", "reply not sent: %s", why);
@@ -222,7 +222,7 @@ static void *ws_main(void *arg)
 			;
 		for (size_t i = 0; i < n_in;) {
 			shoal_xfer_frame f;
-			char why[256] = "";
+			char why[SHOAL_WHY_LEN] = "";
 			shoal_err e;
 			while ((e = shoal_xfer_link_recv(in[i], 0, &f, why, sizeof why)) ==
 			           SHOAL_OK ||
