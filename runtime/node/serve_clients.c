@@ -21,6 +21,8 @@
 #include "net/ctlmsg.h"
 #include "models/prompt.h"
 
+/* ------------------------------------- control-plane requests and replies */
+
 /* cl->msg (encoded by the caller) to the client. */
 static void serve_send(shoal_serve *cl, const shoal_ctl_route *to)
 {
@@ -61,7 +63,7 @@ static void serve_end(shoal_serve *cl, const shoal_ctl_route *to, uint64_t seq, 
 void shoal_serve_run_request(shoal_serve *cl, const shoal_ctl_route *from, const uint8_t *buf,
                              size_t len)
 {
-	char why[256] = "";
+	char why[SHOAL_WHY_LEN] = "";
 	int32_t *ids = NULL;
 	size_t n_ids = 0;
 	char *prompt = NULL, *system = NULL;
@@ -71,7 +73,7 @@ void shoal_serve_run_request(shoal_serve *cl, const shoal_ctl_route *from, const
 		e = shoal_why(why, sizeof why, SHOAL_ERR_PROTO, "a run reply sent to a peer");
 	uint64_t seq = rm.seq;
 	if (e) {
-		char w[300];
+		char w[SHOAL_WHY_WRAP_LEN];
 		snprintf(w, sizeof w, "bad request: %s", why);
 		serve_end(cl, from, seq, e, false, w, NULL, 0);
 		return;
@@ -103,7 +105,7 @@ void shoal_serve_run_request(shoal_serve *cl, const shoal_ctl_route *from, const
 	e = shoal_prompt_ids(cl->model, cl->tok, prompt, chat, system, &ids, &n_ids, why,
 	                     sizeof why);
 	if (e != SHOAL_OK) {
-		char w[300];
+		char w[SHOAL_WHY_WRAP_LEN];
 		snprintf(w, sizeof w, "the prompt: %s", why[0] ? why : shoal_strerror(e));
 		serve_end(cl, from, seq, e, false, w, NULL, 0);
 		goto out;
@@ -204,93 +206,12 @@ void shoal_serve_drain(shoal_serve *cl)
 		} else {
 			size_t tl = shoal_detok_flush(&r->dt, text, sizeof text);
 			serve_end_n(cl, &to, seq, ev.err, ev.retry, ev.why, text, tl, r->n_sent);
-			pthread_mutex_lock(&cl->mu);
-			free(r->prompt);
-			r->prompt = NULL;
-			r->state = SHOAL_SERVE_RUN_FREE;
-			pthread_mutex_unlock(&cl->mu);
+			serve__free_run(cl, r);
 		}
 	}
 }
 
-static shoal_err serve_prompt(shoal_serve *cl, const shoal_chat_msg *msgs, size_t n,
-                              const char *text, int32_t **ids, size_t *n_ids, char *why,
-                              size_t why_len)
-{
-	shoal_err e =
-	    msgs ? shoal_prompt_chat_ids(cl->model, cl->tok, msgs, n, ids, n_ids, why, why_len)
-	         : shoal_prompt_ids(cl->model, cl->tok, text ? text : "", false, NULL, ids, n_ids,
-	                            why, why_len);
-	if (e)
-		return e;
-	if (!*n_ids || *n_ids >= cl->pol.ctx) {
-		e = shoal_why(why, why_len, SHOAL_ERR_RANGE, "%zu tokens; the context holds %u",
-		              *n_ids, cl->pol.ctx);
-		free(*ids);
-		*ids = NULL;
-	}
-	return e;
-}
-
-static shoal_err serve_submit(shoal_serve *cl, const int32_t *ids, size_t n_ids,
-                              const shoal_api_gen *g, const shoal_api_sink *sink, uint32_t *handle,
-                              char *why, size_t why_len)
-{
-	shoal_sampler_params sp = shoal_sampler_defaults();
-	sp.temp = g->temp;
-	sp.top_p = g->top_p;
-	sp.seed = g->seed;
-	if (!n_ids || n_ids >= cl->pol.ctx)
-		return shoal_why(why, why_len, SHOAL_ERR_RANGE,
-		                 "%zu prompt tokens; the context holds %u", n_ids, cl->pol.ctx);
-	int32_t *copy = malloc(n_ids * sizeof *copy);
-	if (!copy)
-		return SHOAL_ERR_NOMEM;
-	memcpy(copy, ids, n_ids * sizeof *copy);
-	shoal_err e = serve__queue(cl, &copy, n_ids, g->max_tokens ? g->max_tokens : 1, g->logprobs,
-	                           !g->logprob, &sp, NULL, 0, sink, handle, why, why_len);
-	free(copy);
-	return e;
-}
-
-static void serve_cancel(shoal_serve *cl, uint32_t handle)
-{
-	uint32_t slot = serve__handle_slot(handle);
-	SHOAL_ASSERT(slot < SHOAL_SERVE_MAX_RUNS); /* a handle submit gave */
-	pthread_mutex_lock(&cl->mu);
-	shoal_serve_run *r = &cl->runs[slot];
-	bool hit =
-	    r->state != SHOAL_SERVE_RUN_FREE && r->has_sink && r->gen == serve__handle_gen(handle);
-	if (hit)
-		r->cancel = true;
-	pthread_mutex_unlock(&cl->mu);
-	if (hit)
-		serve__wake(cl);
-}
-
-static size_t serve_token_text(shoal_serve *cl, int32_t id, char *buf, size_t cap)
-{
-	size_t n = shoal_tokenizer_piece(cl->tok, id, false, buf, cap);
-	return n < cap ? n : cap;
-}
-
-static void serve_gauges(shoal_serve *cl, shoal_api_gauges *g)
-{
-	memset(g, 0, sizeof *g);
-	pthread_mutex_lock(&cl->mu);
-	for (size_t i = 0; i < SHOAL_SERVE_MAX_RUNS; i++) {
-		g->queued += cl->runs[i].state == SHOAL_SERVE_RUN_QUEUED;
-		g->running += cl->runs[i].state == SHOAL_SERVE_RUN_STARTED;
-	}
-	g->stage_runs = cl->met_stage.runs;
-	g->stage_batched_runs = cl->met_stage.batched_runs;
-	g->stage_rows = cl->met_stage.rows;
-	g->hidden_frames = cl->met_stage.hidden_sent;
-	g->hidden_bytes = cl->met_stage.hidden_bytes;
-	g->token_frames = cl->met_stage.tokens_sent;
-	g->stage_last_run_ns = cl->met_stage.last_run_ns;
-	pthread_mutex_unlock(&cl->mu);
-}
+/* ------------------------------------------------------------ the HTTP API */
 
 /* The serving state the API reaches; NULL while a peer without the file has
  * no weights yet (its requests get 503 with the reason). */
@@ -309,27 +230,71 @@ static shoal_err api_prompt(void *ctx, const shoal_chat_msg *msgs, size_t n, con
                             int32_t **ids, size_t *n_ids, char *why, size_t why_len)
 {
 	shoal_serve *cl = api_serve(ctx, why, why_len);
-	return cl ? serve_prompt(cl, msgs, n, text, ids, n_ids, why, why_len) : SHOAL_ERR_STATE;
+	if (!cl)
+		return SHOAL_ERR_STATE;
+	shoal_err e =
+	    msgs ? shoal_prompt_chat_ids(cl->model, cl->tok, msgs, n, ids, n_ids, why, why_len)
+	         : shoal_prompt_ids(cl->model, cl->tok, text ? text : "", false, NULL, ids, n_ids,
+	                            why, why_len);
+	if (e)
+		return e;
+	if (!*n_ids || *n_ids >= cl->pol.ctx) {
+		e = shoal_why(why, why_len, SHOAL_ERR_RANGE, "%zu tokens; the context holds %u",
+		              *n_ids, cl->pol.ctx);
+		free(*ids);
+		*ids = NULL;
+	}
+	return e;
 }
 
-static shoal_err api_submit(void *ctx, const int32_t *ids, size_t n, const shoal_api_gen *g,
+static shoal_err api_submit(void *ctx, const int32_t *ids, size_t n_ids, const shoal_api_gen *g,
                             const shoal_api_sink *sink, uint32_t *handle, char *why, size_t why_len)
 {
 	shoal_serve *cl = api_serve(ctx, why, why_len);
-	return cl ? serve_submit(cl, ids, n, g, sink, handle, why, why_len) : SHOAL_ERR_STATE;
+	if (!cl)
+		return SHOAL_ERR_STATE;
+	shoal_sampler_params sp = shoal_sampler_defaults();
+	sp.temp = g->temp;
+	sp.top_p = g->top_p;
+	sp.seed = g->seed;
+	if (!n_ids || n_ids >= cl->pol.ctx)
+		return shoal_why(why, why_len, SHOAL_ERR_RANGE,
+		                 "%zu prompt tokens; the context holds %u", n_ids, cl->pol.ctx);
+	int32_t *copy = malloc(n_ids * sizeof *copy);
+	if (!copy)
+		return SHOAL_ERR_NOMEM;
+	memcpy(copy, ids, n_ids * sizeof *copy);
+	shoal_err e = serve__queue(cl, &copy, n_ids, g->max_tokens ? g->max_tokens : 1, g->logprobs,
+	                           !g->logprob, &sp, NULL, 0, sink, handle, why, why_len);
+	free(copy);
+	return e;
 }
 
 static void api_cancel(void *ctx, uint32_t handle)
 {
 	shoal_serve *cl = api_serve(ctx, NULL, 0);
-	if (cl)
-		serve_cancel(cl, handle);
+	if (!cl)
+		return;
+	uint32_t slot = serve__handle_slot(handle);
+	SHOAL_ASSERT(slot < SHOAL_SERVE_MAX_RUNS); /* a handle submit gave */
+	pthread_mutex_lock(&cl->mu);
+	shoal_serve_run *r = &cl->runs[slot];
+	bool hit =
+	    r->state != SHOAL_SERVE_RUN_FREE && r->has_sink && r->gen == serve__handle_gen(handle);
+	if (hit)
+		r->cancel = true;
+	pthread_mutex_unlock(&cl->mu);
+	if (hit)
+		serve__wake(cl);
 }
 
 static size_t api_token_text(void *ctx, int32_t id, char *buf, size_t cap)
 {
 	shoal_serve *cl = api_serve(ctx, NULL, 0);
-	return cl ? serve_token_text(cl, id, buf, cap) : 0;
+	if (!cl)
+		return 0;
+	size_t n = shoal_tokenizer_piece(cl->tok, id, false, buf, cap);
+	return n < cap ? n : cap;
 }
 
 static char *api_status(void *ctx)
@@ -340,11 +305,23 @@ static char *api_status(void *ctx)
 
 static void api_gauges(void *ctx, shoal_api_gauges *g)
 {
+	memset(g, 0, sizeof *g);
 	shoal_serve *cl = api_serve(ctx, NULL, 0);
-	if (cl)
-		serve_gauges(cl, g);
-	else
-		memset(g, 0, sizeof *g);
+	if (!cl)
+		return;
+	pthread_mutex_lock(&cl->mu);
+	for (size_t i = 0; i < SHOAL_SERVE_MAX_RUNS; i++) {
+		g->queued += cl->runs[i].state == SHOAL_SERVE_RUN_QUEUED;
+		g->running += cl->runs[i].state == SHOAL_SERVE_RUN_STARTED;
+	}
+	g->stage_runs = cl->met_stage.runs;
+	g->stage_batched_runs = cl->met_stage.batched_runs;
+	g->stage_rows = cl->met_stage.rows;
+	g->hidden_frames = cl->met_stage.hidden_sent;
+	g->hidden_bytes = cl->met_stage.hidden_bytes;
+	g->token_frames = cl->met_stage.tokens_sent;
+	g->stage_last_run_ns = cl->met_stage.last_run_ns;
+	pthread_mutex_unlock(&cl->mu);
 }
 
 void shoal_serve_api_ops(shoal_serve_api *a, shoal_api_ops *ops)

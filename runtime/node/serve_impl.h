@@ -150,9 +150,10 @@ typedef struct shoal_serve_run {
 	uint64_t sid;
 	uint64_t last_us;
 	bool ended;
-	/* node thread */
+	/* the thread that tells the client: the data thread (API run) or
+	 * the node thread (control-plane run) */
 	shoal_detok dt;
-	uint32_t n_sent; /* RUN_TOKENs sent: RUN_END says how many (net/runmsg.h) */
+	uint32_t n_sent; /* control-plane runs: RUN_TOKENs sent, RUN_END says how many */
 } shoal_serve_run;
 
 /* What the data thread tells the node thread through the event ring. */
@@ -213,20 +214,20 @@ struct shoal_serve {
 	shoal_plan *prev;       /* last servable, or learned from the peers we joined */
 	uint8_t learn_tried[SHOAL_DIGEST_BYTES]; /* the digest we last tried to learn */
 	size_t learn_tried_n;                    /* over this many candidates */
-	char plan_why[256];
-	shoal_err plan_err;   /* why there is no plan (INFEASIBLE: memory, or left out) */
-	uint64_t died_us;     /* when the plan went because a peer of it died; 0: it did not */
-	char others_why[400]; /* peers serving another model, as last logged */
+	char plan_why[SHOAL_WHY_LEN];
+	shoal_err plan_err; /* why there is no plan (INFEASIBLE: memory, or left out) */
+	uint64_t died_us;   /* when the plan went because a peer of it died; 0: it did not */
+	char others_why[SHOAL_WHY_WRAP_LEN]; /* peers serving another model, as last logged */
 	bool servable;
 	uint8_t ready_digest[SHOAL_DIGEST_BYTES];
 	uint64_t ready_epoch;
-	uint64_t served_epoch; /* the highest epoch of a plan servable here */
-	char ready_why[256];   /* why we are not ready for the plan */
+	uint64_t served_epoch;         /* the highest epoch of a plan servable here */
+	char ready_why[SHOAL_WHY_LEN]; /* why we are not ready for the plan */
 	size_t n_left;
 	struct {
 		shoal_peer_id id;
 		char name[64];
-		char why[160];
+		char why[SHOAL_WHY_LEN];
 	} left[SHOAL_SERVE_MAX_PEERS];
 	size_t n_cand;
 	struct {
@@ -254,9 +255,9 @@ struct shoal_serve {
 	bool shared_servable;
 	uint8_t shared_digest[SHOAL_DIGEST_BYTES]; /* the digest accepted links must name */
 	uint64_t shared_epoch;
-	char shared_why[256];   /* why the plan is not servable ("" when it is) */
-	bool shared_infeasible; /* no plan: the peers' memory cannot hold the model */
-	bool shared_noplan;     /* no plan at all: runs in flight pause */
+	char shared_why[SHOAL_WHY_LEN]; /* why the plan is not servable ("" when it is) */
+	bool shared_infeasible;         /* no plan: the peers' memory cannot hold the model */
+	bool shared_noplan;             /* no plan at all: runs in flight pause */
 	shoal_serve_run runs[SHOAL_SERVE_MAX_RUNS];
 	shoal_serve_event *ev; /* ring (SHOAL_SERVE_EVENTS) */
 	uint32_t ev_head, ev_n;
@@ -382,6 +383,9 @@ shoal_err serve__queue(shoal_serve *cl, int32_t **ids, size_t n_ids, uint32_t n,
 void serve__pause(shoal_serve *cl, uint32_t i, uint64_t now, uint64_t delay_us, const char *why);
 void serve__start_runs(shoal_serve_dt *d, shoal_serve_tokctx *tcs);
 void serve__check_runs(shoal_serve_dt *d);
+/* A run whose end was told frees its slot (the data thread for an API
+ * run, the node thread for a control-plane run). */
+void serve__free_run(shoal_serve *cl, shoal_serve_run *r);
 
 /* serve_links.c: links by (peer, role) and admission; the accept and
  * expert threads. Data thread unless said. */

@@ -20,6 +20,8 @@
 #include "base/clock.h"
 #include "base/log.h"
 
+/* --------------------------------------------------------------- the queue */
+
 /* Queue a run of (*ids)[n_ids] (taken: *ids is NULL after) for max tokens
  * n (> 0), answering to the client `from` (seq) or, with sink, to it.
  * *slot names it. BUSY when every slot is taken. Any thread. */
@@ -79,6 +81,18 @@ shoal_err serve__queue(shoal_serve *cl, int32_t **ids, size_t n_ids, uint32_t n,
 	return SHOAL_OK;
 }
 
+/* ------------------------------------------------------- events and tokens */
+
+/* Run r's slot is free again (its end was told): the thread that told it. */
+void serve__free_run(shoal_serve *cl, shoal_serve_run *r)
+{
+	pthread_mutex_lock(&cl->mu);
+	free(r->prompt);
+	r->prompt = NULL;
+	r->state = SHOAL_SERVE_RUN_FREE;
+	pthread_mutex_unlock(&cl->mu);
+}
+
 /* The end of run `run` (data thread): an API run's goes straight to its
  * sink and its slot is freed here; a control-plane run's goes through the
  * event ring to the node thread, which sends RUN_END and frees the slot. */
@@ -89,13 +103,8 @@ static void serve_end_run(shoal_serve *cl, uint32_t run, shoal_err err, bool ret
 	if (r->has_sink) {
 		char tail[SHOAL_RUN_MAX_TEXT];
 		size_t tl = shoal_detok_flush(&r->dt, tail, sizeof tail);
-		r->sink.on_end(r->sink.ctx, err, why && why[0] ? why : shoal_strerror(err), tail,
-		               tl);
-		pthread_mutex_lock(&cl->mu);
-		free(r->prompt);
-		r->prompt = NULL;
-		r->state = SHOAL_SERVE_RUN_FREE;
-		pthread_mutex_unlock(&cl->mu);
+		r->sink.on_end(r->sink.ctx, err, why ? why : "", tail, tl);
+		serve__free_run(cl, r);
 		return;
 	}
 	shoal_serve_event ev;
@@ -136,7 +145,6 @@ static int serve_on_token(void *ctx, const shoal_dist_token *t)
 		size_t tl = shoal_detok_push(&r->dt, t->id, text, sizeof text);
 		r->sink.on_token(r->sink.ctx, t->id, text, tl, t->logprob, n_top, t->top_ids,
 		                 t->top_lps);
-		r->n_sent++;
 		return 0;
 	}
 	shoal_serve_event ev;
@@ -186,7 +194,7 @@ void serve__start_runs(shoal_serve_dt *d, shoal_serve_tokctx *tcs)
 		bool go = queued && !cancel && servable && d->owner && d->live < d->as->sessions;
 		if (queued && (go || cancel))
 			r->state = SHOAL_SERVE_RUN_STARTED;
-		char wait_why[256];
+		char wait_why[SHOAL_WHY_LEN];
 		snprintf(wait_why, sizeof wait_why, "%s", cl->shared_why);
 		bool infeasible = cl->shared_infeasible;
 		pthread_mutex_unlock(&cl->mu);
@@ -209,8 +217,8 @@ void serve__start_runs(shoal_serve_dt *d, shoal_serve_tokctx *tcs)
 			 * that is not servable, or a paused run, at most
 			 * SHOAL_SERVE_WAIT_MS */
 			if ((!servable || r->paused_us) && now > r->deadline_us) {
-				char why[320];
-				snprintf(why, sizeof why, "%s: no servable plan for %u s: %.200s",
+				char why[SHOAL_WHY_WRAP_LEN];
+				snprintf(why, sizeof why, "%s: no servable plan for %u s: %s",
 				         r->n_gen ? "paused by a plan change" : "waiting",
 				         SHOAL_SERVE_WAIT_MS / 1000u, wait_why);
 				pthread_mutex_lock(&cl->mu);
@@ -224,7 +232,7 @@ void serve__start_runs(shoal_serve_dt *d, shoal_serve_tokctx *tcs)
 		r->last_us = now;
 		if (!r->paused_us) /* bounds BUSY retries */
 			r->deadline_us = now + SHOAL_SERVE_WAIT_MS * 1000u;
-		char why[256] = "";
+		char why[SHOAL_WHY_LEN] = "";
 		tcs[i] = (shoal_serve_tokctx){cl, i};
 		shoal_dist_request req = {.prompt = r->prompt,
 		                          .n_prompt = r->n_prompt + r->n_gen,
@@ -263,7 +271,7 @@ void serve__check_runs(shoal_serve_dt *d)
 		if (!started || r->ended || !d->owner)
 			continue;
 		shoal_err res = SHOAL_OK;
-		char why[256] = "";
+		char why[SHOAL_WHY_LEN] = "";
 		if (noplan && !cancel) {
 			/* the plan is gone (too few peers left): wait for one, as a
 			 * plan change would, and replay on it */
