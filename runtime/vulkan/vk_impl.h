@@ -84,6 +84,16 @@ void vk__dispatch(shoal_backend *b, const vk__shader *s, uint32_t n_bind, const 
 /* Submit what is recorded and wait for it (the sync of backend.h). */
 void vk__submit_wait(shoal_backend *b);
 
+/* The ops of the other files, as backend.h states them (the ops table in
+ * vk_core.c points at these). vk_matmul.c: */
+bool vk__supports_type(shoal_backend_op op, shoal_dtype t); /* MATMUL and EMBED */
+void vk__matmul(shoal_backend *b, uint32_t n_mat, const shoal_backend_mat *w, const float *x,
+                size_t ldx, uint32_t n_rows, float *const *y, const size_t *ldy);
+void vk__embed(shoal_backend *b, shoal_dtype t, const void *table, size_t row_bytes,
+               uint32_t n_embd, const int32_t *ids, uint32_t n_rows, float *out);
+/* vk_attn.c: */
+void vk__attention(shoal_backend *b, const shoal_backend_attn *a);
+
 /* The embedded shaders (vk_shaders.c, made at build time). */
 #define VK__SHADER(name) extern const vk__shader vk__sh_##name
 #endif
