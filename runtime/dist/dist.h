@@ -195,6 +195,15 @@ typedef struct shoal_dist_stage_config {
 	 * member tp_root gathers the logits, and is the one with has_head. */
 	bool tp_head;
 	uint32_t tp_root;
+	/* The compute backend by name (runtime/backends.h: "cpu", "vulkan";
+	 * NULL or "auto": the best this machine has), and a split of the
+	 * layers inside this peer (a stage boundary without a hop): with
+	 * layer_begin < device_end < layer_end, layers [layer_begin,
+	 * device_end) run on that backend and the rest on the CPU backend,
+	 * hidden states passing between them in memory. 0 or layer_end: all
+	 * on the one backend. Not with a tensor group. */
+	const char *backend;
+	uint32_t device_end;
 } shoal_dist_stage_config;
 
 /* m is borrowed (must outlive the stage). Allocates the engine and all
