@@ -819,6 +819,21 @@ static enum MHD_Result api_metrics(shoal_api *a, struct MHD_Connection *c)
 	       "# HELP shoal_active_sessions Requests running.\n"
 	       "# TYPE shoal_active_sessions gauge\nshoal_active_sessions %u\n",
 	       (uint_fast64_t)a->tokens, g.queued, g.running);
+	metric(
+	    &b, &n, &cap,
+	    "# HELP shoal_queue_paused Queued requests paused by a plan change (they go first).\n"
+	    "# TYPE shoal_queue_paused gauge\nshoal_queue_paused %u\n"
+	    "# HELP shoal_queue_oldest_wait_seconds How long the longest-waiting queued request "
+	    "has waited.\n"
+	    "# TYPE shoal_queue_oldest_wait_seconds gauge\n"
+	    "shoal_queue_oldest_wait_seconds %.6f\n"
+	    "# HELP shoal_queue_wait_seconds Waits in the queue of the requests started.\n"
+	    "# TYPE shoal_queue_wait_seconds summary\n"
+	    "shoal_queue_wait_seconds_sum %.6f\nshoal_queue_wait_seconds_count %" PRIu64 "\n"
+	    "# HELP shoal_queue_wait_max_seconds The longest wait in the queue so far.\n"
+	    "# TYPE shoal_queue_wait_max_seconds gauge\nshoal_queue_wait_max_seconds %.6f\n",
+	    g.queued_paused, (double)g.queue_oldest_us / 1e6, (double)g.wait_sum_us / 1e6, g.wait_n,
+	    (double)g.wait_max_us / 1e6);
 	metric(&b, &n, &cap,
 	       "# HELP shoal_stage_runs_total Engine runs of this peer's stage.\n"
 	       "# TYPE shoal_stage_runs_total counter\nshoal_stage_runs_total %" PRIu64 "\n"

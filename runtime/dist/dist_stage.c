@@ -89,8 +89,22 @@ static shoal_err sess_fail(shoal_dist_stage *s, int i, uint64_t sid,
 		owner = s->sess[i].owner;
 	}
 	s->met.session_errors++;
-	SHOAL_LOG_W(LOG_PART, "session %016llx failed at layers [%u, %u): %s",
-	            (unsigned long long)sid, s->cfg.layer_begin, s->cfg.layer_end, reason);
+	uint64_t now = dist__now_ns();
+	if (status != SHOAL_ERR_BUSY) {
+		SHOAL_LOG_W(LOG_PART, "session %016llx failed at layers [%u, %u): %s",
+		            (unsigned long long)sid, s->cfg.layer_begin, s->cfg.layer_end, reason);
+	} else if (now - s->busy_logged_ns >= 1000000000u) {
+		/* owners retry a refused OPEN every 200 ms: one line a second */
+		SHOAL_LOG_I(LOG_PART,
+		            "session %016llx refused at layers [%u, %u): %s (%llu more refused "
+		            "since the last line)",
+		            (unsigned long long)sid, s->cfg.layer_begin, s->cfg.layer_end, reason,
+		            (unsigned long long)s->busy_unlogged);
+		s->busy_logged_ns = now;
+		s->busy_unlogged = 0;
+	} else {
+		s->busy_unlogged++;
+	}
 	dist__ctl c = {.op = SHOAL_DIST_CTL_ERROR, .status = status ? status : SHOAL_ERR_PROTO};
 	memcpy(c.owner, owner, SHOAL_PEER_ID_LEN);
 	snprintf(c.reason, sizeof c.reason, "layers [%u, %u): %s", s->cfg.layer_begin,
@@ -489,10 +503,17 @@ static shoal_err sess_open(shoal_dist_stage *s, uint64_t sid, const dist__ctl *c
 		sess_drop(s, &s->sess[i]);
 		i = -1;
 	}
-	for (uint32_t j = 0; j < s->cfg.max_sessions && i < 0; j++)
-		if (!s->sess[j].used)
+	/* a freed session goes to the owners that waited for one first
+	 * (dist_admit.c), replays before new requests */
+	uint64_t now = dist__now_ns();
+	bool resumed = c->first_step > 0;
+	uint32_t ahead = dist__admit_ahead(&s->admit, c->owner, resumed, now), n_free = 0;
+	for (uint32_t j = 0; j < s->cfg.max_sessions; j++)
+		if (!s->sess[j].used && n_free++ == 0)
 			i = (int)j;
-	if (i < 0 && (i = sess_idlest(s)) >= 0) {
+	if (n_free <= ahead)
+		i = -1;
+	if (i < 0 && n_free == 0 && ahead == 0 && (i = sess_idlest(s)) >= 0) {
 		/* its owner went silent (died, or lost its CLOSE): the slot goes
 		 * to a session that runs */
 		SHOAL_LOG_W(
@@ -501,9 +522,17 @@ static shoal_err sess_open(shoal_dist_stage *s, uint64_t sid, const dist__ctl *c
 		    (unsigned long long)((dist__now_ns() - s->sess[i].last_ns) / 1000000000u));
 		sess_forget(s, &s->sess[i], "it was idle and its slot went to another session");
 	}
-	if (i < 0)
+	if (i < 0) {
+		dist__admit_refused(&s->admit, c->owner, resumed, now);
+		if (n_free)
+			return shoal_why(
+			    w, w_len, SHOAL_ERR_BUSY,
+			    "%u session(s) free, held for %u owner(s) that waited first", n_free,
+			    ahead);
 		return shoal_why(w, w_len, SHOAL_ERR_BUSY, "all %u sessions in use",
 		                 s->cfg.max_sessions);
+	}
+	dist__admit_taken(&s->admit, c->owner);
 	dist__sess *ss = &s->sess[i];
 	if (shoal_engine_session_open(s->e, &ss->slot))
 		return shoal_why(w, w_len, SHOAL_ERR_BUSY, "no engine session free");
