@@ -17,6 +17,7 @@
 #include "config.h"
 
 #include "runtime/api/api.h"
+#include "runtime/api/api_guard.h"
 #include "runtime/api/api_req.h"
 
 #include <arpa/inet.h>
@@ -42,6 +43,10 @@
 /* A stream with nothing to say for this long sends an SSE comment: a
  * client that went away is noticed on the write (and its run ended). */
 #define API_KEEPALIVE_MS 1000
+/* Connections one client address may hold: a benchmark's 16-32 concurrent
+ * clients, or a proxy in front of a few users; 4 addresses fill the
+ * default 128 (the guard then sheds the oldest idle ones). */
+#define API_PER_IP_CONNS 32u
 
 /* runtime/api/dashboard.html, built in (runtime/api/api.am) */
 extern const char shoal_api_dashboard[];
@@ -55,6 +60,7 @@ struct shoal_api {
 	char model[256];
 	shoal_api_ops ops;
 	struct MHD_Daemon *d;
+	api__guard *guard; /* slow clients (api_guard.c) */
 	uint16_t port;
 	atomic_uint_fast64_t seq;
 	atomic_int stopping; /* waits on runs give up: the daemon is stopping */
@@ -819,6 +825,18 @@ static enum MHD_Result api_metrics(shoal_api *a, struct MHD_Connection *c)
 	       "# HELP shoal_active_sessions Requests running.\n"
 	       "# TYPE shoal_active_sessions gauge\nshoal_active_sessions %u\n",
 	       (uint_fast64_t)a->tokens, g.queued, g.running);
+	uint32_t conns = 0;
+	uint64_t shed_late = 0, shed_room = 0;
+	api__guard_counts(a->guard, &conns, &shed_late, &shed_room);
+	metric(&b, &n, &cap,
+	       "# HELP shoal_api_connections Open API connections.\n"
+	       "# TYPE shoal_api_connections gauge\nshoal_api_connections %u\n"
+	       "# HELP shoal_api_connections_shed_total Connections closed for a late request "
+	       "(slow clients) or to make room.\n"
+	       "# TYPE shoal_api_connections_shed_total counter\n"
+	       "shoal_api_connections_shed_total{reason=\"late\"} %" PRIu64 "\n"
+	       "shoal_api_connections_shed_total{reason=\"room\"} %" PRIu64 "\n",
+	       conns, shed_late, shed_room);
 	metric(
 	    &b, &n, &cap,
 	    "# HELP shoal_queue_paused Queued requests paused by a plan change (they go first).\n"
@@ -926,6 +944,7 @@ static enum MHD_Result api_access(void *cls, struct MHD_Connection *c, const cha
 			return MHD_NO;
 		k->a = a;
 		*con_cls = k;
+		api__guard_set(a->guard, c, API__GUARD_BODY); /* the headers are in */
 		return MHD_YES;
 	}
 	if (*upload_size) {
@@ -942,6 +961,7 @@ static enum MHD_Result api_access(void *cls, struct MHD_Connection *c, const cha
 		*upload_size = 0;
 		return MHD_YES;
 	}
+	api__guard_set(a->guard, c, API__GUARD_SERVE); /* the request is in */
 	bool get = !strcmp(method, "GET"), post = !strcmp(method, "POST");
 	if (!strcmp(url, "/") && get) { /* the page asks for the key itself */
 		a->req_ok++;
@@ -980,11 +1000,11 @@ static enum MHD_Result api_access(void *cls, struct MHD_Connection *c, const cha
 static void api_completed(void *cls, struct MHD_Connection *c, void **con_cls,
                           enum MHD_RequestTerminationCode toe)
 {
-	(void)c;
 	shoal_api *a = cls;
 	api_conn *k = *con_cls;
 	if (!k)
 		return;
+	api__guard_set(a->guard, c, API__GUARD_HEAD); /* kept alive: the next request's deadline */
 	if (k->run) {
 		pthread_mutex_lock(&k->run->mu);
 		bool done = k->run->done;
@@ -1037,12 +1057,21 @@ shoal_err shoal_api_start(const shoal_api_config *cfg, const shoal_api_ops *ops,
 		return shoal_why(why, why_len, SHOAL_ERR_INVAL, "API address %s is not IPv4",
 		                 cfg->host);
 	}
-	/* no MHD_USE_ERROR_LOG: a client that goes away mid-stream is normal */
-	a->d = MHD_start_daemon(MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD, 0,
-	                        NULL, NULL, api_access, a, MHD_OPTION_SOCK_ADDR, &sa,
-	                        MHD_OPTION_CONNECTION_LIMIT, a->cfg.max_conns,
-	                        MHD_OPTION_NOTIFY_COMPLETED, api_completed, a,
-	                        MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)120, MHD_OPTION_END);
+	shoal_err ge = api__guard_new(a->cfg.max_conns, &a->guard, why, why_len);
+	if (ge) {
+		shoal_api_stop(a);
+		return ge;
+	}
+	/* no MHD_USE_ERROR_LOG: a client that goes away mid-stream is normal.
+	 * Slow clients: at most API_PER_IP_CONNS connections an address, and
+	 * the guard's deadlines and room (api_guard.c); the idle timeout
+	 * covers a reply nobody reads. */
+	a->d = MHD_start_daemon(
+	    MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD, 0, NULL, NULL,
+	    api_access, a, MHD_OPTION_SOCK_ADDR, &sa, MHD_OPTION_CONNECTION_LIMIT, a->cfg.max_conns,
+	    MHD_OPTION_PER_IP_CONNECTION_LIMIT, API_PER_IP_CONNS, MHD_OPTION_NOTIFY_COMPLETED,
+	    api_completed, a, MHD_OPTION_NOTIFY_CONNECTION, api__guard_notify, a->guard,
+	    MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)120, MHD_OPTION_END);
 	if (!a->d) {
 		int e = errno;
 		shoal_api_stop(a);
@@ -1066,6 +1095,7 @@ void shoal_api_stop(shoal_api *a)
 	a->stopping = 1;
 	if (a->d)
 		MHD_stop_daemon(a->d);
+	api__guard_free(a->guard); /* after the daemon: its connections are closed */
 	free(a->host);
 	free(a->key);
 	pthread_mutex_destroy(&a->model_mu);
