@@ -8,6 +8,7 @@
 #ifndef SHOAL_RUNTIME_DIST_IMPL_H
 #define SHOAL_RUNTIME_DIST_IMPL_H
 
+#include "base/log.h"
 #include "runtime/dist/dist.h"
 #include "runtime/engine/engine.h"
 
@@ -158,7 +159,8 @@ struct shoal_dist_stage {
 	uint32_t sent_routes[DIST__MAX_XPEERS];
 	uint32_t tp_rows;  /* rows of the batch in the engine (a group's tags check) */
 	dist__admit admit; /* owners refused for want of a session, in order */
-	uint64_t busy_logged_ns, busy_unlogged; /* BUSY refusals: one line a second */
+	/* per-row and per-frame lines, one a second (base/log.h) */
+	shoal_log_limit log_busy, log_row, log_plan, log_frame;
 	shoal_dist_stage_metrics met;
 };
 

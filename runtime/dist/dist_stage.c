@@ -89,21 +89,17 @@ static shoal_err sess_fail(shoal_dist_stage *s, int i, uint64_t sid,
 		owner = s->sess[i].owner;
 	}
 	s->met.session_errors++;
-	uint64_t now = dist__now_ns();
+	uint64_t held = 0;
 	if (status != SHOAL_ERR_BUSY) {
 		SHOAL_LOG_W(LOG_PART, "session %016llx failed at layers [%u, %u): %s",
 		            (unsigned long long)sid, s->cfg.layer_begin, s->cfg.layer_end, reason);
-	} else if (now - s->busy_logged_ns >= 1000000000u) {
+	} else if (shoal_log_limit_pass(&s->log_busy, SHOAL_LOG_LIMIT_US, &held)) {
 		/* owners retry a refused OPEN every 200 ms: one line a second */
 		SHOAL_LOG_I(LOG_PART,
 		            "session %016llx refused at layers [%u, %u): %s (%llu more refused "
 		            "since the last line)",
 		            (unsigned long long)sid, s->cfg.layer_begin, s->cfg.layer_end, reason,
-		            (unsigned long long)s->busy_unlogged);
-		s->busy_logged_ns = now;
-		s->busy_unlogged = 0;
-	} else {
-		s->busy_unlogged++;
+		            (unsigned long long)held);
 	}
 	dist__ctl c = {.op = SHOAL_DIST_CTL_ERROR, .status = status ? status : SHOAL_ERR_PROTO};
 	memcpy(c.owner, owner, SHOAL_PEER_ID_LEN);
@@ -459,10 +455,18 @@ static shoal_err take_frame(shoal_dist_stage *s, const shoal_xfer_frame *f, char
 		if (i < 0 && sess_gone(s, h->rows[r].session))
 			continue;
 		if (i < 0 || s->sess[i].failed) {
-			SHOAL_LOG_W(
-			    LOG_PART, "layers [%u, %u): dropped a row of %s session %016llx",
-			    s->cfg.layer_begin, s->cfg.layer_end, i < 0 ? "unknown" : "failed",
-			    (unsigned long long)h->rows[r].session);
+			/* a peer retrying into a dropped session sends these per
+			 * row: one line a second, with the count held back */
+			uint64_t held;
+			if (shoal_log_limit_pass(&s->log_row, SHOAL_LOG_LIMIT_US, &held))
+				SHOAL_LOG_W(
+				    LOG_PART,
+				    "layers [%u, %u): dropped a row of %s session %016llx "
+				    "(and %llu row(s) of such sessions since the last line)",
+				    s->cfg.layer_begin, s->cfg.layer_end,
+				    i < 0 ? "unknown" : "failed",
+				    (unsigned long long)h->rows[r].session,
+				    (unsigned long long)held);
 			continue;
 		}
 		if (!ok) { /* malformed: fail the sessions it names, once each */
@@ -650,12 +654,16 @@ static shoal_err stage_handle(shoal_dist_stage *s, shoal_xfer_link *from, const 
 		char theirs[5], ours[5]; /* digest prefixes */
 		shoal_hex_encode(h->digest, 2, theirs);
 		shoal_hex_encode(s->cfg.digest, 2, ours);
-		SHOAL_LOG_W(LOG_PART,
-		            "layers [%u, %u): dropped a %s frame of plan %s../epoch %llu, "
-		            "this stage is on %s../epoch %llu",
-		            s->cfg.layer_begin, s->cfg.layer_end, shoal_xfer_kind_name(h->kind),
-		            theirs, (unsigned long long)h->epoch, ours,
-		            (unsigned long long)s->cfg.epoch);
+		uint64_t held;
+		if (shoal_log_limit_pass(&s->log_plan, SHOAL_LOG_LIMIT_US, &held))
+			SHOAL_LOG_W(
+			    LOG_PART,
+			    "layers [%u, %u): dropped a %s frame of plan %s../epoch %llu, "
+			    "this stage is on %s../epoch %llu (and %llu such frame(s) since "
+			    "the last line)",
+			    s->cfg.layer_begin, s->cfg.layer_end, shoal_xfer_kind_name(h->kind),
+			    theirs, (unsigned long long)h->epoch, ours,
+			    (unsigned long long)s->cfg.epoch, (unsigned long long)held);
 		return SHOAL_OK;
 	}
 	bool data = h->kind == SHOAL_XFER_KIND_HIDDEN || h->kind == SHOAL_XFER_KIND_TOKEN;
@@ -684,8 +692,13 @@ static shoal_err stage_handle(shoal_dist_stage *s, shoal_xfer_link *from, const 
 		return SHOAL_OK;
 	default:
 		s->met.dropped++;
-		SHOAL_LOG_W(LOG_PART, "layers [%u, %u): dropped an unexpected %s frame",
-		            s->cfg.layer_begin, s->cfg.layer_end, shoal_xfer_kind_name(h->kind));
+		uint64_t held;
+		if (shoal_log_limit_pass(&s->log_frame, SHOAL_LOG_LIMIT_US, &held))
+			SHOAL_LOG_W(LOG_PART,
+			            "layers [%u, %u): dropped an unexpected %s frame (and %llu "
+			            "such since the last line)",
+			            s->cfg.layer_begin, s->cfg.layer_end,
+			            shoal_xfer_kind_name(h->kind), (unsigned long long)held);
 		return SHOAL_OK;
 	}
 }
