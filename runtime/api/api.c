@@ -43,10 +43,11 @@
 /* A stream with nothing to say for this long sends an SSE comment: a
  * client that went away is noticed on the write (and its run ended). */
 #define API_KEEPALIVE_MS 1000
-/* Connections one client address may hold: a benchmark's 16-32 concurrent
- * clients, or a proxy in front of a few users; 4 addresses fill the
- * default 128 (the guard then sheds the oldest idle ones). */
-#define API_PER_IP_CONNS 32u
+/* Connections one client address may hold: 3/4 of the limit (96 of the
+ * default 128), so that one address never takes all (a proxy in front of
+ * many users, or a test's 64 streams and its own requests, still fit);
+ * slow clients spread over many addresses are the guard's (api_guard.c). */
+#define API_PER_IP_CONNS(max_conns) ((max_conns) / 4u * 3u)
 
 /* runtime/api/dashboard.html, built in (runtime/api/api.am) */
 extern const char shoal_api_dashboard[];
@@ -64,6 +65,7 @@ struct shoal_api {
 	uint16_t port;
 	atomic_uint_fast64_t seq;
 	atomic_int stopping; /* waits on runs give up: the daemon is stopping */
+	atomic_int streams;  /* SSE responses not yet freed (the stop waits for their ends) */
 	/* counters for /metrics */
 	atomic_uint_fast64_t req_ok, req_client_err, req_server_err, req_cancelled, tokens;
 };
@@ -280,6 +282,7 @@ typedef struct api_conn {
 	api_run *run;
 	uint32_t handle;
 	bool submitted, finished; /* finished: the run ended or was cancelled by us */
+	bool counted;             /* an SSE response counted in a->streams */
 	shoal_api_req q;
 	char id[40];
 	char model[256]; /* the API's model name when the request came */
@@ -581,8 +584,17 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max)
 		if (k->end_sent)
 			return MHD_CONTENT_READER_END_OF_STREAM;
 		k->out_len = k->out_off = 0;
-		if (k->a->stopping)
-			return MHD_CONTENT_READER_END_WITH_ERROR;
+		if (k->a->stopping) {
+			/* the node that owns the run stops: say so, never a
+			 * silent close (shoal_api_stop waits for this) */
+			out_event(k, api_error_json("server_error",
+			                            "the peer serving this request is stopping",
+			                            NULL, NULL));
+			k->a->req_server_err++;
+			out_add(k, "data: [DONE]\n\n", 14);
+			k->end_sent = true;
+			continue;
+		}
 		pthread_mutex_lock(&r->mu);
 		if (!r->done && r->n_tok == k->sent_tok && r->len == k->sent_text)
 			run_wait(r, API_KEEPALIVE_MS);
@@ -738,6 +750,8 @@ static enum MHD_Result api_complete(shoal_api *a, struct MHD_Connection *c, api_
 		res = MHD_NO;
 		goto out;
 	}
+	a->streams++; /* until api_completed */
+	k->counted = true;
 	MHD_add_response_header(r, "Content-Type", "text/event-stream");
 	MHD_add_response_header(r, "Cache-Control", "no-cache");
 	res = MHD_queue_response(c, 200, r);
@@ -1005,6 +1019,8 @@ static void api_completed(void *cls, struct MHD_Connection *c, void **con_cls,
 	if (!k)
 		return;
 	api__guard_set(a->guard, c, API__GUARD_HEAD); /* kept alive: the next request's deadline */
+	if (k->counted)
+		a->streams--;
 	if (k->run) {
 		pthread_mutex_lock(&k->run->mu);
 		bool done = k->run->done;
@@ -1069,9 +1085,10 @@ shoal_err shoal_api_start(const shoal_api_config *cfg, const shoal_api_ops *ops,
 	a->d = MHD_start_daemon(
 	    MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD, 0, NULL, NULL,
 	    api_access, a, MHD_OPTION_SOCK_ADDR, &sa, MHD_OPTION_CONNECTION_LIMIT, a->cfg.max_conns,
-	    MHD_OPTION_PER_IP_CONNECTION_LIMIT, API_PER_IP_CONNS, MHD_OPTION_NOTIFY_COMPLETED,
-	    api_completed, a, MHD_OPTION_NOTIFY_CONNECTION, api__guard_notify, a->guard,
-	    MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)120, MHD_OPTION_END);
+	    MHD_OPTION_PER_IP_CONNECTION_LIMIT, API_PER_IP_CONNS(a->cfg.max_conns),
+	    MHD_OPTION_NOTIFY_COMPLETED, api_completed, a, MHD_OPTION_NOTIFY_CONNECTION,
+	    api__guard_notify, a->guard, MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)120,
+	    MHD_OPTION_END);
 	if (!a->d) {
 		int e = errno;
 		shoal_api_stop(a);
@@ -1093,6 +1110,10 @@ void shoal_api_stop(shoal_api *a)
 	if (!a)
 		return;
 	a->stopping = 1;
+	/* streams in flight end with an error event first: each notices
+	 * within a keepalive period (API_KEEPALIVE_MS); wait up to twice that */
+	for (int i = 0; a->d && a->streams > 0 && i < 2 * API_KEEPALIVE_MS / 10; i++)
+		nanosleep(&(struct timespec){.tv_nsec = 10 * 1000 * 1000}, NULL);
 	if (a->d)
 		MHD_stop_daemon(a->d);
 	api__guard_free(a->guard); /* after the daemon: its connections are closed */
