@@ -4,6 +4,10 @@
  * session are remembered in arrival order; when a session frees, it goes
  * to the first of them, not to whichever OPEN happens to come next:
  *
+ *   0. Only the first stage (cfg.has_embd) keeps the list: OPENs reach
+ *      it in the owners' order, and the stages after it take what it
+ *      admitted (lists of their own could each refuse what the other let
+ *      through).
  *   1. A waiter is an owner (one entry per owner: its own queue keeps its
  *      runs in order), with the time of its first refusal and whether the
  *      refused OPEN was a replay (first_step > 0: a run paused by a plan

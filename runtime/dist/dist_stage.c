@@ -508,10 +508,14 @@ static shoal_err sess_open(shoal_dist_stage *s, uint64_t sid, const dist__ctl *c
 		i = -1;
 	}
 	/* a freed session goes to the owners that waited for one first
-	 * (dist_admit.c), replays before new requests */
+	 * (dist_admit.c), replays before new requests: at the first stage
+	 * only, which OPENs reach in the owners' order; the stages after it
+	 * take what it admitted (their own lists could disagree with it and
+	 * refuse, in turn, every owner it lets through) */
 	uint64_t now = dist__now_ns();
-	bool resumed = c->first_step > 0;
-	uint32_t ahead = dist__admit_ahead(&s->admit, c->owner, resumed, now), n_free = 0;
+	bool resumed = c->first_step > 0, ordered = s->cfg.has_embd;
+	uint32_t ahead = ordered ? dist__admit_ahead(&s->admit, c->owner, resumed, now) : 0;
+	uint32_t n_free = 0;
 	for (uint32_t j = 0; j < s->cfg.max_sessions; j++)
 		if (!s->sess[j].used && n_free++ == 0)
 			i = (int)j;
@@ -527,7 +531,8 @@ static shoal_err sess_open(shoal_dist_stage *s, uint64_t sid, const dist__ctl *c
 		sess_forget(s, &s->sess[i], "it was idle and its slot went to another session");
 	}
 	if (i < 0) {
-		dist__admit_refused(&s->admit, c->owner, resumed, now);
+		if (ordered)
+			dist__admit_refused(&s->admit, c->owner, resumed, now);
 		if (n_free)
 			return shoal_why(
 			    w, w_len, SHOAL_ERR_BUSY,
@@ -536,7 +541,8 @@ static shoal_err sess_open(shoal_dist_stage *s, uint64_t sid, const dist__ctl *c
 		return shoal_why(w, w_len, SHOAL_ERR_BUSY, "all %u sessions in use",
 		                 s->cfg.max_sessions);
 	}
-	dist__admit_taken(&s->admit, c->owner);
+	if (ordered)
+		dist__admit_taken(&s->admit, c->owner);
 	dist__sess *ss = &s->sess[i];
 	if (shoal_engine_session_open(s->e, &ss->slot))
 		return shoal_why(w, w_len, SHOAL_ERR_BUSY, "no engine session free");
