@@ -287,7 +287,7 @@ void serve__start_runs(shoal_serve_dt *d, shoal_serve_tokctx *tcs)
 		    !cancel && !ahead && servable && now >= r->not_before_us && d->live < sessions;
 		if (go || cancel)
 			r->state = SHOAL_SERVE_RUN_STARTED;
-		if (go) {
+		if (go && !r->busy_retry) { /* a run's wait counts once, to its first start */
 			uint64_t w = now - r->queued_us;
 			cl->wait_sum_us += w;
 			cl->wait_n++;
