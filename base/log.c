@@ -7,6 +7,8 @@
 #include <stdio.h>
 #include <time.h>
 
+#include "base/clock.h"
+
 static shoal_log_level log_threshold = SHOAL_LOG_INFO;
 
 void shoal_log_set_level(shoal_log_level level)
@@ -16,6 +18,19 @@ void shoal_log_set_level(shoal_log_level level)
 shoal_log_level shoal_log_get_level(void)
 {
 	return log_threshold;
+}
+
+bool shoal_log_limit_pass(shoal_log_limit *l, uint64_t period_us, uint64_t *held)
+{
+	uint64_t now = shoal_clock_now_us();
+	if (l->last_us && now - l->last_us < period_us) {
+		l->held++;
+		return false;
+	}
+	*held = l->held;
+	l->held = 0;
+	l->last_us = now ? now : 1;
+	return true;
 }
 
 void shoal_log(shoal_log_level level, const char *part, const char *fmt, ...)

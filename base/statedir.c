@@ -3,6 +3,7 @@
  */
 #include "base/statedir.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -29,6 +30,51 @@ shoal_err shoal_state_dir_default(char *buf, size_t cap)
 #endif
 	}
 	return (n < 0 || (size_t)n >= cap) ? SHOAL_ERR_RANGE : SHOAL_OK;
+}
+
+static const char *file_kind(mode_t m)
+{
+	if (S_ISFIFO(m))
+		return "a FIFO";
+	if (S_ISSOCK(m))
+		return "a socket";
+	if (S_ISCHR(m) || S_ISBLK(m))
+		return "a device";
+	return "not a regular file";
+}
+
+static shoal_err check_dir(const char *dir, int depth, char *why, size_t why_len)
+{
+	DIR *d = opendir(dir);
+	if (!d)
+		return SHOAL_OK; /* absent, or unreadable: the reads that follow say so */
+	shoal_err e = SHOAL_OK;
+	struct dirent *de;
+	while (e == SHOAL_OK && (de = readdir(d))) {
+		if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, ".."))
+			continue;
+		char path[4096];
+		struct stat st;
+		if (snprintf(path, sizeof path, "%s/%s", dir, de->d_name) >= (int)sizeof path ||
+		    stat(path, &st) != 0)
+			continue; /* a dangling link is no state file */
+		if (S_ISDIR(st.st_mode)) {
+			if (depth > 0)
+				e = check_dir(path, depth - 1, why, why_len);
+		} else if (!S_ISREG(st.st_mode)) {
+			e = shoal_why(why, why_len, SHOAL_ERR_FORMAT,
+			              "%s is %s where the state directory keeps regular files: "
+			              "move it away",
+			              path, file_kind(st.st_mode));
+		}
+	}
+	closedir(d);
+	return e;
+}
+
+shoal_err shoal_state_dir_check(const char *dir, char *why, size_t why_len)
+{
+	return check_dir(dir, 1, why, why_len);
 }
 
 shoal_err shoal_state_dir_ensure(const char *dir)

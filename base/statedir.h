@@ -19,6 +19,11 @@
 shoal_err shoal_state_dir_default(char *buf, size_t cap);
 /* Create dir (and missing parents) with mode 0700 if it does not exist. */
 shoal_err shoal_state_dir_ensure(const char *dir);
+/* Check that every entry of dir (and of its folders, one level down) is a
+ * regular file or a folder: a FIFO, socket or device where a state file
+ * belongs would block or confuse the reads at start (issue 35). FORMAT
+ * with the path and its kind; OK for an absent dir. */
+shoal_err shoal_state_dir_check(const char *dir, char *why, size_t why_len);
 /* Replace the file at path with buf[len]: written to a fresh temporary file
  * beside it (mkstemp; fsync'd when durable), then renamed over it, so a
  * reader never sees half a file. On failure the old file stays and why

@@ -17,6 +17,7 @@
 #include <sodium.h>
 
 #include "base/hex.h"
+#include "net/wire.h"
 
 #define SHOAL_IDENTITY_FILE_MAX 4096 /* two short lines plus comments */
 
@@ -113,7 +114,8 @@ static shoal_err identity_read_file(const char *path, shoal_identity *out, int *
 {
 	char text[SHOAL_IDENTITY_FILE_MAX];
 	*absent = 0;
-	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	/* O_NONBLOCK: a FIFO in its place is refused below, not waited on */
+	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
 	if (fd < 0) {
 		if (errno == ENOENT) {
 			*absent = 1;
@@ -121,6 +123,12 @@ static shoal_err identity_read_file(const char *path, shoal_identity *out, int *
 		}
 		return shoal_why(why, why_len, SHOAL_ERR_IO, "cannot open %s: %s", path,
 		                 strerror(errno));
+	}
+	struct stat st;
+	if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+		close(fd);
+		return shoal_why(why, why_len, SHOAL_ERR_FORMAT,
+		                 "%s is not a regular file (move it away)", path);
 	}
 	ssize_t r = read(fd, text, sizeof text);
 	int e = errno;
@@ -156,8 +164,11 @@ shoal_err shoal_identity_load(const char *state_dir, const char *name, shoal_ide
 		randombytes_buf(out->id, sizeof out->id);
 		out->incarnation = 0;
 	}
-	if (out->incarnation == UINT64_MAX)
-		return shoal_why(why, why_len, SHOAL_ERR_RANGE, "%s: incarnation exhausted", path);
+	if (out->incarnation >= SHOAL_WIRE_INC_MAX)
+		return shoal_why(why, why_len, SHOAL_ERR_RANGE,
+		                 "%s: incarnation %" PRIu64 " is at or past the largest (%" PRIu64
+		                 "): the file is damaged; move it away to make a new identity",
+		                 path, out->incarnation, SHOAL_WIRE_INC_MAX);
 	out->incarnation++;
 	shoal_hex_encode(out->id, SHOAL_IDENTITY_ID_BYTES, out->id_hex);
 	if (name && *name) {

@@ -135,7 +135,8 @@ shoal_err shoal_key_read(const char *path, shoal_key *key, int *insecure_mode, c
                          size_t why_len)
 {
 	char text[SHOAL_KEY_FILE_MAX];
-	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	/* O_NONBLOCK: a FIFO in its place is refused below, not waited on */
+	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
 	if (fd < 0)
 		return shoal_why(why, why_len, errno == ENOENT ? SHOAL_ERR_NOTFOUND : SHOAL_ERR_IO,
 		                 "cannot open %s: %s", path, strerror(errno));

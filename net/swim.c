@@ -668,7 +668,8 @@ static void set_state(shoal_swim *sw, struct member *m, shoal_swim_state st, uin
 static void refute(shoal_swim *sw, uint64_t above)
 {
 	struct member *me = sw->self;
-	me->inc = above + 1;
+	/* saturates: at SHOAL_WIRE_INC_MAX it stays (never wraps to 0) */
+	me->inc = above < SHOAL_WIRE_INC_MAX ? above + 1 : SHOAL_WIRE_INC_MAX;
 	sw->st.refutations++;
 	queue_update(sw, me);
 	if (sw->ops->incarnation_changed)
@@ -1296,7 +1297,8 @@ void shoal_swim_leave(shoal_swim *sw)
 	if (sw->leaving)
 		return;
 	sw->leaving = 1;
-	set_state(sw, sw->self, SHOAL_SWIM_STATE_LEFT, sw->self->inc + 1);
+	set_state(sw, sw->self, SHOAL_SWIM_STATE_LEFT,
+	          sw->self->inc < SHOAL_WIRE_INC_MAX ? sw->self->inc + 1 : SHOAL_WIRE_INC_MAX);
 	queue_update(sw, sw->self);
 	if (sw->ops->incarnation_changed)
 		sw->ops->incarnation_changed(sw->ctx, sw->self->inc);

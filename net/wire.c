@@ -589,7 +589,7 @@ static shoal_err msg_from_obj(const msgpack_object *o, shoal_wire_msg *m, size_t
 		memset(u, 0, sizeof *u);
 		TRY(get_fixbin(&a[i], "i", 1, u->id.b, SHOAL_PEER_ID_LEN, uw, why, why_len));
 		TRY(get_u32(&a[i], "s", 1, 255, &u->state, uw, why, why_len));
-		TRY(get_u64(&a[i], "n", 1, UINT64_MAX, &u->incarnation, uw, why, why_len));
+		TRY(get_u64(&a[i], "n", 1, SHOAL_WIRE_INC_MAX, &u->incarnation, uw, why, why_len));
 		TRY(get_u64(&a[i], "r", 1, UINT64_MAX, &u->record_version, uw, why, why_len));
 		const msgpack_object *d = map_get(&a[i], "d");
 		if (d) {

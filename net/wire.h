@@ -35,10 +35,16 @@
 #define SHOAL_WIRE_SCHEMA 1 /* the "v" of every message we send and accept */
 
 /* Limits of what we accept. */
-#define SHOAL_WIRE_MAX_DEPTH   8           /* our deepest is 3 (msg > updates > update) */
-#define SHOAL_WIRE_MAX_MSG     (8u << 20)  /* a push-pull of 4096 peers x ~2 KiB fits */
-#define SHOAL_WIRE_MAX_UPDATES 4096        /* members in one push-pull */
-#define SHOAL_WIRE_MAX_RECORD  (32u << 10) /* a full record is ~9 KiB of msgpack */
+#define SHOAL_WIRE_MAX_DEPTH   8          /* our deepest is 3 (msg > updates > update) */
+#define SHOAL_WIRE_MAX_MSG     (8u << 20) /* a push-pull of 4096 peers x ~2 KiB fits */
+#define SHOAL_WIRE_MAX_UPDATES 4096       /* members in one push-pull */
+/* The largest incarnation a peer takes, gossips or accepts: 2^63 - 1, so
+ * that every consumer (JSON's signed integers in `shoal status --json`)
+ * shows it as it is; a restart a second would take 2.9e11 years to get
+ * there, so a state file beyond it is damaged, and a peer at it stays
+ * there instead of wrapping to 0 (issue 35). */
+#define SHOAL_WIRE_INC_MAX    ((uint64_t)INT64_MAX)
+#define SHOAL_WIRE_MAX_RECORD (32u << 10) /* a full record is ~9 KiB of msgpack */
 
 typedef enum shoal_wire_type {
 	SHOAL_WIRE_PING = 1,     /* probe; the receiver answers ACK with the same seq */

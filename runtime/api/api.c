@@ -17,6 +17,7 @@
 #include "config.h"
 
 #include "runtime/api/api.h"
+#include "runtime/api/api_guard.h"
 #include "runtime/api/api_req.h"
 
 #include <arpa/inet.h>
@@ -42,6 +43,11 @@
 /* A stream with nothing to say for this long sends an SSE comment: a
  * client that went away is noticed on the write (and its run ended). */
 #define API_KEEPALIVE_MS 1000
+/* Connections one client address may hold: 3/4 of the limit (96 of the
+ * default 128), so that one address never takes all (a proxy in front of
+ * many users, or a test's 64 streams and its own requests, still fit);
+ * slow clients spread over many addresses are the guard's (api_guard.c). */
+#define API_PER_IP_CONNS(max_conns) ((max_conns) / 4u * 3u)
 
 /* runtime/api/dashboard.html, built in (runtime/api/api.am) */
 extern const char shoal_api_dashboard[];
@@ -55,9 +61,11 @@ struct shoal_api {
 	char model[256];
 	shoal_api_ops ops;
 	struct MHD_Daemon *d;
+	api__guard *guard; /* slow clients (api_guard.c) */
 	uint16_t port;
 	atomic_uint_fast64_t seq;
 	atomic_int stopping; /* waits on runs give up: the daemon is stopping */
+	atomic_int streams;  /* SSE responses not yet freed (the stop waits for their ends) */
 	/* counters for /metrics */
 	atomic_uint_fast64_t req_ok, req_client_err, req_server_err, req_cancelled, tokens;
 };
@@ -274,6 +282,7 @@ typedef struct api_conn {
 	api_run *run;
 	uint32_t handle;
 	bool submitted, finished; /* finished: the run ended or was cancelled by us */
+	bool counted;             /* an SSE response counted in a->streams */
 	shoal_api_req q;
 	char id[40];
 	char model[256]; /* the API's model name when the request came */
@@ -575,8 +584,17 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max)
 		if (k->end_sent)
 			return MHD_CONTENT_READER_END_OF_STREAM;
 		k->out_len = k->out_off = 0;
-		if (k->a->stopping)
-			return MHD_CONTENT_READER_END_WITH_ERROR;
+		if (k->a->stopping) {
+			/* the node that owns the run stops: say so, never a
+			 * silent close (shoal_api_stop waits for this) */
+			out_event(k, api_error_json("server_error",
+			                            "the peer serving this request is stopping",
+			                            NULL, NULL));
+			k->a->req_server_err++;
+			out_add(k, "data: [DONE]\n\n", 14);
+			k->end_sent = true;
+			continue;
+		}
 		pthread_mutex_lock(&r->mu);
 		if (!r->done && r->n_tok == k->sent_tok && r->len == k->sent_text)
 			run_wait(r, API_KEEPALIVE_MS);
@@ -732,6 +750,8 @@ static enum MHD_Result api_complete(shoal_api *a, struct MHD_Connection *c, api_
 		res = MHD_NO;
 		goto out;
 	}
+	a->streams++; /* until api_completed */
+	k->counted = true;
 	MHD_add_response_header(r, "Content-Type", "text/event-stream");
 	MHD_add_response_header(r, "Cache-Control", "no-cache");
 	res = MHD_queue_response(c, 200, r);
@@ -819,6 +839,33 @@ static enum MHD_Result api_metrics(shoal_api *a, struct MHD_Connection *c)
 	       "# HELP shoal_active_sessions Requests running.\n"
 	       "# TYPE shoal_active_sessions gauge\nshoal_active_sessions %u\n",
 	       (uint_fast64_t)a->tokens, g.queued, g.running);
+	uint32_t conns = 0;
+	uint64_t shed_late = 0, shed_room = 0;
+	api__guard_counts(a->guard, &conns, &shed_late, &shed_room);
+	metric(&b, &n, &cap,
+	       "# HELP shoal_api_connections Open API connections.\n"
+	       "# TYPE shoal_api_connections gauge\nshoal_api_connections %u\n"
+	       "# HELP shoal_api_connections_shed_total Connections closed for a late request "
+	       "(slow clients) or to make room.\n"
+	       "# TYPE shoal_api_connections_shed_total counter\n"
+	       "shoal_api_connections_shed_total{reason=\"late\"} %" PRIu64 "\n"
+	       "shoal_api_connections_shed_total{reason=\"room\"} %" PRIu64 "\n",
+	       conns, shed_late, shed_room);
+	metric(
+	    &b, &n, &cap,
+	    "# HELP shoal_queue_paused Queued requests paused by a plan change (they go first).\n"
+	    "# TYPE shoal_queue_paused gauge\nshoal_queue_paused %u\n"
+	    "# HELP shoal_queue_oldest_wait_seconds How long the longest-waiting queued request "
+	    "has waited.\n"
+	    "# TYPE shoal_queue_oldest_wait_seconds gauge\n"
+	    "shoal_queue_oldest_wait_seconds %.6f\n"
+	    "# HELP shoal_queue_wait_seconds Waits in the queue of the requests started.\n"
+	    "# TYPE shoal_queue_wait_seconds summary\n"
+	    "shoal_queue_wait_seconds_sum %.6f\nshoal_queue_wait_seconds_count %" PRIu64 "\n"
+	    "# HELP shoal_queue_wait_max_seconds The longest wait in the queue so far.\n"
+	    "# TYPE shoal_queue_wait_max_seconds gauge\nshoal_queue_wait_max_seconds %.6f\n",
+	    g.queued_paused, (double)g.queue_oldest_us / 1e6, (double)g.wait_sum_us / 1e6, g.wait_n,
+	    (double)g.wait_max_us / 1e6);
 	metric(&b, &n, &cap,
 	       "# HELP shoal_stage_runs_total Engine runs of this peer's stage.\n"
 	       "# TYPE shoal_stage_runs_total counter\nshoal_stage_runs_total %" PRIu64 "\n"
@@ -911,6 +958,7 @@ static enum MHD_Result api_access(void *cls, struct MHD_Connection *c, const cha
 			return MHD_NO;
 		k->a = a;
 		*con_cls = k;
+		api__guard_set(a->guard, c, API__GUARD_BODY); /* the headers are in */
 		return MHD_YES;
 	}
 	if (*upload_size) {
@@ -927,6 +975,7 @@ static enum MHD_Result api_access(void *cls, struct MHD_Connection *c, const cha
 		*upload_size = 0;
 		return MHD_YES;
 	}
+	api__guard_set(a->guard, c, API__GUARD_SERVE); /* the request is in */
 	bool get = !strcmp(method, "GET"), post = !strcmp(method, "POST");
 	if (!strcmp(url, "/") && get) { /* the page asks for the key itself */
 		a->req_ok++;
@@ -965,11 +1014,13 @@ static enum MHD_Result api_access(void *cls, struct MHD_Connection *c, const cha
 static void api_completed(void *cls, struct MHD_Connection *c, void **con_cls,
                           enum MHD_RequestTerminationCode toe)
 {
-	(void)c;
 	shoal_api *a = cls;
 	api_conn *k = *con_cls;
 	if (!k)
 		return;
+	api__guard_set(a->guard, c, API__GUARD_HEAD); /* kept alive: the next request's deadline */
+	if (k->counted)
+		a->streams--;
 	if (k->run) {
 		pthread_mutex_lock(&k->run->mu);
 		bool done = k->run->done;
@@ -1022,12 +1073,22 @@ shoal_err shoal_api_start(const shoal_api_config *cfg, const shoal_api_ops *ops,
 		return shoal_why(why, why_len, SHOAL_ERR_INVAL, "API address %s is not IPv4",
 		                 cfg->host);
 	}
-	/* no MHD_USE_ERROR_LOG: a client that goes away mid-stream is normal */
-	a->d = MHD_start_daemon(MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD, 0,
-	                        NULL, NULL, api_access, a, MHD_OPTION_SOCK_ADDR, &sa,
-	                        MHD_OPTION_CONNECTION_LIMIT, a->cfg.max_conns,
-	                        MHD_OPTION_NOTIFY_COMPLETED, api_completed, a,
-	                        MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)120, MHD_OPTION_END);
+	shoal_err ge = api__guard_new(a->cfg.max_conns, &a->guard, why, why_len);
+	if (ge) {
+		shoal_api_stop(a);
+		return ge;
+	}
+	/* no MHD_USE_ERROR_LOG: a client that goes away mid-stream is normal.
+	 * Slow clients: at most API_PER_IP_CONNS connections an address, and
+	 * the guard's deadlines and room (api_guard.c); the idle timeout
+	 * covers a reply nobody reads. */
+	a->d = MHD_start_daemon(
+	    MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD, 0, NULL, NULL,
+	    api_access, a, MHD_OPTION_SOCK_ADDR, &sa, MHD_OPTION_CONNECTION_LIMIT, a->cfg.max_conns,
+	    MHD_OPTION_PER_IP_CONNECTION_LIMIT, API_PER_IP_CONNS(a->cfg.max_conns),
+	    MHD_OPTION_NOTIFY_COMPLETED, api_completed, a, MHD_OPTION_NOTIFY_CONNECTION,
+	    api__guard_notify, a->guard, MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)120,
+	    MHD_OPTION_END);
 	if (!a->d) {
 		int e = errno;
 		shoal_api_stop(a);
@@ -1049,8 +1110,13 @@ void shoal_api_stop(shoal_api *a)
 	if (!a)
 		return;
 	a->stopping = 1;
+	/* streams in flight end with an error event first: each notices
+	 * within a keepalive period (API_KEEPALIVE_MS); wait up to twice that */
+	for (int i = 0; a->d && a->streams > 0 && i < 2 * API_KEEPALIVE_MS / 10; i++)
+		nanosleep(&(struct timespec){.tv_nsec = 10 * 1000 * 1000}, NULL);
 	if (a->d)
 		MHD_stop_daemon(a->d);
+	api__guard_free(a->guard); /* after the daemon: its connections are closed */
 	free(a->host);
 	free(a->key);
 	pthread_mutex_destroy(&a->model_mu);

@@ -49,6 +49,10 @@ typedef struct shoal_api_gen {
 /* What the API shows of the node's work, for /metrics. */
 typedef struct shoal_api_gauges {
 	uint32_t queued, running; /* requests */
+	uint32_t queued_paused;   /* of the queued: paused by a plan change */
+	/* the longest wait of a queued request now; the waits of the requests
+	 * started so far (sum, count, longest) */
+	uint64_t queue_oldest_us, wait_sum_us, wait_n, wait_max_us;
 	uint64_t stage_runs, stage_batched_runs, stage_rows, hidden_frames, hidden_bytes,
 	    token_frames, stage_last_run_ns;
 } shoal_api_gauges;

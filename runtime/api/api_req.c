@@ -92,8 +92,19 @@ static bool parse_fields(json_t *o, shoal_api_req *q, char *bad, size_t bad_len,
 		if (v != -1e300)                                                                   \
 			dst;                                                                       \
 	} while (0)
-	NUM("max_tokens", 0, 1e9, q->g.max_tokens = (uint32_t)v);
-	NUM("max_completion_tokens", 0, 1e9, q->g.max_tokens = (uint32_t)v);
+	/* a count of tokens is a whole number: 1.5 is refused, not truncated */
+#define WHOLE(key, dst)                                                                            \
+	do {                                                                                       \
+		if (v != (double)(int64_t)v) {                                                     \
+			snprintf(bad, bad_len, "'%s' must be a whole number, not %g", key, v);     \
+			*param = key;                                                              \
+			return false;                                                              \
+		}                                                                                  \
+		dst;                                                                               \
+	} while (0)
+	NUM("max_tokens", 0, 1e9, WHOLE("max_tokens", q->g.max_tokens = (uint32_t)v));
+	NUM("max_completion_tokens", 0, 1e9,
+	    WHOLE("max_completion_tokens", q->g.max_tokens = (uint32_t)v));
 	NUM("temperature", 0, 2, q->g.temp = (float)v);
 	NUM("top_p", 0, 1, q->g.top_p = (float)v);
 	NUM("seed", -9.2e18, 9.2e18, q->g.seed = (uint64_t)(int64_t)v);
@@ -134,6 +145,7 @@ static bool parse_fields(json_t *o, shoal_api_req *q, char *bad, size_t bad_len,
 	q->g.logprobs = q->logprobs ? q->top : 0;
 	q->g.logprob = q->logprobs;
 #undef NUM
+#undef WHOLE
 	/* stop: a string or up to 4 */
 	json_t *st = json_object_get(o, "stop");
 	if (st && !json_is_null(st)) {

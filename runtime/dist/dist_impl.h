@@ -8,6 +8,7 @@
 #ifndef SHOAL_RUNTIME_DIST_IMPL_H
 #define SHOAL_RUNTIME_DIST_IMPL_H
 
+#include "base/log.h"
 #include "runtime/dist/dist.h"
 #include "runtime/engine/engine.h"
 
@@ -95,6 +96,25 @@ typedef struct dist__sess {
 	uint32_t n_hist;
 } dist__sess;
 
+/* Owners a stage remembers as waiting for a session (dist_admit.c): one
+ * entry per owner; a lab has a few API peers, 16 leaves room. An entry
+ * not refreshed for DIST__WAIT_TTL_MS is forgotten: 5 of the owners'
+ * 200 ms retries (SHOAL_SERVE_BUSY_RETRY_MS) missed. */
+#define DIST__MAX_WAITERS 16u
+#define DIST__WAIT_TTL_MS 1000u
+
+typedef struct dist__waiter {
+	uint8_t owner[SHOAL_PEER_ID_LEN];
+	bool resumed;      /* a refused OPEN was a replay (first_step > 0) */
+	uint64_t first_ns; /* its first refusal: its place */
+	uint64_t last_ns;  /* its latest refusal: it still waits */
+} dist__waiter;
+
+typedef struct dist__admit {
+	dist__waiter w[DIST__MAX_WAITERS];
+	uint32_t n;
+} dist__admit;
+
 struct shoal_dist_stage {
 	shoal_dist_stage_config cfg;
 	const shoal_model *m;
@@ -139,9 +159,21 @@ struct shoal_dist_stage {
 	uint32_t n_sent;
 	uint8_t sent[DIST__MAX_XPEERS]; /* xpeer indices requested, in order */
 	uint32_t sent_routes[DIST__MAX_XPEERS];
-	uint32_t tp_rows; /* rows of the batch in the engine (a group's tags check) */
+	uint32_t tp_rows;  /* rows of the batch in the engine (a group's tags check) */
+	dist__admit admit; /* owners refused for want of a session, in order */
+	/* per-row and per-frame lines, one a second (base/log.h) */
+	shoal_log_limit log_busy, log_row, log_plan, log_frame;
 	shoal_dist_stage_metrics met;
 };
+
+/* dist_admit.c: the waiters that rank before an OPEN of `owner` (a replay
+ * when resumed), after forgetting those that gave up; the OPEN refused
+ * (it waits, keeping its first place); the OPEN admitted (entry dropped). */
+uint32_t dist__admit_ahead(dist__admit *q, const uint8_t owner[SHOAL_PEER_ID_LEN], bool resumed,
+                           uint64_t now_ns);
+void dist__admit_refused(dist__admit *q, const uint8_t owner[SHOAL_PEER_ID_LEN], bool resumed,
+                         uint64_t now_ns);
+void dist__admit_taken(dist__admit *q, const uint8_t owner[SHOAL_PEER_ID_LEN]);
 
 /* dist_experts.c: the engine's moe_hook for stage s (ctx = s). */
 shoal_err dist__experts_dispatch(void *ctx, uint32_t layer, const shoal_moe_rows *rows);

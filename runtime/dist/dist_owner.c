@@ -41,6 +41,8 @@ struct shoal_dist_owner {
 	int32_t top_ids[SHOAL_DIST_MAX_LOGPROBS];
 	float top_lps[SHOAL_DIST_MAX_LOGPROBS];
 	int32_t ctl[SHOAL_DIST_CTL_WORDS + SHOAL_DIST_TAIL_MAX];
+	/* per-row and per-frame lines, one a second (base/log.h) */
+	shoal_log_limit log_result, log_plan, log_ctl, log_busy;
 	shoal_dist_owner_metrics met;
 };
 
@@ -170,8 +172,13 @@ static shoal_err handle_results(shoal_dist_owner *o, const shoal_xfer_frame *f, 
 		if (!ss || ss->done || h->rows[r].pos != shoal_gen_seq_pos(&ss->q) ||
 		    K < ss->logprobs) {
 			o->met.dropped++;
-			SHOAL_LOG_W(LOG_PART, "dropped a result for session %016llx at %u",
-			            (unsigned long long)h->rows[r].session, h->rows[r].pos);
+			uint64_t held;
+			if (shoal_log_limit_pass(&o->log_result, SHOAL_LOG_LIMIT_US, &held))
+				SHOAL_LOG_W(LOG_PART,
+				            "dropped a result for session %016llx at %u (and %llu "
+				            "such since the last line)",
+				            (unsigned long long)h->rows[r].session, h->rows[r].pos,
+				            (unsigned long long)held);
 			continue;
 		}
 		const uint8_t *p = f->payload + (size_t)r * h->dim * 4u;
@@ -216,8 +223,13 @@ shoal_err shoal_dist_owner_handle(shoal_dist_owner *o, shoal_xfer_link *from,
 	if (shoal_xfer_kind_is_data(h->kind) &&
 	    (memcmp(h->digest, o->cfg.digest, SHOAL_DIGEST_BYTES) || h->epoch != o->cfg.epoch)) {
 		o->met.dropped++;
-		SHOAL_LOG_W(LOG_PART, "owner: dropped a %s frame of another plan",
-		            shoal_xfer_kind_name(h->kind));
+		uint64_t held;
+		if (shoal_log_limit_pass(&o->log_plan, SHOAL_LOG_LIMIT_US, &held))
+			SHOAL_LOG_W(
+			    LOG_PART,
+			    "owner: dropped a %s frame of another plan (and %llu such since "
+			    "the last line)",
+			    shoal_xfer_kind_name(h->kind), (unsigned long long)held);
 		return SHOAL_OK;
 	}
 	if (h->kind == SHOAL_XFER_KIND_SESSION) {
@@ -227,10 +239,25 @@ shoal_err shoal_dist_owner_handle(shoal_dist_owner *o, shoal_xfer_link *from,
 		if (dist__ctl_decode(f, &c, w, sizeof w) || c.op != SHOAL_DIST_CTL_ERROR || !ss ||
 		    memcmp(c.owner, o->cfg.self, SHOAL_PEER_ID_LEN)) {
 			o->met.dropped++;
-			SHOAL_LOG_W(LOG_PART, "dropped a control frame: %s", w[0] ? w : "not ours");
+			uint64_t held;
+			if (shoal_log_limit_pass(&o->log_ctl, SHOAL_LOG_LIMIT_US, &held))
+				SHOAL_LOG_W(
+				    LOG_PART,
+				    "dropped a control frame: %s (and %llu such since the last "
+				    "line)",
+				    w[0] ? w : "not ours", (unsigned long long)held);
 			return SHOAL_OK;
 		}
-		SHOAL_LOG_W(LOG_PART, "session %016llx: %s", (unsigned long long)ss->sid, c.reason);
+		uint64_t held;
+		if (c.status != SHOAL_ERR_BUSY)
+			SHOAL_LOG_W(LOG_PART, "session %016llx: %s", (unsigned long long)ss->sid,
+			            c.reason);
+		else if (shoal_log_limit_pass(&o->log_busy, SHOAL_LOG_LIMIT_US, &held))
+			SHOAL_LOG_I(
+			    LOG_PART,
+			    "session %016llx: %s (queued again; %llu such refusals since the "
+			    "last line)",
+			    (unsigned long long)ss->sid, c.reason, (unsigned long long)held);
 		finish(o, ss, (shoal_err)c.status, c.reason);
 		return release(o, why, why_len); /* the others no longer wait for it */
 	}

@@ -128,8 +128,18 @@ static shoal_err sess_fail(shoal_dist_stage *s, int i, uint64_t sid,
 		owner = s->sess[i].owner;
 	}
 	s->met.session_errors++;
-	SHOAL_LOG_W(LOG_PART, "session %016llx failed at layers [%u, %u): %s",
-	            (unsigned long long)sid, s->cfg.layer_begin, s->cfg.layer_end, reason);
+	uint64_t held = 0;
+	if (status != SHOAL_ERR_BUSY) {
+		SHOAL_LOG_W(LOG_PART, "session %016llx failed at layers [%u, %u): %s",
+		            (unsigned long long)sid, s->cfg.layer_begin, s->cfg.layer_end, reason);
+	} else if (shoal_log_limit_pass(&s->log_busy, SHOAL_LOG_LIMIT_US, &held)) {
+		/* owners retry a refused OPEN every 200 ms: one line a second */
+		SHOAL_LOG_I(LOG_PART,
+		            "session %016llx refused at layers [%u, %u): %s (%llu more refused "
+		            "since the last line)",
+		            (unsigned long long)sid, s->cfg.layer_begin, s->cfg.layer_end, reason,
+		            (unsigned long long)held);
+	}
 	dist__ctl c = {.op = SHOAL_DIST_CTL_ERROR, .status = status ? status : SHOAL_ERR_PROTO};
 	memcpy(c.owner, owner, SHOAL_PEER_ID_LEN);
 	snprintf(c.reason, sizeof c.reason, "layers [%u, %u): %s", s->cfg.layer_begin,
@@ -484,10 +494,18 @@ static shoal_err take_frame(shoal_dist_stage *s, const shoal_xfer_frame *f, char
 		if (i < 0 && sess_gone(s, h->rows[r].session))
 			continue;
 		if (i < 0 || s->sess[i].failed) {
-			SHOAL_LOG_W(
-			    LOG_PART, "layers [%u, %u): dropped a row of %s session %016llx",
-			    s->cfg.layer_begin, s->cfg.layer_end, i < 0 ? "unknown" : "failed",
-			    (unsigned long long)h->rows[r].session);
+			/* a peer retrying into a dropped session sends these per
+			 * row: one line a second, with the count held back */
+			uint64_t held;
+			if (shoal_log_limit_pass(&s->log_row, SHOAL_LOG_LIMIT_US, &held))
+				SHOAL_LOG_W(
+				    LOG_PART,
+				    "layers [%u, %u): dropped a row of %s session %016llx "
+				    "(and %llu row(s) of such sessions since the last line)",
+				    s->cfg.layer_begin, s->cfg.layer_end,
+				    i < 0 ? "unknown" : "failed",
+				    (unsigned long long)h->rows[r].session,
+				    (unsigned long long)held);
 			continue;
 		}
 		if (!ok) { /* malformed: fail the sessions it names, once each */
@@ -528,10 +546,21 @@ static shoal_err sess_open(shoal_dist_stage *s, uint64_t sid, const dist__ctl *c
 		sess_drop(s, &s->sess[i]);
 		i = -1;
 	}
-	for (uint32_t j = 0; j < s->cfg.max_sessions && i < 0; j++)
-		if (!s->sess[j].used)
+	/* a freed session goes to the owners that waited for one first
+	 * (dist_admit.c), replays before new requests: at the first stage
+	 * only, which OPENs reach in the owners' order; the stages after it
+	 * take what it admitted (their own lists could disagree with it and
+	 * refuse, in turn, every owner it lets through) */
+	uint64_t now = dist__now_ns();
+	bool resumed = c->first_step > 0, ordered = s->cfg.has_embd;
+	uint32_t ahead = ordered ? dist__admit_ahead(&s->admit, c->owner, resumed, now) : 0;
+	uint32_t n_free = 0;
+	for (uint32_t j = 0; j < s->cfg.max_sessions; j++)
+		if (!s->sess[j].used && n_free++ == 0)
 			i = (int)j;
-	if (i < 0 && (i = sess_idlest(s)) >= 0) {
+	if (n_free <= ahead)
+		i = -1;
+	if (i < 0 && n_free == 0 && ahead == 0 && (i = sess_idlest(s)) >= 0) {
 		/* its owner went silent (died, or lost its CLOSE): the slot goes
 		 * to a session that runs */
 		SHOAL_LOG_W(
@@ -540,9 +569,19 @@ static shoal_err sess_open(shoal_dist_stage *s, uint64_t sid, const dist__ctl *c
 		    (unsigned long long)((dist__now_ns() - s->sess[i].last_ns) / 1000000000u));
 		sess_forget(s, &s->sess[i], "it was idle and its slot went to another session");
 	}
-	if (i < 0)
+	if (i < 0) {
+		if (ordered)
+			dist__admit_refused(&s->admit, c->owner, resumed, now);
+		if (n_free)
+			return shoal_why(
+			    w, w_len, SHOAL_ERR_BUSY,
+			    "%u session(s) free, held for %u owner(s) that waited first", n_free,
+			    ahead);
 		return shoal_why(w, w_len, SHOAL_ERR_BUSY, "all %u sessions in use",
 		                 s->cfg.max_sessions);
+	}
+	if (ordered)
+		dist__admit_taken(&s->admit, c->owner);
 	dist__sess *ss = &s->sess[i];
 	if (slot_open(s, &ss->slot))
 		return shoal_why(w, w_len, SHOAL_ERR_BUSY, "no engine session free");
@@ -662,12 +701,16 @@ static shoal_err stage_handle(shoal_dist_stage *s, shoal_xfer_link *from, const 
 		char theirs[5], ours[5]; /* digest prefixes */
 		shoal_hex_encode(h->digest, 2, theirs);
 		shoal_hex_encode(s->cfg.digest, 2, ours);
-		SHOAL_LOG_W(LOG_PART,
-		            "layers [%u, %u): dropped a %s frame of plan %s../epoch %llu, "
-		            "this stage is on %s../epoch %llu",
-		            s->cfg.layer_begin, s->cfg.layer_end, shoal_xfer_kind_name(h->kind),
-		            theirs, (unsigned long long)h->epoch, ours,
-		            (unsigned long long)s->cfg.epoch);
+		uint64_t held;
+		if (shoal_log_limit_pass(&s->log_plan, SHOAL_LOG_LIMIT_US, &held))
+			SHOAL_LOG_W(
+			    LOG_PART,
+			    "layers [%u, %u): dropped a %s frame of plan %s../epoch %llu, "
+			    "this stage is on %s../epoch %llu (and %llu such frame(s) since "
+			    "the last line)",
+			    s->cfg.layer_begin, s->cfg.layer_end, shoal_xfer_kind_name(h->kind),
+			    theirs, (unsigned long long)h->epoch, ours,
+			    (unsigned long long)s->cfg.epoch, (unsigned long long)held);
 		return SHOAL_OK;
 	}
 	bool data = h->kind == SHOAL_XFER_KIND_HIDDEN || h->kind == SHOAL_XFER_KIND_TOKEN;
@@ -696,8 +739,13 @@ static shoal_err stage_handle(shoal_dist_stage *s, shoal_xfer_link *from, const 
 		return SHOAL_OK;
 	default:
 		s->met.dropped++;
-		SHOAL_LOG_W(LOG_PART, "layers [%u, %u): dropped an unexpected %s frame",
-		            s->cfg.layer_begin, s->cfg.layer_end, shoal_xfer_kind_name(h->kind));
+		uint64_t held;
+		if (shoal_log_limit_pass(&s->log_frame, SHOAL_LOG_LIMIT_US, &held))
+			SHOAL_LOG_W(LOG_PART,
+			            "layers [%u, %u): dropped an unexpected %s frame (and %llu "
+			            "such since the last line)",
+			            s->cfg.layer_begin, s->cfg.layer_end,
+			            shoal_xfer_kind_name(h->kind), (unsigned long long)held);
 		return SHOAL_OK;
 	}
 }

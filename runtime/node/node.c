@@ -71,6 +71,8 @@ shoal_err shoal_node_new(const shoal_node_config *cfg, shoal_node **out, char *w
 		shoal_why(why, why_len, e, "cannot create state dir %s", n->state_dir);
 		goto fail;
 	}
+	if ((e = shoal_state_dir_check(n->state_dir, why, why_len)) != SHOAL_OK)
+		goto fail;
 	if ((e = shoal_identity_lock(n->state_dir, &n->lock_fd, why, why_len)) != SHOAL_OK)
 		goto fail;
 	if ((e = shoal_identity_load(n->state_dir, cfg->name, &n->ident, why, why_len)) != SHOAL_OK)

@@ -309,11 +309,21 @@ static void api_gauges(void *ctx, shoal_api_gauges *g)
 	shoal_serve *cl = api_serve(ctx, NULL, 0);
 	if (!cl)
 		return;
+	uint64_t now = shoal_clock_now_us();
 	pthread_mutex_lock(&cl->mu);
 	for (size_t i = 0; i < SHOAL_SERVE_MAX_RUNS; i++) {
-		g->queued += cl->runs[i].state == SHOAL_SERVE_RUN_QUEUED;
-		g->running += cl->runs[i].state == SHOAL_SERVE_RUN_STARTED;
+		const shoal_serve_run *r = &cl->runs[i];
+		g->running += r->state == SHOAL_SERVE_RUN_STARTED;
+		if (r->state != SHOAL_SERVE_RUN_QUEUED)
+			continue;
+		g->queued++;
+		g->queued_paused += r->paused_us != 0;
+		if (now - r->queued_us > g->queue_oldest_us)
+			g->queue_oldest_us = now - r->queued_us;
 	}
+	g->wait_sum_us = cl->wait_sum_us;
+	g->wait_n = cl->wait_n;
+	g->wait_max_us = cl->wait_max_us;
 	g->stage_runs = cl->met_stage.runs;
 	g->stage_batched_runs = cl->met_stage.batched_runs;
 	g->stage_rows = cl->met_stage.rows;

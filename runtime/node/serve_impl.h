@@ -68,9 +68,16 @@
  * 1.7 of <= 7. A graceful leave and a cluster that never had a plan
  * refuse at once. */
 #define SHOAL_SERVE_DIED_WAIT_MULT 100u
-#define SHOAL_SERVE_SILENCE_MS     30000u
-#define SHOAL_SERVE_LINKS          (2 * SHOAL_SERVE_MAX_PEERS)
-#define SHOAL_SERVE_DEFAULT_CTX    4096u /* the context of local `shoal run` */
+/* A run that waits for a session while the plan is servable waits in
+ * order (FIFO per priority: paused runs first, then new requests as they
+ * came), without the deadline above; it fails only after this long, as
+ * does a paused run whose replays keep breaking on a servable plan (a
+ * full queue, 64 runs of 64 tokens at 20 tokens/s on 2 sessions, drains
+ * in ~100 s). */
+#define SHOAL_SERVE_QUEUE_MS    120000u
+#define SHOAL_SERVE_SILENCE_MS  30000u
+#define SHOAL_SERVE_LINKS       (2 * SHOAL_SERVE_MAX_PEERS)
+#define SHOAL_SERVE_DEFAULT_CTX 4096u /* the context of local `shoal run` */
 /* The link every plan assumes unless --link-us says otherwise: gigabit
  * Ethernet, ~200 us for a small frame through two kernels, 125 MB/s. */
 #define SHOAL_SERVE_LINK_US 200u
@@ -141,10 +148,16 @@ typedef struct shoal_serve_run {
 	uint32_t n_prompt, max_tokens, logprobs;
 	bool no_logprob; /* an API request that does not show logprobs */
 	shoal_sampler_params sp;
-	uint64_t deadline_us;
+	/* under mu: its place in the queue (arrival order; a paused run keeps
+	 * it) and when it last began to wait (queued, or paused) */
+	uint64_t ticket;
+	uint64_t queued_us;
 	/* data thread */
+	uint64_t noplan_us;    /* time it waited while no plan was servable here */
+	uint64_t noplan_since; /* the start of the current such wait; 0: none */
 	uint32_t n_gen;
 	uint32_t replays;
+	bool busy_retry;        /* a stage refused its OPEN: the next start is no new replay */
 	uint64_t paused_us;     /* when a plan change paused it; 0: not paused */
 	uint64_t not_before_us; /* a refused OPEN is tried again from then */
 	uint64_t sid;
@@ -259,6 +272,9 @@ struct shoal_serve {
 	bool shared_infeasible;         /* no plan: the peers' memory cannot hold the model */
 	bool shared_noplan;             /* no plan at all: runs in flight pause */
 	shoal_serve_run runs[SHOAL_SERVE_MAX_RUNS];
+	uint64_t next_ticket;
+	/* waits in the queue of the runs started so far, for /metrics */
+	uint64_t wait_sum_us, wait_n, wait_max_us;
 	shoal_serve_event *ev; /* ring (SHOAL_SERVE_EVENTS) */
 	uint32_t ev_head, ev_n;
 	shoal_xfer_link *acc[SHOAL_SERVE_LINKS]; /* accepted, waiting for the data thread */

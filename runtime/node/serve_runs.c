@@ -65,7 +65,8 @@ shoal_err serve__queue(shoal_serve *cl, int32_t **ids, size_t n_ids, uint32_t n,
 		r->logprobs = k;
 		r->no_logprob = no_logprob;
 		r->sp = *sp;
-		r->deadline_us = shoal_clock_now_us() + SHOAL_SERVE_WAIT_MS * 1000u;
+		r->ticket = ++cl->next_ticket;
+		r->queued_us = shoal_clock_now_us();
 		shoal_detok_init(&r->dt, cl->tok, false);
 		r->dt.first = false;
 		r->n_sent = 0;
@@ -169,69 +170,144 @@ static int serve_on_token(void *ctx, const shoal_dist_token *t)
 void serve__pause(shoal_serve *cl, uint32_t i, uint64_t now, uint64_t delay_us, const char *why)
 {
 	shoal_serve_run *r = &cl->runs[i];
+	bool first = !r->paused_us;
 	pthread_mutex_lock(&cl->mu);
 	r->state = SHOAL_SERVE_RUN_QUEUED;
 	r->not_before_us = now + delay_us;
+	if (first)
+		r->queued_us = now; /* its ticket stays: it keeps its place */
 	pthread_mutex_unlock(&cl->mu);
-	if (!r->paused_us) {
+	if (first) {
 		r->paused_us = now;
-		r->deadline_us = now + SHOAL_SERVE_WAIT_MS * 1000u;
+		r->noplan_us = 0;
+		r->noplan_since = 0;
 		SHOAL_LOG_I("cluster", "run %u paused after %u token(s): %s", i, r->n_gen, why);
 	}
+}
+
+/* A queued run's place: paused runs first, then in arrival order. */
+typedef struct run_place {
+	uint32_t i;
+	bool resumed;
+	uint64_t ticket;
+} run_place;
+
+static int place_cmp(const void *a, const void *b)
+{
+	const run_place *x = a, *y = b;
+	if (x->resumed != y->resumed)
+		return x->resumed ? -1 : 1;
+	return x->ticket < y->ticket ? -1 : x->ticket > y->ticket;
+}
+
+/* How long run r has waited with no servable plan (now included). */
+static uint64_t noplan_wait(shoal_serve_run *r, bool servable, uint64_t now)
+{
+	if (!servable && !r->noplan_since)
+		r->noplan_since = now;
+	if (servable && r->noplan_since) {
+		r->noplan_us += now - r->noplan_since;
+		r->noplan_since = 0;
+	}
+	return r->noplan_us + (r->noplan_since ? now - r->noplan_since : 0);
+}
+
+/* Run i leaves the queue to be ended (the caller tells why). */
+static void unqueue(shoal_serve *cl, shoal_serve_run *r)
+{
+	pthread_mutex_lock(&cl->mu);
+	r->state = SHOAL_SERVE_RUN_STARTED;
+	pthread_mutex_unlock(&cl->mu);
+}
+
+/* A queued run that cannot start now: end it when it waited too long
+ * (infeasible, no servable plan for SHOAL_SERVE_WAIT_MS, no session for
+ * SHOAL_SERVE_QUEUE_MS); true when it still waits. */
+static bool still_waits(shoal_serve *cl, uint32_t i, bool servable, bool infeasible,
+                        const char *plan_why, uint32_t ahead, uint32_t sessions, uint64_t now)
+{
+	shoal_serve_run *r = &cl->runs[i];
+	uint64_t noplan = noplan_wait(r, servable, now);
+	char why[SHOAL_WHY_WRAP_LEN];
+	if (!servable && infeasible && !r->paused_us) {
+		/* a new request: no point in waiting for memory to come */
+		unqueue(cl, r);
+		serve_end_run(cl, i, SHOAL_ERR_INFEASIBLE, false, plan_why);
+		return false;
+	}
+	if (!servable && noplan > SHOAL_SERVE_WAIT_MS * 1000u) {
+		snprintf(why, sizeof why, "%s: no servable plan for %u s: %s",
+		         r->n_gen ? "paused by a plan change" : "waiting",
+		         SHOAL_SERVE_WAIT_MS / 1000u,
+		         plan_why[0] ? plan_why : "the data plane had not taken the plan");
+		unqueue(cl, r);
+		serve_end_run(cl, i, SHOAL_ERR_TIMEOUT, !r->n_gen, why);
+		return false;
+	}
+	pthread_mutex_lock(&cl->mu);
+	uint64_t since = r->queued_us;
+	pthread_mutex_unlock(&cl->mu);
+	if (servable && now - since > SHOAL_SERVE_QUEUE_MS * 1000u) {
+		snprintf(why, sizeof why,
+		         "waited %u s for a session: %u run(s) ahead of it here, %u session(s) a "
+		         "stage",
+		         SHOAL_SERVE_QUEUE_MS / 1000u, ahead, sessions);
+		unqueue(cl, r);
+		serve_end_run(cl, i, SHOAL_ERR_BUSY, !r->n_gen, why);
+		return false;
+	}
+	return true;
 }
 
 void serve__start_runs(shoal_serve_dt *d, shoal_serve_tokctx *tcs)
 {
 	shoal_serve *cl = d->cl;
 	uint64_t now = shoal_clock_now_us();
-	for (uint32_t i = 0; i < SHOAL_SERVE_MAX_RUNS; i++) {
+	run_place q[SHOAL_SERVE_MAX_RUNS];
+	uint32_t n = 0;
+	char plan_why[SHOAL_WHY_LEN];
+	pthread_mutex_lock(&cl->mu);
+	bool servable = cl->shared_servable && d->as &&
+	                !memcmp(cl->shared_digest, d->as->digest, SHOAL_DIGEST_BYTES) && d->owner;
+	bool infeasible = cl->shared_infeasible;
+	snprintf(plan_why, sizeof plan_why, "%s", cl->shared_why);
+	for (uint32_t i = 0; i < SHOAL_SERVE_MAX_RUNS; i++)
+		if (cl->runs[i].state == SHOAL_SERVE_RUN_QUEUED)
+			q[n++] = (run_place){i, cl->runs[i].paused_us != 0, cl->runs[i].ticket};
+	pthread_mutex_unlock(&cl->mu);
+	qsort(q, n, sizeof *q, place_cmp);
+	uint32_t sessions = d->as ? d->as->sessions : 0;
+	uint32_t ahead = 0; /* runs before this one that wait: the rest wait too (FIFO) */
+	for (uint32_t k = 0; k < n; k++) {
+		uint32_t i = q[k].i;
 		shoal_serve_run *r = &cl->runs[i];
 		pthread_mutex_lock(&cl->mu);
-		bool queued = r->state == SHOAL_SERVE_RUN_QUEUED && now >= r->not_before_us;
 		bool cancel = r->cancel;
-		bool servable = cl->shared_servable && d->as &&
-		                !memcmp(cl->shared_digest, d->as->digest, SHOAL_DIGEST_BYTES);
-		bool go = queued && !cancel && servable && d->owner && d->live < d->as->sessions;
-		if (queued && (go || cancel))
+		bool go =
+		    !cancel && !ahead && servable && now >= r->not_before_us && d->live < sessions;
+		if (go || cancel)
 			r->state = SHOAL_SERVE_RUN_STARTED;
-		char wait_why[SHOAL_WHY_LEN];
-		snprintf(wait_why, sizeof wait_why, "%s", cl->shared_why);
-		bool infeasible = cl->shared_infeasible;
+		if (go && !r->busy_retry) { /* a run's wait counts once, to its first start */
+			uint64_t w = now - r->queued_us;
+			cl->wait_sum_us += w;
+			cl->wait_n++;
+			if (w > cl->wait_max_us)
+				cl->wait_max_us = w;
+		}
 		pthread_mutex_unlock(&cl->mu);
-		if (!queued)
-			continue;
 		if (cancel) {
 			serve_end_run(cl, i, SHOAL_ERR_CLOSED, false, "the client went away");
 			continue;
 		}
-		if (!go && !servable && infeasible && !r->paused_us) {
-			/* a new request: no point in waiting for memory to come */
-			pthread_mutex_lock(&cl->mu);
-			r->state = SHOAL_SERVE_RUN_STARTED;
-			pthread_mutex_unlock(&cl->mu);
-			serve_end_run(cl, i, SHOAL_ERR_INFEASIBLE, false, wait_why);
-			continue;
-		}
 		if (!go) {
-			/* a full queue waits for sessions without a deadline; a plan
-			 * that is not servable, or a paused run, at most
-			 * SHOAL_SERVE_WAIT_MS */
-			if ((!servable || r->paused_us) && now > r->deadline_us) {
-				char why[SHOAL_WHY_WRAP_LEN];
-				snprintf(why, sizeof why, "%s: no servable plan for %u s: %s",
-				         r->n_gen ? "paused by a plan change" : "waiting",
-				         SHOAL_SERVE_WAIT_MS / 1000u, wait_why);
-				pthread_mutex_lock(&cl->mu);
-				r->state = SHOAL_SERVE_RUN_STARTED;
-				pthread_mutex_unlock(&cl->mu);
-				serve_end_run(cl, i, SHOAL_ERR_TIMEOUT, !r->n_gen, why);
-			}
+			if (still_waits(cl, i, servable, infeasible, plan_why, ahead, sessions,
+			                now))
+				ahead++;
 			continue;
 		}
+		noplan_wait(r, true, now);
 		r->ended = false;
 		r->last_us = now;
-		if (!r->paused_us) /* bounds BUSY retries */
-			r->deadline_us = now + SHOAL_SERVE_WAIT_MS * 1000u;
 		char why[SHOAL_WHY_LEN] = "";
 		tcs[i] = (shoal_serve_tokctx){cl, i};
 		shoal_dist_request req = {.prompt = r->prompt,
@@ -244,17 +320,28 @@ void serve__start_runs(shoal_serve_dt *d, shoal_serve_tokctx *tcs)
 		                          .eog = cl->tok,
 		                          .on_token = serve_on_token,
 		                          .ctx = &tcs[i]};
-		if (r->paused_us) {
+		if (r->paused_us && !r->busy_retry) {
 			r->replays++;
 			SHOAL_LOG_I("cluster",
 			            "run %u: replaying %u prompt + %u generated token(s)", i,
 			            r->n_prompt, r->n_gen);
 		}
+		r->busy_retry = false;
 		shoal_err e = shoal_dist_owner_start(d->owner, &req, &r->sid, why, sizeof why);
-		if (e != SHOAL_OK)
+		if (e == SHOAL_ERR_BUSY) {
+			/* our own sessions are not all closed yet: try again soon,
+			 * keeping its place */
+			pthread_mutex_lock(&cl->mu);
+			r->state = SHOAL_SERVE_RUN_QUEUED;
+			r->not_before_us = now + SHOAL_SERVE_BUSY_RETRY_MS * 1000u;
+			pthread_mutex_unlock(&cl->mu);
+			r->busy_retry = true;
+			ahead++;
+		} else if (e != SHOAL_OK) {
 			serve_end_run(cl, i, e, false, why[0] ? why : shoal_strerror(e));
-		else
+		} else {
 			d->live++;
+		}
 	}
 }
 
@@ -284,18 +371,20 @@ void serve__check_runs(shoal_serve_dt *d)
 			serve_end_run(cl, i, SHOAL_ERR_CLOSED, false, "the client went away");
 		} else if (shoal_dist_owner_done(d->owner, r->sid, &res, why, sizeof why)) {
 			d->live--;
-			if (res == SHOAL_ERR_BUSY && now < r->deadline_us) {
+			if (res == SHOAL_ERR_BUSY) {
 				/* a stage had no free session (other owners hold them):
-				 * wait in the queue and try again */
+				 * wait in the queue, keeping its place (the stage
+				 * keeps ours too, dist_admit.c), and try again */
 				pthread_mutex_lock(&cl->mu);
 				r->state = SHOAL_SERVE_RUN_QUEUED;
 				r->not_before_us = now + SHOAL_SERVE_BUSY_RETRY_MS * 1000u;
 				pthread_mutex_unlock(&cl->mu);
+				r->busy_retry = true;
 				continue;
 			}
 			if ((res == SHOAL_ERR_CLOSED || res == SHOAL_ERR_IO ||
 			     res == SHOAL_ERR_NOTFOUND) &&
-			    (!r->paused_us || now < r->deadline_us)) {
+			    (!r->paused_us || now - r->paused_us < SHOAL_SERVE_QUEUE_MS * 1000u)) {
 				/* our link to stage 0 broke: the peer died or restarts;
 				 * replay on the plan that serves next (a new one once
 				 * the death is known, or this one with a new link) */

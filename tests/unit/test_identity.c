@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "base/statedir.h"
@@ -110,6 +111,40 @@ static void test_corrupt_file_refused(void)
 	rmdir(d2);
 }
 
+/* An incarnation at the top (issue 35): one below the largest loads and
+ * becomes the largest; one near 2^64 is refused as damaged, never wrapped
+ * to 0; a FIFO in place of the file is refused at once, not waited on. */
+static void test_incarnation_top_and_fifo(void)
+{
+	char d2[256], why[SHOAL_WHY_LEN], p[300];
+	snprintf(d2, sizeof d2, "/tmp/shoal-test-identity4-XXXXXX");
+	ASSERT_TRUE(mkdtemp(d2) != NULL);
+	snprintf(p, sizeof p, "%s/%s", d2, SHOAL_IDENTITY_FILE);
+	FILE *f = fopen(p, "w");
+	ASSERT_TRUE(f != NULL);
+	fputs("id 00112233445566778899aabbccddeeff\nincarnation 9223372036854775806\n", f);
+	fclose(f);
+	shoal_identity id;
+	ASSERT_EQ(shoal_identity_load(d2, "x", &id, why, sizeof why), SHOAL_OK);
+	ASSERT_U64_EQ(id.incarnation, 9223372036854775807ull);
+	ASSERT_EQ(shoal_identity_load(d2, "x", &id, why, sizeof why), SHOAL_ERR_RANGE);
+	f = fopen(p, "w");
+	ASSERT_TRUE(f != NULL);
+	fputs("id 00112233445566778899aabbccddeeff\nincarnation 18446744073709551614\n", f);
+	fclose(f);
+	ASSERT_EQ(shoal_identity_load(d2, "x", &id, why, sizeof why), SHOAL_ERR_RANGE);
+	ASSERT_TRUE(strstr(why, "damaged") != NULL);
+	unlink(p);
+	ASSERT_EQ(mkfifo(p, 0600), 0);
+	ASSERT_EQ(shoal_identity_load(d2, "x", &id, why, sizeof why), SHOAL_ERR_FORMAT);
+	ASSERT_TRUE(strstr(why, "not a regular file") != NULL);
+	ASSERT_EQ(shoal_state_dir_check(d2, why, sizeof why), SHOAL_ERR_FORMAT);
+	ASSERT_TRUE(strstr(why, "a FIFO") != NULL);
+	unlink(p);
+	ASSERT_EQ(shoal_state_dir_check(d2, why, sizeof why), SHOAL_OK);
+	rmdir(d2);
+}
+
 static void test_lock(void)
 {
 	setup();
@@ -136,5 +171,5 @@ static void test_cleanup(void)
 }
 
 TEST_MAIN(TEST_CASE(test_create_then_reload), TEST_CASE(test_two_dirs_two_ids),
-          TEST_CASE(test_parse_rejects), TEST_CASE(test_corrupt_file_refused), TEST_CASE(test_lock),
-          TEST_CASE(test_cleanup))
+          TEST_CASE(test_parse_rejects), TEST_CASE(test_corrupt_file_refused),
+          TEST_CASE(test_incarnation_top_and_fifo), TEST_CASE(test_lock), TEST_CASE(test_cleanup))
