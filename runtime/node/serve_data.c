@@ -253,7 +253,18 @@ void *serve__data_main(void *arg)
 		char drain[64];
 		while (read(cl->wake[0], drain, sizeof drain) > 0)
 			;
-		/* Read every link (cheap: recv with timeout 0). */
+		/* Read every link (cheap: recv with timeout 0), the links we send
+		 * on first: a goodbye waiting there (the peer changed plans while
+		 * this thread was stopped or busy) must be read before a frame from
+		 * an in-link makes the owner or stage send on it, or the send's
+		 * error would look like the peer's death. */
+		for (size_t i = 0; i < d->n_out;) {
+			if (d->out[i].role == SHOAL_SERVE_ROLE_EXPERTS ||
+			    serve_drain_link(d, d->out[i].k, d->out[i].role, &d->out[i].bye))
+				i++;
+			else
+				serve__out_drop(d, i);
+		}
 		for (size_t i = 0; i < d->n_in;) {
 			char why[SHOAL_WHY_LEN];
 			if (d->in[i].role == SHOAL_SERVE_ROLE_TENSOR ||
@@ -264,16 +275,11 @@ void *serve__data_main(void *arg)
 			snprintf(why, sizeof why, "its data link to us broke: %.*s",
 			         SHOAL_WHY_QUOTE(sizeof why, 32),
 			         shoal_xfer_link_status(d->in[i].k));
-			serve__link_broke(d, d->in[i].peer, d->in[i].inc, d->in[i].bye, why);
+			serve__link_broke(d, d->in[i].peer, d->in[i].inc,
+			                  d->in[i].bye || shoal_xfer_link_peer_bye(d->in[i].k),
+			                  why);
 			shoal_xfer_link_free(d->in[i].k);
 			d->in[i] = d->in[--d->n_in];
-		}
-		for (size_t i = 0; i < d->n_out;) {
-			if (d->out[i].role == SHOAL_SERVE_ROLE_EXPERTS ||
-			    serve_drain_link(d, d->out[i].k, d->out[i].role, &d->out[i].bye))
-				i++;
-			else
-				serve__out_drop(d, i);
 		}
 		if (d->as && d->as->stage) {
 			char why[SHOAL_WHY_LEN] = "";

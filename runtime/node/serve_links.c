@@ -114,7 +114,8 @@ void serve__out_drop(shoal_serve_dt *d, size_t i)
 	char why[SHOAL_WHY_LEN];
 	snprintf(why, sizeof why, "our data link to it broke: %.*s",
 	         SHOAL_WHY_QUOTE(sizeof why, 32), shoal_xfer_link_status(d->out[i].k));
-	serve__link_broke(d, d->out[i].peer, d->out[i].inc, d->out[i].bye, why);
+	serve__link_broke(d, d->out[i].peer, d->out[i].inc,
+	                  d->out[i].bye || shoal_xfer_link_peer_bye(d->out[i].k), why);
 	shoal_xfer_link_free(d->out[i].k);
 	d->out[i] = d->out[--d->n_out];
 }
