@@ -235,7 +235,7 @@ void *serve__data_main(void *arg)
 		serve__adopt(d);
 		serve__start_runs(d, tcs);
 		/* wait for frames or a wake-up */
-		struct pollfd pf[1 + 3 * SHOAL_SERVE_LINKS];
+		struct pollfd pf[1 + 3 * (2 * SHOAL_SERVE_LINKS + SHOAL_SERVE_MAX_PEERS)];
 		int np = 0;
 		pf[np].fd = cl->wake[0];
 		pf[np].events = POLLIN;
@@ -249,6 +249,7 @@ void *serve__data_main(void *arg)
 		for (size_t i = 0; i < d->n_out; i++)
 			if (d->out[i].role != SHOAL_SERVE_ROLE_EXPERTS)
 				np += shoal_xfer_link_pollfds(d->out[i].k, pf + np, 3);
+		np += serve__probe_pollfds(d, pf + np, (int)(sizeof pf / sizeof pf[0]) - np);
 		serve_wait(d, pf, np);
 		char drain[64];
 		while (read(cl->wake[0], drain, sizeof drain) > 0)
@@ -281,6 +282,7 @@ void *serve__data_main(void *arg)
 			shoal_xfer_link_free(d->in[i].k);
 			d->in[i] = d->in[--d->n_in];
 		}
+		serve__probe_answer(d);
 		if (d->as && d->as->stage) {
 			char why[SHOAL_WHY_LEN] = "";
 			if (shoal_dist_stage_flush(d->as->stage, why, sizeof why) != SHOAL_OK)
@@ -290,6 +292,7 @@ void *serve__data_main(void *arg)
 		serve_publish(d);
 	}
 	serve__links_close(d, "the node stops");
+	serve__probe_close(d);
 	shoal_dist_owner_free(d->owner);
 	serve__free_assign(d->as);
 	cl->dt = NULL;
@@ -322,6 +325,9 @@ shoal_err serve__data_start(shoal_serve *cl, char *why, size_t why_len)
 	if (pthread_create(&cl->x_thr, NULL, serve__experts_main, cl) != 0)
 		return shoal_why(why, why_len, SHOAL_ERR_NOMEM, "cannot start the expert thread");
 	cl->x_started = true;
+	if (pthread_create(&cl->probe_thr, NULL, serve__probe_main, cl) != 0)
+		return shoal_why(why, why_len, SHOAL_ERR_NOMEM, "cannot start the data prober");
+	cl->probe_started = true;
 	return SHOAL_OK;
 }
 
@@ -340,11 +346,13 @@ void serve__data_stop(shoal_serve *cl)
 		serve__xwake(cl);
 	if (cl->x_started)
 		pthread_join(cl->x_thr, NULL);
+	if (cl->probe_started)
+		pthread_join(cl->probe_thr, NULL);
 	if (cl->data_started)
 		pthread_join(cl->data_thr, NULL);
 	if (cl->acc_started)
 		pthread_join(cl->acc_thr, NULL);
-	cl->data_started = cl->acc_started = cl->x_started = false;
+	cl->data_started = cl->acc_started = cl->x_started = cl->probe_started = false;
 	for (size_t i = 0; i < cl->n_acc; i++)
 		shoal_xfer_link_free(cl->acc[i]);
 	cl->n_acc = 0;

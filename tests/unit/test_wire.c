@@ -71,6 +71,9 @@ static void full_record(shoal_record *r)
 		r->links[i].rtt_us = 100 + i;
 		r->links[i].bw_bytes_s = 1000000000ull + i;
 	}
+	r->n_dsuspect = SHOAL_RECORD_MAX_DSUSPECT;
+	for (uint32_t i = 0; i < r->n_dsuspect; i++)
+		memset(r->dsuspect[i].b, 0x40 + (int)i, SHOAL_PEER_ID_LEN);
 }
 
 static void test_peer_id_hex(void)
@@ -102,6 +105,9 @@ static void test_record_roundtrip_full(void)
 	ASSERT_EQ(shoal_wire_record_decode(buf.data, buf.len, &b, why, sizeof why), SHOAL_OK);
 	ASSERT_TRUE(shoal_record_equal(&a, &b));
 	b.links[63].rtt_us++;
+	ASSERT_FALSE(shoal_record_equal(&a, &b));
+	b = a;
+	b.dsuspect[SHOAL_RECORD_MAX_DSUSPECT - 1].b[3] ^= 1;
 	ASSERT_FALSE(shoal_record_equal(&a, &b));
 	/* every truncation fails */
 	size_t ok = 0;
@@ -137,6 +143,10 @@ static void test_record_limits(void)
 	a.n_links = SHOAL_RECORD_MAX_LINKS + 1;
 	ASSERT_EQ(shoal_record_check(&a, why, sizeof why), SHOAL_ERR_RANGE);
 	ASSERT_TRUE(strstr(why, "links") != NULL);
+	full_record(&a);
+	a.n_dsuspect = SHOAL_RECORD_MAX_DSUSPECT + 1;
+	ASSERT_EQ(shoal_record_check(&a, why, sizeof why), SHOAL_ERR_RANGE);
+	ASSERT_TRUE(strstr(why, "data suspects") != NULL);
 	full_record(&a);
 	a.ctl_endpoint[0] = 0;
 	ASSERT_NE(shoal_record_check(&a, why, sizeof why), SHOAL_OK);
