@@ -136,6 +136,13 @@ static void serve_publish(shoal_serve_dt *d)
 		shoal_dist_stage_metrics_get(d->as->stage, &sm);
 	if (d->owner)
 		shoal_dist_owner_metrics_get(d->owner, &om);
+	/* the longest run of the last minute, for probe echoes: a longer one
+	 * replaces it, and it falls back to the latest after a minute */
+	uint64_t now = shoal_clock_now_us();
+	if (sm.last_run_ns > d->run_max_ns || now - d->run_max_us > SHOAL_SERVE_RUN_MAX_US) {
+		d->run_max_ns = sm.last_run_ns;
+		d->run_max_us = now;
+	}
 	pthread_mutex_lock(&d->cl->mu);
 	d->cl->met_stage = sm;
 	d->cl->met_owner = om;

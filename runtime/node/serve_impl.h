@@ -79,9 +79,11 @@
 /* Data-plane probes (serve_probe.c). Every 5 base periods (500 ms at the
  * default 100 ms, as a SWIM protocol period) each peer probes every other
  * peer serving the model over a PROBE data link. An echo must come within
- * 1000 ms, or 8 of our stage's measured step times when that is longer
- * (the far data thread answers between two batches; a stage's steps are
- * alike along a pipeline, and 8 leaves room for a prefill's chunks): a
+ * 1000 ms, or 8 step times when that is longer: the far data thread
+ * answers between two batches, so one engine run delays it; the step is
+ * the longer of our stage's latest and the longest run of the last
+ * minute the far peer told in its latest echo (8 leaves room for a
+ * longer prefill chunk than it told, and for a run of ours): a
  * LAN answers in < 1 ms, and a peer whose frames take a second each turns
  * a 0.6 s reply into tens of seconds. 2 failures in a row (1.5-3 s) make a
  * suspect, so one lost probe or one stall does not; 2 observers that name
@@ -92,6 +94,9 @@
 #define SHOAL_SERVE_PROBE_STEPS    8u
 #define SHOAL_SERVE_PROBE_FAILS    2u
 #define SHOAL_SERVE_DSUSPECT_VOTES 2u
+/* The longest engine run an echo tells is that of the last minute: a
+ * prefill's long chunks stay known between requests of a busy minute. */
+#define SHOAL_SERVE_RUN_MAX_US 60000000u
 
 /* Link roles: which thread and object on the far side reads the frames. */
 enum {
@@ -347,6 +352,9 @@ struct shoal_serve_dt {
 	uint64_t frame_us;    /* when the latest frame was handled */
 	uint64_t spin_off_us; /* no spinning before then: the core is shared */
 	uint64_t wait_us;     /* the recent waits for a frame, averaged; 0: none yet */
+	/* the longest engine run of the last minute or so, told in probe
+	 * echoes: a prober waits in proportion (serve_probe.c) */
+	uint64_t run_max_ns, run_max_us;
 };
 typedef struct shoal_serve_dt shoal_serve_dt;
 

@@ -45,8 +45,10 @@
 #include "base/log.h"
 #include "base/thread.h"
 
-/* Bytes of a probe's payload: a nonce. */
+/* A probe's payload: a nonce (8 bytes); an echo's: the nonce, then the
+ * longest engine run of the echoing peer's last minute, in ms (u32 LE). */
 #define PROBE_BYTES 8u
+#define ECHO_BYTES  12u
 /* An echo is sent with this bound: the prober waits far longer, and the
  * data thread must not stall on a peer that stopped reading. */
 #define PROBE_ECHO_MS 100
@@ -70,12 +72,18 @@ void serve__probe_answer(shoal_serve_dt *d)
 		shoal_err e;
 		while ((e = shoal_xfer_link_recv(k, 0, &f, why, sizeof why)) == SHOAL_OK ||
 		       e == SHOAL_ERR_FORMAT || e == SHOAL_ERR_MISMATCH) {
-			if (e != SHOAL_OK || f.hdr.kind != SHOAL_XFER_KIND_PROBE)
+			if (e != SHOAL_OK || f.hdr.kind != SHOAL_XFER_KIND_PROBE ||
+			    f.hdr.payload_len != PROBE_BYTES)
 				continue;
+			uint8_t echo[ECHO_BYTES];
+			uint64_t ms = d->run_max_ns / 1000000u;
+			uint32_t step_ms = ms < UINT32_MAX ? (uint32_t)ms : UINT32_MAX;
+			memcpy(echo, f.payload, PROBE_BYTES);
+			for (unsigned b = 0; b < 4; b++)
+				echo[PROBE_BYTES + b] = (uint8_t)(step_ms >> (8 * b));
 			shoal_xfer_hdr h = {.kind = SHOAL_XFER_KIND_PROBE,
 			                    .dtype = SHOAL_XFER_DTYPE_U8};
-			struct iovec v = {.iov_base = (void *)f.payload,
-			                  .iov_len = f.hdr.payload_len};
+			struct iovec v = {.iov_base = echo, .iov_len = sizeof echo};
 			char w[SHOAL_WHY_LEN];
 			if (shoal_xfer_link_send(k, &h, &v, 1, PROBE_ECHO_MS, w, sizeof w) !=
 			    SHOAL_OK)
@@ -105,9 +113,10 @@ void serve__probe_close(shoal_serve_dt *d)
 typedef struct probe_target {
 	shoal_serve_ep ep;
 	shoal_xfer_link *k;
-	uint32_t fails; /* probes failed in a row */
-	bool suspect;   /* named in our record */
-	bool seen;      /* still in the endpoint table */
+	uint32_t fails;   /* probes failed in a row */
+	uint32_t step_ms; /* its longest recent engine run, as its latest echo told */
+	bool suspect;     /* named in our record */
+	bool seen;        /* still in the endpoint table */
 } probe_target;
 
 typedef struct probe_state {
@@ -119,12 +128,37 @@ typedef struct probe_state {
 
 enum { PROBE_OK, PROBE_FAIL, PROBE_NONE };
 
-/* One probe of t within bound_ms: PROBE_OK, PROBE_FAIL (why says how) or
- * PROBE_NONE (no judgement: the peer said goodbye, or we were stopped). */
-static int probe_one(probe_state *ps, probe_target *t, uint32_t bound_ms, char *why, size_t why_len)
+/* How long an echo of t may take: SHOAL_SERVE_PROBE_STEPS of the longer of
+ * our step and the one t told, at least SHOAL_SERVE_PROBE_FLOOR_MS, at most
+ * a minute. */
+static uint32_t probe_bound_ms(uint64_t own_step_ms, const probe_target *t)
+{
+	uint64_t step = own_step_ms > t->step_ms ? own_step_ms : t->step_ms;
+	uint64_t b = SHOAL_SERVE_PROBE_STEPS * step;
+	return b > SHOAL_SERVE_PROBE_FLOOR_MS ? (b < 60000u ? (uint32_t)b : 60000u)
+	                                      : SHOAL_SERVE_PROBE_FLOOR_MS;
+}
+
+/* One echo of t: 1 when it answers `nonce`; its step is noted either way. */
+static int probe_echo(probe_target *t, const shoal_xfer_frame *f, const uint8_t *nonce)
+{
+	if (f->hdr.payload_len != ECHO_BYTES)
+		return 0;
+	uint32_t ms = 0;
+	for (unsigned b = 0; b < 4; b++)
+		ms |= (uint32_t)f->payload[PROBE_BYTES + b] << (8 * b);
+	t->step_ms = ms;
+	return !memcmp(f->payload, nonce, PROBE_BYTES);
+}
+
+/* One probe of t: PROBE_OK, PROBE_FAIL (why says how) or PROBE_NONE (no
+ * judgement: the peer said goodbye, or we were stopped). */
+static int probe_one(probe_state *ps, probe_target *t, uint64_t own_step_ms, char *why,
+                     size_t why_len)
 {
 	shoal_serve *cl = ps->cl;
 	uint64_t t0 = shoal_clock_now_us();
+	uint32_t bound_ms = probe_bound_ms(own_step_ms, t);
 	if (!t->k) {
 		shoal_xfer_config c = cl->xcfg;
 		c.verbs = NULL; /* the probe tests the TCP data port and the data thread */
@@ -159,11 +193,16 @@ static int probe_one(probe_state *ps, probe_target *t, uint32_t bound_ms, char *
 		shoal_xfer_frame f;
 		e = shoal_xfer_link_recv(
 		    t->k, now >= deadline ? 0 : (int)((deadline - now) / 1000u), &f, w, sizeof w);
-		if (e == SHOAL_OK && f.hdr.kind == SHOAL_XFER_KIND_PROBE &&
-		    f.hdr.payload_len == sizeof nonce && !memcmp(f.payload, nonce, sizeof nonce)) {
-			if (shoal_clock_now_us() <= deadline)
+		if (e == SHOAL_OK && f.hdr.kind == SHOAL_XFER_KIND_PROBE) {
+			/* ours, or an older probe's late echo: either tells its step,
+			 * which may give this probe longer */
+			int mine = probe_echo(t, &f, nonce);
+			bound_ms = probe_bound_ms(own_step_ms, t);
+			deadline = t0 + 1000u * (uint64_t)bound_ms;
+			if (mine && shoal_clock_now_us() <= deadline)
 				return PROBE_OK;
-			e = SHOAL_ERR_TIMEOUT; /* answered, but late */
+			if (mine)
+				e = SHOAL_ERR_TIMEOUT; /* answered, but late */
 		} else if (e == SHOAL_ERR_FORMAT || e == SHOAL_ERR_MISMATCH ||
 		           (e == SHOAL_OK && f.hdr.kind != SHOAL_XFER_KIND_ERROR)) {
 			e = SHOAL_OK; /* an older probe's late echo: wait on */
@@ -247,13 +286,10 @@ static void probe_round(probe_state *ps)
 	uint64_t step_ms = cl->met_stage.last_run_ns / 1000000u;
 	pthread_mutex_unlock(&cl->mu);
 	bool changed = probe_sync(ps, eps, n_eps);
-	uint64_t b = SHOAL_SERVE_PROBE_STEPS * step_ms;
-	uint32_t bound_ms = b > SHOAL_SERVE_PROBE_FLOOR_MS ? (b < 60000u ? (uint32_t)b : 60000u)
-	                                                   : SHOAL_SERVE_PROBE_FLOOR_MS;
 	for (size_t i = 0; i < ps->n; i++) {
 		probe_target *t = &ps->t[i];
 		char why[SHOAL_WHY_LEN] = "", hex[SHOAL_PEER_ID_HEX_LEN];
-		int r = probe_one(ps, t, bound_ms, why, sizeof why);
+		int r = probe_one(ps, t, step_ms, why, sizeof why);
 		shoal_hex_encode(t->ep.id, SHOAL_PEER_ID_LEN, hex);
 		if (r == PROBE_OK) {
 			t->fails = 0;

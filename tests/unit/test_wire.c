@@ -603,9 +603,55 @@ static void test_unknown_keys_ignored(void)
 	msgpack_sbuffer_destroy(&sb);
 }
 
+/* A record's data suspects ("dsu") must be peer ids, at most
+ * SHOAL_RECORD_MAX_DSUSPECT of them: a short id, a string or one too many
+ * is refused with the key named; a whole list decodes. */
+static void test_record_dsuspects(void)
+{
+	static shoal_record b;
+	char why[SHOAL_WHY_LEN];
+	static const uint8_t id[SHOAL_PEER_ID_LEN] = {9};
+	for (int how = 0; how < 4; how++) {
+		msgpack_sbuffer sb;
+		msgpack_packer pk;
+		write_cb_init(&sb, &pk);
+		msgpack_pack_map(&pk, 7);
+		pk_str(&pk, "id"), g_id(&pk);
+		pk_str(&pk, "name"), pk_str(&pk, "p");
+		pk_str(&pk, "ver"), msgpack_pack_uint32(&pk, 1);
+		pk_str(&pk, "pv"), msgpack_pack_uint32(&pk, 1);
+		pk_str(&pk, "sv"), msgpack_pack_uint32(&pk, 1);
+		pk_str(&pk, "ctl"), pk_str(&pk, "tcp://x:1");
+		pk_str(&pk, "dsu");
+		uint32_t n = how == 3 ? SHOAL_RECORD_MAX_DSUSPECT + 1 : SHOAL_RECORD_MAX_DSUSPECT;
+		msgpack_pack_array(&pk, n);
+		for (uint32_t i = 0; i < n; i++) {
+			if (how == 1 && i == 2)
+				msgpack_pack_bin_with_body(&pk, id, 4);
+			else if (how == 2 && i == 0)
+				pk_str(&pk, "not an id");
+			else
+				msgpack_pack_bin_with_body(&pk, id, SHOAL_PEER_ID_LEN);
+		}
+		why[0] = 0;
+		shoal_err e =
+		    shoal_wire_record_decode((uint8_t *)sb.data, sb.size, &b, why, sizeof why);
+		if (how == 0) {
+			ASSERT_EQ(e, SHOAL_OK);
+			ASSERT_EQ(b.n_dsuspect, SHOAL_RECORD_MAX_DSUSPECT);
+			ASSERT_MEM_EQ(b.dsuspect[3].b, id, SHOAL_PEER_ID_LEN);
+		} else {
+			ASSERT_EQ(e, SHOAL_ERR_FORMAT);
+			ASSERT_TRUE(strstr(why, "dsu") != NULL);
+		}
+		msgpack_sbuffer_destroy(&sb);
+	}
+}
+
 TEST_MAIN(TEST_CASE(test_peer_id_hex), TEST_CASE(test_record_roundtrip_full),
           TEST_CASE(test_record_json), TEST_CASE(test_record_limits), TEST_CASE(test_msg_roundtrip),
           TEST_CASE(test_truncations), TEST_CASE(test_bit_flips), TEST_CASE(test_random_bytes),
           TEST_CASE(test_wrong_field_types), TEST_CASE(test_huge_lengths),
           TEST_CASE(test_schema_type_toplevel), TEST_CASE(test_nested_too_deep),
-          TEST_CASE(test_record_over_limits), TEST_CASE(test_unknown_keys_ignored))
+          TEST_CASE(test_record_over_limits), TEST_CASE(test_unknown_keys_ignored),
+          TEST_CASE(test_record_dsuspects))
