@@ -429,11 +429,17 @@ void serve__probe_answer(shoal_serve_dt *d);
 void serve__probe_close(shoal_serve_dt *d);
 /* The prober thread (started and joined by serve_data.c). */
 void *serve__probe_main(void *arg);
-/* How many of the candidates all[n] other than all[i] name all[i] a data
- * suspect in their records; their names, comma-separated, into names.
- * Node thread. */
-size_t serve__dsuspect_votes(const shoal_swim_member *const *all, size_t n, size_t i, char *names,
-                             size_t names_len);
+/* How many of the candidates all[n] other than all[i] and those muted
+ * (mute[j]; NULL: none) name all[i] a data suspect in their records; their
+ * names, comma-separated, into names[names_len] (may be NULL, 0). */
+size_t serve__dsuspect_votes(const shoal_swim_member *const *all, size_t n, size_t i,
+                             const bool *mute, char *names, size_t names_len);
+/* Which of the candidates all[n] (n <= SHOAL_SERVE_MAX_PEERS) the plan
+ * leaves out: out[i] when SHOAL_SERVE_DSUSPECT_VOTES others name all[i],
+ * not counting a peer that names every other candidate (of 3 or more: its
+ * own data plane is the likelier broken one). Returns how many. A pure
+ * function of the records: every peer decides alike. */
+size_t serve__dsuspects(const shoal_swim_member *const *all, size_t n, bool *out);
 
 /* serve_links.c: links by (peer, role) and admission; the accept and
  * expert threads. Data thread unless said. */

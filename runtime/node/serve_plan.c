@@ -328,13 +328,15 @@ static size_t serve_drop_dsuspects(shoal_serve *cl, const shoal_swim_member *con
                                    const shoal_swim_member **cand, crypto_generichash_state *hs)
 {
 	size_t nc = 0;
+	bool out[SHOAL_SERVE_MAX_PEERS];
+	serve__dsuspects(all, na, out);
 	for (size_t i = 0; i < na; i++) {
 		char names[SHOAL_WHY_LEN / 2];
-		size_t votes = serve__dsuspect_votes(all, na, i, names, sizeof names);
-		if (votes < SHOAL_SERVE_DSUSPECT_VOTES) {
+		if (!out[i]) {
 			cand[nc++] = all[i];
 			continue;
 		}
+		serve__dsuspect_votes(all, na, i, NULL, names, sizeof names);
 		serve_left(cl, all[i], "its data plane fails as %s probe it", names);
 		crypto_generichash_update(hs, (const uint8_t *)"dsuspect", 8);
 		crypto_generichash_update(hs, all[i]->id.b, SHOAL_PEER_ID_LEN);

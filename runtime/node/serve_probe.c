@@ -25,8 +25,12 @@
  *   3. Our data suspects go into our gossiped record (`dsuspect`).
  *   4. Every peer computes the plan from the gossiped view: a candidate
  *      that SHOAL_SERVE_DSUSPECT_VOTES other candidates name is left out
- *      (serve__dsuspect_votes). No single observer's opinion removes a
- *      peer, and all peers decide alike, since they see the same records.
+ *      (serve__dsuspects). No single observer's opinion removes a peer,
+ *      and all peers decide alike, since they see the same records. The
+ *      names given by a peer that names every other candidate (of 3 or
+ *      more) do not count: a peer whose own data plane fails finds every
+ *      other failing, and two such peers must not leave the healthy ones
+ *      out, even before anyone names them.
  *   5. A prober that was itself stopped (SIGSTOP, a long stall) judges
  *      nobody on the probe that spanned the stop.
  */
@@ -41,6 +45,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "base/assert.h"
 #include "base/hex.h"
 #include "base/log.h"
 #include "base/thread.h"
@@ -363,15 +368,15 @@ void *serve__probe_main(void *arg)
 
 /* ---------------------------------------------------------------- the votes */
 
-size_t serve__dsuspect_votes(const shoal_swim_member *const *all, size_t n, size_t i, char *names,
-                             size_t names_len)
+size_t serve__dsuspect_votes(const shoal_swim_member *const *all, size_t n, size_t i,
+                             const bool *mute, char *names, size_t names_len)
 {
 	size_t votes = 0, o = 0;
 	if (names_len)
 		names[0] = '\0';
 	for (size_t j = 0; j < n; j++) {
 		const shoal_record *r = &all[j]->record;
-		if (j == i)
+		if (j == i || (mute && mute[j]))
 			continue;
 		for (uint32_t k = 0; k < r->n_dsuspect && k < SHOAL_RECORD_MAX_DSUSPECT; k++) {
 			if (memcmp(r->dsuspect[k].b, all[i]->record.id.b, SHOAL_PEER_ID_LEN))
@@ -386,4 +391,39 @@ size_t serve__dsuspect_votes(const shoal_swim_member *const *all, size_t n, size
 		}
 	}
 	return votes;
+}
+
+/* Whether all[j] names every other candidate: its own data plane is then
+ * the likelier broken one (with 3 or more candidates). */
+static bool probe_names_all(const shoal_swim_member *const *all, size_t n, size_t j)
+{
+	const shoal_record *r = &all[j]->record;
+	if (n < 3)
+		return false;
+	for (size_t i = 0; i < n; i++) {
+		if (i == j)
+			continue;
+		uint32_t k = 0;
+		while (k < r->n_dsuspect && k < SHOAL_RECORD_MAX_DSUSPECT &&
+		       memcmp(r->dsuspect[k].b, all[i]->record.id.b, SHOAL_PEER_ID_LEN))
+			k++;
+		if (k == r->n_dsuspect || k == SHOAL_RECORD_MAX_DSUSPECT)
+			return false;
+	}
+	return true;
+}
+
+size_t serve__dsuspects(const shoal_swim_member *const *all, size_t n, bool *out)
+{
+	bool mute[SHOAL_SERVE_MAX_PEERS] = {false};
+	size_t nx = 0;
+	SHOAL_ASSERT(n <= SHOAL_SERVE_MAX_PEERS);
+	for (size_t j = 0; j < n; j++)
+		mute[j] = probe_names_all(all, n, j);
+	for (size_t i = 0; i < n; i++) {
+		out[i] =
+		    serve__dsuspect_votes(all, n, i, mute, NULL, 0) >= SHOAL_SERVE_DSUSPECT_VOTES;
+		nx += out[i];
+	}
+	return nx;
 }
