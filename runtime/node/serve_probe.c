@@ -38,12 +38,11 @@
 
 #include "runtime/node/serve_impl.h"
 
-#include <errno.h>
 #include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
+#include <unistd.h>
 
 #include "base/assert.h"
 #include "base/hex.h"
@@ -57,6 +56,9 @@
 /* An echo is sent with this bound: the prober waits far longer, and the
  * data thread must not stall on a peer that stopped reading. */
 #define PROBE_ECHO_MS 100
+/* The prober sleeps in slices of 50 ms between rounds, so that a node's
+ * stop waits at most that long for it (and a round: a few bounds). */
+#define PROBE_SLICE_US 50000u
 
 /* --------------------------------------------------------------- the answer */
 
@@ -294,6 +296,11 @@ static void probe_round(probe_state *ps)
 	for (size_t i = 0; i < ps->n; i++) {
 		probe_target *t = &ps->t[i];
 		char why[SHOAL_WHY_LEN] = "", hex[SHOAL_PEER_ID_HEX_LEN];
+		pthread_mutex_lock(&cl->mu);
+		int stop = cl->stop;
+		pthread_mutex_unlock(&cl->mu);
+		if (stop) /* the node stops: at most one probe's bound more */
+			break;
 		int r = probe_one(ps, t, step_ms, why, sizeof why);
 		shoal_hex_encode(t->ep.id, SHOAL_PEER_ID_LEN, hex);
 		if (r == PROBE_OK) {
@@ -335,28 +342,21 @@ void *serve__probe_main(void *arg)
 	shoal_thread_name("shoal-probe");
 	uint64_t period_us =
 	    1000ull * SHOAL_SERVE_PROBE_MULT * (cl->cfg.base_ms ? cl->cfg.base_ms : 100u);
+	uint64_t next = shoal_clock_now_us();
 	for (;;) {
-		uint64_t t0 = shoal_clock_now_us();
 		pthread_mutex_lock(&cl->mu);
 		int stop = cl->stop;
 		pthread_mutex_unlock(&cl->mu);
 		if (stop)
 			break;
-		probe_round(ps);
-		uint64_t used = shoal_clock_now_us() - t0;
-		uint64_t wait = used < period_us ? period_us - used : 0;
-		struct timespec ts;
-		clock_gettime(CLOCK_REALTIME, &ts);
-		ts.tv_sec += (time_t)(wait / 1000000u);
-		ts.tv_nsec += (long)(wait % 1000000u) * 1000;
-		if (ts.tv_nsec >= 1000000000L) {
-			ts.tv_sec++;
-			ts.tv_nsec -= 1000000000L;
+		uint64_t now = shoal_clock_now_us();
+		if (now < next) { /* the monotonic clock, in slices: a stop is seen soon */
+			uint64_t w = next - now;
+			usleep((useconds_t)(w < PROBE_SLICE_US ? w : PROBE_SLICE_US));
+			continue;
 		}
-		pthread_mutex_lock(&cl->mu);
-		while (!cl->stop && pthread_cond_timedwait(&cl->cv, &cl->mu, &ts) != ETIMEDOUT)
-			;
-		pthread_mutex_unlock(&cl->mu);
+		probe_round(ps);
+		next = now + period_us;
 	}
 	for (size_t i = 0; i < ps->n; i++) {
 		shoal_xfer_link_bye(ps->t[i].k, "the node stops");
