@@ -85,14 +85,15 @@
  * minute the far peer told in its latest echo (8 leaves room for a
  * longer prefill chunk than it told, and for a run of ours): a
  * LAN answers in < 1 ms, and a peer whose frames take a second each turns
- * a 0.6 s reply into tens of seconds. 2 failures in a row (1.5-3 s) make a
- * suspect, so one lost probe or one stall does not; 2 observers that name
+ * a 0.6 s reply into tens of seconds. 3 failures in a row (3-4.5 s: each
+ * waits out its bound) make a suspect, so a lost probe or a second-long
+ * stall of an overloaded machine does not; 2 observers that name
  * it leave it out of the plan, so no single peer's opinion (its own data
  * plane may be the broken one) removes anyone. */
 #define SHOAL_SERVE_PROBE_MULT     5u
 #define SHOAL_SERVE_PROBE_FLOOR_MS 1000u
 #define SHOAL_SERVE_PROBE_STEPS    8u
-#define SHOAL_SERVE_PROBE_FAILS    2u
+#define SHOAL_SERVE_PROBE_FAILS    3u
 #define SHOAL_SERVE_DSUSPECT_VOTES 2u
 /* The longest engine run an echo tells is that of the last minute: a
  * prefill's long chunks stay known between requests of a busy minute. */
