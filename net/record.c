@@ -41,6 +41,9 @@ shoal_err shoal_record_check(const shoal_record *r, char *why, size_t why_len)
 	if (r->n_models > SHOAL_RECORD_MAX_MODELS)
 		return shoal_why(why, why_len, SHOAL_ERR_RANGE, "%u models, at most %d",
 		                 r->n_models, SHOAL_RECORD_MAX_MODELS);
+	if (r->n_dsuspect > SHOAL_RECORD_MAX_DSUSPECT)
+		return shoal_why(why, why_len, SHOAL_ERR_RANGE, "%u data suspects, at most %d",
+		                 r->n_dsuspect, SHOAL_RECORD_MAX_DSUSPECT);
 	if (r->n_links > SHOAL_RECORD_MAX_LINKS)
 		return shoal_why(why, why_len, SHOAL_ERR_RANGE, "%u links, at most %d", r->n_links,
 		                 SHOAL_RECORD_MAX_LINKS);
@@ -89,6 +92,8 @@ int shoal_record_equal(const shoal_record *a, const shoal_record *b)
 	    strcmp(a->os, b->os) || strcmp(a->arch, b->arch) || a->n_rdma != b->n_rdma ||
 	    a->n_models != b->n_models || a->load_permille != b->load_permille ||
 	    a->n_links != b->n_links || a->serving != b->serving ||
+	    a->n_dsuspect != b->n_dsuspect ||
+	    memcmp(a->dsuspect, b->dsuspect, a->n_dsuspect * sizeof a->dsuspect[0]) ||
 	    a->ready_epoch != b->ready_epoch || a->served_epoch != b->served_epoch ||
 	    memcmp(a->ready_digest, b->ready_digest, sizeof a->ready_digest))
 		return 0;

@@ -31,6 +31,10 @@
 #define SHOAL_RECORD_MAX_MODELS  16  /* models available locally */
 #define SHOAL_RECORD_MAX_LINKS   64  /* measured links: one per (peer, endpoint pair) */
 #define SHOAL_MODEL_DIGEST_LEN   32  /* model id = SHA-256 / BLAKE2b-256 of the file */
+/* Peers whose data plane this peer finds failing, named at once: a plan of
+ * a desk or a lab has a handful of peers, and one observer's list only
+ * counts with another's (runtime/node/serve_probe.c). */
+#define SHOAL_RECORD_MAX_DSUSPECT 8
 
 /* One data endpoint: an address on one network interface. */
 typedef struct shoal_record_endpoint {
@@ -101,6 +105,11 @@ typedef struct shoal_record {
 	 * numbers a new plan above the largest of these it sees, so epochs
 	 * only grow, also after a moment without any plan. */
 	uint64_t served_epoch;
+	/* The peers whose data plane fails or crawls as this peer probes it
+	 * (runtime/node/serve_probe.c): evidence that, with a second
+	 * observer's, leaves a peer out of every peer's plan. */
+	uint32_t n_dsuspect;
+	shoal_peer_id dsuspect[SHOAL_RECORD_MAX_DSUSPECT];
 } shoal_record;
 
 /* Zero the record (all counts 0, all strings empty). */

@@ -349,14 +349,15 @@ static shoal_err get_array(const msgpack_object *m, const char *k, uint32_t max,
 
 /* Record keys: id name ver cl sw pv sv ctl | dep:[{k if a r}] | mt mw cmb cmf
  * co os ar rd:[str] | mo:[{d p b}] | ld | ln:[{p le re rtt bw}] | srv rdd rde
- * (serving, ready digest and epoch: optional, absent from older peers). */
+ * sve dsu:[bin] (serving, ready digest and epoch, served epoch, data suspects:
+ * optional, absent from older peers). */
 shoal_err shoal_wire_record_encode(const shoal_record *r, shoal_wire_buf *b)
 {
 	msgpack_packer pk;
 	int rc = 0;
 	b->len = 0;
 	msgpack_packer_init(&pk, b, shoal_wire_buf_write);
-	rc |= msgpack_pack_map(&pk, 24);
+	rc |= msgpack_pack_map(&pk, 25);
 	rc |= pack_kbin(&pk, "id", r->id.b, SHOAL_PEER_ID_LEN);
 	rc |= pack_kstr(&pk, "name", r->name);
 	rc |= pack_ku64(&pk, "ver", r->version);
@@ -402,6 +403,9 @@ shoal_err shoal_wire_record_encode(const shoal_record *r, shoal_wire_buf *b)
 	rc |= pack_kbin(&pk, "rdd", r->ready_digest, SHOAL_MODEL_DIGEST_LEN);
 	rc |= pack_ku64(&pk, "rde", r->ready_epoch);
 	rc |= pack_ku64(&pk, "sve", r->served_epoch);
+	rc |= pack_key(&pk, "dsu") | msgpack_pack_array(&pk, r->n_dsuspect);
+	for (uint32_t i = 0; i < r->n_dsuspect; i++)
+		rc |= msgpack_pack_bin_with_body(&pk, r->dsuspect[i].b, SHOAL_PEER_ID_LEN);
 	return rc ? SHOAL_ERR_NOMEM : SHOAL_OK;
 }
 
@@ -473,6 +477,15 @@ static shoal_err record_from_obj(const msgpack_object *o, shoal_record *r, char 
 	TRY(get_fixbin(o, "rdd", 0, r->ready_digest, SHOAL_MODEL_DIGEST_LEN, w, why, why_len));
 	TRY(get_u64(o, "rde", 0, UINT64_MAX, &r->ready_epoch, w, why, why_len));
 	TRY(get_u64(o, "sve", 0, UINT64_MAX, &r->served_epoch, w, why, why_len));
+	TRY(get_array(o, "dsu", SHOAL_RECORD_MAX_DSUSPECT, MSGPACK_OBJECT_BIN, &a, &n, w, why,
+	              why_len));
+	for (uint32_t i = 0; i < n; i++) {
+		if (a[i].via.bin.size != SHOAL_PEER_ID_LEN)
+			return shoal_why(why, why_len, SHOAL_ERR_FORMAT,
+			                 "%s: \"dsu\"[%u] is no peer id", w, i);
+		memcpy(r->dsuspect[i].b, a[i].via.bin.ptr, SHOAL_PEER_ID_LEN);
+	}
+	r->n_dsuspect = n;
 	return shoal_record_check(r, why, why_len);
 }
 

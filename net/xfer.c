@@ -87,6 +87,7 @@ struct shoal_xfer_link {
 	char addr[64];
 	char devname[SHOAL_XFER_DEVNAME_MAX]; /* our RDMA device, when offered */
 	int closed;
+	int peer_bye; /* the peer's goodbye (ERROR, SHOAL_ERR_CLOSED) was read */
 	char status[SHOAL_WHY_WRAP_LEN];
 	shoal_xfer_metrics m;
 };
@@ -333,6 +334,33 @@ int shoal_xfer_link_is_open(const shoal_xfer_link *k)
 	return k && !k->closed;
 }
 
+int shoal_xfer_link_peer_bye(const shoal_xfer_link *k)
+{
+	return k && k->peer_bye;
+}
+
+static shoal_err recv_on(shoal_xfer_link *k, const xfer__transport_ops *ops, void *t,
+                         int timeout_ms, shoal_xfer_frame *f, char *why, size_t why_len);
+
+/* A send failed: before the link closes, read what the peer sent before
+ * it went, without waiting. A goodbye there means the peer closed the link
+ * on purpose (a plan change while we were stopped or busy): the send
+ * error is no evidence of a death. Frames before it are dropped (the link
+ * is going anyway); at most 64 are read, then it gives up. */
+static void seek_goodbye(shoal_xfer_link *k)
+{
+	char r[SHOAL_WHY_LEN];
+	shoal_xfer_frame f;
+	for (int i = 0; i < 64 && !k->peer_bye; i++) {
+		shoal_err e = recv_on(k, &xfer__tcp_ops, k->tcp, 0, &f, r, sizeof r);
+		if (e == SHOAL_OK && f.hdr.kind == SHOAL_XFER_KIND_ERROR &&
+		    f.hdr.n_aux == SHOAL_ERR_CLOSED)
+			k->peer_bye = 1;
+		else if (e != SHOAL_OK && e != SHOAL_ERR_FORMAT && e != SHOAL_ERR_MISMATCH)
+			break;
+	}
+}
+
 shoal_err shoal_xfer_link_send(shoal_xfer_link *k, const shoal_xfer_hdr *hdr,
                                const struct iovec *iov, int iovcnt, int timeout_ms, char *why,
                                size_t why_len)
@@ -344,8 +372,11 @@ shoal_err shoal_xfer_link_send(shoal_xfer_link *k, const shoal_xfer_hdr *hdr,
 	shoal_err e = send_on(k, k->ops, k->t, hdr, iov, iovcnt, timeout_ms, &partial, r, sizeof r);
 	if (!e)
 		return SHOAL_OK;
-	if (partial || e == SHOAL_ERR_CLOSED || e == SHOAL_ERR_IO || e == SHOAL_ERR_PROTO)
+	if (partial || e == SHOAL_ERR_CLOSED || e == SHOAL_ERR_IO || e == SHOAL_ERR_PROTO) {
+		if (e != SHOAL_ERR_PROTO)
+			seek_goodbye(k);
 		fail_link(k, e, r, !partial && e != SHOAL_ERR_CLOSED);
+	}
 	return shoal_why(why, why_len, e, "%s", r);
 }
 
@@ -407,6 +438,8 @@ shoal_err shoal_xfer_link_recv(shoal_xfer_link *k, int timeout_ms, shoal_xfer_fr
 		e = recv_on(k, &xfer__tcp_ops, k->tcp, timeout_ms, f, r, sizeof r);
 	switch (e) {
 	case SHOAL_OK:
+		if (f->hdr.kind == SHOAL_XFER_KIND_ERROR && f->hdr.n_aux == SHOAL_ERR_CLOSED)
+			k->peer_bye = 1;
 		return SHOAL_OK;
 	case SHOAL_ERR_TIMEOUT:
 		return shoal_why(why, why_len, e, "no frame within %d ms", timeout_ms);

@@ -153,6 +153,10 @@ void shoal_xfer_link_free(shoal_xfer_link *k); /* NULL-safe; closes both transpo
 void shoal_xfer_link_bye(shoal_xfer_link *k, const char *reason);
 /* 0 once the link is closed (a failed send or receive, a bye). */
 int shoal_xfer_link_is_open(const shoal_xfer_link *k);
+/* 1 when the peer said goodbye (an ERROR frame with SHOAL_ERR_CLOSED was
+ * received, or found waiting when a send failed): the link's end was
+ * deliberate, not evidence of a death. NULL-safe. */
+int shoal_xfer_link_peer_bye(const shoal_xfer_link *k);
 
 /* The plan the link's data frames belong to: sent in every data frame and
  * required of every received one (invariant 9). Until set, data frames

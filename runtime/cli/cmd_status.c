@@ -22,6 +22,7 @@
  *       "compute_gb_s", "compute_gflops", "cores", "os", "arch", "load",
  *       "data_endpoints": [{"kind","interface","address","rdma"}],
  *       "rdma_devices": [names], "models": [{"model_id","path","bytes"}],
+ *       "data_suspects": [IDs whose data plane it finds failing],
  *       "links": [{"peer": ID, "local_endpoint", "remote_endpoint",
  *                  "rtt_us", "bandwidth_bytes_s"}] } ],
  *    "plan": {...} }                 -- only from a node serving a model:

@@ -136,6 +136,13 @@ static void serve_publish(shoal_serve_dt *d)
 		shoal_dist_stage_metrics_get(d->as->stage, &sm);
 	if (d->owner)
 		shoal_dist_owner_metrics_get(d->owner, &om);
+	/* the longest run of the last minute, for probe echoes: a longer one
+	 * replaces it, and it falls back to the latest after a minute */
+	uint64_t now = shoal_clock_now_us();
+	if (sm.last_run_ns > d->run_max_ns || now - d->run_max_us > SHOAL_SERVE_RUN_MAX_US) {
+		d->run_max_ns = sm.last_run_ns;
+		d->run_max_us = now;
+	}
 	pthread_mutex_lock(&d->cl->mu);
 	d->cl->met_stage = sm;
 	d->cl->met_owner = om;
@@ -235,7 +242,7 @@ void *serve__data_main(void *arg)
 		serve__adopt(d);
 		serve__start_runs(d, tcs);
 		/* wait for frames or a wake-up */
-		struct pollfd pf[1 + 3 * SHOAL_SERVE_LINKS];
+		struct pollfd pf[1 + 3 * (2 * SHOAL_SERVE_LINKS + SHOAL_SERVE_MAX_PEERS)];
 		int np = 0;
 		pf[np].fd = cl->wake[0];
 		pf[np].events = POLLIN;
@@ -249,11 +256,23 @@ void *serve__data_main(void *arg)
 		for (size_t i = 0; i < d->n_out; i++)
 			if (d->out[i].role != SHOAL_SERVE_ROLE_EXPERTS)
 				np += shoal_xfer_link_pollfds(d->out[i].k, pf + np, 3);
+		np += serve__probe_pollfds(d, pf + np, (int)(sizeof pf / sizeof pf[0]) - np);
 		serve_wait(d, pf, np);
 		char drain[64];
 		while (read(cl->wake[0], drain, sizeof drain) > 0)
 			;
-		/* Read every link (cheap: recv with timeout 0). */
+		/* Read every link (cheap: recv with timeout 0), the links we send
+		 * on first: a goodbye waiting there (the peer changed plans while
+		 * this thread was stopped or busy) must be read before a frame from
+		 * an in-link makes the owner or stage send on it, or the send's
+		 * error would look like the peer's death. */
+		for (size_t i = 0; i < d->n_out;) {
+			if (d->out[i].role == SHOAL_SERVE_ROLE_EXPERTS ||
+			    serve_drain_link(d, d->out[i].k, d->out[i].role, &d->out[i].bye))
+				i++;
+			else
+				serve__out_drop(d, i);
+		}
 		for (size_t i = 0; i < d->n_in;) {
 			char why[SHOAL_WHY_LEN];
 			if (d->in[i].role == SHOAL_SERVE_ROLE_TENSOR ||
@@ -264,17 +283,13 @@ void *serve__data_main(void *arg)
 			snprintf(why, sizeof why, "its data link to us broke: %.*s",
 			         SHOAL_WHY_QUOTE(sizeof why, 32),
 			         shoal_xfer_link_status(d->in[i].k));
-			serve__link_broke(d, d->in[i].peer, d->in[i].inc, d->in[i].bye, why);
+			serve__link_broke(d, d->in[i].peer, d->in[i].inc,
+			                  d->in[i].bye || shoal_xfer_link_peer_bye(d->in[i].k),
+			                  why);
 			shoal_xfer_link_free(d->in[i].k);
 			d->in[i] = d->in[--d->n_in];
 		}
-		for (size_t i = 0; i < d->n_out;) {
-			if (d->out[i].role == SHOAL_SERVE_ROLE_EXPERTS ||
-			    serve_drain_link(d, d->out[i].k, d->out[i].role, &d->out[i].bye))
-				i++;
-			else
-				serve__out_drop(d, i);
-		}
+		serve__probe_answer(d);
 		if (d->as && d->as->stage) {
 			char why[SHOAL_WHY_LEN] = "";
 			if (shoal_dist_stage_flush(d->as->stage, why, sizeof why) != SHOAL_OK)
@@ -284,6 +299,7 @@ void *serve__data_main(void *arg)
 		serve_publish(d);
 	}
 	serve__links_close(d, "the node stops");
+	serve__probe_close(d);
 	shoal_dist_owner_free(d->owner);
 	serve__free_assign(d->as);
 	cl->dt = NULL;
@@ -316,6 +332,9 @@ shoal_err serve__data_start(shoal_serve *cl, char *why, size_t why_len)
 	if (pthread_create(&cl->x_thr, NULL, serve__experts_main, cl) != 0)
 		return shoal_why(why, why_len, SHOAL_ERR_NOMEM, "cannot start the expert thread");
 	cl->x_started = true;
+	if (pthread_create(&cl->probe_thr, NULL, serve__probe_main, cl) != 0)
+		return shoal_why(why, why_len, SHOAL_ERR_NOMEM, "cannot start the data prober");
+	cl->probe_started = true;
 	return SHOAL_OK;
 }
 
@@ -334,11 +353,13 @@ void serve__data_stop(shoal_serve *cl)
 		serve__xwake(cl);
 	if (cl->x_started)
 		pthread_join(cl->x_thr, NULL);
+	if (cl->probe_started)
+		pthread_join(cl->probe_thr, NULL);
 	if (cl->data_started)
 		pthread_join(cl->data_thr, NULL);
 	if (cl->acc_started)
 		pthread_join(cl->acc_thr, NULL);
-	cl->data_started = cl->acc_started = cl->x_started = false;
+	cl->data_started = cl->acc_started = cl->x_started = cl->probe_started = false;
 	for (size_t i = 0; i < cl->n_acc; i++)
 		shoal_xfer_link_free(cl->acc[i]);
 	cl->n_acc = 0;

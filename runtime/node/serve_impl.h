@@ -10,6 +10,7 @@
  *   serve_status.c   the status "plan" object (node thread)
  *   serve_data.c     the data thread
  *   serve_links.c    links, admission, the accept and expert threads
+ *   serve_probe.c    data-plane probes, the prober thread, data suspects
  *
  * What crosses threads goes through `mu`: the pending assignment, the
  * endpoint table, servability, run slots, the event ring, the expert
@@ -82,6 +83,28 @@
  * Ethernet, ~200 us for a small frame through two kernels, 125 MB/s. */
 #define SHOAL_SERVE_LINK_US 200u
 #define SHOAL_SERVE_LINK_BW 125000000u
+/* Data-plane probes (serve_probe.c). Every 5 base periods (500 ms at the
+ * default 100 ms, as a SWIM protocol period) each peer probes every other
+ * peer serving the model over a PROBE data link. An echo must come within
+ * 1000 ms, or 8 step times when that is longer: the far data thread
+ * answers between two batches, so one engine run delays it; the step is
+ * the longer of our stage's latest and the longest run of the last
+ * minute the far peer told in its latest echo (8 leaves room for a
+ * longer prefill chunk than it told, and for a run of ours): a
+ * LAN answers in < 1 ms, and a peer whose frames take a second each turns
+ * a 0.6 s reply into tens of seconds. 3 failures in a row (3-4.5 s: each
+ * waits out its bound) make a suspect, so a lost probe or a second-long
+ * stall of an overloaded machine does not; 2 observers that name
+ * it leave it out of the plan, so no single peer's opinion (its own data
+ * plane may be the broken one) removes anyone. */
+#define SHOAL_SERVE_PROBE_MULT     5u
+#define SHOAL_SERVE_PROBE_FLOOR_MS 1000u
+#define SHOAL_SERVE_PROBE_STEPS    8u
+#define SHOAL_SERVE_PROBE_FAILS    3u
+#define SHOAL_SERVE_DSUSPECT_VOTES 2u
+/* The longest engine run an echo tells is that of the last minute: a
+ * prefill's long chunks stay known between requests of a busy minute. */
+#define SHOAL_SERVE_RUN_MAX_US 60000000u
 
 /* Link roles: which thread and object on the far side reads the frames. */
 enum {
@@ -89,6 +112,7 @@ enum {
 	SHOAL_SERVE_ROLE_OWNER = 2,   /* the data thread's session owner */
 	SHOAL_SERVE_ROLE_EXPERTS = 3, /* the expert thread's server */
 	SHOAL_SERVE_ROLE_TENSOR = 5,  /* a group member's slices (read in its exchange) */
+	SHOAL_SERVE_ROLE_PROBE = 6,   /* data-plane probes, echoed by the data thread */
 	SHOAL_SERVE_ROLE_WEIGHTS = SHOAL_WEIGHTS_ROLE /* the weights server (weights.h) */
 };
 
@@ -294,14 +318,20 @@ struct shoal_serve {
 
 	shoal_wire_buf msg; /* node thread: RUN_* replies, reserved once */
 
+	/* data suspects: the prober's (under mu), published by the node thread */
+	shoal_peer_id dsus[SHOAL_RECORD_MAX_DSUSPECT];
+	uint32_t n_dsus;
+	uint64_t dsus_version;
+	uint64_t dsus_published; /* node thread */
+
 	/* threads */
 	int wake[2];  /* node -> data thread */
 	int xwake[2]; /* -> expert thread */
 	int evfd[2];  /* data thread -> node */
 	shoal_xfer_config xcfg;
 	shoal_xfer_listener *listener;
-	pthread_t data_thr, acc_thr, x_thr;
-	bool data_started, acc_started, x_started;
+	pthread_t data_thr, acc_thr, x_thr, probe_thr;
+	bool data_started, acc_started, x_started, probe_started;
 	int admit_role; /* accept thread only */
 	/* link roles for dist objects */
 	shoal_serve_lctx lctx_stage, lctx_owner, lctx_experts, lctx_tensor;
@@ -331,11 +361,17 @@ struct shoal_serve_dt {
 	size_t n_out;
 	shoal_serve_dlink in[SHOAL_SERVE_LINKS];
 	size_t n_in;
+	/* accepted PROBE links: kept across plans, echoed (serve_probe.c) */
+	shoal_xfer_link *pin[SHOAL_SERVE_MAX_PEERS];
+	size_t n_pin;
 	uint32_t live; /* runs started and not ended */
 	/* the spin before a wait (shoal_serve_wait) */
 	uint64_t frame_us;    /* when the latest frame was handled */
 	uint64_t spin_off_us; /* no spinning before then: the core is shared */
 	uint64_t wait_us;     /* the recent waits for a frame, averaged; 0: none yet */
+	/* the longest engine run of the last minute or so, told in probe
+	 * echoes: a prober waits in proportion (serve_probe.c) */
+	uint64_t run_max_ns, run_max_us;
 };
 typedef struct shoal_serve_dt shoal_serve_dt;
 
@@ -402,6 +438,25 @@ void serve__check_runs(shoal_serve_dt *d);
 /* A run whose end was told frees its slot (the data thread for an API
  * run, the node thread for a control-plane run). */
 void serve__free_run(shoal_serve *cl, shoal_serve_run *r);
+
+/* serve_probe.c: data-plane probes. The data thread's side: the PROBE
+ * links' fds (returns how many, at most cap), their echoes, their close. */
+int serve__probe_pollfds(const shoal_serve_dt *d, struct pollfd *pf, int cap);
+void serve__probe_answer(shoal_serve_dt *d);
+void serve__probe_close(shoal_serve_dt *d);
+/* The prober thread (started and joined by serve_data.c). */
+void *serve__probe_main(void *arg);
+/* How many of the candidates all[n] other than all[i] and those muted
+ * (mute[j]; NULL: none) name all[i] a data suspect in their records; their
+ * names, comma-separated, into names[names_len] (may be NULL, 0). */
+size_t serve__dsuspect_votes(const shoal_swim_member *const *all, size_t n, size_t i,
+                             const bool *mute, char *names, size_t names_len);
+/* Which of the candidates all[n] (n <= SHOAL_SERVE_MAX_PEERS) the plan
+ * leaves out: out[i] when SHOAL_SERVE_DSUSPECT_VOTES others name all[i],
+ * not counting a peer that names every other candidate (of 3 or more: its
+ * own data plane is the likelier broken one). Returns how many. A pure
+ * function of the records: every peer decides alike. */
+size_t serve__dsuspects(const shoal_swim_member *const *all, size_t n, bool *out);
 
 /* serve_links.c: links by (peer, role) and admission; the accept and
  * expert threads. Data thread unless said. */

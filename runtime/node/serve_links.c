@@ -59,6 +59,7 @@ int serve__admit(void *ctx, const uint8_t peer[SHOAL_PEER_ID_LEN], const char *a
 	                        token[SHOAL_LINK_TOKEN_ROLE] != SHOAL_SERVE_ROLE_OWNER &&
 	                        token[SHOAL_LINK_TOKEN_ROLE] != SHOAL_SERVE_ROLE_EXPERTS &&
 	                        token[SHOAL_LINK_TOKEN_ROLE] != SHOAL_SERVE_ROLE_WEIGHTS &&
+	                        token[SHOAL_LINK_TOKEN_ROLE] != SHOAL_SERVE_ROLE_PROBE &&
 	                        token[SHOAL_LINK_TOKEN_ROLE] != SHOAL_SERVE_ROLE_TENSOR)) {
 		SHOAL_LOG_W("cluster", "data link from %s refused: malformed token", addr);
 		return 0;
@@ -66,8 +67,9 @@ int serve__admit(void *ctx, const uint8_t peer[SHOAL_PEER_ID_LEN], const char *a
 	pthread_mutex_lock(&cl->mu);
 	memcpy(digest, cl->shared_digest, SHOAL_DIGEST_BYTES);
 	pthread_mutex_unlock(&cl->mu);
-	if (token[SHOAL_LINK_TOKEN_ROLE] ==
-	    SHOAL_SERVE_ROLE_WEIGHTS) /* a joiner has no plan: the model id */
+	/* a joiner, and a peer the plan left out, have no plan: the model id */
+	if (token[SHOAL_LINK_TOKEN_ROLE] == SHOAL_SERVE_ROLE_WEIGHTS ||
+	    token[SHOAL_LINK_TOKEN_ROLE] == SHOAL_SERVE_ROLE_PROBE)
 		memcpy(digest, cl->model_id, SHOAL_MODEL_ID_BYTES);
 	serve__token(cl, peer, digest, token[SHOAL_LINK_TOKEN_ROLE], want);
 	if (sodium_memcmp(want, token, SHOAL_LINK_TOKEN_LEN) != 0) {
@@ -114,7 +116,8 @@ void serve__out_drop(shoal_serve_dt *d, size_t i)
 	char why[SHOAL_WHY_LEN];
 	snprintf(why, sizeof why, "our data link to it broke: %.*s",
 	         SHOAL_WHY_QUOTE(sizeof why, 32), shoal_xfer_link_status(d->out[i].k));
-	serve__link_broke(d, d->out[i].peer, d->out[i].inc, d->out[i].bye, why);
+	serve__link_broke(d, d->out[i].peer, d->out[i].inc,
+	                  d->out[i].bye || shoal_xfer_link_peer_bye(d->out[i].k), why);
 	shoal_xfer_link_free(d->out[i].k);
 	d->out[i] = d->out[--d->n_out];
 }
@@ -200,7 +203,12 @@ void serve__adopt(shoal_serve_dt *d)
 	shoal_serve *cl = d->cl;
 	pthread_mutex_lock(&cl->mu);
 	for (size_t i = 0; i < cl->n_acc; i++) {
-		if (d->as && d->n_in < SHOAL_SERVE_LINKS) {
+		if (cl->acc_role[i] == SHOAL_SERVE_ROLE_PROBE) { /* with or without a plan */
+			if (d->n_pin < SHOAL_SERVE_MAX_PEERS)
+				d->pin[d->n_pin++] = cl->acc[i];
+			else
+				shoal_xfer_link_free(cl->acc[i]);
+		} else if (d->as && d->n_in < SHOAL_SERVE_LINKS) {
 			shoal_xfer_link_set_plan(cl->acc[i], d->as->digest, d->as->epoch);
 			d->in[d->n_in].k = cl->acc[i];
 			d->in[d->n_in].role = cl->acc_role[i];

@@ -321,7 +321,31 @@ static bool serve_plan_peer_died(const shoal_serve *cl, const shoal_swim_member 
  * (cl->left), whether peers of another model outvote ours (*outvoted, and
  * why), and a signature of every planning input, so that step 2 re-plans
  * only when one changed. */
+/* Step 1b: the candidates all[na] less those that SHOAL_SERVE_DSUSPECT_VOTES
+ * others name data suspects (serve_probe.c) into cand (their count
+ * returned); each one left out goes into cl->left and the signature. */
+static size_t serve_drop_dsuspects(shoal_serve *cl, const shoal_swim_member *const *all, size_t na,
+                                   const shoal_swim_member **cand, crypto_generichash_state *hs)
+{
+	size_t nc = 0;
+	bool out[SHOAL_SERVE_MAX_PEERS];
+	serve__dsuspects(all, na, out);
+	for (size_t i = 0; i < na; i++) {
+		char names[SHOAL_WHY_LEN / 2];
+		if (!out[i]) {
+			cand[nc++] = all[i];
+			continue;
+		}
+		serve__dsuspect_votes(all, na, i, NULL, names, sizeof names);
+		serve_left(cl, all[i], "its data plane fails as %s probe it", names);
+		crypto_generichash_update(hs, (const uint8_t *)"dsuspect", 8);
+		crypto_generichash_update(hs, all[i]->id.b, SHOAL_PEER_ID_LEN);
+	}
+	return nc;
+}
+
 static size_t serve_candidates(shoal_serve *cl, const shoal_swim_member *v, size_t n,
+                               const shoal_swim_member **all, size_t *n_all,
                                const shoal_swim_member **cand, bool *outvoted, char *left_why,
                                size_t left_len, uint8_t sig[SHOAL_DIGEST_BYTES])
 {
@@ -351,8 +375,12 @@ static size_t serve_candidates(shoal_serve *cl, const shoal_swim_member *v, size
 		}
 		if (nc >= SHOAL_SERVE_MAX_PEERS)
 			continue;
-		cand[nc++] = m;
-		const shoal_record *r = &m->record;
+		all[nc++] = m;
+	}
+	*n_all = nc;
+	nc = serve_drop_dsuspects(cl, all, nc, cand, &hs);
+	for (size_t i = 0; i < nc; i++) {
+		const shoal_record *r = &cand[i]->record;
 		crypto_generichash_update(&hs, r->id.b, SHOAL_PEER_ID_LEN);
 		crypto_generichash_update(&hs, (const uint8_t *)&r->mem_weights, 8);
 		crypto_generichash_update(&hs, (const uint8_t *)&r->compute_mb_s, 8);
@@ -524,17 +552,23 @@ int shoal_serve_update(shoal_serve *cl, const shoal_swim_member *v, size_t n)
 {
 	/* 1. Candidates: alive, compatible, serving our model id. */
 	const shoal_swim_member *cand[SHOAL_SERVE_MAX_PEERS] = {0};
+	const shoal_swim_member *all[SHOAL_SERVE_MAX_PEERS] = {0};
 	char left_why[SHOAL_WHY_LEN];
 	uint8_t sig[SHOAL_DIGEST_BYTES];
 	bool outvoted;
-	size_t nc = serve_candidates(cl, v, n, cand, &outvoted, left_why, sizeof left_why, sig);
-	int republish = 0;
+	size_t na = 0;
+	size_t nc =
+	    serve_candidates(cl, v, n, all, &na, cand, &outvoted, left_why, sizeof left_why, sig);
+	/* our data suspects changed (the prober): publish them */
+	pthread_mutex_lock(&cl->mu);
+	int republish = cl->dsus_version != cl->dsus_published;
+	pthread_mutex_unlock(&cl->mu);
 	/* 2. Re-plan only when the planning inputs changed. */
 	if (!cl->have_sig || memcmp(sig, cl->view_sig, SHOAL_DIGEST_BYTES)) {
 		memcpy(cl->view_sig, sig, SHOAL_DIGEST_BYTES);
 		cl->have_sig = true;
-		serve_endpoints(cl, cand, nc);
-		republish = serve_replan(cl, v, n, cand, nc, outvoted, left_why);
+		serve_endpoints(cl, all, na); /* those left out are still probed */
+		republish |= serve_replan(cl, v, n, cand, nc, outvoted, left_why);
 	}
 	/* a fetch that ended lets us take our part now */
 	republish |= serve__take_part(cl);

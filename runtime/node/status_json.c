@@ -82,6 +82,12 @@ json_t *shoal_status_record_json(const shoal_record *r)
 		rc |= put(o, "ready_digest", json_null());
 	}
 	rc |= put(o, "ready_epoch", json_integer((json_int_t)r->ready_epoch));
+	/* the peers whose data plane this one finds failing (ids in hex) */
+	rc |= put(o, "data_suspects", a = json_array());
+	for (uint32_t i = 0; a && i < r->n_dsuspect; i++) {
+		shoal_peer_id_to_hex(&r->dsuspect[i], hex);
+		rc |= json_array_append_new(a, jstr(hex));
+	}
 	rc |= put(o, "links", a = json_array());
 	for (uint32_t i = 0; a && i < r->n_links; i++) {
 		const shoal_record_link *l = &r->links[i];

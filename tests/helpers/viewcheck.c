@@ -10,6 +10,8 @@
  *   viewcheck FILE id NAME       print its id
  *   viewcheck FILE inc NAME      print its incarnation
  *   viewcheck FILE links NAME    print how many measured links its record has
+ *   viewcheck FILE dsuspects NAME  print the names of the peers whose data plane
+ *                                NAME's record names failing, one a line
  *   viewcheck FILE compat NAME   print "yes", or "no: <why_incompatible>", or "none"
  *   viewcheck FILE summary       print "name:state:incarnation" per peer, sorted by id
  * Exit 1 when FILE is not a status object.
@@ -107,6 +109,18 @@ int main(int argc, char **argv)
 	} else if (!strcmp(cmd, "links")) {
 		json_t *p = find_peer(peers, arg);
 		printf("%zu\n", p ? json_array_size(json_object_get(p, "links")) : 0);
+	} else if (!strcmp(cmd, "dsuspects")) {
+		json_t *p = find_peer(peers, arg), *ids = json_object_get(p, "data_suspects");
+		for (size_t i = 0; i < json_array_size(ids); i++) {
+			const char *id = json_string_value(json_array_get(ids, i));
+			for (size_t j = 0; id && j < json_array_size(peers); j++) {
+				json_t *q = json_array_get(peers, j);
+				const char *qid = json_string_value(json_object_get(q, "id"));
+				if (qid && !strcmp(qid, id))
+					printf("%s\n",
+					       json_string_value(json_object_get(q, "name")));
+			}
+		}
 	} else if (!strcmp(cmd, "compat")) {
 		json_t *p = find_peer(peers, arg);
 		if (!p)

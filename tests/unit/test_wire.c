@@ -71,6 +71,9 @@ static void full_record(shoal_record *r)
 		r->links[i].rtt_us = 100 + i;
 		r->links[i].bw_bytes_s = 1000000000ull + i;
 	}
+	r->n_dsuspect = SHOAL_RECORD_MAX_DSUSPECT;
+	for (uint32_t i = 0; i < r->n_dsuspect; i++)
+		memset(r->dsuspect[i].b, 0x40 + (int)i, SHOAL_PEER_ID_LEN);
 }
 
 static void test_peer_id_hex(void)
@@ -102,6 +105,9 @@ static void test_record_roundtrip_full(void)
 	ASSERT_EQ(shoal_wire_record_decode(buf.data, buf.len, &b, why, sizeof why), SHOAL_OK);
 	ASSERT_TRUE(shoal_record_equal(&a, &b));
 	b.links[63].rtt_us++;
+	ASSERT_FALSE(shoal_record_equal(&a, &b));
+	b = a;
+	b.dsuspect[SHOAL_RECORD_MAX_DSUSPECT - 1].b[3] ^= 1;
 	ASSERT_FALSE(shoal_record_equal(&a, &b));
 	/* every truncation fails */
 	size_t ok = 0;
@@ -137,6 +143,10 @@ static void test_record_limits(void)
 	a.n_links = SHOAL_RECORD_MAX_LINKS + 1;
 	ASSERT_EQ(shoal_record_check(&a, why, sizeof why), SHOAL_ERR_RANGE);
 	ASSERT_TRUE(strstr(why, "links") != NULL);
+	full_record(&a);
+	a.n_dsuspect = SHOAL_RECORD_MAX_DSUSPECT + 1;
+	ASSERT_EQ(shoal_record_check(&a, why, sizeof why), SHOAL_ERR_RANGE);
+	ASSERT_TRUE(strstr(why, "data suspects") != NULL);
 	full_record(&a);
 	a.ctl_endpoint[0] = 0;
 	ASSERT_NE(shoal_record_check(&a, why, sizeof why), SHOAL_OK);
@@ -593,9 +603,55 @@ static void test_unknown_keys_ignored(void)
 	msgpack_sbuffer_destroy(&sb);
 }
 
+/* A record's data suspects ("dsu") must be peer ids, at most
+ * SHOAL_RECORD_MAX_DSUSPECT of them: a short id, a string or one too many
+ * is refused with the key named; a whole list decodes. */
+static void test_record_dsuspects(void)
+{
+	static shoal_record b;
+	char why[SHOAL_WHY_LEN];
+	static const uint8_t id[SHOAL_PEER_ID_LEN] = {9};
+	for (int how = 0; how < 4; how++) {
+		msgpack_sbuffer sb;
+		msgpack_packer pk;
+		write_cb_init(&sb, &pk);
+		msgpack_pack_map(&pk, 7);
+		pk_str(&pk, "id"), g_id(&pk);
+		pk_str(&pk, "name"), pk_str(&pk, "p");
+		pk_str(&pk, "ver"), msgpack_pack_uint32(&pk, 1);
+		pk_str(&pk, "pv"), msgpack_pack_uint32(&pk, 1);
+		pk_str(&pk, "sv"), msgpack_pack_uint32(&pk, 1);
+		pk_str(&pk, "ctl"), pk_str(&pk, "tcp://x:1");
+		pk_str(&pk, "dsu");
+		uint32_t n = how == 3 ? SHOAL_RECORD_MAX_DSUSPECT + 1 : SHOAL_RECORD_MAX_DSUSPECT;
+		msgpack_pack_array(&pk, n);
+		for (uint32_t i = 0; i < n; i++) {
+			if (how == 1 && i == 2)
+				msgpack_pack_bin_with_body(&pk, id, 4);
+			else if (how == 2 && i == 0)
+				pk_str(&pk, "not an id");
+			else
+				msgpack_pack_bin_with_body(&pk, id, SHOAL_PEER_ID_LEN);
+		}
+		why[0] = 0;
+		shoal_err e =
+		    shoal_wire_record_decode((uint8_t *)sb.data, sb.size, &b, why, sizeof why);
+		if (how == 0) {
+			ASSERT_EQ(e, SHOAL_OK);
+			ASSERT_EQ(b.n_dsuspect, SHOAL_RECORD_MAX_DSUSPECT);
+			ASSERT_MEM_EQ(b.dsuspect[3].b, id, SHOAL_PEER_ID_LEN);
+		} else {
+			ASSERT_EQ(e, SHOAL_ERR_FORMAT);
+			ASSERT_TRUE(strstr(why, "dsu") != NULL);
+		}
+		msgpack_sbuffer_destroy(&sb);
+	}
+}
+
 TEST_MAIN(TEST_CASE(test_peer_id_hex), TEST_CASE(test_record_roundtrip_full),
           TEST_CASE(test_record_json), TEST_CASE(test_record_limits), TEST_CASE(test_msg_roundtrip),
           TEST_CASE(test_truncations), TEST_CASE(test_bit_flips), TEST_CASE(test_random_bytes),
           TEST_CASE(test_wrong_field_types), TEST_CASE(test_huge_lengths),
           TEST_CASE(test_schema_type_toplevel), TEST_CASE(test_nested_too_deep),
-          TEST_CASE(test_record_over_limits), TEST_CASE(test_unknown_keys_ignored))
+          TEST_CASE(test_record_over_limits), TEST_CASE(test_unknown_keys_ignored),
+          TEST_CASE(test_record_dsuspects))

@@ -608,7 +608,49 @@ static void test_send_timeout(void)
 	shoal_xfer_listener_free(l);
 }
 
+/* The peer said goodbye and closed while we did not read (a process
+ * stopped, or busy computing): our next sends fail, and the link tells
+ * that the end was the peer's goodbye, not a crash. A peer that closes
+ * without a goodbye is not taken for one. */
+static void test_send_after_goodbye(void)
+{
+	shoal_xfer_listener *l = listener(NULL);
+	ASSERT_TRUE(l != NULL);
+	char wa[SHOAL_WHY_LEN] = "", wb[SHOAL_WHY_LEN] = "", why[SHOAL_WHY_LEN];
+	static float h[1024];
+	shoal_xfer_row row = {5, 0};
+	shoal_xfer_hdr hd = {.kind = SHOAL_XFER_KIND_HIDDEN,
+	                     .dtype = SHOAL_XFER_DTYPE_F32,
+	                     .layer_first = 0,
+	                     .layer_end = 1,
+	                     .dim = 1024,
+	                     .n_rows = 1,
+	                     .rows = &row};
+	struct iovec v = {.iov_base = h, .iov_len = sizeof h};
+	for (int bye = 1; bye >= 0; bye--) {
+		shoal_xfer_link *a = NULL, *b = NULL;
+		ASSERT_EQ(pair(l, TOKEN, sizeof TOKEN, &a, &b, wa, wb), SHOAL_OK);
+		shoal_xfer_link_set_plan(b, DIGEST, 1);
+		if (bye)
+			shoal_xfer_link_bye(a, "the plan changed");
+		shoal_xfer_link_free(a);
+		usleep(20000);
+		ASSERT_EQ(shoal_xfer_link_peer_bye(b), 0); /* nothing read yet */
+		shoal_err e = SHOAL_OK;
+		for (int i = 0; i < 100 && e == SHOAL_OK; i++) {
+			e = shoal_xfer_link_send(b, &hd, &v, 1, 1000, why, sizeof why);
+			if (e == SHOAL_OK)
+				usleep(2000); /* the peer's RST comes back */
+		}
+		ASSERT_TRUE(e == SHOAL_ERR_CLOSED || e == SHOAL_ERR_IO);
+		ASSERT_EQ(shoal_xfer_link_is_open(b), 0);
+		ASSERT_EQ(shoal_xfer_link_peer_bye(b), bye);
+		shoal_xfer_link_free(b);
+	}
+	shoal_xfer_listener_free(l);
+}
+
 TEST_MAIN(TEST_CASE(test_admission_and_one_frame), TEST_CASE(test_bad_and_missing_token),
           TEST_CASE(test_refused_before_admission), TEST_CASE(test_frames_dropped_link_stays),
           TEST_CASE(test_fatal_frame_corpus), TEST_CASE(test_stream_in_order_with_eintr),
-          TEST_CASE(test_send_timeout))
+          TEST_CASE(test_send_timeout), TEST_CASE(test_send_after_goodbye))
