@@ -211,6 +211,8 @@ static tc_res read_deepseek(tc_cur *c, shoal_tool_parsed *p)
 {
 	for (;;) {
 		int t = take(c, DS_CALLS_END);
+		if (t == 1 && !p->n_calls)
+			return bad(p, "%s", "the calls' tokens with no call");
 		if (t == 1) {
 			skip_ws(c);
 			return c->p == c->end ? R_OK : bad(p, "%s", "text after the calls");
