@@ -22,7 +22,8 @@
 #include "models/chat.h"
 
 #define SHOAL_API_DEFAULT_PORT 47480
-#define SHOAL_API_MAX_TOP      20 /* top_logprobs at most, as OpenAI */
+#define SHOAL_API_MAX_TOP      20  /* top_logprobs at most, as OpenAI */
+#define SHOAL_API_MAX_BIAS     128 /* logit_bias entries (the sampler's limit) */
 
 /* Where a run's tokens and end go (on the node's data thread: never block). */
 typedef struct shoal_api_sink {
@@ -43,8 +44,12 @@ typedef struct shoal_api_gen {
 	uint32_t logprobs; /* top alternatives per token, 0..SHOAL_API_MAX_TOP */
 	bool logprob;      /* the request shows logprobs (else they are not computed) */
 	float temp, top_p;
-	uint64_t seed; /* the request's, or a fresh random one (shown to the client) */
-	bool special;  /* the text shows control tokens (a tool syntax uses them) */
+	uint64_t seed;             /* the request's, or a fresh random one (shown to the client) */
+	bool special;              /* the text shows control tokens (a tool syntax uses them) */
+	float presence, frequency; /* OpenAI's penalties, [-2, 2] */
+	uint32_t n_bias;           /* logit_bias: token ids and their biases */
+	int32_t bias_id[SHOAL_API_MAX_BIAS];
+	float bias[SHOAL_API_MAX_BIAS];
 } shoal_api_gen;
 
 /* What the API shows of the node's work, for /metrics. */

@@ -220,6 +220,34 @@ static bool parse_fields(json_t *o, shoal_api_req *q, char *bad, size_t bad_len,
 	                     : (uint64_t)(int64_t)v,
 	     q->seeded = true));
 	NUM("n", 1, 1, (void)0);
+	NUM("presence_penalty", -2, 2, q->g.presence = (float)v);
+	NUM("frequency_penalty", -2, 2, q->g.frequency = (float)v);
+	json_t *lb = json_object_get(o, "logit_bias");
+	if (lb && !json_is_null(lb)) {
+		const char *key;
+		json_t *x;
+		bool ok = json_is_object(lb) && json_object_size(lb) <= SHOAL_API_MAX_BIAS;
+		json_object_foreach(ok ? lb : NULL, key, x)
+		{
+			char *end;
+			long id = strtol(key, &end, 10);
+			if (!*key || *end || id < 0 || id > INT32_MAX || !json_is_number(x) ||
+			    !(json_number_value(x) >= -100 && json_number_value(x) <= 100)) {
+				ok = false;
+				break;
+			}
+			q->g.bias_id[q->g.n_bias] = (int32_t)id;
+			q->g.bias[q->g.n_bias++] = (float)json_number_value(x);
+		}
+		if (!ok) {
+			snprintf(
+			    bad, bad_len,
+			    "'logit_bias' must map at most %d token ids to numbers in [-100, 100]",
+			    SHOAL_API_MAX_BIAS);
+			*param = "logit_bias";
+			return false;
+		}
+	}
 	if (!q->g.max_tokens)
 		q->g.max_tokens = 1; /* OpenAI counts 0 as "at least one" nowhere; take it as 1 */
 	if ((p = bool_field(o, "stream", &q->stream))) {

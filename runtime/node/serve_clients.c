@@ -258,6 +258,12 @@ static shoal_err api_submit(void *ctx, const int32_t *ids, size_t n_ids, const s
 	sp.temp = g->temp;
 	sp.top_p = g->top_p;
 	sp.seed = g->seed;
+	_Static_assert(SHOAL_API_MAX_BIAS == SHOAL_SAMPLER_MAX_BIAS, "logit_bias limits");
+	sp.presence_penalty = g->presence;
+	sp.frequency_penalty = g->frequency;
+	sp.n_bias = g->n_bias < SHOAL_SAMPLER_MAX_BIAS ? g->n_bias : SHOAL_SAMPLER_MAX_BIAS;
+	memcpy(sp.bias_id, g->bias_id, sp.n_bias * sizeof *sp.bias_id);
+	memcpy(sp.bias, g->bias, sp.n_bias * sizeof *sp.bias);
 	if (!n_ids || n_ids >= cl->pol.ctx)
 		return shoal_why(why, why_len, SHOAL_ERR_RANGE,
 		                 "%zu prompt tokens; the context holds %u", n_ids, cl->pol.ctx);

@@ -19,7 +19,9 @@
 #     finish_reason "length"; a prompt over the context is a 400 naming it;
 #     two requests at temperature 1 without a seed differ and say their
 #     seeds (X-Shoal-Seed, system_fingerprint); the first one's seed gives
-#     its text again.
+#     its text again. frequency and presence penalties change a greedy
+#     text; logit_bias +100 on one token makes every token that one; bad
+#     values are 400s.
 #  2. Tools, curl: a whole reply with tool_calls and finish_reason
 #     "tool_calls"; the stream sends the id and name first, then the
 #     arguments in pieces that join to the whole; tool_choice "required"
@@ -109,6 +111,23 @@ post "$U" "$T/s3.json" "{\"messages\":[{\"role\":\"user\",\"content\":\"Emma\"}]
 [ "$(jget "$T/s3.json" 'd["choices"][0]["message"]["content"]')" = "$T1" ] ||
 	fail "seed $S1 again: '$(jget "$T/s3.json" 'd["choices"][0]["message"]["content"]')' vs '$T1'"
 echo "seeds: $S1 and $S2 give different texts; seed $S1 again gives the same"
+
+# penalties and logit_bias travel to the last stage (the OPEN frame)
+G='"messages":[{"role":"user","content":"Emma"}],"temperature":0'
+post "$U" "$T/g0.json" "{$G,\"max_tokens\":24}"
+post "$U" "$T/g1.json" "{$G,\"max_tokens\":24,\"frequency_penalty\":2,\"presence_penalty\":1}"
+[ "$CODE" = 200 ] || fail "penalties: $CODE $(cat "$T/g1.json")"
+G0=$(jget "$T/g0.json" 'd["choices"][0]["message"]["content"]')
+G1=$(jget "$T/g1.json" 'd["choices"][0]["message"]["content"]')
+[ "$G0" != "$G1" ] || fail "frequency and presence penalties changed nothing: '$G0'"
+post "$U" "$T/g2.json" "{$G,\"max_tokens\":4,\"logit_bias\":{\"1552\":100},\"logprobs\":true}"
+[ "$CODE" = 200 ] && [ "$(jget "$T/g2.json" 'len(set(t["token"] for t in d["choices"][0]["logprobs"]["content"])) == 1 and len(d["choices"][0]["logprobs"]["content"]) == 4')" = True ] ||
+	fail "logit_bias +100 on one token: $CODE $(cat "$T/g2.json")"
+for bad in '"presence_penalty":3' '"frequency_penalty":"x"' '"logit_bias":{"x":1}' '"logit_bias":{"5":101}' '"logit_bias":[1]'; do
+	post "$U" "$T/bad.json" "{$G,$bad}"
+	[ "$CODE" = 400 ] || fail "bad sampling parameter ($bad): $CODE $(cat "$T/bad.json")"
+done
+echo "penalties: '$G0' -> '$G1'; logit_bias +100 on token 1552: '$(jget "$T/g2.json" 'd["choices"][0]["message"]["content"]')'"
 
 # 2. tools, curl
 TOOLS='[{"type":"function","function":{"name":"get_weather","description":"The weather in a city","parameters":{"type":"object","properties":{"city":{"type":"string"},"days":{"type":"integer"}},"required":["city"]}}}]'
