@@ -9,6 +9,7 @@
  * renderers, one per family; the entry point.
  */
 #include "models/chat.h"
+#include "models/chat_impl.h"
 
 #include <stdint.h>
 #include <stdio.h>
@@ -582,6 +583,21 @@ shoal_err shoal_chat_render_opts(shoal_chat_style s, const shoal_chat_msg *msgs,
 		return shoal_why(why, why_len, SHOAL_ERR_RANGE,
 		                 "conversation of %zu messages: at most %u", n, CHAT_MAX_MESSAGES);
 
+	static const shoal_chat_opts no_opts = {.thinking = -1};
+	if (!o)
+		o = &no_opts;
+	if (chat__has_tools(msgs, n, o)) { /* models/chat_tools.c */
+		if (shoal_chat_tool_syntax(s) != SHOAL_CHAT_TOOLS_HERMES)
+			return shoal_why(
+			    why, why_len, SHOAL_ERR_UNSUPPORTED,
+			    "the model's chat format (%s) %s: tools, tool calls and tool "
+			    "messages cannot be rendered for it",
+			    shoal_chat_style_name(s),
+			    shoal_chat_tool_syntax(s)
+			        ? "has a tool syntax that shoal reads but does not render yet"
+			        : "defines no tool calls");
+		return chat__render_tools(s, msgs, n, o, out, why, why_len);
+	}
 	chat_conv c = {.m = msgs, .n = n, .why = why, .why_len = why_len};
 	chat_buf b = {0};
 	shoal_err e = SHOAL_OK;
@@ -613,9 +629,6 @@ shoal_err shoal_chat_render_opts(shoal_chat_style s, const shoal_chat_msg *msgs,
 		}
 		c.role[i] = (chat_role)r;
 	}
-	static const shoal_chat_opts no_opts = {.thinking = -1};
-	if (!o)
-		o = &no_opts;
 	const char *bos = o->bos ? o->bos : "", *eos = o->eos ? o->eos : "";
 	bool g = o->add_generation_prompt;
 	switch (s) {

@@ -20,11 +20,24 @@
 
 #include "base/err.h"
 
-/* One message; both strings NUL-terminated, owned by the caller. Roles:
- * "system", "user", "assistant"; anything else is refused. */
+/* A function call an assistant message made (OpenAI's tool_calls[i]):
+ * id (NULL: none), the function's name, its arguments as JSON object text.
+ * Strings NUL-terminated, owned by the caller. */
+typedef struct shoal_chat_call {
+	const char *id, *name, *arguments;
+} shoal_chat_call;
+
+/* One message; strings NUL-terminated, owned by the caller. Roles:
+ * "system", "user", "assistant", and "tool" (a function's result: content,
+ * tool_call_id) in the formats with tools (chat_tools.c); anything else is
+ * refused. An assistant message may carry calls[n_calls] (content "" when
+ * it has none). */
 typedef struct shoal_chat_msg {
 	const char *role;
 	const char *content;
+	const shoal_chat_call *calls; /* (n_calls) */
+	size_t n_calls;
+	const char *tool_call_id; /* tool messages; NULL elsewhere */
 } shoal_chat_msg;
 
 /* The formats. What each prints, for messages m[0..n) and generation
@@ -112,7 +125,28 @@ typedef struct shoal_chat_opts {
 	 * DEEPSEEK (default off): on ends the generation prompt with "<think>"
 	 * instead of "<think></think>". */
 	int thinking;
+	/* The functions the model may call: a JSON array of OpenAI tool
+	 * objects ({"type": "function", "function": {...}}), NULL or "[]":
+	 * none. Only the formats with a tool syntax take tools, "tool"
+	 * messages or calls (shoal_chat_tool_syntax); others: UNSUPPORTED. */
+	const char *tools;
 } shoal_chat_opts;
+
+/* How a format's model calls functions (models/tool_call.h parses it). */
+typedef enum shoal_chat_tools {
+	SHOAL_CHAT_TOOLS_NONE = 0, /* the template defines no tool syntax */
+	SHOAL_CHAT_TOOLS_HERMES,   /* <tool_call>\n{"name": N, "arguments": A}\n</tool_call> */
+	SHOAL_CHAT_TOOLS_LLAMA31,  /* {"name": N, "parameters": A} or <|python_tag|>... */
+	SHOAL_CHAT_TOOLS_MISTRAL,  /* [TOOL_CALLS][{"name": N, "arguments": A, "id": I}] */
+	SHOAL_CHAT_TOOLS_DEEPSEEK, /* <｜tool▁calls▁begin｜><｜tool▁call▁begin｜>N<｜tool▁sep｜>A...
+	                            */
+} shoal_chat_tools;
+
+/* The tool syntax of a format: HERMES for QWEN25 and QWEN3, LLAMA31,
+ * MISTRAL, DEEPSEEK for theirs; NONE for the others. Rendering tools is
+ * implemented for HERMES formats (byte for byte as their templates); the
+ * others are parsed (models/tool_call.c) but refuse tools in a render. */
+shoal_chat_tools shoal_chat_tool_syntax(shoal_chat_style s);
 
 /* shoal_chat_render with options (o NULL: no generation prompt, no
  * BOS/EOS text, default thinking). Same results and ownership. */

@@ -5,6 +5,8 @@
  *
  * Part: models/.
  */
+#include "config.h"
+
 #include "models/prompt.h"
 
 #include <stdlib.h>
@@ -29,15 +31,33 @@ shoal_err shoal_prompt_ids(const shoal_model *m, const shoal_tokenizer *tok, con
 	return shoal_prompt_chat_ids(m, tok, msgs, n_msgs, ids, n_ids, why, why_len);
 }
 
+shoal_err shoal_prompt_chat_style(const shoal_model *m, shoal_chat_style *out, char *why,
+                                  size_t why_len)
+{
+#ifdef SHOAL_TEST_HOOKS
+	const char *force = getenv("SHOAL_TEST_CHAT_STYLE");
+	if (force && force[0])
+		return shoal_chat_style_from_name(force, out);
+#endif
+	const char *tmpl = NULL;
+	size_t tlen = 0;
+	shoal_gguf_get_str(m->gguf, "tokenizer.chat_template", &tmpl, &tlen);
+	return shoal_chat_detect(tmpl, tlen, out, why, why_len);
+}
+
 shoal_err shoal_prompt_chat_ids(const shoal_model *m, const shoal_tokenizer *tok,
                                 const shoal_chat_msg *msgs, size_t n_msgs, int32_t **ids,
                                 size_t *n_ids, char *why, size_t why_len)
 {
-	const char *tmpl = NULL;
-	size_t tlen = 0;
-	shoal_gguf_get_str(m->gguf, "tokenizer.chat_template", &tmpl, &tlen);
+	return shoal_prompt_chat_tools_ids(m, tok, msgs, n_msgs, NULL, ids, n_ids, why, why_len);
+}
+
+shoal_err shoal_prompt_chat_tools_ids(const shoal_model *m, const shoal_tokenizer *tok,
+                                      const shoal_chat_msg *msgs, size_t n_msgs, const char *tools,
+                                      int32_t **ids, size_t *n_ids, char *why, size_t why_len)
+{
 	shoal_chat_style style;
-	shoal_err err = shoal_chat_detect(tmpl, tlen, &style, why, why_len);
+	shoal_err err = shoal_prompt_chat_style(m, &style, why, why_len);
 	if (err)
 		return err;
 	char bos[64] = "", eos[64] = "";
@@ -51,7 +71,9 @@ shoal_err shoal_prompt_chat_ids(const shoal_model *m, const shoal_tokenizer *tok
 		eos[n < sizeof eos ? n : 0] = 0;
 	}
 	char *text = NULL;
-	err = shoal_chat_render(style, msgs, n_msgs, true, bos, eos, &text, why, why_len);
+	shoal_chat_opts o = {
+	    .add_generation_prompt = true, .bos = bos, .eos = eos, .thinking = -1, .tools = tools};
+	err = shoal_chat_render_opts(style, msgs, n_msgs, &o, &text, why, why_len);
 	if (err)
 		return err;
 	/* formats that print BOS themselves must not get a second one */

@@ -37,4 +37,17 @@ shoal_err shoal_prompt_chat_ids(const shoal_model *m, const shoal_tokenizer *tok
                                 const shoal_chat_msg *msgs, size_t n_msgs, int32_t **ids,
                                 size_t *n_ids, char *why, size_t why_len);
 
+/* The same with the functions the model may call (tools: a JSON array of
+ * OpenAI tools, NULL: none; see shoal_chat_opts). */
+shoal_err shoal_prompt_chat_tools_ids(const shoal_model *m, const shoal_tokenizer *tok,
+                                      const shoal_chat_msg *msgs, size_t n_msgs, const char *tools,
+                                      int32_t **ids, size_t *n_ids, char *why, size_t why_len);
+
+/* The chat format of a model's template (tokenizer.chat_template; PLAIN
+ * without one). With ./configure --enable-test-hooks, the environment's
+ * SHOAL_TEST_CHAT_STYLE (a style name, models/chat.h) overrides it: the
+ * tests' models have no template, and tests of tool calls need one. */
+shoal_err shoal_prompt_chat_style(const shoal_model *m, shoal_chat_style *out, char *why,
+                                  size_t why_len);
+
 #endif

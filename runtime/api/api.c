@@ -18,6 +18,7 @@
 
 #include "runtime/api/api.h"
 #include "runtime/api/api_guard.h"
+#include "runtime/api/api_impl.h"
 #include "runtime/api/api_req.h"
 
 #include <arpa/inet.h>
@@ -30,6 +31,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <sys/socket.h>
 #include <time.h>
 
@@ -54,7 +56,7 @@ extern const char shoal_api_dashboard[];
 
 struct shoal_api {
 	shoal_api_config cfg;
-	char *host, *key;
+	char *host, *key, *cors;
 	/* the model's name ("" until known: a peer still without its weights
 	 * takes any name and answers 503); shoal_api_set_model may change it */
 	pthread_mutex_t model_mu;
@@ -79,13 +81,29 @@ static void api_model(shoal_api *a, char *out, size_t cap)
 
 /* ---------------------------------------------------------------- replies */
 
-static enum MHD_Result api_send(struct MHD_Connection *c, unsigned status, const char *type,
-                                const char *body, size_t len)
+/* The headers every reply carries: CORS when --api-cors names an origin
+ * (a browser page there may read the reply and its seed header). */
+static void api_headers(const shoal_api *a, struct MHD_Response *r)
+{
+	if (!a->cors)
+		return;
+	MHD_add_response_header(r, "Access-Control-Allow-Origin", a->cors);
+	MHD_add_response_header(r, "Access-Control-Expose-Headers", "X-Shoal-Seed");
+	if (strcmp(a->cors, "*"))
+		MHD_add_response_header(r, "Vary", "Origin");
+}
+
+/* A reply; seed: the X-Shoal-Seed header's value (NULL: none). */
+static enum MHD_Result api_reply(shoal_api *a, struct MHD_Connection *c, unsigned status,
+                                 const char *type, const char *body, size_t len, const char *seed)
 {
 	struct MHD_Response *r =
 	    MHD_create_response_from_buffer(len, (void *)body, MHD_RESPMEM_MUST_COPY);
 	if (!r)
 		return MHD_NO;
+	api_headers(a, r);
+	if (seed)
+		MHD_add_response_header(r, "X-Shoal-Seed", seed);
 	MHD_add_response_header(r, "Content-Type", type);
 	if (status == 429) /* the queue is full: a slot frees within seconds */
 		MHD_add_response_header(r, "Retry-After", "1");
@@ -94,13 +112,20 @@ static enum MHD_Result api_send(struct MHD_Connection *c, unsigned status, const
 	return res;
 }
 
-static enum MHD_Result api_send_json(struct MHD_Connection *c, unsigned status, json_t *j)
+static enum MHD_Result api_send(shoal_api *a, struct MHD_Connection *c, unsigned status,
+                                const char *type, const char *body, size_t len)
+{
+	return api_reply(a, c, status, type, body, len, NULL);
+}
+
+static enum MHD_Result api_send_json(shoal_api *a, struct MHD_Connection *c, unsigned status,
+                                     json_t *j)
 {
 	char *s = json_dumps(j, JSON_COMPACT);
 	json_decref(j);
 	if (!s)
-		return api_send(c, 500, "text/plain", "out of memory\n", 14);
-	enum MHD_Result r = api_send(c, status, "application/json", s, strlen(s));
+		return api_send(a, c, 500, "text/plain", "out of memory\n", 14);
+	enum MHD_Result r = api_send(a, c, status, "application/json", s, strlen(s));
 	free(s);
 	return r;
 }
@@ -134,7 +159,7 @@ static enum MHD_Result api_fail(shoal_api *a, struct MHD_Connection *c, unsigned
 	                   : status == 429 ? "rate_limit_error"
 	                   : status >= 500 ? "server_error"
 	                                   : "invalid_request_error";
-	return api_send_json(c, status, api_error_json(type, msg, param, code));
+	return api_send_json(a, c, status, api_error_json(type, msg, param, code));
 }
 
 /* --------------------------------------------------------- runs (sink side) */
@@ -164,6 +189,10 @@ typedef struct api_run {
 	 * waiter needs the first token and the end only (not a wake-up per
 	 * token: with 8 such requests those were ~10% of a peer's time) */
 	bool quiet;
+	/* test hook (api__test_reply): the text shown in place of the
+	 * model's, a piece per token, the rest at the end */
+	const char *forced;
+	size_t forced_off;
 } api_run;
 
 static void run_unref(api_run *r)
@@ -251,6 +280,12 @@ static void sink_token(void *ctx, int32_t id, const char *text, size_t len, floa
 		memcpy(t->top_ids, top_ids, t->n_top * sizeof *top_ids);
 		memcpy(t->top_lps, top_lps, t->n_top * sizeof *top_lps);
 		t->off = r->len;
+		if (r->forced) { /* test hook: the forced text's next piece */
+			size_t left = strlen(r->forced + r->forced_off);
+			len = left < 8 ? left : 8;
+			text = r->forced + r->forced_off;
+			r->forced_off += len;
+		}
 		t->len = run_text(r, text, len) ? len : 0;
 	}
 	if (!r->quiet || r->n_tok <= 1)
@@ -262,6 +297,10 @@ static void sink_end(void *ctx, shoal_err err, const char *why, const char *tail
 {
 	api_run *r = ctx;
 	pthread_mutex_lock(&r->mu);
+	if (!err && r->forced) { /* test hook: the rest of the forced text */
+		tail = r->forced + r->forced_off;
+		tail_len = strlen(tail);
+	}
 	if (!err && tail_len)
 		run_text(r, tail, tail_len);
 	r->done = true;
@@ -286,9 +325,19 @@ typedef struct api_conn {
 	shoal_api_req q;
 	char id[40];
 	char model[256]; /* the API's model name when the request came */
+	char seed[24];   /* the run's seed in decimal: X-Shoal-Seed */
+	char fingerprint[32];
+	uint32_t ctx; /* the context size when the request came (0: unknown) */
+	/* function calls: the model's tool syntax (NONE: tools not offered),
+	 * the reply's text read as calls once the run ended, how many it has */
+	shoal_chat_tools syn;
+	shoal_tool_parsed tp;
+	bool parsed;
+	size_t n_calls;
 	long long created;
 	/* streaming: what was sent, what waits to be sent */
 	size_t sent_tok, sent_text;
+	size_t seen_tok, seen_text; /* the run's counts at the last step (text may be held) */
 	bool stopped, role_sent, end_sent;
 	char *out;
 	size_t out_len, out_off, out_cap;
@@ -296,9 +345,19 @@ typedef struct api_conn {
 
 /* --------------------------------------------------------------- completions */
 
+/* "length" when max_tokens or the context cut the reply (a run is given
+ * at most the room the context leaves after its prompt). */
 static const char *finish_reason(const api_conn *k)
 {
-	return !k->stopped && k->run->n_tok >= k->q.g.max_tokens ? "length" : "stop";
+	if (k->n_calls)
+		return "tool_calls";
+	if (k->stopped)
+		return "stop";
+	if (k->run->n_tok >= k->q.g.max_tokens)
+		return "length";
+	if (k->ctx && k->q.n_prompt + k->run->n_tok >= k->ctx)
+		return "length";
+	return "stop";
 }
 
 /* Where the text the client may see ends: before a stop string (found:
@@ -445,6 +504,37 @@ static json_t *usage_json(const api_conn *k, size_t n_tok)
 	                 (json_int_t)(k->q.n_prompt + n_tok));
 }
 
+/* Read the reply's text[0..end) as function calls, once, when it is
+ * final (under run.mu); then the offset where its content ends. */
+static size_t parse_calls(api_conn *k, size_t end)
+{
+	const char *t = k->run->text ? k->run->text : "";
+	if (!k->syn)
+		return end;
+	if (!k->parsed) {
+		k->parsed = !shoal_tool_parse(k->syn, t, end, &k->tp);
+		k->n_calls = k->parsed ? api__tool_count(&k->q, &k->tp) : 0;
+	}
+	if (!k->n_calls)
+		return end;
+	size_t c = shoal_tool_hold(k->syn, t, end); /* where the calls open */
+	while (c > 0 &&
+	       (t[c - 1] == ' ' || t[c - 1] == '\n' || t[c - 1] == '\t' || t[c - 1] == '\r'))
+		c--;
+	return c;
+}
+
+/* Why a tool_choice that wants a call is not met (false), under run.mu
+ * after parse_calls. */
+static bool calls_ok(api_conn *k, char *why, size_t why_len)
+{
+	if (!k->syn)
+		return true;
+	if (!k->parsed)
+		return snprintf(why, why_len, "out of memory"), false;
+	return api__tool_choice_met(&k->q, &k->tp, why, why_len);
+}
+
 /* The whole reply of a finished run (under run.mu). */
 static json_t *whole_reply(api_conn *k)
 {
@@ -452,8 +542,17 @@ static json_t *whole_reply(api_conn *k)
 	size_t end = visible_end(k, &hit);
 	k->stopped |= hit;
 	size_t nt = toks_before(k->run, end);
+	parse_calls(k, end);
 	json_t *choice;
-	if (k->q.chat)
+	if (k->n_calls) {
+		const char *ct = k->tp.content;
+		choice =
+		    json_pack("{sI s{ss so so} so ss}", "index", (json_int_t)0, "message", "role",
+		              "assistant", "content", ct[0] ? json_string(ct) : json_null(),
+		              "tool_calls", api__tool_calls_json(&k->tp, k->n_calls, k->id + 9),
+		              "logprobs", k->q.logprobs ? chat_logprobs(k, 0, nt) : json_null(),
+		              "finish_reason", finish_reason(k));
+	} else if (k->q.chat)
 		choice =
 		    json_pack("{sI s{ss ss%} so ss}", "index", (json_int_t)0, "message", "role",
 		              "assistant", "content", k->run->text ? k->run->text : "", end,
@@ -464,10 +563,10 @@ static json_t *whole_reply(api_conn *k)
 		                   "index", (json_int_t)0, "logprobs",
 		                   k->q.logprobs ? text_logprobs(k, 0, nt) : json_null(),
 		                   "finish_reason", finish_reason(k));
-	return json_pack("{ss ss sI ss s[o] so}", "id", k->id, "object",
+	return json_pack("{ss ss sI ss ss s[o] so}", "id", k->id, "object",
 	                 k->q.chat ? "chat.completion" : "text_completion", "created",
-	                 (json_int_t)k->created, "model", k->model, "choices", choice, "usage",
-	                 usage_json(k, nt));
+	                 (json_int_t)k->created, "model", k->model, "system_fingerprint",
+	                 k->fingerprint, "choices", choice, "usage", usage_json(k, nt));
 }
 
 /* ----------------------------------------------------------------- streaming */
@@ -502,9 +601,10 @@ static void out_event(api_conn *k, json_t *j)
 
 static json_t *chunk(api_conn *k, json_t *choice)
 {
-	return json_pack("{ss ss sI ss s[o]}", "id", k->id, "object",
+	return json_pack("{ss ss sI ss ss s[o]}", "id", k->id, "object",
 	                 k->q.chat ? "chat.completion.chunk" : "text_completion", "created",
-	                 (json_int_t)k->created, "model", k->model, "choices", choice);
+	                 (json_int_t)k->created, "model", k->model, "system_fingerprint",
+	                 k->fingerprint, "choices", choice);
 }
 
 /* Queue the events for what the run produced since the last call (under
@@ -521,6 +621,20 @@ static void stream_step(api_conn *k)
 			k->a->ops.cancel(k->a->ops.ctx, k->handle);
 		}
 	}
+	bool final = r->done || k->stopped;
+	k->seen_tok = r->n_tok;
+	k->seen_text = r->len;
+	if (k->syn && !final) { /* what may be a call waits for the end */
+		size_t h = shoal_tool_hold(k->syn, r->text ? r->text : "", end);
+		end = h < end ? h : end;
+		while (end > k->sent_text && (r->text[end - 1] == ' ' || r->text[end - 1] == '\n' ||
+		                              r->text[end - 1] == '\t' || r->text[end - 1] == '\r'))
+			end--; /* white space before a call is not content */
+	} else if (k->syn && !(r->done && r->err && !k->stopped)) {
+		end = parse_calls(k, end);
+	}
+	if (end < k->sent_text)
+		end = k->sent_text;
 	size_t nt = toks_before(r, end);
 	if (k->q.chat && !k->role_sent) {
 		out_event(k,
@@ -548,12 +662,24 @@ static void stream_step(api_conn *k)
 	}
 	if (!(r->done || k->stopped) || k->end_sent)
 		return;
+	char why[SHOAL_WHY_LEN];
 	if (r->done && r->err && !k->stopped) {
 		/* cut by the cluster: say so, never a silent close */
 		out_event(k, api_error_json("server_error", r->why[0] ? r->why : "the run failed",
 		                            NULL, NULL));
 		k->a->req_server_err++;
+	} else if (!calls_ok(k, why, sizeof why)) {
+		out_event(k,
+		          api_error_json("server_error", why, "tool_choice", "tool_call_missing"));
+		k->a->req_server_err++;
 	} else {
+		json_t *ds = k->n_calls ? api__tool_deltas(&k->tp, k->n_calls, k->id + 9) : NULL;
+		for (size_t i = 0; i < json_array_size(ds); i++)
+			out_event(k,
+			          chunk(k, json_pack("{sI sO so so}", "index", (json_int_t)0,
+			                             "delta", json_array_get(ds, i), "logprobs",
+			                             json_null(), "finish_reason", json_null())));
+		json_decref(ds);
 		json_t *choice =
 		    k->q.chat
 		        ? json_pack("{sI s{} so ss}", "index", (json_int_t)0, "delta", "logprobs",
@@ -596,7 +722,7 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max)
 			continue;
 		}
 		pthread_mutex_lock(&r->mu);
-		if (!r->done && r->n_tok == k->sent_tok && r->len == k->sent_text)
+		if (!r->done && r->n_tok == k->seen_tok && r->len == k->seen_text)
 			run_wait(r, API_KEEPALIVE_MS);
 		size_t before = k->out_len;
 		stream_step(k);
@@ -650,6 +776,16 @@ static unsigned status_of(shoal_err e)
 	}
 }
 
+/* A seed for a request without one: random, below 2^53 so that a client
+ * in JavaScript (numbers are doubles) can send it back exactly. */
+static uint64_t fresh_seed(void)
+{
+	uint64_t v = 0;
+	if (getrandom(&v, sizeof v, 0) != (ssize_t)sizeof v) /* never blocks after boot */
+		v = (uint64_t)shoal_clock_now_us() * 0x9e3779b97f4a7c15ull;
+	return v & ((1ull << 53) - 1);
+}
+
 static enum MHD_Result api_complete(shoal_api *a, struct MHD_Connection *c, api_conn *k, bool chat)
 {
 	char bad[SHOAL_WHY_LEN] = "";
@@ -666,8 +802,34 @@ static enum MHD_Result api_complete(shoal_api *a, struct MHD_Connection *c, api_
 		               bad);
 		goto out;
 	}
-	shoal_err e = a->ops.prompt(a->ops.ctx, chat ? k->q.msgs : NULL, k->q.n_msgs, k->q.prompt,
-	                            &ids, &n_ids, why, sizeof why);
+	if (!k->q.seeded)
+		k->q.g.seed = fresh_seed();
+	snprintf(k->seed, sizeof k->seed, "%" PRIu64, k->q.g.seed);
+	snprintf(k->fingerprint, sizeof k->fingerprint, "shoal-seed-%" PRIu64, k->q.g.seed);
+	bool offer = k->q.tools && k->q.tool_choice != SHOAL_API_TOOL_NONE;
+	if (offer) {
+		shoal_chat_style st = SHOAL_CHAT_PLAIN;
+		shoal_err se = a->ops.chat_style ? a->ops.chat_style(a->ops.ctx, &st) : SHOAL_OK;
+		if (se) {
+			res = api_fail(a, c, status_of(se) == 500 ? 503 : status_of(se), NULL, NULL,
+			               "the model's chat format is not known yet: %s",
+			               shoal_strerror(se));
+			goto out;
+		}
+		if (!(k->syn = shoal_chat_tool_syntax(st))) {
+			res = api_fail(
+			    a, c, 400, "tools", "tools_unsupported",
+			    "the model's chat template (%s) defines no tool calls: send no "
+			    "'tools', or tool_choice \"none\"",
+			    shoal_chat_style_name(st));
+			goto out;
+		}
+		/* the syntaxes of Llama 3.1, Mistral and DeepSeek are control tokens */
+		k->q.g.special = k->syn != SHOAL_CHAT_TOOLS_HERMES;
+	}
+	shoal_err e =
+	    a->ops.prompt(a->ops.ctx, chat ? k->q.msgs : NULL, k->q.n_msgs,
+	                  offer ? k->q.tools : NULL, k->q.prompt, &ids, &n_ids, why, sizeof why);
 	if (e) {
 		res = api_fail(a, c, status_of(e) == 500 ? 400 : status_of(e),
 		               chat ? "messages" : "prompt", NULL, "the prompt: %s",
@@ -675,6 +837,7 @@ static enum MHD_Result api_complete(shoal_api *a, struct MHD_Connection *c, api_
 		goto out;
 	}
 	k->q.n_prompt = n_ids;
+	k->ctx = a->ops.context ? a->ops.context(a->ops.ctx) : 0;
 	k->run = calloc(1, sizeof *k->run);
 	if (!k->run) {
 		res = api_fail(a, c, 500, NULL, NULL, "out of memory");
@@ -684,6 +847,7 @@ static enum MHD_Result api_complete(shoal_api *a, struct MHD_Connection *c, api_
 	pthread_cond_init(&k->run->cv, NULL);
 	k->run->refs = 2;
 	k->run->quiet = !k->q.stream && !k->q.n_stop;
+	k->run->forced = api__test_reply(&k->q);
 	shoal_api_sink sink = {.on_token = sink_token, .on_end = sink_end, .ctx = k->run};
 	e = a->ops.submit(a->ops.ctx, ids, n_ids, &k->q.g, &sink, &k->handle, why, sizeof why);
 	if (e) {
@@ -734,13 +898,21 @@ static enum MHD_Result api_complete(shoal_api *a, struct MHD_Connection *c, api_
 		char w[SHOAL_WHY_LEN];
 		snprintf(w, sizeof w, "%s", k->run->why);
 		shoal_err re = k->run->err;
+		bool met = cut || calls_ok(k, w, sizeof w);
 		pthread_mutex_unlock(&k->run->mu);
-		if (cut) {
+		if (!met) {
+			json_decref(j);
+			res = api_fail(a, c, 500, "tool_choice", "tool_call_missing", "%s", w);
+		} else if (cut) {
 			res = api_fail(a, c, status_of(re), NULL, NULL, "the run was cut: %s",
 			               w[0] ? w : shoal_strerror(re));
 		} else {
 			a->req_ok++;
-			res = api_send_json(c, 200, j);
+			char *s = json_dumps(j, JSON_COMPACT);
+			json_decref(j);
+			res = s ? api_reply(a, c, 200, "application/json", s, strlen(s), k->seed)
+			        : api_send(a, c, 500, "text/plain", "out of memory\n", 14);
+			free(s);
 		}
 		goto out;
 	}
@@ -752,6 +924,8 @@ static enum MHD_Result api_complete(shoal_api *a, struct MHD_Connection *c, api_
 	}
 	a->streams++; /* until api_completed */
 	k->counted = true;
+	api_headers(a, r);
+	MHD_add_response_header(r, "X-Shoal-Seed", k->seed);
 	MHD_add_response_header(r, "Content-Type", "text/event-stream");
 	MHD_add_response_header(r, "Cache-Control", "no-cache");
 	res = MHD_queue_response(c, 200, r);
@@ -769,11 +943,49 @@ static enum MHD_Result api_models(shoal_api *a, struct MHD_Connection *c)
 	api_model(a, m, sizeof m);
 	a->req_ok++;
 	if (!m[0]) /* not known yet */
-		return api_send_json(c, 200, json_pack("{ss s[]}", "object", "list", "data"));
-	return api_send_json(c, 200,
+		return api_send_json(a, c, 200, json_pack("{ss s[]}", "object", "list", "data"));
+	return api_send_json(a, c, 200,
 	                     json_pack("{ss s[{ss ss sI ss}]}", "object", "list", "data", "id", m,
 	                               "object", "model", "created", (json_int_t)0, "owned_by",
 	                               "shoal"));
+}
+
+/* GET /v1/models/{id}: the one model, or 404. */
+static enum MHD_Result api_model_get(shoal_api *a, struct MHD_Connection *c, const char *id)
+{
+	char m[256];
+	api_model(a, m, sizeof m);
+	if (!m[0] || strcmp(id, m))
+		return api_fail(a, c, 404, "model", "model_not_found",
+		                "the model '%.*s' is not served here%s%s%s", 128, id,
+		                m[0] ? " (this cluster serves '" : "", m, m[0] ? "')" : "");
+	a->req_ok++;
+	return api_send_json(a, c, 200,
+	                     json_pack("{ss ss sI ss}", "id", m, "object", "model", "created",
+	                               (json_int_t)0, "owned_by", "shoal"));
+}
+
+/* A CORS preflight (OPTIONS): what a page at the --api-cors origin may send. */
+static enum MHD_Result api_preflight(shoal_api *a, struct MHD_Connection *c)
+{
+	struct MHD_Response *r =
+	    MHD_create_response_from_buffer(0, (void *)"", MHD_RESPMEM_PERSISTENT);
+	if (!r)
+		return MHD_NO;
+	api_headers(a, r);
+	MHD_add_response_header(r, "Access-Control-Allow-Methods", "GET, POST, OPTIONS");
+	MHD_add_response_header(r, "Access-Control-Allow-Headers",
+	                        "Authorization, Content-Type, OpenAI-Organization, "
+	                        "OpenAI-Project, X-Stainless-Arch, X-Stainless-Lang, "
+	                        "X-Stainless-OS, X-Stainless-Package-Version, "
+	                        "X-Stainless-Runtime, X-Stainless-Runtime-Version, "
+	                        "X-Stainless-Retry-Count, X-Stainless-Timeout");
+	MHD_add_response_header(r, "Access-Control-Max-Age",
+	                        "600"); /* 10 min of cached preflights */
+	enum MHD_Result res = MHD_queue_response(c, 204, r);
+	MHD_destroy_response(r);
+	a->req_ok++;
+	return res;
 }
 
 static enum MHD_Result api_cluster(shoal_api *a, struct MHD_Connection *c)
@@ -782,7 +994,7 @@ static enum MHD_Result api_cluster(shoal_api *a, struct MHD_Connection *c)
 	if (!s)
 		return api_fail(a, c, 503, NULL, NULL, "no cluster view yet");
 	a->req_ok++;
-	enum MHD_Result r = api_send(c, 200, "application/json", s, strlen(s));
+	enum MHD_Result r = api_send(a, c, 200, "application/json", s, strlen(s));
 	free(s);
 	return r;
 }
@@ -922,7 +1134,7 @@ static enum MHD_Result api_metrics(shoal_api *a, struct MHD_Connection *c)
 	}
 	json_decref(v);
 	a->req_ok++;
-	enum MHD_Result r = api_send(c, 200, "text/plain; version=0.0.4", b ? b : "", n);
+	enum MHD_Result r = api_send(a, c, 200, "text/plain; version=0.0.4", b ? b : "", n);
 	free(b);
 	return r;
 }
@@ -979,12 +1191,14 @@ static enum MHD_Result api_access(void *cls, struct MHD_Connection *c, const cha
 	bool get = !strcmp(method, "GET"), post = !strcmp(method, "POST");
 	if (!strcmp(url, "/") && get) { /* the page asks for the key itself */
 		a->req_ok++;
-		return api_send(c, 200, "text/html; charset=utf-8", shoal_api_dashboard,
+		return api_send(a, c, 200, "text/html; charset=utf-8", shoal_api_dashboard,
 		                strlen(shoal_api_dashboard));
 	}
+	if (!strcmp(method, "OPTIONS") && a->cors) /* preflights carry no key */
+		return api_preflight(a, c);
 	if (!strcmp(url, "/health") && get) {
 		a->req_ok++;
-		return api_send(c, 200, "application/json", "{\"status\":\"ok\"}", 15);
+		return api_send(a, c, 200, "application/json", "{\"status\":\"ok\"}", 15);
 	}
 	if (!api_authorized(a, c))
 		return api_fail(a, c, 401, NULL, "invalid_api_key",
@@ -994,6 +1208,8 @@ static enum MHD_Result api_access(void *cls, struct MHD_Connection *c, const cha
 		                a->cfg.max_body);
 	if (!strcmp(url, "/v1/models") && get)
 		return api_models(a, c);
+	if (!strncmp(url, "/v1/models/", 11) && url[11] && get)
+		return api_model_get(a, c, url + 11);
 	if (!strcmp(url, "/v1/cluster") && get)
 		return api_cluster(a, c);
 	if (!strcmp(url, "/metrics") && get)
@@ -1037,6 +1253,8 @@ static void api_completed(void *cls, struct MHD_Connection *c, void **con_cls,
 		run_unref(k->run);
 	}
 	shoal_api_req_fini(&k->q);
+	if (k->parsed)
+		shoal_tool_parsed_fini(&k->tp);
 	free(k->body);
 	free(k->out);
 	free(k);
@@ -1054,6 +1272,7 @@ shoal_err shoal_api_start(const shoal_api_config *cfg, const shoal_api_ops *ops,
 	a->ops = *ops;
 	a->host = strdup(cfg->host ? cfg->host : "127.0.0.1");
 	a->key = cfg->key ? strdup(cfg->key) : NULL;
+	a->cors = cfg->cors ? strdup(cfg->cors) : NULL;
 	snprintf(a->model, sizeof a->model, "%s", cfg->model ? cfg->model : "");
 	if (pthread_mutex_init(&a->model_mu, NULL) != 0) {
 		free(a);
@@ -1064,7 +1283,7 @@ shoal_err shoal_api_start(const shoal_api_config *cfg, const shoal_api_ops *ops,
 	if (!a->cfg.max_conns) /* above the node's queue: a full queue answers 429 */
 		a->cfg.max_conns = 128;
 	struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons(cfg->port)};
-	if (!a->host || (cfg->key && !a->key)) {
+	if (!a->host || (cfg->key && !a->key) || (cfg->cors && !a->cors)) {
 		shoal_api_stop(a);
 		return SHOAL_ERR_NOMEM;
 	}
@@ -1119,6 +1338,7 @@ void shoal_api_stop(shoal_api *a)
 	api__guard_free(a->guard); /* after the daemon: its connections are closed */
 	free(a->host);
 	free(a->key);
+	free(a->cors);
 	pthread_mutex_destroy(&a->model_mu);
 	free(a);
 }

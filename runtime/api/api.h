@@ -22,7 +22,8 @@
 #include "models/chat.h"
 
 #define SHOAL_API_DEFAULT_PORT 47480
-#define SHOAL_API_MAX_TOP      20 /* top_logprobs at most, as OpenAI */
+#define SHOAL_API_MAX_TOP      20  /* top_logprobs at most, as OpenAI */
+#define SHOAL_API_MAX_BIAS     128 /* logit_bias entries (the sampler's limit) */
 
 /* Where a run's tokens and end go (on the node's data thread: never block). */
 typedef struct shoal_api_sink {
@@ -43,7 +44,12 @@ typedef struct shoal_api_gen {
 	uint32_t logprobs; /* top alternatives per token, 0..SHOAL_API_MAX_TOP */
 	bool logprob;      /* the request shows logprobs (else they are not computed) */
 	float temp, top_p;
-	uint64_t seed;
+	uint64_t seed;             /* the request's, or a fresh random one (shown to the client) */
+	bool special;              /* the text shows control tokens (a tool syntax uses them) */
+	float presence, frequency; /* OpenAI's penalties, [-2, 2] */
+	uint32_t n_bias;           /* logit_bias: token ids and their biases */
+	int32_t bias_id[SHOAL_API_MAX_BIAS];
+	float bias[SHOAL_API_MAX_BIAS];
 } shoal_api_gen;
 
 /* What the API shows of the node's work, for /metrics. */
@@ -58,9 +64,11 @@ typedef struct shoal_api_gauges {
 } shoal_api_gauges;
 
 typedef struct shoal_api_ops {
-	/* The token ids of a chat (msgs[n], text NULL) or a plain prompt (text). */
-	shoal_err (*prompt)(void *ctx, const shoal_chat_msg *msgs, size_t n, const char *text,
-	                    int32_t **ids, size_t *n_ids, char *why, size_t why_len);
+	/* The token ids of a chat (msgs[n], text NULL; tools: the functions
+	 * the model may call, a JSON array, or NULL) or a plain prompt (text). */
+	shoal_err (*prompt)(void *ctx, const shoal_chat_msg *msgs, size_t n, const char *tools,
+	                    const char *text, int32_t **ids, size_t *n_ids, char *why,
+	                    size_t why_len);
 	/* Queue a run of ids[n] (borrowed). *handle names it for cancel.
 	 * BUSY: the queue is full. The sink gets its tokens and end. */
 	shoal_err (*submit)(void *ctx, const int32_t *ids, size_t n, const shoal_api_gen *g,
@@ -73,6 +81,13 @@ typedef struct shoal_api_ops {
 	/* The status JSON of `shoal status --json`, malloc'd (NULL: none yet). */
 	char *(*cluster_json)(void *ctx);
 	void (*gauges)(void *ctx, shoal_api_gauges *g);
+	/* The context a run's prompt and tokens share, in tokens (0: not
+	 * known yet). May be NULL. A run that ends with prompt + tokens at
+	 * this size was cut by it: finish_reason "length". */
+	uint32_t (*context)(void *ctx);
+	/* The model's chat format (its tool-call syntax); may be NULL
+	 * (SHOAL_CHAT_PLAIN). SHOAL_ERR_STATE: no model yet. */
+	shoal_err (*chat_style)(void *ctx, shoal_chat_style *out);
 	void *ctx;
 } shoal_api_ops;
 
@@ -84,6 +99,8 @@ typedef struct shoal_api_config {
 	                       not known yet (any name is taken) */
 	size_t max_body;    /* bytes; 0: 1 MiB */
 	unsigned max_conns; /* 0: 128 */
+	const char *cors;   /* --api-cors ORIGIN: the origin (or "*") a browser
+	                       may call from; NULL: no CORS headers */
 } shoal_api_config;
 
 typedef struct shoal_api shoal_api;

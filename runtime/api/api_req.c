@@ -69,6 +69,123 @@ static char *content_text(json_t *c)
 	return s;
 }
 
+/* A function name as OpenAI allows: 1-64 of [A-Za-z0-9_-]. */
+static bool fn_name_ok(json_t *n)
+{
+	if (!json_is_string(n) || !json_string_length(n) ||
+	    json_string_length(n) > SHOAL_API_FN_NAME_LEN)
+		return false;
+	for (const char *c = json_string_value(n); *c; c++)
+		if (!((*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') ||
+		      (*c >= '0' && *c <= '9') || *c == '_' || *c == '-'))
+			return false;
+	return true;
+}
+
+/* tools, tool_choice, parallel_tool_calls into q. */
+static bool parse_tools(json_t *o, shoal_api_req *q, char *bad, size_t bad_len, const char **param)
+{
+	json_t *t = json_object_get(o, "tools"), *tc = json_object_get(o, "tool_choice");
+	q->parallel = true;
+	if (bool_field(o, "parallel_tool_calls", &q->parallel)) {
+		snprintf(bad, bad_len, "'parallel_tool_calls' must be a boolean");
+		*param = "parallel_tool_calls";
+		return false;
+	}
+	size_t n = 0, i;
+	json_t *x;
+	if (t && !json_is_null(t)) {
+		if (!json_is_array(t) || json_array_size(t) > SHOAL_API_MAX_TOOLS) {
+			snprintf(bad, bad_len, "'tools' must be an array of at most %d tools",
+			         SHOAL_API_MAX_TOOLS);
+			*param = "tools";
+			return false;
+		}
+		json_array_foreach(t, i, x)
+		{
+			json_t *f = json_object_get(x, "function"),
+			       *ty = json_object_get(x, "type");
+			json_t *pa = json_object_get(f, "parameters");
+			if (!json_is_string(ty) || strcmp(json_string_value(ty), "function") ||
+			    !json_is_object(f) || !fn_name_ok(json_object_get(f, "name")) ||
+			    (pa && !json_is_object(pa))) {
+				snprintf(
+				    bad, bad_len,
+				    "tools[%zu] must be {\"type\": \"function\", \"function\": "
+				    "{\"name\": 1-64 of [A-Za-z0-9_-], \"parameters\": an object}}",
+				    i);
+				*param = "tools";
+				return false;
+			}
+		}
+		n = json_array_size(t);
+		if (n && !(q->tools = json_dumps(t, JSON_COMPACT | JSON_PRESERVE_ORDER))) {
+			snprintf(bad, bad_len, "out of memory");
+			return false;
+		}
+	}
+	q->tool_choice = n ? SHOAL_API_TOOL_AUTO : SHOAL_API_TOOL_NONE;
+	if (!tc || json_is_null(tc))
+		return true;
+	const char *s = json_string_value(tc);
+	json_t *fn = json_object_get(json_object_get(tc, "function"), "name");
+	if (s && !strcmp(s, "none")) {
+		q->tool_choice = SHOAL_API_TOOL_NONE;
+	} else if (s && (!strcmp(s, "auto") || !strcmp(s, "required")) && n) {
+		q->tool_choice = !strcmp(s, "auto") ? SHOAL_API_TOOL_AUTO : SHOAL_API_TOOL_REQUIRED;
+	} else if (json_is_object(tc) && n && fn_name_ok(fn)) {
+		q->tool_choice = SHOAL_API_TOOL_NAMED;
+		snprintf(q->tool_name, sizeof q->tool_name, "%s", json_string_value(fn));
+		bool found = false;
+		json_array_foreach(t, i, x)
+		{
+			found |= !strcmp(json_string_value(json_object_get(
+			                     json_object_get(x, "function"), "name")),
+			                 q->tool_name);
+		}
+		if (!found) {
+			snprintf(bad, bad_len,
+			         "tool_choice names the function '%s', not in 'tools'",
+			         q->tool_name);
+			*param = "tool_choice";
+			return false;
+		}
+	} else {
+		snprintf(
+		    bad, bad_len,
+		    "'tool_choice' must be \"none\", or with 'tools' \"auto\", \"required\" or "
+		    "{\"type\": \"function\", \"function\": {\"name\": NAME}}");
+		*param = "tool_choice";
+		return false;
+	}
+	return true;
+}
+
+/* An assistant message's tool_calls into q->calls[*k..]: false with the
+ * message in bad[]. */
+static bool parse_calls(json_t *m, size_t i, shoal_api_req *q, size_t *k, char *bad, size_t bad_len)
+{
+	json_t *tcs = json_object_get(m, "tool_calls"), *x;
+	size_t j;
+	json_array_foreach(tcs, j, x)
+	{
+		json_t *f = json_object_get(x, "function"), *id = json_object_get(x, "id");
+		json_t *args = json_object_get(f, "arguments"), *name = json_object_get(f, "name");
+		if (!json_is_object(f) || !fn_name_ok(name) || (args && !json_is_string(args)) ||
+		    (id && !json_is_string(id))) {
+			snprintf(bad, bad_len,
+			         "messages[%zu].tool_calls[%zu] must be {\"id\": string, \"type\": "
+			         "\"function\", \"function\": {\"name\": NAME, \"arguments\": "
+			         "string}}",
+			         i, j);
+			return false;
+		}
+		q->calls[(*k)++] = (shoal_chat_call){json_string_value(id), json_string_value(name),
+		                                     args ? json_string_value(args) : "{}"};
+	}
+	return true;
+}
+
 /* The fields of object o into q; false with the offending parameter's
  * message in bad[] (and *param). */
 static bool parse_fields(json_t *o, shoal_api_req *q, char *bad, size_t bad_len, const char **param)
@@ -107,8 +224,41 @@ static bool parse_fields(json_t *o, shoal_api_req *q, char *bad, size_t bad_len,
 	    WHOLE("max_completion_tokens", q->g.max_tokens = (uint32_t)v));
 	NUM("temperature", 0, 2, q->g.temp = (float)v);
 	NUM("top_p", 0, 1, q->g.top_p = (float)v);
-	NUM("seed", -9.2e18, 9.2e18, q->g.seed = (uint64_t)(int64_t)v);
+	/* an integer seed is taken exactly (a double loses bits past 2^53) */
+	NUM("seed", -9.2e18, 9.2e18,
+	    (q->g.seed = json_is_integer(json_object_get(o, "seed"))
+	                     ? (uint64_t)json_integer_value(json_object_get(o, "seed"))
+	                     : (uint64_t)(int64_t)v,
+	     q->seeded = true));
 	NUM("n", 1, 1, (void)0);
+	NUM("presence_penalty", -2, 2, q->g.presence = (float)v);
+	NUM("frequency_penalty", -2, 2, q->g.frequency = (float)v);
+	json_t *lb = json_object_get(o, "logit_bias");
+	if (lb && !json_is_null(lb)) {
+		const char *key;
+		json_t *x;
+		bool ok = json_is_object(lb) && json_object_size(lb) <= SHOAL_API_MAX_BIAS;
+		json_object_foreach(ok ? lb : NULL, key, x)
+		{
+			char *end;
+			long id = strtol(key, &end, 10);
+			if (!*key || *end || id < 0 || id > INT32_MAX || !json_is_number(x) ||
+			    !(json_number_value(x) >= -100 && json_number_value(x) <= 100)) {
+				ok = false;
+				break;
+			}
+			q->g.bias_id[q->g.n_bias] = (int32_t)id;
+			q->g.bias[q->g.n_bias++] = (float)json_number_value(x);
+		}
+		if (!ok) {
+			snprintf(
+			    bad, bad_len,
+			    "'logit_bias' must map at most %d token ids to numbers in [-100, 100]",
+			    SHOAL_API_MAX_BIAS);
+			*param = "logit_bias";
+			return false;
+		}
+	}
 	if (!q->g.max_tokens)
 		q->g.max_tokens = 1; /* OpenAI counts 0 as "at least one" nowhere; take it as 1 */
 	if ((p = bool_field(o, "stream", &q->stream))) {
@@ -173,6 +323,8 @@ static bool parse_fields(json_t *o, shoal_api_req *q, char *bad, size_t bad_len,
 			return false;
 		}
 	}
+	if (q->chat && !parse_tools(o, q, bad, bad_len, param))
+		return false;
 	if (q->chat) {
 		json_t *ms = json_object_get(o, "messages");
 		if (!json_is_array(ms) || !json_array_size(ms)) {
@@ -180,10 +332,15 @@ static bool parse_fields(json_t *o, shoal_api_req *q, char *bad, size_t bad_len,
 			*param = "messages";
 			return false;
 		}
-		size_t n = json_array_size(ms);
+		size_t n = json_array_size(ms), n_calls = 0, k = 0;
+		for (size_t i = 0; i < n; i++) {
+			json_t *tcs = json_object_get(json_array_get(ms, i), "tool_calls");
+			n_calls += json_is_array(tcs) ? json_array_size(tcs) : 0;
+		}
 		q->msgs = calloc(n, sizeof *q->msgs);
 		q->texts = calloc(n, sizeof *q->texts);
-		if (!q->msgs || !q->texts) {
+		q->calls = calloc(n_calls ? n_calls : 1, sizeof *q->calls);
+		if (!q->msgs || !q->texts || !q->calls) {
 			snprintf(bad, bad_len, "out of memory");
 			return false;
 		}
@@ -195,16 +352,43 @@ static bool parse_fields(json_t *o, shoal_api_req *q, char *bad, size_t bad_len,
 			                     ? "system"
 			                 : !strcmp(given, "user")      ? "user"
 			                 : !strcmp(given, "assistant") ? "assistant"
+			                 : !strcmp(given, "tool")      ? "tool"
 			                                               : NULL;
 			if (!rs) {
 				snprintf(bad, bad_len,
-				         "messages[%zu].role must be system, developer, user or "
-				         "assistant",
+				         "messages[%zu].role must be system, developer, user, "
+				         "assistant or tool",
 				         i);
 				*param = "messages";
 				return false;
 			}
-			char *c = content_text(json_object_get(m, "content"));
+			json_t *tcs = json_object_get(m, "tool_calls"), *cid = NULL;
+			json_t *ct = json_object_get(m, "content");
+			bool calls = json_is_array(tcs) && json_array_size(tcs);
+			if (tcs && !json_is_null(tcs) &&
+			    (strcmp(rs, "assistant") || !json_is_array(tcs))) {
+				snprintf(bad, bad_len,
+				         "messages[%zu].tool_calls: only an assistant message has "
+				         "them, as an array",
+				         i);
+				*param = "messages";
+				return false;
+			}
+			if (!strcmp(rs, "tool") &&
+			    !json_is_string(cid = json_object_get(m, "tool_call_id"))) {
+				snprintf(bad, bad_len,
+				         "messages[%zu]: a tool message needs 'tool_call_id'", i);
+				*param = "messages";
+				return false;
+			}
+			size_t first = k;
+			if (calls && !parse_calls(m, i, q, &k, bad, bad_len)) {
+				*param = "messages";
+				return false;
+			}
+			/* an assistant message that calls may have null content */
+			char *c =
+			    calls && (!ct || json_is_null(ct)) ? strdup("") : content_text(ct);
 			if (!c) {
 				snprintf(bad, bad_len,
 				         "messages[%zu].content must be a string or text parts", i);
@@ -212,7 +396,8 @@ static bool parse_fields(json_t *o, shoal_api_req *q, char *bad, size_t bad_len,
 				return false;
 			}
 			q->texts[i] = c;
-			q->msgs[i] = (shoal_chat_msg){rs, c};
+			q->msgs[i] = (shoal_chat_msg){rs, c, calls ? q->calls + first : NULL,
+			                              k - first, json_string_value(cid)};
 			q->n_msgs++;
 		}
 	} else {
@@ -263,7 +448,7 @@ shoal_err shoal_api_req_parse(const char *body, size_t len, bool chat, const cha
 	} else if (parse_fields(o, q, msg, msg_len, param)) {
 		e = SHOAL_OK;
 	}
-	json_decref(o);
+	q->json = o; /* the messages' calls point into it */
 	return e;
 }
 
@@ -274,5 +459,8 @@ void shoal_api_req_fini(shoal_api_req *q)
 	free(q->texts);
 	free(q->msgs);
 	free(q->prompt);
+	free(q->tools);
+	free(q->calls);
+	json_decref(q->json);
 	memset(q, 0, sizeof *q);
 }

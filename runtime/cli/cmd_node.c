@@ -98,6 +98,8 @@ static void cmd_node_usage(FILE *f)
 	        "  --api [HOST:]PORT      serve the OpenAI-compatible HTTP API there (port %u;\n"
 	        "                         give 0.0.0.0:PORT to serve other machines)\n"
 	        "  --api-key FILE         requests must carry Authorization: Bearer <its text>\n"
+	        "  --api-cors ORIGIN      let web pages from ORIGIN (e.g. http://localhost:3000,\n"
+	        "                         or *) call the API: CORS headers and preflights\n"
 	        "  -v, --verbose          debug logs\n",
 	        SHOAL_KEY_DEFAULT_NAME, SHOAL_NODE_DEFAULT_CLUSTER, SHOAL_SERVE_HOP_SPIN_US,
 	        SHOAL_API_DEFAULT_PORT);
@@ -152,6 +154,7 @@ int shoal_cmd_node(int argc, char **argv)
 		O_SESSIONS,
 		O_API,
 		O_API_KEY,
+		O_API_CORS,
 		O_MODELID,
 		O_CACHEMAX,
 		O_RDMA_DEV,
@@ -182,6 +185,7 @@ int shoal_cmd_node(int argc, char **argv)
 	    {"sessions", required_argument, NULL, O_SESSIONS},
 	    {"api", required_argument, NULL, O_API},
 	    {"api-key", required_argument, NULL, O_API_KEY},
+	    {"api-cors", required_argument, NULL, O_API_CORS},
 	    {"model-id", required_argument, NULL, O_MODELID},
 	    {"cache-max", required_argument, NULL, O_CACHEMAX},
 	    {"rdma-device", required_argument, NULL, O_RDMA_DEV},
@@ -339,6 +343,9 @@ int shoal_cmd_node(int argc, char **argv)
 		case O_API_KEY:
 			api_key_file = optarg;
 			break;
+		case O_API_CORS:
+			cfg.api_cors = optarg;
+			break;
 		case 'v':
 			shoal_log_set_level(SHOAL_LOG_DEBUG);
 			break;
@@ -385,6 +392,12 @@ int shoal_cmd_node(int argc, char **argv)
 		return 2;
 	}
 	cfg.seeds = seeds;
+	if (cfg.api_cors && (!cfg.api || !cfg.api_cors[0] || strpbrk(cfg.api_cors, "\r\n"))) {
+		fprintf(stderr, "shoal node: --api-cors needs --api and one origin (e.g. "
+		                "http://localhost:3000) or *\n");
+		free(seeds);
+		return 2;
+	}
 	if (api_key_file && !cfg.api) {
 		fprintf(stderr, "shoal node: --api-key needs --api\n");
 		free(seeds);

@@ -63,8 +63,10 @@
  *   6 n_prompt  7 max_tokens  8 logprobs K (bit 31: the sampled id's own
  *   logprob is not wanted: result word 1 reads 0 unless K > 0)  9 temp (f32 bits)  10 top_k
  *   11 top_p  12 min_p  13 repeat_penalty  14 repeat_last_n  15 n_tail
- *   16-17 seed (lo, hi)  18 first step  19.. OPEN: the last n_tail prompt
- *   ids (for the repetition penalty); ERROR: n_tail bytes of reason.
+ *   16-17 seed (lo, hi)  18 first step  19 presence_penalty  20
+ *   frequency_penalty (f32 bits)  21 n_bias  22.. OPEN: n_bias pairs (token
+ *   id, logit bias f32 bits), then the last n_tail prompt ids (for the
+ *   penalties); ERROR: n_tail bytes of reason.
  *
  * A replay (the owner re-opens a session on a new plan with its prompt
  * plus the k tokens already generated as the prompt) sets first step = k:
@@ -124,7 +126,11 @@
  *     message (round SHOAL_ENGINE_TP_HEAD, layer_first = layer_end): per
  *     batch with logits, tp_n - 1 messages, none back.
  */
-#define SHOAL_DIST_CTL_WORDS 19u
+#define SHOAL_DIST_CTL_WORDS 22u
+/* The most words a control frame holds: its fields, the logit bias pairs,
+ * the tail. */
+#define SHOAL_DIST_CTL_MAX_WORDS                                                                   \
+	(SHOAL_DIST_CTL_WORDS + 2u * SHOAL_SAMPLER_MAX_BIAS + SHOAL_DIST_TAIL_MAX)
 /* --logprobs cap: the generation loop's. */
 #define SHOAL_DIST_MAX_LOGPROBS SHOAL_GEN_MAX_LOGPROBS
 /* Prompt tail for the repetition penalty: sampler's default last_n is 64;

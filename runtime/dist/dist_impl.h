@@ -141,7 +141,7 @@ struct shoal_dist_stage {
 	shoal_xfer_row *rtags; /* (max_sessions) */
 	int32_t *top_ids;      /* (MAX_LOGPROBS) */
 	float *top_lps;
-	int32_t ctl[SHOAL_DIST_CTL_WORDS + SHOAL_DIST_TAIL_MAX];
+	int32_t ctl[SHOAL_DIST_CTL_MAX_WORDS];
 	dist__err errs[DIST__MAX_ERRS];
 	uint32_t n_errs;
 	uint64_t errs_last_ns;

@@ -40,7 +40,7 @@ struct shoal_dist_owner {
 	owner_sess **next_ss; /* (max_rows) whose */
 	int32_t top_ids[SHOAL_DIST_MAX_LOGPROBS];
 	float top_lps[SHOAL_DIST_MAX_LOGPROBS];
-	int32_t ctl[SHOAL_DIST_CTL_WORDS + SHOAL_DIST_TAIL_MAX];
+	int32_t ctl[SHOAL_DIST_CTL_MAX_WORDS];
 	/* per-row and per-frame lines, one a second (base/log.h) */
 	shoal_log_limit log_result, log_plan, log_ctl, log_busy;
 	shoal_dist_owner_metrics met;
@@ -295,7 +295,9 @@ shoal_err shoal_dist_owner_start(shoal_dist_owner *o, const shoal_dist_request *
 		return shoal_why(why, why_len, SHOAL_ERR_INVAL,
 		                 "a request needs a prompt, max_tokens, logprobs <= %u",
 		                 SHOAL_DIST_MAX_LOGPROBS);
-	bool pen = sp->repeat_penalty != 1.0f && sp->repeat_last_n != 0;
+	bool pen = (sp->repeat_penalty != 1.0f || sp->presence_penalty != 0.0f ||
+	            sp->frequency_penalty != 0.0f) &&
+	           sp->repeat_last_n != 0;
 	if (pen && (sp->repeat_last_n < 0 || (uint32_t)sp->repeat_last_n > SHOAL_DIST_TAIL_MAX))
 		return shoal_why(why, why_len, SHOAL_ERR_UNSUPPORTED,
 		                 "repetition penalty over %d tokens (at most %u)",

@@ -41,8 +41,9 @@ uint32_t dist__ctl_encode(const dist__ctl *c, int32_t *words, uint32_t cap)
 	SHOAL_ASSERT(words || !cap);
 	uint32_t extra = 0;
 	size_t rlen = 0;
+	SHOAL_ASSERT(c->op != SHOAL_DIST_CTL_OPEN || c->sp.n_bias <= SHOAL_SAMPLER_MAX_BIAS);
 	if (c->op == SHOAL_DIST_CTL_OPEN)
-		extra = c->n_tail;
+		extra = 2u * c->sp.n_bias + c->n_tail;
 	else if (c->op == SHOAL_DIST_CTL_ERROR) {
 		rlen = strnlen(c->reason, SHOAL_XFER_REASON_MAX);
 		extra = (uint32_t)((rlen + 3) / 4);
@@ -62,14 +63,25 @@ uint32_t dist__ctl_encode(const dist__ctl *c, int32_t *words, uint32_t cap)
 	w[12] = f2w(c->sp.min_p);
 	w[13] = f2w(c->sp.repeat_penalty);
 	w[14] = (uint32_t)c->sp.repeat_last_n;
-	w[15] = c->op == SHOAL_DIST_CTL_ERROR ? (uint32_t)rlen : extra;
+	w[15] = c->op == SHOAL_DIST_CTL_ERROR  ? (uint32_t)rlen
+	        : c->op == SHOAL_DIST_CTL_OPEN ? c->n_tail
+	                                       : 0;
 	w[16] = (uint32_t)c->sp.seed;
 	w[17] = (uint32_t)(c->sp.seed >> 32);
 	w[18] = c->first_step;
+	w[19] = f2w(c->sp.presence_penalty);
+	w[20] = f2w(c->sp.frequency_penalty);
+	w[21] = c->op == SHOAL_DIST_CTL_OPEN ? c->sp.n_bias : 0;
 	memcpy(words, w, sizeof w);
-	if (c->op == SHOAL_DIST_CTL_OPEN && extra)
-		memcpy(words + SHOAL_DIST_CTL_WORDS, c->tail, extra * 4u);
-	else if (extra) {
+	if (c->op == SHOAL_DIST_CTL_OPEN) {
+		int32_t *b = words + SHOAL_DIST_CTL_WORDS;
+		for (uint32_t i = 0; i < c->sp.n_bias; i++) {
+			b[2 * i] = c->sp.bias_id[i];
+			b[2 * i + 1] = (int32_t)f2w(c->sp.bias[i]);
+		}
+		if (c->n_tail)
+			memcpy(b + 2 * c->sp.n_bias, c->tail, c->n_tail * 4u);
+	} else if (extra) {
 		memset(words + SHOAL_DIST_CTL_WORDS, 0, extra * 4u);
 		memcpy(words + SHOAL_DIST_CTL_WORDS, c->reason, rlen);
 	}
@@ -102,11 +114,17 @@ shoal_err dist__ctl_decode(const shoal_xfer_frame *f, dist__ctl *c, char *why, s
 	c->n_tail = w[15];
 	c->sp.seed = (uint64_t)w[16] | (uint64_t)w[17] << 32;
 	c->first_step = w[18];
+	c->sp.presence_penalty = w2f(w[19]);
+	c->sp.frequency_penalty = w2f(w[20]);
+	uint32_t n_bias = w[21];
 	uint32_t extra = h->dim - SHOAL_DIST_CTL_WORDS;
 	const uint8_t *p = f->payload + SHOAL_DIST_CTL_WORDS * 4u;
 	switch (c->op) {
 	case SHOAL_DIST_CTL_OPEN:
-		if (c->n_tail != extra || c->n_tail > SHOAL_DIST_TAIL_MAX || c->n_prompt == 0 ||
+		if (n_bias > SHOAL_SAMPLER_MAX_BIAS || c->n_tail != extra - 2u * n_bias ||
+		    extra < 2u * n_bias || c->n_tail > SHOAL_DIST_TAIL_MAX || c->n_prompt == 0 ||
+		    !(c->sp.presence_penalty >= -2.0f && c->sp.presence_penalty <= 2.0f) ||
+		    !(c->sp.frequency_penalty >= -2.0f && c->sp.frequency_penalty <= 2.0f) ||
 		    c->n_tail > c->n_prompt || c->logprobs > SHOAL_DIST_MAX_LOGPROBS ||
 		    !(c->sp.temp >= 0.0f) || !(c->sp.repeat_penalty > 0.0f) ||
 		    c->sp.repeat_last_n < 0 || (uint32_t)c->sp.repeat_last_n > SHOAL_DIST_TAIL_MAX)
@@ -114,7 +132,18 @@ shoal_err dist__ctl_decode(const shoal_xfer_frame *f, dist__ctl *c, char *why, s
 			                 "open: bad fields (prompt %u, tail %u of %u words, "
 			                 "logprobs %u)",
 			                 c->n_prompt, c->n_tail, extra, c->logprobs);
-		c->tail = (const int32_t *)(const void *)p; /* payload is 16-aligned */
+		for (uint32_t i = 0; i < n_bias; i++) {
+			int32_t pair[2];
+			memcpy(pair, p + 8u * i, 8);
+			c->sp.bias_id[i] = pair[0];
+			c->sp.bias[i] = w2f((uint32_t)pair[1]);
+			if (!(c->sp.bias[i] >= -100.0f && c->sp.bias[i] <= 100.0f))
+				return shoal_why(why, why_len, SHOAL_ERR_FORMAT,
+				                 "open: logit bias %u out of [-100, 100]", i);
+		}
+		c->sp.n_bias = n_bias;
+		/* payload is 16-aligned: the tail's words are aligned */
+		c->tail = (const int32_t *)(const void *)(p + 8u * n_bias);
 		return SHOAL_OK;
 	case SHOAL_DIST_CTL_CLOSE:
 		return SHOAL_OK;

@@ -22,11 +22,12 @@
 struct shoal_sampler {
 	shoal_sampler_params p;
 	uint32_t n_vocab;
-	float *val;    /* (n_vocab) working logits, indexed by token id */
-	int32_t *cand; /* (n_vocab) candidate ids still in the running */
-	int32_t *heap; /* (n_vocab) partial selection, then sorted best first */
-	double *w;     /* (n_vocab) weights exp(l - l_max), by token id */
-	uint8_t *seen; /* (n_vocab) penalty marks, all zero between calls */
+	float *val;      /* (n_vocab) working logits, indexed by token id */
+	int32_t *cand;   /* (n_vocab) candidate ids still in the running */
+	int32_t *heap;   /* (n_vocab) partial selection, then sorted best first */
+	double *w;       /* (n_vocab) weights exp(l - l_max), by token id */
+	uint8_t *seen;   /* (n_vocab) penalty marks, all zero between calls */
+	uint16_t *count; /* (n_vocab) occurrences in the window, all zero between calls */
 };
 
 /* ---------------------------------------------------------------- the draw */
@@ -136,6 +137,7 @@ void shoal_sampler_free(shoal_sampler *s)
 	free(s->heap);
 	free(s->w);
 	free(s->seen);
+	free(s->count);
 	free(s);
 }
 
@@ -149,8 +151,14 @@ shoal_err shoal_sampler_new(const shoal_sampler_params *p, uint32_t n_vocab, sho
 	*out = NULL;
 	if (isnan(p->temp) || p->top_k < 0 || !(p->top_p >= 0.0f && p->top_p <= 1.0f) ||
 	    !(p->min_p >= 0.0f && p->min_p <= 1.0f) ||
-	    !(p->repeat_penalty > 0.0f && p->repeat_penalty < INFINITY))
+	    !(p->repeat_penalty > 0.0f && p->repeat_penalty < INFINITY) ||
+	    !(p->presence_penalty >= -2.0f && p->presence_penalty <= 2.0f) ||
+	    !(p->frequency_penalty >= -2.0f && p->frequency_penalty <= 2.0f) ||
+	    p->n_bias > SHOAL_SAMPLER_MAX_BIAS)
 		return SHOAL_ERR_RANGE;
+	for (uint32_t i = 0; i < p->n_bias; i++)
+		if (!(p->bias[i] >= -100.0f && p->bias[i] <= 100.0f))
+			return SHOAL_ERR_RANGE;
 
 	shoal_sampler *s = calloc(1, sizeof *s);
 	if (!s)
@@ -162,7 +170,8 @@ shoal_err shoal_sampler_new(const shoal_sampler_params *p, uint32_t n_vocab, sho
 	s->heap = malloc((size_t)n_vocab * sizeof *s->heap);
 	s->w = malloc((size_t)n_vocab * sizeof *s->w);
 	s->seen = calloc(n_vocab, 1);
-	if (!s->val || !s->cand || !s->heap || !s->w || !s->seen)
+	s->count = calloc(n_vocab, sizeof *s->count);
+	if (!s->val || !s->cand || !s->heap || !s->w || !s->seen || !s->count)
 		goto fail;
 	*out = s;
 	return SHOAL_OK;
@@ -220,24 +229,46 @@ static int32_t sample_greedy(const float *logits, uint32_t n32)
  * the vocabulary are ignored (the history is the client's prompt too). */
 static void apply_penalty(shoal_sampler *s, const int32_t *hist, size_t n_hist)
 {
-	float pen = s->p.repeat_penalty;
-	if (pen == 1.0f || !hist || n_hist == 0 || s->p.repeat_last_n == 0)
+	float pen = s->p.repeat_penalty, pres = s->p.presence_penalty,
+	      freq = s->p.frequency_penalty;
+	if ((pen == 1.0f && pres == 0.0f && freq == 0.0f) || !hist || n_hist == 0 ||
+	    s->p.repeat_last_n == 0)
 		return;
 	size_t from = 0;
 	if (s->p.repeat_last_n > 0 && n_hist > (size_t)s->p.repeat_last_n)
 		from = n_hist - (size_t)s->p.repeat_last_n;
 	for (size_t i = from; i < n_hist; i++) {
 		int32_t t = hist[i];
+		if (t >= 0 && (uint32_t)t < s->n_vocab && s->count[t] < UINT16_MAX)
+			s->count[t]++;
+	}
+	for (size_t i = from; i < n_hist; i++) {
+		int32_t t = hist[i];
 		if (t < 0 || (uint32_t)t >= s->n_vocab || s->seen[t])
 			continue;
 		s->seen[t] = 1;
 		float x = s->val[t];
-		s->val[t] = x > 0.0f ? x / pen : x * pen;
+		if (pen != 1.0f)
+			x = x > 0.0f ? x / pen : x * pen;
+		/* OpenAI's: once for presence, per occurrence for frequency */
+		x -= pres + freq * (float)s->count[t];
+		if (x == x) /* -inf - (-2) stays -inf; nothing becomes NaN */
+			s->val[t] = x;
 	}
 	for (size_t i = from; i < n_hist; i++) {
 		int32_t t = hist[i];
 		if (t >= 0 && (uint32_t)t < s->n_vocab)
-			s->seen[t] = 0;
+			s->seen[t] = 0, s->count[t] = 0;
+	}
+}
+
+/* logit_bias, before the penalties (ids out of the vocabulary ignored). */
+static void apply_bias(shoal_sampler *s)
+{
+	for (uint32_t i = 0; i < s->p.n_bias; i++) {
+		int32_t t = s->p.bias_id[i];
+		if (t >= 0 && (uint32_t)t < s->n_vocab && s->val[t] != -INFINITY)
+			s->val[t] += s->p.bias[i];
 	}
 }
 
@@ -300,12 +331,24 @@ int32_t shoal_sampler_sample(shoal_sampler *s, const float *logits, const int32_
                              size_t n_history, uint64_t step)
 {
 	const uint32_t nv = s->n_vocab;
-	if (!(s->p.temp > 0.0f))
+	/* greedy: the raw argmax unless OpenAI's adjustments ask for more
+	 * (the repetition penalty stays a sampling setting, as before) */
+	bool adjust =
+	    s->p.n_bias || s->p.presence_penalty != 0.0f || s->p.frequency_penalty != 0.0f;
+	if (!(s->p.temp > 0.0f) && !adjust)
 		return sample_greedy(logits, nv);
 
 	float *val = s->val;
 	for (uint32_t i = 0; i < nv; i++)
 		val[i] = key_of(logits, (int32_t)i);
+	apply_bias(s);
+	if (!(s->p.temp > 0.0f)) {
+		float rp = s->p.repeat_penalty;
+		s->p.repeat_penalty = 1.0f;
+		apply_penalty(s, history, n_history);
+		s->p.repeat_penalty = rp;
+		return sample_greedy(val, nv);
+	}
 	apply_penalty(s, history, n_history);
 
 	/* Temperature, as a division: with a tiny temp, 1/temp overflows and

@@ -2,7 +2,8 @@
  * runtime/engine/sampler.h: picking the next token from logits.
  *
  * Part: runtime/ (engine). Greedy (temp 0), or temperature with top-k,
- * top-p, min-p and a repetition penalty. The draw at step t is a function of
+ * top-p, min-p and a repetition penalty; OpenAI's logit bias and presence
+ * and frequency penalties at any temperature. The draw at step t is a function of
  * (seed, t) only, so replaying a session's history reproduces it (DESIGN
  * invariant 2). Storage is allocated once at init: nothing per token.
  */
@@ -14,14 +15,28 @@
 
 #include "base/err.h"
 
+/* logit_bias entries per request (OpenAI names no limit; a client bans or
+ * boosts a few words, a few tokens each) */
+#define SHOAL_SAMPLER_MAX_BIAS 128
+
 typedef struct shoal_sampler_params {
 	float temp;            /* 0: greedy (argmax, lowest id on ties) */
 	int32_t top_k;         /* 0: off */
 	float top_p;           /* 1.0: off */
 	float min_p;           /* 0.0: off */
 	float repeat_penalty;  /* 1.0: off */
-	int32_t repeat_last_n; /* how many recent tokens the penalty looks at */
+	int32_t repeat_last_n; /* how many recent tokens the penalties look at */
 	uint64_t seed;
+	/* OpenAI's, over the same recent tokens (prompt and generated, as
+	 * llama.cpp; OpenAI counts the generated ones only): a token's logit
+	 * loses presence once if it occurs there, and frequency times its
+	 * count. [-2, 2]; 0: off. */
+	float presence_penalty, frequency_penalty;
+	/* added to the logits of bias_id[i] before everything else; ids out of
+	 * the vocabulary are ignored. [-100, 100]. */
+	uint32_t n_bias;
+	int32_t bias_id[SHOAL_SAMPLER_MAX_BIAS];
+	float bias[SHOAL_SAMPLER_MAX_BIAS];
 } shoal_sampler_params;
 
 /* The defaults: temp 0.8, top_k 40, top_p 0.95, min_p 0.05, no penalty,

@@ -62,6 +62,7 @@ typedef struct shoal_node_config {
 	 * Bearer key its requests must carry (NULL: none). */
 	const char *api;
 	const char *api_key;
+	const char *api_cors; /* --api-cors ORIGIN (NULL: no CORS) */
 	/* Without model: serve this model id (64 hex digits, or "any": the one
 	 * the serving peers agree on), its weights fetched from the peers into
 	 * <state-dir>/weights (runtime/node/weights.h); NULL: membership only. */

@@ -61,8 +61,11 @@ shoal_err node__api_start(shoal_node *n, char *why, size_t why_len)
 	n->api_hub.status_ctx = n;
 	shoal_serve_api_set(&n->api_hub, n->cl);
 	shoal_serve_api_ops(&n->api_hub, &n->api_ops);
-	shoal_api_config ac = {
-	    .host = host, .port = port, .key = n->cfg.api_key, .model = model[0] ? model : NULL};
+	shoal_api_config ac = {.host = host,
+	                       .port = port,
+	                       .key = n->cfg.api_key,
+	                       .model = model[0] ? model : NULL,
+	                       .cors = n->cfg.api_cors};
 	return shoal_api_start(&ac, &n->api_ops, &n->api, why, why_len);
 }
 

@@ -129,8 +129,8 @@ void shoal_serve_run_request(shoal_serve *cl, const shoal_ctl_route *from, const
 	/* without --logprobs the client shows no logprob: the last stage
 	 * skips the log-sum-exp over the vocabulary (~15 % of a small
 	 * model's token) */
-	e = serve__queue(cl, &ids, n_ids, (uint32_t)n, (uint32_t)k, k == 0, &sp, from, seq, NULL,
-	                 &slot, why, sizeof why);
+	e = serve__queue(cl, &ids, n_ids, (uint32_t)n, (uint32_t)k, k == 0, false, &sp, from, seq,
+	                 NULL, &slot, why, sizeof why);
 	if (e)
 		serve_end(cl, from, seq, e, e == SHOAL_ERR_BUSY, why, NULL, 0);
 out:
@@ -226,16 +226,17 @@ static shoal_serve *api_serve(void *ctx, char *why, size_t why_len)
 	return cl;
 }
 
-static shoal_err api_prompt(void *ctx, const shoal_chat_msg *msgs, size_t n, const char *text,
-                            int32_t **ids, size_t *n_ids, char *why, size_t why_len)
+static shoal_err api_prompt(void *ctx, const shoal_chat_msg *msgs, size_t n, const char *tools,
+                            const char *text, int32_t **ids, size_t *n_ids, char *why,
+                            size_t why_len)
 {
 	shoal_serve *cl = api_serve(ctx, why, why_len);
 	if (!cl)
 		return SHOAL_ERR_STATE;
-	shoal_err e =
-	    msgs ? shoal_prompt_chat_ids(cl->model, cl->tok, msgs, n, ids, n_ids, why, why_len)
-	         : shoal_prompt_ids(cl->model, cl->tok, text ? text : "", false, NULL, ids, n_ids,
-	                            why, why_len);
+	shoal_err e = msgs ? shoal_prompt_chat_tools_ids(cl->model, cl->tok, msgs, n, tools, ids,
+	                                                 n_ids, why, why_len)
+	                   : shoal_prompt_ids(cl->model, cl->tok, text ? text : "", false, NULL,
+	                                      ids, n_ids, why, why_len);
 	if (e)
 		return e;
 	if (!*n_ids || *n_ids >= cl->pol.ctx) {
@@ -257,6 +258,12 @@ static shoal_err api_submit(void *ctx, const int32_t *ids, size_t n_ids, const s
 	sp.temp = g->temp;
 	sp.top_p = g->top_p;
 	sp.seed = g->seed;
+	_Static_assert(SHOAL_API_MAX_BIAS == SHOAL_SAMPLER_MAX_BIAS, "logit_bias limits");
+	sp.presence_penalty = g->presence;
+	sp.frequency_penalty = g->frequency;
+	sp.n_bias = g->n_bias < SHOAL_SAMPLER_MAX_BIAS ? g->n_bias : SHOAL_SAMPLER_MAX_BIAS;
+	memcpy(sp.bias_id, g->bias_id, sp.n_bias * sizeof *sp.bias_id);
+	memcpy(sp.bias, g->bias, sp.n_bias * sizeof *sp.bias);
 	if (!n_ids || n_ids >= cl->pol.ctx)
 		return shoal_why(why, why_len, SHOAL_ERR_RANGE,
 		                 "%zu prompt tokens; the context holds %u", n_ids, cl->pol.ctx);
@@ -264,8 +271,9 @@ static shoal_err api_submit(void *ctx, const int32_t *ids, size_t n_ids, const s
 	if (!copy)
 		return SHOAL_ERR_NOMEM;
 	memcpy(copy, ids, n_ids * sizeof *copy);
-	shoal_err e = serve__queue(cl, &copy, n_ids, g->max_tokens ? g->max_tokens : 1, g->logprobs,
-	                           !g->logprob, &sp, NULL, 0, sink, handle, why, why_len);
+	shoal_err e =
+	    serve__queue(cl, &copy, n_ids, g->max_tokens ? g->max_tokens : 1, g->logprobs,
+	                 !g->logprob, g->special, &sp, NULL, 0, sink, handle, why, why_len);
 	free(copy);
 	return e;
 }
@@ -334,6 +342,20 @@ static void api_gauges(void *ctx, shoal_api_gauges *g)
 	pthread_mutex_unlock(&cl->mu);
 }
 
+static uint32_t api_context(void *ctx)
+{
+	shoal_serve *cl = api_serve(ctx, NULL, 0);
+	return cl ? cl->pol.ctx : 0;
+}
+
+static shoal_err api_chat_style(void *ctx, shoal_chat_style *out)
+{
+	shoal_serve *cl = api_serve(ctx, NULL, 0);
+	if (!cl)
+		return SHOAL_ERR_STATE;
+	return shoal_prompt_chat_style(cl->model, out, NULL, 0);
+}
+
 void shoal_serve_api_ops(shoal_serve_api *a, shoal_api_ops *ops)
 {
 	*ops = (shoal_api_ops){.prompt = api_prompt,
@@ -342,6 +364,8 @@ void shoal_serve_api_ops(shoal_serve_api *a, shoal_api_ops *ops)
 	                       .token_text = api_token_text,
 	                       .cluster_json = api_status,
 	                       .gauges = api_gauges,
+	                       .context = api_context,
+	                       .chat_style = api_chat_style,
 	                       .ctx = a};
 }
 

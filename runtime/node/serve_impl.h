@@ -424,12 +424,12 @@ void *serve__data_main(void *arg);
 
 /* serve_runs.c: the run slots. Queue a run of (*ids)[n_ids] (taken) for at
  * most n tokens, answering the client `from` (seq) or, with sink, the
- * sink; *slot_out is its API handle. BUSY when every slot is taken. Any
- * thread. */
+ * sink (special: its text shows control tokens); *slot_out is its API handle. BUSY when every slot
+ * is taken. Any thread. */
 shoal_err serve__queue(shoal_serve *cl, int32_t **ids, size_t n_ids, uint32_t n, uint32_t k,
-                       bool no_logprob, const shoal_sampler_params *sp, const shoal_ctl_route *from,
-                       uint64_t seq, const shoal_api_sink *sink, uint32_t *slot_out, char *why,
-                       size_t why_len);
+                       bool no_logprob, bool special, const shoal_sampler_params *sp,
+                       const shoal_ctl_route *from, uint64_t seq, const shoal_api_sink *sink,
+                       uint32_t *slot_out, char *why, size_t why_len);
 /* The data thread's side of the runs: pause run i (replayed after
  * delay_us), start what waits, check what runs. */
 void serve__pause(shoal_serve *cl, uint32_t i, uint64_t now, uint64_t delay_us, const char *why);

@@ -23,12 +23,13 @@
 /* --------------------------------------------------------------- the queue */
 
 /* Queue a run of (*ids)[n_ids] (taken: *ids is NULL after) for max tokens
- * n (> 0), answering to the client `from` (seq) or, with sink, to it.
+ * n (> 0), answering to the client `from` (seq) or, with sink, to it;
+ * special: its text shows control tokens (an API run with tools).
  * *slot names it. BUSY when every slot is taken. Any thread. */
 shoal_err serve__queue(shoal_serve *cl, int32_t **ids, size_t n_ids, uint32_t n, uint32_t k,
-                       bool no_logprob, const shoal_sampler_params *sp, const shoal_ctl_route *from,
-                       uint64_t seq, const shoal_api_sink *sink, uint32_t *slot_out, char *why,
-                       size_t why_len)
+                       bool no_logprob, bool special, const shoal_sampler_params *sp,
+                       const shoal_ctl_route *from, uint64_t seq, const shoal_api_sink *sink,
+                       uint32_t *slot_out, char *why, size_t why_len)
 {
 	uint32_t max_tokens = n;
 	if (max_tokens > cl->pol.ctx - n_ids)
@@ -67,7 +68,7 @@ shoal_err serve__queue(shoal_serve *cl, int32_t **ids, size_t n_ids, uint32_t n,
 		r->sp = *sp;
 		r->ticket = ++cl->next_ticket;
 		r->queued_us = shoal_clock_now_us();
-		shoal_detok_init(&r->dt, cl->tok, false);
+		shoal_detok_init(&r->dt, cl->tok, special);
 		r->dt.first = false;
 		r->n_sent = 0;
 		r->state = SHOAL_SERVE_RUN_QUEUED;

@@ -3,7 +3,9 @@
  *
  * Part: tests of models/ (chat). Reads a JSON array of cases
  * {"style": name, "gen": bool, "thinking": -1|0|1 (optional),
- * "msgs": [{"role", "content"}...]} from the
+ * "tools": [...] (optional), "msgs": [{"role", "content", "tool_calls":
+ * [{"id", "function": {"name", "arguments": string}}] (optional),
+ * "tool_call_id" (optional)}...]} from the
  * file argv[1] and writes to argv[2] a JSON array with, per case,
  * {"out": rendering} or {"err": reason} from shoal_chat_render, so that a
  * script can compare them with Jinja2's rendering of the real templates.
@@ -14,8 +16,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-/* Messages per case: the script makes at most 8. */
-#define CASE_MAX_MSGS 64
+/* Messages per case: the scripts make at most 12; calls per message 4. */
+#define CASE_MAX_MSGS  64
+#define CASE_MAX_CALLS 8
 
 int main(int argc, char **argv)
 {
@@ -44,23 +47,42 @@ int main(int argc, char **argv)
 			return 1;
 		}
 		shoal_chat_msg m[CASE_MAX_MSGS];
+		shoal_chat_call calls[CASE_MAX_MSGS][CASE_MAX_CALLS];
 		for (size_t k = 0; k < n; k++) {
-			json_t *x = json_array_get(ms, k);
-			m[k].role = json_string_value(json_object_get(x, "role"));
-			m[k].content = json_string_value(json_object_get(x, "content"));
+			json_t *x = json_array_get(ms, k), *tc = json_object_get(x, "tool_calls");
+			m[k] = (shoal_chat_msg){
+			    .role = json_string_value(json_object_get(x, "role")),
+			    .content = json_string_value(json_object_get(x, "content")),
+			    .tool_call_id = json_string_value(json_object_get(x, "tool_call_id")),
+			    .calls = calls[k],
+			    .n_calls =
+			        json_array_size(tc) < CASE_MAX_CALLS ? json_array_size(tc) : 0};
+			for (size_t j = 0; j < m[k].n_calls; j++) {
+				json_t *cj = json_array_get(tc, j),
+				       *f = json_object_get(cj, "function");
+				calls[k][j] = (shoal_chat_call){
+				    json_string_value(json_object_get(cj, "id")),
+				    json_string_value(json_object_get(f, "name")),
+				    json_string_value(json_object_get(f, "arguments"))};
+			}
 		}
+		json_t *tools = json_object_get(c, "tools");
+		char *tools_s =
+		    tools ? json_dumps(tools, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
 		json_t *th = json_object_get(c, "thinking");
 		shoal_chat_opts o = {
 		    .add_generation_prompt = json_is_true(json_object_get(c, "gen")),
 		    .bos = "<BOS>",
 		    .eos = "<EOS>",
 		    .thinking = th ? (int)json_integer_value(th) : -1,
+		    .tools = tools_s,
 		};
 		char *out = NULL, why[SHOAL_WHY_LEN] = "";
 		shoal_err e = shoal_chat_render_opts(st, m, n, &o, &out, why, sizeof why);
 		json_array_append_new(res, e ? json_pack("{s:s}", "err", why)
 		                             : json_pack("{s:s}", "out", out));
 		free(out);
+		free(tools_s);
 	}
 	int rc = json_dump_file(res, argv[2], 0) ? 1 : 0;
 	json_decref(res);

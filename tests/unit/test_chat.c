@@ -88,8 +88,9 @@ static size_t load_convs(json_t *root, conv *out, size_t cap)
 		out[k].n = json_array_size(arr);
 		for (size_t i = 0; i < out[k].n; i++) {
 			json_t *msg = json_array_get(arr, i);
-			out[k].m[i].role = json_string_value(json_object_get(msg, "role"));
-			out[k].m[i].content = json_string_value(json_object_get(msg, "content"));
+			out[k].m[i] = (shoal_chat_msg){
+			    .role = json_string_value(json_object_get(msg, "role")),
+			    .content = json_string_value(json_object_get(msg, "content"))};
 			if (!out[k].m[i].role || !out[k].m[i].content)
 				return 0;
 		}
@@ -353,11 +354,35 @@ static void test_bad_conversations(void)
 		ASSERT_TRUE(out == NULL);
 		ASSERT_TRUE(strstr(why, "empty conversation"));
 	}
+	/* a "tool" message: only in a format with a tool syntax it renders */
 	const shoal_chat_msg tool[] = {{"user", "hi"}, {"tool", "42"}};
-	ASSERT_EQ(shoal_chat_render(SHOAL_CHAT_QWEN3, tool, 2, true, "", "", &out, why, sizeof why),
-	          SHOAL_ERR_UNSUPPORTED);
+	ASSERT_EQ(
+	    shoal_chat_render(SHOAL_CHAT_LLAMA3, tool, 2, true, "", "", &out, why, sizeof why),
+	    SHOAL_ERR_UNSUPPORTED);
+	ASSERT_TRUE(strstr(why, "defines no tool calls"));
+	ASSERT_EQ(
+	    shoal_chat_render(SHOAL_CHAT_MISTRAL, tool, 2, true, "", "", &out, why, sizeof why),
+	    SHOAL_ERR_UNSUPPORTED);
+	ASSERT_TRUE(strstr(why, "does not render yet"));
+	const shoal_chat_msg odd[] = {{"user", "hi"}, {"robot", "42"}};
+	const shoal_chat_opts with_tools = {.tools = "[{\"type\": \"function\"}]"};
+	ASSERT_EQ(
+	    shoal_chat_render_opts(SHOAL_CHAT_QWEN3, odd, 2, &with_tools, &out, why, sizeof why),
+	    SHOAL_ERR_UNSUPPORTED);
 	ASSERT_TRUE(strstr(why, "message 1"));
-	ASSERT_TRUE(strstr(why, "\"tool\""));
+	ASSERT_TRUE(strstr(why, "\"robot\""));
+	const shoal_chat_call bad_args = {"c1", "f", "[1, 2]"};
+	const shoal_chat_msg calls[] = {{"user", "hi"}, {"assistant", "", &bad_args, 1, NULL}};
+	ASSERT_EQ(
+	    shoal_chat_render(SHOAL_CHAT_QWEN25, calls, 2, true, "", "", &out, why, sizeof why),
+	    SHOAL_ERR_INVAL);
+	ASSERT_TRUE(strstr(why, "not a JSON object"));
+	const shoal_chat_opts bad_tools = {.tools = "{\"type\": 1}"};
+	ASSERT_EQ(
+	    shoal_chat_render_opts(SHOAL_CHAT_QWEN25, tool, 2, &bad_tools, &out, why, sizeof why),
+	    SHOAL_ERR_INVAL);
+	ASSERT_TRUE(strstr(why, "not a JSON array"));
+	ASSERT_TRUE(out == NULL);
 	const shoal_chat_msg none[] = {{"user", NULL}};
 	ASSERT_EQ(shoal_chat_render(SHOAL_CHAT_PLAIN, none, 1, true, "", "", &out, why, sizeof why),
 	          SHOAL_ERR_INVAL);

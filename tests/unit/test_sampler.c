@@ -439,6 +439,85 @@ static void test_repeat_penalty(void)
 	shoal_sampler_free(s);
 }
 
+/* OpenAI's logit_bias, presence and frequency penalties: at temp 0 too,
+ * over the last repeat_last_n tokens, counted per occurrence. */
+static void test_openai_adjustments(void)
+{
+	shoal_sampler_params p = plain(0.0f);
+	p.repeat_last_n = 3;
+	p.n_bias = 2;
+	p.bias_id[0] = 0;
+	p.bias[0] = 5.0f;
+	p.bias_id[1] = 1 << 20; /* out of the vocabulary: ignored */
+	p.bias[1] = 100.0f;
+	shoal_sampler *s = make(&p, 4);
+	ASSERT_TRUE(s);
+	const float l[4] = {1.0f, 2.0f, 3.0f, 0.0f};
+	ASSERT_EQ(shoal_sampler_sample(s, l, NULL, 0, 0), 0); /* 1 + 5 beats 3 */
+	shoal_sampler_free(s);
+	p.bias[0] = -100.0f;
+	p.bias_id[1] = 2;
+	p.bias[1] = -100.0f;
+	s = make(&p, 4);
+	ASSERT_EQ(shoal_sampler_sample(s, l, NULL, 0, 0), 1); /* 0 and 2 banned */
+	shoal_sampler_free(s);
+	/* presence: once per token in the window, however often */
+	p = plain(0.0f);
+	p.repeat_last_n = 3;
+	p.presence_penalty = 1.0f;
+	s = make(&p, 4);
+	const float m[4] = {1.0f, 1.5f, 0.0f, -1.0f};
+	const int32_t h1[1] = {1}, h111[3] = {1, 1, 1};
+	ASSERT_EQ(shoal_sampler_sample(s, m, NULL, 0, 0), 1);
+	ASSERT_EQ(shoal_sampler_sample(s, m, h1, 1, 0), 0);   /* 1.5 - 1 < 1 */
+	ASSERT_EQ(shoal_sampler_sample(s, m, h111, 3, 0), 0); /* the same */
+	shoal_sampler_free(s);
+	/* frequency: per occurrence; only the last repeat_last_n count */
+	p.presence_penalty = 0.0f;
+	p.frequency_penalty = 0.2f;
+	s = make(&p, 4);
+	ASSERT_EQ(shoal_sampler_sample(s, m, h1, 1, 0), 1);   /* 1.3 > 1 */
+	ASSERT_EQ(shoal_sampler_sample(s, m, h111, 3, 0), 0); /* 0.9 < 1 */
+	const int32_t old[4] = {1, 1, 0, 3};                  /* the window holds one 1 */
+	ASSERT_EQ(shoal_sampler_sample(s, m, old, 4, 0), 1);
+	ASSERT_EQ(shoal_sampler_sample(s, m, NULL, 0, 0), 1); /* counts cleared */
+	shoal_sampler_free(s);
+	/* a negative penalty encourages repeats */
+	p.frequency_penalty = -2.0f;
+	s = make(&p, 4);
+	const int32_t h3[1] = {3}, h333[3] = {3, 3, 3};
+	ASSERT_EQ(shoal_sampler_sample(s, m, h3, 1, 0), 1);   /* -1 + 2 < 1.5 */
+	ASSERT_EQ(shoal_sampler_sample(s, m, h333, 3, 0), 3); /* -1 + 6 */
+	shoal_sampler_free(s);
+	/* sampling: every token but one biased away is never drawn */
+	p = plain(1.0f);
+	p.n_bias = 3;
+	for (int i = 0; i < 3; i++) {
+		p.bias_id[i] = i;
+		p.bias[i] = -100.0f;
+	}
+	s = make(&p, 4);
+	const float flat[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+	for (uint64_t t = 0; t < 200; t++)
+		ASSERT_EQ(shoal_sampler_sample(s, flat, NULL, 0, t), 3);
+	shoal_sampler_free(s);
+	/* ranges */
+	shoal_sampler *bad = (shoal_sampler *)1;
+	p = plain(1.0f);
+	p.presence_penalty = 2.5f;
+	ASSERT_EQ(shoal_sampler_new(&p, 10, &bad), SHOAL_ERR_RANGE);
+	p = plain(1.0f);
+	p.frequency_penalty = NAN;
+	ASSERT_EQ(shoal_sampler_new(&p, 10, &bad), SHOAL_ERR_RANGE);
+	p = plain(1.0f);
+	p.n_bias = 1;
+	p.bias[0] = 101.0f;
+	ASSERT_EQ(shoal_sampler_new(&p, 10, &bad), SHOAL_ERR_RANGE);
+	p.bias[0] = 0.0f;
+	p.n_bias = SHOAL_SAMPLER_MAX_BIAS + 1;
+	ASSERT_EQ(shoal_sampler_new(&p, 10, &bad), SHOAL_ERR_RANGE);
+}
+
 static void test_logprobs(void)
 {
 	const float logits[5] = {1.0f, 3.0f, 2.0f, 3.0f, -1.0f};
@@ -566,5 +645,6 @@ TEST_MAIN(TEST_CASE(test_defaults), TEST_CASE(test_bad_params), TEST_CASE(test_g
           TEST_CASE(test_greedy_rule), TEST_CASE(test_same_seed_step_same_token),
           TEST_CASE(test_distribution_matches_softmax), TEST_CASE(test_top_k_one_is_greedy),
           TEST_CASE(test_top_k_ties_by_lower_id), TEST_CASE(test_top_p), TEST_CASE(test_min_p),
-          TEST_CASE(test_repeat_penalty), TEST_CASE(test_logprobs),
-          TEST_CASE(test_all_masked_but_one), TEST_CASE(test_nan_does_not_crash))
+          TEST_CASE(test_repeat_penalty), TEST_CASE(test_openai_adjustments),
+          TEST_CASE(test_logprobs), TEST_CASE(test_all_masked_but_one),
+          TEST_CASE(test_nan_does_not_crash))

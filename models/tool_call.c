@@ -1,0 +1,380 @@
+/*
+ * models/tool_call.c: a model's reply read back as function calls
+ * (models/tool_call.h), one reader per tool syntax:
+ *
+ *   HERMES   (Qwen 2.5, Qwen 3): content, then one or more
+ *            "<tool_call>" JSON "</tool_call>", the JSON {"name": N,
+ *            "arguments": A} (A an object, or a string holding one).
+ *   LLAMA31  (Llama 3.1-3.3): the whole reply is a JSON {"name": N,
+ *            "parameters": A}, optionally after "<|python_tag|>"; several
+ *            joined by ";".
+ *   MISTRAL  (Nemo): content, "[TOOL_CALLS]", a JSON array of {"name": N,
+ *            "arguments": A, "id": I}.
+ *   DEEPSEEK (V3.1): content, then <｜tool▁calls▁begin｜>, per call
+ *            <｜tool▁call▁begin｜>N<｜tool▁sep｜>A<｜tool▁call▁end｜>, then
+ *            <｜tool▁calls▁end｜>.
+ *
+ * Part: models/. Text that ends inside a call is PARTIAL, text that breaks
+ * the syntax is BAD: both keep the whole text as content.
+ */
+#include "models/tool_call.h"
+
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <jansson.h>
+
+#define DS_BAR         "\xef\xbd\x9c" /* U+FF5C */
+#define DS_SP          "\xe2\x96\x81" /* U+2581 */
+#define DS_CALLS_BEGIN "<" DS_BAR "tool" DS_SP "calls" DS_SP "begin" DS_BAR ">"
+#define DS_CALLS_END   "<" DS_BAR "tool" DS_SP "calls" DS_SP "end" DS_BAR ">"
+#define DS_CALL_BEGIN  "<" DS_BAR "tool" DS_SP "call" DS_SP "begin" DS_BAR ">"
+#define DS_CALL_END    "<" DS_BAR "tool" DS_SP "call" DS_SP "end" DS_BAR ">"
+#define DS_SEP         "<" DS_BAR "tool" DS_SP "sep" DS_BAR ">"
+
+/* A cursor over the text. */
+typedef struct tc_cur {
+	const char *p, *end;
+} tc_cur;
+
+static void skip_ws(tc_cur *c)
+{
+	while (c->p < c->end && (*c->p == ' ' || *c->p == '\n' || *c->p == '\t' || *c->p == '\r'))
+		c->p++;
+}
+
+/* c starts with s: 1; c is a proper prefix of s (the text ends first): 2;
+ * else 0. */
+static int take(tc_cur *c, const char *s)
+{
+	size_t n = strlen(s), have = (size_t)(c->end - c->p);
+	if (have < n)
+		return memcmp(c->p, s, have) ? 0 : 2;
+	if (memcmp(c->p, s, n))
+		return 0;
+	c->p += n;
+	return 1;
+}
+
+static const char *find(const char *p, const char *end, const char *s)
+{
+	size_t n = strlen(s);
+	for (; p + n <= end; p++)
+		if (!memcmp(p, s, n))
+			return p;
+	return NULL;
+}
+
+/* The result of reading one piece. */
+typedef enum { R_OK, R_PARTIAL, R_BAD } tc_res;
+
+static tc_res bad(shoal_tool_parsed *p, const char *fmt, const char *arg)
+{
+	snprintf(p->why, sizeof p->why, fmt, arg);
+	return R_BAD;
+}
+
+/* One JSON value at c (advanced past it). */
+static tc_res json_at(tc_cur *c, json_t **out, shoal_tool_parsed *p)
+{
+	json_error_t je;
+	*out = json_loadb(c->p, (size_t)(c->end - c->p),
+	                  JSON_DISABLE_EOF_CHECK | JSON_DECODE_ANY | JSON_REJECT_DUPLICATES, &je);
+	if (!*out) {
+		if (json_error_code(&je) == json_error_premature_end_of_input ||
+		    (size_t)je.position >= (size_t)(c->end - c->p))
+			return R_PARTIAL;
+		return bad(p, "the call's JSON: %.100s", je.text);
+	}
+	c->p += je.position;
+	return R_OK;
+}
+
+/* Add a call from name and arguments (an object, or a string of one). */
+static tc_res add_call(shoal_tool_parsed *p, json_t *name, json_t *args, json_t *id)
+{
+	if (!json_is_string(name) || !json_string_length(name))
+		return bad(p, "%s", "a call without a function name");
+	json_t *parsed = NULL;
+	if (json_is_string(args)) /* some models quote the arguments */
+		args = parsed = json_loads(json_string_value(args), JSON_REJECT_DUPLICATES, NULL);
+	else if (!args)
+		args = parsed = json_object();
+	if (!json_is_object(args)) {
+		json_decref(parsed);
+		return bad(p, "the arguments of %.64s are not a JSON object",
+		           json_string_value(name));
+	}
+	if (p->n_calls == SHOAL_TOOL_MAX_CALLS) {
+		json_decref(parsed);
+		return bad(p, "more than %s calls", "64");
+	}
+	shoal_tool_call *k = &p->calls[p->n_calls];
+	k->name = strdup(json_string_value(name));
+	k->arguments = json_dumps(args, JSON_COMPACT | JSON_PRESERVE_ORDER);
+	k->id = json_is_string(id) ? strdup(json_string_value(id)) : NULL;
+	json_decref(parsed);
+	p->n_calls++;
+	if (!k->name || !k->arguments || (json_is_string(id) && !k->id))
+		return bad(p, "%s", "out of memory");
+	return R_OK;
+}
+
+/* A JSON object {"name", "arguments"|"parameters"[, "id"]} as a call. */
+static tc_res call_object(shoal_tool_parsed *p, json_t *o)
+{
+	if (!json_is_object(o))
+		return bad(p, "%s", "a call that is not a JSON object");
+	json_t *args = json_object_get(o, "arguments");
+	if (!args)
+		args = json_object_get(o, "parameters");
+	return add_call(p, json_object_get(o, "name"), args, json_object_get(o, "id"));
+}
+
+/* ------------------------------------------------------------- the readers */
+
+static tc_res read_hermes(tc_cur *c, shoal_tool_parsed *p)
+{
+	for (;;) {
+		skip_ws(c);
+		if (c->p == c->end)
+			return R_OK;
+		int t = take(c, "<tool_call>");
+		if (t == 2)
+			return R_PARTIAL;
+		if (!t)
+			return bad(p, "%s", "text after a call");
+		skip_ws(c);
+		json_t *o;
+		tc_res r = json_at(c, &o, p);
+		if (r != R_OK)
+			return r;
+		r = call_object(p, o);
+		json_decref(o);
+		if (r != R_OK)
+			return r;
+		skip_ws(c);
+		if (c->p == c->end)
+			return R_PARTIAL;
+		t = take(c, "</tool_call>");
+		if (t != 1)
+			return t == 2 ? R_PARTIAL : bad(p, "%s", "a call without </tool_call>");
+	}
+}
+
+static tc_res read_llama31(tc_cur *c, shoal_tool_parsed *p)
+{
+	for (;;) {
+		json_t *o;
+		tc_res r = json_at(c, &o, p);
+		if (r != R_OK)
+			return r;
+		r = call_object(p, o);
+		json_decref(o);
+		if (r != R_OK)
+			return r;
+		skip_ws(c);
+		if (c->p == c->end)
+			return R_OK;
+		if (*c->p != ';')
+			return bad(p, "%s", "text after a call");
+		c->p++;
+		skip_ws(c);
+		if (c->p == c->end)
+			return R_OK;
+	}
+}
+
+static tc_res read_mistral(tc_cur *c, shoal_tool_parsed *p)
+{
+	skip_ws(c);
+	json_t *a;
+	tc_res r = json_at(c, &a, p);
+	if (r != R_OK)
+		return r;
+	if (!json_is_array(a)) {
+		json_decref(a);
+		return bad(p, "%s", "[TOOL_CALLS] not followed by a JSON array");
+	}
+	for (size_t i = 0; r == R_OK && i < json_array_size(a); i++)
+		r = call_object(p, json_array_get(a, i));
+	json_decref(a);
+	if (r == R_OK && !p->n_calls)
+		return bad(p, "%s", "[TOOL_CALLS] with no call");
+	skip_ws(c);
+	return r != R_OK || c->p == c->end ? r : bad(p, "%s", "text after the calls");
+}
+
+static tc_res read_deepseek(tc_cur *c, shoal_tool_parsed *p)
+{
+	for (;;) {
+		int t = take(c, DS_CALLS_END);
+		if (t == 1 && !p->n_calls)
+			return bad(p, "%s", "the calls' tokens with no call");
+		if (t == 1) {
+			skip_ws(c);
+			return c->p == c->end ? R_OK : bad(p, "%s", "text after the calls");
+		}
+		if (t == 2 || c->p == c->end)
+			return R_PARTIAL;
+		if ((t = take(c, DS_CALL_BEGIN)) != 1)
+			return t == 2 ? R_PARTIAL : bad(p, "%s", "a call without its begin token");
+		const char *sep = find(c->p, c->end, DS_SEP);
+		if (!sep)
+			return R_PARTIAL;
+		json_t *name = json_stringn(c->p, (size_t)(sep - c->p));
+		c->p = sep + strlen(DS_SEP);
+		json_t *args;
+		tc_res r = json_at(c, &args, p);
+		if (r == R_OK) {
+			r = add_call(p, name, args, NULL);
+			json_decref(args);
+		}
+		json_decref(name);
+		if (r != R_OK)
+			return r;
+		if ((t = take(c, DS_CALL_END)) != 1)
+			return t == 2 || c->p == c->end
+			           ? R_PARTIAL
+			           : bad(p, "%s", "a call without its end token");
+	}
+}
+
+/* Where the calls begin (the opener's offset), or NULL: none. */
+static const char *opener(shoal_chat_tools syn, const char *text, size_t len, size_t *skip)
+{
+	const char *end = text + len, *o = NULL;
+	switch (syn) {
+	case SHOAL_CHAT_TOOLS_HERMES:
+		o = find(text, end, "<tool_call>");
+		*skip = 0; /* the reader takes the tag itself */
+		break;
+	case SHOAL_CHAT_TOOLS_MISTRAL:
+		o = find(text, end, "[TOOL_CALLS]");
+		*skip = strlen("[TOOL_CALLS]");
+		break;
+	case SHOAL_CHAT_TOOLS_DEEPSEEK:
+		o = find(text, end, DS_CALLS_BEGIN);
+		*skip = strlen(DS_CALLS_BEGIN);
+		break;
+	case SHOAL_CHAT_TOOLS_LLAMA31: {
+		/* only a reply that is a call: it opens with the tag or "{" */
+		tc_cur c = {text, end};
+		skip_ws(&c);
+		if (take(&c, "<|python_tag|>") == 1) {
+			o = text;
+			*skip = (size_t)(c.p - text);
+		} else if (c.p < end && *c.p == '{') {
+			o = text;
+			*skip = (size_t)(c.p - text);
+		}
+		break;
+	}
+	case SHOAL_CHAT_TOOLS_NONE:
+		break;
+	}
+	return o;
+}
+
+static char *trimmed(const char *s, size_t n)
+{
+	while (n && (*s == ' ' || *s == '\n' || *s == '\t' || *s == '\r'))
+		s++, n--;
+	while (n && (s[n - 1] == ' ' || s[n - 1] == '\n' || s[n - 1] == '\t' || s[n - 1] == '\r'))
+		n--;
+	return strndup(s, n);
+}
+
+shoal_err shoal_tool_parse(shoal_chat_tools syn, const char *text, size_t len, shoal_tool_parsed *p)
+{
+	memset(p, 0, sizeof *p);
+	if (!text)
+		text = "", len = 0;
+	size_t skip = 0;
+	const char *o = opener(syn, text, len, &skip);
+	tc_res r = R_OK;
+	if (o) {
+		if (!(p->calls = calloc(SHOAL_TOOL_MAX_CALLS, sizeof *p->calls)))
+			return SHOAL_ERR_NOMEM;
+		tc_cur c = {o + skip, text + len};
+		switch (syn) {
+		case SHOAL_CHAT_TOOLS_HERMES:
+			r = read_hermes(&c, p);
+			break;
+		case SHOAL_CHAT_TOOLS_LLAMA31:
+			r = read_llama31(&c, p);
+			break;
+		case SHOAL_CHAT_TOOLS_MISTRAL:
+			r = read_mistral(&c, p);
+			break;
+		case SHOAL_CHAT_TOOLS_DEEPSEEK:
+			r = read_deepseek(&c, p);
+			break;
+		case SHOAL_CHAT_TOOLS_NONE:
+			break;
+		}
+	}
+	p->state = !o               ? SHOAL_TOOL_NONE
+	           : r == R_OK      ? SHOAL_TOOL_DONE
+	           : r == R_PARTIAL ? SHOAL_TOOL_PARTIAL
+	                            : SHOAL_TOOL_BAD;
+	if (p->state == SHOAL_TOOL_DONE) {
+		p->content = trimmed(text, (size_t)(o - text));
+	} else {
+		for (size_t i = 0; i < p->n_calls; i++) {
+			free(p->calls[i].name);
+			free(p->calls[i].arguments);
+			free(p->calls[i].id);
+		}
+		p->n_calls = 0;
+		p->content = strndup(text, len);
+	}
+	if (!p->content) {
+		shoal_tool_parsed_fini(p);
+		return SHOAL_ERR_NOMEM;
+	}
+	return SHOAL_OK;
+}
+
+void shoal_tool_parsed_fini(shoal_tool_parsed *p)
+{
+	for (size_t i = 0; i < p->n_calls; i++) {
+		free(p->calls[i].name);
+		free(p->calls[i].arguments);
+		free(p->calls[i].id);
+	}
+	free(p->calls);
+	free(p->content);
+	memset(p, 0, sizeof *p);
+}
+
+size_t shoal_tool_hold(shoal_chat_tools syn, const char *text, size_t len)
+{
+	size_t skip;
+	const char *o = opener(syn, text, len, &skip);
+	if (o)
+		return (size_t)(o - text);
+	const char *tag = syn == SHOAL_CHAT_TOOLS_HERMES     ? "<tool_call>"
+	                  : syn == SHOAL_CHAT_TOOLS_MISTRAL  ? "[TOOL_CALLS]"
+	                  : syn == SHOAL_CHAT_TOOLS_DEEPSEEK ? DS_CALLS_BEGIN
+	                  : syn == SHOAL_CHAT_TOOLS_LLAMA31  ? "<|python_tag|>"
+	                                                     : NULL;
+	if (!tag)
+		return len;
+	if (syn == SHOAL_CHAT_TOOLS_LLAMA31) {
+		/* a reply of only white space may still open with "{" */
+		tc_cur c = {text, text + len};
+		skip_ws(&c);
+		if (c.p == c.end || take(&c, tag) == 2)
+			return 0;
+		return len;
+	}
+	/* the longest tail that begins the tag */
+	size_t n = strlen(tag);
+	for (size_t l = n - 1; l > 0; l--)
+		if (l <= len && !memcmp(text + len - l, tag, l))
+			return len - l;
+	return len;
+}
