@@ -84,6 +84,9 @@ shoal_err shoal_view_add_peer(shoal_view *v, const shoal_view_peer *p, char *why
 	if (!p->mem_bw || !p->flops)
 		return shoal_why(why, why_len, SHOAL_ERR_INVAL,
 		                 "peer %s: bandwidth and compute must be positive", hex);
+	if (p->gpu_mem && (!p->gpu_bw || !p->gpu_flops))
+		return shoal_why(why, why_len, SHOAL_ERR_INVAL,
+		                 "peer %s: its GPU's bandwidth and compute must be positive", hex);
 	if (p->load_pct > 90)
 		return shoal_why(why, why_len, SHOAL_ERR_INVAL, "peer %s: load %u%% over 90%%", hex,
 		                 p->load_pct);
