@@ -162,6 +162,14 @@ typedef struct shoal_dist_stage_config {
 	uint8_t digest[SHOAL_DIGEST_BYTES];
 	uint64_t epoch;
 	uint32_t n_threads, n_ctx, max_sessions, max_rows; /* engine config */
+	/* The backend kind the engine computes with (runtime/backends.h):
+	 * a name, NULL or "auto". Borrowed, read during new. */
+	const char *backend;
+	/* The plan's split of [layer_begin, layer_end): [layer_begin, gpu_end)
+	 * on this peer's GPU, the rest on its CPU (scheduler/plan.h). Logged
+	 * only: the engine runs its whole range on `backend` until the backend
+	 * interface's devices reach it (issue 34, part 1). */
+	uint32_t gpu_end;
 	shoal_dist_link_fn link;
 	void *link_ctx;
 	/* Which link reaches an expert peer; NULL: `link`. A node gives the

@@ -832,9 +832,16 @@ shoal_err shoal_dist_stage_new(const shoal_model *m, const shoal_dist_stage_conf
 		s->xpeer[i] = (int8_t)x;
 	}
 	shoal_engine_config ec = shoal_engine_config_default(m);
-	err = shoal_backend_pick(NULL, &ec.backend, why, why_len); /* "auto" */
+	err = shoal_backend_pick(&(shoal_backend_opts){.name = cfg->backend}, &ec.backend, why,
+	                         why_len);
 	if (err)
 		goto fail;
+	if (cfg->gpu_end > cfg->layer_begin)
+		SHOAL_LOG_I(LOG_PART,
+		            "layers %u-%u: the plan puts %u-%u on this peer's GPU; all run on "
+		            "backend '%s' for now",
+		            cfg->layer_begin, cfg->layer_end - 1, cfg->layer_begin,
+		            cfg->gpu_end - 1, ec.backend->name);
 	ec.n_threads = cfg->n_threads ? cfg->n_threads : 1;
 	ec.n_ctx = cfg->n_ctx;
 	ec.max_sessions = cfg->max_sessions;

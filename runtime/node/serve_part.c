@@ -282,6 +282,7 @@ static void serve_stage_common(shoal_serve *cl, const shoal_serve_assign *a,
 	memcpy(c->digest, a->digest, SHOAL_DIGEST_BYTES);
 	c->epoch = a->epoch;
 	c->n_threads = cl->cfg.threads ? cl->cfg.threads : 1;
+	c->backend = cl->cfg.backend;
 	c->n_ctx = cl->pol.ctx;
 	c->max_sessions = a->sessions;
 	c->max_rows = SHOAL_SERVE_MAX_ROWS;
@@ -370,6 +371,7 @@ static shoal_err serve_build_assign(shoal_serve *cl, shoal_serve_assign **out, c
 		memset(&sc, 0, sizeof sc);
 		sc.layer_begin = st->first_layer;
 		sc.layer_end = st->end_layer;
+		sc.gpu_end = st->gpu_end;
 		sc.has_embd = si == 0;
 		sc.has_head = (size_t)si == ns - 1;
 		if (moe) {
