@@ -84,6 +84,10 @@ shoal_err sched__plan_build(const sched__ctx *c, const sched__asg *a, uint64_t e
 		pp->kv_bytes = a->mem_kv[i];
 		pp->capacity_bytes = c->cap[i];
 		pp->n_experts = a->n_exp[i];
+		pp->gpu_bytes = a->tp ? 0 : a->mem_g[i]; /* groups: on the CPUs */
+		pp->gpu_capacity = c->gcap[i];
+		pp->gpu_unified = c->unified[i];
+		memcpy(pp->gpu_backend, vp->gpu_backend, sizeof pp->gpu_backend);
 	}
 	p->n_stages = a->n_stages;
 	for (uint32_t i = 0; i < a->n_stages; i++)

@@ -58,6 +58,10 @@ typedef struct shoal_plan_peer {
 	uint64_t kv_bytes;       /* KV cache reserved for its layers */
 	uint64_t capacity_bytes; /* its memory after headroom */
 	uint32_t n_experts;      /* routed experts it holds (replicas count) */
+	uint64_t gpu_bytes;      /* of weight + kv bytes, those on its GPU */
+	uint64_t gpu_capacity;   /* its GPU's memory after headroom (0: none) */
+	bool gpu_unified;        /* the GPU's memory is the host's */
+	char gpu_backend[16];    /* the view's, for messages ("vulkan") */
 } shoal_plan_peer;
 
 typedef struct shoal_plan_stage {

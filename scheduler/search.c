@@ -77,7 +77,7 @@ static uint64_t unit_min(const search_in *s, uint32_t p, uint32_t l)
 	uint64_t x, y;
 	if (l == c->L) {
 		x = c->head_t[p];
-		y = c->ghead_t[p];
+		y = c->gcap[p] ? c->ghead_t[p] : x; /* a tensor unit's context has no GPU tables */
 	} else {
 		x = s->cpre[p * W + l + 1] - s->cpre[p * W + l];
 		y = c->gcap[p] ? s->gpre[p * W + l + 1] - s->gpre[p * W + l] : x;

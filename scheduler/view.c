@@ -105,6 +105,8 @@ shoal_err shoal_view_add_peer(shoal_view *v, const shoal_view_peer *p, char *why
 	memmove(&v->peers[at + 1], &v->peers[at], (v->n_peers - at) * sizeof *v->peers);
 	v->peers[at] = *p;
 	v->peers[at].name[sizeof p->name - 1] = 0;
+	v->peers[at].gpu_backend[sizeof p->gpu_backend - 1] = 0;
+	v->peers[at].gpu_name[sizeof p->gpu_name - 1] = 0;
 	v->n_peers++;
 	return SHOAL_OK;
 }

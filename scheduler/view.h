@@ -38,6 +38,10 @@ typedef struct shoal_view_peer {
 	uint64_t gpu_flops; /* its multiply rate, FLOP/s (> 0 with gpu_mem) */
 	bool gpu_unified;   /* its memory is the host's (a Mac, an APU): what
 	                       the GPU holds counts in mem_bytes too */
+	/* NUL-terminated, for messages only (not planned on): the backend kind
+	 * that computes on the GPU ("vulkan") and the GPU's name */
+	char gpu_backend[16];
+	char gpu_name[64];
 } shoal_view_peer;
 
 typedef struct shoal_view shoal_view;
