@@ -9,8 +9,8 @@
  * id-ordered table at the end. Times are nanoseconds, sizes bytes.
  * Calls between the files go one way: a file calls only files to its right
  * (tests/sh/cycle_check.sh holds every part to that):
- *   schedule.c, experts.c, tensor.c, search.c, plan.c, cost.c, asg.c,
- *   arith.c, view.c, digest.c
+ *   schedule.c, experts.c, tensor.c, search.c, plan.c, plan_access.c,
+ *   cost.c, asg.c, arith.c, view.c, digest.c
  */
 #ifndef SHOAL_SCHEDULER_SCHED_IMPL_H
 #define SHOAL_SCHEDULER_SCHED_IMPL_H
