@@ -59,7 +59,7 @@ expect_error() { # expect_error LABEL STATUS METHOD PATH [curl args]: OpenAI's e
 # 1. a 2-peer cluster, the API on a1
 start a1 "$DENSE" --mem-limit 14M --ctx 256 --api 127.0.0.1:0 --api-key "$T/apikey"
 SEED=$(ep a1)
-start a2 "$DENSE" --mem-limit 14M --ctx 256 --peer "$SEED"
+start a2 "$DENSE" --mem-limit 14M --ctx 256 --peer "$SEED" --backend cpu # its stage picks the CPU by name
 wait_for 30 servable_all 2 a1 a2 || fail "no 2-stage plan on 2 peers"
 U=http://127.0.0.1:$(api_port a1)
 "$B" run "$DENSE" -p "$P" -n 24 --temp 0 >"$T/l-text" 2>/dev/null || fail "local run"
