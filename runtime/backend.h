@@ -23,12 +23,25 @@
 
 /* The version of this table's layout and contract; an engine refuses a
  * table of another version. Raise it with any change to the table. */
-#define SHOAL_BACKEND_ABI 3u
+#define SHOAL_BACKEND_ABI 4u
 
 /*
  * Conventions for every op:
  *   - activations are row-major F32 matrices: "(n_rows, n) ld" means row r
  *     starts at x + r * ld floats;
+ *   - device addresses: every pointer an op reads or writes through, the
+ *     activations, the KV cache, weight matrices and tables, is a *device
+ *     address*: inside a buffer of this instance (buf_addr) or a range
+ *     that weights() made available, plus an offset. Only the parameters
+ *     marked "host" are host memory (positions, token ids, per-row
+ *     pointer tables, top_k's results), read or written during the call.
+ *     The CPU backend's device addresses are host pointers; a GPU
+ *     backend's are not, and its caller never dereferences them: it moves
+ *     bytes with write() and read(). Address arithmetic inside one buffer
+ *     or weights range is allowed (a row, a head, an expert);
+ *   - ops may run later than the call (a GPU backend records them and
+ *     submits at the next sync, read, or top_k), but always in call order,
+ *     each seeing the results of the ones before;
  *   - every output element is computed by one thread in a fixed order that
  *     depends only on the op's sizes, never on n_rows, the thread count or
  *     the other rows: results are bitwise independent of threads and batch;
@@ -50,11 +63,21 @@ typedef enum shoal_backend_op {
 	SHOAL_BACKEND_OP_KV_CACHE,   /* a KV cache of the type (kv_store, attention) */
 } shoal_backend_op;
 
+/* What kind of processor a device is. */
+typedef enum shoal_device_kind {
+	SHOAL_DEVICE_CPU = 0,
+	SHOAL_DEVICE_GPU,
+} shoal_device_kind;
+
 /* One compute device as the scheduler wants to know it. */
 typedef struct shoal_backend_device {
-	char name[64];      /* e.g. "cpu avx2 x2" */
-	uint64_t mem_bytes; /* memory weights can live in (host RAM for the CPU) */
-	double read_gbps;   /* measured streaming read bandwidth, GB/s; 0: not measured */
+	char name[64];          /* e.g. "cpu avx2 x2", "NVIDIA H100 (vulkan)" */
+	shoal_device_kind kind; /* CPU or GPU */
+	bool unified;           /* shares the host's memory (a Mac, an iGPU, the CPU) */
+	bool software;          /* an emulated device (Mesa's lavapipe): never chosen by auto */
+	uint64_t mem_bytes;     /* memory weights can live in (host RAM for the CPU) */
+	double read_gbps;       /* measured streaming read bandwidth, GB/s; 0: not measured */
+	double gflops;          /* measured F32 multiply-add rate, GFLOP/s; 0: not measured */
 } shoal_backend_device;
 
 /* A weight matrix used as y = W x, in place in the model mapping.
@@ -65,7 +88,7 @@ typedef struct shoal_backend_mat {
 	int64_t n_in;
 	int64_t n_out;
 	size_t row_bytes;
-	const void *data; /* (n_out, n_in) of type */
+	const void *data; /* (n_out, n_in) of type: a device address */
 } shoal_backend_mat;
 
 /* Attention of n_rows query rows, each over its own session's cache. */
@@ -75,13 +98,15 @@ typedef struct shoal_backend_attn {
 	float scale;                          /* 1/sqrt(head_dim) */
 	const float *q;                       /* (n_rows, n_head * head_dim) after RoPE */
 	shoal_dtype kv_type;                  /* the cache's elements (supports KV_CACHE) */
-	/* (n_rows) -> cache: KV head h's row at position t starts at element
-	 * h * head_ld + t * pos_ld of k[r] (the engine keeps each head's
-	 * positions together: head_ld = n_ctx * head_dim, pos_ld = head_dim) */
+	/* host (n_rows) -> cache (device addresses): KV head h's row at
+	 * position t starts at element h * head_ld + t * pos_ld of k[r] (the
+	 * engine keeps each head's positions together: head_ld = n_ctx *
+	 * head_dim, pos_ld = head_dim). k[r] == v[r] for one shared plane
+	 * (MLA: the latent row is both key and value). */
 	const void *const *k;
 	const void *const *v;
 	size_t head_ld, pos_ld;
-	const uint32_t *n_kv; /* (n_rows): row r sees cache positions [0, n_kv[r]) */
+	const uint32_t *n_kv; /* host (n_rows): row r sees cache positions [0, n_kv[r]) */
 	float *out;           /* (n_rows, n_head * head_dim) */
 } shoal_backend_attn;
 
@@ -118,8 +143,9 @@ typedef struct shoal_backend_ops {
 	shoal_err (*create)(const shoal_backend_limits *lim, shoal_backend **out);
 	void (*destroy)(shoal_backend *b); /* NULL is a no-op */
 
-	/* Describe up to cap devices into out; returns how many there are.
-	 * measure: run the bandwidth probe (blocks for ~0.1-1 s). */
+	/* Describe up to cap devices into out; returns how many there are
+	 * (the instance computes on the first). measure: run the bandwidth
+	 * probe (blocks for ~0.1-1 s). */
 	size_t (*devices)(shoal_backend *b, bool measure, shoal_backend_device *out, size_t cap);
 
 	/* For each m < n_mat: y[m] (n_rows, n_out[m]) ldy[m] = x W[m]^T, with
@@ -130,17 +156,19 @@ typedef struct shoal_backend_ops {
 	void (*matmul)(shoal_backend *b, uint32_t n_mat, const shoal_backend_mat *w, const float *x,
 	               size_t ldx, uint32_t n_rows, float *const *y, const size_t *ldy);
 
-	/* y = x / sqrt(mean(x^2) + eps) * w, per row of n; x, y (n_rows, n)
-	 * contiguous (may alias); w (n). Sum of squares in double, as the
-	 * reference engine. */
-	void (*rms_norm)(shoal_backend *b, const float *x, const float *w, uint32_t n,
-	                 uint32_t n_rows, float eps, float *y);
+	/* y = x / sqrt(mean(x^2) + eps) * w, per row of n; x (n_rows, n) ldx,
+	 * y (n_rows, n) ldy (may alias x with the same ld); w (n). Sum of
+	 * squares in double on the CPU (a GPU: F32 partial sums combined in a
+	 * fixed tree). */
+	void (*rms_norm)(shoal_backend *b, const float *x, size_t ldx, const float *w, uint32_t n,
+	                 uint32_t n_rows, float eps, float *y, size_t ldy);
 
-	/* RoPE in place on x (n_rows, n_head * head_dim): the first n_rot
-	 * dims of each head rotate by the angles of row r's position;
-	 * cs (n_ctx, n_rot) holds (cos, sin) pairs per position and pair;
-	 * neox: pairs (i, i + n_rot/2), else adjacent pairs (2i, 2i+1). */
-	void (*rope)(shoal_backend *b, float *x, uint32_t n_rows, uint32_t n_head,
+	/* RoPE in place on x (n_rows, n_head * head_dim) ld (ld >= n_head *
+	 * head_dim): the first n_rot dims of each head rotate by the angles of
+	 * row r's position pos[r] (host); cs (n_ctx, n_rot) holds (cos, sin)
+	 * pairs per position and pair (YaRN's mix is in the table); neox:
+	 * pairs (i, i + n_rot/2), else adjacent pairs (2i, 2i+1). */
+	void (*rope)(shoal_backend *b, float *x, size_t ld, uint32_t n_rows, uint32_t n_head,
 	             uint32_t head_dim, uint32_t n_rot, const uint32_t *pos, const float *cs,
 	             bool neox);
 
@@ -148,41 +176,67 @@ typedef struct shoal_backend_ops {
 	 * cached elements are read as their exact F32 values. */
 	void (*attention)(shoal_backend *b, const shoal_backend_attn *a);
 
-	/* n F32 values at src into n cache elements of type t at dst
-	 * (supports KV_CACHE; F16: round to nearest even). */
-	void (*kv_store)(shoal_backend *b, shoal_dtype t, const float *src, void *dst, size_t n);
+	/* The new cache rows of n_rows rows: src (n_rows, n_head_kv *
+	 * head_dim) ld F32 into cache elements of type t (supports KV_CACHE;
+	 * F16: round to nearest even): row r's head h goes to element
+	 * h * head_ld + pos[r] * head_dim of plane[r]. plane (host, n_rows)
+	 * holds device addresses, pos is host. */
+	void (*kv_store)(shoal_backend *b, shoal_dtype t, const float *src, size_t ld,
+	                 uint32_t n_rows, uint32_t n_head_kv, uint32_t head_dim, void *const *plane,
+	                 const uint32_t *pos, size_t head_ld);
 
 	/* h = silu(g) * u elementwise over n; g, u, h may alias. */
 	void (*swiglu)(shoal_backend *b, const float *g, const float *u, size_t n, float *h);
 
-	/* y += x elementwise over n. */
-	void (*add)(shoal_backend *b, float *y, const float *x, size_t n);
+	/* y (n_rows, n) ldy += x (n_rows, n) ldx elementwise; ldx 0 adds the
+	 * one row x to every row (a bias). */
+	void (*add)(shoal_backend *b, float *y, size_t ldy, const float *x, size_t ldx, uint32_t n,
+	            uint32_t n_rows);
 
-	/* Rows of an embedding table: out (n_rows, n_embd) = rows ids of
-	 * table (n_vocab, n_embd) of type t (ids already checked < n_vocab). */
+	/* dst (n_rows, n) ldd = src (n_rows, n) lds, F32; the two do not
+	 * overlap. */
+	void (*copy)(shoal_backend *b, float *dst, size_t ldd, const float *src, size_t lds,
+	             uint32_t n, uint32_t n_rows);
+
+	/* Rows of an embedding table: out (n_rows, n_embd) = rows ids (host)
+	 * of table (n_vocab, n_embd) of type t (ids already checked < n_vocab). */
 	void (*embed)(shoal_backend *b, shoal_dtype t, const void *table, size_t row_bytes,
 	              uint32_t n_embd, const int32_t *ids, uint32_t n_rows, float *out);
 
 	/* The MoE router. softmax: each of n_rows rows of n (ld apart) in
 	 * place, exp(x - max) / sum with the sum in double. top_k: the k <= n
 	 * largest of each row, best first, ties to the lower index, NaN
-	 * lowest; ids (n_rows, k) and their values vals (n_rows, k). */
+	 * lowest; ids (n_rows, k) and their values vals (n_rows, k) are host
+	 * memory, so top_k waits for the ops before it. */
 	void (*softmax)(shoal_backend *b, float *x, uint32_t n, uint32_t n_rows, size_t ld);
 	void (*top_k)(shoal_backend *b, const float *x, uint32_t n, uint32_t n_rows, size_t ld,
 	              uint32_t k, int32_t *ids, float *vals);
 
 	/* Memory of the instance, which may live on a device: bytes zeroed
-	 * (NOMEM when there is not enough). host: where the host may read and
-	 * write it directly, or NULL for device memory, reached only by set
-	 * and get (offsets and sizes in bytes). The CPU backend's buffers are
-	 * host memory. */
+	 * (NOMEM when there is not enough). buf_addr: the device address of
+	 * its first byte, for ops. buf_host: where the host may read and
+	 * write it directly (the CPU backend), or NULL for device memory. */
 	shoal_err (*buf_alloc)(shoal_backend *b, size_t bytes, shoal_backend_buf **out);
 	void (*buf_free)(shoal_backend *b, shoal_backend_buf *buf); /* NULL is a no-op */
+	void *(*buf_addr)(shoal_backend_buf *buf);
 	void *(*buf_host)(shoal_backend_buf *buf);
-	void (*buf_set)(shoal_backend *b, shoal_backend_buf *buf, size_t off, const void *src,
-	                size_t n);
-	void (*buf_get)(shoal_backend *b, const shoal_backend_buf *buf, size_t off, void *dst,
-	                size_t n);
+
+	/* Make bytes of host memory that stay valid and unchanged for the
+	 * instance's life (the model mapping's weights, the engine's F32
+	 * copies) available to ops: *dev is their device address. The CPU
+	 * backend hands back host itself; a GPU backend uploads them once
+	 * (NOMEM when its memory is full), or maps them where memory is
+	 * unified. Freed with the instance. */
+	shoal_err (*weights)(shoal_backend *b, const void *host, size_t bytes, const void **dev);
+
+	/* Host <-> device bytes at a device address, in call order with the
+	 * ops: write() is seen by the ops after it; read() waits for the ops
+	 * before it, then copies. */
+	void (*write)(shoal_backend *b, void *dev, const void *src, size_t n);
+	void (*read)(shoal_backend *b, const void *dev, void *dst, size_t n);
+
+	/* Wait until every op called so far has finished. */
+	void (*sync)(shoal_backend *b);
 } shoal_backend_ops;
 
 #endif

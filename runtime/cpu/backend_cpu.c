@@ -170,6 +170,8 @@ static size_t cpu_devices(shoal_backend *b, bool measure, shoal_backend_device *
 		return 1;
 	memset(out, 0, sizeof *out);
 	snprintf(out->name, sizeof out->name, "cpu %s x%u", b->k->isa, b->n_threads);
+	out->kind = SHOAL_DEVICE_CPU;
+	out->unified = true;
 	long pages = sysconf(_SC_PHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
 	if (pages > 0 && psz > 0)
 		out->mem_bytes = (uint64_t)pages * (uint64_t)psz;
@@ -389,12 +391,12 @@ static void cpu_attention(shoal_backend *b, const shoal_backend_attn *a)
 
 /* ---- per-row ops ------------------------------------------------------------------- */
 
-static void cpu_rms_norm(shoal_backend *b, const float *x, const float *w, uint32_t n,
-                         uint32_t n_rows, float eps, float *y)
+static void cpu_rms_norm(shoal_backend *b, const float *x, size_t ldx, const float *w, uint32_t n,
+                         uint32_t n_rows, float eps, float *y, size_t ldy)
 {
 	for (uint32_t r = 0; r < n_rows; r++) {
-		const float *xr = x + (size_t)r * n; /* (n) */
-		float *yr = y + (size_t)r * n;       /* (n) */
+		const float *xr = x + (size_t)r * ldx; /* (n) */
+		float *yr = y + (size_t)r * ldy;       /* (n) */
 		double ss = 0;
 		for (uint32_t i = 0; i < n; i++)
 			ss += (double)(xr[i] * xr[i]);
@@ -406,7 +408,7 @@ static void cpu_rms_norm(shoal_backend *b, const float *x, const float *w, uint3
 	(void)b;
 }
 
-static void cpu_rope(shoal_backend *b, float *x, uint32_t n_rows, uint32_t n_head,
+static void cpu_rope(shoal_backend *b, float *x, size_t ld, uint32_t n_rows, uint32_t n_head,
                      uint32_t head_dim, uint32_t n_rot, const uint32_t *pos, const float *cs,
                      bool neox)
 {
@@ -414,7 +416,7 @@ static void cpu_rope(shoal_backend *b, float *x, uint32_t n_rows, uint32_t n_hea
 	for (uint32_t r = 0; r < n_rows; r++) {
 		const float *c = cs + (size_t)pos[r] * n_rot; /* (n_rot/2, 2) cos, sin */
 		for (uint32_t h = 0; h < n_head; h++) {
-			float *v = x + ((size_t)r * n_head + h) * head_dim; /* (head_dim) */
+			float *v = x + (size_t)r * ld + (size_t)h * head_dim; /* (head_dim) */
 			for (uint32_t i = 0; i < half; i++) {
 				float co = c[2 * i], si = c[2 * i + 1];
 				uint32_t i0 = neox ? i : 2 * i, i1 = neox ? i + half : 2 * i + 1;
@@ -460,10 +462,23 @@ static void cpu_swiglu(shoal_backend *b, const float *g, const float *u, size_t 
 	shoal_threadpool_run(b->pool, cpu_swiglu_worker, b);
 }
 
-static void cpu_add(shoal_backend *b, float *y, const float *x, size_t n)
+static void cpu_add(shoal_backend *b, float *y, size_t ldy, const float *x, size_t ldx, uint32_t n,
+                    uint32_t n_rows)
 {
-	for (size_t i = 0; i < n; i++)
-		y[i] += x[i];
+	for (uint32_t r = 0; r < n_rows; r++) {
+		float *yr = y + (size_t)r * ldy;       /* (n) */
+		const float *xr = x + (size_t)r * ldx; /* (n) */
+		for (uint32_t i = 0; i < n; i++)
+			yr[i] += xr[i];
+	}
+	(void)b;
+}
+
+static void cpu_copy(shoal_backend *b, float *dst, size_t ldd, const float *src, size_t lds,
+                     uint32_t n, uint32_t n_rows)
+{
+	for (uint32_t r = 0; r < n_rows; r++)
+		memcpy(dst + (size_t)r * ldd, src + (size_t)r * lds, n * sizeof(float));
 	(void)b;
 }
 
@@ -548,20 +563,31 @@ static void *cpu_buf_host(shoal_backend_buf *buf)
 	return buf->p;
 }
 
-static void cpu_buf_set(shoal_backend *b, shoal_backend_buf *buf, size_t off, const void *src,
-                        size_t n)
+/* Device addresses are host pointers: weights stay where they are, and
+ * every op has finished when it returns. */
+static shoal_err cpu_weights(shoal_backend *b, const void *host, size_t bytes, const void **dev)
 {
 	(void)b;
-	SHOAL_ASSERT(off <= buf->bytes && n <= buf->bytes - off);
-	memcpy(buf->p + off, src, n);
+	(void)bytes;
+	*dev = host;
+	return SHOAL_OK;
 }
 
-static void cpu_buf_get(shoal_backend *b, const shoal_backend_buf *buf, size_t off, void *dst,
-                        size_t n)
+static void cpu_write(shoal_backend *b, void *dev, const void *src, size_t n)
 {
 	(void)b;
-	SHOAL_ASSERT(off <= buf->bytes && n <= buf->bytes - off);
-	memcpy(dst, buf->p + off, n);
+	memcpy(dev, src, n);
+}
+
+static void cpu_read(shoal_backend *b, const void *dev, void *dst, size_t n)
+{
+	(void)b;
+	memcpy(dst, dev, n);
+}
+
+static void cpu_sync(shoal_backend *b)
+{
+	(void)b;
 }
 
 static bool cpu_supports(shoal_backend_op op, shoal_dtype t)
@@ -584,9 +610,17 @@ static void cpu_to_f32(shoal_dtype t, const void *src, float *dst, size_t n)
 }
 
 /* F32 or F16 (the activation converter's round to nearest even). */
-static void cpu_kv_store(shoal_backend *b, shoal_dtype t, const float *src, void *dst, size_t n)
+static void cpu_kv_store(shoal_backend *b, shoal_dtype t, const float *src, size_t ld,
+                         uint32_t n_rows, uint32_t n_head_kv, uint32_t head_dim, void *const *plane,
+                         const uint32_t *pos, size_t head_ld)
 {
-	b->k->quantize_act(t, src, dst, (int64_t)n);
+	size_t elt = shoal_dtype_row_bytes(t, 1);
+	for (uint32_t r = 0; r < n_rows; r++)
+		for (uint32_t h = 0; h < n_head_kv; h++) {
+			size_t at = ((size_t)h * head_ld + (size_t)pos[r] * head_dim) * elt;
+			b->k->quantize_act(t, src + (size_t)r * ld + (size_t)h * head_dim,
+			                   (uint8_t *)plane[r] + at, (int64_t)head_dim);
+		}
 }
 
 /* ---- the ops table ---------------------------------------------------------------- */
@@ -606,14 +640,18 @@ static const shoal_backend_ops cpu_ops = {
     .kv_store = cpu_kv_store,
     .swiglu = cpu_swiglu,
     .add = cpu_add,
+    .copy = cpu_copy,
     .embed = cpu_embed,
     .softmax = cpu_softmax,
     .top_k = cpu_top_k,
     .buf_alloc = cpu_buf_alloc,
     .buf_free = cpu_buf_free,
+    .buf_addr = cpu_buf_host,
     .buf_host = cpu_buf_host,
-    .buf_set = cpu_buf_set,
-    .buf_get = cpu_buf_get,
+    .weights = cpu_weights,
+    .write = cpu_write,
+    .read = cpu_read,
+    .sync = cpu_sync,
 };
 
 const shoal_backend_ops *shoal_backend_cpu(void)

@@ -162,14 +162,6 @@ typedef struct shoal_dist_stage_config {
 	uint8_t digest[SHOAL_DIGEST_BYTES];
 	uint64_t epoch;
 	uint32_t n_threads, n_ctx, max_sessions, max_rows; /* engine config */
-	/* The backend kind the engine computes with (runtime/backends.h):
-	 * a name, NULL or "auto". Borrowed, read during new. */
-	const char *backend;
-	/* The plan's split of [layer_begin, layer_end): [layer_begin, gpu_end)
-	 * on this peer's GPU, the rest on its CPU (scheduler/plan.h). Logged
-	 * only: the engine runs its whole range on `backend` until the backend
-	 * interface's devices reach it (issue 34, part 1). */
-	uint32_t gpu_end;
 	shoal_dist_link_fn link;
 	void *link_ctx;
 	/* Which link reaches an expert peer; NULL: `link`. A node gives the
@@ -203,6 +195,15 @@ typedef struct shoal_dist_stage_config {
 	 * member tp_root gathers the logits, and is the one with has_head. */
 	bool tp_head;
 	uint32_t tp_root;
+	/* The compute backend by name (runtime/backends.h: "cpu", "vulkan";
+	 * NULL or "auto": the best this machine has), and a split of the
+	 * layers inside this peer (a stage boundary without a hop): with
+	 * layer_begin < device_end < layer_end, layers [layer_begin,
+	 * device_end) run on that backend and the rest on the CPU backend,
+	 * hidden states passing between them in memory. 0 or layer_end: all
+	 * on the one backend. Not with a tensor group. */
+	const char *backend;
+	uint32_t device_end;
 } shoal_dist_stage_config;
 
 /* m is borrowed (must outlive the stage). Allocates the engine and all

@@ -297,8 +297,11 @@ shoal_err dist__experts_serve(shoal_dist_stage *s, shoal_xfer_link *from, const 
 	                     .x = (const float *)(const void *)f->payload,
 	                     .ids = s->ex_ids,
 	                     .w = s->ex_w};
+	/* the part of a split stage that owns the layer, or the first */
+	shoal_engine *eng =
+	    s->e2 && layer >= s->cfg.device_end && layer < s->cfg.layer_end ? s->e2 : s->e;
 	shoal_err e =
-	    shoal_engine_moe_partial(s->e, layer, &mr, s->ex_req, s->ex_contrib, w, sizeof w);
+	    shoal_engine_moe_partial(eng, layer, &mr, s->ex_req, s->ex_contrib, w, sizeof w);
 	if (e)
 		return serve_error(s, from, e, w, why, why_len);
 	for (uint32_t i = 0; i < nr; i++)

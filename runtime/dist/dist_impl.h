@@ -98,9 +98,11 @@ typedef struct dist__sess {
 struct shoal_dist_stage {
 	shoal_dist_stage_config cfg;
 	const shoal_model *m;
-	shoal_engine *e;
-	uint8_t *mask; /* (n_layer, n_expert) held here */
-	int8_t *xpeer; /* (n_layer, n_expert) index into xpeers, -1: held here */
+	shoal_engine *e;  /* the layers [layer_begin, device_end or layer_end) */
+	shoal_engine *e2; /* the rest on the CPU (cfg.device_end), or NULL */
+	float *mid;       /* (R, d) hidden states from e to e2 */
+	uint8_t *mask;    /* (n_layer, n_expert) held here */
+	int8_t *xpeer;    /* (n_layer, n_expert) index into xpeers, -1: held here */
 	uint8_t xpeers[DIST__MAX_XPEERS][SHOAL_PEER_ID_LEN];
 	uint32_t n_xpeers;
 	uint32_t d, n_vocab, n_layer, n_expert, k, R;

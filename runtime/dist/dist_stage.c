@@ -29,9 +29,48 @@ static int sess_find(const shoal_dist_stage *s, uint64_t sid)
 	return -1;
 }
 
+/* A split stage's two engines open and close their sessions in step, so
+ * a session has the same slot in both. */
+static void slot_close(shoal_dist_stage *s, uint32_t slot)
+{
+	shoal_engine_session_close(s->e, slot);
+	if (s->e2)
+		shoal_engine_session_close(s->e2, slot);
+}
+
+static shoal_err slot_open(shoal_dist_stage *s, uint32_t *slot)
+{
+	shoal_err err = shoal_engine_session_open(s->e, slot);
+	uint32_t other;
+	if (err || !s->e2)
+		return err;
+	if ((err = shoal_engine_session_open(s->e2, &other)) || other != *slot) {
+		if (!err)
+			shoal_engine_session_close(s->e2, other);
+		shoal_engine_session_close(s->e, *slot);
+		return SHOAL_ERR_BUSY;
+	}
+	return SHOAL_OK;
+}
+
+/* Run the batch through the stage's engine, or its two parts. */
+static shoal_err run_parts(shoal_dist_stage *s, const shoal_engine_batch *b, char *w, size_t w_len)
+{
+	if (!s->e2)
+		return shoal_engine_run(s->e, b, w, w_len);
+	shoal_engine_batch b1 = *b, b2 = *b;
+	b1.want_logits = NULL;
+	b1.logits = NULL;
+	b1.hidden_out = s->mid;
+	b2.tokens = NULL;
+	b2.hidden_in = s->mid;
+	shoal_err err = shoal_engine_run(s->e, &b1, w, w_len);
+	return err ? err : shoal_engine_run(s->e2, &b2, w, w_len);
+}
+
 static void sess_drop(shoal_dist_stage *s, dist__sess *ss)
 {
-	shoal_engine_session_close(s->e, ss->slot);
+	slot_close(s, ss->slot);
 	shoal_sampler_free(ss->smp);
 	int32_t *hist = ss->hist;
 	memset(ss, 0, sizeof *ss);
@@ -389,7 +428,7 @@ static shoal_err flush(shoal_dist_stage *s, char *why, size_t why_len)
 	char w[SHOAL_WHY_LEN] = "";
 	s->tp_rows = n; /* a group's slices carry these rows' tags */
 	uint64_t t0 = dist__now_ns();
-	shoal_err e = shoal_engine_run(s->e, &b, w, sizeof w);
+	shoal_err e = run_parts(s, &b, w, sizeof w);
 	s->met.last_run_ns = dist__now_ns() - t0;
 	s->met.run_ns += s->met.last_run_ns;
 	s->met.runs++;
@@ -505,12 +544,14 @@ static shoal_err sess_open(shoal_dist_stage *s, uint64_t sid, const dist__ctl *c
 		return shoal_why(w, w_len, SHOAL_ERR_BUSY, "all %u sessions in use",
 		                 s->cfg.max_sessions);
 	dist__sess *ss = &s->sess[i];
-	if (shoal_engine_session_open(s->e, &ss->slot))
+	if (slot_open(s, &ss->slot))
 		return shoal_why(w, w_len, SHOAL_ERR_BUSY, "no engine session free");
 	shoal_engine_session_reset(s->e, ss->slot);
+	if (s->e2)
+		shoal_engine_session_reset(s->e2, ss->slot);
 	if (s->cfg.has_head) {
 		if (shoal_sampler_new(&c->sp, s->n_vocab, &ss->smp)) {
-			shoal_engine_session_close(s->e, ss->slot);
+			slot_close(s, ss->slot);
 			return shoal_why(w, w_len, SHOAL_ERR_NOMEM, "sampler");
 		}
 		memcpy(ss->hist, c->tail, (size_t)c->n_tail * 4u);
@@ -739,6 +780,8 @@ void shoal_dist_stage_free(shoal_dist_stage *s)
 		}
 	free(s->sess);
 	shoal_engine_free(s->e);
+	shoal_engine_free(s->e2);
+	free(s->mid);
 	free(s->mask);
 	free(s->xpeer);
 	free(s->tok);
@@ -832,16 +875,10 @@ shoal_err shoal_dist_stage_new(const shoal_model *m, const shoal_dist_stage_conf
 		s->xpeer[i] = (int8_t)x;
 	}
 	shoal_engine_config ec = shoal_engine_config_default(m);
-	err = shoal_backend_pick(&(shoal_backend_opts){.name = cfg->backend}, &ec.backend, why,
-	                         why_len);
+	shoal_backend_opts bo = {.name = cfg->backend};
+	err = shoal_backend_pick(&bo, &ec.backend, why, why_len);
 	if (err)
 		goto fail;
-	if (cfg->gpu_end > cfg->layer_begin)
-		SHOAL_LOG_I(LOG_PART,
-		            "layers %u-%u: the plan puts %u-%u on this peer's GPU; all run on "
-		            "backend '%s' for now",
-		            cfg->layer_begin, cfg->layer_end - 1, cfg->layer_begin,
-		            cfg->gpu_end - 1, ec.backend->name);
 	ec.n_threads = cfg->n_threads ? cfg->n_threads : 1;
 	ec.n_ctx = cfg->n_ctx;
 	ec.max_sessions = cfg->max_sessions;
@@ -864,6 +901,27 @@ shoal_err shoal_dist_stage_new(const shoal_model *m, const shoal_dist_stage_conf
 		    .split_head = cfg->tp_head,
 		    .head_root = cfg->tp_root,
 		    .link = {.ctx = s, .exchange = dist__tp_exchange, .gather = dist__tp_gather}};
+	}
+	bool split = cfg->device_end > cfg->layer_begin && cfg->device_end < cfg->layer_end;
+	if (split && cfg->tp_n > 1) {
+		err = shoal_why(why, why_len, SHOAL_ERR_INVAL,
+		                "a tensor group's stage cannot be split across devices");
+		goto fail;
+	}
+	shoal_engine_config ec2 = ec;
+	if (split) { /* [device_end, layer_end) on the CPU, the head there */
+		ec.layer_end = cfg->device_end;
+		ec.has_head = false;
+		ec2.layer_begin = cfg->device_end;
+		ec2.has_embd = false;
+		shoal_backend_opts cpu = {.name = "cpu"};
+		if ((err = shoal_backend_pick(&cpu, &ec2.backend, why, why_len)) ||
+		    (err = shoal_engine_new(m, &ec2, &s->e2, why, why_len)))
+			goto fail;
+		if (!(s->mid = malloc(R * d * sizeof *s->mid))) {
+			err = SHOAL_ERR_NOMEM;
+			goto fail;
+		}
 	}
 	err = shoal_engine_new(m, &ec, &s->e, why, why_len);
 	if (err)

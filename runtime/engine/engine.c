@@ -66,7 +66,19 @@ static shoal_err engine_usable(const shoal_engine *e, const shoal_gguf_tensor *t
 	return SHOAL_OK;
 }
 
-static shoal_err engine_mat(const shoal_engine *e, const shoal_gguf_tensor *t, int64_t n_in,
+/* Make n bytes of host memory at host (valid for the engine's life)
+ * available to the backend's ops: *dev their device address. */
+static shoal_err engine_map(shoal_engine *e, const void *host, size_t n, const void **dev,
+                            const char *what, char *why, size_t why_len)
+{
+	shoal_err err = e->ops->weights(e->bk, host, n, dev);
+	if (err)
+		return shoal_why(why, why_len, err, "backend %s: %s (%zu bytes) does not fit: %s",
+		                 e->ops->name, what, n, shoal_strerror(err));
+	return SHOAL_OK;
+}
+
+static shoal_err engine_mat(shoal_engine *e, const shoal_gguf_tensor *t, int64_t n_in,
                             int64_t n_out, uint64_t n_stack, shoal_backend_mat *out, size_t *stride,
                             char *why, size_t why_len)
 {
@@ -99,15 +111,43 @@ static shoal_err engine_mat(const shoal_engine *e, const shoal_gguf_tensor *t, i
 	out->data = t->data;
 	if (stride)
 		*stride = rb * (size_t)n_out;
+	if (e->map_now)
+		return engine_map(e, t->data, t->nbytes, &out->data, t->name, why, why_len);
 	return SHOAL_OK;
 }
 
-/* An F32 copy of a small vector tensor of n elements (NULL t: *out = NULL). */
-static shoal_err engine_vec(const shoal_engine *e, const shoal_gguf_tensor *t, uint32_t n,
-                            float **out, char *why, size_t why_len)
+/* Keep h, a malloc'd host copy of n floats, for the engine's life (freed
+ * with it; taken in every case) and make it available to ops: *dev. */
+static shoal_err engine_keep(shoal_engine *e, float *h, size_t n, const float **dev,
+                             const char *what, char *why, size_t why_len)
+{
+	if (e->n_vecs == e->cap_vecs) {
+		size_t cap = e->cap_vecs ? 2 * e->cap_vecs : 64;
+		float **v = realloc(e->vecs, cap * sizeof *v);
+		if (!v) {
+			free(h);
+			return SHOAL_ERR_NOMEM;
+		}
+		e->vecs = v;
+		e->cap_vecs = cap;
+	}
+	e->vecs[e->n_vecs++] = h;
+	const void *d = NULL;
+	shoal_err err = engine_map(e, h, n * sizeof(float), &d, what, why, why_len);
+	*dev = d;
+	return err;
+}
+
+/* An F32 copy of a small vector tensor of n elements, kept by the engine:
+ * *out its device address, *host (when not NULL) the host copy (NULL t:
+ * both NULL). */
+static shoal_err engine_vec(shoal_engine *e, const shoal_gguf_tensor *t, uint32_t n,
+                            const float **out, const float **host, char *why, size_t why_len)
 {
 	const shoal_backend_ops *ops = e->ops;
 	*out = NULL;
+	if (host)
+		*host = NULL;
 	if (!t)
 		return SHOAL_OK;
 	if (t->ne[0] != n || t->ne[1] != 1 || t->ne[2] != 1 || t->ne[3] != 1)
@@ -121,11 +161,13 @@ static shoal_err engine_vec(const shoal_engine *e, const shoal_gguf_tensor *t, u
 	shoal_err err = engine_usable(e, t, why, why_len);
 	if (err)
 		return err;
-	*out = malloc((size_t)n * sizeof **out);
-	if (!*out)
+	float *h = malloc((size_t)n * sizeof *h);
+	if (!h)
 		return SHOAL_ERR_NOMEM;
-	ops->to_f32(t->type, t->data, *out, n);
-	return SHOAL_OK;
+	ops->to_f32(t->type, t->data, h, n);
+	if (host)
+		*host = h;
+	return engine_keep(e, h, n, out, t->name, why, why_len);
 }
 
 /* The older files' attn_kv_b {kv_lora, n_head * (nope + v_head_dim)} as
@@ -165,19 +207,22 @@ static shoal_err engine_split_kv_b(shoal_engine *e, const shoal_layer *src, engi
 	}
 	for (uint32_t h = 0; h < H; h++)
 		for (uint32_t d = 0; d < nope; d++) {
-			const uint8_t *w = (const uint8_t *)kvb.data +
+			const uint8_t *w = (const uint8_t *)src->wkv_b->data +
 			                   ((size_t)h * (nope + vh) + d) * kvb.row_bytes;
 			e->ops->to_f32(kvb.type, w, row, kvl);
 			for (uint32_t c = 0; c < kvl; c++)
 				kt[((size_t)h * kvl + c) * nope + d] = row[c];
 		}
 	free(row);
-	L->wk_b_f32 = kt;
+	const float *kt_dev = NULL;
+	if ((err = engine_keep(e, kt, (size_t)H * kvl * nope, &kt_dev, src->wkv_b->name, why,
+	                       why_len)))
+		return err;
 	L->wk_b = (shoal_backend_mat){.type = SHOAL_DTYPE_F32,
 	                              .n_in = nope,
 	                              .n_out = kvl,
 	                              .row_bytes = (size_t)nope * sizeof(float),
-	                              .data = kt};
+	                              .data = kt_dev};
 	L->wk_b_stride = (size_t)kvl * nope * sizeof(float);
 	return SHOAL_OK;
 }
@@ -190,12 +235,12 @@ static shoal_err engine_layer_mla(shoal_engine *e, const shoal_layer *src, engin
 	uint32_t E = hp->n_embd, H = hp->n_head, kvl = hp->kv_lora_rank, ql = hp->q_lora_rank;
 	shoal_err err;
 	if (ql ? (err = engine_mat(e, src->wq_a, E, ql, 1, &L->wq_a, NULL, why, why_len)) ||
-	             (err = engine_vec(e, src->q_a_norm, ql, &L->q_a_norm, why, why_len)) ||
+	             (err = engine_vec(e, src->q_a_norm, ql, &L->q_a_norm, NULL, why, why_len)) ||
 	             (err = engine_mat(e, src->wq_b, ql, e->q_dim, 1, &L->wq_b, NULL, why, why_len))
 	       : (err = engine_mat(e, src->wq, E, e->q_dim, 1, &L->wq, NULL, why, why_len)))
 		return err;
 	if ((err = engine_mat(e, src->wkv_a, E, e->kv_dim, 1, &L->wkv_a, NULL, why, why_len)) ||
-	    (err = engine_vec(e, src->kv_a_norm, kvl, &L->kv_a_norm, why, why_len)) ||
+	    (err = engine_vec(e, src->kv_a_norm, kvl, &L->kv_a_norm, NULL, why, why_len)) ||
 	    (err = engine_mat(e, src->wo, H * hp->v_head_dim, E, 1, &L->wo, NULL, why, why_len)))
 		return err;
 	if (hp->mla_kv_b)
@@ -224,9 +269,19 @@ static shoal_err engine_layer_init(shoal_engine *e, uint32_t il, bool owned, cha
 			                 "layer %u: MoE with %u of %u experts", il,
 			                 hp->n_expert_used, hp->n_expert);
 		L->all_local = true;
-		for (uint32_t x = 0; x < hp->n_expert; x++)
+		bool any = false;
+		for (uint32_t x = 0; x < hp->n_expert; x++) {
 			if (!e->expert_mask[(size_t)il * hp->n_expert + x])
 				L->all_local = false;
+			else
+				any = true;
+		}
+		/* a layer of another stage is mapped only where this engine was
+		 * given some of its experts to serve: a backend with device
+		 * memory would otherwise upload every layer's experts */
+		const float *bias_dev = NULL;
+		e->map_now = e->host_ok || owned || (e->cfg.expert_mask && any);
+		L->exp_mapped = e->map_now;
 		if ((err = engine_mat(e, src->ffn_gate_exps, hp->n_embd, hp->n_ff_exp, hp->n_expert,
 		                      &L->gate_exp, &L->gate_exp_stride, why, why_len)) ||
 		    (err = engine_mat(e, src->ffn_up_exps, hp->n_embd, hp->n_ff_exp, hp->n_expert,
@@ -235,9 +290,10 @@ static shoal_err engine_layer_init(shoal_engine *e, uint32_t il, bool owned, cha
 		                      &L->down_exp, &L->down_exp_stride, why, why_len)) ||
 		    (err = engine_mat(e, src->ffn_gate_inp, hp->n_embd, hp->n_expert, 1, &L->router,
 		                      NULL, why, why_len)) ||
-		    (err = engine_vec(e, src->exp_probs_b, hp->n_expert, &L->exp_probs_b, why,
-		                      why_len)))
+		    (err = engine_vec(e, src->exp_probs_b, hp->n_expert, &bias_dev, &L->exp_probs_b,
+		                      why, why_len)))
 			return err;
+		e->map_now = true;
 	}
 	if (!owned)
 		return SHOAL_OK;
@@ -250,13 +306,14 @@ static shoal_err engine_layer_init(shoal_engine *e, uint32_t il, bool owned, cha
 	         !(err = engine_mat(e, src->wv, hp->n_embd, e->kv_dim, 1, &L->wv, NULL, why,
 	                            why_len)))
 		err = engine_mat(e, src->wo, e->q_dim, hp->n_embd, 1, &L->wo, NULL, why, why_len);
-	if (err || (err = engine_vec(e, src->attn_norm, hp->n_embd, &L->attn_norm, why, why_len)) ||
-	    (err = engine_vec(e, src->ffn_norm, hp->n_embd, &L->ffn_norm, why, why_len)) ||
-	    (err = engine_vec(e, src->q_norm, hp->head_dim, &L->q_norm, why, why_len)) ||
-	    (err = engine_vec(e, src->k_norm, hp->head_dim, &L->k_norm, why, why_len)) ||
-	    (err = engine_vec(e, src->bq, e->q_dim, &L->bq, why, why_len)) ||
-	    (err = engine_vec(e, src->bk, e->kv_dim, &L->bk, why, why_len)) ||
-	    (err = engine_vec(e, src->bv, e->kv_dim, &L->bv, why, why_len)))
+	if (err ||
+	    (err = engine_vec(e, src->attn_norm, hp->n_embd, &L->attn_norm, NULL, why, why_len)) ||
+	    (err = engine_vec(e, src->ffn_norm, hp->n_embd, &L->ffn_norm, NULL, why, why_len)) ||
+	    (err = engine_vec(e, src->q_norm, hp->head_dim, &L->q_norm, NULL, why, why_len)) ||
+	    (err = engine_vec(e, src->k_norm, hp->head_dim, &L->k_norm, NULL, why, why_len)) ||
+	    (err = engine_vec(e, src->bq, e->q_dim, &L->bq, NULL, why, why_len)) ||
+	    (err = engine_vec(e, src->bk, e->kv_dim, &L->bk, NULL, why, why_len)) ||
+	    (err = engine_vec(e, src->bv, e->kv_dim, &L->bv, NULL, why, why_len)))
 		return err;
 	if (!L->attn_norm || !L->ffn_norm)
 		return shoal_why(why, why_len, SHOAL_ERR_FORMAT, "layer %u has no norm weights",
@@ -334,57 +391,28 @@ void shoal_engine_free(shoal_engine *e)
 {
 	if (!e)
 		return;
-	if (e->layers) {
-		for (uint32_t i = 0; i < e->hp.n_layer; i++) {
-			engine__layer *L = &e->layers[i];
-			free(L->attn_norm);
-			free(L->ffn_norm);
-			free(L->q_norm);
-			free(L->k_norm);
-			free(L->bq);
-			free(L->bk);
-			free(L->bv);
-			free(L->exp_probs_b);
-			free(L->q_a_norm);
-			free(L->kv_a_norm);
-			free(L->wk_b_f32);
-		}
-	}
 	if (e->bk) {
 		e->ops->buf_free(e->bk, e->kv_buf);
+		e->ops->buf_free(e->bk, e->act_buf);
 		e->ops->destroy(e->bk);
 	}
+	for (size_t i = 0; i < e->n_vecs; i++)
+		free(e->vecs[i]);
+	free(e->vecs);
 	free(e->layers);
-	free(e->out_norm);
 	free(e->expert_mask);
-	free(e->rope_cs);
 	free(e->sess_open);
 	free(e->sess_len);
 	free(e->sess_next);
-	free(e->x);
-	free(e->xn);
-	free(e->tmp);
-	free(e->q);
-	free(e->att);
-	free(e->k);
-	free(e->v);
-	free(e->ff_g);
-	free(e->ff_u);
 	free(e->krow);
 	free(e->vrow);
 	free(e->n_kv);
-	free(e->moe_logits);
 	free(e->moe_ids);
 	free(e->moe_w);
 	free(e->moe_contrib);
-	free(e->moe_x);
 	free(e->moe_slot);
+	free(e->host_block);
 	engine__tp_free(e->tp);
-	free(e->moe_sel);
-	free(e->mla_qa);
-	free(e->mla_q);
-	free(e->mla_att);
-	free(e->mla_v);
 	free(e);
 }
 
@@ -418,7 +446,7 @@ static float engine_yarn_mix(const shoal_hparams *hp, uint32_t i)
 
 /* freqs: (n_rot/2) Llama 3.1-style per-pair divisors of the angle (the
  * model's rope_freqs tensor), or NULL for none. */
-static void engine_rope_table(shoal_engine *e, const float *freqs)
+static void engine_rope_table(shoal_engine *e, const float *freqs, float *table)
 {
 	const shoal_hparams *hp = &e->hp;
 	uint32_t n_rot = hp->n_rot;
@@ -429,7 +457,7 @@ static void engine_rope_table(shoal_engine *e, const float *freqs)
 	 * advanced by a float product per pair as the reference engine does */
 	float theta_scale = powf(hp->rope_freq_base, -2.0f / (float)n_rot);
 	for (uint32_t p = 0; p < e->cfg.n_ctx; p++) {
-		float *cs = e->rope_cs + (size_t)p * n_rot; /* (n_rot/2, 2) */
+		float *cs = table + (size_t)p * n_rot; /* (n_rot/2, 2) */
 		float theta = (float)p;
 		for (uint32_t i = 0; i < n_rot / 2; i++) {
 			float ex = freqs ? theta / freqs[i] : theta;
@@ -443,6 +471,78 @@ static void engine_rope_table(shoal_engine *e, const float *freqs)
 			theta *= theta_scale;
 		}
 	}
+}
+
+/* The scratch of max_rows rows: activations in one buffer of the backend
+ * (device memory on a GPU), the host-only tables, and the host views of
+ * the MoE and combine steps (aliases of the device scratch if host_ok). */
+static shoal_err engine_scratch(shoal_engine *e, uint32_t n_ff, char *why, size_t why_len)
+{
+	const shoal_hparams *hp = &e->hp;
+	const size_t R = e->cfg.max_rows, E = hp->n_embd, NE = hp->n_expert;
+	const size_t ff = n_ff ? n_ff : 1;
+	struct {
+		float **at;
+		size_t n; /* floats; 0: not needed */
+	} dev[] = {
+	    {&e->x, R * E},
+	    {&e->xn, R * E},
+	    {&e->tmp, R * E},
+	    {&e->q, R * e->q_dim},
+	    {&e->att, R * e->q_dim},
+	    {&e->k, R * e->kv_dim},
+	    {&e->v, R * e->kv_dim},
+	    {&e->ff_g, R * ff},
+	    {&e->ff_u, R * ff},
+	    {&e->logits_d, e->host_ok ? 0 : (size_t)SHOAL_ENGINE_LOGIT_ROWS * hp->n_vocab},
+	    {&e->moe_lg_d, R * NE},
+	    {&e->moe_sel_d, R * NE},
+	    {&e->moe_xd, NE ? R * E : 0},
+	    {&e->mla_qa, hp->mla ? R * (hp->q_lora_rank ? hp->q_lora_rank : 1) : 0},
+	    {&e->mla_q, hp->mla ? R * hp->n_head * e->kv_dim : 0},
+	    {&e->mla_att, hp->mla ? R * hp->n_head * e->kv_dim : 0},
+	    {&e->mla_v, hp->mla ? R * hp->n_head * hp->v_head_dim : 0},
+	};
+	/* each array starts on a 256-byte boundary (64 floats) */
+	size_t total = 0;
+	for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++)
+		total += (dev[i].n + 63) / 64 * 64;
+	shoal_err err = e->ops->buf_alloc(e->bk, total * sizeof(float), &e->act_buf);
+	if (err)
+		return shoal_why(why, why_len, err,
+		                 "backend %s: no memory for the scratch of %zu rows (%zu bytes)",
+		                 e->ops->name, R, total * sizeof(float));
+	float *base = e->ops->buf_addr(e->act_buf);
+	for (size_t i = 0, at = 0; i < sizeof dev / sizeof dev[0]; i++) {
+		*dev[i].at = dev[i].n ? base + at : NULL;
+		at += (dev[i].n + 63) / 64 * 64;
+	}
+	const size_t K = hp->n_expert_used;
+	e->sess_open = calloc(e->cfg.max_sessions, 1);
+	e->sess_len = calloc(e->cfg.max_sessions, sizeof *e->sess_len);
+	e->sess_next = calloc(e->cfg.max_sessions, sizeof *e->sess_next);
+	e->krow = calloc(R, sizeof *e->krow);
+	e->vrow = calloc(R, sizeof *e->vrow);
+	e->n_kv = calloc(R, sizeof *e->n_kv);
+	if (NE) {
+		e->moe_ids = engine_calloc3(R, K, 1, sizeof(int32_t));
+		e->moe_w = engine_calloc3(R, K, 1, sizeof(float));
+		e->moe_contrib = engine_calloc3(R, K, E, sizeof(float));
+		e->moe_slot = calloc(R, sizeof *e->moe_slot);
+	}
+	if (e->host_ok) {
+		e->xn_h = e->xn, e->tmp_h = e->tmp, e->moe_logits = e->moe_lg_d;
+		e->moe_sel = e->moe_sel_d, e->moe_x = e->moe_xd;
+	} else if ((e->host_block = engine_calloc3(R, 3 * E + 2 * NE, 1, sizeof(float)))) {
+		float *h = e->host_block;
+		e->xn_h = h, e->tmp_h = h + R * E, e->moe_x = h + 2 * R * E;
+		e->moe_logits = h + 3 * R * E, e->moe_sel = h + 3 * R * E + R * NE;
+	}
+	if (!e->sess_open || !e->sess_len || !e->sess_next || !e->krow || !e->vrow || !e->n_kv ||
+	    !e->xn_h || (NE && (!e->moe_ids || !e->moe_w || !e->moe_contrib || !e->moe_slot)))
+		return shoal_why(why, why_len, SHOAL_ERR_NOMEM,
+		                 "no memory for %u sessions and %zu rows", e->cfg.max_sessions, R);
+	return SHOAL_OK;
 }
 
 shoal_err shoal_engine_new(const shoal_model *m, const shoal_engine_config *cfg, shoal_engine **out,
@@ -507,6 +607,47 @@ shoal_err shoal_engine_new(const shoal_model *m, const shoal_engine_config *cfg,
 	e->kv_cache_dim = e->kv_dim;
 	if (cfg->tp.n_members > 1 && (err = engine__tp_init(e, why, why_len)))
 		goto fail;
+
+	uint32_t n_ff = hp->n_ff > hp->n_ff_exp ? hp->n_ff : hp->n_ff_exp;
+	if (hp->n_ff_shexp > n_ff)
+		n_ff = hp->n_ff_shexp;
+	uint32_t max_n = hp->n_embd;
+	uint32_t widths[] = {e->q_dim, n_ff, hp->q_lora_rank, hp->kv_lora_rank,
+	                     hp->n_head * hp->v_head_dim};
+	for (size_t i = 0; i < sizeof widths / sizeof widths[0]; i++)
+		if (widths[i] > max_n)
+			max_n = widths[i];
+	shoal_backend_limits lim = {
+	    .n_threads = cfg->n_threads,
+	    .max_ctx = C,
+	    .max_rows = R,
+	    .max_n = max_n,
+	    .max_group = hp->n_head / hp->n_head_kv,
+	    .weight_bytes = engine_weight_bytes(e),
+	};
+	err = e->ops->create(&lim, &e->bk);
+	if (err) {
+		shoal_why(why, why_len, err, "backend %s: %s", e->ops->name, shoal_strerror(err));
+		goto fail;
+	}
+	/* the KV cache in the backend's memory */
+	size_t kv_bytes = (size_t)cfg->max_sessions * (e->n_own ? e->n_own : 1) * C *
+	                  shoal_engine_kv_row_elems(e) * e->kv_elt;
+	if ((err = e->ops->buf_alloc(e->bk, kv_bytes, &e->kv_buf))) {
+		shoal_why(why, why_len, err, "backend %s: no memory for the KV cache (%zu bytes)",
+		          e->ops->name, kv_bytes);
+		goto fail;
+	}
+	e->kv = e->ops->buf_addr(e->kv_buf);
+	e->host_ok = e->ops->buf_host(e->kv_buf) == (void *)e->kv;
+	e->map_now = true;
+	if (e->tp && !e->host_ok) {
+		err = shoal_why(why, why_len, SHOAL_ERR_UNSUPPORTED,
+		                "backend %s keeps its memory on a device; tensor groups "
+		                "exchange host rows and run on the CPU backend only for now",
+		                e->ops->name);
+		goto fail;
+	}
 	err = SHOAL_ERR_NOMEM;
 
 	for (uint32_t il = 0; il < hp->n_layer; il++) {
@@ -530,13 +671,15 @@ shoal_err shoal_engine_new(const shoal_model *m, const shoal_engine_config *cfg,
 			                shoal_dtype_name(t->type));
 			goto fail;
 		}
-		if ((err = engine_usable(e, t, why, why_len)))
+		if ((err = engine_usable(e, t, why, why_len)) ||
+		    (err = engine_map(e, t->data, t->nbytes, &e->embd, t->name, why, why_len)))
 			goto fail;
 	}
 	if (cfg->has_head) {
 		if ((err = engine_mat(e, m->output, hp->n_embd, hp->n_vocab, 1, &e->head, NULL, why,
 		                      why_len)) ||
-		    (err = engine_vec(e, m->output_norm, hp->n_embd, &e->out_norm, why, why_len)))
+		    (err = engine_vec(e, m->output_norm, hp->n_embd, &e->out_norm, NULL, why,
+		                      why_len)))
 			goto fail;
 		if (!e->out_norm) {
 			err = shoal_why(why, why_len, SHOAL_ERR_FORMAT, "no output_norm tensor");
@@ -544,108 +687,31 @@ shoal_err shoal_engine_new(const shoal_model *m, const shoal_engine_config *cfg,
 		}
 	}
 
-	uint32_t n_ff = hp->n_ff > hp->n_ff_exp ? hp->n_ff : hp->n_ff_exp;
-	if (hp->n_ff_shexp > n_ff)
-		n_ff = hp->n_ff_shexp;
-	uint32_t max_n = hp->n_embd;
-	uint32_t widths[] = {e->q_dim, n_ff, hp->q_lora_rank, hp->kv_lora_rank,
-	                     hp->n_head * hp->v_head_dim};
-	for (size_t i = 0; i < sizeof widths / sizeof widths[0]; i++)
-		if (widths[i] > max_n)
-			max_n = widths[i];
-	err = SHOAL_ERR_NOMEM;
-	e->rope_cs = engine_calloc3(C, hp->n_rot ? hp->n_rot : 1, 1, sizeof(float));
-	e->sess_open = calloc(cfg->max_sessions, 1);
-	e->sess_len = calloc(cfg->max_sessions, sizeof *e->sess_len);
-	e->sess_next = calloc(cfg->max_sessions, sizeof *e->sess_next);
-	e->x = engine_calloc3(R, hp->n_embd, 1, sizeof(float));
-	e->xn = engine_calloc3(R, hp->n_embd, 1, sizeof(float));
-	e->tmp = engine_calloc3(R, hp->n_embd, 1, sizeof(float));
-	e->q = engine_calloc3(R, e->q_dim, 1, sizeof(float));
-	e->att = engine_calloc3(R, e->q_dim, 1, sizeof(float));
-	e->k = engine_calloc3(R, e->kv_dim, 1, sizeof(float));
-	e->v = engine_calloc3(R, e->kv_dim, 1, sizeof(float));
-	e->ff_g = engine_calloc3(R, n_ff ? n_ff : 1, 1, sizeof(float));
-	e->ff_u = engine_calloc3(R, n_ff ? n_ff : 1, 1, sizeof(float));
-	e->krow = calloc(R, sizeof *e->krow);
-	e->vrow = calloc(R, sizeof *e->vrow);
-	e->n_kv = calloc(R, sizeof *e->n_kv);
-	if (!e->rope_cs || !e->sess_open || !e->sess_len || !e->sess_next || !e->x || !e->xn ||
-	    !e->tmp || !e->q || !e->att || !e->k || !e->v || !e->ff_g || !e->ff_u || !e->krow ||
-	    !e->vrow || !e->n_kv) {
-		err = shoal_why(why, why_len, SHOAL_ERR_NOMEM,
-		                "no memory for %u sessions x %u positions and %u rows",
-		                cfg->max_sessions, C, R);
+	if ((err = engine_scratch(e, n_ff, why, why_len)))
 		goto fail;
-	}
-	if (hp->n_expert) {
-		uint32_t k = hp->n_expert_used;
-		e->moe_logits = engine_calloc3(R, hp->n_expert, 1, sizeof(float));
-		e->moe_ids = engine_calloc3(R, k, 1, sizeof(int32_t));
-		e->moe_w = engine_calloc3(R, k, 1, sizeof(float));
-		e->moe_contrib = engine_calloc3(R, k, hp->n_embd, sizeof(float));
-		e->moe_x = engine_calloc3(R, hp->n_embd, 1, sizeof(float));
-		e->moe_slot = calloc(R, sizeof *e->moe_slot);
-		e->moe_sel = engine_calloc3(R, hp->n_expert, 1, sizeof(float));
-		if (!e->moe_logits || !e->moe_ids || !e->moe_w || !e->moe_contrib || !e->moe_x ||
-		    !e->moe_slot || !e->moe_sel)
-			goto fail;
-	}
-	if (hp->mla) {
-		e->mla_qa =
-		    engine_calloc3(R, hp->q_lora_rank ? hp->q_lora_rank : 1, 1, sizeof(float));
-		e->mla_q = engine_calloc3(R, hp->n_head, e->kv_dim, sizeof(float));
-		e->mla_att = engine_calloc3(R, hp->n_head, e->kv_dim, sizeof(float));
-		e->mla_v = engine_calloc3(R, hp->n_head, hp->v_head_dim, sizeof(float));
-		if (!e->mla_qa || !e->mla_q || !e->mla_att || !e->mla_v)
-			goto fail;
-	}
 	/* Llama 3.1 and later scale each rotated pair's frequency by the
 	 * file's rope_freqs (the reference's freq_factors); ignoring them
 	 * gives wrong logits beyond the first position. */
-	float *freqs = NULL;
-	if ((err = engine_vec(e, m->rope_freqs, hp->n_rot / 2, &freqs, why, why_len)))
+	const float *freqs = NULL, *freqs_dev = NULL;
+	if ((err = engine_vec(e, m->rope_freqs, hp->n_rot / 2, &freqs_dev, &freqs, why, why_len)))
 		goto fail;
 	for (uint32_t i = 0; freqs && i < hp->n_rot / 2; i++)
 		if (!isfinite(freqs[i]) || freqs[i] <= 0) {
 			err = shoal_why(why, why_len, SHOAL_ERR_FORMAT,
 			                "rope_freqs.weight[%u] = %g is not a positive number", i,
 			                (double)freqs[i]);
-			free(freqs);
 			goto fail;
 		}
-	engine_rope_table(e, freqs);
-	free(freqs);
+	float *cs = engine_calloc3(C, hp->n_rot ? hp->n_rot : 1, 1, sizeof(float));
+	if (!cs) {
+		err = SHOAL_ERR_NOMEM;
+		goto fail;
+	}
+	engine_rope_table(e, freqs, cs);
+	if ((err = engine_keep(e, cs, (size_t)C * (hp->n_rot ? hp->n_rot : 1), &e->rope_cs,
+	                       "the RoPE table", why, why_len)))
+		goto fail;
 
-	shoal_backend_limits lim = {
-	    .n_threads = cfg->n_threads,
-	    .max_ctx = C,
-	    .max_rows = R,
-	    .max_n = max_n,
-	    .max_group = hp->n_head / hp->n_head_kv,
-	    .weight_bytes = engine_weight_bytes(e),
-	};
-	err = e->ops->create(&lim, &e->bk);
-	if (err) {
-		shoal_why(why, why_len, err, "backend %s: %s", e->ops->name, shoal_strerror(err));
-		goto fail;
-	}
-	/* the KV cache in the backend's memory; the attention op reads host
-	 * pointers today, so a device buffer is not usable yet */
-	size_t kv_bytes = (size_t)cfg->max_sessions * (e->n_own ? e->n_own : 1) * C *
-	                  shoal_engine_kv_row_elems(e) * e->kv_elt;
-	if ((err = e->ops->buf_alloc(e->bk, kv_bytes, &e->kv_buf))) {
-		shoal_why(why, why_len, err, "backend %s: no memory for the KV cache (%zu bytes)",
-		          e->ops->name, kv_bytes);
-		goto fail;
-	}
-	if (!(e->kv = e->ops->buf_host(e->kv_buf))) {
-		err = shoal_why(why, why_len, SHOAL_ERR_UNSUPPORTED,
-		                "backend %s keeps the KV cache in device memory, which the "
-		                "attention op cannot read yet",
-		                e->ops->name);
-		goto fail;
-	}
 	*out = e;
 	return SHOAL_OK;
 fail:
@@ -800,12 +866,13 @@ static void engine_attn(shoal_engine *e, uint32_t il, const shoal_engine_batch *
 	const engine__layer *L = &e->layers[il];
 	uint32_t n = b->n_rows;
 
-	ops->rms_norm(e->bk, e->x, L->attn_norm, hp->n_embd, n, hp->rms_eps, e->xn);
+	uint32_t E = hp->n_embd;
+	ops->rms_norm(e->bk, e->x, E, L->attn_norm, E, n, hp->rms_eps, e->xn, E);
 	engine__attn_heads(e, il, b, 0, hp->n_head_kv, e->att);
-	size_t ld_out = hp->n_embd;
+	size_t ld_out = E;
 	float *o = e->tmp; /* (n_rows, n_embd) */
 	ops->matmul(e->bk, 1, &L->wo, e->att, e->q_dim, n, &o, &ld_out);
-	ops->add(e->bk, e->x, e->tmp, (size_t)n * hp->n_embd);
+	ops->add(e->bk, e->x, E, e->tmp, E, E, n);
 }
 
 /* MLA attention block of owned layer il on e->x (see the top). Shapes:
@@ -822,35 +889,31 @@ static void engine_attn_mla(shoal_engine *e, uint32_t il, const shoal_engine_bat
 	uint32_t kvd = e->kv_dim, qd = e->q_dim, vh = hp->v_head_dim, E = hp->n_embd;
 	size_t ld_q = qd, ld_kv = kvd, ld_h = (size_t)H * kvd, ld_v = (size_t)H * vh, ld_e = E;
 
-	ops->rms_norm(e->bk, e->x, L->attn_norm, E, n, hp->rms_eps, e->xn);
+	ops->rms_norm(e->bk, e->x, E, L->attn_norm, E, n, hp->rms_eps, e->xn, E);
 	if (hp->q_lora_rank) {
 		size_t ld_a = hp->q_lora_rank;
 		ops->matmul(e->bk, 1, &L->wq_a, e->xn, E, n, &e->mla_qa, &ld_a);
-		ops->rms_norm(e->bk, e->mla_qa, L->q_a_norm, hp->q_lora_rank, n, hp->rms_eps,
-		              e->mla_qa);
+		ops->rms_norm(e->bk, e->mla_qa, ld_a, L->q_a_norm, hp->q_lora_rank, n, hp->rms_eps,
+		              e->mla_qa, ld_a);
 		ops->matmul(e->bk, 1, &L->wq_b, e->mla_qa, ld_a, n, &e->q, &ld_q);
 	} else {
 		ops->matmul(e->bk, 1, &L->wq, e->xn, E, n, &e->q, &ld_q);
 	}
 	/* e->v (n, kv_dim) = [latent | rope key] as the weight gives them */
 	ops->matmul(e->bk, 1, &L->wkv_a, e->xn, E, n, &e->v, &ld_kv);
-	for (uint32_t r = 0; r < n; r++) {
-		const float *a = e->v + (size_t)r * kvd; /* (kv_dim) */
-		float *k = e->k + (size_t)r * kvd;       /* (kv_dim) */
-		memcpy(k, a + kvl, nr * sizeof(float));
-		ops->rms_norm(e->bk, a, L->kv_a_norm, kvl, 1, hp->rms_eps, k + nr);
-		for (uint32_t h = 0; h < H; h++)
-			memcpy(e->mla_q + (size_t)r * ld_h + (size_t)h * kvd,
-			       e->q + (size_t)r * qd + (size_t)h * hd + nope, nr * sizeof(float));
-	}
+	/* k (n, kv_dim) = [rope key | normed latent]; each head's rope query
+	 * first in mla_q: rows (r, h) of hd floats in q, of kv_dim in mla_q */
+	ops->copy(e->bk, e->k, kvd, e->v + kvl, kvd, nr, n);
+	ops->rms_norm(e->bk, e->v, kvd, L->kv_a_norm, kvl, n, hp->rms_eps, e->k + nr, kvd);
+	ops->copy(e->bk, e->mla_q, kvd, e->q + nope, hd, nr, n * H);
 	for (uint32_t h = 0; h < H; h++) {
 		shoal_backend_mat wk = L->wk_b;
 		wk.data = (const uint8_t *)wk.data + (size_t)h * L->wk_b_stride;
 		float *y = e->mla_q + (size_t)h * kvd + nr; /* (n) ld ld_h */
 		ops->matmul(e->bk, 1, &wk, e->q + (size_t)h * hd, ld_q, n, &y, &ld_h);
 	}
-	ops->rope(e->bk, e->mla_q, n, H, kvd, nr, b->pos, e->rope_cs, false);
-	ops->rope(e->bk, e->k, n, 1, kvd, nr, b->pos, e->rope_cs, false);
+	ops->rope(e->bk, e->mla_q, ld_h, n, H, kvd, nr, b->pos, e->rope_cs, false);
+	ops->rope(e->bk, e->k, kvd, n, 1, kvd, nr, b->pos, e->rope_cs, false);
 	engine__attend(e, b, li, H, 1, kvd, e->mla_q, e->mla_att);
 	for (uint32_t h = 0; h < H; h++) {
 		shoal_backend_mat wv = L->wv_b;
@@ -860,7 +923,48 @@ static void engine_attn_mla(shoal_engine *e, uint32_t il, const shoal_engine_bat
 	}
 	float *o = e->tmp; /* (n_rows, n_embd) */
 	ops->matmul(e->bk, 1, &L->wo, e->mla_v, ld_v, n, &o, &ld_e);
-	ops->add(e->bk, e->x, e->tmp, (size_t)n * E);
+	ops->add(e->bk, e->x, E, e->tmp, E, E, n);
+}
+
+/* The logits of the rows that want them, into b->logits (n_logits,
+ * n_vocab): their hidden states gathered (consecutive wanted rows in one
+ * copy), normed, times the head; on a backend with device memory through
+ * logits_d, SHOAL_ENGINE_LOGIT_ROWS rows at a time. */
+static shoal_err engine_logits(shoal_engine *e, const shoal_engine_batch *b, uint32_t n_logits,
+                               char *why, size_t why_len)
+{
+	const shoal_backend_ops *ops = e->ops;
+	const shoal_hparams *hp = &e->hp;
+	const uint32_t E = hp->n_embd, n = b->n_rows;
+	uint32_t j = 0;
+	for (uint32_t r = 0; r < n;) {
+		if (!b->want_logits[r]) {
+			r++;
+			continue;
+		}
+		uint32_t run = 1;
+		while (r + run < n && b->want_logits[r + run])
+			run++;
+		ops->copy(e->bk, e->tmp + (size_t)j * E, E, e->x + (size_t)r * E, E, E, run);
+		j += run;
+		r += run;
+	}
+	ops->rms_norm(e->bk, e->tmp, E, e->out_norm, E, n_logits, hp->rms_eps, e->xn, E);
+	if (engine__tp_split_head(e))
+		return engine__tp_head(e, n_logits, b->logits, why, why_len);
+	size_t ld = hp->n_vocab;
+	if (e->host_ok) {
+		ops->matmul(e->bk, 1, &e->head, e->xn, E, n_logits, &b->logits, &ld);
+		return SHOAL_OK;
+	}
+	for (uint32_t r = 0; r < n_logits; r += SHOAL_ENGINE_LOGIT_ROWS) {
+		uint32_t c =
+		    n_logits - r < SHOAL_ENGINE_LOGIT_ROWS ? n_logits - r : SHOAL_ENGINE_LOGIT_ROWS;
+		ops->matmul(e->bk, 1, &e->head, e->xn + (size_t)r * E, E, c, &e->logits_d, &ld);
+		ops->read(e->bk, e->logits_d, b->logits + (size_t)r * ld,
+		          (size_t)c * ld * sizeof(float));
+	}
+	return SHOAL_OK;
 }
 
 shoal_err shoal_engine_run(shoal_engine *e, const shoal_engine_batch *b, char *why, size_t why_len)
@@ -873,12 +977,13 @@ shoal_err shoal_engine_run(shoal_engine *e, const shoal_engine_batch *b, char *w
 	if (err)
 		return err;
 
+	const uint32_t E = hp->n_embd;
 	if (e->cfg.has_embd) {
 		const shoal_gguf_tensor *t = e->m->tok_embd;
-		ops->embed(e->bk, t->type, t->data, shoal_dtype_row_bytes(t->type, hp->n_embd),
-		           hp->n_embd, b->tokens, n, e->x);
+		ops->embed(e->bk, t->type, e->embd, shoal_dtype_row_bytes(t->type, E), E, b->tokens,
+		           n, e->x);
 	} else {
-		memcpy(e->x, b->hidden_in, (size_t)n * hp->n_embd * sizeof(float));
+		ops->write(e->bk, e->x, b->hidden_in, (size_t)n * E * sizeof(float));
 	}
 
 	for (uint32_t il = e->cfg.layer_begin; il < e->cfg.layer_end; il++) {
@@ -889,7 +994,7 @@ shoal_err shoal_engine_run(shoal_engine *e, const shoal_engine_batch *b, char *w
 			engine_attn_mla(e, il, b);
 		else if (!e->tp)
 			engine_attn(e, il, b);
-		ops->rms_norm(e->bk, e->x, L->ffn_norm, hp->n_embd, n, hp->rms_eps, e->xn);
+		ops->rms_norm(e->bk, e->x, E, L->ffn_norm, E, n, hp->rms_eps, e->xn, E);
 		if (L->moe) {
 			err = e->tp ? engine__tp_moe(e, il, n, why, why_len)
 			            : engine__moe_ffn(e, il, n, why, why_len);
@@ -901,30 +1006,18 @@ shoal_err shoal_engine_run(shoal_engine *e, const shoal_engine_batch *b, char *w
 		} else {
 			engine__ffn_swiglu(e, &L->gate, &L->up, &L->down, hp->n_ff, n, e->tmp);
 		}
-		ops->add(e->bk, e->x, e->tmp, (size_t)n * hp->n_embd);
+		ops->add(e->bk, e->x, E, e->tmp, E, E, n);
 	}
 
 	/* the rows' sessions now hold positions up to their last row */
 	for (uint32_t r = 0; r < n; r++)
 		e->sess_len[b->session[r]] = b->pos[r] + 1;
 	if (b->hidden_out)
-		memcpy(b->hidden_out, e->x, (size_t)n * hp->n_embd * sizeof(float));
-	if (n_logits) {
-		uint32_t j = 0;
-		for (uint32_t r = 0; r < n; r++)
-			if (b->want_logits[r])
-				memcpy(e->tmp + (size_t)j++ * hp->n_embd,
-				       e->x + (size_t)r * hp->n_embd, hp->n_embd * sizeof(float));
-		ops->rms_norm(e->bk, e->tmp, e->out_norm, hp->n_embd, n_logits, hp->rms_eps, e->xn);
-		size_t ld = hp->n_vocab;
-		if (engine__tp_split_head(e)) {
-			if ((err = engine__tp_head(e, n_logits, b->logits, why, why_len)))
-				goto fail;
-		} else {
-			ops->matmul(e->bk, 1, &e->head, e->xn, hp->n_embd, n_logits, &b->logits,
-			            &ld);
-		}
-	}
+		ops->read(e->bk, e->x, b->hidden_out, (size_t)n * E * sizeof(float));
+	if (n_logits && (err = engine_logits(e, b, n_logits, why, why_len)))
+		goto fail;
+	if (!b->hidden_out && !n_logits)
+		ops->sync(e->bk);
 	return SHOAL_OK;
 fail:
 	/* the caches of the batch's sessions may hold this batch's positions

@@ -14,37 +14,39 @@
 
 #include "runtime/engine/engine.h"
 
-/* One layer as the engine uses it. Matrices point into the mapping; the
- * small vectors are F32 copies made at creation (owned layers only). */
+/* One layer as the engine uses it. Every pointer is a device address of
+ * the backend (runtime/backend.h): matrices are the mapping's tensors made
+ * available by ops->weights; the small vectors are F32 copies made at
+ * creation (owned layers only; their host copies are in e->vecs). */
 typedef struct engine__layer {
-	float *attn_norm, *ffn_norm; /* (n_embd) */
-	float *q_norm, *k_norm;      /* (head_dim) or NULL */
-	float *bq;                   /* (q_dim) or NULL */
-	float *bk, *bv;              /* (kv_dim) or NULL */
-	shoal_backend_mat wq;        /* {n_embd, q_dim} */
-	shoal_backend_mat wk, wv;    /* {n_embd, kv_dim} */
-	shoal_backend_mat wo;        /* {q_dim, n_embd} */
-	shoal_backend_mat gate, up;  /* {n_embd, n_ff} (dense) */
-	shoal_backend_mat down;      /* {n_ff, n_embd} (dense) */
+	const float *attn_norm, *ffn_norm; /* (n_embd) */
+	const float *q_norm, *k_norm;      /* (head_dim) or NULL */
+	const float *bq;                   /* (q_dim) or NULL */
+	const float *bk, *bv;              /* (kv_dim) or NULL */
+	shoal_backend_mat wq;              /* {n_embd, q_dim} */
+	shoal_backend_mat wk, wv;          /* {n_embd, kv_dim} */
+	shoal_backend_mat wo;              /* {q_dim, n_embd} */
+	shoal_backend_mat gate, up;        /* {n_embd, n_ff} (dense) */
+	shoal_backend_mat down;            /* {n_ff, n_embd} (dense) */
 	bool moe;
 	bool all_local;                     /* every expert of the layer is owned */
+	bool exp_mapped;                    /* the expert tensors below are mapped */
 	shoal_backend_mat router;           /* {n_embd, n_expert} */
 	shoal_backend_mat gate_exp, up_exp; /* expert 0 of {n_embd, n_ff_exp, n_expert} */
 	shoal_backend_mat down_exp;         /* expert 0 of {n_ff_exp, n_embd, n_expert} */
 	size_t gate_exp_stride, up_exp_stride, down_exp_stride; /* bytes per expert */
-	float *exp_probs_b;               /* (n_expert) selection bias, or NULL */
+	const float *exp_probs_b;         /* host (n_expert) selection bias, or NULL */
 	bool shexp;                       /* shared experts (owned layers) */
 	shoal_backend_mat gate_sh, up_sh; /* {n_embd, n_ff_shexp} */
 	shoal_backend_mat down_sh;        /* {n_ff_shexp, n_embd} */
 	/* MLA (hp.mla): wq above is used when q_lora_rank is 0 */
-	float *q_a_norm;                 /* (q_lora_rank) */
-	float *kv_a_norm;                /* (kv_lora_rank) */
+	const float *q_a_norm;           /* (q_lora_rank) */
+	const float *kv_a_norm;          /* (kv_lora_rank) */
 	shoal_backend_mat wq_a, wq_b;    /* {n_embd, q_lora}, {q_lora, q_dim} */
 	shoal_backend_mat wkv_a;         /* {n_embd, kv_lora + n_rot} */
 	shoal_backend_mat wk_b;          /* head 0 of {nope, kv_lora, n_head} */
 	shoal_backend_mat wv_b;          /* head 0 of {kv_lora, v_head_dim, n_head} */
 	size_t wk_b_stride, wv_b_stride; /* bytes per head */
-	float *wk_b_f32; /* (n_head, kv_lora, nope) wk_b made from an attn_kv_b, or NULL */
 } engine__layer;
 
 typedef struct engine__tp engine__tp; /* engine_tp.c */
@@ -59,17 +61,26 @@ struct shoal_engine {
 	float kq_scale;                /* 1/sqrt(head_dim), times yarn_mscale^2 */
 	const shoal_backend_ops *ops;
 	shoal_backend *bk;
+	/* the backend's device addresses are host pointers (the CPU): host
+	 * arrays may be handed to ops, and the host views below alias the
+	 * device scratch, so nothing is copied */
+	bool host_ok;
+	bool map_now;           /* engine_mat maps what it checks (creation) */
 	engine__layer *layers;  /* (n_layer) */
-	float *out_norm;        /* (n_embd), with has_head */
+	const float *out_norm;  /* (n_embd), with has_head */
 	shoal_backend_mat head; /* {n_embd, n_vocab} */
+	const void *embd;       /* the token_embd table (device), with has_embd */
 	uint8_t *expert_mask;   /* (n_layer, n_expert) nonzero = owned */
-	float *rope_cs;         /* (n_ctx, n_rot) cos, sin pairs */
+	const float *rope_cs;   /* (n_ctx, n_rot) cos, sin pairs (device) */
+	float **vecs;           /* (n_vecs) host F32 copies the engine made */
+	size_t n_vecs, cap_vecs;
 
 	/* sessions */
-	uint8_t *sess_open;        /* (max_sessions) */
-	uint32_t *sess_len;        /* (max_sessions) */
-	uint32_t *sess_next;       /* (max_sessions) run() scratch */
-	shoal_backend_buf *kv_buf; /* the KV cache's memory */
+	uint8_t *sess_open;         /* (max_sessions) */
+	uint32_t *sess_len;         /* (max_sessions) */
+	uint32_t *sess_next;        /* (max_sessions) run() scratch */
+	shoal_backend_buf *kv_buf;  /* the KV cache's memory */
+	shoal_backend_buf *act_buf; /* the device scratch below */
 	/* (max_sessions, n_own, kv_planes, n_kv_heads, n_ctx, head size) elements
 	 * of cfg.kv_type, kv_elt bytes each, in kv_buf */
 	uint8_t *kv;
@@ -77,30 +88,39 @@ struct shoal_engine {
 	uint32_t kv_cache_dim; /* kv_dim, or a tensor member's KV heads x head_dim */
 	engine__tp *tp;        /* a tensor group's member, or NULL */
 
-	/* scratch, for max_rows rows */
-	float *x;                  /* (max_rows, n_embd) residual stream */
-	float *xn;                 /* (max_rows, n_embd) normed */
-	float *tmp;                /* (max_rows, n_embd) */
-	float *q, *att;            /* (max_rows, q_dim) */
-	float *k, *v;              /* (max_rows, kv_dim) */
-	float *ff_g, *ff_u;        /* (max_rows, max(n_ff, n_ff_exp)) */
-	const void **krow, **vrow; /* (max_rows) cache of each row's session */
+	/* device scratch, for max_rows rows (in act_buf) */
+	float *x;            /* (max_rows, n_embd) residual stream */
+	float *xn;           /* (max_rows, n_embd) normed */
+	float *tmp;          /* (max_rows, n_embd) */
+	float *q, *att;      /* (max_rows, q_dim) */
+	float *k, *v;        /* (max_rows, kv_dim) */
+	float *ff_g, *ff_u;  /* (max_rows, max(n_ff, n_ff_exp)) */
+	void **krow, **vrow; /* host (max_rows) cache plane of each row's session */
 	/* MLA scratch (hp.mla only) */
-	float *mla_qa;  /* (max_rows, q_lora_rank) */
-	float *mla_q;   /* (max_rows, n_head, kv_dim) rope part first, then the
-	                   no-rope query absorbed into the latent */
-	float *mla_att; /* (max_rows, n_head, kv_dim) attention over the cache rows */
-	float *mla_v;   /* (max_rows, n_head * v_head_dim) */
-	uint32_t *n_kv; /* (max_rows) */
-	/* MoE scratch (MoE models only) */
-	float *moe_logits;  /* (max_rows, n_expert) */
-	int32_t *moe_ids;   /* (max_rows, k) */
-	float *moe_w;       /* (max_rows, k) */
-	float *moe_contrib; /* (max_rows, k, n_embd) */
-	float *moe_x;       /* (max_rows, n_embd) rows routed to one expert */
-	uint32_t *moe_slot; /* (max_rows) their (r*k + j) */
-	float *moe_sel;     /* (max_rows, n_expert) biased, group-masked scores */
+	float *mla_qa;   /* (max_rows, q_lora_rank) */
+	float *mla_q;    /* (max_rows, n_head, kv_dim) rope part first, then the
+	                    no-rope query absorbed into the latent */
+	float *mla_att;  /* (max_rows, n_head, kv_dim) attention over the cache rows */
+	float *mla_v;    /* (max_rows, n_head * v_head_dim) */
+	uint32_t *n_kv;  /* host (max_rows) */
+	float *logits_d; /* (SHOAL_ENGINE_LOGIT_ROWS, n_vocab) device logits, !host_ok */
+	/* MoE scratch (MoE models only): device, and host views (routing and
+	 * the combine run on the host; aliases of the device ones if host_ok) */
+	float *moe_lg_d, *moe_sel_d, *moe_xd; /* device */
+	float *moe_logits;                    /* host (max_rows, n_expert) */
+	int32_t *moe_ids;                     /* host (max_rows, k) */
+	float *moe_w;                         /* host (max_rows, k) */
+	float *moe_contrib;                   /* host (max_rows, k, n_embd) */
+	float *moe_x;        /* host (max_rows, n_embd) rows routed to one expert */
+	uint32_t *moe_slot;  /* host (max_rows) their (r*k + j) */
+	float *moe_sel;      /* host (max_rows, n_expert) biased, group-masked scores */
+	float *xn_h, *tmp_h; /* host (max_rows, n_embd) views of xn and tmp */
+	void *host_block;    /* the host views' memory when !host_ok */
 };
+
+/* Logit rows per head product on a backend with device memory: the device
+ * logits buffer holds this many rows, read back after each. */
+#define SHOAL_ENGINE_LOGIT_ROWS 16u
 
 /* engine_moe.c: the FFN of MoE layer l for the rows in e->xn, into e->tmp. */
 shoal_err engine__moe_ffn(shoal_engine *e, uint32_t l, uint32_t n_rows, char *why, size_t why_len);
@@ -123,8 +143,13 @@ shoal_err engine__tp_head(shoal_engine *e, uint32_t n, float *logits, char *why,
 bool engine__tp_split_head(const shoal_engine *e);   /* a member with split_head */
 bool engine__tp_needs_logits(const shoal_engine *e); /* not a split head's non-root */
 
-/* engine_steps.c: rows [first, first + count) of a matrix {n_in, n_out}:
- * the same bytes. */
+/* engine_steps.c: n floats of host memory as a device address for ops: host
+ * itself when host_ok, else written to dev (device scratch) and dev. */
+const float *engine__to_dev(shoal_engine *e, float *dev, const float *host, size_t n);
+/* n floats at device address dev into host (nothing when they are the same
+ * memory). */
+void engine__to_host(shoal_engine *e, const float *dev, float *host, size_t n);
+/* Rows [first, first + count) of a matrix {n_in, n_out}: the same bytes. */
 shoal_backend_mat engine__mat_rows(shoal_backend_mat m, uint32_t first, uint32_t count);
 /* The rows' new cache entries in (owned layer li), then attention for
  * n_head query heads of q (n_rows, n_head, head_dim) into out, same shape.

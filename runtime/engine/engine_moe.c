@@ -112,27 +112,37 @@ shoal_err shoal_engine_moe_route(shoal_engine *e, uint32_t layer, uint32_t n_row
 	if (n_rows == 0)
 		return SHOAL_OK;
 	const engine__layer *L = &e->layers[layer];
-	float *lg = e->moe_logits; /* (n_rows, n_expert) */
-	size_t ld = hp->n_expert;
-	e->ops->matmul(e->bk, 1, &L->router, x, hp->n_embd, n_rows, &lg, &ld);
+	/* the router's product on the device (x staged there unless it is
+	 * already a device address of a host backend), the scores on the
+	 * host: lg its view of lg_d */
+	float *lg_d = e->moe_lg_d, *lg = e->moe_logits; /* (n_rows, n_expert) */
+	size_t ld = hp->n_expert, n_lg = (size_t)n_rows * ld;
+	const float *xd = engine__to_dev(e, e->moe_xd, x, (size_t)n_rows * hp->n_embd);
+	e->ops->matmul(e->bk, 1, &L->router, xd, hp->n_embd, n_rows, &lg_d, &ld);
 	bool norm = hp->expert_weights_norm;
 	uint32_t k = hp->n_expert_used;
 	if (hp->gating == SHOAL_MOE_GATING_SIGMOID) {
-		for (size_t i = 0; i < (size_t)n_rows * ld; i++)
+		engine__to_host(e, lg_d, lg, n_lg);
+		for (size_t i = 0; i < n_lg; i++)
 			lg[i] = 1.0f / (1.0f + expf(-lg[i]));
 	} else {
-		e->ops->softmax(e->bk, lg, hp->n_expert, n_rows, ld);
+		e->ops->softmax(e->bk, lg_d, hp->n_expert, n_rows, ld);
+		engine__to_host(e, lg_d, lg, n_lg);
 	}
 	if (L->exp_probs_b || hp->n_expert_group > 1) {
 		/* choose by the biased, group-masked scores; weigh by p */
 		for (uint32_t r = 0; r < n_rows; r++)
 			engine_route_select(hp, L->exp_probs_b, lg + (size_t)r * ld,
 			                    e->moe_sel + (size_t)r * ld);
-		e->ops->top_k(e->bk, e->moe_sel, hp->n_expert, n_rows, ld, k, ids, w);
+		const float *sel = engine__to_dev(e, e->moe_sel_d, e->moe_sel, n_lg);
+		e->ops->top_k(e->bk, sel, hp->n_expert, n_rows, ld, k, ids, w);
 		for (size_t i = 0; i < (size_t)n_rows * k; i++)
 			w[i] = lg[(i / k) * ld + (size_t)ids[i]];
 	} else {
-		e->ops->top_k(e->bk, lg, hp->n_expert, n_rows, ld, k, ids, w);
+		const float *p = hp->gating == SHOAL_MOE_GATING_SIGMOID
+		                     ? engine__to_dev(e, lg_d, lg, n_lg)
+		                     : lg_d;
+		e->ops->top_k(e->bk, p, hp->n_expert, n_rows, ld, k, ids, w);
 	}
 	for (uint32_t r = 0; r < n_rows; r++)
 		engine_route_row(k, norm, hp->expert_weights_scale, ids + (size_t)r * k,
@@ -152,6 +162,10 @@ shoal_err shoal_engine_moe_partial(shoal_engine *e, uint32_t layer, const shoal_
 		return shoal_why(why, why_len, SHOAL_ERR_INVAL, "layer %u is not an MoE layer",
 		                 layer);
 	const engine__layer *L = &e->layers[layer];
+	if (!L->exp_mapped)
+		return shoal_why(why, why_len, SHOAL_ERR_INVAL,
+		                 "layer %u: its experts are not on backend %s here", layer,
+		                 ops->name);
 	uint32_t k = hp->n_expert_used, n = rows->n_rows, ne = hp->n_expert;
 	uint32_t d = hp->n_embd, ff = hp->n_ff_exp;
 	if (rows->k != k || n > e->cfg.max_rows)
@@ -187,13 +201,16 @@ shoal_err shoal_engine_moe_partial(shoal_engine *e, uint32_t layer, const shoal_
 		w[1].data = (const uint8_t *)L->up_exp.data + (size_t)x * L->up_exp_stride;
 		float *y[2] = {e->ff_g, e->ff_u}; /* (m, n_ff_exp) */
 		size_t ldy[2] = {ff, ff};
-		ops->matmul(e->bk, 2, w, e->moe_x, d, m, y, ldy);
+		const float *xd = engine__to_dev(e, e->moe_xd, e->moe_x, (size_t)m * d);
+		ops->matmul(e->bk, 2, w, xd, d, m, y, ldy);
 		ops->swiglu(e->bk, e->ff_g, e->ff_u, (size_t)m * ff, e->ff_g);
 		shoal_backend_mat dn = L->down_exp;
 		dn.data = (const uint8_t *)L->down_exp.data + (size_t)x * L->down_exp_stride;
-		float *o = e->moe_x; /* (m, n_embd), the gathered input is spent */
+		float *od = e->moe_xd; /* (m, n_embd), the gathered input is spent */
 		size_t ld = d;
-		ops->matmul(e->bk, 1, &dn, e->ff_g, ff, m, &o, &ld);
+		ops->matmul(e->bk, 1, &dn, e->ff_g, ff, m, &od, &ld);
+		float *o = e->moe_x; /* its host view */
+		engine__to_host(e, od, o, (size_t)m * d);
 		for (uint32_t i = 0; i < m; i++) {
 			float gw = rows->w[e->moe_slot[i]];
 			float *c = contrib + (size_t)e->moe_slot[i] * d; /* (n_embd) */
@@ -222,13 +239,16 @@ void shoal_engine_moe_combine(uint32_t n_rows, uint32_t k, uint32_t n_embd, cons
 shoal_err engine__moe_ffn(shoal_engine *e, uint32_t l, uint32_t n_rows, char *why, size_t why_len)
 {
 	const engine__layer *L = &e->layers[l];
-	shoal_err err = shoal_engine_moe_route(e, l, n_rows, e->xn, e->moe_ids, e->moe_w);
+	const uint32_t d = e->hp.n_embd;
+	/* routing, the gather and the combine on the host: xn's rows there */
+	engine__to_host(e, e->xn, e->xn_h, (size_t)n_rows * d);
+	shoal_err err = shoal_engine_moe_route(e, l, n_rows, e->xn_h, e->moe_ids, e->moe_w);
 	if (err)
 		return shoal_why(why, why_len, err, "layer %u: routing failed", l);
 	shoal_moe_rows rows = {
 	    .n_rows = n_rows,
 	    .k = e->hp.n_expert_used,
-	    .x = e->xn,
+	    .x = e->xn_h,
 	    .ids = e->moe_ids,
 	    .w = e->moe_w,
 	};
@@ -246,12 +266,13 @@ shoal_err engine__moe_ffn(shoal_engine *e, uint32_t l, uint32_t n_rows, char *wh
 		if (err)
 			return shoal_why(why, why_len, err, "layer %u: remote experts failed", l);
 	}
-	shoal_engine_moe_combine(n_rows, rows.k, e->hp.n_embd, e->moe_contrib, e->tmp);
+	shoal_engine_moe_combine(n_rows, rows.k, d, e->moe_contrib, e->tmp_h);
+	engine__to_dev(e, e->tmp, e->tmp_h, (size_t)n_rows * d);
 	if (L->shexp) {
-		/* moe_x is free again: (n_rows, n_embd) */
+		/* moe_xd is free again: (n_rows, n_embd) */
 		engine__ffn_swiglu(e, &L->gate_sh, &L->up_sh, &L->down_sh, e->hp.n_ff_shexp, n_rows,
-		                   e->moe_x);
-		e->ops->add(e->bk, e->tmp, e->moe_x, (size_t)n_rows * e->hp.n_embd);
+		                   e->moe_xd);
+		e->ops->add(e->bk, e->tmp, d, e->moe_xd, d, d, n_rows);
 	}
 	return SHOAL_OK;
 }

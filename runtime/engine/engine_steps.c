@@ -10,6 +10,22 @@
  */
 #include "runtime/engine/engine_impl.h"
 
+/* ---- host and device ---------------------------------------------------------- */
+
+const float *engine__to_dev(shoal_engine *e, float *dev, const float *host, size_t n)
+{
+	if (e->host_ok)
+		return host;
+	e->ops->write(e->bk, dev, host, n * sizeof(float));
+	return dev;
+}
+
+void engine__to_host(shoal_engine *e, const float *dev, float *host, size_t n)
+{
+	if (dev != host)
+		e->ops->read(e->bk, dev, host, n * sizeof(float));
+}
+
 /* ---- matrices and the cache -------------------------------------------------- */
 
 shoal_backend_mat engine__mat_rows(shoal_backend_mat m, uint32_t first, uint32_t count)
@@ -40,22 +56,14 @@ void engine__attend(shoal_engine *e, const shoal_engine_batch *b, uint32_t li, u
 	 * positions as one stream */
 	const shoal_dtype kt = e->cfg.kv_type;
 	for (uint32_t r = 0; r < n; r++) {
-		uint8_t *kc = kv_plane(e, b->session[r], li, 0);
-		uint8_t *vc = e->kv_planes == 2 ? kv_plane(e, b->session[r], li, 1) : kc;
-		size_t at = (size_t)b->pos[r] * head_dim;
-		for (uint32_t h = 0; h < n_head_kv; h++) {
-			size_t to = (h * head_ld + at) * e->kv_elt;
-			e->ops->kv_store(e->bk, kt, e->k + (size_t)r * kvd + (size_t)h * head_dim,
-			                 kc + to, head_dim);
-			if (e->kv_planes == 2)
-				e->ops->kv_store(e->bk, kt,
-				                 e->v + (size_t)r * kvd + (size_t)h * head_dim,
-				                 vc + to, head_dim);
-		}
-		e->krow[r] = kc;
-		e->vrow[r] = vc;
+		e->krow[r] = kv_plane(e, b->session[r], li, 0);
+		e->vrow[r] = e->kv_planes == 2 ? kv_plane(e, b->session[r], li, 1) : e->krow[r];
 		e->n_kv[r] = b->pos[r] + 1;
 	}
+	e->ops->kv_store(e->bk, kt, e->k, kvd, n, n_head_kv, head_dim, e->krow, b->pos, head_ld);
+	if (e->kv_planes == 2)
+		e->ops->kv_store(e->bk, kt, e->v, kvd, n, n_head_kv, head_dim, e->vrow, b->pos,
+		                 head_ld);
 	shoal_backend_attn a = {
 	    .n_rows = n,
 	    .n_head = n_head,
@@ -64,8 +72,8 @@ void engine__attend(shoal_engine *e, const shoal_engine_batch *b, uint32_t li, u
 	    .scale = e->kq_scale,
 	    .q = q,
 	    .kv_type = kt,
-	    .k = e->krow,
-	    .v = e->vrow,
+	    .k = (const void *const *)e->krow,
+	    .v = (const void *const *)e->vrow,
 	    .head_ld = head_ld,
 	    .pos_ld = head_dim,
 	    .n_kv = e->n_kv,
@@ -89,21 +97,19 @@ void engine__attn_heads(shoal_engine *e, uint32_t il, const shoal_engine_batch *
 	float *y[3] = {e->q, e->k, e->v};
 	size_t ldy[3] = {qd, kvd, kvd};
 	ops->matmul(e->bk, 3, w, e->xn, hp->n_embd, n, y, ldy);
-	for (uint32_t r = 0; r < n; r++) {
-		if (L->bq)
-			ops->add(e->bk, e->q + (size_t)r * qd, L->bq + q0, qd);
-		if (L->bk)
-			ops->add(e->bk, e->k + (size_t)r * kvd, L->bk + k0, kvd);
-		if (L->bv)
-			ops->add(e->bk, e->v + (size_t)r * kvd, L->bv + k0, kvd);
-	}
+	if (L->bq)
+		ops->add(e->bk, e->q, qd, L->bq + q0, 0, qd, n);
+	if (L->bk)
+		ops->add(e->bk, e->k, kvd, L->bk + k0, 0, kvd, n);
+	if (L->bv)
+		ops->add(e->bk, e->v, kvd, L->bv + k0, 0, kvd, n);
 	if (L->q_norm)
-		ops->rms_norm(e->bk, e->q, L->q_norm, hd, n * nq, hp->rms_eps, e->q);
+		ops->rms_norm(e->bk, e->q, hd, L->q_norm, hd, n * nq, hp->rms_eps, e->q, hd);
 	if (L->k_norm)
-		ops->rms_norm(e->bk, e->k, L->k_norm, hd, n * hn, hp->rms_eps, e->k);
+		ops->rms_norm(e->bk, e->k, hd, L->k_norm, hd, n * hn, hp->rms_eps, e->k, hd);
 	bool neox = hp->rope_type == SHOAL_ROPE_NEOX;
-	ops->rope(e->bk, e->q, n, nq, hd, hp->n_rot, b->pos, e->rope_cs, neox);
-	ops->rope(e->bk, e->k, n, hn, hd, hp->n_rot, b->pos, e->rope_cs, neox);
+	ops->rope(e->bk, e->q, qd, n, nq, hd, hp->n_rot, b->pos, e->rope_cs, neox);
+	ops->rope(e->bk, e->k, kvd, n, hn, hd, hp->n_rot, b->pos, e->rope_cs, neox);
 	engine__attend(e, b, li, nq, hn, hd, e->q, out);
 }
 

@@ -214,7 +214,8 @@ shoal_err engine__tp_attn(shoal_engine *e, uint32_t il, const shoal_engine_batch
 	uint32_t n = b->n_rows, me = t->me;
 	uint32_t hd = hp->head_dim, G = hp->n_head / hp->n_head_kv;
 
-	ops->rms_norm(e->bk, e->x, L->attn_norm, hp->n_embd, n, hp->rms_eps, e->xn);
+	ops->rms_norm(e->bk, e->x, hp->n_embd, L->attn_norm, hp->n_embd, n, hp->rms_eps, e->xn,
+	              hp->n_embd);
 	uint32_t qf[ENGINE_TP_MAX], qc[ENGINE_TP_MAX];
 	for (uint32_t i = 0; i < t->n; i++) {
 		qf[i] = t->h0[i] * G; /* query heads */
@@ -239,7 +240,7 @@ shoal_err engine__tp_attn(shoal_engine *e, uint32_t il, const shoal_engine_batch
 	                why, why_len);
 	if (err)
 		return err;
-	ops->add(e->bk, e->x, e->tmp, (size_t)n * hp->n_embd);
+	ops->add(e->bk, e->x, hp->n_embd, e->tmp, hp->n_embd, hp->n_embd, n);
 	return SHOAL_OK;
 }
 
@@ -330,7 +331,7 @@ shoal_err engine__tp_moe(shoal_engine *e, uint32_t il, uint32_t n, char *why, si
 		/* shared experts: whole on every member (moe_x is free again) */
 		engine__ffn_swiglu(e, &L->gate_sh, &L->up_sh, &L->down_sh, e->hp.n_ff_shexp, n,
 		                   e->moe_x);
-		e->ops->add(e->bk, e->tmp, e->moe_x, (size_t)n * d);
+		e->ops->add(e->bk, e->tmp, d, e->moe_x, d, d, n);
 	}
 	return SHOAL_OK;
 }

@@ -371,7 +371,6 @@ static shoal_err serve_build_assign(shoal_serve *cl, shoal_serve_assign **out, c
 		memset(&sc, 0, sizeof sc);
 		sc.layer_begin = st->first_layer;
 		sc.layer_end = st->end_layer;
-		sc.gpu_end = st->gpu_end;
 		sc.has_embd = si == 0;
 		sc.has_head = (size_t)si == ns - 1;
 		if (moe) {
@@ -399,6 +398,13 @@ static shoal_err serve_build_assign(shoal_serve *cl, shoal_serve_assign **out, c
 			           ->id.b,
 			       16);
 		serve_stage_common(cl, a, &sc);
+		/* the plan's device split (scheduler/plan.h): [first, gpu_end) on
+		 * our --backend's GPU, the rest on the CPU; none on a GPU: all on
+		 * the CPU, whatever --backend says */
+		if (st->gpu_end == st->first_layer)
+			sc.backend = "cpu";
+		else if (st->gpu_end < st->end_layer)
+			sc.device_end = st->gpu_end;
 		sc.link = serve__link;
 		sc.link_ctx = sc.has_head ? &cl->lctx_owner : &cl->lctx_stage;
 		sc.expert_link = serve__link;

@@ -185,6 +185,9 @@ static void dc_id_of(uint8_t id[SHOAL_PEER_ID_LEN], uint8_t v)
 static int up(dc_cluster *c, const shoal_model *m, const uint32_t *cuts, uint32_t n_st,
               uint32_t n_ex, uint32_t max_frame, uint32_t owner_rows, bool intruder);
 
+const uint32_t *dc_device_end;
+const char *dc_backend;
+
 int dc_cluster_up(dc_cluster *c, const shoal_model *m, const uint32_t *cuts, uint32_t n_st,
                   uint32_t n_ex, uint32_t max_frame, uint32_t owner_rows, bool intruder)
 {
@@ -323,6 +326,8 @@ static int up(dc_cluster *c, const shoal_model *m, const uint32_t *cuts, uint32_
 				memcpy(sc.next, c->st[i + 1].id, SHOAL_PEER_ID_LEN);
 			sc.expert_mask = c->mask_st;
 			sc.expert_peer = c->xpeer;
+			sc.device_end = dc_device_end ? dc_device_end[i] : 0;
+			sc.backend = dc_backend;
 		} else {
 			sc.expert_mask = c->mask_ex[i - n_st];
 		}

@@ -83,6 +83,10 @@ int dc_cluster_up(dc_cluster *c, const shoal_model *m, const uint32_t *cuts, uin
  * (2..4) members of weights w. */
 int dc_cluster_up_group(dc_cluster *c, const shoal_model *m, const uint32_t *cuts, uint32_t n_st,
                         uint32_t tp_stage, const uint64_t *w, uint32_t tp_n, uint32_t max_frame);
+/* Read by dc_cluster_up when set: stage i's shoal_dist_stage_config
+ * device_end (its layers split inside the peer) and the backend name. */
+extern const uint32_t *dc_device_end;
+extern const char *dc_backend;
 void dc_cluster_stop(dc_cluster *c); /* join the stage threads */
 void dc_cluster_down(dc_cluster *c); /* stop and free everything */
 /* Frames of `kind` sent (sent = 1) or received on p's link to peer `to`. */

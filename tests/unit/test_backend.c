@@ -1,9 +1,10 @@
 /*
  * tests/unit/test_backend.c: runtime/backend.h through its first
  * implementation, the CPU backend: the supports query, the router's
- * softmax and top-k against a plain reference, buffers, and the engine's
- * refusal of a table of another ABI version, of no backend, and of KV
- * cache buffers in device memory.
+ * softmax and top-k against a plain reference, buffers, the engine's
+ * refusal of a table of another ABI version and of no backend, and the
+ * engine's device-memory path (a backend without host buffers: staged
+ * rows, chunked logits, the MoE's host views) giving the host path's bits.
  */
 #include "config.h"
 
@@ -11,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "models/model.h"
 #include "runtime/cpu/backend_cpu.h"
@@ -138,12 +140,17 @@ static void test_buffers(void)
 	ASSERT_TRUE(host != NULL);
 	for (int i = 0; i < 64; i++)
 		ASSERT_EQ(host[i], 0);
+	ASSERT_TRUE(ops->buf_addr(buf) == (void *)host); /* device addresses are host's */
 	const char msg[] = "shoal";
-	ops->buf_set(b, buf, 10, msg, sizeof msg);
+	ops->write(b, (unsigned char *)ops->buf_addr(buf) + 10, msg, sizeof msg);
 	char back[sizeof msg];
-	ops->buf_get(b, buf, 10, back, sizeof back);
+	ops->read(b, (unsigned char *)ops->buf_addr(buf) + 10, back, sizeof back);
+	ops->sync(b);
 	ASSERT_STR_EQ(back, "shoal");
 	ASSERT_TRUE(memcmp(host + 10, msg, sizeof msg) == 0);
+	const void *dev = NULL;
+	ASSERT_EQ(ops->weights(b, msg, sizeof msg, &dev), SHOAL_OK);
+	ASSERT_TRUE(dev == (const void *)msg);
 	ops->buf_free(b, buf);
 	ops->buf_free(b, NULL);
 	ops->destroy(b);
@@ -186,13 +193,6 @@ static void test_engine_refuses(void)
 	other.supports = picky_supports;
 	ASSERT_EQ(shoal_engine_new(m, &c, &e, why, sizeof why), SHOAL_ERR_UNSUPPORTED);
 	ASSERT_TRUE(e == NULL && strstr(why, "picky") != NULL && strcasestr(why, "q8_0") != NULL);
-	/* KV cache buffers in device memory, which attention cannot read yet */
-	other = *shoal_backend_cpu();
-	other.name = "devmem";
-	other.buf_host = device_buf_host;
-	c.n_ctx = 32;
-	ASSERT_EQ(shoal_engine_new(m, &c, &e, why, sizeof why), SHOAL_ERR_UNSUPPORTED);
-	ASSERT_TRUE(e == NULL && strstr(why, "devmem") != NULL && strstr(why, "device") != NULL);
 	/* the CPU backend itself */
 	c.backend = shoal_backend_cpu();
 	c.n_ctx = 32;
@@ -275,5 +275,112 @@ static void test_packed_matmul(void)
 	free(y1);
 }
 
+/* Logits of a 7-token prefill and 3 decode steps through the whole model
+ * (one engine) or two stages (hidden states between them) of backend ops. */
+static void run_model(const shoal_model *m, const shoal_backend_ops *ops, bool split, float *out)
+{
+	char why[SHOAL_WHY_LEN] = "";
+	const uint32_t L = m->hp.n_layer, V = m->hp.n_vocab, D = m->hp.n_embd;
+	shoal_engine_config c = shoal_engine_config_default(m);
+	c.backend = ops;
+	c.n_ctx = 32;
+	c.max_rows = 8;
+	c.n_threads = 2;
+	shoal_engine *e[2] = {NULL, NULL};
+	int n_eng = split ? 2 : 1;
+	for (int i = 0; i < n_eng; i++) {
+		shoal_engine_config ci = c;
+		if (split) {
+			ci.layer_begin = i ? L / 2 : 0;
+			ci.layer_end = i ? L : L / 2;
+			ci.has_embd = i == 0;
+			ci.has_head = i == 1;
+		}
+		ASSERT_EQ(shoal_engine_new(m, &ci, &e[i], why, sizeof why), SHOAL_OK);
+	}
+	uint32_t slot[2] = {0, 0};
+	for (int i = 0; i < n_eng; i++)
+		ASSERT_EQ(shoal_engine_session_open(e[i], &slot[i]), SHOAL_OK);
+	const int32_t prompt[7] = {5, 17, 3, 99, 42, 7, 250};
+	float *hid = malloc(sizeof(float) * 8 * D);
+	ASSERT_TRUE(hid != NULL);
+	int32_t tok[8];
+	uint32_t pos[8], sess[2][8];
+	uint8_t want[8];
+	size_t at = 0; /* floats of out written */
+	for (uint32_t step = 0, p = 0; step < 4; step++) {
+		uint32_t n = step ? 1 : 7;
+		for (uint32_t r = 0; r < n; r++) {
+			tok[r] = (step ? (int32_t)(step * 31 + 11) : prompt[r]) % (int32_t)V;
+			pos[r] = p + r;
+			sess[0][r] = slot[0];
+			sess[1][r] = slot[1];
+			want[r] = 1;
+		}
+		shoal_engine_batch b = {.n_rows = n,
+		                        .tokens = tok,
+		                        .session = sess[0],
+		                        .pos = pos,
+		                        .want_logits = split ? NULL : want,
+		                        .hidden_out = split ? hid : NULL,
+		                        .logits = split ? NULL : out + at};
+		ASSERT_EQ(shoal_engine_run(e[0], &b, why, sizeof why), SHOAL_OK);
+		if (split) {
+			shoal_engine_batch b2 = {.n_rows = n,
+			                         .hidden_in = hid,
+			                         .session = sess[1],
+			                         .pos = pos,
+			                         .want_logits = want,
+			                         .logits = out + at};
+			ASSERT_EQ(shoal_engine_run(e[1], &b2, why, sizeof why), SHOAL_OK);
+		}
+		at += (size_t)n * V;
+		p += n;
+	}
+	free(hid);
+	for (int i = 0; i < n_eng; i++)
+		shoal_engine_free(e[i]);
+}
+
+/* The engine on a backend whose buffers have no host pointer takes its
+ * device-memory path (rows staged with write/read, logits through the
+ * device buffer in chunks, MoE routing on host views): on the CPU's ops
+ * it must give the host path's logits bit for bit, for a dense, an MoE
+ * and an MLA model, whole and split in two stages. */
+static void test_device_memory_path(void)
+{
+	static const char *const files[] = {"austen-dense-q8_0.gguf", "austen-moe-q8_0.gguf",
+	                                    "tiny-deepseek2-q8_0.gguf"};
+	shoal_backend_ops devmem = *shoal_backend_cpu();
+	devmem.name = "devmem";
+	devmem.buf_host = device_buf_host;
+	for (size_t f = 0; f < sizeof files / sizeof files[0]; f++) {
+		char path[512], why[SHOAL_WHY_LEN] = "";
+		/* the MoE model is in shared/ beside the source tree */
+		const char *src = getenv("SHOAL_SRCDIR");
+		snprintf(path, sizeof path, "%s/models/%s", test_data_dir(), files[f]);
+		if (access(path, R_OK))
+			snprintf(path, sizeof path, "%s/../shared/models/%s", src ? src : ".",
+			         files[f]);
+		shoal_model *m = NULL;
+		ASSERT_EQ(shoal_model_open(path, &m, why, sizeof why), SHOAL_OK);
+		size_t n = (size_t)10 * m->hp.n_vocab;
+		float *a = calloc(n, sizeof(float)), *b = calloc(n, sizeof(float));
+		ASSERT_TRUE(a && b);
+		for (int split = 0; split < 2; split++) {
+			memset(b, 0xff, n * sizeof(float)); /* poisoned: NaN */
+			run_model(m, shoal_backend_cpu(), split, a);
+			run_model(m, &devmem, split, b);
+			if (memcmp(a, b, n * sizeof(float)))
+				TEST_FAIL_("%s%s: the device-memory path's logits differ", files[f],
+				           split ? " (two stages)" : "");
+		}
+		free(a);
+		free(b);
+		shoal_model_free(m);
+	}
+}
+
 TEST_MAIN(TEST_CASE(test_table), TEST_CASE(test_supports), TEST_CASE(test_router),
-          TEST_CASE(test_buffers), TEST_CASE(test_engine_refuses), TEST_CASE(test_packed_matmul))
+          TEST_CASE(test_buffers), TEST_CASE(test_engine_refuses), TEST_CASE(test_packed_matmul),
+          TEST_CASE(test_device_memory_path))

@@ -222,6 +222,7 @@ static const char *moe_fixture(void)
 	static char path[512];
 	const char *bdir = getenv("SHOAL_BUILDDIR");
 	char *dir = moe_dir;
+	strcpy(moe_dir + sizeof moe_dir - 7, "XXXXXX"); /* mkdtemp filled it before */
 	if (!mkdtemp(dir))
 		return NULL;
 	snprintf(path, sizeof path, "%s/moe.gguf", dir);
@@ -286,6 +287,60 @@ static void test_moe_experts_on_three_peers(void)
 	ASSERT_TRUE(ok2);
 	ASSERT_TRUE(counts_ok);
 	ASSERT_GT(total, 0); /* the remote experts were used */
+}
+
+/* Stages split inside their peers (shoal_dist_stage_config.device_end: a
+ * stage boundary without a hop, two engines passing hidden states in
+ * memory): a dense model in 2 stages split at layers 1 and L/2 + 1, and
+ * the MoE fixture in 2 stages split at 1 and 3 with an expert server,
+ * give one engine's tokens and logprobs, greedy and seeded; no extra
+ * hidden frame crosses a link. */
+static void test_device_split(void)
+{
+	shoal_model *m = dc_open_model("austen-dense-q8_0.gguf");
+	ASSERT_TRUE(m != NULL);
+	uint32_t L = m->hp.n_layer, cuts[] = {L / 2}, split[] = {1, L / 2 + 1};
+	dc_device_end = split;
+	dc_backend = "cpu";
+	dc_cluster c;
+	ASSERT_EQ(dc_cluster_up(&c, m, cuts, 2, 0, SHOAL_XFER_MAX_FRAME_DEFAULT, 64, false), 0);
+	shoal_sampler_params sp = shoal_sampler_defaults();
+	sp.temp = 0.0f;
+	dc_run_out got;
+	const uint32_t T = 16;
+	int ok = check_run(&c, &sp, T, PROMPT, NP, &got);
+	sp = shoal_sampler_defaults();
+	sp.seed = 77;
+	int ok2 = ok && check_run(&c, &sp, T, PROMPT, NP, &got);
+	dc_cluster_stop(&c);
+	uint64_t h01 = dc_link_count(&c.st[0], c.st[1].id, 1, SHOAL_XFER_KIND_HIDDEN);
+	dc_cluster_down(&c);
+	shoal_model_free(m);
+	ASSERT_TRUE(ok);
+	ASSERT_TRUE(ok2);
+	ASSERT_U64_EQ(h01, 2 * T);
+
+	const char *path = moe_fixture();
+	if (!path) {
+		dc_device_end = NULL;
+		TEST_SKIP("tests/helpers/gen_fixture could not make a qwen3moe fixture");
+	}
+	char why[SHOAL_WHY_LEN];
+	ASSERT_EQ(shoal_model_open(path, &m, why, sizeof why), SHOAL_OK);
+	const uint32_t mcuts[] = {2}, msplit[] = {1, 3};
+	dc_device_end = msplit;
+	ASSERT_EQ(dc_cluster_up(&c, m, mcuts, 2, 1, SHOAL_XFER_MAX_FRAME_DEFAULT, 64, false), 0);
+	const int32_t prompt[] = {1, 17, 250, 3, 99, 42, 7, 7, 120, 64, 5, 298};
+	sp = shoal_sampler_defaults();
+	sp.temp = 0.0f;
+	ok = check_run(&c, &sp, T, prompt, 12, &got);
+	dc_cluster_down(&c);
+	dc_device_end = NULL;
+	dc_backend = NULL;
+	shoal_model_free(m);
+	unlink(path);
+	rmdir(moe_dir);
+	ASSERT_TRUE(ok);
 }
 
 /* Wrong-digest and malformed frames injected into stage 1. */
@@ -631,4 +686,5 @@ TEST_MAIN(TEST_CASE(test_dense_three_stages), TEST_CASE(test_group_stages),
           TEST_CASE(test_dense_split_frames), TEST_CASE(test_moe_experts_on_three_peers),
           TEST_CASE(test_bad_frames), TEST_CASE(test_two_sessions_interleaved),
           TEST_CASE(test_replay_continues), TEST_CASE(test_cancel_frees_slots),
-          TEST_CASE(test_no_logprob), TEST_CASE(test_freed_session_tells_owner))
+          TEST_CASE(test_no_logprob), TEST_CASE(test_freed_session_tells_owner),
+          TEST_CASE(test_device_split))

@@ -1,0 +1,99 @@
+/*
+ * runtime/vulkan/vk_impl.h: what the Vulkan backend's files share: the
+ * instance (one device, one queue, one command buffer being recorded),
+ * device addresses resolved to buffers, the embedded shaders and their
+ * pipelines, and the recording of one dispatch. vk_core.c implements it;
+ * the op files (vk_ops.c, vk_matmul.c, vk_attn.c, ...) record their
+ * dispatches through it.
+ *
+ * Part: runtime/ (the room vulkan/; only runtime/backends.c includes its
+ * public header, backend_vulkan.h). Not a public header.
+ *
+ * Shader conventions (runtime/vulkan/shaders/NAME.comp, compiled by glslc
+ * at build time into a C array vk_spv_NAME[] and its size):
+ *   - GLSL 450 with GL_EXT_shader_16bit_storage, GL_EXT_shader_8bit_storage
+ *     and GL_KHR_shader_subgroup_basic/arithmetic where used (all in what
+ *     MoltenVK offers: Vulkan 1.2 with 8/16-bit storage and subgroups);
+ *   - descriptor set 0, binding i = the i-th buffer handed to
+ *     vk__dispatch, bound whole (offset 0): a storage buffer that the
+ *     shader declares with whatever element type it wants (float, uint,
+ *     uint16_t, uint8_t) - the same VkBuffer may appear at several
+ *     bindings;
+ *   - where an operand starts inside its buffer is a push constant: in
+ *     elements of the type the shader reads it as (the C side divides the
+ *     byte offset from vk__at() by that size, and asserts it divides);
+ *   - push constants <= 128 bytes (the minimum every device offers);
+ *   - the workgroup size is fixed in the shader (local_size_x = 64, 128
+ *     or 256; 32 or 64 for subgroup code, never assuming a subgroup size
+ *     other than what vk__caps() reports).
+ */
+#ifndef SHOAL_RUNTIME_VULKAN_VK_IMPL_H
+#define SHOAL_RUNTIME_VULKAN_VK_IMPL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <vulkan/vulkan.h>
+
+#include "runtime/backend.h"
+
+/* An embedded shader: glslc's SPIR-V words and the name for messages. */
+typedef struct vk__shader {
+	const char *name;
+	const uint32_t *spv;
+	size_t bytes;
+} vk__shader;
+
+/* A device address resolved: the buffer it lies in and the byte offset
+ * from that buffer's start. */
+typedef struct vk__ref {
+	VkBuffer buf;
+	uint64_t off;
+	uint64_t room; /* bytes from off to the end of the buffer */
+} vk__ref;
+
+/* What the device offers that the op files choose by. */
+typedef struct vk__caps {
+	uint32_t subgroup_size; /* 0: no subgroup arithmetic in compute shaders */
+	bool fp16_arith;        /* shaderFloat16 */
+	bool int8_arith;        /* shaderInt8 */
+	uint64_t max_buffer;    /* maxStorageBufferRange */
+	uint32_t max_groups[3]; /* maxComputeWorkGroupCount */
+} vk__caps;
+
+const vk__caps *vk__caps_of(shoal_backend *b);
+
+/* The buffer and offset of a device address (an address that no buffer
+ * or weights range of b holds is a caller's bug: asserted). */
+vk__ref vk__at(shoal_backend *b, const void *dev);
+
+/* Host parameters for one dispatch (positions, ids, per-row offsets):
+ * bytes copied now into this submit's parameter ring; the ref to bind.
+ * The offset is 16-byte aligned. */
+vk__ref vk__params(shoal_backend *b, const void *src, size_t bytes);
+
+/* Record one dispatch of shader s (its pipeline is made on first use and
+ * cached per shader) with n_bind storage buffers bound whole at bindings
+ * 0..n_bind-1 (n_bind <= 8), push constants of push_bytes (<= 128), and
+ * groups[0..2] workgroups (each >= 1; the caller splits larger counts).
+ * A compute-to-compute barrier orders it after every dispatch recorded
+ * before it. */
+void vk__dispatch(shoal_backend *b, const vk__shader *s, uint32_t n_bind, const VkBuffer *bind,
+                  const void *push, uint32_t push_bytes, uint32_t gx, uint32_t gy, uint32_t gz);
+
+/* Submit what is recorded and wait for it (the sync of backend.h). */
+void vk__submit_wait(shoal_backend *b);
+
+/* The ops of the other files, as backend.h states them (the ops table in
+ * vk_core.c points at these). vk_matmul.c: */
+bool vk__supports_type(shoal_backend_op op, shoal_dtype t); /* MATMUL and EMBED */
+void vk__matmul(shoal_backend *b, uint32_t n_mat, const shoal_backend_mat *w, const float *x,
+                size_t ldx, uint32_t n_rows, float *const *y, const size_t *ldy);
+void vk__embed(shoal_backend *b, shoal_dtype t, const void *table, size_t row_bytes,
+               uint32_t n_embd, const int32_t *ids, uint32_t n_rows, float *out);
+/* vk_attn.c: */
+void vk__attention(shoal_backend *b, const shoal_backend_attn *a);
+
+/* The embedded shaders (vk_shaders.c, made at build time). */
+#define VK__SHADER(name) extern const vk__shader vk__sh_##name
+#endif
