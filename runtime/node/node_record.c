@@ -197,6 +197,24 @@ static void node_devices(shoal_node *n, shoal_record *r)
 		x->read_mb_s = r->compute_mb_s;
 		x->mflops = r->compute_mflops;
 	}
+#ifdef SHOAL_TEST_HOOKS
+	/* SHOAL_TEST_GPU=BYTES:MB_S: a GPU of that memory and bandwidth that
+	 * --backend computes on (the CPU here): the plan's split of a stage
+	 * inside a peer, tested on machines without a GPU */
+	const char *tg = getenv("SHOAL_TEST_GPU");
+	unsigned long long tb = 0, tr = 0;
+	if (tg && sscanf(tg, "%llu:%llu", &tb, &tr) == 2 && tb && tr &&
+	    r->n_devices < SHOAL_RECORD_MAX_DEVICES) {
+		shoal_record_device *x = &r->devices[r->n_devices++];
+		memset(x, 0, sizeof *x);
+		shoal_record_strcpy(x->backend, sizeof x->backend,
+		                    n->cfg.backend ? n->cfg.backend : "cpu");
+		shoal_record_strcpy(x->name, sizeof x->name, "test gpu (SHOAL_TEST_GPU)");
+		x->kind = SHOAL_RECORD_DEVICE_GPU;
+		x->mem_bytes = tb;
+		x->read_mb_s = tr;
+	}
+#endif
 	for (uint32_t i = 0; i < r->n_devices; i++) {
 		const shoal_record_device *x = &r->devices[i];
 		SHOAL_LOG_I("node", "device %u: %s %s '%s'%s%s, %.1f GB/s, %.1f GFLOP/s", i,

@@ -63,6 +63,8 @@ static int serve_gpu(const shoal_record *r, shoal_view_peer *p)
 	p->gpu_flops = d->mflops ? serve_speed(d->mflops)
 	                         : serve_speed(d->read_mb_s * SERVE_GPU_FLOP_PER_BYTE);
 	p->gpu_unified = d->unified != 0;
+	snprintf(p->gpu_backend, sizeof p->gpu_backend, "%s", d->backend);
+	snprintf(p->gpu_name, sizeof p->gpu_name, "%s", d->name);
 	return best;
 }
 
