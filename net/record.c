@@ -66,6 +66,15 @@ shoal_err shoal_record_check(const shoal_record *r, char *why, size_t why_len)
 	for (uint32_t i = 0; i < r->n_models; i++)
 		if (!STR_OK(r->models[i].path))
 			return shoal_why(why, why_len, SHOAL_ERR_RANGE, "bad model %u", i);
+	if (r->n_devices > SHOAL_RECORD_MAX_DEVICES)
+		return shoal_why(why, why_len, SHOAL_ERR_RANGE, "%u devices, at most %d",
+		                 r->n_devices, SHOAL_RECORD_MAX_DEVICES);
+	for (uint32_t i = 0; i < r->n_devices; i++) {
+		const shoal_record_device *d = &r->devices[i];
+		if (!STR_OK(d->backend) || !STR_OK(d->name) || !d->backend[0] ||
+		    d->kind > SHOAL_RECORD_DEVICE_GPU || d->unified > 1 || d->software > 1)
+			return shoal_why(why, why_len, SHOAL_ERR_RANGE, "bad device %u", i);
+	}
 	for (uint32_t i = 0; i < r->n_links; i++) {
 		const shoal_record_link *l = &r->links[i];
 		/* The remote index is checked against the other peer's record by
@@ -91,7 +100,7 @@ int shoal_record_equal(const shoal_record *a, const shoal_record *b)
 	    a->compute_mflops != b->compute_mflops || a->cores != b->cores ||
 	    strcmp(a->os, b->os) || strcmp(a->arch, b->arch) || a->n_rdma != b->n_rdma ||
 	    a->n_models != b->n_models || a->load_permille != b->load_permille ||
-	    a->n_links != b->n_links || a->serving != b->serving ||
+	    a->n_links != b->n_links || a->n_devices != b->n_devices || a->serving != b->serving ||
 	    a->n_dsuspect != b->n_dsuspect ||
 	    memcmp(a->dsuspect, b->dsuspect, a->n_dsuspect * sizeof a->dsuspect[0]) ||
 	    a->ready_epoch != b->ready_epoch || a->served_epoch != b->served_epoch ||
@@ -110,6 +119,14 @@ int shoal_record_equal(const shoal_record *a, const shoal_record *b)
 		const shoal_record_model *x = &a->models[i], *y = &b->models[i];
 		if (memcmp(x->digest, y->digest, sizeof x->digest) || strcmp(x->path, y->path) ||
 		    x->bytes != y->bytes)
+			return 0;
+	}
+	for (uint32_t i = 0; i < a->n_devices; i++) {
+		const shoal_record_device *x = &a->devices[i], *y = &b->devices[i];
+		if (strcmp(x->backend, y->backend) || strcmp(x->name, y->name) ||
+		    x->kind != y->kind || x->unified != y->unified || x->software != y->software ||
+		    x->mem_bytes != y->mem_bytes || x->read_mb_s != y->read_mb_s ||
+		    x->mflops != y->mflops)
 			return 0;
 	}
 	for (uint32_t i = 0; i < a->n_links; i++) {

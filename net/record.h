@@ -35,6 +35,7 @@
  * a desk or a lab has a handful of peers, and one observer's list only
  * counts with another's (runtime/node/serve_probe.c). */
 #define SHOAL_RECORD_MAX_DSUSPECT 8
+#define SHOAL_RECORD_MAX_DEVICES 8   /* compute devices: the CPU and a few GPUs */
 
 /* One data endpoint: an address on one network interface. */
 typedef struct shoal_record_endpoint {
@@ -43,6 +44,26 @@ typedef struct shoal_record_endpoint {
 	char addr[SHOAL_RECORD_EP_MAX];    /* "tcp://192.168.1.7:7071" */
 	uint32_t rdma;                     /* 1: an RDMA device is usable on this interface */
 } shoal_record_endpoint;
+
+/* What a compute device is. */
+typedef enum shoal_record_device_kind {
+	SHOAL_RECORD_DEVICE_CPU = 0,
+	SHOAL_RECORD_DEVICE_GPU = 1,
+} shoal_record_device_kind;
+
+/* One compute device of this peer, as its backend described and measured
+ * it (runtime/backends.h). Figures are integers, like every figure the
+ * scheduler plans on. */
+typedef struct shoal_record_device {
+	char backend[SHOAL_RECORD_STR_MAX]; /* the backend kind computing on it: "cpu", "vulkan" */
+	char name[SHOAL_RECORD_NAME_MAX];   /* "cpu avx2 x8", "AMD Radeon RX 7900 XTX" */
+	uint32_t kind;                      /* shoal_record_device_kind */
+	uint32_t unified;                   /* 1: it shares host memory (a Mac's GPU, an APU) */
+	uint32_t software;                  /* 1: a software device (Mesa's lavapipe) */
+	uint64_t mem_bytes;                 /* memory it can hold weights and KV cache in */
+	uint64_t read_mb_s;                 /* measured read bandwidth, MB/s (0: not measured) */
+	uint64_t mflops;                    /* measured multiply rate, MFLOP/s (0: not measured) */
+} shoal_record_device;
 
 /* One model file this peer has locally. */
 typedef struct shoal_record_model {
@@ -88,6 +109,11 @@ typedef struct shoal_record {
 	uint32_t n_models;
 	shoal_record_model models[SHOAL_RECORD_MAX_MODELS];
 	uint32_t load_permille; /* 0..1000*cores: runnable work, like loadavg*1000 */
+	/* Its compute devices, the CPU first. A record from a peer that
+	 * predates the list decodes as one CPU device made of mem_weights,
+	 * compute_mb_s and compute_mflops (net/wire.c). */
+	uint32_t n_devices;
+	shoal_record_device devices[SHOAL_RECORD_MAX_DEVICES];
 
 	/* What it measured. */
 	uint32_t n_links;

@@ -350,14 +350,16 @@ static shoal_err get_array(const msgpack_object *m, const char *k, uint32_t max,
 /* Record keys: id name ver cl sw pv sv ctl | dep:[{k if a r}] | mt mw cmb cmf
  * co os ar rd:[str] | mo:[{d p b}] | ld | ln:[{p le re rtt bw}] | srv rdd rde
  * sve dsu:[bin] (serving, ready digest and epoch, served epoch, data suspects:
- * optional, absent from older peers). */
+ * optional, absent from older peers) | dv:[{b n k u s m r f}] (devices:
+ * backend, name, kind, unified, software, memory, MB/s, MFLOP/s; absent from
+ * older peers: one CPU device then). */
 shoal_err shoal_wire_record_encode(const shoal_record *r, shoal_wire_buf *b)
 {
 	msgpack_packer pk;
 	int rc = 0;
 	b->len = 0;
 	msgpack_packer_init(&pk, b, shoal_wire_buf_write);
-	rc |= msgpack_pack_map(&pk, 25);
+	rc |= msgpack_pack_map(&pk, 26);
 	rc |= pack_kbin(&pk, "id", r->id.b, SHOAL_PEER_ID_LEN);
 	rc |= pack_kstr(&pk, "name", r->name);
 	rc |= pack_ku64(&pk, "ver", r->version);
@@ -406,7 +408,53 @@ shoal_err shoal_wire_record_encode(const shoal_record *r, shoal_wire_buf *b)
 	rc |= pack_key(&pk, "dsu") | msgpack_pack_array(&pk, r->n_dsuspect);
 	for (uint32_t i = 0; i < r->n_dsuspect; i++)
 		rc |= msgpack_pack_bin_with_body(&pk, r->dsuspect[i].b, SHOAL_PEER_ID_LEN);
+	rc |= pack_key(&pk, "dv") | msgpack_pack_array(&pk, r->n_devices);
+	for (uint32_t i = 0; i < r->n_devices; i++) {
+		const shoal_record_device *d = &r->devices[i];
+		rc |= msgpack_pack_map(&pk, 8);
+		rc |= pack_kstr(&pk, "b", d->backend) | pack_kstr(&pk, "n", d->name);
+		rc |= pack_ku64(&pk, "k", d->kind) | pack_ku64(&pk, "u", d->unified);
+		rc |= pack_ku64(&pk, "s", d->software) | pack_ku64(&pk, "m", d->mem_bytes);
+		rc |= pack_ku64(&pk, "r", d->read_mb_s) | pack_ku64(&pk, "f", d->mflops);
+	}
 	return rc ? SHOAL_ERR_NOMEM : SHOAL_OK;
+}
+
+/* The devices ("dv"); a peer that predates the list has one CPU device,
+ * made of what it published of its CPU: its memory offer and the compute
+ * probe's figures. */
+static shoal_err record_devices(const msgpack_object *o, shoal_record *r, char *why, size_t why_len)
+{
+	const msgpack_object *a;
+	uint32_t n;
+	if (!map_get(o, "dv")) {
+		shoal_record_device *d = &r->devices[0];
+		memset(d, 0, sizeof *d);
+		shoal_record_strcpy(d->backend, sizeof d->backend, "cpu");
+		shoal_record_strcpy(d->name, sizeof d->name, "cpu");
+		d->kind = SHOAL_RECORD_DEVICE_CPU;
+		d->mem_bytes = r->mem_weights;
+		d->read_mb_s = r->compute_mb_s;
+		d->mflops = r->compute_mflops;
+		r->n_devices = 1;
+		return SHOAL_OK;
+	}
+	TRY(get_array(o, "dv", SHOAL_RECORD_MAX_DEVICES, MSGPACK_OBJECT_MAP, &a, &n, "record", why,
+	              why_len));
+	for (uint32_t i = 0; i < n; i++) {
+		shoal_record_device *d = &r->devices[i];
+		const char *dw = "record device";
+		TRY(get_str(&a[i], "b", 1, d->backend, sizeof d->backend, dw, why, why_len));
+		TRY(get_str(&a[i], "n", 0, d->name, sizeof d->name, dw, why, why_len));
+		TRY(get_u32(&a[i], "k", 1, SHOAL_RECORD_DEVICE_GPU, &d->kind, dw, why, why_len));
+		TRY(get_u32(&a[i], "u", 0, 1, &d->unified, dw, why, why_len));
+		TRY(get_u32(&a[i], "s", 0, 1, &d->software, dw, why, why_len));
+		TRY(get_u64(&a[i], "m", 0, UINT64_MAX, &d->mem_bytes, dw, why, why_len));
+		TRY(get_u64(&a[i], "r", 0, UINT64_MAX, &d->read_mb_s, dw, why, why_len));
+		TRY(get_u64(&a[i], "f", 0, UINT64_MAX, &d->mflops, dw, why, why_len));
+	}
+	r->n_devices = n;
+	return SHOAL_OK;
 }
 
 static shoal_err record_from_obj(const msgpack_object *o, shoal_record *r, char *why,
@@ -486,6 +534,7 @@ static shoal_err record_from_obj(const msgpack_object *o, shoal_record *r, char 
 		memcpy(r->dsuspect[i].b, a[i].via.bin.ptr, SHOAL_PEER_ID_LEN);
 	}
 	r->n_dsuspect = n;
+	TRY(record_devices(o, r, why, why_len));
 	return shoal_record_check(r, why, why_len);
 }
 

@@ -15,6 +15,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "base/err.h"
 #include "runtime/backend.h"
@@ -53,5 +54,36 @@ const shoal_backend_kind *shoal_backend_kinds(size_t *n);
 /* The kinds' names, "cpu" or "cpu, vulkan", into buf (always terminated,
  * cut at cap); returns buf. For help texts and errors. */
 const char *shoal_backend_names(char *buf, size_t cap);
+
+/* One compute device as a peer publishes it (net/record.h) and the
+ * scheduler plans on it: a backend kind's device, described by its ops
+ * table's `devices`. */
+typedef struct shoal_backend_devinfo {
+	const char *backend; /* the kind's name, "cpu" (static) */
+	char name[64];       /* the device's, "cpu avx2 x8" */
+	bool gpu;            /* a GPU; else a CPU */
+	bool unified;        /* it shares host memory (the CPU; a Mac's GPU) */
+	bool software;       /* a software device (Mesa's lavapipe) */
+	uint64_t mem_bytes;  /* memory it can hold weights in */
+	double read_gbps;    /* measured read bandwidth, GB/s; 0: not measured */
+	double gflops;       /* measured multiply rate, GFLOP/s; 0: not measured */
+} shoal_backend_devinfo;
+
+/* The devices a node computes on with backend choice o (NULL: "auto"),
+ * up to cap of them into out, the host's CPU first; *n says how many.
+ * The CPU kind is always listed: it runs the layers no GPU holds. Then
+ * "auto" lists every other available kind's devices but software ones
+ * (a GPU that is a CPU in disguise only where asked for), and a kind's
+ * name lists that kind's devices, software ones included; "cpu" lists
+ * the CPU alone. measure: the kinds other than the CPU measure their
+ * devices' figures (blocks for about a second a device); the CPU's are
+ * left 0, for its caller's kept compute probe (runtime/cpu/kernels_probe.h).
+ * lim: the limits an instance is made with to ask it (its thread count
+ * names the CPU device); NULL: one thread. An unknown or unavailable name
+ * gives shoal_backend_pick's error; a kind that cannot make an instance
+ * its create's. */
+shoal_err shoal_backend_devices(const shoal_backend_opts *o, const shoal_backend_limits *lim,
+                                bool measure, shoal_backend_devinfo *out, size_t cap, size_t *n,
+                                char *why, size_t why_len);
 
 #endif

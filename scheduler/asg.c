@@ -21,10 +21,12 @@ shoal_err sched__asg_init(sched__asg *a, const sched__ctx *c)
 	SCHED__ALLOC(a->st_peer, ns);
 	SCHED__ALLOC(a->st_first, ns);
 	SCHED__ALLOC(a->st_end, ns);
+	SCHED__ALLOC(a->st_gend, ns);
 	SCHED__ALLOC(a->n_own, c->n_slots);
 	SCHED__ALLOC(a->own, (size_t)c->n_slots * SHOAL_PLAN_MAX_OWNERS);
 	SCHED__ALLOC(a->mem_w, c->n);
 	SCHED__ALLOC(a->mem_kv, c->n);
+	SCHED__ALLOC(a->mem_g, c->n);
 	SCHED__ALLOC(a->n_exp, c->n);
 	return SHOAL_OK;
 nomem:
@@ -37,10 +39,12 @@ void sched__asg_fini(sched__asg *a)
 	free(a->st_peer);
 	free(a->st_first);
 	free(a->st_end);
+	free(a->st_gend);
 	free(a->n_own);
 	free(a->own);
 	free(a->mem_w);
 	free(a->mem_kv);
+	free(a->mem_g);
 	free(a->n_exp);
 	sched__tp_free(a->tp);
 	memset(a, 0, sizeof *a);
@@ -53,10 +57,13 @@ void sched__asg_copy(sched__asg *d, const sched__asg *s, const sched__ctx *c)
 	memcpy(d->st_peer, s->st_peer, ns * sizeof *d->st_peer);
 	memcpy(d->st_first, s->st_first, ns * sizeof *d->st_first);
 	memcpy(d->st_end, s->st_end, ns * sizeof *d->st_end);
+	memcpy(d->st_gend, s->st_gend, ns * sizeof *d->st_gend);
 	memcpy(d->n_own, s->n_own, c->n_slots);
 	memcpy(d->own, s->own, (size_t)c->n_slots * SHOAL_PLAN_MAX_OWNERS * sizeof *d->own);
 	memcpy(d->mem_w, s->mem_w, c->n * sizeof *d->mem_w);
 	memcpy(d->mem_kv, s->mem_kv, c->n * sizeof *d->mem_kv);
+	memcpy(d->mem_g, s->mem_g, c->n * sizeof *d->mem_g);
+	d->head_gpu = s->head_gpu;
 	memcpy(d->n_exp, s->n_exp, c->n * sizeof *d->n_exp);
 	if (!sched__tp_copy(&d->tp, s->tp, c)) {
 		d->feasible = false; /* out of memory: never adopted */

@@ -73,6 +73,51 @@ static shoal_err check_manifest(const shoal_manifest *m, char *why, size_t why_l
 	return SHOAL_OK;
 }
 
+/* bytes less the policy's headroom (permille) */
+static uint64_t headroom(uint64_t bytes, uint32_t permille)
+{
+	return bytes / 1000 * (1000 - permille) + bytes % 1000 * (1000 - permille) / 1000;
+}
+
+/* Peer p's tables for one of its devices (bw B/s, fl FLOP/s): per layer
+ * its base and expert times and their prefix (rows of tbase, texp, efull,
+ * eunit, tpre in the (n, L) and (n, L+1) tables given) and the head's time.
+ * Experts: the time of all n_expert_used experts of a token (the device's
+ * roofline), and that time per load unit in fixed point, so that a share
+ * costs one 64-bit multiply (the LPT placement asks this for every expert x
+ * peer x layer: 950 k times for DeepSeek-V3 on 64 peers). */
+static void dev_times(sched__ctx *c, size_t p, uint64_t bw, uint64_t fl, uint64_t *tbase,
+                      uint64_t *texp, uint64_t *efull, uint64_t *eunit, uint64_t *tpre,
+                      uint64_t *head_t)
+{
+	const shoal_manifest *m = c->m;
+	uint32_t L = c->L;
+	uint64_t acc = 0;
+	for (uint32_t l = 0; l < L; l++) {
+		const shoal_manifest_layer *y = &m->layers[l];
+		size_t i = p * L + l;
+		if (y->n_expert) {
+			uint64_t full = sched__roofline(y->expert_bytes * y->n_expert_used,
+			                                y->expert_flops * y->n_expert_used, bw, fl);
+			efull[i] = full;
+			/* ceil(full x 2^20 / loadtot), clamped to a unit time */
+			uint64_t u =
+			    sched__muldiv_up(full, 1ULL << SCHED_EUNIT_SHIFT, c->loadtot[l]);
+			eunit[i] = u > SCHED__TMAX ? SCHED__TMAX : u;
+		}
+		uint64_t af =
+		    y->attn_flops_per_ctx ? y->attn_flops_per_ctx : y->kv_bytes_per_token / 2;
+		uint64_t bytes =
+		    sched__add(y->bytes, sched__mul(y->kv_bytes_per_token, c->pol->ctx));
+		uint64_t flops = sched__add(y->flops, sched__mul(af, c->pol->ctx));
+		tbase[i] = sched__roofline(bytes, flops, bw, fl);
+		texp[i] = y->n_expert ? efull[i] : 0;
+		acc += tbase[i] + texp[i];
+		tpre[p * (L + 1) + l + 1] = acc;
+	}
+	head_t[p] = sched__roofline(m->head_bytes, m->head_flops, bw, fl);
+}
+
 shoal_err sched__ctx_init(sched__ctx *c, const shoal_view *v, const shoal_manifest *m,
                           const shoal_policy *pol, char *why, size_t why_len)
 {
@@ -105,12 +150,24 @@ shoal_err sched__ctx_init(sched__ctx *c, const shoal_view *v, const shoal_manife
 	SCHED__ALLOC(c->mpre[1], L + 1);
 	SCHED__ALLOC(c->slot0, L);
 	SCHED__ALLOC(c->loadtot, L);
+	SCHED__ALLOC(c->gcap, n);
+	SCHED__ALLOC(c->gbw, n);
+	SCHED__ALLOC(c->gfl, n);
+	SCHED__ALLOC(c->unified, n);
+	SCHED__ALLOC(c->tcap, n);
+	SCHED__ALLOC(c->gend[0], n * (L + 1));
+	SCHED__ALLOC(c->gend[1], n * (L + 1));
+	SCHED__ALLOC(c->gtbase, n * L);
+	SCHED__ALLOC(c->gtexp, n * L);
+	SCHED__ALLOC(c->gefull, n * L);
+	SCHED__ALLOC(c->geunit, n * L);
+	SCHED__ALLOC(c->gtpre, n * (L + 1));
+	SCHED__ALLOC(c->ghead_t, n);
 
 	for (size_t p = 0; p < n; p++) {
 		const shoal_view_peer *vp = shoal_view_peer_at(v, p);
 		uint64_t keep = 100 - vp->load_pct;
-		c->cap[p] = vp->mem_bytes / 1000 * (1000 - pol->headroom_permille) +
-		            vp->mem_bytes % 1000 * (1000 - pol->headroom_permille) / 1000;
+		c->cap[p] = headroom(vp->mem_bytes, pol->headroom_permille);
 		uint64_t bw = vp->mem_bw > SCHED_RATE_MAX ? SCHED_RATE_MAX : vp->mem_bw;
 		uint64_t fl = vp->flops > SCHED_RATE_MAX ? SCHED_RATE_MAX : vp->flops;
 		c->bw[p] = bw / 100 * keep + bw % 100 * keep / 100;
@@ -119,6 +176,18 @@ shoal_err sched__ctx_init(sched__ctx *c, const shoal_view *v, const shoal_manife
 			c->bw[p] = 1;
 		if (!c->fl[p])
 			c->fl[p] = 1;
+		/* the GPU: the same headroom; load is the CPU's runnable work
+		 * and leaves its figures alone; a unified GPU's memory is
+		 * within the host's */
+		c->gcap[p] = headroom(vp->gpu_mem, pol->headroom_permille);
+		c->unified[p] = vp->gpu_unified;
+		if (c->unified[p] && c->gcap[p] > c->cap[p])
+			c->gcap[p] = c->cap[p];
+		c->gbw[p] = vp->gpu_bw > SCHED_RATE_MAX ? SCHED_RATE_MAX : vp->gpu_bw;
+		c->gfl[p] = vp->gpu_flops > SCHED_RATE_MAX ? SCHED_RATE_MAX : vp->gpu_flops;
+		if (!c->gbw[p] || !c->gfl[p])
+			c->gcap[p] = 0; /* the view refuses that; a GPU at 0 is none */
+		c->tcap[p] = c->unified[p] ? c->cap[p] : sched__add(c->cap[p], c->gcap[p]);
 	}
 	for (size_t p = 0; p < n; p++)
 		for (size_t q = 0; q < n; q++) {
@@ -178,46 +247,32 @@ shoal_err sched__ctx_init(sched__ctx *c, const shoal_view *v, const shoal_manife
 		c->loadtot[l] = sum * SCHED_SHARE;
 	}
 
-	/* experts: the time of all n_expert_used experts of a token on a peer
-	 * (its roofline), and that time per load unit in fixed point, so that
-	 * a share costs one 64-bit multiply (the LPT placement asks this for
-	 * every expert x peer x layer: 950 k times for DeepSeek-V3 on 64 peers) */
+	/* per peer and layer, on its CPU and on its GPU */
 	SCHED__ALLOC(c->efull, n * L);
 	SCHED__ALLOC(c->eunit, n * L);
-	for (size_t p = 0; p < n; p++)
-		for (uint32_t l = 0; l < L; l++) {
-			const shoal_manifest_layer *y = &m->layers[l];
-			if (!y->n_expert)
-				continue;
-			uint64_t full =
-			    sched__roofline(y->expert_bytes * y->n_expert_used,
-			                    y->expert_flops * y->n_expert_used, c->bw[p], c->fl[p]);
-			c->efull[p * L + l] = full;
-			/* ceil(full x 2^20 / loadtot), clamped to a unit time */
-			uint64_t u =
-			    sched__muldiv_up(full, 1ULL << SCHED_EUNIT_SHIFT, c->loadtot[l]);
-			c->eunit[p * L + l] = u > SCHED__TMAX ? SCHED__TMAX : u;
-		}
-
-	/* times per peer and layer */
 	for (size_t p = 0; p < n; p++) {
-		uint64_t acc = 0;
-		for (uint32_t l = 0; l < L; l++) {
-			const shoal_manifest_layer *y = &m->layers[l];
-			uint64_t af = y->attn_flops_per_ctx ? y->attn_flops_per_ctx
-			                                    : y->kv_bytes_per_token / 2;
-			uint64_t bytes =
-			    sched__add(y->bytes, sched__mul(y->kv_bytes_per_token, pol->ctx));
-			uint64_t flops = sched__add(y->flops, sched__mul(af, pol->ctx));
-			c->tbase[p * L + l] = sched__roofline(bytes, flops, c->bw[p], c->fl[p]);
-			c->texp[p * L + l] = y->n_expert ? c->efull[p * L + l] : 0;
-			acc += c->tbase[p * L + l] + c->texp[p * L + l];
-			c->tpre[p * (L + 1) + l + 1] = acc;
-		}
-		c->head_t[p] = sched__roofline(m->head_bytes, m->head_flops, c->bw[p], c->fl[p]);
+		dev_times(c, p, c->bw[p], c->fl[p], c->tbase, c->texp, c->efull, c->eunit, c->tpre,
+		          c->head_t);
+		if (c->gcap[p])
+			dev_times(c, p, c->gbw[p], c->gfl[p], c->gtbase, c->gtexp, c->gefull,
+			          c->geunit, c->gtpre, c->ghead_t);
 	}
 	c->embd_mem = m->embd_bytes;
 	c->head_mem = m->head_bytes;
+	/* where each GPU's layers end, from each first layer: two pointers
+	 * over the memory prefix, O(L) per peer and mode */
+	for (int md = 0; md < 2; md++)
+		for (size_t p = 0; p < n; p++) {
+			uint32_t *ge = c->gend[md] + p * (L + 1), g = 0;
+			for (uint32_t a = 0; a <= L; a++) {
+				if (g < a)
+					g = a;
+				while (c->gcap[p] && g < L &&
+				       c->mpre[md][g + 1] - c->mpre[md][a] <= c->gcap[p])
+					g++;
+				ge[a] = g;
+			}
+		}
 	if (m->tied_head)
 		c->both_mem = m->embd_bytes +
 		              (m->head_bytes > m->embd_bytes ? m->head_bytes - m->embd_bytes : 0);
@@ -249,6 +304,20 @@ void sched__ctx_fini(sched__ctx *c)
 	free(c->loadtot);
 	free(c->efull);
 	free(c->eunit);
+	free(c->gcap);
+	free(c->gbw);
+	free(c->gfl);
+	free(c->unified);
+	free(c->tcap);
+	free(c->gend[0]);
+	free(c->gend[1]);
+	free(c->gtbase);
+	free(c->gtexp);
+	free(c->gefull);
+	free(c->geunit);
+	free(c->gtpre);
+	free(c->ghead_t);
+	free(c->prev_gend);
 	free(c->prev_base);
 	free(c->prev_exp);
 	if (c->has_prev)
@@ -296,8 +365,10 @@ bool sched__ctx_set_prev(sched__ctx *c, const shoal_plan *prev)
 	c->has_prev = true;
 	c->prev_base = calloc((size_t)c->n * c->L, 1);
 	c->prev_exp = calloc((size_t)c->n * c->L, sizeof *c->prev_exp);
-	if (!c->prev_base || !c->prev_exp)
+	c->prev_gend = calloc(c->L, sizeof *c->prev_gend);
+	if (!c->prev_base || !c->prev_exp || !c->prev_gend)
 		goto fail;
+	c->prev_head_gpu = prev->head_gpu;
 	sched__asg *a = &c->prev;
 	a->n_stages = (uint32_t)prev->n_stages;
 	for (size_t i = 0; i < prev->n_stages; i++) {
@@ -305,6 +376,7 @@ bool sched__ctx_set_prev(sched__ctx *c, const shoal_plan *prev)
 		a->st_peer[i] = MAPPED(s->peer);
 		a->st_first[i] = s->first_layer;
 		a->st_end[i] = s->end_layer;
+		c->prev_gend[i] = s->gpu_end;
 		if (map[s->peer] >= 0)
 			for (uint32_t l = s->first_layer; l < s->end_layer; l++)
 				c->prev_base[(size_t)map[s->peer] * c->L + l] = 1;
@@ -356,8 +428,10 @@ fail:
 	free(map);
 	free(c->prev_base);
 	free(c->prev_exp);
+	free(c->prev_gend);
 	c->prev_base = NULL;
 	c->prev_exp = NULL;
+	c->prev_gend = NULL;
 	if (c->has_prev)
 		sched__asg_fini(&c->prev);
 	c->has_prev = false;
@@ -366,6 +440,35 @@ fail:
 }
 
 /* ---- evaluation -------------------------------------------------------- */
+
+/* expert work w of layer l owned by o for stage peer s, on o's GPU when gpu
+ * (then o == s: a stage's GPU runs only its own layers' experts) */
+static uint64_t expert_time_on(const sched__ctx *c, bool gpu, uint32_t l, uint32_t s, uint32_t o,
+                               uint64_t w)
+{
+	if (!gpu || o != s)
+		return sched__expert_time(c, l, s, o, w);
+	if (!w)
+		return 0;
+	size_t i = (size_t)o * c->L + l;
+	return w == c->loadtot[l]
+	           ? c->gefull[i]
+	           : (w * c->geunit[i] + (1ULL << SCHED_EUNIT_SHIFT) - 1) >> SCHED_EUNIT_SHIFT;
+}
+
+/* Bytes of layer l on stage peer p: weights, KV and the experts p holds */
+static uint64_t layer_bytes_on(const sched__ctx *c, const sched__asg *a, uint32_t l, uint32_t p)
+{
+	const shoal_manifest_layer *y = &c->m->layers[l];
+	uint64_t b = sched__add(y->bytes, c->kv[l]);
+	for (uint32_t e = 0; e < y->n_expert; e++) {
+		uint32_t slot = c->slot0[l] + e;
+		for (uint32_t j = 0; j < a->n_own[slot]; j++)
+			if (a->own[slot * SHOAL_PLAN_MAX_OWNERS + j] == p)
+				b = sched__add(b, y->expert_bytes);
+	}
+	return b;
+}
 
 static bool prev_owned(const sched__ctx *c, uint32_t slot, uint32_t o)
 {
@@ -383,7 +486,9 @@ void sched__pipe_evaluate(const sched__ctx *c, sched__asg *a)
 	memset(a->mem_w, 0, n * sizeof *a->mem_w);
 	memset(a->mem_kv, 0, n * sizeof *a->mem_kv);
 	memset(a->n_exp, 0, n * sizeof *a->n_exp);
-	uint64_t t = 0, moved = 0;
+	memset(a->mem_g, 0, n * sizeof *a->mem_g);
+	a->head_gpu = false;
+	uint64_t t = 0, moved = 0, gused = 0;
 	uint32_t first = a->st_peer[0], last = a->st_peer[a->n_stages - 1];
 	uint64_t *w = calloc(n, sizeof *w);
 	uint32_t *touched = calloc(n, sizeof *touched);
@@ -402,11 +507,23 @@ void sched__pipe_evaluate(const sched__ctx *c, sched__asg *a)
 		uint32_t p = a->st_peer[i];
 		if (i)
 			t += c->hop[(size_t)a->st_peer[i - 1] * n + p];
+		/* the GPU takes the stage's first layers while they fit */
+		bool gpu = c->gcap[p] > 0;
+		gused = 0;
+		a->st_gend[i] = a->st_first[i];
 		for (uint32_t l = a->st_first[i]; l < a->st_end[i]; l++) {
 			const shoal_manifest_layer *y = &m->layers[l];
+			if (gpu) {
+				uint64_t lb = layer_bytes_on(c, a, l, p);
+				gpu = sched__add(gused, lb) <= c->gcap[p];
+				if (gpu) {
+					gused += lb;
+					a->st_gend[i] = l + 1;
+				}
+			}
 			a->mem_w[p] = sched__add(a->mem_w[p], y->bytes);
 			a->mem_kv[p] = sched__add(a->mem_kv[p], c->kv[l]);
-			t += c->tbase[(size_t)p * L + l];
+			t += (gpu ? c->gtbase : c->tbase)[(size_t)p * L + l];
 			if (c->has_prev && !c->prev_base[(size_t)p * L + l])
 				moved += y->bytes;
 			if (!y->n_expert)
@@ -433,7 +550,7 @@ void sched__pipe_evaluate(const sched__ctx *c, sched__asg *a)
 			uint64_t worst = 0, fan = 0;
 			for (uint32_t j = 0; j < nt; j++) {
 				uint32_t o = touched[j];
-				uint64_t et = sched__expert_time(c, l, p, o, w[o]);
+				uint64_t et = expert_time_on(c, gpu, l, p, o, w[o]);
 				if (et > worst)
 					worst = et;
 				if (o != p && w[o])
@@ -444,6 +561,7 @@ void sched__pipe_evaluate(const sched__ctx *c, sched__asg *a)
 			t += fan;
 			t += worst;
 		}
+		a->mem_g[p] = sched__add(a->mem_g[p], gused);
 	}
 	if (a->n_stages) {
 		if (first == last) {
@@ -452,7 +570,15 @@ void sched__pipe_evaluate(const sched__ctx *c, sched__asg *a)
 			a->mem_w[first] = sched__add(a->mem_w[first], c->embd_mem);
 			a->mem_w[last] = sched__add(a->mem_w[last], c->head_mem);
 		}
-		t += c->head_t[last];
+		/* the head on the GPU that ends the last stage, if it fits */
+		uint32_t ls = a->n_stages - 1;
+		a->head_gpu = c->gcap[last] && a->st_gend[ls] == a->st_end[ls] &&
+		              sched__add(gused, c->head_mem) <= c->gcap[last];
+		if (a->head_gpu) {
+			a->mem_g[last] += c->head_mem;
+			a->mem_w[last] += sched__head_copy(c, last, first == last);
+		}
+		t += a->head_gpu ? c->ghead_t[last] : c->head_t[last];
 		if (c->has_prev) {
 			if (first != c->prev_embd)
 				moved += m->embd_bytes;
@@ -466,7 +592,8 @@ void sched__pipe_evaluate(const sched__ctx *c, sched__asg *a)
 	a->feasible = a->n_stages > 0;
 	a->bad_peer = UINT32_MAX;
 	for (size_t p = 0; p < n && a->feasible; p++)
-		if (sched__add(a->mem_w[p], a->mem_kv[p]) > c->cap[p]) {
+		if (sched__host_bytes(c, (uint32_t)p, sched__add(a->mem_w[p], a->mem_kv[p]),
+		                      a->mem_g[p]) > c->cap[p]) {
 			a->feasible = false;
 			a->bad_peer = (uint32_t)p;
 		}

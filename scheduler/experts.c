@@ -217,7 +217,8 @@ bool sched__experts(const sched__ctx *c, sched__mode mode, sched__asg *a)
 	ekey *keys = calloc(maxe, sizeof *keys);
 	bool ok = w && fr && keys;
 	for (size_t p = 0; ok && p < c->n; p++) {
-		uint64_t used = sched__add(a->mem_w[p], a->mem_kv[p]);
+		uint64_t used = sched__host_bytes(
+		    c, (uint32_t)p, sched__add(a->mem_w[p], a->mem_kv[p]), a->mem_g[p]);
 		if (used > c->cap[p])
 			ok = false;
 		else

@@ -1,6 +1,7 @@
 /*
  * scheduler/plan.c: the policy's defaults, the plan object (building it from
- * an assignment, copying, accessors) and its canonical encoding and digest.
+ * an assignment, copying) and its canonical encoding and digest; the
+ * accessors are plan_access.c's.
  *
  * Part: scheduler/ (pure). The encoding is specified in plan.h.
  */
@@ -84,10 +85,16 @@ shoal_err sched__plan_build(const sched__ctx *c, const sched__asg *a, uint64_t e
 		pp->kv_bytes = a->mem_kv[i];
 		pp->capacity_bytes = c->cap[i];
 		pp->n_experts = a->n_exp[i];
+		pp->gpu_bytes = a->tp ? 0 : a->mem_g[i]; /* groups: on the CPUs */
+		pp->gpu_capacity = c->gcap[i];
+		pp->gpu_unified = c->unified[i];
+		memcpy(pp->gpu_backend, vp->gpu_backend, sizeof pp->gpu_backend);
 	}
 	p->n_stages = a->n_stages;
 	for (uint32_t i = 0; i < a->n_stages; i++)
-		p->stages[i] = (shoal_plan_stage){map[a->st_peer[i]], a->st_first[i], a->st_end[i]};
+		p->stages[i] = (shoal_plan_stage){map[a->st_peer[i]], a->st_first[i], a->st_end[i],
+		                                  a->tp ? a->st_first[i] : a->st_gend[i]};
+	p->head_gpu = !a->tp && a->head_gpu;
 	p->embd_peer = map[a->st_peer[0]];
 	p->head_peer = map[a->st_peer[a->n_stages - 1]];
 	if (a->tp && a->tp->st_group[a->n_stages - 1] != UINT32_MAX)
@@ -218,143 +225,16 @@ shoal_plan *shoal_plan_dup(const shoal_plan *s)
 	return p;
 }
 
-/* ---- accessors --------------------------------------------------------- */
-
-uint64_t shoal_plan_epoch(const shoal_plan *p)
-{
-	return p->epoch;
-}
-const uint8_t *shoal_plan_model_id(const shoal_plan *p)
-{
-	return p->model_id;
-}
-
-const uint8_t *shoal_plan_digest(const shoal_plan *p)
-{
-	return p->digest;
-}
-uint64_t shoal_plan_predicted_ns(const shoal_plan *p)
-{
-	return p->predicted_ns;
-}
-uint64_t shoal_plan_moved_bytes(const shoal_plan *p)
-{
-	return p->moved_bytes;
-}
-bool shoal_plan_kept(const shoal_plan *p)
-{
-	return p->kept;
-}
-const char *shoal_plan_name(const shoal_plan *p)
-{
-	return p->name;
-}
-uint32_t shoal_plan_n_layer(const shoal_plan *p)
-{
-	return p->n_layer;
-}
-size_t shoal_plan_n_peers(const shoal_plan *p)
-{
-	return p->n_peers;
-}
-size_t shoal_plan_n_stages(const shoal_plan *p)
-{
-	return p->n_stages;
-}
-uint32_t shoal_plan_embd_peer(const shoal_plan *p)
-{
-	return p->embd_peer;
-}
-uint32_t shoal_plan_head_peer(const shoal_plan *p)
-{
-	return p->head_peer;
-}
-
-const shoal_plan_peer *shoal_plan_peer_at(const shoal_plan *p, size_t i)
-{
-	SHOAL_ASSERT(i < p->n_peers);
-	return &p->peers[i];
-}
-
-const shoal_plan_stage *shoal_plan_stage_at(const shoal_plan *p, size_t i)
-{
-	SHOAL_ASSERT(i < p->n_stages);
-	return &p->stages[i];
-}
-
-uint32_t shoal_plan_layer_n_expert(const shoal_plan *p, uint32_t layer)
-{
-	return layer < p->n_layer ? p->layer_n_expert[layer] : 0;
-}
-
-size_t shoal_plan_expert_owners(const shoal_plan *p, uint32_t layer, uint32_t expert,
-                                uint32_t owners[SHOAL_PLAN_MAX_OWNERS])
-{
-	if (layer >= p->n_layer || expert >= p->layer_n_expert[layer])
-		return 0;
-	uint32_t s = p->layer_slot[layer] + expert;
-	for (uint32_t k = 0; k < p->slot_n_owner[s]; k++)
-		owners[k] = p->slot_owner[(size_t)s * SHOAL_PLAN_MAX_OWNERS + k];
-	return p->slot_n_owner[s];
-}
-
-size_t shoal_plan_n_groups(const shoal_plan *p)
-{
-	return p->n_groups;
-}
-
-size_t shoal_plan_stage_members(const shoal_plan *p, size_t stage, shoal_plan_member *out,
-                                size_t max)
-{
-	SHOAL_ASSERT(stage < p->n_stages && (out || !max));
-	for (size_t g = 0; g < p->n_groups; g++) {
-		if (p->grp_stage[g] != stage)
-			continue;
-		for (size_t j = 0; j < p->grp_n[g] && j < max; j++)
-			out[j] = p->grp_mem[p->grp_first[g] + j];
-		return p->grp_n[g];
-	}
-	return 0;
-}
-
-void shoal_plan_split(const uint64_t *w, uint32_t n, uint32_t units, uint32_t *first,
-                      uint32_t *count)
-{
-	SHOAL_ASSERT(n >= 1);
-	unsigned __int128 tot = 0;
-	for (uint32_t i = 0; i < n; i++)
-		tot += w[i];
-	SHOAL_ASSERT(tot > 0);
-	uint32_t given = 0;
-	for (uint32_t i = 0; i < n; i++) {
-		count[i] = (uint32_t)((unsigned __int128)units * w[i] / tot);
-		given += count[i];
-	}
-	/* the rest, one each, to the largest remainders (ties: lower i);
-	 * fewer than n are left, and first[] marks who got one already */
-	for (uint32_t i = 0; i < n; i++)
-		first[i] = 0;
-	for (; given < units; given++) {
-		uint32_t best = UINT32_MAX;
-		unsigned __int128 br = 0;
-		for (uint32_t i = 0; i < n; i++) {
-			unsigned __int128 r = (unsigned __int128)units * w[i] % tot;
-			if (!first[i] && (best == UINT32_MAX || r > br)) {
-				best = i;
-				br = r;
-			}
-		}
-		first[best] = 1;
-		count[best]++;
-	}
-	uint32_t at = 0;
-	for (uint32_t i = 0; i < n; i++) {
-		first[i] = at;
-		at += count[i];
-	}
-}
-
 /* ---- canonical encoding ------------------------------------------------ */
+
+/* Whether some stage computes on a GPU: the encoding's version 2. */
+static bool plan_has_gpu(const shoal_plan *p)
+{
+	for (size_t i = 0; i < p->n_stages; i++)
+		if (p->stages[i].gpu_end != p->stages[i].first_layer)
+			return true;
+	return p->head_gpu;
+}
 
 typedef struct enc {
 	uint8_t *b;
@@ -397,8 +277,9 @@ static void put_u64(enc *e, uint64_t x)
 shoal_err shoal_plan_encode(const shoal_plan *p, uint8_t **out, size_t *len)
 {
 	enc e = {0};
+	bool v2 = plan_has_gpu(p);
 	put(&e, "SHPL", 4);
-	put_u32(&e, 1);
+	put_u32(&e, v2 ? 2 : 1);
 	put_u64(&e, p->epoch);
 	put(&e, p->model_id, SHOAL_MANIFEST_MODEL_ID_BYTES);
 	put_u64(&e, p->model_bytes);
@@ -430,7 +311,7 @@ shoal_err shoal_plan_encode(const shoal_plan *p, uint8_t **out, size_t *len)
 				put_u32(&e, p->slot_owner[(size_t)s * SHOAL_PLAN_MAX_OWNERS + k]);
 		}
 	}
-	if (p->n_groups) {
+	if (p->n_groups || v2) {
 		put_u32(&e, (uint32_t)p->n_groups);
 		for (size_t g = 0; g < p->n_groups; g++) {
 			put_u32(&e, p->grp_stage[g]);
@@ -440,6 +321,11 @@ shoal_err shoal_plan_encode(const shoal_plan *p, uint8_t **out, size_t *len)
 				put_u64(&e, p->grp_mem[p->grp_first[g] + j].weight);
 			}
 		}
+	}
+	if (v2) {
+		for (size_t i = 0; i < p->n_stages; i++)
+			put_u32(&e, p->stages[i].gpu_end);
+		put_u32(&e, p->head_gpu);
 	}
 	if (e.fail) {
 		free(e.b);
@@ -524,6 +410,38 @@ static shoal_err decode_groups(shoal_plan *p, dec *d, size_t at, size_t n_mem, c
 	return SHOAL_OK;
 }
 
+/* Version 2's device section at d->at: each stage's GPU end within its
+ * layers, the head's device (on the GPU only where the last stage's
+ * layers all are); a version-2 encoding without any GPU part is not
+ * canonical (version 1 encodes that plan). */
+static shoal_err decode_devices(shoal_plan *p, dec *d, const char **bad)
+{
+	for (size_t i = 0; i < p->n_stages; i++) {
+		shoal_plan_stage *st = &p->stages[i];
+		st->gpu_end = take_u32(d);
+		if (!d->bad && (st->gpu_end < st->first_layer || st->gpu_end > st->end_layer)) {
+			*bad = "a stage's GPU layers out of its range";
+			return SHOAL_ERR_FORMAT;
+		}
+	}
+	uint32_t hg = take_u32(d);
+	if (d->bad) {
+		*bad = "truncated";
+		return SHOAL_ERR_FORMAT;
+	}
+	const shoal_plan_stage *ls = &p->stages[p->n_stages - 1];
+	if (hg > 1 || (hg && ls->gpu_end != ls->end_layer)) {
+		*bad = "the head on a GPU that does not end the last stage";
+		return SHOAL_ERR_FORMAT;
+	}
+	p->head_gpu = hg;
+	if (!plan_has_gpu(p)) {
+		*bad = "version 2 without a GPU part";
+		return SHOAL_ERR_FORMAT;
+	}
+	return SHOAL_OK;
+}
+
 shoal_err shoal_plan_decode(const uint8_t *buf, size_t len, shoal_plan **out, char *why,
                             size_t why_len)
 {
@@ -536,8 +454,9 @@ shoal_err shoal_plan_decode(const uint8_t *buf, size_t len, shoal_plan **out, ch
 		return SHOAL_ERR_NOMEM;
 	const char *bad = NULL;
 	const uint8_t *m = take(&d, 4);
-	if (!m || memcmp(m, "SHPL", 4) || take_u32(&d) != 1) {
-		bad = "not a version-1 plan encoding";
+	uint32_t version = take_u32(&d);
+	if (!m || memcmp(m, "SHPL", 4) || (version != 1 && version != 2)) {
+		bad = "not a version-1 or -2 plan encoding";
 		goto fail;
 	}
 	p->epoch = take_u64(&d);
@@ -586,6 +505,7 @@ shoal_err shoal_plan_decode(const uint8_t *buf, size_t len, shoal_plan **out, ch
 			goto fail;
 		}
 		next_layer = st->end_layer;
+		st->gpu_end = st->first_layer; /* version 2 says otherwise below */
 	}
 	p->embd_peer = take_u32(&d);
 	p->head_peer = take_u32(&d);
@@ -623,9 +543,9 @@ shoal_err shoal_plan_decode(const uint8_t *buf, size_t len, shoal_plan **out, ch
 	/* tensor groups, when bytes remain: checked and counted here, read
 	 * after the MoE layers below */
 	size_t at_grp = d.at, n_mem = 0;
-	if (d.at != d.len) {
+	if (d.at != d.len || version == 2) {
 		p->n_groups = take_u32(&d);
-		if (d.bad || !p->n_groups || p->n_groups > p->n_stages) {
+		if (d.bad || (!p->n_groups && version == 1) || p->n_groups > p->n_stages) {
 			bad = "tensor group count out of range";
 			goto fail;
 		}
@@ -646,6 +566,8 @@ shoal_err shoal_plan_decode(const uint8_t *buf, size_t len, shoal_plan **out, ch
 		if (d.bad)
 			goto truncated;
 	}
+	if (version == 2 && (e = decode_devices(p, &d, &bad)) != SHOAL_OK)
+		goto out;
 	if (d.at != d.len) {
 		bad = "bytes after the plan";
 		goto fail;

@@ -58,12 +58,21 @@ typedef struct shoal_plan_peer {
 	uint64_t kv_bytes;       /* KV cache reserved for its layers */
 	uint64_t capacity_bytes; /* its memory after headroom */
 	uint32_t n_experts;      /* routed experts it holds (replicas count) */
+	uint64_t gpu_bytes;      /* of weight + kv bytes, those on its GPU */
+	uint64_t gpu_capacity;   /* its GPU's memory after headroom (0: none) */
+	bool gpu_unified;        /* the GPU's memory is the host's */
+	char gpu_backend[16];    /* the view's, for messages ("vulkan") */
 } shoal_plan_peer;
 
 typedef struct shoal_plan_stage {
 	uint32_t peer;        /* index into the plan's peers */
 	uint32_t first_layer; /* the stage runs layers [first_layer, end_layer) */
 	uint32_t end_layer;
+	/* layers [first_layer, gpu_end) run on the peer's GPU (with the
+	 * routed experts of those layers it holds), [gpu_end, end_layer) in
+	 * host memory on its CPU: a split inside the peer, a stage boundary
+	 * without a hop. gpu_end == first_layer: all on the CPU. */
+	uint32_t gpu_end;
 } shoal_plan_stage;
 
 /* A member of a stage's tensor group: a peer and its speed weight; its
@@ -122,6 +131,9 @@ uint32_t shoal_plan_embd_peer(const shoal_plan *p); /* index into peers */
  * a last-stage group, among whose members the head is split by vocab rows
  * in blocks of SHOAL_PLAN_TP_COLS (shoal_plan_split of their weights). */
 uint32_t shoal_plan_head_peer(const shoal_plan *p);
+/* Whether the head runs on the head peer's GPU (the last stage's layers
+ * are all there and the head fits beside them), else on its CPU. */
+bool shoal_plan_head_gpu(const shoal_plan *p);
 uint32_t shoal_plan_layer_n_expert(const shoal_plan *p, uint32_t layer); /* 0: dense */
 /* Owners of (layer, expert) as peer indices into owners[SHOAL_PLAN_MAX_OWNERS],
  * ascending; returns how many (0 for a bad layer or expert). */
@@ -143,7 +155,8 @@ void shoal_plan_split(const uint64_t *w, uint32_t n, uint32_t units, uint32_t *f
                       uint32_t *count);
 
 /* The canonical encoding, all integers little-endian, fixed width:
- *   "SHPL" magic (4 bytes), u32 version = 1, u64 epoch,
+ *   "SHPL" magic (4 bytes), u32 version (1, or 2 when some stage or the
+ *   head computes on a GPU), u64 epoch,
  *   the manifest's model_id (32 bytes), u64 model bytes (embedding + head +
  *   every layer's weights and experts: tells quantizations apart when the
  *   model id is zero, as from a spec), u32 n_layer,
@@ -156,6 +169,9 @@ void shoal_plan_split(const uint64_t *w, uint32_t n, uint32_t units, uint32_t *f
  *   keep their digest):
  *   u32 n_group, n_group x { u32 stage, u32 n_member,
  *                            n_member x { u32 peer, u64 weight } }
+ *   version 2 always has that group section (n_group may be 0) and then
+ *   n_stage x { u32 gpu_end }, u32 head_gpu (0 or 1): plans without a
+ *   GPU keep version 1 and their digest
  * Peers are indices into the id-ordered table. Predicted times, memory
  * figures and names are not encoded: they describe the plan, they are not
  * the assignment, and a kept plan keeps its digest when they change.

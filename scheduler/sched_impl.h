@@ -9,8 +9,8 @@
  * id-ordered table at the end. Times are nanoseconds, sizes bytes.
  * Calls between the files go one way: a file calls only files to its right
  * (tests/sh/cycle_check.sh holds every part to that):
- *   schedule.c, experts.c, tensor.c, search.c, plan.c, cost.c, asg.c,
- *   arith.c, view.c, digest.c
+ *   schedule.c, experts.c, tensor.c, search.c, plan.c, plan_access.c,
+ *   cost.c, asg.c, arith.c, view.c, digest.c
  */
 #ifndef SHOAL_SCHEDULER_SCHED_IMPL_H
 #define SHOAL_SCHEDULER_SCHED_IMPL_H
@@ -47,6 +47,7 @@ struct shoal_plan {
 	size_t n_stages;
 	shoal_plan_stage *stages; /* (n_stages) pipeline order */
 	uint32_t embd_peer, head_peer;
+	bool head_gpu;            /* the head on the head peer's GPU */
 	uint32_t *layer_n_expert; /* (n_layer) */
 	uint32_t *layer_slot;     /* (n_layer) first expert slot of the layer */
 	uint32_t n_slots;
@@ -76,6 +77,8 @@ typedef struct sched__tp {
 typedef struct sched__asg {
 	uint32_t n_stages;
 	uint32_t *st_peer, *st_first, *st_end; /* (n_stages) */
+	uint32_t *st_gend;                     /* (n_stages) layers [st_first, st_gend) on the stage
+	                                          peer's GPU, the rest on its CPU (by evaluation) */
 	uint8_t *n_own;                        /* (n_slots) */
 	uint16_t *own;                         /* (n_slots, MAX_OWNERS); peers < 1024 */
 	sched__tp *tp;                         /* NULL: every stage is one peer */
@@ -83,6 +86,8 @@ typedef struct sched__asg {
 	bool feasible;
 	uint64_t time_ns, moved;
 	uint64_t *mem_w, *mem_kv; /* (n) */
+	uint64_t *mem_g;          /* (n) of those, bytes on its GPU */
+	bool head_gpu;            /* the head runs on the last peer's GPU */
 	uint32_t *n_exp;          /* (n) experts held */
 	uint32_t bad_peer;        /* first peer over its memory when !feasible */
 } sched__asg;
@@ -97,12 +102,23 @@ typedef struct sched__ctx {
 	uint64_t *hop;           /* (n, n) latency + one activation row */
 	uint64_t *rtt;           /* (n, n) expert round trip: rows out and back */
 	uint64_t *send;          /* (n, n) sending one activation row */
-	uint64_t *tbase;         /* (n, L) layer without routed experts */
-	uint64_t *texp;          /* (n, L) the layer's routed experts, all local */
-	uint64_t *tpre;          /* (n, L+1) prefix of tbase + texp */
-	uint64_t *head_t;        /* (n) output head */
-	uint64_t *kv;            /* (L) KV reserved per layer */
-	uint64_t *mpre[2];       /* (L+1) prefix of memory per mode (weights + kv) */
+	/* GPUs (gcap 0: the peer has none; every g* table is then unused) */
+	uint64_t *gcap, *gbw, *gfl;            /* (n) GPU memory after headroom, B/s, FLOP/s */
+	uint8_t *unified;                      /* (n) 1: the GPU's memory is the host's */
+	uint64_t *tcap;                        /* (n) all a peer holds: cap (+ gcap if discrete) */
+	uint32_t *gend[2];                     /* (n, L+1) per mode: a stage from layer a has
+	                                          layers [a, gend) on its GPU (its head too
+	                                          when gend = L and ghead_fits) */
+	uint64_t *gtbase, *gtexp;              /* (n, L) tbase, texp on the GPU */
+	uint64_t *gefull, *geunit;             /* (n, L) efull, eunit on the GPU */
+	uint64_t *gtpre;                       /* (n, L+1) prefix of gtbase + gtexp */
+	uint64_t *ghead_t;                     /* (n) output head on the GPU */
+	uint64_t *tbase;                       /* (n, L) layer without routed experts */
+	uint64_t *texp;                        /* (n, L) the layer's routed experts, all local */
+	uint64_t *tpre;                        /* (n, L+1) prefix of tbase + texp */
+	uint64_t *head_t;                      /* (n) output head */
+	uint64_t *kv;                          /* (L) KV reserved per layer */
+	uint64_t *mpre[2];                     /* (L+1) prefix of memory per mode (weights + kv) */
 	uint64_t embd_mem, head_mem, both_mem; /* first, last, both stages */
 	uint32_t n_slots;
 	uint32_t *slot0;   /* (L) first slot of each layer */
@@ -117,6 +133,8 @@ typedef struct sched__ctx {
 	uint8_t *prev_base; /* (n, L) 1 if the peer held the layer */
 	uint32_t *prev_exp; /* (n, L) experts of the layer the peer held */
 	uint32_t prev_embd, prev_head;
+	uint32_t *prev_gend; /* (L) its stages' GPU ends, as the plan said */
+	bool prev_head_gpu;
 } sched__ctx;
 
 /* ---- arithmetic (arith.c) ---- */
@@ -138,6 +156,39 @@ void sched__ctx_fini(sched__ctx *c);
 /* Map prev onto the view (false when the model differs or out of memory);
  * peers of prev that left set prev_gone. */
 bool sched__ctx_set_prev(sched__ctx *c, const shoal_plan *prev);
+
+/* The GPU end of a stage on p from layer a to b in this mode (a <= b <= L):
+ * its layers go on the GPU from a while they fit (weights, KV and, in
+ * KEEP mode, experts), the rest in host memory. */
+static inline uint32_t sched__gpu_end(const sched__ctx *c, sched__mode mode, uint32_t p, uint32_t a,
+                                      uint32_t b)
+{
+	uint32_t g = c->gend[mode][(size_t)p * (c->L + 1) + a];
+	return g < b ? g : b;
+}
+/* Whether the head (head_mem bytes) also fits p's GPU after layers [a, L)
+ * went there. */
+static inline bool sched__ghead_fits(const sched__ctx *c, sched__mode mode, uint32_t p, uint32_t a)
+{
+	return c->gcap[p] && c->mpre[mode][c->L] - c->mpre[mode][a] + c->head_mem <= c->gcap[p];
+}
+/* What host memory must hold of `total` bytes on p when `on_gpu` of them
+ * are on its GPU: all of them when its memory is the GPU's. */
+static inline uint64_t sched__host_bytes(const sched__ctx *c, uint32_t p, uint64_t total,
+                                         uint64_t on_gpu)
+{
+	return c->unified[p] || on_gpu > total ? total : total - on_gpu;
+}
+
+/* Bytes a head on p's GPU adds to a stage that is first and last: a tied
+ * head is one matrix with the embedding, which a discrete GPU's peer then
+ * keeps twice (rows on the host, the head on the GPU). */
+static inline uint64_t sched__head_copy(const sched__ctx *c, uint32_t p, bool first)
+{
+	if (!first || c->unified[p] || !c->m->tied_head)
+		return 0;
+	return c->embd_mem + c->head_mem - c->both_mem;
+}
 
 /* ---- assignments and their groups' storage (asg.c) ---- */
 /* Arrays sized for c; a->tp NULL. Free with sched__asg_fini (also after

@@ -22,6 +22,17 @@
  *    layers + the embedding (first stage) and head (last stage; a tied head
  *    counts the shared matrix on both peers, once when they are one peer),
  *    at most its memory less the headroom.
+ * 4a. A peer with a GPU (view.h: gpu_mem) runs its stage's first layers on
+ *    the GPU while their weights, KV and the experts it holds of them fit
+ *    the GPU's memory less the headroom, and the rest in host memory on
+ *    its CPU: a split inside the peer, like a stage boundary without a
+ *    hop. Each part is timed as in 1 with its device's figures (decode
+ *    is bound by bytes / that device's read bandwidth, a batch by its
+ *    multiply rate); the head runs on the GPU when the last stage is all
+ *    there and the head fits beside it. Host memory holds the embedding,
+ *    the CPU part and the experts a peer holds for other stages' layers;
+ *    a unified GPU's memory is the host's, so there everything counts
+ *    against host memory too. Tensor groups compute on the CPUs.
  *
  * 5. Tensor groups (tensor.c, only with policy->tensor_groups): a stage may
  *    be a group of peers splitting each layer; its cost and memory are
@@ -77,9 +88,11 @@ static shoal_err infeasible_why(const sched__ctx *c, char *why, size_t why_len)
 {
 	uint64_t have = 0, big = 0, kv = 0;
 	for (size_t p = 0; p < c->n; p++) {
-		have = sched__add(have, c->cap[p]);
-		if (c->cap[p] > big)
-			big = c->cap[p];
+		have = sched__add(have, c->tcap[p]);
+		/* a layer is on one device: host memory or the GPU */
+		uint64_t one = c->gcap[p] > c->cap[p] ? c->gcap[p] : c->cap[p];
+		if (one > big)
+			big = one;
 	}
 	for (uint32_t l = 0; l < c->L; l++)
 		kv = sched__add(kv, c->kv[l]);
@@ -134,6 +147,18 @@ static bool same_assignment(const sched__ctx *c, const sched__asg *x, const sche
 		}
 	}
 	return true;
+}
+
+/* Whether the previous plan, evaluated on this view, splits its stages
+ * between GPU and CPU as it said it did. */
+static bool same_devices(const sched__ctx *c, const sched__asg *prev)
+{
+	if (prev->tp)
+		return true; /* a plan with groups computes on the CPUs */
+	for (uint32_t i = 0; i < prev->n_stages; i++)
+		if (prev->st_gend[i] != c->prev_gend[i])
+			return false;
+	return prev->head_gpu == c->prev_head_gpu;
 }
 
 /* Run one search + expert placement; keep the candidate when it fits. */
@@ -252,6 +277,9 @@ shoal_err shoal_schedule(const shoal_view *view, const shoal_manifest *m, const 
 		        (unsigned __int128)pick->a.time_ns * 1000 >=
 		            (unsigned __int128)c.prev.time_ns * (1000 - pol->gain_permille)) ||
 		       same_assignment(&c, &pick->a, &c.prev);
+		/* the same stages with another split between a peer's GPU and
+		 * CPU (its GPU's figures changed) are another plan */
+		keep = keep && same_devices(&c, &c.prev);
 	}
 	if (keep) {
 		e = sched__plan_build(&c, &c.prev, prev->epoch, out);

@@ -32,20 +32,57 @@ typedef struct search_in {
 	const sched__ctx *c;
 	sched__mode mode;
 	uint64_t *cpre; /* (n, L+1) time + penalty prefix */
+	uint64_t *gpre; /* (n, L+1) the same on each peer's GPU (rows of peers
+	                   without one unused) */
 } search_in;
 
+/* A stage on p from layer a to b: its first layers on p's GPU while they
+ * fit (sched__gpu_end), the rest and the embedding in host memory, the head
+ * on the GPU when the GPU holds the stage to its end and the head too. */
 static bool fits(const search_in *s, uint32_t p, uint32_t a, uint32_t b, bool first)
 {
-	return sched__range_mem(s->c, s->mode, a, b, first, b == s->c->L) <= s->c->cap[p];
+	const sched__ctx *c = s->c;
+	uint64_t tot = sched__range_mem(c, s->mode, a, b, first, b == c->L);
+	if (!c->gcap[p])
+		return tot <= c->cap[p];
+	uint32_t g = sched__gpu_end(c, s->mode, p, a, b);
+	uint64_t on = c->mpre[s->mode][g] - c->mpre[s->mode][a];
+	if (b == c->L && g == b && sched__ghead_fits(c, s->mode, p, a)) {
+		on += c->head_mem;
+		tot = sched__add(tot, sched__head_copy(c, p, first));
+	}
+	return sched__host_bytes(c, p, tot, on) <= c->cap[p];
 }
 
 static uint64_t range_cost(const search_in *s, uint32_t p, uint32_t a, uint32_t b)
 {
-	const uint64_t *row = s->cpre + (size_t)p * (s->c->L + 1);
-	uint64_t t = row[b] - row[a];
-	if (b == s->c->L)
-		t += s->c->head_t[p];
+	const sched__ctx *c = s->c;
+	const uint64_t *row = s->cpre + (size_t)p * (c->L + 1);
+	if (!c->gcap[p])
+		return row[b] - row[a] + (b == c->L ? c->head_t[p] : 0);
+	const uint64_t *grow = s->gpre + (size_t)p * (c->L + 1);
+	uint32_t g = sched__gpu_end(c, s->mode, p, a, b);
+	uint64_t t = grow[g] - grow[a] + row[b] - row[g];
+	if (b == c->L)
+		t += g == b && sched__ghead_fits(c, s->mode, p, a) ? c->ghead_t[p] : c->head_t[p];
 	return t;
+}
+
+/* The cheapest layer l (or the head, l = L) on peer p, whatever its device:
+ * the exact search's lower bound. */
+static uint64_t unit_min(const search_in *s, uint32_t p, uint32_t l)
+{
+	const sched__ctx *c = s->c;
+	size_t W = c->L + 1;
+	uint64_t x, y;
+	if (l == c->L) {
+		x = c->head_t[p];
+		y = c->gcap[p] ? c->ghead_t[p] : x; /* a tensor unit's context has no GPU tables */
+	} else {
+		x = s->cpre[p * W + l + 1] - s->cpre[p * W + l];
+		y = c->gcap[p] ? s->gpre[p * W + l + 1] - s->gpre[p * W + l] : x;
+	}
+	return c->gcap[p] && y < x ? y : x;
 }
 
 static shoal_err build_cpre(search_in *s, uint64_t pen_num, uint64_t pen_den)
@@ -53,11 +90,15 @@ static shoal_err build_cpre(search_in *s, uint64_t pen_num, uint64_t pen_den)
 	const sched__ctx *c = s->c;
 	uint32_t L = c->L;
 	s->cpre = malloc(c->n * (L + 1) * sizeof *s->cpre);
-	if (!s->cpre)
+	s->gpre = calloc(c->n * (L + 1), sizeof *s->gpre);
+	if (!s->cpre || !s->gpre) {
+		free(s->cpre);
+		free(s->gpre);
 		return SHOAL_ERR_NOMEM;
+	}
 	for (size_t p = 0; p < c->n; p++) {
-		uint64_t *row = s->cpre + p * (L + 1);
-		const uint64_t *t = c->tpre + p * (L + 1);
+		uint64_t *row = s->cpre + p * (L + 1), *grow = s->gpre + p * (L + 1);
+		const uint64_t *t = c->tpre + p * (L + 1), *gt = c->gtpre + p * (L + 1);
 		uint64_t pen = 0;
 		row[0] = 0;
 		for (uint32_t l = 0; l < L; l++) {
@@ -71,6 +112,7 @@ static shoal_err build_cpre(search_in *s, uint64_t pen_num, uint64_t pen_den)
 			}
 			uint64_t pn = pen_num && pen ? sched__muldiv_up(pen, pen_num, pen_den) : 0;
 			row[l + 1] = t[l + 1] + pn;
+			grow[l + 1] = gt[l + 1] + pn;
 		}
 	}
 	return SHOAL_OK;
@@ -116,15 +158,13 @@ static uint64_t search_exact(const search_in *s, const uint32_t *pool, uint32_t 
 	}
 	lb[L] = SCHED__INF;
 	for (uint32_t q = 0; q < k; q++)
-		if (c->head_t[pool[q]] < lb[L])
-			lb[L] = c->head_t[pool[q]];
+		if (unit_min(s, pool[q], L) < lb[L])
+			lb[L] = unit_min(s, pool[q], L);
 	for (uint32_t l = L; l-- > 0;) {
 		uint64_t mn = SCHED__INF;
-		for (uint32_t q = 0; q < k; q++) {
-			const uint64_t *row = s->cpre + (size_t)pool[q] * W;
-			if (row[l + 1] - row[l] < mn)
-				mn = row[l + 1] - row[l];
-		}
+		for (uint32_t q = 0; q < k; q++)
+			if (unit_min(s, pool[q], l) < mn)
+				mn = unit_min(s, pool[q], l);
 		lb[l] = lb[l + 1] + mn;
 	}
 	for (size_t i = 0; i < S * k * W; i++)
@@ -420,7 +460,7 @@ static uint64_t search_heuristic(const search_in *s, sched__asg *a)
 	while (k < n &&
 	       (k < SCHED_POOL_MIN ||
 	        have < sched__add(need, k && maxl > UINT64_MAX / k ? UINT64_MAX : maxl * k))) {
-		have = sched__add(have, c->cap[ranked[k]]);
+		have = sched__add(have, c->tcap[ranked[k]]);
 		k++;
 	}
 	for (;;) {
@@ -449,6 +489,7 @@ bool sched__search(const sched__ctx *c, sched__mode mode, uint64_t pen_num, uint
 		sched__asg tmp;
 		if (sched__asg_init(&tmp, c)) {
 			free(s.cpre);
+			free(s.gpre);
 			return false;
 		}
 		best = search_exact_bounded(&s, pool, (uint32_t)c->n, a, &tmp);
@@ -457,5 +498,6 @@ bool sched__search(const sched__ctx *c, sched__mode mode, uint64_t pen_num, uint
 		best = search_heuristic(&s, a);
 	}
 	free(s.cpre);
+	free(s.gpre);
 	return best != SCHED__INF;
 }

@@ -411,9 +411,14 @@ static bool part_search(const sched__ctx *c, const tp_part *pt, sched__asg *a)
 	vc.head_t = calloc(nu, sizeof *vc.head_t);
 	vc.hop = calloc((size_t)nu * nu, sizeof *vc.hop);
 	vc.tpre = calloc((size_t)nu * (L + 1), sizeof *vc.tpre);
+	/* units compute on their CPUs: no GPU (zero gcap), tcap = cap */
+	vc.gcap = calloc(nu, sizeof *vc.gcap);
+	vc.gtpre = calloc((size_t)nu * (L + 1), sizeof *vc.gtpre);
+	vc.tcap = vc.cap;
 	sched__asg va;
 	bool ok = false;
-	if (!vc.cap || !vc.head_t || !vc.hop || !vc.tpre || sched__asg_init(&va, &vc))
+	if (!vc.cap || !vc.head_t || !vc.hop || !vc.tpre || !vc.gcap || !vc.gtpre ||
+	    sched__asg_init(&va, &vc))
 		goto out;
 	for (uint32_t x = 0; x < nu; x++) {
 		const tp_unit *u = &pt->u[x];
@@ -453,6 +458,8 @@ out:
 	free(vc.head_t);
 	free(vc.hop);
 	free(vc.tpre);
+	free(vc.gcap);
+	free(vc.gtpre);
 	return ok;
 }
 

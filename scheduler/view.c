@@ -84,6 +84,9 @@ shoal_err shoal_view_add_peer(shoal_view *v, const shoal_view_peer *p, char *why
 	if (!p->mem_bw || !p->flops)
 		return shoal_why(why, why_len, SHOAL_ERR_INVAL,
 		                 "peer %s: bandwidth and compute must be positive", hex);
+	if (p->gpu_mem && (!p->gpu_bw || !p->gpu_flops))
+		return shoal_why(why, why_len, SHOAL_ERR_INVAL,
+		                 "peer %s: its GPU's bandwidth and compute must be positive", hex);
 	if (p->load_pct > 90)
 		return shoal_why(why, why_len, SHOAL_ERR_INVAL, "peer %s: load %u%% over 90%%", hex,
 		                 p->load_pct);
@@ -102,6 +105,8 @@ shoal_err shoal_view_add_peer(shoal_view *v, const shoal_view_peer *p, char *why
 	memmove(&v->peers[at + 1], &v->peers[at], (v->n_peers - at) * sizeof *v->peers);
 	v->peers[at] = *p;
 	v->peers[at].name[sizeof p->name - 1] = 0;
+	v->peers[at].gpu_backend[sizeof p->gpu_backend - 1] = 0;
+	v->peers[at].gpu_name[sizeof p->gpu_name - 1] = 0;
 	v->n_peers++;
 	return SHOAL_OK;
 }

@@ -29,6 +29,19 @@ typedef struct shoal_view_peer {
 	uint32_t load_pct;  /* busy share 0..90 as bucketed (see below); the
 	                       peer's bandwidth and compute count for
 	                       (100 - load_pct) % of their value */
+	/* Its GPU, when it has one the plan may use (gpu_mem 0: none; the
+	 * fields above are then the whole peer). A stage on this peer puts its
+	 * first layers on the GPU while they fit and the rest in host memory
+	 * on the CPU (mem_bytes, mem_bw, flops above); scheduler/schedule.c. */
+	uint64_t gpu_mem;   /* bytes the GPU gives to weights + KV cache */
+	uint64_t gpu_bw;    /* its read bandwidth, bytes/s (> 0 with gpu_mem) */
+	uint64_t gpu_flops; /* its multiply rate, FLOP/s (> 0 with gpu_mem) */
+	bool gpu_unified;   /* its memory is the host's (a Mac, an APU): what
+	                       the GPU holds counts in mem_bytes too */
+	/* NUL-terminated, for messages only (not planned on): the backend kind
+	 * that computes on the GPU ("vulkan") and the GPU's name */
+	char gpu_backend[16];
+	char gpu_name[64];
 } shoal_view_peer;
 
 typedef struct shoal_view shoal_view;
@@ -38,8 +51,9 @@ typedef struct shoal_view shoal_view;
 shoal_view *shoal_view_new(uint64_t default_latency_ns, uint64_t default_bw);
 void shoal_view_free(shoal_view *v); /* NULL is a no-op */
 
-/* Add a peer (copied). A zero bandwidth or compute, a load over 90 % or a
- * duplicate id -> SHOAL_ERR_INVAL with a reason. */
+/* Add a peer (copied). A zero bandwidth or compute (of the CPU, or of a
+ * GPU with memory), a load over 90 % or a duplicate id -> SHOAL_ERR_INVAL
+ * with a reason. */
 shoal_err shoal_view_add_peer(shoal_view *v, const shoal_view_peer *p, char *why, size_t why_len);
 /* Remove the peer with this id; SHOAL_ERR_NOTFOUND if absent. Its links and
  * nothing else go with it. */

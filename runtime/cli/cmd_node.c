@@ -3,7 +3,8 @@
  *
  *   shoal node [--name N] [--listen ADDR[:PORT]] [--peer HOST[:PORT] ...]
  *              [--no-mdns] [--key F] [--insecure] [--cluster NAME]
- *              [--threads T] [--state-dir D] [--data-listen ADDR:PORT] [-v]
+ *              [--threads T] [--backend B] [--state-dir D]
+ *              [--data-listen ADDR:PORT] [-v]
  *              [--model FILE | --model-id HEX|any [--cache-max SIZE]]
  *              [--mem-limit SIZE] [--ctx N] [--sessions N] [--spread-experts]
  *              [--tensor] [--rdma-device NAME] [--rdma-gid N]
@@ -37,6 +38,7 @@
 #include "base/statedir.h"
 #include "net/key.h"
 #include "runtime/cli/cli.h"
+#include "runtime/cli/cli_impl.h"
 #include "runtime/api/api.h"
 #include "runtime/node/serve.h"
 #include "runtime/node/node.h"
@@ -52,6 +54,7 @@ static void cmd_node_signal(int sig)
 
 static void cmd_node_usage(FILE *f)
 {
+	char names[128];
 	fprintf(f,
 	        "usage: shoal node [options]\n"
 	        "  --name N               human name (default: host name)\n"
@@ -65,6 +68,9 @@ static void cmd_node_usage(FILE *f)
 	        "  --insecure             run without a key (trusted LAN only)\n"
 	        "  --cluster NAME         cluster name (default \"%s\")\n"
 	        "  --threads T            compute threads (default: all cores)\n"
+	        "  --backend B            compute backend: auto (default: the GPUs here and\n"
+	        "                         the CPU; a software Vulkan device only when named)\n"
+	        "                         or %s\n"
 	        "  --state-dir D          where the id and key live (default per user)\n"
 	        "  --data-listen ADDR:PORT  data-plane listener (default: ephemeral)\n"
 	        "  --model FILE           serve this GGUF model's share of the plan\n"
@@ -101,7 +107,8 @@ static void cmd_node_usage(FILE *f)
 	        "  --api-cors ORIGIN      let web pages from ORIGIN (e.g. http://localhost:3000,\n"
 	        "                         or *) call the API: CORS headers and preflights\n"
 	        "  -v, --verbose          debug logs\n",
-	        SHOAL_KEY_DEFAULT_NAME, SHOAL_NODE_DEFAULT_CLUSTER, SHOAL_SERVE_HOP_SPIN_US,
+	        SHOAL_KEY_DEFAULT_NAME, SHOAL_NODE_DEFAULT_CLUSTER,
+	        shoal_backend_names(names, sizeof names), SHOAL_SERVE_HOP_SPIN_US,
 	        SHOAL_API_DEFAULT_PORT);
 }
 
@@ -160,7 +167,8 @@ int shoal_cmd_node(int argc, char **argv)
 		O_RDMA_DEV,
 		O_RDMA_GID,
 		O_RDMA_HOP,
-		O_RDMA_TCLASS
+		O_RDMA_TCLASS,
+		O_BACKEND
 	};
 	static const struct option opts[] = {
 	    {"name", required_argument, NULL, O_NAME},
@@ -172,6 +180,7 @@ int shoal_cmd_node(int argc, char **argv)
 	    {"insecure", no_argument, NULL, O_INSECURE},
 	    {"cluster", required_argument, NULL, O_CLUSTER},
 	    {"threads", required_argument, NULL, O_THREADS},
+	    {"backend", required_argument, NULL, O_BACKEND},
 	    {"state-dir", required_argument, NULL, O_STATE},
 	    {"data-listen", required_argument, NULL, O_DATA},
 	    {"gossip-ms", required_argument, NULL, O_GOSSIP},
@@ -234,6 +243,9 @@ int shoal_cmd_node(int argc, char **argv)
 			break;
 		case O_THREADS:
 			cfg.threads = atoi(optarg);
+			break;
+		case O_BACKEND:
+			cfg.backend = optarg;
 			break;
 		case O_STATE:
 			state_dir = optarg;
@@ -388,6 +400,11 @@ int shoal_cmd_node(int argc, char **argv)
 		bad = "--gossip-ms wants 5..10000";
 	if (bad) {
 		fprintf(stderr, "shoal node: %s (shoal node --help lists the options)\n", bad);
+		free(seeds);
+		return 2;
+	}
+	const shoal_backend_ops *backend_ops = NULL;
+	if (!cli__backend("shoal node", cfg.backend, &backend_ops)) {
 		free(seeds);
 		return 2;
 	}

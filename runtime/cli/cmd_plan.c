@@ -242,6 +242,43 @@ static void print_group(const shoal_plan *p, const shoal_manifest *m, size_t st,
 	}
 }
 
+/* The figures the plan assumes, per peer and device: its CPU in host
+ * memory and, where it has one, its GPU. */
+static void print_devices(const shoal_view *v)
+{
+	printf("devices (the figures the plan assumes):\n");
+	for (size_t i = 0; i < shoal_view_n_peers(v); i++) {
+		const shoal_view_peer *vp = shoal_view_peer_at(v, i);
+		char b[SHOAL_FMT_BYTES_LEN];
+		printf("  %-20s cpu %s, %.0f GB/s, %.0f GFLOP/s\n", vp->name,
+		       shoal_fmt_bytes(b, sizeof b, vp->mem_bytes), (double)vp->mem_bw / 1e9,
+		       (double)vp->flops / 1e9);
+		if (vp->gpu_mem)
+			printf("  %-20s gpu %s%s%s%s, %s%s, %.0f GB/s, %.0f GFLOP/s\n", "",
+			       vp->gpu_backend, vp->gpu_name[0] ? " (" : "", vp->gpu_name,
+			       vp->gpu_name[0] ? ")" : "",
+			       shoal_fmt_bytes(b, sizeof b, vp->gpu_mem),
+			       vp->gpu_unified ? " of the host's" : "", (double)vp->gpu_bw / 1e9,
+			       (double)vp->gpu_flops / 1e9);
+	}
+}
+
+/* "gpu (vulkan) 0-20, cpu 21-30" after a stage line, when its peer has a
+ * GPU part. */
+static void print_split(const shoal_plan *p, const shoal_plan_stage *s)
+{
+	const shoal_plan_peer *pp = shoal_plan_peer_at(p, s->peer);
+	if (s->gpu_end == s->first_layer && !pp->gpu_capacity)
+		return;
+	printf("       on its");
+	if (s->gpu_end > s->first_layer)
+		printf(" gpu (%s) %u-%u", pp->gpu_backend, s->first_layer, s->gpu_end - 1);
+	if (s->gpu_end < s->end_layer)
+		printf("%s cpu %u-%u", s->gpu_end > s->first_layer ? "," : "", s->gpu_end,
+		       s->end_layer - 1);
+	printf("\n");
+}
+
 static void print_text(const shoal_plan *p, const shoal_manifest *m, const shoal_spec_info *info,
                        const shoal_policy *pol)
 {
@@ -273,6 +310,8 @@ static void print_text(const shoal_plan *p, const shoal_manifest *m, const shoal
 			       SHOAL_PLAN_TP_SHOW);
 		else if (k)
 			print_group(p, m, i, mem, (uint32_t)k);
+		else
+			print_split(p, s);
 	}
 	/* a group's members all embed (the stream is replicated from the
 	 * token ids on); a last group splits the head by vocab rows, and its
@@ -280,11 +319,12 @@ static void print_text(const shoal_plan *p, const shoal_manifest *m, const shoal
 	shoal_plan_member m0;
 	bool g0 = shoal_plan_stage_members(p, 0, &m0, 1) > 0;
 	bool gl = shoal_plan_stage_members(p, ns - 1, &m0, 1) > 0;
-	printf("  embedding on %s, head %s %s\n",
+	printf("  embedding on %s, head %s %s%s\n",
 	       g0 ? "every member of stage 0"
 	          : shoal_plan_peer_at(p, shoal_plan_embd_peer(p))->name,
 	       gl ? "split by vocab rows over the last stage's members, gathered on" : "on",
-	       shoal_plan_peer_at(p, shoal_plan_head_peer(p))->name);
+	       shoal_plan_peer_at(p, shoal_plan_head_peer(p))->name,
+	       shoal_plan_head_gpu(p) ? "'s gpu" : "");
 	/* experts: say "with their layers" when every expert sits with its stage */
 	bool any = false, with_layer = true;
 	for (size_t i = 0; i < shoal_plan_n_stages(p); i++) {
@@ -351,6 +391,17 @@ static void print_text(const shoal_plan *p, const shoal_manifest *m, const shoal
 		if (pp->n_experts)
 			printf(", %u experts", pp->n_experts);
 		printf("\n");
+		/* a GPU: what it holds, and (discrete) what stays in host memory */
+		if (pp->gpu_capacity && pp->gpu_unified)
+			printf("  %-20s of it on the gpu %10s of %10s (the host's memory)\n", "",
+			       shoal_fmt_bytes(b1, sizeof b1, pp->gpu_bytes),
+			       shoal_fmt_bytes(b2, sizeof b2, pp->gpu_capacity));
+		else if (pp->gpu_capacity)
+			printf("  %-20s of it on the gpu %10s of %10s, in host memory %s\n", "",
+			       shoal_fmt_bytes(b1, sizeof b1, pp->gpu_bytes),
+			       shoal_fmt_bytes(b2, sizeof b2, pp->gpu_capacity),
+			       shoal_fmt_bytes(b3, sizeof b3,
+			                       pp->weight_bytes + pp->kv_bytes - pp->gpu_bytes));
 	}
 	uint64_t t = shoal_plan_predicted_ns(p);
 	printf("predicted %.3f ms/token, %.1f tokens/s\n", (double)t / 1e6,
@@ -519,6 +570,7 @@ int shoal_cmd_plan(int argc, char **argv)
 		printf("%s\n", s);
 		free(s);
 	} else {
+		print_devices(view);
 		print_text(plan, &m, pinfo, &pol);
 	}
 	rc = 0;

@@ -23,6 +23,9 @@
  *       "data_endpoints": [{"kind","interface","address","rdma"}],
  *       "rdma_devices": [names], "models": [{"model_id","path","bytes"}],
  *       "data_suspects": [IDs whose data plane it finds failing],
+ *       "devices": [{"backend", "kind" ("cpu"|"gpu"), "name", "unified",
+ *                    "software", "mem_bytes", "read_gb_s", "gflops"}]
+ *                  (the CPU first),
  *       "links": [{"peer": ID, "local_endpoint", "remote_endpoint",
  *                  "rtt_us", "bandwidth_bytes_s"}] } ],
  *    "plan": {...} }                 -- only from a node serving a model:
@@ -35,6 +38,7 @@
 
 #include <getopt.h>
 #include <inttypes.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -98,6 +102,23 @@ static double cmd_status_num(json_t *o, const char *k)
 	return json_number_value(json_object_get(o, k));
 }
 
+/* A peer's devices past the CPU (its GB/s are the table's): one line each,
+ * "    gpu: vulkan 'NAME', 24.0 GiB, 800.0 GB/s, 61000 GFLOP/s". */
+static void cmd_status_print_devices(json_t *dv)
+{
+	for (size_t i = 1; i < json_array_size(dv); i++) {
+		json_t *d = json_array_get(dv, i);
+		char mem[SHOAL_FMT_BYTES_LEN];
+		json_int_t m = json_integer_value(json_object_get(d, "mem_bytes"));
+		printf("    %s: %s '%s', %s%s, %.1f GB/s, %.0f GFLOP/s%s\n",
+		       cmd_status_str(d, "kind"), cmd_status_str(d, "backend"),
+		       cmd_status_str(d, "name"), shoal_fmt_bytes(mem, sizeof mem, (uint64_t)m),
+		       json_is_true(json_object_get(d, "unified")) ? " of the host's" : "",
+		       cmd_status_num(d, "read_gb_s"), cmd_status_num(d, "gflops"),
+		       json_is_true(json_object_get(d, "software")) ? " (software)" : "");
+	}
+}
+
 /* The human view: a table of peers, then the link matrix (RTT in us, the
  * best endpoint pair; bandwidth in MB/s where measured). */
 static void cmd_status_print(json_t *root)
@@ -131,6 +152,7 @@ static void cmd_status_print(json_t *root)
 		if (json_is_false(json_object_get(p, "compatible")))
 			printf("    left out of planning: %s\n",
 			       cmd_status_str(p, "why_incompatible"));
+		cmd_status_print_devices(json_object_get(p, "devices"));
 	}
 	printf("\nlinks (row -> column): RTT us / MB/s, best endpoint pair\n%-14s", "");
 	for (size_t j = 0; j < n; j++)
@@ -200,6 +222,20 @@ static void cmd_status_print_plan(json_t *plan)
 		       json_integer_value(json_object_get(st, "first_layer")),
 		       json_integer_value(json_object_get(st, "end_layer")),
 		       is_ready ? "ready" : "not ready");
+		/* its layers by device, where a GPU has some */
+		json_t *dv = json_object_get(st, "devices");
+		bool gpu = false;
+		for (size_t j = 0; j < json_array_size(dv); j++)
+			gpu |= !strcmp(cmd_status_str(json_array_get(dv, j), "device"), "gpu");
+		for (size_t j = 0; gpu && j < json_array_size(dv); j++) {
+			json_t *d = json_array_get(dv, j);
+			printf("%s%s (%s) [%" JSON_INTEGER_FORMAT ", %" JSON_INTEGER_FORMAT ")%s",
+			       j ? ", " : "           on its ", cmd_status_str(d, "device"),
+			       cmd_status_str(d, "backend"),
+			       json_integer_value(json_object_get(d, "first_layer")),
+			       json_integer_value(json_object_get(d, "end_layer")),
+			       j + 1 == json_array_size(dv) ? "\n" : "");
+		}
 		json_t *ms = json_object_get(st, "members"); /* a tensor group */
 		for (size_t j = 0; j < json_array_size(ms); j++) {
 			json_t *mj = json_array_get(ms, j);

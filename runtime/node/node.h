@@ -41,10 +41,14 @@ typedef struct shoal_node_config {
 	const char *const *seeds; /* "HOST[:PORT]" each */
 	size_t n_seeds;
 	int no_mdns;
-	int reprobe;             /* measure compute speed again, not the kept figures */
-	const shoal_key *key;    /* NULL: insecure (caller checked --insecure) */
-	const char *cluster;     /* NULL: "default" */
-	int threads;             /* compute threads; 0: all cores */
+	int reprobe;          /* measure compute speed again, not the kept figures */
+	const shoal_key *key; /* NULL: insecure (caller checked --insecure) */
+	const char *cluster;  /* NULL: "default" */
+	int threads;          /* compute threads; 0: all cores */
+	/* --backend: a backend kind's name (runtime/backends.h), NULL or
+	 * "auto"; its devices go in our record and its stages compute with it.
+	 * Borrowed: must outlive the node. */
+	const char *backend;
 	const char *data_listen; /* "ADDR:PORT"; NULL: ephemeral on the listen address */
 	uint32_t gossip_ms;      /* base period; 0: default */
 	const shoal_discovery_ops *discovery; /* NULL: DNS-SD */

@@ -33,8 +33,9 @@
  * pairs before the tail); 5: OPEN's no-logprob bit, a group's head gather
  * (round HEAD); 4: served epochs; 3: OPEN carries the first step */
 #define SHOAL_NODE_PROTO_VERSION 6
-/* 2: a last-stage tensor group splits the head by vocab rows */
-#define SHOAL_NODE_SCHED_VERSION 2
+/* 3: a peer's GPU (its record's devices) takes a stage's first layers;
+ * 2: a last-stage tensor group splits the head by vocab rows */
+#define SHOAL_NODE_SCHED_VERSION 3
 
 /* Timer multiples of the base period B (100 ms by default):
  * PROBE: one link probe every 2 B; with 3 peers x 1 endpoint pair each

@@ -27,6 +27,7 @@
 #include "base/log.h"
 #include "net/endpoint.h"
 #include "base/statedir.h"
+#include "runtime/backends.h"
 #include "runtime/cpu/kernels_probe.h"
 
 uint64_t node__now_us(void *ctx)
@@ -149,6 +150,80 @@ static void node_compute_probe(const char *dir, bool reprobe, shoal_record *r)
 		SHOAL_LOG_D("node", "cannot keep the compute figures: %s", why);
 }
 
+/* Our compute devices (runtime/backends.h), as --backend chooses them: the
+ * CPU first, with the compute probe's figures (kept across restarts) and
+ * the memory we offer (node__record_refresh keeps that current), then each
+ * GPU with the figures its backend measured. When the registry cannot say,
+ * the CPU alone. */
+static void node_devices(shoal_node *n, shoal_record *r)
+{
+	shoal_backend_devinfo d[SHOAL_RECORD_MAX_DEVICES];
+	size_t nd = 0;
+	char why[SHOAL_WHY_LEN] = "";
+	uint32_t th = n->cfg.threads > 0 ? (uint32_t)n->cfg.threads : n->si.cores ? n->si.cores : 1;
+	shoal_backend_limits lim = {
+	    .n_threads = th, .max_ctx = 1, .max_rows = 1, .max_n = 32, .max_group = 1};
+	shoal_err e =
+	    shoal_backend_devices(&(shoal_backend_opts){.name = n->cfg.backend}, &lim, true, d,
+	                          SHOAL_RECORD_MAX_DEVICES, &nd, why, sizeof why);
+	if (e) {
+		SHOAL_LOG_W("node", "cannot list the compute devices (%s): publishing the CPU",
+		            why);
+		nd = 0;
+	}
+	r->n_devices = 0;
+	for (size_t i = 0; i < nd; i++) {
+		shoal_record_device *x = &r->devices[r->n_devices++];
+		memset(x, 0, sizeof *x);
+		shoal_record_strcpy(x->backend, sizeof x->backend, d[i].backend);
+		shoal_record_strcpy(x->name, sizeof x->name, d[i].name);
+		x->kind = d[i].gpu ? SHOAL_RECORD_DEVICE_GPU : SHOAL_RECORD_DEVICE_CPU;
+		x->unified = d[i].unified;
+		x->software = d[i].software;
+		x->mem_bytes = d[i].mem_bytes;
+		x->read_mb_s = (uint64_t)(d[i].read_gbps * 1000.0); /* GB/s -> MB/s */
+		x->mflops = (uint64_t)(d[i].gflops * 1000.0);       /* GFLOP/s -> MFLOP/s */
+		if (i == 0) { /* the host's CPU: the probe's figures */
+			x->read_mb_s = r->compute_mb_s;
+			x->mflops = r->compute_mflops;
+		}
+	}
+	if (!r->n_devices) {
+		shoal_record_device *x = &r->devices[r->n_devices++];
+		memset(x, 0, sizeof *x);
+		shoal_record_strcpy(x->backend, sizeof x->backend, "cpu");
+		shoal_record_strcpy(x->name, sizeof x->name, "cpu");
+		x->unified = 1;
+		x->read_mb_s = r->compute_mb_s;
+		x->mflops = r->compute_mflops;
+	}
+#ifdef SHOAL_TEST_HOOKS
+	/* SHOAL_TEST_GPU=BYTES:MB_S: a GPU of that memory and bandwidth that
+	 * --backend computes on (the CPU here): the plan's split of a stage
+	 * inside a peer, tested on machines without a GPU */
+	const char *tg = getenv("SHOAL_TEST_GPU");
+	unsigned long long tb = 0, tr = 0;
+	if (tg && sscanf(tg, "%llu:%llu", &tb, &tr) == 2 && tb && tr &&
+	    r->n_devices < SHOAL_RECORD_MAX_DEVICES) {
+		shoal_record_device *x = &r->devices[r->n_devices++];
+		memset(x, 0, sizeof *x);
+		shoal_record_strcpy(x->backend, sizeof x->backend,
+		                    n->cfg.backend ? n->cfg.backend : "cpu");
+		shoal_record_strcpy(x->name, sizeof x->name, "test gpu (SHOAL_TEST_GPU)");
+		x->kind = SHOAL_RECORD_DEVICE_GPU;
+		x->mem_bytes = tb;
+		x->read_mb_s = tr;
+	}
+#endif
+	for (uint32_t i = 0; i < r->n_devices; i++) {
+		const shoal_record_device *x = &r->devices[i];
+		SHOAL_LOG_I("node", "device %u: %s %s '%s'%s%s, %.1f GB/s, %.1f GFLOP/s", i,
+		            x->backend, x->kind == SHOAL_RECORD_DEVICE_GPU ? "gpu" : "cpu", x->name,
+		            x->unified ? ", unified memory" : "", x->software ? ", software" : "",
+		            (double)x->read_mb_s / 1000.0, (double)x->mflops / 1000.0);
+	}
+}
+
 /* Fill the static parts of our record: identity, versions, endpoints,
  * machine. */
 void node__record_init(shoal_node *n)
@@ -211,6 +286,7 @@ void node__record_init(shoal_node *n)
 	 * weights for a peer without the file); peers match by model id. */
 	r->n_models = 0;
 	node_compute_probe(n->state_dir, n->cfg.reprobe, r);
+	node_devices(n, r);
 }
 
 /* The parts that change: memory available, load, links. */
@@ -224,6 +300,8 @@ void node__record_refresh(shoal_node *n)
 	    (uint32_t)shoal_linkprobe_links(n->lp, n->rec.links, SHOAL_RECORD_MAX_LINKS);
 	if (n->cl)
 		shoal_serve_fill_record(n->cl, &n->rec, n->si.mem_available);
+	if (n->rec.n_devices) /* the host's CPU holds what we offer */
+		n->rec.devices[0].mem_bytes = n->rec.mem_weights;
 }
 
 /* -------------------------------------------------------------- link probes */

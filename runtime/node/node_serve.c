@@ -78,6 +78,7 @@ shoal_err node__serve_new(shoal_node *n, shoal_wcache *wc, char *why, size_t why
 	                         .spread_experts = n->cfg.spread_experts != 0,
 	                         .tensor_groups = n->cfg.tensor_groups != 0,
 	                         .link_us = n->cfg.link_us,
+	                         .backend = n->cfg.backend,
 	                         .threads = n->cfg.threads > 0 ? (uint32_t)n->cfg.threads
 	                                    : n->si.cores      ? n->si.cores
 	                                                       : 1,

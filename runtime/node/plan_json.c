@@ -85,6 +85,49 @@ static shoal_err get_num(const json_t *o, const char *key, bool required, double
 
 /* ---- peers ------------------------------------------------------------- */
 
+/* A peer's "gpu": memory (a size), bandwidth_gbs and compute_gflops
+ * (required, > 0), unified (default false), backend (default "vulkan") and
+ * name (optional strings). */
+static shoal_err read_gpu(const json_t *g, const char *peer, shoal_view_peer *vp, char *why,
+                          size_t why_len)
+{
+	char what[64];
+	snprintf(what, sizeof what, "%s.gpu", peer);
+	if (!json_is_object(g))
+		return shoal_why(why, why_len, SHOAL_ERR_FORMAT, "%s: not an object", what);
+	const json_t *mem = json_object_get(g, "memory");
+	if (json_is_string(mem)) {
+		if (shoal_cluster_parse_bytes(json_string_value(mem), &vp->gpu_mem))
+			return shoal_why(why, why_len, SHOAL_ERR_FORMAT,
+			                 "%s: memory \"%s\": want e.g. 24G or 24GiB", what,
+			                 json_string_value(mem));
+	} else if (json_is_integer(mem) && json_integer_value(mem) > 0) {
+		vp->gpu_mem = (uint64_t)json_integer_value(mem);
+	} else {
+		return shoal_why(why, why_len, SHOAL_ERR_FORMAT,
+		                 "%s: \"memory\" missing or not bytes / a size string", what);
+	}
+	double bw, fl;
+	shoal_err e;
+	if ((e = get_num(g, "bandwidth_gbs", true, 0, &bw, what, why, why_len)) ||
+	    (e = get_num(g, "compute_gflops", true, 0, &fl, what, why, why_len)))
+		return e;
+	vp->gpu_bw = (uint64_t)llround(bw * 1e9);
+	vp->gpu_flops = (uint64_t)llround(fl * 1e9);
+	const json_t *u = json_object_get(g, "unified"), *b = json_object_get(g, "backend"),
+	             *n = json_object_get(g, "name");
+	if ((u && !json_is_boolean(u)) || (b && !json_is_string(b)) || (n && !json_is_string(n)))
+		return shoal_why(why, why_len, SHOAL_ERR_FORMAT,
+		                 "%s: \"unified\" is true or false, \"backend\" and \"name\" "
+		                 "strings",
+		                 what);
+	vp->gpu_unified = u && json_is_true(u);
+	snprintf(vp->gpu_backend, sizeof vp->gpu_backend, "%s",
+	         b ? json_string_value(b) : "vulkan");
+	snprintf(vp->gpu_name, sizeof vp->gpu_name, "%s", n ? json_string_value(n) : "");
+	return SHOAL_OK;
+}
+
 static shoal_err read_peer(const json_t *p, size_t i, shoal_view_peer *vp, char *why,
                            size_t why_len)
 {
@@ -124,7 +167,8 @@ static shoal_err read_peer(const json_t *p, size_t i, shoal_view_peer *vp, char 
 	vp->mem_bw = (uint64_t)llround(bw * 1e9);
 	vp->flops = (uint64_t)llround(fl * 1e9);
 	vp->load_pct = load > 1000 ? 1000 : (uint32_t)load; /* the view rejects > 90 */
-	return SHOAL_OK;
+	const json_t *gpu = json_object_get(p, "gpu");
+	return gpu ? read_gpu(gpu, what, vp, why, why_len) : SHOAL_OK;
 }
 
 /* ---- links and routing ------------------------------------------------- */
@@ -308,11 +352,19 @@ json_t *shoal_cluster_to_json(const shoal_view *v)
 		const shoal_view_peer *p = shoal_view_peer_at(v, i);
 		char hex[SHOAL_PEER_ID_HEX_LEN];
 		shoal_peer_id_to_hex(&p->id, hex);
-		bad |= json_array_append_new(
-		    peers, json_pack("{s:s, s:s, s:I, s:f, s:f, s:i}", "id", hex, "name", p->name,
-		                     "memory", (json_int_t)p->mem_bytes, "bandwidth_gbs",
-		                     (double)p->mem_bw / 1e9, "compute_gflops",
-		                     (double)p->flops / 1e9, "load_pct", (int)p->load_pct));
+		json_t *pj = json_pack("{s:s, s:s, s:I, s:f, s:f, s:i}", "id", hex, "name", p->name,
+		                       "memory", (json_int_t)p->mem_bytes, "bandwidth_gbs",
+		                       (double)p->mem_bw / 1e9, "compute_gflops",
+		                       (double)p->flops / 1e9, "load_pct", (int)p->load_pct);
+		if (pj && p->gpu_mem)
+			bad |= json_object_set_new(
+			    pj, "gpu",
+			    json_pack("{s:I, s:f, s:f, s:b, s:s, s:s}", "memory",
+			              (json_int_t)p->gpu_mem, "bandwidth_gbs",
+			              (double)p->gpu_bw / 1e9, "compute_gflops",
+			              (double)p->gpu_flops / 1e9, "unified", p->gpu_unified,
+			              "backend", p->gpu_backend, "name", p->gpu_name));
+		bad |= !pj || json_array_append_new(peers, pj);
 	}
 	for (size_t i = 0; !bad && i < shoal_view_n_links(v); i++) {
 		shoal_peer_id a, b;
@@ -389,6 +441,34 @@ static json_t *members_json(const shoal_plan *p, const shoal_plan_member *mem, s
 	return ms;
 }
 
+/* One layer range on one device: {device, backend, first_layer,
+ * end_layer}. */
+static json_t *range_json(bool gpu, const char *backend, uint32_t a, uint32_t b)
+{
+	return json_pack("{s:s, s:s, s:i, s:i}", "device", gpu ? "gpu" : "cpu", "backend", backend,
+	                 "first_layer", (int)a, "end_layer", (int)b);
+}
+
+/* A stage's layer ranges by device: the GPU's first, then the CPU's (one
+ * range when the stage is all on one). NULL when out of memory. */
+static json_t *ranges_json(const shoal_plan *p, const shoal_plan_stage *s)
+{
+	const shoal_plan_peer *pp = shoal_plan_peer_at(p, s->peer);
+	json_t *a = json_array();
+	if (a && s->gpu_end > s->first_layer &&
+	    json_array_append_new(a, range_json(true, pp->gpu_backend[0] ? pp->gpu_backend : "gpu",
+	                                        s->first_layer, s->gpu_end))) {
+		json_decref(a);
+		return NULL;
+	}
+	if (a && s->gpu_end < s->end_layer &&
+	    json_array_append_new(a, range_json(false, "cpu", s->gpu_end, s->end_layer))) {
+		json_decref(a);
+		return NULL;
+	}
+	return a;
+}
+
 json_t *shoal_plan_to_json(const shoal_plan *p)
 {
 	json_t *o = json_object(), *stages = json_array(), *experts = json_array(),
@@ -412,6 +492,7 @@ json_t *shoal_plan_to_json(const shoal_plan *p)
 		json_t *st = peer_ref(p, s->peer);
 		bad |= !st || add(st, "first_layer", json_integer(s->first_layer)) ||
 		       add(st, "end_layer", json_integer(s->end_layer));
+		bad |= bad || add(st, "devices", ranges_json(p, s));
 		/* a tensor group: its members (the stage's peer is the first,
 		 * the entry) and their shares of every split dimension */
 		shoal_plan_member mem[64];
@@ -426,6 +507,7 @@ json_t *shoal_plan_to_json(const shoal_plan *p)
 		bad |= add(o, "embedding", peer_ref(p, shoal_plan_embd_peer(p)));
 		json_t *h = peer_ref(p, shoal_plan_head_peer(p));
 		bad |= add(o, "head", h);
+		bad |= bad || add(h, "device", json_string(shoal_plan_head_gpu(p) ? "gpu" : "cpu"));
 		/* a group in the last stage splits the head by vocab rows, with
 		 * the stage's shares; the head peer gathers the logits */
 		shoal_plan_member mem[64];
@@ -484,6 +566,8 @@ json_t *shoal_plan_to_json(const shoal_plan *p)
 		           json_integer((json_int_t)(pp->weight_bytes + pp->kv_bytes))) ||
 		       add(r, "capacity_bytes", json_integer((json_int_t)pp->capacity_bytes)) ||
 		       add(r, "experts", json_integer(pp->n_experts)) ||
+		       add(r, "gpu_bytes", json_integer((json_int_t)pp->gpu_bytes)) ||
+		       add(r, "gpu_capacity_bytes", json_integer((json_int_t)pp->gpu_capacity)) ||
 		       json_array_append_new(memory, r);
 	}
 	if (!bad) {

@@ -12,7 +12,15 @@
  *                  "memory": "512G" | <bytes>,       (required)
  *                  "bandwidth_gbs": 819,             (memory GB/s, required)
  *                  "compute_gflops": 28000,          (required)
- *                  "load_pct": 0 } ],
+ *                  "load_pct": 0,
+ *                  "gpu": { "memory": "384G",        (the GPU it computes on,
+ *                           "bandwidth_gbs": 819,     optional: memory, GB/s
+ *                           "compute_gflops": 28000,  and GFLOP/s required;
+ *                           "unified": true,          unified: false,
+ *                           "backend": "vulkan",      backend: "vulkan",
+ *                           "name": "M3 Ultra" } } ], name: "" by default)
+ *   the peer's own memory, bandwidth and compute are its CPU's and host
+ *   memory's; a unified GPU's memory is part of the peer's memory.
  *     "links": [ { "a": "<id or name>", "b": "<id or name>",
  *                  "latency_us": 30, "bandwidth_gbit": 80 } ],
  *     "routing": [ { "layer": 3, "counts": [ 120, 7, ... ] } ] }
@@ -48,16 +56,22 @@ shoal_err shoal_cluster_parse_bytes(const char *s, uint64_t *out);
  *     "predicted_ns_per_token", "predicted_ms_per_token", "tokens_per_second",
  *     "moved_bytes",
  *     "stages": [ { "peer" (32 hex), "name", "first_layer", "end_layer",
+ *                   "devices": [ { "device": "gpu" | "cpu", "backend" ("vulkan",
+ *                                  "cpu"), "first_layer", "end_layer" } ]
+ *                   (the stage's layers by device: the GPU's first),
  *                   "members": [ { "peer", "name", "weight", "share" } ]
  *                   (a tensor group only: its members and their shares) } ],
- *     "embedding": { "peer", "name" }, "head": { "peer", "name", "members"
+ *     "embedding": { "peer", "name" }, "head": { "peer", "name", "device"
+ *                   ("gpu" or "cpu"), "members"
  *                   (the last stage a group: the head split by vocab rows
  *                   among its members, the stage's shares; "peer" gathers
  *                   the logits and samples) },
  *     "experts": [ { "layer", "owners": [ { "peer", "name",
  *                    "experts": [ ids ] } ] } ]          (MoE layers only)
  *     "memory": [ { "peer", "name", "weights_bytes", "kv_bytes",
- *                   "used_bytes", "capacity_bytes", "experts" } ] }
+ *                   "used_bytes", "capacity_bytes", "experts", "gpu_bytes"
+ *                   (of used_bytes, those on its GPU), "gpu_capacity_bytes"
+ *                   (0: no GPU) } ] }
  * Arrays are in pipeline order (stages), layer order (experts) and peer id
  * order (owners, memory), so the text is stable for a given plan. */
 json_t *shoal_plan_to_json(const shoal_plan *p);

@@ -73,6 +73,8 @@ typedef struct shoal_serve_config {
 	bool tensor_groups;   /* policy.tensor_groups: the same on every peer */
 	uint32_t link_us;     /* link latency plans assume; 0: SHOAL_SERVE_LINK_US */
 	uint32_t threads;     /* engine threads; 0: 1 */
+	const char *backend;  /* the stages' backend kind (runtime/backends.h);
+	                         NULL: "auto". Borrowed: outlives the cluster */
 	uint32_t hop_spin_us; /* the data thread's spin before a wait; 0: none
 	                         (a node's default: SHOAL_SERVE_HOP_SPIN_US) */
 	uint8_t self[SHOAL_PEER_ID_LEN];

@@ -282,6 +282,7 @@ static void serve_stage_common(shoal_serve *cl, const shoal_serve_assign *a,
 	memcpy(c->digest, a->digest, SHOAL_DIGEST_BYTES);
 	c->epoch = a->epoch;
 	c->n_threads = cl->cfg.threads ? cl->cfg.threads : 1;
+	c->backend = cl->cfg.backend;
 	c->n_ctx = cl->pol.ctx;
 	c->max_sessions = a->sessions;
 	c->max_rows = SHOAL_SERVE_MAX_ROWS;
@@ -397,6 +398,13 @@ static shoal_err serve_build_assign(shoal_serve *cl, shoal_serve_assign **out, c
 			           ->id.b,
 			       16);
 		serve_stage_common(cl, a, &sc);
+		/* the plan's device split (scheduler/plan.h): [first, gpu_end) on
+		 * our --backend's GPU, the rest on the CPU; none on a GPU: all on
+		 * the CPU, whatever --backend says */
+		if (st->gpu_end == st->first_layer)
+			sc.backend = "cpu";
+		else if (st->gpu_end < st->end_layer)
+			sc.device_end = st->gpu_end;
 		sc.link = serve__link;
 		sc.link_ctx = sc.has_head ? &cl->lctx_owner : &cl->lctx_stage;
 		sc.expert_link = serve__link;

@@ -33,6 +33,41 @@ static uint64_t serve_speed(uint64_t per_s_millions)
 	return shoal_bucket_geo_value(shoal_bucket_geo(raw, SHOAL_BUCKET_NONE));
 }
 
+/* A GPU whose multiply rate was not measured is planned as bandwidth-bound
+ * up to 64 FLOP per byte read: below the ridge point of current GPUs
+ * (~100-300 FLOP/byte at FP16), above what decode asks (~2-4 FLOP per
+ * byte of quantized weights), so it never binds decode and stays modest
+ * for prefill. */
+#define SERVE_GPU_FLOP_PER_BYTE 64u
+
+/* The GPU a peer's plan may use (scheduler/view.h): of its record's GPU
+ * devices with a measured bandwidth, the one with the most memory (ties:
+ * the first listed); none leaves p's GPU empty. One a peer for now: the
+ * scheduler splits a stage between one GPU and the CPU. Returns its index
+ * in r->devices, or -1. */
+static int serve_gpu(const shoal_record *r, shoal_view_peer *p)
+{
+	int best = -1;
+	for (uint32_t i = 0; i < r->n_devices && i < SHOAL_RECORD_MAX_DEVICES; i++) {
+		const shoal_record_device *d = &r->devices[i];
+		if (d->kind != SHOAL_RECORD_DEVICE_GPU || !d->read_mb_s || !d->mem_bytes)
+			continue;
+		if (best < 0 || d->mem_bytes > r->devices[best].mem_bytes)
+			best = (int)i;
+	}
+	if (best < 0)
+		return -1;
+	const shoal_record_device *d = &r->devices[best];
+	p->gpu_mem = d->mem_bytes;
+	p->gpu_bw = serve_speed(d->read_mb_s);
+	p->gpu_flops = d->mflops ? serve_speed(d->mflops)
+	                         : serve_speed(d->read_mb_s * SERVE_GPU_FLOP_PER_BYTE);
+	p->gpu_unified = d->unified != 0;
+	snprintf(p->gpu_backend, sizeof p->gpu_backend, "%s", d->backend);
+	snprintf(p->gpu_name, sizeof p->gpu_name, "%s", d->name);
+	return best;
+}
+
 static void serve_left(shoal_serve *cl, const shoal_swim_member *m, const char *fmt,
                        const char *arg)
 {
@@ -84,6 +119,7 @@ static shoal_err serve_plan_on(shoal_serve *cl, const shoal_swim_member *const *
 		p.mem_bw = serve_speed(r->compute_mb_s);
 		p.flops = serve_speed(r->compute_mflops);
 		p.load_pct = 0;
+		serve_gpu(r, &p);
 		e = shoal_view_add_peer(view, &p, why, why_len);
 	}
 	if (e == SHOAL_OK && serve_measured_links(cl))
@@ -385,6 +421,13 @@ static size_t serve_candidates(shoal_serve *cl, const shoal_swim_member *v, size
 		crypto_generichash_update(&hs, (const uint8_t *)&r->mem_weights, 8);
 		crypto_generichash_update(&hs, (const uint8_t *)&r->compute_mb_s, 8);
 		crypto_generichash_update(&hs, (const uint8_t *)&r->compute_mflops, 8);
+		shoal_view_peer gp; /* the GPU it plans with, as the view gets it */
+		memset(&gp, 0, sizeof gp);
+		serve_gpu(r, &gp);
+		crypto_generichash_update(&hs, (const uint8_t *)&gp.gpu_mem, 8);
+		crypto_generichash_update(&hs, (const uint8_t *)&gp.gpu_bw, 8);
+		crypto_generichash_update(&hs, (const uint8_t *)&gp.gpu_flops, 8);
+		crypto_generichash_update(&hs, (const uint8_t *)&gp.gpu_unified, 1);
 		crypto_generichash_update(&hs, (const uint8_t *)r->ctl_endpoint,
 		                          strlen(r->ctl_endpoint));
 		for (uint32_t k = 0; k < r->n_data_ep; k++)

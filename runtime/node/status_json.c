@@ -74,6 +74,24 @@ json_t *shoal_status_record_json(const shoal_record *r)
 		rc |= put(e, "path", jstr(r->models[i].path));
 		rc |= put(e, "bytes", json_integer((json_int_t)r->models[i].bytes));
 	}
+	rc |= put(o, "devices", a = json_array());
+	for (uint32_t i = 0; a && i < r->n_devices; i++) {
+		const shoal_record_device *d = &r->devices[i];
+		json_t *e = json_object();
+		if (!e || json_array_append_new(a, e)) {
+			rc = -1;
+			break;
+		}
+		rc |= put(e, "backend", jstr(d->backend));
+		rc |=
+		    put(e, "kind", json_string(d->kind == SHOAL_RECORD_DEVICE_GPU ? "gpu" : "cpu"));
+		rc |= put(e, "name", jstr(d->name));
+		rc |= put(e, "unified", json_boolean(d->unified));
+		rc |= put(e, "software", json_boolean(d->software));
+		rc |= put(e, "mem_bytes", json_integer((json_int_t)d->mem_bytes));
+		rc |= put(e, "read_gb_s", json_real((double)d->read_mb_s / 1000.0));
+		rc |= put(e, "gflops", json_real((double)d->mflops / 1000.0));
+	}
 	rc |= put(o, "serving", json_boolean(r->serving));
 	if (r->ready_epoch) {
 		shoal_hex_encode(r->ready_digest, SHOAL_MODEL_DIGEST_LEN, hex);

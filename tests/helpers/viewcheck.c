@@ -13,11 +13,15 @@
  *   viewcheck FILE dsuspects NAME  print the names of the peers whose data plane
  *                                NAME's record names failing, one a line
  *   viewcheck FILE compat NAME   print "yes", or "no: <why_incompatible>", or "none"
+ *   viewcheck FILE devices NAME  print "backend:kind" per device of its record, the
+ *                                first followed by ":probe" when its GB/s and
+ *                                GFLOP/s are the compute probe's
  *   viewcheck FILE summary       print "name:state:incarnation" per peer, sorted by id
  * Exit 1 when FILE is not a status object.
  */
 #include "config.h"
 
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -52,6 +56,8 @@ static int check_schema(json_t *peers)
 		     json_is_integer(json_object_get(p, "mem_weights"));
 		ok = ok && json_is_number(json_object_get(p, "compute_gb_s")) &&
 		     json_is_number(json_object_get(p, "compute_gflops"));
+		ok = ok && json_is_array(json_object_get(p, "devices")) &&
+		     json_array_size(json_object_get(p, "devices")) >= 1;
 		ok = ok && json_is_integer(json_object_get(p, "cores")) &&
 		     json_is_array(json_object_get(p, "links")) &&
 		     json_is_array(json_object_get(p, "data_endpoints")) &&
@@ -106,6 +112,19 @@ int main(int argc, char **argv)
 		json_t *p = find_peer(peers, arg);
 		printf("%lld\n",
 		       p ? (long long)json_integer_value(json_object_get(p, "incarnation")) : -1LL);
+	} else if (!strcmp(cmd, "devices")) {
+		json_t *p = find_peer(peers, arg), *dv = p ? json_object_get(p, "devices") : NULL;
+		for (size_t i = 0; i < json_array_size(dv); i++) {
+			json_t *d = json_array_get(dv, i);
+			const char *b = json_string_value(json_object_get(d, "backend"));
+			const char *k = json_string_value(json_object_get(d, "kind"));
+			bool probe = !i &&
+			             json_real_value(json_object_get(d, "read_gb_s")) ==
+			                 json_real_value(json_object_get(p, "compute_gb_s")) &&
+			             json_real_value(json_object_get(d, "gflops")) ==
+			                 json_real_value(json_object_get(p, "compute_gflops"));
+			printf("%s:%s%s\n", b ? b : "?", k ? k : "?", probe ? ":probe" : "");
+		}
 	} else if (!strcmp(cmd, "links")) {
 		json_t *p = find_peer(peers, arg);
 		printf("%zu\n", p ? json_array_size(json_object_get(p, "links")) : 0);

@@ -59,7 +59,7 @@ expect_error() { # expect_error LABEL STATUS METHOD PATH [curl args]: OpenAI's e
 # 1. a 2-peer cluster, the API on a1
 start a1 "$DENSE" --mem-limit 14M --ctx 256 --api 127.0.0.1:0 --api-key "$T/apikey"
 SEED=$(ep a1)
-start a2 "$DENSE" --mem-limit 14M --ctx 256 --peer "$SEED"
+start a2 "$DENSE" --mem-limit 14M --ctx 256 --peer "$SEED" --backend cpu # its stage picks the CPU by name
 wait_for 30 servable_all 2 a1 a2 || fail "no 2-stage plan on 2 peers"
 U=http://127.0.0.1:$(api_port a1)
 "$B" run "$DENSE" -p "$P" -n 24 --temp 0 >"$T/l-text" 2>/dev/null || fail "local run"
@@ -159,7 +159,12 @@ call "$T/m.json" GET /v1/models
 call "$T/c.json" GET /v1/cluster
 [ "$(jget "$T/c.json" 'len(d["peers"]), len(d["plan"]["stages"])')" = "(2, 2)" ] ||
 	fail "/v1/cluster: $(head -c 300 "$T/c.json")"
-echo "routes: /health, /v1/models ($MODEL), /v1/cluster (2 peers, 2 stages)"
+# each stage's layers by device (CPU-only peers: one CPU range, its own),
+# and each peer's devices, the CPU first
+DV=$(jget "$T/c.json" '[(r["device"], r["backend"], r["first_layer"] == s["first_layer"], r["end_layer"] == s["end_layer"]) for s in d["plan"]["stages"] for r in s["devices"]], [p["devices"][0]["backend"] for p in d["peers"]]')
+[ "$DV" = "([('cpu', 'cpu', True, True), ('cpu', 'cpu', True, True)], ['cpu', 'cpu'])" ] ||
+	fail "/v1/cluster devices: $DV"
+echo "routes: /health, /v1/models ($MODEL), /v1/cluster (2 peers, 2 stages, each on its CPU)"
 echo "errors:"
 expect_error "malformed JSON" 400 POST /v1/chat/completions -d '{"messages": ['
 expect_error "a wrong type" 400 POST /v1/chat/completions -d '{"messages": [{"role": "user", "content": "x"}], "max_tokens": "many"}'

@@ -3,7 +3,9 @@
 # clusters prints the chosen mix of tensor groups and pipeline stages, each
 # group's members with their shares (of the head's vocab rows too, where
 # the group runs the last stage), and a prediction; without --tensor the
-# plan is the pipeline plan it always was.
+# plan is the pipeline plan it always was. Tensor groups compute on their
+# members' CPUs (scheduler/schedule.c, 4a), so the cases plan the example
+# clusters without their GPUs: what this checks is the groups' arithmetic.
 src=${SHOAL_SRCDIR:-.}
 bin=${SHOAL_BIN:-./shoal}
 ex=$src/scheduler/examples
@@ -16,12 +18,18 @@ fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
 ok() { echo "ok   $*"; }
 ms() { sed -n 's/^predicted \([0-9.]*\) ms\/token.*/\1/p' "$1"; }
 digest() { sed -n 's/.*digest \([0-9a-f]\{64\}\).*/\1/p' "$1"; }
+# an example cluster without its peers' "gpu" objects (each on its own line)
+for v in mac-studio-x4 linux-homelab; do
+	awk '/^ *"gpu":/ { sub(/, *$/, " }", prev); if ($0 ~ /} *}, *$/) prev = prev ","; next }
+		{ if (n++) print prev; prev = $0 } END { print prev }' "$ex/$v.json" >"$tmp/$v.json"
+	grep -q '"gpu"' "$tmp/$v.json" && fail "$v: a GPU left in the CPU-only cluster"
+done
 plan() { # VIEW SPEC OUT [ARGS...]
 	v=$1 s=$2 o=$3
 	shift 3
 	# the cases below were made for 8192 tokens x 1 session, not the
 	# node's defaults (4096, sessions from memory)
-	"$bin" plan --view "$ex/$v.json" --model "$specs/$s.json" --ctx 8192 --sessions 1 "$@" \
+	"$bin" plan --view "$tmp/$v.json" --model "$specs/$s.json" --ctx 8192 --sessions 1 "$@" \
 		>"$tmp/$o" 2>&1 ||
 		fail "plan $v $s $*: $(cat "$tmp/$o")"
 }
@@ -66,7 +74,7 @@ grep -q "^mix: 2 pipeline stages, 0 of them tensor groups$" "$tmp/lab2" &&
 	fail "home lab 235B: $(cat "$tmp/lab2")"
 
 # --json names each group's members, and the head's (the same 4)
-"$bin" plan --view "$ex/mac-studio-x4.json" --model "$specs/llama-3.1-70b-q4_k_m.json" --tensor --ctx 8192 --sessions 1 \
+"$bin" plan --view "$tmp/mac-studio-x4.json" --model "$specs/llama-3.1-70b-q4_k_m.json" --tensor --ctx 8192 --sessions 1 \
 	--json >"$tmp/j" 2>&1
 [ "$(grep -c '"weight":' "$tmp/j")" -eq 8 ] && grep -q '"members"' "$tmp/j" &&
 	[ "$(sed -n '/"head": {/,/^  }/p' "$tmp/j" | grep -c '"weight":')" -eq 4 ] &&

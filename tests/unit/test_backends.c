@@ -2,7 +2,10 @@
  * tests/unit/test_backends.c: the registry of backend kinds
  * (runtime/backends.h): "cpu" picks the CPU backend, NULL and "auto" pick
  * the best available (the CPU today), an unknown name is refused with the
- * known names in the reason, and every kind of the table is well formed.
+ * known names in the reason, and every kind of the table is well formed;
+ * the devices a node publishes (shoal_backend_devices): the CPU first,
+ * named by its threads, figures left to the probe; "cpu" lists it alone;
+ * an unknown kind is the registry's error.
  */
 #include "config.h"
 
@@ -79,5 +82,39 @@ static void test_table(void)
 	ASSERT_STR_EQ(shoal_backend_names(tiny, sizeof tiny), "c"); /* cut, terminated */
 }
 
+static void test_devices(void)
+{
+	shoal_backend_devinfo d[8];
+	size_t n = 0;
+	char why[256] = "";
+	shoal_backend_limits lim = {
+	    .n_threads = 3, .max_ctx = 1, .max_rows = 1, .max_n = 32, .max_group = 1};
+	ASSERT_EQ(shoal_backend_devices(NULL, &lim, false, d, 8, &n, why, sizeof why), SHOAL_OK);
+	ASSERT_GE(n, 1);
+	ASSERT_STR_EQ(d[0].backend, "cpu");
+	ASSERT_FALSE(d[0].gpu);
+	ASSERT_TRUE(d[0].unified);
+	ASSERT_FALSE(d[0].software);
+	ASSERT_GT(d[0].mem_bytes, 0);
+	ASSERT_TRUE(strstr(d[0].name, "x3") != NULL);
+	ASSERT_TRUE(d[0].read_gbps == 0.0); /* the CPU is measured by its caller */
+	for (size_t i = 1; i < n; i++)      /* "auto" never lists a software device */
+		ASSERT_FALSE(d[i].software);
+	shoal_backend_opts cpu = {.name = "cpu"};
+	ASSERT_EQ(shoal_backend_devices(&cpu, NULL, true, d, 8, &n, why, sizeof why), SHOAL_OK);
+	ASSERT_EQ(n, 1);
+	ASSERT_TRUE(strstr(d[0].name, "x1") != NULL);
+	ASSERT_TRUE(d[0].read_gbps == 0.0);
+	/* no room: nothing written */
+	ASSERT_EQ(shoal_backend_devices(&cpu, NULL, false, d, 0, &n, why, sizeof why), SHOAL_OK);
+	ASSERT_EQ(n, 0);
+	shoal_backend_opts bad = {.name = "nosuch"};
+	why[0] = 0;
+	ASSERT_EQ(shoal_backend_devices(&bad, NULL, false, d, 8, &n, why, sizeof why),
+	          SHOAL_ERR_NOTFOUND);
+	ASSERT_TRUE(strstr(why, "unknown backend 'nosuch'") != NULL);
+	ASSERT_EQ(n, 0);
+}
+
 TEST_MAIN(TEST_CASE(test_cpu_by_name), TEST_CASE(test_auto_picks_cpu), TEST_CASE(test_unknown_name),
-          TEST_CASE(test_table))
+          TEST_CASE(test_table), TEST_CASE(test_devices))

@@ -74,6 +74,18 @@ static void full_record(shoal_record *r)
 	r->n_dsuspect = SHOAL_RECORD_MAX_DSUSPECT;
 	for (uint32_t i = 0; i < r->n_dsuspect; i++)
 		memset(r->dsuspect[i].b, 0x40 + (int)i, SHOAL_PEER_ID_LEN);
+	r->n_devices = SHOAL_RECORD_MAX_DEVICES;
+	for (uint32_t i = 0; i < r->n_devices; i++) {
+		shoal_record_device *d = &r->devices[i];
+		memset(d->backend, 'b', sizeof d->backend - 1);
+		memset(d->name, 'g', sizeof d->name - 1);
+		d->kind = i ? SHOAL_RECORD_DEVICE_GPU : SHOAL_RECORD_DEVICE_CPU;
+		d->unified = i & 1;
+		d->software = i == 7;
+		d->mem_bytes = (24ull << 30) + i;
+		d->read_mb_s = 819000 + i;
+		d->mflops = 50000000ull * (i + 1);
+	}
 }
 
 static void test_peer_id_hex(void)
@@ -109,6 +121,9 @@ static void test_record_roundtrip_full(void)
 	b = a;
 	b.dsuspect[SHOAL_RECORD_MAX_DSUSPECT - 1].b[3] ^= 1;
 	ASSERT_FALSE(shoal_record_equal(&a, &b));
+	b = a;
+	b.devices[7].read_mb_s++;
+	ASSERT_FALSE(shoal_record_equal(&a, &b));
 	/* every truncation fails */
 	size_t ok = 0;
 	for (size_t n = 0; n < buf.len; n++)
@@ -127,6 +142,11 @@ static void test_record_json(void)
 	ASSERT_EQ(strlen(json_string_value(json_object_get(o, "id"))), 32);
 	ASSERT_EQ(json_array_size(json_object_get(o, "links")), SHOAL_RECORD_MAX_LINKS);
 	ASSERT_EQ(json_array_size(json_object_get(o, "models")), SHOAL_RECORD_MAX_MODELS);
+	json_t *dv = json_object_get(o, "devices");
+	ASSERT_EQ(json_array_size(dv), SHOAL_RECORD_MAX_DEVICES);
+	ASSERT_STR_EQ(json_string_value(json_object_get(json_array_get(dv, 1), "kind")), "gpu");
+	ASSERT_NEAR(json_real_value(json_object_get(json_array_get(dv, 0), "read_gb_s")), 819.0,
+	            1e-6);
 	ASSERT_EQ(json_integer_value(json_object_get(o, "mem_total")), (json_int_t)(192ull << 30));
 	ASSERT_NEAR(json_real_value(json_object_get(o, "compute_gflops")), 27000.0, 1e-6);
 	char *s = json_dumps(o, JSON_COMPACT);
@@ -584,6 +604,95 @@ static void test_record_over_limits(void)
 	shoal_wire_buf_fini(&buf);
 }
 
+/* The device list: a peer without it (older) is one CPU device made of
+ * its memory offer and compute probe; bad devices are refused by name. */
+static void test_record_devices(void)
+{
+	static shoal_record b;
+	msgpack_sbuffer sb;
+	msgpack_packer pk;
+	char why[SHOAL_WHY_LEN];
+	write_cb_init(&sb, &pk);
+	msgpack_pack_map(&pk, 9);
+	pk_str(&pk, "id"), g_id(&pk);
+	pk_str(&pk, "ctl"), pk_str(&pk, "tcp://x:1");
+	pk_str(&pk, "name"), pk_str(&pk, "old");
+	pk_str(&pk, "ver"), msgpack_pack_uint32(&pk, 1);
+	pk_str(&pk, "pv"), msgpack_pack_uint32(&pk, 1);
+	pk_str(&pk, "sv"), msgpack_pack_uint32(&pk, 1);
+	pk_str(&pk, "mw"), msgpack_pack_uint64(&pk, 48ull << 30);
+	pk_str(&pk, "cmb"), msgpack_pack_uint32(&pk, 21000);
+	pk_str(&pk, "cmf"), msgpack_pack_uint32(&pk, 350000);
+	ASSERT_EQ(shoal_wire_record_decode((uint8_t *)sb.data, sb.size, &b, why, sizeof why),
+	          SHOAL_OK);
+	msgpack_sbuffer_destroy(&sb);
+	ASSERT_EQ(b.n_devices, 1);
+	ASSERT_STR_EQ(b.devices[0].backend, "cpu");
+	ASSERT_EQ(b.devices[0].kind, SHOAL_RECORD_DEVICE_CPU);
+	ASSERT_U64_EQ(b.devices[0].mem_bytes, 48ull << 30);
+	ASSERT_U64_EQ(b.devices[0].read_mb_s, 21000);
+	ASSERT_U64_EQ(b.devices[0].mflops, 350000);
+
+	/* a CPU and a GPU round trip */
+	static shoal_record a;
+	shoal_wire_buf buf;
+	shoal_wire_buf_init(&buf);
+	shoal_record_init(&a);
+	a.id.b[0] = 1;
+	a.version = 1;
+	a.proto_version = a.sched_version = 1;
+	strcpy(a.ctl_endpoint, "tcp://127.0.0.1:7070");
+	a.n_devices = 2;
+	strcpy(a.devices[0].backend, "cpu");
+	strcpy(a.devices[0].name, "cpu avx2 x8");
+	a.devices[0].mem_bytes = 64ull << 30;
+	a.devices[0].read_mb_s = 60000;
+	strcpy(a.devices[1].backend, "vulkan");
+	strcpy(a.devices[1].name, "AMD Radeon RX 7900 XTX");
+	a.devices[1].kind = SHOAL_RECORD_DEVICE_GPU;
+	a.devices[1].mem_bytes = 24ull << 30;
+	a.devices[1].read_mb_s = 800000;
+	a.devices[1].mflops = 61000000;
+	ASSERT_EQ(shoal_wire_record_encode(&a, &buf), SHOAL_OK);
+	ASSERT_EQ(shoal_wire_record_decode(buf.data, buf.len, &b, why, sizeof why), SHOAL_OK);
+	ASSERT_TRUE(shoal_record_equal(&a, &b));
+	ASSERT_STR_EQ(b.devices[1].name, "AMD Radeon RX 7900 XTX");
+	ASSERT_U64_EQ(b.devices[1].mflops, 61000000);
+	/* a kind that is neither CPU nor GPU */
+	a.devices[1].kind = 2;
+	ASSERT_EQ(shoal_wire_record_encode(&a, &buf), SHOAL_OK);
+	why[0] = 0;
+	ASSERT_EQ(shoal_wire_record_decode(buf.data, buf.len, &b, why, sizeof why),
+	          SHOAL_ERR_FORMAT);
+	ASSERT_TRUE(strstr(why, "record device") != NULL);
+	/* a device without its backend's name */
+	a.devices[1].kind = SHOAL_RECORD_DEVICE_GPU;
+	a.devices[1].backend[0] = 0;
+	ASSERT_EQ(shoal_wire_record_encode(&a, &buf), SHOAL_OK);
+	ASSERT_NE(shoal_wire_record_decode(buf.data, buf.len, &b, why, sizeof why), SHOAL_OK);
+	shoal_wire_buf_fini(&buf);
+	/* nine devices (one over) */
+	write_cb_init(&sb, &pk);
+	msgpack_pack_map(&pk, 7);
+	pk_str(&pk, "id"), g_id(&pk);
+	pk_str(&pk, "ctl"), pk_str(&pk, "tcp://x:1");
+	pk_str(&pk, "name"), pk_str(&pk, "n");
+	pk_str(&pk, "ver"), msgpack_pack_uint32(&pk, 1);
+	pk_str(&pk, "pv"), msgpack_pack_uint32(&pk, 1);
+	pk_str(&pk, "sv"), msgpack_pack_uint32(&pk, 1);
+	pk_str(&pk, "dv"), msgpack_pack_array(&pk, SHOAL_RECORD_MAX_DEVICES + 1);
+	for (int i = 0; i <= SHOAL_RECORD_MAX_DEVICES; i++) {
+		msgpack_pack_map(&pk, 2);
+		pk_str(&pk, "b"), pk_str(&pk, "cpu");
+		pk_str(&pk, "k"), msgpack_pack_uint32(&pk, 0);
+	}
+	why[0] = 0;
+	ASSERT_EQ(shoal_wire_record_decode((uint8_t *)sb.data, sb.size, &b, why, sizeof why),
+	          SHOAL_ERR_FORMAT);
+	ASSERT_TRUE(strstr(why, "at most 8") != NULL);
+	msgpack_sbuffer_destroy(&sb);
+}
+
 static void test_unknown_keys_ignored(void)
 {
 	msgpack_sbuffer sb;
@@ -653,5 +762,5 @@ TEST_MAIN(TEST_CASE(test_peer_id_hex), TEST_CASE(test_record_roundtrip_full),
           TEST_CASE(test_truncations), TEST_CASE(test_bit_flips), TEST_CASE(test_random_bytes),
           TEST_CASE(test_wrong_field_types), TEST_CASE(test_huge_lengths),
           TEST_CASE(test_schema_type_toplevel), TEST_CASE(test_nested_too_deep),
-          TEST_CASE(test_record_over_limits), TEST_CASE(test_unknown_keys_ignored),
-          TEST_CASE(test_record_dsuspects))
+          TEST_CASE(test_record_over_limits), TEST_CASE(test_record_devices),
+          TEST_CASE(test_unknown_keys_ignored), TEST_CASE(test_record_dsuspects))
