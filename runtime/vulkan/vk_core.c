@@ -180,8 +180,10 @@ static VkResult make_device(shoal_backend *b)
 		return r;
 	vkGetDeviceQueue(b->dev, b->qfam, 0, &b->queue);
 
+	VkPhysicalDeviceMaintenance3Properties m3 = {
+	    .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_MAINTENANCE_3_PROPERTIES};
 	VkPhysicalDeviceSubgroupProperties sg = {
-	    .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SUBGROUP_PROPERTIES};
+	    .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SUBGROUP_PROPERTIES, .pNext = &m3};
 	VkPhysicalDeviceProperties2 p2 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2,
 	                                  .pNext = &sg};
 	vkGetPhysicalDeviceProperties2(b->pd, &p2);
@@ -193,6 +195,7 @@ static VkResult make_device(shoal_backend *b)
 	b->caps.fp16_arith = f12.shaderFloat16;
 	b->caps.int8_arith = f12.shaderInt8;
 	b->caps.max_buffer = b->props.limits.maxStorageBufferRange;
+	b->max_alloc = m3.maxMemoryAllocationSize;
 	memcpy(b->caps.max_groups, b->props.limits.maxComputeWorkGroupCount,
 	       sizeof b->caps.max_groups);
 	return VK_SUCCESS;

@@ -33,11 +33,17 @@ typedef struct vk_hostbuf {
 	uint64_t bytes;
 } vk_hostbuf;
 
-/* A block of device memory with one buffer over all of it; ranges are cut
- * from it upward and the cursor returns to 0 once none is live. */
+/* A block of device memory; ranges are cut from it upward and the cursor
+ * returns to 0 once none is live. Its buffers are windows: win[i] starts
+ * at byte i * step and spans at most maxStorageBufferRange, so that a
+ * binding never exceeds that range; a block no larger than the range has
+ * one window over all of it, a larger one (a single large range) windows
+ * that overlap by half. */
 typedef struct vk_block {
-	VkBuffer buf;
 	VkDeviceMemory mem;
+	VkBuffer *win;
+	uint32_t n_win;
+	uint64_t step;
 	uint64_t bytes, used;
 	uint32_t live;
 } vk_block;
@@ -62,8 +68,9 @@ struct shoal_backend {
 	VkQueue queue;
 	uint32_t qfam;
 	vk__caps caps;
-	uint32_t mt_dev;  /* memory type of the blocks (device-local) */
-	uint32_t mt_host; /* host-visible and coherent: params, staging */
+	uint32_t mt_dev;    /* memory type of the blocks (device-local) */
+	uint32_t mt_host;   /* host-visible and coherent: params, staging */
+	uint64_t max_alloc; /* maxMemoryAllocationSize */
 
 	/* recording */
 	VkCommandPool cpool;
