@@ -143,6 +143,20 @@ static bool pick_queue(shoal_backend *b)
 	return false;
 }
 
+static bool has_ext(VkPhysicalDevice pd, const char *name)
+{
+	uint32_t n = 0;
+	if (vkEnumerateDeviceExtensionProperties(pd, NULL, &n, NULL) || !n)
+		return false;
+	VkExtensionProperties *e = calloc(n, sizeof *e);
+	bool found = false;
+	if (e && !vkEnumerateDeviceExtensionProperties(pd, NULL, &n, e))
+		for (uint32_t i = 0; i < n && !found; i++)
+			found = !strcmp(e[i].extensionName, name);
+	free(e);
+	return found;
+}
+
 /* The logical device with the 8/16-bit storage the shaders use, and the
  * 16-bit and 8-bit arithmetic and subgroup arithmetic where offered. */
 static VkResult make_device(shoal_backend *b)
@@ -171,14 +185,42 @@ static VkResult make_device(shoal_backend *b)
 	                              .queueFamilyIndex = b->qfam,
 	                              .queueCount = 1,
 	                              .pQueuePriorities = &prio};
+	/* MoltenVK's devices must be created with portability_subset named;
+	 * importing host memory (zero-copy weights) where memory is shared */
+	const char *ext[2];
+	uint32_t n_ext = 0;
+	bool host_import = false;
+	if (has_ext(b->pd, "VK_KHR_portability_subset"))
+		ext[n_ext++] = "VK_KHR_portability_subset";
+	VkPhysicalDeviceType t = b->props.deviceType;
+	if ((t == VK_PHYSICAL_DEVICE_TYPE_INTEGRATED_GPU || t == VK_PHYSICAL_DEVICE_TYPE_CPU) &&
+	    has_ext(b->pd, VK_EXT_EXTERNAL_MEMORY_HOST_EXTENSION_NAME) &&
+	    !getenv("SHOAL_VK_NO_IMPORT")) {
+		ext[n_ext++] = VK_EXT_EXTERNAL_MEMORY_HOST_EXTENSION_NAME;
+		host_import = true;
+	}
 	VkDeviceCreateInfo di = {.sType = VK_STRUCTURE_TYPE_DEVICE_CREATE_INFO,
 	                         .pNext = &want,
 	                         .queueCreateInfoCount = 1,
-	                         .pQueueCreateInfos = &qi};
+	                         .pQueueCreateInfos = &qi,
+	                         .enabledExtensionCount = n_ext,
+	                         .ppEnabledExtensionNames = ext};
 	VkResult r = vkCreateDevice(b->pd, &di, NULL, &b->dev);
 	if (r)
 		return r;
 	vkGetDeviceQueue(b->dev, b->qfam, 0, &b->queue);
+	if (host_import) {
+		VkPhysicalDeviceExternalMemoryHostPropertiesEXT hp = {
+		    .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_EXTERNAL_MEMORY_HOST_PROPERTIES_EXT};
+		VkPhysicalDeviceProperties2 p2 = {
+		    .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2, .pNext = &hp};
+		vkGetPhysicalDeviceProperties2(b->pd, &p2);
+		b->host_ptr_props = (PFN_vkGetMemoryHostPointerPropertiesEXT)vkGetDeviceProcAddr(
+		    b->dev, "vkGetMemoryHostPointerPropertiesEXT");
+		b->import_align = hp.minImportedHostPointerAlignment;
+		if (!b->host_ptr_props || !b->import_align)
+			b->host_ptr_props = NULL;
+	}
 
 	VkPhysicalDeviceMaintenance3Properties m3 = {
 	    .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_MAINTENANCE_3_PROPERTIES};

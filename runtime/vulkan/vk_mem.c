@@ -51,9 +51,13 @@ void vk__mem_free(shoal_backend *b)
 	vk__hostbuf_free(b, &b->staging);
 }
 
-static VkBuffer window_new(shoal_backend *b, uint64_t bytes)
+static VkBuffer window_new(shoal_backend *b, uint64_t bytes, bool imported)
 {
+	VkExternalMemoryBufferCreateInfo ext = {
+	    .sType = VK_STRUCTURE_TYPE_EXTERNAL_MEMORY_BUFFER_CREATE_INFO,
+	    .handleTypes = VK_EXTERNAL_MEMORY_HANDLE_TYPE_HOST_ALLOCATION_BIT_EXT};
 	VkBufferCreateInfo bi = {.sType = VK_STRUCTURE_TYPE_BUFFER_CREATE_INFO,
+	                         .pNext = imported ? &ext : NULL,
 	                         .size = bytes,
 	                         .usage = VK_BUFFER_USAGE_STORAGE_BUFFER_BIT |
 	                                  VK_BUFFER_USAGE_TRANSFER_SRC_BIT |
@@ -67,11 +71,13 @@ static VkBuffer window_new(shoal_backend *b, uint64_t bytes)
 
 /* A new block of at least bytes: its index, or -1 (no memory). Blocks
  * are BLOCK_BYTES, or the range's size where it is larger; at most one
- * allocation (maxMemoryAllocationSize). */
-static int32_t block_new(shoal_backend *b, uint64_t bytes)
+ * allocation (maxMemoryAllocationSize). With host (aligned to
+ * import_align, bytes a multiple of it): exactly those host pages,
+ * imported. */
+static int32_t block_new(shoal_backend *b, uint64_t bytes, const void *host)
 {
 	uint64_t range = b->caps.max_buffer & ~(uint64_t)0xffff; /* 64 KiB multiples */
-	uint64_t size = bytes > BLOCK_BYTES ? bytes : BLOCK_BYTES;
+	uint64_t size = bytes > BLOCK_BYTES || host ? bytes : BLOCK_BYTES;
 	if (bytes <= range && size > range)
 		size = range;
 	if (!range || (b->max_alloc && size > b->max_alloc))
@@ -80,14 +86,14 @@ static int32_t block_new(shoal_backend *b, uint64_t bytes)
 	if (!nb)
 		return -1;
 	b->blocks = nb;
-	vk_block k = {.bytes = size};
+	vk_block k = {.bytes = size, .imported = host != NULL};
 	k.step = size <= range ? size : (range / 2) & ~(uint64_t)0xffff;
 	k.n_win = size <= range ? 1 : (uint32_t)((size - range + k.step - 1) / k.step + 1);
 	if (!(k.win = calloc(k.n_win, sizeof *k.win)))
 		return -1;
 	for (uint32_t w = 0; w < k.n_win; w++) {
 		uint64_t at = (uint64_t)w * k.step, len = size - at < range ? size - at : range;
-		if (!(k.win[w] = window_new(b, len))) {
+		if (!(k.win[w] = window_new(b, len, host != NULL))) {
 			block_free(b, &k);
 			return -1;
 		}
@@ -102,7 +108,19 @@ static int32_t block_new(shoal_backend *b, uint64_t bytes)
 	int32_t mt = (req.memoryTypeBits & (1u << b->mt_dev))
 	                 ? (int32_t)b->mt_dev
 	                 : vk__memtype(b, req.memoryTypeBits, VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT);
+	VkImportMemoryHostPointerInfoEXT imp = {
+	    .sType = VK_STRUCTURE_TYPE_IMPORT_MEMORY_HOST_POINTER_INFO_EXT,
+	    .handleType = VK_EXTERNAL_MEMORY_HANDLE_TYPE_HOST_ALLOCATION_BIT_EXT,
+	    .pHostPointer = (void *)(uintptr_t)host};
+	if (host) {
+		VkMemoryHostPointerPropertiesEXT hp = {
+		    .sType = VK_STRUCTURE_TYPE_MEMORY_HOST_POINTER_PROPERTIES_EXT};
+		mt = -1;
+		if (alloc == size && !b->host_ptr_props(b->dev, imp.handleType, host, &hp))
+			mt = vk__memtype(b, req.memoryTypeBits & hp.memoryTypeBits, 0);
+	}
 	VkMemoryAllocateInfo ai = {.sType = VK_STRUCTURE_TYPE_MEMORY_ALLOCATE_INFO,
+	                           .pNext = host ? &imp : NULL,
 	                           .allocationSize = alloc,
 	                           .memoryTypeIndex = (uint32_t)mt};
 	if (mt < 0 || k.step % req.alignment || vkAllocateMemory(b->dev, &ai, NULL, &k.mem)) {
@@ -135,18 +153,9 @@ static int32_t region_of(shoal_backend *b, uintptr_t p)
 	return p - g->base <= g->bytes ? (int32_t)(lo - 1) : -1;
 }
 
-shoal_err vk__region_new(shoal_backend *b, uint64_t bytes, void **dev)
+/* A region of bytes at block k's offset off: its reserved addresses. */
+static shoal_err region_add(shoal_backend *b, uint32_t k, uint64_t off, uint64_t bytes, void **dev)
 {
-	*dev = NULL;
-	uint64_t need = (bytes + RANGE_ALIGN - 1) & ~(RANGE_ALIGN - 1);
-	if (!need)
-		need = RANGE_ALIGN;
-	int32_t k = -1;
-	for (uint32_t i = 0; i < b->n_blocks && k < 0; i++)
-		if (b->blocks[i].bytes - b->blocks[i].used >= need)
-			k = (int32_t)i;
-	if (k < 0 && (k = block_new(b, need)) < 0)
-		return SHOAL_ERR_NOMEM;
 	if (b->n_regions == b->cap_regions) {
 		uint32_t cap = b->cap_regions ? 2 * b->cap_regions : 64;
 		vk_region *nr = realloc(b->regions, cap * sizeof *nr);
@@ -156,19 +165,14 @@ shoal_err vk__region_new(shoal_backend *b, uint64_t bytes, void **dev)
 		b->cap_regions = cap;
 	}
 	size_t page = (size_t)sysconf(_SC_PAGESIZE);
-	uint64_t span = (need + page - 1) / page * page;
+	uint64_t span = (bytes + page) / page * page; /* one more page: never empty */
 	void *base =
 	    mmap(NULL, span, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
 	if (base == MAP_FAILED)
 		return SHOAL_ERR_NOMEM;
-	vk_block *blk = &b->blocks[k];
-	vk_region g = {.base = (uintptr_t)base,
-	               .bytes = bytes,
-	               .span = span,
-	               .block = (uint32_t)k,
-	               .off = blk->used};
-	blk->used += need;
-	blk->live++;
+	vk_region g = {
+	    .base = (uintptr_t)base, .bytes = bytes, .span = span, .block = k, .off = off};
+	b->blocks[k].live++;
 	uint32_t at = 0;
 	while (at < b->n_regions && b->regions[at].base < g.base)
 		at++;
@@ -179,6 +183,38 @@ shoal_err vk__region_new(shoal_backend *b, uint64_t bytes, void **dev)
 	return SHOAL_OK;
 }
 
+shoal_err vk__region_new(shoal_backend *b, uint64_t bytes, void **dev)
+{
+	*dev = NULL;
+	uint64_t need = (bytes + RANGE_ALIGN - 1) & ~(RANGE_ALIGN - 1);
+	if (!need)
+		need = RANGE_ALIGN;
+	int32_t k = -1;
+	for (uint32_t i = 0; i < b->n_blocks && k < 0; i++)
+		if (!b->blocks[i].imported && b->blocks[i].bytes - b->blocks[i].used >= need)
+			k = (int32_t)i;
+	if (k < 0 && (k = block_new(b, need, NULL)) < 0)
+		return SHOAL_ERR_NOMEM;
+	shoal_err err = region_add(b, (uint32_t)k, b->blocks[k].used, bytes, dev);
+	if (!err)
+		b->blocks[k].used += need;
+	return err;
+}
+
+shoal_err vk__region_import(shoal_backend *b, const void *host, uint64_t bytes, void **dev)
+{
+	*dev = NULL;
+	if (!b->host_ptr_props || !bytes)
+		return SHOAL_ERR_UNSUPPORTED;
+	uintptr_t a = b->import_align, lo = (uintptr_t)host / a * a;
+	uint64_t size = ((uintptr_t)host + bytes - lo + a - 1) / a * a;
+	int32_t k = block_new(b, size, (const void *)lo);
+	if (k < 0)
+		return SHOAL_ERR_UNSUPPORTED;
+	b->blocks[k].used = size;
+	return region_add(b, (uint32_t)k, (uintptr_t)host - lo, bytes, dev);
+}
+
 void vk__region_free(shoal_backend *b, void *dev)
 {
 	int32_t i = region_of(b, (uintptr_t)dev);
@@ -187,7 +223,7 @@ void vk__region_free(shoal_backend *b, void *dev)
 	vk_block *blk = &b->blocks[g.block];
 	/* ops recorded on it may still be pending: let them finish */
 	vk__submit_wait(b);
-	if (!--blk->live)
+	if (!--blk->live && !blk->imported)
 		blk->used = 0; /* the block is empty: cut from its start again */
 	munmap((void *)g.base, g.span);
 	memmove(&b->regions[i], &b->regions[i + 1], (b->n_regions - i - 1) * sizeof g);

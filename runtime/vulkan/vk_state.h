@@ -46,6 +46,7 @@ typedef struct vk_block {
 	uint64_t step;
 	uint64_t bytes, used;
 	uint32_t live;
+	bool imported; /* host pages (weights): never cut from again */
 } vk_block;
 
 /* A device address range: reserved host addresses (PROT_NONE) and where
@@ -71,6 +72,10 @@ struct shoal_backend {
 	uint32_t mt_dev;    /* memory type of the blocks (device-local) */
 	uint32_t mt_host;   /* host-visible and coherent: params, staging */
 	uint64_t max_alloc; /* maxMemoryAllocationSize */
+	/* VK_EXT_external_memory_host where memory is shared (NULL: none):
+	 * weights() imports the host's pages instead of copying them */
+	PFN_vkGetMemoryHostPointerPropertiesEXT host_ptr_props;
+	uint64_t import_align; /* minImportedHostPointerAlignment */
 
 	/* recording */
 	VkCommandPool cpool;
@@ -108,6 +113,7 @@ shoal_err vk__core_init(shoal_backend *b, char *why, size_t why_len);
 shoal_err vk__mem_init(shoal_backend *b);
 void vk__mem_free(shoal_backend *b);
 shoal_err vk__region_new(shoal_backend *b, uint64_t bytes, void **dev);
+shoal_err vk__region_import(shoal_backend *b, const void *host, uint64_t bytes, void **dev);
 void vk__region_free(shoal_backend *b, void *dev);
 void vk__write(shoal_backend *b, void *dev, const void *src, size_t n);
 void vk__read(shoal_backend *b, const void *dev, void *dst, size_t n);
