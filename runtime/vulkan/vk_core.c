@@ -320,11 +320,11 @@ void vk__core_free(shoal_backend *b)
 			vkDestroyPipelineLayout(b->dev, b->pipes[i].layout, NULL);
 			vkDestroyDescriptorSetLayout(b->dev, b->pipes[i].dsl, NULL);
 		}
-		for (uint32_t i = 0; i < VK_MAX_CHUNKS; i++) {
+		for (uint32_t i = 0; i < b->cap_dpool; i++)
 			if (b->dpool[i])
 				vkDestroyDescriptorPool(b->dev, b->dpool[i], NULL);
+		for (uint32_t i = 0; i < b->cap_params; i++)
 			vk__hostbuf_free(b, &b->params[i]);
-		}
 		if (b->fence)
 			vkDestroyFence(b->dev, b->fence, NULL);
 		if (b->cpool)
@@ -333,6 +333,26 @@ void vk__core_free(shoal_backend *b)
 	}
 	if (b->inst)
 		vkDestroyInstance(b->inst, NULL);
+	free(b->dpool);
+	free(b->params);
+}
+
+/* Room for one more entry of arr (elt bytes each, *cap of them, n used):
+ * grown by doubling, the new entries zeroed. Aborts without memory (an op
+ * may not fail). */
+static void *grow(void *arr, uint32_t *cap, uint32_t n, size_t elt)
+{
+	if (n < *cap)
+		return arr;
+	uint32_t nc = *cap ? 2 * *cap : 4;
+	unsigned char *p = realloc(arr, (size_t)nc * elt);
+	if (!p) {
+		fprintf(stderr, "shoal: vulkan: out of host memory for the recording\n");
+		abort();
+	}
+	memset(p + (size_t)*cap * elt, 0, (size_t)(nc - *cap) * elt);
+	*cap = nc;
+	return p;
 }
 
 const vk__caps *vk__caps_of(shoal_backend *b)
@@ -413,9 +433,7 @@ vk__ref vk__params(shoal_backend *b, const void *src, size_t bytes)
 		abort();
 	}
 	if (!b->n_params || b->params_used + need > PARAM_CHUNK) {
-		if (b->n_params == VK_MAX_CHUNKS)
-			die("parameter ring (too many dispatches between syncs)",
-			    VK_ERROR_OUT_OF_HOST_MEMORY);
+		b->params = grow(b->params, &b->cap_params, b->n_params, sizeof *b->params);
 		vk_hostbuf *h = &b->params[b->n_params];
 		if (!h->buf) {
 			VkResult r =
@@ -495,9 +513,7 @@ static vk_pipe *pipe_of(shoal_backend *b, const vk__shader *s, uint32_t n_bind)
 static VkDescriptorSet set_alloc(shoal_backend *b, vk_pipe *p)
 {
 	if (!b->n_dpool || b->sets_used == VK_SETS_PER_POOL) {
-		if (b->n_dpool == VK_MAX_CHUNKS)
-			die("descriptor pools (too many dispatches between syncs)",
-			    VK_ERROR_OUT_OF_POOL_MEMORY);
+		b->dpool = grow(b->dpool, &b->cap_dpool, b->n_dpool, sizeof *b->dpool);
 		if (!b->dpool[b->n_dpool]) {
 			VkDescriptorPoolSize ps = {.type = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER,
 			                           .descriptorCount = VK_SETS_PER_POOL * MAX_BIND};

@@ -13,7 +13,6 @@
 #include "runtime/vulkan/vk_impl.h"
 
 #define VK_MAX_PIPES     64 /* embedded shaders with a pipeline */
-#define VK_MAX_CHUNKS    64 /* parameter buffers / descriptor pools per submit */
 #define VK_SETS_PER_POOL 512
 
 /* A pipeline made on first use of a shader. */
@@ -84,9 +83,11 @@ struct shoal_backend {
 	bool recording;
 	vk_pipe pipes[VK_MAX_PIPES];
 	uint32_t n_pipes;
-	VkDescriptorPool dpool[VK_MAX_CHUNKS];
+	VkDescriptorPool *dpool; /* cap_dpool made (or VK_NULL_HANDLE), grown on demand */
+	uint32_t cap_dpool;
 	uint32_t n_dpool, sets_used; /* sets taken from dpool[n_dpool - 1] */
-	vk_hostbuf params[VK_MAX_CHUNKS];
+	vk_hostbuf *params;          /* cap_params, grown on demand, kept across submits */
+	uint32_t cap_params;
 	uint32_t n_params, params_used; /* bytes used of params[n_params - 1] */
 
 	/* memory */

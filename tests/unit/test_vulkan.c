@@ -186,6 +186,41 @@ static void test_call_order(void)
 	vt_end();
 }
 
+/* Many dispatches between syncs: 5000 (ten descriptor pools of 512
+ * sets, more than the first 4 made) and parameters past one 1 MiB
+ * chunk (100 ropes of 4000 positions each, 16 KB apiece). */
+static void test_long_recording(void)
+{
+	float one = 1, zero = 0, got = 0;
+	float *y = vt_dev(&zero, 4), *x = vt_dev(&one, 4);
+	for (int i = 0; i < 5000; i++)
+		vt_vk->add(vt_b, y, 1, x, 1, 1, 1);
+	vt_vk->read(vt_b, y, &got, 4);
+	ASSERT_TRUE(got == 5000.0f);
+	uint32_t rows = 4000, n_ctx = 64;
+	uint32_t *pos = malloc(rows * sizeof *pos);
+	float cs[64 * 2];
+	for (uint32_t p = 0; p < n_ctx; p++) {
+		cs[2 * p] = cosf(0.1f * (float)p);
+		cs[2 * p + 1] = sinf(0.1f * (float)p);
+	}
+	for (uint32_t r = 0; r < rows; r++)
+		pos[r] = (r * 7) % n_ctx;
+	float *v = vt_rands(2 * rows, -1, 1);
+	float *dv = vt_dev(v, 2 * rows * 4), *dcs = vt_dev(cs, sizeof cs);
+	for (int i = 0; i < 100; i++) {
+		vt_vk->rope(vt_b, dv, 2, rows, 1, 2, 2, pos, dcs, false);
+		vt_cpu->rope(vt_c, v, 2, rows, 1, 2, 2, pos, cs, false);
+	}
+	float *back = vt_back(dv, 2 * rows * 4);
+	/* 100 rotations, each within a few ulp (see test_rope) */
+	ASSERT_TRUE(vt_relerr(back, v, 2 * rows, 1, 2 * rows) <= 1e-5);
+	free(back);
+	free(v);
+	free(pos);
+	vt_end();
+}
+
 /* ---- devices and the registry ---------------------------------------------------------------- */
 
 static void test_devices(void)
@@ -510,6 +545,7 @@ int main(void)
 	    TEST_CASE(test_not_a_device_address),
 	    TEST_CASE(test_weights),
 	    TEST_CASE(test_call_order),
+	    TEST_CASE(test_long_recording),
 	    TEST_CASE(test_devices),
 	    TEST_CASE(test_registry),
 	    TEST_CASE(test_supports),
