@@ -68,9 +68,10 @@ shoal_err shoal_backend_pick(const shoal_backend_opts *o, const shoal_backend_op
 	char reason[SHOAL_WHY_LEN] = ""; /* why a kind is unavailable */
 	if (!name || !strcmp(name, "auto")) {
 		for (size_t i = 0; i < N_KINDS; i++) {
-			if (kinds[i].available && !kinds[i].available(reason, sizeof reason))
-				continue;
-			if (kinds[i].automatic && !kinds[i].automatic(reason, sizeof reason))
+			/* automatic implies available (and may be cheaper to ask) */
+			if (kinds[i].automatic
+			        ? !kinds[i].automatic(reason, sizeof reason)
+			        : kinds[i].available && !kinds[i].available(reason, sizeof reason))
 				continue;
 			*out = kinds[i].ops();
 			return SHOAL_OK;

@@ -7,10 +7,12 @@
  */
 #include "runtime/vulkan/backend_vulkan.h"
 
+#include <glob.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "runtime/cpu/quant.h"
 #include "runtime/vulkan/vk_state.h"
@@ -79,8 +81,34 @@ bool shoal_backend_vulkan_available(char *why, size_t why_len)
 	return probe_any;
 }
 
+/* Whether the system shows a GPU at all, without loading a driver: on
+ * Linux a DRM render node, an NVIDIA or AMD compute node, or WSL's GPU;
+ * elsewhere (a Mac) yes. Making a Vulkan instance loads every installed
+ * driver (Mesa's pull in LLVM: about half a second), which a process that
+ * only asks "auto" should not pay where there is nothing to find. */
+static bool gpu_node(void)
+{
+#ifdef __linux__
+	static const char *const nodes[] = {"/dev/nvidia0", "/dev/nvidiactl", "/dev/kfd",
+	                                    "/dev/dxg"};
+	for (size_t i = 0; i < sizeof nodes / sizeof nodes[0]; i++)
+		if (!access(nodes[i], F_OK))
+			return true;
+	glob_t g;
+	bool any = !glob("/dev/dri/renderD*", 0, NULL, &g) && g.gl_pathc > 0;
+	globfree(&g);
+	return any;
+#else
+	return true;
+#endif
+}
+
 bool shoal_backend_vulkan_hardware(char *why, size_t why_len)
 {
+	if (!gpu_node()) {
+		snprintf(why, why_len, "no GPU device node (/dev/dri/renderD*, /dev/nvidia0, ...)");
+		return false;
+	}
 	pthread_once(&probe_once, probe);
 	if (!probe_hw)
 		snprintf(why, why_len, "%s", probe_hw_why);

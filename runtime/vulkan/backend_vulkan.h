@@ -25,7 +25,9 @@ const shoal_backend_ops *shoal_backend_vulkan(void);
 bool shoal_backend_vulkan_available(char *why, size_t why_len);
 
 /* The same, counting only devices that are not software (what "auto"
- * may choose). */
+ * may choose). Where the system shows no GPU device node (Linux: no
+ * /dev/dri/renderD*, /dev/nvidia0, /dev/kfd, /dev/dxg) it answers no
+ * without loading any Vulkan driver. */
 bool shoal_backend_vulkan_hardware(char *why, size_t why_len);
 
 #endif
