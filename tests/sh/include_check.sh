@@ -7,9 +7,10 @@
 #   parts: base <- scheduler <- {models, net} <- runtime; models and net
 #          never include each other.
 #   rooms: cli -> node -> dist -> engine -> backend.h <- cpu, vulkan;
-#          engine and cpu never include each other; vulkan may include
-#          cpu (its host dequantizer, runtime/cpu/quant.h); backends.[ch] (the registry of
-#          backend kinds) may include backend.h and the backend rooms and
+#          engine and the backend rooms never include each other (vulkan
+#          may use cpu's dequantizer for to_f32); backends.[ch] (the
+#          registry of backend kinds) may include backend.h and the backend
+#          rooms and
 #          is what cli, node and dist use to pick one; dist never names
 #          cpu; cli and node still may (the compute probe, bench's kernel
 #          line); node -> api, and api uses only base, scheduler, models
