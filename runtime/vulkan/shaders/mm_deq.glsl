@@ -77,7 +77,7 @@ uint nib(uvec2 w, uint i, uint sh)
 void deq8(uint row, uint p, uint part, uint n_in, out float v[8])
 {
 	uint e0 = 32u * p + 8u * part;
-	for (uint i = 0u; i < 8u; i++)
+	[[unroll]] for (uint i = 0u; i < 8u; i++)
 		v[i] = e0 + i < n_in ? uintBitsToFloat(ld32(row + 4u * (e0 + i))) : 0.0;
 }
 #elif defined(WT_F16) || defined(WT_BF16)
@@ -95,14 +95,14 @@ void deq8(uint row, uint p, uint part, uint n_in, out float v[8])
 {
 	uint e0 = 32u * p + 8u * part;
 	if (e0 + 8u <= n_in) {
-		for (uint k = 0u; k < 4u; k++) {
+		[[unroll]] for (uint k = 0u; k < 4u; k++) {
 			uint w = ld32(row + 2u * e0 + 4u * k);
 			v[2u * k] = half_value(w & 0xffffu);
 			v[2u * k + 1u] = half_value(w >> 16);
 		}
 		return;
 	}
-	for (uint i = 0u; i < 8u; i++)
+	[[unroll]] for (uint i = 0u; i < 8u; i++)
 		v[i] = e0 + i < n_in ? half_value(ld16(row + 2u * (e0 + i))) : 0.0;
 }
 #elif defined(WT_Q8_0)
@@ -112,7 +112,7 @@ void deq8(uint row, uint p, uint part, uint n_in, out float v[8])
 	uint base = row + 34u * p;
 	float d = h2f(ld16(base));
 	uvec2 w = uvec2(ld32(base + 2u + 8u * part), ld32(base + 6u + 8u * part));
-	for (uint i = 0u; i < 8u; i++) {
+	[[unroll]] for (uint i = 0u; i < 8u; i++) {
 		int q = bitfieldExtract(int(i < 4u ? w.x : w.y), int((i & 3u) * 8u), 8);
 		precise float x = float(q) * d;
 		v[i] = x;
@@ -146,7 +146,7 @@ void deq8(uint row, uint p, uint part, uint n_in, out float v[8])
 	uint at = base + QS_AT + 8u * (part & 1u);
 	uvec2 w = uvec2(ld32(at), ld32(at + 4u));
 	uint sh = part < 2u ? 0u : 4u;
-	for (uint i = 0u; i < 8u; i++) {
+	[[unroll]] for (uint i = 0u; i < 8u; i++) {
 #if defined(WT_MXFP4)
 		precise float x = d * mxfp4_values[nib(w, i, sh)];
 #else
@@ -192,7 +192,7 @@ void deq8(uint row, uint p, uint part, uint n_in, out float v[8])
 #if defined(WT_Q5_K)
 	uvec2 h = uvec2(ld32(base + 16u + 8u * part), ld32(base + 20u + 8u * part));
 #endif
-	for (uint i = 0u; i < 8u; i++) {
+	[[unroll]] for (uint i = 0u; i < 8u; i++) {
 		uint q = nib(w, i, sh);
 #if defined(WT_Q5_K)
 		q += ((((i < 4u ? h.x : h.y) >> ((i & 3u) * 8u + j)) & 1u) << 4);
@@ -220,7 +220,7 @@ void deq8(uint row, uint p, uint part, uint n_in, out float v[8])
 	uint hat = base + 128u + 32u * c + 8u * part;
 	uvec2 hi = uvec2(ld32(hat), ld32(hat + 4u));
 	uint sh = (quarter >> 1) * 4u;
-	for (uint i = 0u; i < 8u; i++) {
+	[[unroll]] for (uint i = 0u; i < 8u; i++) {
 		uint hb = ((i < 4u ? hi.x : hi.y) >> ((i & 3u) * 8u + 2u * quarter)) & 3u;
 		int q = int(nib(lo, i, sh) | (hb << 4)) - 32;
 		precise float x = ds * float(q);

@@ -6,9 +6,10 @@
  *
  * Bindings: 0 the table, 1 the ids (int, host parameters), 2 out (F32).
  * Dispatch: ceil(n_embd / 2048) groups in x by the rows (folded over y and
- * z, from row0).
+ * z).
  */
 #extension GL_GOOGLE_include_directive : require
+#extension GL_EXT_control_flow_attributes : require
 
 #include "mm_deq.glsl"
 

@@ -10,6 +10,7 @@
  * Dispatch: ceil(n_out / 2) groups (folded, mm_group()).
  */
 #extension GL_GOOGLE_include_directive : require
+#extension GL_EXT_control_flow_attributes : require
 
 #include "mm_deq.glsl"
 #include "mm_order.glsl"
@@ -29,33 +30,33 @@ void main()
 	uint n_rows = min(pc.n_rows, MV_ROWS);
 	if (live) {
 		precise float s[MV_ROWS];
-		for (uint r = 0u; r < MV_ROWS; r++)
+		[[unroll]] for (uint r = 0u; r < MV_ROWS; r++)
 			s[r] = 0.0;
 		uint row = pc.w_off + o * pc.row_bytes;
 		uint n_piece = (pc.n_in + 31u) / 32u;
 		for (uint p = lane; p < n_piece; p += MM_LANES) {
-			for (uint part = 0u; part < 4u; part++) {
+			[[unroll]] for (uint part = 0u; part < 4u; part++) {
 				float v[8];
 				deq8(row, p, part, pc.n_in, v);
 				uint e0 = 32u * p + 8u * part;
-				for (uint r = 0u; r < MV_ROWS; r++) {
+				[[unroll]] for (uint r = 0u; r < MV_ROWS; r++) {
 					if (r >= n_rows)
 						break;
 					uint xa = pc.x_off + r * pc.ldx + e0;
-					for (uint i = 0u; i < 8u; i++) {
+					[[unroll]] for (uint i = 0u; i < 8u; i++) {
 						float xv = e0 + i < pc.n_in ? xs[xa + i] : 0.0;
 						s[r] = fma(v[i], xv, s[r]);
 					}
 				}
 			}
 		}
-		for (uint r = 0u; r < MV_ROWS; r++)
+		[[unroll]] for (uint r = 0u; r < MV_ROWS; r++)
 			lane_sums[half_][r][lane] = s[r];
 	}
 	barrier();
 	if (live && lane < n_rows) {
 		precise float y = 0.0;
-		for (uint l = 0u; l < MM_LANES; l++)
+		[[unroll]] for (uint l = 0u; l < MM_LANES; l++)
 			y += lane_sums[half_][lane][l];
 		ys[pc.y_off + lane * pc.ldy + o] = y;
 	}
