@@ -5,14 +5,17 @@
  * bitwise independent of the batch, whichever shader a batch size picks).
  *
  * The order, for y[r][o] = sum_e W[o][e] x[r][e] over n_in elements cut
- * into P = ceil(n_in / 32) pieces of 32 (mm_deq.glsl):
- *   1. lane l (0..31) sums pieces l, l + 32, l + 64, ... in that order,
- *      each piece's 32 elements in element order (a short last piece
- *      padded with 0 * 0): s_l = fma(w, x, s_l) from s_l = 0;
+ * into n_unit = ceil(n_in / 8) units of 8 (unit u: part u % 4 of piece
+ * u / 4, mm_deq.glsl's deq8):
+ *   1. lane l (0..31) sums units l, l + 32, l + 64, ... in that order, each
+ *      unit's 8 elements in element order (a short last unit padded with
+ *      0 * 0): s_l = fma(w, x, s_l) from s_l = 0;
  *   2. y = ((0 + s_0) + s_1) + ... + s_31.
- * Lanes make a mat-vec workgroup read 32 adjacent pieces at once; step 2
- * is one short serial sum per output. Every accumulation is `precise`,
- * so fma is one rounding and nothing else is fused or reordered.
+ * In a mat-vec, the 32 lanes of an output read 32 adjacent units at once:
+ * 8 whole pieces, contiguous bytes (one Q4_K super-block's quants, 8 Q8_0
+ * blocks), so the weight reads coalesce; step 2 is one short serial sum
+ * per output. Every accumulation is `precise`, so fma is one rounding and
+ * nothing else is fused or reordered.
  *
  * Bindings: 0 the weights (mm_deq.glsl), 1 x (F32), 2 y (F32).
  */

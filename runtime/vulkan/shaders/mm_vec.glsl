@@ -1,11 +1,12 @@
 /*
  * runtime/vulkan/shaders/mm_vec.glsl: y = x W^T for 1..MV_ROWS rows of x
  * (decode): a workgroup of 64 threads computes 2 outputs, 32 lanes each
- * (mm_order.glsl). A lane dequantizes each of its pieces of the weight row
- * once, in registers, and multiplies it into every row of x, so a batch of
- * up to 8 decode rows reads the weights once. The 32 lanes of an output read
- * 32 adjacent pieces (e.g. 4 Q4_K super-blocks, 576 contiguous bytes), so
- * the weight reads are coalesced; the lane sums meet in shared memory.
+ * (mm_order.glsl). A lane dequantizes each of its units (8 elements) of
+ * the weight row once, in registers, and multiplies it into every row of
+ * x, so a batch of up to 8 decode rows reads the weights once. The 32
+ * lanes of an output read 32 adjacent units (e.g. one Q4_K super-block's
+ * 128 bytes of quants), so the weight reads coalesce; the lane sums meet
+ * in shared memory.
  *
  * Dispatch: ceil(n_out / 2) groups (folded, mm_group()).
  */
@@ -33,20 +34,18 @@ void main()
 		[[unroll]] for (uint r = 0u; r < MV_ROWS; r++)
 			s[r] = 0.0;
 		uint row = pc.w_off + o * pc.row_bytes;
-		uint n_piece = (pc.n_in + 31u) / 32u;
-		for (uint p = lane; p < n_piece; p += MM_LANES) {
-			[[unroll]] for (uint part = 0u; part < 4u; part++) {
-				float v[8];
-				deq8(row, p, part, pc.n_in, v);
-				uint e0 = 32u * p + 8u * part;
-				[[unroll]] for (uint r = 0u; r < MV_ROWS; r++) {
-					if (r >= n_rows)
-						break;
-					uint xa = pc.x_off + r * pc.ldx + e0;
-					[[unroll]] for (uint i = 0u; i < 8u; i++) {
-						float xv = e0 + i < pc.n_in ? xs[xa + i] : 0.0;
-						s[r] = fma(v[i], xv, s[r]);
-					}
+		uint n_unit = (pc.n_in + 7u) / 8u;
+		for (uint u = lane; u < n_unit; u += MM_LANES) {
+			float v[8];
+			deq8(row, u >> 2, u & 3u, pc.n_in, v);
+			uint e0 = 8u * u;
+			[[unroll]] for (uint r = 0u; r < MV_ROWS; r++) {
+				if (r >= n_rows)
+					break;
+				uint xa = pc.x_off + r * pc.ldx + e0;
+				[[unroll]] for (uint i = 0u; i < 8u; i++) {
+					float xv = e0 + i < pc.n_in ? xs[xa + i] : 0.0;
+					s[r] = fma(v[i], xv, s[r]);
 				}
 			}
 		}
