@@ -85,18 +85,22 @@ static const mm_kind *kind_must(shoal_dtype t, const char *op)
 
 /* ---- the checks of an operand ---------------------------------------------------- */
 
-/* The weights of n_out rows of n_in elements, row_bytes apart, at dev:
- * their buffer, and the byte offset the shaders address them from (a
- * uint: maxStorageBufferRange is a uint32 too). */
-static vk__ref weights_at(shoal_backend *b, shoal_dtype t, const void *dev, uint64_t n_in,
-                          uint64_t n_out, uint64_t row_bytes)
+/* The weights of up to n_out rows of n_in elements of type t, row_bytes
+ * apart, from dev: in *r their buffer and the byte offset the shaders
+ * address them from (a uint: maxStorageBufferRange is a uint32 too); how
+ * many of the rows that buffer holds (>= 1; vk__at's room may end before
+ * a range larger than one binding window does, vk_impl.h). */
+static uint64_t weights_at(shoal_backend *b, shoal_dtype t, const void *dev, uint64_t n_in,
+                           uint64_t n_out, uint64_t row_bytes, vk__ref *r)
 {
-	vk__ref r = vk__at(b, dev);
+	*r = vk__at(b, dev);
 	size_t row = shoal_dtype_row_bytes(t, n_in); /* SIZE_MAX: not whole blocks */
 	SHOAL_ASSERT(n_in >= 1 && n_out >= 1 && row != SIZE_MAX && row_bytes >= row);
-	SHOAL_ASSERT((n_out - 1) * row_bytes + row <= r.room);
-	SHOAL_ASSERT(r.off + (n_out - 1) * row_bytes + row <= UINT32_MAX);
-	return r;
+	SHOAL_ASSERT(row <= r->room && r->off + row <= UINT32_MAX);
+	uint64_t fit = (r->room - row) / row_bytes + 1;
+	uint64_t fit32 = (UINT32_MAX - r->off - row) / row_bytes + 1;
+	fit = fit < fit32 ? fit : fit32;
+	return fit < n_out ? fit : n_out;
 }
 
 /* A float matrix of n_rows rows of n elements, ld apart, at dev: its
@@ -134,38 +138,46 @@ typedef struct mm_push {
 	uint32_t n_rows;
 } mm_push;
 
-/* One matrix: y (n_rows, n_out) ldy = x W^T. */
+/* One matrix: y (n_rows, n_out) ldy = x W^T, in runs of output rows that
+ * one binding of the weights holds (one run but for a matrix larger than
+ * a binding window); each output is the same whatever its run. */
 static void matmul_one(shoal_backend *b, const shoal_backend_mat *w, vk__ref xr, size_t ldx,
                        uint32_t n_rows, float *y, size_t ldy)
 {
 	const mm_kind *k = kind_must(w->type, "matmul");
-	vk__ref wr =
-	    weights_at(b, w->type, w->data, (uint64_t)w->n_in, (uint64_t)w->n_out, w->row_bytes);
-	vk__ref yr = floats_at(b, y, (uint64_t)w->n_out, n_rows, ldy);
+	uint64_t n_out = (uint64_t)w->n_out;
+	vk__ref yr = floats_at(b, y, n_out, n_rows, ldy);
 	SHOAL_ASSERT(ldx <= UINT32_MAX && ldy <= UINT32_MAX && w->row_bytes <= UINT32_MAX);
-	mm_push pc = {
-	    .w_off = (uint32_t)wr.off,
-	    .row_bytes = (uint32_t)w->row_bytes,
-	    .n_in = (uint32_t)w->n_in,
-	    .n_out = (uint32_t)w->n_out,
-	    .x_off = (uint32_t)xr.off,
-	    .ldx = (uint32_t)ldx,
-	    .y_off = (uint32_t)yr.off,
-	    .ldy = (uint32_t)ldy,
-	    .n_rows = n_rows,
-	};
-	VkBuffer bind[3] = {wr.buf, xr.buf, yr.buf};
 	const vk__caps *c = vk__caps_of(b);
-	uint32_t g[2];
-	if (n_rows <= MM_VEC_ROWS) {
-		fold_groups(c, ((uint64_t)w->n_out + MM_VEC_OUTS - 1) / MM_VEC_OUTS, g);
-		vk__dispatch(b, k->vec, 3, bind, &pc, sizeof pc, g[0], g[1], 1);
-		return;
+	for (uint64_t o = 0; o < n_out;) {
+		vk__ref wr;
+		const uint8_t *at = (const uint8_t *)w->data + o * w->row_bytes;
+		uint64_t n =
+		    weights_at(b, w->type, at, (uint64_t)w->n_in, n_out - o, w->row_bytes, &wr);
+		mm_push pc = {
+		    .w_off = (uint32_t)wr.off,
+		    .row_bytes = (uint32_t)w->row_bytes,
+		    .n_in = (uint32_t)w->n_in,
+		    .n_out = (uint32_t)n,
+		    .x_off = (uint32_t)xr.off,
+		    .ldx = (uint32_t)ldx,
+		    .y_off = (uint32_t)(yr.off + o),
+		    .ldy = (uint32_t)ldy,
+		    .n_rows = n_rows,
+		};
+		VkBuffer bind[3] = {wr.buf, xr.buf, yr.buf};
+		uint32_t g[2];
+		if (n_rows <= MM_VEC_ROWS) {
+			fold_groups(c, (n + MM_VEC_OUTS - 1) / MM_VEC_OUTS, g);
+			vk__dispatch(b, k->vec, 3, bind, &pc, sizeof pc, g[0], g[1], 1);
+		} else {
+			uint32_t row_tiles = (n_rows + MM_TILE - 1) / MM_TILE;
+			SHOAL_ASSERT(row_tiles <= c->max_groups[2]);
+			fold_groups(c, (n + MM_TILE - 1) / MM_TILE, g);
+			vk__dispatch(b, k->tile, 3, bind, &pc, sizeof pc, g[0], g[1], row_tiles);
+		}
+		o += n;
 	}
-	uint32_t row_tiles = (n_rows + MM_TILE - 1) / MM_TILE;
-	SHOAL_ASSERT(row_tiles <= c->max_groups[2]);
-	fold_groups(c, ((uint64_t)w->n_out + MM_TILE - 1) / MM_TILE, g);
-	vk__dispatch(b, k->tile, 3, bind, &pc, sizeof pc, g[0], g[1], row_tiles);
 }
 
 /* Each matrix is its own dispatch, all reading the same x: the weights
@@ -192,21 +204,11 @@ typedef struct embed_push {
 	uint32_t id_off, out_off;
 } embed_push;
 
-void vk__embed(shoal_backend *b, shoal_dtype t, const void *table, size_t row_bytes,
-               uint32_t n_embd, const int32_t *ids, uint32_t n_rows, float *out)
+/* Rows n_rows of out (n_rows, n_embd) from the table rows ids (device
+ * ids at ir), the table bound as tr. */
+static void embed_run(shoal_backend *b, const mm_kind *k, vk__ref tr, size_t row_bytes,
+                      uint32_t n_embd, vk__ref ir, uint32_t n_rows, vk__ref orf)
 {
-	if (n_rows == 0)
-		return;
-	const mm_kind *k = kind_must(t, "embed");
-	int32_t max_id = 0;
-	for (uint32_t r = 0; r < n_rows; r++) {
-		SHOAL_ASSERT(ids[r] >= 0);
-		max_id = ids[r] > max_id ? ids[r] : max_id;
-	}
-	SHOAL_ASSERT(row_bytes <= UINT32_MAX);
-	vk__ref tr = weights_at(b, t, table, n_embd, (uint64_t)max_id + 1, row_bytes);
-	vk__ref orf = floats_at(b, out, n_embd, n_rows, n_embd);
-	vk__ref ir = vk__params(b, ids, (size_t)n_rows * sizeof *ids);
 	SHOAL_ASSERT(ir.off % sizeof(int32_t) == 0);
 	embed_push pc = {
 	    .t_off = (uint32_t)tr.off,
@@ -225,4 +227,36 @@ void vk__embed(shoal_backend *b, shoal_dtype t, const void *table, size_t row_by
 	uint32_t gz = (n_rows + gy - 1) / gy;
 	SHOAL_ASSERT(gz <= c->max_groups[2]);
 	vk__dispatch(b, k->embed, 3, bind, &pc, sizeof pc, gx, gy, gz);
+}
+
+/* One dispatch for all rows where one binding holds the table up to the
+ * largest id; else (a table larger than a binding window) one per row. */
+void vk__embed(shoal_backend *b, shoal_dtype t, const void *table, size_t row_bytes,
+               uint32_t n_embd, const int32_t *ids, uint32_t n_rows, float *out)
+{
+	if (n_rows == 0)
+		return;
+	const mm_kind *k = kind_must(t, "embed");
+	int32_t max_id = 0;
+	for (uint32_t r = 0; r < n_rows; r++) {
+		SHOAL_ASSERT(ids[r] >= 0);
+		max_id = ids[r] > max_id ? ids[r] : max_id;
+	}
+	SHOAL_ASSERT(row_bytes <= UINT32_MAX);
+	vk__ref orf = floats_at(b, out, n_embd, n_rows, n_embd);
+	vk__ref tr;
+	if (weights_at(b, t, table, n_embd, (uint64_t)max_id + 1, row_bytes, &tr) >
+	    (uint64_t)max_id) {
+		embed_run(b, k, tr, row_bytes, n_embd,
+		          vk__params(b, ids, (size_t)n_rows * sizeof *ids), n_rows, orf);
+		return;
+	}
+	static const int32_t first = 0;
+	for (uint32_t r = 0; r < n_rows; r++) {
+		const uint8_t *row = (const uint8_t *)table + (size_t)ids[r] * row_bytes;
+		weights_at(b, t, row, n_embd, 1, row_bytes, &tr);
+		vk__ref o1 = orf;
+		o1.off += (uint64_t)r * n_embd;
+		embed_run(b, k, tr, row_bytes, n_embd, vk__params(b, &first, sizeof first), 1, o1);
+	}
 }

@@ -42,6 +42,21 @@ static const shoal_dtype types[] = {SHOAL_DTYPE_F32,  SHOAL_DTYPE_F16,  SHOAL_DT
 
 static shoal_backend *cpu; /* a CPU instance with room for the largest case */
 
+/* Host memory given to weights(): valid and unchanged for the instance's
+ * life (backend.h; the device may map it in place), freed after it. */
+#define KEEP_MAX 64
+static void *kept[KEEP_MAX];
+static int n_kept;
+
+static void *keep(void *p)
+{
+	if (n_kept == KEEP_MAX) {
+		fprintf(stderr, "more than %d weight uploads\n", KEEP_MAX);
+		exit(1);
+	}
+	return kept[n_kept++] = p;
+}
+
 /* A row length of type t near n with a tail: plain types any n (odd), a
  * 32-block type an odd number of blocks, K-quants an odd number of
  * super-blocks (more than 32 pieces: some lanes sum 2). */
@@ -73,7 +88,7 @@ static void mat_make(test_mat *m, shoal_dtype t, int64_t n_in, int64_t n_out, si
 	m->n_out = n_out;
 	m->row_bytes = shoal_dtype_row_bytes(t, (uint64_t)n_in) + pad;
 	m->lead = lead;
-	m->host = calloc(lead + (size_t)n_out * m->row_bytes, 1);
+	m->host = keep(calloc(lead + (size_t)n_out * m->row_bytes, 1));
 	m->deq = malloc((size_t)(n_in * n_out) * sizeof(float));
 	for (int64_t o = 0; o < n_out; o++) {
 		float *v = vt_rands((size_t)n_in, -1.0f, 1.0f);
@@ -92,8 +107,7 @@ static void mat_make(test_mat *m, shoal_dtype t, int64_t n_in, int64_t n_out, si
 
 static void mat_free(test_mat *m)
 {
-	free(m->host); /* weights() copied it to the device */
-	free(m->deq);
+	free(m->deq); /* m->host stays until the instance is gone */
 }
 
 static shoal_backend_mat mat_of(const test_mat *m, const void *data)
@@ -340,6 +354,61 @@ static void test_matmul_folded(void)
 	ASSERT_EQ(bad, -1);
 }
 
+/* A matrix larger than a binding window (136 MB of Q8_0: over lavapipe's
+ * 128 MiB maxStorageBufferRange, whose windows start every 64 MiB): matmul
+ * splits it into runs of rows, embed fetches its rows one by one. Every
+ * output within the exact bound (m = 8 * 128 + 32: 4096 units of 8 over 32
+ * lanes, then the lanes), every embedded row bitwise the CPU's. */
+static void test_beyond_window(void)
+{
+	const int64_t n_in = 32768, n_out = 3900;
+	size_t rb = shoal_dtype_row_bytes(SHOAL_DTYPE_Q8_0, (uint64_t)n_in);
+	unsigned char *host = keep(malloc((size_t)n_out * rb));
+	float *v = malloc((size_t)n_in * sizeof *v);
+	for (int64_t o = 0; o < n_out; o++) {
+		for (int64_t i = 0; i < n_in; i++)
+			v[i] = vt_rand(-1.0f, 1.0f);
+		shoal_quantize_row(SHOAL_DTYPE_Q8_0, v, host + (size_t)o * rb, n_in);
+	}
+	const void *dev = NULL;
+	ASSERT_EQ(vt_vk->weights(vt_b, host, (size_t)n_out * rb, &dev), SHOAL_OK);
+	float *x = vt_rands((size_t)n_in, -1.0f, 1.0f);
+	float *xd = vt_dev(x, (size_t)n_in * sizeof *x);
+	float *yd = vt_poisoned((size_t)n_out * sizeof(float));
+	shoal_backend_mat w = {
+	    .type = SHOAL_DTYPE_Q8_0, .n_in = n_in, .n_out = n_out, .row_bytes = rb, .data = dev};
+	size_t ldy = (size_t)n_out;
+	vt_vk->matmul(vt_b, 1, &w, xd, (size_t)n_in, 1, &yd, &ldy);
+	float *got = vt_back(yd, (size_t)n_out * sizeof(float));
+	int64_t bad = -1;
+	for (int64_t o = 0; o < n_out && bad < 0; o++) {
+		shoal_dequantize_row(SHOAL_DTYPE_Q8_0, host + (size_t)o * rb, v, n_in);
+		double exact = 0, S = 0;
+		for (int64_t i = 0; i < n_in; i++) {
+			exact += (double)v[i] * x[i];
+			S += fabs((double)v[i] * x[i]);
+		}
+		if (!(fabs(got[o] - exact) <= 2 * 1056 * U * S + 1e-30))
+			bad = o;
+	}
+	static const int32_t ids[] = {3899, 0, 1951, 3899, 2950};
+	size_t n_e = 5 * (size_t)n_in;
+	float *ed = vt_poisoned(n_e * sizeof(float));
+	vt_vk->embed(vt_b, SHOAL_DTYPE_Q8_0, dev, rb, (uint32_t)n_in, ids, 5, ed);
+	float *eg = vt_back(ed, n_e * sizeof(float));
+	float *ew = malloc(n_e * sizeof *ew);
+	vt_cpu->embed(cpu, SHOAL_DTYPE_Q8_0, host, rb, (uint32_t)n_in, ids, 5, ew);
+	int same = !memcmp(eg, ew, n_e * sizeof(float));
+	free(eg);
+	free(ew);
+	free(got);
+	free(x);
+	free(v);
+	vt_end();
+	ASSERT_EQ(bad, -1);
+	ASSERT_TRUE(same);
+}
+
 /* Every type: embedding rows (repeated ids, the last row of the table, a
  * row length over one 2048-element group with a tail) are bitwise the
  * CPU's: the shaders dequantize exactly as shoal_dequantize_row. */
@@ -401,11 +470,14 @@ int main(void)
 	    TEST_CASE(test_matmul_several),
 	    TEST_CASE(test_matmul_folded),
 	    TEST_CASE(test_embed),
+	    TEST_CASE(test_beyond_window),
 	};
 	int rc = test_run_(cases, sizeof cases / sizeof cases[0]);
 	vt_cpu->destroy(cpu);
 	vt_end();
 	vt_vk->destroy(vt_b);
 	vt_cpu->destroy(vt_c);
+	for (int i = 0; i < n_kept; i++)
+		free(kept[i]);
 	return rc;
 }
