@@ -23,10 +23,17 @@
 
 /* ---- types and shaders --------------------------------------------------------- */
 
-#define MM_VEC_ROWS 8u   /* rows the mat-vec takes at once (MV_ROWS in mm_vec.glsl) */
-#define MM_VEC_OUTS 2u   /* outputs per mat-vec workgroup (64 threads, 32 lanes each) */
-#define MM_TILE     64u  /* rows and outputs of a mat-mul tile (mm_tile.glsl) */
-#define EMBED_ELEMS 2048 /* elements of a row per embed workgroup (256 x 8) */
+/* The mat-vec keeps one accumulator per row of x in each lane's
+ * registers: 8 covers the decode batches of a few sessions and speculative
+ * drafts, and reads the weights once for all of them; past 8 the tiles
+ * do (they read each weight once per 64 rows). MV_ROWS in mm_vec.glsl. */
+#define MM_VEC_ROWS 8u
+#define MM_VEC_OUTS 2u /* outputs per mat-vec workgroup: 64 threads, 32 lanes each */
+/* A mat-mul tile: 64 rows x 64 outputs x 32 elements of n_in staged as
+ * floats is 2 x 8 KiB, the 16 KiB of shared memory every device offers
+ * (maxComputeSharedMemorySize's minimum); 256 threads of 4 x 4 outputs. */
+#define MM_TILE     64u
+#define EMBED_ELEMS 2048 /* elements of a row per embed workgroup (256 threads x 8) */
 
 #define MM_TYPES(X)                                                                                \
 	X(f32, SHOAL_DTYPE_F32)                                                                    \
