@@ -12,11 +12,11 @@
  * vk__params; a dispatch binds one K and one V buffer, so the rows are
  * dispatched in runs whose planes lie in the same buffers.
  */
-#include <assert.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "base/assert.h"
 #include "runtime/vulkan/vk_impl.h"
 
 VK__SHADER(attn);
@@ -70,21 +70,21 @@ void vk__attention(shoal_backend *b, const shoal_backend_attn *a)
 {
 	if (a->n_rows == 0)
 		return;
-	assert(a->kv_type == SHOAL_DTYPE_F32 || a->kv_type == SHOAL_DTYPE_F16);
-	assert(a->n_head_kv > 0 && a->n_head % a->n_head_kv == 0);
+	SHOAL_ASSERT(a->kv_type == SHOAL_DTYPE_F32 || a->kv_type == SHOAL_DTYPE_F16);
+	SHOAL_ASSERT(a->n_head_kv > 0 && a->n_head % a->n_head_kv == 0);
 	if (a->head_dim == 0 || a->head_dim > VK_ATTN_MAX_HD) {
 		fprintf(stderr, "vulkan attention: head_dim %u is outside 1..%u\n", a->head_dim,
 		        VK_ATTN_MAX_HD);
 		abort();
 	}
 	const vk__caps *caps = vk__caps_of(b);
-	assert(caps->max_groups[1] >= a->n_head);
+	SHOAL_ASSERT(caps->max_groups[1] >= a->n_head);
 	uint64_t es = a->kv_type == SHOAL_DTYPE_F16 ? 2 : 4;
 	uint64_t ld = (uint64_t)a->n_head * a->head_dim;
 	uint64_t act_bytes = (uint64_t)a->n_rows * ld * sizeof(float);
 	vk__ref q = vk__at(b, a->q), o = vk__at(b, a->out);
-	assert(q.room >= act_bytes && o.room >= act_bytes);
-	assert(a->head_ld <= UINT32_MAX && a->pos_ld <= UINT32_MAX && ld <= UINT32_MAX);
+	SHOAL_ASSERT(q.room >= act_bytes && o.room >= act_bytes);
+	SHOAL_ASSERT(a->head_ld <= UINT32_MAX && a->pos_ld <= UINT32_MAX && ld <= UINT32_MAX);
 	attn_push pc = {
 	    .q_off = elems_of(q.off, sizeof(float), "q"),
 	    .out_off = elems_of(o.off, sizeof(float), "out"),
@@ -126,8 +126,8 @@ void vk__attention(shoal_backend *b, const shoal_backend_attn *a)
 			k_end = (uint64_t)(blk[2] > blk[3] ? blk[2] : blk[3]);
 		}
 		/* the shader indexes in uint: every element it reads must fit */
-		assert(reach * es <= k_room && reach * es <= v_room);
-		assert(k_end + reach <= UINT32_MAX);
+		SHOAL_ASSERT(reach * es <= k_room && reach * es <= v_room);
+		SHOAL_ASSERT(k_end + reach <= UINT32_MAX);
 		blk[4 + blk[1]++] = a->n_kv[r];
 	}
 	flush(b, &run, &pc, q.buf, o.buf);
