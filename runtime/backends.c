@@ -7,16 +7,30 @@
  * Part: runtime/ (the room "backends", which alone may include the
  * backend rooms; see tests/sh/include_check.sh).
  */
+#include "config.h"
+
 #include "runtime/backends.h"
 
 #include <stdio.h>
 #include <string.h>
 
 #include "runtime/cpu/backend_cpu.h"
+#ifdef SHOAL_HAVE_VULKAN
+#include "runtime/vulkan/backend_vulkan.h"
+#endif
 
-/* Best first: "auto" takes the first row that is available. The CPU is
- * always available and is last, so "auto" always finds one. */
+/* Best first: "auto" takes the first row that is available (and, where a
+ * row says, that auto may take: Vulkan only on a device that is not
+ * software). The CPU is always available and is last, so "auto" always
+ * finds one. */
 static const shoal_backend_kind kinds[] = {
+#ifdef SHOAL_HAVE_VULKAN
+    {.name = "vulkan",
+     .what = "a Vulkan 1.2 GPU (MoltenVK on a Mac; Mesa's software lavapipe only when named)",
+     .ops = shoal_backend_vulkan,
+     .available = shoal_backend_vulkan_available,
+     .automatic = shoal_backend_vulkan_hardware},
+#endif
     {.name = "cpu",
      .what = "the CPU: the best kernels of this machine and a thread pool",
      .ops = shoal_backend_cpu,
@@ -55,6 +69,8 @@ shoal_err shoal_backend_pick(const shoal_backend_opts *o, const shoal_backend_op
 	if (!name || !strcmp(name, "auto")) {
 		for (size_t i = 0; i < N_KINDS; i++) {
 			if (kinds[i].available && !kinds[i].available(reason, sizeof reason))
+				continue;
+			if (kinds[i].automatic && !kinds[i].automatic(reason, sizeof reason))
 				continue;
 			*out = kinds[i].ops();
 			return SHOAL_OK;

@@ -38,6 +38,9 @@ typedef struct shoal_backend_kind {
 	 * why (a missing driver, no device). May probe the system once; does
 	 * not block for long. NULL: always available (the CPU). */
 	bool (*available)(char *why, size_t why_len);
+	/* Whether "auto" may take it here (same form); NULL: whenever it is
+	 * available. Vulkan: only a device that is not software. */
+	bool (*automatic)(char *why, size_t why_len);
 } shoal_backend_kind;
 
 /* Choose the backend o asks for (o may be NULL: "auto"). On SHOAL_OK *out

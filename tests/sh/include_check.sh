@@ -6,8 +6,9 @@
 # or the rooms of runtime/, or when files include each other in a circle.
 #   parts: base <- scheduler <- {models, net} <- runtime; models and net
 #          never include each other.
-#   rooms: cli -> node -> dist -> engine -> backend.h <- cpu; engine and
-#          cpu never include each other; backends.[ch] (the registry of
+#   rooms: cli -> node -> dist -> engine -> backend.h <- cpu, vulkan;
+#          engine and cpu never include each other; vulkan may include
+#          cpu (its host dequantizer, runtime/cpu/quant.h); backends.[ch] (the registry of
 #          backend kinds) may include backend.h and the backend rooms and
 #          is what cli, node and dist use to pick one; dist never names
 #          cpu; cli and node still may (the compute probe, bench's kernel
@@ -37,13 +38,14 @@ function room(p) {
 }
 # may[x, y]: a file of room/part x may include one of y
 BEGIN {
-	n = split("base scheduler models net runtime/backend runtime/backends runtime/cpu runtime/engine runtime/dist runtime/api runtime/node runtime/cli", R, " ")
+	n = split("base scheduler models net runtime/backend runtime/backends runtime/cpu runtime/vulkan runtime/engine runtime/dist runtime/api runtime/node runtime/cli", R, " ")
 	for (i = 1; i <= n; i++) may[R[i], R[i]] = 1
 	up["scheduler"] = "base"; up["models"] = "base scheduler"; up["net"] = "base scheduler"
 	rt = "base scheduler models net runtime/backend"
 	up["runtime/backend"] = "base scheduler models net"
 	up["runtime/cpu"] = rt; up["runtime/engine"] = rt
-	up["runtime/backends"] = rt " runtime/cpu"
+	up["runtime/vulkan"] = rt " runtime/cpu"
+	up["runtime/backends"] = rt " runtime/cpu runtime/vulkan"
 	up["runtime/dist"] = rt " runtime/engine runtime/backends"
 	up["runtime/api"] = "base scheduler models net"
 	up["runtime/node"] = up["runtime/dist"] " runtime/dist runtime/api runtime/cpu"
