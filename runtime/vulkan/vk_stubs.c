@@ -1,9 +1,9 @@
 /*
  * runtime/vulkan/vk_stubs.c: the ops of vk_impl.h that other files will
- * implement (vk_matmul.c: matmul, embed, supports_type; vk_attn.c:
- * attention), until they are merged: each says what is missing and
- * aborts; supports_type says no to every type, so an engine refuses the
- * model with a clear message instead of reaching them.
+ * implement (vk_matmul.c: matmul, embed, supports_type), until it is
+ * merged: each says what is missing and aborts; supports_type says no to
+ * every type, so an engine refuses the model with a clear message instead
+ * of reaching them.
  *
  * Part: runtime/ (the room vulkan/).
  */
@@ -35,9 +35,4 @@ void vk__embed(shoal_backend *b, shoal_dtype t, const void *table, size_t row_by
                uint32_t n_embd, const int32_t *ids, uint32_t n_rows, float *out)
 {
 	missing("embed");
-}
-
-void vk__attention(shoal_backend *b, const shoal_backend_attn *a)
-{
-	missing("attention");
 }
