@@ -299,7 +299,7 @@ const vk__caps *vk__caps_of(shoal_backend *b)
 
 /* The command buffer, begun if it is not, with a barrier recorded: every
  * command after it sees what the ones before it wrote (compute and
- * transfer alike). */
+ * transfer alike, in this submit or an earlier one). */
 VkCommandBuffer vk__record(shoal_backend *b)
 {
 	VkResult r;
@@ -310,7 +310,9 @@ VkCommandBuffer vk__record(shoal_backend *b)
 		if ((r = vkBeginCommandBuffer(b->cb, &bi)))
 			die("vkBeginCommandBuffer", r);
 		b->recording = true;
-		return b->cb; /* the submit orders the host's writes before it */
+		/* and the barrier below too: a barrier's first scope reaches
+		 * back into earlier submits (the submit itself only orders the
+		 * host's writes before it) */
 	}
 	VkMemoryBarrier mb = {
 	    .sType = VK_STRUCTURE_TYPE_MEMORY_BARRIER,

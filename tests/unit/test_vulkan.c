@@ -61,6 +61,43 @@ static void test_address_faults(void)
 	vt_vk->buf_free(vt_b, buf);
 }
 
+/* More than the device holds: NOMEM (the engine names the tensor), and
+ * the instance still works. */
+static void test_out_of_memory(void)
+{
+	shoal_backend_buf *buf = (shoal_backend_buf *)1;
+	ASSERT_EQ(vt_vk->buf_alloc(vt_b, (size_t)1 << 50, &buf), SHOAL_ERR_NOMEM);
+	ASSERT_TRUE(buf == NULL);
+	const void *dev = NULL;
+	char small[16] = {0};
+	ASSERT_EQ(vt_vk->weights(vt_b, small, (size_t)1 << 50, &dev), SHOAL_ERR_NOMEM);
+	float one = 1, got = 0;
+	float *d = vt_dev(&one, 4);
+	vt_vk->add(vt_b, d, 1, d, 1, 1, 1);
+	vt_vk->read(vt_b, d, &got, 4);
+	ASSERT_TRUE(got == 2.0f);
+	vt_end();
+}
+
+/* A host pointer handed to an op is a caller's bug: it aborts, naming
+ * the address, instead of reading anything. */
+static void test_not_a_device_address(void)
+{
+	static float host[4];
+	float *d = vt_poisoned(16);
+	fflush(stdout);
+	pid_t pid = fork();
+	if (pid == 0) {
+		(void)!freopen("/dev/null", "w", stderr);
+		vt_vk->add(vt_b, d, 4, host, 4, 4, 1);
+		_exit(0);
+	}
+	int st = 0;
+	ASSERT_EQ(waitpid(pid, &st, 0), pid);
+	ASSERT_TRUE(WIFSIGNALED(st) && WTERMSIG(st) == SIGABRT);
+	vt_end();
+}
+
 /* Weights larger than the staging buffer (16 MiB) come back whole. */
 static void test_weights(void)
 {
@@ -322,7 +359,8 @@ static void test_kv_store(void)
 	uint32_t rows = 5, n_kv = 3, hd = 65, n_ctx = 9;
 	size_t ld = n_kv * hd + 4, head_ld = (size_t)n_ctx * hd;
 	float *src = vt_rands((rows - 1) * ld + n_kv * hd, -70000, 70000);
-	src[1] = 1.0f + 1.0f / 2048; /* halfway: to even */
+	src[1] = 1.0f + 3.0f / 2048; /* halfway, odd below: up to even */
+	src[5] = 1.0f + 1.0f / 2048; /* halfway, even below: down */
 	src[2] = 3e-6f;              /* subnormal half */
 	src[3] = 65520.0f;           /* to infinity */
 	src[4] = 1e-3f;
@@ -413,13 +451,14 @@ int main(void)
 {
 	vt_start();
 	static const test_case_ cases[] = {
-	    TEST_CASE(test_buffers),  TEST_CASE(test_address_faults),
-	    TEST_CASE(test_weights),  TEST_CASE(test_call_order),
-	    TEST_CASE(test_devices),  TEST_CASE(test_registry),
-	    TEST_CASE(test_supports), TEST_CASE(test_add),
-	    TEST_CASE(test_copy),     TEST_CASE(test_swiglu),
-	    TEST_CASE(test_rms_norm), TEST_CASE(test_rope),
-	    TEST_CASE(test_kv_store), TEST_CASE(test_softmax),
+	    TEST_CASE(test_buffers),       TEST_CASE(test_address_faults),
+	    TEST_CASE(test_out_of_memory), TEST_CASE(test_not_a_device_address),
+	    TEST_CASE(test_weights),       TEST_CASE(test_call_order),
+	    TEST_CASE(test_devices),       TEST_CASE(test_registry),
+	    TEST_CASE(test_supports),      TEST_CASE(test_add),
+	    TEST_CASE(test_copy),          TEST_CASE(test_swiglu),
+	    TEST_CASE(test_rms_norm),      TEST_CASE(test_rope),
+	    TEST_CASE(test_kv_store),      TEST_CASE(test_softmax),
 	    TEST_CASE(test_top_k),
 	};
 	int rc = test_run_(cases, sizeof cases / sizeof cases[0]);
