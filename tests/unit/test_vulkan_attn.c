@@ -10,7 +10,8 @@
  * separate buffers. Outputs are poisoned (NaN bytes) before each run and
  * the cache past each session's last position holds NaN bytes, so a read
  * past n_kv shows. Each row run alone must give the batch's bits
- * (backend.h: results independent of the batch).
+ * (backend.h: results independent of the batch). A head wider than the
+ * shader holds aborts with a message before touching the device.
  *
  * Without a Vulkan device the program skips (77); under CI=true a missing
  * device fails.
@@ -18,11 +19,14 @@
 #include "config.h"
 
 #include <math.h>
+#include <signal.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "runtime/backend.h"
 #include "runtime/backends.h"
@@ -441,6 +445,47 @@ static void test_many_rows(void)
 	run_case(&c);
 }
 
+/* A head wider than attn.comp holds (640) is a caller's bug: the op
+ * aborts with a message naming it, before touching the device. */
+static void test_head_dim_too_large(void)
+{
+	NEED_DEVICE();
+	int fd[2];
+	ASSERT_EQ(pipe(fd), 0);
+	fflush(NULL);
+	pid_t pid = fork();
+	ASSERT_TRUE(pid >= 0);
+	if (pid == 0) {
+		dup2(fd[1], 2);
+		uint32_t n_kv = 1;
+		const void *plane = NULL;
+		shoal_backend_attn a = {.n_rows = 1,
+		                        .n_head = 1,
+		                        .n_head_kv = 1,
+		                        .head_dim = 704,
+		                        .scale = 1.0f,
+		                        .kv_type = SHOAL_DTYPE_F16,
+		                        .k = &plane,
+		                        .v = &plane,
+		                        .head_ld = 704,
+		                        .pos_ld = 704,
+		                        .n_kv = &n_kv};
+		vk_ops->attention(vk, &a);
+		_exit(0);
+	}
+	close(fd[1]);
+	char msg[512] = "";
+	size_t len = 0;
+	ssize_t got;
+	while (len + 1 < sizeof msg && (got = read(fd[0], msg + len, sizeof msg - 1 - len)) > 0)
+		len += (size_t)got;
+	close(fd[0]);
+	int st = 0;
+	ASSERT_EQ(waitpid(pid, &st, 0), pid);
+	ASSERT_TRUE(WIFSIGNALED(st) && WTERMSIG(st) == SIGABRT);
+	ASSERT_TRUE(strstr(msg, "head_dim 704") != NULL);
+}
+
 static void test_bound(void)
 {
 	NEED_DEVICE();
@@ -453,4 +498,5 @@ static void test_bound(void)
 }
 
 TEST_MAIN(TEST_CASE(test_decode_f32), TEST_CASE(test_decode_f16), TEST_CASE(test_prefill),
-          TEST_CASE(test_mla), TEST_CASE(test_many_rows), TEST_CASE(test_bound))
+          TEST_CASE(test_mla), TEST_CASE(test_many_rows), TEST_CASE(test_head_dim_too_large),
+          TEST_CASE(test_bound))
