@@ -2,14 +2,15 @@
  * runtime/vulkan/vk_attn.c: attention (backend.h's shoal_backend_attn) on
  * the Vulkan device, by shaders/attn.comp.
  *
- * Part: runtime/ (the room vulkan/). The rows are cut into blocks of up
- * to VK_ATTN_BLK_ROWS consecutive rows that read the same cache plane
- * (a prefill chunk of one session: its K and V rows are loaded once per
- * block instead of once per row; a decode row of its own session is a
- * block of one), and each block runs as one workgroup per query head.
- * The per-row cache planes are resolved here with vk__at and handed to
- * the shader as element offsets with each row's n_kv through
- * vk__params; a dispatch binds one K and one V buffer, so the rows are
+ * Part: runtime/ (the room vulkan/). The query vectors (a row's head)
+ * are cut into blocks of up to VK_ATTN_BLK_ROWS that read the same KV
+ * head of the same cache plane, and each block runs as one workgroup, so
+ * each K and V row it loads serves the whole block: the query heads of a
+ * GQA group (MLA's 16 heads over one latent plane: 2 blocks), and with
+ * them the consecutive rows of a prefill chunk of one session. The
+ * per-row cache planes are resolved here with vk__at and handed to the
+ * shader as element offsets, with each vector's n_kv, through
+ * vk__params; a dispatch binds one K and one V buffer, so the blocks are
  * dispatched in runs whose planes lie in the same buffers.
  */
 #include <stdint.h>
@@ -21,21 +22,21 @@
 
 VK__SHADER(attn);
 
-/* attn.comp's BLK_ROWS, BLK_WORDS, MAX_C * 64 and workgroup size. */
+/* attn.comp's BLK_ROWS, BLK_WORDS and MAX_C * 64. */
 #define VK_ATTN_BLK_ROWS  8u
-#define VK_ATTN_BLK_WORDS 12u
+#define VK_ATTN_BLK_WORDS 20u
 #define VK_ATTN_MAX_HD    640u
-/* Blocks per dispatch: the parameters are staged on the stack (128 * 48
- * bytes = 6 KiB) and 128 workgroups per head is far below any device's
+/* Blocks per dispatch: the parameters are staged on the stack (128 * 80
+ * bytes = 10 KiB) and 128 workgroups are far below any device's
  * maxComputeWorkGroupCount (>= 65535), so no count needs splitting. */
 #define VK_ATTN_CHUNK 128u
 
 typedef struct attn_push {
-	uint32_t q_off, out_off, ld, head_dim, group, head_ld, pos_ld, f16, prm_off;
+	uint32_t q_off, out_off, head_dim, pos_ld, f16, prm_off;
 	float scale;
 } attn_push;
 
-/* The runs of blocks being gathered for one dispatch. */
+/* The blocks being gathered for one dispatch. */
 typedef struct attn_run {
 	uint32_t w[VK_ATTN_CHUNK * VK_ATTN_BLK_WORDS];
 	uint32_t n_blk;
@@ -61,9 +62,23 @@ static void flush(shoal_backend *b, attn_run *run, attn_push *pc, VkBuffer qbuf,
 	vk__ref p = vk__params(b, run->w, bytes);
 	pc->prm_off = elems_of(p.off, sizeof(uint32_t), "the parameters");
 	VkBuffer bind[7] = {qbuf, obuf, run->kbuf, run->kbuf, run->vbuf, run->vbuf, p.buf};
-	uint32_t n_head = pc->ld / pc->head_dim;
-	vk__dispatch(b, &vk__sh_attn, 7, bind, pc, sizeof *pc, run->n_blk, n_head, 1);
+	vk__dispatch(b, &vk__sh_attn, 7, bind, pc, sizeof *pc, run->n_blk, 1, 1);
 	run->n_blk = 0;
+}
+
+/* A new, empty block of run for the KV head at cache elements k_off and
+ * v_off (flushing a full run first). */
+static uint32_t *block_new(shoal_backend *b, attn_run *run, attn_push *pc, VkBuffer qbuf,
+                           VkBuffer obuf, uint64_t k_off, uint64_t v_off)
+{
+	if (run->n_blk == VK_ATTN_CHUNK)
+		flush(b, run, pc, qbuf, obuf);
+	uint32_t *blk = run->w + run->n_blk++ * VK_ATTN_BLK_WORDS;
+	for (uint32_t i = 0; i < VK_ATTN_BLK_WORDS; i++)
+		blk[i] = 0;
+	blk[0] = (uint32_t)k_off;
+	blk[1] = (uint32_t)v_off;
+	return blk;
 }
 
 void vk__attention(shoal_backend *b, const shoal_backend_attn *a)
@@ -77,58 +92,58 @@ void vk__attention(shoal_backend *b, const shoal_backend_attn *a)
 		        VK_ATTN_MAX_HD);
 		abort();
 	}
-	const vk__caps *caps = vk__caps_of(b);
-	SHOAL_ASSERT(caps->max_groups[1] >= a->n_head);
+	uint32_t group = a->n_head / a->n_head_kv;
 	uint64_t es = a->kv_type == SHOAL_DTYPE_F16 ? 2 : 4;
-	uint64_t ld = (uint64_t)a->n_head * a->head_dim;
-	uint64_t act_bytes = (uint64_t)a->n_rows * ld * sizeof(float);
+	uint64_t n_vec = (uint64_t)a->n_rows * a->n_head;
+	uint64_t act_bytes = n_vec * a->head_dim * sizeof(float);
 	vk__ref q = vk__at(b, a->q), o = vk__at(b, a->out);
 	SHOAL_ASSERT(q.room >= act_bytes && o.room >= act_bytes);
-	SHOAL_ASSERT(a->head_ld <= UINT32_MAX && a->pos_ld <= UINT32_MAX && ld <= UINT32_MAX);
+	SHOAL_ASSERT(n_vec <= UINT32_MAX && a->pos_ld <= UINT32_MAX);
 	attn_push pc = {
 	    .q_off = elems_of(q.off, sizeof(float), "q"),
 	    .out_off = elems_of(o.off, sizeof(float), "out"),
-	    .ld = (uint32_t)ld,
 	    .head_dim = a->head_dim,
-	    .group = a->n_head / a->n_head_kv,
-	    .head_ld = (uint32_t)a->head_ld,
 	    .pos_ld = (uint32_t)a->pos_ld,
 	    .f16 = a->kv_type == SHOAL_DTYPE_F16,
-	    .scale = a->scale,
 	};
-	/* The elements of the last KV head's row at position 0, from the
-	 * plane's start: a row of n_kv reads (n_kv - 1) * pos_ld more. */
-	uint64_t span = (uint64_t)(a->n_head_kv - 1) * a->head_ld + a->head_dim;
-	attn_run run; /* 6 KiB of staged parameters */
+	pc.scale = a->scale;
+	/* the shader indexes q and out in uint */
+	SHOAL_ASSERT((uint64_t)pc.q_off + n_vec * a->head_dim <= UINT32_MAX);
+	SHOAL_ASSERT((uint64_t)pc.out_off + n_vec * a->head_dim <= UINT32_MAX);
+	attn_run run; /* 10 KiB of staged parameters */
 	run.n_blk = 0;
-	uint32_t *blk = NULL;
-	uint64_t k_room = 0, v_room = 0, k_end = 0; /* the current block's plane */
-	for (uint32_t r = 0; r < a->n_rows; r++) {
-		/* the elements past the plane's start that row r reads, + 1 */
-		uint64_t reach = span + (uint64_t)(a->n_kv[r] ? a->n_kv[r] - 1 : 0) * a->pos_ld;
-		bool same = blk && blk[1] < VK_ATTN_BLK_ROWS && a->k[r] == a->k[r - blk[1]] &&
-		            a->v[r] == a->v[r - blk[1]];
-		if (!same) {
-			vk__ref k = vk__at(b, a->k[r]), v = vk__at(b, a->v[r]);
-			if (run.n_blk == VK_ATTN_CHUNK ||
-			    (run.n_blk && (k.buf != run.kbuf || v.buf != run.vbuf)))
-				flush(b, &run, &pc, q.buf, o.buf);
-			run.kbuf = k.buf;
-			run.vbuf = v.buf;
-			blk = run.w + run.n_blk++ * VK_ATTN_BLK_WORDS;
-			for (uint32_t i = 0; i < VK_ATTN_BLK_WORDS; i++)
-				blk[i] = 0;
-			blk[0] = r;
-			blk[2] = elems_of(k.off, es, "a K plane");
-			blk[3] = elems_of(v.off, es, "a V plane");
-			k_room = k.room;
-			v_room = v.room;
-			k_end = (uint64_t)(blk[2] > blk[3] ? blk[2] : blk[3]);
+	for (uint32_t r = 0, end; r < a->n_rows; r = end) {
+		/* rows r..end-1 read the same planes; n: the longest of them */
+		uint32_t n = a->n_kv[r];
+		for (end = r + 1; end < a->n_rows && a->k[end] == a->k[r] && a->v[end] == a->v[r];
+		     end++)
+			n = a->n_kv[end] > n ? a->n_kv[end] : n;
+		vk__ref k = vk__at(b, a->k[r]), v = vk__at(b, a->v[r]);
+		uint64_t k_off = elems_of(k.off, es, "a K plane");
+		uint64_t v_off = elems_of(v.off, es, "a V plane");
+		/* the elements of the plane they read, from its start, and that
+		 * the shader's uint indexes reach them */
+		uint64_t reach = (uint64_t)(a->n_head_kv - 1) * a->head_ld +
+		                 (uint64_t)(n ? n - 1 : 0) * a->pos_ld + a->head_dim;
+		SHOAL_ASSERT(reach * es <= k.room && reach * es <= v.room);
+		SHOAL_ASSERT(k_off + reach <= UINT32_MAX && v_off + reach <= UINT32_MAX);
+		if (run.n_blk && (k.buf != run.kbuf || v.buf != run.vbuf))
+			flush(b, &run, &pc, q.buf, o.buf);
+		run.kbuf = k.buf;
+		run.vbuf = v.buf;
+		for (uint32_t kvh = 0; kvh < a->n_head_kv; kvh++) {
+			uint64_t at = (uint64_t)kvh * a->head_ld;
+			uint32_t *blk = NULL;
+			for (uint32_t rr = r; rr < end; rr++)
+				for (uint32_t g = 0; g < group; g++) {
+					if (!blk || blk[2] == VK_ATTN_BLK_ROWS)
+						blk = block_new(b, &run, &pc, q.buf, o.buf,
+						                k_off + at, v_off + at);
+					uint32_t i = blk[2]++;
+					blk[4 + 2 * i] = rr * a->n_head + kvh * group + g;
+					blk[5 + 2 * i] = a->n_kv[rr];
+				}
 		}
-		/* the shader indexes in uint: every element it reads must fit */
-		SHOAL_ASSERT(reach * es <= k_room && reach * es <= v_room);
-		SHOAL_ASSERT(k_end + reach <= UINT32_MAX);
-		blk[4 + blk[1]++] = a->n_kv[r];
 	}
 	flush(b, &run, &pc, q.buf, o.buf);
 }

@@ -2,22 +2,24 @@
  * runtime/vulkan/shaders/attn.comp: causal GQA attention (backend.h's
  * shoal_backend_attn) over an F32 or F16 cache, decode and prefill alike.
  *
- * One workgroup is (block, query head h): a block is up to BLK_ROWS query
- * rows that read the same cache plane (vk_attn.c makes them: the rows of
- * one session's prefill chunk share a block, so each K and V row it loads
- * serves all of them; a decode row is a block of one). Row i of a block
- * sees positions [0, n_kv[i]). The positions are walked in tiles of TILE:
- *   1. thread j scores position t0 + j against every row of the block (one
- *      F32 sum over d in order; masked positions are -inf, never read);
+ * One workgroup is a block: up to BLK_ROWS query vectors (a row's query
+ * head) that read the same KV head of the same cache plane (vk_attn.c
+ * makes them: the heads of one GQA group, and the rows of one session's
+ * prefill chunk, share blocks, so each K and V row loaded serves all of
+ * them). Entry i of a block is the query vector vec[i] (row * n_head +
+ * head: q and out hold head_dim floats per vector) and sees positions
+ * [0, n_kv[i]). The positions are walked in tiles of TILE:
+ *   1. thread j scores position t0 + j against every entry of the block
+ *      (one F32 sum over d in order; masked positions are -inf, never read);
  *   2. per row, the tile's max and then its sum of exp(s - m) by a fixed
  *      tree over the 64 slots; the running (m, l) are rescaled by
  *      exp(m_old - m_new) (flash attention's online softmax);
  *   3. thread c owns output dims c, c + 64, ...: o = o * alpha + sum over
  *      the tile's unmasked positions in order of p_t v_t[d].
  * The end writes o / l. Every step's order depends only on the row's own
- * n_kv and head_dim, never on the other rows of its block or the
- * dispatch: a row gives the same bits alone as in any block (the test
- * checks it). A row with n_kv = 0 writes zeros (what the CPU gives).
+ * n_kv and head_dim, never on the other entries of its block or the
+ * dispatch: a row gives the same bits alone as in any batch (the test
+ * checks it). An entry with n_kv = 0 writes zeros (what the CPU gives).
  *
  * Bindings: 0 q (float), 1 out (float), 2/3 K as float / uint words,
  * 4/5 V as float / uint words (the same buffers twice: an F16 cache is
@@ -29,8 +31,8 @@
 layout(local_size_x = 64) in;
 
 #define TILE      64 /* positions per tile = the workgroup size */
-#define BLK_ROWS  8  /* rows per block (vk_attn.c's VK_ATTN_BLK_ROWS) */
-#define BLK_WORDS 12 /* row0, n_rows, k_off, v_off, n_kv[BLK_ROWS] */
+#define BLK_ROWS  8  /* entries per block (vk_attn.c's VK_ATTN_BLK_ROWS) */
+#define BLK_WORDS 20 /* k_off, v_off, n_entries, 0, (vec, n_kv)[BLK_ROWS] */
 #define MAX_C     10 /* head_dim <= 64 * MAX_C = 640 (MLA's 576 fits) */
 
 layout(std430, binding = 0) readonly buffer Q { float q[]; };
@@ -42,13 +44,10 @@ layout(std430, binding = 5) readonly buffer VH { uint vh[]; };
 layout(std430, binding = 6) readonly buffer P { uint prm[]; };
 
 layout(push_constant) uniform Push {
-	uint q_off;    /* floats: row 0 of q in its buffer */
-	uint out_off;  /* floats: row 0 of out */
-	uint ld;       /* floats between rows of q and out: n_head * head_dim */
+	uint q_off;   /* floats: row 0 of q in its buffer */
+	uint out_off; /* floats: row 0 of out */
 	uint head_dim;
-	uint group;    /* query heads per KV head */
-	uint head_ld;  /* cache elements between KV heads */
-	uint pos_ld;   /* cache elements between positions */
+	uint pos_ld;  /* cache elements between positions */
 	uint f16;      /* 1: the cache is F16 */
 	uint prm_off;  /* uints: block 0's parameters */
 	float scale;
@@ -76,14 +75,11 @@ void main()
 {
 	uint tid = gl_LocalInvocationID.x;
 	uint blk = pc.prm_off + gl_WorkGroupID.x * BLK_WORDS;
-	uint h = gl_WorkGroupID.y;
-	uint row0 = prm[blk], nr = prm[blk + 1u];
-	uint kvh = h / pc.group, hd = pc.head_dim;
-	uint k0 = prm[blk + 2u] + kvh * pc.head_ld;
-	uint v0 = prm[blk + 3u] + kvh * pc.head_ld;
-	uint n[BLK_ROWS], n_max = 0u;
+	uint k0 = prm[blk], v0 = prm[blk + 1u], nr = prm[blk + 2u], hd = pc.head_dim;
+	uint n[BLK_ROWS], qv[BLK_ROWS], n_max = 0u;
 	for (uint i = 0u; i < BLK_ROWS; i++) {
-		n[i] = i < nr ? prm[blk + 4u + i] : 0u;
+		qv[i] = i < nr ? prm[blk + 4u + 2u * i] * hd : 0u;
+		n[i] = i < nr ? prm[blk + 5u + 2u * i] : 0u;
 		n_max = max(n_max, n[i]);
 	}
 
@@ -107,7 +103,7 @@ void main()
 				float kd = k_at(kr + d);
 				for (uint i = 0u; i < nr; i++)
 					if (t < n[i])
-						dot[i] += q[pc.q_off + (row0 + i) * pc.ld + h * hd + d] * kd;
+						dot[i] += q[pc.q_off + qv[i] + d] * kd;
 			}
 		}
 		for (uint i = 0u; i < nr; i++) {
@@ -170,7 +166,7 @@ void main()
 
 	for (uint i = 0u; i < nr; i++) {
 		float inv = n[i] > 0u ? 1.0 / l[i] : 0.0;
-		uint ob = pc.out_off + (row0 + i) * pc.ld + h * hd;
+		uint ob = pc.out_off + qv[i];
 		for (uint c = 0u; c < MAX_C; c++) {
 			uint d = tid + c * 64u;
 			if (d >= hd)
