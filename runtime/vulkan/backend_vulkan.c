@@ -220,11 +220,15 @@ static void *vk_buf_host(shoal_backend_buf *buf)
 	return NULL;
 }
 
-/* Uploaded once into device memory (no zero-copy mapping yet, even where
- * memory is unified). */
+/* Where memory is shared and the driver can import host pages, the pages
+ * themselves (no copy); else uploaded once into device memory. */
 static shoal_err vk_weights(shoal_backend *b, const void *host, size_t bytes, const void **dev)
 {
 	void *d;
+	if (!vk__region_import(b, host, bytes, &d)) {
+		*dev = d;
+		return SHOAL_OK;
+	}
 	shoal_err err = vk__region_new(b, bytes, &d);
 	if (err)
 		return err;

@@ -143,6 +143,20 @@ static bool pick_queue(shoal_backend *b)
 	return false;
 }
 
+static bool has_ext(VkPhysicalDevice pd, const char *name)
+{
+	uint32_t n = 0;
+	if (vkEnumerateDeviceExtensionProperties(pd, NULL, &n, NULL) || !n)
+		return false;
+	VkExtensionProperties *e = calloc(n, sizeof *e);
+	bool found = false;
+	if (e && !vkEnumerateDeviceExtensionProperties(pd, NULL, &n, e))
+		for (uint32_t i = 0; i < n && !found; i++)
+			found = !strcmp(e[i].extensionName, name);
+	free(e);
+	return found;
+}
+
 /* The logical device with the 8/16-bit storage the shaders use, and the
  * 16-bit and 8-bit arithmetic and subgroup arithmetic where offered. */
 static VkResult make_device(shoal_backend *b)
@@ -171,17 +185,47 @@ static VkResult make_device(shoal_backend *b)
 	                              .queueFamilyIndex = b->qfam,
 	                              .queueCount = 1,
 	                              .pQueuePriorities = &prio};
+	/* MoltenVK's devices must be created with portability_subset named;
+	 * importing host memory (zero-copy weights) where memory is shared */
+	const char *ext[2];
+	uint32_t n_ext = 0;
+	bool host_import = false;
+	if (has_ext(b->pd, "VK_KHR_portability_subset"))
+		ext[n_ext++] = "VK_KHR_portability_subset";
+	VkPhysicalDeviceType t = b->props.deviceType;
+	if ((t == VK_PHYSICAL_DEVICE_TYPE_INTEGRATED_GPU || t == VK_PHYSICAL_DEVICE_TYPE_CPU) &&
+	    has_ext(b->pd, VK_EXT_EXTERNAL_MEMORY_HOST_EXTENSION_NAME) &&
+	    !getenv("SHOAL_VK_NO_IMPORT")) {
+		ext[n_ext++] = VK_EXT_EXTERNAL_MEMORY_HOST_EXTENSION_NAME;
+		host_import = true;
+	}
 	VkDeviceCreateInfo di = {.sType = VK_STRUCTURE_TYPE_DEVICE_CREATE_INFO,
 	                         .pNext = &want,
 	                         .queueCreateInfoCount = 1,
-	                         .pQueueCreateInfos = &qi};
+	                         .pQueueCreateInfos = &qi,
+	                         .enabledExtensionCount = n_ext,
+	                         .ppEnabledExtensionNames = ext};
 	VkResult r = vkCreateDevice(b->pd, &di, NULL, &b->dev);
 	if (r)
 		return r;
 	vkGetDeviceQueue(b->dev, b->qfam, 0, &b->queue);
+	if (host_import) {
+		VkPhysicalDeviceExternalMemoryHostPropertiesEXT hp = {
+		    .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_EXTERNAL_MEMORY_HOST_PROPERTIES_EXT};
+		VkPhysicalDeviceProperties2 p2 = {
+		    .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2, .pNext = &hp};
+		vkGetPhysicalDeviceProperties2(b->pd, &p2);
+		b->host_ptr_props = (PFN_vkGetMemoryHostPointerPropertiesEXT)vkGetDeviceProcAddr(
+		    b->dev, "vkGetMemoryHostPointerPropertiesEXT");
+		b->import_align = hp.minImportedHostPointerAlignment;
+		if (!b->host_ptr_props || !b->import_align)
+			b->host_ptr_props = NULL;
+	}
 
+	VkPhysicalDeviceMaintenance3Properties m3 = {
+	    .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_MAINTENANCE_3_PROPERTIES};
 	VkPhysicalDeviceSubgroupProperties sg = {
-	    .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SUBGROUP_PROPERTIES};
+	    .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SUBGROUP_PROPERTIES, .pNext = &m3};
 	VkPhysicalDeviceProperties2 p2 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2,
 	                                  .pNext = &sg};
 	vkGetPhysicalDeviceProperties2(b->pd, &p2);
@@ -193,6 +237,7 @@ static VkResult make_device(shoal_backend *b)
 	b->caps.fp16_arith = f12.shaderFloat16;
 	b->caps.int8_arith = f12.shaderInt8;
 	b->caps.max_buffer = b->props.limits.maxStorageBufferRange;
+	b->max_alloc = m3.maxMemoryAllocationSize;
 	memcpy(b->caps.max_groups, b->props.limits.maxComputeWorkGroupCount,
 	       sizeof b->caps.max_groups);
 	return VK_SUCCESS;
@@ -275,11 +320,11 @@ void vk__core_free(shoal_backend *b)
 			vkDestroyPipelineLayout(b->dev, b->pipes[i].layout, NULL);
 			vkDestroyDescriptorSetLayout(b->dev, b->pipes[i].dsl, NULL);
 		}
-		for (uint32_t i = 0; i < VK_MAX_CHUNKS; i++) {
+		for (uint32_t i = 0; i < b->cap_dpool; i++)
 			if (b->dpool[i])
 				vkDestroyDescriptorPool(b->dev, b->dpool[i], NULL);
+		for (uint32_t i = 0; i < b->cap_params; i++)
 			vk__hostbuf_free(b, &b->params[i]);
-		}
 		if (b->fence)
 			vkDestroyFence(b->dev, b->fence, NULL);
 		if (b->cpool)
@@ -288,6 +333,26 @@ void vk__core_free(shoal_backend *b)
 	}
 	if (b->inst)
 		vkDestroyInstance(b->inst, NULL);
+	free(b->dpool);
+	free(b->params);
+}
+
+/* Room for one more entry of arr (elt bytes each, *cap of them, n used):
+ * grown by doubling, the new entries zeroed. Aborts without memory (an op
+ * may not fail). */
+static void *grow(void *arr, uint32_t *cap, uint32_t n, size_t elt)
+{
+	if (n < *cap)
+		return arr;
+	uint32_t nc = *cap ? 2 * *cap : 4;
+	unsigned char *p = realloc(arr, (size_t)nc * elt);
+	if (!p) {
+		fprintf(stderr, "shoal: vulkan: out of host memory for the recording\n");
+		abort();
+	}
+	memset(p + (size_t)*cap * elt, 0, (size_t)(nc - *cap) * elt);
+	*cap = nc;
+	return p;
 }
 
 const vk__caps *vk__caps_of(shoal_backend *b)
@@ -368,9 +433,7 @@ vk__ref vk__params(shoal_backend *b, const void *src, size_t bytes)
 		abort();
 	}
 	if (!b->n_params || b->params_used + need > PARAM_CHUNK) {
-		if (b->n_params == VK_MAX_CHUNKS)
-			die("parameter ring (too many dispatches between syncs)",
-			    VK_ERROR_OUT_OF_HOST_MEMORY);
+		b->params = grow(b->params, &b->cap_params, b->n_params, sizeof *b->params);
 		vk_hostbuf *h = &b->params[b->n_params];
 		if (!h->buf) {
 			VkResult r =
@@ -450,9 +513,7 @@ static vk_pipe *pipe_of(shoal_backend *b, const vk__shader *s, uint32_t n_bind)
 static VkDescriptorSet set_alloc(shoal_backend *b, vk_pipe *p)
 {
 	if (!b->n_dpool || b->sets_used == VK_SETS_PER_POOL) {
-		if (b->n_dpool == VK_MAX_CHUNKS)
-			die("descriptor pools (too many dispatches between syncs)",
-			    VK_ERROR_OUT_OF_POOL_MEMORY);
+		b->dpool = grow(b->dpool, &b->cap_dpool, b->n_dpool, sizeof *b->dpool);
 		if (!b->dpool[b->n_dpool]) {
 			VkDescriptorPoolSize ps = {.type = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER,
 			                           .descriptorCount = VK_SETS_PER_POOL * MAX_BIND};

@@ -51,6 +51,12 @@ typedef struct vk__ref {
 	uint64_t off;
 	uint64_t room; /* bytes from off to the end of the buffer */
 } vk__ref;
+/* (vk-core) A range larger than maxStorageBufferRange (lavapipe: 128 MiB)
+ * is bound through windows: buffers over its memory that start every half
+ * range and overlap. vk__at gives the window where the address lies in
+ * the first half, so room is at least half the range; room ends at the
+ * range's end or the window's, whichever comes first. An operand longer
+ * than room (a huge matrix) must be split by the caller. */
 
 /* What the device offers that the op files choose by. */
 typedef struct vk__caps {

@@ -13,7 +13,6 @@
 #include "runtime/vulkan/vk_impl.h"
 
 #define VK_MAX_PIPES     64 /* embedded shaders with a pipeline */
-#define VK_MAX_CHUNKS    64 /* parameter buffers / descriptor pools per submit */
 #define VK_SETS_PER_POOL 512
 
 /* A pipeline made on first use of a shader. */
@@ -33,13 +32,20 @@ typedef struct vk_hostbuf {
 	uint64_t bytes;
 } vk_hostbuf;
 
-/* A block of device memory with one buffer over all of it; ranges are cut
- * from it upward and the cursor returns to 0 once none is live. */
+/* A block of device memory; ranges are cut from it upward and the cursor
+ * returns to 0 once none is live. Its buffers are windows: win[i] starts
+ * at byte i * step and spans at most maxStorageBufferRange, so that a
+ * binding never exceeds that range; a block no larger than the range has
+ * one window over all of it, a larger one (a single large range) windows
+ * that overlap by half. */
 typedef struct vk_block {
-	VkBuffer buf;
 	VkDeviceMemory mem;
+	VkBuffer *win;
+	uint32_t n_win;
+	uint64_t step;
 	uint64_t bytes, used;
 	uint32_t live;
+	bool imported; /* host pages (weights): never cut from again */
 } vk_block;
 
 /* A device address range: reserved host addresses (PROT_NONE) and where
@@ -62,8 +68,13 @@ struct shoal_backend {
 	VkQueue queue;
 	uint32_t qfam;
 	vk__caps caps;
-	uint32_t mt_dev;  /* memory type of the blocks (device-local) */
-	uint32_t mt_host; /* host-visible and coherent: params, staging */
+	uint32_t mt_dev;    /* memory type of the blocks (device-local) */
+	uint32_t mt_host;   /* host-visible and coherent: params, staging */
+	uint64_t max_alloc; /* maxMemoryAllocationSize */
+	/* VK_EXT_external_memory_host where memory is shared (NULL: none):
+	 * weights() imports the host's pages instead of copying them */
+	PFN_vkGetMemoryHostPointerPropertiesEXT host_ptr_props;
+	uint64_t import_align; /* minImportedHostPointerAlignment */
 
 	/* recording */
 	VkCommandPool cpool;
@@ -72,9 +83,11 @@ struct shoal_backend {
 	bool recording;
 	vk_pipe pipes[VK_MAX_PIPES];
 	uint32_t n_pipes;
-	VkDescriptorPool dpool[VK_MAX_CHUNKS];
+	VkDescriptorPool *dpool; /* cap_dpool made (or VK_NULL_HANDLE), grown on demand */
+	uint32_t cap_dpool;
 	uint32_t n_dpool, sets_used; /* sets taken from dpool[n_dpool - 1] */
-	vk_hostbuf params[VK_MAX_CHUNKS];
+	vk_hostbuf *params;          /* cap_params, grown on demand, kept across submits */
+	uint32_t cap_params;
 	uint32_t n_params, params_used; /* bytes used of params[n_params - 1] */
 
 	/* memory */
@@ -101,6 +114,7 @@ shoal_err vk__core_init(shoal_backend *b, char *why, size_t why_len);
 shoal_err vk__mem_init(shoal_backend *b);
 void vk__mem_free(shoal_backend *b);
 shoal_err vk__region_new(shoal_backend *b, uint64_t bytes, void **dev);
+shoal_err vk__region_import(shoal_backend *b, const void *host, uint64_t bytes, void **dev);
 void vk__region_free(shoal_backend *b, void *dev);
 void vk__write(shoal_backend *b, void *dev, const void *src, size_t n);
 void vk__read(shoal_backend *b, const void *dev, void *dst, size_t n);
