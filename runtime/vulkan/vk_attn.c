@@ -118,27 +118,30 @@ void vk__attention(shoal_backend *b, const shoal_backend_attn *a)
 		for (end = r + 1; end < a->n_rows && a->k[end] == a->k[r] && a->v[end] == a->v[r];
 		     end++)
 			n = a->n_kv[end] > n ? a->n_kv[end] : n;
-		vk__ref k = vk__at(b, a->k[r]), v = vk__at(b, a->v[r]);
-		uint64_t k_off = elems_of(k.off, es, "a K plane");
-		uint64_t v_off = elems_of(v.off, es, "a V plane");
-		/* the elements of the plane they read, from its start, and that
-		 * the shader's uint indexes reach them */
-		uint64_t reach = (uint64_t)(a->n_head_kv - 1) * a->head_ld +
-		                 (uint64_t)(n ? n - 1 : 0) * a->pos_ld + a->head_dim;
-		SHOAL_ASSERT(reach * es <= k.room && reach * es <= v.room);
-		SHOAL_ASSERT(k_off + reach <= UINT32_MAX && v_off + reach <= UINT32_MAX);
-		if (run.n_blk && (k.buf != run.kbuf || v.buf != run.vbuf))
-			flush(b, &run, &pc, q.buf, o.buf);
-		run.kbuf = k.buf;
-		run.vbuf = v.buf;
+		/* each KV head resolved on its own: a plane larger than a
+		 * window of vk__at (half of maxStorageBufferRange) needs only
+		 * one head's positions to lie in one */
 		for (uint32_t kvh = 0; kvh < a->n_head_kv; kvh++) {
-			uint64_t at = (uint64_t)kvh * a->head_ld;
+			size_t at = (size_t)kvh * a->head_ld * es;
+			vk__ref k = vk__at(b, (const char *)a->k[r] + at);
+			vk__ref v = vk__at(b, (const char *)a->v[r] + at);
+			uint64_t k_off = elems_of(k.off, es, "a K plane");
+			uint64_t v_off = elems_of(v.off, es, "a V plane");
+			/* the elements the head's rows read, and that the
+			 * shader's uint indexes reach them */
+			uint64_t reach = (uint64_t)(n ? n - 1 : 0) * a->pos_ld + a->head_dim;
+			SHOAL_ASSERT(reach * es <= k.room && reach * es <= v.room);
+			SHOAL_ASSERT(k_off + reach <= UINT32_MAX && v_off + reach <= UINT32_MAX);
+			if (run.n_blk && (k.buf != run.kbuf || v.buf != run.vbuf))
+				flush(b, &run, &pc, q.buf, o.buf);
+			run.kbuf = k.buf;
+			run.vbuf = v.buf;
 			uint32_t *blk = NULL;
 			for (uint32_t rr = r; rr < end; rr++)
 				for (uint32_t g = 0; g < group; g++) {
 					if (!blk || blk[2] == VK_ATTN_BLK_ROWS)
-						blk = block_new(b, &run, &pc, q.buf, o.buf,
-						                k_off + at, v_off + at);
+						blk = block_new(b, &run, &pc, q.buf, o.buf, k_off,
+						                v_off);
 					uint32_t i = blk[2]++;
 					blk[4 + 2 * i] = rr * a->n_head + kvh * group + g;
 					blk[5 + 2 * i] = a->n_kv[rr];

@@ -445,6 +445,27 @@ static void test_many_rows(void)
 	run_case(&c);
 }
 
+/* A plane larger than what one storage buffer binds on lavapipe (128
+ * MiB; vk_core.c binds such ranges through windows every 64 MiB): 8 KV
+ * heads of 160 Ki positions, F16, k == v, 160 MiB; the last heads start
+ * past the first window, so each head must be resolved on its own. */
+static void test_big_plane(void)
+{
+	NEED_DEVICE();
+	uint32_t sess[3] = {0, 0, 0}, lens[3] = {98, 99, 100};
+	acase c = {.t = SHOAL_DTYPE_F16,
+	           .n_head = 16,
+	           .n_head_kv = 8,
+	           .head_dim = 64,
+	           .n_ctx = 160 * 1024,
+	           .mla = true,
+	           .n_sess = 1,
+	           .n_rows = 3,
+	           .sess = sess,
+	           .n_kv = lens};
+	run_case(&c);
+}
+
 /* A head wider than attn.comp holds (640) is a caller's bug: the op
  * aborts with a message naming it, before touching the device. */
 static void test_head_dim_too_large(void)
@@ -498,5 +519,5 @@ static void test_bound(void)
 }
 
 TEST_MAIN(TEST_CASE(test_decode_f32), TEST_CASE(test_decode_f16), TEST_CASE(test_prefill),
-          TEST_CASE(test_mla), TEST_CASE(test_many_rows), TEST_CASE(test_head_dim_too_large),
-          TEST_CASE(test_bound))
+          TEST_CASE(test_mla), TEST_CASE(test_many_rows), TEST_CASE(test_big_plane),
+          TEST_CASE(test_head_dim_too_large), TEST_CASE(test_bound))
