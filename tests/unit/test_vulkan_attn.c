@@ -7,11 +7,12 @@
  * different lengths (1, and lengths on both sides of the shader's tile of
  * 64), prefill chunks (rows of one session at consecutive positions,
  * causal by n_kv), more decode rows than one dispatch takes, planes in
- * separate buffers. Outputs are poisoned (NaN bytes) before each run and
- * the cache past each session's last position holds NaN bytes, so a read
- * past n_kv shows. Each row run alone must give the batch's bits
- * (backend.h: results independent of the batch). A head wider than the
- * shader holds aborts with a message before touching the device.
+ * separate buffers, a plane larger than one storage buffer binds.
+ * Outputs are poisoned (NaN bytes) before each run and the cache past
+ * each session's last position holds NaN bytes, so a read past n_kv
+ * shows. Each row run alone must give the batch's bits (backend.h:
+ * results independent of the batch). A head wider than the shader holds
+ * aborts with a message before touching the device.
  *
  * Without a Vulkan device the program skips (77); under CI=true a missing
  * device fails.
