@@ -35,7 +35,7 @@
  * a desk or a lab has a handful of peers, and one observer's list only
  * counts with another's (runtime/node/serve_probe.c). */
 #define SHOAL_RECORD_MAX_DSUSPECT 8
-#define SHOAL_RECORD_MAX_DEVICES 8   /* compute devices: the CPU and a few GPUs */
+#define SHOAL_RECORD_MAX_DEVICES  8 /* compute devices: the CPU and a few GPUs */
 
 /* One data endpoint: an address on one network interface. */
 typedef struct shoal_record_endpoint {

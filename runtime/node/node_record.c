@@ -215,6 +215,16 @@ static void node_devices(shoal_node *n, shoal_record *r)
 		x->read_mb_s = tr;
 	}
 #endif
+#ifdef SHOAL_TEST_HOOKS
+	/* SHOAL_TEST_GPU_MEM=BYTES: the memory the devices of a backend other
+	 * than the CPU offer, at most (a software device's 2 GiB would take a
+	 * test model whole: the split inside a peer needs a small one) */
+	const char *tm = getenv("SHOAL_TEST_GPU_MEM");
+	unsigned long long cap = tm ? strtoull(tm, NULL, 10) : 0;
+	for (uint32_t i = 0; cap && i < r->n_devices; i++)
+		if (strcmp(r->devices[i].backend, "cpu") && r->devices[i].mem_bytes > cap)
+			r->devices[i].mem_bytes = cap;
+#endif
 	for (uint32_t i = 0; i < r->n_devices; i++) {
 		const shoal_record_device *x = &r->devices[i];
 		SHOAL_LOG_I("node", "device %u: %s %s '%s'%s%s, %.1f GB/s, %.1f GFLOP/s", i,

@@ -42,7 +42,9 @@ static uint64_t serve_speed(uint64_t per_s_millions)
 
 /* The GPU a peer's plan may use (scheduler/view.h): of its record's GPU
  * devices with a measured bandwidth, the one with the most memory (ties:
- * the first listed); none leaves p's GPU empty. One a peer for now: the
+ * the first listed); none leaves p's GPU empty. A software device of a
+ * GPU backend (Mesa's lavapipe) counts as one: a record lists it only when
+ * its node was started with that backend named. One a peer for now: the
  * scheduler splits a stage between one GPU and the CPU. Returns its index
  * in r->devices, or -1. */
 static int serve_gpu(const shoal_record *r, shoal_view_peer *p)
@@ -50,7 +52,9 @@ static int serve_gpu(const shoal_record *r, shoal_view_peer *p)
 	int best = -1;
 	for (uint32_t i = 0; i < r->n_devices && i < SHOAL_RECORD_MAX_DEVICES; i++) {
 		const shoal_record_device *d = &r->devices[i];
-		if (d->kind != SHOAL_RECORD_DEVICE_GPU || !d->read_mb_s || !d->mem_bytes)
+		bool gpu = d->kind == SHOAL_RECORD_DEVICE_GPU ||
+		           (d->software && strcmp(d->backend, "cpu") != 0);
+		if (!gpu || !d->read_mb_s || !d->mem_bytes)
 			continue;
 		if (best < 0 || d->mem_bytes > r->devices[best].mem_bytes)
 			best = (int)i;
