@@ -67,7 +67,7 @@ err_is "--kv-type takes f16 or f32" perplexity m.gguf t.txt --kv-type
 err_is "--backend: unknown backend 'gpu9' (this build has: auto, .*cpu)" run m.gguf -p x --backend gpu9
 err_is "--backend: unknown backend 'CPU'" bench m.gguf --backend CPU
 err_is "--backend needs a name" perplexity m.gguf t.txt --backend
-err_is "shoal node: --backend: unknown backend 'gpu9' (this build has: auto, cpu" node --backend gpu9 --insecure --state-dir "$T/s"
+err_is "shoal node: --backend: unknown backend 'gpu9' (this build has: auto, .*cpu)" node --backend gpu9 --insecure --state-dir "$T/s"
 [ $bad = 0 ] || fail "help does not list every option, or an error does not name its flag"
 [ $checked -ge 60 ] || fail "only $checked options found: is the source scan broken?"
 echo "$checked options of 10 commands, each in its command's --help"
