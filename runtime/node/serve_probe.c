@@ -181,6 +181,11 @@ static int probe_one(probe_state *ps, probe_target *t, uint64_t own_step_ms, cha
 			if (shoal_clock_now_us() - t0 >
 			    1000u * (bound_ms + SHOAL_SERVE_PROBE_FLOOR_MS))
 				return PROBE_NONE; /* we were stopped meanwhile */
+			/* a port that refuses has no process behind it: a peer that
+			 * died or is restarting, which membership judges; a gray
+			 * failure answers slowly or not at all */
+			if (strstr(w, "refused"))
+				return PROBE_NONE;
 			snprintf(why, why_len, "no data link: %.*s", SHOAL_WHY_QUOTE(why_len, 16),
 			         w);
 			return PROBE_FAIL;
@@ -266,6 +271,12 @@ static bool probe_sync(probe_state *ps, const shoal_serve_ep *eps, size_t n_eps)
 		           strcmp(ps->t[i].ep.host, eps[j].host)) {
 			shoal_xfer_link_free(ps->t[i].k); /* a new life: a new link */
 			ps->t[i].k = NULL;
+			/* and a clean slate: what its old life's data port did is no
+			 * evidence against the new one (a peer that died and came back
+			 * would otherwise stay named, and left out, by its old failures) */
+			changed |= ps->t[i].suspect;
+			ps->t[i].suspect = false;
+			ps->t[i].fails = 0;
 		}
 		ps->t[i].ep = eps[j];
 		ps->t[i].seen = true;
