@@ -278,13 +278,25 @@ static const char *opener(shoal_chat_tools syn, const char *text, size_t len, si
 	return o;
 }
 
+/* n bytes of s as a string; s need not be terminated (a model's text, a
+ * fuzzer's bytes): not strndup, which may look one byte past n. */
+static char *dup_n(const char *s, size_t n)
+{
+	char *t = malloc(n + 1);
+	if (t) {
+		memcpy(t, s, n);
+		t[n] = '\0';
+	}
+	return t;
+}
+
 static char *trimmed(const char *s, size_t n)
 {
 	while (n && (*s == ' ' || *s == '\n' || *s == '\t' || *s == '\r'))
 		s++, n--;
 	while (n && (s[n - 1] == ' ' || s[n - 1] == '\n' || s[n - 1] == '\t' || s[n - 1] == '\r'))
 		n--;
-	return strndup(s, n);
+	return dup_n(s, n);
 }
 
 shoal_err shoal_tool_parse(shoal_chat_tools syn, const char *text, size_t len, shoal_tool_parsed *p)
@@ -329,7 +341,7 @@ shoal_err shoal_tool_parse(shoal_chat_tools syn, const char *text, size_t len, s
 			free(p->calls[i].id);
 		}
 		p->n_calls = 0;
-		p->content = strndup(text, len);
+		p->content = dup_n(text, len);
 	}
 	if (!p->content) {
 		shoal_tool_parsed_fini(p);

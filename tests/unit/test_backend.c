@@ -362,6 +362,10 @@ static void test_device_memory_path(void)
 		if (access(path, R_OK))
 			snprintf(path, sizeof path, "%s/../shared/models/%s", src ? src : ".",
 			         files[f]);
+		if (f == 1 && access(path, R_OK)) { /* a tree without shared/ beside it */
+			printf("%s not found: the MoE model is not checked\n", files[f]);
+			continue;
+		}
 		shoal_model *m = NULL;
 		ASSERT_EQ(shoal_model_open(path, &m, why, sizeof why), SHOAL_OK);
 		size_t n = (size_t)10 * m->hp.n_vocab;
