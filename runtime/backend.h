@@ -239,4 +239,11 @@ typedef struct shoal_backend_ops {
 	void (*sync)(shoal_backend *b);
 } shoal_backend_ops;
 
+/* The top_k contract of the ops table on host rows: x (n_rows, n) ld, the
+ * k <= n largest of each row, best first, ties to the lower index, NaN
+ * lowest, into ids and vals (n_rows, k) (runtime/backend_host.c: what the
+ * backends share, so that they choose alike). */
+void shoal_backend_top_k_rows(const float *x, uint32_t n, uint32_t n_rows, size_t ld, uint32_t k,
+                              int32_t *ids, float *vals);
+
 #endif

@@ -500,33 +500,12 @@ static void cpu_softmax(shoal_backend *b, float *x, uint32_t n, uint32_t n_rows,
 		b->k->softmax(x + (size_t)r * ld, (int)n);
 }
 
-/* k passes of selection (k is small): strict > keeps the lower index on
- * ties, NaN ranks as -inf, a chosen index is skipped. */
+/* The shared selection (runtime/backend_host.c): k passes (k is small). */
 static void cpu_top_k(shoal_backend *b, const float *x, uint32_t n, uint32_t n_rows, size_t ld,
                       uint32_t k, int32_t *ids, float *vals)
 {
 	(void)b;
-	for (uint32_t r = 0; r < n_rows; r++) {
-		const float *p = x + (size_t)r * ld;
-		int32_t *id = ids + (size_t)r * k;
-		float *val = vals + (size_t)r * k;
-		for (uint32_t j = 0; j < k; j++) {
-			int32_t best = -1;
-			float bv = -INFINITY;
-			for (uint32_t i = 0; i < n; i++) {
-				bool taken = false;
-				for (uint32_t q = 0; q < j && !taken; q++)
-					taken = id[q] == (int32_t)i;
-				float v = p[i] != p[i] ? -INFINITY : p[i];
-				if (!taken && (best < 0 || v > bv)) {
-					best = (int32_t)i;
-					bv = v;
-				}
-			}
-			id[j] = best;
-			val[j] = p[best];
-		}
-	}
+	shoal_backend_top_k_rows(x, n, n_rows, ld, k, ids, vals);
 }
 
 /* ---- buffers, types ------------------------------------------------------------------- */

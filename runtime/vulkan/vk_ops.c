@@ -172,28 +172,6 @@ void vk__softmax(shoal_backend *b, float *x, uint32_t n, uint32_t n_rows, size_t
 	by_rows(b, &vk__sh_softmax, 1, bind, push, 4, 3, 1, n_rows);
 }
 
-/* The CPU backend's selection: k passes, strict > keeps the lower index
- * on ties, NaN ranks as -inf, a chosen index is skipped. */
-static void select_row(const float *p, uint32_t n, uint32_t k, int32_t *id, float *val)
-{
-	for (uint32_t j = 0; j < k; j++) {
-		int32_t best = -1;
-		float bv = -INFINITY;
-		for (uint32_t i = 0; i < n; i++) {
-			bool taken = false;
-			for (uint32_t q = 0; q < j && !taken; q++)
-				taken = id[q] == (int32_t)i;
-			float v = p[i] != p[i] ? -INFINITY : p[i];
-			if (!taken && (best < 0 || v > bv)) {
-				best = (int32_t)i;
-				bv = v;
-			}
-		}
-		id[j] = best;
-		val[j] = p[best];
-	}
-}
-
 /* Rows are read back in as many at a time as the scratch holds. */
 void vk__top_k(shoal_backend *b, const float *x, uint32_t n, uint32_t n_rows, size_t ld, uint32_t k,
                int32_t *ids, float *vals)
@@ -206,9 +184,9 @@ void vk__top_k(shoal_backend *b, const float *x, uint32_t n, uint32_t n_rows, si
 			m++;
 		size_t span = (size_t)(m - 1) * ld + n; /* floats from row r's start */
 		vk__read(b, x + (size_t)r * ld, b->topk_rows, span * sizeof(float));
-		for (uint32_t j = 0; j < m; j++)
-			select_row(b->topk_rows + (size_t)j * ld, n, k, ids + (size_t)(r + j) * k,
-			           vals + (size_t)(r + j) * k);
+		/* the CPU backend's selection (runtime/backend_host.c) */
+		shoal_backend_top_k_rows(b->topk_rows, n, m, ld, k, ids + (size_t)r * k,
+		                         vals + (size_t)r * k);
 		r += m;
 	}
 }
