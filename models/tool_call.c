@@ -97,6 +97,10 @@ static tc_res add_call(shoal_tool_parsed *p, json_t *name, json_t *args, json_t 
 {
 	if (!json_is_string(name) || !json_string_length(name))
 		return bad(p, "%s", "a call without a function name");
+	const char *nm = json_string_value(name);
+	for (size_t i = 0; i < json_string_length(name); i++)
+		if ((unsigned char)nm[i] < 0x20 || nm[i] == 0x7f)
+			return bad(p, "%s", "a control character in a function name");
 	json_t *parsed = NULL;
 	if (json_is_string(args)) /* some models quote the arguments */
 		args = parsed = json_loads(json_string_value(args), JSON_REJECT_DUPLICATES, NULL);

@@ -128,6 +128,12 @@ static void test_hostile(void)
 	    {SHOAL_CHAT_TOOLS_DEEPSEEK, "Su" DS_CALLS_BEGIN DS_CALLS_END, "no call"},
 	    {SHOAL_CHAT_TOOLS_DEEPSEEK,
 	     DS_CALLS_BEGIN DS_CALL_BEGIN "f" DS_SEP "{}" DS_CALLS_END DS_CALLS_END, "end token"},
+	    /* found by tests/fuzz/fuzz_tool_call: a NUL inside a name made it "" */
+	    {SHOAL_CHAT_TOOLS_HERMES, "<tool_call>{\"name\": \"\\u0001gr\"}</tool_call>",
+	     "control character"},
+	    {SHOAL_CHAT_TOOLS_DEEPSEEK,
+	     DS_CALLS_BEGIN DS_CALL_BEGIN "\tgr" DS_SEP "{}" DS_CALL_END DS_CALLS_END,
+	     "control character"},
 	};
 	for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
 		shoal_tool_parsed p = parse(cases[i].syn, cases[i].text);
