@@ -207,6 +207,16 @@ static int describe_port(struct ibv_context *c, const char *name, uint8_t port,
 	return 0;
 }
 
+/* ibv_get_device_list gave NULL: ENOSYS is a kernel without RDMA (no
+ * device to find, not a failure of the call), said in plain words. */
+static shoal_err list_why(char *why, size_t why_len)
+{
+	if (errno == ENOSYS)
+		return shoal_why(why, why_len, SHOAL_ERR_NOTFOUND,
+		                 "this machine has none; its kernel offers no RDMA");
+	return errno_why(why, why_len, "ibv_get_device_list");
+}
+
 static shoal_err v_devices(void *ctx, shoal_rdma_port_desc *ports, size_t cap, size_t *n, char *why,
                            size_t why_len)
 {
@@ -217,7 +227,7 @@ static shoal_err v_devices(void *ctx, shoal_rdma_port_desc *ports, size_t cap, s
 	errno = 0;
 	struct ibv_device **list = ibv_get_device_list(&nd);
 	if (!list)
-		return errno_why(why, why_len, "ibv_get_device_list");
+		return list_why(why, why_len);
 	for (int i = 0; i < nd && *n < cap; i++) {
 		const char *name = ibv_get_device_name(list[i]);
 		struct ibv_context *c = ibv_open_device(list[i]);
@@ -237,8 +247,8 @@ static shoal_err v_devices(void *ctx, shoal_rdma_port_desc *ports, size_t cap, s
 	}
 	ibv_free_device_list(list);
 	if (!*n)
-		return shoal_why(why, why_len, SHOAL_ERR_NOTFOUND, "ibv_get_device_list: %s",
-		                 nd ? last : "no devices");
+		return shoal_why(why, why_len, SHOAL_ERR_NOTFOUND, "%s",
+		                 nd ? last : "this machine has none");
 	return SHOAL_OK;
 }
 
@@ -249,7 +259,7 @@ static shoal_err v_open(void *ctx, const char *want, void **out, char *why, size
 	errno = 0;
 	struct ibv_device **list = ibv_get_device_list(&n);
 	if (!list)
-		return errno_why(why, why_len, "ibv_get_device_list");
+		return list_why(why, why_len);
 	struct ibv_context *c = NULL;
 	shoal_err e = shoal_why(why, why_len, SHOAL_ERR_NOTFOUND, "no rdma device named %s", want);
 	for (int i = 0; i < n && !c; i++)

@@ -96,7 +96,8 @@ static void test_rdma_on_hardware(void)
 		ASSERT_STR_EQ(shoal_xfer_link_transport(a), "tcp");
 		const char *s = shoal_xfer_link_status(a);
 		fprintf(stderr, "link status without a device: %s\n", s);
-		ASSERT_TRUE(strncmp(s, "tcp (no rdma device: ibv_get_device_list", 40) == 0);
+		/* plain words, not the verbs call's errno text */
+		ASSERT_TRUE(strncmp(s, "tcp (no rdma device: this machine has none", 42) == 0);
 		shoal_xfer_link_free(a);
 		shoal_xfer_link_free(b);
 		TEST_SKIP(skip_reason);
