@@ -164,17 +164,6 @@ shoal_err shoal_chat_style_from_name(const char *name, shoal_chat_style *out)
 	return SHOAL_ERR_NOTFOUND;
 }
 
-/* DeepSeek's special tokens, in UTF-8: U+FF5C (full-width bar) is
- * EF BD 9C, U+2581 (lower one-eighth block) is E2 96 81. A string break
- * follows an escape where the next letter is a hex digit. */
-#define DS_USER "<\xef\xbd\x9cUser\xef\xbd\x9c>" /* <｜User｜> */
-#define DS_ASSISTANT                                                                               \
-	"<\xef\xbd\x9c"                                                                            \
-	"Assistant\xef\xbd\x9c>" /* <｜Assistant｜> */
-#define DS_EOS                                                                                     \
-	"<\xef\xbd\x9c"                                                                            \
-	"end\xe2\x96\x81of\xe2\x96\x81sentence\xef\xbd\x9c>" /* <｜end▁of▁sentence｜> */
-
 /* Marker sets. `all` must all appear, `none` must not; the first rule that
  * matches wins, so the more specific families come first. The escapes in
  * the markers are the template's own source text (a backslash and n). */
@@ -587,15 +576,12 @@ shoal_err shoal_chat_render_opts(shoal_chat_style s, const shoal_chat_msg *msgs,
 	if (!o)
 		o = &no_opts;
 	if (chat__has_tools(msgs, n, o)) { /* models/chat_tools.c */
-		if (shoal_chat_tool_syntax(s) != SHOAL_CHAT_TOOLS_HERMES)
-			return shoal_why(
-			    why, why_len, SHOAL_ERR_UNSUPPORTED,
-			    "the model's chat format (%s) %s: tools, tool calls and tool "
-			    "messages cannot be rendered for it",
-			    shoal_chat_style_name(s),
-			    shoal_chat_tool_syntax(s)
-			        ? "has a tool syntax that shoal reads but does not render yet"
-			        : "defines no tool calls");
+		if (shoal_chat_tool_syntax(s) == SHOAL_CHAT_TOOLS_NONE)
+			return shoal_why(why, why_len, SHOAL_ERR_UNSUPPORTED,
+			                 "the model's chat format (%s) defines no tool calls: "
+			                 "tools, tool calls and tool messages cannot be "
+			                 "rendered for it",
+			                 shoal_chat_style_name(s));
 		return chat__render_tools(s, msgs, n, o, out, why, why_len);
 	}
 	chat_conv c = {.m = msgs, .n = n, .why = why, .why_len = why_len};

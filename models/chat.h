@@ -143,9 +143,22 @@ typedef enum shoal_chat_tools {
 } shoal_chat_tools;
 
 /* The tool syntax of a format: HERMES for QWEN25 and QWEN3, LLAMA31,
- * MISTRAL, DEEPSEEK for theirs; NONE for the others. Rendering tools is
- * implemented for HERMES formats (byte for byte as their templates); the
- * others are parsed (models/tool_call.c) but refuse tools in a render. */
+ * MISTRAL, DEEPSEEK for theirs; NONE for the others, which refuse tools in
+ * a render. Each format with a syntax renders tools, calls and "tool"
+ * messages byte for byte as its template does (models/chat_tools.c,
+ * chat_tools_fmt.c), with three choices where a template cannot serve an
+ * API's conversation:
+ *   - LLAMA31 (tools in the first user message, the template's default)
+ *     refuses an assistant message with more than one call, as the
+ *     template does;
+ *   - MISTRAL needs call ids of 9 letters and digits: any other id (the
+ *     clients' "call_..." ids) is replaced by 9 base-62 characters of its
+ *     FNV-1a hash, the same for a call and its result; a call or a result
+ *     without an id is refused;
+ *   - DEEPSEEK's template prints no tools: shoal puts them (name,
+ *     description, parameters) and the call syntax in a first system text,
+ *     before the conversation's own system texts, as one more system
+ *     message would be printed. */
 shoal_chat_tools shoal_chat_tool_syntax(shoal_chat_style s);
 
 /* shoal_chat_render with options (o NULL: no generation prompt, no

@@ -360,10 +360,35 @@ static void test_bad_conversations(void)
 	    shoal_chat_render(SHOAL_CHAT_LLAMA3, tool, 2, true, "", "", &out, why, sizeof why),
 	    SHOAL_ERR_UNSUPPORTED);
 	ASSERT_TRUE(strstr(why, "defines no tool calls"));
+	/* Mistral pairs a result with its call by id: a result without one */
 	ASSERT_EQ(
 	    shoal_chat_render(SHOAL_CHAT_MISTRAL, tool, 2, true, "", "", &out, why, sizeof why),
+	    SHOAL_ERR_INVAL);
+	ASSERT_TRUE(strstr(why, "tool_call_id"));
+	/* Llama 3.1 takes one call per assistant message */
+	const shoal_chat_call two[] = {{"c1", "f", "{}"}, {"c2", "g", "{}"}};
+	const shoal_chat_msg twice[] = {{"user", "hi"}, {"assistant", "", two, 2, NULL}};
+	ASSERT_EQ(
+	    shoal_chat_render(SHOAL_CHAT_LLAMA31, twice, 2, true, "", "", &out, why, sizeof why),
 	    SHOAL_ERR_UNSUPPORTED);
-	ASSERT_TRUE(strstr(why, "does not render yet"));
+	ASSERT_TRUE(strstr(why, "one call per assistant message"));
+	/* Mistral: a client's "call_..." id becomes 9 base-62 characters, the
+	 * same for the call and its result */
+	const shoal_chat_call one = {"call_abc123", "f", "{\"a\": 1}"};
+	const shoal_chat_msg pair[] = {{"user", "hi"},
+	                               {"assistant", "", &one, 1, NULL},
+	                               {"tool", "7", NULL, 0, "call_abc123"}};
+	ASSERT_EQ(
+	    shoal_chat_render(SHOAL_CHAT_MISTRAL, pair, 3, false, "", "", &out, why, sizeof why),
+	    SHOAL_OK);
+	const char *id = strstr(out, "\"id\": \""), *cid = strstr(out, "\"call_id\": \"");
+	ASSERT_TRUE(id && cid);
+	id += 7, cid += 12;
+	ASSERT_TRUE(strspn(id, "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ") ==
+	                9 &&
+	            id[9] == '"');
+	ASSERT_TRUE(!strncmp(id, cid, 10));
+	free(out);
 	const shoal_chat_msg odd[] = {{"user", "hi"}, {"robot", "42"}};
 	const shoal_chat_opts with_tools = {.tools = "[{\"type\": \"function\"}]"};
 	ASSERT_EQ(
