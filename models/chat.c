@@ -142,6 +142,7 @@ static const char *const chat_style_names[SHOAL_CHAT__COUNT] = {
     [SHOAL_CHAT_LLAMA3] = "llama3",        [SHOAL_CHAT_LLAMA31] = "llama3.1",
     [SHOAL_CHAT_MISTRAL] = "mistral-nemo", [SHOAL_CHAT_DEEPSEEK] = "deepseek3.1",
     [SHOAL_CHAT_GEMMA] = "gemma",          [SHOAL_CHAT_PHI3] = "phi3.5",
+    [SHOAL_CHAT_GLM] = "glm4.5",
 };
 
 const char *shoal_chat_style_name(shoal_chat_style s)
@@ -198,6 +199,8 @@ static const chat_rule chat_rules[] = {
     {SHOAL_CHAT_GEMMA,
      {"<start_of_turn>", "<end_of_turn>", "'model'", "System role not supported"},
      {0}},
+    /* GLM-4.5 and 4.6: the [gMASK]<sop> prefix and observation turns. */
+    {SHOAL_CHAT_GLM, {"[gMASK]<sop>", "<|observation|>", "<|assistant|>", "<arg_key>"}, {0}},
     {SHOAL_CHAT_PHI3, {"<|system|>", "<|user|>", "<|assistant|>", "<|end|>"}, {0}},
     /* Mistral Nemo: no space after [INST] (v0.3 has one), system in the
      * last user turn, no [SYSTEM_PROMPT] (Small 3). */
@@ -575,7 +578,8 @@ shoal_err shoal_chat_render_opts(shoal_chat_style s, const shoal_chat_msg *msgs,
 	static const shoal_chat_opts no_opts = {.thinking = -1};
 	if (!o)
 		o = &no_opts;
-	if (chat__has_tools(msgs, n, o)) { /* models/chat_tools.c */
+	/* models/chat_tools.c: conversations with tools, and GLM's always */
+	if (s == SHOAL_CHAT_GLM || chat__has_tools(msgs, n, o)) {
 		if (shoal_chat_tool_syntax(s) == SHOAL_CHAT_TOOLS_NONE)
 			return shoal_why(why, why_len, SHOAL_ERR_UNSUPPORTED,
 			                 "the model's chat format (%s) defines no tool calls: "
@@ -644,6 +648,7 @@ shoal_err shoal_chat_render_opts(shoal_chat_style s, const shoal_chat_msg *msgs,
 	case SHOAL_CHAT_PHI3:
 		e = render_phi3(&c, &b, g, eos);
 		break;
+	case SHOAL_CHAT_GLM: /* chat_tools_fmt.c */
 	case SHOAL_CHAT__COUNT:
 		break;
 	}

@@ -80,6 +80,17 @@ typedef struct shoal_chat_msg {
  * PHI3 (Phi-3.5): "<|system|>\n", "<|user|>\n" or "<|assistant|>\n" +
  *   content + "<|end|>\n" (empty system messages are skipped); g:
  *   "<|assistant|>\n", otherwise EOS.
+ * GLM (GLM-4.5, 4.6): "[gMASK]<sop>", then "<|system|>\n" + text,
+ *   "<|user|>\n" + text (+ "/nothink" with thinking off, unless it ends so),
+ *   "<|assistant|>" + "\n<think>R</think>" (R: the reasoning of a turn
+ *   after the last user turn, stripped) or "\n<think></think>", then
+ *   "\n" + the stripped text after the last "</think>" when not empty; g:
+ *   "<|assistant|>", + "\n<think></think>" with thinking off. Tools,
+ *   calls ("\n<tool_call>NAME" + "\n<arg_key>K</arg_key>\n<arg_value>V"
+ *   "</arg_value>" per argument, V a string as is or tojson, +
+ *   "\n</tool_call>") and results ("<|observation|>" once per run of
+ *   them, "\n<tool_response>\nT\n</tool_response>" each) as its
+ *   template (models/chat_tools_fmt.c).
  *
  * "Trimmed" means leading and trailing ASCII whitespace removed (Jinja's
  * trim also strips Unicode spaces; chats rarely end in those). */
@@ -94,6 +105,7 @@ typedef enum shoal_chat_style {
 	SHOAL_CHAT_DEEPSEEK,
 	SHOAL_CHAT_GEMMA,
 	SHOAL_CHAT_PHI3,
+	SHOAL_CHAT_GLM,
 	SHOAL_CHAT__COUNT
 } shoal_chat_style;
 
@@ -140,10 +152,12 @@ typedef enum shoal_chat_tools {
 	SHOAL_CHAT_TOOLS_MISTRAL,  /* [TOOL_CALLS][{"name": N, "arguments": A, "id": I}] */
 	SHOAL_CHAT_TOOLS_DEEPSEEK, /* <｜tool▁calls▁begin｜><｜tool▁call▁begin｜>N<｜tool▁sep｜>A...
 	                            */
+	SHOAL_CHAT_TOOLS_GLM, /* <tool_call>N\n<arg_key>K</arg_key>\n<arg_value>V</arg_value>...
+	                         </tool_call> */
 } shoal_chat_tools;
 
 /* The tool syntax of a format: HERMES for QWEN25 and QWEN3, LLAMA31,
- * MISTRAL, DEEPSEEK for theirs; NONE for the others, which refuse tools in
+ * MISTRAL, DEEPSEEK, GLM for theirs; NONE for the others, which refuse tools in
  * a render. Each format with a syntax renders tools, calls and "tool"
  * messages byte for byte as its template does (models/chat_tools.c,
  * chat_tools_fmt.c), with three choices where a template cannot serve an
@@ -167,7 +181,8 @@ shoal_err shoal_chat_render_opts(shoal_chat_style s, const shoal_chat_msg *msgs,
                                  const shoal_chat_opts *o, char **out, char *why, size_t why_len);
 
 /* A static lower-case name ("plain", "chatml", "qwen2.5", "qwen3",
- * "llama3", "llama3.1", "mistral-nemo", "deepseek3.1", "gemma", "phi3.5");
+ * "llama3", "llama3.1", "mistral-nemo", "deepseek3.1", "gemma", "phi3.5",
+ * "glm4.5");
  * "unknown" for a value out of range. */
 const char *shoal_chat_style_name(shoal_chat_style s);
 

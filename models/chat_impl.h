@@ -81,5 +81,6 @@ typedef struct chat_tc {
 shoal_err chat__tools_llama31(const chat_tc *c, chat_out *b, const shoal_chat_opts *o);
 shoal_err chat__tools_mistral(const chat_tc *c, chat_out *b, const shoal_chat_opts *o);
 shoal_err chat__tools_deepseek(const chat_tc *c, chat_out *b, const shoal_chat_opts *o);
+shoal_err chat__tools_glm(const chat_tc *c, chat_out *b, const shoal_chat_opts *o);
 
 #endif

@@ -236,6 +236,8 @@ shoal_chat_tools shoal_chat_tool_syntax(shoal_chat_style s)
 		return SHOAL_CHAT_TOOLS_MISTRAL;
 	case SHOAL_CHAT_DEEPSEEK:
 		return SHOAL_CHAT_TOOLS_DEEPSEEK;
+	case SHOAL_CHAT_GLM:
+		return SHOAL_CHAT_TOOLS_GLM;
 	default:
 		return SHOAL_CHAT_TOOLS_NONE;
 	}
@@ -342,6 +344,8 @@ shoal_err chat__render_tools(shoal_chat_style s, const shoal_chat_msg *msgs, siz
 			e = chat__tools_llama31(&c, &b, o);
 		else if (s == SHOAL_CHAT_MISTRAL)
 			e = chat__tools_mistral(&c, &b, o);
+		else if (s == SHOAL_CHAT_GLM)
+			e = chat__tools_glm(&c, &b, o);
 		else
 			e = chat__tools_deepseek(&c, &b, o);
 	}

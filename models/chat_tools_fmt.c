@@ -1,14 +1,14 @@
 /*
  * models/chat_tools_fmt.c: conversations with function calling in Llama
- * 3.1, Mistral Nemo and DeepSeek V3.1's formats (models/chat.h says what
- * each prints and the three choices made where a template cannot serve an
- * API's conversation).
+ * 3.1, Mistral Nemo and DeepSeek V3.1's formats, and GLM-4.5/4.6's whole
+ * format (models/chat.h says what each prints and the choices made where
+ * a template cannot serve an API's conversation).
  *
  * Part: models/ (chat). Each renderer follows its template branch by
  * branch, with tools given as a JSON array of OpenAI tool objects and a
  * call's arguments already printed by tojson (chat_tools.c checked the
  * conversation). The references are Jinja2 renderings of the real
- * templates (tests/sh/chat_tools_jinja.sh).
+ * templates (tests/sh/chat_jinja.sh, tests/sh/chat_tools_jinja.sh).
  */
 #include "models/chat_impl.h"
 
@@ -338,5 +338,151 @@ shoal_err chat__tools_deepseek(const chat_tc *c, chat_out *b, const shoal_chat_o
 	if (o->add_generation_prompt && last_user && !is_tool)
 		chat__puts(b, o->thinking == 1 ? DS_ASSISTANT "<think>"
 		                               : DS_ASSISTANT "<think></think>");
+	return SHOAL_OK;
+}
+
+/* ------------------------------------------------------------- GLM-4.5/4.6 */
+
+static bool py_space(char ch)
+{
+	return ch == ' ' || ch == '\t' || ch == '\n' || ch == '\r' || ch == '\f' || ch == '\v';
+}
+
+/* Python's str.strip() (ASCII white space) of s[0..n): into *p, *n. */
+static void py_strip(const char **p, size_t *n)
+{
+	while (*n && py_space(**p))
+		(*p)++, (*n)--;
+	while (*n && py_space((*p)[*n - 1]))
+		(*n)--;
+}
+
+static const char *find_in(const char *s, size_t n, const char *needle, bool last)
+{
+	size_t k = strlen(needle);
+	const char *hit = NULL;
+	for (size_t i = 0; i + k <= n; i++)
+		if (!memcmp(s + i, needle, k)) {
+			hit = s + i;
+			if (!last)
+				break;
+		}
+	return hit;
+}
+
+/* One assistant turn: its reasoning (shown after the last user turn),
+ * its text, its calls. */
+static shoal_err glm_assistant(const chat_tc *c, chat_out *b, size_t i, bool after_user)
+{
+	const shoal_chat_msg *m = &c->m[i];
+	const char *text = m->content, *rp = "";
+	size_t tn = strlen(text), rn = 0;
+	const char *close = find_in(text, tn, "</think>", false);
+	if (close) { /* the template's split('</think>') and split('<think>') */
+		rp = text;
+		rn = (size_t)(close - text);
+		while (rn && rp[rn - 1] == '\n')
+			rn--;
+		const char *open = find_in(rp, rn, "<think>", true);
+		if (open) {
+			rn -= (size_t)(open + 7 - rp);
+			rp = open + 7;
+		}
+		while (rn && *rp == '\n')
+			rp++, rn--;
+		const char *last = find_in(text, tn, "</think>", true) + 8;
+		tn -= (size_t)(last - text);
+		text = last;
+		while (tn && *text == '\n')
+			text++, tn--;
+	}
+	chat__puts(b, "<|assistant|>");
+	if (after_user && rn) {
+		py_strip(&rp, &rn);
+		chat__puts(b, "\n<think>");
+		chat__put(b, rp, rn);
+		chat__puts(b, "</think>");
+	} else {
+		chat__puts(b, "\n<think></think>");
+	}
+	py_strip(&text, &tn);
+	if (tn) {
+		chat__puts(b, "\n");
+		chat__put(b, text, tn);
+	}
+	for (size_t j = 0; j < m->n_calls; j++) {
+		json_t *args = json_loads(c->args[c->first[i] + j], 0, NULL);
+		if (!args) {
+			b->oom = true;
+			return SHOAL_OK;
+		}
+		chat__puts(b, "\n<tool_call>");
+		chat__puts(b, m->calls[j].name);
+		const char *k;
+		json_t *v;
+		json_object_foreach(args, k, v)
+		{
+			chat__puts(b, "\n<arg_key>");
+			chat__puts(b, k);
+			chat__puts(b, "</arg_key>\n<arg_value>");
+			if (json_is_string(v))
+				chat__put(b, json_string_value(v), json_string_length(v));
+			else
+				put_tojson(b, v, 0);
+			chat__puts(b, "</arg_value>");
+		}
+		chat__puts(b, "\n</tool_call>");
+		json_decref(args);
+	}
+	return SHOAL_OK;
+}
+
+shoal_err chat__tools_glm(const chat_tc *c, chat_out *b, const shoal_chat_opts *o)
+{
+	chat__puts(b, "[gMASK]<sop>");
+	if (c->tools) {
+		chat__puts(b, "<|system|>\n# Tools\n\nYou may call one or more functions to assist "
+		              "with the user query.\n\nYou are provided with function signatures "
+		              "within <tools></tools> XML tags:\n<tools>\n");
+		for (size_t t = 0; t < json_array_size(c->tools); t++) {
+			put_tojson(b, json_array_get(c->tools, t), 0);
+			chat__puts(b, "\n");
+		}
+		chat__puts(
+		    b, "</tools>\n\nFor each function call, output the function name and "
+		       "arguments within the following XML format:\n<tool_call>{function-name}"
+		       "\n<arg_key>{arg-key-1}</arg_key>\n<arg_value>{arg-value-1}</arg_value>\n"
+		       "<arg_key>{arg-key-2}</arg_key>\n<arg_value>{arg-value-2}</arg_value>\n"
+		       "...\n</tool_call>");
+	}
+	size_t last_user = SIZE_MAX;
+	for (size_t i = 0; i < c->n; i++)
+		if (is_role(c, i, "user"))
+			last_user = i;
+	for (size_t i = 0; i < c->n; i++) {
+		const shoal_chat_msg *m = &c->m[i];
+		if (is_role(c, i, "user")) {
+			chat__puts(b, "<|user|>\n");
+			chat__puts(b, m->content);
+			size_t n = strlen(m->content);
+			if (o->thinking == 0 &&
+			    !(n >= 8 && !strcmp(m->content + n - 8, "/nothink")))
+				chat__puts(b, "/nothink");
+		} else if (is_role(c, i, "assistant")) {
+			glm_assistant(c, b, i, last_user == SIZE_MAX || i > last_user);
+		} else if (is_role(c, i, "tool")) {
+			if (i == 0 || !is_role(c, i - 1, "tool"))
+				chat__puts(b, "<|observation|>");
+			chat__puts(b, "\n<tool_response>\n");
+			chat__puts(b, m->content);
+			chat__puts(b, "\n</tool_response>");
+		} else {
+			chat__puts(b, "<|system|>\n");
+			chat__puts(b, m->content);
+		}
+	}
+	if (o->add_generation_prompt)
+		chat__puts(b,
+		           o->thinking == 0 ? "<|assistant|>\n<think></think>" : "<|assistant|>");
 	return SHOAL_OK;
 }

@@ -13,6 +13,10 @@
  *   DEEPSEEK (V3.1): content, then <｜tool▁calls▁begin｜>, per call
  *            <｜tool▁call▁begin｜>N<｜tool▁sep｜>A<｜tool▁call▁end｜>, then
  *            <｜tool▁calls▁end｜>.
+ *   GLM      (4.5, 4.6): content, then per call "<tool_call>N" and per
+ *            argument "<arg_key>K</arg_key><arg_value>V</arg_value>"
+ *            (white space between), "</tool_call>"; V is JSON where it
+ *            reads as JSON, else a string.
  *
  * Part: models/. Text that ends inside a call is PARTIAL, text that breaks
  * the syntax is BAD: both keep the whole text as content.
@@ -246,12 +250,127 @@ static tc_res read_deepseek(tc_cur *c, shoal_tool_parsed *p)
 	}
 }
 
+/* n bytes of s as a string; s need not be terminated (a model's text, a
+ * fuzzer's bytes): not strndup, which may look one byte past n. */
+static char *dup_n(const char *s, size_t n)
+{
+	char *t = malloc(n + 1);
+	if (t) {
+		memcpy(t, s, n);
+		t[n] = '\0';
+	}
+	return t;
+}
+
+/* Text up to the tag s (c advanced past the tag), or PARTIAL. */
+static tc_res upto(tc_cur *c, const char *s, const char **from, size_t *n)
+{
+	const char *e = find(c->p, c->end, s);
+	if (!e)
+		return R_PARTIAL;
+	*from = c->p;
+	*n = (size_t)(e - c->p);
+	c->p = e + strlen(s);
+	return R_OK;
+}
+
+/* One argument's value: JSON where it reads as JSON (numbers, booleans,
+ * objects), else the text as a string (the format prints strings bare). */
+static json_t *glm_value(const char *v, size_t n)
+{
+	json_t *j = json_loadb(v, n, JSON_DECODE_ANY | JSON_REJECT_DUPLICATES, NULL);
+	return j ? j : json_stringn(v, n);
+}
+
+static tc_res glm_call(tc_cur *c, shoal_tool_parsed *p)
+{
+	size_t nn = 0;
+	const char *name = c->p;
+	while (c->p < c->end && *c->p != '\n' && *c->p != '<')
+		c->p++, nn++;
+	if (c->p == c->end)
+		return R_PARTIAL;
+	while (nn && (name[nn - 1] == ' ' || name[nn - 1] == '\r' || name[nn - 1] == '\t'))
+		nn--;
+	json_t *args = json_object();
+	tc_res r = R_OK;
+	for (;;) {
+		skip_ws(c);
+		int t = take(c, "</tool_call>");
+		if (t == 1)
+			break;
+		if (t == 2 || c->p == c->end) {
+			r = R_PARTIAL;
+			break;
+		}
+		if ((t = take(c, "<arg_key>")) != 1) {
+			r = t == 2 ? R_PARTIAL
+			           : bad(p, "%s", "a call holds text that is no <arg_key>");
+			break;
+		}
+		const char *k, *v;
+		size_t kn, vn;
+		if ((r = upto(c, "</arg_key>", &k, &kn)) != R_OK)
+			break;
+		skip_ws(c);
+		if ((t = take(c, "<arg_value>")) != 1) {
+			r = t == 2 || c->p == c->end
+			        ? R_PARTIAL
+			        : bad(p, "%s", "an <arg_key> without its <arg_value>");
+			break;
+		}
+		if ((r = upto(c, "</arg_value>", &v, &vn)) != R_OK)
+			break;
+		char *key = dup_n(k, kn);
+		json_t *val = glm_value(v, vn);
+		if (!key || !val) {
+			free(key);
+			json_decref(val);
+			r = bad(p, "%s", "out of memory");
+			break;
+		}
+		if (json_object_get(args, key)) {
+			r = bad(p, "the argument %.64s comes twice", key);
+			free(key);
+			json_decref(val);
+			break;
+		}
+		json_object_set_new(args, key, val);
+		free(key);
+	}
+	if (r == R_OK) {
+		json_t *nm = json_stringn(name, nn);
+		r = add_call(p, nm, args, NULL);
+		json_decref(nm);
+	}
+	json_decref(args);
+	return r;
+}
+
+static tc_res read_glm(tc_cur *c, shoal_tool_parsed *p)
+{
+	for (;;) {
+		int t = take(c, "<tool_call>");
+		if (t == 2)
+			return R_PARTIAL;
+		if (t == 0)
+			return bad(p, "%s", "text after the calls");
+		tc_res r = glm_call(c, p);
+		if (r != R_OK)
+			return r;
+		skip_ws(c);
+		if (c->p == c->end)
+			return R_OK;
+	}
+}
+
 /* Where the calls begin (the opener's offset), or NULL: none. */
 static const char *opener(shoal_chat_tools syn, const char *text, size_t len, size_t *skip)
 {
 	const char *end = text + len, *o = NULL;
 	switch (syn) {
 	case SHOAL_CHAT_TOOLS_HERMES:
+	case SHOAL_CHAT_TOOLS_GLM:
 		o = find(text, end, "<tool_call>");
 		*skip = 0; /* the reader takes the tag itself */
 		break;
@@ -280,18 +399,6 @@ static const char *opener(shoal_chat_tools syn, const char *text, size_t len, si
 		break;
 	}
 	return o;
-}
-
-/* n bytes of s as a string; s need not be terminated (a model's text, a
- * fuzzer's bytes): not strndup, which may look one byte past n. */
-static char *dup_n(const char *s, size_t n)
-{
-	char *t = malloc(n + 1);
-	if (t) {
-		memcpy(t, s, n);
-		t[n] = '\0';
-	}
-	return t;
 }
 
 static char *trimmed(const char *s, size_t n)
@@ -327,6 +434,9 @@ shoal_err shoal_tool_parse(shoal_chat_tools syn, const char *text, size_t len, s
 			break;
 		case SHOAL_CHAT_TOOLS_DEEPSEEK:
 			r = read_deepseek(&c, p);
+			break;
+		case SHOAL_CHAT_TOOLS_GLM:
+			r = read_glm(&c, p);
 			break;
 		case SHOAL_CHAT_TOOLS_NONE:
 			break;
@@ -372,7 +482,8 @@ size_t shoal_tool_hold(shoal_chat_tools syn, const char *text, size_t len)
 	const char *o = opener(syn, text, len, &skip);
 	if (o)
 		return (size_t)(o - text);
-	const char *tag = syn == SHOAL_CHAT_TOOLS_HERMES     ? "<tool_call>"
+	const char *tag = syn == SHOAL_CHAT_TOOLS_HERMES || syn == SHOAL_CHAT_TOOLS_GLM
+	                      ? "<tool_call>"
 	                  : syn == SHOAL_CHAT_TOOLS_MISTRAL  ? "[TOOL_CALLS]"
 	                  : syn == SHOAL_CHAT_TOOLS_DEEPSEEK ? DS_CALLS_BEGIN
 	                  : syn == SHOAL_CHAT_TOOLS_LLAMA31  ? "<|python_tag|>"

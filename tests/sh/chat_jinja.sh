@@ -31,6 +31,7 @@ styles = {
     "meta-llama-Llama-3.1-8B-Instruct": "llama3.1",
     "microsoft-Phi-3.5-mini-instruct": "phi3.5",
     "mistralai-Mistral-Nemo-Instruct-2407": "mistral-nemo",
+    "GLM-4.6": "glm4.5",
 }
 
 class Raised(Exception):

@@ -7,7 +7,7 @@
 # calls and with or without text, runs of tool messages, <think> blocks, a
 # leading system message or none, with and without a generation prompt.
 # Every template with a tool syntax is rendered: Qwen 2.5, Qwen 3, Llama
-# 3.1, Mistral Nemo and DeepSeek V3.1; a conversation the template refuses
+# 3.1, Mistral Nemo, DeepSeek V3.1 and GLM-4.6; a conversation the template refuses
 # (raise_exception) must be refused by shoal too.
 #
 # `tojson` is transformers' (json.dumps, ensure_ascii off, keys in order):
@@ -42,7 +42,7 @@ tdir, helper, tmp = sys.argv[1:4]
 rendered = {"Qwen-Qwen2.5-7B-Instruct": "qwen2.5", "Qwen-Qwen3-0.6B": "qwen3",
             "meta-llama-Llama-3.1-8B-Instruct": "llama3.1",
             "mistralai-Mistral-Nemo-Instruct-2407": "mistral-nemo",
-            "deepseek-ai-DeepSeek-V3.1": "deepseek3.1"}
+            "deepseek-ai-DeepSeek-V3.1": "deepseek3.1", "GLM-4.6": "glm4.5"}
 refused = ["llama3", "gemma", "phi3.5", "chatml", "plain"]
 
 class Raised(Exception):
@@ -53,7 +53,7 @@ def raise_exception(msg):
 
 env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
 env.globals["raise_exception"] = raise_exception
-env.filters["tojson"] = lambda x, indent=None, separators=None, sort_keys=False: \
+env.filters["tojson"] = lambda x, indent=None, separators=None, sort_keys=False, ensure_ascii=False: \
     json.dumps(x, ensure_ascii=False, indent=indent, separators=separators, sort_keys=sort_keys)
 rng = random.Random(20261206)
 texts = ["hi", "", " pad ", "multi\nline", "<think>r</think>a", "<think>\nr1\n</think>\n\nans",
@@ -156,9 +156,9 @@ for name, style in rendered.items():
         if not tools and not any(m["role"] == "tool" for m in msgs):
             tools = [tool(0)]  # something of the tools path in every case
         kw, thinking = {}, -1
-        if style in ("qwen3", "deepseek3.1") and rng.random() < 0.5:
+        if style in ("qwen3", "deepseek3.1", "glm4.5") and rng.random() < 0.5:
             thinking = rng.choice([0, 1])
-            kw["enable_thinking" if style == "qwen3" else "thinking"] = bool(thinking)
+            kw["thinking" if style == "deepseek3.1" else "enable_thinking"] = bool(thinking)
         ref, ref_tools = copy.deepcopy(msgs), tools or None
         if style == "mistral-nemo":
             for m in ref:

@@ -66,6 +66,7 @@ static const struct {
     {"meta-llama-Llama-3.1-8B-Instruct", SHOAL_CHAT_LLAMA31},
     {"microsoft-Phi-3.5-mini-instruct", SHOAL_CHAT_PHI3},
     {"mistralai-Mistral-Nemo-Instruct-2407", SHOAL_CHAT_MISTRAL},
+    {"GLM-4.6", SHOAL_CHAT_GLM},
 };
 
 /* A conversation from conversations.json as messages pointing into it. */

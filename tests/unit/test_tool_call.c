@@ -205,6 +205,42 @@ static void test_other_syntaxes(void)
 	ASSERT_STR_EQ(p.calls[0].name, "get_weather");
 	ASSERT_STR_EQ(p.calls[0].arguments, "{\"city\":\"Bath\"}");
 	shoal_tool_parsed_fini(&p);
+	/* GLM: bare string values, JSON ones, several calls, none */
+	p = parse(SHOAL_CHAT_TOOLS_GLM,
+	          "I will look.\n<tool_call>get_weather\n<arg_key>city</arg_key>\n<arg_value>Bath"
+	          "</arg_value>\n<arg_key>days</arg_key>\n<arg_value>2</arg_value>\n<arg_key>o"
+	          "</arg_key>\n<arg_value>{\"a\": [1]}</arg_value>\n</tool_call>\n<tool_call>now"
+	          "\n</tool_call>");
+	ASSERT_EQ(p.state, SHOAL_TOOL_DONE);
+	ASSERT_EQ(p.n_calls, 2);
+	ASSERT_STR_EQ(p.content, "I will look.");
+	ASSERT_STR_EQ(p.calls[0].name, "get_weather");
+	ASSERT_STR_EQ(p.calls[0].arguments, "{\"city\":\"Bath\",\"days\":2,\"o\":{\"a\":[1]}}");
+	ASSERT_STR_EQ(p.calls[1].name, "now");
+	ASSERT_STR_EQ(p.calls[1].arguments, "{}");
+	shoal_tool_parsed_fini(&p);
+	static const struct {
+		const char *text;
+		shoal_tool_state st;
+	} glm[] = {
+	    {"<tool_call>f\n<arg_key>a</arg_key>\n<arg_val", SHOAL_TOOL_PARTIAL},
+	    {"<tool_call>f\n<arg_key>a</arg_key>\n<arg_value>1</arg_value>", SHOAL_TOOL_PARTIAL},
+	    {"<tool_call>f\nstray text\n</tool_call>", SHOAL_TOOL_BAD},
+	    {"<tool_call>f\n<arg_key>a</arg_key>x</tool_call>", SHOAL_TOOL_BAD},
+	    {"<tool_call>f\n<arg_key>a</arg_key><arg_value>1</arg_value><arg_key>a</arg_key>"
+	     "<arg_value>2</arg_value></tool_call>",
+	     SHOAL_TOOL_BAD},
+	    {"<tool_call>\n</tool_call>", SHOAL_TOOL_BAD},
+	    {"<tool_call>f</tool_call> and more", SHOAL_TOOL_BAD},
+	};
+	for (size_t i = 0; i < sizeof glm / sizeof glm[0]; i++) {
+		p = parse(SHOAL_CHAT_TOOLS_GLM, glm[i].text);
+		if (p.state != glm[i].st)
+			TEST_FAIL_("glm case %zu: state %d, want %d (%s)", i, (int)p.state,
+			           (int)glm[i].st, p.why);
+		ASSERT_STR_EQ(p.content, glm[i].text);
+		shoal_tool_parsed_fini(&p);
+	}
 	/* no syntax: nothing is ever a call */
 	p = parse(SHOAL_CHAT_TOOLS_NONE, "<tool_call>{\"name\": \"f\"}</tool_call>");
 	ASSERT_EQ(p.state, SHOAL_TOOL_NONE);
@@ -231,6 +267,8 @@ static void test_hold(void)
 	ASSERT_EQ(shoal_tool_hold(SHOAL_CHAT_TOOLS_DEEPSEEK, t, strlen(t)), 2);
 	t = "<tool_call>";
 	ASSERT_EQ(shoal_tool_hold(SHOAL_CHAT_TOOLS_NONE, t, strlen(t)), strlen(t));
+	t = "Hm <tool";
+	ASSERT_EQ(shoal_tool_hold(SHOAL_CHAT_TOOLS_GLM, t, strlen(t)), 3);
 }
 
 TEST_MAIN(TEST_CASE(test_hermes), TEST_CASE(test_truncated), TEST_CASE(test_hostile),
