@@ -10,9 +10,8 @@
  *
  * On a terminal the chat opens with a banner (the model, the cluster, the
  * context, from GET /v1/cluster) and reads lines through libedit: line
- * editing, and a history kept in $XDG_STATE_HOME/shoal/chat_history
- * (~/.local/state/...). A turn that fails is taken back out of the
- * conversation, so the next one can succeed; a full context says to /reset.
+ * editing, and a history kept in <state-dir>/chat_history. A turn that fails is taken back out of
+ * the conversation, so the next one can succeed; a full context says to /reset.
  *
  * Part: runtime/, room cli/. HTTP through libcurl, JSON through jansson,
  * line editing through libedit.
@@ -30,8 +29,8 @@
 #include <curl/curl.h>
 #include <editline/readline.h>
 #include <jansson.h>
-#include <sys/stat.h>
 
+#include "base/statedir.h"
 #include "net/endpoint.h"
 #include "runtime/api/api.h"
 #include "runtime/cli/cli.h"
@@ -324,26 +323,15 @@ static int chat_banner(chat_state *st)
 	return 0;
 }
 
-/* Where the history lives: $XDG_STATE_HOME/shoal/chat_history, else
- * ~/.local/state/shoal/chat_history (the folders made as needed); false
- * when there is no home. */
+/* Where the history lives: <state-dir>/chat_history (the node's state
+ * directory: SHOAL_STATE_DIR, else ~/.local/state/shoal or the platform's
+ * place), the directory made as needed; false when there is none. */
 static bool chat_history_path(char *out, size_t cap)
 {
-	const char *x = getenv("XDG_STATE_HOME"), *home = getenv("HOME");
-	char dir[512];
-	if (x && *x)
-		snprintf(dir, sizeof dir, "%s/shoal", x);
-	else if (home && *home)
-		snprintf(dir, sizeof dir, "%s/.local/state/shoal", home);
-	else
+	char dir[1024];
+	if (shoal_state_dir_default(dir, sizeof dir) != SHOAL_OK ||
+	    shoal_state_dir_ensure(dir) != SHOAL_OK)
 		return false;
-	for (char *p = dir + 1; *p; p++) /* mkdir -p */
-		if (*p == '/') {
-			*p = '\0';
-			mkdir(dir, 0700);
-			*p = '/';
-		}
-	mkdir(dir, 0700);
 	return (size_t)snprintf(out, cap, "%s/chat_history", dir) < cap;
 }
 

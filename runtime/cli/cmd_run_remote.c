@@ -44,7 +44,7 @@
 void cli__run_remote_usage(FILE *f)
 {
 	fprintf(f,
-	        "usage: shoal run --peer HOST[:PORT] (--key FILE | --insecure) -p TEXT [-n N]\n"
+	        "usage: shoal run --peer HOST[:PORT] [--key FILE | --insecure] -p TEXT [-n N]\n"
 	        "                 [--temp T] [--seed S] [--top-k K] [--top-p P] [--min-p P]\n"
 	        "                 [--repeat-penalty R] [--chat] [--system TEXT] [--ids]\n"
 	        "                 [--logprobs K] [--timeout-ms MS] [--stats]\n"
@@ -53,7 +53,7 @@ void cli__run_remote_usage(FILE *f)
 	        "peer formats the prompt with its model's chat template, as local\n"
 	        "`shoal run --chat` does. The sampling options are those of a local run.\n"
 	        "  --peer HOST[:PORT]     the peer (control port, default 47470)\n"
-	        "  --key FILE             the cluster key\n"
+	        "  --key FILE             the cluster key (default: <state-dir>/cluster.key)\n"
 	        "  --insecure             talk to a cluster that runs without a key\n"
 	        "  --timeout-ms MS        give up when no token came for MS (default %d)\n"
 	        "  --stats                the tokens and the longest pause between two of them\n"
@@ -129,6 +129,14 @@ int cli__run_remote(int argc, char **argv)
 			return 2;
 		}
 		i++;
+	}
+	char default_key[1100];
+	struct stat st;
+	if (!key_file && !insecure &&
+	    shoal_state_dir_default(default_key, sizeof default_key - 16) == SHOAL_OK) {
+		strcat(default_key, "/" SHOAL_KEY_DEFAULT_NAME);
+		if (stat(default_key, &st) == 0)
+			key_file = default_key;
 	}
 	if (!peer || !prompt || (key_file && insecure) || (!key_file && !insecure)) {
 		cli__run_remote_usage(stderr);

@@ -4,7 +4,7 @@
 # model, the cluster and the context; /help lists the commands; an unknown
 # command is refused and not sent; a turn streams a reply; the Up arrow
 # brings the last line back (libedit's history) and Enter sends it again;
-# the history is kept in $XDG_STATE_HOME/shoal/chat_history; a turn the
+# the history is kept in <state-dir>/chat_history; a turn the
 # context cannot hold fails with a hint and leaves the conversation as it
 # was, so the next turn is answered; Ctrl-D leaves.
 set -u
@@ -27,7 +27,7 @@ cleanup_tmux() { tm kill-server 2>/dev/null; }
 trap 'cleanup_tmux; cleanup' EXIT
 
 tm -f /dev/null new-session -d -s chat -x 160 -y 50 \
-	"env XDG_STATE_HOME=$T/state TERM=xterm $B chat --peer 127.0.0.1:$PORT --temp 0 -n 6; \
+	"env SHOAL_STATE_DIR=$T/state TERM=xterm $B chat --peer 127.0.0.1:$PORT --temp 0 -n 6; \
 echo chat-exit-\$?; sleep 60" || fail "tmux new-session"
 
 seen "shoal chat: model austen-dense-q8_0" || fail "no banner: $(screen)"
@@ -77,7 +77,7 @@ echo "a turn over the context: '$(screen | grep -m1 'context holds')' and a hint
 
 tm send-keys -t chat C-d
 seen "chat-exit-0" || fail "Ctrl-D did not leave with status 0: $(screen)"
-H=$T/state/shoal/chat_history
+H=$T/state/chat_history
 [ -f "$H" ] && grep -q "Emma" "$H" && grep -q "Harriet" "$H" ||
 	fail "the history file $H lacks the lines: $(cat "$H" 2>&1)"
 echo "Ctrl-D left; the history file holds the lines"

@@ -73,7 +73,7 @@ while IFS=$'\t' read -r line cmd; do
 			fi
 			[ $try = 5 ] || sleep 1
 		done
-		wait_for 30 eval '"$B" status --key cluster.key --json 2>/dev/null | grep -q "\"servable\": true"' ||
+		wait_for 30 eval '"$B" status --json 2>/dev/null | grep -q "\"servable\": true"' ||
 			fail "README.md:$line: the node did not serve in 30 s: $(tail -5 "$T/node.log")"
 		;;
 	*)
@@ -84,5 +84,12 @@ while IFS=$'\t' read -r line cmd; do
 	ran=$((ran + 1))
 done <"$T/blocks"
 [ $ran -ge 6 ] || fail "only $ran README commands ran"
+# no secret in the working tree: the key went to the state directory
+[ -z "$(find "$W" -name '*.key' -o -name '*key*' -type f | head -1)" ] ||
+	fail "the README's commands left a key in the working tree: $(find "$W" -name '*key*')"
+[ -f "$SHOAL_STATE_DIR/cluster.key" ] || fail "no key in the state directory after the README's commands"
+git -C "$(dirname "$README")" check-ignore -q some/where/cluster.key 2>/dev/null ||
+	[ ! -d "$(dirname "$README")/.git" ] || fail "the repository does not ignore *.key"
+echo "the key is in the state directory, none in the tree; *.key is ignored"
 echo "$ran README commands ran"
 echo PASS
