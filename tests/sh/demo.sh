@@ -14,7 +14,10 @@
 # a single-peer run gives, says where the dashboard is, and ends with a
 # summary (peers, plan, tokens/s, recovery). Run from the top of a build
 # tree (make demo), or set SHOAL_BIN and SHOAL_DATA. DEMO_LOOPBACK=1 skips
-# the namespaces.
+# the namespaces. KEEP=1 (make demo KEEP=1) runs on 127.0.0.1 and leaves
+# the cluster running at the end, its dashboard reachable from this
+# machine, and prints how to stop it (a script that stops the peers and
+# removes their directory).
 set -u
 . "$(dirname "$0")/lib.sh"
 GOSSIP_MS=100 # the node's default timers, as a user gets them
@@ -30,7 +33,7 @@ t_start=$(now_ms)
 secs() { awk -v ms="$(($(now_ms) - $1))" 'BEGIN { printf "%.1f s", ms / 1000 }'; }
 
 mode=loopback
-if [ -z "${DEMO_LOOPBACK:-}" ] && [ "$(id -u)" = 0 ] &&
+if [ -z "${DEMO_LOOPBACK:-}" ] && [ -z "${KEEP:-}" ] && [ "$(id -u)" = 0 ] &&
 	command -v ip >/dev/null && command -v dbus-daemon >/dev/null &&
 	command -v avahi-daemon >/dev/null && ip netns add "demo$$probe" 2>/dev/null; then
 	ip netns del "demo$$probe"
@@ -128,5 +131,19 @@ echo "   discovery: $([ $mode = netns ] && echo "mDNS/DNS-SD across 4 network na
 echo "   plan: 3 stages ($stages0), one spare; after the kill: $stages1"
 echo "   streamed: $(sq 'd["tokens"]') tokens in $(sq '"%.1f s" % d["seconds"]'): $(sq '"%.0f" % (d["tokens"] / d["seconds"])') tokens/s with the pause, $(sq '"%.0f" % (d["tokens"] / max(d["seconds"] - d["longest_pause_s"], 1e-3))') without it"
 echo "   recovery: kill -9 -> next token $(sq '"%.0f ms" % (d["longest_pause_s"] * 1000)'); text identical"
+if [ -n "${KEEP:-}" ]; then
+	{
+		echo "#!/bin/sh"
+		echo "# stops the peers of a kept \`make demo KEEP=1\` and removes their directory"
+		echo "kill ${PID[*]} 2>/dev/null"
+		echo "sleep 1; rm -rf '$T'"
+		echo "echo 'the demo cluster is stopped'"
+	} >"$T/stop.sh"
+	chmod +x "$T/stop.sh"
+	for n in "${!PID[@]}"; do unset "PID[$n]"; done # the exit trap leaves them running
+	echo "   the cluster keeps running (KEEP=1): dashboard $URL/ , API $URL/v1"
+	echo "   stop it with: sh $T/stop.sh"
+	exit 0
+fi
 stop_all TERM
 echo "   the peers stopped; demo done in $(secs "$t_start")"
