@@ -5,7 +5,8 @@
  * hands its arguments to. main.c sees only cli.h.
  *
  * Part: runtime/ (CLI). Calls go one way: a cmd_*.c file may call opts.c
- * and cmd_run.c calls cmd_run_remote.c; nothing calls back.
+ * and cli_peer.c, and cmd_run.c calls cmd_run_remote.c; nothing calls
+ * back.
  */
 #ifndef SHOAL_RUNTIME_CLI_IMPL_H
 #define SHOAL_RUNTIME_CLI_IMPL_H
@@ -13,7 +14,10 @@
 #include <stdbool.h>
 #include <stdio.h>
 
+#include <jansson.h>
+
 #include "models/dtype.h"
+#include "net/key.h"
 #include "runtime/backends.h"
 #include "runtime/cli/cli.h"
 
@@ -37,6 +41,20 @@ bool cli__backend(const char *cmd, const char *name, const shoal_backend_ops **o
  * characters wide (the two leading spaces included): names this build's
  * kinds. */
 void cli__backend_usage(FILE *f, int width);
+
+/* The cluster key a client command talks to a peer with: --key FILE, else
+ * <state-dir>/cluster.key (state_dir NULL: the default) when it exists,
+ * else none when insecure; *keys points at curve, or is NULL for none.
+ * false after printing "shoal CMD: REASON" on stderr.
+ * (runtime/cli/cli_peer.c) */
+bool cli__client_key(const char *cmd, const char *key_file, bool insecure, const char *state_dir,
+                     shoal_key_curve *curve, shoal_key_curve **keys);
+
+/* The status JSON of the peer at control endpoint ep ("tcp://HOST:PORT"),
+ * within timeout_ms; NULL after printing "shoal CMD: ..." on stderr.
+ * (runtime/cli/cli_peer.c) */
+json_t *cli__status_fetch(const char *cmd, const char *ep, const shoal_key_curve *keys,
+                          int timeout_ms);
 
 /* `shoal run --peer ADDR ...` (argv as shoal_cmd_run got it) and its
  * options, for `shoal run --help`. (runtime/cli/cmd_run_remote.c) */

@@ -1,6 +1,9 @@
 /*
- * runtime/cli/cmd_chat.c: `shoal chat --peer HOST[:PORT]`: a terminal chat
- * client of a peer's HTTP API (runtime/api/): each line is a user turn,
+ * runtime/cli/cmd_chat.c: `shoal chat [--peer HOST[:PORT] | --api URL]`: a
+ * terminal chat client of a peer's HTTP API (runtime/api/). --peer is a
+ * peer's control address, as for `run` and `status` (the local peer when
+ * none is given): the API's address comes from that peer's status; --api
+ * names the API itself. Each line is a user turn,
  * the reply streams in as it is generated, the history goes with every
  * request. Lines that start with "/" are commands (/help lists them; an
  * unknown one is refused, "//" sends a line that starts with "/"); Ctrl-C
@@ -31,9 +34,10 @@
 #include <jansson.h>
 
 #include "base/statedir.h"
+#include "net/ctl.h"
 #include "net/endpoint.h"
 #include "runtime/api/api.h"
-#include "runtime/cli/cli.h"
+#include "runtime/cli/cli_impl.h"
 
 static volatile sig_atomic_t chat_interrupted;
 
@@ -57,18 +61,69 @@ static const struct {
 static void chat_usage(FILE *f)
 {
 	fprintf(f,
-	        "usage: shoal chat --peer HOST[:PORT] [--api-key FILE] [--system TEXT]\n"
-	        "                  [--temp T] [--max-tokens N] [--seed S] [-p TEXT]\n"
-	        "Talks to a peer's HTTP API (`shoal node --api`, port %u by default): type a\n"
-	        "line, the reply streams in; /help lists the commands; Ctrl-C stops a reply.\n"
-	        "  --peer HOST[:PORT]     the peer's API (default port %u)\n"
+	        "usage: shoal chat [--peer HOST[:PORT] | --api URL] [--key FILE | --insecure]\n"
+	        "                  [--api-key FILE] [--system TEXT] [--temp T] [--max-tokens N]\n"
+	        "                  [--seed S] [-p TEXT]\n"
+	        "Talks to a peer's HTTP API (`shoal node --api`): type a line, the reply\n"
+	        "streams in; /help lists the commands; Ctrl-C stops a reply.\n"
+	        "  --peer HOST[:PORT]     a peer's control address, as for `run` and `status`\n"
+	        "                         (default 127.0.0.1, port %u): its status says\n"
+	        "                         where its API listens\n"
+	        "  --key FILE             the cluster key (default: <state-dir>/cluster.key)\n"
+	        "  --insecure             talk to a cluster that runs without a key\n"
+	        "  --api URL              the API itself (http://HOST:PORT; port %u by\n"
+	        "                         default), without asking a peer\n"
 	        "  --api-key FILE         the API key, if the peer asks for one\n"
 	        "  --system TEXT          the system message\n"
 	        "  --temp T               temperature (default: the peer's)\n"
 	        "  -n, --max-tokens N     tokens per reply at most\n"
 	        "  --seed S               sampler seed (default: a new one per reply)\n"
 	        "  -p, --prompt TEXT      one turn, then exit\n",
-	        SHOAL_API_DEFAULT_PORT, SHOAL_API_DEFAULT_PORT);
+	        SHOAL_CTL_DEFAULT_PORT, SHOAL_API_DEFAULT_PORT);
+}
+
+/* The API's base URL from the status of the peer at control address peer
+ * (NULL: the local node's, from the state directory's control file). 0, or
+ * 1 with a message on stderr. */
+static int chat_api_of_peer(const char *peer, const char *key_file, bool insecure, char *base,
+                            size_t cap)
+{
+	char ep[256], why[SHOAL_WHY_WRAP_LEN] = "", host[256] = "127.0.0.1";
+	uint16_t cport = SHOAL_CTL_DEFAULT_PORT;
+	if (!peer)
+		peer = "127.0.0.1";
+	if (shoal_endpoint_split(peer, SHOAL_CTL_DEFAULT_PORT, host, sizeof host, &cport, why,
+	                         sizeof why) != SHOAL_OK ||
+	    shoal_endpoint_parse(peer, SHOAL_CTL_DEFAULT_PORT, ep, sizeof ep, why, sizeof why) !=
+	        SHOAL_OK) {
+		fprintf(stderr, "shoal chat: --peer %s: %s\n", peer, why);
+		return 1;
+	}
+	shoal_key_curve curve, *keys = NULL;
+	if (!cli__client_key("chat", key_file, insecure, NULL, &curve, &keys))
+		return 1;
+	json_t *st = cli__status_fetch("chat", ep, keys, 3000);
+	shoal_key_wipe(&curve, sizeof curve);
+	if (!st)
+		return 1;
+	json_t *api = json_object_get(st, "api");
+	const char *ah = json_string_value(json_object_get(api, "host"));
+	json_int_t port = json_integer_value(json_object_get(api, "port"));
+	if (!json_is_object(api) || port <= 0 || port > 65535) {
+		fprintf(stderr,
+		        "shoal chat: the peer at %s serves no HTTP API (start it with `shoal node "
+		        "--api [HOST:]PORT`, or give --api URL)\n",
+		        peer);
+		json_decref(st);
+		return 1;
+	}
+	/* an API on every address is reached where we reached the peer */
+	bool any = !ah || !*ah || !strcmp(ah, "0.0.0.0") || !strcmp(ah, "::");
+	bool v6 = strchr(any ? host : ah, ':') != NULL;
+	snprintf(base, cap, v6 ? "http://[%s]:%lld" : "http://%s:%lld", any ? host : ah,
+	         (long long)port);
+	json_decref(st);
+	return 0;
 }
 
 static void chat_help(void)
@@ -399,13 +454,19 @@ static int chat_command(chat_state *st, const char *line, const char **text)
 
 int shoal_cmd_chat(int argc, char **argv)
 {
-	const char *peer = NULL, *key_file = NULL, *system = NULL, *once = NULL;
+	const char *peer = NULL, *key_file = NULL, *system = NULL, *once = NULL, *api = NULL,
+	           *cluster_key = NULL;
+	bool insecure = false;
 	chat_state st = {.temp = -1, .max_tokens = 0, .seed = -1};
 	for (int i = 1; i < argc; i++) {
 		const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
 		if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
 			chat_usage(stdout);
 			return 0;
+		}
+		if (!strcmp(a, "--insecure")) {
+			insecure = true;
+			continue;
 		}
 		if (!v) {
 			fprintf(stderr, "shoal chat: %s needs a value\n", a);
@@ -414,6 +475,10 @@ int shoal_cmd_chat(int argc, char **argv)
 		i++;
 		if (!strcmp(a, "--peer"))
 			peer = v;
+		else if (!strcmp(a, "--api"))
+			api = v;
+		else if (!strcmp(a, "--key"))
+			cluster_key = v;
 		else if (!strcmp(a, "--api-key"))
 			key_file = v;
 		else if (!strcmp(a, "--system"))
@@ -432,18 +497,32 @@ int shoal_cmd_chat(int argc, char **argv)
 			return 2;
 		}
 	}
-	if (!peer) {
+	if ((peer && api) || (cluster_key && insecure)) {
 		chat_usage(stderr);
 		return 2;
 	}
 	char host[256], why[SHOAL_WHY_LEN], auth[320] = "";
 	uint16_t port;
-	if (shoal_endpoint_split(peer, SHOAL_API_DEFAULT_PORT, host, sizeof host, &port, why,
-	                         sizeof why)) {
-		fprintf(stderr, "shoal chat: --peer %s: %s\n", peer, why);
-		return 2;
+	if (api) {
+		const char *hp = !strncmp(api, "http://", 7) ? api + 7 : api;
+		char hb[300];
+		snprintf(hb, sizeof hb, "%s", hp);
+		hb[strcspn(hb, "/")] = '\0';
+		if (strstr(api, "://") && strncmp(api, "http://", 7)) {
+			fprintf(stderr, "shoal chat: --api %s: only http:// URLs\n", api);
+			return 2;
+		}
+		if (shoal_endpoint_split(hb, SHOAL_API_DEFAULT_PORT, host, sizeof host, &port, why,
+		                         sizeof why)) {
+			fprintf(stderr, "shoal chat: --api %s: %s\n", api, why);
+			return 2;
+		}
+		snprintf(st.base, sizeof st.base,
+		         strchr(host, ':') ? "http://[%s]:%u" : "http://%s:%u", host,
+		         (unsigned)port);
+	} else if (chat_api_of_peer(peer, cluster_key, insecure, st.base, sizeof st.base)) {
+		return 1;
 	}
-	snprintf(st.base, sizeof st.base, "http://%s:%u", host, (unsigned)port);
 	if (key_file) {
 		FILE *f = fopen(key_file, "r");
 		char k[256] = "";

@@ -15,12 +15,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "base/clock.h"
-#include "base/statedir.h"
 #include "net/ctl.h"
 #include "net/ctlmsg.h"
 #include "net/endpoint.h"
@@ -130,15 +128,7 @@ int cli__run_remote(int argc, char **argv)
 		}
 		i++;
 	}
-	char default_key[1100];
-	struct stat st;
-	if (!key_file && !insecure &&
-	    shoal_state_dir_default(default_key, sizeof default_key - 16) == SHOAL_OK) {
-		strcat(default_key, "/" SHOAL_KEY_DEFAULT_NAME);
-		if (stat(default_key, &st) == 0)
-			key_file = default_key;
-	}
-	if (!peer || !prompt || (key_file && insecure) || (!key_file && !insecure)) {
+	if (!peer || !prompt || (key_file && insecure)) {
 		cli__run_remote_usage(stderr);
 		return 2;
 	}
@@ -157,18 +147,9 @@ int cli__run_remote(int argc, char **argv)
 		fprintf(stderr, "shoal run: %s\n", why);
 		return 2;
 	}
-	shoal_key key;
 	shoal_key_curve curve, *keys = NULL;
-	memset(&curve, 0, sizeof curve);
-	if (key_file) {
-		if (shoal_key_read(key_file, &key, NULL, why, sizeof why) != SHOAL_OK) {
-			fprintf(stderr, "shoal run: %s\n", why);
-			return 1;
-		}
-		shoal_key_derive(&key, &curve);
-		shoal_key_wipe(&key, sizeof key);
-		keys = &curve;
-	}
+	if (!cli__client_key("run", key_file, insecure, NULL, &curve, &keys))
+		return 1;
 	int rc = 1;
 	shoal_ctl_client *cl = NULL;
 	shoal_wire_buf buf;

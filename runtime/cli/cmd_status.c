@@ -52,7 +52,7 @@
 #include "net/ctlmsg.h"
 #include "net/endpoint.h"
 #include "net/key.h"
-#include "runtime/cli/cli.h"
+#include "runtime/cli/cli_impl.h"
 #include "runtime/node/node.h"
 
 static void cmd_status_usage(FILE *f)
@@ -297,7 +297,7 @@ int shoal_cmd_status(int argc, char **argv)
 	    {NULL, 0, NULL, 0},
 	};
 	const char *peer = NULL, *key_file = NULL, *state_dir = NULL;
-	int insecure = 0, as_json = 0, timeout_ms = 3000, c, rc = 1;
+	int insecure = 0, as_json = 0, timeout_ms = 3000, c;
 	char dir[1024], ep[256], why[SHOAL_WHY_WRAP_LEN] = "";
 	optind = 1;
 	while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
@@ -349,61 +349,13 @@ int shoal_cmd_status(int argc, char **argv)
 		        dir, SHOAL_NODE_CONTROL_FILE);
 		return 1;
 	}
-	/* Keys. */
-	shoal_key key;
 	shoal_key_curve curve, *keys = NULL;
-	char default_key[1100];
-	struct stat st;
-	snprintf(default_key, sizeof default_key, "%s/%s", dir, SHOAL_KEY_DEFAULT_NAME);
-	if (!key_file && !insecure && stat(default_key, &st) == 0)
-		key_file = default_key;
-	if (key_file) {
-		if (shoal_key_read(key_file, &key, NULL, why, sizeof why) != SHOAL_OK) {
-			fprintf(stderr, "shoal status: %s\n", why);
-			return 1;
-		}
-		shoal_key_derive(&key, &curve);
-		shoal_key_wipe(&key, sizeof key);
-		keys = &curve;
-	} else if (!insecure) {
-		fprintf(stderr,
-		        "shoal status: no cluster key: use --key FILE (or --insecure for an "
-		        "open cluster)\n");
+	if (!cli__client_key("status", key_file, insecure, dir[0] ? dir : NULL, &curve, &keys))
 		return 1;
-	}
-	shoal_ctl_client *cl = NULL;
-	shoal_wire_buf buf;
-	uint8_t *reply = NULL;
-	size_t reply_len = 0;
-	shoal_wire_buf_init(&buf);
-	shoal_ctlmsg req = {.type = SHOAL_CTLMSG_STATUS_REQ, .seq = 1};
-	if (shoal_ctl_client_new(ep, keys, &cl, why, sizeof why) != SHOAL_OK ||
-	    shoal_ctlmsg_encode(&req, &buf) != SHOAL_OK) {
-		fprintf(stderr, "shoal status: %s\n", why[0] ? why : "cannot build the request");
-		goto out;
-	}
-	const void *bufs[1] = {buf.data};
-	size_t lens[1] = {buf.len};
-	shoal_ctlmsg resp;
-	if (shoal_ctl_client_send(cl, bufs, lens, 1) != SHOAL_OK ||
-	    shoal_ctl_client_recv(cl, timeout_ms, &reply, &reply_len, why, sizeof why) !=
-	        SHOAL_OK) {
-		fprintf(stderr, "shoal status: %s: %s\n", ep, why[0] ? why : "send failed");
-		goto out;
-	}
-	if (shoal_ctlmsg_decode(reply, reply_len, &resp, why, sizeof why) != SHOAL_OK ||
-	    resp.type != SHOAL_CTLMSG_STATUS_RESP) {
-		fprintf(stderr, "shoal status: bad answer from %s: %s\n", ep,
-		        why[0] ? why : "not a status");
-		goto out;
-	}
-	json_error_t jerr;
-	json_t *root = json_loadb(resp.json, resp.json_len, 0, &jerr);
-	if (!root || !json_is_array(json_object_get(root, "peers"))) {
-		fprintf(stderr, "shoal status: bad JSON from %s: %s\n", ep, jerr.text);
-		json_decref(root);
-		goto out;
-	}
+	json_t *root = cli__status_fetch("status", ep, keys, timeout_ms);
+	shoal_key_wipe(&curve, sizeof curve);
+	if (!root)
+		return 1;
 	if (as_json) {
 		char *s = json_dumps(root, JSON_INDENT(2));
 		if (s)
@@ -415,11 +367,5 @@ int shoal_cmd_status(int argc, char **argv)
 			cmd_status_print_plan(json_object_get(root, "plan"));
 	}
 	json_decref(root);
-	rc = 0;
-out:
-	free(reply);
-	shoal_ctl_client_free(cl);
-	shoal_wire_buf_fini(&buf);
-	shoal_key_wipe(&curve, sizeof curve);
-	return rc;
+	return 0;
 }

@@ -106,6 +106,17 @@ char *node__status_json(shoal_node *n)
 	json_object_set_new(root, "name", json_string(n->ident.name));
 	json_object_set_new(root, "cluster", json_string(n->cluster));
 	json_object_set_new(root, "insecure", json_boolean(!n->keyed));
+	if (n->api) { /* for clients given this peer's control address (shoal chat) */
+		char host[256] = "", w[SHOAL_WHY_LEN];
+		uint16_t port = 0;
+		if (shoal_endpoint_split(n->cfg.api, SHOAL_API_DEFAULT_PORT, host, sizeof host,
+		                         &port, w, sizeof w) != SHOAL_OK)
+			host[0] = '\0';
+		json_object_set_new(root, "api",
+		                    json_pack("{ss sI sb}", "host", host, "port",
+		                              (json_int_t)shoal_api_port(n->api), "key",
+		                              n->cfg.api_key != NULL));
+	}
 	for (size_t i = 0; i < nv; i++) {
 		json_t *p = shoal_status_member_json(&v[i]);
 		if (p) {

@@ -121,11 +121,11 @@ else
 fi
 
 # 1b. shoal chat: a one-shot turn, and a conversation from stdin
-"$B" chat --peer "127.0.0.1:${U##*:}" --api-key "$T/apikey" --temp 0 -n 16 -p "Emma" \
+"$B" chat --peer "$(ep a1)" --key "$KEY" --api-key "$T/apikey" --temp 0 -n 16 -p "Emma" \
 	>"$T/chat1" 2>"$T/chat1.err" || fail "shoal chat -p: $(cat "$T/chat1.err")"
 [ "$(cat "$T/chat1")" = "$(cat "$T/l-chat")" ] || fail "shoal chat -p: '$(cat "$T/chat1")' vs '$(cat "$T/l-chat")'"
 printf 'Emma\n/system You are a novelist of manners.\nAgain\n/quit\n' |
-	"$B" chat --peer "127.0.0.1:${U##*:}" --api-key "$T/apikey" --temp 0 -n 8 >"$T/chat2" 2>"$T/chat2.err" ||
+	"$B" chat --api "$U" --api-key "$T/apikey" --temp 0 -n 8 >"$T/chat2" 2>"$T/chat2.err" ||
 	fail "shoal chat (stdin): $(cat "$T/chat2.err")"
 [ "$(wc -l <"$T/chat2")" = 2 ] && [ "$(head -n 1 "$T/chat2")" = "$(cut -d' ' -f1-9 "$T/l-chat")" ] ||
 	fail "shoal chat conversation: $(cat "$T/chat2")"
@@ -133,7 +133,7 @@ echo "shoal chat: a one-shot turn equals local shoal run --chat; a 2-turn conver
 # Ctrl-C (SIGINT) during a long reply stops that reply, not the client: it
 # reads the next line (here /quit) and exits 0
 mkfifo "$T/chatin"
-"$B" chat --peer "127.0.0.1:${U##*:}" --api-key "$T/apikey" --temp 0 -n 2000 <"$T/chatin" \
+"$B" chat --api "$U" --api-key "$T/apikey" --temp 0 -n 2000 <"$T/chatin" \
 	>"$T/chat3" 2>"$T/chat3.err" &
 CPID=$!
 exec 7>"$T/chatin"

@@ -6,7 +6,11 @@
 # brings the last line back (libedit's history) and Enter sends it again;
 # the history is kept in <state-dir>/chat_history; a turn the
 # context cannot hold fails with a hint and leaves the conversation as it
-# was, so the next turn is answered; Ctrl-D leaves.
+# was, so the next turn is answered; Ctrl-D leaves. --peer is the peer's
+# control address, as for `run` and `status` (issue 39: one meaning): the
+# chat finds the API through the peer's status, and `run` and `status`
+# answer with the same --peer; a peer that serves no API is named in a
+# clear error.
 set -u
 . "$(dirname "$0")/lib.sh"
 DENSE=$DATA/models/austen-dense-q8_0.gguf
@@ -16,7 +20,7 @@ command -v tmux >/dev/null || skip "tmux is not installed"
 
 start c1 "$DENSE" --ctx 128 --api 127.0.0.1:0
 wait_for 30 servable_all 1 c1 || fail "no plan on one peer"
-PORT=$(api_port c1)
+CTL=$(ep c1)
 
 SOCK=$T/tmux.sock
 tm() { tmux -S "$SOCK" "$@"; }
@@ -27,7 +31,7 @@ cleanup_tmux() { tm kill-server 2>/dev/null; }
 trap 'cleanup_tmux; cleanup' EXIT
 
 tm -f /dev/null new-session -d -s chat -x 160 -y 50 \
-	"env SHOAL_STATE_DIR=$T/state TERM=xterm $B chat --peer 127.0.0.1:$PORT --temp 0 -n 6; \
+	"env SHOAL_STATE_DIR=$T/state TERM=xterm $B chat --peer $CTL --key $KEY --temp 0 -n 6; \
 echo chat-exit-\$?; sleep 60" || fail "tmux new-session"
 
 seen "shoal chat: model austen-dense-q8_0" || fail "no banner: $(screen)"
@@ -81,3 +85,15 @@ H=$T/state/chat_history
 [ -f "$H" ] && grep -q "Emma" "$H" && grep -q "Harriet" "$H" ||
 	fail "the history file $H lacks the lines: $(cat "$H" 2>&1)"
 echo "Ctrl-D left; the history file holds the lines"
+
+# one meaning for --peer: run and status with the chat's --peer
+"$B" run --peer "$CTL" --key "$KEY" -p "Emma" -n 4 --temp 0 >"$T/run.out" 2>"$T/run.err" &&
+	[ -s "$T/run.out" ] || fail "run --peer $CTL: $(cat "$T/run.err")"
+"$B" status --peer "$CTL" --key "$KEY" --json >"$T/st.json" 2>"$T/st.err" &&
+	grep -q '"api"' "$T/st.json" || fail "status --peer $CTL: $(cat "$T/st.err")"
+# a peer without the API: a clear error naming it
+start c2 "" --peer "$CTL"
+"$B" chat --peer "$(ep c2)" --key "$KEY" -p "Emma" >"$T/c2.out" 2>"$T/c2.err" &&
+	fail "chat through a peer without an API succeeded"
+grep -q "serves no HTTP API" "$T/c2.err" || fail "chat through a peer without an API: $(cat "$T/c2.err")"
+echo "run, status and chat take the same --peer ($CTL); a peer without an API: '$(head -c 120 "$T/c2.err")'"
