@@ -5,9 +5,10 @@
 // shaders to read. Workgroup (gx, row): elements 256 gx .. 256 gx + 255 of
 // the row, one per thread; p.blk (32 or 256) divides p.n.
 //
-// Bit for bit the CPU's for finite inputs whose blocks are all zero or
-// have a largest magnitude >= 2^-96 (smaller blocks: the device's own
-// handling of subnormals decides):
+// Bit for bit the CPU's for every finite input to Q8_0 (a block whose
+// fp16 scale rounds to 0 gives 0 on both, whatever its q), and to Q8_K
+// for blocks all zero or with a largest magnitude >= 2^-96 (smaller ones:
+// the device's handling of subnormals decides); the sign of a zero aside:
 //   - the block's largest magnitude, the first element holding it (the
 //     CPU's strict `>` scan) for Q8_K's sign: a tree over (|x|, index);
 //   - the divisions (amax / 127, 1 / d, -127 / max, 1 / iscale) in integer
