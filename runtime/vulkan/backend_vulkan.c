@@ -145,7 +145,10 @@ static shoal_err vk_create(const shoal_backend_limits *lim, shoal_backend **out)
 		return err;
 	}
 	b->topk_cap = lim->max_n > TOPK_MIN_FLOATS ? lim->max_n : TOPK_MIN_FLOATS;
-	if ((err = vk__mem_init(b)) || !(b->topk_rows = malloc(b->topk_cap * sizeof(float)))) {
+	b->act_bytes = (uint64_t)lim->max_rows * lim->max_n * sizeof(float);
+	b->act_bytes = b->act_bytes ? b->act_bytes : sizeof(float);
+	if ((err = vk__mem_init(b)) || !(b->topk_rows = malloc(b->topk_cap * sizeof(float))) ||
+	    (err = vk__region_alone(b, b->act_bytes, &b->act_dev))) {
 		vk_destroy(b);
 		return SHOAL_ERR_NOMEM;
 	}

@@ -87,6 +87,12 @@ vk__ref vk__params(shoal_backend *b, const void *src, size_t bytes);
 void vk__dispatch(shoal_backend *b, const vk__shader *s, uint32_t n_bind, const VkBuffer *bind,
                   const void *push, uint32_t push_bytes, uint32_t gx, uint32_t gy, uint32_t gz);
 
+/* The matmul's activation scratch (vk_matmul.c rounds activation rows
+ * into it for quantized weights): its device address and *bytes, at
+ * least max_rows x max_n floats of the limits; the instance's for its
+ * life. */
+void *vk__act_scratch(shoal_backend *b, uint64_t *bytes);
+
 /* Submit what is recorded and wait for it (the sync of backend.h). */
 void vk__submit_wait(shoal_backend *b);
 

@@ -6,19 +6,26 @@
  * type T (runtime/vulkan/shaders/mm_*.glsl hold their bodies).
  *
  * Part: runtime/ (the room vulkan/). Divisions: types and shaders, the
- * checks of an operand, matmul, embed.
+ * checks of an operand, matmul (and its activation pre-pass), embed.
  *
  * Numbers: weights are dequantized in the shader to the exact F32 values
- * of shoal_dequantize_row and multiplied with the F32 activations, F32
- * accumulation: no activation quantization (the CPU's Q8_0 / Q8_K rows),
- * so the result is closer to the exact product than the CPU's. Both
- * shaders sum in the one order of shaders/mm_order.glsl, so every output
- * is bitwise the same whatever the batch size (backend.h's contract).
+ * of shoal_dequantize_row and multiplied with F32 activations, F32
+ * accumulation. For the weight types whose CPU matmul rounds the
+ * activations to Q8_0 or Q8_K first (shoal_kernels_act_type), a pre-pass
+ * (shaders/act_q8.comp) rounds the rows of x once per such type and call
+ * to the very values the CPU computes with (d * q, bit for bit), as F32
+ * into the instance's scratch (vk__act_scratch), which the matmul shaders
+ * then read: the GPU's products differ from the CPU's only in how the
+ * sums are rounded. F32, F16 and BF16 weights take x as it is. Both
+ * matmul shaders sum in the one order of shaders/mm_order.glsl, so every
+ * output is bitwise the same whatever the batch size (backend.h's
+ * contract).
  */
 #include <stdio.h>
 #include <stdlib.h>
 
 #include "base/assert.h"
+#include "runtime/cpu/kernels.h"
 #include "runtime/vulkan/vk_impl.h"
 
 /* ---- types and shaders --------------------------------------------------------- */
@@ -51,6 +58,7 @@
 	VK__SHADER(mm_##name);                                                                     \
 	VK__SHADER(embed_##name);
 MM_TYPES(MM_DECLARE)
+VK__SHADER(act_q8);
 
 /* The three shaders of one weight type. */
 typedef struct mm_kind {
@@ -187,19 +195,86 @@ static void matmul_one(shoal_backend *b, const shoal_backend_mat *w, vk__ref xr,
 	}
 }
 
-/* Each matrix is its own dispatch, all reading the same x: the weights
- * are what a matmul streams, and dequantizing them in the shader needs no
- * converted copy of x. */
+/* The push constants of shaders/act_q8.comp. */
+typedef struct act_push {
+	uint32_t xo, ldx, oo, ldo, n, blk, row0;
+} act_push;
+
+/* Rows n_rows of x (xr: element offset, ldx) rounded as the CPU rounds
+ * activations of type act (Q8_0 or Q8_K) into orf (n_rows, n), packed. */
+static void act_round(shoal_backend *b, shoal_dtype act, vk__ref xr, size_t ldx, uint32_t n,
+                      uint32_t n_rows, vk__ref orf)
+{
+	uint32_t blk = act == SHOAL_DTYPE_Q8_K ? 256u : 32u;
+	SHOAL_ASSERT(n % blk == 0 && ldx <= UINT32_MAX);
+	const vk__caps *c = vk__caps_of(b);
+	uint32_t gx = (n + 255) / 256; /* 256 elements per workgroup */
+	SHOAL_ASSERT(gx <= c->max_groups[0]);
+	VkBuffer bind[2] = {xr.buf, orf.buf};
+	for (uint32_t r0 = 0; r0 < n_rows;) {
+		uint32_t gy = n_rows - r0 < c->max_groups[1] ? n_rows - r0 : c->max_groups[1];
+		act_push pc = {(uint32_t)xr.off, (uint32_t)ldx, (uint32_t)orf.off, n, n, blk, r0};
+		vk__dispatch(b, &vk__sh_act_q8, 2, bind, &pc, sizeof pc, gx, gy, 1);
+		r0 += gy;
+	}
+}
+
+/* The activations weights of type t compute with on the CPU, where this
+ * backend rounds them likewise (Q8_0, Q8_K); F32 for the rest (the F16 /
+ * BF16 weights' F16 / BF16 rows are not rounded here). */
+static shoal_dtype act_of(shoal_dtype t)
+{
+	shoal_dtype a = shoal_kernels_act_type(t);
+	return a == SHOAL_DTYPE_Q8_0 || a == SHOAL_DTYPE_Q8_K ? a : SHOAL_DTYPE_F32;
+}
+
+/* Each matrix is its own dispatch. The matrices of one activation type
+ * read the same x: as it is (F32), or rounded once for all of them into
+ * the scratch, in passes of as many rows as it holds (all of them within
+ * the limits). */
 void vk__matmul(shoal_backend *b, uint32_t n_mat, const shoal_backend_mat *w, const float *x,
                 size_t ldx, uint32_t n_rows, float *const *y, const size_t *ldy)
 {
 	if (n_rows == 0 || n_mat == 0)
 		return;
 	SHOAL_ASSERT(n_mat <= SHOAL_BACKEND_MAX_MATS);
-	vk__ref xr = floats_at(b, x, (uint64_t)w[0].n_in, n_rows, ldx);
-	for (uint32_t m = 0; m < n_mat; m++) {
-		SHOAL_ASSERT(w[m].n_in == w[0].n_in);
-		matmul_one(b, &w[m], xr, ldx, n_rows, y[m], ldy[m]);
+	uint64_t n_in = (uint64_t)w[0].n_in;
+	vk__ref xr = floats_at(b, x, n_in, n_rows, ldx);
+	bool done[SHOAL_BACKEND_MAX_MATS] = {0};
+	for (uint32_t i = 0; i < n_mat; i++) {
+		SHOAL_ASSERT(w[i].n_in == w[0].n_in);
+		shoal_dtype act = act_of(w[i].type);
+		if (done[i] || act == SHOAL_DTYPE_F32) {
+			if (!done[i])
+				matmul_one(b, &w[i], xr, ldx, n_rows, y[i], ldy[i]);
+			continue;
+		}
+		uint64_t bytes;
+		void *s = vk__act_scratch(b, &bytes);
+		vk__ref sr = vk__at(b, s);
+		bytes = bytes < sr.room ? bytes : sr.room;
+		uint64_t per = bytes / (n_in * sizeof(float));
+		if (per == 0) {
+			fprintf(
+			    stderr,
+			    "shoal: vulkan: matmul rows of %llu elements, over the limits' max_n\n",
+			    (unsigned long long)n_in);
+			abort();
+		}
+		for (uint32_t r0 = 0; r0 < n_rows;) {
+			uint32_t nr = n_rows - r0 < per ? n_rows - r0 : (uint32_t)per;
+			vk__ref xp = xr;
+			xp.off += (uint64_t)r0 * ldx;
+			vk__ref ar = floats_at(b, s, n_in, nr, n_in);
+			act_round(b, act, xp, ldx, (uint32_t)n_in, nr, ar);
+			for (uint32_t j = i; j < n_mat; j++)
+				if (!done[j] && act_of(w[j].type) == act)
+					matmul_one(b, &w[j], ar, n_in, nr,
+					           y[j] + (size_t)r0 * ldy[j], ldy[j]);
+			r0 += nr;
+		}
+		for (uint32_t j = i; j < n_mat; j++)
+			done[j] = done[j] || act_of(w[j].type) == act;
 	}
 }
 

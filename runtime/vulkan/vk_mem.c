@@ -74,10 +74,10 @@ static VkBuffer window_new(shoal_backend *b, uint64_t bytes, bool imported)
  * allocation (maxMemoryAllocationSize). With host (aligned to
  * import_align, bytes a multiple of it): exactly those host pages,
  * imported. */
-static int32_t block_new(shoal_backend *b, uint64_t bytes, const void *host)
+static int32_t block_new(shoal_backend *b, uint64_t bytes, const void *host, bool exact)
 {
 	uint64_t range = b->caps.max_buffer & ~(uint64_t)0xffff; /* 64 KiB multiples */
-	uint64_t size = bytes > BLOCK_BYTES || host ? bytes : BLOCK_BYTES;
+	uint64_t size = bytes > BLOCK_BYTES || host || exact ? bytes : BLOCK_BYTES;
 	if (bytes <= range && size > range)
 		size = range;
 	if (!range || (b->max_alloc && size > b->max_alloc))
@@ -193,7 +193,7 @@ shoal_err vk__region_new(shoal_backend *b, uint64_t bytes, void **dev)
 	for (uint32_t i = 0; i < b->n_blocks && k < 0; i++)
 		if (!b->blocks[i].imported && b->blocks[i].bytes - b->blocks[i].used >= need)
 			k = (int32_t)i;
-	if (k < 0 && (k = block_new(b, need, NULL)) < 0)
+	if (k < 0 && (k = block_new(b, need, NULL, false)) < 0)
 		return SHOAL_ERR_NOMEM;
 	shoal_err err = region_add(b, (uint32_t)k, b->blocks[k].used, bytes, dev);
 	if (!err)
@@ -208,11 +208,31 @@ shoal_err vk__region_import(shoal_backend *b, const void *host, uint64_t bytes, 
 		return SHOAL_ERR_UNSUPPORTED;
 	uintptr_t a = b->import_align, lo = (uintptr_t)host / a * a;
 	uint64_t size = ((uintptr_t)host + bytes - lo + a - 1) / a * a;
-	int32_t k = block_new(b, size, (const void *)lo);
+	int32_t k = block_new(b, size, (const void *)lo, true);
 	if (k < 0)
 		return SHOAL_ERR_UNSUPPORTED;
 	b->blocks[k].used = size;
 	return region_add(b, (uint32_t)k, (uintptr_t)host - lo, bytes, dev);
+}
+
+shoal_err vk__region_alone(shoal_backend *b, uint64_t bytes, void **dev)
+{
+	*dev = NULL;
+	uint64_t need = (bytes + RANGE_ALIGN - 1) & ~(RANGE_ALIGN - 1);
+	int32_t k = block_new(b, need ? need : RANGE_ALIGN, NULL, true);
+	if (k < 0)
+		return SHOAL_ERR_NOMEM;
+	b->blocks[k].imported = true; /* never cut from again, like host pages */
+	shoal_err err = region_add(b, (uint32_t)k, 0, bytes, dev);
+	if (!err)
+		b->blocks[k].used = b->blocks[k].bytes;
+	return err;
+}
+
+void *vk__act_scratch(shoal_backend *b, uint64_t *bytes)
+{
+	*bytes = b->act_bytes;
+	return b->act_dev;
 }
 
 void vk__region_free(shoal_backend *b, void *dev)

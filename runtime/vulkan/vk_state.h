@@ -99,6 +99,10 @@ struct shoal_backend {
 	uint32_t n_regions, cap_regions;
 	float *topk_rows; /* host scratch of top_k (topk_cap floats) */
 	size_t topk_cap;
+	/* matmul's rounded activations (vk_matmul.c): max_rows x max_n floats
+	 * of the limits, in a block of their own */
+	void *act_dev;
+	uint64_t act_bytes;
 };
 
 /* vk_core.c: recording of copies and fills between dispatches. */
@@ -114,6 +118,9 @@ shoal_err vk__core_init(shoal_backend *b, char *why, size_t why_len);
 shoal_err vk__mem_init(shoal_backend *b);
 void vk__mem_free(shoal_backend *b);
 shoal_err vk__region_new(shoal_backend *b, uint64_t bytes, void **dev);
+/* A range in a block of its own, exactly its size (the instance's
+ * scratch: never freed before the instance, so it pins no shared block). */
+shoal_err vk__region_alone(shoal_backend *b, uint64_t bytes, void **dev);
 shoal_err vk__region_import(shoal_backend *b, const void *host, uint64_t bytes, void **dev);
 void vk__region_free(shoal_backend *b, void *dev);
 void vk__write(shoal_backend *b, void *dev, const void *src, size_t n);

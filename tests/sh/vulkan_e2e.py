@@ -7,16 +7,29 @@ after it the two backends may rightly part), the first step's top
 logprobs within the model's bound, and perplexity on the held-out text
 within the model's bound.
 
-Bounds: the CPU multiplies quantized weights with activations rounded to
-8 bits (Q8_0, or Q8_K for the K-quants), the GPU with F32 activations; the
-two first-step logprobs are within ~1e-2 nats on these models, so a
-quantized model's bound is 0.05 nats, and F16 and F32 weights, which meet
-F32 activations on both backends, 2e-3. Perplexity: 0.1% for F16 and F32
-weights (measured 0.0007%); 1% for quantized weights, where the CPU's
-activation rounding alone moves it by up to 0.72% on these small models
-(measured: dense Q8_0 0.21%, Q4_K_M 0.065%, Q6_K 0.28%, MoE Q8_0 0.088%,
-the DeepSeek-style fixture 0.72%). The issue asks 0.1% of the CPU's for
-every type: the GPU would have to round its activations as the CPU does.
+Bounds: both backends multiply quantized weights with activations rounded
+to 8 bits (Q8_0, or Q8_K for the K-quants; the Vulkan matmul's pre-pass
+gives bitwise the CPU's values), F16 and F32 weights with F32 activations;
+the first-step logprobs are within ~1e-2 nats on these models, so a
+quantized model's bound is 0.05 nats, F16 and F32 weights' 2e-3.
+
+Perplexity: the issue's 0.1% of the CPU's, for every model but two. What
+is left between the backends is rounding (sum orders in matmul, rms_norm,
+attention), and a rounding-level change upstream flips some 8-bit
+activation roundings downstream and, on a MoE model, some expert choices:
+on these small fixtures (perplexity 400 to 3500 over 252 tokens) that moves
+perplexity by more than 0.1% on some models even between the CPU
+backend's own kernels. Measured on one x86 machine (CPU default ISA,
+SHOAL_ISA=scalar, SHOAL_ISA=avx2; Vulkan on lavapipe):
+  dense Q8_0  401.419  400.903  401.048   Vulkan 401.360  (0.015%)
+  dense F16   401.263  401.259  401.259   Vulkan 401.261  (0.0007%)
+  DeepSeek    3490.85  3480.33  3468.55   Vulkan 3494.75  (0.112%)
+  Q4_K_M      3675.65  3678.55  3673.64   Vulkan 3677.08  (0.039%)
+  Q6_K        3780.75  3779.54  3784.11   Vulkan 3783.64  (0.077%)
+  MoE Q8_0    1237.18  1238.83  1238.37   Vulkan 1239.55  (0.191%)
+The DeepSeek-style fixture (its CPU kernels alone 0.30% and 0.64% apart)
+and the MoE model (0.13%) keep 1%, which also holds where the CPU's
+default kernels are another ISA's (an AVX2-only machine: DeepSeek 0.76%).
 
 usage: vulkan_e2e.py SHOAL MODEL... (prints one line per model; exit 1 on
 any failure)"""
@@ -38,7 +51,9 @@ def bound(model):
 
 
 def ppl_bound(model):
-    return 1e-3 if exact(model) else 1e-2
+    if "deepseek" in model or "-moe-" in model:
+        return 1e-2  # below the CPU kernels' own spread: see above
+    return 1e-3  # the issue's 0.1%
 
 
 def run(shoal, model, backend):

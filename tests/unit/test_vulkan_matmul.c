@@ -3,9 +3,13 @@
  * (runtime/vulkan/vk_matmul.c) for every weight type it takes, on the
  * machine's Vulkan device (lavapipe here), against
  *   - the exact product: the weights dequantized by shoal_dequantize_row,
- *     times the F32 activations, summed in double (a tight bound), and
- *   - the CPU backend's scalar twin (a looser bound: it rounds the
- *     activations to Q8_0 / Q8_K / F16 / BF16 first).
+ *     times the activations the backend computes with, summed in double
+ *     (a tight bound): F32 for F32 / F16 / BF16 weights; for quantized
+ *     weights the rows rounded as the CPU rounds them (Q8_0 or Q8_K and
+ *     back), which the Vulkan matmul's pre-pass reproduces bit for bit
+ *     (tests/unit/test_vulkan_act.c checks that directly), and
+ *   - the CPU backend's scalar twin (a looser bound: its own float sums,
+ *     and for F16 / BF16 weights its F16 / BF16 activations).
  * Errors are normwise per output: |got - want| against the sum of the
  * magnitudes of the terms, S = sum_i |w_i x_i| (a random dot product cancels,
  * so |y| itself can be near 0 while its error is not).
@@ -31,6 +35,7 @@
 #include "tests/unit/test.h"
 #include "tests/unit/test_vulkan_util.h"
 
+#include "runtime/cpu/kernels.h"
 #include "runtime/cpu/quant.h"
 
 #define U 0x1p-24 /* float's unit roundoff */
@@ -120,17 +125,19 @@ static shoal_backend_mat mat_of(const test_mat *m, const void *data)
 }
 
 /* The CPU backend's error bound against the exact product for output o of
- * row x (n_in), beside the sum S of |w x|:
+ * row x (n_in; for quantized weights the rounded row, what both backends
+ * multiply), beside the sum S of |w x|:
  *   F32: products rounded, summed in double, rounded once: 2 u S;
  *   F16 / BF16: x rounded to the type first (relative 2^-11 / 2^-8, F16
  *     subnormals below 2^-14 absolute 2^-25), products exact in float: that
  *     plus 2 u S;
- *   quantized: x rounded to Q8_0 (blocks of 32) or Q8_K (256): per block
- *     d = amax / 127, each x off by at most d / 2 from the rounding plus
- *     127 * 2^-11 d from the fp16 d (Q8_0): 0.6 d per element, times |w|;
- *     then float sums over nb blocks with ~4 roundings each, of terms no
- *     larger than 4 max|w| over a 32-element sub-block (a K-quant's scale
- *     and min parts) times |x| + d: that many u. */
+ *   quantized: the CPU's integer dots per block are exact; then float sums
+ *     over nb blocks with ~4 roundings each, of terms no larger than 4
+ *     max|w| over a 32-element sub-block (a K-quant's scale and min parts)
+ *     times |x| + d (d = amax / 127 of the block): that many u. Before the
+ *     Vulkan pre-pass rounded its activations as the CPU does, this bound
+ *     also held the rounding itself (0.6 d |w| per element, ~1e-3
+ *     relative); now it does not: both backends multiply the same values. */
 static double cpu_bound(shoal_dtype t, const float *w, const float *x, int64_t n, double S)
 {
 	if (t == SHOAL_DTYPE_F32)
@@ -142,7 +149,7 @@ static double cpu_bound(shoal_dtype t, const float *w, const float *x, int64_t n
 		return b;
 	}
 	int64_t qb = shoal_dtype_block_elems(t) == 256 ? 256 : 32, nb = n / qb;
-	double quant = 0, sums = 0;
+	double sums = 0;
 	for (int64_t b = 0; b < nb; b++) {
 		double amax = 0;
 		for (int64_t i = b * qb; i < (b + 1) * qb; i++)
@@ -152,13 +159,27 @@ static double cpu_bound(shoal_dtype t, const float *w, const float *x, int64_t n
 			double wmax = 0;
 			for (int64_t i = s; i < s + 32; i++)
 				wmax = fmax(wmax, fabs(w[i]));
-			for (int64_t i = s; i < s + 32; i++) {
-				quant += 0.6 * d * fabs(w[i]);
+			for (int64_t i = s; i < s + 32; i++)
 				sums += 4 * wmax * (fabs(x[i]) + d);
-			}
 		}
 	}
-	return quant + 4.0 * (double)(nb + 4) * U * sums;
+	return 4.0 * (double)(nb + 4) * U * sums;
+}
+
+/* Row x (n) as the backends multiply it with weights of type t: rounded
+ * to the CPU's Q8_0 / Q8_K and back for quantized t, else as it is. */
+static void x_as_used(shoal_dtype t, const float *x, float *out, int64_t n)
+{
+	shoal_dtype act = shoal_kernels_act_type(t);
+	if (act != SHOAL_DTYPE_Q8_0 && act != SHOAL_DTYPE_Q8_K) {
+		if (out != x)
+			memcpy(out, x, (size_t)n * sizeof *x);
+		return;
+	}
+	void *q = malloc(shoal_dtype_row_bytes(act, (uint64_t)n));
+	shoal_quantize_row(act, x, q, n);
+	shoal_dequantize_row(act, q, out, n);
+	free(q);
 }
 
 /* The worst of |got - want| / bound over the outputs (0 when all within:
@@ -188,9 +209,11 @@ static test_err check_matmul(const test_mat *m, const float *x, size_t ldx, uint
 	if (!vt_untouched(got, (size_t)m->n_out, n_rows, ldy, n_y))
 		e.exact = e.cpu = INFINITY;
 	double gpu_m = 8.0 * (double)(((m->n_in + 7) / 8 + 31) / 32) + 32;
-	for (uint32_t r = 0; r < n_rows; r++)
+	float *xr = malloc((size_t)m->n_in * sizeof *xr);
+	for (uint32_t r = 0; r < n_rows; r++) {
+		x_as_used(m->t, x + r * ldx, xr, m->n_in);
 		for (int64_t o = 0; o < m->n_out; o++) {
-			const float *wr = m->deq + o * m->n_in, *xr = x + r * ldx;
+			const float *wr = m->deq + o * m->n_in;
 			double exact = 0, S = 0;
 			for (int64_t i = 0; i < m->n_in; i++) {
 				exact += (double)wr[i] * xr[i];
@@ -203,6 +226,8 @@ static test_err check_matmul(const test_mat *m, const float *x, size_t ldx, uint
 			e.exact = ee == ee ? fmax(e.exact, ee) : INFINITY;
 			e.cpu = ec == ec ? fmax(e.cpu, ec) : INFINITY;
 		}
+	}
+	free(xr);
 	free(xh);
 	free(got);
 	free(want);
@@ -283,7 +308,8 @@ static void test_matmul_batch_bitwise(void)
  * buffer at offsets with their own ld: bitwise the same as one call each. */
 static void test_matmul_several(void)
 {
-	static const shoal_dtype mt[4] = {SHOAL_DTYPE_Q4_K, SHOAL_DTYPE_Q6_K, SHOAL_DTYPE_Q8_0,
+	/* Q8_K, Q8_0, Q8_K, F32 activations: the two Q8_K ones in one pass */
+	static const shoal_dtype mt[4] = {SHOAL_DTYPE_Q4_K, SHOAL_DTYPE_Q8_0, SHOAL_DTYPE_Q6_K,
 	                                  SHOAL_DTYPE_F16};
 	static const int64_t outs[4] = {67, 40, 33, 5};
 	static const size_t at[4] = {0, 2000, 3000, 3500}, ld[4] = {70, 41, 33, 9};
@@ -337,6 +363,7 @@ static void test_matmul_folded(void)
 	size_t ldy = (size_t)n_out;
 	vt_vk->matmul(vt_b, 1, &w, xd, 64, 1, &yd, &ldy);
 	float *got = vt_back(yd, (size_t)n_out * sizeof(float));
+	x_as_used(SHOAL_DTYPE_Q4_0, x, x, 64); /* what the GPU multiplies */
 	int64_t bad = -1;
 	for (int64_t o = 0; o < n_out && bad < 0; o++) {
 		double exact = 0, S = 0;
@@ -380,6 +407,7 @@ static void test_beyond_window(void)
 	size_t ldy = (size_t)n_out;
 	vt_vk->matmul(vt_b, 1, &w, xd, (size_t)n_in, 1, &yd, &ldy);
 	float *got = vt_back(yd, (size_t)n_out * sizeof(float));
+	x_as_used(SHOAL_DTYPE_Q8_0, x, x, n_in); /* what the GPU multiplies */
 	int64_t bad = -1;
 	for (int64_t o = 0; o < n_out && bad < 0; o++) {
 		shoal_dequantize_row(SHOAL_DTYPE_Q8_0, host + (size_t)o * rb, v, n_in);
