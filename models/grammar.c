@@ -200,7 +200,10 @@ static bool lits_may_end(const uint32_t *w, const gnode *d, const shoal_grammar_
 	return lc == f->b && cont == GRAMMAR__NONE;
 }
 
-enum { S_OPEN, S_BODY, S_ESC, S_UTF8, S_HEX };
+/* String phases; a \u escape of a high surrogate must be followed by one
+ * of a low surrogate (S_LBS, S_LU, S_HEX2), a lone one is refused: every
+ * JSON parser then reads the text (jansson refuses lone surrogates). */
+enum { S_OPEN, S_BODY, S_ESC, S_UTF8, S_HEX, S_LBS, S_LU, S_HEX2 };
 
 /* UTF-8 lead byte c: continuation bytes (0: not a lead) and the range of
  * the first one (overlong forms, surrogates and > U+10FFFF excluded). */
@@ -251,7 +254,7 @@ static int step_string(const gnode *d, shoal_grammar_frame *f, uint8_t c)
 	case S_ESC:
 		if (c == 'u') {
 			f->phase = S_HEX;
-			f->b = 0;
+			f->b = f->c = 0;
 			return R_TAKE;
 		}
 		if (!strchr("\"\\/bfnrt", c) || !c)
@@ -267,12 +270,39 @@ static int step_string(const gnode *d, shoal_grammar_frame *f, uint8_t c)
 			f->phase = S_BODY;
 		return R_TAKE;
 	case S_HEX:
-		if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F')))
+	case S_HEX2: {
+		uint32_t v = c >= '0' && c <= '9'   ? (uint32_t)(c - '0')
+		             : c >= 'a' && c <= 'f' ? (uint32_t)(c - 'a' + 10)
+		             : c >= 'A' && c <= 'F' ? (uint32_t)(c - 'A' + 10)
+		                                    : 16u;
+		if (v == 16)
 			return R_REJECT;
-		if (++f->b == 4) {
-			f->a++;
-			f->phase = S_BODY;
+		f->c = f->c * 16 + v;
+		if (++f->b < 4)
+			return R_TAKE;
+		bool high = f->c >= 0xd800 && f->c <= 0xdbff,
+		     low = f->c >= 0xdc00 && f->c <= 0xdfff;
+		if (f->phase == S_HEX ? low : !low)
+			return R_REJECT;
+		if (f->phase == S_HEX && high) {
+			f->phase = S_LBS;
+			return R_TAKE;
 		}
+		f->c = 0;
+		f->a++;
+		f->phase = S_BODY;
+		return R_TAKE;
+	}
+	case S_LBS:
+		if (c != '\\')
+			return R_REJECT;
+		f->phase = S_LU;
+		return R_TAKE;
+	case S_LU:
+		if (c != 'u')
+			return R_REJECT;
+		f->phase = S_HEX2;
+		f->b = f->c = 0;
 		return R_TAKE;
 	}
 	return R_REJECT;

@@ -152,7 +152,8 @@ static shoal_err finish(gb *b, uint32_t root, uint32_t flags, shoal_grammar_prog
 		w[0] = GRAMMAR__MAGIC, w[1] = (uint32_t)nn, w[2] = root;
 		w[3] = (uint32_t)b->aux.n, w[4] = (uint32_t)b->bytes.n, w[5] = flags;
 		memcpy(w + GRAMMAR__HDR, b->nodes.v, b->nodes.n * 4);
-		memcpy(w + GRAMMAR__HDR + b->nodes.n, b->aux.v, b->aux.n * 4);
+		if (b->aux.n) /* a schema of one scalar has no operands: aux.v NULL */
+			memcpy(w + GRAMMAR__HDR + b->nodes.n, b->aux.v, b->aux.n * 4);
 		uint8_t *p = (uint8_t *)(w + GRAMMAR__HDR + b->nodes.n + b->aux.n);
 		for (size_t i = 0; i < b->bytes.n; i++)
 			p[i] = (uint8_t)b->bytes.v[i];
@@ -225,7 +226,7 @@ static void first_set(gb *b, uint32_t i, bool set[256], uint32_t guard)
 {
 	if (i == GRAMMAR__NONE || guard > 64)
 		return;
-	uint32_t *d = node(b, i), *a = b->aux.v + d[2];
+	uint32_t *d = node(b, i), *a = b->aux.v ? b->aux.v + d[2] : NULL; /* NULL: n is 0 */
 	switch (d[0]) {
 	case GRAMMAR__LITS:
 		for (uint32_t j = 0; j < d[1]; j++)

@@ -92,6 +92,10 @@ static void test_scalars(void)
 	ASSERT_EQ(match(&g, "\"\xc0\x80x\""), 0);            /* overlong */
 	ASSERT_EQ(match(&g, "\"\xed\xa0\x80x\""), 0);        /* a surrogate */
 	ASSERT_EQ(match(&g, "\"a\nb\""), 0);                 /* control characters escaped */
+	ASSERT_EQ(match(&g, "\"\\ud83d\\ude00x\""), 2);      /* a surrogate pair: one character */
+	ASSERT_EQ(match(&g, "\"\\ud83dxy\""), 0);            /* a lone high surrogate */
+	ASSERT_EQ(match(&g, "\"\\ude00xy\""), 0);            /* a lone low one */
+	ASSERT_EQ(match(&g, "\"\\u00e9\\u0041\""), 2);
 	free(g.w);
 	g = compile("{\"enum\":[1,12,\"x\"]}");
 	ASSERT_EQ(match(&g, "1"), 2);
