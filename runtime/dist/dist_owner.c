@@ -308,6 +308,11 @@ shoal_err shoal_dist_owner_start(shoal_dist_owner *o, const shoal_dist_request *
 		                 req->first_step, SHOAL_DIST_REPLAY_MAX);
 	if (sp->n_grammar && req->first_step > req->n_prompt)
 		return shoal_why(why, why_len, SHOAL_ERR_INVAL, "first step past the prompt");
+	if (sp->n_grammar) { /* a stage would drop a bad one unseen: say it here */
+		char gw[SHOAL_WHY_LEN];
+		if (shoal_grammar_check(sp->grammar, sp->n_grammar, gw, sizeof gw))
+			return shoal_why(why, why_len, SHOAL_ERR_INVAL, "%s", gw);
+	}
 	owner_sess *ss = NULL;
 	for (uint32_t i = 0; i < o->cfg.max_sessions && !ss; i++)
 		if (!o->sess[i].used)
