@@ -610,6 +610,19 @@ bool shoal_grammar_done(const uint32_t *w, const shoal_grammar_state *st0)
 	return st.depth == 0;
 }
 
+uint32_t shoal_grammar_plain_room(const uint32_t *w, const shoal_grammar_state *st)
+{
+	if (!st->depth)
+		return 0;
+	const shoal_grammar_frame *f = &st->f[st->depth - 1];
+	gnode d = node_at(w, f->node);
+	if (d.kind != GRAMMAR__STRING || f->phase != S_BODY)
+		return 0;
+	if (d.y == GRAMMAR__NONE)
+		return UINT32_MAX;
+	return d.y > f->a ? d.y - f->a : 0;
+}
+
 void shoal_grammar_first(const uint32_t *w, const shoal_grammar_state *st, bool first[256])
 {
 	for (int c = 0; c < 256; c++) {

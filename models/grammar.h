@@ -92,6 +92,11 @@ void shoal_grammar_start(const uint32_t *w, shoal_grammar_state *st);
 bool shoal_grammar_feed(const uint32_t *w, shoal_grammar_state *st, const uint8_t *b, size_t n);
 /* Whether the reply may end here (the document is whole). */
 bool shoal_grammar_done(const uint32_t *w, const shoal_grammar_state *st);
+/* How many plain bytes (0x20-0x7e but '"' and '\\') may come next, each
+ * one character of a string's body: 0 outside one, UINT32_MAX unbounded.
+ * A token of k plain bytes fits iff k <= this (the mask's fast path). */
+uint32_t shoal_grammar_plain_room(const uint32_t *w, const shoal_grammar_state *st);
+
 /* first[c] = whether byte c may come next (256 entries). */
 void shoal_grammar_first(const uint32_t *w, const shoal_grammar_state *st, bool first[256]);
 

@@ -25,8 +25,9 @@ static shoal_err vocab_build(dist__gvocab *v, const shoal_tokenizer *tok, uint32
 	size_t cap = (size_t)n_vocab * 8u, used = 0;
 	v->off = malloc(((size_t)n_vocab + 1) * sizeof *v->off);
 	v->eog = calloc(n_vocab, 1);
+	v->plain = calloc(n_vocab, 1);
 	v->bytes = malloc(cap);
-	if (!v->off || !v->eog || !v->bytes)
+	if (!v->off || !v->eog || !v->plain || !v->bytes)
 		return SHOAL_ERR_NOMEM;
 	for (uint32_t id = 0; id < n_vocab; id++) {
 		v->off[id] = (uint32_t)used;
@@ -50,6 +51,13 @@ static shoal_err vocab_build(dist__gvocab *v, const shoal_tokenizer *tok, uint32
 			return SHOAL_ERR_RANGE;
 	}
 	v->off[n_vocab] = (uint32_t)used;
+	for (uint32_t id = 0; id < n_vocab; id++) {
+		bool plain = v->off[id + 1] > v->off[id];
+		for (uint32_t i = v->off[id]; plain && i < v->off[id + 1]; i++)
+			plain = v->bytes[i] >= 0x20 && v->bytes[i] < 0x7f && v->bytes[i] != '"' &&
+			        v->bytes[i] != '\\';
+		v->plain[id] = plain;
+	}
 	v->n_vocab = n_vocab;
 	v->ready = true;
 	return SHOAL_OK;
@@ -59,6 +67,7 @@ void dist__gvocab_fini(dist__gvocab *v)
 {
 	free(v->off);
 	free(v->eog);
+	free(v->plain);
 	free(v->bytes);
 	memset(v, 0, sizeof *v);
 }
@@ -124,8 +133,9 @@ static bool allow(void *ctx, int32_t id)
 	return n && shoal_grammar_feed(ss->gram, &t, v->bytes + v->off[id], n);
 }
 
-/* Most tokens fail on their first byte: one table lookup each; only the
- * others are fed whole. */
+/* Most tokens fail on their first byte: one table lookup each; inside a
+ * string most fit, and a token of plain bytes fits whenever its length
+ * does (the string's room); only the others are fed whole. */
 static void mask(void *ctx, float *logits, uint32_t n)
 {
 	const dist__sess *ss = ctx;
@@ -133,6 +143,7 @@ static void mask(void *ctx, float *logits, uint32_t n)
 	bool first[256];
 	shoal_grammar_first(ss->gram, &ss->gst, first);
 	bool done = shoal_grammar_done(ss->gram, &ss->gst);
+	uint32_t room = shoal_grammar_plain_room(ss->gram, &ss->gst);
 	for (uint32_t id = 0; id < n; id++) {
 		if (logits[id] == -INFINITY)
 			continue;
@@ -147,6 +158,8 @@ static void mask(void *ctx, float *logits, uint32_t n)
 			ok = done;
 		else if (!len || !first[b[0]])
 			ok = false;
+		else if (v->plain[id] && len <= room) /* inside a string: no need to feed */
+			ok = true;
 		else if (len == 1)
 			ok = true;
 		else {

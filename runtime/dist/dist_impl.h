@@ -90,6 +90,7 @@ typedef struct dist__gvocab {
 	uint32_t n_vocab; /* the tokenizer's (ids past it never fit) */
 	uint32_t *off;    /* (n_vocab + 1) */
 	uint8_t *eog;     /* (n_vocab) */
+	uint8_t *plain;   /* (n_vocab) all its bytes plain (shoal_grammar_plain_room) */
 	uint8_t *bytes;
 } dist__gvocab;
 

@@ -10,7 +10,7 @@
 #
 #  1. A 2-peer cluster (2 stages: the last stage, which samples, is not the
 #     API's peer). 10 schemas x GRAMMAR_N seeded generations each (default
-#     8 here, to keep make check near a minute; tests/bench/grammar_bench.sh
+#     20 here, to keep make check near a minute; tests/bench/grammar_bench.sh
 #     runs the issue's 200), at temperature 1, 4 at a time: each one ends
 #     with finish_reason "stop" and validates. The same seed gives the same
 #     text again; a streamed reply joins to the whole one's text. json_object
@@ -28,7 +28,7 @@
 set -u
 . "$(dirname "$0")/lib.sh"
 DENSE=$DATA/models/austen-dense-q8_0.gguf
-N=${GRAMMAR_N:-8}
+N=${GRAMMAR_N:-20}
 [ -x "$PC" ] || skip "$PC not built"
 command -v curl >/dev/null || skip "curl is not installed"
 python3 -c 'import jsonschema' 2>/dev/null || skip "python3-jsonschema is not installed (./bootstrap installs it)"

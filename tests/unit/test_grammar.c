@@ -68,6 +68,16 @@ static void test_object_schema(void)
 	ASSERT_EQ(match(&g, "{\"name\":\"E\",\"age\":1.5"), 0);
 	ASSERT_EQ(match(&g, "{\"name\":\"E\",\"age\":01"), 0);
 	ASSERT_EQ(match(&g, "{ \"name\""), 0);
+	/* the plain room: a string's characters left, 0 outside one */
+	shoal_grammar_state st;
+	shoal_grammar_start(g.w, &st);
+	ASSERT_EQ(shoal_grammar_plain_room(g.w, &st), 0);
+	ASSERT_TRUE(shoal_grammar_feed(g.w, &st, (const uint8_t *)"{\"name\":\"Em", 11));
+	ASSERT_EQ(shoal_grammar_plain_room(g.w, &st), 3);
+	ASSERT_TRUE(shoal_grammar_feed(g.w, &st, (const uint8_t *)"\\n", 2));
+	ASSERT_EQ(shoal_grammar_plain_room(g.w, &st), 2);
+	ASSERT_TRUE(shoal_grammar_feed(g.w, &st, (const uint8_t *)"\\", 1));
+	ASSERT_EQ(shoal_grammar_plain_room(g.w, &st), 0); /* inside an escape */
 	/* nothing after the end */
 	ASSERT_EQ(match(&g, "{\"name\":\"E\",\"tags\":[3]} "), 0);
 	free(g.w);
@@ -127,6 +137,10 @@ static void test_json_object(void)
 	ASSERT_EQ(match(&g, "{\"a\":"), 1);
 	ASSERT_EQ(match(&g, "{\"a\"}"), 0);
 	ASSERT_EQ(match(&g, "{\"a\":1,}"), 0);
+	shoal_grammar_state st;
+	shoal_grammar_start(g.w, &st);
+	ASSERT_TRUE(shoal_grammar_feed(g.w, &st, (const uint8_t *)"{\"k", 3));
+	ASSERT_EQ(shoal_grammar_plain_room(g.w, &st), UINT32_MAX);
 	/* nesting beyond the stack is refused, not overflowed */
 	char deep[256] = "{\"a\":";
 	for (int i = 0; i < 100; i++)
