@@ -19,6 +19,7 @@
 #include "runtime/api/api.h"
 #include "runtime/api/api_guard.h"
 #include "runtime/api/api_impl.h"
+
 #include "runtime/api/api_req.h"
 
 #include <arpa/inet.h>
@@ -40,6 +41,7 @@
 
 #include "base/clock.h"
 #include "base/log.h"
+#include "models/grammar.h"
 
 #define LOG_PART "api"
 /* A stream with nothing to say for this long sends an SSE comment: a
@@ -826,6 +828,27 @@ static enum MHD_Result api_complete(shoal_api *a, struct MHD_Connection *c, api_
 		}
 		/* the syntaxes of Llama 3.1, Mistral and DeepSeek are control tokens */
 		k->q.g.special = k->syn != SHOAL_CHAT_TOOLS_HERMES;
+		/* a call is required: the reply is constrained to one, in the
+		 * model's syntax, by the grammar the last stage samples under
+		 * (it replaces a response_format: the reply is a call) */
+		if (k->q.tool_choice == SHOAL_API_TOOL_REQUIRED ||
+		    k->q.tool_choice == SHOAL_API_TOOL_NAMED) {
+			shoal_grammar_prog gp = {0};
+			char gw[SHOAL_WHY_LEN] = "";
+			shoal_err ge = shoal_grammar_tools(
+			    k->syn, k->q.tools,
+			    k->q.tool_choice == SHOAL_API_TOOL_NAMED ? k->q.tool_name : NULL, &gp,
+			    gw, sizeof gw);
+			if (ge) {
+				res =
+				    api_fail(a, c, ge == SHOAL_ERR_NOMEM ? 500 : 400, "tools", NULL,
+				             "tool_choice: the functions' parameters: %s", gw);
+				goto out;
+			}
+			free(k->q.g.grammar);
+			k->q.g.grammar = gp.w;
+			k->q.g.n_grammar = gp.n;
+		}
 	}
 	shoal_err e =
 	    a->ops.prompt(a->ops.ctx, chat ? k->q.msgs : NULL, k->q.n_msgs,

@@ -50,6 +50,11 @@ typedef struct shoal_api_gen {
 	uint32_t n_bias;           /* logit_bias: token ids and their biases */
 	int32_t bias_id[SHOAL_API_MAX_BIAS];
 	float bias[SHOAL_API_MAX_BIAS];
+	/* structured output: a grammar program (models/grammar.h) the reply
+	 * must follow (response_format, or tool_choice required/named), owned
+	 * by the request; submit copies it. NULL: none. */
+	uint32_t *grammar;
+	uint32_t n_grammar;
 } shoal_api_gen;
 
 /* What the API shows of the node's work, for /metrics. */

@@ -9,6 +9,8 @@
 
 #include "runtime/api/api_req.h"
 
+#include "models/grammar.h"
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -186,6 +188,64 @@ static bool parse_calls(json_t *m, size_t i, shoal_api_req *q, size_t *k, char *
 	return true;
 }
 
+/* response_format into q->g's grammar: "text" (none), "json_object" (any
+ * object), "json_schema" ({"name", "schema", "strict"}: the schema's
+ * grammar; strict or not, the reply follows it, since a grammar that
+ * only mostly holds would be worth little). False with the message. */
+static bool parse_format(json_t *o, shoal_api_req *q, char *bad, size_t bad_len, const char **param)
+{
+	json_t *rf = json_object_get(o, "response_format");
+	if (!rf || json_is_null(rf))
+		return true;
+	*param = "response_format";
+	const char *ty = json_string_value(json_object_get(rf, "type"));
+	if (!json_is_object(rf) || !ty ||
+	    (strcmp(ty, "text") && strcmp(ty, "json_object") && strcmp(ty, "json_schema"))) {
+		snprintf(bad, bad_len,
+		         "'response_format' must be {\"type\": \"text\"}, {\"type\": "
+		         "\"json_object\"} or {\"type\": \"json_schema\", \"json_schema\": "
+		         "{\"name\": NAME, \"schema\": SCHEMA, \"strict\": BOOL}}");
+		return false;
+	}
+	char why[SHOAL_WHY_LEN] = "";
+	shoal_grammar_prog g = {0};
+	shoal_err e = SHOAL_OK;
+	if (!strcmp(ty, "text")) {
+		*param = NULL;
+		return true;
+	} else if (!strcmp(ty, "json_object")) {
+		e = shoal_grammar_json_object(&g, why, sizeof why);
+	} else {
+		json_t *js = json_object_get(rf, "json_schema");
+		json_t *name = json_object_get(js, "name"), *sch = json_object_get(js, "schema");
+		json_t *strict = json_object_get(js, "strict");
+		if (!json_is_object(js) || (name && !json_is_string(name)) ||
+		    (sch && !json_is_object(sch)) ||
+		    (strict && !json_is_boolean(strict) && !json_is_null(strict))) {
+			snprintf(bad, bad_len,
+			         "'response_format.json_schema' must be {\"name\": string, "
+			         "\"schema\": object, \"strict\": boolean}");
+			return false;
+		}
+		if (!sch) {
+			e = shoal_grammar_json_object(&g, why, sizeof why);
+		} else {
+			char *text = json_dumps(sch, JSON_COMPACT | JSON_PRESERVE_ORDER);
+			e = text ? shoal_grammar_schema(text, strlen(text), &g, why, sizeof why)
+			         : SHOAL_ERR_NOMEM;
+			free(text);
+		}
+	}
+	if (e) {
+		snprintf(bad, bad_len, "response_format: %s", why[0] ? why : shoal_strerror(e));
+		return false;
+	}
+	q->g.grammar = g.w;
+	q->g.n_grammar = g.n;
+	*param = NULL;
+	return true;
+}
+
 /* The fields of object o into q; false with the offending parameter's
  * message in bad[] (and *param). */
 static bool parse_fields(json_t *o, shoal_api_req *q, char *bad, size_t bad_len, const char **param)
@@ -325,6 +385,8 @@ static bool parse_fields(json_t *o, shoal_api_req *q, char *bad, size_t bad_len,
 	}
 	if (q->chat && !parse_tools(o, q, bad, bad_len, param))
 		return false;
+	if (!parse_format(o, q, bad, bad_len, param))
+		return false;
 	if (q->chat) {
 		json_t *ms = json_object_get(o, "messages");
 		if (!json_is_array(ms) || !json_array_size(ms)) {
@@ -461,6 +523,7 @@ void shoal_api_req_fini(shoal_api_req *q)
 	free(q->prompt);
 	free(q->tools);
 	free(q->calls);
+	free(q->g.grammar);
 	json_decref(q->json);
 	memset(q, 0, sizeof *q);
 }

@@ -76,18 +76,18 @@ bool api__tool_choice_met(const shoal_api_req *q, const shoal_tool_parsed *p, ch
 	                 : p->state == SHOAL_TOOL_BAD   ? "a malformed call"
 	                                                : "no call";
 	if (!api__tool_count(q, p)) {
-		snprintf(why, why_len,
-		         "tool_choice asks for a function call but the model's reply holds %s%s%s "
-		         "(shoal cannot constrain the reply to a call yet)",
-		         st, p->state == SHOAL_TOOL_BAD ? ": " : "",
-		         p->state == SHOAL_TOOL_BAD ? p->why : "");
+		snprintf(
+		    why, why_len,
+		    "tool_choice asks for a function call but the model's reply holds %s%s%s%s", st,
+		    p->state == SHOAL_TOOL_BAD ? ": " : "",
+		    p->state == SHOAL_TOOL_BAD ? p->why : "",
+		    p->state == SHOAL_TOOL_PARTIAL ? " (max_tokens ran out: raise it)" : "");
 		return false;
 	}
 	for (size_t i = 0; q->tool_choice == SHOAL_API_TOOL_NAMED && i < api__tool_count(q, p); i++)
 		if (strcmp(p->calls[i].name, q->tool_name)) {
 			snprintf(why, why_len,
-			         "tool_choice asks for '%s' but the model called '%.64s' (shoal "
-			         "cannot constrain the reply to a call yet)",
+			         "tool_choice asks for '%s' but the model called '%.64s'",
 			         q->tool_name, p->calls[i].name);
 			return false;
 		}

@@ -32,6 +32,7 @@
 
 #include "base/err.h"
 #include "base/peer_id.h"
+#include "models/grammar.h"
 #include "models/model.h"
 #include "net/xfer.h"
 #include "runtime/engine/generate.h"
@@ -64,9 +65,13 @@
  *   logprob is not wanted: result word 1 reads 0 unless K > 0)  9 temp (f32 bits)  10 top_k
  *   11 top_p  12 min_p  13 repeat_penalty  14 repeat_last_n  15 n_tail
  *   16-17 seed (lo, hi)  18 first step  19 presence_penalty  20
- *   frequency_penalty (f32 bits)  21 n_bias  22.. OPEN: n_bias pairs (token
- *   id, logit bias f32 bits), then the last n_tail prompt ids (for the
- *   penalties); ERROR: n_tail bytes of reason.
+ *   frequency_penalty (f32 bits)  21 n_bias  22 n_grammar  23 n_done
+ *   24.. OPEN: n_bias pairs (token id, logit bias f32 bits), then the
+ *   last n_tail prompt ids (for the penalties), then n_grammar words of
+ *   a grammar program (models/grammar.h: structured output; 0: none),
+ *   then, with a grammar, the n_done = first step ids a replay generated
+ *   before (the grammar's state is a function of them); ERROR: n_tail
+ *   bytes of reason.
  *
  * A replay (the owner re-opens a session on a new plan with its prompt
  * plus the k tokens already generated as the prompt) sets first step = k:
@@ -126,11 +131,16 @@
  *     message (round SHOAL_ENGINE_TP_HEAD, layer_first = layer_end): per
  *     batch with logits, tp_n - 1 messages, none back.
  */
-#define SHOAL_DIST_CTL_WORDS 22u
+#define SHOAL_DIST_CTL_WORDS 24u
+/* Generated ids a constrained replay carries: 4096 (16 KiB) keeps the
+ * largest OPEN (below) under a link's smallest max frame, 64 KiB; a
+ * constrained run replayed later than that fails with a reason. */
+#define SHOAL_DIST_REPLAY_MAX 4096u
 /* The most words a control frame holds: its fields, the logit bias pairs,
- * the tail. */
+ * the tail, a grammar, a replay's ids. */
 #define SHOAL_DIST_CTL_MAX_WORDS                                                                   \
-	(SHOAL_DIST_CTL_WORDS + 2u * SHOAL_SAMPLER_MAX_BIAS + SHOAL_DIST_TAIL_MAX)
+	(SHOAL_DIST_CTL_WORDS + 2u * SHOAL_SAMPLER_MAX_BIAS + SHOAL_DIST_TAIL_MAX +                \
+	 SHOAL_GRAMMAR_MAX_WORDS + SHOAL_DIST_REPLAY_MAX)
 /* --logprobs cap: the generation loop's. */
 #define SHOAL_DIST_MAX_LOGPROBS SHOAL_GEN_MAX_LOGPROBS
 /* Prompt tail for the repetition penalty: sampler's default last_n is 64;
@@ -163,6 +173,10 @@ typedef struct shoal_dist_stage_config {
 	 * tensor_held: a weights cache); NULL: all are. */
 	bool (*tensor_held)(void *ctx, const struct shoal_gguf_tensor *t);
 	void *tensor_held_ctx;
+	/* The model's tokenizer (the last stage's token bytes for structured
+	 * output; borrowed for the stage's life); NULL: a constrained OPEN
+	 * fails with a reason. */
+	const shoal_tokenizer *tok;
 	uint8_t self[SHOAL_PEER_ID_LEN];
 	uint8_t next[SHOAL_PEER_ID_LEN]; /* the next stage (ignored with has_head) */
 	uint8_t digest[SHOAL_DIGEST_BYTES];

@@ -35,6 +35,8 @@ typedef struct dist__ctl {
 	shoal_sampler_params sp;
 	uint32_t n_tail;
 	const int32_t *tail;                    /* OPEN: (n_tail) ids, borrowed */
+	uint32_t n_done;                        /* OPEN with a grammar: first_step */
+	const int32_t *done;                    /* OPEN: (n_done) generated ids, borrowed */
 	char reason[SHOAL_XFER_REASON_MAX + 1]; /* ERROR */
 } dist__ctl;
 
@@ -81,6 +83,17 @@ typedef struct dist__gone {
 	const char *why; /* a static string */
 } dist__gone;
 
+/* Each token's bytes in one text mode (dist_grammar.c): token i is
+ * bytes[off[i], off[i + 1]); eog[i]: an end-of-generation id (no bytes). */
+typedef struct dist__gvocab {
+	bool ready;
+	uint32_t n_vocab; /* the tokenizer's (ids past it never fit) */
+	uint32_t *off;    /* (n_vocab + 1) */
+	uint8_t *eog;     /* (n_vocab) */
+	uint8_t *plain;   /* (n_vocab) all its bytes plain (shoal_grammar_plain_room) */
+	uint8_t *bytes;
+} dist__gvocab;
+
 typedef struct dist__sess {
 	bool used, failed;
 	uint64_t sid;
@@ -94,6 +107,12 @@ typedef struct dist__sess {
 	shoal_sampler *smp; /* has_head only */
 	int32_t *hist;      /* (2 * SHOAL_DIST_TAIL_MAX) recent ids, has_head only */
 	uint32_t n_hist;
+	/* structured output (has_head): the grammar program (malloc'd; NULL:
+	 * none), the stage's token table it reads, the matcher's state after
+	 * the tokens generated so far */
+	uint32_t *gram;
+	const dist__gvocab *gvocab;
+	shoal_grammar_state gst;
 } dist__sess;
 
 /* Owners a stage remembers as waiting for a session (dist_admit.c): one
@@ -142,6 +161,7 @@ struct shoal_dist_stage {
 	int32_t *top_ids;      /* (MAX_LOGPROBS) */
 	float *top_lps;
 	int32_t ctl[SHOAL_DIST_CTL_MAX_WORDS];
+	dist__gvocab gv[2]; /* token tables: [0] text, [1] with control tokens */
 	dist__err errs[DIST__MAX_ERRS];
 	uint32_t n_errs;
 	uint64_t errs_last_ns;
@@ -165,6 +185,17 @@ struct shoal_dist_stage {
 	shoal_log_limit log_busy, log_row, log_plan, log_frame;
 	shoal_dist_stage_metrics met;
 };
+
+/* dist_grammar.c: a session's grammar from its OPEN (none: nothing),
+ * its state rebuilt from a replay's ids; the filter the sampler applies;
+ * the state moved on by the sampled id; the grammar freed; a token table
+ * freed. */
+shoal_err dist__grammar_open(shoal_dist_stage *s, dist__sess *ss, const dist__ctl *c, char *w,
+                             size_t w_len);
+shoal_sampler_filter dist__grammar_filter(dist__sess *ss);
+void dist__grammar_advance(dist__sess *ss, int32_t id);
+void dist__grammar_close(dist__sess *ss);
+void dist__gvocab_fini(dist__gvocab *v);
 
 /* dist_admit.c: the waiters that rank before an OPEN of `owner` (a replay
  * when resumed), after forgetting those that gave up; the OPEN refused

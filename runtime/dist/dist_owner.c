@@ -302,6 +302,17 @@ shoal_err shoal_dist_owner_start(shoal_dist_owner *o, const shoal_dist_request *
 		return shoal_why(why, why_len, SHOAL_ERR_UNSUPPORTED,
 		                 "repetition penalty over %d tokens (at most %u)",
 		                 sp->repeat_last_n, SHOAL_DIST_TAIL_MAX);
+	if (sp->n_grammar && req->first_step > SHOAL_DIST_REPLAY_MAX)
+		return shoal_why(why, why_len, SHOAL_ERR_UNSUPPORTED,
+		                 "a constrained run replayed after %u tokens (at most %u)",
+		                 req->first_step, SHOAL_DIST_REPLAY_MAX);
+	if (sp->n_grammar && req->first_step > req->n_prompt)
+		return shoal_why(why, why_len, SHOAL_ERR_INVAL, "first step past the prompt");
+	if (sp->n_grammar) { /* a stage would drop a bad one unseen: say it here */
+		char gw[SHOAL_WHY_LEN];
+		if (shoal_grammar_check(sp->grammar, sp->n_grammar, gw, sizeof gw))
+			return shoal_why(why, why_len, SHOAL_ERR_INVAL, "%s", gw);
+	}
 	owner_sess *ss = NULL;
 	for (uint32_t i = 0; i < o->cfg.max_sessions && !ss; i++)
 		if (!o->sess[i].used)
@@ -330,6 +341,10 @@ shoal_err shoal_dist_owner_start(shoal_dist_owner *o, const shoal_dist_request *
 	               .sp = *sp,
 	               .n_tail = tail,
 	               .tail = req->prompt + (req->n_prompt - tail)};
+	if (sp->n_grammar) { /* the stage rebuilds the grammar's state from these */
+		c.n_done = req->first_step;
+		c.done = req->prompt + (req->n_prompt - req->first_step);
+	}
 	if (!pen) /* repeat_last_n must pass the stages' check; unused without a penalty */
 		c.sp.repeat_last_n = 0;
 	shoal_err e = send_ctl(o, ss->sid, &c, why, why_len);

@@ -42,8 +42,10 @@ uint32_t dist__ctl_encode(const dist__ctl *c, int32_t *words, uint32_t cap)
 	uint32_t extra = 0;
 	size_t rlen = 0;
 	SHOAL_ASSERT(c->op != SHOAL_DIST_CTL_OPEN || c->sp.n_bias <= SHOAL_SAMPLER_MAX_BIAS);
+	SHOAL_ASSERT(c->op != SHOAL_DIST_CTL_OPEN || !c->sp.n_grammar || c->sp.grammar);
+	SHOAL_ASSERT(c->op != SHOAL_DIST_CTL_OPEN || !c->n_done || c->done);
 	if (c->op == SHOAL_DIST_CTL_OPEN)
-		extra = 2u * c->sp.n_bias + c->n_tail;
+		extra = 2u * c->sp.n_bias + c->n_tail + c->sp.n_grammar + c->n_done;
 	else if (c->op == SHOAL_DIST_CTL_ERROR) {
 		rlen = strnlen(c->reason, SHOAL_XFER_REASON_MAX);
 		extra = (uint32_t)((rlen + 3) / 4);
@@ -72,6 +74,8 @@ uint32_t dist__ctl_encode(const dist__ctl *c, int32_t *words, uint32_t cap)
 	w[19] = f2w(c->sp.presence_penalty);
 	w[20] = f2w(c->sp.frequency_penalty);
 	w[21] = c->op == SHOAL_DIST_CTL_OPEN ? c->sp.n_bias : 0;
+	w[22] = c->op == SHOAL_DIST_CTL_OPEN ? c->sp.n_grammar : 0;
+	w[23] = c->op == SHOAL_DIST_CTL_OPEN ? c->n_done : 0;
 	memcpy(words, w, sizeof w);
 	if (c->op == SHOAL_DIST_CTL_OPEN) {
 		int32_t *b = words + SHOAL_DIST_CTL_WORDS;
@@ -79,8 +83,15 @@ uint32_t dist__ctl_encode(const dist__ctl *c, int32_t *words, uint32_t cap)
 			b[2 * i] = c->sp.bias_id[i];
 			b[2 * i + 1] = (int32_t)f2w(c->sp.bias[i]);
 		}
+		b += 2 * c->sp.n_bias;
 		if (c->n_tail)
-			memcpy(b + 2 * c->sp.n_bias, c->tail, c->n_tail * 4u);
+			memcpy(b, c->tail, c->n_tail * 4u);
+		b += c->n_tail;
+		if (c->sp.n_grammar)
+			memcpy(b, c->sp.grammar, c->sp.n_grammar * 4u);
+		b += c->sp.n_grammar;
+		if (c->n_done)
+			memcpy(b, c->done, c->n_done * 4u);
 	} else if (extra) {
 		memset(words + SHOAL_DIST_CTL_WORDS, 0, extra * 4u);
 		memcpy(words + SHOAL_DIST_CTL_WORDS, c->reason, rlen);
@@ -116,13 +127,17 @@ shoal_err dist__ctl_decode(const shoal_xfer_frame *f, dist__ctl *c, char *why, s
 	c->first_step = w[18];
 	c->sp.presence_penalty = w2f(w[19]);
 	c->sp.frequency_penalty = w2f(w[20]);
-	uint32_t n_bias = w[21];
+	uint32_t n_bias = w[21], n_gram = w[22], n_done = w[23];
 	uint32_t extra = h->dim - SHOAL_DIST_CTL_WORDS;
 	const uint8_t *p = f->payload + SHOAL_DIST_CTL_WORDS * 4u;
 	switch (c->op) {
 	case SHOAL_DIST_CTL_OPEN:
-		if (n_bias > SHOAL_SAMPLER_MAX_BIAS || c->n_tail != extra - 2u * n_bias ||
-		    extra < 2u * n_bias || c->n_tail > SHOAL_DIST_TAIL_MAX || c->n_prompt == 0 ||
+		if (n_bias > SHOAL_SAMPLER_MAX_BIAS || n_gram > SHOAL_GRAMMAR_MAX_WORDS ||
+		    n_done > SHOAL_DIST_REPLAY_MAX ||
+		    (n_done && (!n_gram || n_done != c->first_step)) ||
+		    extra < 2u * n_bias + n_gram + n_done ||
+		    c->n_tail != extra - 2u * n_bias - n_gram - n_done ||
+		    c->n_tail > SHOAL_DIST_TAIL_MAX || c->n_prompt == 0 ||
 		    !(c->sp.presence_penalty >= -2.0f && c->sp.presence_penalty <= 2.0f) ||
 		    !(c->sp.frequency_penalty >= -2.0f && c->sp.frequency_penalty <= 2.0f) ||
 		    c->n_tail > c->n_prompt || c->logprobs > SHOAL_DIST_MAX_LOGPROBS ||
@@ -144,6 +159,15 @@ shoal_err dist__ctl_decode(const shoal_xfer_frame *f, dist__ctl *c, char *why, s
 		c->sp.n_bias = n_bias;
 		/* payload is 16-aligned: the tail's words are aligned */
 		c->tail = (const int32_t *)(const void *)(p + 8u * n_bias);
+		if (n_gram) {
+			c->sp.grammar = (const uint32_t *)(const void *)(c->tail + c->n_tail);
+			c->sp.n_grammar = n_gram;
+			shoal_err e = shoal_grammar_check(c->sp.grammar, n_gram, why, why_len);
+			if (e)
+				return e;
+			c->done = (const int32_t *)(const void *)(c->sp.grammar + n_gram);
+			c->n_done = n_done;
+		}
 		return SHOAL_OK;
 	case SHOAL_DIST_CTL_CLOSE:
 		return SHOAL_OK;

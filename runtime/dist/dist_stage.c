@@ -72,6 +72,7 @@ static void sess_drop(shoal_dist_stage *s, dist__sess *ss)
 {
 	slot_close(s, ss->slot);
 	shoal_sampler_free(ss->smp);
+	dist__grammar_close(ss);
 	int32_t *hist = ss->hist;
 	memset(ss, 0, sizeof *ss);
 	ss->hist = hist;
@@ -249,16 +250,27 @@ static shoal_err send_results(shoal_dist_stage *s, uint32_t n, uint32_t n_want, 
 	uint32_t wi = 0;
 	uint8_t done[DIST__MAX_SESSIONS] = {0}; /* per wanted row: sent */
 	uint32_t wsess[DIST__MAX_SESSIONS];     /* per wanted row: its session */
+	uint32_t li = 0;                        /* logits rows: one per wanted row; results: wi */
 	for (uint32_t r = 0; r < n; r++) {
 		if (!s->want[r])
 			continue;
 		dist__sess *ss = &s->sess[s->row_sess[r]];
-		const float *lg = s->logits + (size_t)wi * s->n_vocab; /* (n_vocab) */
+		const float *lg = s->logits + (size_t)li++ * s->n_vocab; /* (n_vocab) */
 		uint32_t t = ss->step0 + shoal_gen_step_of_pos(ss->n_prompt, s->pos[r]);
 		float lp = 0.0f;
+		shoal_sampler_filter gf =
+		    ss->gram ? dist__grammar_filter(ss) : (shoal_sampler_filter){0};
 		int32_t id = shoal_gen_pick(ss->smp, lg, s->n_vocab, ss->hist, ss->n_hist, t,
-		                            ss->no_logprob ? NULL : &lp, ss->logprobs, s->top_ids,
-		                            s->top_lps);
+		                            ss->gram ? &gf : NULL, ss->no_logprob ? NULL : &lp,
+		                            ss->logprobs, s->top_ids, s->top_lps);
+		if (id < 0) {
+			sess_fail(s, (int)s->row_sess[r], ss->sid, ss->owner, SHOAL_ERR_UNSUPPORTED,
+			          "structured output: no token of the vocabulary continues the "
+			          "reply's grammar");
+			continue;
+		}
+		if (ss->gram)
+			dist__grammar_advance(ss, id);
 		if (ss->n_hist == 2 * SHOAL_DIST_TAIL_MAX) {
 			memmove(ss->hist, ss->hist + SHOAL_DIST_TAIL_MAX,
 			        SHOAL_DIST_TAIL_MAX * sizeof *ss->hist);
@@ -276,6 +288,7 @@ static shoal_err send_results(shoal_dist_stage *s, uint32_t n, uint32_t n_want, 
 		wsess[wi] = s->row_sess[r];
 		wi++;
 	}
+	n_want = wi; /* less the sessions that failed here */
 	for (uint32_t a = 0; a < n_want; a++) {
 		if (done[a])
 			continue;
@@ -595,6 +608,14 @@ static shoal_err sess_open(shoal_dist_stage *s, uint64_t sid, const dist__ctl *c
 		}
 		memcpy(ss->hist, c->tail, (size_t)c->n_tail * 4u);
 		ss->n_hist = c->n_tail;
+		shoal_err ge = dist__grammar_open(s, ss, c, w, w_len);
+		if (ge) {
+			dist__grammar_close(ss);
+			shoal_sampler_free(ss->smp);
+			ss->smp = NULL;
+			slot_close(s, ss->slot);
+			return ge;
+		}
 	}
 	ss->used = true;
 	ss->failed = false;
@@ -824,8 +845,11 @@ void shoal_dist_stage_free(shoal_dist_stage *s)
 	if (s->sess)
 		for (uint32_t i = 0; i < s->cfg.max_sessions; i++) {
 			shoal_sampler_free(s->sess[i].smp);
+			dist__grammar_close(&s->sess[i]);
 			free(s->sess[i].hist);
 		}
+	dist__gvocab_fini(&s->gv[0]);
+	dist__gvocab_fini(&s->gv[1]);
 	free(s->sess);
 	shoal_engine_free(s->e);
 	shoal_engine_free(s->e2);

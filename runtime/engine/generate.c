@@ -73,10 +73,12 @@ shoal_gen_stop shoal_gen_seq_next(shoal_gen_seq *q, bool caller_stop)
 /* ---- sampling one step ---------------------------------------------------------- */
 
 int32_t shoal_gen_pick(shoal_sampler *s, const float *logits, uint32_t n_vocab, const int32_t *hist,
-                       size_t n_hist, uint32_t step, float *lp, uint32_t k, int32_t *top_ids,
-                       float *top_lps)
+                       size_t n_hist, uint32_t step, const shoal_sampler_filter *f, float *lp,
+                       uint32_t k, int32_t *top_ids, float *top_lps)
 {
-	int32_t id = shoal_sampler_sample(s, logits, hist, n_hist, step);
+	int32_t id = shoal_sampler_sample_filtered(s, logits, hist, n_hist, step, f);
+	if (id < 0)
+		return id;
 	if (lp)
 		shoal_logprobs_top(logits, n_vocab, id, lp, k, top_ids, top_lps);
 	return id;
@@ -252,7 +254,7 @@ shoal_err shoal_gen_run(shoal_gen *g, const shoal_gen_request *rq, shoal_gen_sta
 	while (shoal_gen_seq_stop(&q) == SHOAL_GEN_STOP_NONE) {
 		uint64_t ts = shoal_clock_monotonic_ns();
 		t.step = shoal_gen_seq_step(&q);
-		t.id = shoal_gen_pick(g->smp, logits, g->n_vocab, g->hist, n_hist, t.step,
+		t.id = shoal_gen_pick(g->smp, logits, g->n_vocab, g->hist, n_hist, t.step, NULL,
 		                      g->cfg.logprob ? &lp : NULL, g->cfg.n_top, g->top_ids,
 		                      g->top_lps);
 		if (shoal_gen_seq_accept(&q, t.id) != SHOAL_GEN_STOP_NONE)

@@ -109,12 +109,13 @@ shoal_gen_stop shoal_gen_seq_next(shoal_gen_seq *q, bool caller_stop);
 /* ---- sampling one step ------------------------------------------------------ */
 
 /* Sample the token of step `step` from logits (n_vocab), the history (for
- * the repetition penalty; may be NULL/0) as shoal_sampler_sample; with lp,
+ * the repetition penalty; may be NULL/0) as shoal_sampler_sample_filtered
+ * under filter f (NULL: none; -1 when f allows no token); with lp,
  * also its logprob and the k best (id, logprob) pairs into top_ids/top_lps
  * (as shoal_logprobs_top; k <= n_vocab). lp NULL: no logprobs (k unused). */
 int32_t shoal_gen_pick(shoal_sampler *s, const float *logits, uint32_t n_vocab, const int32_t *hist,
-                       size_t n_hist, uint32_t step, float *lp, uint32_t k, int32_t *top_ids,
-                       float *top_lps);
+                       size_t n_hist, uint32_t step, const shoal_sampler_filter *f, float *lp,
+                       uint32_t k, int32_t *top_ids, float *top_lps);
 
 /* ---- the generator -------------------------------------------------------- */
 

@@ -28,6 +28,7 @@ struct shoal_sampler {
 	double *w;       /* (n_vocab) weights exp(l - l_max), by token id */
 	uint8_t *seen;   /* (n_vocab) penalty marks, all zero between calls */
 	uint16_t *count; /* (n_vocab) occurrences in the window, all zero between calls */
+	float *masked;   /* (n_vocab) logits under a filter's mask */
 };
 
 /* ---------------------------------------------------------------- the draw */
@@ -138,6 +139,7 @@ void shoal_sampler_free(shoal_sampler *s)
 	free(s->w);
 	free(s->seen);
 	free(s->count);
+	free(s->masked);
 	free(s);
 }
 
@@ -164,6 +166,8 @@ shoal_err shoal_sampler_new(const shoal_sampler_params *p, uint32_t n_vocab, sho
 	if (!s)
 		return SHOAL_ERR_NOMEM;
 	s->p = *p;
+	s->p.grammar = NULL; /* borrowed by the caller only */
+	s->p.n_grammar = 0;
 	s->n_vocab = n_vocab;
 	s->val = malloc((size_t)n_vocab * sizeof *s->val);
 	s->cand = malloc((size_t)n_vocab * sizeof *s->cand);
@@ -171,7 +175,8 @@ shoal_err shoal_sampler_new(const shoal_sampler_params *p, uint32_t n_vocab, sho
 	s->w = malloc((size_t)n_vocab * sizeof *s->w);
 	s->seen = calloc(n_vocab, 1);
 	s->count = calloc(n_vocab, sizeof *s->count);
-	if (!s->val || !s->cand || !s->heap || !s->w || !s->seen || !s->count)
+	s->masked = malloc((size_t)n_vocab * sizeof *s->masked);
+	if (!s->val || !s->cand || !s->heap || !s->w || !s->seen || !s->count || !s->masked)
 		goto fail;
 	*out = s;
 	return SHOAL_OK;
@@ -451,6 +456,22 @@ int32_t shoal_sampler_sample(shoal_sampler *s, const float *logits, const int32_
 			return list[i];
 	}
 	return list[n - 1];
+}
+
+/* Try the unconstrained draw first: inside a free string almost every
+ * drawn token fits, and the mask (a walk over the whole vocabulary) is
+ * paid only where the grammar narrows the choice. */
+int32_t shoal_sampler_sample_filtered(shoal_sampler *s, const float *logits, const int32_t *history,
+                                      size_t n_history, uint64_t step,
+                                      const shoal_sampler_filter *f)
+{
+	int32_t id = shoal_sampler_sample(s, logits, history, n_history, step);
+	if (!f || f->allow(f->ctx, id))
+		return id;
+	memcpy(s->masked, logits, (size_t)s->n_vocab * sizeof *s->masked);
+	f->mask(f->ctx, s->masked, s->n_vocab);
+	id = shoal_sampler_sample(s, s->masked, history, n_history, step);
+	return f->allow(f->ctx, id) ? id : -1;
 }
 
 /* ---------------------------------------------------------- logprobs */

@@ -10,6 +10,7 @@
 #ifndef SHOAL_RUNTIME_SAMPLER_H
 #define SHOAL_RUNTIME_SAMPLER_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -37,6 +38,12 @@ typedef struct shoal_sampler_params {
 	uint32_t n_bias;
 	int32_t bias_id[SHOAL_SAMPLER_MAX_BIAS];
 	float bias[SHOAL_SAMPLER_MAX_BIAS];
+	/* Structured output: a grammar program (models/grammar.h) the reply
+	 * must follow, carried with the other settings to the stage that
+	 * samples; NULL/0: none. Borrowed; the sampler itself never reads it
+	 * (the sampling stage turns it into a shoal_sampler_filter). */
+	const uint32_t *grammar;
+	uint32_t n_grammar;
 } shoal_sampler_params;
 
 /* The defaults: temp 0.8, top_k 40, top_p 0.95, min_p 0.05, no penalty,
@@ -52,6 +59,23 @@ void shoal_sampler_free(shoal_sampler *s); /* NULL is a no-op */
  * `step`, given the recent history (for the penalty; may be NULL/0). */
 int32_t shoal_sampler_sample(shoal_sampler *s, const float *logits, const int32_t *history,
                              size_t n_history, uint64_t step);
+
+/* Which tokens may come next (constrained sampling). Neither callback may
+ * allocate or block; both are pure functions of the caller's state. */
+typedef struct shoal_sampler_filter {
+	bool (*allow)(void *ctx, int32_t id);               /* id may come next */
+	void (*mask)(void *ctx, float *logits, uint32_t n); /* -INFINITY where not */
+	void *ctx;
+} shoal_sampler_filter;
+
+/* As shoal_sampler_sample, under filter f (NULL: none): the token drawn
+ * from the raw logits if f allows it (the common case: one check), else
+ * the draw from the logits with every refused token masked out; the same
+ * (seed, step) either way, so the choice is a function of the logits, the
+ * filter's state, the seed and the step. -1 when f allows no token. */
+int32_t shoal_sampler_sample_filtered(shoal_sampler *s, const float *logits, const int32_t *history,
+                                      size_t n_history, uint64_t step,
+                                      const shoal_sampler_filter *f);
 
 /* log-softmax of the raw logits: the chosen token's logprob and the k best
  * (id, logprob) pairs, best first (ties: lower id first). k <= n_vocab. */

@@ -238,8 +238,10 @@ void shoal_serve_free(shoal_serve *cl)
 	serve__data_stop(cl);
 	shoal_weights_server_free(cl->wserve);
 	shoal_weights_fetcher_free(cl->wf);
-	for (size_t i = 0; i < SHOAL_SERVE_MAX_RUNS; i++)
+	for (size_t i = 0; i < SHOAL_SERVE_MAX_RUNS; i++) {
 		free(cl->runs[i].prompt);
+		free(cl->runs[i].grammar);
+	}
 	serve__free_assign(cl->pending);
 	shoal_plan_free(cl->plan);
 	shoal_plan_free(cl->prev);

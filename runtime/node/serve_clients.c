@@ -264,6 +264,8 @@ static shoal_err api_submit(void *ctx, const int32_t *ids, size_t n_ids, const s
 	sp.n_bias = g->n_bias < SHOAL_SAMPLER_MAX_BIAS ? g->n_bias : SHOAL_SAMPLER_MAX_BIAS;
 	memcpy(sp.bias_id, g->bias_id, sp.n_bias * sizeof *sp.bias_id);
 	memcpy(sp.bias, g->bias, sp.n_bias * sizeof *sp.bias);
+	sp.grammar = g->grammar; /* serve__queue copies it */
+	sp.n_grammar = g->n_grammar;
 	if (!n_ids || n_ids >= cl->pol.ctx)
 		return shoal_why(why, why_len, SHOAL_ERR_RANGE,
 		                 "%zu prompt tokens; the context holds %u", n_ids, cl->pol.ctx);

@@ -172,6 +172,7 @@ typedef struct shoal_serve_run {
 	uint32_t n_prompt, max_tokens, logprobs;
 	bool no_logprob; /* an API request that does not show logprobs */
 	shoal_sampler_params sp;
+	uint32_t *grammar; /* (sp.n_grammar) structured output: sp.grammar, owned; NULL: none */
 	/* under mu: its place in the queue (arrival order; a paused run keeps
 	 * it) and when it last began to wait (queued, or paused) */
 	uint64_t ticket;

@@ -373,6 +373,7 @@ static shoal_err serve_build_assign(shoal_serve *cl, shoal_serve_assign **out, c
 		sc.layer_end = st->end_layer;
 		sc.has_embd = si == 0;
 		sc.has_head = (size_t)si == ns - 1;
+		sc.tok = cl->tok; /* structured output's token bytes (the last stage) */
 		if (moe) {
 			/* the stage's own layers; other layers' experts go to the
 			 * expert server below */

@@ -39,6 +39,14 @@ shoal_err serve__queue(shoal_serve *cl, int32_t **ids, size_t n_ids, uint32_t n,
 	if (!hist)
 		return shoal_why(why, why_len, SHOAL_ERR_NOMEM, "out of memory");
 	*ids = hist;
+	/* the run's own copy of a grammar (structured output; the OPEN and
+	 * every replay carry it) */
+	uint32_t *gram = NULL;
+	if (sp->n_grammar) {
+		if (!(gram = malloc((size_t)sp->n_grammar * sizeof *gram)))
+			return shoal_why(why, why_len, SHOAL_ERR_NOMEM, "out of memory");
+		memcpy(gram, sp->grammar, (size_t)sp->n_grammar * sizeof *gram);
+	}
 	pthread_mutex_lock(&cl->mu);
 	size_t slot = SHOAL_SERVE_MAX_RUNS;
 	for (size_t i = 0; i < SHOAL_SERVE_MAX_RUNS && slot == SHOAL_SERVE_MAX_RUNS; i++)
@@ -48,6 +56,7 @@ shoal_err serve__queue(shoal_serve *cl, int32_t **ids, size_t n_ids, uint32_t n,
 		shoal_serve_run *r = &cl->runs[slot];
 		uint32_t gen = serve__handle_gen(serve__handle(0, r->gen + 1)); /* wraps */
 		free(r->prompt);
+		free(r->grammar);
 		memset(r, 0, sizeof *r);
 		r->gen = gen;
 		if (from) {
@@ -66,6 +75,8 @@ shoal_err serve__queue(shoal_serve *cl, int32_t **ids, size_t n_ids, uint32_t n,
 		r->logprobs = k;
 		r->no_logprob = no_logprob;
 		r->sp = *sp;
+		r->sp.grammar = r->grammar = gram;
+		gram = NULL;
 		r->ticket = ++cl->next_ticket;
 		r->queued_us = shoal_clock_now_us();
 		shoal_detok_init(&r->dt, cl->tok, special);
@@ -75,6 +86,7 @@ shoal_err serve__queue(shoal_serve *cl, int32_t **ids, size_t n_ids, uint32_t n,
 		*slot_out = serve__handle((uint32_t)slot, gen);
 	}
 	pthread_mutex_unlock(&cl->mu);
+	free(gram); /* no slot took it */
 	if (slot == SHOAL_SERVE_MAX_RUNS)
 		return shoal_why(why, why_len, SHOAL_ERR_BUSY,
 		                 "busy: this peer holds %u requests (running and queued)",
@@ -91,6 +103,10 @@ void serve__free_run(shoal_serve *cl, shoal_serve_run *r)
 	pthread_mutex_lock(&cl->mu);
 	free(r->prompt);
 	r->prompt = NULL;
+	free(r->grammar);
+	r->grammar = NULL;
+	r->sp.grammar = NULL;
+	r->sp.n_grammar = 0;
 	r->state = SHOAL_SERVE_RUN_FREE;
 	pthread_mutex_unlock(&cl->mu);
 }

@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "models/grammar.h"
 #include "runtime/api/api_req.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
@@ -37,6 +38,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		for (size_t i = 0; i < q.n_msgs; i++)
 			if (!q.msgs[i].role || !q.msgs[i].content)
 				abort();
+		/* a response_format's grammar is a well-formed program */
+		if (q.g.grammar && shoal_grammar_check(q.g.grammar, q.g.n_grammar, msg, sizeof msg))
+			abort();
 	}
 	shoal_api_req_fini(&q);
 	return 0;

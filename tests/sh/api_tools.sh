@@ -25,7 +25,8 @@
 #  2. Tools, curl: a whole reply with tool_calls and finish_reason
 #     "tool_calls"; the stream sends the id and name first, then the
 #     arguments in pieces that join to the whole; tool_choice "required"
-#     on a2 (no forced reply: the model writes prose) is a clear error;
+#     on a2 (no forced reply: the grammar makes the model write a call,
+#     which 8 tokens cut short) is a clear error;
 #     bad tools and tool_choice are 400s naming the field.
 #  3. The official `openai` npm client: a round trip (the call, the
 #     client runs the function, sends the result in a tool message, gets a
@@ -167,7 +168,7 @@ post "$U2" "$T/auto.json" "{\"messages\":[{\"role\":\"user\",\"content\":\"Weath
 [ "$CODE" = 200 ] && [ "$(jget "$T/auto.json" 'd["choices"][0]["finish_reason"]')" = length ] &&
 	[ "$(jget "$T/auto.json" '"tool_calls" in d["choices"][0]["message"]')" = False ] ||
 	fail "tool_choice auto, prose reply: $CODE $(cat "$T/auto.json")"
-echo "tool_choice required with prose: 500 ($(jget "$T/req.json" 'd["error"]["message"]')); auto: the prose"
+echo "tool_choice required, cut short by max_tokens: 500 ($(jget "$T/req.json" 'd["error"]["message"]')); auto: the prose"
 for bad in '"tools":[{"type":"function","function":{"name":"bad name"}}]' \
 	'"tools":{"type":"function"}' \
 	"\"tools\":$TOOLS,\"tool_choice\":{\"type\":\"function\",\"function\":{\"name\":\"nope\"}}" \

@@ -8,7 +8,7 @@ set -u
 . "$(dirname "$0")/lib.sh"
 export FUZZ_VOCAB_DIR=$DATA/vocab
 n=0
-for t in api gguf tokenizer ctlmsg wire runmsg xfer_frame xfer_stream plan json tool_call; do
+for t in api gguf tokenizer ctlmsg wire runmsg xfer_frame xfer_stream plan json tool_call grammar; do
 	r=$BD/tests/fuzz/replay_$t
 	[ -x "$r" ] || fail "no $r"
 	"$r" "$SRC/tests/fuzz/corpus_$t" >"$T/$t.out" 2>"$T/$t.err" ||

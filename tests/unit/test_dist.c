@@ -682,9 +682,52 @@ static void test_freed_session_tells_owner(void)
 	ASSERT_U64_EQ(sm.session_errors, 1);
 }
 
+/* Structured output's checks: a malformed grammar is refused by the
+ * owner before anything is sent; a well-formed one reaches the last
+ * stage, which has no tokenizer here (the node gives it one), so the
+ * session fails with that reason instead of sampling unconstrained. */
+static void test_grammar_refusals(void)
+{
+	shoal_model *m = dc_open_model("austen-dense-q8_0.gguf");
+	ASSERT_TRUE(m != NULL);
+	dc_cluster c;
+	ASSERT_EQ(two_stages_up(&c, m), 0);
+	shoal_sampler_params sp = shoal_sampler_defaults();
+	uint32_t junk[8] = {1, 2, 3, 4, 5, 6, 7, 8};
+	sp.grammar = junk;
+	sp.n_grammar = 8;
+	dc_run_out got = {0};
+	shoal_dist_request rq = {.prompt = PROMPT,
+	                         .n_prompt = NP,
+	                         .max_tokens = 4,
+	                         .sampler = sp,
+	                         .on_token = dc_collect_token,
+	                         .ctx = &got};
+	char why[SHOAL_WHY_LEN] = "";
+	uint64_t sid;
+	shoal_err e1 = shoal_dist_owner_start(c.own, &rq, &sid, why, sizeof why);
+	char why1[SHOAL_WHY_LEN];
+	snprintf(why1, sizeof why1, "%s", why);
+	shoal_grammar_prog g = {0};
+	ASSERT_EQ(shoal_grammar_json_object(&g, why, sizeof why), SHOAL_OK);
+	rq.sampler.grammar = g.w;
+	rq.sampler.n_grammar = g.n;
+	why[0] = 0;
+	shoal_err e2 =
+	    shoal_dist_owner_generate(c.own, &rq, c.owner.links, c.owner.n, 10000, why, sizeof why);
+	dc_cluster_down(&c);
+	shoal_model_free(m);
+	free(g.w);
+	ASSERT_EQ(e1, SHOAL_ERR_INVAL);
+	ASSERT_TRUE(strstr(why1, "grammar") != NULL);
+	ASSERT_EQ(e2, SHOAL_ERR_UNSUPPORTED);
+	ASSERT_TRUE(strstr(why, "tokenizer") != NULL);
+	ASSERT_EQ(got.n, 0);
+}
+
 TEST_MAIN(TEST_CASE(test_dense_three_stages), TEST_CASE(test_group_stages),
           TEST_CASE(test_dense_split_frames), TEST_CASE(test_moe_experts_on_three_peers),
           TEST_CASE(test_bad_frames), TEST_CASE(test_two_sessions_interleaved),
           TEST_CASE(test_replay_continues), TEST_CASE(test_cancel_frees_slots),
           TEST_CASE(test_no_logprob), TEST_CASE(test_freed_session_tells_owner),
-          TEST_CASE(test_device_split))
+          TEST_CASE(test_device_split), TEST_CASE(test_grammar_refusals))

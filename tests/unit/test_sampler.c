@@ -641,10 +641,76 @@ static void test_nan_does_not_crash(void)
 	shoal_sampler_free(s);
 }
 
+/* ---- constrained sampling: shoal_sampler_sample_filtered ---- */
+
+typedef struct filt {
+	uint32_t mod, rem; /* allowed: id % mod == rem (mod 0: none) */
+	int masks;         /* mask calls */
+} filt;
+
+static bool filt_allow(void *ctx, int32_t id)
+{
+	filt *f = ctx;
+	return f->mod && (uint32_t)id % f->mod == f->rem;
+}
+
+static void filt_mask(void *ctx, float *logits, uint32_t n)
+{
+	filt *f = ctx;
+	f->masks++;
+	for (uint32_t i = 0; i < n; i++)
+		if (!filt_allow(f, (int32_t)i))
+			logits[i] = -INFINITY;
+}
+
+static void test_filtered(void)
+{
+	enum { V = 1000 };
+	static float lg[V];
+	for (int i = 0; i < V; i++) /* a peaked, uneven distribution */
+		lg[i] = (float)((i * 7919) % 101) / 10.0f;
+	float temps[2] = {0.0f, 0.9f};
+	for (int t = 0; t < 2; t++) {
+		shoal_sampler_params p = shoal_sampler_defaults();
+		p.temp = temps[t];
+		p.seed = 42;
+		shoal_sampler *s = make(&p, V);
+		filt all = {1, 0, 0}, some = {7, 3, 0}, none = {0, 0, 0};
+		shoal_sampler_filter fa = {filt_allow, filt_mask, &all};
+		shoal_sampler_filter fs = {filt_allow, filt_mask, &some};
+		shoal_sampler_filter fn = {filt_allow, filt_mask, &none};
+		for (uint64_t step = 0; step < 200; step++) {
+			/* a filter that allows the draw changes nothing, masks nothing */
+			int32_t raw = shoal_sampler_sample(s, lg, NULL, 0, step);
+			ASSERT_EQ(shoal_sampler_sample_filtered(s, lg, NULL, 0, step, &fa), raw);
+			ASSERT_EQ(shoal_sampler_sample_filtered(s, lg, NULL, 0, step, NULL), raw);
+			int32_t a = shoal_sampler_sample_filtered(s, lg, NULL, 0, step, &fs);
+			ASSERT_EQ(a % 7, 3);
+			/* the same (seed, step, state): the same token */
+			ASSERT_EQ(shoal_sampler_sample_filtered(s, lg, NULL, 0, step, &fs), a);
+			if (raw % 7 == 3) /* the draw fits: kept as it is */
+				ASSERT_EQ(a, raw);
+			ASSERT_EQ(shoal_sampler_sample_filtered(s, lg, NULL, 0, step, &fn), -1);
+		}
+		ASSERT_EQ(all.masks, 0);
+		ASSERT_GT(some.masks, 0);
+		if (t == 1) /* some draws fit (about 1 in 7): no mask for those */
+			ASSERT_LT(some.masks, 2 * 200);
+		if (t == 0) { /* greedy under the mask: the best allowed token */
+			int32_t best = -1;
+			for (int i = 3; i < V; i += 7)
+				if (best < 0 || lg[i] > lg[best])
+					best = i;
+			ASSERT_EQ(shoal_sampler_sample_filtered(s, lg, NULL, 0, 0, &fs), best);
+		}
+		shoal_sampler_free(s);
+	}
+}
+
 TEST_MAIN(TEST_CASE(test_defaults), TEST_CASE(test_bad_params), TEST_CASE(test_greedy),
           TEST_CASE(test_greedy_rule), TEST_CASE(test_same_seed_step_same_token),
           TEST_CASE(test_distribution_matches_softmax), TEST_CASE(test_top_k_one_is_greedy),
           TEST_CASE(test_top_k_ties_by_lower_id), TEST_CASE(test_top_p), TEST_CASE(test_min_p),
           TEST_CASE(test_repeat_penalty), TEST_CASE(test_openai_adjustments),
           TEST_CASE(test_logprobs), TEST_CASE(test_all_masked_but_one),
-          TEST_CASE(test_nan_does_not_crash))
+          TEST_CASE(test_nan_does_not_crash), TEST_CASE(test_filtered))
