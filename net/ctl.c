@@ -13,6 +13,8 @@
  *      checked before the payload reaches on_message; bad frames are dropped
  *      with a rate-limited log line.
  *   3. Sends never block (ZMQ_DONTWAIT); a full queue drops the message.
+ *      The ROUTER's queue to a client holds a whole run's replies
+ *      (SHOAL_CTL_ROUTER_SNDHWM), so a client that reads loses none.
  * Every send passes the fault-injection test hook (net/fault.h, "ctl").
  */
 #include "net/ctl.h"
@@ -43,6 +45,19 @@
 /* A DEALER queue of 64 messages is ~ 16 protocol periods of gossip to one
  * peer; beyond that the peer is unreachable and old gossip is useless. */
 #define SHOAL_CTL_SNDHWM 64
+/* The ROUTER's queue to one client must hold a whole run's replies: a
+ * RUN_TOKEN per token and the RUN_END. A ROUTER drops what does not fit
+ * without a word, and its idea of how full the queue is only moves when
+ * the node thread processes ZeroMQ's commands (at most once a ms while it
+ * sends): a node thread that sent a run's tokens in one burst (they
+ * waited in the event ring while it was busy or off its core) lost the
+ * 65th and later messages at 64, the RUN_END first among them, and the
+ * client waited 60 s for it (issue 35; tests/sh/ctl_burst.sh). 2^17 is a
+ * run at a 128k-token context with its RUN_END and room for gossip
+ * replies; ZeroMQ allocates a queue as it fills, so an honest client that
+ * reads costs nothing for it, and one that never reads holds at most
+ * that many of its own replies (~10-30 MB at 100-200 bytes each). */
+#define SHOAL_CTL_ROUTER_SNDHWM (1 << 17)
 /* Reconnect after 100 ms, backing off to 1 s: with 100 ms, TESTNET.md
  * (section 2.4) saw a DEALER reconnect ~0.15 s after its ROUTER restarted;
  * the 1 s cap keeps a dead peer to at most one connection attempt/s. */
@@ -133,12 +148,13 @@ static int ctl_setint(void *s, int opt, int v)
 	return zmq_setsockopt(s, opt, &v, sizeof v);
 }
 
-/* Options every socket of ours gets; heartbeat_ms 0: no heartbeats, else
- * the connection is dropped after timeout_ms without traffic. */
-static int ctl_common_opts(void *s, int heartbeat_ms, int timeout_ms)
+/* Options every socket of ours gets; hwm: its send queue's bound in
+ * messages (per connection); heartbeat_ms 0: no heartbeats, else the
+ * connection is dropped after timeout_ms without traffic. */
+static int ctl_common_opts(void *s, int hwm, int heartbeat_ms, int timeout_ms)
 {
 	int64_t maxmsg = SHOAL_CTL_MAX_MSG;
-	if (ctl_setint(s, ZMQ_LINGER, 0) || ctl_setint(s, ZMQ_SNDHWM, SHOAL_CTL_SNDHWM) ||
+	if (ctl_setint(s, ZMQ_LINGER, 0) || ctl_setint(s, ZMQ_SNDHWM, hwm) ||
 	    zmq_setsockopt(s, ZMQ_MAXMSGSIZE, &maxmsg, sizeof maxmsg) ||
 	    ctl_setint(s, ZMQ_RECONNECT_IVL, SHOAL_CTL_RECONNECT_MS) ||
 	    ctl_setint(s, ZMQ_RECONNECT_IVL_MAX, SHOAL_CTL_RECONNECT_MAX_MS))
@@ -342,7 +358,8 @@ shoal_err shoal_ctl_new(const shoal_ctl_config *cfg, shoal_ctl **out, char *why,
 	int rt_ms = 3 * ctl->heartbeat_ms > SHOAL_CTL_ROUTER_TIMEOUT_MIN_MS
 	                ? 3 * ctl->heartbeat_ms
 	                : SHOAL_CTL_ROUTER_TIMEOUT_MIN_MS;
-	if (!ctl->router || ctl_common_opts(ctl->router, ctl->heartbeat_ms, rt_ms) ||
+	if (!ctl->router ||
+	    ctl_common_opts(ctl->router, SHOAL_CTL_ROUTER_SNDHWM, ctl->heartbeat_ms, rt_ms) ||
 	    ctl_setint(ctl->router, ZMQ_ROUTER_HANDOVER, 1)) {
 		shoal_why(why, why_len, SHOAL_ERR_IO, "ROUTER socket: %s", zmq_strerror(errno));
 		goto fail;
@@ -582,7 +599,7 @@ static shoal_ctl_dealer *ctl_dealer_get(shoal_ctl *ctl, const char *endpoint)
 	void *s = zmq_socket(ctl->zctx, ZMQ_DEALER);
 	if (!s)
 		return NULL;
-	if (ctl_common_opts(s, ctl->heartbeat_ms, 3 * ctl->heartbeat_ms) ||
+	if (ctl_common_opts(s, SHOAL_CTL_SNDHWM, ctl->heartbeat_ms, 3 * ctl->heartbeat_ms) ||
 	    ctl_client_opts(s, ctl->keyed ? &ctl->curve : NULL) || zmq_connect(s, endpoint) != 0) {
 		SHOAL_LOG_W("ctl", "cannot connect to %s: %s", endpoint, zmq_strerror(errno));
 		zmq_close(s);
@@ -671,7 +688,7 @@ shoal_err shoal_ctl_client_new(const char *endpoint, const shoal_key_curve *keys
 	if (!c->zctx)
 		goto fail;
 	c->sock = zmq_socket(c->zctx, ZMQ_DEALER);
-	if (!c->sock || ctl_common_opts(c->sock, 0, 0) ||
+	if (!c->sock || ctl_common_opts(c->sock, SHOAL_CTL_SNDHWM, 0, 0) ||
 	    ctl_setint(c->sock, ZMQ_CONNECT_TIMEOUT, SHOAL_CTL_CLIENT_CONNECT_MS) ||
 	    ctl_client_opts(c->sock, keys)) {
 		shoal_why(why, why_len, e, "client socket: %s", zmq_strerror(errno));

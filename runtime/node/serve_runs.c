@@ -279,11 +279,16 @@ static bool still_waits(shoal_serve *cl, uint32_t i, bool servable, bool infeasi
 void serve__start_runs(shoal_serve_dt *d, shoal_serve_tokctx *tcs)
 {
 	shoal_serve *cl = d->cl;
-	uint64_t now = shoal_clock_now_us();
 	run_place q[SHOAL_SERVE_MAX_RUNS];
 	uint32_t n = 0;
 	char plan_why[SHOAL_WHY_LEN];
 	pthread_mutex_lock(&cl->mu);
+	/* read under the lock that serve__queue stamps queued_us under: a
+	 * run queued by another thread after a clock read outside it would be
+	 * in the future, and now - queued_us wrapped: a new request that found
+	 * the sessions taken was ended at once with "waited 120 s for a
+	 * session" (a 429 through the API; tests/sh/admit_queue.sh) */
+	uint64_t now = shoal_clock_now_us();
 	bool servable = cl->shared_servable && d->as &&
 	                !memcmp(cl->shared_digest, d->as->digest, SHOAL_DIGEST_BYTES) && d->owner;
 	bool infeasible = cl->shared_infeasible;

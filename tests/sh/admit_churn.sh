@@ -8,8 +8,9 @@
 # with the ids of a single-peer run: greedy through o1, seeded (temp 0.8,
 # seed 11) through o2. Afterwards o1's /metrics shows the queue's waits.
 # KILLS=N (3), KILL_EVERY=S (4 s between kills), CLIENTS1=N (3, through
-# o1) and CLIENTS2=N (3, through o2) override (5 and 1 under load lose
-# requests to "no answer in 60000 ms" on main and here alike: open); tests/bench/admit_soak.sh runs the long form.
+# o1) and CLIENTS2=N (3, through o2) override (5 and 1 under load lost a
+# request's RUN_END to a full ROUTER queue, "no answer in 60000 ms":
+# fixed, tests/sh/ctl_burst.sh); tests/bench/admit_soak.sh runs the long form.
 set -u
 . "$(dirname "$0")/lib.sh"
 DENSE=$DATA/models/austen-dense-q8_0.gguf
