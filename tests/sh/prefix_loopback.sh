@@ -1,0 +1,172 @@
+#!/bin/bash
+# tests/sh/prefix_loopback.sh: the per-stage prefix cache (issue 37,
+# runtime/dist/dist.h "The prefix cache") with real `shoal node` processes
+# on 127.0.0.1.
+#
+# The trained dense model at --mem-limit 11M: 3 stages on p1, p2, p3 (the
+# cache on, the default), the API on p1 and p3; r4 offers 2M, holds no
+# stage, and runs with --prefix-cache off: its requests send no prefix
+# hashes, so they compute every prompt position: the reference.
+#  1. A two-turn chat through p1's API: the second turn reports
+#     usage.prompt_tokens_details.cached_tokens of at least the first
+#     turn's prompt (whole blocks), every stage counts a hit, and stage
+#     0 ran only the rows past the cached ones (where the second turn's
+#     ids first differ from the first turn's fed ids, the template's
+#     rendering of the reply, the blocks from there on are recomputed); its text equals r4's
+#     (no cache), greedy and seeded; the same turn through p3's API (the
+#     cache lives on the stages) hits as much and gives the same text.
+#  2. A completion whose prompt leaves the cached one in the middle of a
+#     block reuses only the whole blocks before the divergence (computed
+#     from `shoal tokenize`) and gives r4's text.
+#  3. More distinct prompts than the stages have session slots: the
+#     cache evicts (the counter moves), and a later run still gives the
+#     reference text; /metrics and `shoal status` show hits and evictions.
+set -u
+. "$(dirname "$0")/lib.sh"
+DENSE=$DATA/models/austen-dense-q8_0.gguf
+[ -x "$PC" ] || skip "$PC not built"
+command -v curl >/dev/null || skip "curl is not installed"
+"$B" key new "$KEY" >/dev/null || fail "shoal key new"
+MODEL=austen-dense-q8_0
+jget() { python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print(eval(sys.argv[2], {"d": d}))' "$@"; }
+post() { # post OUT PORT PATH BODY
+	local code
+	code=$(curl -s -o "$1" -w '%{http_code}' -H 'Content-Type: application/json' \
+		"http://127.0.0.1:$2$3" -d "$4")
+	[ "$code" = 200 ] || fail "POST $3 on port $2: $code $(head -c 300 "$1")"
+}
+# stage_met NAME KEY: the prefix cache's KEY (or "rows") of NAME's stage
+stage_met() {
+	status "$1" || fail "status of $1"
+	python3 - "$T/st-$1.json" "$2" <<'EOF'
+import json, sys
+d = json.load(open(sys.argv[1]))
+def find(o):
+    if isinstance(o, dict):
+        if "prefix_cache" in o and "rows" in o:
+            return o
+        for v in o.values():
+            r = find(v)
+            if r is not None:
+                return r
+    return None
+m = find(d)
+print(0 if m is None else (m["rows"] if sys.argv[2] == "rows" else m["prefix_cache"][sys.argv[2]]))
+EOF
+}
+
+start p1 "$DENSE" --mem-limit 11M --ctx 512 --api 127.0.0.1:0
+SEED=$(ep p1)
+start p2 "$DENSE" --mem-limit 11M --ctx 512 --peer "$SEED"
+start p3 "$DENSE" --mem-limit 11M --ctx 512 --peer "$SEED" --api 127.0.0.1:0
+start r4 "$DENSE" --mem-limit 2M --ctx 512 --peer "$SEED" --api 127.0.0.1:0 --prefix-cache off
+wait_for 40 servable_all 3 p1 p2 p3 r4 || fail "no common 3-stage plan on 4 peers"
+STAGES=$(for i in 0 1 2; do "$PC" "$T/st-p1.json" stage $i; done | tr '\n' ' ')
+echo "stages: $STAGES"
+[ "$(echo "$STAGES" | grep -c r4)" = 0 ] || fail "r4 (2M) holds a stage: $STAGES"
+FIRST=$("$PC" "$T/st-p1.json" stage 0)
+A1=$(api_port p1)
+A3=$(api_port p3)
+A4=$(api_port r4)
+"$B" node --help 2>&1 | grep -q -- '--prefix-cache' || fail "shoal node --help does not name --prefix-cache"
+"$B" node --prefix-cache bogus --state-dir "$T/bad" >"$T/bad.out" 2>&1 && fail "--prefix-cache bogus accepted"
+grep -q "prefix-cache" "$T/bad.out" || fail "--prefix-cache bogus: no reason: $(cat "$T/bad.out")"
+
+# 1. two turns
+U1="Tell me about Emma Woodhouse and her friends in Highbury, and what she thinks of marriage."
+U2="And Mr Knightley?"
+chat() { # chat OUT PORT TEMP SEED MESSAGES_JSON
+	post "$1" "$2" /v1/chat/completions \
+		"{\"model\":\"$MODEL\",\"max_tokens\":24,\"temperature\":$3,\"seed\":$4,\"messages\":$5}"
+}
+M1="[{\"role\":\"user\",\"content\":\"$U1\"}]"
+chat "$T/t1.json" "$A1" 0 1 "$M1"
+chat "$T/t1r.json" "$A4" 0 1 "$M1"
+[ "$(jget "$T/t1.json" 'd["choices"][0]["message"]["content"]')" = "$(jget "$T/t1r.json" 'd["choices"][0]["message"]["content"]')" ] ||
+	fail "turn 1 differs from the reference"
+[ "$(jget "$T/t1r.json" 'd["usage"]["prompt_tokens_details"]["cached_tokens"]')" = 0 ] ||
+	fail "r4 (cache off) reports cached tokens: $(cat "$T/t1r.json")"
+R1=$(python3 -c 'import json,sys; print(json.dumps(json.load(open(sys.argv[1]))["choices"][0]["message"]["content"]))' "$T/t1.json")
+N1=$(jget "$T/t1.json" 'd["usage"]["prompt_tokens"]')
+M2="[{\"role\":\"user\",\"content\":\"$U1\"},{\"role\":\"assistant\",\"content\":$R1},{\"role\":\"user\",\"content\":\"$U2\"}]"
+H0=$(stage_met "$FIRST" hits)
+ROWS0=$(stage_met "$FIRST" rows)
+chat "$T/t2.json" "$A1" 0 1 "$M2"
+ROWS1=$(stage_met "$FIRST" rows)
+H1=$(stage_met "$FIRST" hits)
+chat "$T/t2r.json" "$A4" 0 1 "$M2"
+C2=$(jget "$T/t2.json" 'd["usage"]["prompt_tokens_details"]["cached_tokens"]')
+N2=$(jget "$T/t2.json" 'd["usage"]["prompt_tokens"]')
+G2=$(jget "$T/t2.json" 'd["usage"]["completion_tokens"]')
+echo "turn 1: $N1 prompt tokens; turn 2: $N2 prompt tokens, $C2 cached; stage 0 ran $((ROWS1 - ROWS0)) rows"
+[ "$((C2 % 16))" = 0 ] && [ "$C2" -ge "$((N1 / 16 * 16))" ] && [ "$C2" -lt "$N2" ] ||
+	fail "turn 2 cached $C2 of $N2 tokens (turn 1's prompt: $N1)"
+[ "$((H1 - H0))" -ge 1 ] || fail "stage 0 counted no hit ($H0 -> $H1)"
+# the new prompt rows and the generated tokens fed back (the last is not)
+[ "$((ROWS1 - ROWS0))" = "$((N2 - C2 + G2 - 1))" ] ||
+	fail "stage 0 ran $((ROWS1 - ROWS0)) rows for $N2 - $C2 new prompt tokens and $G2 generated"
+[ "$(jget "$T/t2.json" 'd["choices"][0]["message"]["content"]')" = "$(jget "$T/t2r.json" 'd["choices"][0]["message"]["content"]')" ] ||
+	fail "turn 2 with the cache differs from the reference: '$(jget "$T/t2.json" 'd["choices"][0]["message"]["content"]')'"
+for n in $STAGES; do
+	[ "$(stage_met "$n" hits)" -ge 1 ] || fail "stage $n counted no hit"
+done
+chat "$T/t2s.json" "$A1" 0.8 7 "$M2"
+chat "$T/t2sr.json" "$A4" 0.8 7 "$M2"
+[ "$(jget "$T/t2s.json" 'd["choices"][0]["message"]["content"]')" = "$(jget "$T/t2sr.json" 'd["choices"][0]["message"]["content"]')" ] ||
+	fail "turn 2 seeded with the cache differs from the reference"
+[ "$(jget "$T/t2s.json" 'd["usage"]["prompt_tokens_details"]["cached_tokens"]')" -ge "$C2" ] ||
+	fail "seeded turn 2 cached less: $(cat "$T/t2s.json")"
+chat "$T/t2p3.json" "$A3" 0 1 "$M2"
+[ "$(jget "$T/t2p3.json" 'd["usage"]["prompt_tokens_details"]["cached_tokens"]')" -ge "$C2" ] ||
+	fail "turn 2 through p3's API cached less: $(cat "$T/t2p3.json")"
+[ "$(jget "$T/t2p3.json" 'd["choices"][0]["message"]["content"]')" = "$(jget "$T/t2r.json" 'd["choices"][0]["message"]["content"]')" ] ||
+	fail "turn 2 through p3 differs from the reference"
+echo "two turns: greedy and seeded equal the uncached reference; through p3 too ($(jget "$T/t2p3.json" 'd["usage"]["prompt_tokens_details"]["cached_tokens"]') cached)"
+
+# 2. divergence in the middle of a block
+X="It is a truth universally acknowledged, that a single man in possession of a good fortune, must be in want of a wife. However little known the feelings or views of such a man may be on his first entering a neighbourhood"
+Y="It is a truth universally acknowledged, that a single man in possession of a good fortune, must be in want of a carriage and four horses"
+cmpl() { post "$1" "$2" /v1/completions "{\"model\":\"$MODEL\",\"max_tokens\":8,\"temperature\":0,\"prompt\":\"$3\"}"; }
+cmpl "$T/x.json" "$A1" "$X"
+cmpl "$T/y.json" "$A1" "$Y"
+cmpl "$T/yr.json" "$A4" "$Y"
+"$B" tokenize "$DENSE" "$X" >"$T/x.ids" || fail "tokenize"
+"$B" tokenize "$DENSE" "$Y" >"$T/y.ids" || fail "tokenize"
+L=$(python3 -c 'import sys
+a = open(sys.argv[1]).read().split(); b = open(sys.argv[2]).read().split()
+n = 0
+while n < min(len(a), len(b)) and a[n] == b[n]: n += 1
+print(n, len(b))' "$T/x.ids" "$T/y.ids")
+COMMON=${L% *}
+NY=${L#* }
+WANT=$((COMMON / 16 * 16))
+[ "$WANT" -gt "$(((NY - 1) / 16 * 16))" ] && WANT=$(((NY - 1) / 16 * 16))
+CY=$(jget "$T/y.json" 'd["usage"]["prompt_tokens_details"]["cached_tokens"]')
+echo "divergence at token $COMMON of $NY: $CY cached (whole blocks: $WANT)"
+[ "$((COMMON % 16))" != 0 ] || fail "the test's prompts diverge on a block boundary ($COMMON): pick others"
+[ "$CY" = "$WANT" ] || fail "a prompt diverging at $COMMON reused $CY tokens, not $WANT"
+[ "$(jget "$T/y.json" 'd["choices"][0]["text"]')" = "$(jget "$T/yr.json" 'd["choices"][0]["text"]')" ] ||
+	fail "the diverging prompt's text differs from the reference"
+
+# 3. eviction: more distinct prompts than session slots
+EV0=$(stage_met "$FIRST" evictions)
+for i in 1 2 3 4 5 6 7 8 9; do
+	cmpl "$T/e$i.json" "$A1" "Chapter $i. The family of Dashwood had long been settled in Sussex, and their estate was large, number $i"
+done
+EV1=$(stage_met "$FIRST" evictions)
+ENT=$(stage_met "$FIRST" entries)
+echo "9 distinct prompts: $((EV1 - EV0)) evictions at stage 0, $ENT kept"
+[ "$((EV1 - EV0))" -ge 1 ] || fail "no eviction after 9 distinct prompts ($ENT kept)"
+cmpl "$T/e1b.json" "$A1" "Chapter 1. The family of Dashwood had long been settled in Sussex, and their estate was large, number 1"
+cmpl "$T/e1r.json" "$A4" "Chapter 1. The family of Dashwood had long been settled in Sussex, and their estate was large, number 1"
+[ "$(jget "$T/e1b.json" 'd["choices"][0]["text"]')" = "$(jget "$T/e1r.json" 'd["choices"][0]["text"]')" ] ||
+	fail "after evictions the text differs from the reference"
+curl -s "http://127.0.0.1:$A1/metrics" >"$T/metrics" || fail "/metrics"
+grep -q '^shoal_prefix_hits_total [1-9]' "$T/metrics" || fail "/metrics: no prefix hits: $(grep prefix "$T/metrics")"
+grep -q '^shoal_prefix_evictions_total' "$T/metrics" || fail "/metrics: no evictions line"
+"$B" status --state-dir "$T/$FIRST" --key "$KEY" --timeout-ms 2000 >"$T/status.txt" 2>&1 ||
+	fail "shoal status: $(cat "$T/status.txt")"
+grep -q 'prefix cache: [1-9][0-9]* hit(s), [1-9][0-9]* token(s) reused, [1-9][0-9]* eviction' "$T/status.txt" ||
+	fail "shoal status shows no prefix cache line: $(grep -i prefix "$T/status.txt")"
+grep 'prefix cache' "$T/status.txt"
+echo "PASS"
