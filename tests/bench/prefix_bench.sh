@@ -8,7 +8,7 @@
 #
 # Two stage peers (--mem-limit forces 2 stages; the plan is checked) with
 # the cache on (the default) and the HTTP API on the first; a third peer
-# that holds no stage (--mem-limit 2M) runs with --prefix-cache off and
+# that holds no stage (--mem-limit 1M) runs with --prefix-cache off and
 # its own API: its requests send no prefix hashes, so they prefill their
 # whole prompt (the uncached figure) on the same stages, at the same time
 # of the machine's load. Turn k's prompt is the first k chunks of
@@ -43,7 +43,7 @@ command -v curl >/dev/null || fail "curl is needed"
 start s1 "$MODEL" --mem-limit "$LIMIT" --ctx "$CTX" --threads "$THREADS" --api 127.0.0.1:0
 SEED=$(ep s1)
 start s2 "$MODEL" --mem-limit "$LIMIT" --ctx "$CTX" --threads "$THREADS" --peer "$SEED"
-start off "$MODEL" --mem-limit 2M --ctx "$CTX" --peer "$SEED" --api 127.0.0.1:0 --prefix-cache off
+start off "$MODEL" --mem-limit 1M --ctx "$CTX" --peer "$SEED" --api 127.0.0.1:0 --prefix-cache off
 wait_for 120 servable_all 2 s1 s2 off || fail "no common 2-stage plan"
 ON=$(api_port s1)
 OFF=$(api_port off)

@@ -4,9 +4,10 @@
 # on 127.0.0.1.
 #
 # The trained dense model at --mem-limit 11M: 3 stages on p1, p2, p3 (the
-# cache on, the default), the API on p1 and p3; r4 offers 2M, holds no
-# stage, and runs with --prefix-cache off: its requests send no prefix
-# hashes, so they compute every prompt position: the reference.
+# cache on, the default), the API on p1 and p3; r4 offers 1M (less than a
+# layer), holds no stage, and runs with --prefix-cache off: its requests
+# send no prefix hashes, so they compute every prompt position: the
+# reference.
 #  1. A two-turn chat through p1's API: the second turn reports
 #     usage.prompt_tokens_details.cached_tokens of at least the first
 #     turn's prompt (whole blocks), every stage counts a hit, and stage
@@ -20,7 +21,10 @@
 #     from `shoal tokenize`) and gives r4's text.
 #  3. More distinct prompts than the stages have session slots: the
 #     cache evicts (the counter moves), and a later run still gives the
-#     reference text; /metrics and `shoal status` show hits and evictions.
+#     reference text.
+#  4. A stage killed -9 mid-stream (a run that started from kept KV):
+#     the replay gives the ids of an undisturbed run, greedy and seeded;
+#     /metrics and `shoal status` show hits and evictions.
 set -u
 . "$(dirname "$0")/lib.sh"
 DENSE=$DATA/models/austen-dense-q8_0.gguf
@@ -59,11 +63,11 @@ start p1 "$DENSE" --mem-limit 11M --ctx 512 --api 127.0.0.1:0
 SEED=$(ep p1)
 start p2 "$DENSE" --mem-limit 11M --ctx 512 --peer "$SEED"
 start p3 "$DENSE" --mem-limit 11M --ctx 512 --peer "$SEED" --api 127.0.0.1:0
-start r4 "$DENSE" --mem-limit 2M --ctx 512 --peer "$SEED" --api 127.0.0.1:0 --prefix-cache off
+start r4 "$DENSE" --mem-limit 1M --ctx 512 --peer "$SEED" --api 127.0.0.1:0 --prefix-cache off
 wait_for 40 servable_all 3 p1 p2 p3 r4 || fail "no common 3-stage plan on 4 peers"
 STAGES=$(for i in 0 1 2; do "$PC" "$T/st-p1.json" stage $i; done | tr '\n' ' ')
 echo "stages: $STAGES"
-[ "$(echo "$STAGES" | grep -c r4)" = 0 ] || fail "r4 (2M) holds a stage: $STAGES"
+[ "$(echo "$STAGES" | grep -c r4)" = 0 ] || fail "r4 (1M) holds a stage: $STAGES"
 FIRST=$("$PC" "$T/st-p1.json" stage 0)
 A1=$(api_port p1)
 A3=$(api_port p3)
@@ -169,4 +173,43 @@ grep -q '^shoal_prefix_evictions_total' "$T/metrics" || fail "/metrics: no evict
 grep -q 'prefix cache: [1-9][0-9]* hit(s), [1-9][0-9]* token(s) reused, [1-9][0-9]* eviction' "$T/status.txt" ||
 	fail "shoal status shows no prefix cache line: $(grep -i prefix "$T/status.txt")"
 grep 'prefix cache' "$T/status.txt"
+# 4. kill -9 of a stage mid-stream, with the cache on: a run that started
+#    from kept KV (X's blocks) is replayed on the new plan and gives
+#    the ids of an undisturbed run, greedy and seeded
+words() { if [ -f "$1" ]; then wc -w <"$1"; else echo 0; fi; }
+at_least() { [ "$(words "$1")" -ge "$2" ]; }
+ALIVE=(p1 p2 p3)
+start p5 "$DENSE" --mem-limit 11M --ctx 512 --peer "$SEED"
+ALIVE+=(p5)
+for mode in greedy seeded; do
+	if [ $mode = greedy ]; then S=(--temp 0); else S=(--temp 0.8 --seed 7); fi
+	"$B" run "$DENSE" -p "$X" -n 150 --ctx 512 --ids "${S[@]}" >"$T/l-$mode" 2>/dev/null || fail "local run"
+	wait_for 40 servable_all 3 "${ALIVE[@]}" r4 || fail "no common plan before the $mode kill"
+	VICTIM=none
+	for i in 0 1 2; do
+		v=$("$PC" "$T/st-p1.json" stage $i)
+		[ "$v" != p1 ] && VICTIM=$v
+	done
+	# the plan that took p5 in has new stages, with empty caches: X once
+	"$B" run --peer "$(ep p1)" --key "$KEY" -p "$X" -n 4 --temp 0 >/dev/null 2>"$T/seed.err" ||
+		fail "a short run of X: $(cat "$T/seed.err")"
+	H=$(stage_met "$("$PC" "$T/st-p1.json" stage 0)" hits)
+	"$B" run --peer "$(ep p1)" --key "$KEY" -p "$X" -n 150 --ids "${S[@]}" >"$T/r-$mode" 2>"$T/r-$mode.err" &
+	RP=$!
+	wait_for 20 at_least "$T/r-$mode" 30 || fail "the $mode run did not stream: $(cat "$T/r-$mode.err")"
+	[ "$(stage_met "$("$PC" "$T/st-p1.json" stage 0)" hits)" -gt "$H" ] ||
+		fail "the $mode run did not start from kept KV"
+	stop "$VICTIM"
+	wait $RP || fail "the $mode run failed after $VICTIM was killed: $(cat "$T/r-$mode.err")"
+	same "$mode ids across the kill of $VICTIM" "$T/r-$mode" "$T/l-$mode"
+	echo "$mode: a run from kept KV, $VICTIM killed -9 mid-stream: ids identical to one peer"
+	NEW=()
+	for n in "${ALIVE[@]}"; do [ "$n" != "$VICTIM" ] && NEW+=("$n"); done
+	ALIVE=("${NEW[@]}")
+	if [ $mode = greedy ]; then
+		start "r$VICTIM" "$DENSE" --mem-limit 11M --ctx 512 --peer "$SEED"
+		ALIVE+=("r$VICTIM")
+	fi
+done
+
 echo "PASS"
