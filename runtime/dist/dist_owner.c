@@ -383,7 +383,11 @@ shoal_err shoal_dist_owner_start(shoal_dist_owner *o, const shoal_dist_request *
 	if (!pen) /* repeat_last_n must pass the stages' check; unused without a penalty */
 		c.sp.repeat_last_n = 0;
 	if (o->cfg.prefix_cache) { /* keep what is fed; hash the prompt's whole blocks */
-		uint64_t cap = (uint64_t)req->n_prompt + req->max_tokens;
+		/* the prompt whole (it waits for MATCH); of the reply, no more
+		 * than the hashes can cover */
+		uint32_t lim = SHOAL_DIST_PREFIX_MAX_BLOCKS * SHOAL_DIST_PREFIX_BLOCK;
+		uint64_t cap =
+		    (uint64_t)req->n_prompt + (req->max_tokens < lim ? req->max_tokens : lim);
 		ss->cap = cap < UINT32_MAX ? (uint32_t)cap : UINT32_MAX;
 		if (!(ss->fed = malloc((size_t)ss->cap * sizeof *ss->fed))) {
 			ss->used = false;
