@@ -25,6 +25,8 @@
 #  4. A stage killed -9 mid-stream (a run that started from kept KV):
 #     the replay gives the ids of an undisturbed run, greedy and seeded;
 #     /metrics and `shoal status` show hits and evictions.
+#  5. Where there is a Vulkan device (lavapipe will do): the same two turns
+#     with every stage on the Vulkan backend (KV in device memory).
 set -u
 . "$(dirname "$0")/lib.sh"
 DENSE=$DATA/models/austen-dense-q8_0.gguf
@@ -212,4 +214,31 @@ for mode in greedy seeded; do
 	fi
 done
 
+# 5. KV in device memory: the stages compute on the Vulkan backend (Mesa's
+#    lavapipe here): the kept slots' KV stays in the device's buffers, and a
+#    second turn from them gives the text the uncached peer gives
+stop_all
+if "$B" run --help 2>&1 | grep -q vulkan &&
+	"$B" run "$DENSE" -p x -n 1 --backend vulkan >/dev/null 2>&1; then
+	start v1 "$DENSE" --mem-limit 11M --ctx 512 --backend vulkan --api 127.0.0.1:0
+	VS=$(ep v1)
+	start v2 "$DENSE" --mem-limit 11M --ctx 512 --backend vulkan --peer "$VS"
+	start v3 "$DENSE" --mem-limit 11M --ctx 512 --backend vulkan --peer "$VS"
+	start vr "$DENSE" --mem-limit 1M --ctx 512 --peer "$VS" --api 127.0.0.1:0 --prefix-cache off
+	wait_for 60 servable_all 3 v1 v2 v3 vr || fail "no 3-stage plan on the Vulkan peers"
+	V1=$(api_port v1)
+	VR=$(api_port vr)
+	chat "$T/v1.json" "$V1" 0 1 "$M1"
+	R1=$(python3 -c 'import json,sys; print(json.dumps(json.load(open(sys.argv[1]))["choices"][0]["message"]["content"]))' "$T/v1.json")
+	M2="[{\"role\":\"user\",\"content\":\"$U1\"},{\"role\":\"assistant\",\"content\":$R1},{\"role\":\"user\",\"content\":\"$U2\"}]"
+	chat "$T/v2.json" "$V1" 0 1 "$M2"
+	chat "$T/v2r.json" "$VR" 0 1 "$M2"
+	CV=$(jget "$T/v2.json" 'd["usage"]["prompt_tokens_details"]["cached_tokens"]')
+	[ "$CV" -ge 16 ] || fail "Vulkan stages: turn 2 cached $CV tokens"
+	[ "$(jget "$T/v2.json" 'd["choices"][0]["message"]["content"]')" = "$(jget "$T/v2r.json" 'd["choices"][0]["message"]["content"]')" ] ||
+		fail "Vulkan stages: turn 2 with the cache differs from the reference"
+	echo "Vulkan stages: turn 2 from kept device KV ($CV cached) equals the uncached text"
+else
+	echo "SKIP part: no Vulkan backend or device here"
+fi
 echo "PASS"
