@@ -16,9 +16,9 @@
 # prompt, as a chat's history does. For each turn the uncached peer runs
 # first, then the cached one; time to first token is curl's
 # time_starttransfer of a streamed request (the API answers once the first
-# token is there), max_tokens 1. Decode: ms/token = (t(1 + DEC) - t(1)) /
-# DEC on the last turn's prompt, both ways (cached: every prompt block is
-# then held).
+# token is there), max_tokens 1. Decode: ms/token = (end - first byte) /
+# DEC of a streamed request of 1 + DEC tokens on the last turn's prompt,
+# both ways (cached: every prompt block is then held).
 # Goal (issue 37): turns 2..8 cached <= 15% of uncached; decode unchanged.
 # Env: MODEL (default the 1.17 GB fixture of tests/bench/decode_bound.sh,
 # made if missing), LIMIT (each stage peer's --mem-limit, default 800M;
@@ -86,9 +86,7 @@ for k in $(seq "$TURNS"); do
 	printf "%-5s %7s %8s %11.3f %11.3f %5.0f%%\n" "$k" "$n_on" "$c_on" "$t_off" "$t_on" \
 		"$(echo "100 * $t_on / $t_off" | bc -l)"
 done
-read -r _ a _ <<<"$(req "$OFF" "$P" 1)"
-read -r _ b _ <<<"$(req "$OFF" "$P" $((1 + DEC)))"
-read -r _ c _ <<<"$(req "$ON" "$P" 1)"
-read -r _ d _ <<<"$(req "$ON" "$P" $((1 + DEC)))"
+read -r a b _ <<<"$(req "$OFF" "$P" $((1 + DEC)))"
+read -r c d _ <<<"$(req "$ON" "$P" $((1 + DEC)))"
 printf "decode, last turn's prompt: %.1f ms/token off, %.1f ms/token on\n" \
 	"$(echo "1000 * ($b - $a) / $DEC" | bc -l)" "$(echo "1000 * ($d - $c) / $DEC" | bc -l)"
