@@ -184,6 +184,7 @@ typedef struct api_run {
 	size_t len, cap;
 	api_tok *toks;
 	size_t n_tok, cap_tok;
+	uint32_t cached; /* prompt tokens the prefix cache held */
 	bool done, failed;
 	shoal_err err;
 	char why[SHOAL_WHY_LEN];
@@ -292,6 +293,14 @@ static void sink_token(void *ctx, int32_t id, const char *text, size_t len, floa
 	}
 	if (!r->quiet || r->n_tok <= 1)
 		pthread_cond_broadcast(&r->cv);
+	pthread_mutex_unlock(&r->mu);
+}
+
+static void sink_cached(void *ctx, uint32_t cached)
+{
+	api_run *r = ctx;
+	pthread_mutex_lock(&r->mu);
+	r->cached = cached;
 	pthread_mutex_unlock(&r->mu);
 }
 
@@ -501,9 +510,10 @@ static size_t toks_before(const api_run *r, size_t end)
 
 static json_t *usage_json(const api_conn *k, size_t n_tok)
 {
-	return json_pack("{sI sI sI}", "prompt_tokens", (json_int_t)k->q.n_prompt,
+	return json_pack("{sI sI sI s{sI}}", "prompt_tokens", (json_int_t)k->q.n_prompt,
 	                 "completion_tokens", (json_int_t)n_tok, "total_tokens",
-	                 (json_int_t)(k->q.n_prompt + n_tok));
+	                 (json_int_t)(k->q.n_prompt + n_tok), "prompt_tokens_details",
+	                 "cached_tokens", (json_int_t)k->run->cached);
 }
 
 /* Read the reply's text[0..end) as function calls, once, when it is
@@ -871,7 +881,8 @@ static enum MHD_Result api_complete(shoal_api *a, struct MHD_Connection *c, api_
 	k->run->refs = 2;
 	k->run->quiet = !k->q.stream && !k->q.n_stop;
 	k->run->forced = api__test_reply(&k->q);
-	shoal_api_sink sink = {.on_token = sink_token, .on_end = sink_end, .ctx = k->run};
+	shoal_api_sink sink = {
+	    .on_token = sink_token, .on_end = sink_end, .on_cached = sink_cached, .ctx = k->run};
 	e = a->ops.submit(a->ops.ctx, ids, n_ids, &k->q.g, &sink, &k->handle, why, sizeof why);
 	if (e) {
 		k->run->refs = 1; /* the run never started */
@@ -1119,6 +1130,23 @@ static enum MHD_Result api_metrics(shoal_api *a, struct MHD_Connection *c)
 	       "# TYPE shoal_stage_step_seconds gauge\nshoal_stage_step_seconds %.9f\n",
 	       g.stage_runs, g.stage_batched_runs, g.stage_rows, g.hidden_frames, g.token_frames,
 	       g.hidden_bytes, (double)g.stage_last_run_ns / 1e9);
+	metric(&b, &n, &cap,
+	       "# HELP shoal_prefix_hits_total Sessions this stage started from kept KV.\n"
+	       "# TYPE shoal_prefix_hits_total counter\nshoal_prefix_hits_total %" PRIu64 "\n"
+	       "# HELP shoal_prefix_hit_tokens_total Prompt positions this stage did not compute.\n"
+	       "# TYPE shoal_prefix_hit_tokens_total counter\n"
+	       "shoal_prefix_hit_tokens_total %" PRIu64 "\n"
+	       "# HELP shoal_prefix_evictions_total Kept sessions this stage freed for room.\n"
+	       "# TYPE shoal_prefix_evictions_total counter\n"
+	       "shoal_prefix_evictions_total %" PRIu64 "\n"
+	       "# HELP shoal_prefix_entries Ended sessions whose KV this stage keeps.\n"
+	       "# TYPE shoal_prefix_entries gauge\nshoal_prefix_entries %" PRIu64 "\n"
+	       "# HELP shoal_prefix_tokens Positions of KV kept in the prefix cache.\n"
+	       "# TYPE shoal_prefix_tokens gauge\nshoal_prefix_tokens %" PRIu64 "\n"
+	       "# HELP shoal_prefix_bytes Bytes of KV kept in the prefix cache.\n"
+	       "# TYPE shoal_prefix_bytes gauge\nshoal_prefix_bytes %" PRIu64 "\n",
+	       g.prefix_hits, g.prefix_hit_tokens, g.prefix_evictions, g.prefix_entries,
+	       g.prefix_tokens, g.prefix_bytes);
 	/* gossip state and link RTT per peer, from the cluster view */
 	char *cj = a->ops.cluster_json ? a->ops.cluster_json(a->ops.ctx) : NULL;
 	json_t *v = cj ? json_loads(cj, 0, NULL) : NULL;

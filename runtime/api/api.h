@@ -35,6 +35,9 @@ typedef struct shoal_api_sink {
 	 * why. Called once; ctx may be freed after. */
 	void (*on_end)(void *ctx, shoal_err err, const char *why, const char *tail,
 	               size_t tail_len);
+	/* Before the first token: how many prompt tokens the stages' prefix
+	 * cache held (usage.prompt_tokens_details.cached_tokens). May be NULL. */
+	void (*on_cached)(void *ctx, uint32_t cached);
 	void *ctx;
 } shoal_api_sink;
 
@@ -66,6 +69,9 @@ typedef struct shoal_api_gauges {
 	uint64_t queue_oldest_us, wait_sum_us, wait_n, wait_max_us;
 	uint64_t stage_runs, stage_batched_runs, stage_rows, hidden_frames, hidden_bytes,
 	    token_frames, stage_last_run_ns;
+	/* this peer's stage's prefix cache (runtime/dist/dist.h) */
+	uint64_t prefix_hits, prefix_hit_tokens, prefix_evictions, prefix_entries, prefix_tokens,
+	    prefix_bytes;
 } shoal_api_gauges;
 
 typedef struct shoal_api_ops {

@@ -78,6 +78,10 @@ static void cmd_node_usage(FILE *f)
 	        "                         tensors of our part from the peers (any: the model\n"
 	        "                         the serving peers agree on)\n"
 	        "  --cache-max SIZE       bound of the fetched-weights cache (default 64G)\n"
+	        "  --prefix-cache SIZE|off  KV of ended sessions each stage keeps, so that a\n"
+	        "                         prompt starting with their tokens (a chat's next\n"
+	        "                         turn) computes only the rest (default: the idle\n"
+	        "                         session slots' KV; off: none)\n"
 	        "  --mem-limit SIZE       memory offered at most (e.g. 20M, 8G)\n"
 	        "  --ctx N                KV context per session (default: the model's, <= 4096)\n"
 	        "  --sessions N           concurrent sessions per stage, 1..16 (default: as\n"
@@ -158,6 +162,7 @@ int shoal_cmd_node(int argc, char **argv)
 		O_TENSOR,
 		O_LINK_US,
 		O_SPIN_US,
+		O_PREFIX_CACHE,
 		O_SESSIONS,
 		O_API,
 		O_API_KEY,
@@ -191,6 +196,7 @@ int shoal_cmd_node(int argc, char **argv)
 	    {"tensor", no_argument, NULL, O_TENSOR},
 	    {"link-us", required_argument, NULL, O_LINK_US},
 	    {"spin-us", required_argument, NULL, O_SPIN_US},
+	    {"prefix-cache", required_argument, NULL, O_PREFIX_CACHE},
 	    {"sessions", required_argument, NULL, O_SESSIONS},
 	    {"api", required_argument, NULL, O_API},
 	    {"api-key", required_argument, NULL, O_API_KEY},
@@ -274,6 +280,20 @@ int shoal_cmd_node(int argc, char **argv)
 			if (shoal_cluster_parse_bytes(optarg, &cfg.cache_max) != SHOAL_OK ||
 			    !cfg.cache_max) {
 				fprintf(stderr, "shoal node: bad --cache-max '%s'\n", optarg);
+				free(seeds);
+				return 2;
+			}
+			break;
+		case O_PREFIX_CACHE:
+			if (!strcmp(optarg, "off") || !strcmp(optarg, "0"))
+				cfg.prefix_cache = UINT64_MAX;
+			else if (shoal_cluster_parse_bytes(optarg, &cfg.prefix_cache) != SHOAL_OK ||
+			         !cfg.prefix_cache || cfg.prefix_cache == UINT64_MAX) {
+				fprintf(
+				    stderr,
+				    "shoal node: --prefix-cache wants a size (e.g. 512M) or off, "
+				    "not '%s'\n",
+				    optarg);
 				free(seeds);
 				return 2;
 			}

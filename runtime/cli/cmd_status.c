@@ -275,6 +275,18 @@ static void cmd_status_print_plan(json_t *plan)
 		printf("  data link to %.8s: %s\n", cmd_status_str(l, "peer"),
 		       cmd_status_str(l, "transport"));
 	}
+	/* this peer's stage's prefix cache (runtime/dist/dist.h) */
+	json_t *pc = json_object_get(json_object_get(json_object_get(plan, "data"), "stage"),
+	                             "prefix_cache");
+	if (json_is_object(pc)) {
+		char kb[32];
+		printf("  prefix cache: %.0f hit(s), %.0f token(s) reused, %.0f eviction(s); "
+		       "%.0f session(s) kept, %.0f token(s), %s\n",
+		       cmd_status_num(pc, "hits"), cmd_status_num(pc, "hit_tokens"),
+		       cmd_status_num(pc, "evictions"), cmd_status_num(pc, "entries"),
+		       cmd_status_num(pc, "tokens"),
+		       shoal_fmt_bytes(kb, sizeof kb, (uint64_t)cmd_status_num(pc, "bytes")));
+	}
 	json_t *left = json_object_get(plan, "left_out");
 	for (size_t i = 0; i < json_array_size(left); i++) {
 		json_t *l = json_array_get(left, i);

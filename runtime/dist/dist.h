@@ -34,6 +34,7 @@
 #include "base/peer_id.h"
 #include "models/grammar.h"
 #include "models/model.h"
+#include "models/model_id.h"
 #include "net/xfer.h"
 #include "runtime/engine/generate.h"
 #include "runtime/engine/sampler.h"
@@ -60,7 +61,8 @@
  * logits were sampled (the new token goes to pos + 1).
  *
  * Control (a SESSION frame of 1 row; net/xfer_frame.h checks its shape), words:
- *   0 op (OPEN, CLOSE, ERROR)  1 status (shoal_err)  2-5 owner peer id
+ *   0 op (OPEN, CLOSE, ERROR, MATCH)  1 status (shoal_err; OPEN, CLOSE and
+ *   MATCH: n_hash, the prefix blocks below)  2-5 owner peer id
  *   6 n_prompt  7 max_tokens  8 logprobs K (bit 31: the sampled id's own
  *   logprob is not wanted: result word 1 reads 0 unless K > 0)  9 temp (f32 bits)  10 top_k
  *   11 top_p  12 min_p  13 repeat_penalty  14 repeat_last_n  15 n_tail
@@ -70,8 +72,26 @@
  *   last n_tail prompt ids (for the penalties), then n_grammar words of
  *   a grammar program (models/grammar.h: structured output; 0: none),
  *   then, with a grammar, the n_done = first step ids a replay generated
- *   before (the grammar's state is a function of them); ERROR: n_tail
+ *   before (the grammar's state is a function of them), then n_hash
+ *   prefix block hashes; CLOSE: n_hash prefix block hashes; ERROR: n_tail
  *   bytes of reason.
+ *
+ * The prefix cache (dist_prefix.c): a block is SHOAL_DIST_PREFIX_BLOCK
+ * positions; block i's hash (SHOAL_DIST_PREFIX_HASH bytes, 4 words) is the
+ * digest of block i-1's hash and block i's token ids, so it names every
+ * token before the block's end. An OPEN's hashes cover the whole blocks of
+ * positions [0, n_prompt - 1) (the last prompt row always runs: its logits
+ * are sampled). Each stage keys them with its own salt (model id, layer
+ * range, device split, backend, KV type) and counts the leading blocks it
+ * holds in one kept session, m; it passes the OPEN on with n_hash cut to
+ * min(n_hash, m), and the last stage answers the owner with MATCH, n_hash
+ * = that minimum M. The owner then sends the prompt from position M x
+ * BLOCK; every stage took the kept session whose KV holds those positions
+ * (the engine rewinds what lies beyond). A CLOSE's hashes cover the whole
+ * blocks of every position fed (prompt and generated tokens); a stage
+ * keeps the session's KV under them (as many as its KV holds) instead of
+ * freeing it, until an OPEN reuses it or it is evicted, least recently
+ * used first. An OPEN without hashes waits for no MATCH.
  *
  * A replay (the owner re-opens a session on a new plan with its prompt
  * plus the k tokens already generated as the prompt) sets first step = k:
@@ -132,25 +152,42 @@
  *     batch with logits, tp_n - 1 messages, none back.
  */
 #define SHOAL_DIST_CTL_WORDS 24u
-/* Generated ids a constrained replay carries: 4096 (16 KiB) keeps the
- * largest OPEN (below) under a link's smallest max frame, 64 KiB; a
- * constrained run replayed later than that fails with a reason. */
-#define SHOAL_DIST_REPLAY_MAX 4096u
+/* Generated ids a constrained replay carries: 3072 (12 KiB) keeps the
+ * largest OPEN (below, with a whole grammar and every prefix hash) under
+ * a link's smallest max frame, 64 KiB; a constrained run replayed later
+ * than that fails with a reason. */
+#define SHOAL_DIST_REPLAY_MAX 3072u
+/* Prefix blocks: 16 positions, vLLM's default block, so a prompt that
+ * diverges mid-block recomputes at most 15 positions; 1024 blocks cover
+ * a 16k-token prefix in 16 KiB of hashes per OPEN. A hash is 16 bytes of
+ * a digest: 2^64 prompts before two collide by chance, and no client can
+ * aim one at another's prefix. */
+#define SHOAL_DIST_PREFIX_BLOCK      16u
+#define SHOAL_DIST_PREFIX_MAX_BLOCKS 1024u
+#define SHOAL_DIST_PREFIX_HASH       16u
 /* The most words a control frame holds: its fields, the logit bias pairs,
- * the tail, a grammar, a replay's ids. */
+ * the tail, a grammar, a replay's ids, the prefix hashes. */
 #define SHOAL_DIST_CTL_MAX_WORDS                                                                   \
 	(SHOAL_DIST_CTL_WORDS + 2u * SHOAL_SAMPLER_MAX_BIAS + SHOAL_DIST_TAIL_MAX +                \
-	 SHOAL_GRAMMAR_MAX_WORDS + SHOAL_DIST_REPLAY_MAX)
+	 SHOAL_GRAMMAR_MAX_WORDS + SHOAL_DIST_REPLAY_MAX +                                         \
+	 SHOAL_DIST_PREFIX_MAX_BLOCKS * (SHOAL_DIST_PREFIX_HASH / 4u))
 /* --logprobs cap: the generation loop's. */
 #define SHOAL_DIST_MAX_LOGPROBS SHOAL_GEN_MAX_LOGPROBS
 /* Prompt tail for the repetition penalty: sampler's default last_n is 64;
  * 256 covers every setting seen in llama.cpp presets. */
 #define SHOAL_DIST_TAIL_MAX 256u
+_Static_assert(SHOAL_DIST_CTL_MAX_WORDS * 4u + 256u <= 65536u,
+               "the largest control frame must fit a link's smallest max frame");
 /* Members of one tensor group: a desk of 4 Mac Studios, a lab of a few
  * boxes; 16 keeps the config on the stack. */
 #define SHOAL_DIST_TP_MAX 16u
 
-enum { SHOAL_DIST_CTL_OPEN = 1, SHOAL_DIST_CTL_CLOSE = 2, SHOAL_DIST_CTL_ERROR = 3 };
+enum {
+	SHOAL_DIST_CTL_OPEN = 1,
+	SHOAL_DIST_CTL_CLOSE = 2,
+	SHOAL_DIST_CTL_ERROR = 3,
+	SHOAL_DIST_CTL_MATCH = 4 /* last stage -> owner: the prefix blocks every stage holds */
+};
 
 /* Which link reaches peer `peer` (borrowed; NULL: none). Called on the
  * object's thread; the link must not be used by another thread meanwhile. */
@@ -224,6 +261,13 @@ typedef struct shoal_dist_stage_config {
 	 * on the one backend. Not with a tensor group. */
 	const char *backend;
 	uint32_t device_end;
+	/* The prefix cache (see "The prefix cache" above): the most bytes of
+	 * KV that ended sessions may keep in the stage's idle session slots
+	 * (whose memory the engine holds anyway); 0: off, UINT64_MAX: every
+	 * idle slot. model_id salts the keys (with the layer range, split,
+	 * backend and KV type), so that no other model's KV ever matches. */
+	uint64_t prefix_bytes;
+	uint8_t model_id[SHOAL_MODEL_ID_BYTES];
 } shoal_dist_stage_config;
 
 /* m is borrowed (must outlive the stage). Allocates the engine and all
@@ -307,6 +351,13 @@ typedef struct shoal_dist_stage_metrics {
 	uint64_t head_gathers; /* head gathers taken part in */
 	uint64_t head_sent;    /* slices sent to the root: 1 per gather */
 	uint64_t head_recv;    /* slices received (the root): tp_n - 1 each */
+	/* the prefix cache */
+	uint64_t prefix_hits;       /* sessions that started from kept KV */
+	uint64_t prefix_hit_tokens; /* positions they did not compute */
+	uint64_t prefix_evictions;  /* kept sessions freed for room */
+	uint64_t prefix_entries;    /* kept sessions now */
+	uint64_t prefix_tokens;     /* positions they hold now */
+	uint64_t prefix_bytes;      /* their KV bytes now */
 } shoal_dist_stage_metrics;
 
 void shoal_dist_stage_metrics_get(const shoal_dist_stage *s, shoal_dist_stage_metrics *m);
@@ -328,6 +379,9 @@ typedef struct shoal_dist_owner_config {
 	shoal_dist_link_fn link;
 	void *link_ctx;
 	int timeout_ms; /* bound on one send */
+	/* Send prefix hashes with OPEN and CLOSE (dist.h "The prefix cache"):
+	 * a session starts after the blocks every stage holds. */
+	bool prefix_cache;
 } shoal_dist_owner_config;
 
 /* One generated token, handed to the callback (pointers borrowed). */
@@ -339,6 +393,7 @@ typedef struct shoal_dist_token {
 	uint32_t n_top;         /* = the request's logprobs K */
 	const int32_t *top_ids; /* (n_top) best first */
 	const float *top_lps;   /* (n_top) */
+	uint32_t cached;        /* prompt positions the stages reused (prefix cache) */
 } shoal_dist_token;
 
 /* Return nonzero to stop the session after this token (e.g. end of

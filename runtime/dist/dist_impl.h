@@ -24,6 +24,8 @@
 
 /* Word 8 of an OPEN: the bit that says the sampled id's logprob is not wanted. */
 #define DIST__NO_LOGPROB 0x80000000u
+/* Word 8 of an OPEN: the bit that says the owner waits for a MATCH. */
+#define DIST__WANT_MATCH 0x40000000u
 
 /* A control block in host form (dist.h "Control"). */
 typedef struct dist__ctl {
@@ -31,12 +33,15 @@ typedef struct dist__ctl {
 	uint8_t owner[SHOAL_PEER_ID_LEN];
 	uint32_t n_prompt, max_tokens, logprobs;
 	bool no_logprob;     /* OPEN: word 8's bit 31 */
+	bool want_match;     /* OPEN: word 8's bit 30 (the owner sent prefix hashes) */
 	uint32_t first_step; /* OPEN: the step of the first token sampled (a replay) */
 	shoal_sampler_params sp;
 	uint32_t n_tail;
-	const int32_t *tail;                    /* OPEN: (n_tail) ids, borrowed */
-	uint32_t n_done;                        /* OPEN with a grammar: first_step */
-	const int32_t *done;                    /* OPEN: (n_done) generated ids, borrowed */
+	const int32_t *tail; /* OPEN: (n_tail) ids, borrowed */
+	uint32_t n_done;     /* OPEN with a grammar: first_step */
+	const int32_t *done; /* OPEN: (n_done) generated ids, borrowed */
+	uint32_t n_hash;     /* OPEN, CLOSE: prefix block hashes; MATCH: blocks held */
+	const uint8_t *hash; /* OPEN, CLOSE: (n_hash, SHOAL_DIST_PREFIX_HASH), borrowed */
 	char reason[SHOAL_XFER_REASON_MAX + 1]; /* ERROR */
 } dist__ctl;
 
@@ -56,6 +61,58 @@ shoal_err dist__poll(shoal_xfer_link *const *links, uint32_t n, int timeout_ms, 
                      void *obj, uint64_t *dropped, const char *who, char *why, size_t why_len);
 
 uint64_t dist__now_ns(void);
+
+/* ---- the prefix cache (dist_prefix.c) ------------------------------------ */
+
+/* The chain hash of block i: out = digest(prev, ids[SHOAL_DIST_PREFIX_BLOCK])
+ * cut to SHOAL_DIST_PREFIX_HASH bytes; prev NULL for block 0. */
+void dist__prefix_chain(const uint8_t *prev, const int32_t *ids, uint8_t *out);
+/* The chain hashes of the n_blocks whole blocks of ids, (n_blocks, HASH) out. */
+void dist__prefix_chain_all(const int32_t *ids, uint32_t n_blocks, uint8_t *out);
+/* A stage's salt: what else the KV of a position depends on. */
+void dist__prefix_salt(const uint8_t model_id[SHOAL_MODEL_ID_BYTES], uint32_t layer_begin,
+                       uint32_t layer_end, uint32_t device_end, const char *backend,
+                       uint32_t kv_type, uint8_t salt[SHOAL_DIST_PREFIX_HASH]);
+/* A chain hash keyed with a salt: what a stage stores and compares. */
+void dist__prefix_key(const uint8_t salt[SHOAL_DIST_PREFIX_HASH], const uint8_t *chain,
+                      uint8_t *key);
+
+/* Sessions a stage keeps after their CLOSE: an entry per kept engine
+ * slot, its keys (n_blocks, HASH), the least recently used evicted. */
+typedef struct dist__pentry {
+	bool used;
+	uint32_t slot, n_blocks;
+	uint64_t tick; /* last put or match: the LRU order */
+	uint8_t *keys; /* (SHOAL_DIST_PREFIX_MAX_BLOCKS, HASH) */
+} dist__pentry;
+
+typedef struct dist__pcache {
+	uint8_t salt[SHOAL_DIST_PREFIX_HASH];
+	uint64_t max_bytes, bytes_per_token, tick;
+	uint32_t n; /* entries (the engine's session slots) */
+	dist__pentry *e;
+	uint64_t evictions;
+} dist__pcache;
+
+/* n entries; max_bytes 0: the cache is off (put keeps nothing). */
+shoal_err dist__pcache_init(dist__pcache *c, uint32_t n, uint64_t max_bytes,
+                            uint64_t bytes_per_token);
+void dist__pcache_fini(dist__pcache *c);
+/* The entry whose keys match the longest run of leading keys[n] (salted
+ * by the caller), -1 when none matches a block; *m the blocks matched. */
+int dist__pcache_match(const dist__pcache *c, const uint8_t *keys, uint32_t n, uint32_t *m);
+/* Take entry i out of the cache (its slot is the caller's now). */
+uint32_t dist__pcache_take(dist__pcache *c, int i);
+/* Keep slot under keys[n] (n >= 1, at most MAX_BLOCKS). Entries that do
+ * not fit max_bytes any more are evicted, least recently used first, and
+ * their slots written to out_free (capacity c->n): *n_free of them; the
+ * new entry too when it alone is over (then false). */
+bool dist__pcache_put(dist__pcache *c, uint32_t slot, const uint8_t *keys, uint32_t n,
+                      uint32_t *out_free, uint32_t *n_free);
+/* Evict the least recently used entry: its slot, or -1 when empty. */
+int64_t dist__pcache_evict(dist__pcache *c);
+/* Entries, positions and bytes kept now. */
+void dist__pcache_size(const dist__pcache *c, uint64_t *entries, uint64_t *tokens, uint64_t *bytes);
 
 /* ---- the stage ---------------------------------------------------------- */
 
@@ -113,6 +170,7 @@ typedef struct dist__sess {
 	uint32_t *gram;
 	const dist__gvocab *gvocab;
 	shoal_grammar_state gst;
+	bool started; /* a row ran: the first one's position counts a prefix hit */
 } dist__sess;
 
 /* Owners a stage remembers as waiting for a session (dist_admit.c): one
@@ -181,6 +239,8 @@ struct shoal_dist_stage {
 	uint32_t sent_routes[DIST__MAX_XPEERS];
 	uint32_t tp_rows;  /* rows of the batch in the engine (a group's tags check) */
 	dist__admit admit; /* owners refused for want of a session, in order */
+	dist__pcache pc;   /* ended sessions' KV kept for their prefixes */
+	uint8_t pkeys[SHOAL_DIST_PREFIX_MAX_BLOCKS * SHOAL_DIST_PREFIX_HASH]; /* scratch */
 	/* per-row and per-frame lines, one a second (base/log.h) */
 	shoal_log_limit log_busy, log_row, log_plan, log_frame;
 	shoal_dist_stage_metrics met;

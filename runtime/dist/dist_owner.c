@@ -29,6 +29,12 @@ typedef struct owner_sess {
 	uint64_t t_sent; /* when the latest token went to stage 0 */
 	bool held;       /* next_id waits to go with the other sessions' */
 	int32_t next_id;
+	/* the prefix cache: every id fed, (cap) of them: the prompt, then the
+	 * tokens fed back; the prompt waits in it for the stages' MATCH */
+	int32_t *fed;
+	uint32_t n_fed, cap;
+	bool matching;   /* OPEN sent with hashes, MATCH not come yet */
+	uint32_t cached; /* prompt positions the stages reused */
 } owner_sess;
 
 struct shoal_dist_owner {
@@ -41,6 +47,7 @@ struct shoal_dist_owner {
 	int32_t top_ids[SHOAL_DIST_MAX_LOGPROBS];
 	float top_lps[SHOAL_DIST_MAX_LOGPROBS];
 	int32_t ctl[SHOAL_DIST_CTL_MAX_WORDS];
+	uint8_t hashes[SHOAL_DIST_PREFIX_MAX_BLOCKS * SHOAL_DIST_PREFIX_HASH];
 	/* per-row and per-frame lines, one a second (base/log.h) */
 	shoal_log_limit log_result, log_plan, log_ctl, log_busy;
 	shoal_dist_owner_metrics met;
@@ -102,6 +109,12 @@ static void finish(shoal_dist_owner *o, owner_sess *ss, shoal_err e, const char 
 	ss->result = e;
 	snprintf(ss->why, sizeof ss->why, "%s", w ? w : "");
 	dist__ctl c = {.op = SHOAL_DIST_CTL_CLOSE};
+	if (ss->fed && e == SHOAL_OK) { /* the stages keep the KV of its whole blocks */
+		uint32_t nb = ss->n_fed / SHOAL_DIST_PREFIX_BLOCK;
+		c.n_hash = nb < SHOAL_DIST_PREFIX_MAX_BLOCKS ? nb : SHOAL_DIST_PREFIX_MAX_BLOCKS;
+		dist__prefix_chain_all(ss->fed, c.n_hash, o->hashes);
+		c.hash = o->hashes;
+	}
 	char why[SHOAL_WHY_LEN];
 	if (send_ctl(o, ss->sid, &c, why, sizeof why))
 		SHOAL_LOG_W(LOG_PART, "session %016llx: close: %s", (unsigned long long)ss->sid,
@@ -116,8 +129,11 @@ static shoal_err send_next(shoal_dist_owner *o, uint32_t n, char *why, size_t wh
 {
 	uint64_t now = dist__now_ns();
 	for (uint32_t i = 0; i < n; i++) {
-		o->next_ss[i]->t_sent = now;
-		o->next_ss[i]->held = false;
+		owner_sess *ss = o->next_ss[i];
+		ss->t_sent = now;
+		ss->held = false;
+		if (ss->fed && ss->n_fed < ss->cap)
+			ss->fed[ss->n_fed++] = o->next[i];
 	}
 	shoal_err e = send_rows(o, o->next, n, why, why_len);
 	for (uint32_t i = 0; e && i < n; i++)
@@ -186,7 +202,8 @@ static shoal_err handle_results(shoal_dist_owner *o, const shoal_xfer_frame *f, 
 		                      .step = ss->step0 + shoal_gen_seq_step(&ss->q),
 		                      .n_top = ss->logprobs,
 		                      .top_ids = o->top_ids,
-		                      .top_lps = o->top_lps};
+		                      .top_lps = o->top_lps,
+		                      .cached = ss->cached};
 		memcpy(&t.id, p, 4);
 		memcpy(&t.logprob, p + 4, 4);
 		for (uint32_t j = 0; j < ss->logprobs; j++) {
@@ -213,6 +230,36 @@ static shoal_err handle_results(shoal_dist_owner *o, const shoal_xfer_frame *f, 
 	return release(o, why, why_len);
 }
 
+/* The prompt from position p0 to stage 0, in frames of max_rows. */
+static shoal_err send_prompt(shoal_dist_owner *o, owner_sess *ss, const int32_t *prompt,
+                             uint32_t p0, char *why, size_t why_len)
+{
+	shoal_err e = SHOAL_OK;
+	uint32_t n;
+	for (; !e && (n = shoal_gen_seq_chunk(&ss->q, p0, o->cfg.max_rows)); p0 += n)
+		e = send_ids(o, ss->sid, prompt + p0, n, p0, why, why_len);
+	ss->t_sent = dist__now_ns();
+	return e;
+}
+
+/* Every stage holds the first m blocks: the prompt from there on. */
+static shoal_err on_match(shoal_dist_owner *o, owner_sess *ss, uint32_t m, char *why,
+                          size_t why_len)
+{
+	ss->matching = false;
+	uint32_t n_prompt = ss->q.n_prompt;
+	if ((uint64_t)m * SHOAL_DIST_PREFIX_BLOCK >= n_prompt) { /* not what we sent */
+		finish(o, ss, SHOAL_ERR_PROTO, "a prefix match past the prompt");
+		return release(o, why, why_len);
+	}
+	ss->cached = m * SHOAL_DIST_PREFIX_BLOCK;
+	char w[SHOAL_WHY_LEN];
+	shoal_err e = send_prompt(o, ss, ss->fed, ss->cached, w, sizeof w);
+	if (e)
+		finish(o, ss, e, w);
+	return SHOAL_OK;
+}
+
 /* ---- entry points ------------------------------------------------------------------ */
 
 shoal_err shoal_dist_owner_handle(shoal_dist_owner *o, shoal_xfer_link *from,
@@ -236,8 +283,11 @@ shoal_err shoal_dist_owner_handle(shoal_dist_owner *o, shoal_xfer_link *from,
 		dist__ctl c;
 		char w[SHOAL_WHY_LEN] = "";
 		owner_sess *ss = find(o, h->rows[0].session);
-		if (dist__ctl_decode(f, &c, w, sizeof w) || c.op != SHOAL_DIST_CTL_ERROR || !ss ||
-		    memcmp(c.owner, o->cfg.self, SHOAL_PEER_ID_LEN)) {
+		bool ok = !dist__ctl_decode(f, &c, w, sizeof w) && ss &&
+		          !memcmp(c.owner, o->cfg.self, SHOAL_PEER_ID_LEN);
+		if (ok && c.op == SHOAL_DIST_CTL_MATCH && ss->matching && !ss->done)
+			return on_match(o, ss, c.n_hash, why, why_len);
+		if (!ok || c.op != SHOAL_DIST_CTL_ERROR) {
 			o->met.dropped++;
 			uint64_t held;
 			if (shoal_log_limit_pass(&o->log_ctl, SHOAL_LOG_LIMIT_US, &held))
@@ -347,10 +397,28 @@ shoal_err shoal_dist_owner_start(shoal_dist_owner *o, const shoal_dist_request *
 	}
 	if (!pen) /* repeat_last_n must pass the stages' check; unused without a penalty */
 		c.sp.repeat_last_n = 0;
+	if (o->cfg.prefix_cache) { /* keep what is fed; hash the prompt's whole blocks */
+		/* the prompt whole (it waits for MATCH); of the reply, no more
+		 * than the hashes can cover */
+		uint32_t lim = SHOAL_DIST_PREFIX_MAX_BLOCKS * SHOAL_DIST_PREFIX_BLOCK;
+		uint64_t cap =
+		    (uint64_t)req->n_prompt + (req->max_tokens < lim ? req->max_tokens : lim);
+		ss->cap = cap < UINT32_MAX ? (uint32_t)cap : UINT32_MAX;
+		if (!(ss->fed = malloc((size_t)ss->cap * sizeof *ss->fed))) {
+			ss->used = false;
+			return SHOAL_ERR_NOMEM;
+		}
+		memcpy(ss->fed, req->prompt, (size_t)req->n_prompt * sizeof *ss->fed);
+		ss->n_fed = req->n_prompt;
+		uint32_t nb = (req->n_prompt - 1) / SHOAL_DIST_PREFIX_BLOCK;
+		c.n_hash = nb < SHOAL_DIST_PREFIX_MAX_BLOCKS ? nb : SHOAL_DIST_PREFIX_MAX_BLOCKS;
+		c.hash = o->hashes;
+		c.want_match = ss->matching = c.n_hash > 0;
+		dist__prefix_chain_all(req->prompt, c.n_hash, o->hashes);
+	}
 	shoal_err e = send_ctl(o, ss->sid, &c, why, why_len);
-	uint32_t n;
-	for (uint32_t p0 = 0; !e && (n = shoal_gen_seq_chunk(&ss->q, p0, o->cfg.max_rows)); p0 += n)
-		e = send_ids(o, ss->sid, req->prompt + p0, n, p0, why, why_len);
+	if (!e && !ss->matching)
+		e = send_prompt(o, ss, req->prompt, 0, why, why_len);
 	ss->t_sent = dist__now_ns();
 	if (e)
 		finish(o, ss, e, why);
@@ -370,6 +438,8 @@ bool shoal_dist_owner_done(shoal_dist_owner *o, uint64_t sid, shoal_err *result,
 		return false;
 	*result = ss->result ? shoal_why(why, why_len, ss->result, "%s", ss->why) : SHOAL_OK;
 	ss->used = false;
+	free(ss->fed);
+	ss->fed = NULL;
 	return true;
 }
 
@@ -380,6 +450,8 @@ void shoal_dist_owner_cancel(shoal_dist_owner *o, uint64_t sid)
 		return;
 	finish(o, ss, SHOAL_ERR_STATE, "cancelled");
 	ss->used = false;
+	free(ss->fed);
+	ss->fed = NULL;
 	char why[SHOAL_WHY_LEN];
 	if (release(o, why, sizeof why)) /* the others no longer wait for it */
 		SHOAL_LOG_W(LOG_PART, "after a cancel: %s", why);
@@ -423,6 +495,8 @@ void shoal_dist_owner_free(shoal_dist_owner *o)
 {
 	if (!o)
 		return;
+	for (uint32_t i = 0; o->sess && i < o->cfg.max_sessions; i++)
+		free(o->sess[i].fed);
 	free(o->sess);
 	free(o->rows);
 	free(o->next);

@@ -36,7 +36,11 @@ uint32_t dist__ctl_encode(const dist__ctl *c, int32_t *words, uint32_t cap)
 {
 	/* our own callers build c: a bad op or a tail without its ids is a bug */
 	SHOAL_ASSERT(c->op == SHOAL_DIST_CTL_OPEN || c->op == SHOAL_DIST_CTL_CLOSE ||
-	             c->op == SHOAL_DIST_CTL_ERROR);
+	             c->op == SHOAL_DIST_CTL_ERROR || c->op == SHOAL_DIST_CTL_MATCH);
+	bool hashed = c->op == SHOAL_DIST_CTL_OPEN || c->op == SHOAL_DIST_CTL_CLOSE;
+	SHOAL_ASSERT(!hashed ||
+	             (c->n_hash <= SHOAL_DIST_PREFIX_MAX_BLOCKS && (!c->n_hash || c->hash)));
+	uint32_t hw = hashed ? c->n_hash * (SHOAL_DIST_PREFIX_HASH / 4u) : 0;
 	SHOAL_ASSERT(c->op != SHOAL_DIST_CTL_OPEN || !c->n_tail || c->tail);
 	SHOAL_ASSERT(words || !cap);
 	uint32_t extra = 0;
@@ -45,7 +49,9 @@ uint32_t dist__ctl_encode(const dist__ctl *c, int32_t *words, uint32_t cap)
 	SHOAL_ASSERT(c->op != SHOAL_DIST_CTL_OPEN || !c->sp.n_grammar || c->sp.grammar);
 	SHOAL_ASSERT(c->op != SHOAL_DIST_CTL_OPEN || !c->n_done || c->done);
 	if (c->op == SHOAL_DIST_CTL_OPEN)
-		extra = 2u * c->sp.n_bias + c->n_tail + c->sp.n_grammar + c->n_done;
+		extra = 2u * c->sp.n_bias + c->n_tail + c->sp.n_grammar + c->n_done + hw;
+	else if (c->op == SHOAL_DIST_CTL_CLOSE)
+		extra = hw;
 	else if (c->op == SHOAL_DIST_CTL_ERROR) {
 		rlen = strnlen(c->reason, SHOAL_XFER_REASON_MAX);
 		extra = (uint32_t)((rlen + 3) / 4);
@@ -54,11 +60,12 @@ uint32_t dist__ctl_encode(const dist__ctl *c, int32_t *words, uint32_t cap)
 		return 0;
 	uint32_t w[SHOAL_DIST_CTL_WORDS];
 	w[0] = c->op;
-	w[1] = c->status;
+	w[1] = hashed || c->op == SHOAL_DIST_CTL_MATCH ? c->n_hash : c->status;
 	memcpy(&w[2], c->owner, SHOAL_PEER_ID_LEN);
 	w[6] = c->n_prompt;
 	w[7] = c->max_tokens;
-	w[8] = c->logprobs | (c->no_logprob ? DIST__NO_LOGPROB : 0u);
+	w[8] = c->logprobs | (c->no_logprob ? DIST__NO_LOGPROB : 0u) |
+	       (c->want_match ? DIST__WANT_MATCH : 0u);
 	w[9] = f2w(c->sp.temp);
 	w[10] = (uint32_t)c->sp.top_k;
 	w[11] = f2w(c->sp.top_p);
@@ -92,6 +99,12 @@ uint32_t dist__ctl_encode(const dist__ctl *c, int32_t *words, uint32_t cap)
 		b += c->sp.n_grammar;
 		if (c->n_done)
 			memcpy(b, c->done, c->n_done * 4u);
+		b += c->n_done;
+		if (hw)
+			memcpy(b, c->hash, hw * 4u);
+	} else if (c->op == SHOAL_DIST_CTL_CLOSE) {
+		if (hw)
+			memcpy(words + SHOAL_DIST_CTL_WORDS, c->hash, hw * 4u);
 	} else if (extra) {
 		memset(words + SHOAL_DIST_CTL_WORDS, 0, extra * 4u);
 		memcpy(words + SHOAL_DIST_CTL_WORDS, c->reason, rlen);
@@ -114,7 +127,8 @@ shoal_err dist__ctl_decode(const shoal_xfer_frame *f, dist__ctl *c, char *why, s
 	memcpy(c->owner, &w[2], SHOAL_PEER_ID_LEN);
 	c->n_prompt = w[6];
 	c->max_tokens = w[7];
-	c->logprobs = w[8] & ~DIST__NO_LOGPROB;
+	c->logprobs = w[8] & ~(DIST__NO_LOGPROB | DIST__WANT_MATCH);
+	c->want_match = (w[8] & DIST__WANT_MATCH) != 0;
 	c->no_logprob = (w[8] & DIST__NO_LOGPROB) != 0;
 	c->sp.temp = w2f(w[9]);
 	c->sp.top_k = (int32_t)w[10];
@@ -130,13 +144,24 @@ shoal_err dist__ctl_decode(const shoal_xfer_frame *f, dist__ctl *c, char *why, s
 	uint32_t n_bias = w[21], n_gram = w[22], n_done = w[23];
 	uint32_t extra = h->dim - SHOAL_DIST_CTL_WORDS;
 	const uint8_t *p = f->payload + SHOAL_DIST_CTL_WORDS * 4u;
+	const uint32_t hwords = SHOAL_DIST_PREFIX_HASH / 4u;
+	if (c->op != SHOAL_DIST_CTL_ERROR) { /* word 1 counts prefix blocks */
+		c->n_hash = c->status;
+		c->status = 0;
+		if (c->n_hash > SHOAL_DIST_PREFIX_MAX_BLOCKS)
+			return shoal_why(why, why_len, SHOAL_ERR_FORMAT,
+			                 "control: %u prefix blocks (at most %u)", c->n_hash,
+			                 SHOAL_DIST_PREFIX_MAX_BLOCKS);
+	}
+	uint32_t hw = c->n_hash * hwords;
 	switch (c->op) {
 	case SHOAL_DIST_CTL_OPEN:
 		if (n_bias > SHOAL_SAMPLER_MAX_BIAS || n_gram > SHOAL_GRAMMAR_MAX_WORDS ||
 		    n_done > SHOAL_DIST_REPLAY_MAX ||
 		    (n_done && (!n_gram || n_done != c->first_step)) ||
-		    extra < 2u * n_bias + n_gram + n_done ||
-		    c->n_tail != extra - 2u * n_bias - n_gram - n_done ||
+		    extra < 2u * n_bias + n_gram + n_done + hw ||
+		    c->n_tail != extra - 2u * n_bias - n_gram - n_done - hw ||
+		    (uint64_t)c->n_hash * SHOAL_DIST_PREFIX_BLOCK >= c->n_prompt ||
 		    c->n_tail > SHOAL_DIST_TAIL_MAX || c->n_prompt == 0 ||
 		    !(c->sp.presence_penalty >= -2.0f && c->sp.presence_penalty <= 2.0f) ||
 		    !(c->sp.frequency_penalty >= -2.0f && c->sp.frequency_penalty <= 2.0f) ||
@@ -168,8 +193,18 @@ shoal_err dist__ctl_decode(const shoal_xfer_frame *f, dist__ctl *c, char *why, s
 			c->done = (const int32_t *)(const void *)(c->sp.grammar + n_gram);
 			c->n_done = n_done;
 		}
+		c->hash = c->n_hash ? p + 8u * n_bias + 4u * (c->n_tail + n_gram + n_done) : NULL;
 		return SHOAL_OK;
 	case SHOAL_DIST_CTL_CLOSE:
+		if (extra != hw)
+			return shoal_why(why, why_len, SHOAL_ERR_FORMAT,
+			                 "close: %u prefix blocks in %u words", c->n_hash, extra);
+		c->hash = c->n_hash ? p : NULL;
+		return SHOAL_OK;
+	case SHOAL_DIST_CTL_MATCH:
+		if (extra)
+			return shoal_why(why, why_len, SHOAL_ERR_FORMAT, "match: %u words more",
+			                 extra);
 		return SHOAL_OK;
 	case SHOAL_DIST_CTL_ERROR:
 		if (c->n_tail > SHOAL_XFER_REASON_MAX || (c->n_tail + 3) / 4 != extra ||

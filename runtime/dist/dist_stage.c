@@ -68,14 +68,55 @@ static shoal_err run_parts(shoal_dist_stage *s, const shoal_engine_batch *b, cha
 	return err ? err : shoal_engine_run(s->e2, &b2, w, w_len);
 }
 
-static void sess_drop(shoal_dist_stage *s, dist__sess *ss)
+/* Free session ss; its slot too unless the prefix cache keeps it. */
+static void sess_release(shoal_dist_stage *s, dist__sess *ss, bool keep_slot)
 {
-	slot_close(s, ss->slot);
+	if (!keep_slot)
+		slot_close(s, ss->slot);
 	shoal_sampler_free(ss->smp);
 	dist__grammar_close(ss);
 	int32_t *hist = ss->hist;
 	memset(ss, 0, sizeof *ss);
 	ss->hist = hist;
+}
+
+static void sess_drop(shoal_dist_stage *s, dist__sess *ss)
+{
+	sess_release(s, ss, false);
+}
+
+/* CLOSE of session ss with the chain hashes of its fed positions: keep
+ * its KV under them, as many whole blocks as its slot holds (dist.h "The
+ * prefix cache"); the slots of the sessions that no longer fit freed. */
+static void sess_keep(shoal_dist_stage *s, dist__sess *ss, const dist__ctl *c)
+{
+	uint32_t len = shoal_engine_session_len(s->e, ss->slot);
+	uint32_t n = len / SHOAL_DIST_PREFIX_BLOCK;
+	if (n > c->n_hash)
+		n = c->n_hash;
+	if (!s->pc.e || ss->failed || !n) {
+		sess_drop(s, ss);
+		return;
+	}
+	for (uint32_t b = 0; b < n; b++)
+		dist__prefix_key(s->pc.salt, c->hash + (size_t)b * SHOAL_DIST_PREFIX_HASH,
+		                 s->pkeys + (size_t)b * SHOAL_DIST_PREFIX_HASH);
+	uint32_t freed[DIST__MAX_SESSIONS], n_freed = 0;
+	bool kept = dist__pcache_put(&s->pc, ss->slot, s->pkeys, n, freed, &n_freed);
+	for (uint32_t i = 0; i < n_freed; i++)
+		slot_close(s, freed[i]);
+	sess_release(s, ss, kept);
+}
+
+/* An engine slot for a new session: a free one, else the least recently
+ * used kept session's. */
+static shoal_err slot_get(shoal_dist_stage *s, uint32_t *slot)
+{
+	shoal_err e;
+	int64_t f;
+	while ((e = slot_open(s, slot)) == SHOAL_ERR_BUSY && (f = dist__pcache_evict(&s->pc)) >= 0)
+		slot_close(s, (uint32_t)f);
+	return e;
 }
 
 /* Free session ss without its owner's word, remembering it (dist__gone). */
@@ -526,6 +567,13 @@ static shoal_err take_frame(shoal_dist_stage *s, const shoal_xfer_frame *f, char
 			continue;
 		}
 		s->sess[i].last_ns = dist__now_ns();
+		if (!s->sess[i].started) { /* a first row past 0 starts from kept KV */
+			s->sess[i].started = true;
+			if (h->rows[r].pos) {
+				s->met.prefix_hits++;
+				s->met.prefix_hit_tokens += h->rows[r].pos;
+			}
+		}
 		s->row_sess[n] = (uint32_t)i;
 		s->slot[n] = s->sess[i].slot;
 		s->pos[n] = h->rows[r].pos;
@@ -545,8 +593,8 @@ static shoal_err take_frame(shoal_dist_stage *s, const shoal_xfer_frame *f, char
 
 /* ---- control -------------------------------------------------------------------- */
 
-static shoal_err sess_open(shoal_dist_stage *s, uint64_t sid, const dist__ctl *c, char *w,
-                           size_t w_len)
+/* Open session sid; c->n_hash is cut to the prefix blocks held here. */
+static shoal_err sess_open(shoal_dist_stage *s, uint64_t sid, dist__ctl *c, char *w, size_t w_len)
 {
 	int i = sess_find(s, sid);
 	if (i >= 0 && memcmp(s->sess[i].owner, c->owner, SHOAL_PEER_ID_LEN))
@@ -596,11 +644,26 @@ static shoal_err sess_open(shoal_dist_stage *s, uint64_t sid, const dist__ctl *c
 	if (ordered)
 		dist__admit_taken(&s->admit, c->owner);
 	dist__sess *ss = &s->sess[i];
-	if (slot_open(s, &ss->slot))
-		return shoal_why(w, w_len, SHOAL_ERR_BUSY, "no engine session free");
-	shoal_engine_session_reset(s->e, ss->slot);
-	if (s->e2)
-		shoal_engine_session_reset(s->e2, ss->slot);
+	/* the kept session holding the longest run of the prompt's blocks;
+	 * the OPEN goes on with as many as every stage so far holds */
+	uint32_t m = 0;
+	int hit = -1;
+	if (c->n_hash && s->pc.e) {
+		for (uint32_t b = 0; b < c->n_hash; b++)
+			dist__prefix_key(s->pc.salt, c->hash + (size_t)b * SHOAL_DIST_PREFIX_HASH,
+			                 s->pkeys + (size_t)b * SHOAL_DIST_PREFIX_HASH);
+		hit = dist__pcache_match(&s->pc, s->pkeys, c->n_hash, &m);
+	}
+	c->n_hash = m;
+	if (hit >= 0) {
+		ss->slot = dist__pcache_take(&s->pc, hit); /* rows from M x BLOCK rewind it */
+	} else {
+		if (slot_get(s, &ss->slot))
+			return shoal_why(w, w_len, SHOAL_ERR_BUSY, "no engine session free");
+		shoal_engine_session_reset(s->e, ss->slot);
+		if (s->e2)
+			shoal_engine_session_reset(s->e2, ss->slot);
+	}
 	if (s->cfg.has_head) {
 		if (shoal_sampler_new(&c->sp, s->n_vocab, &ss->smp)) {
 			slot_close(s, ss->slot);
@@ -660,11 +723,24 @@ static shoal_err handle_ctl(shoal_dist_stage *s, const shoal_xfer_frame *f, char
 		e = sess_open(s, sid, &c, w, sizeof w);
 		if (e)
 			return sess_fail(s, -1, sid, c.owner, e, w);
+		if (s->cfg.has_head && c.want_match) { /* every stage's minimum: to the owner */
+			dist__ctl mc = {.op = SHOAL_DIST_CTL_MATCH, .n_hash = c.n_hash};
+			memcpy(mc.owner, c.owner, SHOAL_PEER_ID_LEN);
+			e = dist__ctl_send(ctl_dest(s, c.owner), sid, &mc, s->ctl,
+			                   (uint32_t)(sizeof s->ctl / 4), s->cfg.timeout_ms, why,
+			                   why_len);
+			if (e && (i = sess_find(s, sid)) >= 0)
+				sess_fail(s, i, sid, c.owner, SHOAL_ERR_CLOSED, why);
+			return e;
+		}
 		break;
 	case SHOAL_DIST_CTL_CLOSE:
 		if (i >= 0)
-			sess_drop(s, &s->sess[i]);
+			sess_keep(s, &s->sess[i], &c);
 		break;
+	case SHOAL_DIST_CTL_MATCH: /* the owner's: not for a stage */
+		s->met.dropped++;
+		return SHOAL_OK;
 	case SHOAL_DIST_CTL_ERROR:
 		if (i >= 0)
 			s->sess[i].failed = true;
@@ -827,6 +903,8 @@ uint32_t shoal_dist_stage_keep_owners(shoal_dist_stage *s,
 void shoal_dist_stage_metrics_get(const shoal_dist_stage *s, shoal_dist_stage_metrics *m)
 {
 	*m = s->met;
+	m->prefix_evictions = s->pc.evictions;
+	dist__pcache_size(&s->pc, &m->prefix_entries, &m->prefix_tokens, &m->prefix_bytes);
 }
 
 void shoal_dist_stage_plan(const shoal_dist_stage *s, uint8_t digest[SHOAL_DIGEST_BYTES],
@@ -851,6 +929,7 @@ void shoal_dist_stage_free(shoal_dist_stage *s)
 	dist__gvocab_fini(&s->gv[0]);
 	dist__gvocab_fini(&s->gv[1]);
 	free(s->sess);
+	dist__pcache_fini(&s->pc);
 	shoal_engine_free(s->e);
 	shoal_engine_free(s->e2);
 	free(s->mid);
@@ -998,6 +1077,15 @@ shoal_err shoal_dist_stage_new(const shoal_model *m, const shoal_dist_stage_conf
 	err = shoal_engine_new(m, &ec, &s->e, why, why_len);
 	if (err)
 		goto fail;
+	/* a group's members could hold different sessions: no cache there */
+	uint64_t kv_tok = shoal_engine_kv_bytes_per_token(s->e) +
+	                  (s->e2 ? shoal_engine_kv_bytes_per_token(s->e2) : 0);
+	if ((err = dist__pcache_init(&s->pc, cfg->max_sessions,
+	                             cfg->tp_n > 1 ? 0 : cfg->prefix_bytes, kv_tok)))
+		goto fail;
+	dist__prefix_salt(cfg->model_id, cfg->layer_begin, cfg->layer_end,
+	                  split ? cfg->device_end : cfg->layer_end, cfg->backend,
+	                  (uint32_t)ec.kv_type, s->pc.salt);
 	err = SHOAL_ERR_NOMEM;
 	s->tok = malloc(R * sizeof *s->tok);
 	s->hin = malloc(R * d * sizeof *s->hin);

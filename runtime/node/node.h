@@ -71,7 +71,11 @@ typedef struct shoal_node_config {
 	 * the serving peers agree on), its weights fetched from the peers into
 	 * <state-dir>/weights (runtime/node/weights.h); NULL: membership only. */
 	const char *model_id;
-	uint64_t cache_max;        /* bytes the weights cache may hold; 0: the default */
+	uint64_t cache_max; /* bytes the weights cache may hold; 0: the default */
+	/* --prefix-cache: bytes of ended sessions' KV each stage keeps for
+	 * their prefixes (runtime/dist/dist.h); 0: its idle session slots
+	 * (the default), UINT64_MAX: off. */
+	uint64_t prefix_cache;
 	shoal_xfer_rdma_opts rdma; /* --rdma-device, --rdma-gid, ... (net/xfer.h) */
 } shoal_node_config;
 

@@ -85,6 +85,9 @@ shoal_err node__serve_new(shoal_node *n, shoal_wcache *wc, char *why, size_t why
 	                         .hop_spin_us = n->cfg.spin_us < 0   ? 0u
 	                                        : n->cfg.spin_us > 0 ? (uint32_t)n->cfg.spin_us
 	                                                             : SHOAL_SERVE_HOP_SPIN_US,
+	                         .prefix_bytes = n->cfg.prefix_cache == UINT64_MAX ? 0
+	                                         : n->cfg.prefix_cache ? n->cfg.prefix_cache
+	                                                               : UINT64_MAX,
 	                         .key = n->keyed ? &n->key : NULL,
 	                         .data_host = host,
 	                         .data_port = n->data_port,

@@ -70,11 +70,14 @@ typedef struct shoal_serve_config {
 	uint32_t ctx;          /* KV context per session; 0: the model's, at most 4096 */
 	uint32_t sessions;     /* KV sessions per stage, 1..SHOAL_SERVE_MAX_SESSIONS; 0: 2 */
 	bool spread_experts;
-	bool tensor_groups;   /* policy.tensor_groups: the same on every peer */
-	uint32_t link_us;     /* link latency plans assume; 0: SHOAL_SERVE_LINK_US */
-	uint32_t threads;     /* engine threads; 0: 1 */
-	const char *backend;  /* the stages' backend kind (runtime/backends.h);
-	                         NULL: "auto". Borrowed: outlives the cluster */
+	bool tensor_groups;  /* policy.tensor_groups: the same on every peer */
+	uint32_t link_us;    /* link latency plans assume; 0: SHOAL_SERVE_LINK_US */
+	uint32_t threads;    /* engine threads; 0: 1 */
+	const char *backend; /* the stages' backend kind (runtime/backends.h);
+	                        NULL: "auto". Borrowed: outlives the cluster */
+	/* The prefix cache: bytes of ended sessions' KV a stage keeps (dist.h
+	 * "The prefix cache"); 0: off, UINT64_MAX: its idle session slots. */
+	uint64_t prefix_bytes;
 	uint32_t hop_spin_us; /* the data thread's spin before a wait; 0: none
 	                         (a node's default: SHOAL_SERVE_HOP_SPIN_US) */
 	uint8_t self[SHOAL_PEER_ID_LEN];

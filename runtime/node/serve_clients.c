@@ -341,6 +341,12 @@ static void api_gauges(void *ctx, shoal_api_gauges *g)
 	g->hidden_bytes = cl->met_stage.hidden_bytes;
 	g->token_frames = cl->met_stage.tokens_sent;
 	g->stage_last_run_ns = cl->met_stage.last_run_ns;
+	g->prefix_hits = cl->met_stage.prefix_hits;
+	g->prefix_hit_tokens = cl->met_stage.prefix_hit_tokens;
+	g->prefix_evictions = cl->met_stage.prefix_evictions;
+	g->prefix_entries = cl->met_stage.prefix_entries;
+	g->prefix_tokens = cl->met_stage.prefix_tokens;
+	g->prefix_bytes = cl->met_stage.prefix_bytes;
 	pthread_mutex_unlock(&cl->mu);
 }
 

@@ -286,6 +286,8 @@ static void serve_stage_common(shoal_serve *cl, const shoal_serve_assign *a,
 	c->n_ctx = cl->pol.ctx;
 	c->max_sessions = a->sessions;
 	c->max_rows = SHOAL_SERVE_MAX_ROWS;
+	c->prefix_bytes = cl->cfg.prefix_bytes;
+	memcpy(c->model_id, cl->model_id, SHOAL_MODEL_ID_BYTES);
 	c->timeout_ms = (int)SHOAL_SERVE_SILENCE_MS / 3;
 }
 

@@ -147,6 +147,8 @@ static int serve_on_token(void *ctx, const shoal_dist_token *t)
 		            t->step, r->n_gen);
 		return 1;
 	}
+	if (!r->n_gen && r->has_sink && r->sink.on_cached) /* the first start's reuse */
+		r->sink.on_cached(r->sink.ctx, t->cached < r->n_prompt ? t->cached : r->n_prompt);
 	r->prompt[r->n_prompt + r->n_gen++] = t->id; /* the history a replay feeds */
 	if (r->paused_us) {
 		SHOAL_LOG_I("cluster",

@@ -29,6 +29,14 @@ static json_t *serve_stage_met_json(const shoal_dist_stage_metrics *m)
 	    (json_int_t)m->tokens_sent, "expert_reqs", (json_int_t)m->expert_reqs, "expert_served",
 	    (json_int_t)m->expert_served, "expert_timeouts", (json_int_t)m->expert_timeouts,
 	    "dropped", (json_int_t)m->dropped, "session_errors", (json_int_t)m->session_errors);
+	if (o)
+		json_object_update_new(o, json_pack("{s{sI sI sI sI sI sI}}", "prefix_cache",
+		                                    "hits", (json_int_t)m->prefix_hits,
+		                                    "hit_tokens", (json_int_t)m->prefix_hit_tokens,
+		                                    "evictions", (json_int_t)m->prefix_evictions,
+		                                    "entries", (json_int_t)m->prefix_entries,
+		                                    "tokens", (json_int_t)m->prefix_tokens, "bytes",
+		                                    (json_int_t)m->prefix_bytes));
 	if (o && m->gathers) /* a tensor group's member */
 		json_object_update_new(
 		    o, json_pack("{sI sI sI sI sI sI sI sI sI}", "gathers", (json_int_t)m->gathers,

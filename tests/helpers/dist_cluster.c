@@ -187,6 +187,7 @@ static int up(dc_cluster *c, const shoal_model *m, const uint32_t *cuts, uint32_
 
 const uint32_t *dc_device_end;
 const char *dc_backend;
+bool dc_prefix;
 
 int dc_cluster_up(dc_cluster *c, const shoal_model *m, const uint32_t *cuts, uint32_t n_st,
                   uint32_t n_ex, uint32_t max_frame, uint32_t owner_rows, bool intruder)
@@ -328,6 +329,7 @@ static int up(dc_cluster *c, const shoal_model *m, const uint32_t *cuts, uint32_
 			sc.expert_peer = c->xpeer;
 			sc.device_end = dc_device_end ? dc_device_end[i] : 0;
 			sc.backend = dc_backend;
+			sc.prefix_bytes = dc_prefix ? UINT64_MAX : 0;
 		} else {
 			sc.expert_mask = c->mask_ex[i - n_st];
 		}
@@ -358,7 +360,8 @@ static int up(dc_cluster *c, const shoal_model *m, const uint32_t *cuts, uint32_
 	                              .link = dc_lookup,
 	                              .link_ctx = &c->owner,
 	                              .timeout_ms = 5000,
-	                              .epoch = DC_EPOCH};
+	                              .epoch = DC_EPOCH,
+	                              .prefix_cache = dc_prefix};
 	memcpy(oc.digest, DC_DIGEST, SHOAL_DIGEST_BYTES);
 	memcpy(oc.self, c->owner.id, SHOAL_PEER_ID_LEN);
 	memcpy(oc.first, c->st[0].id, SHOAL_PEER_ID_LEN);

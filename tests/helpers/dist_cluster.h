@@ -87,6 +87,9 @@ int dc_cluster_up_group(dc_cluster *c, const shoal_model *m, const uint32_t *cut
  * device_end (its layers split inside the peer) and the backend name. */
 extern const uint32_t *dc_device_end;
 extern const char *dc_backend;
+/* Read by dc_cluster_up: the prefix cache on (every idle slot) in the
+ * stages and the owner. */
+extern bool dc_prefix;
 void dc_cluster_stop(dc_cluster *c); /* join the stage threads */
 void dc_cluster_down(dc_cluster *c); /* stop and free everything */
 /* Frames of `kind` sent (sent = 1) or received on p's link to peer `to`. */

@@ -546,6 +546,83 @@ static void test_replay_continues(void)
 	ASSERT_TRUE(ok);
 }
 
+/* The prefix cache (issue 37): a conversation's next request, whose prompt
+ * is the last one's prompt and reply and more, starts after the blocks
+ * every stage kept (3 stages count the hit and the positions), and its
+ * tokens, logprobs and top pairs equal a whole-model engine's from
+ * scratch, greedy and seeded; a prompt that leaves the kept ids in the
+ * middle of a block reuses only the whole blocks before it. */
+static uint32_t cached_seen;
+static int collect_cached(void *ctx, const shoal_dist_token *t)
+{
+	cached_seen = t->cached;
+	return dc_collect_token(ctx, t);
+}
+
+static void test_prefix_cache(void)
+{
+	shoal_model *m = dc_open_model("austen-dense-q8_0.gguf");
+	ASSERT_TRUE(m != NULL);
+	dc_cluster c;
+	const uint32_t cuts[] = {2, 4};
+	dc_prefix = true;
+	int up = dc_cluster_up(&c, m, cuts, 3, 0, SHOAL_XFER_MAX_FRAME_DEFAULT, 64, false);
+	dc_prefix = false;
+	ASSERT_EQ(up, 0);
+	enum { T1 = 30, T2 = 12, EXTRA = 5 };
+	static dc_run_out want, got;
+	shoal_sampler_params sp = shoal_sampler_defaults();
+	sp.temp = 0.0f;
+	int ok = check_run(&c, &sp, T1, PROMPT, NP, &got);
+	/* turn 2: the prompt, the reply fed (T1 - 1 ids: the last is never
+	 * fed), then EXTRA more: 54 ids; the first turn fed 49, 3 blocks */
+	int32_t hist[NP + T1 + EXTRA];
+	memcpy(hist, PROMPT, sizeof PROMPT);
+	memcpy(hist + NP, got.id, (T1 - 1) * sizeof *hist);
+	memcpy(hist + NP + T1 - 1, PROMPT, EXTRA * sizeof *hist);
+	uint32_t n2 = NP + T1 - 1 + EXTRA;
+	const uint32_t want_cached[3] = {48, 48, 32};
+	for (int r = 0; r < 3; r++) {
+		shoal_sampler_params s2 = shoal_sampler_defaults();
+		if (r == 0)
+			s2.temp = 0.0f;
+		else
+			s2.seed = 77;
+		if (r == 2) /* diverges at 40, inside block 2 ([32, 48)) */
+			hist[40] = hist[40] == 13 ? 14 : 13;
+		ok &= dc_reference(m, hist, n2, T2, &s2, &want) == 0;
+		shoal_dist_request rq = {.prompt = hist,
+		                         .n_prompt = n2,
+		                         .max_tokens = T2,
+		                         .logprobs = DC_K_TOP,
+		                         .sampler = s2};
+		memset(&got, 0, sizeof got);
+		rq.on_token = collect_cached;
+		rq.ctx = &got;
+		char why[SHOAL_WHY_LEN] = "";
+		shoal_err e = shoal_dist_owner_generate(c.own, &rq, c.owner.links, c.owner.n, 10000,
+		                                        why, sizeof why);
+		ok &= e == SHOAL_OK && dc_same_run(&want, &got) && cached_seen == want_cached[r];
+		printf("turn %d (%s): %u of %u prompt ids cached (want %u), %u tokens %s\n", r + 2,
+		       r ? "seeded" : "greedy", cached_seen, n2, want_cached[r], got.n,
+		       e == SHOAL_OK && dc_same_run(&want, &got) ? "equal the reference's"
+		                                                 : "DIFFER");
+	}
+	dc_cluster_stop(&c); /* the stage threads are joined: their counters hold still */
+	for (uint32_t i = 0; i < 3; i++) {
+		shoal_dist_stage_metrics sm;
+		shoal_dist_stage_metrics_get(c.st[i].st, &sm);
+		printf("stage %u: %llu hits, %llu positions reused, %llu kept\n", i,
+		       (unsigned long long)sm.prefix_hits, (unsigned long long)sm.prefix_hit_tokens,
+		       (unsigned long long)sm.prefix_entries);
+		ok &= sm.prefix_hits == 3 && sm.prefix_hit_tokens == 48 + 48 + 32;
+		ok &= sm.prefix_entries >= 1;
+	}
+	dc_cluster_down(&c);
+	shoal_model_free(m);
+	ASSERT_TRUE(ok);
+}
+
 /* Start a greedy request of 40 tokens on c's owner, its tokens into *sink
  * (cleared first). */
 static shoal_err start_greedy(dc_cluster *c, dc_run_out *sink, uint64_t *sid, char *why,
@@ -728,6 +805,7 @@ static void test_grammar_refusals(void)
 TEST_MAIN(TEST_CASE(test_dense_three_stages), TEST_CASE(test_group_stages),
           TEST_CASE(test_dense_split_frames), TEST_CASE(test_moe_experts_on_three_peers),
           TEST_CASE(test_bad_frames), TEST_CASE(test_two_sessions_interleaved),
-          TEST_CASE(test_replay_continues), TEST_CASE(test_cancel_frees_slots),
-          TEST_CASE(test_no_logprob), TEST_CASE(test_freed_session_tells_owner),
-          TEST_CASE(test_device_split), TEST_CASE(test_grammar_refusals))
+          TEST_CASE(test_replay_continues), TEST_CASE(test_prefix_cache),
+          TEST_CASE(test_cancel_frees_slots), TEST_CASE(test_no_logprob),
+          TEST_CASE(test_freed_session_tells_owner), TEST_CASE(test_device_split),
+          TEST_CASE(test_grammar_refusals))

@@ -874,6 +874,82 @@ static void test_kv_types(void)
 	shoal_model_free(m);
 }
 
+/* The prefix cache's premise (runtime/dist/dist.h "The prefix cache"): KV
+ * written by one session -- a prefill in chunks, then decode steps one row
+ * at a time, as a conversation's turn -- and reused by the next after a
+ * rewind gives bitwise the logits a fresh session computes from scratch
+ * in one batch, for the F16 and the F32 cache. */
+static void test_prefix_reuse(void)
+{
+	shoal_model *m = austen("q8_0");
+	ASSERT_TRUE(m != NULL);
+	enum { P = 40, D = 10, K = 32, N2 = 46 };
+	uint32_t V = m->hp.n_vocab, sess[N2], pos[N2];
+	int32_t a[P + D], b[N2];
+	uint8_t want[N2] = {0};
+	prompt_ids(m, a, P + D);
+	memcpy(b, a, K * sizeof *b); /* b shares a's first K = 2 blocks, then differs */
+	for (uint32_t i = K; i < N2; i++)
+		b[i] = a[(i * 5u) % (P + D)];
+	float *lg[2] = {malloc(V * sizeof(float)), malloc(V * sizeof(float))};
+	char why[SHOAL_WHY_LEN] = "";
+	shoal_engine_config c = shoal_engine_config_default(m);
+	c.backend = shoal_backend_cpu();
+	c.n_ctx = 64;
+	c.max_rows = N2;
+	c.max_sessions = 2;
+	const shoal_dtype types[2] = {SHOAL_DTYPE_F16, SHOAL_DTYPE_F32};
+	for (int t = 0; t < 2; t++) {
+		c.kv_type = types[t];
+		shoal_engine *e = NULL;
+		ASSERT_EQ(shoal_engine_new(m, &c, &e, why, sizeof why), SHOAL_OK);
+		uint32_t s0, s1;
+		ASSERT_EQ(shoal_engine_session_open(e, &s0), SHOAL_OK);
+		ASSERT_EQ(shoal_engine_session_open(e, &s1), SHOAL_OK);
+		/* turn 1 on s0: a prefill of P rows in chunks of 16, then D steps */
+		for (uint32_t p = 0; p < P + D;) {
+			uint32_t n = p < P ? (P - p < 16 ? P - p : 16) : 1;
+			for (uint32_t r = 0; r < n; r++)
+				sess[r] = s0, pos[r] = p + r;
+			shoal_engine_batch bt = {
+			    .n_rows = n, .tokens = a + p, .session = sess, .pos = pos};
+			ASSERT_EQ(shoal_engine_run(e, &bt, why, sizeof why), SHOAL_OK);
+			p += n;
+		}
+		ASSERT_EQ(shoal_engine_session_len(e, s0), P + D);
+		/* turn 2 on s0 from position K (the rest rewound) */
+		memset(want, 0, sizeof want);
+		want[N2 - K - 1] = 1;
+		for (uint32_t r = 0; r < N2 - K; r++)
+			sess[r] = s0, pos[r] = K + r;
+		shoal_engine_batch b2 = {.n_rows = N2 - K,
+		                         .tokens = b + K,
+		                         .session = sess,
+		                         .pos = pos,
+		                         .want_logits = want,
+		                         .logits = lg[0]};
+		ASSERT_EQ(shoal_engine_run(e, &b2, why, sizeof why), SHOAL_OK);
+		ASSERT_EQ(shoal_engine_session_len(e, s0), N2);
+		/* the same prompt from scratch on s1, one batch */
+		memset(want, 0, sizeof want);
+		want[N2 - 1] = 1;
+		for (uint32_t r = 0; r < N2; r++)
+			sess[r] = s1, pos[r] = r;
+		shoal_engine_batch b3 = {.n_rows = N2,
+		                         .tokens = b,
+		                         .session = sess,
+		                         .pos = pos,
+		                         .want_logits = want,
+		                         .logits = lg[1]};
+		ASSERT_EQ(shoal_engine_run(e, &b3, why, sizeof why), SHOAL_OK);
+		ASSERT_MEM_EQ(lg[0], lg[1], V * sizeof(float));
+		shoal_engine_free(e);
+	}
+	free(lg[0]);
+	free(lg[1]);
+	shoal_model_free(m);
+}
+
 static void test_cleanup(void)
 {
 	cleanup();
@@ -887,4 +963,4 @@ TEST_MAIN(TEST_CASE(test_threadpool), TEST_CASE(test_austen_f32_invariants),
           TEST_CASE(test_qwen3moe_partial), TEST_CASE(test_mixtral_partial),
           TEST_CASE(test_bad_batches), TEST_CASE(test_rope_freqs),
           TEST_CASE(test_misaligned_weights), TEST_CASE(test_tensor_held), TEST_CASE(test_kv_types),
-          TEST_CASE(test_cleanup))
+          TEST_CASE(test_prefix_reuse), TEST_CASE(test_cleanup))
