@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "models/grammar.h"
 #include "runtime/dist/dist_impl.h"
 #include "tests/unit/test.h"
 
@@ -255,6 +256,30 @@ static void test_codec(void)
 	ASSERT_EQ(dist__ctl_decode(&f, &d, why, sizeof why), SHOAL_ERR_FORMAT);
 	words[1] = 4; /* one block more than the words hold */
 	ASSERT_EQ(dist__ctl_decode(&f, &d, why, sizeof why), SHOAL_ERR_FORMAT);
+	/* a constrained replay: grammar words and the ids generated, then the
+	 * hashes (the two features share the OPEN; found merging them) */
+	shoal_grammar_prog g = {0};
+	ASSERT_EQ(shoal_grammar_json_object(&g, why, sizeof why), SHOAL_OK);
+	int32_t done[2] = {11, 12};
+	c.sp.grammar = g.w;
+	c.sp.n_grammar = g.n;
+	c.first_step = 2;
+	c.n_done = 2;
+	c.done = done;
+	ASSERT_EQ(roundtrip(&c, words, &d, why), SHOAL_OK);
+	ASSERT_EQ(d.sp.n_grammar, g.n);
+	ASSERT_MEM_EQ(d.sp.grammar, g.w, g.n * 4u);
+	ASSERT_EQ(d.n_done, 2);
+	ASSERT_MEM_EQ(d.done, done, sizeof done);
+	ASSERT_EQ(d.n_hash, 3);
+	ASSERT_MEM_EQ(d.hash, h, sizeof h);
+	ASSERT_MEM_EQ(d.tail, tail, sizeof tail);
+	free(g.w);
+	c.sp.grammar = NULL;
+	c.sp.n_grammar = 0;
+	c.first_step = 0;
+	c.n_done = 0;
+	c.done = NULL;
 	/* CLOSE with hashes */
 	dist__ctl cl = {.op = SHOAL_DIST_CTL_CLOSE, .n_hash = 2, .hash = h};
 	ASSERT_EQ(roundtrip(&cl, words, &d, why), SHOAL_OK);
