@@ -18,41 +18,7 @@
 
 /* ---------------------------------------------------------- output buffer */
 
-typedef struct chat_buf {
-	char *p;
-	size_t len, cap;
-	bool oom; /* sticky: later appends are no-ops */
-} chat_buf;
-
-static void buf_put(chat_buf *b, const char *s, size_t n)
-{
-	if (b->oom || n == 0)
-		return;
-	if (n > SIZE_MAX - 1 - b->len) {
-		b->oom = true;
-		return;
-	}
-	if (b->len + n + 1 > b->cap) {
-		size_t cap = b->cap ? b->cap : 256;
-		while (cap < b->len + n + 1)
-			cap = cap > SIZE_MAX / 2 ? b->len + n + 1 : cap * 2;
-		char *p = realloc(b->p, cap);
-		if (!p) {
-			b->oom = true;
-			return;
-		}
-		b->p = p;
-		b->cap = cap;
-	}
-	memcpy(b->p + b->len, s, n);
-	b->len += n;
-	b->p[b->len] = '\0';
-}
-
-static void buf_puts(chat_buf *b, const char *s)
-{
-	buf_put(b, s, strlen(s));
-}
+/* chat_out and its appends: models/chat_json.c (chat_impl.h). */
 
 /* A slice of a message's text. */
 typedef struct chat_str {
@@ -66,9 +32,9 @@ static chat_str str_of(const char *s)
 	return r;
 }
 
-static void buf_str(chat_buf *b, chat_str s)
+static void buf_str(chat_out *b, chat_str s)
 {
-	buf_put(b, s.p, s.n);
+	chat__put(b, s.p, s.n);
 }
 
 static bool is_ascii_space(char c)
@@ -294,42 +260,42 @@ static shoal_err check_alternation(const chat_conv *c, size_t from, const char *
 
 /* ---------------------------------------------------------- renderers */
 
-static shoal_err render_plain(const chat_conv *c, chat_buf *b, bool gen)
+static shoal_err render_plain(const chat_conv *c, chat_out *b, bool gen)
 {
 	for (size_t i = 0; i < c->n; i++) {
 		switch (c->role[i]) {
 		case ROLE_SYSTEM:
 			buf_str(b, content(c, i));
-			buf_puts(b, "\n\n");
+			chat__puts(b, "\n\n");
 			break;
 		case ROLE_USER:
-			buf_puts(b, "User: ");
+			chat__puts(b, "User: ");
 			buf_str(b, content(c, i));
-			buf_puts(b, "\n");
+			chat__puts(b, "\n");
 			break;
 		case ROLE_ASSISTANT:
-			buf_puts(b, "Assistant: ");
+			chat__puts(b, "Assistant: ");
 			buf_str(b, content(c, i));
-			buf_puts(b, "\n");
+			chat__puts(b, "\n");
 			break;
 		}
 	}
 	if (gen)
-		buf_puts(b, "Assistant:");
+		chat__puts(b, "Assistant:");
 	return SHOAL_OK;
 }
 
-static void chatml_turn(chat_buf *b, const char *role, chat_str text)
+static void chatml_turn(chat_out *b, const char *role, chat_str text)
 {
-	buf_puts(b, "<|im_start|>");
-	buf_puts(b, role);
-	buf_puts(b, "\n");
+	chat__puts(b, "<|im_start|>");
+	chat__puts(b, role);
+	chat__puts(b, "\n");
 	buf_str(b, text);
-	buf_puts(b, "<|im_end|>\n");
+	chat__puts(b, "<|im_end|>\n");
 }
 
 /* CHATML and QWEN25 (which adds its default system turn). */
-static shoal_err render_chatml(const chat_conv *c, chat_buf *b, bool gen, bool qwen_default)
+static shoal_err render_chatml(const chat_conv *c, chat_out *b, bool gen, bool qwen_default)
 {
 	if (qwen_default && c->role[0] != ROLE_SYSTEM)
 		chatml_turn(b, "system",
@@ -338,11 +304,11 @@ static shoal_err render_chatml(const chat_conv *c, chat_buf *b, bool gen, bool q
 	for (size_t i = 0; i < c->n; i++)
 		chatml_turn(b, role_names[c->role[i]], content(c, i));
 	if (gen)
-		buf_puts(b, "<|im_start|>assistant\n");
+		chat__puts(b, "<|im_start|>assistant\n");
 	return SHOAL_OK;
 }
 
-static shoal_err render_qwen3(const chat_conv *c, chat_buf *b, bool gen, bool thinking)
+static shoal_err render_qwen3(const chat_conv *c, chat_out *b, bool gen, bool thinking)
 {
 	/* The last "real" user query: user turns that only wrap a tool
 	 * response do not count. With none, the last index (no thinking is
@@ -381,88 +347,88 @@ static shoal_err render_qwen3(const chat_conv *c, chat_buf *b, bool gen, bool th
 			reason = str_lstrip_nl(before);
 			text = str_lstrip_nl(after);
 		}
-		buf_puts(b, "<|im_start|>assistant\n");
+		chat__puts(b, "<|im_start|>assistant\n");
 		if (i > last_query && (i == c->n - 1 || reason.n > 0)) {
-			buf_puts(b, "<think>\n");
+			chat__puts(b, "<think>\n");
 			buf_str(b, str_rstrip_nl(str_lstrip_nl(reason)));
-			buf_puts(b, "\n</think>\n\n");
+			chat__puts(b, "\n</think>\n\n");
 			buf_str(b, str_lstrip_nl(text));
 		} else {
 			buf_str(b, text);
 		}
-		buf_puts(b, "<|im_end|>\n");
+		chat__puts(b, "<|im_end|>\n");
 	}
 	if (gen) {
-		buf_puts(b, "<|im_start|>assistant\n");
+		chat__puts(b, "<|im_start|>assistant\n");
 		if (!thinking)
-			buf_puts(b, "<think>\n\n</think>\n\n");
+			chat__puts(b, "<think>\n\n</think>\n\n");
 	}
 	return SHOAL_OK;
 }
 
-static void llama3_turn(chat_buf *b, const char *role, chat_str text)
+static void llama3_turn(chat_out *b, const char *role, chat_str text)
 {
-	buf_puts(b, "<|start_header_id|>");
-	buf_puts(b, role);
-	buf_puts(b, "<|end_header_id|>\n\n");
+	chat__puts(b, "<|start_header_id|>");
+	chat__puts(b, role);
+	chat__puts(b, "<|end_header_id|>\n\n");
 	buf_str(b, str_trim(text));
-	buf_puts(b, "<|eot_id|>");
+	chat__puts(b, "<|eot_id|>");
 }
 
-static shoal_err render_llama3(const chat_conv *c, chat_buf *b, bool gen, const char *bos,
+static shoal_err render_llama3(const chat_conv *c, chat_out *b, bool gen, const char *bos,
                                bool preamble)
 {
 	size_t i = 0;
-	buf_puts(b, bos);
+	chat__puts(b, bos);
 	if (preamble) {
-		buf_puts(b, "<|start_header_id|>system<|end_header_id|>\n\n"
-		            "Cutting Knowledge Date: December 2023\n"
-		            "Today Date: 26 Jul 2024\n\n");
+		chat__puts(b, "<|start_header_id|>system<|end_header_id|>\n\n"
+		              "Cutting Knowledge Date: December 2023\n"
+		              "Today Date: 26 Jul 2024\n\n");
 		if (c->role[0] == ROLE_SYSTEM)
 			buf_str(b, str_trim(content(c, i++)));
-		buf_puts(b, "<|eot_id|>");
+		chat__puts(b, "<|eot_id|>");
 	}
 	for (; i < c->n; i++)
 		llama3_turn(b, role_names[c->role[i]], content(c, i));
 	if (gen)
-		buf_puts(b, "<|start_header_id|>assistant<|end_header_id|>\n\n");
+		chat__puts(b, "<|start_header_id|>assistant<|end_header_id|>\n\n");
 	return SHOAL_OK;
 }
 
-static shoal_err render_mistral(const chat_conv *c, chat_buf *b, const char *bos, const char *eos)
+static shoal_err render_mistral(const chat_conv *c, chat_out *b, const char *bos, const char *eos)
 {
 	size_t from = c->role[0] == ROLE_SYSTEM ? 1 : 0;
 	shoal_err e = check_alternation(c, from, "mistral-nemo");
 	if (e)
 		return e;
-	buf_puts(b, bos);
+	chat__puts(b, bos);
 	for (size_t i = from; i < c->n; i++) {
 		if (c->role[i] == ROLE_USER) {
-			buf_puts(b, "[INST]");
+			chat__puts(b, "[INST]");
 			if (i == c->n - 1 && from == 1) {
 				buf_str(b, content(c, 0));
-				buf_puts(b, "\n\n");
+				chat__puts(b, "\n\n");
 			}
 			buf_str(b, content(c, i));
-			buf_puts(b, "[/INST]");
+			chat__puts(b, "[/INST]");
 		} else {
 			buf_str(b, content(c, i));
-			buf_puts(b, eos);
+			chat__puts(b, eos);
 		}
 	}
 	return SHOAL_OK;
 }
 
-static shoal_err render_deepseek(const chat_conv *c, chat_buf *b, bool gen, const char *bos,
+static shoal_err render_deepseek(const chat_conv *c, chat_out *b, bool gen, const char *bos,
                                  bool thinking)
 {
-	buf_puts(b, bos);
+	chat__puts(b, bos);
 	bool first_sys = true;
 	for (size_t i = 0; i < c->n; i++) {
 		if (c->role[i] != ROLE_SYSTEM)
 			continue;
 		if (!first_sys)
-			buf_puts(b, "\n\n");
+			chat__puts(b, "\n\n");
 		buf_str(b, content(c, i));
 		first_sys = false;
 	}
@@ -470,11 +436,11 @@ static shoal_err render_deepseek(const chat_conv *c, chat_buf *b, bool gen, cons
 	for (size_t i = 0; i < c->n; i++) {
 		if (c->role[i] == ROLE_USER) {
 			last_user = true;
-			buf_puts(b, DS_USER);
+			chat__puts(b, DS_USER);
 			buf_str(b, content(c, i));
 		} else if (c->role[i] == ROLE_ASSISTANT) {
 			if (last_user)
-				buf_puts(b, DS_ASSISTANT "<think></think>");
+				chat__puts(b, DS_ASSISTANT "<think></think>");
 			last_user = false;
 			chat_str text = content(c, i);
 			const char *end = str_find(text, "</think>");
@@ -484,15 +450,15 @@ static shoal_err render_deepseek(const chat_conv *c, chat_buf *b, bool gen, cons
 				text.p = tail;
 			}
 			buf_str(b, text);
-			buf_puts(b, DS_EOS);
+			chat__puts(b, DS_EOS);
 		}
 	}
 	if (gen && last_user)
-		buf_puts(b, thinking ? DS_ASSISTANT "<think>" : DS_ASSISTANT "<think></think>");
+		chat__puts(b, thinking ? DS_ASSISTANT "<think>" : DS_ASSISTANT "<think></think>");
 	return SHOAL_OK;
 }
 
-static shoal_err render_gemma(const chat_conv *c, chat_buf *b, bool gen, const char *bos)
+static shoal_err render_gemma(const chat_conv *c, chat_out *b, bool gen, const char *bos)
 {
 	size_t from = c->role[0] == ROLE_SYSTEM ? 1 : 0;
 	for (size_t i = from; i < c->n; i++)
@@ -508,34 +474,34 @@ static shoal_err render_gemma(const chat_conv *c, chat_buf *b, bool gen, const c
 	shoal_err e = check_alternation(c, from, "gemma");
 	if (e)
 		return e;
-	buf_puts(b, bos);
+	chat__puts(b, bos);
 	for (size_t i = from; i < c->n; i++) {
-		buf_puts(b, c->role[i] == ROLE_USER ? "<start_of_turn>user\n"
-		                                    : "<start_of_turn>model\n");
+		chat__puts(b, c->role[i] == ROLE_USER ? "<start_of_turn>user\n"
+		                                      : "<start_of_turn>model\n");
 		if (from == 1 && i == 1) {
 			buf_str(b, content(c, 0));
-			buf_puts(b, "\n\n");
+			chat__puts(b, "\n\n");
 		}
 		buf_str(b, str_trim(content(c, i)));
-		buf_puts(b, "<end_of_turn>\n");
+		chat__puts(b, "<end_of_turn>\n");
 	}
 	if (gen)
-		buf_puts(b, "<start_of_turn>model\n");
+		chat__puts(b, "<start_of_turn>model\n");
 	return SHOAL_OK;
 }
 
-static shoal_err render_phi3(const chat_conv *c, chat_buf *b, bool gen, const char *eos)
+static shoal_err render_phi3(const chat_conv *c, chat_out *b, bool gen, const char *eos)
 {
 	static const char *const tags[] = {"<|system|>\n", "<|user|>\n", "<|assistant|>\n"};
 	for (size_t i = 0; i < c->n; i++) {
 		chat_str text = content(c, i);
 		if (c->role[i] == ROLE_SYSTEM && text.n == 0)
 			continue;
-		buf_puts(b, tags[c->role[i]]);
+		chat__puts(b, tags[c->role[i]]);
 		buf_str(b, text);
-		buf_puts(b, "<|end|>\n");
+		chat__puts(b, "<|end|>\n");
 	}
-	buf_puts(b, gen ? "<|assistant|>\n" : eos);
+	chat__puts(b, gen ? "<|assistant|>\n" : eos);
 	return SHOAL_OK;
 }
 
@@ -589,7 +555,7 @@ shoal_err shoal_chat_render_opts(shoal_chat_style s, const shoal_chat_msg *msgs,
 		return chat__render_tools(s, msgs, n, o, out, why, why_len);
 	}
 	chat_conv c = {.m = msgs, .n = n, .why = why, .why_len = why_len};
-	chat_buf b = {0};
+	chat_out b = {0};
 	shoal_err e = SHOAL_OK;
 	c.role = malloc(n * sizeof *c.role);
 	if (!c.role) {

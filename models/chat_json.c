@@ -19,13 +19,17 @@
 
 void chat__put(chat_out *b, const char *s, size_t n)
 {
-	if (b->oom || !n)
+	if (b->oom || n == 0)
 		return;
+	if (n > SIZE_MAX - 1 - b->len) {
+		b->oom = true;
+		return;
+	}
 	if (b->len + n + 1 > b->cap) {
 		size_t cap = b->cap ? b->cap : 256;
-		while (cap < b->len + n + 1 && cap <= SIZE_MAX / 2)
-			cap *= 2;
-		char *p = cap >= b->len + n + 1 ? realloc(b->p, cap) : NULL;
+		while (cap < b->len + n + 1)
+			cap = cap > SIZE_MAX / 2 ? b->len + n + 1 : cap * 2;
+		char *p = realloc(b->p, cap);
 		if (!p) {
 			b->oom = true;
 			return;
