@@ -608,6 +608,21 @@ static void test_prefix_cache(void)
 		       e == SHOAL_OK && dc_same_run(&want, &got) ? "equal the reference's"
 		                                                 : "DIFFER");
 	}
+	/* The last turn's CLOSE may still be on its way down the pipeline when
+	 * its tokens are in (it failed under ASan: the last stage had kept
+	 * nothing yet). A short unrelated request's OPEN follows it on every
+	 * link, so once that request is done every stage has kept the KV. */
+	static const int32_t SHORT[4] = {5, 6, 7, 8};
+	shoal_dist_request rs = {.prompt = SHORT,
+	                         .n_prompt = 4,
+	                         .max_tokens = 2,
+	                         .sampler = sp,
+	                         .on_token = dc_collect_token,
+	                         .ctx = &got};
+	memset(&got, 0, sizeof got);
+	char ws[SHOAL_WHY_LEN] = "";
+	ok &= shoal_dist_owner_generate(c.own, &rs, c.owner.links, c.owner.n, 10000, ws,
+	                                sizeof ws) == SHOAL_OK;
 	dc_cluster_stop(&c); /* the stage threads are joined: their counters hold still */
 	for (uint32_t i = 0; i < 3; i++) {
 		shoal_dist_stage_metrics sm;
