@@ -18,6 +18,7 @@
 
 #include <jansson.h>
 
+#include "models/ds_tokens.h"
 #include "models/grammar_impl.h"
 
 /* ---- the builder ------------------------------------------------------------ */
@@ -534,9 +535,7 @@ shoal_err shoal_grammar_schema(const char *schema_json, size_t len, shoal_gramma
 
 /* ---- tool calls ----------------------------------------------------------------- */
 
-#define DS_BAR "\xef\xbd\x9c" /* U+FF5C */
-#define DS_SP  "\xe2\x96\x81" /* U+2581 */
-#define DS(s)  "<" DS_BAR s DS_BAR ">"
+#define DS(s) "<" DS_BAR s DS_BAR ">"
 
 /* Per syntax: before the name, around the name, between name and
  * arguments, after the arguments (see models/tool_call.c's readers). */

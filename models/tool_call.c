@@ -30,13 +30,7 @@
 
 #include <jansson.h>
 
-#define DS_BAR         "\xef\xbd\x9c" /* U+FF5C */
-#define DS_SP          "\xe2\x96\x81" /* U+2581 */
-#define DS_CALLS_BEGIN "<" DS_BAR "tool" DS_SP "calls" DS_SP "begin" DS_BAR ">"
-#define DS_CALLS_END   "<" DS_BAR "tool" DS_SP "calls" DS_SP "end" DS_BAR ">"
-#define DS_CALL_BEGIN  "<" DS_BAR "tool" DS_SP "call" DS_SP "begin" DS_BAR ">"
-#define DS_CALL_END    "<" DS_BAR "tool" DS_SP "call" DS_SP "end" DS_BAR ">"
-#define DS_SEP         "<" DS_BAR "tool" DS_SP "sep" DS_BAR ">"
+#include "models/ds_tokens.h"
 
 /* A cursor over the text. */
 typedef struct tc_cur {
