@@ -28,6 +28,9 @@ bool cli__num(const char *s, double lo, double hi, double *out);
 /* A --kv-type value: "f16" or "f32" (the engine's KV cache element type,
  * shoal_engine_config.kv_type); false otherwise, *out untouched. */
 bool cli__kv_type(const char *s, shoal_dtype *out);
+/* How long a client waits for the key check's answer after a refusal. */
+#define SHOAL_CLI_KEYCHECK_MS 1500
+
 #define CLI__KV_TYPE_HELP                                                                          \
 	"  --kv-type f16|f32      KV cache elements (default f16, half the memory; f32\n"          \
 	"                         as the reference outputs in tests/data were made)\n"
@@ -44,17 +47,24 @@ void cli__backend_usage(FILE *f, int width);
 
 /* The cluster key a client command talks to a peer with: --key FILE, else
  * <state-dir>/cluster.key (state_dir NULL: the default) when it exists,
- * else none when insecure; *keys points at curve, or is NULL for none.
- * false after printing "shoal CMD: REASON" on stderr.
+ * else none when insecure; *keys points at curve, or is NULL for none;
+ * fp: the key's fingerprint (SHOAL_KEYCHECK_NOKEY without one), for the
+ * key check. false after printing "shoal CMD: REASON" on stderr.
  * (runtime/cli/cli_peer.c) */
 bool cli__client_key(const char *cmd, const char *key_file, bool insecure, const char *state_dir,
-                     shoal_key_curve *curve, shoal_key_curve **keys);
+                     shoal_key_curve *curve, shoal_key_curve **keys, char fp[17]);
+
+/* After the peer at ep refused us: ask it with the key check
+ * (net/keycheck.h) and print "shoal CMD: ..." with both fingerprints, or
+ * that the keys agree; fp is ours. (runtime/cli/cli_peer.c) */
+void cli__key_hint(const char *cmd, const char *ep, const char *fp);
 
 /* The status JSON of the peer at control endpoint ep ("tcp://HOST:PORT"),
- * within timeout_ms; NULL after printing "shoal CMD: ..." on stderr.
+ * within timeout_ms; NULL after printing "shoal CMD: ..." on stderr (and
+ * the key check's finding when the peer refused our key, fp).
  * (runtime/cli/cli_peer.c) */
 json_t *cli__status_fetch(const char *cmd, const char *ep, const shoal_key_curve *keys,
-                          int timeout_ms);
+                          const char *fp, int timeout_ms);
 
 /* `shoal run --peer ADDR ...` (argv as shoal_cmd_run got it) and its
  * options, for `shoal run --help`. (runtime/cli/cmd_run_remote.c) */

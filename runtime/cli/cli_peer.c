@@ -16,16 +16,18 @@
 #include "base/statedir.h"
 #include "net/ctl.h"
 #include "net/ctlmsg.h"
+#include "net/keycheck.h"
 #include "net/wire.h"
 #include "runtime/cli/cli_impl.h"
 
 bool cli__client_key(const char *cmd, const char *key_file, bool insecure, const char *state_dir,
-                     shoal_key_curve *curve, shoal_key_curve **keys)
+                     shoal_key_curve *curve, shoal_key_curve **keys, char fp[17])
 {
 	char dir[1024], def[1100], why[SHOAL_WHY_WRAP_LEN] = "";
 	struct stat st;
 	*keys = NULL;
 	memset(curve, 0, sizeof *curve);
+	snprintf(fp, 17, "%s", SHOAL_KEYCHECK_NOKEY);
 	if (!key_file && !insecure) {
 		if (state_dir)
 			snprintf(dir, sizeof dir, "%s", state_dir);
@@ -52,13 +54,39 @@ bool cli__client_key(const char *cmd, const char *key_file, bool insecure, const
 		return false;
 	}
 	shoal_key_derive(&key, curve);
+	shoal_key_fingerprint(&key, fp);
 	shoal_key_wipe(&key, sizeof key);
 	*keys = curve;
 	return true;
 }
 
+void cli__key_hint(const char *cmd, const char *ep, const char *fp)
+{
+	char why[SHOAL_WHY_LEN] = "";
+	shoal_keycheck_msg mine = {.kind = SHOAL_KEYCHECK_ASK}, theirs;
+	snprintf(mine.fp, sizeof mine.fp, "%s", fp);
+	if (shoal_keycheck_ask(ep, &mine, SHOAL_CLI_KEYCHECK_MS, &theirs, why, sizeof why) !=
+	    SHOAL_OK) {
+		fprintf(stderr, "shoal %s: (key check: %s)\n", cmd, why);
+		return;
+	}
+	if (shoal_keycheck_same(&mine, &theirs)) {
+		fprintf(stderr, "shoal %s: (key check: the peer holds the same key, %s)\n", cmd,
+		        fp);
+		return;
+	}
+	int none = !strcmp(theirs.fp, SHOAL_KEYCHECK_NOKEY),
+	    ours = !strcmp(fp, SHOAL_KEYCHECK_NOKEY);
+	fprintf(stderr,
+	        "shoal %s: key mismatch: the peer at %s (cluster '%s') holds %s%s; we hold "
+	        "%s%s\n",
+	        cmd, ep, theirs.cluster, none ? "no key (--insecure)" : "key fingerprint ",
+	        none ? "" : theirs.fp, ours ? "no key (--insecure)" : "key fingerprint ",
+	        ours ? "" : fp);
+}
+
 json_t *cli__status_fetch(const char *cmd, const char *ep, const shoal_key_curve *keys,
-                          int timeout_ms)
+                          const char *fp, int timeout_ms)
 {
 	char why[SHOAL_WHY_WRAP_LEN] = "";
 	shoal_ctl_client *cl = NULL;
@@ -76,10 +104,13 @@ json_t *cli__status_fetch(const char *cmd, const char *ep, const shoal_key_curve
 	const void *bufs[1] = {buf.data};
 	size_t lens[1] = {buf.len};
 	shoal_ctlmsg resp;
-	if (shoal_ctl_client_send(cl, bufs, lens, 1) != SHOAL_OK ||
-	    shoal_ctl_client_recv(cl, timeout_ms, &reply, &reply_len, why, sizeof why) !=
-	        SHOAL_OK) {
+	shoal_err e = shoal_ctl_client_send(cl, bufs, lens, 1);
+	if (!e)
+		e = shoal_ctl_client_recv(cl, timeout_ms, &reply, &reply_len, why, sizeof why);
+	if (e) {
 		fprintf(stderr, "shoal %s: %s: %s\n", cmd, ep, why[0] ? why : "send failed");
+		if (e == SHOAL_ERR_AUTH)
+			cli__key_hint(cmd, ep, fp);
 		goto out;
 	}
 	if (shoal_ctlmsg_decode(reply, reply_len, &resp, why, sizeof why) != SHOAL_OK ||

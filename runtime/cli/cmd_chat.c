@@ -100,9 +100,10 @@ static int chat_api_of_peer(const char *peer, const char *key_file, bool insecur
 		return 1;
 	}
 	shoal_key_curve curve, *keys = NULL;
-	if (!cli__client_key("chat", key_file, insecure, NULL, &curve, &keys))
+	char fp[17];
+	if (!cli__client_key("chat", key_file, insecure, NULL, &curve, &keys, fp))
 		return 1;
-	json_t *st = cli__status_fetch("chat", ep, keys, 3000);
+	json_t *st = cli__status_fetch("chat", ep, keys, fp, 3000);
 	shoal_key_wipe(&curve, sizeof curve);
 	if (!st)
 		return 1;

@@ -148,7 +148,8 @@ int cli__run_remote(int argc, char **argv)
 		return 2;
 	}
 	shoal_key_curve curve, *keys = NULL;
-	if (!cli__client_key("run", key_file, insecure, NULL, &curve, &keys))
+	char fp[17];
+	if (!cli__client_key("run", key_file, insecure, NULL, &curve, &keys, fp))
 		return 1;
 	int rc = 1;
 	shoal_ctl_client *cl = NULL;
@@ -185,9 +186,12 @@ int cli__run_remote(int argc, char **argv)
 	for (long t = 0, tries = 0;;) {
 		free(reply);
 		reply = NULL;
-		if (shoal_ctl_client_recv(cl, (int)tmo, &reply, &reply_len, why, sizeof why) !=
-		    SHOAL_OK) {
+		shoal_err re =
+		    shoal_ctl_client_recv(cl, (int)tmo, &reply, &reply_len, why, sizeof why);
+		if (re) {
 			fprintf(stderr, "shoal run: %s: %s\n", ep, why[0] ? why : "no answer");
+			if (re == SHOAL_ERR_AUTH)
+				cli__key_hint("run", ep, fp);
 			goto out;
 		}
 		if (shoal_runmsg_decode(reply, reply_len, &r, why, sizeof why) != SHOAL_OK ||

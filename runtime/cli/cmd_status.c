@@ -362,9 +362,10 @@ int shoal_cmd_status(int argc, char **argv)
 		return 1;
 	}
 	shoal_key_curve curve, *keys = NULL;
-	if (!cli__client_key("status", key_file, insecure, dir[0] ? dir : NULL, &curve, &keys))
+	char fp[17];
+	if (!cli__client_key("status", key_file, insecure, dir[0] ? dir : NULL, &curve, &keys, fp))
 		return 1;
-	json_t *root = cli__status_fetch("status", ep, keys, timeout_ms);
+	json_t *root = cli__status_fetch("status", ep, keys, fp, timeout_ms);
 	shoal_key_wipe(&curve, sizeof curve);
 	if (!root)
 		return 1;

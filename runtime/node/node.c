@@ -57,6 +57,7 @@ shoal_err shoal_node_new(const shoal_node_config *cfg, shoal_node **out, char *w
 	n->cfg = *cfg;
 	n->lock_fd = -1;
 	n->data_fd = -1;
+	n->kc_fd = -1;
 	shoal_wire_buf_init(&n->out);
 	snprintf(n->state_dir, sizeof n->state_dir, "%s", cfg->state_dir);
 	snprintf(n->cluster, sizeof n->cluster, "%s",
@@ -100,6 +101,7 @@ shoal_err shoal_node_new(const shoal_node_config *cfg, shoal_node **out, char *w
 	                       .ud = n};
 	if ((e = shoal_ctl_new(&cc, &n->ctl, why, why_len)) != SHOAL_OK)
 		goto fail;
+	node__keycheck_open(n);
 	if ((e = node__data_listen(n, why, why_len)) != SHOAL_OK)
 		goto fail;
 	if ((e = shoal_linkprobe_new(&n->lp)) != SHOAL_OK)
@@ -132,7 +134,8 @@ shoal_err shoal_node_new(const shoal_node_config *cfg, shoal_node **out, char *w
 		goto fail;
 	/* Seeds. */
 	n->seeds = calloc(cfg->n_seeds ? cfg->n_seeds : 1, sizeof *n->seeds);
-	if (!n->seeds) {
+	n->kc_seed_ok = calloc(cfg->n_seeds ? cfg->n_seeds : 1, sizeof *n->kc_seed_ok);
+	if (!n->seeds || !n->kc_seed_ok) {
 		e = SHOAL_ERR_NOMEM;
 		goto fail;
 	}
@@ -177,6 +180,8 @@ void shoal_node_free(shoal_node *n)
 	for (size_t i = 0; i < n->n_seeds; i++)
 		free(n->seeds[i]);
 	free(n->seeds);
+	free(n->kc_seed_ok);
+	node__keycheck_close(n);
 	shoal_wire_buf_fini(&n->out);
 	if (n->lock_fd >= 0)
 		close(n->lock_fd);
@@ -232,10 +237,19 @@ static void node_turn(shoal_node *n, uint64_t *next_probe, uint64_t *next_target
 	int dfds[SHOAL_NODE_MAX_FDS];
 	size_t nd = 0;
 	if (n->disc)
-		nd = n->disc->fds(n->disc_state, dfds, SHOAL_NODE_MAX_FDS - 1);
+		nd = n->disc->fds(n->disc_state, dfds, SHOAL_NODE_MAX_FDS - 2);
 	for (size_t i = 0; i < nd; i++)
 		fds[nfds++] = (shoal_ctl_fd){.fd = dfds[i], .events = POLLIN};
+	/* last: the key check, kept out of the discovery loop below */
+	int kc = n->kc_fd >= 0 ? nfds : -1;
+	if (kc >= 0)
+		fds[nfds++] = (shoal_ctl_fd){.fd = n->kc_fd, .events = POLLIN};
 	shoal_ctl_poll(n->ctl, timeout_ms, fds, nfds);
+	if (kc >= 0) {
+		nfds--;
+		if (fds[kc].revents & POLLIN)
+			node__keycheck_serve(n);
+	}
 	if (n->cl && (fds[0].revents & POLLIN)) {
 		shoal_serve_drain(n->cl);
 	} else if (fds[0].revents & POLLIN) {
@@ -247,6 +261,7 @@ static void node_turn(shoal_node *n, uint64_t *next_probe, uint64_t *next_target
 		if (fds[i].revents & (POLLIN | POLLHUP | POLLERR))
 			n->disc->process(n->disc_state, fds[i].fd);
 	shoal_swim_tick(n->sw);
+	node__keycheck_tick(n);
 	now = node__now_us(NULL);
 	if (n->cl && now >= n->next_cluster_us) {
 		node__serve_tick(n);

@@ -92,6 +92,7 @@ void node__on_found(void *ud, const shoal_discovery_found *f)
 	SHOAL_LOG_I("node", "mDNS found peer %.8s at %s; joining through it", f->id_hex,
 	            f->endpoint);
 	shoal_swim_join(n->sw, f->endpoint);
+	node__keycheck_ask(n, f->endpoint);
 }
 
 /* The status response: {"self", "cluster", "insecure", "peers": [...]}. */

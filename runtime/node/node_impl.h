@@ -18,6 +18,7 @@
 
 #include "net/ctl.h"
 #include "net/identity.h"
+#include "net/keycheck.h"
 #include "net/linkprobe.h"
 #include "net/record.h"
 #include "net/swim.h"
@@ -58,7 +59,15 @@
  * (10 per 10 s), as membership does, so a flood cannot fill the disk. */
 #define SHOAL_NODE_DROPLOG_BURST 10u
 #define SHOAL_NODE_DROPLOG_MULT  100u
-#define SHOAL_NODE_MAX_FDS       48 /* discovery ops (<= 64 in flight, usually < 10) + listener */
+/* Key check (node_keycheck.c): ask unanswered seeds every KC_ASK_MULT B
+ * (1 s), so a mismatch is logged on both sides within about a second of
+ * the later start; log a mismatch with one peer once per KC_LOG_MULT B
+ * (30 s), remembering the last KC_LOGS peers. */
+#define SHOAL_NODE_KC_ASK_MULT 10u
+#define SHOAL_NODE_KC_LOG_MULT 300u
+#define SHOAL_NODE_KC_LOGS     16
+#define SHOAL_NODE_MAX_FDS                                                                         \
+	48 /* discovery ops (<= 64 in flight, usually < 10) + listener + key check */
 
 struct shoal_node {
 	shoal_node_config cfg;
@@ -105,6 +114,14 @@ struct shoal_node {
 	bool status_mu_ok;
 	char *status_cache;
 	uint64_t next_status_us;
+	/* the key check beside the control port (-1: none) */
+	int kc_fd;
+	uint64_t kc_next_us;
+	int8_t *kc_seed_ok; /* per seed: 0 unanswered, 1 our key, -1 another */
+	struct {
+		char who[96];
+		uint64_t until_us;
+	} kc_log[SHOAL_NODE_KC_LOGS];
 };
 
 /* The functions the files share, by file, in the order calls go: node.c
@@ -127,6 +144,14 @@ char *node__status_json(shoal_node *n);
 void node__on_disconnect(void *ud, int fd);
 void node__on_message(void *ud, const shoal_ctl_route *from, const uint8_t *buf, size_t len);
 shoal_err node__data_listen(shoal_node *n, char *why, size_t why_len);
+
+/* node_keycheck.c: the key check (net/keycheck.h): the UDP socket beside
+ * the control port, answering asks, asking seeds and found peers. */
+void node__keycheck_open(shoal_node *n); /* after the control socket */
+void node__keycheck_close(shoal_node *n);
+void node__keycheck_ask(shoal_node *n, const char *endpoint);
+void node__keycheck_serve(shoal_node *n); /* its descriptor is readable */
+void node__keycheck_tick(shoal_node *n);
 
 /* node_serve.c: the serving state: made (wc: a weights cache, or NULL for
  * --model; the data listener becomes its xfer listener), and its

@@ -50,7 +50,16 @@ wait_for 20 servable_all 1 d1 || fail "d1 not servable"
 
 # 1-2. keys
 expect wrong-key "the peer refused our key" "$SEED" --key "$T/other"
+# ... and the key check names both fingerprints (the node logs it too)
+FPK=$("$B" key fingerprint "$T/k") && FPO=$("$B" key fingerprint "$T/other") ||
+	fail "shoal key fingerprint"
+grep -q "key mismatch: the peer at tcp://$SEED (cluster '[^']*') holds key fingerprint $FPK; we hold key fingerprint $FPO" \
+	"$T/wrong-key.err" || fail "wrong-key: no key check finding: $(cat "$T/wrong-key.err")"
+grep -q "key mismatch: a client at .* holds key fingerprint $FPO; ours is key fingerprint $FPK" \
+	"$T/d1.log" || fail "d1 did not log the client's key mismatch"
 expect no-key "the peer refused us without a key" "$SEED" --insecure
+grep -q "we hold no key (--insecure)" "$T/no-key.err" ||
+	fail "no-key: no key check finding: $(cat "$T/no-key.err")"
 
 # 3. nothing listening
 start gone "$DENSE" --ctx 256

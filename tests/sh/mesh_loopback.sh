@@ -91,10 +91,23 @@ INC3B=$("$VC" "$T/st-n1.json" inc n3)
 [ "$INC3B" -gt "$INC3" ] || fail "incarnation did not grow ($INC3 -> $INC3B)"
 echo "n3 back as itself in $(($(now_ms) - t0)) ms (incarnation $INC3 -> $INC3B)"
 
-# 4. another cluster key never appears
+# 4. another cluster key never appears, and both sides say so within 3 s
+#    of x1's start, naming the other's address and both fingerprints
+FPK=$("$B" key fingerprint "$T/k") || fail "shoal key fingerprint"
+FPO=$("$B" key fingerprint "$T/other") || fail "shoal key fingerprint (other)"
 KEY=$T/other start x1 "" --peer "$SEED"
 ep x1 >/dev/null
-sleep 3
+X1=$(ep x1)
+t0=$(now_ms)
+told() {
+	grep "key mismatch: the peer at .*(control tcp://$X1,.* holds key fingerprint $FPO; ours is key fingerprint $FPK" \
+		"$T/n1.log" >/dev/null &&
+		grep "key mismatch: the peer at tcp://$SEED .* holds key fingerprint $FPK; ours is key fingerprint $FPO" \
+			"$T/x1.log" >/dev/null
+}
+wait_for 3 told || fail "the key mismatch was not told on both sides within 3 s of x1's start: $(grep -h "key mismatch" "$T/n1.log" "$T/x1.log")"
+echo "key mismatch told on both sides in $(($(now_ms) - t0)) ms"
+sleep 2
 for n in n1 n2 n3 n4; do
 	status $n || fail "status of $n"
 	[ "$("$VC" "$T/st-$n.json" named x1)" = 0 ] || fail "x1 (other key) appears in $n's view"
