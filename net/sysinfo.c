@@ -13,8 +13,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/utsname.h>
+#include <time.h>
 #include <unistd.h>
 
 #ifdef __linux__
@@ -186,4 +188,61 @@ void shoal_sysinfo_refresh(shoal_sysinfo *si)
 {
 	sysinfo_memory(si);
 	sysinfo_load(si);
+}
+
+/* ---- CPU time -------------------------------------------------------------- */
+
+int shoal_sysinfo_parse_stat(const char *text, unsigned long long *busy, unsigned long long *total)
+{
+	/* "cpu  user nice system idle iowait irq softirq steal guest guest_nice":
+	 * idle and iowait are idle; guest time is already inside user */
+	unsigned long long v[8] = {0};
+	if (strncmp(text, "cpu ", 4) != 0)
+		return -1;
+	int k = sscanf(text + 4, "%llu %llu %llu %llu %llu %llu %llu %llu", &v[0], &v[1], &v[2],
+	               &v[3], &v[4], &v[5], &v[6], &v[7]);
+	if (k < 4)
+		return -1;
+	*busy = v[0] + v[1] + v[2] + v[5] + v[6] + v[7];
+	*total = *busy + v[3] + v[4];
+	return 0;
+}
+
+void shoal_sysinfo_cpu_sample(shoal_sysinfo_cpu *out)
+{
+	memset(out, 0, sizeof *out);
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	out->wall_s = (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+	struct rusage ru;
+	if (getrusage(RUSAGE_SELF, &ru) == 0)
+		out->self_s = (double)ru.ru_utime.tv_sec + (double)ru.ru_utime.tv_usec * 1e-6 +
+		              (double)ru.ru_stime.tv_sec + (double)ru.ru_stime.tv_usec * 1e-6;
+#ifdef __linux__
+	char text[512];
+	FILE *f = fopen("/proc/stat", "r");
+	if (!f)
+		return;
+	size_t n = fread(text, 1, sizeof text - 1, f);
+	fclose(f);
+	text[n] = '\0';
+	unsigned long long busy, total;
+	long tck = sysconf(_SC_CLK_TCK);
+	if (tck > 0 && shoal_sysinfo_parse_stat(text, &busy, &total) == 0) {
+		out->machine_busy_s = (double)busy / (double)tck;
+		out->known = 1;
+	}
+#endif
+}
+
+void shoal_sysinfo_cpu_busy(const shoal_sysinfo_cpu *a, const shoal_sysinfo_cpu *b, double *others,
+                            double *self)
+{
+	double dt = b->wall_s - a->wall_s;
+	*self = dt > 0 ? (b->self_s - a->self_s) / dt : 0.0;
+	*others = -1.0;
+	if (dt <= 0 || !a->known || !b->known)
+		return;
+	double o = (b->machine_busy_s - a->machine_busy_s) / dt - *self;
+	*others = o > 0 ? o : 0.0; /* jiffies and rusage round differently */
 }

@@ -50,4 +50,27 @@ shoal_err shoal_sysinfo_parse_meminfo(const char *text, uint64_t *total, uint64_
 /* Refresh only what changes at run time (available memory, load). */
 void shoal_sysinfo_refresh(shoal_sysinfo *si);
 
+/* CPU time at one moment, to tell how busy the machine was between two
+ * samples (shoal_sysinfo_cpu_busy): the machine's busy seconds over all
+ * CPUs (Linux: /proc/stat; 0 where unknown), this process's CPU seconds
+ * (getrusage) and a monotonic clock. */
+typedef struct shoal_sysinfo_cpu {
+	double machine_busy_s;
+	double self_s;
+	double wall_s;
+	int known; /* the machine figure was read */
+} shoal_sysinfo_cpu;
+
+void shoal_sysinfo_cpu_sample(shoal_sysinfo_cpu *out);
+
+/* Between samples a and b: the cores other processes kept busy on average
+ * (*others) and this process (*self); -1 in *others where the machine
+ * figure is unknown or no time passed. */
+void shoal_sysinfo_cpu_busy(const shoal_sysinfo_cpu *a, const shoal_sysinfo_cpu *b, double *others,
+                            double *self);
+
+/* The busy and total jiffies of the aggregate "cpu" line of /proc/stat's
+ * text (tests feed it samples); -1 when there is none. */
+int shoal_sysinfo_parse_stat(const char *text, unsigned long long *busy, unsigned long long *total);
+
 #endif

@@ -262,6 +262,8 @@ static void node_turn(shoal_node *n, uint64_t *next_probe, uint64_t *next_target
 			n->disc->process(n->disc_state, fds[i].fd);
 	shoal_swim_tick(n->sw);
 	node__keycheck_tick(n);
+	if (node__probe_retake_tick(n))
+		*next_record = 0; /* publish the new figure now */
 	now = node__now_us(NULL);
 	if (n->cl && now >= n->next_cluster_us) {
 		node__serve_tick(n);

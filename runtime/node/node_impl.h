@@ -66,6 +66,9 @@
 #define SHOAL_NODE_KC_ASK_MULT 10u
 #define SHOAL_NODE_KC_LOG_MULT 300u
 #define SHOAL_NODE_KC_LOGS     16
+/* A compute probe taken under load is retaken after a whole period of
+ * RETAKE_MULT B (10 s) on a quiet machine (node_probe.c). */
+#define SHOAL_NODE_RETAKE_MULT 100u
 #define SHOAL_NODE_MAX_FDS                                                                         \
 	48 /* discovery ops (<= 64 in flight, usually < 10) + listener + key check */
 
@@ -114,6 +117,12 @@ struct shoal_node {
 	bool status_mu_ok;
 	char *status_cache;
 	uint64_t next_status_us;
+	/* the compute probe (node_probe.c): taken under load, retakes allowed,
+	 * the next look, CPU time at the last look */
+	bool probe_loaded;
+	bool probe_retake;
+	uint64_t probe_next_us;
+	shoal_sysinfo_cpu probe_cpu;
 	/* the key check beside the control port (-1: none) */
 	int kc_fd;
 	uint64_t kc_next_us;
@@ -152,6 +161,12 @@ void node__keycheck_close(shoal_node *n);
 void node__keycheck_ask(shoal_node *n, const char *endpoint);
 void node__keycheck_serve(shoal_node *n); /* its descriptor is readable */
 void node__keycheck_tick(shoal_node *n);
+
+/* node_probe.c: the compute probe's figures into r (kept ones, or
+ * measured), and their retake once the machine is quiet (true: the record
+ * changed; it is published at the next record period). */
+void node__probe_compute(shoal_node *n, shoal_record *r);
+bool node__probe_retake_tick(shoal_node *n);
 
 /* node_serve.c: the serving state: made (wc: a weights cache, or NULL for
  * --model; the data listener becomes its xfer listener), and its

@@ -1,7 +1,7 @@
 /*
  * runtime/node/node_record.c: our record and what measures it: the clock and
  * randomness SWIM is given, the control file `shoal status` finds us by,
- * the machine and compute probes (kept in the state directory), the
+ * the machine and our devices (the compute probe is node_probe.c's), the
  * record's endpoints, and the link probes whose figures it gossips.
  * Node thread.
  */
@@ -17,7 +17,6 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <netinet/in.h>
-#include <time.h>
 #include <unistd.h>
 
 #include <sodium.h>
@@ -28,7 +27,6 @@
 #include "net/endpoint.h"
 #include "base/statedir.h"
 #include "runtime/backends.h"
-#include "runtime/cpu/kernels_probe.h"
 
 uint64_t node__now_us(void *ctx)
 {
@@ -72,83 +70,6 @@ void node__remove_control(shoal_node *n)
 }
 
 /* --------------------------------------------------------------- the record */
-
-/* The compute probe: runtime/cpu/kernels_probe.h measures the best kernel
- * table's quantized mat-vec (decode, memory-bound: GB/s) and mat-mul
- * (prefill: GFLOP/s) on one thread. SHOAL_NODE_PROBE_MS = 150 ms: a start-up
- * cost nobody notices, long enough for a few passes over a matrix larger
- * than the caches. */
-#define SHOAL_NODE_PROBE_MS 150u
-
-/* The figures are kept in the state directory (SHOAL_NODE_PROBE_FILE: one
- * line "shoal-probe 3 ISA MB_S MFLOPS UNIX_SECONDS PREFETCH", the last the
- * weight prefetch the probe chose, kernels.h; a line of an older version is
- * measured again: version 3 came with the AVX-512 row-group kernels, whose
- * mat-mul is ~3x version 2's, so an upgraded peer must not publish its old
- * figure; bump it whenever the kernels' speed changes that much) and used
- * again by the
- * next start on the same kernels within SHOAL_NODE_PROBE_KEEP_S, unless
- * --reprobe: a restarted peer then publishes the record it had, so its
- * peers' plan still holds and a restart changes no plan (a new measurement
- * differs by a few percent and may tip the layer split). */
-#define SHOAL_NODE_PROBE_FILE "probe"
-
-#define SHOAL_NODE_PROBE_KEEP_S (7u * 24 * 3600)
-
-static bool node_probe_load(const char *dir, shoal_record *r)
-{
-	char path[1100], isa[32], pf[8];
-	snprintf(path, sizeof path, "%s/%s", dir, SHOAL_NODE_PROBE_FILE);
-	FILE *f = fopen(path, "r");
-	if (!f)
-		return false;
-	unsigned long long mb = 0, mf = 0, at = 0;
-	int k = fscanf(f, "shoal-probe 3 %31s %llu %llu %llu %7s", isa, &mb, &mf, &at, pf);
-	fclose(f);
-	time_t now = time(NULL);
-	if (k != 5 || strcmp(isa, shoal_kernels_best()->isa) || !mb || !mf ||
-	    at > (unsigned long long)now ||
-	    (unsigned long long)now - at > SHOAL_NODE_PROBE_KEEP_S ||
-	    (strcmp(pf, "l1") && strcmp(pf, "l2")))
-		return false;
-	if (!shoal_kernels_prefetch_fixed())
-		shoal_kernels_set_prefetch(!strcmp(pf, "l2"));
-	r->compute_mb_s = mb;
-	r->compute_mflops = mf;
-	SHOAL_LOG_I("node",
-	            "compute probe (%s, kept from %llu s ago; --reprobe measures again): "
-	            "%.2f GB/s mat-vec, %.2f GFLOP/s mat-mul, weight prefetch %s",
-	            isa, (unsigned long long)now - at, (double)mb / 1000.0, (double)mf / 1000.0,
-	            shoal_kernels_prefetch());
-	return true;
-}
-
-static void node_compute_probe(const char *dir, bool reprobe, shoal_record *r)
-{
-	if (!reprobe && node_probe_load(dir, r))
-		return;
-	shoal_kernels_probe_result res;
-	if (shoal_kernels_probe(NULL, SHOAL_NODE_PROBE_MS, &res) != SHOAL_OK) {
-		SHOAL_LOG_W("node", "compute probe failed (out of memory); publishing 0");
-		return;
-	}
-	r->compute_mb_s = (uint64_t)(res.gemv_gbps * 1000.0);     /* GB/s -> MB/s */
-	r->compute_mflops = (uint64_t)(res.gemm_gflops * 1000.0); /* GFLOP/s -> MFLOP/s */
-	SHOAL_LOG_I("node",
-	            "compute probe (%s, %u ms): %.2f GB/s mat-vec, %.2f GFLOP/s mat-mul, "
-	            "weight prefetch %s (the other: %.2f GB/s)",
-	            res.isa ? res.isa : "?", res.elapsed_ms, res.gemv_gbps, res.gemm_gflops,
-	            res.prefetch, res.gemv_gbps_other);
-	char path[1100], line[160], why[SHOAL_WHY_WRAP_LEN];
-	snprintf(path, sizeof path, "%s/%s", dir, SHOAL_NODE_PROBE_FILE);
-	int n = snprintf(line, sizeof line, "shoal-probe 3 %s %llu %llu %llu %s\n",
-	                 res.isa ? res.isa : "?", (unsigned long long)r->compute_mb_s,
-	                 (unsigned long long)r->compute_mflops, (unsigned long long)time(NULL),
-	                 res.prefetch);
-	if (n > 0 && (size_t)n < sizeof line &&
-	    shoal_file_replace(path, line, (size_t)n, false, why, sizeof why) != SHOAL_OK)
-		SHOAL_LOG_D("node", "cannot keep the compute figures: %s", why);
-}
 
 /* Our compute devices (runtime/backends.h), as --backend chooses them: the
  * CPU first, with the compute probe's figures (kept across restarts) and
@@ -295,7 +216,7 @@ void node__record_init(shoal_node *n)
 	/* models: not advertised yet (open work of the elastic-cluster issue:
 	 * weights for a peer without the file); peers match by model id. */
 	r->n_models = 0;
-	node_compute_probe(n->state_dir, n->cfg.reprobe, r);
+	node__probe_compute(n, r);
 	node_devices(n, r);
 }
 

@@ -25,6 +25,9 @@ VC=$BD/tests/helpers/viewcheck # reads views out of status JSON
 T=$(mktemp -d "/tmp/shoal-$(basename "$0" .sh)-XXXXXX")
 KEY=$T/k        # the cluster key of start, start_host and status
 GOSSIP_MS=50    # gossip base period of every node the tests start
+# no compute probe retakes (runtime/node/node_probe.c): a retake moves the
+# plan under a test whenever the machine turns quiet (probe_retake.sh sets 1)
+export SHOAL_PROBE_RETAKE=${SHOAL_PROBE_RETAKE:-0}
 declare -A PID  # NAME -> PID of a started node
 declare -A HOST # NAME -> emulated host of a node started there
 

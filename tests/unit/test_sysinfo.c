@@ -74,5 +74,35 @@ static void test_cores_follow_affinity(void)
 #endif
 }
 
-TEST_MAIN(TEST_CASE(test_meminfo_sample), TEST_CASE(test_live_probe),
+static void test_cpu_time(void)
+{
+	unsigned long long busy = 0, total = 0;
+	/* user nice system idle iowait irq softirq steal guest guest_nice */
+	ASSERT_EQ(shoal_sysinfo_parse_stat("cpu  100 5 50 1000 20 3 2 1 7 0\ncpu0 1 2 3 4\n", &busy,
+	                                   &total),
+	          0);
+	ASSERT_EQ(busy, 161u); /* guest (7) is inside user already */
+	ASSERT_EQ(total, 1181u);
+	ASSERT_EQ(shoal_sysinfo_parse_stat("cpu  1 2 3 4\n", &busy, &total), 0); /* old kernels */
+	ASSERT_EQ(busy, 6u);
+	ASSERT_EQ(shoal_sysinfo_parse_stat("cpu0 1 2 3 4\n", &busy, &total), -1);
+	ASSERT_EQ(shoal_sysinfo_parse_stat("cpu  1 2\n", &busy, &total), -1);
+	/* a busy loop of ours over 200 ms: we kept up to one core busy */
+	shoal_sysinfo_cpu a, b;
+	shoal_sysinfo_cpu_sample(&a);
+	volatile unsigned long x = 0;
+	do {
+		for (int i = 0; i < 100000; i++)
+			x += (unsigned long)i;
+		shoal_sysinfo_cpu_sample(&b);
+	} while (b.wall_s - a.wall_s < 0.2);
+	double others, self;
+	shoal_sysinfo_cpu_busy(&a, &b, &others, &self);
+	ASSERT_TRUE(self > 0.0 && self < 1.3); /* a share of a core, less on a busy machine */
+	ASSERT_TRUE(a.known ? others >= 0.0 : others < 0.0);
+	shoal_sysinfo_cpu_busy(&b, &b, &others, &self); /* no time passed */
+	ASSERT_TRUE(others < 0.0);
+}
+
+TEST_MAIN(TEST_CASE(test_cpu_time), TEST_CASE(test_meminfo_sample), TEST_CASE(test_live_probe),
           TEST_CASE(test_cores_follow_affinity))
