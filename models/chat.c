@@ -108,7 +108,7 @@ static const char *const chat_style_names[SHOAL_CHAT__COUNT] = {
     [SHOAL_CHAT_LLAMA3] = "llama3",        [SHOAL_CHAT_LLAMA31] = "llama3.1",
     [SHOAL_CHAT_MISTRAL] = "mistral-nemo", [SHOAL_CHAT_DEEPSEEK] = "deepseek3.1",
     [SHOAL_CHAT_GEMMA] = "gemma",          [SHOAL_CHAT_PHI3] = "phi3.5",
-    [SHOAL_CHAT_GLM] = "glm4.5",
+    [SHOAL_CHAT_GLM] = "glm4.5",           [SHOAL_CHAT_HARMONY] = "gpt-oss",
 };
 
 const char *shoal_chat_style_name(shoal_chat_style s)
@@ -141,6 +141,10 @@ typedef struct chat_rule {
 } chat_rule;
 
 static const chat_rule chat_rules[] = {
+    /* gpt-oss's harmony: channels and its own system message. */
+    {SHOAL_CHAT_HARMONY,
+     {"<|start|>", "<|channel|>", "<|message|>", "# Valid channels: analysis, commentary, final"},
+     {0}},
     /* DeepSeek V3.1: full-width bars; V3 and R1 lack the empty think. */
     {SHOAL_CHAT_DEEPSEEK, {DS_USER, DS_ASSISTANT, "<think></think>"}, {0}},
     /* Qwen3: ChatML with think handling. */
@@ -613,6 +617,9 @@ shoal_err shoal_chat_render_opts(shoal_chat_style s, const shoal_chat_msg *msgs,
 		break;
 	case SHOAL_CHAT_PHI3:
 		e = render_phi3(&c, &b, g, eos);
+		break;
+	case SHOAL_CHAT_HARMONY:
+		e = chat__render_harmony(msgs, n, o, &b, why, why_len);
 		break;
 	case SHOAL_CHAT_GLM: /* chat_tools_fmt.c */
 	case SHOAL_CHAT__COUNT:

@@ -91,6 +91,15 @@ typedef struct shoal_chat_msg {
  *   "\n</tool_call>") and results ("<|observation|>" once per run of
  *   them, "\n<tool_response>\nT\n</tool_response>" each) as its
  *   template (models/chat_tools_fmt.c).
+ * HARMONY (gpt-oss): a system message of the format's own (identity,
+ *   knowledge cutoff, the date and reasoning effort of shoal_chat_opts,
+ *   the valid channels), "<|start|>developer<|message|># Instructions\n\n"
+ *   + m[0]'s text + "\n\n<|end|>" when m[0] is a non-empty system
+ *   message (a later system message is refused: the template drops it),
+ *   "<|start|>user<|message|>" + text + "<|end|>", and
+ *   "<|start|>assistant<|channel|>final<|message|>" + text + "<|end|>"
+ *   ("<|return|>" for a last assistant message without g); g:
+ *   "<|start|>assistant". No tools yet (models/chat_harmony.c).
  *
  * "Trimmed" means leading and trailing ASCII whitespace removed (Jinja's
  * trim also strips Unicode spaces; chats rarely end in those). */
@@ -106,6 +115,7 @@ typedef enum shoal_chat_style {
 	SHOAL_CHAT_GEMMA,
 	SHOAL_CHAT_PHI3,
 	SHOAL_CHAT_GLM,
+	SHOAL_CHAT_HARMONY,
 	SHOAL_CHAT__COUNT
 } shoal_chat_style;
 
@@ -142,6 +152,11 @@ typedef struct shoal_chat_opts {
 	 * none. Only the formats with a tool syntax take tools, "tool"
 	 * messages or calls (shoal_chat_tool_syntax); others: UNSUPPORTED. */
 	const char *tools;
+	/* HARMONY (gpt-oss) writes the date into its system message: "YYYY-MM-DD"
+	 * (NULL: today, UTC, as the template's strftime_now) and a reasoning
+	 * effort: "low", "medium" or "high" (NULL: "medium", its default). */
+	const char *date;
+	const char *reasoning;
 } shoal_chat_opts;
 
 /* How a format's model calls functions (models/tool_call.h parses it). */
@@ -182,7 +197,7 @@ shoal_err shoal_chat_render_opts(shoal_chat_style s, const shoal_chat_msg *msgs,
 
 /* A static lower-case name ("plain", "chatml", "qwen2.5", "qwen3",
  * "llama3", "llama3.1", "mistral-nemo", "deepseek3.1", "gemma", "phi3.5",
- * "glm4.5");
+ * "glm4.5", "gpt-oss");
  * "unknown" for a value out of range. */
 const char *shoal_chat_style_name(shoal_chat_style s);
 

@@ -50,6 +50,11 @@ char *chat__tojson_value(const json_t *v, unsigned indent);
 /* The same of a JSON text; NULL: not JSON (or out of memory). */
 char *chat__tojson(const char *json, size_t len);
 
+/* ---- chat_harmony.c: gpt-oss's format without tools, for m[0..n) whose
+ * roles chat.c checked (system, user, assistant); SHOAL_OK or a reason. */
+shoal_err chat__render_harmony(const shoal_chat_msg *m, size_t n, const shoal_chat_opts *o,
+                               chat_out *b, char *why, size_t why_len);
+
 /* ---- chat_tools.c -> chat_tools_fmt.c: a checked conversation with tools */
 
 typedef struct chat_tc {

@@ -3,6 +3,7 @@
  *
  * Part: tests of models/ (chat). Reads a JSON array of cases
  * {"style": name, "gen": bool, "thinking": -1|0|1 (optional),
+ * "date": "YYYY-MM-DD" (optional),
  * "tools": [...] (optional), "msgs": [{"role", "content", "tool_calls":
  * [{"id", "function": {"name", "arguments": string}}] (optional),
  * "tool_call_id" (optional)}...]} from the
@@ -76,6 +77,7 @@ int main(int argc, char **argv)
 		    .eos = "<EOS>",
 		    .thinking = th ? (int)json_integer_value(th) : -1,
 		    .tools = tools_s,
+		    .date = json_string_value(json_object_get(c, "date")),
 		};
 		char *out = NULL, why[SHOAL_WHY_LEN] = "";
 		shoal_err e = shoal_chat_render_opts(st, m, n, &o, &out, why, sizeof why);

@@ -67,6 +67,7 @@ static const struct {
     {"microsoft-Phi-3.5-mini-instruct", SHOAL_CHAT_PHI3},
     {"mistralai-Mistral-Nemo-Instruct-2407", SHOAL_CHAT_MISTRAL},
     {"GLM-4.6", SHOAL_CHAT_GLM},
+    {"openai-gpt-oss-120b", SHOAL_CHAT_HARMONY},
 };
 
 /* A conversation from conversations.json as messages pointing into it. */
@@ -175,8 +176,14 @@ static void test_bundled_templates(void)
 			size_t rlen = 0;
 			char *ref = slurp(path, &rlen);
 			char *out = NULL;
-			e = shoal_chat_render(got, convs[c].m, convs[c].n, true, "<BOS>", "<EOS>",
-			                      &out, why, sizeof why);
+			/* the date the references were rendered with (gpt-oss prints it) */
+			shoal_chat_opts o = {.add_generation_prompt = true,
+			                     .bos = "<BOS>",
+			                     .eos = "<EOS>",
+			                     .thinking = -1,
+			                     .date = "2026-01-01"};
+			e = shoal_chat_render_opts(got, convs[c].m, convs[c].n, &o, &out, why,
+			                           sizeof why);
 			if (!ref) {
 				/* Only Gemma's with-system has no reference (the
 				 * template raises); test_gemma_system covers it. */
