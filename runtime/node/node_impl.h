@@ -69,6 +69,8 @@
 /* A compute probe taken under load is retaken after a whole period of
  * RETAKE_MULT B (10 s) on a quiet machine (node_probe.c). */
 #define SHOAL_NODE_RETAKE_MULT 100u
+/* malloc_trim every TRIM_MULT B (30 s): node.c says why */
+#define SHOAL_NODE_TRIM_MULT 300u
 #define SHOAL_NODE_MAX_FDS                                                                         \
 	48 /* discovery ops (<= 64 in flight, usually < 10) + listener + key check */
 
@@ -123,6 +125,7 @@ struct shoal_node {
 	bool probe_retake;
 	uint64_t probe_next_us;
 	shoal_sysinfo_cpu probe_cpu;
+	uint64_t next_trim_us; /* node.c: the next malloc_trim */
 	/* the key check beside the control port (-1: none) */
 	int kc_fd;
 	uint64_t kc_next_us;
