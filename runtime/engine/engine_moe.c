@@ -19,6 +19,14 @@
  *   top-k of s, w = p[top-k]; normalised as above; w *= expert_weights_scale
  *   out += the shared experts' down(silu(gate x) * up x), on the layer's
  *     owner (shared experts never leave their layer)
+ *
+ * Where it runs: the routing's choice on the host (one read of the
+ * router's scores; the backends' shared top-k); the routed experts of a
+ * layer whose experts are all here as one backend moe_ffn with the
+ * routing written to the device (no read-back per expert: backend.h says
+ * the op adds the terms as moe_combine does, so the tokens are those of
+ * the per-expert path); a layer with remote experts per expert here
+ * (shoal_engine_moe_partial) plus the hook, combined on the host.
  */
 #include "runtime/engine/engine_impl.h"
 
