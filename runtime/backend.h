@@ -123,7 +123,10 @@ typedef struct shoal_backend_attn {
  * (the same activation rounding and sums as that backend's matmul of the
  * expert's matrix), silu(g) * u is swiglu's. The routing (ids, w) is
  * device memory: a row's k ids are distinct and ascending, each < n_expert
- * (trusted: the engine chooses and sorts them). scratch: device memory of
+ * (trusted: the engine chooses and sorts them). ids_host: the same ids in
+ * host memory where the caller has them (the engine does: it routes on the
+ * host), or NULL: a backend may plan its work from them (which experts run,
+ * on how many rows) instead of reading ids back. scratch: device memory of
  * n_rows * k * (2 * n_ff + n_embd) floats that the op may overwrite. */
 typedef struct shoal_backend_moe {
 	uint32_t n_rows, k, n_expert;
@@ -132,9 +135,10 @@ typedef struct shoal_backend_moe {
 	size_t gate_stride, up_stride, down_stride; /* bytes from one expert to the next */
 	const float *x;                             /* (n_rows, n_embd) ldx */
 	size_t ldx;
-	const int32_t *ids; /* (n_rows, k) expert ids */
-	const float *w;     /* (n_rows, k) their weights */
-	float *out;         /* (n_rows, n_embd) ldo, not overlapping x */
+	const int32_t *ids;      /* (n_rows, k) expert ids */
+	const int32_t *ids_host; /* host (n_rows, k): the same, or NULL */
+	const float *w;          /* (n_rows, k) their weights */
+	float *out;              /* (n_rows, n_embd) ldo, not overlapping x */
 	size_t ldo;
 	float *scratch;
 } shoal_backend_moe;

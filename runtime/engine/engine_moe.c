@@ -282,6 +282,7 @@ static void engine_moe_local(shoal_engine *e, uint32_t l, uint32_t n_rows)
 	    .x = e->xn,
 	    .ldx = hp->n_embd,
 	    .ids = ids,
+	    .ids_host = e->moe_ids,
 	    .w = w,
 	    .out = e->tmp,
 	    .ldo = hp->n_embd,

@@ -13,7 +13,18 @@
  *   5. Y (slot, n_embd) = down_e G[s];
  *   6. out[r] = sum_j w[s] * Y[s] in slot order (shaders/moe_combine.comp).
  * Scratch: G, U and Y in the caller's scratch (n_rows k (2 n_ff + n_embd)
- * floats, as backend.h says). An expert tensor larger than one binding
+ * floats, as backend.h says).
+ *
+ * That path reads an expert's weights once per slot: right for decode (a
+ * few rows), wasteful for a prefill batch where many rows share an expert.
+ * With more rows than the mat-vec's 8 and the routing on the host too
+ * (ids_host), the grouped path plans from the host ids instead: the slots
+ * sorted by expert, the rows they read gathered in that order into Y
+ * (shaders/moe_gather.comp), then per expert used one matmul of gate and
+ * up and one of down over its run of rows (vk__matmul: mat-vec or tiles,
+ * each weight read once per run), swiglu over all, and the combine through
+ * the slots' places in that order. Both paths give the same bits (the
+ * matmul's mat-vec and tiles sum in one order, backend.h). An expert tensor larger than one binding
  * window (vk_impl.h) is bound in runs of whole experts, one dispatch per
  * run, each shader instance computing only the slots whose expert its run
  * holds.
@@ -45,6 +56,12 @@
 #define MOE_DECLARE(name, t) VK__SHADER(moe_mv_##name);
 MOE_TYPES(MOE_DECLARE)
 VK__SHADER(moe_combine);
+VK__SHADER(moe_gather);
+
+/* The grouped path: from more rows than the mat-vec takes (vk_matmul.c's
+ * MM_VEC_ROWS), in chunks of rows whose slots the host plans on its stack. */
+#define MOE_GROUP_MIN_ROWS 9u
+#define MOE_PLAN_SLOTS     2048u
 
 typedef struct moe_kind {
 	shoal_dtype t;
@@ -170,32 +187,132 @@ static vk__ref moe_act(shoal_backend *b, shoal_dtype act, vk__ref xr, size_t ldx
 
 /* The push constants of shaders/moe_combine.comp. */
 typedef struct combine_push {
-	uint32_t yo, ldy, wo, oo, ldo, n, k, row0;
+	uint32_t yo, ldy, wo, oo, ldo, n, k, row0, mo, use_map;
 } combine_push;
 
-static void moe_combine(shoal_backend *b, const shoal_backend_moe *m, vk__ref yr)
+/* out rows r0 .. r0 + nr - 1 from their slots' rows of Y (yr: slot r0 k's
+ * row, or with a map (mr: element offset of slot r0 k's entry) the row the
+ * map gives, from there). */
+static void moe_combine(shoal_backend *b, const shoal_backend_moe *m, uint32_t r0, uint32_t nr,
+                        vk__ref yr, const vk__ref *mr)
 {
 	const vk__caps *c = vk__caps_of(b);
-	vk__ref wr = floats_ref(b, m->w, (uint64_t)m->n_rows * m->k, 1, 0);
-	vk__ref orf = floats_ref(b, m->out, m->n_embd, m->n_rows, m->ldo);
+	vk__ref wr = floats_ref(b, m->w + (size_t)r0 * m->k, (uint64_t)nr * m->k, 1, 0);
+	vk__ref orf = floats_ref(b, m->out + (size_t)r0 * m->ldo, m->n_embd, nr, m->ldo);
 	SHOAL_ASSERT(m->ldo <= UINT32_MAX);
 	uint32_t gx = (m->n_embd + 255) / 256;
 	SHOAL_ASSERT(gx <= c->max_groups[0]);
-	VkBuffer bind[3] = {yr.buf, wr.buf, orf.buf};
-	for (uint32_t r0 = 0; r0 < m->n_rows;) {
-		uint32_t gy = m->n_rows - r0;
+	VkBuffer bind[4] = {yr.buf, wr.buf, orf.buf, mr ? mr->buf : yr.buf};
+	for (uint32_t g0 = 0; g0 < nr;) {
+		uint32_t gy = nr - g0;
 		gy = gy < c->max_groups[1] ? gy : c->max_groups[1];
-		combine_push pc = {(uint32_t)yr.off,
-		                   m->n_embd,
-		                   (uint32_t)wr.off,
-		                   (uint32_t)orf.off,
-		                   (uint32_t)m->ldo,
-		                   m->n_embd,
-		                   m->k,
-		                   r0};
-		vk__dispatch(b, &vk__sh_moe_combine, 3, bind, &pc, sizeof pc, gx, gy, 1);
-		r0 += gy;
+		combine_push pc = {
+		    .yo = (uint32_t)yr.off,
+		    .ldy = m->n_embd,
+		    .wo = (uint32_t)wr.off,
+		    .oo = (uint32_t)orf.off,
+		    .ldo = (uint32_t)m->ldo,
+		    .n = m->n_embd,
+		    .k = m->k,
+		    .row0 = g0,
+		    .mo = mr ? (uint32_t)mr->off : 0,
+		    .use_map = mr != NULL,
+		};
+		vk__dispatch(b, &vk__sh_moe_combine, 4, bind, &pc, sizeof pc, gx, gy, 1);
+		g0 += gy;
 	}
+}
+
+/* ---- the grouped path ------------------------------------------------------------ */
+
+static int key_cmp(const void *a, const void *b)
+{
+	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+	return x < y ? -1 : x > y;
+}
+
+/* Expert e's matrix of tensor w (expert 0) whose experts are stride apart. */
+static shoal_backend_mat expert_of(const shoal_backend_mat *w, size_t stride, int32_t e)
+{
+	shoal_backend_mat x = *w;
+	x.data = (const uint8_t *)w->data + (size_t)e * stride;
+	return x;
+}
+
+/* The push constants of shaders/moe_gather.comp. */
+typedef struct gather_push {
+	uint32_t xo, ldx, ro, oo, n, row0;
+} gather_push;
+
+/* Rows r0 .. r0 + nr - 1 (nr k <= MOE_PLAN_SLOTS slots): their slots in
+ * the scratch from slot r0 k on, in expert order. */
+static void moe_grouped(shoal_backend *b, const shoal_backend_moe *m, uint32_t r0, uint32_t nr)
+{
+	uint32_t d = m->n_embd, ff = m->n_ff, k = m->k, S = nr * k;
+	uint64_t all = (uint64_t)m->n_rows * k;
+	float *g = m->scratch, *u = g + all * ff, *y = u + all * ff;
+	size_t s0 = (size_t)r0 * k; /* the chunk's first slot */
+	g += s0 * ff, u += s0 * ff, y += s0 * d;
+	/* the plan: slots sorted by (expert, slot); rows[i] the x row of the
+	 * i-th, at[s] where slot s went */
+	uint64_t key[MOE_PLAN_SLOTS];
+	uint32_t rows[MOE_PLAN_SLOTS], at[MOE_PLAN_SLOTS];
+	for (uint32_t s = 0; s < S; s++) {
+		int32_t e = m->ids_host[s0 + s];
+		SHOAL_ASSERT(e >= 0 && (uint32_t)e < m->n_expert);
+		key[s] = (uint64_t)e << 32 | s;
+	}
+	qsort(key, S, sizeof key[0], key_cmp);
+	for (uint32_t i = 0; i < S; i++) {
+		uint32_t s = (uint32_t)key[i];
+		rows[i] = r0 + s / k;
+		at[s] = i;
+	}
+	const vk__caps *c = vk__caps_of(b);
+	vk__ref xr = floats_ref(b, m->x, d, m->n_rows, m->ldx);
+	vk__ref yr = floats_ref(b, y, d, S, d);
+	vk__ref rr = vk__params(b, rows, S * sizeof rows[0]);
+	uint32_t gx = (d + 255) / 256;
+	SHOAL_ASSERT(gx <= c->max_groups[0]);
+	VkBuffer bind[3] = {xr.buf, rr.buf, yr.buf};
+	for (uint32_t i0 = 0; i0 < S;) {
+		uint32_t gy = S - i0 < c->max_groups[1] ? S - i0 : c->max_groups[1];
+		gather_push pc = {(uint32_t)xr.off,
+		                  (uint32_t)m->ldx,
+		                  (uint32_t)(rr.off / 4),
+		                  (uint32_t)yr.off,
+		                  d,
+		                  i0};
+		vk__dispatch(b, &vk__sh_moe_gather, 3, bind, &pc, sizeof pc, gx, gy, 1);
+		i0 += gy;
+	}
+	/* each expert's run of rows: gate and up, then (after swiglu) down */
+	for (int pass = 0; pass < 2; pass++) {
+		for (uint32_t i = 0; i < S;) {
+			int32_t e = (int32_t)(key[i] >> 32);
+			uint32_t n = 1;
+			while (i + n < S && (int32_t)(key[i + n] >> 32) == e)
+				n++;
+			if (pass == 0) {
+				shoal_backend_mat w[2] = {expert_of(&m->gate, m->gate_stride, e),
+				                          expert_of(&m->up, m->up_stride, e)};
+				float *out[2] = {g + (size_t)i * ff, u + (size_t)i * ff};
+				size_t ld[2] = {ff, ff};
+				vk__matmul(b, 2, w, y + (size_t)i * d, d, n, out, ld);
+			} else {
+				shoal_backend_mat w = expert_of(&m->down, m->down_stride, e);
+				float *out = y + (size_t)i * d;
+				size_t ld = d;
+				vk__matmul(b, 1, &w, g + (size_t)i * ff, ff, n, &out, &ld);
+			}
+			i += n;
+		}
+		if (pass == 0)
+			vk__swiglu(b, g, u, (size_t)S * ff, g);
+	}
+	vk__ref mr = vk__params(b, at, S * sizeof at[0]);
+	mr.off /= sizeof at[0];
+	moe_combine(b, m, r0, nr, yr, &mr);
 }
 
 void vk__moe_ffn(shoal_backend *b, const shoal_backend_moe *m)
@@ -207,6 +324,12 @@ void vk__moe_ffn(shoal_backend *b, const shoal_backend_moe *m)
 	SHOAL_ASSERT(k >= 1 && S <= UINT32_MAX && m->ldx <= UINT32_MAX);
 	SHOAL_ASSERT(m->gate.n_in == d && m->up.n_in == d && m->down.n_in == ff);
 	SHOAL_ASSERT(m->gate.n_out == ff && m->up.n_out == ff && m->down.n_out == d);
+	if (m->ids_host && m->n_rows >= MOE_GROUP_MIN_ROWS && k <= MOE_PLAN_SLOTS) {
+		uint32_t per = MOE_PLAN_SLOTS / k; /* rows per plan */
+		for (uint32_t r0 = 0; r0 < m->n_rows; r0 += per)
+			moe_grouped(b, m, r0, m->n_rows - r0 < per ? m->n_rows - r0 : per);
+		return;
+	}
 	float *g = m->scratch, *u = g + S * ff, *y = u + S * ff;
 	vk__ref ir = vk__at(b, m->ids);
 	SHOAL_ASSERT(ir.off % sizeof(int32_t) == 0 && S * sizeof(int32_t) <= ir.room);
@@ -234,5 +357,5 @@ void vk__moe_ffn(shoal_backend *b, const shoal_backend_moe *m)
 	}
 	io.x_div = 1, io.y = yr, io.ldy = d;
 	moe_products(b, &m->down, m->down_stride, m->n_expert, &io);
-	moe_combine(b, m, yr);
+	moe_combine(b, m, 0, m->n_rows, yr, NULL);
 }
