@@ -497,7 +497,7 @@ static shoal_err engine_scratch(shoal_engine *e, uint32_t n_ff, char *why, size_
 	    {&e->ff_u, R * ff},
 	    {&e->logits_d, e->host_ok ? 0 : (size_t)SHOAL_ENGINE_LOGIT_ROWS * hp->n_vocab},
 	    {&e->moe_lg_d, R * NE},
-	    {&e->moe_sel_d, R * NE},
+	    {&e->moe_sel_d, e->host_ok ? R * NE : 0}, /* moe_sel's memory (host_ok) */
 	    {&e->moe_xd, NE ? R * E : 0},
 	    {&e->moe_scr, NE ? R * K * (2 * (size_t)hp->n_ff_exp + E) : 0},
 	    {(float **)&e->moe_ids_d, NE && !e->host_ok ? R * K : 0},
