@@ -17,9 +17,9 @@
 #
 # Environment: BACKENDS (default "cpu vulkan"), THREADS (CPU threads,
 # default: all cores), GEN (decoded tokens, default 64), PROMPT (default
-# 512), TYPES (default "Q8_0 Q4_K"), MOE_TYPES (the MoE fixture's types,
-# default "Q4_K"; empty: no MoE row), SHOAL_BENCH_DIR (fixtures, default
-# /tmp/shoal-bench). A backend this build or machine lacks is reported and
+# 512), TYPES (default "Q8_0 Q4_K"; empty: no dense rows), MOE_TYPES (the
+# MoE fixture's types, default "Q4_K"; empty: no MoE row), SHOAL_BENCH_DIR
+# (fixtures, default /tmp/shoal-bench). A backend this build or machine lacks is reported and
 # skipped.
 set -eu
 builddir=${1:-${SHOAL_BUILDDIR:-.}}
@@ -27,7 +27,7 @@ backends=${BACKENDS:-cpu vulkan}
 threads=${THREADS:-$(nproc 2>/dev/null || echo 1)}
 gen=${GEN:-64}
 prompt=${PROMPT:-512}
-types=${TYPES:-Q8_0 Q4_K}
+types=${TYPES-Q8_0 Q4_K}
 moe_types=${MOE_TYPES-Q4_K}
 dir=${SHOAL_BENCH_DIR:-/tmp/shoal-bench}
 mkdir -p "$dir"
