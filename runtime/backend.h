@@ -23,7 +23,7 @@
 
 /* The version of this table's layout and contract; an engine refuses a
  * table of another version. Raise it with any change to the table. */
-#define SHOAL_BACKEND_ABI 4u
+#define SHOAL_BACKEND_ABI 5u
 
 /*
  * Conventions for every op:
@@ -111,6 +111,37 @@ typedef struct shoal_backend_attn {
 } shoal_backend_attn;
 
 #define SHOAL_BACKEND_MAX_MATS 4
+
+/* The routed experts of a mixture-of-experts FFN over n_rows rows (ABI 5):
+ * for each row r, with e_j = ids[r * k + j] and w_j = w[r * k + j],
+ *   out[r] = sum over j = 0..k-1, in that order, of
+ *            w_j * down_e(silu(gate_e x[r]) * up_e x[r])   (e = e_j)
+ * each product rounded to F32 before it is added, the first term not
+ * added to anything (out is not read). Expert e's matrix of gate is
+ * gate.data + e * gate_stride ({n_embd, n_ff}), likewise up ({n_embd,
+ * n_ff}) and down ({n_ff, n_embd}); each expert's products are matmul's
+ * (the same activation rounding and sums as that backend's matmul of the
+ * expert's matrix), silu(g) * u is swiglu's. The routing (ids, w) is
+ * device memory: a row's k ids are distinct and ascending, each < n_expert
+ * (trusted: the engine chooses and sorts them). ids_host: the same ids in
+ * host memory where the caller has them (the engine does: it routes on the
+ * host), or NULL: a backend may plan its work from them (which experts run,
+ * on how many rows) instead of reading ids back. scratch: device memory of
+ * n_rows * k * (2 * n_ff + n_embd) floats that the op may overwrite. */
+typedef struct shoal_backend_moe {
+	uint32_t n_rows, k, n_expert;
+	uint32_t n_embd, n_ff;
+	shoal_backend_mat gate, up, down;           /* expert 0's matrices */
+	size_t gate_stride, up_stride, down_stride; /* bytes from one expert to the next */
+	const float *x;                             /* (n_rows, n_embd) ldx */
+	size_t ldx;
+	const int32_t *ids;      /* (n_rows, k) expert ids */
+	const int32_t *ids_host; /* host (n_rows, k): the same, or NULL */
+	const float *w;          /* (n_rows, k) their weights */
+	float *out;              /* (n_rows, n_embd) ldo, not overlapping x */
+	size_t ldo;
+	float *scratch;
+} shoal_backend_moe;
 
 /* What an instance must be able to do; scratch is sized from these once. */
 typedef struct shoal_backend_limits {
@@ -212,6 +243,12 @@ typedef struct shoal_backend_ops {
 	void (*top_k)(shoal_backend *b, const float *x, uint32_t n, uint32_t n_rows, size_t ld,
 	              uint32_t k, int32_t *ids, float *vals);
 
+	/* The routed experts of an MoE FFN (shoal_backend_moe above), every
+	 * row and expert in one go: a GPU backend records it without waiting
+	 * (no read-back between experts). The matrices' types are ones that
+	 * supports(MATMUL) takes. */
+	void (*moe_ffn)(shoal_backend *b, const shoal_backend_moe *m);
+
 	/* Memory of the instance, which may live on a device: bytes zeroed
 	 * (NOMEM when there is not enough). buf_addr: the device address of
 	 * its first byte, for ops. buf_host: where the host may read and
@@ -245,5 +282,13 @@ typedef struct shoal_backend_ops {
  * backends share, so that they choose alike). */
 void shoal_backend_top_k_rows(const float *x, uint32_t n, uint32_t n_rows, size_t ld, uint32_t k,
                               int32_t *ids, float *vals);
+
+/* The moe_ffn contract for a backend whose device addresses are host
+ * pointers (the CPU), through its own ops: experts in ascending id order,
+ * the rows routed to each gathered into scratch, one matmul of gate and
+ * up, swiglu and one matmul of down for all of them, and each row's terms
+ * added into out in slot order (ascending ids: the order of the experts). */
+void shoal_backend_moe_ffn_host(shoal_backend *b, const shoal_backend_ops *ops,
+                                const shoal_backend_moe *m);
 
 #endif

@@ -508,6 +508,14 @@ static void cpu_top_k(shoal_backend *b, const float *x, uint32_t n, uint32_t n_r
 	shoal_backend_top_k_rows(x, n, n_rows, ld, k, ids, vals);
 }
 
+/* The routed experts through this backend's matmul and swiglu (on host
+ * memory: runtime/backend_host.c). */
+static const shoal_backend_ops cpu_ops;
+static void cpu_moe_ffn(shoal_backend *b, const shoal_backend_moe *m)
+{
+	shoal_backend_moe_ffn_host(b, &cpu_ops, m);
+}
+
 /* ---- buffers, types ------------------------------------------------------------------- */
 
 struct shoal_backend_buf {
@@ -623,6 +631,7 @@ static const shoal_backend_ops cpu_ops = {
     .embed = cpu_embed,
     .softmax = cpu_softmax,
     .top_k = cpu_top_k,
+    .moe_ffn = cpu_moe_ffn,
     .buf_alloc = cpu_buf_alloc,
     .buf_free = cpu_buf_free,
     .buf_addr = cpu_buf_host,

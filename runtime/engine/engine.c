@@ -481,6 +481,7 @@ static shoal_err engine_scratch(shoal_engine *e, uint32_t n_ff, char *why, size_
 	const shoal_hparams *hp = &e->hp;
 	const size_t R = e->cfg.max_rows, E = hp->n_embd, NE = hp->n_expert;
 	const size_t ff = n_ff ? n_ff : 1;
+	const size_t K = hp->n_expert_used;
 	struct {
 		float **at;
 		size_t n; /* floats; 0: not needed */
@@ -496,8 +497,11 @@ static shoal_err engine_scratch(shoal_engine *e, uint32_t n_ff, char *why, size_
 	    {&e->ff_u, R * ff},
 	    {&e->logits_d, e->host_ok ? 0 : (size_t)SHOAL_ENGINE_LOGIT_ROWS * hp->n_vocab},
 	    {&e->moe_lg_d, R * NE},
-	    {&e->moe_sel_d, R * NE},
+	    {&e->moe_sel_d, e->host_ok ? R * NE : 0}, /* moe_sel's memory (host_ok) */
 	    {&e->moe_xd, NE ? R * E : 0},
+	    {&e->moe_scr, NE ? R * K * (2 * (size_t)hp->n_ff_exp + E) : 0},
+	    {(float **)&e->moe_ids_d, NE && !e->host_ok ? R * K : 0},
+	    {&e->moe_w_d, NE && !e->host_ok ? R * K : 0},
 	    {&e->mla_qa, hp->mla ? R * (hp->q_lora_rank ? hp->q_lora_rank : 1) : 0},
 	    {&e->mla_q, hp->mla ? R * hp->n_head * e->kv_dim : 0},
 	    {&e->mla_att, hp->mla ? R * hp->n_head * e->kv_dim : 0},
@@ -517,7 +521,6 @@ static shoal_err engine_scratch(shoal_engine *e, uint32_t n_ff, char *why, size_
 		*dev[i].at = dev[i].n ? base + at : NULL;
 		at += (dev[i].n + 63) / 64 * 64;
 	}
-	const size_t K = hp->n_expert_used;
 	e->sess_open = calloc(e->cfg.max_sessions, 1);
 	e->sess_len = calloc(e->cfg.max_sessions, sizeof *e->sess_len);
 	e->sess_next = calloc(e->cfg.max_sessions, sizeof *e->sess_next);

@@ -107,10 +107,15 @@ struct shoal_engine {
 	/* MoE scratch (MoE models only): device, and host views (routing and
 	 * the combine run on the host; aliases of the device ones if host_ok) */
 	float *moe_lg_d, *moe_sel_d, *moe_xd; /* device */
-	float *moe_logits;                    /* host (max_rows, n_expert) */
-	int32_t *moe_ids;                     /* host (max_rows, k) */
-	float *moe_w;                         /* host (max_rows, k) */
-	float *moe_contrib;                   /* host (max_rows, k, n_embd) */
+	/* moe_ffn's scratch (max_rows, k, 2 n_ff_exp + n_embd) and, !host_ok,
+	 * the routing written for it (max_rows, k): device */
+	float *moe_scr;
+	int32_t *moe_ids_d;
+	float *moe_w_d;
+	float *moe_logits;   /* host (max_rows, n_expert) */
+	int32_t *moe_ids;    /* host (max_rows, k) */
+	float *moe_w;        /* host (max_rows, k) */
+	float *moe_contrib;  /* host (max_rows, k, n_embd) */
 	float *moe_x;        /* host (max_rows, n_embd) rows routed to one expert */
 	uint32_t *moe_slot;  /* host (max_rows) their (r*k + j) */
 	float *moe_sel;      /* host (max_rows, n_expert) biased, group-masked scores */

@@ -19,6 +19,14 @@
  *   top-k of s, w = p[top-k]; normalised as above; w *= expert_weights_scale
  *   out += the shared experts' down(silu(gate x) * up x), on the layer's
  *     owner (shared experts never leave their layer)
+ *
+ * Where it runs: the routing's choice on the host (one read of the
+ * router's scores; the backends' shared top-k); the routed experts of a
+ * layer whose experts are all here as one backend moe_ffn with the
+ * routing written to the device (no read-back per expert: backend.h says
+ * the op adds the terms as moe_combine does, so the tokens are those of
+ * the per-expert path); a layer with remote experts per expert here
+ * (shoal_engine_moe_partial) plus the hook, combined on the host.
  */
 #include "runtime/engine/engine_impl.h"
 
@@ -101,25 +109,19 @@ static void engine_route_row(uint32_t k, bool norm, float scale, int32_t *ids, f
 	}
 }
 
-shoal_err shoal_engine_moe_route(shoal_engine *e, uint32_t layer, uint32_t n_rows, const float *x,
-                                 int32_t *ids, float *w)
+/* Rows n_rows of xd (a device address, (n_rows, n_embd)) routed: ids and
+ * w (host, (n_rows, k)). The router's product and the softmax on the
+ * device, one read of the scores, the rest on the host (the selection is
+ * the backends' shared shoal_backend_top_k_rows, so reading the scores
+ * once is all the device waits for). */
+static void engine_route(shoal_engine *e, uint32_t layer, uint32_t n_rows, const float *xd,
+                         int32_t *ids, float *w)
 {
-	/* only the layer's owner routes, over rows it holds: a bad layer or
-	 * row count is a bug of the caller */
-	SHOAL_ASSERT(e && x && ids && w);
 	const shoal_hparams *hp = &e->hp;
-	SHOAL_ASSERT(layer < hp->n_layer && e->layers[layer].moe && n_rows <= e->cfg.max_rows);
-	if (n_rows == 0)
-		return SHOAL_OK;
 	const engine__layer *L = &e->layers[layer];
-	/* the router's product on the device (x staged there unless it is
-	 * already a device address of a host backend), the scores on the
-	 * host: lg its view of lg_d */
 	float *lg_d = e->moe_lg_d, *lg = e->moe_logits; /* (n_rows, n_expert) */
 	size_t ld = hp->n_expert, n_lg = (size_t)n_rows * ld;
-	const float *xd = engine__to_dev(e, e->moe_xd, x, (size_t)n_rows * hp->n_embd);
 	e->ops->matmul(e->bk, 1, &L->router, xd, hp->n_embd, n_rows, &lg_d, &ld);
-	bool norm = hp->expert_weights_norm;
 	uint32_t k = hp->n_expert_used;
 	if (hp->gating == SHOAL_MOE_GATING_SIGMOID) {
 		engine__to_host(e, lg_d, lg, n_lg);
@@ -134,19 +136,31 @@ shoal_err shoal_engine_moe_route(shoal_engine *e, uint32_t layer, uint32_t n_row
 		for (uint32_t r = 0; r < n_rows; r++)
 			engine_route_select(hp, L->exp_probs_b, lg + (size_t)r * ld,
 			                    e->moe_sel + (size_t)r * ld);
-		const float *sel = engine__to_dev(e, e->moe_sel_d, e->moe_sel, n_lg);
-		e->ops->top_k(e->bk, sel, hp->n_expert, n_rows, ld, k, ids, w);
+		shoal_backend_top_k_rows(e->moe_sel, hp->n_expert, n_rows, ld, k, ids, w);
 		for (size_t i = 0; i < (size_t)n_rows * k; i++)
 			w[i] = lg[(i / k) * ld + (size_t)ids[i]];
 	} else {
-		const float *p = hp->gating == SHOAL_MOE_GATING_SIGMOID
-		                     ? engine__to_dev(e, lg_d, lg, n_lg)
-		                     : lg_d;
-		e->ops->top_k(e->bk, p, hp->n_expert, n_rows, ld, k, ids, w);
+		shoal_backend_top_k_rows(lg, hp->n_expert, n_rows, ld, k, ids, w);
 	}
 	for (uint32_t r = 0; r < n_rows; r++)
-		engine_route_row(k, norm, hp->expert_weights_scale, ids + (size_t)r * k,
-		                 w + (size_t)r * k);
+		engine_route_row(k, hp->expert_weights_norm, hp->expert_weights_scale,
+		                 ids + (size_t)r * k, w + (size_t)r * k);
+}
+
+shoal_err shoal_engine_moe_route(shoal_engine *e, uint32_t layer, uint32_t n_rows, const float *x,
+                                 int32_t *ids, float *w)
+{
+	/* only the layer's owner routes, over rows it holds: a bad layer or
+	 * row count is a bug of the caller */
+	SHOAL_ASSERT(e && x && ids && w);
+	const shoal_hparams *hp = &e->hp;
+	SHOAL_ASSERT(layer < hp->n_layer && e->layers[layer].moe && n_rows <= e->cfg.max_rows);
+	if (n_rows == 0)
+		return SHOAL_OK;
+	/* x staged on the device unless it is already a device address of a
+	 * host backend */
+	const float *xd = engine__to_dev(e, e->moe_xd, x, (size_t)n_rows * hp->n_embd);
+	engine_route(e, layer, n_rows, xd, ids, w);
 	return SHOAL_OK;
 }
 
@@ -236,11 +250,55 @@ void shoal_engine_moe_combine(uint32_t n_rows, uint32_t k, uint32_t n_embd, cons
 	}
 }
 
-shoal_err engine__moe_ffn(shoal_engine *e, uint32_t l, uint32_t n_rows, char *why, size_t why_len)
+/* The routed experts of a layer whose experts are all here, on e->xn into
+ * e->tmp: routed on the host, then the backend's moe_ffn with the routing
+ * written to the device (one small write; no read-back per expert). */
+static void engine_moe_local(shoal_engine *e, uint32_t l, uint32_t n_rows)
+{
+	const engine__layer *L = &e->layers[l];
+	const shoal_hparams *hp = &e->hp;
+	uint32_t k = hp->n_expert_used;
+	engine_route(e, l, n_rows, e->xn, e->moe_ids, e->moe_w);
+	const int32_t *ids = e->moe_ids;
+	const float *w = e->moe_w;
+	if (!e->host_ok) {
+		size_t n = (size_t)n_rows * k;
+		e->ops->write(e->bk, e->moe_ids_d, e->moe_ids, n * sizeof(int32_t));
+		e->ops->write(e->bk, e->moe_w_d, e->moe_w, n * sizeof(float));
+		ids = e->moe_ids_d, w = e->moe_w_d;
+	}
+	shoal_backend_moe m = {
+	    .n_rows = n_rows,
+	    .k = k,
+	    .n_expert = hp->n_expert,
+	    .n_embd = hp->n_embd,
+	    .n_ff = hp->n_ff_exp,
+	    .gate = L->gate_exp,
+	    .up = L->up_exp,
+	    .down = L->down_exp,
+	    .gate_stride = L->gate_exp_stride,
+	    .up_stride = L->up_exp_stride,
+	    .down_stride = L->down_exp_stride,
+	    .x = e->xn,
+	    .ldx = hp->n_embd,
+	    .ids = ids,
+	    .ids_host = e->moe_ids,
+	    .w = w,
+	    .out = e->tmp,
+	    .ldo = hp->n_embd,
+	    .scratch = e->moe_scr,
+	};
+	e->ops->moe_ffn(e->bk, &m);
+}
+
+/* The routed experts of a layer with experts elsewhere, on e->xn into
+ * e->tmp: routing, the gather and the combine on the host (xn's rows
+ * there), the remote experts' parts through the hook. */
+static shoal_err engine_moe_remote(shoal_engine *e, uint32_t l, uint32_t n_rows, char *why,
+                                   size_t why_len)
 {
 	const engine__layer *L = &e->layers[l];
 	const uint32_t d = e->hp.n_embd;
-	/* routing, the gather and the combine on the host: xn's rows there */
 	engine__to_host(e, e->xn, e->xn_h, (size_t)n_rows * d);
 	shoal_err err = shoal_engine_moe_route(e, l, n_rows, e->xn_h, e->moe_ids, e->moe_w);
 	if (err)
@@ -268,8 +326,22 @@ shoal_err engine__moe_ffn(shoal_engine *e, uint32_t l, uint32_t n_rows, char *wh
 	}
 	shoal_engine_moe_combine(n_rows, rows.k, d, e->moe_contrib, e->tmp_h);
 	engine__to_dev(e, e->tmp, e->tmp_h, (size_t)n_rows * d);
+	return SHOAL_OK;
+}
+
+shoal_err engine__moe_ffn(shoal_engine *e, uint32_t l, uint32_t n_rows, char *why, size_t why_len)
+{
+	const engine__layer *L = &e->layers[l];
+	const uint32_t d = e->hp.n_embd;
+	if (L->all_local && L->exp_mapped) {
+		engine_moe_local(e, l, n_rows);
+	} else {
+		shoal_err err = engine_moe_remote(e, l, n_rows, why, why_len);
+		if (err)
+			return err;
+	}
 	if (L->shexp) {
-		/* moe_xd is free again: (n_rows, n_embd) */
+		/* moe_xd is free: (n_rows, n_embd) */
 		engine__ffn_swiglu(e, &L->gate_sh, &L->up_sh, &L->down_sh, e->hp.n_ff_shexp, n_rows,
 		                   e->moe_xd);
 		e->ops->add(e->bk, e->tmp, d, e->moe_xd, d, d, n_rows);

@@ -312,6 +312,7 @@ static const shoal_backend_ops vk_ops = {
     .embed = vk__embed,
     .softmax = vk__softmax,
     .top_k = vk__top_k,
+    .moe_ffn = vk__moe_ffn,
     .buf_alloc = vk_buf_alloc,
     .buf_free = vk_buf_free,
     .buf_addr = vk_buf_addr,

@@ -93,6 +93,14 @@ void vk__dispatch(shoal_backend *b, const vk__shader *s, uint32_t n_bind, const 
  * life. */
 void *vk__act_scratch(shoal_backend *b, uint64_t *bytes);
 
+/* (vk_matmul.c) The activations the CPU's matmul rounds x to for weights
+ * of type t (Q8_0 or Q8_K), or F32 (x as it is); and rows n_rows of x (xr:
+ * element offset, ldx) rounded so, into orf (element offset: (n_rows, n)
+ * packed). */
+shoal_dtype vk__act_of(shoal_dtype t);
+void vk__act_round(shoal_backend *b, shoal_dtype act, vk__ref xr, size_t ldx, uint32_t n,
+                   uint32_t n_rows, vk__ref orf);
+
 /* Submit what is recorded and wait for it (the sync of backend.h). */
 void vk__submit_wait(shoal_backend *b);
 
@@ -105,6 +113,10 @@ void vk__embed(shoal_backend *b, shoal_dtype t, const void *table, size_t row_by
                uint32_t n_embd, const int32_t *ids, uint32_t n_rows, float *out);
 /* vk_attn.c: */
 void vk__attention(shoal_backend *b, const shoal_backend_attn *a);
+/* vk_moe.c: */
+void vk__moe_ffn(shoal_backend *b, const shoal_backend_moe *m);
+/* vk_ops.c (vk_moe.c runs it between its expert products): */
+void vk__swiglu(shoal_backend *b, const float *g, const float *u, size_t n, float *h);
 
 /* The embedded shaders (vk_shaders.c, made at build time). */
 #define VK__SHADER(name) extern const vk__shader vk__sh_##name

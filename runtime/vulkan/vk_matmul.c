@@ -202,8 +202,8 @@ typedef struct act_push {
 
 /* Rows n_rows of x (xr: element offset, ldx) rounded as the CPU rounds
  * activations of type act (Q8_0 or Q8_K) into orf (n_rows, n), packed. */
-static void act_round(shoal_backend *b, shoal_dtype act, vk__ref xr, size_t ldx, uint32_t n,
-                      uint32_t n_rows, vk__ref orf)
+void vk__act_round(shoal_backend *b, shoal_dtype act, vk__ref xr, size_t ldx, uint32_t n,
+                   uint32_t n_rows, vk__ref orf)
 {
 	uint32_t blk = act == SHOAL_DTYPE_Q8_K ? 256u : 32u;
 	SHOAL_ASSERT(n % blk == 0 && ldx <= UINT32_MAX);
@@ -222,7 +222,7 @@ static void act_round(shoal_backend *b, shoal_dtype act, vk__ref xr, size_t ldx,
 /* The activations weights of type t compute with on the CPU, where this
  * backend rounds them likewise (Q8_0, Q8_K); F32 for the rest (the F16 /
  * BF16 weights' F16 / BF16 rows are not rounded here). */
-static shoal_dtype act_of(shoal_dtype t)
+shoal_dtype vk__act_of(shoal_dtype t)
 {
 	shoal_dtype a = shoal_kernels_act_type(t);
 	return a == SHOAL_DTYPE_Q8_0 || a == SHOAL_DTYPE_Q8_K ? a : SHOAL_DTYPE_F32;
@@ -243,7 +243,7 @@ void vk__matmul(shoal_backend *b, uint32_t n_mat, const shoal_backend_mat *w, co
 	bool done[SHOAL_BACKEND_MAX_MATS] = {0};
 	for (uint32_t i = 0; i < n_mat; i++) {
 		SHOAL_ASSERT(w[i].n_in == w[0].n_in);
-		shoal_dtype act = act_of(w[i].type);
+		shoal_dtype act = vk__act_of(w[i].type);
 		if (done[i] || act == SHOAL_DTYPE_F32) {
 			if (!done[i])
 				matmul_one(b, &w[i], xr, ldx, n_rows, y[i], ldy[i]);
@@ -266,15 +266,15 @@ void vk__matmul(shoal_backend *b, uint32_t n_mat, const shoal_backend_mat *w, co
 			vk__ref xp = xr;
 			xp.off += (uint64_t)r0 * ldx;
 			vk__ref ar = floats_at(b, s, n_in, nr, n_in);
-			act_round(b, act, xp, ldx, (uint32_t)n_in, nr, ar);
+			vk__act_round(b, act, xp, ldx, (uint32_t)n_in, nr, ar);
 			for (uint32_t j = i; j < n_mat; j++)
-				if (!done[j] && act_of(w[j].type) == act)
+				if (!done[j] && vk__act_of(w[j].type) == act)
 					matmul_one(b, &w[j], ar, n_in, nr,
 					           y[j] + (size_t)r0 * ldy[j], ldy[j]);
 			r0 += nr;
 		}
 		for (uint32_t j = i; j < n_mat; j++)
-			done[j] = done[j] || act_of(w[j].type) == act;
+			done[j] = done[j] || vk__act_of(w[j].type) == act;
 	}
 }
 

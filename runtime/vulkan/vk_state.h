@@ -135,7 +135,6 @@ void vk__rope(shoal_backend *b, float *x, size_t ld, uint32_t n_rows, uint32_t n
 void vk__kv_store(shoal_backend *b, shoal_dtype t, const float *src, size_t ld, uint32_t n_rows,
                   uint32_t n_head_kv, uint32_t head_dim, void *const *plane, const uint32_t *pos,
                   size_t head_ld);
-void vk__swiglu(shoal_backend *b, const float *g, const float *u, size_t n, float *h);
 void vk__add(shoal_backend *b, float *y, size_t ldy, const float *x, size_t ldx, uint32_t n,
              uint32_t n_rows);
 void vk__copy(shoal_backend *b, float *dst, size_t ldd, const float *src, size_t lds, uint32_t n,
