@@ -36,7 +36,7 @@
 #include "models/model.h"
 #include "models/model_id.h"
 #include "net/xfer.h"
-#include "runtime/engine/draft.h"
+#include "runtime/engine/draft_ctl.h"
 #include "runtime/engine/generate.h"
 #include "runtime/engine/sampler.h"
 #include "scheduler/digest.h"
@@ -190,10 +190,8 @@
 	(SHOAL_DIST_CTL_WORDS + 2u * SHOAL_SAMPLER_MAX_BIAS + SHOAL_DIST_TAIL_MAX +                \
 	 SHOAL_GRAMMAR_MAX_WORDS + SHOAL_DIST_REPLAY_MAX +                                         \
 	 SHOAL_DIST_PREFIX_MAX_BLOCKS * (SHOAL_DIST_PREFIX_HASH / 4u))
-/* Drafted rows one decoding step of a session may carry: past 16 rows a
- * stage's step costs more than a token (the weights are no longer the
- * bottleneck on a CPU), and acceptance of 16 in a row is rare. */
-#define SHOAL_DIST_DRAFT_MAX 16u
+/* Drafted rows one decoding step of a session may carry (draft_ctl.h). */
+#define SHOAL_DIST_DRAFT_MAX SHOAL_DRAFT_MAX
 /* --logprobs cap: the generation loop's. */
 #define SHOAL_DIST_MAX_LOGPROBS SHOAL_GEN_MAX_LOGPROBS
 /* Prompt tail for the repetition penalty: sampler's default last_n is 64;
@@ -454,7 +452,7 @@ typedef struct shoal_dist_request {
 	uint32_t draft_max;
 } shoal_dist_request;
 /* Drafted ids per step at most when a request does not say. */
-#define SHOAL_DIST_DRAFT_DEFAULT 8u
+#define SHOAL_DIST_DRAFT_DEFAULT SHOAL_DRAFT_DEFAULT
 
 shoal_err shoal_dist_owner_new(const shoal_dist_owner_config *cfg, shoal_dist_owner **out,
                                char *why, size_t why_len);

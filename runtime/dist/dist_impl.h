@@ -283,42 +283,6 @@ void dist__gvocab_fini(dist__gvocab *v);
 bool dist__verify_rewind(dist__sess *ss, uint32_t pos);
 void dist__verify_note(dist__sess *ss, uint32_t pos, uint8_t added);
 
-/* dist_spec.c: a session's speculation at its owner (dist.h
- * "Speculation"): its drafter, the history it reads (the prompt and the
- * tokens handed out), the drafts of the step in flight, and the draft
- * length adapted to how well drafts paid lately. */
-typedef struct dist__spec {
-	shoal_drafter dr; /* ops NULL: no speculation */
-	int32_t *hist;    /* (cap) the prompt, then each token handed out */
-	uint32_t n_hist, cap;
-	uint32_t kmax, k;                    /* ids per step: at most, now */
-	int32_t draft[SHOAL_DIST_DRAFT_MAX]; /* the step in flight's */
-	uint32_t n_draft;
-	/* adaptation: a window of steps with drafts, and the pause after a
-	 * window whose drafts did not pay (steps left, and the next length) */
-	uint32_t win_steps, win_drafted, win_kept;
-	uint64_t win_ns, win_tokens;    /* the window's step time and tokens */
-	uint64_t plain_ns, plain_steps; /* steps without drafts: time, count */
-	uint32_t pause, backoff;
-	uint64_t t0; /* when the step in flight went out */
-} dist__spec;
-
-/* Take drafter dr (ops may be NULL: off) for a session of prompt[n]
- * that generates up to max_tokens ids, kmax per step (0: the default).
- * NOMEM: dr freed, nothing held. */
-shoal_err dist__spec_init(dist__spec *sp, shoal_drafter dr, uint32_t kmax, const int32_t *prompt,
-                          uint32_t n_prompt, uint32_t max_tokens);
-void dist__spec_fini(dist__spec *sp);
-/* A token handed out (it joins the history the drafter reads). */
-void dist__spec_token(dist__spec *sp, int32_t id);
-/* The drafts of the next step, at most room of them (the rows and
- * positions left): sp->n_draft, in sp->draft; t0 the step's start. */
-uint32_t dist__spec_plan(dist__spec *sp, uint32_t room, uint64_t t0);
-/* The step in flight ended at now with `kept` drafts kept: the drafter
- * hears, the length adapts. true: drafting pauses from here (it did not
- * pay). */
-bool dist__spec_done(dist__spec *sp, uint32_t kept, uint64_t now);
-
 /* dist_admit.c: the waiters that rank before an OPEN of `owner` (a replay
  * when resumed), after forgetting those that gave up; the OPEN refused
  * (it waits, keeping its first place); the OPEN admitted (entry dropped). */

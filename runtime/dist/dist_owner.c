@@ -40,9 +40,9 @@ typedef struct owner_sess {
 	 * (a draft missed, or the last row came: later rows are ignored) */
 	uint32_t v_lo, v_hi, due;
 	bool closed;
-	bool planned;  /* the step in flight was planned by sp (not the prompt's) */
-	uint32_t kept; /* drafts of the step kept so far */
-	dist__spec sp; /* speculation (dist_spec.c) */
+	bool planned;       /* the step in flight was planned by sp (not the prompt's) */
+	uint32_t kept;      /* drafts of the step kept so far */
+	shoal_draft_ctl sp; /* speculation (runtime/engine/draft_ctl.h) */
 } owner_sess;
 
 struct shoal_dist_owner {
@@ -164,7 +164,7 @@ static uint32_t plan_step(shoal_dist_owner *o, owner_sess *ss, uint32_t n, uint3
 		left = room - 1;
 	if (o->cfg.n_ctx && (pos + 1 >= o->cfg.n_ctx || o->cfg.n_ctx - 1 - pos < left))
 		left = pos + 1 >= o->cfg.n_ctx ? 0 : o->cfg.n_ctx - 1 - pos;
-	uint32_t nd = dist__spec_plan(&ss->sp, left, dist__now_ns());
+	uint32_t nd = shoal_draft_ctl_plan(&ss->sp, left, dist__now_ns());
 	ss->planned = ss->sp.dr.ops != NULL;
 	ss->v_lo = pos;
 	ss->v_hi = pos + nd;
@@ -279,7 +279,7 @@ static shoal_err handle_results(shoal_dist_owner *o, const shoal_xfer_frame *f, 
 		bool go = shoal_gen_seq_accept(&ss->q, t.id) == SHOAL_GEN_STOP_NONE;
 		int stop = go && ss->on_token ? ss->on_token(ss->ctx, &t) : 0;
 		if (go)
-			dist__spec_token(&ss->sp, t.id);
+			shoal_draft_ctl_token(&ss->sp, t.id);
 		if (shoal_gen_seq_next(&ss->q, stop) != SHOAL_GEN_STOP_NONE) {
 			finish(o, ss, SHOAL_OK, NULL);
 			continue;
@@ -297,7 +297,7 @@ static shoal_err handle_results(shoal_dist_owner *o, const shoal_xfer_frame *f, 
 		ss->closed = true;
 		ss->held = true;
 		ss->next_id = t.id;
-		if (ss->planned && dist__spec_done(&ss->sp, ss->kept, now))
+		if (ss->planned && shoal_draft_ctl_done(&ss->sp, ss->kept, now))
 			o->met.spec_pauses++;
 	}
 	return release(o, why, why_len);
@@ -447,8 +447,8 @@ static shoal_err owner_start(shoal_dist_owner *o, const shoal_dist_request *req,
 		                 o->cfg.max_sessions);
 	memset(ss, 0, sizeof *ss);
 	*taken = true;
-	if (dist__spec_init(&ss->sp, req->drafter, req->draft_max, req->prompt, req->n_prompt,
-	                    req->max_tokens))
+	if (shoal_draft_ctl_init(&ss->sp, req->drafter, req->draft_max, req->prompt, req->n_prompt,
+	                         req->max_tokens))
 		return shoal_why(why, why_len, SHOAL_ERR_NOMEM, "out of memory");
 	ss->sid = (uint64_t)o->cfg.self[0] << 56 | (uint64_t)o->cfg.self[1] << 48 |
 	          (uint64_t)o->cfg.self[2] << 40 | (uint64_t)o->cfg.self[3] << 32 | ++o->counter;
@@ -487,7 +487,7 @@ static shoal_err owner_start(shoal_dist_owner *o, const shoal_dist_request *req,
 		ss->cap = cap < UINT32_MAX ? (uint32_t)cap : UINT32_MAX;
 		if (!(ss->fed = malloc((size_t)ss->cap * sizeof *ss->fed))) {
 			ss->used = false;
-			dist__spec_fini(&ss->sp);
+			shoal_draft_ctl_fini(&ss->sp);
 			return SHOAL_ERR_NOMEM;
 		}
 		memcpy(ss->fed, req->prompt, (size_t)req->n_prompt * sizeof *ss->fed);
@@ -532,7 +532,7 @@ bool shoal_dist_owner_done(shoal_dist_owner *o, uint64_t sid, shoal_err *result,
 	ss->used = false;
 	free(ss->fed);
 	ss->fed = NULL;
-	dist__spec_fini(&ss->sp);
+	shoal_draft_ctl_fini(&ss->sp);
 	return true;
 }
 
@@ -545,7 +545,7 @@ void shoal_dist_owner_cancel(shoal_dist_owner *o, uint64_t sid)
 	ss->used = false;
 	free(ss->fed);
 	ss->fed = NULL;
-	dist__spec_fini(&ss->sp);
+	shoal_draft_ctl_fini(&ss->sp);
 	char why[SHOAL_WHY_LEN];
 	if (release(o, why, sizeof why)) /* the others no longer wait for it */
 		SHOAL_LOG_W(LOG_PART, "after a cancel: %s", why);
@@ -591,7 +591,7 @@ void shoal_dist_owner_free(shoal_dist_owner *o)
 		return;
 	for (uint32_t i = 0; o->sess && i < o->cfg.max_sessions; i++) {
 		free(o->sess[i].fed);
-		dist__spec_fini(&o->sess[i].sp);
+		shoal_draft_ctl_fini(&o->sess[i].sp);
 	}
 	free(o->sess);
 	free(o->rows);
