@@ -8,7 +8,7 @@
 #     available yet.
 #  2. Local `shoal run --speculate lookup` gives the ids of a run without
 #     it, greedy and seeded with a repetition penalty, and says how many
-#     drafts it kept.
+#     drafts it kept; `shoal bench --speculate lookup` counts them too.
 #  3. The dense model in 3 stages (p1 p2 p3 at --mem-limit 11M), p1 and p3
 #     speculating: runs through p1, greedy and seeded, equal local runs
 #     without speculation; a run through p1 (drafts) and one through r4
@@ -53,6 +53,10 @@ for mode in greedy seeded; do
 	grep -q "speculation (lookup): [1-9][0-9]* id(s) drafted, [1-9][0-9]* kept" "$T/ls-$mode.err" ||
 		fail "local $mode run: no drafts kept: $(cat "$T/ls-$mode.err")"
 done
+"$B" bench "$DENSE" --prompt 8 --gen 16 --speculate lookup >"$T/bench.out" 2>&1 ||
+	fail "shoal bench --speculate lookup: $(cat "$T/bench.out")"
+grep -q "^speculate  lookup: [0-9]* id(s) drafted, [0-9]* kept" "$T/bench.out" ||
+	fail "shoal bench: no speculation counts: $(cat "$T/bench.out")"
 echo "local: lookup gives the ids of a run without it ($(cat "$T/ls-greedy.err"))"
 
 # 3. three stages
