@@ -13,7 +13,9 @@
 #     speculating: runs through p1, greedy and seeded, equal local runs
 #     without speculation; a run through p1 (drafts) and one through r4
 #     (no --speculate, no stage) at the same time both equal theirs;
-#     p1's /metrics and `shoal status` count drafted and kept ids.
+#     p1's /metrics and `shoal status` count drafted and kept ids; chat
+#     replies under a grammar (json_object, a JSON schema), greedy and
+#     seeded, through p1's API equal those through r4's.
 #  4. A stage killed -9 mid-stream of a speculating run: the replay gives
 #     the ids of an undisturbed run.
 #  5. The MoE model on one peer (one stage) and the deepseek2 fixture in
@@ -64,7 +66,7 @@ start p1 "$DENSE" --mem-limit 11M --ctx 512 --api 127.0.0.1:0 "${SPEC[@]}"
 SEED=$(ep p1)
 start p2 "$DENSE" --mem-limit 11M --ctx 512 --peer "$SEED"
 start p3 "$DENSE" --mem-limit 11M --ctx 512 --peer "$SEED" "${SPEC[@]}"
-start r4 "$DENSE" --mem-limit 1M --ctx 512 --peer "$SEED"
+start r4 "$DENSE" --mem-limit 1M --ctx 512 --peer "$SEED" --api 127.0.0.1:0
 wait_for 40 servable_all 3 p1 p2 p3 r4 || fail "no common 3-stage plan"
 for mode in greedy seeded; do
 	if [ $mode = greedy ]; then S=(--temp 0); else S=(--temp 0.9 --seed 7 --repeat-penalty 1.1); fi
@@ -103,6 +105,58 @@ MA=$(sed -n 's/^shoal_spec_accepted_total //p' "$T/m.txt")
 "$B" status --state-dir "$T/p1" --key "$KEY" >"$T/st.txt" 2>&1 || fail "shoal status"
 grep -q "speculation: [0-9]* id(s) drafted" "$T/st.txt" || fail "shoal status: no speculation line"
 echo "3 stages: ids exact with lookup, greedy and seeded, beside a run without; $DR drafted, $AC kept"
+
+# structured output: replies under a grammar through p1 (drafting) equal
+# r4's (not), greedy and seeded, and p1 drafted meanwhile
+cat >"$T/gram.py" <<'PY'
+import json, sys, urllib.request
+a, b = sys.argv[1], sys.argv[2]
+def post(port, body):
+    r = urllib.request.Request(f"http://127.0.0.1:{port}/v1/chat/completions",
+                               json.dumps(body).encode(), {"Content-Type": "application/json"})
+    with urllib.request.urlopen(r, timeout=120) as f:
+        return json.loads(f.read())["choices"][0]["message"]["content"]
+ints = {"type": "object", "properties": {"list": {"type": "array", "items": {"type": "integer"},
+        "maxItems": 40}}, "required": ["list"]}
+n = 0
+for rf in ({"type": "json_object"}, {"type": "json_schema", "json_schema": {"name": "l", "schema": ints}}):
+    for seed in (0, 1, 2):
+        body = {"messages": [{"role": "user", "content": "List the numbers, again and again."}],
+                "max_tokens": 120, "response_format": rf, "seed": seed,
+                "temperature": 0 if seed == 0 else 1}
+        x, y = post(a, body), post(b, body)
+        assert x == y, (rf["type"], seed, x, y)
+        n += 1
+print(n)
+PY
+read -r D0 _ <<<"$(status p1 && python3 -c '
+import json, sys
+def find(o):
+    if isinstance(o, dict):
+        if "spec" in o and "tokens" in o:
+            return o["spec"]
+        for v in o.values():
+            r = find(v)
+            if r is not None:
+                return r
+s = find(json.load(open(sys.argv[1])))
+print(s["drafted"], s["accepted"])' "$T/st-p1.json")"
+N=$(python3 "$T/gram.py" "$(api_port p1)" "$(api_port r4)" 2>"$T/gram.err") ||
+	fail "structured output with lookup differs: $(tail -n 3 "$T/gram.err")"
+read -r D1 _ <<<"$(status p1 && python3 -c '
+import json, sys
+def find(o):
+    if isinstance(o, dict):
+        if "spec" in o and "tokens" in o:
+            return o["spec"]
+        for v in o.values():
+            r = find(v)
+            if r is not None:
+                return r
+s = find(json.load(open(sys.argv[1])))
+print(s["drafted"], s["accepted"])' "$T/st-p1.json")"
+[ "$D1" -gt "$D0" ] || fail "p1 drafted nothing under a grammar ($D0 -> $D1)"
+echo "structured output: $N replies with lookup equal those without ($((D1 - D0)) ids drafted)"
 
 # 4. kill -9 of a stage mid-stream of a speculating run
 words() { if [ -f "$1" ]; then wc -w <"$1"; else echo 0; fi; }
