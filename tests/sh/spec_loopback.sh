@@ -18,12 +18,11 @@
 #     seeded, through p1's API equal those through r4's.
 #  4. A stage killed -9 mid-stream of a speculating run: the replay gives
 #     the ids of an undisturbed run.
-#  5. The MoE model on one peer (one stage) and the deepseek2 fixture in
-#     2+ stages, speculating: ids equal local runs without it.
+#  5. A qwen3moe fixture on one peer (one stage) and the deepseek2 fixture
+#     in 2+ stages, speculating: ids equal local runs without it.
 set -u
 . "$(dirname "$0")/lib.sh"
 DENSE=$DATA/models/austen-dense-q8_0.gguf
-MOE=$DATA/models/austen-moe-q8_0.gguf
 [ -x "$PC" ] || skip "$PC not built"
 command -v curl >/dev/null || skip "curl is not installed"
 "$B" key new "$KEY" >/dev/null || fail "shoal key new"
@@ -179,11 +178,14 @@ echo "a speculating run, $VICTIM killed -9 mid-stream: ids identical to one peer
 stop_all
 
 # 5. MoE on one peer, deepseek2 in 2+ stages
-"$B" run "$MOE" -p "$X" -n 60 --ids --temp 0 >"$T/l-moe" 2>/dev/null || fail "local MoE run"
+MOE=$T/moe.gguf
+moe_fixture 4 "$MOE"
+"$B" run "$MOE" -p "hello world hello world" -n 60 --ids --temp 0 >"$T/l-moe" 2>"$T/l.err" ||
+	fail "local MoE run: $(cat "$T/l.err")"
 start m1 "$MOE" "${SPEC[@]}"
 wait_for 40 servable_all 1 m1 || fail "the MoE model on one peer is not servable"
-"$B" run --peer "$(ep m1)" --key "$KEY" -p "$X" -n 60 --ids --temp 0 >"$T/r-moe" 2>"$T/r.err" ||
-	fail "MoE run: $(cat "$T/r.err")"
+"$B" run --peer "$(ep m1)" --key "$KEY" -p "hello world hello world" -n 60 --ids --temp 0 \
+	>"$T/r-moe" 2>"$T/r.err" || fail "MoE run: $(cat "$T/r.err")"
 same "MoE ids on one stage with lookup" "$T/r-moe" "$T/l-moe"
 stop_all
 DS=$T/ds2.gguf
