@@ -1147,6 +1147,12 @@ static enum MHD_Result api_metrics(shoal_api *a, struct MHD_Connection *c)
 	       "# TYPE shoal_prefix_bytes gauge\nshoal_prefix_bytes %" PRIu64 "\n",
 	       g.prefix_hits, g.prefix_hit_tokens, g.prefix_evictions, g.prefix_entries,
 	       g.prefix_tokens, g.prefix_bytes);
+	metric(&b, &n, &cap,
+	       "# HELP shoal_spec_drafted_total Token ids drafted for this peer's sessions.\n"
+	       "# TYPE shoal_spec_drafted_total counter\nshoal_spec_drafted_total %" PRIu64 "\n"
+	       "# HELP shoal_spec_accepted_total Drafted ids kept (tokens without a step).\n"
+	       "# TYPE shoal_spec_accepted_total counter\nshoal_spec_accepted_total %" PRIu64 "\n",
+	       g.spec_drafted, g.spec_accepted);
 	/* gossip state and link RTT per peer, from the cluster view */
 	char *cj = a->ops.cluster_json ? a->ops.cluster_json(a->ops.ctx) : NULL;
 	json_t *v = cj ? json_loads(cj, 0, NULL) : NULL;

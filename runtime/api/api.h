@@ -72,6 +72,8 @@ typedef struct shoal_api_gauges {
 	/* this peer's stage's prefix cache (runtime/dist/dist.h) */
 	uint64_t prefix_hits, prefix_hit_tokens, prefix_evictions, prefix_entries, prefix_tokens,
 	    prefix_bytes;
+	/* speculation of the sessions this peer owns: ids drafted, kept */
+	uint64_t spec_drafted, spec_accepted;
 } shoal_api_gauges;
 
 typedef struct shoal_api_ops {

@@ -28,6 +28,7 @@
 #include "runtime/backend.h"
 #include "runtime/backends.h"
 #include "runtime/cli/cli_impl.h"
+#include "runtime/engine/draft_kinds.h"
 #include "runtime/engine/engine.h"
 #include "runtime/engine/generate.h"
 
@@ -35,13 +36,17 @@ static void bench_usage(FILE *f)
 {
 	fprintf(f, "usage: shoal bench MODEL [--threads T] [--prompt N[,N...]] [--gen N]\n"
 	           "                   [--depth D[,D...]] [--kv-type f16|f32] [--backend B]\n"
-	           "                   [--json]\n"
+	           "                   [--speculate MODE] [--draft-max K] [--json]\n"
 	           "  --threads T       compute threads (default 1)\n");
 	cli__backend_usage(f, 20);
 	fprintf(f, "  --prompt N,...    prefill runs of N tokens each (default 64)\n"
 	           "  --gen N           decoded tokens per decode run (default 32)\n"
 	           "  --depth D,...     decode runs after D tokens of context (default 0)\n"
 	           "  --kv-type T       KV cache elements, f16 (default) or f32\n"
+	           "  --speculate MODE  decode runs with exact speculation: auto or lookup\n"
+	           "                    (prompt lookup), off (default); the ids drafted and\n"
+	           "                    kept are counted\n"
+	           "  --draft-max K     ids drafted per step at most, 1..16 (default 8)\n"
 	           "  --json            one JSON object: every run, the token-time median and\n"
 	           "                    spread, bytes per token, the bandwidth bound, prefill\n"
 	           "                    GFLOP/s (2 x the weights a token multiplies; attention\n"
@@ -135,12 +140,26 @@ int shoal_cmd_bench(int argc, char **argv)
 	shoal_dtype kv_type = SHOAL_DTYPE_F16;
 	const char *backend_name = NULL; /* "auto" */
 	const shoal_backend_ops *backend = NULL;
+	shoal_speculate_kind spec = SHOAL_SPECULATE_OFF;
+	long draft_max = 0;
 	for (int i = 1; i < argc; i++) {
 		const char *a = argv[i];
 		long *dst = NULL;
 		if (!strcmp(a, "--threads") || !strcmp(a, "-t"))
 			dst = &threads;
-		else if (!strcmp(a, "--gen"))
+		else if (!strcmp(a, "--draft-max"))
+			dst = &draft_max;
+		else if (!strcmp(a, "--speculate")) {
+			char sw[SHOAL_WHY_LEN];
+			if (i + 1 >= argc ||
+			    shoal_speculate_parse(argv[++i], &spec, sw, sizeof sw) ||
+			    shoal_speculate_check(spec, sw, sizeof sw)) {
+				fprintf(stderr, "shoal bench: %s\n",
+				        i < argc ? sw : "--speculate needs a mode");
+				return 2;
+			}
+			continue;
+		} else if (!strcmp(a, "--gen"))
 			dst = &n_gen;
 		else if (!strcmp(a, "--prompt") || !strcmp(a, "--depth")) {
 			bool pr = !strcmp(a, "--prompt");
@@ -197,6 +216,11 @@ int shoal_cmd_bench(int argc, char **argv)
 			*dst = v;
 		}
 	}
+	if (draft_max > SHOAL_SPECULATE_DRAFT_MAX_MAX) {
+		fprintf(stderr, "shoal bench: --draft-max wants 1..%u\n",
+		        SHOAL_SPECULATE_DRAFT_MAX_MAX);
+		return 2;
+	}
 	if (!model) {
 		bench_usage(stderr);
 		return 2;
@@ -237,7 +261,8 @@ int shoal_cmd_bench(int argc, char **argv)
 		goto out;
 	}
 	uint32_t n_vocab = m->hp.n_vocab;
-	shoal_gen_config gc = {.sampler = shoal_sampler_defaults()};
+	shoal_gen_config gc = {.sampler = shoal_sampler_defaults(),
+	                       .speculate = spec != SHOAL_SPECULATE_OFF};
 	gc.sampler.temp = 0; /* greedy */
 	if ((err = shoal_gen_new(eng, &gc, &gen, why, sizeof why)))
 		goto fail_run;
@@ -277,6 +302,7 @@ int shoal_cmd_bench(int argc, char **argv)
 		pp[k] = (double)prompts[k] / (1e-9 * (double)st.prefill_ns);
 	}
 	/* decode runs: after D tokens of context, n_gen steps, each timed */
+	uint64_t spec_dr = 0, spec_ac = 0; /* ids drafted and kept over the decode runs */
 	double tg[SHOAL_BENCH_MAX_RUNS], tg_cpu[SHOAL_BENCH_MAX_RUNS], med[SHOAL_BENCH_MAX_RUNS],
 	    p10[SHOAL_BENCH_MAX_RUNS], p90[SHOAL_BENCH_MAX_RUNS], best[SHOAL_BENCH_MAX_RUNS];
 	for (int k = 0; k < n_depths; k++) {
@@ -286,9 +312,16 @@ int shoal_cmd_bench(int argc, char **argv)
 		                         .n_prompt = (uint32_t)(depths[k] + 1),
 		                         .max_tokens = (uint32_t)n_gen + 1,
 		                         .on_token = bench_on_token,
-		                         .ctx = &bt};
+		                         .ctx = &bt,
+		                         .draft_max = (uint32_t)draft_max};
+		if ((err = shoal_speculate_drafter(spec, &rq.drafter))) {
+			snprintf(why, sizeof why, "no drafter: %s", shoal_strerror(err));
+			goto fail_run;
+		}
 		if ((err = shoal_gen_run(gen, &rq, &st, why, sizeof why)))
 			goto fail_run;
+		spec_dr += st.drafted;
+		spec_ac += st.accepted;
 		tg[k] = (double)n_gen / (1e-9 * (double)st.decode_ns);
 		/* tokens per second of CPU time per thread: what decoding would
 		 * reach with its cores to itself (spinning workers count) */
@@ -336,7 +369,10 @@ int shoal_cmd_bench(int argc, char **argv)
 			       "\"best_tok_s\": %.3f, \"cpu_tok_s\": %.3f}",
 			       k ? ", " : "", depths[k], tg[k], bound > 0 ? tg[k] / bound : 0,
 			       med[k], p10[k], p90[k], best[k], tg_cpu[k]);
-		printf("]}\n");
+		printf(
+		    "], \"speculate\": \"%s\", \"spec_drafted\": %llu, \"spec_accepted\": %llu}\n",
+		    shoal_speculate_name(spec), (unsigned long long)spec_dr,
+		    (unsigned long long)spec_ac);
 	} else {
 		printf("model      %s (%s, %u layers)\n", model, shoal_arch_name(m->hp.arch),
 		       m->hp.n_layer);
@@ -360,6 +396,11 @@ int shoal_cmd_bench(int argc, char **argv)
 		       100 * (bound > 0 ? tg[0] / bound : 0),
 		       100 * (bound > 0 ? best[0] / bound : 0));
 		printf("peak RSS   %.1f MiB\n", (double)peak / 1048576.0);
+		if (spec != SHOAL_SPECULATE_OFF)
+			printf("speculate  %s: %llu id(s) drafted, %llu kept (%.0f%%)\n",
+			       shoal_speculate_name(spec), (unsigned long long)spec_dr,
+			       (unsigned long long)spec_ac,
+			       spec_dr ? 100.0 * (double)spec_ac / (double)spec_dr : 0.0);
 	}
 	status = 0;
 	goto out;

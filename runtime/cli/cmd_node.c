@@ -82,6 +82,11 @@ static void cmd_node_usage(FILE *f)
 	        "                         prompt starting with their tokens (a chat's next\n"
 	        "                         turn) computes only the rest (default: the idle\n"
 	        "                         session slots' KV; off: none)\n"
+	        "  --speculate MODE       exact speculative decoding of the sessions this\n"
+	        "                         peer owns: auto (prompt lookup), off (default),\n"
+	        "                         lookup, draft, mtp (the last two: not available\n"
+	        "                         yet); tokens equal those without it\n"
+	        "  --draft-max K          ids drafted per step at most, 1..16 (default 8)\n"
 	        "  --mem-limit SIZE       memory offered at most (e.g. 20M, 8G)\n"
 	        "  --ctx N                KV context per session (default: the model's, <= 4096)\n"
 	        "  --sessions N           concurrent sessions per stage, 1..16 (default: as\n"
@@ -163,6 +168,8 @@ int shoal_cmd_node(int argc, char **argv)
 		O_LINK_US,
 		O_SPIN_US,
 		O_PREFIX_CACHE,
+		O_SPECULATE,
+		O_DRAFT_MAX,
 		O_SESSIONS,
 		O_API,
 		O_API_KEY,
@@ -197,6 +204,8 @@ int shoal_cmd_node(int argc, char **argv)
 	    {"link-us", required_argument, NULL, O_LINK_US},
 	    {"spin-us", required_argument, NULL, O_SPIN_US},
 	    {"prefix-cache", required_argument, NULL, O_PREFIX_CACHE},
+	    {"speculate", required_argument, NULL, O_SPECULATE},
+	    {"draft-max", required_argument, NULL, O_DRAFT_MAX},
 	    {"sessions", required_argument, NULL, O_SESSIONS},
 	    {"api", required_argument, NULL, O_API},
 	    {"api-key", required_argument, NULL, O_API_KEY},
@@ -284,6 +293,28 @@ int shoal_cmd_node(int argc, char **argv)
 				return 2;
 			}
 			break;
+		case O_SPECULATE: {
+			char sw[SHOAL_WHY_LEN];
+			if (shoal_speculate_parse(optarg, &cfg.speculate, sw, sizeof sw) ||
+			    shoal_speculate_check(cfg.speculate, sw, sizeof sw)) {
+				fprintf(stderr, "shoal node: %s\n", sw);
+				free(seeds);
+				return 2;
+			}
+			break;
+		}
+		case O_DRAFT_MAX: {
+			double v;
+			if (!cli__num(optarg, 1, SHOAL_SPECULATE_DRAFT_MAX_MAX, &v) ||
+			    v != (uint32_t)v) {
+				fprintf(stderr, "shoal node: --draft-max wants 1..%u, not '%s'\n",
+				        SHOAL_SPECULATE_DRAFT_MAX_MAX, optarg);
+				free(seeds);
+				return 2;
+			}
+			cfg.draft_max = (uint32_t)v;
+			break;
+		}
 		case O_PREFIX_CACHE:
 			if (!strcmp(optarg, "off") || !strcmp(optarg, "0"))
 				cfg.prefix_cache = UINT64_MAX;

@@ -24,6 +24,7 @@
 #include "models/tokenizer.h"
 #include "runtime/backends.h"
 #include "runtime/cli/cli_impl.h"
+#include "runtime/engine/draft_kinds.h"
 #include "runtime/engine/engine.h"
 #include "runtime/engine/generate.h"
 
@@ -48,6 +49,11 @@ static void run_usage(FILE *f)
 	           "                         model's chat template\n"
 	           "  --system TEXT          system message for --chat\n"
 	           "  --ids                  print the generated token ids, one line\n"
+	           "  --speculate MODE       exact speculative decoding: auto (prompt lookup),\n"
+	           "                         off (default), lookup, draft, mtp (the last two:\n"
+	           "                         not available yet); the tokens are the same,\n"
+	           "                         the counts of drafted and kept ids go to stderr\n"
+	           "  --draft-max K          ids drafted per step at most, 1..16 (default 8)\n"
 	           "  --logprobs K           print one JSON object per generated token with\n"
 	           "                         its logprob and the K best alternatives (9\n"
 	           "                         significant digits: the float exactly)\n"
@@ -64,6 +70,8 @@ typedef struct shoal_run_opts {
 	shoal_dtype kv_type;
 	const shoal_backend_ops *backend;
 	bool chat, ids;
+	shoal_speculate_kind spec;
+	uint32_t draft_max;
 } shoal_run_opts;
 
 /* 0 ok, 2 usage error (message printed). */
@@ -143,6 +151,18 @@ static int run_parse(int argc, char **argv, shoal_run_opts *o)
 		} else if (!strcmp(a, "--logprobs")) {
 			NUM(1, SHOAL_GEN_MAX_LOGPROBS);
 			o->logprobs = (long)v;
+		} else if (!strcmp(a, "--speculate")) {
+			char sw[SHOAL_WHY_LEN];
+			if (!has_val)
+				goto missing;
+			if (shoal_speculate_parse(argv[++i], &o->spec, sw, sizeof sw) ||
+			    shoal_speculate_check(o->spec, sw, sizeof sw)) {
+				fprintf(stderr, "shoal run: %s\n", sw);
+				return 2;
+			}
+		} else if (!strcmp(a, "--draft-max")) {
+			NUM(1, SHOAL_SPECULATE_DRAFT_MAX_MAX);
+			o->draft_max = (uint32_t)v;
 		} else if (!strcmp(a, "--chat")) {
 			o->chat = true;
 		} else if (!strcmp(a, "--ids")) {
@@ -271,8 +291,10 @@ int shoal_cmd_run(int argc, char **argv)
 		        n_ctx);
 		goto out;
 	}
-	shoal_gen_config gc = {
-	    .sampler = o.sp, .logprob = o.logprobs > 0, .n_top = (uint32_t)o.logprobs};
+	shoal_gen_config gc = {.sampler = o.sp,
+	                       .logprob = o.logprobs > 0,
+	                       .n_top = (uint32_t)o.logprobs,
+	                       .speculate = o.spec != SHOAL_SPECULATE_OFF};
 	if ((err = shoal_gen_new(eng, &gc, &gen, why, sizeof why))) {
 		fprintf(stderr, "shoal run: %s\n", why);
 		goto out;
@@ -286,7 +308,12 @@ int shoal_cmd_run(int argc, char **argv)
 	                        .max_tokens = (uint32_t)o.n,
 	                        .eog = tok,
 	                        .on_token = run_on_token,
-	                        .ctx = &ro};
+	                        .ctx = &ro,
+	                        .draft_max = o.draft_max};
+	if ((err = shoal_speculate_drafter(o.spec, &rq.drafter))) {
+		fprintf(stderr, "shoal run: no drafter: %s\n", shoal_strerror(err));
+		goto out;
+	}
 	shoal_gen_stats gst;
 	if ((err = shoal_gen_run(gen, &rq, &gst, why, sizeof why))) {
 		fprintf(stderr, "shoal run: %s\n", why);
@@ -298,6 +325,14 @@ int shoal_cmd_run(int argc, char **argv)
 	}
 	if (!o.logprobs)
 		printf("\n");
+	fflush(stdout);
+	if (o.spec != SHOAL_SPECULATE_OFF)
+		fprintf(stderr,
+		        "shoal run: speculation (%s): %u id(s) drafted, %u kept (%.0f%%); %u "
+		        "token(s) in %u step(s)\n",
+		        shoal_speculate_name(o.spec), gst.drafted, gst.accepted,
+		        gst.drafted ? 100.0 * gst.accepted / gst.drafted : 0.0, gst.tokens,
+		        gst.decode_runs);
 	if (gst.stop == SHOAL_GEN_STOP_CTX)
 		fprintf(stderr,
 		        "shoal run: stopped after %u tokens: the context (%u tokens) is full; "

@@ -287,6 +287,16 @@ static void cmd_status_print_plan(json_t *plan)
 		       cmd_status_num(pc, "tokens"),
 		       shoal_fmt_bytes(kb, sizeof kb, (uint64_t)cmd_status_num(pc, "bytes")));
 	}
+	/* speculation of the sessions this peer owns (runtime/dist/dist.h) */
+	json_t *sp =
+	    json_object_get(json_object_get(json_object_get(plan, "data"), "owner"), "spec");
+	if (json_is_object(sp) && cmd_status_num(sp, "drafted") > 0) {
+		double dr = cmd_status_num(sp, "drafted"), ac = cmd_status_num(sp, "accepted");
+		printf("  speculation: %.0f id(s) drafted, %.0f kept (%.0f%%) in %.0f step(s); "
+		       "%.0f pause(s)\n",
+		       dr, ac, 100.0 * ac / dr, cmd_status_num(sp, "steps"),
+		       cmd_status_num(sp, "pauses"));
+	}
 	json_t *left = json_object_get(plan, "left_out");
 	for (size_t i = 0; i < json_array_size(left); i++) {
 		json_t *l = json_array_get(left, i);

@@ -36,6 +36,7 @@
 #include "models/model.h"
 #include "models/model_id.h"
 #include "net/xfer.h"
+#include "runtime/engine/draft_ctl.h"
 #include "runtime/engine/generate.h"
 #include "runtime/engine/sampler.h"
 #include "scheduler/digest.h"
@@ -100,6 +101,23 @@
  * run, and the tail (the last prompt ids, generated ones included) is the
  * repetition penalty's history as it was.
  *
+ * Speculation (issue 38): a decoding step of a session may carry, after
+ * the token the owner feeds at position p, up to SHOAL_DIST_DRAFT_MAX
+ * drafted ids at p+1.. (the owner's guesses, runtime/engine/draft.h), as
+ * rows of the same frame. Every stage runs them as one batch; the last
+ * stage samples each row's choice as if the rows before it were kept: the
+ * row at p+j with the draw of step t+j and the penalties and grammar state
+ * advanced over its own choices at p..p+j-1, and returns one result row
+ * per row (id -1: a grammar allows no token there). The owner keeps the
+ * drafts up to the first that differs from the choice before it, and hands
+ * out the choices up to that row: those are the tokens of a run without
+ * drafts. Its next step starts at the first position not kept: the
+ * engines overwrite the rows after it (a row at pos < KV length rewinds),
+ * and the last stage first forgets the choices it made at those rows (the
+ * penalty history and the grammar state go back to where the kept rows
+ * left them). A CLOSE's hashes cover the kept positions only, so the
+ * prefix cache never keeps a rejected row.
+ *
  * Protocol invariants:
  *  1. A session id (sid) is chosen by its owner; its high 32 bits are the
  *     first 4 bytes of the owner's peer id, so owners rarely collide, and
@@ -112,8 +130,9 @@
  *     do not fit the link's max frame (then as few frames as fit, in
  *     order). A run is one step of one session, or, under *_poll, every
  *     row that arrived together (several sessions batch through).
- *  4. The last stage samples only the last row of each session in a frame,
- *     and only when pos >= n_prompt - 1; step t = pos - (n_prompt - 1), so
+ *  4. The last stage samples every row at pos >= n_prompt - 1 (the last
+ *     prompt row, then the fed token and the drafts that follow it, see
+ *     "Speculation" below); step t = first step + pos - (n_prompt - 1), so
  *     the draw is a function of (seed, t) (DESIGN invariant 2).
  *  5. Hidden states and expert inputs/outputs are raw F32, never converted.
  *  6. A stage that cannot run a session's rows (bad shape, bad position,
@@ -171,6 +190,8 @@
 	(SHOAL_DIST_CTL_WORDS + 2u * SHOAL_SAMPLER_MAX_BIAS + SHOAL_DIST_TAIL_MAX +                \
 	 SHOAL_GRAMMAR_MAX_WORDS + SHOAL_DIST_REPLAY_MAX +                                         \
 	 SHOAL_DIST_PREFIX_MAX_BLOCKS * (SHOAL_DIST_PREFIX_HASH / 4u))
+/* Drafted rows one decoding step of a session may carry (draft_ctl.h). */
+#define SHOAL_DIST_DRAFT_MAX SHOAL_DRAFT_MAX
 /* --logprobs cap: the generation loop's. */
 #define SHOAL_DIST_MAX_LOGPROBS SHOAL_GEN_MAX_LOGPROBS
 /* Prompt tail for the repetition penalty: sampler's default last_n is 64;
@@ -382,6 +403,9 @@ typedef struct shoal_dist_owner_config {
 	/* Send prefix hashes with OPEN and CLOSE (dist.h "The prefix cache"):
 	 * a session starts after the blocks every stage holds. */
 	bool prefix_cache;
+	/* Positions per session at the stages (0: unknown): drafts never
+	 * reach past it. */
+	uint32_t n_ctx;
 } shoal_dist_owner_config;
 
 /* One generated token, handed to the callback (pointers borrowed). */
@@ -417,7 +441,18 @@ typedef struct shoal_dist_request {
 	const shoal_tokenizer *eog;
 	shoal_dist_token_fn on_token;
 	void *ctx;
+	/* Speculation ("Speculation" above): a drafter (ops NULL: none) that
+	 * the session owns from the start (freed when it ends, also when the
+	 * start fails), and the most ids drafted per step (1..
+	 * SHOAL_DIST_DRAFT_MAX; 0: SHOAL_DIST_DRAFT_DEFAULT). The session
+	 * adapts its draft length to the recent acceptance and stops drafting
+	 * for a while when drafts stop paying. Tokens are those of a run
+	 * without a drafter. */
+	shoal_drafter drafter;
+	uint32_t draft_max;
 } shoal_dist_request;
+/* Drafted ids per step at most when a request does not say. */
+#define SHOAL_DIST_DRAFT_DEFAULT SHOAL_DRAFT_DEFAULT
 
 shoal_err shoal_dist_owner_new(const shoal_dist_owner_config *cfg, shoal_dist_owner **out,
                                char *why, size_t why_len);
@@ -463,6 +498,11 @@ typedef struct shoal_dist_owner_metrics {
 	uint64_t last_step_ns; /* send of a token to receipt of the next */
 	uint64_t step_ns;      /* sum over decode steps */
 	uint64_t steps;
+	/* speculation */
+	uint64_t drafted;     /* ids proposed by drafters and sent */
+	uint64_t accepted;    /* of those, kept (each a token without a step) */
+	uint64_t spec_steps;  /* decoding steps that carried drafts */
+	uint64_t spec_pauses; /* times a session stopped drafting: drafts did not pay */
 } shoal_dist_owner_metrics;
 
 void shoal_dist_owner_metrics_get(const shoal_dist_owner *o, shoal_dist_owner_metrics *m);

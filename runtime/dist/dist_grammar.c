@@ -94,7 +94,8 @@ shoal_err dist__grammar_open(shoal_dist_stage *s, dist__sess *ss, const dist__ct
 		}
 	}
 	ss->gram = malloc((size_t)c->sp.n_grammar * sizeof *ss->gram);
-	if (!ss->gram)
+	ss->gsnap = malloc(DIST__SPEC_ROWS * sizeof *ss->gsnap); /* dist_verify.c */
+	if (!ss->gram || !ss->gsnap)
 		return shoal_why(w, w_len, SHOAL_ERR_NOMEM, "structured output: the grammar");
 	memcpy(ss->gram, c->sp.grammar, (size_t)c->sp.n_grammar * sizeof *ss->gram);
 	ss->gvocab = v;
@@ -116,7 +117,9 @@ shoal_err dist__grammar_open(shoal_dist_stage *s, dist__sess *ss, const dist__ct
 void dist__grammar_close(dist__sess *ss)
 {
 	free(ss->gram);
+	free(ss->gsnap);
 	ss->gram = NULL;
+	ss->gsnap = NULL;
 	ss->gvocab = NULL;
 }
 

@@ -171,7 +171,20 @@ typedef struct dist__sess {
 	const dist__gvocab *gvocab;
 	shoal_grammar_state gst;
 	bool started; /* a row ran: the first one's position counts a prefix hit */
+	/* speculation (has_head; dist.h "Speculation"): the position after
+	 * the latest sampled row (0: none yet); per sampled row of the last
+	 * DIST__SPEC_ROWS (by position modulo), the ids it added to hist and,
+	 * with a grammar, the matcher's state after it; the run that sampled
+	 * the latest row */
+	uint32_t next_pos;
+	uint8_t hadd[SHOAL_DIST_DRAFT_MAX + 1];
+	shoal_grammar_state *gsnap; /* (DIST__SPEC_ROWS) with a grammar, else NULL */
+	uint64_t stamp;
+	bool stuck; /* a row of this run had no token: the later ones have none */
 } dist__sess;
+
+/* Sampled rows a stage can go back over: a step's fed row and its drafts. */
+#define DIST__SPEC_ROWS (SHOAL_DIST_DRAFT_MAX + 1u)
 
 /* Owners a stage remembers as waiting for a session (dist_admit.c): one
  * entry per owner; a lab has a few API peers, 16 leaves room. An entry
@@ -212,10 +225,14 @@ struct shoal_dist_stage {
 	uint32_t *row_sess;    /* (R) index into sess */
 	uint8_t *want;         /* (R) */
 	shoal_xfer_row *tags;  /* (R) */
-	float *logits;         /* (max_sessions, n_vocab) */
-	int32_t *res;          /* (max_sessions, 2 + 2 MAX_LOGPROBS) results */
-	int32_t *reply;        /* (max_sessions, 2 + 2 MAX_LOGPROBS) one frame */
-	shoal_xfer_row *rtags; /* (max_sessions) */
+	float *logits;         /* (n_lrows, n_vocab) */
+	int32_t *res;          /* (n_lrows, 2 + 2 MAX_LOGPROBS) results */
+	int32_t *reply;        /* (n_lrows, 2 + 2 MAX_LOGPROBS) one owner's */
+	shoal_xfer_row *rtags; /* (n_lrows) */
+	shoal_xfer_row *otags; /* (n_lrows) one reply's tags */
+	uint8_t *rdone;        /* (n_lrows) */
+	uint32_t *wsess;       /* (n_lrows) */
+	uint32_t n_lrows;      /* rows of logits one run may want: max_sessions + DRAFT_MAX */
 	int32_t *top_ids;      /* (MAX_LOGPROBS) */
 	float *top_lps;
 	int32_t ctl[SHOAL_DIST_CTL_MAX_WORDS];
@@ -238,6 +255,7 @@ struct shoal_dist_stage {
 	uint8_t sent[DIST__MAX_XPEERS]; /* xpeer indices requested, in order */
 	uint32_t sent_routes[DIST__MAX_XPEERS];
 	uint32_t tp_rows;  /* rows of the batch in the engine (a group's tags check) */
+	uint32_t tp_row0;  /* and the first of them (a run of part of the batch) */
 	dist__admit admit; /* owners refused for want of a session, in order */
 	dist__pcache pc;   /* ended sessions' KV kept for their prefixes */
 	uint8_t pkeys[SHOAL_DIST_PREFIX_MAX_BLOCKS * SHOAL_DIST_PREFIX_HASH]; /* scratch */
@@ -256,6 +274,14 @@ shoal_sampler_filter dist__grammar_filter(dist__sess *ss);
 void dist__grammar_advance(dist__sess *ss, int32_t id);
 void dist__grammar_close(dist__sess *ss);
 void dist__gvocab_fini(dist__gvocab *v);
+
+/* dist_verify.c: before sampling the row at pos of session ss, forget
+ * the choices made at rows pos.. of an earlier step (drafts the owner did
+ * not keep): the penalty history and the grammar state as those rows
+ * found them (false: pos lies further back than a step reaches); after
+ * sampling it (added: ids appended to hist), note the row. */
+bool dist__verify_rewind(dist__sess *ss, uint32_t pos);
+void dist__verify_note(dist__sess *ss, uint32_t pos, uint8_t added);
 
 /* dist_admit.c: the waiters that rank before an OPEN of `owner` (a replay
  * when resumed), after forgetting those that gave up; the OPEN refused

@@ -35,6 +35,14 @@ typedef struct owner_sess {
 	uint32_t n_fed, cap;
 	bool matching;   /* OPEN sent with hashes, MATCH not come yet */
 	uint32_t cached; /* prompt positions the stages reused */
+	/* the step in flight: the positions of its rows (the fed token and
+	 * its drafts), the results not come yet, whether its outcome is known
+	 * (a draft missed, or the last row came: later rows are ignored) */
+	uint32_t v_lo, v_hi, due;
+	bool closed;
+	bool planned;       /* the step in flight was planned by sp (not the prompt's) */
+	uint32_t kept;      /* drafts of the step kept so far */
+	shoal_draft_ctl sp; /* speculation (runtime/engine/draft_ctl.h) */
 } owner_sess;
 
 struct shoal_dist_owner {
@@ -44,6 +52,7 @@ struct shoal_dist_owner {
 	shoal_xfer_row *rows; /* (max_rows) */
 	int32_t *next;        /* (max_rows) the next tokens of a release, batched */
 	owner_sess **next_ss; /* (max_rows) whose */
+	uint8_t *next_fed;    /* (max_rows) the row is its session's fed token (not a draft) */
 	int32_t top_ids[SHOAL_DIST_MAX_LOGPROBS];
 	float top_lps[SHOAL_DIST_MAX_LOGPROBS];
 	int32_t ctl[SHOAL_DIST_CTL_MAX_WORDS];
@@ -130,6 +139,8 @@ static shoal_err send_next(shoal_dist_owner *o, uint32_t n, char *why, size_t wh
 	uint64_t now = dist__now_ns();
 	for (uint32_t i = 0; i < n; i++) {
 		owner_sess *ss = o->next_ss[i];
+		if (!o->next_fed[i])
+			continue;
 		ss->t_sent = now;
 		ss->held = false;
 		if (ss->fed && ss->n_fed < ss->cap)
@@ -139,6 +150,38 @@ static shoal_err send_next(shoal_dist_owner *o, uint32_t n, char *why, size_t wh
 	for (uint32_t i = 0; e && i < n; i++)
 		finish(o, o->next_ss[i], e, why);
 	return e;
+}
+
+/* Session ss's next step: its fed token at the current position, then
+ * the drafts that fit room rows of the frame, to o->next from row n;
+ * returns the rows added. */
+static uint32_t plan_step(shoal_dist_owner *o, owner_sess *ss, uint32_t n, uint32_t room)
+{
+	uint32_t pos = shoal_gen_seq_pos(&ss->q), step = shoal_gen_seq_step(&ss->q);
+	/* drafts never reach past max_tokens, the context or a frame */
+	uint32_t left = ss->q.lim.max_tokens - step - 1;
+	if (room - 1 < left)
+		left = room - 1;
+	if (o->cfg.n_ctx && (pos + 1 >= o->cfg.n_ctx || o->cfg.n_ctx - 1 - pos < left))
+		left = pos + 1 >= o->cfg.n_ctx ? 0 : o->cfg.n_ctx - 1 - pos;
+	uint32_t nd = shoal_draft_ctl_plan(&ss->sp, left, dist__now_ns());
+	ss->planned = ss->sp.dr.ops != NULL;
+	ss->v_lo = pos;
+	ss->v_hi = pos + nd;
+	ss->due = nd + 1;
+	ss->closed = false;
+	ss->kept = 0;
+	if (nd) {
+		o->met.drafted += nd;
+		o->met.spec_steps++;
+	}
+	for (uint32_t j = 0; j <= nd; j++) {
+		o->rows[n + j] = (shoal_xfer_row){.session = ss->sid, .pos = pos + j};
+		o->next[n + j] = j ? ss->sp.draft[j - 1] : ss->next_id;
+		o->next_ss[n + j] = ss;
+		o->next_fed[n + j] = !j;
+	}
+	return nd + 1;
 }
 
 /* Decoding sessions go in step: a session's next token is held while
@@ -151,7 +194,8 @@ static shoal_err release(shoal_dist_owner *o, char *why, size_t why_len)
 {
 	for (uint32_t i = 0; i < o->cfg.max_sessions; i++) {
 		const owner_sess *ss = &o->sess[i];
-		if (ss->used && !ss->done && !ss->held && shoal_gen_seq_step(&ss->q))
+		/* decoding, or its step's rejected rows still to come */
+		if (ss->used && !ss->done && (!ss->held || ss->due) && shoal_gen_seq_step(&ss->q))
 			return SHOAL_OK;
 	}
 	uint32_t n = 0;
@@ -160,14 +204,14 @@ static shoal_err release(shoal_dist_owner *o, char *why, size_t why_len)
 		owner_sess *ss = &o->sess[i];
 		if (!ss->used || ss->done || !ss->held)
 			continue;
-		if (n == o->cfg.max_rows) {
+		/* a step's rows go in one frame: a draft or two, else a frame
+		 * of its own */
+		if (o->cfg.max_rows - n < 3 && n) {
 			if ((e = send_next(o, n, why, why_len)))
 				return e;
 			n = 0;
 		}
-		o->rows[n] = (shoal_xfer_row){.session = ss->sid, .pos = shoal_gen_seq_pos(&ss->q)};
-		o->next[n] = ss->next_id;
-		o->next_ss[n++] = ss;
+		n += plan_step(o, ss, n, o->cfg.max_rows - n);
 	}
 	return n ? send_next(o, n, why, why_len) : SHOAL_OK;
 }
@@ -185,18 +229,26 @@ static shoal_err handle_results(shoal_dist_owner *o, const shoal_xfer_frame *f, 
 	uint64_t now = dist__now_ns();
 	for (uint32_t r = 0; r < h->n_rows; r++) {
 		owner_sess *ss = find(o, h->rows[r].session);
-		if (!ss || ss->done || h->rows[r].pos != shoal_gen_seq_pos(&ss->q) ||
-		    K < ss->logprobs) {
+		uint32_t pos = h->rows[r].pos;
+		if (ss && ss->done && ss->due && pos >= ss->v_lo && pos <= ss->v_hi) {
+			ss->due--; /* the rows after the one that ended it */
+			continue;
+		}
+		if (!ss || ss->done || !ss->due || pos < ss->v_lo || pos > ss->v_hi ||
+		    (!ss->closed && pos != shoal_gen_seq_pos(&ss->q)) || K < ss->logprobs) {
 			o->met.dropped++;
 			uint64_t held;
 			if (shoal_log_limit_pass(&o->log_result, SHOAL_LOG_LIMIT_US, &held))
 				SHOAL_LOG_W(LOG_PART,
 				            "dropped a result for session %016llx at %u (and %llu "
 				            "such since the last line)",
-				            (unsigned long long)h->rows[r].session, h->rows[r].pos,
+				            (unsigned long long)h->rows[r].session, pos,
 				            (unsigned long long)held);
 			continue;
 		}
+		ss->due--;
+		if (ss->closed) /* a row after a draft that missed: nothing kept */
+			continue;
 		const uint8_t *p = f->payload + (size_t)r * h->dim * 4u;
 		shoal_dist_token t = {.sid = ss->sid,
 		                      .step = ss->step0 + shoal_gen_seq_step(&ss->q),
@@ -210,7 +262,13 @@ static shoal_err handle_results(shoal_dist_owner *o, const shoal_xfer_frame *f, 
 			memcpy(&o->top_ids[j], p + 8 + 8 * j, 4);
 			memcpy(&o->top_lps[j], p + 12 + 8 * j, 4);
 		}
-		if (shoal_gen_seq_step(&ss->q)) {
+		if (t.id < 0) { /* a drafted row's "no token" that turned out to be ours */
+			finish(o, ss, SHOAL_ERR_UNSUPPORTED,
+			       "structured output: no token of the vocabulary continues the "
+			       "reply's grammar");
+			continue;
+		}
+		if (shoal_gen_seq_step(&ss->q) && pos == ss->v_lo) {
 			o->met.last_step_ns = now - ss->t_sent;
 			o->met.step_ns += o->met.last_step_ns;
 			o->met.steps++;
@@ -220,12 +278,27 @@ static shoal_err handle_results(shoal_dist_owner *o, const shoal_xfer_frame *f, 
 		 * end-of-generation token ends the session unseen */
 		bool go = shoal_gen_seq_accept(&ss->q, t.id) == SHOAL_GEN_STOP_NONE;
 		int stop = go && ss->on_token ? ss->on_token(ss->ctx, &t) : 0;
+		if (go)
+			shoal_draft_ctl_token(&ss->sp, t.id);
 		if (shoal_gen_seq_next(&ss->q, stop) != SHOAL_GEN_STOP_NONE) {
 			finish(o, ss, SHOAL_OK, NULL);
 			continue;
 		}
+		uint32_t j = pos - ss->v_lo; /* the row's place in the step */
+		if (j < ss->v_hi - ss->v_lo && t.id == ss->sp.draft[j]) {
+			/* the draft fed at pos + 1 was this very choice: its row's
+			 * result is the next token's, and its KV is the run's */
+			ss->kept++;
+			o->met.accepted++;
+			if (ss->fed && ss->n_fed < ss->cap)
+				ss->fed[ss->n_fed++] = t.id;
+			continue;
+		}
+		ss->closed = true;
 		ss->held = true;
 		ss->next_id = t.id;
+		if (ss->planned && shoal_draft_ctl_done(&ss->sp, ss->kept, now))
+			o->met.spec_pauses++;
 	}
 	return release(o, why, why_len);
 }
@@ -337,8 +410,10 @@ shoal_err shoal_dist_owner_poll(shoal_dist_owner *o, shoal_xfer_link *const *lin
 	                  why_len);
 }
 
-shoal_err shoal_dist_owner_start(shoal_dist_owner *o, const shoal_dist_request *req, uint64_t *sid,
-                                 char *why, size_t why_len)
+/* shoal_dist_owner_start; *taken: the request's drafter is the session's
+ * (or freed). */
+static shoal_err owner_start(shoal_dist_owner *o, const shoal_dist_request *req, uint64_t *sid,
+                             bool *taken, char *why, size_t why_len)
 {
 	const shoal_sampler_params *sp = &req->sampler;
 	if (!req->n_prompt || !req->max_tokens || req->logprobs > SHOAL_DIST_MAX_LOGPROBS)
@@ -371,12 +446,18 @@ shoal_err shoal_dist_owner_start(shoal_dist_owner *o, const shoal_dist_request *
 		return shoal_why(why, why_len, SHOAL_ERR_BUSY, "all %u sessions in use",
 		                 o->cfg.max_sessions);
 	memset(ss, 0, sizeof *ss);
+	*taken = true;
+	if (shoal_draft_ctl_init(&ss->sp, req->drafter, req->draft_max, req->prompt, req->n_prompt,
+	                         req->max_tokens))
+		return shoal_why(why, why_len, SHOAL_ERR_NOMEM, "out of memory");
 	ss->sid = (uint64_t)o->cfg.self[0] << 56 | (uint64_t)o->cfg.self[1] << 48 |
 	          (uint64_t)o->cfg.self[2] << 40 | (uint64_t)o->cfg.self[3] << 32 | ++o->counter;
 	ss->used = true;
 	shoal_gen_seq_init(&ss->q, req->n_prompt,
 	                   &(shoal_gen_limits){.max_tokens = req->max_tokens, .eog = req->eog});
 	ss->step0 = req->first_step;
+	ss->v_lo = ss->v_hi = req->n_prompt - 1; /* the first result: the prompt's last row */
+	ss->due = 1;
 	ss->logprobs = req->logprobs;
 	ss->on_token = req->on_token;
 	ss->ctx = req->ctx;
@@ -406,6 +487,7 @@ shoal_err shoal_dist_owner_start(shoal_dist_owner *o, const shoal_dist_request *
 		ss->cap = cap < UINT32_MAX ? (uint32_t)cap : UINT32_MAX;
 		if (!(ss->fed = malloc((size_t)ss->cap * sizeof *ss->fed))) {
 			ss->used = false;
+			shoal_draft_ctl_fini(&ss->sp);
 			return SHOAL_ERR_NOMEM;
 		}
 		memcpy(ss->fed, req->prompt, (size_t)req->n_prompt * sizeof *ss->fed);
@@ -425,6 +507,16 @@ shoal_err shoal_dist_owner_start(shoal_dist_owner *o, const shoal_dist_request *
 	return SHOAL_OK;
 }
 
+shoal_err shoal_dist_owner_start(shoal_dist_owner *o, const shoal_dist_request *req, uint64_t *sid,
+                                 char *why, size_t why_len)
+{
+	bool taken = false;
+	shoal_err e = owner_start(o, req, sid, &taken, why, why_len);
+	if (!taken && req->drafter.ops && req->drafter.ops->free)
+		req->drafter.ops->free(req->drafter.self);
+	return e;
+}
+
 bool shoal_dist_owner_done(shoal_dist_owner *o, uint64_t sid, shoal_err *result, char *why,
                            size_t why_len)
 {
@@ -440,6 +532,7 @@ bool shoal_dist_owner_done(shoal_dist_owner *o, uint64_t sid, shoal_err *result,
 	ss->used = false;
 	free(ss->fed);
 	ss->fed = NULL;
+	shoal_draft_ctl_fini(&ss->sp);
 	return true;
 }
 
@@ -452,6 +545,7 @@ void shoal_dist_owner_cancel(shoal_dist_owner *o, uint64_t sid)
 	ss->used = false;
 	free(ss->fed);
 	ss->fed = NULL;
+	shoal_draft_ctl_fini(&ss->sp);
 	char why[SHOAL_WHY_LEN];
 	if (release(o, why, sizeof why)) /* the others no longer wait for it */
 		SHOAL_LOG_W(LOG_PART, "after a cancel: %s", why);
@@ -495,12 +589,15 @@ void shoal_dist_owner_free(shoal_dist_owner *o)
 {
 	if (!o)
 		return;
-	for (uint32_t i = 0; o->sess && i < o->cfg.max_sessions; i++)
+	for (uint32_t i = 0; o->sess && i < o->cfg.max_sessions; i++) {
 		free(o->sess[i].fed);
+		shoal_draft_ctl_fini(&o->sess[i].sp);
+	}
 	free(o->sess);
 	free(o->rows);
 	free(o->next);
 	free(o->next_ss);
+	free(o->next_fed);
 	free(o);
 }
 
@@ -524,7 +621,8 @@ shoal_err shoal_dist_owner_new(const shoal_dist_owner_config *cfg, shoal_dist_ow
 	o->rows = calloc(cfg->max_rows, sizeof *o->rows);
 	o->next = calloc(cfg->max_rows, sizeof *o->next);
 	o->next_ss = calloc(cfg->max_rows, sizeof *o->next_ss);
-	if (!o->sess || !o->rows || !o->next || !o->next_ss) {
+	o->next_fed = calloc(cfg->max_rows, 1);
+	if (!o->sess || !o->rows || !o->next || !o->next_ss || !o->next_fed) {
 		shoal_dist_owner_free(o);
 		return SHOAL_ERR_NOMEM;
 	}

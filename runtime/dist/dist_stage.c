@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "base/assert.h"
 #include "base/hex.h"
 #include "base/log.h"
 #include "runtime/backends.h"
@@ -283,33 +284,47 @@ static shoal_err send_hidden(shoal_dist_stage *s, uint32_t n, char *why, size_t 
 
 /* ---- running a frame --------------------------------------------------------- */
 
-/* Last stage: sample the rows that asked for logits (in row order), then
- * one TOKEN frame per owner. n_want rows wanted logits. */
-static shoal_err send_results(shoal_dist_stage *s, uint32_t n, uint32_t n_want, char *why,
-                              size_t why_len)
+/* Sample the wanted row r (logits lg) of session ss into result row o:
+ * its choice as if the session's rows before it in the step were kept
+ * (dist.h "Speculation"). false: the session failed here. */
+static bool sample_row(shoal_dist_stage *s, uint32_t r, const float *lg, int32_t *o)
 {
-	uint32_t wi = 0;
-	uint8_t done[DIST__MAX_SESSIONS] = {0}; /* per wanted row: sent */
-	uint32_t wsess[DIST__MAX_SESSIONS];     /* per wanted row: its session */
-	uint32_t li = 0;                        /* logits rows: one per wanted row; results: wi */
-	for (uint32_t r = 0; r < n; r++) {
-		if (!s->want[r])
-			continue;
-		dist__sess *ss = &s->sess[s->row_sess[r]];
-		const float *lg = s->logits + (size_t)li++ * s->n_vocab; /* (n_vocab) */
-		uint32_t t = ss->step0 + shoal_gen_step_of_pos(ss->n_prompt, s->pos[r]);
-		float lp = 0.0f;
-		shoal_sampler_filter gf =
-		    ss->gram ? dist__grammar_filter(ss) : (shoal_sampler_filter){0};
-		int32_t id = shoal_gen_pick(ss->smp, lg, s->n_vocab, ss->hist, ss->n_hist, t,
-		                            ss->gram ? &gf : NULL, ss->no_logprob ? NULL : &lp,
-		                            ss->logprobs, s->top_ids, s->top_lps);
-		if (id < 0) {
-			sess_fail(s, (int)s->row_sess[r], ss->sid, ss->owner, SHOAL_ERR_UNSUPPORTED,
-			          "structured output: no token of the vocabulary continues the "
-			          "reply's grammar");
-			continue;
-		}
+	uint32_t si = s->row_sess[r];
+	dist__sess *ss = &s->sess[si];
+	bool first = ss->stamp != s->met.runs; /* its first row in this run */
+	ss->stamp = s->met.runs;
+	if (first)
+		ss->stuck = false;
+	memset(o, 0, (2 + 2 * ss->logprobs) * 4u);
+	o[0] = -1;
+	if (first && !dist__verify_rewind(ss, s->pos[r])) {
+		sess_fail(s, (int)si, ss->sid, ss->owner, SHOAL_ERR_RANGE,
+		          "a step that goes back further than a step's drafts");
+		return false;
+	}
+	if (ss->next_pos && s->pos[r] != ss->next_pos) {
+		sess_fail(s, (int)si, ss->sid, ss->owner, SHOAL_ERR_RANGE,
+		          "a sampled row that skips positions");
+		return false;
+	}
+	uint32_t t = ss->step0 + shoal_gen_step_of_pos(ss->n_prompt, s->pos[r]);
+	float lp = 0.0f;
+	shoal_sampler_filter gf = ss->gram ? dist__grammar_filter(ss) : (shoal_sampler_filter){0};
+	/* a later row of a step whose grammar allows no token may be a
+	 * rejected draft's: id -1, the owner judges (dist.h) */
+	int32_t id = ss->stuck ? -1
+	                       : shoal_gen_pick(ss->smp, lg, s->n_vocab, ss->hist, ss->n_hist, t,
+	                                        ss->gram ? &gf : NULL, ss->no_logprob ? NULL : &lp,
+	                                        ss->logprobs, s->top_ids, s->top_lps);
+	ss->stuck = id < 0;
+	if (id < 0 && first) {
+		sess_fail(s, (int)si, ss->sid, ss->owner, SHOAL_ERR_UNSUPPORTED,
+		          "structured output: no token of the vocabulary continues the "
+		          "reply's grammar");
+		return false;
+	}
+	uint8_t added = 0;
+	if (id >= 0) {
 		if (ss->gram)
 			dist__grammar_advance(ss, id);
 		if (ss->n_hist == 2 * SHOAL_DIST_TAIL_MAX) {
@@ -318,18 +333,75 @@ static shoal_err send_results(shoal_dist_stage *s, uint32_t n, uint32_t n_want, 
 			ss->n_hist = SHOAL_DIST_TAIL_MAX;
 		}
 		ss->hist[ss->n_hist++] = id;
-		int32_t *o = s->res + (size_t)wi * RES_WORDS;
+		added = 1;
 		o[0] = id;
 		memcpy(&o[1], &lp, 4);
 		for (uint32_t j = 0; j < ss->logprobs; j++) {
 			o[2 + 2 * j] = s->top_ids[j];
 			memcpy(&o[3 + 2 * j], &s->top_lps[j], 4);
 		}
+	}
+	dist__verify_note(ss, s->pos[r], added);
+	return true;
+}
+
+/* Rows [0, m) of s->reply (dim words each, tags s->otags) to owner, in as
+ * few TOKEN frames as fit the link. */
+static shoal_err send_reply(shoal_dist_stage *s, const uint8_t *owner, uint32_t m, uint32_t dim,
+                            char *why, size_t why_len)
+{
+	shoal_xfer_link *k = link_to(s, owner);
+	if (!k)
+		return shoal_why(why, why_len, SHOAL_ERR_NOTFOUND, "no link to an owner");
+	uint32_t max = shoal_xfer_link_max_send(k), per_row = 16u + 4u * dim;
+	uint32_t fit = max > SHOAL_XFER_HDR_SIZE ? (max - SHOAL_XFER_HDR_SIZE) / per_row : 0;
+	if (fit > SHOAL_XFER_MAX_ROWS_DEFAULT)
+		fit = SHOAL_XFER_MAX_ROWS_DEFAULT;
+	if (!fit)
+		return shoal_why(why, why_len, SHOAL_ERR_RANGE, "one result does not fit a frame");
+	for (uint32_t r0 = 0; r0 < m; r0 += fit) {
+		uint32_t c = m - r0 < fit ? m - r0 : fit;
+		shoal_xfer_hdr h = {.kind = SHOAL_XFER_KIND_TOKEN,
+		                    .dtype = SHOAL_XFER_DTYPE_I32,
+		                    .layer_first = (uint16_t)s->n_layer,
+		                    .layer_end = (uint16_t)s->n_layer,
+		                    .dim = dim,
+		                    .n_rows = c,
+		                    .rows = s->otags + r0,
+		                    .payload_len = c * dim * 4u};
+		struct iovec v = {.iov_base = s->reply + (size_t)r0 * dim,
+		                  .iov_len = (size_t)c * dim * 4u};
+		shoal_err e = shoal_xfer_link_send(k, &h, &v, 1, s->cfg.timeout_ms, why, why_len);
+		if (e)
+			return e;
+		s->met.tokens_sent++;
+		s->met.tokens_bytes += shoal_xfer_frame_head_len(&h) + h.payload_len;
+	}
+	return SHOAL_OK;
+}
+
+/* Last stage: sample the rows [r0, r0 + n) that asked for logits (in row
+ * order), then the results to each owner. */
+static shoal_err send_results(shoal_dist_stage *s, uint32_t r0, uint32_t n, char *why,
+                              size_t why_len)
+{
+	uint32_t wi = 0, li = 0;    /* results; logits rows (one per wanted row) */
+	uint8_t *done = s->rdone;   /* per result: sent */
+	uint32_t *wsess = s->wsess; /* per result: its session */
+	for (uint32_t r = r0; r < r0 + n; r++) {
+		if (!s->want[r])
+			continue;
+		const float *lg = s->logits + (size_t)li++ * s->n_vocab; /* (n_vocab) */
+		if (s->sess[s->row_sess[r]].failed) /* at an earlier row of this run */
+			continue;
+		if (!sample_row(s, r, lg, s->res + (size_t)wi * RES_WORDS))
+			continue;
 		s->rtags[wi] = s->tags[r];
 		wsess[wi] = s->row_sess[r];
+		done[wi] = 0;
 		wi++;
 	}
-	n_want = wi; /* less the sessions that failed here */
+	uint32_t n_want = wi;
 	for (uint32_t a = 0; a < n_want; a++) {
 		if (done[a])
 			continue;
@@ -351,25 +423,11 @@ static shoal_err send_results(shoal_dist_stage *s, uint32_t n, uint32_t n_want, 
 				o[2 + 2 * j] = -1;
 				o[3 + 2 * j] = 0;
 			}
-			s->tags[m] = s->rtags[w]; /* the batch's tags are spent: reuse */
+			s->otags[m] = s->rtags[w];
 			done[w] = 1;
 			m++;
 		}
-		shoal_xfer_link *k = link_to(s, owner);
-		shoal_err e =
-		    k ? SHOAL_OK
-		      : shoal_why(why, why_len, SHOAL_ERR_NOTFOUND, "no link to an owner");
-		shoal_xfer_hdr h = {.kind = SHOAL_XFER_KIND_TOKEN,
-		                    .dtype = SHOAL_XFER_DTYPE_I32,
-		                    .layer_first = (uint16_t)s->n_layer,
-		                    .layer_end = (uint16_t)s->n_layer,
-		                    .dim = dim,
-		                    .n_rows = m,
-		                    .rows = s->tags,
-		                    .payload_len = m * dim * 4u};
-		struct iovec v = {.iov_base = s->reply, .iov_len = (size_t)m * dim * 4u};
-		if (!e)
-			e = shoal_xfer_link_send(k, &h, &v, 1, s->cfg.timeout_ms, why, why_len);
+		shoal_err e = send_reply(s, owner, m, dim, why, why_len);
 		if (e) {
 			/* this owner cannot be reached now (gone, or restarted and
 			 * the view lags): its sessions fail, and it is told as soon
@@ -378,18 +436,16 @@ static shoal_err send_results(shoal_dist_stage *s, uint32_t n, uint32_t n_want, 
 				if (!memcmp(s->sess[wsess[w]].owner, owner, SHOAL_PEER_ID_LEN))
 					sess_fail(s, (int)wsess[w], s->sess[wsess[w]].sid, owner,
 					          SHOAL_ERR_CLOSED, why);
-			continue;
 		}
-		s->met.tokens_sent++;
-		s->met.tokens_bytes += shoal_xfer_frame_head_len(&h) + h.payload_len;
 	}
 	return SHOAL_OK;
 }
 
-/* Fail every distinct live session named by the batch rows [0, n). */
-static void fail_batch(shoal_dist_stage *s, uint32_t n, shoal_err e, const char *reason)
+/* Fail every distinct live session named by the batch rows [r0, r0 + n). */
+static void fail_batch(shoal_dist_stage *s, uint32_t r0, uint32_t n, shoal_err e,
+                       const char *reason)
 {
-	for (uint32_t r = 0; r < n; r++) {
+	for (uint32_t r = r0; r < r0 + n; r++) {
 		dist__sess *ss = &s->sess[s->row_sess[r]];
 		sess_fail(s, (int)s->row_sess[r], ss->sid, ss->owner, e, reason);
 	}
@@ -459,9 +515,54 @@ static uint32_t screen_rows(shoal_dist_stage *s, uint32_t n)
 	return k;
 }
 
+/* Run rows [r0, r0 + n) of the pending batch (n_want of them want
+ * logits) and pass the result on: one HIDDEN frame downstream, or the
+ * results to their owners. */
+static shoal_err run_rows(shoal_dist_stage *s, uint32_t r0, uint32_t n, uint32_t n_want, char *why,
+                          size_t why_len)
+{
+	bool head = s->cfg.has_head || s->cfg.tp_head;
+	SHOAL_ASSERT(head || r0 == 0);
+	shoal_engine_batch b = {.n_rows = n,
+	                        .tokens = s->cfg.has_embd ? s->tok + r0 : NULL,
+	                        .hidden_in = s->cfg.has_embd ? NULL : s->hin + (size_t)r0 * s->d,
+	                        .session = s->slot + r0,
+	                        .pos = s->pos + r0,
+	                        .want_logits = head ? s->want + r0 : NULL,
+	                        .hidden_out = s->cfg.has_head ? NULL : s->hout,
+	                        .logits = n_want && s->cfg.has_head ? s->logits : NULL};
+	char w[SHOAL_WHY_LEN] = "";
+	s->tp_rows = n; /* a group's slices carry these rows' tags */
+	s->tp_row0 = r0;
+	uint64_t t0 = dist__now_ns();
+	shoal_err e = run_parts(s, &b, w, sizeof w);
+	s->met.last_run_ns = dist__now_ns() - t0;
+	s->met.run_ns += s->met.last_run_ns;
+	s->met.runs++;
+	s->met.rows += n;
+	for (uint32_t r = r0 + 1; r < r0 + n; r++)
+		if (s->row_sess[r] != s->row_sess[r0]) {
+			s->met.batched_runs++;
+			break;
+		}
+	if (e) { /* rows were screened: this is the engine or the experts */
+		fail_batch(s, r0, n, e, w);
+		return SHOAL_OK;
+	}
+	if (!s->cfg.has_head) {
+		if (s->cfg.tp_n > 1 && !s->cfg.tp_out) /* another member passes it on */
+			return SHOAL_OK;
+		e = send_hidden(s, n, why, why_len);
+		if (e) /* the next stage is gone: these sessions cannot go on */
+			fail_batch(s, 0, n, e == SHOAL_ERR_TIMEOUT ? e : SHOAL_ERR_CLOSED, why);
+		return e;
+	}
+	return n_want ? send_results(s, r0, n, why, why_len) : SHOAL_OK;
+}
+
 /* Run the pending rows (one batch, possibly of several sessions and
- * frames) and pass the result on: one HIDDEN frame downstream, or one
- * TOKEN frame per owner. */
+ * frames): in one engine run, or, on the last stage, in as few as keep
+ * the rows wanting logits within n_lrows (drafts add rows). */
 static shoal_err flush(shoal_dist_stage *s, char *why, size_t why_len)
 {
 	uint32_t n = s->n_pend;
@@ -470,51 +571,22 @@ static shoal_err flush(shoal_dist_stage *s, char *why, size_t why_len)
 		n = screen_rows(s, n);
 	if (!n)
 		return SHOAL_OK;
-	/* want logits: the last row of each session, once its prompt is in */
-	uint32_t n_want = 0;
-	if (s->cfg.has_head || s->cfg.tp_head)
-		for (uint32_t r = 0; r < n; r++) {
-			bool last = true;
-			for (uint32_t q = r + 1; q < n; q++)
-				if (s->row_sess[q] == s->row_sess[r])
-					last = false;
-			s->want[r] = last && s->pos[r] + 1 >= s->sess[s->row_sess[r]].n_prompt;
-			n_want += s->want[r];
-		}
-	shoal_engine_batch b = {.n_rows = n,
-	                        .tokens = s->cfg.has_embd ? s->tok : NULL,
-	                        .hidden_in = s->cfg.has_embd ? NULL : s->hin,
-	                        .session = s->slot,
-	                        .pos = s->pos,
-	                        .want_logits = s->cfg.has_head || s->cfg.tp_head ? s->want : NULL,
-	                        .hidden_out = s->cfg.has_head ? NULL : s->hout,
-	                        .logits = n_want && s->cfg.has_head ? s->logits : NULL};
-	char w[SHOAL_WHY_LEN] = "";
-	s->tp_rows = n; /* a group's slices carry these rows' tags */
-	uint64_t t0 = dist__now_ns();
-	shoal_err e = run_parts(s, &b, w, sizeof w);
-	s->met.last_run_ns = dist__now_ns() - t0;
-	s->met.run_ns += s->met.last_run_ns;
-	s->met.runs++;
-	s->met.rows += n;
-	for (uint32_t r = 1; r < n; r++)
-		if (s->row_sess[r] != s->row_sess[0]) {
-			s->met.batched_runs++;
-			break;
-		}
-	if (e) { /* rows were screened: this is the engine or the experts */
-		fail_batch(s, n, e, w);
-		return SHOAL_OK;
+	bool head = s->cfg.has_head || s->cfg.tp_head;
+	if (!head)
+		return run_rows(s, 0, n, 0, why, why_len);
+	/* want logits: every row whose session's prompt is in (the last
+	 * prompt row, a fed token, its drafts: dist.h invariant 4) */
+	for (uint32_t r = 0; r < n; r++)
+		s->want[r] = s->pos[r] + 1 >= s->sess[s->row_sess[r]].n_prompt;
+	for (uint32_t r0 = 0, r1; r0 < n; r0 = r1) {
+		uint32_t n_want = 0;
+		for (r1 = r0; r1 < n && n_want + s->want[r1] <= s->n_lrows; r1++)
+			n_want += s->want[r1];
+		shoal_err e = run_rows(s, r0, r1 - r0, n_want, why, why_len);
+		if (e)
+			return e;
 	}
-	if (!s->cfg.has_head) {
-		if (s->cfg.tp_n > 1 && !s->cfg.tp_out) /* another member passes it on */
-			return SHOAL_OK;
-		e = send_hidden(s, n, why, why_len);
-		if (e) /* the next stage is gone: these sessions cannot go on */
-			fail_batch(s, n, e == SHOAL_ERR_TIMEOUT ? e : SHOAL_ERR_CLOSED, why);
-		return e;
-	}
-	return n_want ? send_results(s, n, n_want, why, why_len) : SHOAL_OK;
+	return SHOAL_OK;
 }
 
 /* Token ids (stage 0) or hidden states: append the rows of live sessions
@@ -947,6 +1019,9 @@ void shoal_dist_stage_free(shoal_dist_stage *s)
 	free(s->res);
 	free(s->reply);
 	free(s->rtags);
+	free(s->otags);
+	free(s->rdone);
+	free(s->wsess);
 	free(s->top_ids);
 	free(s->top_lps);
 	free(s->ex_ids);
@@ -996,6 +1071,8 @@ shoal_err shoal_dist_stage_new(const shoal_model *m, const shoal_dist_stage_conf
 	s->n_expert = hp->n_expert;
 	s->k = hp->n_expert_used ? hp->n_expert_used : 1;
 	s->R = cfg->max_rows;
+	/* logits rows per run: a row per session, and one step's drafts */
+	s->n_lrows = cfg->max_sessions + SHOAL_DIST_DRAFT_MAX;
 	size_t nm = (size_t)s->n_layer * (s->n_expert ? s->n_expert : 1);
 	size_t R = s->R, d = s->d, k = s->k, S = cfg->max_sessions;
 	s->mask = malloc(nm);
@@ -1109,13 +1186,18 @@ shoal_err shoal_dist_stage_new(const shoal_model *m, const shoal_dist_stage_conf
 	    !s->ex_req || !s->xx || !s->xroute || !s->xtags)
 		goto fail;
 	if (cfg->has_head) {
-		s->logits = malloc(S * s->n_vocab * sizeof *s->logits);
-		s->res = malloc(S * RES_WORDS * sizeof *s->res);
-		s->reply = malloc(S * RES_WORDS * sizeof *s->reply);
-		s->rtags = calloc(S, sizeof *s->rtags);
+		size_t L = s->n_lrows;
+		s->logits = malloc(L * s->n_vocab * sizeof *s->logits);
+		s->res = malloc(L * RES_WORDS * sizeof *s->res);
+		s->reply = malloc(L * RES_WORDS * sizeof *s->reply);
+		s->rtags = calloc(L, sizeof *s->rtags);
+		s->otags = calloc(L, sizeof *s->otags);
+		s->rdone = calloc(L, 1);
+		s->wsess = calloc(L, sizeof *s->wsess);
 		s->top_ids = malloc(SHOAL_DIST_MAX_LOGPROBS * sizeof *s->top_ids);
 		s->top_lps = malloc(SHOAL_DIST_MAX_LOGPROBS * sizeof *s->top_lps);
-		if (!s->logits || !s->res || !s->reply || !s->rtags || !s->top_ids || !s->top_lps)
+		if (!s->logits || !s->res || !s->reply || !s->rtags || !s->otags || !s->rdone ||
+		    !s->wsess || !s->top_ids || !s->top_lps)
 			goto fail;
 		for (size_t i = 0; i < S; i++)
 			if (!(s->sess[i].hist = malloc(2 * SHOAL_DIST_TAIL_MAX * sizeof(int32_t))))

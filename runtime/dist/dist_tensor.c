@@ -67,7 +67,8 @@ static shoal_err take_piece(shoal_dist_stage *s, const shoal_xfer_frame *f, uint
 	          h->n_aux == round && h->n_rows == s->tp_rows && h->payload_len <= len - *got &&
 	          (h->payload_len > 0 || len == 0);
 	for (uint32_t r = 0; ok && r < h->n_rows; r++)
-		ok = h->rows[r].session == s->tags[r].session && h->rows[r].pos == s->tags[r].pos;
+		ok = h->rows[r].session == s->tags[s->tp_row0 + r].session &&
+		     h->rows[r].pos == s->tags[s->tp_row0 + r].pos;
 	if (!ok)
 		return shoal_why(
 		    why, why_len, SHOAL_ERR_PROTO,
@@ -183,7 +184,7 @@ static shoal_err send_to(shoal_dist_stage *s, uint32_t m, uint32_t layer, unsign
 	                    .layer_first = (uint16_t)layer,
 	                    .layer_end = (uint16_t)(layer + 1),
 	                    .n_rows = s->tp_rows,
-	                    .rows = s->tags,
+	                    .rows = s->tags + s->tp_row0,
 	                    .n_aux = (uint32_t)round};
 	shoal_xfer_link *k = s->cfg.tp_send(s->cfg.tp_send_ctx, s->cfg.tp_peer[m]);
 	if (!k)

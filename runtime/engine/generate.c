@@ -92,7 +92,9 @@ struct shoal_gen {
 	shoal_sampler *smp;
 	uint32_t slot, R, n_vocab, n_ctx;
 	int32_t *hist;       /* (n_ctx + 1) the prompt, then the tokens handed out */
-	int32_t *rows_tok;   /* (1) the fed token */
+	int32_t *rows_tok;   /* (1 + draft rows) the fed token, then the drafts */
+	uint32_t n_lrows;    /* rows of logits */
+	uint32_t n_draft;    /* drafted ids a step may carry: 0 without cfg.speculate */
 	uint32_t *rows_sess; /* (R) the slot */
 	uint32_t *rows_pos;  /* (R) */
 	uint8_t *rows_want;  /* (R) */
@@ -146,10 +148,15 @@ shoal_err shoal_gen_new(shoal_engine *e, const shoal_gen_config *cfg, shoal_gen 
 	g->R = shoal_engine_max_rows(e);
 	g->n_ctx = shoal_engine_n_ctx(e);
 	g->n_vocab = m->hp.n_vocab;
-	size_t n_logits = (size_t)(cfg->prompt_logits ? g->R : 1) * g->n_vocab;
+	/* a step's drafts: as many as a run's rows leave */
+	g->n_draft = cfg->speculate ? (g->R - 1 < SHOAL_DRAFT_MAX ? g->R - 1 : SHOAL_DRAFT_MAX) : 0;
+	g->n_lrows = cfg->prompt_logits ? g->R : 1;
+	if (g->n_lrows < 1 + g->n_draft)
+		g->n_lrows = 1 + g->n_draft;
+	size_t n_logits = (size_t)g->n_lrows * g->n_vocab;
 	shoal_err err = shoal_why(why, why_len, SHOAL_ERR_NOMEM, "out of memory");
 	g->hist = malloc(((size_t)g->n_ctx + 1) * sizeof *g->hist);
-	g->rows_tok = malloc(sizeof *g->rows_tok);
+	g->rows_tok = malloc((1 + g->n_draft) * sizeof *g->rows_tok);
 	g->rows_sess = malloc(g->R * sizeof *g->rows_sess);
 	g->rows_pos = malloc(g->R * sizeof *g->rows_pos);
 	g->rows_want = malloc(g->R);
@@ -217,13 +224,68 @@ static shoal_err gen_prefill(shoal_gen *g, const shoal_gen_request *rq, const sh
 	return SHOAL_OK;
 }
 
-shoal_err shoal_gen_run(shoal_gen *g, const shoal_gen_request *rq, shoal_gen_stats *st, char *why,
-                        size_t why_len)
+/* One run's decoding state: the sequence, the history, the token. */
+typedef struct gen_dec {
+	shoal_gen_seq q;
+	size_t n_hist;
+	float lp;
+	shoal_gen_token t;
+} gen_dec;
+
+/* Sample the token of the current step from logits (or take id, sampled
+ * from them already with its logprob in d->lp and its best in g's
+ * arrays), hand it out; false: the run stops here. */
+static bool gen_hand_out(shoal_gen *g, const shoal_gen_request *rq, shoal_gen_stats *st, gen_dec *d,
+                         shoal_draft_ctl *dc, const float *logits, bool have, int32_t id)
 {
-	shoal_gen_stats dummy;
-	if (!st)
-		st = &dummy;
-	memset(st, 0, sizeof *st);
+	d->t.step = shoal_gen_seq_step(&d->q);
+	d->t.id = have ? id
+	               : shoal_gen_pick(g->smp, logits, g->n_vocab, g->hist, d->n_hist, d->t.step,
+	                                NULL, g->cfg.logprob ? &d->lp : NULL, g->cfg.n_top,
+	                                g->top_ids, g->top_lps);
+	if (shoal_gen_seq_accept(&d->q, d->t.id) != SHOAL_GEN_STOP_NONE)
+		return false;
+	d->t.logprob = d->lp;
+	g->hist[d->n_hist++] = d->t.id;
+	shoal_draft_ctl_token(dc, d->t.id);
+	st->tokens++;
+	int stop = rq->on_token ? rq->on_token(rq->ctx, &d->t) : 0;
+	return shoal_gen_seq_next(&d->q, stop) == SHOAL_GEN_STOP_NONE;
+}
+
+/* Feed the token just handed out plus the drafts planned for it at the
+ * current position, in one engine run; *nd: the drafts. */
+static shoal_err gen_feed(shoal_gen *g, gen_dec *d, shoal_draft_ctl *dc, uint64_t t0, uint32_t *nd,
+                          char *why, size_t why_len)
+{
+	uint32_t pos = shoal_gen_seq_pos(&d->q), step = shoal_gen_seq_step(&d->q);
+	/* drafts never reach past max_tokens or the context */
+	uint32_t room = g->n_draft, left = d->q.lim.max_tokens - step - 1;
+	if (left < room)
+		room = left;
+	if (g->n_ctx - 1 - pos < room)
+		room = g->n_ctx - 1 - pos;
+	*nd = shoal_draft_ctl_plan(dc, room, t0);
+	g->rows_tok[0] = d->t.id;
+	for (uint32_t j = 0; j <= *nd; j++) {
+		if (j)
+			g->rows_tok[j] = dc->draft[j - 1];
+		g->rows_pos[j] = pos + j;
+		g->rows_want[j] = 1;
+	}
+	shoal_engine_batch b = {.n_rows = 1 + *nd,
+	                        .tokens = g->rows_tok,
+	                        .session = g->rows_sess,
+	                        .pos = g->rows_pos,
+	                        .want_logits = g->rows_want,
+	                        .logits = g->logits};
+	return shoal_engine_run(g->e, &b, why, why_len);
+}
+
+/* shoal_gen_run with the stream's speculation dc (off: no drafter). */
+static shoal_err gen_run(shoal_gen *g, const shoal_gen_request *rq, shoal_gen_stats *st,
+                         shoal_draft_ctl *dc, char *why, size_t why_len)
+{
 	bool scored = rq->score_from < rq->score_to;
 	if (!rq->n_prompt || rq->n_prompt > g->n_ctx)
 		return shoal_why(why, why_len, SHOAL_ERR_RANGE, "a prompt of %u tokens, context %u",
@@ -231,15 +293,15 @@ shoal_err shoal_gen_run(shoal_gen *g, const shoal_gen_request *rq, shoal_gen_sta
 	if (scored && (!g->cfg.prompt_logits || !rq->on_logits))
 		return shoal_why(why, why_len, SHOAL_ERR_INVAL,
 		                 "scoring the prompt needs prompt_logits and on_logits");
-	shoal_gen_seq q;
+	gen_dec d = {.t = {.n_top = g->cfg.n_top, .top_ids = g->top_ids, .top_lps = g->top_lps}};
 	shoal_gen_seq_init(
-	    &q, rq->n_prompt,
+	    &d.q, rq->n_prompt,
 	    &(shoal_gen_limits){.max_tokens = rq->max_tokens, .n_ctx = g->n_ctx, .eog = rq->eog});
 	shoal_engine_session_reset(g->e, g->slot);
 
 	uint64_t t0 = shoal_clock_monotonic_ns();
 	const float *logits = g->logits; /* (n_vocab) the latest row to sample */
-	shoal_err err = gen_prefill(g, rq, &q, &logits, why, why_len);
+	shoal_err err = gen_prefill(g, rq, &d.q, &logits, why, why_len);
 	if (err)
 		return err;
 	uint64_t t1 = shoal_clock_monotonic_ns(), t_end = t1;
@@ -248,45 +310,66 @@ shoal_err shoal_gen_run(shoal_gen *g, const shoal_gen_request *rq, shoal_gen_sta
 	st->decode_best_ns = UINT64_MAX;
 
 	memcpy(g->hist, rq->prompt, (size_t)rq->n_prompt * sizeof *g->hist);
-	size_t n_hist = rq->n_prompt;
-	float lp = 0;
-	shoal_gen_token t = {.n_top = g->cfg.n_top, .top_ids = g->top_ids, .top_lps = g->top_lps};
-	while (shoal_gen_seq_stop(&q) == SHOAL_GEN_STOP_NONE) {
+	d.n_hist = rq->n_prompt;
+	bool go = shoal_gen_seq_stop(&d.q) == SHOAL_GEN_STOP_NONE;
+	while (go) {
 		uint64_t ts = shoal_clock_monotonic_ns();
-		t.step = shoal_gen_seq_step(&q);
-		t.id = shoal_gen_pick(g->smp, logits, g->n_vocab, g->hist, n_hist, t.step, NULL,
-		                      g->cfg.logprob ? &lp : NULL, g->cfg.n_top, g->top_ids,
-		                      g->top_lps);
-		if (shoal_gen_seq_accept(&q, t.id) != SHOAL_GEN_STOP_NONE)
+		if (!gen_hand_out(g, rq, st, &d, dc, logits, false, 0))
 			break;
-		t.logprob = lp;
-		g->hist[n_hist++] = t.id;
-		st->tokens++;
-		int stop = rq->on_token ? rq->on_token(rq->ctx, &t) : 0;
-		if (shoal_gen_seq_next(&q, stop) != SHOAL_GEN_STOP_NONE)
-			break;
-		g->rows_tok[0] = t.id;
-		g->rows_pos[0] = shoal_gen_seq_pos(&q);
-		g->rows_want[0] = 1;
-		shoal_engine_batch b = {.n_rows = 1,
-		                        .tokens = g->rows_tok,
-		                        .session = g->rows_sess,
-		                        .pos = g->rows_pos,
-		                        .want_logits = g->rows_want,
-		                        .logits = g->logits};
-		if ((err = shoal_engine_run(g->e, &b, why, why_len)))
+		uint32_t nd;
+		if ((err = gen_feed(g, &d, dc, ts, &nd, why, why_len)))
 			break;
 		logits = g->logits;
+		/* the drafts kept: each equal to the token its row before gives */
+		uint32_t kept = 0;
+		for (; go && kept < nd; kept++) {
+			const float *lg = g->logits + (size_t)kept * g->n_vocab; /* (n_vocab) */
+			int32_t id = shoal_gen_pick(g->smp, lg, g->n_vocab, g->hist, d.n_hist,
+			                            shoal_gen_seq_step(&d.q), NULL,
+			                            g->cfg.logprob ? &d.lp : NULL, g->cfg.n_top,
+			                            g->top_ids, g->top_lps);
+			if (id != dc->draft[kept]) {
+				logits = lg; /* its token, sampled again: the same draw */
+				break;
+			}
+			go = gen_hand_out(g, rq, st, &d, dc, lg, true, id);
+			logits = lg + g->n_vocab;
+		}
+		st->drafted += nd;
+		st->accepted += kept;
 		t_end = shoal_clock_monotonic_ns();
 		c_end = gen_cpu_ns();
+		shoal_draft_ctl_done(dc, kept, t_end);
 		st->decode_runs++;
 		if (t_end - ts < st->decode_best_ns)
 			st->decode_best_ns = t_end - ts;
 	}
-	st->stop = shoal_gen_seq_stop(&q);
+	st->stop = shoal_gen_seq_stop(&d.q);
 	st->decode_ns = t_end - t1;
 	st->decode_cpu_ns = c_end - c1;
 	if (!st->decode_runs)
 		st->decode_best_ns = 0;
+	return err;
+}
+
+shoal_err shoal_gen_run(shoal_gen *g, const shoal_gen_request *rq, shoal_gen_stats *st, char *why,
+                        size_t why_len)
+{
+	shoal_gen_stats dummy;
+	if (!st)
+		st = &dummy;
+	memset(st, 0, sizeof *st);
+	shoal_draft_ctl dc;
+	if (rq->drafter.ops && !g->n_draft) {
+		if (rq->drafter.ops->free)
+			rq->drafter.ops->free(rq->drafter.self);
+		return shoal_why(why, why_len, SHOAL_ERR_INVAL,
+		                 "a drafter needs a generator made for speculation");
+	}
+	if (shoal_draft_ctl_init(&dc, rq->drafter, rq->draft_max, rq->prompt, rq->n_prompt,
+	                         rq->max_tokens))
+		return shoal_why(why, why_len, SHOAL_ERR_NOMEM, "out of memory");
+	shoal_err err = gen_run(g, rq, st, &dc, why, why_len);
+	shoal_draft_ctl_fini(&dc);
 	return err;
 }

@@ -21,6 +21,7 @@
 #include "base/err.h"
 #include "base/run_limits.h"
 #include "models/tokenizer.h"
+#include "runtime/engine/draft_ctl.h"
 #include "runtime/engine/engine.h"
 #include "runtime/engine/sampler.h"
 
@@ -142,6 +143,7 @@ typedef struct shoal_gen_config {
 	uint32_t n_top;     /* and its n_top best alternatives (needs logprob) */
 	bool prompt_logits; /* runs may ask for the logits of many prompt rows
 	                       (a logits buffer of max_rows rows instead of 1) */
+	bool speculate;     /* runs may carry a drafter (logits for its rows) */
 } shoal_gen_config;
 
 /* Make a generator on engine e (borrowed; it must own the whole model:
@@ -164,6 +166,14 @@ typedef struct shoal_gen_request {
 	 * cfg.prompt_logits; an empty range: none). */
 	uint32_t score_from, score_to;
 	shoal_gen_logits_fn on_logits;
+	/* Exact speculation (needs cfg.speculate): a drafter (ops NULL: none)
+	 * the run owns (freed at its end, also when it fails), and the most
+	 * ids it drafts a step (0: SHOAL_DRAFT_DEFAULT). Each step feeds the
+	 * token and the drafts as rows of one engine run and keeps the drafts
+	 * up to the first that differs from the token sampled before it, as
+	 * without drafts: the tokens are those of a run without a drafter. */
+	shoal_drafter drafter;
+	uint32_t draft_max;
 } shoal_gen_request;
 
 /* Timing of one run (CLOCK_MONOTONIC; CPU time of the whole process). */
@@ -175,6 +185,8 @@ typedef struct shoal_gen_stats {
 	uint64_t decode_ns;      /* end of prefill to the end of the last decode run */
 	uint64_t decode_cpu_ns;  /* CPU time over the same span */
 	uint64_t decode_best_ns; /* the fastest step: sample, hand out, run */
+	uint32_t drafted;        /* ids drafted (speculation) */
+	uint32_t accepted;       /* of those, kept */
 } shoal_gen_stats;
 
 /* Run one generation from position 0 of the generator's session (reset

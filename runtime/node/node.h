@@ -25,6 +25,7 @@
 #include "net/discovery.h"
 #include "net/key.h"
 #include "net/xfer.h"
+#include "runtime/engine/draft_kinds.h"
 
 #define SHOAL_NODE_DEFAULT_GOSSIP_MS 100 /* SWIM's own default base period */
 #define SHOAL_NODE_DEFAULT_CLUSTER   "default"
@@ -76,6 +77,11 @@ typedef struct shoal_node_config {
 	 * their prefixes (runtime/dist/dist.h); 0: its idle session slots
 	 * (the default), UINT64_MAX: off. */
 	uint64_t prefix_cache;
+	/* --speculate, --draft-max: the drafter of the sessions this peer
+	 * owns (runtime/engine/draft_kinds.h; OFF: none) and its ids per step
+	 * at most (0: the default). */
+	shoal_speculate_kind speculate;
+	uint32_t draft_max;
 	shoal_xfer_rdma_opts rdma; /* --rdma-device, --rdma-gid, ... (net/xfer.h) */
 } shoal_node_config;
 

@@ -88,6 +88,8 @@ shoal_err node__serve_new(shoal_node *n, shoal_wcache *wc, char *why, size_t why
 	                         .prefix_bytes = n->cfg.prefix_cache == UINT64_MAX ? 0
 	                                         : n->cfg.prefix_cache ? n->cfg.prefix_cache
 	                                                               : UINT64_MAX,
+	                         .speculate = n->cfg.speculate,
+	                         .draft_max = n->cfg.draft_max,
 	                         .key = n->keyed ? &n->key : NULL,
 	                         .data_host = host,
 	                         .data_port = n->data_port,

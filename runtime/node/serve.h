@@ -49,6 +49,7 @@
 #include "net/swim.h"
 #include "net/xfer.h"
 #include "runtime/api/api.h"
+#include "runtime/engine/draft_kinds.h"
 
 typedef struct shoal_serve shoal_serve;
 
@@ -80,6 +81,11 @@ typedef struct shoal_serve_config {
 	uint64_t prefix_bytes;
 	uint32_t hop_spin_us; /* the data thread's spin before a wait; 0: none
 	                         (a node's default: SHOAL_SERVE_HOP_SPIN_US) */
+	/* Speculation for the runs this peer owns (runtime/dist/dist.h
+	 * "Speculation"): a drafter of this kind per run (OFF: none), ids
+	 * per step at most (0: the default). */
+	shoal_speculate_kind speculate;
+	uint32_t draft_max;
 	uint8_t self[SHOAL_PEER_ID_LEN];
 	const shoal_key *key;      /* admission tokens; NULL: insecure (zero key) */
 	const char *data_host;     /* IPv4 address the data listener binds (copied) */

@@ -347,6 +347,8 @@ static void api_gauges(void *ctx, shoal_api_gauges *g)
 	g->prefix_entries = cl->met_stage.prefix_entries;
 	g->prefix_tokens = cl->met_stage.prefix_tokens;
 	g->prefix_bytes = cl->met_stage.prefix_bytes;
+	g->spec_drafted = cl->met_owner.drafted;
+	g->spec_accepted = cl->met_owner.accepted;
 	pthread_mutex_unlock(&cl->mu);
 }
 

@@ -66,6 +66,7 @@ static void serve_take_assign(shoal_serve_dt *d, shoal_serve_assign *a)
 	oc.link_ctx = &cl->lctx_stage;
 	oc.timeout_ms = (int)SHOAL_SERVE_SILENCE_MS / 3;
 	oc.prefix_cache = cl->cfg.prefix_bytes != 0;
+	oc.n_ctx = cl->pol.ctx;
 	char why[SHOAL_WHY_LEN] = "";
 	if (shoal_dist_owner_new(&oc, &d->owner, why, sizeof why) != SHOAL_OK)
 		SHOAL_LOG_W("cluster", "cannot make the session owner: %s", why);

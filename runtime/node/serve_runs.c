@@ -343,7 +343,12 @@ void serve__start_runs(shoal_serve_dt *d, shoal_serve_tokctx *tcs)
 		                          .sampler = r->sp,
 		                          .eog = cl->tok,
 		                          .on_token = serve_on_token,
-		                          .ctx = &tcs[i]};
+		                          .ctx = &tcs[i],
+		                          .draft_max = cl->cfg.draft_max};
+		/* a drafter per run (the owner frees it); none if it cannot be
+		 * made: the run goes on without */
+		if (shoal_speculate_drafter(cl->cfg.speculate, &req.drafter))
+			req.drafter = (shoal_drafter){0};
 		if (r->paused_us && !r->busy_retry) {
 			r->replays++;
 			SHOAL_LOG_I("cluster",

@@ -68,11 +68,16 @@ static json_t *serve_data_json(shoal_serve *cl)
 	json_t *d = json_object();
 	json_object_set_new(d, "stage", hs ? serve_stage_met_json(&st) : json_null());
 	json_object_set_new(d, "experts", hx ? serve_stage_met_json(&ex) : json_null());
-	json_object_set_new(d, "owner",
-	                    json_pack("{sI sI sI sI sI}", "tokens", (json_int_t)ow.tokens,
-	                              "token_frames", (json_int_t)ow.token_frames, "dropped",
-	                              (json_int_t)ow.dropped, "steps", (json_int_t)ow.steps,
-	                              "step_ns", (json_int_t)ow.step_ns));
+	json_t *own = json_pack("{sI sI sI sI sI}", "tokens", (json_int_t)ow.tokens, "token_frames",
+	                        (json_int_t)ow.token_frames, "dropped", (json_int_t)ow.dropped,
+	                        "steps", (json_int_t)ow.steps, "step_ns", (json_int_t)ow.step_ns);
+	if (own) /* speculation (runtime/dist/dist.h) */
+		json_object_update_new(own, json_pack("{s{sI sI sI sI}}", "spec", "drafted",
+		                                      (json_int_t)ow.drafted, "accepted",
+		                                      (json_int_t)ow.accepted, "steps",
+		                                      (json_int_t)ow.spec_steps, "pauses",
+		                                      (json_int_t)ow.spec_pauses));
+	json_object_set_new(d, "owner", own);
 	return d;
 }
 

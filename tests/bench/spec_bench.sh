@@ -1,0 +1,136 @@
+#!/bin/bash
+# tests/bench/spec_bench.sh: exact speculative decoding with prompt lookup
+# (issue 38): decode tokens/s with and without it and the share of drafts
+# kept, through 1 and 3 `shoal node` stages on 127.0.0.1. A benchmark,
+# not a test: not part of make check; it fails only when it cannot set up
+# a cluster or when tokens differ (they never may).
+#
+#   tests/bench/spec_bench.sh [BUILDDIR]        (from the source tree)
+#
+# Model: the trained austen model (tests/data, 6 layers). Four clusters
+# are up at once, each with its own key: 1 and 3 peers (3: --mem-limit
+# 11M forces 3 stages), one of each pair with --speculate lookup on every
+# peer, the other without; runs go to the peer of stage 0 (the owner: no
+# extra hop). Two prompts:
+#   repeat  the opening of Pride and Prejudice twice, then its first
+#           words again, greedy: the reply copies the passage (lookup
+#           drafts well). Goal: >= 1.8x the tokens/s without.
+#   poor    a short prompt, sampled (temperature 1, seeded): the reply
+#           rarely repeats itself (lookup drafts poorly, and the session
+#           stops drafting). Goal: >= 0.95x.
+# Decode speed, two ways: (1) the owner's own clock, its decode steps
+# over all the rounds (shoal status --json: plan.data.owner: tokens after
+# each run's first per second of steps; a shared machine's noise from
+# process starts does not reach it); (2) the wall time of each run for N1
+# and N2 tokens, us/token = (t(N2) - t(N1)) / (N2 - N1), the median over
+# RUNS rounds. Every config runs in turn in each round (load from
+# elsewhere hits all alike). The kept share is the speculating owners'
+# counters (plan.data.owner.spec) over the rounds. Ids with and
+# without speculation are compared: they must be the same.
+# Env: SHOAL_DATA, RUNS (default 3), N1 (16), N2 (256), THREADS (1).
+set -u
+SHOAL_BUILDDIR=${1:-${SHOAL_BUILDDIR:-.}}
+. "$(dirname "$0")/../sh/lib.sh"
+DENSE=$DATA/models/austen-dense-q8_0.gguf
+RUNS=${RUNS:-3}
+N1=${N1:-16}
+N2=${N2:-256}
+P="It is a truth universally acknowledged, that a single man in possession of a good fortune, must be in want of a wife. However little known the feelings or views of such a man may be on his first entering a neighbourhood, this truth is so well fixed in the minds of the surrounding families, that he is considered as the rightful property of some one or other of their daughters."
+REPEAT="$P $P It is a truth universally"
+POOR="Mr. Darcy walked"
+[ -x "$B" ] || fail "$B not found (give the build directory)"
+[ -f "$DENSE" ] || fail "$DENSE not found (set SHOAL_DATA)"
+
+# ---- clusters: c1s c1p (1 peer), c3s c3p (3 peers); s speculates
+declare -A EP0 OWN OT
+CL=(c1s c1p c3s c3p)
+for c in "${CL[@]}"; do
+	"$B" key new "$T/k$c" >/dev/null || fail "shoal key new"
+	k=${c:1:1}
+	spec=()
+	[ "${c:2:1}" = s ] && spec=(--speculate lookup)
+	lim=()
+	[ "$k" = 3 ] && lim=(--mem-limit 11M)
+	KEY=$T/k$c start "${c}n1" "$DENSE" --cluster "sb$c" --ctx 512 "${lim[@]}" "${spec[@]}" \
+		--threads "${THREADS:-1}"
+	seed=$(ep "${c}n1")
+	for i in $(seq 2 "$k"); do
+		KEY=$T/k$c start "${c}n$i" "$DENSE" --cluster "sb$c" --ctx 512 "${lim[@]}" "${spec[@]}" \
+			--threads "${THREADS:-1}" --peer "$seed"
+	done
+done
+for c in "${CL[@]}"; do
+	k=${c:1:1}
+	names=()
+	for i in $(seq "$k"); do names+=("${c}n$i"); done
+	KEY=$T/k$c wait_for 120 servable_all "$k" "${names[@]}" || fail "$c: no $k-stage plan"
+	OWN[$c]=$("$PC" "$T/st-${c}n1.json" stage 0)
+	EP0[$c]=$(ep "${OWN[$c]}")
+done
+
+# gen CLUSTER PROMPT N OUT: one run; prints its wall time in us
+gen() {
+	local s e S
+	if [ "$2" = repeat ]; then S=(-p "$REPEAT" --temp 0); else S=(-p "$POOR" --temp 1 --seed 11); fi
+	s=$(date +%s%N)
+	"$B" run --peer "${EP0[$1]}" --key "$T/k$1" "${S[@]}" --ids -n "$3" >"$4" 2>>"$T/run.log" ||
+		return 1
+	e=$(date +%s%N)
+	echo $(((e - s) / 1000))
+}
+# owner_counts CLUSTER: "tokens steps step_ns drafted kept" of its owner
+owner_counts() {
+	KEY=$T/k$1 status "${OWN[$1]}" || { echo "0 0 0 0 0"; return; }
+	python3 -c '
+import json, sys
+def find(o):
+    if isinstance(o, dict):
+        if "step_ns" in o and "token_frames" in o:
+            return o
+        for v in o.values():
+            r = find(v)
+            if r is not None:
+                return r
+    return None
+o = find(json.load(open(sys.argv[1])))
+s = o.get("spec", {"drafted": 0, "accepted": 0})
+print(o["tokens"], o["steps"], o["step_ns"], s["drafted"], s["accepted"])' "$T/st-${OWN[$1]}.json"
+}
+
+declare -A US C0
+for prompt in repeat poor; do
+	for c in "${CL[@]}"; do
+		: >"$T/d-$c"
+		C0[$c]=$(owner_counts "$c")
+	done
+	for r in $(seq "$RUNS"); do
+		for c in "${CL[@]}"; do
+			t1=$(gen "$c" $prompt "$N1" "$T/i1-$c") || fail "$c: run failed: $(tail -n 2 "$T/run.log")"
+			t2=$(gen "$c" $prompt "$N2" "$T/i2-$c") || fail "$c: run failed: $(tail -n 2 "$T/run.log")"
+			echo "$((t2 - t1))" >>"$T/d-$c"
+		done
+	done
+	for k in 1 3; do
+		cmp -s "$T/i2-c${k}s" "$T/i2-c${k}p" || fail "$prompt, $k stage(s): ids with lookup differ"
+	done
+	for c in "${CL[@]}"; do
+		n=$(($(wc -w <"$T/i2-$c") - $(wc -w <"$T/i1-$c")))
+		US[$c]=$(sort -n "$T/d-$c" | awk -v n="$n" '{ d[NR] = $1 }
+			END { m = NR % 2 ? d[(NR + 1) / 2] : (d[NR / 2] + d[NR / 2 + 1]) / 2; printf "%.1f", m / n }')
+		# the owner's decode steps over the rounds: tokens after each
+		# run's first (which the prompt's step gives) per second of steps
+		OT[$c]=$(echo "${C0[$c]} $(owner_counts "$c") $((2 * RUNS))" | awk '{
+			tok = $6 - $1 - $11; ns = $8 - $3; d = $9 - $4; a = $10 - $5
+			printf "%.1f %d %d", (ns > 0 ? tok / (ns / 1e9) : 0), d, a }')
+	done
+	for k in 1 3; do
+		read -r ots d a <<<"${OT[c${k}s]}"
+		read -r otp _ _ <<<"${OT[c${k}p]}"
+		awk -v p=$prompt -v k=$k -v us="${US[c${k}s]}" -v up="${US[c${k}p]}" -v d="$d" -v a="$a" \
+			-v os="$ots" -v op="$otp" 'BEGIN {
+			printf "%-6s %d stage(s): owner steps %7.1f tok/s with lookup, %7.1f without: %.2fx;", p, k, os, op, (op > 0 ? os / op : 0)
+			printf " wall %.1f vs %.1f tok/s (%.2fx); %d drafted, %d kept (%.0f%%)\n",
+				(us > 0 ? 1e6 / us : 0), (up > 0 ? 1e6 / up : 0), (us > 0 ? up / us : 0), d, a, (d ? 100 * a / d : 0) }'
+	done
+done
+echo "(goals: repeat >= 1.8x, poor >= 0.95x; RUNS=$RUNS rounds, tokens $N1..$N2, medians)"
