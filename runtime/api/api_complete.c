@@ -22,12 +22,10 @@
 #include "runtime/api/api_impl.h"
 
 #include <inttypes.h>
-#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
-#include <sys/socket.h>
 #include <time.h>
 
 #include "base/clock.h"
@@ -36,28 +34,6 @@
 /* A whole reply's wait looks at its client this often (ms): a reply
  * nobody waits for frees its sessions within this. */
 #define API_WHOLE_POLL_MS 200
-
-/* The client of a request we are still answering closed its end (HTTP
- * clients send nothing more after the request, so EOF means gone). */
-static bool client_gone(struct MHD_Connection *c)
-{
-	const union MHD_ConnectionInfo *ci =
-	    MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
-	if (!ci)
-		return false;
-	int fd = ci->connect_fd;
-#ifdef POLLRDHUP
-	struct pollfd p = {.fd = fd, .events = POLLIN | POLLRDHUP};
-#else
-	struct pollfd p = {.fd = fd, .events = POLLIN};
-#endif
-	if (poll(&p, 1, 0) <= 0)
-		return false;
-	if (p.revents & (POLLHUP | POLLERR))
-		return true;
-	char b;
-	return (p.revents & POLLIN) && recv(fd, &b, 1, MSG_PEEK | MSG_DONTWAIT) == 0;
-}
 
 /* A seed for a request without one: random, below 2^53 so that a client
  * in JavaScript (numbers are doubles) can send it back exactly. */
@@ -221,7 +197,7 @@ static enum MHD_Result whole(shoal_api *a, struct MHD_Connection *c, api__conn *
 		if (all || (bad = first_failed(k)) >= 0)
 			break;
 		api__runs_wait(s, API_WHOLE_POLL_MS);
-		gone = client_gone(c);
+		gone = api__client_gone(c);
 	}
 	if (gone) {
 		/* a whole reply nobody waits for: api__conn_end cancels the
@@ -307,6 +283,7 @@ enum MHD_Result api__complete(shoal_api *a, struct MHD_Connection *c, api__conn 
 	snprintf(k->id, sizeof k->id, "%s-%016" PRIxFAST64, chat ? "chatcmpl" : "cmpl",
 	         (uint_fast64_t)++a->seq);
 	k->created = (long long)time(NULL);
+	k->conn = c;
 	k->ch = calloc(k->q.n, sizeof *k->ch);
 	k->runs = k->ch
 	              ? api__runs_new(k->q.n, !k->q.stream && !k->q.n_stop, api__test_reply(&k->q))

@@ -9,10 +9,12 @@
 
 #include "runtime/api/api_impl.h"
 
+#include <poll.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 
 void api__model(shoal_api *a, char *out, size_t cap)
 {
@@ -110,4 +112,26 @@ unsigned api__status_of(shoal_err e)
 	default:
 		return 500;
 	}
+}
+
+/* The client of a request we are still answering closed its end (HTTP
+ * clients send nothing more after the request, so EOF means gone). */
+bool api__client_gone(struct MHD_Connection *c)
+{
+	const union MHD_ConnectionInfo *ci =
+	    MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+	if (!ci)
+		return false;
+	int fd = ci->connect_fd;
+#ifdef POLLRDHUP
+	struct pollfd p = {.fd = fd, .events = POLLIN | POLLRDHUP};
+#else
+	struct pollfd p = {.fd = fd, .events = POLLIN};
+#endif
+	if (poll(&p, 1, 0) <= 0)
+		return false;
+	if (p.revents & (POLLHUP | POLLERR))
+		return true;
+	char b;
+	return (p.revents & POLLIN) && recv(fd, &b, 1, MSG_PEEK | MSG_DONTWAIT) == 0;
 }

@@ -77,6 +77,8 @@ json_t *api__error_json(const char *type, const char *msg, const char *param, co
 enum MHD_Result api__fail(shoal_api *a, struct MHD_Connection *c, unsigned status,
                           const char *param, const char *code, const char *fmt, ...)
     __attribute__((format(printf, 6, 7)));
+/* The client of a request we are still answering closed its end. */
+bool api__client_gone(struct MHD_Connection *c);
 /* The HTTP status of a run's error (429 busy, 503 no plan, ...). */
 unsigned api__status_of(shoal_err e);
 
@@ -171,9 +173,10 @@ typedef struct api__conn {
 	bool too_big;
 	/* a completion in progress */
 	shoal_api *a;
-	api__runs *runs; /* NULL until the runs are made */
-	api__choice *ch; /* [q.n] */
-	bool counted;    /* an SSE response counted in a->streams */
+	struct MHD_Connection *conn; /* set with the runs */
+	api__runs *runs;             /* NULL until the runs are made */
+	api__choice *ch;             /* [q.n] */
+	bool counted;                /* an SSE response counted in a->streams */
 	shoal_api_req q;
 	char id[40];
 	char model[256]; /* the API's model name when the request came */

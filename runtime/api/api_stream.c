@@ -231,6 +231,15 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max)
 		}
 		if (!stream_news(k))
 			api__runs_wait(s, API_KEEPALIVE_MS);
+		if (api__client_gone(k->conn)) {
+			/* the client's end is looked at (a poll), not only
+			 * found by a failed write: choices that wait for a
+			 * session send nothing for long, and a write into a
+			 * closed socket fails only the second time;
+			 * api__conn_end cancels the runs */
+			pthread_mutex_unlock(&s->mu);
+			return MHD_CONTENT_READER_END_WITH_ERROR;
+		}
 		size_t before = k->out_len;
 		stream_step(k);
 		if (k->out_len == before && !k->end_sent)
