@@ -86,7 +86,8 @@ typedef struct shoal_api_ops {
 	shoal_err (*prompt)(void *ctx, const shoal_chat_msg *msgs, size_t n, const char *tools,
 	                    const char *text, int32_t **ids, size_t *n_ids, char *why,
 	                    size_t why_len);
-	/* Queue a run of ids[n] (borrowed). *handle names it for cancel.
+	/* Queue a run of ids[n] (borrowed): one per choice of a request,
+	 * each a session of its own. *handle names it for cancel.
 	 * BUSY: the queue is full. The sink gets its tokens and end. */
 	shoal_err (*submit)(void *ctx, const int32_t *ids, size_t n, const shoal_api_gen *g,
 	                    const shoal_api_sink *sink, uint32_t *handle, char *why,

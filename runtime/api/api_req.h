@@ -1,6 +1,6 @@
 /*
  * runtime/api/api_req.h: a completion request's body, parsed and checked
- * (runtime/api/api_req.c): what runtime/api/api.c needs to run it, or the
+ * (runtime/api/api_req.c): what runtime/api/api_complete.c needs to run it, or the
  * status, parameter and message of OpenAI's error for it. A pure function
  * of the bytes (tests/fuzz/fuzz_api.c feeds it anything).
  *

@@ -8,7 +8,8 @@
 #     (SHOAL_TEST_CHAT_STYLE: the model has no template). Chat, n = 3 at
 #     temperature 1 with a seed: indices 0..2, each choice the n = 1 reply
 #     of seed s + i, three different texts, usage = the prompt once and
-#     the choices' tokens summed; without a seed, the same from the seed
+#     the choices' tokens summed; logprobs per choice; without a seed, the
+#     same from the seed
 #     the reply shows; greedy: three equal texts. Streamed: each chunk
 #     names its choice, each choice's role comes first, its text joins to
 #     the whole reply's, it has one finish_reason chunk and it is its
@@ -130,6 +131,15 @@ want = sum(s["usage"]["completion_tokens"] for s in singles)
 assert u["completion_tokens"] == want and u["total_tokens"] == u["prompt_tokens"] + want, (u, want)
 print(f"n = 3, seed 4242: 3 texts, each the n = 1 reply of seed 4242 + i; usage {u['prompt_tokens']} "
       f"+ {u['completion_tokens']} (the prompt once, {want} tokens over the choices)")
+
+# chat logprobs per choice: the same texts, each choice's tokens its own
+_, d = ok(url, C, {**base, "seed": 4242, "n": 2, "logprobs": True, "top_logprobs": 2})
+for i, c in enumerate(d["choices"]):
+    lp = c["logprobs"]["content"]
+    assert c["message"]["content"] == texts[i], (i, c, texts[i])
+    assert "".join(t["token"] for t in lp) == texts[i], (i, lp)
+    assert all(len(t["top_logprobs"]) == 2 and t["logprob"] <= 0 for t in lp), lp
+print("chat logprobs, n = 2: each choice's tokens join to its text")
 
 # without a seed: the reply's seed s, choice i is seed s + i
 h, d = ok(url, C, {**base, "n": 3})
