@@ -24,6 +24,12 @@
 #define SHOAL_API_DEFAULT_PORT 47480
 #define SHOAL_API_MAX_TOP      20  /* top_logprobs at most, as OpenAI */
 #define SHOAL_API_MAX_BIAS     128 /* logit_bias entries (the sampler's limit) */
+/* Choices one request may ask for (n), each a run of its own: 16 is the
+ * most KV sessions a stage holds (`shoal node --sessions`, at most 16), so
+ * on a cluster started with --sessions n or more all n run batched; the
+ * others wait in the owner's queue (64 runs), a quarter of which one
+ * request takes at most. */
+#define SHOAL_API_MAX_N 16
 
 /* Where a run's tokens and end go (on the node's data thread: never block). */
 typedef struct shoal_api_sink {
@@ -82,7 +88,8 @@ typedef struct shoal_api_ops {
 	shoal_err (*prompt)(void *ctx, const shoal_chat_msg *msgs, size_t n, const char *tools,
 	                    const char *text, int32_t **ids, size_t *n_ids, char *why,
 	                    size_t why_len);
-	/* Queue a run of ids[n] (borrowed). *handle names it for cancel.
+	/* Queue a run of ids[n] (borrowed): one per choice of a request,
+	 * each a session of its own. *handle names it for cancel.
 	 * BUSY: the queue is full. The sink gets its tokens and end. */
 	shoal_err (*submit)(void *ctx, const int32_t *ids, size_t n, const shoal_api_gen *g,
 	                    const shoal_api_sink *sink, uint32_t *handle, char *why,

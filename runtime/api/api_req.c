@@ -290,7 +290,22 @@ static bool parse_fields(json_t *o, shoal_api_req *q, char *bad, size_t bad_len,
 	                     ? (uint64_t)json_integer_value(json_object_get(o, "seed"))
 	                     : (uint64_t)(int64_t)v,
 	     q->seeded = true));
-	NUM("n", 1, 1, (void)0);
+	/* n: choices, each its own run; a number outside [1, SHOAL_API_MAX_N]
+	 * or not whole gets its own message (how many, and why the bound) */
+	v = -1e300;
+	if (num_field(o, "n", -1e300, 1e300, &v) ||
+	    (v != -1e300 && (v < 1 || v > SHOAL_API_MAX_N || v != (double)(int64_t)v))) {
+		json_t *x = json_object_get(o, "n");
+		char got[32] = "a non-number";
+		if (json_is_number(x))
+			snprintf(got, sizeof got, "%g", json_number_value(x));
+		snprintf(bad, bad_len,
+		         "'n' (the number of choices) must be a whole number from 1 to %d, not %s",
+		         SHOAL_API_MAX_N, got);
+		*param = "n";
+		return false;
+	}
+	q->n = v != -1e300 ? (uint32_t)v : 1;
 	NUM("presence_penalty", -2, 2, q->g.presence = (float)v);
 	NUM("frequency_penalty", -2, 2, q->g.frequency = (float)v);
 	json_t *lb = json_object_get(o, "logit_bias");

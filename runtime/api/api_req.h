@@ -1,6 +1,6 @@
 /*
  * runtime/api/api_req.h: a completion request's body, parsed and checked
- * (runtime/api/api_req.c): what runtime/api/api.c needs to run it, or the
+ * (runtime/api/api_req.c): what runtime/api/api_complete.c needs to run it, or the
  * status, parameter and message of OpenAI's error for it. A pure function
  * of the bytes (tests/fuzz/fuzz_api.c feeds it anything).
  *
@@ -33,6 +33,7 @@ typedef struct shoal_api_req {
 	bool logprobs;            /* chat: logprobs true; completions: logprobs given */
 	uint32_t top;             /* top alternatives per token */
 	shoal_api_gen g;
+	uint32_t n;  /* choices, 1..SHOAL_API_MAX_N: choice i samples with seed g.seed + i */
 	bool seeded; /* the request gave a seed (else the caller draws one) */
 	char stop[SHOAL_API_MAX_STOP][SHOAL_API_STOP_LEN + 1];
 	size_t n_stop;

@@ -31,7 +31,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		if ((status != 400 && status != 404) || !msg[0])
 			abort();
 	} else {
-		if (q.n_stop > SHOAL_API_MAX_STOP || q.top > SHOAL_API_MAX_TOP || !q.g.max_tokens ||
+		if (q.n_stop > SHOAL_API_MAX_STOP || q.n < 1 || q.n > SHOAL_API_MAX_N ||
+		    q.top > SHOAL_API_MAX_TOP || !q.g.max_tokens ||
 		    !(q.g.temp >= 0 && q.g.temp <= 2) || !(q.g.top_p >= 0 && q.g.top_p <= 1) ||
 		    (chat && !q.n_msgs) || (!chat && !q.prompt))
 			abort();
