@@ -90,6 +90,13 @@ static shoal_err mtp_proj_init(shoal_mtp *t, const shoal_engine_config *cfg, cha
 	if (!ops->supports(SHOAL_BACKEND_OP_EMBED, em->type))
 		return shoal_why(why, why_len, SHOAL_ERR_UNSUPPORTED, "tensor %s: type %s",
 		                 em->name, shoal_dtype_name(em->type));
+	const shoal_gguf_tensor *need[] = {eh, em, t->m->output_norm, x->enorm, x->hnorm};
+	for (size_t i = 0; cfg->tensor_held && i < sizeof need / sizeof need[0]; i++)
+		if (!cfg->tensor_held(cfg->tensor_held_ctx, need[i]))
+			return shoal_why(
+			    why, why_len, SHOAL_ERR_NOTFOUND,
+			    "tensor %s is not held here (the weights cache has not fetched it)",
+			    need[i]->name);
 	shoal_backend_limits lim = {.n_threads = cfg->n_threads ? cfg->n_threads : 1,
 	                            .max_ctx = 1,
 	                            .max_rows = R,
@@ -160,6 +167,8 @@ shoal_err shoal_mtp_new(const shoal_model *m, const shoal_engine_config *cfg, sh
 	c.max_sessions = cfg->max_sessions ? cfg->max_sessions : 1;
 	c.max_rows = t->max_rows;
 	c.kv_type = cfg->kv_type;
+	c.tensor_held = cfg->tensor_held;
+	c.tensor_held_ctx = cfg->tensor_held_ctx;
 	c.has_embd = false;
 	c.has_head = true;
 	shoal_err err = shoal_engine_new(&t->view, &c, &t->e, why, why_len);

@@ -32,7 +32,8 @@ typedef struct shoal_mtp shoal_mtp; /* opaque */
 
 /* The MTP layer of model m (borrowed; it must have m->nextn, else
  * SHOAL_ERR_NOTFOUND with a reason). From cfg are used: backend,
- * n_threads, n_ctx, max_sessions, max_rows, kv_type (the layer range,
+ * n_threads, n_ctx, max_sessions, max_rows, kv_type, tensor_held (a
+ * weights cache must hold the layer's tensors too) (the layer range,
  * embedding, head, experts and tensor group are the layer's own: all of
  * it, here). */
 shoal_err shoal_mtp_new(const shoal_model *m, const shoal_engine_config *cfg, shoal_mtp **out,

@@ -481,8 +481,15 @@ static void test_drafter(void)
 	shoal_model_free(m);
 }
 
-/* Bad input: a model without an MTP layer, ids outside the vocabulary,
- * too many rows. */
+/* A weights cache that has fetched everything but the MTP projection. */
+static bool held_but_eh(void *ctx, const struct shoal_gguf_tensor *t)
+{
+	(void)ctx;
+	return strstr(t->name, "nextn.eh_proj") == NULL;
+}
+
+/* Bad input: a model without an MTP layer, a tensor not held, ids outside
+ * the vocabulary, too many rows. */
 static void test_errors(void)
 {
 	char why[SHOAL_WHY_LEN] = "";
@@ -499,6 +506,12 @@ static void test_errors(void)
 
 	shoal_model *m = open_model(fx_softmax());
 	ASSERT_TRUE(m != NULL);
+	c = shoal_engine_config_default(m);
+	c.backend = shoal_backend_cpu();
+	c.n_ctx = 64;
+	c.tensor_held = held_but_eh;
+	ASSERT_EQ(shoal_mtp_new(m, &c, &t, why, sizeof why), SHOAL_ERR_NOTFOUND);
+	ASSERT_TRUE(strstr(why, "blk.4.nextn.eh_proj.weight is not held") != NULL);
 	t = mtp_open(m, 1);
 	ASSERT_TRUE(t != NULL);
 	uint32_t slot, pos = 0;
