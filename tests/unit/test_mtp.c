@@ -21,6 +21,7 @@
 #include "runtime/cpu/backend_cpu.h"
 #include "runtime/engine/engine.h"
 #include "runtime/engine/mtp.h"
+#include "runtime/vulkan/backend_vulkan.h"
 #include "tests/unit/test.h"
 #include "tests/unit/test_fixture.h"
 
@@ -298,11 +299,15 @@ static int main_hidden(const shoal_model *m, float *h)
 	return err ? -1 : 0;
 }
 
+/* The backend the MTP layer runs on (the main model's hidden states always
+ * come from the CPU backend). */
+static const shoal_backend_ops *mtp_backend;
+
 static shoal_mtp *mtp_open(const shoal_model *m, uint32_t sessions)
 {
 	char why[SHOAL_WHY_LEN] = "";
 	shoal_engine_config c = shoal_engine_config_default(m);
-	c.backend = shoal_backend_cpu();
+	c.backend = mtp_backend ? mtp_backend : shoal_backend_cpu();
 	c.n_ctx = 64;
 	c.max_rows = 16;
 	c.max_sessions = sessions;
@@ -529,10 +534,23 @@ static void test_errors(void)
 	shoal_model_free(m);
 }
 
+/* The layer on the Vulkan backend (lavapipe here), against the same plain
+ * computation. */
+static void test_vulkan(void)
+{
+	char why[256] = "";
+	if (!shoal_backend_vulkan_available(why, sizeof why))
+		TEST_SKIP("no Vulkan device");
+	mtp_backend = shoal_backend_vulkan();
+	check_fixture(fx_softmax(), 1e-3);
+	mtp_backend = NULL;
+}
+
 static void test_cleanup(void)
 {
 	fx_cleanup();
 }
 
 TEST_MAIN(TEST_CASE(test_softmax_qlora), TEST_CASE(test_sigmoid_plainq), TEST_CASE(test_q8_0),
-          TEST_CASE(test_drafter), TEST_CASE(test_errors), TEST_CASE(test_cleanup))
+          TEST_CASE(test_drafter), TEST_CASE(test_errors), TEST_CASE(test_vulkan),
+          TEST_CASE(test_cleanup))
