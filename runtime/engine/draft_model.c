@@ -1,7 +1,8 @@
 /*
  * runtime/engine/draft_model.c: the draft-model drafter (see draft_model.h).
  *
- * Part: runtime/ (engine). Divisions: the vocabulary check, the drafter.
+ * Part: runtime/ (engine). Divisions: the vocabulary check, the draft model
+ * and its drafters.
  */
 #include "runtime/engine/draft_model.h"
 
@@ -70,11 +71,17 @@ shoal_err shoal_draft_vocab_check(const shoal_model *target, const shoal_model *
 	return SHOAL_OK;
 }
 
-/* ---- the drafter ------------------------------------------------------------------ */
+/* ---- the draft model and its drafters --------------------------------------------- */
 
-typedef struct dm_drafter {
+struct shoal_draft_model {
 	shoal_model *m;
 	shoal_engine *e;
+	uint32_t n_ctx, max_rows, n_vocab, max_sessions;
+};
+
+typedef struct dm_drafter {
+	shoal_draft_model *dm;
+	shoal_engine *e; /* dm's */
 	uint32_t slot, n_ctx, max_rows, n_vocab;
 	int32_t *ids;         /* (n_ctx) the ids whose KV the session holds */
 	uint32_t n_have;      /* how many */
@@ -168,8 +175,7 @@ static void dm_free(void *self)
 	dm_drafter *d = self;
 	if (!d)
 		return;
-	shoal_engine_free(d->e);
-	shoal_model_free(d->m);
+	shoal_engine_session_close(d->e, d->slot);
 	free(d->ids);
 	free(d->logits);
 	free(d->pos);
@@ -182,54 +188,87 @@ static const shoal_drafter_ops dm_ops = {
     .name = "draft", .propose = dm_propose, .feedback = dm_feedback, .free = dm_free};
 
 shoal_err shoal_draft_model_open(const char *path, const shoal_model *target,
-                                 const shoal_engine_config *cfg, shoal_drafter *out, char *why,
+                                 const shoal_engine_config *cfg, shoal_draft_model **out, char *why,
                                  size_t why_len)
 {
 	SHOAL_ASSERT(path && target && cfg && out);
-	out->ops = NULL;
-	out->self = NULL;
+	*out = NULL;
 	if (!cfg->backend)
 		return shoal_why(why, why_len, SHOAL_ERR_INVAL, "no backend given");
+	shoal_draft_model *dm = calloc(1, sizeof *dm);
+	if (!dm)
+		return SHOAL_ERR_NOMEM;
+	char w2[SHOAL_WHY_LEN] = "";
+	shoal_err err = shoal_model_open(path, &dm->m, w2, sizeof w2);
+	if (!err)
+		err = shoal_draft_vocab_check(target, dm->m, w2, sizeof w2);
+	if (!err) {
+		shoal_engine_config c = shoal_engine_config_default(dm->m);
+		c.backend = cfg->backend;
+		c.n_threads = cfg->n_threads ? cfg->n_threads : 1;
+		c.n_ctx = cfg->n_ctx;
+		c.max_rows = cfg->max_rows ? cfg->max_rows : 64;
+		c.max_sessions = cfg->max_sessions ? cfg->max_sessions : 1;
+		c.kv_type = cfg->kv_type;
+		err = shoal_engine_new(dm->m, &c, &dm->e, w2, sizeof w2);
+		dm->max_rows = c.max_rows;
+		dm->max_sessions = c.max_sessions;
+	}
+	if (err) {
+		shoal_why(why, why_len, err, "draft model %s: %s", path, w2);
+		shoal_draft_model_free(dm);
+		return err;
+	}
+	dm->n_ctx = shoal_engine_n_ctx(dm->e);
+	dm->n_vocab = dm->m->hp.n_vocab;
+	*out = dm;
+	return SHOAL_OK;
+}
+
+void shoal_draft_model_free(shoal_draft_model *dm)
+{
+	if (!dm)
+		return;
+	shoal_engine_free(dm->e);
+	shoal_model_free(dm->m);
+	free(dm);
+}
+
+shoal_err shoal_draft_model_drafter(shoal_draft_model *dm, shoal_drafter *out, char *why,
+                                    size_t why_len)
+{
+	SHOAL_ASSERT(dm && out);
+	out->ops = NULL;
+	out->self = NULL;
 	dm_drafter *d = calloc(1, sizeof *d);
 	if (!d)
 		return SHOAL_ERR_NOMEM;
-	char w2[SHOAL_WHY_LEN] = "";
-	shoal_err err = shoal_model_open(path, &d->m, w2, sizeof w2);
-	if (err) {
-		shoal_why(why, why_len, err, "draft model %s: %s", path, w2);
-		goto fail;
-	}
-	if ((err = shoal_draft_vocab_check(target, d->m, w2, sizeof w2))) {
-		shoal_why(why, why_len, err, "draft model %s: %s", path, w2);
-		goto fail;
-	}
-	shoal_engine_config c = shoal_engine_config_default(d->m);
-	c.backend = cfg->backend;
-	c.n_threads = cfg->n_threads ? cfg->n_threads : 1;
-	c.n_ctx = cfg->n_ctx;
-	c.max_rows = cfg->max_rows ? cfg->max_rows : 64;
-	c.max_sessions = 1;
-	c.kv_type = cfg->kv_type;
-	if ((err = shoal_engine_new(d->m, &c, &d->e, w2, sizeof w2))) {
-		shoal_why(why, why_len, err, "draft model %s: %s", path, w2);
-		goto fail;
-	}
-	d->n_ctx = shoal_engine_n_ctx(d->e);
-	d->max_rows = c.max_rows;
-	d->n_vocab = d->m->hp.n_vocab;
+	d->dm = dm;
+	d->e = dm->e;
+	d->n_ctx = dm->n_ctx;
+	d->max_rows = dm->max_rows;
+	d->n_vocab = dm->n_vocab;
 	d->ids = malloc((size_t)d->n_ctx * sizeof *d->ids);
 	d->logits = malloc((size_t)d->n_vocab * sizeof *d->logits);
 	d->pos = malloc((size_t)d->max_rows * sizeof *d->pos);
 	d->sess = malloc((size_t)d->max_rows * sizeof *d->sess);
 	d->want = malloc(d->max_rows);
-	err = SHOAL_ERR_NOMEM;
 	if (!d->ids || !d->logits || !d->pos || !d->sess || !d->want ||
-	    (err = shoal_engine_session_open(d->e, &d->slot)))
-		goto fail;
+	    shoal_engine_session_open(dm->e, &d->slot)) {
+		bool busy = d->ids && d->logits && d->pos && d->sess && d->want;
+		d->slot = 0;
+		free(d->ids);
+		free(d->logits);
+		free(d->pos);
+		free(d->sess);
+		free(d->want);
+		free(d);
+		return busy ? shoal_why(why, why_len, SHOAL_ERR_BUSY,
+		                        "the draft model's %u sessions are all drafting",
+		                        dm->max_sessions)
+		            : SHOAL_ERR_NOMEM;
+	}
 	out->ops = &dm_ops;
 	out->self = d;
 	return SHOAL_OK;
-fail:
-	dm_free(d);
-	return err;
 }

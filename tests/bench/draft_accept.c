@@ -128,7 +128,9 @@ int main(int argc, char **argv)
 	shoal_drafter d;
 	shoal_engine_config dc = c;
 	dc.max_rows = 128;
-	if (shoal_draft_model_open(argv[2], m, &dc, &d, why, sizeof why)) {
+	shoal_draft_model *dm = NULL;
+	if (shoal_draft_model_open(argv[2], m, &dc, &dm, why, sizeof why) ||
+	    shoal_draft_model_drafter(dm, &d, why, sizeof why)) {
 		fprintf(stderr, "draft_accept: %s\n", why);
 		return 1;
 	}
@@ -155,6 +157,7 @@ int main(int argc, char **argv)
 	       argv[1], argv[2], k, n_gen, proposed ? 100.0 * accepted / proposed : 0, accepted,
 	       proposed, (double)n_gen / steps, ms_target, (double)t_draft / 1e6 / steps, k);
 	d.ops->free(d.self);
+	shoal_draft_model_free(dm);
 	shoal_engine_free(e);
 	shoal_model_free(m);
 	free(prompt);

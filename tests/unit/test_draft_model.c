@@ -117,15 +117,15 @@ out:
 	return rc;
 }
 
-static int open_drafter(const shoal_model *target, const char *path, shoal_drafter *d)
+static shoal_draft_model *open_dm(const shoal_model *target, const char *path, uint32_t sessions)
 {
 	char why[SHOAL_WHY_LEN] = "";
 	shoal_engine_config c = drafter_cfg(target);
-	if (shoal_draft_model_open(path, target, &c, d, why, sizeof why)) {
+	c.max_sessions = sessions;
+	shoal_draft_model *dm = NULL;
+	if (shoal_draft_model_open(path, target, &c, &dm, why, sizeof why))
 		fprintf(stderr, "open %s: %s\n", path, why);
-		return -1;
-	}
-	return 0;
+	return dm;
 }
 
 /* The drafter over a sequence of histories against greedy runs and a
@@ -135,8 +135,11 @@ static void check_draft(const char *path)
 	ASSERT_TRUE(path != NULL);
 	shoal_model *target = open_model(fx_path("target", FX_TARGET));
 	ASSERT_TRUE(target != NULL);
+	char why[SHOAL_WHY_LEN] = "";
+	shoal_draft_model *dm = open_dm(target, path, 2);
+	ASSERT_TRUE(dm != NULL);
 	shoal_drafter d;
-	ASSERT_EQ(open_drafter(target, path, &d), 0);
+	ASSERT_EQ(shoal_draft_model_drafter(dm, &d, why, sizeof why), SHOAL_OK);
 	ASSERT_STR_EQ(d.ops->name, "draft");
 	int32_t hist[64], got[K], want[K], fresh[K];
 	size_t n = N0;
@@ -156,8 +159,11 @@ static void check_draft(const char *path)
 	ASSERT_EQ(greedy(path, hist, n, want, K), 0);
 	ASSERT_MEM_EQ(got, want, sizeof got);
 	printf("  after 2 of 5: %d %d %d %d %d\n", got[0], got[1], got[2], got[3], got[4]);
-	shoal_drafter d2;
-	ASSERT_EQ(open_drafter(target, path, &d2), 0);
+	/* a fresh drafter (the model's other session); a third is refused */
+	shoal_drafter d2, d3;
+	ASSERT_EQ(shoal_draft_model_drafter(dm, &d2, why, sizeof why), SHOAL_OK);
+	ASSERT_EQ(shoal_draft_model_drafter(dm, &d3, why, sizeof why), SHOAL_ERR_BUSY);
+	ASSERT_TRUE(strstr(why, "2 sessions are all drafting") != NULL);
 	ASSERT_EQ(d2.ops->propose(d2.self, hist, n, fresh, K), K);
 	ASSERT_MEM_EQ(got, fresh, sizeof got);
 	d2.ops->free(d2.self);
@@ -186,6 +192,7 @@ static void check_draft(const char *path)
 	ASSERT_EQ(d.ops->propose(d.self, full, 65, got, K), 0);
 	free(full);
 	d.ops->free(d.self);
+	shoal_draft_model_free(dm);
 	shoal_model_free(target);
 }
 
@@ -242,27 +249,27 @@ static void test_vocab_mismatch(void)
 	shoal_model *target = open_model(fx_path("target", FX_TARGET));
 	ASSERT_TRUE(target != NULL);
 	shoal_engine_config c = drafter_cfg(target);
-	shoal_drafter d = {0};
+	shoal_draft_model *dm = NULL;
 	/* another size */
 	const char *other = fx_path("other-vocab", "--arch llama --type F32 --layers 1 --dim 64 "
 	                                           "--ff 128 --heads 2 --vocab 320 --ctx 64");
 	ASSERT_TRUE(other != NULL);
-	ASSERT_EQ(shoal_draft_model_open(other, target, &c, &d, why, sizeof why), SHOAL_ERR_INVAL);
+	ASSERT_EQ(shoal_draft_model_open(other, target, &c, &dm, why, sizeof why), SHOAL_ERR_INVAL);
 	printf("  %s\n", why);
 	ASSERT_TRUE(strstr(why, "320 tokens, the target's 300") != NULL);
 	ASSERT_TRUE(strstr(why, "other-vocab.gguf") != NULL);
-	ASSERT_TRUE(d.ops == NULL && d.self == NULL);
+	ASSERT_TRUE(dm == NULL);
 	/* the same size, one token's string differs */
 	const char *patched = patched_vocab();
 	ASSERT_TRUE(patched != NULL);
-	ASSERT_EQ(shoal_draft_model_open(patched, target, &c, &d, why, sizeof why),
+	ASSERT_EQ(shoal_draft_model_open(patched, target, &c, &dm, why, sizeof why),
 	          SHOAL_ERR_INVAL);
 	printf("  %s\n", why);
 	ASSERT_TRUE(strstr(why, "token 68: '<0x4G>' in the draft model, '<0x41>' in the "
 	                        "target") != NULL);
 	/* not a model at all */
 	ASSERT_NE(
-	    shoal_draft_model_open("/nonexistent/draft.gguf", target, &c, &d, why, sizeof why),
+	    shoal_draft_model_open("/nonexistent/draft.gguf", target, &c, &dm, why, sizeof why),
 	    SHOAL_OK);
 	ASSERT_TRUE(strstr(why, "/nonexistent/draft.gguf") != NULL);
 	/* the same vocabulary passes the check */

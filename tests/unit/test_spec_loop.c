@@ -268,7 +268,9 @@ static void test_draft_model_loop(void)
 	c.n_ctx = 64;
 	c.max_rows = ROWS;
 	shoal_drafter d;
-	ASSERT_EQ(shoal_draft_model_open(target, m, &c, &d, why, sizeof why), SHOAL_OK);
+	shoal_draft_model *dm = NULL;
+	ASSERT_EQ(shoal_draft_model_open(target, m, &c, &dm, why, sizeof why), SHOAL_OK);
+	ASSERT_EQ(shoal_draft_model_drafter(dm, &d, why, sizeof why), SHOAL_OK);
 	ASSERT_EQ(run_loop(m, &d, KMAX, NULL, &spec), 0);
 	printf("  draft (the target): %u of %u accepted in %u steps\n", spec.accepted,
 	       spec.proposed, spec.steps);
@@ -276,17 +278,20 @@ static void test_draft_model_loop(void)
 	ASSERT_EQ(spec.accepted, spec.proposed);
 	ASSERT_GT(spec.proposed, NGEN / 2);
 	d.ops->free(d.self);
+	shoal_draft_model_free(dm);
 	/* another model of the same vocabulary: drafts mostly rejected */
 	const char *other =
 	    fx_path("llama-other", "--arch llama --type F32 --layers 1 --dim 64 "
 	                           "--ff 128 --heads 2 --vocab 300 --ctx 64 --seed 5");
-	ASSERT_EQ(shoal_draft_model_open(other, m, &c, &d, why, sizeof why), SHOAL_OK);
+	ASSERT_EQ(shoal_draft_model_open(other, m, &c, &dm, why, sizeof why), SHOAL_OK);
+	ASSERT_EQ(shoal_draft_model_drafter(dm, &d, why, sizeof why), SHOAL_OK);
 	ASSERT_EQ(run_loop(m, &d, KMAX, NULL, &spec), 0);
 	printf("  draft (another model): %u of %u accepted in %u steps\n", spec.accepted,
 	       spec.proposed, spec.steps);
 	ASSERT_MEM_EQ(spec.ids, plain.ids, plain.n * sizeof(int32_t));
 	ASSERT_LT(spec.accepted, spec.proposed);
 	d.ops->free(d.self);
+	shoal_draft_model_free(dm);
 	shoal_model_free(m);
 }
 
