@@ -513,6 +513,39 @@ static shoal_err layer_find(const t_ctx *cp, const shoal_hparams *hp, uint32_t i
 	return SHOAL_OK;
 }
 
+/* The first MTP layer, blk.<n_layer>, when the file holds it: kept in
+ * m->nextn (shapes checked like a layer's); a file that declares nextn
+ * layers but dropped their tensors (some conversions do) has none. */
+static shoal_err nextn_find(const t_ctx *cp, shoal_model *m)
+{
+	t_ctx c = *cp;
+	char n[96];
+	const shoal_hparams *hp = &m->hp;
+	uint32_t il = hp->n_layer;
+	uint64_t E = hp->n_embd, V = hp->n_vocab;
+	if (hp->n_nextn == 0)
+		return SHOAL_OK;
+#define NAME(s) (snprintf(n, sizeof n, "blk.%u.nextn." s ".weight", il), n)
+	if (!shoal_gguf_tensor_find(c.g, NAME("eh_proj")))
+		return SHOAL_OK;
+	shoal_nextn *x = calloc(1, sizeof *x);
+	if (!x)
+		return shoal_why(c.why, c.why_len, SHOAL_ERR_NOMEM, "out of memory");
+	m->nextn = x;
+	T_GET(NAME("eh_proj"), true, &x->eh_proj, 2 * E, E);
+	T_GET(NAME("enorm"), true, &x->enorm, E);
+	T_GET(NAME("hnorm"), true, &x->hnorm, E);
+	T_GET(NAME("shared_head_norm"), true, &x->head_norm, E);
+	T_GET(NAME("shared_head_head"), false, &x->head, E, V);
+	T_GET(NAME("embed_tokens"), false, &x->embd, E, V);
+#undef NAME
+	if (!x->head)
+		x->head = m->output;
+	if (!x->embd)
+		x->embd = m->tok_embd;
+	return layer_find(&c, hp, il, &x->layer);
+}
+
 static shoal_err model_find(shoal_model *m, char *why, size_t why_len)
 {
 	t_ctx c = {.g = m->gguf, .why = why, .why_len = why_len};
@@ -539,7 +572,7 @@ static shoal_err model_find(shoal_model *m, char *why, size_t why_len)
 		if (e)
 			return e;
 	}
-	return SHOAL_OK;
+	return nextn_find(&c, m);
 }
 
 size_t shoal_layer_own_tensors(const shoal_layer *L,
@@ -627,5 +660,6 @@ void shoal_model_free(shoal_model *m)
 		return;
 	shoal_gguf_free(m->gguf);
 	free(m->layers);
+	free(m->nextn);
 	free(m);
 }

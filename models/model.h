@@ -88,7 +88,8 @@ typedef struct shoal_hparams {
 	uint32_t n_expert_shared;     /* shared experts (one FFN n_ff_shexp wide) */
 	uint32_t n_ff_shexp;          /* n_expert_shared * n_ff_exp */
 	uint32_t n_layer_dense_lead;  /* layers [0, this) have a dense FFN */
-	uint32_t n_nextn;             /* MTP layers in the file after n_layer: not run */
+	uint32_t n_nextn;             /* MTP layers in the file after n_layer (not in
+	                                 n_layer; the first is shoal_model.nextn) */
 	/* MLA (deepseek2): the KV cache keeps kv_lora_rank + n_rot per token. */
 	bool mla;
 	bool mla_kv_b;         /* the older file form: one attn_kv_b per layer */
@@ -121,6 +122,21 @@ typedef struct shoal_layer {
 	const shoal_gguf_tensor *ffn_gate_shexp, *ffn_up_shexp, *ffn_down_shexp;
 } shoal_layer;
 
+/* DeepSeek's multi-token prediction (MTP) layer, blk.<n_layer> of a
+ * deepseek2 file (runtime/engine/mtp.h runs it): its own input norms and
+ * projection, then one whole layer of the model's kind (MLA attention; an
+ * MoE FFN when n_layer >= n_layer_dense_lead), then its own head norm and
+ * head. embd and head fall back to the model's token_embd and output when
+ * the file does not repeat them (llama.cpp's names, NEXTN_*). */
+typedef struct shoal_nextn {
+	const shoal_gguf_tensor *eh_proj;       /* {2 n_embd, n_embd} */
+	const shoal_gguf_tensor *enorm, *hnorm; /* {n_embd} */
+	const shoal_gguf_tensor *head_norm;     /* shared_head_norm {n_embd} */
+	const shoal_gguf_tensor *head;          /* shared_head_head, or output */
+	const shoal_gguf_tensor *embd;          /* embed_tokens, or token_embd */
+	shoal_layer layer;                      /* the block's own tensors */
+} shoal_nextn;
+
 typedef struct shoal_model {
 	shoal_gguf *gguf; /* owned */
 	shoal_hparams hp;
@@ -131,6 +147,9 @@ typedef struct shoal_model {
 	/* Llama 3.1-style rope scaling: per-frequency divisors {n_rot / 2}
 	 * applied to every layer's rotation; NULL when the file has none. */
 	const shoal_gguf_tensor *rope_freqs;
+	/* The first MTP layer, when hp.n_nextn > 0 and the file holds its
+	 * tensors (blk.<n_layer>.nextn.eh_proj present); else NULL. Owned. */
+	shoal_nextn *nextn;
 } shoal_model;
 
 /* Open a model: reads the GGUF, detects the architecture (unknown ->

@@ -146,11 +146,17 @@ static int plan_build(const opts *o, tplan *t)
 		n = plan_add(t, n, ty, K_NORM, 1, E, 1, 1, "blk.%u.attn_norm.weight", l);
 		if (l >= o->layers) {
 			/* an MTP block: its own input projection and norms, then a
-			 * full layer (the engine skips all of it) */
+			 * full layer (runtime/engine/mtp.c runs it) */
 			n = plan_add(t, n, ty, K_WEIGHT, 2, 2 * E, E, 1,
 			             "blk.%u.nextn.eh_proj.weight", l);
 			n = plan_add(t, n, ty, K_NORM, 1, E, 1, 1, "blk.%u.nextn.enorm.weight", l);
 			n = plan_add(t, n, ty, K_NORM, 1, E, 1, 1, "blk.%u.nextn.hnorm.weight", l);
+			/* its own head norm and head (embed_tokens is left out: the
+			 * model's token_embd serves, as in files that share it) */
+			n = plan_add(t, n, ty, K_NORM, 1, E, 1, 1,
+			             "blk.%u.nextn.shared_head_norm.weight", l);
+			n = plan_add(t, n, ty, K_WEIGHT, 2, E, o->vocab, 1,
+			             "blk.%u.nextn.shared_head_head.weight", l);
 		}
 		if (ds2) {
 			n = plan_mla(o, t, n, l);
@@ -702,7 +708,7 @@ int main(int argc, char **argv)
 	int rc = parse(argc, argv, &o);
 	if (rc)
 		return rc;
-	int cap = 3 + (int)(o.layers + o.nextn) * 24;
+	int cap = 3 + (int)(o.layers + o.nextn) * 26;
 	tplan *t = calloc((size_t)cap, sizeof *t);
 	if (!t)
 		return 1;

@@ -7,6 +7,10 @@
  *   requant IN.gguf OUT.gguf --type T     every matrix (2-D or more) whose
  *                                        rows are whole blocks of T becomes T
  *   requant IN.gguf OUT.gguf --mix q4_k_m a Q4_K_M-like mix (see mix_type)
+ *   ... --layers N                       also keep only layers [0, N) (and
+ *                                        the embedding, output norm and
+ *                                        head): a cheap draft model with
+ *                                        the target's vocabulary
  *
  * Part: tests (models/). Prints the tensor count per stored type on stdout.
  * The quantizers are round-to-nearest (not the reference's searches), so a
@@ -65,7 +69,7 @@ static shoal_dtype target_type(const shoal_gguf_tensor *t, bool mix, shoal_dtype
 
 /* Copy key/value i of g into w, keeping its type. Returns 0, or -1 for a
  * type this copier does not handle. */
-static int copy_kv(const shoal_gguf *g, size_t i, shoal_gguf_writer *w)
+static int copy_kv(const shoal_gguf *g, size_t i, shoal_gguf_writer *w, uint32_t keep_layers)
 {
 	size_t klen;
 	const char *kp = shoal_gguf_key(g, i, &klen);
@@ -107,6 +111,8 @@ static int copy_kv(const shoal_gguf *g, size_t i, shoal_gguf_writer *w)
 	case SHOAL_GGUF_UINT32:
 		if (!shoal_gguf_get_u32(g, key, &u32))
 			return -1;
+		if (keep_layers && klen > 12 && !strcmp(key + klen - 12, ".block_count"))
+			u32 = keep_layers;
 		shoal_gguf_writer_kv_u32(w, key, u32);
 		return 0;
 	case SHOAL_GGUF_UINT64:
@@ -165,7 +171,7 @@ static int copy_kv(const shoal_gguf *g, size_t i, shoal_gguf_writer *w)
 
 static int usage(void)
 {
-	fprintf(stderr, "usage: requant IN.gguf OUT.gguf --type T | --mix q4_k_m\n");
+	fprintf(stderr, "usage: requant IN.gguf OUT.gguf --type T | --mix q4_k_m [--layers N]\n");
 	return 2;
 }
 
@@ -195,8 +201,26 @@ static shoal_err write_tensor(shoal_gguf_writer *w, const shoal_gguf_tensor *t, 
 	return SHOAL_OK;
 }
 
+/* Whether --layers keep drops tensor t (a layer's, of layer keep or later). */
+static bool dropped(const shoal_gguf_tensor *t, uint32_t keep)
+{
+	int l;
+	return keep && sscanf(t->name, "blk.%d.", &l) == 1 && (uint32_t)l >= keep;
+}
+
 int main(int argc, char **argv)
 {
+	uint32_t keep = 0; /* --layers N: 0 keeps them all */
+	if (argc == 7 && !strcmp(argv[5], "--layers")) {
+		char *end;
+		unsigned long v = strtoul(argv[6], &end, 10);
+		if (*end || v < 1 || v > 4096) {
+			fprintf(stderr, "requant: --layers wants a count of 1 or more\n");
+			return 2;
+		}
+		keep = (uint32_t)v;
+		argc = 5;
+	}
 	if (argc != 5)
 		return usage();
 	bool mix = !strcmp(argv[3], "--mix");
@@ -235,6 +259,15 @@ int main(int argc, char **argv)
 			return 1;
 		}
 	}
+	if (keep && (keep > (uint32_t)n_layer ||
+	             shoal_gguf_find(g, "deepseek2.nextn_predict_layers") >= 0)) {
+		fprintf(stderr, "requant: --layers %u: the model has %d layers%s\n", keep, n_layer,
+		        keep > (uint32_t)n_layer ? "" : " and MTP layers after them (not handled)");
+		shoal_gguf_free(g);
+		return 2;
+	}
+	if (keep)
+		n_layer = (int)keep;
 	shoal_gguf_writer *w = NULL;
 	int rc = 1;
 	float *row = malloc(max_ne0 * sizeof *row);
@@ -244,12 +277,14 @@ int main(int argc, char **argv)
 	if (!row || !q || !to || shoal_gguf_writer_new(argv[2], &w))
 		goto out;
 	for (size_t i = 0; i < shoal_gguf_n_kv(g); i++)
-		if (copy_kv(g, i, w)) {
+		if (copy_kv(g, i, w, keep)) {
 			fprintf(stderr, "requant: key/value %zu: type not copied\n", i);
 			goto out;
 		}
 	for (size_t i = 0; i < nt; i++) {
 		const shoal_gguf_tensor *t = shoal_gguf_tensor_at(g, i);
+		if (dropped(t, keep))
+			continue;
 		to[i] = target_type(t, mix, type, n_layer);
 		count[to[i]]++;
 		shoal_gguf_writer_add_tensor(w, t->name, to[i], t->n_dims, t->ne);
@@ -257,7 +292,8 @@ int main(int argc, char **argv)
 	if (shoal_gguf_writer_begin_data(w))
 		goto out;
 	for (size_t i = 0; i < nt; i++)
-		if (write_tensor(w, shoal_gguf_tensor_at(g, i), to[i], row, q))
+		if (!dropped(shoal_gguf_tensor_at(g, i), keep) &&
+		    write_tensor(w, shoal_gguf_tensor_at(g, i), to[i], row, q))
 			goto out;
 	if (shoal_gguf_writer_finish(w))
 		goto out;
