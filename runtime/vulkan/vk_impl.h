@@ -120,4 +120,17 @@ void vk__swiglu(shoal_backend *b, const float *g, const float *u, size_t n, floa
 
 /* The embedded shaders (vk_shaders.c, made at build time). */
 #define VK__SHADER(name) extern const vk__shader vk__sh_##name
+
+/* The weight types the matmul and MoE shaders read, as X(shader suffix,
+ * dtype): one shader of each per type (vk_matmul.c, vk_moe.c). */
+#define VK__WEIGHT_TYPES(X)                                                                        \
+	X(f32, SHOAL_DTYPE_F32)                                                                    \
+	X(f16, SHOAL_DTYPE_F16)                                                                    \
+	X(bf16, SHOAL_DTYPE_BF16)                                                                  \
+	X(q8_0, SHOAL_DTYPE_Q8_0)                                                                  \
+	X(q4_0, SHOAL_DTYPE_Q4_0)                                                                  \
+	X(q4_k, SHOAL_DTYPE_Q4_K)                                                                  \
+	X(q5_k, SHOAL_DTYPE_Q5_K)                                                                  \
+	X(q6_k, SHOAL_DTYPE_Q6_K)                                                                  \
+	X(mxfp4, SHOAL_DTYPE_MXFP4)
 #endif

@@ -42,22 +42,11 @@
 #define MM_TILE     64u
 #define EMBED_ELEMS 2048 /* elements of a row per embed workgroup (256 threads x 8) */
 
-#define MM_TYPES(X)                                                                                \
-	X(f32, SHOAL_DTYPE_F32)                                                                    \
-	X(f16, SHOAL_DTYPE_F16)                                                                    \
-	X(bf16, SHOAL_DTYPE_BF16)                                                                  \
-	X(q8_0, SHOAL_DTYPE_Q8_0)                                                                  \
-	X(q4_0, SHOAL_DTYPE_Q4_0)                                                                  \
-	X(q4_k, SHOAL_DTYPE_Q4_K)                                                                  \
-	X(q5_k, SHOAL_DTYPE_Q5_K)                                                                  \
-	X(q6_k, SHOAL_DTYPE_Q6_K)                                                                  \
-	X(mxfp4, SHOAL_DTYPE_MXFP4)
-
 #define MM_DECLARE(name, t)                                                                        \
 	VK__SHADER(mv_##name);                                                                     \
 	VK__SHADER(mm_##name);                                                                     \
 	VK__SHADER(embed_##name);
-MM_TYPES(MM_DECLARE)
+VK__WEIGHT_TYPES(MM_DECLARE)
 VK__SHADER(act_q8);
 
 /* The three shaders of one weight type. */
@@ -67,7 +56,7 @@ typedef struct mm_kind {
 } mm_kind;
 
 #define MM_ROW(name, type) {type, &vk__sh_mv_##name, &vk__sh_mm_##name, &vk__sh_embed_##name},
-static const mm_kind mm_kinds[] = {MM_TYPES(MM_ROW)};
+static const mm_kind mm_kinds[] = {VK__WEIGHT_TYPES(MM_ROW)};
 
 /* The shaders of type t; NULL for a type they do not read. */
 static const mm_kind *kind_of(shoal_dtype t)

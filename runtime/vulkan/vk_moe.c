@@ -42,19 +42,8 @@
 #include "base/assert.h"
 #include "runtime/vulkan/vk_impl.h"
 
-#define MOE_TYPES(X)                                                                               \
-	X(f32, SHOAL_DTYPE_F32)                                                                    \
-	X(f16, SHOAL_DTYPE_F16)                                                                    \
-	X(bf16, SHOAL_DTYPE_BF16)                                                                  \
-	X(q8_0, SHOAL_DTYPE_Q8_0)                                                                  \
-	X(q4_0, SHOAL_DTYPE_Q4_0)                                                                  \
-	X(q4_k, SHOAL_DTYPE_Q4_K)                                                                  \
-	X(q5_k, SHOAL_DTYPE_Q5_K)                                                                  \
-	X(q6_k, SHOAL_DTYPE_Q6_K)                                                                  \
-	X(mxfp4, SHOAL_DTYPE_MXFP4)
-
 #define MOE_DECLARE(name, t) VK__SHADER(moe_mv_##name);
-MOE_TYPES(MOE_DECLARE)
+VK__WEIGHT_TYPES(MOE_DECLARE)
 VK__SHADER(moe_combine);
 VK__SHADER(moe_gather);
 
@@ -69,7 +58,7 @@ typedef struct moe_kind {
 } moe_kind;
 
 #define MOE_ROW(name, type) {type, &vk__sh_moe_mv_##name},
-static const moe_kind moe_kinds[] = {MOE_TYPES(MOE_ROW)};
+static const moe_kind moe_kinds[] = {VK__WEIGHT_TYPES(MOE_ROW)};
 
 /* The expert shader of type t (one supports(MATMUL) takes: any other is a
  * caller's bug). */
