@@ -4,7 +4,10 @@
 # not a test: not part of make check; it fails only when it cannot set up
 # a cluster, or (BOUND, default 0: off) when a ratio measured / predicted
 # falls outside [1/BOUND, BOUND] (tests/sh/plan_vs_run.sh runs it so with
-# BOUND=3, one cluster).
+# BOUND=3); with a bound, a compute probe taken under load (marked so in
+# its file) skips the run (77): the predictions then rest on a figure the
+# node itself says may be low (seen: 0.59 GFLOP/s, 20x low, under make
+# check's load).
 #
 #   tests/bench/plan_vs_run.sh [BUILDDIR] [CONFIG...]   (from the source tree)
 #
@@ -113,6 +116,15 @@ for c in "${CONFIGS[@]}"; do
 	[ -s "$T/probe" ] && continue
 	wait_for 60 test -s "$T/$c-1/probe" || fail "no probe file"
 	cp "$T/$c-1/probe" "$T/probe"
+	# the probe's 8th field is 1 when it ran under load (node_probe.c):
+	# its figures, and so every prediction, may be several times low
+	if [ "$(awk '{ print $8 }' "$T/probe")" = 1 ]; then
+		echo "note: the compute probe ran under load: $(cat "$T/probe")"
+		if [ "$BOUND" != 0 ]; then
+			echo "SKIP: no bound holds against a probe taken under load"
+			exit 77
+		fi
+	fi
 done
 for c in "${CONFIGS[@]}"; do
 	wait_for 90 ready "$c" || fail "$c: no servable plan of ${STAGES[$c]} stages, ${MEMBERS[$c]} members: $("$PC" "$T/st-$c-1.json" servable)"
