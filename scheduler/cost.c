@@ -79,6 +79,15 @@ static uint64_t headroom(uint64_t bytes, uint32_t permille)
 	return bytes / 1000 * (1000 - permille) + bytes % 1000 * (1000 - permille) / 1000;
 }
 
+/* x scaled by an efficiency in permille (0: 1000, unscaled), at least 1 */
+static uint64_t scale_pm(uint64_t x, uint32_t pm)
+{
+	if (!pm || pm >= 1000)
+		return x;
+	uint64_t y = x / 1000 * pm + x % 1000 * pm / 1000;
+	return y ? y : 1;
+}
+
 /* Peer p's tables for one of its devices (bw B/s, fl FLOP/s): per layer
  * its base and expert times and their prefix (rows of tbase, texp, efull,
  * eunit, tpre in the (n, L) and (n, L+1) tables given) and the head's time.
@@ -163,6 +172,10 @@ shoal_err sched__ctx_init(sched__ctx *c, const shoal_view *v, const shoal_manife
 	SCHED__ALLOC(c->geunit, n * L);
 	SCHED__ALLOC(c->gtpre, n * (L + 1));
 	SCHED__ALLOC(c->ghead_t, n);
+	SCHED__ALLOC(c->tpbw, n);
+	SCHED__ALLOC(c->tpfl, n);
+	SCHED__ALLOC(c->hop_in, n);
+	SCHED__ALLOC(c->round_in, n);
 
 	for (size_t p = 0; p < n; p++) {
 		const shoal_view_peer *vp = shoal_view_peer_at(v, p);
@@ -170,6 +183,8 @@ shoal_err sched__ctx_init(sched__ctx *c, const shoal_view *v, const shoal_manife
 		c->cap[p] = headroom(vp->mem_bytes, pol->headroom_permille);
 		uint64_t bw = vp->mem_bw > SCHED_RATE_MAX ? SCHED_RATE_MAX : vp->mem_bw;
 		uint64_t fl = vp->flops > SCHED_RATE_MAX ? SCHED_RATE_MAX : vp->flops;
+		bw = scale_pm(bw, vp->bw_eff_pm);
+		fl = scale_pm(fl, vp->fl_eff_pm);
 		c->bw[p] = bw / 100 * keep + bw % 100 * keep / 100;
 		c->fl[p] = fl / 100 * keep + fl % 100 * keep / 100;
 		if (!c->bw[p])
@@ -183,11 +198,21 @@ shoal_err sched__ctx_init(sched__ctx *c, const shoal_view *v, const shoal_manife
 		c->unified[p] = vp->gpu_unified;
 		if (c->unified[p] && c->gcap[p] > c->cap[p])
 			c->gcap[p] = c->cap[p];
-		c->gbw[p] = vp->gpu_bw > SCHED_RATE_MAX ? SCHED_RATE_MAX : vp->gpu_bw;
-		c->gfl[p] = vp->gpu_flops > SCHED_RATE_MAX ? SCHED_RATE_MAX : vp->gpu_flops;
+		c->gbw[p] = scale_pm(vp->gpu_bw > SCHED_RATE_MAX ? SCHED_RATE_MAX : vp->gpu_bw,
+		                     vp->gpu_bw_eff_pm);
+		c->gfl[p] =
+		    scale_pm(vp->gpu_flops > SCHED_RATE_MAX ? SCHED_RATE_MAX : vp->gpu_flops,
+		             vp->gpu_fl_eff_pm);
 		if (!c->gbw[p] || !c->gfl[p])
 			c->gcap[p] = 0; /* the view refuses that; a GPU at 0 is none */
 		c->tcap[p] = c->unified[p] ? c->cap[p] : sched__add(c->cap[p], c->gcap[p]);
+		/* a tensor group's member computes on a unified GPU (its share
+		 * is in host memory either way), else on its CPU */
+		bool tg = c->gcap[p] && c->unified[p];
+		c->tpbw[p] = tg ? c->gbw[p] : c->bw[p];
+		c->tpfl[p] = tg ? c->gfl[p] : c->fl[p];
+		c->hop_in[p] = vp->hop_ns;
+		c->round_in[p] = vp->round_ns;
 	}
 	for (size_t p = 0; p < n; p++)
 		for (size_t q = 0; q < n; q++) {
@@ -197,8 +222,10 @@ shoal_err sched__ctx_init(sched__ctx *c, const shoal_view *v, const shoal_manife
 			shoal_view_link(v, p, q, &lat, &lbw);
 			if (lbw > SCHED_RATE_MAX)
 				lbw = SCHED_RATE_MAX;
-			uint64_t h = sched__add(lat > SCHED__TMAX ? SCHED__TMAX : lat,
-			                        sched__xfer_ns(m->act_bytes_per_token, lbw));
+			/* the link, then what q's engine pays to take the hop in */
+			uint64_t h = sched__add(
+			    sched__add(lat > SCHED__TMAX ? SCHED__TMAX : lat, c->hop_in[q]),
+			    sched__xfer_ns(m->act_bytes_per_token, lbw));
 			c->hop[p * n + q] = h;
 			c->rtt[p * n + q] = 2 * h;
 			c->send[p * n + q] = sched__xfer_ns(m->act_bytes_per_token, lbw);
@@ -317,6 +344,10 @@ void sched__ctx_fini(sched__ctx *c)
 	free(c->geunit);
 	free(c->gtpre);
 	free(c->ghead_t);
+	free(c->tpbw);
+	free(c->tpfl);
+	free(c->hop_in);
+	free(c->round_in);
 	free(c->prev_gend);
 	free(c->prev_base);
 	free(c->prev_exp);

@@ -113,6 +113,10 @@ typedef struct sched__ctx {
 	uint64_t *gefull, *geunit;             /* (n, L) efull, eunit on the GPU */
 	uint64_t *gtpre;                       /* (n, L+1) prefix of gtbase + gtexp */
 	uint64_t *ghead_t;                     /* (n) output head on the GPU */
+	uint64_t *tpbw, *tpfl;                 /* (n) B/s, FLOP/s of a tensor group member */
+	uint64_t *hop_in;                      /* (n) the peer's engine's cost per hop in */
+	uint64_t *round_in;                    /* (n) its cost per collective round and
+	                                          other member */
 	uint64_t *tbase;                       /* (n, L) layer without routed experts */
 	uint64_t *texp;                        /* (n, L) the layer's routed experts, all local */
 	uint64_t *tpre;                        /* (n, L+1) prefix of tbase + texp */

@@ -32,7 +32,17 @@
  *    there and the head fits beside it. Host memory holds the embedding,
  *    the CPU part and the experts a peer holds for other stages' layers;
  *    a unified GPU's memory is the host's, so there everything counts
- *    against host memory too. Tensor groups compute on the CPUs.
+ *    against host memory too. A tensor group's member computes on its
+ *    GPU when that GPU is unified (its share is in host memory either
+ *    way), else on its CPU.
+ * 4b. Calibration (view.h): every device's bandwidth and compute count for
+ *    their efficiency (the share a layer of the engine really gets, as
+ *    measured or taken from published runs); every hop into a stage adds
+ *    the receiving peer's hop_ns (its engine's fixed cost per hop: the
+ *    transport's stack, waking, dispatch) to the link's latency, and every
+ *    collective round of a tensor group adds its slowest member's round_ns
+ *    (synchronising, waking, copying the slices in) to the link's latency;
+ *    members send at once, so neither grows with the group's size.
  *
  * 5. Tensor groups (tensor.c, only with policy->tensor_groups): a stage may
  *    be a group of peers splitting each layer; its cost and memory are

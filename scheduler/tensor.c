@@ -19,9 +19,12 @@
  * computed whole by every member and needs no round.
  *
  * Cost of a group's layer: max over members of the roofline of its share
- * (bytes and FLOPs of its heads and columns, its KV cache over the context),
- * plus per round the group's largest link latency and (k-1)/k of the
- * round's row at the group's smallest link bandwidth. Weights: a member's
+ * (bytes and FLOPs of its heads and columns, its KV cache over the context;
+ * on a member's unified GPU, else its CPU: cost.c's tpbw, tpfl), plus per
+ * round the group's largest link latency, its slowest member's round cost
+ * (view.h: round_ns; members send at once over a mesh, so it does not grow
+ * with k) and (k-1)/k of the round's row at the group's smallest link
+ * bandwidth. Weights: a member's
  * speed on this model, 2^50 / (its time for the whole model alone).
  * Memory: a member holds its shares; the embedding every member of the
  * first stage (the replicated stream starts from the token ids there).
@@ -65,6 +68,7 @@ typedef struct tp_unit {
 	const uint32_t *mem; /* (k) view indices, ascending */
 	const uint64_t *w;   /* (k) weights */
 	uint64_t lat, bw;    /* the group's worst link */
+	uint64_t rnd;        /* its slowest member's cost per round beyond the link */
 } tp_unit;
 
 static uint32_t unit_lead(const tp_unit *u)
@@ -76,6 +80,10 @@ static void unit_links(const sched__ctx *c, tp_unit *u)
 {
 	u->lat = 0;
 	u->bw = UINT64_MAX;
+	u->rnd = 0;
+	for (uint32_t i = 0; i < u->k; i++)
+		if (c->round_in[u->mem[i]] > u->rnd)
+			u->rnd = c->round_in[u->mem[i]];
 	for (uint32_t i = 0; i < u->k; i++)
 		for (uint32_t j = i + 1; j < u->k; j++) {
 			uint64_t lat, bw;
@@ -113,7 +121,19 @@ static uint64_t unit_hop(const sched__ctx *c, const tp_unit *a, const tp_unit *b
 static uint64_t round_ns(const tp_unit *u, uint64_t bytes)
 {
 	uint64_t share = bytes / u->k * (u->k - 1) + bytes % u->k * (u->k - 1) / u->k;
-	return sched__add(u->lat, sched__xfer_ns(share, u->bw));
+	return sched__add(sched__add(u->lat, u->rnd), sched__xfer_ns(share, u->bw));
+}
+
+/* Expert work w of layer l on group member p: on its GPU where it
+ * computes there (cost.c: tpbw), else as cost.c says for its CPU. */
+static uint64_t member_expert_time(const sched__ctx *c, uint32_t l, uint32_t p, uint64_t w)
+{
+	if (!w || !c->gcap[p] || !c->unified[p])
+		return sched__expert_time(c, l, p, p, w);
+	size_t i = (size_t)p * c->L + l;
+	return w == c->loadtot[l]
+	           ? c->gefull[i]
+	           : (w * c->geunit[i] + (1ULL << SCHED__EUNIT_SHIFT) - 1) >> SCHED__EUNIT_SHIFT;
 }
 
 /* Layer l on unit u: *t_base (attention, dense FFN or router, rounds),
@@ -164,7 +184,7 @@ static void unit_layer(const sched__ctx *c, const tp_unit *u, uint32_t l, uint64
 		uint64_t wf = y->bytes ? sched__muldiv_up(y->flops, wb, y->bytes) : 0;
 		uint64_t t = sched__roofline(sched__add(wb, sched__muldiv_up(kvctx, an, ad)),
 		                             sched__add(wf, sched__muldiv_up(afctx, an, ad)),
-		                             c->bw[p], c->fl[p]);
+		                             c->tpbw[p], c->tpfl[p]);
 		if (t > worst)
 			worst = t;
 		if (mw) {
@@ -189,7 +209,7 @@ static void unit_layer(const sched__ctx *c, const tp_unit *u, uint32_t l, uint64
 		uint64_t units = 0;
 		for (uint32_t x = ef[i]; x < ef[i] + ec[i]; x++)
 			units += c->load[c->slot0[l] + x] * 12; /* SCHED_SHARE */
-		uint64_t t = sched__expert_time(c, l, u->mem[i], u->mem[i], units);
+		uint64_t t = member_expert_time(c, l, u->mem[i], units);
 		if (t > ew)
 			ew = t;
 		if (mw) {
@@ -232,7 +252,7 @@ static uint64_t unit_head(const sched__ctx *c, const tp_unit *u, const bool *emb
 		uint32_t rows = (r1 > V ? V : r1) - (r0 > V ? V : r0);
 		uint64_t wb = sched__add(sched__muldiv_up(mat, rows, V), norm);
 		uint64_t t = sched__roofline(wb, sched__muldiv_up(m->head_flops, rows, V),
-		                             c->bw[u->mem[i]], c->fl[u->mem[i]]);
+		                             c->tpbw[u->mem[i]], c->tpfl[u->mem[i]]);
 		if (t > worst)
 			worst = t;
 		if (u->mem[i] != lead)

@@ -90,6 +90,13 @@ shoal_err shoal_view_add_peer(shoal_view *v, const shoal_view_peer *p, char *why
 	if (p->load_pct > 90)
 		return shoal_why(why, why_len, SHOAL_ERR_INVAL, "peer %s: load %u%% over 90%%", hex,
 		                 p->load_pct);
+	if (p->bw_eff_pm > 1000 || p->fl_eff_pm > 1000 || p->gpu_bw_eff_pm > 1000 ||
+	    p->gpu_fl_eff_pm > 1000)
+		return shoal_why(why, why_len, SHOAL_ERR_INVAL,
+		                 "peer %s: an efficiency over 1 (1000 permille)", hex);
+	if (p->hop_ns > (1ULL << 40) || p->round_ns > (1ULL << 40))
+		return shoal_why(why, why_len, SHOAL_ERR_INVAL,
+		                 "peer %s: a hop or round cost over 2^40 ns", hex);
 	bool found;
 	size_t at = peer_lower_bound(v, &p->id, &found);
 	if (found)

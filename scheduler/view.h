@@ -42,6 +42,15 @@ typedef struct shoal_view_peer {
 	 * that computes on the GPU ("vulkan") and the GPU's name */
 	char gpu_backend[16];
 	char gpu_name[64];
+	/* Calibration (scheduler/schedule.c, "calibration"): the share of its
+	 * figures a layer of the engine really gets, permille (0: 1000, the
+	 * figures above are already what a layer gets; at most 1000), of the
+	 * CPU's bandwidth and compute and of the GPU's; and the engine's fixed
+	 * costs: hop_ns, what a stage on this peer pays per hop it takes in
+	 * beyond the link (receiving, waking, dispatch), round_ns, what a
+	 * tensor group's collective round costs it beyond the link. */
+	uint32_t bw_eff_pm, fl_eff_pm, gpu_bw_eff_pm, gpu_fl_eff_pm;
+	uint64_t hop_ns, round_ns;
 } shoal_view_peer;
 
 typedef struct shoal_view shoal_view;

@@ -85,6 +85,33 @@ static shoal_err get_num(const json_t *o, const char *key, bool required, double
 
 /* ---- peers ------------------------------------------------------------- */
 
+/* "efficiency": { "bandwidth": 0.41, "compute": 0.5 } (fractions 0..1 of
+ * the device's figures a layer of the engine gets; each optional, absent:
+ * 1) into permille; no object leaves both at 0 (the view's 1). */
+static shoal_err read_eff(const json_t *o, const char *what, uint32_t *bw_pm, uint32_t *fl_pm,
+                          char *why, size_t why_len)
+{
+	const json_t *e = json_object_get(o, "efficiency");
+	if (!e)
+		return SHOAL_OK;
+	char w[96];
+	snprintf(w, sizeof w, "%s.efficiency", what);
+	if (!json_is_object(e))
+		return shoal_why(why, why_len, SHOAL_ERR_FORMAT, "%s: not an object", w);
+	double b, f;
+	shoal_err err;
+	if ((err = get_num(e, "bandwidth", false, 1, &b, w, why, why_len)) ||
+	    (err = get_num(e, "compute", false, 1, &f, w, why, why_len)))
+		return err;
+	if (b <= 0 || b > 1 || f <= 0 || f > 1)
+		return shoal_why(why, why_len, SHOAL_ERR_RANGE,
+		                 "%s: a fraction in (0, 1] (the share of the figure a layer gets)",
+		                 w);
+	*bw_pm = (uint32_t)llround(b * 1000) ? (uint32_t)llround(b * 1000) : 1;
+	*fl_pm = (uint32_t)llround(f * 1000) ? (uint32_t)llround(f * 1000) : 1;
+	return SHOAL_OK;
+}
+
 /* A peer's "gpu": memory (a size), bandwidth_gbs and compute_gflops
  * (required, > 0), unified (default false), backend (default "vulkan") and
  * name (optional strings). */
@@ -125,7 +152,7 @@ static shoal_err read_gpu(const json_t *g, const char *peer, shoal_view_peer *vp
 	snprintf(vp->gpu_backend, sizeof vp->gpu_backend, "%s",
 	         b ? json_string_value(b) : "vulkan");
 	snprintf(vp->gpu_name, sizeof vp->gpu_name, "%s", n ? json_string_value(n) : "");
-	return SHOAL_OK;
+	return read_eff(g, what, &vp->gpu_bw_eff_pm, &vp->gpu_fl_eff_pm, why, why_len);
 }
 
 static shoal_err read_peer(const json_t *p, size_t i, shoal_view_peer *vp, char *why,
@@ -158,12 +185,20 @@ static shoal_err read_peer(const json_t *p, size_t i, shoal_view_peer *vp, char 
 		return shoal_why(why, why_len, SHOAL_ERR_FORMAT,
 		                 "%s: \"memory\" missing or not bytes / a size string", what);
 	}
-	double bw, fl, load;
+	double bw, fl, load, hop, rnd;
 	shoal_err e;
 	if ((e = get_num(p, "bandwidth_gbs", true, 0, &bw, what, why, why_len)) ||
 	    (e = get_num(p, "compute_gflops", true, 0, &fl, what, why, why_len)) ||
-	    (e = get_num(p, "load_pct", false, 0, &load, what, why, why_len)))
+	    (e = get_num(p, "load_pct", false, 0, &load, what, why, why_len)) ||
+	    (e = get_num(p, "hop_us", false, 0, &hop, what, why, why_len)) ||
+	    (e = get_num(p, "round_us", false, 0, &rnd, what, why, why_len)) ||
+	    (e = read_eff(p, what, &vp->bw_eff_pm, &vp->fl_eff_pm, why, why_len)))
 		return e;
+	if (hop > 1e9 || rnd > 1e9)
+		return shoal_why(why, why_len, SHOAL_ERR_RANGE,
+		                 "%s: \"hop_us\" and \"round_us\" at most 1e9", what);
+	vp->hop_ns = (uint64_t)llround(hop * 1e3);
+	vp->round_ns = (uint64_t)llround(rnd * 1e3);
 	vp->mem_bw = (uint64_t)llround(bw * 1e9);
 	vp->flops = (uint64_t)llround(fl * 1e9);
 	vp->load_pct = load > 1000 ? 1000 : (uint32_t)load; /* the view rejects > 90 */
@@ -340,6 +375,12 @@ static json_t *link_json(uint64_t lat, uint64_t bw)
 	                 (double)bw * 8.0 / 1e9);
 }
 
+static json_t *eff_json(uint32_t bw_pm, uint32_t fl_pm)
+{
+	return json_pack("{s:f, s:f}", "bandwidth", (bw_pm ? bw_pm : 1000) / 1000.0, "compute",
+	                 (fl_pm ? fl_pm : 1000) / 1000.0);
+}
+
 json_t *shoal_cluster_to_json(const shoal_view *v)
 {
 	uint64_t lat, bw;
@@ -364,6 +405,17 @@ json_t *shoal_cluster_to_json(const shoal_view *v)
 			              (double)p->gpu_bw / 1e9, "compute_gflops",
 			              (double)p->gpu_flops / 1e9, "unified", p->gpu_unified,
 			              "backend", p->gpu_backend, "name", p->gpu_name));
+		if (pj && (p->hop_ns || p->round_ns))
+			bad |=
+			    json_object_set_new(pj, "hop_us", json_real((double)p->hop_ns / 1e3)) ||
+			    json_object_set_new(pj, "round_us",
+			                        json_real((double)p->round_ns / 1e3));
+		if (pj && (p->bw_eff_pm || p->fl_eff_pm))
+			bad |= json_object_set_new(pj, "efficiency",
+			                           eff_json(p->bw_eff_pm, p->fl_eff_pm));
+		if (pj && p->gpu_mem && (p->gpu_bw_eff_pm || p->gpu_fl_eff_pm))
+			bad |= json_object_set_new(json_object_get(pj, "gpu"), "efficiency",
+			                           eff_json(p->gpu_bw_eff_pm, p->gpu_fl_eff_pm));
 		bad |= !pj || json_array_append_new(peers, pj);
 	}
 	for (size_t i = 0; !bad && i < shoal_view_n_links(v); i++) {

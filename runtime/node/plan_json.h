@@ -21,6 +21,12 @@
  *                           "name": "M3 Ultra" } } ], name: "" by default)
  *   the peer's own memory, bandwidth and compute are its CPU's and host
  *   memory's; a unified GPU's memory is part of the peer's memory.
+ *   Calibration (each optional; scheduler/view.h): a peer and its "gpu"
+ *   may carry "efficiency": { "bandwidth": 0.41, "compute": 0.5 }, the
+ *   fractions (0, 1] of their figures a layer of shoal's engine gets
+ *   (absent: 1); a peer "hop_us", what its engine pays per hop it takes
+ *   in beyond the link, and "round_us", per tensor-group round beyond
+ *   the link (absent: 0). models/specs/README.md: the examples' figures.
  *     "links": [ { "a": "<id or name>", "b": "<id or name>",
  *                  "latency_us": 30, "bandwidth_gbit": 80 } ],
  *     "routing": [ { "layer": 3, "counts": [ 120, 7, ... ] } ] }

@@ -6,6 +6,8 @@
  *   plancheck STATUS stages      print the number of stages (0: no plan)
  *   plancheck STATUS servable    print "yes" or "no: <why>"
  *   plancheck STATUS digest      print the plan digest ("none")
+ *   plancheck STATUS predicted   print the plan's predicted ms per token
+ *                                ("none")
  *   plancheck STATUS stage I     print the name of stage I's peer ("none")
  *   plancheck STATUS members I   print stage I's tensor group as NAME:SHARE%
  *                                words in member order ("none": one peer)
@@ -60,6 +62,12 @@ int main(int argc, char **argv)
 	} else if (!strcmp(cmd, "digest")) {
 		const char *d = json_string_value(json_object_get(plan, "digest"));
 		printf("%s\n", d ? d : "none");
+	} else if (!strcmp(cmd, "predicted")) {
+		json_t *ms = json_object_get(plan, "predicted_ms_per_token");
+		if (json_is_number(ms))
+			printf("%.4f\n", json_number_value(ms));
+		else
+			printf("none\n");
 	} else if (!strcmp(cmd, "stage")) {
 		json_t *st = json_array_get(json_object_get(plan, "stages"), (size_t)atoi(arg));
 		const char *n = json_string_value(json_object_get(st, "name"));

@@ -32,7 +32,9 @@ wait_for 20 servable_all "" w1 w2 || fail "no plan over two peers"
 stop w2 TERM || fail "w2 did not leave cleanly"
 stop w1 TERM || fail "w1 did not leave cleanly"
 grep -q "no plan over 1 peer" "$T/w1.log" || fail "w1 never said it waits for peers"
-if grep -n " WARN " "$T/w1.log" "$T/w2.log"; then
+# (a compute probe that ran under load is a warning of the machine's, not
+# of the start: other tests load it; runtime/node/node_probe.c)
+if grep -n " WARN " "$T/w1.log" "$T/w2.log" | grep -v "the compute probe ran under load"; then
 	fail "a normal start and leave logged a warning"
 fi
 echo "a normal start and leave of two peers: no warning"
