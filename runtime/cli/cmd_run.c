@@ -25,6 +25,7 @@
 #include "runtime/backends.h"
 #include "runtime/cli/cli_impl.h"
 #include "runtime/engine/draft_kinds.h"
+#include "runtime/engine/draft_model.h"
 #include "runtime/engine/engine.h"
 #include "runtime/engine/generate.h"
 
@@ -43,21 +44,25 @@ static void run_usage(FILE *f)
 	        "  --threads T            compute threads (default 1)\n",
 	        SHOAL_RUN_DEFAULT_TOKENS);
 	cli__backend_usage(f, 25);
-	fprintf(f, "  --ctx C                context length (default: the model's, at most "
-	           "4096)\n" CLI__KV_TYPE_HELP
-	           "  --chat                 format the prompt as a user message with the\n"
-	           "                         model's chat template\n"
-	           "  --system TEXT          system message for --chat\n"
-	           "  --ids                  print the generated token ids, one line\n"
-	           "  --speculate MODE       exact speculative decoding: auto (prompt lookup),\n"
-	           "                         off (default), lookup, draft, mtp (the last two:\n"
-	           "                         not available yet); the tokens are the same,\n"
-	           "                         the counts of drafted and kept ids go to stderr\n"
-	           "  --draft-max K          ids drafted per step at most, 1..16 (default 8)\n"
-	           "  --logprobs K           print one JSON object per generated token with\n"
-	           "                         its logprob and the K best alternatives (9\n"
-	           "                         significant digits: the float exactly)\n"
-	           "With --peer the model runs on a cluster instead:\n\n");
+	fprintf(f,
+	        "  --ctx C                context length (default: the model's, at most "
+	        "4096)\n" CLI__KV_TYPE_HELP
+	        "  --chat                 format the prompt as a user message with the\n"
+	        "                         model's chat template\n"
+	        "  --system TEXT          system message for --chat\n"
+	        "  --ids                  print the generated token ids, one line\n"
+	        "  --speculate MODE       exact speculative decoding: auto (prompt lookup),\n"
+	        "                         off (default), lookup, draft, mtp (the last two:\n"
+	        "                         not available yet); the tokens are the same,\n"
+	        "                         the counts of drafted and kept ids go to stderr\n"
+	        "  --draft-max K          ids drafted per step at most, 1..16 (default 8)\n"
+	        "  --draft FILE           the draft model of --speculate draft (implies it): a\n"
+	        "                         small model with the same vocabulary, e.g. a\n"
+	        "                         lower-bit copy (tests/helpers/requant); local runs only\n"
+	        "  --logprobs K           print one JSON object per generated token with\n"
+	        "                         its logprob and the K best alternatives (9\n"
+	        "                         significant digits: the float exactly)\n"
+	        "With --peer the model runs on a cluster instead:\n\n");
 	cli__run_remote_usage(f);
 }
 
@@ -71,7 +76,9 @@ typedef struct shoal_run_opts {
 	const shoal_backend_ops *backend;
 	bool chat, ids;
 	shoal_speculate_kind spec;
+	bool spec_given;
 	uint32_t draft_max;
+	const char *draft; /* --draft FILE: the draft model of --speculate draft */
 } shoal_run_opts;
 
 /* 0 ok, 2 usage error (message printed). */
@@ -155,11 +162,18 @@ static int run_parse(int argc, char **argv, shoal_run_opts *o)
 			char sw[SHOAL_WHY_LEN];
 			if (!has_val)
 				goto missing;
+			/* a draft model runs here (--draft); not yet on a cluster */
 			if (shoal_speculate_parse(argv[++i], &o->spec, sw, sizeof sw) ||
-			    shoal_speculate_check(o->spec, sw, sizeof sw)) {
+			    (o->spec != SHOAL_SPECULATE_DRAFT &&
+			     shoal_speculate_check(o->spec, sw, sizeof sw))) {
 				fprintf(stderr, "shoal run: %s\n", sw);
 				return 2;
 			}
+			o->spec_given = true;
+		} else if (!strcmp(a, "--draft")) {
+			if (!has_val)
+				goto missing;
+			o->draft = argv[++i];
 		} else if (!strcmp(a, "--draft-max")) {
 			NUM(1, SHOAL_SPECULATE_DRAFT_MAX_MAX);
 			o->draft_max = (uint32_t)v;
@@ -189,6 +203,21 @@ static int run_parse(int argc, char **argv, shoal_run_opts *o)
 	}
 	if (!cli__backend("shoal run", backend, &o->backend))
 		return 2;
+	/* --draft alone means --speculate draft; with another mode it is a mistake */
+	if (o->draft && !o->spec_given)
+		o->spec = SHOAL_SPECULATE_DRAFT;
+	if (o->draft && o->spec != SHOAL_SPECULATE_DRAFT) {
+		fprintf(stderr,
+		        "shoal run: --draft FILE is the draft model of --speculate draft, "
+		        "not of --speculate %s\n",
+		        shoal_speculate_name(o->spec));
+		return 2;
+	}
+	if (o->spec == SHOAL_SPECULATE_DRAFT && !o->draft) {
+		fprintf(stderr, "shoal run: --speculate draft needs --draft FILE (a small model "
+		                "with the same vocabulary, e.g. a lower-bit copy)\n");
+		return 2;
+	}
 	if (!o->seed_given)
 		o->sp.seed = (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 32);
 	return 0;
@@ -236,6 +265,7 @@ int shoal_cmd_run(int argc, char **argv)
 	shoal_tokenizer *tok = NULL;
 	shoal_engine *eng = NULL;
 	shoal_gen *gen = NULL;
+	shoal_draft_model *dm = NULL; /* --speculate draft; its drafter the run frees */
 	int32_t *ids = NULL;
 	size_t n_ids = 0;
 
@@ -310,7 +340,18 @@ int shoal_cmd_run(int argc, char **argv)
 	                        .on_token = run_on_token,
 	                        .ctx = &ro,
 	                        .draft_max = o.draft_max};
-	if ((err = shoal_speculate_drafter(o.spec, &rq.drafter))) {
+	if (o.spec == SHOAL_SPECULATE_DRAFT) {
+		/* the draft model on the target's backend and context, one stream */
+		shoal_engine_config dcfg = cfg;
+		dcfg.n_ctx = n_ctx;
+		dcfg.max_sessions = 1;
+		if ((err = shoal_draft_model_open(o.draft, m, &dcfg, &dm, why, sizeof why)) ||
+		    (err = shoal_draft_model_drafter(dm, &rq.drafter, why, sizeof why))) {
+			fprintf(stderr, "shoal run: --draft: %s\n",
+			        why[0] ? why : shoal_strerror(err));
+			goto out;
+		}
+	} else if ((err = shoal_speculate_drafter(o.spec, &rq.drafter))) {
 		fprintf(stderr, "shoal run: no drafter: %s\n", shoal_strerror(err));
 		goto out;
 	}
@@ -342,6 +383,7 @@ int shoal_cmd_run(int argc, char **argv)
 out:
 	fflush(stdout);
 	shoal_gen_free(gen);
+	shoal_draft_model_free(dm);
 	shoal_engine_free(eng);
 	shoal_tokenizer_free(tok);
 	shoal_model_free(m);

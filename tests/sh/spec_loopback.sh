@@ -4,11 +4,14 @@
 # 127.0.0.1, prompt lookup as the drafter. A prompt that repeats a
 # passage, so that lookup has something to propose.
 #  1. Flags: --speculate and --draft-max appear in --help; a bad mode and
-#     a bad K are refused with a reason; draft and mtp are refused as not
-#     available yet.
+#     a bad K are refused with a reason; draft and mtp are refused by a
+#     node as not available yet; a local run refuses draft without
+#     --draft FILE, --draft with another mode, and a draft model of another
+#     vocabulary.
 #  2. Local `shoal run --speculate lookup` gives the ids of a run without
 #     it, greedy and seeded with a repetition penalty, and says how many
-#     drafts it kept; `shoal bench --speculate lookup` counts them too.
+#     drafts it kept; the same with a draft model (the Q8_0 copy drafting
+#     for the F32 model); `shoal bench --speculate lookup` counts them too.
 #  3. The dense model in 3 stages (p1 p2 p3 at --mem-limit 11M), p1 and p3
 #     speculating: runs through p1, greedy and seeded, equal local runs
 #     without speculation; a run through p1 (drafts) and one through r4
@@ -38,8 +41,17 @@ done
 grep -q "auto, off, lookup" "$T/bad.out" || fail "--speculate bogus: no reason: $(cat "$T/bad.out")"
 "$B" node --speculate mtp --state-dir "$T/bad" >"$T/bad.out" 2>&1 && fail "--speculate mtp accepted"
 grep -q "not available yet" "$T/bad.out" || fail "--speculate mtp: no reason: $(cat "$T/bad.out")"
-"$B" run "$DENSE" -p x --speculate draft >"$T/bad.out" 2>&1 && fail "run --speculate draft accepted"
-grep -q "not available yet" "$T/bad.out" || fail "run --speculate draft: no reason: $(cat "$T/bad.out")"
+"$B" node --speculate draft --state-dir "$T/bad" >"$T/bad.out" 2>&1 && fail "node --speculate draft accepted"
+grep -q "not available yet" "$T/bad.out" || fail "node --speculate draft: no reason: $(cat "$T/bad.out")"
+# a local run takes a draft model: --draft FILE, checked
+"$B" run "$DENSE" -p x --speculate draft >"$T/bad.out" 2>&1 && fail "run --speculate draft without --draft accepted"
+grep -q "needs --draft FILE" "$T/bad.out" || fail "run --speculate draft: no reason: $(cat "$T/bad.out")"
+"$B" run "$DENSE" -p x --speculate lookup --draft "$DENSE" >"$T/bad.out" 2>&1 && fail "--draft with lookup accepted"
+grep -q "draft model of --speculate draft, not of --speculate lookup" "$T/bad.out" ||
+	fail "--draft with lookup: no reason: $(cat "$T/bad.out")"
+"$B" run "$DENSE" -p x -n 2 --draft "$DATA/models/tiny-kq-q6_k.gguf" >"$T/bad.out" 2>&1 &&
+	fail "a draft model of another vocabulary accepted"
+grep -q "tiny-kq-q6_k.gguf.*token" "$T/bad.out" || fail "--draft of another vocabulary: no reason: $(cat "$T/bad.out")"
 "$B" node --draft-max 17 --state-dir "$T/bad" >"$T/bad.out" 2>&1 && fail "--draft-max 17 accepted"
 grep -q "draft-max" "$T/bad.out" || fail "--draft-max 17: no reason: $(cat "$T/bad.out")"
 
@@ -53,6 +65,19 @@ for mode in greedy seeded; do
 	same "local $mode ids with lookup" "$T/ls-$mode" "$T/l-$mode"
 	grep -q "speculation (lookup): [1-9][0-9]* id(s) drafted, [1-9][0-9]* kept" "$T/ls-$mode.err" ||
 		fail "local $mode run: no drafts kept: $(cat "$T/ls-$mode.err")"
+done
+# a draft model (the F32 model drafting for itself would keep all: the Q8_0
+# copy drafts for the F32 target), greedy and seeded: the ids of a run
+# without it
+F32=$DATA/models/austen-dense-f32.gguf
+for mode in greedy seeded; do
+	if [ $mode = greedy ]; then S=(--temp 0); else S=(--temp 0.9 --seed 7 --repeat-penalty 1.1); fi
+	"$B" run "$F32" -p "$X" -n 48 --ctx 512 --ids "${S[@]}" >"$T/f-$mode" 2>/dev/null || fail "local F32 run"
+	"$B" run "$F32" -p "$X" -n 48 --ctx 512 --ids "${S[@]}" --draft "$DENSE" --draft-max 4 \
+		>"$T/fd-$mode" 2>"$T/fd-$mode.err" || fail "local run with a draft model: $(cat "$T/fd-$mode.err")"
+	same "local $mode ids with a draft model" "$T/fd-$mode" "$T/f-$mode"
+	grep -q "speculation (draft): [1-9][0-9]* id(s) drafted, [1-9][0-9]* kept" "$T/fd-$mode.err" ||
+		fail "local $mode run with a draft model: no drafts kept: $(cat "$T/fd-$mode.err")"
 done
 "$B" bench "$DENSE" --prompt 8 --gen 16 --speculate lookup >"$T/bench.out" 2>&1 ||
 	fail "shoal bench --speculate lookup: $(cat "$T/bench.out")"
