@@ -289,10 +289,13 @@ static void test_moe_types(void)
 	for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
 		const moe_case *c = &cases[i];
 		test_exp g, u, dn;
-		/* pad bytes after each expert; the gate 3 bytes into its upload */
-		exp_make(&g, c->tg, c->d, c->ff, c->n_expert, 0, 3);
+		/* pad bytes after each expert; the gate 4 bytes into its upload:
+		 * offsets off the device's binding alignment, but whole F32
+		 * elements (a GGUF tensor starts 32-byte aligned, and the CPU
+		 * twin reads F32 rows as floats: UBSan caught 3 bytes) */
+		exp_make(&g, c->tg, c->d, c->ff, c->n_expert, 0, 4);
 		exp_make(&u, c->tu, c->d, c->ff, c->n_expert, 16, 0);
-		exp_make(&dn, c->td, c->ff, c->d, c->n_expert, 2, 64);
+		exp_make(&dn, c->td, c->ff, c->d, c->n_expert, 4, 64);
 		for (size_t j = 0; j < 2 * sizeof rows / sizeof rows[0]; j++) {
 			/* each row count with and without the host's ids */
 			int how = RUN_COMPOSE | (j & 1 ? RUN_HOST_IDS : 0);
