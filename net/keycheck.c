@@ -110,6 +110,15 @@ shoal_err shoal_keycheck_decode(const uint8_t *buf, size_t len, shoal_keycheck_m
 	return SHOAL_OK;
 }
 
+const char *shoal_keycheck_says(const char *fp, char *buf, size_t cap)
+{
+	if (!strcmp(fp, SHOAL_KEYCHECK_NOKEY))
+		snprintf(buf, cap, "no key (--insecure)");
+	else
+		snprintf(buf, cap, "key fingerprint %s", fp);
+	return buf;
+}
+
 int shoal_keycheck_same(const shoal_keycheck_msg *a, const shoal_keycheck_msg *b)
 {
 	return strcmp(a->fp, b->fp) == 0;

@@ -49,6 +49,10 @@ size_t shoal_keycheck_encode(const shoal_keycheck_msg *m, uint8_t *buf, size_t c
 shoal_err shoal_keycheck_decode(const uint8_t *buf, size_t len, shoal_keycheck_msg *m, char *why,
                                 size_t why_len);
 
+/* "key fingerprint FP", or "no key (--insecure)" for NOKEY, into buf[cap];
+ * returns buf (the words both sides' mismatch lines use). */
+const char *shoal_keycheck_says(const char *fp, char *buf, size_t cap);
+
 /* 1 when the two fingerprints say the same key (or both none). */
 int shoal_keycheck_same(const shoal_keycheck_msg *a, const shoal_keycheck_msg *b);
 

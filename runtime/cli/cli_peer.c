@@ -75,14 +75,11 @@ void cli__key_hint(const char *cmd, const char *ep, const char *fp)
 		        fp);
 		return;
 	}
-	int none = !strcmp(theirs.fp, SHOAL_KEYCHECK_NOKEY),
-	    ours = !strcmp(fp, SHOAL_KEYCHECK_NOKEY);
+	char a[64], b[64];
 	fprintf(stderr,
-	        "shoal %s: key mismatch: the peer at %s (cluster '%s') holds %s%s; we hold "
-	        "%s%s\n",
-	        cmd, ep, theirs.cluster, none ? "no key (--insecure)" : "key fingerprint ",
-	        none ? "" : theirs.fp, ours ? "no key (--insecure)" : "key fingerprint ",
-	        ours ? "" : fp);
+	        "shoal %s: key mismatch: the peer at %s (cluster '%s') holds %s; we hold %s\n", cmd,
+	        ep, theirs.cluster, shoal_keycheck_says(theirs.fp, a, sizeof a),
+	        shoal_keycheck_says(fp, b, sizeof b));
 }
 
 json_t *cli__status_fetch(const char *cmd, const char *ep, const shoal_key_curve *keys,

@@ -29,16 +29,6 @@ static void kc_mine(const shoal_node *n, uint8_t kind, shoal_keycheck_msg *m)
 	snprintf(m->endpoint, sizeof m->endpoint, "%s", n->rec.ctl_endpoint);
 }
 
-/* "key fingerprint X" or "no key (--insecure)" */
-static const char *kc_says(const char *fp, char *buf, size_t cap)
-{
-	if (!strcmp(fp, SHOAL_KEYCHECK_NOKEY))
-		snprintf(buf, cap, "no key (--insecure)");
-	else
-		snprintf(buf, cap, "key fingerprint %s", fp);
-	return buf;
-}
-
 /* May we log about `who` now? One line per peer per window. */
 static int kc_log_ok(shoal_node *n, const char *who)
 {
@@ -103,34 +93,34 @@ static void kc_answered(shoal_node *n, const shoal_keycheck_msg *t, const shoal_
 	SHOAL_LOG_W("node",
 	            "key mismatch: the peer at %s (cluster '%s') holds %s; ours is %s: we "
 	            "cannot join through it (start this node with that cluster's key)",
-	            t->endpoint, t->cluster, kc_says(t->fp, a, sizeof a),
-	            kc_says(o->fp, b, sizeof b));
+	            t->endpoint, t->cluster, shoal_keycheck_says(t->fp, a, sizeof a),
+	            shoal_keycheck_says(o->fp, b, sizeof b));
 }
 
 static void kc_asked(shoal_node *n, const shoal_keycheck_msg *t, const shoal_keycheck_msg *o,
                      const char *from)
 {
 	char a[64], b[64], why[SHOAL_WHY_LEN];
-	shoal_keycheck_msg ans = *o;
-	ans.kind = SHOAL_KEYCHECK_ANSWER;
-	/* answer where the datagram came from (the asker's socket) */
+	/* answer (o is ours, an ANSWER) where the datagram came from: the
+	 * asker's socket */
 	char to[96];
 	snprintf(to, sizeof to, "tcp://%s", from);
-	if (shoal_keycheck_send(n->kc_fd, to, &ans, why, sizeof why) != SHOAL_OK)
+	if (shoal_keycheck_send(n->kc_fd, to, o, why, sizeof why) != SHOAL_OK)
 		SHOAL_LOG_D("node", "%s", why);
 	if (shoal_keycheck_same(t, o) || !kc_log_ok(n, from))
 		return;
 	if (!t->endpoint[0]) /* a client command: shoal status, run or chat */
 		SHOAL_LOG_W("node",
 		            "key mismatch: a client at %s holds %s; ours is %s: it was refused",
-		            from, kc_says(t->fp, a, sizeof a), kc_says(o->fp, b, sizeof b));
+		            from, shoal_keycheck_says(t->fp, a, sizeof a),
+		            shoal_keycheck_says(o->fp, b, sizeof b));
 	else
 		SHOAL_LOG_W(
 		    "node",
 		    "key mismatch: the peer at %s (control %s, cluster '%s') holds %s; ours "
 		    "is %s: it cannot join this cluster (give it this cluster's key)",
-		    from, t->endpoint, t->cluster, kc_says(t->fp, a, sizeof a),
-		    kc_says(o->fp, b, sizeof b));
+		    from, t->endpoint, t->cluster, shoal_keycheck_says(t->fp, a, sizeof a),
+		    shoal_keycheck_says(o->fp, b, sizeof b));
 }
 
 void node__keycheck_serve(shoal_node *n)
