@@ -54,9 +54,16 @@ size_t api__toks_before(const api__run *r, size_t end)
 	return t;
 }
 
-size_t api__parse_calls(const api__conn *k, api__choice *c, size_t end)
+bool api__reply_read(const api__conn *k, api__choice *c, size_t end, bool final)
 {
-	const char *t = c->run->text ? c->run->text : "";
+	shoal_reply_fini(&c->rp);
+	return !shoal_reply_split(k->form, c->run->text ? c->run->text : "", end, final, &c->rp);
+}
+
+size_t api__parse_calls(const api__conn *k, api__choice *c)
+{
+	const char *t = c->rp.content ? c->rp.content : "";
+	size_t end = c->rp.n_content;
 	if (!k->syn)
 		return end;
 	if (!c->parsed) {
@@ -228,21 +235,29 @@ json_t *api__choice_json(const api__conn *k, api__choice *c, uint32_t i)
 	c->stopped |= hit;
 	size_t nt = api__toks_before(r, end);
 	c->n_out = nt;
-	api__parse_calls(k, c, end);
 	json_t *lp = k->q.logprobs ? api__logprobs(k, c, 0, nt) : json_null();
 	const char *text = r->text ? r->text : "";
-	if (c->n_calls) {
-		const char *ct = c->tp.content;
-		return json_pack("{sI s{ss so so} so ss}", "index", (json_int_t)i, "message",
-		                 "role", "assistant", "content",
-		                 ct[0] ? json_string(ct) : json_null(), "tool_calls",
-		                 api__tool_calls_json(&c->tp, c->n_calls, c->base), "logprobs", lp,
-		                 "finish_reason", api__finish_reason(k, c));
+	if (k->q.chat) {
+		if (!api__reply_read(k, c, end, true))
+			return json_decref(lp), NULL;
+		api__parse_calls(k, c);
+		json_t *m = json_pack("{ss}", "role", "assistant");
+		if (c->n_calls) {
+			const char *ct = c->tp.content;
+			json_object_set_new(m, "content", ct[0] ? json_string(ct) : json_null());
+			json_object_set_new(m, "tool_calls",
+			                    api__tool_calls_json(&c->tp, c->n_calls, c->base));
+		} else {
+			json_object_set_new(m, "content",
+			                    json_stringn(c->rp.content, c->rp.n_content));
+		}
+		/* reasoning apart, as the APIs of reasoning models return it */
+		if (c->rp.n_reasoning)
+			json_object_set_new(m, "reasoning_content",
+			                    json_stringn(c->rp.reasoning, c->rp.n_reasoning));
+		return json_pack("{sI so so ss}", "index", (json_int_t)i, "message", m, "logprobs",
+		                 lp, "finish_reason", api__finish_reason(k, c));
 	}
-	if (k->q.chat)
-		return json_pack("{sI s{ss ss%} so ss}", "index", (json_int_t)i, "message", "role",
-		                 "assistant", "content", text, end, "logprobs", lp, "finish_reason",
-		                 api__finish_reason(k, c));
 	return json_pack("{ss% sI so ss}", "text", text, end, "index", (json_int_t)i, "logprobs",
 	                 lp, "finish_reason", api__finish_reason(k, c));
 }

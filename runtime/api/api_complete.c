@@ -127,6 +127,19 @@ static int setup_tools(shoal_api *a, struct MHD_Connection *c, api__conn *k)
 	return -1;
 }
 
+/* How a chat reply's reasoning is told from its answer: the form of the
+ * model's chat format (models/reply.h). gpt-oss's channels are control
+ * tokens, so its text keeps them. A format not known yet reads as PLAIN. */
+static void setup_reply(shoal_api *a, api__conn *k)
+{
+	shoal_chat_style st = SHOAL_CHAT_PLAIN;
+	if (!k->q.chat || !a->ops.chat_style || a->ops.chat_style(a->ops.ctx, &st))
+		return;
+	k->form = shoal_reply_form_of(st);
+	if (k->form == SHOAL_REPLY_HARMONY)
+		k->q.g.special = true;
+}
+
 /* Queue a run per choice. MHD_YES/NO after an error reply (the runs
  * queued before it cancelled), or -1 when all are queued. */
 static int submit_all(shoal_api *a, struct MHD_Connection *c, api__conn *k, const int32_t *ids,
@@ -269,6 +282,7 @@ enum MHD_Result api__complete(shoal_api *a, struct MHD_Connection *c, api__conn 
 	bool offer = k->q.tools && k->q.tool_choice != SHOAL_API_TOOL_NONE;
 	if (offer && (res = setup_tools(a, c, k)) >= 0)
 		goto out;
+	setup_reply(a, k);
 	shoal_err e =
 	    a->ops.prompt(a->ops.ctx, chat ? k->q.msgs : NULL, k->q.n_msgs,
 	                  offer ? k->q.tools : NULL, k->q.prompt, &ids, &n_ids, why, sizeof why);
@@ -358,9 +372,11 @@ void api__conn_end(shoal_api *a, api__conn *k, enum MHD_RequestTerminationCode t
 		api__runs_unref(k->runs);
 		k->runs = NULL;
 	}
-	for (uint32_t i = 0; k->ch && i < k->q.n; i++)
+	for (uint32_t i = 0; k->ch && i < k->q.n; i++) {
 		if (k->ch[i].parsed)
 			shoal_tool_parsed_fini(&k->ch[i].tp);
+		shoal_reply_fini(&k->ch[i].rp);
+	}
 	free(k->ch);
 	k->ch = NULL;
 	shoal_api_req_fini(&k->q);

@@ -29,6 +29,7 @@
 #include <jansson.h>
 #include <microhttpd.h>
 
+#include "models/reply.h"
 #include "models/tool_call.h"
 #include "runtime/api/api_guard.h"
 #include "runtime/api/api_req.h"
@@ -158,9 +159,12 @@ typedef struct api__choice {
 	bool parsed;
 	size_t n_calls;
 	char base[40];
+	/* the reply read as reasoning and answer (models/reply.h): the
+	 * answer is what content, calls and stop strings see */
+	shoal_reply rp;
 	/* streaming: what was sent, what the run held at the last step (its
 	 * text may be held back), whether its finish chunk went out */
-	size_t sent_tok, sent_text;
+	size_t sent_tok, sent_text, sent_reason;
 	size_t seen_tok, seen_text;
 	bool role_sent, end_sent;
 	size_t n_out; /* tokens the client got (usage), once it ended */
@@ -185,6 +189,7 @@ typedef struct api__conn {
 	uint32_t ctx; /* the context size when the request came (0: unknown) */
 	/* the model's tool syntax (NONE: tools not offered) */
 	shoal_chat_tools syn;
+	shoal_reply_form form; /* chat: how the reply's reasoning shows */
 	long long created;
 	/* streaming: the events not yet read by libmicrohttpd; end_sent: the
 	 * stream's last event ([DONE]) is queued */
@@ -214,9 +219,13 @@ struct MHD_Response *api__stream_response(api__conn *k);
 size_t api__visible_end(const api__conn *k, const api__choice *c, bool *hit);
 /* Tokens whose text starts before `end`: the ones the client gets. */
 size_t api__toks_before(const api__run *r, size_t end);
-/* Read the choice's text[0..end) as function calls, once, when it is
- * final; then the offset where its content ends. Under the runs' mu. */
-size_t api__parse_calls(const api__conn *k, api__choice *c, size_t end);
+/* Read the choice's text[0..end) as reasoning and answer into c->rp
+ * (final: the run is over or cut there). False when out of memory. */
+bool api__reply_read(const api__conn *k, api__choice *c, size_t end, bool final);
+/* Read the answer (c->rp.content) as function calls, once, when it is
+ * final; then the offset in the answer where its content ends. Under the
+ * runs' mu. */
+size_t api__parse_calls(const api__conn *k, api__choice *c);
 /* Why a tool_choice that wants a call is not met by choice c (false),
  * after api__parse_calls. */
 bool api__calls_ok(const api__conn *k, const api__choice *c, char *why, size_t why_len);
@@ -254,10 +263,12 @@ bool api__tool_choice_met(const shoal_api_req *q, const shoal_tool_parsed *p, ch
                           size_t why_len);
 
 /* Test hook (./configure --enable-test-hooks): the text that
- * SHOAL_TEST_TOOL_REPLY puts in place of the model's words for a request
- * that offers tools and does not end with a tool result; NULL: none (and
- * always NULL without the hooks). The bundled models, trained on novels,
- * never call a function: the tests of the round trip need one. */
+ * SHOAL_TEST_REPLY puts in place of the model's words for any chat
+ * request, or SHOAL_TEST_TOOL_REPLY for a request that offers tools and
+ * does not end with a tool result; NULL: none (and always NULL without the
+ * hooks). The bundled models, trained on novels, never call a function
+ * nor reason aloud: the tests of the round trip and of reasoning need
+ * one. */
 const char *api__test_reply(const shoal_api_req *q);
 
 #endif

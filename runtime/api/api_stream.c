@@ -92,7 +92,19 @@ static bool step_choice(api__conn *k, uint32_t i, char *why, size_t why_len, con
 	bool failed = r->done && r->err && !c->stopped; /* cut by the cluster */
 	c->seen_tok = r->n_tok;
 	c->seen_text = r->len;
+	/* the answer (and the reasoning apart): what content, calls and
+	 * deltas see; its bytes only grow (models/reply.h) */
+	if (k->q.chat && !api__reply_read(k, c, end, final && !failed)) {
+		snprintf(why, why_len, "out of memory");
+		*param = *code = NULL;
+		return false;
+	}
+	size_t raw = k->q.chat && k->form != SHOAL_REPLY_PLAIN ? c->rp.settled : 0;
 	const char *text = r->text ? r->text : "";
+	if (k->q.chat) {
+		text = c->rp.content;
+		end = c->rp.n_content;
+	}
 	if (k->syn && !final) { /* what may be a call waits for the end */
 		size_t h = shoal_tool_hold(k->syn, text, end);
 		end = h < end ? h : end;
@@ -100,17 +112,29 @@ static bool step_choice(api__conn *k, uint32_t i, char *why, size_t why_len, con
 		                              text[end - 1] == '\t' || text[end - 1] == '\r'))
 			end--; /* white space before a call is not content */
 	} else if (k->syn && !failed) {
-		end = api__parse_calls(k, c, end);
+		end = api__parse_calls(k, c);
 	}
 	if (end < c->sent_text)
 		end = c->sent_text;
-	size_t nt = api__toks_before(r, end);
+	/* the tokens the deltas cover: up to the answer's end in the text,
+	 * or, when the reply has a reasoning form, up to what it settled */
+	size_t nt = api__toks_before(r, raw ? raw : end);
 	if (k->q.chat && !c->role_sent) {
 		out_event(k,
 		          chunk(k, json_pack("{sI s{ss ss} so so}", "index", (json_int_t)i, "delta",
 		                             "role", "assistant", "content", "", "logprobs",
 		                             json_null(), "finish_reason", json_null())));
 		c->role_sent = true;
+	}
+	if (k->q.chat && c->rp.n_reasoning > c->sent_reason) {
+		/* the reasoning's tokens' logprobs come with the answer's
+		 * first delta */
+		out_event(k,
+		          chunk(k, json_pack("{sI s{ss%} so so}", "index", (json_int_t)i, "delta",
+		                             "reasoning_content", c->rp.reasoning + c->sent_reason,
+		                             c->rp.n_reasoning - c->sent_reason, "logprobs",
+		                             json_null(), "finish_reason", json_null())));
+		c->sent_reason = c->rp.n_reasoning;
 	}
 	if (end > c->sent_text) {
 		const char *t = text + c->sent_text;
@@ -126,7 +150,8 @@ static bool step_choice(api__conn *k, uint32_t i, char *why, size_t why_len, con
 		                    "logprobs", lp, "finish_reason", json_null());
 		out_event(k, chunk(k, choice));
 		c->sent_text = end;
-		c->sent_tok = nt;
+		if (nt > c->sent_tok)
+			c->sent_tok = nt;
 	}
 	if (!final)
 		return true;

@@ -97,7 +97,10 @@ bool api__tool_choice_met(const shoal_api_req *q, const shoal_tool_parsed *p, ch
 const char *api__test_reply(const shoal_api_req *q)
 {
 #ifdef SHOAL_TEST_HOOKS
-	const char *t = getenv("SHOAL_TEST_TOOL_REPLY");
+	const char *t = getenv("SHOAL_TEST_REPLY"); /* any chat reply */
+	if (t && t[0] && q->chat)
+		return t;
+	t = getenv("SHOAL_TEST_TOOL_REPLY");
 	if (!t || !t[0] || !q->chat || !q->tools || q->tool_choice == SHOAL_API_TOOL_NONE ||
 	    !q->n_msgs || !strcmp(q->msgs[q->n_msgs - 1].role, "tool"))
 		return NULL;

@@ -7,6 +7,9 @@
  * JSON object; other states have none and keep the whole text as content;
  * the hold offset is within the text, and a text held from 0 up to the hold
  * never parses as calls (nothing the stream already showed was a call).
+ * The same bytes are also read as a reply's reasoning and answer
+ * (models/reply.c) in each form: the parts of any prefix read while it
+ * streams are prefixes of the parts of the whole reply.
  *
  *   make fuzz                      (builds every target with clang, runs each)
  *   tests/fuzz/fuzz_tool_call -max_total_time=60 [CORPUS]
@@ -17,10 +20,40 @@
 
 #include <jansson.h>
 
+#include "models/reply.h"
 #include "models/tool_call.h"
+
+static bool is_prefix(const char *a, size_t na, const char *b, size_t nb)
+{
+	return na <= nb && !memcmp(a, b, na);
+}
+
+static void reply_check(const uint8_t *data, size_t size)
+{
+	shoal_reply_form f = (shoal_reply_form)(data[0] % 3);
+	const char *text = (const char *)data + 1;
+	size_t len = size - 1;
+	shoal_reply w, q;
+	if (shoal_reply_split(f, text, len, true, &w))
+		return;
+	for (size_t cut = 0; cut <= len; cut += 1 + len / 16) {
+		if (shoal_reply_split(f, text, cut, false, &q))
+			break;
+		if (q.settled > cut ||
+		    !is_prefix(q.reasoning, q.n_reasoning, w.reasoning, w.n_reasoning) ||
+		    !is_prefix(q.content, q.n_content, w.content, w.n_content))
+			abort();
+		shoal_reply_fini(&q);
+	}
+	if (w.settled > len || w.content[w.n_content] || w.reasoning[w.n_reasoning])
+		abort();
+	shoal_reply_fini(&w);
+}
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
+	if (size)
+		reply_check(data, size);
 	if (!size)
 		return 0;
 	shoal_chat_tools syn = (shoal_chat_tools)(data[0] % 6);
