@@ -99,7 +99,9 @@ typedef struct shoal_chat_msg {
  *   "<|start|>user<|message|>" + text + "<|end|>", and
  *   "<|start|>assistant<|channel|>final<|message|>" + text + "<|end|>"
  *   ("<|return|>" for a last assistant message without g); g:
- *   "<|start|>assistant". No tools yet (models/chat_harmony.c).
+ *   "<|start|>assistant". Tools, calls (the first of a message, as the
+ *   template prints one) and results as its template
+ *   (models/chat_harmony.c).
  *
  * "Trimmed" means leading and trailing ASCII whitespace removed (Jinja's
  * trim also strips Unicode spaces; chats rarely end in those). */
@@ -167,12 +169,14 @@ typedef enum shoal_chat_tools {
 	SHOAL_CHAT_TOOLS_MISTRAL,  /* [TOOL_CALLS][{"name": N, "arguments": A, "id": I}] */
 	SHOAL_CHAT_TOOLS_DEEPSEEK, /* <｜tool▁calls▁begin｜><｜tool▁call▁begin｜>N<｜tool▁sep｜>A...
 	                            */
-	SHOAL_CHAT_TOOLS_GLM, /* <tool_call>N\n<arg_key>K</arg_key>\n<arg_value>V</arg_value>...
-	                         </tool_call> */
+	SHOAL_CHAT_TOOLS_GLM,     /* <tool_call>N\n<arg_key>K</arg_key>\n<arg_value>V</arg_value>...
+	                             </tool_call> */
+	SHOAL_CHAT_TOOLS_HARMONY, /* gpt-oss: <|start|>assistant to=functions.N<|channel|>
+	                             commentary json<|message|>A<|call|> */
 } shoal_chat_tools;
 
 /* The tool syntax of a format: HERMES for QWEN25 and QWEN3, LLAMA31,
- * MISTRAL, DEEPSEEK, GLM for theirs; NONE for the others, which refuse tools in
+ * MISTRAL, DEEPSEEK, GLM, HARMONY (gpt-oss) for theirs; NONE for the others, which refuse tools in
  * a render. Each format with a syntax renders tools, calls and "tool"
  * messages byte for byte as its template does (models/chat_tools.c,
  * chat_tools_fmt.c), with three choices where a template cannot serve an

@@ -73,5 +73,7 @@ shoal_err chat__tools_llama31(const chat_tc *c, chat_out *b, const shoal_chat_op
 shoal_err chat__tools_mistral(const chat_tc *c, chat_out *b, const shoal_chat_opts *o);
 shoal_err chat__tools_deepseek(const chat_tc *c, chat_out *b, const shoal_chat_opts *o);
 shoal_err chat__tools_glm(const chat_tc *c, chat_out *b, const shoal_chat_opts *o);
+/* gpt-oss's harmony format with tools (chat_harmony.c). */
+shoal_err chat__tools_harmony(const chat_tc *c, chat_out *b, const shoal_chat_opts *o);
 
 #endif

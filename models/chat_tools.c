@@ -238,6 +238,8 @@ shoal_chat_tools shoal_chat_tool_syntax(shoal_chat_style s)
 		return SHOAL_CHAT_TOOLS_DEEPSEEK;
 	case SHOAL_CHAT_GLM:
 		return SHOAL_CHAT_TOOLS_GLM;
+	case SHOAL_CHAT_HARMONY:
+		return SHOAL_CHAT_TOOLS_HARMONY;
 	default:
 		return SHOAL_CHAT_TOOLS_NONE;
 	}
@@ -346,6 +348,8 @@ shoal_err chat__render_tools(shoal_chat_style s, const shoal_chat_msg *msgs, siz
 			e = chat__tools_mistral(&c, &b, o);
 		else if (s == SHOAL_CHAT_GLM)
 			e = chat__tools_glm(&c, &b, o);
+		else if (s == SHOAL_CHAT_HARMONY)
+			e = chat__tools_harmony(&c, &b, o);
 		else
 			e = chat__tools_deepseek(&c, &b, o);
 	}

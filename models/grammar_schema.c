@@ -560,10 +560,13 @@ static const tool_form forms[] = {
 shoal_err shoal_grammar_tools(shoal_chat_tools syn, const char *tools_json, const char *name,
                               shoal_grammar_prog *out, char *why, size_t why_len)
 {
-	if (syn == SHOAL_CHAT_TOOLS_GLM) /* its calls are not JSON: no form for them yet */
+	/* GLM's calls are not JSON, gpt-oss's name the function outside it:
+	 * no form for them yet */
+	if (syn == SHOAL_CHAT_TOOLS_GLM || syn == SHOAL_CHAT_TOOLS_HARMONY)
 		return shoal_why(why, why_len, SHOAL_ERR_UNSUPPORTED,
 		                 "a forced call (tool_choice required or a named function) is "
-		                 "not supported for GLM's tool syntax yet; use tool_choice auto");
+		                 "not supported for %s's tool syntax yet; use tool_choice auto",
+		                 syn == SHOAL_CHAT_TOOLS_GLM ? "GLM" : "gpt-oss");
 	if (syn <= SHOAL_CHAT_TOOLS_NONE || syn > SHOAL_CHAT_TOOLS_DEEPSEEK)
 		return shoal_why(why, why_len, SHOAL_ERR_UNSUPPORTED,
 		                 "the model's chat format has no tool syntax");

@@ -160,8 +160,15 @@ static void split_harmony(const char *t, size_t len, bool final, rp_str *r, rp_s
 	while (p < len) {
 		const char *role = NULL;
 		size_t n_role = 0;
-		if (starts(t + p, len - p, H_START)) {
-			p += strlen(H_START);
+		/* the generation prompt opened the first message's header
+		 * ("<|start|>assistant"): a call's recipient may come first */
+		bool first_to = p == 0 && starts(t, len, " to=");
+		if (p == 0 && !final && prefix_of(t, len, " to=")) {
+			*settled = 0;
+			return;
+		}
+		if (first_to || starts(t + p, len - p, H_START)) {
+			p += first_to ? 0 : strlen(H_START);
 			const char *ch = find(t + p, len - p, H_CHANNEL);
 			const char *ms = find(t + p, len - p, H_MESSAGE);
 			const char *stop = ch && (!ms || ch < ms) ? ch : ms;

@@ -16,12 +16,12 @@
  *   HARMONY  (gpt-oss): messages "<|channel|>C<|message|>BODY", each
  *            ended by "<|end|>" (or by the end of generation: "<|return|>"
  *            and "<|call|>" are not in the text), later ones opened by
- *            "<|start|>ROLE" first. The bodies of the analysis channel are
- *            the reasoning (joined by a blank line), those of the final
- *            channel and of commentary without a recipient the answer; a
- *            message with a recipient (" to=" in its header: a function
- *            call) goes into the answer as "<|channel|>HEADER<|message|>BODY"
- *            for the tool reader. Text outside that form is answer.
+ *            "<|start|>ROLE" first (the first one's ROLE is the generation
+ *            prompt's, but a call's " to=functions.N" may open the text). The bodies of the
+ * analysis channel are the reasoning (joined by a blank line), those of the final channel and of
+ * commentary without a recipient the answer; a message with a recipient (" to=" in its header: a
+ * function call) goes into the answer as "<|channel|>HEADER<|message|>BODY" for the tool reader.
+ * Text outside that form is answer.
  *
  * While the reply streams (final false), what may still change is held
  * back: a tail that may become a marker, white space that a trim may drop,

@@ -17,6 +17,10 @@
  *            argument "<arg_key>K</arg_key><arg_value>V</arg_value>"
  *            (white space between), "</tool_call>"; V is JSON where it
  *            reads as JSON, else a string.
+ *   HARMONY  (gpt-oss): the answer as models/reply.c gives it: content,
+ *            then per call "<|channel|>commentary to=functions.N
+ *            [json]<|message|>A" (the recipient where the model put it
+ *            moved after the channel's name).
  *
  * Part: models/. Text that ends inside a call is PARTIAL, text that breaks
  * the syntax is BAD: both keep the whole text as content.
@@ -358,6 +362,40 @@ static tc_res read_glm(tc_cur *c, shoal_tool_parsed *p)
 	}
 }
 
+static tc_res read_harmony(tc_cur *c, shoal_tool_parsed *p)
+{
+	for (;;) {
+		int t = take(c, "<|channel|>");
+		if (t == 2)
+			return R_PARTIAL;
+		if (t == 0)
+			return bad(p, "%s", "text after the calls");
+		const char *h;
+		size_t hn;
+		tc_res r = upto(c, "<|message|>", &h, &hn);
+		if (r != R_OK)
+			return r;
+		const char *to = find(h, h + hn, "to=functions.");
+		if (!to)
+			return bad(p, "%s", "a message on a channel that names no function");
+		const char *nm = to + strlen("to=functions.");
+		size_t nn = 0;
+		while (nm + nn < h + hn && nm[nn] != ' ' && nm[nn] != '<' && nm[nn] != '\n')
+			nn++;
+		const char *body = c->p, *e = find(c->p, c->end, "<|channel|>");
+		c->p = e ? e : c->end;
+		json_t *args =
+		    json_loadb(body, (size_t)(c->p - body), JSON_REJECT_DUPLICATES, NULL);
+		json_t *jn = json_stringn(nm, nn);
+		r = args ? add_call(p, jn, args, NULL)
+		         : bad(p, "the arguments of %.64s are not JSON", json_string_value(jn));
+		json_decref(jn);
+		json_decref(args);
+		if (r != R_OK || c->p == c->end)
+			return r;
+	}
+}
+
 /* Where the calls begin (the opener's offset), or NULL: none. */
 static const char *opener(shoal_chat_tools syn, const char *text, size_t len, size_t *skip)
 {
@@ -367,6 +405,10 @@ static const char *opener(shoal_chat_tools syn, const char *text, size_t len, si
 	case SHOAL_CHAT_TOOLS_GLM:
 		o = find(text, end, "<tool_call>");
 		*skip = 0; /* the reader takes the tag itself */
+		break;
+	case SHOAL_CHAT_TOOLS_HARMONY:
+		o = find(text, end, "<|channel|>");
+		*skip = 0;
 		break;
 	case SHOAL_CHAT_TOOLS_MISTRAL:
 		o = find(text, end, "[TOOL_CALLS]");
@@ -432,6 +474,9 @@ shoal_err shoal_tool_parse(shoal_chat_tools syn, const char *text, size_t len, s
 		case SHOAL_CHAT_TOOLS_GLM:
 			r = read_glm(&c, p);
 			break;
+		case SHOAL_CHAT_TOOLS_HARMONY:
+			r = read_harmony(&c, p);
+			break;
 		case SHOAL_CHAT_TOOLS_NONE:
 			break;
 		}
@@ -481,6 +526,7 @@ size_t shoal_tool_hold(shoal_chat_tools syn, const char *text, size_t len)
 	                  : syn == SHOAL_CHAT_TOOLS_MISTRAL  ? "[TOOL_CALLS]"
 	                  : syn == SHOAL_CHAT_TOOLS_DEEPSEEK ? DS_CALLS_BEGIN
 	                  : syn == SHOAL_CHAT_TOOLS_LLAMA31  ? "<|python_tag|>"
+	                  : syn == SHOAL_CHAT_TOOLS_HARMONY  ? "<|channel|>"
 	                                                     : NULL;
 	if (!tag)
 		return len;

@@ -56,7 +56,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		reply_check(data, size);
 	if (!size)
 		return 0;
-	shoal_chat_tools syn = (shoal_chat_tools)(data[0] % 6);
+	shoal_chat_tools syn = (shoal_chat_tools)(data[0] % 7);
 	const char *text = (const char *)data + 1;
 	size_t len = size - 1;
 	shoal_tool_parsed p;

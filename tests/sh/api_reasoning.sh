@@ -18,7 +18,11 @@
 #     kept.
 #  2. gpt-oss (harmony): an analysis message then a final one, with the
 #     channels' control tokens in the text; the same checks.
-#  3. Without a reasoning format (the model's own: none), a reply that
+#  3. gpt-oss with tools: the analysis message, then a call whose
+#     recipient comes right after the generation prompt; whole and
+#     streamed, the reasoning apart, the call in tool_calls, no content;
+#     tool_choice "required" is a 400 (no forced call for gpt-oss yet).
+#  4. Without a reasoning format (the model's own: none), a reply that
 #     holds "<think>" is all content, as before.
 set -u
 . "$(dirname "$0")/lib.sh"
@@ -90,7 +94,51 @@ HARMONY='<|channel|>analysis<|message|>Greeting requested; answer in one line.<|
 check h gpt-oss "$HARMONY" "Greeting requested; answer in one line." "Hello there!"
 stop h
 
-# 3. no reasoning format: the text as it is
+# 3. gpt-oss with tools
+CALL='<|channel|>analysis<|message|>Need the weather.<|end|><|start|>assistant to=functions.get_weather<|channel|>commentary json<|message|>{"city": "Bath"}'
+SHOAL_TEST_CHAT_STYLE=gpt-oss SHOAL_TEST_REPLY=$CALL \
+	start t "$DENSE" --mem-limit 32M --ctx 1024 --api 127.0.0.1:0
+wait_for 30 servable_all 1 t || fail "t: no plan"
+U=http://127.0.0.1:$(api_port t)
+TOOLS='[{"type":"function","function":{"name":"get_weather","description":"The weather.","parameters":{"type":"object","properties":{"city":{"type":"string"}},"required":["city"]}}}]'
+TB="{\"messages\":[{\"role\":\"user\",\"content\":\"Weather in Bath?\"}],\"tools\":$TOOLS,\"max_tokens\":40"
+curl -s -o "$T/tc.json" -H 'Content-Type: application/json' -d "$TB}" "$U/v1/chat/completions" ||
+	fail "a gpt-oss call"
+curl -sN -o "$T/tc.sse" -H 'Content-Type: application/json' -d "$TB,\"stream\":true}" \
+	"$U/v1/chat/completions" || fail "a streamed gpt-oss call"
+python3 - "$T/tc.json" "$T/tc.sse" <<'EOF' || fail "gpt-oss's call: $(cat "$T/tc.json"; head -c 2000 "$T/tc.sse")"
+import json, sys
+c = json.load(open(sys.argv[1]))["choices"][0]
+m = c["message"]
+assert c["finish_reason"] == "tool_calls" and m["content"] is None, c
+assert m["reasoning_content"] == "Need the weather.", m
+calls = m["tool_calls"]
+assert len(calls) == 1 and calls[0]["function"]["name"] == "get_weather", calls
+assert json.loads(calls[0]["function"]["arguments"]) == {"city": "Bath"}, calls
+r = content = args = ""
+name = None
+for line in open(sys.argv[2]):
+    if not line.startswith("data: {"):
+        continue
+    for ch in json.loads(line[6:]).get("choices", []):
+        d = ch.get("delta", {})
+        r += d.get("reasoning_content") or ""
+        content += d.get("content") or ""
+        for t in d.get("tool_calls") or []:
+            name = t.get("function", {}).get("name") or name
+            args += t.get("function", {}).get("arguments") or ""
+assert (r, content, name) == ("Need the weather.", "", "get_weather"), (r, content, name)
+assert json.loads(args) == {"city": "Bath"}, args
+print("gpt-oss call: reasoning apart, get_weather({\"city\": \"Bath\"}) whole and streamed")
+EOF
+CODE=$(curl -s -o "$T/req.json" -w '%{http_code}' -H 'Content-Type: application/json' \
+	-d "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tools\":$TOOLS,\"tool_choice\":\"required\"}" \
+	"$U/v1/chat/completions")
+[ "$CODE" = 400 ] && grep -q "gpt-oss" "$T/req.json" || fail "tool_choice required on gpt-oss: $CODE $(cat "$T/req.json")"
+echo "tool_choice required on gpt-oss: 400"
+stop t
+
+# 4. no reasoning format: the text as it is
 check p "" "<think>x</think>y" "" "<think>x</think>y"
 stop p
 echo "api_reasoning: passed"

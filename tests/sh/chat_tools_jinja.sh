@@ -7,8 +7,10 @@
 # calls and with or without text, runs of tool messages, <think> blocks, a
 # leading system message or none, with and without a generation prompt.
 # Every template with a tool syntax is rendered: Qwen 2.5, Qwen 3, Llama
-# 3.1, Mistral Nemo, DeepSeek V3.1 and GLM-4.6; a conversation the template refuses
-# (raise_exception) must be refused by shoal too.
+# 3.1, Mistral Nemo, DeepSeek V3.1, GLM-4.6 and gpt-oss (its tools get
+# parameters of every kind its template prints as TypeScript, and always
+# a description: the template fails without one); a conversation the
+# template refuses (raise_exception) must be refused by shoal too.
 #
 # `tojson` is transformers' (json.dumps, ensure_ascii off, keys in order):
 # the filter the templates are rendered with in practice. A call's
@@ -42,7 +44,8 @@ tdir, helper, tmp = sys.argv[1:4]
 rendered = {"Qwen-Qwen2.5-7B-Instruct": "qwen2.5", "Qwen-Qwen3-0.6B": "qwen3",
             "meta-llama-Llama-3.1-8B-Instruct": "llama3.1",
             "mistralai-Mistral-Nemo-Instruct-2407": "mistral-nemo",
-            "deepseek-ai-DeepSeek-V3.1": "deepseek3.1", "GLM-4.6": "glm4.5"}
+            "deepseek-ai-DeepSeek-V3.1": "deepseek3.1", "GLM-4.6": "glm4.5",
+            "openai-gpt-oss-120b": "gpt-oss"}
 refused = ["llama3", "gemma", "phi3.5", "chatml", "plain"]
 
 class Raised(Exception):
@@ -53,6 +56,8 @@ def raise_exception(msg):
 
 env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
 env.globals["raise_exception"] = raise_exception
+DATE = "2026-01-01"  # gpt-oss prints the date: strftime_now is pinned
+env.globals["strftime_now"] = lambda fmt: DATE
 env.filters["tojson"] = lambda x, indent=None, separators=None, sort_keys=False, ensure_ascii=False: \
     json.dumps(x, ensure_ascii=False, indent=indent, separators=separators, sort_keys=sort_keys)
 rng = random.Random(20261206)
@@ -78,6 +83,21 @@ def tool(i):
     if rng.random() < 0.3:
         del f["description"]
     return {"type": "function", "function": f}
+
+def ts_params():
+    """parameters of the kinds gpt-oss's template prints as TypeScript"""
+    kinds = [{"type": "string", "description": "A \"name\"."}, {"type": "integer", "default": 5},
+             {"type": "array", "items": {"type": "string"}}, {"type": "array"},
+             {"type": "array", "items": {"type": "object", "properties": {"z": {"type": "boolean"}}}},
+             {"type": "array", "items": {"type": "array", "items": {"type": "number"}}, "nullable": True},
+             {"type": "object", "properties": {"x": {"type": "string"}, "y": {"type": "number"}},
+              "required": ["x"]},
+             {"type": "object"}, {"type": ["string", "null"]}, {"type": "string", "nullable": True},
+             {"type": "string", "enum": ["u", "v"], "default": "u"}, {"type": "boolean"},
+             {"type": "string", "default": "caf\u00e9"},
+             {"oneOf": [{"type": "string", "description": "s"}, {"type": "number", "default": 3}]},
+             {"oneOf": [{"type": "object"}, {"type": "integer"}], "default": "x"}]
+    return {f"p{i}": rng.choice(kinds) for i in range(rng.randint(1, 4))}
 
 B62 = "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
 
@@ -155,6 +175,11 @@ for name, style in rendered.items():
         tools = [tool(k) for k in range(rng.randint(0, 3))]
         if not tools and not any(m["role"] == "tool" for m in msgs):
             tools = [tool(0)]  # something of the tools path in every case
+        if style == "gpt-oss":
+            for t in tools:  # the template fails on a tool without one
+                t["function"].setdefault("description", "Does it.")
+                if rng.random() < 0.5:
+                    t["function"]["parameters"]["properties"].update(ts_params())
         kw, thinking = {}, -1
         if style in ("qwen3", "deepseek3.1", "glm4.5") and rng.random() < 0.5:
             thinking = rng.choice([0, 1])
@@ -174,7 +199,7 @@ for name, style in rendered.items():
         except Raised as e:
             w = {"err": str(e)}
         c = {"style": style, "gen": gen, "thinking": thinking, "msgs": for_shoal(msgs),
-             "name": name}
+             "name": name, "date": DATE}
         if tools:
             c["tools"] = tools
         cases.append(c)

@@ -373,6 +373,29 @@ static void test_bad_conversations(void)
 	    shoal_chat_render(SHOAL_CHAT_MISTRAL, tool, 2, true, "", "", &out, why, sizeof why),
 	    SHOAL_ERR_INVAL);
 	ASSERT_TRUE(strstr(why, "tool_call_id"));
+	/* gpt-oss names the function a result answers: a result with no call
+	 * before it, or after the reply that followed the call, is refused */
+	ASSERT_EQ(
+	    shoal_chat_render(SHOAL_CHAT_HARMONY, tool, 2, true, "", "", &out, why, sizeof why),
+	    SHOAL_ERR_INVAL);
+	ASSERT_TRUE(strstr(why, "message 1") && strstr(why, "no call before it"));
+	const shoal_chat_call got = {"c1", "get", "{}"};
+	const shoal_chat_msg late[] = {{"user", "hi"},
+	                               {"assistant", "", &got, 1, NULL},
+	                               {"tool", "1", NULL, 0, "c1"},
+	                               {"assistant", "done"},
+	                               {"tool", "2", NULL, 0, "c1"}};
+	ASSERT_EQ(
+	    shoal_chat_render(SHOAL_CHAT_HARMONY, late, 5, true, "", "", &out, why, sizeof why),
+	    SHOAL_ERR_INVAL);
+	ASSERT_TRUE(strstr(why, "message 4"));
+	ASSERT_EQ(
+	    shoal_chat_render(SHOAL_CHAT_HARMONY, late, 4, true, "", "", &out, why, sizeof why),
+	    SHOAL_OK);
+	ASSERT_TRUE(strstr(out,
+	                   "<|start|>functions.get to=assistant<|channel|>commentary<|message|>"
+	                   "\"1\"<|end|>"));
+	free(out);
 	/* Llama 3.1 takes one call per assistant message */
 	const shoal_chat_call two[] = {{"c1", "f", "{}"}, {"c2", "g", "{}"}};
 	const shoal_chat_msg twice[] = {{"user", "hi"}, {"assistant", "", two, 2, NULL}};

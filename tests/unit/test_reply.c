@@ -107,6 +107,10 @@ static void test_harmony(void)
 	/* the recipient in the role's part */
 	check(SHOAL_REPLY_HARMONY, A " to=functions.f<|channel|>commentary json<|message|>{}", "",
 	      "<|channel|>commentary to=functions.f json<|message|>{}");
+	/* a call right after the generation prompt ("<|start|>assistant") */
+	check(SHOAL_REPLY_HARMONY,
+	      " to=functions.get<|channel|>commentary json<|message|>{\"a\": 1}", "",
+	      "<|channel|>commentary to=functions.get json<|message|>{\"a\": 1}");
 	/* a model that ignores the format: all answer */
 	check(SHOAL_REPLY_HARMONY, "Hi <|end|> there", "", "Hi <|end|> there");
 	/* cut inside a header: nothing of it shows */

@@ -168,6 +168,48 @@ static void test_hostile(void)
 	shoal_tool_parsed_fini(&p);
 }
 
+/* gpt-oss: the answer as models/reply.c hands it on */
+static void test_harmony(void)
+{
+	shoal_tool_parsed p =
+	    parse(SHOAL_CHAT_TOOLS_HARMONY,
+	          "Checking.<|channel|>commentary to=functions.get_weather json<|message|>"
+	          "{\"city\": \"Bath\"}<|channel|>commentary to=functions.t <|constrain|>json"
+	          "<|message|> {} ");
+	ASSERT_EQ(p.state, SHOAL_TOOL_DONE);
+	ASSERT_EQ(p.n_calls, 2);
+	ASSERT_STR_EQ(p.content, "Checking.");
+	ASSERT_STR_EQ(p.calls[0].name, "get_weather");
+	ASSERT_STR_EQ(p.calls[0].arguments, "{\"city\":\"Bath\"}");
+	ASSERT_STR_EQ(p.calls[1].name, "t");
+	ASSERT_STR_EQ(p.calls[1].arguments, "{}");
+	shoal_tool_parsed_fini(&p);
+	/* cut inside the header: partial; arguments that are not an object,
+	 * or a message that names no function: bad, the text kept whole */
+	const char *partial = "x<|channel|>commentary to=functions.f";
+	p = parse(SHOAL_CHAT_TOOLS_HARMONY, partial);
+	ASSERT_EQ(p.state, SHOAL_TOOL_PARTIAL);
+	ASSERT_STR_EQ(p.content, partial);
+	shoal_tool_parsed_fini(&p);
+	p = parse(SHOAL_CHAT_TOOLS_HARMONY, "<|channel|>commentary to=functions.f<|message|>[1]");
+	ASSERT_EQ(p.state, SHOAL_TOOL_BAD);
+	ASSERT_EQ(p.n_calls, 0);
+	shoal_tool_parsed_fini(&p);
+	p = parse(SHOAL_CHAT_TOOLS_HARMONY, "<|channel|>commentary<|message|>{}");
+	ASSERT_EQ(p.state, SHOAL_TOOL_BAD);
+	shoal_tool_parsed_fini(&p);
+	p = parse(SHOAL_CHAT_TOOLS_HARMONY,
+	          "<|channel|>commentary to=functions. json<|message|>{}");
+	ASSERT_EQ(p.state, SHOAL_TOOL_BAD);
+	shoal_tool_parsed_fini(&p);
+	/* no call: all content; a stream holds back what may open one */
+	p = parse(SHOAL_CHAT_TOOLS_HARMONY, "Just text.");
+	ASSERT_EQ(p.state, SHOAL_TOOL_NONE);
+	shoal_tool_parsed_fini(&p);
+	ASSERT_EQ(shoal_tool_hold(SHOAL_CHAT_TOOLS_HARMONY, "ok <|chan", 9), 3);
+	ASSERT_EQ(shoal_tool_hold(SHOAL_CHAT_TOOLS_HARMONY, "ok", 2), 2);
+}
+
 static void test_other_syntaxes(void)
 {
 	shoal_tool_parsed p =
@@ -272,4 +314,4 @@ static void test_hold(void)
 }
 
 TEST_MAIN(TEST_CASE(test_hermes), TEST_CASE(test_truncated), TEST_CASE(test_hostile),
-          TEST_CASE(test_other_syntaxes), TEST_CASE(test_hold))
+          TEST_CASE(test_harmony), TEST_CASE(test_other_syntaxes), TEST_CASE(test_hold))
