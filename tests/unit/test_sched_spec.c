@@ -119,6 +119,50 @@ static void test_deepseek_kimi_specs(void)
 	}
 }
 
+/* What home clusters run at the end of 2026 (models/specs/README.md gives
+ * each figure's source): gpt-oss-120b in ggml-org's MXFP4 file (116.83 B
+ * parameters, 59.02 GiB; OpenAI's 5.13 B active count the unembedding
+ * but not the embedding table, 0.58 B, which the spec's count holds), GLM-4.6 (355 B with its NextN
+ * layer, which the spec leaves out; 32 B active) at Q4_K_M and Unsloth's
+ * dynamic 2-bit mix (135 GB), DeepSeek V3.1 in Unsloth's UD-IQ1_S mix
+ * (192 GB). */
+static void test_home_models_specs(void)
+{
+	static const struct {
+		const char *file;
+		double total, active, gb; /* gb: the file's size, 0: not checked */
+		uint32_t layers, moe_layers, experts, used, mbits;
+	} want[] = {
+	    {"gpt-oss-120b-mxfp4", 116.83, 5.13 + 0.58, 59.02 * 1.073741824, 36, 36, 128, 4, 4340},
+	    {"glm-4.6-q4_k_m", 355, 32, 0, 92, 89, 160, 8, 4850},
+	    {"glm-4.6-ud-iq2", 355, 32, 135, 92, 89, 160, 8, 3040},
+	    {"deepseek-v3.1-ud-iq1_s", 671, 37, 192, 61, 58, 256, 8, 2290},
+	};
+	for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
+		char path[512], why[SHOAL_WHY_LEN];
+		spec_path(path, sizeof path, want[i].file);
+		shoal_manifest m;
+		shoal_spec_info info;
+		ASSERT_EQ(shoal_spec_load(path, &m, &info, why, sizeof why), SHOAL_OK);
+		ASSERT_EQ(m.n_layer, want[i].layers);
+		uint32_t moe = 0;
+		for (uint32_t l = 0; l < m.n_layer; l++)
+			if (m.layers[l].n_expert) {
+				moe++;
+				ASSERT_EQ(m.layers[l].n_expert, want[i].experts);
+				ASSERT_EQ(m.layers[l].n_expert_used, want[i].used);
+			}
+		ASSERT_EQ(moe, want[i].moe_layers);
+		ASSERT_EQ(info.mbits_per_weight, want[i].mbits);
+		ASSERT_NEAR((double)info.n_params / 1e9, want[i].total, want[i].total * 0.02);
+		ASSERT_NEAR((double)info.n_params_active / 1e9, want[i].active,
+		            want[i].active * 0.08);
+		if (want[i].gb > 0)
+			ASSERT_NEAR((double)total_bytes(&m) / 1e9, want[i].gb, want[i].gb * 0.03);
+		shoal_spec_manifest_fini(&m);
+	}
+}
+
 static void test_mla_kv_is_compressed(void)
 {
 	char path[512], why[SHOAL_WHY_LEN];
@@ -455,6 +499,6 @@ static void test_cluster_round_trip(void)
 }
 
 TEST_MAIN(TEST_CASE(test_shipped_specs), TEST_CASE(test_deepseek_kimi_specs),
-          TEST_CASE(test_mla_kv_is_compressed), TEST_CASE(test_bad_specs),
-          TEST_CASE(test_cluster_bytes), TEST_CASE(test_cluster_parse),
+          TEST_CASE(test_home_models_specs), TEST_CASE(test_mla_kv_is_compressed),
+          TEST_CASE(test_bad_specs), TEST_CASE(test_cluster_bytes), TEST_CASE(test_cluster_parse),
           TEST_CASE(test_cluster_round_trip), TEST_CASE(test_mutations), TEST_CASE(test_plan_json))
