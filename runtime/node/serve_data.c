@@ -94,6 +94,10 @@ static void serve_dispatch(shoal_serve_dt *d, shoal_xfer_link *k, int role,
 	} else if (a && a->stage) {
 		/* joins the pending batch; the data thread flushes after draining */
 		e = shoal_dist_stage_take(a->stage, k, f, why, sizeof why);
+#ifdef SHOAL_TEST_HOOKS
+		if (d->test_frame_ms)
+			usleep(1000u * d->test_frame_ms);
+#endif
 	} else {
 		SHOAL_LOG_W("cluster", "a stage frame, but no stage here; dropped");
 	}
@@ -116,6 +120,8 @@ static bool serve_drain_link(shoal_serve_dt *d, shoal_xfer_link *k, int role, bo
 				*bye = true;
 			d->frame_us = shoal_clock_now_us();
 			serve_dispatch(d, k, role, &f);
+			if (shoal_clock_now_us() - d->echo_us > SHOAL_SERVE_ECHO_EVERY_US)
+				serve__probe_answer(d);
 		} else if (e == SHOAL_ERR_FORMAT || e == SHOAL_ERR_MISMATCH) {
 			SHOAL_LOG_W("cluster", "data frame dropped: %s", why);
 		} else {
@@ -212,6 +218,10 @@ void *serve__data_main(void *arg)
 	shoal_thread_name("shoal-data");
 	d->cl = cl;
 	cl->dt = d;
+#ifdef SHOAL_TEST_HOOKS
+	const char *fm = getenv("SHOAL_TEST_FRAME_MS");
+	d->test_frame_ms = fm ? (uint32_t)strtoul(fm, NULL, 10) : 0;
+#endif
 	for (;;) {
 		shoal_serve_assign *na = NULL;
 		pthread_mutex_lock(&cl->mu);

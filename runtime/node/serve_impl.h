@@ -105,6 +105,10 @@
 /* The longest engine run an echo tells is that of the last minute: a
  * prefill's long chunks stay known between requests of a busy minute. */
 #define SHOAL_SERVE_RUN_MAX_US 60000000u
+/* While the data thread drains a link (a long prompt's frames queued, each
+ * run as it comes), it still answers the probes at least this often: a
+ * peer busy computing is not one whose data plane fails. */
+#define SHOAL_SERVE_ECHO_EVERY_US 50000u
 
 /* Link roles: which thread and object on the far side reads the frames. */
 enum {
@@ -373,6 +377,10 @@ struct shoal_serve_dt {
 	/* the longest engine run of the last minute or so, told in probe
 	 * echoes: a prober waits in proportion (serve_probe.c) */
 	uint64_t run_max_ns, run_max_us;
+	uint64_t echo_us; /* when the probes were last answered */
+	/* test hook SHOAL_TEST_FRAME_MS: each stage frame taken holds the
+	 * thread this long more, as a slow engine would (0: off) */
+	uint32_t test_frame_ms;
 };
 typedef struct shoal_serve_dt shoal_serve_dt;
 

@@ -16,7 +16,11 @@
  *      one PROBE frame to every other peer serving our model, over a
  *      PROBE-role data link (admitted with a token over the model id, so a
  *      peer left out of the plan is still probed). The far side's data
- *      thread, the one that runs its stage, echoes it.
+ *      thread, the one that runs its stage, echoes it: between its waits,
+ *      and between the frames of a long drain (a prompt's frames queued,
+ *      one engine run after another) every SHOAL_SERVE_ECHO_EVERY_US, so
+ *      that a peer busy computing is not taken for one whose data plane
+ *      fails (tests/sh/probe_busy.sh).
  *   2. An echo later than the bound (SHOAL_SERVE_PROBE_FLOOR_MS, or
  *      SHOAL_SERVE_PROBE_STEPS of our stage's measured step time when that
  *      is longer), a link that cannot be made, or one that breaks is a
@@ -72,6 +76,7 @@ int serve__probe_pollfds(const shoal_serve_dt *d, struct pollfd *pf, int cap)
 
 void serve__probe_answer(shoal_serve_dt *d)
 {
+	d->echo_us = shoal_clock_now_us();
 	for (size_t i = 0; i < d->n_pin;) {
 		shoal_xfer_link *k = d->pin[i];
 		shoal_xfer_frame f;
