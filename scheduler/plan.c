@@ -92,8 +92,9 @@ shoal_err sched__plan_build(const sched__ctx *c, const sched__asg *a, uint64_t e
 	}
 	p->n_stages = a->n_stages;
 	for (uint32_t i = 0; i < a->n_stages; i++)
-		p->stages[i] = (shoal_plan_stage){map[a->st_peer[i]], a->st_first[i], a->st_end[i],
-		                                  a->tp ? a->st_first[i] : a->st_gend[i]};
+		p->stages[i] =
+		    (shoal_plan_stage){map[a->st_peer[i]], a->st_first[i], a->st_end[i],
+		                       a->tp ? a->st_first[i] : a->st_gend[i], a->st_ns[i]};
 	p->head_gpu = !a->tp && a->head_gpu;
 	p->embd_peer = map[a->st_peer[0]];
 	p->head_peer = map[a->st_peer[a->n_stages - 1]];

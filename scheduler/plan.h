@@ -73,6 +73,10 @@ typedef struct shoal_plan_stage {
 	 * host memory on its CPU: a split inside the peer, a stage boundary
 	 * without a hop. gpu_end == first_layer: all on the CPU. */
 	uint32_t gpu_end;
+	/* the predicted time of the stage's own work per token (its layers,
+	 * experts, the head on the last stage; not the hop into it), ns. Not
+	 * encoded: 0 in a decoded plan. */
+	uint64_t predicted_ns;
 } shoal_plan_stage;
 
 /* A member of a stage's tensor group: a peer and its speed weight; its

@@ -570,6 +570,7 @@ static int serve_replan(shoal_serve *cl, const shoal_swim_member *v, size_t n,
 	serve_log_plan(np, np_sessions, dh);
 	shoal_plan_free(cl->plan);
 	cl->plan = np;
+	serve__timing_plan(cl);
 	cl->plan_sessions = np_sessions;
 	cl->plan_why[0] = '\0';
 	/* 3. Our part: unless it is the plan whose part the data thread runs
