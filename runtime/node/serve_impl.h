@@ -322,6 +322,7 @@ struct shoal_serve {
 	int32_t tm_stage; /* our stage in the plan, -1: none */
 	shoal_timing_series tm_owner, tm_run;
 	shoal_timing_gap tm_gap_owner, tm_gap_run;
+	bool tm_gap_taken; /* shoal_serve_take_gap said it under this plan */
 	char link_status[SHOAL_SERVE_MAX_PEERS][96]; /* per eps entry: "tcp", ... */
 	uint8_t link_peer[SHOAL_SERVE_MAX_PEERS][SHOAL_PEER_ID_LEN];
 	size_t n_link_status;

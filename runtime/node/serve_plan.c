@@ -562,6 +562,13 @@ static int serve_replan(shoal_serve *cl, const shoal_swim_member *v, size_t n,
 	}
 	if (cl->plan &&
 	    !memcmp(shoal_plan_digest(np), shoal_plan_digest(cl->plan), SHOAL_DIGEST_BYTES)) {
+		/* the same plan; new figures (a compute probe retaken) still
+		 * change what it predicts */
+		if (shoal_plan_take_times(cl->plan, np)) {
+			SHOAL_LOG_I("cluster", "plan kept, predicted anew: %.3f ms/token",
+			            (double)shoal_plan_predicted_ns(cl->plan) / 1e6);
+			serve__timing_plan(cl);
+		}
 		shoal_plan_free(np);
 		return 0;
 	}

@@ -47,7 +47,20 @@ void serve__timing_plan(shoal_serve *cl)
 	shoal_timing_series_reset(&cl->tm_run);
 	memset(&cl->tm_gap_owner, 0, sizeof cl->tm_gap_owner);
 	memset(&cl->tm_gap_run, 0, sizeof cl->tm_gap_run);
+	cl->tm_gap_taken = false;
 	pthread_mutex_unlock(&cl->mu);
+}
+
+bool shoal_serve_take_gap(shoal_serve *cl, double *ratio)
+{
+	bool r = false;
+	pthread_mutex_lock(&cl->mu);
+	if (cl->tm_gap_run.logged && !cl->tm_gap_taken && cl->tm_stage_pred_ns) {
+		cl->tm_gap_taken = r = true;
+		*ratio = (double)shoal_timing_median(&cl->tm_run) / (double)cl->tm_stage_pred_ns;
+	}
+	pthread_mutex_unlock(&cl->mu);
+	return r;
 }
 
 /* The mean of a counter's growth per event since the last snapshot (0:
