@@ -565,7 +565,7 @@ static int serve_replan(shoal_serve *cl, const shoal_swim_member *v, size_t n,
 		/* the same plan; new figures (a compute probe retaken) still
 		 * change what it predicts */
 		if (shoal_plan_take_times(cl->plan, np)) {
-			SHOAL_LOG_I("cluster", "plan kept, predicted anew: %.3f ms/token",
+			SHOAL_LOG_D("cluster", "plan kept, predicted anew: %.3f ms/token",
 			            (double)shoal_plan_predicted_ns(cl->plan) / 1e6);
 			serve__timing_plan(cl);
 		}
