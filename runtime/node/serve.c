@@ -170,6 +170,7 @@ shoal_err shoal_serve_new(const shoal_serve_config *cfg, shoal_serve **out, char
 	memcpy(cl->mf.model_id, cl->model_id, SHOAL_MODEL_ID_BYTES);
 	serve_plan_load(cl);
 	shoal_policy_init(&cl->pol);
+	cl->tm_stage = -1; /* no plan yet (serve_timing.c) */
 	/* As local `shoal run`: the model's context, at most 4096 unless asked
 	 * (a 128k-token KV reservation would make most clusters infeasible). */
 	cl->pol.ctx = cfg->ctx ? cfg->ctx : cl->model->hp.n_ctx_train;

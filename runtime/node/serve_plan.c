@@ -558,6 +558,7 @@ static int serve_replan(shoal_serve *cl, const shoal_swim_member *v, size_t n,
 		cl->plan_err = e;
 		shoal_plan_free(cl->plan);
 		cl->plan = NULL;
+		serve__timing_plan(cl);
 		return 0;
 	}
 	if (cl->plan &&
