@@ -5,8 +5,11 @@
 # runtime/node/serve_timing.c). A 2-stage pipeline of the dense model on
 # loopback; after a short greedy run through stage 0's peer (the owner of
 # its session), both figures are present and positive in the status and
-# in /metrics, and within 20x of each other (a generous bound: the
-# machine is shared; tests/bench/plan_vs_run.sh measures the agreement);
+# in /metrics, and within 100x of each other (a bound against a wrong
+# unit, not a measure of the model: a stage of this small model runs from
+# the caches, 7x faster than the prediction from the probe's DRAM figure
+# was seen, and a probe under load makes that worse; tests/bench/
+# plan_vs_run.sh measures the agreement);
 # the stage's own prediction is below the end-to-end one and the stages'
 # predictions sum to at most the plan's (the hop between them is not in
 # a stage's).
@@ -34,6 +37,7 @@ for k in sys.argv[2:]:
 print("null" if o is None else o)' "$@"
 }
 command -v python3 >/dev/null || skip "no python3 (reads the status JSON)"
+X=100 # the bound between measured and predicted
 within() { # within A B X: both positive and A / B in [1/X, X]
 	awk -v a="$1" -v b="$2" -v x="$3" 'BEGIN { exit !(a > 0 && b > 0 && a / b <= x && b / a <= x) }'
 }
@@ -48,13 +52,13 @@ plan=$(fig "$S" plan predicted_ms_per_token)
 echo "$first: predicted $pred ms/token (plan: $plan), measured $meas over $steps steps"
 [ "$pred" = "$plan" ] || fail "timing's prediction $pred is not the plan's $plan"
 [ "$steps" -ge 40 ] || fail "$steps decode steps counted for a run of 48 tokens"
-within "$meas" "$pred" 20 || fail "measured $meas ms/token and predicted $pred are not within 20x"
+within "$meas" "$pred" $X || fail "measured $meas ms/token and predicted $pred are not within ${X}x"
 for n in a b; do
 	status "$n" || fail "status of $n"
 	sp=$(fig "$T/st-$n.json" plan timing stage predicted_ms)
 	sm=$(fig "$T/st-$n.json" plan timing stage measured_ms)
 	echo "$n: stage $(fig "$T/st-$n.json" plan timing stage index): predicted $sp ms, measured $sm"
-	within "$sm" "$sp" 20 || fail "$n's stage: measured $sm ms and predicted $sp not within 20x"
+	within "$sm" "$sp" $X || fail "$n's stage: measured $sm ms and predicted $sp not within ${X}x"
 	awk -v s="$sp" -v p="$pred" 'BEGIN { exit !(s < p) }' || fail "$n's stage ($sp ms) is not below the whole token ($pred)"
 done
 sum=$(python3 -c 'import json, sys
@@ -72,11 +76,11 @@ mp=$(mv "$first" shoal_plan_predicted_seconds_per_token)
 md=$(mv "$first" shoal_decode_step_seconds)
 echo "/metrics of $first: predicted $mp s/token, measured $md"
 awk -v a="$mp" -v b="$pred" 'BEGIN { exit !(a * 1000 / b > 0.999 && a * 1000 / b < 1.001) }' || fail "/metrics predicts '$mp' s, the status $pred ms"
-within "$md" "$mp" 20 || fail "/metrics: decode step '$md' s against '$mp' predicted"
+within "$md" "$mp" $X || fail "/metrics: decode step '$md' s against '$mp' predicted"
 for n in a b; do
 	ms=$(mv $n shoal_stage_predicted_seconds)
 	mr=$(mv $n shoal_stage_decode_seconds)
-	within "$mr" "$ms" 20 || fail "/metrics of $n: stage decode '$mr' s against '$ms' predicted"
+	within "$mr" "$ms" $X || fail "/metrics of $n: stage decode '$mr' s against '$ms' predicted"
 done
 ! grep -q "^shoal_decode_step_seconds" "$T/metrics-$other" || fail "/metrics of $other (no session) shows a decode step"
 echo "ok"
