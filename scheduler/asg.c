@@ -22,6 +22,7 @@ shoal_err sched__asg_init(sched__asg *a, const sched__ctx *c)
 	SCHED__ALLOC(a->st_first, ns);
 	SCHED__ALLOC(a->st_end, ns);
 	SCHED__ALLOC(a->st_gend, ns);
+	SCHED__ALLOC(a->st_ns, ns);
 	SCHED__ALLOC(a->n_own, c->n_slots);
 	SCHED__ALLOC(a->own, (size_t)c->n_slots * SHOAL_PLAN_MAX_OWNERS);
 	SCHED__ALLOC(a->mem_w, c->n);
@@ -40,6 +41,7 @@ void sched__asg_fini(sched__asg *a)
 	free(a->st_first);
 	free(a->st_end);
 	free(a->st_gend);
+	free(a->st_ns);
 	free(a->n_own);
 	free(a->own);
 	free(a->mem_w);
@@ -58,6 +60,7 @@ void sched__asg_copy(sched__asg *d, const sched__asg *s, const sched__ctx *c)
 	memcpy(d->st_first, s->st_first, ns * sizeof *d->st_first);
 	memcpy(d->st_end, s->st_end, ns * sizeof *d->st_end);
 	memcpy(d->st_gend, s->st_gend, ns * sizeof *d->st_gend);
+	memcpy(d->st_ns, s->st_ns, ns * sizeof *d->st_ns);
 	memcpy(d->n_own, s->n_own, c->n_slots);
 	memcpy(d->own, s->own, (size_t)c->n_slots * SHOAL_PLAN_MAX_OWNERS * sizeof *d->own);
 	memcpy(d->mem_w, s->mem_w, c->n * sizeof *d->mem_w);

@@ -538,6 +538,7 @@ void sched__pipe_evaluate(const sched__ctx *c, sched__asg *a)
 		uint32_t p = a->st_peer[i];
 		if (i)
 			t += c->hop[(size_t)a->st_peer[i - 1] * n + p];
+		uint64_t t0 = t;
 		/* the GPU takes the stage's first layers while they fit */
 		bool gpu = c->gcap[p] > 0;
 		gused = 0;
@@ -593,6 +594,7 @@ void sched__pipe_evaluate(const sched__ctx *c, sched__asg *a)
 			t += worst;
 		}
 		a->mem_g[p] = sched__add(a->mem_g[p], gused);
+		a->st_ns[i] = t - t0;
 	}
 	if (a->n_stages) {
 		if (first == last) {
@@ -609,7 +611,9 @@ void sched__pipe_evaluate(const sched__ctx *c, sched__asg *a)
 			a->mem_g[last] += c->head_mem;
 			a->mem_w[last] += sched__head_copy(c, last, first == last);
 		}
-		t += a->head_gpu ? c->ghead_t[last] : c->head_t[last];
+		uint64_t ht = a->head_gpu ? c->ghead_t[last] : c->head_t[last];
+		t += ht;
+		a->st_ns[ls] += ht;
 		if (c->has_prev) {
 			if (first != c->prev_embd)
 				moved += m->embd_bytes;

@@ -36,6 +36,22 @@ void shoal_policy_init(shoal_policy *p)
 
 /* ---- building ---------------------------------------------------------- */
 
+/* Bytes of peer p on its GPU in a plan with tensor groups: a group's
+ * member computes its share on a unified GPU (cost.c: tpbw, tpfl), so its
+ * weights and KV are there (in the host's memory, up to the GPU's share of
+ * it); everything else of such a plan runs on the CPUs. */
+static uint64_t tp_gpu_bytes(const sched__ctx *c, const sched__asg *a, uint32_t p)
+{
+	if (!c->gcap[p] || !c->unified[p])
+		return 0;
+	bool member = false;
+	for (uint32_t g = 0; g < a->tp->n_groups && !member; g++)
+		for (uint32_t j = 0; j < a->tp->g_n[g]; j++)
+			member |= a->tp->g_mem[(size_t)g * c->n + j] == p;
+	uint64_t b = sched__add(a->mem_w[p], a->mem_kv[p]);
+	return !member ? 0 : b < c->gcap[p] ? b : c->gcap[p];
+}
+
 shoal_err sched__plan_build(const sched__ctx *c, const sched__asg *a, uint64_t epoch,
                             shoal_plan **out)
 {
@@ -85,15 +101,16 @@ shoal_err sched__plan_build(const sched__ctx *c, const sched__asg *a, uint64_t e
 		pp->kv_bytes = a->mem_kv[i];
 		pp->capacity_bytes = c->cap[i];
 		pp->n_experts = a->n_exp[i];
-		pp->gpu_bytes = a->tp ? 0 : a->mem_g[i]; /* groups: on the CPUs */
+		pp->gpu_bytes = a->tp ? tp_gpu_bytes(c, a, (uint32_t)i) : a->mem_g[i];
 		pp->gpu_capacity = c->gcap[i];
 		pp->gpu_unified = c->unified[i];
 		memcpy(pp->gpu_backend, vp->gpu_backend, sizeof pp->gpu_backend);
 	}
 	p->n_stages = a->n_stages;
 	for (uint32_t i = 0; i < a->n_stages; i++)
-		p->stages[i] = (shoal_plan_stage){map[a->st_peer[i]], a->st_first[i], a->st_end[i],
-		                                  a->tp ? a->st_first[i] : a->st_gend[i]};
+		p->stages[i] =
+		    (shoal_plan_stage){map[a->st_peer[i]], a->st_first[i], a->st_end[i],
+		                       a->tp ? a->st_first[i] : a->st_gend[i], a->st_ns[i]};
 	p->head_gpu = !a->tp && a->head_gpu;
 	p->embd_peer = map[a->st_peer[0]];
 	p->head_peer = map[a->st_peer[a->n_stages - 1]];

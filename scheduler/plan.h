@@ -73,6 +73,10 @@ typedef struct shoal_plan_stage {
 	 * host memory on its CPU: a split inside the peer, a stage boundary
 	 * without a hop. gpu_end == first_layer: all on the CPU. */
 	uint32_t gpu_end;
+	/* the predicted time of the stage's own work per token (its layers,
+	 * experts, the head on the last stage; not the hop into it), ns. Not
+	 * encoded: 0 in a decoded plan. */
+	uint64_t predicted_ns;
 } shoal_plan_stage;
 
 /* A member of a stage's tensor group: a peer and its speed weight; its
@@ -118,8 +122,12 @@ const uint8_t *shoal_plan_model_id(const shoal_plan *p);
 const uint8_t *shoal_plan_digest(const shoal_plan *p); /* SHOAL_DIGEST_BYTES */
 uint64_t shoal_plan_predicted_ns(const shoal_plan *p); /* per generated token */
 uint64_t shoal_plan_moved_bytes(const shoal_plan *p);  /* newly loaded vs prev (all, without) */
-bool shoal_plan_kept(const shoal_plan *p);             /* prev's assignment kept */
-const char *shoal_plan_name(const shoal_plan *p);      /* the manifest's name */
+/* The same plan (digest) predicted anew from other figures: p takes
+ * from's predicted times (the plan's and its stages'); true when they
+ * changed, false (nothing taken) for another digest. */
+bool shoal_plan_take_times(shoal_plan *p, const shoal_plan *from);
+bool shoal_plan_kept(const shoal_plan *p);        /* prev's assignment kept */
+const char *shoal_plan_name(const shoal_plan *p); /* the manifest's name */
 uint32_t shoal_plan_n_layer(const shoal_plan *p);
 size_t shoal_plan_n_peers(const shoal_plan *p); /* peers it names, id order */
 /* The i-th peer (i < n_peers) and stage (i < n_stages); another i aborts. */

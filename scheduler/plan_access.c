@@ -7,6 +7,8 @@
  */
 #include "scheduler/sched_impl.h"
 
+#include <string.h>
+
 #include "base/assert.h"
 
 /* ---- accessors --------------------------------------------------------- */
@@ -27,6 +29,18 @@ const uint8_t *shoal_plan_digest(const shoal_plan *p)
 uint64_t shoal_plan_predicted_ns(const shoal_plan *p)
 {
 	return p->predicted_ns;
+}
+bool shoal_plan_take_times(shoal_plan *p, const shoal_plan *from)
+{
+	if (memcmp(p->digest, from->digest, sizeof p->digest) || p->n_stages != from->n_stages)
+		return false;
+	bool changed = p->predicted_ns != from->predicted_ns;
+	p->predicted_ns = from->predicted_ns;
+	for (size_t i = 0; i < p->n_stages; i++) {
+		changed |= p->stages[i].predicted_ns != from->stages[i].predicted_ns;
+		p->stages[i].predicted_ns = from->stages[i].predicted_ns;
+	}
+	return changed;
 }
 uint64_t shoal_plan_moved_bytes(const shoal_plan *p)
 {

@@ -85,6 +85,8 @@ typedef struct sched__asg {
 	/* filled by sched__evaluate */
 	bool feasible;
 	uint64_t time_ns, moved;
+	uint64_t *st_ns;          /* (n_stages) each stage's own time: its layers,
+	                             experts, the head on the last (no hop in) */
 	uint64_t *mem_w, *mem_kv; /* (n) */
 	uint64_t *mem_g;          /* (n) of those, bytes on its GPU */
 	bool head_gpu;            /* the head runs on the last peer's GPU */

@@ -589,6 +589,7 @@ void sched__tp_evaluate(const sched__ctx *c, sched__asg *a)
 			time = sched__add(time, unit_hop(c, &prev, &cur));
 		uint64_t mw[TP_MAX_PEERS] = {0}, mk[TP_MAX_PEERS] = {0};
 		uint32_t ne[TP_MAX_PEERS] = {0};
+		uint64_t t0 = time;
 		for (uint32_t l = a->st_first[i]; l < a->st_end[i]; l++) {
 			uint64_t tb, te;
 			unit_layer(c, &cur, l, &tb, &te, mw, mk, ne);
@@ -605,6 +606,7 @@ void sched__tp_evaluate(const sched__ctx *c, sched__asg *a)
 			if (i == 0)
 				a->mem_w[p] = sched__add(a->mem_w[p], c->embd_mem);
 		}
+		a->st_ns[i] = time - t0;
 		if (i == 0)
 			first = cur;
 		prev = cur;
@@ -615,7 +617,9 @@ void sched__tp_evaluate(const sched__ctx *c, sched__asg *a)
 	for (uint32_t j = 0; j < cur.k; j++)
 		for (uint32_t i = 0; i < first.k; i++)
 			emb[j] |= first.mem[i] == cur.mem[j];
-	time = sched__add(time, unit_head(c, &cur, emb, hw));
+	uint64_t ht = unit_head(c, &cur, emb, hw);
+	time = sched__add(time, ht);
+	a->st_ns[a->n_stages - 1] = sched__add(a->st_ns[a->n_stages - 1], ht);
 	for (uint32_t j = 0; j < cur.k; j++)
 		a->mem_w[cur.mem[j]] = sched__add(a->mem_w[cur.mem[j]], hw[j]);
 	if (!c->has_prev)

@@ -80,6 +80,9 @@ typedef struct shoal_api_gauges {
 	    prefix_bytes;
 	/* speculation of the sessions this peer owns: ids drafted, kept */
 	uint64_t spec_drafted, spec_accepted;
+	/* the plan's predicted time per token and this peer's stage's, beside
+	 * the medians of recent decode steps (0: none; runtime/node/timing.h) */
+	uint64_t pred_step_ns, step_ns, stage_pred_ns, stage_run_ns;
 } shoal_api_gauges;
 
 typedef struct shoal_api_ops {

@@ -197,6 +197,18 @@ enum MHD_Result api__metrics(shoal_api *a, struct MHD_Connection *c)
 	       "# HELP shoal_spec_accepted_total Drafted ids kept (tokens without a step).\n"
 	       "# TYPE shoal_spec_accepted_total counter\nshoal_spec_accepted_total %" PRIu64 "\n",
 	       g.spec_drafted, g.spec_accepted);
+	/* prediction beside measurement; a figure not known is left out */
+	static const char *const tm[4][2] = {
+	    {"shoal_plan_predicted_seconds_per_token", "The plan's predicted time per token."},
+	    {"shoal_decode_step_seconds",
+	     "Median of the recent decode steps of the sessions this peer owns."},
+	    {"shoal_stage_predicted_seconds", "The plan's predicted time of this peer's stage."},
+	    {"shoal_stage_decode_seconds", "Median of this peer's stage's recent decode runs."}};
+	const uint64_t tv[4] = {g.pred_step_ns, g.step_ns, g.stage_pred_ns, g.stage_run_ns};
+	for (int k = 0; k < 4; k++)
+		if (tv[k])
+			metric(&b, &n, &cap, "# HELP %s %s\n# TYPE %s gauge\n%s %.9f\n", tm[k][0],
+			       tm[k][1], tm[k][0], tm[k][0], (double)tv[k] / 1e9);
 	/* gossip state and link RTT per peer, from the cluster view */
 	char *cj = a->ops.cluster_json ? a->ops.cluster_json(a->ops.ctx) : NULL;
 	json_t *v = cj ? json_loads(cj, 0, NULL) : NULL;

@@ -275,6 +275,16 @@ static void cmd_status_print_plan(json_t *plan)
 		printf("  data link to %.8s: %s\n", cmd_status_str(l, "peer"),
 		       cmd_status_str(l, "transport"));
 	}
+	/* the prediction beside what this peer measured (runtime/node/timing.h) */
+	json_t *tm = json_object_get(plan, "timing"), *ts = json_object_get(tm, "stage");
+	if (cmd_status_num(tm, "measured_ms_per_token") > 0)
+		printf("  measured %.2f ms/token (median of recent decode steps), predicted %.2f\n",
+		       cmd_status_num(tm, "measured_ms_per_token"),
+		       cmd_status_num(tm, "predicted_ms_per_token"));
+	if (json_is_object(ts) && cmd_status_num(ts, "measured_ms") > 0)
+		printf("  stage %.0f here: measured %.2f ms a decode run, predicted %.2f\n",
+		       cmd_status_num(ts, "index"), cmd_status_num(ts, "measured_ms"),
+		       cmd_status_num(ts, "predicted_ms"));
 	/* this peer's stage's prefix cache (runtime/dist/dist.h) */
 	json_t *pc = json_object_get(json_object_get(json_object_get(plan, "data"), "stage"),
 	                             "prefix_cache");

@@ -286,6 +286,9 @@ static void node_turn(shoal_node *n, uint64_t *next_probe, uint64_t *next_target
 	node__keycheck_tick(n);
 	if (node__probe_retake_tick(n))
 		*next_record = 0; /* publish the new figure now */
+	double ratio;
+	if (n->cl && shoal_serve_take_gap(n->cl, &ratio) && node__probe_engine_check(n, ratio))
+		*next_record = 0;
 	node_trim(n);
 	now = node__now_us(NULL);
 	if (n->cl && now >= n->next_cluster_us) {

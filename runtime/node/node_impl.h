@@ -127,7 +127,8 @@ struct shoal_node {
 	bool probe_retake;
 	uint64_t probe_next_us;
 	shoal_sysinfo_cpu probe_cpu;
-	uint64_t next_trim_us; /* node.c: the next malloc_trim */
+	uint64_t probe_engine_us; /* the last check against the engine (0: none) */
+	uint64_t next_trim_us;    /* node.c: the next malloc_trim */
 	/* the key check beside the control port (-1: none) */
 	int kc_fd;
 	uint64_t kc_next_us;
@@ -172,6 +173,11 @@ void node__keycheck_tick(shoal_node *n);
  * changed; it is published at the next record period). */
 void node__probe_compute(shoal_node *n, shoal_record *r);
 bool node__probe_retake_tick(shoal_node *n);
+/* The engine's decode runs took `ratio` times what the plan predicted
+ * from the figures, persistently (serve_timing.c): measure again and
+ * replace the figures when the new ones move toward what the engine
+ * says (true: the record changed). */
+bool node__probe_engine_check(shoal_node *n, double ratio);
 
 /* node_serve.c: the serving state: made (wc: a weights cache, or NULL for
  * --model; the data listener becomes its xfer listener), and its

@@ -17,8 +17,15 @@
  * measured again when, over a whole SHOAL_NODE_RETAKE_MULT period, the
  * machine (this process included) kept fewer than node_probe_quiet() cores
  * busy; a retake that is itself under load waits for the next quiet
- * period. SHOAL_PROBE_RETAKE=0 turns retakes off (the test suite's nodes,
- * whose plans must not move under them while other tests run).
+ * period. A figure not marked but wrong all the same (taken on a machine
+ * loaded in a way the probe did not see, or kept from before a change)
+ * is measured again when the engine contradicts it: this peer's stage's
+ * decode runs off the plan's prediction by more than 2x for long
+ * (runtime/node/timing.h, serve_timing.c); the new figure replaces it when
+ * it moved toward what the engine says (node__probe_engine_check), at
+ * most once in SHOAL_NODE_ENGINE_CHECK_US. SHOAL_PROBE_RETAKE=0 turns
+ * retakes and these checks off (the test suite's nodes, whose plans must
+ * not move under them while other tests run).
  */
 #include "config.h"
 
@@ -184,6 +191,56 @@ void node__probe_compute(shoal_node *n, shoal_record *r)
 		            n->probe_retake ? "measuring again when the machine is quiet"
 		                            : "SHOAL_PROBE_RETAKE=0: kept as it is");
 	node_probe_keep(n, &res, r);
+}
+
+/* Checks against the engine (node__probe_engine_check) at most once in this
+ * long: a gap the probe cannot explain (the cost model misses work, the
+ * machine is busy) would otherwise re-measure with every new plan. */
+#define SHOAL_NODE_ENGINE_CHECK_US (600ull * 1000000u)
+/* A new figure replaces the kept one when it moved toward what the engine
+ * says by more than this factor. */
+#define SHOAL_NODE_ENGINE_MOVE 1.25
+
+bool node__probe_engine_check(shoal_node *n, double ratio)
+{
+	uint64_t now = shoal_clock_now_us();
+	if (!n->probe_retake ||
+	    (n->probe_engine_us && now - n->probe_engine_us < SHOAL_NODE_ENGINE_CHECK_US))
+		return false;
+	n->probe_engine_us = now;
+	shoal_kernels_probe_result res;
+	char seen[160];
+	bool loaded;
+	shoal_record *r = &n->rec;
+	double was = (double)r->compute_mb_s / 1000.0;
+	if (!node_probe_measure(n, &res, &loaded, seen, sizeof seen))
+		return false;
+	shoal_sysinfo_cpu_sample(&n->probe_cpu);
+	/* slower runs than predicted: the figure is high; faster: low */
+	bool moved = ratio > 1.0 ? res.gemv_gbps * SHOAL_NODE_ENGINE_MOVE < was
+	                         : res.gemv_gbps > was * SHOAL_NODE_ENGINE_MOVE;
+	if (!moved) {
+		SHOAL_LOG_I("node",
+		            "decode runs take %.2fx the plan's prediction, but the compute probe "
+		            "measures %.2f GB/s again (kept: %.2f): the figure stays",
+		            ratio, res.gemv_gbps, was);
+		return false;
+	}
+	r->compute_mb_s = (uint64_t)(res.gemv_gbps * 1000.0);
+	r->compute_mflops = (uint64_t)(res.gemm_gflops * 1000.0);
+	if (r->n_devices && !strcmp(r->devices[0].backend, "cpu")) {
+		r->devices[0].read_mb_s = r->compute_mb_s;
+		r->devices[0].mflops = r->compute_mflops;
+	}
+	n->probe_loaded = loaded;
+	SHOAL_LOG_W("node",
+	            "decode runs take %.2fx the plan's prediction: the compute figure %.2f GB/s "
+	            "was wrong; measured again (%s%s): %.2f GB/s mat-vec, %.2f GFLOP/s "
+	            "mat-mul; publishing it",
+	            ratio, was, seen, loaded ? ", under load: retaken when quiet" : "",
+	            res.gemv_gbps, res.gemm_gflops);
+	node_probe_keep(n, &res, r);
+	return true;
 }
 
 bool node__probe_retake_tick(shoal_node *n)

@@ -170,6 +170,7 @@ shoal_err shoal_serve_new(const shoal_serve_config *cfg, shoal_serve **out, char
 	memcpy(cl->mf.model_id, cl->model_id, SHOAL_MODEL_ID_BYTES);
 	serve_plan_load(cl);
 	shoal_policy_init(&cl->pol);
+	cl->tm_stage = -1; /* no plan yet (serve_timing.c) */
 	/* As local `shoal run`: the model's context, at most 4096 unless asked
 	 * (a 128k-token KV reservation would make most clusters infeasible). */
 	cl->pol.ctx = cfg->ctx ? cfg->ctx : cl->model->hp.n_ctx_train;
@@ -183,6 +184,16 @@ shoal_err shoal_serve_new(const shoal_serve_config *cfg, shoal_serve **out, char
 	}
 	cl->pol.spread_experts = cfg->spread_experts;
 	cl->pol.tensor_groups = cfg->tensor_groups;
+	/* the engine cannot split an MLA model among a group's members yet
+	 * (runtime/engine/engine_tp.c): every plan with a group would stay
+	 * unservable, so say it now */
+	if (cfg->tensor_groups && cl->model->hp.mla) {
+		e = shoal_why(why, why_len, SHOAL_ERR_UNSUPPORTED,
+		              "--tensor: %s is an MLA model (deepseek2), and tensor groups of MLA "
+		              "models are not supported yet: start it without --tensor",
+		              cl->model_path);
+		goto fail;
+	}
 #ifdef SHOAL_TEST_HOOKS
 	/* test hook: a group even where it does not pay (tests/sh/tp_loopback.sh);
 	 * those runs also plan every link at --link-us, not at the measured

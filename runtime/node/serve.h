@@ -132,6 +132,12 @@ int shoal_serve_update(shoal_serve *cl, const shoal_swim_member *v, size_t n);
  *    and the fields of shoal_plan_to_json (stages, experts, memory, ...)} */
 json_t *shoal_serve_status_json(shoal_serve *cl);
 
+/* Whether this peer's stage's decode runs have been off the plan's
+ * prediction by a large factor for long (runtime/node/timing.h's gap
+ * rule) under the current plan, not asked before under it: then true once,
+ * with *ratio measured / predicted. Node thread. */
+bool shoal_serve_take_gap(shoal_serve *cl, double *ratio);
+
 /* A RUN_REQ message from a client, buf[len] whole (net/runmsg.h). Answers
  * (RUN_TOKEN, RUN_END) go out through cfg.reply with its seq; a malformed
  * request gets a RUN_END with the decoder's error and reason. */

@@ -349,6 +349,10 @@ static void api_gauges(void *ctx, shoal_api_gauges *g)
 	g->prefix_bytes = cl->met_stage.prefix_bytes;
 	g->spec_drafted = cl->met_owner.drafted;
 	g->spec_accepted = cl->met_owner.accepted;
+	g->pred_step_ns = cl->tm_pred_ns;
+	g->stage_pred_ns = cl->tm_stage_pred_ns;
+	g->step_ns = shoal_timing_median(&cl->tm_owner);
+	g->stage_run_ns = shoal_timing_median(&cl->tm_run);
 	pthread_mutex_unlock(&cl->mu);
 }
 

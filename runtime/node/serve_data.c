@@ -155,6 +155,7 @@ static void serve_publish(shoal_serve_dt *d)
 	d->cl->met_stage = sm;
 	d->cl->met_owner = om;
 	pthread_mutex_unlock(&d->cl->mu);
+	serve__timing_note(d, &sm, &om);
 }
 
 /* Wait for a frame or a wake-up. A thread that blocks in poll(2) is woken

@@ -11,6 +11,7 @@
  *   serve_data.c     the data thread
  *   serve_links.c    links, admission, the accept and expert threads
  *   serve_probe.c    data-plane probes, the prober thread, data suspects
+ *   serve_timing.c   the plan's predicted step time against the measured
  *
  * What crosses threads goes through `mu`: the pending assignment, the
  * endpoint table, servability, run slots, the event ring, the expert
@@ -20,6 +21,7 @@
 #ifndef SHOAL_RUNTIME_SERVE_IMPL_H
 #define SHOAL_RUNTIME_SERVE_IMPL_H
 
+#include <jansson.h>
 #include <pthread.h>
 
 #include "models/manifest.h"
@@ -30,6 +32,7 @@
 #include "base/clock.h"
 #include "runtime/node/serve.h"
 #include "runtime/dist/dist.h"
+#include "runtime/node/timing.h"
 #include "runtime/node/weights.h"
 #include "scheduler/plan.h"
 
@@ -317,6 +320,13 @@ struct shoal_serve {
 	shoal_dist_stage_metrics met_stage, met_experts;
 	shoal_dist_owner_metrics met_owner;
 	bool have_stage, have_experts;
+	/* the plan's prediction against the run (serve_timing.c, timing.h):
+	 * the plan's figures (set with it), decode samples, the gap rule */
+	uint64_t tm_pred_ns, tm_stage_pred_ns;
+	int32_t tm_stage; /* our stage in the plan, -1: none */
+	shoal_timing_series tm_owner, tm_run;
+	shoal_timing_gap tm_gap_owner, tm_gap_run;
+	bool tm_gap_taken; /* shoal_serve_take_gap said it under this plan */
 	char link_status[SHOAL_SERVE_MAX_PEERS][96]; /* per eps entry: "tcp", ... */
 	uint8_t link_peer[SHOAL_SERVE_MAX_PEERS][SHOAL_PEER_ID_LEN];
 	size_t n_link_status;
@@ -356,6 +366,8 @@ typedef struct shoal_serve_dlink {
 /* The data thread's own state (serve_data.c, serve_links.c, serve_runs.c). */
 struct shoal_serve_dt {
 	shoal_serve *cl;
+	/* the counters at the last snapshot (serve_timing.c) */
+	uint64_t tm_rows, tm_runs, tm_run_ns, tm_steps, tm_step_ns;
 	shoal_serve_assign *as;
 	shoal_dist_owner *owner;
 	shoal_serve_ep eps[SHOAL_SERVE_MAX_PEERS];
@@ -495,6 +507,21 @@ int serve__admit(void *ctx, const uint8_t peer[SHOAL_PEER_ID_LEN], const char *a
                  const uint8_t *token, size_t token_len);
 void *serve__accept_main(void *arg);
 void *serve__experts_main(void *arg);
+
+/* serve_timing.c: the plan's prediction against the run. */
+typedef struct serve__timing {
+	uint64_t pred_ns, stage_pred_ns; /* the plan's, ours (0: none) */
+	int32_t stage;                   /* -1: we run no stage */
+	uint64_t step_ns, steps;         /* median decode step we own, samples */
+	uint64_t run_ns, runs;           /* median decode run of our stage, samples */
+	bool gap_logged;
+} serve__timing;
+void serve__timing_plan(shoal_serve *cl); /* node thread: cl->plan was set */
+/* data thread: the snapshots just taken */
+void serve__timing_note(shoal_serve_dt *d, const shoal_dist_stage_metrics *sm,
+                        const shoal_dist_owner_metrics *om);
+void serve__timing_get(shoal_serve *cl, serve__timing *t);
+json_t *serve__timing_json(shoal_serve *cl); /* the status' "timing" */
 
 /* serve_wake.c: wake-up pipes and the event ring to the node thread. */
 void serve__poke(int fd, const char *what); /* a byte into a pipe's write end */

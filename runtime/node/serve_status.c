@@ -151,6 +151,12 @@ json_t *shoal_serve_status_json(shoal_serve *cl)
 	pthread_mutex_unlock(&cl->mu);
 	json_object_set_new(o, "links", links);
 	json_object_set_new(o, "data", serve_data_json(cl));
+	json_object_set_new(o, "timing", serve__timing_json(cl));
+	/* each stage's predicted time (its own work, not the hop into it) */
+	for (size_t i = 0; cl->plan && i < shoal_plan_n_stages(cl->plan); i++)
+		json_object_set_new(
+		    json_array_get(json_object_get(o, "stages"), i), "predicted_ms",
+		    json_real((double)shoal_plan_stage_at(cl->plan, i)->predicted_ns / 1e6));
 	json_t *w = json_object();
 	json_object_set_new(w, "source", json_string(cl->wc ? "cache" : "file"));
 	json_object_set_new(w, "cache_hit_bytes", json_integer((json_int_t)cl->cache_hit_bytes));

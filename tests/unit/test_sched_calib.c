@@ -123,6 +123,20 @@ static double plan_tps(const shoal_view *v, const shoal_manifest *m, bool tensor
 		fprintf(stderr, "plan: %s\n", why);
 	MUST((e) == (SHOAL_OK));
 	double tps = 1e9 / (double)shoal_plan_predicted_ns(p);
+	/* a group's members compute on their unified GPUs (cost.c: tpbw):
+	 * their shares are on them, as the plan says (not 0) */
+	for (size_t i = 0; tensor && shoal_plan_n_groups(p) && i < shoal_plan_n_peers(p); i++) {
+		const shoal_plan_peer *pp = shoal_plan_peer_at(p, i);
+		uint64_t b = pp->weight_bytes + pp->kv_bytes;
+		MUST(pp->gpu_unified && pp->gpu_capacity);
+		MUST(pp->gpu_bytes == (b < pp->gpu_capacity ? b : pp->gpu_capacity));
+		MUST(pp->gpu_bytes > 0);
+	}
+	/* and each stage's predicted time is within the token's */
+	uint64_t sum = 0;
+	for (size_t i = 0; i < shoal_plan_n_stages(p); i++)
+		sum += shoal_plan_stage_at(p, i)->predicted_ns;
+	MUST(sum > 0 && sum <= shoal_plan_predicted_ns(p));
 	*groups = shoal_plan_n_groups(p);
 	*stages = shoal_plan_n_stages(p);
 	shoal_plan_free(p);
