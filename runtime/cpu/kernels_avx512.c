@@ -29,8 +29,9 @@
  *     ISUM) (the row groups below);
  *   Q2_K as Q4_K, Q3_K as Q6_K (per row one float; the row groups below);
  *   Q5_0/IQ4_NL/MXFP4 as Q4_0; IQ4_XS: per super-block exact int32
- *     lanes (8, upper half zero), fma into one accumulator, hsum16; Q5_1 as AVX2 does (in pairs,
- *     a0 + a1, lanes 8-15 zero).
+ *     lanes (8, upper half zero), fma into one accumulator, hsum16;
+ *   Q5_1 as Q4_0, each pair fma(float(lanes), d_w d_x) then
+ *     fma(float(x-sum lanes), m_w d_x) into the one accumulator.
  */
 
 #ifndef KERNELS_VNNI
@@ -235,8 +236,95 @@ K5_Q32_RC(k5_q5_0, kernels__block_q5_0, k5_q5_0_pair, KERNELS__X86_H2F_SCALES)
 K5_Q32_RC(k5_iq4_nl, kernels__block_iq4_nl, k5_iq4_nl_pair, KERNELS__X86_H2F_SCALES)
 K5_Q32_RC(k5_mxfp4, kernels__block_mxfp4, k5_mxfp4_pair, KERNELS__X86_E8M0_SCALES)
 
-/* Q5_1 (kernels_x86.h; rare: 256-bit steps). */
-KERNELS__X86_Q5_1_TILE(k5_tile_q5_1)
+/* Q5_1 in the same row and column tiles: x = d q + m with q unsigned
+ * (0..31), so per pair of blocks (lanes 0-7 block b, 8-15 block b + 1)
+ * acc = fma(float(dot(q, x) lanes), d_w d_x, acc), then acc =
+ * fma(float(x-sum lanes), m_w d_x, acc); an odd last block is a pair with
+ * an empty upper half (scales 0). The lanes are exact sums of 4 (vpdpbusd,
+ * or maddubs + madd: pairs <= 2 * 31 * 127); the x sums are the column's,
+ * made once per pair for all the tile's rows. */
+
+/* Blocks b[0] and b[1] (b[1] empty when single) as 64 unsigned quants:
+ * the nibbles placed as Q4_0's, the fifth bits (qh, bit i = element i) a
+ * byte mask, added as 16. */
+KERNELS__INLINE __m512i k5_q5_1_pair(const kernels__block_q5_1 *b, int single)
+{
+	const long long s4 = 0x0004000400040004LL;
+	__m128i lo = _mm_loadu_si128((const __m128i *)b[0].qs);
+	__m128i hi = single ? _mm_setzero_si128() : _mm_loadu_si128((const __m128i *)b[1].qs);
+	__m512i v = _mm512_castsi256_si512(_mm256_set_m128i(hi, lo));
+	v = _mm512_shuffle_i64x2(v, v, _MM_SHUFFLE(1, 1, 0, 0));
+	v = _mm512_srlv_epi16(v, _mm512_set_epi64(s4, s4, 0, 0, s4, s4, 0, 0));
+	v = _mm512_and_si512(v, _mm512_set1_epi8(0x0f));
+	uint32_t h0, h1 = 0;
+	memcpy(&h0, b[0].qh, 4);
+	if (!single)
+		memcpy(&h1, b[1].qh, 4);
+	__mmask64 k = _cvtu64_mask64((uint64_t)h0 | (uint64_t)h1 << 32);
+	return _mm512_mask_add_epi8(v, k, v, _mm512_set1_epi8(16));
+}
+
+/* The exact int32 lanes sum of 4 (u w) for unsigned bytes u, signed w. */
+KERNELS__INLINE __m512i k5_udot1(__m512i u, __m512i w)
+{
+#if KERNELS_VNNI
+	return _mm512_dpbusd_epi32(_mm512_setzero_si512(), u, w);
+#else
+	return _mm512_madd_epi16(_mm512_maddubs_epi16(u, w), _mm512_set1_epi16(1));
+#endif
+}
+
+KERNELS__INLINE void k5_q5_1_rc(int64_t n, const char *w, size_t row_bytes, const int R,
+                                const void *const *xq, const int NC, float *out)
+{
+	const __m512i idx_d = _mm512_set_epi32(2, 2, 2, 2, 2, 2, 2, 2, 0, 0, 0, 0, 0, 0, 0, 0);
+	const __m512i idx_m = _mm512_set_epi32(3, 3, 3, 3, 3, 3, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1);
+	__m512 acc[4][KERNELS__TILE];
+	KERNELS__UNROLL for (int r = 0; r < R; r++) KERNELS__UNROLL for (int c = 0; c < NC; c++)
+	    acc[r][c] = _mm512_setzero_ps();
+	const __m256i z = _mm256_setzero_si256();
+	const size_t pf = R == 1 ? KERNELS__PF_AHEAD : 4 * row_bytes;
+	int64_t nb = n / KERNELS__QK;
+	for (int64_t b = 0; b < nb; b += 2) {
+		const int single = b + 1 == nb;
+		__m512i xv[KERNELS__TILE];
+		__m512 dx[KERNELS__TILE], sx[KERNELS__TILE];
+		KERNELS__UNROLL for (int c = 0; c < NC; c++)
+		{
+			const kernels__block_q8_0 *xb = (const kernels__block_q8_0 *)xq[c] + b;
+			xv[c] = k5_pair_si(k5_q8_0_bytes(xb), single ? z : k5_q8_0_bytes(xb + 1));
+			dx[c] =
+			    k5_spread_pair(kernels__x86_h2f_pair(&xb[0].d, single ? 0 : xb[1].d));
+			sx[c] = _mm512_cvtepi32_ps(k5_udot1(_mm512_set1_epi8(1), xv[c]));
+		}
+		KERNELS__UNROLL for (int r = 0; r < R; r++)
+		{
+			const kernels__block_q5_1 *wb =
+			    (const kernels__block_q5_1 *)(w + (size_t)r * row_bytes) + b;
+			kernels__prefetch_line((const char *)wb + pf);
+			__m512i q = k5_q5_1_pair(wb, single);
+			uint32_t s0, s1 = 0; /* (d, m) of each block */
+			memcpy(&s0, &wb[0].d, 4);
+			if (!single)
+				memcpy(&s1, &wb[1].d, 4);
+			__m512 dm = _mm512_castps128_ps512(_mm_cvtph_ps(
+			    _mm_cvtsi64_si128((long long)((uint64_t)s0 | (uint64_t)s1 << 32))));
+			__m512 dw = _mm512_permutexvar_ps(idx_d, dm);
+			__m512 mw = _mm512_permutexvar_ps(idx_m, dm);
+			KERNELS__UNROLL for (int c = 0; c < NC; c++)
+			{
+				__m512i s = k5_udot1(q, xv[c]);
+				acc[r][c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s),
+				                            _mm512_mul_ps(dw, dx[c]), acc[r][c]);
+				acc[r][c] =
+				    _mm512_fmadd_ps(sx[c], _mm512_mul_ps(mw, dx[c]), acc[r][c]);
+			}
+		}
+	}
+	KERNELS__UNROLL for (int r = 0; r < R; r++) KERNELS__UNROLL for (int c = 0; c < NC; c++)
+	    out[r * KERNELS__TILE + c] = k5_hsum(acc[r][c]);
+}
+KERNELS__ROWS_FROM_RC(k5_q5_1)
 
 /* ---- Q8_0 in groups of 16 rows ------------------------------------------------------
  * This table's Q8_0 (gemv and gemm alike) accumulates each row in one float,
@@ -1882,7 +1970,6 @@ KERNELS__TABLE(K5_TABLE, K5_ISA, k5, k5,
                .tile = {[KERNELS__W_F32] = k5_tile_f32,
                         [KERNELS__W_F16] = k5_tile_f16,
                         [KERNELS__W_BF16] = k5_tile_bf16,
-                        [KERNELS__W_Q5_1] = k5_tile_q5_1,
                         [KERNELS__W_IQ4_XS] = k5_tile_iq4_xs},
                .mm = {[KERNELS__W_Q8_0] = k5_q8g_mm,
                       [KERNELS__W_Q4_K] = k5_q4g_mm,
@@ -1892,5 +1979,6 @@ KERNELS__TABLE(K5_TABLE, K5_ISA, k5, k5,
                       [KERNELS__W_Q6_K] = k5_q6g_mm},
                .rows = {[KERNELS__W_Q4_0] = k5_q4_0_rows,
                         [KERNELS__W_Q5_0] = k5_q5_0_rows,
+                        [KERNELS__W_Q5_1] = k5_q5_1_rows,
                         [KERNELS__W_IQ4_NL] = k5_iq4_nl_rows,
                         [KERNELS__W_MXFP4] = k5_mxfp4_rows});
