@@ -1304,8 +1304,8 @@ KERNELS__INLINE __m512i k5_q6g_lanes(const kernels__block_q6_k *wb, const kernel
  * acc) (ISUM = sum_j sc_j dot_j, IMIN = sum_j m_j bsum_j over its 16
  * sub-blocks of 16), Q3_K acc = fma(d_w d_x, ISUM, acc) (ISUM = sum_j sc_j
  * dot_j with the signed quants and scales), all exact int32. The gemv
- * folds each row's lanes 16 rows at a time (k5_kq_gemv); the gemm runs
- * that gemv per column over blocks of rows (k5_kq_gemm_cols).
+ * folds each row's lanes 16 rows at a time (k5_kq_gemv); the gemm takes
+ * one row and 4 columns at a time in the same order (k5_q2k_ord).
  * The 2-bit layout: bits 2 j of the 32 bytes of chunk ch (64 c .. of qs)
  * hold elements 128 ch + 32 j + l, so the chunk broadcast to both halves
  * and shifted by 2 j in one half and 2 (j + 1) in the other gives 64
@@ -1642,35 +1642,71 @@ K5_KQ_MM(k5_q4g_mm, 0)
 K5_KQ_MM(k5_q5g_mm, 1)
 K5_KQ_MM(k5_q6g_mm, 2)
 
-/* Rows per block of the K-quant gemms that run the gemv per column: the
- * block's weights (64 rows of 5632 Q3_K elements: 150 KB) stay in L2 while
- * every column passes over them. */
-#define K5_KQ_CR 64
+/* Q2_K and Q3_K gemm: tiles of one row and up to 4 columns in the gemv's
+ * order (one float per row and column, over the super-blocks in order):
+ * kernels_x86.h's int32 lanes for the columns at once (the decoded
+ * weights shared), summed to the exact ISUM (and IMIN), then the gemv's
+ * float steps one by one, so each element is bitwise the gemv's. */
+KERNELS__INLINE int32_t k5_hsum_i32(__m256i v)
+{
+	__m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+	s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4e));
+	s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xb1));
+	return _mm_cvtsi128_si32(s);
+}
 
-/* Q2_K and Q3_K gemm: the gemv of each column over blocks of rows (a row's
- * result does not depend on which rows share its group), so each element
- * is bitwise the gemv's. */
-#define K5_KQ_MM_COLS(name, KIND)                                                                  \
-	static void name##_gemv(int64_t n, const char *w, size_t row_bytes, int64_t nrows,         \
-	                        const void *xq, float *y)                                          \
-	{                                                                                          \
-		k5_kq_gemv(n, w, row_bytes, nrows, xq, y, KIND);                                   \
-	}                                                                                          \
+KERNELS__INLINE void k5_q2k_ord_n(int64_t n, const void *w, const void *const *xq, const int NC,
+                                  float *out)
+{
+	const kernels__block_q2_k *wb = w;
+	float acc[KERNELS__TILE] = {0.0f, 0.0f, 0.0f, 0.0f};
+	for (int64_t b = 0; b < n / KERNELS__QKK; b++) {
+		__m256i isum[KERNELS__TILE], imin[KERNELS__TILE];
+		kernels__x86_q2k_lanes(&wb[b], b, xq, NC, isum, imin);
+		float dw = kernels__x86_h2f(wb[b].d), dmw = kernels__x86_h2f(wb[b].dmin);
+		KERNELS__UNROLL for (int c = 0; c < NC; c++)
+		{
+			float dx = ((const kernels__block_q8_k *)xq[c])[b].d;
+			acc[c] = fmaf(dw * dx, (float)k5_hsum_i32(isum[c]), acc[c]);
+			acc[c] = fmaf(-(dmw * dx), (float)k5_hsum_i32(imin[c]), acc[c]);
+		}
+	}
+	KERNELS__UNROLL for (int c = 0; c < NC; c++) out[c] = acc[c];
+}
+KERNELS__TILE_FROM_N(k5_q2k_ord)
+
+KERNELS__INLINE void k5_q3k_ord_n(int64_t n, const void *w, const void *const *xq, const int NC,
+                                  float *out)
+{
+	const kernels__block_q3_k *wb = w;
+	float acc[KERNELS__TILE] = {0.0f, 0.0f, 0.0f, 0.0f};
+	for (int64_t b = 0; b < n / KERNELS__QKK; b++) {
+		__m256i isum[KERNELS__TILE];
+		kernels__x86_q3k_lanes(&wb[b], b, xq, NC, isum);
+		float dw = kernels__x86_h2f(wb[b].d);
+		KERNELS__UNROLL for (int c = 0; c < NC; c++)
+		{
+			float dx = ((const kernels__block_q8_k *)xq[c])[b].d;
+			acc[c] = fmaf(dw * dx, (float)k5_hsum_i32(isum[c]), acc[c]);
+		}
+	}
+	KERNELS__UNROLL for (int c = 0; c < NC; c++) out[c] = acc[c];
+}
+KERNELS__TILE_FROM_N(k5_q3k_ord)
+
+#define K5_KQ_MM_ORD(name, KIND, TILE)                                                             \
 	static void name(int64_t n, const void *w, size_t row_bytes, int64_t nrows,                \
 	                 const void *xq, size_t xq_stride, int64_t ncols, float *y,                \
 	                 size_t y_stride)                                                          \
 	{                                                                                          \
-		for (int64_t r0 = 0; r0 < nrows; r0 += K5_KQ_CR) {                                 \
-			const int64_t nr = nrows - r0 < K5_KQ_CR ? nrows - r0 : K5_KQ_CR;          \
-			for (int64_t c = 0; c < ncols; c++)                                        \
-				name##_gemv(n, (const char *)w + (size_t)r0 * row_bytes,           \
-				            row_bytes, nr,                                         \
-				            (const char *)xq + (size_t)c * xq_stride,              \
-				            y + (size_t)c * y_stride + (size_t)r0);                \
-		}                                                                                  \
+		if (ncols == 1)                                                                    \
+			k5_kq_gemv(n, w, row_bytes, nrows, xq, y, KIND);                           \
+		else                                                                               \
+			kernels__run_gemm(TILE, n, w, row_bytes, nrows, xq, xq_stride, ncols, y,   \
+			                  y_stride);                                               \
 	}
-K5_KQ_MM_COLS(k5_q2g_mm, 3)
-K5_KQ_MM_COLS(k5_q3g_mm, 4)
+K5_KQ_MM_ORD(k5_q2g_mm, 3, k5_q2k_ord)
+K5_KQ_MM_ORD(k5_q3g_mm, 4, k5_q3k_ord)
 
 /* ---- IQ4_XS -------------------------------------------------------------------------------
  * 256-bit steps: the exact int32 lanes and tile bodies of kernels_x86.h (8
