@@ -9,8 +9,8 @@
  * (fixed per ISA, see test_kernels.c) is given below the includes.
  * Divisions: helpers, float types, Q4_0 pairs (and Q5_0, IQ4_NL, MXFP4,
  * Q5_1), Q8_0 in groups of 16 rows, Q4_K and Q5_K in groups of 16 rows, Q6_K in
- * groups of 16 rows, Q2_K/Q3_K/IQ4_XS, attention (zmm twins of kernels_x86.h's loops, the same
- * bits), the table.
+ * groups of 16 rows, Q2_K and Q3_K in groups of 16 rows, IQ4_XS, attention (zmm
+ * twins of kernels_x86.h's loops, the same bits), the table.
  */
 #include "runtime/cpu/kernels_x86.h"
 
@@ -27,11 +27,11 @@
  *     fma(d, ISUM), then fnma(dmin, IMIN) (the row groups below);
  *   Q6_K: per row one float, over the super-blocks in order, fma(d,
  *     ISUM) (the row groups below);
- *   Q2_K: per super-block exact int32 lanes (8), fma(d, isum), then
- *     fnma(dmin, imin) into one accumulator; hsum16;
- *   Q5_0/IQ4_NL/MXFP4 as Q4_0; Q3_K/IQ4_XS: per super-block exact int32
- *     lanes (8, upper half zero), fma into one accumulator, hsum16; Q5_1 as AVX2 does (in pairs,
- *     a0 + a1, lanes 8-15 zero).
+ *   Q2_K as Q4_K, Q3_K as Q6_K (per row one float; the row groups below);
+ *   Q5_0/IQ4_NL/MXFP4 as Q4_0; IQ4_XS: per super-block exact int32
+ *     lanes (8, upper half zero), fma into one accumulator, hsum16;
+ *   Q5_1 as Q4_0, each pair fma(float(lanes), d_w d_x) then
+ *     fma(float(x-sum lanes), m_w d_x) into the one accumulator.
  */
 
 #ifndef KERNELS_VNNI
@@ -236,8 +236,95 @@ K5_Q32_RC(k5_q5_0, kernels__block_q5_0, k5_q5_0_pair, KERNELS__X86_H2F_SCALES)
 K5_Q32_RC(k5_iq4_nl, kernels__block_iq4_nl, k5_iq4_nl_pair, KERNELS__X86_H2F_SCALES)
 K5_Q32_RC(k5_mxfp4, kernels__block_mxfp4, k5_mxfp4_pair, KERNELS__X86_E8M0_SCALES)
 
-/* Q5_1 (kernels_x86.h; rare: 256-bit steps). */
-KERNELS__X86_Q5_1_TILE(k5_tile_q5_1)
+/* Q5_1 in the same row and column tiles: x = d q + m with q unsigned
+ * (0..31), so per pair of blocks (lanes 0-7 block b, 8-15 block b + 1)
+ * acc = fma(float(dot(q, x) lanes), d_w d_x, acc), then acc =
+ * fma(float(x-sum lanes), m_w d_x, acc); an odd last block is a pair with
+ * an empty upper half (scales 0). The lanes are exact sums of 4 (vpdpbusd,
+ * or maddubs + madd: pairs <= 2 * 31 * 127); the x sums are the column's,
+ * made once per pair for all the tile's rows. */
+
+/* Blocks b[0] and b[1] (b[1] empty when single) as 64 unsigned quants:
+ * the nibbles placed as Q4_0's, the fifth bits (qh, bit i = element i) a
+ * byte mask, added as 16. */
+KERNELS__INLINE __m512i k5_q5_1_pair(const kernels__block_q5_1 *b, int single)
+{
+	const long long s4 = 0x0004000400040004LL;
+	__m128i lo = _mm_loadu_si128((const __m128i *)b[0].qs);
+	__m128i hi = single ? _mm_setzero_si128() : _mm_loadu_si128((const __m128i *)b[1].qs);
+	__m512i v = _mm512_castsi256_si512(_mm256_set_m128i(hi, lo));
+	v = _mm512_shuffle_i64x2(v, v, _MM_SHUFFLE(1, 1, 0, 0));
+	v = _mm512_srlv_epi16(v, _mm512_set_epi64(s4, s4, 0, 0, s4, s4, 0, 0));
+	v = _mm512_and_si512(v, _mm512_set1_epi8(0x0f));
+	uint32_t h0, h1 = 0;
+	memcpy(&h0, b[0].qh, 4);
+	if (!single)
+		memcpy(&h1, b[1].qh, 4);
+	__mmask64 k = _cvtu64_mask64((uint64_t)h0 | (uint64_t)h1 << 32);
+	return _mm512_mask_add_epi8(v, k, v, _mm512_set1_epi8(16));
+}
+
+/* The exact int32 lanes sum of 4 (u w) for unsigned bytes u, signed w. */
+KERNELS__INLINE __m512i k5_udot1(__m512i u, __m512i w)
+{
+#if KERNELS_VNNI
+	return _mm512_dpbusd_epi32(_mm512_setzero_si512(), u, w);
+#else
+	return _mm512_madd_epi16(_mm512_maddubs_epi16(u, w), _mm512_set1_epi16(1));
+#endif
+}
+
+KERNELS__INLINE void k5_q5_1_rc(int64_t n, const char *w, size_t row_bytes, const int R,
+                                const void *const *xq, const int NC, float *out)
+{
+	const __m512i idx_d = _mm512_set_epi32(2, 2, 2, 2, 2, 2, 2, 2, 0, 0, 0, 0, 0, 0, 0, 0);
+	const __m512i idx_m = _mm512_set_epi32(3, 3, 3, 3, 3, 3, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1);
+	__m512 acc[4][KERNELS__TILE];
+	KERNELS__UNROLL for (int r = 0; r < R; r++) KERNELS__UNROLL for (int c = 0; c < NC; c++)
+	    acc[r][c] = _mm512_setzero_ps();
+	const __m256i z = _mm256_setzero_si256();
+	const size_t pf = R == 1 ? KERNELS__PF_AHEAD : 4 * row_bytes;
+	int64_t nb = n / KERNELS__QK;
+	for (int64_t b = 0; b < nb; b += 2) {
+		const int single = b + 1 == nb;
+		__m512i xv[KERNELS__TILE];
+		__m512 dx[KERNELS__TILE], sx[KERNELS__TILE];
+		KERNELS__UNROLL for (int c = 0; c < NC; c++)
+		{
+			const kernels__block_q8_0 *xb = (const kernels__block_q8_0 *)xq[c] + b;
+			xv[c] = k5_pair_si(k5_q8_0_bytes(xb), single ? z : k5_q8_0_bytes(xb + 1));
+			dx[c] =
+			    k5_spread_pair(kernels__x86_h2f_pair(&xb[0].d, single ? 0 : xb[1].d));
+			sx[c] = _mm512_cvtepi32_ps(k5_udot1(_mm512_set1_epi8(1), xv[c]));
+		}
+		KERNELS__UNROLL for (int r = 0; r < R; r++)
+		{
+			const kernels__block_q5_1 *wb =
+			    (const kernels__block_q5_1 *)(w + (size_t)r * row_bytes) + b;
+			kernels__prefetch_line((const char *)wb + pf);
+			__m512i q = k5_q5_1_pair(wb, single);
+			uint32_t s0, s1 = 0; /* (d, m) of each block */
+			memcpy(&s0, &wb[0].d, 4);
+			if (!single)
+				memcpy(&s1, &wb[1].d, 4);
+			__m512 dm = _mm512_castps128_ps512(_mm_cvtph_ps(
+			    _mm_cvtsi64_si128((long long)((uint64_t)s0 | (uint64_t)s1 << 32))));
+			__m512 dw = _mm512_permutexvar_ps(idx_d, dm);
+			__m512 mw = _mm512_permutexvar_ps(idx_m, dm);
+			KERNELS__UNROLL for (int c = 0; c < NC; c++)
+			{
+				__m512i s = k5_udot1(q, xv[c]);
+				acc[r][c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s),
+				                            _mm512_mul_ps(dw, dx[c]), acc[r][c]);
+				acc[r][c] =
+				    _mm512_fmadd_ps(sx[c], _mm512_mul_ps(mw, dx[c]), acc[r][c]);
+			}
+		}
+	}
+	KERNELS__UNROLL for (int r = 0; r < R; r++) KERNELS__UNROLL for (int c = 0; c < NC; c++)
+	    out[r * KERNELS__TILE + c] = k5_hsum(acc[r][c]);
+}
+KERNELS__ROWS_FROM_RC(k5_q5_1)
 
 /* ---- Q8_0 in groups of 16 rows ------------------------------------------------------
  * This table's Q8_0 (gemv and gemm alike) accumulates each row in one float,
@@ -857,8 +944,12 @@ static void k5_q8g_mm(int64_t n, const void *w, size_t row_bytes, int64_t nrows,
 
 /* Where the fields of a Q4_K (Q5 0) or Q5_K (Q5 1) block are: d and dmin
  * at 0 and 2, the scales at 4, as both structs have them. */
-#define K5_K45_BYTES(Q5)   ((Q5) ? sizeof(kernels__block_q5_k) : sizeof(kernels__block_q4_k))
-#define K5_KQ_BYTES(KIND)  ((KIND) == 2 ? sizeof(kernels__block_q6_k) : K5_K45_BYTES((KIND) == 1))
+#define K5_K45_BYTES(Q5) ((Q5) ? sizeof(kernels__block_q5_k) : sizeof(kernels__block_q4_k))
+#define K5_KQ_BYTES(KIND)                                                                          \
+	((KIND) == 2   ? sizeof(kernels__block_q6_k)                                               \
+	 : (KIND) == 3 ? sizeof(kernels__block_q2_k)                                               \
+	 : (KIND) == 4 ? sizeof(kernels__block_q3_k)                                               \
+	               : K5_K45_BYTES((KIND) == 1))
 #define K5_K45_QS(blk, Q5) ((const uint8_t *)(blk) + ((Q5) ? 48 : 16))
 #define K5_K45_QH(blk)     ((const uint8_t *)(blk) + 16)
 #define K5_K45_D(blk)      (((const uint16_t *)(const void *)(blk))[0])
@@ -1207,20 +1298,110 @@ KERNELS__INLINE __m512i k5_q6g_lanes(const kernels__block_q6_k *wb, const kernel
 	return _mm512_zextsi256_si512(_mm256_sub_epi32(i8, kernels__x86_q6k_offset(xb, sc16)));
 }
 
-/* The rows' d of super-block blk (rows idx apart, lanes past m zero): the
- * word at d - 2 (the last two scales, then d), so the gather stays inside
- * the block. */
-KERNELS__INLINE __m512 k5_q6g_scales(const char *blk, __m512i idx, __mmask16 m)
+/* ---- Q2_K and Q3_K in groups of 16 rows (gemv) ------------------------------------------
+ * As Q4_K and Q6_K: per row one float, from +0, over the super-blocks in
+ * order, Q2_K acc = fma(d_w d_x, ISUM, acc), acc = fnma(dmin_w d_x, IMIN,
+ * acc) (ISUM = sum_j sc_j dot_j, IMIN = sum_j m_j bsum_j over its 16
+ * sub-blocks of 16), Q3_K acc = fma(d_w d_x, ISUM, acc) (ISUM = sum_j sc_j
+ * dot_j with the signed quants and scales), all exact int32. The gemv
+ * folds each row's lanes 16 rows at a time (k5_kq_gemv); the gemm takes
+ * one row and 4 columns at a time in the same order (k5_q2k_ord).
+ * The 2-bit layout: bits 2 j of the 32 bytes of chunk ch (64 c .. of qs)
+ * hold elements 128 ch + 32 j + l, so the chunk broadcast to both halves
+ * and shifted by 2 j in one half and 2 (j + 1) in the other gives 64
+ * elements in order, against 64 activation bytes as they lie. */
+
+/* Shift counts per 16-bit lane: a in the low half, b in the high. */
+#define K5_HALVES16(a, b) _mm512_inserti64x4(_mm512_set1_epi16(a), _mm256_set1_epi16(b), 1)
+
+/* Q2_K: lanes 0-7 exact partial sums of ISUM (maddubs pairs <= 2 * 3 *
+ * 127, times sc <= 15), lanes 8-15 of IMIN (madd(bsums, m)). */
+KERNELS__INLINE __m512i k5_q2g_lanes(const kernels__block_q2_k *wb, const kernels__block_q8_k *xb)
 {
-	__m512i dd = _mm512_mask_i32gather_epi32(
-	    _mm512_setzero_si512(), m, idx,
-	    (const void *)(blk + offsetof(kernels__block_q6_k, d) - 2), 1);
+	const __m512i m2 = _mm512_set1_epi8(3);
+	const __m512i spread = _mm512_set_epi16(3, 3, 3, 3, 3, 3, 3, 3, 2, 2, 2, 2, 2, 2, 2, 2, 1,
+	                                        1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
+	const __m128i m4 = _mm_set1_epi8(0x0f);
+	__m128i sb = _mm_loadu_si128((const __m128i *)wb->scales);
+	__m512i sc16 = _mm512_zextsi256_si512(_mm256_cvtepu8_epi16(_mm_and_si128(sb, m4)));
+	__m512i isum = _mm512_setzero_si512();
+	KERNELS__UNROLL for (int ch = 0; ch < 2; ch++)
+	{
+		__m512i raw =
+		    _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(wb->qs + 32 * ch)));
+		KERNELS__UNROLL for (int jj = 0; jj < 2; jj++)
+		{
+			__m512i q = _mm512_and_si512(
+			    _mm512_srlv_epi16(raw, K5_HALVES16(4 * jj, 4 * jj + 2)), m2);
+			__m512i idx =
+			    _mm512_add_epi16(spread, _mm512_set1_epi16((short)(8 * ch + 4 * jj)));
+			__m512i s = _mm512_permutexvar_epi16(idx, sc16);
+			__m512i xv =
+			    _mm512_loadu_si512((const void *)(xb->qs + 128 * ch + 64 * jj));
+			isum = k5_madd_acc(isum, _mm512_maddubs_epi16(q, xv), s);
+		}
+	}
+	__m256i i8 =
+	    _mm256_add_epi32(_mm512_castsi512_si256(isum), _mm512_extracti64x4_epi64(isum, 1));
+	__m256i m16 = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(sb, 4), m4));
+	__m256i bs = _mm256_loadu_si256((const __m256i *)xb->bsums);
+	return k5_pair_si(i8, _mm256_madd_epi16(bs, m16));
+}
+
+/* Q3_K: quants as unsigned u = q + 4 in 0..7 (2 low bits, bit 4 ch + j of
+ * hmask[l] on top), dot(u - 4, x) = dot(u, x) - 4 bsum per 16; maddubs
+ * pairs <= 2 * 7 * 127, times |sc| <= 32: exact. Lanes 0-7 exact partial
+ * sums of ISUM, 8-15 zero. */
+KERNELS__INLINE __m512i k5_q3g_lanes(const kernels__block_q3_k *wb, const kernels__block_q8_k *xb)
+{
+	const __m512i m2 = _mm512_set1_epi8(3), four = _mm512_set1_epi8(4);
+	const __m512i spread = _mm512_set_epi16(3, 3, 3, 3, 3, 3, 3, 3, 2, 2, 2, 2, 2, 2, 2, 2, 1,
+	                                        1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
+	__m256i sc16 = kernels__x86_q3k_scales16(wb->scales);
+	__m512i sc16z = _mm512_zextsi256_si512(sc16);
+	__m512i hm = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)wb->hmask));
+	__m512i isum = _mm512_setzero_si512();
+	KERNELS__UNROLL for (int ch = 0; ch < 2; ch++)
+	{
+		__m512i raw =
+		    _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(wb->qs + 32 * ch)));
+		KERNELS__UNROLL for (int jj = 0; jj < 2; jj++)
+		{
+			const int j = 2 * jj;
+			__m512i q = _mm512_and_si512(
+			    _mm512_srlv_epi16(raw, K5_HALVES16(2 * j, 2 * j + 2)), m2);
+			const __m512i bit =
+			    _mm512_inserti64x4(_mm512_set1_epi8((char)(1 << (4 * ch + j))),
+			                       _mm256_set1_epi8((char)(1 << (4 * ch + j + 1))), 1);
+			q = _mm512_mask_add_epi8(q, _mm512_test_epi8_mask(hm, bit), q, four);
+			__m512i idx =
+			    _mm512_add_epi16(spread, _mm512_set1_epi16((short)(8 * ch + 4 * jj)));
+			__m512i s = _mm512_permutexvar_epi16(idx, sc16z);
+			__m512i xv =
+			    _mm512_loadu_si512((const void *)(xb->qs + 128 * ch + 64 * jj));
+			isum = k5_madd_acc(isum, _mm512_maddubs_epi16(q, xv), s);
+		}
+	}
+	__m256i i8 =
+	    _mm256_add_epi32(_mm512_castsi512_si256(isum), _mm512_extracti64x4_epi64(isum, 1));
+	__m256i bs = _mm256_loadu_si256((const __m256i *)xb->bsums);
+	__m256i off = _mm256_slli_epi32(_mm256_madd_epi16(bs, sc16), 2);
+	return _mm512_zextsi256_si512(_mm256_sub_epi32(i8, off));
+}
+
+/* The rows' d of a super-block whose d is the block's last word at offset
+ * od (Q6_K, Q3_K): the word at od - 2 and d, so the gather stays inside
+ * the block (rows idx apart, lanes past m zero). */
+KERNELS__INLINE __m512 k5_kq_dlast(const char *blk, size_t od, __m512i idx, __mmask16 m)
+{
+	__m512i dd = _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), m, idx,
+	                                         (const void *)(blk + od - 2), 1);
 	return _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(dd, 16)));
 }
 
 /* Row r of a group (as k5_q8g_row) of a K-quant (KIND 0 Q4_K, 1 Q5_K, 2
- * Q6_K): its sbn super-blocks into the fold (xs: the activation's sub-block
- * sums, Q4_K and Q5_K). */
+ * Q6_K, 3 Q2_K, 4 Q3_K): its sbn super-blocks into the fold (xs: the
+ * activation's sub-block sums, Q4_K and Q5_K). */
 KERNELS__INLINE void k5_kq_row(__m512i (*B)[K5_GV4], const char *wb, const int KIND,
                                const kernels__block_q8_k *xb, const __m128i *xs, int sbn,
                                const int LVL, const k5_q8g_fold *f, __m512 *acc, const char *g0,
@@ -1231,23 +1412,31 @@ KERNELS__INLINE void k5_kq_row(__m512i (*B)[K5_GV4], const char *wb, const int K
 		__m512i v = _mm512_setzero_si512();
 		if (wb) {
 			kernels__prefetch_block(wb + b * bb, bb);
-			v = KIND == 2
-			        ? k5_q6g_lanes(
-			              (const kernels__block_q6_k *)(const void *)(wb + b * bb),
-			              xb + b)
-			        : k5_q4g_lanes(wb + b * bb, KIND == 1, xb + b, xs[b]);
+			const void *blk = wb + b * bb;
+			if (KIND == 2)
+				v = k5_q6g_lanes(blk, xb + b);
+			else if (KIND == 3)
+				v = k5_q2g_lanes(blk, xb + b);
+			else if (KIND == 4)
+				v = k5_q3g_lanes(blk, xb + b);
+			else
+				v = k5_q4g_lanes(blk, KIND == 1, xb + b, xs[b]);
 		}
 		__m512i isum, imin;
 		if (!k5_fold_push(B[0], K5_GV4, b, v, LVL, f, &isum, &imin))
 			continue;
-		if (KIND == 2) {
-			__m512 d = _mm512_mul_ps(k5_q6g_scales(g0 + b * bb, idx, m),
+		if (KIND == 2 || KIND == 4) {
+			const size_t od = KIND == 2 ? offsetof(kernels__block_q6_k, d)
+			                            : offsetof(kernels__block_q3_k, d);
+			__m512 d = _mm512_mul_ps(k5_kq_dlast(g0 + b * bb, od, idx, m),
 			                         _mm512_set1_ps(xb[b].d));
 			*acc = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(isum), *acc);
 			continue;
 		}
+		/* d and dmin, one word each: at 0 (Q4_K, Q5_K), at 80 (Q2_K) */
+		const size_t od = KIND == 3 ? offsetof(kernels__block_q2_k, d) : 0;
 		__m512i dd = _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), m, idx,
-		                                         (const void *)(g0 + b * bb), 1);
+		                                         (const void *)(g0 + b * bb + od), 1);
 		__m512 d = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(dd));
 		__m512 dm = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(dd, 16)));
 		*acc = k5_q4g_step(*acc, isum, imin, d, dm, xb[b].d);
@@ -1453,13 +1642,77 @@ K5_KQ_MM(k5_q4g_mm, 0)
 K5_KQ_MM(k5_q5g_mm, 1)
 K5_KQ_MM(k5_q6g_mm, 2)
 
-/* ---- Q2_K, Q3_K, IQ4_XS --------------------------------------------------------------------
- * 256-bit steps: the exact int32 lanes and tile bodies of kernels_x86.h (8
- * lanes, the upper half of the zmm zero), scaled and accumulated as Q4_K
- * (with mins) or Q6_K (without). */
+/* Q2_K and Q3_K gemm: tiles of one row and up to 4 columns in the gemv's
+ * order (one float per row and column, over the super-blocks in order):
+ * kernels_x86.h's int32 lanes for the columns at once (the decoded
+ * weights shared), summed to the exact ISUM (and IMIN), then the gemv's
+ * float steps one by one, so each element is bitwise the gemv's. */
+KERNELS__INLINE int32_t k5_hsum_i32(__m256i v)
+{
+	__m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+	s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4e));
+	s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xb1));
+	return _mm_cvtsi128_si32(s);
+}
 
-KERNELS__X86_KQ_MIN_TILE(k5_tile_q2_k, kernels__block_q2_k, kernels__x86_q2k_lanes)
-KERNELS__X86_KQ_TILE(k5_tile_q3_k, kernels__block_q3_k, kernels__x86_q3k_lanes)
+KERNELS__INLINE void k5_q2k_ord_n(int64_t n, const void *w, const void *const *xq, const int NC,
+                                  float *out)
+{
+	const kernels__block_q2_k *wb = w;
+	float acc[KERNELS__TILE] = {0.0f, 0.0f, 0.0f, 0.0f};
+	for (int64_t b = 0; b < n / KERNELS__QKK; b++) {
+		__m256i isum[KERNELS__TILE], imin[KERNELS__TILE];
+		kernels__x86_q2k_lanes(&wb[b], b, xq, NC, isum, imin);
+		float dw = kernels__x86_h2f(wb[b].d), dmw = kernels__x86_h2f(wb[b].dmin);
+		KERNELS__UNROLL for (int c = 0; c < NC; c++)
+		{
+			float dx = ((const kernels__block_q8_k *)xq[c])[b].d;
+			acc[c] = fmaf(dw * dx, (float)k5_hsum_i32(isum[c]), acc[c]);
+			acc[c] = fmaf(-(dmw * dx), (float)k5_hsum_i32(imin[c]), acc[c]);
+		}
+	}
+	KERNELS__UNROLL for (int c = 0; c < NC; c++) out[c] = acc[c];
+}
+KERNELS__TILE_FROM_N(k5_q2k_ord)
+
+KERNELS__INLINE void k5_q3k_ord_n(int64_t n, const void *w, const void *const *xq, const int NC,
+                                  float *out)
+{
+	const kernels__block_q3_k *wb = w;
+	float acc[KERNELS__TILE] = {0.0f, 0.0f, 0.0f, 0.0f};
+	for (int64_t b = 0; b < n / KERNELS__QKK; b++) {
+		__m256i isum[KERNELS__TILE];
+		kernels__x86_q3k_lanes(&wb[b], b, xq, NC, isum);
+		float dw = kernels__x86_h2f(wb[b].d);
+		KERNELS__UNROLL for (int c = 0; c < NC; c++)
+		{
+			float dx = ((const kernels__block_q8_k *)xq[c])[b].d;
+			acc[c] = fmaf(dw * dx, (float)k5_hsum_i32(isum[c]), acc[c]);
+		}
+	}
+	KERNELS__UNROLL for (int c = 0; c < NC; c++) out[c] = acc[c];
+}
+KERNELS__TILE_FROM_N(k5_q3k_ord)
+
+#define K5_KQ_MM_ORD(name, KIND, TILE)                                                             \
+	static void name(int64_t n, const void *w, size_t row_bytes, int64_t nrows,                \
+	                 const void *xq, size_t xq_stride, int64_t ncols, float *y,                \
+	                 size_t y_stride)                                                          \
+	{                                                                                          \
+		if (ncols == 1)                                                                    \
+			k5_kq_gemv(n, w, row_bytes, nrows, xq, y, KIND);                           \
+		else                                                                               \
+			kernels__run_gemm(TILE, n, w, row_bytes, nrows, xq, xq_stride, ncols, y,   \
+			                  y_stride);                                               \
+	}
+K5_KQ_MM_ORD(k5_q2g_mm, 3, k5_q2k_ord)
+K5_KQ_MM_ORD(k5_q3g_mm, 4, k5_q3k_ord)
+
+/* ---- IQ4_XS -------------------------------------------------------------------------------
+ * 256-bit steps: the exact int32 lanes and tile bodies of kernels_x86.h (8
+ * lanes, the upper half of the zmm zero), scaled and accumulated as Q6_K's
+ * per-row kernel was (one accumulator, hsum16). */
+
 KERNELS__X86_KQ_TILE(k5_tile_iq4_xs, kernels__block_iq4_xs, kernels__x86_iq4xs_lanes)
 
 /* ---- attention (kernels.h's order; products and sums, never fused) -------------------------
@@ -1753,15 +2006,15 @@ KERNELS__TABLE(K5_TABLE, K5_ISA, k5, k5,
                .tile = {[KERNELS__W_F32] = k5_tile_f32,
                         [KERNELS__W_F16] = k5_tile_f16,
                         [KERNELS__W_BF16] = k5_tile_bf16,
-                        [KERNELS__W_Q5_1] = k5_tile_q5_1,
-                        [KERNELS__W_Q2_K] = k5_tile_q2_k,
-                        [KERNELS__W_Q3_K] = k5_tile_q3_k,
                         [KERNELS__W_IQ4_XS] = k5_tile_iq4_xs},
                .mm = {[KERNELS__W_Q8_0] = k5_q8g_mm,
                       [KERNELS__W_Q4_K] = k5_q4g_mm,
                       [KERNELS__W_Q5_K] = k5_q5g_mm,
+                      [KERNELS__W_Q2_K] = k5_q2g_mm,
+                      [KERNELS__W_Q3_K] = k5_q3g_mm,
                       [KERNELS__W_Q6_K] = k5_q6g_mm},
                .rows = {[KERNELS__W_Q4_0] = k5_q4_0_rows,
                         [KERNELS__W_Q5_0] = k5_q5_0_rows,
+                        [KERNELS__W_Q5_1] = k5_q5_1_rows,
                         [KERNELS__W_IQ4_NL] = k5_iq4_nl_rows,
                         [KERNELS__W_MXFP4] = k5_mxfp4_rows});

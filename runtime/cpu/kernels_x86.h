@@ -205,21 +205,28 @@ KERNELS__INLINE void kernels__x86_q5k_lanes(const kernels__block_q5_k *w, int64_
 	kernels__x86_k45_lanes(w->scales, w->qs, w->qh, b, xq, NC, isum, imin);
 }
 
-/* From 16 int16 scales v: lanes 0-7 = scale k, lanes 8-15 = scale k + 1
- * (k even: the dword k / 2 holds both, broadcast, then each 128-bit lane
- * repeats its word). */
-KERNELS__INLINE __m256i kernels__x86_scale_pair(__m256i v, int k)
+/* 16 scale bytes (as int16 lanes after a widening) reordered so that the
+ * low 128-bit lane holds the even ones and the high lane the odd ones
+ * (kernels__x86_scale_pair's input). */
+KERNELS__INLINE __m128i kernels__x86_even_odd(__m128i v)
 {
-	const __m256i pick = _mm256_setr_epi8(0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 2, 3,
-	                                      2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3);
-	__m256i p = _mm256_permutevar8x32_epi32(v, _mm256_set1_epi32(k / 2));
-	return _mm256_shuffle_epi8(p, pick);
+	return _mm_shuffle_epi8(
+	    v, _mm_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15));
 }
 
-/* The 16 Q3_K scales (kernels__q3k_scales) as int16 lanes: the low nibbles
- * of bytes 0-7, then their high nibbles; the top 2 bits of scale 4 k + b
- * at bits 2 k of byte 8 + b (a variable shift per dword). */
-KERNELS__INLINE __m256i kernels__x86_q3k_scales16(const uint8_t *s)
+/* From 16 int16 scales eo (even ones in the low lane, odd in the high, as
+ * kernels__x86_even_odd orders them): lanes 0-7 = scale k, lanes 8-15 =
+ * scale k + 1 (k even: word k / 2 of each 128-bit lane, one shuffle). */
+KERNELS__INLINE __m256i kernels__x86_scale_pair(__m256i eo, int k)
+{
+	return _mm256_shuffle_epi8(eo, _mm256_set1_epi16((short)(((k + 1) << 8) | k)));
+}
+
+/* The 16 Q3_K scales (kernels__q3k_scales) as bytes (scales8) or int16
+ * lanes (scales16): the low nibbles of bytes 0-7, then their high nibbles;
+ * the top 2 bits of scale 4 k + b at bits 2 k of byte 8 + b (a variable
+ * shift per dword). */
+KERNELS__INLINE __m128i kernels__x86_q3k_scales8(const uint8_t *s)
 {
 	const __m128i m4 = _mm_set1_epi8(0x0f);
 	__m128i a = _mm_loadl_epi64((const __m128i *)s);
@@ -228,7 +235,12 @@ KERNELS__INLINE __m256i kernels__x86_q3k_scales16(const uint8_t *s)
 	memcpy(&h, s + 8, 4);
 	__m128i hi = _mm_srlv_epi32(_mm_set1_epi32((int)h), _mm_setr_epi32(0, 2, 4, 6));
 	hi = _mm_slli_epi16(_mm_and_si128(hi, _mm_set1_epi8(3)), 4);
-	return _mm256_cvtepi8_epi16(_mm_sub_epi8(_mm_or_si128(lo, hi), _mm_set1_epi8(32)));
+	return _mm_sub_epi8(_mm_or_si128(lo, hi), _mm_set1_epi8(32));
+}
+
+KERNELS__INLINE __m256i kernels__x86_q3k_scales16(const uint8_t *s)
+{
+	return _mm256_cvtepi8_epi16(kernels__x86_q3k_scales8(s));
 }
 
 /* Q2_K and Q3_K share the 2-bit layout: for chunk c and j < 4, the 32
@@ -243,12 +255,13 @@ KERNELS__INLINE void kernels__x86_q2k_lanes(const kernels__block_q2_k *w, int64_
 	const __m256i m2 = _mm256_set1_epi8(3);
 	const __m128i m4 = _mm_set1_epi8(0x0f);
 	__m128i sb = _mm_loadu_si128((const __m128i *)w->scales);
-	__m256i sc16 = _mm256_cvtepu8_epi16(_mm_and_si128(sb, m4));
+	__m256i sc16 = _mm256_cvtepu8_epi16(kernels__x86_even_odd(_mm_and_si128(sb, m4)));
 	KERNELS__UNROLL for (int c = 0; c < NC; c++) isum[c] = _mm256_setzero_si256();
 	KERNELS__UNROLL for (int ch = 0; ch < 2; ch++)
 	{
 		__m256i raw = _mm256_loadu_si256((const __m256i *)(w->qs + 32 * ch));
-		for (int j = 0; j < 4; j++, raw = _mm256_srli_epi16(raw, 2)) {
+		KERNELS__UNROLL for (int j = 0; j < 4; j++, raw = _mm256_srli_epi16(raw, 2))
+		{
 			__m256i q = _mm256_and_si256(raw, m2);
 			__m256i s = kernels__x86_scale_pair(sc16, 8 * ch + 2 * j);
 			KERNELS__UNROLL for (int c = 0; c < NC; c++)
@@ -277,19 +290,25 @@ KERNELS__INLINE void kernels__x86_q2k_lanes(const kernels__block_q2_k *w, int64_
 KERNELS__INLINE void kernels__x86_q3k_lanes(const kernels__block_q3_k *w, int64_t b,
                                             const void *const *xq, const int NC, __m256i *isum)
 {
-	const __m256i m2 = _mm256_set1_epi8(3), one = _mm256_set1_epi8(1);
-	__m256i sc16 = kernels__x86_q3k_scales16(w->scales);
+	const __m256i m2 = _mm256_set1_epi8(3), four = _mm256_set1_epi8(4);
+	__m128i s8 = kernels__x86_q3k_scales8(w->scales);
+	__m256i sc16 = _mm256_cvtepi8_epi16(s8);
+	__m256i eo = _mm256_cvtepi8_epi16(kernels__x86_even_odd(s8));
 	KERNELS__UNROLL for (int c = 0; c < NC; c++) isum[c] = _mm256_setzero_si256();
-	__m256i hm = _mm256_loadu_si256((const __m256i *)w->hmask);
+	const __m256i hm = _mm256_loadu_si256((const __m256i *)w->hmask);
 	KERNELS__UNROLL for (int ch = 0; ch < 2; ch++)
 	{
 		__m256i raw = _mm256_loadu_si256((const __m256i *)(w->qs + 32 * ch));
-		for (int j = 0; j < 4;
-		     j++, raw = _mm256_srli_epi16(raw, 2), hm = _mm256_srli_epi16(hm, 1)) {
+		KERNELS__UNROLL for (int j = 0; j < 4; j++, raw = _mm256_srli_epi16(raw, 2))
+		{
+			/* bit 4 ch + j of each hmask byte to bit 2 (a 16-bit
+			 * shift right by at most 5 brings bit 2 from its own byte) */
+			const int hb = 4 * ch + j;
+			__m256i h =
+			    hb >= 2 ? _mm256_srli_epi16(hm, hb - 2) : _mm256_slli_epi16(hm, 2 - hb);
 			__m256i q =
-			    _mm256_or_si256(_mm256_and_si256(raw, m2),
-			                    _mm256_slli_epi16(_mm256_and_si256(hm, one), 2));
-			__m256i s = kernels__x86_scale_pair(sc16, 8 * ch + 2 * j);
+			    _mm256_or_si256(_mm256_and_si256(raw, m2), _mm256_and_si256(h, four));
+			__m256i s = kernels__x86_scale_pair(eo, 8 * ch + 2 * j);
 			KERNELS__UNROLL for (int c = 0; c < NC; c++)
 			{
 				const int8_t *x =
@@ -400,29 +419,43 @@ KERNELS__INLINE void kernels__x86_iq4xs_lanes(const kernels__block_iq4_xs *w, in
 	KERNELS__SUPER_TILE(name, WBLOCK)
 
 /* Q5_1: x = d q + m, so per block acc = fma(dot(q, x), d_w d_x, acc), then
- * acc = fma(sum x, m_w d_x, acc); blocks b and b + 1 into a0 and a1. */
+ * acc = fma(sum x, m_w d_x, acc); blocks b and b + 1 into a0 and a1. The
+ * d and m of both blocks are converted in one vcvtph2ps and multiplied by
+ * the column's two d_x in one vector multiply (the same IEEE products).
+ * For the 256-bit table (KERNELS__V an __m256). */
+KERNELS__INLINE __m256 kernels__x86_lane_bcast(__m128 p, int k)
+{
+	return _mm256_permutevar8x32_ps(_mm256_castps128_ps256(p), _mm256_set1_epi32(k));
+}
+
 #define KERNELS__X86_Q5_1_TILE(name)                                                               \
 	KERNELS__INLINE void name##_pair(const kernels__block_q5_1 *wb, int64_t b, int single,     \
 	                                 const void *const *xq, const int NC, KERNELS__V *a0,      \
 	                                 KERNELS__V *a1)                                           \
 	{                                                                                          \
 		kernels__prefetch_line((const char *)(wb + b) + KERNELS__PF_AHEAD);                \
-		for (int k = 0; k < (single ? 1 : 2); k++) {                                       \
-			const kernels__block_q5_1 *w = wb + b + k;                                 \
-			__m256i q = kernels__x86_q5_bytes(w->qs, w->qh);                           \
-			float dw = kernels__x86_h2f(w->d), mw = kernels__x86_h2f(w->m);            \
-			KERNELS__V *a = k ? a1 : a0;                                               \
-			KERNELS__UNROLL for (int c = 0; c < NC; c++)                               \
-			{                                                                          \
-				const kernels__block_q8_0 *xb =                                    \
-				    (const kernels__block_q8_0 *)xq[c] + b + k;                    \
+		__m256i q[2];                                                                      \
+		q[0] = kernels__x86_q5_bytes(wb[b].qs, wb[b].qh);                                  \
+		q[1] = single ? q[0] : kernels__x86_q5_bytes(wb[b + 1].qs, wb[b + 1].qh);          \
+		uint32_t s0, s1 = 0; /* (d, m) of each block */                                    \
+		memcpy(&s0, &wb[b].d, 4);                                                          \
+		if (!single)                                                                       \
+			memcpy(&s1, &wb[b + 1].d, 4);                                              \
+		__m128 dm = _mm_cvtph_ps(                                                          \
+		    _mm_cvtsi64_si128((long long)((uint64_t)s0 | (uint64_t)s1 << 32)));            \
+		KERNELS__UNROLL for (int c = 0; c < NC; c++)                                       \
+		{                                                                                  \
+			const kernels__block_q8_0 *xb = (const kernels__block_q8_0 *)xq[c] + b;    \
+			__m128 dx = kernels__x86_h2f_pair(&xb[0].d, single ? 0 : xb[1].d);         \
+			__m128 p = _mm_mul_ps(dm, _mm_unpacklo_ps(dx, dx));                        \
+			for (int k = 0; k < (single ? 1 : 2); k++) {                               \
+				KERNELS__V *a = k ? a1 : a0;                                       \
 				__m256i si, sx;                                                    \
-				kernels__x86_q5_1_lanes(q, xb, &si, &sx);                          \
-				float dx = kernels__x86_h2f(xb->d);                                \
+				kernels__x86_q5_1_lanes(q[k], xb + k, &si, &sx);                   \
 				a[c] = KERNELS__V_FMA(a[c], KERNELS__X86_LANES_V(si),              \
-				                      KERNELS__V_SET1(dw * dx));                   \
+				                      kernels__x86_lane_bcast(p, 2 * k));          \
 				a[c] = KERNELS__V_FMA(a[c], KERNELS__X86_LANES_V(sx),              \
-				                      KERNELS__V_SET1(mw * dx));                   \
+				                      kernels__x86_lane_bcast(p, 2 * k + 1));      \
 			}                                                                          \
 		}                                                                                  \
 	}                                                                                          \

@@ -3,6 +3,9 @@
  * streaming-read bound (not a test: built by `make check`, run by hand).
  *
  * Usage: bench_kernels [MB [membw_MB]]   (defaults 200 and 512)
+ * BENCH_TYPES=Q2_K,Q5_K and BENCH_ISAS=avx2,avx512 (comma lists) keep only
+ * those weight types and tables in the per-type lines (and skip the
+ * same-buffer, attention and probe lines), for a short run on a few kernels.
  * Prints Q8_0 gemv against a plain read of the same 256 MiB buffer (the
  * target figure), the 1-thread read bandwidth, then per table and type the
  * 1-thread gemv GB/s over a model-like set of matrices (alternating
@@ -12,8 +15,9 @@
  * in the 1.1B Llama's shape (22 layers x 4 KV heads, 8 query heads each,
  * head size 64: the ~46 MB F32 cache a decoded token reads), and the
  * start-up probe.
- * Figures are the best of several passes (for Q8_0 interleaved with the
- * bound's own passes): other processes only slow passes down.
+ * Figures are the best of several passes (interleaved with the bound's own
+ * passes, the bound the best of the run): other processes only slow passes
+ * down.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -96,6 +100,25 @@ static void same_buffer_ratio(void)
 	free(y);
 }
 
+/* Whether name is in the comma list env (unset or empty: every name). */
+static int listed(const char *env, const char *name)
+{
+	const char *l = getenv(env);
+	if (!l || !*l)
+		return 1;
+	size_t n = strlen(name);
+	for (const char *p = l; *p;) {
+		const char *e = strchr(p, ',');
+		size_t len = e ? (size_t)(e - p) : strlen(p);
+		if (len == n && !strncmp(p, name, n))
+			return 1;
+		if (!e)
+			break;
+		p = e + 1;
+	}
+	return 0;
+}
+
 static float frand(unsigned *s)
 {
 	*s = *s * 1664525u + 1013904223u;
@@ -171,7 +194,10 @@ int main(int argc, char **argv)
 {
 	size_t mb = argc > 1 ? (size_t)atol(argv[1]) : 200;
 	size_t bw_mb = argc > 2 ? (size_t)atol(argv[2]) : 512;
-	same_buffer_ratio();
+	const char *filt = getenv("BENCH_TYPES"), *filt2 = getenv("BENCH_ISAS");
+	const int filtered = (filt && *filt) || (filt2 && *filt2);
+	if (!filtered)
+		same_buffer_ratio();
 	double bound = 0;
 	for (int r = 0; r < 3; r++) {
 		double g = shoal_membw_read_gbps(1, bw_mb << 20);
@@ -191,6 +217,8 @@ int main(int argc, char **argv)
 		xf[i] = frand(&seed);
 	for (size_t t = 0; t < sizeof types / sizeof types[0]; t++) {
 		shoal_dtype wt = types[t], at = shoal_kernels_act_type(wt);
+		if (!listed("BENCH_TYPES", shoal_dtype_name(wt)))
+			continue;
 		/* build the matrix set once per type: random rows, quantized */
 		size_t per = shoal_dtype_row_bytes(wt, 2048) * 5632; /* both shapes */
 		int nm = (int)((mb << 20) / per);
@@ -216,7 +244,8 @@ int main(int argc, char **argv)
 		unsigned char *xb = malloc(shoal_dtype_row_bytes(at, 2048) * 8);
 		for (size_t k = 0; k < sizeof isas / sizeof isas[0]; k++) {
 			const shoal_kernels *kt = shoal_kernels_by_name(isas[k]);
-			if (!kt || (!strcmp(isas[k], "scalar") && wt == SHOAL_DTYPE_F16))
+			if (!kt || (!strcmp(isas[k], "scalar") && wt == SHOAL_DTYPE_F16) ||
+			    !listed("BENCH_ISAS", isas[k]))
 				continue;
 			kt->quantize_act(at, xf, xa, 5632);
 			kt->quantize_act(at, xf, xb, 2048);
@@ -231,9 +260,10 @@ int main(int argc, char **argv)
 					best = dt;
 			}
 			double gbps = (double)total / best / 1e9;
-			if (wt == SHOAL_DTYPE_Q8_0 && strcmp(isas[k], "scalar")) {
-				/* the target: alternate bound and gemv so both get the
-				 * machine's quiet moments, best of each */
+			if (strcmp(isas[k], "scalar")) {
+				/* alternate bound and gemv so both get the machine's
+				 * quiet moments, best of each (the bound the best of
+				 * the whole run) */
 				for (int r = 0; r < 4; r++) {
 					double g = shoal_membw_read_gbps(1, bw_mb << 20);
 					bound = g > bound ? g : bound;
@@ -245,7 +275,9 @@ int main(int argc, char **argv)
 					best = dt < best ? dt : best;
 				}
 				gbps = (double)total / best / 1e9;
-				printf("  (interleaved with membw: bound now %.2f GB/s)\n", bound);
+				if (wt == SHOAL_DTYPE_Q8_0)
+					printf("  (interleaved with membw: bound now %.2f GB/s)\n",
+					       bound);
 			}
 			/* gemm: 8 columns against the first 256 rows of matrix 0 (cache) */
 			size_t xs = shoal_dtype_row_bytes(at, 2048);
@@ -269,6 +301,11 @@ int main(int argc, char **argv)
 		free(m);
 		free(xa);
 		free(xb);
+	}
+	if (filtered) {
+		free(xf);
+		free(y);
+		return 0;
 	}
 	for (size_t k = 0; k < sizeof isas / sizeof isas[0]; k++) {
 		const shoal_kernels *kt = shoal_kernels_by_name(isas[k]);

@@ -12,7 +12,9 @@
 #
 # Prints, per model and run, `shoal bench --json` (decode tokens/s, bytes
 # per token, the measured bandwidth and the fraction of the bound). The
-# figures are noisy on a shared machine: take the median.
+# figures are noisy on a shared machine: take the median. Then the gemv
+# table per weight type (tests/bench/bench_kernels), 1 thread, against the
+# read bound.
 set -eu
 builddir=${1:-${SHOAL_BUILDDIR:-.}}
 runs=${2:-3}
@@ -48,3 +50,11 @@ for m in "$ds" "$mix"; do
 		i=$((i + 1))
 	done
 done
+# The gemv table per weight type (issue 40, acceptance 4): 1-thread gemv
+# against the streaming-read bound, by tests/bench/bench_kernels, on the
+# AVX-512 and AVX2 tables (what SHOAL_ISA=avx512 / avx2 would pick) where
+# this CPU has them; BENCH_TYPES overrides the list.
+[ -x "$builddir/tests/bench/bench_kernels" ] || make -C "$builddir" tests/bench/bench_kernels >/dev/null
+echo "== gemv per type, 1 thread"
+BENCH_TYPES=${BENCH_TYPES:-Q4_K,Q5_K,Q3_K,Q2_K,Q5_1} BENCH_ISAS=${BENCH_ISAS:-avx2,avx512,neon} \
+	"$builddir/tests/bench/bench_kernels" 128

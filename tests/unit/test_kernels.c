@@ -606,8 +606,60 @@ static float q6_k_in_order(const void *wv, int flag, const void *xv, int64_t nsb
 	return acc;
 }
 
+/* The AVX-512 tables' Q2_K order: per row one float from +0, over the
+ * super-blocks in order, acc = fma(d_w d_x, ISUM, acc), then acc =
+ * fma(-(dmin_w d_x), IMIN, acc); ISUM = sum_j sc_j dot_j and IMIN = sum_j
+ * m_j bsum_j over the 16 sub-blocks of 16, exact. */
+static float q2_k_in_order(const void *wv, int flag, const void *xv, int64_t nsb)
+{
+	const kernels__block_q2_k *w = wv;
+	const kernels__block_q8_k *x = xv;
+	(void)flag;
+	float acc = 0.0f;
+	for (int64_t b = 0; b < nsb; b++) {
+		int32_t isum = 0, imin = 0;
+		for (int e = 0; e < 256; e++) {
+			int q = (w[b].qs[32 * (e / 128) + e % 32] >> (2 * ((e % 128) / 32))) & 3;
+			isum += (w[b].scales[e / 16] & 15) * q * x[b].qs[e];
+		}
+		for (int j = 0; j < 16; j++)
+			imin += (w[b].scales[j] >> 4) * x[b].bsums[j];
+		float d = shoal_fp16_to_f32(w[b].d) * x[b].d;
+		float dm = shoal_fp16_to_f32(w[b].dmin) * x[b].d;
+		acc = fmaf(d, (float)isum, acc);
+		acc = fmaf(-dm, (float)imin, acc);
+	}
+	return acc;
+}
+
+/* The AVX-512 tables' Q3_K order: per row one float from +0, over the
+ * super-blocks in order, acc = fma(d_w d_x, ISUM, acc), ISUM = sum_j sc_j
+ * dot_j (signed scales and quants) over the 16 sub-blocks of 16, exact. */
+static float q3_k_in_order(const void *wv, int flag, const void *xv, int64_t nsb)
+{
+	const kernels__block_q3_k *w = wv;
+	const kernels__block_q8_k *x = xv;
+	(void)flag;
+	float acc = 0.0f;
+	for (int64_t b = 0; b < nsb; b++) {
+		int8_t sc[16];
+		kernels__q3k_scales(w[b].scales, sc);
+		int32_t isum = 0;
+		for (int e = 0; e < 256; e++) {
+			int ch = e / 128, j = (e % 128) / 32, l = e % 32;
+			int q = (w[b].qs[32 * ch + l] >> (2 * j)) & 3;
+			if (!((w[b].hmask[l] >> (4 * ch + j)) & 1))
+				q -= 4;
+			isum += sc[e / 16] * q * x[b].qs[e];
+		}
+		float d = shoal_fp16_to_f32(w[b].d) * x[b].d;
+		acc = fmaf(d, (float)isum, acc);
+	}
+	return acc;
+}
+
 /* Random K-quant super-blocks of type wt: every byte random, then the
- * scale d (and for Q4_K/Q5_K dmin) a positive half, dmin or Q6_K's d
+ * scale d (and for Q4_K/Q5_K/Q2_K dmin) a positive half, dmin or Q6_K/Q3_K d
  * negative in every 5th block. */
 static void fill_kq(shoal_dtype wt, uint8_t *w, size_t bb, int64_t n_blocks)
 {
@@ -620,20 +672,24 @@ static void fill_kq(shoal_dtype wt, uint8_t *w, size_t bb, int64_t n_blocks)
 		uint16_t d = (uint16_t)(0x0400 + (rng % 0x5000u));
 		rnd();
 		uint16_t neg = i % 5 == 1 ? 0x8000 : 0;
-		if (wt == SHOAL_DTYPE_Q6_K) {
+		if (wt == SHOAL_DTYPE_Q6_K || wt == SHOAL_DTYPE_Q3_K) {
 			d |= neg;
-			memcpy(blk + offsetof(kernels__block_q6_k, d), &d, 2);
+			memcpy(blk + (wt == SHOAL_DTYPE_Q6_K ? offsetof(kernels__block_q6_k, d)
+			                                     : offsetof(kernels__block_q3_k, d)),
+			       &d, 2);
 			continue;
 		}
 		uint16_t dm = (uint16_t)(0x0400 + (rng % 0x5000u)) | neg;
 		rnd();
-		memcpy(blk, &d, 2);
-		memcpy(blk + 2, &dm, 2);
+		size_t od = wt == SHOAL_DTYPE_Q2_K ? offsetof(kernels__block_q2_k, d) : 0;
+		memcpy(blk + od, &d, 2);
+		memcpy(blk + od + 2, &dm, 2);
 	}
 }
 
-/* The AVX-512 tables' K-quant orders (k45_in_order, q6_k_in_order) for
- * Q4_K, Q5_K and Q6_K, with and without VNNI. */
+/* The AVX-512 tables' K-quant orders (k45_in_order, q6_k_in_order,
+ * q2_k_in_order, q3_k_in_order) for Q4_K, Q5_K, Q6_K, Q2_K and Q3_K, with
+ * and without VNNI. */
 static void test_kq_avx512_order(void)
 {
 	static const int64_t ns[] = {256, 9 * 256, 65 * 256};
@@ -646,9 +702,11 @@ static void test_kq_avx512_order(void)
 		int flag;
 	} types[] = {{SHOAL_DTYPE_Q4_K, sizeof(kernels__block_q4_k), k45_in_order, 0},
 	             {SHOAL_DTYPE_Q5_K, sizeof(kernels__block_q5_k), k45_in_order, 1},
-	             {SHOAL_DTYPE_Q6_K, sizeof(kernels__block_q6_k), q6_k_in_order, 0}};
+	             {SHOAL_DTYPE_Q6_K, sizeof(kernels__block_q6_k), q6_k_in_order, 0},
+	             {SHOAL_DTYPE_Q2_K, sizeof(kernels__block_q2_k), q2_k_in_order, 0},
+	             {SHOAL_DTYPE_Q3_K, sizeof(kernels__block_q3_k), q3_k_in_order, 0}};
 	int checked = 0;
-	for (int t = 0; t < 6; t++) {
+	for (int t = 0; t < 2 * (int)(sizeof types / sizeof types[0]); t++) {
 		const char *isa = t & 1 ? "avx512bw" : "avx512";
 		const shoal_kernels *k = shoal_kernels_by_name(isa);
 		if (!k || strcmp(k->isa, isa))
