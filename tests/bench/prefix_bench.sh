@@ -11,9 +11,11 @@
 # that holds no stage (--mem-limit 1M) runs with --prefix-cache off and
 # its own API: its requests send no prefix hashes, so they prefill their
 # whole prompt (the uncached figure) on the same stages, at the same time
-# of the machine's load. Turn k's prompt is the first k chunks of
-# persuasion.txt (CHUNK words each): turn k + 1 starts with turn k's
-# prompt, as a chat's history does. For each turn the uncached peer runs
+# of the machine's load. Turn k's prompt is the first FIRST + (k - 1) *
+# CHUNK words of persuasion.txt: turn k + 1 starts with turn k's prompt, as
+# a chat's history does, and adds what a turn adds (a question and the
+# reply before it) to an opening that holds most of it (a system prompt, a
+# document to discuss). For each turn the uncached peer runs
 # first, then the cached one; time to first token is curl's
 # time_starttransfer of a streamed request (the API answers once the first
 # token is there), max_tokens 1. Decode: ms/token = (end - first byte) /
@@ -22,8 +24,10 @@
 # Goal (issue 37): turns 2..8 cached <= 15% of uncached; decode unchanged.
 # Env: MODEL (default the 1.17 GB fixture of tests/bench/decode_bound.sh,
 # made if missing), LIMIT (each stage peer's --mem-limit, default 800M;
-# austen: 11M), CTX (4096), TURNS (8), CHUNK (words a turn adds, 190: ~2k
-# tokens at turn 8 with the Llama vocabulary), DEC (32), THREADS (1).
+# austen: 11M), CTX (4096), TURNS (8), FIRST (words of turn 1, 440) and
+# CHUNK (words each later turn adds, 30): ~2k tokens at turn 8 with the
+# fixture's vocabulary (about 3 tokens a word of persuasion.txt); DEC
+# (32), THREADS (1).
 set -u
 SHOAL_BUILDDIR=${1:-${SHOAL_BUILDDIR:-.}}
 . "$(dirname "$0")/../sh/lib.sh"
@@ -32,7 +36,8 @@ MODEL=${MODEL:-$FIX}
 LIMIT=${LIMIT:-800M}
 CTX=${CTX:-4096}
 TURNS=${TURNS:-8}
-CHUNK=${CHUNK:-190}
+FIRST=${FIRST:-440}
+CHUNK=${CHUNK:-30}
 DEC=${DEC:-32}
 THREADS=${THREADS:-1}
 [ -x "$B" ] || fail "$B not found (give the build directory)"
@@ -49,12 +54,13 @@ ON=$(api_port s1)
 OFF=$(api_port off)
 NAME=$(basename "$MODEL" .gguf)
 
-# prompt K: the first K chunks of CHUNK words, as a JSON string
+# prompt K: turn K's FIRST + (K - 1) * CHUNK words, as a JSON string
 prompt() {
-	python3 - "$DATA/models/persuasion.txt" "$1" "$CHUNK" <<'EOF'
+	python3 - "$DATA/models/persuasion.txt" "$1" "$FIRST" "$CHUNK" <<'EOF'
 import json, sys
 w = open(sys.argv[1]).read().split()
-print(json.dumps(" ".join(w[200:200 + int(sys.argv[2]) * int(sys.argv[3])])))
+k, first, chunk = (int(x) for x in sys.argv[2:5])
+print(json.dumps(" ".join(w[200:200 + first + (k - 1) * chunk])))
 EOF
 }
 # req PORT PROMPT_JSON N: seconds to the first byte of the streamed reply,
@@ -77,7 +83,7 @@ print("", u["prompt_tokens"], u.get("prompt_tokens_details", {}).get("cached_tok
 EOF
 }
 
-echo "model $NAME, 2 stages, ctx $CTX, $THREADS thread(s) a peer; turn k: $CHUNK x k words"
+echo "model $NAME, 2 stages, ctx $CTX, $THREADS thread(s) a peer; turn k: $FIRST + $CHUNK x (k - 1) words"
 printf "%-5s %7s %8s %11s %11s %6s\n" turn tokens cached "ttft off s" "ttft on s" "on/off"
 for k in $(seq "$TURNS"); do
 	P=$(prompt "$k")
