@@ -11,6 +11,7 @@
  *   serve_data.c     the data thread
  *   serve_links.c    links, admission, the accept and expert threads
  *   serve_probe.c    data-plane probes, the prober thread, data suspects
+ *   serve_draft.c    --draft's model and each run's drafter (data thread)
  *
  * What crosses threads goes through `mu`: the pending assignment, the
  * endpoint table, servability, run slots, the event ring, the expert
