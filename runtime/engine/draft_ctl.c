@@ -10,7 +10,9 @@
  * are judged: against the time per token of the session's steps without
  * drafts (steps where the drafter had no guess, or, for a drafter that
  * always guesses, a few taken without drafts for this), or by their
- * acceptance alone where it is too low to pay; a window that did not pay pauses
+ * acceptance alone where it is too low to pay (a window whose tokens take
+ * 1.5 times as long as without drafts after 3 steps is judged then); a
+ * window that did not pay pauses
  * drafting for a number of steps that doubles with each pause in a row,
  * so a session whose drafts are poor runs as without a drafter but for
  * one window now and then.
@@ -35,6 +37,10 @@
  * save (a draft model nearly as slow as the target) is judged by time
  * like any other. */
 #define SPEC_PLAIN_MIN 4u
+/* A window judged before its end: after this many steps with drafts, when
+ * its time per token is this many times that without drafts. */
+#define SPEC_EARLY_STEPS  3u
+#define SPEC_EARLY_SLOWER 1.5
 /* History the drafter reads at most past the prompt. */
 #define SPEC_HIST_MAX 65536u
 
@@ -140,7 +146,12 @@ bool shoal_draft_ctl_done(shoal_draft_ctl *sp, uint32_t kept, uint64_t now)
 	sp->win_ns += dt;
 	sp->win_tokens += kept + 1;
 	sp->n_draft = 0;
-	if (sp->win_steps < SPEC_WINDOW)
+	/* a window whose tokens already take far longer than without drafts
+	 * (an expensive drafter) is judged at once, not after SPEC_WINDOW */
+	bool slow = sp->win_steps >= SPEC_EARLY_STEPS && sp->plain_steps >= SPEC_PLAIN_MIN &&
+	            (double)sp->win_ns * (double)sp->plain_steps >
+	                SPEC_EARLY_SLOWER * (double)sp->plain_ns * (double)sp->win_tokens;
+	if (sp->win_steps < SPEC_WINDOW && !slow)
 		return false;
 	if (sp->plain_steps < SPEC_PLAIN_MIN &&
 	    (double)sp->win_kept >= SPEC_MIN_RATE * (double)sp->win_drafted) {
