@@ -64,7 +64,23 @@ typedef struct shoal_api_gen {
 	 * by the request; submit copies it. NULL: none. */
 	uint32_t *grammar;
 	uint32_t n_grammar;
+	/* "speculate" (an extension, README "API"): the drafter of the
+	 * request's runs, SHOAL_API_SPEC_*; the node refuses a kind it does
+	 * not offer (INVAL: a 400). */
+	uint8_t speculate;
 } shoal_api_gen;
+
+/* The "speculate" values, in the order of --speculate's kinds
+ * (runtime/engine/draft_kinds.h) after NODE (absent or null: the node's
+ * --speculate). */
+enum {
+	SHOAL_API_SPEC_NODE = 0,
+	SHOAL_API_SPEC_OFF,
+	SHOAL_API_SPEC_AUTO,
+	SHOAL_API_SPEC_LOOKUP,
+	SHOAL_API_SPEC_DRAFT,
+	SHOAL_API_SPEC_MTP,
+};
 
 /* What the API shows of the node's work, for /metrics. */
 typedef struct shoal_api_gauges {

@@ -246,6 +246,28 @@ static bool parse_format(json_t *o, shoal_api_req *q, char *bad, size_t bad_len,
 	return true;
 }
 
+/* "speculate" (a shoal extension): the drafter of the request's runs, one
+ * of --speculate's names; absent or null: the node's. */
+static bool parse_speculate(json_t *o, shoal_api_req *q, char *bad, size_t bad_len,
+                            const char **param)
+{
+	static const char *const names[] = {"off", "auto", "lookup", "draft", "mtp"};
+	json_t *sp = json_object_get(o, "speculate");
+	q->g.speculate = SHOAL_API_SPEC_NODE;
+	if (!sp || json_is_null(sp))
+		return true;
+	for (size_t i = 0; json_is_string(sp) && i < sizeof names / sizeof names[0]; i++)
+		if (!strcmp(json_string_value(sp), names[i])) {
+			q->g.speculate = (uint8_t)(SHOAL_API_SPEC_OFF + i);
+			return true;
+		}
+	snprintf(bad, bad_len,
+	         "'speculate' must be \"off\", \"auto\", \"lookup\", \"draft\" or \"mtp\" "
+	         "(the drafter of speculative decoding; absent: the node's)");
+	*param = "speculate";
+	return false;
+}
+
 /* The fields of object o into q; false with the offending parameter's
  * message in bad[] (and *param). */
 static bool parse_fields(json_t *o, shoal_api_req *q, char *bad, size_t bad_len, const char **param)
@@ -399,6 +421,8 @@ static bool parse_fields(json_t *o, shoal_api_req *q, char *bad, size_t bad_len,
 		}
 	}
 	if (q->chat && !parse_tools(o, q, bad, bad_len, param))
+		return false;
+	if (!parse_speculate(o, q, bad, bad_len, param))
 		return false;
 	if (!parse_format(o, q, bad, bad_len, param))
 		return false;

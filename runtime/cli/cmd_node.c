@@ -83,9 +83,14 @@ static void cmd_node_usage(FILE *f)
 	        "                         turn) computes only the rest (default: the idle\n"
 	        "                         session slots' KV; off: none)\n"
 	        "  --speculate MODE       exact speculative decoding of the sessions this\n"
-	        "                         peer owns: auto (prompt lookup), off (default),\n"
-	        "                         lookup, draft, mtp (the last two: not available\n"
-	        "                         yet); tokens equal those without it\n"
+	        "                         peer owns, unless a request says otherwise: auto\n"
+	        "                         (the draft model with --draft, else prompt\n"
+	        "                         lookup), off (default), lookup, draft (needs\n"
+	        "                         --draft), mtp (not available yet); tokens equal\n"
+	        "                         those without it\n"
+	        "  --draft FILE           a draft model with the model's vocabulary (checked\n"
+	        "                         at start), run by this peer for the sessions it\n"
+	        "                         owns; alone it means --speculate auto\n"
 	        "  --draft-max K          ids drafted per step at most, 1..16 (default 8)\n"
 	        "  --mem-limit SIZE       memory offered at most (e.g. 20M, 8G)\n"
 	        "  --ctx N                KV context per session (default: the model's, <= 4096)\n"
@@ -170,6 +175,7 @@ int shoal_cmd_node(int argc, char **argv)
 		O_PREFIX_CACHE,
 		O_SPECULATE,
 		O_DRAFT_MAX,
+		O_DRAFT,
 		O_SESSIONS,
 		O_API,
 		O_API_KEY,
@@ -206,6 +212,7 @@ int shoal_cmd_node(int argc, char **argv)
 	    {"prefix-cache", required_argument, NULL, O_PREFIX_CACHE},
 	    {"speculate", required_argument, NULL, O_SPECULATE},
 	    {"draft-max", required_argument, NULL, O_DRAFT_MAX},
+	    {"draft", required_argument, NULL, O_DRAFT},
 	    {"sessions", required_argument, NULL, O_SESSIONS},
 	    {"api", required_argument, NULL, O_API},
 	    {"api-key", required_argument, NULL, O_API_KEY},
@@ -224,6 +231,7 @@ int shoal_cmd_node(int argc, char **argv)
 	const char *key_file = NULL, *state_dir = NULL;
 	const char **seeds = calloc((size_t)argc + 1, sizeof *seeds);
 	int insecure = 0, c, rc = 1;
+	bool spec_given = false;
 	char dir[1024], why[SHOAL_WHY_WRAP_LEN] = "";
 	shoal_key key;
 	shoal_node *node = NULL;
@@ -295,14 +303,20 @@ int shoal_cmd_node(int argc, char **argv)
 			break;
 		case O_SPECULATE: {
 			char sw[SHOAL_WHY_LEN];
+			/* a draft model runs here with --draft FILE (checked below) */
 			if (shoal_speculate_parse(optarg, &cfg.speculate, sw, sizeof sw) ||
-			    shoal_speculate_check(cfg.speculate, sw, sizeof sw)) {
+			    (cfg.speculate != SHOAL_SPECULATE_DRAFT &&
+			     shoal_speculate_check(cfg.speculate, sw, sizeof sw))) {
 				fprintf(stderr, "shoal node: %s\n", sw);
 				free(seeds);
 				return 2;
 			}
+			spec_given = true;
 			break;
 		}
+		case O_DRAFT:
+			cfg.draft = optarg;
+			break;
 		case O_DRAFT_MAX: {
 			double v;
 			if (!cli__num(optarg, 1, SHOAL_SPECULATE_DRAFT_MAX_MAX, &v) ||
@@ -449,6 +463,15 @@ int shoal_cmd_node(int argc, char **argv)
 		bad = "--cache-max needs --model-id";
 	else if (cfg.gossip_ms && (cfg.gossip_ms < 5 || cfg.gossip_ms > 10000))
 		bad = "--gossip-ms wants 5..10000";
+	else if (cfg.speculate == SHOAL_SPECULATE_DRAFT && !cfg.draft)
+		bad = "--speculate draft needs --draft FILE (a small model with the model's "
+		      "vocabulary)";
+	else if (cfg.draft && !cfg.model && !cfg.model_id)
+		bad = "--draft needs --model FILE or --model-id HEX|any (a draft model drafts "
+		      "for the runs of the model this peer serves)";
+	/* --draft alone: auto, which drafts with it */
+	if (cfg.draft && !spec_given)
+		cfg.speculate = SHOAL_SPECULATE_AUTO;
 	if (bad) {
 		fprintf(stderr, "shoal node: %s (shoal node --help lists the options)\n", bad);
 		free(seeds);

@@ -495,7 +495,8 @@ typedef struct shoal_dist_owner_metrics {
 	uint64_t tokens;       /* results accepted */
 	uint64_t token_frames; /* TOKEN frames sent to stage 0 (prefill + decode) */
 	uint64_t dropped;      /* frames dropped: duplicates, strays, malformed */
-	uint64_t last_step_ns; /* send of a token to receipt of the next */
+	uint64_t last_step_ns; /* send of a token to receipt of the next, plus its
+	                          step's drafting (a draft model runs before the send) */
 	uint64_t step_ns;      /* sum over decode steps */
 	uint64_t steps;
 	/* speculation */

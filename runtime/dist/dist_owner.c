@@ -43,6 +43,7 @@ typedef struct owner_sess {
 	bool planned;       /* the step in flight was planned by sp (not the prompt's) */
 	uint32_t kept;      /* drafts of the step kept so far */
 	shoal_draft_ctl sp; /* speculation (runtime/engine/draft_ctl.h) */
+	uint64_t draft_ns;  /* the drafting of the step in flight (a draft model's run) */
 } owner_sess;
 
 struct shoal_dist_owner {
@@ -164,7 +165,9 @@ static uint32_t plan_step(shoal_dist_owner *o, owner_sess *ss, uint32_t n, uint3
 		left = room - 1;
 	if (o->cfg.n_ctx && (pos + 1 >= o->cfg.n_ctx || o->cfg.n_ctx - 1 - pos < left))
 		left = pos + 1 >= o->cfg.n_ctx ? 0 : o->cfg.n_ctx - 1 - pos;
-	uint32_t nd = shoal_draft_ctl_plan(&ss->sp, left, dist__now_ns());
+	uint64_t t0 = dist__now_ns();
+	uint32_t nd = shoal_draft_ctl_plan(&ss->sp, left, t0);
+	ss->draft_ns = dist__now_ns() - t0; /* the step's time counts it */
 	ss->planned = ss->sp.dr.ops != NULL;
 	ss->v_lo = pos;
 	ss->v_hi = pos + nd;
@@ -269,7 +272,7 @@ static shoal_err handle_results(shoal_dist_owner *o, const shoal_xfer_frame *f, 
 			continue;
 		}
 		if (shoal_gen_seq_step(&ss->q) && pos == ss->v_lo) {
-			o->met.last_step_ns = now - ss->t_sent;
+			o->met.last_step_ns = now - ss->t_sent + ss->draft_ns;
 			o->met.step_ns += o->met.last_step_ns;
 			o->met.steps++;
 		}

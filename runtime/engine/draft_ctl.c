@@ -8,8 +8,11 @@
  * the last step (longer after a step that kept every draft, one past the
  * kept ones after a miss). Every SPEC_WINDOW steps with drafts
  * are judged: against the time per token of the session's steps without
- * drafts when there are some to compare with (steps where the drafter had
- * no guess), else by their acceptance; a window that did not pay pauses
+ * drafts (steps where the drafter had no guess, or, for a drafter that
+ * always guesses, a few taken without drafts for this), or by their
+ * acceptance alone where it is too low to pay (a window whose tokens take
+ * 1.5 times as long as without drafts after 3 steps is judged then); a
+ * window that did not pay pauses
  * drafting for a number of steps that doubles with each pause in a row,
  * so a session whose drafts are poor runs as without a drafter but for
  * one window now and then.
@@ -27,9 +30,17 @@
 #define SPEC_PAUSE_MAX 1024u
 /* Below this acceptance a window never pays, whatever its timing. */
 #define SPEC_MIN_RATE 0.15
-/* With no steps without drafts to time against: the acceptance a window
- * needs (a step of k + 1 rows costs more than one row on a CPU). */
-#define SPEC_RATE 0.35
+/* Steps without drafts to time a window against. A drafter that guesses
+ * at every step (a draft model) leaves none: a stream takes this many
+ * without drafts first (and again should it have fewer when a window
+ * ends), so that a drafter whose guesses are kept but cost more than they
+ * save (a draft model nearly as slow as the target) is judged by time
+ * like any other. */
+#define SPEC_PLAIN_MIN 4u
+/* A window judged before its end: after this many steps with drafts, when
+ * its time per token is this many times that without drafts. */
+#define SPEC_EARLY_STEPS  3u
+#define SPEC_EARLY_SLOWER 1.5
 /* History the drafter reads at most past the prompt. */
 #define SPEC_HIST_MAX 65536u
 
@@ -56,6 +67,9 @@ shoal_err shoal_draft_ctl_init(shoal_draft_ctl *sp, shoal_drafter dr, uint32_t k
 		sp->kmax = SHOAL_DRAFT_MAX;
 	sp->k = sp->kmax < 4 ? sp->kmax : 4;
 	sp->backoff = SPEC_PAUSE;
+	/* the first steps go without drafts: the time the first window is
+	 * judged against, so that an expensive drafter stops early */
+	sp->pause = SPEC_PLAIN_MIN;
 	return SHOAL_OK;
 }
 
@@ -97,10 +111,11 @@ static bool window_paid(const shoal_draft_ctl *sp)
 	double rate = (double)sp->win_kept / (double)sp->win_drafted;
 	if (rate < SPEC_MIN_RATE)
 		return false;
-	if (sp->plain_steps >= 4) /* time per token, with drafts and without */
-		return (double)sp->win_ns / (double)sp->win_tokens <
-		       (double)sp->plain_ns / (double)sp->plain_steps;
-	return rate >= SPEC_RATE;
+	/* time per token, with drafts and without (shoal_draft_ctl_done
+	 * takes steps without drafts before a window is judged) */
+	return sp->plain_steps >= SPEC_PLAIN_MIN &&
+	       (double)sp->win_ns / (double)sp->win_tokens <
+	           (double)sp->plain_ns / (double)sp->plain_steps;
 }
 
 bool shoal_draft_ctl_done(shoal_draft_ctl *sp, uint32_t kept, uint64_t now)
@@ -131,8 +146,22 @@ bool shoal_draft_ctl_done(shoal_draft_ctl *sp, uint32_t kept, uint64_t now)
 	sp->win_ns += dt;
 	sp->win_tokens += kept + 1;
 	sp->n_draft = 0;
-	if (sp->win_steps < SPEC_WINDOW)
+	/* a window whose tokens already take far longer than without drafts
+	 * (an expensive drafter) is judged at once, not after SPEC_WINDOW */
+	bool slow = sp->win_steps >= SPEC_EARLY_STEPS && sp->plain_steps >= SPEC_PLAIN_MIN &&
+	            (double)sp->win_ns * (double)sp->plain_steps >
+	                SPEC_EARLY_SLOWER * (double)sp->plain_ns * (double)sp->win_tokens;
+	if (sp->win_steps < SPEC_WINDOW && !slow)
 		return false;
+	if (sp->plain_steps < SPEC_PLAIN_MIN &&
+	    (double)sp->win_kept >= SPEC_MIN_RATE * (double)sp->win_drafted) {
+		/* nothing to time it against: a few steps without drafts
+		 * first (not a pause: the next window is judged by time) */
+		sp->pause = SPEC_PLAIN_MIN - (uint32_t)sp->plain_steps;
+		sp->win_steps = sp->win_drafted = sp->win_kept = 0;
+		sp->win_ns = sp->win_tokens = 0;
+		return false;
+	}
 	bool paid = window_paid(sp);
 	sp->win_steps = sp->win_drafted = sp->win_kept = 0;
 	sp->win_ns = sp->win_tokens = 0;

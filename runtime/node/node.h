@@ -82,6 +82,10 @@ typedef struct shoal_node_config {
 	 * at most (0: the default). */
 	shoal_speculate_kind speculate;
 	uint32_t draft_max;
+	/* --draft FILE: a draft model with the model's vocabulary for
+	 * --speculate draft and auto (checked when serving starts); NULL:
+	 * none. Borrowed: outlives the node. */
+	const char *draft;
 	shoal_xfer_rdma_opts rdma; /* --rdma-device, --rdma-gid, ... (net/xfer.h) */
 } shoal_node_config;
 

@@ -90,6 +90,7 @@ shoal_err node__serve_new(shoal_node *n, shoal_wcache *wc, char *why, size_t why
 	                                                               : UINT64_MAX,
 	                         .speculate = n->cfg.speculate,
 	                         .draft_max = n->cfg.draft_max,
+	                         .draft_path = n->cfg.draft,
 	                         .key = n->keyed ? &n->key : NULL,
 	                         .data_host = host,
 	                         .data_port = n->data_port,

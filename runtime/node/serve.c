@@ -182,6 +182,8 @@ shoal_err shoal_serve_new(const shoal_serve_config *cfg, shoal_serve **out, char
 		              SHOAL_SERVE_MAX_SESSIONS);
 		goto fail;
 	}
+	if ((e = serve__draft_open(cl, why, why_len)) != SHOAL_OK)
+		goto fail;
 	cl->pol.spread_experts = cfg->spread_experts;
 	cl->pol.tensor_groups = cfg->tensor_groups;
 	/* the engine cannot split an MLA model among a group's members yet
@@ -247,6 +249,7 @@ void shoal_serve_free(shoal_serve *cl)
 	if (!cl)
 		return;
 	serve__data_stop(cl);
+	serve__draft_free(cl); /* its drafters went with the data thread's owner */
 	shoal_weights_server_free(cl->wserve);
 	shoal_weights_fetcher_free(cl->wf);
 	for (size_t i = 0; i < SHOAL_SERVE_MAX_RUNS; i++) {

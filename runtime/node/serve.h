@@ -86,6 +86,11 @@ typedef struct shoal_serve_config {
 	 * per step at most (0: the default). */
 	shoal_speculate_kind speculate;
 	uint32_t draft_max;
+	/* --draft: a draft model (a GGUF with the target's vocabulary, checked
+	 * here: a mismatch fails the call) that the data thread runs for the
+	 * runs of kind DRAFT, and of AUTO; NULL: none (borrowed: outlives the
+	 * cluster) */
+	const char *draft_path;
 	uint8_t self[SHOAL_PEER_ID_LEN];
 	const shoal_key *key;      /* admission tokens; NULL: insecure (zero key) */
 	const char *data_host;     /* IPv4 address the data listener binds (copied) */

@@ -129,8 +129,8 @@ void shoal_serve_run_request(shoal_serve *cl, const shoal_ctl_route *from, const
 	/* without --logprobs the client shows no logprob: the last stage
 	 * skips the log-sum-exp over the vocabulary (~15 % of a small
 	 * model's token) */
-	e = serve__queue(cl, &ids, n_ids, (uint32_t)n, (uint32_t)k, k == 0, false, &sp, from, seq,
-	                 NULL, &slot, why, sizeof why);
+	e = serve__queue(cl, &ids, n_ids, (uint32_t)n, (uint32_t)k, k == 0, false, -1, &sp, from,
+	                 seq, NULL, &slot, why, sizeof why);
 	if (e)
 		serve_end(cl, from, seq, e, e == SHOAL_ERR_BUSY, why, NULL, 0);
 out:
@@ -269,13 +269,21 @@ static shoal_err api_submit(void *ctx, const int32_t *ids, size_t n_ids, const s
 	if (!n_ids || n_ids >= cl->pol.ctx)
 		return shoal_why(why, why_len, SHOAL_ERR_RANGE,
 		                 "%zu prompt tokens; the context holds %u", n_ids, cl->pol.ctx);
+	/* "speculate": a kind this node offers, or its own */
+	_Static_assert(SHOAL_API_SPEC_MTP - SHOAL_API_SPEC_OFF == SHOAL_SPECULATE_MTP &&
+	                   SHOAL_API_SPEC_DRAFT - SHOAL_API_SPEC_OFF == SHOAL_SPECULATE_DRAFT,
+	               "the API's speculate values follow shoal_speculate_kind");
+	int spec = g->speculate == SHOAL_API_SPEC_NODE ? -1 : g->speculate - SHOAL_API_SPEC_OFF;
+	shoal_err e;
+	if (spec >= 0 &&
+	    (e = serve__spec_check(cl, (shoal_speculate_kind)spec, why, why_len)) != SHOAL_OK)
+		return e;
 	int32_t *copy = malloc(n_ids * sizeof *copy);
 	if (!copy)
 		return SHOAL_ERR_NOMEM;
 	memcpy(copy, ids, n_ids * sizeof *copy);
-	shoal_err e =
-	    serve__queue(cl, &copy, n_ids, g->max_tokens ? g->max_tokens : 1, g->logprobs,
-	                 !g->logprob, g->special, &sp, NULL, 0, sink, handle, why, why_len);
+	e = serve__queue(cl, &copy, n_ids, g->max_tokens ? g->max_tokens : 1, g->logprobs,
+	                 !g->logprob, g->special, spec, &sp, NULL, 0, sink, handle, why, why_len);
 	free(copy);
 	return e;
 }

@@ -11,7 +11,8 @@
  *   serve_data.c     the data thread
  *   serve_links.c    links, admission, the accept and expert threads
  *   serve_probe.c    data-plane probes, the prober thread, data suspects
- *   serve_timing.c   the plan's predicted step time against the measured
+ *   serve_timing.c   the plan's predicted step time against the measured one
+ *   serve_draft.c    --draft's model and each run's drafter (data thread)
  *
  * What crosses threads goes through `mu`: the pending assignment, the
  * endpoint table, servability, run slots, the event ring, the expert
@@ -178,6 +179,7 @@ typedef struct shoal_serve_run {
 	int32_t *prompt;
 	uint32_t n_prompt, max_tokens, logprobs;
 	bool no_logprob; /* an API request that does not show logprobs */
+	int spec;        /* its drafter's shoal_speculate_kind; -1: --speculate's */
 	shoal_sampler_params sp;
 	uint32_t *grammar; /* (sp.n_grammar) structured output: sp.grammar, owned; NULL: none */
 	/* under mu: its place in the queue (arrival order; a paused run keeps
@@ -236,6 +238,9 @@ struct shoal_serve {
 	shoal_key key;
 	shoal_model *model;
 	shoal_tokenizer *tok;
+	/* --draft's model (serve_draft.c; NULL: none): opened here, its
+	 * drafters made, run and freed on the data thread only */
+	struct shoal_draft_model *dm;
 	uint8_t model_id[SHOAL_MODEL_ID_BYTES];
 	uint64_t file_bytes;
 	shoal_model_id *mid; /* the digests of a whole file (NULL with wc) */
@@ -443,12 +448,24 @@ shoal_err serve__data_start(shoal_serve *cl, char *why, size_t why_len);
 void serve__data_stop(shoal_serve *cl);
 void *serve__data_main(void *arg);
 
+/* serve_draft.c: --draft's model, opened after the policy (NULL path: a
+ * no-op; another vocabulary: INVAL naming the difference), freed after the
+ * data thread; whether a request's kind k is offered here (INVAL with the
+ * reason otherwise); the drafter of a run of kind k (data thread; none
+ * when it cannot be made: the run goes on without). */
+shoal_err serve__draft_open(shoal_serve *cl, char *why, size_t why_len);
+void serve__draft_free(shoal_serve *cl);
+shoal_err serve__spec_check(const shoal_serve *cl, shoal_speculate_kind k, char *why,
+                            size_t why_len);
+void serve__drafter(shoal_serve *cl, shoal_speculate_kind k, shoal_drafter *out);
+
 /* serve_runs.c: the run slots. Queue a run of (*ids)[n_ids] (taken) for at
  * most n tokens, answering the client `from` (seq) or, with sink, the
- * sink (special: its text shows control tokens); *slot_out is its API handle. BUSY when every slot
- * is taken. Any thread. */
+ * sink (special: its text shows control tokens; spec: its drafter's
+ * shoal_speculate_kind, -1: --speculate's); *slot_out is its API handle.
+ * BUSY when every slot is taken. Any thread. */
 shoal_err serve__queue(shoal_serve *cl, int32_t **ids, size_t n_ids, uint32_t n, uint32_t k,
-                       bool no_logprob, bool special, const shoal_sampler_params *sp,
+                       bool no_logprob, bool special, int spec, const shoal_sampler_params *sp,
                        const shoal_ctl_route *from, uint64_t seq, const shoal_api_sink *sink,
                        uint32_t *slot_out, char *why, size_t why_len);
 /* The data thread's side of the runs: pause run i (replayed after

@@ -27,7 +27,7 @@
  * special: its text shows control tokens (an API run with tools).
  * *slot names it. BUSY when every slot is taken. Any thread. */
 shoal_err serve__queue(shoal_serve *cl, int32_t **ids, size_t n_ids, uint32_t n, uint32_t k,
-                       bool no_logprob, bool special, const shoal_sampler_params *sp,
+                       bool no_logprob, bool special, int spec, const shoal_sampler_params *sp,
                        const shoal_ctl_route *from, uint64_t seq, const shoal_api_sink *sink,
                        uint32_t *slot_out, char *why, size_t why_len)
 {
@@ -74,6 +74,7 @@ shoal_err serve__queue(shoal_serve *cl, int32_t **ids, size_t n_ids, uint32_t n,
 		r->max_tokens = max_tokens;
 		r->logprobs = k;
 		r->no_logprob = no_logprob;
+		r->spec = spec;
 		r->sp = *sp;
 		r->sp.grammar = r->grammar = gram;
 		gram = NULL;
@@ -345,10 +346,11 @@ void serve__start_runs(shoal_serve_dt *d, shoal_serve_tokctx *tcs)
 		                          .on_token = serve_on_token,
 		                          .ctx = &tcs[i],
 		                          .draft_max = cl->cfg.draft_max};
-		/* a drafter per run (the owner frees it); none if it cannot be
-		 * made: the run goes on without */
-		if (shoal_speculate_drafter(cl->cfg.speculate, &req.drafter))
-			req.drafter = (shoal_drafter){0};
+		/* a drafter per run, of its request's kind or --speculate's (the
+		 * owner frees it); none if it cannot be made: the run goes on
+		 * without */
+		serve__drafter(cl, r->spec >= 0 ? (shoal_speculate_kind)r->spec : cl->cfg.speculate,
+		               &req.drafter);
 		if (r->paused_us && !r->busy_retry) {
 			r->replays++;
 			SHOAL_LOG_I("cluster",
