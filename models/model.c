@@ -20,7 +20,7 @@
 static const char *const arch_names[SHOAL_ARCH__COUNT] = {
     [SHOAL_ARCH_LLAMA] = "llama",         [SHOAL_ARCH_QWEN2] = "qwen2",
     [SHOAL_ARCH_QWEN3] = "qwen3",         [SHOAL_ARCH_QWEN3MOE] = "qwen3moe",
-    [SHOAL_ARCH_DEEPSEEK2] = "deepseek2",
+    [SHOAL_ARCH_DEEPSEEK2] = "deepseek2", [SHOAL_ARCH_GPT_OSS] = "gpt-oss",
 };
 
 const char *shoal_arch_name(shoal_arch a)
@@ -230,13 +230,17 @@ static shoal_err hp_read_rope_scaling(const hp_ctx *c, shoal_hparams *hp)
 	if (shoal_gguf_get_str(c->g, key, &st, &stl)) {
 		if (stl == 6 && !memcmp(st, "linear", 6))
 			linear = true;
-		else if (stl == 4 && !memcmp(st, "yarn", 4) && hp->arch == SHOAL_ARCH_DEEPSEEK2)
+		else if (stl == 4 && !memcmp(st, "yarn", 4) &&
+		         (hp->arch == SHOAL_ARCH_DEEPSEEK2 || hp->arch == SHOAL_ARCH_GPT_OSS))
 			yarn = true;
 		else if (!(stl == 4 && !memcmp(st, "none", 4)))
 			return shoal_why(c->why, c->why_len, SHOAL_ERR_UNSUPPORTED,
 			                 "rope scaling '%s' is not supported for %s (linear%s)",
 			                 printable(st, stl, nb), c->arch,
-			                 hp->arch == SHOAL_ARCH_DEEPSEEK2 ? ", yarn" : "");
+			                 hp->arch == SHOAL_ARCH_DEEPSEEK2 ||
+			                         hp->arch == SHOAL_ARCH_GPT_OSS
+			                     ? ", yarn"
+			                     : "");
 	}
 	if ((linear || yarn) && (e = hp_f32(c, "rope.scaling.factor", false, 1.0f, &factor)))
 		return e;
@@ -248,7 +252,10 @@ static shoal_err hp_read_rope_scaling(const hp_ctx *c, shoal_hparams *hp)
 		return SHOAL_OK;
 	/* the reference's defaults: ramp between 32 and 1 rotations, full
 	 * extrapolation mix, original context = training context */
-	float log_mul = 0.0f, attn_factor = 1.0f;
+	/* gpt-oss's files carry no log multiplier: the reference's rope
+	 * scales cos and sin by 1 + 0.1 ln(factor) itself (YaRN's mscale),
+	 * on the query and the key, so the scores by its square */
+	float log_mul = hp->arch == SHOAL_ARCH_GPT_OSS ? 0.1f : 0.0f, attn_factor = 1.0f;
 	hp->rope_yarn = true;
 	if ((e = hp_u32(c, "rope.scaling.original_context_length", false, hp->n_ctx_train, 1,
 	                UINT32_MAX, &hp->n_ctx_orig)) ||
@@ -267,13 +274,32 @@ static shoal_err hp_read_rope_scaling(const hp_ctx *c, shoal_hparams *hp)
 	return SHOAL_OK;
 }
 
+/* gpt-oss: sliding window on the even layers, top-k then softmax routing,
+ * the clamped SwiGLU. alpha 1.702 and limit 7.0 are the reference's
+ * constants (its files carry no key for them). */
+static shoal_err hp_read_oss(const hp_ctx *c, shoal_hparams *hp)
+{
+	hp->gating = SHOAL_MOE_GATING_SOFTMAX_TOPK;
+	hp->swa_period = 2;
+	hp->swiglu_oai = true;
+	hp->swiglu_alpha = 1.702f;
+	hp->swiglu_limit = 7.0f;
+	return hp_u32(c, "attention.sliding_window", false, 0, 0, UINT32_MAX, &hp->n_swa);
+}
+
+bool shoal_hparams_layer_swa(const shoal_hparams *hp, uint32_t il)
+{
+	return hp->n_swa > 0 && hp->swa_period > 0 && il % hp->swa_period != hp->swa_period - 1;
+}
+
 static shoal_err hp_read(const shoal_gguf *g, shoal_arch arch, shoal_hparams *hp, char *why,
                          size_t why_len)
 {
 	hp_ctx c = {.g = g, .arch = arch_names[arch], .why = why, .why_len = why_len};
 	shoal_err e;
 	bool ds2 = arch == SHOAL_ARCH_DEEPSEEK2;
-	bool moe = arch == SHOAL_ARCH_QWEN3MOE || ds2;
+	bool oss = arch == SHOAL_ARCH_GPT_OSS;
+	bool moe = arch == SHOAL_ARCH_QWEN3MOE || ds2 || oss;
 	memset(hp, 0, sizeof *hp);
 	hp->arch = arch;
 	hp->rope_type = arch == SHOAL_ARCH_LLAMA || ds2 ? SHOAL_ROPE_NORM : SHOAL_ROPE_NEOX;
@@ -359,7 +385,9 @@ static shoal_err hp_read(const shoal_gguf *g, shoal_arch arch, shoal_hparams *hp
 		/* The reference engine renormalises the top-k softmax weights
 		 * for both Mixtral (llama) and qwen3moe (norm_w = true in its
 		 * build_moe_ffn calls); a file may say otherwise. */
-		if ((e = hp_bool(&c, "expert_weights_norm", true, &hp->expert_weights_norm)))
+		if ((e = hp_bool(&c, "expert_weights_norm", !oss, &hp->expert_weights_norm)))
+			return e;
+		if (oss && (e = hp_read_oss(&c, hp)))
 			return e;
 	} else {
 		if ((e = hp_u32(&c, "feed_forward_length", true, 0, 1, MODEL_MAX_DIM, &hp->n_ff)))
@@ -458,7 +486,8 @@ static shoal_err layer_find(const t_ctx *cp, const shoal_hparams *hp, uint32_t i
 	char n[96];
 	uint64_t E = hp->n_embd, q = (uint64_t)hp->n_head * hp->head_dim,
 	         kv = (uint64_t)hp->n_head_kv * hp->head_dim;
-	bool qwen2 = hp->arch == SHOAL_ARCH_QWEN2;
+	bool oss = hp->arch == SHOAL_ARCH_GPT_OSS;
+	bool qwen2 = hp->arch == SHOAL_ARCH_QWEN2 || oss;
 	bool qknorm = hp->arch == SHOAL_ARCH_QWEN3 || hp->arch == SHOAL_ARCH_QWEN3MOE;
 #define NAME(s)  (snprintf(n, sizeof n, "blk.%u." s ".weight", il), n)
 #define BNAME(s) (snprintf(n, sizeof n, "blk.%u." s ".bias", il), n)
@@ -482,7 +511,12 @@ static shoal_err layer_find(const t_ctx *cp, const shoal_hparams *hp, uint32_t i
 		T_GET(NAME("attn_q_norm"), true, &L->q_norm, hp->head_dim);
 		T_GET(NAME("attn_k_norm"), true, &L->k_norm, hp->head_dim);
 	}
-	T_GET(NAME("ffn_norm"), true, &L->ffn_norm, E);
+	if (oss) {
+		T_GET(BNAME("attn_output"), true, &L->bo, E);
+		T_GET(NAME("attn_sinks"), false, &L->attn_sinks, hp->n_head);
+	}
+	/* gpt-oss names the norm before its FFN post_attention_norm */
+	T_GET(oss ? NAME("post_attention_norm") : NAME("ffn_norm"), true, &L->ffn_norm, E);
 	if (hp->n_expert == 0 || il < hp->n_layer_dense_lead) {
 		T_GET(NAME("ffn_gate"), true, &L->ffn_gate, E, hp->n_ff);
 		T_GET(NAME("ffn_up"), true, &L->ffn_up, E, hp->n_ff);
@@ -503,6 +537,12 @@ static shoal_err layer_find(const t_ctx *cp, const shoal_hparams *hp, uint32_t i
 	T_GET(NAME("ffn_down_exps"), true, &L->ffn_down_exps, F, E, X);
 	if (hp->arch == SHOAL_ARCH_DEEPSEEK2)
 		T_GET(BNAME("exp_probs_b"), false, &L->exp_probs_b, X);
+	if (oss) {
+		T_GET(BNAME("ffn_gate_inp"), true, &L->ffn_gate_inp_b, X);
+		T_GET(BNAME("ffn_gate_exps"), true, &L->ffn_gate_exps_b, F, X);
+		T_GET(BNAME("ffn_up_exps"), true, &L->ffn_up_exps_b, F, X);
+		T_GET(BNAME("ffn_down_exps"), true, &L->ffn_down_exps_b, E, X);
+	}
 	if (S) {
 		T_GET(NAME("ffn_gate_shexp"), true, &L->ffn_gate_shexp, E, S);
 		T_GET(NAME("ffn_up_shexp"), true, &L->ffn_up_shexp, E, S);
@@ -582,12 +622,30 @@ size_t shoal_layer_own_tensors(const shoal_layer *L,
 	/* clang-format off */
 	const shoal_gguf_tensor *all[] = {
 	    L->attn_norm, L->wq, L->wk, L->wv, L->wo, L->bq, L->bk, L->bv, L->q_norm, L->k_norm,
+	    L->bo, L->attn_sinks,
 	    L->wq_a, L->q_a_norm, L->wq_b, L->wkv_a, L->kv_a_norm, L->wk_b, L->wv_b, L->wkv_b,
 	    L->ffn_norm, L->ffn_gate, L->ffn_up, L->ffn_down,
-	    L->ffn_gate_inp, L->exp_probs_b, L->ffn_gate_shexp, L->ffn_up_shexp, L->ffn_down_shexp};
+	    L->ffn_gate_inp, L->ffn_gate_inp_b, L->exp_probs_b,
+	    L->ffn_gate_shexp, L->ffn_up_shexp, L->ffn_down_shexp};
 	/* clang-format on */
 	_Static_assert(sizeof all / sizeof all[0] <= SHOAL_LAYER_MAX_TENSORS, "raise the max");
 	size_t n = 0;
+	for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+		if (all[i])
+			out[n++] = all[i];
+	return n;
+}
+
+size_t shoal_layer_expert_tensors(const shoal_layer *L,
+                                  const shoal_gguf_tensor *out[SHOAL_LAYER_MAX_EXPERT_TENSORS])
+{
+	const shoal_gguf_tensor *all[] = {L->ffn_gate_inp,  L->ffn_gate_inp_b, L->ffn_gate_exps,
+	                                  L->ffn_up_exps,   L->ffn_down_exps,  L->ffn_gate_exps_b,
+	                                  L->ffn_up_exps_b, L->ffn_down_exps_b};
+	_Static_assert(sizeof all / sizeof all[0] <= SHOAL_LAYER_MAX_EXPERT_TENSORS, "raise it");
+	size_t n = 0;
+	if (!L->ffn_gate_exps)
+		return 0;
 	for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
 		if (all[i])
 			out[n++] = all[i];
@@ -624,7 +682,7 @@ shoal_err shoal_model_from_gguf(shoal_gguf *g, shoal_model **out, char *why, siz
 		char nb[48];
 		e = shoal_why(why, why_len, SHOAL_ERR_UNSUPPORTED,
 		              "architecture '%s' is not supported (supported: llama, qwen2, qwen3, "
-		              "qwen3moe, deepseek2)",
+		              "qwen3moe, deepseek2, gpt-oss)",
 		              printable(a, al, nb));
 		goto fail;
 	}
