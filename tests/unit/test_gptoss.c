@@ -154,4 +154,313 @@ static void test_bad_files(void)
 	}
 }
 
-TEST_MAIN(TEST_CASE(test_load), TEST_CASE(test_bad_files))
+/* YaRN as gpt-oss's files give it (type, factor, original context, no log
+ * multiplier): the rope's own mscale 1 + 0.1 ln(factor) on q and k, so the
+ * scores by its square; the logits change from the first position on. */
+static void test_yarn(void)
+{
+	char p0[512], p1[512];
+	shoal_model *m0 = open_variant(&VARIANTS[0], p0, sizeof p0), *m1 = NULL;
+	char why[SHOAL_WHY_LEN] = "";
+	ASSERT_TRUE(m0 != NULL);
+	ASSERT_TRUE(fixture_x(&VARIANTS[0], "--yarn 8", p1, sizeof p1) != NULL);
+	ASSERT_EQ(shoal_model_open(p1, &m1, why, sizeof why), SHOAL_OK);
+	ASSERT_FALSE(m0->hp.rope_yarn);
+	ASSERT_TRUE(m1->hp.rope_yarn);
+	ASSERT_EQ(m1->hp.n_ctx_orig, 8);
+	ASSERT_NEAR(m1->hp.rope_freq_scale, 0.125, 1e-7);
+	ASSERT_NEAR(m1->hp.yarn_mscale, 1.0 + 0.1 * log(8.0), 1e-6);
+	shoal_sampler_params sp = shoal_sampler_defaults();
+	sp.temp = 0.0f;
+	dc_run_out a, b;
+	ASSERT_EQ(dc_reference(m0, PROMPT, NP, 4, &sp, &a), 0);
+	ASSERT_EQ(dc_reference(m1, PROMPT, NP, 4, &sp, &b), 0);
+	ASSERT_TRUE(a.lp[0] != b.lp[0] || a.top_lp[0][1] != b.top_lp[0][1]);
+	shoal_model_free(m0);
+	shoal_model_free(m1);
+	unlink(p0);
+	unlink(p1);
+}
+
+/* ---- backends without the ops ------------------------------------------------- */
+
+static shoal_backend_op refused_op;
+static bool refusing_supports(shoal_backend_op op, shoal_dtype t)
+{
+	return op != refused_op && shoal_backend_cpu()->supports(op, t);
+}
+
+/* A backend that says no to sinks or to the clamped SwiGLU (the Vulkan
+ * backend today) is refused at engine creation, with the reason. */
+static void test_backend_refused(void)
+{
+	char path[512], why[SHOAL_WHY_LEN] = "";
+	shoal_model *m = open_variant(&VARIANTS[0], path, sizeof path);
+	ASSERT_TRUE(m != NULL);
+	shoal_backend_ops ops = *shoal_backend_cpu();
+	ops.supports = refusing_supports;
+	const shoal_backend_op op[2] = {SHOAL_BACKEND_OP_ATTN_SINKS, SHOAL_BACKEND_OP_SWIGLU_OAI};
+	const char *says[2] = {"no attention sinks", "no clamped SwiGLU"};
+	for (int i = 0; i < 2; i++) {
+		refused_op = op[i];
+		shoal_engine_config cfg = shoal_engine_config_default(m);
+		cfg.backend = &ops;
+		shoal_engine *e = NULL;
+		ASSERT_EQ(shoal_engine_new(m, &cfg, &e, why, sizeof why), SHOAL_ERR_UNSUPPORTED);
+		ASSERT_TRUE(strstr(why, says[i]) != NULL);
+	}
+	shoal_model_free(m);
+	unlink(path);
+}
+
+/* ---- the scalar model ----------------------------------------------------------- */
+
+/* What the scalar model leaves out, to show the test sees each part. */
+typedef struct ref_opts {
+	bool no_sinks, no_window, no_clamp, no_bias;
+	uint64_t clamped; /* out: SwiGLU inputs the clamp changed */
+} ref_opts;
+
+static const float *fdata(const shoal_gguf_tensor *t)
+{
+	return t ? (const float *)t->data : NULL;
+}
+
+/* y (n_out) = W x + b, W {n_in, n_out} F32 (b may be NULL). */
+static void ref_mv(const shoal_gguf_tensor *w, size_t off_rows, const double *x, uint32_t n_in,
+                   uint32_t n_out, const float *b, double *y)
+{
+	const float *W = fdata(w) + off_rows * n_in;
+	for (uint32_t o = 0; o < n_out; o++) {
+		double s = b ? b[o] : 0;
+		for (uint32_t i = 0; i < n_in; i++)
+			s += (double)W[(size_t)o * n_in + i] * x[i];
+		y[o] = s;
+	}
+}
+
+static void ref_rmsnorm(const double *x, const float *w, uint32_t n, float eps, double *y)
+{
+	double ss = 0;
+	for (uint32_t i = 0; i < n; i++)
+		ss += x[i] * x[i];
+	double sc = 1.0 / sqrt(ss / n + eps);
+	for (uint32_t i = 0; i < n; i++)
+		y[i] = x[i] * sc * w[i];
+}
+
+/* NEOX RoPE of one head at position p (no scaling in these fixtures). */
+static void ref_rope(double *v, uint32_t pos, const shoal_hparams *hp)
+{
+	uint32_t half = hp->n_rot / 2;
+	for (uint32_t i = 0; i < half; i++) {
+		double th = pos * pow(hp->rope_freq_base, -2.0 * i / hp->n_rot);
+		double c = cos(th), s = sin(th), a = v[i], b = v[i + half];
+		v[i] = a * c - b * s;
+		v[i + half] = a * s + b * c;
+	}
+}
+
+/* The logits (T, VOCAB) of tokens at positions 0..T-1, computed from the
+ * file's F32 tensors in double. */
+static void ref_model(const shoal_model *m, const int32_t *tok, uint32_t T, ref_opts *o,
+                      double *logits)
+{
+	const shoal_hparams *hp = &m->hp;
+	const uint32_t E = hp->n_embd, G = hp->n_head / hp->n_head_kv;
+	double *x = calloc((size_t)T * E, sizeof *x), *xn = calloc(E, sizeof *xn);
+	double *q = calloc((size_t)T * HEADS * HD, sizeof *q);
+	double *k = calloc((size_t)T * KVH * HD, sizeof *k),
+	       *v = calloc((size_t)T * KVH * HD, sizeof *v);
+	double att[HEADS * HD], y[DIM], sc[64], lg[NEXP], g[FFEXP], u[FFEXP], h[FFEXP], d[DIM];
+	for (uint32_t t = 0; t < T; t++)
+		for (uint32_t i = 0; i < E; i++)
+			x[(size_t)t * E + i] = fdata(m->tok_embd)[(size_t)tok[t] * E + i];
+	for (uint32_t il = 0; il < hp->n_layer; il++) {
+		const shoal_layer *L = &m->layers[il];
+		bool nb = !o->no_bias; /* the biases on */
+		for (uint32_t t = 0; t < T; t++) {
+			ref_rmsnorm(x + (size_t)t * E, fdata(L->attn_norm), E, hp->rms_eps, xn);
+			ref_mv(L->wq, 0, xn, E, HEADS * HD, nb ? fdata(L->bq) : NULL,
+			       q + (size_t)t * HEADS * HD);
+			ref_mv(L->wk, 0, xn, E, KVH * HD, nb ? fdata(L->bk) : NULL,
+			       k + (size_t)t * KVH * HD);
+			ref_mv(L->wv, 0, xn, E, KVH * HD, nb ? fdata(L->bv) : NULL,
+			       v + (size_t)t * KVH * HD);
+			for (uint32_t hh = 0; hh < HEADS; hh++)
+				ref_rope(q + ((size_t)t * HEADS + hh) * HD, t, hp);
+			for (uint32_t hh = 0; hh < KVH; hh++)
+				ref_rope(k + ((size_t)t * KVH + hh) * HD, t, hp);
+		}
+		bool slide = !o->no_window && hp->n_swa && il % 2 == 0;
+		for (uint32_t t = 0; t < T; t++) {
+			uint32_t first = slide && t + 1 > hp->n_swa ? t + 1 - hp->n_swa : 0;
+			for (uint32_t hh = 0; hh < HEADS; hh++) {
+				const double *qh = q + ((size_t)t * HEADS + hh) * HD;
+				double mx = -INFINITY, sum = 0;
+				bool sink = L->attn_sinks && !o->no_sinks;
+				double sk = sink ? fdata(L->attn_sinks)[hh] : 0;
+				for (uint32_t s = first; s <= t; s++) {
+					const double *kh = k + ((size_t)s * KVH + hh / G) * HD;
+					double dot = 0;
+					for (uint32_t i = 0; i < HD; i++)
+						dot += qh[i] * kh[i];
+					sc[s] = dot / sqrt((double)HD);
+					mx = sc[s] > mx ? sc[s] : mx;
+				}
+				if (sink && sk > mx)
+					mx = sk;
+				for (uint32_t s = first; s <= t; s++)
+					sum += (sc[s] = exp(sc[s] - mx));
+				if (sink)
+					sum += exp(sk - mx);
+				for (uint32_t i = 0; i < HD; i++) {
+					double a = 0;
+					for (uint32_t s = first; s <= t; s++)
+						a += sc[s] / sum *
+						     v[((size_t)s * KVH + hh / G) * HD + i];
+					att[hh * HD + i] = a;
+				}
+			}
+			ref_mv(L->wo, 0, att, HEADS * HD, E, nb ? fdata(L->bo) : NULL, y);
+			for (uint32_t i = 0; i < E; i++)
+				x[(size_t)t * E + i] += y[i];
+		}
+		/* the MoE FFN */
+		for (uint32_t t = 0; t < T; t++) {
+			double *xt = x + (size_t)t * E;
+			ref_rmsnorm(xt, fdata(L->ffn_norm), E, hp->rms_eps, xn);
+			ref_mv(L->ffn_gate_inp, 0, xn, E, NEXP,
+			       nb ? fdata(L->ffn_gate_inp_b) : NULL, lg);
+			int sel[NUSED];
+			double w[NUSED], wsum = 0;
+			for (int j = 0; j < NUSED; j++) {
+				int best = -1;
+				for (int e = 0; e < NEXP; e++) {
+					bool used = false;
+					for (int jj = 0; jj < j; jj++)
+						used |= sel[jj] == e;
+					if (!used && (best < 0 || lg[e] > lg[best]))
+						best = e;
+				}
+				sel[j] = best;
+			}
+			for (int j = 0; j < NUSED; j++)
+				wsum += (w[j] = exp(lg[sel[j]] - lg[sel[0]]));
+			for (uint32_t i = 0; i < E; i++)
+				y[i] = 0;
+			for (int j = 0; j < NUSED; j++) {
+				size_t ex = (size_t)sel[j];
+				ref_mv(L->ffn_gate_exps, ex * FFEXP, xn, E, FFEXP,
+				       nb ? fdata(L->ffn_gate_exps_b) + ex * FFEXP : NULL, g);
+				ref_mv(L->ffn_up_exps, ex * FFEXP, xn, E, FFEXP,
+				       nb ? fdata(L->ffn_up_exps_b) + ex * FFEXP : NULL, u);
+				for (uint32_t f = 0; f < FFEXP; f++) {
+					double lim = o->no_clamp ? INFINITY : 7.0;
+					double gg = g[f] < lim ? g[f] : lim;
+					double uu = u[f] < -lim ? -lim : u[f] > lim ? lim : u[f];
+					o->clamped += (gg != g[f]) + (uu != u[f]);
+					h[f] = gg / (1 + exp(-1.702 * gg)) * (uu + 1);
+				}
+				ref_mv(L->ffn_down_exps, ex * E, h, FFEXP, E,
+				       nb ? fdata(L->ffn_down_exps_b) + ex * E : NULL, d);
+				for (uint32_t i = 0; i < E; i++)
+					y[i] += w[j] / wsum * d[i];
+			}
+			for (uint32_t i = 0; i < E; i++)
+				xt[i] += y[i];
+		}
+	}
+	for (uint32_t t = 0; t < T; t++) {
+		ref_rmsnorm(x + (size_t)t * E, fdata(m->output_norm), E, hp->rms_eps, xn);
+		ref_mv(m->output, 0, xn, E, VOCAB, NULL, logits + (size_t)t * VOCAB);
+	}
+	free(x), free(xn), free(q), free(k), free(v);
+}
+
+/* The engine's logits of the prompt: the first 5 rows as one batch, then
+ * one row at a time (the window over the cache either way). */
+static int engine_logits(const shoal_model *m, float *out)
+{
+	shoal_engine_config cfg = shoal_engine_config_default(m);
+	cfg.backend = shoal_backend_cpu();
+	cfg.kv_type = SHOAL_DTYPE_F32;
+	cfg.n_ctx = 64;
+	cfg.max_rows = 8;
+	shoal_engine *e = NULL;
+	char why[SHOAL_WHY_LEN] = "";
+	uint32_t slot;
+	if (shoal_engine_new(m, &cfg, &e, why, sizeof why) || shoal_engine_session_open(e, &slot)) {
+		fprintf(stderr, "engine: %s\n", why);
+		shoal_engine_free(e);
+		return -1;
+	}
+	for (uint32_t p = 0; p < NP;) {
+		uint32_t n = p == 0 ? 5 : 1, sess[8], pos[8];
+		uint8_t want[8];
+		for (uint32_t r = 0; r < n; r++)
+			sess[r] = slot, pos[r] = p + r, want[r] = 1;
+		shoal_engine_batch b = {.n_rows = n,
+		                        .tokens = PROMPT + p,
+		                        .session = sess,
+		                        .pos = pos,
+		                        .want_logits = want,
+		                        .logits = out + (size_t)p * VOCAB};
+		if (shoal_engine_run(e, &b, why, sizeof why)) {
+			fprintf(stderr, "run: %s\n", why);
+			shoal_engine_free(e);
+			return -1;
+		}
+		p += n;
+	}
+	shoal_engine_free(e);
+	return 0;
+}
+
+/* The largest |a - b| over the prompt's logits. */
+static double max_diff(const float *a, const double *b)
+{
+	double d = 0;
+	for (size_t i = 0; i < (size_t)NP * VOCAB; i++)
+		d = fabs(a[i] - b[i]) > d ? fabs(a[i] - b[i]) : d;
+	return d;
+}
+
+static void test_scalar(void)
+{
+	const double tol = 1e-4;
+	float *got = malloc((size_t)NP * VOCAB * sizeof *got);
+	double *want = malloc((size_t)NP * VOCAB * sizeof *want);
+	ASSERT_TRUE(got && want);
+	for (size_t i = 0; i < 4; i++) {
+		const variant *v = &VARIANTS[i];
+		char path[512];
+		shoal_model *m = open_variant(v, path, sizeof path);
+		ASSERT_TRUE(m != NULL);
+		ASSERT_EQ(engine_logits(m, got), 0);
+		ref_opts o = {0};
+		ref_model(m, PROMPT, NP, &o, want);
+		double d = max_diff(got, want);
+		printf("%s: engine vs scalar max |diff| %.2g, %llu clamped\n", v->name, d,
+		       (unsigned long long)o.clamped);
+		ASSERT_TRUE(d < tol);
+		/* each part changes the logits far beyond the tolerance */
+		ref_opts off[4] = {
+		    {.no_bias = true}, {.no_sinks = true}, {.no_window = true}, {.no_clamp = true}};
+		bool has[4] = {true, v->sinks, v->window > 0, v->exp_scale > 0};
+		for (int j = 0; j < 4; j++) {
+			if (!has[j])
+				continue;
+			ref_model(m, PROMPT, NP, &off[j], want);
+			ASSERT_TRUE(max_diff(got, want) > 20 * tol);
+		}
+		ASSERT_EQ(o.clamped > 0, v->exp_scale > 0);
+		shoal_model_free(m);
+		unlink(path);
+	}
+	free(got);
+	free(want);
+}
+
+TEST_MAIN(TEST_CASE(test_load), TEST_CASE(test_bad_files), TEST_CASE(test_yarn),
+          TEST_CASE(test_backend_refused), TEST_CASE(test_scalar))
