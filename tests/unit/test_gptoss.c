@@ -462,5 +462,79 @@ static void test_scalar(void)
 	free(want);
 }
 
+/* ---- modes ------------------------------------------------------------------------ */
+
+static int cluster_matches(const shoal_model *m, const uint32_t *cuts, uint32_t n_st, uint32_t n_ex,
+                           const shoal_sampler_params *sp, const char *what)
+{
+	dc_run_out want, got;
+	memset(&got, 0, sizeof got);
+	if (dc_reference(m, PROMPT, NP, 16, sp, &want))
+		return 0;
+	dc_cluster c;
+	if (dc_cluster_up(&c, m, cuts, n_st, n_ex, SHOAL_XFER_MAX_FRAME_DEFAULT, 64, false)) {
+		fprintf(stderr, "%s: the cluster did not come up\n", what);
+		return 0;
+	}
+	shoal_dist_request rq = {.prompt = PROMPT,
+	                         .n_prompt = NP,
+	                         .max_tokens = 16,
+	                         .logprobs = DC_K_TOP,
+	                         .sampler = *sp,
+	                         .on_token = dc_collect_token,
+	                         .ctx = &got};
+	char why[SHOAL_WHY_LEN] = "";
+	shoal_err e =
+	    shoal_dist_owner_generate(c.own, &rq, c.owner.links, c.owner.n, 10000, why, sizeof why);
+	uint64_t remote = 0;
+	dc_cluster_stop(&c);
+	for (uint32_t i = 0; i < n_st; i++)
+		for (uint32_t s = 0; s < n_ex; s++)
+			remote +=
+			    dc_link_count(&c.st[i], c.ex[s].id, 1, SHOAL_XFER_KIND_EXPERT_REQ);
+	dc_cluster_down(&c);
+	if (e) {
+		fprintf(stderr, "%s: generate: %s: %s\n", what, shoal_strerror(e), why);
+		return 0;
+	}
+	if (n_ex && remote == 0) {
+		fprintf(stderr, "%s: no expert request left the stages\n", what);
+		return 0;
+	}
+	int same = dc_same_run(&want, &got);
+	if (!same)
+		fprintf(stderr, "%s: tokens or logprobs differ from one engine\n", what);
+	return same;
+}
+
+static void test_modes(void)
+{
+	int fails = 0;
+	const size_t pick[] = {0, 1, 3, 4, 5};
+	for (size_t i = 0; i < sizeof pick / sizeof pick[0]; i++) {
+		const variant *v = &VARIANTS[pick[i]];
+		char path[512], what[160];
+		shoal_model *m = open_variant(v, path, sizeof path);
+		ASSERT_TRUE(m != NULL);
+		shoal_sampler_params greedy = shoal_sampler_defaults(), seeded = greedy;
+		greedy.temp = 0.0f;
+		seeded.seed = 77;
+		const uint32_t three[] = {1, 2};
+		snprintf(what, sizeof what, "%s, 3 stages", v->name);
+		fails += !cluster_matches(m, three, 3, 0, &greedy, what);
+		fails += !cluster_matches(m, three, 3, 0, &seeded, what);
+		snprintf(what, sizeof what, "%s, experts on 3 peers", v->name);
+		fails += !cluster_matches(m, NULL, 1, 2, &greedy, what);
+		const uint32_t two[] = {2};
+		snprintf(what, sizeof what, "%s, 2 stages + 2 expert peers", v->name);
+		fails += !cluster_matches(m, two, 2, 2, &seeded, what);
+		printf("%s: single = 3 stages = remote experts\n", v->name);
+		shoal_model_free(m);
+		unlink(path);
+	}
+	ASSERT_EQ(fails, 0);
+	rmdir(dir);
+}
+
 TEST_MAIN(TEST_CASE(test_load), TEST_CASE(test_bad_files), TEST_CASE(test_yarn),
-          TEST_CASE(test_backend_refused), TEST_CASE(test_scalar))
+          TEST_CASE(test_backend_refused), TEST_CASE(test_scalar), TEST_CASE(test_modes))
