@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "models/model.h"
+#include "runtime/backends.h"
 #include "runtime/cpu/backend_cpu.h"
 #include "runtime/engine/engine.h"
 #include "runtime/engine/sampler.h"
@@ -208,6 +209,18 @@ static void test_backend_refused(void)
 		shoal_engine *e = NULL;
 		ASSERT_EQ(shoal_engine_new(m, &cfg, &e, why, sizeof why), SHOAL_ERR_UNSUPPORTED);
 		ASSERT_TRUE(strstr(why, says[i]) != NULL);
+	}
+	/* the Vulkan backend where this build and machine have one */
+	const shoal_backend_ops *vk = NULL;
+	if (shoal_backend_pick(&(shoal_backend_opts){.name = "vulkan"}, &vk, why, sizeof why)) {
+		printf("vulkan: not checked here (%s)\n", why);
+	} else {
+		shoal_engine_config cfg = shoal_engine_config_default(m);
+		cfg.backend = vk;
+		shoal_engine *e = NULL;
+		ASSERT_EQ(shoal_engine_new(m, &cfg, &e, why, sizeof why), SHOAL_ERR_UNSUPPORTED);
+		printf("vulkan: %s\n", why);
+		ASSERT_TRUE(strstr(why, "backend vulkan has no attention sinks") != NULL);
 	}
 	shoal_model_free(m);
 	unlink(path);
