@@ -593,9 +593,7 @@ static shoal_err engine_scratch(shoal_engine *e, uint32_t n_ff, char *why, size_
 	return SHOAL_OK;
 }
 
-/* What gpt-oss layers need of the backend (sinks, the clamped SwiGLU)
- * and of the mode: a tensor group does not split them yet (Wo's bias,
- * the sinks per head, the expert biases are not divided among members). */
+/* What gpt-oss layers need of the backend: sinks, the clamped SwiGLU. */
 static shoal_err engine_check_oss(const shoal_model *m, const shoal_engine_config *cfg, char *why,
                                   size_t why_len)
 {
@@ -612,10 +610,6 @@ static shoal_err engine_check_oss(const shoal_model *m, const shoal_engine_confi
 		return shoal_why(why, why_len, SHOAL_ERR_UNSUPPORTED,
 		                 "backend %s has no clamped SwiGLU, which this %s model needs",
 		                 ops->name, shoal_arch_name(hp->arch));
-	if (hp->arch == SHOAL_ARCH_GPT_OSS && cfg->tp.n_members > 1)
-		return shoal_why(why, why_len, SHOAL_ERR_UNSUPPORTED,
-		                 "tensor groups do not split %s layers yet",
-		                 shoal_arch_name(hp->arch));
 	return SHOAL_OK;
 }
 
