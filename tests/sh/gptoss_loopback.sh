@@ -9,6 +9,10 @@
 #  2. 3 peers at --mem-limit 4M with --spread-experts: routed experts (with
 #     their biases) on 2+ peers; ids and logprobs through every peer equal
 #     local `shoal run` again.
+#  3. (a build with test hooks) 3 peers with --tensor, probes of unequal
+#     speeds and SHOAL_TEST_TP_PREFER=1: one stage run by a tensor group
+#     of 3 (heads with their sinks, experts with their biases split among
+#     them); ids and logprobs through every peer equal local `shoal run`.
 set -u
 . "$(dirname "$0")/lib.sh"
 [ -x "$PC" ] || skip "$PC not built"
@@ -67,4 +71,24 @@ wait_for 20 spread_ok || {
 echo "gpt-oss: plan with $("$PC" "$T/st-s1.json" stages) stage(s), one layer's experts on $("$PC" "$T/st-s1.json" spread) peers, in $(($(now_ms) - t0)) ms"
 through_every_peer s1 s2 s3
 echo "gpt-oss, spread experts: ids and logprobs through every peer identical to one peer"
+
+# 3. a tensor group of 3
+if "$B" --version | grep -q '^test hooks: yes'; then
+	export SHOAL_TEST_TP_PREFER=1
+	ISA=$(cut -d' ' -f3 "$T/p1/probe")
+	for pg in "g1 40000" "g2 20000" "g3 30000"; do
+		set -- $pg
+		mkdir -p "$T/$1" && echo "shoal-probe 3 $ISA $2 $(($2 * 3)) $(date +%s) l1" >"$T/$1/probe"
+	done
+	start_three g --tensor --link-us 5
+	group3() { servable_all 1 g1 g2 g3 && [ "$("$PC" "$T/st-g1.json" members 0 | wc -w)" = 3 ]; }
+	wait_for 20 group3 || fail "no plan with a tensor group of 3 within 20 s: $("$PC" "$T/st-g1.json" servable)"
+	echo "gpt-oss: one stage, a tensor group of 3 ($("$PC" "$T/st-g1.json" members 0))"
+	through_every_peer g1 g2 g3
+	echo "gpt-oss, tensor group: ids and logprobs through every peer identical to one peer"
+	stop_all
+	unset SHOAL_TEST_TP_PREFER
+else
+	echo "gpt-oss, tensor group: skipped (a build without test hooks)"
+fi
 echo "PASS"
