@@ -307,22 +307,28 @@ static shoal_err engine_layer_init(shoal_engine *e, uint32_t il, bool owned, cha
 			else
 				any = true;
 		}
-		/* a layer of another stage is mapped only where this engine was
-		 * given some of its experts to serve: a backend with device
-		 * memory would otherwise upload every layer's experts */
+		/* a layer of another stage is taken where this engine was given
+		 * some of its experts to serve; without a mask, on the host only
+		 * (a backend with device memory would upload every layer's
+		 * experts) and not from a fetched part (cfg.tensor_held: a peer
+		 * holds only the tensors of its part) */
 		const float *bias_dev = NULL;
-		e->map_now = e->host_ok || owned || (e->cfg.expert_mask && any);
-		L->exp_mapped = e->map_now;
-		if ((err = engine_mat(e, src->ffn_gate_exps, hp->n_embd, hp->n_ff_exp, hp->n_expert,
-		                      &L->gate_exp, &L->gate_exp_stride, why, why_len)) ||
-		    (err = engine_mat(e, src->ffn_up_exps, hp->n_embd, hp->n_ff_exp, hp->n_expert,
-		                      &L->up_exp, &L->up_exp_stride, why, why_len)) ||
-		    (err = engine_mat(e, src->ffn_down_exps, hp->n_ff_exp, hp->n_embd, hp->n_expert,
-		                      &L->down_exp, &L->down_exp_stride, why, why_len)) ||
-		    (err = engine_mat(e, src->ffn_gate_inp, hp->n_embd, hp->n_expert, 1, &L->router,
-		                      NULL, why, why_len)) ||
-		    (err = engine_vec(e, src->exp_probs_b, hp->n_expert, &bias_dev, &L->exp_probs_b,
-		                      why, why_len)))
+		L->exp_mapped =
+		    owned || (e->expert_masked ? any : e->host_ok && !e->cfg.tensor_held);
+		e->map_now = L->exp_mapped;
+		if (L->exp_mapped &&
+		    ((err =
+		          engine_mat(e, src->ffn_gate_exps, hp->n_embd, hp->n_ff_exp, hp->n_expert,
+		                     &L->gate_exp, &L->gate_exp_stride, why, why_len)) ||
+		     (err = engine_mat(e, src->ffn_up_exps, hp->n_embd, hp->n_ff_exp, hp->n_expert,
+		                       &L->up_exp, &L->up_exp_stride, why, why_len)) ||
+		     (err =
+		          engine_mat(e, src->ffn_down_exps, hp->n_ff_exp, hp->n_embd, hp->n_expert,
+		                     &L->down_exp, &L->down_exp_stride, why, why_len)) ||
+		     (err = engine_mat(e, src->ffn_gate_inp, hp->n_embd, hp->n_expert, 1,
+		                       &L->router, NULL, why, why_len)) ||
+		     (err = engine_vec(e, src->exp_probs_b, hp->n_expert, &bias_dev,
+		                       &L->exp_probs_b, why, why_len))))
 			return err;
 		/* gpt-oss's expert biases go with the experts' matrices */
 		if (e->map_now &&
@@ -656,6 +662,7 @@ shoal_err shoal_engine_new(const shoal_model *m, const shoal_engine_config *cfg,
 	e->hp = *hp;
 	e->cfg = *cfg;
 	e->cfg.expert_mask = NULL;
+	e->expert_masked = cfg->expert_mask != NULL;
 	if (e->cfg.n_ctx == 0)
 		e->cfg.n_ctx = hp->n_ctx_train ? hp->n_ctx_train : SHOAL_ENGINE_DEFAULT_CTX_CAP;
 	e->q_dim = hp->n_head * hp->head_dim;

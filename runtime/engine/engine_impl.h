@@ -79,6 +79,7 @@ struct shoal_engine {
 	shoal_backend_mat head; /* {n_embd, n_vocab} */
 	const void *embd;       /* the token_embd table (device), with has_embd */
 	uint8_t *expert_mask;   /* (n_layer, n_expert) nonzero = owned */
+	bool expert_masked;     /* cfg.expert_mask was given (else every expert is owned) */
 	const float *rope_cs;   /* (n_ctx, n_rot) cos, sin pairs (device) */
 	float **vecs;           /* (n_vecs) host F32 copies the engine made */
 	size_t n_vecs, cap_vecs;

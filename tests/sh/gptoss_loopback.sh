@@ -13,6 +13,11 @@
 #     speeds and SHOAL_TEST_TP_PREFER=1: one stage run by a tensor group
 #     of 3 (heads with their sinks, experts with their biases split among
 #     them); ids and logprobs through every peer equal local `shoal run`.
+#  4. 2 peers with the file and a third without it (--model-id), all at
+#     --mem-limit 4M --spread-experts: the third fetches the tensors of its
+#     part (for experts: the router, ffn_*_exps and their biases), the plan
+#     is servable, its status shows bytes fetched, and ids and logprobs
+#     through every peer equal local `shoal run`.
 set -u
 . "$(dirname "$0")/lib.sh"
 [ -x "$PC" ] || skip "$PC not built"
@@ -91,4 +96,24 @@ if "$B" --version | grep -q '^test hooks: yes'; then
 else
 	echo "gpt-oss, tensor group: skipped (a build without test hooks)"
 fi
+
+# 4. a peer without the file
+start f1 "$DS" --ctx 256 --mem-limit 4M --spread-experts
+wait_for 20 eval 'status f1 && [ "$("$PC" "$T/st-f1.json" model_id)" != none ]' ||
+	fail "f1 shows no model id"
+MID=$("$PC" "$T/st-f1.json" model_id)
+start f2 "$DS" --ctx 256 --mem-limit 4M --spread-experts --peer "$(ep f1)"
+start f3 "" --model-id "$MID" --ctx 256 --mem-limit 4M --spread-experts --peer "$(ep f1)"
+t0=$(now_ms)
+wait_for 60 servable_all "" f1 f2 f3 || {
+	tail -5 "$T/f3.log"
+	fail "no servable plan with the peer without the file within 60 s: $("$PC" "$T/st-f3.json" servable)"
+}
+status f3 || fail "status f3"
+fetched=$("$PC" "$T/st-f3.json" weights fetch.bytes_fetched)
+[ "$fetched" -gt 0 ] 2>/dev/null || fail "f3's status shows no bytes fetched ($fetched)"
+echo "gpt-oss: f3 fetched $fetched bytes; plan of $("$PC" "$T/st-f1.json" stages) stage(s), experts on $("$PC" "$T/st-f1.json" spread) peers, servable $(($(now_ms) - t0)) ms after f3 started"
+through_every_peer f1 f2 f3
+echo "gpt-oss, a peer without the file: ids and logprobs through every peer identical to one peer"
+stop_all
 echo "PASS"
