@@ -84,15 +84,17 @@ shoal_err shoal_model_manifest(const shoal_model *m, shoal_manifest *out)
 		 * dense FFN by columns */
 		ml->n_head_kv = hp->mla ? 0 : hp->n_head_kv;
 		ml->n_ff = L->ffn_gate ? hp->n_ff : 0;
-		ml->attn_bytes = hp->mla ? 0
-		                         : nb(L->wq) + nb(L->wk) + nb(L->wv) + nb(L->wo) +
-		                               nb(L->bq) + nb(L->bk) + nb(L->bv);
+		ml->attn_bytes = hp->mla
+		                     ? 0
+		                     : nb(L->wq) + nb(L->wk) + nb(L->wv) + nb(L->wo) + nb(L->bq) +
+		                           nb(L->bk) + nb(L->bv) + nb(L->bo) + nb(L->attn_sinks);
 		if (hp->n_expert && L->ffn_gate_exps) {
 			ml->n_expert = hp->n_expert;
 			ml->n_expert_used = hp->n_expert_used;
-			ml->expert_bytes =
-			    (nb(L->ffn_gate_exps) + nb(L->ffn_up_exps) + nb(L->ffn_down_exps)) /
-			    hp->n_expert;
+			ml->expert_bytes = (nb(L->ffn_gate_exps) + nb(L->ffn_up_exps) +
+			                    nb(L->ffn_down_exps) + nb(L->ffn_gate_exps_b) +
+			                    nb(L->ffn_up_exps_b) + nb(L->ffn_down_exps_b)) /
+			                   hp->n_expert;
 			/* gate, up: n_embd x n_ff_exp; down: n_ff_exp x n_embd. */
 			ml->expert_flops = 2ull * 3 * hp->n_embd * hp->n_ff_exp;
 		}

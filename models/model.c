@@ -1,372 +1,18 @@
 /*
  * models/model.c: from a GGUF file to a model: architecture, hyper-parameters
- * and the shape-checked weight tensors of every layer (see model.h).
+ * (read by models/model_hparams.c) and the shape-checked weight tensors of
+ * every layer (see model.h).
  *
  * Part: models/. Divisions, in order:
- *   - architectures: names, rope type, which optional tensors each has
- *   - hyper-parameters: <arch>.* keys, defaults and sanity bounds
  *   - tensors: find each by name and check its shape against the hparams
  *   - open/free
  */
-#include "models/model.h"
+#include "models/model_impl.h"
 
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-/* ---- architectures ------------------------------------------------------ */
-
-static const char *const arch_names[SHOAL_ARCH__COUNT] = {
-    [SHOAL_ARCH_LLAMA] = "llama",         [SHOAL_ARCH_QWEN2] = "qwen2",
-    [SHOAL_ARCH_QWEN3] = "qwen3",         [SHOAL_ARCH_QWEN3MOE] = "qwen3moe",
-    [SHOAL_ARCH_DEEPSEEK2] = "deepseek2",
-};
-
-const char *shoal_arch_name(shoal_arch a)
-{
-	return (unsigned)a < SHOAL_ARCH__COUNT ? arch_names[a] : "?";
-}
-
-/* Copy an untrusted string for a message: at most 40 bytes, printable. */
-static const char *printable(const char *s, size_t len, char out[48])
-{
-	size_t n = len < 40 ? len : 40;
-	for (size_t i = 0; i < n; i++) {
-		unsigned char c = (unsigned char)s[i];
-		out[i] = (c >= 0x20 && c < 0x7f) ? (char)c : '?';
-	}
-	out[n] = '\0';
-	return out;
-}
-
-/* ---- hyper-parameters --------------------------------------------------- */
-
-/* Largest values we accept: far above any released model, low enough that
- * products of two of them stay far from 2^64 in the manifest arithmetic. */
-#define MODEL_MAX_DIM     (1u << 20) /* n_embd, n_ff, head_dim, ... */
-#define MODEL_MAX_HEADS   (1u << 12) /* n_head, n_head_kv */
-#define MODEL_MAX_EXPERTS (1u << 12)
-/* Released models have at most ~128 layers; 4096 keeps the per-layer table
- * (about 150 bytes a layer) under 1 MB before any tensor is checked. */
-#define MODEL_MAX_LAYERS 4096u
-
-typedef struct hp_ctx {
-	const shoal_gguf *g;
-	const char *arch;
-	char *why;
-	size_t why_len;
-} hp_ctx;
-
-/* <arch>.<suffix> as a u32; `def` if absent and not required. */
-static shoal_err hp_u32(const hp_ctx *c, const char *suffix, bool required, uint32_t def,
-                        uint32_t lo, uint32_t hi, uint32_t *out)
-{
-	char key[128];
-	snprintf(key, sizeof key, "%s.%s", c->arch, suffix);
-	if (shoal_gguf_find(c->g, key) < 0) {
-		if (required)
-			return shoal_why(c->why, c->why_len, SHOAL_ERR_FORMAT, "missing key '%s'",
-			                 key);
-		*out = def;
-		return SHOAL_OK;
-	}
-	uint64_t v;
-	if (!shoal_gguf_get_u64(c->g, key, &v))
-		return shoal_why(c->why, c->why_len, SHOAL_ERR_FORMAT,
-		                 "key '%s' is not a non-negative integer", key);
-	if (v < lo || v > hi)
-		return shoal_why(c->why, c->why_len, SHOAL_ERR_FORMAT,
-		                 "key '%s' = %llu out of range [%u, %u]", key,
-		                 (unsigned long long)v, lo, hi);
-	*out = (uint32_t)v;
-	return SHOAL_OK;
-}
-
-static shoal_err hp_f32(const hp_ctx *c, const char *suffix, bool required, float def, float *out)
-{
-	char key[128];
-	snprintf(key, sizeof key, "%s.%s", c->arch, suffix);
-	if (shoal_gguf_find(c->g, key) < 0) {
-		if (required)
-			return shoal_why(c->why, c->why_len, SHOAL_ERR_FORMAT, "missing key '%s'",
-			                 key);
-		*out = def;
-		return SHOAL_OK;
-	}
-	float v;
-	if (!shoal_gguf_get_f32(c->g, key, &v))
-		return shoal_why(c->why, c->why_len, SHOAL_ERR_FORMAT, "key '%s' is not a float",
-		                 key);
-	if (!isfinite(v) || v <= 0)
-		return shoal_why(c->why, c->why_len, SHOAL_ERR_FORMAT,
-		                 "key '%s' = %g must be finite and positive", key, (double)v);
-	*out = v;
-	return SHOAL_OK;
-}
-
-/* <arch>.<suffix> as a bool; `def` if absent. */
-static shoal_err hp_bool(const hp_ctx *c, const char *suffix, bool def, bool *out)
-{
-	char key[128];
-	snprintf(key, sizeof key, "%s.%s", c->arch, suffix);
-	*out = def;
-	if (shoal_gguf_find(c->g, key) >= 0 && !shoal_gguf_get_bool(c->g, key, out))
-		return shoal_why(c->why, c->why_len, SHOAL_ERR_FORMAT, "key '%s' is not a bool",
-		                 key);
-	return SHOAL_OK;
-}
-
-/* deepseek2 attention: MLA in the split form current conversion writes
- * (attn_k_b, attn_v_b; key_length = kv_lora + rope, the row cached per
- * token, and key_length_mla = nope + rope, a query head), or the older
- * form (one attn_kv_b; key_length and value_length are a head's, and
- * head_count_kv = head_count), which the engine turns into the split one. */
-static shoal_err hp_read_mla(const hp_ctx *c, shoal_hparams *hp)
-{
-	shoal_err e;
-	uint32_t klen, vlen;
-	hp->mla = true;
-	hp->mla_kv_b = shoal_gguf_find(c->g, "deepseek2.attention.key_length_mla") < 0;
-	const char *klen_key = hp->mla_kv_b ? "attention.key_length" : "attention.key_length_mla";
-	const char *vlen_key =
-	    hp->mla_kv_b ? "attention.value_length" : "attention.value_length_mla";
-	if ((e = hp_u32(c, "attention.q_lora_rank", false, 0, 0, MODEL_MAX_DIM,
-	                &hp->q_lora_rank)) ||
-	    (e = hp_u32(c, "attention.kv_lora_rank", true, 0, 1, MODEL_MAX_DIM,
-	                &hp->kv_lora_rank)) ||
-	    (e = hp_u32(c, klen_key, true, 0, 2, MODEL_MAX_DIM, &hp->head_dim)) ||
-	    (e = hp_u32(c, vlen_key, true, 0, 1, MODEL_MAX_DIM, &hp->v_head_dim)) ||
-	    (e = hp_u32(c, "rope.dimension_count", true, 0, 2, hp->head_dim - 1, &hp->n_rot)))
-		return e;
-	if (hp->n_rot % 2)
-		return shoal_why(c->why, c->why_len, SHOAL_ERR_FORMAT,
-		                 "rope dimension count %u is odd", hp->n_rot);
-	if (hp->mla_kv_b) {
-		if (hp->n_head_kv != hp->n_head)
-			return shoal_why(c->why, c->why_len, SHOAL_ERR_UNSUPPORTED,
-			                 "deepseek2 without key_length_mla: %u KV heads of %u "
-			                 "heads (the attn_kv_b form has as many)",
-			                 hp->n_head_kv, hp->n_head);
-		hp->n_head_kv = 1; /* one latent row serves every head */
-		return SHOAL_OK;
-	}
-	uint32_t row = hp->kv_lora_rank + hp->n_rot;
-	if ((e = hp_u32(c, "attention.key_length", false, row, 1, MODEL_MAX_DIM, &klen)) ||
-	    (e = hp_u32(c, "attention.value_length", false, hp->kv_lora_rank, 1, MODEL_MAX_DIM,
-	                &vlen)))
-		return e;
-	if (klen != row || vlen != hp->kv_lora_rank || hp->n_head_kv != 1)
-		return shoal_why(c->why, c->why_len, SHOAL_ERR_UNSUPPORTED,
-		                 "deepseek2: key length %u, value length %u, %u KV heads; the "
-		                 "MLA form needs %u, %u and 1",
-		                 klen, vlen, hp->n_head_kv, row, hp->kv_lora_rank);
-	return SHOAL_OK;
-}
-
-/* deepseek2 FFN and routing: leading dense layers, shared experts, gating,
- * groups, weight scale; MTP (nextn) layers are dropped from n_layer. */
-static shoal_err hp_read_ds2_moe(const hp_ctx *c, shoal_hparams *hp)
-{
-	shoal_err e;
-	uint32_t gf;
-	if ((e = hp_u32(c, "nextn_predict_layers", false, 0, 0, hp->n_layer - 1, &hp->n_nextn)))
-		return e;
-	hp->n_layer -= hp->n_nextn;
-	if ((e = hp_u32(c, "leading_dense_block_count", false, 0, 0, hp->n_layer,
-	                &hp->n_layer_dense_lead)) ||
-	    (e = hp_u32(c, "feed_forward_length", hp->n_layer_dense_lead > 0, 0, 0, MODEL_MAX_DIM,
-	                &hp->n_ff)) ||
-	    (e = hp_u32(c, "expert_feed_forward_length", true, 0, 1, MODEL_MAX_DIM,
-	                &hp->n_ff_exp)) ||
-	    (e = hp_u32(c, "expert_shared_count", false, 0, 0, 64, &hp->n_expert_shared)) ||
-	    (e = hp_u32(c, "expert_gating_func", false, 0, 0, UINT32_MAX, &gf)) ||
-	    (e = hp_u32(c, "expert_group_count", false, 0, 0, SHOAL_MOE_MAX_GROUPS,
-	                &hp->n_expert_group)) ||
-	    (e = hp_u32(c, "expert_group_used_count", false, 0, 0, hp->n_expert,
-	                &hp->n_expert_group_used)) ||
-	    (e = hp_f32(c, "expert_weights_scale", false, 1.0f, &hp->expert_weights_scale)) ||
-	    (e = hp_bool(c, "expert_weights_norm", false, &hp->expert_weights_norm)))
-		return e;
-	if (hp->n_layer_dense_lead > 0 && hp->n_ff == 0)
-		return shoal_why(c->why, c->why_len, SHOAL_ERR_FORMAT,
-		                 "%u leading dense layers but feed_forward_length is 0",
-		                 hp->n_layer_dense_lead);
-	hp->n_ff_shexp = hp->n_expert_shared * hp->n_ff_exp;
-	/* 0 is what files from before the key have (V2, V2.5): softmax */
-	if (gf > 2)
-		return shoal_why(c->why, c->why_len, SHOAL_ERR_UNSUPPORTED,
-		                 "expert gating function %u is not supported (1 softmax, 2 "
-		                 "sigmoid)",
-		                 gf);
-	hp->gating = gf == 2 ? SHOAL_MOE_GATING_SIGMOID : SHOAL_MOE_GATING_SOFTMAX;
-	if (hp->n_expert_group > 1) {
-		uint32_t per = hp->n_expert / hp->n_expert_group;
-		/* a group scores by its two best experts */
-		if (hp->n_expert % hp->n_expert_group || per < 2 || hp->n_expert_group_used < 1 ||
-		    (uint64_t)hp->n_expert_group_used * per < hp->n_expert_used)
-			return shoal_why(
-			    c->why, c->why_len, SHOAL_ERR_UNSUPPORTED,
-			    "%u experts in %u groups, %u groups used, %u experts used: "
-			    "groups must be equal, of 2 or more, and hold the used "
-			    "experts",
-			    hp->n_expert, hp->n_expert_group, hp->n_expert_group_used,
-			    hp->n_expert_used);
-	}
-	return SHOAL_OK;
-}
-
-/* rope.scaling.*: none, linear (positions divided by the factor) or yarn
- * (deepseek2 only). */
-static shoal_err hp_read_rope_scaling(const hp_ctx *c, shoal_hparams *hp)
-{
-	char key[128], nb[48];
-	const char *st;
-	size_t stl;
-	shoal_err e;
-	float factor = 1.0f;
-	snprintf(key, sizeof key, "%s.rope.scaling.type", c->arch);
-	bool linear = false, yarn = false;
-	if (shoal_gguf_get_str(c->g, key, &st, &stl)) {
-		if (stl == 6 && !memcmp(st, "linear", 6))
-			linear = true;
-		else if (stl == 4 && !memcmp(st, "yarn", 4) && hp->arch == SHOAL_ARCH_DEEPSEEK2)
-			yarn = true;
-		else if (!(stl == 4 && !memcmp(st, "none", 4)))
-			return shoal_why(c->why, c->why_len, SHOAL_ERR_UNSUPPORTED,
-			                 "rope scaling '%s' is not supported for %s (linear%s)",
-			                 printable(st, stl, nb), c->arch,
-			                 hp->arch == SHOAL_ARCH_DEEPSEEK2 ? ", yarn" : "");
-	}
-	if ((linear || yarn) && (e = hp_f32(c, "rope.scaling.factor", false, 1.0f, &factor)))
-		return e;
-	if (!linear && !yarn && (e = hp_f32(c, "rope.scale_linear", false, 1.0f, &factor)))
-		return e;
-	hp->rope_freq_scale = 1.0f / factor;
-	hp->yarn_mscale = 1.0f;
-	if (!yarn)
-		return SHOAL_OK;
-	/* the reference's defaults: ramp between 32 and 1 rotations, full
-	 * extrapolation mix, original context = training context */
-	float log_mul = 0.0f, attn_factor = 1.0f;
-	hp->rope_yarn = true;
-	if ((e = hp_u32(c, "rope.scaling.original_context_length", false, hp->n_ctx_train, 1,
-	                UINT32_MAX, &hp->n_ctx_orig)) ||
-	    (e = hp_f32(c, "rope.scaling.yarn_ext_factor", false, 1.0f, &hp->yarn_ext_factor)) ||
-	    (e = hp_f32(c, "rope.scaling.yarn_beta_fast", false, 32.0f, &hp->yarn_beta_fast)) ||
-	    (e = hp_f32(c, "rope.scaling.yarn_beta_slow", false, 1.0f, &hp->yarn_beta_slow)) ||
-	    (e = hp_f32(c, "rope.scaling.attn_factor", false, 1.0f, &attn_factor)))
-		return e;
-	snprintf(key, sizeof key, "%s.rope.scaling.yarn_log_multiplier", c->arch);
-	if (shoal_gguf_find(c->g, key) >= 0 &&
-	    (!shoal_gguf_get_f32(c->g, key, &log_mul) || !isfinite(log_mul) || log_mul < 0))
-		return shoal_why(c->why, c->why_len, SHOAL_ERR_FORMAT,
-		                 "key '%s' is not a non-negative float", key);
-	/* DeepSeek's softmax_scale correction: mscale^2 on the scores */
-	hp->yarn_mscale = attn_factor * (1.0f + log_mul * logf(factor));
-	return SHOAL_OK;
-}
-
-static shoal_err hp_read(const shoal_gguf *g, shoal_arch arch, shoal_hparams *hp, char *why,
-                         size_t why_len)
-{
-	hp_ctx c = {.g = g, .arch = arch_names[arch], .why = why, .why_len = why_len};
-	shoal_err e;
-	bool ds2 = arch == SHOAL_ARCH_DEEPSEEK2;
-	bool moe = arch == SHOAL_ARCH_QWEN3MOE || ds2;
-	memset(hp, 0, sizeof *hp);
-	hp->arch = arch;
-	hp->rope_type = arch == SHOAL_ARCH_LLAMA || ds2 ? SHOAL_ROPE_NORM : SHOAL_ROPE_NEOX;
-	hp->gating = SHOAL_MOE_GATING_SOFTMAX;
-	hp->expert_weights_scale = 1.0f;
-
-	if ((e = hp_u32(&c, "block_count", true, 0, 1, MODEL_MAX_LAYERS, &hp->n_layer)))
-		return e;
-	if ((e = hp_u32(&c, "embedding_length", true, 0, 1, MODEL_MAX_DIM, &hp->n_embd)))
-		return e;
-	if ((e = hp_u32(&c, "attention.head_count", true, 0, 1, MODEL_MAX_HEADS, &hp->n_head)))
-		return e;
-	if ((e = hp_u32(&c, "attention.head_count_kv", false, hp->n_head, 1, MODEL_MAX_HEADS,
-	                &hp->n_head_kv)))
-		return e;
-	if (hp->n_head % hp->n_head_kv)
-		return shoal_why(why, why_len, SHOAL_ERR_FORMAT,
-		                 "%u attention heads are not a multiple of %u KV heads", hp->n_head,
-		                 hp->n_head_kv);
-	if (ds2 && (e = hp_read_mla(&c, hp)))
-		return e;
-	if (!ds2) {
-		uint32_t def_hd = hp->n_embd / hp->n_head;
-		if ((e = hp_u32(&c, "attention.key_length", false, def_hd, 1, MODEL_MAX_DIM,
-		                &hp->head_dim)))
-			return e;
-		uint32_t vlen;
-		if ((e = hp_u32(&c, "attention.value_length", false, hp->head_dim, 1, MODEL_MAX_DIM,
-		                &vlen)))
-			return e;
-		if (vlen != hp->head_dim)
-			return shoal_why(why, why_len, SHOAL_ERR_UNSUPPORTED,
-			                 "key length %u != value length %u is not supported",
-			                 hp->head_dim, vlen);
-		if (hp->head_dim % 2)
-			return shoal_why(why, why_len, SHOAL_ERR_FORMAT, "head dimension %u is odd",
-			                 hp->head_dim);
-		if ((e = hp_u32(&c, "rope.dimension_count", false, hp->head_dim, 2, hp->head_dim,
-		                &hp->n_rot)))
-			return e;
-		if (hp->n_rot % 2)
-			return shoal_why(why, why_len, SHOAL_ERR_FORMAT,
-			                 "rope dimension count %u is odd", hp->n_rot);
-	}
-	if ((e = hp_u32(&c, "context_length", true, 0, 1, UINT32_MAX, &hp->n_ctx_train)))
-		return e;
-	if ((e = hp_f32(&c, "attention.layer_norm_rms_epsilon", true, 0, &hp->rms_eps)))
-		return e;
-	if ((e = hp_f32(&c, "rope.freq_base", false, 10000.0f, &hp->rope_freq_base)))
-		return e;
-
-	if ((e = hp_read_rope_scaling(&c, hp)))
-		return e;
-
-	/* Experts: llama (Mixtral) and qwen3moe. */
-	if ((e = hp_u32(&c, "expert_count", moe, 0, 0, MODEL_MAX_EXPERTS, &hp->n_expert)))
-		return e;
-	if (moe && hp->n_expert == 0)
-		return shoal_why(why, why_len, SHOAL_ERR_FORMAT, "%s.expert_count is 0", c.arch);
-	if (hp->n_expert > 0 && arch != SHOAL_ARCH_LLAMA && !moe)
-		return shoal_why(why, why_len, SHOAL_ERR_UNSUPPORTED,
-		                 "experts in a '%s' model are not supported", c.arch);
-	if (hp->n_expert > 0) {
-		if ((e = hp_u32(&c, "expert_used_count", true, 0, 1, hp->n_expert,
-		                &hp->n_expert_used)))
-			return e;
-		if (ds2)
-			return hp_read_ds2_moe(&c, hp);
-		uint32_t ff = 0;
-		if ((e = hp_u32(&c, "feed_forward_length", !moe, 0, 0, MODEL_MAX_DIM, &ff)))
-			return e;
-		/* Mixtral's experts are feed_forward_length wide; qwen3moe says
-		 * expert_feed_forward_length (the reference engine falls back to
-		 * feed_forward_length / expert_used_count). */
-		uint32_t def_ff_exp = moe ? ff / hp->n_expert_used : ff;
-		if ((e = hp_u32(&c, "expert_feed_forward_length", false, def_ff_exp, 1,
-		                MODEL_MAX_DIM, &hp->n_ff_exp)))
-			return e;
-		if (hp->n_ff_exp == 0)
-			return shoal_why(why, why_len, SHOAL_ERR_FORMAT,
-			                 "no expert FFN width (%s.expert_feed_forward_length)",
-			                 c.arch);
-		/* The reference engine renormalises the top-k softmax weights
-		 * for both Mixtral (llama) and qwen3moe (norm_w = true in its
-		 * build_moe_ffn calls); a file may say otherwise. */
-		if ((e = hp_bool(&c, "expert_weights_norm", true, &hp->expert_weights_norm)))
-			return e;
-	} else {
-		if ((e = hp_u32(&c, "feed_forward_length", true, 0, 1, MODEL_MAX_DIM, &hp->n_ff)))
-			return e;
-	}
-	return SHOAL_OK;
-}
 
 /* ---- tensors ------------------------------------------------------------ */
 
@@ -458,7 +104,8 @@ static shoal_err layer_find(const t_ctx *cp, const shoal_hparams *hp, uint32_t i
 	char n[96];
 	uint64_t E = hp->n_embd, q = (uint64_t)hp->n_head * hp->head_dim,
 	         kv = (uint64_t)hp->n_head_kv * hp->head_dim;
-	bool qwen2 = hp->arch == SHOAL_ARCH_QWEN2;
+	bool oss = hp->arch == SHOAL_ARCH_GPT_OSS;
+	bool qwen2 = hp->arch == SHOAL_ARCH_QWEN2 || oss;
 	bool qknorm = hp->arch == SHOAL_ARCH_QWEN3 || hp->arch == SHOAL_ARCH_QWEN3MOE;
 #define NAME(s)  (snprintf(n, sizeof n, "blk.%u." s ".weight", il), n)
 #define BNAME(s) (snprintf(n, sizeof n, "blk.%u." s ".bias", il), n)
@@ -482,7 +129,12 @@ static shoal_err layer_find(const t_ctx *cp, const shoal_hparams *hp, uint32_t i
 		T_GET(NAME("attn_q_norm"), true, &L->q_norm, hp->head_dim);
 		T_GET(NAME("attn_k_norm"), true, &L->k_norm, hp->head_dim);
 	}
-	T_GET(NAME("ffn_norm"), true, &L->ffn_norm, E);
+	if (oss) {
+		T_GET(BNAME("attn_output"), true, &L->bo, E);
+		T_GET(NAME("attn_sinks"), false, &L->attn_sinks, hp->n_head);
+	}
+	/* gpt-oss names the norm before its FFN post_attention_norm */
+	T_GET(oss ? NAME("post_attention_norm") : NAME("ffn_norm"), true, &L->ffn_norm, E);
 	if (hp->n_expert == 0 || il < hp->n_layer_dense_lead) {
 		T_GET(NAME("ffn_gate"), true, &L->ffn_gate, E, hp->n_ff);
 		T_GET(NAME("ffn_up"), true, &L->ffn_up, E, hp->n_ff);
@@ -503,6 +155,12 @@ static shoal_err layer_find(const t_ctx *cp, const shoal_hparams *hp, uint32_t i
 	T_GET(NAME("ffn_down_exps"), true, &L->ffn_down_exps, F, E, X);
 	if (hp->arch == SHOAL_ARCH_DEEPSEEK2)
 		T_GET(BNAME("exp_probs_b"), false, &L->exp_probs_b, X);
+	if (oss) {
+		T_GET(BNAME("ffn_gate_inp"), true, &L->ffn_gate_inp_b, X);
+		T_GET(BNAME("ffn_gate_exps"), true, &L->ffn_gate_exps_b, F, X);
+		T_GET(BNAME("ffn_up_exps"), true, &L->ffn_up_exps_b, F, X);
+		T_GET(BNAME("ffn_down_exps"), true, &L->ffn_down_exps_b, E, X);
+	}
 	if (S) {
 		T_GET(NAME("ffn_gate_shexp"), true, &L->ffn_gate_shexp, E, S);
 		T_GET(NAME("ffn_up_shexp"), true, &L->ffn_up_shexp, E, S);
@@ -582,12 +240,30 @@ size_t shoal_layer_own_tensors(const shoal_layer *L,
 	/* clang-format off */
 	const shoal_gguf_tensor *all[] = {
 	    L->attn_norm, L->wq, L->wk, L->wv, L->wo, L->bq, L->bk, L->bv, L->q_norm, L->k_norm,
+	    L->bo, L->attn_sinks,
 	    L->wq_a, L->q_a_norm, L->wq_b, L->wkv_a, L->kv_a_norm, L->wk_b, L->wv_b, L->wkv_b,
 	    L->ffn_norm, L->ffn_gate, L->ffn_up, L->ffn_down,
-	    L->ffn_gate_inp, L->exp_probs_b, L->ffn_gate_shexp, L->ffn_up_shexp, L->ffn_down_shexp};
+	    L->ffn_gate_inp, L->ffn_gate_inp_b, L->exp_probs_b,
+	    L->ffn_gate_shexp, L->ffn_up_shexp, L->ffn_down_shexp};
 	/* clang-format on */
 	_Static_assert(sizeof all / sizeof all[0] <= SHOAL_LAYER_MAX_TENSORS, "raise the max");
 	size_t n = 0;
+	for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+		if (all[i])
+			out[n++] = all[i];
+	return n;
+}
+
+size_t shoal_layer_expert_tensors(const shoal_layer *L,
+                                  const shoal_gguf_tensor *out[SHOAL_LAYER_MAX_EXPERT_TENSORS])
+{
+	const shoal_gguf_tensor *all[] = {L->ffn_gate_inp,  L->ffn_gate_inp_b, L->ffn_gate_exps,
+	                                  L->ffn_up_exps,   L->ffn_down_exps,  L->ffn_gate_exps_b,
+	                                  L->ffn_up_exps_b, L->ffn_down_exps_b};
+	_Static_assert(sizeof all / sizeof all[0] <= SHOAL_LAYER_MAX_EXPERT_TENSORS, "raise it");
+	size_t n = 0;
+	if (!L->ffn_gate_exps)
+		return 0;
 	for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
 		if (all[i])
 			out[n++] = all[i];
@@ -616,19 +292,16 @@ shoal_err shoal_model_from_gguf(shoal_gguf *g, shoal_model **out, char *why, siz
 		              "missing key 'general.architecture' (a string)");
 		goto fail;
 	}
-	int arch = -1;
-	for (int i = 0; i < SHOAL_ARCH__COUNT; i++)
-		if (strlen(arch_names[i]) == al && !memcmp(arch_names[i], a, al))
-			arch = i;
+	int arch = model__arch_find(a, al);
 	if (arch < 0) {
 		char nb[48];
 		e = shoal_why(why, why_len, SHOAL_ERR_UNSUPPORTED,
 		              "architecture '%s' is not supported (supported: llama, qwen2, qwen3, "
-		              "qwen3moe, deepseek2)",
-		              printable(a, al, nb));
+		              "qwen3moe, deepseek2, gpt-oss)",
+		              model__printable(a, al, nb));
 		goto fail;
 	}
-	if ((e = hp_read(g, (shoal_arch)arch, &m->hp, why, why_len)))
+	if ((e = model__hp_read(g, (shoal_arch)arch, &m->hp, why, why_len)))
 		goto fail;
 	m->layers = calloc(m->hp.n_layer, sizeof *m->layers);
 	if (!m->layers) {

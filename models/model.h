@@ -5,7 +5,8 @@
  * Part: models/. No tensor math here: the engine (runtime/) computes with the
  * tensors this file finds. Supported architectures: llama (incl. Mixtral
  * experts), qwen2 (QKV biases), qwen3 (q/k RMSNorm), qwen3moe, deepseek2
- * (DeepSeek V2/V3, Kimi K2: MLA, shared + routed experts).
+ * (DeepSeek V2/V3, Kimi K2: MLA, shared + routed experts), gpt-oss (attention
+ * sinks, sliding-window layers, biases everywhere, clamped SwiGLU experts).
  *
  * Shapes use GGUF's convention (ne[0] innermost, see gguf.h):
  *   token_embd   {n_embd, n_vocab}
@@ -27,6 +28,10 @@
  *     head's key rows then its value rows)
  *   wo {n_head * v_head_dim, n_embd}  exp_probs_b {n_expert}
  *   ffn_gate/up_shexp {n_embd, n_ff_shexp}  ffn_down_shexp {n_ff_shexp, n_embd}
+ * gpt-oss (the ffn_norm is the file's post_attention_norm, used before the FFN):
+ *   bq, bk, bv as qwen2; bo {n_embd}; attn_sinks {n_head} (optional)
+ *   ffn_gate_inp_b {n_expert}
+ *   ffn_gate_exps_b, ffn_up_exps_b {n_ff_exp, n_expert}  ffn_down_exps_b {n_embd, n_expert}
  */
 #ifndef SHOAL_MODELS_MODEL_H
 #define SHOAL_MODELS_MODEL_H
@@ -44,6 +49,7 @@ typedef enum shoal_arch {
 	SHOAL_ARCH_QWEN3,
 	SHOAL_ARCH_QWEN3MOE,
 	SHOAL_ARCH_DEEPSEEK2,
+	SHOAL_ARCH_GPT_OSS,
 	SHOAL_ARCH__COUNT
 } shoal_arch;
 
@@ -58,6 +64,8 @@ typedef enum shoal_rope_type {
 typedef enum shoal_moe_gating {
 	SHOAL_MOE_GATING_SOFTMAX = 0, /* softmax over all experts */
 	SHOAL_MOE_GATING_SIGMOID = 1, /* sigmoid per expert (DeepSeek V3) */
+	/* top-k of the router's logits, then softmax over those k (gpt-oss) */
+	SHOAL_MOE_GATING_SOFTMAX_TOPK = 2,
 } shoal_moe_gating;
 
 typedef struct shoal_hparams {
@@ -103,6 +111,18 @@ typedef struct shoal_hparams {
 	uint32_t n_ctx_orig;
 	float yarn_ext_factor, yarn_beta_fast, yarn_beta_slow;
 	float yarn_mscale; /* attn_factor * (1 + log_mul * ln(factor)), 1 without yarn */
+	/* Sliding-window attention (gpt-oss): a sliding layer's query at
+	 * position p sees the keys at positions p - n_swa + 1 .. p; layer il
+	 * slides when il % swa_period != swa_period - 1 (gpt-oss: period 2,
+	 * even layers slide, odd ones attend to the whole context). n_swa 0:
+	 * every layer attends to the whole context. */
+	uint32_t n_swa;
+	uint32_t swa_period;
+	/* gpt-oss's clamped SwiGLU on the experts:
+	 *   g = min(g, limit), u = clamp(u, -limit, limit)
+	 *   h = g * sigmoid(alpha * g) * (u + 1) */
+	bool swiglu_oai;
+	float swiglu_alpha, swiglu_limit;
 } shoal_hparams;
 
 typedef struct shoal_layer {
@@ -120,6 +140,11 @@ typedef struct shoal_layer {
 	const shoal_gguf_tensor *wkv_b;       /* older files instead of wk_b, wv_b */
 	const shoal_gguf_tensor *exp_probs_b; /* selection-only bias {n_expert} */
 	const shoal_gguf_tensor *ffn_gate_shexp, *ffn_up_shexp, *ffn_down_shexp;
+	/* gpt-oss, else NULL */
+	const shoal_gguf_tensor *bo;             /* attn_output.bias {n_embd} */
+	const shoal_gguf_tensor *attn_sinks;     /* {n_head}, or NULL: no sinks */
+	const shoal_gguf_tensor *ffn_gate_inp_b; /* router bias {n_expert} */
+	const shoal_gguf_tensor *ffn_gate_exps_b, *ffn_up_exps_b, *ffn_down_exps_b;
 } shoal_layer;
 
 /* DeepSeek's multi-token prediction (MTP) layer, blk.<n_layer> of a
@@ -170,5 +195,16 @@ const char *shoal_arch_name(shoal_arch a);
 #define SHOAL_LAYER_MAX_TENSORS 32
 size_t shoal_layer_own_tensors(const shoal_layer *L,
                                const shoal_gguf_tensor *out[SHOAL_LAYER_MAX_TENSORS]);
+
+/* The routed experts' tensors of layer L, which a peer serving some of
+ * its experts needs: the router, ffn_*_exps and, where the file has
+ * them, their biases (gpt-oss). Returns how many (0 for a dense layer). */
+#define SHOAL_LAYER_MAX_EXPERT_TENSORS 8
+size_t shoal_layer_expert_tensors(const shoal_layer *L,
+                                  const shoal_gguf_tensor *out[SHOAL_LAYER_MAX_EXPERT_TENSORS]);
+
+/* Whether layer il of a model with these hparams attends through a
+ * sliding window (hp->n_swa > 0 and the layer is one of the sliding ones). */
+bool shoal_hparams_layer_swa(const shoal_hparams *hp, uint32_t il);
 
 #endif

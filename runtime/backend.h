@@ -23,7 +23,7 @@
 
 /* The version of this table's layout and contract; an engine refuses a
  * table of another version. Raise it with any change to the table. */
-#define SHOAL_BACKEND_ABI 5u
+#define SHOAL_BACKEND_ABI 6u
 
 /*
  * Conventions for every op:
@@ -61,6 +61,10 @@ typedef enum shoal_backend_op {
 	SHOAL_BACKEND_OP_EMBED,      /* an embedding table of the type */
 	SHOAL_BACKEND_OP_TO_F32,     /* to_f32 of the type (norm weights, biases) */
 	SHOAL_BACKEND_OP_KV_CACHE,   /* a KV cache of the type (kv_store, attention) */
+	/* ABI 6, asked with F32: attention honours shoal_backend_attn.sinks;
+	 * swiglu_oai computes (a backend that says no is never given either) */
+	SHOAL_BACKEND_OP_ATTN_SINKS,
+	SHOAL_BACKEND_OP_SWIGLU_OAI,
 } shoal_backend_op;
 
 /* What kind of processor a device is. */
@@ -108,6 +112,12 @@ typedef struct shoal_backend_attn {
 	size_t head_ld, pos_ld;
 	const uint32_t *n_kv; /* host (n_rows): row r sees cache positions [0, n_kv[r]) */
 	float *out;           /* (n_rows, n_head * head_dim) */
+	/* (n_head) per query head, or NULL (ABI 6; only for a backend that
+	 * supports ATTN_SINKS): a sink is one more score in the softmax's
+	 * sum, with no value: p_t = exp(s_t - m) / (sum_t' exp(s_t' - m) +
+	 * exp(sink - m)), m the largest of the scores and the sink. A device
+	 * address. */
+	const float *sinks;
 } shoal_backend_attn;
 
 #define SHOAL_BACKEND_MAX_MATS 4
@@ -218,6 +228,13 @@ typedef struct shoal_backend_ops {
 
 	/* h = silu(g) * u elementwise over n; g, u, h may alias. */
 	void (*swiglu)(shoal_backend *b, const float *g, const float *u, size_t n, float *h);
+
+	/* gpt-oss's clamped SwiGLU elementwise over n (ABI 6; called only
+	 * where supports(SWIGLU_OAI, F32)): with g' = min(g, limit) and
+	 * u' = min(max(u, -limit), limit), h = g' / (1 + exp(-alpha g')) *
+	 * (u' + 1), in F32; g, u, h may alias. */
+	void (*swiglu_oai)(shoal_backend *b, const float *g, const float *u, size_t n, float alpha,
+	                   float limit, float *h);
 
 	/* y (n_rows, n) ldy += x (n_rows, n) ldx elementwise; ldx 0 adds the
 	 * one row x to every row (a bias). */

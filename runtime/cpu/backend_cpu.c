@@ -336,6 +336,23 @@ static void cpu_matmul(shoal_backend *b, uint32_t n_mat, const shoal_backend_mat
 
 /* ---- attention ------------------------------------------------------------------ */
 
+/* The softmax of n scores with an attention sink (backend.h): the sink
+ * joins the max and the sum (in double) but gets no weight of its own. */
+static void cpu_softmax_sink(float *s, uint32_t n, float sink)
+{
+	float m = sink;
+	for (uint32_t i = 0; i < n; i++)
+		m = s[i] > m ? s[i] : m;
+	double sum = (double)expf(sink - m);
+	for (uint32_t i = 0; i < n; i++) {
+		s[i] = expf(s[i] - m);
+		sum += (double)s[i];
+	}
+	float inv = (float)(1.0 / sum);
+	for (uint32_t i = 0; i < n; i++)
+		s[i] *= inv;
+}
+
 /* One work item is (row, KV head): the group of query heads sharing that
  * KV head is done together, so each cached K and V row is read once per
  * group instead of once per head (at long contexts the cache, not the
@@ -367,8 +384,12 @@ static void cpu_attn_worker(void *ctx, uint32_t ith, uint32_t nth)
 		else
 			b->k->attn_scores(q, (int)group, (int)hd, (const float *)a->k[r] + at,
 			                  kv_ld, (int)n, a->scale, sc, C);
-		for (uint32_t g = 0; g < group; g++)
-			b->k->softmax(sc + g * C, (int)n);
+		for (uint32_t g = 0; g < group; g++) {
+			if (a->sinks)
+				cpu_softmax_sink(sc + g * C, n, a->sinks[h0 + g]);
+			else
+				b->k->softmax(sc + g * C, (int)n);
+		}
 		if (a->kv_type == SHOAL_DTYPE_F16)
 			b->k->attn_values_f16(sc, C, (int)group, (int)hd,
 			                      (const uint16_t *)a->v[r] + at, kv_ld, (int)n, o);
@@ -460,6 +481,17 @@ static void cpu_swiglu(shoal_backend *b, const float *g, const float *u, size_t 
 	b->sw.g = g, b->sw.u = u, b->sw.h = h, b->sw.n = n;
 	atomic_store_explicit(&b->next, 0, memory_order_relaxed);
 	shoal_threadpool_run(b->pool, cpu_swiglu_worker, b);
+}
+
+static void cpu_swiglu_oai(shoal_backend *b, const float *g, const float *u, size_t n, float alpha,
+                           float limit, float *h)
+{
+	for (size_t i = 0; i < n; i++) {
+		float x = g[i] < limit ? g[i] : limit;
+		float y = u[i] < -limit ? -limit : u[i] > limit ? limit : u[i];
+		h[i] = x / (1.0f + expf(-alpha * x)) * (y + 1.0f);
+	}
+	(void)b;
 }
 
 static void cpu_add(shoal_backend *b, float *y, size_t ldy, const float *x, size_t ldx, uint32_t n,
@@ -587,6 +619,9 @@ static bool cpu_supports(shoal_backend_op op, shoal_dtype t)
 		return shoal_quant_supported(t);
 	case SHOAL_BACKEND_OP_KV_CACHE:
 		return t == SHOAL_DTYPE_F32 || t == SHOAL_DTYPE_F16;
+	case SHOAL_BACKEND_OP_ATTN_SINKS:
+	case SHOAL_BACKEND_OP_SWIGLU_OAI:
+		return t == SHOAL_DTYPE_F32;
 	}
 	return false;
 }
@@ -626,6 +661,7 @@ static const shoal_backend_ops cpu_ops = {
     .attention = cpu_attention,
     .kv_store = cpu_kv_store,
     .swiglu = cpu_swiglu,
+    .swiglu_oai = cpu_swiglu_oai,
     .add = cpu_add,
     .copy = cpu_copy,
     .embed = cpu_embed,

@@ -170,6 +170,37 @@ static shoal_err engine_vec(shoal_engine *e, const shoal_gguf_tensor *t, uint32_
 	return engine_keep(e, h, n, out, t->name, why, why_len);
 }
 
+/* An F32 copy of a stack of count vectors of n elements each (a tensor
+ * {n, count}: gpt-oss's expert biases), kept by the engine: *out its
+ * device address (NULL t: NULL). */
+static shoal_err engine_vecs(shoal_engine *e, const shoal_gguf_tensor *t, uint32_t n,
+                             uint32_t count, const float **out, char *why, size_t why_len)
+{
+	*out = NULL;
+	if (!t)
+		return SHOAL_OK;
+	size_t total = (size_t)n * count;
+	if (t->ne[0] != n || t->ne[1] != count || t->ne[2] != 1 || t->ne[3] != 1)
+		return shoal_why(why, why_len, SHOAL_ERR_FORMAT,
+		                 "tensor %s has shape {%llu, %llu}, expected {%u, %u}", t->name,
+		                 (unsigned long long)t->ne[0], (unsigned long long)t->ne[1], n,
+		                 count);
+	if (!e->ops->supports(SHOAL_BACKEND_OP_TO_F32, t->type) ||
+	    shoal_dtype_row_bytes(t->type, n) * count != t->nbytes)
+		return shoal_why(why, why_len, SHOAL_ERR_UNSUPPORTED, "tensor %s: type %s", t->name,
+		                 shoal_dtype_name(t->type));
+	shoal_err err = engine_usable(e, t, why, why_len);
+	if (err)
+		return err;
+	float *h = malloc(total * sizeof *h);
+	if (!h)
+		return SHOAL_ERR_NOMEM;
+	size_t rb = shoal_dtype_row_bytes(t->type, n);
+	for (uint32_t i = 0; i < count; i++)
+		e->ops->to_f32(t->type, (const uint8_t *)t->data + i * rb, h + (size_t)i * n, n);
+	return engine_keep(e, h, total, out, t->name, why, why_len);
+}
+
 /* The older files' attn_kv_b {kv_lora, n_head * (nope + v_head_dim)} as
  * the split form: a head's value rows are its wv_b in place (rows nope..
  * of the head's block); its key rows W (nope, kv_lora) are needed as
@@ -276,22 +307,37 @@ static shoal_err engine_layer_init(shoal_engine *e, uint32_t il, bool owned, cha
 			else
 				any = true;
 		}
-		/* a layer of another stage is mapped only where this engine was
-		 * given some of its experts to serve: a backend with device
-		 * memory would otherwise upload every layer's experts */
+		/* a layer of another stage is taken where this engine was given
+		 * some of its experts to serve; without a mask, on the host only
+		 * (a backend with device memory would upload every layer's
+		 * experts) and not from a fetched part (cfg.tensor_held: a peer
+		 * holds only the tensors of its part) */
 		const float *bias_dev = NULL;
-		e->map_now = e->host_ok || owned || (e->cfg.expert_mask && any);
-		L->exp_mapped = e->map_now;
-		if ((err = engine_mat(e, src->ffn_gate_exps, hp->n_embd, hp->n_ff_exp, hp->n_expert,
-		                      &L->gate_exp, &L->gate_exp_stride, why, why_len)) ||
-		    (err = engine_mat(e, src->ffn_up_exps, hp->n_embd, hp->n_ff_exp, hp->n_expert,
-		                      &L->up_exp, &L->up_exp_stride, why, why_len)) ||
-		    (err = engine_mat(e, src->ffn_down_exps, hp->n_ff_exp, hp->n_embd, hp->n_expert,
-		                      &L->down_exp, &L->down_exp_stride, why, why_len)) ||
-		    (err = engine_mat(e, src->ffn_gate_inp, hp->n_embd, hp->n_expert, 1, &L->router,
-		                      NULL, why, why_len)) ||
-		    (err = engine_vec(e, src->exp_probs_b, hp->n_expert, &bias_dev, &L->exp_probs_b,
-		                      why, why_len)))
+		L->exp_mapped =
+		    owned || (e->expert_masked ? any : e->host_ok && !e->cfg.tensor_held);
+		e->map_now = L->exp_mapped;
+		if (L->exp_mapped &&
+		    ((err =
+		          engine_mat(e, src->ffn_gate_exps, hp->n_embd, hp->n_ff_exp, hp->n_expert,
+		                     &L->gate_exp, &L->gate_exp_stride, why, why_len)) ||
+		     (err = engine_mat(e, src->ffn_up_exps, hp->n_embd, hp->n_ff_exp, hp->n_expert,
+		                       &L->up_exp, &L->up_exp_stride, why, why_len)) ||
+		     (err =
+		          engine_mat(e, src->ffn_down_exps, hp->n_ff_exp, hp->n_embd, hp->n_expert,
+		                     &L->down_exp, &L->down_exp_stride, why, why_len)) ||
+		     (err = engine_mat(e, src->ffn_gate_inp, hp->n_embd, hp->n_expert, 1,
+		                       &L->router, NULL, why, why_len)) ||
+		     (err = engine_vec(e, src->exp_probs_b, hp->n_expert, &bias_dev,
+		                       &L->exp_probs_b, why, why_len))))
+			return err;
+		/* gpt-oss's expert biases go with the experts' matrices */
+		if (e->map_now &&
+		    ((err = engine_vecs(e, src->ffn_gate_exps_b, hp->n_ff_exp, hp->n_expert,
+		                        &L->gate_exp_b, why, why_len)) ||
+		     (err = engine_vecs(e, src->ffn_up_exps_b, hp->n_ff_exp, hp->n_expert,
+		                        &L->up_exp_b, why, why_len)) ||
+		     (err = engine_vecs(e, src->ffn_down_exps_b, hp->n_embd, hp->n_expert,
+		                        &L->down_exp_b, why, why_len))))
 			return err;
 		e->map_now = true;
 	}
@@ -313,8 +359,13 @@ static shoal_err engine_layer_init(shoal_engine *e, uint32_t il, bool owned, cha
 	    (err = engine_vec(e, src->k_norm, hp->head_dim, &L->k_norm, NULL, why, why_len)) ||
 	    (err = engine_vec(e, src->bq, e->q_dim, &L->bq, NULL, why, why_len)) ||
 	    (err = engine_vec(e, src->bk, e->kv_dim, &L->bk, NULL, why, why_len)) ||
-	    (err = engine_vec(e, src->bv, e->kv_dim, &L->bv, NULL, why, why_len)))
+	    (err = engine_vec(e, src->bv, e->kv_dim, &L->bv, NULL, why, why_len)) ||
+	    (err = engine_vec(e, src->bo, hp->n_embd, &L->bo, NULL, why, why_len)) ||
+	    (err = engine_vec(e, src->attn_sinks, hp->n_head, &L->sinks, NULL, why, why_len)) ||
+	    (err = engine_vec(e, src->ffn_gate_inp_b, hp->n_expert, &L->router_b, NULL, why,
+	                      why_len)))
 		return err;
+	L->window = shoal_hparams_layer_swa(hp, il) ? hp->n_swa : 0;
 	if (!L->attn_norm || !L->ffn_norm)
 		return shoal_why(why, why_len, SHOAL_ERR_FORMAT, "layer %u has no norm weights",
 		                 il);
@@ -548,6 +599,26 @@ static shoal_err engine_scratch(shoal_engine *e, uint32_t n_ff, char *why, size_
 	return SHOAL_OK;
 }
 
+/* What gpt-oss layers need of the backend: sinks, the clamped SwiGLU. */
+static shoal_err engine_check_oss(const shoal_model *m, const shoal_engine_config *cfg, char *why,
+                                  size_t why_len)
+{
+	const shoal_hparams *hp = &m->hp;
+	const shoal_backend_ops *ops = cfg->backend;
+	bool sinks = false;
+	for (uint32_t il = 0; il < hp->n_layer; il++)
+		sinks |= m->layers[il].attn_sinks != NULL;
+	if (sinks && !ops->supports(SHOAL_BACKEND_OP_ATTN_SINKS, SHOAL_DTYPE_F32))
+		return shoal_why(why, why_len, SHOAL_ERR_UNSUPPORTED,
+		                 "backend %s has no attention sinks, which this %s model needs",
+		                 ops->name, shoal_arch_name(hp->arch));
+	if (hp->swiglu_oai && !ops->supports(SHOAL_BACKEND_OP_SWIGLU_OAI, SHOAL_DTYPE_F32))
+		return shoal_why(why, why_len, SHOAL_ERR_UNSUPPORTED,
+		                 "backend %s has no clamped SwiGLU, which this %s model needs",
+		                 ops->name, shoal_arch_name(hp->arch));
+	return SHOAL_OK;
+}
+
 shoal_err shoal_engine_new(const shoal_model *m, const shoal_engine_config *cfg, shoal_engine **out,
                            char *why, size_t why_len)
 {
@@ -580,6 +651,9 @@ shoal_err shoal_engine_new(const shoal_model *m, const shoal_engine_config *cfg,
 		                 "backend %s cannot keep a KV cache of %s", ops->name,
 		                 shoal_dtype_name(cfg->kv_type));
 
+	if ((err = engine_check_oss(m, cfg, why, why_len)))
+		return err;
+
 	shoal_engine *e = calloc(1, sizeof *e);
 	if (!e)
 		return SHOAL_ERR_NOMEM;
@@ -588,6 +662,7 @@ shoal_err shoal_engine_new(const shoal_model *m, const shoal_engine_config *cfg,
 	e->hp = *hp;
 	e->cfg = *cfg;
 	e->cfg.expert_mask = NULL;
+	e->expert_masked = cfg->expert_mask != NULL;
 	if (e->cfg.n_ctx == 0)
 		e->cfg.n_ctx = hp->n_ctx_train ? hp->n_ctx_train : SHOAL_ENGINE_DEFAULT_CTX_CAP;
 	e->q_dim = hp->n_head * hp->head_dim;
@@ -875,6 +950,8 @@ static void engine_attn(shoal_engine *e, uint32_t il, const shoal_engine_batch *
 	size_t ld_out = E;
 	float *o = e->tmp; /* (n_rows, n_embd) */
 	ops->matmul(e->bk, 1, &L->wo, e->att, e->q_dim, n, &o, &ld_out);
+	if (L->bo)
+		ops->add(e->bk, e->tmp, E, L->bo, 0, E, n);
 	ops->add(e->bk, e->x, E, e->tmp, E, E, n);
 }
 
@@ -917,7 +994,7 @@ static void engine_attn_mla(shoal_engine *e, uint32_t il, const shoal_engine_bat
 	}
 	ops->rope(e->bk, e->mla_q, ld_h, n, H, kvd, nr, b->pos, e->rope_cs, false);
 	ops->rope(e->bk, e->k, kvd, n, 1, kvd, nr, b->pos, e->rope_cs, false);
-	engine__attend(e, b, li, H, 1, kvd, e->mla_q, e->mla_att);
+	engine__attend(e, b, li, H, 1, kvd, e->mla_q, NULL, 0, e->mla_att);
 	for (uint32_t h = 0; h < H; h++) {
 		shoal_backend_mat wv = L->wv_b;
 		wv.data = (const uint8_t *)wv.data + (size_t)h * L->wv_b_stride;

@@ -47,6 +47,14 @@ typedef struct engine__layer {
 	shoal_backend_mat wk_b;          /* head 0 of {nope, kv_lora, n_head} */
 	shoal_backend_mat wv_b;          /* head 0 of {kv_lora, v_head_dim, n_head} */
 	size_t wk_b_stride, wv_b_stride; /* bytes per head */
+	/* gpt-oss, else NULL / 0 */
+	const float *bo;         /* (n_embd) Wo's bias */
+	const float *sinks;      /* (n_head) attention sinks */
+	uint32_t window;         /* a sliding layer's window (positions), 0: whole context */
+	const float *router_b;   /* (n_expert) the router's bias (owned layers) */
+	const float *gate_exp_b; /* (n_expert, n_ff_exp) expert biases, where the */
+	const float *up_exp_b;   /* (n_expert, n_ff_exp) experts are mapped */
+	const float *down_exp_b; /* (n_expert, n_embd) */
 } engine__layer;
 
 typedef struct engine__tp engine__tp; /* engine_tp.c */
@@ -71,6 +79,7 @@ struct shoal_engine {
 	shoal_backend_mat head; /* {n_embd, n_vocab} */
 	const void *embd;       /* the token_embd table (device), with has_embd */
 	uint8_t *expert_mask;   /* (n_layer, n_expert) nonzero = owned */
+	bool expert_masked;     /* cfg.expert_mask was given (else every expert is owned) */
 	const float *rope_cs;   /* (n_ctx, n_rot) cos, sin pairs (device) */
 	float **vecs;           /* (n_vecs) host F32 copies the engine made */
 	size_t n_vecs, cap_vecs;
@@ -157,12 +166,15 @@ void engine__to_host(shoal_engine *e, const float *dev, float *host, size_t n);
 /* Rows [first, first + count) of a matrix {n_in, n_out}: the same bytes. */
 shoal_backend_mat engine__mat_rows(shoal_backend_mat m, uint32_t first, uint32_t count);
 /* The rows' new cache entries in (owned layer li), then attention for
- * n_head query heads of q (n_rows, n_head, head_dim) into out, same shape.
+ * n_head query heads of q (n_rows, n_head, head_dim) into out, same shape,
+ * with sinks (n_head, device, or NULL) and, window > 0, each row seeing
+ * only the window positions up to its own.
  * The new keys are e->k and the values e->v, (n_rows, kv_cache_dim) each;
  * with one cache plane (MLA) the cache row is both key and value and e->v
  * is not read. */
 void engine__attend(shoal_engine *e, const shoal_engine_batch *b, uint32_t li, uint32_t n_head,
-                    uint32_t n_head_kv, uint32_t head_dim, const float *q, float *out);
+                    uint32_t n_head_kv, uint32_t head_dim, const float *q, const float *sinks,
+                    uint32_t window, float *out);
 /* Attention of owned layer il for KV heads [h0, h0 + hn) and their query
  * heads, on e->xn (normed): q, k, v (+ biases, norms, RoPE), K/V into the
  * cache (kv_cache_dim = hn x head_dim columns per position), out (n_rows,

@@ -19,6 +19,11 @@
  *   top-k of s, w = p[top-k]; normalised as above; w *= expert_weights_scale
  *   out += the shared experts' down(silu(gate x) * up x), on the layer's
  *     owner (shared experts never leave their layer)
+ * gpt-oss (SHOAL_MOE_GATING_SOFTMAX_TOPK, expert biases, swiglu_oai):
+ *   l = x Wr^T + br; top-k of l; w = softmax over those k values
+ *   out = sum_j w_j * (down_j(h) + bd_j), h = swiglu_oai(gate_j x + bg_j,
+ *     up_j x + bu_j) (models/model.h: the clamped form)
+ *   always the per-expert path below (the backends' moe_ffn has no biases)
  *
  * Where it runs: the routing's choice on the host (one read of the
  * router's scores; the backends' shared top-k); the routed experts of a
@@ -78,6 +83,20 @@ static void engine_route_select(const shoal_hparams *hp, const float *bias, cons
 				sel[g * per + i] = -INFINITY;
 }
 
+/* The softmax of a row's k chosen logits w (best first, so w[0] is the
+ * largest) in place, the sum in double. */
+static void engine_softmax_k(float *w, uint32_t k)
+{
+	double s = 0;
+	float m = w[0];
+	for (uint32_t j = 0; j < k; j++) {
+		w[j] = expf(w[j] - m);
+		s += (double)w[j];
+	}
+	for (uint32_t j = 0; j < k; j++)
+		w[j] = (float)((double)w[j] / s);
+}
+
 /* Row r's k routes after the backend's softmax and top-k: renormalised
  * when asked, scaled, then sorted by expert id. */
 static void engine_route_row(uint32_t k, bool norm, float scale, int32_t *ids, float *w)
@@ -122,8 +141,15 @@ static void engine_route(shoal_engine *e, uint32_t layer, uint32_t n_rows, const
 	float *lg_d = e->moe_lg_d, *lg = e->moe_logits; /* (n_rows, n_expert) */
 	size_t ld = hp->n_expert, n_lg = (size_t)n_rows * ld;
 	e->ops->matmul(e->bk, 1, &L->router, xd, hp->n_embd, n_rows, &lg_d, &ld);
+	if (L->router_b)
+		e->ops->add(e->bk, lg_d, ld, L->router_b, 0, hp->n_expert, n_rows);
 	uint32_t k = hp->n_expert_used;
-	if (hp->gating == SHOAL_MOE_GATING_SIGMOID) {
+	if (hp->gating == SHOAL_MOE_GATING_SOFTMAX_TOPK) {
+		engine__to_host(e, lg_d, lg, n_lg);
+		shoal_backend_top_k_rows(lg, hp->n_expert, n_rows, ld, k, ids, w);
+		for (uint32_t r = 0; r < n_rows; r++)
+			engine_softmax_k(w + (size_t)r * k, k);
+	} else if (hp->gating == SHOAL_MOE_GATING_SIGMOID) {
 		engine__to_host(e, lg_d, lg, n_lg);
 		for (size_t i = 0; i < n_lg; i++)
 			lg[i] = 1.0f / (1.0f + expf(-lg[i]));
@@ -131,7 +157,9 @@ static void engine_route(shoal_engine *e, uint32_t layer, uint32_t n_rows, const
 		e->ops->softmax(e->bk, lg_d, hp->n_expert, n_rows, ld);
 		engine__to_host(e, lg_d, lg, n_lg);
 	}
-	if (L->exp_probs_b || hp->n_expert_group > 1) {
+	if (hp->gating == SHOAL_MOE_GATING_SOFTMAX_TOPK) {
+		/* chosen and weighed above */
+	} else if (L->exp_probs_b || hp->n_expert_group > 1) {
 		/* choose by the biased, group-masked scores; weigh by p */
 		for (uint32_t r = 0; r < n_rows; r++)
 			engine_route_select(hp, L->exp_probs_b, lg + (size_t)r * ld,
@@ -217,12 +245,22 @@ shoal_err shoal_engine_moe_partial(shoal_engine *e, uint32_t layer, const shoal_
 		size_t ldy[2] = {ff, ff};
 		const float *xd = engine__to_dev(e, e->moe_xd, e->moe_x, (size_t)m * d);
 		ops->matmul(e->bk, 2, w, xd, d, m, y, ldy);
-		ops->swiglu(e->bk, e->ff_g, e->ff_u, (size_t)m * ff, e->ff_g);
+		if (L->gate_exp_b)
+			ops->add(e->bk, e->ff_g, ff, L->gate_exp_b + (size_t)x * ff, 0, ff, m);
+		if (L->up_exp_b)
+			ops->add(e->bk, e->ff_u, ff, L->up_exp_b + (size_t)x * ff, 0, ff, m);
+		if (hp->swiglu_oai)
+			ops->swiglu_oai(e->bk, e->ff_g, e->ff_u, (size_t)m * ff, hp->swiglu_alpha,
+			                hp->swiglu_limit, e->ff_g);
+		else
+			ops->swiglu(e->bk, e->ff_g, e->ff_u, (size_t)m * ff, e->ff_g);
 		shoal_backend_mat dn = L->down_exp;
 		dn.data = (const uint8_t *)L->down_exp.data + (size_t)x * L->down_exp_stride;
 		float *od = e->moe_xd; /* (m, n_embd), the gathered input is spent */
 		size_t ld = d;
 		ops->matmul(e->bk, 1, &dn, e->ff_g, ff, m, &od, &ld);
+		if (L->down_exp_b)
+			ops->add(e->bk, od, ld, L->down_exp_b + (size_t)x * d, 0, d, m);
 		float *o = e->moe_x; /* its host view */
 		engine__to_host(e, od, o, (size_t)m * d);
 		for (uint32_t i = 0; i < m; i++) {
@@ -333,7 +371,7 @@ shoal_err engine__moe_ffn(shoal_engine *e, uint32_t l, uint32_t n_rows, char *wh
 {
 	const engine__layer *L = &e->layers[l];
 	const uint32_t d = e->hp.n_embd;
-	if (L->all_local && L->exp_mapped) {
+	if (L->all_local && L->exp_mapped && !e->hp.swiglu_oai) {
 		engine_moe_local(e, l, n_rows);
 	} else {
 		shoal_err err = engine_moe_remote(e, l, n_rows, why, why_len);

@@ -46,7 +46,8 @@ static void *kv_plane(shoal_engine *e, uint32_t s, uint32_t li, int which)
 /* ---- attention --------------------------------------------------------------- */
 
 void engine__attend(shoal_engine *e, const shoal_engine_batch *b, uint32_t li, uint32_t n_head,
-                    uint32_t n_head_kv, uint32_t head_dim, const float *q, float *out)
+                    uint32_t n_head_kv, uint32_t head_dim, const float *q, const float *sinks,
+                    uint32_t window, float *out)
 {
 	uint32_t n = b->n_rows, kvd = e->kv_cache_dim;
 	size_t head_ld = (size_t)e->cfg.n_ctx * head_dim;
@@ -64,6 +65,19 @@ void engine__attend(shoal_engine *e, const shoal_engine_batch *b, uint32_t li, u
 	if (e->kv_planes == 2)
 		e->ops->kv_store(e->bk, kt, e->v, kvd, n, n_head_kv, head_dim, e->vrow, b->pos,
 		                 head_ld);
+	/* a sliding layer's row sees its window: the planes from the window's
+	 * first position on (the cache still holds every position: the
+	 * memory of the whole context is kept, the window is exact) */
+	for (uint32_t r = 0; window && r < n; r++) {
+		uint32_t first = b->pos[r] + 1 > window ? b->pos[r] + 1 - window : 0;
+		size_t skip = (size_t)first * head_dim * e->kv_elt;
+		e->krow[r] = (uint8_t *)e->krow[r] + skip;
+		if (e->kv_planes == 2)
+			e->vrow[r] = (uint8_t *)e->vrow[r] + skip;
+		else
+			e->vrow[r] = e->krow[r];
+		e->n_kv[r] -= first;
+	}
 	shoal_backend_attn a = {
 	    .n_rows = n,
 	    .n_head = n_head,
@@ -78,6 +92,7 @@ void engine__attend(shoal_engine *e, const shoal_engine_batch *b, uint32_t li, u
 	    .pos_ld = head_dim,
 	    .n_kv = e->n_kv,
 	    .out = out,
+	    .sinks = sinks,
 	};
 	e->ops->attention(e->bk, &a);
 }
@@ -110,7 +125,8 @@ void engine__attn_heads(shoal_engine *e, uint32_t il, const shoal_engine_batch *
 	bool neox = hp->rope_type == SHOAL_ROPE_NEOX;
 	ops->rope(e->bk, e->q, qd, n, nq, hd, hp->n_rot, b->pos, e->rope_cs, neox);
 	ops->rope(e->bk, e->k, kvd, n, hn, hd, hp->n_rot, b->pos, e->rope_cs, neox);
-	engine__attend(e, b, li, nq, hn, hd, e->q, out);
+	engine__attend(e, b, li, nq, hn, hd, e->q, L->sinks ? L->sinks + (size_t)h0 * G : NULL,
+	               L->window, out);
 }
 
 /* ---- FFN --------------------------------------------------------------------- */

@@ -16,12 +16,15 @@
  *   xn = rmsnorm(x) * attn_norm                      (replicated)
  *   q, k, v of m's KV heads and their query heads     (Wq, Wk, Wv rows)
  *   norms, RoPE, cache k, v (m's heads only), attention of m's heads
+ *     (gpt-oss: their sinks, the layer's window)
  *   gather ATTN      -> att (n, q_dim)
- *   o = att Wo^T, m's columns; gather ATTN_OUT -> x += o
+ *   o = att Wo^T, m's columns; gather ATTN_OUT -> x += o (+ Wo's bias,
+ *     replicated, gpt-oss)
  *   xn = rmsnorm(x) * ffn_norm                       (replicated)
  *   dense: h = silu(xn Wg^T) * (xn Wu^T), m's columns; gather FFN_ACT
  *          f = h Wd^T, m's columns; gather FFN_OUT  -> x += f
- *   MoE:   route (replicated); contributions of m's experts; gather MOE;
+ *   MoE:   route (replicated); contributions of m's experts (with their
+ *          biases and gpt-oss's clamped SwiGLU); gather MOE;
  *          combine in expert-id order, shared experts whole on every
  *          member                                    -> x += f
  * After the last layer, with split_head (every member has_head):
@@ -240,6 +243,8 @@ shoal_err engine__tp_attn(shoal_engine *e, uint32_t il, const shoal_engine_batch
 	                why, why_len);
 	if (err)
 		return err;
+	if (L->bo) /* gpt-oss: Wo's bias on the gathered rows, as unsplit */
+		ops->add(e->bk, e->tmp, hp->n_embd, L->bo, 0, hp->n_embd, n);
 	ops->add(e->bk, e->x, hp->n_embd, e->tmp, hp->n_embd, hp->n_embd, n);
 	return SHOAL_OK;
 }

@@ -79,9 +79,10 @@ static size_t serve_part_tensors(const shoal_serve *cl, uint32_t *out, size_t ca
 			size_t nt = shoal_layer_own_tensors(y, ts);
 			for (size_t k = 0; k < nt; k++)
 				PART_ADD(ts[k]);
-			PART_ADD(y->ffn_gate_exps);
-			PART_ADD(y->ffn_up_exps);
-			PART_ADD(y->ffn_down_exps);
+			const shoal_gguf_tensor *xs[SHOAL_LAYER_MAX_EXPERT_TENSORS];
+			size_t nx = shoal_layer_expert_tensors(y, xs);
+			for (size_t k = 0; k < nx; k++)
+				PART_ADD(xs[k]);
 		}
 	}
 	for (uint32_t l = 0; m->hp.n_expert && l < m->hp.n_layer; l++) {
@@ -92,12 +93,10 @@ static size_t serve_part_tensors(const shoal_serve *cl, uint32_t *out, size_t ca
 			for (size_t j = 0; j < no; j++)
 				mine |= own[j] == (uint32_t)self;
 		}
-		if (mine) {
-			PART_ADD(m->layers[l].ffn_gate_inp);
-			PART_ADD(m->layers[l].ffn_gate_exps);
-			PART_ADD(m->layers[l].ffn_up_exps);
-			PART_ADD(m->layers[l].ffn_down_exps);
-		}
+		const shoal_gguf_tensor *xs[SHOAL_LAYER_MAX_EXPERT_TENSORS];
+		size_t nx = mine ? shoal_layer_expert_tensors(&m->layers[l], xs) : 0;
+		for (size_t k = 0; k < nx; k++)
+			PART_ADD(xs[k]);
 	}
 	if (n)
 		PART_ADD(m->rope_freqs);

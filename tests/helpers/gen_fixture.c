@@ -1,9 +1,11 @@
 /*
  * tests/helpers/gen_fixture.c: write a random-weight GGUF model for tests and
- * benchmarks (llama, qwen2, qwen3, qwen3moe, deepseek2; dense or MoE; any
- * stored type). deepseek2 is DeepSeek V3's layout: MLA attention (optional
+ * benchmarks (llama, qwen2, qwen3, qwen3moe, deepseek2, gpt-oss; dense or MoE;
+ * any stored type). deepseek2 is DeepSeek V3's layout: MLA attention (optional
  * q_lora), leading dense layers, shared + routed experts, grouped routing,
- * and optional MTP (nextn) layers after the main ones.
+ * and optional MTP (nextn) layers after the main ones. gpt-oss is OpenAI's:
+ * q/k/v/o biases, attention sinks (--no-sinks drops them), a sliding window
+ * on the even layers (--window N), router and expert biases.
  *
  * Part: tests (models/). Deterministic for a seed: every tensor draws from
  * its own stream seeded by (seed, tensor name), so a split file holds the
@@ -39,12 +41,21 @@ typedef struct opts {
 	                         hold the values attn_k_b and attn_v_b would (same seed) */
 	bool sigmoid;         /* sigmoid gating + exp_probs_b + weight norm, else softmax */
 	bool tied;
+	/* gpt-oss */
+	uint32_t window;    /* attention.sliding_window (0: the key is not written) */
+	bool no_sinks;      /* leave out attn_sinks */
+	uint32_t exp_scale; /* expert gate/up weights times this (0, 1: as drawn), to
+	                       reach the SwiGLU clamp */
+	/* broken files for tests of refusals: leave out the tensor named
+	 * drop; give the one named grow one more element in its first
+	 * dimension (an F32 tensor) */
+	const char *drop, *grow;
 	uint64_t seed;
 	uint32_t split;
 	const char *out;
 } opts;
 
-typedef enum kind { K_WEIGHT, K_EMBD, K_NORM, K_BIAS, K_ROUTER, K_KV_B } kind;
+typedef enum kind { K_WEIGHT, K_EMBD, K_NORM, K_BIAS, K_ROUTER, K_KV_B, K_SINK } kind;
 
 typedef struct tplan {
 	char name[64];
@@ -92,7 +103,8 @@ static __attribute__((format(printf, 9, 10))) int plan_add(tplan *t, int n, shoa
 	va_start(ap, fmt);
 	vsnprintf(t[n].name, sizeof t[n].name, fmt, ap);
 	va_end(ap);
-	t[n].type = (k == K_NORM || k == K_BIAS || k == K_ROUTER) ? SHOAL_DTYPE_F32 : type;
+	t[n].type =
+	    (k == K_NORM || k == K_BIAS || k == K_ROUTER || k == K_SINK) ? SHOAL_DTYPE_F32 : type;
 	t[n].k = k;
 	t[n].n_dims = nd;
 	t[n].ne[0] = a;
@@ -134,7 +146,8 @@ static int plan_mla(const opts *o, tplan *t, int n, uint32_t l)
 
 static int plan_build(const opts *o, tplan *t)
 {
-	bool qwen2 = !strcmp(o->arch, "qwen2");
+	bool oss = !strcmp(o->arch, "gpt-oss");
+	bool qwen2 = !strcmp(o->arch, "qwen2") || oss;
 	bool qk = !strcmp(o->arch, "qwen3") || !strcmp(o->arch, "qwen3moe");
 	bool ds2 = !strcmp(o->arch, "deepseek2");
 	uint64_t E = o->dim, q = (uint64_t)o->heads * o->head_dim,
@@ -179,7 +192,15 @@ static int plan_build(const opts *o, tplan *t)
 		if (!ds2)
 			n = plan_add(t, n, ty, K_WEIGHT, 2, q, E, 1, "blk.%u.attn_output.weight",
 			             l);
-		n = plan_add(t, n, ty, K_NORM, 1, E, 1, 1, "blk.%u.ffn_norm.weight", l);
+		if (oss) {
+			n = plan_add(t, n, ty, K_BIAS, 1, E, 1, 1, "blk.%u.attn_output.bias", l);
+			if (!o->no_sinks)
+				n = plan_add(t, n, ty, K_SINK, 1, o->heads, 1, 1,
+				             "blk.%u.attn_sinks.weight", l);
+		}
+		n = plan_add(t, n, ty, K_NORM, 1, E, 1, 1,
+		             oss ? "blk.%u.post_attention_norm.weight" : "blk.%u.ffn_norm.weight",
+		             l);
 		if (o->experts && l >= o->dense_lead) {
 			uint64_t X = o->experts, F = o->ff_exp;
 			n = plan_add(t, n, ty, K_ROUTER, 2, E, X, 1, "blk.%u.ffn_gate_inp.weight",
@@ -193,6 +214,16 @@ static int plan_build(const opts *o, tplan *t)
 			if (ds2 && o->sigmoid)
 				n = plan_add(t, n, ty, K_BIAS, 1, X, 1, 1,
 				             "blk.%u.exp_probs_b.bias", l);
+			if (oss) {
+				n = plan_add(t, n, ty, K_BIAS, 1, X, 1, 1,
+				             "blk.%u.ffn_gate_inp.bias", l);
+				n = plan_add(t, n, ty, K_BIAS, 2, F, X, 1,
+				             "blk.%u.ffn_gate_exps.bias", l);
+				n = plan_add(t, n, ty, K_BIAS, 2, F, X, 1,
+				             "blk.%u.ffn_up_exps.bias", l);
+				n = plan_add(t, n, ty, K_BIAS, 2, E, X, 1,
+				             "blk.%u.ffn_down_exps.bias", l);
+			}
 			uint64_t S = (uint64_t)o->shared * F;
 			if (S) {
 				n = plan_add(t, n, ty, K_WEIGHT, 2, E, S, 1,
@@ -213,7 +244,15 @@ static int plan_build(const opts *o, tplan *t)
 	n = plan_add(t, n, ty, K_NORM, 1, E, 1, 1, "output_norm.weight");
 	if (!o->tied)
 		n = plan_add(t, n, ty, K_WEIGHT, 2, E, o->vocab, 1, "output.weight");
-	return n;
+	int kept = 0;
+	for (int i = 0; i < n; i++) {
+		if (o->drop && !strcmp(t[i].name, o->drop))
+			continue;
+		if (o->grow && !strcmp(t[i].name, o->grow))
+			t[i].ne[0]++;
+		t[kept++] = t[i];
+	}
+	return kept;
 }
 
 /* ---- vocabulary ----------------------------------------------------------- */
@@ -346,7 +385,16 @@ static int write_meta(shoal_gguf_writer *w, const opts *o)
 	shoal_gguf_writer_kv_u32(w, KEY("feed_forward_length"), o->ff);
 	shoal_gguf_writer_kv_u32(w, KEY("attention.head_count"), o->heads);
 	shoal_gguf_writer_kv_u32(w, KEY("attention.head_count_kv"), o->kv_heads);
-	bool ds2 = !strcmp(a, "deepseek2");
+	bool ds2 = !strcmp(a, "deepseek2"), oss = !strcmp(a, "gpt-oss");
+	if (oss && o->window)
+		shoal_gguf_writer_kv_u32(w, KEY("attention.sliding_window"), o->window);
+	if (oss && o->yarn) {
+		/* gpt-oss's: factor 32 over 4096, no log multiplier key */
+		shoal_gguf_writer_kv_str(w, KEY("rope.scaling.type"), "yarn");
+		shoal_gguf_writer_kv_f32(w, KEY("rope.scaling.factor"), (float)o->yarn);
+		shoal_gguf_writer_kv_u32(w, KEY("rope.scaling.original_context_length"),
+		                         o->ctx / o->yarn ? o->ctx / o->yarn : 1);
+	}
 	if (ds2) {
 		/* as the converter writes MLA: one KV "head" of latent + rope;
 		 * the older form gives a head's own key and value lengths */
@@ -460,6 +508,9 @@ static int write_tensor(shoal_gguf_writer *w, const opts *o, const tplan *t, flo
 	/* Uniform(-a, a) has variance a^2/3: a = sqrt(3 / n_in) keeps each
 	 * output of W x at about the variance of x. */
 	float a = (float)sqrt(3.0 / (double)n_in);
+	if (o->exp_scale > 1 &&
+	    (strstr(t->name, "ffn_gate_exps.weight") || strstr(t->name, "ffn_up_exps.weight")))
+		a *= (float)o->exp_scale;
 	for (uint64_t r = 0; r < rows; r++) {
 		for (uint64_t i = 0; i < n_in; i++) {
 			float u = rng_unit(&s);
@@ -469,6 +520,9 @@ static int write_tensor(shoal_gguf_writer *w, const opts *o, const tplan *t, flo
 				break;
 			case K_BIAS:
 				row[i] = 0.05f * u;
+				break;
+			case K_SINK:
+				row[i] = 2.0f * u;
 				break;
 			case K_EMBD:
 				row[i] = 0.5f * u;
@@ -522,15 +576,16 @@ out:
 static int usage(void)
 {
 	fprintf(stderr,
-	        "usage: gen_fixture --arch llama|qwen2|qwen3|qwen3moe|deepseek2 --type "
+	        "usage: gen_fixture --arch llama|qwen2|qwen3|qwen3moe|deepseek2|gpt-oss --type "
 	        "F32|F16|BF16|Q8_0|Q4_0|Q5_0|Q5_1|IQ4_NL|MXFP4|Q2_K|Q3_K|Q4_K|Q5_K|Q6_K|IQ4_XS\n"
 	        "  --layers N --dim D --ff F --heads H --kv-heads K --vocab V [--head-dim D]\n"
 	        "  [--experts E --experts-used K --ff-exp F] [--tied] [--seed S] [--split N]\n"
-	        "  [--ctx N] OUT.gguf\n"
+	        "  [--ctx N] [--drop TENSOR] [--grow TENSOR] OUT.gguf\n"
 	        "deepseek2 (--head-dim is nope + rope; --kv-heads is ignored):\n"
 	        "  --kv-lora R --rope-dim D --v-head-dim D [--q-lora R] [--dense-lead N]\n"
 	        "  [--shared N] [--groups G --groups-used U] [--sigmoid] [--nextn N]\n"
-	        "  [--yarn FACTOR] [--gating-func N] [--kv-b (the old form)]\n");
+	        "  [--yarn FACTOR] [--gating-func N] [--kv-b (the old form)]\n"
+	        "gpt-oss (MoE): [--window N] [--no-sinks] [--exp-scale N] [--yarn FACTOR]\n");
 	return 2;
 }
 
@@ -556,6 +611,10 @@ static int parse(int argc, char **argv, opts *o)
 		const char *a = argv[i];
 		const char *v = i + 1 < argc ? argv[i + 1] : NULL;
 		uint32_t *u = NULL;
+		if (!strcmp(a, "--no-sinks")) {
+			o->no_sinks = true;
+			continue;
+		}
 		if (!strcmp(a, "--tied") || !strcmp(a, "--sigmoid") || !strcmp(a, "--kv-b")) {
 			*(a[2] == 't' ? &o->tied : a[2] == 's' ? &o->sigmoid : &o->kv_b) = true;
 			continue;
@@ -571,6 +630,10 @@ static int parse(int argc, char **argv, opts *o)
 		i++;
 		if (!strcmp(a, "--arch")) {
 			o->arch = v;
+		} else if (!strcmp(a, "--drop")) {
+			o->drop = v;
+		} else if (!strcmp(a, "--grow")) {
+			o->grow = v;
 		} else if (!strcmp(a, "--type")) {
 			for (uint32_t k = 0; k < SHOAL_DTYPE__MAX; k++)
 				if (shoal_dtype_known(k) && k != SHOAL_DTYPE_Q8_K &&
@@ -633,6 +696,10 @@ static int parse(int argc, char **argv, opts *o)
 				u = &o->gating_func;
 			else if (!strcmp(a, "--yarn"))
 				u = &o->yarn;
+			else if (!strcmp(a, "--window"))
+				u = &o->window;
+			else if (!strcmp(a, "--exp-scale"))
+				u = &o->exp_scale;
 			else
 				return usage();
 			if (!parse_u32(v, u)) {
@@ -645,7 +712,8 @@ static int parse(int argc, char **argv, opts *o)
 	    !o->vocab || !o->out)
 		return usage();
 	if (strcmp(o->arch, "llama") && strcmp(o->arch, "qwen2") && strcmp(o->arch, "qwen3") &&
-	    strcmp(o->arch, "qwen3moe") && strcmp(o->arch, "deepseek2")) {
+	    strcmp(o->arch, "qwen3moe") && strcmp(o->arch, "deepseek2") &&
+	    strcmp(o->arch, "gpt-oss")) {
 		fprintf(stderr, "gen_fixture: unknown arch '%s'\n", o->arch);
 		return 2;
 	}
@@ -653,7 +721,8 @@ static int parse(int argc, char **argv, opts *o)
 		o->kv_heads = o->heads;
 	if (!o->head_dim)
 		o->head_dim = o->dim / o->heads;
-	if ((!strcmp(o->arch, "qwen3moe") || !strcmp(o->arch, "deepseek2")) && !o->experts) {
+	bool oss = !strcmp(o->arch, "gpt-oss");
+	if ((!strcmp(o->arch, "qwen3moe") || !strcmp(o->arch, "deepseek2") || oss) && !o->experts) {
 		fprintf(stderr, "gen_fixture: %s needs --experts\n", o->arch);
 		return 2;
 	}
@@ -670,9 +739,13 @@ static int parse(int argc, char **argv, opts *o)
 			return 2;
 		}
 	} else if (o->q_lora || o->kv_lora || o->rope_dim || o->v_head_dim || o->dense_lead ||
-	           o->shared || o->groups || o->nextn || o->sigmoid || o->yarn || o->gating_func ||
-	           o->kv_b) {
+	           o->shared || o->groups || o->nextn || o->sigmoid || (o->yarn && !oss) ||
+	           o->gating_func || o->kv_b) {
 		fprintf(stderr, "gen_fixture: the MLA and routing options are for deepseek2\n");
+		return 2;
+	}
+	if (!oss && (o->window || o->no_sinks || o->exp_scale)) {
+		fprintf(stderr, "gen_fixture: --window, --no-sinks, --exp-scale are for gpt-oss\n");
 		return 2;
 	}
 	if (o->experts) {
