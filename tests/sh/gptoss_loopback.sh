@@ -26,56 +26,11 @@ DS=$T/gptoss.gguf
 "$BD/tests/helpers/gen_fixture" --arch gpt-oss --type Q8_0 --layers 6 --dim 256 --heads 4 \
 	--kv-heads 2 --head-dim 64 --vocab 2048 --experts 8 --experts-used 2 --ff-exp 128 \
 	--window 4 --ctx 512 --seed 3 "$DS" >/dev/null 2>&1 || fail "gen_fixture gpt-oss"
-"$B" run "$DS" -p "hello world" -n 12 --temp 0 --ids >"$T/l-ids" 2>"$T/l-err" ||
-	fail "local run: $(cat "$T/l-err")"
-"$B" run "$DS" -p "hello world" -n 5 --temp 0 --logprobs 4 >"$T/l-lp" 2>/dev/null || fail "local logprobs"
+arch_local
 
-# every peer of the current cluster ($@ = names) answers as one peer does
-through_every_peer() {
-	local n
-	for n in "$@"; do
-		"$B" run --peer "$(ep "$n")" --key "$T/k" -p "hello world" -n 12 --temp 0 --ids \
-			>"$T/r-ids" 2>"$T/r-err" || fail "run via $n: $(cat "$T/r-err")"
-		same "greedy ids via $n" "$T/r-ids" "$T/l-ids"
-		"$B" run --peer "$(ep "$n")" --key "$T/k" -p "hello world" -n 5 --temp 0 --logprobs 4 \
-			>"$T/r-lp" 2>"$T/r-err" || fail "logprobs via $n: $(cat "$T/r-err")"
-		same "logprobs via $n" "$T/r-lp" "$T/l-lp"
-	done
-}
-
-# three peers X1 X2 X3 of the model, joined through X1, with options $@
-start_three() {
-	local x=$1
-	shift
-	start "${x}1" "$DS" --ctx 256 "$@"
-	start "${x}2" "$DS" --ctx 256 "$@" --peer "$(ep "${x}1")"
-	start "${x}3" "$DS" --ctx 256 "$@" --peer "$(ep "${x}1")"
-}
-
-# 1. stages
-t0=$(now_ms)
-start_three p --mem-limit 3M
-staged() { servable_all "" p1 p2 p3 && [ "$("$PC" "$T/st-p1.json" stages)" -ge 2 ]; }
-wait_for 20 staged || {
-	"$B" status --state-dir "$T/p1" --key "$T/k"
-	fail "no servable gpt-oss plan of 2+ stages within 20 s: $("$PC" "$T/st-p1.json" servable)"
-}
-echo "gpt-oss: $("$PC" "$T/st-p1.json" stages)-stage plan servable in $(($(now_ms) - t0)) ms"
-through_every_peer p1 p2 p3
-echo "gpt-oss, stages: ids and logprobs through every peer identical to one peer"
-stop_all
-
-# 2. routed experts spread over the peers
-t0=$(now_ms)
-start_three s --mem-limit 4M --spread-experts
-spread_ok() { servable_all "" s1 s2 s3 && [ "$("$PC" "$T/st-s1.json" spread)" -ge 2 ]; }
-wait_for 20 spread_ok || {
-	"$B" status --state-dir "$T/s1" --key "$T/k"
-	fail "no servable gpt-oss plan with routed experts on 2+ peers within 20 s: $("$PC" "$T/st-s1.json" servable)"
-}
-echo "gpt-oss: plan with $("$PC" "$T/st-s1.json" stages) stage(s), one layer's experts on $("$PC" "$T/st-s1.json" spread) peers, in $(($(now_ms) - t0)) ms"
-through_every_peer s1 s2 s3
-echo "gpt-oss, spread experts: ids and logprobs through every peer identical to one peer"
+# 1. stages; 2. routed experts spread over the peers (tests/sh/lib.sh)
+arch_stages gpt-oss
+arch_spread gpt-oss
 
 # 3. a tensor group of 3
 if "$B" --version | grep -q '^test hooks: yes'; then

@@ -161,6 +161,66 @@ stop_all() { # stop_all [SIGNAL]: signal every started node (default KILL), wait
 	done
 }
 
+# An architecture's fixture served by real nodes against single-peer runs
+# (deepseek2_loopback.sh, gptoss_loopback.sh): $DS is the fixture, named
+# LABEL in messages, and $T/k the cluster key.
+# arch_local: the local greedy ids and logprobs of "hello world"
+arch_local() {
+	"$B" run "$DS" -p "hello world" -n 12 --temp 0 --ids >"$T/l-ids" 2>"$T/l-err" ||
+		fail "local run: $(cat "$T/l-err")"
+	"$B" run "$DS" -p "hello world" -n 5 --temp 0 --logprobs 4 >"$T/l-lp" 2>/dev/null ||
+		fail "local logprobs"
+}
+# through_every_peer NAME...: every peer answers as one peer does
+through_every_peer() {
+	local n
+	for n in "$@"; do
+		"$B" run --peer "$(ep "$n")" --key "$T/k" -p "hello world" -n 12 --temp 0 --ids \
+			>"$T/r-ids" 2>"$T/r-err" || fail "run via $n: $(cat "$T/r-err")"
+		same "greedy ids via $n" "$T/r-ids" "$T/l-ids"
+		"$B" run --peer "$(ep "$n")" --key "$T/k" -p "hello world" -n 5 --temp 0 --logprobs 4 \
+			>"$T/r-lp" 2>"$T/r-err" || fail "logprobs via $n: $(cat "$T/r-err")"
+		same "logprobs via $n" "$T/r-lp" "$T/l-lp"
+	done
+}
+# start_three X [node args...]: peers X1 X2 X3 of $DS, joined through X1
+start_three() {
+	local x=$1
+	shift
+	start "${x}1" "$DS" --ctx 256 "$@"
+	start "${x}2" "$DS" --ctx 256 "$@" --peer "$(ep "${x}1")"
+	start "${x}3" "$DS" --ctx 256 "$@" --peer "$(ep "${x}1")"
+}
+# arch_stages LABEL: 3 peers at --mem-limit 3M (the fixture needs all
+# three), a plan of 2 or more stages, every peer answering as one peer
+arch_stages() {
+	local t0
+	t0=$(now_ms)
+	start_three p --mem-limit 3M
+	wait_for 20 eval 'servable_all "" p1 p2 p3 && [ "$("$PC" "$T/st-p1.json" stages)" -ge 2 ]' || {
+		"$B" status --state-dir "$T/p1" --key "$T/k"
+		fail "no servable $1 plan of 2+ stages within 20 s: $("$PC" "$T/st-p1.json" servable)"
+	}
+	echo "$1: $("$PC" "$T/st-p1.json" stages)-stage plan servable in $(($(now_ms) - t0)) ms"
+	through_every_peer p1 p2 p3
+	echo "$1, stages: ids and logprobs through every peer identical to one peer"
+	stop_all
+}
+# arch_spread LABEL: 3 peers at --mem-limit 4M with --spread-experts, one
+# layer's routed experts on 2 or more peers, every peer as one peer
+arch_spread() {
+	local t0
+	t0=$(now_ms)
+	start_three s --mem-limit 4M --spread-experts
+	wait_for 20 eval 'servable_all "" s1 s2 s3 && [ "$("$PC" "$T/st-s1.json" spread)" -ge 2 ]' || {
+		"$B" status --state-dir "$T/s1" --key "$T/k"
+		fail "no servable $1 plan with routed experts on 2+ peers within 20 s: $("$PC" "$T/st-s1.json" servable)"
+	}
+	echo "$1: plan with $("$PC" "$T/st-s1.json" stages) stage(s), one layer's experts on $("$PC" "$T/st-s1.json" spread) peers, in $(($(now_ms) - t0)) ms"
+	through_every_peer s1 s2 s3
+	echo "$1, spread experts: ids and logprobs through every peer identical to one peer"
+}
+
 # bench_fixture PATH: the 1.17 GB Llama-shaped Q8_0 fixture of the
 # benchmarks (tests/bench/decode_bound.sh) at PATH unless it is there, and
 # the helpers the benchmarks use
