@@ -96,6 +96,13 @@ void dc_cluster_down(dc_cluster *c); /* stop and free everything */
 uint64_t dc_link_count(dc_peer *p, const uint8_t *to, int sent, unsigned kind);
 /* Same ids, logprobs and top pairs, bitwise. */
 int dc_same_run(const dc_run_out *a, const dc_run_out *b);
+/* A cluster of dc_cluster_up (cuts, n_st, n_ex) runs prompt[np] for
+ * n_gen tokens with sampler sp: 1 when its ids and logprobs are bitwise
+ * those of one engine (and with n_ex > 0, expert requests left the
+ * stages), else 0 with the reason on stderr after `what`. */
+int dc_cluster_matches(const shoal_model *m, const int32_t *prompt, uint32_t np, uint32_t n_gen,
+                       const uint32_t *cuts, uint32_t n_st, uint32_t n_ex,
+                       const shoal_sampler_params *sp, const char *what);
 /* $SHOAL_DATA/models/name, or NULL with a message. */
 shoal_model *dc_open_model(const char *name);
 

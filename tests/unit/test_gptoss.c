@@ -480,44 +480,7 @@ static void test_scalar(void)
 static int cluster_matches(const shoal_model *m, const uint32_t *cuts, uint32_t n_st, uint32_t n_ex,
                            const shoal_sampler_params *sp, const char *what)
 {
-	dc_run_out want, got;
-	memset(&got, 0, sizeof got);
-	if (dc_reference(m, PROMPT, NP, 16, sp, &want))
-		return 0;
-	dc_cluster c;
-	if (dc_cluster_up(&c, m, cuts, n_st, n_ex, SHOAL_XFER_MAX_FRAME_DEFAULT, 64, false)) {
-		fprintf(stderr, "%s: the cluster did not come up\n", what);
-		return 0;
-	}
-	shoal_dist_request rq = {.prompt = PROMPT,
-	                         .n_prompt = NP,
-	                         .max_tokens = 16,
-	                         .logprobs = DC_K_TOP,
-	                         .sampler = *sp,
-	                         .on_token = dc_collect_token,
-	                         .ctx = &got};
-	char why[SHOAL_WHY_LEN] = "";
-	shoal_err e =
-	    shoal_dist_owner_generate(c.own, &rq, c.owner.links, c.owner.n, 10000, why, sizeof why);
-	uint64_t remote = 0;
-	dc_cluster_stop(&c);
-	for (uint32_t i = 0; i < n_st; i++)
-		for (uint32_t s = 0; s < n_ex; s++)
-			remote +=
-			    dc_link_count(&c.st[i], c.ex[s].id, 1, SHOAL_XFER_KIND_EXPERT_REQ);
-	dc_cluster_down(&c);
-	if (e) {
-		fprintf(stderr, "%s: generate: %s: %s\n", what, shoal_strerror(e), why);
-		return 0;
-	}
-	if (n_ex && remote == 0) {
-		fprintf(stderr, "%s: no expert request left the stages\n", what);
-		return 0;
-	}
-	int same = dc_same_run(&want, &got);
-	if (!same)
-		fprintf(stderr, "%s: tokens or logprobs differ from one engine\n", what);
-	return same;
+	return dc_cluster_matches(m, PROMPT, NP, 16, cuts, n_st, n_ex, sp, what);
 }
 
 static void test_modes(void)
