@@ -183,6 +183,18 @@ static const char *const bpe_re_kimi_k2[] = {
     "|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+",
 };
 
+/* GPT-4o's o200k (gpt-oss, tiktoken): words of letters and marks split
+ * where a capital follows small letters, each with an optional
+ * case-insensitive contraction; digits by three; punctuation takes the
+ * line breaks and slashes after it; then as Llama 3 */
+#define BPE_O200K_UP "[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]"
+#define BPE_O200K_LO "[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]"
+static const char *const bpe_re_gpt4o[] = {
+    "[^\\r\\n\\p{L}\\p{N}]?" BPE_O200K_UP "*" BPE_O200K_LO "+(?:" BPE_CONTRACTIONS_CI ")?"
+    "|[^\\r\\n\\p{L}\\p{N}]?" BPE_O200K_UP "+" BPE_O200K_LO "*(?:" BPE_CONTRACTIONS_CI ")?"
+    "|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n/]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+",
+};
+
 #define BPE_RES(a) a, sizeof a / sizeof a[0]
 static const struct {
 	const char *const *re;
@@ -198,6 +210,7 @@ static const struct {
     [TOKENIZER__PRE_FALCON] = {BPE_RES(bpe_re_falcon), false},
     [TOKENIZER__PRE_STARCODER] = {BPE_RES(bpe_re_starcoder), false},
     [TOKENIZER__PRE_KIMI_K2] = {BPE_RES(bpe_re_kimi_k2), false},
+    [TOKENIZER__PRE_GPT4O] = {BPE_RES(bpe_re_gpt4o), false},
 };
 
 /* tokenizer.ggml.pre names, as the converter writes them. */
@@ -233,6 +246,7 @@ static const struct {
     {"exaone", TOKENIZER__PRE_STARCODER},
     {"minerva-7b", TOKENIZER__PRE_STARCODER},
     {"kimi-k2", TOKENIZER__PRE_KIMI_K2},
+    {"gpt-4o", TOKENIZER__PRE_GPT4O},
 };
 
 /* ------------------------------------------------------------------------
@@ -366,7 +380,7 @@ shoal_err tokenizer__bpe_setup(struct shoal_tokenizer *t, const char *pre, size_
 		return shoal_why(why, why_len, SHOAL_ERR_UNSUPPORTED,
 		                 "pre-tokenizer '%s%s' is not supported (gpt-2, llama-bpe, qwen2, "
 		                 "deepseek-llm, deepseek-coder, deepseek-v3, falcon, starcoder, "
-		                 "kimi-k2 and their aliases)",
+		                 "kimi-k2, gpt-4o and their aliases)",
 		                 name, k < pre_len ? "..." : "");
 	}
 	t->ignore_merges = bpe_pre_kinds[t->pre].ignore_merges;

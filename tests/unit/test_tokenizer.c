@@ -607,8 +607,8 @@ static void test_odd_metadata(void)
 }
 
 /* A byte-level vocabulary built here, under each pre-tokenizer: the
- * 256 byte characters (ids 0..255), then "12" "123" "'R" "'RE" "ab"
- * (256..260) with merges "1 2", "12 3", "' R", "'R E" (no "a b"). */
+ * 256 byte characters (ids 0..255), then "12" "123" "'R" "'RE" "ab" "aB"
+ * (256..261) with merges "1 2", "12 3", "' R", "'R E", "a B" (no "a b"). */
 static char bpe_vocab_why[SHOAL_WHY_LEN]; /* the last bpe_vocab's error */
 
 static shoal_tokenizer *bpe_vocab(const char *pre, shoal_gguf **g)
@@ -620,7 +620,7 @@ static shoal_tokenizer *bpe_vocab(const char *pre, shoal_gguf **g)
 		return NULL;
 	close(fd);
 	static char chars[256][3];
-	const char *toks[261];
+	const char *toks[262];
 	int k = 0;
 	for (int b = 0; b < 256; b++) {
 		/* GPT-2: printable Latin-1 stands for itself, the other 68
@@ -642,14 +642,15 @@ static shoal_tokenizer *bpe_vocab(const char *pre, shoal_gguf **g)
 	toks[258] = "'R";
 	toks[259] = "'RE";
 	toks[260] = "ab";
-	static const char *const merges[] = {"1 2", "12 3", "' R", "'R E"};
+	toks[261] = "aB";
+	static const char *const merges[] = {"1 2", "12 3", "' R", "'R E", "a B"};
 	shoal_gguf_writer *w = NULL;
 	if (shoal_gguf_writer_new(path, &w))
 		return NULL;
 	shoal_gguf_writer_kv_str(w, "tokenizer.ggml.model", "gpt2");
 	shoal_gguf_writer_kv_str(w, "tokenizer.ggml.pre", pre);
-	shoal_gguf_writer_kv_arr_str(w, "tokenizer.ggml.tokens", toks, 261);
-	shoal_gguf_writer_kv_arr_str(w, "tokenizer.ggml.merges", merges, 4);
+	shoal_gguf_writer_kv_arr_str(w, "tokenizer.ggml.tokens", toks, 262);
+	shoal_gguf_writer_kv_arr_str(w, "tokenizer.ggml.merges", merges, 5);
 	shoal_err err = shoal_gguf_writer_begin_data(w);
 	if (!err)
 		err = shoal_gguf_writer_finish(w);
@@ -761,6 +762,14 @@ static void test_bpe_pre_tokenizers_more(void)
 	check_pre("kimi-k2", "x'RE", (const int32_t[]){'x', 259}, 2);
 	check_pre("kimi-k2", "12345", (const int32_t[]){257, '4', '5'}, 3);
 	check_pre("kimi-k2", "ab", (const int32_t[]){'a', 'b'}, 2);
+	/* GPT-4o (o200k): a capital after small letters starts a word ("a"
+	 * "B", where Llama 3's one word "aB" merges); a word carries its
+	 * contraction; digits by three; no whole-word lookup */
+	check_pre("gpt-4o", "aB", (const int32_t[]){'a', 'B'}, 2);
+	check_pre("llama-bpe", "aB", (const int32_t[]){261}, 1);
+	check_pre("gpt-4o", "x'RE", (const int32_t[]){'x', 259}, 2);
+	check_pre("gpt-4o", "12345", (const int32_t[]){257, '4', '5'}, 3);
+	check_pre("gpt-4o", "ab", (const int32_t[]){'a', 'b'}, 2);
 }
 
 /* An unknown or hostile tokenizer.ggml.pre: refused with one printable
