@@ -105,7 +105,8 @@ static shoal_err layer_find(const t_ctx *cp, const shoal_hparams *hp, uint32_t i
 	uint64_t E = hp->n_embd, q = (uint64_t)hp->n_head * hp->head_dim,
 	         kv = (uint64_t)hp->n_head_kv * hp->head_dim;
 	bool oss = hp->arch == SHOAL_ARCH_GPT_OSS;
-	bool qwen2 = hp->arch == SHOAL_ARCH_QWEN2 || oss;
+	bool glm = hp->arch == SHOAL_ARCH_GLM4MOE;
+	bool qwen2 = hp->arch == SHOAL_ARCH_QWEN2 || oss || glm;
 	bool qknorm = hp->arch == SHOAL_ARCH_QWEN3 || hp->arch == SHOAL_ARCH_QWEN3MOE;
 #define NAME(s)  (snprintf(n, sizeof n, "blk.%u." s ".weight", il), n)
 #define BNAME(s) (snprintf(n, sizeof n, "blk.%u." s ".bias", il), n)
@@ -125,16 +126,19 @@ static shoal_err layer_find(const t_ctx *cp, const shoal_hparams *hp, uint32_t i
 		T_GET(BNAME("attn_k"), true, &L->bk, kv);
 		T_GET(BNAME("attn_v"), true, &L->bv, kv);
 	}
-	if (qknorm) {
-		T_GET(NAME("attn_q_norm"), true, &L->q_norm, hp->head_dim);
-		T_GET(NAME("attn_k_norm"), true, &L->k_norm, hp->head_dim);
+	if (qknorm || glm) { /* GLM-4.5/4.6 have them, GLM-4.5-Air not */
+		T_GET(NAME("attn_q_norm"), !glm, &L->q_norm, hp->head_dim);
+		T_GET(NAME("attn_k_norm"), !glm, &L->k_norm, hp->head_dim);
+		if (!L->q_norm != !L->k_norm)
+			return shoal_why(c.why, c.why_len, SHOAL_ERR_FORMAT,
+			                 "layer %u has one of attn_q_norm and attn_k_norm", il);
 	}
 	if (oss) {
 		T_GET(BNAME("attn_output"), true, &L->bo, E);
 		T_GET(NAME("attn_sinks"), false, &L->attn_sinks, hp->n_head);
 	}
-	/* gpt-oss names the norm before its FFN post_attention_norm */
-	T_GET(oss ? NAME("post_attention_norm") : NAME("ffn_norm"), true, &L->ffn_norm, E);
+	/* gpt-oss and glm4moe name the norm before their FFN post_attention_norm */
+	T_GET(oss || glm ? NAME("post_attention_norm") : NAME("ffn_norm"), true, &L->ffn_norm, E);
 	if (hp->n_expert == 0 || il < hp->n_layer_dense_lead) {
 		T_GET(NAME("ffn_gate"), true, &L->ffn_gate, E, hp->n_ff);
 		T_GET(NAME("ffn_up"), true, &L->ffn_up, E, hp->n_ff);
@@ -153,7 +157,7 @@ static shoal_err layer_find(const t_ctx *cp, const shoal_hparams *hp, uint32_t i
 	T_GET(NAME("ffn_gate_exps"), true, &L->ffn_gate_exps, E, F, X);
 	T_GET(NAME("ffn_up_exps"), true, &L->ffn_up_exps, E, F, X);
 	T_GET(NAME("ffn_down_exps"), true, &L->ffn_down_exps, F, E, X);
-	if (hp->arch == SHOAL_ARCH_DEEPSEEK2)
+	if (hp->arch == SHOAL_ARCH_DEEPSEEK2 || glm)
 		T_GET(BNAME("exp_probs_b"), false, &L->exp_probs_b, X);
 	if (oss) {
 		T_GET(BNAME("ffn_gate_inp"), true, &L->ffn_gate_inp_b, X);
@@ -230,7 +234,9 @@ static shoal_err model_find(shoal_model *m, char *why, size_t why_len)
 		if (e)
 			return e;
 	}
-	return nextn_find(&c, m);
+	/* glm4moe's NextN layer is skipped: its layer is not DeepSeek's form
+	 * that runtime/engine/mtp.c runs */
+	return hp0->arch == SHOAL_ARCH_GLM4MOE ? SHOAL_OK : nextn_find(&c, m);
 }
 
 size_t shoal_layer_own_tensors(const shoal_layer *L,
@@ -297,7 +303,7 @@ shoal_err shoal_model_from_gguf(shoal_gguf *g, shoal_model **out, char *why, siz
 		char nb[48];
 		e = shoal_why(why, why_len, SHOAL_ERR_UNSUPPORTED,
 		              "architecture '%s' is not supported (supported: llama, qwen2, qwen3, "
-		              "qwen3moe, deepseek2, gpt-oss)",
+		              "qwen3moe, deepseek2, gpt-oss, glm4moe)",
 		              model__printable(a, al, nb));
 		goto fail;
 	}

@@ -6,7 +6,10 @@
  * tensors this file finds. Supported architectures: llama (incl. Mixtral
  * experts), qwen2 (QKV biases), qwen3 (q/k RMSNorm), qwen3moe, deepseek2
  * (DeepSeek V2/V3, Kimi K2: MLA, shared + routed experts), gpt-oss (attention
- * sinks, sliding-window layers, biases everywhere, clamped SwiGLU experts).
+ * sinks, sliding-window layers, biases everywhere, clamped SwiGLU experts),
+ * glm4moe (GLM-4.5/4.6: QKV biases, optional q/k RMSNorm, partial rotary,
+ * leading dense layers, sigmoid routing with its selection bias, a shared
+ * expert; its NextN layer is skipped).
  *
  * Shapes use GGUF's convention (ne[0] innermost, see gguf.h):
  *   token_embd   {n_embd, n_vocab}
@@ -50,6 +53,7 @@ typedef enum shoal_arch {
 	SHOAL_ARCH_QWEN3MOE,
 	SHOAL_ARCH_DEEPSEEK2,
 	SHOAL_ARCH_GPT_OSS,
+	SHOAL_ARCH_GLM4MOE,
 	SHOAL_ARCH__COUNT
 } shoal_arch;
 

@@ -18,6 +18,7 @@ static const char *const arch_names[SHOAL_ARCH__COUNT] = {
     [SHOAL_ARCH_LLAMA] = "llama",         [SHOAL_ARCH_QWEN2] = "qwen2",
     [SHOAL_ARCH_QWEN3] = "qwen3",         [SHOAL_ARCH_QWEN3MOE] = "qwen3moe",
     [SHOAL_ARCH_DEEPSEEK2] = "deepseek2", [SHOAL_ARCH_GPT_OSS] = "gpt-oss",
+    [SHOAL_ARCH_GLM4MOE] = "glm4moe",
 };
 
 const char *shoal_arch_name(shoal_arch a)
@@ -185,7 +186,9 @@ static shoal_err hp_read_ds2_moe(const hp_ctx *c, shoal_hparams *hp)
 	    (e = hp_u32(c, "expert_feed_forward_length", true, 0, 1, MODEL_MAX_DIM,
 	                &hp->n_ff_exp)) ||
 	    (e = hp_u32(c, "expert_shared_count", false, 0, 0, 64, &hp->n_expert_shared)) ||
-	    (e = hp_u32(c, "expert_gating_func", false, 0, 0, UINT32_MAX, &gf)) ||
+	    /* glm4moe routes by sigmoid when its file says nothing */
+	    (e = hp_u32(c, "expert_gating_func", false, hp->arch == SHOAL_ARCH_GLM4MOE ? 2 : 0, 0,
+	                UINT32_MAX, &gf)) ||
 	    (e = hp_u32(c, "expert_group_count", false, 0, 0, SHOAL_MOE_MAX_GROUPS,
 	                &hp->n_expert_group)) ||
 	    (e = hp_u32(c, "expert_group_used_count", false, 0, 0, hp->n_expert,
@@ -304,7 +307,8 @@ shoal_err model__hp_read(const shoal_gguf *g, shoal_arch arch, shoal_hparams *hp
 	shoal_err e;
 	bool ds2 = arch == SHOAL_ARCH_DEEPSEEK2;
 	bool oss = arch == SHOAL_ARCH_GPT_OSS;
-	bool moe = arch == SHOAL_ARCH_QWEN3MOE || ds2 || oss;
+	bool glm = arch == SHOAL_ARCH_GLM4MOE;
+	bool moe = arch == SHOAL_ARCH_QWEN3MOE || ds2 || oss || glm;
 	memset(hp, 0, sizeof *hp);
 	hp->arch = arch;
 	hp->rope_type = arch == SHOAL_ARCH_LLAMA || ds2 ? SHOAL_ROPE_NORM : SHOAL_ROPE_NEOX;
@@ -371,7 +375,7 @@ shoal_err model__hp_read(const shoal_gguf *g, shoal_arch arch, shoal_hparams *hp
 		if ((e = hp_u32(&c, "expert_used_count", true, 0, 1, hp->n_expert,
 		                &hp->n_expert_used)))
 			return e;
-		if (ds2)
+		if (ds2 || glm) /* the same keys: dense lead, shared experts, routing */
 			return hp_read_ds2_moe(&c, hp);
 		uint32_t ff = 0;
 		if ((e = hp_u32(&c, "feed_forward_length", !moe, 0, 0, MODEL_MAX_DIM, &ff)))

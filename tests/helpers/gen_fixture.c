@@ -1,6 +1,6 @@
 /*
  * tests/helpers/gen_fixture.c: write a random-weight GGUF model for tests and
- * benchmarks (llama, qwen2, qwen3, qwen3moe, deepseek2, gpt-oss; dense or MoE;
+ * benchmarks (llama, qwen2, qwen3, qwen3moe, deepseek2, gpt-oss, glm4moe; dense or MoE;
  * any stored type). deepseek2 is DeepSeek V3's layout: MLA attention (optional
  * q_lora), leading dense layers, shared + routed experts, grouped routing,
  * and optional MTP (nextn) layers after the main ones. gpt-oss is OpenAI's:
@@ -46,6 +46,8 @@ typedef struct opts {
 	bool no_sinks;      /* leave out attn_sinks */
 	uint32_t exp_scale; /* expert gate/up weights times this (0, 1: as drawn), to
 	                       reach the SwiGLU clamp */
+	/* glm4moe (the routing options and --rope-dim are deepseek2's) */
+	bool no_qk_norm; /* leave out attn_q_norm and attn_k_norm (GLM-4.5-Air) */
 	/* broken files for tests of refusals: leave out the tensor named
 	 * drop; give the one named grow one more element in its first
 	 * dimension (an F32 tensor) */
@@ -147,8 +149,10 @@ static int plan_mla(const opts *o, tplan *t, int n, uint32_t l)
 static int plan_build(const opts *o, tplan *t)
 {
 	bool oss = !strcmp(o->arch, "gpt-oss");
-	bool qwen2 = !strcmp(o->arch, "qwen2") || oss;
-	bool qk = !strcmp(o->arch, "qwen3") || !strcmp(o->arch, "qwen3moe");
+	bool glm = !strcmp(o->arch, "glm4moe");
+	bool qwen2 = !strcmp(o->arch, "qwen2") || oss || glm;
+	bool qk =
+	    !strcmp(o->arch, "qwen3") || !strcmp(o->arch, "qwen3moe") || (glm && !o->no_qk_norm);
 	bool ds2 = !strcmp(o->arch, "deepseek2");
 	uint64_t E = o->dim, q = (uint64_t)o->heads * o->head_dim,
 	         kv = (uint64_t)o->kv_heads * o->head_dim;
@@ -198,9 +202,9 @@ static int plan_build(const opts *o, tplan *t)
 				n = plan_add(t, n, ty, K_SINK, 1, o->heads, 1, 1,
 				             "blk.%u.attn_sinks.weight", l);
 		}
-		n = plan_add(t, n, ty, K_NORM, 1, E, 1, 1,
-		             oss ? "blk.%u.post_attention_norm.weight" : "blk.%u.ffn_norm.weight",
-		             l);
+		n = plan_add(
+		    t, n, ty, K_NORM, 1, E, 1, 1,
+		    oss || glm ? "blk.%u.post_attention_norm.weight" : "blk.%u.ffn_norm.weight", l);
 		if (o->experts && l >= o->dense_lead) {
 			uint64_t X = o->experts, F = o->ff_exp;
 			n = plan_add(t, n, ty, K_ROUTER, 2, E, X, 1, "blk.%u.ffn_gate_inp.weight",
@@ -211,7 +215,7 @@ static int plan_build(const opts *o, tplan *t)
 			             l);
 			n = plan_add(t, n, ty, K_WEIGHT, 3, F, E, X, "blk.%u.ffn_down_exps.weight",
 			             l);
-			if (ds2 && o->sigmoid)
+			if ((ds2 || glm) && o->sigmoid)
 				n = plan_add(t, n, ty, K_BIAS, 1, X, 1, 1,
 				             "blk.%u.exp_probs_b.bias", l);
 			if (oss) {
@@ -385,7 +389,8 @@ static int write_meta(shoal_gguf_writer *w, const opts *o)
 	shoal_gguf_writer_kv_u32(w, KEY("feed_forward_length"), o->ff);
 	shoal_gguf_writer_kv_u32(w, KEY("attention.head_count"), o->heads);
 	shoal_gguf_writer_kv_u32(w, KEY("attention.head_count_kv"), o->kv_heads);
-	bool ds2 = !strcmp(a, "deepseek2"), oss = !strcmp(a, "gpt-oss");
+	bool ds2 = !strcmp(a, "deepseek2"), oss = !strcmp(a, "gpt-oss"),
+	     glm = !strcmp(a, "glm4moe");
 	if (oss && o->window)
 		shoal_gguf_writer_kv_u32(w, KEY("attention.sliding_window"), o->window);
 	if (oss && o->yarn) {
@@ -410,6 +415,11 @@ static int write_meta(shoal_gguf_writer *w, const opts *o)
 		shoal_gguf_writer_kv_u32(w, KEY("attention.kv_lora_rank"), o->kv_lora);
 		if (o->q_lora)
 			shoal_gguf_writer_kv_u32(w, KEY("attention.q_lora_rank"), o->q_lora);
+	} else if (o->head_dim != o->dim / o->heads) {
+		shoal_gguf_writer_kv_u32(w, KEY("attention.key_length"), o->head_dim);
+		shoal_gguf_writer_kv_u32(w, KEY("attention.value_length"), o->head_dim);
+	}
+	if (ds2 || glm) {
 		shoal_gguf_writer_kv_u32(w, KEY("leading_dense_block_count"), o->dense_lead);
 		shoal_gguf_writer_kv_u32(w, KEY("expert_shared_count"), o->shared);
 		shoal_gguf_writer_kv_u32(w, KEY("expert_gating_func"),
@@ -432,15 +442,16 @@ static int write_meta(shoal_gguf_writer *w, const opts *o)
 		}
 		if (o->nextn)
 			shoal_gguf_writer_kv_u32(w, KEY("nextn_predict_layers"), o->nextn);
-	} else if (o->head_dim != o->dim / o->heads) {
-		shoal_gguf_writer_kv_u32(w, KEY("attention.key_length"), o->head_dim);
-		shoal_gguf_writer_kv_u32(w, KEY("attention.value_length"), o->head_dim);
 	}
 	/* Qwen's released models use eps 1e-6 and rope base 1e6. */
 	shoal_gguf_writer_kv_f32(w, KEY("attention.layer_norm_rms_epsilon"),
 	                         qwen || ds2 ? 1e-6f : 1e-5f);
 	shoal_gguf_writer_kv_f32(w, KEY("rope.freq_base"), qwen ? 1000000.0f : 10000.0f);
-	shoal_gguf_writer_kv_u32(w, KEY("rope.dimension_count"), ds2 ? o->rope_dim : o->head_dim);
+	/* glm4moe rotates half of each head unless told */
+	shoal_gguf_writer_kv_u32(w, KEY("rope.dimension_count"),
+	                         ds2   ? o->rope_dim
+	                         : glm ? (o->rope_dim ? o->rope_dim : o->head_dim / 2)
+	                               : o->head_dim);
 	if (o->experts) {
 		shoal_gguf_writer_kv_u32(w, KEY("expert_count"), o->experts);
 		shoal_gguf_writer_kv_u32(w, KEY("expert_used_count"), o->experts_used);
@@ -575,17 +586,20 @@ out:
 
 static int usage(void)
 {
-	fprintf(stderr,
-	        "usage: gen_fixture --arch llama|qwen2|qwen3|qwen3moe|deepseek2|gpt-oss --type "
-	        "F32|F16|BF16|Q8_0|Q4_0|Q5_0|Q5_1|IQ4_NL|MXFP4|Q2_K|Q3_K|Q4_K|Q5_K|Q6_K|IQ4_XS\n"
-	        "  --layers N --dim D --ff F --heads H --kv-heads K --vocab V [--head-dim D]\n"
-	        "  [--experts E --experts-used K --ff-exp F] [--tied] [--seed S] [--split N]\n"
-	        "  [--ctx N] [--drop TENSOR] [--grow TENSOR] OUT.gguf\n"
-	        "deepseek2 (--head-dim is nope + rope; --kv-heads is ignored):\n"
-	        "  --kv-lora R --rope-dim D --v-head-dim D [--q-lora R] [--dense-lead N]\n"
-	        "  [--shared N] [--groups G --groups-used U] [--sigmoid] [--nextn N]\n"
-	        "  [--yarn FACTOR] [--gating-func N] [--kv-b (the old form)]\n"
-	        "gpt-oss (MoE): [--window N] [--no-sinks] [--exp-scale N] [--yarn FACTOR]\n");
+	fprintf(
+	    stderr,
+	    "usage: gen_fixture --arch llama|qwen2|qwen3|qwen3moe|deepseek2|gpt-oss|glm4moe --type "
+	    "F32|F16|BF16|Q8_0|Q4_0|Q5_0|Q5_1|IQ4_NL|MXFP4|Q2_K|Q3_K|Q4_K|Q5_K|Q6_K|IQ4_XS\n"
+	    "  --layers N --dim D --ff F --heads H --kv-heads K --vocab V [--head-dim D]\n"
+	    "  [--experts E --experts-used K --ff-exp F] [--tied] [--seed S] [--split N]\n"
+	    "  [--ctx N] [--drop TENSOR] [--grow TENSOR] OUT.gguf\n"
+	    "deepseek2 (--head-dim is nope + rope; --kv-heads is ignored):\n"
+	    "  --kv-lora R --rope-dim D --v-head-dim D [--q-lora R] [--dense-lead N]\n"
+	    "  [--shared N] [--groups G --groups-used U] [--sigmoid] [--nextn N]\n"
+	    "  [--yarn FACTOR] [--gating-func N] [--kv-b (the old form)]\n"
+	    "gpt-oss (MoE): [--window N] [--no-sinks] [--exp-scale N] [--yarn FACTOR]\n"
+	    "glm4moe (MoE): [--rope-dim D (default half the head)] [--dense-lead N]\n"
+	    "  [--shared N] [--groups G --groups-used U] [--sigmoid] [--no-qk-norm]\n");
 	return 2;
 }
 
@@ -613,6 +627,10 @@ static int parse(int argc, char **argv, opts *o)
 		uint32_t *u = NULL;
 		if (!strcmp(a, "--no-sinks")) {
 			o->no_sinks = true;
+			continue;
+		}
+		if (!strcmp(a, "--no-qk-norm")) {
+			o->no_qk_norm = true;
 			continue;
 		}
 		if (!strcmp(a, "--tied") || !strcmp(a, "--sigmoid") || !strcmp(a, "--kv-b")) {
@@ -713,7 +731,7 @@ static int parse(int argc, char **argv, opts *o)
 		return usage();
 	if (strcmp(o->arch, "llama") && strcmp(o->arch, "qwen2") && strcmp(o->arch, "qwen3") &&
 	    strcmp(o->arch, "qwen3moe") && strcmp(o->arch, "deepseek2") &&
-	    strcmp(o->arch, "gpt-oss")) {
+	    strcmp(o->arch, "gpt-oss") && strcmp(o->arch, "glm4moe")) {
 		fprintf(stderr, "gen_fixture: unknown arch '%s'\n", o->arch);
 		return 2;
 	}
@@ -721,8 +739,9 @@ static int parse(int argc, char **argv, opts *o)
 		o->kv_heads = o->heads;
 	if (!o->head_dim)
 		o->head_dim = o->dim / o->heads;
-	bool oss = !strcmp(o->arch, "gpt-oss");
-	if ((!strcmp(o->arch, "qwen3moe") || !strcmp(o->arch, "deepseek2") || oss) && !o->experts) {
+	bool oss = !strcmp(o->arch, "gpt-oss"), glm = !strcmp(o->arch, "glm4moe");
+	if ((!strcmp(o->arch, "qwen3moe") || !strcmp(o->arch, "deepseek2") || oss || glm) &&
+	    !o->experts) {
 		fprintf(stderr, "gen_fixture: %s needs --experts\n", o->arch);
 		return 2;
 	}
@@ -736,6 +755,17 @@ static int parse(int argc, char **argv, opts *o)
 			        "gen_fixture: deepseek2 needs --kv-lora, an even --rope-dim "
 			        "below --head-dim, --v-head-dim, --ff with --dense-lead, and "
 			        "equal groups of 2 or more experts\n");
+			return 2;
+		}
+	} else if (glm) {
+		if (o->q_lora || o->kv_lora || o->v_head_dim || o->nextn || o->kv_b || o->yarn ||
+		    o->rope_dim % 2 || o->rope_dim > o->head_dim || o->dense_lead > o->layers ||
+		    (o->dense_lead && !o->ff) ||
+		    (o->groups && (o->experts % o->groups || o->experts / o->groups < 2 ||
+		                   !o->groups_used || o->groups_used > o->groups))) {
+			fprintf(stderr, "gen_fixture: glm4moe takes no MLA options; an even "
+			                "--rope-dim up to --head-dim, --ff with --dense-lead, and "
+			                "equal groups of 2 or more experts\n");
 			return 2;
 		}
 	} else if (o->q_lora || o->kv_lora || o->rope_dim || o->v_head_dim || o->dense_lead ||

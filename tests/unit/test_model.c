@@ -103,7 +103,7 @@ static void test_vocab_files_are_not_models(void)
 	ASSERT_EQ(shoal_model_open(data_file("vocab/ggml-vocab-gpt-2.gguf"), &m, why, sizeof why),
 	          SHOAL_ERR_UNSUPPORTED);
 	ASSERT_STR_EQ(why, "architecture 'gpt2' is not supported (supported: llama, qwen2, qwen3, "
-	                   "qwen3moe, deepseek2, gpt-oss)");
+	                   "qwen3moe, deepseek2, gpt-oss, glm4moe)");
 	ASSERT_EQ(
 	    shoal_model_open(data_file("vocab/ggml-vocab-llama-spm.gguf"), &m, why, sizeof why),
 	    SHOAL_ERR_FORMAT);
@@ -278,7 +278,7 @@ static void test_shape_errors(void)
 	ASSERT_EQ(open_mut(&(mut){.arch = "foo"}, why, sizeof why, NULL), SHOAL_ERR_UNSUPPORTED);
 	ASSERT_STR_EQ(
 	    why, "architecture 'foo' is not supported (supported: llama, qwen2, qwen3, qwen3moe, "
-	         "deepseek2, gpt-oss)");
+	         "deepseek2, gpt-oss, glm4moe)");
 	ASSERT_EQ(open_mut(&(mut){.arch = "qwen2"}, why, sizeof why, NULL), SHOAL_ERR_FORMAT);
 	ASSERT_STR_EQ(why, "missing tensor 'blk.0.attn_q.bias'");
 	ASSERT_EQ(open_mut(&(mut){.arch = "qwen3"}, why, sizeof why, NULL), SHOAL_ERR_FORMAT);
