@@ -3,7 +3,7 @@
  * (runtime/engine/engine_tp.c): 2 and 3 members with unequal shares, one
  * thread each, exchanging slices through an in-process all-gather, give
  * logits bitwise equal to the unsplit engine on the trained dense and MoE
- * models and on generated Qwen3, Qwen3-MoE and gpt-oss fixtures, for a prefill
+ * models and on generated Qwen3, Qwen3-MoE, gpt-oss and glm4moe fixtures, for a prefill
  * batch and greedy decode steps; each member exchanges exactly 4 times per
  * dense layer and 3 times per MoE layer per batch, in the same (layer,
  * round) order. With the head split by vocab rows (split_head, the root
@@ -398,6 +398,18 @@ static void test_gptoss(void)
 	                               "--ctx 64 --seed 13")));
 }
 
+static void test_glm4moe(void)
+{
+	/* QKV biases, q/k norms, half of each head rotated, a leading dense
+	 * layer, a shared expert, sigmoid routing with groups */
+	check_model(open_model(fx_path("glm4moe",
+	                               "--arch glm4moe --type Q8_0 --layers 3 --dim 128 --ff 256 "
+	                               "--heads 4 --kv-heads 2 --head-dim 32 --vocab 300 "
+	                               "--experts 8 --experts-used 2 --ff-exp 64 --dense-lead 1 "
+	                               "--shared 1 --groups 2 --groups-used 1 --sigmoid --ctx 64 "
+	                               "--seed 17")));
+}
+
 static void test_bad_config(void)
 {
 	shoal_model *m = shared_model("austen-dense-q8_0.gguf");
@@ -471,4 +483,4 @@ static void test_cleanup(void)
 
 TEST_MAIN(TEST_CASE(test_dense_q8), TEST_CASE(test_dense_f16), TEST_CASE(test_moe_q8),
           TEST_CASE(test_qwen3), TEST_CASE(test_qwen3moe), TEST_CASE(test_gptoss),
-          TEST_CASE(test_bad_config), TEST_CASE(test_cleanup))
+          TEST_CASE(test_glm4moe), TEST_CASE(test_bad_config), TEST_CASE(test_cleanup))
