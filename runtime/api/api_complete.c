@@ -88,12 +88,12 @@ static int wait_first(shoal_api *a, api__conn *k)
 	return bad;
 }
 
-/* The tools offered: the model's syntax, and a required call's grammar.
- * MHD_YES/NO after a reply sent, or -1 to go on. */
-static int setup_tools(shoal_api *a, struct MHD_Connection *c, api__conn *k)
+/* The tools offered: the model's syntax (its chat format st, or se when
+ * that is not known), and a required call's grammar. MHD_YES/NO after a
+ * reply sent, or -1 to go on. */
+static int setup_tools(shoal_api *a, struct MHD_Connection *c, api__conn *k, shoal_chat_style st,
+                       shoal_err se)
 {
-	shoal_chat_style st = SHOAL_CHAT_PLAIN;
-	shoal_err se = a->ops.chat_style ? a->ops.chat_style(a->ops.ctx, &st) : SHOAL_OK;
 	if (se)
 		return api__fail(a, c, api__status_of(se) == 500 ? 503 : api__status_of(se), NULL,
 		                 NULL, "the model's chat format is not known yet: %s",
@@ -128,12 +128,12 @@ static int setup_tools(shoal_api *a, struct MHD_Connection *c, api__conn *k)
 }
 
 /* How a chat reply's reasoning is told from its answer: the form of the
- * model's chat format (models/reply.h). gpt-oss's channels are control
- * tokens, so its text keeps them. A format not known yet reads as PLAIN. */
-static void setup_reply(shoal_api *a, api__conn *k)
+ * model's chat format st (models/reply.h). gpt-oss's channels are control
+ * tokens, so its text keeps them. A format not known yet (se) reads as
+ * PLAIN. */
+static void setup_reply(api__conn *k, shoal_chat_style st, shoal_err se)
 {
-	shoal_chat_style st = SHOAL_CHAT_PLAIN;
-	if (!k->q.chat || !a->ops.chat_style || a->ops.chat_style(a->ops.ctx, &st))
+	if (!k->q.chat || se)
 		return;
 	k->form = shoal_reply_form_of(st);
 	if (k->form == SHOAL_REPLY_HARMONY)
@@ -280,9 +280,14 @@ enum MHD_Result api__complete(shoal_api *a, struct MHD_Connection *c, api__conn 
 	snprintf(k->seed, sizeof k->seed, "%" PRIu64, k->q.g.seed);
 	snprintf(k->fingerprint, sizeof k->fingerprint, "shoal-seed-%" PRIu64, k->q.g.seed);
 	bool offer = k->q.tools && k->q.tool_choice != SHOAL_API_TOOL_NONE;
-	if (offer && (res = setup_tools(a, c, k)) >= 0)
+	/* the model's chat format, asked once: tools and the reply's form */
+	shoal_chat_style st = SHOAL_CHAT_PLAIN;
+	shoal_err se = SHOAL_OK;
+	if ((chat || offer) && a->ops.chat_style)
+		se = a->ops.chat_style(a->ops.ctx, &st);
+	if (offer && (res = setup_tools(a, c, k, st, se)) >= 0)
 		goto out;
-	setup_reply(a, k);
+	setup_reply(k, st, se);
 	shoal_err e =
 	    a->ops.prompt(a->ops.ctx, chat ? k->q.msgs : NULL, k->q.n_msgs,
 	                  offer ? k->q.tools : NULL, k->q.prompt, &ids, &n_ids, why, sizeof why);
