@@ -64,18 +64,28 @@ typedef struct hp_ctx {
 	size_t why_len;
 } hp_ctx;
 
+/* key[128] = <arch>.<suffix>; *present whether the file has it. FORMAT
+ * when it is required and absent. */
+static shoal_err hp_key(const hp_ctx *c, const char *suffix, bool required, char *key,
+                        bool *present)
+{
+	snprintf(key, 128, "%s.%s", c->arch, suffix);
+	*present = shoal_gguf_find(c->g, key) >= 0;
+	if (!*present && required)
+		return shoal_why(c->why, c->why_len, SHOAL_ERR_FORMAT, "missing key '%s'", key);
+	return SHOAL_OK;
+}
+
 /* <arch>.<suffix> as a u32; `def` if absent and not required. */
 static shoal_err hp_u32(const hp_ctx *c, const char *suffix, bool required, uint32_t def,
                         uint32_t lo, uint32_t hi, uint32_t *out)
 {
 	char key[128];
-	snprintf(key, sizeof key, "%s.%s", c->arch, suffix);
-	if (shoal_gguf_find(c->g, key) < 0) {
-		if (required)
-			return shoal_why(c->why, c->why_len, SHOAL_ERR_FORMAT, "missing key '%s'",
-			                 key);
+	bool present;
+	shoal_err e = hp_key(c, suffix, required, key, &present);
+	if (e || !present) {
 		*out = def;
-		return SHOAL_OK;
+		return e;
 	}
 	uint64_t v;
 	if (!shoal_gguf_get_u64(c->g, key, &v))
@@ -92,13 +102,11 @@ static shoal_err hp_u32(const hp_ctx *c, const char *suffix, bool required, uint
 static shoal_err hp_f32(const hp_ctx *c, const char *suffix, bool required, float def, float *out)
 {
 	char key[128];
-	snprintf(key, sizeof key, "%s.%s", c->arch, suffix);
-	if (shoal_gguf_find(c->g, key) < 0) {
-		if (required)
-			return shoal_why(c->why, c->why_len, SHOAL_ERR_FORMAT, "missing key '%s'",
-			                 key);
+	bool present;
+	shoal_err e = hp_key(c, suffix, required, key, &present);
+	if (e || !present) {
 		*out = def;
-		return SHOAL_OK;
+		return e;
 	}
 	float v;
 	if (!shoal_gguf_get_f32(c->g, key, &v))
