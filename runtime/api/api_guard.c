@@ -22,6 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "base/clock.h"
@@ -45,6 +46,11 @@
 #define API_ROOM_DIV 8u
 /* Sheds are logged at most once per API_GUARD_LOG_MS, with their count. */
 #define API_GUARD_LOG_MS 10000u
+/* A late connection whose whole request head waits unread on its socket
+ * (the blank line that ends it among the first API_PEEK_BYTES unread
+ * bytes) is the server's delay, not the client's: it is not shed. A
+ * trickling client never sends that blank line. */
+#define API_PEEK_BYTES 16384
 
 typedef struct guard_slot {
 	bool used, shed;
@@ -73,6 +79,17 @@ static void slot_shed(api__guard *g, guard_slot *s, bool deadline)
 		g->shed_deadline++;
 	else
 		g->shed_room++;
+}
+
+/* Whether a request head, complete, waits on fd unread by libmicrohttpd. */
+static bool head_waits(int fd)
+{
+	char b[API_PEEK_BYTES];
+	ssize_t n = recv(fd, b, sizeof b, MSG_PEEK | MSG_DONTWAIT);
+	for (ssize_t i = 0; i + 3 < n; i++)
+		if (b[i] == '\r' && !memcmp(b + i, "\r\n\r\n", 4))
+			return true;
+	return false;
 }
 
 /* Under mu: the oldest connection that waits for its request, not `but`. */
@@ -121,7 +138,8 @@ static void *guard_main(void *arg)
 			if (!s->used || s->shed || s->phase == API__GUARD_SERVE)
 				continue;
 			uint64_t limit = s->phase == API__GUARD_HEAD ? API_HEAD_MS : API_BODY_MS;
-			if (now - s->since_us > limit * 1000u)
+			if (now - s->since_us > limit * 1000u &&
+			    !(s->phase == API__GUARD_HEAD && head_waits(s->fd)))
 				slot_shed(g, s, true);
 		}
 		log_sheds(g, now);
@@ -230,6 +248,17 @@ void api__guard_notify(void *cls, struct MHD_Connection *c, void **socket_contex
 	pthread_mutex_unlock(&g->mu);
 	if (!s)
 		close(fd);
+#ifdef SHOAL_TEST_HOOKS
+	/* test hook SHOAL_TEST_API_STALL_MS: the server reads no request of
+	 * a new connection for that long (a loaded machine) */
+	const char *st = getenv("SHOAL_TEST_API_STALL_MS");
+	if (st) {
+		unsigned long ms = strtoul(st, NULL, 10);
+		nanosleep(&(struct timespec){.tv_sec = (time_t)(ms / 1000),
+		                             .tv_nsec = (long)(ms % 1000) * 1000000},
+		          NULL);
+	}
+#endif
 }
 
 void api__guard_set(api__guard *g, struct MHD_Connection *c, api__guard_phase p)
