@@ -324,7 +324,9 @@ shoal_err shoal_tokenizer_from_gguf(const shoal_gguf *g, shoal_tokenizer **out, 
 	shoal_gguf_get_bool(g, "tokenizer.ggml.add_eos_token", &t->add_eos);
 	t->add_space_prefix = spm;
 	shoal_gguf_get_bool(g, "tokenizer.ggml.add_space_prefix", &t->add_space_prefix);
-	if (t->add_bos && t->bos < 0)
+	/* GLM's templates write their own "[gMASK]<sop>": its vocabulary
+	 * never gets a BOS, whatever the file says (as the reference) */
+	if ((t->add_bos && t->bos < 0) || t->pre == TOKENIZER__PRE_GLM4)
 		t->add_bos = false;
 	if (t->add_eos && t->eos < 0)
 		t->add_eos = false;

@@ -211,6 +211,7 @@ static const struct {
     [TOKENIZER__PRE_STARCODER] = {BPE_RES(bpe_re_starcoder), false},
     [TOKENIZER__PRE_KIMI_K2] = {BPE_RES(bpe_re_kimi_k2), false},
     [TOKENIZER__PRE_GPT4O] = {BPE_RES(bpe_re_gpt4o), false},
+    [TOKENIZER__PRE_GLM4] = {BPE_RES(bpe_re_llama3), false},
 };
 
 /* tokenizer.ggml.pre names, as the converter writes them. */
@@ -247,6 +248,8 @@ static const struct {
     {"minerva-7b", TOKENIZER__PRE_STARCODER},
     {"kimi-k2", TOKENIZER__PRE_KIMI_K2},
     {"gpt-4o", TOKENIZER__PRE_GPT4O},
+    {"glm4", TOKENIZER__PRE_GLM4},
+    {"chatglm-bpe", TOKENIZER__PRE_GLM4},
 };
 
 /* ------------------------------------------------------------------------

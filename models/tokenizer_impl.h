@@ -36,6 +36,7 @@ typedef enum tokenizer__pre {
 	TOKENIZER__PRE_STARCODER, /* also refact, command-r, smollm, ... */
 	TOKENIZER__PRE_KIMI_K2,
 	TOKENIZER__PRE_GPT4O, /* "gpt-4o": o200k (gpt-oss) */
+	TOKENIZER__PRE_GLM4,  /* "glm4", "chatglm-bpe": Llama 3's split, merges only, no BOS */
 } tokenizer__pre;
 
 /* Token attributes, from tokenizer.ggml.token_type (GGUF numbering:

@@ -611,7 +611,8 @@ static void test_odd_metadata(void)
  * (256..261) with merges "1 2", "12 3", "' R", "'R E", "a B" (no "a b"). */
 static char bpe_vocab_why[SHOAL_WHY_LEN]; /* the last bpe_vocab's error */
 
-static shoal_tokenizer *bpe_vocab(const char *pre, shoal_gguf **g)
+/* bpe_vocab with "<s>" (id 262) as BOS and add_bos_token set when bos. */
+static shoal_tokenizer *bpe_vocab_bos(const char *pre, bool bos, shoal_gguf **g)
 {
 	char path[] = "/tmp/shoal-test-tokenizer-XXXXXX", *why = bpe_vocab_why;
 	why[0] = '\0';
@@ -620,7 +621,7 @@ static shoal_tokenizer *bpe_vocab(const char *pre, shoal_gguf **g)
 		return NULL;
 	close(fd);
 	static char chars[256][3];
-	const char *toks[262];
+	const char *toks[263];
 	int k = 0;
 	for (int b = 0; b < 256; b++) {
 		/* GPT-2: printable Latin-1 stands for itself, the other 68
@@ -643,14 +644,19 @@ static shoal_tokenizer *bpe_vocab(const char *pre, shoal_gguf **g)
 	toks[259] = "'RE";
 	toks[260] = "ab";
 	toks[261] = "aB";
+	toks[262] = "<s>";
 	static const char *const merges[] = {"1 2", "12 3", "' R", "'R E", "a B"};
 	shoal_gguf_writer *w = NULL;
 	if (shoal_gguf_writer_new(path, &w))
 		return NULL;
 	shoal_gguf_writer_kv_str(w, "tokenizer.ggml.model", "gpt2");
 	shoal_gguf_writer_kv_str(w, "tokenizer.ggml.pre", pre);
-	shoal_gguf_writer_kv_arr_str(w, "tokenizer.ggml.tokens", toks, 262);
+	shoal_gguf_writer_kv_arr_str(w, "tokenizer.ggml.tokens", toks, bos ? 263 : 262);
 	shoal_gguf_writer_kv_arr_str(w, "tokenizer.ggml.merges", merges, 5);
+	if (bos) {
+		shoal_gguf_writer_kv_u32(w, "tokenizer.ggml.bos_token_id", 262);
+		shoal_gguf_writer_kv_bool(w, "tokenizer.ggml.add_bos_token", true);
+	}
 	shoal_err err = shoal_gguf_writer_begin_data(w);
 	if (!err)
 		err = shoal_gguf_writer_finish(w);
@@ -664,6 +670,11 @@ static shoal_tokenizer *bpe_vocab(const char *pre, shoal_gguf **g)
 		*g = NULL;
 	}
 	return t;
+}
+
+static shoal_tokenizer *bpe_vocab(const char *pre, shoal_gguf **g)
+{
+	return bpe_vocab_bos(pre, false, g);
 }
 
 static bool encodes_to(const shoal_tokenizer *t, const char *text, const int32_t *want,
@@ -770,6 +781,27 @@ static void test_bpe_pre_tokenizers_more(void)
 	check_pre("gpt-4o", "x'RE", (const int32_t[]){'x', 259}, 2);
 	check_pre("gpt-4o", "12345", (const int32_t[]){257, '4', '5'}, 3);
 	check_pre("gpt-4o", "ab", (const int32_t[]){'a', 'b'}, 2);
+	/* GLM-4.5 ("glm4", "chatglm-bpe"): Llama 3's split ("aB" one word,
+	 * merged; "'RE" a contraction; digits by three) without its
+	 * whole-word lookup ("ab" is a token no merge makes) */
+	check_pre("glm4", "aB", (const int32_t[]){261}, 1);
+	check_pre("glm4", "x'RE", (const int32_t[]){'x', 259}, 2);
+	check_pre("glm4", "12345", (const int32_t[]){257, '4', '5'}, 3);
+	check_pre("glm4", "ab", (const int32_t[]){'a', 'b'}, 2);
+	check_pre("chatglm-bpe", "ab", (const int32_t[]){'a', 'b'}, 2);
+	check_pre("llama-bpe", "ab", (const int32_t[]){260}, 1);
+	/* no BOS for GLM even where the file asks for one; Llama 3 adds it */
+	shoal_gguf *g = NULL;
+	shoal_tokenizer *t = bpe_vocab_bos("glm4", true, &g);
+	ASSERT_TRUE(t != NULL);
+	ASSERT_TRUE(encodes_to(t, "ab", (const int32_t[]){'a', 'b'}, 2));
+	shoal_tokenizer_free(t);
+	shoal_gguf_free(g);
+	t = bpe_vocab_bos("llama-bpe", true, &g);
+	ASSERT_TRUE(t != NULL);
+	ASSERT_TRUE(encodes_to(t, "ab", (const int32_t[]){262, 260}, 2));
+	shoal_tokenizer_free(t);
+	shoal_gguf_free(g);
 }
 
 /* An unknown or hostile tokenizer.ggml.pre: refused with one printable
