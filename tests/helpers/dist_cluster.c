@@ -496,3 +496,24 @@ int dc_cluster_matches(const shoal_model *m, const int32_t *prompt, uint32_t np,
 		fprintf(stderr, "%s: tokens or logprobs differ from one engine\n", what);
 	return same;
 }
+
+int dc_moe_modes(const shoal_model *m, const int32_t *prompt, uint32_t np, uint32_t n_gen,
+                 const uint32_t three[2], const char *name)
+{
+	shoal_sampler_params greedy = shoal_sampler_defaults(), seeded = greedy;
+	greedy.temp = 0.0f;
+	seeded.seed = 77;
+	const uint32_t two[] = {2};
+	char what[160];
+	int fails = 0;
+	snprintf(what, sizeof what, "%s, 3 stages", name);
+	fails += !dc_cluster_matches(m, prompt, np, n_gen, three, 3, 0, &greedy, what);
+	fails += !dc_cluster_matches(m, prompt, np, n_gen, three, 3, 0, &seeded, what);
+	/* one stage keeps some experts, two expert peers hold the rest */
+	snprintf(what, sizeof what, "%s, experts on 3 peers", name);
+	fails += !dc_cluster_matches(m, prompt, np, n_gen, NULL, 1, 2, &greedy, what);
+	/* both at once */
+	snprintf(what, sizeof what, "%s, 2 stages + 2 expert peers", name);
+	fails += !dc_cluster_matches(m, prompt, np, n_gen, two, 2, 2, &seeded, what);
+	return fails;
+}

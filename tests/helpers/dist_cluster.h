@@ -103,6 +103,13 @@ int dc_same_run(const dc_run_out *a, const dc_run_out *b);
 int dc_cluster_matches(const shoal_model *m, const int32_t *prompt, uint32_t np, uint32_t n_gen,
                        const uint32_t *cuts, uint32_t n_st, uint32_t n_ex,
                        const shoal_sampler_params *sp, const char *what);
+/* A mixture-of-experts model through the cluster shapes every
+ * architecture's test checks, each against one engine: 3 stages cut at
+ * three[0], three[1] (greedy and seeded), one stage and 2 expert peers
+ * (greedy), 2 stages cut at layer 2 and 2 expert peers (seeded). The
+ * number of shapes that differ (each named on stderr after `name`). */
+int dc_moe_modes(const shoal_model *m, const int32_t *prompt, uint32_t np, uint32_t n_gen,
+                 const uint32_t three[2], const char *name);
 /* $SHOAL_DATA/models/name, or NULL with a message. */
 shoal_model *dc_open_model(const char *name);
 

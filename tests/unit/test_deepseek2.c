@@ -145,22 +145,8 @@ static void test_modes(void)
 		ASSERT_EQ(m->hp.q_lora_rank, v->q_lora);
 		ASSERT_EQ(m->hp.gating,
 		          v->sigmoid ? SHOAL_MOE_GATING_SIGMOID : SHOAL_MOE_GATING_SOFTMAX);
-		char what[160];
-		shoal_sampler_params greedy = shoal_sampler_defaults(), seeded = greedy;
-		greedy.temp = 0.0f;
-		seeded.seed = 77;
 		const uint32_t three[] = {1, 3};
-		snprintf(what, sizeof what, "%s, 3 stages", v->name);
-		fails += !cluster_matches(m, three, 3, 0, &greedy, what);
-		fails += !cluster_matches(m, three, 3, 0, &seeded, what);
-		/* one stage keeps experts 0, 3, 6 and the shared expert; two
-		 * expert peers hold the rest */
-		snprintf(what, sizeof what, "%s, experts on 3 peers", v->name);
-		fails += !cluster_matches(m, NULL, 1, 2, &greedy, what);
-		/* both at once: 2 stages and 2 expert peers */
-		const uint32_t two[] = {2};
-		snprintf(what, sizeof what, "%s, 2 stages + 2 expert peers", v->name);
-		fails += !cluster_matches(m, two, 2, 2, &seeded, what);
+		fails += dc_moe_modes(m, PROMPT, NP, 20, three, v->name);
 		if (!kv_is_latent(m)) {
 			fprintf(stderr, "%s: KV accounting\n", v->name);
 			fails++;

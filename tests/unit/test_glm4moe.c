@@ -170,22 +170,13 @@ static void test_modes(void)
 	int fails = 0;
 	for (size_t i = 0; i < sizeof VARIANTS / sizeof VARIANTS[0]; i++) {
 		const variant *v = &VARIANTS[i];
-		char path[512], what[160];
+		char path[512];
 		shoal_model *m = open_fixture(v->name, v->opts, path, sizeof path);
 		ASSERT_TRUE(m != NULL);
 		if (!m)
 			continue;
-		shoal_sampler_params greedy = shoal_sampler_defaults(), seeded = greedy;
-		greedy.temp = 0.0f;
-		seeded.seed = 77;
-		const uint32_t three[] = {1, 2}, two[] = {2};
-		snprintf(what, sizeof what, "%s, 3 stages", v->name);
-		fails += !dc_cluster_matches(m, PROMPT, NP, 16, three, 3, 0, &greedy, what);
-		fails += !dc_cluster_matches(m, PROMPT, NP, 16, three, 3, 0, &seeded, what);
-		snprintf(what, sizeof what, "%s, experts on 3 peers", v->name);
-		fails += !dc_cluster_matches(m, PROMPT, NP, 16, NULL, 1, 2, &greedy, what);
-		snprintf(what, sizeof what, "%s, 2 stages + 2 expert peers", v->name);
-		fails += !dc_cluster_matches(m, PROMPT, NP, 16, two, 2, 2, &seeded, what);
+		const uint32_t three[] = {1, 2};
+		fails += dc_moe_modes(m, PROMPT, NP, 16, three, v->name);
 		printf("%s: single = 3 stages = remote experts\n", v->name);
 		shoal_model_free(m);
 		unlink(path);
