@@ -2,7 +2,7 @@
 # tests/sh/mesh_loopback.sh: real `shoal node` processes on 127.0.0.1.
 #
 #  1. 4 peers (own state dirs, ephemeral ports, seeded with peer 1) agree
-#     on the view (4 alive everywhere) within 5 s;
+#     on the view (4 alive everywhere) within 5 s of all listening;
 #  2. kill -9 of peer 3: the others mark it dead within the failure timeout;
 #  3. restart it: same id, higher incarnation, alive, exactly one entry
 #     (no ghost twin);
@@ -44,8 +44,13 @@ start n1 ""
 SEED=$(ep n1)
 t0=$(now_ms)
 for n in n2 n3 n4; do start $n "" --peer "$SEED"; done
-wait_for 5 all_see 4 alive n1 n2 n3 n4 || fail "4 peers did not agree within 5 s"
-echo "agreed on 4 alive peers in $(($(now_ms) - t0)) ms"
+# the 5 s are the gossip's: they begin once every peer listens (on a
+# loaded machine a node's start-up alone, its compute probe included, has
+# taken seconds)
+for n in n2 n3 n4; do ep $n >/dev/null; done
+t1=$(now_ms)
+wait_for 5 all_see 4 alive n1 n2 n3 n4 || fail "4 peers did not agree within 5 s of all listening"
+echo "agreed on 4 alive peers in $(($(now_ms) - t1)) ms after all listened ($(($(now_ms) - t0)) ms after the starts)"
 "$VC" "$T/st-n1.json" schema || fail "status JSON lacks documented fields"
 ID3=$("$VC" "$T/st-n1.json" id n3)
 INC3=$("$VC" "$T/st-n1.json" inc n3)
