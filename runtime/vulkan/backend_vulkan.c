@@ -283,21 +283,11 @@ static bool vk_supports(shoal_backend_op op, shoal_dtype t)
 		return shoal_quant_supported(t);
 	case SHOAL_BACKEND_OP_KV_CACHE:
 		return t == SHOAL_DTYPE_F32 || t == SHOAL_DTYPE_F16;
-	case SHOAL_BACKEND_OP_ATTN_SINKS: /* no shader for gpt-oss's sinks and */
-	case SHOAL_BACKEND_OP_SWIGLU_OAI: /* clamped SwiGLU yet: the engine refuses */
-		return false;
+	case SHOAL_BACKEND_OP_ATTN_SINKS: /* shaders/attn.comp */
+	case SHOAL_BACKEND_OP_SWIGLU_OAI: /* shaders/swiglu_oai.comp */
+		return t == SHOAL_DTYPE_F32;
 	}
 	return false;
-}
-
-/* Never called: supports(SWIGLU_OAI) is false, and the engine refuses a
- * model that needs it before any op runs. */
-static void vk_swiglu_oai(shoal_backend *b, const float *g, const float *u, size_t n, float alpha,
-                          float limit, float *h)
-{
-	(void)b, (void)g, (void)u, (void)n, (void)alpha, (void)limit, (void)h;
-	fprintf(stderr, "shoal: vulkan: swiglu_oai, which supports() refuses\n");
-	abort();
 }
 
 /* On the host: the CPU backend's dequantizer. */
@@ -320,7 +310,7 @@ static const shoal_backend_ops vk_ops = {
     .attention = vk__attention,
     .kv_store = vk__kv_store,
     .swiglu = vk__swiglu,
-    .swiglu_oai = vk_swiglu_oai,
+    .swiglu_oai = vk__swiglu_oai,
     .add = vk__add,
     .copy = vk__copy,
     .embed = vk__embed,

@@ -11,7 +11,10 @@
  * per-row cache planes are resolved here with vk__at and handed to the
  * shader as element offsets, with each vector's n_kv, through
  * vk__params; a dispatch binds one K and one V buffer, so the blocks are
- * dispatched in runs whose planes lie in the same buffers.
+ * dispatched in runs whose planes lie in the same buffers. Attention
+ * sinks (gpt-oss: one per query head, a device address) are bound as an
+ * eighth buffer; the shader starts each vector's running softmax at its
+ * head's sink.
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -34,6 +37,7 @@ VK__SHADER(attn);
 typedef struct attn_push {
 	uint32_t q_off, out_off, head_dim, pos_ld, f16, prm_off;
 	float scale;
+	uint32_t n_head, sinks, sinks_off; /* sinks: 1 when there are any */
 } attn_push;
 
 /* The blocks being gathered for one dispatch. */
@@ -41,6 +45,7 @@ typedef struct attn_run {
 	uint32_t w[VK_ATTN_CHUNK * VK_ATTN_BLK_WORDS];
 	uint32_t n_blk;
 	VkBuffer kbuf, vbuf;
+	VkBuffer sbuf; /* the sinks' buffer, or q's (unread) */
 } attn_run;
 
 static uint32_t elems_of(uint64_t bytes, uint64_t es, const char *what)
@@ -61,8 +66,9 @@ static void flush(shoal_backend *b, attn_run *run, attn_push *pc, VkBuffer qbuf,
 	size_t bytes = (size_t)run->n_blk * VK_ATTN_BLK_WORDS * sizeof(uint32_t);
 	vk__ref p = vk__params(b, run->w, bytes);
 	pc->prm_off = elems_of(p.off, sizeof(uint32_t), "the parameters");
-	VkBuffer bind[7] = {qbuf, obuf, run->kbuf, run->kbuf, run->vbuf, run->vbuf, p.buf};
-	vk__dispatch(b, &vk__sh_attn, 7, bind, pc, sizeof *pc, run->n_blk, 1, 1);
+	VkBuffer bind[8] = {qbuf,      obuf,      run->kbuf, run->kbuf,
+	                    run->vbuf, run->vbuf, p.buf,     run->sbuf};
+	vk__dispatch(b, &vk__sh_attn, 8, bind, pc, sizeof *pc, run->n_blk, 1, 1);
 	run->n_blk = 0;
 }
 
@@ -107,11 +113,20 @@ void vk__attention(shoal_backend *b, const shoal_backend_attn *a)
 	    .f16 = a->kv_type == SHOAL_DTYPE_F16,
 	};
 	pc.scale = a->scale;
+	pc.n_head = a->n_head;
+	attn_run run; /* 10 KiB of staged parameters */
+	run.n_blk = 0;
+	run.sbuf = q.buf;
+	if (a->sinks) {
+		vk__ref s = vk__at(b, a->sinks);
+		SHOAL_ASSERT(s.room >= (uint64_t)a->n_head * sizeof(float));
+		pc.sinks = 1;
+		pc.sinks_off = elems_of(s.off, sizeof(float), "the sinks");
+		run.sbuf = s.buf;
+	}
 	/* the shader indexes q and out in uint */
 	SHOAL_ASSERT((uint64_t)pc.q_off + n_vec * a->head_dim <= UINT32_MAX);
 	SHOAL_ASSERT((uint64_t)pc.out_off + n_vec * a->head_dim <= UINT32_MAX);
-	attn_run run; /* 10 KiB of staged parameters */
-	run.n_blk = 0;
 	for (uint32_t r = 0, end; r < a->n_rows; r = end) {
 		/* rows r..end-1 read the same planes; n: the longest of them */
 		uint32_t n = a->n_kv[r];

@@ -117,6 +117,8 @@ void vk__attention(shoal_backend *b, const shoal_backend_attn *a);
 void vk__moe_ffn(shoal_backend *b, const shoal_backend_moe *m);
 /* vk_ops.c (vk_moe.c runs it between its expert products): */
 void vk__swiglu(shoal_backend *b, const float *g, const float *u, size_t n, float *h);
+void vk__swiglu_oai(shoal_backend *b, const float *g, const float *u, size_t n, float alpha,
+                    float limit, float *h);
 
 /* The embedded shaders (vk_shaders.c, made at build time). */
 #define VK__SHADER(name) extern const vk__shader vk__sh_##name

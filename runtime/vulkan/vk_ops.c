@@ -1,6 +1,7 @@
 /*
  * runtime/vulkan/vk_ops.c: the Vulkan backend's per-row and elementwise
- * ops (rms_norm, rope, kv_store, swiglu, add, copy, softmax), top_k on the
+ * ops (rms_norm, rope, kv_store, swiglu, swiglu_oai, add, copy, softmax),
+ * top_k on the
  * host over rows read back, and the read-bandwidth probe. Each records
  * its dispatches through vk_impl.h; offsets are in elements of the type
  * the shader reads.
@@ -21,6 +22,7 @@ VK__SHADER(rope);
 VK__SHADER(kv_store_f32);
 VK__SHADER(kv_store_f16);
 VK__SHADER(swiglu);
+VK__SHADER(swiglu_oai);
 VK__SHADER(softmax);
 VK__SHADER(read_probe);
 
@@ -160,6 +162,22 @@ void vk__swiglu(shoal_backend *b, const float *g, const float *u, size_t n, floa
 	uint32_t gx, gy;
 	grid_1d(b, n, &gx, &gy);
 	vk__dispatch(b, &vk__sh_swiglu, 3, bind, push, sizeof push, gx, gy, 1);
+}
+
+void vk__swiglu_oai(shoal_backend *b, const float *g, const float *u, size_t n, float alpha,
+                    float limit, float *h)
+{
+	if (!n)
+		return;
+	vk__ref rg = vk__at(b, g), ru = vk__at(b, u), rh = vk__at(b, h);
+	struct {
+		uint32_t go, uo, ho, n;
+		float alpha, limit;
+	} push = {elems(rg, 4), elems(ru, 4), elems(rh, 4), (uint32_t)n, alpha, limit};
+	VkBuffer bind[3] = {rg.buf, ru.buf, rh.buf};
+	uint32_t gx, gy;
+	grid_1d(b, n, &gx, &gy);
+	vk__dispatch(b, &vk__sh_swiglu_oai, 3, bind, &push, sizeof push, gx, gy, 1);
 }
 
 void vk__softmax(shoal_backend *b, float *x, uint32_t n, uint32_t n_rows, size_t ld)

@@ -1,8 +1,10 @@
 #!/bin/bash
 # tests/sh/vulkan_e2e.sh: `shoal run` and `shoal perplexity` on the Vulkan
 # backend (Mesa's lavapipe in CI) against the CPU backend, for the bundled
-# dense and MoE models, the DeepSeek-V3-style fixture and the K-quant
-# fixtures (tests/sh/vulkan_e2e.py says what is compared and the bounds).
+# dense and MoE models, the DeepSeek-V3-style fixture, the K-quant
+# fixtures and a gpt-oss fixture made here (MXFP4, attention sinks, a
+# sliding window of 8 on the even layers, YaRN; tests/sh/vulkan_e2e.py
+# says what is compared and the bounds).
 # Skips (77) when the build has no Vulkan backend or the machine no Vulkan
 # device; under CI=true, a build with Vulkan and no device fails.
 set -u
@@ -16,7 +18,17 @@ if ! why=$("$B" run "$DATA/models/austen-dense-q8_0.gguf" -p x -n 1 --backend vu
 fi
 moe=$SRC/../shared/models/austen-moe-q8_0.gguf
 [ -s "$moe" ] || moe=
+# gpt-oss: expert weights times 8, so that the clamped SwiGLU clamps;
+# seed 5 of vocabulary 512 is a fixture whose CPU run has no near-tie in
+# its first 12 greedy steps (many random fixtures of this size have one
+# within 1 to 3: their logits are nearly flat), so those tokens are
+# compared; 2.3 MiB, ~30 s of this test on lavapipe
+oss=$T/tiny-gptoss-mxfp4.gguf
+"$BD/tests/helpers/gen_fixture" --arch gpt-oss --type MXFP4 --layers 4 --dim 256 --heads 4 \
+	--kv-heads 2 --head-dim 64 --vocab 512 --experts 8 --experts-used 2 --ff-exp 128 \
+	--window 8 --yarn 4 --exp-scale 8 --ctx 512 --seed 5 "$oss" >/dev/null 2>&1 ||
+	fail "gen_fixture gpt-oss"
 python3 "$SRC/tests/sh/vulkan_e2e.py" "$B" "$DATA/models/persuasion.txt" \
 	"$DATA/models/austen-dense-q8_0.gguf" "$DATA/models/austen-dense-f16.gguf" \
 	"$DATA/models/tiny-deepseek2-q8_0.gguf" "$DATA/models/tiny-kq-q4_k_m.gguf" \
-	"$DATA/models/tiny-kq-q6_k.gguf" $moe || fail "the Vulkan backend differs from the CPU's"
+	"$DATA/models/tiny-kq-q6_k.gguf" "$oss" $moe || fail "the Vulkan backend differs from the CPU's"

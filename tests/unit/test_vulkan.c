@@ -2,7 +2,8 @@
  * tests/unit/test_vulkan.c: the Vulkan backend's core on the machine's
  * Vulkan device (lavapipe here) against the CPU backend's scalar twin:
  * buffers, weights, write/read in call order, devices, the registry, and
- * the ops rms_norm, rope, kv_store (F32, F16), swiglu, add, copy, softmax
+ * the ops rms_norm, rope, kv_store (F32, F16), swiglu, gpt-oss's clamped
+ * swiglu_oai, add, copy, softmax
  * and top_k, each on random inputs into poisoned outputs, with sizes that
  * leave tails (n not a multiple of the 256-wide workgroups), odd row
  * counts, padded rows, and a stated error bound.
@@ -268,6 +269,9 @@ static void test_supports(void)
 	ASSERT_TRUE(vt_vk->supports(SHOAL_BACKEND_OP_KV_CACHE, SHOAL_DTYPE_F32));
 	ASSERT_FALSE(vt_vk->supports(SHOAL_BACKEND_OP_KV_CACHE, SHOAL_DTYPE_Q8_0));
 	ASSERT_TRUE(vt_vk->supports(SHOAL_BACKEND_OP_TO_F32, SHOAL_DTYPE_Q4_K));
+	/* gpt-oss's ops (ABI 6), asked with F32 */
+	ASSERT_TRUE(vt_vk->supports(SHOAL_BACKEND_OP_ATTN_SINKS, SHOAL_DTYPE_F32));
+	ASSERT_TRUE(vt_vk->supports(SHOAL_BACKEND_OP_SWIGLU_OAI, SHOAL_DTYPE_F32));
 	/* to_f32 on the host: the CPU's dequantizer bit for bit */
 	uint16_t h[4] = {0x3c00, 0xc000, 0x0001, 0x7bff};
 	float a[4], b[4];
@@ -328,20 +332,37 @@ static void test_copy(void)
 	vt_end();
 }
 
-/* swiglu: bound 1e-5 relative per element (plus 1e-7 of the largest):
- * the CPU's exp is a polynomial, the device's exp within (3 + 2|x|) ulp
- * (Vulkan's precision rule) for |x| <= 8 here: <= 19 ulp ~ 2.3e-6, and
- * a division that rounds on both sides. Also in place (h == g). */
-static void test_swiglu(void)
+/* swiglu, and gpt-oss's swiglu_oai (alpha 1.702, limit 7, as the models
+ * hold them; g in [-12, 12) and u in [-10, 10), so the clamp is reached
+ * on g from above and on u from both sides, which is asserted): bound
+ * 1e-5 relative per element (plus 1e-7 of the largest): the CPU's exp is
+ * a polynomial (swiglu) or libm's (swiglu_oai), the device's exp within
+ * (3 + 2|x|) ulp (Vulkan's precision rule) for |x| <= 8 (swiglu) or
+ * 1.702 * 12 = 20.4 (swiglu_oai): <= 44 ulp ~ 5.2e-6, and a division
+ * that rounds on both sides. Also in place (h == g). */
+static void swiglu_check(bool oai)
 {
 	size_t n = 4097;
-	float *g = vt_rands(n, -8, 8), *u = vt_rands(n, -2, 2);
+	const float alpha = 1.702f, limit = 7.0f;
+	float *g = vt_rands(n, oai ? -12 : -8, oai ? 12 : 8);
+	float *u = vt_rands(n, oai ? -10 : -2, oai ? 10 : 2);
 	float *want = malloc(n * 4);
-	vt_cpu->swiglu(vt_c, g, u, n, want);
+	if (oai) {
+		vt_cpu->swiglu_oai(vt_c, g, u, n, alpha, limit, want);
+		size_t g_hi = 0, u_hi = 0, u_lo = 0;
+		for (size_t i = 0; i < n; i++)
+			g_hi += g[i] > limit, u_hi += u[i] > limit, u_lo += u[i] < -limit;
+		ASSERT_TRUE(g_hi > 0 && u_hi > 0 && u_lo > 0);
+	} else {
+		vt_cpu->swiglu(vt_c, g, u, n, want);
+	}
 	for (int inplace = 0; inplace < 2; inplace++) {
 		float *dg = vt_dev(g, n * 4), *du = vt_dev(u, n * 4);
 		float *dh = inplace ? dg : vt_poisoned(n * 4 + 64);
-		vt_vk->swiglu(vt_b, dg, du, n, dh);
+		if (oai)
+			vt_vk->swiglu_oai(vt_b, dg, du, n, alpha, limit, dh);
+		else
+			vt_vk->swiglu(vt_b, dg, du, n, dh);
 		float *got = vt_back(dh, n * 4);
 		double big = 0;
 		for (size_t i = 0; i < n; i++)
@@ -359,6 +380,16 @@ static void test_swiglu(void)
 	free(want);
 	free(g);
 	free(u);
+}
+
+static void test_swiglu(void)
+{
+	swiglu_check(false);
+}
+
+static void test_swiglu_oai(void)
+{
+	swiglu_check(true);
 }
 
 /* ---- per row ------------------------------------------------------------------------------------
@@ -552,6 +583,7 @@ int main(void)
 	    TEST_CASE(test_add),
 	    TEST_CASE(test_copy),
 	    TEST_CASE(test_swiglu),
+	    TEST_CASE(test_swiglu_oai),
 	    TEST_CASE(test_rms_norm),
 	    TEST_CASE(test_rope),
 	    TEST_CASE(test_kv_store),

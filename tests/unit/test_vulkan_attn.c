@@ -7,7 +7,12 @@
  * different lengths (1, and lengths on both sides of the shader's tile of
  * 64), prefill chunks (rows of one session at consecutive positions,
  * causal by n_kv), more decode rows than one dispatch takes, planes in
- * separate buffers, a plane larger than one storage buffer binds.
+ * separate buffers, a plane larger than one storage buffer binds, and
+ * gpt-oss's attention sinks (one per query head: one more score in the
+ * softmax's sum, with no value; sinks far above and below the scores
+ * too) with sliding-window rows (each row's planes start at its window's
+ * first position, as engine_steps.c offsets them; the positions before
+ * every row's window hold NaN bytes).
  * Outputs are poisoned (NaN bytes) before each run and the cache past
  * each session's last position holds NaN bytes, so a read past n_kv
  * shows. Each row run alone must give the batch's bits (backend.h:
@@ -115,6 +120,8 @@ typedef struct acase {
 	bool own_bufs; /* each session's planes in buffers of their own */
 	uint32_t n_sess, n_rows;
 	const uint32_t *sess, *n_kv;
+	const float *sinks;    /* (n_head) or NULL */
+	const uint32_t *first; /* (n_rows): row r's planes start at this position; or NULL */
 } acase;
 
 /* One backend's copy of a case's memory. */
@@ -125,6 +132,7 @@ typedef struct side {
 	uint32_t n_buf;
 	const void **k, **v; /* (n_rows) device addresses */
 	float *q, *out, *out1;
+	float *sinks; /* (n_head) device address, or NULL */
 } side;
 
 static void *alloc(side *s, size_t bytes)
@@ -178,9 +186,16 @@ static void place(side *s, const acase *c, const float *q, uint8_t *const *kb, u
 	}
 	s->k = calloc(c->n_rows, sizeof *s->k);
 	s->v = calloc(c->n_rows, sizeof *s->v);
+	size_t es = c->t == SHOAL_DTYPE_F16 ? 2 : 4;
 	for (uint32_t r = 0; r < c->n_rows; r++) {
-		s->k[r] = kp[c->sess[r]];
-		s->v[r] = vp[c->sess[r]];
+		size_t skip = c->first ? (size_t)c->first[r] * c->head_dim * es : 0;
+		s->k[r] = (const uint8_t *)kp[c->sess[r]] + skip;
+		s->v[r] = (const uint8_t *)vp[c->sess[r]] + skip;
+	}
+	s->sinks = NULL;
+	if (c->sinks) {
+		s->sinks = alloc(s, c->n_head * sizeof(float));
+		s->ops->write(s->b, s->sinks, c->sinks, c->n_head * sizeof(float));
 	}
 	free(kp);
 	free(vp);
@@ -200,7 +215,8 @@ static shoal_backend_attn args(const side *s, const acase *c)
 	                            .head_ld = (size_t)c->n_ctx * c->head_dim,
 	                            .pos_ld = c->head_dim,
 	                            .n_kv = c->n_kv,
-	                            .out = s->out};
+	                            .out = s->out,
+	                            .sinks = s->sinks};
 }
 
 /* Run case c on both backends and check it; *max_err gets the worst
@@ -214,10 +230,15 @@ static void run_case(const acase *c)
 	float **kf = calloc(c->n_sess, sizeof *kf), **vf = calloc(c->n_sess, sizeof *vf);
 	uint8_t **kb = calloc(c->n_sess, sizeof *kb), **vb = calloc(c->n_sess, sizeof *vb);
 	for (uint32_t i = 0; i < c->n_sess; i++) {
-		uint32_t used = 0; /* positions any row of the session reads */
-		for (uint32_t r = 0; r < c->n_rows; r++)
-			if (c->sess[r] == i && c->n_kv[r] > used)
-				used = c->n_kv[r];
+		/* positions [lo, used): what any row of the session reads */
+		uint32_t used = 0, lo = UINT32_MAX;
+		for (uint32_t r = 0; r < c->n_rows; r++) {
+			uint32_t f = c->first ? c->first[r] : 0;
+			if (c->sess[r] == i && f + c->n_kv[r] > used)
+				used = f + c->n_kv[r];
+			if (c->sess[r] == i && f < lo)
+				lo = f;
+		}
 		for (int w = 0; w < 2; w++) {
 			float *f = malloc(plane_elems * sizeof *f);
 			uint8_t *bytes = malloc(plane_bytes);
@@ -225,7 +246,7 @@ static void run_case(const acase *c)
 			for (size_t e = 0; e < plane_elems; e++) {
 				size_t pos = (e / hd) % c->n_ctx;
 				f[e] = NAN;
-				if (pos >= used)
+				if (pos >= used || pos < lo)
 					continue;
 				float x = frand(-1.0f, 1.0f);
 				if (c->t == SHOAL_DTYPE_F16) {
@@ -282,11 +303,12 @@ static void run_case(const acase *c)
 	double *p = malloc(c->n_ctx * sizeof *p);
 	for (uint32_t r = 0; r < c->n_rows; r++) {
 		const float *K = kf[c->sess[r]], *V = vf[c->sess[r]];
-		uint32_t n = c->n_kv[r];
+		uint32_t n = c->n_kv[r], f = c->first ? c->first[r] : 0;
 		for (uint32_t hh = 0; hh < c->n_head; hh++) {
-			size_t base = (size_t)(hh / group) * c->n_ctx * hd;
+			size_t base = ((size_t)(hh / group) * c->n_ctx + f) * hd;
 			const float *qr = q + r * ld + (size_t)hh * hd;
-			double mx = -INFINITY, sum = 0, vmax = 0;
+			double sink = c->sinks ? c->sinks[hh] : -INFINITY;
+			double mx = sink, sum = c->sinks ? 1 : 0, vmax = 0;
 			for (uint32_t t = 0; t < n; t++) {
 				double s = 0;
 				for (uint32_t d = 0; d < hd; d++)
@@ -294,6 +316,8 @@ static void run_case(const acase *c)
 				p[t] = s / sqrt((double)hd);
 				mx = p[t] > mx ? p[t] : mx;
 			}
+			if (c->sinks) /* the sink's own term, rescaled to the max */
+				sum = exp(sink - mx);
 			for (uint32_t t = 0; t < n; t++) {
 				p[t] = exp(p[t] - mx);
 				sum += p[t];
@@ -336,9 +360,9 @@ static void run_case(const acase *c)
 		worst_vk = err_g;
 	if (!isnan(err_h) && err_h > worst_cpu)
 		worst_cpu = err_h;
-	printf("  %s hd %u heads %u/%u rows %u: vulkan %.3g, cpu %.3g, apart %.3g\n",
+	printf("  %s hd %u heads %u/%u rows %u%s%s: vulkan %.3g, cpu %.3g, apart %.3g\n",
 	       c->t == SHOAL_DTYPE_F16 ? "f16" : "f32", hd, c->n_head, c->n_head_kv, c->n_rows,
-	       err_g, err_h, err_gh);
+	       c->sinks ? " sinks" : "", c->first ? " window" : "", err_g, err_h, err_gh);
 	ASSERT_TRUE(err_g <= BOUND);
 	ASSERT_TRUE(err_h <= BOUND);
 	ASSERT_TRUE(err_gh <= 2 * BOUND);
@@ -424,6 +448,57 @@ static void test_mla(void)
 	decode(SHOAL_DTYPE_F32, 16, 1, 576, true);
 	prefill(SHOAL_DTYPE_F16, 16, 1, 576, true, false);
 	prefill(SHOAL_DTYPE_F32, 16, 1, 576, true, true);
+}
+
+/* gpt-oss's sinks: per query head, some near the scores (|s| <~ 3
+ * here), one far above them (30: nearly all the weight goes to the sink,
+ * the output is ~e^-27 of v's scale), one far below (-30: no effect);
+ * decode rows around the tile of 64 and a prefill chunk, F32 and F16,
+ * groups 1, 4 and 8; then sliding-window rows (window 20: row r of a
+ * chunk at positions 40..58 sees [p - 19, p]) with and without sinks. */
+static void test_sinks(void)
+{
+	NEED_DEVICE();
+	float sinks[16];
+	for (uint32_t h = 0; h < 16; h++)
+		sinks[h] = frand(-3.0f, 3.0f);
+	sinks[1] = 30.0f;
+	sinks[2] = -30.0f;
+	static const uint32_t lens[] = {1, 63, 64, 65, 130, 7, 257};
+	uint32_t sess[26], plen[26], first[26];
+	for (uint32_t i = 0; i < 7; i++)
+		sess[i] = i;
+	acase c = {.t = SHOAL_DTYPE_F32,
+	           .n_head = 8,
+	           .n_head_kv = 2,
+	           .head_dim = 64,
+	           .n_ctx = 300,
+	           .n_sess = 7,
+	           .n_rows = 7,
+	           .sess = sess,
+	           .n_kv = lens,
+	           .sinks = sinks};
+	run_case(&c);
+	c.t = SHOAL_DTYPE_F16, c.n_head = 3, c.n_head_kv = 3, c.head_dim = 128;
+	run_case(&c);
+	c.n_head = 16, c.n_head_kv = 2, c.head_dim = 64;
+	run_case(&c);
+	/* a prefill chunk of 19 rows at positions 40..58 and a decode row */
+	for (uint32_t i = 0; i < 19; i++)
+		sess[i] = 0, plen[i] = 41 + i, first[i] = 0;
+	sess[19] = 1, plen[19] = 90, first[19] = 0;
+	c.t = SHOAL_DTYPE_F32, c.n_head = 4, c.n_head_kv = 1, c.n_ctx = 128;
+	c.n_sess = 2, c.n_rows = 20, c.n_kv = plen;
+	run_case(&c);
+	/* the same rows through a window of 20 */
+	for (uint32_t i = 0; i < 20; i++) {
+		first[i] = plen[i] > 20 ? plen[i] - 20 : 0;
+		plen[i] -= first[i];
+	}
+	c.first = first;
+	run_case(&c);
+	c.t = SHOAL_DTYPE_F16, c.sinks = NULL;
+	run_case(&c);
 }
 
 /* More decode rows than one dispatch holds (vk_attn.c: 128 blocks). */
@@ -520,5 +595,5 @@ static void test_bound(void)
 }
 
 TEST_MAIN(TEST_CASE(test_decode_f32), TEST_CASE(test_decode_f16), TEST_CASE(test_prefill),
-          TEST_CASE(test_mla), TEST_CASE(test_many_rows), TEST_CASE(test_big_plane),
-          TEST_CASE(test_head_dim_too_large), TEST_CASE(test_bound))
+          TEST_CASE(test_mla), TEST_CASE(test_sinks), TEST_CASE(test_many_rows),
+          TEST_CASE(test_big_plane), TEST_CASE(test_head_dim_too_large), TEST_CASE(test_bound))

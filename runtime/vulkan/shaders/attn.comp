@@ -16,7 +16,11 @@
  *      exp(m_old - m_new) (flash attention's online softmax);
  *   3. thread c owns output dims c, c + 64, ...: o = o * alpha + sum over
  *      the tile's unmasked positions in order of p_t v_t[d].
- * The end writes o / l. Every step's order depends only on the row's own
+ * The end writes o / l. With attention sinks (gpt-oss), the running state
+ * starts as the sink's own score: m = sink, l = exp(sink - sink) = 1, o =
+ * 0, so the sink joins the max and the sum and carries no value, as
+ * backend.h says; the query head a vector's sink belongs to is vec %
+ * n_head. Every step's order depends only on the row's own
  * n_kv and head_dim, never on the other entries of its block or the
  * dispatch: a row gives the same bits alone as in any batch (the test
  * checks it). An entry with n_kv = 0 writes zeros (what the CPU gives).
@@ -24,7 +28,8 @@
  * Bindings: 0 q (float), 1 out (float), 2/3 K as float / uint words,
  * 4/5 V as float / uint words (the same buffers twice: an F16 cache is
  * read two halves to a word with unpackHalf2x16, which needs no 16-bit
- * feature), 6 the blocks' parameters (uint, BLK_WORDS per block).
+ * feature), 6 the blocks' parameters (uint, BLK_WORDS per block), 7 the
+ * sinks (float, n_head of them; any buffer, unread, when there are none).
  */
 #version 450
 
@@ -42,6 +47,7 @@ layout(std430, binding = 3) readonly buffer KH { uint kh[]; };
 layout(std430, binding = 4) readonly buffer VF { float vf[]; };
 layout(std430, binding = 5) readonly buffer VH { uint vh[]; };
 layout(std430, binding = 6) readonly buffer P { uint prm[]; };
+layout(std430, binding = 7) readonly buffer S { float sink[]; };
 
 layout(push_constant) uniform Push {
 	uint q_off;   /* floats: row 0 of q in its buffer */
@@ -51,6 +57,9 @@ layout(push_constant) uniform Push {
 	uint f16;      /* 1: the cache is F16 */
 	uint prm_off;  /* uints: block 0's parameters */
 	float scale;
+	uint n_head;    /* query heads per row: a vector's head is vec % n_head */
+	uint sinks;     /* 1: binding 7 holds the heads' sinks */
+	uint sinks_off; /* floats: head 0's sink */
 }
 pc;
 
@@ -76,9 +85,10 @@ void main()
 	uint tid = gl_LocalInvocationID.x;
 	uint blk = pc.prm_off + gl_WorkGroupID.x * BLK_WORDS;
 	uint k0 = prm[blk], v0 = prm[blk + 1u], nr = prm[blk + 2u], hd = pc.head_dim;
-	uint n[BLK_ROWS], qv[BLK_ROWS], n_max = 0u;
+	uint n[BLK_ROWS], qv[BLK_ROWS], vec[BLK_ROWS], n_max = 0u;
 	for (uint i = 0u; i < BLK_ROWS; i++) {
-		qv[i] = i < nr ? prm[blk + 4u + 2u * i] * hd : 0u;
+		vec[i] = i < nr ? prm[blk + 4u + 2u * i] : 0u;
+		qv[i] = vec[i] * hd;
 		n[i] = i < nr ? prm[blk + 5u + 2u * i] : 0u;
 		n_max = max(n_max, n[i]);
 	}
@@ -87,6 +97,10 @@ void main()
 	for (uint i = 0u; i < BLK_ROWS; i++) {
 		m[i] = uintBitsToFloat(0xff800000u); /* -inf */
 		l[i] = 0.0;
+		if (pc.sinks != 0u && i < nr) {
+			m[i] = sink[pc.sinks_off + vec[i] % pc.n_head];
+			l[i] = 1.0;
+		}
 		for (uint c = 0u; c < MAX_C; c++)
 			acc[i][c] = 0.0;
 	}
