@@ -2,9 +2,10 @@
  * runtime/engine/engine_impl.h: the engine's layout and the functions its
  * files share: engine.c (creation, sessions, the layer loop), engine_tp.c
  * (a tensor group's member), engine_moe.c (routing, experts) and
- * engine_steps.c (the layer steps they share). Calls between them go one
- * way, down that list: engine.c -> engine_tp.c -> engine_moe.c ->
- * engine_steps.c, never back up (tests/sh/cycle_check.sh).
+ * engine_steps.c (the layer steps they share), engine_kv.c (the KV cache's
+ * layout and rings). Calls between them go one way, down that list:
+ * engine.c -> engine_tp.c -> engine_moe.c -> engine_steps.c -> engine_kv.c,
+ * never back up (tests/sh/cycle_check.sh).
  *
  * Part: runtime/ (engine); not a public header. Dimension convention as in
  * engine.h: row-major F32, "(rows, cols)".

@@ -3,10 +3,10 @@
  * files share: a matrix's row slice, the cache store with attention, the
  * attention of a range of KV heads, and the SwiGLU FFN.
  *
- * Part: runtime/ (engine). The lowest file of the room: engine.c (the layer
- * loop), engine_moe.c (shared experts) and engine_tp.c (a tensor member's
- * slices) call into it, and it calls none of them. Divisions: matrices and
- * the cache, attention, FFN.
+ * Part: runtime/ (engine). Just above engine_kv.c (the cache's layout):
+ * engine.c (the layer loop), engine_moe.c (shared experts) and engine_tp.c
+ * (a tensor member's slices) call into it, and it calls none of them.
+ * Divisions: matrices and the cache, attention, FFN.
  */
 #include "runtime/engine/engine_impl.h"
 

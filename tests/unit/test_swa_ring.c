@@ -8,7 +8,7 @@
  * an F32 cache; a rewind farther than the ring holds is refused and
  * reported by shoal_engine_session_reusable, and starting again from 0
  * gives the bits again; the engine's KV bytes are full layers x n_ctx +
- * sliding layers x ring.
+ * sliding layers x ring, and the scheduler's manifest counts them alike.
  *
  * Part: tests of runtime/ (engine, cpu).
  */
@@ -17,6 +17,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "models/manifest.h"
 #include "models/model.h"
 #include "runtime/cpu/backend_cpu.h"
 #include "runtime/engine/engine.h"
@@ -249,6 +250,18 @@ static void test_bytes(void)
 	ASSERT_EQ(shoal_engine_kv_ring(es), 0);
 	ASSERT_U64_EQ(shoal_engine_kv_bytes(es), row * 2 * (WINDOW + ROWS));
 	shoal_engine_free(es);
+	/* the scheduler's manifest: a sliding layer holds window + a serving
+	 * engine's rows (SHOAL_MANIFEST_KV_RING_ROWS), a full one the context */
+	shoal_manifest mf;
+	ASSERT_EQ(shoal_model_manifest(m, &mf), SHOAL_OK);
+	for (uint32_t l = 0; l < LAYERS; l++) {
+		ASSERT_U64_EQ(mf.layers[l].kv_bytes_per_token, KVROW * SHOAL_MANIFEST_KV_ELT);
+		ASSERT_EQ(mf.layers[l].kv_positions,
+		          l % 2 ? 0 : WINDOW + SHOAL_MANIFEST_KV_RING_ROWS);
+		ASSERT_U64_EQ(shoal_manifest_kv_ctx(&mf.layers[l], 4096),
+		              l % 2 ? 4096 : WINDOW + SHOAL_MANIFEST_KV_RING_ROWS);
+	}
+	shoal_manifest_fini(&mf);
 	shoal_model_free(m);
 	unlink(path);
 }
