@@ -70,6 +70,10 @@ shoal_err shoal_model_manifest(const shoal_model *m, shoal_manifest *out)
 		ml->kv_bytes_per_token =
 		    2ull * hp->n_head_kv * hp->head_dim * SHOAL_MANIFEST_KV_ELT;
 		ml->attn_flops_per_ctx = 4ull * hp->n_head * hp->head_dim;
+		/* a sliding layer's ring (the engine's on a backend with rings;
+		 * one without keeps the context, which the plan does not know) */
+		if (shoal_hparams_layer_swa(hp, il) && hp->n_swa)
+			ml->kv_positions = hp->n_swa + SHOAL_MANIFEST_KV_RING_ROWS;
 		if (hp->mla_kv_b) /* the engine's F32 keys made from attn_kv_b */
 			ml->bytes += (uint64_t)hp->n_head * hp->kv_lora_rank *
 			             (hp->head_dim - hp->n_rot) * 4;

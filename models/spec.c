@@ -79,6 +79,8 @@ typedef struct spec_hp {
 	bool mla, tied, qk_norm;
 	uint32_t q_lora, kv_lora, qk_nope, qk_rope, v_head;
 	uint32_t mbits;
+	uint32_t swa, swa_period; /* sliding window; every period-th layer, from the
+	                             last of each period, attends to all */
 } spec_hp;
 
 #define GET(key, req, def, max, dst)                                                               \
@@ -109,6 +111,12 @@ static shoal_err read_hp(const json_t *j, spec_hp *h, shoal_spec_info *info, cha
 	GET("shared_experts", false, 0, SPEC_COUNT_MAX, &h->shared);
 	GET("shared_expert_ffn", false, h->expert_ffn, SPEC_DIM_MAX, &h->shared_ffn);
 	GET("dense_first_layers", false, h->experts ? 0 : h->layers, h->layers, &h->dense_first);
+	GET("sliding_window", false, 0, SPEC_DIM_MAX, &h->swa);
+	GET("sliding_period", false, 2, SPEC_LAYER_MAX, &h->swa_period);
+	if (h->swa && h->swa_period < 2)
+		return shoal_why(why, why_len, SHOAL_ERR_RANGE,
+		                 "spec: sliding_period must be at least 2 (every period-th "
+		                 "layer attends to the whole context)");
 	if (h->experts && (!h->experts_used || h->experts_used > h->experts || !h->expert_ffn))
 		return shoal_why(why, why_len, SHOAL_ERR_RANGE,
 		                 "spec: an MoE needs 1 <= experts_used <= experts and expert_ffn");
@@ -225,6 +233,9 @@ static bool fill(const spec_hp *h, shoal_manifest *m, shoal_spec_info *info)
 		y->flops = 2 * mat + (dense ? 0 : 2 * D * h->experts);
 		y->kv_bytes_per_token = kv;
 		y->attn_flops_per_ctx = attn_fl;
+		/* a sliding layer keeps a ring (models/manifest.c alike) */
+		if (h->swa && l % h->swa_period != h->swa_period - 1)
+			y->kv_positions = h->swa + SHOAL_MANIFEST_KV_RING_ROWS;
 		/* tensor groups split GQA attention by KV heads (MLA's latent
 		 * cache is shared by every head: its attention stays whole) */
 		y->n_head_kv = h->mla ? 0 : h->kv_heads;

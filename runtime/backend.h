@@ -23,7 +23,7 @@
 
 /* The version of this table's layout and contract; an engine refuses a
  * table of another version. Raise it with any change to the table. */
-#define SHOAL_BACKEND_ABI 6u
+#define SHOAL_BACKEND_ABI 7u
 
 /*
  * Conventions for every op:
@@ -65,6 +65,10 @@ typedef enum shoal_backend_op {
 	 * swiglu_oai computes (a backend that says no is never given either) */
 	SHOAL_BACKEND_OP_ATTN_SINKS,
 	SHOAL_BACKEND_OP_SWIGLU_OAI,
+	/* ABI 7, asked with the KV cache's type: attention reads ring planes
+	 * (shoal_backend_attn.ring, .first); a backend that says no is given
+	 * ring 0 only, and the engine keeps a sliding layer's whole context */
+	SHOAL_BACKEND_OP_ATTN_RING,
 } shoal_backend_op;
 
 /* What kind of processor a device is. */
@@ -105,12 +109,12 @@ typedef struct shoal_backend_attn {
 	/* host (n_rows) -> cache (device addresses): KV head h's row at
 	 * position t starts at element h * head_ld + t * pos_ld of k[r] (the
 	 * engine keeps each head's positions together: head_ld = n_ctx *
-	 * head_dim, pos_ld = head_dim). k[r] == v[r] for one shared plane
+	 * head_dim, or ring * head_dim, pos_ld = head_dim). k[r] == v[r] for one shared plane
 	 * (MLA: the latent row is both key and value). */
 	const void *const *k;
 	const void *const *v;
 	size_t head_ld, pos_ld;
-	const uint32_t *n_kv; /* host (n_rows): row r sees cache positions [0, n_kv[r]) */
+	const uint32_t *n_kv; /* host (n_rows): row r sees n_kv[r] cache positions */
 	float *out;           /* (n_rows, n_head * head_dim) */
 	/* (n_head) per query head, or NULL (ABI 6; only for a backend that
 	 * supports ATTN_SINKS): a sink is one more score in the softmax's
@@ -118,6 +122,16 @@ typedef struct shoal_backend_attn {
 	 * exp(sink - m)), m the largest of the scores and the sink. A device
 	 * address. */
 	const float *sinks;
+	/* ABI 7; only for a backend that supports ATTN_RING, else 0 and NULL.
+	 * ring > 0: the planes are rings of `ring` positions: position t is at
+	 * slot t % ring (element h * head_ld + (t % ring) * pos_ld), and row r
+	 * sees positions [first[r], first[r] + n_kv[r]) (n_kv[r] <= ring),
+	 * read in that order, so a window that wraps past the ring's end gives
+	 * the bits of the same positions in a plane of the whole context.
+	 * first: host (n_rows). ring 0: first is NULL and row r sees [0, n_kv[r])
+	 * as above. */
+	uint32_t ring;
+	const uint32_t *first;
 } shoal_backend_attn;
 
 #define SHOAL_BACKEND_MAX_MATS 4
@@ -221,7 +235,8 @@ typedef struct shoal_backend_ops {
 	 * head_dim) ld F32 into cache elements of type t (supports KV_CACHE;
 	 * F16: round to nearest even): row r's head h goes to element
 	 * h * head_ld + pos[r] * head_dim of plane[r]. plane (host, n_rows)
-	 * holds device addresses, pos is host. */
+	 * holds device addresses, pos is host (a ring plane's caller passes
+	 * slots, position % ring, as pos). */
 	void (*kv_store)(shoal_backend *b, shoal_dtype t, const float *src, size_t ld,
 	                 uint32_t n_rows, uint32_t n_head_kv, uint32_t head_dim, void *const *plane,
 	                 const uint32_t *pos, size_t head_ld);

@@ -116,9 +116,9 @@ static void dev_times(sched__ctx *c, size_t p, uint64_t bw, uint64_t fl, uint64_
 		}
 		uint64_t af =
 		    y->attn_flops_per_ctx ? y->attn_flops_per_ctx : y->kv_bytes_per_token / 2;
-		uint64_t bytes =
-		    sched__add(y->bytes, sched__mul(y->kv_bytes_per_token, c->pol->ctx));
-		uint64_t flops = sched__add(y->flops, sched__mul(af, c->pol->ctx));
+		uint64_t ctx = shoal_manifest_kv_ctx(y, c->pol->ctx);
+		uint64_t bytes = sched__add(y->bytes, sched__mul(y->kv_bytes_per_token, ctx));
+		uint64_t flops = sched__add(y->flops, sched__mul(af, ctx));
 		tbase[i] = sched__roofline(bytes, flops, bw, fl);
 		texp[i] = y->n_expert ? efull[i] : 0;
 		acc += tbase[i] + texp[i];
@@ -235,7 +235,9 @@ shoal_err sched__ctx_init(sched__ctx *c, const shoal_view *v, const shoal_manife
 	uint32_t slots = 0;
 	for (uint32_t l = 0; l < L; l++) {
 		const shoal_manifest_layer *y = &m->layers[l];
-		c->kv[l] = sched__mul(sched__mul(y->kv_bytes_per_token, pol->ctx), pol->sessions);
+		c->kv[l] = sched__mul(
+		    sched__mul(y->kv_bytes_per_token, shoal_manifest_kv_ctx(y, pol->ctx)),
+		    pol->sessions);
 		uint64_t base = sched__add(y->bytes, c->kv[l]);
 		c->mpre[SCHED__SPREAD][l + 1] = sched__add(c->mpre[SCHED__SPREAD][l], base);
 		c->mpre[SCHED__KEEP][l + 1] = sched__add(

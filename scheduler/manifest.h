@@ -15,6 +15,10 @@
 /* Bytes of one KV cache element: the engine's default F16 cache
  * (runtime/engine/engine.h, shoal_engine_config.kv_type). */
 #define SHOAL_MANIFEST_KV_ELT 2u
+/* The rows a serving node's engine adds to a session in one call
+ * (runtime/node's SHOAL_SERVE_MAX_ROWS, checked equal there): a sliding
+ * layer keeps window + this many positions (runtime/engine/engine_kv.c). */
+#define SHOAL_MANIFEST_KV_RING_ROWS 32u
 
 /* Bytes of the model id a manifest carries: models/model_id.h's
  * SHOAL_MODEL_ID_BYTES (a BLAKE2b-256 digest), named here because the
@@ -30,6 +34,10 @@ typedef struct shoal_manifest_layer {
 	                                is added by the scheduler from kv) */
 	uint64_t kv_bytes_per_token; /* K and V cache, SHOAL_MANIFEST_KV_ELT bytes an
 	                                element as the engine keeps it */
+	uint32_t kv_positions;       /* the most positions its KV holds (a sliding
+	                                layer: window + SHOAL_MANIFEST_KV_RING_ROWS),
+	                                0: the whole context; the scheduler counts
+	                                min(ctx, this) for memory and reads */
 	uint32_t n_expert;           /* routed experts in this layer (0: dense) */
 	uint32_t n_expert_used;      /* experts each token is routed to */
 	uint64_t expert_bytes;       /* bytes of one routed expert (gate+up+down) */
@@ -45,6 +53,12 @@ typedef struct shoal_manifest_layer {
 	                        (Q, K, V, O and their biases); the rest of a
 	                        dense layer splits with the FFN columns */
 } shoal_manifest_layer;
+
+/* The positions of layer y's KV the scheduler counts at a context of ctx. */
+static inline uint64_t shoal_manifest_kv_ctx(const shoal_manifest_layer *y, uint64_t ctx)
+{
+	return y->kv_positions && y->kv_positions < ctx ? y->kv_positions : ctx;
+}
 
 typedef struct shoal_manifest {
 	uint8_t model_id[SHOAL_MANIFEST_MODEL_ID_BYTES]; /* all zero when planning from a spec */

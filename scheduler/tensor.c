@@ -167,7 +167,8 @@ static void unit_layer(const sched__ctx *c, const tp_unit *u, uint32_t l, uint64
 	uint64_t attn = y->attn_bytes < y->bytes ? y->attn_bytes : y->bytes;
 	uint64_t rest = y->bytes - attn;
 	uint64_t af = y->attn_flops_per_ctx ? y->attn_flops_per_ctx : y->kv_bytes_per_token / 2;
-	uint64_t kvctx = y->kv_bytes_per_token * c->pol->ctx, afctx = af * c->pol->ctx;
+	uint64_t ctx = shoal_manifest_kv_ctx(y, c->pol->ctx);
+	uint64_t kvctx = y->kv_bytes_per_token * ctx, afctx = af * ctx;
 	uint64_t worst = 0;
 	for (uint32_t i = 0; i < k; i++) {
 		uint32_t p = u->mem[i];

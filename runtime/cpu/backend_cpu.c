@@ -353,6 +353,36 @@ static void cpu_softmax_sink(float *s, uint32_t n, float sink)
 		s[i] *= inv;
 }
 
+/* Scores of the group's query heads q over n cached keys from element at
+ * of plane k, into s (group rows, max_ctx apart). */
+static void cpu_attn_scores(shoal_backend *b, const shoal_backend_attn *a, const float *q,
+                            uint32_t group, const void *k, size_t at, uint32_t n, float *s)
+{
+	if (a->kv_type == SHOAL_DTYPE_F16)
+		b->k->attn_scores_f16(q, (int)group, a->head_dim, (const uint16_t *)k + at,
+		                      a->pos_ld, (int)n, a->scale, s, b->max_ctx);
+	else
+		b->k->attn_scores(q, (int)group, a->head_dim, (const float *)k + at, a->pos_ld,
+		                  (int)n, a->scale, s, b->max_ctx);
+}
+
+/* o (group, head_dim) = the weights p (group rows, max_ctx apart) times n
+ * cached values from element at of plane v; acc: added to o's sums in
+ * the same order (a wrapped ring's second run). */
+static void cpu_attn_values(shoal_backend *b, const shoal_backend_attn *a, const float *p,
+                            uint32_t group, const void *v, size_t at, uint32_t n, bool acc,
+                            float *o)
+{
+	int hd = (int)a->head_dim, ng = (int)group;
+	size_t C = b->max_ctx;
+	if (a->kv_type == SHOAL_DTYPE_F16)
+		(acc ? b->k->attn_values_acc_f16 : b->k->attn_values_f16)(
+		    p, C, ng, hd, (const uint16_t *)v + at, a->pos_ld, (int)n, o);
+	else
+		(acc ? b->k->attn_values_acc : b->k->attn_values)(
+		    p, C, ng, hd, (const float *)v + at, a->pos_ld, (int)n, o);
+}
+
 /* One work item is (row, KV head): the group of query heads sharing that
  * KV head is done together, so each cached K and V row is read once per
  * group instead of once per head (at long contexts the cache, not the
@@ -376,26 +406,26 @@ static void cpu_attn_worker(void *ctx, uint32_t ith, uint32_t nth)
 		const float *q = a->q + r * q_ld + (size_t)h0 * hd; /* (group, head_dim) */
 		float *o = a->out + r * q_ld + (size_t)h0 * hd;     /* (group, head_dim) */
 		uint32_t n = a->n_kv[r];
-		size_t at = kvh * a->head_ld; /* (n_kv) ld kv_ld from here */
-		if (a->kv_type == SHOAL_DTYPE_F16)
-			b->k->attn_scores_f16(q, (int)group, (int)hd,
-			                      (const uint16_t *)a->k[r] + at, kv_ld, (int)n,
-			                      a->scale, sc, C);
-		else
-			b->k->attn_scores(q, (int)group, (int)hd, (const float *)a->k[r] + at,
-			                  kv_ld, (int)n, a->scale, sc, C);
+		/* the row's positions as runs of slots: [s0, s0 + n0) then, where
+		 * a ring's window wraps, [0, n - n0) */
+		uint32_t s0 = 0, n0 = n;
+		if (a->ring) {
+			s0 = a->first[r] % a->ring;
+			n0 = n < a->ring - s0 ? n : a->ring - s0;
+		}
+		size_t at = kvh * a->head_ld; /* (ring or n_ctx) ld kv_ld from here */
+		cpu_attn_scores(b, a, q, group, a->k[r], at + s0 * kv_ld, n0, sc);
+		if (n0 < n)
+			cpu_attn_scores(b, a, q, group, a->k[r], at, n - n0, sc + n0);
 		for (uint32_t g = 0; g < group; g++) {
 			if (a->sinks)
 				cpu_softmax_sink(sc + g * C, n, a->sinks[h0 + g]);
 			else
 				b->k->softmax(sc + g * C, (int)n);
 		}
-		if (a->kv_type == SHOAL_DTYPE_F16)
-			b->k->attn_values_f16(sc, C, (int)group, (int)hd,
-			                      (const uint16_t *)a->v[r] + at, kv_ld, (int)n, o);
-		else
-			b->k->attn_values(sc, C, (int)group, (int)hd, (const float *)a->v[r] + at,
-			                  kv_ld, (int)n, o);
+		cpu_attn_values(b, a, sc, group, a->v[r], at + s0 * kv_ld, n0, false, o);
+		if (n0 < n)
+			cpu_attn_values(b, a, sc + n0, group, a->v[r], at, n - n0, true, o);
 	}
 	(void)nth;
 }
@@ -618,6 +648,7 @@ static bool cpu_supports(shoal_backend_op op, shoal_dtype t)
 	case SHOAL_BACKEND_OP_TO_F32:
 		return shoal_quant_supported(t);
 	case SHOAL_BACKEND_OP_KV_CACHE:
+	case SHOAL_BACKEND_OP_ATTN_RING:
 		return t == SHOAL_DTYPE_F32 || t == SHOAL_DTYPE_F16;
 	case SHOAL_BACKEND_OP_ATTN_SINKS:
 	case SHOAL_BACKEND_OP_SWIGLU_OAI:

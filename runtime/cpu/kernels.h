@@ -77,6 +77,14 @@ typedef struct shoal_kernels {
 	                        int n, float scale, float *s, size_t s_ld);
 	void (*attn_values_f16)(const float *p, size_t p_ld, int ng, int hd, const uint16_t *v,
 	                        size_t v_ld, int n, float *o);
+	/* attn_values (and its F16 twin) with each sum starting from o's value
+	 * instead of 0: positions 0..n-1 done as a run of n1 by attn_values
+	 * then the other n - n1 by attn_values_acc give the bits of one run of
+	 * n (the CPU backend's ring planes, whose window may wrap). */
+	void (*attn_values_acc)(const float *p, size_t p_ld, int ng, int hd, const float *v,
+	                        size_t v_ld, int n, float *o);
+	void (*attn_values_acc_f16)(const float *p, size_t p_ld, int ng, int hd, const uint16_t *v,
+	                            size_t v_ld, int n, float *o);
 
 	/* s[n] in place: e_t = exp(s_t - max) by kernels_impl.h's
 	 * kernels__exp_neg, then e_t * (float)(1 / sum), the sum in double as

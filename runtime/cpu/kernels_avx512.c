@@ -1908,11 +1908,16 @@ KERNELS__INLINE void k5_scores_kv(const float *q, int ng, int hd, const void *k,
 /* o[g0 .. g0 + G)[d0 .. d0 + 16 W), the last chunk masked by mlast. */
 KERNELS__INLINE void k5_values_tile(const float *p, size_t p_ld, int g0, const int G, int hd,
                                     int d0, const int W, __mmask16 mlast, const void *v,
-                                    size_t v_ld, int n, float *o, int f16)
+                                    size_t v_ld, int n, float *o, int f16, int acc)
 {
 	__m512 a[4][4];
 	KERNELS__UNROLL for (int g = 0; g < G; g++) KERNELS__UNROLL for (int w = 0; w < W; w++)
-	    a[g][w] = _mm512_setzero_ps();
+	{
+		const float *og = o + (size_t)(g0 + g) * hd + d0 + 16 * w;
+		a[g][w] = !acc         ? _mm512_setzero_ps()
+		          : w == W - 1 ? _mm512_maskz_loadu_ps(mlast, og)
+		                       : _mm512_loadu_ps(og);
+	}
 	const float *pg = p + (size_t)g0 * p_ld;
 	for (int t = 0; t < n; t++) {
 		const void *vt = kernels__kv_at(v, (size_t)t * v_ld + (size_t)d0, f16);
@@ -1951,7 +1956,7 @@ KERNELS__INLINE void k5_values_tile(const float *p, size_t p_ld, int g0, const i
 }
 
 KERNELS__INLINE void k5_values_kv(const float *p, size_t p_ld, int ng, int hd, const void *v,
-                                  size_t v_ld, int n, float *o, int f16)
+                                  size_t v_ld, int n, float *o, int f16, int acc)
 {
 	for (int d = 0; d < hd; d += 64) {
 		int left = hd - d, W = left >= 64 ? 4 : (left + 15) / 16;
@@ -1961,7 +1966,7 @@ KERNELS__INLINE void k5_values_kv(const float *p, size_t p_ld, int ng, int hd, c
 			int G = ng - g >= 4 ? 4 : ng - g;
 #define K5_VT(GG, WW)                                                                              \
 	case 4 * (GG) + (WW):                                                                      \
-		k5_values_tile(p, p_ld, g, GG, hd, d, WW, m, v, v_ld, n, o, f16);                  \
+		k5_values_tile(p, p_ld, g, GG, hd, d, WW, m, v, v_ld, n, o, f16, acc);             \
 		break
 			switch (4 * G + W) {
 				K5_VT(1, 1);

@@ -519,13 +519,15 @@ KERNELS__INLINE void kn_scores_kv(const float *q, int ng, int hd, const void *k,
 }
 
 KERNELS__INLINE void kn_values_kv(const float *p, size_t p_ld, int ng, int hd, const void *v,
-                                  size_t v_ld, int n, float *o, int f16)
+                                  size_t v_ld, int n, float *o, int f16, int acc)
 {
 	for (int g = 0; g < ng; g++) {
 		const float *pg = p + (size_t)g * p_ld;
 		int d = 0;
 		for (; d + 8 <= hd; d += 8) {
-			float32x4_t a0 = vdupq_n_f32(0.0f), a1 = vdupq_n_f32(0.0f);
+			float *og = o + (size_t)g * hd + d;
+			float32x4_t a0 = acc ? vld1q_f32(og) : vdupq_n_f32(0.0f);
+			float32x4_t a1 = acc ? vld1q_f32(og + 4) : vdupq_n_f32(0.0f);
 			for (int t = 0; t < n; t++) {
 				const void *vt =
 				    kernels__kv_at(v, (size_t)t * v_ld + (size_t)d, f16);
@@ -537,11 +539,11 @@ KERNELS__INLINE void kn_values_kv(const float *p, size_t p_ld, int ng, int hd, c
 			vst1q_f32(o + (size_t)g * hd + d + 4, a1);
 		}
 		for (; d < hd; d++) {
-			float acc = 0.0f;
+			float sum = acc ? o[(size_t)g * hd + d] : 0.0f;
 			for (int t = 0; t < n; t++)
-				acc +=
+				sum +=
 				    pg[t] * kernels__kv_get(v, (size_t)t * v_ld + (size_t)d, f16);
-			o[(size_t)g * hd + d] = acc;
+			o[(size_t)g * hd + d] = sum;
 		}
 	}
 }

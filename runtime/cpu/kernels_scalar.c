@@ -355,9 +355,9 @@ KERNELS__INLINE void ks_scores_kv(const float *q, int ng, int hd, const void *k,
 }
 
 KERNELS__INLINE void ks_values_kv(const float *p, size_t p_ld, int ng, int hd, const void *v,
-                                  size_t v_ld, int n, float *o, int f16)
+                                  size_t v_ld, int n, float *o, int f16, int acc)
 {
-	for (size_t i = 0; i < (size_t)ng * hd; i++)
+	for (size_t i = 0; !acc && i < (size_t)ng * hd; i++)
 		o[i] = 0.0f;
 	for (int t = 0; t < n; t++)
 		for (int g = 0; g < ng; g++) {

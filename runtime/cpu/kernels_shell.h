@@ -69,8 +69,9 @@ KERNELS__INLINE void kernels__prefetch_block(const void *p, size_t bytes)
 /* ---- the attention cache's rows ----------------------------------------------
  * kernels.h's attention loops read cached rows of F32 or of F16. Each table
  * writes a loop once over `const void *` rows and a compile-time flag f16
- * (p##_scores_kv, p##_values_kv, always inlined) and KERNELS__ATTN_ENTRIES
- * makes its four table entries from them, so the F16 entries run the F32
+ * (p##_scores_kv, p##_values_kv, always inlined; values_kv's flag acc
+ * starts its sums from o's values instead of 0) and KERNELS__ATTN_ENTRIES
+ * makes its six table entries from them, so the F16 entries run the F32
  * loops' operations on the converted elements (exact: every binary16 is a
  * binary32). */
 
@@ -122,7 +123,13 @@ kernels__no_gemm_packed(shoal_dtype wt, int64_t n, const void *packed, int64_t r
 	                                                         int ng, int hd, const T *v,       \
 	                                                         size_t v_ld, int n, float *o)     \
 	{                                                                                          \
-		p##_values_kv(pr, p_ld, ng, hd, v, v_ld, n, o, f16);                               \
+		p##_values_kv(pr, p_ld, ng, hd, v, v_ld, n, o, f16, 0);                            \
+	}                                                                                          \
+	__attribute__((unused)) static void p##_attn_values_acc##sfx(const float *pr, size_t p_ld, \
+	                                                             int ng, int hd, const T *v,   \
+	                                                             size_t v_ld, int n, float *o) \
+	{                                                                                          \
+		p##_values_kv(pr, p_ld, ng, hd, v, v_ld, n, o, f16, 1);                            \
 	}
 #define KERNELS__ATTN_ENTRIES(p)                                                                   \
 	KERNELS__ATTN_PAIR(p, , float, 0)                                                          \
@@ -529,6 +536,8 @@ static inline void kernels__ops_run(const kernels__ops *ops, shoal_dtype wt, int
 	    .attn_values = attn##_attn_values,                                                     \
 	    .attn_scores_f16 = attn##_attn_scores_f16,                                             \
 	    .attn_values_f16 = attn##_attn_values_f16,                                             \
+	    .attn_values_acc = attn##_attn_values_acc,                                             \
+	    .attn_values_acc_f16 = attn##_attn_values_acc_f16,                                     \
 	    .softmax = attn##_softmax,                                                             \
 	    .silu_mul = attn##_silu_mul,                                                           \
 	    .pack_bytes = attn##_pack_bytes,                                                       \

@@ -682,11 +682,12 @@ KERNELS__INLINE void kernels__x86_scores_kv(const float *q, int ng, int hd, cons
 /* o[g][d0 .. d0 + 8 * W) for heads g0 .. g0 + G (G <= 4, W <= 2). */
 KERNELS__INLINE void kernels__x86_values_tile(const float *p, size_t p_ld, int g0, const int G,
                                               int hd, int d0, const int W, const void *v,
-                                              size_t v_ld, int n, float *o, int f16)
+                                              size_t v_ld, int n, float *o, int f16, int acc)
 {
 	__m256 a[4][2];
 	KERNELS__UNROLL for (int g = 0; g < G; g++) KERNELS__UNROLL for (int w = 0; w < W; w++)
-	    a[g][w] = _mm256_setzero_ps();
+	    a[g][w] =
+	        acc ? _mm256_loadu_ps(o + (size_t)(g0 + g) * hd + d0 + 8 * w) : _mm256_setzero_ps();
 	for (int t = 0; t < n; t++) {
 		const void *vt = kernels__kv_at(v, (size_t)t * v_ld + (size_t)d0, f16);
 		kernels__prefetch_line(kernels__kv_at(vt, KERNELS__X86_ATTN_AHEAD * v_ld, f16));
@@ -708,7 +709,8 @@ KERNELS__INLINE void kernels__x86_values_tile(const float *p, size_t p_ld, int g
 }
 
 KERNELS__INLINE void kernels__x86_values_kv(const float *p, size_t p_ld, int ng, int hd,
-                                            const void *v, size_t v_ld, int n, float *o, int f16)
+                                            const void *v, size_t v_ld, int n, float *o, int f16,
+                                            int acc)
 {
 	int g = 0;
 	for (; g < ng; g += 4) {
@@ -717,24 +719,24 @@ KERNELS__INLINE void kernels__x86_values_kv(const float *p, size_t p_ld, int ng,
 		for (; d + 16 <= hd; d += 16) {
 			if (G == 4)
 				kernels__x86_values_tile(p, p_ld, g, 4, hd, d, 2, v, v_ld, n, o,
-				                         f16);
+				                         f16, acc);
 			else
 				for (int j = 0; j < G; j++)
 					kernels__x86_values_tile(p, p_ld, g + j, 1, hd, d, 2, v,
-					                         v_ld, n, o, f16);
+					                         v_ld, n, o, f16, acc);
 		}
 		for (; d + 8 <= hd; d += 8)
 			for (int j = 0; j < G; j++)
 				kernels__x86_values_tile(p, p_ld, g + j, 1, hd, d, 1, v, v_ld, n, o,
-				                         f16);
+				                         f16, acc);
 		for (; d < hd; d++)
 			for (int j = 0; j < G; j++) {
-				float acc = 0.0f;
+				float sum = acc ? o[(size_t)(g + j) * hd + d] : 0.0f;
 				for (int t = 0; t < n; t++)
-					acc +=
+					sum +=
 					    p[(size_t)(g + j) * p_ld + (size_t)t] *
 					    kernels__kv_get(v, (size_t)t * v_ld + (size_t)d, f16);
-				o[(size_t)(g + j) * hd + d] = acc;
+				o[(size_t)(g + j) * hd + d] = sum;
 			}
 	}
 }

@@ -69,7 +69,9 @@
  *   11 top_p  12 min_p  13 repeat_penalty  14 repeat_last_n  15 n_tail
  *   16-17 seed (lo, hi)  18 first step  19 presence_penalty  20
  *   frequency_penalty (f32 bits)  21 n_bias  22 n_grammar  23 n_done
- *   24.. OPEN: n_bias pairs (token id, logit bias f32 bits), then the
+ *   24 OPEN: the prefix floor (below)  25-27 zero (the words after stay
+ *   16-byte aligned)
+ *   28.. OPEN: n_bias pairs (token id, logit bias f32 bits), then the
  *   last n_tail prompt ids (for the penalties), then n_grammar words of
  *   a grammar program (models/grammar.h: structured output; 0: none),
  *   then, with a grammar, the n_done = first step ids a replay generated
@@ -88,11 +90,16 @@
  * min(n_hash, m), and the last stage answers the owner with MATCH, n_hash
  * = that minimum M. The owner then sends the prompt from position M x
  * BLOCK; every stage took the kept session whose KV holds those positions
- * (the engine rewinds what lies beyond). A CLOSE's hashes cover the whole
- * blocks of every position fed (prompt and generated tokens); a stage
- * keeps the session's KV under them (as many as its KV holds) instead of
- * freeing it, until an OPEN reuses it or it is evicted, least recently
- * used first. An OPEN without hashes waits for no MATCH.
+ * (the engine rewinds what lies beyond). A stage whose sliding layers keep
+ * rings (runtime/engine/engine_kv.c) can rewind its kept session only to 0
+ * or to a block count at least a (where the ring still holds the window
+ * before it): the OPEN carries the floor F, the largest a of the stages so
+ * far; a stage cuts n_hash to min(n_hash, m) and raises F to its a, and
+ * where the cut falls below F it sends n_hash = 0 and F = 0 on: the
+ * prompt is computed from its start, never read from a ring that lost it. A CLOSE's hashes cover
+ * the whole blocks of every position fed (prompt and generated tokens); a stage keeps the session's
+ * KV under them (as many as its KV holds) instead of freeing it, until an OPEN reuses it or it is
+ * evicted, least recently used first. An OPEN without hashes waits for no MATCH.
  *
  * A replay (the owner re-opens a session on a new plan with its prompt
  * plus the k tokens already generated as the prompt) sets first step = k:
@@ -170,7 +177,7 @@
  *     message (round SHOAL_ENGINE_TP_HEAD, layer_first = layer_end): per
  *     batch with logits, tp_n - 1 messages, none back.
  */
-#define SHOAL_DIST_CTL_WORDS 24u
+#define SHOAL_DIST_CTL_WORDS 28u
 /* Generated ids a constrained replay carries: 3072 (12 KiB) keeps the
  * largest OPEN (below, with a whole grammar and every prefix hash) under
  * a link's smallest max frame, 64 KiB; a constrained run replayed later

@@ -41,6 +41,8 @@ typedef struct dist__ctl {
 	uint32_t n_done;     /* OPEN with a grammar: first_step */
 	const int32_t *done; /* OPEN: (n_done) generated ids, borrowed */
 	uint32_t n_hash;     /* OPEN, CLOSE: prefix block hashes; MATCH: blocks held */
+	uint32_t pfloor;     /* OPEN: the fewest blocks every stage so far can rewind
+	                        to, other than 0 (dist.h "The prefix cache") */
 	const uint8_t *hash; /* OPEN, CLOSE: (n_hash, SHOAL_DIST_PREFIX_HASH), borrowed */
 	char reason[SHOAL_XFER_REASON_MAX + 1]; /* ERROR */
 } dist__ctl;

@@ -83,6 +83,8 @@ uint32_t dist__ctl_encode(const dist__ctl *c, int32_t *words, uint32_t cap)
 	w[21] = c->op == SHOAL_DIST_CTL_OPEN ? c->sp.n_bias : 0;
 	w[22] = c->op == SHOAL_DIST_CTL_OPEN ? c->sp.n_grammar : 0;
 	w[23] = c->op == SHOAL_DIST_CTL_OPEN ? c->n_done : 0;
+	w[24] = c->op == SHOAL_DIST_CTL_OPEN ? c->pfloor : 0;
+	w[25] = w[26] = w[27] = 0;
 	memcpy(words, w, sizeof w);
 	if (c->op == SHOAL_DIST_CTL_OPEN) {
 		int32_t *b = words + SHOAL_DIST_CTL_WORDS;
@@ -142,6 +144,7 @@ shoal_err dist__ctl_decode(const shoal_xfer_frame *f, dist__ctl *c, char *why, s
 	c->sp.presence_penalty = w2f(w[19]);
 	c->sp.frequency_penalty = w2f(w[20]);
 	uint32_t n_bias = w[21], n_gram = w[22], n_done = w[23];
+	c->pfloor = w[24];
 	uint32_t extra = h->dim - SHOAL_DIST_CTL_WORDS;
 	const uint8_t *p = f->payload + SHOAL_DIST_CTL_WORDS * 4u;
 	const uint32_t hwords = SHOAL_DIST_PREFIX_HASH / 4u;
@@ -157,7 +160,7 @@ shoal_err dist__ctl_decode(const shoal_xfer_frame *f, dist__ctl *c, char *why, s
 	switch (c->op) {
 	case SHOAL_DIST_CTL_OPEN:
 		if (n_bias > SHOAL_SAMPLER_MAX_BIAS || n_gram > SHOAL_GRAMMAR_MAX_WORDS ||
-		    n_done > SHOAL_DIST_REPLAY_MAX ||
+		    n_done > SHOAL_DIST_REPLAY_MAX || c->pfloor > SHOAL_DIST_PREFIX_MAX_BLOCKS ||
 		    (n_done && (!n_gram || n_done != c->first_step)) ||
 		    extra < 2u * n_bias + n_gram + n_done + hw ||
 		    c->n_tail != extra - 2u * n_bias - n_gram - n_done - hw ||

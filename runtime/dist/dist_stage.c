@@ -451,6 +451,13 @@ static void fail_batch(shoal_dist_stage *s, uint32_t r0, uint32_t n, shoal_err e
 	}
 }
 
+/* Whether kept or open slot's engines can start a batch at position p. */
+static bool slot_can_start(const shoal_dist_stage *s, uint32_t slot, uint32_t p)
+{
+	return shoal_engine_session_reusable(s->e, slot, p) == p &&
+	       (!s->e2 || shoal_engine_session_reusable(s->e2, slot, p) == p);
+}
+
 /* Check the pending rows of each session before a run, so that one
  * session's bad rows (positions that skip, tokens out of the vocabulary,
  * possibly from the network) fail that session only: drop them and
@@ -471,6 +478,8 @@ static uint32_t screen_rows(shoal_dist_stage *s, uint32_t n)
 		const char *bad = NULL;
 		if (prev < 0 && s->pos[r] > shoal_engine_session_len(s->e, ss->slot))
 			bad = "a position past the session's length";
+		else if (prev < 0 && !slot_can_start(s, ss->slot, s->pos[r]))
+			bad = "a rewind past what its sliding layers' rings hold";
 		else if (prev >= 0 && s->pos[r] != s->pos[prev] + 1)
 			bad = "positions that are not consecutive";
 		else if (s->pos[r] >= n_ctx)
@@ -665,7 +674,20 @@ static shoal_err take_frame(shoal_dist_stage *s, const shoal_xfer_frame *f, char
 
 /* ---- control -------------------------------------------------------------------- */
 
-/* Open session sid; c->n_hash is cut to the prefix blocks held here. */
+/* The fewest blocks, 1..m, that kept slot's engines can rewind to (each
+ * sliding layer's ring still holding the window before it: engine.h
+ * shoal_engine_session_reusable), or m + 1 where none can. */
+static uint32_t slot_floor(const shoal_dist_stage *s, uint32_t slot, uint32_t m)
+{
+	for (uint32_t b = 1; b <= m; b++) {
+		if (slot_can_start(s, slot, b * SHOAL_DIST_PREFIX_BLOCK))
+			return b;
+	}
+	return m + 1;
+}
+
+/* Open session sid; c->n_hash is cut to the prefix blocks held here (and
+ * c->pfloor raised to what its rings need). */
 static shoal_err sess_open(shoal_dist_stage *s, uint64_t sid, dist__ctl *c, char *w, size_t w_len)
 {
 	int i = sess_find(s, sid);
@@ -726,10 +748,21 @@ static shoal_err sess_open(shoal_dist_stage *s, uint64_t sid, dist__ctl *c, char
 			                 s->pkeys + (size_t)b * SHOAL_DIST_PREFIX_HASH);
 		hit = dist__pcache_match(&s->pc, s->pkeys, c->n_hash, &m);
 	}
-	c->n_hash = m;
-	if (hit >= 0) {
+	if (hit >= 0)
 		ss->slot = dist__pcache_take(&s->pc, hit); /* rows from M x BLOCK rewind it */
-	} else {
+	if (hit >= 0 && m) {
+		/* sliding layers' rings: M must be at least this stage's floor
+		 * too, or nothing is reused (dist.h "The prefix cache") */
+		uint32_t a = slot_floor(s, ss->slot, m);
+		if (a > c->pfloor)
+			c->pfloor = a;
+		if (m < c->pfloor)
+			m = 0;
+	}
+	if (!m)
+		c->pfloor = 0;
+	c->n_hash = m;
+	if (hit < 0) {
 		if (slot_get(s, &ss->slot))
 			return shoal_why(w, w_len, SHOAL_ERR_BUSY, "no engine session free");
 		shoal_engine_session_reset(s->e, ss->slot);

@@ -145,6 +145,9 @@ static size_t dm_propose(void *self, const int32_t *hist, size_t n, int32_t *out
 		keep++;
 	if (keep == n)
 		keep--;
+	/* a sliding layer's ring may no longer hold the window before keep:
+	 * then the session is run again from 0 */
+	keep = shoal_engine_session_reusable(d->e, d->slot, keep);
 	memcpy(d->ids + keep, hist + keep, (n - keep) * sizeof *hist);
 	d->n_have = keep;
 	if (dm_run(d, keep, (uint32_t)n))

@@ -455,9 +455,14 @@ void shoal_engine_free(shoal_engine *e)
 	free(e->sess_open);
 	free(e->sess_len);
 	free(e->sess_next);
+	free(e->sess_lo);
+	free(e->kv_cap);
+	free(e->kv_off);
 	free(e->krow);
 	free(e->vrow);
 	free(e->n_kv);
+	free(e->kv_slot);
+	free(e->kv_first);
 	free(e->moe_ids);
 	free(e->moe_w);
 	free(e->moe_contrib);
@@ -575,9 +580,12 @@ static shoal_err engine_scratch(shoal_engine *e, uint32_t n_ff, char *why, size_
 	e->sess_open = calloc(e->cfg.max_sessions, 1);
 	e->sess_len = calloc(e->cfg.max_sessions, sizeof *e->sess_len);
 	e->sess_next = calloc(e->cfg.max_sessions, sizeof *e->sess_next);
+	e->sess_lo = calloc(e->cfg.max_sessions, sizeof *e->sess_lo);
 	e->krow = calloc(R, sizeof *e->krow);
 	e->vrow = calloc(R, sizeof *e->vrow);
 	e->n_kv = calloc(R, sizeof *e->n_kv);
+	e->kv_slot = calloc(R, sizeof *e->kv_slot);
+	e->kv_first = calloc(R, sizeof *e->kv_first);
 	if (NE) {
 		e->moe_ids = engine_calloc3(R, K, 1, sizeof(int32_t));
 		e->moe_w = engine_calloc3(R, K, 1, sizeof(float));
@@ -592,8 +600,9 @@ static shoal_err engine_scratch(shoal_engine *e, uint32_t n_ff, char *why, size_
 		e->xn_h = h, e->tmp_h = h + R * E, e->moe_x = h + 2 * R * E;
 		e->moe_logits = h + 3 * R * E, e->moe_sel = h + 3 * R * E + R * NE;
 	}
-	if (!e->sess_open || !e->sess_len || !e->sess_next || !e->krow || !e->vrow || !e->n_kv ||
-	    !e->xn_h || (NE && (!e->moe_ids || !e->moe_w || !e->moe_contrib || !e->moe_slot)))
+	if (!e->sess_open || !e->sess_len || !e->sess_next || !e->sess_lo || !e->krow || !e->vrow ||
+	    !e->n_kv || !e->kv_slot || !e->kv_first || !e->xn_h ||
+	    (NE && (!e->moe_ids || !e->moe_w || !e->moe_contrib || !e->moe_slot)))
 		return shoal_why(why, why_len, SHOAL_ERR_NOMEM,
 		                 "no memory for %u sessions and %zu rows", e->cfg.max_sessions, R);
 	return SHOAL_OK;
@@ -708,9 +717,11 @@ shoal_err shoal_engine_new(const shoal_model *m, const shoal_engine_config *cfg,
 		shoal_why(why, why_len, err, "backend %s: %s", e->ops->name, shoal_strerror(err));
 		goto fail;
 	}
-	/* the KV cache in the backend's memory */
-	size_t kv_bytes = (size_t)cfg->max_sessions * (e->n_own ? e->n_own : 1) * C *
-	                  shoal_engine_kv_row_elems(e) * e->kv_elt;
+	/* the KV cache in the backend's memory: whole planes, or rings for
+	 * sliding layers */
+	if ((err = engine__kv_layout(e, ops->supports(SHOAL_BACKEND_OP_ATTN_RING, cfg->kv_type))))
+		goto fail;
+	size_t kv_bytes = (size_t)cfg->max_sessions * e->kv_sess_bytes;
 	if ((err = e->ops->buf_alloc(e->bk, kv_bytes, &e->kv_buf))) {
 		shoal_why(why, why_len, err, "backend %s: no memory for the KV cache (%zu bytes)",
 		          e->ops->name, kv_bytes);
@@ -841,6 +852,7 @@ shoal_err shoal_engine_session_open(shoal_engine *e, uint32_t *slot)
 		if (!e->sess_open[s]) {
 			e->sess_open[s] = 1;
 			e->sess_len[s] = 0;
+			e->sess_lo[s] = 0;
 			*slot = s;
 			return SHOAL_OK;
 		}
@@ -854,6 +866,7 @@ shoal_err shoal_engine_session_reset(shoal_engine *e, uint32_t slot)
 	if (!e->sess_open[slot])
 		return SHOAL_ERR_NOTFOUND;
 	e->sess_len[slot] = 0;
+	e->sess_lo[slot] = 0;
 	return SHOAL_OK;
 }
 
@@ -862,6 +875,7 @@ void shoal_engine_session_close(shoal_engine *e, uint32_t slot)
 	SHOAL_ASSERT(e && slot < e->cfg.max_sessions);
 	e->sess_open[slot] = 0;
 	e->sess_len[slot] = 0;
+	e->sess_lo[slot] = 0;
 }
 
 uint32_t shoal_engine_session_len(const shoal_engine *e, uint32_t slot)
@@ -921,6 +935,14 @@ static shoal_err engine_check(shoal_engine *e, const shoal_engine_batch *b, uint
 			                "row %u: position %u of session %u leaves a gap (%s %u)", r,
 			                p, s, want == SHOAL_NO_POS ? "length" : "expected",
 			                want == SHOAL_NO_POS ? e->sess_len[s] : want);
+			goto out;
+		}
+		if (want == SHOAL_NO_POS && !engine__kv_can_start(e, s, p)) {
+			err = shoal_why(
+			    why, why_len, SHOAL_ERR_RANGE,
+			    "row %u: position %u of session %u rewinds past its sliding "
+			    "window's ring (it holds positions from %u; start again at 0)",
+			    r, p, s, e->sess_lo[s]);
 			goto out;
 		}
 		e->sess_next[s] = p + 1;
@@ -1047,6 +1069,25 @@ static shoal_err engine_logits(shoal_engine *e, const shoal_engine_batch *b, uin
 	return SHOAL_OK;
 }
 
+/* Tell the rings' bookkeeping the positions each session of the batch
+ * wrote (its rows' positions are consecutive, in row order). */
+static void engine_wrote(shoal_engine *e, const shoal_engine_batch *b)
+{
+	for (uint32_t r = 0; r < b->n_rows; r++)
+		e->sess_next[b->session[r]] = SHOAL_NO_POS;
+	for (uint32_t r = 0; r < b->n_rows; r++) {
+		uint32_t s = b->session[r];
+		if (e->sess_next[s] != SHOAL_NO_POS)
+			continue;
+		uint32_t last = b->pos[r];
+		for (uint32_t q = r + 1; q < b->n_rows; q++)
+			if (b->session[q] == s)
+				last = b->pos[q];
+		e->sess_next[s] = last + 1;
+		engine__kv_wrote(e, s, b->pos[r], last + 1);
+	}
+}
+
 shoal_err shoal_engine_run(shoal_engine *e, const shoal_engine_batch *b, char *why, size_t why_len)
 {
 	SHOAL_ASSERT(e && b); /* the batch's contents may come from the network: checked */
@@ -1090,6 +1131,7 @@ shoal_err shoal_engine_run(shoal_engine *e, const shoal_engine_batch *b, char *w
 	}
 
 	/* the rows' sessions now hold positions up to their last row */
+	engine_wrote(e, b);
 	for (uint32_t r = 0; r < n; r++)
 		e->sess_len[b->session[r]] = b->pos[r] + 1;
 	if (b->hidden_out)
@@ -1101,7 +1143,9 @@ shoal_err shoal_engine_run(shoal_engine *e, const shoal_engine_batch *b, char *w
 	return SHOAL_OK;
 fail:
 	/* the caches of the batch's sessions may hold this batch's positions
-	 * for some layers only: forget from the batch's first position on */
+	 * for some layers only: forget from the batch's first position on
+	 * (what the rings overwrote counted as written) */
+	engine_wrote(e, b);
 	for (uint32_t r = 0; r < n; r++)
 		if (e->sess_len[b->session[r]] > b->pos[r])
 			e->sess_len[b->session[r]] = b->pos[r];

@@ -178,6 +178,10 @@ typedef struct shoal_engine_config {
 	 * read as zeros). NULL: every tensor is held. */
 	bool (*tensor_held)(void *ctx, const struct shoal_gguf_tensor *t);
 	void *tensor_held_ctx;
+	/* Keep every layer's whole context, a sliding layer's too (else a
+	 * sliding layer keeps a ring of window + max_rows positions where the
+	 * backend supports ATTN_RING; the bits are the same). */
+	bool kv_full;
 } shoal_engine_config;
 
 /* A config for the whole model on one node: all layers, embedding, head,
@@ -200,6 +204,12 @@ uint32_t shoal_engine_max_rows(const shoal_engine *e);
  * all owned layers. */
 size_t shoal_engine_kv_row_elems(const shoal_engine *e);
 uint64_t shoal_engine_kv_bytes_per_token(const shoal_engine *e);
+/* The KV cache's bytes as allocated, every session: a full layer's planes
+ * hold n_ctx positions, a sliding layer's rings shoal_engine_kv_ring. */
+uint64_t shoal_engine_kv_bytes(const shoal_engine *e);
+/* Positions of a sliding layer's ring (window + max_rows), or 0: every
+ * owned layer keeps the whole context. */
+uint32_t shoal_engine_kv_ring(const shoal_engine *e);
 /* The backend instance (for devices()) and its ops. */
 const shoal_backend_ops *shoal_engine_backend_ops(const shoal_engine *e);
 shoal_backend *shoal_engine_backend(shoal_engine *e);
@@ -208,7 +218,10 @@ shoal_backend *shoal_engine_backend(shoal_engine *e);
  * A session slot holds the KV cache of one sequence for the owned layers.
  * Positions of a session fill in order: a batch may write positions
  * p..p+m-1 of a session only if p <= its current length (p < length
- * rewinds: later positions are forgotten). */
+ * rewinds: later positions are forgotten), and, where a sliding layer
+ * keeps a ring (engine_kv.c), only if p is 0 or its window is still in
+ * the ring: any rewind of up to max_rows positions is, a longer one may
+ * not be (shoal_engine_session_reusable; else the batch is refused). */
 /* A slot passed to reset, close and len is one session_open gave, so it is
  * below max_sessions: another is a bug of the caller and aborts
  * (SHOAL_ASSERT). */
@@ -218,6 +231,13 @@ shoal_err shoal_engine_session_reset(shoal_engine *e, uint32_t slot);
 void shoal_engine_session_close(shoal_engine *e, uint32_t slot); /* closed slot: no-op */
 /* Positions [0, length) are in the cache (0 for a closed slot). */
 uint32_t shoal_engine_session_len(const shoal_engine *e, uint32_t slot);
+/* How much of the session's first n positions (n capped at its length) a
+ * batch may continue from: n where its rings hold the window before n (or
+ * the engine keeps no rings), else 0 (compute it again from the start). */
+uint32_t shoal_engine_session_reusable(const shoal_engine *e, uint32_t slot, uint32_t n);
+/* The lowest position every ring of the session still holds (0 without
+ * rings, or before any ring wrapped). */
+uint32_t shoal_engine_session_kept_from(const shoal_engine *e, uint32_t slot);
 
 /* ---- running ----------------------------------------------------------------- */
 

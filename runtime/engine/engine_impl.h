@@ -2,9 +2,10 @@
  * runtime/engine/engine_impl.h: the engine's layout and the functions its
  * files share: engine.c (creation, sessions, the layer loop), engine_tp.c
  * (a tensor group's member), engine_moe.c (routing, experts) and
- * engine_steps.c (the layer steps they share). Calls between them go one
- * way, down that list: engine.c -> engine_tp.c -> engine_moe.c ->
- * engine_steps.c, never back up (tests/sh/cycle_check.sh).
+ * engine_steps.c (the layer steps they share), engine_kv.c (the KV cache's
+ * layout and rings). Calls between them go one way, down that list:
+ * engine.c -> engine_tp.c -> engine_moe.c -> engine_steps.c -> engine_kv.c,
+ * never back up (tests/sh/cycle_check.sh).
  *
  * Part: runtime/ (engine); not a public header. Dimension convention as in
  * engine.h: row-major F32, "(rows, cols)".
@@ -88,12 +89,20 @@ struct shoal_engine {
 	uint8_t *sess_open;         /* (max_sessions) */
 	uint32_t *sess_len;         /* (max_sessions) */
 	uint32_t *sess_next;        /* (max_sessions) run() scratch */
+	uint32_t *sess_lo;          /* (max_sessions) the lowest position its
+	                               rings still hold (engine_kv.c) */
 	shoal_backend_buf *kv_buf;  /* the KV cache's memory */
 	shoal_backend_buf *act_buf; /* the device scratch below */
-	/* (max_sessions, n_own, kv_planes, n_kv_heads, n_ctx, head size) elements
-	 * of cfg.kv_type, kv_elt bytes each, in kv_buf */
+	/* per session (kv_sess_bytes apart), per owned layer li (from byte
+	 * kv_off[li]): kv_planes planes of (n_kv_heads, kv_cap[li], head size)
+	 * elements of cfg.kv_type, kv_elt bytes each, in kv_buf. kv_cap is
+	 * n_ctx, or a sliding layer's ring (engine_kv.c) */
 	uint8_t *kv;
 	size_t kv_elt;
+	size_t kv_sess_bytes;
+	uint32_t *kv_cap;      /* (n_own) positions of a plane */
+	size_t *kv_off;        /* (n_own) bytes from a session's first */
+	uint32_t ring_window;  /* the window of the ring layers; 0: no rings */
 	uint32_t kv_cache_dim; /* kv_dim, or a tensor member's KV heads x head_dim */
 	engine__tp *tp;        /* a tensor group's member, or NULL */
 
@@ -106,12 +115,13 @@ struct shoal_engine {
 	float *ff_g, *ff_u;  /* (max_rows, max(n_ff, n_ff_exp)) */
 	void **krow, **vrow; /* host (max_rows) cache plane of each row's session */
 	/* MLA scratch (hp.mla only) */
-	float *mla_qa;   /* (max_rows, q_lora_rank) */
-	float *mla_q;    /* (max_rows, n_head, kv_dim) rope part first, then the
-	                    no-rope query absorbed into the latent */
-	float *mla_att;  /* (max_rows, n_head, kv_dim) attention over the cache rows */
-	float *mla_v;    /* (max_rows, n_head * v_head_dim) */
-	uint32_t *n_kv;  /* host (max_rows) */
+	float *mla_qa;                /* (max_rows, q_lora_rank) */
+	float *mla_q;                 /* (max_rows, n_head, kv_dim) rope part first, then the
+	                                 no-rope query absorbed into the latent */
+	float *mla_att;               /* (max_rows, n_head, kv_dim) attention over the cache rows */
+	float *mla_v;                 /* (max_rows, n_head * v_head_dim) */
+	uint32_t *n_kv;               /* host (max_rows) */
+	uint32_t *kv_slot, *kv_first; /* host (max_rows) a ring's slots, windows */
 	float *logits_d; /* (SHOAL_ENGINE_LOGIT_ROWS, n_vocab) device logits, !host_ok */
 	/* MoE scratch (MoE models only): device, and host views (routing and
 	 * the combine run on the host; aliases of the device ones if host_ok) */
@@ -156,6 +166,18 @@ shoal_err engine__tp_moe(shoal_engine *e, uint32_t il, uint32_t n, char *why, si
 shoal_err engine__tp_head(shoal_engine *e, uint32_t n, float *logits, char *why, size_t why_len);
 bool engine__tp_split_head(const shoal_engine *e);   /* a member with split_head */
 bool engine__tp_needs_logits(const shoal_engine *e); /* not a split head's non-root */
+
+/* engine_kv.c (the layout and the rings, see there): kv_cap, kv_off and
+ * kv_sess_bytes for the owned layers (after kv_cache_dim, before the
+ * cache's allocation), with rings where rings_ok (the backend's
+ * ATTN_RING); NOMEM. */
+shoal_err engine__kv_layout(shoal_engine *e, bool rings_ok);
+/* The K (which 0) or V (1) plane of session s, owned layer li. */
+void *engine__kv_plane(const shoal_engine *e, uint32_t s, uint32_t li, int which);
+/* Whether a call may start session s at p0 (its rings hold p0's window). */
+bool engine__kv_can_start(const shoal_engine *e, uint32_t s, uint32_t p0);
+/* A call wrote positions [p0, p1) of session s (or may have, on failure). */
+void engine__kv_wrote(shoal_engine *e, uint32_t s, uint32_t p0, uint32_t p1);
 
 /* engine_steps.c: n floats of host memory as a device address for ops: host
  * itself when host_ok, else written to dev (device scratch) and dev. */

@@ -3,10 +3,10 @@
  * files share: a matrix's row slice, the cache store with attention, the
  * attention of a range of KV heads, and the SwiGLU FFN.
  *
- * Part: runtime/ (engine). The lowest file of the room: engine.c (the layer
- * loop), engine_moe.c (shared experts) and engine_tp.c (a tensor member's
- * slices) call into it, and it calls none of them. Divisions: matrices and
- * the cache, attention, FFN.
+ * Part: runtime/ (engine). Just above engine_kv.c (the cache's layout):
+ * engine.c (the layer loop), engine_moe.c (shared experts) and engine_tp.c
+ * (a tensor member's slices) call into it, and it calls none of them.
+ * Divisions: matrices and the cache, attention, FFN.
  */
 #include "runtime/engine/engine_impl.h"
 
@@ -35,40 +35,44 @@ shoal_backend_mat engine__mat_rows(shoal_backend_mat m, uint32_t first, uint32_t
 	return m;
 }
 
-/* The K (which 0) or V (1) cache plane of session s, owned layer li:
- * n_ctx x kv_cache_dim elements of cfg.kv_type. */
-static void *kv_plane(shoal_engine *e, uint32_t s, uint32_t li, int which)
-{
-	size_t per = (size_t)e->cfg.n_ctx * e->kv_cache_dim * e->kv_elt;
-	return e->kv + (((size_t)s * e->n_own + li) * e->kv_planes + (size_t)which) * per;
-}
-
 /* ---- attention --------------------------------------------------------------- */
 
 void engine__attend(shoal_engine *e, const shoal_engine_batch *b, uint32_t li, uint32_t n_head,
                     uint32_t n_head_kv, uint32_t head_dim, const float *q, const float *sinks,
                     uint32_t window, float *out)
 {
-	uint32_t n = b->n_rows, kvd = e->kv_cache_dim;
-	size_t head_ld = (size_t)e->cfg.n_ctx * head_dim;
+	uint32_t n = b->n_rows, kvd = e->kv_cache_dim, cap = e->kv_cap[li];
+	uint32_t ring = cap < e->cfg.n_ctx ? cap : 0; /* a sliding layer's ring */
+	size_t head_ld = (size_t)cap * head_dim;
 	/* every row's K/V goes in before any row attends: a prefill chunk's
 	 * row at position p sees the chunk's rows at positions < p. A plane
-	 * is (n_head_kv, n_ctx, head_dim): attention reads one head's
-	 * positions as one stream */
+	 * is (n_head_kv, n_ctx or ring, head_dim): attention reads one head's
+	 * positions as one stream (a ring's as at most two) */
 	const shoal_dtype kt = e->cfg.kv_type;
+	const uint32_t *at = b->pos; /* where each row's K/V goes */
 	for (uint32_t r = 0; r < n; r++) {
-		e->krow[r] = kv_plane(e, b->session[r], li, 0);
-		e->vrow[r] = e->kv_planes == 2 ? kv_plane(e, b->session[r], li, 1) : e->krow[r];
+		e->krow[r] = engine__kv_plane(e, b->session[r], li, 0);
+		e->vrow[r] =
+		    e->kv_planes == 2 ? engine__kv_plane(e, b->session[r], li, 1) : e->krow[r];
 		e->n_kv[r] = b->pos[r] + 1;
+		if (ring)
+			e->kv_slot[r] = b->pos[r] % ring;
 	}
-	e->ops->kv_store(e->bk, kt, e->k, kvd, n, n_head_kv, head_dim, e->krow, b->pos, head_ld);
+	if (ring)
+		at = e->kv_slot;
+	e->ops->kv_store(e->bk, kt, e->k, kvd, n, n_head_kv, head_dim, e->krow, at, head_ld);
 	if (e->kv_planes == 2)
-		e->ops->kv_store(e->bk, kt, e->v, kvd, n, n_head_kv, head_dim, e->vrow, b->pos,
+		e->ops->kv_store(e->bk, kt, e->v, kvd, n, n_head_kv, head_dim, e->vrow, at,
 		                 head_ld);
-	/* a sliding layer's row sees its window: the planes from the window's
-	 * first position on (the cache still holds every position: the
-	 * memory of the whole context is kept, the window is exact) */
-	for (uint32_t r = 0; window && r < n; r++) {
+	/* a sliding layer's row sees its window, positions [first, pos]: a
+	 * ring reads them from slot first % ring on (engine_kv.c: the ring
+	 * still holds them); a whole plane from the window's first position */
+	for (uint32_t r = 0; ring && r < n; r++) {
+		uint32_t first = b->pos[r] + 1 > window ? b->pos[r] + 1 - window : 0;
+		e->kv_first[r] = first;
+		e->n_kv[r] -= first;
+	}
+	for (uint32_t r = 0; !ring && window && r < n; r++) {
 		uint32_t first = b->pos[r] + 1 > window ? b->pos[r] + 1 - window : 0;
 		size_t skip = (size_t)first * head_dim * e->kv_elt;
 		e->krow[r] = (uint8_t *)e->krow[r] + skip;
@@ -93,6 +97,8 @@ void engine__attend(shoal_engine *e, const shoal_engine_batch *b, uint32_t li, u
 	    .n_kv = e->n_kv,
 	    .out = out,
 	    .sinks = sinks,
+	    .ring = ring,
+	    .first = ring ? e->kv_first : NULL,
 	};
 	e->ops->attention(e->bk, &a);
 }

@@ -57,6 +57,9 @@
  * are 1 MiB of F32, the xfer default max frame (less the header: 32 is
  * what fits; the test models are 512 wide). */
 #define SHOAL_SERVE_MAX_ROWS 32
+/* the scheduler counts a sliding layer's ring by the same rows */
+_Static_assert(SHOAL_SERVE_MAX_ROWS == SHOAL_MANIFEST_KV_RING_ROWS,
+               "a sliding layer's ring in the manifest and in the engine");
 /* Events the data thread queues for the node thread: a token per entry;
  * the node thread drains every base period or sooner when woken, so 256
  * covers bursts of several concurrent runs. */

@@ -6,7 +6,8 @@
  * pool matches the longest run of leading blocks, stops at the first
  * block that differs, evicts the least recently used first and keeps to
  * its byte bound; OPEN, CLOSE and MATCH carry their hashes through the
- * codec, and bad counts are refused.
+ * codec (OPEN with its floor for sliding layers' rings), and bad counts
+ * are refused.
  */
 #include "config.h"
 
@@ -222,6 +223,7 @@ static void test_codec(void)
 	               .n_tail = 4,
 	               .tail = tail,
 	               .n_hash = 3,
+	               .pfloor = 2,
 	               .hash = h};
 	c.sp.temp = 0.5f;
 	c.sp.repeat_penalty = 1.0f;
@@ -231,8 +233,14 @@ static void test_codec(void)
 	dist__ctl d;
 	ASSERT_EQ(roundtrip(&c, words, &d, why), SHOAL_OK);
 	ASSERT_EQ(d.n_hash, 3);
+	ASSERT_EQ(d.pfloor, 2);
 	ASSERT_MEM_EQ(d.hash, h, sizeof h);
 	ASSERT_TRUE(d.want_match);
+	/* a floor past any count: refused */
+	c.pfloor = SHOAL_DIST_PREFIX_MAX_BLOCKS + 1;
+	ASSERT_EQ(roundtrip(&c, words, &d, why), SHOAL_ERR_FORMAT);
+	c.pfloor = 2;
+	ASSERT_EQ(roundtrip(&c, words, &d, why), SHOAL_OK);
 	ASSERT_EQ(d.logprobs, 2);
 	ASSERT_EQ(d.n_tail, 4);
 	ASSERT_MEM_EQ(d.tail, tail, sizeof tail);

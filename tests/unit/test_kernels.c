@@ -872,6 +872,24 @@ static void test_attention(void)
 					           hd, n);
 			if (memcmp(o0, o1, sizeof(float) * (size_t)ng * hd))
 				TEST_FAIL_("%s F16 values differ (%d/%d/%d)", k->isa, ng, hd, n);
+			/* the run split in two, the second continuing the first's
+			 * sums (a ring's wrapped window): one run's bits */
+			int n1 = n / 3;
+			const float *s0b = s0 + n1;
+			memset(o1, 0xff, sizeof(float) * (size_t)ng * hd);
+			k->attn_values(s0, s_ld, ng, hd, kv + 2, ld, n1, o1);
+			k->attn_values_acc(s0b, s_ld, ng, hd, kv + 2 + (size_t)n1 * ld, ld, n - n1,
+			                   o1);
+			if (memcmp(o0, o1, sizeof(float) * (size_t)ng * hd))
+				TEST_FAIL_("%s split values differ (%d/%d/%d at %d)", k->isa, ng,
+				           hd, n, n1);
+			memset(o1, 0xff, sizeof(float) * (size_t)ng * hd);
+			k->attn_values_f16(s0, s_ld, ng, hd, kh + 2, ld, n1, o1);
+			k->attn_values_acc_f16(s0b, s_ld, ng, hd, kh + 2 + (size_t)n1 * ld, ld,
+			                       n - n1, o1);
+			if (memcmp(o0, o1, sizeof(float) * (size_t)ng * hd))
+				TEST_FAIL_("%s F16 split values differ (%d/%d/%d at %d)", k->isa,
+				           ng, hd, n, n1);
 		}
 		free(kh);
 		free(q);

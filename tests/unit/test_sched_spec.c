@@ -176,6 +176,53 @@ static void test_mla_kv_is_compressed(void)
 	shoal_spec_manifest_fini(&m);
 }
 
+/* The plan's KV bytes over its peers. */
+static uint64_t plan_kv(const shoal_plan *p)
+{
+	uint64_t kv = 0;
+	for (size_t i = 0; i < shoal_plan_n_peers(p); i++)
+		kv += shoal_plan_peer_at(p, i)->kv_bytes;
+	return kv;
+}
+
+/* gpt-oss-120b's sliding layers (window 128, the even ones) keep rings of
+ * 128 + SHOAL_MANIFEST_KV_RING_ROWS positions: the plan's KV at 8192
+ * positions is 18 layers x 8192 + 18 x 160, not 36 x 8192. */
+static void test_sliding_kv_is_its_window(void)
+{
+	char path[512], why[SHOAL_WHY_LEN];
+	const char *src = getenv("SHOAL_SRCDIR");
+	spec_path(path, sizeof path, "gpt-oss-120b-mxfp4");
+	shoal_manifest m;
+	ASSERT_EQ(shoal_spec_load(path, &m, NULL, why, sizeof why), SHOAL_OK);
+	const uint64_t tok = 2 * 8 * 64 * SHOAL_MANIFEST_KV_ELT; /* K, V of 8 heads of 64 */
+	for (uint32_t l = 0; l < m.n_layer; l++) {
+		ASSERT_U64_EQ(m.layers[l].kv_bytes_per_token, tok);
+		ASSERT_EQ(m.layers[l].kv_positions, l % 2 ? 0 : 128 + SHOAL_MANIFEST_KV_RING_ROWS);
+	}
+	snprintf(path, sizeof path, "%s/scheduler/examples/studio-and-minis.json", src ? src : ".");
+	shoal_view *v = NULL;
+	ASSERT_EQ(shoal_cluster_load(path, &v, why, sizeof why), SHOAL_OK);
+	shoal_policy pol;
+	shoal_policy_init(&pol);
+	shoal_plan *p = NULL;
+	ASSERT_EQ(shoal_schedule(v, &m, &pol, NULL, &p, why, sizeof why), SHOAL_OK);
+	uint64_t ring = plan_kv(p);
+	ASSERT_U64_EQ(ring, pol.sessions * tok * (18 * (uint64_t)pol.ctx + 18 * 160));
+	shoal_plan_free(p);
+	/* the same model counted by the context (the figure before rings) */
+	for (uint32_t l = 0; l < m.n_layer; l++)
+		m.layers[l].kv_positions = 0;
+	ASSERT_EQ(shoal_schedule(v, &m, &pol, NULL, &p, why, sizeof why), SHOAL_OK);
+	printf("gpt-oss-120b at %u positions x %u session(s): KV %.1f MiB with rings, %.1f MiB "
+	       "by the context\n",
+	       pol.ctx, pol.sessions, ring / 1048576.0, plan_kv(p) / 1048576.0);
+	ASSERT_U64_EQ(plan_kv(p), pol.sessions * tok * 36 * (uint64_t)pol.ctx);
+	shoal_plan_free(p);
+	shoal_view_free(v);
+	shoal_spec_manifest_fini(&m);
+}
+
 static void test_bad_specs(void)
 {
 	static const char *bad[] = {
@@ -500,5 +547,6 @@ static void test_cluster_round_trip(void)
 
 TEST_MAIN(TEST_CASE(test_shipped_specs), TEST_CASE(test_deepseek_kimi_specs),
           TEST_CASE(test_home_models_specs), TEST_CASE(test_mla_kv_is_compressed),
-          TEST_CASE(test_bad_specs), TEST_CASE(test_cluster_bytes), TEST_CASE(test_cluster_parse),
+          TEST_CASE(test_sliding_kv_is_its_window), TEST_CASE(test_bad_specs),
+          TEST_CASE(test_cluster_bytes), TEST_CASE(test_cluster_parse),
           TEST_CASE(test_cluster_round_trip), TEST_CASE(test_mutations), TEST_CASE(test_plan_json))
