@@ -531,33 +531,17 @@ static void test_vulkan(void)
 
 /* ---- modes ------------------------------------------------------------------------ */
 
-static int cluster_matches(const shoal_model *m, const uint32_t *cuts, uint32_t n_st, uint32_t n_ex,
-                           const shoal_sampler_params *sp, const char *what)
-{
-	return dc_cluster_matches(m, PROMPT, NP, 16, cuts, n_st, n_ex, sp, what);
-}
-
 static void test_modes(void)
 {
 	int fails = 0;
 	const size_t pick[] = {0, 1, 3, 4, 5};
 	for (size_t i = 0; i < sizeof pick / sizeof pick[0]; i++) {
 		const variant *v = &VARIANTS[pick[i]];
-		char path[512], what[160];
+		char path[512];
 		shoal_model *m = open_variant(v, path, sizeof path);
 		ASSERT_TRUE(m != NULL);
-		shoal_sampler_params greedy = shoal_sampler_defaults(), seeded = greedy;
-		greedy.temp = 0.0f;
-		seeded.seed = 77;
 		const uint32_t three[] = {1, 2};
-		snprintf(what, sizeof what, "%s, 3 stages", v->name);
-		fails += !cluster_matches(m, three, 3, 0, &greedy, what);
-		fails += !cluster_matches(m, three, 3, 0, &seeded, what);
-		snprintf(what, sizeof what, "%s, experts on 3 peers", v->name);
-		fails += !cluster_matches(m, NULL, 1, 2, &greedy, what);
-		const uint32_t two[] = {2};
-		snprintf(what, sizeof what, "%s, 2 stages + 2 expert peers", v->name);
-		fails += !cluster_matches(m, two, 2, 2, &seeded, what);
+		fails += dc_moe_modes(m, PROMPT, NP, 16, three, v->name);
 		printf("%s: single = 3 stages = remote experts\n", v->name);
 		shoal_model_free(m);
 		unlink(path);
