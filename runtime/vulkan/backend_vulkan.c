@@ -286,10 +286,8 @@ static bool vk_supports(shoal_backend_op op, shoal_dtype t)
 	case SHOAL_BACKEND_OP_ATTN_SINKS: /* shaders/attn.comp */
 	case SHOAL_BACKEND_OP_SWIGLU_OAI: /* shaders/swiglu_oai.comp */
 		return t == SHOAL_DTYPE_F32;
-	case SHOAL_BACKEND_OP_ATTN_RING:
-		/* not yet: the engine keeps a sliding layer's whole planes
-		 * here (attn.comp reads each vector's positions from 0) */
-		return false;
+	case SHOAL_BACKEND_OP_ATTN_RING: /* shaders/attn.comp's slot() */
+		return t == SHOAL_DTYPE_F32 || t == SHOAL_DTYPE_F16;
 	}
 	return false;
 }

@@ -14,7 +14,9 @@
  * dispatched in runs whose planes lie in the same buffers. Attention
  * sinks (gpt-oss: one per query head, a device address) are bound as an
  * eighth buffer; the shader starts each vector's running softmax at its
- * head's sink.
+ * head's sink. Ring planes (a sliding layer's, ABI 7): a block's entries
+ * share their first position, and the shader reads position first + t at
+ * slot (first + t) % ring, in the order of a whole plane's t.
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -38,6 +40,7 @@ typedef struct attn_push {
 	uint32_t q_off, out_off, head_dim, pos_ld, f16, prm_off;
 	float scale;
 	uint32_t n_head, sinks, sinks_off; /* sinks: 1 when there are any */
+	uint32_t ring;                     /* positions of a ring plane, or 0 */
 } attn_push;
 
 /* The blocks being gathered for one dispatch. */
@@ -73,9 +76,10 @@ static void flush(shoal_backend *b, attn_run *run, attn_push *pc, VkBuffer qbuf,
 }
 
 /* A new, empty block of run for the KV head at cache elements k_off and
- * v_off (flushing a full run first). */
+ * v_off, its entries' positions from `first` on (a ring plane's; else 0),
+ * flushing a full run first. */
 static uint32_t *block_new(shoal_backend *b, attn_run *run, attn_push *pc, VkBuffer qbuf,
-                           VkBuffer obuf, uint64_t k_off, uint64_t v_off)
+                           VkBuffer obuf, uint64_t k_off, uint64_t v_off, uint32_t first)
 {
 	if (run->n_blk == VK_ATTN_CHUNK)
 		flush(b, run, pc, qbuf, obuf);
@@ -84,6 +88,7 @@ static uint32_t *block_new(shoal_backend *b, attn_run *run, attn_push *pc, VkBuf
 		blk[i] = 0;
 	blk[0] = (uint32_t)k_off;
 	blk[1] = (uint32_t)v_off;
+	blk[3] = first;
 	return blk;
 }
 
@@ -114,6 +119,8 @@ void vk__attention(shoal_backend *b, const shoal_backend_attn *a)
 	};
 	pc.scale = a->scale;
 	pc.n_head = a->n_head;
+	pc.ring = a->ring;
+	SHOAL_ASSERT(!a->ring || a->first);
 	attn_run run; /* 10 KiB of staged parameters */
 	run.n_blk = 0;
 	run.sbuf = q.buf;
@@ -128,11 +135,14 @@ void vk__attention(shoal_backend *b, const shoal_backend_attn *a)
 	SHOAL_ASSERT((uint64_t)pc.q_off + n_vec * a->head_dim <= UINT32_MAX);
 	SHOAL_ASSERT((uint64_t)pc.out_off + n_vec * a->head_dim <= UINT32_MAX);
 	for (uint32_t r = 0, end; r < a->n_rows; r = end) {
-		/* rows r..end-1 read the same planes; n: the longest of them */
-		uint32_t n = a->n_kv[r];
-		for (end = r + 1; end < a->n_rows && a->k[end] == a->k[r] && a->v[end] == a->v[r];
+		/* rows r..end-1 read the same planes from the same first
+		 * position; n: the longest of them */
+		uint32_t n = a->n_kv[r], first = a->ring ? a->first[r] : 0;
+		for (end = r + 1; end < a->n_rows && a->k[end] == a->k[r] && a->v[end] == a->v[r] &&
+		                  (!a->ring || a->first[end] == first);
 		     end++)
 			n = a->n_kv[end] > n ? a->n_kv[end] : n;
+		SHOAL_ASSERT(!a->ring || n <= a->ring);
 		/* each KV head resolved on its own: a plane larger than a
 		 * window of vk__at (half of maxStorageBufferRange) needs only
 		 * one head's positions to lie in one */
@@ -144,7 +154,8 @@ void vk__attention(shoal_backend *b, const shoal_backend_attn *a)
 			uint64_t v_off = elems_of(v.off, es, "a V plane");
 			/* the elements the head's rows read, and that the
 			 * shader's uint indexes reach them */
-			uint64_t reach = (uint64_t)(n ? n - 1 : 0) * a->pos_ld + a->head_dim;
+			uint64_t last = a->ring ? (n ? a->ring - 1 : 0) : (n ? n - 1 : 0);
+			uint64_t reach = last * a->pos_ld + a->head_dim;
 			SHOAL_ASSERT(reach * es <= k.room && reach * es <= v.room);
 			SHOAL_ASSERT(k_off + reach <= UINT32_MAX && v_off + reach <= UINT32_MAX);
 			if (run.n_blk && (k.buf != run.kbuf || v.buf != run.vbuf))
@@ -156,7 +167,7 @@ void vk__attention(shoal_backend *b, const shoal_backend_attn *a)
 				for (uint32_t g = 0; g < group; g++) {
 					if (!blk || blk[2] == VK_ATTN_BLK_ROWS)
 						blk = block_new(b, &run, &pc, q.buf, o.buf, k_off,
-						                v_off);
+						                v_off, first);
 					uint32_t i = blk[2]++;
 					blk[4 + 2 * i] = rr * a->n_head + kvh * group + g;
 					blk[5 + 2 * i] = a->n_kv[rr];

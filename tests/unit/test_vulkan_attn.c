@@ -122,6 +122,10 @@ typedef struct acase {
 	const uint32_t *sess, *n_kv;
 	const float *sinks;    /* (n_head) or NULL */
 	const uint32_t *first; /* (n_rows): row r's planes start at this position; or NULL */
+	/* with first: the same rows again over ring planes of this many
+	 * positions (position p at slot p % ring, row r from first[r]),
+	 * which must give the window's bits on both backends; or 0 */
+	uint32_t ring;
 } acase;
 
 /* One backend's copy of a case's memory. */
@@ -219,6 +223,66 @@ static shoal_backend_attn args(const side *s, const acase *c)
 	                            .sinks = s->sinks};
 }
 
+/* Case c's rows over ring planes of c->ring positions (each session's
+ * positions [lo[i], used[i]) of kb/vb moved to slot p % ring, NaN
+ * elsewhere): whether each backend gives the bits it gave over the whole
+ * planes with offset pointers (og: Vulkan, oh: CPU). */
+static bool ring_matches(const acase *c, const float *q, uint8_t *const *kb, uint8_t *const *vb,
+                         const uint32_t *lo, const uint32_t *used, const float *og, const float *oh)
+{
+	uint32_t hd = c->head_dim, R = c->ring;
+	size_t es = c->t == SHOAL_DTYPE_F16 ? 2 : 4, row = (size_t)hd * es;
+	size_t ring_bytes = (size_t)c->n_head_kv * R * row;
+	uint8_t **kr = calloc(c->n_sess, sizeof *kr), **vr = calloc(c->n_sess, sizeof *vr);
+	for (uint32_t i = 0; i < c->n_sess; i++) {
+		if (used[i] - lo[i] > R) {
+			fprintf(stderr, "ring %u: session %u reads %u positions\n", R, i,
+			        used[i] - lo[i]);
+			abort(); /* the case is wrong, not a backend */
+		}
+		kr[i] = malloc(ring_bytes);
+		vr[i] = malloc(ring_bytes);
+		memset(kr[i], 0xff, ring_bytes);
+		memset(vr[i], 0xff, ring_bytes);
+		for (uint32_t h = 0; h < c->n_head_kv; h++)
+			for (uint32_t p = lo[i]; p < used[i]; p++) {
+				size_t from = ((size_t)h * c->n_ctx + p) * row;
+				size_t to = ((size_t)h * R + p % R) * row;
+				memcpy(kr[i] + to, kb[i] + from, row);
+				memcpy(vr[i] + to, vb[i] + from, row);
+			}
+	}
+	acase rc = *c;
+	rc.n_ctx = R;
+	rc.first = NULL; /* the planes' bases: the ring's slots do the rest */
+	size_t act = (size_t)c->n_rows * c->n_head * hd;
+	float *o = malloc(act * sizeof *o);
+	bool same = true;
+	for (int w = 0; w < 2; w++) {
+		side s = {.ops = w ? cpu_ops : vk_ops, .b = w ? cpu : vk};
+		place(&s, &rc, q, kr, vr, ring_bytes);
+		shoal_backend_attn a = args(&s, &rc);
+		a.ring = R;
+		a.first = c->first;
+		s.ops->attention(s.b, &a);
+		s.ops->read(s.b, s.out, o, act * sizeof *o);
+		if (memcmp(o, w ? oh : og, act * sizeof *o)) {
+			fprintf(stderr, "ring %u: the %s backend's bits differ from its window's\n",
+			        R, s.ops->name);
+			same = false;
+		}
+		release(&s);
+	}
+	free(o);
+	for (uint32_t i = 0; i < c->n_sess; i++) {
+		free(kr[i]);
+		free(vr[i]);
+	}
+	free(kr);
+	free(vr);
+	return same;
+}
+
 /* Run case c on both backends and check it; *max_err gets the worst
  * Vulkan error over max|v|. */
 static void run_case(const acase *c)
@@ -229,6 +293,8 @@ static void run_case(const acase *c)
 	/* the values as stored, per session, and their bytes */
 	float **kf = calloc(c->n_sess, sizeof *kf), **vf = calloc(c->n_sess, sizeof *vf);
 	uint8_t **kb = calloc(c->n_sess, sizeof *kb), **vb = calloc(c->n_sess, sizeof *vb);
+	uint32_t *s_lo = calloc(c->n_sess, sizeof *s_lo),
+	         *s_used = calloc(c->n_sess, sizeof *s_used);
 	for (uint32_t i = 0; i < c->n_sess; i++) {
 		/* positions [lo, used): what any row of the session reads */
 		uint32_t used = 0, lo = UINT32_MAX;
@@ -239,6 +305,8 @@ static void run_case(const acase *c)
 			if (c->sess[r] == i && f < lo)
 				lo = f;
 		}
+		s_lo[i] = lo;
+		s_used[i] = used;
 		for (int w = 0; w < 2; w++) {
 			float *f = malloc(plane_elems * sizeof *f);
 			uint8_t *bytes = malloc(plane_bytes);
@@ -297,6 +365,7 @@ static void run_case(const acase *c)
 	vk_ops->read(vk, g.out, og, act * sizeof *og);
 	vk_ops->read(vk, g.out1, o1, act * sizeof *o1);
 	cpu_ops->read(cpu, h.out, oh, act * sizeof *oh);
+	bool ring_same = !c->ring || ring_matches(c, q, kb, vb, s_lo, s_used, og, oh);
 
 	double err_g = 0, err_h = 0, err_gh = 0;
 	bool bits_same = !memcmp(og, o1, act * sizeof *og);
@@ -354,19 +423,24 @@ static void run_case(const acase *c)
 	free(vf);
 	free(kb);
 	free(vb);
+	free(s_lo);
+	free(s_used);
 	release(&g);
 	release(&h);
 	if (!isnan(err_g) && err_g > worst_vk)
 		worst_vk = err_g;
 	if (!isnan(err_h) && err_h > worst_cpu)
 		worst_cpu = err_h;
-	printf("  %s hd %u heads %u/%u rows %u%s%s: vulkan %.3g, cpu %.3g, apart %.3g\n",
+	printf("  %s hd %u heads %u/%u rows %u%s%s%s: vulkan %.3g, cpu %.3g, apart %.3g\n",
 	       c->t == SHOAL_DTYPE_F16 ? "f16" : "f32", hd, c->n_head, c->n_head_kv, c->n_rows,
-	       c->sinks ? " sinks" : "", c->first ? " window" : "", err_g, err_h, err_gh);
+	       c->sinks ? " sinks" : "", c->first ? " window" : "",
+	       c->ring ? (ring_same ? " ring: same bits" : " ring: DIFFERENT bits") : "", err_g,
+	       err_h, err_gh);
 	ASSERT_TRUE(err_g <= BOUND);
 	ASSERT_TRUE(err_h <= BOUND);
 	ASSERT_TRUE(err_gh <= 2 * BOUND);
 	ASSERT_TRUE(bits_same);
+	ASSERT_TRUE(ring_same);
 }
 
 /* Decode: one row per session, lengths around the tile of 64. */
@@ -455,7 +529,8 @@ static void test_mla(void)
  * the output is ~e^-27 of v's scale), one far below (-30: no effect);
  * decode rows around the tile of 64 and a prefill chunk, F32 and F16,
  * groups 1, 4 and 8; then sliding-window rows (window 20: row r of a
- * chunk at positions 40..58 sees [p - 19, p]) with and without sinks. */
+ * chunk at positions 40..58 sees [p - 19, p]) with and without sinks,
+ * over whole planes and over rings (ABI 7). */
 static void test_sinks(void)
 {
 	NEED_DEVICE();
@@ -498,6 +573,12 @@ static void test_sinks(void)
 	c.first = first;
 	run_case(&c);
 	c.t = SHOAL_DTYPE_F16, c.sinks = NULL;
+	run_case(&c);
+	/* and over rings of 40 positions (session 0's rows read positions
+	 * 21..58: their windows wrap past slot 39), with and without sinks */
+	c.ring = 40;
+	run_case(&c);
+	c.t = SHOAL_DTYPE_F32, c.sinks = sinks;
 	run_case(&c);
 }
 

@@ -8,7 +8,9 @@
  * prefill chunk, share blocks, so each K and V row loaded serves all of
  * them). Entry i of a block is the query vector vec[i] (row * n_head +
  * head: q and out hold head_dim floats per vector) and sees positions
- * [0, n_kv[i]). The positions are walked in tiles of TILE:
+ * [0, n_kv[i]) (a ring plane: the block's positions first + t, at slot
+ * (first + t) % ring, t in [0, n_kv[i])). The positions are walked in
+ * tiles of TILE:
  *   1. thread j scores position t0 + j against every entry of the block
  *      (one F32 sum over d in order; masked positions are -inf, never read);
  *   2. per row, the tile's max and then its sum of exp(s - m) by a fixed
@@ -37,7 +39,7 @@ layout(local_size_x = 64) in;
 
 #define TILE      64 /* positions per tile = the workgroup size */
 #define BLK_ROWS  8  /* entries per block (vk_attn.c's VK_ATTN_BLK_ROWS) */
-#define BLK_WORDS 20 /* k_off, v_off, n_entries, 0, (vec, n_kv)[BLK_ROWS] */
+#define BLK_WORDS 20 /* k_off, v_off, n_entries, first, (vec, n_kv)[BLK_ROWS] */
 #define MAX_C     10 /* head_dim <= 64 * MAX_C = 640 (MLA's 576 fits) */
 
 layout(std430, binding = 0) readonly buffer Q { float q[]; };
@@ -60,6 +62,7 @@ layout(push_constant) uniform Push {
 	uint n_head;    /* query heads per row: a vector's head is vec % n_head */
 	uint sinks;     /* 1: binding 7 holds the heads' sinks */
 	uint sinks_off; /* floats: head 0's sink */
+	uint ring;      /* a ring plane's positions (entry t at slot (first + t) % ring), or 0 */
 }
 pc;
 
@@ -80,11 +83,18 @@ float v_at(uint e)
 	return vf[e];
 }
 
+/* The cache slot of a block's t-th position. */
+uint slot(uint first, uint t)
+{
+	return pc.ring != 0u ? (first + t) % pc.ring : t;
+}
+
 void main()
 {
 	uint tid = gl_LocalInvocationID.x;
 	uint blk = pc.prm_off + gl_WorkGroupID.x * BLK_WORDS;
 	uint k0 = prm[blk], v0 = prm[blk + 1u], nr = prm[blk + 2u], hd = pc.head_dim;
+	uint first = prm[blk + 3u];
 	uint n[BLK_ROWS], qv[BLK_ROWS], vec[BLK_ROWS], n_max = 0u;
 	for (uint i = 0u; i < BLK_ROWS; i++) {
 		vec[i] = i < nr ? prm[blk + 4u + 2u * i] : 0u;
@@ -112,7 +122,7 @@ void main()
 		for (uint i = 0u; i < BLK_ROWS; i++)
 			dot[i] = 0.0;
 		if (t < n_max) {
-			uint kr = k0 + t * pc.pos_ld;
+			uint kr = k0 + slot(first, t) * pc.pos_ld;
 			for (uint d = 0u; d < hd; d++) {
 				float kd = k_at(kr + d);
 				for (uint i = 0u; i < nr; i++)
@@ -164,7 +174,7 @@ void main()
 				acc[i][c] *= alpha[i];
 		uint jn = min(uint(TILE), n_max - t0);
 		for (uint j = 0u; j < jn; j++) {
-			uint vr = v0 + (t0 + j) * pc.pos_ld;
+			uint vr = v0 + slot(first, t0 + j) * pc.pos_ld;
 			for (uint c = 0u; c < MAX_C; c++) {
 				uint d = tid + c * 64u;
 				if (d >= hd)
