@@ -1311,8 +1311,16 @@ KERNELS__INLINE __m512i k5_q6g_lanes(const kernels__block_q6_k *wb, const kernel
  * and shifted by 2 j in one half and 2 (j + 1) in the other gives 64
  * elements in order, against 64 activation bytes as they lie. */
 
-/* Shift counts per 16-bit lane: a in the low half, b in the high. */
-#define K5_HALVES16(a, b) _mm512_inserti64x4(_mm512_set1_epi16(a), _mm256_set1_epi16(b), 1)
+/* Constant vectors of one value per half: the 16-bit lanes a in the low
+ * half, b in the high (K5_HALVES16), or the bytes a and b (K5_HALVES8).
+ * Written as 8 quadwords so that the compiler folds each into one vector
+ * constant; an insert of two broadcasts was rebuilt (movabs, broadcast,
+ * vinserti64x4) on every super-block. */
+#define K5_REP16(a)         ((long long)(0x0001000100010001ULL * (uint16_t)(a)))
+#define K5_REP8(a)          ((long long)(0x0101010101010101ULL * (uint8_t)(a)))
+#define K5_HALVES_Q(qa, qb) _mm512_set_epi64(qb, qb, qb, qb, qa, qa, qa, qa)
+#define K5_HALVES16(a, b)   K5_HALVES_Q(K5_REP16(a), K5_REP16(b))
+#define K5_HALVES8(a, b)    K5_HALVES_Q(K5_REP8(a), K5_REP8(b))
 
 /* Q2_K: lanes 0-7 exact partial sums of ISUM (maddubs pairs <= 2 * 3 *
  * 127, times sc <= 15), lanes 8-15 of IMIN (madd(bsums, m)). */
@@ -1370,9 +1378,7 @@ KERNELS__INLINE __m512i k5_q3g_lanes(const kernels__block_q3_k *wb, const kernel
 			const int j = 2 * jj;
 			__m512i q = _mm512_and_si512(
 			    _mm512_srlv_epi16(raw, K5_HALVES16(2 * j, 2 * j + 2)), m2);
-			const __m512i bit =
-			    _mm512_inserti64x4(_mm512_set1_epi8((char)(1 << (4 * ch + j))),
-			                       _mm256_set1_epi8((char)(1 << (4 * ch + j + 1))), 1);
+			const __m512i bit = K5_HALVES8(1 << (4 * ch + j), 1 << (4 * ch + j + 1));
 			q = _mm512_mask_add_epi8(q, _mm512_test_epi8_mask(hm, bit), q, four);
 			__m512i idx =
 			    _mm512_add_epi16(spread, _mm512_set1_epi16((short)(8 * ch + 4 * jj)));
