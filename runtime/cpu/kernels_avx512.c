@@ -111,20 +111,26 @@ KERNELS__INLINE __m512i k5_q8_0_pair(const kernels__block_q8_0 *b, int single)
 	return k5_pair_si(k5_q8_0_bytes(b), single ? _mm256_setzero_si256() : k5_q8_0_bytes(b + 1));
 }
 
-/* The same for Q4_0 (q - 8): the two 16-byte halves placed as (b0, b0, b1,
- * b1) in 128-bit lanes, odd lanes shifted right 4 (high nibbles), masked.
- * When single, b[1] reads as 16 zero bytes (-8s): the activation half is
- * zero then, so its products are too. */
-KERNELS__INLINE __m512i k5_q4_0_pair(const kernels__block_q4_0 *b, int single)
+/* The nibbles of two blocks' 16 bytes of quants q0 and q1 (q1 NULL: zero
+ * bytes) in element order, 0..15: the halves placed as (q0, q0, q1, q1)
+ * in 128-bit lanes, odd lanes shifted right 4 (high nibbles), masked. */
+KERNELS__INLINE __m512i k5_nibbles_pair(const uint8_t *q0, const uint8_t *q1)
 {
 	const long long s4 = 0x0004000400040004LL;
-	__m128i lo = _mm_loadu_si128((const __m128i *)b[0].qs);
-	__m128i hi = single ? _mm_setzero_si128() : _mm_loadu_si128((const __m128i *)b[1].qs);
+	__m128i lo = _mm_loadu_si128((const __m128i *)q0);
+	__m128i hi = q1 ? _mm_loadu_si128((const __m128i *)q1) : _mm_setzero_si128();
 	__m512i v = _mm512_castsi256_si512(_mm256_set_m128i(hi, lo));
 	v = _mm512_shuffle_i64x2(v, v, _MM_SHUFFLE(1, 1, 0, 0));
 	v = _mm512_srlv_epi16(v, _mm512_set_epi64(s4, s4, 0, 0, s4, s4, 0, 0));
-	v = _mm512_and_si512(v, _mm512_set1_epi8(0x0f));
-	return _mm512_sub_epi8(v, _mm512_set1_epi8(8));
+	return _mm512_and_si512(v, _mm512_set1_epi8(0x0f));
+}
+
+/* The same for Q4_0 (q - 8). When single, b[1] reads as 16 zero bytes
+ * (-8s): the activation half is zero then, so its products are too. */
+KERNELS__INLINE __m512i k5_q4_0_pair(const kernels__block_q4_0 *b, int single)
+{
+	return _mm512_sub_epi8(k5_nibbles_pair(b[0].qs, single ? NULL : b[1].qs),
+	                       _mm512_set1_epi8(8));
 }
 
 /* Tiles of R rows x NC columns (each <= 4; name##_rows, which
@@ -228,8 +234,22 @@ KERNELS__INLINE __m512i k5_q32_dot(__m512i base, __m512i aq, __mmask64 neg, __m5
 		return k5_pair_si(BYTES(b), single ? _mm256_setzero_si256() : BYTES(b + 1));       \
 	}
 K5_Q32_PAIR(k5_q5_0_pair, kernels__block_q5_0, kernels__x86_q5_0_bytes)
-K5_Q32_PAIR(k5_iq4_nl_pair, kernels__block_iq4_nl, KERNELS__X86_IQ4_NL_BYTES)
-K5_Q32_PAIR(k5_mxfp4_pair, kernels__block_mxfp4, KERNELS__X86_MXFP4_BYTES)
+
+/* IQ4_NL and MXFP4: both blocks' nibbles at once (k5_nibbles_pair), looked
+ * up in the 16-entry table by one 512-bit byte shuffle (the same bytes as
+ * kernels_x86.h's per-block lookup, in two shuffles and an insert fewer). */
+#define K5_TABLE_PAIR(name, WBLOCK, TABLE)                                                         \
+	KERNELS__INLINE __m512i name(const WBLOCK *b, int single)                                  \
+	{                                                                                          \
+		const __m512i t =                                                                  \
+		    _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)(TABLE)));             \
+		__m512i q = k5_nibbles_pair(                                                       \
+		    b[0].qs, single ? NULL : b[1].qs); /* single: the upper half zero, as the      \
+		                                          per-block form gave it */                \
+		return _mm512_maskz_shuffle_epi8(single ? 0xffffffffULL : ~0ULL, t, q);            \
+	}
+K5_TABLE_PAIR(k5_iq4_nl_pair, kernels__block_iq4_nl, kernels__iq4_values)
+K5_TABLE_PAIR(k5_mxfp4_pair, kernels__block_mxfp4, kernels__mxfp4_values)
 
 K5_Q32_RC(k5_q4_0, kernels__block_q4_0, k5_q4_0_pair, KERNELS__X86_H2F_SCALES)
 K5_Q32_RC(k5_q5_0, kernels__block_q5_0, k5_q5_0_pair, KERNELS__X86_H2F_SCALES)
