@@ -346,6 +346,125 @@ KERNELS__INLINE void k5_q5_1_rc(int64_t n, const char *w, size_t row_bytes, cons
 }
 KERNELS__ROWS_FROM_RC(k5_q5_1)
 
+/* ---- the 32-element pair types' gemv ------------------------------------------------
+ * The rows functions above prepare the activation side of each pair of
+ * blocks (the 64 bytes, VNNI's offset, the spread scales, Q5_1's x sums)
+ * once per row tile: for a gemv (1 row a tile) once per row, about a
+ * third of each pair's work. This gemv prepares them once per pass over
+ * K5_XR rows and K5_XP pairs (8192 elements) and runs each row's pairs
+ * against them with the operations of name##_rc at R = NC = 1, from +0,
+ * in order: the same bits as the rows path (which the gemm still takes). */
+
+#define K5_XP 128 /* pairs per prepared segment: 128 x 192 bytes = 24 KiB */
+#define K5_XR 32  /* rows per pass, their accumulators kept between segments */
+
+typedef struct k5_xpair {
+	__m512i xv;    /* the two blocks' bytes (VNNI and not Q5_1: x + 128) */
+	__m512 dx, sx; /* d_x spread; Q5_1: float(the x sums' lanes) */
+} k5_xpair;
+
+/* Pairs b0, b0 + 2, .. (np of them, nb blocks in the row) of column xq. */
+KERNELS__INLINE void k5_xprep(const void *xq, int64_t b0, int np, int64_t nb, k5_xpair *xp,
+                              const int Q51)
+{
+	for (int p = 0; p < np; p++) {
+		const int64_t b = b0 + 2 * p;
+		const int single = b + 1 == nb;
+		const kernels__block_q8_0 *xb = (const kernels__block_q8_0 *)xq + b;
+		__m512i xv = k5_pair_si(k5_q8_0_bytes(xb),
+		                        single ? _mm256_setzero_si256() : k5_q8_0_bytes(xb + 1));
+		xp[p].dx = k5_spread_pair(kernels__x86_h2f_pair(&xb[0].d, single ? 0 : xb[1].d));
+		if (Q51)
+			xp[p].sx = _mm512_cvtepi32_ps(k5_udot1(_mm512_set1_epi8(1), xv));
+		else if (KERNELS_VNNI)
+			xv = _mm512_xor_si512(xv, _mm512_set1_epi8(-128));
+		xp[p].xv = xv;
+	}
+}
+
+/* One row's pair b (K5_Q32_RC's step) into acc. */
+#define K5_Q32_STEP(name, WBLOCK, WPAIR, WSCALES)                                                  \
+	KERNELS__INLINE __m512 name##_step(const WBLOCK *wb, int single, const k5_xpair *x,        \
+	                                   __m512 acc)                                             \
+	{                                                                                          \
+		kernels__prefetch_line((const char *)wb + KERNELS__PF_AHEAD);                      \
+		__m512i q = WPAIR(wb, single);                                                     \
+		__m512 dw = k5_spread_pair(WSCALES(wb, 0, single));                                \
+		__m512i s = k5_q32_dot(k5_q32_base(q), _mm512_abs_epi8(q), _mm512_movepi8_mask(q), \
+		                       q, x->xv);                                                  \
+		return _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(dw, x->dx), acc);      \
+	}
+
+/* Q5_1's (k5_q5_1_rc's step). */
+KERNELS__INLINE __m512 k5_q5_1_step(const kernels__block_q5_1 *wb, int single, const k5_xpair *x,
+                                    __m512 acc)
+{
+	const __m512i idx_d = _mm512_set_epi32(2, 2, 2, 2, 2, 2, 2, 2, 0, 0, 0, 0, 0, 0, 0, 0);
+	const __m512i idx_m = _mm512_set_epi32(3, 3, 3, 3, 3, 3, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1);
+	kernels__prefetch_line((const char *)wb + KERNELS__PF_AHEAD);
+	__m512i q = k5_q5_1_pair(wb, single);
+	uint32_t s0, s1 = 0;
+	memcpy(&s0, &wb[0].d, 4);
+	if (!single)
+		memcpy(&s1, &wb[1].d, 4);
+	__m512 dm = _mm512_castps128_ps512(
+	    _mm_cvtph_ps(_mm_cvtsi64_si128((long long)((uint64_t)s0 | (uint64_t)s1 << 32))));
+	__m512 dw = _mm512_permutexvar_ps(idx_d, dm);
+	__m512 mw = _mm512_permutexvar_ps(idx_m, dm);
+	__m512i s = k5_udot1(q, x->xv);
+	acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(dw, x->dx), acc);
+	return _mm512_fmadd_ps(x->sx, _mm512_mul_ps(mw, x->dx), acc);
+}
+
+/* name##_mm: the gemv above for one column, the rows path for more. */
+#define K5_PAIR_MM(name, WBLOCK, Q51)                                                              \
+	static void name##_mm(int64_t n, const void *w, size_t row_bytes, int64_t nrows,           \
+	                      const void *xq, size_t xq_stride, int64_t ncols, float *y,           \
+	                      size_t y_stride)                                                     \
+	{                                                                                          \
+		if (ncols > 1) {                                                                   \
+			kernels__run_rows(name##_rows, n, w, row_bytes, nrows, xq, xq_stride,      \
+			                  ncols, y, y_stride);                                     \
+			return;                                                                    \
+		}                                                                                  \
+		const int64_t nb = n / KERNELS__QK;                                                \
+		k5_xpair xp[K5_XP];                                                                \
+		__m512 acc[K5_XR];                                                                 \
+		for (int64_t r0 = 0; r0 < nrows; r0 += K5_XR) {                                    \
+			const int R = nrows - r0 < K5_XR ? (int)(nrows - r0) : K5_XR;              \
+			for (int r = 0; r < R; r++)                                                \
+				acc[r] = _mm512_setzero_ps();                                      \
+			for (int64_t b0 = 0; b0 < nb; b0 += 2 * K5_XP) {                           \
+				const int np =                                                     \
+				    (nb - b0 + 1) / 2 < K5_XP ? (int)((nb - b0 + 1) / 2) : K5_XP;  \
+				k5_xprep(xq, b0, np, nb, xp, Q51);                                 \
+				for (int r = 0; r < R; r++) {                                      \
+					const WBLOCK *wr =                                         \
+					    (const WBLOCK *)((const char *)w +                     \
+					                     (size_t)(r0 + r) * row_bytes) +       \
+					    b0;                                                    \
+					__m512 a = acc[r];                                         \
+					for (int p = 0; p < np; p++)                               \
+						a = name##_step(wr + 2 * p, b0 + 2 * p + 1 == nb,  \
+						                xp + p, a);                        \
+					acc[r] = a;                                                \
+				}                                                                  \
+			}                                                                          \
+			for (int r = 0; r < R; r++)                                                \
+				y[r0 + r] = k5_hsum(acc[r]);                                       \
+		}                                                                                  \
+	}
+
+K5_Q32_STEP(k5_q4_0, kernels__block_q4_0, k5_q4_0_pair, KERNELS__X86_H2F_SCALES)
+K5_Q32_STEP(k5_q5_0, kernels__block_q5_0, k5_q5_0_pair, KERNELS__X86_H2F_SCALES)
+K5_Q32_STEP(k5_iq4_nl, kernels__block_iq4_nl, k5_iq4_nl_pair, KERNELS__X86_H2F_SCALES)
+K5_Q32_STEP(k5_mxfp4, kernels__block_mxfp4, k5_mxfp4_pair, KERNELS__X86_E8M0_SCALES)
+K5_PAIR_MM(k5_q4_0, kernels__block_q4_0, 0)
+K5_PAIR_MM(k5_q5_0, kernels__block_q5_0, 0)
+K5_PAIR_MM(k5_iq4_nl, kernels__block_iq4_nl, 0)
+K5_PAIR_MM(k5_mxfp4, kernels__block_mxfp4, 0)
+K5_PAIR_MM(k5_q5_1, kernels__block_q5_1, 1)
+
 /* ---- Q8_0 in groups of 16 rows ------------------------------------------------------
  * This table's Q8_0 (gemv and gemm alike) accumulates each row in one float,
  * from +0, over its blocks in order:
@@ -2034,6 +2153,11 @@ KERNELS__TABLE(K5_TABLE, K5_ISA, k5, k5,
                         [KERNELS__W_BF16] = k5_tile_bf16,
                         [KERNELS__W_IQ4_XS] = k5_tile_iq4_xs},
                .mm = {[KERNELS__W_Q8_0] = k5_q8g_mm,
+                      [KERNELS__W_Q4_0] = k5_q4_0_mm,
+                      [KERNELS__W_Q5_0] = k5_q5_0_mm,
+                      [KERNELS__W_Q5_1] = k5_q5_1_mm,
+                      [KERNELS__W_IQ4_NL] = k5_iq4_nl_mm,
+                      [KERNELS__W_MXFP4] = k5_mxfp4_mm,
                       [KERNELS__W_Q4_K] = k5_q4g_mm,
                       [KERNELS__W_Q5_K] = k5_q5g_mm,
                       [KERNELS__W_Q2_K] = k5_q2g_mm,
