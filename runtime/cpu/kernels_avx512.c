@@ -8,9 +8,9 @@
  * Part: runtime/, room cpu/. The order of accumulation of each dot product
  * (fixed per ISA, see test_kernels.c) is given below the includes.
  * Divisions: helpers, float types, Q4_0 pairs (and Q5_0, IQ4_NL, MXFP4,
- * Q5_1), Q8_0 in groups of 16 rows, Q4_K and Q5_K in groups of 16 rows, Q6_K in
- * groups of 16 rows, Q2_K and Q3_K in groups of 16 rows, IQ4_XS, attention (zmm
- * twins of kernels_x86.h's loops, the same bits), the table.
+ * Q5_1), the pair types' gemv, Q8_0 in groups of 16 rows, Q4_K and Q5_K in groups of 16 rows, Q6_K
+ * in groups of 16 rows, Q2_K and Q3_K in groups of 16 rows, IQ4_XS, attention (zmm twins of
+ * kernels_x86.h's loops, the same bits), the table.
  */
 #include "runtime/cpu/kernels_x86.h"
 
@@ -28,8 +28,9 @@
  *   Q6_K: per row one float, over the super-blocks in order, fma(d,
  *     ISUM) (the row groups below);
  *   Q2_K as Q4_K, Q3_K as Q6_K (per row one float; the row groups below);
- *   Q5_0/IQ4_NL/MXFP4 as Q4_0; IQ4_XS: per super-block exact int32
- *     lanes (8, upper half zero), fma into one accumulator, hsum16;
+ *   Q5_0/IQ4_NL/MXFP4 as Q4_0; IQ4_XS: per super-block 16 exact int32
+ *     lanes (lanes 4 i .. 4 i + 3: sub-blocks i and 4 + i, k5_iq4xs_lanes),
+ *     fma into one accumulator, hsum16;
  *   Q5_1 as Q4_0, each pair fma(float(lanes), d_w d_x) then
  *     fma(float(x-sum lanes), m_w d_x) into the one accumulator.
  */
@@ -1854,11 +1855,78 @@ K5_KQ_MM_ORD(k5_q2g_mm, 3, k5_q2k_ord)
 K5_KQ_MM_ORD(k5_q3g_mm, 4, k5_q3k_ord)
 
 /* ---- IQ4_XS -------------------------------------------------------------------------------
- * 256-bit steps: the exact int32 lanes and tile bodies of kernels_x86.h (8
- * lanes, the upper half of the zmm zero), scaled and accumulated as Q6_K's
- * per-row kernel was (one accumulator, hsum16). */
+ * 512-bit steps (k5_iq4xs_lanes: 16 exact int32 lanes a super-block),
+ * scaled and accumulated as Q6_K's per-row kernel was (one accumulator,
+ * hsum16). */
 
-KERNELS__X86_KQ_TILE(k5_tile_iq4_xs, kernels__block_iq4_xs, kernels__x86_iq4xs_lanes)
+/* A super-block's exact int32 lanes in 512-bit steps: 64 bytes of qs are
+ * sub-blocks 4 k .. 4 k + 3, one per 128-bit lane (low nibbles elements
+ * 0-15, high 16-31), looked up by one byte shuffle each; the activations
+ * gathered to match by one two-source qword permute per 64 bytes; each
+ * lane's sub-block scale (ls - 32 in both words) by one dword permute;
+ * |v| against x negated where v < 0 (pairs <= 2 * 127 * 127), madd with
+ * the scales (vpdpwssd with VNNI, the same sums). */
+KERNELS__INLINE __m512i k5_iq4xs_lanes(const kernels__block_iq4_xs *w,
+                                       const kernels__block_q8_k *xb)
+{
+	const __m512i m4 = _mm512_set1_epi8(0x0f);
+	const __m512i t =
+	    _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)kernels__iq4_values));
+	const __m512i ilo = _mm512_set_epi64(13, 12, 9, 8, 5, 4, 1, 0);
+	const __m512i ihi = _mm512_set_epi64(15, 14, 11, 10, 7, 6, 3, 2);
+	uint32_t l4;
+	memcpy(&l4, w->scales_l, 4);
+	__m128i l8 = _mm_cvtsi32_si128((int)l4);
+	l8 = _mm_unpacklo_epi8(_mm_and_si128(l8, _mm_set1_epi8(0x0f)),
+	                       _mm_and_si128(_mm_srli_epi16(l8, 4), _mm_set1_epi8(0x0f)));
+	__m256i hi = _mm256_srlv_epi32(_mm256_set1_epi32(w->scales_h),
+	                               _mm256_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14));
+	hi = _mm256_slli_epi32(_mm256_and_si256(hi, _mm256_set1_epi32(3)), 4);
+	__m256i ls =
+	    _mm256_sub_epi32(_mm256_or_si256(_mm256_cvtepu8_epi32(l8), hi), _mm256_set1_epi32(32));
+	ls = _mm256_or_si256(_mm256_and_si256(ls, _mm256_set1_epi32(0xffff)),
+	                     _mm256_slli_epi32(ls, 16));
+	const __m512i ls5 = _mm512_castsi256_si512(ls);
+	__m512i isum = _mm512_setzero_si512();
+	KERNELS__UNROLL for (int k = 0; k < 2; k++)
+	{
+		__m512i raw = _mm512_loadu_si512((const void *)(w->qs + 64 * k));
+		__m512i q[2] = {
+		    _mm512_shuffle_epi8(t, _mm512_and_si512(raw, m4)),
+		    _mm512_shuffle_epi8(t, _mm512_and_si512(_mm512_srli_epi16(raw, 4), m4))};
+		__m512i x0 = _mm512_loadu_si512((const void *)(xb->qs + 128 * k));
+		__m512i x1 = _mm512_loadu_si512((const void *)(xb->qs + 128 * k + 64));
+		__m512i xs[2] = {_mm512_permutex2var_epi64(x0, ilo, x1),
+		                 _mm512_permutex2var_epi64(x0, ihi, x1)};
+		const int j = 4 * k;
+		__m512i s = _mm512_permutexvar_epi32(
+		    _mm512_set_epi32(j + 3, j + 3, j + 3, j + 3, j + 2, j + 2, j + 2, j + 2, j + 1,
+		                     j + 1, j + 1, j + 1, j, j, j, j),
+		    ls5);
+		KERNELS__UNROLL for (int h = 0; h < 2; h++)
+		{
+			__m512i sx = _mm512_mask_sub_epi8(xs[h], _mm512_movepi8_mask(q[h]),
+			                                  _mm512_setzero_si512(), xs[h]);
+			isum =
+			    k5_madd_acc(isum, _mm512_maddubs_epi16(_mm512_abs_epi8(q[h]), sx), s);
+		}
+	}
+	return isum;
+}
+
+/* IQ4_XS tiles: per super-block acc = fma(d_w d_x, float(lanes), acc). */
+KERNELS__INLINE void k5_tile_iq4_xs_block(const kernels__block_iq4_xs *wb, int64_t b,
+                                          const void *const *xq, const int NC, __m512 *acc)
+{
+	float dw = kernels__x86_h2f(wb[b].d);
+	KERNELS__UNROLL for (int c = 0; c < NC; c++)
+	{
+		const kernels__block_q8_k *xb = (const kernels__block_q8_k *)xq[c] + b;
+		acc[c] = _mm512_fmadd_ps(_mm512_set1_ps(dw * xb->d),
+		                         _mm512_cvtepi32_ps(k5_iq4xs_lanes(&wb[b], xb)), acc[c]);
+	}
+}
+KERNELS__SUPER_TILE(k5_tile_iq4_xs, kernels__block_iq4_xs)
 
 /* ---- attention (kernels.h's order; products and sums, never fused) -------------------------
  * Scores: a zmm holds two query heads' 8 lanes (the p_j of kernels.h) side
