@@ -4,7 +4,8 @@
  *
  * Part: runtime/, room cpu/. The order of accumulation of each dot product
  * (fixed per ISA, see test_kernels.c) is given below the includes.
- * Divisions: helpers, float types, Q8_0/Q4_0 (and Q5_0, IQ4_NL, MXFP4, Q5_1),
+ * Divisions: helpers, float types, Q8_0/Q4_0 (and Q5_0, IQ4_NL, MXFP4, Q5_1
+ * and its gemv),
  * Q6_K, Q4_K/Q5_K/Q2_K/Q3_K/IQ4_XS, the table.
  */
 #include "runtime/cpu/kernels_x86.h"
@@ -117,6 +118,96 @@ K2_Q32_TILE(k2_tile_mxfp4, kernels__block_mxfp4, KERNELS__X86_MXFP4_BYTES, KERNE
 /* Q5_1 (kernels_x86.h). */
 KERNELS__X86_Q5_1_TILE(k2_tile_q5_1)
 
+/* Q5_1's gemv: the tile prepares the activation side of each pair (the
+ * two d_x, the x sums' lanes) for every row; here once per K2_XP pairs
+ * (8192 elements) and K2_XR rows, each row's pairs then run the tile's
+ * operations at one column, in order, a0 and a1 from +0, hsum8(a0 + a1):
+ * the same bits (the gemm keeps the tile). */
+#define K2_XP 128 /* pairs per prepared segment: 128 x 80 bytes = 10 KiB */
+#define K2_XR 32  /* rows per pass, their accumulators kept between segments */
+
+typedef struct k2_x51 {
+	__m256 sx[2]; /* float(the x sums' lanes) of each block */
+	__m128 dx;    /* (d_x0, d_x0, d_x1, d_x1) */
+} k2_x51;
+
+KERNELS__INLINE void k2_q5_1_step(const kernels__block_q5_1 *wb, int single,
+                                  const kernels__block_q8_0 *xb, const k2_x51 *xp, __m256 *a0,
+                                  __m256 *a1)
+{
+	const __m256i one16 = _mm256_set1_epi16(1);
+	kernels__prefetch_line((const char *)wb + KERNELS__PF_AHEAD);
+	uint32_t s0, s1 = 0; /* (d, m) of each block */
+	memcpy(&s0, &wb[0].d, 4);
+	if (!single)
+		memcpy(&s1, &wb[1].d, 4);
+	__m128 dm = _mm_cvtph_ps(_mm_cvtsi64_si128((long long)((uint64_t)s0 | (uint64_t)s1 << 32)));
+	__m128 p = _mm_mul_ps(dm, xp->dx);
+	/* block 0 into a0, block 1 into a1, as the tile (written out, so that
+	 * both accumulators stay in registers) */
+	__m256i q = kernels__x86_q5_bytes(wb[0].qs, wb[0].qh);
+	__m256i x = _mm256_loadu_si256((const __m256i *)xb[0].qs);
+	__m256i si = _mm256_madd_epi16(_mm256_maddubs_epi16(q, x), one16);
+	*a0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(si), kernels__x86_lane_bcast(p, 0), *a0);
+	*a0 = _mm256_fmadd_ps(xp->sx[0], kernels__x86_lane_bcast(p, 1), *a0);
+	if (single)
+		return;
+	q = kernels__x86_q5_bytes(wb[1].qs, wb[1].qh);
+	x = _mm256_loadu_si256((const __m256i *)xb[1].qs);
+	si = _mm256_madd_epi16(_mm256_maddubs_epi16(q, x), one16);
+	*a1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(si), kernels__x86_lane_bcast(p, 2), *a1);
+	*a1 = _mm256_fmadd_ps(xp->sx[1], kernels__x86_lane_bcast(p, 3), *a1);
+}
+
+static void k2_q5_1_mm(int64_t n, const void *w, size_t row_bytes, int64_t nrows, const void *xq,
+                       size_t xq_stride, int64_t ncols, float *y, size_t y_stride)
+{
+	if (ncols > 1) {
+		kernels__run_gemm(k2_tile_q5_1, n, w, row_bytes, nrows, xq, xq_stride, ncols, y,
+		                  y_stride);
+		return;
+	}
+	const int64_t nb = n / KERNELS__QK;
+	const kernels__block_q8_0 *xb = xq;
+	k2_x51 xp[K2_XP];
+	__m256 a0[K2_XR], a1[K2_XR];
+	for (int64_t r0 = 0; r0 < nrows; r0 += K2_XR) {
+		const int R = nrows - r0 < K2_XR ? (int)(nrows - r0) : K2_XR;
+		for (int r = 0; r < R; r++)
+			a0[r] = a1[r] = _mm256_setzero_ps();
+		for (int64_t b0 = 0; b0 < nb; b0 += 2 * K2_XP) {
+			const int np = (nb - b0 + 1) / 2 < K2_XP ? (int)((nb - b0 + 1) / 2) : K2_XP;
+			for (int i = 0; i < np; i++) {
+				const int64_t b = b0 + 2 * i;
+				const int single = b + 1 == nb;
+				__m128 dx =
+				    kernels__x86_h2f_pair(&xb[b].d, single ? 0 : xb[b + 1].d);
+				xp[i].dx = _mm_unpacklo_ps(dx, dx);
+				for (int k = 0; k < (single ? 1 : 2); k++) {
+					__m256i si, sx;
+					kernels__x86_q5_1_lanes(_mm256_setzero_si256(), xb + b + k,
+					                        &si, &sx);
+					xp[i].sx[k] = _mm256_cvtepi32_ps(sx);
+				}
+			}
+			for (int r = 0; r < R; r++) {
+				const kernels__block_q5_1 *wr =
+				    (const kernels__block_q5_1 *)((const char *)w +
+				                                  (size_t)(r0 + r) * row_bytes) +
+				    b0;
+				__m256 c0 = a0[r], c1 = a1[r]; /* in registers over the row */
+				for (int i = 0; i < np; i++)
+					k2_q5_1_step(wr + 2 * i, b0 + 2 * i + 1 == nb,
+					             xb + b0 + 2 * i, xp + i, &c0, &c1);
+				a0[r] = c0;
+				a1[r] = c1;
+			}
+		}
+		for (int r = 0; r < R; r++)
+			y[r0 + r] = kernels__x86_hsum8(_mm256_add_ps(a0[r], a1[r]));
+	}
+}
+
 /* ---- Q6_K ------------------------------------------------------------------------------
  * Quants as unsigned 0..63: dot(q - 32, x) = dot(q, x) - 32 * bsum per 16.
  * maddubs pairs <= 2 * 63 * 127 = 16002 (no saturation); madd with the
@@ -187,4 +278,5 @@ KERNELS__X86_KQ_TILE(k2_tile_iq4_xs, kernels__block_iq4_xs, kernels__x86_iq4xs_l
 
 /* ---- the table ----------------------------------------------------------------------- */
 
-KERNELS__TABLE(kernels__avx2, "avx2", k2, kernels__x86, .tile = {KERNELS__TILES_ALL(k2)});
+KERNELS__TABLE(kernels__avx2, "avx2", k2, kernels__x86, .tile = {KERNELS__TILES_ALL(k2)},
+               .mm = {[KERNELS__W_Q5_1] = k2_q5_1_mm});

@@ -8,9 +8,9 @@
  * Part: runtime/, room cpu/. The order of accumulation of each dot product
  * (fixed per ISA, see test_kernels.c) is given below the includes.
  * Divisions: helpers, float types, Q4_0 pairs (and Q5_0, IQ4_NL, MXFP4,
- * Q5_1), Q8_0 in groups of 16 rows, Q4_K and Q5_K in groups of 16 rows, Q6_K in
- * groups of 16 rows, Q2_K and Q3_K in groups of 16 rows, IQ4_XS, attention (zmm
- * twins of kernels_x86.h's loops, the same bits), the table.
+ * Q5_1), the pair types' gemv, Q8_0 in groups of 16 rows, Q4_K and Q5_K in groups of 16 rows, Q6_K
+ * in groups of 16 rows, Q2_K and Q3_K in groups of 16 rows, IQ4_XS, attention (zmm twins of
+ * kernels_x86.h's loops, the same bits), the table.
  */
 #include "runtime/cpu/kernels_x86.h"
 
@@ -28,8 +28,9 @@
  *   Q6_K: per row one float, over the super-blocks in order, fma(d,
  *     ISUM) (the row groups below);
  *   Q2_K as Q4_K, Q3_K as Q6_K (per row one float; the row groups below);
- *   Q5_0/IQ4_NL/MXFP4 as Q4_0; IQ4_XS: per super-block exact int32
- *     lanes (8, upper half zero), fma into one accumulator, hsum16;
+ *   Q5_0/IQ4_NL/MXFP4 as Q4_0; IQ4_XS: per super-block 16 exact int32
+ *     lanes (lanes 4 i .. 4 i + 3: sub-blocks i and 4 + i, k5_iq4xs_lanes),
+ *     fma into one accumulator, hsum16;
  *   Q5_1 as Q4_0, each pair fma(float(lanes), d_w d_x) then
  *     fma(float(x-sum lanes), m_w d_x) into the one accumulator.
  */
@@ -111,20 +112,26 @@ KERNELS__INLINE __m512i k5_q8_0_pair(const kernels__block_q8_0 *b, int single)
 	return k5_pair_si(k5_q8_0_bytes(b), single ? _mm256_setzero_si256() : k5_q8_0_bytes(b + 1));
 }
 
-/* The same for Q4_0 (q - 8): the two 16-byte halves placed as (b0, b0, b1,
- * b1) in 128-bit lanes, odd lanes shifted right 4 (high nibbles), masked.
- * When single, b[1] reads as 16 zero bytes (-8s): the activation half is
- * zero then, so its products are too. */
-KERNELS__INLINE __m512i k5_q4_0_pair(const kernels__block_q4_0 *b, int single)
+/* The nibbles of two blocks' 16 bytes of quants q0 and q1 (q1 NULL: zero
+ * bytes) in element order, 0..15: the halves placed as (q0, q0, q1, q1)
+ * in 128-bit lanes, odd lanes shifted right 4 (high nibbles), masked. */
+KERNELS__INLINE __m512i k5_nibbles_pair(const uint8_t *q0, const uint8_t *q1)
 {
 	const long long s4 = 0x0004000400040004LL;
-	__m128i lo = _mm_loadu_si128((const __m128i *)b[0].qs);
-	__m128i hi = single ? _mm_setzero_si128() : _mm_loadu_si128((const __m128i *)b[1].qs);
+	__m128i lo = _mm_loadu_si128((const __m128i *)q0);
+	__m128i hi = q1 ? _mm_loadu_si128((const __m128i *)q1) : _mm_setzero_si128();
 	__m512i v = _mm512_castsi256_si512(_mm256_set_m128i(hi, lo));
 	v = _mm512_shuffle_i64x2(v, v, _MM_SHUFFLE(1, 1, 0, 0));
 	v = _mm512_srlv_epi16(v, _mm512_set_epi64(s4, s4, 0, 0, s4, s4, 0, 0));
-	v = _mm512_and_si512(v, _mm512_set1_epi8(0x0f));
-	return _mm512_sub_epi8(v, _mm512_set1_epi8(8));
+	return _mm512_and_si512(v, _mm512_set1_epi8(0x0f));
+}
+
+/* The same for Q4_0 (q - 8). When single, b[1] reads as 16 zero bytes
+ * (-8s): the activation half is zero then, so its products are too. */
+KERNELS__INLINE __m512i k5_q4_0_pair(const kernels__block_q4_0 *b, int single)
+{
+	return _mm512_sub_epi8(k5_nibbles_pair(b[0].qs, single ? NULL : b[1].qs),
+	                       _mm512_set1_epi8(8));
 }
 
 /* Tiles of R rows x NC columns (each <= 4; name##_rows, which
@@ -228,8 +235,22 @@ KERNELS__INLINE __m512i k5_q32_dot(__m512i base, __m512i aq, __mmask64 neg, __m5
 		return k5_pair_si(BYTES(b), single ? _mm256_setzero_si256() : BYTES(b + 1));       \
 	}
 K5_Q32_PAIR(k5_q5_0_pair, kernels__block_q5_0, kernels__x86_q5_0_bytes)
-K5_Q32_PAIR(k5_iq4_nl_pair, kernels__block_iq4_nl, KERNELS__X86_IQ4_NL_BYTES)
-K5_Q32_PAIR(k5_mxfp4_pair, kernels__block_mxfp4, KERNELS__X86_MXFP4_BYTES)
+
+/* IQ4_NL and MXFP4: both blocks' nibbles at once (k5_nibbles_pair), looked
+ * up in the 16-entry table by one 512-bit byte shuffle (the same bytes as
+ * kernels_x86.h's per-block lookup, in two shuffles and an insert fewer). */
+#define K5_TABLE_PAIR(name, WBLOCK, TABLE)                                                         \
+	KERNELS__INLINE __m512i name(const WBLOCK *b, int single)                                  \
+	{                                                                                          \
+		const __m512i t =                                                                  \
+		    _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)(TABLE)));             \
+		__m512i q = k5_nibbles_pair(                                                       \
+		    b[0].qs, single ? NULL : b[1].qs); /* single: the upper half zero, as the      \
+		                                          per-block form gave it */                \
+		return _mm512_maskz_shuffle_epi8(single ? 0xffffffffULL : ~0ULL, t, q);            \
+	}
+K5_TABLE_PAIR(k5_iq4_nl_pair, kernels__block_iq4_nl, kernels__iq4_values)
+K5_TABLE_PAIR(k5_mxfp4_pair, kernels__block_mxfp4, kernels__mxfp4_values)
 
 K5_Q32_RC(k5_q4_0, kernels__block_q4_0, k5_q4_0_pair, KERNELS__X86_H2F_SCALES)
 K5_Q32_RC(k5_q5_0, kernels__block_q5_0, k5_q5_0_pair, KERNELS__X86_H2F_SCALES)
@@ -325,6 +346,125 @@ KERNELS__INLINE void k5_q5_1_rc(int64_t n, const char *w, size_t row_bytes, cons
 	    out[r * KERNELS__TILE + c] = k5_hsum(acc[r][c]);
 }
 KERNELS__ROWS_FROM_RC(k5_q5_1)
+
+/* ---- the 32-element pair types' gemv ------------------------------------------------
+ * The rows functions above prepare the activation side of each pair of
+ * blocks (the 64 bytes, VNNI's offset, the spread scales, Q5_1's x sums)
+ * once per row tile: for a gemv (1 row a tile) once per row, about a
+ * third of each pair's work. This gemv prepares them once per pass over
+ * K5_XR rows and K5_XP pairs (8192 elements) and runs each row's pairs
+ * against them with the operations of name##_rc at R = NC = 1, from +0,
+ * in order: the same bits as the rows path (which the gemm still takes). */
+
+#define K5_XP 128 /* pairs per prepared segment: 128 x 192 bytes = 24 KiB */
+#define K5_XR 32  /* rows per pass, their accumulators kept between segments */
+
+typedef struct k5_xpair {
+	__m512i xv;    /* the two blocks' bytes (VNNI and not Q5_1: x + 128) */
+	__m512 dx, sx; /* d_x spread; Q5_1: float(the x sums' lanes) */
+} k5_xpair;
+
+/* Pairs b0, b0 + 2, .. (np of them, nb blocks in the row) of column xq. */
+KERNELS__INLINE void k5_xprep(const void *xq, int64_t b0, int np, int64_t nb, k5_xpair *xp,
+                              const int Q51)
+{
+	for (int p = 0; p < np; p++) {
+		const int64_t b = b0 + 2 * p;
+		const int single = b + 1 == nb;
+		const kernels__block_q8_0 *xb = (const kernels__block_q8_0 *)xq + b;
+		__m512i xv = k5_pair_si(k5_q8_0_bytes(xb),
+		                        single ? _mm256_setzero_si256() : k5_q8_0_bytes(xb + 1));
+		xp[p].dx = k5_spread_pair(kernels__x86_h2f_pair(&xb[0].d, single ? 0 : xb[1].d));
+		if (Q51)
+			xp[p].sx = _mm512_cvtepi32_ps(k5_udot1(_mm512_set1_epi8(1), xv));
+		else if (KERNELS_VNNI)
+			xv = _mm512_xor_si512(xv, _mm512_set1_epi8(-128));
+		xp[p].xv = xv;
+	}
+}
+
+/* One row's pair b (K5_Q32_RC's step) into acc. */
+#define K5_Q32_STEP(name, WBLOCK, WPAIR, WSCALES)                                                  \
+	KERNELS__INLINE __m512 name##_step(const WBLOCK *wb, int single, const k5_xpair *x,        \
+	                                   __m512 acc)                                             \
+	{                                                                                          \
+		kernels__prefetch_line((const char *)wb + KERNELS__PF_AHEAD);                      \
+		__m512i q = WPAIR(wb, single);                                                     \
+		__m512 dw = k5_spread_pair(WSCALES(wb, 0, single));                                \
+		__m512i s = k5_q32_dot(k5_q32_base(q), _mm512_abs_epi8(q), _mm512_movepi8_mask(q), \
+		                       q, x->xv);                                                  \
+		return _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(dw, x->dx), acc);      \
+	}
+
+/* Q5_1's (k5_q5_1_rc's step). */
+KERNELS__INLINE __m512 k5_q5_1_step(const kernels__block_q5_1 *wb, int single, const k5_xpair *x,
+                                    __m512 acc)
+{
+	const __m512i idx_d = _mm512_set_epi32(2, 2, 2, 2, 2, 2, 2, 2, 0, 0, 0, 0, 0, 0, 0, 0);
+	const __m512i idx_m = _mm512_set_epi32(3, 3, 3, 3, 3, 3, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1);
+	kernels__prefetch_line((const char *)wb + KERNELS__PF_AHEAD);
+	__m512i q = k5_q5_1_pair(wb, single);
+	uint32_t s0, s1 = 0;
+	memcpy(&s0, &wb[0].d, 4);
+	if (!single)
+		memcpy(&s1, &wb[1].d, 4);
+	__m512 dm = _mm512_castps128_ps512(
+	    _mm_cvtph_ps(_mm_cvtsi64_si128((long long)((uint64_t)s0 | (uint64_t)s1 << 32))));
+	__m512 dw = _mm512_permutexvar_ps(idx_d, dm);
+	__m512 mw = _mm512_permutexvar_ps(idx_m, dm);
+	__m512i s = k5_udot1(q, x->xv);
+	acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(dw, x->dx), acc);
+	return _mm512_fmadd_ps(x->sx, _mm512_mul_ps(mw, x->dx), acc);
+}
+
+/* name##_mm: the gemv above for one column, the rows path for more. */
+#define K5_PAIR_MM(name, WBLOCK, Q51)                                                              \
+	static void name##_mm(int64_t n, const void *w, size_t row_bytes, int64_t nrows,           \
+	                      const void *xq, size_t xq_stride, int64_t ncols, float *y,           \
+	                      size_t y_stride)                                                     \
+	{                                                                                          \
+		if (ncols > 1) {                                                                   \
+			kernels__run_rows(name##_rows, n, w, row_bytes, nrows, xq, xq_stride,      \
+			                  ncols, y, y_stride);                                     \
+			return;                                                                    \
+		}                                                                                  \
+		const int64_t nb = n / KERNELS__QK;                                                \
+		k5_xpair xp[K5_XP];                                                                \
+		__m512 acc[K5_XR];                                                                 \
+		for (int64_t r0 = 0; r0 < nrows; r0 += K5_XR) {                                    \
+			const int R = nrows - r0 < K5_XR ? (int)(nrows - r0) : K5_XR;              \
+			for (int r = 0; r < R; r++)                                                \
+				acc[r] = _mm512_setzero_ps();                                      \
+			for (int64_t b0 = 0; b0 < nb; b0 += 2 * K5_XP) {                           \
+				const int np =                                                     \
+				    (nb - b0 + 1) / 2 < K5_XP ? (int)((nb - b0 + 1) / 2) : K5_XP;  \
+				k5_xprep(xq, b0, np, nb, xp, Q51);                                 \
+				for (int r = 0; r < R; r++) {                                      \
+					const WBLOCK *wr =                                         \
+					    (const WBLOCK *)((const char *)w +                     \
+					                     (size_t)(r0 + r) * row_bytes) +       \
+					    b0;                                                    \
+					__m512 a = acc[r];                                         \
+					for (int p = 0; p < np; p++)                               \
+						a = name##_step(wr + 2 * p, b0 + 2 * p + 1 == nb,  \
+						                xp + p, a);                        \
+					acc[r] = a;                                                \
+				}                                                                  \
+			}                                                                          \
+			for (int r = 0; r < R; r++)                                                \
+				y[r0 + r] = k5_hsum(acc[r]);                                       \
+		}                                                                                  \
+	}
+
+K5_Q32_STEP(k5_q4_0, kernels__block_q4_0, k5_q4_0_pair, KERNELS__X86_H2F_SCALES)
+K5_Q32_STEP(k5_q5_0, kernels__block_q5_0, k5_q5_0_pair, KERNELS__X86_H2F_SCALES)
+K5_Q32_STEP(k5_iq4_nl, kernels__block_iq4_nl, k5_iq4_nl_pair, KERNELS__X86_H2F_SCALES)
+K5_Q32_STEP(k5_mxfp4, kernels__block_mxfp4, k5_mxfp4_pair, KERNELS__X86_E8M0_SCALES)
+K5_PAIR_MM(k5_q4_0, kernels__block_q4_0, 0)
+K5_PAIR_MM(k5_q5_0, kernels__block_q5_0, 0)
+K5_PAIR_MM(k5_iq4_nl, kernels__block_iq4_nl, 0)
+K5_PAIR_MM(k5_mxfp4, kernels__block_mxfp4, 0)
+K5_PAIR_MM(k5_q5_1, kernels__block_q5_1, 1)
 
 /* ---- Q8_0 in groups of 16 rows ------------------------------------------------------
  * This table's Q8_0 (gemv and gemm alike) accumulates each row in one float,
@@ -1311,8 +1451,16 @@ KERNELS__INLINE __m512i k5_q6g_lanes(const kernels__block_q6_k *wb, const kernel
  * and shifted by 2 j in one half and 2 (j + 1) in the other gives 64
  * elements in order, against 64 activation bytes as they lie. */
 
-/* Shift counts per 16-bit lane: a in the low half, b in the high. */
-#define K5_HALVES16(a, b) _mm512_inserti64x4(_mm512_set1_epi16(a), _mm256_set1_epi16(b), 1)
+/* Constant vectors of one value per half: the 16-bit lanes a in the low
+ * half, b in the high (K5_HALVES16), or the bytes a and b (K5_HALVES8).
+ * Written as 8 quadwords so that the compiler folds each into one vector
+ * constant; an insert of two broadcasts was rebuilt (movabs, broadcast,
+ * vinserti64x4) on every super-block. */
+#define K5_REP16(a)         ((long long)(0x0001000100010001ULL * (uint16_t)(a)))
+#define K5_REP8(a)          ((long long)(0x0101010101010101ULL * (uint8_t)(a)))
+#define K5_HALVES_Q(qa, qb) _mm512_set_epi64(qb, qb, qb, qb, qa, qa, qa, qa)
+#define K5_HALVES16(a, b)   K5_HALVES_Q(K5_REP16(a), K5_REP16(b))
+#define K5_HALVES8(a, b)    K5_HALVES_Q(K5_REP8(a), K5_REP8(b))
 
 /* Q2_K: lanes 0-7 exact partial sums of ISUM (maddubs pairs <= 2 * 3 *
  * 127, times sc <= 15), lanes 8-15 of IMIN (madd(bsums, m)). */
@@ -1370,9 +1518,7 @@ KERNELS__INLINE __m512i k5_q3g_lanes(const kernels__block_q3_k *wb, const kernel
 			const int j = 2 * jj;
 			__m512i q = _mm512_and_si512(
 			    _mm512_srlv_epi16(raw, K5_HALVES16(2 * j, 2 * j + 2)), m2);
-			const __m512i bit =
-			    _mm512_inserti64x4(_mm512_set1_epi8((char)(1 << (4 * ch + j))),
-			                       _mm256_set1_epi8((char)(1 << (4 * ch + j + 1))), 1);
+			const __m512i bit = K5_HALVES8(1 << (4 * ch + j), 1 << (4 * ch + j + 1));
 			q = _mm512_mask_add_epi8(q, _mm512_test_epi8_mask(hm, bit), q, four);
 			__m512i idx =
 			    _mm512_add_epi16(spread, _mm512_set1_epi16((short)(8 * ch + 4 * jj)));
@@ -1709,11 +1855,78 @@ K5_KQ_MM_ORD(k5_q2g_mm, 3, k5_q2k_ord)
 K5_KQ_MM_ORD(k5_q3g_mm, 4, k5_q3k_ord)
 
 /* ---- IQ4_XS -------------------------------------------------------------------------------
- * 256-bit steps: the exact int32 lanes and tile bodies of kernels_x86.h (8
- * lanes, the upper half of the zmm zero), scaled and accumulated as Q6_K's
- * per-row kernel was (one accumulator, hsum16). */
+ * 512-bit steps (k5_iq4xs_lanes: 16 exact int32 lanes a super-block),
+ * scaled and accumulated as Q6_K's per-row kernel was (one accumulator,
+ * hsum16). */
 
-KERNELS__X86_KQ_TILE(k5_tile_iq4_xs, kernels__block_iq4_xs, kernels__x86_iq4xs_lanes)
+/* A super-block's exact int32 lanes in 512-bit steps: 64 bytes of qs are
+ * sub-blocks 4 k .. 4 k + 3, one per 128-bit lane (low nibbles elements
+ * 0-15, high 16-31), looked up by one byte shuffle each; the activations
+ * gathered to match by one two-source qword permute per 64 bytes; each
+ * lane's sub-block scale (ls - 32 in both words) by one dword permute;
+ * |v| against x negated where v < 0 (pairs <= 2 * 127 * 127), madd with
+ * the scales (vpdpwssd with VNNI, the same sums). */
+KERNELS__INLINE __m512i k5_iq4xs_lanes(const kernels__block_iq4_xs *w,
+                                       const kernels__block_q8_k *xb)
+{
+	const __m512i m4 = _mm512_set1_epi8(0x0f);
+	const __m512i t =
+	    _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)kernels__iq4_values));
+	const __m512i ilo = _mm512_set_epi64(13, 12, 9, 8, 5, 4, 1, 0);
+	const __m512i ihi = _mm512_set_epi64(15, 14, 11, 10, 7, 6, 3, 2);
+	uint32_t l4;
+	memcpy(&l4, w->scales_l, 4);
+	__m128i l8 = _mm_cvtsi32_si128((int)l4);
+	l8 = _mm_unpacklo_epi8(_mm_and_si128(l8, _mm_set1_epi8(0x0f)),
+	                       _mm_and_si128(_mm_srli_epi16(l8, 4), _mm_set1_epi8(0x0f)));
+	__m256i hi = _mm256_srlv_epi32(_mm256_set1_epi32(w->scales_h),
+	                               _mm256_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14));
+	hi = _mm256_slli_epi32(_mm256_and_si256(hi, _mm256_set1_epi32(3)), 4);
+	__m256i ls =
+	    _mm256_sub_epi32(_mm256_or_si256(_mm256_cvtepu8_epi32(l8), hi), _mm256_set1_epi32(32));
+	ls = _mm256_or_si256(_mm256_and_si256(ls, _mm256_set1_epi32(0xffff)),
+	                     _mm256_slli_epi32(ls, 16));
+	const __m512i ls5 = _mm512_castsi256_si512(ls);
+	__m512i isum = _mm512_setzero_si512();
+	KERNELS__UNROLL for (int k = 0; k < 2; k++)
+	{
+		__m512i raw = _mm512_loadu_si512((const void *)(w->qs + 64 * k));
+		__m512i q[2] = {
+		    _mm512_shuffle_epi8(t, _mm512_and_si512(raw, m4)),
+		    _mm512_shuffle_epi8(t, _mm512_and_si512(_mm512_srli_epi16(raw, 4), m4))};
+		__m512i x0 = _mm512_loadu_si512((const void *)(xb->qs + 128 * k));
+		__m512i x1 = _mm512_loadu_si512((const void *)(xb->qs + 128 * k + 64));
+		__m512i xs[2] = {_mm512_permutex2var_epi64(x0, ilo, x1),
+		                 _mm512_permutex2var_epi64(x0, ihi, x1)};
+		const int j = 4 * k;
+		__m512i s = _mm512_permutexvar_epi32(
+		    _mm512_set_epi32(j + 3, j + 3, j + 3, j + 3, j + 2, j + 2, j + 2, j + 2, j + 1,
+		                     j + 1, j + 1, j + 1, j, j, j, j),
+		    ls5);
+		KERNELS__UNROLL for (int h = 0; h < 2; h++)
+		{
+			__m512i sx = _mm512_mask_sub_epi8(xs[h], _mm512_movepi8_mask(q[h]),
+			                                  _mm512_setzero_si512(), xs[h]);
+			isum =
+			    k5_madd_acc(isum, _mm512_maddubs_epi16(_mm512_abs_epi8(q[h]), sx), s);
+		}
+	}
+	return isum;
+}
+
+/* IQ4_XS tiles: per super-block acc = fma(d_w d_x, float(lanes), acc). */
+KERNELS__INLINE void k5_tile_iq4_xs_block(const kernels__block_iq4_xs *wb, int64_t b,
+                                          const void *const *xq, const int NC, __m512 *acc)
+{
+	float dw = kernels__x86_h2f(wb[b].d);
+	KERNELS__UNROLL for (int c = 0; c < NC; c++)
+	{
+		const kernels__block_q8_k *xb = (const kernels__block_q8_k *)xq[c] + b;
+		acc[c] = _mm512_fmadd_ps(_mm512_set1_ps(dw * xb->d),
+		                         _mm512_cvtepi32_ps(k5_iq4xs_lanes(&wb[b], xb)), acc[c]);
+	}
+}
+KERNELS__SUPER_TILE(k5_tile_iq4_xs, kernels__block_iq4_xs)
 
 /* ---- attention (kernels.h's order; products and sums, never fused) -------------------------
  * Scores: a zmm holds two query heads' 8 lanes (the p_j of kernels.h) side
@@ -2013,6 +2226,11 @@ KERNELS__TABLE(K5_TABLE, K5_ISA, k5, k5,
                         [KERNELS__W_BF16] = k5_tile_bf16,
                         [KERNELS__W_IQ4_XS] = k5_tile_iq4_xs},
                .mm = {[KERNELS__W_Q8_0] = k5_q8g_mm,
+                      [KERNELS__W_Q4_0] = k5_q4_0_mm,
+                      [KERNELS__W_Q5_0] = k5_q5_0_mm,
+                      [KERNELS__W_Q5_1] = k5_q5_1_mm,
+                      [KERNELS__W_IQ4_NL] = k5_iq4_nl_mm,
+                      [KERNELS__W_MXFP4] = k5_mxfp4_mm,
                       [KERNELS__W_Q4_K] = k5_q4g_mm,
                       [KERNELS__W_Q5_K] = k5_q5g_mm,
                       [KERNELS__W_Q2_K] = k5_q2g_mm,

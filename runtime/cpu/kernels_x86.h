@@ -328,10 +328,23 @@ KERNELS__INLINE void kernels__x86_q3k_lanes(const kernels__block_q3_k *w, int64_
 	}
 }
 
-/* IQ4_XS: the table values (signed, |v| <= 127) by a byte shuffle, two
- * sub-blocks per 32 bytes of qs; the sign trick as for Q8_0 (pairs <= 2 *
- * 127 * 127 = 32258), times ls - 32 (|.| <= 32), 8 sub-blocks: < 2^25. The
- * 8 scales are made at once: dword ib holds ls_ib - 32 in both words. */
+/* IQ4_XS: the table values (signed, |v| <= 127) by a byte shuffle; the
+ * sign trick as for Q8_0 (pairs <= 2 * 127 * 127 = 32258), times ls - 32
+ * (|.| <= 32), 8 sub-blocks: < 2^25. The 8 scales are made at once: dword
+ * ib holds ls_ib - 32 in both words. The 32 bytes of qs at 32 p are
+ * sub-blocks 2 p (low 128 bits) and 2 p + 1 (high): their low nibbles are
+ * elements 0-15 of each, the high nibbles 16-31. The weights stay in that
+ * order (no cross-lane shuffle); the activations are gathered to match by
+ * two 16-byte broadcasts and a blend each (load and ALU work, not the
+ * shuffle unit that the table lookups and the scales' permutes use), so
+ * each 128-bit half of a product is one sub-block and takes one scale. */
+KERNELS__INLINE __m256i kernels__x86_half_pair(const int8_t *lo, const int8_t *hi)
+{
+	return _mm256_blend_epi32(_mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)lo)),
+	                          _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)hi)),
+	                          0xf0);
+}
+
 KERNELS__INLINE void kernels__x86_iq4xs_lanes(const kernels__block_iq4_xs *w, int64_t b,
                                               const void *const *xq, const int NC, __m256i *isum)
 {
@@ -354,19 +367,21 @@ KERNELS__INLINE void kernels__x86_iq4xs_lanes(const kernels__block_iq4_xs *w, in
 	KERNELS__UNROLL for (int p = 0; p < 4; p++)
 	{
 		__m256i raw = _mm256_loadu_si256((const __m256i *)(w->qs + 32 * p));
-		__m256i lo = _mm256_and_si256(raw, m4);
-		__m256i hn = _mm256_and_si256(_mm256_srli_epi16(raw, 4), m4);
-		__m256i q[2] = {_mm256_shuffle_epi8(t, _mm256_permute2x128_si256(lo, hn, 0x20)),
-		                _mm256_shuffle_epi8(t, _mm256_permute2x128_si256(lo, hn, 0x31))};
+		__m256i q[2] = {
+		    _mm256_shuffle_epi8(t, _mm256_and_si256(raw, m4)),
+		    _mm256_shuffle_epi8(t, _mm256_and_si256(_mm256_srli_epi16(raw, 4), m4))};
+		/* words of ls_2p - 32 in the low half, ls_2p+1 - 32 in the high */
+		__m256i s = _mm256_permutevar8x32_epi32(
+		    ls, _mm256_setr_epi32(2 * p, 2 * p, 2 * p, 2 * p, 2 * p + 1, 2 * p + 1,
+		                          2 * p + 1, 2 * p + 1));
 		KERNELS__UNROLL for (int h = 0; h < 2; h++)
 		{
 			__m256i aq = _mm256_abs_epi8(q[h]);
-			__m256i s = _mm256_permutevar8x32_epi32(ls, _mm256_set1_epi32(2 * p + h));
 			KERNELS__UNROLL for (int c = 0; c < NC; c++)
 			{
 				const int8_t *x =
-				    ((const kernels__block_q8_k *)xq[c])[b].qs + 64 * p + 32 * h;
-				__m256i xv = _mm256_loadu_si256((const __m256i *)x);
+				    ((const kernels__block_q8_k *)xq[c])[b].qs + 64 * p + 16 * h;
+				__m256i xv = kernels__x86_half_pair(x, x + 32);
 				__m256i pr = _mm256_maddubs_epi16(aq, _mm256_sign_epi8(xv, q[h]));
 				isum[c] = _mm256_add_epi32(isum[c], _mm256_madd_epi16(pr, s));
 			}

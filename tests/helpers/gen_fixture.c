@@ -29,6 +29,7 @@
 typedef struct opts {
 	const char *arch;
 	shoal_dtype type;
+	shoal_dtype exp_type; /* the routed experts' type (--exp-type; else type) */
 	uint32_t layers, dim, ff, heads, kv_heads, vocab, head_dim;
 	uint32_t experts, experts_used, ff_exp;
 	uint32_t ctx;
@@ -207,13 +208,14 @@ static int plan_build(const opts *o, tplan *t)
 		    oss || glm ? "blk.%u.post_attention_norm.weight" : "blk.%u.ffn_norm.weight", l);
 		if (o->experts && l >= o->dense_lead) {
 			uint64_t X = o->experts, F = o->ff_exp;
+			shoal_dtype xt = o->exp_type;
 			n = plan_add(t, n, ty, K_ROUTER, 2, E, X, 1, "blk.%u.ffn_gate_inp.weight",
 			             l);
-			n = plan_add(t, n, ty, K_WEIGHT, 3, E, F, X, "blk.%u.ffn_gate_exps.weight",
+			n = plan_add(t, n, xt, K_WEIGHT, 3, E, F, X, "blk.%u.ffn_gate_exps.weight",
 			             l);
-			n = plan_add(t, n, ty, K_WEIGHT, 3, E, F, X, "blk.%u.ffn_up_exps.weight",
+			n = plan_add(t, n, xt, K_WEIGHT, 3, E, F, X, "blk.%u.ffn_up_exps.weight",
 			             l);
-			n = plan_add(t, n, ty, K_WEIGHT, 3, F, E, X, "blk.%u.ffn_down_exps.weight",
+			n = plan_add(t, n, xt, K_WEIGHT, 3, F, E, X, "blk.%u.ffn_down_exps.weight",
 			             l);
 			if ((ds2 || glm) && o->sigmoid)
 				n = plan_add(t, n, ty, K_BIAS, 1, X, 1, 1,
@@ -379,7 +381,10 @@ static int write_meta(shoal_gguf_writer *w, const opts *o)
 #define KEY(s) (snprintf(k, sizeof k, "%s.%s", a, s), k)
 	shoal_gguf_writer_kv_str(w, "general.architecture", a);
 	shoal_gguf_writer_kv_str(w, "general.name", "gen-fixture");
-	shoal_gguf_writer_kv_u32(w, "general.file_type", file_type(o->type));
+	/* MXFP4 experts beside other types: the reference's MXFP4_MOE */
+	shoal_gguf_writer_kv_u32(
+	    w, "general.file_type",
+	    file_type(o->exp_type == SHOAL_DTYPE_MXFP4 ? SHOAL_DTYPE_MXFP4 : o->type));
 	shoal_gguf_writer_kv_u32(w, "general.quantization_version", 2);
 	shoal_gguf_writer_kv_u64(w, "general.seed", o->seed);
 	shoal_gguf_writer_kv_u32(w, KEY("vocab_size"), o->vocab);
@@ -592,7 +597,8 @@ static int usage(void)
 	    "F32|F16|BF16|Q8_0|Q4_0|Q5_0|Q5_1|IQ4_NL|MXFP4|Q2_K|Q3_K|Q4_K|Q5_K|Q6_K|IQ4_XS\n"
 	    "  --layers N --dim D --ff F --heads H --kv-heads K --vocab V [--head-dim D]\n"
 	    "  [--experts E --experts-used K --ff-exp F] [--tied] [--seed S] [--split N]\n"
-	    "  [--ctx N] [--drop TENSOR] [--grow TENSOR] OUT.gguf\n"
+	    "  [--ctx N] [--drop TENSOR] [--grow TENSOR] [--exp-type T (the routed\n"
+	    "  experts' type, e.g. MXFP4 as gpt-oss ships them; default --type)] OUT.gguf\n"
 	    "deepseek2 (--head-dim is nope + rope; --kv-heads is ignored):\n"
 	    "  --kv-lora R --rope-dim D --v-head-dim D [--q-lora R] [--dense-lead N]\n"
 	    "  [--shared N] [--groups G --groups-used U] [--sigmoid] [--nextn N]\n"
@@ -617,7 +623,7 @@ static bool parse_u32(const char *s, uint32_t *out)
 static int parse(int argc, char **argv, opts *o)
 {
 	memset(o, 0, sizeof *o);
-	o->type = SHOAL_DTYPE__MAX;
+	o->type = o->exp_type = SHOAL_DTYPE__MAX;
 	o->ctx = 2048;
 	o->seed = 1;
 	o->split = 1;
@@ -652,13 +658,15 @@ static int parse(int argc, char **argv, opts *o)
 			o->drop = v;
 		} else if (!strcmp(a, "--grow")) {
 			o->grow = v;
-		} else if (!strcmp(a, "--type")) {
+		} else if (!strcmp(a, "--type") || !strcmp(a, "--exp-type")) {
+			shoal_dtype *to = a[2] == 't' ? &o->type : &o->exp_type;
+			*to = SHOAL_DTYPE__MAX;
 			for (uint32_t k = 0; k < SHOAL_DTYPE__MAX; k++)
 				if (shoal_dtype_known(k) && k != SHOAL_DTYPE_Q8_K &&
 				    shoal_quant_supported((shoal_dtype)k) &&
 				    !strcmp(v, shoal_dtype_name((shoal_dtype)k)))
-					o->type = (shoal_dtype)k;
-			if (o->type == SHOAL_DTYPE__MAX) {
+					*to = (shoal_dtype)k;
+			if (*to == SHOAL_DTYPE__MAX) {
 				fprintf(stderr, "gen_fixture: unknown type '%s'\n", v);
 				return 2;
 			}
@@ -778,6 +786,12 @@ static int parse(int argc, char **argv, opts *o)
 		fprintf(stderr, "gen_fixture: --window, --no-sinks, --exp-scale are for gpt-oss\n");
 		return 2;
 	}
+	if (o->exp_type != SHOAL_DTYPE__MAX && !o->experts) {
+		fprintf(stderr, "gen_fixture: --exp-type is for models with --experts\n");
+		return 2;
+	}
+	if (o->exp_type == SHOAL_DTYPE__MAX)
+		o->exp_type = o->type;
 	if (o->experts) {
 		if (!o->experts_used || o->experts_used > o->experts) {
 			fprintf(stderr, "gen_fixture: --experts-used must be 1..%u\n", o->experts);

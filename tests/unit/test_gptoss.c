@@ -156,6 +156,35 @@ static void test_bad_files(void)
 	}
 }
 
+/* --exp-type MXFP4 (the benchmarks' gpt-oss-shaped model): the routed
+ * experts MXFP4, every other matrix the --type, the file type MXFP4_MOE;
+ * the option on a dense model is refused. */
+static void test_exp_type(void)
+{
+	char path[512], why[SHOAL_WHY_LEN] = "";
+	shoal_model *m = NULL;
+	ASSERT_TRUE(fixture_x(&VARIANTS[4], "--exp-type MXFP4", path, sizeof path) != NULL);
+	ASSERT_EQ(shoal_model_open(path, &m, why, sizeof why), SHOAL_OK);
+	for (uint32_t l = 0; l < LAYERS; l++) {
+		const shoal_layer *L = &m->layers[l];
+		ASSERT_EQ(L->ffn_gate_exps->type, SHOAL_DTYPE_MXFP4);
+		ASSERT_EQ(L->ffn_up_exps->type, SHOAL_DTYPE_MXFP4);
+		ASSERT_EQ(L->ffn_down_exps->type, SHOAL_DTYPE_MXFP4);
+		ASSERT_EQ(L->wq->type, SHOAL_DTYPE_Q8_0);
+		ASSERT_EQ(L->wo->type, SHOAL_DTYPE_Q8_0);
+		ASSERT_EQ(L->ffn_gate_exps_b->type, SHOAL_DTYPE_F32);
+	}
+	shoal_model_free(m);
+	unlink(path);
+	const char *bdir = getenv("SHOAL_BUILDDIR");
+	char cmd[1024];
+	snprintf(cmd, sizeof cmd,
+	         "%s/tests/helpers/gen_fixture --arch llama --type Q8_0 --exp-type MXFP4 "
+	         "--layers 1 --dim 64 --ff 64 --heads 2 --vocab %d %s/dense.gguf 2>/dev/null",
+	         bdir ? bdir : ".", VOCAB, dir);
+	ASSERT_TRUE(system(cmd) != 0);
+}
+
 /* YaRN as gpt-oss's files give it (type, factor, original context, no log
  * multiplier): the rope's own mscale 1 + 0.1 ln(factor) on q and k, so the
  * scores by its square; the logits change from the first position on. */
@@ -550,6 +579,6 @@ static void test_modes(void)
 	rmdir(dir);
 }
 
-TEST_MAIN(TEST_CASE(test_load), TEST_CASE(test_bad_files), TEST_CASE(test_yarn),
-          TEST_CASE(test_backend_refused), TEST_CASE(test_scalar), TEST_CASE(test_vulkan),
-          TEST_CASE(test_modes))
+TEST_MAIN(TEST_CASE(test_load), TEST_CASE(test_bad_files), TEST_CASE(test_exp_type),
+          TEST_CASE(test_yarn), TEST_CASE(test_backend_refused), TEST_CASE(test_scalar),
+          TEST_CASE(test_vulkan), TEST_CASE(test_modes))

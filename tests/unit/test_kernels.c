@@ -733,6 +733,40 @@ static void test_kq_avx512_order(void)
 		TEST_SKIP("no AVX-512 table on this CPU");
 }
 
+/* The AVX-512 tables' gemv of the 32-element pair types (kernels_avx512.c
+ * k5_*_mm: the activations prepared per 128 pairs and 32 rows; and the
+ * AVX2 table's for Q5_1, k2_q5_1_mm, alike) against
+ * their gemm, which runs the rows path, bitwise, and the scalar table:
+ * rows past one pass of 32 (35), an odd block count past one prepared
+ * segment (259 blocks: 2 segments, a single last block) and one short of
+ * it (255). */
+static void test_pair_gemv_avx512(void)
+{
+	static const shoal_dtype types[] = {SHOAL_DTYPE_Q4_0, SHOAL_DTYPE_Q5_0, SHOAL_DTYPE_Q5_1,
+	                                    SHOAL_DTYPE_IQ4_NL, SHOAL_DTYPE_MXFP4};
+	static const int64_t ns[] = {259 * 32, 255 * 32};
+	int checked = 0;
+	for (int v = 0; v < 3; v++) {
+		const char *isa = v == 2 ? "avx2" : v ? "avx512bw" : "avx512";
+		const shoal_kernels *k = shoal_kernels_by_name(isa);
+		if (!k || strcmp(k->isa, isa))
+			continue;
+		for (size_t t = 0; t < sizeof types / sizeof types[0]; t++)
+			for (size_t a = 0; a < sizeof ns / sizeof ns[0]; a++) {
+				if (v == 2 && types[t] != SHOAL_DTYPE_Q5_1)
+					continue; /* AVX2 has this gemv for Q5_1 only */
+				case_data c;
+				case_make(&c, types[t], ns[a], 35, 2);
+				int bad = check_case(k, &c);
+				case_free(&c);
+				ASSERT_FALSE(bad);
+				checked++;
+			}
+	}
+	if (!checked)
+		TEST_SKIP("no AVX-512 or AVX2 table on this CPU");
+}
+
 static void test_best_table(void)
 {
 	const shoal_kernels *b = shoal_kernels_best();
@@ -1094,6 +1128,7 @@ int main(int argc, char **argv)
 	    TEST_CASE(test_softmax),
 	    TEST_CASE(test_q8_0_avx512_order),
 	    TEST_CASE(test_kq_avx512_order),
+	    TEST_CASE(test_pair_gemv_avx512),
 	    TEST_CASE(test_silu_mul),
 	    TEST_CASE(test_packed),
 	};
