@@ -316,6 +316,8 @@ static shoal_err send_prompt(shoal_dist_owner *o, owner_sess *ss, const int32_t 
 	for (; !e && (n = shoal_gen_seq_chunk(&ss->q, p0, o->cfg.max_rows)); p0 += n)
 		e = send_ids(o, ss->sid, prompt + p0, n, p0, why, why_len);
 	ss->t_sent = dist__now_ns();
+	if (!e) /* the drafter's own prompt work while the stages compute it */
+		shoal_draft_ctl_prepare(&ss->sp);
 	return e;
 }
 

@@ -112,6 +112,12 @@ void shoal_draft_ctl_token(shoal_draft_ctl *sp, int32_t id)
 		sp->hist[sp->n_hist++] = id;
 }
 
+void shoal_draft_ctl_prepare(shoal_draft_ctl *sp)
+{
+	if (sp->dr.ops && sp->dr.ops->prepare && sp->n_hist < sp->cap)
+		sp->dr.ops->prepare(sp->dr.self, sp->hist, sp->n_hist);
+}
+
 uint32_t shoal_draft_ctl_plan(shoal_draft_ctl *sp, uint32_t room, uint64_t t0)
 {
 	sp->n_draft = 0;

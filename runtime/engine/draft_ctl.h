@@ -51,6 +51,9 @@ shoal_err shoal_draft_ctl_init(shoal_draft_ctl *sp, shoal_drafter dr, uint32_t k
 void shoal_draft_ctl_fini(shoal_draft_ctl *sp);
 /* A token handed out (it joins the history the drafter reads). */
 void shoal_draft_ctl_token(shoal_draft_ctl *sp, int32_t id);
+/* The prompt is on its way: the drafter may take in the history now
+ * (draft.h's prepare), off the decode steps. */
+void shoal_draft_ctl_prepare(shoal_draft_ctl *sp);
 /* The drafts of the next step, at most room of them (the rows and
  * positions left): sp->n_draft, in sp->draft; t0 the step's start. */
 uint32_t shoal_draft_ctl_plan(shoal_draft_ctl *sp, uint32_t room, uint64_t t0);

@@ -223,7 +223,35 @@ static void test_stall_short_pause(void)
 	ASSERT_GT(st.drafted_steps, 60);
 }
 
+static size_t prepared_n;
+static void count_prepare(void *self, const int32_t *hist, size_t n)
+{
+	(void)self;
+	(void)hist;
+	prepared_n = n;
+}
+
+/* The prompt goes to the drafter's prepare before any step; a drafter
+ * without one (prompt lookup) is fine. */
+static void test_prepare_forwarded(void)
+{
+	static const int32_t prompt[5] = {1, 2, 3, 4, 5};
+	static const shoal_drafter_ops prep_ops = {
+	    .name = "prep", .propose = always_propose, .prepare = count_prepare};
+	shoal_draft_ctl sp;
+	ASSERT_EQ(shoal_draft_ctl_init(&sp, (shoal_drafter){&prep_ops, NULL}, 4, prompt, 5, 64),
+	          SHOAL_OK);
+	prepared_n = 0;
+	shoal_draft_ctl_prepare(&sp);
+	ASSERT_EQ(prepared_n, 5);
+	shoal_draft_ctl_fini(&sp);
+	ASSERT_EQ(shoal_draft_ctl_init(&sp, (shoal_drafter){&always_ops, NULL}, 4, prompt, 5, 64),
+	          SHOAL_OK);
+	shoal_draft_ctl_prepare(&sp); /* no prepare op: nothing */
+	shoal_draft_ctl_fini(&sp);
+}
+
 TEST_MAIN(TEST_CASE(test_slow_drafts_pause), TEST_CASE(test_mild_drafts_window),
           TEST_CASE(test_fast_drafts_go_on), TEST_CASE(test_poor_expensive_drafts),
           TEST_CASE(test_poor_cheap_drafts), TEST_CASE(test_good_drafts_pay),
-          TEST_CASE(test_stall_short_pause))
+          TEST_CASE(test_stall_short_pause), TEST_CASE(test_prepare_forwarded))
