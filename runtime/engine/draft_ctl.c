@@ -29,8 +29,13 @@
 /* Steps with drafts per judgement: few enough to react within a reply's
  * first 100 tokens, enough that one lucky step does not decide. */
 #define SPEC_WINDOW 12u
-/* Steps without drafts after a window that did not pay: first, at most. */
-#define SPEC_PAUSE     32u
+/* Steps without drafts after a window that did not pay: first, at most.
+ * 8 first: a cheap drafter's probe (prompt lookup: 2 steps of a row or
+ * two more) costs little, and a reply that starts unlike its prompt and
+ * then copies it (a passage to repeat) loses little speculation; an
+ * expensive drafter's pauses follow its loss (SPEC_LOSS_SHARE). With 32,
+ * spec_bench's repeat prompt kept ~10% fewer drafts. */
+#define SPEC_PAUSE     8u
 #define SPEC_PAUSE_MAX 1024u
 /* Below this acceptance a window never pays, whatever its timing. */
 #define SPEC_MIN_RATE 0.15

@@ -142,7 +142,7 @@ static void test_slow_drafts_pause(void)
 	/* 4 steps to time against, then 2 with drafts that lost more than a
 	 * step's time: judged then (it took 3 before) */
 	ASSERT_LE(st.first_pause, 4 + 1);
-	/* paused most of the time: a pause lasts 32 steps and more */
+	/* paused most of the time: pauses of 8 steps, doubling */
 	ASSERT_GT(st.plain_steps, 10 * st.drafted_steps);
 	ASSERT_EQ(freed, 1);
 }
