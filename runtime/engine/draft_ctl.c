@@ -10,9 +10,9 @@
  * time per token that drafted steps are held against. A window of steps
  * with drafts ends, and is judged, at the first of:
  *   1. its drafted steps so far kept nothing (SPEC_ZERO_STEPS of them);
- *   2. its tokens took more than SPEC_LOSS_MAX steps' time longer than
- *      the same tokens without drafts (an expensive drafter, or drafts
- *      that are rarely kept, stop after a step or two);
+ *   2. after SPEC_ZERO_STEPS steps or more, its tokens took more than
+ *      SPEC_LOSS_MAX steps' time longer than the same tokens without
+ *      drafts (an expensive drafter stops after its first two steps);
  *   3. SPEC_WINDOW steps: judged by time per token against the steps
  *      without drafts, and never paying below SPEC_MIN_RATE kept.
  * A window that did not pay pauses drafting for a number of steps that
