@@ -41,12 +41,13 @@ shoal_err shoal_runmsg_encode_req(uint64_t seq, const shoal_run_req *r, shoal_wi
 {
 	if (r->prompt_len > SHOAL_RUN_MAX_PROMPT || r->system_len > SHOAL_RUN_MAX_SYSTEM ||
 	    r->max_tokens > SHOAL_RUN_MAX_TOKENS || r->logprobs > SHOAL_RUN_MAX_LOGPROBS ||
-	    r->top_k > SHOAL_RUN_MAX_TOP_K)
+	    r->top_k > SHOAL_RUN_MAX_TOP_K || r->speculate_len > SHOAL_RUN_MAX_SPECULATE)
 		return SHOAL_ERR_RANGE;
 	msgpack_packer pk;
 	b->len = 0;
 	msgpack_packer_init(&pk, b, shoal_wire_buf_write);
-	int rc = runmsg_head(&pk, SHOAL_CTLMSG_RUN_REQ, seq, 9 + (r->chat ? 1 : 0) + !!r->system);
+	int rc = runmsg_head(&pk, SHOAL_CTLMSG_RUN_REQ, seq,
+	                     9 + (r->chat ? 1 : 0) + !!r->system + !!r->speculate);
 	rc |= runmsg_kstr(&pk, "prompt", r->prompt, r->prompt_len);
 	rc |= runmsg_key(&pk, "max_tokens") | msgpack_pack_uint32(&pk, r->max_tokens);
 	rc |= runmsg_key(&pk, "logprobs") | msgpack_pack_uint32(&pk, r->logprobs);
@@ -61,6 +62,8 @@ shoal_err shoal_runmsg_encode_req(uint64_t seq, const shoal_run_req *r, shoal_wi
 		rc |= runmsg_key(&pk, "chat") | msgpack_pack_true(&pk);
 	if (r->system)
 		rc |= runmsg_kstr(&pk, "system", r->system, r->system_len);
+	if (r->speculate)
+		rc |= runmsg_kstr(&pk, "speculate", r->speculate, r->speculate_len);
 	return rc ? SHOAL_ERR_NOMEM : SHOAL_OK;
 }
 
@@ -187,8 +190,8 @@ static int runmsg_is(const msgpack_object *k, const char *name)
 /* The fields of one type, in the order of its bit in the "seen" mask. */
 static const char *const runmsg_req_keys[] = {"prompt", "max_tokens", "logprobs", "temp",
                                               "top_k",  "top_p",      "min_p",    "repeat_penalty",
-                                              "seed",   "chat",       "system"};
-#define RUNMSG_REQ_NEEDED 9 /* the first nine; chat and system are optional */
+                                              "seed",   "chat",       "system",   "speculate"};
+#define RUNMSG_REQ_NEEDED 9 /* the first nine; chat, system, speculate are optional */
 static const char *const runmsg_tok_keys[] = {"id", "text", "logprob", "top_ids", "top_lps"};
 static const char *const runmsg_end_keys[] = {"err", "retry", "why", "text", "tokens"};
 
@@ -235,9 +238,15 @@ static shoal_err runmsg_req_field(int i, const msgpack_object *o, shoal_run_req 
 		return runmsg_uint(o, k, UINT64_MAX, &r->seed, why, why_len);
 	case 9:
 		return runmsg_bool(o, k, &r->chat, why, why_len);
-	default:
+	case 10:
 		return runmsg_str(o, k, SHOAL_RUN_MAX_SYSTEM, &r->system, &r->system_len, why,
 		                  why_len);
+	default:
+		e = runmsg_str(o, k, SHOAL_RUN_MAX_SPECULATE, &r->speculate, &r->speculate_len, why,
+		               why_len);
+		if (!e && !r->speculate_len)
+			return shoal_why(why, why_len, SHOAL_ERR_FORMAT, "\"%s\" is empty", k);
+		return e;
 	}
 }
 
@@ -313,7 +322,7 @@ static shoal_err runmsg_fields(const msgpack_object_map *map, shoal_runmsg *m, c
 	int nk, needed;
 	uint32_t n_ids = 0;
 	if (m->type == SHOAL_CTLMSG_RUN_REQ)
-		keys = runmsg_req_keys, nk = 11, needed = RUNMSG_REQ_NEEDED;
+		keys = runmsg_req_keys, nk = 12, needed = RUNMSG_REQ_NEEDED;
 	else if (m->type == SHOAL_CTLMSG_RUN_TOKEN)
 		keys = runmsg_tok_keys, nk = 5, needed = 5;
 	else

@@ -10,7 +10,9 @@
  *             top_k: uint, top_p: float, min_p: float,
  *             repeat_penalty: float, seed: uint,
  *             chat: bool (optional), system: str (optional; the owner
- *             renders its model's chat template, as local `shoal run --chat`)
+ *             renders its model's chat template, as local `shoal run --chat`),
+ *             speculate: str (optional; a `--speculate` name, the drafter of
+ *             this run, which the owner checks; absent: the owner's own)
  *   RUN_TOKEN id: int, text: str, logprob: float,
  *             top_ids: [int, ...], top_lps: [float, ...]  (one per token)
  *   RUN_END   err: uint (a shoal_err; 0: the run finished), retry: bool,
@@ -24,8 +26,9 @@
  * lep, rep, n, pad, json), which shoal_ctlmsg_decode reads for every type.
  *
  * Protocol invariants (the decoder checks 1-4):
- *  1. Every field of the type is present and typed, except chat and
- *     system; a value outside the run limits below is refused (RANGE).
+ *  1. Every field of the type is present and typed, except chat, system
+ *     and speculate; a value outside the run limits below is refused
+ *     (RANGE).
  *  2. top_ids and top_lps have the same length, at most
  *     SHOAL_RUN_MAX_LOGPROBS; texts and reasons fit their limits.
  *  3. err is a known shoal_err; why is not empty when err != 0.
@@ -63,6 +66,8 @@
  * reason is one log line. */
 #define SHOAL_RUN_MAX_TEXT 512u
 #define SHOAL_RUN_MAX_WHY  256u
+/* A speculate name's bytes at most: "lookup", the longest, is 6. */
+#define SHOAL_RUN_MAX_SPECULATE 16u
 /* Bytes that any RUN_TOKEN or RUN_END within the limits encodes into
  * (checked by tests/unit/test_runmsg): text 512 + 5, why 256 + 3,
  * 100 x (5 + 5) top pairs + 6, keys and envelope under 120. An owner
@@ -82,6 +87,8 @@ typedef struct shoal_run_req {
 	bool chat;
 	const char *system; /* NULL: none */
 	size_t system_len;
+	const char *speculate; /* NULL: the owner's --speculate */
+	size_t speculate_len;
 } shoal_run_req;
 
 typedef struct shoal_run_token {

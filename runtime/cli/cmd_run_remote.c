@@ -26,6 +26,7 @@
 #include "net/runmsg.h"
 #include "models/prompt.h"
 #include "runtime/cli/cli_impl.h"
+#include "runtime/engine/draft_kinds.h"
 #include "runtime/engine/generate.h"
 
 /* Silence allowed between two replies: the owner waits up to 20 s for a
@@ -45,7 +46,7 @@ void cli__run_remote_usage(FILE *f)
 	        "usage: shoal run --peer HOST[:PORT] [--key FILE | --insecure] -p TEXT [-n N]\n"
 	        "                 [--temp T] [--seed S] [--top-k K] [--top-p P] [--min-p P]\n"
 	        "                 [--repeat-penalty R] [--chat] [--system TEXT] [--ids]\n"
-	        "                 [--logprobs K] [--timeout-ms MS] [--stats]\n"
+	        "                 [--logprobs K] [--timeout-ms MS] [--stats] [--speculate MODE]\n"
 	        "Sends the prompt to that peer of a cluster (`shoal node --model`), which\n"
 	        "runs it through the plan and streams the tokens back. With --chat that\n"
 	        "peer formats the prompt with its model's chat template, as local\n"
@@ -55,13 +56,16 @@ void cli__run_remote_usage(FILE *f)
 	        "  --insecure             talk to a cluster that runs without a key\n"
 	        "  --timeout-ms MS        give up when no token came for MS (default %d)\n"
 	        "  --stats                the tokens and the longest pause between two of them\n"
-	        "                         (a cluster that re-plans mid-run pauses) on stderr\n",
+	        "                         (a cluster that re-plans mid-run pauses) on stderr\n"
+	        "  --speculate MODE       this run's drafter on the peer: off, auto, lookup,\n"
+	        "                         draft (the peer's --draft model), mtp (default: the\n"
+	        "                         peer's --speculate); the tokens are the same\n",
 	        SHOAL_RUN_REMOTE_TIMEOUT_MS);
 }
 
 int cli__run_remote(int argc, char **argv)
 {
-	const char *peer = NULL, *key_file = NULL, *prompt = NULL, *system = NULL;
+	const char *peer = NULL, *key_file = NULL, *prompt = NULL, *system = NULL, *spec = NULL;
 	bool insecure = false, ids = false, seed_given = false, chat = false, stats = false;
 	double n = SHOAL_RUN_DEFAULT_TOKENS, temp = 0.8, seed = 0, top_k = 40, top_p = 0.95,
 	       min_p = 0.05, rp = 1.0, lp = 0, tmo = SHOAL_RUN_REMOTE_TIMEOUT_MS, ignored;
@@ -96,7 +100,15 @@ int cli__run_remote(int argc, char **argv)
 			prompt = val;
 		else if (!strcmp(a, "--system"))
 			system = val;
-		else if (!strcmp(a, "-n"))
+		else if (!strcmp(a, "--speculate")) {
+			char sw[SHOAL_WHY_LEN];
+			shoal_speculate_kind kind;
+			if (shoal_speculate_parse(val, &kind, sw, sizeof sw)) {
+				fprintf(stderr, "shoal run: %s\n", sw);
+				return 2;
+			}
+			spec = val; /* the peer says whether it offers that kind */
+		} else if (!strcmp(a, "-n"))
 			num = &n, lo = 0, hi = SHOAL_RUN_MAX_TOKENS;
 		else if (!strcmp(a, "--temp"))
 			num = &temp, lo = 0, hi = 1e6;
@@ -170,7 +182,9 @@ int cli__run_remote(int argc, char **argv)
 	                     .seed = (uint64_t)seed,
 	                     .chat = chat,
 	                     .system = system,
-	                     .system_len = system ? strlen(system) : 0};
+	                     .system_len = system ? strlen(system) : 0,
+	                     .speculate = spec,
+	                     .speculate_len = spec ? strlen(spec) : 0};
 	shoal_err e = shoal_ctl_client_new(ep, keys, &cl, why, sizeof why);
 	if (!e && (e = shoal_runmsg_encode_req(seq, &req, &buf)))
 		snprintf(why, sizeof why, "cannot encode the request: %s", shoal_strerror(e));

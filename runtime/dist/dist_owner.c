@@ -168,6 +168,7 @@ static uint32_t plan_step(shoal_dist_owner *o, owner_sess *ss, uint32_t n, uint3
 	uint64_t t0 = dist__now_ns();
 	uint32_t nd = shoal_draft_ctl_plan(&ss->sp, left, t0);
 	ss->draft_ns = dist__now_ns() - t0; /* the step's time counts it */
+	shoal_draft_ctl_planned(&ss->sp, t0 + ss->draft_ns);
 	ss->planned = ss->sp.dr.ops != NULL;
 	ss->v_lo = pos;
 	ss->v_hi = pos + nd;
@@ -315,6 +316,8 @@ static shoal_err send_prompt(shoal_dist_owner *o, owner_sess *ss, const int32_t 
 	for (; !e && (n = shoal_gen_seq_chunk(&ss->q, p0, o->cfg.max_rows)); p0 += n)
 		e = send_ids(o, ss->sid, prompt + p0, n, p0, why, why_len);
 	ss->t_sent = dist__now_ns();
+	if (!e) /* the drafter's own prompt work while the stages compute it */
+		shoal_draft_ctl_prepare(&ss->sp);
 	return e;
 }
 

@@ -27,6 +27,11 @@ typedef struct shoal_drafter_ops {
 	/* Of the last proposal of `proposed` ids, the first `accepted` were
 	 * kept (the stream's history then grows by accepted + 1). */
 	void (*feedback)(void *self, size_t proposed, size_t accepted);
+	/* Optional (NULL: nothing to do): the stream's history hist[0..n)
+	 * before its first proposal, given while the target computes the
+	 * prompt, so that a drafter with state of its own (a draft model's
+	 * KV of the prompt) takes it in then, not in a decode step. */
+	void (*prepare)(void *self, const int32_t *hist, size_t n);
 	void (*free)(void *self);
 } shoal_drafter_ops;
 

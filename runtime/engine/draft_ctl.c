@@ -6,16 +6,20 @@
  * the last stage keeps nothing of a draft but its own choices. So the
  * only question here is whether drafting pays. The draft length follows
  * the last step (longer after a step that kept every draft, one past the
- * kept ones after a miss). Every SPEC_WINDOW steps with drafts
- * are judged: against the time per token of the session's steps without
- * drafts (steps where the drafter had no guess, or, for a drafter that
- * always guesses, a few taken without drafts for this), or by their
- * acceptance alone where it is too low to pay (a window whose tokens take
- * 1.5 times as long as without drafts after 3 steps is judged then); a
- * window that did not pay pauses
- * drafting for a number of steps that doubles with each pause in a row,
- * so a session whose drafts are poor runs as without a drafter but for
- * one window now and then.
+ * kept ones after a miss). A stream's first steps go without drafts: the
+ * time per token that drafted steps are held against. A window of steps
+ * with drafts ends, and is judged, at the first of:
+ *   1. its drafted steps so far kept nothing (SPEC_ZERO_STEPS of them);
+ *   2. after SPEC_ZERO_STEPS steps or more, its tokens took more than
+ *      SPEC_LOSS_MAX steps' time longer than the same tokens without
+ *      drafts (an expensive drafter stops after its first two steps);
+ *   3. SPEC_WINDOW steps: judged by time per token against the steps
+ *      without drafts, and never paying below SPEC_MIN_RATE kept.
+ * A window that did not pay pauses drafting for a number of steps that
+ * doubles with each such window in a row and is at least what keeps the
+ * window's lost time under SPEC_LOSS_SHARE of the pause's, so a session
+ * whose drafts are poor runs as without a drafter but for a short probe
+ * now and then, however costly its drafter's steps.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -25,8 +29,13 @@
 /* Steps with drafts per judgement: few enough to react within a reply's
  * first 100 tokens, enough that one lucky step does not decide. */
 #define SPEC_WINDOW 12u
-/* Steps without drafts after a window that did not pay: first, at most. */
-#define SPEC_PAUSE     32u
+/* Steps without drafts after a window that did not pay: first, at most.
+ * 8 first: a cheap drafter's probe (prompt lookup: 2 steps of a row or
+ * two more) costs little, and a reply that starts unlike its prompt and
+ * then copies it (a passage to repeat) loses little speculation; an
+ * expensive drafter's pauses follow its loss (SPEC_LOSS_SHARE). With 32,
+ * spec_bench's repeat prompt kept ~10% fewer drafts. */
+#define SPEC_PAUSE     8u
 #define SPEC_PAUSE_MAX 1024u
 /* Below this acceptance a window never pays, whatever its timing. */
 #define SPEC_MIN_RATE 0.15
@@ -37,10 +46,30 @@
  * save (a draft model nearly as slow as the target) is judged by time
  * like any other. */
 #define SPEC_PLAIN_MIN 4u
-/* A window judged before its end: after this many steps with drafts, when
- * its time per token is this many times that without drafts. */
-#define SPEC_EARLY_STEPS  3u
-#define SPEC_EARLY_SLOWER 1.5
+/* Rule 1: drafted steps in a row that kept nothing end a window. Two: the
+ * first step drafts SPEC_K_FIRST ids and the next one after a miss, so a
+ * drafter keeping 60% fails both 16% of the time (and then only pauses),
+ * one keeping under 20% two times in three. */
+#define SPEC_ZERO_STEPS 2u
+/* Rule 2: a window's lost time, in steps without drafts, that ends it
+ * after SPEC_ZERO_STEPS steps or more. One step: a draft model about as
+ * slow as the target (any draft with the vocabulary of a small model whose
+ * head is most of its weights) loses more than that in its first step of 2
+ * drafts unless both are kept, while a window that pays gains from its
+ * first steps on. Not after one step: a stream's first step with drafts
+ * may stall (the first multi-row run of an engine took 20 ms against
+ * 0.7 ms a step on the bundled dense model). */
+#define SPEC_LOSS_MAX 1.0
+/* A pause after a window whose every step lost time is at least that loss
+ * (the least step's times the steps: one stall does not count), or the
+ * window's time spent drafting if less (prompt lookup's is a few us: its
+ * lost time is its rows', and noise), over SPEC_LOSS_SHARE: probes of an
+ * expensive drafter that never pays cost 2% of the stream. */
+#define SPEC_LOSS_SHARE 0.02
+/* The draft length of a window's first step: short, since what it costs is
+ * unknown (a draft model's step grows with it); +2 a step while every draft
+ * is kept reaches 8 in 3 steps. */
+#define SPEC_K_FIRST 2u
 /* History the drafter reads at most past the prompt. */
 #define SPEC_HIST_MAX 65536u
 
@@ -65,8 +94,9 @@ shoal_err shoal_draft_ctl_init(shoal_draft_ctl *sp, shoal_drafter dr, uint32_t k
 	sp->kmax = kmax ? kmax : SHOAL_DRAFT_DEFAULT;
 	if (sp->kmax > SHOAL_DRAFT_MAX)
 		sp->kmax = SHOAL_DRAFT_MAX;
-	sp->k = sp->kmax < 4 ? sp->kmax : 4;
+	sp->k = sp->kmax < SPEC_K_FIRST ? sp->kmax : SPEC_K_FIRST;
 	sp->backoff = SPEC_PAUSE;
+	sp->win_min_loss = INT64_MAX;
 	/* the first steps go without drafts: the time the first window is
 	 * judged against, so that an expensive drafter stops early */
 	sp->pause = SPEC_PLAIN_MIN;
@@ -87,6 +117,12 @@ void shoal_draft_ctl_token(shoal_draft_ctl *sp, int32_t id)
 		sp->hist[sp->n_hist++] = id;
 }
 
+void shoal_draft_ctl_prepare(shoal_draft_ctl *sp)
+{
+	if (sp->dr.ops && sp->dr.ops->prepare && sp->n_hist < sp->cap)
+		sp->dr.ops->prepare(sp->dr.self, sp->hist, sp->n_hist);
+}
+
 uint32_t shoal_draft_ctl_plan(shoal_draft_ctl *sp, uint32_t room, uint64_t t0)
 {
 	sp->n_draft = 0;
@@ -105,6 +141,27 @@ uint32_t shoal_draft_ctl_plan(shoal_draft_ctl *sp, uint32_t room, uint64_t t0)
 	return sp->n_draft;
 }
 
+void shoal_draft_ctl_planned(shoal_draft_ctl *sp, uint64_t now)
+{
+	if (sp->n_draft && now > sp->t0)
+		sp->win_draft_ns += now - sp->t0;
+}
+
+/* Time per token without drafts, in ns (0: not known yet). */
+static double plain_per_token(const shoal_draft_ctl *sp)
+{
+	return sp->plain_steps >= SPEC_PLAIN_MIN ? (double)sp->plain_ns / (double)sp->plain_steps
+	                                         : 0.0;
+}
+
+/* The window's time beyond its tokens' without drafts, in ns (negative:
+ * it gained; 0 where there is nothing to time it against). */
+static double window_loss(const shoal_draft_ctl *sp)
+{
+	double plain = plain_per_token(sp);
+	return plain > 0 ? (double)sp->win_ns - plain * (double)sp->win_tokens : 0.0;
+}
+
 /* Whether the window's drafts paid. */
 static bool window_paid(const shoal_draft_ctl *sp)
 {
@@ -113,9 +170,27 @@ static bool window_paid(const shoal_draft_ctl *sp)
 		return false;
 	/* time per token, with drafts and without (shoal_draft_ctl_done
 	 * takes steps without drafts before a window is judged) */
-	return sp->plain_steps >= SPEC_PLAIN_MIN &&
-	       (double)sp->win_ns / (double)sp->win_tokens <
-	           (double)sp->plain_ns / (double)sp->plain_steps;
+	return plain_per_token(sp) > 0 && window_loss(sp) < 0;
+}
+
+/* Why the window ends after this step: 0 it goes on, 1 nothing kept in
+ * a row, 2 time lost, 3 its length (the numbers of the rules above). */
+static int window_end(const shoal_draft_ctl *sp)
+{
+	if (!sp->win_kept && sp->win_steps >= SPEC_ZERO_STEPS)
+		return 1;
+	double plain = plain_per_token(sp);
+	if (plain > 0 && sp->win_steps >= SPEC_ZERO_STEPS &&
+	    window_loss(sp) > SPEC_LOSS_MAX * plain)
+		return 2;
+	return sp->win_steps >= SPEC_WINDOW ? 3 : 0;
+}
+
+static void window_reset(shoal_draft_ctl *sp)
+{
+	sp->win_steps = sp->win_drafted = sp->win_kept = 0;
+	sp->win_ns = sp->win_tokens = sp->win_draft_ns = 0;
+	sp->win_min_loss = INT64_MAX;
 }
 
 bool shoal_draft_ctl_done(shoal_draft_ctl *sp, uint32_t kept, uint64_t now)
@@ -146,31 +221,40 @@ bool shoal_draft_ctl_done(shoal_draft_ctl *sp, uint32_t kept, uint64_t now)
 	sp->win_ns += dt;
 	sp->win_tokens += kept + 1;
 	sp->n_draft = 0;
-	/* a window whose tokens already take far longer than without drafts
-	 * (an expensive drafter) is judged at once, not after SPEC_WINDOW */
-	bool slow = sp->win_steps >= SPEC_EARLY_STEPS && sp->plain_steps >= SPEC_PLAIN_MIN &&
-	            (double)sp->win_ns * (double)sp->plain_steps >
-	                SPEC_EARLY_SLOWER * (double)sp->plain_ns * (double)sp->win_tokens;
-	if (sp->win_steps < SPEC_WINDOW && !slow)
+	double plain = plain_per_token(sp);
+	if (plain > 0) {
+		double l = (double)dt - plain * (double)(kept + 1);
+		if (l < (double)sp->win_min_loss)
+			sp->win_min_loss = (int64_t)l;
+	}
+	int end = window_end(sp);
+	if (!end)
 		return false;
-	if (sp->plain_steps < SPEC_PLAIN_MIN &&
+	if (end == 3 && sp->plain_steps < SPEC_PLAIN_MIN &&
 	    (double)sp->win_kept >= SPEC_MIN_RATE * (double)sp->win_drafted) {
 		/* nothing to time it against: a few steps without drafts
 		 * first (not a pause: the next window is judged by time) */
 		sp->pause = SPEC_PLAIN_MIN - (uint32_t)sp->plain_steps;
-		sp->win_steps = sp->win_drafted = sp->win_kept = 0;
-		sp->win_ns = sp->win_tokens = 0;
+		window_reset(sp);
 		return false;
 	}
-	bool paid = window_paid(sp);
-	sp->win_steps = sp->win_drafted = sp->win_kept = 0;
-	sp->win_ns = sp->win_tokens = 0;
+	bool paid = end == 3 && window_paid(sp);
+	double loss = plain > 0 && sp->win_min_loss != INT64_MAX
+	                  ? (double)sp->win_min_loss * (double)sp->win_steps
+	                  : 0.0;
+	if (loss > (double)sp->win_draft_ns)
+		loss = (double)sp->win_draft_ns;
+	window_reset(sp);
 	if (paid) {
 		sp->backoff = SPEC_PAUSE;
 		return false;
 	}
-	sp->pause = sp->backoff;
+	/* the pause: the backoff, or longer where the window lost more */
+	double need = plain > 0 && loss > 0 ? loss / (SPEC_LOSS_SHARE * plain) : 0.0;
+	sp->pause = need > (double)sp->backoff
+	                ? (need < (double)SPEC_PAUSE_MAX ? (uint32_t)need : SPEC_PAUSE_MAX)
+	                : sp->backoff;
 	sp->backoff = sp->backoff * 2 < SPEC_PAUSE_MAX ? sp->backoff * 2 : SPEC_PAUSE_MAX;
-	sp->k = sp->kmax < 2 ? sp->kmax : 2;
+	sp->k = sp->kmax < SPEC_K_FIRST ? sp->kmax : SPEC_K_FIRST;
 	return true;
 }

@@ -36,6 +36,8 @@ typedef struct shoal_draft_ctl {
 	 * window whose drafts did not pay (steps left, and the next length) */
 	uint32_t win_steps, win_drafted, win_kept;
 	uint64_t win_ns, win_tokens;    /* the window's step time and tokens */
+	int64_t win_min_loss;           /* its least step time beyond the tokens' plain, ns */
+	uint64_t win_draft_ns;          /* its time spent proposing */
 	uint64_t plain_ns, plain_steps; /* steps without drafts: time, count */
 	uint32_t pause, backoff;
 	uint64_t t0; /* when the step in flight went out */
@@ -49,9 +51,16 @@ shoal_err shoal_draft_ctl_init(shoal_draft_ctl *sp, shoal_drafter dr, uint32_t k
 void shoal_draft_ctl_fini(shoal_draft_ctl *sp);
 /* A token handed out (it joins the history the drafter reads). */
 void shoal_draft_ctl_token(shoal_draft_ctl *sp, int32_t id);
+/* The prompt is on its way: the drafter may take in the history now
+ * (draft.h's prepare), off the decode steps. */
+void shoal_draft_ctl_prepare(shoal_draft_ctl *sp);
 /* The drafts of the next step, at most room of them (the rows and
  * positions left): sp->n_draft, in sp->draft; t0 the step's start. */
 uint32_t shoal_draft_ctl_plan(shoal_draft_ctl *sp, uint32_t room, uint64_t t0);
+/* The drafter's proposal of the step in flight ended at now: the time it
+ * took (from shoal_draft_ctl_plan's t0) tells an expensive drafter from the
+ * noise of a cheap one's rows. Optional. */
+void shoal_draft_ctl_planned(shoal_draft_ctl *sp, uint64_t now);
 /* The step in flight ended at now with `kept` drafts kept: the drafter
  * hears, the length adapts. true: drafting pauses from here (it did not
  * pay). */

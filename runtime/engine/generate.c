@@ -266,6 +266,7 @@ static shoal_err gen_feed(shoal_gen *g, gen_dec *d, shoal_draft_ctl *dc, uint64_
 	if (g->n_ctx - 1 - pos < room)
 		room = g->n_ctx - 1 - pos;
 	*nd = shoal_draft_ctl_plan(dc, room, t0);
+	shoal_draft_ctl_planned(dc, shoal_clock_monotonic_ns());
 	g->rows_tok[0] = d->t.id;
 	for (uint32_t j = 0; j <= *nd; j++) {
 		if (j)

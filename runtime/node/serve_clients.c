@@ -100,6 +100,24 @@ void shoal_serve_run_request(shoal_serve *cl, const shoal_ctl_route *from, const
 		          "bad request: a sampler parameter is out of range", NULL, 0);
 		goto out;
 	}
+	/* speculate: a kind this node offers (as the API's field), or its own */
+	int spec = -1;
+	if (q->speculate) {
+		char name[SHOAL_RUN_MAX_SPECULATE + 1];
+		shoal_speculate_kind kind;
+		memcpy(name, q->speculate, q->speculate_len); /* the decoder checked its length */
+		name[q->speculate_len] = '\0';
+		e = shoal_speculate_parse(name, &kind, why, sizeof why);
+		if (!e)
+			e = serve__spec_check(cl, kind, why, sizeof why);
+		if (e) {
+			char w[SHOAL_WHY_WRAP_LEN];
+			snprintf(w, sizeof w, "bad request: speculate: %s", why);
+			serve_end(cl, from, seq, e, false, w, NULL, 0);
+			goto out;
+		}
+		spec = (int)kind;
+	}
 	bool chat = q->chat;
 	why[0] = '\0';
 	e = shoal_prompt_ids(cl->model, cl->tok, prompt, chat, system, &ids, &n_ids, why,
@@ -129,7 +147,7 @@ void shoal_serve_run_request(shoal_serve *cl, const shoal_ctl_route *from, const
 	/* without --logprobs the client shows no logprob: the last stage
 	 * skips the log-sum-exp over the vocabulary (~15 % of a small
 	 * model's token) */
-	e = serve__queue(cl, &ids, n_ids, (uint32_t)n, (uint32_t)k, k == 0, false, -1, &sp, from,
+	e = serve__queue(cl, &ids, n_ids, (uint32_t)n, (uint32_t)k, k == 0, false, spec, &sp, from,
 	                 seq, NULL, &slot, why, sizeof why);
 	if (e)
 		serve_end(cl, from, seq, e, e == SHOAL_ERR_BUSY, why, NULL, 0);

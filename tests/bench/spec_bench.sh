@@ -32,21 +32,41 @@
 # without speculation are compared: they must be the same.
 # Env: SHOAL_DATA, RUNS (default 3), N1 (16), N2 (256), THREADS (1),
 # DRAFT_TYPE (Q4_0), DRAFT_LAYERS (all; the embedding and the tied head
-# are 8.2 M of the 12.9 M weights, so fewer layers save little here).
+# are 8.2 M of the 12.9 M weights, so fewer layers save little here),
+# MODEL (austen, or fixture: the 1.17 GB Llama-shaped Q8_0 fixture of
+# tests/bench/decode_bound.sh, SHOAL_BENCH_FIXTURE, made if missing; random
+# weights, so the draft is a DRAFT_TYPE copy of the fixture itself and the
+# repeat prompt is its first sentence twice; N1 2 and N2 34 by default,
+# --ctx 512 --sessions 2, 3 stages at --mem-limit 460M: 8 layers and the
+# embedding are 444 MB, and 2 x 460M cannot hold the model).
 set -u
 SHOAL_BUILDDIR=${1:-${SHOAL_BUILDDIR:-.}}
 . "$(dirname "$0")/../sh/lib.sh"
 DENSE=$DATA/models/austen-dense-q8_0.gguf
+SRC_F32=$DATA/models/austen-dense-f32.gguf
 RUNS=${RUNS:-3}
+LIM3=11M
+NODE_X=()
+if [ "${MODEL:-austen}" = fixture ]; then
+	DENSE=${SHOAL_BENCH_FIXTURE:-/tmp/shoal-bench/llama-1b-q8_0.gguf}
+	bench_fixture "$DENSE"
+	SRC_F32=$DENSE # its weights are Q8_0 already: the draft is a copy of it
+	LIM3=460M
+	NODE_X=(--sessions 2)
+	N1=${N1:-2}
+	N2=${N2:-34}
+fi
 N1=${N1:-16}
 N2=${N2:-256}
 P="It is a truth universally acknowledged, that a single man in possession of a good fortune, must be in want of a wife. However little known the feelings or views of such a man may be on his first entering a neighbourhood, this truth is so well fixed in the minds of the surrounding families, that he is considered as the rightful property of some one or other of their daughters."
 REPEAT="$P $P It is a truth universally"
+[ "${MODEL:-austen}" = fixture ] &&
+	REPEAT="${P%%wife.*}wife. ${P%%wife.*}wife. It is a truth universally"
 POOR="Mr. Darcy walked"
 [ -x "$B" ] || fail "$B not found (give the build directory)"
 [ -f "$DENSE" ] || fail "$DENSE not found (set SHOAL_DATA)"
 DRAFT=$T/draft.gguf
-"$BD/tests/helpers/requant" "$DATA/models/austen-dense-f32.gguf" "$DRAFT" --type "${DRAFT_TYPE:-Q4_0}" \
+"$BD/tests/helpers/requant" "$SRC_F32" "$DRAFT" --type "${DRAFT_TYPE:-Q4_0}" \
 	${DRAFT_LAYERS:+--layers "$DRAFT_LAYERS"} >/dev/null || fail "requant: no draft model"
 
 # ---- clusters: c1s c1d c1p (1 peer), c3s c3d c3p (3 peers); s drafts by
@@ -60,20 +80,20 @@ for c in "${CL[@]}"; do
 	[ "${c:2:1}" = s ] && spec=(--speculate lookup)
 	[ "${c:2:1}" = d ] && spec=(--speculate draft --draft "$DRAFT")
 	lim=()
-	[ "$k" = 3 ] && lim=(--mem-limit 11M)
+	[ "$k" = 3 ] && lim=(--mem-limit "$LIM3")
 	KEY=$T/k$c start "${c}n1" "$DENSE" --cluster "sb$c" --ctx 512 "${lim[@]}" "${spec[@]}" \
-		--threads "${THREADS:-1}"
+		--threads "${THREADS:-1}" "${NODE_X[@]}"
 	seed=$(ep "${c}n1")
 	for i in $(seq 2 "$k"); do
 		KEY=$T/k$c start "${c}n$i" "$DENSE" --cluster "sb$c" --ctx 512 "${lim[@]}" "${spec[@]}" \
-			--threads "${THREADS:-1}" --peer "$seed"
+			--threads "${THREADS:-1}" "${NODE_X[@]}" --peer "$seed"
 	done
 done
 for c in "${CL[@]}"; do
 	k=${c:1:1}
 	names=()
 	for i in $(seq "$k"); do names+=("${c}n$i"); done
-	KEY=$T/k$c wait_for 120 servable_all "$k" "${names[@]}" || fail "$c: no $k-stage plan"
+	KEY=$T/k$c wait_for 300 servable_all "$k" "${names[@]}" || fail "$c: no $k-stage plan"
 	OWN[$c]=$("$PC" "$T/st-${c}n1.json" stage 0)
 	EP0[$c]=$(ep "${OWN[$c]}")
 done
@@ -107,6 +127,7 @@ s = o.get("spec", {"drafted": 0, "accepted": 0})
 print(o["tokens"], o["steps"], o["step_ns"], s["drafted"], s["accepted"])' "$T/st-${OWN[$1]}.json"
 }
 
+echo "${MODEL:-austen}: clusters up; load average $(cut -d' ' -f1-3 /proc/loadavg)"
 declare -A US C0
 for prompt in repeat poor; do
 	for c in "${CL[@]}"; do
@@ -148,4 +169,5 @@ for prompt in repeat poor; do
 	done
 done
 echo "(goals: lookup: repeat >= 1.8x; a draft model keeping >= 60%: >= 1.4x; a drafter keeping"
-echo " < 20%: >= 0.95x; RUNS=$RUNS rounds, tokens $N1..$N2, medians; draft: ${DRAFT_TYPE:-Q4_0}, ${DRAFT_LAYERS:-all} layers)"
+echo " < 20%: >= 0.95x; ${MODEL:-austen}, RUNS=$RUNS rounds, tokens $N1..$N2, medians; draft: ${DRAFT_TYPE:-Q4_0}, ${DRAFT_LAYERS:-all} layers;"
+echo " load average $(cut -d' ' -f1-3 /proc/loadavg))"

@@ -16,6 +16,10 @@
 #  4. The API's "speculate": a bad value and a kind the node does not
 #     offer get a 400 naming the field; "off" drafts nothing, "draft"
 #     and "lookup" draft, and all replies equal.
+#  5. `shoal run --peer --speculate`: a bad name is refused by the
+#     client, "draft" by a peer without a draft model (with its reason);
+#     "lookup" drafts on a peer without --speculate and "off" drafts
+#     nothing on one with a draft model, the ids those of a local run.
 set -u
 . "$(dirname "$0")/lib.sh"
 DENSE=$DATA/models/austen-dense-q8_0.gguf
@@ -160,3 +164,26 @@ read -r D1 _ <<<"$(spec_counts p3)"
 same "API reply through p3 with speculate lookup" "$T/a-k" "$T/a-ref"
 [ "$D1" -gt "$D0" ] || fail "p3: speculate lookup drafted nothing ($D0 -> $D1)"
 echo "API: speculate bad/draft-less/mtp are 400s; off, draft, lookup and absent give the same reply"
+
+# 5. shoal run --peer --speculate: this run's drafter on the owner
+"$B" run --peer "$(ep p3)" --key "$KEY" -p "$X" -n 8 --speculate bogus >"$T/rb.out" 2>&1 &&
+	fail "run --peer --speculate bogus accepted"
+grep -q "lookup" "$T/rb.out" || fail "--speculate bogus: no names: $(cat "$T/rb.out")"
+"$B" run --peer "$(ep p3)" --key "$KEY" -p "$X" -n 8 --speculate draft >"$T/rb.out" 2>&1 &&
+	fail "run --peer --speculate draft accepted by a peer without a draft model"
+grep -q "speculate.*no draft model" "$T/rb.out" ||
+	fail "--speculate draft on p3: no reason: $(cat "$T/rb.out")"
+read -r D0 _ <<<"$(spec_counts p3)"
+"$B" run --peer "$(ep p3)" --key "$KEY" -p "$X" -n 64 --ids --temp 0 --speculate lookup \
+	>"$T/rl" 2>"$T/rl.err" || fail "run via p3 with --speculate lookup: $(cat "$T/rl.err")"
+same "greedy ids via p3 with --speculate lookup" "$T/rl" "$T/l-greedy"
+read -r D1 _ <<<"$(spec_counts p3)"
+[ "$D1" -gt "$D0" ] || fail "p3: run --speculate lookup drafted nothing ($D0 -> $D1)"
+DL=$((D1 - D0))
+read -r D0 _ <<<"$(spec_counts p1)"
+"$B" run --peer "$(ep p1)" --key "$KEY" -p "$X" -n 64 --ids --temp 0 --speculate off \
+	>"$T/ro" 2>"$T/ro.err" || fail "run via p1 with --speculate off: $(cat "$T/ro.err")"
+same "greedy ids via p1 with --speculate off" "$T/ro" "$T/l-greedy"
+read -r D1 _ <<<"$(spec_counts p1)"
+[ "$D1" = "$D0" ] || fail "p1: run --speculate off drafted ($D0 -> $D1)"
+echo "run --peer --speculate: bogus and draft-less refused; lookup via p3 drafted $DL, off via p1 none; ids exact"

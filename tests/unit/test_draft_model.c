@@ -167,6 +167,18 @@ static void check_draft(const char *path)
 	ASSERT_EQ(d2.ops->propose(d2.self, hist, n, fresh, K), K);
 	ASSERT_MEM_EQ(got, fresh, sizeof got);
 	d2.ops->free(d2.self);
+	/* a drafter that took the prompt in first (prepare, while the target
+	 * computes it) proposes what a fresh one does, for the prompt and for
+	 * a longer history */
+	ASSERT_EQ(shoal_draft_model_drafter(dm, &d2, why, sizeof why), SHOAL_OK);
+	ASSERT_TRUE(d2.ops->prepare != NULL);
+	d2.ops->prepare(d2.self, hist, n - 3);
+	d2.ops->prepare(d2.self, hist, 0);  /* nothing to take in: a no-op */
+	d2.ops->prepare(d2.self, hist, 65); /* past the context: ignored */
+	d2.ops->prepare(d2.self, hist, n - 3);
+	ASSERT_EQ(d2.ops->propose(d2.self, hist, n, fresh, K), K);
+	ASSERT_MEM_EQ(got, fresh, sizeof got);
+	d2.ops->free(d2.self);
 	/* all accepted, plus the next */
 	d.ops->feedback(d.self, K, K);
 	memcpy(hist + n, got, K * sizeof *got);

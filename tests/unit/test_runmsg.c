@@ -54,6 +54,25 @@ static void test_req_round_trip(void)
 	ASSERT_EQ(shoal_runmsg_decode(b.data, b.len, &m, why, sizeof why), SHOAL_OK);
 	ASSERT_FALSE(m.req.chat);
 	ASSERT_TRUE(m.req.system == NULL);
+	ASSERT_TRUE(m.req.speculate == NULL); /* absent: the owner's own */
+	/* speculate: a name, carried as is (the owner parses it) */
+	r.speculate = "lookup";
+	r.speculate_len = 6;
+	ASSERT_EQ(shoal_runmsg_encode_req(8, &r, &b), SHOAL_OK);
+	ASSERT_EQ(shoal_runmsg_decode(b.data, b.len, &m, why, sizeof why), SHOAL_OK);
+	ASSERT_EQ(m.req.speculate_len, 6);
+	ASSERT_TRUE(m.req.speculate && !memcmp(m.req.speculate, "lookup", 6));
+	/* an empty one is refused with a reason, a long one not sent */
+	r.speculate_len = 0;
+	ASSERT_EQ(shoal_runmsg_encode_req(8, &r, &b), SHOAL_OK);
+	why[0] = '\0';
+	ASSERT_EQ(shoal_runmsg_decode(b.data, b.len, &m, why, sizeof why), SHOAL_ERR_FORMAT);
+	ASSERT_TRUE(strstr(why, "speculate") != NULL);
+	r.speculate = "a-name-longer-than-16";
+	r.speculate_len = strlen(r.speculate);
+	ASSERT_EQ(shoal_runmsg_encode_req(8, &r, &b), SHOAL_ERR_RANGE);
+	r.speculate = NULL;
+	r.speculate_len = 0;
 	/* outside the limits: the encoder refuses (a caller bug made visible) */
 	r.logprobs = SHOAL_RUN_MAX_LOGPROBS + 1;
 	ASSERT_EQ(shoal_runmsg_encode_req(9, &r, &b), SHOAL_ERR_RANGE);
