@@ -34,7 +34,6 @@ command -v curl >/dev/null || skip "curl is not installed"
 python3 -c 'import jsonschema' 2>/dev/null || skip "python3-jsonschema is not installed (./bootstrap installs it)"
 "$B" --version | grep -q 'test hooks: yes' || skip "shoal was built without --enable-test-hooks"
 "$B" key new "$KEY" >/dev/null || fail "shoal key new"
-jget() { python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print(eval(sys.argv[2], {"d": d}))' "$@"; }
 post() { # post URL OUT BODY: status into $CODE
 	CODE=$(curl -s -o "$2" -w '%{http_code}' -H 'Content-Type: application/json' -d "$3" \
 		"$1/v1/chat/completions")

@@ -45,7 +45,6 @@ MODEL=austen-dense-q8_0
 ORIGIN=http://localhost:5173
 REPLY=$'I shall ask.\n<tool_call>\n{"name": "get_weather", "arguments": {"city": "Bath", "days": 2, "note": "caf\u00e9 \\"x\\""}}\n</tool_call>'
 
-jget() { python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print(eval(sys.argv[2], {"d": d}))' "$@"; }
 # post URL OUT BODY [curl args]: status into $CODE, headers into OUT.h
 post() {
 	local u=$1 out=$2 body=$3

@@ -94,6 +94,15 @@ ep() { # ep NAME: the control endpoint HOST:PORT of a started node (waits up to 
 	done
 	fail "node $1 did not start"
 }
+jget() { # jget FILE EXPR: EXPR of the JSON in FILE, as d (python3)
+	python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print(eval(sys.argv[2], {"d": d}))' "$@"
+}
+api_post() { # api_post OUT PORT PATH BODY: POST a JSON body to a node's API; fail unless 200
+	local code
+	code=$(curl -s -o "$1" -w '%{http_code}' -H 'Content-Type: application/json' \
+		"http://127.0.0.1:$2$3" -d "$4")
+	[ "$code" = 200 ] || fail "POST $3 on port $2: $code $(head -c 300 "$1")"
+}
 api_port() { # api_port NAME: the port a started node's HTTP API listens on (from its log)
 	local _ p
 	for _ in $(seq 100); do

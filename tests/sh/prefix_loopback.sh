@@ -34,13 +34,6 @@ DENSE=$DATA/models/austen-dense-q8_0.gguf
 command -v curl >/dev/null || skip "curl is not installed"
 "$B" key new "$KEY" >/dev/null || fail "shoal key new"
 MODEL=austen-dense-q8_0
-jget() { python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print(eval(sys.argv[2], {"d": d}))' "$@"; }
-post() { # post OUT PORT PATH BODY
-	local code
-	code=$(curl -s -o "$1" -w '%{http_code}' -H 'Content-Type: application/json' \
-		"http://127.0.0.1:$2$3" -d "$4")
-	[ "$code" = 200 ] || fail "POST $3 on port $2: $code $(head -c 300 "$1")"
-}
 # stage_met NAME KEY: the prefix cache's KEY (or "rows") of NAME's stage
 stage_met() {
 	status "$1" || fail "status of $1"
@@ -82,7 +75,7 @@ grep -q "prefix-cache" "$T/bad.out" || fail "--prefix-cache bogus: no reason: $(
 U1="Tell me about Emma Woodhouse and her friends in Highbury, and what she thinks of marriage."
 U2="And Mr Knightley?"
 chat() { # chat OUT PORT TEMP SEED MESSAGES_JSON
-	post "$1" "$2" /v1/chat/completions \
+	api_post "$1" "$2" /v1/chat/completions \
 		"{\"model\":\"$MODEL\",\"max_tokens\":24,\"temperature\":$3,\"seed\":$4,\"messages\":$5}"
 }
 M1="[{\"role\":\"user\",\"content\":\"$U1\"}]"
@@ -132,7 +125,7 @@ echo "two turns: greedy and seeded equal the uncached reference; through p3 too 
 # 2. divergence in the middle of a block
 X="It is a truth universally acknowledged, that a single man in possession of a good fortune, must be in want of a wife. However little known the feelings or views of such a man may be on his first entering a neighbourhood"
 Y="It is a truth universally acknowledged, that a single man in possession of a good fortune, must be in want of a carriage and four horses"
-cmpl() { post "$1" "$2" /v1/completions "{\"model\":\"$MODEL\",\"max_tokens\":8,\"temperature\":0,\"prompt\":\"$3\"}"; }
+cmpl() { api_post "$1" "$2" /v1/completions "{\"model\":\"$MODEL\",\"max_tokens\":8,\"temperature\":0,\"prompt\":\"$3\"}"; }
 cmpl "$T/x.json" "$A1" "$X"
 cmpl "$T/y.json" "$A1" "$Y"
 cmpl "$T/yr.json" "$A4" "$Y"

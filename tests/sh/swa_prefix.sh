@@ -29,14 +29,7 @@ MODEL=swa
 "$BD/tests/helpers/gen_fixture" --arch gpt-oss --type Q8_0 --layers 6 --dim 256 --heads 4 \
 	--kv-heads 2 --head-dim 64 --vocab 2048 --experts 8 --experts-used 2 --ff-exp 128 \
 	--window 8 --ctx 512 --seed 3 "$DS" >/dev/null 2>&1 || fail "gen_fixture gpt-oss"
-jget() { python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print(eval(sys.argv[2], {"d": d}))' "$@"; }
-post() { # post OUT PORT PATH BODY
-	local code
-	code=$(curl -s -o "$1" -w '%{http_code}' -H 'Content-Type: application/json' \
-		"http://127.0.0.1:$2$3" -d "$4")
-	[ "$code" = 200 ] || fail "POST $3 on port $2: $code $(head -c 300 "$1")"
-}
-cmpl() { post "$1" "$2" /v1/completions "{\"model\":\"$MODEL\",\"max_tokens\":8,\"temperature\":0,\"prompt\":\"$3\"}"; }
+cmpl() { api_post "$1" "$2" /v1/completions "{\"model\":\"$MODEL\",\"max_tokens\":8,\"temperature\":0,\"prompt\":\"$3\"}"; }
 text() { jget "$1" 'd["choices"][0]["text"]'; }
 cached() { jget "$1" 'd["usage"]["prompt_tokens_details"]["cached_tokens"]'; }
 ntok() { "$B" tokenize "$DS" "$1" | wc -w; }

@@ -31,7 +31,6 @@ DENSE=$DATA/models/austen-dense-q8_0.gguf
 "$B" --version | grep -q '^test hooks: yes' || skip "built without --enable-test-hooks"
 "$B" key new "$T/k" >/dev/null || fail "shoal key new"
 P="It is a truth universally acknowledged"
-jget() { python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print(eval(sys.argv[2], {"d": d}))' "$@"; }
 "$B" run "$DENSE" -p "$P" -n 24 --temp 0 --ids >"$T/l-ids" 2>/dev/null || fail "local run"
 "$B" run "$DENSE" -p "$P" -n 8 --temp 0 >"$T/l-text8" 2>/dev/null || fail "local text run"
 
