@@ -1874,18 +1874,7 @@ KERNELS__INLINE __m512i k5_iq4xs_lanes(const kernels__block_iq4_xs *w,
 	    _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)kernels__iq4_values));
 	const __m512i ilo = _mm512_set_epi64(13, 12, 9, 8, 5, 4, 1, 0);
 	const __m512i ihi = _mm512_set_epi64(15, 14, 11, 10, 7, 6, 3, 2);
-	uint32_t l4;
-	memcpy(&l4, w->scales_l, 4);
-	__m128i l8 = _mm_cvtsi32_si128((int)l4);
-	l8 = _mm_unpacklo_epi8(_mm_and_si128(l8, _mm_set1_epi8(0x0f)),
-	                       _mm_and_si128(_mm_srli_epi16(l8, 4), _mm_set1_epi8(0x0f)));
-	__m256i hi = _mm256_srlv_epi32(_mm256_set1_epi32(w->scales_h),
-	                               _mm256_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14));
-	hi = _mm256_slli_epi32(_mm256_and_si256(hi, _mm256_set1_epi32(3)), 4);
-	__m256i ls =
-	    _mm256_sub_epi32(_mm256_or_si256(_mm256_cvtepu8_epi32(l8), hi), _mm256_set1_epi32(32));
-	ls = _mm256_or_si256(_mm256_and_si256(ls, _mm256_set1_epi32(0xffff)),
-	                     _mm256_slli_epi32(ls, 16));
+	__m256i ls = kernels__x86_iq4xs_scales(w);
 	const __m512i ls5 = _mm512_castsi256_si512(ls);
 	__m512i isum = _mm512_setzero_si512();
 	KERNELS__UNROLL for (int k = 0; k < 2; k++)

@@ -328,6 +328,25 @@ KERNELS__INLINE void kernels__x86_q3k_lanes(const kernels__block_q3_k *w, int64_
 	}
 }
 
+/* An IQ4_XS super-block's 8 sub-block scales (6 bits: 4 low in scales_l,
+ * 2 high in scales_h, minus 32), one int32 lane each with the scale in
+ * both 16-bit halves (for _madd_epi16 against pair sums). */
+KERNELS__INLINE __m256i kernels__x86_iq4xs_scales(const kernels__block_iq4_xs *w)
+{
+	uint32_t l4;
+	memcpy(&l4, w->scales_l, 4);
+	__m128i l8 = _mm_cvtsi32_si128((int)l4);
+	l8 = _mm_unpacklo_epi8(_mm_and_si128(l8, _mm_set1_epi8(0x0f)),
+	                       _mm_and_si128(_mm_srli_epi16(l8, 4), _mm_set1_epi8(0x0f)));
+	__m256i hi = _mm256_srlv_epi32(_mm256_set1_epi32(w->scales_h),
+	                               _mm256_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14));
+	hi = _mm256_slli_epi32(_mm256_and_si256(hi, _mm256_set1_epi32(3)), 4);
+	__m256i ls =
+	    _mm256_sub_epi32(_mm256_or_si256(_mm256_cvtepu8_epi32(l8), hi), _mm256_set1_epi32(32));
+	return _mm256_or_si256(_mm256_and_si256(ls, _mm256_set1_epi32(0xffff)),
+	                       _mm256_slli_epi32(ls, 16));
+}
+
 /* IQ4_XS: the table values (signed, |v| <= 127) by a byte shuffle; the
  * sign trick as for Q8_0 (pairs <= 2 * 127 * 127 = 32258), times ls - 32
  * (|.| <= 32), 8 sub-blocks: < 2^25. The 8 scales are made at once: dword
@@ -351,18 +370,7 @@ KERNELS__INLINE void kernels__x86_iq4xs_lanes(const kernels__block_iq4_xs *w, in
 	const __m256i m4 = _mm256_set1_epi8(0x0f);
 	const __m256i t =
 	    _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)kernels__iq4_values));
-	uint32_t l4;
-	memcpy(&l4, w->scales_l, 4);
-	__m128i l8 = _mm_cvtsi32_si128((int)l4);
-	l8 = _mm_unpacklo_epi8(_mm_and_si128(l8, _mm_set1_epi8(0x0f)),
-	                       _mm_and_si128(_mm_srli_epi16(l8, 4), _mm_set1_epi8(0x0f)));
-	__m256i hi = _mm256_srlv_epi32(_mm256_set1_epi32(w->scales_h),
-	                               _mm256_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14));
-	hi = _mm256_slli_epi32(_mm256_and_si256(hi, _mm256_set1_epi32(3)), 4);
-	__m256i ls =
-	    _mm256_sub_epi32(_mm256_or_si256(_mm256_cvtepu8_epi32(l8), hi), _mm256_set1_epi32(32));
-	ls = _mm256_or_si256(_mm256_and_si256(ls, _mm256_set1_epi32(0xffff)),
-	                     _mm256_slli_epi32(ls, 16));
+	__m256i ls = kernels__x86_iq4xs_scales(w);
 	KERNELS__UNROLL for (int c = 0; c < NC; c++) isum[c] = _mm256_setzero_si256();
 	KERNELS__UNROLL for (int p = 0; p < 4; p++)
 	{
