@@ -1070,21 +1070,22 @@ static shoal_err engine_logits(shoal_engine *e, const shoal_engine_batch *b, uin
 }
 
 /* Tell the rings' bookkeeping the positions each session of the batch
- * wrote (its rows' positions are consecutive, in row order). */
+ * wrote (its rows' positions are consecutive, in row order): sess_next,
+ * run()'s scratch, first takes each session's last position + 1, then a
+ * session's first row reports [its position, that end). Nothing to tell
+ * without rings. */
 static void engine_wrote(shoal_engine *e, const shoal_engine_batch *b)
 {
+	if (!e->ring_window)
+		return;
 	for (uint32_t r = 0; r < b->n_rows; r++)
-		e->sess_next[b->session[r]] = SHOAL_NO_POS;
+		e->sess_next[b->session[r]] = b->pos[r] + 1;
 	for (uint32_t r = 0; r < b->n_rows; r++) {
 		uint32_t s = b->session[r];
-		if (e->sess_next[s] != SHOAL_NO_POS)
-			continue;
-		uint32_t last = b->pos[r];
-		for (uint32_t q = r + 1; q < b->n_rows; q++)
-			if (b->session[q] == s)
-				last = b->pos[q];
-		e->sess_next[s] = last + 1;
-		engine__kv_wrote(e, s, b->pos[r], last + 1);
+		if (e->sess_next[s] == SHOAL_NO_POS)
+			continue; /* not its first row */
+		engine__kv_wrote(e, s, b->pos[r], e->sess_next[s]);
+		e->sess_next[s] = SHOAL_NO_POS;
 	}
 }
 
