@@ -291,7 +291,9 @@ typedef struct shoal_dist_stage_config {
 	uint32_t device_end;
 	/* The prefix cache (see "The prefix cache" above): the most bytes of
 	 * KV that ended sessions may keep in the stage's idle session slots
-	 * (whose memory the engine holds anyway); 0: off, UINT64_MAX: every
+	 * (whose memory the engine holds anyway), each counted as its slot
+	 * holds it (shoal_engine_kv_bytes_held: a sliding layer's ring at most
+	 * the ring's positions); 0: off, UINT64_MAX: every
 	 * idle slot. model_id salts the keys (with the layer range, split,
 	 * backend and KV type), so that no other model's KV ever matches. */
 	uint64_t prefix_bytes;

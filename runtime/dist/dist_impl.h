@@ -84,33 +84,35 @@ void dist__prefix_key(const uint8_t salt[SHOAL_DIST_PREFIX_HASH], const uint8_t 
 typedef struct dist__pentry {
 	bool used;
 	uint32_t slot, n_blocks;
-	uint64_t tick; /* last put or match: the LRU order */
-	uint8_t *keys; /* (SHOAL_DIST_PREFIX_MAX_BLOCKS, HASH) */
+	uint64_t bytes; /* the KV its slot holds for those blocks */
+	uint64_t tick;  /* last put or match: the LRU order */
+	uint8_t *keys;  /* (SHOAL_DIST_PREFIX_MAX_BLOCKS, HASH) */
 } dist__pentry;
 
 typedef struct dist__pcache {
 	uint8_t salt[SHOAL_DIST_PREFIX_HASH];
-	uint64_t max_bytes, bytes_per_token, tick;
+	uint64_t max_bytes, tick;
 	uint32_t n; /* entries (the engine's session slots) */
 	dist__pentry *e;
 	uint64_t evictions;
 } dist__pcache;
 
 /* n entries; max_bytes 0: the cache is off (put keeps nothing). */
-shoal_err dist__pcache_init(dist__pcache *c, uint32_t n, uint64_t max_bytes,
-                            uint64_t bytes_per_token);
+shoal_err dist__pcache_init(dist__pcache *c, uint32_t n, uint64_t max_bytes);
 void dist__pcache_fini(dist__pcache *c);
 /* The entry whose keys match the longest run of leading keys[n] (salted
  * by the caller), -1 when none matches a block; *m the blocks matched. */
 int dist__pcache_match(const dist__pcache *c, const uint8_t *keys, uint32_t n, uint32_t *m);
 /* Take entry i out of the cache (its slot is the caller's now). */
 uint32_t dist__pcache_take(dist__pcache *c, int i);
-/* Keep slot under keys[n] (n >= 1, at most MAX_BLOCKS). Entries that do
+/* Keep slot under keys[n] (n >= 1, at most MAX_BLOCKS), holding bytes of
+ * KV for them (the engine's shoal_engine_kv_bytes_held: a sliding layer's
+ * ring counts what it holds, not n blocks). Entries that do
  * not fit max_bytes any more are evicted, least recently used first, and
  * their slots written to out_free (capacity c->n): *n_free of them; the
  * new entry too when it alone is over (then false). */
 bool dist__pcache_put(dist__pcache *c, uint32_t slot, const uint8_t *keys, uint32_t n,
-                      uint32_t *out_free, uint32_t *n_free);
+                      uint64_t bytes, uint32_t *out_free, uint32_t *n_free);
 /* Evict the least recently used entry: its slot, or -1 when empty. */
 int64_t dist__pcache_evict(dist__pcache *c);
 /* Entries, positions and bytes kept now. */

@@ -84,13 +84,11 @@ void dist__prefix_key(const uint8_t salt[HASH], const uint8_t *chain, uint8_t *k
 
 /* ---- the pool ------------------------------------------------------------------ */
 
-shoal_err dist__pcache_init(dist__pcache *c, uint32_t n, uint64_t max_bytes,
-                            uint64_t bytes_per_token)
+shoal_err dist__pcache_init(dist__pcache *c, uint32_t n, uint64_t max_bytes)
 {
 	memset(c, 0, sizeof *c);
 	c->n = n;
 	c->max_bytes = max_bytes;
-	c->bytes_per_token = bytes_per_token;
 	if (!max_bytes)
 		return SHOAL_OK;
 	if (!(c->e = calloc(n, sizeof *c->e)))
@@ -141,11 +139,6 @@ uint32_t dist__pcache_take(dist__pcache *c, int i)
 	return c->e[i].slot;
 }
 
-static uint64_t entry_bytes(const dist__pcache *c, const dist__pentry *e)
-{
-	return (uint64_t)e->n_blocks * BLK * c->bytes_per_token;
-}
-
 void dist__pcache_size(const dist__pcache *c, uint64_t *entries, uint64_t *tokens, uint64_t *bytes)
 {
 	*entries = *tokens = *bytes = 0;
@@ -153,7 +146,7 @@ void dist__pcache_size(const dist__pcache *c, uint64_t *entries, uint64_t *token
 		if (c->e[i].used) {
 			(*entries)++;
 			*tokens += (uint64_t)c->e[i].n_blocks * BLK;
-			*bytes += entry_bytes(c, &c->e[i]);
+			*bytes += c->e[i].bytes;
 		}
 }
 
@@ -170,7 +163,7 @@ int64_t dist__pcache_evict(dist__pcache *c)
 }
 
 bool dist__pcache_put(dist__pcache *c, uint32_t slot, const uint8_t *keys, uint32_t n,
-                      uint32_t *out_free, uint32_t *n_free)
+                      uint64_t bytes, uint32_t *out_free, uint32_t *n_free)
 {
 	SHOAL_ASSERT(n >= 1 && n <= SHOAL_DIST_PREFIX_MAX_BLOCKS);
 	*n_free = 0;
@@ -178,20 +171,21 @@ bool dist__pcache_put(dist__pcache *c, uint32_t slot, const uint8_t *keys, uint3
 	for (uint32_t i = 0; c->e && i < c->n && !e; i++)
 		if (!c->e[i].used)
 			e = &c->e[i];
-	if (!e || (uint64_t)n * BLK * c->bytes_per_token > c->max_bytes)
+	if (!e || bytes > c->max_bytes)
 		return false;
 	e->used = true;
 	e->slot = slot;
 	e->n_blocks = n;
+	e->bytes = bytes;
 	e->tick = ++c->tick;
 	memcpy(e->keys, keys, (size_t)n * HASH);
-	uint64_t entries, tokens, bytes;
-	dist__pcache_size(c, &entries, &tokens, &bytes);
-	while (bytes > c->max_bytes) {
+	uint64_t entries, tokens, all;
+	dist__pcache_size(c, &entries, &tokens, &all);
+	while (all > c->max_bytes) {
 		int64_t f = dist__pcache_evict(c); /* never the new one: it is the latest */
 		SHOAL_ASSERT(f >= 0 && *n_free < c->n);
 		out_free[(*n_free)++] = (uint32_t)f;
-		dist__pcache_size(c, &entries, &tokens, &bytes);
+		dist__pcache_size(c, &entries, &tokens, &all);
 	}
 	return true;
 }

@@ -103,7 +103,10 @@ static void sess_keep(shoal_dist_stage *s, dist__sess *ss, const dist__ctl *c)
 		dist__prefix_key(s->pc.salt, c->hash + (size_t)b * SHOAL_DIST_PREFIX_HASH,
 		                 s->pkeys + (size_t)b * SHOAL_DIST_PREFIX_HASH);
 	uint32_t freed[DIST__MAX_SESSIONS], n_freed = 0;
-	bool kept = dist__pcache_put(&s->pc, ss->slot, s->pkeys, n, freed, &n_freed);
+	uint32_t held = n * SHOAL_DIST_PREFIX_BLOCK;
+	uint64_t bytes = shoal_engine_kv_bytes_held(s->e, held) +
+	                 (s->e2 ? shoal_engine_kv_bytes_held(s->e2, held) : 0);
+	bool kept = dist__pcache_put(&s->pc, ss->slot, s->pkeys, n, bytes, freed, &n_freed);
 	for (uint32_t i = 0; i < n_freed; i++)
 		slot_close(s, freed[i]);
 	sess_release(s, ss, kept);
@@ -1188,10 +1191,8 @@ shoal_err shoal_dist_stage_new(const shoal_model *m, const shoal_dist_stage_conf
 	if (err)
 		goto fail;
 	/* a group's members could hold different sessions: no cache there */
-	uint64_t kv_tok = shoal_engine_kv_bytes_per_token(s->e) +
-	                  (s->e2 ? shoal_engine_kv_bytes_per_token(s->e2) : 0);
 	if ((err = dist__pcache_init(&s->pc, cfg->max_sessions,
-	                             cfg->tp_n > 1 ? 0 : cfg->prefix_bytes, kv_tok)))
+	                             cfg->tp_n > 1 ? 0 : cfg->prefix_bytes)))
 		goto fail;
 	dist__prefix_salt(cfg->model_id, cfg->layer_begin, cfg->layer_end,
 	                  split ? cfg->device_end : cfg->layer_end, cfg->backend,

@@ -210,6 +210,9 @@ uint64_t shoal_engine_kv_bytes(const shoal_engine *e);
 /* Positions of a sliding layer's ring (window + max_rows), or 0: every
  * owned layer keeps the whole context. */
 uint32_t shoal_engine_kv_ring(const shoal_engine *e);
+/* The KV bytes one session of n positions holds over the owned layers: n
+ * positions of each full layer, min(n, ring) of each sliding layer's. */
+uint64_t shoal_engine_kv_bytes_held(const shoal_engine *e, uint32_t n);
 /* The backend instance (for devices()) and its ops. */
 const shoal_backend_ops *shoal_engine_backend_ops(const shoal_engine *e);
 shoal_backend *shoal_engine_backend(shoal_engine *e);

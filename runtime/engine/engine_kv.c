@@ -114,3 +114,11 @@ uint32_t shoal_engine_kv_ring(const shoal_engine *e)
 {
 	return e->ring_window ? e->ring_window + e->cfg.max_rows : 0;
 }
+
+uint64_t shoal_engine_kv_bytes_held(const shoal_engine *e, uint32_t n)
+{
+	uint64_t row = (uint64_t)e->kv_planes * e->kv_cache_dim * e->kv_elt, sum = 0;
+	for (uint32_t li = 0; li < e->n_own; li++)
+		sum += (uint64_t)(n < e->kv_cap[li] ? n : e->kv_cap[li]) * row;
+	return sum;
+}

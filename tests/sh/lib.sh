@@ -118,6 +118,26 @@ status() { # status NAME [KEYFILE]: the node's status JSON in $T/st-NAME.json, a
 	"${on[@]}" "$B" status --state-dir "$T/$1" --key "${2:-$KEY}" --json --timeout-ms 2000 \
 		>"$T/st-$1.json" 2>>"$T/status.log"
 }
+# stage_met NAME KEY: the prefix cache's KEY (hits, tokens, bytes, ...) of
+# NAME's stage, or its "rows" (0 when it holds none); asks its status
+stage_met() {
+	status "$1" || fail "status of $1"
+	python3 - "$T/st-$1.json" "$2" <<'EOF'
+import json, sys
+d = json.load(open(sys.argv[1]))
+def find(o):
+    if isinstance(o, dict):
+        if "prefix_cache" in o and "rows" in o:
+            return o
+        for v in o.values():
+            r = find(v)
+            if r is not None:
+                return r
+    return None
+m = find(d)
+print(0 if m is None else (m["rows"] if sys.argv[2] == "rows" else m["prefix_cache"][sys.argv[2]]))
+EOF
+}
 # epochs_grow LOG...: in each node log, the plans that became servable
 # have growing epochs, and an epoch recurs only for the plan it numbers (a
 # plan that comes back after a moment without one): a served (epoch,

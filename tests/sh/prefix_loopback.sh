@@ -34,25 +34,6 @@ DENSE=$DATA/models/austen-dense-q8_0.gguf
 command -v curl >/dev/null || skip "curl is not installed"
 "$B" key new "$KEY" >/dev/null || fail "shoal key new"
 MODEL=austen-dense-q8_0
-# stage_met NAME KEY: the prefix cache's KEY (or "rows") of NAME's stage
-stage_met() {
-	status "$1" || fail "status of $1"
-	python3 - "$T/st-$1.json" "$2" <<'EOF'
-import json, sys
-d = json.load(open(sys.argv[1]))
-def find(o):
-    if isinstance(o, dict):
-        if "prefix_cache" in o and "rows" in o:
-            return o
-        for v in o.values():
-            r = find(v)
-            if r is not None:
-                return r
-    return None
-m = find(d)
-print(0 if m is None else (m["rows"] if sys.argv[2] == "rows" else m["prefix_cache"][sys.argv[2]]))
-EOF
-}
 
 start p1 "$DENSE" --mem-limit 11M --ctx 512 --api 127.0.0.1:0
 SEED=$(ep p1)

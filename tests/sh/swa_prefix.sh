@@ -19,6 +19,8 @@
 #     p4's.
 #  4. SHOAL_KV_RING=0 (whole planes) on four other peers: the same texts,
 #     and there the far prompt does reuse its blocks.
+#  5. The caches count the KV their entries hold: fewer bytes a kept
+#     position with rings than with whole planes.
 set -u
 . "$(dirname "$0")/lib.sh"
 [ -x "$PC" ] || skip "$PC not built"
@@ -38,6 +40,15 @@ X="one two three four five six seven eight nine ten eleven twelve thirteen fourt
 XN="$X thirty four thirty five"
 Y="one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen sixteen and something else entirely"
 
+kept() { # kept PREFIX: the prefix caches' bytes per kept position over the 3 peers
+	local b=0 n=0 i
+	for i in 1 2 3; do
+		b=$((b + $(stage_met "$1$i" bytes)))
+		n=$((n + $(stage_met "$1$i" tokens)))
+	done
+	[ "$n" -gt 0 ] || fail "the caches of $1 1-3 keep nothing"
+	echo "$((b / n)) ($b / $n)"
+}
 cluster() { # cluster PREFIX [env...]: 3 stage peers and the reference, $A1 and $A4
 	local x=$1
 	shift
@@ -85,6 +96,7 @@ echo "far: $CY of $NY tokens cached"
 TX=$(text "$T/x.json")
 TN=$(text "$T/xn.json")
 TY=$(text "$T/y.json")
+RING=$(kept p)
 stop_all
 
 # 4. whole planes: the same texts
@@ -97,5 +109,12 @@ cmpl "$T/y2.json" "$A1" "$Y"
 CY2=$(cached "$T/y2.json")
 echo "whole planes (far prompt: $CY2 tokens cached): the same texts"
 [ "$CY2" -gt 0 ] || fail "whole planes did not reuse the far prompt's blocks: the test shows nothing"
+WHOLE=$(kept q)
+# 5. what the cache counts: the bytes its entries' slots hold, so a sliding
+# layer's ring counts at most its 40 positions; per kept position that is
+# less than the whole planes' count (equal before the cache knew rings)
+echo "kept, bytes per position (bytes / positions): rings $RING, whole planes $WHOLE"
+awk -v r="${RING%% *}" -v w="${WHOLE%% *}" 'BEGIN { exit !(r > 0 && w > 0 && r < 0.95 * w) }' ||
+	fail "the cache counts $RING bytes a kept position with rings, $WHOLE with whole planes"
 stop_all
 echo "PASS"

@@ -90,9 +90,9 @@ static void test_salt_never_mixes(void)
 		keys_of(s[i], ids, 3, keys[i]);
 	/* stage 0's pool holds the prompt; every other stage's keys miss it */
 	dist__pcache c;
-	ASSERT_EQ(dist__pcache_init(&c, 4, UINT64_MAX, 64), SHOAL_OK);
+	ASSERT_EQ(dist__pcache_init(&c, 4, UINT64_MAX), SHOAL_OK);
 	uint32_t freed[4], n_freed;
-	ASSERT_TRUE(dist__pcache_put(&c, 0, keys[0], 3, freed, &n_freed));
+	ASSERT_TRUE(dist__pcache_put(&c, 0, keys[0], 3, 3 * BLK * 64, freed, &n_freed));
 	uint32_t m;
 	ASSERT_EQ(dist__pcache_match(&c, keys[0], 3, &m), 0);
 	ASSERT_EQ(m, 3);
@@ -114,10 +114,11 @@ static void test_pool_match(void)
 	keys_of(salt, a, 6, ka);
 	keys_of(salt, b, 6, kb);
 	dist__pcache c;
-	ASSERT_EQ(dist__pcache_init(&c, 3, UINT64_MAX, 64), SHOAL_OK);
+	ASSERT_EQ(dist__pcache_init(&c, 3, UINT64_MAX), SHOAL_OK);
 	uint32_t freed[3], n_freed, m;
-	ASSERT_EQ(dist__pcache_match(&c, ka, 6, &m), -1);             /* empty */
-	ASSERT_TRUE(dist__pcache_put(&c, 2, ka, 4, freed, &n_freed)); /* 4 blocks of a */
+	ASSERT_EQ(dist__pcache_match(&c, ka, 6, &m), -1); /* empty */
+	ASSERT_TRUE(
+	    dist__pcache_put(&c, 2, ka, 4, 4 * BLK * 64, freed, &n_freed)); /* 4 blocks of a */
 	ASSERT_EQ(n_freed, 0);
 	/* b: only the 2 whole blocks before its divergence */
 	int i = dist__pcache_match(&c, kb, 6, &m);
@@ -129,7 +130,7 @@ static void test_pool_match(void)
 	ASSERT_EQ(dist__pcache_match(&c, ka, 1, &m), i);
 	ASSERT_EQ(m, 1);
 	/* a longer entry wins over a shorter one */
-	ASSERT_TRUE(dist__pcache_put(&c, 0, ka, 6, freed, &n_freed));
+	ASSERT_TRUE(dist__pcache_put(&c, 0, ka, 6, 6 * BLK * 64, freed, &n_freed));
 	int j = dist__pcache_match(&c, ka, 6, &m);
 	ASSERT_EQ(m, 6);
 	ASSERT_EQ(dist__pcache_take(&c, j), 0u); /* its slot, taken out */
@@ -142,8 +143,8 @@ static void test_pool_match(void)
 	ASSERT_U64_EQ(nb, 4 * BLK * 64);
 	dist__pcache_fini(&c);
 	/* off: keeps nothing, matches nothing */
-	ASSERT_EQ(dist__pcache_init(&c, 3, 0, 64), SHOAL_OK);
-	ASSERT_FALSE(dist__pcache_put(&c, 1, ka, 2, freed, &n_freed));
+	ASSERT_EQ(dist__pcache_init(&c, 3, 0), SHOAL_OK);
+	ASSERT_FALSE(dist__pcache_put(&c, 1, ka, 2, 2 * BLK * 64, freed, &n_freed));
 	ASSERT_EQ(dist__pcache_match(&c, ka, 2, &m), -1);
 	ASSERT_EQ(dist__pcache_evict(&c), -1);
 	dist__pcache_fini(&c);
@@ -160,13 +161,13 @@ static void test_pool_evicts(void)
 	}
 	/* room for 4 blocks of 10 bytes a token: two entries of 2 blocks */
 	dist__pcache c;
-	ASSERT_EQ(dist__pcache_init(&c, 4, 4 * BLK * 10, 10), SHOAL_OK);
+	ASSERT_EQ(dist__pcache_init(&c, 4, 4 * BLK * 10), SHOAL_OK);
 	uint32_t freed[4], n_freed, m;
-	ASSERT_TRUE(dist__pcache_put(&c, 10, k[0], 2, freed, &n_freed));
-	ASSERT_TRUE(dist__pcache_put(&c, 11, k[1], 2, freed, &n_freed));
+	ASSERT_TRUE(dist__pcache_put(&c, 10, k[0], 2, 2 * BLK * 10, freed, &n_freed));
+	ASSERT_TRUE(dist__pcache_put(&c, 11, k[1], 2, 2 * BLK * 10, freed, &n_freed));
 	ASSERT_EQ(n_freed, 0);
 	/* the third is over the bound: the least recently used (slot 10) goes */
-	ASSERT_TRUE(dist__pcache_put(&c, 12, k[2], 2, freed, &n_freed));
+	ASSERT_TRUE(dist__pcache_put(&c, 12, k[2], 2, 2 * BLK * 10, freed, &n_freed));
 	ASSERT_EQ(n_freed, 1);
 	ASSERT_EQ(freed[0], 10u);
 	ASSERT_U64_EQ(c.evictions, 1);
@@ -177,16 +178,32 @@ static void test_pool_evicts(void)
 	uint8_t kbig[5 * HASH];
 	ids_fill(big, 5 * BLK, 3);
 	keys_of(salt, big, 5, kbig);
-	ASSERT_FALSE(dist__pcache_put(&c, 13, kbig, 5, freed, &n_freed));
+	ASSERT_FALSE(dist__pcache_put(&c, 13, kbig, 5, 5 * BLK * 10, freed, &n_freed));
 	/* evict takes the oldest: slot 11, then 12, then nothing */
 	ASSERT_EQ(dist__pcache_evict(&c), 11);
 	ASSERT_EQ(dist__pcache_evict(&c), 12);
 	ASSERT_EQ(dist__pcache_evict(&c), -1);
 	dist__pcache_fini(&c);
+	/* an entry counts the bytes its slot holds, not its blocks times a
+	 * token's bytes (a sliding layer's ring holds fewer): two entries of
+	 * 5 blocks holding 2 blocks' bytes each fit a bound of 4 blocks */
+	ASSERT_EQ(dist__pcache_init(&c, 4, 4 * BLK * 10), SHOAL_OK);
+	ASSERT_TRUE(dist__pcache_put(&c, 20, kbig, 5, 2 * BLK * 10, freed, &n_freed));
+	ASSERT_TRUE(dist__pcache_put(&c, 21, k[3], 2, 2 * BLK * 10, freed, &n_freed));
+	ASSERT_EQ(n_freed, 0);
+	uint64_t ne, nt, nb;
+	dist__pcache_size(&c, &ne, &nt, &nb);
+	ASSERT_U64_EQ(ne, 2);
+	ASSERT_U64_EQ(nt, 7 * BLK);
+	ASSERT_U64_EQ(nb, 4 * BLK * 10);
+	ASSERT_TRUE(dist__pcache_put(&c, 22, k[0], 2, 1, freed, &n_freed)); /* one byte over */
+	ASSERT_EQ(n_freed, 1);
+	ASSERT_EQ(freed[0], 20u);
+	dist__pcache_fini(&c);
 	/* no free entry (every slot kept): put refuses, the caller frees */
-	ASSERT_EQ(dist__pcache_init(&c, 1, UINT64_MAX, 10), SHOAL_OK);
-	ASSERT_TRUE(dist__pcache_put(&c, 0, k[0], 2, freed, &n_freed));
-	ASSERT_FALSE(dist__pcache_put(&c, 1, k[1], 2, freed, &n_freed));
+	ASSERT_EQ(dist__pcache_init(&c, 1, UINT64_MAX), SHOAL_OK);
+	ASSERT_TRUE(dist__pcache_put(&c, 0, k[0], 2, 2 * BLK * 10, freed, &n_freed));
+	ASSERT_FALSE(dist__pcache_put(&c, 1, k[1], 2, 2 * BLK * 10, freed, &n_freed));
 	dist__pcache_fini(&c);
 }
 

@@ -8,7 +8,9 @@
  * an F32 cache; a rewind farther than the ring holds is refused and
  * reported by shoal_engine_session_reusable, and starting again from 0
  * gives the bits again; the engine's KV bytes are full layers x n_ctx +
- * sliding layers x ring, and the scheduler's manifest counts them alike.
+ * sliding layers x ring (a session of n positions holds n of a full
+ * layer, at most the ring of a sliding one: what the prefix cache counts),
+ * and the scheduler's manifest counts them alike.
  *
  * Part: tests of runtime/ (engine, cpu).
  */
@@ -252,6 +254,14 @@ static void test_bytes(void)
 	       (unsigned long long)shoal_engine_kv_bytes(ef));
 	ASSERT_U64_EQ(shoal_engine_kv_bytes(er), ring);
 	ASSERT_U64_EQ(shoal_engine_kv_bytes(ef), full);
+	/* what one session of n positions holds (the prefix cache's count):
+	 * n of each full layer, at most the ring of each sliding one */
+	const uint32_t R = WINDOW + ROWS;
+	ASSERT_U64_EQ(shoal_engine_kv_bytes_held(er, 5), row * 4 * 5);
+	ASSERT_U64_EQ(shoal_engine_kv_bytes_held(er, R), row * 4 * R);
+	ASSERT_U64_EQ(shoal_engine_kv_bytes_held(er, 100), row * (2 * 100 + 2 * R));
+	ASSERT_U64_EQ(shoal_engine_kv_bytes_held(ef, 100), row * 4 * 100);
+	ASSERT_U64_EQ(shoal_engine_kv_bytes_held(er, CTX), ring / sess);
 	shoal_engine_free(er);
 	shoal_engine_free(ef);
 
