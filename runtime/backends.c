@@ -175,7 +175,13 @@ shoal_err shoal_backend_devices(const shoal_backend_opts *o, const shoal_backend
 				continue;
 			if (!host && !any && strcmp(k->name, name))
 				continue;
-			if (!host && k->available && !k->available(reason, sizeof reason))
+			/* under auto, as pick asks: a kind that auto would not take
+			 * (Vulkan with no GPU in the system) has nothing to list, and
+			 * asking it loads every driver (Mesa's LLVM: about a second
+			 * of CPU in every node that starts) */
+			if (!host && (any && k->automatic
+			                  ? !k->automatic(reason, sizeof reason)
+			                  : k->available && !k->available(reason, sizeof reason)))
 				continue;
 			e = kind_devices(k, lim, measure && !host, !any, out, cap, n, why, why_len);
 			if (e)

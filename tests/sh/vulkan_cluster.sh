@@ -15,6 +15,8 @@
 #  2. v1 is killed -9 while a run streams through c1; a CPU peer takes its
 #     place and the run ends with all its tokens, the ids streamed before
 #     the kill those of an undisturbed run.
+#  3. A node that names no backend, on a system without a GPU device node,
+#     lists its CPU only and loads no Vulkan driver.
 # Skips (77) without a Vulkan build or device; under CI=true, fails.
 set -u
 . "$(dirname "$0")/lib.sh"
@@ -89,4 +91,21 @@ tr ' ' '\n' <"$T/k-ids" | head -n "$at" >"$T/k-head"
 tr ' ' '\n' <"$T/u-ids" | head -n "$at" >"$T/u-head"
 same "the ids streamed before the kill" "$T/k-head" "$T/u-head"
 echo "v1 killed -9 after ~$at of $M ids: the run ended with all of them; $(tail -n 1 "$T/k-ids.err" | sed 's/^shoal run: //')"
+
+# 3. a node that names no backend (auto), where the system shows no GPU
+# device node: it lists its CPU only and never loads a Vulkan driver
+# (Mesa's pull in LLVM: about a second of CPU at every node's start)
+if ls /dev/dri/renderD* /dev/nvidia0 /dev/nvidiactl /dev/kfd /dev/dxg >/dev/null 2>&1; then
+	echo "3. skipped: this system shows a GPU device node"
+else
+	# the dynamic loader names every library it loads (a driver is
+	# unloaded again when the instance goes: its mapping does not stay)
+	LAUNCH="env LD_DEBUG=files" start a1 "$DENSE" "${NODE[@]}" --cluster alone
+	wait_for 30 grep -q "device 0:" "$T/a1.log" || fail "a1 logs no device"
+	grep -q "device 1:" "$T/a1.log" && fail "a1 (auto, no GPU node) lists a second device"
+	grep -q "file=libzmq" "$T/a1.log" || fail "LD_DEBUG=files logged no library: the check shows nothing"
+	drv=$(grep -o 'file=[^ ]*\(lvp\|LLVM\|mesa\)[^ ]*' "$T/a1.log" | sort -u | tr '\n' ' ')
+	[ -z "$drv" ] || fail "a1 (auto, no GPU node) loaded a Vulkan driver: $drv"
+	echo "3. a node with --backend auto and no GPU node: its CPU only, no driver loaded"
+fi
 echo PASS
