@@ -3,7 +3,7 @@
  * its one device and queue, memory types, the command buffer that ops are
  * recorded into (a barrier before every command, so each sees the ones
  * before it), pipelines made on first use of a shader, the parameter
- * ring, and submit-and-wait.
+ * ring, submit-and-wait, and the profile (SHOAL_VK_PROFILE).
  *
  * Part: runtime/ (the room vulkan/).
  */
@@ -243,6 +243,115 @@ static VkResult make_device(shoal_backend *b)
 	return VK_SUCCESS;
 }
 
+/* ---- profile ----------------------------------------------------------------------------
+ *
+ * SHOAL_VK_PROFILE=FILE (or "-": stderr) times every dispatch with a
+ * timestamp written when the commands before it are done and one when it
+ * is (the barrier before each command keeps them apart): at the end of
+ * the instance, FILE gets one line a shader: its dispatches, their total
+ * and mean time and share. A device whose compute queue has no
+ * timestamps says so instead. Up to PROF_CAP dispatches of a submit are
+ * timed; more are counted as untimed. Copies and fills are not timed. */
+#define PROF_CAP 4096u
+
+static void prof_init(shoal_backend *b)
+{
+	const char *path = getenv("SHOAL_VK_PROFILE");
+	if (!path || !*path)
+		return;
+	b->prof_path = strdup(path);
+	uint32_t nq = 0;
+	vkGetPhysicalDeviceQueueFamilyProperties(b->pd, &nq, NULL);
+	VkQueueFamilyProperties qp[16];
+	nq = nq < 16 ? nq : 16;
+	vkGetPhysicalDeviceQueueFamilyProperties(b->pd, &nq, qp);
+	uint32_t bits = b->qfam < nq ? qp[b->qfam].timestampValidBits : 0;
+	if (!b->prof_path || !bits)
+		return;
+	VkQueryPoolCreateInfo qi = {.sType = VK_STRUCTURE_TYPE_QUERY_POOL_CREATE_INFO,
+	                            .queryType = VK_QUERY_TYPE_TIMESTAMP,
+	                            .queryCount = 2 * PROF_CAP};
+	b->prof_pipe = malloc(PROF_CAP * sizeof *b->prof_pipe);
+	if (!b->prof_pipe || vkCreateQueryPool(b->dev, &qi, NULL, &b->prof_pool)) {
+		b->prof_pool = VK_NULL_HANDLE;
+		return;
+	}
+	b->prof_cap = PROF_CAP;
+	b->prof_mask = bits >= 64 ? ~0ull : (1ull << bits) - 1;
+	b->prof_period = b->props.limits.timestampPeriod;
+}
+
+/* After a submit's fence: its timed dispatches added to their pipelines. */
+static void prof_collect(shoal_backend *b)
+{
+	if (!b->prof_n)
+		return;
+	uint64_t t[2 * PROF_CAP];
+	VkResult r =
+	    vkGetQueryPoolResults(b->dev, b->prof_pool, 0, 2 * b->prof_n, 2 * b->prof_n * sizeof *t,
+	                          t, sizeof *t, VK_QUERY_RESULT_64_BIT | VK_QUERY_RESULT_WAIT_BIT);
+	for (uint32_t i = 0; !r && i < b->prof_n; i++) {
+		vk_pipe *p = &b->pipes[b->prof_pipe[i]];
+		uint64_t ticks = (t[2 * i + 1] - t[2 * i]) & b->prof_mask;
+		p->prof_calls++;
+		p->prof_ns += (uint64_t)((double)ticks * b->prof_period);
+	}
+	b->prof_n = 0;
+}
+
+static int prof_cmp(const void *x, const void *y)
+{
+	const vk_pipe *a = *(const vk_pipe *const *)x, *c = *(const vk_pipe *const *)y;
+	return a->prof_ns < c->prof_ns ? 1 : a->prof_ns > c->prof_ns ? -1 : 0;
+}
+
+static void prof_report(shoal_backend *b)
+{
+	if (!b->prof_path)
+		return;
+	FILE *f = strcmp(b->prof_path, "-") ? fopen(b->prof_path, "w") : stderr;
+	if (!f) {
+		fprintf(stderr, "shoal: vulkan: SHOAL_VK_PROFILE: cannot write %s\n", b->prof_path);
+		return;
+	}
+	if (!b->prof_pool) {
+		fprintf(f, "# %s: no timestamps on its compute queue\n", b->props.deviceName);
+	} else {
+		vk_pipe *by[VK_MAX_PIPES];
+		uint64_t all = 0;
+		for (uint32_t i = 0; i < b->n_pipes; i++) {
+			by[i] = &b->pipes[i];
+			all += b->pipes[i].prof_ns;
+		}
+		qsort(by, b->n_pipes, sizeof *by, prof_cmp);
+		fprintf(f, "# %s: dispatch times by shader (%llu dispatches untimed)\n",
+		        b->props.deviceName, (unsigned long long)b->prof_untimed);
+		fprintf(f, "# %-22s %10s %12s %10s %7s\n", "shader", "calls", "total_ms", "mean_us",
+		        "share");
+		for (uint32_t i = 0; i < b->n_pipes && by[i]->prof_calls; i++)
+			fprintf(f, "%-24s %10llu %12.3f %10.2f %6.1f%%\n", by[i]->s->name,
+			        (unsigned long long)by[i]->prof_calls, by[i]->prof_ns / 1e6,
+			        by[i]->prof_ns / 1e3 / by[i]->prof_calls,
+			        all ? 100.0 * by[i]->prof_ns / all : 0.0);
+	}
+	if (f != stderr)
+		fclose(f);
+}
+
+static void prof_free(shoal_backend *b)
+{
+	prof_report(b);
+	if (b->prof_pool)
+		vkDestroyQueryPool(b->dev, b->prof_pool, NULL);
+	free(b->prof_pipe);
+	free(b->prof_path);
+	b->prof_pool = VK_NULL_HANDLE;
+	b->prof_pipe = NULL;
+	b->prof_path = NULL;
+}
+
+/* ---- the instance ----------------------------------------------------------------------- */
+
 shoal_err vk__core_init(shoal_backend *b, char *why, size_t why_len)
 {
 	VkApplicationInfo app = {.sType = VK_STRUCTURE_TYPE_APPLICATION_INFO,
@@ -308,6 +417,7 @@ shoal_err vk__core_init(shoal_backend *b, char *why, size_t why_len)
 		snprintf(why, why_len, "command buffer: VkResult %d", (int)r);
 		return SHOAL_ERR_NOMEM;
 	}
+	prof_init(b);
 	return SHOAL_OK;
 }
 
@@ -315,6 +425,7 @@ void vk__core_free(shoal_backend *b)
 {
 	if (b->dev) {
 		vkDeviceWaitIdle(b->dev);
+		prof_free(b);
 		for (uint32_t i = 0; i < b->n_pipes; i++) {
 			vkDestroyPipeline(b->dev, b->pipes[i].pipe, NULL);
 			vkDestroyPipelineLayout(b->dev, b->pipes[i].layout, NULL);
@@ -375,6 +486,8 @@ VkCommandBuffer vk__record(shoal_backend *b)
 		if ((r = vkBeginCommandBuffer(b->cb, &bi)))
 			die("vkBeginCommandBuffer", r);
 		b->recording = true;
+		if (b->prof_pool)
+			vkCmdResetQueryPool(b->cb, b->prof_pool, 0, 2 * b->prof_cap);
 		/* and the barrier below too: a barrier's first scope reaches
 		 * back into earlier submits (the submit itself only orders the
 		 * host's writes before it) */
@@ -412,6 +525,7 @@ void vk__submit_wait(shoal_backend *b)
 	if ((r = vkWaitForFences(b->dev, 1, &b->fence, VK_TRUE, UINT64_MAX)))
 		die("vkWaitForFences", r);
 	vkResetFences(b->dev, 1, &b->fence);
+	prof_collect(b);
 	vkResetCommandBuffer(b->cb, 0);
 	b->recording = false;
 	/* the pools and parameter buffers stay made and are reused in order */
@@ -569,5 +683,16 @@ void vk__dispatch(shoal_backend *b, const vk__shader *s, uint32_t n_bind, const 
 	vkCmdBindDescriptorSets(cb, VK_PIPELINE_BIND_POINT_COMPUTE, p->layout, 0, 1, &set, 0, NULL);
 	if (push_bytes)
 		vkCmdPushConstants(cb, p->layout, VK_SHADER_STAGE_COMPUTE_BIT, 0, push_bytes, push);
+	bool timed = b->prof_pool && b->prof_n < b->prof_cap;
+	if (timed)
+		vkCmdWriteTimestamp(cb, VK_PIPELINE_STAGE_BOTTOM_OF_PIPE_BIT, b->prof_pool,
+		                    2 * b->prof_n);
 	vkCmdDispatch(cb, gx, gy, gz);
+	if (timed) {
+		vkCmdWriteTimestamp(cb, VK_PIPELINE_STAGE_BOTTOM_OF_PIPE_BIT, b->prof_pool,
+		                    2 * b->prof_n + 1);
+		b->prof_pipe[b->prof_n++] = (uint32_t)(p - b->pipes);
+	} else if (b->prof_pool) {
+		b->prof_untimed++;
+	}
 }

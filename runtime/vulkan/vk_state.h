@@ -22,6 +22,7 @@ typedef struct vk_pipe {
 	VkDescriptorSetLayout dsl;
 	VkPipelineLayout layout;
 	VkPipeline pipe;
+	uint64_t prof_calls, prof_ns; /* SHOAL_VK_PROFILE: its timed dispatches */
 } vk_pipe;
 
 /* A host-visible buffer, mapped for the instance's life. */
@@ -89,6 +90,14 @@ struct shoal_backend {
 	vk_hostbuf *params;          /* cap_params, grown on demand, kept across submits */
 	uint32_t cap_params;
 	uint32_t n_params, params_used; /* bytes used of params[n_params - 1] */
+	/* SHOAL_VK_PROFILE (vk_core.c "Profile"): a timestamp before and after
+	 * each of the first prof_cap dispatches of a submit, and whose */
+	VkQueryPool prof_pool;
+	uint32_t prof_cap, prof_n;
+	uint32_t *prof_pipe; /* (prof_cap) index into pipes */
+	uint64_t prof_mask, prof_untimed;
+	double prof_period; /* ns a tick */
+	char *prof_path;    /* where the table goes at the end ("-": stderr) */
 
 	/* memory */
 	vk_hostbuf staging;

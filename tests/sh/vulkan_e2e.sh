@@ -4,7 +4,7 @@
 # dense and MoE models, the DeepSeek-V3-style fixture, the K-quant
 # fixtures and a gpt-oss fixture made here (MXFP4, attention sinks, a
 # sliding window of 8 on the even layers, YaRN; tests/sh/vulkan_e2e.py
-# says what is compared and the bounds).
+# says what is compared and the bounds), and SHOAL_VK_PROFILE's table.
 # Skips (77) when the build has no Vulkan backend or the machine no Vulkan
 # device; under CI=true, a build with Vulkan and no device fails.
 set -u
@@ -15,6 +15,21 @@ fi
 if ! why=$("$B" run "$DATA/models/austen-dense-q8_0.gguf" -p x -n 1 --backend vulkan 2>&1 >/dev/null); then
 	[ "${CI:-}" = true ] && fail "no Vulkan device under CI: $why"
 	skip "no Vulkan device: $why"
+fi
+# SHOAL_VK_PROFILE: a table of the dispatches by shader at the end; a
+# Q8_0 model's decode runs mv_q8_0 (one per weight matrix a token) and
+# rms_norm, each with calls and a time (the device's timestamps)
+SHOAL_VK_PROFILE=$T/prof "$B" run "$DATA/models/austen-dense-q8_0.gguf" -p "It is a truth" -n 4 \
+	--temp 0 --backend vulkan >/dev/null 2>"$T/prof.err" ||
+	fail "a run with SHOAL_VK_PROFILE: $(tail -n 3 "$T/prof.err")"
+if grep -q "no timestamps" "$T/prof" 2>/dev/null; then
+	echo "profile: $(head -n 1 "$T/prof")"
+else
+	for sh in mv_q8_0 rms_norm; do
+		awk -v s=$sh '$1 == s && $2 > 0 && $3 > 0 { ok = 1 } END { exit !ok }' "$T/prof" 2>/dev/null ||
+			fail "SHOAL_VK_PROFILE lists no timed $sh: $(cat "$T/prof" 2>/dev/null | head -n 5)"
+	done
+	echo "profile: $(grep -c -v '^#' "$T/prof") shaders timed, first: $(grep -v '^#' "$T/prof" | head -n 1)"
 fi
 moe=$SRC/../shared/models/austen-moe-q8_0.gguf
 [ -s "$moe" ] || moe=
