@@ -109,6 +109,17 @@ _Static_assert(SHOAL_SERVE_MAX_ROWS == SHOAL_MANIFEST_KV_RING_ROWS,
 #define SHOAL_SERVE_PROBE_STEPS    8u
 #define SHOAL_SERVE_PROBE_FAILS    3u
 #define SHOAL_SERVE_DSUSPECT_VOTES 2u
+/* The data-plane round trip a peer gossips for another (its record's
+ * dlinks, what plans charge a hop and a tensor group's round): the least
+ * echo of its last 16 answered probes (8 s at the default 100 ms base
+ * period), in quarter-octave buckets with hysteresis. The least, because
+ * an echo waits for the far data thread between engine runs: a probe that
+ * lands during a run is late by that run, not by the wire; a hop of the
+ * decode loop finds the far thread waiting, as the least echo did. 16,
+ * because while a cluster decodes most probes land in a run, and one in 16
+ * between two still gives the wire's figure; and a link that got slower
+ * shows within 8 s. */
+#define SHOAL_SERVE_DRTT_WINDOW 16u
 /* The longest engine run an echo tells is that of the last minute: a
  * prefill's long chunks stay known between requests of a busy minute. */
 #define SHOAL_SERVE_RUN_MAX_US 60000000u
@@ -346,6 +357,10 @@ struct shoal_serve {
 	uint32_t n_dsus;
 	uint64_t dsus_version;
 	uint64_t dsus_published; /* node thread */
+	/* data-plane round trips: the prober's (under mu), published with
+	 * the suspects (dsus_version) */
+	shoal_record_dlink dlinks[SHOAL_RECORD_MAX_DLINKS];
+	uint32_t n_dlinks;
 
 	/* threads */
 	int wake[2];  /* node -> data thread */

@@ -90,14 +90,27 @@ static void serve_left(shoal_serve *cl, const shoal_swim_member *m, const char *
  * gossiped (net/linkview.h: already bucketed by the peer that measured
  * them, so the same for everyone); a pair nobody measured yet is at 200
  * us. An explicit --link-us puts every link at that figure instead. */
-/* Whether plans take the measured links: only with tensor groups (the
- * choice between a group and a pipeline is what the latency decides; a
- * pipeline-only cluster keeps every link at 200 us, so new link figures
- * never re-plan it), and never with an explicit --link-us or the test hook
+/* Whether plans take the control plane's measured links (its RTTs and
+ * bandwidths): only with tensor groups (the choice between a group and a
+ * pipeline is what the latency decides; a pipeline-only cluster keeps
+ * every link at 200 us, so new control-plane figures never re-plan it),
+ * and never with an explicit --link-us or the test hook
  * SHOAL_TEST_TP_PREFER. */
 static bool serve_measured_links(const shoal_serve *cl)
 {
 	return cl->pol.tensor_groups && !cl->pol.tensor_prefer && !cl->cfg.link_us;
+}
+
+/* Whether plans take the data plane's round trips (the records' dlinks,
+ * serve_probe.c) as link latencies: always but with an explicit
+ * --link-us. They are what a hop and a tensor round pay, so they are what
+ * the plan predicts with; a changed bucket (not jitter: hysteresis) is a
+ * new input, which re-plans only where another plan is faster by the
+ * policy's margin (scheduler/schedule.c, stability) and otherwise only
+ * predicts anew (shoal_plan_take_times). */
+static bool serve_data_links(const shoal_serve *cl)
+{
+	return !cl->cfg.link_us;
 }
 
 static shoal_err serve_plan_on(shoal_serve *cl, const shoal_swim_member *const *cand, size_t nc,
@@ -126,8 +139,10 @@ static shoal_err serve_plan_on(shoal_serve *cl, const shoal_swim_member *const *
 		serve_gpu(r, &p);
 		e = shoal_view_add_peer(view, &p, why, why_len);
 	}
-	if (e == SHOAL_OK && serve_measured_links(cl))
-		e = shoal_linkview_apply(view, recs, nr, NULL, why, why_len);
+	unsigned what = (serve_measured_links(cl) ? SHOAL_LINKVIEW_CTL : 0) |
+	                (serve_data_links(cl) ? SHOAL_LINKVIEW_DATA : 0);
+	if (e == SHOAL_OK && what)
+		e = shoal_linkview_apply(view, recs, nr, what, NULL, why, why_len);
 	if (e == SHOAL_OK && !skip) {
 		size_t nl = shoal_view_n_links(view);
 		cl->n_plan_links = nl < SHOAL_SERVE_MAX_PEERS ? nl : SHOAL_SERVE_MAX_PEERS;
@@ -444,6 +459,12 @@ static size_t serve_candidates(shoal_serve *cl, const shoal_swim_member *v, size
 			crypto_generichash_update(&hs, l->peer.b, SHOAL_PEER_ID_LEN);
 			crypto_generichash_update(&hs, (const uint8_t *)&l->rtt_us, 4);
 			crypto_generichash_update(&hs, (const uint8_t *)&l->bw_bytes_s, 8);
+		}
+		for (uint32_t k = 0; serve_data_links(cl) && k < r->n_dlinks; k++) {
+			const shoal_record_dlink *d = &r->dlinks[k];
+			crypto_generichash_update(&hs, d->peer.b, SHOAL_PEER_ID_LEN);
+			crypto_generichash_update(&hs, (const uint8_t *)&d->rtt_us, 4);
+			crypto_generichash_update(&hs, (const uint8_t *)&d->bw_bytes_s, 8);
 		}
 	}
 	/* readiness is an input too: whether the previous plan may be used

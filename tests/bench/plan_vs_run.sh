@@ -22,7 +22,10 @@
 #   group2   austen-dense-q8_0, 2 peers, --tensor with the test hook
 #            SHOAL_TEST_TP_PREFER=1 (a group of both; the model is too
 #            small for a group to pay, so the planner would not pick it)
-# Predicted: status JSON "plan".predicted_ms_per_token of the first peer.
+# Predicted: status JSON "plan".predicted_ms_per_token of the first peer,
+# asked after the runs (the same plan: its digest is checked), so that it
+# rests on the data links as the peers' probes measured them by then (a
+# plan made before the first probes has the default link's 200 us).
 # Measured: a greedy run of N tokens through `shoal run --peer --logprobs 1`
 # (one line a token, flushed as it arrives), timed by the client: the
 # median step after the first W tokens (warm-up: the prefill, the first
@@ -104,7 +107,7 @@ print(int(m * 1e6))
 ' "$W" "$B" run --peer "${EP0[$1]}" --key "$T/k-$1" -p "$PROMPT" --temp 0 --logprobs 1 -n "$N"
 }
 
-declare -A EP0 PRED
+declare -A EP0 PRED DIG
 t0=$(now_ms)
 for c in "${CONFIGS[@]}"; do
 	[ -n "${NP[$c]:-}" ] || fail "unknown config $c (dense1 dense2 moe1 moe3 group2)"
@@ -129,8 +132,7 @@ done
 for c in "${CONFIGS[@]}"; do
 	wait_for 90 ready "$c" || fail "$c: no servable plan of ${STAGES[$c]} stages, ${MEMBERS[$c]} members: $("$PC" "$T/st-$c-1.json" servable)"
 	EP0[$c]=$(ep "$("$PC" "$T/st-$c-1.json" stage 0)")
-	PRED[$c]=$("$PC" "$T/st-$c-1.json" predicted)
-	[ "${PRED[$c]}" != none ] || fail "$c: no predicted_ms_per_token in the status JSON"
+	DIG[$c]=$("$PC" "$T/st-$c-1.json" digest)
 done
 echo "clusters up in $(($(now_ms) - t0)) ms; load average $(cut -d' ' -f1-3 /proc/loadavg)"
 for c in "${CONFIGS[@]}"; do : >"$T/d-$c"; done
@@ -141,6 +143,12 @@ for r in $(seq "$RUNS"); do
 	done
 done
 echo "load average after: $(cut -d' ' -f1-3 /proc/loadavg)"
+for c in "${CONFIGS[@]}"; do
+	KEY=$T/k-$c status "$c-1" || fail "$c: no status"
+	[ "$("$PC" "$T/st-$c-1.json" digest)" = "${DIG[$c]}" ] || fail "$c: the plan changed during the runs"
+	PRED[$c]=$("$PC" "$T/st-$c-1.json" predicted)
+	[ "${PRED[$c]}" != none ] || fail "$c: no predicted_ms_per_token in the status JSON"
+done
 stop_all
 echo
 echo "config   predicted ms   measured ms   measured/predicted"
