@@ -24,7 +24,6 @@
  *                                link the plan used ("none" without)
  *   plancheck STATUS rtts        print "FROM TO RTT_US" per link the peers'
  *                                records carry (ids in hex; "none" without)
- *   plancheck STATUS drtts       the same of their data links (data_links)
  *   plancheck EXPECTED ncases    print how many cases
  *   plancheck EXPECTED prompt I  print the prompt of case I
  * Exit 1 when FILE cannot be read as JSON.
@@ -141,20 +140,6 @@ int main(int argc, char **argv)
 		size_t n = 0;
 		for (size_t i = 0; i < json_array_size(peers); i++) {
 			json_t *p = json_array_get(peers, i), *ls = json_object_get(p, "links");
-			for (size_t j = 0; j < json_array_size(ls); j++, n++) {
-				json_t *l = json_array_get(ls, j);
-				printf("%s %s %lld\n", json_string_value(json_object_get(p, "id")),
-				       json_string_value(json_object_get(l, "peer")),
-				       (long long)json_integer_value(json_object_get(l, "rtt_us")));
-			}
-		}
-		if (!n)
-			printf("none\n");
-	} else if (!strcmp(cmd, "drtts")) {
-		json_t *peers = json_object_get(root, "peers");
-		size_t n = 0;
-		for (size_t i = 0; i < json_array_size(peers); i++) {
-			json_t *p = json_array_get(peers, i), *ls = json_object_get(p, "data_links");
 			for (size_t j = 0; j < json_array_size(ls); j++, n++) {
 				json_t *l = json_array_get(ls, j);
 				printf("%s %s %lld\n", json_string_value(json_object_get(p, "id")),

@@ -3,8 +3,7 @@
 # Two `shoal node` processes on 127.0.0.1 without --link-us: once each has
 # probed the other, the plan's planned_links (status --json) holds the pair
 # at the measured latency -- the larger of the two directions' published
-# RTT (already bucketed by the peer that measured it) halved, the data
-# plane's (data_links) where a record has one, else the control plane's,
+# RTT (already bucketed by the peer that measured it) halved,
 # net/linkview.h -- and both peers planned on the same figure. Then two
 # with an explicit --link-us 7: that figure, for every link, in place of
 # the measurements (no planned_links).
@@ -18,13 +17,9 @@ start a "$DENSE" --ctx 256 --tensor
 start b "$DENSE" --ctx 256 --tensor --peer "$(ep a)"
 
 # expected NAME: the latency (us) net/linkview.h derives from the records
-# in NAME's status: max over directions of the least RTT, / 2, of the data
-# plane's round trips where there are any (2 peers: one pair)
+# in NAME's status: max over directions of the least RTT, / 2
 expected() {
-	local r
-	r=$("$PC" "$T/st-$1.json" drtts)
-	[ "$r" != none ] || r=$("$PC" "$T/st-$1.json" rtts)
-	echo "$r" | awk '
+	"$PC" "$T/st-$1.json" rtts | awk '
 		$1 != "none" { k = $1 " " $2; if (!(k in m) || $3 < m[k]) m[k] = $3 }
 		END { for (k in m) if (m[k] > best) best = m[k]; if (best) print int(best / 2); else print "none" }'
 }
