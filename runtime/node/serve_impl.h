@@ -110,8 +110,8 @@ _Static_assert(SHOAL_SERVE_MAX_ROWS == SHOAL_MANIFEST_KV_RING_ROWS,
 #define SHOAL_SERVE_PROBE_FAILS    3u
 #define SHOAL_SERVE_DSUSPECT_VOTES 2u
 /* The data-plane round trip a peer gossips for another (its record's
- * dlinks, what plans charge a hop and a tensor group's round): the least
- * echo of its last 16 answered probes (8 s at the default 100 ms base
+ * dlinks, what a plan's prediction charges a hop and a tensor round): the
+ * least echo of its last 16 answered probes (8 s at the default 100 ms base
  * period), in quarter-octave buckets with hysteresis. The least, because
  * an echo waits for the far data thread between engine runs: a probe that
  * lands during a run is late by that run, not by the wire; a hop of the

@@ -83,39 +83,42 @@ static void serve_left(shoal_serve *cl, const shoal_swim_member *m, const char *
 	cl->n_left++;
 }
 
-/* schedule() over the candidates (all but `skip`, when given): a view of
- * their offered memory and bucketed speeds. Load is left out: each peer
- * would bucket it from its own history of the others' records, and the
- * plans would differ. Links are the ones the candidates measured and
- * gossiped (net/linkview.h: already bucketed by the peer that measured
- * them, so the same for everyone); a pair nobody measured yet is at 200
- * us. An explicit --link-us puts every link at that figure instead. */
-/* Whether plans take the control plane's measured links (its RTTs and
- * bandwidths): only with tensor groups (the choice between a group and a
- * pipeline is what the latency decides; a pipeline-only cluster keeps
- * every link at 200 us, so new control-plane figures never re-plan it),
- * and never with an explicit --link-us or the test hook
- * SHOAL_TEST_TP_PREFER. */
+/* Whether plans take the measured links (the control plane's probes):
+ * only with tensor groups (the choice between a group and a pipeline is
+ * what the latency decides; a pipeline-only cluster keeps every link at
+ * 200 us, so new link figures never re-plan it), and never with an
+ * explicit --link-us or the test hook SHOAL_TEST_TP_PREFER. */
 static bool serve_measured_links(const shoal_serve *cl)
 {
 	return cl->pol.tensor_groups && !cl->pol.tensor_prefer && !cl->cfg.link_us;
 }
 
-/* Whether plans take the data plane's round trips (the records' dlinks,
- * serve_probe.c) as link latencies: always but with an explicit
- * --link-us. They are what a hop and a tensor round pay, so they are what
- * the plan predicts with; a changed bucket (not jitter: hysteresis) is a
- * new input, which re-plans only where another plan is faster by the
- * policy's margin (scheduler/schedule.c, stability) and otherwise only
- * predicts anew (shoal_plan_take_times). */
+/* Whether the plan's prediction takes the data plane's links (the
+ * records' dlinks, serve_probe.c): always but with an explicit --link-us.
+ * They are what a hop and a tensor round pay on the wire, so the plan
+ * predicts with them; but the plan is chosen on the links above, as
+ * before: a data link's round trip grows while its far data thread is
+ * busy (an echo waits for a run, or a drain's frames), and a plan that
+ * followed it would move, pause and replay requests as the load comes
+ * and goes (tests/sh/probe_busy.sh saw a 3-stage pipeline re-planned
+ * twice in one request). So a new data-link bucket only predicts anew
+ * (serve_predict, shoal_plan_take_times). */
 static bool serve_data_links(const shoal_serve *cl)
 {
 	return !cl->cfg.link_us;
 }
 
-static shoal_err serve_plan_on(shoal_serve *cl, const shoal_swim_member *const *cand, size_t nc,
-                               const uint8_t *skip, const shoal_plan *prev, shoal_plan **out,
-                               uint32_t *sessions, char *why, size_t why_len)
+/* schedule()'s view of the candidates (all but `skip`, when given): their
+ * offered memory and bucketed speeds. Load is left out: each peer would
+ * bucket it from its own history of the others' records, and the plans
+ * would differ. Links: the ones `what` names of those the candidates
+ * measured and gossiped (net/linkview.h: already bucketed by the peer that
+ * measured them, so the same for everyone); a pair nobody measured yet is
+ * at 200 us. An explicit --link-us puts every link at that figure
+ * instead. */
+static shoal_err serve_view(shoal_serve *cl, const shoal_swim_member *const *cand, size_t nc,
+                            const uint8_t *skip, unsigned what, shoal_view **out, char *why,
+                            size_t why_len)
 {
 	uint32_t lus = cl->cfg.link_us ? cl->cfg.link_us : SHOAL_SERVE_LINK_US;
 	shoal_view *view = shoal_view_new((uint64_t)lus * 1000u, SHOAL_SERVE_LINK_BW);
@@ -139,10 +142,50 @@ static shoal_err serve_plan_on(shoal_serve *cl, const shoal_swim_member *const *
 		serve_gpu(r, &p);
 		e = shoal_view_add_peer(view, &p, why, why_len);
 	}
-	unsigned what = (serve_measured_links(cl) ? SHOAL_LINKVIEW_CTL : 0) |
-	                (serve_data_links(cl) ? SHOAL_LINKVIEW_DATA : 0);
 	if (e == SHOAL_OK && what)
 		e = shoal_linkview_apply(view, recs, nr, what, NULL, why, why_len);
+	if (e != SHOAL_OK) {
+		shoal_view_free(view);
+		view = NULL;
+	}
+	*out = view;
+	return e;
+}
+
+/* The chosen plan p's times as the data links say (serve_data_links): the
+ * same candidates planned from p with a policy that keeps any feasible
+ * previous plan (gain 1000 permille, sessions as chosen), which evaluates
+ * p on that view; its times replace p's when it is p (the same digest).
+ * When it is not (p is infeasible there, or a tensor plan the view would
+ * group otherwise), p keeps the times it was chosen with. */
+static void serve_predict(shoal_serve *cl, const shoal_swim_member *const *cand, size_t nc,
+                          const shoal_policy *chosen, shoal_plan *p)
+{
+	shoal_view *view = NULL;
+	shoal_plan *q = NULL;
+	char why[SHOAL_WHY_LEN];
+	unsigned what = (serve_measured_links(cl) ? SHOAL_LINKVIEW_CTL : 0) | SHOAL_LINKVIEW_DATA;
+	if (serve_view(cl, cand, nc, NULL, what, &view, why, sizeof why) != SHOAL_OK)
+		return;
+	shoal_policy pol = *chosen;
+	pol.gain_permille = 1000;
+	pol.near_permille = 0;
+	if (shoal_schedule(view, &cl->mf, &pol, p, &q, why, sizeof why) == SHOAL_OK)
+		shoal_plan_take_times(p, q);
+	shoal_plan_free(q);
+	shoal_view_free(view);
+}
+
+/* schedule() over the candidates (all but `skip`, when given); the plan
+ * we act on (no skip) is then predicted on the data links. */
+static shoal_err serve_plan_on(shoal_serve *cl, const shoal_swim_member *const *cand, size_t nc,
+                               const uint8_t *skip, const shoal_plan *prev, shoal_plan **out,
+                               uint32_t *sessions, char *why, size_t why_len)
+{
+	shoal_view *view = NULL;
+	shoal_err e =
+	    serve_view(cl, cand, nc, skip, serve_measured_links(cl) ? SHOAL_LINKVIEW_CTL : 0, &view,
+	               why, why_len);
 	if (e == SHOAL_OK && !skip) {
 		size_t nl = shoal_view_n_links(view);
 		cl->n_plan_links = nl < SHOAL_SERVE_MAX_PEERS ? nl : SHOAL_SERVE_MAX_PEERS;
@@ -158,6 +201,8 @@ static shoal_err serve_plan_on(shoal_serve *cl, const shoal_swim_member *const *
 	if (sessions)
 		*sessions = pol.sessions;
 	shoal_view_free(view);
+	if (e == SHOAL_OK && !skip && serve_data_links(cl))
+		serve_predict(cl, cand, nc, &pol, *out);
 	return e;
 }
 

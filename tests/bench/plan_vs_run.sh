@@ -33,7 +33,12 @@
 # pipeline's tokens may arrive a few at once); the figure is the median
 # over RUNS runs.
 # Goal: within 25 %. Env: RUNS (default 3), N (40), W (4), SHOAL_MODELS,
-# BOUND. Needs python3 (the client-side timing).
+# BOUND; PROBE=FILE: every peer takes that compute probe file (one taken
+# on a quiet moment: a busy machine's probe is low, and every prediction
+# with it); PIN=1: peer i of a config runs on CPU (i - 1) mod the CPUs
+# (taskset: unpinned, the kernel often puts a group's two members on one
+# core, and each round then waits for the other's time slice). Needs
+# python3 (the client-side timing).
 set -u
 SHOAL_BUILDDIR=${1:-${SHOAL_BUILDDIR:-.}}
 [ $# -gt 0 ] && shift
@@ -68,13 +73,16 @@ cluster() { # cluster C: its peers, all started
 	"$B" key new "$T/k-$c" >/dev/null || fail "shoal key new"
 	# shellcheck disable=SC2086
 	for i in $(seq "${NP[$c]}"); do [ -s "$T/probe" ] && mkdir -p "$T/$c-$i" && cp "$T/probe" "$T/$c-$i/probe"; done
-	KEY=$T/k-$c LAUNCH="env ${ENV[$c]:-}" start "$c-1" "${MODEL[$c]}" --cluster "pvr-$c" --ctx $CTX ${ARGS[$c]}
+	KEY=$T/k-$c LAUNCH="$(pin 1) env ${ENV[$c]:-}" start "$c-1" "${MODEL[$c]}" --cluster "pvr-$c" --ctx $CTX ${ARGS[$c]}
 	seed=$(ep "$c-1")
 	for i in $(seq 2 "${NP[$c]}"); do
 		# shellcheck disable=SC2086
-		KEY=$T/k-$c LAUNCH="env ${ENV[$c]:-}" start "$c-$i" "${MODEL[$c]}" --cluster "pvr-$c" \
+		KEY=$T/k-$c LAUNCH="$(pin "$i") env ${ENV[$c]:-}" start "$c-$i" "${MODEL[$c]}" --cluster "pvr-$c" \
 			--ctx $CTX ${ARGS[$c]} --peer "$seed"
 	done
+}
+pin() { # pin I: the launcher of a config's peer I ("" unless PIN=1)
+	[ "${PIN:-0}" = 1 ] && echo "taskset -c $((($1 - 1) % $(nproc)))"
 }
 ready() { # ready C: every peer serves one plan of the config's shape
 	local c=$1 names=() i m
@@ -108,6 +116,11 @@ print(int(m * 1e6))
 }
 
 declare -A EP0 PRED DIG
+if [ -n "${PROBE:-}" ]; then
+	[ -s "$PROBE" ] || fail "PROBE=$PROBE: no such probe file"
+	cp "$PROBE" "$T/probe"
+	echo "probe file given: $(cat "$T/probe")"
+fi
 t0=$(now_ms)
 for c in "${CONFIGS[@]}"; do
 	[ -n "${NP[$c]:-}" ] || fail "unknown config $c (dense1 dense2 moe1 moe3 group2)"
