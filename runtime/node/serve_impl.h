@@ -551,7 +551,10 @@ typedef struct serve__timing {
 	uint64_t run_ns, runs;           /* median decode run of our stage, samples */
 	bool gap_logged;
 } serve__timing;
-void serve__timing_plan(shoal_serve *cl); /* node thread: cl->plan was set */
+/* node thread: cl->plan was set (a new plan: the measured series start
+ * anew), or only predicted anew (anew: the same plan, so its steps so far
+ * stay measured; the gap is judged anew against the new prediction) */
+void serve__timing_plan(shoal_serve *cl, bool anew);
 /* data thread: the snapshots just taken */
 void serve__timing_note(shoal_serve_dt *d, const shoal_dist_stage_metrics *sm,
                         const shoal_dist_owner_metrics *om);

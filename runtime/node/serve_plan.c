@@ -624,7 +624,7 @@ static int serve_replan(shoal_serve *cl, const shoal_swim_member *v, size_t n,
 		cl->plan_err = e;
 		shoal_plan_free(cl->plan);
 		cl->plan = NULL;
-		serve__timing_plan(cl);
+		serve__timing_plan(cl, false);
 		return 0;
 	}
 	if (cl->plan &&
@@ -634,7 +634,7 @@ static int serve_replan(shoal_serve *cl, const shoal_swim_member *v, size_t n,
 		if (shoal_plan_take_times(cl->plan, np)) {
 			SHOAL_LOG_D("cluster", "plan kept, predicted anew: %.3f ms/token",
 			            (double)shoal_plan_predicted_ns(cl->plan) / 1e6);
-			serve__timing_plan(cl);
+			serve__timing_plan(cl, true);
 		}
 		shoal_plan_free(np);
 		return 0;
@@ -644,7 +644,7 @@ static int serve_replan(shoal_serve *cl, const shoal_swim_member *v, size_t n,
 	serve_log_plan(np, np_sessions, dh);
 	shoal_plan_free(cl->plan);
 	cl->plan = np;
-	serve__timing_plan(cl);
+	serve__timing_plan(cl, false);
 	cl->plan_sessions = np_sessions;
 	cl->plan_why[0] = '\0';
 	/* 3. Our part: unless it is the plan whose part the data thread runs
