@@ -165,6 +165,11 @@ static void serve_predict(shoal_serve *cl, const shoal_swim_member *const *cand,
 	shoal_plan *q = NULL;
 	char why[SHOAL_WHY_LEN];
 	unsigned what = (serve_measured_links(cl) ? SHOAL_LINKVIEW_CTL : 0) | SHOAL_LINKVIEW_DATA;
+	size_t timed = 0;
+	for (size_t i = 0; i < nc; i++)
+		timed += cand[i]->record.n_dlinks;
+	if (!timed) /* no data link timed yet: the view would be the chosen one */
+		return;
 	if (serve_view(cl, cand, nc, NULL, what, &view, why, sizeof why) != SHOAL_OK)
 		return;
 	shoal_policy pol = *chosen;
