@@ -161,6 +161,11 @@ for c in "${CONFIGS[@]}"; do
 	[ "$("$PC" "$T/st-$c-1.json" digest)" = "${DIG[$c]}" ] || fail "$c: the plan changed during the runs"
 	PRED[$c]=$("$PC" "$T/st-$c-1.json" predicted)
 	[ "${PRED[$c]}" != none ] || fail "$c: no predicted_ms_per_token in the status JSON"
+	# the data links it was predicted on: RTT us / bandwidth MB/s, per peer
+	echo "  $c data links: $(python3 -c 'import json, sys
+d = json.load(open(sys.argv[1]))
+print(" ".join("%s:%d/%d" % (p["name"], l["rtt_us"], l["bandwidth_bytes_s"] // 1000000)
+               for p in d["peers"] for l in p.get("data_links", [])) or "none")' "$T/st-$c-1.json")" >>"$T/raw"
 done
 stop_all
 echo
