@@ -120,6 +120,15 @@ _Static_assert(SHOAL_SERVE_MAX_ROWS == SHOAL_MANIFEST_KV_RING_ROWS,
  * between two still gives the wire's figure; and a link that got slower
  * shows within 8 s. */
 #define SHOAL_SERVE_DRTT_WINDOW 16u
+/* The bandwidth probe's payload: 64 KiB, the size of the largest frame of
+ * a decode step on a small model (a tensor group's head gather of 32 k
+ * vocab rows over 2 members: 16 k x 4 bytes); 5 us at 100 Gbit/s, 5 ms at
+ * 100 Mbit/s, so its extra time stands out of a round trip's jitter on
+ * all but the fastest links. Every 4th probe of a target (one in 2 s at
+ * the default period): 4 of them in the round-trip window. */
+#define SHOAL_SERVE_DRTT_BW_BYTES  65536u
+#define SHOAL_SERVE_DRTT_BW_EVERY  4u
+#define SHOAL_SERVE_DRTT_BW_WINDOW (SHOAL_SERVE_DRTT_WINDOW / SHOAL_SERVE_DRTT_BW_EVERY)
 /* The longest engine run an echo tells is that of the last minute: a
  * prefill's long chunks stay known between requests of a busy minute. */
 #define SHOAL_SERVE_RUN_MAX_US 60000000u
@@ -507,6 +516,21 @@ void *serve__probe_main(void *arg);
  * names, comma-separated, into names[names_len] (may be NULL, 0). */
 size_t serve__dsuspect_votes(const shoal_swim_member *const *all, size_t n, size_t i,
                              const bool *mute, char *names, size_t names_len);
+/* serve_probe.c: a data link's timing as its answered probes give it
+ * (invariant 6 there): windows of the last round trips (us) of small and
+ * large probes, and the buckets published (SHOAL_BUCKET_NONE: none yet). */
+typedef struct serve__dtime {
+	uint32_t rtt[SHOAL_SERVE_DRTT_WINDOW];
+	uint32_t n_rtt, at_rtt; /* how many held, the next slot */
+	uint32_t big[SHOAL_SERVE_DRTT_BW_WINDOW];
+	uint32_t n_big, at_big;
+	uint32_t rtt_b, bw_b;
+} serve__dtime;
+void serve__dtime_init(serve__dtime *t); /* no sample, no bucket */
+/* An answered probe's round trip us (of a large one when big: only once a
+ * small one is held) into t; whether a published bucket moved. */
+bool serve__dtime_note(serve__dtime *t, bool big, uint64_t us);
+
 /* Which of the candidates all[n] (n <= SHOAL_SERVE_MAX_PEERS) the plan
  * leaves out: out[i] when SHOAL_SERVE_DSUSPECT_VOTES others name all[i],
  * not counting a peer that names every other candidate (of 3 or more: its

@@ -41,9 +41,9 @@
  *      a target's last SHOAL_SERVE_DRTT_WINDOW, bucketed, goes into our
  *      record (`dlinks`), and every peer predicts the hops and tensor
  *      rounds of the plan it chose on it (serve_plan.c). Every
- *      PROBE_BW_EVERY-th probe carries PROBE_BW_BYTES: its least echo over
- *      the least small one's is the time those bytes took, which gives the
- *      link's bandwidth. A large
+ *      SHOAL_SERVE_DRTT_BW_EVERY-th probe carries SHOAL_SERVE_DRTT_BW_BYTES:
+ *      its least echo over the least small one's is the time those bytes
+ *      took, which gives the link's bandwidth (serve__dtime_note). A large
  *      probe judges nobody (a peer that predates them drops it unanswered;
  *      the small ones judge), and one left unanswered ends them for that
  *      target.
@@ -68,22 +68,13 @@
  * longest engine run of the echoing peer's last minute, in ms (u32 LE). */
 #define PROBE_BYTES 8u
 #define ECHO_BYTES  12u
-/* The bandwidth probe's payload: 64 KiB, the size of the largest frame of
- * a decode step on a small model (a tensor group's head gather of 32 k
- * vocab rows over 2 members: 16 k x 4 bytes); 5 us at 100 Gbit/s, 5 ms at
- * 100 Mbit/s, so its extra time stands out of a round trip's jitter on
- * all but the fastest links. Every 4th probe of a target (one in 2 s at
- * the default period): 4 of them in the round-trip window. */
-#define PROBE_BW_BYTES 65536u
 /* The prober waits for an echo without sleeping for its first 200 us (as
  * a tensor group's member waits for a slice, SHOAL_SERVE_TP_SPIN_US, and
  * a stage for its next frame, --spin-us), so that its own wake-up (5-50
  * us, far more on a loaded machine) stays out of the round trip it
  * times: a hop of the decode loop does not pay it. 200 us a probe every
  * 5 base periods: 0.04 % of a core per target. */
-#define PROBE_SPIN_US   200u
-#define PROBE_BW_EVERY  4u
-#define PROBE_BW_WINDOW (SHOAL_SERVE_DRTT_WINDOW / PROBE_BW_EVERY)
+#define PROBE_SPIN_US 200u
 /* An echo is sent with this bound: the prober waits far longer, and the
  * data thread must not stall on a peer that stopped reading. */
 #define PROBE_ECHO_MS 100
@@ -113,7 +104,7 @@ void serve__probe_answer(shoal_serve_dt *d)
 		       e == SHOAL_ERR_FORMAT || e == SHOAL_ERR_MISMATCH) {
 			if (e != SHOAL_OK || f.hdr.kind != SHOAL_XFER_KIND_PROBE ||
 			    (f.hdr.payload_len != PROBE_BYTES &&
-			     f.hdr.payload_len != PROBE_BW_BYTES))
+			     f.hdr.payload_len != SHOAL_SERVE_DRTT_BW_BYTES))
 				continue;
 			uint8_t echo[ECHO_BYTES];
 			uint64_t ms = d->run_max_ns / 1000000u;
@@ -157,18 +148,14 @@ typedef struct probe_target {
 	uint32_t step_ms; /* its longest recent engine run, as its latest echo told */
 	bool suspect;     /* named in our record */
 	bool seen;        /* still in the endpoint table */
-	uint32_t rtt[SHOAL_SERVE_DRTT_WINDOW]; /* us, the last answered probes' */
-	uint32_t n_rtt, at_rtt;                /* how many held, the next slot */
-	uint32_t big[PROBE_BW_WINDOW];         /* us, the last large probes' */
-	uint32_t n_big, at_big;
-	uint32_t sent;        /* probes sent, for PROBE_BW_EVERY */
-	bool no_big;          /* a large probe went unanswered: no more */
-	uint32_t rtt_b, bw_b; /* the published buckets (SHOAL_BUCKET_NONE: none) */
+	serve__dtime dt;  /* its data link's timing */
+	uint32_t sent;    /* probes sent, for SHOAL_SERVE_DRTT_BW_EVERY */
+	bool no_big;      /* a large probe went unanswered: no more */
 } probe_target;
 
 typedef struct probe_state {
 	shoal_serve *cl;
-	uint8_t pad[PROBE_BW_BYTES]; /* a large probe's payload after its nonce: zeros */
+	uint8_t pad[SHOAL_SERVE_DRTT_BW_BYTES]; /* a large probe's payload after its nonce: zeros */
 	probe_target t[SHOAL_SERVE_MAX_PEERS];
 	size_t n;
 	uint64_t nonce;
@@ -213,9 +200,13 @@ static uint32_t probe_window(uint32_t *w, uint32_t n_max, uint32_t *n, uint32_t 
 	return least;
 }
 
-/* An answered probe's round trip (of a large one when big) into t's
- * windows; whether a bucket it publishes moved (invariant 6). */
-static bool probe_rtt(probe_target *t, bool big, uint64_t us)
+void serve__dtime_init(serve__dtime *t)
+{
+	memset(t, 0, sizeof *t);
+	t->rtt_b = t->bw_b = SHOAL_BUCKET_NONE;
+}
+
+bool serve__dtime_note(serve__dtime *t, bool big, uint64_t us)
 {
 	uint32_t rtt_b = t->rtt_b, bw_b = t->bw_b;
 	if (!big) {
@@ -224,7 +215,9 @@ static bool probe_rtt(probe_target *t, bool big, uint64_t us)
 		t->rtt_b = shoal_bucket_geo(least, t->rtt_b);
 		return t->rtt_b != rtt_b;
 	}
-	uint32_t lb = probe_window(t->big, PROBE_BW_WINDOW, &t->n_big, &t->at_big, us);
+	if (!t->n_rtt)
+		return false; /* nothing to subtract yet */
+	uint32_t lb = probe_window(t->big, SHOAL_SERVE_DRTT_BW_WINDOW, &t->n_big, &t->at_big, us);
 	uint32_t ls = UINT32_MAX;
 	for (uint32_t i = 0; i < t->n_rtt; i++)
 		if (t->rtt[i] < ls)
@@ -232,7 +225,7 @@ static bool probe_rtt(probe_target *t, bool big, uint64_t us)
 	/* the large payload's extra time, at least 1 us (a link too fast
 	 * for the clock to tell: 64 GB/s, bucketed as measured) */
 	uint64_t d = lb > ls ? lb - ls : 1;
-	t->bw_b = shoal_bucket_geo((uint64_t)PROBE_BW_BYTES * 1000000u / d, t->bw_b);
+	t->bw_b = shoal_bucket_geo((uint64_t)SHOAL_SERVE_DRTT_BW_BYTES * 1000000u / d, t->bw_b);
 	return t->bw_b != bw_b;
 }
 
@@ -275,8 +268,9 @@ static int probe_one(probe_state *ps, probe_target *t, uint64_t own_step_ms, boo
 	uint64_t n = ++ps->nonce;
 	memcpy(nonce, &n, sizeof nonce);
 	shoal_xfer_hdr h = {.kind = SHOAL_XFER_KIND_PROBE, .dtype = SHOAL_XFER_DTYPE_U8};
-	struct iovec v[2] = {{.iov_base = nonce, .iov_len = sizeof nonce},
-	                     {.iov_base = ps->pad, .iov_len = PROBE_BW_BYTES - sizeof nonce}};
+	struct iovec v[2] = {
+	    {.iov_base = nonce, .iov_len = sizeof nonce},
+	    {.iov_base = ps->pad, .iov_len = SHOAL_SERVE_DRTT_BW_BYTES - sizeof nonce}};
 	char w[SHOAL_WHY_LEN] = "";
 	uint64_t deadline = t0 + 1000u * (uint64_t)bound_ms;
 	shoal_err e = shoal_xfer_link_send(t->k, &h, v, big ? 2 : 1, (int)bound_ms, w, sizeof w);
@@ -339,14 +333,15 @@ static void probe_publish(probe_state *ps)
 	cl->n_dlinks = 0;
 	for (size_t i = 0; i < ps->n && cl->n_dlinks < SHOAL_RECORD_MAX_DLINKS; i++) {
 		const probe_target *t = &ps->t[i];
-		if (t->rtt_b == SHOAL_BUCKET_NONE)
+		if (t->dt.rtt_b == SHOAL_BUCKET_NONE)
 			continue;
-		uint64_t v = shoal_bucket_geo_value(t->rtt_b);
+		uint64_t v = shoal_bucket_geo_value(t->dt.rtt_b);
 		shoal_record_dlink *d = &cl->dlinks[cl->n_dlinks++];
 		memset(d, 0, sizeof *d);
 		memcpy(d->peer.b, t->ep.id, SHOAL_PEER_ID_LEN);
 		d->rtt_us = v ? (v < UINT32_MAX ? (uint32_t)v : UINT32_MAX) : 1;
-		d->bw_bytes_s = t->bw_b == SHOAL_BUCKET_NONE ? 0 : shoal_bucket_geo_value(t->bw_b);
+		d->bw_bytes_s =
+		    t->dt.bw_b == SHOAL_BUCKET_NONE ? 0 : shoal_bucket_geo_value(t->dt.bw_b);
 	}
 	cl->dsus_version++;
 	pthread_mutex_unlock(&cl->mu);
@@ -369,7 +364,7 @@ static bool probe_sync(probe_state *ps, const shoal_serve_ep *eps, size_t n_eps)
 			if (ps->n == SHOAL_SERVE_MAX_PEERS)
 				continue;
 			memset(&ps->t[ps->n], 0, sizeof ps->t[ps->n]);
-			ps->t[ps->n].rtt_b = ps->t[ps->n].bw_b = SHOAL_BUCKET_NONE;
+			serve__dtime_init(&ps->t[ps->n].dt);
 			ps->n++;
 		} else if (ps->t[i].ep.inc != eps[j].inc || ps->t[i].ep.port != eps[j].port ||
 		           strcmp(ps->t[i].ep.host, eps[j].host)) {
@@ -378,13 +373,11 @@ static bool probe_sync(probe_state *ps, const shoal_serve_ep *eps, size_t n_eps)
 			/* and a clean slate: what its old life's data port did is no
 			 * evidence against the new one (a peer that died and came back
 			 * would otherwise stay named, and left out, by its old failures) */
-			changed |= ps->t[i].suspect || ps->t[i].rtt_b != SHOAL_BUCKET_NONE;
+			changed |= ps->t[i].suspect || ps->t[i].dt.rtt_b != SHOAL_BUCKET_NONE;
 			ps->t[i].suspect = false;
 			ps->t[i].fails = 0;
-			/* its new path is timed anew */
-			ps->t[i].n_rtt = ps->t[i].at_rtt = ps->t[i].n_big = ps->t[i].at_big = 0;
+			serve__dtime_init(&ps->t[i].dt); /* its new path is timed anew */
 			ps->t[i].no_big = false;
-			ps->t[i].rtt_b = ps->t[i].bw_b = SHOAL_BUCKET_NONE;
 		}
 		ps->t[i].ep = eps[j];
 		ps->t[i].seen = true;
@@ -394,7 +387,7 @@ static bool probe_sync(probe_state *ps, const shoal_serve_ep *eps, size_t n_eps)
 			i++;
 			continue;
 		}
-		changed |= ps->t[i].suspect || ps->t[i].rtt_b != SHOAL_BUCKET_NONE;
+		changed |= ps->t[i].suspect || ps->t[i].dt.rtt_b != SHOAL_BUCKET_NONE;
 		shoal_xfer_link_free(ps->t[i].k);
 		ps->t[i] = ps->t[--ps->n];
 	}
@@ -422,7 +415,8 @@ static void probe_round(probe_state *ps)
 			break;
 		uint64_t rtt_us = 0;
 		/* a large probe once a small one's round trip is known */
-		bool big = t->n_rtt && !t->no_big && t->sent % PROBE_BW_EVERY == PROBE_BW_EVERY - 1;
+		bool big = t->dt.n_rtt && !t->no_big &&
+		           t->sent % SHOAL_SERVE_DRTT_BW_EVERY == SHOAL_SERVE_DRTT_BW_EVERY - 1;
 		t->sent++;
 		int r = probe_one(ps, t, step_ms, big, &rtt_us, why, sizeof why);
 		shoal_hex_encode(t->ep.id, SHOAL_PEER_ID_LEN, hex);
@@ -432,7 +426,7 @@ static void probe_round(probe_state *ps)
 		}
 		if (r == PROBE_OK) {
 			t->fails = 0;
-			changed |= probe_rtt(t, big, rtt_us);
+			changed |= serve__dtime_note(&t->dt, big, rtt_us);
 			if (t->suspect) {
 				t->suspect = false;
 				changed = true;
