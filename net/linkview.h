@@ -13,7 +13,13 @@
  *     gather or a hop waits one way), its bandwidth the smaller measured
  *     one, else the view's default bandwidth;
  *  3. a pair neither of whose records measured the other keeps the view's
- *     default link (--link-us).
+ *     default link (--link-us);
+ *  4. with SHOAL_LINKVIEW_DATA, a pair's latency is the larger of the two
+ *     directions' data-plane RTT / 2 where either record has one (its
+ *     dlinks: what a hop or a round pays on the wire, the figure the
+ *     control plane's RTT overstates by its queue and node thread), and
+ *     its bandwidth the smaller data-plane one where either measured one;
+ *     else both as 1-3 say (SHOAL_LINKVIEW_CTL) or the view's default.
  */
 #ifndef SHOAL_NET_LINKVIEW_H
 #define SHOAL_NET_LINKVIEW_H
@@ -24,11 +30,17 @@
 #include "net/record.h"
 #include "scheduler/view.h"
 
+/* Which figures shoal_linkview_apply takes: the control plane's measured
+ * links (1-3 above), the data plane's round trips (4), or both. */
+#define SHOAL_LINKVIEW_CTL  1u
+#define SHOAL_LINKVIEW_DATA 2u
+
 /* Set v's link for every pair of the n records (each pair once) that one of
- * them measured; pairs of records not in the view are set too (the view
- * keeps links of absent peers). Returns how many links were set in *n_set
- * (may be NULL). Errors: those of shoal_view_set_link. */
+ * them measured (of the figures `what` names); pairs of records not in the
+ * view are set too (the view keeps links of absent peers). Returns how many
+ * links were set in *n_set (may be NULL). Errors: those of
+ * shoal_view_set_link. */
 shoal_err shoal_linkview_apply(shoal_view *v, const shoal_record *const *recs, size_t n,
-                               size_t *n_set, char *why, size_t why_len);
+                               unsigned what, size_t *n_set, char *why, size_t why_len);
 
 #endif

@@ -47,6 +47,13 @@ shoal_err shoal_record_check(const shoal_record *r, char *why, size_t why_len)
 	if (r->n_links > SHOAL_RECORD_MAX_LINKS)
 		return shoal_why(why, why_len, SHOAL_ERR_RANGE, "%u links, at most %d", r->n_links,
 		                 SHOAL_RECORD_MAX_LINKS);
+	if (r->n_dlinks > SHOAL_RECORD_MAX_DLINKS)
+		return shoal_why(why, why_len, SHOAL_ERR_RANGE, "%u data links, at most %d",
+		                 r->n_dlinks, SHOAL_RECORD_MAX_DLINKS);
+	for (uint32_t i = 0; i < r->n_dlinks; i++)
+		if (!r->dlinks[i].rtt_us)
+			return shoal_why(why, why_len, SHOAL_ERR_RANGE,
+			                 "data link %u: no round trip", i);
 	if (!STR_OK(r->name) || !STR_OK(r->cluster) || !STR_OK(r->sw_version) ||
 	    !STR_OK(r->ctl_endpoint) || !STR_OK(r->os) || !STR_OK(r->arch))
 		return shoal_why(why, why_len, SHOAL_ERR_RANGE, "unterminated string");
@@ -103,7 +110,8 @@ int shoal_record_equal(const shoal_record *a, const shoal_record *b)
 	    a->n_links != b->n_links || a->n_devices != b->n_devices || a->serving != b->serving ||
 	    a->n_dsuspect != b->n_dsuspect ||
 	    memcmp(a->dsuspect, b->dsuspect, a->n_dsuspect * sizeof a->dsuspect[0]) ||
-	    a->ready_epoch != b->ready_epoch || a->served_epoch != b->served_epoch ||
+	    a->n_dlinks != b->n_dlinks || a->ready_epoch != b->ready_epoch ||
+	    a->served_epoch != b->served_epoch ||
 	    memcmp(a->ready_digest, b->ready_digest, sizeof a->ready_digest))
 		return 0;
 	for (uint32_t i = 0; i < a->n_data_ep; i++) {
@@ -127,6 +135,12 @@ int shoal_record_equal(const shoal_record *a, const shoal_record *b)
 		    x->kind != y->kind || x->unified != y->unified || x->software != y->software ||
 		    x->mem_bytes != y->mem_bytes || x->read_mb_s != y->read_mb_s ||
 		    x->mflops != y->mflops)
+			return 0;
+	}
+	for (uint32_t i = 0; i < a->n_dlinks; i++) {
+		const shoal_record_dlink *x = &a->dlinks[i], *y = &b->dlinks[i];
+		if (memcmp(&x->peer, &y->peer, sizeof x->peer) || x->rtt_us != y->rtt_us ||
+		    x->bw_bytes_s != y->bw_bytes_s)
 			return 0;
 	}
 	for (uint32_t i = 0; i < a->n_links; i++) {

@@ -36,6 +36,9 @@
  * counts with another's (runtime/node/serve_probe.c). */
 #define SHOAL_RECORD_MAX_DSUSPECT 8
 #define SHOAL_RECORD_MAX_DEVICES  8 /* compute devices: the CPU and a few GPUs */
+/* Data-plane round trips measured: one per peer serving our model, as many
+ * as a serving cluster has peers (runtime/node/serve_impl.h). */
+#define SHOAL_RECORD_MAX_DLINKS 64
 
 /* One data endpoint: an address on one network interface. */
 typedef struct shoal_record_endpoint {
@@ -80,6 +83,18 @@ typedef struct shoal_record_link {
 	uint32_t rtt_us;     /* round-trip time, smoothed */
 	uint64_t bw_bytes_s; /* bandwidth estimate, bytes per second (0 = not measured) */
 } shoal_record_link;
+
+/* One data link from this peer to another as its PROBE frames time it
+ * (runtime/node/serve_probe.c): the least recent echo of a small probe,
+ * and the bandwidth a large one's extra time gives, each as a
+ * quarter-octave bucket's value (scheduler/view.h). What a hop or a tensor
+ * group's round pays on the wire, unlike the control plane's figures above
+ * (ZeroMQ and the node thread). */
+typedef struct shoal_record_dlink {
+	shoal_peer_id peer;  /* the other end */
+	uint32_t rtt_us;     /* > 0 */
+	uint64_t bw_bytes_s; /* 0: not measured (yet) */
+} shoal_record_dlink;
 
 typedef struct shoal_record {
 	/* Identity and versions. */
@@ -136,6 +151,10 @@ typedef struct shoal_record {
 	 * observer's, leaves a peer out of every peer's plan. */
 	uint32_t n_dsuspect;
 	shoal_peer_id dsuspect[SHOAL_RECORD_MAX_DSUSPECT];
+	/* The data plane's round trips to the peers it probes (the same
+	 * prober), in the order probed; absent from older peers. */
+	uint32_t n_dlinks;
+	shoal_record_dlink dlinks[SHOAL_RECORD_MAX_DLINKS];
 } shoal_record;
 
 /* Zero the record (all counts 0, all strings empty). */

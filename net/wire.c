@@ -352,14 +352,15 @@ static shoal_err get_array(const msgpack_object *m, const char *k, uint32_t max,
  * sve dsu:[bin] (serving, ready digest and epoch, served epoch, data suspects:
  * optional, absent from older peers) | dv:[{b n k u s m r f}] (devices:
  * backend, name, kind, unified, software, memory, MB/s, MFLOP/s; absent from
- * older peers: one CPU device then). */
+ * older peers: one CPU device then) | dl:[{p rtt bw}] (data links as probed:
+ * round trip, bandwidth; absent from older peers: none). */
 shoal_err shoal_wire_record_encode(const shoal_record *r, shoal_wire_buf *b)
 {
 	msgpack_packer pk;
 	int rc = 0;
 	b->len = 0;
 	msgpack_packer_init(&pk, b, shoal_wire_buf_write);
-	rc |= msgpack_pack_map(&pk, 26);
+	rc |= msgpack_pack_map(&pk, 27);
 	rc |= pack_kbin(&pk, "id", r->id.b, SHOAL_PEER_ID_LEN);
 	rc |= pack_kstr(&pk, "name", r->name);
 	rc |= pack_ku64(&pk, "ver", r->version);
@@ -416,6 +417,13 @@ shoal_err shoal_wire_record_encode(const shoal_record *r, shoal_wire_buf *b)
 		rc |= pack_ku64(&pk, "k", d->kind) | pack_ku64(&pk, "u", d->unified);
 		rc |= pack_ku64(&pk, "s", d->software) | pack_ku64(&pk, "m", d->mem_bytes);
 		rc |= pack_ku64(&pk, "r", d->read_mb_s) | pack_ku64(&pk, "f", d->mflops);
+	}
+	rc |= pack_key(&pk, "dl") | msgpack_pack_array(&pk, r->n_dlinks);
+	for (uint32_t i = 0; i < r->n_dlinks; i++) {
+		rc |= msgpack_pack_map(&pk, 3);
+		rc |= pack_kbin(&pk, "p", r->dlinks[i].peer.b, SHOAL_PEER_ID_LEN);
+		rc |= pack_ku64(&pk, "rtt", r->dlinks[i].rtt_us);
+		rc |= pack_ku64(&pk, "bw", r->dlinks[i].bw_bytes_s);
 	}
 	return rc ? SHOAL_ERR_NOMEM : SHOAL_OK;
 }
@@ -535,6 +543,17 @@ static shoal_err record_from_obj(const msgpack_object *o, shoal_record *r, char 
 	}
 	r->n_dsuspect = n;
 	TRY(record_devices(o, r, why, why_len));
+	TRY(get_array(o, "dl", SHOAL_RECORD_MAX_DLINKS, MSGPACK_OBJECT_MAP, &a, &n, w, why,
+	              why_len));
+	for (uint32_t i = 0; i < n; i++) {
+		const char *dw = "record data link";
+		TRY(get_fixbin(&a[i], "p", 1, r->dlinks[i].peer.b, SHOAL_PEER_ID_LEN, dw, why,
+		               why_len));
+		TRY(get_u32(&a[i], "rtt", 1, UINT32_MAX, &r->dlinks[i].rtt_us, dw, why, why_len));
+		TRY(get_u64(&a[i], "bw", 0, UINT64_MAX, &r->dlinks[i].bw_bytes_s, dw, why,
+		            why_len));
+	}
+	r->n_dlinks = n;
 	return shoal_record_check(r, why, why_len);
 }
 

@@ -44,7 +44,7 @@
  * there, so a state file beyond it is damaged, and a peer at it stays
  * there instead of wrapping to 0 (issue 35). */
 #define SHOAL_WIRE_INC_MAX    ((uint64_t)INT64_MAX)
-#define SHOAL_WIRE_MAX_RECORD (32u << 10) /* a full record is ~9 KiB of msgpack */
+#define SHOAL_WIRE_MAX_RECORD (32u << 10) /* a full record is ~12 KiB of msgpack */
 
 typedef enum shoal_wire_type {
 	SHOAL_WIRE_PING = 1,     /* probe; the receiver answers ACK with the same seq */

@@ -314,6 +314,8 @@ void shoal_serve_fill_record(shoal_serve *cl, shoal_record *r, uint64_t mem_avai
 	pthread_mutex_lock(&cl->mu);
 	r->n_dsuspect = cl->n_dsus;
 	memcpy(r->dsuspect, cl->dsus, cl->n_dsus * sizeof cl->dsus[0]);
+	r->n_dlinks = cl->n_dlinks;
+	memcpy(r->dlinks, cl->dlinks, cl->n_dlinks * sizeof cl->dlinks[0]);
 	cl->dsus_published = cl->dsus_version;
 	pthread_mutex_unlock(&cl->mu);
 }

@@ -109,6 +109,26 @@ _Static_assert(SHOAL_SERVE_MAX_ROWS == SHOAL_MANIFEST_KV_RING_ROWS,
 #define SHOAL_SERVE_PROBE_STEPS    8u
 #define SHOAL_SERVE_PROBE_FAILS    3u
 #define SHOAL_SERVE_DSUSPECT_VOTES 2u
+/* The data-plane round trip a peer gossips for another (its record's
+ * dlinks, what a plan's prediction charges a hop and a tensor round): the
+ * least echo of its last 16 answered probes (8 s at the default 100 ms base
+ * period), in quarter-octave buckets with hysteresis. The least, because
+ * an echo waits for the far data thread between engine runs: a probe that
+ * lands during a run is late by that run, not by the wire; a hop of the
+ * decode loop finds the far thread waiting, as the least echo did. 16,
+ * because while a cluster decodes most probes land in a run, and one in 16
+ * between two still gives the wire's figure; and a link that got slower
+ * shows within 8 s. */
+#define SHOAL_SERVE_DRTT_WINDOW 16u
+/* The bandwidth probe's payload: 64 KiB, the size of the largest frame of
+ * a decode step on a small model (a tensor group's head gather of 32 k
+ * vocab rows over 2 members: 16 k x 4 bytes); 5 us at 100 Gbit/s, 5 ms at
+ * 100 Mbit/s, so its extra time stands out of a round trip's jitter on
+ * all but the fastest links. Every 4th probe of a target (one in 2 s at
+ * the default period): 4 of them in the round-trip window. */
+#define SHOAL_SERVE_DRTT_BW_BYTES  65536u
+#define SHOAL_SERVE_DRTT_BW_EVERY  4u
+#define SHOAL_SERVE_DRTT_BW_WINDOW (SHOAL_SERVE_DRTT_WINDOW / SHOAL_SERVE_DRTT_BW_EVERY)
 /* The longest engine run an echo tells is that of the last minute: a
  * prefill's long chunks stay known between requests of a busy minute. */
 #define SHOAL_SERVE_RUN_MAX_US 60000000u
@@ -346,6 +366,10 @@ struct shoal_serve {
 	uint32_t n_dsus;
 	uint64_t dsus_version;
 	uint64_t dsus_published; /* node thread */
+	/* data-plane round trips: the prober's (under mu), published with
+	 * the suspects (dsus_version) */
+	shoal_record_dlink dlinks[SHOAL_RECORD_MAX_DLINKS];
+	uint32_t n_dlinks;
 
 	/* threads */
 	int wake[2];  /* node -> data thread */
@@ -492,6 +516,21 @@ void *serve__probe_main(void *arg);
  * names, comma-separated, into names[names_len] (may be NULL, 0). */
 size_t serve__dsuspect_votes(const shoal_swim_member *const *all, size_t n, size_t i,
                              const bool *mute, char *names, size_t names_len);
+/* serve_probe.c: a data link's timing as its answered probes give it
+ * (invariant 6 there): windows of the last round trips (us) of small and
+ * large probes, and the buckets published (SHOAL_BUCKET_NONE: none yet). */
+typedef struct serve__dtime {
+	uint32_t rtt[SHOAL_SERVE_DRTT_WINDOW];
+	uint32_t n_rtt, at_rtt; /* how many held, the next slot */
+	uint32_t big[SHOAL_SERVE_DRTT_BW_WINDOW];
+	uint32_t n_big, at_big;
+	uint32_t rtt_b, bw_b;
+} serve__dtime;
+void serve__dtime_init(serve__dtime *t); /* no sample, no bucket */
+/* An answered probe's round trip us (of a large one when big: only once a
+ * small one is held) into t; whether a published bucket moved. */
+bool serve__dtime_note(serve__dtime *t, bool big, uint64_t us);
+
 /* Which of the candidates all[n] (n <= SHOAL_SERVE_MAX_PEERS) the plan
  * leaves out: out[i] when SHOAL_SERVE_DSUSPECT_VOTES others name all[i],
  * not counting a peer that names every other candidate (of 3 or more: its
@@ -536,7 +575,10 @@ typedef struct serve__timing {
 	uint64_t run_ns, runs;           /* median decode run of our stage, samples */
 	bool gap_logged;
 } serve__timing;
-void serve__timing_plan(shoal_serve *cl); /* node thread: cl->plan was set */
+/* node thread: cl->plan was set (a new plan: the measured series start
+ * anew), or only predicted anew (anew: the same plan, so its steps so far
+ * stay measured; the gap is judged anew against the new prediction) */
+void serve__timing_plan(shoal_serve *cl, bool anew);
 /* data thread: the snapshots just taken */
 void serve__timing_note(shoal_serve_dt *d, const shoal_dist_stage_metrics *sm,
                         const shoal_dist_owner_metrics *om);

@@ -83,26 +83,42 @@ static void serve_left(shoal_serve *cl, const shoal_swim_member *m, const char *
 	cl->n_left++;
 }
 
-/* schedule() over the candidates (all but `skip`, when given): a view of
- * their offered memory and bucketed speeds. Load is left out: each peer
- * would bucket it from its own history of the others' records, and the
- * plans would differ. Links are the ones the candidates measured and
- * gossiped (net/linkview.h: already bucketed by the peer that measured
- * them, so the same for everyone); a pair nobody measured yet is at 200
- * us. An explicit --link-us puts every link at that figure instead. */
-/* Whether plans take the measured links: only with tensor groups (the
- * choice between a group and a pipeline is what the latency decides; a
- * pipeline-only cluster keeps every link at 200 us, so new link figures
- * never re-plan it), and never with an explicit --link-us or the test hook
- * SHOAL_TEST_TP_PREFER. */
+/* Whether plans take the measured links (the control plane's probes):
+ * only with tensor groups (the choice between a group and a pipeline is
+ * what the latency decides; a pipeline-only cluster keeps every link at
+ * 200 us, so new link figures never re-plan it), and never with an
+ * explicit --link-us or the test hook SHOAL_TEST_TP_PREFER. */
 static bool serve_measured_links(const shoal_serve *cl)
 {
 	return cl->pol.tensor_groups && !cl->pol.tensor_prefer && !cl->cfg.link_us;
 }
 
-static shoal_err serve_plan_on(shoal_serve *cl, const shoal_swim_member *const *cand, size_t nc,
-                               const uint8_t *skip, const shoal_plan *prev, shoal_plan **out,
-                               uint32_t *sessions, char *why, size_t why_len)
+/* Whether the plan's prediction takes the data plane's links (the
+ * records' dlinks, serve_probe.c): always but with an explicit --link-us.
+ * They are what a hop and a tensor round pay on the wire, so the plan
+ * predicts with them; but the plan is chosen on the links above, as
+ * before: a data link's round trip grows while its far data thread is
+ * busy (an echo waits for a run, or a drain's frames), and a plan that
+ * followed it would move, pause and replay requests as the load comes
+ * and goes (tests/sh/probe_busy.sh saw a 3-stage pipeline re-planned
+ * twice in one request). So a new data-link bucket only predicts anew
+ * (serve_predict, shoal_plan_take_times). */
+static bool serve_data_links(const shoal_serve *cl)
+{
+	return !cl->cfg.link_us;
+}
+
+/* schedule()'s view of the candidates (all but `skip`, when given): their
+ * offered memory and bucketed speeds. Load is left out: each peer would
+ * bucket it from its own history of the others' records, and the plans
+ * would differ. Links: the ones `what` names of those the candidates
+ * measured and gossiped (net/linkview.h: already bucketed by the peer that
+ * measured them, so the same for everyone); a pair nobody measured yet is
+ * at 200 us. An explicit --link-us puts every link at that figure
+ * instead. */
+static shoal_err serve_view(shoal_serve *cl, const shoal_swim_member *const *cand, size_t nc,
+                            const uint8_t *skip, unsigned what, shoal_view **out, char *why,
+                            size_t why_len)
 {
 	uint32_t lus = cl->cfg.link_us ? cl->cfg.link_us : SHOAL_SERVE_LINK_US;
 	shoal_view *view = shoal_view_new((uint64_t)lus * 1000u, SHOAL_SERVE_LINK_BW);
@@ -126,8 +142,55 @@ static shoal_err serve_plan_on(shoal_serve *cl, const shoal_swim_member *const *
 		serve_gpu(r, &p);
 		e = shoal_view_add_peer(view, &p, why, why_len);
 	}
-	if (e == SHOAL_OK && serve_measured_links(cl))
-		e = shoal_linkview_apply(view, recs, nr, NULL, why, why_len);
+	if (e == SHOAL_OK && what)
+		e = shoal_linkview_apply(view, recs, nr, what, NULL, why, why_len);
+	if (e != SHOAL_OK) {
+		shoal_view_free(view);
+		view = NULL;
+	}
+	*out = view;
+	return e;
+}
+
+/* The chosen plan p's times as the data links say (serve_data_links): the
+ * same candidates planned from p with a policy that keeps any feasible
+ * previous plan (gain 1000 permille, sessions as chosen), which evaluates
+ * p on that view; its times replace p's when it is p (the same digest).
+ * When it is not (p is infeasible there, or a tensor plan the view would
+ * group otherwise), p keeps the times it was chosen with. */
+static void serve_predict(shoal_serve *cl, const shoal_swim_member *const *cand, size_t nc,
+                          const shoal_policy *chosen, shoal_plan *p)
+{
+	shoal_view *view = NULL;
+	shoal_plan *q = NULL;
+	char why[SHOAL_WHY_LEN];
+	unsigned what = (serve_measured_links(cl) ? SHOAL_LINKVIEW_CTL : 0) | SHOAL_LINKVIEW_DATA;
+	size_t timed = 0;
+	for (size_t i = 0; i < nc; i++)
+		timed += cand[i]->record.n_dlinks;
+	if (!timed) /* no data link timed yet: the view would be the chosen one */
+		return;
+	if (serve_view(cl, cand, nc, NULL, what, &view, why, sizeof why) != SHOAL_OK)
+		return;
+	shoal_policy pol = *chosen;
+	pol.gain_permille = 1000;
+	pol.near_permille = 0;
+	if (shoal_schedule(view, &cl->mf, &pol, p, &q, why, sizeof why) == SHOAL_OK)
+		shoal_plan_take_times(p, q);
+	shoal_plan_free(q);
+	shoal_view_free(view);
+}
+
+/* schedule() over the candidates (all but `skip`, when given); the plan
+ * we act on (no skip) is then predicted on the data links. */
+static shoal_err serve_plan_on(shoal_serve *cl, const shoal_swim_member *const *cand, size_t nc,
+                               const uint8_t *skip, const shoal_plan *prev, shoal_plan **out,
+                               uint32_t *sessions, char *why, size_t why_len)
+{
+	shoal_view *view = NULL;
+	shoal_err e =
+	    serve_view(cl, cand, nc, skip, serve_measured_links(cl) ? SHOAL_LINKVIEW_CTL : 0, &view,
+	               why, why_len);
 	if (e == SHOAL_OK && !skip) {
 		size_t nl = shoal_view_n_links(view);
 		cl->n_plan_links = nl < SHOAL_SERVE_MAX_PEERS ? nl : SHOAL_SERVE_MAX_PEERS;
@@ -143,6 +206,8 @@ static shoal_err serve_plan_on(shoal_serve *cl, const shoal_swim_member *const *
 	if (sessions)
 		*sessions = pol.sessions;
 	shoal_view_free(view);
+	if (e == SHOAL_OK && !skip && serve_data_links(cl))
+		serve_predict(cl, cand, nc, &pol, *out);
 	return e;
 }
 
@@ -445,6 +510,12 @@ static size_t serve_candidates(shoal_serve *cl, const shoal_swim_member *v, size
 			crypto_generichash_update(&hs, (const uint8_t *)&l->rtt_us, 4);
 			crypto_generichash_update(&hs, (const uint8_t *)&l->bw_bytes_s, 8);
 		}
+		for (uint32_t k = 0; serve_data_links(cl) && k < r->n_dlinks; k++) {
+			const shoal_record_dlink *d = &r->dlinks[k];
+			crypto_generichash_update(&hs, d->peer.b, SHOAL_PEER_ID_LEN);
+			crypto_generichash_update(&hs, (const uint8_t *)&d->rtt_us, 4);
+			crypto_generichash_update(&hs, (const uint8_t *)&d->bw_bytes_s, 8);
+		}
 	}
 	/* readiness is an input too: whether the previous plan may be used
 	 * depends on it (serve_prev_usable) */
@@ -558,7 +629,7 @@ static int serve_replan(shoal_serve *cl, const shoal_swim_member *v, size_t n,
 		cl->plan_err = e;
 		shoal_plan_free(cl->plan);
 		cl->plan = NULL;
-		serve__timing_plan(cl);
+		serve__timing_plan(cl, false);
 		return 0;
 	}
 	if (cl->plan &&
@@ -568,7 +639,7 @@ static int serve_replan(shoal_serve *cl, const shoal_swim_member *v, size_t n,
 		if (shoal_plan_take_times(cl->plan, np)) {
 			SHOAL_LOG_D("cluster", "plan kept, predicted anew: %.3f ms/token",
 			            (double)shoal_plan_predicted_ns(cl->plan) / 1e6);
-			serve__timing_plan(cl);
+			serve__timing_plan(cl, true);
 		}
 		shoal_plan_free(np);
 		return 0;
@@ -578,7 +649,7 @@ static int serve_replan(shoal_serve *cl, const shoal_swim_member *v, size_t n,
 	serve_log_plan(np, np_sessions, dh);
 	shoal_plan_free(cl->plan);
 	cl->plan = np;
-	serve__timing_plan(cl);
+	serve__timing_plan(cl, false);
 	cl->plan_sessions = np_sessions;
 	cl->plan_why[0] = '\0';
 	/* 3. Our part: unless it is the plan whose part the data thread runs

@@ -37,6 +37,16 @@
  *      out, even before anyone names them.
  *   5. A prober that was itself stopped (SIGSTOP, a long stall) judges
  *      nobody on the probe that spanned the stop.
+ *   6. The echoes answered in time also time the data plane: the least of
+ *      a target's last SHOAL_SERVE_DRTT_WINDOW, bucketed, goes into our
+ *      record (`dlinks`), and every peer predicts the hops and tensor
+ *      rounds of the plan it chose on it (serve_plan.c). Every
+ *      SHOAL_SERVE_DRTT_BW_EVERY-th probe carries SHOAL_SERVE_DRTT_BW_BYTES:
+ *      its least echo over the least small one's is the time those bytes
+ *      took, which gives the link's bandwidth (serve__dtime_note). A large
+ *      probe judges nobody (a peer that predates them drops it unanswered;
+ *      the small ones judge), and one left unanswered ends them for that
+ *      target.
  */
 #include "config.h"
 
@@ -52,11 +62,19 @@
 #include "base/hex.h"
 #include "base/log.h"
 #include "base/thread.h"
+#include "scheduler/view.h" /* the buckets of a round trip */
 
 /* A probe's payload: a nonce (8 bytes); an echo's: the nonce, then the
  * longest engine run of the echoing peer's last minute, in ms (u32 LE). */
 #define PROBE_BYTES 8u
 #define ECHO_BYTES  12u
+/* The prober waits for an echo without sleeping for its first 200 us (as
+ * a tensor group's member waits for a slice, SHOAL_SERVE_TP_SPIN_US, and
+ * a stage for its next frame, --spin-us), so that its own wake-up (5-50
+ * us, far more on a loaded machine) stays out of the round trip it
+ * times: a hop of the decode loop does not pay it. 200 us a probe every
+ * 5 base periods: 0.04 % of a core per target. */
+#define PROBE_SPIN_US 200u
 /* An echo is sent with this bound: the prober waits far longer, and the
  * data thread must not stall on a peer that stopped reading. */
 #define PROBE_ECHO_MS 100
@@ -85,7 +103,8 @@ void serve__probe_answer(shoal_serve_dt *d)
 		while ((e = shoal_xfer_link_recv(k, 0, &f, why, sizeof why)) == SHOAL_OK ||
 		       e == SHOAL_ERR_FORMAT || e == SHOAL_ERR_MISMATCH) {
 			if (e != SHOAL_OK || f.hdr.kind != SHOAL_XFER_KIND_PROBE ||
-			    f.hdr.payload_len != PROBE_BYTES)
+			    (f.hdr.payload_len != PROBE_BYTES &&
+			     f.hdr.payload_len != SHOAL_SERVE_DRTT_BW_BYTES))
 				continue;
 			uint8_t echo[ECHO_BYTES];
 			uint64_t ms = d->run_max_ns / 1000000u;
@@ -129,10 +148,14 @@ typedef struct probe_target {
 	uint32_t step_ms; /* its longest recent engine run, as its latest echo told */
 	bool suspect;     /* named in our record */
 	bool seen;        /* still in the endpoint table */
+	serve__dtime dt;  /* its data link's timing */
+	uint32_t sent;    /* probes sent, for SHOAL_SERVE_DRTT_BW_EVERY */
+	bool no_big;      /* a large probe went unanswered: no more */
 } probe_target;
 
 typedef struct probe_state {
 	shoal_serve *cl;
+	uint8_t pad[SHOAL_SERVE_DRTT_BW_BYTES]; /* a large probe's payload after its nonce: zeros */
 	probe_target t[SHOAL_SERVE_MAX_PEERS];
 	size_t n;
 	uint64_t nonce;
@@ -163,10 +186,54 @@ static int probe_echo(probe_target *t, const shoal_xfer_frame *f, const uint8_t 
 	return !memcmp(f->payload, nonce, PROBE_BYTES);
 }
 
-/* One probe of t: PROBE_OK, PROBE_FAIL (why says how) or PROBE_NONE (no
- * judgement: the peer said goodbye, or we were stopped). */
-static int probe_one(probe_state *ps, probe_target *t, uint64_t own_step_ms, char *why,
-                     size_t why_len)
+/* us into a window of n_max (*n held, *at the next slot); the least held */
+static uint32_t probe_window(uint32_t *w, uint32_t n_max, uint32_t *n, uint32_t *at, uint64_t us)
+{
+	w[*at] = us ? (us < UINT32_MAX ? (uint32_t)us : UINT32_MAX) : 1;
+	*at = (*at + 1) % n_max;
+	if (*n < n_max)
+		(*n)++;
+	uint32_t least = UINT32_MAX;
+	for (uint32_t i = 0; i < *n; i++)
+		if (w[i] < least)
+			least = w[i];
+	return least;
+}
+
+void serve__dtime_init(serve__dtime *t)
+{
+	memset(t, 0, sizeof *t);
+	t->rtt_b = t->bw_b = SHOAL_BUCKET_NONE;
+}
+
+bool serve__dtime_note(serve__dtime *t, bool big, uint64_t us)
+{
+	uint32_t rtt_b = t->rtt_b, bw_b = t->bw_b;
+	if (!big) {
+		uint32_t least =
+		    probe_window(t->rtt, SHOAL_SERVE_DRTT_WINDOW, &t->n_rtt, &t->at_rtt, us);
+		t->rtt_b = shoal_bucket_geo(least, t->rtt_b);
+		return t->rtt_b != rtt_b;
+	}
+	if (!t->n_rtt)
+		return false; /* nothing to subtract yet */
+	uint32_t lb = probe_window(t->big, SHOAL_SERVE_DRTT_BW_WINDOW, &t->n_big, &t->at_big, us);
+	uint32_t ls = UINT32_MAX;
+	for (uint32_t i = 0; i < t->n_rtt; i++)
+		if (t->rtt[i] < ls)
+			ls = t->rtt[i];
+	/* the large payload's extra time, at least 1 us (a link too fast
+	 * for the clock to tell: 64 GB/s, bucketed as measured) */
+	uint64_t d = lb > ls ? lb - ls : 1;
+	t->bw_b = shoal_bucket_geo((uint64_t)SHOAL_SERVE_DRTT_BW_BYTES * 1000000u / d, t->bw_b);
+	return t->bw_b != bw_b;
+}
+
+/* One probe of t: PROBE_OK (*rtt_us its round trip), PROBE_FAIL (why says
+ * how) or PROBE_NONE (no judgement: the peer said goodbye, or we were
+ * stopped). */
+static int probe_one(probe_state *ps, probe_target *t, uint64_t own_step_ms, bool big,
+                     uint64_t *rtt_us, char *why, size_t why_len)
 {
 	shoal_serve *cl = ps->cl;
 	uint64_t t0 = shoal_clock_now_us();
@@ -201,23 +268,35 @@ static int probe_one(probe_state *ps, probe_target *t, uint64_t own_step_ms, cha
 	uint64_t n = ++ps->nonce;
 	memcpy(nonce, &n, sizeof nonce);
 	shoal_xfer_hdr h = {.kind = SHOAL_XFER_KIND_PROBE, .dtype = SHOAL_XFER_DTYPE_U8};
-	struct iovec v = {.iov_base = nonce, .iov_len = sizeof nonce};
+	struct iovec v[2] = {
+	    {.iov_base = nonce, .iov_len = sizeof nonce},
+	    {.iov_base = ps->pad, .iov_len = SHOAL_SERVE_DRTT_BW_BYTES - sizeof nonce}};
 	char w[SHOAL_WHY_LEN] = "";
 	uint64_t deadline = t0 + 1000u * (uint64_t)bound_ms;
-	shoal_err e = shoal_xfer_link_send(t->k, &h, &v, 1, (int)bound_ms, w, sizeof w);
+	shoal_err e = shoal_xfer_link_send(t->k, &h, v, big ? 2 : 1, (int)bound_ms, w, sizeof w);
+	uint64_t spin_end = shoal_clock_now_us() + PROBE_SPIN_US;
 	while (e == SHOAL_OK) {
 		uint64_t now = shoal_clock_now_us();
 		shoal_xfer_frame f;
+		bool spin = now < spin_end && now < deadline;
 		e = shoal_xfer_link_recv(
-		    t->k, now >= deadline ? 0 : (int)((deadline - now) / 1000u), &f, w, sizeof w);
+		    t->k, spin || now >= deadline ? 0 : (int)((deadline - now) / 1000u), &f, w,
+		    sizeof w);
+		if (e == SHOAL_ERR_TIMEOUT && spin && shoal_xfer_link_is_open(t->k)) {
+			e = SHOAL_OK; /* spinning: no frame yet */
+			continue;
+		}
 		if (e == SHOAL_OK && f.hdr.kind == SHOAL_XFER_KIND_PROBE) {
 			/* ours, or an older probe's late echo: either tells its step,
 			 * which may give this probe longer */
 			int mine = probe_echo(t, &f, nonce);
 			bound_ms = probe_bound_ms(own_step_ms, t);
 			deadline = t0 + 1000u * (uint64_t)bound_ms;
-			if (mine && shoal_clock_now_us() <= deadline)
+			uint64_t now = shoal_clock_now_us();
+			if (mine && now <= deadline) {
+				*rtt_us = now - t0;
 				return PROBE_OK;
+			}
 			if (mine)
 				e = SHOAL_ERR_TIMEOUT; /* answered, but late */
 		} else if (e == SHOAL_ERR_FORMAT || e == SHOAL_ERR_MISMATCH ||
@@ -241,7 +320,8 @@ static int probe_one(probe_state *ps, probe_target *t, uint64_t own_step_ms, cha
 	return PROBE_FAIL;
 }
 
-/* Our suspects into the shared list the record is filled from. */
+/* Our suspects and round trips into the shared lists the record is filled
+ * from. */
 static void probe_publish(probe_state *ps)
 {
 	shoal_serve *cl = ps->cl;
@@ -250,6 +330,19 @@ static void probe_publish(probe_state *ps)
 	for (size_t i = 0; i < ps->n && cl->n_dsus < SHOAL_RECORD_MAX_DSUSPECT; i++)
 		if (ps->t[i].suspect)
 			memcpy(cl->dsus[cl->n_dsus++].b, ps->t[i].ep.id, SHOAL_PEER_ID_LEN);
+	cl->n_dlinks = 0;
+	for (size_t i = 0; i < ps->n && cl->n_dlinks < SHOAL_RECORD_MAX_DLINKS; i++) {
+		const probe_target *t = &ps->t[i];
+		if (t->dt.rtt_b == SHOAL_BUCKET_NONE)
+			continue;
+		uint64_t v = shoal_bucket_geo_value(t->dt.rtt_b);
+		shoal_record_dlink *d = &cl->dlinks[cl->n_dlinks++];
+		memset(d, 0, sizeof *d);
+		memcpy(d->peer.b, t->ep.id, SHOAL_PEER_ID_LEN);
+		d->rtt_us = v ? (v < UINT32_MAX ? (uint32_t)v : UINT32_MAX) : 1;
+		d->bw_bytes_s =
+		    t->dt.bw_b == SHOAL_BUCKET_NONE ? 0 : shoal_bucket_geo_value(t->dt.bw_b);
+	}
 	cl->dsus_version++;
 	pthread_mutex_unlock(&cl->mu);
 }
@@ -271,6 +364,7 @@ static bool probe_sync(probe_state *ps, const shoal_serve_ep *eps, size_t n_eps)
 			if (ps->n == SHOAL_SERVE_MAX_PEERS)
 				continue;
 			memset(&ps->t[ps->n], 0, sizeof ps->t[ps->n]);
+			serve__dtime_init(&ps->t[ps->n].dt);
 			ps->n++;
 		} else if (ps->t[i].ep.inc != eps[j].inc || ps->t[i].ep.port != eps[j].port ||
 		           strcmp(ps->t[i].ep.host, eps[j].host)) {
@@ -279,9 +373,11 @@ static bool probe_sync(probe_state *ps, const shoal_serve_ep *eps, size_t n_eps)
 			/* and a clean slate: what its old life's data port did is no
 			 * evidence against the new one (a peer that died and came back
 			 * would otherwise stay named, and left out, by its old failures) */
-			changed |= ps->t[i].suspect;
+			changed |= ps->t[i].suspect || ps->t[i].dt.rtt_b != SHOAL_BUCKET_NONE;
 			ps->t[i].suspect = false;
 			ps->t[i].fails = 0;
+			serve__dtime_init(&ps->t[i].dt); /* its new path is timed anew */
+			ps->t[i].no_big = false;
 		}
 		ps->t[i].ep = eps[j];
 		ps->t[i].seen = true;
@@ -291,7 +387,7 @@ static bool probe_sync(probe_state *ps, const shoal_serve_ep *eps, size_t n_eps)
 			i++;
 			continue;
 		}
-		changed |= ps->t[i].suspect;
+		changed |= ps->t[i].suspect || ps->t[i].dt.rtt_b != SHOAL_BUCKET_NONE;
 		shoal_xfer_link_free(ps->t[i].k);
 		ps->t[i] = ps->t[--ps->n];
 	}
@@ -317,10 +413,20 @@ static void probe_round(probe_state *ps)
 		pthread_mutex_unlock(&cl->mu);
 		if (stop) /* the node stops: at most one probe's bound more */
 			break;
-		int r = probe_one(ps, t, step_ms, why, sizeof why);
+		uint64_t rtt_us = 0;
+		/* a large probe once a small one's round trip is known */
+		bool big = t->dt.n_rtt && !t->no_big &&
+		           t->sent % SHOAL_SERVE_DRTT_BW_EVERY == SHOAL_SERVE_DRTT_BW_EVERY - 1;
+		t->sent++;
+		int r = probe_one(ps, t, step_ms, big, &rtt_us, why, sizeof why);
 		shoal_hex_encode(t->ep.id, SHOAL_PEER_ID_LEN, hex);
+		if (big && r != PROBE_OK) { /* judges nobody (invariant 6) */
+			t->no_big = r == PROBE_FAIL;
+			continue;
+		}
 		if (r == PROBE_OK) {
 			t->fails = 0;
+			changed |= serve__dtime_note(&t->dt, big, rtt_us);
 			if (t->suspect) {
 				t->suspect = false;
 				changed = true;

@@ -20,7 +20,7 @@
 
 #include "base/log.h"
 
-void serve__timing_plan(shoal_serve *cl)
+void serve__timing_plan(shoal_serve *cl, bool anew)
 {
 	const shoal_plan *p = cl->plan;
 	int32_t stage = -1;
@@ -43,8 +43,10 @@ void serve__timing_plan(shoal_serve *cl)
 	cl->tm_pred_ns = p ? shoal_plan_predicted_ns(p) : 0;
 	cl->tm_stage = stage;
 	cl->tm_stage_pred_ns = st_ns;
-	shoal_timing_series_reset(&cl->tm_owner);
-	shoal_timing_series_reset(&cl->tm_run);
+	if (!anew) {
+		shoal_timing_series_reset(&cl->tm_owner);
+		shoal_timing_series_reset(&cl->tm_run);
+	}
 	memset(&cl->tm_gap_owner, 0, sizeof cl->tm_gap_owner);
 	memset(&cl->tm_gap_run, 0, sizeof cl->tm_gap_run);
 	cl->tm_gap_taken = false;

@@ -121,6 +121,20 @@ json_t *shoal_status_record_json(const shoal_record *r)
 		rc |= put(e, "rtt_us", json_integer(l->rtt_us));
 		rc |= put(e, "bandwidth_bytes_s", json_integer((json_int_t)l->bw_bytes_s));
 	}
+	/* the data plane's round trips (serve_probe.c), as planned on */
+	rc |= put(o, "data_links", a = json_array());
+	for (uint32_t i = 0; a && i < r->n_dlinks; i++) {
+		json_t *e = json_object();
+		if (!e || json_array_append_new(a, e)) {
+			rc = -1;
+			break;
+		}
+		shoal_peer_id_to_hex(&r->dlinks[i].peer, hex);
+		rc |= put(e, "peer", jstr(hex));
+		rc |= put(e, "rtt_us", json_integer(r->dlinks[i].rtt_us));
+		rc |=
+		    put(e, "bandwidth_bytes_s", json_integer((json_int_t)r->dlinks[i].bw_bytes_s));
+	}
 	if (rc) {
 		json_decref(o);
 		return NULL;

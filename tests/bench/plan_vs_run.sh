@@ -22,7 +22,10 @@
 #   group2   austen-dense-q8_0, 2 peers, --tensor with the test hook
 #            SHOAL_TEST_TP_PREFER=1 (a group of both; the model is too
 #            small for a group to pay, so the planner would not pick it)
-# Predicted: status JSON "plan".predicted_ms_per_token of the first peer.
+# Predicted: status JSON "plan".predicted_ms_per_token of the first peer,
+# asked after the runs (the same plan: its digest is checked), so that it
+# rests on the data links as the peers' probes measured them by then (a
+# plan made before the first probes has the default link's 200 us).
 # Measured: a greedy run of N tokens through `shoal run --peer --logprobs 1`
 # (one line a token, flushed as it arrives), timed by the client: the
 # median step after the first W tokens (warm-up: the prefill, the first
@@ -30,7 +33,12 @@
 # pipeline's tokens may arrive a few at once); the figure is the median
 # over RUNS runs.
 # Goal: within 25 %. Env: RUNS (default 3), N (40), W (4), SHOAL_MODELS,
-# BOUND. Needs python3 (the client-side timing).
+# BOUND; PROBE=FILE: every peer takes that compute probe file (one taken
+# on a quiet moment: a busy machine's probe is low, and every prediction
+# with it); PIN=1: peer i of a config runs on CPU (i - 1) mod the CPUs
+# (taskset: unpinned, the kernel often puts a group's two members on one
+# core, and each round then waits for the other's time slice). Needs
+# python3 (the client-side timing).
 set -u
 SHOAL_BUILDDIR=${1:-${SHOAL_BUILDDIR:-.}}
 [ $# -gt 0 ] && shift
@@ -65,13 +73,16 @@ cluster() { # cluster C: its peers, all started
 	"$B" key new "$T/k-$c" >/dev/null || fail "shoal key new"
 	# shellcheck disable=SC2086
 	for i in $(seq "${NP[$c]}"); do [ -s "$T/probe" ] && mkdir -p "$T/$c-$i" && cp "$T/probe" "$T/$c-$i/probe"; done
-	KEY=$T/k-$c LAUNCH="env ${ENV[$c]:-}" start "$c-1" "${MODEL[$c]}" --cluster "pvr-$c" --ctx $CTX ${ARGS[$c]}
+	KEY=$T/k-$c LAUNCH="$(pin 1) env ${ENV[$c]:-}" start "$c-1" "${MODEL[$c]}" --cluster "pvr-$c" --ctx $CTX ${ARGS[$c]}
 	seed=$(ep "$c-1")
 	for i in $(seq 2 "${NP[$c]}"); do
 		# shellcheck disable=SC2086
-		KEY=$T/k-$c LAUNCH="env ${ENV[$c]:-}" start "$c-$i" "${MODEL[$c]}" --cluster "pvr-$c" \
+		KEY=$T/k-$c LAUNCH="$(pin "$i") env ${ENV[$c]:-}" start "$c-$i" "${MODEL[$c]}" --cluster "pvr-$c" \
 			--ctx $CTX ${ARGS[$c]} --peer "$seed"
 	done
+}
+pin() { # pin I: the launcher of a config's peer I ("" unless PIN=1)
+	[ "${PIN:-0}" = 1 ] && echo "taskset -c $((($1 - 1) % $(nproc)))"
 }
 ready() { # ready C: every peer serves one plan of the config's shape
 	local c=$1 names=() i m
@@ -104,7 +115,12 @@ print(int(m * 1e6))
 ' "$W" "$B" run --peer "${EP0[$1]}" --key "$T/k-$1" -p "$PROMPT" --temp 0 --logprobs 1 -n "$N"
 }
 
-declare -A EP0 PRED
+declare -A EP0 PRED DIG
+if [ -n "${PROBE:-}" ]; then
+	[ -s "$PROBE" ] || fail "PROBE=$PROBE: no such probe file"
+	cp "$PROBE" "$T/probe"
+	echo "probe file given: $(cat "$T/probe")"
+fi
 t0=$(now_ms)
 for c in "${CONFIGS[@]}"; do
 	[ -n "${NP[$c]:-}" ] || fail "unknown config $c (dense1 dense2 moe1 moe3 group2)"
@@ -129,8 +145,7 @@ done
 for c in "${CONFIGS[@]}"; do
 	wait_for 90 ready "$c" || fail "$c: no servable plan of ${STAGES[$c]} stages, ${MEMBERS[$c]} members: $("$PC" "$T/st-$c-1.json" servable)"
 	EP0[$c]=$(ep "$("$PC" "$T/st-$c-1.json" stage 0)")
-	PRED[$c]=$("$PC" "$T/st-$c-1.json" predicted)
-	[ "${PRED[$c]}" != none ] || fail "$c: no predicted_ms_per_token in the status JSON"
+	DIG[$c]=$("$PC" "$T/st-$c-1.json" digest)
 done
 echo "clusters up in $(($(now_ms) - t0)) ms; load average $(cut -d' ' -f1-3 /proc/loadavg)"
 for c in "${CONFIGS[@]}"; do : >"$T/d-$c"; done
@@ -141,6 +156,17 @@ for r in $(seq "$RUNS"); do
 	done
 done
 echo "load average after: $(cut -d' ' -f1-3 /proc/loadavg)"
+for c in "${CONFIGS[@]}"; do
+	KEY=$T/k-$c status "$c-1" || fail "$c: no status"
+	[ "$("$PC" "$T/st-$c-1.json" digest)" = "${DIG[$c]}" ] || fail "$c: the plan changed during the runs"
+	PRED[$c]=$("$PC" "$T/st-$c-1.json" predicted)
+	[ "${PRED[$c]}" != none ] || fail "$c: no predicted_ms_per_token in the status JSON"
+	# the data links it was predicted on: RTT us / bandwidth MB/s, per peer
+	echo "  $c data links: $(python3 -c 'import json, sys
+d = json.load(open(sys.argv[1]))
+print(" ".join("%s:%d/%d" % (p["name"], l["rtt_us"], l["bandwidth_bytes_s"] // 1000000)
+               for p in d["peers"] for l in p.get("data_links", [])) or "none")' "$T/st-$c-1.json")" >>"$T/raw"
+done
 stop_all
 echo
 echo "config   predicted ms   measured ms   measured/predicted"

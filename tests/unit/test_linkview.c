@@ -4,7 +4,8 @@
  * direction, the slower direction per pair, the default where nobody
  * measured; a pair measured at 5 us one way plans a tensor group and at
  * 300 us a pipeline; the same records in any order give the same links and
- * the same plan digest.
+ * the same plan digest; the data plane's round trips and bandwidths
+ * (dlinks) before the control plane's, where asked for.
  */
 #include "config.h"
 
@@ -68,9 +69,20 @@ static void rec_link(shoal_record *r, const shoal_record *to, uint8_t lep, uint3
 	l->bw_bytes_s = bw;
 }
 
+static void rec_dlink(shoal_record *r, const shoal_record *to, uint32_t rtt_us, uint64_t bw)
+{
+	shoal_record_dlink *d = &r->dlinks[r->n_dlinks++];
+	memset(d, 0, sizeof *d);
+	d->peer = to->id;
+	d->rtt_us = rtt_us;
+	d->bw_bytes_s = bw;
+}
+
 /* A view of the records in order ord (NULL: as given), peers of 800 GB/s
- * and 20 GB, the node's default link (200 us, 125 MB/s) unless def_lat. */
-static shoal_view *view_of(shoal_record *r, int n, const int *ord, uint64_t def_lat)
+ * and 20 GB, the node's default link (200 us, 125 MB/s) unless def_lat,
+ * with the figures `what` names (net/linkview.h). */
+static shoal_view *view_with(shoal_record *r, int n, const int *ord, uint64_t def_lat,
+                             unsigned what)
 {
 	shoal_view *v = shoal_view_new(def_lat ? def_lat : 200 * US, 125000000u);
 	const shoal_record *recs[8];
@@ -88,12 +100,18 @@ static shoal_view *view_of(shoal_record *r, int n, const int *ord, uint64_t def_
 		if (shoal_view_add_peer(v, &p, why, sizeof why))
 			goto fail;
 	}
-	if (v && shoal_linkview_apply(v, recs, (size_t)n, NULL, why, sizeof why) == SHOAL_OK)
+	if (v && shoal_linkview_apply(v, recs, (size_t)n, what, NULL, why, sizeof why) == SHOAL_OK)
 		return v;
 fail:
 	fprintf(stderr, "view: %s\n", why);
 	shoal_view_free(v);
 	return NULL; /* the callers' ASSERTs fail on it */
+}
+
+/* The control plane's links only, as the tests before data links had it */
+static shoal_view *view_of(shoal_record *r, int n, const int *ord, uint64_t def_lat)
+{
+	return view_with(r, n, ord, def_lat, SHOAL_LINKVIEW_CTL);
 }
 
 static shoal_plan *plan_of(const shoal_view *v)
@@ -270,5 +288,57 @@ static void test_any_order(void)
 	ASSERT_GT(groups, 0); /* the measured close pairs matter */
 }
 
+/* The data plane's figures (dlinks): before the control plane's where
+ * either side has one, the slower direction, the data bandwidth where
+ * measured; left out when not asked for. */
+static void test_data_links(void)
+{
+	shoal_record r[2];
+	rec_init(&r[0], 0);
+	rec_init(&r[1], 1);
+	/* the control plane over ZeroMQ: 900 us; the data plane: 40 and 53 us
+	 * (buckets 38 and 53), 2 GB/s one way, not measured the other */
+	rec_link(&r[0], &r[1], 0, 900, 100000000u);
+	rec_dlink(&r[0], &r[1], 40, 2 * GB);
+	rec_dlink(&r[1], &r[0], 53, 0);
+	uint64_t lat, bw;
+	shoal_view *v = view_with(r, 2, NULL, 0, SHOAL_LINKVIEW_CTL | SHOAL_LINKVIEW_DATA);
+	ASSERT_TRUE(v != NULL);
+	shoal_view_link(v, 0, 1, &lat, &bw);
+	ASSERT_U64_EQ(lat, 26500); /* 53 / 2 us */
+	ASSERT_U64_EQ(bw, shoal_bucket_geo_value(shoal_bucket_geo(2 * GB, SHOAL_BUCKET_NONE)));
+	shoal_view_free(v);
+	/* data figures alone: the same; the control plane alone: its own */
+	v = view_with(r, 2, NULL, 0, SHOAL_LINKVIEW_DATA);
+	ASSERT_TRUE(v != NULL);
+	shoal_view_link(v, 0, 1, &lat, &bw);
+	ASSERT_U64_EQ(lat, 26500);
+	shoal_view_free(v);
+	v = view_of(r, 2, NULL, 0);
+	ASSERT_TRUE(v != NULL);
+	shoal_view_link(v, 0, 1, &lat, &bw);
+	ASSERT_U64_EQ(lat, shoal_bucket_geo_value(shoal_bucket_geo(900, SHOAL_BUCKET_NONE)) * 500);
+	ASSERT_TRUE(bw < GB);
+	shoal_view_free(v);
+	/* no data bandwidth: the control plane's; neither: the default */
+	r[0].dlinks[0].bw_bytes_s = 0;
+	v = view_with(r, 2, NULL, 0, SHOAL_LINKVIEW_CTL | SHOAL_LINKVIEW_DATA);
+	ASSERT_TRUE(v != NULL);
+	shoal_view_link(v, 0, 1, &lat, &bw);
+	ASSERT_U64_EQ(lat, 26500);
+	ASSERT_U64_EQ(bw, shoal_bucket_geo_value(shoal_bucket_geo(100000000u, SHOAL_BUCKET_NONE)));
+	shoal_view_free(v);
+	v = view_with(r, 2, NULL, 0, SHOAL_LINKVIEW_DATA);
+	ASSERT_TRUE(v != NULL);
+	shoal_view_link(v, 0, 1, &lat, &bw);
+	ASSERT_U64_EQ(bw, 125000000u);
+	shoal_view_free(v);
+	/* neither asked for: the default link */
+	v = view_with(r, 2, NULL, 0, 0);
+	ASSERT_TRUE(v != NULL);
+	ASSERT_EQ(shoal_view_n_links(v), 0);
+	shoal_view_free(v);
+}
+
 TEST_MAIN(TEST_CASE(test_golden_flip), TEST_CASE(test_fastest_pair_and_bw),
-          TEST_CASE(test_any_order))
+          TEST_CASE(test_any_order), TEST_CASE(test_data_links))

@@ -74,6 +74,12 @@ static void full_record(shoal_record *r)
 	r->n_dsuspect = SHOAL_RECORD_MAX_DSUSPECT;
 	for (uint32_t i = 0; i < r->n_dsuspect; i++)
 		memset(r->dsuspect[i].b, 0x40 + (int)i, SHOAL_PEER_ID_LEN);
+	r->n_dlinks = SHOAL_RECORD_MAX_DLINKS;
+	for (uint32_t i = 0; i < r->n_dlinks; i++) {
+		memset(r->dlinks[i].peer.b, 0x80 + (int)i, SHOAL_PEER_ID_LEN);
+		r->dlinks[i].rtt_us = UINT32_MAX - i;
+		r->dlinks[i].bw_bytes_s = UINT64_MAX - i;
+	}
 	r->n_devices = SHOAL_RECORD_MAX_DEVICES;
 	for (uint32_t i = 0; i < r->n_devices; i++) {
 		shoal_record_device *d = &r->devices[i];
@@ -124,6 +130,12 @@ static void test_record_roundtrip_full(void)
 	b = a;
 	b.devices[7].read_mb_s++;
 	ASSERT_FALSE(shoal_record_equal(&a, &b));
+	b = a;
+	b.dlinks[SHOAL_RECORD_MAX_DLINKS - 1].bw_bytes_s--;
+	ASSERT_FALSE(shoal_record_equal(&a, &b));
+	b = a;
+	b.dlinks[0].rtt_us--;
+	ASSERT_FALSE(shoal_record_equal(&a, &b));
 	/* every truncation fails */
 	size_t ok = 0;
 	for (size_t n = 0; n < buf.len; n++)
@@ -141,6 +153,7 @@ static void test_record_json(void)
 	ASSERT_TRUE(o != NULL);
 	ASSERT_EQ(strlen(json_string_value(json_object_get(o, "id"))), 32);
 	ASSERT_EQ(json_array_size(json_object_get(o, "links")), SHOAL_RECORD_MAX_LINKS);
+	ASSERT_EQ(json_array_size(json_object_get(o, "data_links")), SHOAL_RECORD_MAX_DLINKS);
 	ASSERT_EQ(json_array_size(json_object_get(o, "models")), SHOAL_RECORD_MAX_MODELS);
 	json_t *dv = json_object_get(o, "devices");
 	ASSERT_EQ(json_array_size(dv), SHOAL_RECORD_MAX_DEVICES);
@@ -167,6 +180,13 @@ static void test_record_limits(void)
 	a.n_dsuspect = SHOAL_RECORD_MAX_DSUSPECT + 1;
 	ASSERT_EQ(shoal_record_check(&a, why, sizeof why), SHOAL_ERR_RANGE);
 	ASSERT_TRUE(strstr(why, "data suspects") != NULL);
+	full_record(&a);
+	a.n_dlinks = SHOAL_RECORD_MAX_DLINKS + 1;
+	ASSERT_EQ(shoal_record_check(&a, why, sizeof why), SHOAL_ERR_RANGE);
+	ASSERT_TRUE(strstr(why, "data links") != NULL);
+	full_record(&a);
+	a.dlinks[5].rtt_us = 0; /* a round trip of nothing: not a measurement */
+	ASSERT_EQ(shoal_record_check(&a, why, sizeof why), SHOAL_ERR_RANGE);
 	full_record(&a);
 	a.ctl_endpoint[0] = 0;
 	ASSERT_NE(shoal_record_check(&a, why, sizeof why), SHOAL_OK);
