@@ -117,6 +117,82 @@ K2_Q32_TILE(k2_tile_iq4_nl, kernels__block_iq4_nl, KERNELS__X86_IQ4_NL_BYTES,
             KERNELS__X86_H2F_SCALES)
 K2_Q32_TILE(k2_tile_mxfp4, kernels__block_mxfp4, KERNELS__X86_MXFP4_BYTES, KERNELS__X86_E8M0_SCALES)
 
+/* The gemv of the 32-element pair types (Q4_0, Q5_0, IQ4_NL, MXFP4): the
+ * tile converts each pair's two activation scales d_x (fp16) for every
+ * row; here once per K2_XP pairs and K2_XR rows (as Q5_1's below), each
+ * row's pairs then run the tile's operations at one column, in order, a0
+ * and a1 from +0, hsum8(a0 + a1): the same bits (the gemm keeps the tile). */
+#define K2_XP 128 /* pairs per prepared segment: 128 x 80 bytes = 10 KiB (Q5_1's) */
+#define K2_XR 32  /* rows per pass, their accumulators kept between segments */
+
+#define K2_Q32_MM(name, WBLOCK, WBYTES, WSCALES)                                                   \
+	KERNELS__INLINE void k2_##name##_step(const WBLOCK *wb, int single,                        \
+	                                      const kernels__block_q8_0 *xb, __m128 dx,            \
+	                                      __m256 *a0, __m256 *a1)                              \
+	{                                                                                          \
+		kernels__prefetch_line((const char *)wb + KERNELS__PF_AHEAD);                      \
+		__m256i q0 = WBYTES(wb), aq0 = _mm256_abs_epi8(q0);                                \
+		__m256i q1 = single ? q0 : WBYTES(wb + 1);                                         \
+		__m256i aq1 = _mm256_abs_epi8(q1);                                                 \
+		__m128 d = _mm_mul_ps(WSCALES(wb, 0, single), dx);                                 \
+		__m256i x0 = _mm256_loadu_si256((const __m256i *)xb[0].qs);                        \
+		__m256 s0 = _mm256_cvtepi32_ps(k2_dot_i8(aq0, q0, x0));                            \
+		*a0 = _mm256_fmadd_ps(s0, _mm256_broadcastss_ps(d), *a0);                          \
+		if (single)                                                                        \
+			return;                                                                    \
+		__m256i x1 = _mm256_loadu_si256((const __m256i *)xb[1].qs);                        \
+		__m256 s1 = _mm256_cvtepi32_ps(k2_dot_i8(aq1, q1, x1));                            \
+		__m256 d1 =                                                                        \
+		    _mm256_permutevar8x32_ps(_mm256_castps128_ps256(d), _mm256_set1_epi32(1));     \
+		*a1 = _mm256_fmadd_ps(s1, d1, *a1);                                                \
+	}                                                                                          \
+	static void k2_##name##_mm(int64_t n, const void *w, size_t row_bytes, int64_t nrows,      \
+	                           const void *xq, size_t xq_stride, int64_t ncols, float *y,      \
+	                           size_t y_stride)                                                \
+	{                                                                                          \
+		if (ncols > 1) {                                                                   \
+			kernels__run_gemm(k2_tile_##name, n, w, row_bytes, nrows, xq, xq_stride,   \
+			                  ncols, y, y_stride);                                     \
+			return;                                                                    \
+		}                                                                                  \
+		const int64_t nb = n / KERNELS__QK;                                                \
+		const kernels__block_q8_0 *xb = xq;                                                \
+		__m128 dxp[K2_XP];                                                                 \
+		__m256 a0[K2_XR], a1[K2_XR];                                                       \
+		for (int64_t r0 = 0; r0 < nrows; r0 += K2_XR) {                                    \
+			const int R = nrows - r0 < K2_XR ? (int)(nrows - r0) : K2_XR;              \
+			for (int r = 0; r < R; r++)                                                \
+				a0[r] = a1[r] = _mm256_setzero_ps();                               \
+			for (int64_t b0 = 0; b0 < nb; b0 += 2 * K2_XP) {                           \
+				const int np =                                                     \
+				    (nb - b0 + 1) / 2 < K2_XP ? (int)((nb - b0 + 1) / 2) : K2_XP;  \
+				for (int i = 0; i < np; i++) {                                     \
+					const int64_t b = b0 + 2 * i;                              \
+					dxp[i] = kernels__x86_h2f_pair(                            \
+					    &xb[b].d, b + 1 == nb ? 0 : xb[b + 1].d);              \
+				}                                                                  \
+				for (int r = 0; r < R; r++) {                                      \
+					const WBLOCK *wr =                                         \
+					    (const WBLOCK *)((const char *)w +                     \
+					                     (size_t)(r0 + r) * row_bytes) +       \
+					    b0;                                                    \
+					__m256 c0 = a0[r], c1 = a1[r];                             \
+					for (int i = 0; i < np; i++)                               \
+						k2_##name##_step(wr + 2 * i, b0 + 2 * i + 1 == nb, \
+						                 xb + b0 + 2 * i, dxp[i], &c0,     \
+						                 &c1);                             \
+					a0[r] = c0;                                                \
+					a1[r] = c1;                                                \
+				}                                                                  \
+			}                                                                          \
+			for (int r = 0; r < R; r++)                                                \
+				y[r0 + r] = kernels__x86_hsum8(_mm256_add_ps(a0[r], a1[r]));       \
+		}                                                                                  \
+	}
+
+K2_Q32_MM(iq4_nl, kernels__block_iq4_nl, KERNELS__X86_IQ4_NL_BYTES, KERNELS__X86_H2F_SCALES)
+K2_Q32_MM(mxfp4, kernels__block_mxfp4, KERNELS__X86_MXFP4_BYTES, KERNELS__X86_E8M0_SCALES)
+
 /* Q5_1 (kernels_x86.h). */
 KERNELS__X86_Q5_1_TILE(k2_tile_q5_1)
 
@@ -125,9 +201,6 @@ KERNELS__X86_Q5_1_TILE(k2_tile_q5_1)
  * (8192 elements) and K2_XR rows, each row's pairs then run the tile's
  * operations at one column, in order, a0 and a1 from +0, hsum8(a0 + a1):
  * the same bits (the gemm keeps the tile). */
-#define K2_XP 128 /* pairs per prepared segment: 128 x 80 bytes = 10 KiB */
-#define K2_XR 32  /* rows per pass, their accumulators kept between segments */
-
 typedef struct k2_x51 {
 	__m256 sx[2]; /* float(the x sums' lanes) of each block */
 	__m128 dx;    /* (d_x0, d_x0, d_x1, d_x1) */
@@ -490,4 +563,7 @@ KERNELS__X86_KQ_TILE(k2_tile_iq4_xs, kernels__block_iq4_xs, kernels__x86_iq4xs_l
 /* ---- the table ----------------------------------------------------------------------- */
 
 KERNELS__TABLE(kernels__avx2, "avx2", k2, kernels__x86, .tile = {KERNELS__TILES_ALL(k2)},
-               .mm = {[KERNELS__W_Q5_1] = k2_q5_1_mm, [KERNELS__W_Q2_K] = k2_q2k_mm});
+               .mm = {[KERNELS__W_Q5_1] = k2_q5_1_mm,
+                      [KERNELS__W_Q2_K] = k2_q2k_mm,
+                      [KERNELS__W_IQ4_NL] = k2_iq4_nl_mm,
+                      [KERNELS__W_MXFP4] = k2_mxfp4_mm});
