@@ -2,8 +2,8 @@
  * runtime/cpu/kernels_x86.h: the AVX2-level helpers that both x86 tables use
  * (kernels_avx2.c, and kernels_avx512.c for its 256-bit steps): horizontal
  * sum, fp16 scales to float, the 16 bsums of a Q8_K block against the
- * Q4_K mins and the Q6_K offset, the signed bytes of the 32-element types
- * (Q5_0, IQ4_NL, MXFP4), the exact int32 lanes of one Q4_K, Q5_K, Q3_K,
+ * Q4_K mins and the Q6_K offset, the signed bytes of Q5_0 blocks, the
+ * exact int32 lanes of one Q4_K, Q5_K, Q3_K,
  * Q2_K or IQ4_XS super-block and of a Q5_1 block, and the tile bodies that
  * scale and accumulate those lanes in either table's float vector.
  *
@@ -115,16 +115,6 @@ KERNELS__INLINE void kernels__x86_q5_1_lanes(__m256i q, const kernels__block_q8_
 	*s = _mm256_madd_epi16(_mm256_maddubs_epi16(q, x), one16);
 	*sx = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_set1_epi8(1), x), one16);
 }
-
-/* A nibble table (kernels__iq4_values, kernels__mxfp4_values) looked up. */
-KERNELS__INLINE __m256i kernels__x86_table_bytes(const uint8_t *qs, const int8_t *table)
-{
-	__m256i t = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)table));
-	return _mm256_shuffle_epi8(t, kernels__x86_nibbles(qs));
-}
-
-#define KERNELS__X86_IQ4_NL_BYTES(blk) kernels__x86_table_bytes((blk)->qs, kernels__iq4_values)
-#define KERNELS__X86_MXFP4_BYTES(blk)  kernels__x86_table_bytes((blk)->qs, kernels__mxfp4_values)
 
 /* The weight scales of blocks b and b + 1 (0 when single) in lanes 0 and 1. */
 #define KERNELS__X86_H2F_SCALES(wb, b, single)                                                     \
