@@ -5,8 +5,7 @@
  * Part: runtime/, room cpu/. The order of accumulation of each dot product
  * (fixed per ISA, see test_kernels.c) is given below the includes.
  * Divisions: helpers, float types, Q8_0/Q4_0 (and Q5_0), IQ4_NL and MXFP4,
- * Q5_1 and its gemv, Q6_K, K-quants in groups of 8 rows (Q2_K),
- * Q4_K/Q5_K/Q3_K/IQ4_XS, the table.
+ * Q5_1 and its gemv, Q6_K, Q4_K/Q5_K/Q2_K/Q3_K/IQ4_XS, the table.
  */
 #include "runtime/cpu/kernels_x86.h"
 
@@ -23,10 +22,9 @@
  *   Q5_0 as Q8_0; IQ4_NL/MXFP4: pairs of blocks, in order, into one
  *   accumulator as fma(float(int lanes: 0-3 block b, 4-7 block b + 1),
  *   d_w * d_x of each block, acc) (MXFP4's scale the halved E8M0); result
- *   hsum8; Q5_K as Q4_K, Q3_K/IQ4_XS as Q6_K; Q5_1 as Q8_0, then per block
- *   acc = fma(float(sums of x), m_w * d_x, acc) into the same accumulator;
- *   Q2_K: per row one float, over the super-blocks in order, fma(d, ISUM),
- *   then fnma(dmin, IMIN) (ISUM, IMIN exact int32: the groups of 8 rows).
+ *   hsum8; Q5_K/Q2_K as Q4_K, Q3_K/IQ4_XS as Q6_K; Q5_1 as Q8_0, then per
+ *   block acc = fma(float(sums of x), m_w * d_x, acc) into the same
+ *   accumulator.
  */
 
 /* ---- the vector for the shells' templates --------------------------------- */
@@ -453,223 +451,14 @@ KERNELS__INLINE void k2_tile_q6_k_block(const kernels__block_q6_k *wb, int64_t b
 }
 KERNELS__SUPER_TILE(k2_tile_q6_k, kernels__block_q6_k)
 
-/* ---- K-quants in groups of 8 rows -------------------------------------------------------
- * Q2_K (and, as they move here, the other K-quants): per row one float,
- * from +0, over its super-blocks in order,
- *     acc = fma(d_w d_x, ISUM, acc), then for the types with mins
- *     acc = fma(-(dmin_w d_x), IMIN, acc),
- * ISUM and IMIN the exact int32 sums of kernels_x86.h's lanes (the AVX-512
- * tables' order). The gemv runs the rows 8 at a time, one per float lane:
- * each row streams its super-blocks (one prefetched stream, as before),
- * its int32 lanes are folded with the other rows' by a tree of hadds
- * spread over the group (row r does the levels of the trailing ones of r),
- * and the float work (fp16 scales, products, conversions, fmas: ~12
- * operations a row and super-block) is done once per 8 rows. The gemm
- * takes 1 row and up to 4 columns (the decoded weights shared), sums the
- * lanes to ISUM and IMIN and takes the same float steps, so gemm == gemv
- * bitwise. */
-
-#define K2_G  8  /* rows per group: one per float lane */
-#define K2_GV 64 /* gemv: super-blocks per pass over a row (its fold: 6 x 2 KiB) */
-
-/* KIND: 3 Q2_K (the numbering of kernels_avx512.c's K-quant rows). */
-#define K2_KQ_BYTES(KIND) (sizeof(kernels__block_q2_k))
-#define K2_KQ_MINS(KIND)  ((KIND) == 3)
-/* the offset of d (dmin the word after it, where there is one) */
-#define K2_KQ_OD(KIND) (offsetof(kernels__block_q2_k, d))
-
-/* The int32 lanes of super-block b of a row at blk against the NC columns. */
-KERNELS__INLINE void k2_kq_lanes(const char *blk, const int KIND, int64_t b, const void *const *xq,
-                                 const int NC, __m256i *isum, __m256i *imin)
-{
-	(void)KIND;
-	kernels__x86_q2k_lanes((const kernels__block_q2_k *)(const void *)blk, b, xq, NC, isum,
-	                       imin);
-}
-
-KERNELS__INLINE uint16_t k2_word(const char *p)
-{
-	uint16_t h;
-	memcpy(&h, p, 2);
-	return h;
-}
-
-KERNELS__INLINE int32_t k2_hsum_i32(__m256i v)
-{
-	__m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
-	s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4e));
-	s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xb1));
-	return _mm_cvtsi128_si32(s);
-}
-
-/* The gemm's tile (1 row, NC columns) in the gemv's order. */
-KERNELS__INLINE void k2_kq_ord(int64_t n, const void *w, const void *const *xq, const int NC,
-                               float *out, const int KIND)
-{
-	const size_t bb = K2_KQ_BYTES(KIND), od = K2_KQ_OD(KIND);
-	float acc[KERNELS__TILE] = {0.0f, 0.0f, 0.0f, 0.0f};
-	for (int64_t b = 0; b < n / KERNELS__QKK; b++) {
-		const char *blk = (const char *)w + (size_t)b * bb;
-		kernels__prefetch_block(blk, bb);
-		__m256i isum[KERNELS__TILE], imin[KERNELS__TILE];
-		k2_kq_lanes(blk, KIND, b, xq, NC, isum, imin);
-		float dw = kernels__x86_h2f(k2_word(blk + od));
-		float dmw = K2_KQ_MINS(KIND) ? kernels__x86_h2f(k2_word(blk + od + 2)) : 0.0f;
-		KERNELS__UNROLL for (int c = 0; c < NC; c++)
-		{
-			float dx = ((const kernels__block_q8_k *)xq[c])[b].d;
-			acc[c] = fmaf(dw * dx, (float)k2_hsum_i32(isum[c]), acc[c]);
-			if (K2_KQ_MINS(KIND))
-				acc[c] = fmaf(-(dmw * dx), (float)k2_hsum_i32(imin[c]), acc[c]);
-		}
-	}
-	KERNELS__UNROLL for (int c = 0; c < NC; c++) out[c] = acc[c];
-}
-
-/* The gemv's scratch for one group and pass: the fold's pending levels
- * (of ISUM's lanes and IMIN's) and the rows' fp16 d and dmin. */
-typedef struct k2_kq_fold {
-	__m256i B[3][K2_GV], M[3][K2_GV];
-	uint16_t D[K2_GV][K2_G], DM[K2_GV][K2_G];
-} k2_kq_fold;
-
-/* Row r's lanes v of super-block i into the fold's levels B[l][i]; LVL the
- * trailing ones of r. Level 1 adds rows 2 k and 2 k + 1 in pairs of lanes
- * (hadd: 4 partials a row), level 2 four rows (1 partial a row in each
- * 128-bit half), and at LVL 3 (row 7) the halves are added: true, with
- * lane r of *s = row r's sum of its 8 lanes. */
-KERNELS__INLINE int k2_fold_push(__m256i (*B)[K2_GV], int i, __m256i v, const int LVL, __m256i *s)
-{
-	if (LVL == 0) {
-		B[0][i] = v;
-		return 0;
-	}
-	v = _mm256_hadd_epi32(B[0][i], v);
-	if (LVL == 1) {
-		B[1][i] = v;
-		return 0;
-	}
-	v = _mm256_hadd_epi32(B[1][i], v);
-	if (LVL == 2) {
-		B[2][i] = v;
-		return 0;
-	}
-	*s = _mm256_add_epi32(_mm256_permute2x128_si256(B[2][i], v, 0x20),
-	                      _mm256_permute2x128_si256(B[2][i], v, 0x31));
-	return 1;
-}
-
-/* Row r of a group (LVL: the trailing ones of r; wb NULL: a row past the
- * matrix, zero lanes), its sbn super-blocks into the fold; at LVL 3 the
- * group's sums go into *acc, super-block by super-block. */
-KERNELS__INLINE void k2_kq_row(k2_kq_fold *f, const char *wb, const int KIND,
-                               const kernels__block_q8_k *xb, int sbn, int r, const int LVL,
-                               __m256 *acc)
-{
-	const size_t bb = K2_KQ_BYTES(KIND), od = K2_KQ_OD(KIND);
-	const void *x[1] = {xb};
-	for (int b = 0; b < sbn; b++) {
-		__m256i is = _mm256_setzero_si256(), im = _mm256_setzero_si256();
-		f->D[b][r] = f->DM[b][r] = 0;
-		if (wb) {
-			const char *blk = wb + (size_t)b * bb;
-			kernels__prefetch_block(blk, bb);
-			k2_kq_lanes(blk, KIND, b, x, 1, &is, &im);
-			f->D[b][r] = k2_word(blk + od);
-			if (K2_KQ_MINS(KIND))
-				f->DM[b][r] = k2_word(blk + od + 2);
-		}
-		__m256i isum, imin = _mm256_setzero_si256();
-		if (K2_KQ_MINS(KIND))
-			k2_fold_push(f->M, b, im, LVL, &imin);
-		if (!k2_fold_push(f->B, b, is, LVL, &isum))
-			continue;
-		const __m256 dx = _mm256_set1_ps(xb[b].d);
-		__m256 d =
-		    _mm256_mul_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)f->D[b])), dx);
-		*acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(isum), *acc);
-		if (K2_KQ_MINS(KIND)) {
-			__m256 dm = _mm256_mul_ps(
-			    _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)f->DM[b])), dx);
-			*acc = _mm256_fnmadd_ps(dm, _mm256_cvtepi32_ps(imin), *acc);
-		}
-	}
-}
-
-KERNELS__INLINE void k2_kq_gemv(int64_t n, const char *w, size_t row_bytes, int64_t nrows,
-                                const void *xq, float *y, const int KIND)
-{
-	const size_t bb = K2_KQ_BYTES(KIND);
-	const kernels__block_q8_k *xb = xq;
-	const int64_t nsb = n / KERNELS__QKK;
-	k2_kq_fold f;
-	for (int64_t g = 0; g < nrows; g += K2_G) {
-		const int R = nrows - g < K2_G ? (int)(nrows - g) : K2_G;
-		__m256 acc = _mm256_setzero_ps();
-		for (int64_t s0 = 0; s0 < nsb; s0 += K2_GV) {
-			const int sbn = nsb - s0 < K2_GV ? (int)(nsb - s0) : K2_GV;
-			const char *g0 = w + (size_t)g * row_bytes + (size_t)s0 * bb;
-			for (int r = 0; r < K2_G; r++) {
-				const char *wb = r < R ? g0 + (size_t)r * row_bytes : NULL;
-#define K2_ROW(L) k2_kq_row(&f, wb, KIND, xb + s0, sbn, r, L, &acc)
-				switch (r) {
-				case 7:
-					K2_ROW(3);
-					break;
-				case 3:
-					K2_ROW(2);
-					break;
-				case 1:
-				case 5:
-					K2_ROW(1);
-					break;
-				default:
-					K2_ROW(0);
-					break;
-				}
-#undef K2_ROW
-			}
-		}
-		if (R == K2_G) {
-			_mm256_storeu_ps(y + g, acc);
-		} else {
-			float t[K2_G];
-			_mm256_storeu_ps(t, acc);
-			memcpy(y + g, t, sizeof(float) * (size_t)R);
-		}
-	}
-}
-
-/* name##_tile (the gemm's) and name##_mm (the gemv above for one column,
- * else the gemm by the tile) of K-quant KIND. */
-#define K2_KQ_MM(name, KIND)                                                                       \
-	KERNELS__INLINE void name##_ord_n(int64_t n, const void *w, const void *const *xq,         \
-	                                  const int NC, float *out)                                \
-	{                                                                                          \
-		k2_kq_ord(n, w, xq, NC, out, KIND);                                                \
-	}                                                                                          \
-	KERNELS__TILE_FROM_N(name##_ord)                                                           \
-	static void name##_mm(int64_t n, const void *w, size_t row_bytes, int64_t nrows,           \
-	                      const void *xq, size_t xq_stride, int64_t ncols, float *y,           \
-	                      size_t y_stride)                                                     \
-	{                                                                                          \
-		if (ncols == 1)                                                                    \
-			k2_kq_gemv(n, w, row_bytes, nrows, xq, y, KIND);                           \
-		else                                                                               \
-			kernels__run_gemm(name##_ord, n, w, row_bytes, nrows, xq, xq_stride,       \
-			                  ncols, y, y_stride);                                     \
-	}
-
-K2_KQ_MM(k2_q2k, 3)
-#define k2_tile_q2_k k2_q2k_ord
-
-/* ---- Q4_K, Q5_K, Q3_K, IQ4_XS ------------------------------------------------------------
+/* ---- Q4_K, Q5_K, Q2_K, Q3_K, IQ4_XS ------------------------------------------------------
  * The exact int32 lanes come from kernels_x86.h (bounds there); the types
  * with mins do acc = fma(d, isum, acc), acc = fnma(dmin, imin, acc), the
  * others acc = fma(d, isum, acc) as Q6_K. */
 
 KERNELS__X86_KQ_MIN_TILE(k2_tile_q4_k, kernels__block_q4_k, kernels__x86_q4k_lanes)
 KERNELS__X86_KQ_MIN_TILE(k2_tile_q5_k, kernels__block_q5_k, kernels__x86_q5k_lanes)
+KERNELS__X86_KQ_MIN_TILE(k2_tile_q2_k, kernels__block_q2_k, kernels__x86_q2k_lanes)
 KERNELS__X86_KQ_TILE(k2_tile_q3_k, kernels__block_q3_k, kernels__x86_q3k_lanes)
 KERNELS__X86_KQ_TILE(k2_tile_iq4_xs, kernels__block_iq4_xs, kernels__x86_iq4xs_lanes)
 
@@ -677,6 +466,5 @@ KERNELS__X86_KQ_TILE(k2_tile_iq4_xs, kernels__block_iq4_xs, kernels__x86_iq4xs_l
 
 KERNELS__TABLE(kernels__avx2, "avx2", k2, kernels__x86, .tile = {KERNELS__TILES_ALL(k2)},
                .mm = {[KERNELS__W_Q5_1] = k2_q5_1_mm,
-                      [KERNELS__W_Q2_K] = k2_q2k_mm,
                       [KERNELS__W_IQ4_NL] = k2_iq4_nl_mm,
                       [KERNELS__W_MXFP4] = k2_mxfp4_mm});

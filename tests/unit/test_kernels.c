@@ -689,8 +689,7 @@ static void fill_kq(shoal_dtype wt, uint8_t *w, size_t bb, int64_t n_blocks)
 
 /* The AVX-512 tables' K-quant orders (k45_in_order, q6_k_in_order,
  * q2_k_in_order, q3_k_in_order) for Q4_K, Q5_K, Q6_K, Q2_K and Q3_K, with
- * and without VNNI, and the AVX2 table's, the same for the types it runs in
- * groups of 8 rows (kernels_avx2.c; avx2 set below). */
+ * and without VNNI. */
 static void test_kq_avx512_order(void)
 {
 	static const int64_t ns[] = {256, 9 * 256, 65 * 256};
@@ -700,21 +699,20 @@ static void test_kq_avx512_order(void)
 		shoal_dtype wt;
 		size_t bb;
 		float (*in_order)(const void *, int, const void *, int64_t);
-		int flag, avx2;
-	} types[] = {{SHOAL_DTYPE_Q4_K, sizeof(kernels__block_q4_k), k45_in_order, 0, 0},
-	             {SHOAL_DTYPE_Q5_K, sizeof(kernels__block_q5_k), k45_in_order, 1, 0},
-	             {SHOAL_DTYPE_Q6_K, sizeof(kernels__block_q6_k), q6_k_in_order, 0, 0},
-	             {SHOAL_DTYPE_Q2_K, sizeof(kernels__block_q2_k), q2_k_in_order, 0, 1},
-	             {SHOAL_DTYPE_Q3_K, sizeof(kernels__block_q3_k), q3_k_in_order, 0, 0}};
-	static const char *const isas[] = {"avx512", "avx512bw", "avx2"};
+		int flag;
+	} types[] = {{SHOAL_DTYPE_Q4_K, sizeof(kernels__block_q4_k), k45_in_order, 0},
+	             {SHOAL_DTYPE_Q5_K, sizeof(kernels__block_q5_k), k45_in_order, 1},
+	             {SHOAL_DTYPE_Q6_K, sizeof(kernels__block_q6_k), q6_k_in_order, 0},
+	             {SHOAL_DTYPE_Q2_K, sizeof(kernels__block_q2_k), q2_k_in_order, 0},
+	             {SHOAL_DTYPE_Q3_K, sizeof(kernels__block_q3_k), q3_k_in_order, 0}};
 	int checked = 0;
-	for (int t = 0; t < 3 * (int)(sizeof types / sizeof types[0]); t++) {
-		const char *isa = isas[t % 3];
+	for (int t = 0; t < 2 * (int)(sizeof types / sizeof types[0]); t++) {
+		const char *isa = t & 1 ? "avx512bw" : "avx512";
 		const shoal_kernels *k = shoal_kernels_by_name(isa);
-		if (!k || strcmp(k->isa, isa) || (t % 3 == 2 && !types[t / 3].avx2))
+		if (!k || strcmp(k->isa, isa))
 			continue;
-		const shoal_dtype wt = types[t / 3].wt;
-		const size_t bb = types[t / 3].bb;
+		const shoal_dtype wt = types[t >> 1].wt;
+		const size_t bb = types[t >> 1].bb;
 		for (size_t a = 0; a < sizeof ns / sizeof ns[0]; a++) {
 			int64_t n = ns[a], nsb = n / 256, nr = rows[(a + (size_t)t) % 3],
 			        nc = cols[a];
@@ -724,7 +722,7 @@ static void test_kq_avx512_order(void)
 			fill_q8_k(x, nsb * nc);
 			size_t rb = bb * (size_t)nsb, xb = sizeof *x * (size_t)nsb;
 			int bad = check_in_order(k, wt, n, w, rb, nr, x, xb, nc, nsb,
-			                         types[t / 3].in_order, types[t / 3].flag);
+			                         types[t >> 1].in_order, types[t >> 1].flag);
 			free(w);
 			free(x);
 			ASSERT_FALSE(bad);
@@ -732,7 +730,7 @@ static void test_kq_avx512_order(void)
 		}
 	}
 	if (!checked)
-		TEST_SKIP("no AVX-512 or AVX2 table on this CPU");
+		TEST_SKIP("no AVX-512 table on this CPU");
 }
 
 /* The AVX-512 tables' gemv of the 32-element pair types (kernels_avx512.c
