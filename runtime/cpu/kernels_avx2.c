@@ -5,7 +5,8 @@
  * Part: runtime/, room cpu/. The order of accumulation of each dot product
  * (fixed per ISA, see test_kernels.c) is given below the includes.
  * Divisions: helpers, float types, Q8_0/Q4_0 (and Q5_0), IQ4_NL and MXFP4,
- * Q5_1 and its gemv, Q6_K, Q4_K/Q5_K/Q2_K/Q3_K/IQ4_XS, the table.
+ * Q5_1 and its gemv, Q6_K, Q4_K/Q5_K/Q2_K/Q3_K/IQ4_XS (and IQ4_XS's gemv),
+ * the table.
  */
 #include "runtime/cpu/kernels_x86.h"
 
@@ -462,9 +463,96 @@ KERNELS__X86_KQ_MIN_TILE(k2_tile_q2_k, kernels__block_q2_k, kernels__x86_q2k_lan
 KERNELS__X86_KQ_TILE(k2_tile_q3_k, kernels__block_q3_k, kernels__x86_q3k_lanes)
 KERNELS__X86_KQ_TILE(k2_tile_iq4_xs, kernels__block_iq4_xs, kernels__x86_iq4xs_lanes)
 
+/* IQ4_XS's gemv: the tile rearranges each sub-block pair's activations
+ * (kernels__x86_half_pair: two broadcasts and a blend per 32 bytes) for
+ * every row. Here they are made once per K2_XSB super-blocks and K2_XR
+ * rows, with their absolute values: dot(w, x) = dot(|x|, w signed by x)
+ * (maddubs(|x|, sign(w, x)): pairs <= 2 * 127 * 127, exact), one
+ * operation a vector less than the tile's |w| and x signed by w. The lanes
+ * are the tile's exact int32 lanes and each row then takes the tile's float
+ * steps at one column, in order (acc from +0, fma(d_w d_x, lanes), hsum8):
+ * the same bits (the gemm keeps the tile). */
+/* super-blocks per prepared segment: 32 x 512 bytes = 16 KiB, 8192
+ * elements (a whole row of both bench_kernels shapes); 16 measured as fast
+ * in cache but ~30% slower out of it (rows switching every 2.2 KiB, see
+ * K2_NLP). */
+#define K2_XSB 32
+
+KERNELS__INLINE __m256i k2_iq4xs_lanes_px(const kernels__block_iq4_xs *w, const __m256i *xv)
+{
+	const __m256i m4 = _mm256_set1_epi8(0x0f);
+	const __m256i t =
+	    _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)kernels__iq4_values));
+	__m256i ls = kernels__x86_iq4xs_scales(w), isum = _mm256_setzero_si256();
+	KERNELS__UNROLL for (int p = 0; p < 4; p++)
+	{
+		__m256i raw = _mm256_loadu_si256((const __m256i *)(w->qs + 32 * p));
+		__m256i q[2] = {
+		    _mm256_shuffle_epi8(t, _mm256_and_si256(raw, m4)),
+		    _mm256_shuffle_epi8(t, _mm256_and_si256(_mm256_srli_epi16(raw, 4), m4))};
+		__m256i s = _mm256_permutevar8x32_epi32(
+		    ls, _mm256_setr_epi32(2 * p, 2 * p, 2 * p, 2 * p, 2 * p + 1, 2 * p + 1,
+		                          2 * p + 1, 2 * p + 1));
+		KERNELS__UNROLL for (int h = 0; h < 2; h++)
+		{
+			const __m256i *x = xv + 2 * (2 * p + h); /* x, then |x| */
+			__m256i pr = _mm256_maddubs_epi16(x[1], _mm256_sign_epi8(q[h], x[0]));
+			isum = _mm256_add_epi32(isum, _mm256_madd_epi16(pr, s));
+		}
+	}
+	return isum;
+}
+
+static void k2_iq4xs_mm(int64_t n, const void *w, size_t row_bytes, int64_t nrows, const void *xq,
+                        size_t xq_stride, int64_t ncols, float *y, size_t y_stride)
+{
+	if (ncols > 1) {
+		kernels__run_gemm(k2_tile_iq4_xs, n, w, row_bytes, nrows, xq, xq_stride, ncols, y,
+		                  y_stride);
+		return;
+	}
+	const int64_t nsb = n / KERNELS__QKK;
+	const kernels__block_q8_k *xb = xq;
+	__m256i xp[K2_XSB][16];
+	__m256 acc[K2_XR];
+	for (int64_t r0 = 0; r0 < nrows; r0 += K2_XR) {
+		const int R = nrows - r0 < K2_XR ? (int)(nrows - r0) : K2_XR;
+		for (int r = 0; r < R; r++)
+			acc[r] = _mm256_setzero_ps();
+		for (int64_t s0 = 0; s0 < nsb; s0 += K2_XSB) {
+			const int sbn = nsb - s0 < K2_XSB ? (int)(nsb - s0) : K2_XSB;
+			for (int b = 0; b < sbn; b++)
+				for (int k = 0; k < 8; k++) { /* k = 2 p + h */
+					const int8_t *x =
+					    xb[s0 + b].qs + 64 * (k / 2) + 16 * (k % 2);
+					xp[b][2 * k] = kernels__x86_half_pair(x, x + 32);
+					xp[b][2 * k + 1] = _mm256_abs_epi8(xp[b][2 * k]);
+				}
+			for (int r = 0; r < R; r++) {
+				const kernels__block_iq4_xs *wr =
+				    (const kernels__block_iq4_xs *)((const char *)w +
+				                                    (size_t)(r0 + r) * row_bytes) +
+				    s0;
+				__m256 a = acc[r];
+				for (int b = 0; b < sbn; b++) {
+					kernels__prefetch_block(wr + b, sizeof *wr);
+					__m256i isum = k2_iq4xs_lanes_px(wr + b, xp[b]);
+					float d = kernels__x86_h2f(wr[b].d) * xb[s0 + b].d;
+					a = _mm256_fmadd_ps(_mm256_set1_ps(d),
+					                    _mm256_cvtepi32_ps(isum), a);
+				}
+				acc[r] = a;
+			}
+		}
+		for (int r = 0; r < R; r++)
+			y[r0 + r] = kernels__x86_hsum8(acc[r]);
+	}
+}
+
 /* ---- the table ----------------------------------------------------------------------- */
 
 KERNELS__TABLE(kernels__avx2, "avx2", k2, kernels__x86, .tile = {KERNELS__TILES_ALL(k2)},
                .mm = {[KERNELS__W_Q5_1] = k2_q5_1_mm,
                       [KERNELS__W_IQ4_NL] = k2_iq4_nl_mm,
-                      [KERNELS__W_MXFP4] = k2_mxfp4_mm});
+                      [KERNELS__W_MXFP4] = k2_mxfp4_mm,
+                      [KERNELS__W_IQ4_XS] = k2_iq4xs_mm});

@@ -739,7 +739,7 @@ static void test_kq_avx512_order(void)
  * their gemm, which runs the rows path, bitwise, and the scalar table:
  * rows past one pass of 32 (35), an odd block count past one prepared
  * segment (259 blocks: 2 segments, a single last block) and one short of
- * it (255). */
+ * it (255); and AVX2's IQ4_XS gemv alike. */
 static void test_pair_gemv_avx512(void)
 {
 	static const shoal_dtype types[] = {SHOAL_DTYPE_Q4_0, SHOAL_DTYPE_Q5_0, SHOAL_DTYPE_Q5_1,
@@ -763,6 +763,18 @@ static void test_pair_gemv_avx512(void)
 				ASSERT_FALSE(bad);
 				checked++;
 			}
+	}
+	/* AVX2's IQ4_XS gemv (k2_iq4xs_mm, activations prepared per 32
+	 * super-blocks and 32 rows): 33 super-blocks (2 segments, the last of
+	 * one), 35 rows */
+	const shoal_kernels *k = shoal_kernels_by_name("avx2");
+	if (k && !strcmp(k->isa, "avx2")) {
+		case_data c;
+		case_make(&c, SHOAL_DTYPE_IQ4_XS, 33 * 256, 35, 2);
+		int bad = check_case(k, &c);
+		case_free(&c);
+		ASSERT_FALSE(bad);
+		checked++;
 	}
 	if (!checked)
 		TEST_SKIP("no AVX-512 or AVX2 table on this CPU");
