@@ -128,15 +128,16 @@ K2_Q32_TILE(k2_tile_q5_0, kernels__block_q5_0, kernels__x86_q5_0_bytes, KERNELS_
  * activations (and convert d_x) once per segment of pairs and K2_NLR
  * rows, and every (row, column) takes the same operations (gemm == gemv
  * bitwise).
- *   IQ4_NL: the sign trick as Q8_0's (pairs <= 2 * 127 * 127).
+ *   IQ4_NL: dot(w, x) = dot(|x|, w signed by x) (maddubs(|x|, sign(w,
+ *   x)): pairs <= 2 * 127 * 127), |x| made with the activations.
  *   MXFP4: the doubled values v in -12..12 as u = v + 12 (0..24), unsigned
  *   for maddubs: pairs <= 2 * 24 * 127 = 6096, so the low and high
  *   nibbles' pairs add in int16 (<= 12192) before one madd; dot(v, x) =
  *   dot(u, x) - 12 sum(x), the 12 sum(x) lanes from the activations alone
  *   (made with them, once per pass in the gemv). */
 
-/* pairs per prepared segment and column, 4 columns: 4 x 32 x 128 bytes =
- * 16 KiB; one column (the gemv) takes 4 x 32 pairs: 128 pairs (8192
+/* pairs per prepared segment and column, 4 columns: 4 x 32 x 160 bytes =
+ * 20 KiB; one column (the gemv) takes 4 x 32 pairs: 128 pairs (8192
  * elements, 4.5 KiB of IQ4_NL weights a row) before the next row; with 32
  * the out-of-cache gemv fell from ~12.5 to ~9.5 GB/s (rows that switch
  * every 1.1 KiB defeat the prefetch KERNELS__PF_AHEAD on). */
@@ -148,9 +149,10 @@ K2_Q32_TILE(k2_tile_q5_0, kernels__block_q5_0, kernels__x86_q5_0_bytes, KERNELS_
 static const int8_t k2_mxfp4_u[16] = {12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0};
 
 /* A pair's activation side: the rearranged bytes, d_x of both blocks in
- * lanes 0 and 1 (0 for a missing block), and for MXFP4 12 sum(x) lanes. */
+ * lanes 0 and 1 (0 for a missing block), and e: for MXFP4 12 sum(x) lanes
+ * (e[0]), for IQ4_NL |x0| and |x1|. */
 typedef struct k2_xnl {
-	__m256i x0, x1, sx;
+	__m256i x0, x1, e[2];
 	__m128 dx;
 } k2_xnl;
 
@@ -169,7 +171,10 @@ KERNELS__INLINE void k2_nl_xprep(const kernels__block_q8_0 *xb, int single, cons
 		const __m256i k = _mm256_set1_epi8(K2_MX_OFF);
 		__m256i t = _mm256_add_epi16(_mm256_maddubs_epi16(k, p->x0),
 		                             _mm256_maddubs_epi16(k, p->x1));
-		p->sx = _mm256_madd_epi16(t, _mm256_set1_epi16(1));
+		p->e[0] = _mm256_madd_epi16(t, _mm256_set1_epi16(1));
+	} else {
+		p->e[0] = _mm256_abs_epi8(p->x0);
+		p->e[1] = _mm256_abs_epi8(p->x1);
 	}
 }
 
@@ -203,12 +208,10 @@ KERNELS__INLINE __m256 k2_nl_dot(const k2_wnl *w, const k2_xnl *x, const int MX,
 	if (MX) {
 		__m256i t = _mm256_add_epi16(_mm256_maddubs_epi16(w->lo, x->x0),
 		                             _mm256_maddubs_epi16(w->hi, x->x1));
-		s = _mm256_sub_epi32(_mm256_madd_epi16(t, one16), x->sx);
+		s = _mm256_sub_epi32(_mm256_madd_epi16(t, one16), x->e[0]);
 	} else {
-		__m256i p0 =
-		    _mm256_maddubs_epi16(_mm256_abs_epi8(w->lo), _mm256_sign_epi8(x->x0, w->lo));
-		__m256i p1 =
-		    _mm256_maddubs_epi16(_mm256_abs_epi8(w->hi), _mm256_sign_epi8(x->x1, w->hi));
+		__m256i p0 = _mm256_maddubs_epi16(x->e[0], _mm256_sign_epi8(w->lo, x->x0));
+		__m256i p1 = _mm256_maddubs_epi16(x->e[1], _mm256_sign_epi8(w->hi, x->x1));
 		s = _mm256_add_epi32(_mm256_madd_epi16(p0, one16), _mm256_madd_epi16(p1, one16));
 	}
 	__m256 d = _mm256_permutevar8x32_ps(_mm256_castps128_ps256(_mm_mul_ps(w->dw, x->dx)),
