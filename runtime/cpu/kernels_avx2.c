@@ -4,8 +4,8 @@
  *
  * Part: runtime/, room cpu/. The order of accumulation of each dot product
  * (fixed per ISA, see test_kernels.c) is given below the includes.
- * Divisions: helpers, float types, Q8_0/Q4_0 (and Q5_0), IQ4_NL and MXFP4,
- * Q5_1 and its gemv, Q6_K, Q4_K/Q5_K/Q2_K/Q3_K/IQ4_XS (and IQ4_XS's gemv),
+ * Divisions: helpers, float types, Q8_0/Q4_0 (and Q5_0), IQ4_NL, MXFP4 and
+ * Q5_1, Q6_K, Q4_K/Q5_K/Q2_K/Q3_K/IQ4_XS (and IQ4_XS's gemv),
  * the table.
  */
 #include "runtime/cpu/kernels_x86.h"
@@ -23,9 +23,9 @@
  *   Q5_0 as Q8_0; IQ4_NL/MXFP4: pairs of blocks, in order, into one
  *   accumulator as fma(float(int lanes: 0-3 block b, 4-7 block b + 1),
  *   d_w * d_x of each block, acc) (MXFP4's scale the halved E8M0); result
- *   hsum8; Q5_K/Q2_K as Q4_K, Q3_K/IQ4_XS as Q6_K; Q5_1 as Q8_0, then per
- *   block acc = fma(float(sums of x), m_w * d_x, acc) into the same
- *   accumulator.
+ *   hsum8; Q5_1 as IQ4_NL, each pair's fma then followed by
+ *   acc = fma(float(x-sum lanes), m_w * d_x of each block, acc);
+ *   Q5_K/Q2_K as Q4_K, Q3_K/IQ4_XS as Q6_K.
  */
 
 /* ---- the vector for the shells' templates --------------------------------- */
@@ -115,7 +115,7 @@ K2_Q32_TILE(k2_tile_q8_0, kernels__block_q8_0, K2_Q8_0_BYTES, KERNELS__X86_H2F_S
 K2_Q32_TILE(k2_tile_q4_0, kernels__block_q4_0, K2_Q4_0_BYTES, KERNELS__X86_H2F_SCALES)
 K2_Q32_TILE(k2_tile_q5_0, kernels__block_q5_0, kernels__x86_q5_0_bytes, KERNELS__X86_H2F_SCALES)
 
-/* ---- IQ4_NL and MXFP4 --------------------------------------------------------------
+/* ---- IQ4_NL, MXFP4 and Q5_1 ----------------------------------------------------------
  * A pair of blocks (b, b + 1) at once: the 2 x 16 bytes of nibbles as one
  * vector (block b in the low 128 bits), its low nibbles (elements 0-15 of
  * each block) and high nibbles (16-31) looked up in the table, against
@@ -134,7 +134,10 @@ K2_Q32_TILE(k2_tile_q5_0, kernels__block_q5_0, kernels__x86_q5_0_bytes, KERNELS_
  *   for maddubs: pairs <= 2 * 24 * 127 = 6096, so the low and high
  *   nibbles' pairs add in int16 (<= 12192) before one madd; dot(v, x) =
  *   dot(u, x) - 12 sum(x), the 12 sum(x) lanes from the activations alone
- *   (made with them, once per pass in the gemv). */
+ *   (made with them, once per pass in the gemv).
+ *   Q5_1 (x = d q + m, q in 0..31 unsigned): pairs <= 2 * 31 * 127 = 7874,
+ *   low and high added in int16 (<= 15748) as MXFP4's, then
+ *   fma(float(sum(x) lanes), m_w d_x spread) after the d_w d_x step. */
 
 /* pairs per prepared segment and column, 4 columns: 4 x 32 x 160 bytes =
  * 20 KiB; one column (the gemv) takes 4 x 32 pairs: 128 pairs (8192
@@ -157,7 +160,8 @@ typedef struct k2_xnl {
 } k2_xnl;
 
 /* The activation side of blocks xb[0] and, unless single, xb[1]. */
-KERNELS__INLINE void k2_nl_xprep(const kernels__block_q8_0 *xb, int single, const int MX, k2_xnl *p)
+KERNELS__INLINE void k2_nl_xprep(const kernels__block_q8_0 *xb, int single, const int KIND,
+                                 k2_xnl *p)
 {
 	if (single) {
 		p->x0 = _mm256_zextsi128_si256(_mm_loadu_si128((const __m128i *)xb[0].qs));
@@ -167,11 +171,15 @@ KERNELS__INLINE void k2_nl_xprep(const kernels__block_q8_0 *xb, int single, cons
 		p->x1 = kernels__x86_half_pair(xb[0].qs + 16, xb[1].qs + 16);
 	}
 	p->dx = kernels__x86_h2f_pair(&xb[0].d, single ? 0 : xb[1].d);
-	if (MX) {
-		const __m256i k = _mm256_set1_epi8(K2_MX_OFF);
+	if (KIND) { /* MXFP4: 12 sum(x); Q5_1: float(sum(x)), (d_x0, d_x0, d_x1, d_x1) */
+		const __m256i k = _mm256_set1_epi8(KIND == 1 ? K2_MX_OFF : 1);
 		__m256i t = _mm256_add_epi16(_mm256_maddubs_epi16(k, p->x0),
 		                             _mm256_maddubs_epi16(k, p->x1));
 		p->e[0] = _mm256_madd_epi16(t, _mm256_set1_epi16(1));
+		if (KIND == 2) {
+			p->e[0] = _mm256_castps_si256(_mm256_cvtepi32_ps(p->e[0]));
+			p->dx = _mm_unpacklo_ps(p->dx, p->dx);
+		}
 	} else {
 		p->e[0] = _mm256_abs_epi8(p->x0);
 		p->e[1] = _mm256_abs_epi8(p->x1);
@@ -200,12 +208,60 @@ KERNELS__INLINE k2_wnl k2_nl_wprep(const uint8_t *qs0, const uint8_t *qs1, const
 	return r;
 }
 
-/* acc + the pair's exact int32 lanes times d_w d_x, spread. */
-KERNELS__INLINE __m256 k2_nl_dot(const k2_wnl *w, const k2_xnl *x, const int MX, __m256 acc)
+KERNELS__INLINE k2_wnl k2_wp_iq4_nl(const kernels__block_iq4_nl *wb, int single)
+{
+	return k2_nl_wprep(wb[0].qs, single ? NULL : wb[1].qs, 0,
+	                   KERNELS__X86_H2F_SCALES(wb, 0, single));
+}
+
+KERNELS__INLINE k2_wnl k2_wp_mxfp4(const kernels__block_mxfp4 *wb, int single)
+{
+	return k2_nl_wprep(wb[0].qs, single ? NULL : wb[1].qs, 1,
+	                   KERNELS__X86_E8M0_SCALES(wb, 0, single));
+}
+
+/* Q5_1: the nibbles as above (no table) with the fifth bits added as 16:
+ * the low nibbles' are bits 0-15 of each block's qh, the high nibbles'
+ * bits 16-31; dw = (d_0, m_0, d_1, m_1). */
+KERNELS__INLINE k2_wnl k2_wp_q5_1(const kernels__block_q5_1 *wb, int single)
+{
+	const __m256i m4 = _mm256_set1_epi8(0x0f), b4 = _mm256_set1_epi8(0x10);
+	__m128i a = _mm_loadu_si128((const __m128i *)wb[0].qs);
+	__m256i v = single ? _mm256_zextsi128_si256(a)
+	                   : _mm256_set_m128i(_mm_loadu_si128((const __m128i *)wb[1].qs), a);
+	uint32_t h0, h1 = 0, s0, s1 = 0; /* qh, (d, m) of each block */
+	memcpy(&h0, wb[0].qh, 4);
+	memcpy(&s0, &wb[0].d, 4);
+	if (!single) {
+		memcpy(&h1, wb[1].qh, 4);
+		memcpy(&s1, &wb[1].d, 4);
+	}
+	__m256i hl = kernels__x86_bit_bytes((h0 & 0xffffu) | h1 << 16);
+	__m256i hh = kernels__x86_bit_bytes(h0 >> 16 | (h1 & 0xffff0000u));
+	k2_wnl r;
+	r.lo = _mm256_or_si256(_mm256_and_si256(v, m4), _mm256_and_si256(hl, b4));
+	r.hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(v, 4), m4),
+	                       _mm256_and_si256(hh, b4));
+	r.dw = _mm_cvtph_ps(_mm_cvtsi64_si128((long long)((uint64_t)s0 | (uint64_t)s1 << 32)));
+	return r;
+}
+
+/* acc + the pair's exact int32 lanes times d_w d_x, spread (Q5_1: then +
+ * float(sum(x) lanes) times m_w d_x, spread). */
+KERNELS__INLINE __m256 k2_nl_dot(const k2_wnl *w, const k2_xnl *x, const int KIND, __m256 acc)
 {
 	const __m256i one16 = _mm256_set1_epi16(1);
 	__m256i s;
-	if (MX) {
+	if (KIND == 2) {
+		__m256i t = _mm256_add_epi16(_mm256_maddubs_epi16(w->lo, x->x0),
+		                             _mm256_maddubs_epi16(w->hi, x->x1));
+		__m256 p = _mm256_castps128_ps256(_mm_mul_ps(w->dw, x->dx));
+		__m256 d = _mm256_permutevar8x32_ps(p, _mm256_setr_epi32(0, 0, 0, 0, 2, 2, 2, 2));
+		__m256 m = _mm256_permutevar8x32_ps(p, _mm256_setr_epi32(1, 1, 1, 1, 3, 3, 3, 3));
+		acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_madd_epi16(t, one16)), d, acc);
+		return _mm256_fmadd_ps(_mm256_castsi256_ps(x->e[0]), m, acc);
+	}
+	if (KIND == 1) {
 		__m256i t = _mm256_add_epi16(_mm256_maddubs_epi16(w->lo, x->x0),
 		                             _mm256_maddubs_epi16(w->hi, x->x1));
 		s = _mm256_sub_epi32(_mm256_madd_epi16(t, one16), x->e[0]);
@@ -225,12 +281,12 @@ KERNELS__INLINE __m256 k2_nl_dot(const k2_wnl *w, const k2_xnl *x, const int MX,
  * once per pass and K2_NLP pairs; each row's pairs then decode their
  * weights once for the tile's columns. Every (row, column) sums its pairs
  * in order into one accumulator from +0, then hsum8, whatever the shape.
- * SCALES as KERNELS__X86_H2F_SCALES. */
-#define K2_NL(name, WBLOCK, MX, SCALES)                                                            \
+ * WFN(wb, single): the pair's weight side. */
+#define K2_NL(name, WBLOCK, MX, WFN)                                                               \
 	KERNELS__INLINE k2_wnl name##_w(const WBLOCK *wb, int single)                              \
 	{                                                                                          \
 		kernels__prefetch_line((const char *)wb + KERNELS__PF_AHEAD);                      \
-		return k2_nl_wprep(wb[0].qs, single ? NULL : wb[1].qs, MX, SCALES(wb, 0, single)); \
+		return WFN(wb, single);                                                            \
 	}                                                                                          \
 	KERNELS__INLINE void name##_pass(int64_t nb, const char *w, size_t row_bytes, int R,       \
 	                                 const kernels__block_q8_0 *const *x, const int NC,        \
@@ -300,103 +356,12 @@ KERNELS__INLINE __m256 k2_nl_dot(const k2_wnl *w, const k2_xnl *x, const int MX,
 		}                                                                                  \
 	}
 
-K2_NL(k2_iq4_nl, kernels__block_iq4_nl, 0, KERNELS__X86_H2F_SCALES)
-K2_NL(k2_mxfp4, kernels__block_mxfp4, 1, KERNELS__X86_E8M0_SCALES)
-#define k2_tile_iq4_nl NULL /* the mm above, for both */
+K2_NL(k2_iq4_nl, kernels__block_iq4_nl, 0, k2_wp_iq4_nl)
+K2_NL(k2_mxfp4, kernels__block_mxfp4, 1, k2_wp_mxfp4)
+K2_NL(k2_q5_1, kernels__block_q5_1, 2, k2_wp_q5_1)
+#define k2_tile_iq4_nl NULL /* the mm above, for the three */
 #define k2_tile_mxfp4  NULL
-
-/* Q5_1 (kernels_x86.h). */
-KERNELS__X86_Q5_1_TILE(k2_tile_q5_1)
-
-/* Q5_1's gemv: the tile prepares the activation side of each pair (the
- * two d_x, the x sums' lanes) for every row; here once per K2_XP pairs
- * (8192 elements) and K2_XR rows, each row's pairs then run the tile's
- * operations at one column, in order, a0 and a1 from +0, hsum8(a0 + a1):
- * the same bits (the gemm keeps the tile). */
-#define K2_XP 128 /* pairs per prepared segment: 128 x 80 bytes = 10 KiB */
-#define K2_XR 32  /* rows per pass, their accumulators kept between segments */
-
-typedef struct k2_x51 {
-	__m256 sx[2]; /* float(the x sums' lanes) of each block */
-	__m128 dx;    /* (d_x0, d_x0, d_x1, d_x1) */
-} k2_x51;
-
-KERNELS__INLINE void k2_q5_1_step(const kernels__block_q5_1 *wb, int single,
-                                  const kernels__block_q8_0 *xb, const k2_x51 *xp, __m256 *a0,
-                                  __m256 *a1)
-{
-	const __m256i one16 = _mm256_set1_epi16(1);
-	kernels__prefetch_line((const char *)wb + KERNELS__PF_AHEAD);
-	uint32_t s0, s1 = 0; /* (d, m) of each block */
-	memcpy(&s0, &wb[0].d, 4);
-	if (!single)
-		memcpy(&s1, &wb[1].d, 4);
-	__m128 dm = _mm_cvtph_ps(_mm_cvtsi64_si128((long long)((uint64_t)s0 | (uint64_t)s1 << 32)));
-	__m128 p = _mm_mul_ps(dm, xp->dx);
-	/* block 0 into a0, block 1 into a1, as the tile (written out, so that
-	 * both accumulators stay in registers) */
-	__m256i q = kernels__x86_q5_bytes(wb[0].qs, wb[0].qh);
-	__m256i x = _mm256_loadu_si256((const __m256i *)xb[0].qs);
-	__m256i si = _mm256_madd_epi16(_mm256_maddubs_epi16(q, x), one16);
-	*a0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(si), kernels__x86_lane_bcast(p, 0), *a0);
-	*a0 = _mm256_fmadd_ps(xp->sx[0], kernels__x86_lane_bcast(p, 1), *a0);
-	if (single)
-		return;
-	q = kernels__x86_q5_bytes(wb[1].qs, wb[1].qh);
-	x = _mm256_loadu_si256((const __m256i *)xb[1].qs);
-	si = _mm256_madd_epi16(_mm256_maddubs_epi16(q, x), one16);
-	*a1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(si), kernels__x86_lane_bcast(p, 2), *a1);
-	*a1 = _mm256_fmadd_ps(xp->sx[1], kernels__x86_lane_bcast(p, 3), *a1);
-}
-
-static void k2_q5_1_mm(int64_t n, const void *w, size_t row_bytes, int64_t nrows, const void *xq,
-                       size_t xq_stride, int64_t ncols, float *y, size_t y_stride)
-{
-	if (ncols > 1) {
-		kernels__run_gemm(k2_tile_q5_1, n, w, row_bytes, nrows, xq, xq_stride, ncols, y,
-		                  y_stride);
-		return;
-	}
-	const int64_t nb = n / KERNELS__QK;
-	const kernels__block_q8_0 *xb = xq;
-	k2_x51 xp[K2_XP];
-	__m256 a0[K2_XR], a1[K2_XR];
-	for (int64_t r0 = 0; r0 < nrows; r0 += K2_XR) {
-		const int R = nrows - r0 < K2_XR ? (int)(nrows - r0) : K2_XR;
-		for (int r = 0; r < R; r++)
-			a0[r] = a1[r] = _mm256_setzero_ps();
-		for (int64_t b0 = 0; b0 < nb; b0 += 2 * K2_XP) {
-			const int np = (nb - b0 + 1) / 2 < K2_XP ? (int)((nb - b0 + 1) / 2) : K2_XP;
-			for (int i = 0; i < np; i++) {
-				const int64_t b = b0 + 2 * i;
-				const int single = b + 1 == nb;
-				__m128 dx =
-				    kernels__x86_h2f_pair(&xb[b].d, single ? 0 : xb[b + 1].d);
-				xp[i].dx = _mm_unpacklo_ps(dx, dx);
-				for (int k = 0; k < (single ? 1 : 2); k++) {
-					__m256i si, sx;
-					kernels__x86_q5_1_lanes(_mm256_setzero_si256(), xb + b + k,
-					                        &si, &sx);
-					xp[i].sx[k] = _mm256_cvtepi32_ps(sx);
-				}
-			}
-			for (int r = 0; r < R; r++) {
-				const kernels__block_q5_1 *wr =
-				    (const kernels__block_q5_1 *)((const char *)w +
-				                                  (size_t)(r0 + r) * row_bytes) +
-				    b0;
-				__m256 c0 = a0[r], c1 = a1[r]; /* in registers over the row */
-				for (int i = 0; i < np; i++)
-					k2_q5_1_step(wr + 2 * i, b0 + 2 * i + 1 == nb,
-					             xb + b0 + 2 * i, xp + i, &c0, &c1);
-				a0[r] = c0;
-				a1[r] = c1;
-			}
-		}
-		for (int r = 0; r < R; r++)
-			y[r0 + r] = kernels__x86_hsum8(_mm256_add_ps(a0[r], a1[r]));
-	}
-}
+#define k2_tile_q5_1   NULL
 
 /* ---- Q6_K ------------------------------------------------------------------------------
  * Quants as unsigned 0..63: dot(q - 32, x) = dot(q, x) - 32 * bsum per 16.
@@ -468,7 +433,7 @@ KERNELS__X86_KQ_TILE(k2_tile_iq4_xs, kernels__block_iq4_xs, kernels__x86_iq4xs_l
 
 /* IQ4_XS's gemv: the tile rearranges each sub-block pair's activations
  * (kernels__x86_half_pair: two broadcasts and a blend per 32 bytes) for
- * every row. Here they are made once per K2_XSB super-blocks and K2_XR
+ * every row. Here they are made once per K2_XSB super-blocks and K2_NLR
  * rows, with their absolute values: dot(w, x) = dot(|x|, w signed by x)
  * (maddubs(|x|, sign(w, x)): pairs <= 2 * 127 * 127, exact), one
  * operation a vector less than the tile's |w| and x signed by w. The lanes
@@ -517,9 +482,9 @@ static void k2_iq4xs_mm(int64_t n, const void *w, size_t row_bytes, int64_t nrow
 	const int64_t nsb = n / KERNELS__QKK;
 	const kernels__block_q8_k *xb = xq;
 	__m256i xp[K2_XSB][16];
-	__m256 acc[K2_XR];
-	for (int64_t r0 = 0; r0 < nrows; r0 += K2_XR) {
-		const int R = nrows - r0 < K2_XR ? (int)(nrows - r0) : K2_XR;
+	__m256 acc[K2_NLR];
+	for (int64_t r0 = 0; r0 < nrows; r0 += K2_NLR) {
+		const int R = nrows - r0 < K2_NLR ? (int)(nrows - r0) : K2_NLR;
 		for (int r = 0; r < R; r++)
 			acc[r] = _mm256_setzero_ps();
 		for (int64_t s0 = 0; s0 < nsb; s0 += K2_XSB) {

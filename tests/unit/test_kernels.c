@@ -735,7 +735,8 @@ static void test_kq_avx512_order(void)
 
 /* The AVX-512 tables' gemv of the 32-element pair types (kernels_avx512.c
  * k5_*_mm: the activations prepared per 128 pairs and 32 rows; and the
- * AVX2 table's for Q5_1, IQ4_NL and MXFP4, k2_*_mm, alike) against
+ * AVX2 table's for Q5_1, IQ4_NL and MXFP4, k2_*_mm, whose gemm is the
+ * same function over tiles of 4 columns: 6 columns there) against
  * their gemm, which runs the rows path, bitwise, and the scalar table:
  * rows past one pass of 32 (35), an odd block count past one prepared
  * segment (259 blocks: 2 segments, a single last block) and one short of
@@ -757,7 +758,7 @@ static void test_pair_gemv_avx512(void)
 				    (types[t] == SHOAL_DTYPE_Q4_0 || types[t] == SHOAL_DTYPE_Q5_0))
 					continue; /* AVX2 has this gemv for Q5_1, IQ4_NL, MXFP4 */
 				case_data c;
-				case_make(&c, types[t], ns[a], 35, 2);
+				case_make(&c, types[t], ns[a], 35, v == 2 ? 6 : 2);
 				int bad = check_case(k, &c);
 				case_free(&c);
 				ASSERT_FALSE(bad);
