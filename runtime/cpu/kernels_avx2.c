@@ -4,9 +4,9 @@
  *
  * Part: runtime/, room cpu/. The order of accumulation of each dot product
  * (fixed per ISA, see test_kernels.c) is given below the includes.
- * Divisions: helpers, float types, Q8_0/Q4_0 (and Q5_0, IQ4_NL, MXFP4, Q5_1
- * and its gemv),
- * Q6_K, Q4_K/Q5_K/Q2_K/Q3_K/IQ4_XS, the table.
+ * Divisions: helpers, float types, Q8_0/Q4_0 (and Q5_0), IQ4_NL, MXFP4 and
+ * Q5_1, Q6_K, Q4_K/Q5_K/Q2_K/Q3_K/IQ4_XS (and IQ4_XS's gemv),
+ * the table.
  */
 #include "runtime/cpu/kernels_x86.h"
 
@@ -20,9 +20,12 @@
  *   Q4_K: per super-block int32 lanes isum and imin (exact), then
  *     acc = fma(d, isum, acc), acc = fnma(dmin, imin, acc); result hsum8;
  *   Q6_K: per super-block int32 lanes isum (exact), acc = fma(d, isum, acc);
- *   Q5_0/IQ4_NL/MXFP4 as Q8_0 (MXFP4's scale the halved E8M0), Q5_K/Q2_K
- *   as Q4_K, Q3_K/IQ4_XS as Q6_K; Q5_1 as Q8_0, then per block
- *   acc = fma(float(sums of x), m_w * d_x, acc) into the same accumulator.
+ *   Q5_0 as Q8_0; IQ4_NL/MXFP4: pairs of blocks, in order, into one
+ *   accumulator as fma(float(int lanes: 0-3 block b, 4-7 block b + 1),
+ *   d_w * d_x of each block, acc) (MXFP4's scale the halved E8M0); result
+ *   hsum8; Q5_1 as IQ4_NL, each pair's fma then followed by
+ *   acc = fma(float(x-sum lanes), m_w * d_x of each block, acc);
+ *   Q5_K/Q2_K as Q4_K, Q3_K/IQ4_XS as Q6_K.
  */
 
 /* ---- the vector for the shells' templates --------------------------------- */
@@ -111,102 +114,254 @@ KERNELS__INLINE __m256i k2_q4_0_bytes(const uint8_t *qs)
 K2_Q32_TILE(k2_tile_q8_0, kernels__block_q8_0, K2_Q8_0_BYTES, KERNELS__X86_H2F_SCALES)
 K2_Q32_TILE(k2_tile_q4_0, kernels__block_q4_0, K2_Q4_0_BYTES, KERNELS__X86_H2F_SCALES)
 K2_Q32_TILE(k2_tile_q5_0, kernels__block_q5_0, kernels__x86_q5_0_bytes, KERNELS__X86_H2F_SCALES)
-K2_Q32_TILE(k2_tile_iq4_nl, kernels__block_iq4_nl, KERNELS__X86_IQ4_NL_BYTES,
-            KERNELS__X86_H2F_SCALES)
-K2_Q32_TILE(k2_tile_mxfp4, kernels__block_mxfp4, KERNELS__X86_MXFP4_BYTES, KERNELS__X86_E8M0_SCALES)
 
-/* Q5_1 (kernels_x86.h). */
-KERNELS__X86_Q5_1_TILE(k2_tile_q5_1)
+/* ---- IQ4_NL, MXFP4 and Q5_1 ----------------------------------------------------------
+ * A pair of blocks (b, b + 1) at once: the 2 x 16 bytes of nibbles as one
+ * vector (block b in the low 128 bits), its low nibbles (elements 0-15 of
+ * each block) and high nibbles (16-31) looked up in the table, against
+ * the activations rearranged to match, x0 = (x_b[0..15], x_b+1[0..15])
+ * and x1 = (x_b[16..31], x_b+1[16..31]): no cross-lane shuffle of the
+ * weights, and int32 lanes 0-3 of block b, 4-7 of block b + 1, scaled by
+ * one vector (d_w d_x of each block, spread) into one accumulator. An odd
+ * last block is a pair whose upper half has zero activations and scales.
+ * The gemv and the gemm (one function, below) rearrange each column's
+ * activations (and convert d_x) once per segment of pairs and K2_NLR
+ * rows, and every (row, column) takes the same operations (gemm == gemv
+ * bitwise).
+ *   IQ4_NL: dot(w, x) = dot(|x|, w signed by x) (maddubs(|x|, sign(w,
+ *   x)): pairs <= 2 * 127 * 127), |x| made with the activations.
+ *   MXFP4: the doubled values v in -12..12 as u = v + 12 (0..24), unsigned
+ *   for maddubs: pairs <= 2 * 24 * 127 = 6096, so the low and high
+ *   nibbles' pairs add in int16 (<= 12192) before one madd; dot(v, x) =
+ *   dot(u, x) - 12 sum(x), the 12 sum(x) lanes from the activations alone
+ *   (made with them, once per pass in the gemv).
+ *   Q5_1 (x = d q + m, q in 0..31 unsigned): pairs <= 2 * 31 * 127 = 7874,
+ *   low and high added in int16 (<= 15748) as MXFP4's, then
+ *   fma(float(sum(x) lanes), m_w d_x spread) after the d_w d_x step. */
 
-/* Q5_1's gemv: the tile prepares the activation side of each pair (the
- * two d_x, the x sums' lanes) for every row; here once per K2_XP pairs
- * (8192 elements) and K2_XR rows, each row's pairs then run the tile's
- * operations at one column, in order, a0 and a1 from +0, hsum8(a0 + a1):
- * the same bits (the gemm keeps the tile). */
-#define K2_XP 128 /* pairs per prepared segment: 128 x 80 bytes = 10 KiB */
-#define K2_XR 32  /* rows per pass, their accumulators kept between segments */
+/* pairs per prepared segment and column, 4 columns: 4 x 32 x 160 bytes =
+ * 20 KiB; one column (the gemv) takes 4 x 32 pairs: 128 pairs (8192
+ * elements, 4.5 KiB of IQ4_NL weights a row) before the next row; with 32
+ * the out-of-cache gemv fell from ~12.5 to ~9.5 GB/s (rows that switch
+ * every 1.1 KiB defeat the prefetch KERNELS__PF_AHEAD on). */
+#define K2_NLP 32
+#define K2_NLR 32 /* rows per pass, their accumulators kept between segments */
 
-typedef struct k2_x51 {
-	__m256 sx[2]; /* float(the x sums' lanes) of each block */
-	__m128 dx;    /* (d_x0, d_x0, d_x1, d_x1) */
-} k2_x51;
+/* The offset MXFP4's values take (u = v + 12), and its table of u. */
+#define K2_MX_OFF 12
+static const int8_t k2_mxfp4_u[16] = {12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0};
 
-KERNELS__INLINE void k2_q5_1_step(const kernels__block_q5_1 *wb, int single,
-                                  const kernels__block_q8_0 *xb, const k2_x51 *xp, __m256 *a0,
-                                  __m256 *a1)
+/* A pair's activation side: the rearranged bytes, d_x of both blocks in
+ * lanes 0 and 1 (0 for a missing block), and e: for MXFP4 12 sum(x) lanes
+ * (e[0]), for IQ4_NL |x0| and |x1|. */
+typedef struct k2_xnl {
+	__m256i x0, x1, e[2];
+	__m128 dx;
+} k2_xnl;
+
+/* The activation side of blocks xb[0] and, unless single, xb[1]. */
+KERNELS__INLINE void k2_nl_xprep(const kernels__block_q8_0 *xb, int single, const int KIND,
+                                 k2_xnl *p)
+{
+	if (single) {
+		p->x0 = _mm256_zextsi128_si256(_mm_loadu_si128((const __m128i *)xb[0].qs));
+		p->x1 = _mm256_zextsi128_si256(_mm_loadu_si128((const __m128i *)(xb[0].qs + 16)));
+	} else {
+		p->x0 = kernels__x86_half_pair(xb[0].qs, xb[1].qs);
+		p->x1 = kernels__x86_half_pair(xb[0].qs + 16, xb[1].qs + 16);
+	}
+	p->dx = kernels__x86_h2f_pair(&xb[0].d, single ? 0 : xb[1].d);
+	if (KIND) { /* MXFP4: 12 sum(x); Q5_1: float(sum(x)), (d_x0, d_x0, d_x1, d_x1) */
+		const __m256i k = _mm256_set1_epi8(KIND == 1 ? K2_MX_OFF : 1);
+		__m256i t = _mm256_add_epi16(_mm256_maddubs_epi16(k, p->x0),
+		                             _mm256_maddubs_epi16(k, p->x1));
+		p->e[0] = _mm256_madd_epi16(t, _mm256_set1_epi16(1));
+		if (KIND == 2) {
+			p->e[0] = _mm256_castps_si256(_mm256_cvtepi32_ps(p->e[0]));
+			p->dx = _mm_unpacklo_ps(p->dx, p->dx);
+		}
+	} else {
+		p->e[0] = _mm256_abs_epi8(p->x0);
+		p->e[1] = _mm256_abs_epi8(p->x1);
+	}
+}
+
+/* A pair's weight side: the looked-up low and high nibbles (MXFP4: u),
+ * the weight scales in lanes 0 and 1. */
+typedef struct k2_wnl {
+	__m256i lo, hi;
+	__m128 dw;
+} k2_wnl;
+
+KERNELS__INLINE k2_wnl k2_nl_wprep(const uint8_t *qs0, const uint8_t *qs1, const int MX, __m128 dw)
+{
+	const __m256i m4 = _mm256_set1_epi8(0x0f);
+	const __m256i t = _mm256_broadcastsi128_si256(
+	    _mm_loadu_si128((const __m128i *)(MX ? k2_mxfp4_u : kernels__iq4_values)));
+	__m128i a = _mm_loadu_si128((const __m128i *)qs0);
+	__m256i v = qs1 ? _mm256_set_m128i(_mm_loadu_si128((const __m128i *)qs1), a)
+	                : _mm256_zextsi128_si256(a);
+	k2_wnl r;
+	r.lo = _mm256_shuffle_epi8(t, _mm256_and_si256(v, m4));
+	r.hi = _mm256_shuffle_epi8(t, _mm256_and_si256(_mm256_srli_epi16(v, 4), m4));
+	r.dw = dw;
+	return r;
+}
+
+KERNELS__INLINE k2_wnl k2_wp_iq4_nl(const kernels__block_iq4_nl *wb, int single)
+{
+	return k2_nl_wprep(wb[0].qs, single ? NULL : wb[1].qs, 0,
+	                   KERNELS__X86_H2F_SCALES(wb, 0, single));
+}
+
+KERNELS__INLINE k2_wnl k2_wp_mxfp4(const kernels__block_mxfp4 *wb, int single)
+{
+	return k2_nl_wprep(wb[0].qs, single ? NULL : wb[1].qs, 1,
+	                   KERNELS__X86_E8M0_SCALES(wb, 0, single));
+}
+
+/* Q5_1: the nibbles as above (no table) with the fifth bits added as 16:
+ * the low nibbles' are bits 0-15 of each block's qh, the high nibbles'
+ * bits 16-31; dw = (d_0, m_0, d_1, m_1). */
+KERNELS__INLINE k2_wnl k2_wp_q5_1(const kernels__block_q5_1 *wb, int single)
+{
+	const __m256i m4 = _mm256_set1_epi8(0x0f), b4 = _mm256_set1_epi8(0x10);
+	__m128i a = _mm_loadu_si128((const __m128i *)wb[0].qs);
+	__m256i v = single ? _mm256_zextsi128_si256(a)
+	                   : _mm256_set_m128i(_mm_loadu_si128((const __m128i *)wb[1].qs), a);
+	uint32_t h0, h1 = 0, s0, s1 = 0; /* qh, (d, m) of each block */
+	memcpy(&h0, wb[0].qh, 4);
+	memcpy(&s0, &wb[0].d, 4);
+	if (!single) {
+		memcpy(&h1, wb[1].qh, 4);
+		memcpy(&s1, &wb[1].d, 4);
+	}
+	__m256i hl = kernels__x86_bit_bytes((h0 & 0xffffu) | h1 << 16);
+	__m256i hh = kernels__x86_bit_bytes(h0 >> 16 | (h1 & 0xffff0000u));
+	k2_wnl r;
+	r.lo = _mm256_or_si256(_mm256_and_si256(v, m4), _mm256_and_si256(hl, b4));
+	r.hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(v, 4), m4),
+	                       _mm256_and_si256(hh, b4));
+	r.dw = _mm_cvtph_ps(_mm_cvtsi64_si128((long long)((uint64_t)s0 | (uint64_t)s1 << 32)));
+	return r;
+}
+
+/* acc + the pair's exact int32 lanes times d_w d_x, spread (Q5_1: then +
+ * float(sum(x) lanes) times m_w d_x, spread). */
+KERNELS__INLINE __m256 k2_nl_dot(const k2_wnl *w, const k2_xnl *x, const int KIND, __m256 acc)
 {
 	const __m256i one16 = _mm256_set1_epi16(1);
-	kernels__prefetch_line((const char *)wb + KERNELS__PF_AHEAD);
-	uint32_t s0, s1 = 0; /* (d, m) of each block */
-	memcpy(&s0, &wb[0].d, 4);
-	if (!single)
-		memcpy(&s1, &wb[1].d, 4);
-	__m128 dm = _mm_cvtph_ps(_mm_cvtsi64_si128((long long)((uint64_t)s0 | (uint64_t)s1 << 32)));
-	__m128 p = _mm_mul_ps(dm, xp->dx);
-	/* block 0 into a0, block 1 into a1, as the tile (written out, so that
-	 * both accumulators stay in registers) */
-	__m256i q = kernels__x86_q5_bytes(wb[0].qs, wb[0].qh);
-	__m256i x = _mm256_loadu_si256((const __m256i *)xb[0].qs);
-	__m256i si = _mm256_madd_epi16(_mm256_maddubs_epi16(q, x), one16);
-	*a0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(si), kernels__x86_lane_bcast(p, 0), *a0);
-	*a0 = _mm256_fmadd_ps(xp->sx[0], kernels__x86_lane_bcast(p, 1), *a0);
-	if (single)
-		return;
-	q = kernels__x86_q5_bytes(wb[1].qs, wb[1].qh);
-	x = _mm256_loadu_si256((const __m256i *)xb[1].qs);
-	si = _mm256_madd_epi16(_mm256_maddubs_epi16(q, x), one16);
-	*a1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(si), kernels__x86_lane_bcast(p, 2), *a1);
-	*a1 = _mm256_fmadd_ps(xp->sx[1], kernels__x86_lane_bcast(p, 3), *a1);
+	__m256i s;
+	if (KIND == 2) {
+		__m256i t = _mm256_add_epi16(_mm256_maddubs_epi16(w->lo, x->x0),
+		                             _mm256_maddubs_epi16(w->hi, x->x1));
+		__m256 p = _mm256_castps128_ps256(_mm_mul_ps(w->dw, x->dx));
+		__m256 d = _mm256_permutevar8x32_ps(p, _mm256_setr_epi32(0, 0, 0, 0, 2, 2, 2, 2));
+		__m256 m = _mm256_permutevar8x32_ps(p, _mm256_setr_epi32(1, 1, 1, 1, 3, 3, 3, 3));
+		acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_madd_epi16(t, one16)), d, acc);
+		return _mm256_fmadd_ps(_mm256_castsi256_ps(x->e[0]), m, acc);
+	}
+	if (KIND == 1) {
+		__m256i t = _mm256_add_epi16(_mm256_maddubs_epi16(w->lo, x->x0),
+		                             _mm256_maddubs_epi16(w->hi, x->x1));
+		s = _mm256_sub_epi32(_mm256_madd_epi16(t, one16), x->e[0]);
+	} else {
+		__m256i p0 = _mm256_maddubs_epi16(x->e[0], _mm256_sign_epi8(w->lo, x->x0));
+		__m256i p1 = _mm256_maddubs_epi16(x->e[1], _mm256_sign_epi8(w->hi, x->x1));
+		s = _mm256_add_epi32(_mm256_madd_epi16(p0, one16), _mm256_madd_epi16(p1, one16));
+	}
+	__m256 d = _mm256_permutevar8x32_ps(_mm256_castps128_ps256(_mm_mul_ps(w->dw, x->dx)),
+	                                    _mm256_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1));
+	return _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), d, acc);
 }
 
-static void k2_q5_1_mm(int64_t n, const void *w, size_t row_bytes, int64_t nrows, const void *xq,
-                       size_t xq_stride, int64_t ncols, float *y, size_t y_stride)
-{
-	if (ncols > 1) {
-		kernels__run_gemm(k2_tile_q5_1, n, w, row_bytes, nrows, xq, xq_stride, ncols, y,
-		                  y_stride);
-		return;
+/* name##_mm, the gemv and the gemm: columns in blocks of
+ * KERNELS__COL_BLOCK (as kernels__run_gemm), rows in passes of K2_NLR, a
+ * block's columns in tiles of up to 4 whose activation sides are prepared
+ * once per pass and K2_NLP pairs; each row's pairs then decode their
+ * weights once for the tile's columns. Every (row, column) sums its pairs
+ * in order into one accumulator from +0, then hsum8, whatever the shape.
+ * WFN(wb, single): the pair's weight side. */
+#define K2_NL(name, WBLOCK, MX, WFN)                                                               \
+	KERNELS__INLINE k2_wnl name##_w(const WBLOCK *wb, int single)                              \
+	{                                                                                          \
+		kernels__prefetch_line((const char *)wb + KERNELS__PF_AHEAD);                      \
+		return WFN(wb, single);                                                            \
+	}                                                                                          \
+	KERNELS__INLINE void name##_pass(int64_t nb, const char *w, size_t row_bytes, int R,       \
+	                                 const kernels__block_q8_0 *const *x, const int NC,        \
+	                                 float *y, size_t y_stride)                                \
+	{                                                                                          \
+		const int sp = KERNELS__TILE * K2_NLP / NC; /* pairs a segment */                  \
+		k2_xnl xp[KERNELS__TILE * K2_NLP];                                                 \
+		__m256 acc[K2_NLR][KERNELS__TILE];                                                 \
+		for (int r = 0; r < R; r++)                                                        \
+			KERNELS__UNROLL for (int c = 0; c < NC; c++) acc[r][c] =                   \
+			    _mm256_setzero_ps();                                                   \
+		for (int64_t b0 = 0; b0 < nb; b0 += 2 * sp) {                                      \
+			const int np = (nb - b0 + 1) / 2 < sp ? (int)((nb - b0 + 1) / 2) : sp;     \
+			for (int c = 0; c < NC; c++)                                               \
+				for (int i = 0; i < np; i++)                                       \
+					k2_nl_xprep(x[c] + b0 + 2 * i, b0 + 2 * i + 1 == nb, MX,   \
+					            &xp[c * sp + i]);                              \
+			for (int r = 0; r < R; r++) {                                              \
+				const WBLOCK *wr =                                                 \
+				    (const WBLOCK *)(w + (size_t)r * row_bytes) + b0;              \
+				__m256 a[KERNELS__TILE];                                           \
+				KERNELS__UNROLL for (int c = 0; c < NC; c++) a[c] = acc[r][c];     \
+				for (int i = 0; i < np; i++) {                                     \
+					k2_wnl wv = name##_w(wr + 2 * i, b0 + 2 * i + 1 == nb);    \
+					KERNELS__UNROLL for (int c = 0; c < NC; c++) a[c] =        \
+					    k2_nl_dot(&wv, &xp[c * sp + i], MX, a[c]);             \
+				}                                                                  \
+				KERNELS__UNROLL for (int c = 0; c < NC; c++) acc[r][c] = a[c];     \
+			}                                                                          \
+		}                                                                                  \
+		for (int r = 0; r < R; r++)                                                        \
+			KERNELS__UNROLL for (int c = 0; c < NC; c++)                               \
+			    y[(size_t)c * y_stride + (size_t)r] = kernels__x86_hsum8(acc[r][c]);   \
+	}                                                                                          \
+	static void name##_mm(int64_t n, const void *w, size_t row_bytes, int64_t nrows,           \
+	                      const void *xq, size_t xq_stride, int64_t ncols, float *y,           \
+	                      size_t y_stride)                                                     \
+	{                                                                                          \
+		const int64_t nb = n / KERNELS__QK;                                                \
+		for (int64_t cb = 0; cb < ncols; cb += KERNELS__COL_BLOCK) {                       \
+			int64_t ce =                                                               \
+			    ncols - cb < KERNELS__COL_BLOCK ? ncols : cb + KERNELS__COL_BLOCK;     \
+			for (int64_t r0 = 0; r0 < nrows; r0 += K2_NLR) {                           \
+				const int R = nrows - r0 < K2_NLR ? (int)(nrows - r0) : K2_NLR;    \
+				const char *wr = (const char *)w + (size_t)r0 * row_bytes;         \
+				for (int64_t c0 = cb; c0 < ce; c0 += KERNELS__TILE) {              \
+					const int nc = kernels__ncols(ce, c0);                     \
+					const void *xv[KERNELS__TILE];                             \
+					kernels__cols(xq, xq_stride, c0, nc, xv);                  \
+					const kernels__block_q8_0 *const *x =                      \
+					    (const kernels__block_q8_0 *const *)xv;                \
+					float *yt = y + (size_t)c0 * y_stride + (size_t)r0;        \
+					if (nc == 1)                                               \
+						name##_pass(nb, wr, row_bytes, R, x, 1, yt,        \
+						            y_stride);                             \
+					else if (nc == 2)                                          \
+						name##_pass(nb, wr, row_bytes, R, x, 2, yt,        \
+						            y_stride);                             \
+					else if (nc == 3)                                          \
+						name##_pass(nb, wr, row_bytes, R, x, 3, yt,        \
+						            y_stride);                             \
+					else                                                       \
+						name##_pass(nb, wr, row_bytes, R, x, 4, yt,        \
+						            y_stride);                             \
+				}                                                                  \
+			}                                                                          \
+		}                                                                                  \
 	}
-	const int64_t nb = n / KERNELS__QK;
-	const kernels__block_q8_0 *xb = xq;
-	k2_x51 xp[K2_XP];
-	__m256 a0[K2_XR], a1[K2_XR];
-	for (int64_t r0 = 0; r0 < nrows; r0 += K2_XR) {
-		const int R = nrows - r0 < K2_XR ? (int)(nrows - r0) : K2_XR;
-		for (int r = 0; r < R; r++)
-			a0[r] = a1[r] = _mm256_setzero_ps();
-		for (int64_t b0 = 0; b0 < nb; b0 += 2 * K2_XP) {
-			const int np = (nb - b0 + 1) / 2 < K2_XP ? (int)((nb - b0 + 1) / 2) : K2_XP;
-			for (int i = 0; i < np; i++) {
-				const int64_t b = b0 + 2 * i;
-				const int single = b + 1 == nb;
-				__m128 dx =
-				    kernels__x86_h2f_pair(&xb[b].d, single ? 0 : xb[b + 1].d);
-				xp[i].dx = _mm_unpacklo_ps(dx, dx);
-				for (int k = 0; k < (single ? 1 : 2); k++) {
-					__m256i si, sx;
-					kernels__x86_q5_1_lanes(_mm256_setzero_si256(), xb + b + k,
-					                        &si, &sx);
-					xp[i].sx[k] = _mm256_cvtepi32_ps(sx);
-				}
-			}
-			for (int r = 0; r < R; r++) {
-				const kernels__block_q5_1 *wr =
-				    (const kernels__block_q5_1 *)((const char *)w +
-				                                  (size_t)(r0 + r) * row_bytes) +
-				    b0;
-				__m256 c0 = a0[r], c1 = a1[r]; /* in registers over the row */
-				for (int i = 0; i < np; i++)
-					k2_q5_1_step(wr + 2 * i, b0 + 2 * i + 1 == nb,
-					             xb + b0 + 2 * i, xp + i, &c0, &c1);
-				a0[r] = c0;
-				a1[r] = c1;
-			}
-		}
-		for (int r = 0; r < R; r++)
-			y[r0 + r] = kernels__x86_hsum8(_mm256_add_ps(a0[r], a1[r]));
-	}
-}
+
+K2_NL(k2_iq4_nl, kernels__block_iq4_nl, 0, k2_wp_iq4_nl)
+K2_NL(k2_mxfp4, kernels__block_mxfp4, 1, k2_wp_mxfp4)
+K2_NL(k2_q5_1, kernels__block_q5_1, 2, k2_wp_q5_1)
+#define k2_tile_iq4_nl NULL /* the mm above, for the three */
+#define k2_tile_mxfp4  NULL
+#define k2_tile_q5_1   NULL
 
 /* ---- Q6_K ------------------------------------------------------------------------------
  * Quants as unsigned 0..63: dot(q - 32, x) = dot(q, x) - 32 * bsum per 16.
@@ -276,7 +431,96 @@ KERNELS__X86_KQ_MIN_TILE(k2_tile_q2_k, kernels__block_q2_k, kernels__x86_q2k_lan
 KERNELS__X86_KQ_TILE(k2_tile_q3_k, kernels__block_q3_k, kernels__x86_q3k_lanes)
 KERNELS__X86_KQ_TILE(k2_tile_iq4_xs, kernels__block_iq4_xs, kernels__x86_iq4xs_lanes)
 
+/* IQ4_XS's gemv: the tile rearranges each sub-block pair's activations
+ * (kernels__x86_half_pair: two broadcasts and a blend per 32 bytes) for
+ * every row. Here they are made once per K2_XSB super-blocks and K2_NLR
+ * rows, with their absolute values: dot(w, x) = dot(|x|, w signed by x)
+ * (maddubs(|x|, sign(w, x)): pairs <= 2 * 127 * 127, exact), one
+ * operation a vector less than the tile's |w| and x signed by w. The lanes
+ * are the tile's exact int32 lanes and each row then takes the tile's float
+ * steps at one column, in order (acc from +0, fma(d_w d_x, lanes), hsum8):
+ * the same bits (the gemm keeps the tile). */
+/* super-blocks per prepared segment: 32 x 512 bytes = 16 KiB, 8192
+ * elements (a whole row of both bench_kernels shapes); 16 measured as fast
+ * in cache but ~30% slower out of it (rows switching every 2.2 KiB, see
+ * K2_NLP). */
+#define K2_XSB 32
+
+KERNELS__INLINE __m256i k2_iq4xs_lanes_px(const kernels__block_iq4_xs *w, const __m256i *xv)
+{
+	const __m256i m4 = _mm256_set1_epi8(0x0f);
+	const __m256i t =
+	    _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)kernels__iq4_values));
+	__m256i ls = kernels__x86_iq4xs_scales(w), isum = _mm256_setzero_si256();
+	KERNELS__UNROLL for (int p = 0; p < 4; p++)
+	{
+		__m256i raw = _mm256_loadu_si256((const __m256i *)(w->qs + 32 * p));
+		__m256i q[2] = {
+		    _mm256_shuffle_epi8(t, _mm256_and_si256(raw, m4)),
+		    _mm256_shuffle_epi8(t, _mm256_and_si256(_mm256_srli_epi16(raw, 4), m4))};
+		__m256i s = _mm256_permutevar8x32_epi32(
+		    ls, _mm256_setr_epi32(2 * p, 2 * p, 2 * p, 2 * p, 2 * p + 1, 2 * p + 1,
+		                          2 * p + 1, 2 * p + 1));
+		KERNELS__UNROLL for (int h = 0; h < 2; h++)
+		{
+			const __m256i *x = xv + 2 * (2 * p + h); /* x, then |x| */
+			__m256i pr = _mm256_maddubs_epi16(x[1], _mm256_sign_epi8(q[h], x[0]));
+			isum = _mm256_add_epi32(isum, _mm256_madd_epi16(pr, s));
+		}
+	}
+	return isum;
+}
+
+static void k2_iq4xs_mm(int64_t n, const void *w, size_t row_bytes, int64_t nrows, const void *xq,
+                        size_t xq_stride, int64_t ncols, float *y, size_t y_stride)
+{
+	if (ncols > 1) {
+		kernels__run_gemm(k2_tile_iq4_xs, n, w, row_bytes, nrows, xq, xq_stride, ncols, y,
+		                  y_stride);
+		return;
+	}
+	const int64_t nsb = n / KERNELS__QKK;
+	const kernels__block_q8_k *xb = xq;
+	__m256i xp[K2_XSB][16];
+	__m256 acc[K2_NLR];
+	for (int64_t r0 = 0; r0 < nrows; r0 += K2_NLR) {
+		const int R = nrows - r0 < K2_NLR ? (int)(nrows - r0) : K2_NLR;
+		for (int r = 0; r < R; r++)
+			acc[r] = _mm256_setzero_ps();
+		for (int64_t s0 = 0; s0 < nsb; s0 += K2_XSB) {
+			const int sbn = nsb - s0 < K2_XSB ? (int)(nsb - s0) : K2_XSB;
+			for (int b = 0; b < sbn; b++)
+				for (int k = 0; k < 8; k++) { /* k = 2 p + h */
+					const int8_t *x =
+					    xb[s0 + b].qs + 64 * (k / 2) + 16 * (k % 2);
+					xp[b][2 * k] = kernels__x86_half_pair(x, x + 32);
+					xp[b][2 * k + 1] = _mm256_abs_epi8(xp[b][2 * k]);
+				}
+			for (int r = 0; r < R; r++) {
+				const kernels__block_iq4_xs *wr =
+				    (const kernels__block_iq4_xs *)((const char *)w +
+				                                    (size_t)(r0 + r) * row_bytes) +
+				    s0;
+				__m256 a = acc[r];
+				for (int b = 0; b < sbn; b++) {
+					kernels__prefetch_block(wr + b, sizeof *wr);
+					__m256i isum = k2_iq4xs_lanes_px(wr + b, xp[b]);
+					float d = kernels__x86_h2f(wr[b].d) * xb[s0 + b].d;
+					a = _mm256_fmadd_ps(_mm256_set1_ps(d),
+					                    _mm256_cvtepi32_ps(isum), a);
+				}
+				acc[r] = a;
+			}
+		}
+		for (int r = 0; r < R; r++)
+			y[r0 + r] = kernels__x86_hsum8(acc[r]);
+	}
+}
+
 /* ---- the table ----------------------------------------------------------------------- */
 
 KERNELS__TABLE(kernels__avx2, "avx2", k2, kernels__x86, .tile = {KERNELS__TILES_ALL(k2)},
-               .mm = {[KERNELS__W_Q5_1] = k2_q5_1_mm});
+               .mm = {[KERNELS__W_Q5_1] = k2_q5_1_mm,
+                      [KERNELS__W_IQ4_NL] = k2_iq4_nl_mm,
+                      [KERNELS__W_MXFP4] = k2_mxfp4_mm,
+                      [KERNELS__W_IQ4_XS] = k2_iq4xs_mm});

@@ -1100,6 +1100,17 @@ _Static_assert(offsetof(kernels__block_q4_k, qs) == 16 && offsetof(kernels__bloc
                    offsetof(kernels__block_q4_k, scales) == 4,
                "K-quant field offsets");
 
+/* Constant vectors of one value per half: the 16-bit lanes a in the low
+ * half, b in the high (K5_HALVES16), or the bytes a and b (K5_HALVES8).
+ * Written as 8 quadwords so that the compiler folds each into one vector
+ * constant; an insert of two broadcasts was rebuilt (movabs, broadcast,
+ * vinserti64x4) on every super-block. */
+#define K5_REP16(a)         ((long long)(0x0001000100010001ULL * (uint16_t)(a)))
+#define K5_REP8(a)          ((long long)(0x0101010101010101ULL * (uint8_t)(a)))
+#define K5_HALVES_Q(qa, qb) _mm512_set_epi64(qb, qb, qb, qb, qa, qa, qa, qa)
+#define K5_HALVES16(a, b)   K5_HALVES_Q(K5_REP16(a), K5_REP16(b))
+#define K5_HALVES8(a, b)    K5_HALVES_Q(K5_REP8(a), K5_REP8(b))
+
 /* Q5_K's fifth bits of sub-block j, from bytes h whose bit j is that bit
  * (qh's layout), to bit 4 of each byte. */
 KERNELS__INLINE __m512i k5_q5_bit(__m512i h, int j)
@@ -1130,12 +1141,12 @@ KERNELS__INLINE __m512i k5_q4g_lanes(const char *blk, const int Q5, const kernel
 	kernels__q4k_unpack((const uint8_t *)blk + 4, &sc, &mn);
 	__m512i sc16 = _mm512_castsi128_si512(_mm_cvtepu8_epi16(_mm_cvtsi64_si128((long long)sc)));
 	__m512i isum = _mm512_setzero_si512();
-	/* Q5_K: qh[l] for the low half (sub-block 2 j), qh[l] >> 1 for the high */
+	/* Q5_K: qh in both halves, bit 2 j tested in the low half (sub-block
+	 * 2 j), bit 2 j + 1 in the high, the set ones' quants plus 16 (a mask
+	 * test and a masked add: one operation fewer than a shift, and, or) */
 	__m512i H = _mm512_setzero_si512();
-	if (Q5) {
-		__m256i hb = _mm256_loadu_si256((const __m256i *)K5_K45_QH(blk));
-		H = k5_pair_si(hb, _mm256_srli_epi16(hb, 1));
-	}
+	if (Q5)
+		H = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)K5_K45_QH(blk)));
 	KERNELS__UNROLL for (int jj = 0; jj < 2; jj++)
 	{
 		__m512i raw = _mm512_loadu_si512((const void *)(qs + 64 * jj));
@@ -1146,8 +1157,11 @@ KERNELS__INLINE __m512i k5_q4g_lanes(const char *blk, const int Q5, const kernel
 		KERNELS__UNROLL for (int h = 0; h < 2; h++)
 		{
 			int j = 2 * jj + h;
-			if (Q5)
-				q[h] = _mm512_or_si512(q[h], k5_q5_bit(H, 2 * j));
+			if (Q5) {
+				const __m512i bit = K5_HALVES8(1 << (2 * j), 1 << (2 * j + 1));
+				q[h] = _mm512_mask_add_epi8(q[h], _mm512_test_epi8_mask(H, bit),
+				                            q[h], _mm512_set1_epi8(16));
+			}
 			__m512i s = _mm512_permutexvar_epi16(
 			    _mm512_add_epi16(spread, _mm512_set1_epi16((short)(2 * j))), sc16);
 			__m512i xv = _mm512_loadu_si512((const void *)(xb->qs + 64 * j));
@@ -1450,17 +1464,6 @@ KERNELS__INLINE __m512i k5_q6g_lanes(const kernels__block_q6_k *wb, const kernel
  * hold elements 128 ch + 32 j + l, so the chunk broadcast to both halves
  * and shifted by 2 j in one half and 2 (j + 1) in the other gives 64
  * elements in order, against 64 activation bytes as they lie. */
-
-/* Constant vectors of one value per half: the 16-bit lanes a in the low
- * half, b in the high (K5_HALVES16), or the bytes a and b (K5_HALVES8).
- * Written as 8 quadwords so that the compiler folds each into one vector
- * constant; an insert of two broadcasts was rebuilt (movabs, broadcast,
- * vinserti64x4) on every super-block. */
-#define K5_REP16(a)         ((long long)(0x0001000100010001ULL * (uint16_t)(a)))
-#define K5_REP8(a)          ((long long)(0x0101010101010101ULL * (uint8_t)(a)))
-#define K5_HALVES_Q(qa, qb) _mm512_set_epi64(qb, qb, qb, qb, qa, qa, qa, qa)
-#define K5_HALVES16(a, b)   K5_HALVES_Q(K5_REP16(a), K5_REP16(b))
-#define K5_HALVES8(a, b)    K5_HALVES_Q(K5_REP8(a), K5_REP8(b))
 
 /* Q2_K: lanes 0-7 exact partial sums of ISUM (maddubs pairs <= 2 * 3 *
  * 127, times sc <= 15), lanes 8-15 of IMIN (madd(bsums, m)). */

@@ -2,9 +2,9 @@
  * runtime/cpu/kernels_x86.h: the AVX2-level helpers that both x86 tables use
  * (kernels_avx2.c, and kernels_avx512.c for its 256-bit steps): horizontal
  * sum, fp16 scales to float, the 16 bsums of a Q8_K block against the
- * Q4_K mins and the Q6_K offset, the signed bytes of the 32-element types
- * (Q5_0, IQ4_NL, MXFP4), the exact int32 lanes of one Q4_K, Q5_K, Q3_K,
- * Q2_K or IQ4_XS super-block and of a Q5_1 block, and the tile bodies that
+ * Q4_K mins and the Q6_K offset, the signed bytes of Q5_0 blocks, the
+ * exact int32 lanes of one Q4_K, Q5_K, Q3_K,
+ * Q2_K or IQ4_XS super-block, and the tile bodies that
  * scale and accumulate those lanes in either table's float vector.
  *
  * Part: runtime/, room cpu/. Names are kernels__x86_* / KERNELS__X86_*;
@@ -89,7 +89,7 @@ KERNELS__INLINE __m256i kernels__x86_nibbles(const uint8_t *qs)
 	return _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(q, 4), q), _mm256_set1_epi8(0x0f));
 }
 
-/* Q5_0 / Q5_1 quants, 0..31. */
+/* Q5_0 quants, 0..31. */
 KERNELS__INLINE __m256i kernels__x86_q5_bytes(const uint8_t *qs, const uint8_t *qh)
 {
 	uint32_t h;
@@ -103,28 +103,6 @@ KERNELS__INLINE __m256i kernels__x86_q5_0_bytes(const kernels__block_q5_0 *b)
 {
 	return _mm256_sub_epi8(kernels__x86_q5_bytes(b->qs, b->qh), _mm256_set1_epi8(16));
 }
-
-/* Q5_1 quants q (0..31, from kernels__x86_q5_bytes) against an activation
- * block: *s = sums of 4 q x, *sx = sums of 4 x, 8 int32 lanes (exact:
- * maddubs pairs <= 2 * 31 * 127). */
-KERNELS__INLINE void kernels__x86_q5_1_lanes(__m256i q, const kernels__block_q8_0 *xb, __m256i *s,
-                                             __m256i *sx)
-{
-	const __m256i one16 = _mm256_set1_epi16(1);
-	__m256i x = _mm256_loadu_si256((const __m256i *)xb->qs);
-	*s = _mm256_madd_epi16(_mm256_maddubs_epi16(q, x), one16);
-	*sx = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_set1_epi8(1), x), one16);
-}
-
-/* A nibble table (kernels__iq4_values, kernels__mxfp4_values) looked up. */
-KERNELS__INLINE __m256i kernels__x86_table_bytes(const uint8_t *qs, const int8_t *table)
-{
-	__m256i t = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)table));
-	return _mm256_shuffle_epi8(t, kernels__x86_nibbles(qs));
-}
-
-#define KERNELS__X86_IQ4_NL_BYTES(blk) kernels__x86_table_bytes((blk)->qs, kernels__iq4_values)
-#define KERNELS__X86_MXFP4_BYTES(blk)  kernels__x86_table_bytes((blk)->qs, kernels__mxfp4_values)
 
 /* The weight scales of blocks b and b + 1 (0 when single) in lanes 0 and 1. */
 #define KERNELS__X86_H2F_SCALES(wb, b, single)                                                     \
@@ -440,49 +418,6 @@ KERNELS__INLINE void kernels__x86_iq4xs_lanes(const kernels__block_iq4_xs *w, in
 		}                                                                                  \
 	}                                                                                          \
 	KERNELS__SUPER_TILE(name, WBLOCK)
-
-/* Q5_1: x = d q + m, so per block acc = fma(dot(q, x), d_w d_x, acc), then
- * acc = fma(sum x, m_w d_x, acc); blocks b and b + 1 into a0 and a1. The
- * d and m of both blocks are converted in one vcvtph2ps and multiplied by
- * the column's two d_x in one vector multiply (the same IEEE products).
- * For the 256-bit table (KERNELS__V an __m256). */
-KERNELS__INLINE __m256 kernels__x86_lane_bcast(__m128 p, int k)
-{
-	return _mm256_permutevar8x32_ps(_mm256_castps128_ps256(p), _mm256_set1_epi32(k));
-}
-
-#define KERNELS__X86_Q5_1_TILE(name)                                                               \
-	KERNELS__INLINE void name##_pair(const kernels__block_q5_1 *wb, int64_t b, int single,     \
-	                                 const void *const *xq, const int NC, KERNELS__V *a0,      \
-	                                 KERNELS__V *a1)                                           \
-	{                                                                                          \
-		kernels__prefetch_line((const char *)(wb + b) + KERNELS__PF_AHEAD);                \
-		__m256i q[2];                                                                      \
-		q[0] = kernels__x86_q5_bytes(wb[b].qs, wb[b].qh);                                  \
-		q[1] = single ? q[0] : kernels__x86_q5_bytes(wb[b + 1].qs, wb[b + 1].qh);          \
-		uint32_t s0, s1 = 0; /* (d, m) of each block */                                    \
-		memcpy(&s0, &wb[b].d, 4);                                                          \
-		if (!single)                                                                       \
-			memcpy(&s1, &wb[b + 1].d, 4);                                              \
-		__m128 dm = _mm_cvtph_ps(                                                          \
-		    _mm_cvtsi64_si128((long long)((uint64_t)s0 | (uint64_t)s1 << 32)));            \
-		KERNELS__UNROLL for (int c = 0; c < NC; c++)                                       \
-		{                                                                                  \
-			const kernels__block_q8_0 *xb = (const kernels__block_q8_0 *)xq[c] + b;    \
-			__m128 dx = kernels__x86_h2f_pair(&xb[0].d, single ? 0 : xb[1].d);         \
-			__m128 p = _mm_mul_ps(dm, _mm_unpacklo_ps(dx, dx));                        \
-			for (int k = 0; k < (single ? 1 : 2); k++) {                               \
-				KERNELS__V *a = k ? a1 : a0;                                       \
-				__m256i si, sx;                                                    \
-				kernels__x86_q5_1_lanes(q[k], xb + k, &si, &sx);                   \
-				a[c] = KERNELS__V_FMA(a[c], KERNELS__X86_LANES_V(si),              \
-				                      kernels__x86_lane_bcast(p, 2 * k));          \
-				a[c] = KERNELS__V_FMA(a[c], KERNELS__X86_LANES_V(sx),              \
-				                      kernels__x86_lane_bcast(p, 2 * k + 1));      \
-			}                                                                          \
-		}                                                                                  \
-	}                                                                                          \
-	KERNELS__PAIR_TILE(name, kernels__block_q5_1)
 
 /* ---- activations to Q8_0 --------------------------------------------------------
  * quant.c's conversion, 8 lanes at a time, with its bits: amax over |x|

@@ -735,11 +735,12 @@ static void test_kq_avx512_order(void)
 
 /* The AVX-512 tables' gemv of the 32-element pair types (kernels_avx512.c
  * k5_*_mm: the activations prepared per 128 pairs and 32 rows; and the
- * AVX2 table's for Q5_1, k2_q5_1_mm, alike) against
+ * AVX2 table's for Q5_1, IQ4_NL and MXFP4, k2_*_mm, whose gemm is the
+ * same function over tiles of 4 columns: 6 columns there) against
  * their gemm, which runs the rows path, bitwise, and the scalar table:
  * rows past one pass of 32 (35), an odd block count past one prepared
  * segment (259 blocks: 2 segments, a single last block) and one short of
- * it (255). */
+ * it (255); and AVX2's IQ4_XS gemv alike. */
 static void test_pair_gemv_avx512(void)
 {
 	static const shoal_dtype types[] = {SHOAL_DTYPE_Q4_0, SHOAL_DTYPE_Q5_0, SHOAL_DTYPE_Q5_1,
@@ -753,15 +754,28 @@ static void test_pair_gemv_avx512(void)
 			continue;
 		for (size_t t = 0; t < sizeof types / sizeof types[0]; t++)
 			for (size_t a = 0; a < sizeof ns / sizeof ns[0]; a++) {
-				if (v == 2 && types[t] != SHOAL_DTYPE_Q5_1)
-					continue; /* AVX2 has this gemv for Q5_1 only */
+				if (v == 2 &&
+				    (types[t] == SHOAL_DTYPE_Q4_0 || types[t] == SHOAL_DTYPE_Q5_0))
+					continue; /* AVX2 has this gemv for Q5_1, IQ4_NL, MXFP4 */
 				case_data c;
-				case_make(&c, types[t], ns[a], 35, 2);
+				case_make(&c, types[t], ns[a], 35, v == 2 ? 6 : 2);
 				int bad = check_case(k, &c);
 				case_free(&c);
 				ASSERT_FALSE(bad);
 				checked++;
 			}
+	}
+	/* AVX2's IQ4_XS gemv (k2_iq4xs_mm, activations prepared per 32
+	 * super-blocks and 32 rows): 33 super-blocks (2 segments, the last of
+	 * one), 35 rows */
+	const shoal_kernels *k = shoal_kernels_by_name("avx2");
+	if (k && !strcmp(k->isa, "avx2")) {
+		case_data c;
+		case_make(&c, SHOAL_DTYPE_IQ4_XS, 33 * 256, 35, 2);
+		int bad = check_case(k, &c);
+		case_free(&c);
+		ASSERT_FALSE(bad);
+		checked++;
 	}
 	if (!checked)
 		TEST_SKIP("no AVX-512 or AVX2 table on this CPU");
