@@ -448,19 +448,11 @@ KERNELS__X86_KQ_TILE(k2_tile_iq4_xs, kernels__block_iq4_xs, kernels__x86_iq4xs_l
 
 KERNELS__INLINE __m256i k2_iq4xs_lanes_px(const kernels__block_iq4_xs *w, const __m256i *xv)
 {
-	const __m256i m4 = _mm256_set1_epi8(0x0f);
-	const __m256i t =
-	    _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)kernels__iq4_values));
 	__m256i ls = kernels__x86_iq4xs_scales(w), isum = _mm256_setzero_si256();
 	KERNELS__UNROLL for (int p = 0; p < 4; p++)
 	{
-		__m256i raw = _mm256_loadu_si256((const __m256i *)(w->qs + 32 * p));
-		__m256i q[2] = {
-		    _mm256_shuffle_epi8(t, _mm256_and_si256(raw, m4)),
-		    _mm256_shuffle_epi8(t, _mm256_and_si256(_mm256_srli_epi16(raw, 4), m4))};
-		__m256i s = _mm256_permutevar8x32_epi32(
-		    ls, _mm256_setr_epi32(2 * p, 2 * p, 2 * p, 2 * p, 2 * p + 1, 2 * p + 1,
-		                          2 * p + 1, 2 * p + 1));
+		__m256i q[2], s;
+		kernels__x86_iq4xs_pair(w, ls, p, q, &s);
 		KERNELS__UNROLL for (int h = 0; h < 2; h++)
 		{
 			const __m256i *x = xv + 2 * (2 * p + h); /* x, then |x| */

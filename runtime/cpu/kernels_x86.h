@@ -342,24 +342,33 @@ KERNELS__INLINE __m256i kernels__x86_half_pair(const int8_t *lo, const int8_t *h
 	                          0xf0);
 }
 
-KERNELS__INLINE void kernels__x86_iq4xs_lanes(const kernels__block_iq4_xs *w, int64_t b,
-                                              const void *const *xq, const int NC, __m256i *isum)
+/* Pair p of IQ4_XS block w (qs bytes 32 p..): q[0] the values of its low
+ * nibbles, q[1] of its high ones (kernels__iq4_values), and s the words
+ * of ls_2p - 32 in the low half, ls_2p+1 - 32 in the high (ls:
+ * kernels__x86_iq4xs_scales). */
+KERNELS__INLINE void kernels__x86_iq4xs_pair(const kernels__block_iq4_xs *w, __m256i ls, int p,
+                                             __m256i q[2], __m256i *s)
 {
 	const __m256i m4 = _mm256_set1_epi8(0x0f);
 	const __m256i t =
 	    _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)kernels__iq4_values));
+	__m256i raw = _mm256_loadu_si256((const __m256i *)(w->qs + 32 * p));
+	q[0] = _mm256_shuffle_epi8(t, _mm256_and_si256(raw, m4));
+	q[1] = _mm256_shuffle_epi8(t, _mm256_and_si256(_mm256_srli_epi16(raw, 4), m4));
+	*s =
+	    _mm256_permutevar8x32_epi32(ls, _mm256_setr_epi32(2 * p, 2 * p, 2 * p, 2 * p, 2 * p + 1,
+	                                                      2 * p + 1, 2 * p + 1, 2 * p + 1));
+}
+
+KERNELS__INLINE void kernels__x86_iq4xs_lanes(const kernels__block_iq4_xs *w, int64_t b,
+                                              const void *const *xq, const int NC, __m256i *isum)
+{
 	__m256i ls = kernels__x86_iq4xs_scales(w);
 	KERNELS__UNROLL for (int c = 0; c < NC; c++) isum[c] = _mm256_setzero_si256();
 	KERNELS__UNROLL for (int p = 0; p < 4; p++)
 	{
-		__m256i raw = _mm256_loadu_si256((const __m256i *)(w->qs + 32 * p));
-		__m256i q[2] = {
-		    _mm256_shuffle_epi8(t, _mm256_and_si256(raw, m4)),
-		    _mm256_shuffle_epi8(t, _mm256_and_si256(_mm256_srli_epi16(raw, 4), m4))};
-		/* words of ls_2p - 32 in the low half, ls_2p+1 - 32 in the high */
-		__m256i s = _mm256_permutevar8x32_epi32(
-		    ls, _mm256_setr_epi32(2 * p, 2 * p, 2 * p, 2 * p, 2 * p + 1, 2 * p + 1,
-		                          2 * p + 1, 2 * p + 1));
+		__m256i q[2], s;
+		kernels__x86_iq4xs_pair(w, ls, p, q, &s);
 		KERNELS__UNROLL for (int h = 0; h < 2; h++)
 		{
 			__m256i aq = _mm256_abs_epi8(q[h]);

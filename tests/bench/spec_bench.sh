@@ -111,20 +111,10 @@ gen() {
 # owner_counts CLUSTER: "tokens steps step_ns drafted kept" of its owner
 owner_counts() {
 	KEY=$T/k$1 status "${OWN[$1]}" || { echo "0 0 0 0 0"; return; }
-	python3 -c '
-import json, sys
-def find(o):
-    if isinstance(o, dict):
-        if "step_ns" in o and "token_frames" in o:
-            return o
-        for v in o.values():
-            r = find(v)
-            if r is not None:
-                return r
-    return None
-o = find(json.load(open(sys.argv[1])))
-s = o.get("spec", {"drafted": 0, "accepted": 0})
-print(o["tokens"], o["steps"], o["step_ns"], s["drafted"], s["accepted"])' "$T/st-${OWN[$1]}.json"
+	json_find "$T/st-${OWN[$1]}.json" step_ns,token_frames \
+		'" ".join(str(v) for v in (o["tokens"], o["steps"], o["step_ns"],
+		                           o.get("spec", {}).get("drafted", 0),
+		                           o.get("spec", {}).get("accepted", 0)))' "0 0 0 0 0"
 }
 
 echo "${MODEL:-austen}: clusters up; load average $(cut -d' ' -f1-3 /proc/loadavg)"

@@ -118,25 +118,36 @@ status() { # status NAME [KEYFILE]: the node's status JSON in $T/st-NAME.json, a
 	"${on[@]}" "$B" status --state-dir "$T/$1" --key "${2:-$KEY}" --json --timeout-ms 2000 \
 		>"$T/st-$1.json" 2>>"$T/status.log"
 }
-# stage_met NAME KEY: the prefix cache's KEY (hits, tokens, bytes, ...) of
-# NAME's stage, or its "rows" (0 when it holds none); asks its status
-stage_met() {
-	status "$1" || fail "status of $1"
-	python3 - "$T/st-$1.json" "$2" <<'EOF'
+# json_find FILE KEYS EXPR [DEFAULT]: EXPR (python3, the object as o) of
+# the first object in FILE's JSON, depth first, that has every one of the
+# comma-separated KEYS; DEFAULT (else nothing) when none has them
+json_find() {
+	python3 - "$@" <<'EOF'
 import json, sys
-d = json.load(open(sys.argv[1]))
+keys = sys.argv[2].split(",")
 def find(o):
     if isinstance(o, dict):
-        if "prefix_cache" in o and "rows" in o:
+        if all(k in o for k in keys):
             return o
         for v in o.values():
             r = find(v)
             if r is not None:
                 return r
     return None
-m = find(d)
-print(0 if m is None else (m["rows"] if sys.argv[2] == "rows" else m["prefix_cache"][sys.argv[2]]))
+o = find(json.load(open(sys.argv[1])))
+if o is not None:
+    print(eval(sys.argv[3], {"o": o}))
+elif len(sys.argv) > 4:
+    print(sys.argv[4])
 EOF
+}
+# stage_met NAME KEY: the prefix cache's KEY (hits, tokens, bytes, ...) of
+# NAME's stage, or its "rows" (0 when it holds none); asks its status
+stage_met() {
+	status "$1" || fail "status of $1"
+	local e="o['prefix_cache']['$2']"
+	[ "$2" = rows ] && e="o['rows']"
+	json_find "$T/st-$1.json" prefix_cache,rows "$e" 0
 }
 # epochs_grow LOG...: in each node log, the plans that became servable
 # have growing epochs, and an epoch recurs only for the plan it numbers (a
