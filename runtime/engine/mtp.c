@@ -392,6 +392,8 @@ int32_t shoal_mtp_drafter_guess(const shoal_drafter *dr)
 
 typedef struct mtp_carry {
 	int32_t after, guess; /* guess follows id `after`; guess -1: none */
+	shoal_mtp_carry_fn fn;
+	void *ctx;
 } mtp_carry;
 
 static size_t mtp_carry_propose(void *self, const int32_t *hist, size_t n, int32_t *out, size_t k)
@@ -414,12 +416,12 @@ static void mtp_carry_free(void *self)
 static const shoal_drafter_ops mtp_carry_ops = {
     .name = "mtp", .propose = mtp_carry_propose, .feedback = mtp_feedback, .free = mtp_carry_free};
 
-shoal_err shoal_mtp_carry_new(shoal_drafter *out)
+shoal_err shoal_mtp_carry_new(shoal_drafter *out, shoal_mtp_carry_fn fn, void *ctx)
 {
 	mtp_carry *c = malloc(sizeof *c);
 	if (!c)
 		return SHOAL_ERR_NOMEM;
-	*c = (mtp_carry){.after = -1, .guess = -1};
+	*c = (mtp_carry){.after = -1, .guess = -1, .fn = fn, .ctx = ctx};
 	out->ops = &mtp_carry_ops;
 	out->self = c;
 	return SHOAL_OK;
@@ -436,4 +438,6 @@ void shoal_mtp_carry_set(shoal_drafter *d, int32_t after, int32_t guess)
 	mtp_carry *c = d->self;
 	c->after = after;
 	c->guess = guess;
+	if (c->fn)
+		c->fn(c->ctx, after, guess);
 }

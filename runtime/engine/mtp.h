@@ -91,8 +91,11 @@ int32_t shoal_mtp_drafter_guess(const shoal_drafter *d);
  * runs on the last stage and its guess comes back with the step's result;
  * the owner's drafter only proposes that guess: set(after, guess) when the
  * result that ends a step arrives (after = the token it chose), and the
- * next propose whose history ends in `after` gives it, once. */
-shoal_err shoal_mtp_carry_new(shoal_drafter *out); /* NOMEM */
+ * next propose whose history ends in `after` gives it, once. fn (may be
+ * NULL) hears each set, on the owner's thread (a test checks the guesses
+ * with it). */
+typedef void (*shoal_mtp_carry_fn)(void *ctx, int32_t after, int32_t guess);
+shoal_err shoal_mtp_carry_new(shoal_drafter *out, shoal_mtp_carry_fn fn, void *ctx); /* NOMEM */
 bool shoal_mtp_carry_is(const shoal_drafter *d);
 void shoal_mtp_carry_set(shoal_drafter *d, int32_t after, int32_t guess);
 

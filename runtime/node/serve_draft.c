@@ -98,7 +98,7 @@ void serve__drafter(shoal_serve *cl, shoal_speculate_kind k, shoal_drafter *out)
 		k = SHOAL_SPECULATE_LOOKUP;
 	}
 	if (k == SHOAL_SPECULATE_MTP) { /* the last stage guesses (dist_mtp.c) */
-		if (!cl->model->nextn || shoal_mtp_carry_new(out))
+		if (!cl->model->nextn || shoal_mtp_carry_new(out, NULL, NULL))
 			*out = (shoal_drafter){0};
 		return;
 	}
