@@ -444,16 +444,16 @@ static int mtp_check(const shoal_model *m, const int32_t *prompt, uint32_t np,
 		uint32_t n = np + heard.at[i];
 		if (heard.guess[i] < 0 || n > 128 || heard.at[i] == 0 ||
 		    heard.after[i] != got->id[heard.at[i] - 1]) {
-			fprintf(stderr, "MTP guess %u: %d after %d at %u tokens\n", i, heard.guess[i],
-			        heard.after[i], heard.at[i]);
+			fprintf(stderr, "MTP guess %u: %d after %d at %u tokens\n", i,
+			        heard.guess[i], heard.after[i], heard.at[i]);
 			return -1;
 		}
 		memcpy(ids, prompt, np * sizeof *ids);
 		memcpy(ids + np, got->id, heard.at[i] * sizeof *ids);
 		int32_t want = mtp_fresh(m, ids, n);
 		if (want != heard.guess[i]) {
-			fprintf(stderr, "MTP guess after %u tokens: sent %d, fresh %d\n", heard.at[i],
-			        heard.guess[i], want);
+			fprintf(stderr, "MTP guess after %u tokens: sent %d, fresh %d\n",
+			        heard.at[i], heard.guess[i], want);
 			return -1;
 		}
 		n_ok++;
@@ -503,8 +503,9 @@ static int mtp_runs(const shoal_model *m, const char *what, int *checked, uint64
 			static dc_run_out want;
 			ok &= same && dc_reference(m, prompt, np, 40, &sp[q], &want) == 0;
 			int k = mtp_check(m, prompt, np, &want);
-			printf("mtp, %s, %u stage(s), %s: tokens %s, %d guesses as a fresh layer's\n",
-			       what, n_st, q ? "seeded" : "greedy", same ? "exact" : "DIFFER", k);
+			printf(
+			    "mtp, %s, %u stage(s), %s: tokens %s, %d guesses as a fresh layer's\n",
+			    what, n_st, q ? "seeded" : "greedy", same ? "exact" : "DIFFER", k);
 			/* a guess after every step but the last (a kept draft
 			 * makes a step of 2 tokens) */
 			ok &= k > 0 && k >= (int)want.n - 1 - 20;
