@@ -339,8 +339,8 @@ shoal_err shoal_mtp_drafter_push(shoal_drafter *dr, uint32_t pos0, uint32_t n_ro
 	shoal_mtp *t = d->t;
 	if (pos0 > d->n_pushed)
 		return shoal_why(why, why_len, SHOAL_ERR_RANGE,
-		                 "MTP rows from %u: the layer holds positions up to %u only", pos0,
-		                 d->n_pushed);
+		                 "MTP rows from %u: a gap after the %u positions the layer holds",
+		                 pos0, d->n_pushed);
 	d->guess_at = 0;
 	d->n_pushed = pos0; /* what follows is overwritten */
 	for (uint32_t r0 = 0; r0 < n_rows; r0 += t->max_rows) {
