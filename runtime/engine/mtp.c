@@ -375,6 +375,11 @@ shoal_err shoal_mtp_drafter_push(shoal_drafter *dr, uint32_t pos0, uint32_t n_ro
 	return SHOAL_OK;
 }
 
+bool shoal_mtp_drafter_is(const shoal_drafter *d)
+{
+	return d && d->ops == &mtp_drafter_ops;
+}
+
 uint32_t shoal_mtp_drafter_len(const shoal_drafter *dr)
 {
 	SHOAL_ASSERT(dr && dr->ops == &mtp_drafter_ops);

@@ -82,6 +82,7 @@ shoal_err shoal_mtp_drafter_push(shoal_drafter *d, uint32_t pos0, uint32_t n_row
 /* The positions the drafter's MTP cache holds ([0, len): a push must start
  * at or before len, else RANGE), and the guess of the latest push (-1:
  * none). */
+bool shoal_mtp_drafter_is(const shoal_drafter *d); /* one of shoal_mtp_drafter_new's */
 uint32_t shoal_mtp_drafter_len(const shoal_drafter *d);
 int32_t shoal_mtp_drafter_guess(const shoal_drafter *d);
 

@@ -6,11 +6,14 @@
 # drafts that guess. A deepseek2 fixture of gen_fixture with one nextn layer.
 #  1. A node refuses --speculate mtp for a model without an MTP layer,
 #     and a run that asks for mtp from a node whose model has none is
-#     refused with the reason (`shoal run --peer --speculate mtp`).
+#     refused with the reason (`shoal run --peer --speculate mtp`); so is
+#     a local run. A local `shoal run --speculate mtp` gives the ids of one
+#     without, greedy and seeded, and drafts.
 #  2. One peer (every layer, the MTP layer beside the head): runs with
 #     --speculate mtp, greedy and seeded with a repetition penalty, give
 #     the ids of local runs without speculation, and drafts were sent.
-#  3. Three stages (the owner p1 is not the last stage): the same.
+#  3. Three stages (the owner p1 is not the last stage): the same; and a
+#     run through p2 (no --speculate) that asks for mtp itself.
 #  4. The middle stage killed -9 mid-stream of an MTP run: the replay gives
 #     the ids of the undisturbed run.
 set -u
@@ -58,12 +61,23 @@ grep -q "no MTP layer" "$T/q.out" || fail "mtp from a node without nextn: no rea
 stop_all
 echo "mtp is refused with a reason for a model without an MTP layer"
 
-# the reference: local runs without speculation
+# the reference: local runs without speculation; a local run with the MTP
+# layer gives the same ids (the model without one is refused)
+"$B" run "$PLAIN" -p "$P" -n 4 --speculate mtp >"$T/bad.out" 2>&1 &&
+	fail "a local run with mtp accepted for a model without nextn"
+grep -q "no MTP layer" "$T/bad.out" || fail "local mtp without nextn: no reason: $(cat "$T/bad.out")"
 for mode in greedy seeded; do
 	# shellcheck disable=SC2046
 	"$B" run "$DS" -p "$P" -n $N --ids $(args $mode) >"$T/l-$mode" 2>"$T/l.err" ||
 		fail "local run: $(cat "$T/l.err")"
+	# shellcheck disable=SC2046
+	"$B" run "$DS" -p "$P" -n $N --ids $(args $mode) --speculate mtp >"$T/lm-$mode" \
+		2>"$T/lm.err" || fail "local run with mtp: $(cat "$T/lm.err")"
+	same "local $mode ids with mtp" "$T/lm-$mode" "$T/l-$mode"
+	grep -q "speculation (mtp): [1-9][0-9]* id(s) drafted" "$T/lm.err" ||
+		fail "local $mode run with mtp drafted nothing: $(cat "$T/lm.err")"
 done
+echo "local: ids exact with mtp ($(tail -n 1 "$T/lm.err"))"
 
 # 2. one peer
 start d1 "$DS" --ctx 256 --speculate mtp --draft-max 1
@@ -94,7 +108,14 @@ for mode in greedy seeded; do
 done
 read -r DR AC <<<"$(drafted p1)"
 [ "${DR:-0}" -gt 0 ] || fail "3 stages: no MTP guesses drafted (drafted '$DR', kept '$AC')"
-echo "3 stages: ids exact with mtp, greedy and seeded; $DR drafted, $AC kept"
+# a run that asks for mtp itself, through p2 (no --speculate)
+# shellcheck disable=SC2046
+"$B" run --peer "$(ep p2)" --key "$KEY" -p "$P" -n $N --ids $(args seeded) --speculate mtp \
+	>"$T/r2-seeded" 2>"$T/r.err" || fail "a run asking for mtp through p2: $(cat "$T/r.err")"
+same "seeded ids of a run asking for mtp" "$T/r2-seeded" "$T/l-seeded"
+read -r DR2 _ <<<"$(drafted p2)"
+[ "${DR2:-0}" -gt 0 ] || fail "a run asking for mtp through p2 drafted nothing"
+echo "3 stages: ids exact with mtp, greedy and seeded; $DR drafted, $AC kept; a run asking for it too"
 
 # 4. the middle stage killed -9 mid-stream
 words() { if [ -f "$1" ]; then wc -w <"$1"; else echo 0; fi; }
