@@ -125,23 +125,17 @@ static void mtp_session(shoal_dist_stage *s, uint32_t si, uint32_t r, uint32_t e
 		ss->mtp_guess = shoal_mtp_drafter_guess(&ss->mtp);
 }
 
+_Static_assert(DIST__MAX_SESSIONS <= 64, "one bit per session in dist__mtp_run");
+
 void dist__mtp_run(shoal_dist_stage *s, uint32_t r0, uint32_t n)
 {
-	uint64_t done = 0; /* sessions handled, for the first 64 (the rest: by a scan) */
+	uint64_t done = 0; /* sessions handled, a bit each */
 	for (uint32_t r = r0; r < r0 + n; r++) {
 		uint32_t si = s->row_sess[r];
 		dist__sess *ss = &s->sess[si];
-		if (!ss->mtp.ops || ss->failed)
+		if (!ss->mtp.ops || ss->failed || (done >> si & 1u))
 			continue;
-		bool seen = false;
-		if (si < 64) {
-			seen = done >> si & 1u;
-			done |= (uint64_t)1 << si;
-		} else {
-			for (uint32_t x = r0; x < r && !seen; x++)
-				seen = s->row_sess[x] == si;
-		}
-		if (!seen)
-			mtp_session(s, si, r, r0 + n, r0);
+		done |= (uint64_t)1 << si;
+		mtp_session(s, si, r, r0 + n, r0);
 	}
 }

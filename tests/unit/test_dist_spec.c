@@ -18,7 +18,8 @@
  * deepseek2 fixture with a nextn layer, through 1 and 3 stages: exact
  * tokens, and every guess the last stage sent equals that of a fresh MTP
  * layer given the whole history at once (so its cache held the prompt and
- * the kept rows, never a rejected one).
+ * the kept rows, never a rejected one); an MTP session batched with a
+ * plain one, both exact.
  *
  * Divisions: drafters, runs, tests.
  */
@@ -290,6 +291,59 @@ static void test_group_last_stage(void)
 	ASSERT_GT(om.accepted, 0);
 }
 
+/* Two sessions at once on c, the first drafting with kind d (the
+ * oracle's or MTP guesses), the second not (seeded): 1 when both are
+ * exact; the last stage's metrics and the owner's after. */
+static int two_sessions(dc_cluster *c, int d, const int32_t *prompt, uint32_t np, uint32_t n_gen,
+                        shoal_dist_stage_metrics *sm, shoal_dist_owner_metrics *om)
+{
+	const shoal_model *m = c->m;
+	shoal_sampler_params sp[2] = {greedy(), seeded()};
+	static dc_run_out want[2], ref, got[2];
+	int ok = 1;
+	for (int q = 0; q < 2; q++)
+		ok &= dc_reference(m, prompt, np, n_gen, &sp[q], &want[q]) == 0;
+	ok &= dc_reference(m, prompt, np, DC_MAX_TOK, &sp[0], &ref) == 0;
+	static oracle orc;
+	orc = (oracle){.ref = ref.id, .n_ref = ref.n, .n_prompt = np};
+	uint64_t sid[2];
+	shoal_err res[2] = {SHOAL_ERR_STATE, SHOAL_ERR_STATE};
+	bool done[2] = {false, false};
+	char why[SHOAL_WHY_LEN] = "";
+	for (int q = 0; q < 2; q++) {
+		memset(&got[q], 0, sizeof got[q]);
+		shoal_dist_request rq = {.prompt = prompt,
+		                         .n_prompt = np,
+		                         .max_tokens = n_gen,
+		                         .logprobs = DC_K_TOP,
+		                         .sampler = sp[q],
+		                         .on_token = dc_collect_token,
+		                         .ctx = &got[q]};
+		if (!q && d == D_ORACLE)
+			rq.drafter = (shoal_drafter){.ops = &ORACLE_OPS, .self = &orc};
+		if (!q && d == D_MTP && shoal_mtp_carry_new(&rq.drafter, NULL, NULL))
+			ok = 0;
+		ok &= shoal_dist_owner_start(c->own, &rq, &sid[q], why, sizeof why) == SHOAL_OK;
+	}
+	for (int spin = 0; ok && spin < 1000 && !(done[0] && done[1]); spin++) {
+		ok &= shoal_dist_owner_poll(c->own, c->owner.links, c->owner.n, 20, why,
+		                            sizeof why) == SHOAL_OK;
+		for (int q = 0; q < 2; q++)
+			if (!done[q])
+				done[q] =
+				    shoal_dist_owner_done(c->own, sid[q], &res[q], why, sizeof why);
+	}
+	dc_cluster_stop(c);
+	shoal_dist_stage_metrics_get(c->st[c->n_st - 1].st, sm);
+	shoal_dist_owner_metrics_get(c->own, om);
+	printf("two sessions (drafter %d): last stage %llu runs, %llu with both, %llu drafted, "
+	       "%llu kept\n",
+	       d, (unsigned long long)sm->runs, (unsigned long long)sm->batched_runs,
+	       (unsigned long long)om->drafted, (unsigned long long)om->accepted);
+	return ok && res[0] == SHOAL_OK && res[1] == SHOAL_OK && dc_same_run(&want[0], &got[0]) &&
+	       dc_same_run(&want[1], &got[1]);
+}
+
 /* Two sessions at once on 3 stages, one drafting (oracle), one not
  * (seeded): both exact, and their rows ran together. */
 static void test_two_sessions_batched(void)
@@ -299,54 +353,12 @@ static void test_two_sessions_batched(void)
 	dc_cluster c;
 	const uint32_t cuts[] = {2, 4};
 	ASSERT_EQ(dc_cluster_up(&c, m, cuts, 3, 0, SHOAL_XFER_MAX_FRAME_DEFAULT, 64, false), 0);
-	shoal_sampler_params sp[2] = {greedy(), seeded()};
-	static dc_run_out want[2], ref, got[2];
-	int ok = 1;
-	for (int q = 0; q < 2; q++)
-		ok &= dc_reference(m, PROMPT, NP, T, &sp[q], &want[q]) == 0;
-	ok &= dc_reference(m, PROMPT, NP, DC_MAX_TOK, &sp[0], &ref) == 0;
-	static oracle orc;
-	orc = (oracle){.ref = ref.id, .n_ref = ref.n, .n_prompt = NP};
-	uint64_t sid[2];
-	shoal_err res[2] = {SHOAL_ERR_STATE, SHOAL_ERR_STATE};
-	bool done[2] = {false, false};
-	char why[SHOAL_WHY_LEN] = "";
-	for (int q = 0; q < 2; q++) {
-		memset(&got[q], 0, sizeof got[q]);
-		shoal_dist_request rq = {.prompt = PROMPT,
-		                         .n_prompt = NP,
-		                         .max_tokens = T,
-		                         .logprobs = DC_K_TOP,
-		                         .sampler = sp[q],
-		                         .on_token = dc_collect_token,
-		                         .ctx = &got[q]};
-		if (!q)
-			rq.drafter = (shoal_drafter){.ops = &ORACLE_OPS, .self = &orc};
-		ok &= shoal_dist_owner_start(c.own, &rq, &sid[q], why, sizeof why) == SHOAL_OK;
-	}
-	for (int spin = 0; ok && spin < 1000 && !(done[0] && done[1]); spin++) {
-		ok &= shoal_dist_owner_poll(c.own, c.owner.links, c.owner.n, 20, why, sizeof why) ==
-		      SHOAL_OK;
-		for (int q = 0; q < 2; q++)
-			if (!done[q])
-				done[q] =
-				    shoal_dist_owner_done(c.own, sid[q], &res[q], why, sizeof why);
-	}
-	dc_cluster_stop(&c);
 	shoal_dist_stage_metrics sm;
-	shoal_dist_stage_metrics_get(c.st[2].st, &sm);
 	shoal_dist_owner_metrics om;
-	shoal_dist_owner_metrics_get(c.own, &om);
-	printf("two sessions: last stage %llu runs, %llu with both, %llu kept drafts\n",
-	       (unsigned long long)sm.runs, (unsigned long long)sm.batched_runs,
-	       (unsigned long long)om.accepted);
+	int ok = two_sessions(&c, D_ORACLE, PROMPT, NP, T, &sm, &om);
 	dc_cluster_down(&c);
 	shoal_model_free(m);
 	ASSERT_TRUE(ok);
-	ASSERT_EQ(res[0], SHOAL_OK);
-	ASSERT_EQ(res[1], SHOAL_OK);
-	ASSERT_TRUE(dc_same_run(&want[0], &got[0]));
-	ASSERT_TRUE(dc_same_run(&want[1], &got[1]));
 	ASSERT_GT(sm.batched_runs, 0);
 	ASSERT_GT(om.accepted, 0);
 }
@@ -543,6 +555,19 @@ static void test_mtp_guesses(void)
 	int checked = 0;
 	uint64_t kept = 0, kept_few = 0;
 	int ok = mtp_runs(m, "random", &checked, &kept);
+	/* an MTP session and a plain one at once on 3 stages: both exact */
+	{
+		dc_cluster c;
+		const uint32_t cuts[] = {1, 2};
+		const int32_t prompt[] = {1, 17, 250, 3, 99, 42, 7, 7, 120, 64, 5, 298, 17, 250};
+		ASSERT_EQ(dc_cluster_up(&c, m, cuts, 3, 0, SHOAL_XFER_MAX_FRAME_DEFAULT, 64, false),
+		          0);
+		shoal_dist_stage_metrics sm;
+		shoal_dist_owner_metrics om;
+		ok &= two_sessions(&c, D_MTP, prompt, 14, 40, &sm, &om);
+		dc_cluster_down(&c);
+		ok &= sm.batched_runs > 0 && om.drafted > 0;
+	}
 	/* the heads narrowed to 4 ids: drafts are kept too (a step's second
 	 * row goes into the layer) */
 	ASSERT_TRUE(!m->hp.tied_head && m->nextn->head != m->output);
