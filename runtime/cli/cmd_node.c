@@ -86,7 +86,7 @@ static void cmd_node_usage(FILE *f)
 	        "                         peer owns, unless a request says otherwise: auto\n"
 	        "                         (the draft model with --draft, else prompt\n"
 	        "                         lookup), off (default), lookup, draft (needs\n"
-	        "                         --draft), mtp (not available yet); tokens equal\n"
+	        "                         --draft), mtp (deepseek2's MTP layer); tokens equal\n"
 	        "                         those without it\n"
 	        "  --draft FILE           a draft model with the model's vocabulary (checked\n"
 	        "                         at start), run by this peer for the sessions it\n"
@@ -303,9 +303,11 @@ int shoal_cmd_node(int argc, char **argv)
 			break;
 		case O_SPECULATE: {
 			char sw[SHOAL_WHY_LEN];
-			/* a draft model runs here with --draft FILE (checked below) */
+			/* a draft model runs here with --draft FILE (checked below);
+			 * mtp needs a model with an MTP layer (checked at start) */
 			if (shoal_speculate_parse(optarg, &cfg.speculate, sw, sizeof sw) ||
 			    (cfg.speculate != SHOAL_SPECULATE_DRAFT &&
+			     cfg.speculate != SHOAL_SPECULATE_MTP &&
 			     shoal_speculate_check(cfg.speculate, sw, sizeof sw))) {
 				fprintf(stderr, "shoal node: %s\n", sw);
 				free(seeds);

@@ -28,6 +28,7 @@
 #include "runtime/engine/draft_model.h"
 #include "runtime/engine/engine.h"
 #include "runtime/engine/generate.h"
+#include "runtime/engine/mtp.h"
 
 static void run_usage(FILE *f)
 {
@@ -53,7 +54,7 @@ static void run_usage(FILE *f)
 	        "  --ids                  print the generated token ids, one line\n"
 	        "  --speculate MODE       exact speculative decoding: auto (prompt lookup),\n"
 	        "                         off (default), lookup, draft (needs --draft), mtp\n"
-	        "                         (not available yet); the tokens are the same,\n"
+	        "                         (deepseek2's MTP layer); the tokens are the same,\n"
 	        "                         the counts of drafted and kept ids go to stderr\n"
 	        "  --draft-max K          ids drafted per step at most, 1..16 (default 8)\n"
 	        "  --draft FILE           the draft model of --speculate draft (implies it): a\n"
@@ -162,9 +163,10 @@ static int run_parse(int argc, char **argv, shoal_run_opts *o)
 			char sw[SHOAL_WHY_LEN];
 			if (!has_val)
 				goto missing;
-			/* a draft model runs here (--draft); not yet on a cluster */
+			/* a draft model runs here (--draft); not yet on a cluster;
+			 * mtp needs a model with an MTP layer (checked at open) */
 			if (shoal_speculate_parse(argv[++i], &o->spec, sw, sizeof sw) ||
-			    (o->spec != SHOAL_SPECULATE_DRAFT &&
+			    (o->spec != SHOAL_SPECULATE_DRAFT && o->spec != SHOAL_SPECULATE_MTP &&
 			     shoal_speculate_check(o->spec, sw, sizeof sw))) {
 				fprintf(stderr, "shoal run: %s\n", sw);
 				return 2;
@@ -266,6 +268,7 @@ int shoal_cmd_run(int argc, char **argv)
 	shoal_engine *eng = NULL;
 	shoal_gen *gen = NULL;
 	shoal_draft_model *dm = NULL; /* --speculate draft; its drafter the run frees */
+	shoal_mtp *mtp = NULL;        /* --speculate mtp; its drafter the run frees */
 	int32_t *ids = NULL;
 	size_t n_ids = 0;
 
@@ -351,6 +354,17 @@ int shoal_cmd_run(int argc, char **argv)
 			        why[0] ? why : shoal_strerror(err));
 			goto out;
 		}
+	} else if (o.spec == SHOAL_SPECULATE_MTP) {
+		/* the MTP layer beside the engine, fed its kept rows (generate.c) */
+		shoal_engine_config mcfg = cfg;
+		mcfg.n_ctx = n_ctx;
+		mcfg.max_sessions = 1;
+		if ((err = shoal_mtp_new(m, &mcfg, &mtp, why, sizeof why)) ||
+		    (err = shoal_mtp_drafter_new(mtp, &rq.drafter, why, sizeof why))) {
+			fprintf(stderr, "shoal run: --speculate mtp: %s\n",
+			        why[0] ? why : shoal_strerror(err));
+			goto out;
+		}
 	} else if ((err = shoal_speculate_drafter(o.spec, &rq.drafter))) {
 		fprintf(stderr, "shoal run: no drafter: %s\n", shoal_strerror(err));
 		goto out;
@@ -384,6 +398,7 @@ out:
 	fflush(stdout);
 	shoal_gen_free(gen);
 	shoal_draft_model_free(dm);
+	shoal_mtp_free(mtp);
 	shoal_engine_free(eng);
 	shoal_tokenizer_free(tok);
 	shoal_model_free(m);

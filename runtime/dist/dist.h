@@ -49,7 +49,7 @@
  *   kind    dtype layers          dim      rows         direction
  *   TOKEN   I32   [0, 0)          1        (sid, pos)   owner -> stage 0: ids
  *   HIDDEN  F32   [l0, l1)        n_embd   (sid, pos)   stage -> next stage
- *   TOKEN   I32   [L, L), L=n_layer 2+2K   (sid, pos)   last stage -> owner
+ *   TOKEN   I32   [L, L), L=n_layer 2+2K(+1) (sid, pos) last stage -> owner
  *   SESSION I32   [0, 0)          >= 18    (sid, 0)     control, see below
  *   EXPERT_REQ F32 [l, l+1)       n_embd   tags of rows routed there
  *   EXPERT_REP F32 [l, l+1)       n_embd   same rows and routes, payload
@@ -59,13 +59,17 @@
  *
  * A result row: word 0 the sampled id, word 1 its logprob (f32 bits),
  * then K pairs (id, logprob bits), best first; pos is the position whose
- * logits were sampled (the new token goes to pos + 1).
+ * logits were sampled (the new token goes to pos + 1). A frame of an odd
+ * dim, 3+2K, has one word more at the end of each row: the MTP layer's
+ * guess at the token after the step's last kept id (-1: none), for the
+ * rows of sessions that asked for it (see "Speculation").
  *
  * Control (a SESSION frame of 1 row; net/xfer_frame.h checks its shape), words:
  *   0 op (OPEN, CLOSE, ERROR, MATCH)  1 status (shoal_err; OPEN, CLOSE and
  *   MATCH: n_hash, the prefix blocks below)  2-5 owner peer id
  *   6 n_prompt  7 max_tokens  8 logprobs K (bit 31: the sampled id's own
- *   logprob is not wanted: result word 1 reads 0 unless K > 0)  9 temp (f32 bits)  10 top_k
+ *   logprob is not wanted: result word 1 reads 0 unless K > 0; bit 30: the
+ *   owner waits for a MATCH; bit 29: MTP guesses wanted)  9 temp (f32 bits)  10 top_k
  *   11 top_p  12 min_p  13 repeat_penalty  14 repeat_last_n  15 n_tail
  *   16-17 seed (lo, hi)  18 first step  19 presence_penalty  20
  *   frequency_penalty (f32 bits)  21 n_bias  22 n_grammar  23 n_done
@@ -124,6 +128,22 @@
  * penalty history and the grammar state go back to where the kept rows
  * left them). A CLOSE's hashes cover the kept positions only, so the
  * prefix cache never keeps a rejected row.
+ *
+ * MTP guesses (DeepSeek's MTP layer, runtime/engine/mtp.h; dist_mtp.c): the
+ * layer needs the final hidden state of each kept row, which only the last
+ * stage has, so it runs there. An OPEN with word 8's bit 29 asks for it
+ * (and carries no prefix hashes: the layer sees every prompt row); the
+ * last stage then runs the layer over the session's kept rows of each
+ * step (prompt rows with the token after them from the OPEN's tail, or
+ * zeroed before it; sampled rows with their choice) and puts its greedy
+ * guess at the next token into the step's result rows (the odd word
+ * above). The owner drafts that guess, and only it, as the next step's
+ * one draft row: so the last stage knows which of its rows are kept (the
+ * fed row; the draft row iff its guess equals the fed row's choice)
+ * without seeing the ids, and a rejected row's MTP cache row is
+ * overwritten by the next push. A stage without the layer, or whose
+ * session's MTP falls out of step, sends no guesses (-1): the owner then
+ * drafts nothing, and tokens are the same either way.
  *
  * Protocol invariants:
  *  1. A session id (sid) is chosen by its owner; its high 32 bits are the

@@ -11,6 +11,7 @@
 #include "base/log.h"
 #include "runtime/dist/dist.h"
 #include "runtime/engine/engine.h"
+#include "runtime/engine/mtp.h"
 
 /* Remote expert peers one stage may dispatch to: a desk or home lab has a
  * handful of machines; 32 leaves room and keeps the table on the stack. */
@@ -26,6 +27,9 @@
 #define DIST__NO_LOGPROB 0x80000000u
 /* Word 8 of an OPEN: the bit that says the owner waits for a MATCH. */
 #define DIST__WANT_MATCH 0x40000000u
+/* Word 8 of an OPEN: the bit that says the owner drafts with the MTP
+ * layer's guesses (dist.h "Speculation"). */
+#define DIST__WANT_MTP 0x20000000u
 
 /* A control block in host form (dist.h "Control"). */
 typedef struct dist__ctl {
@@ -34,6 +38,7 @@ typedef struct dist__ctl {
 	uint32_t n_prompt, max_tokens, logprobs;
 	bool no_logprob;     /* OPEN: word 8's bit 31 */
 	bool want_match;     /* OPEN: word 8's bit 30 (the owner sent prefix hashes) */
+	bool want_mtp;       /* OPEN: word 8's bit 29 (MTP guesses with the results) */
 	uint32_t first_step; /* OPEN: the step of the first token sampled (a replay) */
 	shoal_sampler_params sp;
 	uint32_t n_tail;
@@ -185,6 +190,13 @@ typedef struct dist__sess {
 	shoal_grammar_state *gsnap; /* (DIST__SPEC_ROWS) with a grammar, else NULL */
 	uint64_t stamp;
 	bool stuck; /* a row of this run had no token: the later ones have none */
+	/* MTP guesses (has_head, dist_mtp.c): the session's MTP drafter (ops
+	 * NULL: none), the guess sent with its latest step (-1: none), the
+	 * OPEN's tail of prompt ids */
+	shoal_drafter mtp;
+	int32_t mtp_guess;
+	int32_t *ptail; /* (SHOAL_DIST_TAIL_MAX) has_head only */
+	uint32_t n_ptail;
 } dist__sess;
 
 /* Sampled rows a stage can go back over: a step's fed row and its drafts. */
@@ -239,6 +251,12 @@ struct shoal_dist_stage {
 	uint32_t n_lrows;      /* rows of logits one run may want: max_sessions + DRAFT_MAX */
 	int32_t *top_ids;      /* (MAX_LOGPROBS) */
 	float *top_lps;
+	/* MTP guesses (has_head): the layer (made at the first session that
+	 * asks), each row's choice (-1: none), a session's kept rows */
+	shoal_mtp *mtp;
+	int32_t *rchoice;  /* (R) */
+	float *mtp_h;      /* (R, n_embd) */
+	int32_t *mtp_next; /* (R) */
 	int32_t ctl[SHOAL_DIST_CTL_MAX_WORDS];
 	dist__gvocab gv[2]; /* token tables: [0] text, [1] with control tokens */
 	dist__err errs[DIST__MAX_ERRS];
@@ -286,6 +304,17 @@ void dist__gvocab_fini(dist__gvocab *v);
  * sampling it (added: ids appended to hist), note the row. */
 bool dist__verify_rewind(dist__sess *ss, uint32_t pos);
 void dist__verify_note(dist__sess *ss, uint32_t pos, uint8_t added);
+
+/* ---- MTP guesses (dist_mtp.c; the last stage) ----------------------------- */
+
+/* Session ss opened with c: its MTP drafter when c asks for guesses (on
+ * failure it goes on without, logged). */
+void dist__mtp_open(shoal_dist_stage *s, dist__sess *ss, const dist__ctl *c);
+void dist__mtp_close(dist__sess *ss);
+/* After the rows [r0, r0 + n) ran (s->hout from r0) and were sampled
+ * (s->rchoice): each MTP session's kept rows into its layer, its guess in
+ * ss->mtp_guess. */
+void dist__mtp_run(shoal_dist_stage *s, uint32_t r0, uint32_t n);
 
 /* dist_admit.c: the waiters that rank before an OPEN of `owner` (a replay
  * when resumed), after forgetting those that gave up; the OPEN refused

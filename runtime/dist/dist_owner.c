@@ -224,7 +224,8 @@ static shoal_err handle_results(shoal_dist_owner *o, const shoal_xfer_frame *f, 
                                 size_t why_len)
 {
 	const shoal_xfer_hdr *h = &f->hdr;
-	if (h->dim < 2 || h->dim % 2 || (h->dim - 2) / 2 > SHOAL_DIST_MAX_LOGPROBS) {
+	bool guess = h->dim % 2; /* an MTP guess last (dist.h) */
+	if (h->dim < 2 || (h->dim - 2) / 2 > SHOAL_DIST_MAX_LOGPROBS) {
 		o->met.dropped++;
 		SHOAL_LOG_W(LOG_PART, "dropped a result frame of %u words per row", h->dim);
 		return SHOAL_OK;
@@ -301,6 +302,12 @@ static shoal_err handle_results(shoal_dist_owner *o, const shoal_xfer_frame *f, 
 		ss->closed = true;
 		ss->held = true;
 		ss->next_id = t.id;
+		if (shoal_mtp_carry_is(&ss->sp.dr)) { /* the guess at the token after t.id */
+			int32_t g = -1;
+			if (guess)
+				memcpy(&g, p + 8 + 8 * K, 4);
+			shoal_mtp_carry_set(&ss->sp.dr, t.id, g);
+		}
 		if (ss->planned && shoal_draft_ctl_done(&ss->sp, ss->kept, now))
 			o->met.spec_pauses++;
 	}
@@ -469,7 +476,11 @@ static shoal_err owner_start(shoal_dist_owner *o, const shoal_dist_request *req,
 	ss->ctx = req->ctx;
 	*sid = ss->sid;
 	uint32_t tail = req->n_prompt < SHOAL_DIST_TAIL_MAX ? req->n_prompt : SHOAL_DIST_TAIL_MAX;
+	/* MTP guesses: the last stage's layer needs every prompt row, so such
+	 * a session starts from position 0, never from kept prefix blocks */
+	bool mtp = shoal_mtp_carry_is(&ss->sp.dr);
 	dist__ctl c = {.op = SHOAL_DIST_CTL_OPEN,
+	               .want_mtp = mtp,
 	               .n_prompt = req->n_prompt,
 	               .max_tokens = req->max_tokens,
 	               .logprobs = req->logprobs,
@@ -498,7 +509,7 @@ static shoal_err owner_start(shoal_dist_owner *o, const shoal_dist_request *req,
 		}
 		memcpy(ss->fed, req->prompt, (size_t)req->n_prompt * sizeof *ss->fed);
 		ss->n_fed = req->n_prompt;
-		uint32_t nb = (req->n_prompt - 1) / SHOAL_DIST_PREFIX_BLOCK;
+		uint32_t nb = mtp ? 0 : (req->n_prompt - 1) / SHOAL_DIST_PREFIX_BLOCK;
 		c.n_hash = nb < SHOAL_DIST_PREFIX_MAX_BLOCKS ? nb : SHOAL_DIST_PREFIX_MAX_BLOCKS;
 		c.hash = o->hashes;
 		c.want_match = ss->matching = c.n_hash > 0;

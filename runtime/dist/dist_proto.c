@@ -65,7 +65,7 @@ uint32_t dist__ctl_encode(const dist__ctl *c, int32_t *words, uint32_t cap)
 	w[6] = c->n_prompt;
 	w[7] = c->max_tokens;
 	w[8] = c->logprobs | (c->no_logprob ? DIST__NO_LOGPROB : 0u) |
-	       (c->want_match ? DIST__WANT_MATCH : 0u);
+	       (c->want_match ? DIST__WANT_MATCH : 0u) | (c->want_mtp ? DIST__WANT_MTP : 0u);
 	w[9] = f2w(c->sp.temp);
 	w[10] = (uint32_t)c->sp.top_k;
 	w[11] = f2w(c->sp.top_p);
@@ -129,8 +129,9 @@ shoal_err dist__ctl_decode(const shoal_xfer_frame *f, dist__ctl *c, char *why, s
 	memcpy(c->owner, &w[2], SHOAL_PEER_ID_LEN);
 	c->n_prompt = w[6];
 	c->max_tokens = w[7];
-	c->logprobs = w[8] & ~(DIST__NO_LOGPROB | DIST__WANT_MATCH);
+	c->logprobs = w[8] & ~(DIST__NO_LOGPROB | DIST__WANT_MATCH | DIST__WANT_MTP);
 	c->want_match = (w[8] & DIST__WANT_MATCH) != 0;
+	c->want_mtp = (w[8] & DIST__WANT_MTP) != 0;
 	c->no_logprob = (w[8] & DIST__NO_LOGPROB) != 0;
 	c->sp.temp = w2f(w[9]);
 	c->sp.top_k = (int32_t)w[10];

@@ -76,9 +76,11 @@ static void sess_release(shoal_dist_stage *s, dist__sess *ss, bool keep_slot)
 		slot_close(s, ss->slot);
 	shoal_sampler_free(ss->smp);
 	dist__grammar_close(ss);
-	int32_t *hist = ss->hist;
+	dist__mtp_close(ss);
+	int32_t *hist = ss->hist, *ptail = ss->ptail;
 	memset(ss, 0, sizeof *ss);
 	ss->hist = hist;
+	ss->ptail = ptail;
 }
 
 static void sess_drop(shoal_dist_stage *s, dist__sess *ss)
@@ -399,23 +401,30 @@ static shoal_err send_results(shoal_dist_stage *s, uint32_t r0, uint32_t n, char
 			continue;
 		if (!sample_row(s, r, lg, s->res + (size_t)wi * RES_WORDS))
 			continue;
+		if (s->mtp)
+			s->rchoice[r] = s->res[(size_t)wi * RES_WORDS];
 		s->rtags[wi] = s->tags[r];
 		wsess[wi] = s->row_sess[r];
 		done[wi] = 0;
 		wi++;
 	}
 	uint32_t n_want = wi;
+	if (s->mtp) /* the guesses go with these results */
+		dist__mtp_run(s, r0, n);
 	for (uint32_t a = 0; a < n_want; a++) {
 		if (done[a])
 			continue;
 		const uint8_t *owner = s->sess[wsess[a]].owner;
 		uint32_t K = 0, m = 0;
+		bool guess = false;
 		for (uint32_t w = a; w < n_want; w++) /* this owner's rows: K is their largest */
 			if (!done[w] &&
-			    !memcmp(s->sess[wsess[w]].owner, owner, SHOAL_PEER_ID_LEN) &&
-			    s->sess[wsess[w]].logprobs > K)
-				K = s->sess[wsess[w]].logprobs;
-		uint32_t dim = 2 + 2 * K;
+			    !memcmp(s->sess[wsess[w]].owner, owner, SHOAL_PEER_ID_LEN)) {
+				if (s->sess[wsess[w]].logprobs > K)
+					K = s->sess[wsess[w]].logprobs;
+				guess |= s->sess[wsess[w]].mtp.ops != NULL;
+			}
+		uint32_t dim = 2 + 2 * K + guess; /* an MTP guess last (dist.h) */
 		for (uint32_t w = a; w < n_want; w++) {
 			const dist__sess *ss = &s->sess[wsess[w]];
 			if (done[w] || memcmp(ss->owner, owner, SHOAL_PEER_ID_LEN))
@@ -426,6 +435,8 @@ static shoal_err send_results(shoal_dist_stage *s, uint32_t r0, uint32_t n, char
 				o[2 + 2 * j] = -1;
 				o[3 + 2 * j] = 0;
 			}
+			if (guess)
+				o[2 + 2 * K] = ss->mtp.ops ? ss->mtp_guess : -1;
 			s->otags[m] = s->rtags[w];
 			done[w] = 1;
 			m++;
@@ -541,7 +552,7 @@ static shoal_err run_rows(shoal_dist_stage *s, uint32_t r0, uint32_t n, uint32_t
 	                        .session = s->slot + r0,
 	                        .pos = s->pos + r0,
 	                        .want_logits = head ? s->want + r0 : NULL,
-	                        .hidden_out = s->cfg.has_head ? NULL : s->hout,
+	                        .hidden_out = !s->cfg.has_head || s->mtp ? s->hout : NULL,
 	                        .logits = n_want && s->cfg.has_head ? s->logits : NULL};
 	char w[SHOAL_WHY_LEN] = "";
 	s->tp_rows = n; /* a group's slices carry these rows' tags */
@@ -569,6 +580,11 @@ static shoal_err run_rows(shoal_dist_stage *s, uint32_t r0, uint32_t n, uint32_t
 			fail_batch(s, 0, n, e == SHOAL_ERR_TIMEOUT ? e : SHOAL_ERR_CLOSED, why);
 		return e;
 	}
+	if (s->mtp) /* the rows' choices, from send_results */
+		for (uint32_t r = r0; r < r0 + n; r++)
+			s->rchoice[r] = -1;
+	if (!n_want && s->mtp)
+		dist__mtp_run(s, r0, n);
 	return n_want ? send_results(s, r0, n, why, why_len) : SHOAL_OK;
 }
 
@@ -797,6 +813,8 @@ static shoal_err sess_open(shoal_dist_stage *s, uint64_t sid, dist__ctl *c, char
 	ss->last_ns = dist__now_ns();
 	ss->logprobs = c->logprobs < s->n_vocab ? c->logprobs : s->n_vocab;
 	ss->no_logprob = c->no_logprob && !ss->logprobs;
+	if (s->rchoice) /* the model has an MTP layer */
+		dist__mtp_open(s, ss, c);
 	return SHOAL_OK;
 }
 
@@ -1032,8 +1050,14 @@ void shoal_dist_stage_free(shoal_dist_stage *s)
 		for (uint32_t i = 0; i < s->cfg.max_sessions; i++) {
 			shoal_sampler_free(s->sess[i].smp);
 			dist__grammar_close(&s->sess[i]);
+			dist__mtp_close(&s->sess[i]);
 			free(s->sess[i].hist);
+			free(s->sess[i].ptail);
 		}
+	shoal_mtp_free(s->mtp);
+	free(s->rchoice);
+	free(s->mtp_h);
+	free(s->mtp_next);
 	dist__gvocab_fini(&s->gv[0]);
 	dist__gvocab_fini(&s->gv[1]);
 	free(s->sess);
@@ -1223,7 +1247,7 @@ shoal_err shoal_dist_stage_new(const shoal_model *m, const shoal_dist_stage_conf
 		size_t L = s->n_lrows;
 		s->logits = malloc(L * s->n_vocab * sizeof *s->logits);
 		s->res = malloc(L * RES_WORDS * sizeof *s->res);
-		s->reply = malloc(L * RES_WORDS * sizeof *s->reply);
+		s->reply = malloc(L * (RES_WORDS + 1) * sizeof *s->reply); /* + a guess */
 		s->rtags = calloc(L, sizeof *s->rtags);
 		s->otags = calloc(L, sizeof *s->otags);
 		s->rdone = calloc(L, 1);
@@ -1235,6 +1259,16 @@ shoal_err shoal_dist_stage_new(const shoal_model *m, const shoal_dist_stage_conf
 			goto fail;
 		for (size_t i = 0; i < S; i++)
 			if (!(s->sess[i].hist = malloc(2 * SHOAL_DIST_TAIL_MAX * sizeof(int32_t))))
+				goto fail;
+	}
+	if (cfg->has_head && m->nextn) { /* MTP guesses may be asked for */
+		s->rchoice = malloc(R * sizeof *s->rchoice);
+		s->mtp_h = malloc(R * d * sizeof *s->mtp_h);
+		s->mtp_next = malloc(R * sizeof *s->mtp_next);
+		if (!s->rchoice || !s->mtp_h || !s->mtp_next)
+			goto fail;
+		for (size_t i = 0; i < S; i++)
+			if (!(s->sess[i].ptail = malloc(SHOAL_DIST_TAIL_MAX * sizeof(int32_t))))
 				goto fail;
 	}
 	*out = s;

@@ -37,8 +37,8 @@ shoal_err shoal_speculate_check(shoal_speculate_kind k, char *why, size_t why_le
 		                 "(use lookup or auto)");
 	if (k == SHOAL_SPECULATE_MTP)
 		return shoal_why(why, why_len, SHOAL_ERR_UNSUPPORTED,
-		                 "--speculate mtp: DeepSeek's MTP layer is not available yet "
-		                 "(use lookup or auto)");
+		                 "--speculate mtp: DeepSeek's MTP layer drafts in shoal run "
+		                 "and through nodes, not here yet (use lookup or auto)");
 	return SHOAL_OK;
 }
 

@@ -2,9 +2,10 @@
  * runtime/engine/draft_kinds.h: which drafter a stream gets (--speculate
  * auto|off|lookup|draft|mtp), by name, and making one.
  *
- * Part: runtime/ (engine). auto is prompt lookup for now; a draft model
- * and DeepSeek's MTP layer are named here so that the flag is stable, and
- * refused with a reason until their drafters exist.
+ * Part: runtime/ (engine). auto is prompt lookup here; a draft model and
+ * DeepSeek's MTP layer need a model, so their callers make them
+ * (runtime/cli/cmd_run.c, runtime/node/serve_draft.c), and a caller that
+ * does not (shoal bench) refuses them with shoal_speculate_check.
  */
 #ifndef SHOAL_RUNTIME_DRAFT_KINDS_H
 #define SHOAL_RUNTIME_DRAFT_KINDS_H

@@ -14,6 +14,7 @@
 
 #include "base/assert.h"
 #include "base/clock.h"
+#include "runtime/engine/mtp.h"
 
 /* ---- the sequence ---------------------------------------------------------- */
 
@@ -99,6 +100,12 @@ struct shoal_gen {
 	uint32_t *rows_pos;  /* (R) */
 	uint8_t *rows_want;  /* (R) */
 	float *logits;       /* (R with prompt_logits, else 1; n_vocab) */
+	/* an MTP drafter's rows (runtime/engine/mtp.h): the latest run's
+	 * final hidden states, and its rows not yet pushed (their next id is
+	 * the token handed out next): from position pend_pos, pend_n of them,
+	 * from row pend_row of hid */
+	float *hid; /* (R, n_embd) with cfg.speculate */
+	uint32_t pend_pos, pend_n, pend_row;
 	int32_t top_ids[SHOAL_GEN_MAX_LOGPROBS];
 	float top_lps[SHOAL_GEN_MAX_LOGPROBS];
 	bool slot_open;
@@ -125,6 +132,7 @@ void shoal_gen_free(shoal_gen *g)
 	free(g->rows_pos);
 	free(g->rows_want);
 	free(g->logits);
+	free(g->hid);
 	free(g);
 }
 
@@ -161,8 +169,10 @@ shoal_err shoal_gen_new(shoal_engine *e, const shoal_gen_config *cfg, shoal_gen 
 	g->rows_pos = malloc(g->R * sizeof *g->rows_pos);
 	g->rows_want = malloc(g->R);
 	g->logits = malloc(n_logits * sizeof *g->logits);
+	if (cfg->speculate)
+		g->hid = malloc((size_t)g->R * m->hp.n_embd * sizeof *g->hid);
 	if (!g->hist || !g->rows_tok || !g->rows_sess || !g->rows_pos || !g->rows_want ||
-	    !g->logits)
+	    !g->logits || (cfg->speculate && !g->hid))
 		goto fail;
 	if ((err = shoal_sampler_new(&cfg->sampler, g->n_vocab, &g->smp))) {
 		shoal_why(why, why_len, err, "%s",
@@ -184,11 +194,20 @@ fail:
 	return err;
 }
 
+/* Rows of hid from row that the MTP layer takes once the next token is
+ * handed out (positions pos..pos + n - 1). */
+static void gen_pend(shoal_gen *g, uint32_t pos, uint32_t n, uint32_t row)
+{
+	g->pend_pos = pos;
+	g->pend_n = n;
+	g->pend_row = row;
+}
+
 /* Prefill rq's prompt in chunks of R rows. Wanted logits: the scored range
  * (handed to on_logits) and, when sampling follows, the last prompt row;
  * *last points at the latter's. */
 static shoal_err gen_prefill(shoal_gen *g, const shoal_gen_request *rq, const shoal_gen_seq *q,
-                             const float **last, char *why, size_t why_len)
+                             shoal_drafter *mtp, const float **last, char *why, size_t why_len)
 {
 	bool sample = shoal_gen_seq_stop(q) == SHOAL_GEN_STOP_NONE;
 	uint32_t n;
@@ -206,10 +225,21 @@ static shoal_err gen_prefill(shoal_gen *g, const shoal_gen_request *rq, const sh
 		                        .session = g->rows_sess,
 		                        .pos = g->rows_pos,
 		                        .want_logits = g->rows_want,
+		                        .hidden_out = mtp ? g->hid : NULL,
 		                        .logits = g->logits};
 		shoal_err err = shoal_engine_run(g->e, &b, why, why_len);
 		if (err)
 			return err;
+		/* the MTP layer takes the rows whose next id is the prompt's;
+		 * the last prompt row's waits for the first token */
+		bool end = p0 + n == rq->n_prompt;
+		uint32_t known = end ? n - 1 : n;
+		if (mtp && known &&
+		    (err = shoal_mtp_drafter_push(mtp, p0, known, g->hid, rq->prompt + p0 + 1, why,
+		                                  why_len)))
+			return err;
+		if (mtp && end)
+			gen_pend(g, rq->n_prompt - 1, 1, n - 1);
 		for (uint32_t r = 0, j = 0; r < n && j < nl; r++) {
 			if (!g->rows_want[r])
 				continue;
@@ -255,9 +285,20 @@ static bool gen_hand_out(shoal_gen *g, const shoal_gen_request *rq, shoal_gen_st
 
 /* Feed the token just handed out plus the drafts planned for it at the
  * current position, in one engine run; *nd: the drafts. */
-static shoal_err gen_feed(shoal_gen *g, gen_dec *d, shoal_draft_ctl *dc, uint64_t t0, uint32_t *nd,
-                          char *why, size_t why_len)
+static shoal_err gen_feed(shoal_gen *g, gen_dec *d, shoal_draft_ctl *dc, shoal_drafter *mtp,
+                          uint64_t t0, uint32_t *nd, char *why, size_t why_len)
 {
+	/* the MTP layer first takes the rows the token just handed out
+	 * follows: its guess is the draft after it */
+	if (mtp && g->pend_n) {
+		shoal_err err = shoal_mtp_drafter_push(
+		    mtp, g->pend_pos, g->pend_n,
+		    g->hid + (size_t)g->pend_row * shoal_engine_model(g->e)->hp.n_embd,
+		    g->hist + g->pend_pos + 1, why, why_len);
+		g->pend_n = 0;
+		if (err)
+			return err;
+	}
 	uint32_t pos = shoal_gen_seq_pos(&d->q), step = shoal_gen_seq_step(&d->q);
 	/* drafts never reach past max_tokens or the context */
 	uint32_t room = g->n_draft, left = d->q.lim.max_tokens - step - 1;
@@ -279,6 +320,7 @@ static shoal_err gen_feed(shoal_gen *g, gen_dec *d, shoal_draft_ctl *dc, uint64_
 	                        .session = g->rows_sess,
 	                        .pos = g->rows_pos,
 	                        .want_logits = g->rows_want,
+	                        .hidden_out = mtp ? g->hid : NULL,
 	                        .logits = g->logits};
 	return shoal_engine_run(g->e, &b, why, why_len);
 }
@@ -299,10 +341,13 @@ static shoal_err gen_run(shoal_gen *g, const shoal_gen_request *rq, shoal_gen_st
 	    &d.q, rq->n_prompt,
 	    &(shoal_gen_limits){.max_tokens = rq->max_tokens, .n_ctx = g->n_ctx, .eog = rq->eog});
 	shoal_engine_session_reset(g->e, g->slot);
+	/* an MTP drafter is pushed the kept rows' hidden states (mtp.h) */
+	shoal_drafter *mtp = shoal_mtp_drafter_is(&dc->dr) ? &dc->dr : NULL;
+	g->pend_n = 0;
 
 	uint64_t t0 = shoal_clock_monotonic_ns();
 	const float *logits = g->logits; /* (n_vocab) the latest row to sample */
-	shoal_err err = gen_prefill(g, rq, &d.q, &logits, why, why_len);
+	shoal_err err = gen_prefill(g, rq, &d.q, mtp, &logits, why, why_len);
 	if (err)
 		return err;
 	uint64_t t1 = shoal_clock_monotonic_ns(), t_end = t1;
@@ -318,7 +363,7 @@ static shoal_err gen_run(shoal_gen *g, const shoal_gen_request *rq, shoal_gen_st
 		if (!gen_hand_out(g, rq, st, &d, dc, logits, false, 0))
 			break;
 		uint32_t nd;
-		if ((err = gen_feed(g, &d, dc, ts, &nd, why, why_len)))
+		if ((err = gen_feed(g, &d, dc, mtp, ts, &nd, why, why_len)))
 			break;
 		logits = g->logits;
 		/* the drafts kept: each equal to the token its row before gives */
@@ -336,6 +381,9 @@ static shoal_err gen_run(shoal_gen *g, const shoal_gen_request *rq, shoal_gen_st
 			go = gen_hand_out(g, rq, st, &d, dc, lg, true, id);
 			logits = lg + g->n_vocab;
 		}
+		/* rows pos..pos + kept are kept: the MTP layer takes them when
+		 * the token after the last is handed out */
+		gen_pend(g, shoal_gen_seq_pos(&d.q) - kept, kept + 1, 0);
 		st->drafted += nd;
 		st->accepted += kept;
 		t_end = shoal_clock_monotonic_ns();

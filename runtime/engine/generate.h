@@ -171,7 +171,9 @@ typedef struct shoal_gen_request {
 	 * ids it drafts a step (0: SHOAL_DRAFT_DEFAULT). Each step feeds the
 	 * token and the drafts as rows of one engine run and keeps the drafts
 	 * up to the first that differs from the token sampled before it, as
-	 * without drafts: the tokens are those of a run without a drafter. */
+	 * without drafts: the tokens are those of a run without a drafter.
+	 * An MTP drafter (mtp.h) is pushed the kept rows' final hidden
+	 * states, each once the token after it is handed out. */
 	shoal_drafter drafter;
 	uint32_t draft_max;
 } shoal_gen_request;

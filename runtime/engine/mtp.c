@@ -52,6 +52,7 @@ struct shoal_mtp {
 	shoal_backend_mat eh;                  /* {2 E, E} */
 	float *proj;                           /* host (max_rows, E) the block's input */
 	float *zero;                           /* host (E) */
+	int32_t *ids;                          /* host (max_rows) next, unknown ones as 0 */
 };
 
 /* An F32 copy of norm vector t (n_embd), kept in t->vec[i]: *dev. */
@@ -125,7 +126,8 @@ static shoal_err mtp_proj_init(shoal_mtp *t, const shoal_engine_config *cfg, cha
 		return err;
 	t->proj = malloc((size_t)R * E * sizeof(float));
 	t->zero = calloc(E, sizeof(float));
-	return t->proj && t->zero ? SHOAL_OK : SHOAL_ERR_NOMEM;
+	t->ids = malloc((size_t)R * sizeof(int32_t));
+	return t->proj && t->zero && t->ids ? SHOAL_OK : SHOAL_ERR_NOMEM;
 }
 
 shoal_err shoal_mtp_new(const shoal_model *m, const shoal_engine_config *cfg, shoal_mtp **out,
@@ -195,6 +197,7 @@ void shoal_mtp_free(shoal_mtp *t)
 		free(t->vec[i]);
 	free(t->proj);
 	free(t->zero);
+	free(t->ids);
 	free(t);
 }
 
@@ -215,18 +218,20 @@ shoal_err shoal_mtp_run(shoal_mtp *t, const shoal_mtp_batch *b, char *why, size_
 	if (!b->hidden || !b->next || !b->pos)
 		return shoal_why(why, why_len, SHOAL_ERR_INVAL,
 		                 "MTP rows without hidden states, next ids or positions");
-	for (uint32_t r = 0; r < n; r++)
-		if (b->next[r] < 0 || (uint32_t)b->next[r] >= hp->n_vocab)
+	for (uint32_t r = 0; r < n; r++) {
+		if (b->next[r] < -1 || b->next[r] >= (int64_t)hp->n_vocab)
 			return shoal_why(why, why_len, SHOAL_ERR_RANGE,
 			                 "row %u: token %d outside the vocabulary of %u", r,
 			                 b->next[r], hp->n_vocab);
+		t->ids[r] = b->next[r] < 0 ? 0 : b->next[r];
+	}
 	const shoal_gguf_tensor *em = t->m->nextn->embd;
 	size_t ld2 = 2 * (size_t)E, ld = E;
 	ops->write(t->bk, t->d_h, b->hidden, (size_t)n * E * sizeof(float));
-	ops->embed(t->bk, em->type, t->embd, shoal_dtype_row_bytes(em->type, E), E, b->next, n,
+	ops->embed(t->bk, em->type, t->embd, shoal_dtype_row_bytes(em->type, E), E, t->ids, n,
 	           t->d_e);
 	for (uint32_t r = 0; r < n; r++)
-		if (b->pos[r] == 0)
+		if (b->pos[r] == 0 || b->next[r] < 0)
 			ops->write(t->bk, t->d_e + (size_t)r * E, t->zero,
 			           (size_t)E * sizeof(float));
 	ops->rms_norm(t->bk, t->d_e, E, t->enorm, E, n, hp->rms_eps, t->d_cat, ld2);
@@ -256,6 +261,7 @@ typedef struct mtp_drafter {
 	size_t guess_at; /* the history length the guess is for (0: none) */
 	int32_t guess;
 	int32_t last_next; /* the id before it */
+	uint32_t n_pushed; /* positions [0, n_pushed) in the MTP cache */
 } mtp_drafter;
 
 static size_t mtp_propose(void *self, const int32_t *hist, size_t n, int32_t *out, size_t k)
@@ -331,7 +337,12 @@ shoal_err shoal_mtp_drafter_push(shoal_drafter *dr, uint32_t pos0, uint32_t n_ro
 	SHOAL_ASSERT(dr && dr->ops == &mtp_drafter_ops);
 	mtp_drafter *d = dr->self;
 	shoal_mtp *t = d->t;
+	if (pos0 > d->n_pushed)
+		return shoal_why(why, why_len, SHOAL_ERR_RANGE,
+		                 "MTP rows from %u: a gap after the %u positions the layer holds",
+		                 pos0, d->n_pushed);
 	d->guess_at = 0;
+	d->n_pushed = pos0; /* what follows is overwritten */
 	for (uint32_t r0 = 0; r0 < n_rows; r0 += t->max_rows) {
 		uint32_t c = n_rows - r0 < t->max_rows ? n_rows - r0 : t->max_rows;
 		bool last = r0 + c == n_rows;
@@ -350,6 +361,7 @@ shoal_err shoal_mtp_drafter_push(shoal_drafter *dr, uint32_t pos0, uint32_t n_ro
 		shoal_err err = shoal_mtp_run(t, &b, why, why_len);
 		if (err)
 			return err;
+		d->n_pushed = pos0 + r0 + c;
 	}
 	if (n_rows == 0)
 		return SHOAL_OK;
@@ -361,4 +373,76 @@ shoal_err shoal_mtp_drafter_push(shoal_drafter *dr, uint32_t pos0, uint32_t n_ro
 	d->last_next = next[n_rows - 1];
 	d->guess_at = (size_t)pos0 + n_rows + 1;
 	return SHOAL_OK;
+}
+
+bool shoal_mtp_drafter_is(const shoal_drafter *d)
+{
+	return d && d->ops == &mtp_drafter_ops;
+}
+
+uint32_t shoal_mtp_drafter_len(const shoal_drafter *dr)
+{
+	SHOAL_ASSERT(dr && dr->ops == &mtp_drafter_ops);
+	return ((const mtp_drafter *)dr->self)->n_pushed;
+}
+
+int32_t shoal_mtp_drafter_guess(const shoal_drafter *dr)
+{
+	SHOAL_ASSERT(dr && dr->ops == &mtp_drafter_ops);
+	const mtp_drafter *d = dr->self;
+	return d->guess_at ? d->guess : -1;
+}
+
+/* ---- the owner's drafter: the guess a result carried ----------------------- */
+
+typedef struct mtp_carry {
+	int32_t after, guess; /* guess follows id `after`; guess -1: none */
+	shoal_mtp_carry_fn fn;
+	void *ctx;
+} mtp_carry;
+
+static size_t mtp_carry_propose(void *self, const int32_t *hist, size_t n, int32_t *out, size_t k)
+{
+	mtp_carry *c = self;
+	size_t got = 0;
+	if (k >= 1 && n >= 1 && c->guess >= 0 && hist[n - 1] == c->after) {
+		out[0] = c->guess;
+		got = 1;
+	}
+	c->guess = -1; /* one proposal per guess */
+	return got;
+}
+
+static void mtp_carry_free(void *self)
+{
+	free(self);
+}
+
+static const shoal_drafter_ops mtp_carry_ops = {
+    .name = "mtp", .propose = mtp_carry_propose, .feedback = mtp_feedback, .free = mtp_carry_free};
+
+shoal_err shoal_mtp_carry_new(shoal_drafter *out, shoal_mtp_carry_fn fn, void *ctx)
+{
+	mtp_carry *c = malloc(sizeof *c);
+	if (!c)
+		return SHOAL_ERR_NOMEM;
+	*c = (mtp_carry){.after = -1, .guess = -1, .fn = fn, .ctx = ctx};
+	out->ops = &mtp_carry_ops;
+	out->self = c;
+	return SHOAL_OK;
+}
+
+bool shoal_mtp_carry_is(const shoal_drafter *d)
+{
+	return d && d->ops == &mtp_carry_ops;
+}
+
+void shoal_mtp_carry_set(shoal_drafter *d, int32_t after, int32_t guess)
+{
+	SHOAL_ASSERT(shoal_mtp_carry_is(d));
+	mtp_carry *c = d->self;
+	c->after = after;
+	c->guess = guess;
+	if (c->fn)
+		c->fn(c->ctx, after, guess);
 }

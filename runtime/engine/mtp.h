@@ -20,6 +20,7 @@
 #ifndef SHOAL_RUNTIME_MTP_H
 #define SHOAL_RUNTIME_MTP_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -47,7 +48,8 @@ shoal_engine *shoal_mtp_engine(shoal_mtp *t);
 typedef struct shoal_mtp_batch {
 	uint32_t n_rows;            /* 1..max_rows */
 	const float *hidden;        /* (n_rows, n_embd) h_p, before the output norm */
-	const int32_t *next;        /* (n_rows) the token at p + 1 */
+	const int32_t *next;        /* (n_rows) the token at p + 1; -1: not known
+	                               (its embedding zeroed, as at p == 0) */
 	const uint32_t *session;    /* (n_rows) open sessions of shoal_mtp_engine */
 	const uint32_t *pos;        /* (n_rows) p; a session's rows consecutive */
 	const uint8_t *want_logits; /* (n_rows) or NULL: none */
@@ -77,5 +79,25 @@ shoal_err shoal_mtp_drafter_new(shoal_mtp *t, shoal_drafter *out, char *why, siz
 shoal_err shoal_mtp_drafter_push(shoal_drafter *d, uint32_t pos0, uint32_t n_rows,
                                  const float *hidden, const int32_t *next, char *why,
                                  size_t why_len);
+/* The positions the drafter's MTP cache holds ([0, len): a push must start
+ * at or before len, else RANGE), and the guess of the latest push (-1:
+ * none). */
+bool shoal_mtp_drafter_is(const shoal_drafter *d); /* one of shoal_mtp_drafter_new's */
+uint32_t shoal_mtp_drafter_len(const shoal_drafter *d);
+int32_t shoal_mtp_drafter_guess(const shoal_drafter *d);
+
+/* ---- the owner's side -------------------------------------------------------
+ *
+ * Through a cluster (runtime/dist/dist.h "Speculation") the MTP drafter
+ * runs on the last stage and its guess comes back with the step's result;
+ * the owner's drafter only proposes that guess: set(after, guess) when the
+ * result that ends a step arrives (after = the token it chose), and the
+ * next propose whose history ends in `after` gives it, once. fn (may be
+ * NULL) hears each set, on the owner's thread (a test checks the guesses
+ * with it). */
+typedef void (*shoal_mtp_carry_fn)(void *ctx, int32_t after, int32_t guess);
+shoal_err shoal_mtp_carry_new(shoal_drafter *out, shoal_mtp_carry_fn fn, void *ctx); /* NOMEM */
+bool shoal_mtp_carry_is(const shoal_drafter *d);
+void shoal_mtp_carry_set(shoal_drafter *d, int32_t after, int32_t guess);
 
 #endif

@@ -3,7 +3,8 @@
  * (issue 38, runtime/dist/dist.h "Speculation"): --draft's model, opened
  * once with the cluster (its vocabulary checked against the target's),
  * and the drafter of each run, of the kind its request names or else of
- * --speculate's.
+ * --speculate's (for mtp, one that proposes the guess the last stage's MTP
+ * layer sent back: runtime/dist/dist_mtp.c).
  *
  * Part: runtime/ (node). The draft model's engine is shared by the
  * drafters of every run: they are made, run (by the session owner) and
@@ -18,6 +19,7 @@
 #include "base/log.h"
 #include "runtime/backends.h"
 #include "runtime/engine/draft_model.h"
+#include "runtime/engine/mtp.h"
 
 /* Streams that draft with the model at once when --sessions does not say:
  * the others go on with prompt lookup (auto) or without drafts (draft). */
@@ -25,6 +27,12 @@
 
 shoal_err serve__draft_open(shoal_serve *cl, char *why, size_t why_len)
 {
+	if (cl->cfg.speculate == SHOAL_SPECULATE_MTP) {
+		char w[SHOAL_WHY_LEN] = "";
+		shoal_err e = serve__spec_check(cl, SHOAL_SPECULATE_MTP, w, sizeof w);
+		if (e)
+			return shoal_why(why, why_len, e, "--%s", w);
+	}
 	if (!cl->cfg.draft_path)
 		return SHOAL_OK;
 	char w2[SHOAL_WHY_LEN] = "";
@@ -62,11 +70,11 @@ shoal_err serve__spec_check(const shoal_serve *cl, shoal_speculate_kind k, char 
 		return shoal_why(why, why_len, SHOAL_ERR_INVAL,
 		                 "speculate 'draft': this node has no draft model "
 		                 "(shoal node --draft FILE); it offers off, auto and lookup");
-	if (k == SHOAL_SPECULATE_MTP)
+	if (k == SHOAL_SPECULATE_MTP && !cl->model->nextn)
 		return shoal_why(why, why_len, SHOAL_ERR_INVAL,
-		                 "speculate 'mtp': DeepSeek's MTP layer is not available yet; "
-		                 "this node offers off, auto, lookup%s",
-		                 cl->dm ? " and draft" : "");
+		                 "speculate 'mtp': the model has no MTP layer (no "
+		                 "blk.%u.nextn.* tensors); this node offers off, auto, lookup%s",
+		                 cl->model->hp.n_layer, cl->dm ? " and draft" : "");
 	return SHOAL_OK;
 }
 
@@ -88,6 +96,11 @@ void serve__drafter(shoal_serve *cl, shoal_speculate_kind k, shoal_drafter *out)
 		if (k == SHOAL_SPECULATE_DRAFT)
 			return;
 		k = SHOAL_SPECULATE_LOOKUP;
+	}
+	if (k == SHOAL_SPECULATE_MTP) { /* the last stage guesses (dist_mtp.c) */
+		if (!cl->model->nextn || shoal_mtp_carry_new(out, NULL, NULL))
+			*out = (shoal_drafter){0};
+		return;
 	}
 	if (k == SHOAL_SPECULATE_DRAFT || shoal_speculate_drafter(k, out))
 		*out = (shoal_drafter){0}; /* none: the run goes on without */

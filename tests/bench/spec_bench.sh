@@ -38,7 +38,10 @@
 # weights, so the draft is a DRAFT_TYPE copy of the fixture itself and the
 # repeat prompt is its first sentence twice; N1 2 and N2 34 by default,
 # --ctx 512 --sessions 2, 3 stages at --mem-limit 460M: 8 layers and the
-# embedding are 444 MB, and 2 x 460M cannot hold the model).
+# embedding are 444 MB, and 2 x 460M cannot hold the model; or mtp: a
+# deepseek2 fixture of gen_fixture with an MTP layer, random weights, so
+# the guesses are poor: clusters with --speculate mtp (c1m, c3m; the last
+# stage runs the layer) against none, the poor-drafter goal).
 set -u
 SHOAL_BUILDDIR=${1:-${SHOAL_BUILDDIR:-.}}
 . "$(dirname "$0")/../sh/lib.sh"
@@ -56,6 +59,19 @@ if [ "${MODEL:-austen}" = fixture ]; then
 	N1=${N1:-2}
 	N2=${N2:-34}
 fi
+PEERS3=3
+XS=(s d) # the drafters: s lookup, d a draft model (m: the MTP layer)
+if [ "${MODEL:-austen}" = mtp ]; then
+	DENSE=$T/ds2-mtp.gguf
+	"$BD/tests/helpers/gen_fixture" --arch deepseek2 --type Q8_0 --layers 6 --dim 256 --ff 512 \
+		--heads 4 --vocab 2048 --head-dim 48 --kv-lora 64 --rope-dim 16 --v-head-dim 32 \
+		--q-lora 64 --dense-lead 1 --shared 1 --groups 2 --groups-used 1 --sigmoid --experts 8 \
+		--experts-used 2 --ff-exp 128 --ctx 512 --seed 3 --nextn 1 "$DENSE" >/dev/null 2>&1 ||
+		fail "gen_fixture: no deepseek2 fixture"
+	LIM3=3M
+	PEERS3=4 # at 3M, 3 or 4 peers plan 2 to 4 stages (probes decide): "3" is 2+
+	XS=(m)
+fi
 N1=${N1:-16}
 N2=${N2:-256}
 P="It is a truth universally acknowledged, that a single man in possession of a good fortune, must be in want of a wife. However little known the feelings or views of such a man may be on his first entering a neighbourhood, this truth is so well fixed in the minds of the surrounding families, that he is considered as the rightful property of some one or other of their daughters."
@@ -66,25 +82,31 @@ POOR="Mr. Darcy walked"
 [ -x "$B" ] || fail "$B not found (give the build directory)"
 [ -f "$DENSE" ] || fail "$DENSE not found (set SHOAL_DATA)"
 DRAFT=$T/draft.gguf
-"$BD/tests/helpers/requant" "$SRC_F32" "$DRAFT" --type "${DRAFT_TYPE:-Q4_0}" \
+[ "${XS[0]}" = m ] || "$BD/tests/helpers/requant" "$SRC_F32" "$DRAFT" --type "${DRAFT_TYPE:-Q4_0}" \
 	${DRAFT_LAYERS:+--layers "$DRAFT_LAYERS"} >/dev/null || fail "requant: no draft model"
 
 # ---- clusters: c1s c1d c1p (1 peer), c3s c3d c3p (3 peers); s drafts by
-# lookup, d with the draft model, p not at all
-declare -A EP0 OWN OT
-CL=(c1s c1d c1p c3s c3d c3p)
+# lookup, d with the draft model, m with the MTP layer, p not at all
+declare -A EP0 OWN OT NST
+CL=()
+for k in 1 3; do
+	for x in "${XS[@]}" p; do CL+=("c$k$x"); done
+done
 for c in "${CL[@]}"; do
 	"$B" key new "$T/k$c" >/dev/null || fail "shoal key new"
 	k=${c:1:1}
 	spec=()
 	[ "${c:2:1}" = s ] && spec=(--speculate lookup)
 	[ "${c:2:1}" = d ] && spec=(--speculate draft --draft "$DRAFT")
+	[ "${c:2:1}" = m ] && spec=(--speculate mtp)
 	lim=()
 	[ "$k" = 3 ] && lim=(--mem-limit "$LIM3")
 	KEY=$T/k$c start "${c}n1" "$DENSE" --cluster "sb$c" --ctx 512 "${lim[@]}" "${spec[@]}" \
 		--threads "${THREADS:-1}" "${NODE_X[@]}"
 	seed=$(ep "${c}n1")
-	for i in $(seq 2 "$k"); do
+	np=1
+	[ "$k" = 3 ] && np=$PEERS3
+	for i in $(seq 2 "$np"); do
 		KEY=$T/k$c start "${c}n$i" "$DENSE" --cluster "sb$c" --ctx 512 "${lim[@]}" "${spec[@]}" \
 			--threads "${THREADS:-1}" "${NODE_X[@]}" --peer "$seed"
 	done
@@ -92,9 +114,15 @@ done
 for c in "${CL[@]}"; do
 	k=${c:1:1}
 	names=()
-	for i in $(seq "$k"); do names+=("${c}n$i"); done
-	KEY=$T/k$c wait_for 300 servable_all "$k" "${names[@]}" || fail "$c: no $k-stage plan"
+	np=1
+	[ "$k" = 3 ] && np=$PEERS3
+	for i in $(seq "$np"); do names+=("${c}n$i"); done
+	want=$k
+	[ "$k" = 3 ] && [ "$PEERS3" != 3 ] && want=""
+	KEY=$T/k$c wait_for 300 servable_all "$want" "${names[@]}" || fail "$c: no $k-stage plan"
 	OWN[$c]=$("$PC" "$T/st-${c}n1.json" stage 0)
+	NST[$c]=$("$PC" "$T/st-${c}n1.json" stages)
+	[ "$k" = 1 ] || [ "${NST[$c]}" -ge 2 ] || fail "$c: a plan of ${NST[$c]} stage(s)"
 	EP0[$c]=$(ep "${OWN[$c]}")
 done
 
@@ -132,9 +160,9 @@ for prompt in repeat poor; do
 		done
 	done
 	for k in 1 3; do
-		cmp -s "$T/i2-c${k}s" "$T/i2-c${k}p" || fail "$prompt, $k stage(s): ids with lookup differ"
-		cmp -s "$T/i2-c${k}d" "$T/i2-c${k}p" ||
-			fail "$prompt, $k stage(s): ids with a draft model differ"
+		for x in "${XS[@]}"; do
+			cmp -s "$T/i2-c${k}$x" "$T/i2-c${k}p" || fail "$prompt, $k stage(s): ids with drafter $x differ"
+		done
 	done
 	for c in "${CL[@]}"; do
 		n=$(($(wc -w <"$T/i2-$c") - $(wc -w <"$T/i1-$c")))
@@ -147,12 +175,14 @@ for prompt in repeat poor; do
 			printf "%.1f %d %d", (ns > 0 ? tok / (ns / 1e9) : 0), d, a }')
 	done
 	for k in 1 3; do
-		for x in s d; do
+		for x in "${XS[@]}"; do
 			read -r ots d a <<<"${OT[c${k}$x]}"
 			read -r otp _ _ <<<"${OT[c${k}p]}"
-			awk -v p=$prompt -v k=$k -v us="${US[c${k}$x]}" -v up="${US[c${k}p]}" -v d="$d" -v a="$a" \
-			-v os="$ots" -v op="$otp" -v w="$([ $x = s ] && echo lookup || echo draft)" 'BEGIN {
-			printf "%-6s %d stage(s): owner steps %7.1f tok/s with %-6s, %7.1f without: %.2fx;", p, k, os, w, op, (op > 0 ? os / op : 0)
+			awk -v p=$prompt -v k="${NST[c${k}$x]}" -v kp="${NST[c${k}p]}" -v us="${US[c${k}$x]}" -v up="${US[c${k}p]}" -v d="$d" -v a="$a" \
+			-v os="$ots" -v op="$otp" -v w="$(case $x in s) echo lookup ;; d) echo draft ;; *) echo mtp ;; esac)" 'BEGIN {
+			printf "%-6s %d stage(s): owner steps %7.1f tok/s with %-6s, %7.1f without", p, k, os, w, op
+			if (kp != k) printf " (%d stages)", kp
+			printf ": %.2fx;", (op > 0 ? os / op : 0)
 			printf " wall %.1f vs %.1f tok/s (%.2fx); %d drafted, %d kept (%.0f%%)\n",
 				(us > 0 ? 1e6 / us : 0), (up > 0 ? 1e6 / up : 0), (us > 0 ? up / us : 0), d, a, (d ? 100 * a / d : 0) }'
 		done

@@ -140,6 +140,7 @@ api p3 '"draft"' 1 "$T/a-bad"
 grep -q "no draft model" "$T/a-bad" || fail "speculate draft on p3: no reason: $(cat "$T/a-bad")"
 api p1 '"mtp"' 1 "$T/a-bad"
 [ "$(head -n 1 "$T/a-bad")" = 400 ] || fail "speculate mtp: $(cat "$T/a-bad")"
+grep -q "no MTP layer" "$T/a-bad" || fail "speculate mtp: no reason: $(cat "$T/a-bad")"
 for seed in 1 2; do
 	api p3 '' $seed "$T/a-ref"
 	[ "$(head -n 1 "$T/a-ref")" = 200 ] || fail "API reference: $(cat "$T/a-ref")"

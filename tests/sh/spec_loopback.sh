@@ -4,11 +4,11 @@
 # 127.0.0.1, prompt lookup as the drafter. A prompt that repeats a
 # passage, so that lookup has something to propose.
 #  1. Flags: --speculate and --draft-max appear in --help; a bad mode and
-#     a bad K are refused with a reason; mtp is refused by a node as not
-#     available yet, draft without --draft FILE (tests/sh/spec_draft.sh
-#     runs a node's draft model); a local run refuses draft without
-#     --draft FILE, --draft with another mode, and a draft model of another
-#     vocabulary.
+#     a bad K are refused with a reason; a node refuses draft without
+#     --draft FILE (tests/sh/spec_draft.sh runs a node's draft model,
+#     tests/sh/spec_mtp.sh the MTP layer); a local run refuses draft
+#     without --draft FILE, --draft with another mode, and a draft model of
+#     another vocabulary.
 #  2. Local `shoal run --speculate lookup` gives the ids of a run without
 #     it, greedy and seeded with a repetition penalty, and says how many
 #     drafts it kept; the same with a draft model (the Q8_0 copy drafting
@@ -40,8 +40,6 @@ for c in run node; do
 done
 "$B" node --speculate bogus --state-dir "$T/bad" >"$T/bad.out" 2>&1 && fail "--speculate bogus accepted"
 grep -q "auto, off, lookup" "$T/bad.out" || fail "--speculate bogus: no reason: $(cat "$T/bad.out")"
-"$B" node --speculate mtp --state-dir "$T/bad" >"$T/bad.out" 2>&1 && fail "--speculate mtp accepted"
-grep -q "not available yet" "$T/bad.out" || fail "--speculate mtp: no reason: $(cat "$T/bad.out")"
 "$B" node --speculate draft --state-dir "$T/bad" >"$T/bad.out" 2>&1 && fail "node --speculate draft accepted"
 grep -q "needs --draft FILE" "$T/bad.out" || fail "node --speculate draft: no reason: $(cat "$T/bad.out")"
 # a local run takes a draft model: --draft FILE, checked

@@ -14,7 +14,12 @@
  * drafting, one not) batched together, and with the prefix cache on
  * (the next turn reuses only kept positions and is exact too). The
  * counters say drafts were kept and missed, and that the oracle saved
- * steps.
+ * steps. DeepSeek's MTP layer (dist.h "Speculation", dist_mtp.c) on a
+ * deepseek2 fixture with a nextn layer, through 1 and 3 stages: exact
+ * tokens, and every guess the last stage sent equals that of a fresh MTP
+ * layer given the whole history at once (so its cache held the prompt and
+ * the kept rows, never a rejected one); an MTP session batched with a
+ * plain one, both exact.
  *
  * Divisions: drafters, runs, tests.
  */
@@ -25,7 +30,9 @@
 
 #include "models/model.h"
 #include "runtime/dist/dist.h"
+#include "runtime/cpu/backend_cpu.h"
 #include "runtime/engine/draft_lookup.h"
+#include "runtime/engine/mtp.h"
 #include "tests/helpers/dist_cluster.h"
 #include "tests/unit/test.h"
 
@@ -82,7 +89,28 @@ static const shoal_drafter_ops ORACLE_OPS = {
 
 /* ---- runs ------------------------------------------------------------------ */
 
-enum { D_NONE, D_ORACLE, D_LOOKUP, D_JUNK };
+enum { D_NONE, D_ORACLE, D_LOOKUP, D_JUNK, D_MTP };
+
+/* The MTP guesses an owner heard (shoal_mtp_carry_fn): each with the
+ * tokens generated when it came (the history is prompt + those). */
+#define MTP_MAX 128u
+typedef struct mtp_heard {
+	const dc_run_out *got;
+	uint32_t n;
+	uint32_t at[MTP_MAX]; /* tokens generated */
+	int32_t after[MTP_MAX], guess[MTP_MAX];
+} mtp_heard;
+static mtp_heard heard;
+
+static void mtp_hear(void *ctx, int32_t after, int32_t guess)
+{
+	mtp_heard *h = ctx;
+	if (h->n < MTP_MAX) {
+		h->at[h->n] = h->got->n;
+		h->after[h->n] = after;
+		h->guess[h->n++] = guess;
+	}
+}
 
 /* Run prompt[np] for n_gen tokens with drafter kind d through c's owner
  * and the reference; 1 when they are equal bitwise. */
@@ -113,6 +141,9 @@ static int spec_run(dc_cluster *c, const shoal_sampler_params *sp, int d, const 
 	if (d == D_ORACLE || d == D_JUNK)
 		rq.drafter = (shoal_drafter){.ops = &ORACLE_OPS, .self = &orc};
 	else if (d == D_LOOKUP && shoal_draft_lookup_new(&rq.drafter))
+		return 0;
+	heard = (mtp_heard){.got = &got};
+	if (d == D_MTP && shoal_mtp_carry_new(&rq.drafter, mtp_hear, &heard))
 		return 0;
 	memset(&got, 0, sizeof got);
 	char why[SHOAL_WHY_LEN] = "";
@@ -260,6 +291,59 @@ static void test_group_last_stage(void)
 	ASSERT_GT(om.accepted, 0);
 }
 
+/* Two sessions at once on c, the first drafting with kind d (the
+ * oracle's or MTP guesses), the second not (seeded): 1 when both are
+ * exact; the last stage's metrics and the owner's after. */
+static int two_sessions(dc_cluster *c, int d, const int32_t *prompt, uint32_t np, uint32_t n_gen,
+                        shoal_dist_stage_metrics *sm, shoal_dist_owner_metrics *om)
+{
+	const shoal_model *m = c->m;
+	shoal_sampler_params sp[2] = {greedy(), seeded()};
+	static dc_run_out want[2], ref, got[2];
+	int ok = 1;
+	for (int q = 0; q < 2; q++)
+		ok &= dc_reference(m, prompt, np, n_gen, &sp[q], &want[q]) == 0;
+	ok &= dc_reference(m, prompt, np, DC_MAX_TOK, &sp[0], &ref) == 0;
+	static oracle orc;
+	orc = (oracle){.ref = ref.id, .n_ref = ref.n, .n_prompt = np};
+	uint64_t sid[2];
+	shoal_err res[2] = {SHOAL_ERR_STATE, SHOAL_ERR_STATE};
+	bool done[2] = {false, false};
+	char why[SHOAL_WHY_LEN] = "";
+	for (int q = 0; q < 2; q++) {
+		memset(&got[q], 0, sizeof got[q]);
+		shoal_dist_request rq = {.prompt = prompt,
+		                         .n_prompt = np,
+		                         .max_tokens = n_gen,
+		                         .logprobs = DC_K_TOP,
+		                         .sampler = sp[q],
+		                         .on_token = dc_collect_token,
+		                         .ctx = &got[q]};
+		if (!q && d == D_ORACLE)
+			rq.drafter = (shoal_drafter){.ops = &ORACLE_OPS, .self = &orc};
+		if (!q && d == D_MTP && shoal_mtp_carry_new(&rq.drafter, NULL, NULL))
+			ok = 0;
+		ok &= shoal_dist_owner_start(c->own, &rq, &sid[q], why, sizeof why) == SHOAL_OK;
+	}
+	for (int spin = 0; ok && spin < 1000 && !(done[0] && done[1]); spin++) {
+		ok &= shoal_dist_owner_poll(c->own, c->owner.links, c->owner.n, 20, why,
+		                            sizeof why) == SHOAL_OK;
+		for (int q = 0; q < 2; q++)
+			if (!done[q])
+				done[q] =
+				    shoal_dist_owner_done(c->own, sid[q], &res[q], why, sizeof why);
+	}
+	dc_cluster_stop(c);
+	shoal_dist_stage_metrics_get(c->st[c->n_st - 1].st, sm);
+	shoal_dist_owner_metrics_get(c->own, om);
+	printf("two sessions (drafter %d): last stage %llu runs, %llu with both, %llu drafted, "
+	       "%llu kept\n",
+	       d, (unsigned long long)sm->runs, (unsigned long long)sm->batched_runs,
+	       (unsigned long long)om->drafted, (unsigned long long)om->accepted);
+	return ok && res[0] == SHOAL_OK && res[1] == SHOAL_OK && dc_same_run(&want[0], &got[0]) &&
+	       dc_same_run(&want[1], &got[1]);
+}
+
 /* Two sessions at once on 3 stages, one drafting (oracle), one not
  * (seeded): both exact, and their rows ran together. */
 static void test_two_sessions_batched(void)
@@ -269,54 +353,12 @@ static void test_two_sessions_batched(void)
 	dc_cluster c;
 	const uint32_t cuts[] = {2, 4};
 	ASSERT_EQ(dc_cluster_up(&c, m, cuts, 3, 0, SHOAL_XFER_MAX_FRAME_DEFAULT, 64, false), 0);
-	shoal_sampler_params sp[2] = {greedy(), seeded()};
-	static dc_run_out want[2], ref, got[2];
-	int ok = 1;
-	for (int q = 0; q < 2; q++)
-		ok &= dc_reference(m, PROMPT, NP, T, &sp[q], &want[q]) == 0;
-	ok &= dc_reference(m, PROMPT, NP, DC_MAX_TOK, &sp[0], &ref) == 0;
-	static oracle orc;
-	orc = (oracle){.ref = ref.id, .n_ref = ref.n, .n_prompt = NP};
-	uint64_t sid[2];
-	shoal_err res[2] = {SHOAL_ERR_STATE, SHOAL_ERR_STATE};
-	bool done[2] = {false, false};
-	char why[SHOAL_WHY_LEN] = "";
-	for (int q = 0; q < 2; q++) {
-		memset(&got[q], 0, sizeof got[q]);
-		shoal_dist_request rq = {.prompt = PROMPT,
-		                         .n_prompt = NP,
-		                         .max_tokens = T,
-		                         .logprobs = DC_K_TOP,
-		                         .sampler = sp[q],
-		                         .on_token = dc_collect_token,
-		                         .ctx = &got[q]};
-		if (!q)
-			rq.drafter = (shoal_drafter){.ops = &ORACLE_OPS, .self = &orc};
-		ok &= shoal_dist_owner_start(c.own, &rq, &sid[q], why, sizeof why) == SHOAL_OK;
-	}
-	for (int spin = 0; ok && spin < 1000 && !(done[0] && done[1]); spin++) {
-		ok &= shoal_dist_owner_poll(c.own, c.owner.links, c.owner.n, 20, why, sizeof why) ==
-		      SHOAL_OK;
-		for (int q = 0; q < 2; q++)
-			if (!done[q])
-				done[q] =
-				    shoal_dist_owner_done(c.own, sid[q], &res[q], why, sizeof why);
-	}
-	dc_cluster_stop(&c);
 	shoal_dist_stage_metrics sm;
-	shoal_dist_stage_metrics_get(c.st[2].st, &sm);
 	shoal_dist_owner_metrics om;
-	shoal_dist_owner_metrics_get(c.own, &om);
-	printf("two sessions: last stage %llu runs, %llu with both, %llu kept drafts\n",
-	       (unsigned long long)sm.runs, (unsigned long long)sm.batched_runs,
-	       (unsigned long long)om.accepted);
+	int ok = two_sessions(&c, D_ORACLE, PROMPT, NP, T, &sm, &om);
 	dc_cluster_down(&c);
 	shoal_model_free(m);
 	ASSERT_TRUE(ok);
-	ASSERT_EQ(res[0], SHOAL_OK);
-	ASSERT_EQ(res[1], SHOAL_OK);
-	ASSERT_TRUE(dc_same_run(&want[0], &got[0]));
-	ASSERT_TRUE(dc_same_run(&want[1], &got[1]));
 	ASSERT_GT(sm.batched_runs, 0);
 	ASSERT_GT(om.accepted, 0);
 }
@@ -359,6 +401,190 @@ static void test_prefix_cache(void)
 	ASSERT_U64_EQ(sm.prefix_hit_tokens, 3 * 48); /* 3 whole blocks of [0, 56) */
 }
 
+/* The guess of a fresh MTP layer over ids[0, n): the main model's hidden
+ * states of rows [0, n - 1) from one engine, pushed with the ids after
+ * them at once; -1 on failure. */
+static int32_t mtp_fresh(const shoal_model *m, const int32_t *ids, uint32_t n)
+{
+	enum { ROWS = 64 };
+	char why[SHOAL_WHY_LEN] = "";
+	const uint32_t E = m->hp.n_embd;
+	shoal_engine_config c = shoal_engine_config_default(m);
+	c.backend = shoal_backend_cpu();
+	c.n_ctx = 128;
+	c.max_rows = ROWS;
+	shoal_engine *e = NULL;
+	shoal_mtp *t = NULL;
+	shoal_drafter d = {0};
+	uint32_t slot = 0, pos[ROWS], sess[ROWS];
+	float *h = malloc((size_t)n * E * sizeof *h);
+	int32_t g = -1;
+	if (!h || n < 2 || n - 1 > ROWS || shoal_engine_new(m, &c, &e, why, sizeof why) ||
+	    shoal_engine_session_open(e, &slot))
+		goto out;
+	for (uint32_t r = 0; r < n - 1; r++) {
+		pos[r] = r;
+		sess[r] = slot;
+	}
+	shoal_engine_batch b = {
+	    .n_rows = n - 1, .tokens = ids, .session = sess, .pos = pos, .hidden_out = h};
+	if (shoal_engine_run(e, &b, why, sizeof why) || shoal_mtp_new(m, &c, &t, why, sizeof why) ||
+	    shoal_mtp_drafter_new(t, &d, why, sizeof why) ||
+	    shoal_mtp_drafter_push(&d, 0, n - 1, h, ids + 1, why, sizeof why))
+		goto out;
+	g = shoal_mtp_drafter_guess(&d);
+out:
+	if (g < 0)
+		fprintf(stderr, "fresh MTP guess: %s\n", why);
+	if (d.ops)
+		d.ops->free(d.self);
+	shoal_mtp_free(t);
+	shoal_engine_free(e);
+	free(h);
+	return g;
+}
+
+/* The guesses of the latest D_MTP run (its tokens got, prompt[np]) against
+ * fresh ones: how many, all checked; -1 at the first that differs, is
+ * missing (-1) or does not follow the token before it. */
+static int mtp_check(const shoal_model *m, const int32_t *prompt, uint32_t np,
+                     const dc_run_out *got)
+{
+	int32_t ids[128];
+	int n_ok = 0;
+	for (uint32_t i = 0; i < heard.n; i++) {
+		uint32_t n = np + heard.at[i];
+		if (heard.guess[i] < 0 || n > 128 || heard.at[i] == 0 ||
+		    heard.after[i] != got->id[heard.at[i] - 1]) {
+			fprintf(stderr, "MTP guess %u: %d after %d at %u tokens\n", i,
+			        heard.guess[i], heard.after[i], heard.at[i]);
+			return -1;
+		}
+		memcpy(ids, prompt, np * sizeof *ids);
+		memcpy(ids + np, got->id, heard.at[i] * sizeof *ids);
+		int32_t want = mtp_fresh(m, ids, n);
+		if (want != heard.guess[i]) {
+			fprintf(stderr, "MTP guess after %u tokens: sent %d, fresh %d\n",
+			        heard.at[i], heard.guess[i], want);
+			return -1;
+		}
+		n_ok++;
+	}
+	return n_ok;
+}
+
+#define FX_DS2_MTP                                                                                 \
+	"--arch deepseek2 --type F32 --layers 3 --dim 128 --ff 256 --heads 4 --vocab 300 "         \
+	"--head-dim 48 --kv-lora 64 --rope-dim 16 --v-head-dim 32 --dense-lead 1 --shared 1 "      \
+	"--experts 8 --experts-used 2 --ff-exp 64 --ctx 128 --seed 13 --nextn 1 --q-lora 64"
+
+static char mtp_dir[] = "/tmp/shoal-test-spec-mtp-XXXXXX";
+
+/* Zero the rows past the first 4 of head tensor t of the F32 file at path:
+ * only ids 0..3 get logits above 0, so that the model and its MTP layer
+ * pick among 4 ids and guesses are often right. */
+static int mtp_narrow(const char *path, const shoal_gguf_tensor *t)
+{
+	uint64_t row = t->ne[0] * sizeof(float), off = t->file_offset + 4 * row;
+	size_t len = (size_t)(t->nbytes - 4 * row);
+	char *z = calloc(1, len);
+	FILE *f = fopen(path, "r+b");
+	int rc = z && f && !fseek(f, (long)off, SEEK_SET) && fwrite(z, 1, len, f) == len ? 0 : -1;
+	if (f && fclose(f))
+		rc = -1;
+	free(z);
+	return rc;
+}
+
+/* Runs with MTP guesses on 1 and 3 stages, greedy and seeded: exact, and
+ * every guess a fresh layer's; the count checked and the drafts kept
+ * added to *checked, *kept. */
+static int mtp_runs(const shoal_model *m, const char *what, int *checked, uint64_t *kept)
+{
+	const int32_t prompt[] = {1, 17, 250, 3, 99, 42, 7, 7, 120, 64, 5, 298, 17, 250, 3, 99};
+	const uint32_t np = sizeof prompt / sizeof prompt[0];
+	int ok = 1;
+	for (uint32_t n_st = 1; n_st <= 3; n_st += 2) {
+		dc_cluster c;
+		const uint32_t cuts[] = {1, 2};
+		if (dc_cluster_up(&c, m, cuts, n_st, 0, SHOAL_XFER_MAX_FRAME_DEFAULT, 64, false))
+			return 0;
+		shoal_sampler_params sp[2] = {greedy(), seeded()};
+		for (int q = 0; q < 2; q++) {
+			int same = spec_run(&c, &sp[q], D_MTP, prompt, np, 40);
+			static dc_run_out want;
+			ok &= same && dc_reference(m, prompt, np, 40, &sp[q], &want) == 0;
+			int k = mtp_check(m, prompt, np, &want);
+			printf(
+			    "mtp, %s, %u stage(s), %s: tokens %s, %d guesses as a fresh layer's\n",
+			    what, n_st, q ? "seeded" : "greedy", same ? "exact" : "DIFFER", k);
+			/* a guess after every step but the last (a kept draft
+			 * makes a step of 2 tokens) */
+			ok &= k > 0 && k >= (int)want.n - 1 - 20;
+			*checked += k > 0 ? k : 0;
+		}
+		shoal_dist_owner_metrics om;
+		shoal_dist_owner_metrics_get(c.own, &om);
+		printf("mtp, %s, %u stage(s): %llu drafted, %llu kept\n", what, n_st,
+		       (unsigned long long)om.drafted, (unsigned long long)om.accepted);
+		ok &= om.drafted > 0;
+		*kept += om.accepted;
+		dc_cluster_down(&c);
+	}
+	return ok;
+}
+
+static void test_mtp_guesses(void)
+{
+	static char path[512];
+	const char *bdir = getenv("SHOAL_BUILDDIR");
+	if (!mkdtemp(mtp_dir))
+		TEST_SKIP("no temporary directory");
+	snprintf(path, sizeof path, "%s/ds2-mtp.gguf", mtp_dir);
+	char cmd[1024];
+	snprintf(cmd, sizeof cmd, "%s/tests/helpers/gen_fixture %s %s >/dev/null 2>&1",
+	         bdir ? bdir : ".", FX_DS2_MTP, path);
+	if (system(cmd)) {
+		rmdir(mtp_dir);
+		TEST_SKIP("tests/helpers/gen_fixture could not make a deepseek2 fixture");
+	}
+	shoal_model *m = NULL;
+	char why[SHOAL_WHY_LEN];
+	ASSERT_EQ(shoal_model_open(path, &m, why, sizeof why), SHOAL_OK);
+	ASSERT_TRUE(m->nextn != NULL);
+	int checked = 0;
+	uint64_t kept = 0, kept_few = 0;
+	int ok = mtp_runs(m, "random", &checked, &kept);
+	/* an MTP session and a plain one at once on 3 stages: both exact */
+	{
+		dc_cluster c;
+		const uint32_t cuts[] = {1, 2};
+		const int32_t prompt[] = {1, 17, 250, 3, 99, 42, 7, 7, 120, 64, 5, 298, 17, 250};
+		ASSERT_EQ(dc_cluster_up(&c, m, cuts, 3, 0, SHOAL_XFER_MAX_FRAME_DEFAULT, 64, false),
+		          0);
+		shoal_dist_stage_metrics sm;
+		shoal_dist_owner_metrics om;
+		ok &= two_sessions(&c, D_MTP, prompt, 14, 40, &sm, &om);
+		dc_cluster_down(&c);
+		ok &= sm.batched_runs > 0 && om.drafted > 0;
+	}
+	/* the heads narrowed to 4 ids: drafts are kept too (a step's second
+	 * row goes into the layer) */
+	ASSERT_TRUE(!m->hp.tied_head && m->nextn->head != m->output);
+	const shoal_gguf_tensor *out = m->output, *mh = m->nextn->head;
+	ASSERT_EQ(mtp_narrow(path, out), 0);
+	ASSERT_EQ(mtp_narrow(path, mh), 0);
+	shoal_model_free(m);
+	ASSERT_EQ(shoal_model_open(path, &m, why, sizeof why), SHOAL_OK);
+	ok &= mtp_runs(m, "4 ids", &checked, &kept_few);
+	shoal_model_free(m);
+	unlink(path);
+	rmdir(mtp_dir);
+	ASSERT_TRUE(ok);
+	ASSERT_GT(checked, 8 * 39 - 8);
+	ASSERT_GT(kept_few, 0);
+}
+
 /* Lookup itself: the longest suffix wins, the latest occurrence, k caps. */
 static void test_lookup_proposals(void)
 {
@@ -385,4 +611,5 @@ static void test_lookup_proposals(void)
 
 TEST_MAIN(TEST_CASE(test_lookup_proposals), TEST_CASE(test_dense_one_and_three_stages),
           TEST_CASE(test_moe_experts), TEST_CASE(test_group_last_stage),
-          TEST_CASE(test_two_sessions_batched), TEST_CASE(test_prefix_cache))
+          TEST_CASE(test_two_sessions_batched), TEST_CASE(test_prefix_cache),
+          TEST_CASE(test_mtp_guesses))

@@ -479,6 +479,14 @@ static void test_drafter(void)
 	ASSERT_EQ(shoal_mtp_drafter_push(&d, NP + 3, 1, h, PROMPT, why, sizeof why),
 	          SHOAL_ERR_RANGE);
 	ASSERT_TRUE(strstr(why, "gap") != NULL);
+	/* a next id not known (-1) is a zeroed embedding, as at position 0
+	 * always: row 0 guesses the same with it; below -1 is refused */
+	ASSERT_EQ(shoal_mtp_drafter_push(&d, 0, 1, h, PROMPT + 1, why, sizeof why), SHOAL_OK);
+	int32_t g_known = shoal_mtp_drafter_guess(&d), unknown = -1, bad = -2;
+	ASSERT_EQ(shoal_mtp_drafter_len(&d), 1);
+	ASSERT_EQ(shoal_mtp_drafter_push(&d, 0, 1, h, &unknown, why, sizeof why), SHOAL_OK);
+	ASSERT_EQ(shoal_mtp_drafter_guess(&d), g_known);
+	ASSERT_EQ(shoal_mtp_drafter_push(&d, 0, 1, h, &bad, why, sizeof why), SHOAL_ERR_RANGE);
 	d.ops->free(d.self);
 	free(h);
 	free(lg);

@@ -18,6 +18,7 @@
 #include "runtime/cpu/backend_cpu.h"
 #include "runtime/engine/draft_model.h"
 #include "runtime/engine/engine.h"
+#include "runtime/engine/generate.h"
 #include "runtime/engine/mtp.h"
 #include "tests/unit/test.h"
 #include "tests/unit/test_fixture.h"
@@ -300,4 +301,68 @@ static void test_cleanup(void)
 	fx_cleanup();
 }
 
-TEST_MAIN(TEST_CASE(test_mtp_loop), TEST_CASE(test_draft_model_loop), TEST_CASE(test_cleanup))
+/* shoal_gen_run (shoal run's loop) with an MTP drafter: the kept rows'
+ * hidden states go into the layer (a prompt longer than a run's rows
+ * too), and the ids are those of a run without it, greedy and seeded. */
+typedef struct gen_ids {
+	uint32_t n;
+	int32_t id[32];
+} gen_ids;
+
+static int gen_collect(void *ctx, const shoal_gen_token *t)
+{
+	gen_ids *o = ctx;
+	if (o->n < 32)
+		o->id[o->n++] = t->id;
+	return 0;
+}
+
+static void test_gen_mtp(void)
+{
+	char why[SHOAL_WHY_LEN] = "";
+	shoal_model *m = open_model(fx_path("ds2-mtp", FX_DS2));
+	ASSERT_TRUE(m != NULL);
+	shoal_engine_config c = shoal_engine_config_default(m);
+	c.backend = shoal_backend_cpu();
+	c.n_ctx = 64;
+	c.max_rows = ROWS;
+	shoal_engine *e = NULL;
+	shoal_mtp *t = NULL;
+	ASSERT_EQ(shoal_engine_new(m, &c, &e, why, sizeof why), SHOAL_OK);
+	ASSERT_EQ(shoal_mtp_new(m, &c, &t, why, sizeof why), SHOAL_OK);
+	int32_t prompt[40]; /* 40 > ROWS: the prefill runs in 3 chunks */
+	for (uint32_t i = 0; i < 40; i++)
+		prompt[i] = PROMPT[i % NP] + (int32_t)(i / NP);
+	for (int q = 0; q < 2; q++) {
+		shoal_gen_config gc = {.sampler = shoal_sampler_defaults(), .speculate = true};
+		gc.sampler.temp = q ? 0.9f : 0.0f;
+		gc.sampler.seed = 5;
+		gc.sampler.repeat_penalty = q ? 1.1f : 1.0f;
+		shoal_gen *g = NULL;
+		ASSERT_EQ(shoal_gen_new(e, &gc, &g, why, sizeof why), SHOAL_OK);
+		gen_ids plain = {0}, spec = {0};
+		shoal_gen_request rq = {.prompt = prompt,
+		                        .n_prompt = 40,
+		                        .max_tokens = 20,
+		                        .on_token = gen_collect,
+		                        .ctx = &plain};
+		shoal_gen_stats st;
+		ASSERT_EQ(shoal_gen_run(g, &rq, &st, why, sizeof why), SHOAL_OK);
+		rq.ctx = &spec;
+		rq.draft_max = 1;
+		ASSERT_EQ(shoal_mtp_drafter_new(t, &rq.drafter, why, sizeof why), SHOAL_OK);
+		ASSERT_EQ(shoal_gen_run(g, &rq, &st, why, sizeof why), SHOAL_OK);
+		printf("  shoal_gen_run with MTP (%s): %u drafted, %u kept\n",
+		       q ? "seeded" : "greedy", st.drafted, st.accepted);
+		ASSERT_EQ(spec.n, 20);
+		ASSERT_MEM_EQ(spec.id, plain.id, plain.n * sizeof(int32_t));
+		ASSERT_GT(st.drafted, 0);
+		shoal_gen_free(g);
+	}
+	shoal_mtp_free(t);
+	shoal_engine_free(e);
+	shoal_model_free(m);
+}
+
+TEST_MAIN(TEST_CASE(test_mtp_loop), TEST_CASE(test_draft_model_loop), TEST_CASE(test_gen_mtp),
+          TEST_CASE(test_cleanup))
