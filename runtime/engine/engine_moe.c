@@ -84,8 +84,8 @@ static void engine_route_logits(shoal_engine *e, uint32_t layer, uint32_t n_rows
 }
 
 /* The routing on the host, for a backend without moe_route: the logits
- * read once, p by expf with the sum in double, then the contract's row
- * (backend_host.c). */
+ * read once, p by expf with the sum in double (a NaN's p 0, as the CPU's
+ * softmax has it), then the contract's row (backend_host.c). */
 static void engine_route_host(shoal_engine *e, uint32_t layer, shoal_backend_route *r)
 {
 	uint32_t ne = r->n_expert;
@@ -102,7 +102,7 @@ static void engine_route_host(shoal_engine *e, uint32_t layer, shoal_backend_rou
 			if (r->gating == SHOAL_BACKEND_GATING_SIGMOID)
 				pi[x] = 1.0f / (1.0f + expf(-l[x]));
 			else if (r->gating == SHOAL_BACKEND_GATING_SOFTMAX)
-				sum += pi[x] = expf(l[x] - mx);
+				sum += pi[x] = l[x] == l[x] ? expf(l[x] - mx) : 0.0f; /* NaN: 0 */
 			else
 				pi[x] = l[x];
 		}
