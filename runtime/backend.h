@@ -23,7 +23,7 @@
 
 /* The version of this table's layout and contract; an engine refuses a
  * table of another version. Raise it with any change to the table. */
-#define SHOAL_BACKEND_ABI 7u
+#define SHOAL_BACKEND_ABI 8u
 
 /*
  * Conventions for every op:
@@ -69,6 +69,12 @@ typedef enum shoal_backend_op {
 	 * (shoal_backend_attn.ring, .first); a backend that says no is given
 	 * ring 0 only, and the engine keeps a sliding layer's whole context */
 	SHOAL_BACKEND_OP_ATTN_RING,
+	/* ABI 8, asked with F32: moe_route computes (a backend that says no
+	 * is never called there: the engine routes on the host); moe_ffn
+	 * honours shoal_backend_moe's expert biases and oai (a backend that
+	 * says no is given neither, and gpt-oss's experts run one by one) */
+	SHOAL_BACKEND_OP_MOE_ROUTE,
+	SHOAL_BACKEND_OP_MOE_BIAS,
 } shoal_backend_op;
 
 /* What kind of processor a device is. */
@@ -148,9 +154,10 @@ typedef struct shoal_backend_attn {
  * expert's matrix), silu(g) * u is swiglu's. The routing (ids, w) is
  * device memory: a row's k ids are distinct and ascending, each < n_expert
  * (trusted: the engine chooses and sorts them). ids_host: the same ids in
- * host memory where the caller has them (the engine does: it routes on the
- * host), or NULL: a backend may plan its work from them (which experts run,
- * on how many rows) instead of reading ids back. scratch: device memory of
+ * host memory where the caller has them (the engine, when it routed on the
+ * host or read a batch's ids back), or NULL: a backend may plan its work
+ * from them (which experts run, on how many rows) instead of reading ids
+ * back. scratch: device memory of
  * n_rows * k * (2 * n_ff + n_embd) floats that the op may overwrite. */
 typedef struct shoal_backend_moe {
 	uint32_t n_rows, k, n_expert;
@@ -165,7 +172,68 @@ typedef struct shoal_backend_moe {
 	float *out;              /* (n_rows, n_embd) ldo, not overlapping x */
 	size_t ldo;
 	float *scratch;
+	/* ABI 8; only for a backend that supports MOE_BIAS, else NULL and
+	 * false. Expert biases (gpt-oss), each NULL or a device address:
+	 * gate_b (n_expert, n_ff), up_b (n_expert, n_ff), down_b (n_expert,
+	 * n_embd): expert e's row added to its product (after the product is
+	 * rounded, as add() adds: g = gate_e x + gate_b[e], likewise u and the
+	 * down product before w_j weighs it). oai: h = swiglu_oai(g, u, alpha,
+	 * limit) instead of silu(g) * u. */
+	const float *gate_b, *up_b, *down_b;
+	bool oai;
+	float alpha, limit;
 } shoal_backend_moe;
+
+/* The router of an MoE layer after its product (ABI 8, moe_route): for
+ * each of n_rows rows of logits l (n_expert, ld apart), with
+ *   p = softmax(l) over all experts      (SOFTMAX: the backend's softmax)
+ *       sigmoid(l) = 1 / (1 + exp(-l))    (SIGMOID)
+ *       l                                 (SOFTMAX_TOPK)
+ * the k experts chosen by the key
+ *   key = l                  when bias is NULL and n_group < 2 (softmax
+ *                            and sigmoid are increasing, so this is p's
+ *                            order, and every backend reads the same bits)
+ *   key = p + bias           otherwise, then, when n_group >= 2, a group
+ *                            (n_expert / n_group experts in a row) scores
+ *                            the sum of its two best keys, and the keys
+ *                            outside the n_group_used best groups (ties to
+ *                            the lower group) become -inf;
+ * top k of key, ties to the lower id, NaN lowest (shoal_backend_top_k_rows);
+ * their weights w_j = p[id_j] (SOFTMAX_TOPK: the softmax of the k chosen
+ * logits, sum in double), divided by max(sum_j w_j, 2^-14) when norm,
+ * times scale; then the k (id, weight) pairs sorted by ascending id into
+ * ids and w. Chosen ids are the CPU's exactly where the key is l; with a
+ * bias or groups a backend's key differs from the CPU's by its softmax's
+ * or sigmoid's rounding (a few ulp), so only keys that close to a tie may
+ * choose differently. Weights: within 1e-4 relative of the CPU's (a float
+ * sum of up to SHOAL_BACKEND_ROUTE_MAX_EXPERT terms, in any order). */
+#define SHOAL_BACKEND_ROUTE_MAX_EXPERT 1024u
+#define SHOAL_BACKEND_ROUTE_MAX_K      64u
+#define SHOAL_BACKEND_ROUTE_MAX_GROUPS 64u
+
+typedef enum shoal_backend_gating {
+	SHOAL_BACKEND_GATING_SOFTMAX = 0,
+	SHOAL_BACKEND_GATING_SIGMOID,
+	SHOAL_BACKEND_GATING_SOFTMAX_TOPK,
+} shoal_backend_gating;
+
+typedef struct shoal_backend_route {
+	uint32_t n_rows;
+	uint32_t n_expert; /* <= SHOAL_BACKEND_ROUTE_MAX_EXPERT */
+	uint32_t k;        /* 1 <= k <= min(n_expert, SHOAL_BACKEND_ROUTE_MAX_K) */
+	shoal_backend_gating gating;
+	/* n_group < 2: no groups; else n_group <= SHOAL_BACKEND_ROUTE_MAX_GROUPS
+	 * divides n_expert and 1 <= n_group_used <= n_group, and the groups
+	 * left hold at least k experts */
+	uint32_t n_group, n_group_used;
+	bool norm;
+	float scale;
+	const float *logits; /* (n_rows, n_expert) ld, read only */
+	size_t ld;
+	const float *bias; /* (n_expert) selection bias (DeepSeek-V3), or NULL */
+	int32_t *ids;      /* (n_rows, k) out */
+	float *w;          /* (n_rows, k) out */
+} shoal_backend_route;
 
 /* What an instance must be able to do; scratch is sized from these once. */
 typedef struct shoal_backend_limits {
@@ -281,6 +349,11 @@ typedef struct shoal_backend_ops {
 	 * supports(MATMUL) takes. */
 	void (*moe_ffn)(shoal_backend *b, const shoal_backend_moe *m);
 
+	/* The router's choice (shoal_backend_route above) from logits in
+	 * device memory into ids and w in device memory, recorded without
+	 * waiting (ABI 8; called only where supports(MOE_ROUTE, F32)). */
+	void (*moe_route)(shoal_backend *b, const shoal_backend_route *r);
+
 	/* Memory of the instance, which may live on a device: bytes zeroed
 	 * (NOMEM when there is not enough). buf_addr: the device address of
 	 * its first byte, for ops. buf_host: where the host may read and
@@ -314,6 +387,14 @@ typedef struct shoal_backend_ops {
  * backends share, so that they choose alike). */
 void shoal_backend_top_k_rows(const float *x, uint32_t n, uint32_t n_rows, size_t ld, uint32_t k,
                               int32_t *ids, float *vals);
+
+/* One row of the moe_route contract on host memory: lg (n_expert) the
+ * row's logits, p (n_expert) its gate scores (shoal_backend_route's p, as
+ * the caller's softmax or sigmoid computed them; lg for SOFTMAX_TOPK),
+ * sel (n_expert) scratch; ids and w (k) out. Only r's sizes and flags
+ * are read (not its pointers). */
+void shoal_backend_route_row(const shoal_backend_route *r, const float *lg, const float *p,
+                             float *sel, int32_t *ids, float *w);
 
 /* The moe_ffn contract for a backend whose device addresses are host
  * pointers (the CPU), through its own ops: experts in ascending id order,

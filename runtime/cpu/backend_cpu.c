@@ -570,6 +570,33 @@ static void cpu_top_k(shoal_backend *b, const float *x, uint32_t n, uint32_t n_r
 	shoal_backend_top_k_rows(x, n, n_rows, ld, k, ids, vals);
 }
 
+/* The router's choice (backend.h's moe_route), row by row on the stack:
+ * p is this backend's softmax (the softmax op's kernel) or 1 / (1 +
+ * expf(-l)), then the shared selection and weighing (backend_host.c). */
+static void cpu_moe_route(shoal_backend *b, const shoal_backend_route *r)
+{
+	float p[SHOAL_BACKEND_ROUTE_MAX_EXPERT], sel[SHOAL_BACKEND_ROUTE_MAX_EXPERT];
+	uint32_t ne = r->n_expert;
+	SHOAL_ASSERT(ne <= SHOAL_BACKEND_ROUTE_MAX_EXPERT && r->k >= 1 && r->k <= ne &&
+	             r->k <= SHOAL_BACKEND_ROUTE_MAX_K &&
+	             r->n_group <= SHOAL_BACKEND_ROUTE_MAX_GROUPS);
+	for (uint32_t i = 0; i < r->n_rows; i++) {
+		const float *lg = r->logits + (size_t)i * r->ld; /* (n_expert) */
+		const float *pr = lg;
+		if (r->gating == SHOAL_BACKEND_GATING_SOFTMAX) {
+			memcpy(p, lg, ne * sizeof(float));
+			b->k->softmax(p, (int)ne);
+			pr = p;
+		} else if (r->gating == SHOAL_BACKEND_GATING_SIGMOID) {
+			for (uint32_t x = 0; x < ne; x++)
+				p[x] = 1.0f / (1.0f + expf(-lg[x]));
+			pr = p;
+		}
+		shoal_backend_route_row(r, lg, pr, sel, r->ids + (size_t)i * r->k,
+		                        r->w + (size_t)i * r->k);
+	}
+}
+
 /* The routed experts through this backend's matmul and swiglu (on host
  * memory: runtime/backend_host.c). */
 static const shoal_backend_ops cpu_ops;
@@ -652,6 +679,8 @@ static bool cpu_supports(shoal_backend_op op, shoal_dtype t)
 		return t == SHOAL_DTYPE_F32 || t == SHOAL_DTYPE_F16;
 	case SHOAL_BACKEND_OP_ATTN_SINKS:
 	case SHOAL_BACKEND_OP_SWIGLU_OAI:
+	case SHOAL_BACKEND_OP_MOE_ROUTE:
+	case SHOAL_BACKEND_OP_MOE_BIAS:
 		return t == SHOAL_DTYPE_F32;
 	}
 	return false;
@@ -699,6 +728,7 @@ static const shoal_backend_ops cpu_ops = {
     .softmax = cpu_softmax,
     .top_k = cpu_top_k,
     .moe_ffn = cpu_moe_ffn,
+    .moe_route = cpu_moe_route,
     .buf_alloc = cpu_buf_alloc,
     .buf_free = cpu_buf_free,
     .buf_addr = cpu_buf_host,

@@ -312,7 +312,6 @@ static shoal_err engine_layer_init(shoal_engine *e, uint32_t il, bool owned, cha
 		 * (a backend with device memory would upload every layer's
 		 * experts) and not from a fetched part (cfg.tensor_held: a peer
 		 * holds only the tensors of its part) */
-		const float *bias_dev = NULL;
 		L->exp_mapped =
 		    owned || (e->expert_masked ? any : e->host_ok && !e->cfg.tensor_held);
 		e->map_now = L->exp_mapped;
@@ -327,7 +326,7 @@ static shoal_err engine_layer_init(shoal_engine *e, uint32_t il, bool owned, cha
 		                     &L->down_exp, &L->down_exp_stride, why, why_len)) ||
 		     (err = engine_mat(e, src->ffn_gate_inp, hp->n_embd, hp->n_expert, 1,
 		                       &L->router, NULL, why, why_len)) ||
-		     (err = engine_vec(e, src->exp_probs_b, hp->n_expert, &bias_dev,
+		     (err = engine_vec(e, src->exp_probs_b, hp->n_expert, &L->exp_probs_b_d,
 		                       &L->exp_probs_b, why, why_len))))
 			return err;
 		/* gpt-oss's expert biases go with the experts' matrices */
@@ -465,6 +464,7 @@ void shoal_engine_free(shoal_engine *e)
 	free(e->kv_first);
 	free(e->moe_ids);
 	free(e->moe_w);
+	free(e->moe_key);
 	free(e->moe_contrib);
 	free(e->moe_slot);
 	free(e->host_block);
@@ -591,6 +591,7 @@ static shoal_err engine_scratch(shoal_engine *e, uint32_t n_ff, char *why, size_
 		e->moe_w = engine_calloc3(R, K, 1, sizeof(float));
 		e->moe_contrib = engine_calloc3(R, K, E, sizeof(float));
 		e->moe_slot = calloc(R, sizeof *e->moe_slot);
+		e->moe_key = calloc(NE, sizeof *e->moe_key);
 	}
 	if (e->host_ok) {
 		e->xn_h = e->xn, e->tmp_h = e->tmp, e->moe_logits = e->moe_lg_d;
@@ -602,7 +603,7 @@ static shoal_err engine_scratch(shoal_engine *e, uint32_t n_ff, char *why, size_
 	}
 	if (!e->sess_open || !e->sess_len || !e->sess_next || !e->sess_lo || !e->krow || !e->vrow ||
 	    !e->n_kv || !e->kv_slot || !e->kv_first || !e->xn_h ||
-	    (NE && (!e->moe_ids || !e->moe_w || !e->moe_contrib || !e->moe_slot)))
+	    (NE && (!e->moe_ids || !e->moe_w || !e->moe_contrib || !e->moe_slot || !e->moe_key)))
 		return shoal_why(why, why_len, SHOAL_ERR_NOMEM,
 		                 "no memory for %u sessions and %zu rows", e->cfg.max_sessions, R);
 	return SHOAL_OK;
@@ -729,6 +730,12 @@ shoal_err shoal_engine_new(const shoal_model *m, const shoal_engine_config *cfg,
 	}
 	e->kv = e->ops->buf_addr(e->kv_buf);
 	e->host_ok = e->ops->buf_host(e->kv_buf) == (void *)e->kv;
+	e->moe_route_op = e->hp.n_expert &&
+	                  e->ops->supports(SHOAL_BACKEND_OP_MOE_ROUTE, SHOAL_DTYPE_F32) &&
+	                  e->hp.n_expert <= SHOAL_BACKEND_ROUTE_MAX_EXPERT &&
+	                  e->hp.n_expert_used <= SHOAL_BACKEND_ROUTE_MAX_K &&
+	                  e->hp.n_expert_group <= SHOAL_BACKEND_ROUTE_MAX_GROUPS;
+	e->moe_bias_op = e->ops->supports(SHOAL_BACKEND_OP_MOE_BIAS, SHOAL_DTYPE_F32);
 	e->map_now = true;
 	if (e->tp && !e->host_ok) {
 		err = shoal_why(why, why_len, SHOAL_ERR_UNSUPPORTED,

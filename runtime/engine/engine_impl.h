@@ -37,6 +37,7 @@ typedef struct engine__layer {
 	shoal_backend_mat down_exp;         /* expert 0 of {n_ff_exp, n_embd, n_expert} */
 	size_t gate_exp_stride, up_exp_stride, down_exp_stride; /* bytes per expert */
 	const float *exp_probs_b;         /* host (n_expert) selection bias, or NULL */
+	const float *exp_probs_b_d;       /* the same, a device address (moe_route) */
 	bool shexp;                       /* shared experts (owned layers) */
 	shoal_backend_mat gate_sh, up_sh; /* {n_embd, n_ff_shexp} */
 	shoal_backend_mat down_sh;        /* {n_ff_shexp, n_embd} */
@@ -74,6 +75,10 @@ struct shoal_engine {
 	 * arrays may be handed to ops, and the host views below alias the
 	 * device scratch, so nothing is copied */
 	bool host_ok;
+	/* the backend's moe_route takes this model's router (supports
+	 * MOE_ROUTE, sizes within backend.h's limits); its moe_ffn takes
+	 * expert biases and the clamped SwiGLU (MOE_BIAS) */
+	bool moe_route_op, moe_bias_op;
 	bool map_now;           /* engine_mat maps what it checks (creation) */
 	engine__layer *layers;  /* (n_layer) */
 	const float *out_norm;  /* (n_embd), with has_head */
@@ -137,10 +142,18 @@ struct shoal_engine {
 	float *moe_contrib;  /* host (max_rows, k, n_embd) */
 	float *moe_x;        /* host (max_rows, n_embd) rows routed to one expert */
 	uint32_t *moe_slot;  /* host (max_rows) their (r*k + j) */
-	float *moe_sel;      /* host (max_rows, n_expert) biased, group-masked scores */
+	float *moe_sel;      /* host (max_rows, n_expert) gate scores (host routing) */
+	float *moe_key;      /* host (n_expert) one row's selection keys (host routing) */
 	float *xn_h, *tmp_h; /* host (max_rows, n_embd) views of xn and tmp */
 	void *host_block;    /* the host views' memory when !host_ok */
 };
+
+/* Rows of an MoE batch above which the engine reads the routing's ids
+ * back for moe_ffn to plan from (backend.h's ids_host: the Vulkan
+ * backend groups a batch's slots by expert so that each expert's weights
+ * are read once): 8, the rows of a decode step or a speculative check,
+ * stay on the device; a prefill batch pays one small read per layer. */
+#define SHOAL_ENGINE_MOE_PLAN_ROWS 8u
 
 /* Logit rows per head product on a backend with device memory: the device
  * logits buffer holds this many rows, read back after each. */

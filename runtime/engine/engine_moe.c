@@ -5,7 +5,8 @@
  *
  * Part: runtime/ (engine). Semantics as the reference engine:
  *   p = softmax(x Wr^T) over all n_expert (F32, sum in double)
- *   top-k of p (ties: lower expert id), w = p[top-k]
+ *   top-k of p (ties: lower expert id; chosen by the logits, below),
+ *   w = p[top-k]
  *   w /= max(sum(w), 2^-14) when hp.expert_weights_norm (models/ sets it
  *     for Mixtral-style llama and qwen3moe unless the file says otherwise)
  *   out = sum_j w_j * down_j(silu(gate_j x) * up_j x)
@@ -23,15 +24,24 @@
  *   l = x Wr^T + br; top-k of l; w = softmax over those k values
  *   out = sum_j w_j * (down_j(h) + bd_j), h = swiglu_oai(gate_j x + bg_j,
  *     up_j x + bu_j) (models/model.h: the clamped form)
- *   always the per-expert path below (the backends' moe_ffn has no biases)
+ * The experts are chosen by the logits themselves where there is no
+ * selection bias and no groups (softmax and sigmoid keep their order, and
+ * every backend reads the same bits), else by p + bias (backend.h's
+ * shoal_backend_route).
  *
- * Where it runs: the routing's choice on the host (one read of the
- * router's scores; the backends' shared top-k); the routed experts of a
- * layer whose experts are all here as one backend moe_ffn with the
- * routing written to the device (no read-back per expert: backend.h says
- * the op adds the terms as moe_combine does, so the tokens are those of
- * the per-expert path); a layer with remote experts per expert here
- * (shoal_engine_moe_partial) plus the hook, combined on the host.
+ * Where it runs: the router's product on the backend, then its moe_route
+ * (ABI 8: the choice and the weights on the device), or, for a backend
+ * without it, one read of the logits and the same row on the host
+ * (backend_host.c's shoal_backend_route_row); the routed experts of a
+ * layer whose experts are all here as one backend moe_ffn fed by the
+ * device's routing without a read-back (a batch of more than
+ * SHOAL_ENGINE_MOE_PLAN_ROWS reads the ids back for the op's plan), with
+ * gpt-oss's biases and clamp where the backend supports MOE_BIAS
+ * (backend.h says the op adds the terms as moe_combine does, so the tokens
+ * are those of the per-expert path); a layer with remote experts, or
+ * gpt-oss's on a backend without MOE_BIAS, per expert here
+ * (shoal_engine_moe_partial) plus the hook, combined on the host, from
+ * routing read back to the host.
  */
 #include "runtime/engine/engine_impl.h"
 
@@ -40,139 +50,91 @@
 
 #include "base/assert.h"
 
-/* Renormalisation floor: the reference clamps the weight sum at 2^-14
- * (6.1035e-5, the smallest normal half float) to avoid dividing by ~0. */
-#define SHOAL_MOE_WSUM_MIN 6.103515625e-5f
-
-/* Selection scores of one row: sel (n_expert) = p + bias, then the experts
- * outside the best groups set to -inf (ties to the lower group). */
-static void engine_route_select(const shoal_hparams *hp, const float *bias, const float *p,
-                                float *sel)
+/* The router's product of rows n_rows of xd (a device address, (n_rows,
+ * n_embd)), its bias added, as moe_route takes it: into r, logits in
+ * moe_lg_d (device), ids and w where the caller says. */
+static void engine_route_logits(shoal_engine *e, uint32_t layer, uint32_t n_rows, const float *xd,
+                                int32_t *ids, float *w, shoal_backend_route *r)
 {
-	uint32_t ne = hp->n_expert, ng = hp->n_expert_group;
-	for (uint32_t x = 0; x < ne; x++)
-		sel[x] = bias ? p[x] + bias[x] : p[x];
-	if (ng < 2)
-		return;
-	uint32_t per = ne / ng;
-	float gs[SHOAL_MOE_MAX_GROUPS]; /* (n_group) */
-	uint8_t keep[SHOAL_MOE_MAX_GROUPS] = {0};
-	for (uint32_t g = 0; g < ng; g++) {
-		float b1 = -INFINITY, b2 = -INFINITY; /* the two best of the group */
-		for (uint32_t i = 0; i < per; i++) {
-			float v = sel[g * per + i];
-			if (v > b1) {
-				b2 = b1;
-				b1 = v;
-			} else if (v > b2) {
-				b2 = v;
-			}
-		}
-		gs[g] = b1 + b2;
-	}
-	for (uint32_t u = 0; u < hp->n_expert_group_used; u++) {
-		uint32_t best = ng;
-		for (uint32_t g = 0; g < ng; g++)
-			if (!keep[g] && (best == ng || gs[g] > gs[best]))
-				best = g;
-		keep[best] = 1;
-	}
-	for (uint32_t g = 0; g < ng; g++)
-		if (!keep[g])
-			for (uint32_t i = 0; i < per; i++)
-				sel[g * per + i] = -INFINITY;
+	const shoal_hparams *hp = &e->hp;
+	const engine__layer *L = &e->layers[layer];
+	float *lg_d = e->moe_lg_d; /* (n_rows, n_expert) */
+	size_t ld = hp->n_expert;
+	e->ops->matmul(e->bk, 1, &L->router, xd, hp->n_embd, n_rows, &lg_d, &ld);
+	if (L->router_b)
+		e->ops->add(e->bk, lg_d, ld, L->router_b, 0, hp->n_expert, n_rows);
+	*r = (shoal_backend_route){
+	    .n_rows = n_rows,
+	    .n_expert = hp->n_expert,
+	    .k = hp->n_expert_used,
+	    .gating = hp->gating == SHOAL_MOE_GATING_SIGMOID ? SHOAL_BACKEND_GATING_SIGMOID
+	              : hp->gating == SHOAL_MOE_GATING_SOFTMAX_TOPK
+	                  ? SHOAL_BACKEND_GATING_SOFTMAX_TOPK
+	                  : SHOAL_BACKEND_GATING_SOFTMAX,
+	    .n_group = hp->n_expert_group > 1 ? hp->n_expert_group : 0,
+	    .n_group_used = hp->n_expert_group > 1 ? hp->n_expert_group_used : 0,
+	    .norm = hp->expert_weights_norm,
+	    .scale = hp->expert_weights_scale,
+	    .logits = lg_d,
+	    .ld = ld,
+	    .bias = L->exp_probs_b_d,
+	    .ids = ids,
+	    .w = w,
+	};
 }
 
-/* The softmax of a row's k chosen logits w (best first, so w[0] is the
- * largest) in place, the sum in double. */
-static void engine_softmax_k(float *w, uint32_t k)
+/* The routing on the host, for a backend without moe_route: the logits
+ * read once, p by expf with the sum in double (a NaN's p 0, as the CPU's
+ * softmax has it), then the contract's row (backend_host.c). */
+static void engine_route_host(shoal_engine *e, uint32_t layer, shoal_backend_route *r)
 {
-	double s = 0;
-	float m = w[0];
-	for (uint32_t j = 0; j < k; j++) {
-		w[j] = expf(w[j] - m);
-		s += (double)w[j];
-	}
-	for (uint32_t j = 0; j < k; j++)
-		w[j] = (float)((double)w[j] / s);
-}
-
-/* Row r's k routes after the backend's softmax and top-k: renormalised
- * when asked, scaled, then sorted by expert id. */
-static void engine_route_row(uint32_t k, bool norm, float scale, int32_t *ids, float *w)
-{
-	if (norm) {
-		double s = 0;
-		for (uint32_t j = 0; j < k; j++)
-			s += w[j];
-		float fs = (float)s;
-		if (fs < SHOAL_MOE_WSUM_MIN)
-			fs = SHOAL_MOE_WSUM_MIN;
-		for (uint32_t j = 0; j < k; j++)
-			w[j] /= fs;
-	}
-	if (scale != 1.0f)
-		for (uint32_t j = 0; j < k; j++)
-			w[j] *= scale;
-	/* sort the k slots by expert id (insertion sort: k is small) */
-	for (uint32_t j = 1; j < k; j++) {
-		int32_t id = ids[j];
-		float wj = w[j];
-		uint32_t i = j;
-		for (; i > 0 && ids[i - 1] > id; i--) {
-			ids[i] = ids[i - 1];
-			w[i] = w[i - 1];
+	uint32_t ne = r->n_expert;
+	r->bias = e->layers[layer].exp_probs_b;     /* its host copy */
+	float *lg = e->moe_logits, *p = e->moe_sel; /* host (n_rows, n_expert) */
+	engine__to_host(e, r->logits, lg, (size_t)r->n_rows * ne);
+	for (uint32_t i = 0; i < r->n_rows; i++) {
+		const float *l = lg + (size_t)i * ne;
+		float *pi = p + (size_t)i * ne, mx = -INFINITY;
+		double sum = 0;
+		for (uint32_t x = 0; x < ne; x++)
+			mx = l[x] > mx ? l[x] : mx;
+		for (uint32_t x = 0; x < ne; x++) {
+			if (r->gating == SHOAL_BACKEND_GATING_SIGMOID)
+				pi[x] = 1.0f / (1.0f + expf(-l[x]));
+			else if (r->gating == SHOAL_BACKEND_GATING_SOFTMAX)
+				sum += pi[x] = l[x] == l[x] ? expf(l[x] - mx) : 0.0f; /* NaN: 0 */
+			else
+				pi[x] = l[x];
 		}
-		ids[i] = id;
-		w[i] = wj;
+		if (r->gating == SHOAL_BACKEND_GATING_SOFTMAX)
+			for (uint32_t x = 0; x < ne; x++)
+				pi[x] = (float)(pi[x] / sum);
+		shoal_backend_route_row(r, l, pi, e->moe_key, r->ids + (size_t)i * r->k,
+		                        r->w + (size_t)i * r->k);
 	}
 }
 
 /* Rows n_rows of xd (a device address, (n_rows, n_embd)) routed: ids and
- * w (host, (n_rows, k)). The router's product and the softmax on the
- * device, one read of the scores, the rest on the host (the selection is
- * the backends' shared shoal_backend_top_k_rows, so reading the scores
- * once is all the device waits for). */
+ * w (host, (n_rows, k)). With the backend's moe_route, on the device and
+ * the two small results read back (the CPU: written in place); else on
+ * the host. */
 static void engine_route(shoal_engine *e, uint32_t layer, uint32_t n_rows, const float *xd,
                          int32_t *ids, float *w)
 {
-	const shoal_hparams *hp = &e->hp;
-	const engine__layer *L = &e->layers[layer];
-	float *lg_d = e->moe_lg_d, *lg = e->moe_logits; /* (n_rows, n_expert) */
-	size_t ld = hp->n_expert, n_lg = (size_t)n_rows * ld;
-	e->ops->matmul(e->bk, 1, &L->router, xd, hp->n_embd, n_rows, &lg_d, &ld);
-	if (L->router_b)
-		e->ops->add(e->bk, lg_d, ld, L->router_b, 0, hp->n_expert, n_rows);
-	uint32_t k = hp->n_expert_used;
-	if (hp->gating == SHOAL_MOE_GATING_SOFTMAX_TOPK) {
-		engine__to_host(e, lg_d, lg, n_lg);
-		shoal_backend_top_k_rows(lg, hp->n_expert, n_rows, ld, k, ids, w);
-		for (uint32_t r = 0; r < n_rows; r++)
-			engine_softmax_k(w + (size_t)r * k, k);
-	} else if (hp->gating == SHOAL_MOE_GATING_SIGMOID) {
-		engine__to_host(e, lg_d, lg, n_lg);
-		for (size_t i = 0; i < n_lg; i++)
-			lg[i] = 1.0f / (1.0f + expf(-lg[i]));
+	shoal_backend_route r;
+	size_t n = (size_t)n_rows * e->hp.n_expert_used;
+	if (!e->moe_route_op) {
+		engine_route_logits(e, layer, n_rows, xd, ids, w, &r);
+		engine_route_host(e, layer, &r);
+	} else if (e->host_ok) {
+		engine_route_logits(e, layer, n_rows, xd, ids, w, &r);
+		e->ops->moe_route(e->bk, &r);
 	} else {
-		e->ops->softmax(e->bk, lg_d, hp->n_expert, n_rows, ld);
-		engine__to_host(e, lg_d, lg, n_lg);
+		engine_route_logits(e, layer, n_rows, xd, e->moe_ids_d, e->moe_w_d, &r);
+		e->ops->moe_route(e->bk, &r);
+		e->ops->read(e->bk, e->moe_ids_d, ids, n * sizeof(int32_t));
+		e->ops->read(e->bk, e->moe_w_d, w, n * sizeof(float));
 	}
-	if (hp->gating == SHOAL_MOE_GATING_SOFTMAX_TOPK) {
-		/* chosen and weighed above */
-	} else if (L->exp_probs_b || hp->n_expert_group > 1) {
-		/* choose by the biased, group-masked scores; weigh by p */
-		for (uint32_t r = 0; r < n_rows; r++)
-			engine_route_select(hp, L->exp_probs_b, lg + (size_t)r * ld,
-			                    e->moe_sel + (size_t)r * ld);
-		shoal_backend_top_k_rows(e->moe_sel, hp->n_expert, n_rows, ld, k, ids, w);
-		for (size_t i = 0; i < (size_t)n_rows * k; i++)
-			w[i] = lg[(i / k) * ld + (size_t)ids[i]];
-	} else {
-		shoal_backend_top_k_rows(lg, hp->n_expert, n_rows, ld, k, ids, w);
-	}
-	for (uint32_t r = 0; r < n_rows; r++)
-		engine_route_row(k, hp->expert_weights_norm, hp->expert_weights_scale,
-		                 ids + (size_t)r * k, w + (size_t)r * k);
 }
 
 shoal_err shoal_engine_moe_route(shoal_engine *e, uint32_t layer, uint32_t n_rows, const float *x,
@@ -289,21 +251,34 @@ void shoal_engine_moe_combine(uint32_t n_rows, uint32_t k, uint32_t n_embd, cons
 }
 
 /* The routed experts of a layer whose experts are all here, on e->xn into
- * e->tmp: routed on the host, then the backend's moe_ffn with the routing
- * written to the device (one small write; no read-back per expert). */
+ * e->tmp: with the backend's moe_route, the routing made on the device
+ * goes straight into moe_ffn (no read-back; only a batch of more than
+ * SHOAL_ENGINE_MOE_PLAN_ROWS rows reads its ids back, for moe_ffn to plan
+ * from); else routed on the host and written to the device. */
 static void engine_moe_local(shoal_engine *e, uint32_t l, uint32_t n_rows)
 {
 	const engine__layer *L = &e->layers[l];
 	const shoal_hparams *hp = &e->hp;
 	uint32_t k = hp->n_expert_used;
-	engine_route(e, l, n_rows, e->xn, e->moe_ids, e->moe_w);
-	const int32_t *ids = e->moe_ids;
+	size_t n = (size_t)n_rows * k;
+	const int32_t *ids = e->moe_ids, *ids_host = e->moe_ids;
 	const float *w = e->moe_w;
-	if (!e->host_ok) {
-		size_t n = (size_t)n_rows * k;
-		e->ops->write(e->bk, e->moe_ids_d, e->moe_ids, n * sizeof(int32_t));
-		e->ops->write(e->bk, e->moe_w_d, e->moe_w, n * sizeof(float));
-		ids = e->moe_ids_d, w = e->moe_w_d;
+	if (e->moe_route_op && !e->host_ok) {
+		shoal_backend_route r;
+		engine_route_logits(e, l, n_rows, e->xn, e->moe_ids_d, e->moe_w_d, &r);
+		e->ops->moe_route(e->bk, &r);
+		ids = e->moe_ids_d, w = e->moe_w_d, ids_host = NULL;
+		if (n_rows > SHOAL_ENGINE_MOE_PLAN_ROWS) {
+			e->ops->read(e->bk, e->moe_ids_d, e->moe_ids, n * sizeof(int32_t));
+			ids_host = e->moe_ids;
+		}
+	} else {
+		engine_route(e, l, n_rows, e->xn, e->moe_ids, e->moe_w);
+		if (!e->host_ok) {
+			e->ops->write(e->bk, e->moe_ids_d, e->moe_ids, n * sizeof(int32_t));
+			e->ops->write(e->bk, e->moe_w_d, e->moe_w, n * sizeof(float));
+			ids = e->moe_ids_d, w = e->moe_w_d;
+		}
 	}
 	shoal_backend_moe m = {
 	    .n_rows = n_rows,
@@ -320,11 +295,17 @@ static void engine_moe_local(shoal_engine *e, uint32_t l, uint32_t n_rows)
 	    .x = e->xn,
 	    .ldx = hp->n_embd,
 	    .ids = ids,
-	    .ids_host = e->moe_ids,
+	    .ids_host = ids_host,
 	    .w = w,
 	    .out = e->tmp,
 	    .ldo = hp->n_embd,
 	    .scratch = e->moe_scr,
+	    .gate_b = L->gate_exp_b,
+	    .up_b = L->up_exp_b,
+	    .down_b = L->down_exp_b,
+	    .oai = hp->swiglu_oai,
+	    .alpha = hp->swiglu_alpha,
+	    .limit = hp->swiglu_limit,
 	};
 	e->ops->moe_ffn(e->bk, &m);
 }
@@ -371,7 +352,8 @@ shoal_err engine__moe_ffn(shoal_engine *e, uint32_t l, uint32_t n_rows, char *wh
 {
 	const engine__layer *L = &e->layers[l];
 	const uint32_t d = e->hp.n_embd;
-	if (L->all_local && L->exp_mapped && !e->hp.swiglu_oai) {
+	bool plain = !e->hp.swiglu_oai && !L->gate_exp_b && !L->up_exp_b && !L->down_exp_b;
+	if (L->all_local && L->exp_mapped && (plain || e->moe_bias_op)) {
 		engine_moe_local(e, l, n_rows);
 	} else {
 		shoal_err err = engine_moe_remote(e, l, n_rows, why, why_len);

@@ -285,6 +285,8 @@ static bool vk_supports(shoal_backend_op op, shoal_dtype t)
 		return t == SHOAL_DTYPE_F32 || t == SHOAL_DTYPE_F16;
 	case SHOAL_BACKEND_OP_ATTN_SINKS: /* shaders/attn.comp */
 	case SHOAL_BACKEND_OP_SWIGLU_OAI: /* shaders/swiglu_oai.comp */
+	case SHOAL_BACKEND_OP_MOE_ROUTE:  /* shaders/moe_route.comp */
+	case SHOAL_BACKEND_OP_MOE_BIAS:   /* shaders/moe_bias.comp */
 		return t == SHOAL_DTYPE_F32;
 	case SHOAL_BACKEND_OP_ATTN_RING: /* shaders/attn.comp's slot() */
 		return t == SHOAL_DTYPE_F32 || t == SHOAL_DTYPE_F16;
@@ -319,6 +321,7 @@ static const shoal_backend_ops vk_ops = {
     .softmax = vk__softmax,
     .top_k = vk__top_k,
     .moe_ffn = vk__moe_ffn,
+    .moe_route = vk__moe_route,
     .buf_alloc = vk_buf_alloc,
     .buf_free = vk_buf_free,
     .buf_addr = vk_buf_addr,

@@ -115,8 +115,11 @@ void vk__embed(shoal_backend *b, shoal_dtype t, const void *table, size_t row_by
 void vk__attention(shoal_backend *b, const shoal_backend_attn *a);
 /* vk_moe.c: */
 void vk__moe_ffn(shoal_backend *b, const shoal_backend_moe *m);
+void vk__moe_route(shoal_backend *b, const shoal_backend_route *r);
 /* vk_ops.c (vk_moe.c runs it between its expert products): */
 void vk__swiglu(shoal_backend *b, const float *g, const float *u, size_t n, float *h);
+void vk__add(shoal_backend *b, float *y, size_t ldy, const float *x, size_t ldx, uint32_t n,
+             uint32_t n_rows);
 void vk__swiglu_oai(shoal_backend *b, const float *g, const float *u, size_t n, float alpha,
                     float limit, float *h);
 

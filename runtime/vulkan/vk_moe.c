@@ -1,6 +1,6 @@
 /*
- * runtime/vulkan/vk_moe.c: the Vulkan backend's MoE op (backend.h's
- * moe_ffn): the routed experts of a batch of rows recorded as a handful of
+ * runtime/vulkan/vk_moe.c: the Vulkan backend's MoE ops (backend.h's
+ * moe_ffn and moe_route): the routed experts of a batch of rows recorded as a handful of
  * dispatches, with the routing (ids, weights) read by the shaders from
  * device memory, so that a layer's experts cost no read-back:
  *   1. x rounded as matmul rounds it for the gate and up weights (Q8_0 /
@@ -29,6 +29,13 @@
  * run, each shader instance computing only the slots whose expert its run
  * holds.
  *
+ * gpt-oss's experts (ABI 8): the biases added to each product after it
+ * (shaders/moe_bias.comp by slot, the add op per run on the grouped path)
+ * and the clamped SwiGLU (swiglu_oai) in place of swiglu.
+ *
+ * The router (moe_route, ABI 8): shaders/moe_route.comp, one invocation
+ * per row, from the logits to the ids and weights that moe_ffn reads.
+ *
  * Numbers: each expert product is computed as vk_matmul.c's mat-vec
  * computes one row (same rounding of x, same sum order), so it equals this
  * backend's matmul of that expert's matrix; the combine rounds each
@@ -46,6 +53,8 @@
 VK__WEIGHT_TYPES(MOE_DECLARE)
 VK__SHADER(moe_combine);
 VK__SHADER(moe_gather);
+VK__SHADER(moe_bias);
+VK__SHADER(moe_route);
 
 /* The grouped path: from more rows than the mat-vec takes (vk_matmul.c's
  * MM_VEC_ROWS), in chunks of rows whose slots the host plans on its stack. */
@@ -155,6 +164,39 @@ static void moe_products(shoal_backend *b, const shoal_backend_mat *w, size_t st
 		}
 		e0 += n;
 	}
+}
+
+/* The push constants of shaders/moe_bias.comp. */
+typedef struct bias_push {
+	uint32_t yo, ldy, bo, io, n, slot0;
+} bias_push;
+
+/* y (n_slots, n) ldy: slot s's row += bias row ids[s] of bias (n_expert,
+ * n), a device address (backend.h: the expert biases of gpt-oss). */
+static void moe_bias(shoal_backend *b, vk__ref yr, uint32_t ldy, const float *bias, uint32_t n,
+                     uint32_t n_expert, vk__ref ir, uint32_t n_slots)
+{
+	const vk__caps *c = vk__caps_of(b);
+	vk__ref br = floats_ref(b, bias, n, n_expert, n);
+	uint32_t gx = (n + 255) / 256;
+	SHOAL_ASSERT(gx <= c->max_groups[0]);
+	VkBuffer bind[3] = {yr.buf, br.buf, ir.buf};
+	for (uint32_t s0 = 0; s0 < n_slots;) {
+		uint32_t gy = n_slots - s0 < c->max_groups[1] ? n_slots - s0 : c->max_groups[1];
+		bias_push pc = {(uint32_t)yr.off, ldy, (uint32_t)br.off, (uint32_t)ir.off, n, s0};
+		vk__dispatch(b, &vk__sh_moe_bias, 3, bind, &pc, sizeof pc, gx, gy, 1);
+		s0 += gy;
+	}
+}
+
+/* h = silu(g) u, or gpt-oss's clamped form (m->oai), over n. */
+static void moe_glu(shoal_backend *b, const shoal_backend_moe *m, float *g, const float *u,
+                    size_t n)
+{
+	if (m->oai)
+		vk__swiglu_oai(b, g, u, n, m->alpha, m->limit, g);
+	else
+		vk__swiglu(b, g, u, n, g);
 }
 
 /* x (n_rows, n) ldx as weights of type t read it: itself (F32), or its
@@ -288,16 +330,23 @@ static void moe_grouped(shoal_backend *b, const shoal_backend_moe *m, uint32_t r
 				float *out[2] = {g + (size_t)i * ff, u + (size_t)i * ff};
 				size_t ld[2] = {ff, ff};
 				vk__matmul(b, 2, w, y + (size_t)i * d, d, n, out, ld);
+				if (m->gate_b)
+					vk__add(b, out[0], ff, m->gate_b + (size_t)e * ff, 0, ff,
+					        n);
+				if (m->up_b)
+					vk__add(b, out[1], ff, m->up_b + (size_t)e * ff, 0, ff, n);
 			} else {
 				shoal_backend_mat w = expert_of(&m->down, m->down_stride, e);
 				float *out = y + (size_t)i * d;
 				size_t ld = d;
 				vk__matmul(b, 1, &w, g + (size_t)i * ff, ff, n, &out, &ld);
+				if (m->down_b)
+					vk__add(b, out, d, m->down_b + (size_t)e * d, 0, d, n);
 			}
 			i += n;
 		}
 		if (pass == 0)
-			vk__swiglu(b, g, u, (size_t)S * ff, g);
+			moe_glu(b, m, g, u, (size_t)S * ff);
 	}
 	vk__ref mr = vk__params(b, at, S * sizeof at[0]);
 	mr.off /= sizeof at[0];
@@ -336,7 +385,11 @@ void vk__moe_ffn(shoal_backend *b, const shoal_backend_moe *m)
 		io.x = moe_act(b, ua, xr, m->ldx, d, m->n_rows, &io.ldx);
 	io.y = ur;
 	moe_products(b, &m->up, m->up_stride, m->n_expert, &io);
-	vk__swiglu(b, g, u, S * ff, g);
+	if (m->gate_b)
+		moe_bias(b, gr, ff, m->gate_b, ff, m->n_expert, ir, (uint32_t)S);
+	if (m->up_b)
+		moe_bias(b, ur, ff, m->up_b, ff, m->n_expert, ir, (uint32_t)S);
+	moe_glu(b, m, g, u, S * ff);
 	/* down, on each slot's own hidden row (rounded into U when wanted) */
 	shoal_dtype da = vk__act_of(m->down.type);
 	io.x = gr, io.ldx = ff;
@@ -346,5 +399,56 @@ void vk__moe_ffn(shoal_backend *b, const shoal_backend_moe *m)
 	}
 	io.x_div = 1, io.y = yr, io.ldy = d;
 	moe_products(b, &m->down, m->down_stride, m->n_expert, &io);
+	if (m->down_b)
+		moe_bias(b, yr, d, m->down_b, d, m->n_expert, ir, (uint32_t)S);
 	moe_combine(b, m, 0, m->n_rows, yr, NULL);
+}
+
+/* ---- the router -------------------------------------------------------------------- */
+
+/* The push constants of shaders/moe_route.comp. */
+typedef struct route_push {
+	uint32_t lo, ld, bo, has_bias, io, wo;
+	uint32_t n, k, gating, n_group, n_group_used, norm;
+	float scale;
+	uint32_t n_rows;
+} route_push;
+
+void vk__moe_route(shoal_backend *b, const shoal_backend_route *r)
+{
+	if (r->n_rows == 0)
+		return;
+	const vk__caps *c = vk__caps_of(b);
+	uint32_t ne = r->n_expert, k = r->k;
+	SHOAL_ASSERT(ne <= SHOAL_BACKEND_ROUTE_MAX_EXPERT && k >= 1 && k <= ne &&
+	             k <= SHOAL_BACKEND_ROUTE_MAX_K &&
+	             r->n_group <= SHOAL_BACKEND_ROUTE_MAX_GROUPS);
+	SHOAL_ASSERT(r->ld <= UINT32_MAX);
+	vk__ref lr = floats_ref(b, r->logits, ne, r->n_rows, r->ld);
+	vk__ref br = r->bias ? floats_ref(b, r->bias, ne, 1, 0) : lr;
+	vk__ref ir = vk__at(b, r->ids);
+	SHOAL_ASSERT(ir.off % sizeof(int32_t) == 0 &&
+	             (uint64_t)r->n_rows * k * sizeof(int32_t) <= ir.room);
+	ir.off /= sizeof(int32_t);
+	vk__ref wr = floats_ref(b, r->w, (uint64_t)r->n_rows * k, 1, 0);
+	route_push pc = {
+	    .lo = (uint32_t)lr.off,
+	    .ld = (uint32_t)r->ld,
+	    .bo = r->bias ? (uint32_t)br.off : 0,
+	    .has_bias = r->bias != NULL,
+	    .io = (uint32_t)ir.off,
+	    .wo = (uint32_t)wr.off,
+	    .n = ne,
+	    .k = k,
+	    .gating = (uint32_t)r->gating,
+	    .n_group = r->n_group,
+	    .n_group_used = r->n_group_used,
+	    .norm = r->norm,
+	    .scale = r->scale,
+	    .n_rows = r->n_rows,
+	};
+	VkBuffer bind[4] = {lr.buf, br.buf, ir.buf, wr.buf};
+	uint32_t gx = (r->n_rows + 63) / 64; /* the shader's 64 rows per group */
+	SHOAL_ASSERT(gx <= c->max_groups[0]);
+	vk__dispatch(b, &vk__sh_moe_route, 4, bind, &pc, sizeof pc, gx, 1, 1);
 }

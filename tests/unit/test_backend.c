@@ -385,6 +385,94 @@ static void test_device_memory_path(void)
 	}
 }
 
+/* The CPU's moe_route (ABI 8) on hand-made rows with known answers:
+ * DeepSeek-V3's sigmoid with a selection bias and groups (the best key's
+ * group is not among the two best groups, a tie inside a kept one, the
+ * weights the unbiased p, renormalised and scaled), softmax over all with
+ * a tie and a NaN, and gpt-oss's softmax over the chosen k; each row's
+ * ids ascending with their weights. */
+static double sig(double x)
+{
+	return 1.0 / (1.0 + exp(-x));
+}
+
+static void test_moe_route(void)
+{
+	const shoal_backend_ops *ops = shoal_backend_cpu();
+	ASSERT_TRUE(ops->supports(SHOAL_BACKEND_OP_MOE_ROUTE, SHOAL_DTYPE_F32));
+	ASSERT_TRUE(ops->supports(SHOAL_BACKEND_OP_MOE_BIAS, SHOAL_DTYPE_F32));
+	shoal_backend_limits lim = {
+	    .n_threads = 1, .max_ctx = 8, .max_rows = 4, .max_n = 64, .max_group = 1};
+	shoal_backend *b = NULL;
+	ASSERT_EQ(ops->create(&lim, &b), SHOAL_OK);
+	int32_t ids[4];
+	float w[4];
+	/* sigmoid + bias, 4 groups of 2, 2 groups kept, k 2: keys 0.8 0.5 |
+	 * 0.88 0.12 | 0.73 0.73 | 0.05 0.95; group sums 1.3 1.0 1.46 1.0:
+	 * groups 2 and 0; then expert 0 (0.8) and 4 (the tie with 5) */
+	float lg[8] = {0, 0, 2, -2, 1, 1, -3, 3}, bias[8] = {0.3f};
+	shoal_backend_route r = {.n_rows = 1,
+	                         .n_expert = 8,
+	                         .k = 2,
+	                         .gating = SHOAL_BACKEND_GATING_SIGMOID,
+	                         .n_group = 4,
+	                         .n_group_used = 2,
+	                         .norm = true,
+	                         .scale = 2.5f,
+	                         .logits = lg,
+	                         .ld = 8,
+	                         .bias = bias,
+	                         .ids = ids,
+	                         .w = w};
+	ops->moe_route(b, &r);
+	ASSERT_EQ(ids[0], 0);
+	ASSERT_EQ(ids[1], 4);
+	ASSERT_NEAR(w[0], 2.5 * 0.5 / (0.5 + sig(1)), 1e-6);
+	ASSERT_NEAR(w[1], 2.5 * sig(1) / (0.5 + sig(1)), 1e-6);
+	/* softmax over all, two rows 6 apart: a tie (1 and 2) and a NaN */
+	float lg2[11] = {1, 3, 3, 0, NAN, 0, 3, 1, NAN, 2, 9};
+	r = (shoal_backend_route){.n_rows = 2,
+	                          .n_expert = 5,
+	                          .k = 2,
+	                          .gating = SHOAL_BACKEND_GATING_SOFTMAX,
+	                          .norm = false,
+	                          .scale = 1.0f,
+	                          .logits = lg2,
+	                          .ld = 6,
+	                          .ids = ids,
+	                          .w = w};
+	ops->moe_route(b, &r);
+	double z0 = exp(-2) + 2 + exp(-3), z1 = exp(-6) + exp(-8) + exp(-7) + 1;
+	ASSERT_EQ(ids[0], 1);
+	ASSERT_EQ(ids[1], 2);
+	ASSERT_NEAR(w[0], 1 / z0, 1e-6);
+	ASSERT_NEAR(w[1], 1 / z0, 1e-6);
+	ASSERT_EQ(ids[2], 0); /* row 1: 3 1 NaN 2 9 (a NaN's p is 0) */
+	ASSERT_EQ(ids[3], 4);
+	ASSERT_NEAR(w[2], exp(-6) / z1, 1e-6);
+	ASSERT_NEAR(w[3], 1 / z1, 1e-6);
+	/* gpt-oss: top 3 of 0.5 2 1 1.5 (1, 3, 2), softmax over those 3 */
+	float lg3[4] = {0.5f, 2, 1, 1.5f};
+	r = (shoal_backend_route){.n_rows = 1,
+	                          .n_expert = 4,
+	                          .k = 3,
+	                          .gating = SHOAL_BACKEND_GATING_SOFTMAX_TOPK,
+	                          .scale = 1.0f,
+	                          .logits = lg3,
+	                          .ld = 4,
+	                          .ids = ids,
+	                          .w = w};
+	ops->moe_route(b, &r);
+	double z3 = 1 + exp(-0.5) + exp(-1);
+	ASSERT_EQ(ids[0], 1);
+	ASSERT_EQ(ids[1], 2);
+	ASSERT_EQ(ids[2], 3);
+	ASSERT_NEAR(w[0], 1 / z3, 1e-6);
+	ASSERT_NEAR(w[1], exp(-1) / z3, 1e-6);
+	ASSERT_NEAR(w[2], exp(-0.5) / z3, 1e-6);
+	ops->destroy(b);
+}
+
 TEST_MAIN(TEST_CASE(test_table), TEST_CASE(test_supports), TEST_CASE(test_router),
-          TEST_CASE(test_buffers), TEST_CASE(test_engine_refuses), TEST_CASE(test_packed_matmul),
-          TEST_CASE(test_device_memory_path))
+          TEST_CASE(test_moe_route), TEST_CASE(test_buffers), TEST_CASE(test_engine_refuses),
+          TEST_CASE(test_packed_matmul), TEST_CASE(test_device_memory_path))

@@ -304,5 +304,80 @@ static void test_refused(void)
 	rmdir(dir);
 }
 
+/* ---- a backend without moe_route ----------------------------------------------------------- */
+
+static bool no_route_supports(shoal_backend_op op, shoal_dtype t)
+{
+	return op != SHOAL_BACKEND_OP_MOE_ROUTE && shoal_backend_cpu()->supports(op, t);
+}
+
+/* The prompt's logits (NP rows of 300) in one batch on backend be. */
+static int prompt_logits(const shoal_model *m, const shoal_backend_ops *be, float *out)
+{
+	shoal_engine_config cfg = shoal_engine_config_default(m);
+	cfg.backend = be;
+	cfg.n_ctx = 64;
+	cfg.max_rows = NP;
+	shoal_engine *e = NULL;
+	char why[SHOAL_WHY_LEN] = "";
+	uint32_t slot, sess[NP], pos[NP];
+	uint8_t want[NP];
+	if (shoal_engine_new(m, &cfg, &e, why, sizeof why) || shoal_engine_session_open(e, &slot)) {
+		fprintf(stderr, "engine: %s\n", why);
+		shoal_engine_free(e);
+		return -1;
+	}
+	for (uint32_t r = 0; r < NP; r++)
+		sess[r] = slot, pos[r] = r, want[r] = 1;
+	shoal_engine_batch b = {.n_rows = NP,
+	                        .tokens = PROMPT,
+	                        .session = sess,
+	                        .pos = pos,
+	                        .want_logits = want,
+	                        .logits = out};
+	int rc = shoal_engine_run(e, &b, why, sizeof why) ? -1 : 0;
+	if (rc)
+		fprintf(stderr, "run: %s\n", why);
+	shoal_engine_free(e);
+	return rc;
+}
+
+/* A backend without moe_route (ABI 8) has the engine route on the host
+ * with the same row (backend_host.c), p by expf where the CPU's op uses
+ * its softmax kernel's exp (a few ulp apart): every variant's logits
+ * within 1e-3 of the op's (F32 weights: rounding only, ~1e-6; Q8_0: a
+ * rounding-level change may flip one 8-bit activation rounding), and the
+ * same ids for the sigmoid variants, where both use expf: bitwise. */
+static void test_route_fallback(void)
+{
+	shoal_backend_ops ops = *shoal_backend_cpu();
+	ops.supports = no_route_supports;
+	size_t n = (size_t)NP * 300;
+	float *a = malloc(n * sizeof *a), *b = malloc(n * sizeof *b);
+	ASSERT_TRUE(a && b);
+	for (size_t i = 0; i < N_VARIANTS; i++) {
+		const variant *v = &VARIANTS[i];
+		char path[512], why[SHOAL_WHY_LEN];
+		shoal_model *m = NULL;
+		ASSERT_TRUE(fixture(v, 0, path, sizeof path) != NULL);
+		ASSERT_EQ(shoal_model_open(path, &m, why, sizeof why), SHOAL_OK);
+		ASSERT_EQ(m->hp.n_vocab, 300);
+		ASSERT_EQ(prompt_logits(m, shoal_backend_cpu(), a), 0);
+		ASSERT_EQ(prompt_logits(m, &ops, b), 0);
+		double d = 0;
+		for (size_t j = 0; j < n; j++)
+			d = fmax(d, fabs((double)a[j] - b[j]));
+		printf("%s: host routing vs moe_route max |diff| %.2g\n", v->name, d);
+		ASSERT_TRUE(d < 1e-3);
+		if (v->sigmoid)
+			ASSERT_MEM_EQ(a, b, n * sizeof *a);
+		shoal_model_free(m);
+		unlink(path);
+	}
+	free(a);
+	free(b);
+}
+
 TEST_MAIN(TEST_CASE(test_modes), TEST_CASE(test_nextn_skipped), TEST_CASE(test_yarn),
-          TEST_CASE(test_layer_tensors), TEST_CASE(test_kv_b_form), TEST_CASE(test_refused))
+          TEST_CASE(test_layer_tensors), TEST_CASE(test_kv_b_form), TEST_CASE(test_route_fallback),
+          TEST_CASE(test_refused))

@@ -215,10 +215,10 @@ static void test_yarn(void)
 
 /* ---- backends without the ops ------------------------------------------------- */
 
-static shoal_backend_op refused_op;
+static uint32_t refused; /* bit op: supports(op) says no */
 static bool refusing_supports(shoal_backend_op op, shoal_dtype t)
 {
-	return op != refused_op && shoal_backend_cpu()->supports(op, t);
+	return !(refused >> op & 1) && shoal_backend_cpu()->supports(op, t);
 }
 
 /* A backend that says no to sinks or to the clamped SwiGLU is refused at
@@ -234,13 +234,48 @@ static void test_backend_refused(void)
 	const shoal_backend_op op[2] = {SHOAL_BACKEND_OP_ATTN_SINKS, SHOAL_BACKEND_OP_SWIGLU_OAI};
 	const char *says[2] = {"no attention sinks", "no clamped SwiGLU"};
 	for (int i = 0; i < 2; i++) {
-		refused_op = op[i];
+		refused = 1u << op[i];
 		shoal_engine_config cfg = shoal_engine_config_default(m);
 		cfg.backend = &ops;
 		shoal_engine *e = NULL;
 		ASSERT_EQ(shoal_engine_new(m, &cfg, &e, why, sizeof why), SHOAL_ERR_UNSUPPORTED);
 		ASSERT_TRUE(strstr(why, says[i]) != NULL);
 	}
+	shoal_model_free(m);
+	unlink(path);
+}
+
+static int engine_logits_on(const shoal_model *m, const shoal_backend_ops *be, float *out);
+
+/* A backend without moe_route or without moe_ffn's expert biases (ABI 8)
+ * still runs gpt-oss: the engine routes on the host, or runs the experts
+ * one by one with the biases added by add(). On the CPU both are the same
+ * arithmetic as the ops (the softmax of the chosen k by expf, the sum in
+ * double; each product rounded, its bias added, weighed, added in slot
+ * order): the logits are bitwise those of the full backend. */
+static void test_backend_fallback(void)
+{
+	char path[512];
+	shoal_model *m = open_variant(&VARIANTS[2], path, sizeof path);
+	ASSERT_TRUE(m != NULL);
+	shoal_backend_ops ops = *shoal_backend_cpu();
+	ops.supports = refusing_supports;
+	size_t n = (size_t)NP * VOCAB;
+	float *full = malloc(n * sizeof *full), *got = malloc(n * sizeof *got);
+	ASSERT_TRUE(full && got);
+	refused = 0;
+	ASSERT_EQ(engine_logits_on(m, &ops, full), 0);
+	const uint32_t masks[3] = {
+	    1u << SHOAL_BACKEND_OP_MOE_ROUTE, 1u << SHOAL_BACKEND_OP_MOE_BIAS,
+	    1u << SHOAL_BACKEND_OP_MOE_ROUTE | 1u << SHOAL_BACKEND_OP_MOE_BIAS};
+	for (int i = 0; i < 3; i++) {
+		refused = masks[i];
+		ASSERT_EQ(engine_logits_on(m, &ops, got), 0);
+		ASSERT_MEM_EQ(got, full, n * sizeof *got);
+	}
+	refused = 0;
+	free(full);
+	free(got);
 	shoal_model_free(m);
 	unlink(path);
 }
@@ -580,5 +615,5 @@ static void test_modes(void)
 }
 
 TEST_MAIN(TEST_CASE(test_load), TEST_CASE(test_bad_files), TEST_CASE(test_exp_type),
-          TEST_CASE(test_yarn), TEST_CASE(test_backend_refused), TEST_CASE(test_scalar),
-          TEST_CASE(test_vulkan), TEST_CASE(test_modes))
+          TEST_CASE(test_yarn), TEST_CASE(test_backend_refused), TEST_CASE(test_backend_fallback),
+          TEST_CASE(test_scalar), TEST_CASE(test_vulkan), TEST_CASE(test_modes))

@@ -272,6 +272,10 @@ static void test_supports(void)
 	/* gpt-oss's ops (ABI 6), asked with F32 */
 	ASSERT_TRUE(vt_vk->supports(SHOAL_BACKEND_OP_ATTN_SINKS, SHOAL_DTYPE_F32));
 	ASSERT_TRUE(vt_vk->supports(SHOAL_BACKEND_OP_SWIGLU_OAI, SHOAL_DTYPE_F32));
+	/* the MoE router and expert biases (ABI 8), asked with F32 */
+	ASSERT_TRUE(vt_vk->supports(SHOAL_BACKEND_OP_MOE_ROUTE, SHOAL_DTYPE_F32));
+	ASSERT_TRUE(vt_vk->supports(SHOAL_BACKEND_OP_MOE_BIAS, SHOAL_DTYPE_F32));
+	ASSERT_FALSE(vt_vk->supports(SHOAL_BACKEND_OP_MOE_ROUTE, SHOAL_DTYPE_F16));
 	/* to_f32 on the host: the CPU's dequantizer bit for bit */
 	uint16_t h[4] = {0x3c00, 0xc000, 0x0001, 0x7bff};
 	float a[4], b[4];

@@ -160,6 +160,17 @@ typedef struct moe_res {
  * composition (slow: a read-back per row and expert). */
 enum { RUN_HOST_IDS = 1, RUN_COMPOSE = 2 };
 
+/* Expert biases and the clamped SwiGLU (gpt-oss, ABI 8) for run_case and
+ * compose when on: host copies for the CPU, device ones for Vulkan, of
+ * gate (n_expert, n_ff), up (n_expert, n_ff) and down (n_expert, n_embd). */
+static struct {
+	bool on;
+	float *h[3];
+	const float *d[3];
+} oss;
+#define OSS_ALPHA 1.702f
+#define OSS_LIMIT 0.5f /* under the hidden rows' range here: the clamp acts */
+
 /* The composition of the backend's own ops: out (n_rows, d) ldo on the
  * host. */
 static void compose(const test_exp *g, const test_exp *u, const test_exp *dn, const float *xd,
@@ -177,8 +188,16 @@ static void compose(const test_exp *g, const test_exp *u, const test_exp *dn, co
 			                  wd = exp_dev(dn, e);
 			vt_vk->matmul(vt_b, 1, &wg, xd + r * ldx, ldx, 1, &gd, &ldf);
 			vt_vk->matmul(vt_b, 1, &wu, xd + r * ldx, ldx, 1, &ud, &ldf);
-			vt_vk->swiglu(vt_b, gd, ud, ff, gd);
+			if (oss.on) {
+				vt_vk->add(vt_b, gd, ff, oss.d[0] + (size_t)e * ff, 0, ff, 1);
+				vt_vk->add(vt_b, ud, ff, oss.d[1] + (size_t)e * ff, 0, ff, 1);
+				vt_vk->swiglu_oai(vt_b, gd, ud, ff, OSS_ALPHA, OSS_LIMIT, gd);
+			} else {
+				vt_vk->swiglu(vt_b, gd, ud, ff, gd);
+			}
 			vt_vk->matmul(vt_b, 1, &wd, gd, ff, 1, &yd, &ldd);
+			if (oss.on)
+				vt_vk->add(vt_b, yd, d, oss.d[2] + (size_t)e * d, 0, d, 1);
 			float *y = vt_back(yd, d * sizeof(float));
 			float *o = out + r * ldo;
 			volatile float c; /* the product rounded before the add */
@@ -231,6 +250,10 @@ static moe_res run_case(const moe_case *c, const test_exp *g, const test_exp *u,
 	    .ldo = ldo,
 	    .scratch = vt_poisoned(n_scr * sizeof(float)),
 	};
+	if (oss.on) {
+		m.gate_b = oss.d[0], m.up_b = oss.d[1], m.down_b = oss.d[2];
+		m.oai = true, m.alpha = OSS_ALPHA, m.limit = OSS_LIMIT;
+	}
 	vt_vk->moe_ffn(vt_b, &m);
 	float *got = vt_back(od, n_out * sizeof(float));
 
@@ -249,6 +272,8 @@ static moe_res run_case(const moe_case *c, const test_exp *g, const test_exp *u,
 	shoal_backend_moe mc = m;
 	mc.gate = g->m, mc.up = u->m, mc.down = dn->m;
 	mc.x = x, mc.ids = ids, mc.w = w, mc.out = oc, mc.scratch = scr;
+	if (oss.on)
+		mc.gate_b = oss.h[0], mc.up_b = oss.h[1], mc.down_b = oss.h[2];
 	vt_cpu->moe_ffn(cpu, &mc);
 	for (uint32_t r = 0; r < n_rows; r++)
 		res.cpu = fmax(res.cpu, vt_relerr(got + r * ldo, oc + r * ldo, d, 1, d));
@@ -386,6 +411,69 @@ static void test_moe_grouped(void)
 	}
 }
 
+/* gpt-oss's experts (ABI 8): biases after each product and the clamped
+ * SwiGLU, on the slot path (3 rows) and the grouped one (20 rows, host
+ * ids): bitwise the composition of matmul, add, swiglu_oai, matmul, add,
+ * the grouped path bitwise the slot path, both within the CPU bound; and
+ * the plain op (no biases, silu) on the same inputs differs from it by far
+ * more than that bound (the op does not ignore them). */
+static void test_moe_biases(void)
+{
+	static const moe_case cases[] = {
+	    {SHOAL_DTYPE_F32, SHOAL_DTYPE_F32, SHOAL_DTYPE_F32, 201, 97, 6, 3},
+	    {SHOAL_DTYPE_MXFP4, SHOAL_DTYPE_MXFP4, SHOAL_DTYPE_MXFP4, 96, 160, 5, 2},
+	};
+	for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+		const moe_case *c = &cases[i];
+		test_exp g, u, dn;
+		exp_make(&g, c->tg, c->d, c->ff, c->n_expert, 0, 0);
+		exp_make(&u, c->tu, c->d, c->ff, c->n_expert, 4, 0);
+		exp_make(&dn, c->td, c->ff, c->d, c->n_expert, 0, 0);
+		size_t nb[3] = {(size_t)c->n_expert * c->ff, (size_t)c->n_expert * c->ff,
+		                (size_t)c->n_expert * c->d};
+		for (int j = 0; j < 3; j++) {
+			oss.h[j] = keep(vt_rands(nb[j], -0.5f, 0.5f));
+			const void *dev = NULL;
+			ASSERT_EQ(vt_vk->weights(vt_b, oss.h[j], nb[j] * sizeof(float), &dev),
+			          SHOAL_OK);
+			oss.d[j] = dev;
+		}
+		double b = cpu_bound(c->td);
+		static const uint32_t rows[] = {3, 20};
+		for (size_t j = 0; j < 2; j++) {
+			uint64_t seed = vt_seed;
+			oss.on = true;
+			moe_res a = run_case(c, &g, &u, &dn, rows[j], -1, RUN_COMPOSE);
+			vt_seed = seed;
+			moe_res h = run_case(c, &g, &u, &dn, rows[j], -1, RUN_HOST_IDS);
+			vt_seed = seed;
+			oss.on = false;
+			moe_res z = run_case(c, &g, &u, &dn, rows[j], -1, 0);
+			size_t n = (size_t)rows[j] * (c->d + 5);
+			bool same = !memcmp(a.got, h.got, n * sizeof(float));
+			double off = 0; /* the plain op against the gpt-oss one */
+			for (uint32_t r = 0; r < rows[j]; r++)
+				off = fmax(off, vt_relerr(z.got + r * (c->d + 5),
+				                          a.got + r * (c->d + 5), c->d, 1, c->d));
+			printf("  %-5s biases, oai, rows %2u: composition %s, grouped == slots %s, "
+			       "cpu err %.3g / %.3g (bound %.3g), plain op %.3g\n",
+			       shoal_dtype_name(c->tg), rows[j], a.same ? "yes" : "NO",
+			       same ? "yes" : "NO", a.cpu, h.cpu, b, off);
+			free(a.got);
+			free(h.got);
+			free(z.got);
+			if (!a.same || !same || !a.pad || !h.pad || !(a.cpu <= b) ||
+			    !(h.cpu <= b) || !(off > 100 * b))
+				TEST_FAIL_(
+				    "%s with biases, %u rows: not the composition, the "
+				    "grouped path differs, over the CPU bound, or the biases "
+				    "unseen",
+				    shoal_dtype_name(c->tg), rows[j]);
+		}
+	}
+	oss.on = false;
+}
+
 int main(void)
 {
 	(void)vt_pad_kept; /* test_vulkan_util.h's, unused here */
@@ -399,6 +487,7 @@ int main(void)
 	static const test_case_ cases[] = {
 	    TEST_CASE(test_moe_types),
 	    TEST_CASE(test_moe_grouped),
+	    TEST_CASE(test_moe_biases),
 	    TEST_CASE(test_moe_beyond_window),
 	};
 	int rc = test_run_(cases, sizeof cases / sizeof cases[0]);
