@@ -24,6 +24,13 @@
 static pthread_once_t probe_once = PTHREAD_ONCE_INIT;
 static bool probe_any, probe_hw;
 static char probe_why[160], probe_hw_why[160];
+/* The probe's instance, kept for the process's life: while one instance
+ * lives, the loader keeps the drivers loaded, so a backend made later
+ * does not load them again (Mesa's pull in LLVM: about half a second each
+ * time), and a driver that leaves memory behind when it is unloaded (Mesa
+ * 22.3's lavapipe: 128 bytes of LLVM's per load, which LeakSanitizer
+ * reports once the library is gone) is never unloaded. */
+static VkInstance probe_inst = VK_NULL_HANDLE;
 
 static void probe(void)
 {
@@ -64,7 +71,7 @@ static void probe(void)
 		else
 			probe_hw = true;
 	}
-	vkDestroyInstance(inst, NULL);
+	probe_inst = inst; /* kept: see above */
 	if (!probe_any)
 		snprintf(probe_why, sizeof probe_why, "no Vulkan 1.2 device (%u found)", n);
 	if (!probe_hw)
@@ -133,6 +140,7 @@ static void vk_destroy(shoal_backend *b)
 static shoal_err vk_create(const shoal_backend_limits *lim, shoal_backend **out)
 {
 	*out = NULL;
+	pthread_once(&probe_once, probe); /* the drivers loaded once, kept */
 	shoal_backend *b = calloc(1, sizeof *b);
 	if (!b)
 		return SHOAL_ERR_NOMEM;
