@@ -141,6 +141,12 @@ elif len(sys.argv) > 4:
     print(sys.argv[4])
 EOF
 }
+# spec_counts NAME: "drafted kept" of NAME's sessions as owner (its status;
+# "0 0" when it shows none)
+spec_counts() {
+	status "$1" || fail "status $1"
+	json_find "$T/st-$1.json" spec,tokens '"%d %d" % (o["spec"]["drafted"], o["spec"]["accepted"])' "0 0"
+}
 # stage_met NAME KEY: the prefix cache's KEY (hits, tokens, bytes, ...) of
 # NAME's stage, or its "rows" (0 when it holds none); asks its status
 stage_met() {

@@ -33,23 +33,6 @@ DRAFT=$T/draft.gguf
 "$RQ" "$F32" "$DRAFT" --type Q4_0 >/dev/null || fail "requant: no draft model"
 X="It is a truth universally acknowledged, that a single man in possession of a good fortune, must be in want of a wife. It is a truth universally acknowledged, that a single man"
 
-# spec_counts NAME: "drafted kept" of the node's owner (its status)
-spec_counts() {
-	status "$1" || fail "status $1"
-	python3 -c '
-import json, sys
-def find(o):
-    if isinstance(o, dict):
-        if "spec" in o and "tokens" in o:
-            return o["spec"]
-        for v in o.values():
-            r = find(v)
-            if r is not None:
-                return r
-    return None
-s = find(json.load(open(sys.argv[1]))) or {"drafted": 0, "accepted": 0}
-print(s["drafted"], s["accepted"])' "$T/st-$1.json"
-}
 
 # 1. flags and the vocabulary check at start
 "$B" node --model "$DENSE" --speculate draft --state-dir "$T/bad" >"$T/bad.out" 2>&1 &&

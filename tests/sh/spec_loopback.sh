@@ -110,20 +110,7 @@ C1=$!
 wait $C1 || fail "run via p1 beside r4's: $(cat "$T/c1.err")"
 same "greedy ids via p1 beside r4's run" "$T/c1" "$T/l-greedy"
 same "seeded ids via r4 beside p1's run" "$T/c4" "$T/l-seeded"
-status p1 || fail "status p1"
-DRAFTED=$(python3 -c '
-import json, sys
-def find(o):
-    if isinstance(o, dict):
-        if "spec" in o and "tokens" in o:
-            return o["spec"]
-        for v in o.values():
-            r = find(v)
-            if r is not None:
-                return r
-    return None
-s = find(json.load(open(sys.argv[1])))
-print(s["drafted"], s["accepted"])' "$T/st-p1.json")
+DRAFTED=$(spec_counts p1)
 read -r DR AC <<<"$DRAFTED"
 [ "$DR" -gt 0 ] && [ "$AC" -gt 0 ] && [ "$AC" -le "$DR" ] || fail "p1's status: drafted $DR, kept $AC"
 curl -s "http://127.0.0.1:$(api_port p1)/metrics" >"$T/m.txt" || fail "GET /metrics"

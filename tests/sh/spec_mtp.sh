@@ -32,21 +32,7 @@ SHAPE=(--arch deepseek2 --type Q8_0 --layers 6 --dim 256 --ff 512 --heads 4 --vo
 "$BD/tests/helpers/gen_fixture" "${SHAPE[@]}" "$PLAIN" >/dev/null 2>&1 || fail "gen_fixture deepseek2"
 P="hello world hello world"
 N=60
-drafted() { # drafted NAME: "drafted accepted" from the node's status
-	status "$1" && python3 -c '
-import json, sys
-def find(o):
-    if isinstance(o, dict):
-        if "spec" in o and "tokens" in o:
-            return o["spec"]
-        for v in o.values():
-            r = find(v)
-            if r is not None:
-                return r
-    return None
-s = find(json.load(open(sys.argv[1])))
-print(s["drafted"], s["accepted"])' "$T/st-$1.json"
-}
+drafted() { spec_counts "$1"; } # drafted NAME: "drafted accepted" from its status
 args() { # args MODE: the sampler flags of a greedy or a seeded run
 	if [ "$1" = greedy ]; then echo --temp 0; else echo --temp 0.9 --seed 3 --repeat-penalty 1.1; fi
 }
