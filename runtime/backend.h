@@ -388,6 +388,11 @@ typedef struct shoal_backend_ops {
 void shoal_backend_top_k_rows(const float *x, uint32_t n, uint32_t n_rows, size_t ld, uint32_t k,
                               int32_t *ids, float *vals);
 
+/* Whether r's sizes are within what every moe_route takes (n_expert, k
+ * and n_group against the SHOAL_BACKEND_ROUTE_MAX_* bounds): the backends
+ * assert it. */
+bool shoal_backend_route_sized(const shoal_backend_route *r);
+
 /* One row of the moe_route contract on host memory: lg (n_expert) the
  * row's logits, p (n_expert) its gate scores (shoal_backend_route's p, as
  * the caller's softmax or sigmoid computed them; lg for SOFTMAX_TOPK),

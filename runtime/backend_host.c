@@ -82,6 +82,12 @@ static void route_select(const shoal_backend_route *r, const float *p, float *se
 				sel[g * per + i] = -INFINITY;
 }
 
+bool shoal_backend_route_sized(const shoal_backend_route *r)
+{
+	return r->n_expert <= SHOAL_BACKEND_ROUTE_MAX_EXPERT && r->k >= 1 && r->k <= r->n_expert &&
+	       r->k <= SHOAL_BACKEND_ROUTE_MAX_K && r->n_group <= SHOAL_BACKEND_ROUTE_MAX_GROUPS;
+}
+
 void shoal_backend_route_row(const shoal_backend_route *r, const float *lg, const float *p,
                              float *sel, int32_t *ids, float *w)
 {

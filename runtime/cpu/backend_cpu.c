@@ -577,9 +577,7 @@ static void cpu_moe_route(shoal_backend *b, const shoal_backend_route *r)
 {
 	float p[SHOAL_BACKEND_ROUTE_MAX_EXPERT], sel[SHOAL_BACKEND_ROUTE_MAX_EXPERT];
 	uint32_t ne = r->n_expert;
-	SHOAL_ASSERT(ne <= SHOAL_BACKEND_ROUTE_MAX_EXPERT && r->k >= 1 && r->k <= ne &&
-	             r->k <= SHOAL_BACKEND_ROUTE_MAX_K &&
-	             r->n_group <= SHOAL_BACKEND_ROUTE_MAX_GROUPS);
+	SHOAL_ASSERT(shoal_backend_route_sized(r));
 	for (uint32_t i = 0; i < r->n_rows; i++) {
 		const float *lg = r->logits + (size_t)i * r->ld; /* (n_expert) */
 		const float *pr = lg;

@@ -420,9 +420,7 @@ void vk__moe_route(shoal_backend *b, const shoal_backend_route *r)
 		return;
 	const vk__caps *c = vk__caps_of(b);
 	uint32_t ne = r->n_expert, k = r->k;
-	SHOAL_ASSERT(ne <= SHOAL_BACKEND_ROUTE_MAX_EXPERT && k >= 1 && k <= ne &&
-	             k <= SHOAL_BACKEND_ROUTE_MAX_K &&
-	             r->n_group <= SHOAL_BACKEND_ROUTE_MAX_GROUPS);
+	SHOAL_ASSERT(shoal_backend_route_sized(r));
 	SHOAL_ASSERT(r->ld <= UINT32_MAX);
 	vk__ref lr = floats_ref(b, r->logits, ne, r->n_rows, r->ld);
 	vk__ref br = r->bias ? floats_ref(b, r->bias, ne, 1, 0) : lr;
