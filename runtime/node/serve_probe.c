@@ -186,18 +186,30 @@ static int probe_echo(probe_target *t, const shoal_xfer_frame *f, const uint8_t 
 	return !memcmp(f->payload, nonce, PROBE_BYTES);
 }
 
-/* us into a window of n_max (*n held, *at the next slot); the least held */
-static uint32_t probe_window(uint32_t *w, uint32_t n_max, uint32_t *n, uint32_t *at, uint64_t us)
+/* us as a window or record entry keeps it: 1 .. UINT32_MAX */
+static uint32_t probe_us32(uint64_t us)
 {
-	w[*at] = us ? (us < UINT32_MAX ? (uint32_t)us : UINT32_MAX) : 1;
-	*at = (*at + 1) % n_max;
-	if (*n < n_max)
-		(*n)++;
+	return us ? (us < UINT32_MAX ? (uint32_t)us : UINT32_MAX) : 1;
+}
+
+/* The least of w[0..n) (UINT32_MAX when n is 0). */
+static uint32_t probe_least(const uint32_t *w, uint32_t n)
+{
 	uint32_t least = UINT32_MAX;
-	for (uint32_t i = 0; i < *n; i++)
+	for (uint32_t i = 0; i < n; i++)
 		if (w[i] < least)
 			least = w[i];
 	return least;
+}
+
+/* us into a window of n_max (*n held, *at the next slot); the least held */
+static uint32_t probe_window(uint32_t *w, uint32_t n_max, uint32_t *n, uint32_t *at, uint64_t us)
+{
+	w[*at] = probe_us32(us);
+	*at = (*at + 1) % n_max;
+	if (*n < n_max)
+		(*n)++;
+	return probe_least(w, *n);
 }
 
 void serve__dtime_init(serve__dtime *t)
@@ -218,10 +230,7 @@ bool serve__dtime_note(serve__dtime *t, bool big, uint64_t us)
 	if (!t->n_rtt)
 		return false; /* nothing to subtract yet */
 	uint32_t lb = probe_window(t->big, SHOAL_SERVE_DRTT_BW_WINDOW, &t->n_big, &t->at_big, us);
-	uint32_t ls = UINT32_MAX;
-	for (uint32_t i = 0; i < t->n_rtt; i++)
-		if (t->rtt[i] < ls)
-			ls = t->rtt[i];
+	uint32_t ls = probe_least(t->rtt, t->n_rtt);
 	/* the large payload's extra time, at least 1 us (a link too fast
 	 * for the clock to tell: 64 GB/s, bucketed as measured) */
 	uint64_t d = lb > ls ? lb - ls : 1;
@@ -335,11 +344,10 @@ static void probe_publish(probe_state *ps)
 		const probe_target *t = &ps->t[i];
 		if (t->dt.rtt_b == SHOAL_BUCKET_NONE)
 			continue;
-		uint64_t v = shoal_bucket_geo_value(t->dt.rtt_b);
 		shoal_record_dlink *d = &cl->dlinks[cl->n_dlinks++];
 		memset(d, 0, sizeof *d);
 		memcpy(d->peer.b, t->ep.id, SHOAL_PEER_ID_LEN);
-		d->rtt_us = v ? (v < UINT32_MAX ? (uint32_t)v : UINT32_MAX) : 1;
+		d->rtt_us = probe_us32(shoal_bucket_geo_value(t->dt.rtt_b));
 		d->bw_bytes_s =
 		    t->dt.bw_b == SHOAL_BUCKET_NONE ? 0 : shoal_bucket_geo_value(t->dt.bw_b);
 	}
