@@ -272,7 +272,8 @@ static void prof_init(shoal_backend *b)
 	                            .queryType = VK_QUERY_TYPE_TIMESTAMP,
 	                            .queryCount = 2 * PROF_CAP};
 	b->prof_pipe = malloc(PROF_CAP * sizeof *b->prof_pipe);
-	if (!b->prof_pipe || vkCreateQueryPool(b->dev, &qi, NULL, &b->prof_pool)) {
+	b->prof_ts = malloc(2 * PROF_CAP * sizeof *b->prof_ts);
+	if (!b->prof_pipe || !b->prof_ts || vkCreateQueryPool(b->dev, &qi, NULL, &b->prof_pool)) {
 		b->prof_pool = VK_NULL_HANDLE;
 		return;
 	}
@@ -286,7 +287,7 @@ static void prof_collect(shoal_backend *b)
 {
 	if (!b->prof_n)
 		return;
-	uint64_t t[2 * PROF_CAP];
+	uint64_t *t = b->prof_ts;
 	VkResult r =
 	    vkGetQueryPoolResults(b->dev, b->prof_pool, 0, 2 * b->prof_n, 2 * b->prof_n * sizeof *t,
 	                          t, sizeof *t, VK_QUERY_RESULT_64_BIT | VK_QUERY_RESULT_WAIT_BIT);
@@ -344,9 +345,11 @@ static void prof_free(shoal_backend *b)
 	if (b->prof_pool)
 		vkDestroyQueryPool(b->dev, b->prof_pool, NULL);
 	free(b->prof_pipe);
+	free(b->prof_ts);
 	free(b->prof_path);
 	b->prof_pool = VK_NULL_HANDLE;
 	b->prof_pipe = NULL;
+	b->prof_ts = NULL;
 	b->prof_path = NULL;
 }
 

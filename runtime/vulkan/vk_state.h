@@ -95,6 +95,7 @@ struct shoal_backend {
 	VkQueryPool prof_pool;
 	uint32_t prof_cap, prof_n;
 	uint32_t *prof_pipe; /* (prof_cap) index into pipes */
+	uint64_t *prof_ts;   /* (2 prof_cap) the timestamps read back */
 	uint64_t prof_mask, prof_untimed;
 	double prof_period; /* ns a tick */
 	char *prof_path;    /* where the table goes at the end ("-": stderr) */
