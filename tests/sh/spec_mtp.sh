@@ -67,15 +67,22 @@ for mode in greedy seeded; do
 done
 echo "local: ids exact with mtp ($(tail -n 1 "$T/lm.err"))"
 
+# peer_runs NAME OUT WHERE: greedy and seeded runs through NAME ($T/OUT-MODE)
+# give the local runs' ids
+peer_runs() {
+	local mode
+	for mode in greedy seeded; do
+		# shellcheck disable=SC2046
+		"$B" run --peer "$(ep "$1")" --key "$KEY" -p "$P" -n $N --ids $(args $mode) \
+			>"$T/$2-$mode" 2>"$T/$2.err" || fail "$mode run $3: $(cat "$T/$2.err")"
+		same "$mode ids $3 with mtp" "$T/$2-$mode" "$T/l-$mode"
+	done
+}
+
 # 2. one peer
 start d1 "$DS" --ctx 256 --speculate mtp --draft-max 1 --api 127.0.0.1:0
 wait_for 40 servable_all 1 d1 || fail "the deepseek2 model with nextn on one peer is not servable"
-for mode in greedy seeded; do
-	# shellcheck disable=SC2046
-	"$B" run --peer "$(ep d1)" --key "$KEY" -p "$P" -n $N --ids $(args $mode) >"$T/o-$mode" \
-		2>"$T/o.err" || fail "$mode run on one peer: $(cat "$T/o.err")"
-	same "$mode ids on one peer with mtp" "$T/o-$mode" "$T/l-$mode"
-done
+peer_runs d1 o "on one peer"
 read -r DR AC <<<"$(drafted d1)"
 [ "${DR:-0}" -gt 0 ] || fail "one peer: no MTP guesses drafted (drafted '$DR', kept '$AC')"
 # the API: "speculate": "mtp" and "off" give the same completion
@@ -101,12 +108,7 @@ start p2 "$DS" --ctx 256 --mem-limit 3M --peer "$SEED"
 start p3 "$DS" --ctx 256 --mem-limit 3M --peer "$SEED"
 start p4 "$DS" --ctx 256 --mem-limit 3M --peer "$SEED"
 wait_for 40 servable_all 3 p1 p2 p3 p4 || fail "no common 3-stage deepseek2 plan"
-for mode in greedy seeded; do
-	# shellcheck disable=SC2046
-	"$B" run --peer "$(ep p1)" --key "$KEY" -p "$P" -n $N --ids $(args $mode) >"$T/r-$mode" \
-		2>"$T/r.err" || fail "$mode run through 3 stages: $(cat "$T/r.err")"
-	same "$mode ids through 3 stages with mtp" "$T/r-$mode" "$T/l-$mode"
-done
+peer_runs p1 r "through 3 stages"
 read -r DR AC <<<"$(drafted p1)"
 [ "${DR:-0}" -gt 0 ] || fail "3 stages: no MTP guesses drafted (drafted '$DR', kept '$AC')"
 # a run that asks for mtp itself, through p2 (no --speculate)
