@@ -65,7 +65,7 @@
  * rows of sessions that asked for it (see "Speculation").
  *
  * Control (a SESSION frame of 1 row; net/xfer_frame.h checks its shape), words:
- *   0 op (OPEN, CLOSE, ERROR, MATCH)  1 status (shoal_err; OPEN, CLOSE and
+ *   0 op (OPEN, CLOSE, ERROR, MATCH, SPEC)  1 status (shoal_err; OPEN, CLOSE and
  *   MATCH: n_hash, the prefix blocks below)  2-5 owner peer id
  *   6 n_prompt  7 max_tokens  8 logprobs K (bit 31: the sampled id's own
  *   logprob is not wanted: result word 1 reads 0 unless K > 0; bit 30: the
@@ -143,7 +143,12 @@
  * without seeing the ids, and a rejected row's MTP cache row is
  * overwritten by the next push. A stage without the layer, or whose
  * session's MTP falls out of step, sends no guesses (-1): the owner then
- * drafts nothing, and tokens are the same either way.
+ * drafts nothing, and tokens are the same either way. While the owner's
+ * session does not draft (draft_ctl.h's pause) it sends SPEC without bit
+ * 29, travelling like CLOSE, in order before the step it applies to; the
+ * last stage's layer then defers its rows (mtp.h: a batch per 64 rows, no
+ * guess, -1 in the results) until a SPEC with bit 29, sent before the
+ * step whose guess the owner will draft. An OPEN starts with guesses.
  *
  * Protocol invariants:
  *  1. A session id (sid) is chosen by its owner; its high 32 bits are the
@@ -234,7 +239,8 @@ enum {
 	SHOAL_DIST_CTL_OPEN = 1,
 	SHOAL_DIST_CTL_CLOSE = 2,
 	SHOAL_DIST_CTL_ERROR = 3,
-	SHOAL_DIST_CTL_MATCH = 4 /* last stage -> owner: the prefix blocks every stage holds */
+	SHOAL_DIST_CTL_MATCH = 4, /* last stage -> owner: the prefix blocks every stage holds */
+	SHOAL_DIST_CTL_SPEC = 5   /* owner -> last stage: MTP guesses wanted (bit 29) or not */
 };
 
 /* Which link reaches peer `peer` (borrowed; NULL: none). Called on the

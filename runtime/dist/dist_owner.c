@@ -44,6 +44,7 @@ typedef struct owner_sess {
 	uint32_t kept;      /* drafts of the step kept so far */
 	shoal_draft_ctl sp; /* speculation (runtime/engine/draft_ctl.h) */
 	uint64_t draft_ns;  /* the drafting of the step in flight (a draft model's run) */
+	bool mtp_off;       /* the last stage was told: no MTP guesses (SPEC) */
 } owner_sess;
 
 struct shoal_dist_owner {
@@ -153,6 +154,22 @@ static shoal_err send_next(shoal_dist_owner *o, uint32_t n, char *why, size_t wh
 	return e;
 }
 
+/* An MTP session: whether the result of the step being planned should
+ * carry a guess (the step after drafts), told the last stage when that
+ * changes, ahead of the step's rows (dist.h "MTP guesses"). A SPEC that
+ * cannot be sent changes speed only (guesses or not; the same tokens):
+ * the step's own send then finds the link's fault. */
+static void mtp_tell(shoal_dist_owner *o, owner_sess *ss)
+{
+	bool want = shoal_draft_ctl_will_draft(&ss->sp);
+	if (want != ss->mtp_off)
+		return;
+	dist__ctl c = {.op = SHOAL_DIST_CTL_SPEC, .want_mtp = want};
+	char why[SHOAL_WHY_LEN];
+	if (send_ctl(o, ss->sid, &c, why, sizeof why) == SHOAL_OK)
+		ss->mtp_off = !want;
+}
+
 /* Session ss's next step: its fed token at the current position, then
  * the drafts that fit room rows of the frame, to o->next from row n;
  * returns the rows added. */
@@ -170,6 +187,8 @@ static uint32_t plan_step(shoal_dist_owner *o, owner_sess *ss, uint32_t n, uint3
 	ss->draft_ns = dist__now_ns() - t0; /* the step's time counts it */
 	shoal_draft_ctl_planned(&ss->sp, t0 + ss->draft_ns);
 	ss->planned = ss->sp.dr.ops != NULL;
+	if (shoal_mtp_carry_is(&ss->sp.dr))
+		mtp_tell(o, ss);
 	ss->v_lo = pos;
 	ss->v_hi = pos + nd;
 	ss->due = nd + 1;

@@ -36,7 +36,8 @@ uint32_t dist__ctl_encode(const dist__ctl *c, int32_t *words, uint32_t cap)
 {
 	/* our own callers build c: a bad op or a tail without its ids is a bug */
 	SHOAL_ASSERT(c->op == SHOAL_DIST_CTL_OPEN || c->op == SHOAL_DIST_CTL_CLOSE ||
-	             c->op == SHOAL_DIST_CTL_ERROR || c->op == SHOAL_DIST_CTL_MATCH);
+	             c->op == SHOAL_DIST_CTL_ERROR || c->op == SHOAL_DIST_CTL_MATCH ||
+	             c->op == SHOAL_DIST_CTL_SPEC);
 	bool hashed = c->op == SHOAL_DIST_CTL_OPEN || c->op == SHOAL_DIST_CTL_CLOSE;
 	SHOAL_ASSERT(!hashed ||
 	             (c->n_hash <= SHOAL_DIST_PREFIX_MAX_BLOCKS && (!c->n_hash || c->hash)));
@@ -206,9 +207,10 @@ shoal_err dist__ctl_decode(const shoal_xfer_frame *f, dist__ctl *c, char *why, s
 		c->hash = c->n_hash ? p : NULL;
 		return SHOAL_OK;
 	case SHOAL_DIST_CTL_MATCH:
-		if (extra)
-			return shoal_why(why, why_len, SHOAL_ERR_FORMAT, "match: %u words more",
-			                 extra);
+	case SHOAL_DIST_CTL_SPEC:
+		if (extra || (c->op == SHOAL_DIST_CTL_SPEC && c->n_hash))
+			return shoal_why(why, why_len, SHOAL_ERR_FORMAT, "%s: %u words more",
+			                 c->op == SHOAL_DIST_CTL_SPEC ? "spec" : "match", extra);
 		return SHOAL_OK;
 	case SHOAL_DIST_CTL_ERROR:
 		if (c->n_tail > SHOAL_XFER_REASON_MAX || (c->n_tail + 3) / 4 != extra ||

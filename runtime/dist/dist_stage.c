@@ -864,6 +864,10 @@ static shoal_err handle_ctl(shoal_dist_stage *s, const shoal_xfer_frame *f, char
 		if (i >= 0)
 			sess_keep(s, &s->sess[i], &c);
 		break;
+	case SHOAL_DIST_CTL_SPEC: /* guesses wanted from the next step on, or not */
+		if (i >= 0 && s->sess[i].mtp.ops)
+			shoal_mtp_drafter_defer(&s->sess[i].mtp, !c.want_mtp);
+		break;
 	case SHOAL_DIST_CTL_MATCH: /* the owner's: not for a stage */
 		s->met.dropped++;
 		return SHOAL_OK;

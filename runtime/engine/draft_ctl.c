@@ -123,6 +123,11 @@ void shoal_draft_ctl_prepare(shoal_draft_ctl *sp)
 		sp->dr.ops->prepare(sp->dr.self, sp->hist, sp->n_hist);
 }
 
+bool shoal_draft_ctl_will_draft(const shoal_draft_ctl *sp)
+{
+	return sp->dr.ops && sp->n_hist < sp->cap && !sp->pause;
+}
+
 uint32_t shoal_draft_ctl_plan(shoal_draft_ctl *sp, uint32_t room, uint64_t t0)
 {
 	sp->n_draft = 0;

@@ -54,6 +54,10 @@ void shoal_draft_ctl_token(shoal_draft_ctl *sp, int32_t id);
 /* The prompt is on its way: the drafter may take in the history now
  * (draft.h's prepare), off the decode steps. */
 void shoal_draft_ctl_prepare(shoal_draft_ctl *sp);
+/* Whether the next shoal_draft_ctl_plan asks the drafter (false while
+ * drafting pauses or is off): a drafter whose state must follow every
+ * token (the MTP layer) may defer its work while it is false. */
+bool shoal_draft_ctl_will_draft(const shoal_draft_ctl *sp);
 /* The drafts of the next step, at most room of them (the rows and
  * positions left): sp->n_draft, in sp->draft; t0 the step's start. */
 uint32_t shoal_draft_ctl_plan(shoal_draft_ctl *sp, uint32_t room, uint64_t t0);

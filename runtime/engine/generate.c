@@ -289,8 +289,10 @@ static shoal_err gen_feed(shoal_gen *g, gen_dec *d, shoal_draft_ctl *dc, shoal_d
                           uint64_t t0, uint32_t *nd, char *why, size_t why_len)
 {
 	/* the MTP layer first takes the rows the token just handed out
-	 * follows: its guess is the draft after it */
+	 * follows: its guess is the draft after it; while drafting pauses
+	 * no guess is wanted, and the rows wait to run as one batch */
 	if (mtp && g->pend_n) {
+		shoal_mtp_drafter_defer(mtp, !shoal_draft_ctl_will_draft(dc));
 		shoal_err err = shoal_mtp_drafter_push(
 		    mtp, g->pend_pos, g->pend_n,
 		    g->hid + (size_t)g->pend_row * shoal_engine_model(g->e)->hp.n_embd,

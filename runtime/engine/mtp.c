@@ -262,7 +262,19 @@ typedef struct mtp_drafter {
 	int32_t guess;
 	int32_t last_next; /* the id before it */
 	uint32_t n_pushed; /* positions [0, n_pushed) in the MTP cache */
+	/* deferred rows (shoal_mtp_drafter_defer): positions [n_pushed,
+	 * n_pushed + n_pend), run when pend_cap of them wait or at the next
+	 * push without deferral; pend_h/pend_next made at the first */
+	bool defer;
+	uint32_t n_pend, pend_cap;
+	float *pend_h;      /* (pend_cap, E) */
+	int32_t *pend_next; /* (pend_cap) */
 } mtp_drafter;
+
+/* Rows deferred at most before they run: one run of 64 rows reads the
+ * layer's weights once where 64 pushes of a row read them 64 times, and a
+ * session's buffer stays small (64 x 7168 floats: 1.8 MiB for DeepSeek-V3). */
+#define MTP_PEND_MAX 64u
 
 static size_t mtp_propose(void *self, const int32_t *hist, size_t n, int32_t *out, size_t k)
 {
@@ -290,6 +302,8 @@ static void mtp_drafter_free(void *self)
 	free(d->pos);
 	free(d->sess);
 	free(d->want);
+	free(d->pend_h);
+	free(d->pend_next);
 	free(d);
 }
 
@@ -325,27 +339,22 @@ shoal_err shoal_mtp_drafter_new(shoal_mtp *t, shoal_drafter *out, char *why, siz
 		free(d);
 		return shoal_why(why, why_len, SHOAL_ERR_BUSY, "no free MTP session");
 	}
+	d->pend_cap = t->max_rows < MTP_PEND_MAX ? t->max_rows : MTP_PEND_MAX;
 	out->ops = &mtp_drafter_ops;
 	out->self = d;
 	return SHOAL_OK;
 }
 
-shoal_err shoal_mtp_drafter_push(shoal_drafter *dr, uint32_t pos0, uint32_t n_rows,
-                                 const float *hidden, const int32_t *next, char *why,
-                                 size_t why_len)
+/* Rows [0, n_rows) at positions pos0.. into the MTP cache, in runs of
+ * max_rows; the last row's logits into d->logits when `guess`. */
+static shoal_err mtp_rows(mtp_drafter *d, uint32_t pos0, uint32_t n_rows, const float *hidden,
+                          const int32_t *next, bool guess, char *why, size_t why_len)
 {
-	SHOAL_ASSERT(dr && dr->ops == &mtp_drafter_ops);
-	mtp_drafter *d = dr->self;
 	shoal_mtp *t = d->t;
-	if (pos0 > d->n_pushed)
-		return shoal_why(why, why_len, SHOAL_ERR_RANGE,
-		                 "MTP rows from %u: a gap after the %u positions the layer holds",
-		                 pos0, d->n_pushed);
-	d->guess_at = 0;
 	d->n_pushed = pos0; /* what follows is overwritten */
 	for (uint32_t r0 = 0; r0 < n_rows; r0 += t->max_rows) {
 		uint32_t c = n_rows - r0 < t->max_rows ? n_rows - r0 : t->max_rows;
-		bool last = r0 + c == n_rows;
+		bool last = guess && r0 + c == n_rows;
 		for (uint32_t r = 0; r < c; r++) {
 			d->pos[r] = pos0 + r0 + r;
 			d->sess[r] = d->slot;
@@ -363,6 +372,75 @@ shoal_err shoal_mtp_drafter_push(shoal_drafter *dr, uint32_t pos0, uint32_t n_ro
 			return err;
 		d->n_pushed = pos0 + r0 + c;
 	}
+	return SHOAL_OK;
+}
+
+/* The deferred rows run (no guess): the cache then holds them. */
+static shoal_err mtp_flush(mtp_drafter *d, char *why, size_t why_len)
+{
+	uint32_t n = d->n_pend;
+	d->n_pend = 0;
+	return n ? mtp_rows(d, d->n_pushed, n, d->pend_h, d->pend_next, false, why, why_len)
+	         : SHOAL_OK;
+}
+
+void shoal_mtp_drafter_defer(shoal_drafter *dr, bool on)
+{
+	SHOAL_ASSERT(dr && dr->ops == &mtp_drafter_ops);
+	((mtp_drafter *)dr->self)->defer = on;
+}
+
+shoal_err shoal_mtp_drafter_push(shoal_drafter *dr, uint32_t pos0, uint32_t n_rows,
+                                 const float *hidden, const int32_t *next, char *why,
+                                 size_t why_len)
+{
+	SHOAL_ASSERT(dr && dr->ops == &mtp_drafter_ops);
+	mtp_drafter *d = dr->self;
+	shoal_mtp *t = d->t;
+	uint32_t known = d->n_pushed + d->n_pend;
+	if (pos0 > known)
+		return shoal_why(why, why_len, SHOAL_ERR_RANGE,
+		                 "MTP rows from %u: a gap after the %u positions the layer holds",
+		                 pos0, known);
+	/* checked here, since deferred rows run later (nothing changed) */
+	for (uint32_t r = 0; r < n_rows; r++)
+		if (next[r] < -1 || next[r] >= (int64_t)t->m->hp.n_vocab)
+			return shoal_why(why, why_len, SHOAL_ERR_RANGE,
+			                 "row %u: token %d outside the vocabulary of %u", r,
+			                 next[r], t->m->hp.n_vocab);
+	if (d->defer && !d->pend_h) {
+		d->pend_h = malloc((size_t)d->pend_cap * t->E * sizeof(float));
+		d->pend_next = malloc((size_t)d->pend_cap * sizeof(int32_t));
+		if (!d->pend_h || !d->pend_next) {
+			free(d->pend_h);
+			free(d->pend_next);
+			d->pend_h = NULL;
+			d->pend_next = NULL;
+			return SHOAL_ERR_NOMEM;
+		}
+	}
+	d->guess_at = 0;
+	/* what follows pos0 is overwritten: deferred rows after it go */
+	if (pos0 < d->n_pushed) {
+		d->n_pend = 0;
+		d->n_pushed = pos0;
+	} else {
+		d->n_pend = pos0 - d->n_pushed;
+	}
+	shoal_err err;
+	if (d->defer) {
+		for (uint32_t r = 0; r < n_rows; r++) {
+			if (d->n_pend == d->pend_cap && (err = mtp_flush(d, why, why_len)))
+				return err;
+			memcpy(d->pend_h + (size_t)d->n_pend * t->E, hidden + (size_t)r * t->E,
+			       (size_t)t->E * sizeof(float));
+			d->pend_next[d->n_pend++] = next[r];
+		}
+		return SHOAL_OK;
+	}
+	if ((err = mtp_flush(d, why, why_len)) ||
+	    (err = mtp_rows(d, pos0, n_rows, hidden, next, true, why, why_len)))
+		return err;
 	if (n_rows == 0)
 		return SHOAL_OK;
 	int32_t best = 0;
@@ -383,7 +461,8 @@ bool shoal_mtp_drafter_is(const shoal_drafter *d)
 uint32_t shoal_mtp_drafter_len(const shoal_drafter *dr)
 {
 	SHOAL_ASSERT(dr && dr->ops == &mtp_drafter_ops);
-	return ((const mtp_drafter *)dr->self)->n_pushed;
+	const mtp_drafter *d = dr->self;
+	return d->n_pushed + d->n_pend;
 }
 
 int32_t shoal_mtp_drafter_guess(const shoal_drafter *dr)

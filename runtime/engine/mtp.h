@@ -79,9 +79,16 @@ shoal_err shoal_mtp_drafter_new(shoal_mtp *t, shoal_drafter *out, char *why, siz
 shoal_err shoal_mtp_drafter_push(shoal_drafter *d, uint32_t pos0, uint32_t n_rows,
                                  const float *hidden, const int32_t *next, char *why,
                                  size_t why_len);
-/* The positions the drafter's MTP cache holds ([0, len): a push must start
- * at or before len, else RANGE), and the guess of the latest push (-1:
- * none). */
+/* While `on`, pushed rows wait (up to 64 of them, then they run as one
+ * batch, without a guess) and a push leaves no guess; the next push after
+ * the deferral ends runs the waiting rows, then its own, and guesses. For
+ * a session whose owner does not draft for a while (draft_ctl.h's pause):
+ * the layer and its head then cost a batch run per 64 tokens, not a run
+ * per token. Positions and guesses are as without deferral. */
+void shoal_mtp_drafter_defer(shoal_drafter *d, bool on);
+/* The positions the drafter holds, run or deferred ([0, len): a push must
+ * start at or before len, else RANGE), and the guess of the latest push
+ * (-1: none). */
 bool shoal_mtp_drafter_is(const shoal_drafter *d); /* one of shoal_mtp_drafter_new's */
 uint32_t shoal_mtp_drafter_len(const shoal_drafter *d);
 int32_t shoal_mtp_drafter_guess(const shoal_drafter *d);

@@ -30,14 +30,15 @@
 
 /* Versions this node speaks; a peer that differs is kept in the view but
  * left out of plans (net/swim.c says why in `shoal status`). */
-/* 9: OPEN's MTP bit (word 8, bit 29), result rows with the MTP layer's guess
+/* 10: the SPEC control op (the owner's pauses: MTP guesses not wanted);
+ * 9: OPEN's MTP bit (word 8, bit 29), result rows with the MTP layer's guess
  * (an odd dim); 8: a decoding step may carry drafted rows, the last stage samples every row
  * past the prompt and goes back over the choices of rows not kept (speculation);
  * 7: OPEN carries a grammar and a constrained replay's generated ids (24
  * words, both after the tail); 6: OPEN carries OpenAI's penalties and logit bias (22 words, the
  * bias pairs before the tail); 5: OPEN's no-logprob bit, a group's head gather (round HEAD); 4:
  * served epochs; 3: OPEN carries the first step */
-#define SHOAL_NODE_PROTO_VERSION 9
+#define SHOAL_NODE_PROTO_VERSION 10
 /* 3: a peer's GPU (its record's devices) takes a stage's first layers;
  * 2: a last-stage tensor group splits the head by vocab rows */
 #define SHOAL_NODE_SCHED_VERSION 3

@@ -494,6 +494,77 @@ static void test_drafter(void)
 	shoal_model_free(m);
 }
 
+/* Deferred pushes (a session whose owner pauses drafting): rows wait and
+ * run in batches (max_rows 4 here: the fifth row runs the first four), a
+ * push from an earlier position drops what follows it, run or waiting,
+ * there is no guess while deferred, and the push that ends the deferral
+ * guesses what the same rows pushed without it guess. */
+static void test_defer(void)
+{
+	shoal_model *m = open_model(fx_softmax());
+	ASSERT_TRUE(m != NULL);
+	const uint32_t E = m->hp.n_embd, n = NP - 1;
+	float *h = malloc((size_t)NP * E * sizeof *h);
+	ASSERT_EQ(main_hidden(m, h), 0);
+	char why[SHOAL_WHY_LEN] = "";
+	shoal_engine_config c = shoal_engine_config_default(m);
+	c.backend = shoal_backend_cpu();
+	c.n_ctx = 64;
+	c.max_rows = 4;
+	c.max_sessions = 2;
+	c.kv_type = SHOAL_DTYPE_F32;
+	shoal_mtp *t = NULL;
+	ASSERT_EQ(shoal_mtp_new(m, &c, &t, why, sizeof why), SHOAL_OK);
+	shoal_drafter plain, d;
+	ASSERT_EQ(shoal_mtp_drafter_new(t, &plain, why, sizeof why), SHOAL_OK);
+	ASSERT_EQ(shoal_mtp_drafter_new(t, &d, why, sizeof why), SHOAL_OK);
+	ASSERT_EQ(shoal_mtp_drafter_push(&plain, 0, n, h, PROMPT + 1, why, sizeof why), SHOAL_OK);
+	int32_t want = shoal_mtp_drafter_guess(&plain);
+	ASSERT_TRUE(want >= 0);
+
+	shoal_mtp_drafter_defer(&d, true);
+	for (uint32_t i = 0; i + 1 < n; i++) { /* one row a step, as a decode */
+		ASSERT_EQ(shoal_mtp_drafter_push(&d, i, 1, h + (size_t)i * E, PROMPT + i + 1, why,
+		                                 sizeof why),
+		          SHOAL_OK);
+		ASSERT_EQ(shoal_mtp_drafter_guess(&d), -1);
+		ASSERT_EQ(shoal_mtp_drafter_len(&d), i + 1);
+	}
+	/* rows 0..3 ran, 4..7 wait: back to 5 (a rejected row), then on */
+	ASSERT_EQ(shoal_mtp_drafter_push(&d, 5, 1, h + (size_t)5 * E, PROMPT + 6, why, sizeof why),
+	          SHOAL_OK);
+	ASSERT_EQ(shoal_mtp_drafter_len(&d), 6);
+	/* a gap and a bad id are refused, nothing changed */
+	ASSERT_EQ(shoal_mtp_drafter_push(&d, 7, 1, h, PROMPT, why, sizeof why), SHOAL_ERR_RANGE);
+	int32_t bad = 300000;
+	ASSERT_EQ(shoal_mtp_drafter_push(&d, 6, 1, h, &bad, why, sizeof why), SHOAL_ERR_RANGE);
+	ASSERT_EQ(shoal_mtp_drafter_len(&d), 6);
+	ASSERT_EQ(shoal_mtp_drafter_push(&d, 6, 2, h + (size_t)6 * E, PROMPT + 7, why, sizeof why),
+	          SHOAL_OK);
+	shoal_mtp_drafter_defer(&d, false);
+	ASSERT_EQ(shoal_mtp_drafter_push(&d, 8, 1, h + (size_t)8 * E, PROMPT + 9, why, sizeof why),
+	          SHOAL_OK);
+	ASSERT_EQ(shoal_mtp_drafter_guess(&d), want);
+	int32_t out[1] = {-1};
+	ASSERT_EQ(d.ops->propose(d.self, PROMPT, NP, out, 1), 1);
+	ASSERT_EQ(out[0], want);
+	/* back into the rows that ran, deferred, then on without it */
+	shoal_mtp_drafter_defer(&d, true);
+	ASSERT_EQ(shoal_mtp_drafter_push(&d, 2, 1, h + (size_t)2 * E, PROMPT + 3, why, sizeof why),
+	          SHOAL_OK);
+	ASSERT_EQ(shoal_mtp_drafter_len(&d), 3);
+	shoal_mtp_drafter_defer(&d, false);
+	ASSERT_EQ(
+	    shoal_mtp_drafter_push(&d, 3, n - 3, h + (size_t)3 * E, PROMPT + 4, why, sizeof why),
+	    SHOAL_OK);
+	ASSERT_EQ(shoal_mtp_drafter_guess(&d), want);
+	plain.ops->free(plain.self);
+	d.ops->free(d.self);
+	shoal_mtp_free(t);
+	free(h);
+	shoal_model_free(m);
+}
+
 /* A weights cache that has fetched everything but the MTP projection. */
 static bool held_but_eh(void *ctx, const struct shoal_gguf_tensor *t)
 {
@@ -560,5 +631,5 @@ static void test_cleanup(void)
 }
 
 TEST_MAIN(TEST_CASE(test_softmax_qlora), TEST_CASE(test_sigmoid_plainq), TEST_CASE(test_q8_0),
-          TEST_CASE(test_drafter), TEST_CASE(test_errors), TEST_CASE(test_vulkan),
-          TEST_CASE(test_cleanup))
+          TEST_CASE(test_drafter), TEST_CASE(test_defer), TEST_CASE(test_errors),
+          TEST_CASE(test_vulkan), TEST_CASE(test_cleanup))
