@@ -20,24 +20,19 @@
 #include <string.h>
 
 #include "base/log.h"
-#include "runtime/backends.h"
 #include "runtime/dist/dist_impl.h"
 
 #define LOG_PART "dist"
 
-/* The stage's MTP layer, made at the first session that asks for it. */
+/* The stage's MTP layer, made at the first session that asks for it, on
+ * the backend of the engine that holds the head (a stage split across
+ * devices: the CPU part's), where the hidden states it reads come from. */
 static shoal_err mtp_layer(shoal_dist_stage *s, char *why, size_t why_len)
 {
 	if (s->mtp)
 		return SHOAL_OK;
-	char w[SHOAL_WHY_LEN] = "";
-	const shoal_backend_ops *ops = NULL;
-	shoal_err e =
-	    shoal_backend_pick(&(shoal_backend_opts){.name = s->cfg.backend}, &ops, w, sizeof w);
-	if (e)
-		return shoal_why(why, why_len, e, "the MTP layer's backend: %s", w);
 	shoal_engine_config c = shoal_engine_config_default(s->m);
-	c.backend = ops;
+	c.backend = shoal_engine_backend_ops(s->e2 ? s->e2 : s->e);
 	c.n_threads = s->cfg.n_threads;
 	c.n_ctx = shoal_engine_n_ctx(s->e);
 	c.max_sessions = s->cfg.max_sessions;
