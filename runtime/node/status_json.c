@@ -23,6 +23,26 @@ static json_t *jstr(const char *s)
 	return v ? v : json_string("(not utf-8)");
 }
 
+/* One link to array a: the other end, the endpoints (< 0: left out, as
+ * for a data link), the round trip and the bandwidth. */
+static int link_put(json_t *a, const shoal_peer_id *peer, int local_ep, int remote_ep,
+                    uint32_t rtt_us, uint64_t bw_bytes_s)
+{
+	char hex[2 * SHOAL_PEER_ID_LEN + 1];
+	json_t *e = json_object();
+	if (!e || json_array_append_new(a, e))
+		return -1;
+	shoal_peer_id_to_hex(peer, hex);
+	int rc = put(e, "peer", jstr(hex));
+	if (local_ep >= 0)
+		rc |= put(e, "local_endpoint", json_integer(local_ep));
+	if (remote_ep >= 0)
+		rc |= put(e, "remote_endpoint", json_integer(remote_ep));
+	rc |= put(e, "rtt_us", json_integer(rtt_us));
+	rc |= put(e, "bandwidth_bytes_s", json_integer((json_int_t)bw_bytes_s));
+	return rc;
+}
+
 json_t *shoal_status_record_json(const shoal_record *r)
 {
 	char hex[2 * SHOAL_MODEL_DIGEST_LEN + 1];
@@ -109,31 +129,13 @@ json_t *shoal_status_record_json(const shoal_record *r)
 	rc |= put(o, "links", a = json_array());
 	for (uint32_t i = 0; a && i < r->n_links; i++) {
 		const shoal_record_link *l = &r->links[i];
-		json_t *e = json_object();
-		if (!e || json_array_append_new(a, e)) {
-			rc = -1;
-			break;
-		}
-		shoal_peer_id_to_hex(&l->peer, hex);
-		rc |= put(e, "peer", jstr(hex));
-		rc |= put(e, "local_endpoint", json_integer(l->local_ep));
-		rc |= put(e, "remote_endpoint", json_integer(l->remote_ep));
-		rc |= put(e, "rtt_us", json_integer(l->rtt_us));
-		rc |= put(e, "bandwidth_bytes_s", json_integer((json_int_t)l->bw_bytes_s));
+		rc |= link_put(a, &l->peer, l->local_ep, l->remote_ep, l->rtt_us, l->bw_bytes_s);
 	}
 	/* the data plane's round trips (serve_probe.c), as planned on */
 	rc |= put(o, "data_links", a = json_array());
 	for (uint32_t i = 0; a && i < r->n_dlinks; i++) {
-		json_t *e = json_object();
-		if (!e || json_array_append_new(a, e)) {
-			rc = -1;
-			break;
-		}
-		shoal_peer_id_to_hex(&r->dlinks[i].peer, hex);
-		rc |= put(e, "peer", jstr(hex));
-		rc |= put(e, "rtt_us", json_integer(r->dlinks[i].rtt_us));
-		rc |=
-		    put(e, "bandwidth_bytes_s", json_integer((json_int_t)r->dlinks[i].bw_bytes_s));
+		const shoal_record_dlink *l = &r->dlinks[i];
+		rc |= link_put(a, &l->peer, -1, -1, l->rtt_us, l->bw_bytes_s);
 	}
 	if (rc) {
 		json_decref(o);
