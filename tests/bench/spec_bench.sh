@@ -42,6 +42,12 @@
 # deepseek2 fixture of gen_fixture with an MTP layer, random weights, so
 # the guesses are poor: clusters with --speculate mtp (c1m, c3m; the last
 # stage runs the layer) against none, the poor-drafter goal).
+# QUIET=L with MODEL=fixture: the fixture made with gen_fixture
+# --quiet-from L (its layers from L on add their outputs / 256 to the
+# residual stream) and the draft its first L layers and head at Q8_0: a
+# draft that chooses as the target on most greedy tokens (random weights
+# give a truncated copy none of a trained model's agreement) and reads L
+# of its 22 layers plus the head, the draft-model goal's case.
 set -u
 SHOAL_BUILDDIR=${1:-${SHOAL_BUILDDIR:-.}}
 . "$(dirname "$0")/../sh/lib.sh"
@@ -50,8 +56,16 @@ SRC_F32=$DATA/models/austen-dense-f32.gguf
 RUNS=${RUNS:-3}
 LIM3=11M
 NODE_X=()
+if [ "${MODEL:-austen}" = fixture ] && [ -n "${QUIET:-}" ]; then
+	# its layers from QUIET on add little: a draft of the first QUIET
+	# layers and the head (Q8_0, as the target) agrees on most tokens
+	FIX=${SHOAL_BENCH_FIXTURE:-/tmp/shoal-bench/llama-1b-quiet$QUIET-q8_0.gguf}
+	bench_fixture "$FIX" --quiet-from "$QUIET"
+	DRAFT_LAYERS=${DRAFT_LAYERS:-$QUIET}
+	DRAFT_TYPE=${DRAFT_TYPE:-Q8_0}
+fi
 if [ "${MODEL:-austen}" = fixture ]; then
-	DENSE=${SHOAL_BENCH_FIXTURE:-/tmp/shoal-bench/llama-1b-q8_0.gguf}
+	DENSE=${FIX:-${SHOAL_BENCH_FIXTURE:-/tmp/shoal-bench/llama-1b-q8_0.gguf}}
 	bench_fixture "$DENSE"
 	SRC_F32=$DENSE # its weights are Q8_0 already: the draft is a copy of it
 	LIM3=460M

@@ -47,6 +47,12 @@ typedef struct opts {
 	bool no_sinks;      /* leave out attn_sinks */
 	uint32_t exp_scale; /* expert gate/up weights times this (0, 1: as drawn), to
 	                       reach the SwiGLU clamp */
+	/* layers from quiet_from on (0: none) add their attention's and FFN's
+	 * output divided by quiet_div (default 256) to the residual stream:
+	 * a draft of the first quiet_from layers and the head then chooses as
+	 * the whole model does on most tokens, as a trained model's truncated
+	 * copy may (random weights alone give a truncated copy no agreement) */
+	uint32_t quiet_from, quiet_div;
 	/* glm4moe (the routing options and --rope-dim are deepseek2's) */
 	bool no_qk_norm; /* leave out attn_q_norm and attn_k_norm (GLM-4.5-Air) */
 	/* broken files for tests of refusals: leave out the tensor named
@@ -527,6 +533,10 @@ static int write_tensor(shoal_gguf_writer *w, const opts *o, const tplan *t, flo
 	if (o->exp_scale > 1 &&
 	    (strstr(t->name, "ffn_gate_exps.weight") || strstr(t->name, "ffn_up_exps.weight")))
 		a *= (float)o->exp_scale;
+	unsigned layer;
+	if (o->quiet_from && sscanf(t->name, "blk.%u.", &layer) == 1 && layer >= o->quiet_from &&
+	    (strstr(t->name, "attn_output.weight") || strstr(t->name, "ffn_down")))
+		a /= (float)(o->quiet_div ? o->quiet_div : 256);
 	for (uint64_t r = 0; r < rows; r++) {
 		for (uint64_t i = 0; i < n_in; i++) {
 			float u = rng_unit(&s);
@@ -598,7 +608,8 @@ static int usage(void)
 	    "  --layers N --dim D --ff F --heads H --kv-heads K --vocab V [--head-dim D]\n"
 	    "  [--experts E --experts-used K --ff-exp F] [--tied] [--seed S] [--split N]\n"
 	    "  [--ctx N] [--drop TENSOR] [--grow TENSOR] [--exp-type T (the routed\n"
-	    "  experts' type, e.g. MXFP4 as gpt-oss ships them; default --type)] OUT.gguf\n"
+	    "  experts' type, e.g. MXFP4 as gpt-oss ships them; default --type)]\n"
+	    "  [--quiet-from L [--quiet-div N] (layers L.. add their outputs / N, 256)] OUT.gguf\n"
 	    "deepseek2 (--head-dim is nope + rope; --kv-heads is ignored):\n"
 	    "  --kv-lora R --rope-dim D --v-head-dim D [--q-lora R] [--dense-lead N]\n"
 	    "  [--shared N] [--groups G --groups-used U] [--sigmoid] [--nextn N]\n"
@@ -726,6 +737,10 @@ static int parse(int argc, char **argv, opts *o)
 				u = &o->window;
 			else if (!strcmp(a, "--exp-scale"))
 				u = &o->exp_scale;
+			else if (!strcmp(a, "--quiet-from"))
+				u = &o->quiet_from;
+			else if (!strcmp(a, "--quiet-div"))
+				u = &o->quiet_div;
 			else
 				return usage();
 			if (!parse_u32(v, u)) {
@@ -784,6 +799,11 @@ static int parse(int argc, char **argv, opts *o)
 	}
 	if (!oss && (o->window || o->no_sinks || o->exp_scale)) {
 		fprintf(stderr, "gen_fixture: --window, --no-sinks, --exp-scale are for gpt-oss\n");
+		return 2;
+	}
+	if ((o->quiet_from && o->quiet_from >= o->layers) || (o->quiet_div && !o->quiet_from)) {
+		fprintf(stderr, "gen_fixture: --quiet-from wants a layer below --layers "
+		                "(--quiet-div goes with it)\n");
 		return 2;
 	}
 	if (o->exp_type != SHOAL_DTYPE__MAX && !o->experts) {

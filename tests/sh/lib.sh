@@ -267,9 +267,10 @@ arch_spread() {
 	echo "$1, spread experts: ids and logprobs through every peer identical to one peer"
 }
 
-# bench_fixture PATH: the 1.17 GB Llama-shaped Q8_0 fixture of the
-# benchmarks (tests/bench/decode_bound.sh) at PATH unless it is there, and
-# the helpers the benchmarks use
+# bench_fixture PATH [GEN_FIXTURE ARGS...]: the 1.17 GB Llama-shaped Q8_0
+# fixture of the benchmarks (tests/bench/decode_bound.sh) at PATH unless it
+# is there (with the extra gen_fixture options given, e.g. --quiet-from),
+# and the helpers the benchmarks use
 bench_fixture() {
 	local p
 	for p in plancheck gen_fixture; do
@@ -279,7 +280,7 @@ bench_fixture() {
 	mkdir -p "$(dirname "$1")"
 	echo "making $1 (1.17 GB)"
 	"$BD/tests/helpers/gen_fixture" --arch llama --type Q8_0 --layers 22 --dim 2048 --ff 5632 \
-		--heads 32 --kv-heads 4 --vocab 32000 --ctx 2048 --seed 1 "$1.tmp" >/dev/null ||
+		--heads 32 --kv-heads 4 --vocab 32000 --ctx 2048 --seed 1 "${@:2}" "$1.tmp" >/dev/null ||
 		fail "gen_fixture failed"
 	mv "$1.tmp" "$1"
 }
