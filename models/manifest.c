@@ -84,14 +84,14 @@ shoal_err shoal_model_manifest(const shoal_model *m, shoal_manifest *out)
 			    (uint64_t)hp->n_head * 2 * (2ull * hp->kv_lora_rank + hp->n_rot);
 		}
 		/* what a tensor group splits: attention by KV heads (MLA's latent
-		 * cache is shared by every head: its attention stays whole), a
-		 * dense FFN by columns */
+		 * cache is shared by every head: its attention stays whole on
+		 * every member, n_head_kv 0), a dense FFN by columns */
 		ml->n_head_kv = hp->mla ? 0 : hp->n_head_kv;
 		ml->n_ff = L->ffn_gate ? hp->n_ff : 0;
-		ml->attn_bytes = hp->mla
-		                     ? 0
-		                     : nb(L->wq) + nb(L->wk) + nb(L->wv) + nb(L->wo) + nb(L->bq) +
-		                           nb(L->bk) + nb(L->bv) + nb(L->bo) + nb(L->attn_sinks);
+		ml->attn_bytes = nb(L->wq) + nb(L->wk) + nb(L->wv) + nb(L->wo) + nb(L->bq) +
+		                 nb(L->bk) + nb(L->bv) + nb(L->bo) + nb(L->attn_sinks) +
+		                 nb(L->wq_a) + nb(L->q_a_norm) + nb(L->wq_b) + nb(L->wkv_a) +
+		                 nb(L->kv_a_norm) + nb(L->wk_b) + nb(L->wv_b) + nb(L->wkv_b);
 		if (hp->n_expert && L->ffn_gate_exps) {
 			ml->n_expert = hp->n_expert;
 			ml->n_expert_used = hp->n_expert_used;

@@ -237,9 +237,10 @@ static bool fill(const spec_hp *h, shoal_manifest *m, shoal_spec_info *info)
 		if (h->swa && l % h->swa_period != h->swa_period - 1)
 			y->kv_positions = h->swa + SHOAL_MANIFEST_KV_RING_ROWS;
 		/* tensor groups split GQA attention by KV heads (MLA's latent
-		 * cache is shared by every head: its attention stays whole) */
+		 * cache is shared by every head: its attention stays whole on
+		 * every member) */
 		y->n_head_kv = h->mla ? 0 : h->kv_heads;
-		y->attn_bytes = h->mla ? 0 : qbytes(attn_w, h->mbits);
+		y->attn_bytes = qbytes(attn_w, h->mbits);
 		y->n_ff = dense ? h->ffn : 0;
 		uint64_t exp_w = dense ? 0 : 3 * D * h->expert_ffn;
 		wrap |= __builtin_add_overflow(info->n_params, mat + f32 + exp_w * h->experts,

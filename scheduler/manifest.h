@@ -49,9 +49,11 @@ typedef struct shoal_manifest_layer {
 	 * that part of the layer is computed whole on every member. */
 	uint32_t n_head_kv;  /* KV heads: attention splits by these */
 	uint32_t n_ff;       /* columns of the dense FFN: it splits by these */
-	uint64_t attn_bytes; /* the part of bytes that splits with the heads
-	                        (Q, K, V, O and their biases); the rest of a
-	                        dense layer splits with the FFN columns */
+	uint64_t attn_bytes; /* attention's part of bytes (Q, K, V, O, their
+	                        biases; MLA's projections): split with the
+	                        heads, or whole on every member where
+	                        n_head_kv is 0 (MLA); the rest of a dense
+	                        layer splits with the FFN columns */
 } shoal_manifest_layer;
 
 /* The positions of layer y's KV the scheduler counts at a context of ctx. */

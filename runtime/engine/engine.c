@@ -1117,7 +1117,7 @@ shoal_err shoal_engine_run(shoal_engine *e, const shoal_engine_batch *b, char *w
 
 	for (uint32_t il = e->cfg.layer_begin; il < e->cfg.layer_end; il++) {
 		const engine__layer *L = &e->layers[il];
-		if (e->tp && (err = engine__tp_attn(e, il, b, why, why_len)))
+		if (e->tp && !hp->mla && (err = engine__tp_attn(e, il, b, why, why_len)))
 			goto fail;
 		if (hp->mla)
 			engine_attn_mla(e, il, b);

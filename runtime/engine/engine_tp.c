@@ -31,8 +31,12 @@
  *   xn = rmsnorm(x) * output_norm of the rows wanting logits (replicated)
  *   logits of m's vocab rows (head rows); gather HEAD to the root only
  * Without split_head the head is the unsplit engine's, and so is the
- * embedding always (has_embd). MLA (deepseek2) members are refused: the
- * latent cache is every head's.
+ * embedding always (has_embd). MLA (deepseek2): the latent cache is every
+ * head's, so attention is not split: every member runs the whole layer's
+ * attention (the unsplit engine's steps on the same replicated input: the
+ * same bits) and keeps the whole cache; its FFN and experts are split as
+ * above. The plan counts an MLA model's attention whole on each member
+ * (models/manifest.c).
  */
 #include "runtime/engine/engine_impl.h"
 
@@ -110,10 +114,6 @@ shoal_err engine__tp_init(shoal_engine *e, char *why, size_t why_len)
 	if (e->cfg.expert_mask)
 		return shoal_why(why, why_len, SHOAL_ERR_INVAL,
 		                 "a tensor member's experts are its share: no expert mask");
-	if (hp->mla)
-		return shoal_why(
-		    why, why_len, SHOAL_ERR_UNSUPPORTED,
-		    "tensor members of an MLA model (deepseek2) are not supported yet");
 	if (c->split_head && (!e->cfg.has_head || c->head_root >= c->n_members || !c->link.gather))
 		return shoal_why(why, why_len, SHOAL_ERR_INVAL,
 		                 "a split head needs has_head, a root member below %u and a gather",
@@ -171,7 +171,8 @@ shoal_err engine__tp_init(shoal_engine *e, char *why, size_t why_len)
 		if (!(t->hbuf = calloc((size_t)R * (w ? w : 1), sizeof *t->hbuf)))
 			return SHOAL_ERR_NOMEM;
 	}
-	e->kv_cache_dim = t->hn[t->me] * hp->head_dim;
+	if (!hp->mla) /* MLA: the whole latent cache on every member */
+		e->kv_cache_dim = t->hn[t->me] * hp->head_dim;
 	return SHOAL_OK;
 }
 

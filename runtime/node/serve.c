@@ -186,16 +186,6 @@ shoal_err shoal_serve_new(const shoal_serve_config *cfg, shoal_serve **out, char
 		goto fail;
 	cl->pol.spread_experts = cfg->spread_experts;
 	cl->pol.tensor_groups = cfg->tensor_groups;
-	/* the engine cannot split an MLA model among a group's members yet
-	 * (runtime/engine/engine_tp.c): every plan with a group would stay
-	 * unservable, so say it now */
-	if (cfg->tensor_groups && cl->model->hp.mla) {
-		e = shoal_why(why, why_len, SHOAL_ERR_UNSUPPORTED,
-		              "--tensor: %s is an MLA model (deepseek2), and tensor groups of MLA "
-		              "models are not supported yet: start it without --tensor",
-		              cl->model_path);
-		goto fail;
-	}
 #ifdef SHOAL_TEST_HOOKS
 	/* test hook: a group even where it does not pay (tests/sh/tp_loopback.sh);
 	 * those runs also plan every link at --link-us, not at the measured

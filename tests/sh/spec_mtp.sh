@@ -18,6 +18,10 @@
 #  4. The last stage (or the middle one where the owner p1 is the last)
 #     killed -9 mid-stream of an MTP run: the replay gives the ids of the
 #     undisturbed run.
+#  5. A tensor group of 2 (--tensor; MLA attention whole on each member,
+#     the experts and the head split; SHOAL_TEST_TP_PREFER=1 takes the
+#     group on these small models): greedy and seeded MTP runs give the
+#     local ids, and guesses were drafted (the head peer runs the layer).
 set -u
 . "$(dirname "$0")/lib.sh"
 [ -x "$PC" ] || skip "$PC not built"
@@ -144,3 +148,19 @@ wait $RP || fail "the run failed after $VICTIM was killed: $(cat "$T/k.err")"
 same "seeded ids of a long run with mtp" "$T/k-ref" "$T/k-local"
 same "seeded ids across the kill of $VICTIM" "$T/k-seeded" "$T/k-local"
 echo "an MTP run, $VICTIM killed -9 mid-stream: ids identical to one peer"
+stop_all
+
+# 5. a tensor group of 2
+if ! "$B" --version | grep -q '^test hooks: yes'; then
+	echo "part 5 skipped: built without --enable-test-hooks (SHOAL_TEST_TP_PREFER)"
+	exit 0
+fi
+export SHOAL_TEST_TP_PREFER=1
+start g1 "$DS" --ctx 256 --tensor --link-us 5 --speculate mtp
+start g2 "$DS" --ctx 256 --tensor --link-us 5 --speculate mtp --peer "$(ep g1)"
+group2() { servable_all 1 g1 g2 && [ "$("$PC" "$T/st-g1.json" members 0 | wc -w)" = 2 ]; }
+wait_for 40 group2 || fail "no plan with a tensor group of 2 for the deepseek2 model"
+peer_runs g1 g "through a tensor group of 2"
+read -r DR AC <<<"$(drafted g1)"
+[ "${DR:-0}" -gt 0 ] || fail "a tensor group: no MTP guesses drafted (drafted '$DR', kept '$AC')"
+echo "a tensor group of 2: ids exact with mtp, greedy and seeded; $DR drafted, $AC kept"

@@ -503,19 +503,30 @@ static int mtp_narrow(const char *path, const shoal_gguf_tensor *t)
 	return rc;
 }
 
-/* Runs with MTP guesses on 1 and 3 stages, greedy and seeded: exact, and
- * every guess a fresh layer's; the count checked and the drafts kept
- * added to *checked, *kept. */
+/* Runs with MTP guesses on 1 and 3 stages and on 2 whose last is a tensor
+ * group of 2 splitting the head (its root runs the layer; MLA attention
+ * whole on each member), greedy and seeded: exact, and every guess a
+ * fresh layer's; the count checked and the drafts kept added to
+ * *checked, *kept. */
 static int mtp_runs(const shoal_model *m, const char *what, int *checked, uint64_t *kept)
 {
 	const int32_t prompt[] = {1, 17, 250, 3, 99, 42, 7, 7, 120, 64, 5, 298, 17, 250, 3, 99};
 	const uint32_t np = sizeof prompt / sizeof prompt[0];
 	int ok = 1;
-	for (uint32_t n_st = 1; n_st <= 3; n_st += 2) {
+	for (uint32_t cfg = 0; cfg < 3; cfg++) {
 		dc_cluster c;
-		const uint32_t cuts[] = {1, 2};
-		if (dc_cluster_up(&c, m, cuts, n_st, 0, SHOAL_XFER_MAX_FRAME_DEFAULT, 64, false))
+		const uint32_t cuts[] = {1, 2}, cut2[] = {2},
+		               n_st = cfg == 0   ? 1
+		                      : cfg == 1 ? 3
+		                                 : 2;
+		static const uint64_t w2[2] = {3, 1};
+		if (cfg < 2 &&
+		    dc_cluster_up(&c, m, cuts, n_st, 0, SHOAL_XFER_MAX_FRAME_DEFAULT, 64, false))
 			return 0;
+		if (cfg == 2 &&
+		    dc_cluster_up_group(&c, m, cut2, 2, 1, w2, 2, SHOAL_XFER_MAX_FRAME_DEFAULT))
+			return 0;
+		const char *how = cfg == 2 ? " (the last a group of 2)" : "";
 		shoal_sampler_params sp[2] = {greedy(), seeded()};
 		for (int q = 0; q < 2; q++) {
 			int same = spec_run(&c, &sp[q], D_MTP, prompt, np, 40);
@@ -523,10 +534,10 @@ static int mtp_runs(const shoal_model *m, const char *what, int *checked, uint64
 			ok &= same && dc_reference(m, prompt, np, 40, &sp[q], &want) == 0;
 			int none, resumed;
 			int k = mtp_check(m, prompt, np, &want, &none, &resumed);
-			printf("mtp, %s, %u stage(s), %s: tokens %s, %d guesses as a fresh "
+			printf("mtp, %s, %u stage(s)%s, %s: tokens %s, %d guesses as a fresh "
 			       "layer's, %d none (paused), %d after a pause\n",
-			       what, n_st, q ? "seeded" : "greedy", same ? "exact" : "DIFFER", k,
-			       none, resumed);
+			       what, n_st, how, q ? "seeded" : "greedy", same ? "exact" : "DIFFER",
+			       k, none, resumed);
 			/* a guess or none after every step but the last (a kept
 			 * draft makes a step of 2 tokens); the owner's first
 			 * steps go without drafts (draft_ctl.c), so there is a
@@ -536,7 +547,7 @@ static int mtp_runs(const shoal_model *m, const char *what, int *checked, uint64
 		}
 		shoal_dist_owner_metrics om;
 		shoal_dist_owner_metrics_get(c.own, &om);
-		printf("mtp, %s, %u stage(s): %llu drafted, %llu kept\n", what, n_st,
+		printf("mtp, %s, %u stage(s)%s: %llu drafted, %llu kept\n", what, n_st, how,
 		       (unsigned long long)om.drafted, (unsigned long long)om.accepted);
 		ok &= om.drafted > 0;
 		*kept += om.accepted;
@@ -592,9 +603,9 @@ static void test_mtp_guesses(void)
 	unlink(path);
 	rmdir(mtp_dir);
 	ASSERT_TRUE(ok);
-	/* 8 runs of 40 tokens: guesses while the owner drafts (it pauses
+	/* 12 runs of 40 tokens: guesses while the owner drafts (it pauses
 	 * after drafts that missed, and the layer then sends none) */
-	ASSERT_GT(checked, 8 * 8);
+	ASSERT_GT(checked, 12 * 8);
 	ASSERT_GT(kept_few, 0);
 }
 

@@ -263,7 +263,10 @@ static void check_group(const shoal_model *m, uint32_t n, const uint64_t *w, uin
 	uint32_t V = hp->n_vocab, n_moe = 0;
 	for (uint32_t l = 0; l < hp->n_layer; l++)
 		n_moe += m->layers[l].ffn_gate_inp != NULL;
-	uint32_t want_calls = 4 * (hp->n_layer - n_moe) + 3 * n_moe;
+	/* exchanges a layer: attention 2 (none with MLA: it runs whole on
+	 * every member), a dense FFN 2, an MoE FFN 1 */
+	uint32_t att = hp->mla ? 0 : 2,
+	         want_calls = (att + 2) * (hp->n_layer - n_moe) + (att + 1) * n_moe;
 	ASSERT_LE(hp->n_layer, MAX_LAY);
 
 	shoal_err err;
@@ -311,7 +314,8 @@ static void check_group(const shoal_model *m, uint32_t n, const uint64_t *w, uin
 			ASSERT_EQ(x->head_sent, root < n && i != root ? 1u : 0u);
 			ASSERT_EQ(x->head_recv, root < n && i == root ? n - 1 : 0u);
 			for (uint32_t l = 0; l < hp->n_layer; l++)
-				ASSERT_EQ(x->per_layer[l], m->layers[l].ffn_gate_inp ? 3u : 4u);
+				ASSERT_EQ(x->per_layer[l],
+				          att + (m->layers[l].ffn_gate_inp ? 1u : 2u));
 		}
 		/* the next token: greedy on the last row */
 		int32_t next = argmax(lref + (size_t)(rows - 1) * V, V);
@@ -410,6 +414,18 @@ static void test_glm4moe(void)
 	                               "--seed 17")));
 }
 
+static void test_deepseek2(void)
+{
+	/* MLA (attention whole on every member, its latent cache too), a
+	 * leading dense layer split by columns, a shared expert, sigmoid
+	 * routing with the selection bias and groups */
+	check_model(open_model(fx_path(
+	    "deepseek2", "--arch deepseek2 --type Q8_0 --layers 3 --dim 128 --ff 256 --heads 4 "
+	                 "--vocab 300 --head-dim 48 --kv-lora 64 --rope-dim 16 --v-head-dim 32 "
+	                 "--q-lora 64 --dense-lead 1 --shared 1 --groups 2 --groups-used 1 "
+	                 "--sigmoid --experts 8 --experts-used 2 --ff-exp 64 --ctx 64 --seed 19")));
+}
+
 static void test_bad_config(void)
 {
 	shoal_model *m = shared_model("austen-dense-q8_0.gguf");
@@ -483,4 +499,5 @@ static void test_cleanup(void)
 
 TEST_MAIN(TEST_CASE(test_dense_q8), TEST_CASE(test_dense_f16), TEST_CASE(test_moe_q8),
           TEST_CASE(test_qwen3), TEST_CASE(test_qwen3moe), TEST_CASE(test_gptoss),
-          TEST_CASE(test_glm4moe), TEST_CASE(test_bad_config), TEST_CASE(test_cleanup))
+          TEST_CASE(test_glm4moe), TEST_CASE(test_deepseek2), TEST_CASE(test_bad_config),
+          TEST_CASE(test_cleanup))
