@@ -179,6 +179,9 @@ fetched_before=$(grep -c "fetched and verified" "$T/w2.log")
 start f3 "$DS" --ctx 256 --mem-limit 1M --speculate mtp --peer "$SEED"
 with_mtp() { grep -q "weights: our part: .* (with the MTP layer's)" "$T/w2.log" && servable_all 1 f1 w2 f3; }
 wait_for 60 with_mtp || fail "w2's part did not take the MTP layer: $(grep 'our part' "$T/w2.log" | tail -n 2)"
+status w2 || fail "status w2"
+offers=$(jget "$T/st-w2.json" 'sorted(p["name"] for p in d["peers"] if p["speculate_mtp"])')
+[ "$offers" = "['f3']" ] || fail "w2's status shows $offers offering mtp, not f3 alone"
 part=$(grep "weights: our part: .* (with the MTP layer's)" "$T/w2.log" | head -n 1)
 echo "${part#*weights: }"
 case $part in *"; "[1-9]*" missing"*) ;; *) fail "w2 had nothing of the MTP layer to fetch: $part" ;; esac
