@@ -645,7 +645,7 @@ void sched__pipe_evaluate(const sched__ctx *c, sched__asg *a)
 			if (first != c->prev_embd)
 				moved += m->embd_bytes;
 			if (last != c->prev_head)
-				moved += m->head_bytes;
+				moved += m->head_bytes + (c->mtp ? m->mtp_bytes : 0);
 		}
 	}
 	if (!c->has_prev)

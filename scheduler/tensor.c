@@ -630,7 +630,8 @@ void sched__tp_evaluate(const sched__ctx *c, sched__asg *a)
 		for (size_t p = 0; p < n; p++)
 			moved += a->mem_w[p];
 	else
-		moved += c->m->embd_bytes + c->m->head_bytes; /* not tracked per member */
+		moved += c->m->embd_bytes + c->m->head_bytes + /* not tracked per member */
+		         (c->mtp ? c->m->mtp_bytes : 0);
 	for (size_t p = 0; p < n && a->feasible; p++)
 		if (sched__add(a->mem_w[p], a->mem_kv[p]) > c->cap[p]) {
 			a->feasible = false;

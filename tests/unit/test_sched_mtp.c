@@ -8,6 +8,7 @@
  *     memory, and the head peer counts the layer;
  *   - without a peer that offers mtp, or with a model without the layer,
  *     the plan is bitwise the one of a manifest that knows no MTP layer;
+ *   - a tensor group's lead, which samples, holds it, the other member not;
  *   - the plan with the layer encodes as version 3 and decodes with it.
  */
 #include "tests/unit/test.h"
@@ -176,6 +177,34 @@ static void test_unchanged_without(void)
 	shoal_view_free(v);
 }
 
+/* One tensor group of two equal peers: the lead counts the layer. */
+static void test_tensor_group(void)
+{
+	shoal_manifest m = model(true);
+	shoal_policy pol = policy();
+	pol.tensor_groups = pol.tensor_prefer = true;
+	shoal_view *v = shoal_view_new(20000, 5 * GB);
+	shoal_view_peer a = peer(1, "a", 40 * GB, 800, true), b = peer(2, "b", 40 * GB, 800, false);
+	ASSERT_EQ(shoal_view_add_peer(v, &a, NULL, 0), SHOAL_OK);
+	ASSERT_EQ(shoal_view_add_peer(v, &b, NULL, 0), SHOAL_OK);
+	shoal_plan *p = NULL;
+	char why[SHOAL_WHY_LEN] = "";
+	ASSERT_EQ(shoal_schedule(v, &m, &pol, NULL, &p, why, sizeof why), SHOAL_OK);
+	ASSERT_EQ(shoal_plan_n_groups(p), 1);
+	ASSERT_TRUE(shoal_plan_mtp(p));
+	uint32_t lead = shoal_plan_head_peer(p);
+	const shoal_plan_peer *l = shoal_plan_peer_at(p, lead),
+	                      *o = shoal_plan_peer_at(p, 1 - lead);
+	printf("  group: lead %s %.3f GB, other %.3f GB\n", l->name, (double)l->weight_bytes / 1e9,
+	       (double)o->weight_bytes / 1e9);
+	/* equal shares of the layers; the lead has the layer and its KV on top
+	 * (both embed: the layer's embedding is there anyway) */
+	ASSERT_GE(l->weight_bytes, o->weight_bytes + 1500 * MB + 2 * MB);
+	ASSERT_LE(l->weight_bytes, o->weight_bytes + 1500 * MB + 2 * MB + 2 * MB);
+	shoal_plan_free(p);
+	shoal_view_free(v);
+}
+
 /* Version 3 round trip; a version 3 without its trailing 1 is refused. */
 static void test_encoding(void)
 {
@@ -204,4 +233,4 @@ static void test_encoding(void)
 }
 
 TEST_MAIN(TEST_CASE(test_head_counts_mtp), TEST_CASE(test_unchanged_without),
-          TEST_CASE(test_encoding))
+          TEST_CASE(test_tensor_group), TEST_CASE(test_encoding))
