@@ -18,13 +18,6 @@
 #  4. The last stage (or the middle one where the owner p1 is the last)
 #     killed -9 mid-stream of an MTP run: the replay gives the ids of the
 #     undisturbed run.
-#  5. The last stage without the file (w2, --model-id: its part fetched
-#     from the peers into its cache), f1 an owner only (--mem-limit 1M):
-#     no peer drafts with mtp, so its part has no MTP layer, and a run
-#     that asks for mtp gets no guesses (w2 logs why) and the same ids;
-#     f3 joins with --speculate mtp: the new plan gives w2 the layer, w2
-#     fetches and verifies those tensors, and runs through f3 draft its
-#     guesses, ids exact.
 set -u
 . "$(dirname "$0")/lib.sh"
 [ -x "$PC" ] || skip "$PC not built"
@@ -153,42 +146,3 @@ wait $RP || fail "the run failed after $VICTIM was killed: $(cat "$T/k.err")"
 same "seeded ids of a long run with mtp" "$T/k-ref" "$T/k-local"
 same "seeded ids across the kill of $VICTIM" "$T/k-seeded" "$T/k-local"
 echo "an MTP run, $VICTIM killed -9 mid-stream: ids identical to one peer"
-
-# 5. the last stage from a weights cache
-stop_all
-start f1 "$DS" --ctx 256 --mem-limit 1M
-SEED=$(ep f1)
-wait_for 20 eval 'status f1 && [ "$("$PC" "$T/st-f1.json" model_id)" != none ]' ||
-	fail "f1 shows no model id"
-MID=$("$PC" "$T/st-f1.json" model_id)
-start w2 "" --model-id "$MID" --ctx 256 --peer "$SEED"
-wait_for 60 servable_all 1 f1 w2 || fail "no plan with w2 fetching: $("$PC" "$T/st-w2.json" servable)"
-[ "$("$PC" "$T/st-w2.json" stage 0)" = w2 ] || fail "w2 is not the one stage"
-part=$(grep "weights: our part: " "$T/w2.log" | tail -n 1)
-case $part in *"MTP layer"*) fail "w2's part has the MTP layer, no peer drafts with it: $part" ;; esac
-# shellcheck disable=SC2046
-"$B" run --peer "$SEED" --key "$KEY" -p "$P" -n $N --ids $(args seeded) --speculate mtp \
-	>"$T/c-seeded" 2>"$T/c.err" || fail "a run asking for mtp, w2 without the layer: $(cat "$T/c.err")"
-same "seeded ids, the last stage without the MTP layer" "$T/c-seeded" "$T/l-seeded"
-read -r DR _ <<<"$(drafted f1)"
-[ "${DR:-0}" = 0 ] || fail "guesses drafted ($DR) though w2 does not hold the MTP layer"
-grep -q "no MTP guesses: tensor blk\.6\..* is not held here" "$T/w2.log" ||
-	fail "w2 does not say why it sends no guesses: $(grep -i mtp "$T/w2.log" | tail -n 3)"
-echo "w2 from its cache, without the MTP layer: no guesses ($(grep -o 'no MTP guesses: .*' "$T/w2.log" | head -n 1)), ids exact"
-fetched_before=$(grep -c "fetched and verified" "$T/w2.log")
-start f3 "$DS" --ctx 256 --mem-limit 1M --speculate mtp --peer "$SEED"
-with_mtp() { grep -q "weights: our part: .* (with the MTP layer's)" "$T/w2.log" && servable_all 1 f1 w2 f3; }
-wait_for 60 with_mtp || fail "w2's part did not take the MTP layer: $(grep 'our part' "$T/w2.log" | tail -n 2)"
-status w2 || fail "status w2"
-offers=$(jget "$T/st-w2.json" 'sorted(p["name"] for p in d["peers"] if p["speculate_mtp"])')
-[ "$offers" = "['f3']" ] || fail "w2's status shows $offers offering mtp, not f3 alone"
-part=$(grep "weights: our part: .* (with the MTP layer's)" "$T/w2.log" | head -n 1)
-echo "${part#*weights: }"
-case $part in *"; "[1-9]*" missing"*) ;; *) fail "w2 had nothing of the MTP layer to fetch: $part" ;; esac
-[ "$(grep -c "fetched and verified" "$T/w2.log")" -gt "$fetched_before" ] ||
-	fail "w2 did not fetch and verify the MTP layer's tensors"
-grep "fetched and verified" "$T/w2.log" | tail -n 1 | sed 's/.*weights: /  /'
-peer_runs f3 m "with the MTP layer from w2's cache"
-read -r DR AC <<<"$(drafted f3)"
-[ "${DR:-0}" -gt 0 ] || fail "w2 holds the MTP layer, yet no guesses drafted ('$DR', kept '$AC')"
-echo "w2 from its cache with the MTP layer: ids exact, greedy and seeded; $DR drafted, $AC kept"

@@ -8,9 +8,7 @@
  * order of the concatenation, or the hidden state without the output
  * norm, would be told apart; rows one at a time give bitwise the logits of
  * one batch; the drafter proposes the argmax of the last pushed row;
- * bad input gets a clear error; the manifest counts the layer (mtp_bytes:
- * every blk.<n_layer>.* tensor's bytes, none without the layer, the main
- * layers' figures alike).
+ * bad input gets a clear error.
  *
  * Part: tests of runtime/ (engine) and models/.
  */
@@ -19,7 +17,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "models/manifest.h"
 #include "models/model.h"
 #include "runtime/cpu/backend_cpu.h"
 #include "runtime/engine/engine.h"
@@ -545,68 +542,6 @@ static void test_errors(void)
 	shoal_model_free(m);
 }
 
-/* The bytes of file tensors whose names start with blk.<il>. (the MTP
- * layer's block and its nextn.* tensors), and how many. */
-static uint64_t block_bytes(const shoal_model *m, uint32_t il, size_t *n)
-{
-	char pre[32];
-	snprintf(pre, sizeof pre, "blk.%u.", il);
-	uint64_t b = 0;
-	*n = 0;
-	for (size_t i = 0; i < shoal_gguf_n_tensors(m->gguf); i++) {
-		const shoal_gguf_tensor *t = shoal_gguf_tensor_at(m->gguf, i);
-		if (!strncmp(t->name, pre, strlen(pre))) {
-			b += t->nbytes;
-			(*n)++;
-		}
-	}
-	return b;
-}
-
-/* The manifest of a file with the layer and of the same file without it:
- * mtp_bytes is the sum of the layer's tensors (F32 and Q8_0), its KV a
- * layer's, the embedding shared (the fixture repeats only the head); the
- * rest of the manifest is the same as without. */
-static void test_manifest(void)
-{
-	const char *with[] = {fx_softmax(), fx_q8()};
-	const char *without[] = {
-	    fx_path("mtp-none", FX_ARGS "--q-lora 64 --nextn 0"),
-	    fx_path("mtp-none-q8_0", FX_ARGS "--q-lora 64 --sigmoid --type Q8_0 --nextn 0")};
-	for (size_t k = 0; k < 2; k++) {
-		shoal_model *m = open_model(with[k]), *m0 = open_model(without[k]);
-		ASSERT_TRUE(m != NULL && m0 != NULL);
-		shoal_manifest mf, mf0;
-		ASSERT_EQ(shoal_model_manifest(m, &mf), SHOAL_OK);
-		ASSERT_EQ(shoal_model_manifest(m0, &mf0), SHOAL_OK);
-		size_t n_file = 0;
-		uint64_t file = block_bytes(m, m->hp.n_layer, &n_file);
-		const shoal_gguf_tensor *xt[SHOAL_NEXTN_MAX_TENSORS];
-		ASSERT_EQ(shoal_nextn_tensors(m, xt), n_file);
-		ASSERT_EQ(shoal_nextn_tensors(m0, xt), 0);
-		ASSERT_GT(file, 0);
-		ASSERT_U64_EQ(mf.mtp_bytes, file);
-		printf("  %s: the MTP layer's %zu tensors, %llu bytes\n", k ? "Q8_0" : "F32",
-		       n_file, (unsigned long long)mf.mtp_bytes);
-		ASSERT_U64_EQ(mf.mtp_kv_bytes_per_token, mf.layers[1].kv_bytes_per_token);
-		ASSERT_TRUE(mf.mtp_shares_embd);
-		ASSERT_U64_EQ(mf0.mtp_bytes, 0);
-		ASSERT_U64_EQ(mf0.mtp_kv_bytes_per_token, 0);
-		ASSERT_FALSE(mf0.mtp_shares_embd);
-		ASSERT_EQ(mf.n_layer, mf0.n_layer);
-		ASSERT_U64_EQ(mf.embd_bytes, mf0.embd_bytes);
-		ASSERT_U64_EQ(mf.head_bytes, mf0.head_bytes);
-		for (uint32_t l = 0; l < mf.n_layer; l++) {
-			ASSERT_U64_EQ(mf.layers[l].bytes, mf0.layers[l].bytes);
-			ASSERT_U64_EQ(mf.layers[l].expert_bytes, mf0.layers[l].expert_bytes);
-		}
-		shoal_manifest_fini(&mf);
-		shoal_manifest_fini(&mf0);
-		shoal_model_free(m);
-		shoal_model_free(m0);
-	}
-}
-
 /* The layer on the Vulkan backend (lavapipe here), against the same plain
  * computation. */
 static void test_vulkan(void)
@@ -625,5 +560,5 @@ static void test_cleanup(void)
 }
 
 TEST_MAIN(TEST_CASE(test_softmax_qlora), TEST_CASE(test_sigmoid_plainq), TEST_CASE(test_q8_0),
-          TEST_CASE(test_drafter), TEST_CASE(test_errors), TEST_CASE(test_manifest),
-          TEST_CASE(test_vulkan), TEST_CASE(test_cleanup))
+          TEST_CASE(test_drafter), TEST_CASE(test_errors), TEST_CASE(test_vulkan),
+          TEST_CASE(test_cleanup))
