@@ -265,7 +265,8 @@ static bool fill(const spec_hp *h, shoal_manifest *m, shoal_spec_info *info)
 		m->mtp_bytes =
 		    qbytes(mat, h->mbits) + 4 * f32 + h->experts * qbytes(exp_w, h->mbits);
 		m->mtp_kv_bytes_per_token = kv;
-		m->mtp_shares_embd = true; /* not in n_params: published counts leave it out */
+		m->mtp_shares_embd = true;
+		/* not in n_params: published counts leave it out (V3: 671B) */
 	}
 	uint64_t emb = D * h->vocab;
 	m->n_layer = h->layers;
