@@ -73,9 +73,10 @@ shoal_err shoal_cluster_parse_bytes(const char *s, uint64_t *out);
  *                   "members": [ { "peer", "name", "weight", "share" } ]
  *                   (a tensor group only: its members and their shares) } ],
  *     "embedding": { "peer", "name" }, "head": { "peer", "name", "device"
- *                   ("gpu" or "cpu"), "mtp_bytes" (only where the head
- *                   peer holds DeepSeek's MTP layer: its weights, KV and
- *                   the embedding it shares), "members"
+ *                   ("gpu" or "cpu"), "mtp": true and "mtp_bytes" (only
+ *                   where the head peer holds DeepSeek's MTP layer: its
+ *                   weights, KV and the embedding it shares; the bytes
+ *                   not of a plan read back from its encoding), "members"
  *                   (the last stage a group: the head split by vocab rows
  *                   among its members, the stage's shares; "peer" gathers
  *                   the logits and samples) },

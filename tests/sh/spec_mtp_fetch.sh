@@ -57,6 +57,8 @@ MID=$("$PC" "$T/st-f1.json" model_id)
 start w2 "" --model-id "$MID" --ctx 256 --peer "$SEED"
 wait_for 60 servable_all 1 f1 w2 || fail "no plan with w2 fetching: $("$PC" "$T/st-w2.json" servable)"
 [ "$("$PC" "$T/st-w2.json" stage 0)" = w2 ] || fail "w2 is not the one stage"
+[ "$(jget "$T/st-w2.json" 'd["plan"]["head"].get("mtp", False)')" = False ] ||
+	fail "the plan gives the head peer the MTP layer, though no peer drafts with it"
 part=$(grep "weights: our part: " "$T/w2.log" | tail -n 1)
 case $part in *"MTP layer"*) fail "w2's part has the MTP layer, no peer drafts with it: $part" ;; esac
 # shellcheck disable=SC2046
@@ -77,6 +79,8 @@ wait_for 60 with_mtp || fail "w2's part did not take the MTP layer: $(grep 'our 
 status w2 || fail "status w2"
 offers=$(jget "$T/st-w2.json" 'sorted(p["name"] for p in d["peers"] if p["speculate_mtp"])')
 [ "$offers" = "['f3']" ] || fail "w2's status shows $offers offering mtp, not f3 alone"
+[ "$(jget "$T/st-w2.json" 'd["plan"]["head"].get("mtp", False)')" = True ] ||
+	fail "w2's plan does not give its head peer the MTP layer"
 part=$(grep "weights: our part: .* (with the MTP layer's)" "$T/w2.log" | head -n 1)
 echo "${part#*weights: }"
 case $part in *"; $N_MTP missing"*) ;; *) fail "w2 did not miss exactly the $N_MTP tensors of the MTP layer: $part" ;; esac

@@ -124,7 +124,7 @@ if command -v python3 >/dev/null 2>&1; then
 	"$bin" plan --view "$tmp/mtp.json" --model "$specs/deepseek-v3-q8_0.json" --json >"$tmp/j3" 2>&1
 	"$bin" plan --view "$ex/mac-studio-x4.json" --model "$specs/deepseek-v3-q8_0.json" >"$tmp/out0" 2>&1
 	grep -q "MTP layer on .* beside the head: 1[12]\.[0-9] GiB" "$tmp/out" &&
-		python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); assert d["head"]["mtp_bytes"] > 12e9' "$tmp/j3" &&
+		python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); assert d["head"]["mtp"] and d["head"]["mtp_bytes"] > 12e9' "$tmp/j3" &&
 		! grep -q "MTP" "$tmp/out0" && ok "the MTP layer counted with an mtp peer" ||
 		fail "MTP layer: $(grep MTP "$tmp/out" "$tmp/out0")"
 fi
