@@ -109,6 +109,21 @@ shoal_err shoal_model_manifest(const shoal_model *m, shoal_manifest *out)
 	out->tied_head = hp->tied_head;
 	/* One F32 hidden-state row. */
 	out->act_bytes_per_token = (uint64_t)hp->n_embd * 4;
+	/* The MTP layer: its tensors and, as a layer's, the engine's F32
+	 * keys and its latent cache (it is a deepseek2 block: MLA). */
+	if (m->nextn) {
+		const shoal_gguf_tensor *xt[SHOAL_NEXTN_MAX_TENSORS];
+		size_t nx = shoal_nextn_tensors(m, xt);
+		for (size_t i = 0; i < nx; i++)
+			out->mtp_bytes += nb(xt[i]);
+		if (hp->mla_kv_b)
+			out->mtp_bytes += (uint64_t)hp->n_head * hp->kv_lora_rank *
+			                  (hp->head_dim - hp->n_rot) * 4;
+		out->mtp_kv_bytes_per_token =
+		    hp->mla ? (hp->kv_lora_rank + (uint64_t)hp->n_rot) * SHOAL_MANIFEST_KV_ELT
+		            : 2ull * hp->n_head_kv * hp->head_dim * SHOAL_MANIFEST_KV_ELT;
+		out->mtp_shares_embd = m->nextn->embd == m->tok_embd;
+	}
 	return SHOAL_OK;
 }
 

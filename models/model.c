@@ -276,6 +276,43 @@ size_t shoal_layer_expert_tensors(const shoal_layer *L,
 	return n;
 }
 
+/* x appended to out[n] unless NULL or there already; the new count. */
+static size_t nextn_add(const shoal_gguf_tensor **out, size_t n, const shoal_gguf_tensor *x)
+{
+	for (size_t i = 0; x && i < n; i++)
+		if (out[i] == x)
+			return n;
+	if (x)
+		out[n++] = x;
+	return n;
+}
+
+size_t shoal_nextn_tensors(const shoal_model *m,
+                           const shoal_gguf_tensor *out[SHOAL_NEXTN_MAX_TENSORS])
+{
+	const shoal_nextn *x = m->nextn;
+	if (!x)
+		return 0;
+	size_t n = 0;
+	n = nextn_add(out, n, x->eh_proj);
+	n = nextn_add(out, n, x->enorm);
+	n = nextn_add(out, n, x->hnorm);
+	n = nextn_add(out, n, x->head_norm);
+	if (x->head != m->output)
+		n = nextn_add(out, n, x->head);
+	if (x->embd != m->tok_embd)
+		n = nextn_add(out, n, x->embd);
+	const shoal_gguf_tensor *ts[SHOAL_LAYER_MAX_TENSORS];
+	size_t nt = shoal_layer_own_tensors(&x->layer, ts);
+	for (size_t i = 0; i < nt; i++)
+		n = nextn_add(out, n, ts[i]);
+	const shoal_gguf_tensor *xs[SHOAL_LAYER_MAX_EXPERT_TENSORS];
+	size_t nx = shoal_layer_expert_tensors(&x->layer, xs);
+	for (size_t i = 0; i < nx; i++)
+		n = nextn_add(out, n, xs[i]);
+	return n;
+}
+
 /* ---- open/free ---------------------------------------------------------- */
 
 shoal_err shoal_model_from_gguf(shoal_gguf *g, shoal_model **out, char *why, size_t why_len)

@@ -207,6 +207,17 @@ size_t shoal_layer_own_tensors(const shoal_layer *L,
 size_t shoal_layer_expert_tensors(const shoal_layer *L,
                                   const shoal_gguf_tensor *out[SHOAL_LAYER_MAX_EXPERT_TENSORS]);
 
+/* The tensors of the model's MTP layer (m->nextn; none without one): its
+ * projection and norms, its block's own and expert tensors (once each),
+ * and its embedding and head where they are its own (not token_embd and
+ * output, which it then shares). The bytes a peer holds to run it beside
+ * what a last stage holds (models/manifest.c: mtp_bytes; the fetch of a
+ * last stage's part, runtime/node/serve_part.c). Borrowed; returns how
+ * many went into out. */
+#define SHOAL_NEXTN_MAX_TENSORS (6 + SHOAL_LAYER_MAX_TENSORS + SHOAL_LAYER_MAX_EXPERT_TENSORS)
+size_t shoal_nextn_tensors(const shoal_model *m,
+                           const shoal_gguf_tensor *out[SHOAL_NEXTN_MAX_TENSORS]);
+
 /* Whether layer il of a model with these hparams attends through a
  * sliding window (hp->n_swa > 0 and the layer is one of the sliding ones). */
 bool shoal_hparams_layer_swa(const shoal_hparams *hp, uint32_t il);

@@ -81,6 +81,8 @@ typedef struct spec_hp {
 	uint32_t mbits;
 	uint32_t swa, swa_period; /* sliding window; every period-th layer, from the
 	                             last of each period, attends to all */
+	uint32_t nextn;           /* MTP layers after the main ones (DeepSeek's:
+	                             one); the first is counted (mtp_bytes) */
 } spec_hp;
 
 #define GET(key, req, def, max, dst)                                                               \
@@ -111,6 +113,7 @@ static shoal_err read_hp(const json_t *j, spec_hp *h, shoal_spec_info *info, cha
 	GET("shared_experts", false, 0, SPEC_COUNT_MAX, &h->shared);
 	GET("shared_expert_ffn", false, h->expert_ffn, SPEC_DIM_MAX, &h->shared_ffn);
 	GET("dense_first_layers", false, h->experts ? 0 : h->layers, h->layers, &h->dense_first);
+	GET("nextn_layers", false, 0, 1, &h->nextn);
 	GET("sliding_window", false, 0, SPEC_DIM_MAX, &h->swa);
 	GET("sliding_period", false, 2, SPEC_LAYER_MAX, &h->swa_period);
 	if (h->swa && h->swa_period < 2)
@@ -246,6 +249,25 @@ static bool fill(const spec_hp *h, shoal_manifest *m, shoal_spec_info *info)
 		wrap |= __builtin_add_overflow(info->n_params, mat + f32 + exp_w * h->experts,
 		                               &info->n_params);
 		info->n_params_active += mat + f32 + exp_w * h->experts_used;
+	}
+	if (h->nextn) {
+		/* the MTP layer: a layer of the kind that follows the last
+		 * one, its projection {2 D, D} and three norms (enorm, hnorm,
+		 * its head's); embedding and head shared with the model's */
+		bool dense = h->layers < h->dense_first || !h->experts;
+		uint64_t mat = attn_w + 2 * D * D, f32 = norms + 3 * D, exp_w = 0;
+		if (dense) {
+			mat += 3 * D * h->ffn;
+		} else {
+			mat += 3 * D * (uint64_t)h->shared * h->shared_ffn;
+			f32 += D * h->experts;
+			exp_w = 3 * D * h->expert_ffn;
+		}
+		m->mtp_bytes =
+		    qbytes(mat, h->mbits) + 4 * f32 + h->experts * qbytes(exp_w, h->mbits);
+		m->mtp_kv_bytes_per_token = kv;
+		m->mtp_shares_embd = true;
+		/* not in n_params: published counts leave it out (V3: 671B) */
 	}
 	uint64_t emb = D * h->vocab;
 	m->n_layer = h->layers;

@@ -67,6 +67,8 @@ shoal_err shoal_record_check(const shoal_record *r, char *why, size_t why_len)
 	for (uint32_t i = 0; i < r->n_rdma; i++)
 		if (!STR_OK(r->rdma[i]))
 			return shoal_why(why, why_len, SHOAL_ERR_RANGE, "bad RDMA device %u", i);
+	if (r->spec_mtp > 1)
+		return shoal_why(why, why_len, SHOAL_ERR_RANGE, "spec_mtp %u", r->spec_mtp);
 	if (r->serving > 1 || (r->serving && r->n_models == 0))
 		return shoal_why(why, why_len, SHOAL_ERR_RANGE, "serving %u with %u models",
 		                 r->serving, r->n_models);
@@ -111,7 +113,7 @@ int shoal_record_equal(const shoal_record *a, const shoal_record *b)
 	    a->n_dsuspect != b->n_dsuspect ||
 	    memcmp(a->dsuspect, b->dsuspect, a->n_dsuspect * sizeof a->dsuspect[0]) ||
 	    a->n_dlinks != b->n_dlinks || a->ready_epoch != b->ready_epoch ||
-	    a->served_epoch != b->served_epoch ||
+	    a->served_epoch != b->served_epoch || a->spec_mtp != b->spec_mtp ||
 	    memcmp(a->ready_digest, b->ready_digest, sizeof a->ready_digest))
 		return 0;
 	for (uint32_t i = 0; i < a->n_data_ep; i++) {

@@ -146,6 +146,10 @@ typedef struct shoal_record {
 	 * numbers a new plan above the largest of these it sees, so epochs
 	 * only grow, also after a moment without any plan. */
 	uint64_t served_epoch;
+	/* 1: the sessions it owns draft with DeepSeek's MTP layer (shoal node
+	 * --speculate mtp), which the plan's last stage then holds and runs
+	 * (scheduler/view.h: mtp); absent from older peers: 0. */
+	uint32_t spec_mtp;
 	/* The peers whose data plane fails or crawls as this peer probes it
 	 * (runtime/node/serve_probe.c): evidence that, with a second
 	 * observer's, leaves a peer out of every peer's plan. */

@@ -353,14 +353,15 @@ static shoal_err get_array(const msgpack_object *m, const char *k, uint32_t max,
  * optional, absent from older peers) | dv:[{b n k u s m r f}] (devices:
  * backend, name, kind, unified, software, memory, MB/s, MFLOP/s; absent from
  * older peers: one CPU device then) | dl:[{p rtt bw}] (data links as probed:
- * round trip, bandwidth; absent from older peers: none). */
+ * round trip, bandwidth; absent from older peers: none) | mtp (it drafts
+ * with the MTP layer; absent from older peers: 0). */
 shoal_err shoal_wire_record_encode(const shoal_record *r, shoal_wire_buf *b)
 {
 	msgpack_packer pk;
 	int rc = 0;
 	b->len = 0;
 	msgpack_packer_init(&pk, b, shoal_wire_buf_write);
-	rc |= msgpack_pack_map(&pk, 27);
+	rc |= msgpack_pack_map(&pk, 28);
 	rc |= pack_kbin(&pk, "id", r->id.b, SHOAL_PEER_ID_LEN);
 	rc |= pack_kstr(&pk, "name", r->name);
 	rc |= pack_ku64(&pk, "ver", r->version);
@@ -425,6 +426,7 @@ shoal_err shoal_wire_record_encode(const shoal_record *r, shoal_wire_buf *b)
 		rc |= pack_ku64(&pk, "rtt", r->dlinks[i].rtt_us);
 		rc |= pack_ku64(&pk, "bw", r->dlinks[i].bw_bytes_s);
 	}
+	rc |= pack_ku64(&pk, "mtp", r->spec_mtp);
 	return rc ? SHOAL_ERR_NOMEM : SHOAL_OK;
 }
 
@@ -554,6 +556,7 @@ static shoal_err record_from_obj(const msgpack_object *o, shoal_record *r, char 
 		            why_len));
 	}
 	r->n_dlinks = n;
+	TRY(get_u32(o, "mtp", 0, 1, &r->spec_mtp, w, why, why_len));
 	return shoal_record_check(r, why, why_len);
 }
 

@@ -67,9 +67,10 @@ static shoal_err check_manifest(const shoal_manifest *m, char *why, size_t why_l
 		                 "manifest: %llu experts in all, at most %u",
 		                 (unsigned long long)slots, SCHED_MAX_SLOTS);
 	if (m->embd_bytes > SCHED_MAX_BYTES || m->head_bytes > SCHED_MAX_BYTES ||
-	    m->head_flops > SCHED_MAX_BYTES || m->act_bytes_per_token > (1ULL << 32))
+	    m->head_flops > SCHED_MAX_BYTES || m->act_bytes_per_token > (1ULL << 32) ||
+	    m->mtp_bytes > SCHED_MAX_BYTES || m->mtp_kv_bytes_per_token > (1ULL << 30))
 		return shoal_why(why, why_len, SHOAL_ERR_RANGE,
-		                 "manifest: implausible embedding or head sizes");
+		                 "manifest: implausible embedding, head or MTP layer sizes");
 	return SHOAL_OK;
 }
 
@@ -125,6 +126,29 @@ static void dev_times(sched__ctx *c, size_t p, uint64_t bw, uint64_t fl, uint64_
 		tpre[p * (L + 1) + l + 1] = acc;
 	}
 	head_t[p] = sched__roofline(m->head_bytes, m->head_flops, bw, fl);
+}
+
+/* DeepSeek's MTP layer with the head, when a peer of the view offers it
+ * and the model has one: the head peer holds its weights and its KV for
+ * the policy's context and sessions, and the embedding where the layer
+ * shares it and the head does not hold it (a tied head is the embedding;
+ * a first stage holds it anyway). Its time is not predicted: it runs once
+ * per step, and what its guesses save, the prediction does not model
+ * either. Without such a peer every figure stays as it was. */
+static void mtp_mem(sched__ctx *c)
+{
+	const shoal_manifest *m = c->m;
+	for (size_t p = 0; p < c->n && m->mtp_bytes; p++)
+		c->mtp |= shoal_view_peer_at(c->v, p)->mtp;
+	if (!c->mtp)
+		return;
+	uint64_t kv =
+	    sched__mul(sched__mul(m->mtp_kv_bytes_per_token, c->pol->ctx), c->pol->sessions);
+	c->mtp_first = sched__add(m->mtp_bytes, kv);
+	c->mtp_mem =
+	    sched__add(c->mtp_first, m->mtp_shares_embd && !m->tied_head ? m->embd_bytes : 0);
+	c->head_mem = sched__add(c->head_mem, c->mtp_mem);
+	c->both_mem = sched__add(c->both_mem, c->mtp_first);
 }
 
 shoal_err sched__ctx_init(sched__ctx *c, const shoal_view *v, const shoal_manifest *m,
@@ -307,6 +331,7 @@ shoal_err sched__ctx_init(sched__ctx *c, const shoal_view *v, const shoal_manife
 		              (m->head_bytes > m->embd_bytes ? m->head_bytes - m->embd_bytes : 0);
 	else
 		c->both_mem = m->embd_bytes + m->head_bytes;
+	mtp_mem(c);
 	return SHOAL_OK;
 nomem:
 	sched__ctx_fini(c);
@@ -620,7 +645,7 @@ void sched__pipe_evaluate(const sched__ctx *c, sched__asg *a)
 			if (first != c->prev_embd)
 				moved += m->embd_bytes;
 			if (last != c->prev_head)
-				moved += m->head_bytes;
+				moved += m->head_bytes + (c->mtp ? m->mtp_bytes : 0);
 		}
 	}
 	if (!c->has_prev)

@@ -75,6 +75,16 @@ typedef struct shoal_manifest {
 	uint64_t head_flops;          /* FLOPs per token of the head */
 	bool tied_head;               /* head == token_embd: counted on both peers */
 	uint64_t act_bytes_per_token; /* one hidden-state row on the wire */
+	/* DeepSeek's MTP layer (a deepseek2 file's nextn block), which the
+	 * last stage runs when the cluster drafts with it (a peer of the
+	 * view offers mtp: scheduler/view.h); 0 bytes: the model has none.
+	 * What it needs on the head peer beyond the head: mtp_bytes, its KV
+	 * at the policy's context and sessions, and the embedding when it
+	 * shares token_embd and the head does not hold it already. */
+	uint64_t mtp_bytes;              /* its own tensors as stored (models/
+	                                    model.h: shoal_nextn_tensors) */
+	uint64_t mtp_kv_bytes_per_token; /* its KV cache, as a layer's */
+	bool mtp_shares_embd;            /* it embeds with token_embd */
 } shoal_manifest;
 
 #endif

@@ -164,6 +164,13 @@ shoal_err sched__plan_build(const sched__ctx *c, const sched__asg *a, uint64_t e
 	}
 	p->predicted_ns = a->time_ns;
 	p->moved_bytes = a->moved;
+	/* the head peer's MTP bytes; on a peer that also embeds, less the
+	 * embedding it holds anyway */
+	p->mtp = c->mtp;
+	if (c->mtp)
+		p->mtp_mem = a->n_stages && a->st_peer[0] == a->st_peer[a->n_stages - 1]
+		                 ? c->mtp_first
+		                 : c->mtp_mem;
 	uint8_t *enc;
 	size_t len;
 	if (shoal_plan_encode(p, &enc, &len))
@@ -294,9 +301,9 @@ static void put_u64(enc *e, uint64_t x)
 shoal_err shoal_plan_encode(const shoal_plan *p, uint8_t **out, size_t *len)
 {
 	enc e = {0};
-	bool v2 = plan_has_gpu(p);
+	bool v2 = plan_has_gpu(p) || p->mtp; /* version 3 has version 2's sections */
 	put(&e, "SHPL", 4);
-	put_u32(&e, v2 ? 2 : 1);
+	put_u32(&e, p->mtp ? 3 : v2 ? 2 : 1);
 	put_u64(&e, p->epoch);
 	put(&e, p->model_id, SHOAL_MANIFEST_MODEL_ID_BYTES);
 	put_u64(&e, p->model_bytes);
@@ -344,6 +351,8 @@ shoal_err shoal_plan_encode(const shoal_plan *p, uint8_t **out, size_t *len)
 			put_u32(&e, p->stages[i].gpu_end);
 		put_u32(&e, p->head_gpu);
 	}
+	if (p->mtp)
+		put_u32(&e, 1);
 	if (e.fail) {
 		free(e.b);
 		return SHOAL_ERR_NOMEM;
@@ -431,7 +440,7 @@ static shoal_err decode_groups(shoal_plan *p, dec *d, size_t at, size_t n_mem, c
  * layers, the head's device (on the GPU only where the last stage's
  * layers all are); a version-2 encoding without any GPU part is not
  * canonical (version 1 encodes that plan). */
-static shoal_err decode_devices(shoal_plan *p, dec *d, const char **bad)
+static shoal_err decode_devices(shoal_plan *p, dec *d, uint32_t version, const char **bad)
 {
 	for (size_t i = 0; i < p->n_stages; i++) {
 		shoal_plan_stage *st = &p->stages[i];
@@ -452,7 +461,7 @@ static shoal_err decode_devices(shoal_plan *p, dec *d, const char **bad)
 		return SHOAL_ERR_FORMAT;
 	}
 	p->head_gpu = hg;
-	if (!plan_has_gpu(p)) {
+	if (version == 2 && !plan_has_gpu(p)) {
 		*bad = "version 2 without a GPU part";
 		return SHOAL_ERR_FORMAT;
 	}
@@ -472,8 +481,8 @@ shoal_err shoal_plan_decode(const uint8_t *buf, size_t len, shoal_plan **out, ch
 	const char *bad = NULL;
 	const uint8_t *m = take(&d, 4);
 	uint32_t version = take_u32(&d);
-	if (!m || memcmp(m, "SHPL", 4) || (version != 1 && version != 2)) {
-		bad = "not a version-1 or -2 plan encoding";
+	if (!m || memcmp(m, "SHPL", 4) || version < 1 || version > 3) {
+		bad = "not a version-1, -2 or -3 plan encoding";
 		goto fail;
 	}
 	p->epoch = take_u64(&d);
@@ -560,7 +569,7 @@ shoal_err shoal_plan_decode(const uint8_t *buf, size_t len, shoal_plan **out, ch
 	/* tensor groups, when bytes remain: checked and counted here, read
 	 * after the MoE layers below */
 	size_t at_grp = d.at, n_mem = 0;
-	if (d.at != d.len || version == 2) {
+	if (d.at != d.len || version >= 2) {
 		p->n_groups = take_u32(&d);
 		if (d.bad || (!p->n_groups && version == 1) || p->n_groups > p->n_stages) {
 			bad = "tensor group count out of range";
@@ -583,8 +592,13 @@ shoal_err shoal_plan_decode(const uint8_t *buf, size_t len, shoal_plan **out, ch
 		if (d.bad)
 			goto truncated;
 	}
-	if (version == 2 && (e = decode_devices(p, &d, &bad)) != SHOAL_OK)
+	if (version >= 2 && (e = decode_devices(p, &d, version, &bad)) != SHOAL_OK)
 		goto out;
+	if (version == 3 && take_u32(&d) != 1) {
+		bad = d.bad ? "truncated" : "version 3 without the MTP layer's 1";
+		goto fail;
+	}
+	p->mtp = version == 3;
 	if (d.at != d.len) {
 		bad = "bytes after the plan";
 		goto fail;

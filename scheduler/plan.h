@@ -142,6 +142,12 @@ uint32_t shoal_plan_head_peer(const shoal_plan *p);
 /* Whether the head runs on the head peer's GPU (the last stage's layers
  * are all there and the head fits beside them), else on its CPU. */
 bool shoal_plan_head_gpu(const shoal_plan *p);
+/* Whether the head peer holds and runs DeepSeek's MTP layer (a peer of the
+ * view offers mtp and the manifest has the layer: scheduler/view.h), and
+ * the bytes it counts there for it (0 without; not encoded: 0 in a decoded
+ * plan): its weights, its KV and the embedding it shares. */
+bool shoal_plan_mtp(const shoal_plan *p);
+uint64_t shoal_plan_mtp_bytes(const shoal_plan *p);
 uint32_t shoal_plan_layer_n_expert(const shoal_plan *p, uint32_t layer); /* 0: dense */
 /* Owners of (layer, expert) as peer indices into owners[SHOAL_PLAN_MAX_OWNERS],
  * ascending; returns how many (0 for a bad layer or expert). */
@@ -179,7 +185,9 @@ void shoal_plan_split(const uint64_t *w, uint32_t n, uint32_t units, uint32_t *f
  *                            n_member x { u32 peer, u64 weight } }
  *   version 2 always has that group section (n_group may be 0) and then
  *   n_stage x { u32 gpu_end }, u32 head_gpu (0 or 1): plans without a
- *   GPU keep version 1 and their digest
+ *   GPU keep version 1 and their digest;
+ *   version 3 (the head peer holds the MTP layer) is version 2's layout,
+ *   with or without a GPU, then u32 1: plans without it keep theirs
  * Peers are indices into the id-ordered table. Predicted times, memory
  * figures and names are not encoded: they describe the plan, they are not
  * the assignment, and a kept plan keeps its digest when they change.

@@ -79,6 +79,16 @@ bool shoal_plan_head_gpu(const shoal_plan *p)
 	return p->head_gpu;
 }
 
+bool shoal_plan_mtp(const shoal_plan *p)
+{
+	return p->mtp;
+}
+
+uint64_t shoal_plan_mtp_bytes(const shoal_plan *p)
+{
+	return p->mtp_mem;
+}
+
 const shoal_plan_peer *shoal_plan_peer_at(const shoal_plan *p, size_t i)
 {
 	SHOAL_ASSERT(i < p->n_peers);

@@ -37,6 +37,8 @@ struct shoal_plan {
 	uint64_t epoch;
 	uint8_t digest[SHOAL_DIGEST_BYTES];
 	uint64_t predicted_ns, moved_bytes;
+	bool mtp;         /* the head peer holds DeepSeek's MTP layer */
+	uint64_t mtp_mem; /* its bytes there (weights, KV, a shared embedding) */
 	bool kept;
 	char name[64];
 	uint8_t model_id[SHOAL_MANIFEST_MODEL_ID_BYTES]; /* the manifest's */
@@ -125,7 +127,10 @@ typedef struct sched__ctx {
 	uint64_t *head_t;                      /* (n) output head */
 	uint64_t *kv;                          /* (L) KV reserved per layer */
 	uint64_t *mpre[2];                     /* (L+1) prefix of memory per mode (weights + kv) */
-	uint64_t embd_mem, head_mem, both_mem; /* first, last, both stages */
+	uint64_t embd_mem, head_mem, both_mem; /* first, last, both stages (the MTP
+	                                          layer's with the head: mtp) */
+	bool mtp;                              /* the head peer holds the MTP layer */
+	uint64_t mtp_mem, mtp_first;           /* its bytes in head_mem and both_mem */
 	uint32_t n_slots;
 	uint32_t *slot0;   /* (L) first slot of each layer */
 	uint64_t *load;    /* (n_slots) expected load of each expert, scaled */

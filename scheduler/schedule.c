@@ -21,7 +21,10 @@
  * 4. Memory per peer: weights it holds + KV for ctx x sessions tokens of its
  *    layers + the embedding (first stage) and head (last stage; a tied head
  *    counts the shared matrix on both peers, once when they are one peer),
- *    at most its memory less the headroom.
+ *    at most its memory less the headroom. When a peer of the view offers
+ *    DeepSeek's MTP layer (view.h: mtp) and the manifest has one
+ *    (mtp_bytes), the head counts that layer too: its weights, its KV for
+ *    ctx x sessions tokens, and the embedding it shares (cost.c: mtp_mem).
  * 4a. A peer with a GPU (view.h: gpu_mem) runs its stage's first layers on
  *    the GPU while their weights, KV and the experts it holds of them fit
  *    the GPU's memory less the headroom, and the rest in host memory on
@@ -290,6 +293,9 @@ shoal_err shoal_schedule(const shoal_view *view, const shoal_manifest *m, const 
 		/* the same stages with another split between a peer's GPU and
 		 * CPU (its GPU's figures changed) are another plan */
 		keep = keep && same_devices(&c, &c.prev);
+		/* so is the head peer's part with or without the MTP layer
+		 * (a peer began or stopped offering it) */
+		keep = keep && prev->mtp == c.mtp;
 	}
 	if (keep) {
 		e = sched__plan_build(&c, &c.prev, prev->epoch, out);

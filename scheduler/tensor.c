@@ -260,6 +260,9 @@ static uint64_t unit_head(const sched__ctx *c, const tp_unit *u, const bool *emb
 			rest += rows;
 		if (mw)
 			mw[i] = sched__add(mw[i], m->tied_head && emb && emb[i] ? norm : wb);
+		/* the MTP layer runs whole on the lead, which samples */
+		if (mw && c->mtp && u->mem[i] == lead)
+			mw[i] = sched__add(mw[i], emb && emb[i] ? c->mtp_first : c->mtp_mem);
 	}
 	return sched__add(worst, sched__add(u->lat, sched__xfer_ns(rest * 4, u->bw)));
 }
@@ -627,7 +630,8 @@ void sched__tp_evaluate(const sched__ctx *c, sched__asg *a)
 		for (size_t p = 0; p < n; p++)
 			moved += a->mem_w[p];
 	else
-		moved += c->m->embd_bytes + c->m->head_bytes; /* not tracked per member */
+		moved += c->m->embd_bytes + c->m->head_bytes + /* not tracked per member */
+		         (c->mtp ? c->m->mtp_bytes : 0);
 	for (size_t p = 0; p < n && a->feasible; p++)
 		if (sched__add(a->mem_w[p], a->mem_kv[p]) > c->cap[p]) {
 			a->feasible = false;

@@ -51,6 +51,11 @@ typedef struct shoal_view_peer {
 	 * tensor group's collective round costs it beyond the link. */
 	uint32_t bw_eff_pm, fl_eff_pm, gpu_bw_eff_pm, gpu_fl_eff_pm;
 	uint64_t hop_ns, round_ns;
+	/* It offers DeepSeek's MTP layer to the sessions it owns (shoal node
+	 * --speculate mtp): the head peer of a plan of a view with such a
+	 * peer holds and runs that layer (the manifest's mtp_bytes), when
+	 * the model has one. */
+	bool mtp;
 } shoal_view_peer;
 
 typedef struct shoal_view shoal_view;

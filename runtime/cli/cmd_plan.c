@@ -325,6 +325,16 @@ static void print_text(const shoal_plan *p, const shoal_manifest *m, const shoal
 	       gl ? "split by vocab rows over the last stage's members, gathered on" : "on",
 	       shoal_plan_peer_at(p, shoal_plan_head_peer(p))->name,
 	       shoal_plan_head_gpu(p) ? "'s gpu" : "");
+	if (shoal_plan_mtp(p)) { /* a peer offers mtp (the cluster's "speculate") */
+		char b[SHOAL_FMT_BYTES_LEN];
+		printf("  MTP layer on %s beside the head: %s (weights, its KV%s)\n",
+		       shoal_plan_peer_at(p, shoal_plan_head_peer(p))->name,
+		       shoal_fmt_bytes(b, sizeof b, shoal_plan_mtp_bytes(p)),
+		       m->mtp_shares_embd && !m->tied_head &&
+		               shoal_plan_head_peer(p) != shoal_plan_embd_peer(p)
+		           ? ", the embedding it shares"
+		           : "");
+	}
 	/* experts: say "with their layers" when every expert sits with its stage */
 	bool any = false, with_layer = true;
 	for (size_t i = 0; i < shoal_plan_n_stages(p); i++) {

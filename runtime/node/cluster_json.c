@@ -15,6 +15,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "runtime/engine/draft_kinds.h"
+
 /* ---- sizes and numbers ------------------------------------------------- */
 
 shoal_err shoal_cluster_parse_bytes(const char *s, uint64_t *out)
@@ -202,6 +204,16 @@ static shoal_err read_peer(const json_t *p, size_t i, shoal_view_peer *vp, char 
 	vp->mem_bw = (uint64_t)llround(bw * 1e9);
 	vp->flops = (uint64_t)llround(fl * 1e9);
 	vp->load_pct = load > 1000 ? 1000 : (uint32_t)load; /* the view rejects > 90 */
+	const json_t *spec = json_object_get(p, "speculate");
+	if (spec) {
+		shoal_speculate_kind k;
+		char w[SHOAL_WHY_LEN] = "";
+		if (!json_is_string(spec) ||
+		    shoal_speculate_parse(json_string_value(spec), &k, w, sizeof w))
+			return shoal_why(why, why_len, SHOAL_ERR_FORMAT, "%s: \"speculate\": %s",
+			                 what, w[0] ? w : "not a string");
+		vp->mtp = k == SHOAL_SPECULATE_MTP;
+	}
 	const json_t *gpu = json_object_get(p, "gpu");
 	return gpu ? read_gpu(gpu, what, vp, why, why_len) : SHOAL_OK;
 }
@@ -405,6 +417,8 @@ json_t *shoal_cluster_to_json(const shoal_view *v)
 			              (double)p->gpu_bw / 1e9, "compute_gflops",
 			              (double)p->gpu_flops / 1e9, "unified", p->gpu_unified,
 			              "backend", p->gpu_backend, "name", p->gpu_name));
+		if (pj && p->mtp)
+			bad |= json_object_set_new(pj, "speculate", json_string("mtp"));
 		if (pj && (p->hop_ns || p->round_ns))
 			bad |=
 			    json_object_set_new(pj, "hop_us", json_real((double)p->hop_ns / 1e3)) ||

@@ -118,6 +118,13 @@ json_t *shoal_plan_to_json(const shoal_plan *p)
 		json_t *h = peer_ref(p, shoal_plan_head_peer(p));
 		bad |= add(o, "head", h);
 		bad |= bad || add(h, "device", json_string(shoal_plan_head_gpu(p) ? "gpu" : "cpu"));
+		/* DeepSeek's MTP layer beside the head, and the bytes counted
+		 * (not known of a plan read back from its encoding) */
+		if (shoal_plan_mtp(p))
+			bad |= bad || add(h, "mtp", json_true());
+		if (shoal_plan_mtp_bytes(p))
+			bad |= bad || add(h, "mtp_bytes",
+			                  json_integer((json_int_t)shoal_plan_mtp_bytes(p)));
 		/* a group in the last stage splits the head by vocab rows, with
 		 * the stage's shares; the head peer gathers the logits */
 		shoal_plan_member mem[64];

@@ -13,6 +13,11 @@
  *                  "bandwidth_gbs": 819,             (memory GB/s, required)
  *                  "compute_gflops": 28000,          (required)
  *                  "load_pct": 0,
+ *                  "speculate": "mtp",               (what its sessions draft
+ *                                                     with, shoal node's
+ *                                                     --speculate: mtp makes
+ *                                                     the head peer hold the
+ *                                                     MTP layer; default off)
  *                  "gpu": { "memory": "384G",        (the GPU it computes on,
  *                           "bandwidth_gbs": 819,     optional: memory, GB/s
  *                           "compute_gflops": 28000,  and GFLOP/s required;
@@ -68,7 +73,10 @@ shoal_err shoal_cluster_parse_bytes(const char *s, uint64_t *out);
  *                   "members": [ { "peer", "name", "weight", "share" } ]
  *                   (a tensor group only: its members and their shares) } ],
  *     "embedding": { "peer", "name" }, "head": { "peer", "name", "device"
- *                   ("gpu" or "cpu"), "members"
+ *                   ("gpu" or "cpu"), "mtp": true and "mtp_bytes" (only
+ *                   where the head peer holds DeepSeek's MTP layer: its
+ *                   weights, KV and the embedding it shares; the bytes
+ *                   not of a plan read back from its encoding), "members"
  *                   (the last stage a group: the head split by vocab rows
  *                   among its members, the stage's shares; "peer" gathers
  *                   the logits and samples) },

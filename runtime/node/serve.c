@@ -301,6 +301,7 @@ void shoal_serve_fill_record(shoal_serve *cl, shoal_record *r, uint64_t mem_avai
 	memcpy(r->ready_digest, cl->ready_digest, SHOAL_DIGEST_BYTES);
 	r->ready_epoch = cl->ready_epoch;
 	r->served_epoch = cl->served_epoch;
+	r->spec_mtp = cl->cfg.speculate == SHOAL_SPECULATE_MTP && cl->model->nextn;
 	pthread_mutex_lock(&cl->mu);
 	r->n_dsuspect = cl->n_dsus;
 	memcpy(r->dsuspect, cl->dsus, cl->n_dsus * sizeof cl->dsus[0]);

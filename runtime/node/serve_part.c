@@ -43,9 +43,15 @@ static size_t serve_part_add(uint32_t *out, size_t n, size_t cap, uint32_t ix)
  * A tensor group's member computes with shares of its stage's matrices,
  * and of the head's in the last stage, but fetches them whole, as the
  * stacks (a tensor's digest covers all of it); it embeds in stage 0 as
- * every member does. Returns how many went into out[cap]. */
-static size_t serve_part_tensors(const shoal_serve *cl, uint32_t *out, size_t cap)
+ * every member does. Where the plan gives the head peer DeepSeek's MTP
+ * layer (a peer of the cluster drafts with it: shoal_plan_mtp), the head
+ * peer's part has that layer's tensors too (shoal_nextn_tensors), and the
+ * embedding the layer shares; they are fetched and checked like the rest.
+ * Returns how many went into out[cap]; *mtp says whether the MTP
+ * layer's are among them. */
+static size_t serve_part_tensors(const shoal_serve *cl, uint32_t *out, size_t cap, bool *mtp)
 {
+	*mtp = false;
 	const shoal_plan *p = cl->plan;
 	const shoal_model *m = cl->model;
 	const shoal_gguf_tensor *base = shoal_gguf_tensor_at(m->gguf, 0);
@@ -72,6 +78,16 @@ static size_t serve_part_tensors(const shoal_serve *cl, uint32_t *out, size_t ca
 		if (st == ns - 1) {
 			PART_ADD(m->output_norm);
 			PART_ADD(m->output);
+		}
+		if (st == ns - 1 && shoal_plan_mtp(p) && m->nextn &&
+		    shoal_plan_head_peer(p) == (uint32_t)self) {
+			const shoal_gguf_tensor *xt[SHOAL_NEXTN_MAX_TENSORS];
+			size_t nx = shoal_nextn_tensors(m, xt);
+			for (size_t k = 0; k < nx; k++)
+				PART_ADD(xt[k]);
+			PART_ADD(m->nextn->embd);
+			PART_ADD(m->nextn->head);
+			*mtp = true;
 		}
 		for (uint32_t l = ps->first_layer; l < ps->end_layer && l < m->hp.n_layer; l++) {
 			const shoal_layer *y = &m->layers[l];
@@ -115,7 +131,9 @@ static bool serve_fetch_wait(shoal_serve *cl)
 		snprintf(cl->ready_why, sizeof cl->ready_why, "out of memory");
 		return true;
 	}
-	size_t nn = serve_part_tensors(cl, need, cap), missing = 0;
+	bool mtp;
+	size_t nn = serve_part_tensors(cl, need, cap, &mtp), missing = 0;
+	const char *with = mtp ? " (with the MTP layer's)" : "";
 	uint64_t bytes = 0, miss_bytes = 0;
 	for (size_t i = 0; i < nn; i++) {
 		uint64_t b = shoal_model_id_tensor_bytes(shoal_wcache_id(cl->wc), need[i]);
@@ -131,8 +149,8 @@ static bool serve_fetch_wait(shoal_serve *cl)
 		free(need);
 		if (!pr.fetched) /* this start fetched nothing: the cache held it all */
 			cl->cache_hit_bytes = bytes;
-		SHOAL_LOG_I("weights", "our part: %zu tensor(s), %.1f MiB, all in the cache%s", nn,
-		            (double)bytes / 1048576.0,
+		SHOAL_LOG_I("weights", "our part: %zu tensor(s)%s, %.1f MiB, all in the cache%s",
+		            nn, with, (double)bytes / 1048576.0,
 		            pr.fetched ? "" : " (cache hit: nothing fetched)");
 		return false;
 	}
@@ -176,8 +194,9 @@ static bool serve_fetch_wait(shoal_serve *cl)
 		snprintf(cl->ready_why, sizeof cl->ready_why,
 		         "fetching %zu tensor(s) of our part (%.1f MiB) from the peers", missing,
 		         (double)miss_bytes / 1048576.0);
-		SHOAL_LOG_I("weights", "our part: %zu tensor(s), %.1f MiB; %zu missing (%.1f MiB)",
-		            nn, (double)bytes / 1048576.0, missing, (double)miss_bytes / 1048576.0);
+		SHOAL_LOG_I("weights",
+		            "our part: %zu tensor(s)%s, %.1f MiB; %zu missing (%.1f MiB)", nn, with,
+		            (double)bytes / 1048576.0, missing, (double)miss_bytes / 1048576.0);
 	}
 	free(need);
 	return true;

@@ -278,6 +278,7 @@ static size_t serve_candidates(shoal_serve *cl, const shoal_swim_member *v, size
 		crypto_generichash_update(&hs, (const uint8_t *)&gp.gpu_bw, 8);
 		crypto_generichash_update(&hs, (const uint8_t *)&gp.gpu_flops, 8);
 		crypto_generichash_update(&hs, (const uint8_t *)&gp.gpu_unified, 1);
+		crypto_generichash_update(&hs, (const uint8_t *)&r->spec_mtp, 4);
 		crypto_generichash_update(&hs, (const uint8_t *)r->ctl_endpoint,
 		                          strlen(r->ctl_endpoint));
 		for (uint32_t k = 0; k < r->n_data_ep; k++)

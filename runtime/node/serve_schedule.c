@@ -120,6 +120,7 @@ static shoal_err serve_view(shoal_serve *cl, const shoal_swim_member *const *can
 		p.mem_bw = serve_speed(r->compute_mb_s);
 		p.flops = serve_speed(r->compute_mflops);
 		p.load_pct = 0;
+		p.mtp = r->spec_mtp != 0;
 		serve__gpu(r, &p);
 		e = shoal_view_add_peer(view, &p, why, why_len);
 	}

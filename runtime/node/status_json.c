@@ -113,6 +113,7 @@ json_t *shoal_status_record_json(const shoal_record *r)
 		rc |= put(e, "gflops", json_real((double)d->mflops / 1000.0));
 	}
 	rc |= put(o, "serving", json_boolean(r->serving));
+	rc |= put(o, "speculate_mtp", json_boolean(r->spec_mtp));
 	if (r->ready_epoch) {
 		shoal_hex_encode(r->ready_digest, SHOAL_MODEL_DIGEST_LEN, hex);
 		rc |= put(o, "ready_digest", jstr(hex));

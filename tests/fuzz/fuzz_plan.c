@@ -7,7 +7,8 @@
  *
  *   make fuzz-build && tests/fuzz/fuzz_plan -max_total_time=60 CORPUS
  * Seeds: plans the scheduler makes for the example clusters and specs,
- * without and with tensor groups
+ * without and with tensor groups, and with a peer that drafts with
+ * DeepSeek's MTP layer (version 3)
  * (SHOAL_FUZZ_SEEDS=DIR FUZZ_SRCDIR=. tests/fuzz/fuzz_plan -runs=0).
  */
 #include <stdint.h>
@@ -27,10 +28,21 @@ static void seeds(const char *src)
 	                                    "deepseek-v3-q4_k_m"};
 	char path[512];
 	for (size_t i = 0; i < 3; i++) {
-		shoal_view *v;
+		shoal_view *v, *vm;
 		snprintf(path, sizeof path, "%s/scheduler/examples/%s.json", src, views[i]);
 		if (shoal_cluster_load(path, &v, NULL, 0))
 			abort();
+		/* the same cluster, its first peer with "speculate": "mtp" */
+		json_t *o = shoal_cluster_to_json(v);
+		char *text = NULL;
+		if (!o ||
+		    json_object_set_new(json_array_get(json_object_get(o, "peers"), 0), "speculate",
+		                        json_string("mtp")) ||
+		    !(text = json_dumps(o, 0)) ||
+		    shoal_cluster_parse(text, strlen(text), &vm, NULL, 0))
+			abort();
+		free(text);
+		json_decref(o);
 		for (size_t j = 0; j < 3; j++) {
 			shoal_manifest m;
 			shoal_policy pol;
@@ -41,13 +53,19 @@ static void seeds(const char *src)
 			if (shoal_spec_load(path, &m, NULL, NULL, 0))
 				abort();
 			/* the plain plan, then one with tensor groups preferred
-			 * (a group section to decode) */
-			for (int tp = 0; tp < 2; tp++) {
+			 * (a group section to decode), then the plain one where
+			 * the first peer drafts with the MTP layer (the
+			 * deepseek spec: version 3) */
+			for (int tp = 0; tp < 3; tp++) {
 				shoal_policy_init(&pol);
-				pol.tensor_groups = pol.tensor_prefer = tp;
-				if (shoal_schedule(v, &m, &pol, NULL, &p, NULL, 0))
+				pol.tensor_groups = pol.tensor_prefer = tp == 1;
+				if (shoal_schedule(tp == 2 ? vm : v, &m, &pol, NULL, &p, NULL, 0))
 					continue;
-				if (tp && !shoal_plan_n_groups(p)) {
+				if (tp == 2 && !shoal_plan_mtp(p)) {
+					shoal_plan_free(p);
+					continue;
+				}
+				if (tp == 1 && !shoal_plan_n_groups(p)) {
 					shoal_plan_free(p);
 					continue;
 				}
@@ -60,6 +78,7 @@ static void seeds(const char *src)
 			shoal_spec_manifest_fini(&m);
 		}
 		shoal_view_free(v);
+		shoal_view_free(vm);
 	}
 }
 

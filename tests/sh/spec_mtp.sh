@@ -105,12 +105,14 @@ PY
 echo "one peer: ids exact with mtp, greedy and seeded; $DR drafted, $AC kept"
 stop_all
 
-# 3. three stages; the owner p1 holds the first layers, not the head
-start p1 "$DS" --ctx 256 --mem-limit 3M --speculate mtp
+# 3. three stages; the owner p1 is not the last stage, unless the plan says
+# so (4). 4.5M each: the last stage holds the MTP layer beside the head
+# (2.3 MiB with the embedding it shares), which left 3M peers no plan
+start p1 "$DS" --ctx 256 --mem-limit 4.5M --speculate mtp
 SEED=$(ep p1)
-start p2 "$DS" --ctx 256 --mem-limit 3M --peer "$SEED"
-start p3 "$DS" --ctx 256 --mem-limit 3M --peer "$SEED"
-start p4 "$DS" --ctx 256 --mem-limit 3M --peer "$SEED"
+start p2 "$DS" --ctx 256 --mem-limit 4.5M --peer "$SEED"
+start p3 "$DS" --ctx 256 --mem-limit 4.5M --peer "$SEED"
+start p4 "$DS" --ctx 256 --mem-limit 4.5M --peer "$SEED"
 wait_for 40 servable_all 3 p1 p2 p3 p4 || fail "no common 3-stage deepseek2 plan"
 peer_runs p1 r "through 3 stages"
 read -r DR AC <<<"$(drafted p1)"

@@ -113,5 +113,21 @@ grep -q "KV reserved for 4096 tokens x 16 sessions" "$tmp/d1" && ok "spec: a nod
 	--sessions 1 >"$tmp/d2" 2>&1
 grep -q "KV reserved for 8192 tokens x 1 session$" "$tmp/d2" && ok "--ctx and --sessions override" ||
 	fail "overrides: $(sed -n 2p "$tmp/d2")"
+# DeepSeek's MTP layer: a peer with "speculate": "mtp" makes the head peer
+# count it (12.3 GB at Q8_0 with the embedding it shares), in the text and
+# in --json; without such a peer the plan says nothing of it
+if command -v python3 >/dev/null 2>&1; then
+	python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); d["peers"][0]["speculate"]="mtp"; json.dump(d,open(sys.argv[2],"w"))' \
+		"$ex/mac-studio-x4.json" "$tmp/mtp.json"
+	"$bin" plan --view "$tmp/mtp.json" --model "$specs/deepseek-v3-q8_0.json" >"$tmp/out" 2>"$tmp/err" ||
+		fail "plan with an mtp peer exited $?: $(cat "$tmp/err")"
+	"$bin" plan --view "$tmp/mtp.json" --model "$specs/deepseek-v3-q8_0.json" --json >"$tmp/j3" 2>&1
+	"$bin" plan --view "$ex/mac-studio-x4.json" --model "$specs/deepseek-v3-q8_0.json" >"$tmp/out0" 2>&1
+	grep -q "MTP layer on .* beside the head: 1[12]\.[0-9] GiB" "$tmp/out" &&
+		python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); assert d["head"]["mtp"] and d["head"]["mtp_bytes"] > 12e9' "$tmp/j3" &&
+		! grep -q "MTP" "$tmp/out0" && ok "the MTP layer counted with an mtp peer" ||
+		fail "MTP layer: $(grep MTP "$tmp/out" "$tmp/out0")"
+fi
+
 [ $fails -eq 0 ] || exit 1
 exit 0

@@ -6,7 +6,8 @@
  * Q8_0. For each: one whole-model engine, a 3-stage pipeline and the routed
  * experts on 3 peers give the same tokens and top-K logprobs bitwise; the
  * engine's KV cache per token is the latent + rope key of each layer, as
- * the manifest tells the scheduler; MTP (nextn) layers change nothing;
+ * the manifest tells the scheduler; MTP (nextn) layers change nothing
+ * but the manifest's mtp_bytes, the sum of the layer's tensors' bytes;
  * the older attn_kv_b file form runs as the split one.
  *
  * Part: tests of runtime/ (engine, dist) and models/.
@@ -186,6 +187,71 @@ static void test_nextn_skipped(void)
 	shoal_model_free(m1);
 	unlink(p0);
 	unlink(p1);
+}
+
+/* The bytes of file tensors whose names start with blk.<il>. (the MTP
+ * layer's block and its nextn.* tensors), and how many. */
+static uint64_t block_bytes(const shoal_model *m, uint32_t il, size_t *n)
+{
+	char pre[32];
+	snprintf(pre, sizeof pre, "blk.%u.", il);
+	uint64_t b = 0;
+	*n = 0;
+	for (size_t i = 0; i < shoal_gguf_n_tensors(m->gguf); i++) {
+		const shoal_gguf_tensor *t = shoal_gguf_tensor_at(m->gguf, i);
+		if (!strncmp(t->name, pre, strlen(pre))) {
+			b += t->nbytes;
+			(*n)++;
+		}
+	}
+	return b;
+}
+
+/* The manifest of a file with an MTP layer and of the same file without
+ * (F32 and Q8_0): mtp_bytes is the sum of the layer's tensors, its KV a
+ * layer's, the embedding shared (the fixture repeats only the head); the
+ * rest of the manifest is the same as without. */
+static void test_nextn_manifest(void)
+{
+	for (size_t k = 0; k < 2; k++) {
+		const variant *v = &VARIANTS[k];
+		char p0[512], p1[512], why[SHOAL_WHY_LEN];
+		shoal_model *m0 = NULL, *m = NULL;
+		ASSERT_TRUE(fixture(v, 0, p0, sizeof p0) != NULL);
+		ASSERT_TRUE(fixture(v, 1, p1, sizeof p1) != NULL);
+		ASSERT_EQ(shoal_model_open(p0, &m0, why, sizeof why), SHOAL_OK);
+		ASSERT_EQ(shoal_model_open(p1, &m, why, sizeof why), SHOAL_OK);
+		shoal_manifest mf, mf0;
+		ASSERT_EQ(shoal_model_manifest(m, &mf), SHOAL_OK);
+		ASSERT_EQ(shoal_model_manifest(m0, &mf0), SHOAL_OK);
+		size_t n_file = 0;
+		uint64_t file = block_bytes(m, m->hp.n_layer, &n_file);
+		const shoal_gguf_tensor *xt[SHOAL_NEXTN_MAX_TENSORS];
+		ASSERT_EQ(shoal_nextn_tensors(m, xt), n_file);
+		ASSERT_EQ(shoal_nextn_tensors(m0, xt), 0);
+		ASSERT_GT(file, 0);
+		ASSERT_U64_EQ(mf.mtp_bytes, file);
+		printf("  %s: the MTP layer's %zu tensors, %llu bytes\n", v->type, n_file,
+		       (unsigned long long)mf.mtp_bytes);
+		ASSERT_U64_EQ(mf.mtp_kv_bytes_per_token, mf.layers[1].kv_bytes_per_token);
+		ASSERT_TRUE(mf.mtp_shares_embd);
+		ASSERT_U64_EQ(mf0.mtp_bytes, 0);
+		ASSERT_U64_EQ(mf0.mtp_kv_bytes_per_token, 0);
+		ASSERT_FALSE(mf0.mtp_shares_embd);
+		ASSERT_EQ(mf.n_layer, mf0.n_layer);
+		ASSERT_U64_EQ(mf.embd_bytes, mf0.embd_bytes);
+		ASSERT_U64_EQ(mf.head_bytes, mf0.head_bytes);
+		for (uint32_t l = 0; l < mf.n_layer; l++) {
+			ASSERT_U64_EQ(mf.layers[l].bytes, mf0.layers[l].bytes);
+			ASSERT_U64_EQ(mf.layers[l].expert_bytes, mf0.layers[l].expert_bytes);
+		}
+		shoal_manifest_fini(&mf);
+		shoal_manifest_fini(&mf0);
+		shoal_model_free(m);
+		shoal_model_free(m0);
+		unlink(p0);
+		unlink(p1);
+	}
 }
 
 /* YaRN: the metadata's factor, original context and log multiplier; the
@@ -378,6 +444,6 @@ static void test_route_fallback(void)
 	free(b);
 }
 
-TEST_MAIN(TEST_CASE(test_modes), TEST_CASE(test_nextn_skipped), TEST_CASE(test_yarn),
-          TEST_CASE(test_layer_tensors), TEST_CASE(test_kv_b_form), TEST_CASE(test_route_fallback),
-          TEST_CASE(test_refused))
+TEST_MAIN(TEST_CASE(test_modes), TEST_CASE(test_nextn_skipped), TEST_CASE(test_nextn_manifest),
+          TEST_CASE(test_yarn), TEST_CASE(test_layer_tensors), TEST_CASE(test_kv_b_form),
+          TEST_CASE(test_route_fallback), TEST_CASE(test_refused))

@@ -176,6 +176,59 @@ static void test_mla_kv_is_compressed(void)
 	shoal_spec_manifest_fini(&m);
 }
 
+/* DeepSeek V3's MTP layer (nextn_layers 1): one MoE layer of 256
+ * experts, its projection and norms, ~12.3 GB (11.5 GiB) at Q8_0, its KV
+ * a layer's; a spec without it has none; the count leaves it out. A
+ * cluster's "speculate": "mtp" reaches the view and back. */
+static void test_mtp_layer(void)
+{
+	char path[512], why[SHOAL_WHY_LEN];
+	spec_path(path, sizeof path, "deepseek-v3-q8_0");
+	shoal_manifest m;
+	shoal_spec_info info;
+	ASSERT_EQ(shoal_spec_load(path, &m, &info, why, sizeof why), SHOAL_OK);
+	printf("  deepseek-v3-q8_0: MTP layer %.2f GB, %llu KV bytes a token\n",
+	       (double)m.mtp_bytes / 1e9, (unsigned long long)m.mtp_kv_bytes_per_token);
+	ASSERT_NEAR((double)m.mtp_bytes / 1e9, 12.34, 0.1);
+	ASSERT_U64_EQ(m.mtp_kv_bytes_per_token, m.layers[60].kv_bytes_per_token);
+	ASSERT_TRUE(m.mtp_shares_embd);
+	ASSERT_NEAR((double)info.n_params / 1e9, 671, 671 * 0.02);
+	shoal_spec_manifest_fini(&m);
+	spec_path(path, sizeof path, "qwen3-30b-a3b-q4_k_m");
+	ASSERT_EQ(shoal_spec_load(path, &m, NULL, why, sizeof why), SHOAL_OK);
+	ASSERT_U64_EQ(m.mtp_bytes, 0);
+	shoal_spec_manifest_fini(&m);
+	const char *two = "{\"layers\": 2, \"dim\": 64, \"heads\": 4, \"vocab\": 100, "
+	                  "\"ffn\": 128, \"quant\": \"F16\", \"nextn_layers\": 2}";
+	ASSERT_EQ(shoal_spec_parse(two, strlen(two), &m, NULL, why, sizeof why), SHOAL_ERR_RANGE);
+	ASSERT_TRUE(strstr(why, "nextn_layers") != NULL);
+
+	const char *cl = "{\"peers\": [{\"id\": \"000000000000000000000000000000a1\", "
+	                 "\"memory\": \"1T\", \"bandwidth_gbs\": 800, \"compute_gflops\": 1000, "
+	                 "\"speculate\": \"mtp\"}, {\"id\": \"000000000000000000000000000000a2\", "
+	                 "\"memory\": \"1T\", \"bandwidth_gbs\": 800, \"compute_gflops\": 1000, "
+	                 "\"speculate\": \"lookup\"}]}";
+	shoal_view *v = NULL, *w = NULL;
+	ASSERT_EQ(shoal_cluster_parse(cl, strlen(cl), &v, why, sizeof why), SHOAL_OK);
+	ASSERT_TRUE(shoal_view_peer_at(v, 0)->mtp);
+	ASSERT_FALSE(shoal_view_peer_at(v, 1)->mtp);
+	json_t *o = shoal_cluster_to_json(v);
+	char *text = json_dumps(o, 0);
+	json_decref(o);
+	ASSERT_EQ(shoal_cluster_parse(text, strlen(text), &w, why, sizeof why), SHOAL_OK);
+	free(text);
+	ASSERT_TRUE(shoal_view_peer_at(w, 0)->mtp);
+	ASSERT_FALSE(shoal_view_peer_at(w, 1)->mtp);
+	shoal_view_free(v);
+	shoal_view_free(w);
+	const char *bad = "{\"peers\": [{\"id\": \"000000000000000000000000000000a1\", "
+	                  "\"memory\": \"1T\", \"bandwidth_gbs\": 8, \"compute_gflops\": 1, "
+	                  "\"speculate\": \"nextn\"}]}";
+	v = NULL;
+	ASSERT_EQ(shoal_cluster_parse(bad, strlen(bad), &v, why, sizeof why), SHOAL_ERR_FORMAT);
+	ASSERT_TRUE(strstr(why, "speculate") != NULL);
+}
+
 /* The plan's KV bytes over its peers. */
 static uint64_t plan_kv(const shoal_plan *p)
 {
@@ -549,4 +602,5 @@ TEST_MAIN(TEST_CASE(test_shipped_specs), TEST_CASE(test_deepseek_kimi_specs),
           TEST_CASE(test_home_models_specs), TEST_CASE(test_mla_kv_is_compressed),
           TEST_CASE(test_sliding_kv_is_its_window), TEST_CASE(test_bad_specs),
           TEST_CASE(test_cluster_bytes), TEST_CASE(test_cluster_parse),
-          TEST_CASE(test_cluster_round_trip), TEST_CASE(test_mutations), TEST_CASE(test_plan_json))
+          TEST_CASE(test_cluster_round_trip), TEST_CASE(test_mutations), TEST_CASE(test_plan_json),
+          TEST_CASE(test_mtp_layer))

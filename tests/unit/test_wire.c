@@ -38,6 +38,7 @@ static void full_record(shoal_record *r)
 	strcpy(r->sw_version, "0.1.0");
 	r->proto_version = 1;
 	r->sched_version = 3;
+	r->spec_mtp = 1;
 	strcpy(r->ctl_endpoint, "tcp://192.168.1.7:7070");
 	r->n_data_ep = SHOAL_RECORD_MAX_DATA_EP;
 	for (uint32_t i = 0; i < r->n_data_ep; i++) {
@@ -135,6 +136,9 @@ static void test_record_roundtrip_full(void)
 	ASSERT_FALSE(shoal_record_equal(&a, &b));
 	b = a;
 	b.dlinks[0].rtt_us--;
+	ASSERT_FALSE(shoal_record_equal(&a, &b));
+	b = a;
+	b.spec_mtp = 0;
 	ASSERT_FALSE(shoal_record_equal(&a, &b));
 	/* every truncation fails */
 	size_t ok = 0;
@@ -652,6 +656,7 @@ static void test_record_devices(void)
 	ASSERT_U64_EQ(b.devices[0].mem_bytes, 48ull << 30);
 	ASSERT_U64_EQ(b.devices[0].read_mb_s, 21000);
 	ASSERT_U64_EQ(b.devices[0].mflops, 350000);
+	ASSERT_EQ(b.spec_mtp, 0); /* an older peer offers no MTP layer */
 
 	/* a CPU and a GPU round trip */
 	static shoal_record a;
