@@ -431,6 +431,9 @@ KERNELS__X86_KQ_MIN_TILE(k2_tile_q2_k, kernels__block_q2_k, kernels__x86_q2k_lan
 KERNELS__X86_KQ_TILE(k2_tile_q3_k, kernels__block_q3_k, kernels__x86_q3k_lanes)
 KERNELS__X86_KQ_TILE(k2_tile_iq4_xs, kernels__block_iq4_xs, kernels__x86_iq4xs_lanes)
 
+/* The IQ grid types (kernels_x86.h's lanes): as Q6_K, acc = fma(D, isum). */
+KERNELS__X86_IQ_TILES(k2)
+
 /* IQ4_XS's gemv: the tile rearranges each sub-block pair's activations
  * (kernels__x86_half_pair: two broadcasts and a blend per 32 bytes) for
  * every row. Here they are made once per K2_XSB super-blocks and K2_NLR

@@ -2202,6 +2202,11 @@ KERNELS__ATTN_ENTRIES(k5)
 #define k5_silu_mul     kernels__x86_silu_mul
 #define k5_quantize_act kernels__x86_quantize_act
 
+/* ---- the IQ grid types ---------------------------------------------------------------------
+ * kernels_x86.h's 256-bit lanes per super-block, acc = fma(D, isum) in the low
+ * 8 lanes of a zmm (as IQ4_XS's). */
+KERNELS__X86_IQ_TILES(k5)
+
 /* ---- the table ---------------------------------------------------------------------- */
 
 #if KERNELS_VNNI
@@ -2216,7 +2221,8 @@ KERNELS__TABLE(K5_TABLE, K5_ISA, k5, k5,
                .tile = {[KERNELS__W_F32] = k5_tile_f32,
                         [KERNELS__W_F16] = k5_tile_f16,
                         [KERNELS__W_BF16] = k5_tile_bf16,
-                        [KERNELS__W_IQ4_XS] = k5_tile_iq4_xs},
+                        [KERNELS__W_IQ4_XS] = k5_tile_iq4_xs,
+                        KERNELS__TILES_IQ(k5)},
                .mm = {[KERNELS__W_Q8_0] = k5_q8g_mm,
                       [KERNELS__W_Q4_0] = k5_q4_0_mm,
                       [KERNELS__W_Q5_0] = k5_q5_0_mm,

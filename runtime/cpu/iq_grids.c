@@ -1,0 +1,69 @@
+/*
+ * runtime/cpu/iq_grids.c: the IQ types' grids (kernels_iq.h), expanded once
+ * from the compact form that tools/iq_grids.py wrote (iq_grids_data.h: per
+ * entry 2- or 3-bit indices into each grid's value set) to full tables of
+ * bytes, 35 KB in all, that every kernel table and quant.c read.
+ *
+ * Part: runtime/, room cpu/. The values are the GGUF format's definition of
+ * the grids; the expansion runs under pthread_once, so any thread may ask.
+ */
+#include <pthread.h>
+
+#include "runtime/cpu/kernels_iq.h"
+
+#include "runtime/cpu/iq_grids_data.h"
+
+static const uint8_t iq_grids_iq2_values[3] = {8, 25, 43};
+static const uint8_t iq_grids_iq3xxs_values[8] = {4, 12, 20, 28, 36, 44, 52, 62};
+static const uint8_t iq_grids_iq3s_values[8] = {1, 3, 5, 7, 9, 11, 13, 15};
+static const int8_t iq_grids_iq1_values[3] = {-1, 0, 1};
+
+static kernels__iq_grids iq_grids;
+static pthread_once_t iq_grids_once = PTHREAD_ONCE_INIT;
+
+/* n entries of 8 two-bit indices into v, as 8 bytes each. */
+static void iq_grids_expand8(const uint16_t *packed, int n, const uint8_t *v, uint64_t *out)
+{
+	for (int i = 0; i < n; i++) {
+		uint64_t e = 0;
+		for (int j = 0; j < 8; j++)
+			e |= (uint64_t)v[(packed[i] >> (2 * j)) & 3] << (8 * j);
+		out[i] = e;
+	}
+}
+
+/* n entries of 4 three-bit indices into v, as 4 bytes each. */
+static void iq_grids_expand4(const uint16_t *packed, int n, const uint8_t *v, uint32_t *out)
+{
+	for (int i = 0; i < n; i++) {
+		uint32_t e = 0;
+		for (int j = 0; j < 4; j++)
+			e |= (uint32_t)v[(packed[i] >> (3 * j)) & 7] << (8 * j);
+		out[i] = e;
+	}
+}
+
+static void iq_grids_build(void)
+{
+	kernels__iq_grids *G = &iq_grids;
+	iq_grids_expand8(iq_grids_iq2xxs_packed, 256, iq_grids_iq2_values, G->iq2xxs);
+	iq_grids_expand8(iq_grids_iq2xs_packed, 512, iq_grids_iq2_values, G->iq2xs);
+	iq_grids_expand8(iq_grids_iq2s_packed, 1024, iq_grids_iq2_values, G->iq2s);
+	iq_grids_expand4(iq_grids_iq3xxs_packed, 256, iq_grids_iq3xxs_values, G->iq3xxs);
+	iq_grids_expand4(iq_grids_iq3s_packed, 512, iq_grids_iq3s_values, G->iq3s);
+	uint8_t iq1[3];
+	memcpy(iq1, iq_grids_iq1_values, sizeof iq1); /* the bytes of -1, 0, 1 */
+	iq_grids_expand8(iq_grids_iq1s_packed, 2048, iq1, G->iq1s);
+	for (int s = 0; s < 256; s++) {
+		uint64_t e = 0;
+		for (int j = 0; j < 8; j++)
+			e |= (uint64_t)((s >> j) & 1 ? 0xff : 0x01) << (8 * j);
+		G->sign8[s] = e;
+	}
+}
+
+const kernels__iq_grids *kernels__iq_grids_get(void)
+{
+	pthread_once(&iq_grids_once, iq_grids_build);
+	return &iq_grids;
+}
