@@ -797,8 +797,8 @@ static void quant_deq_iq(shoal_dtype t, const void *src, float *y, int64_t nb)
 }
 
 /* The one of n grid entries (nb bytes each) nearest the nb targets tt:
- * tt_j against g_j s_j (s_j from bit j of signs) or, for IQ1, 8 tt_j
- * against 8 g_j + delta; its squared error in *err. */
+ * tt_j (x / (D sc): in units of q) against g_j s_j (s_j from bit j of
+ * signs) or, for IQ1, against 8 g_j + delta; its squared error in *err. */
 static int quant_iq_search(const void *grid, int n, int nb, const float *tt, unsigned signs,
                            int iq1, int delta, float *err)
 {
@@ -809,7 +809,7 @@ static int quant_iq_search(const void *grid, int n, int nb, const float *tt, uns
 		float sum = 0.0f;
 		for (int j = 0; j < nb; j++) {
 			int gv = (int8_t)(g >> (8 * j));
-			float diff = iq1 ? 8.0f * tt[j] - (float)(8 * gv + delta)
+			float diff = iq1 ? tt[j] - (float)(8 * gv + delta)
 			                 : tt[j] - (float)((signs >> j) & 1 ? -gv : gv);
 			sum += diff * diff;
 		}
