@@ -13,32 +13,27 @@
 
 #include "runtime/cpu/iq_grids_data.h"
 
-static const uint8_t iq_grids_iq2_values[3] = {8, 25, 43};
-static const uint8_t iq_grids_iq3xxs_values[8] = {4, 12, 20, 28, 36, 44, 52, 62};
-static const uint8_t iq_grids_iq3s_values[8] = {1, 3, 5, 7, 9, 11, 13, 15};
-static const int8_t iq_grids_iq1_values[3] = {-1, 0, 1};
-
 static kernels__iq_grids iq_grids;
 static pthread_once_t iq_grids_once = PTHREAD_ONCE_INIT;
 
 /* n entries of 8 two-bit indices into v, as 8 bytes each. */
-static void iq_grids_expand8(const uint16_t *packed, int n, const uint8_t *v, uint64_t *out)
+static void iq_grids_expand8(const uint16_t *packed, int n, const int8_t *v, uint64_t *out)
 {
 	for (int i = 0; i < n; i++) {
 		uint64_t e = 0;
 		for (int j = 0; j < 8; j++)
-			e |= (uint64_t)v[(packed[i] >> (2 * j)) & 3] << (8 * j);
+			e |= (uint64_t)(uint8_t)v[(packed[i] >> (2 * j)) & 3] << (8 * j);
 		out[i] = e;
 	}
 }
 
 /* n entries of 4 three-bit indices into v, as 4 bytes each. */
-static void iq_grids_expand4(const uint16_t *packed, int n, const uint8_t *v, uint32_t *out)
+static void iq_grids_expand4(const uint16_t *packed, int n, const int8_t *v, uint32_t *out)
 {
 	for (int i = 0; i < n; i++) {
 		uint32_t e = 0;
 		for (int j = 0; j < 4; j++)
-			e |= (uint32_t)v[(packed[i] >> (3 * j)) & 7] << (8 * j);
+			e |= (uint32_t)(uint8_t)v[(packed[i] >> (3 * j)) & 7] << (8 * j);
 		out[i] = e;
 	}
 }
@@ -46,14 +41,18 @@ static void iq_grids_expand4(const uint16_t *packed, int n, const uint8_t *v, ui
 static void iq_grids_build(void)
 {
 	kernels__iq_grids *G = &iq_grids;
-	iq_grids_expand8(iq_grids_iq2xxs_packed, 256, iq_grids_iq2_values, G->iq2xxs);
-	iq_grids_expand8(iq_grids_iq2xs_packed, 512, iq_grids_iq2_values, G->iq2xs);
-	iq_grids_expand8(iq_grids_iq2s_packed, 1024, iq_grids_iq2_values, G->iq2s);
-	iq_grids_expand4(iq_grids_iq3xxs_packed, 256, iq_grids_iq3xxs_values, G->iq3xxs);
-	iq_grids_expand4(iq_grids_iq3s_packed, 512, iq_grids_iq3s_values, G->iq3s);
-	uint8_t iq1[3];
-	memcpy(iq1, iq_grids_iq1_values, sizeof iq1); /* the bytes of -1, 0, 1 */
-	iq_grids_expand8(iq_grids_iq1s_packed, 2048, iq1, G->iq1s);
+	iq_grids_expand8(iq_grids_iq2xxs_packed, 256, kernels__iq2_values, G->iq2xxs);
+	iq_grids_expand8(iq_grids_iq2xs_packed, 512, kernels__iq2_values, G->iq2xs);
+	iq_grids_expand8(iq_grids_iq2s_packed, 1024, kernels__iq2_values, G->iq2s);
+	iq_grids_expand4(iq_grids_iq3xxs_packed, 256, kernels__iq3xxs_values, G->iq3xxs);
+	iq_grids_expand4(iq_grids_iq3s_packed, 512, kernels__iq3s_values, G->iq3s);
+	iq_grids_expand8(iq_grids_iq1s_packed, 2048, kernels__iq1_values, G->iq1s);
+	G->code_iq2xxs = iq_grids_iq2xxs_packed;
+	G->code_iq2xs = iq_grids_iq2xs_packed;
+	G->code_iq2s = iq_grids_iq2s_packed;
+	G->code_iq3xxs = iq_grids_iq3xxs_packed;
+	G->code_iq3s = iq_grids_iq3s_packed;
+	G->code_iq1s = iq_grids_iq1s_packed;
 	for (int s = 0; s < 256; s++) {
 		uint64_t e = 0;
 		for (int j = 0; j < 8; j++)

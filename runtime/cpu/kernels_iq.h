@@ -95,7 +95,18 @@ typedef struct kernels__iq_grids {
 	uint32_t iq3s[512];
 	uint64_t iq1s[2048];
 	uint64_t sign8[256];
+	/* The compact codes the tables came from (tools/iq_grids.py: element j
+	 * of an entry is value index (code >> 2j) & 3, IQ3 (code >> 3j) & 7),
+	 * for quant.c's search. */
+	const uint16_t *code_iq2xxs, *code_iq2xs, *code_iq2s, *code_iq3xxs, *code_iq3s, *code_iq1s;
 } kernels__iq_grids;
+
+/* The value sets the codes index (the format's; IQ2's and IQ1's padded to
+ * 4 with a value no code uses). */
+static const int8_t kernels__iq2_values[4] = {8, 25, 43, 43};
+static const int8_t kernels__iq3xxs_values[8] = {4, 12, 20, 28, 36, 44, 52, 62};
+static const int8_t kernels__iq3s_values[8] = {1, 3, 5, 7, 9, 11, 13, 15};
+static const int8_t kernels__iq1_values[4] = {-1, 0, 1, 1};
 
 /* The tables, built on first call (thread-safe); never NULL. */
 const kernels__iq_grids *kernels__iq_grids_get(void);

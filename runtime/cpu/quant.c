@@ -796,23 +796,33 @@ static void quant_deq_iq(shoal_dtype t, const void *src, float *y, int64_t nb)
 	}
 }
 
-/* The one of n grid entries (nb bytes each) nearest the nb targets tt:
- * tt_j (x / (D sc): in units of q) against g_j s_j (s_j from bit j of
- * signs) or, for IQ1, against 8 g_j + delta; its squared error in *err. */
-static int quant_iq_search(const void *grid, int n, int nb, const float *tt, unsigned signs,
-                           int iq1, int delta, float *err)
+/* The one of n grid entries nearest the nb (8 or 4) targets tt, tt_j = x_j
+ * / (D sc) in units of q, against q_j = v_j s_j (s_j from bit j of signs)
+ * or, for IQ1, 8 v_j + delta; the entries as compact codes (value index of
+ * element j at bits `bits` j) into the value set v. The squared error of
+ * each half of the elements is tabled per half-code first, so an entry
+ * costs two look-ups (IQ1: 2048 entries, 2 x 256 half-codes of 4). Its
+ * error in *err. */
+static int quant_iq_search(const uint16_t *code, int n, int bits, const int8_t *v, int nb,
+                           const float *tt, unsigned signs, int iq1, int delta, float *err)
 {
+	int half = nb / 2, hb = half * bits, nh = 1 << hb, mask = (1 << bits) - 1;
+	float cost[2][256];
+	for (int h = 0; h < 2; h++)
+		for (int c = 0; c < nh; c++) {
+			float sum = 0.0f;
+			for (int k = 0; k < half; k++) {
+				int j = h * half + k, val = v[(c >> (bits * k)) & mask];
+				int q = iq1 ? 8 * val + delta : ((signs >> j) & 1 ? -val : val);
+				float diff = tt[j] - (float)q;
+				sum += diff * diff;
+			}
+			cost[h][c] = sum;
+		}
 	int best = 0;
 	float be = INFINITY;
 	for (int e = 0; e < n; e++) {
-		uint64_t g = nb == 8 ? ((const uint64_t *)grid)[e] : ((const uint32_t *)grid)[e];
-		float sum = 0.0f;
-		for (int j = 0; j < nb; j++) {
-			int gv = (int8_t)(g >> (8 * j));
-			float diff = iq1 ? tt[j] - (float)(8 * gv + delta)
-			                 : tt[j] - (float)((signs >> j) & 1 ? -gv : gv);
-			sum += diff * diff;
-		}
+		float sum = cost[0][code[e] & (nh - 1)] + cost[1][code[e] >> hb];
 		if (sum < be) {
 			be = sum;
 			best = e;
@@ -949,8 +959,9 @@ static void quant_iq_choose(shoal_dtype t, const kernels__iq_grids *G, const flo
 				float tt[8];
 				for (int j = 0; j < 8; j++)
 					tt[j] = xs[8 * l + j] / dl[l / 2];
-				cand[neg][l] = quant_iq_search(G->iq1s, 2048, 8, tt, 0, 1,
-				                               neg ? -1 : 1, &err[neg][l]);
+				cand[neg][l] =
+				    quant_iq_search(G->code_iq1s, 2048, 2, kernels__iq1_values, 8,
+				                    tt, 0, 1, neg ? -1 : 1, &err[neg][l]);
 				tot[neg] += err[neg][l];
 			}
 		for (int l = 0; l < 4; l++) {
@@ -968,19 +979,24 @@ static void quant_iq_choose(shoal_dtype t, const kernels__iq_grids *G, const flo
 		unsigned s = p->sg[l] = quant_iq_signs(xs + 8 * l, parity);
 		switch (t) {
 		case SHOAL_DTYPE_IQ2_XXS:
-			p->idx[l] = quant_iq_search(G->iq2xxs, 256, 8, tt, s, 0, 0, &e);
+			p->idx[l] = quant_iq_search(G->code_iq2xxs, 256, 2, kernels__iq2_values, 8,
+			                            tt, s, 0, 0, &e);
 			break;
 		case SHOAL_DTYPE_IQ2_XS:
-			p->idx[l] = quant_iq_search(G->iq2xs, 512, 8, tt, s, 0, 0, &e);
+			p->idx[l] = quant_iq_search(G->code_iq2xs, 512, 2, kernels__iq2_values, 8,
+			                            tt, s, 0, 0, &e);
 			break;
 		case SHOAL_DTYPE_IQ2_S:
-			p->idx[l] = quant_iq_search(G->iq2s, 1024, 8, tt, s, 0, 0, &e);
+			p->idx[l] = quant_iq_search(G->code_iq2s, 1024, 2, kernels__iq2_values, 8,
+			                            tt, s, 0, 0, &e);
 			break;
 		default: { /* IQ3: two entries of 4 */
-			const uint32_t *g3 = t == SHOAL_DTYPE_IQ3_S ? G->iq3s : G->iq3xxs;
-			int n3 = t == SHOAL_DTYPE_IQ3_S ? 512 : 256;
-			p->idx[2 * l] = quant_iq_search(g3, n3, 4, tt, s, 0, 0, &e);
-			p->idx[2 * l + 1] = quant_iq_search(g3, n3, 4, tt + 4, s >> 4, 0, 0, &e);
+			int is3s = t == SHOAL_DTYPE_IQ3_S, n3 = is3s ? 512 : 256;
+			const uint16_t *c3 = is3s ? G->code_iq3s : G->code_iq3xxs;
+			const int8_t *v3 = is3s ? kernels__iq3s_values : kernels__iq3xxs_values;
+			p->idx[2 * l] = quant_iq_search(c3, n3, 3, v3, 4, tt, s, 0, 0, &e);
+			p->idx[2 * l + 1] =
+			    quant_iq_search(c3, n3, 3, v3, 4, tt + 4, s >> 4, 0, 0, &e);
 		}
 		}
 	}
