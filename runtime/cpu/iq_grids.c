@@ -2,7 +2,7 @@
  * runtime/cpu/iq_grids.c: the IQ types' grids (kernels_iq.h), expanded once
  * from the compact form that tools/iq_grids.py wrote (iq_grids_data.h: per
  * entry 2- or 3-bit indices into each grid's value set) to full tables of
- * bytes, 35 KB in all, that every kernel table and quant.c read.
+ * bytes, 36 KB in all, that every kernel table and quant.c read.
  *
  * Part: runtime/, room cpu/. The values are the GGUF format's definition of
  * the grids; the expansion runs under pthread_once, so any thread may ask.
@@ -59,6 +59,8 @@ static void iq_grids_build(void)
 			e |= (uint64_t)((s >> j) & 1 ? 0xff : 0x01) << (8 * j);
 		G->sign8[s] = e;
 	}
+	for (unsigned s = 0; s < 128; s++)
+		G->sign7[s] = G->sign8[kernels__iq_ksigns(s)];
 }
 
 const kernels__iq_grids *kernels__iq_grids_get(void)
