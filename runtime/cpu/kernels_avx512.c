@@ -9,8 +9,8 @@
  * (fixed per ISA, see test_kernels.c) is given below the includes.
  * Divisions: helpers, float types, Q4_0 pairs (and Q5_0, IQ4_NL, MXFP4,
  * Q5_1), the pair types' gemv, Q8_0 in groups of 16 rows, Q4_K and Q5_K in groups of 16 rows, Q6_K
- * in groups of 16 rows, Q2_K and Q3_K in groups of 16 rows, IQ4_XS, attention (zmm twins of
- * kernels_x86.h's loops, the same bits), the table.
+ * in groups of 16 rows, Q2_K and Q3_K in groups of 16 rows, IQ4_XS, the IQ grid types, attention
+ * (zmm twins of kernels_x86.h's loops, the same bits), the table.
  */
 #include "runtime/cpu/kernels_x86.h"
 
@@ -32,7 +32,9 @@
  *     lanes (lanes 4 i .. 4 i + 3: sub-blocks i and 4 + i, k5_iq4xs_lanes),
  *     fma into one accumulator, hsum16;
  *   Q5_1 as Q4_0, each pair fma(float(lanes), d_w d_x) then
- *     fma(float(x-sum lanes), m_w d_x) into the one accumulator.
+ *     fma(float(x-sum lanes), m_w d_x) into the one accumulator;
+ *   the IQ grid types: per super-block kernels_x86.h's 8 exact int32
+ *     lanes in the low half, fma(D_w d_x) into one accumulator, hsum16.
  */
 
 #ifndef KERNELS_VNNI

@@ -24,7 +24,7 @@
  *   Q4_K: per super-block int32 lanes isum and imin (exact), acc = fma(isum,
  *     d), acc = fms(imin, dmin); Q6_K: acc = fma(isum, d); vaddvq(acc);
  *   Q5_0/IQ4_NL/MXFP4 as Q8_0; Q5_1 as Q8_0 plus fma(sums of x, m_w d_x);
- *   Q5_K/Q2_K as Q4_K; Q3_K/IQ4_XS as Q6_K.
+ *   Q5_K/Q2_K as Q4_K; Q3_K/IQ4_XS and the IQ grid types as Q6_K.
  */
 
 #ifndef KERNELS_DOTPROD
