@@ -46,7 +46,8 @@ static void iq_grids_build(void)
 	iq_grids_expand8(iq_grids_iq2s_packed, 1024, kernels__iq2_values, G->iq2s);
 	iq_grids_expand4(iq_grids_iq3xxs_packed, 256, kernels__iq3xxs_values, G->iq3xxs);
 	iq_grids_expand4(iq_grids_iq3s_packed, 512, kernels__iq3s_values, G->iq3s);
-	iq_grids_expand8(iq_grids_iq1s_packed, 2048, kernels__iq1_values, G->iq1s);
+	static const int8_t iq1_times8[4] = {-8, 0, 8, 8};
+	iq_grids_expand8(iq_grids_iq1s_packed, 2048, iq1_times8, G->iq1s8);
 	G->code_iq2xxs = iq_grids_iq2xxs_packed;
 	G->code_iq2xs = iq_grids_iq2xs_packed;
 	G->code_iq2s = iq_grids_iq2s_packed;

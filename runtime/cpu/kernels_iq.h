@@ -84,8 +84,9 @@ _Static_assert(sizeof(kernels__block_iq1_m) == 56, "IQ1_M block is 56 bytes");
 
 /* The grids expanded (iq_grids.c), each entry as its bytes in element order
  * (one little-endian load gives them): IQ2 values in {8, 25, 43}, IQ3_XXS
- * in {4, 12, ..., 52, 62}, IQ3_S in {1, 3, ..., 15}, IQ1 in {-1, 0, 1}. The
- * values are the GGUF format's definition. sign8[s] holds the 8 signs of
+ * in {4, 12, ..., 52, 62}, IQ3_S in {1, 3, ..., 15}, IQ1 in {-1, 0, 1}
+ * times 8 (iq1s8: q = 8 g + s is then one add). The values are the GGUF
+ * format's definition. sign8[s] holds the 8 signs of
  * the bits of s as bytes: -1 where bit j is set, else +1; sign7 the same
  * for 7 stored sign bits, the 8th implied. */
 typedef struct kernels__iq_grids {
@@ -94,7 +95,7 @@ typedef struct kernels__iq_grids {
 	uint64_t iq2s[1024];
 	uint32_t iq3xxs[256];
 	uint32_t iq3s[512];
-	uint64_t iq1s[2048];
+	uint64_t iq1s8[2048];
 	uint64_t sign8[256];
 	uint64_t sign7[128]; /* sign8[kernels__iq_ksigns(s)]: 7 stored bits' signs */
 	/* The compact codes the tables came from (tools/iq_grids.py: element j
@@ -137,18 +138,26 @@ static inline uint16_t kernels__iq_u16(const void *p)
 
 /* Sub-block ib (elements 32 ib ..) of a super-block: for each group l of 8
  * elements the grid bytes g[l] and the sign bytes s[l] (+-1); element 8 l
- * + j is q = g_j s_j (IQ2, IQ3) or 8 g_j + s_j (IQ1, where s[l] is the
- * delta's sign in every byte); sc[h] the odd scale of elements 16 h ... */
+ * + j is q = g_j s_j (IQ2, IQ3) or g_j + s_j (IQ1, whose g[l] holds 8
+ * times the grid's values and s[l] the delta's sign in every byte); sc[h]
+ * the odd scale of elements 16 h .. (the same for both halves unless
+ * kernels__iq_per16). */
 typedef struct kernels__iq_sub {
 	uint64_t g[4];
 	uint64_t s[4];
 	int sc[2];
 } kernels__iq_sub;
 
-/* Whether type t's q is 8 g + s (IQ1) rather than g s. */
+/* Whether type t's q is g + s (IQ1) rather than g s. */
 static inline int kernels__iq_is_iq1(shoal_dtype t)
 {
 	return t == SHOAL_DTYPE_IQ1_S || t == SHOAL_DTYPE_IQ1_M;
+}
+
+/* Whether type t has a scale per 16 elements (else per 32). */
+static inline int kernels__iq_per16(shoal_dtype t)
+{
+	return t == SHOAL_DTYPE_IQ2_XS || t == SHOAL_DTYPE_IQ2_S || t == SHOAL_DTYPE_IQ1_M;
 }
 
 static inline size_t kernels__iq_block_bytes(shoal_dtype t)
@@ -280,7 +289,7 @@ static inline __attribute__((always_inline)) void kernels__iq_sub_decode(shoal_d
 		uint64_t s = G->sign8[h & 0x8000 ? 0xff : 0];
 		KERNELS__IQ_UNROLL for (int l = 0; l < 4; l++)
 		{
-			o->g[l] = G->iq1s[b->qs[4 * ib + l] | (((h >> (3 * l)) & 7) << 8)];
+			o->g[l] = G->iq1s8[b->qs[4 * ib + l] | (((h >> (3 * l)) & 7) << 8)];
 			o->s[l] = s;
 		}
 		o->sc[0] = o->sc[1] = 2 * (int)((h >> 12) & 7) + 1;
@@ -291,7 +300,7 @@ static inline __attribute__((always_inline)) void kernels__iq_sub_decode(shoal_d
 		KERNELS__IQ_UNROLL for (int l = 0; l < 4; l++)
 		{
 			unsigned h = b->qh[2 * ib + l / 2] >> (4 * (l % 2));
-			o->g[l] = G->iq1s[b->qs[4 * ib + l] | ((h & 7) << 8)];
+			o->g[l] = G->iq1s8[b->qs[4 * ib + l] | ((h & 7) << 8)];
 			o->s[l] = G->sign8[h & 8 ? 0xff : 0];
 		}
 		unsigned w = kernels__iq_u16(b->scales + 2 * (ib / 2)) >> (6 * (ib % 2));
@@ -306,7 +315,7 @@ static inline __attribute__((always_inline)) void kernels__iq_sub_decode(shoal_d
 static inline int kernels__iq_q(shoal_dtype t, const kernels__iq_sub *o, int l, int j)
 {
 	int g = (int8_t)(o->g[l] >> (8 * j)), s = (int8_t)(o->s[l] >> (8 * j));
-	return kernels__iq_is_iq1(t) ? 8 * g + s : g * s;
+	return kernels__iq_is_iq1(t) ? g + s : g * s;
 }
 
 #endif

@@ -469,7 +469,7 @@ KERNELS__SUPER_TILE(kn_tile_iq4_xs, kernels__block_iq4_xs)
 
 /* ---- the IQ grid types ------------------------------------------------------------------------
  * kernels_iq.h's sub-blocks as signed bytes q (IQ2, IQ3: g * s, |q| <= 62;
- * IQ1: 8 g + s, |q| <= 9), dots of 4 per half times the half's scale into
+ * IQ1: g + s, g 8 times the grid's, |q| <= 9), dots of 4 per half times the half's scale into
  * int32 lanes (exact: |isum| < 2^26), then acc = fma(isum, D_w d_x). */
 KERNELS__INLINE void kn_iq_block(shoal_dtype t, const void *blk, int64_t b,
                                  const kernels__iq_grids *G, const void *const *xq, const int NC,
@@ -486,8 +486,8 @@ KERNELS__INLINE void kn_iq_block(shoal_dtype t, const void *blk, int64_t b,
 		int8x16_t s1 = vreinterpretq_s8_u64(vld1q_u64(o.s + 2));
 		int8x16_t q0, q1;
 		if (kernels__iq_is_iq1(t)) {
-			q0 = vaddq_s8(vshlq_n_s8(g0, 3), s0);
-			q1 = vaddq_s8(vshlq_n_s8(g1, 3), s1);
+			q0 = vaddq_s8(g0, s0);
+			q1 = vaddq_s8(g1, s1);
 		} else {
 			q0 = vmulq_s8(g0, s0);
 			q1 = vmulq_s8(g1, s1);

@@ -386,7 +386,7 @@ KERNELS__INLINE void kernels__x86_iq4xs_lanes(const kernels__block_iq4_xs *w, in
 
 /* The IQ grid types: per sub-block of 32 the grid bytes g and sign bytes s
  * of kernels__iq_sub_decode as vectors. IQ2 and IQ3: _maddubs(g, x signed
- * by s) (g >= 0; pairs <= 2 * 62 * 127 < 2^15); IQ1: q = sign(8, g) + s,
+ * by s) (g >= 0; pairs <= 2 * 62 * 127 < 2^15); IQ1: q = g + s,
  * _maddubs(|q|, x signed by q) (|q| <= 9). Each half's 8 pair sums times
  * its scale by _madd_epi16 into the int32 lanes: exact, |isum| < 2^26. */
 KERNELS__INLINE void kernels__x86_iq_lanes(shoal_dtype t, const void *blk, int64_t b,
@@ -403,12 +403,12 @@ KERNELS__INLINE void kernels__x86_iq_lanes(shoal_dtype t, const void *blk, int64
 		                               (long long)o.s[2], (long long)o.s[3]);
 		__m256i u = g, sx = s;
 		if (kernels__iq_is_iq1(t)) {
-			sx = _mm256_add_epi8(_mm256_sign_epi8(_mm256_set1_epi8(8), g), s);
+			sx = _mm256_add_epi8(g, s);
 			u = _mm256_abs_epi8(sx);
 		}
-		__m256i sc =
-		    _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_set1_epi16((short)o.sc[0])),
-		                            _mm_set1_epi16((short)o.sc[1]), 1);
+		__m256i sc = _mm256_set1_epi16((short)o.sc[0]);
+		if (kernels__iq_per16(t))
+			sc = _mm256_inserti128_si256(sc, _mm_set1_epi16((short)o.sc[1]), 1);
 		KERNELS__UNROLL for (int c = 0; c < NC; c++)
 		{
 			const int8_t *x = ((const kernels__block_q8_k *)xq[c])[b].qs + 32 * ib;
