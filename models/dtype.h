@@ -29,13 +29,20 @@ typedef enum shoal_dtype {
 	SHOAL_DTYPE_Q5_K = 13,
 	SHOAL_DTYPE_Q6_K = 14,
 	SHOAL_DTYPE_Q8_K = 15,
+	SHOAL_DTYPE_IQ2_XXS = 16,
+	SHOAL_DTYPE_IQ2_XS = 17,
+	SHOAL_DTYPE_IQ3_XXS = 18,
+	SHOAL_DTYPE_IQ1_S = 19,
 	SHOAL_DTYPE_IQ4_NL = 20,
+	SHOAL_DTYPE_IQ3_S = 21,
+	SHOAL_DTYPE_IQ2_S = 22,
 	SHOAL_DTYPE_IQ4_XS = 23,
 	SHOAL_DTYPE_I8 = 24,
 	SHOAL_DTYPE_I16 = 25,
 	SHOAL_DTYPE_I32 = 26,
 	SHOAL_DTYPE_I64 = 27,
 	SHOAL_DTYPE_F64 = 28,
+	SHOAL_DTYPE_IQ1_M = 29,
 	SHOAL_DTYPE_BF16 = 30,
 	SHOAL_DTYPE_MXFP4 = 39,
 	SHOAL_DTYPE__MAX = 40,
@@ -54,6 +61,14 @@ typedef enum shoal_dtype {
  *   Q5_K: { f16 d, dmin; uint8 scales[12], qh[32], qs[128]; } 176 B / 256
  *   Q6_K: { uint8 ql[128], qh[64]; int8 scales[16]; f16 d; } 210 B / 256
  *   IQ4_XS: { f16 d; uint16 scales_h; uint8 scales_l[4], qs[128]; } 136 B / 256
+ *   IQ2_XXS: { f16 d; uint16 qs[32]; }                        66 B / 256
+ *   IQ2_XS: { f16 d; uint16 qs[32]; uint8 scales[8]; }        74 B / 256
+ *   IQ2_S: { f16 d; uint8 qs[64], qh[8], scales[8]; }         82 B / 256
+ *   IQ3_XXS: { f16 d; uint8 qs[96]; }                         98 B / 256
+ *   IQ3_S: { f16 d; uint8 qs[64], qh[8], signs[32], scales[4]; } 110 B / 256
+ *   IQ1_S: { f16 d; uint8 qs[32]; uint16 qh[8]; }             50 B / 256
+ *   IQ1_M: { uint8 qs[32], qh[16], scales[8]; }               56 B / 256
+ *         (the IQ types index grids: runtime/cpu/kernels_iq.h)
  *   Q8_K: { f32 d; int8 qs[256]; int16 bsums[16]; }         292 B / 256
  *         (activations only: the dot-product partner of the K-quants) */
 

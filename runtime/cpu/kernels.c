@@ -48,6 +48,13 @@ shoal_dtype shoal_kernels_act_type(shoal_dtype wt)
 	case SHOAL_DTYPE_Q5_K:
 	case SHOAL_DTYPE_Q6_K:
 	case SHOAL_DTYPE_IQ4_XS:
+	case SHOAL_DTYPE_IQ2_XXS:
+	case SHOAL_DTYPE_IQ2_XS:
+	case SHOAL_DTYPE_IQ2_S:
+	case SHOAL_DTYPE_IQ3_XXS:
+	case SHOAL_DTYPE_IQ3_S:
+	case SHOAL_DTYPE_IQ1_S:
+	case SHOAL_DTYPE_IQ1_M:
 		return SHOAL_DTYPE_Q8_K;
 	default:
 		/* A caller bug: the engine refuses non-computable tensors. */

@@ -7,7 +7,8 @@
  * type W multiplies an activation row converted to W's partner type
  * (shoal_kernels_act_type): F32 x F32, F16 x F16, BF16 x BF16,
  * Q8_0/Q4_0/Q5_0/Q5_1/IQ4_NL/MXFP4 x Q8_0, and the 256-element types
- * Q2_K/Q3_K/Q4_K/Q5_K/Q6_K/IQ4_XS x Q8_K.
+ * Q2_K/Q3_K/Q4_K/Q5_K/Q6_K/IQ4_XS and the IQ grid types (IQ1_S, IQ1_M,
+ * IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S) x Q8_K.
  *
  * Determinism: every output element is one dot product whose order of
  * accumulation depends only on n and the ISA, never on nrows, ncols, the

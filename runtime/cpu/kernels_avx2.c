@@ -5,8 +5,8 @@
  * Part: runtime/, room cpu/. The order of accumulation of each dot product
  * (fixed per ISA, see test_kernels.c) is given below the includes.
  * Divisions: helpers, float types, Q8_0/Q4_0 (and Q5_0), IQ4_NL, MXFP4 and
- * Q5_1, Q6_K, Q4_K/Q5_K/Q2_K/Q3_K/IQ4_XS (and IQ4_XS's gemv),
- * the table.
+ * Q5_1, Q6_K, Q4_K/Q5_K/Q2_K/Q3_K/IQ4_XS, the IQ grid types (and IQ4_XS's
+ * gemv), the table.
  */
 #include "runtime/cpu/kernels_x86.h"
 
@@ -25,7 +25,8 @@
  *   d_w * d_x of each block, acc) (MXFP4's scale the halved E8M0); result
  *   hsum8; Q5_1 as IQ4_NL, each pair's fma then followed by
  *   acc = fma(float(x-sum lanes), m_w * d_x of each block, acc);
- *   Q5_K/Q2_K as Q4_K, Q3_K/IQ4_XS as Q6_K.
+ *   Q5_K/Q2_K as Q4_K, Q3_K/IQ4_XS as Q6_K; the IQ grid types as Q6_K
+ *     (kernels_x86.h's kernels__x86_iq_lanes, D_w in place of d_w).
  */
 
 /* ---- the vector for the shells' templates --------------------------------- */
@@ -430,6 +431,9 @@ KERNELS__X86_KQ_MIN_TILE(k2_tile_q5_k, kernels__block_q5_k, kernels__x86_q5k_lan
 KERNELS__X86_KQ_MIN_TILE(k2_tile_q2_k, kernels__block_q2_k, kernels__x86_q2k_lanes)
 KERNELS__X86_KQ_TILE(k2_tile_q3_k, kernels__block_q3_k, kernels__x86_q3k_lanes)
 KERNELS__X86_KQ_TILE(k2_tile_iq4_xs, kernels__block_iq4_xs, kernels__x86_iq4xs_lanes)
+
+/* The IQ grid types (kernels_x86.h's lanes): as Q6_K, acc = fma(D, isum). */
+KERNELS__X86_IQ_TILES(k2)
 
 /* IQ4_XS's gemv: the tile rearranges each sub-block pair's activations
  * (kernels__x86_half_pair: two broadcasts and a blend per 32 bytes) for

@@ -9,8 +9,8 @@
  * (fixed per ISA, see test_kernels.c) is given below the includes.
  * Divisions: helpers, float types, Q4_0 pairs (and Q5_0, IQ4_NL, MXFP4,
  * Q5_1), the pair types' gemv, Q8_0 in groups of 16 rows, Q4_K and Q5_K in groups of 16 rows, Q6_K
- * in groups of 16 rows, Q2_K and Q3_K in groups of 16 rows, IQ4_XS, attention (zmm twins of
- * kernels_x86.h's loops, the same bits), the table.
+ * in groups of 16 rows, Q2_K and Q3_K in groups of 16 rows, IQ4_XS, the IQ grid types, attention
+ * (zmm twins of kernels_x86.h's loops, the same bits), the table.
  */
 #include "runtime/cpu/kernels_x86.h"
 
@@ -32,7 +32,9 @@
  *     lanes (lanes 4 i .. 4 i + 3: sub-blocks i and 4 + i, k5_iq4xs_lanes),
  *     fma into one accumulator, hsum16;
  *   Q5_1 as Q4_0, each pair fma(float(lanes), d_w d_x) then
- *     fma(float(x-sum lanes), m_w d_x) into the one accumulator.
+ *     fma(float(x-sum lanes), m_w d_x) into the one accumulator;
+ *   the IQ grid types: per super-block kernels_x86.h's 8 exact int32
+ *     lanes in the low half, fma(D_w d_x) into one accumulator, hsum16.
  */
 
 #ifndef KERNELS_VNNI
@@ -2202,6 +2204,11 @@ KERNELS__ATTN_ENTRIES(k5)
 #define k5_silu_mul     kernels__x86_silu_mul
 #define k5_quantize_act kernels__x86_quantize_act
 
+/* ---- the IQ grid types ---------------------------------------------------------------------
+ * kernels_x86.h's 256-bit lanes per super-block, acc = fma(D, isum) in the low
+ * 8 lanes of a zmm (as IQ4_XS's). */
+KERNELS__X86_IQ_TILES(k5)
+
 /* ---- the table ---------------------------------------------------------------------- */
 
 #if KERNELS_VNNI
@@ -2216,7 +2223,8 @@ KERNELS__TABLE(K5_TABLE, K5_ISA, k5, k5,
                .tile = {[KERNELS__W_F32] = k5_tile_f32,
                         [KERNELS__W_F16] = k5_tile_f16,
                         [KERNELS__W_BF16] = k5_tile_bf16,
-                        [KERNELS__W_IQ4_XS] = k5_tile_iq4_xs},
+                        [KERNELS__W_IQ4_XS] = k5_tile_iq4_xs,
+                        KERNELS__TILES_IQ(k5)},
                .mm = {[KERNELS__W_Q8_0] = k5_q8g_mm,
                       [KERNELS__W_Q4_0] = k5_q4_0_mm,
                       [KERNELS__W_Q5_0] = k5_q5_0_mm,

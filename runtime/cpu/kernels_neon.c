@@ -8,7 +8,7 @@
  * Part: runtime/, room cpu/. The order of accumulation of each dot product
  * (fixed per ISA, see test_kernels.c) is given below the includes.
  * Divisions: helpers, float types, Q8_0/Q4_0 (and Q5_0, Q5_1, IQ4_NL,
- * MXFP4), Q4_K/Q5_K, Q6_K, Q2_K/Q3_K/IQ4_XS, the table.
+ * MXFP4), Q4_K/Q5_K, Q6_K, Q2_K/Q3_K/IQ4_XS, the IQ grid types, the table.
  */
 #include <arm_neon.h>
 
@@ -24,7 +24,7 @@
  *   Q4_K: per super-block int32 lanes isum and imin (exact), acc = fma(isum,
  *     d), acc = fms(imin, dmin); Q6_K: acc = fma(isum, d); vaddvq(acc);
  *   Q5_0/IQ4_NL/MXFP4 as Q8_0; Q5_1 as Q8_0 plus fma(sums of x, m_w d_x);
- *   Q5_K/Q2_K as Q4_K; Q3_K/IQ4_XS as Q6_K.
+ *   Q5_K/Q2_K as Q4_K; Q3_K/IQ4_XS and the IQ grid types as Q6_K.
  */
 
 #ifndef KERNELS_DOTPROD
@@ -466,6 +466,65 @@ KERNELS__INLINE void kn_tile_iq4_xs_block(const kernels__block_iq4_xs *wb, int64
 	}
 }
 KERNELS__SUPER_TILE(kn_tile_iq4_xs, kernels__block_iq4_xs)
+
+/* ---- the IQ grid types ------------------------------------------------------------------------
+ * kernels_iq.h's sub-blocks as signed bytes q (IQ2, IQ3: g * s, |q| <= 62;
+ * IQ1: g + s, g 8 times the grid's, |q| <= 9), dots of 4 per half times the half's scale into
+ * int32 lanes (exact: |isum| < 2^26), then acc = fma(isum, D_w d_x). */
+KERNELS__INLINE void kn_iq_block(shoal_dtype t, const void *blk, int64_t b,
+                                 const kernels__iq_grids *G, const void *const *xq, const int NC,
+                                 float32x4_t *acc)
+{
+	int32x4_t isum[KERNELS__TILE];
+	KERNELS__UNROLL for (int c = 0; c < NC; c++) isum[c] = vdupq_n_s32(0);
+	for (int ib = 0; ib < 8; ib++) {
+		kernels__iq_sub o;
+		kernels__iq_sub_decode(t, blk, ib, G, &o);
+		int8x16_t g0 = vreinterpretq_s8_u64(vld1q_u64(o.g));
+		int8x16_t g1 = vreinterpretq_s8_u64(vld1q_u64(o.g + 2));
+		int8x16_t s0 = vreinterpretq_s8_u64(vld1q_u64(o.s));
+		int8x16_t s1 = vreinterpretq_s8_u64(vld1q_u64(o.s + 2));
+		int8x16_t q0, q1;
+		if (kernels__iq_is_iq1(t)) {
+			q0 = vaddq_s8(g0, s0);
+			q1 = vaddq_s8(g1, s1);
+		} else {
+			q0 = vmulq_s8(g0, s0);
+			q1 = vmulq_s8(g1, s1);
+		}
+		KERNELS__UNROLL for (int c = 0; c < NC; c++)
+		{
+			const int8_t *x = ((const kernels__block_q8_k *)xq[c])[b].qs + 32 * ib;
+			int32x4_t t0 = kn_dot(vdupq_n_s32(0), q0, vld1q_s8(x));
+			int32x4_t t1 = kn_dot(vdupq_n_s32(0), q1, vld1q_s8(x + 16));
+			isum[c] = vmlaq_n_s32(isum[c], t0, o.sc[0]);
+			isum[c] = vmlaq_n_s32(isum[c], t1, o.sc[1]);
+		}
+	}
+	float dw = kernels__iq_d(t, blk);
+	KERNELS__UNROLL for (int c = 0; c < NC; c++)
+	{
+		const kernels__block_q8_k *xb = (const kernels__block_q8_k *)xq[c] + b;
+		acc[c] = vfmaq_n_f32(acc[c], vcvtq_f32_s32(isum[c]), dw * xb->d);
+	}
+}
+
+#define KN_IQ_TILE(sfx, WBLOCK, T)                                                                 \
+	KERNELS__INLINE void kn_tile_##sfx##_block(                                                \
+	    const WBLOCK *wb, int64_t b, const kernels__iq_grids *G, const void *const *xq,        \
+	    const int NC, float32x4_t *acc)                                                        \
+	{                                                                                          \
+		kn_iq_block(T, &wb[b], b, G, xq, NC, acc);                                         \
+	}                                                                                          \
+	KERNELS__IQ_TILE(kn_tile_##sfx, WBLOCK)
+
+KN_IQ_TILE(iq2_xxs, kernels__block_iq2_xxs, SHOAL_DTYPE_IQ2_XXS)
+KN_IQ_TILE(iq2_xs, kernels__block_iq2_xs, SHOAL_DTYPE_IQ2_XS)
+KN_IQ_TILE(iq2_s, kernels__block_iq2_s, SHOAL_DTYPE_IQ2_S)
+KN_IQ_TILE(iq3_xxs, kernels__block_iq3_xxs, SHOAL_DTYPE_IQ3_XXS)
+KN_IQ_TILE(iq3_s, kernels__block_iq3_s, SHOAL_DTYPE_IQ3_S)
+KN_IQ_TILE(iq1_s, kernels__block_iq1_s, SHOAL_DTYPE_IQ1_S)
+KN_IQ_TILE(iq1_m, kernels__block_iq1_m, SHOAL_DTYPE_IQ1_M)
 
 #define kn_quantize_act kernels__quantize_act
 #define kn_softmax      kernels__softmax  /* no NEON twin yet */

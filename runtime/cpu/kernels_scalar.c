@@ -16,7 +16,9 @@
  *     E8M0 scale halved for MXFP4); Q5_1: per block acc += sumi * (d_w *
  *     d_x), then acc += sumx * (m_w * d_x), sumx = sum of the x quants;
  *   Q5_K, Q2_K: as Q4_K (Q2_K: 16 sub-blocks, 4-bit scale and min);
- *     Q3_K, IQ4_XS: as Q6_K, isum = sum_j sc_j * dot_j over the sub-blocks.
+ *     Q3_K, IQ4_XS: as Q6_K, isum = sum_j sc_j * dot_j over the sub-blocks;
+ *   IQ2_XXS/IQ2_XS/IQ2_S/IQ3_XXS/IQ3_S/IQ1_S/IQ1_M: as Q6_K over the
+ *     16-element halves of kernels_iq.h's sub-blocks, D_w in place of d_w.
  */
 #include <math.h>
 
@@ -301,6 +303,49 @@ static float ks_dot_iq4_xs(int64_t n, const kernels__block_iq4_xs *w, const kern
 	return acc;
 }
 
+/* The IQ grid types (kernels_iq.h): per super-block the exact isum = sum
+ * over the 16 halves of sub-blocks of sc_h * dot(q, x quants); acc +=
+ * (D_w * d_x) * isum (|isum| < 2^26: 62 * 127 * 16 * 31 * 16). */
+KERNELS__INLINE float ks_dot_iq(shoal_dtype t, int64_t n, const char *w,
+                                const kernels__block_q8_k *x)
+{
+	const kernels__iq_grids *G = kernels__iq_grids_get();
+	size_t bytes = kernels__iq_block_bytes(t);
+	float acc = 0.0f;
+	for (int64_t b = 0; b < n / KERNELS__QKK; b++) {
+		const char *blk = w + (size_t)b * bytes;
+		int32_t isum = 0;
+		for (int ib = 0; ib < 8; ib++) {
+			kernels__iq_sub o;
+			kernels__iq_sub_decode(t, blk, ib, G, &o);
+			for (int h = 0; h < 2; h++) {
+				int32_t dot = 0;
+				for (int l = 2 * h; l < 2 * h + 2; l++)
+					for (int j = 0; j < 8; j++)
+						dot += kernels__iq_q(t, &o, l, j) *
+						       x[b].qs[32 * ib + 8 * l + j];
+				isum += o.sc[h] * dot;
+			}
+		}
+		acc += (kernels__iq_d(t, blk) * x[b].d) * (float)isum;
+	}
+	return acc;
+}
+
+#define KS_IQ_DOT(sfx, T)                                                                          \
+	static float ks_dot_##sfx(int64_t n, const void *w, const kernels__block_q8_k *x)          \
+	{                                                                                          \
+		return ks_dot_iq(T, n, w, x);                                                      \
+	}
+
+KS_IQ_DOT(iq2_xxs, SHOAL_DTYPE_IQ2_XXS)
+KS_IQ_DOT(iq2_xs, SHOAL_DTYPE_IQ2_XS)
+KS_IQ_DOT(iq2_s, SHOAL_DTYPE_IQ2_S)
+KS_IQ_DOT(iq3_xxs, SHOAL_DTYPE_IQ3_XXS)
+KS_IQ_DOT(iq3_s, SHOAL_DTYPE_IQ3_S)
+KS_IQ_DOT(iq1_s, SHOAL_DTYPE_IQ1_S)
+KS_IQ_DOT(iq1_m, SHOAL_DTYPE_IQ1_M)
+
 /* ---- tiles: each column alone, so gemm == gemv trivially ---------------------- */
 
 #define KS_TILE(name, dot, wtype, xtype)                                                           \
@@ -326,6 +371,13 @@ KS_TILE(q2_k, ks_dot_q2_k, kernels__block_q2_k, kernels__block_q8_k)
 KS_TILE(q3_k, ks_dot_q3_k, kernels__block_q3_k, kernels__block_q8_k)
 KS_TILE(q5_k, ks_dot_q5_k, kernels__block_q5_k, kernels__block_q8_k)
 KS_TILE(iq4_xs, ks_dot_iq4_xs, kernels__block_iq4_xs, kernels__block_q8_k)
+KS_TILE(iq2_xxs, ks_dot_iq2_xxs, void, kernels__block_q8_k)
+KS_TILE(iq2_xs, ks_dot_iq2_xs, void, kernels__block_q8_k)
+KS_TILE(iq2_s, ks_dot_iq2_s, void, kernels__block_q8_k)
+KS_TILE(iq3_xxs, ks_dot_iq3_xxs, void, kernels__block_q8_k)
+KS_TILE(iq3_s, ks_dot_iq3_s, void, kernels__block_q8_k)
+KS_TILE(iq1_s, ks_dot_iq1_s, void, kernels__block_q8_k)
+KS_TILE(iq1_m, ks_dot_iq1_m, void, kernels__block_q8_k)
 
 /* ---- attention: the order every table keeps (kernels.h) ------------------------ */
 

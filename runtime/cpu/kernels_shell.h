@@ -15,7 +15,7 @@
 #define SHOAL_RUNTIME_KERNELS_SHELL_H
 
 #include "base/assert.h"
-#include "runtime/cpu/kernels_impl.h"
+#include "runtime/cpu/kernels_iq.h"
 
 #define KERNELS__INLINE static inline __attribute__((always_inline))
 
@@ -403,6 +403,25 @@ static inline void kernels__run_rows(kernels__rows_fn f, int64_t n, const void *
 	}                                                                                          \
 	KERNELS__TILE_FROM_N(name)
 
+/* The IQ grid types (kernels_iq.h): as KERNELS__SUPER_TILE, but
+ * name##_block(wb, b, G, xq, NC, acc) is also given the grids, fetched
+ * once per row. */
+#define KERNELS__IQ_TILE(name, WBLOCK)                                                             \
+	KERNELS__INLINE void name##_n(int64_t n, const void *w, const void *const *xq,             \
+	                              const int NC, float *out)                                    \
+	{                                                                                          \
+		const WBLOCK *wb = w;                                                              \
+		const kernels__iq_grids *G = kernels__iq_grids_get();                              \
+		KERNELS__V acc[KERNELS__TILE];                                                     \
+		KERNELS__UNROLL for (int c = 0; c < NC; c++) acc[c] = KERNELS__V_ZERO();           \
+		for (int64_t b = 0; b < n / KERNELS__QKK; b++) {                                   \
+			kernels__prefetch_block(wb + b, sizeof *wb);                               \
+			name##_block(wb, b, G, xq, NC, acc);                                       \
+		}                                                                                  \
+		KERNELS__UNROLL for (int c = 0; c < NC; c++) out[c] = KERNELS__V_HSUM(acc[c]);     \
+	}                                                                                          \
+	KERNELS__TILE_FROM_N(name)
+
 /* ---- dispatch and table ---------------------------------------------------------- */
 
 /* The weight types a table computes, as indices into its ops. */
@@ -422,6 +441,13 @@ enum {
 	KERNELS__W_Q3_K,
 	KERNELS__W_Q5_K,
 	KERNELS__W_IQ4_XS,
+	KERNELS__W_IQ2_XXS,
+	KERNELS__W_IQ2_XS,
+	KERNELS__W_IQ2_S,
+	KERNELS__W_IQ3_XXS,
+	KERNELS__W_IQ3_S,
+	KERNELS__W_IQ1_S,
+	KERNELS__W_IQ1_M,
 	KERNELS__NW
 };
 
@@ -458,6 +484,20 @@ static inline int kernels__windex(shoal_dtype wt)
 		return KERNELS__W_Q5_K;
 	case SHOAL_DTYPE_IQ4_XS:
 		return KERNELS__W_IQ4_XS;
+	case SHOAL_DTYPE_IQ2_XXS:
+		return KERNELS__W_IQ2_XXS;
+	case SHOAL_DTYPE_IQ2_XS:
+		return KERNELS__W_IQ2_XS;
+	case SHOAL_DTYPE_IQ2_S:
+		return KERNELS__W_IQ2_S;
+	case SHOAL_DTYPE_IQ3_XXS:
+		return KERNELS__W_IQ3_XXS;
+	case SHOAL_DTYPE_IQ3_S:
+		return KERNELS__W_IQ3_S;
+	case SHOAL_DTYPE_IQ1_S:
+		return KERNELS__W_IQ1_S;
+	case SHOAL_DTYPE_IQ1_M:
+		return KERNELS__W_IQ1_M;
 	default:
 		return -1;
 	}
@@ -505,7 +545,14 @@ static inline void kernels__ops_run(const kernels__ops *ops, shoal_dtype wt, int
 	    [KERNELS__W_Q5_0] = p##_tile_q5_0, [KERNELS__W_Q5_1] = p##_tile_q5_1,                  \
 	    [KERNELS__W_IQ4_NL] = p##_tile_iq4_nl, [KERNELS__W_MXFP4] = p##_tile_mxfp4,            \
 	    [KERNELS__W_Q2_K] = p##_tile_q2_k, [KERNELS__W_Q3_K] = p##_tile_q3_k,                  \
-	    [KERNELS__W_Q5_K] = p##_tile_q5_k, [KERNELS__W_IQ4_XS] = p##_tile_iq4_xs
+	    [KERNELS__W_Q5_K] = p##_tile_q5_k, [KERNELS__W_IQ4_XS] = p##_tile_iq4_xs,              \
+	    KERNELS__TILES_IQ(p)
+/* The IQ grid types (kernels_iq.h), named p##_tile_<type> as the others. */
+#define KERNELS__TILES_IQ(p)                                                                       \
+	[KERNELS__W_IQ2_XXS] = p##_tile_iq2_xxs, [KERNELS__W_IQ2_XS] = p##_tile_iq2_xs,            \
+	[KERNELS__W_IQ2_S] = p##_tile_iq2_s, [KERNELS__W_IQ3_XXS] = p##_tile_iq3_xxs,              \
+	[KERNELS__W_IQ3_S] = p##_tile_iq3_s, [KERNELS__W_IQ1_S] = p##_tile_iq1_s,                  \
+	[KERNELS__W_IQ1_M] = p##_tile_iq1_m
 
 /* The table `symbol` named isa_name, computing with the ops given after p
  * (designated initialisers of kernels__ops; p prefixes its static names),

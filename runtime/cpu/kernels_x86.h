@@ -384,6 +384,41 @@ KERNELS__INLINE void kernels__x86_iq4xs_lanes(const kernels__block_iq4_xs *w, in
 	}
 }
 
+/* The IQ grid types: per sub-block of 32 the grid bytes g and sign bytes s
+ * of kernels__iq_sub_decode as vectors. IQ2 and IQ3: _maddubs(g, x signed
+ * by s) (g >= 0; pairs <= 2 * 62 * 127 < 2^15); IQ1: q = g + s,
+ * _maddubs(|q|, x signed by q) (|q| <= 9). Each half's 8 pair sums times
+ * its scale by _madd_epi16 into the int32 lanes: exact, |isum| < 2^26. */
+KERNELS__INLINE void kernels__x86_iq_lanes(shoal_dtype t, const void *blk, int64_t b,
+                                           const kernels__iq_grids *G, const void *const *xq,
+                                           const int NC, __m256i *isum)
+{
+	KERNELS__UNROLL for (int c = 0; c < NC; c++) isum[c] = _mm256_setzero_si256();
+	for (int ib = 0; ib < 8; ib++) {
+		kernels__iq_sub o;
+		kernels__iq_sub_decode(t, blk, ib, G, &o);
+		__m256i g = _mm256_setr_epi64x((long long)o.g[0], (long long)o.g[1],
+		                               (long long)o.g[2], (long long)o.g[3]);
+		__m256i s = _mm256_setr_epi64x((long long)o.s[0], (long long)o.s[1],
+		                               (long long)o.s[2], (long long)o.s[3]);
+		__m256i u = g, sx = s;
+		if (kernels__iq_is_iq1(t)) {
+			sx = _mm256_add_epi8(g, s);
+			u = _mm256_abs_epi8(sx);
+		}
+		__m256i sc = _mm256_set1_epi16((short)o.sc[0]);
+		if (kernels__iq_per16(t))
+			sc = _mm256_inserti128_si256(sc, _mm_set1_epi16((short)o.sc[1]), 1);
+		KERNELS__UNROLL for (int c = 0; c < NC; c++)
+		{
+			const int8_t *x = ((const kernels__block_q8_k *)xq[c])[b].qs + 32 * ib;
+			__m256i xv = _mm256_loadu_si256((const __m256i *)x);
+			__m256i pr = _mm256_maddubs_epi16(u, _mm256_sign_epi8(xv, sx));
+			isum[c] = _mm256_add_epi32(isum[c], _mm256_madd_epi16(pr, sc));
+		}
+	}
+}
+
 /* ---- tile bodies on those lanes, for both tables ---------------------------------
  * Written with the float vector of the shell's templates plus, defined by
  * the including file: KERNELS__V_SET1(f) (all lanes f), KERNELS__V_FNMA(s,
@@ -427,6 +462,33 @@ KERNELS__INLINE void kernels__x86_iq4xs_lanes(const kernels__block_iq4_xs *w, in
 		}                                                                                  \
 	}                                                                                          \
 	KERNELS__SUPER_TILE(name, WBLOCK)
+
+/* The IQ grid types (type T): acc = fma(D_w d_x, isum, acc). */
+#define KERNELS__X86_IQ_TILE(name, WBLOCK, T)                                                      \
+	KERNELS__INLINE void name##_block(const WBLOCK *wb, int64_t b, const kernels__iq_grids *G, \
+	                                  const void *const *xq, const int NC, KERNELS__V *acc)    \
+	{                                                                                          \
+		__m256i isum[KERNELS__TILE];                                                       \
+		kernels__x86_iq_lanes(T, &wb[b], b, G, xq, NC, isum);                              \
+		float dw = kernels__iq_d(T, &wb[b]);                                               \
+		KERNELS__UNROLL for (int c = 0; c < NC; c++)                                       \
+		{                                                                                  \
+			float dx = ((const kernels__block_q8_k *)xq[c])[b].d;                      \
+			acc[c] = KERNELS__V_FMA(acc[c], KERNELS__V_SET1(dw * dx),                  \
+			                        KERNELS__X86_LANES_V(isum[c]));                    \
+		}                                                                                  \
+	}                                                                                          \
+	KERNELS__IQ_TILE(name, WBLOCK)
+
+/* Every IQ grid type's tile, named p##_tile_<type> (KERNELS__TILES_IQ). */
+#define KERNELS__X86_IQ_TILES(p)                                                                   \
+	KERNELS__X86_IQ_TILE(p##_tile_iq2_xxs, kernels__block_iq2_xxs, SHOAL_DTYPE_IQ2_XXS)        \
+	KERNELS__X86_IQ_TILE(p##_tile_iq2_xs, kernels__block_iq2_xs, SHOAL_DTYPE_IQ2_XS)           \
+	KERNELS__X86_IQ_TILE(p##_tile_iq2_s, kernels__block_iq2_s, SHOAL_DTYPE_IQ2_S)              \
+	KERNELS__X86_IQ_TILE(p##_tile_iq3_xxs, kernels__block_iq3_xxs, SHOAL_DTYPE_IQ3_XXS)        \
+	KERNELS__X86_IQ_TILE(p##_tile_iq3_s, kernels__block_iq3_s, SHOAL_DTYPE_IQ3_S)              \
+	KERNELS__X86_IQ_TILE(p##_tile_iq1_s, kernels__block_iq1_s, SHOAL_DTYPE_IQ1_S)              \
+	KERNELS__X86_IQ_TILE(p##_tile_iq1_m, kernels__block_iq1_m, SHOAL_DTYPE_IQ1_M)
 
 /* ---- activations to Q8_0 --------------------------------------------------------
  * quant.c's conversion, 8 lanes at a time, with its bits: amax over |x|

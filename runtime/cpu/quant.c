@@ -10,12 +10,12 @@
  * platform fuses the multiply-adds that the reference rounds twice.
  *
  * Divisions: half/bfloat16, plain types, Q8_0, Q4_0, Q4_K, Q6_K, Q5_0/Q5_1,
- * IQ4_NL/MXFP4, Q2_K/Q3_K, Q5_K, IQ4_XS, Q8_K, dispatch.
+ * IQ4_NL/MXFP4, Q2_K/Q3_K, Q5_K, IQ4_XS, the IQ grid types, Q8_K, dispatch.
  */
 #include <math.h>
 
 #include "base/assert.h"
-#include "runtime/cpu/kernels_impl.h"
+#include "runtime/cpu/kernels_iq.h"
 #include "runtime/cpu/quant.h"
 
 /* ---- half / bfloat16 --------------------------------------------------------- */
@@ -740,6 +740,337 @@ static void quant_iq4_xs(const float *x, void *dst, int64_t nb)
 	}
 }
 
+/* ---- IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S, IQ1_S, IQ1_M -------------------------
+ * Dequantization through kernels_iq.h's sub-block decoder: x = (D sc) q,
+ * which rounds as the reference's db * grid * sign does (see kernels_iq.h).
+ * The quantizer is a plain one for fixtures: D from the largest |x| of the
+ * super-block, each scale rounded to nearest, signs from x (an even count
+ * where the format stores 7 of 8: the element of least |x| gives way),
+ * then per group of 8 the grid entry (IQ1: entry and delta sign) of least
+ * squared error by exhaustive search; no importance weights. */
+
+/* Per type: the largest |q| (IQ2 43, IQ3_XXS 62, IQ3_S 15, IQ1 9), the
+ * largest ls, whether a scale covers 16 elements (else 32), whether 7
+ * stored sign bits imply the 8th, and D's power of two (kernels__iq_d). */
+typedef struct quant_iq_shape {
+	int qmax, lsmax, per16, parity;
+	float pow2;
+} quant_iq_shape;
+
+static quant_iq_shape quant_iq_shape_of(shoal_dtype t)
+{
+	switch (t) {
+	case SHOAL_DTYPE_IQ2_XXS:
+		return (quant_iq_shape){43, 15, 0, 1, 0.125f};
+	case SHOAL_DTYPE_IQ2_XS:
+		return (quant_iq_shape){43, 15, 1, 1, 0.125f};
+	case SHOAL_DTYPE_IQ2_S:
+		return (quant_iq_shape){43, 15, 1, 0, 0.125f};
+	case SHOAL_DTYPE_IQ3_XXS:
+		return (quant_iq_shape){62, 15, 0, 1, 0.25f};
+	case SHOAL_DTYPE_IQ3_S:
+		return (quant_iq_shape){15, 15, 0, 0, 1.0f};
+	case SHOAL_DTYPE_IQ1_S:
+		return (quant_iq_shape){9, 7, 0, 0, 0.125f};
+	default: /* IQ1_M */
+		return (quant_iq_shape){9, 7, 1, 0, 0.125f};
+	}
+}
+
+static void quant_deq_iq(shoal_dtype t, const void *src, float *y, int64_t nb)
+{
+	const kernels__iq_grids *G = kernels__iq_grids_get();
+	size_t bytes = kernels__iq_block_bytes(t);
+	for (int64_t i = 0; i < nb; i++) {
+		const char *blk = (const char *)src + (size_t)i * bytes;
+		float d = kernels__iq_d(t, blk);
+		for (int ib = 0; ib < 8; ib++) {
+			kernels__iq_sub o;
+			kernels__iq_sub_decode(t, blk, ib, G, &o);
+			for (int l = 0; l < 4; l++) {
+				float dl = d * (float)o.sc[l / 2];
+				for (int j = 0; j < 8; j++)
+					*y++ = dl * (float)kernels__iq_q(t, &o, l, j);
+			}
+		}
+	}
+}
+
+/* The one of n grid entries nearest the nb (8 or 4) targets tt, tt_j = x_j
+ * / (D sc) in units of q, against q_j = v_j s_j (s_j from bit j of signs)
+ * or, for IQ1, 8 v_j + delta; the entries as compact codes (value index of
+ * element j at bits `bits` j) into the value set v. The squared error of
+ * each half of the elements is tabled per half-code first, so an entry
+ * costs two look-ups (IQ1: 2048 entries, 2 x 256 half-codes of 4). Its
+ * error in *err. */
+static int quant_iq_search(const uint16_t *code, int n, int bits, const int8_t *v, int nb,
+                           const float *tt, unsigned signs, int iq1, int delta, float *err)
+{
+	int half = nb / 2, hb = half * bits, nh = 1 << hb, mask = (1 << bits) - 1;
+	float cost[2][256];
+	for (int h = 0; h < 2; h++)
+		for (int c = 0; c < nh; c++) {
+			float sum = 0.0f;
+			for (int k = 0; k < half; k++) {
+				int j = h * half + k, val = v[(c >> (bits * k)) & mask];
+				int q = iq1 ? 8 * val + delta : ((signs >> j) & 1 ? -val : val);
+				float diff = tt[j] - (float)q;
+				sum += diff * diff;
+			}
+			cost[h][c] = sum;
+		}
+	int best = 0;
+	float be = INFINITY;
+	for (int e = 0; e < n; e++) {
+		float sum = cost[0][code[e] & (nh - 1)] + cost[1][code[e] >> hb];
+		if (sum < be) {
+			be = sum;
+			best = e;
+		}
+	}
+	*err = be;
+	return best;
+}
+
+/* The 8 signs of x (bit j: x_j < 0), with an even count when parity. */
+static unsigned quant_iq_signs(const float *x, int parity)
+{
+	unsigned s = 0;
+	int least = 0;
+	for (int j = 0; j < 8; j++) {
+		s |= (unsigned)(x[j] < 0.0f) << j;
+		if (fabsf(x[j]) < fabsf(x[least]))
+			least = j;
+	}
+	if (parity && __builtin_parity(s))
+		s ^= 1u << least;
+	return s;
+}
+
+static void quant_put_u16(void *p, uint16_t v)
+{
+	memcpy(p, &v, sizeof v);
+}
+
+static void quant_or_u32(void *p, uint32_t v)
+{
+	uint32_t u;
+	memcpy(&u, p, sizeof u);
+	u |= v;
+	memcpy(p, &u, sizeof u);
+}
+
+/* One sub-block's choices, to be packed into the block's fields. */
+typedef struct quant_iq_pick {
+	int idx[8];     /* grid indices: per group (IQ3: per 4 elements) */
+	unsigned sg[4]; /* per group its 8 sign bits */
+	int neg[4];     /* IQ1: per group whether the delta is negative */
+	int ls[2];      /* of elements 0-15 and 16-31 */
+} quant_iq_pick;
+
+static void quant_iq_pack(shoal_dtype t, void *blk, int ib, const quant_iq_pick *p)
+{
+	switch (t) {
+	case SHOAL_DTYPE_IQ2_XXS: {
+		uint8_t *q = (uint8_t *)((kernels__block_iq2_xxs *)blk)->qs + 8 * ib;
+		uint32_t aux = (uint32_t)p->ls[0] << 28;
+		for (int l = 0; l < 4; l++) {
+			q[l] = (uint8_t)p->idx[l];
+			aux |= (p->sg[l] & 127) << (7 * l);
+		}
+		quant_or_u32(q + 4, aux);
+		break;
+	}
+	case SHOAL_DTYPE_IQ2_XS: {
+		kernels__block_iq2_xs *b = blk;
+		for (int l = 0; l < 4; l++)
+			quant_put_u16(&b->qs[4 * ib + l],
+			              (uint16_t)(p->idx[l] | (int)((p->sg[l] & 127) << 9)));
+		b->scales[ib] = (uint8_t)(p->ls[0] | p->ls[1] << 4);
+		break;
+	}
+	case SHOAL_DTYPE_IQ2_S: {
+		kernels__block_iq2_s *b = blk;
+		for (int l = 0; l < 4; l++) {
+			b->qs[4 * ib + l] = (uint8_t)p->idx[l];
+			b->qh[ib] |= (uint8_t)((p->idx[l] >> 8) << (2 * l));
+			b->qs[32 + 4 * ib + l] = (uint8_t)p->sg[l];
+		}
+		b->scales[ib] = (uint8_t)(p->ls[0] | p->ls[1] << 4);
+		break;
+	}
+	case SHOAL_DTYPE_IQ3_XXS: {
+		kernels__block_iq3_xxs *b = blk;
+		uint32_t aux = (uint32_t)p->ls[0] << 28;
+		for (int l = 0; l < 4; l++)
+			aux |= (p->sg[l] & 127) << (7 * l);
+		for (int m = 0; m < 8; m++)
+			b->qs[8 * ib + m] = (uint8_t)p->idx[m];
+		quant_or_u32(b->qs + 64 + 4 * ib, aux);
+		break;
+	}
+	case SHOAL_DTYPE_IQ3_S: {
+		kernels__block_iq3_s *b = blk;
+		for (int m = 0; m < 8; m++) {
+			b->qs[8 * ib + m] = (uint8_t)p->idx[m];
+			b->qh[ib] |= (uint8_t)((p->idx[m] >> 8) << m);
+		}
+		for (int l = 0; l < 4; l++)
+			b->signs[4 * ib + l] = (uint8_t)p->sg[l];
+		b->scales[ib / 2] |= (uint8_t)(p->ls[0] << (4 * (ib % 2)));
+		break;
+	}
+	case SHOAL_DTYPE_IQ1_S: {
+		kernels__block_iq1_s *b = blk;
+		unsigned h = (unsigned)p->ls[0] << 12 | (unsigned)p->neg[0] << 15;
+		for (int l = 0; l < 4; l++) {
+			b->qs[4 * ib + l] = (uint8_t)p->idx[l];
+			h |= (unsigned)(p->idx[l] >> 8) << (3 * l);
+		}
+		quant_put_u16(&b->qh[ib], (uint16_t)h);
+		break;
+	}
+	default: { /* IQ1_M */
+		kernels__block_iq1_m *b = blk;
+		for (int l = 0; l < 4; l++) {
+			b->qs[4 * ib + l] = (uint8_t)p->idx[l];
+			b->qh[2 * ib + l / 2] |=
+			    (uint8_t)(((p->idx[l] >> 8) | p->neg[l] << 3) << (4 * (l % 2)));
+		}
+		uint8_t *w = b->scales + 2 * (ib / 2);
+		uint16_t v = kernels__iq_u16(w);
+		v |= (uint16_t)((p->ls[0] | p->ls[1] << 3) << (6 * (ib % 2)));
+		quant_put_u16(w, v);
+		break;
+	}
+	}
+}
+
+/* Groups of 8 of sub-block xs (32 elements) at scales dl[2]: the grid
+ * entries and signs (IQ2, IQ3) or entries and delta signs (IQ1). */
+static void quant_iq_choose(shoal_dtype t, const kernels__iq_grids *G, const float *xs,
+                            const float dl[2], int parity, quant_iq_pick *p)
+{
+	if (kernels__iq_is_iq1(t)) {
+		int cand[2][4];
+		float err[2][4], tot[2] = {0.0f, 0.0f};
+		for (int neg = 0; neg < 2; neg++)
+			for (int l = 0; l < 4; l++) {
+				float tt[8];
+				for (int j = 0; j < 8; j++)
+					tt[j] = xs[8 * l + j] / dl[l / 2];
+				cand[neg][l] =
+				    quant_iq_search(G->code_iq1s, 2048, 2, kernels__iq1_values, 8,
+				                    tt, 0, 1, neg ? -1 : 1, &err[neg][l]);
+				tot[neg] += err[neg][l];
+			}
+		for (int l = 0; l < 4; l++) {
+			/* IQ1_S: one delta sign for the sub-block; IQ1_M: per group */
+			int neg = t == SHOAL_DTYPE_IQ1_S ? tot[1] < tot[0] : err[1][l] < err[0][l];
+			p->idx[l] = cand[neg][l];
+			p->neg[l] = neg;
+		}
+		return;
+	}
+	for (int l = 0; l < 4; l++) {
+		float tt[8], e;
+		for (int j = 0; j < 8; j++)
+			tt[j] = xs[8 * l + j] / dl[l / 2];
+		unsigned s = p->sg[l] = quant_iq_signs(xs + 8 * l, parity);
+		switch (t) {
+		case SHOAL_DTYPE_IQ2_XXS:
+			p->idx[l] = quant_iq_search(G->code_iq2xxs, 256, 2, kernels__iq2_values, 8,
+			                            tt, s, 0, 0, &e);
+			break;
+		case SHOAL_DTYPE_IQ2_XS:
+			p->idx[l] = quant_iq_search(G->code_iq2xs, 512, 2, kernels__iq2_values, 8,
+			                            tt, s, 0, 0, &e);
+			break;
+		case SHOAL_DTYPE_IQ2_S:
+			p->idx[l] = quant_iq_search(G->code_iq2s, 1024, 2, kernels__iq2_values, 8,
+			                            tt, s, 0, 0, &e);
+			break;
+		default: { /* IQ3: two entries of 4 */
+			int is3s = t == SHOAL_DTYPE_IQ3_S, n3 = is3s ? 512 : 256;
+			const uint16_t *c3 = is3s ? G->code_iq3s : G->code_iq3xxs;
+			const int8_t *v3 = is3s ? kernels__iq3s_values : kernels__iq3xxs_values;
+			p->idx[2 * l] = quant_iq_search(c3, n3, 3, v3, 4, tt, s, 0, 0, &e);
+			p->idx[2 * l + 1] =
+			    quant_iq_search(c3, n3, 3, v3, 4, tt + 4, s >> 4, 0, 0, &e);
+		}
+		}
+	}
+}
+
+static void quant_iq(shoal_dtype t, const float *x, void *dst, int64_t nb)
+{
+	const kernels__iq_grids *G = kernels__iq_grids_get();
+	quant_iq_shape sh = quant_iq_shape_of(t);
+	size_t bytes = kernels__iq_block_bytes(t);
+	for (int64_t i = 0; i < nb; i++, x += KERNELS__QKK) {
+		void *blk = (char *)dst + (size_t)i * bytes;
+		memset(blk, 0, bytes);
+		/* the scale each 16 (or 32) elements want: q = qmax at their
+		 * largest |x|; D = the largest of them / (2 lsmax + 1) */
+		float want[16], top = 0.0f;
+		for (int h = 0; h < 16; h++) {
+			want[h] = 0.0f;
+			for (int j = 0; j < 16; j++)
+				want[h] = fmaxf(want[h], fabsf(x[16 * h + j]));
+			want[h] /= (float)sh.qmax;
+		}
+		for (int h = 0; h < 16; h += 2) {
+			if (!sh.per16)
+				want[h] = want[h + 1] = fmaxf(want[h], want[h + 1]);
+			top = fmaxf(top, want[h]);
+			top = fmaxf(top, want[h + 1]);
+		}
+		uint16_t d16 = shoal_f32_to_fp16(top / (float)(2 * sh.lsmax + 1) / sh.pow2);
+		if (t == SHOAL_DTYPE_IQ1_M) {
+			uint8_t *sc = ((kernels__block_iq1_m *)blk)->scales;
+			for (int k = 0; k < 4; k++)
+				quant_put_u16(sc + 2 * k,
+				              (uint16_t)(((d16 >> (4 * k)) & 0xf) << 12));
+		} else {
+			quant_put_u16(blk, d16);
+		}
+		float D = kernels__iq_d(t, blk);
+		if (!(D > 0.0f) || !isfinite(D))
+			continue; /* zeros, or a scale beyond fp16: the q are moot */
+		for (int ib = 0; ib < 8; ib++) {
+			quant_iq_pick p;
+			memset(&p, 0, sizeof p);
+			float dl[2];
+			for (int h = 0; h < 2; h++) {
+				float r = (want[2 * ib + h] / D - 1.0f) / 2.0f;
+				p.ls[h] = quant_clamp(quant_nearest_int(r), 0, sh.lsmax);
+				dl[h] = D * (float)(2 * p.ls[h] + 1);
+			}
+			quant_iq_choose(t, G, x + 32 * ib, dl, sh.parity, &p);
+			quant_iq_pack(t, blk, ib, &p);
+		}
+	}
+}
+
+/* quant_ops' two conversions of IQ type T (suffix sfx). */
+#define QUANT_IQ_OPS(sfx, T)                                                                       \
+	static void quant_deq_##sfx(const void *src, float *y, int64_t nb)                         \
+	{                                                                                          \
+		quant_deq_iq(T, src, y, nb);                                                       \
+	}                                                                                          \
+	static void quant_##sfx(const float *x, void *dst, int64_t nb)                             \
+	{                                                                                          \
+		quant_iq(T, x, dst, nb);                                                           \
+	}
+
+QUANT_IQ_OPS(iq2_xxs, SHOAL_DTYPE_IQ2_XXS)
+QUANT_IQ_OPS(iq2_xs, SHOAL_DTYPE_IQ2_XS)
+QUANT_IQ_OPS(iq2_s, SHOAL_DTYPE_IQ2_S)
+QUANT_IQ_OPS(iq3_xxs, SHOAL_DTYPE_IQ3_XXS)
+QUANT_IQ_OPS(iq3_s, SHOAL_DTYPE_IQ3_S)
+QUANT_IQ_OPS(iq1_s, SHOAL_DTYPE_IQ1_S)
+QUANT_IQ_OPS(iq1_m, SHOAL_DTYPE_IQ1_M)
+
 /* ---- Q8_K -------------------------------------------------------------------------
  * As the reference's quantize_row_q8_K: max is the element of largest
  * magnitude, with its sign; iscale = -127 / max; q = min(127, rint(iscale *
@@ -803,6 +1134,13 @@ static const quant_ops quant_types[] = {
     [SHOAL_DTYPE_Q3_K] = {quant_deq_q3_k, quant_q3_k},
     [SHOAL_DTYPE_Q5_K] = {quant_deq_q5_k, quant_q5_k},
     [SHOAL_DTYPE_IQ4_XS] = {quant_deq_iq4_xs, quant_iq4_xs},
+    [SHOAL_DTYPE_IQ2_XXS] = {quant_deq_iq2_xxs, quant_iq2_xxs},
+    [SHOAL_DTYPE_IQ2_XS] = {quant_deq_iq2_xs, quant_iq2_xs},
+    [SHOAL_DTYPE_IQ2_S] = {quant_deq_iq2_s, quant_iq2_s},
+    [SHOAL_DTYPE_IQ3_XXS] = {quant_deq_iq3_xxs, quant_iq3_xxs},
+    [SHOAL_DTYPE_IQ3_S] = {quant_deq_iq3_s, quant_iq3_s},
+    [SHOAL_DTYPE_IQ1_S] = {quant_deq_iq1_s, quant_iq1_s},
+    [SHOAL_DTYPE_IQ1_M] = {quant_deq_iq1_m, quant_iq1_m},
 };
 
 /* The conversions of type t, or NULL where there are none. */

@@ -21,7 +21,8 @@ uint16_t shoal_f32_to_bf16(float f); /* round to nearest even; NaN stays NaN */
 
 /* dst[n] = the values of a row of n elements of type t (F32, F16, BF16,
  * Q8_0, Q4_0, Q5_0, Q5_1, IQ4_NL, MXFP4, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K,
- * IQ4_XS, Q8_K). n must be a multiple of the block size. */
+ * IQ4_XS, IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S, IQ1_S, IQ1_M, Q8_K). n must be a multiple of the
+ * block size. */
 void shoal_dequantize_row(shoal_dtype t, const void *src, float *dst, int64_t n);
 
 /* Quantize src[n] into a row of type t (the same types). Weight types use

@@ -53,6 +53,17 @@ static uint64_t read_sum(const unsigned char *p, size_t n)
 	return a + b + c + d;
 }
 
+/* The IQ grid types' quantizer searches the grid per group of 8 (~0.1-0.5
+ * ms a super-block): their matrices hold BENCH_IQ_ROWS quantized rows,
+ * repeated (the kernels' work does not depend on the values). */
+#define BENCH_IQ_ROWS 16
+static int bench_slow_quantizer(shoal_dtype t)
+{
+	return t == SHOAL_DTYPE_IQ2_XXS || t == SHOAL_DTYPE_IQ2_XS || t == SHOAL_DTYPE_IQ2_S ||
+	       t == SHOAL_DTYPE_IQ3_XXS || t == SHOAL_DTYPE_IQ3_S || t == SHOAL_DTYPE_IQ1_S ||
+	       t == SHOAL_DTYPE_IQ1_M;
+}
+
 static double cpu_now(void)
 {
 	struct timespec t;
@@ -209,10 +220,11 @@ int main(int argc, char **argv)
 	static const char *const isas[] = {"scalar", "avx2", "avx512bw",
 	                                   "avx512", "neon", "neon-base"};
 	static const shoal_dtype types[] = {
-	    SHOAL_DTYPE_Q8_0,  SHOAL_DTYPE_Q4_0, SHOAL_DTYPE_Q4_K, SHOAL_DTYPE_Q6_K,
-	    SHOAL_DTYPE_F16,   SHOAL_DTYPE_Q5_0, SHOAL_DTYPE_Q5_1, SHOAL_DTYPE_IQ4_NL,
-	    SHOAL_DTYPE_MXFP4, SHOAL_DTYPE_Q2_K, SHOAL_DTYPE_Q3_K, SHOAL_DTYPE_Q5_K,
-	    SHOAL_DTYPE_IQ4_XS};
+	    SHOAL_DTYPE_Q8_0,    SHOAL_DTYPE_Q4_0,    SHOAL_DTYPE_Q4_K,   SHOAL_DTYPE_Q6_K,
+	    SHOAL_DTYPE_F16,     SHOAL_DTYPE_Q5_0,    SHOAL_DTYPE_Q5_1,   SHOAL_DTYPE_IQ4_NL,
+	    SHOAL_DTYPE_MXFP4,   SHOAL_DTYPE_Q2_K,    SHOAL_DTYPE_Q3_K,   SHOAL_DTYPE_Q5_K,
+	    SHOAL_DTYPE_IQ4_XS,  SHOAL_DTYPE_IQ2_XXS, SHOAL_DTYPE_IQ2_XS, SHOAL_DTYPE_IQ2_S,
+	    SHOAL_DTYPE_IQ3_XXS, SHOAL_DTYPE_IQ3_S,   SHOAL_DTYPE_IQ1_S,  SHOAL_DTYPE_IQ1_M};
 	unsigned seed = 1;
 	float *xf = malloc(sizeof(float) * 8192), *y = malloc(sizeof(float) * 8192 * 8);
 	for (int i = 0; i < 8192; i++)
@@ -234,6 +246,13 @@ int main(int argc, char **argv)
 			m[i].row_bytes = shoal_dtype_row_bytes(wt, (uint64_t)m[i].n);
 			m[i].w = malloc(m[i].row_bytes * (size_t)m[i].rows);
 			for (int64_t r = 0; r < m[i].rows; r++) {
+				if (r >= BENCH_IQ_ROWS && bench_slow_quantizer(wt)) {
+					memcpy(m[i].w + (size_t)r * m[i].row_bytes,
+					       m[i].w +
+					           (size_t)(r % BENCH_IQ_ROWS) * m[i].row_bytes,
+					       m[i].row_bytes);
+					continue;
+				}
 				float row[5632];
 				for (int64_t j = 0; j < m[i].n; j++)
 					row[j] = frand(&seed);

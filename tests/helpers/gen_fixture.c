@@ -372,6 +372,20 @@ static uint32_t file_type(shoal_dtype t)
 		return 25;
 	case SHOAL_DTYPE_IQ4_XS:
 		return 30;
+	case SHOAL_DTYPE_IQ2_XXS:
+		return 19;
+	case SHOAL_DTYPE_IQ2_XS:
+		return 20;
+	case SHOAL_DTYPE_IQ3_XXS:
+		return 23;
+	case SHOAL_DTYPE_IQ1_S:
+		return 24;
+	case SHOAL_DTYPE_IQ3_S:
+		return 26;
+	case SHOAL_DTYPE_IQ2_S:
+		return 28;
+	case SHOAL_DTYPE_IQ1_M:
+		return 31;
 	case SHOAL_DTYPE_MXFP4:
 		return 38; /* "MXFP4_MOE" */
 	default:
@@ -604,7 +618,8 @@ static int usage(void)
 	fprintf(
 	    stderr,
 	    "usage: gen_fixture --arch llama|qwen2|qwen3|qwen3moe|deepseek2|gpt-oss|glm4moe --type "
-	    "F32|F16|BF16|Q8_0|Q4_0|Q5_0|Q5_1|IQ4_NL|MXFP4|Q2_K|Q3_K|Q4_K|Q5_K|Q6_K|IQ4_XS\n"
+	    "F32|F16|BF16|Q8_0|Q4_0|Q5_0|Q5_1|IQ4_NL|MXFP4|Q2_K|Q3_K|Q4_K|Q5_K|Q6_K|IQ4_XS|\n"
+	    "  IQ2_XXS|IQ2_XS|IQ2_S|IQ3_XXS|IQ3_S|IQ1_S|IQ1_M\n"
 	    "  --layers N --dim D --ff F --heads H --kv-heads K --vocab V [--head-dim D]\n"
 	    "  [--experts E --experts-used K --ff-exp F] [--tied] [--seed S] [--split N]\n"
 	    "  [--ctx N] [--drop TENSOR] [--grow TENSOR] [--exp-type T (the routed\n"

@@ -29,8 +29,8 @@ set -e
 	-o "$tmp/neondot.o"
 "$cc" $flags -march=armv8-a -DKERNELS_HAVE_NEON -static -o "$tmp/test_kernels" \
 	"$src/tests/unit/test_kernels.c" "$src/runtime/cpu/quant.c" "$src/runtime/cpu/kernels.c" \
-	"$src/runtime/cpu/kernels_scalar.c" "$src/models/dtype.c" "$src/base/assert.c" "$tmp/neon.o" \
-	"$tmp/neondot.o" -lm
+	"$src/runtime/cpu/kernels_scalar.c" "$src/runtime/cpu/iq_grids.c" "$src/models/dtype.c" \
+	"$src/base/assert.c" "$tmp/neon.o" "$tmp/neondot.o" -lm
 set +e
 out=$("$qemu" -cpu max "$tmp/test_kernels" quick 2>&1)
 rc=$?

@@ -46,11 +46,13 @@ static void test_table(void)
 static void test_supports(void)
 {
 	const shoal_backend_ops *ops = shoal_backend_cpu();
-	const shoal_dtype yes[] = {SHOAL_DTYPE_F32,   SHOAL_DTYPE_F16,    SHOAL_DTYPE_BF16,
-	                           SHOAL_DTYPE_Q8_0,  SHOAL_DTYPE_Q4_0,   SHOAL_DTYPE_Q4_K,
-	                           SHOAL_DTYPE_Q6_K,  SHOAL_DTYPE_Q5_0,   SHOAL_DTYPE_Q5_1,
-	                           SHOAL_DTYPE_Q2_K,  SHOAL_DTYPE_Q3_K,   SHOAL_DTYPE_Q5_K,
-	                           SHOAL_DTYPE_MXFP4, SHOAL_DTYPE_IQ4_NL, SHOAL_DTYPE_IQ4_XS};
+	const shoal_dtype yes[] = {
+	    SHOAL_DTYPE_F32,    SHOAL_DTYPE_F16,    SHOAL_DTYPE_BF16,    SHOAL_DTYPE_Q8_0,
+	    SHOAL_DTYPE_Q4_0,   SHOAL_DTYPE_Q4_K,   SHOAL_DTYPE_Q6_K,    SHOAL_DTYPE_Q5_0,
+	    SHOAL_DTYPE_Q5_1,   SHOAL_DTYPE_Q2_K,   SHOAL_DTYPE_Q3_K,    SHOAL_DTYPE_Q5_K,
+	    SHOAL_DTYPE_MXFP4,  SHOAL_DTYPE_IQ4_NL, SHOAL_DTYPE_IQ4_XS,  SHOAL_DTYPE_IQ2_XXS,
+	    SHOAL_DTYPE_IQ2_XS, SHOAL_DTYPE_IQ2_S,  SHOAL_DTYPE_IQ3_XXS, SHOAL_DTYPE_IQ3_S,
+	    SHOAL_DTYPE_IQ1_S,  SHOAL_DTYPE_IQ1_M};
 	for (size_t i = 0; i < sizeof yes / sizeof *yes; i++) {
 		ASSERT_TRUE(ops->supports(SHOAL_BACKEND_OP_MATMUL, yes[i]));
 		ASSERT_TRUE(ops->supports(SHOAL_BACKEND_OP_EMBED, yes[i]));

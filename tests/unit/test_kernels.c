@@ -29,9 +29,12 @@ static float rnd(void) /* uniform in [-1, 1) */
 static const char *const isa_names[] = {"scalar", "avx2", "avx512bw",
                                         "avx512", "neon", "neon-base"};
 static const shoal_dtype wtypes[] = {
-    SHOAL_DTYPE_F32,   SHOAL_DTYPE_F16,  SHOAL_DTYPE_BF16, SHOAL_DTYPE_Q8_0, SHOAL_DTYPE_Q4_0,
-    SHOAL_DTYPE_Q4_K,  SHOAL_DTYPE_Q6_K, SHOAL_DTYPE_Q5_0, SHOAL_DTYPE_Q5_1, SHOAL_DTYPE_IQ4_NL,
-    SHOAL_DTYPE_MXFP4, SHOAL_DTYPE_Q2_K, SHOAL_DTYPE_Q3_K, SHOAL_DTYPE_Q5_K, SHOAL_DTYPE_IQ4_XS};
+    SHOAL_DTYPE_F32,    SHOAL_DTYPE_F16,    SHOAL_DTYPE_BF16,    SHOAL_DTYPE_Q8_0,
+    SHOAL_DTYPE_Q4_0,   SHOAL_DTYPE_Q4_K,   SHOAL_DTYPE_Q6_K,    SHOAL_DTYPE_Q5_0,
+    SHOAL_DTYPE_Q5_1,   SHOAL_DTYPE_IQ4_NL, SHOAL_DTYPE_MXFP4,   SHOAL_DTYPE_Q2_K,
+    SHOAL_DTYPE_Q3_K,   SHOAL_DTYPE_Q5_K,   SHOAL_DTYPE_IQ4_XS,  SHOAL_DTYPE_IQ2_XXS,
+    SHOAL_DTYPE_IQ2_XS, SHOAL_DTYPE_IQ2_S,  SHOAL_DTYPE_IQ3_XXS, SHOAL_DTYPE_IQ3_S,
+    SHOAL_DTYPE_IQ1_S,  SHOAL_DTYPE_IQ1_M};
 
 /* Per element, a bound on |weight| as the kernels see its parts: for Q4_K,
  * Q5_K and Q2_K the scale and the min terms separately (d sc q + dmin m),
@@ -392,12 +395,14 @@ static void test_act_types(void)
 	ASSERT_EQ(shoal_kernels_act_type(SHOAL_DTYPE_Q6_K), SHOAL_DTYPE_Q8_K);
 	static const shoal_dtype q8_0[] = {SHOAL_DTYPE_Q5_0, SHOAL_DTYPE_Q5_1, SHOAL_DTYPE_IQ4_NL,
 	                                   SHOAL_DTYPE_MXFP4};
-	static const shoal_dtype q8_k[] = {SHOAL_DTYPE_Q2_K, SHOAL_DTYPE_Q3_K, SHOAL_DTYPE_Q5_K,
-	                                   SHOAL_DTYPE_IQ4_XS};
-	for (int i = 0; i < 4; i++) {
+	static const shoal_dtype q8_k[] = {
+	    SHOAL_DTYPE_Q2_K,    SHOAL_DTYPE_Q3_K,   SHOAL_DTYPE_Q5_K,  SHOAL_DTYPE_IQ4_XS,
+	    SHOAL_DTYPE_IQ2_XXS, SHOAL_DTYPE_IQ2_XS, SHOAL_DTYPE_IQ2_S, SHOAL_DTYPE_IQ3_XXS,
+	    SHOAL_DTYPE_IQ3_S,   SHOAL_DTYPE_IQ1_S,  SHOAL_DTYPE_IQ1_M};
+	for (int i = 0; i < 4; i++)
 		ASSERT_EQ(shoal_kernels_act_type(q8_0[i]), SHOAL_DTYPE_Q8_0);
+	for (size_t i = 0; i < sizeof q8_k / sizeof q8_k[0]; i++)
 		ASSERT_EQ(shoal_kernels_act_type(q8_k[i]), SHOAL_DTYPE_Q8_K);
-	}
 }
 
 /* A hand-computed dot: Q8_0 weights all 2 with d = 0.5 (w = 1) against

@@ -9,6 +9,7 @@
 #include <stdint.h>
 
 #include "models/gguf.h"
+#include "runtime/cpu/kernels.h"
 #include "runtime/cpu/kernels_impl.h"
 #include "runtime/cpu/quant.h"
 #include "tests/unit/test.h"
@@ -444,6 +445,276 @@ static void test_deq_iq4_xs(void)
 		}
 }
 
+/* ---- the IQ grid types: hand-built blocks ------------------------------------------
+ * Each block is written byte by byte from the GGUF layout (offsets below),
+ * with d = 0.5 (fp16 0x3800), each group of 8 elements using one of the
+ * grid entries stated here (the format's grids: index -> values), the
+ * last entry of each grid among them; the wanted values follow the
+ * format's rules, computed here. Each block is also multiplied on every
+ * kernel table with a Q8_K row and checked against the dot of those values. */
+
+static const int iq2_idx_xxs[3] = {0, 1, 255}, iq2_idx_xs[3] = {0, 1, 511};
+static const int iq2_idx_s[3] = {0, 1, 1023};
+static const uint8_t iq2xxs_e[3][8] = {
+    {8, 8, 8, 8, 8, 8, 8, 8}, {43, 8, 8, 8, 8, 8, 8, 8}, {8, 25, 8, 8, 25, 43, 43, 43}};
+static const uint8_t iq2xs_e[3][8] = {/* IQ2_XS 0, 1, 511 and IQ2_S 0, 1, 1023 */
+                                      {8, 8, 8, 8, 8, 8, 8, 8},
+                                      {43, 8, 8, 8, 8, 8, 8, 8},
+                                      {43, 43, 43, 43, 43, 43, 43, 43}};
+static const int iq3_idx_xxs[3] = {0, 1, 255}, iq3_idx_s[3] = {0, 1, 511};
+static const uint8_t iq3xxs_e[3][4] = {{4, 4, 4, 4}, {20, 4, 4, 4}, {4, 28, 52, 62}};
+static const uint8_t iq3s_e[3][4] = {{1, 1, 1, 1}, {3, 1, 1, 1}, {1, 1, 15, 15}};
+static const int iq1_idx[4] = {0, 1, 2047, 37};
+static const int8_t iq1_e[4][8] = {{-1, -1, -1, -1, -1, -1, -1, -1},
+                                   {1, -1, -1, -1, -1, -1, -1, -1},
+                                   {1, 1, 1, 1, 1, 1, 1, 1},
+                                   {0, 0, 0, 0, 0, -1, -1, -1}};
+
+/* The 8 signs of 7 stored bits: the 8th makes the count of set bits even. */
+static unsigned iq_signs7(unsigned s7)
+{
+	return s7 | (unsigned)(__builtin_popcount(s7) & 1) << 7;
+}
+
+static float iq_sign(unsigned s8, int j)
+{
+	return (s8 >> j) & 1 ? -1.0f : 1.0f;
+}
+
+static void iq_put16(uint8_t *p, unsigned v)
+{
+	p[0] = (uint8_t)v;
+	p[1] = (uint8_t)(v >> 8);
+}
+
+static void iq_put32(uint8_t *p, uint32_t v)
+{
+	for (int k = 0; k < 4; k++)
+		p[k] = (uint8_t)(v >> (8 * k));
+}
+
+/* Dequantize blk (type t) and compare with want bit for bit; then its dot
+ * with a Q8_K row on every table. */
+static void iq_check(shoal_dtype t, const void *blk, const float *want)
+{
+	float y[256];
+	shoal_dequantize_row(t, blk, y, 256);
+	for (int e = 0; e < 256; e++)
+		if (bits(y[e]) != bits(want[e])) {
+			TEST_FAIL_("%s elem %d: %g, want %g", shoal_dtype_name(t), e, y[e],
+			           want[e]);
+			return;
+		}
+	kernels__block_q8_k x;
+	memset(&x, 0, sizeof x);
+	x.d = 0.25f;
+	double dot = 0.0, mag = 0.0;
+	for (int e = 0; e < 256; e++) {
+		x.qs[e] = (int8_t)((e * 7) % 23 - 11);
+		x.bsums[e / 16] = (int16_t)(x.bsums[e / 16] + x.qs[e]);
+		dot += (double)want[e] * 0.25 * x.qs[e];
+		mag += fabs((double)want[e] * 0.25 * x.qs[e]);
+	}
+	static const char *const isas[] = {"scalar", "avx2", "avx512bw",
+	                                   "avx512", "neon", "neon-base"};
+	for (size_t i = 0; i < sizeof isas / sizeof isas[0]; i++) {
+		const shoal_kernels *k = shoal_kernels_by_name(isas[i]);
+		if (!k)
+			continue;
+		float out = 0.0f;
+		k->gemv(t, 256, blk, shoal_dtype_block_bytes(t), 1, &x, &out);
+		if (!(fabs(out - dot) <= 1e-6 * mag))
+			TEST_FAIL_("%s on %s: dot %.9g, want %.9g", shoal_dtype_name(t), k->isa,
+			           out, dot);
+	}
+}
+
+/* IQ2_XXS (66 bytes): d at 0; per sub-block ib at 2 + 8 ib: 4 grid indices,
+ * then a u32 of 4 x 7 sign bits (group l at bit 7 l) and ls in bits 28-31;
+ * x = d (0.5 + ls) / 4 * grid * sign. */
+static void test_deq_iq2_xxs(void)
+{
+	uint8_t raw[66] = {0};
+	float want[256];
+	iq_put16(raw, 0x3800);
+	for (int ib = 0; ib < 8; ib++) {
+		unsigned ls = (3 * ib + 1) & 15;
+		uint32_t aux = (uint32_t)ls << 28;
+		for (int l = 0; l < 4; l++) {
+			int k = (ib + l) % 3;
+			unsigned s7 = (5 * ib + 3 * l + 1) & 127, s8 = iq_signs7(s7);
+			raw[2 + 8 * ib + l] = (uint8_t)iq2_idx_xxs[k];
+			aux |= s7 << (7 * l);
+			float db = 0.5f * (0.5f + (float)ls) * 0.25f;
+			for (int j = 0; j < 8; j++)
+				want[32 * ib + 8 * l + j] = db * iq2xxs_e[k][j] * iq_sign(s8, j);
+		}
+		iq_put32(raw + 2 + 8 * ib + 4, aux);
+	}
+	iq_check(SHOAL_DTYPE_IQ2_XXS, raw, want);
+}
+
+/* IQ2_XS (74 bytes): d at 0; u16 per group of 8 at 2 + 2 (4 ib + l): grid
+ * index (9 bits) | 7 sign bits << 9; scales at 66: per sub-block ls of
+ * elements 0-15 (low nibble) and 16-31 (high); x = d (0.5 + ls) / 4 * grid
+ * * sign. */
+static void test_deq_iq2_xs(void)
+{
+	uint8_t raw[74] = {0};
+	float want[256];
+	iq_put16(raw, 0x3800);
+	for (int ib = 0; ib < 8; ib++) {
+		unsigned ls[2] = {(3 * ib + 1) & 15, (7 * ib + 15) & 15};
+		raw[66 + ib] = (uint8_t)(ls[0] | ls[1] << 4);
+		for (int l = 0; l < 4; l++) {
+			int k = (ib + l) % 3;
+			unsigned s7 = (5 * ib + 3 * l + 1) & 127, s8 = iq_signs7(s7);
+			iq_put16(raw + 2 + 2 * (4 * ib + l), (unsigned)iq2_idx_xs[k] | s7 << 9);
+			float db = 0.5f * (0.5f + (float)ls[l / 2]) * 0.25f;
+			for (int j = 0; j < 8; j++)
+				want[32 * ib + 8 * l + j] = db * iq2xs_e[k][j] * iq_sign(s8, j);
+		}
+	}
+	iq_check(SHOAL_DTYPE_IQ2_XS, raw, want);
+}
+
+/* IQ2_S (82 bytes): d at 0; the low 8 index bits per group at 2 + 4 ib + l,
+ * its 8 sign bits at 34 + 4 ib + l; qh at 66: bits 2l, 2l+1 of byte ib the
+ * index's bits 8-9; scales at 74 as IQ2_XS. */
+static void test_deq_iq2_s(void)
+{
+	uint8_t raw[82] = {0};
+	float want[256];
+	iq_put16(raw, 0x3800);
+	for (int ib = 0; ib < 8; ib++) {
+		unsigned ls[2] = {(3 * ib + 1) & 15, (7 * ib + 15) & 15};
+		raw[74 + ib] = (uint8_t)(ls[0] | ls[1] << 4);
+		for (int l = 0; l < 4; l++) {
+			int k = (ib + l) % 3, idx = iq2_idx_s[k];
+			unsigned s8 = (37 * ib + 11 * l + 5) & 255;
+			raw[2 + 4 * ib + l] = (uint8_t)(idx & 255);
+			raw[34 + 4 * ib + l] = (uint8_t)s8;
+			raw[66 + ib] |= (uint8_t)((idx >> 8) << (2 * l));
+			float db = 0.5f * (0.5f + (float)ls[l / 2]) * 0.25f;
+			for (int j = 0; j < 8; j++)
+				want[32 * ib + 8 * l + j] = db * iq2xs_e[k][j] * iq_sign(s8, j);
+		}
+	}
+	iq_check(SHOAL_DTYPE_IQ2_S, raw, want);
+}
+
+/* IQ3_XXS (98 bytes): d at 0; 64 grid indices (4 elements each) at 2; per
+ * sub-block a u32 at 66 + 4 ib as IQ2_XXS's; x = d (0.5 + ls) / 2 * grid *
+ * sign. */
+static void test_deq_iq3_xxs(void)
+{
+	uint8_t raw[98] = {0};
+	float want[256];
+	iq_put16(raw, 0x3800);
+	for (int ib = 0; ib < 8; ib++) {
+		unsigned ls = (3 * ib + 2) & 15;
+		uint32_t aux = (uint32_t)ls << 28;
+		for (int l = 0; l < 4; l++) {
+			unsigned s7 = (9 * ib + 5 * l + 3) & 127, s8 = iq_signs7(s7);
+			aux |= s7 << (7 * l);
+			float db = 0.5f * (0.5f + (float)ls) * 0.5f;
+			for (int m = 0; m < 2; m++) {
+				int k = (ib + l + m) % 3;
+				raw[2 + 8 * ib + 2 * l + m] = (uint8_t)iq3_idx_xxs[k];
+				for (int j = 0; j < 4; j++)
+					want[32 * ib + 8 * l + 4 * m + j] =
+					    db * iq3xxs_e[k][j] * iq_sign(s8, 4 * m + j);
+			}
+		}
+		iq_put32(raw + 66 + 4 * ib, aux);
+	}
+	iq_check(SHOAL_DTYPE_IQ3_XXS, raw, want);
+}
+
+/* IQ3_S (110 bytes): d at 0; index low bytes at 2 (4 elements each); qh at
+ * 66: bit m of byte ib is bit 8 of index 8 ib + m; signs at 74 (8 per group
+ * of 8); scales at 106: ls of sub-block 2p (low nibble), 2p+1 (high); x =
+ * d (1 + 2 ls) * grid * sign. */
+static void test_deq_iq3_s(void)
+{
+	uint8_t raw[110] = {0};
+	float want[256];
+	iq_put16(raw, 0x3800);
+	for (int ib = 0; ib < 8; ib++) {
+		unsigned ls = (5 * ib + 4) & 15;
+		raw[106 + ib / 2] |= (uint8_t)(ls << (4 * (ib % 2)));
+		for (int l = 0; l < 4; l++) {
+			unsigned s8 = (29 * ib + 13 * l + 7) & 255;
+			raw[74 + 4 * ib + l] = (uint8_t)s8;
+			float db = 0.5f * (float)(1 + 2 * ls);
+			for (int m = 0; m < 2; m++) {
+				int k = (ib + l + m) % 3, idx = iq3_idx_s[k];
+				raw[2 + 8 * ib + 2 * l + m] = (uint8_t)(idx & 255);
+				raw[66 + ib] |= (uint8_t)((idx >> 8) << (2 * l + m));
+				for (int j = 0; j < 4; j++)
+					want[32 * ib + 8 * l + 4 * m + j] =
+					    db * iq3s_e[k][j] * iq_sign(s8, 4 * m + j);
+			}
+		}
+	}
+	iq_check(SHOAL_DTYPE_IQ3_S, raw, want);
+}
+
+/* IQ1_S (50 bytes): d at 0; index low bytes at 2 + 4 ib + l; a u16 per
+ * sub-block at 34 + 2 ib: bits 3l..3l+2 the index's bits 8-10, ls in bits
+ * 12-14, bit 15 the delta's sign; x = d (2 ls + 1) (grid +- 1/8). */
+static void test_deq_iq1_s(void)
+{
+	uint8_t raw[50] = {0};
+	float want[256];
+	iq_put16(raw, 0x3800);
+	for (int ib = 0; ib < 8; ib++) {
+		unsigned ls = (3 * ib + 2) & 7, neg = ib & 1, h = ls << 12 | neg << 15;
+		float dl = 0.5f * (float)(2 * ls + 1), delta = neg ? -0.125f : 0.125f;
+		for (int l = 0; l < 4; l++) {
+			int k = (ib + l) % 4, idx = iq1_idx[k];
+			raw[2 + 4 * ib + l] = (uint8_t)(idx & 255);
+			h |= (unsigned)(idx >> 8) << (3 * l);
+			for (int j = 0; j < 8; j++)
+				want[32 * ib + 8 * l + j] = dl * ((float)iq1_e[k][j] + delta);
+		}
+		iq_put16(raw + 34 + 2 * ib, h);
+	}
+	iq_check(SHOAL_DTYPE_IQ1_S, raw, want);
+}
+
+/* IQ1_M (56 bytes): index low bytes at 4 ib + l; qh at 32: byte 2 ib + l / 2,
+ * nibble l % 2: the index's bits 8-10 and (bit 3) the delta's sign; scales
+ * at 48 as 4 u16: ls of the 16 elements 16 h of sub-block ib at bits 6 (ib
+ * % 2) + 3 h of u16 ib / 2, and the top nibbles of the 4 (u16 k's at bits
+ * 4k) the fp16 d; x = d (2 ls + 1) (grid +- 1/8). */
+static void test_deq_iq1_m(void)
+{
+	uint8_t raw[56] = {0};
+	unsigned sc[4] = {0, 0, 0, 0};
+	float want[256];
+	for (int k = 0; k < 4; k++)
+		sc[k] = ((0x3800u >> (4 * k)) & 15) << 12;
+	for (int ib = 0; ib < 8; ib++) {
+		unsigned ls[2] = {(3 * ib + 2) & 7, (5 * ib + 7) & 7};
+		sc[ib / 2] |= (ls[0] | ls[1] << 3) << (6 * (ib % 2));
+		for (int l = 0; l < 4; l++) {
+			int k = (ib + l) % 4, idx = iq1_idx[k];
+			unsigned neg = (ib + (l >> 1) + l) & 1;
+			raw[4 * ib + l] = (uint8_t)(idx & 255);
+			raw[32 + 2 * ib + l / 2] |=
+			    (uint8_t)(((unsigned)(idx >> 8) | neg << 3) << (4 * (l % 2)));
+			float dl = 0.5f * (float)(2 * ls[l / 2] + 1),
+			      delta = neg ? -0.125f : 0.125f;
+			for (int j = 0; j < 8; j++)
+				want[32 * ib + 8 * l + j] = dl * ((float)iq1_e[k][j] + delta);
+		}
+	}
+	for (int k = 0; k < 4; k++)
+		iq_put16(raw + 48 + 2 * k, sc[k]);
+	iq_check(SHOAL_DTYPE_IQ1_M, raw, want);
+}
+
 /* ---- quantize -> dequantize ---------------------------------------------------- */
 
 #define RT_N 1024
@@ -684,6 +955,41 @@ static void test_roundtrip_k_types(void)
 	}
 }
 
+/* The IQ types' plain quantizer (quant.c): on uneven random rows the
+ * relative rms error of quantize -> dequantize stays under a bound per
+ * type, about 1.3x what it measured (IQ2_XXS 0.343, IQ2_XS 0.301, IQ2_S
+ * 0.265, IQ3_XXS 0.183, IQ3_S 0.132, IQ1_S 0.534, IQ1_M 0.472; 1.0 is what
+ * zeros give), and a zero block stays 0. */
+static void test_roundtrip_iq_types(void)
+{
+	static const struct {
+		shoal_dtype t;
+		double bound;
+	} ts[] = {{SHOAL_DTYPE_IQ2_XXS, 0.45}, {SHOAL_DTYPE_IQ2_XS, 0.40},
+	          {SHOAL_DTYPE_IQ2_S, 0.35},   {SHOAL_DTYPE_IQ3_XXS, 0.24},
+	          {SHOAL_DTYPE_IQ3_S, 0.18},   {SHOAL_DTYPE_IQ1_S, 0.70},
+	          {SHOAL_DTYPE_IQ1_M, 0.62}};
+	float x[RT_N], y[RT_N];
+	static unsigned char buf[RT_N];
+	fill_random(x, RT_N, 1.0f);
+	for (int i = 512; i < 768; i++)
+		x[i] = 0;
+	for (size_t t = 0; t < sizeof ts / sizeof ts[0]; t++) {
+		shoal_quantize_row(ts[t].t, x, buf, RT_N);
+		shoal_dequantize_row(ts[t].t, buf, y, RT_N);
+		double e = 0, s = 0;
+		for (int i = 0; i < RT_N; i++) {
+			e += (double)(y[i] - x[i]) * (y[i] - x[i]);
+			s += (double)x[i] * x[i];
+			if (i >= 512 && i < 768 && y[i] != 0.0f)
+				TEST_FAIL_("%s: zero block elem %d is %g",
+				           shoal_dtype_name(ts[t].t), i, y[i]);
+		}
+		printf("  %s: relative rms error %.3f\n", shoal_dtype_name(ts[t].t), sqrt(e / s));
+		ASSERT_TRUE(sqrt(e / s) <= ts[t].bound);
+	}
+}
+
 /* Q8_K: the element of largest magnitude maps to -127 (d carries the sign),
  * every quant is in [-127, 127], bsums are sums of 16, error <= |d| / 2. */
 static void test_roundtrip_q8_k(void)
@@ -849,4 +1155,7 @@ TEST_MAIN(TEST_CASE(test_q8_0_nonfinite), TEST_CASE(test_fp16_to_f32_specials),
           TEST_CASE(test_roundtrip_plain), TEST_CASE(test_fixtures_agree),
           TEST_CASE(test_deq_q5_0_q5_1), TEST_CASE(test_deq_iq4_nl_mxfp4), TEST_CASE(test_deq_q2_k),
           TEST_CASE(test_deq_q3_k), TEST_CASE(test_deq_q5_k), TEST_CASE(test_deq_iq4_xs),
-          TEST_CASE(test_roundtrip_q32_types), TEST_CASE(test_roundtrip_k_types))
+          TEST_CASE(test_deq_iq2_xxs), TEST_CASE(test_deq_iq2_xs), TEST_CASE(test_deq_iq2_s),
+          TEST_CASE(test_deq_iq3_xxs), TEST_CASE(test_deq_iq3_s), TEST_CASE(test_deq_iq1_s),
+          TEST_CASE(test_deq_iq1_m), TEST_CASE(test_roundtrip_q32_types),
+          TEST_CASE(test_roundtrip_k_types), TEST_CASE(test_roundtrip_iq_types))

@@ -473,13 +473,19 @@ static void test_supports(void)
 		ASSERT_TRUE(vt_vk->supports(SHOAL_BACKEND_OP_MATMUL, types[k]));
 		ASSERT_TRUE(vt_vk->supports(SHOAL_BACKEND_OP_EMBED, types[k]));
 	}
-	static const shoal_dtype no[] = {SHOAL_DTYPE_Q4_1,   SHOAL_DTYPE_Q5_0,  SHOAL_DTYPE_Q5_1,
-	                                 SHOAL_DTYPE_Q2_K,   SHOAL_DTYPE_Q3_K,  SHOAL_DTYPE_Q8_K,
-	                                 SHOAL_DTYPE_IQ4_NL, SHOAL_DTYPE_IQ4_XS};
+	static const shoal_dtype no[] = {
+	    SHOAL_DTYPE_Q4_1,    SHOAL_DTYPE_Q5_0,   SHOAL_DTYPE_Q5_1,   SHOAL_DTYPE_Q2_K,
+	    SHOAL_DTYPE_Q3_K,    SHOAL_DTYPE_Q8_K,   SHOAL_DTYPE_IQ4_NL, SHOAL_DTYPE_IQ4_XS,
+	    SHOAL_DTYPE_IQ2_XXS, SHOAL_DTYPE_IQ2_XS, SHOAL_DTYPE_IQ2_S,  SHOAL_DTYPE_IQ3_XXS,
+	    SHOAL_DTYPE_IQ3_S,   SHOAL_DTYPE_IQ1_S,  SHOAL_DTYPE_IQ1_M};
 	for (size_t k = 0; k < sizeof no / sizeof no[0]; k++) {
 		ASSERT_FALSE(vt_vk->supports(SHOAL_BACKEND_OP_MATMUL, no[k]));
 		ASSERT_FALSE(vt_vk->supports(SHOAL_BACKEND_OP_EMBED, no[k]));
 	}
+	/* the IQ grid types: not read by the shaders, but converted to F32 on
+	 * the host (quant.c), so their vectors and embeddings can still load */
+	ASSERT_TRUE(vt_vk->supports(SHOAL_BACKEND_OP_TO_F32, SHOAL_DTYPE_IQ2_XXS));
+	ASSERT_TRUE(vt_vk->supports(SHOAL_BACKEND_OP_TO_F32, SHOAL_DTYPE_IQ1_M));
 }
 
 int main(void)
