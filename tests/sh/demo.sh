@@ -24,7 +24,9 @@ GOSSIP_MS=100 # the node's default timers, as a user gets them
 M=$DATA/models/austen-dense-q8_0.gguf
 PROMPT=${DEMO_PROMPT:-It is a truth universally acknowledged}
 NTOK=${DEMO_TOKENS:-160}
-KILL_AFTER=40
+# the kill after 40 chunks, or a quarter of a shorter stream's tokens (a
+# chunk may carry several)
+KILL_AFTER=$((NTOK / 4 < 40 ? NTOK / 4 : 40))
 STREAM=$(dirname "$0")/demo_stream.py
 [ -x "$B" ] || fail "demo: $B not found; run it from the build tree (make demo)"
 [ -f "$M" ] || fail "demo: $M not found"
@@ -115,6 +117,7 @@ echo "prompt: $PROMPT"
 [ -s "$T/stream.json" ] || fail "demo: the stream failed: $(cat "$T/stream.err")"
 unset "PID[$VICTIM]"
 sq() { python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print(eval(sys.argv[2], {"d": d}))' "$T/stream.json" "$1"; }
+[ "$(sq 'd["error"]')" = None ] || fail "demo: the stream: $(sq 'd["error"]')"
 echo
 echo "== after the kill"
 wait_for 20 eval 'view && [ "$(vq "d[\"plan\"][\"servable\"]")" = True ]' || fail "demo: no plan after the kill"

@@ -4,7 +4,10 @@
 # events), printing the text as it comes; after KILL_AFTER chunks it kills
 # the process KILL_PID (-9) and goes on reading. At the end it writes a
 # JSON summary (text, tokens, seconds, the longest pause between two
-# chunks and the chunk it came before) to OUT.
+# chunks and the chunk it came before) to OUT. A stream that ends before
+# KILL_AFTER chunks (a fast peer sends several tokens a chunk) is an
+# error, and KILL_PID is killed then, so that a caller waiting for it
+# does not wait forever.
 #   demo_stream.py URL PROMPT MAX_TOKENS KILL_AFTER KILL_PID OUT
 import json
 import os
@@ -52,12 +55,16 @@ with urllib.request.urlopen(req, timeout=120) as r:
         text.append(piece)
         sys.stdout.write(piece)
         sys.stdout.flush()
-        if n == int(kill_after) and int(kill_pid) > 0:
+        if n >= int(kill_after) and t_kill is None and int(kill_pid) > 0:
             os.kill(int(kill_pid), signal.SIGKILL)
             t_kill = now
             sys.stdout.write(" [<- a stage peer killed -9 here] ")
             sys.stdout.flush()
 sys.stdout.write("\n")
+if t_kill is None and int(kill_pid) > 0:
+    os.kill(int(kill_pid), signal.SIGKILL)
+    if not error:
+        error = "the stream ended after %d chunks, before the kill after %s" % (n, kill_after)
 json.dump({"text": "".join(text), "chunks": n, "tokens": tokens if tokens else n, "seconds": last - t0,
            "longest_pause_s": longest, "pause_after_chunk": longest_at,
            "killed_at_chunk": int(kill_after) if t_kill else None, "error": error},
