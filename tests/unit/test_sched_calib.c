@@ -176,10 +176,17 @@ static void test_mac_studio_deepseek(void)
 		        want[i].rdma ? "tensor/RDMA" : "pipeline/TCP", tps, want[i].tps,
 		        100.0 * (tps / want[i].tps - 1), stages, groups);
 		ASSERT_NEAR(tps, want[i].tps, want[i].tps * 0.20);
-		/* the RDMA runs are tensor parallel: one group of all k */
-		if (want[i].rdma && want[i].k > 1) {
+		/* the RDMA runs are tensor parallel: one group of all k. A
+		 * shoal group runs DeepSeek's MLA attention whole on every
+		 * member (engine_tp.c), which the plan counts, and for 2
+		 * machines it then prefers a 2-stage pipeline (27.2 tok/s,
+		 * within the bound of exo's group): either */
+		if (want[i].rdma && want[i].k > 2) {
 			ASSERT_EQ(groups, 1u);
 			ASSERT_EQ(stages, 1u);
+		} else if (want[i].rdma && want[i].k == 2) {
+			ASSERT_TRUE((groups == 1u && stages == 1u) ||
+			            (groups == 0u && stages == 2u));
 		}
 		if (!want[i].rdma)
 			ASSERT_EQ(groups, 0u);
