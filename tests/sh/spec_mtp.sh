@@ -24,22 +24,14 @@
 #     local ids, and guesses were drafted (the head peer runs the layer).
 set -u
 . "$(dirname "$0")/lib.sh"
+. "$(dirname "$0")/spec_mtp_lib.sh"
 [ -x "$PC" ] || skip "$PC not built"
 "$B" key new "$KEY" >/dev/null || fail "shoal key new"
 DS=$T/ds2-mtp.gguf
 PLAIN=$T/ds2.gguf
-SHAPE=(--arch deepseek2 --type Q8_0 --layers 6 --dim 256 --ff 512 --heads 4 --vocab 2048
-	--head-dim 48 --kv-lora 64 --rope-dim 16 --v-head-dim 32 --q-lora 64 --dense-lead 1 --shared 1
-	--groups 2 --groups-used 1 --sigmoid --experts 8 --experts-used 2 --ff-exp 128 --ctx 512 --seed 3)
-"$BD/tests/helpers/gen_fixture" "${SHAPE[@]}" --nextn 1 "$DS" >/dev/null 2>&1 ||
+"$BD/tests/helpers/gen_fixture" "${MTP_SHAPE[@]}" --nextn 1 "$DS" >/dev/null 2>&1 ||
 	fail "gen_fixture deepseek2 --nextn 1"
-"$BD/tests/helpers/gen_fixture" "${SHAPE[@]}" "$PLAIN" >/dev/null 2>&1 || fail "gen_fixture deepseek2"
-P="hello world hello world"
-N=60
-drafted() { spec_counts "$1"; } # drafted NAME: "drafted accepted" from its status
-args() { # args MODE: the sampler flags of a greedy or a seeded run
-	if [ "$1" = greedy ]; then echo --temp 0; else echo --temp 0.9 --seed 3 --repeat-penalty 1.1; fi
-}
+"$BD/tests/helpers/gen_fixture" "${MTP_SHAPE[@]}" "$PLAIN" >/dev/null 2>&1 || fail "gen_fixture deepseek2"
 
 # 1. refusals
 "$B" node --model "$PLAIN" --speculate mtp --state-dir "$T/bad" --listen 127.0.0.1:0 --no-mdns \
@@ -71,17 +63,6 @@ for mode in greedy seeded; do
 done
 echo "local: ids exact with mtp ($(tail -n 1 "$T/lm.err"))"
 
-# peer_runs NAME OUT WHERE: greedy and seeded runs through NAME ($T/OUT-MODE)
-# give the local runs' ids
-peer_runs() {
-	local mode
-	for mode in greedy seeded; do
-		# shellcheck disable=SC2046
-		"$B" run --peer "$(ep "$1")" --key "$KEY" -p "$P" -n $N --ids $(args $mode) \
-			>"$T/$2-$mode" 2>"$T/$2.err" || fail "$mode run $3: $(cat "$T/$2.err")"
-		same "$mode ids $3 with mtp" "$T/$2-$mode" "$T/l-$mode"
-	done
-}
 
 # 2. one peer
 start d1 "$DS" --ctx 256 --speculate mtp --draft-max 1 --api 127.0.0.1:0
