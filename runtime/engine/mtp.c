@@ -206,6 +206,18 @@ shoal_engine *shoal_mtp_engine(shoal_mtp *t)
 	return t->e;
 }
 
+/* The next ids of n rows: each -1 (not known) or in the vocabulary. */
+static shoal_err mtp_next_check(const shoal_mtp *t, uint32_t n, const int32_t *next, char *why,
+                                size_t why_len)
+{
+	for (uint32_t r = 0; r < n; r++)
+		if (next[r] < -1 || next[r] >= (int64_t)t->m->hp.n_vocab)
+			return shoal_why(why, why_len, SHOAL_ERR_RANGE,
+			                 "row %u: token %d outside the vocabulary of %u", r,
+			                 next[r], t->m->hp.n_vocab);
+	return SHOAL_OK;
+}
+
 shoal_err shoal_mtp_run(shoal_mtp *t, const shoal_mtp_batch *b, char *why, size_t why_len)
 {
 	SHOAL_ASSERT(t && b);
@@ -218,13 +230,11 @@ shoal_err shoal_mtp_run(shoal_mtp *t, const shoal_mtp_batch *b, char *why, size_
 	if (!b->hidden || !b->next || !b->pos)
 		return shoal_why(why, why_len, SHOAL_ERR_INVAL,
 		                 "MTP rows without hidden states, next ids or positions");
-	for (uint32_t r = 0; r < n; r++) {
-		if (b->next[r] < -1 || b->next[r] >= (int64_t)hp->n_vocab)
-			return shoal_why(why, why_len, SHOAL_ERR_RANGE,
-			                 "row %u: token %d outside the vocabulary of %u", r,
-			                 b->next[r], hp->n_vocab);
+	shoal_err ce = mtp_next_check(t, n, b->next, why, why_len);
+	if (ce)
+		return ce;
+	for (uint32_t r = 0; r < n; r++)
 		t->ids[r] = b->next[r] < 0 ? 0 : b->next[r];
-	}
 	const shoal_gguf_tensor *em = t->m->nextn->embd;
 	size_t ld2 = 2 * (size_t)E, ld = E;
 	ops->write(t->bk, t->d_h, b->hidden, (size_t)n * E * sizeof(float));
@@ -403,11 +413,9 @@ shoal_err shoal_mtp_drafter_push(shoal_drafter *dr, uint32_t pos0, uint32_t n_ro
 		                 "MTP rows from %u: a gap after the %u positions the layer holds",
 		                 pos0, known);
 	/* checked here, since deferred rows run later (nothing changed) */
-	for (uint32_t r = 0; r < n_rows; r++)
-		if (next[r] < -1 || next[r] >= (int64_t)t->m->hp.n_vocab)
-			return shoal_why(why, why_len, SHOAL_ERR_RANGE,
-			                 "row %u: token %d outside the vocabulary of %u", r,
-			                 next[r], t->m->hp.n_vocab);
+	shoal_err err = mtp_next_check(t, n_rows, next, why, why_len);
+	if (err)
+		return err;
 	if (d->defer && !d->pend_h) {
 		d->pend_h = malloc((size_t)d->pend_cap * t->E * sizeof(float));
 		d->pend_next = malloc((size_t)d->pend_cap * sizeof(int32_t));
@@ -427,7 +435,6 @@ shoal_err shoal_mtp_drafter_push(shoal_drafter *dr, uint32_t pos0, uint32_t n_ro
 	} else {
 		d->n_pend = pos0 - d->n_pushed;
 	}
-	shoal_err err;
 	if (d->defer) {
 		for (uint32_t r = 0; r < n_rows; r++) {
 			if (d->n_pend == d->pend_cap && (err = mtp_flush(d, why, why_len)))
