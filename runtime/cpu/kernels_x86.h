@@ -425,6 +425,16 @@ KERNELS__INLINE void kernels__x86_iq_lanes(shoal_dtype t, const void *blk, int64
  * a, b) (s - a * b, fused) and KERNELS__X86_LANES_V(i) (8 int32 lanes as a
  * float vector, any lanes above 8 zero). */
 
+/* acc[c] = fma(dw d_x, isum[c], acc[c]) for the NC columns of block b
+ * (Q8_K activations): the last step of every tile below but the mins'. */
+#define KERNELS__X86_ACC_ISUM(dw)                                                                  \
+	KERNELS__UNROLL for (int c = 0; c < NC; c++)                                               \
+	{                                                                                          \
+		float dx = ((const kernels__block_q8_k *)xq[c])[b].d;                              \
+		acc[c] = KERNELS__V_FMA(acc[c], KERNELS__V_SET1((dw)*dx),                          \
+		                        KERNELS__X86_LANES_V(isum[c]));                            \
+	}
+
 /* The K-quants with mins: acc = fma(d, isum, acc), acc = fnma(dmin, imin,
  * acc), d and dmin times the column's d_x; LANES(w, b, xq, NC, isum, imin). */
 #define KERNELS__X86_KQ_MIN_TILE(name, WBLOCK, LANES)                                              \
@@ -454,12 +464,7 @@ KERNELS__INLINE void kernels__x86_iq_lanes(shoal_dtype t, const void *blk, int64
 		__m256i isum[KERNELS__TILE];                                                       \
 		LANES(&wb[b], b, xq, NC, isum);                                                    \
 		float dw = kernels__x86_h2f(wb[b].d);                                              \
-		KERNELS__UNROLL for (int c = 0; c < NC; c++)                                       \
-		{                                                                                  \
-			float dx = ((const kernels__block_q8_k *)xq[c])[b].d;                      \
-			acc[c] = KERNELS__V_FMA(acc[c], KERNELS__V_SET1(dw * dx),                  \
-			                        KERNELS__X86_LANES_V(isum[c]));                    \
-		}                                                                                  \
+		KERNELS__X86_ACC_ISUM(dw);                                                         \
 	}                                                                                          \
 	KERNELS__SUPER_TILE(name, WBLOCK)
 
@@ -471,12 +476,7 @@ KERNELS__INLINE void kernels__x86_iq_lanes(shoal_dtype t, const void *blk, int64
 		__m256i isum[KERNELS__TILE];                                                       \
 		kernels__x86_iq_lanes(T, &wb[b], b, G, xq, NC, isum);                              \
 		float dw = kernels__iq_d(T, &wb[b]);                                               \
-		KERNELS__UNROLL for (int c = 0; c < NC; c++)                                       \
-		{                                                                                  \
-			float dx = ((const kernels__block_q8_k *)xq[c])[b].d;                      \
-			acc[c] = KERNELS__V_FMA(acc[c], KERNELS__V_SET1(dw * dx),                  \
-			                        KERNELS__X86_LANES_V(isum[c]));                    \
-		}                                                                                  \
+		KERNELS__X86_ACC_ISUM(dw);                                                         \
 	}                                                                                          \
 	KERNELS__IQ_TILE(name, WBLOCK)
 
