@@ -3,7 +3,9 @@
  * match of the history's tail against the history itself.
  *
  * Part: runtime/ (engine). The latest occurrence wins over older ones: a
- * reply that loops or copies a passage repeats the most recent text. A
+ * reply that loops or copies a passage repeats the most recent text, and
+ * an occurrence too recent to have k ids after it is read as a loop: the
+ * proposal repeats what followed it. A
  * search is a backward scan of the history per suffix length, a few
  * thousand comparisons for a long prompt: nothing next to a step of any
  * model.
@@ -12,6 +14,9 @@
 #include <string.h>
 
 #include "runtime/engine/draft_lookup.h"
+#ifndef LOOP_M
+#define LOOP_M 3
+#endif
 
 size_t shoal_draft_lookup_propose(const int32_t *hist, size_t n, int32_t *out, size_t k)
 {
@@ -26,10 +31,19 @@ size_t shoal_draft_lookup_propose(const int32_t *hist, size_t n, int32_t *out, s
 		for (size_t i = n - m; i-- > 0;) {
 			if (hist[i] != tail[0] || memcmp(hist + i, tail, m * sizeof *hist))
 				continue;
-			size_t c = n - (i + m);
-			if (c > k)
-				c = k;
-			memcpy(out, hist + i + m, c * sizeof *out);
+			/* what followed it, and past the history's end the
+			 * proposal itself: a tail that occurred d ids back
+			 * continues with a period of d (a loop shorter than k
+			 * drafts k ids, not one period) */
+			size_t c = k;
+			for (size_t j = 0; j < k; j++) {
+				size_t at = i + m + j;
+				if (at >= n && m < LOOP_M) {
+					c = j;
+					break;
+				}
+				out[j] = at < n ? hist[at] : out[at - n];
+			}
 			return c;
 		}
 	}

@@ -22,8 +22,10 @@ shoal_err shoal_draft_lookup_new(shoal_drafter *out);
 
 /* The proposal itself, for tests: the longest suffix of hist[n] of
  * SHOAL_DRAFT_LOOKUP_NGRAM_MAX..MIN ids that occurs earlier with an id
- * after it, the latest such occurrence; up to k of the ids that follow
- * it into out. Returns how many (0: no match). */
+ * after it, the latest such occurrence; the k ids that follow it into
+ * out, those past the history's end repeating the ones before them with
+ * the occurrence's distance as the period (hist then out read as one
+ * sequence). Returns k, or 0 without a match. */
 size_t shoal_draft_lookup_propose(const int32_t *hist, size_t n, int32_t *out, size_t k);
 
 #endif

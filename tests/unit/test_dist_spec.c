@@ -609,7 +609,8 @@ static void test_mtp_guesses(void)
 	ASSERT_GT(kept_few, 0);
 }
 
-/* Lookup itself: the longest suffix wins, the latest occurrence, k caps. */
+/* Lookup itself: the longest suffix wins, the latest occurrence, k caps,
+ * a recent occurrence continues as a loop. */
 static void test_lookup_proposals(void)
 {
 	const int32_t h[] = {1, 2, 3, 9, 8, 2, 3, 7, 6, 5, 1, 2, 3};
@@ -628,6 +629,17 @@ static void test_lookup_proposals(void)
 	ASSERT_EQ(shoal_draft_lookup_propose(h2, 11, out, 2), 2);
 	ASSERT_EQ(out[0], 7);
 	ASSERT_EQ(out[1], 6);
+	/* "1 2" latest at 1, 2 ids back: the loop "1 2" continues past the
+	 * end, k ids of it (before, only the 2 ids the history held) */
+	const int32_t h4[] = {5, 1, 2, 1, 2};
+	ASSERT_EQ(shoal_draft_lookup_propose(h4, 5, out, 5), 5);
+	const int32_t want4[] = {1, 2, 1, 2, 1};
+	ASSERT_EQ(memcmp(out, want4, sizeof want4), 0);
+	/* a period of 3 ("7 8 9" at 3..5 follows "9" at 2): 7 8 9 7 8 9 7 */
+	const int32_t h5[] = {4, 6, 9, 7, 8, 9};
+	ASSERT_EQ(shoal_draft_lookup_propose(h5, 6, out, 7), 7);
+	const int32_t want5[] = {7, 8, 9, 7, 8, 9, 7};
+	ASSERT_EQ(memcmp(out, want5, sizeof want5), 0);
 	const int32_t h3[] = {10, 11, 12};
 	ASSERT_EQ(shoal_draft_lookup_propose(h3, 3, out, 4), 0);
 	ASSERT_EQ(shoal_draft_lookup_propose(h, 13, out, 0), 0);
