@@ -156,7 +156,8 @@ static shoal_err vk_create(const shoal_backend_limits *lim, shoal_backend **out)
 	b->act_bytes = (uint64_t)lim->max_rows * lim->max_n * sizeof(float);
 	b->act_bytes = b->act_bytes ? b->act_bytes : sizeof(float);
 	if ((err = vk__mem_init(b)) || !(b->topk_rows = malloc(b->topk_cap * sizeof(float))) ||
-	    (err = vk__region_alone(b, b->act_bytes, &b->act_dev))) {
+	    (err = vk__region_alone(b, b->act_bytes, &b->act_dev)) ||
+	    (err = vk__iq_grids_init(b))) {
 		vk_destroy(b);
 		return SHOAL_ERR_NOMEM;
 	}

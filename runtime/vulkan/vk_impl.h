@@ -93,6 +93,12 @@ void vk__dispatch(shoal_backend *b, const vk__shader *s, uint32_t n_bind, const 
  * life. */
 void *vk__act_scratch(shoal_backend *b, uint64_t *bytes);
 
+/* The bindings an IQ grid type's matrix shaders take after their others
+ * (shaders/mm_deq_iq.glsl): for t one of them, *grids the buffer of the
+ * grids (kernels__iq_grids' tables, the instance's for its life) and 1;
+ * else 0. */
+uint32_t vk__iq_grids(shoal_backend *b, shoal_dtype t, VkBuffer *grids);
+
 /* (vk_matmul.c) The activations the CPU's matmul rounds x to for weights
  * of type t (Q8_0 or Q8_K), or F32 (x as it is); and rows n_rows of x (xr:
  * element offset, ldx) rounded so, into orf (element offset: (n_rows, n)
@@ -137,5 +143,16 @@ void vk__swiglu_oai(shoal_backend *b, const float *g, const float *u, size_t n, 
 	X(q4_k, SHOAL_DTYPE_Q4_K)                                                                  \
 	X(q5_k, SHOAL_DTYPE_Q5_K)                                                                  \
 	X(q6_k, SHOAL_DTYPE_Q6_K)                                                                  \
-	X(mxfp4, SHOAL_DTYPE_MXFP4)
+	X(mxfp4, SHOAL_DTYPE_MXFP4)                                                                \
+	X(q2_k, SHOAL_DTYPE_Q2_K)                                                                  \
+	X(q3_k, SHOAL_DTYPE_Q3_K)                                                                  \
+	X(iq4_nl, SHOAL_DTYPE_IQ4_NL)                                                              \
+	X(iq4_xs, SHOAL_DTYPE_IQ4_XS)                                                              \
+	X(iq2_xxs, SHOAL_DTYPE_IQ2_XXS)                                                            \
+	X(iq2_xs, SHOAL_DTYPE_IQ2_XS)                                                              \
+	X(iq2_s, SHOAL_DTYPE_IQ2_S)                                                                \
+	X(iq3_xxs, SHOAL_DTYPE_IQ3_XXS)                                                            \
+	X(iq3_s, SHOAL_DTYPE_IQ3_S)                                                                \
+	X(iq1_s, SHOAL_DTYPE_IQ1_S)                                                                \
+	X(iq1_m, SHOAL_DTYPE_IQ1_M)
 #endif

@@ -169,16 +169,18 @@ static void matmul_one(shoal_backend *b, const shoal_backend_mat *w, vk__ref xr,
 		    .ldy = (uint32_t)ldy,
 		    .n_rows = n_rows,
 		};
-		VkBuffer bind[3] = {wr.buf, xr.buf, yr.buf};
+		VkBuffer bind[4] = {wr.buf, xr.buf, yr.buf};
+		uint32_t n_bind = 3 + vk__iq_grids(b, w->type, &bind[3]);
 		uint32_t g[2];
 		if (n_rows <= MM_VEC_ROWS) {
 			fold_groups(c, (n + MM_VEC_OUTS - 1) / MM_VEC_OUTS, g);
-			vk__dispatch(b, k->vec, 3, bind, &pc, sizeof pc, g[0], g[1], 1);
+			vk__dispatch(b, k->vec, n_bind, bind, &pc, sizeof pc, g[0], g[1], 1);
 		} else {
 			uint32_t row_tiles = (n_rows + MM_TILE - 1) / MM_TILE;
 			SHOAL_ASSERT(row_tiles <= c->max_groups[2]);
 			fold_groups(c, (n + MM_TILE - 1) / MM_TILE, g);
-			vk__dispatch(b, k->tile, 3, bind, &pc, sizeof pc, g[0], g[1], row_tiles);
+			vk__dispatch(b, k->tile, n_bind, bind, &pc, sizeof pc, g[0], g[1],
+			             row_tiles);
 		}
 		o += n;
 	}
@@ -289,7 +291,8 @@ static void embed_run(shoal_backend *b, const mm_kind *k, vk__ref tr, size_t row
 	    .id_off = (uint32_t)(ir.off / sizeof(int32_t)),
 	    .out_off = (uint32_t)orf.off,
 	};
-	VkBuffer bind[3] = {tr.buf, ir.buf, orf.buf};
+	VkBuffer bind[4] = {tr.buf, ir.buf, orf.buf};
+	uint32_t n_bind = 3 + vk__iq_grids(b, k->t, &bind[3]);
 	const vk__caps *c = vk__caps_of(b);
 	uint32_t gx = (n_embd + EMBED_ELEMS - 1) / EMBED_ELEMS;
 	SHOAL_ASSERT(gx <= c->max_groups[0]);
@@ -297,7 +300,7 @@ static void embed_run(shoal_backend *b, const mm_kind *k, vk__ref tr, size_t row
 	uint32_t gy = n_rows < c->max_groups[1] ? n_rows : c->max_groups[1];
 	uint32_t gz = (n_rows + gy - 1) / gy;
 	SHOAL_ASSERT(gz <= c->max_groups[2]);
-	vk__dispatch(b, k->embed, 3, bind, &pc, sizeof pc, gx, gy, gz);
+	vk__dispatch(b, k->embed, n_bind, bind, &pc, sizeof pc, gx, gy, gz);
 }
 
 /* One dispatch for all rows where one binding holds the table up to the

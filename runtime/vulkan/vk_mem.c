@@ -4,13 +4,15 @@
  * address ranges reserved PROT_NONE, so that address arithmetic works and
  * a host dereference faults) resolved to a block's buffer and offset, and
  * host <-> device bytes through a host-visible staging buffer, recorded in
- * call order with the ops.
+ * call order with the ops; and the IQ grid types' grids, uploaded once.
  *
  * Part: runtime/ (the room vulkan/).
  */
 #include "runtime/vulkan/vk_state.h"
+#include "runtime/cpu/kernels_iq.h"
 
 #include <assert.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -227,6 +229,42 @@ shoal_err vk__region_alone(shoal_backend *b, uint64_t bytes, void **dev)
 	if (!err)
 		b->blocks[k].used = b->blocks[k].bytes;
 	return err;
+}
+
+/* The grids' tables as mm_deq_iq.glsl addresses them (IQG_*: word
+ * offsets), up to the sign tables, which the shaders compute. */
+#define IQ_GRIDS_BYTES offsetof(kernels__iq_grids, sign8)
+_Static_assert(offsetof(kernels__iq_grids, iq2xxs) == 0 * 4 &&
+                   offsetof(kernels__iq_grids, iq2xs) == 512 * 4 &&
+                   offsetof(kernels__iq_grids, iq2s) == 1536 * 4 &&
+                   offsetof(kernels__iq_grids, iq3xxs) == 3584 * 4 &&
+                   offsetof(kernels__iq_grids, iq3s) == 3840 * 4 &&
+                   offsetof(kernels__iq_grids, iq1s8) == 4352 * 4,
+               "the IQ grids' offsets of shaders/mm_deq_iq.glsl");
+
+shoal_err vk__iq_grids_init(shoal_backend *b)
+{
+	shoal_err err = vk__region_alone(b, IQ_GRIDS_BYTES, &b->iq_grids_dev);
+	if (!err)
+		vk__write(b, b->iq_grids_dev, kernels__iq_grids_get(), IQ_GRIDS_BYTES);
+	return err;
+}
+
+uint32_t vk__iq_grids(shoal_backend *b, shoal_dtype t, VkBuffer *grids)
+{
+	switch (t) {
+	case SHOAL_DTYPE_IQ2_XXS:
+	case SHOAL_DTYPE_IQ2_XS:
+	case SHOAL_DTYPE_IQ2_S:
+	case SHOAL_DTYPE_IQ3_XXS:
+	case SHOAL_DTYPE_IQ3_S:
+	case SHOAL_DTYPE_IQ1_S:
+	case SHOAL_DTYPE_IQ1_M:
+		*grids = vk__at(b, b->iq_grids_dev).buf;
+		return 1;
+	default:
+		return 0;
+	}
 }
 
 void *vk__act_scratch(shoal_backend *b, uint64_t *bytes)

@@ -139,7 +139,8 @@ static void moe_products(shoal_backend *b, const shoal_backend_mat *w, size_t st
 		uint64_t fit32 = stride ? (UINT32_MAX - wr.off - span) / stride + 1 : n_expert;
 		fit = fit < fit32 ? fit : fit32;
 		uint32_t n = fit < n_expert - e0 ? (uint32_t)fit : n_expert - e0;
-		VkBuffer bind[4] = {wr.buf, io->x.buf, io->y.buf, io->ids.buf};
+		VkBuffer bind[5] = {wr.buf, io->x.buf, io->y.buf, io->ids.buf};
+		uint32_t n_bind = 4 + vk__iq_grids(b, w->type, &bind[4]);
 		for (uint32_t s0 = 0; s0 < io->n_slots;) {
 			uint32_t gz = io->n_slots - s0;
 			gz = gz < c->max_groups[2] ? gz : c->max_groups[2];
@@ -159,7 +160,7 @@ static void moe_products(shoal_backend *b, const shoal_backend_mat *w, size_t st
 			    .e1 = e0 + n,
 			    .slot0 = s0,
 			};
-			vk__dispatch(b, sh, 4, bind, &pc, sizeof pc, gx, (uint32_t)gy, gz);
+			vk__dispatch(b, sh, n_bind, bind, &pc, sizeof pc, gx, (uint32_t)gy, gz);
 			s0 += gz;
 		}
 		e0 += n;

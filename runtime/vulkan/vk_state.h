@@ -113,6 +113,8 @@ struct shoal_backend {
 	 * of the limits, in a block of their own */
 	void *act_dev;
 	uint64_t act_bytes;
+	/* the IQ grid types' grids (vk__iq_grids), uploaded at create */
+	void *iq_grids_dev;
 };
 
 /* vk_core.c: recording of copies and fills between dispatches. */
@@ -131,6 +133,8 @@ shoal_err vk__region_new(shoal_backend *b, uint64_t bytes, void **dev);
 /* A range in a block of its own, exactly its size (the instance's
  * scratch: never freed before the instance, so it pins no shared block). */
 shoal_err vk__region_alone(shoal_backend *b, uint64_t bytes, void **dev);
+/* The IQ grids' range (vk__iq_grids), made and written once at create. */
+shoal_err vk__iq_grids_init(shoal_backend *b);
 shoal_err vk__region_import(shoal_backend *b, const void *host, uint64_t bytes, void **dev);
 void vk__region_free(shoal_backend *b, void *dev);
 void vk__write(shoal_backend *b, void *dev, const void *src, size_t n);

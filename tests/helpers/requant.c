@@ -7,6 +7,9 @@
  *   requant IN.gguf OUT.gguf --type T     every matrix (2-D or more) whose
  *                                        rows are whole blocks of T becomes T
  *   requant IN.gguf OUT.gguf --mix q4_k_m a Q4_K_M-like mix (see mix_type)
+ *   requant IN.gguf OUT.gguf --mix iq     a "dynamic" low-bit mix of every
+ *                                        K-quant and IQ type below Q4_K
+ *                                        (see mix_iq_type)
  *   ... --layers N                       also keep only layers [0, N) (and
  *                                        the embedding, output norm and
  *                                        head): a cheap draft model with
@@ -53,13 +56,45 @@ static shoal_dtype mix_type(const char *name, int n_layer)
 	return SHOAL_DTYPE_Q4_K;
 }
 
+/* A mix in the manner of the DeepSeek / Kimi "dynamic" files, to put every
+ * type from Q2_K to IQ4_XS and every IQ grid type in one model: the FFN's
+ * gate and up of layer L the IQ grid types in turn (IQ2_XXS, IQ2_XS, IQ2_S,
+ * IQ3_XXS, IQ3_S, IQ1_S, IQ1_M from index 2 L), the other matrices of a
+ * layer Q2_K, Q3_K, IQ4_NL, IQ4_XS in turn (from index 5 L), the
+ * embedding and output head IQ4_XS. */
+static shoal_dtype mix_iq_type(const char *name)
+{
+	static const shoal_dtype grid[7] = {
+	    SHOAL_DTYPE_IQ2_XXS, SHOAL_DTYPE_IQ2_XS, SHOAL_DTYPE_IQ2_S, SHOAL_DTYPE_IQ3_XXS,
+	    SHOAL_DTYPE_IQ3_S,   SHOAL_DTYPE_IQ1_S,  SHOAL_DTYPE_IQ1_M};
+	static const shoal_dtype rest[4] = {SHOAL_DTYPE_Q2_K, SHOAL_DTYPE_Q3_K, SHOAL_DTYPE_IQ4_NL,
+	                                    SHOAL_DTYPE_IQ4_XS};
+	static const char *const other[5] = {".attn_q.", ".attn_k.", ".attn_v.", ".attn_output.",
+	                                     ".ffn_down."};
+	int layer = -1;
+	if (sscanf(name, "blk.%d.", &layer) != 1)
+		return SHOAL_DTYPE_IQ4_XS;
+	if (strstr(name, ".ffn_gate."))
+		return grid[(2 * layer) % 7];
+	if (strstr(name, ".ffn_up."))
+		return grid[(2 * layer + 1) % 7];
+	int m = 0;
+	while (m < 5 && !strstr(name, other[m]))
+		m++;
+	return rest[(5 * layer + m) % 4];
+}
+
+enum { MIX_NONE, MIX_Q4_K_M, MIX_IQ };
+
 /* The type tensor t becomes: `type`, or the mix's when mix is set; vectors
  * and matrices whose rows are not whole blocks keep their type. */
-static shoal_dtype target_type(const shoal_gguf_tensor *t, bool mix, shoal_dtype type, int n_layer)
+static shoal_dtype target_type(const shoal_gguf_tensor *t, int mix, shoal_dtype type, int n_layer)
 {
 	if (t->n_dims < 2)
 		return t->type;
-	shoal_dtype want = mix ? mix_type(t->name, n_layer) : type;
+	shoal_dtype want = mix == MIX_Q4_K_M ? mix_type(t->name, n_layer)
+	                   : mix == MIX_IQ   ? mix_iq_type(t->name)
+	                                     : type;
 	if (t->ne[0] % shoal_dtype_block_elems(want))
 		return t->type;
 	return want;
@@ -171,7 +206,8 @@ static int copy_kv(const shoal_gguf *g, size_t i, shoal_gguf_writer *w, uint32_t
 
 static int usage(void)
 {
-	fprintf(stderr, "usage: requant IN.gguf OUT.gguf --type T | --mix q4_k_m [--layers N]\n");
+	fprintf(stderr,
+	        "usage: requant IN.gguf OUT.gguf --type T | --mix q4_k_m|iq [--layers N]\n");
 	return 2;
 }
 
@@ -223,10 +259,16 @@ int main(int argc, char **argv)
 	}
 	if (argc != 5)
 		return usage();
-	bool mix = !strcmp(argv[3], "--mix");
+	int mix = MIX_NONE;
 	shoal_dtype type = SHOAL_DTYPE__MAX;
-	if (mix && strcmp(argv[4], "q4_k_m"))
-		return usage();
+	if (!strcmp(argv[3], "--mix")) {
+		if (!strcmp(argv[4], "q4_k_m"))
+			mix = MIX_Q4_K_M;
+		else if (!strcmp(argv[4], "iq"))
+			mix = MIX_IQ;
+		else
+			return usage();
+	}
 	if (!mix) {
 		if (strcmp(argv[3], "--type"))
 			return usage();

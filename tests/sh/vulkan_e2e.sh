@@ -2,8 +2,10 @@
 # tests/sh/vulkan_e2e.sh: `shoal run` and `shoal perplexity` on the Vulkan
 # backend (Mesa's lavapipe in CI) against the CPU backend, for the bundled
 # dense and MoE models, the DeepSeek-V3-style fixture, the K-quant
-# fixtures and a gpt-oss fixture made here (MXFP4, attention sinks, a
-# sliding window of 8 on the even layers, YaRN; tests/sh/vulkan_e2e.py
+# fixtures, a gpt-oss fixture made here (MXFP4, attention sinks, a
+# sliding window of 8 on the even layers, YaRN) and austen-dense
+# re-encoded by requant --mix iq (Q2_K, Q3_K, IQ4_NL, IQ4_XS and the seven
+# IQ grid types in one model: its greedy tokens; tests/sh/vulkan_e2e.py
 # says what is compared and the bounds), and SHOAL_VK_PROFILE's table.
 # Skips (77) when the build has no Vulkan backend or the machine no Vulkan
 # device; under CI=true, a build with Vulkan and no device fails.
@@ -43,7 +45,11 @@ oss=$T/tiny-gptoss-mxfp4.gguf
 	--kv-heads 2 --head-dim 64 --vocab 512 --experts 8 --experts-used 2 --ff-exp 128 \
 	--window 8 --yarn 4 --exp-scale 8 --ctx 512 --seed 5 "$oss" >/dev/null 2>&1 ||
 	fail "gen_fixture gpt-oss"
-python3 "$SRC/tests/sh/vulkan_e2e.py" "$B" "$DATA/models/persuasion.txt" \
+# every type from Q2_K to IQ4_XS and the IQ grid types (requant's mix_iq_type)
+mix=$T/austen-dense-iq-mix.gguf
+"$BD/tests/helpers/requant" "$DATA/models/austen-dense-f32.gguf" "$mix" --mix iq >/dev/null ||
+	fail "requant --mix iq"
+python3 "$SRC/tests/sh/vulkan_e2e.py" "$B" "$DATA/models/persuasion.txt" tokens:"$mix" \
 	"$DATA/models/austen-dense-q8_0.gguf" "$DATA/models/austen-dense-f16.gguf" \
 	"$DATA/models/tiny-deepseek2-q8_0.gguf" "$DATA/models/tiny-kq-q4_k_m.gguf" \
 	"$DATA/models/tiny-kq-q6_k.gguf" "$oss" $moe || fail "the Vulkan backend differs from the CPU's"

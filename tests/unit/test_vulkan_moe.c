@@ -30,7 +30,7 @@
 static shoal_backend *cpu; /* a CPU (scalar) instance with room for every case */
 
 /* Host memory given to weights() lives as long as the instance. */
-#define KEEP_MAX 64
+#define KEEP_MAX 128
 static void *kept[KEEP_MAX];
 static int n_kept;
 
@@ -304,6 +304,13 @@ static void test_moe_types(void)
 	    {SHOAL_DTYPE_Q4_K, SHOAL_DTYPE_Q4_K, SHOAL_DTYPE_Q4_K, 768, 256, 5, 2},
 	    {SHOAL_DTYPE_Q5_K, SHOAL_DTYPE_Q5_K, SHOAL_DTYPE_Q5_K, 256, 768, 5, 2},
 	    {SHOAL_DTYPE_Q6_K, SHOAL_DTYPE_Q6_K, SHOAL_DTYPE_Q6_K, 768, 256, 5, 2},
+	    {SHOAL_DTYPE_Q2_K, SHOAL_DTYPE_Q2_K, SHOAL_DTYPE_Q3_K, 768, 256, 5, 2},
+	    {SHOAL_DTYPE_Q3_K, SHOAL_DTYPE_IQ4_XS, SHOAL_DTYPE_Q2_K, 256, 768, 5, 2},
+	    {SHOAL_DTYPE_IQ4_XS, SHOAL_DTYPE_IQ4_XS, SHOAL_DTYPE_IQ4_XS, 256, 256, 5, 2},
+	    {SHOAL_DTYPE_IQ4_NL, SHOAL_DTYPE_IQ4_NL, SHOAL_DTYPE_IQ4_NL, 224, 96, 6, 3},
+	    {SHOAL_DTYPE_IQ2_XXS, SHOAL_DTYPE_IQ2_XS, SHOAL_DTYPE_IQ2_S, 256, 256, 4, 2},
+	    {SHOAL_DTYPE_IQ3_XXS, SHOAL_DTYPE_IQ3_S, SHOAL_DTYPE_IQ1_M, 256, 256, 4, 2},
+	    {SHOAL_DTYPE_IQ1_S, SHOAL_DTYPE_IQ1_M, SHOAL_DTYPE_IQ2_XXS, 256, 256, 4, 2},
 	    /* Q4_K_M's layout; two activation types for x; k = 1; k = all */
 	    {SHOAL_DTYPE_Q4_K, SHOAL_DTYPE_Q4_K, SHOAL_DTYPE_Q6_K, 256, 768, 7, 3},
 	    {SHOAL_DTYPE_Q8_0, SHOAL_DTYPE_Q4_K, SHOAL_DTYPE_Q8_0, 256, 256, 4, 2},

@@ -7,7 +7,9 @@
  * value is `precise`).
  *
  * The includer defines one of WT_F32, WT_F16, WT_BF16, WT_Q8_0, WT_Q4_0,
- * WT_Q4_K, WT_Q5_K, WT_Q6_K, WT_MXFP4 before including this file.
+ * WT_Q4_K, WT_Q5_K, WT_Q6_K, WT_MXFP4, WT_Q2_K, WT_Q3_K, WT_IQ4_NL,
+ * WT_IQ4_XS (or an IQ grid type, mm_deq_iq.glsl) before including this
+ * file.
  *
  * A row is cut into pieces of 32 elements (one Q8_0 / Q4_0 / MXFP4 block,
  * one 32-element sub-block of a K-quant super-block, or 32 plain
@@ -118,11 +120,17 @@ void deq8(uint row, uint p, uint part, uint n_in, out float v[8])
 		v[i] = x;
 	}
 }
-#elif defined(WT_Q4_0) || defined(WT_MXFP4)
+#elif defined(WT_Q4_0) || defined(WT_MXFP4) || defined(WT_IQ4_NL)
 /* ---- Q4_0: { f16 d; uint8 qs[16]; } 18 bytes, x = (nibble - 8) * d;
- * MXFP4: { uint8 e; uint8 qs[16]; } 17 bytes, x = 2^(e - 128) * table[nibble].
+ * MXFP4: { uint8 e; uint8 qs[16]; } 17 bytes, x = 2^(e - 128) * table[nibble];
+ * IQ4_NL: { f16 d; uint8 qs[16]; } 18 bytes, x = d * iq4_values[nibble].
  * qs[j] holds element j (low nibble) and j + 16 (high): part k < 2 takes the
  * low nibbles of bytes 8k..8k+7, part k >= 2 the high ones of 8(k-2)... */
+#if defined(WT_IQ4_NL)
+/* kernels__iq4_values */
+const float iq4_values[16] = float[16](-127.0, -104.0, -83.0, -65.0, -49.0, -35.0, -22.0, -10.0,
+                                       1.0, 13.0, 25.0, 38.0, 53.0, 69.0, 89.0, 113.0);
+#endif
 #if defined(WT_MXFP4)
 /* kernels__mxfp4_values: twice the E2M1 values, with the scale halved */
 const float mxfp4_values[16] = float[16](0.0, 1.0, 2.0, 3.0, 4.0, 6.0, 8.0, 12.0, 0.0, -1.0,
@@ -149,6 +157,8 @@ void deq8(uint row, uint p, uint part, uint n_in, out float v[8])
 	[[unroll]] for (uint i = 0u; i < 8u; i++) {
 #if defined(WT_MXFP4)
 		precise float x = d * mxfp4_values[nib(w, i, sh)];
+#elif defined(WT_IQ4_NL)
+		precise float x = d * iq4_values[nib(w, i, sh)];
 #else
 		precise float x = float(int(nib(w, i, sh)) - 8) * d;
 #endif
@@ -227,6 +237,84 @@ void deq8(uint row, uint p, uint part, uint n_in, out float v[8])
 		v[i] = x;
 	}
 }
+#elif defined(WT_Q2_K) || defined(WT_Q3_K)
+/* ---- Q2_K: { uint8 scales[16], qs[64]; f16 d, dmin; } 84 bytes;
+ * Q3_K: { uint8 hmask[32], qs[64], scales[12]; f16 d; } 110 bytes.
+ * 16 sub-blocks of 16. Piece p is elements 32 k .. 32 k + 31 (k = p % 8)
+ * of super-block p / 8: element l of it has its 2 low bits at bit 2 (k %
+ * 4) of qs[32 (k / 4) + l] (and for Q3_K its top bit at bit k of
+ * hmask[l]); part `part` is in sub-block 2 k + part / 2.
+ * Q2_K: x = d (sc & 15) q - dmin (sc >> 4), q 0..3;
+ * Q3_K: x = d sc (q - 4 (1 - top bit)), sc the signed 6-bit scale
+ * (kernels__q3k_scales). */
+#if defined(WT_Q2_K)
+#define BLOCK_BYTES 84u
+#define QS_AT       16u
+#else
+#define BLOCK_BYTES 110u
+#define QS_AT       32u
+#endif
+
+void deq8(uint row, uint p, uint part, uint n_in, out float v[8])
+{
+	uint base = row + BLOCK_BYTES * (p >> 3);
+	uint k = p & 7u, j = 2u * k + (part >> 1);
+	uint at = base + QS_AT + 32u * (k >> 2) + 8u * part;
+	uvec2 w = uvec2(ld32(at), ld32(at + 4u));
+	uint sh = 2u * (k & 3u);
+#if defined(WT_Q2_K)
+	uint dd = ld32(base + 80u);
+	float d = h2f(dd & 0xffffu), dmin = h2f(dd >> 16);
+	uint sc = ld8(base + j);
+	precise float dl = d * float(sc & 0xfu);
+	precise float ml = dmin * float(sc >> 4);
+#else
+	float d = h2f(ld16(base + 108u));
+	uint lo = (ld8(base + 96u + (j & 7u)) >> (4u * (j >> 3))) & 0xfu;
+	uint hi = (ld8(base + 104u + (j & 3u)) >> (2u * (j >> 2))) & 3u;
+	precise float dl = d * float(int(lo | (hi << 4)) - 32);
+	uvec2 h = uvec2(ld32(base + 8u * part), ld32(base + 4u + 8u * part));
+#endif
+	[[unroll]] for (uint i = 0u; i < 8u; i++) {
+		uint q = ((i < 4u ? w.x : w.y) >> ((i & 3u) * 8u + sh)) & 3u;
+#if defined(WT_Q2_K)
+		precise float x = dl * float(q) - ml;
+#else
+		uint top = ((i < 4u ? h.x : h.y) >> ((i & 3u) * 8u + k)) & 1u;
+		precise float x = dl * float(int(q) - (top != 0u ? 0 : 4));
+#endif
+		v[i] = x;
+	}
+}
+#elif defined(WT_IQ4_XS)
+/* ---- IQ4_XS: { f16 d; uint16 scales_h; uint8 scales_l[4], qs[128]; } 136
+ * bytes. Piece p is sub-block ib = p % 8 of super-block p / 8, laid out as
+ * an IQ4_NL block without its scale at qs[16 ib]: x = d (ls - 32) *
+ * iq4_values[nibble], ls the 6 bits of scales_l (nibble ib % 2 of byte ib /
+ * 2) and scales_h (bits 2 ib, 2 ib + 1). */
+const float iq4_values[16] = float[16](-127.0, -104.0, -83.0, -65.0, -49.0, -35.0, -22.0, -10.0,
+                                       1.0, 13.0, 25.0, 38.0, 53.0, 69.0, 89.0, 113.0);
+
+void deq8(uint row, uint p, uint part, uint n_in, out float v[8])
+{
+	uint base = row + 136u * (p >> 3);
+	uint ib = p & 7u;
+	uint dh = ld32(base); /* d, scales_h */
+	float d = h2f(dh & 0xffffu);
+	uint lo = (ld8(base + 4u + (ib >> 1)) >> (4u * (ib & 1u))) & 0xfu;
+	uint hi = (dh >> (16u + 2u * ib)) & 3u;
+	precise float dl = d * float(int(lo | (hi << 4)) - 32);
+	uint at = base + 8u + 16u * ib + 8u * (part & 1u);
+	uvec2 w = uvec2(ld32(at), ld32(at + 4u));
+	uint sh = part < 2u ? 0u : 4u;
+	[[unroll]] for (uint i = 0u; i < 8u; i++) {
+		precise float x = dl * iq4_values[nib(w, i, sh)];
+		v[i] = x;
+	}
+}
+#elif defined(WT_IQ2_XXS) || defined(WT_IQ2_XS) || defined(WT_IQ2_S) || defined(WT_IQ3_XXS) ||   \
+    defined(WT_IQ3_S) || defined(WT_IQ1_S) || defined(WT_IQ1_M)
+#include "mm_deq_iq.glsl"
 #else
 #error "define the weight type WT_* before including mm_deq.glsl"
 #endif

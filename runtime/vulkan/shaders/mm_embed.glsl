@@ -4,13 +4,15 @@
  * shoal_dequantize_row. A thread writes one part (8 elements) of one row;
  * a workgroup covers 256 parts (2048 elements) of a row.
  *
- * Bindings: 0 the table, 1 the ids (int, host parameters), 2 out (F32).
+ * Bindings: 0 the table, 1 the ids (int, host parameters), 2 out (F32),
+ * 3 the grids of an IQ grid type (mm_deq_iq.glsl).
  * Dispatch: ceil(n_embd / 2048) groups in x by the rows (folded over y and
  * z).
  */
 #extension GL_GOOGLE_include_directive : require
 #extension GL_EXT_control_flow_attributes : require
 
+#define IQ_GRID_BINDING 3 /* the IQ grid types' grids (mm_deq_iq.glsl) */
 #include "mm_deq.glsl"
 
 layout(local_size_x = 256) in;

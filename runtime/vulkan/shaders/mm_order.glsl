@@ -17,7 +17,8 @@
  * per output. Every accumulation is `precise`, so fma is one rounding and
  * nothing else is fused or reordered.
  *
- * Bindings: 0 the weights (mm_deq.glsl), 1 x (F32), 2 y (F32).
+ * Bindings: 0 the weights (mm_deq.glsl), 1 x (F32), 2 y (F32), 3 the
+ * grids of an IQ grid type (mm_deq_iq.glsl).
  */
 
 #define MM_LANES 32u

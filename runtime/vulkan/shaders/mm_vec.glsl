@@ -13,6 +13,7 @@
 #extension GL_GOOGLE_include_directive : require
 #extension GL_EXT_control_flow_attributes : require
 
+#define IQ_GRID_BINDING 3 /* the IQ grid types' grids (mm_deq_iq.glsl) */
 #include "mm_deq.glsl"
 #include "mm_order.glsl"
 

@@ -10,12 +10,13 @@
  * matmul of that expert's matrix bit for bit.
  *
  * Bindings: 0 the weights (mm_deq.glsl), 1 x (F32), 2 y (F32), 3 ids
- * (int). Dispatch: ceil(n_out / 2) groups over x and y (linear index
+ * (int), 4 the grids of an IQ grid type (mm_deq_iq.glsl). Dispatch: ceil(n_out / 2) groups over x and y (linear index
  * gy * num_x + gx), slots slot0 + z.
  */
 #extension GL_GOOGLE_include_directive : require
 #extension GL_EXT_control_flow_attributes : require
 
+#define IQ_GRID_BINDING 4 /* the IQ grid types' grids (mm_deq_iq.glsl) */
 #include "mm_deq.glsl"
 
 #define MM_LANES 32u

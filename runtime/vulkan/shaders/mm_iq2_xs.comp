@@ -1,0 +1,6 @@
+/* runtime/vulkan/shaders/mm_iq2_xs.comp: tiled mat-mul (prefill) of IQ2_XS weights (see mm_tile.glsl). */
+#version 450
+#extension GL_GOOGLE_include_directive : require
+
+#define WT_IQ2_XS
+#include "mm_tile.glsl"

@@ -1,0 +1,6 @@
+/* runtime/vulkan/shaders/mm_iq4_xs.comp: tiled mat-mul (prefill) of IQ4_XS weights (see mm_tile.glsl). */
+#version 450
+#extension GL_GOOGLE_include_directive : require
+
+#define WT_IQ4_XS
+#include "mm_tile.glsl"

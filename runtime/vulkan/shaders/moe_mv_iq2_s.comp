@@ -1,0 +1,6 @@
+/* runtime/vulkan/shaders/moe_mv_iq2_s.comp: expert products of IQ2_S weights by expert id (see moe_vec.glsl). */
+#version 450
+#extension GL_GOOGLE_include_directive : require
+
+#define WT_IQ2_S
+#include "moe_vec.glsl"

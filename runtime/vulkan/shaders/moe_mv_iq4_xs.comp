@@ -1,0 +1,6 @@
+/* runtime/vulkan/shaders/moe_mv_iq4_xs.comp: expert products of IQ4_XS weights by expert id (see moe_vec.glsl). */
+#version 450
+#extension GL_GOOGLE_include_directive : require
+
+#define WT_IQ4_XS
+#include "moe_vec.glsl"

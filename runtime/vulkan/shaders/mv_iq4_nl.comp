@@ -1,0 +1,6 @@
+/* runtime/vulkan/shaders/mv_iq4_nl.comp: mat-vec (1..8 rows of x) of IQ4_NL weights (see mm_vec.glsl). */
+#version 450
+#extension GL_GOOGLE_include_directive : require
+
+#define WT_IQ4_NL
+#include "mm_vec.glsl"
