@@ -14,9 +14,6 @@
 #include <string.h>
 
 #include "runtime/engine/draft_lookup.h"
-#ifndef LOOP_M
-#define LOOP_M 3
-#endif
 
 size_t shoal_draft_lookup_propose(const int32_t *hist, size_t n, int32_t *out, size_t k)
 {
@@ -35,16 +32,11 @@ size_t shoal_draft_lookup_propose(const int32_t *hist, size_t n, int32_t *out, s
 			 * proposal itself: a tail that occurred d ids back
 			 * continues with a period of d (a loop shorter than k
 			 * drafts k ids, not one period) */
-			size_t c = k;
 			for (size_t j = 0; j < k; j++) {
 				size_t at = i + m + j;
-				if (at >= n && m < LOOP_M) {
-					c = j;
-					break;
-				}
 				out[j] = at < n ? hist[at] : out[at - n];
 			}
-			return c;
+			return k;
 		}
 	}
 	return 0;
