@@ -148,6 +148,23 @@ typedef struct kernels__iq_sub {
 	int sc[2];
 } kernels__iq_sub;
 
+/* Whether t is one of the grid types this file decodes. */
+static inline int kernels__iq_is_grid(shoal_dtype t)
+{
+	switch (t) {
+	case SHOAL_DTYPE_IQ2_XXS:
+	case SHOAL_DTYPE_IQ2_XS:
+	case SHOAL_DTYPE_IQ2_S:
+	case SHOAL_DTYPE_IQ3_XXS:
+	case SHOAL_DTYPE_IQ3_S:
+	case SHOAL_DTYPE_IQ1_S:
+	case SHOAL_DTYPE_IQ1_M:
+		return 1;
+	default:
+		return 0;
+	}
+}
+
 /* Whether type t's q is g + s (IQ1) rather than g s. */
 static inline int kernels__iq_is_iq1(shoal_dtype t)
 {

@@ -252,19 +252,10 @@ shoal_err vk__iq_grids_init(shoal_backend *b)
 
 uint32_t vk__iq_grids(shoal_backend *b, shoal_dtype t, VkBuffer *grids)
 {
-	switch (t) {
-	case SHOAL_DTYPE_IQ2_XXS:
-	case SHOAL_DTYPE_IQ2_XS:
-	case SHOAL_DTYPE_IQ2_S:
-	case SHOAL_DTYPE_IQ3_XXS:
-	case SHOAL_DTYPE_IQ3_S:
-	case SHOAL_DTYPE_IQ1_S:
-	case SHOAL_DTYPE_IQ1_M:
-		*grids = vk__at(b, b->iq_grids_dev).buf;
-		return 1;
-	default:
+	if (!kernels__iq_is_grid(t))
 		return 0;
-	}
+	*grids = vk__at(b, b->iq_grids_dev).buf;
+	return 1;
 }
 
 void *vk__act_scratch(shoal_backend *b, uint64_t *bytes)
