@@ -76,10 +76,18 @@ try {
 	// 3. type a message and press Enter
 	await page.click("#msg");
 	await page.type("#msg", "Emma");
+	/* the button disabled while the reply runs: seen by an observer set up
+	 * before Enter (a poll for it missed a reply that ended within a frame) */
+	await page.evaluate(() => {
+		const b = document.getElementById("send");
+		window.sendWasDisabled = false;
+		new MutationObserver(() => { if (b.disabled) window.sendWasDisabled = true; })
+			.observe(b, { attributes: true, attributeFilter: ["disabled"] });
+	});
 	await page.keyboard.press("Enter");
-	await page.waitForFunction(() => document.getElementById("send").disabled, { timeout: 10000 });
 	await page.waitForFunction(() => !document.getElementById("send").disabled &&
 		/model: .+\n$/s.test(document.getElementById("log").textContent), { timeout: 90000 });
+	r.send_was_disabled = await page.evaluate(() => window.sendWasDisabled);
 	r.log = await page.$eval("#log", (e) => e.textContent);
 	r.box = await page.$eval("#msg", (e) => e.value);
 	await page.screenshot({ path: shots + "/dashboard-chat.png", fullPage: true });
@@ -114,6 +122,7 @@ fi
 echo "drawing: $(jget 'd["map_peers"]') with arrows $(jget 'd["flows"]'); table: 3 layer ranges, alive, servable, TCP (no RDMA here)"
 
 [[ "$(jget 'd["log"]')" == "you: Emma"$'\n'"model: "* ]] || fail "the message was not sent: $(jget 'd["log"]')"
+[ "$(jget 'd["send_was_disabled"]')" = True ] || fail "the send button stayed enabled while the reply ran"
 reply=$(jget 'd["log"].split("model: ", 1)[1].strip()')
 [ -n "$reply" ] && [[ "$reply" != "["* ]] || fail "no reply after Enter: $(jget 'd["log"]')"
 [ "$(jget 'd["box"]')" = "" ] || fail "the box was not emptied: $(jget 'd["box"]')"
