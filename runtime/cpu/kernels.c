@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "base/assert.h"
+#include "runtime/cpu/kernels_iq.h"
 #include "runtime/cpu/kernels_impl.h"
 
 #if defined(KERNELS_HAVE_X86)
@@ -30,6 +31,8 @@
 
 shoal_dtype shoal_kernels_act_type(shoal_dtype wt)
 {
+	if (kernels__iq_is_grid(wt))
+		return SHOAL_DTYPE_Q8_K;
 	switch (wt) {
 	case SHOAL_DTYPE_F32:
 	case SHOAL_DTYPE_F16:
@@ -48,13 +51,6 @@ shoal_dtype shoal_kernels_act_type(shoal_dtype wt)
 	case SHOAL_DTYPE_Q5_K:
 	case SHOAL_DTYPE_Q6_K:
 	case SHOAL_DTYPE_IQ4_XS:
-	case SHOAL_DTYPE_IQ2_XXS:
-	case SHOAL_DTYPE_IQ2_XS:
-	case SHOAL_DTYPE_IQ2_S:
-	case SHOAL_DTYPE_IQ3_XXS:
-	case SHOAL_DTYPE_IQ3_S:
-	case SHOAL_DTYPE_IQ1_S:
-	case SHOAL_DTYPE_IQ1_M:
 		return SHOAL_DTYPE_Q8_K;
 	default:
 		/* A caller bug: the engine refuses non-computable tensors. */

@@ -1064,11 +1064,11 @@ static void k5_gemm_packed(shoal_dtype wt, int64_t n, const void *packed, int64_
  * form streamed at about half this rate on a Zen 4 EPYC (1 thread, 1.1B
  * Q8_0 fixture: gemv 11-12 against 20-22 GB/s, decode 10.6 against 19.5
  * tok/s), and so did 4 rows at a time (4 streams), though both are faster
- * in cache. The activations' sides (d_x; VNNI: -128 times the sum of x)
- * come from the caller's arrays for the whole row. */
-KERNELS__INLINE __m256i k5_q8r_dot(const kernels__block_q8_0 *wb, __m256i x)
+ * in cache. The activations' sides (d_x; VNNI: -128 times the sum of x,
+ * else 0) come from the caller's arrays for the whole row. */
+KERNELS__INLINE __m256i k5_q8r_dot(const kernels__block_q8_0 *wb, const kernels__block_q8_0 *xb)
 {
-	__m256i q = _mm256_loadu_si256((const __m256i *)wb->qs);
+	__m256i q = k5_q8_0_bytes(wb), x = k5_q8_0_bytes(xb);
 #if KERNELS_VNNI
 	return _mm256_dpbusd_epi32(_mm256_setzero_si256(),
 	                           _mm256_xor_si256(q, _mm256_set1_epi8(-128)), x);
@@ -1090,21 +1090,14 @@ static void k5_q8r_gemv(int64_t nb, const char *w, size_t row_bytes, int64_t nro
 			kernels__prefetch_line((const char *)(r + b) + KERNELS__PF_AHEAD);
 			kernels__prefetch_line((const char *)(r + b) + KERNELS__PF_AHEAD + 64);
 			kernels__prefetch_line((const char *)(r + b) + KERNELS__PF_AHEAD + 128);
-			__m256i s01 = _mm256_hadd_epi32(
-			    k5_q8r_dot(r + b, _mm256_loadu_si256((const __m256i *)xb[b].qs)),
-			    k5_q8r_dot(r + b + 1,
-			               _mm256_loadu_si256((const __m256i *)xb[b + 1].qs)));
-			__m256i s23 = _mm256_hadd_epi32(
-			    k5_q8r_dot(r + b + 2,
-			               _mm256_loadu_si256((const __m256i *)xb[b + 2].qs)),
-			    k5_q8r_dot(r + b + 3,
-			               _mm256_loadu_si256((const __m256i *)xb[b + 3].qs)));
+			__m256i s01 = _mm256_hadd_epi32(k5_q8r_dot(r + b, xb + b),
+			                                k5_q8r_dot(r + b + 1, xb + b + 1));
+			__m256i s23 = _mm256_hadd_epi32(k5_q8r_dot(r + b + 2, xb + b + 2),
+			                                k5_q8r_dot(r + b + 3, xb + b + 3));
 			__m256i s = _mm256_hadd_epi32(s01, s23);
 			__m128i isum = _mm_add_epi32(_mm256_castsi256_si128(s),
 			                             _mm256_extracti128_si256(s, 1));
-#if KERNELS_VNNI
 			isum = _mm_add_epi32(isum, _mm_loadu_si128((const __m128i *)(cx + b)));
-#endif
 			__m128i d =
 			    _mm_setr_epi16((short)r[b].d, (short)r[b + 1].d, (short)r[b + 2].d,
 			                   (short)r[b + 3].d, 0, 0, 0, 0);
@@ -1119,16 +1112,12 @@ static void k5_q8r_gemv(int64_t nb, const char *w, size_t row_bytes, int64_t nro
 			acc = fmaf(fv[3], pv[3], acc);
 		}
 		for (; b < nb; b++) {
-			__m256i v =
-			    k5_q8r_dot(r + b, _mm256_loadu_si256((const __m256i *)xb[b].qs));
+			__m256i v = k5_q8r_dot(r + b, xb + b);
 			__m128i h = _mm_add_epi32(_mm256_castsi256_si128(v),
 			                          _mm256_extracti128_si256(v, 1));
 			h = _mm_hadd_epi32(h, h);
 			h = _mm_hadd_epi32(h, h);
-			int32_t is = _mm_cvtsi128_si32(h);
-#if KERNELS_VNNI
-			is += cx[b];
-#endif
+			int32_t is = _mm_cvtsi128_si32(h) + cx[b];
 			float p = kernels__x86_h2f(r[b].d) * dx[b];
 			acc = fmaf((float)is, p, acc);
 		}
